@@ -1,0 +1,413 @@
+"""The message record: how one message is laid out in the CommitLog and in pull bodies.
+
+A record is self-describing, so a slave can rebuild its ConsumeQueues by replaying bytes and a
+consumer can decode a pull body without any other metadata. All integers are big-endian::
+
+    offset size  field
+    0      4     totalSize        uint32, the whole record including this field
+    4      4     magic            MESSAGE_MAGIC (or BLANK_MAGIC for a segment's blank tail)
+    8      4     crc              CRC32 of bytes [12, totalSize)
+    12     4     queueId          int32
+    16     4     flag             int32 (application flag)
+    20     8     queueOffset      int64, position in the ConsumeQueue
+    28     8     physicalOffset   int64, position in the CommitLog
+    36     8     bornTimestamp    int64, ms since the epoch, set by the producer
+    44     8     storeTimestamp   int64, ms since the epoch, set by the broker
+    52     8     bornHost         IPv4 (4 bytes) + port (uint32)
+    60     8     storeHost        IPv4 (4 bytes) + port (uint32)
+    68     4     bodyLength       uint32
+    72     n     body
+    ..     2     topicLength      uint16
+    ..     t     topic            UTF-8
+    ..     2     propertiesLength uint16
+    ..     p     properties       UTF-8, "key\\x01value\\x02" repeated
+
+A blank record (``BLANK_MAGIC``) fills the tail of a segment: its totalSize covers every remaining
+byte of the segment and nothing else in it is meaningful. Keys and tags travel as the properties
+``KEYS`` and ``TAGS``. The message id is the hex of storeHost (8 bytes) and physicalOffset.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+MESSAGE_MAGIC: Final = 0xDAA320A7
+BLANK_MAGIC: Final = 0xCBD43194
+HEAD_SIZE: Final = 72
+MIN_RECORD_SIZE: Final = HEAD_SIZE + 4
+MAX_PROPERTIES_BYTES: Final = 0xFFFF
+MAX_TOPIC_BYTES: Final = 0xFFFF
+PROP_KEYS: Final = "KEYS"
+PROP_TAGS: Final = "TAGS"
+
+_HEAD = struct.Struct(">IIIiiqqqq8s8sI")
+_PREFIX = struct.Struct(">II")
+_U16 = struct.Struct(">H")
+_HOST = struct.Struct(">4sI")
+_MSGID = struct.Struct(">8sq")
+_NAME_SEP = "\x01"
+_PROP_SEP = "\x02"
+
+
+class RecordError(ValueError):
+    """Bytes that are not a valid record (bad magic, size, CRC or layout)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Message:
+    """A message as a producer gives it."""
+
+    topic: str
+    body: bytes
+    keys: str = ""
+    tags: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+
+    def all_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        if self.keys:
+            props[PROP_KEYS] = self.keys
+        if self.tags:
+            props[PROP_TAGS] = self.tags
+        return props
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageRecord:
+    """A message as stored: everything in the record, decoded."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    flag: int
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    body: bytes
+    properties: dict[str, str]
+
+    @property
+    def keys(self) -> str:
+        return self.properties.get(PROP_KEYS, "")
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get(PROP_TAGS, "")
+
+    @property
+    def msg_id(self) -> str:
+        return make_msg_id(self.store_host, self.physical_offset)
+
+
+def encode_properties(props: Mapping[str, str]) -> bytes:
+    if not props:
+        return b""
+    text = "".join(f"{k}{_NAME_SEP}{v}{_PROP_SEP}" for k, v in props.items())
+    return text.encode()
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    if not raw:
+        return {}
+    props: dict[str, str] = {}
+    for item in raw.decode().split(_PROP_SEP):
+        if item:
+            key, _, value = item.partition(_NAME_SEP)
+            props[key] = value
+    return props
+
+
+def pack_host(host: str) -> bytes:
+    """Pack "a.b.c.d:port" into 8 bytes; anything that is not IPv4 packs as zeros."""
+    addr, _, port = host.rpartition(":")
+    try:
+        return _HOST.pack(socket.inet_aton(addr), int(port))
+    except (OSError, ValueError, struct.error):
+        return bytes(8)
+
+
+def unpack_host(raw: bytes) -> str:
+    ip, port = _HOST.unpack(raw)
+    return f"{socket.inet_ntoa(ip)}:{port}"
+
+
+def make_msg_id(store_host: str, physical_offset: int) -> str:
+    return _MSGID.pack(pack_host(store_host), physical_offset).hex().upper()
+
+
+def parse_msg_id(msg_id: str) -> tuple[str, int]:
+    """Inverse of :func:`make_msg_id`: (store host, physical offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+        host, offset = _MSGID.unpack(raw)
+    except (ValueError, struct.error):
+        raise RecordError(f"not a message id: {msg_id!r}") from None
+    return unpack_host(host), int(offset)
+
+
+def tag_hash(tags: str) -> int:
+    """The ConsumeQueue's tag hash: stable across processes and versions."""
+    return zlib.crc32(tags.encode()) if tags else 0
+
+
+class RecordEncoder:
+    """Encodes messages into records for a given store host.
+
+    Encoding is split so the store can assign offsets while appending: :meth:`encode` takes the
+    offsets, so one call writes final bytes with a final CRC.
+    """
+
+    __slots__ = ("_store_host",)
+
+    def __init__(self, store_host: str) -> None:
+        self._store_host = pack_host(store_host)
+
+    def encoded_size(self, topic_raw: bytes, body: bytes, props_raw: bytes) -> int:
+        return HEAD_SIZE + len(body) + 2 + len(topic_raw) + 2 + len(props_raw)
+
+    def encode_into(
+        self,
+        buf: bytearray | memoryview,
+        pos: int,
+        *,
+        topic_raw: bytes,
+        props_raw: bytes,
+        body: bytes,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        flag: int,
+        born_timestamp: int,
+        store_timestamp: int,
+        born_host_raw: bytes,
+    ) -> int:
+        """Write one record at ``buf[pos:]``; return its size."""
+        blen = len(body)
+        size = HEAD_SIZE + blen + 4 + len(topic_raw) + len(props_raw)
+        end_head = pos + HEAD_SIZE
+        _HEAD.pack_into(
+            buf,
+            pos,
+            size,
+            MESSAGE_MAGIC,
+            0,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            born_timestamp,
+            store_timestamp,
+            born_host_raw,
+            self._store_host,
+            blen,
+        )
+        buf[end_head : end_head + blen] = body
+        p = end_head + blen
+        tl = len(topic_raw)
+        _U16.pack_into(buf, p, tl)
+        buf[p + 2 : p + 2 + tl] = topic_raw
+        p += 2 + tl
+        pl = len(props_raw)
+        _U16.pack_into(buf, p, pl)
+        buf[p + 2 : p + 2 + pl] = props_raw
+        crc = zlib.crc32(memoryview(buf)[pos + 12 : pos + size])
+        struct.pack_into(">I", buf, pos + 8, crc)
+        return size
+
+    def encode(
+        self,
+        msg: Message,
+        *,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        store_timestamp: int,
+    ) -> bytes:
+        """Encode one message into a fresh bytes object (convenient, not the hot path)."""
+        topic_raw = msg.topic.encode()
+        props_raw = encode_properties(msg.all_properties())
+        check_sizes(topic_raw, props_raw)
+        buf = bytearray(self.encoded_size(topic_raw, msg.body, props_raw))
+        self.encode_into(
+            buf,
+            0,
+            topic_raw=topic_raw,
+            props_raw=props_raw,
+            body=msg.body,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            physical_offset=physical_offset,
+            flag=msg.flag,
+            born_timestamp=msg.born_timestamp,
+            store_timestamp=store_timestamp,
+            born_host_raw=pack_host(msg.born_host),
+        )
+        return bytes(buf)
+
+
+def check_sizes(topic_raw: bytes, props_raw: bytes) -> None:
+    if not topic_raw or len(topic_raw) > MAX_TOPIC_BYTES:
+        raise RecordError("topic must be 1..65535 bytes")
+    if len(props_raw) > MAX_PROPERTIES_BYTES:
+        raise RecordError("properties exceed 65535 bytes")
+
+
+def encode_blank(size: int) -> bytes:
+    """A blank record covering ``size`` bytes (at least 8) at a segment's tail."""
+    if size < 8:
+        raise RecordError("a blank record needs at least 8 bytes")
+    return _PREFIX.pack(size, BLANK_MAGIC) + bytes(size - 8)
+
+
+@dataclass(slots=True, frozen=True)
+class RecordInfo:
+    """What the ConsumeQueue dispatcher needs of a record, read without copying the body."""
+
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    tags_hash: int
+
+
+def peek_prefix(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """(totalSize, magic) of the record at ``pos``."""
+    size, magic = _PREFIX.unpack_from(buf, pos)
+    return int(size), int(magic)
+
+
+def check_record(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> int:
+    """Validate the message record at ``buf[pos:limit]`` (magic, size, CRC); return its size.
+
+    Raises :class:`RecordError` naming what is wrong. Blank records are not accepted here.
+    """
+    if limit - pos < MIN_RECORD_SIZE:
+        raise RecordError(f"truncated record at {pos}")
+    size, magic = _PREFIX.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC:
+        raise RecordError(f"bad magic {magic:#x} at {pos}")
+    if size < MIN_RECORD_SIZE or pos + size > limit:
+        raise RecordError(f"bad record size {size} at {pos}")
+    (crc,) = struct.unpack_from(">I", buf, pos + 8)
+    if zlib.crc32(memoryview(buf)[pos + 12 : pos + size]) != crc:
+        raise RecordError(f"CRC mismatch at {pos}")
+    return int(size)
+
+
+def read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> RecordInfo:
+    """Dispatch info of a record already validated by :func:`check_record`."""
+    (
+        _size,
+        _magic,
+        _crc,
+        queue_id,
+        _flag,
+        queue_offset,
+        physical_offset,
+        _born_ts,
+        store_ts,
+        _bh,
+        _sh,
+        blen,
+    ) = _HEAD.unpack_from(buf, pos)
+    p = pos + HEAD_SIZE + blen
+    (tl,) = _U16.unpack_from(buf, p)
+    topic = bytes(buf[p + 2 : p + 2 + tl]).decode()
+    p += 2 + tl
+    (pl,) = _U16.unpack_from(buf, p)
+    tags = ""
+    if pl:
+        props = decode_properties(bytes(buf[p + 2 : p + 2 + pl]))
+        tags = props.get(PROP_TAGS, "")
+    if p + 2 + pl != pos + size:
+        raise RecordError(f"record layout does not match its size at {pos}")
+    return RecordInfo(
+        size=size,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        store_timestamp=store_ts,
+        tags_hash=tag_hash(tags),
+    )
+
+
+def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:
+    """Decode the full record at ``pos`` (CRC checked)."""
+    size = check_record(buf, pos, len(buf))
+    (
+        _size,
+        _magic,
+        _crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        born_ts,
+        store_ts,
+        born_host,
+        store_host,
+        blen,
+    ) = _HEAD.unpack_from(buf, pos)
+    p = pos + HEAD_SIZE
+    if p + blen + 4 > pos + size:
+        raise RecordError(f"body length {blen} overruns record at {pos}")
+    body = bytes(buf[p : p + blen])
+    p += blen
+    (tl,) = _U16.unpack_from(buf, p)
+    topic_raw = bytes(buf[p + 2 : p + 2 + tl])
+    p += 2 + tl
+    (pl,) = _U16.unpack_from(buf, p)
+    props_raw = bytes(buf[p + 2 : p + 2 + pl])
+    if p + 2 + pl != pos + size:
+        raise RecordError(f"record layout does not match its size at {pos}")
+    try:
+        topic = topic_raw.decode()
+        props = decode_properties(props_raw)
+    except UnicodeDecodeError:
+        raise RecordError(f"record text is not UTF-8 at {pos}") from None
+    return MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        size=size,
+        flag=flag,
+        born_timestamp=born_ts,
+        store_timestamp=store_ts,
+        born_host=unpack_host(born_host),
+        store_host=unpack_host(store_host),
+        body=body,
+        properties=props,
+    )
+
+
+def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[MessageRecord]:
+    """Decode a pull body: message records back to back (blank records are skipped)."""
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        if end - pos < 8:
+            raise RecordError(f"trailing {end - pos} bytes at {pos}")
+        size, magic = _PREFIX.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            if size < 8:
+                raise RecordError(f"bad blank size {size} at {pos}")
+            pos += size
+            continue
+        rec = decode_record(buf, pos)
+        yield rec
+        pos += rec.size

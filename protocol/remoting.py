@@ -1,0 +1,166 @@
+"""The remoting frame: pure encode/decode, no sockets.
+
+Byte layout of one frame on the wire::
+
+    +----------------+---------------------------------------------------------+
+    | length: uint32 | msgpack array, `length` bytes:                          |
+    |  big-endian    |   [kind, code, opaque, flags, header, body]             |
+    +----------------+---------------------------------------------------------+
+
+    kind    0 request, 1 response
+    code    request code (requests) or response code (responses), see codes.py
+    opaque  correlation id; a response carries its request's opaque
+    flags   bit 0: oneway (no response expected)
+    header  map of str to scalars (str, int, float, bool, nil)
+    body    bytes or nil
+
+:class:`FrameDecoder` buffers at most one frame's worth of bytes; a length above
+``max_frame_bytes`` or bytes that are not a well-formed frame raise :class:`ProtocolError`,
+after which the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgpack
+
+KIND_REQUEST: Final = 0
+KIND_RESPONSE: Final = 1
+FLAG_ONEWAY: Final = 1
+DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+Scalar = str | int | float | bool | None
+Header = dict[str, Scalar]
+
+_LEN = struct.Struct(">I")
+
+
+class ProtocolError(Exception):
+    """The peer sent bytes that are not a valid frame. The connection must be closed."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Frame:
+    kind: int
+    code: int
+    opaque: int
+    flags: int = 0
+    header: Header = field(default_factory=dict)
+    body: bytes | None = None
+
+    @property
+    def is_request(self) -> bool:
+        return self.kind == KIND_REQUEST
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flags & FLAG_ONEWAY)
+
+
+def request(
+    code: int,
+    opaque: int,
+    header: Mapping[str, Scalar] | None = None,
+    body: bytes | None = None,
+    *,
+    oneway: bool = False,
+) -> Frame:
+    return Frame(
+        kind=KIND_REQUEST,
+        code=int(code),
+        opaque=opaque,
+        flags=FLAG_ONEWAY if oneway else 0,
+        header=dict(header) if header else {},
+        body=body,
+    )
+
+
+def response(
+    req: Frame, code: int, header: Mapping[str, Scalar] | None = None, body: bytes | None = None
+) -> Frame:
+    return Frame(
+        kind=KIND_RESPONSE,
+        code=int(code),
+        opaque=req.opaque,
+        header=dict(header) if header else {},
+        body=body,
+    )
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """Serialise a frame, length prefix included."""
+    payload: bytes = msgpack.packb(
+        [frame.kind, frame.code, frame.opaque, frame.flags, frame.header, frame.body],
+        use_bin_type=True,
+    )
+    return _LEN.pack(len(payload)) + payload
+
+
+def _check_frame(obj: Any) -> Frame:
+    if not isinstance(obj, list) or len(obj) != 6:
+        raise ProtocolError("frame is not a 6-element array")
+    kind, code, opaque, flags, header, body = obj
+    if kind not in (KIND_REQUEST, KIND_RESPONSE):
+        raise ProtocolError(f"bad frame kind {kind!r}")
+    for name, value in (("code", code), ("opaque", opaque), ("flags", flags)):
+        if type(value) is not int:
+            raise ProtocolError(f"frame {name} is not an integer")
+    if not isinstance(header, dict):
+        raise ProtocolError("frame header is not a map")
+    for key, value in header.items():
+        if not isinstance(key, str):
+            raise ProtocolError("frame header key is not a string")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise ProtocolError(f"frame header {key!r} is not a scalar")
+    if body is not None and not isinstance(body, bytes):
+        raise ProtocolError("frame body is neither bytes nor nil")
+    return Frame(kind=kind, code=code, opaque=opaque, flags=flags, header=header, body=body)
+
+
+def decode_payload(payload: bytes) -> Frame:
+    """Decode one frame's payload (the bytes after the length prefix)."""
+    try:
+        obj = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(f"undecodable frame: {type(exc).__name__}") from None
+    return _check_frame(obj)
+
+
+class FrameDecoder:
+    """Incremental frame decoder with a bounded buffer.
+
+    ``feed(data)`` returns every complete frame; incomplete bytes are kept for the next call.
+    The buffer never holds more than one frame of at most ``max_frame_bytes`` plus its prefix.
+    """
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_bytes
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        buf = self._buf
+        buf += data
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (length,) = _LEN.unpack_from(buf, pos)
+            if length > self._max:
+                raise ProtocolError(f"frame of {length} bytes exceeds max_frame_bytes {self._max}")
+            if end - pos - 4 < length:
+                break
+            frames.append(decode_payload(bytes(buf[pos + 4 : pos + 4 + length])))
+            pos += 4 + length
+        if pos:
+            del buf[:pos]
+        return frames
