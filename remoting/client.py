@@ -1,0 +1,215 @@
+"""One client connection: requests are futures keyed by opaque, answered out of order.
+
+On close every pending request fails with :class:`ConnectionClosedError`, the cause chained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Mapping
+
+from protocol.codes import ResponseCode
+from protocol.remoting import (
+    DEFAULT_MAX_FRAME_BYTES,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    Scalar,
+    encode_frame,
+    request,
+)
+from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
+
+DEFAULT_TIMEOUT = 5.0
+
+RequestHandler = Callable[[Frame], None]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"not a host:port address: {address!r}")
+    return host, int(port)
+
+
+class _ClientProtocol(asyncio.Protocol):
+    def __init__(self, conn: RemotingClient) -> None:
+        self._conn = conn
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._conn._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._conn._data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn._lost(exc)
+
+    def pause_writing(self) -> None:
+        self._conn._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._conn._writable.set()
+
+
+class RemotingClient:
+    """A connection to one peer. Create with :meth:`connect`."""
+
+    def __init__(self, address: str, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.address = address
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[Frame]] = {}
+        self._opaque = itertools.count(1)
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = False
+        self._close_cause: BaseException | None = None
+        self.on_request: RequestHandler | None = None
+        self.closed_event = asyncio.Event()
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> RemotingClient:
+        conn = cls(address, max_frame_bytes)
+        host, port = split_address(address)
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: _ClientProtocol(conn), host, port), timeout
+            )
+        except (TimeoutError, OSError) as exc:
+            raise ConnectError(f"cannot connect to {address}: {exc or 'timeout'}") from exc
+        return conn
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    async def request(
+        self,
+        code: int,
+        header: Mapping[str, Scalar] | None = None,
+        body: bytes | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Frame:
+        """Send a request and wait for its response (any response code)."""
+        if self._closed or self._transport is None:
+            raise ConnectionClosedError(
+                f"connection to {self.address} is closed"
+            ) from self._close_cause
+        opaque = next(self._opaque)
+        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        self._pending[opaque] = fut
+        try:
+            if not self._writable.is_set():
+                await asyncio.wait_for(self._writable.wait(), timeout)
+            self._transport.write(encode_frame(request(code, opaque, header, body)))
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"request {int(code)} to {self.address} timed out after {timeout:g}s"
+            ) from None
+        finally:
+            self._pending.pop(opaque, None)
+
+    async def call(
+        self,
+        code: int,
+        header: Mapping[str, Scalar] | None = None,
+        body: bytes | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Frame:
+        """Like :meth:`request`, but a non-success response raises :class:`ResponseError`."""
+        resp = await self.request(code, header, body, timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            remark = resp.header.get("remark")
+            raise ResponseError(resp.code, remark if isinstance(remark, str) else "", self.address)
+        return resp
+
+    def send_oneway(
+        self, code: int, header: Mapping[str, Scalar] | None = None, body: bytes | None = None
+    ) -> None:
+        if self._closed or self._transport is None:
+            raise ConnectionClosedError(f"connection to {self.address} is closed")
+        self._transport.write(
+            encode_frame(request(code, next(self._opaque), header, body, oneway=True))
+        )
+
+    def send_frame(self, frame: Frame) -> None:
+        """Write a frame as is (used to answer requests the peer pushes to us)."""
+        if self._transport is not None and not self._closed:
+            self._transport.write(encode_frame(frame))
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        self._lost(None)
+
+    def _data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolError as exc:
+            self._lost(exc)
+            if self._transport is not None:
+                self._transport.close()
+            return
+        for frame in frames:
+            if frame.is_request:
+                if self.on_request is not None:
+                    self.on_request(frame)
+                continue
+            fut = self._pending.get(frame.opaque)
+            if fut is not None and not fut.done():
+                fut.set_result(frame)
+
+    def _lost(self, exc: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._close_cause = exc
+        self._writable.set()
+        for fut in self._pending.values():
+            if not fut.done():
+                err = ConnectionClosedError(f"connection to {self.address} closed")
+                err.__cause__ = exc
+                fut.set_exception(err)
+        self._pending.clear()
+        self.closed_event.set()
+
+
+class ConnectionPool:
+    """At most one live connection per address, re-created when it closes."""
+
+    def __init__(self, connect_timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._conns: dict[str, RemotingClient] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._timeout = connect_timeout
+
+    async def get(self, address: str) -> RemotingClient:
+        conn = self._conns.get(address)
+        if conn is not None and not conn.is_closed:
+            return conn
+        lock = self._locks.setdefault(address, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(address)
+            if conn is None or conn.is_closed:
+                conn = await RemotingClient.connect(address, self._timeout)
+                self._conns[address] = conn
+            return conn
+
+    def drop(self, address: str) -> None:
+        conn = self._conns.pop(address, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()

@@ -1,0 +1,36 @@
+"""Errors raised by the remoting drivers."""
+
+from __future__ import annotations
+
+from protocol.codes import code_name
+
+
+class RemotingError(Exception):
+    """Base of remoting failures."""
+
+
+class ConnectError(RemotingError):
+    """Could not connect to the peer."""
+
+
+class ConnectionClosedError(RemotingError):
+    """The connection closed while a request was waiting for its response."""
+
+
+class RequestTimeoutError(RemotingError):
+    """No response arrived within the request's timeout."""
+
+
+class ResponseError(RemotingError):
+    """The peer answered with a non-success response code."""
+
+    def __init__(self, code: int, remark: str = "", address: str = "") -> None:
+        self.code = code
+        self.remark = remark
+        self.address = address
+        where = f" from {address}" if address else ""
+        super().__init__(
+            f"{code_name(code)} ({code}){where}: {remark}"
+            if remark
+            else f"{code_name(code)} ({code}){where}"
+        )

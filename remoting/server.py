@@ -1,0 +1,233 @@
+"""The remoting server: accepts connections and dispatches requests to handlers.
+
+A handler gets ``(connection, frame)`` and returns a response frame, ``None`` (no response), or an
+awaitable of either. Plain return values are written at once (the fast path); awaitables run as
+tasks so slow requests (long polling, waits for flush or replicas) never block the connection.
+
+Bounds per connection, so one slow or malicious client cannot exhaust memory:
+- at most ``max_inflight`` requests awaiting a response; past it the server stops reading from
+  that socket until some complete (TCP pushes back on the client);
+- the transport's write buffer has a high-water mark; past it the server stops reading too, so a
+  client that does not read its responses stops being served instead of growing our buffer.
+
+A frame that cannot be decoded, or one longer than ``max_frame_bytes``, closes the connection with
+one logged line. A handler that raises answers SYSTEM_ERROR (or BAD_REQUEST for a FieldError); the
+process keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from protocol.codes import ResponseCode
+from protocol.fields import FieldError
+from protocol.remoting import (
+    DEFAULT_MAX_FRAME_BYTES,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    encode_frame,
+    response,
+)
+
+log = structlog.get_logger(__name__)
+
+HandlerResult = Frame | None | Awaitable[Frame | None]
+Handler = Callable[["Connection", Frame], HandlerResult]
+
+
+@dataclass(kw_only=True)
+class ServerLimits:
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_inflight: int = 1024
+    write_buffer_high: int = 8 * 1024 * 1024
+
+
+def error_response(req: Frame, code: int, remark: str) -> Frame:
+    return response(req, code, {"remark": remark})
+
+
+class Connection(asyncio.Protocol):
+    """One accepted connection."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self._server = server
+        self._decoder = FrameDecoder(server.limits.max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.inflight = 0
+        self._reading_paused = False
+        self._write_paused = False
+        self.closed = False
+        self.attrs: dict[str, Any] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        transport.set_write_buffer_limits(high=self._server.limits.write_buffer_high)
+        self._server._opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("closing connection: bad frame", peer=self.peer, reason=str(exc))
+            self.close()
+            return
+        for frame in frames:
+            if self.closed:
+                return
+            if frame.is_request:
+                self._dispatch(frame)
+            else:
+                self._server._on_response(self, frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        self._server._closed(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # API --------------------------------------------------------------------------------------
+    def send(self, frame: Frame) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(encode_frame(frame))
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # internals --------------------------------------------------------------------------------
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        want_pause = self._write_paused or self.inflight >= self._server.limits.max_inflight
+        if want_pause and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        elif not want_pause and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _dispatch(self, frame: Frame) -> None:
+        handler = self._server.handlers.get(frame.code)
+        if handler is None:
+            if not frame.is_oneway:
+                self.send(
+                    error_response(
+                        frame,
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                        f"request code {frame.code} is not supported",
+                    )
+                )
+            return
+        try:
+            result = handler(self, frame)
+        except Exception as exc:  # a bad request must never take the server down
+            self._reply(frame, self._server._failure(frame, exc))
+            return
+        if inspect.isawaitable(result):
+            self.inflight += 1
+            self._update_reading()
+            task = asyncio.ensure_future(self._await(frame, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._reply(frame, result)
+
+    async def _await(self, frame: Frame, result: Awaitable[Frame | None]) -> None:
+        try:
+            try:
+                resp = await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                resp = self._server._failure(frame, exc)
+            self._reply(frame, resp)
+        finally:
+            self.inflight -= 1
+            self._update_reading()
+
+    def _reply(self, frame: Frame, resp: Frame | None) -> None:
+        if resp is not None and not frame.is_oneway:
+            self.send(resp)
+
+
+class RemotingServer:
+    def __init__(self, limits: ServerLimits | None = None, name: str = "remoting") -> None:
+        self.limits = limits or ServerLimits()
+        self.name = name
+        self.handlers: dict[int, Handler] = {}
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+        self.on_open: list[Callable[[Connection], None]] = []
+        self.on_close: list[Callable[[Connection], None]] = []
+        self.on_response: Callable[[Connection, Frame], None] | None = None
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.handlers[int(code)] = handler
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port (useful with port 0)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self), host, port, reuse_address=True
+        )
+        sock = self._server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    def _opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        for cb in self.on_open:
+            cb(conn)
+
+    def _closed(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            for cb in self.on_close:
+                cb(conn)
+
+    def _on_response(self, conn: Connection, frame: Frame) -> None:
+        if self.on_response is not None:
+            self.on_response(conn, frame)
+
+    def _failure(self, frame: Frame, exc: Exception) -> Frame:
+        if isinstance(exc, FieldError):
+            return error_response(frame, ResponseCode.BAD_REQUEST, str(exc))
+        log.error(
+            "request failed",
+            server=self.name,
+            code=frame.code,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )
+        return error_response(frame, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
