@@ -1,0 +1,93 @@
+"""``rmq-broker``: the broker daemon."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import structlog
+
+from broker.config import BrokerConfig
+from daemon.config import ConfigError, build, load_toml, reference
+from daemon.logs import setup_logging
+from daemon.signals import run, wait_for_stop_signal
+
+
+def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
+    file_values = load_toml(config_file) if config_file else {}
+    return build(BrokerConfig, file_values, overrides)
+
+
+async def serve(cfg: BrokerConfig) -> int:
+    from broker.broker import Broker
+
+    log = structlog.get_logger("broker")
+    broker = Broker(cfg)
+    try:
+        await broker.start()
+    except Exception as exc:
+        log.error("broker failed to start", error=f"{type(exc).__name__}: {exc}")
+        await broker.stop()
+        return 1
+    sig = await wait_for_stop_signal()
+    log.info("stopping", signal=sig)
+    await broker.stop()
+    return 0
+
+
+def print_reference() -> None:
+    click.echo("| key | type | default | meaning |\n|---|---|---|---|")
+    for key, tp, default, help_text in reference(BrokerConfig):
+        click.echo(f"| `{key}` | {tp} | `{default}` | {help_text} |")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="TOML config file; flags override it.",
+)
+@click.option("--cluster", help="Cluster name.")
+@click.option("--broker-name", help="Broker group name.")
+@click.option("--listen", help="host:port serving clients.")
+@click.option("--ha-port", type=int, help="Port serving slaves (default: listen port + 1).")
+@click.option(
+    "--controllers", help="Controller addresses, ';'-separated; none: run alone as master."
+)
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path, file_okay=False), help="Store directory."
+)
+@click.option("--metrics-port", type=int, help="Prometheus /metrics port; 0 turns it off.")
+@click.option("--election-priority", type=int, help="Lower wins among equally up-to-date replicas.")
+@click.option("--flush", type=click.Choice(["async", "sync"]), help="Flush mode.")
+@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), help="Log format.")
+@click.option(
+    "--print-config-reference",
+    is_flag=True,
+    help="Print every config key as a Markdown table and exit.",
+)
+def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:
+    """Run a broker: CommitLog and ConsumeQueues, serving producers and consumers."""
+    if print_config_reference:
+        print_reference()
+        return
+    try:
+        cfg = load_config(config_file, flags)
+    except ConfigError as exc:
+        click.echo(f"rmq-broker: {exc}", err=True)
+        sys.exit(2)
+    if cfg.controllers:
+        click.echo(
+            "rmq-broker: config key 'controllers': controller mode is not available in this build yet",
+            err=True,
+        )
+        sys.exit(2)
+    setup_logging(cfg.log_format, cfg.log_level)
+    sys.exit(run(lambda: serve(cfg)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The broker: wires the store service, request processors, server and metrics together."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.context import BrokerContext
+from broker.metrics import BrokerMetrics
+from broker.processors.admin import AdminProcessor
+from broker.processors.clients import ClientProcessor
+from broker.processors.pull import PullProcessor
+from broker.processors.route import RouteProcessor
+from broker.processors.send import SendProcessor
+from daemon.metrics import serve_metrics
+from remoting.server import Connection, RemotingServer, ServerLimits
+
+log = structlog.get_logger(__name__)
+
+
+class Broker:
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.cfg = cfg
+        self.metrics = BrokerMetrics(cfg.cluster, cfg.broker_name)
+        self.ctx = BrokerContext(cfg, self.metrics)
+        self.server = RemotingServer(
+            ServerLimits(
+                max_frame_bytes=cfg.max_frame_bytes,
+                max_inflight=cfg.max_inflight_per_connection,
+                write_buffer_high=cfg.write_buffer_high_bytes,
+            ),
+            name="broker",
+        )
+        for processor in (
+            SendProcessor(self.ctx),
+            PullProcessor(self.ctx),
+            AdminProcessor(self.ctx),
+            ClientProcessor(self.ctx),
+            RouteProcessor(self.ctx),
+        ):
+            processor.register(self.server)
+        self.server.on_open.append(self._opened)
+        self.server.on_close.append(self._closed)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port = 0
+        self.metrics_port: int | None = None
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self.ctx.topics.load()
+        self.ctx.offsets.load()
+        await self.ctx.service.start()
+        store = self.ctx.store
+        if store.confirm_offset < store.max_offset:
+            store.confirm_offset = store.max_offset  # a lone master confirms what it stores
+        self.metrics.gauge_fn(
+            "rmq_broker_commitlog_max_offset_bytes",
+            "CommitLog write position",
+            lambda: store.max_offset,
+        )
+        self.metrics.gauge_fn(
+            "rmq_broker_commitlog_min_offset_bytes",
+            "First CommitLog offset retained",
+            lambda: store.min_offset,
+        )
+        self.metrics.gauge_fn(
+            "rmq_broker_commitlog_flushed_offset_bytes",
+            "CommitLog offset known durable",
+            lambda: self.ctx.service.flushed_offset,
+        )
+        self.metrics.gauge_fn(
+            "rmq_broker_topics", "Topics configured", lambda: len(self.ctx.topics.all())
+        )
+        self.port = await self.server.start(cfg.listen_host, cfg.listen_port)
+        self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        log.info(
+            "broker serving",
+            cluster=cfg.cluster,
+            broker_name=cfg.broker_name,
+            listen=f"{cfg.listen_host}:{self.port}",
+            metrics_port=self.metrics_port,
+            data_dir=str(cfg.data_dir),
+            flush=cfg.flush,
+            max_offset=store.max_offset,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.stop()
+        self.ctx.offsets.persist()
+        await self.ctx.service.stop()
+        log.info("broker stopped", broker_name=self.cfg.broker_name)
+
+    async def _housekeeping(self) -> None:
+        """Persist consumer offsets, expire silent consumers, keep the confirm offset current."""
+        interval = self.cfg.consumer_offset_persist_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        next_persist = loop.time() + interval
+        while True:
+            await asyncio.sleep(min(1.0, interval))
+            self.ctx.groups.expire(self.ctx.now_ms())
+            store = self.ctx.store
+            store.confirm_offset = store.max_offset
+            if loop.time() >= next_persist:
+                next_persist = loop.time() + interval
+                try:
+                    self.ctx.offsets.persist()
+                except Exception as exc:
+                    log.error(
+                        "persisting consumer offsets failed", error=f"{type(exc).__name__}: {exc}"
+                    )
+
+    def _opened(self, conn: Connection) -> None:
+        self.ctx.open_connections += 1
+        self.metrics.connections.inc()
+
+    def _closed(self, conn: Connection) -> None:
+        self.ctx.open_connections -= 1
+        self.metrics.connections.dec()

@@ -1,0 +1,109 @@
+"""Broker configuration: every key, its type, default and meaning.
+
+The TOML file uses these names; flags override them. ``docs/config-reference.md`` is generated
+from this class (``python -m broker --print-config-reference``), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.config import address, address_list, at_least, between, choice, field, port
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerConfig:
+    cluster: str = field("DefaultCluster", "cluster this broker group belongs to")
+    broker_name: str = field(
+        "broker-a", "broker group name; brokers with the same name replicate each other"
+    )
+    listen: str = field("127.0.0.1:10911", "host:port serving clients", address)
+    ha_port: int | None = field(None, "port serving slaves (default: listen port + 1)", port)
+    controllers: str = field(
+        "", "controller addresses separated by ';' (empty: run alone as master)", address_list
+    )
+    data_dir: Path = field(
+        Path("./var/broker-a"), "store directory (CommitLog, ConsumeQueues, config)"
+    )
+    metrics_port: int = field(
+        9300, "Prometheus /metrics port on the listen host; 0 turns it off", port
+    )
+    election_priority: int = field(
+        0, "lower wins an election among equally up-to-date replicas", at_least(0)
+    )
+    log_format: str = field(
+        "auto",
+        "auto (console on a terminal, else json), json or console",
+        choice("auto", "json", "console"),
+    )
+    log_level: str = field(
+        "info", "debug, info, warning or error", choice("debug", "info", "warning", "error")
+    )
+    flush: str = field(
+        "async",
+        "async: fsync every flush_interval_ms; sync: group commit before the ack",
+        choice("async", "sync"),
+    )
+    flush_interval_ms: int = field(500, "fsync period under flush = async", at_least(1))
+    sync_flush_timeout_ms: int = field(
+        5000, "a sync-flush send waiting longer answers FLUSH_DISK_TIMEOUT", at_least(1)
+    )
+    commitlog_segment_bytes: int = field(
+        1 << 30, "size of each pre-allocated CommitLog segment", at_least(64 * 1024)
+    )
+    consumequeue_segment_entries: int = field(
+        300_000, "20-byte entries per ConsumeQueue segment", at_least(16)
+    )
+    retention_hours: float = field(
+        72.0, "CommitLog segments older than this are deleted", at_least(0.0)
+    )
+    disk_max_used_ratio: float = field(
+        0.85, "above this disk usage the oldest segments are deleted early", between(0.1, 1.0)
+    )
+    retention_check_interval_ms: int = field(10_000, "how often retention runs", at_least(100))
+    max_message_bytes: int = field(4 * 1024 * 1024, "largest message body accepted", at_least(1))
+    max_frame_bytes: int = field(
+        16 * 1024 * 1024,
+        "largest remoting frame accepted; larger closes the connection",
+        at_least(1024),
+    )
+    max_inflight_per_connection: int = field(
+        1024, "requests awaiting a response per connection before reading pauses", at_least(1)
+    )
+    write_buffer_high_bytes: int = field(
+        8 * 1024 * 1024, "per-connection write buffer before reading pauses", at_least(64 * 1024)
+    )
+    default_topic_queues: int = field(
+        8, "queues of a topic created without a count", between(1, 1024)
+    )
+    auto_create_topic: bool = field(True, "create a topic on its first send")
+    max_pull_batch: int = field(256, "most messages one pull returns", at_least(1))
+    max_pull_bytes: int = field(
+        4 * 1024 * 1024, "most bytes one pull returns (at least one message)", at_least(1024)
+    )
+    max_pull_suspend_ms: int = field(
+        30_000, "longest a pull may wait for new messages", at_least(0)
+    )
+    client_expiry_ms: int = field(
+        10_000, "a consumer silent for longer leaves its group", at_least(100)
+    )
+    consumer_offset_persist_interval_ms: int = field(
+        5_000, "how often consumer offsets are written to disk", at_least(100)
+    )
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def effective_ha_port(self) -> int:
+        return self.ha_port if self.ha_port is not None else self.listen_port + 1
+
+    @property
+    def controller_addresses(self) -> list[str]:
+        return [a.strip() for a in self.controllers.split(";") if a.strip()]

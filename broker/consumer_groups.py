@@ -1,0 +1,76 @@
+"""Consumer group membership: who is in a group, for the clients' rebalance.
+
+A client is a member while it heart-beats; it leaves when it unregisters, when its connection
+closes, or when it has been silent for ``client_expiry_ms``. Time is passed in (ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Member:
+    client_id: str
+    topic: str
+    last_seen_ms: int
+    connection_id: int
+
+
+class ConsumerGroups:
+    def __init__(self, expiry_ms: int) -> None:
+        self._expiry_ms = expiry_ms
+        self._groups: dict[str, dict[str, Member]] = {}
+
+    def heartbeat(
+        self, group: str, client_id: str, topic: str, now_ms: int, connection_id: int
+    ) -> bool:
+        """Record a heartbeat; True when the client is new to the group."""
+        members = self._groups.setdefault(group, {})
+        member = members.get(client_id)
+        if member is None:
+            members[client_id] = Member(client_id, topic, now_ms, connection_id)
+            return True
+        member.last_seen_ms = now_ms
+        member.topic = topic
+        member.connection_id = connection_id
+        return False
+
+    def unregister(self, group: str, client_id: str) -> bool:
+        members = self._groups.get(group)
+        if members is None or members.pop(client_id, None) is None:
+            return False
+        if not members:
+            del self._groups[group]
+        return True
+
+    def connection_closed(self, connection_id: int) -> list[tuple[str, str]]:
+        """Drop every member that heart-beat over this connection; returns (group, client)."""
+        dropped = []
+        for group, members in list(self._groups.items()):
+            for client_id, member in list(members.items()):
+                if member.connection_id == connection_id:
+                    dropped.append((group, client_id))
+        for group, client_id in dropped:
+            self.unregister(group, client_id)
+        return dropped
+
+    def expire(self, now_ms: int) -> list[tuple[str, str]]:
+        expired = [
+            (group, m.client_id)
+            for group, members in self._groups.items()
+            for m in members.values()
+            if now_ms - m.last_seen_ms > self._expiry_ms
+        ]
+        for group, client_id in expired:
+            self.unregister(group, client_id)
+        return expired
+
+    def members(self, group: str, now_ms: int) -> list[str]:
+        members = self._groups.get(group, {})
+        return sorted(
+            m.client_id for m in members.values() if now_ms - m.last_seen_ms <= self._expiry_ms
+        )
+
+    def groups(self) -> list[str]:
+        return sorted(self._groups)

@@ -1,0 +1,110 @@
+"""What request processors share: config, store, topics, offsets, groups, waiters, metrics.
+
+Role-dependent rules (may this broker take writes, how far may consumers read, must a send wait
+for replicas) are answered here so processors stay the same in every mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+from storage.config_files import ConsumerOffsetStore, TopicConfig, TopicConfigStore
+from storage.store import MessageStore, PutResult
+
+from broker.config import BrokerConfig
+from broker.consumer_groups import ConsumerGroups
+from broker.long_polling import PullWaiters
+from broker.message_service import MessageStoreService
+from broker.metrics import BrokerMetrics
+from protocol.codes import ResponseCode
+
+
+class WriteRefused(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass
+class Role:
+    """The broker's role as the group's metadata says; a lone broker is always master."""
+
+    broker_id: int = 0
+    is_master: bool = True
+    master_address: str = ""
+    master_epoch: int = 0
+
+
+class BrokerContext:
+    def __init__(self, cfg: BrokerConfig, metrics: BrokerMetrics) -> None:
+        self.cfg = cfg
+        self.metrics = metrics
+        self.service = MessageStoreService(cfg, metrics)
+        self.topics = TopicConfigStore(cfg.data_dir)
+        self.offsets = ConsumerOffsetStore(cfg.data_dir)
+        self.groups = ConsumerGroups(cfg.client_expiry_ms)
+        self.waiters = PullWaiters()
+        self.role = Role(master_address=cfg.listen)
+        self._queue_counters: dict[str, itertools.count[int]] = {}
+        self._sync_flush = cfg.flush == "sync"
+
+    @property
+    def store(self) -> MessageStore:
+        return self.service.store
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    # -- writes --------------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        if not self.role.is_master:
+            raise WriteRefused(
+                ResponseCode.NOT_MASTER,
+                f"broker {self.cfg.listen} is not the master of {self.cfg.broker_name}",
+            )
+
+    def create_topic(self, topic: str, queues: int) -> TopicConfig:
+        return self.topics.update(topic, queues)
+
+    def next_queue(self, topic: str, queues: int) -> int:
+        counter = self._queue_counters.get(topic)
+        if counter is None:
+            counter = self._queue_counters[topic] = itertools.count()
+        return next(counter) % queues
+
+    def on_stored(self, topic: str, queue_id: int, result: PutResult, body_bytes: int) -> None:
+        self.waiters.notify(topic, queue_id)
+        m_in, b_in, _, _ = self.metrics.topic(topic)
+        m_in.inc(result.count)
+        b_in.inc(body_bytes)
+
+    def needs_wait(self, result: PutResult) -> bool:
+        return self._sync_flush and result.end_offset > self.service.flushed_offset
+
+    async def wait_durable(self, result: PutResult) -> tuple[int, str]:
+        """Wait for what the ack settings require; (SUCCESS, "") or an error code and remark."""
+        if self._sync_flush:
+            ok = await self.service.wait_flushed(
+                result.end_offset, self.cfg.sync_flush_timeout_ms / 1000
+            )
+            if not ok:
+                return (
+                    ResponseCode.FLUSH_DISK_TIMEOUT,
+                    f"flush not done within {self.cfg.sync_flush_timeout_ms} ms",
+                )
+        return ResponseCode.SUCCESS, ""
+
+    # -- reads ---------------------------------------------------------------------------------
+    def visible_offset(self) -> int | None:
+        """CommitLog offset up to which consumers may read; None: everything stored."""
+        return None
+
+    # -- figures -------------------------------------------------------------------------------
+    def connections(self) -> int:
+        return self.open_connections
+
+    open_connections: int = 0

@@ -1,0 +1,1 @@
+"""Request processors: one module per family of requests, each with a ``register(server)``."""

@@ -1,0 +1,111 @@
+"""Topics, consumer offsets, queue offsets and runtime figures."""
+
+from __future__ import annotations
+
+import msgpack
+
+from broker.context import BrokerContext
+from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import FieldError, opt_int, req_int, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection, RemotingServer, error_response
+
+MAX_QUEUES = 1024
+
+
+class AdminProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_topic)
+        server.register(RequestCode.GET_ALL_TOPIC_CONFIG, self.all_topics)
+        server.register(RequestCode.QUERY_CONSUMER_OFFSET, self.query_offset)
+        server.register(RequestCode.UPDATE_CONSUMER_OFFSET, self.update_offset)
+        server.register(RequestCode.GET_MIN_OFFSET, self.min_offset)
+        server.register(RequestCode.GET_MAX_OFFSET, self.max_offset)
+        server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset)
+        server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info)
+
+    def update_topic(self, conn: Connection, req: Frame) -> Frame:
+        topic = req_str(req.header, "topic")
+        queues = opt_int(req.header, "queues", self.ctx.cfg.default_topic_queues)
+        if not 1 <= queues <= MAX_QUEUES:
+            raise FieldError(f"queues must be 1..{MAX_QUEUES}")
+        if not _valid_topic(topic):
+            raise FieldError("topic may hold letters, digits, '-', '_' and '%' (at most 127)")
+        tc = self.ctx.topics.get(topic)
+        if tc is not None and queues < tc.queues:
+            return error_response(
+                req,
+                ResponseCode.BAD_REQUEST,
+                f"topic {topic} has {tc.queues} queues; shrinking is not supported",
+            )
+        tc = self.ctx.create_topic(topic, queues)
+        return response(req, ResponseCode.SUCCESS, {"topic": tc.topic, "queues": tc.queues})
+
+    def all_topics(self, conn: Connection, req: Frame) -> Frame:
+        body = {name: {"queues": tc.queues} for name, tc in self.ctx.topics.all().items()}
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(body))
+
+    def query_offset(self, conn: Connection, req: Frame) -> Frame:
+        h = req.header
+        offset = self.ctx.offsets.query(
+            req_str(h, "consumerGroup"), req_str(h, "topic"), req_int(h, "queueId")
+        )
+        if offset is None:
+            return error_response(req, ResponseCode.QUERY_NOT_FOUND, "no committed offset")
+        return response(req, ResponseCode.SUCCESS, {"offset": offset})
+
+    def update_offset(self, conn: Connection, req: Frame) -> Frame:
+        h = req.header
+        offset = req_int(h, "commitOffset")
+        if offset < 0:
+            raise FieldError("commitOffset must be >= 0")
+        self.ctx.offsets.commit(
+            req_str(h, "consumerGroup"), req_str(h, "topic"), req_int(h, "queueId"), offset
+        )
+        return response(req, ResponseCode.SUCCESS)
+
+    def min_offset(self, conn: Connection, req: Frame) -> Frame:
+        topic, queue_id = req_str(req.header, "topic"), req_int(req.header, "queueId")
+        return response(
+            req, ResponseCode.SUCCESS, {"offset": self.ctx.store.queue_min_offset(topic, queue_id)}
+        )
+
+    def max_offset(self, conn: Connection, req: Frame) -> Frame:
+        topic, queue_id = req_str(req.header, "topic"), req_int(req.header, "queueId")
+        return response(
+            req, ResponseCode.SUCCESS, {"offset": self.ctx.store.queue_max_offset(topic, queue_id)}
+        )
+
+    def search_offset(self, conn: Connection, req: Frame) -> Frame:
+        h = req.header
+        offset = self.ctx.store.offset_by_timestamp(
+            req_str(h, "topic"), req_int(h, "queueId"), req_int(h, "timestamp")
+        )
+        return response(req, ResponseCode.SUCCESS, {"offset": offset})
+
+    def runtime_info(self, conn: Connection, req: Frame) -> Frame:
+        ctx = self.ctx
+        store = ctx.store
+        info = {
+            "brokerName": ctx.cfg.broker_name,
+            "cluster": ctx.cfg.cluster,
+            "address": ctx.cfg.listen,
+            "brokerId": ctx.role.broker_id,
+            "role": "MASTER" if ctx.role.is_master else "SLAVE",
+            "masterEpoch": ctx.role.master_epoch,
+            "maxOffset": store.max_offset,
+            "minOffset": store.min_offset,
+            "flushedOffset": ctx.service.flushed_offset,
+            "confirmOffset": store.confirm_offset,
+            "topics": len(ctx.topics.all()),
+            "connections": ctx.connections(),
+            "pullsWaiting": ctx.waiters.waiting,
+        }
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(info))
+
+
+def _valid_topic(topic: str) -> bool:
+    return 0 < len(topic) <= 127 and all(c.isalnum() or c in "-_%" for c in topic)

@@ -1,0 +1,113 @@
+"""PULL_MESSAGE with long polling: a pull that finds nothing waits until a message lands in its
+queue or its suspend timeout passes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from storage.store import GetStatus
+
+from broker.context import BrokerContext
+from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import opt_int, req_int, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection, RemotingServer, error_response
+
+
+class PullProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.PULL_MESSAGE, self.pull)
+
+    def pull(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+        h = req.header
+        req_str(h, "consumerGroup")
+        topic = req_str(h, "topic")
+        queue_id = req_int(h, "queueId")
+        offset = req_int(h, "queueOffset")
+        cfg = self.ctx.cfg
+        max_count = max(1, min(opt_int(h, "maxMsgNums", 32), cfg.max_pull_batch))
+        max_bytes = max(1, min(opt_int(h, "maxBytes", cfg.max_pull_bytes), cfg.max_pull_bytes))
+        suspend_ms = max(0, min(opt_int(h, "suspendTimeoutMillis", 0), cfg.max_pull_suspend_ms))
+        tc = self.ctx.topics.get(topic)
+        if tc is None:
+            return error_response(
+                req, ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist"
+            )
+        if not 0 <= queue_id < tc.queues:
+            return error_response(
+                req, ResponseCode.BAD_REQUEST, f"queueId {queue_id} out of range 0..{tc.queues - 1}"
+            )
+        resp = self._read(req, topic, queue_id, offset, max_count, max_bytes)
+        if resp is not None or suspend_ms == 0:
+            return resp if resp is not None else self._not_found(req, topic, queue_id, offset)
+        return self._wait_and_read(req, topic, queue_id, offset, max_count, max_bytes, suspend_ms)
+
+    async def _wait_and_read(
+        self,
+        req: Frame,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        suspend_ms: int,
+    ) -> Frame:
+        ctx = self.ctx
+        ctx.metrics.pull_waits.inc()
+        loop_deadline = ctx.now_ms() + suspend_ms
+        while True:
+            remaining = loop_deadline - ctx.now_ms()
+            if remaining <= 0:
+                break
+            ctx.metrics.pulls_waiting.inc()
+            try:
+                await ctx.waiters.wait(topic, queue_id, remaining / 1000)
+            finally:
+                ctx.metrics.pulls_waiting.dec()
+            resp = self._read(req, topic, queue_id, offset, max_count, max_bytes)
+            if resp is not None:
+                return resp
+        return self._not_found(req, topic, queue_id, offset)
+
+    def _read(
+        self, req: Frame, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int
+    ) -> Frame | None:
+        """A response when there is something to say now; None when the pull should wait."""
+        ctx = self.ctx
+        res = ctx.store.get(topic, queue_id, offset, max_count, max_bytes, ctx.visible_offset())
+        header = {
+            "nextBeginOffset": res.next_offset,
+            "minOffset": res.min_offset,
+            "maxOffset": res.max_offset,
+        }
+        status = res.status
+        if status is GetStatus.FOUND:
+            header["count"] = res.count
+            _, _, m_out, b_out = ctx.metrics.topic(topic)
+            m_out.inc(res.count)
+            b_out.inc(len(res.body))
+            return response(req, ResponseCode.SUCCESS, header, res.body)
+        if status is GetStatus.NO_MATCHED_MESSAGE or (
+            status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
+        ):
+            return None
+        if status is GetStatus.OFFSET_TOO_SMALL:
+            header["nextBeginOffset"] = res.min_offset
+        elif status in (GetStatus.OFFSET_OVERFLOW, GetStatus.NO_MESSAGE_IN_QUEUE):
+            header["nextBeginOffset"] = res.max_offset
+        header["remark"] = (
+            f"offset {offset} is outside {res.min_offset}..{res.max_offset} ({status.name})"
+        )
+        return response(req, ResponseCode.PULL_OFFSET_MOVED, header)
+
+    def _not_found(self, req: Frame, topic: str, queue_id: int, offset: int) -> Frame:
+        store = self.ctx.store
+        header = {
+            "nextBeginOffset": offset,
+            "minOffset": store.queue_min_offset(topic, queue_id),
+            "maxOffset": store.queue_max_offset(topic, queue_id),
+        }
+        return response(req, ResponseCode.PULL_NOT_FOUND, header)

@@ -1,0 +1,184 @@
+"""SEND_MESSAGE and SEND_BATCH_MESSAGE: validate, append once, answer (after the flush if sync)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+
+import msgpack
+import structlog
+from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
+
+from broker.context import BrokerContext, WriteRefused
+from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import FieldError, opt_int, opt_str, req_str
+from protocol.message import Message, decode_properties, make_msg_id
+from protocol.remoting import Frame, response
+from remoting.server import Connection, RemotingServer, error_response
+
+log = structlog.get_logger(__name__)
+
+
+class SendProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.SEND_MESSAGE, self.send_message)
+        server.register(RequestCode.SEND_BATCH_MESSAGE, self.send_batch)
+
+    # -- handlers ------------------------------------------------------------------------------
+    def send_message(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+        start = time.perf_counter()
+        h = req.header
+        topic = req_str(h, "topic")
+        body = req.body
+        if not body:
+            return self._error(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
+        props_raw = opt_str(h, "properties")
+        msg = Message(
+            topic=topic,
+            body=body,
+            keys=opt_str(h, "keys"),
+            tags=opt_str(h, "tags"),
+            properties=decode_properties(props_raw.encode()) if props_raw else {},
+            flag=opt_int(h, "flag", 0),
+            born_timestamp=opt_int(h, "bornTimestamp", 0),
+            born_host=opt_str(h, "bornHost") or conn.peer,
+        )
+        result = self._put(req, topic, opt_int(h, "queueId", -1), [msg])
+        if isinstance(result, Frame):
+            return result
+        header = {
+            "msgId": make_msg_id(self.ctx.cfg.listen, result.physical_offsets[0]),
+            "queueId": result.queue_id,
+            "queueOffset": result.first_queue_offset,
+            "brokerName": self.ctx.cfg.broker_name,
+        }
+        return self._answer(req, result, response(req, ResponseCode.SUCCESS, header), start)
+
+    def send_batch(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+        start = time.perf_counter()
+        h = req.header
+        topic = req_str(h, "topic")
+        messages = _decode_batch(topic, req.body, conn.peer)
+        result = self._put(req, topic, opt_int(h, "queueId", -1), messages)
+        if isinstance(result, Frame):
+            return result
+        host = self.ctx.cfg.listen
+        ids = [make_msg_id(host, off) for off in result.physical_offsets]
+        header = {
+            "queueId": result.queue_id,
+            "queueOffset": result.first_queue_offset,
+            "count": result.count,
+            "brokerName": self.ctx.cfg.broker_name,
+        }
+        resp = response(req, ResponseCode.SUCCESS, header, msgpack.packb(ids))
+        return self._answer(req, result, resp, start)
+
+    # -- shared --------------------------------------------------------------------------------
+    def _put(
+        self, req: Frame, topic: str, queue_id: int, messages: list[Message]
+    ) -> PutResult | Frame:
+        ctx = self.ctx
+        try:
+            ctx.check_writable()
+        except WriteRefused as refused:
+            return self._error(req, refused.code, refused.remark)
+        tc = ctx.topics.get(topic)
+        if tc is None:
+            if not ctx.cfg.auto_create_topic:
+                return self._error(
+                    req, ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist"
+                )
+            tc = ctx.create_topic(topic, ctx.cfg.default_topic_queues)
+        if queue_id < 0:
+            queue_id = ctx.next_queue(topic, tc.queues)
+        elif queue_id >= tc.queues:
+            return self._error(
+                req, ResponseCode.BAD_REQUEST, f"queueId {queue_id} out of range 0..{tc.queues - 1}"
+            )
+        limit = ctx.cfg.max_message_bytes
+        for m in messages:
+            if len(m.body) > limit:
+                return self._error(
+                    req,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"message body of {len(m.body)} bytes exceeds {limit}",
+                )
+        try:
+            result = ctx.store.put(topic, queue_id, messages, ctx.now_ms())
+        except DiskFullError as exc:
+            log.error("send failed: disk full", topic=topic, error=str(exc))
+            return self._error(req, ResponseCode.DISK_FULL, f"disk full: {exc}")
+        except MessageTooLargeError as exc:
+            return self._error(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        except StoreError as exc:
+            log.error("send failed", topic=topic, error=str(exc))
+            return self._error(req, ResponseCode.SYSTEM_ERROR, str(exc))
+        ctx.on_stored(topic, queue_id, result, sum(len(m.body) for m in messages))
+        return result
+
+    def _answer(
+        self, req: Frame, result: PutResult, resp: Frame, start: float
+    ) -> Frame | Awaitable[Frame]:
+        ctx = self.ctx
+        if not ctx.needs_wait(result):
+            ctx.metrics.send_latency.observe(time.perf_counter() - start)
+            return resp
+        return self._answer_after_wait(req, result, resp, start)
+
+    async def _answer_after_wait(
+        self, req: Frame, result: PutResult, resp: Frame, start: float
+    ) -> Frame:
+        code, remark = await self.ctx.wait_durable(result)
+        self.ctx.metrics.send_latency.observe(time.perf_counter() - start)
+        if code != ResponseCode.SUCCESS:
+            return self._error(req, code, remark)
+        return resp
+
+    def _error(self, req: Frame, code: int, remark: str) -> Frame:
+        self.ctx.metrics.send_error(code)
+        return error_response(req, code, remark)
+
+
+def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:
+    if not body:
+        raise FieldError("batch body is empty")
+    try:
+        items = msgpack.unpackb(body, raw=False)
+    except Exception:
+        raise FieldError("batch body is not msgpack") from None
+    if not isinstance(items, list) or not items:
+        raise FieldError("batch body must be a non-empty array")
+    messages = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise FieldError("batch entry is not a map")
+        mbody = item.get("body")
+        if not isinstance(mbody, bytes) or not mbody:
+            raise FieldError("batch entry needs a non-empty binary 'body'")
+        props = item.get("properties") or {}
+        keys = item.get("keys") or ""
+        tags = item.get("tags") or ""
+        born = item.get("bornTimestamp") or 0
+        if (
+            not isinstance(props, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items())
+            or not isinstance(keys, str)
+            or not isinstance(tags, str)
+            or type(born) is not int
+        ):
+            raise FieldError("batch entry has a mistyped keys, tags, properties or bornTimestamp")
+        messages.append(
+            Message(
+                topic=topic,
+                body=mbody,
+                keys=keys,
+                tags=tags,
+                properties=props,
+                born_timestamp=born,
+                born_host=peer,
+            )
+        )
+    return messages

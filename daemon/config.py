@@ -1,0 +1,152 @@
+"""Strict configuration: a dataclass of typed fields, filled from a TOML file and then flags.
+
+Unknown keys and values of the wrong type or out of range raise :class:`ConfigError` naming the
+key; daemons print that one line and exit with status 2. Flags override the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """Metadata for a config field: a one-line help text and an optional validator."""
+
+    help: str
+    validate: Callable[[Any], str | None] | None = None
+
+
+def choice(*allowed: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(allowed)}"
+
+    return check
+
+
+def at_least(lo: float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value >= lo else f"must be >= {lo:g}"
+
+    return check
+
+
+def between(lo: float, hi: float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if lo <= value <= hi else f"must be between {lo:g} and {hi:g}"
+
+    return check
+
+
+def address(value: Any) -> str | None:
+    host, _, port = str(value).rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return "must be host:port"
+    return None
+
+
+def address_list(value: Any) -> str | None:
+    if value == "":
+        return None
+    for item in str(value).split(";"):
+        if address(item.strip()) is not None:
+            return f"must be host:port entries separated by ';' (bad entry {item!r})"
+    return None
+
+
+def port(value: Any) -> str | None:
+    return None if 0 <= value <= 65535 else "must be a port number 0-65535"
+
+
+def field(default: Any, help: str, validate: Callable[[Any], str | None] | None = None) -> Any:
+    return dataclasses.field(default=default, metadata={"check": Check(help, validate)})
+
+
+def _base_type(tp: Any) -> tuple[type, bool]:
+    """The scalar type of a field annotation and whether None is allowed."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], True
+    return tp, False
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    base, optional = _base_type(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"config key {key!r} must not be empty")
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key {key!r} must be true or false, got {value!r}")
+    if base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key {key!r} must be an integer, got {value!r}")
+    if base is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"config key {key!r} must be a number, got {value!r}")
+    if base is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"config key {key!r} must be a string, got {value!r}")
+    if base is Path:
+        if isinstance(value, str | Path):
+            return Path(value)
+        raise ConfigError(f"config key {key!r} must be a path, got {value!r}")
+    raise ConfigError(f"config key {key!r} has an unsupported type")
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def build(cls: type[T], file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -> T:
+    """Make a ``cls`` from file values, then non-None overrides (flags); validate every key."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for source in (file_values, {k: v for k, v in overrides.items() if v is not None}):
+        for key, raw in source.items():
+            if key not in fields:
+                raise ConfigError(f"unknown config key {key!r}")
+            values[key] = _coerce(key, raw, hints[key])
+    for key, value in values.items():
+        check: Check | None = fields[key].metadata.get("check")
+        if check is not None and check.validate is not None and value is not None:
+            problem = check.validate(value)
+            if problem:
+                raise ConfigError(f"config key {key!r} {problem}, got {value!r}")
+    return cls(**values)
+
+
+def reference(cls: type[Any]) -> list[tuple[str, str, Any, str]]:
+    """(key, type, default, help) for every key: the source of the generated config reference."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        check: Check | None = f.metadata.get("check")
+        base, _ = _base_type(hints[f.name])
+        rows.append((f.name, base.__name__, f.default, check.help if check else ""))
+    return rows

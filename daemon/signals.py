@@ -1,0 +1,35 @@
+"""Run a daemon's main coroutine until SIGTERM or SIGINT, then let it shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+
+
+async def wait_for_stop_signal() -> str:
+    """Return the name of the first SIGTERM or SIGINT received."""
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str] = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+
+        def handler(s: signal.Signals = sig) -> None:
+            if not got.done():
+                got.set_result(s.name)
+
+        loop.add_signal_handler(sig, handler)
+    try:
+        return await got
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def run(main: Callable[[], Awaitable[int]]) -> int:
+    """Run ``main`` on uvloop when available."""
+    try:
+        import uvloop
+
+        return uvloop.run(main())
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(main())
