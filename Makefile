@@ -1,0 +1,39 @@
+# Developer commands. Every target creates .venv and installs what it needs.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: run test lint bench soak format clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)  ## start a local cluster on loopback, in the foreground; Ctrl-C stops it
+	$(BIN)/python deploy/local_cluster.py
+
+test: $(STAMP)  ## the test suite (soak tests excluded)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)  ## ruff and mypy (strict on the cores)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller
+
+bench: $(STAMP)  ## benchmarks: figures and ratios, never asserted
+	$(BIN)/python bench/run.py
+
+soak: $(STAMP)  ## long soaks and big simulations
+	$(BIN)/python -m pytest -q -m soak
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

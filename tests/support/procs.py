@@ -1,0 +1,132 @@
+"""Daemons as real subprocesses for multi-process tests.
+
+Every process started here is ended by its PID (SIGTERM, then SIGKILL after a deadline), also
+when the test fails. Waits poll a condition against a deadline; there are no bare sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class Daemon:
+    """One daemon subprocess with its log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Daemon:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        env = dict(os.environ, **(self.env or {}))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def kill9(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM and wait; SIGKILL past the deadline. Returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            os.kill(self.proc.pid, sig)
+
+
+def broker_argv(
+    listen_port: int, data_dir: Path, *, name: str = "broker-a", extra: list[str] | None = None
+) -> list[str]:
+    return [
+        sys.executable, "-m", "broker",
+        "--broker-name", name,
+        "--listen", f"127.0.0.1:{listen_port}",
+        "--data-dir", str(data_dir),
+        "--metrics-port", "0",
+        "--log-format", "json",
+        *(extra or []),
+    ]  # fmt: skip
+
+
+class BrokerProc(Daemon):
+    def __init__(self, tmp: Path, *, name: str = "broker-a", extra: list[str] | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.data_dir = tmp / name
+        self.address = f"127.0.0.1:{self.port}"
+        super().__init__(name, broker_argv(self.port, self.data_dir, name=name, extra=extra), tmp / f"{name}.log")
+
+    def start_and_wait(self, timeout: float = 30.0) -> BrokerProc:
+        self.start()
+
+        def ready() -> bool:
+            if not self.alive():
+                raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
+            return port_open(self.port)
+
+        wait_until(ready, timeout, f"{self.name} to listen on {self.port}")
+        return self
