@@ -68,7 +68,10 @@ def main() -> int:
     while not stopping:
         for name, proc in children:
             if proc.poll() is not None:
-                print(f"local cluster: {name} exited with status {proc.returncode}; stopping", flush=True)
+                print(
+                    f"local cluster: {name} exited with status {proc.returncode}; stopping",
+                    flush=True,
+                )
                 stopping = True
                 status = 1
         time.sleep(0.2)

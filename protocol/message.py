@@ -309,6 +309,13 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> i
 
 def read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> RecordInfo:
     """Dispatch info of a record already validated by :func:`check_record`."""
+    try:
+        return _read_info(buf, pos, size)
+    except (struct.error, UnicodeDecodeError):
+        raise RecordError(f"malformed record layout at {pos}") from None
+
+
+def _read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> RecordInfo:
     (
         _size,
         _magic,
@@ -348,6 +355,13 @@ def read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> Recor
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:
     """Decode the full record at ``pos`` (CRC checked)."""
     size = check_record(buf, pos, len(buf))
+    try:
+        return _decode_checked(buf, pos, size)
+    except struct.error:
+        raise RecordError(f"malformed record layout at {pos}") from None
+
+
+def _decode_checked(buf: bytes | bytearray | memoryview, pos: int, size: int) -> MessageRecord:
     (
         _size,
         _magic,

@@ -44,7 +44,9 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 class Daemon:
     """One daemon subprocess with its log file."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
@@ -56,7 +58,9 @@ class Daemon:
         log = self.log_path.open("ab")
         env = dict(os.environ, **(self.env or {}))
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env
+        )
         log.close()
         return self
 
@@ -114,11 +118,20 @@ def broker_argv(
 
 
 class BrokerProc(Daemon):
-    def __init__(self, tmp: Path, *, name: str = "broker-a", extra: list[str] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        name: str = "broker-a",
+        extra: list[str] | None = None,
+        port: int | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.data_dir = tmp / name
         self.address = f"127.0.0.1:{self.port}"
-        super().__init__(name, broker_argv(self.port, self.data_dir, name=name, extra=extra), tmp / f"{name}.log")
+        super().__init__(
+            name, broker_argv(self.port, self.data_dir, name=name, extra=extra), tmp / f"{name}.log"
+        )
 
     def start_and_wait(self, timeout: float = 30.0) -> BrokerProc:
         self.start()
