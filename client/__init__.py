@@ -1,1 +1,50 @@
-"""client package."""
+"""The asyncio client SDK: producer, consumer-group consumer, route cache.
+
+::
+
+    async with Producer("127.0.0.1:9878;127.0.0.1:9868") as producer:
+        result = await producer.send("orders", b"payload", keys="order-1")
+
+    async with Consumer("127.0.0.1:9878", group="billing", topic="orders") as consumer:
+        async for msg in consumer:
+            handle(msg.body)
+"""
+
+from client.allocate import allocate_averagely
+from client.bootstrap import Bootstrap, parse_addresses
+from client.consumer import Consumer
+from client.errors import (
+    BrokerError,
+    ClientError,
+    ClosedError,
+    NoRouteError,
+    SendError,
+    TopicNotFoundError,
+    UnreachableError,
+)
+from client.message import Message, ReceivedMessage, SendResult
+from client.producer import Producer
+from client.routes import BrokerRoute, ClusterBroker, MessageQueue, RouteCache, TopicRoute
+
+__all__ = [
+    "Bootstrap",
+    "BrokerError",
+    "BrokerRoute",
+    "ClientError",
+    "ClosedError",
+    "ClusterBroker",
+    "Consumer",
+    "Message",
+    "MessageQueue",
+    "NoRouteError",
+    "Producer",
+    "ReceivedMessage",
+    "RouteCache",
+    "SendError",
+    "SendResult",
+    "TopicNotFoundError",
+    "TopicRoute",
+    "UnreachableError",
+    "allocate_averagely",
+    "parse_addresses",
+]

@@ -1,0 +1,375 @@
+"""The consumer: a member of a consumer group that shares a topic's queues with its peers.
+
+Each member heart-beats to every master of the topic, reads the group's member list, takes its
+slice of the sorted (broker, queue) list (:func:`client.allocate.allocate_averagely`) and runs one
+long-polling pull task per owned queue into a bounded buffer. The application takes messages with
+:meth:`Consumer.receive` or ``async for``.
+
+Delivery is at least once. A message counts as consumed once it was handed to the application and
+the application asked for more (the next ``receive()`` or the next iteration), or closed the
+consumer normally. Consumed offsets are committed every ``commit_interval``, when a queue is given
+to another member, and on close; a queue's new owner starts from its committed offset, so a
+handover may repeat messages but never skips one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+import structlog
+
+from client.allocate import allocate_averagely
+from client.bootstrap import Bootstrap
+from client.brokers import MasterCaller
+from client.buffer import MessageBuffer
+from client.errors import ClientError, ClosedError
+from client.message import ReceivedMessage
+from client.pull import Puller, QueueState
+from client.routes import MessageQueue, RouteCache, TopicRoute
+from protocol.codes import RequestCode, ResponseCode
+from protocol.remoting import Frame, Scalar
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+
+log = structlog.get_logger(__name__)
+
+Batch = tuple[QueueState, list[ReceivedMessage]]
+
+
+def default_client_id() -> str:
+    """host@pid@random: unique per consumer instance, readable in member lists."""
+    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+
+
+class Consumer:
+    """A consumer-group member reading one topic. See the module docstring for semantics."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        group: str,
+        topic: str,
+        *,
+        client_id: str | None = None,
+        start_from: str = "earliest",
+        buffer_size: int = 4096,
+        pull_batch_size: int = 64,
+        pull_max_bytes: int = 4 * 1024 * 1024,
+        suspend_ms: int = 3000,
+        heartbeat_interval: float = 1.0,
+        commit_interval: float = 1.0,
+        route_refresh_interval: float = 5.0,
+        request_timeout: float = 3.0,
+        connect_timeout: float = 3.0,
+    ) -> None:
+        if not group or not topic:
+            raise ValueError("group and topic must be non-empty")
+        self.group = group
+        self.topic = topic
+        self.client_id = client_id or default_client_id()
+        self.heartbeat_interval = heartbeat_interval
+        self.commit_interval = commit_interval
+        self.request_timeout = request_timeout
+        self._pool = ConnectionPool(connect_timeout)
+        self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
+        self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
+        self._caller = MasterCaller(self._pool, self.routes, topic)
+        self._buffer: MessageBuffer[QueueState, ReceivedMessage] = MessageBuffer(buffer_size)
+        self._puller = Puller(
+            caller=self._caller,
+            routes=self.routes,
+            buffer=self._buffer,
+            group=group,
+            topic=topic,
+            start_from=start_from,
+            batch_size=pull_batch_size,
+            max_bytes=pull_max_bytes,
+            suspend_ms=suspend_ms,
+            request_timeout=request_timeout,
+        )
+        #: the queues this member owns now
+        self.owned: dict[MessageQueue, QueueState] = {}
+        #: the group's members as last read from a broker
+        self.members: list[str] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_lock = asyncio.Lock()
+        self._started = False
+        self._closed = False
+        # What the application was last given: the batches, how many messages of them it holds
+        # (handed) and how many of those it has confirmed by asking for more (confirmed).
+        self._delivered_batches: list[Batch] = []
+        self._delivered: list[ReceivedMessage] = []
+        self._handed = 0
+        self._confirmed = 0
+
+    # lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Join the group and start pulling.
+
+        Fails fast (:class:`UnreachableError`, :class:`TopicNotFoundError`) when the route cannot
+        be fetched; later failures are retried in the background.
+        """
+        if self._closed:
+            raise ClosedError("consumer is closed")
+        if self._started:
+            return
+        await self.routes.get(self.topic)
+        self._started = True
+        self.routes.start()
+        await self._group_tick()
+        self._tasks.append(asyncio.ensure_future(self._group_loop()))
+        self._tasks.append(asyncio.ensure_future(self._commit_loop()))
+
+    async def close(self, *, commit_delivered: bool = True) -> None:
+        """Leave the group: stop pulling, commit offsets, unregister, close connections.
+
+        With ``commit_delivered`` (the default) every message handed to the application counts as
+        consumed; without it the last message or batch handed out is delivered again later.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._buffer.close()
+        for task in self._tasks:
+            task.cancel()
+        states = list(self.owned.values())
+        for state in states:
+            state.dropped = True
+            if state.task is not None:
+                state.task.cancel()
+        for task in [*self._tasks, *(s.task for s in states if s.task is not None)]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self._started:
+            self._ack(self._handed if commit_delivered else self._confirmed)
+            await asyncio.gather(*(self._commit(s) for s in states), return_exceptions=True)
+            await self._unregister()
+        self.owned.clear()
+        await self.routes.close()
+        self._pool.close()
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        await self.close(commit_delivered=exc_type is None)
+
+    # application API ----------------------------------------------------------------------------
+    async def receive(
+        self, timeout: float | None = 1.0, max_messages: int = 1024
+    ) -> list[ReceivedMessage]:
+        """Wait up to ``timeout`` seconds for messages; an empty list when none came (or closed).
+
+        Calling it confirms every message handed out before as consumed.
+        """
+        if not self._started:
+            raise ClosedError("consumer is not started")
+        self._ack(self._handed)
+        self._confirmed = self._handed
+        if self._handed < len(self._delivered):
+            # The rest of a batch that iteration had not reached yet.
+            rest = self._delivered[self._handed :]
+            self._handed = len(self._delivered)
+            return rest
+        self._delivered_batches = []
+        self._delivered = []
+        self._handed = self._confirmed = 0
+        if self._closed or not await self._buffer.wait(timeout):
+            return []
+        batches = self._buffer.take(max_messages, _alive)
+        if not batches:
+            return []
+        self._delivered_batches = batches
+        msgs = batches[0][1] if len(batches) == 1 else [m for _, b in batches for m in b]
+        self._delivered = msgs
+        self._handed = len(msgs)
+        return msgs
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> ReceivedMessage:
+        """The next message; iteration ends when the consumer is closed."""
+        pos = self._handed
+        delivered = self._delivered
+        if pos < len(delivered):
+            self._confirmed = pos
+            self._handed = pos + 1
+            return delivered[pos]
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            msgs = await self.receive(self.heartbeat_interval)
+            if msgs:
+                self._handed = 1
+                return msgs[0]
+
+    # internals: consumption bookkeeping ---------------------------------------------------------
+    def _ack(self, count: int) -> None:
+        """The first ``count`` delivered messages are consumed."""
+        for state, batch in self._delivered_batches:
+            if count <= 0:
+                break
+            k = min(count, len(batch))
+            state.ack(batch[k - 1].queue_offset + 1)
+            count -= k
+
+    async def _commit(self, state: QueueState) -> None:
+        offset = state.consumed
+        if offset is None or offset == state.committed:
+            return
+        mq = state.mq
+        header: dict[str, Scalar] = {
+            "consumerGroup": self.group,
+            "topic": self.topic,
+            "queueId": mq.queue_id,
+            "commitOffset": offset,
+        }
+        await self._caller.call(
+            mq.broker_name, RequestCode.UPDATE_CONSUMER_OFFSET, header, timeout=self.request_timeout
+        )
+        state.committed = offset
+
+    async def commit(self) -> None:
+        """Commit the consumed offsets of every owned queue now (also done periodically)."""
+        self._ack(self._confirmed)
+        states = list(self.owned.values())
+        results = await asyncio.gather(*(self._commit(s) for s in states), return_exceptions=True)
+        for state, result in zip(states, results, strict=True):
+            if isinstance(result, Exception):
+                log.warning("offset commit failed", queue=_name(state.mq), error=str(result))
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_interval)
+            await self.commit()
+
+    # internals: membership and rebalance --------------------------------------------------------
+    async def _group_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.heartbeat_interval)
+            self._wake.clear()
+            try:
+                await self._group_tick()
+            except (ClientError, RemotingError) as exc:
+                log.warning("group heartbeat/rebalance failed", group=self.group, error=str(exc))
+
+    async def _group_tick(self) -> None:
+        """Heartbeat to every master, read the members, rebalance."""
+        route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
+        masters = sorted(route.master_addresses().items())
+        beat = {"clientId": self.client_id, "consumerGroup": self.group, "topic": self.topic}
+        results = await asyncio.gather(
+            *(self._heartbeat(address, beat) for _, address in masters), return_exceptions=True
+        )
+        members: list[str] | None = None
+        for (name, _), ok in zip(masters, results, strict=True):
+            if ok is not True:
+                continue
+            try:
+                members = await self._member_list(name)
+                break
+            except (ClientError, RemotingError) as exc:
+                log.warning("member list failed", broker=name, error=str(exc))
+        if members is None:
+            return  # no master answered: keep what we own until one does
+        if members != self.members:
+            log.info("group members changed", group=self.group, members=members)
+            self.members = members
+        await self._rebalance(route, members)
+
+    async def _heartbeat(self, address: str, header: dict[str, str]) -> bool:
+        conn = await self._pool.get(address)
+        if conn.on_request is None:
+            conn.on_request = self._on_broker_request
+        resp = await conn.request(RequestCode.HEART_BEAT, header, None, self.request_timeout)
+        return resp.code == ResponseCode.SUCCESS
+
+    async def _member_list(self, broker_name: str) -> list[str]:
+        resp = await self._caller.call(
+            broker_name,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+            {"consumerGroup": self.group},
+            timeout=self.request_timeout,
+        )
+        ids: Any = msgpack.unpackb(resp.body or b"\x90", raw=False)
+        if not isinstance(ids, list):
+            raise ClientError("malformed consumer list")
+        return sorted(str(i) for i in ids)
+
+    def _on_broker_request(self, frame: Frame) -> None:
+        if frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            self._wake.set()
+
+    async def _rebalance(self, route: TopicRoute, members: list[str]) -> None:
+        if self._closed:
+            return
+        async with self._rebalance_lock:
+            mine = set(allocate_averagely(route.queues, members, self.client_id))
+            gone = [s for mq, s in self.owned.items() if mq not in mine]
+            added = sorted(mq for mq in mine if mq not in self.owned)
+            if not gone and not added:
+                return
+            for state in gone:
+                self._give_away(state)
+            # Commit what the old owner (us) consumed, so the new owner starts there.
+            self._ack(self._confirmed)
+            await asyncio.gather(*(self._commit_dropped(s) for s in gone))
+            if self._closed:
+                return
+            for mq in added:
+                state = QueueState(mq)
+                state.task = asyncio.ensure_future(self._puller.run(state))
+                self.owned[mq] = state
+            log.info(
+                "rebalanced",
+                group=self.group,
+                client=self.client_id,
+                queues=[_name(mq) for mq in sorted(self.owned)],
+            )
+
+    def _give_away(self, state: QueueState) -> None:
+        state.dropped = True
+        if state.task is not None:
+            state.task.cancel()
+        self._buffer.discard(state)
+        del self.owned[state.mq]
+
+    async def _commit_dropped(self, state: QueueState) -> None:
+        try:
+            await self._commit(state)
+        except (ClientError, RemotingError) as exc:
+            log.warning("offset commit on handover failed", queue=_name(state.mq), error=str(exc))
+
+    async def _unregister(self) -> None:
+        route = self.routes.peek(self.topic)
+        if route is None:
+            return
+        header = {"clientId": self.client_id, "consumerGroup": self.group}
+
+        async def one(address: str) -> None:
+            conn = await self._pool.get(address)
+            await conn.request(RequestCode.UNREGISTER_CLIENT, header, None, self.request_timeout)
+
+        await asyncio.gather(
+            *(one(a) for a in route.master_addresses().values()), return_exceptions=True
+        )
+
+
+def _alive(state: QueueState) -> bool:
+    return not state.dropped
+
+
+def _name(mq: MessageQueue) -> str:
+    return f"{mq.broker_name}/{mq.queue_id}"

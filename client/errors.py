@@ -1,0 +1,51 @@
+"""Errors the SDK raises. Every one is a :class:`ClientError`, so a caller can catch them all."""
+
+from __future__ import annotations
+
+from protocol.codes import ResponseCode, code_name
+
+
+class ClientError(Exception):
+    """Base of every SDK failure."""
+
+
+class UnreachableError(ClientError):
+    """No bootstrap address (controller or broker) answered."""
+
+    def __init__(self, addresses: list[str], reasons: list[str]) -> None:
+        self.addresses = addresses
+        self.reasons = reasons
+        unique = list(dict.fromkeys(reasons)) or ["no address given"]
+        super().__init__(f"cannot reach any of {';'.join(addresses)}: {', '.join(unique)}")
+
+
+class BrokerError(ClientError):
+    """A broker or controller answered with a non-success code."""
+
+    def __init__(self, code: int, remark: str = "", address: str = "") -> None:
+        self.code = code
+        self.remark = remark
+        self.address = address
+        where = f" from {address}" if address else ""
+        text = f"{code_name(code)} ({code}){where}"
+        super().__init__(f"{text}: {remark}" if remark else text)
+
+
+class TopicNotFoundError(BrokerError):
+    """The topic does not exist (TOPIC_NOT_EXIST); never retried."""
+
+    def __init__(self, topic: str, address: str = "") -> None:
+        self.topic = topic
+        super().__init__(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist", address)
+
+
+class NoRouteError(ClientError):
+    """The topic's route names no broker that can take the request (e.g. no master right now)."""
+
+
+class SendError(ClientError):
+    """A send failed after its retries; ``__cause__`` holds the last failure."""
+
+
+class ClosedError(ClientError):
+    """The producer or consumer is closed (or was never started)."""

@@ -1,0 +1,188 @@
+"""Per-queue pulling: one long-polling task per owned queue feeds the consumer's buffer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+
+from client.brokers import MasterCaller, error_of, header_int
+from client.buffer import MessageBuffer
+from client.errors import ClientError
+from client.message import ReceivedMessage
+from client.routes import MessageQueue, RouteCache
+from protocol.codes import RequestCode, ResponseCode
+from protocol.message import RecordError, iter_records
+from protocol.remoting import Scalar
+from remoting.errors import RemotingError
+
+log = structlog.get_logger(__name__)
+
+START_FROM = ("earliest", "latest")
+
+
+class QueueState:
+    """A queue the consumer owns (RocketMQ's ProcessQueue): where pulls and consumption are.
+
+    Offsets are queue offsets; ``None`` until the start offset is known.
+    """
+
+    __slots__ = ("committed", "consumed", "dropped", "mq", "next_offset", "pulled", "task")
+
+    def __init__(self, mq: MessageQueue) -> None:
+        self.mq = mq
+        #: where the next pull starts
+        self.next_offset: int | None = None
+        #: the offset after the last batch put into the buffer
+        self.pulled: int | None = None
+        #: every message below this offset was handed to the application and confirmed
+        self.consumed: int | None = None
+        #: the offset the broker last acknowledged as this group's committed offset
+        self.committed: int | None = None
+        #: set when the queue is given away; the state is dead from then on
+        self.dropped = False
+        self.task: asyncio.Task[None] | None = None
+
+    def ack(self, offset: int) -> None:
+        """Messages below ``offset`` are consumed (never moves backwards)."""
+        if self.consumed is None or offset > self.consumed:
+            self.consumed = offset
+
+    def __repr__(self) -> str:
+        return (
+            f"QueueState({self.mq.broker_name}/{self.mq.queue_id}, next={self.next_offset}, "
+            f"consumed={self.consumed}, committed={self.committed}, dropped={self.dropped})"
+        )
+
+
+class Puller:
+    """Runs the pull loop of one queue at a time (one :meth:`run` task per owned queue)."""
+
+    def __init__(
+        self,
+        *,
+        caller: MasterCaller,
+        routes: RouteCache,
+        buffer: MessageBuffer[QueueState, ReceivedMessage],
+        group: str,
+        topic: str,
+        start_from: str,
+        batch_size: int,
+        max_bytes: int,
+        suspend_ms: int,
+        request_timeout: float,
+        max_backoff: float = 3.0,
+    ) -> None:
+        if start_from not in START_FROM:
+            raise ValueError(f"start_from must be one of {START_FROM}, not {start_from!r}")
+        self.caller = caller
+        self.routes = routes
+        self.buffer = buffer
+        self.group = group
+        self.topic = topic
+        self.start_from = start_from
+        self.batch_size = batch_size
+        self.max_bytes = max_bytes
+        self.suspend_ms = suspend_ms
+        self.request_timeout = request_timeout
+        self.max_backoff = max_backoff
+
+    async def start_offset(self, mq: MessageQueue) -> int:
+        """The group's committed offset, else the earliest retained (or latest) offset."""
+        where: dict[str, Scalar] = {
+            "consumerGroup": self.group,
+            "topic": self.topic,
+            "queueId": mq.queue_id,
+        }
+        resp = await self.caller.request(
+            mq.broker_name, RequestCode.QUERY_CONSUMER_OFFSET, where, timeout=self.request_timeout
+        )
+        if resp.code == ResponseCode.SUCCESS:
+            return header_int(resp, "offset")
+        if resp.code != ResponseCode.QUERY_NOT_FOUND:
+            raise error_of(resp, self.caller.address(mq.broker_name))
+        code = (
+            RequestCode.GET_MAX_OFFSET
+            if self.start_from == "latest"
+            else RequestCode.GET_MIN_OFFSET
+        )
+        resp = await self.caller.call(
+            mq.broker_name,
+            code,
+            {"topic": self.topic, "queueId": mq.queue_id},
+            timeout=self.request_timeout,
+        )
+        return header_int(resp, "offset")
+
+    async def run(self, state: QueueState) -> None:
+        """Pull until the queue is dropped (or the task cancelled)."""
+        mq = state.mq
+        broker = mq.broker_name
+        header: dict[str, Scalar] = {
+            "consumerGroup": self.group,
+            "topic": self.topic,
+            "queueId": mq.queue_id,
+            "queueOffset": 0,
+            "maxMsgNums": self.batch_size,
+            "maxBytes": self.max_bytes,
+            "suspendTimeoutMillis": self.suspend_ms,
+        }
+        timeout = self.suspend_ms / 1000 + self.request_timeout
+        backoff = 0.0
+        while not state.dropped:
+            failure: Exception
+            try:
+                if state.next_offset is None:
+                    start = await self.start_offset(mq)
+                    state.next_offset = state.pulled = state.consumed = start
+                header["queueOffset"] = state.next_offset
+                resp = await self.caller.request(
+                    broker, RequestCode.PULL_MESSAGE, header, None, timeout
+                )
+                code = resp.code
+                if code == ResponseCode.SUCCESS:
+                    nxt = header_int(resp, "nextBeginOffset")
+                    body = resp.body
+                    batch = [ReceivedMessage(r, broker) for r in iter_records(body)] if body else []
+                    state.next_offset = nxt
+                    backoff = 0.0
+                    if batch and not state.dropped:
+                        state.pulled = nxt
+                        await self.buffer.put(state, batch)
+                    continue
+                if code == ResponseCode.PULL_NOT_FOUND:
+                    nxt_value = resp.header.get("nextBeginOffset")
+                    if type(nxt_value) is int:
+                        state.next_offset = nxt_value
+                    backoff = 0.0
+                    continue
+                if code == ResponseCode.PULL_OFFSET_MOVED:
+                    self._offset_moved(state, header_int(resp, "nextBeginOffset"))
+                    continue
+                if code == ResponseCode.PULL_RETRY_IMMEDIATELY:
+                    continue
+                failure = error_of(resp, self.caller.address(broker))
+            except (RemotingError, ClientError, RecordError) as exc:
+                failure = exc
+            # An error: back off, and look again where the group's master is.
+            if backoff == 0.0:
+                log.warning("pull failed", queue=f"{broker}/{mq.queue_id}", error=str(failure))
+            backoff = min(max(backoff * 2, 0.05), self.max_backoff)
+            await asyncio.sleep(backoff)
+            with contextlib.suppress(ClientError):
+                await self.routes.refresh(self.topic)
+
+    def _offset_moved(self, state: QueueState, nxt: int) -> None:
+        log.warning(
+            "pull offset moved",
+            queue=f"{state.mq.broker_name}/{state.mq.queue_id}",
+            requested=state.next_offset,
+            next=nxt,
+        )
+        if state.consumed == state.pulled:
+            # Nothing of this queue is waiting in the buffer or the application: the committed
+            # offset may follow the pull position (forwards past expired messages, or backwards
+            # when the broker holds fewer messages than we had seen).
+            state.consumed = nxt
+        state.next_offset = state.pulled = nxt
