@@ -1,0 +1,81 @@
+"""The controller's decision cores: metadata state machine, election policy, broker liveness.
+
+Plain Python: no asyncio, no clock (time is an int of milliseconds passed in), no sockets, no
+files. The asyncio driver feeds requests, committed events and heartbeats in, and carries the
+decisions out.
+
+- events.py: the Raft log's events and their byte codec;
+- state.py: ReplicasInfoManager, request validation (decisions) and apply, snapshot/restore;
+- election.py: the ElectMaster policy;
+- heartbeat.py: BrokerLiveTable, liveness as soft state with the new-leader grace period;
+- scheduler.py: which groups need an election now;
+- results.py: decisions, apply outcomes and response shapes; group.py and snapshot.py: the
+  per-group record and its snapshot encoding.
+"""
+
+from controller.metadata.election import (
+    ElectionInfo,
+    ElectionResult,
+    Verdict,
+    choose_master,
+    rank_candidates,
+)
+from controller.metadata.events import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    CleanBrokerData,
+    ElectMaster,
+    Event,
+    EventDecodeError,
+    UpdateBrokerAddress,
+    decode_event,
+    encode_event,
+)
+from controller.metadata.heartbeat import BrokerLiveInfo, BrokerLiveTable
+from controller.metadata.results import (
+    AlterSyncStateSetResponse,
+    Applied,
+    ApplyBrokerIdResponse,
+    CleanBrokerDataResponse,
+    Decision,
+    NextBrokerIdResponse,
+    RegisterBrokerResponse,
+    Replica,
+    ReplicaInfo,
+)
+from controller.metadata.scheduler import ElectRequest, elections_needed
+from controller.metadata.snapshot import SnapshotError
+from controller.metadata.state import AlivePredicate, ReplicasInfoManager
+
+__all__ = [
+    "AlivePredicate",
+    "AlterSyncStateSet",
+    "AlterSyncStateSetResponse",
+    "Applied",
+    "ApplyBrokerId",
+    "ApplyBrokerIdResponse",
+    "BrokerLiveInfo",
+    "BrokerLiveTable",
+    "CleanBrokerData",
+    "CleanBrokerDataResponse",
+    "Decision",
+    "ElectMaster",
+    "ElectRequest",
+    "ElectionInfo",
+    "ElectionResult",
+    "Event",
+    "EventDecodeError",
+    "NextBrokerIdResponse",
+    "RegisterBrokerResponse",
+    "Replica",
+    "ReplicaInfo",
+    "ReplicasInfoManager",
+    "SnapshotError",
+    "UpdateBrokerAddress",
+    "Verdict",
+    "choose_master",
+    "decode_event",
+    "elections_needed",
+    "encode_event",
+    "rank_candidates",
+]

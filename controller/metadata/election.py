@@ -1,0 +1,114 @@
+"""The ElectMaster policy (DESIGN.md section 6) as a pure function.
+
+Candidates are the alive members of the SyncStateSet. Only when none is alive, and only with
+``enable_elect_unclean_master``, are all alive registered replicas candidates (RocketMQ tries the
+SyncStateSet first, then all replicas). Before a group's first election its SyncStateSet is empty
+and nothing was ever replicated under a master, so every alive replica is a clean candidate.
+
+Among candidates the best is the highest epoch, then the highest max offset, then the LOWEST
+election priority, then the lowest broker id. An alive old master among the candidates stays
+master (a request with no designated broker, or designating the old master, gets
+MASTER_STILL_ALIVE). A designated broker must be a candidate: alive, registered, and in the
+SyncStateSet unless unclean election is enabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectionInfo:
+    """What an alive broker last said about itself in a heartbeat."""
+
+    epoch: int
+    max_offset: int
+    election_priority: int
+
+
+class Verdict(Enum):
+    ELECTED = "elected"
+    MASTER_STILL_ALIVE = "master still alive"
+    NO_CANDIDATE = "no candidate"
+    DESIGNATED_INVALID = "designated broker is not a candidate"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectionResult:
+    verdict: Verdict
+    broker_id: int | None = None
+    reason: str = ""
+
+
+def rank_key(broker_id: int, info: ElectionInfo) -> tuple[int, int, int, int]:
+    """Sort key: the best candidate sorts first."""
+    return (-info.epoch, -info.max_offset, info.election_priority, broker_id)
+
+
+def rank_candidates(candidates: Iterable[int], alive: Mapping[int, ElectionInfo]) -> list[int]:
+    """``candidates`` (all keys of ``alive``) from best to worst."""
+    return sorted(candidates, key=lambda broker_id: rank_key(broker_id, alive[broker_id]))
+
+
+def choose_master(
+    *,
+    sync_state_set: Set[int],
+    replicas: Set[int],
+    old_master: int | None,
+    alive: Mapping[int, ElectionInfo],
+    designated: int | None = None,
+    enable_elect_unclean_master: bool = False,
+    first_election: bool = False,
+) -> ElectionResult:
+    """Pick the group's master.
+
+    ``replicas`` are the registered ids, ``alive`` the heartbeat info of alive brokers (ids not
+    registered are ignored), ``old_master`` the current master or None.
+    """
+    live = frozenset(broker_id for broker_id in replicas if broker_id in alive)
+    pools: list[tuple[str, frozenset[int]]]
+    if first_election:
+        pools = [("alive replicas (first election)", live)]
+    else:
+        pools = [("alive SyncStateSet members", live & frozenset(sync_state_set))]
+        if enable_elect_unclean_master:
+            pools.append(("alive replicas (unclean election)", live))
+    for label, pool in pools:
+        if not pool:
+            continue
+        if old_master in pool and (designated is None or designated == old_master):
+            return ElectionResult(
+                verdict=Verdict.MASTER_STILL_ALIVE,
+                broker_id=old_master,
+                reason=f"master {old_master} is still alive",
+            )
+        if designated is not None:
+            if designated in pool:
+                return ElectionResult(
+                    verdict=Verdict.ELECTED,
+                    broker_id=designated,
+                    reason=f"designated broker {designated} is among the {label}",
+                )
+            continue
+        best = rank_candidates(pool, alive)[0]
+        return ElectionResult(
+            verdict=Verdict.ELECTED, broker_id=best, reason=f"best of the {label} {sorted(pool)}"
+        )
+    if designated is not None:
+        if designated not in replicas:
+            why = "is not registered"
+        elif designated not in alive:
+            why = "is not alive"
+        else:
+            why = "is not in the SyncStateSet and unclean election is disabled"
+        return ElectionResult(
+            verdict=Verdict.DESIGNATED_INVALID,
+            broker_id=designated,
+            reason=f"designated broker {designated} {why}",
+        )
+    what = "alive replica" if first_election else "alive SyncStateSet member"
+    if enable_elect_unclean_master and not first_election:
+        what = "alive replica"
+    return ElectionResult(verdict=Verdict.NO_CANDIDATE, reason=f"no {what} to elect")

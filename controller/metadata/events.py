@@ -1,0 +1,344 @@
+"""Events of the controller's Raft log: what every controller applies to its metadata.
+
+An event is decided once, by the active controller, and applied on every controller in log order.
+Events are frozen, slotted, keyword-only dataclasses that check their own fields, so an event that
+exists is well-formed. Events that were decided against a particular state carry the epochs of
+that state (``master_epoch``, ``sync_state_set_epoch``); applying them is a compare-and-set, so two
+decisions made against the same state can never both take effect.
+
+Byte layout: one msgpack array per event, the first element a type tag, integers as msgpack ints,
+id sets as strictly ascending arrays (so one event has exactly one encoding)::
+
+    [1, cluster, broker_name, broker_id, register_code, address]          ApplyBrokerId
+    [2, cluster, broker_name, broker_id, address]                         UpdateBrokerAddress
+    [3, broker_name, new_master_broker_id | nil,
+        master_epoch, sync_state_set_epoch]                               ElectMaster
+    [4, broker_name, master_broker_id, master_epoch,
+        sync_state_set_epoch, [broker_id, ...]]                           AlterSyncStateSet
+    [5, broker_name, [broker_id, ...] | nil]                              CleanBrokerData
+
+:func:`decode_event` raises :class:`EventDecodeError`, and nothing else, on any other input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+
+FIRST_BROKER_ID: Final = 1
+MAX_ID: Final = 2**63 - 1
+MAX_NAME_CHARS: Final = 255
+MAX_TEXT_CHARS: Final = 1024
+MAX_SET_SIZE: Final = 1024
+MAX_EVENT_BYTES: Final = 64 * 1024
+
+TAG_APPLY_BROKER_ID: Final = 1
+TAG_UPDATE_BROKER_ADDRESS: Final = 2
+TAG_ELECT_MASTER: Final = 3
+TAG_ALTER_SYNC_STATE_SET: Final = 4
+TAG_CLEAN_BROKER_DATA: Final = 5
+
+
+class EventDecodeError(ValueError):
+    """Bytes that are not a valid event."""
+
+
+# Field checks, shared with request validation in state.py -------------------------------------
+
+
+def check_name(what: str, value: object) -> str:
+    """A cluster or broker name: a non-empty string of at most MAX_NAME_CHARS."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{what} must be 1 to {MAX_NAME_CHARS} characters")
+    return value
+
+
+def check_text(what: str, value: object) -> str:
+    """An address or register code: a string (maybe empty) of at most MAX_TEXT_CHARS."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"{what} must be at most {MAX_TEXT_CHARS} characters")
+    return value
+
+
+def check_broker_id(what: str, value: object) -> int:
+    """A broker id: an int in [FIRST_BROKER_ID, MAX_ID] (bools are not ints here)."""
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
+    if not FIRST_BROKER_ID <= value <= MAX_ID:
+        raise ValueError(f"{what} must be in [{FIRST_BROKER_ID}, {MAX_ID}], not {value}")
+    return value
+
+
+def check_epoch(what: str, value: object) -> int:
+    """An epoch: an int in [0, MAX_ID]."""
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
+    if not 0 <= value <= MAX_ID:
+        raise ValueError(f"{what} must be in [0, {MAX_ID}], not {value}")
+    return value
+
+
+def check_id_set(what: str, value: object) -> frozenset[int]:
+    """A non-empty frozenset of broker ids of at most MAX_SET_SIZE members."""
+    if not isinstance(value, frozenset):
+        raise TypeError(f"{what} must be a frozenset, not {type(value).__name__}")
+    if not value or len(value) > MAX_SET_SIZE:
+        raise ValueError(f"{what} must have 1 to {MAX_SET_SIZE} members")
+    for member in value:
+        check_broker_id(f"member of {what}", member)
+    return value
+
+
+# Events ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyBrokerId:
+    """Assign ``broker_id`` of the group ``broker_name`` to the broker holding ``register_code``.
+
+    Applies when the id already belongs to the same register code (no change) or is the group's
+    nextAssignBrokerId (the id is taken and nextAssignBrokerId moves past it); otherwise it is
+    rejected with CONTROLLER_BROKER_ID_INVALID and changes nothing. The first id of a new group
+    creates the group.
+    """
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    register_code: str
+    address: str = ""
+
+    def __post_init__(self) -> None:
+        check_name("cluster", self.cluster)
+        check_name("broker_name", self.broker_name)
+        check_broker_id("broker_id", self.broker_id)
+        check_text("register_code", self.register_code)
+        check_text("address", self.address)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateBrokerAddress:
+    """Record the address a registered broker now serves on (RegisterBrokerToController)."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+
+    def __post_init__(self) -> None:
+        check_name("cluster", self.cluster)
+        check_name("broker_name", self.broker_name)
+        check_broker_id("broker_id", self.broker_id)
+        check_text("address", self.address)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectMaster:
+    """Make ``new_master_broker_id`` the group's master, or clear the master when it is None.
+
+    Decided against a group at ``master_epoch`` / ``sync_state_set_epoch``; applies only if the
+    group is still at both. A new master: masterEpoch + 1, SyncStateSet = {new master},
+    syncStateSetEpoch + 1. A clear: no master, masterEpoch + 1, SyncStateSet unchanged.
+    """
+
+    broker_name: str
+    new_master_broker_id: int | None
+    master_epoch: int
+    sync_state_set_epoch: int
+
+    def __post_init__(self) -> None:
+        check_name("broker_name", self.broker_name)
+        if self.new_master_broker_id is not None:
+            check_broker_id("new_master_broker_id", self.new_master_broker_id)
+        check_epoch("master_epoch", self.master_epoch)
+        check_epoch("sync_state_set_epoch", self.sync_state_set_epoch)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterSyncStateSet:
+    """Replace the group's SyncStateSet with ``new_sync_state_set`` (syncStateSetEpoch + 1).
+
+    Decided for master ``master_broker_id`` at ``master_epoch`` / ``sync_state_set_epoch``;
+    applies only if the group still has that master at both epochs, every member is registered
+    and the set contains the master.
+    """
+
+    broker_name: str
+    master_broker_id: int
+    master_epoch: int
+    sync_state_set_epoch: int
+    new_sync_state_set: frozenset[int]
+
+    def __post_init__(self) -> None:
+        check_name("broker_name", self.broker_name)
+        check_broker_id("master_broker_id", self.master_broker_id)
+        check_epoch("master_epoch", self.master_epoch)
+        check_epoch("sync_state_set_epoch", self.sync_state_set_epoch)
+        check_id_set("new_sync_state_set", self.new_sync_state_set)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CleanBrokerData:
+    """Forget the brokers ``broker_ids`` of the group, or the whole group when it is None."""
+
+    broker_name: str
+    broker_ids: frozenset[int] | None = None
+
+    def __post_init__(self) -> None:
+        check_name("broker_name", self.broker_name)
+        if self.broker_ids is not None:
+            check_id_set("broker_ids", self.broker_ids)
+
+
+Event = ApplyBrokerId | UpdateBrokerAddress | ElectMaster | AlterSyncStateSet | CleanBrokerData
+
+
+# Codec -----------------------------------------------------------------------------------------
+
+
+def _sorted_ids(ids: Iterable[int]) -> list[int]:
+    return sorted(ids)
+
+
+def encode_event(event: Event) -> bytes:
+    """The one msgpack encoding of ``event`` (same event, same bytes)."""
+    fields: list[Any]
+    match event:
+        case ApplyBrokerId():
+            fields = [
+                TAG_APPLY_BROKER_ID,
+                event.cluster,
+                event.broker_name,
+                event.broker_id,
+                event.register_code,
+                event.address,
+            ]
+        case UpdateBrokerAddress():
+            fields = [
+                TAG_UPDATE_BROKER_ADDRESS,
+                event.cluster,
+                event.broker_name,
+                event.broker_id,
+                event.address,
+            ]
+        case ElectMaster():
+            fields = [
+                TAG_ELECT_MASTER,
+                event.broker_name,
+                event.new_master_broker_id,
+                event.master_epoch,
+                event.sync_state_set_epoch,
+            ]
+        case AlterSyncStateSet():
+            fields = [
+                TAG_ALTER_SYNC_STATE_SET,
+                event.broker_name,
+                event.master_broker_id,
+                event.master_epoch,
+                event.sync_state_set_epoch,
+                _sorted_ids(event.new_sync_state_set),
+            ]
+        case CleanBrokerData():
+            fields = [
+                TAG_CLEAN_BROKER_DATA,
+                event.broker_name,
+                None if event.broker_ids is None else _sorted_ids(event.broker_ids),
+            ]
+        case _:
+            raise TypeError(f"not an event: {type(event).__name__}")
+    packed: bytes = msgpack.packb(fields, use_bin_type=True)
+    return packed
+
+
+def _ids(what: str, value: object) -> frozenset[int]:
+    """A strictly ascending array of ints, as encode_event writes it."""
+    if not isinstance(value, list):
+        raise TypeError(f"{what} must be an array")
+    for index, member in enumerate(value):
+        if type(member) is not int:
+            raise TypeError(f"member of {what} must be an integer")
+        if index and member <= value[index - 1]:
+            raise ValueError(f"{what} must be strictly ascending")
+    return frozenset(value)
+
+
+def _opt_ids(what: str, value: object) -> frozenset[int] | None:
+    return None if value is None else _ids(what, value)
+
+
+def _arity(fields: list[Any], count: int, name: str) -> None:
+    if len(fields) != count:
+        raise ValueError(f"{name} has {len(fields) - 1} fields, expected {count - 1}")
+
+
+def _build(fields: list[Any]) -> Event:
+    tag = fields[0]
+    if type(tag) is not int:
+        raise TypeError("event tag must be an integer")
+    if tag == TAG_APPLY_BROKER_ID:
+        _arity(fields, 6, "ApplyBrokerId")
+        _, cluster, broker_name, broker_id, register_code, address = fields
+        return ApplyBrokerId(
+            cluster=cluster,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            register_code=register_code,
+            address=address,
+        )
+    if tag == TAG_UPDATE_BROKER_ADDRESS:
+        _arity(fields, 5, "UpdateBrokerAddress")
+        _, cluster, broker_name, broker_id, address = fields
+        return UpdateBrokerAddress(
+            cluster=cluster, broker_name=broker_name, broker_id=broker_id, address=address
+        )
+    if tag == TAG_ELECT_MASTER:
+        _arity(fields, 5, "ElectMaster")
+        _, broker_name, new_master, master_epoch, sync_state_set_epoch = fields
+        return ElectMaster(
+            broker_name=broker_name,
+            new_master_broker_id=new_master,
+            master_epoch=master_epoch,
+            sync_state_set_epoch=sync_state_set_epoch,
+        )
+    if tag == TAG_ALTER_SYNC_STATE_SET:
+        _arity(fields, 6, "AlterSyncStateSet")
+        _, broker_name, master, master_epoch, sync_state_set_epoch, members = fields
+        return AlterSyncStateSet(
+            broker_name=broker_name,
+            master_broker_id=master,
+            master_epoch=master_epoch,
+            sync_state_set_epoch=sync_state_set_epoch,
+            new_sync_state_set=_ids("new_sync_state_set", members),
+        )
+    if tag == TAG_CLEAN_BROKER_DATA:
+        _arity(fields, 3, "CleanBrokerData")
+        _, broker_name, broker_ids = fields
+        return CleanBrokerData(
+            broker_name=broker_name, broker_ids=_opt_ids("broker_ids", broker_ids)
+        )
+    raise ValueError(f"unknown event tag {tag}")
+
+
+def decode_event(data: bytes) -> Event:
+    """The event encoded in ``data``; :class:`EventDecodeError` for anything else."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise EventDecodeError(f"event must be bytes, not {type(data).__name__}")
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventDecodeError(f"event of {len(data)} bytes exceeds {MAX_EVENT_BYTES}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise EventDecodeError(f"undecodable event: {type(exc).__name__}") from None
+    if not isinstance(obj, list) or not obj:
+        raise EventDecodeError("event is not a non-empty msgpack array")
+    try:
+        return _build(obj)
+    except (TypeError, ValueError) as exc:
+        raise EventDecodeError(f"invalid event: {exc}") from None

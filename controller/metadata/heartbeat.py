@@ -1,0 +1,223 @@
+"""Broker liveness on the active controller: soft state, never replicated, never in a snapshot.
+
+A broker is alive while its last heartbeat is at most its own ``timeout_ms`` old (a heartbeat
+whose timeout is not positive gets the table's default) and the connection it last heartbeated
+on is open. Closing that connection makes it inactive at once; its next heartbeat revives it.
+
+Judging a broker dead is reserved to the active controller, and only after a grace period:
+:meth:`BrokerLiveTable.became_active` starts a window of one broker-heartbeat timeout (the largest
+of the default and every known broker's timeout) during which :meth:`expired` reports nothing and
+:meth:`declared_dead` says yes only for a broker whose connection to this controller closed. So
+a table that is stale (filled during an earlier leadership) or empty (a fresh leader) never
+triggers an election. ``is_alive`` stays honest throughout: only a recent heartbeat makes a
+broker alive, so elections during the grace period pick among brokers known to be alive.
+
+Time is an int of milliseconds passed in by the caller (a monotonic clock); no clock is read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from controller.metadata.election import ElectionInfo
+
+DEFAULT_BROKER_TIMEOUT_MS: Final = 3000
+
+BrokerKey = tuple[str, int]
+"""(broker_name, broker_id)"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerLiveInfo:
+    """A broker's last heartbeat, as the active controller received it."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+    epoch: int
+    max_offset: int
+    confirm_offset: int
+    election_priority: int
+    timeout_ms: int
+    connection_id: int
+    last_heartbeat_ms: int
+
+    def deadline_ms(self) -> int:
+        """The last instant at which the broker is still alive by its timeout."""
+        return self.last_heartbeat_ms + self.timeout_ms
+
+    def election_info(self) -> ElectionInfo:
+        return ElectionInfo(
+            epoch=self.epoch, max_offset=self.max_offset, election_priority=self.election_priority
+        )
+
+
+@dataclass(slots=True)
+class _Entry:
+    info: BrokerLiveInfo
+    closed: bool = False  # its connection closed after its last heartbeat
+    reported: bool = False  # expired() or on_connection_closed() already reported it
+
+
+class BrokerLiveTable:
+    __slots__ = ("_active", "_by_connection", "_default_timeout_ms", "_entries", "_grace_until_ms")
+
+    def __init__(self, *, default_timeout_ms: int = DEFAULT_BROKER_TIMEOUT_MS) -> None:
+        if default_timeout_ms <= 0:
+            raise ValueError("default_timeout_ms must be positive")
+        self._default_timeout_ms = default_timeout_ms
+        self._entries: dict[BrokerKey, _Entry] = {}
+        self._by_connection: dict[int, set[BrokerKey]] = {}
+        self._active = False
+        self._grace_until_ms = 0
+
+    # Leadership --------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """True between became_active() and became_standby()."""
+        return self._active
+
+    def became_active(self, now_ms: int) -> None:
+        """This controller just became the active one: start the grace period."""
+        timeouts = [e.info.timeout_ms for e in self._entries.values()]
+        self._active = True
+        self._grace_until_ms = now_ms + max([self._default_timeout_ms, *timeouts])
+        for entry in self._entries.values():
+            entry.reported = False  # a previous leadership's verdicts are not ours
+
+    def became_standby(self) -> None:
+        """This controller is no longer the active one: it judges nobody."""
+        self._active = False
+
+    def in_grace(self, now_ms: int) -> bool:
+        """True while a newly active controller must not declare brokers dead by silence."""
+        return self._active and now_ms < self._grace_until_ms
+
+    # Inputs ------------------------------------------------------------------------------------
+
+    def on_heartbeat(
+        self,
+        *,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        address: str,
+        now_ms: int,
+        epoch: int,
+        max_offset: int,
+        confirm_offset: int,
+        election_priority: int,
+        timeout_ms: int,
+        connection_id: int,
+    ) -> bool:
+        """Record a heartbeat. True when the broker just became alive (new, expired or closed)."""
+        key = (broker_name, broker_id)
+        was_alive = self.is_alive(broker_name, broker_id, now_ms)
+        old = self._entries.get(key)
+        if old is not None:
+            self._unindex(key, old.info.connection_id)
+            now_ms = max(now_ms, old.info.last_heartbeat_ms)
+        info = BrokerLiveInfo(
+            cluster=cluster,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            address=address,
+            epoch=epoch,
+            max_offset=max_offset,
+            confirm_offset=confirm_offset,
+            election_priority=election_priority,
+            timeout_ms=timeout_ms if timeout_ms > 0 else self._default_timeout_ms,
+            connection_id=connection_id,
+            last_heartbeat_ms=now_ms,
+        )
+        self._entries[key] = _Entry(info=info)
+        self._by_connection.setdefault(connection_id, set()).add(key)
+        return not was_alive
+
+    def on_connection_closed(self, connection_id: int) -> list[BrokerKey]:
+        """Brokers whose heartbeat connection this was: inactive from now on (until their next
+        heartbeat). Returns the ones that were not already reported inactive, sorted."""
+        keys = self._by_connection.pop(connection_id, set())
+        made_inactive: list[BrokerKey] = []
+        for key in sorted(keys):
+            entry = self._entries[key]
+            entry.closed = True
+            if not entry.reported:
+                entry.reported = True
+                made_inactive.append(key)
+        return made_inactive
+
+    def forget(self, broker_name: str, broker_ids: frozenset[int] | None = None) -> None:
+        """Drop the brokers (all of the group when None), e.g. after CleanBrokerData."""
+        for key in [k for k in self._entries if k[0] == broker_name]:
+            if broker_ids is None or key[1] in broker_ids:
+                entry = self._entries.pop(key)
+                self._unindex(key, entry.info.connection_id)
+
+    def _unindex(self, key: BrokerKey, connection_id: int) -> None:
+        keys = self._by_connection.get(connection_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_connection[connection_id]
+
+    # Judgements --------------------------------------------------------------------------------
+
+    def is_alive(self, broker_name: str, broker_id: int, now_ms: int) -> bool:
+        entry = self._entries.get((broker_name, broker_id))
+        return entry is not None and not entry.closed and now_ms <= entry.info.deadline_ms()
+
+    def alive_predicate(self, now_ms: int) -> Callable[[str, int], bool]:
+        """``is_alive`` at ``now_ms``, in the shape the state machine takes."""
+        return lambda broker_name, broker_id: self.is_alive(broker_name, broker_id, now_ms)
+
+    def declared_dead(self, broker_name: str, broker_id: int, now_ms: int) -> bool:
+        """Whether the active controller may act on this broker being dead (see module doc)."""
+        if not self._active:
+            return False
+        entry = self._entries.get((broker_name, broker_id))
+        if entry is not None and entry.closed:
+            return True
+        if self.in_grace(now_ms):
+            return False
+        return not self.is_alive(broker_name, broker_id, now_ms)
+
+    def expired(self, now_ms: int) -> list[BrokerKey]:
+        """Brokers whose timeout passed since the last call: reported once each, sorted.
+
+        Nothing while standby or in the grace period (they are reported when it ends).
+        """
+        if not self._active or self.in_grace(now_ms):
+            return []
+        found: list[BrokerKey] = []
+        for key, entry in self._entries.items():
+            if not entry.reported and now_ms > entry.info.deadline_ms():
+                entry.reported = True
+                found.append(key)
+        return sorted(found)
+
+    # Views -------------------------------------------------------------------------------------
+
+    def get(self, broker_name: str, broker_id: int) -> BrokerLiveInfo | None:
+        """The broker's last heartbeat, alive or not."""
+        entry = self._entries.get((broker_name, broker_id))
+        return None if entry is None else entry.info
+
+    def brokers(self, broker_name: str) -> list[BrokerLiveInfo]:
+        """Last heartbeats of the group's brokers, alive or not, by broker id."""
+        return sorted(
+            (e.info for k, e in self._entries.items() if k[0] == broker_name),
+            key=lambda info: info.broker_id,
+        )
+
+    def election_view(self, broker_name: str, now_ms: int) -> dict[int, ElectionInfo]:
+        """The group's alive brokers and what the election policy needs of each."""
+        return {
+            info.broker_id: info.election_info()
+            for info in self.brokers(broker_name)
+            if self.is_alive(broker_name, info.broker_id, now_ms)
+        }

@@ -1,0 +1,72 @@
+"""Which broker groups the active controller should run an election for, now.
+
+Level-triggered: the answer depends only on the applied metadata and the liveness table at
+``now_ms``, so the driver may call it whenever something changed (``expired()`` or
+``on_connection_closed()`` returned brokers, a heartbeat revived one, an event was applied, it
+became active) and on a periodic scan, and run ``ReplicasInfoManager.elect_master`` (no
+designated broker) for each request, skipping groups with an election still in flight.
+
+A group needs an election when
+
+- its master is declared dead (BrokerLiveTable.declared_dead: never by silence during the grace
+  period after becoming active, never while standby). The election elects a successor or, with
+  no candidate, clears the master so brokers learn the group has none;
+- it has no master and the election policy has a candidate (a SyncStateSet member came back, or
+  the group was never elected and a replica is alive). Not during the grace period, when the
+  table may not yet know the best candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+from dataclasses import dataclass
+
+from controller.metadata.election import Verdict, choose_master
+from controller.metadata.heartbeat import BrokerLiveTable
+from controller.metadata.results import ReplicaInfo
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectRequest:
+    """Run a controller-triggered ElectMaster for ``broker_name``; ``reason`` is for the log."""
+
+    broker_name: str
+    reason: str
+
+
+def elections_needed(
+    groups: Iterable[ReplicaInfo],
+    live: BrokerLiveTable,
+    now_ms: int,
+    *,
+    enable_elect_unclean_master: bool = False,
+    in_flight: Set[str] = frozenset(),
+) -> list[ElectRequest]:
+    """Elections to run now, ascending by broker name (see module doc)."""
+    if not live.active:
+        return []
+    requests: list[ElectRequest] = []
+    for info in sorted(groups, key=lambda g: g.broker_name):
+        name = info.broker_name
+        if name in in_flight:
+            continue
+        master = info.master_broker_id
+        if master is not None:
+            if live.declared_dead(name, master, now_ms):
+                requests.append(
+                    ElectRequest(broker_name=name, reason=f"master {master} is inactive")
+                )
+            continue
+        if live.in_grace(now_ms):
+            continue
+        result = choose_master(
+            sync_state_set=info.sync_state_set,
+            replicas=frozenset(r.broker_id for r in info.replicas),
+            old_master=None,
+            alive=live.election_view(name, now_ms),
+            enable_elect_unclean_master=enable_elect_unclean_master,
+            first_election=info.master_epoch == 0,
+        )
+        if result.verdict is Verdict.ELECTED:
+            requests.append(ElectRequest(broker_name=name, reason=f"no master; {result.reason}"))
+    return requests

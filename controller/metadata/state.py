@@ -1,0 +1,649 @@
+"""The controller's metadata state machine (DESIGN.md section 6), RocketMQ's ReplicasInfoManager.
+
+Two halves, as in RocketMQ:
+
+- request methods (``get_next_broker_id`` ... ``get_sync_state_data``) run on the active
+  controller against applied state and return a :class:`~controller.metadata.results.Decision`:
+  an error to answer now, or events to append to the Raft log and the response to give once they
+  are applied. Liveness (soft state) is an input here, never stored.
+- :meth:`ReplicasInfoManager.apply` runs on every controller for every committed event. It uses
+  nothing but the event and the applied state, so every controller ends in the same state. Events
+  carry the epochs they were decided at, so an event whose premise changed before it committed is
+  rejected (identically everywhere) and changes nothing; the driver answers that rejection
+  (``Decision.settle``).
+
+Nothing here does I/O or reads a clock. Not thread safe: one caller at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Set
+
+from controller.metadata.election import ElectionInfo, Verdict, choose_master
+from controller.metadata.events import (
+    FIRST_BROKER_ID,
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    CleanBrokerData,
+    ElectMaster,
+    Event,
+    UpdateBrokerAddress,
+    check_broker_id,
+    check_epoch,
+    check_id_set,
+    check_name,
+    check_text,
+)
+from controller.metadata.group import BrokerGroup, BrokerRecord
+from controller.metadata.results import (
+    APPLIED,
+    AlterSyncStateSetResponse,
+    Applied,
+    ApplyBrokerIdResponse,
+    CleanBrokerDataResponse,
+    Decision,
+    NextBrokerIdResponse,
+    RegisterBrokerResponse,
+    ReplicaInfo,
+    rejected,
+)
+from controller.metadata.snapshot import decode_groups, encode_groups
+from protocol.codes import ResponseCode as RC
+
+AlivePredicate = Callable[[str, int], bool]
+"""``alive(broker_name, broker_id)``: whether the broker is alive now (soft state)."""
+
+
+class _BadRequest(Exception):
+    """A request argument that no state could make valid (answered INVALID_REQUEST)."""
+
+
+def _field(check: Callable[[str, object], object], what: str, value: object) -> None:
+    try:
+        check(what, value)
+    except (TypeError, ValueError) as exc:
+        raise _BadRequest(str(exc)) from None
+
+
+def _fail(code: RC, remark: str) -> Applied:
+    return Applied(code=code, remark=remark)
+
+
+# Hard-state checks, shared by request validation and apply --------------------------------------
+
+
+def _check_apply_broker_id(group: BrokerGroup | None, ev: ApplyBrokerId) -> Applied:
+    if group is None:
+        if ev.broker_id != FIRST_BROKER_ID:
+            return _fail(
+                RC.CONTROLLER_BROKER_ID_INVALID,
+                f"broker set {ev.broker_name} is not registered: its first broker id is "
+                f"{FIRST_BROKER_ID}, not {ev.broker_id}",
+            )
+        return APPLIED
+    if group.cluster != ev.cluster:
+        return _fail(
+            RC.CONTROLLER_INVALID_REQUEST,
+            f"broker set {ev.broker_name} belongs to cluster {group.cluster}, not {ev.cluster}",
+        )
+    record = group.brokers.get(ev.broker_id)
+    if record is not None:
+        if record.register_code != ev.register_code:
+            return _fail(
+                RC.CONTROLLER_BROKER_ID_INVALID,
+                f"broker id {ev.broker_id} of {ev.broker_name} belongs to another broker",
+            )
+        return APPLIED
+    if ev.broker_id != group.next_assign_broker_id:
+        return _fail(
+            RC.CONTROLLER_BROKER_ID_INVALID,
+            f"broker id {ev.broker_id} of {ev.broker_name} is not the next id to assign "
+            f"({group.next_assign_broker_id})",
+        )
+    return APPLIED
+
+
+def _check_registered(group: BrokerGroup | None, broker_name: str, broker_id: int) -> Applied:
+    if group is None:
+        return _fail(
+            RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            f"broker set {broker_name} has not been registered",
+        )
+    if broker_id not in group.brokers:
+        return _fail(
+            RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            f"broker id {broker_id} has not been registered in broker set {broker_name}",
+        )
+    return APPLIED
+
+
+def _check_alter(
+    group: BrokerGroup,
+    master_broker_id: int,
+    master_epoch: int,
+    sync_state_set_epoch: int,
+    new_set: Set[int],
+    alive: AlivePredicate | None,
+) -> Applied:
+    """RocketMQ's order of checks, from the master check on; ``alive`` None skips liveness."""
+    if group.master_broker_id != master_broker_id:
+        return _fail(
+            RC.CONTROLLER_INVALID_MASTER,
+            f"the master of {group.broker_name} is {group.master_broker_id}, "
+            f"not {master_broker_id}",
+        )
+    if master_epoch != group.master_epoch:
+        return _fail(
+            RC.CONTROLLER_FENCED_MASTER_EPOCH,
+            f"the master epoch of {group.broker_name} is {group.master_epoch}, not {master_epoch}",
+        )
+    if sync_state_set_epoch != group.sync_state_set_epoch:
+        return _fail(
+            RC.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+            f"the SyncStateSet epoch of {group.broker_name} is {group.sync_state_set_epoch}, "
+            f"not {sync_state_set_epoch}",
+        )
+    for broker_id in sorted(new_set):
+        if broker_id not in group.brokers:
+            return _fail(
+                RC.CONTROLLER_INVALID_REPLICAS,
+                f"replica {broker_id} of {group.broker_name} is not registered",
+            )
+        if alive is not None and not alive(group.broker_name, broker_id):
+            return _fail(
+                RC.CONTROLLER_BROKER_NOT_ALIVE,
+                f"replica {broker_id} of {group.broker_name} is not alive",
+            )
+    if master_broker_id not in new_set:
+        return _fail(
+            RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
+            f"the new SyncStateSet does not contain the master {master_broker_id}",
+        )
+    return APPLIED
+
+
+def _check_elect(group: BrokerGroup | None, ev: ElectMaster) -> Applied:
+    if group is None:
+        return _fail(
+            RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            f"broker set {ev.broker_name} has not been registered",
+        )
+    if ev.master_epoch != group.master_epoch:
+        return _fail(
+            RC.CONTROLLER_FENCED_MASTER_EPOCH,
+            f"the master epoch of {group.broker_name} moved to {group.master_epoch} "
+            f"since the election at {ev.master_epoch}",
+        )
+    if ev.sync_state_set_epoch != group.sync_state_set_epoch:
+        return _fail(
+            RC.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+            f"the SyncStateSet epoch of {group.broker_name} moved to "
+            f"{group.sync_state_set_epoch} since the election at {ev.sync_state_set_epoch}",
+        )
+    if ev.new_master_broker_id is not None and ev.new_master_broker_id not in group.brokers:
+        return _fail(
+            RC.CONTROLLER_INVALID_REPLICAS,
+            f"elected broker {ev.new_master_broker_id} of {group.broker_name} is not registered",
+        )
+    return APPLIED
+
+
+# Mutations of one group (used by apply and to project a decision's response) -------------------
+
+
+def _mutate_elect(group: BrokerGroup, new_master: int | None) -> None:
+    group.master_broker_id = new_master
+    group.master_epoch += 1
+    if new_master is not None:
+        group.sync_state_set = frozenset((new_master,))
+        group.sync_state_set_epoch += 1
+
+
+def _mutate_alter(group: BrokerGroup, new_set: frozenset[int]) -> None:
+    group.sync_state_set = new_set
+    group.sync_state_set_epoch += 1
+
+
+def _mutate_address(group: BrokerGroup, broker_id: int, address: str) -> None:
+    group.brokers[broker_id].address = address
+
+
+class ReplicasInfoManager:
+    """Per broker group: cluster, nextAssignBrokerId, brokerId -> (address, registerCode),
+    master, masterEpoch, SyncStateSet, syncStateSetEpoch."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self) -> None:
+        self._groups: dict[str, BrokerGroup] = {}
+
+    # Reads -------------------------------------------------------------------------------------
+
+    def broker_names(self) -> list[str]:
+        """Every known broker group, ascending."""
+        return sorted(self._groups)
+
+    def replica_info(self, broker_name: str) -> ReplicaInfo | None:
+        group = self._groups.get(broker_name)
+        return None if group is None else group.info()
+
+    def replica_infos(self) -> list[ReplicaInfo]:
+        """Every group's metadata, ascending by broker name."""
+        return [self._groups[name].info() for name in sorted(self._groups)]
+
+    def get_next_broker_id(self, cluster: str, broker_name: str) -> Decision[NextBrokerIdResponse]:
+        """CONTROLLER_GET_NEXT_BROKER_ID: the id a new broker of the group should apply for."""
+        try:
+            _field(check_name, "cluster", cluster)
+            _field(check_name, "broker_name", broker_name)
+        except _BadRequest as exc:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        group = self._groups.get(broker_name)
+        next_id = FIRST_BROKER_ID if group is None else group.next_assign_broker_id
+        return Decision(
+            response=NextBrokerIdResponse(
+                cluster=cluster, broker_name=broker_name, next_broker_id=next_id
+            )
+        )
+
+    def get_replica_info(self, broker_name: str) -> Decision[ReplicaInfo]:
+        """CONTROLLER_GET_REPLICA_INFO; CONTROLLER_BROKER_METADATA_NOT_EXIST for unknown groups."""
+        group = self._groups.get(broker_name)
+        if group is None:
+            return rejected(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                f"broker set {broker_name} has no metadata",
+            )
+        return Decision(response=group.info())
+
+    def get_sync_state_data(self, broker_names: Iterable[str]) -> Decision[dict[str, ReplicaInfo]]:
+        """CONTROLLER_GET_SYNC_STATE_DATA: metadata of the named groups; unknown names are left out."""
+        found = {
+            name: self._groups[name].info()
+            for name in sorted(set(broker_names))
+            if name in self._groups
+        }
+        return Decision(response=found)
+
+    # Writes ------------------------------------------------------------------------------------
+
+    def apply_broker_id(
+        self,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        register_code: str,
+        address: str = "",
+    ) -> Decision[ApplyBrokerIdResponse]:
+        """CONTROLLER_APPLY_BROKER_ID: the compare-and-set of persistent BrokerId.
+
+        Succeeds when ``broker_id`` is the group's nextAssignBrokerId (1 for a new group) or
+        already belongs to ``register_code`` (a retry, or a restart after a crash); fails with
+        CONTROLLER_BROKER_ID_INVALID when it belongs to another register code or is any other id.
+        """
+        try:
+            _field(check_name, "cluster", cluster)
+            _field(check_name, "broker_name", broker_name)
+            _field(check_text, "register_code", register_code)
+            _field(check_text, "address", address)
+            _field(check_broker_id, "broker_id", broker_id)
+        except _BadRequest as exc:
+            if type(broker_id) is int and broker_id < FIRST_BROKER_ID:
+                return rejected(RC.CONTROLLER_BROKER_ID_INVALID, str(exc))
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        event = ApplyBrokerId(
+            cluster=cluster,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            register_code=register_code,
+            address=address,
+        )
+        check = _check_apply_broker_id(self._groups.get(broker_name), event)
+        if not check.ok:
+            return rejected(check.code, check.remark)
+        return Decision(
+            events=(event,),
+            response=ApplyBrokerIdResponse(
+                cluster=cluster, broker_name=broker_name, broker_id=broker_id
+            ),
+        )
+
+    def register_broker(
+        self,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        address: str,
+        *,
+        alive: AlivePredicate | None = None,
+    ) -> Decision[RegisterBrokerResponse]:
+        """CONTROLLER_REGISTER_BROKER: a broker with an applied id says where it serves.
+
+        CONTROLLER_BROKER_NEED_TO_BE_REGISTERED when the group or the id is unknown. Appends an
+        UpdateBrokerAddress only when the address changed. The response names the master when
+        there is one and, if ``alive`` is given, it is alive.
+        """
+        try:
+            _field(check_name, "cluster", cluster)
+            _field(check_name, "broker_name", broker_name)
+            _field(check_text, "address", address)
+        except _BadRequest as exc:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        group = self._groups.get(broker_name)
+        if type(broker_id) is not int:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, "broker_id must be an integer")
+        check = _check_registered(group, broker_name, broker_id)
+        if not check.ok or group is None:
+            return rejected(check.code, check.remark)
+        if group.cluster != cluster:
+            return rejected(
+                RC.CONTROLLER_INVALID_REQUEST,
+                f"broker set {broker_name} belongs to cluster {group.cluster}, not {cluster}",
+            )
+        events: tuple[Event, ...] = ()
+        after = group
+        if group.brokers[broker_id].address != address:
+            events = (
+                UpdateBrokerAddress(
+                    cluster=cluster, broker_name=broker_name, broker_id=broker_id, address=address
+                ),
+            )
+            after = group.copy()
+            _mutate_address(after, broker_id, address)
+        master = after.master_broker_id
+        if master is not None and alive is not None and not alive(broker_name, master):
+            master = None
+        return Decision(
+            events=events,
+            response=RegisterBrokerResponse(
+                cluster=cluster,
+                broker_name=broker_name,
+                broker_id=broker_id,
+                master_broker_id=master,
+                master_address=after.address_of(master),
+                master_epoch=after.master_epoch,
+                sync_state_set=after.sync_state_set,
+                sync_state_set_epoch=after.sync_state_set_epoch,
+            ),
+        )
+
+    def alter_sync_state_set(
+        self,
+        broker_name: str,
+        master_broker_id: int,
+        master_epoch: int,
+        new_sync_state_set: Set[int],
+        sync_state_set_epoch: int,
+        alive: AlivePredicate,
+    ) -> Decision[AlterSyncStateSetResponse]:
+        """CONTROLLER_ALTER_SYNC_STATE_SET from a group's master, with RocketMQ's checks in order:
+
+        group unknown 2013; set unchanged 2013; not the master 2002; stale master epoch 2000;
+        stale SyncStateSet epoch 2001; a member not registered 2003 or not alive 2006; the set
+        without the master 2013.
+        """
+        try:
+            _field(check_name, "broker_name", broker_name)
+            _field(check_broker_id, "master_broker_id", master_broker_id)
+            _field(check_epoch, "master_epoch", master_epoch)
+            _field(check_epoch, "sync_state_set_epoch", sync_state_set_epoch)
+            new_set = frozenset(new_sync_state_set)
+            if new_set:
+                _field(check_id_set, "new_sync_state_set", new_set)
+        except _BadRequest as exc:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        group = self._groups.get(broker_name)
+        if group is None:
+            return rejected(
+                RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
+                f"broker set {broker_name} has no metadata",
+            )
+        if new_set == group.sync_state_set:
+            return rejected(
+                RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
+                "the new SyncStateSet equals the current one: nothing to change",
+            )
+        check = _check_alter(
+            group, master_broker_id, master_epoch, sync_state_set_epoch, new_set, alive
+        )
+        if not check.ok:
+            return rejected(check.code, check.remark)
+        event = AlterSyncStateSet(
+            broker_name=broker_name,
+            master_broker_id=master_broker_id,
+            master_epoch=master_epoch,
+            sync_state_set_epoch=sync_state_set_epoch,
+            new_sync_state_set=new_set,
+        )
+        return Decision(
+            events=(event,),
+            response=AlterSyncStateSetResponse(
+                broker_name=broker_name,
+                sync_state_set=new_set,
+                sync_state_set_epoch=group.sync_state_set_epoch + 1,
+            ),
+        )
+
+    def elect_master(
+        self,
+        broker_name: str,
+        *,
+        alive_replicas: Mapping[int, ElectionInfo],
+        designated_broker_id: int | None = None,
+        enable_elect_unclean_master: bool = False,
+    ) -> Decision[ReplicaInfo]:
+        """CONTROLLER_ELECT_MASTER, from a broker, the controller itself, or an admin.
+
+        ``alive_replicas`` maps the group's alive broker ids to their last heartbeat
+        (BrokerLiveTable.election_view); ``designated_broker_id`` is the admin's choice.
+
+        - unknown group: 2010, nothing appended;
+        - a new master (policy of election.py): SUCCESS, ElectMaster appended, the response is
+          the group after it (masterEpoch + 1, SyncStateSet = {new master});
+        - the current master is alive and not displaced by a designation: 2011 with the
+          current metadata, nothing appended;
+        - the designated broker is not a candidate: 2012, nothing appended;
+        - no candidate: 2004 (CONTROLLER_MASTER_NOT_AVAILABLE). If the group still names a
+          master, an ElectMaster that clears it is appended (masterEpoch + 1, SyncStateSet
+          kept, as RocketMQ does) so brokers learn the group has no master; the response is the
+          group after it.
+        """
+        group = self._groups.get(broker_name)
+        if group is None:
+            return rejected(
+                RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                f"broker set {broker_name} has not been registered",
+            )
+        if designated_broker_id is not None and type(designated_broker_id) is not int:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, "designated broker id must be an int")
+        result = choose_master(
+            sync_state_set=group.sync_state_set,
+            replicas=group.brokers.keys(),
+            old_master=group.master_broker_id,
+            alive=alive_replicas,
+            designated=designated_broker_id,
+            enable_elect_unclean_master=enable_elect_unclean_master,
+            first_election=group.first_election,
+        )
+        if result.verdict is Verdict.MASTER_STILL_ALIVE:
+            return Decision(
+                code=RC.CONTROLLER_MASTER_STILL_EXIST, remark=result.reason, response=group.info()
+            )
+        if result.verdict is Verdict.DESIGNATED_INVALID:
+            return rejected(RC.CONTROLLER_ELECT_MASTER_FAILED, result.reason)
+        if result.verdict is Verdict.NO_CANDIDATE and group.master_broker_id is None:
+            return Decision(
+                code=RC.CONTROLLER_MASTER_NOT_AVAILABLE, remark=result.reason, response=group.info()
+            )
+        new_master = result.broker_id if result.verdict is Verdict.ELECTED else None
+        event = ElectMaster(
+            broker_name=broker_name,
+            new_master_broker_id=new_master,
+            master_epoch=group.master_epoch,
+            sync_state_set_epoch=group.sync_state_set_epoch,
+        )
+        after = group.copy()
+        _mutate_elect(after, new_master)
+        code = RC.SUCCESS if new_master is not None else RC.CONTROLLER_MASTER_NOT_AVAILABLE
+        return Decision(code=code, remark=result.reason, events=(event,), response=after.info())
+
+    def clean_broker_data(
+        self,
+        cluster: str | None,
+        broker_name: str,
+        broker_ids: Set[int] | None,
+        *,
+        alive: AlivePredicate,
+        clean_living_broker: bool = False,
+    ) -> Decision[CleanBrokerDataResponse]:
+        """CLEAN_BROKER_DATA (rmqctl cleanBrokerMetadata): forget dead brokers or a dead group.
+
+        ``broker_ids`` None or empty means the whole group. CONTROLLER_INVALID_CLEAN_BROKER_METADATA
+        (2009) when the group is unknown, the cluster does not match, an id is not registered, or,
+        unless ``clean_living_broker``, a broker to clean is alive or (whole group) the group
+        still has a master.
+        """
+        invalid = RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA
+        try:
+            _field(check_name, "broker_name", broker_name)
+            ids = frozenset(broker_ids) if broker_ids else None
+            if ids is not None:
+                _field(check_id_set, "broker_ids", ids)
+        except _BadRequest as exc:
+            return rejected(invalid, str(exc))
+        group = self._groups.get(broker_name)
+        if group is None:
+            return rejected(invalid, f"broker set {broker_name} does not exist")
+        if cluster and cluster != group.cluster:
+            return rejected(
+                invalid,
+                f"broker set {broker_name} belongs to cluster {group.cluster}, not {cluster}",
+            )
+        if ids is not None:
+            unknown = sorted(ids - group.brokers.keys())
+            if unknown:
+                return rejected(
+                    invalid, f"broker ids {unknown} of {broker_name} are not registered"
+                )
+        if not clean_living_broker:
+            if ids is None and group.master_broker_id is not None:
+                return rejected(
+                    invalid,
+                    f"broker set {broker_name} still has master {group.master_broker_id}",
+                )
+            for broker_id in sorted(group.brokers if ids is None else ids):
+                if alive(broker_name, broker_id):
+                    return rejected(invalid, f"broker {broker_id} of {broker_name} is still alive")
+        return Decision(
+            events=(CleanBrokerData(broker_name=broker_name, broker_ids=ids),),
+            response=CleanBrokerDataResponse(broker_name=broker_name, broker_ids=ids),
+        )
+
+    # Apply -------------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> Applied:
+        """Apply one committed event; the same event on the same state has the same effect and
+        outcome on every controller. A rejected event changes nothing."""
+        match event:
+            case ApplyBrokerId():
+                return self._apply_broker_id(event)
+            case UpdateBrokerAddress():
+                group = self._groups.get(event.broker_name)
+                check = _check_registered(group, event.broker_name, event.broker_id)
+                if check.ok and group is not None:
+                    _mutate_address(group, event.broker_id, event.address)
+                return check
+            case ElectMaster():
+                group = self._groups.get(event.broker_name)
+                check = _check_elect(group, event)
+                if check.ok and group is not None:
+                    _mutate_elect(group, event.new_master_broker_id)
+                return check
+            case AlterSyncStateSet():
+                group = self._groups.get(event.broker_name)
+                if group is None:
+                    return _fail(
+                        RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
+                        f"broker set {event.broker_name} has no metadata",
+                    )
+                check = _check_alter(
+                    group,
+                    event.master_broker_id,
+                    event.master_epoch,
+                    event.sync_state_set_epoch,
+                    event.new_sync_state_set,
+                    None,
+                )
+                if check.ok:
+                    _mutate_alter(group, event.new_sync_state_set)
+                return check
+            case CleanBrokerData():
+                return self._apply_clean(event)
+            case _:
+                raise TypeError(f"not an event: {type(event).__name__}")
+
+    def _apply_broker_id(self, event: ApplyBrokerId) -> Applied:
+        group = self._groups.get(event.broker_name)
+        check = _check_apply_broker_id(group, event)
+        if not check.ok:
+            return check
+        if group is None:
+            group = BrokerGroup(cluster=event.cluster, broker_name=event.broker_name)
+            self._groups[event.broker_name] = group
+        if event.broker_id not in group.brokers:
+            group.brokers[event.broker_id] = BrokerRecord(
+                address=event.address, register_code=event.register_code
+            )
+            group.next_assign_broker_id = event.broker_id + 1
+        return check
+
+    def _apply_clean(self, event: CleanBrokerData) -> Applied:
+        group = self._groups.get(event.broker_name)
+        if group is None:
+            return _fail(
+                RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                f"broker set {event.broker_name} does not exist",
+            )
+        if event.broker_ids is None:
+            del self._groups[event.broker_name]
+            return APPLIED
+        removed = event.broker_ids & group.brokers.keys()
+        for broker_id in removed:
+            del group.brokers[broker_id]
+        if not group.brokers:
+            del self._groups[event.broker_name]
+            return APPLIED
+        if group.master_broker_id in removed:
+            group.master_broker_id = None
+            group.master_epoch += 1
+        kept = group.sync_state_set - removed
+        if kept != group.sync_state_set:
+            group.sync_state_set = kept
+            group.sync_state_set_epoch += 1
+        return APPLIED
+
+    # Snapshot ----------------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state as bytes; equal states give equal bytes."""
+        return encode_groups(self._groups)
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with a snapshot's; SnapshotError (state untouched) if invalid."""
+        self._groups = decode_groups(data)
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> ReplicasInfoManager:
+        manager = cls()
+        manager.restore(data)
+        return manager
+
+    def invariant_violations(self) -> list[str]:
+        """Broken invariants of group.py across all groups; [] when the state is sound."""
+        problems: list[str] = []
+        for name in sorted(self._groups):
+            group = self._groups[name]
+            if group.broker_name != name:
+                problems.append(f"{name}: group is filed under another name")
+            problems.extend(group.invariant_violations())
+        return problems
