@@ -1,1 +1,1 @@
-"""rmqctl package."""
+"""The rmqctl command line (see :mod:`rmqctl.cli`)."""

@@ -1,0 +1,5 @@
+"""``python -m rmqctl``."""
+
+from rmqctl.cli import main
+
+main()

@@ -1,0 +1,81 @@
+"""The ``rmqctl`` command line: mqadmin's command names and short flags.
+
+Commands live one module per area (:mod:`rmqctl.topic`, :mod:`rmqctl.cluster`,
+:mod:`rmqctl.message`); a new area (e.g. the controller commands) adds a module and one entry in
+``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+import structlog
+
+from rmqctl.cluster import cluster_list
+from rmqctl.common import Settings
+from rmqctl.message import consume_message, send_message
+from rmqctl.topic import topic_route, update_topic
+
+COMMANDS: list[click.Command] = [
+    update_topic,
+    topic_route,
+    cluster_list,
+    send_message,
+    consume_message,
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--json",
+    "json_output",
+    is_flag=True,
+    help="Print one JSON document (consumeMessage: one per line).",
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Log the SDK's warnings and progress to stderr."
+)
+@click.version_option(package_name="rmq-py", message="rmqctl %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, json_output: bool, verbose: bool) -> None:
+    """Administer and exercise an rmq cluster (controllers and brokers).
+
+    -a takes the controller addresses, or in development mode a lone broker's,
+    separated by ';'. Exit status: 0 on success, 1 on failure (one line on stderr),
+    2 on a usage error.
+    """
+    ctx.obj = Settings(json=json_output, verbose=verbose)
+    _configure_logging(verbose)
+
+
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
+def _configure_logging(verbose: bool) -> None:
+    # The SDK logs through structlog; keep stdout for command output only.
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.INFO if verbose else logging.ERROR
+        ),
+        cache_logger_on_first_use=False,
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        cli.main(prog_name="rmqctl")
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # never a traceback: one line, exit 1
+        click.echo(f"rmqctl: internal error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(1)

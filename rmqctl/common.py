@@ -1,0 +1,106 @@
+"""What every rmqctl command shares: the address option, running a coroutine, output, errors.
+
+A command module defines click commands that take :class:`Settings` (``@pass_settings``), do
+their work in a coroutine run by :func:`run`, and print through :func:`emit`. Failures become a
+:class:`CommandError`: one line on stderr, exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from client.errors import ClientError
+from remoting.errors import RemotingError
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+ADDRESSES_ENV = "RMQCTL_ADDRESSES"
+
+
+@dataclass(slots=True)
+class Settings:
+    """Global options, shared by every command through click's context object."""
+
+    json: bool = False
+    verbose: bool = False
+
+
+pass_settings = click.make_pass_decorator(Settings, ensure=True)
+
+
+class CommandError(click.ClickException):
+    """A command failed: ``rmqctl: <message>`` on stderr, exit status 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"rmqctl: {self.format_message()}", err=True)
+
+
+def addresses_option(func: F) -> F:
+    """``-a ADDRS``: controller or broker addresses, ``;``-separated, any may be down."""
+    return click.option(
+        "-a",
+        "--addresses",
+        "addresses",
+        required=True,
+        envvar=ADDRESSES_ENV,
+        metavar="ADDRS",
+        help=(
+            "Controller addresses, or a lone broker's, separated by ';' (any may be down). "
+            f"Default: ${ADDRESSES_ENV}."
+        ),
+    )(func)
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency, but stay usable without it
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; SDK and connection failures become a :class:`CommandError`."""
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(coro)
+    except (ClientError, RemotingError) as exc:
+        raise CommandError(str(exc)) from None
+    except ValueError as exc:  # e.g. an address that is not host:port
+        raise CommandError(str(exc)) from None
+
+
+def emit(settings: Settings, doc: Any, human: Callable[[], str]) -> None:
+    """Print ``doc`` as one JSON document with ``--json``, else the human rendering."""
+    if settings.json:
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(human())
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """An aligned text table: a header line, then one line per row."""
+    cells = [[str(h) for h in headers], *([("" if c is None else str(c)) for c in r] for r in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def stdout_closed() -> None:
+    """Stdout went away (``| head``): silence the interpreter's flush error at exit."""
+    try:
+        sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - lives until exit
+    except OSError:
+        pass
