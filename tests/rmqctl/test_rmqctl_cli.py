@@ -1,0 +1,199 @@
+"""rmqctl without a real broker: help, JSON shapes (against an in-memory fake), error exits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rmqctl.cli import COMMANDS, cli
+from tests.client.fakebroker import FakeCluster, cluster_in_thread
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dead_address() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeCluster, asyncio.AbstractEventLoop]]:
+    with cluster_in_thread("broker-a", "broker-b") as served:
+        yield served
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def rmqctl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rmqctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def test_help_lists_every_command() -> None:
+    code, out, _ = invoke("--help")
+    assert code == 0
+    for command in COMMANDS:
+        assert command.name in out
+        sub_code, sub_out, _ = invoke(str(command.name), "--help")
+        assert sub_code == 0 and "-a, --addresses ADDRS" in sub_out
+
+
+def test_update_topic_creates_on_every_master_and_prints_its_document(
+    fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
+) -> None:
+    cluster, _ = fake
+    addrs = f"{dead_address()};{cluster.brokers['broker-b'].address}"
+    code, out, err = invoke("--json", "updateTopic", "-a", addrs, "-t", "orders", "-q", "3")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"topic": "orders", "queues": 3, "brokers": ["broker-a", "broker-b"]}
+    assert all(b.topics["orders"] == 3 for b in cluster.brokers.values())
+
+
+def test_update_topic_with_an_unknown_cluster_fails_with_one_line(
+    fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
+) -> None:
+    cluster, _ = fake
+    addr = cluster.brokers["broker-a"].address
+    code, out, err = invoke("updateTopic", "-a", addr, "-t", "x", "-c", "Nope")
+    assert code == 1 and out == ""
+    assert err == "rmqctl: cluster 'Nope' not found (known: DefaultCluster)\n"
+
+
+def test_topic_route_and_cluster_list_json_shapes(
+    fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
+) -> None:
+    cluster, _ = fake
+    addr = cluster.brokers["broker-a"].address
+    assert invoke("updateTopic", "-a", addr, "-t", "T", "-q", "2")[0] == 0
+    code, out, _ = invoke("--json", "topicRoute", "-a", addr, "-t", "T")
+    assert code == 0
+    assert json.loads(out) == {
+        "topic": "T",
+        "brokers": [
+            {"brokerName": name, "masterAddress": b.address, "slaves": [], "queues": 2}
+            for name, b in sorted(cluster.brokers.items())
+        ],
+    }
+    code, out, _ = invoke("--json", "clusterList", "-a", addr)
+    assert code == 0
+    assert json.loads(out) == {
+        "clusters": {
+            "DefaultCluster": [
+                {"brokerName": name, "brokerId": 1, "address": b.address, "role": "MASTER"}
+                for name, b in cluster.brokers.items()
+            ]
+        }
+    }
+
+
+def test_human_output_is_an_aligned_table(
+    fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
+) -> None:
+    cluster, _ = fake
+    addr = cluster.brokers["broker-a"].address
+    code, out, _ = invoke("clusterList", "-a", addr)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["Cluster", "Broker", "Name", "BID", "Address", "Role"]
+    assert len(rows) == 2
+    assert {row.index("127.0.0.1") for row in rows} == {header.index("Address")}
+
+
+def test_send_then_consume_round_trip_with_json_shapes(
+    fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
+) -> None:
+    cluster, _ = fake
+    addr = cluster.brokers["broker-a"].address
+    assert invoke("updateTopic", "-a", addr, "-t", "T", "-q", "2")[0] == 0
+    code, out, _ = invoke(
+        "--json", "sendMessage", "-a", addr, "-t", "T", "-p", "héllo", "-k", "K", "--count", "10"
+    )
+    assert code == 0
+    sent = json.loads(out)
+    assert sent["sent"] == 10 and len(sent["results"]) == 10
+    assert set(sent["results"][0]) == {"msgId", "brokerName", "queueId", "queueOffset"}
+
+    code, out, _ = invoke(
+        "--json",
+        "consumeMessage",
+        "-a",
+        addr,
+        "-t",
+        "T",
+        "-g",
+        "G",
+        "--count",
+        "6",
+        "--timeout",
+        "20",
+    )
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 6
+    assert set(lines[0]) == {
+        "msgId", "brokerName", "queueId", "queueOffset", "body", "keys", "storeTimestamp"
+    }  # fmt: skip
+    assert {(m["body"], m["keys"]) for m in lines} == {("héllo", "K")}
+    # The 6 printed were committed: the next run prints exactly the other 4, then times out.
+    code, out, _ = invoke(
+        "--json", "consumeMessage", "-a", addr, "-t", "T", "-g", "G", "--timeout", "1.5"
+    )
+    rest = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(rest) == 4
+    seen = {(m["brokerName"], m["queueId"], m["queueOffset"]) for m in lines + rest}
+    expected = {(r["brokerName"], r["queueId"], r["queueOffset"]) for r in sent["results"]}
+    assert seen == expected
+
+
+def test_unreachable_addresses_exit_1_with_one_line_and_no_traceback() -> None:
+    a, b = dead_address(), dead_address()
+    proc = rmqctl("--json", "clusterList", "-a", f"{a};{b}")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr == f"rmqctl: cannot reach any of {a};{b}: connection refused\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topicRoute", "-t", "T"],
+        ["updateTopic", "-t", "T"],
+        ["sendMessage", "-t", "T", "-p", "x"],
+        ["consumeMessage", "-t", "T", "-g", "G", "--timeout", "1"],
+    ],
+)
+def test_every_command_reports_an_unreachable_cluster_the_same_way(args: list[str]) -> None:
+    addr = dead_address()
+    code, out, err = invoke(*args, "-a", addr)
+    assert (code, out) == (1, "")
+    assert err == f"rmqctl: cannot reach any of {addr}: connection refused\n"
+
+
+def test_a_bad_address_is_a_clean_error() -> None:
+    code, _, err = invoke("clusterList", "-a", "nonsense")
+    assert code == 1
+    assert err.startswith("rmqctl: cannot reach any of nonsense:") and err.count("\n") == 1
+
+
+def test_usage_errors_keep_clicks_exit_status_2() -> None:
+    proc = rmqctl("topicRoute")
+    assert proc.returncode == 2
+    assert "Missing option '-a'" in proc.stderr
+    assert "Traceback" not in proc.stderr
