@@ -1,0 +1,83 @@
+"""Helpers for the metadata tests: commit decisions, liveness stubs, ready-made groups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from controller.metadata import (
+    Decision,
+    ElectionInfo,
+    ReplicasInfoManager,
+    decode_event,
+    encode_event,
+)
+from protocol.codes import ResponseCode as RC
+
+CLUSTER = "DefaultCluster"
+GROUP = "broker-a"
+
+
+def commit(manager: ReplicasInfoManager, decision: Decision[Any]) -> Decision[Any]:
+    """What the driver does: append the events (through the codec, as Raft would carry them),
+    apply them, answer the settled decision."""
+    outcomes = [manager.apply(decode_event(encode_event(ev))) for ev in decision.events]
+    return decision.settle(outcomes)
+
+
+def alive_all(broker_name: str, broker_id: int) -> bool:
+    return True
+
+
+def alive_none(broker_name: str, broker_id: int) -> bool:
+    return False
+
+
+def alive_only(*ids: int) -> Callable[[str, int], bool]:
+    return lambda broker_name, broker_id: broker_id in ids
+
+
+def info(epoch: int = 0, offset: int = 0, priority: int = 0) -> ElectionInfo:
+    return ElectionInfo(epoch=epoch, max_offset=offset, election_priority=priority)
+
+
+def view(*ids: int) -> dict[int, ElectionInfo]:
+    """Alive brokers with identical heartbeats (the lowest id wins ties)."""
+    return {broker_id: info() for broker_id in ids}
+
+
+def address(broker_id: int) -> str:
+    return f"127.0.0.1:{10900 + 10 * broker_id}"
+
+
+def register_group(
+    manager: ReplicasInfoManager, count: int = 3, name: str = GROUP, cluster: str = CLUSTER
+) -> None:
+    """Brokers 1..count of ``name`` run the whole BrokerId flow and register."""
+    for _ in range(count):
+        next_id = manager.get_next_broker_id(cluster, name).response
+        assert next_id is not None
+        broker_id = next_id.next_broker_id
+        code = f"{address(broker_id)};code-{broker_id}"
+        applied = commit(manager, manager.apply_broker_id(cluster, name, broker_id, code))
+        assert applied.code == RC.SUCCESS, applied.remark
+        registered = commit(
+            manager, manager.register_broker(cluster, name, broker_id, address(broker_id))
+        )
+        assert registered.code == RC.SUCCESS, registered.remark
+
+
+def elect(
+    manager: ReplicasInfoManager, alive_ids: Iterable[int], name: str = GROUP, **kwargs: Any
+) -> Decision[Any]:
+    return commit(manager, manager.elect_master(name, alive_replicas=view(*alive_ids), **kwargs))
+
+
+def group_with_master(count: int = 3, master: int = 1) -> ReplicasInfoManager:
+    """A group of ``count`` registered brokers whose first election made ``master`` master
+    (masterEpoch 1, SyncStateSet {master}, syncStateSetEpoch 1)."""
+    manager = ReplicasInfoManager()
+    register_group(manager, count)
+    elected = elect(manager, [master])
+    assert elected.code == RC.SUCCESS, elected.remark
+    return manager
