@@ -100,8 +100,8 @@ class Bootstrap:
                 conn = await self.pool.get(address)
                 resp = await conn.request(code, header, body, timeout)
             except (ConnectError, ConnectionClosedError, RequestTimeoutError, ValueError) as exc:
-                if isinstance(exc, RequestTimeoutError | ConnectionClosedError):
-                    self.pool.drop(address)
+                # The connection is left alone: it may be shared with sends in flight (a lone
+                # broker is both bootstrap and broker), and the pool replaces it once closed.
                 reasons.append(describe_failure(exc))
                 if self._preferred == address:
                     self._preferred = None

@@ -121,10 +121,18 @@ class Consumer:
             raise ClosedError("consumer is closed")
         if self._started:
             return
-        await self.routes.get(self.topic)
+        try:
+            await self.routes.get(self.topic)
+        except BaseException:
+            await self.routes.close()
+            self._pool.close()
+            raise
         self._started = True
         self.routes.start()
-        await self._group_tick()
+        try:
+            await self._group_tick()
+        except (ClientError, RemotingError) as exc:  # the group loop keeps trying
+            log.warning("joining the group failed", group=self.group, error=str(exc))
         self._tasks.append(asyncio.ensure_future(self._group_loop()))
         self._tasks.append(asyncio.ensure_future(self._commit_loop()))
 
