@@ -1,0 +1,129 @@
+"""The SDK against a real broker process (development mode: the broker is the bootstrap)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from client.admin import Admin
+from client.consumer import Consumer
+from client.message import Message, ReceivedMessage
+from client.producer import Producer
+from tests.support.procs import BrokerProc
+
+pytestmark = pytest.mark.multiprocess
+
+FAST: dict[str, Any] = {
+    "heartbeat_interval": 0.2,
+    "commit_interval": 0.2,
+    "suspend_ms": 500,
+    "route_refresh_interval": 1.0,
+}
+
+
+async def create_topic(broker: BrokerProc, topic: str, queues: int = 4) -> None:
+    async with Admin(broker.address) as admin:
+        assert await admin.create_topic(topic, queues) == ["broker-a"]
+
+
+async def produce(broker: BrokerProc, topic: str, n: int, prefix: str) -> dict[bytes, int]:
+    """n single sends (64 in flight) and n/10-message batches; body -> (queue, offset) key."""
+    async with Producer(broker.address) as p:
+        singles = await asyncio.gather(
+            *(p.send(topic, f"{prefix}-{i}".encode(), keys=f"k{i}") for i in range(n))
+        )
+        batch = [Message(body=f"{prefix}-b{i}".encode(), tags="b") for i in range(10)]
+        batched = await p.send_batch(topic, batch)
+    sent = {f"{prefix}-{i}".encode(): r for i, r in enumerate(singles)}
+    sent.update({m.body: r for m, r in zip(batch, batched, strict=True)})
+    assert len({(r.queue_id, r.queue_offset) for r in sent.values()}) == len(sent)
+    return {body: r.queue_id * 1_000_000 + r.queue_offset for body, r in sent.items()}
+
+
+def key(m: ReceivedMessage) -> int:
+    return m.queue_id * 1_000_000 + m.queue_offset
+
+
+async def receive_until(
+    consumer: Consumer, done: Callable[[list[ReceivedMessage]], bool], timeout: float = 30
+) -> list[ReceivedMessage]:
+    got: list[ReceivedMessage] = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not done(got):
+        assert asyncio.get_running_loop().time() < deadline, f"only {len(got)} messages arrived"
+        got.extend(await consumer.receive(0.1))
+    return got
+
+
+async def wait_for(cond: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.02)
+
+
+async def test_every_produced_message_is_consumed_with_its_body_and_offset(
+    broker: BrokerProc,
+) -> None:
+    await create_topic(broker, "T")
+    sent = await produce(broker, "T", 500, "m")
+    async with Consumer(broker.address, "g", "T", **FAST) as c:
+        got = await receive_until(c, lambda g: len({m.body for m in g}) >= len(sent))
+    assert {m.body: key(m) for m in got} == sent
+    by_body = {m.body: m for m in got}
+    assert by_body[b"m-7"].keys == "k7"
+    assert by_body[b"m-b3"].tags == "b"
+    assert all(m.broker_name == "broker-a" and m.topic == "T" for m in got)
+
+
+async def test_offsets_resume_after_a_consumer_restart(broker: BrokerProc) -> None:
+    await create_topic(broker, "T")
+    first = await produce(broker, "T", 100, "a")
+    async with Consumer(broker.address, "g", "T", **FAST) as c:
+        await receive_until(c, lambda g: len(g) >= len(first))
+    second = await produce(broker, "T", 50, "b")
+    async with Consumer(broker.address, "g", "T", **FAST) as c:
+        got = await receive_until(c, lambda g: len(g) >= len(second))
+        assert await c.receive(1.0) == []
+    assert {m.body: key(m) for m in got} == second
+
+
+async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
+    broker: BrokerProc,
+) -> None:
+    await create_topic(broker, "T", queues=8)
+    c1 = Consumer(broker.address, "g", "T", client_id="c1", **FAST)
+    c2 = Consumer(broker.address, "g", "T", client_id="c2", **FAST)
+    try:
+        await c1.start()
+        await wait_for(lambda: len(c1.owned) == 8)
+        await c2.start()
+        await wait_for(lambda: len(c1.owned) == 4 and len(c2.owned) == 4)
+        assert set(c1.owned).isdisjoint(c2.owned)
+        sent = await produce(broker, "T", 400, "x")
+        got1 = await receive_until(c1, lambda g: len(g) >= 50)
+        got2 = await receive_until(c2, lambda g: len(g) >= 50)
+        assert {m.queue_id for m in got1}.isdisjoint({m.queue_id for m in got2})
+        await c2.close()  # leaves with messages pulled but never handed out
+        await wait_for(lambda: len(c1.owned) == 8)
+        seen = {m.body for m in got1 + got2}
+        more = await receive_until(c1, lambda g: seen | {m.body for m in g} >= set(sent))
+    finally:
+        await c1.close()
+        await c2.close()
+    assert seen | {m.body for m in more} == set(sent)
+
+
+async def test_latest_skips_what_was_stored_before_the_group_existed(broker: BrokerProc) -> None:
+    await create_topic(broker, "T")
+    await produce(broker, "T", 30, "old")
+    async with Consumer(broker.address, "late", "T", start_from="latest", **FAST) as c:
+        await wait_for(
+            lambda: len(c.owned) == 4 and all(s.next_offset is not None for s in c.owned.values())
+        )
+        sent = await produce(broker, "T", 20, "new")
+        got = await receive_until(c, lambda g: len(g) >= len(sent))
+    assert {m.body: key(m) for m in got} == sent
