@@ -11,6 +11,21 @@ decisions out.
 - scheduler.py: which groups need an election now;
 - results.py: decisions, apply outcomes and response shapes; group.py and snapshot.py: the
   per-group record and its snapshot encoding.
+
+The driver's contract, on the active controller::
+
+    decision = manager.<request>(...)          # validated against applied state
+    if not decision.events:
+        answer(decision)                        # code, remark, response
+    else:                                       # every decision carries at most one event
+        index = raft.propose(encode_event(decision.events[0]))
+        outcome = <the Applied returned by manager.apply() when that entry is applied>
+        answer(decision.settle([outcome]))
+
+and on every controller, for every committed entry: ``manager.apply(decode_event(data))``.
+Liveness lives in a BrokerLiveTable on the active controller (``became_active`` on winning
+leadership, ``became_standby`` on losing it); ``elections_needed`` says which groups to run a
+controller-triggered ``elect_master`` for.
 """
 
 from controller.metadata.election import (

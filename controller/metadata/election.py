@@ -108,7 +108,6 @@ def choose_master(
             broker_id=designated,
             reason=f"designated broker {designated} {why}",
         )
-    what = "alive replica" if first_election else "alive SyncStateSet member"
-    if enable_elect_unclean_master and not first_election:
-        what = "alive replica"
+    unclean = first_election or enable_elect_unclean_master
+    what = "alive replica" if unclean else "alive SyncStateSet member"
     return ElectionResult(verdict=Verdict.NO_CANDIDATE, reason=f"no {what} to elect")

@@ -92,7 +92,7 @@ def test_equal_events_encode_to_equal_bytes_whatever_the_set_order() -> None:
         lambda: ApplyBrokerId(
             cluster="c", broker_name="b" * (MAX_NAME_CHARS + 1), broker_id=1, register_code="x"
         ),
-        lambda: ApplyBrokerId(cluster="c", broker_name="b", broker_id=1, register_code=5),
+        lambda: ApplyBrokerId(cluster="c", broker_name="b", broker_id=1, register_code=5),  # type: ignore[arg-type]
         lambda: UpdateBrokerAddress(cluster="c", broker_name="b", broker_id=MAX_ID + 1, address=""),
         lambda: ElectMaster(
             broker_name="b", new_master_broker_id=1, master_epoch=-1, sync_state_set_epoch=0
@@ -109,7 +109,7 @@ def test_equal_events_encode_to_equal_bytes_whatever_the_set_order() -> None:
             master_broker_id=1,
             master_epoch=0,
             sync_state_set_epoch=0,
-            new_sync_state_set={1},
+            new_sync_state_set={1},  # type: ignore[arg-type]
         ),
         lambda: CleanBrokerData(broker_name="b", broker_ids=frozenset()),
         lambda: CleanBrokerData(broker_name="b", broker_ids=frozenset({0})),
@@ -125,7 +125,7 @@ def test_events_are_frozen_and_keyword_only() -> None:
     with pytest.raises(AttributeError):
         event.broker_name = "c"  # type: ignore[misc]
     with pytest.raises(TypeError):
-        CleanBrokerData("b")  # type: ignore[misc]
+        CleanBrokerData("b")  # type: ignore[call-arg]
 
 
 def _packed(obj: Any) -> bytes:

@@ -121,7 +121,8 @@ def _decide(manager: ReplicasInfoManager, data: Any) -> Decision[Any] | Event:
         return manager.clean_broker_data(
             None, name, ids, alive=alive, clean_living_broker=data.draw(st.booleans())
         )
-    return data.draw(raw_events)
+    event: Event = data.draw(raw_events)
+    return event
 
 
 @settings(max_examples=150, deadline=None)

@@ -31,7 +31,7 @@ def alter(
     decision = manager.alter_sync_state_set(
         name, master, master_epoch, frozenset(new_set), sync_state_set_epoch, alive
     )
-    return commit(manager, decision)  # type: ignore[arg-type]
+    return commit(manager, decision)
 
 
 def test_the_master_expands_the_sync_state_set() -> None:

@@ -1,0 +1,170 @@
+"""Which groups the active controller elects for, and the loop scheduler -> elect -> commit."""
+
+from __future__ import annotations
+
+from controller.metadata import (
+    BrokerLiveTable,
+    ElectRequest,
+    ReplicasInfoManager,
+    elections_needed,
+)
+from protocol.codes import ResponseCode as RC
+from tests.metadata.support import GROUP, alive_all, commit, group_with_master, register_group
+
+TIMEOUT = 1000
+
+
+def beat(table: BrokerLiveTable, broker_id: int, now_ms: int, *, name: str = GROUP) -> None:
+    table.on_heartbeat(
+        cluster="DefaultCluster",
+        broker_name=name,
+        broker_id=broker_id,
+        address=f"h:{broker_id}",
+        now_ms=now_ms,
+        epoch=1,
+        max_offset=100 + broker_id,
+        confirm_offset=100,
+        election_priority=0,
+        timeout_ms=TIMEOUT,
+        connection_id=broker_id,
+    )
+
+
+def needed(
+    manager: ReplicasInfoManager, table: BrokerLiveTable, now_ms: int, **kwargs: object
+) -> list[str]:
+    return [
+        r.broker_name
+        for r in elections_needed(manager.replica_infos(), table, now_ms, **kwargs)  # type: ignore[arg-type]
+    ]
+
+
+def in_sync_group() -> ReplicasInfoManager:
+    """broker-a: master 1, SyncStateSet {1, 2}, replica 3 out of sync."""
+    manager = group_with_master()
+    alter = manager.alter_sync_state_set(GROUP, 1, 1, frozenset({1, 2}), 1, alive_all)
+    assert commit(manager, alter).ok
+    return manager
+
+
+def test_a_standby_controller_schedules_nothing() -> None:
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    assert needed(manager, table, 99_000) == []
+
+
+def test_an_alive_master_needs_no_election() -> None:
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    for broker_id in (1, 2, 3):
+        beat(table, broker_id, 1500)
+    assert needed(manager, table, 2000) == []
+
+
+def test_a_master_that_timed_out_needs_an_election() -> None:
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 1, 1000)
+    beat(table, 2, 2500)
+    assert table.expired(2001) == [(GROUP, 1)]
+    requests = elections_needed(manager.replica_infos(), table, 2001)
+    assert requests == [ElectRequest(broker_name=GROUP, reason="master 1 is inactive")]
+    assert needed(manager, table, 2001, in_flight={GROUP}) == []
+
+
+def test_an_unheard_master_is_not_judged_during_the_grace_period() -> None:
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(10_000)  # a fresh leader: empty table
+    beat(table, 2, 10_100)
+    assert needed(manager, table, 10_999) == []
+    beat(table, 2, 11_000)
+    assert needed(manager, table, 11_000) == [GROUP]
+
+
+def test_a_master_whose_connection_closed_is_elected_away_even_in_grace() -> None:
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 1, 100)
+    beat(table, 2, 100)
+    table.on_connection_closed(1)
+    assert needed(manager, table, 200) == [GROUP]
+
+
+def test_a_masterless_group_is_elected_when_a_sync_state_set_member_is_alive() -> None:
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 3, 1500)  # out of sync only
+    assert (
+        commit(
+            manager, manager.elect_master(GROUP, alive_replicas=table.election_view(GROUP, 1500))
+        ).code
+        == RC.CONTROLLER_MASTER_NOT_AVAILABLE
+    )
+    assert needed(manager, table, 1500) == []
+    assert needed(manager, table, 1500, enable_elect_unclean_master=True) == [GROUP]
+    beat(table, 2, 1600)
+    assert needed(manager, table, 1600) == [GROUP]
+
+
+def test_a_masterless_group_waits_for_the_grace_period() -> None:
+    manager = ReplicasInfoManager()
+    register_group(manager, 2)
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 1, 10)
+    assert needed(manager, table, 999) == []
+    beat(table, 1, 1000)
+    assert needed(manager, table, 1000) == [GROUP]  # never elected: any alive replica
+
+
+def test_a_group_with_nobody_alive_and_no_master_needs_nothing() -> None:
+    manager = ReplicasInfoManager()
+    register_group(manager, 2)
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    assert needed(manager, table, 5000) == []
+
+
+def test_the_driver_loop_converges() -> None:
+    """Scheduler -> elect_master -> commit, as the driver runs it, until nothing is needed."""
+    manager = ReplicasInfoManager()
+    register_group(manager, 3)
+    register_group(manager, 2, name="broker-b")
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+
+    def run(now_ms: int) -> list[str]:
+        elected = []
+        for request in elections_needed(manager.replica_infos(), table, now_ms):
+            view = table.election_view(request.broker_name, now_ms)
+            reply = commit(manager, manager.elect_master(request.broker_name, alive_replicas=view))
+            elected.append(f"{request.broker_name}:{reply.code.name}")
+        return elected
+
+    for broker_id in (1, 2, 3):
+        beat(table, broker_id, 1000)
+    beat(table, 2, 1000, name="broker-b")
+    assert run(1000) == ["broker-a:SUCCESS", "broker-b:SUCCESS"]
+    info = manager.replica_info(GROUP)
+    assert info is not None and info.master_broker_id == 3  # highest max offset
+    assert run(1000) == []
+    # broker-a's master goes silent; the rest keep beating.
+    for broker_id in (1, 2):
+        beat(table, broker_id, 1900)
+    beat(table, 2, 1900, name="broker-b")
+    assert table.expired(2001) == [(GROUP, 3)]
+    # Only 3 was in the SyncStateSet: no candidate, the master is cleared.
+    assert run(2001) == ["broker-a:CONTROLLER_MASTER_NOT_AVAILABLE"]
+    info = manager.replica_info(GROUP)
+    assert info is not None and info.master_broker_id is None and info.master_epoch == 2
+    assert run(2001) == []
+    # 3 comes back and is elected again, at a new epoch.
+    beat(table, 3, 2500)
+    assert run(2500) == ["broker-a:SUCCESS"]
+    info = manager.replica_info(GROUP)
+    assert info is not None and info.master_broker_id == 3 and info.master_epoch == 3
