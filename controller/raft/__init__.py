@@ -1,0 +1,103 @@
+"""Raft as a pure state machine: no asyncio, no clock, no sockets, no files.
+
+The driver feeds :class:`RaftNode` with ``tick()``, ``step(message)`` and requests, and carries
+out each :class:`Ready` it returns (persist, send, apply) before ``advance()``. See
+:mod:`controller.raft.core` for the driver loop and :mod:`controller.raft.ready` for the order
+in which a Ready must be handled.
+
+Modules: ``messages`` (data types), ``config``, ``log`` (unstable/stable log), ``progress``
+(per-member replication state), ``membership`` (configuration changes), ``readonly``
+(read-index), ``leader`` (the leader's half), ``core`` (the node), ``storage_view`` (what the
+core reads from durable storage).
+"""
+
+from .config import RaftConfig
+from .core import RaftNode, Status, bootstrap
+from .errors import (
+    Compacted,
+    ConfChangeRejected,
+    NotLeader,
+    ProposalDropped,
+    RaftError,
+    ReadyNotAdvanced,
+    StorageError,
+    TransferRejected,
+    Unavailable,
+)
+from .leader import ProgressStatus
+from .membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
+from .messages import (
+    MESSAGE_TYPES,
+    AppendEntries,
+    AppendResponse,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    InstallSnapshotAck,
+    Message,
+    MessageBase,
+    NodeId,
+    ReadIndexRequest,
+    ReadIndexResponse,
+    ReadState,
+    Snapshot,
+    SnapshotMeta,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from .progress import ProgressState
+from .ready import Ready, Role, SoftState
+from .storage_view import StorageView
+
+__all__ = [
+    "MESSAGE_TYPES",
+    "AppendEntries",
+    "AppendResponse",
+    "Compacted",
+    "ConfChange",
+    "ConfChangeRejected",
+    "ConfChangeType",
+    "ConfState",
+    "Entry",
+    "EntryType",
+    "HardState",
+    "Heartbeat",
+    "HeartbeatResponse",
+    "InstallSnapshot",
+    "InstallSnapshotAck",
+    "Message",
+    "MessageBase",
+    "NodeId",
+    "NotLeader",
+    "ProgressState",
+    "ProgressStatus",
+    "ProposalDropped",
+    "RaftConfig",
+    "RaftError",
+    "RaftNode",
+    "ReadIndexRequest",
+    "ReadIndexResponse",
+    "ReadState",
+    "Ready",
+    "ReadyNotAdvanced",
+    "Role",
+    "Snapshot",
+    "SnapshotMeta",
+    "SoftState",
+    "Status",
+    "StorageError",
+    "StorageView",
+    "TimeoutNow",
+    "TransferRejected",
+    "Unavailable",
+    "VoteRequest",
+    "VoteResponse",
+    "bootstrap",
+    "decode_conf_change",
+    "encode_conf_change",
+]

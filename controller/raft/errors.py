@@ -1,0 +1,48 @@
+"""Errors the Raft core raises to its caller (the driver). None of them leaves the node broken."""
+
+from __future__ import annotations
+
+from .messages import NodeId
+
+
+class RaftError(Exception):
+    """Base class of every error the core raises on purpose."""
+
+
+class NotLeader(RaftError):
+    """This node cannot take the request; ``leader_id`` is the leader it knows of, if any."""
+
+    def __init__(self, leader_id: NodeId | None) -> None:
+        super().__init__(f"not the leader (leader: {leader_id or 'unknown'})")
+        self.leader_id = leader_id
+
+
+class ProposalDropped(RaftError):
+    """The leader refused the proposal for now (e.g. a leadership transfer is in progress, a
+    membership change is still uncommitted, or the leader has not committed in its term yet).
+    Retrying later, possibly at another leader, is the right response."""
+
+
+class ConfChangeRejected(RaftError):
+    """The membership change is invalid against the current configuration (adding a member
+    twice, promoting a non-learner, removing the last voter, promoting a lagging learner)."""
+
+
+class TransferRejected(RaftError):
+    """The leadership transfer target is not a voter of the group."""
+
+
+class StorageError(RaftError):
+    """Base of the storage view's lookup errors."""
+
+
+class Compacted(StorageError):
+    """The requested index has been compacted into a snapshot."""
+
+
+class Unavailable(StorageError):
+    """The requested index is past the end of the log."""
+
+
+class ReadyNotAdvanced(RaftError):
+    """``ready()`` was called while the previous Ready had not been passed to ``advance()``."""

@@ -1,0 +1,447 @@
+"""The leader's half of the node: replication, commit, heartbeats, read-index, transfer.
+
+A :class:`Leader` exists only while its node leads, for one term; stepping down drops it with
+everything it tracked (progress, pending reads, a transfer in flight).
+
+Replication (section 5.3) with etcd's flow control: appends to a member in REPLICATE are
+pipelined up to ``max_inflight`` and each carries at most ``max_msg_bytes`` of entries; new
+proposals are batched until the next ``ready()`` so that one append carries all of them. A
+rejected append carries the follower's conflict hint, so the leader skips a whole term per
+round trip instead of one index. A member whose next entry is compacted gets the snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import Compacted, ConfChangeRejected, ProposalDropped, RaftError, TransferRejected
+from .membership import ConfChange, ConfChangeType, apply_conf_change, majority, quorum_index
+from .messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    InstallSnapshotAck,
+    Message,
+    NodeId,
+    ReadIndexRequest,
+    ReadIndexResponse,
+    ReadState,
+    TimeoutNow,
+)
+from .progress import Progress, ProgressState
+from .readonly import ReadOnly
+
+if TYPE_CHECKING:
+    from .core import RaftNode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressStatus:
+    node_id: NodeId
+    state: ProgressState
+    match: int
+    next: int
+    recent_active: bool
+    learner: bool
+
+
+class Leader:
+    def __init__(self, node: RaftNode) -> None:
+        self.node = node
+        self.progress: dict[NodeId, Progress] = {}
+        self.readonly = ReadOnly()
+        self.reads_before_commit: list[tuple[NodeId, bytes]] = []
+        self.transferee: NodeId | None = None
+        self.transfer_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.preferred_backoff = 0
+        self.removal_index = 0
+        """Index of the uncommitted entry that removes this node (0: none)."""
+        self.committed_in_term = False
+        self._need_bcast = False
+        self._commit_moved = False
+        self._need_heartbeat = False
+        self.conf_changed()
+
+    # --- membership --------------------------------------------------------------------------
+
+    def conf_changed(self) -> None:
+        """Make the progress map follow the configuration in use."""
+        node = self.node
+        cs = node._conf.current
+        members = cs.members()
+        last = node.log.last_index()
+        for member in members:
+            if member not in self.progress:
+                pr = Progress(next_index=last + 1, max_inflight=node.config.max_inflight)
+                if member == node.id:
+                    pr.match = node.log.persisted_last_index()
+                    pr.become_replicate()
+                    pr.recent_active = True
+                self.progress[member] = pr
+        for member in [m for m in self.progress if m not in members]:
+            del self.progress[member]
+        self.progress = dict(sorted(self.progress.items()))
+        if self.transferee is not None and not cs.is_voter(self.transferee):
+            self.abort_transfer()
+        if not cs.is_voter(node.id):
+            self.removal_index = node._conf.last_change_index
+        else:
+            self.removal_index = 0
+
+    def check_conf_change(self, cc: ConfChange) -> None:
+        node = self.node
+        if self.transferee is not None:
+            raise ProposalDropped("leadership transfer in progress")
+        if not self.committed_in_term:
+            raise ProposalDropped("the leader has not committed an entry in its term yet")
+        if node._conf.last_change_index > node.log.committed:
+            raise ProposalDropped("the previous membership change is not committed yet")
+        apply_conf_change(node._conf.current, cc)
+        if cc.type is ConfChangeType.PROMOTE:
+            pr = self.progress.get(cc.node_id)
+            if pr is None or pr.match < node.log.committed:
+                raise ConfChangeRejected(f"learner {cc.node_id} has not caught up yet")
+
+    def _maybe_auto_promote(self, node_id: NodeId, pr: Progress) -> None:
+        node = self.node
+        if not node.config.auto_promote_learners or not node._conf.current.is_learner(node_id):
+            return
+        if pr.match < node.log.committed:
+            return
+        try:
+            node.propose_conf_change(ConfChange.promote(node_id))
+        except RaftError:
+            pass  # not now (e.g. another change pending); retried on the next acknowledgement
+
+    # --- inputs ------------------------------------------------------------------------------
+
+    def step(self, m: Message) -> None:
+        if isinstance(m, AppendResponse):
+            self._on_append_response(m)
+        elif isinstance(m, HeartbeatResponse):
+            self._on_heartbeat_response(m)
+        elif isinstance(m, InstallSnapshotAck):
+            self._on_snapshot_ack(m)
+        elif isinstance(m, ReadIndexRequest):
+            pr = self.progress.get(m.src)
+            if pr is not None:
+                pr.recent_active = True
+            self.read_index(m.src, m.ctx)
+
+    def tick(self) -> None:
+        node = self.node
+        cfg = node.config
+        node._election_elapsed += 1
+        self.heartbeat_elapsed += 1
+        if self.preferred_backoff > 0:
+            self.preferred_backoff -= 1
+        if self.transferee is not None:
+            self.transfer_elapsed += 1
+            if self.transfer_elapsed >= cfg.transfer_timeout:
+                self.abort_transfer()
+        if node._election_elapsed >= cfg.election_ticks_min:
+            node._election_elapsed = 0
+            if cfg.check_quorum and not self._quorum_active():
+                node._step_down()
+                return
+            for member, pr in self.progress.items():
+                pr.recent_active = member == node.id
+        if self.heartbeat_elapsed >= cfg.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            self._bcast_heartbeat()
+            self._maybe_transfer_to_preferred()
+
+    def on_persisted(self, index: int) -> None:
+        """The leader's own log is durable up to ``index``: it counts towards the quorum."""
+        pr = self.progress.get(self.node.id)
+        if pr is not None and pr.maybe_update(index):
+            self._maybe_commit()
+
+    def entries_appended(self) -> None:
+        self._need_bcast = True
+
+    def report_unreachable(self, node_id: NodeId) -> None:
+        pr = self.progress.get(node_id)
+        if pr is not None and pr.state is ProgressState.REPLICATE:
+            pr.become_probe()
+
+    # --- batching: the sends scheduled since the last Ready ----------------------------------
+
+    def has_pending_sends(self) -> bool:
+        return self._need_bcast or self._commit_moved or self._need_heartbeat
+
+    def flush(self) -> None:
+        if self._need_bcast or self._commit_moved:
+            self._bcast_append(send_if_empty=self._commit_moved)
+        if self._need_heartbeat:
+            self._bcast_heartbeat()
+        self._need_bcast = self._commit_moved = self._need_heartbeat = False
+
+    # --- replication -------------------------------------------------------------------------
+
+    def _bcast_append(self, *, send_if_empty: bool) -> None:
+        for member in self.progress:
+            if member != self.node.id:
+                self._send_append(member, send_if_empty=send_if_empty)
+
+    def _send_append(self, to: NodeId, *, send_if_empty: bool = True) -> bool:
+        pr = self.progress[to]
+        if pr.is_paused():
+            return False
+        node = self.node
+        log = node.log
+        prev = pr.next - 1
+        prev_term = log.term_or_none(prev)
+        if prev_term is None:
+            self._send_snapshot(to, pr)
+            return True
+        try:
+            entries = log.slice(pr.next, log.last_index() + 1, node.config.max_msg_bytes)
+        except Compacted:
+            self._send_snapshot(to, pr)
+            return True
+        if not entries and not send_if_empty:
+            return False
+        node._send(
+            AppendEntries(
+                src=node.id,
+                dst=to,
+                term=node.term,
+                prev_log_index=prev,
+                prev_log_term=prev_term,
+                commit=log.committed,
+                entries=tuple(entries),
+            )
+        )
+        pr.sent_entries(len(entries), sum(e.size() for e in entries))
+        return True
+
+    def _send_snapshot(self, to: NodeId, pr: Progress) -> None:
+        node = self.node
+        snapshot = node.storage.snapshot()
+        if snapshot.index == 0:
+            return
+        if pr.state is not ProgressState.SNAPSHOT or pr.pending_snapshot != snapshot.index:
+            pr.become_snapshot(snapshot.index)
+        offset = min(pr.snapshot_offset, len(snapshot.data))
+        chunk = snapshot.data[offset : offset + node.config.snapshot_chunk_bytes]
+        node._send(
+            InstallSnapshot(
+                src=node.id,
+                dst=to,
+                term=node.term,
+                meta=snapshot.meta,
+                offset=offset,
+                data=chunk,
+                done=offset + len(chunk) >= len(snapshot.data),
+            )
+        )
+
+    def _on_append_response(self, m: AppendResponse) -> None:
+        node = self.node
+        pr = self.progress.get(m.src)
+        if pr is None:
+            return
+        pr.recent_active = True
+        if m.reject:
+            next_probe = m.reject_hint
+            if m.hint_term > 0:
+                next_probe, _ = node.log.find_conflict_by_term(m.reject_hint, m.hint_term)
+            if pr.maybe_decrease_to(m.index, next_probe):
+                if pr.state is ProgressState.REPLICATE:
+                    pr.become_probe()
+                self._send_append(m.src)
+            return
+        was_paused = pr.is_paused()
+        if not (
+            pr.maybe_update(m.index) or (pr.match == m.index and pr.state is ProgressState.PROBE)
+        ):
+            return
+        if pr.state is ProgressState.PROBE:
+            pr.become_replicate()
+        elif pr.state is ProgressState.SNAPSHOT:
+            if pr.match + 1 >= node.log.first_index():
+                pr.become_probe()
+                pr.become_replicate()
+        else:
+            pr.inflights.free_le(m.index)
+        if self._maybe_commit():
+            self._commit_moved = True
+        elif was_paused:
+            self._send_append(m.src, send_if_empty=False)
+        if node._leader is not self:
+            return  # the commit removed us and we stepped down
+        while self._send_append(m.src, send_if_empty=False):
+            pass
+        if m.src == self.transferee and pr.match == node.log.last_index():
+            self._send_timeout_now(m.src)
+        self._maybe_auto_promote(m.src, pr)
+
+    def _maybe_commit(self) -> bool:
+        node = self.node
+        voters = node._conf.current.voters
+        index = quorum_index([self.progress[v].match for v in voters if v in self.progress])
+        if not node.log.maybe_commit(index, node.term):
+            return False
+        self._on_commit()
+        return True
+
+    def _on_commit(self) -> None:
+        node = self.node
+        if not self.committed_in_term:
+            self.committed_in_term = True
+            waiting, self.reads_before_commit = self.reads_before_commit, []
+            for origin, ctx in waiting:
+                self.read_index(origin, ctx)
+        if self.removal_index and node.log.committed >= self.removal_index:
+            # Our removal is committed: hand over to the most caught-up voter and step down.
+            best = max(
+                (v for v in node._conf.current.voters if v in self.progress),
+                key=lambda v: self.progress[v].match,
+                default=None,
+            )
+            if best is not None and self.progress[best].match == node.log.last_index():
+                self._send_timeout_now(best)
+            node._step_down()
+
+    def _quorum_active(self) -> bool:
+        voters = self.node._conf.current.voters
+        active = sum(1 for v in voters if v in self.progress and self.progress[v].recent_active)
+        return active >= majority(len(voters))
+
+    # --- heartbeats and snapshots in flight --------------------------------------------------
+
+    def _bcast_heartbeat(self) -> None:
+        node = self.node
+        seq = self.readonly.last_seq
+        for member, pr in self.progress.items():
+            if member != node.id:
+                node._send(
+                    Heartbeat(
+                        src=node.id,
+                        dst=member,
+                        term=node.term,
+                        commit=min(pr.match, node.log.committed),
+                        read_seq=seq,
+                    )
+                )
+
+    def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        pr = self.progress.get(m.src)
+        if pr is None:
+            return
+        pr.recent_active = True
+        pr.probe_sent = False
+        if pr.state is ProgressState.SNAPSHOT:
+            self._send_snapshot(m.src, pr)  # resend the chunk the member still waits for
+        else:
+            if pr.state is ProgressState.REPLICATE and pr.inflights.full():
+                pr.inflights.free_first()
+            if pr.match < self.node.log.last_index():
+                self._send_append(m.src)
+        if m.read_seq > pr.read_seq:
+            pr.read_seq = m.read_seq
+            self._release_reads()
+
+    def _on_snapshot_ack(self, m: InstallSnapshotAck) -> None:
+        pr = self.progress.get(m.src)
+        if pr is None:
+            return
+        pr.recent_active = True
+        if pr.state is not ProgressState.SNAPSHOT or m.snapshot_index != pr.pending_snapshot:
+            return
+        pr.snapshot_offset = m.offset
+        self._send_snapshot(m.src, pr)
+
+    # --- read-index --------------------------------------------------------------------------
+
+    def read_index(self, origin: NodeId, ctx: bytes) -> None:
+        node = self.node
+        if not self.committed_in_term:
+            self.reads_before_commit.append((origin, ctx))
+            return
+        if node._conf.current.voters == (node.id,):
+            self._deliver_read(origin, ctx, node.log.committed)
+            return
+        self.readonly.add(origin, ctx, node.log.committed)
+        self._need_heartbeat = True
+
+    def _release_reads(self) -> None:
+        node = self.node
+        acked = {member: pr.read_seq for member, pr in self.progress.items()}
+        acked[node.id] = self.readonly.last_seq
+        for read in self.readonly.release(acked, node._conf.current.voters):
+            self._deliver_read(read.origin, read.ctx, read.index)
+
+    def _deliver_read(self, origin: NodeId, ctx: bytes, index: int) -> None:
+        node = self.node
+        if origin == node.id:
+            node._pending_reads.append(ReadState(index=index, ctx=ctx))
+        else:
+            node._send(
+                ReadIndexResponse(src=node.id, dst=origin, term=node.term, ctx=ctx, index=index)
+            )
+
+    # --- leadership transfer -----------------------------------------------------------------
+
+    def transfer(self, target: NodeId) -> None:
+        node = self.node
+        if target == node.id:
+            self.abort_transfer()
+            return
+        if not node._conf.current.is_voter(target) or target not in self.progress:
+            raise TransferRejected(f"{target} is not a voter")
+        if self.transferee == target:
+            return
+        self.transferee = target
+        self.transfer_elapsed = 0
+        if self.progress[target].match == node.log.last_index():
+            self._send_timeout_now(target)
+        else:
+            self._send_append(target)
+
+    def abort_transfer(self) -> None:
+        self.transferee = None
+        self.transfer_elapsed = 0
+
+    def _send_timeout_now(self, to: NodeId) -> None:
+        node = self.node
+        node._send(TimeoutNow(src=node.id, dst=to, term=node.term))
+
+    def _maybe_transfer_to_preferred(self) -> None:
+        node = self.node
+        preferred = node.config.preferred_leader
+        if (
+            preferred is None
+            or preferred == node.id
+            or self.transferee is not None
+            or self.preferred_backoff > 0
+            or not self.committed_in_term
+            or not node._conf.current.is_voter(preferred)
+        ):
+            return
+        pr = self.progress.get(preferred)
+        if pr is None or not pr.recent_active or pr.match != node.log.last_index():
+            return
+        self.preferred_backoff = node.config.preferred_leader_backoff_ticks
+        self.transfer(preferred)
+
+    # --- inspection --------------------------------------------------------------------------
+
+    def progress_status(self) -> tuple[ProgressStatus, ...]:
+        cs = self.node._conf.current
+        return tuple(
+            ProgressStatus(
+                node_id=member,
+                state=pr.state,
+                match=pr.match,
+                next=pr.next,
+                recent_active=pr.recent_active,
+                learner=cs.is_learner(member),
+            )
+            for member, pr in self.progress.items()
+        )

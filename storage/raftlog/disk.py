@@ -1,0 +1,436 @@
+"""DiskStorage: the Raft log, hard state and snapshots on disk.
+
+Directory layout::
+
+    DIR/hardstate                         term, vote, commit (atomic replace, see files.py)
+    DIR/snap/<index>-<term>.snap          the latest snapshot (older ones are deleted)
+    DIR/log/<first index>.log             log segments (see framing.py)
+
+Reads never touch the disk after :meth:`DiskStorage.open`: the entries after the snapshot are
+mirrored in memory (a :class:`MemoryStorage`), which the snapshot interval keeps small. Writes
+go to the files first, then to the mirror. Everything here is synchronous; the driver calls
+:meth:`save` from a worker thread, one Ready at a time, and a lock keeps the core's concurrent
+reads consistent.
+
+Durability order inside :meth:`save`: a received snapshot (file durable before the log it
+replaces is deleted), then entries (one fsync of the segment files for the whole Ready: group
+commit), then the hard state (atomic file) when term or vote changed, then a local compaction
+(snapshot file durable before the prefix is deleted). A commit-only hard state change is kept
+in memory and written with the next term/vote change or at :meth:`close`: Raft does not need a
+durable commit index, and skipping it saves two fsyncs per Ready.
+
+Recovery (:meth:`open`): the newest snapshot that passes its CRC wins; segments are scanned in
+order and the log is truncated at the first torn, corrupt or out-of-sequence entry (every later
+segment is deleted); entries covered by the snapshot are dropped, and a log that does not
+continue the snapshot (a gap, or a different term at the snapshot index) is discarded.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from controller.raft.messages import Entry, HardState, Snapshot, SnapshotMeta
+
+from .files import (
+    CorruptFile,
+    atomic_write,
+    decode_hard_state,
+    decode_snapshot,
+    encode_hard_state,
+    encode_snapshot,
+    fsync_dir,
+    parse_snapshot_name,
+    snapshot_name,
+)
+from .framing import SEGMENT_MAGIC, encode_entry, parse_segment_name, scan_segment, segment_name
+from .memory import MemoryStorage
+
+DEFAULT_SEGMENT_BYTES = 64 << 20
+
+
+class CorruptStorage(Exception):
+    """The storage cannot be trusted (e.g. the hard state file fails its CRC): an operator must
+    decide; starting anyway could break Raft's promises (a vote given twice)."""
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What :meth:`DiskStorage.open` found and repaired, for the driver's start-up log."""
+
+    entries: int = 0
+    first_index: int = 1
+    last_index: int = 0
+    snapshot_index: int = 0
+    truncated: list[str] = field(default_factory=list)
+    """One line per repair (torn tail cut, corrupt entry cut, segment or snapshot removed)."""
+
+
+@dataclass(slots=True)
+class _Segment:
+    first_index: int
+    path: Path
+    offsets: list[int]
+    """File offset of each entry's frame; entry ``first_index + i`` starts at ``offsets[i]``."""
+    size: int
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self.offsets) - 1
+
+
+class DiskStorage:
+    def __init__(self, directory: Path, *, segment_bytes: int, fsync: bool) -> None:
+        """Use :meth:`open`."""
+        self.directory = directory
+        self._log_dir = directory / "log"
+        self._snap_dir = directory / "snap"
+        self._segment_bytes = segment_bytes
+        self._fsync = fsync
+        self._lock = threading.RLock()
+        self._mem = MemoryStorage()
+        self._segments: list[_Segment] = []
+        self._tail: BinaryIO | None = None
+        self._dirty_files: set[Path] = set()
+        self._dir_dirty = False
+        self._written_hs = HardState()
+        self.report = RecoveryReport()
+
+    # --- opening and recovery ------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        fsync: bool = True,
+    ) -> DiskStorage:
+        """Open (creating if needed) and recover the storage in ``directory``."""
+        if segment_bytes < 64:
+            raise ValueError("segment_bytes must be at least 64")
+        store = cls(Path(directory), segment_bytes=segment_bytes, fsync=fsync)
+        store._recover()
+        return store
+
+    def _recover(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._log_dir.mkdir(exist_ok=True)
+        self._snap_dir.mkdir(exist_ok=True)
+        report = self.report
+        hs_path = self.directory / "hardstate"
+        hs_path.with_name("hardstate.tmp").unlink(missing_ok=True)
+        if hs_path.exists():
+            try:
+                hs = decode_hard_state(hs_path.read_bytes())
+            except CorruptFile as exc:
+                raise CorruptStorage(f"{hs_path}: {exc}") from None
+            self._mem.set_hard_state(hs)
+            self._written_hs = hs
+
+        snapshot = self._recover_snapshot()
+        if snapshot is not None:
+            self._mem.apply_snapshot(snapshot)
+            report.snapshot_index = snapshot.index
+
+        entries = self._recover_segments()
+        base = self._mem.snapshot_meta()
+        if entries and base.index:
+            covered = entries[: max(0, base.index - entries[0].index + 1)]
+            rest = entries[len(covered) :]
+            continues = bool(rest) and rest[0].index == base.index + 1
+            if covered and covered[-1].index == base.index and covered[-1].term != base.term:
+                continues = False
+            if rest and not continues:
+                report.truncated.append(
+                    f"log after the snapshot at {base.index} does not continue it; discarded"
+                )
+                self._truncate_suffix(entries[0].index)
+                rest = []
+            self._drop_covered(base.index)
+            entries = rest
+        self._mem.append(entries)
+        self._sync()
+        report.entries = len(entries)
+        report.first_index = self._mem.first_index()
+        report.last_index = self._mem.last_index()
+
+    def _recover_snapshot(self) -> Snapshot | None:
+        found: list[tuple[int, int, Path]] = []
+        for path in self._snap_dir.iterdir():
+            parsed = parse_snapshot_name(path.name)
+            if parsed is None:
+                if path.name.endswith(".tmp"):
+                    path.unlink()
+                continue
+            found.append((parsed[0], parsed[1], path))
+        found.sort(reverse=True)
+        chosen: Snapshot | None = None
+        for index, term, path in found:
+            if chosen is None:
+                try:
+                    snapshot = decode_snapshot(path.read_bytes())
+                except CorruptFile as exc:
+                    self.report.truncated.append(f"snapshot {path.name}: {exc}; removed")
+                    path.unlink()
+                    continue
+                if (snapshot.index, snapshot.term) == (index, term):
+                    chosen = snapshot
+                    continue
+                self.report.truncated.append(f"snapshot {path.name}: name mismatch; removed")
+            path.unlink()
+        return chosen
+
+    def _recover_segments(self) -> list[Entry]:
+        named: list[tuple[int, Path]] = []
+        for path in self._log_dir.iterdir():
+            first = parse_segment_name(path.name)
+            if first is not None:
+                named.append((first, path))
+        named.sort()
+        entries: list[Entry] = []
+        broken = False
+        for first, path in named:
+            if broken or (entries and first != entries[-1].index + 1):
+                if not broken:
+                    self.report.truncated.append(f"segment {path.name}: gap in the log; removed")
+                else:
+                    self.report.truncated.append(f"segment {path.name}: after a bad entry; removed")
+                broken = True
+                path.unlink()
+                continue
+            scan = scan_segment(path.read_bytes(), first)
+            if not scan.entries:
+                if scan.error is not None or path.stat().st_size > len(SEGMENT_MAGIC):
+                    self.report.truncated.append(
+                        f"segment {path.name}: {scan.error or 'no entries'}; removed"
+                    )
+                path.unlink()
+                broken = scan.error is not None
+                continue
+            if scan.error is not None:
+                self.report.truncated.append(f"segment {path.name}: {scan.error}; truncated")
+                os.truncate(path, scan.valid_bytes)
+                self._dirty_files.add(path)
+                broken = True
+            self._segments.append(
+                _Segment(first_index=first, path=path, offsets=scan.offsets, size=scan.valid_bytes)
+            )
+            entries.extend(scan.entries)
+        self._dir_dirty = True
+        return entries
+
+    # --- StorageView (served from the in-memory mirror) -----------------------------------------
+
+    def hard_state(self) -> HardState:
+        return self._mem.hard_state()
+
+    def snapshot(self) -> Snapshot:
+        return self._mem.snapshot()
+
+    def snapshot_meta(self) -> SnapshotMeta:
+        return self._mem.snapshot_meta()
+
+    def first_index(self) -> int:
+        return self._mem.first_index()
+
+    def last_index(self) -> int:
+        return self._mem.last_index()
+
+    def term(self, index: int) -> int:
+        return self._mem.term(index)
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        return self._mem.entries(lo, hi, max_bytes)
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def save(
+        self,
+        *,
+        hard_state: HardState | None = None,
+        entries: Sequence[Entry] = (),
+        snapshot: Snapshot | None = None,
+        compaction: Snapshot | None = None,
+        sync: bool = True,
+    ) -> None:
+        """Persist one Ready's worth (see the module docstring for the order)."""
+        with self._lock:
+            if snapshot is not None:
+                self.apply_snapshot(snapshot)
+            if entries:
+                self.append(entries)
+            if sync:
+                self._sync()
+            if hard_state is not None:
+                self.set_hard_state(hard_state)
+            if compaction is not None:
+                self.compact(compaction)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Write ``entries`` (buffered until :meth:`sync`), first truncating any stored suffix
+        from ``entries[0].index``."""
+        if not entries:
+            return
+        with self._lock:
+            base = self._mem.snapshot_meta().index
+            entries = [e for e in entries if e.index > base]
+            if not entries:
+                return
+            first = entries[0].index
+            last = self._mem.last_index()
+            if first > last + 1:
+                raise ValueError(f"gap: appending {first} after last index {last}")
+            if first <= last:
+                self._truncate_suffix(first)
+            for entry in entries:
+                frame = encode_entry(entry)
+                tail = self._tail_for(entry.index)
+                segment = self._segments[-1]
+                tail.write(frame)
+                self._dirty_files.add(segment.path)
+                segment.offsets.append(segment.size)
+                segment.size += len(frame)
+            self._mem.append(entries)
+
+    def set_hard_state(self, hs: HardState) -> None:
+        with self._lock:
+            self._mem.set_hard_state(hs)
+            if (hs.term, hs.vote) != (self._written_hs.term, self._written_hs.vote):
+                self._write_hard_state(hs)
+
+    def apply_snapshot(self, snapshot: Snapshot) -> None:
+        """Install a snapshot received from the leader: it replaces the whole log."""
+        with self._lock:
+            if snapshot.index <= self._mem.snapshot_meta().index:
+                raise ValueError(
+                    f"snapshot {snapshot.index} is not newer than {self._mem.snapshot_meta().index}"
+                )
+            self._write_snapshot(snapshot)
+            self._truncate_suffix(self._segments[0].first_index if self._segments else 1)
+            self._mem.apply_snapshot(snapshot)
+            self._remove_old_snapshots(snapshot)
+
+    def compact(self, snapshot: Snapshot) -> None:
+        """Record a local snapshot and drop the log prefix it covers (older ones are ignored)."""
+        with self._lock:
+            if snapshot.index <= self._mem.snapshot_meta().index:
+                return
+            if snapshot.index > self._mem.last_index():
+                raise ValueError(f"compaction at {snapshot.index} is past the last index")
+            self._write_snapshot(snapshot)
+            self._mem.compact(snapshot)
+            self._drop_covered(snapshot.index)
+            self._remove_old_snapshots(snapshot)
+
+    def sync(self) -> None:
+        """Make every buffered write durable (one fsync per dirty segment, plus the directory)."""
+        with self._lock:
+            self._sync()
+
+    def close(self) -> None:
+        """Flush, write a pending commit-only hard state change, and close the files."""
+        with self._lock:
+            self._sync()
+            hs = self._mem.hard_state()
+            if hs != self._written_hs:
+                self._write_hard_state(hs)
+            if self._tail is not None:
+                self._tail.close()
+                self._tail = None
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _tail_for(self, index: int) -> BinaryIO:
+        """The open tail segment to write entry ``index`` to, rolling to a new one when full."""
+        if self._segments and self._segments[-1].size < self._segment_bytes and self._tail:
+            return self._tail
+        if self._tail is not None:
+            self._tail.flush()
+            self._tail.close()
+            self._tail = None
+        if not self._segments or self._segments[-1].size >= self._segment_bytes:
+            path = self._log_dir / segment_name(index)
+            with open(path, "wb") as f:
+                f.write(SEGMENT_MAGIC)
+            self._segments.append(
+                _Segment(first_index=index, path=path, offsets=[], size=len(SEGMENT_MAGIC))
+            )
+            self._dir_dirty = True
+        segment = self._segments[-1]
+        self._tail = open(segment.path, "ab")  # noqa: SIM115 - kept open across calls
+        self._dirty_files.add(segment.path)
+        return self._tail
+
+    def _truncate_suffix(self, index: int) -> None:
+        """Delete stored entries at ``index`` and after (files only; the mirror follows)."""
+        if self._tail is not None:
+            self._tail.flush()
+            self._tail.close()
+            self._tail = None
+        while self._segments and self._segments[-1].first_index >= index:
+            segment = self._segments.pop()
+            segment.path.unlink(missing_ok=True)
+            self._dirty_files.discard(segment.path)
+            self._dir_dirty = True
+        if self._segments and self._segments[-1].last_index >= index:
+            segment = self._segments[-1]
+            keep = index - segment.first_index
+            segment.size = segment.offsets[keep]
+            del segment.offsets[keep:]
+            os.truncate(segment.path, segment.size)
+            self._dirty_files.add(segment.path)
+
+    def _drop_covered(self, index: int) -> None:
+        """Delete the segments whose every entry is at or below ``index``."""
+        while len(self._segments) > 1 and self._segments[1].first_index <= index + 1:
+            segment = self._segments.pop(0)
+            segment.path.unlink(missing_ok=True)
+            self._dirty_files.discard(segment.path)
+            self._dir_dirty = True
+        if self._segments and self._segments[0].last_index <= index:
+            if self._tail is not None:
+                self._tail.close()
+                self._tail = None
+            segment = self._segments.pop(0)
+            segment.path.unlink(missing_ok=True)
+            self._dirty_files.discard(segment.path)
+            self._dir_dirty = True
+
+    def _write_hard_state(self, hs: HardState) -> None:
+        atomic_write(self.directory / "hardstate", encode_hard_state(hs), fsync=self._fsync)
+        self._written_hs = hs
+
+    def _write_snapshot(self, snapshot: Snapshot) -> None:
+        path = self._snap_dir / snapshot_name(snapshot.index, snapshot.term)
+        atomic_write(path, encode_snapshot(snapshot), fsync=self._fsync)
+
+    def _remove_old_snapshots(self, keep: Snapshot) -> None:
+        keep_name = snapshot_name(keep.index, keep.term)
+        for path in self._snap_dir.iterdir():
+            if path.name != keep_name and parse_snapshot_name(path.name) is not None:
+                path.unlink()
+                self._dir_dirty = True
+
+    def _sync(self) -> None:
+        if self._tail is not None:
+            self._tail.flush()
+        if self._fsync:
+            for path in sorted(self._dirty_files):
+                if self._tail is not None and path == self._segments[-1].path:
+                    os.fsync(self._tail.fileno())
+                    continue
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if self._dir_dirty:
+                fsync_dir(self._log_dir)
+                fsync_dir(self._snap_dir)
+        self._dirty_files.clear()
+        self._dir_dirty = False
