@@ -6,6 +6,7 @@ decisions out.
 
 - events.py: the Raft log's events and their byte codec;
 - state.py: ReplicasInfoManager, request validation (decisions) and apply, snapshot/restore;
+- rules.py: the hard-state rules and per-event mutations shared by validation and apply;
 - election.py: the ElectMaster policy;
 - heartbeat.py: BrokerLiveTable, liveness as soft state with the new-leader grace period;
 - scheduler.py: which groups need an election now;
@@ -58,9 +59,10 @@ from controller.metadata.results import (
     Replica,
     ReplicaInfo,
 )
+from controller.metadata.rules import AlivePredicate
 from controller.metadata.scheduler import ElectRequest, elections_needed
 from controller.metadata.snapshot import SnapshotError
-from controller.metadata.state import AlivePredicate, ReplicasInfoManager
+from controller.metadata.state import ReplicasInfoManager
 
 __all__ = [
     "AlivePredicate",

@@ -47,11 +47,19 @@ from controller.metadata.results import (
     ReplicaInfo,
     rejected,
 )
+from controller.metadata.rules import (
+    AlivePredicate,
+    check_alter,
+    check_apply_broker_id,
+    check_elect,
+    check_registered,
+    fail,
+    mutate_address,
+    mutate_alter,
+    mutate_elect,
+)
 from controller.metadata.snapshot import decode_groups, encode_groups
 from protocol.codes import ResponseCode as RC
-
-AlivePredicate = Callable[[str, int], bool]
-"""``alive(broker_name, broker_id)``: whether the broker is alive now (soft state)."""
 
 
 class _BadRequest(Exception):
@@ -63,149 +71,6 @@ def _field(check: Callable[[str, object], object], what: str, value: object) -> 
         check(what, value)
     except (TypeError, ValueError) as exc:
         raise _BadRequest(str(exc)) from None
-
-
-def _fail(code: RC, remark: str) -> Applied:
-    return Applied(code=code, remark=remark)
-
-
-# Hard-state checks, shared by request validation and apply --------------------------------------
-
-
-def _check_apply_broker_id(group: BrokerGroup | None, ev: ApplyBrokerId) -> Applied:
-    if group is None:
-        if ev.broker_id != FIRST_BROKER_ID:
-            return _fail(
-                RC.CONTROLLER_BROKER_ID_INVALID,
-                f"broker set {ev.broker_name} is not registered: its first broker id is "
-                f"{FIRST_BROKER_ID}, not {ev.broker_id}",
-            )
-        return APPLIED
-    if group.cluster != ev.cluster:
-        return _fail(
-            RC.CONTROLLER_INVALID_REQUEST,
-            f"broker set {ev.broker_name} belongs to cluster {group.cluster}, not {ev.cluster}",
-        )
-    record = group.brokers.get(ev.broker_id)
-    if record is not None:
-        if record.register_code != ev.register_code:
-            return _fail(
-                RC.CONTROLLER_BROKER_ID_INVALID,
-                f"broker id {ev.broker_id} of {ev.broker_name} belongs to another broker",
-            )
-        return APPLIED
-    if ev.broker_id != group.next_assign_broker_id:
-        return _fail(
-            RC.CONTROLLER_BROKER_ID_INVALID,
-            f"broker id {ev.broker_id} of {ev.broker_name} is not the next id to assign "
-            f"({group.next_assign_broker_id})",
-        )
-    return APPLIED
-
-
-def _check_registered(group: BrokerGroup | None, broker_name: str, broker_id: int) -> Applied:
-    if group is None:
-        return _fail(
-            RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
-            f"broker set {broker_name} has not been registered",
-        )
-    if broker_id not in group.brokers:
-        return _fail(
-            RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
-            f"broker id {broker_id} has not been registered in broker set {broker_name}",
-        )
-    return APPLIED
-
-
-def _check_alter(
-    group: BrokerGroup,
-    master_broker_id: int,
-    master_epoch: int,
-    sync_state_set_epoch: int,
-    new_set: Set[int],
-    alive: AlivePredicate | None,
-) -> Applied:
-    """RocketMQ's order of checks, from the master check on; ``alive`` None skips liveness."""
-    if group.master_broker_id != master_broker_id:
-        return _fail(
-            RC.CONTROLLER_INVALID_MASTER,
-            f"the master of {group.broker_name} is {group.master_broker_id}, "
-            f"not {master_broker_id}",
-        )
-    if master_epoch != group.master_epoch:
-        return _fail(
-            RC.CONTROLLER_FENCED_MASTER_EPOCH,
-            f"the master epoch of {group.broker_name} is {group.master_epoch}, not {master_epoch}",
-        )
-    if sync_state_set_epoch != group.sync_state_set_epoch:
-        return _fail(
-            RC.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
-            f"the SyncStateSet epoch of {group.broker_name} is {group.sync_state_set_epoch}, "
-            f"not {sync_state_set_epoch}",
-        )
-    for broker_id in sorted(new_set):
-        if broker_id not in group.brokers:
-            return _fail(
-                RC.CONTROLLER_INVALID_REPLICAS,
-                f"replica {broker_id} of {group.broker_name} is not registered",
-            )
-        if alive is not None and not alive(group.broker_name, broker_id):
-            return _fail(
-                RC.CONTROLLER_BROKER_NOT_ALIVE,
-                f"replica {broker_id} of {group.broker_name} is not alive",
-            )
-    if master_broker_id not in new_set:
-        return _fail(
-            RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
-            f"the new SyncStateSet does not contain the master {master_broker_id}",
-        )
-    return APPLIED
-
-
-def _check_elect(group: BrokerGroup | None, ev: ElectMaster) -> Applied:
-    if group is None:
-        return _fail(
-            RC.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
-            f"broker set {ev.broker_name} has not been registered",
-        )
-    if ev.master_epoch != group.master_epoch:
-        return _fail(
-            RC.CONTROLLER_FENCED_MASTER_EPOCH,
-            f"the master epoch of {group.broker_name} moved to {group.master_epoch} "
-            f"since the election at {ev.master_epoch}",
-        )
-    if ev.sync_state_set_epoch != group.sync_state_set_epoch:
-        return _fail(
-            RC.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
-            f"the SyncStateSet epoch of {group.broker_name} moved to "
-            f"{group.sync_state_set_epoch} since the election at {ev.sync_state_set_epoch}",
-        )
-    if ev.new_master_broker_id is not None and ev.new_master_broker_id not in group.brokers:
-        return _fail(
-            RC.CONTROLLER_INVALID_REPLICAS,
-            f"elected broker {ev.new_master_broker_id} of {group.broker_name} is not registered",
-        )
-    return APPLIED
-
-
-# Mutations of one group (used by apply and to project a decision's response) -------------------
-
-
-def _mutate_elect(group: BrokerGroup, new_master: int | None) -> None:
-    group.master_broker_id = new_master
-    group.master_epoch += 1
-    if new_master is not None:
-        group.sync_state_set = frozenset((new_master,))
-        group.sync_state_set_epoch += 1
-
-
-def _mutate_alter(group: BrokerGroup, new_set: frozenset[int]) -> None:
-    group.sync_state_set = new_set
-    group.sync_state_set_epoch += 1
-
-
-def _mutate_address(group: BrokerGroup, broker_id: int, address: str) -> None:
-    group.brokers[broker_id].address = address
 
 
 class ReplicasInfoManager:
@@ -298,7 +163,7 @@ class ReplicasInfoManager:
             register_code=register_code,
             address=address,
         )
-        check = _check_apply_broker_id(self._groups.get(broker_name), event)
+        check = check_apply_broker_id(self._groups.get(broker_name), event)
         if not check.ok:
             return rejected(check.code, check.remark)
         return Decision(
@@ -332,7 +197,7 @@ class ReplicasInfoManager:
         group = self._groups.get(broker_name)
         if type(broker_id) is not int:
             return rejected(RC.CONTROLLER_INVALID_REQUEST, "broker_id must be an integer")
-        check = _check_registered(group, broker_name, broker_id)
+        check = check_registered(group, broker_name, broker_id)
         if not check.ok or group is None:
             return rejected(check.code, check.remark)
         if group.cluster != cluster:
@@ -349,7 +214,7 @@ class ReplicasInfoManager:
                 ),
             )
             after = group.copy()
-            _mutate_address(after, broker_id, address)
+            mutate_address(after, broker_id, address)
         master = after.master_broker_id
         if master is not None and alive is not None and not alive(broker_name, master):
             master = None
@@ -403,7 +268,7 @@ class ReplicasInfoManager:
                 RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
                 "the new SyncStateSet equals the current one: nothing to change",
             )
-        check = _check_alter(
+        check = check_alter(
             group, master_broker_id, master_epoch, sync_state_set_epoch, new_set, alive
         )
         if not check.ok:
@@ -483,7 +348,7 @@ class ReplicasInfoManager:
             sync_state_set_epoch=group.sync_state_set_epoch,
         )
         after = group.copy()
-        _mutate_elect(after, new_master)
+        mutate_elect(after, new_master)
         code = RC.SUCCESS if new_master is not None else RC.CONTROLLER_MASTER_NOT_AVAILABLE
         return Decision(code=code, remark=result.reason, events=(event,), response=after.info())
 
@@ -549,24 +414,24 @@ class ReplicasInfoManager:
                 return self._apply_broker_id(event)
             case UpdateBrokerAddress():
                 group = self._groups.get(event.broker_name)
-                check = _check_registered(group, event.broker_name, event.broker_id)
+                check = check_registered(group, event.broker_name, event.broker_id)
                 if check.ok and group is not None:
-                    _mutate_address(group, event.broker_id, event.address)
+                    mutate_address(group, event.broker_id, event.address)
                 return check
             case ElectMaster():
                 group = self._groups.get(event.broker_name)
-                check = _check_elect(group, event)
+                check = check_elect(group, event)
                 if check.ok and group is not None:
-                    _mutate_elect(group, event.new_master_broker_id)
+                    mutate_elect(group, event.new_master_broker_id)
                 return check
             case AlterSyncStateSet():
                 group = self._groups.get(event.broker_name)
                 if group is None:
-                    return _fail(
+                    return fail(
                         RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
                         f"broker set {event.broker_name} has no metadata",
                     )
-                check = _check_alter(
+                check = check_alter(
                     group,
                     event.master_broker_id,
                     event.master_epoch,
@@ -575,7 +440,7 @@ class ReplicasInfoManager:
                     None,
                 )
                 if check.ok:
-                    _mutate_alter(group, event.new_sync_state_set)
+                    mutate_alter(group, event.new_sync_state_set)
                 return check
             case CleanBrokerData():
                 return self._apply_clean(event)
@@ -584,7 +449,7 @@ class ReplicasInfoManager:
 
     def _apply_broker_id(self, event: ApplyBrokerId) -> Applied:
         group = self._groups.get(event.broker_name)
-        check = _check_apply_broker_id(group, event)
+        check = check_apply_broker_id(group, event)
         if not check.ok:
             return check
         if group is None:
@@ -600,7 +465,7 @@ class ReplicasInfoManager:
     def _apply_clean(self, event: CleanBrokerData) -> Applied:
         group = self._groups.get(event.broker_name)
         if group is None:
-            return _fail(
+            return fail(
                 RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
                 f"broker set {event.broker_name} does not exist",
             )
