@@ -1,0 +1,286 @@
+"""One ConsumeQueue: the index of one (topic, queue id) into the CommitLog.
+
+Entries are 20 bytes, big-endian: CommitLog offset int64 · record size int32 · tag hash int64.
+Entry ``i`` (the queue offset) lives in segment file ``<20-digit byte offset>`` where the byte
+offset is ``(i - i % entries_per_segment) * 20``. Segments are pre-allocated and zero-filled; an
+entry whose size is zero was never written, so the queue's max offset is found by binary search.
+Written entries always form one run ``[min_offset, max_offset)`` with zeros after it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from storage.errors import StoreError
+from storage.segment import Segment, list_segment_files
+from storage.tracker import FileTracker
+
+ENTRY: Final = struct.Struct(">qiq")
+ENTRY_SIZE: Final = ENTRY.size
+
+log = structlog.get_logger(__name__)
+
+
+class ConsumeQueue:
+    __slots__ = (
+        "_first_index",
+        "_tracker",
+        "directory",
+        "max_offset",
+        "min_offset",
+        "per_segment",
+        "queue_id",
+        "segment_bytes",
+        "segments",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        queue_id: int,
+        entries_per_segment: int,
+        tracker: FileTracker,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.queue_id = queue_id
+        self.per_segment = entries_per_segment
+        self.segment_bytes = entries_per_segment * ENTRY_SIZE
+        self._tracker = tracker
+        self.segments: list[Segment] = []
+        self._first_index = 0  # queue offset of segments[0]'s first entry
+        self.min_offset = 0
+        self.max_offset = 0
+
+    def __repr__(self) -> str:
+        return f"ConsumeQueue({self.topic}:{self.queue_id} [{self.min_offset}, {self.max_offset}))"
+
+    @property
+    def is_empty(self) -> bool:
+        return self.min_offset == self.max_offset
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def load(self, trusted_physical: int, *, scrub: bool) -> None:
+        """Open the segment files; keep only entries for records below ``trusted_physical``.
+
+        Entries at or past it may be torn (written but not flushed before a crash): they are
+        dropped here and rebuilt by replaying the CommitLog. ``scrub`` (after an unclean stop)
+        zeroes everything past the kept entries, where stray entries may have survived a crash.
+        """
+        segments = [Segment.open(path, start) for start, path in list_segment_files(self.directory)]
+        if not segments:
+            return
+        size = segments[-1].size
+        if size % ENTRY_SIZE:
+            raise StoreError(f"consume queue segment {segments[-1].path} has a bad size {size}")
+        keep = 0
+        for i, seg in enumerate(segments):
+            if seg.size != size or seg.start % size:
+                raise StoreError(f"consume queue segment {seg.path} has a bad size or name")
+            if i and seg.start != segments[i - 1].end:
+                keep = i
+        if keep:
+            log.warning(
+                f"consume queue {self.topic}:{self.queue_id}: segments not contiguous, "
+                f"dropping {keep} older ones",
+                topic=self.topic,
+                queue_id=self.queue_id,
+            )
+            for seg in segments[:keep]:
+                self._tracker.retire(seg)
+        self.segments = segments[keep:]
+        self.segment_bytes = size
+        self.per_segment = size // ENTRY_SIZE
+        self._first_index = self.segments[0].start // ENTRY_SIZE
+        self.min_offset = self._first_index + _first_written(self.segments[0], self.per_segment)
+        lo = self.min_offset
+        hi = self._first_index + len(self.segments) * self.per_segment
+        while lo < hi:
+            mid = (lo + hi) // 2
+            physical, size_, _ = self.entry(mid)
+            if size_ == 0 or physical >= trusted_physical:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.max_offset = hi_end = self._first_index + len(self.segments) * self.per_segment
+        if scrub or (lo < hi_end and self.entry(lo)[1] != 0):
+            self.truncate_to(lo)
+        else:
+            self.max_offset = lo
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _segment(self, index: int) -> Segment | None:
+        n = index // self.per_segment - self._first_index // self.per_segment
+        if 0 <= n < len(self.segments):
+            return self.segments[n]
+        return None
+
+    def entry(self, index: int) -> tuple[int, int, int]:
+        """(CommitLog offset, size, tag hash) of entry ``index``; zeros if never written."""
+        seg = self._segment(index)
+        if seg is None:
+            return 0, 0, 0
+        physical, size, tags = ENTRY.unpack_from(seg.view, (index % self.per_segment) * ENTRY_SIZE)
+        return int(physical), int(size), int(tags)
+
+    def read(self, index: int, count: int) -> bytes:
+        """Raw entries ``[index, index + count)``, clipped to ``max_offset``."""
+        end = min(index + count, self.max_offset)
+        parts: list[bytes] = []
+        while index < end:
+            seg = self._segment(index)
+            if seg is None:
+                break
+            rel = index % self.per_segment
+            take = min(end - index, self.per_segment - rel)
+            parts.append(bytes(seg.view[rel * ENTRY_SIZE : (rel + take) * ENTRY_SIZE]))
+            index += take
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def first_at_or_after(self, physical: int) -> int:
+        """The first queue offset in ``[min, max)`` whose record starts at or after ``physical``
+        (``max_offset`` if none)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.entry(mid)[0] >= physical:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def reserve(self, first: int, count: int) -> None:
+        """Allocate the segments entries ``[first, first + count)`` need (may raise DiskFullError).
+
+        ``first`` is ``max_offset``, or any later offset while the queue is empty (a replica
+        that starts mid-queue, a queue rebuilt from a CommitLog whose start was deleted).
+        """
+        if first != self.max_offset and not (self.is_empty and first > self.max_offset):
+            raise StoreError(
+                f"consume queue {self.topic}:{self.queue_id} cannot write offset {first}, "
+                f"next is {self.max_offset}"
+            )
+        first_seg = first - first % self.per_segment
+        if self.segments and (
+            first_seg < self._first_index
+            or first_seg > self._first_index + len(self.segments) * self.per_segment
+        ):
+            # An empty queue jumping past its segments: they hold nothing live.
+            for seg in self.segments:
+                self._tracker.retire(seg)
+            self.segments = []
+        if not self.segments:
+            self._first_index = first_seg
+        last_needed = first + count - 1
+        while self._first_index + len(self.segments) * self.per_segment <= last_needed:
+            start_index = self._first_index + len(self.segments) * self.per_segment
+            new_dir = not self.directory.exists()
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if new_dir:
+                self._tracker.mark_dir(self.directory.parent)
+                self._tracker.mark_dir(self.directory.parent.parent)
+            seg = Segment.create(self.directory, start_index * ENTRY_SIZE, self.segment_bytes)
+            self.segments.append(seg)
+            self._tracker.mark_dir(self.directory)
+
+    def append(
+        self,
+        first: int,
+        physical_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tag_hashes: Sequence[int],
+    ) -> None:
+        """Write entries from queue offset ``first`` (space already reserved)."""
+        if self.is_empty and first > self.max_offset:
+            self.min_offset = self.max_offset = first
+        index = self.max_offset
+        n = len(physical_offsets)
+        pack = ENTRY.pack_into
+        per = self.per_segment
+        i = 0
+        while i < n:
+            seg = self._segment(index)
+            if seg is None:
+                raise StoreError(f"consume queue {self.topic}:{self.queue_id}: no segment reserved")
+            rel = index % per
+            take = min(n - i, per - rel)
+            view = seg.view
+            pos = rel * ENTRY_SIZE
+            for j in range(i, i + take):
+                pack(view, pos, physical_offsets[j], sizes[j], tag_hashes[j])
+                pos += ENTRY_SIZE
+            self._tracker.mark(seg)
+            i += take
+            index += take
+        self.max_offset = index
+
+    # -- cutting ---------------------------------------------------------------------------
+
+    def truncate_to(self, index: int) -> bool:
+        """Drop entries from queue offset ``index`` on; True if anything on disk changed."""
+        if index >= self.max_offset:
+            return False
+        index = max(index, self._first_index)
+        changed = False
+        keep: list[Segment] = []
+        for seg in self.segments:
+            seg_first = seg.start // ENTRY_SIZE
+            if seg_first > index or (seg_first == index and keep):
+                changed = True
+                self._tracker.retire(seg)
+                continue
+            keep.append(seg)
+            rel = index - seg_first
+            if rel < self.per_segment and seg.zero(rel * ENTRY_SIZE, seg.size):
+                changed = True
+                self._tracker.mark(seg)
+        self.segments = keep
+        self.max_offset = index
+        self.min_offset = min(self.min_offset, index)
+        return changed
+
+    def truncate_physical(self, physical: int) -> bool:
+        """Drop entries whose record starts at or after CommitLog offset ``physical``."""
+        return self.truncate_to(self.first_at_or_after(physical))
+
+    def delete_below(self, physical: int) -> int:
+        """Retention: delete segments whose entries all point below CommitLog offset
+        ``physical`` (never the last one) and move ``min_offset`` past such entries."""
+        deleted = 0
+        while len(self.segments) > 1:
+            seg = self.segments[0]
+            last_physical, last_size, _ = self.entry(seg.end // ENTRY_SIZE - 1)
+            if last_size == 0 or last_physical >= physical:
+                break
+            self._tracker.retire(seg)
+            self.segments.pop(0)
+            self._first_index += self.per_segment
+            deleted += 1
+        self.min_offset = max(self.min_offset, self._first_index)
+        self.min_offset = min(self.first_at_or_after(physical), self.max_offset)
+        return deleted
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.segments = []
+
+
+def _first_written(segment: Segment, per_segment: int) -> int:
+    """Index (within ``segment``) of its first written entry; 0 if it has none."""
+    if ENTRY.unpack_from(segment.view, 0)[1]:
+        return 0
+    raw = bytes(segment.view)
+    zeros = len(raw) - len(raw.lstrip(b"\0"))
+    return 0 if zeros == len(raw) else min(zeros // ENTRY_SIZE, per_segment - 1)

@@ -1,0 +1,163 @@
+"""A pre-allocated, memory-mapped segment file: the unit of CommitLog and ConsumeQueue storage.
+
+A segment is named by its 20-digit zero-padded start offset so ``ls`` sorts segments in order.
+It is created at ``<name>.tmp``, fully allocated with ``posix_fallocate`` (so a full disk fails
+here, never while writing through the mapping), fsynced and renamed, so a segment file under its
+final name always has its full size.
+
+:meth:`Segment.fsync` opens the file by path and calls ``os.fsync`` (which releases the GIL and
+writes back pages dirtied through the mapping too), so a worker thread can flush a segment while
+the event-loop thread writes to it, retires or closes it: it never touches the mapping itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+from pathlib import Path
+from typing import Final
+
+from storage.errors import DiskFullError, StoreError
+
+NAME_DIGITS: Final = 20
+_CHUNK: Final = 1 << 20
+_ZEROS: Final = bytes(_CHUNK)
+_NO_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def segment_name(start: int) -> str:
+    return f"{start:0{NAME_DIGITS}d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The start offset a segment file name stands for, or None if it is not a segment name."""
+    if len(name) == NAME_DIGITS and name.isdigit():
+        return int(name)
+    return None
+
+
+def list_segment_files(directory: Path) -> list[tuple[int, Path]]:
+    """(start, path) of the segment files in ``directory``, ascending; stray temp files removed."""
+    found: list[tuple[int, Path]] = []
+    if not directory.is_dir():
+        return found
+    for path in directory.iterdir():
+        if path.name.endswith(".tmp") and parse_segment_name(path.name[:-4]) is not None:
+            # A segment whose allocation never finished: it never held data.
+            path.unlink(missing_ok=True)
+            continue
+        start = parse_segment_name(path.name)
+        if start is not None:
+            found.append((start, path))
+    found.sort()
+    return found
+
+
+class Segment:
+    """One mapped file. ``view`` is a writable memoryview over the whole file."""
+
+    __slots__ = ("_mm", "closed", "path", "size", "start", "view")
+
+    def __init__(self, path: Path, start: int, fd: int, size: int) -> None:
+        """Map ``fd`` (the mapping keeps its own duplicate; the caller closes ``fd``)."""
+        self.path = path
+        self.start = start
+        self.size = size
+        self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self._mm)
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"Segment({self.path.name}, size={self.size})"
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    @classmethod
+    def create(cls, directory: Path, start: int, size: int) -> Segment:
+        """Allocate a zero-filled segment; raises :class:`DiskFullError` leaving no file behind."""
+        path = directory / segment_name(start)
+        if path.exists():
+            raise StoreError(f"segment {path} already exists")
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno in _NO_SPACE:
+                    raise DiskFullError(f"no space to allocate {path} ({size} bytes)") from exc
+                raise StoreError(f"cannot allocate {path}: {exc}") from exc
+            os.fsync(fd)
+            segment = cls(path, start, fd, size)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        return segment
+
+    @classmethod
+    def open(cls, path: Path, start: int) -> Segment:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                raise StoreError(f"segment {path} is empty")
+            return cls(path, start, fd, size)
+        finally:
+            os.close(fd)
+
+    def fsync(self) -> None:
+        """Make every write to this segment durable; a no-op once the file is deleted."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def is_zero(self, lo: int, hi: int) -> bool:
+        """Whether bytes [lo, hi) (relative to the segment) are all zero."""
+        view = self.view
+        for a in range(lo, hi, _CHUNK):
+            b = min(a + _CHUNK, hi)
+            if bytes(view[a:b]) != _ZEROS[: b - a]:
+                return False
+        return True
+
+    def zero(self, lo: int, hi: int) -> bool:
+        """Zero bytes [lo, hi) (relative); only pages holding data are written. True if any did."""
+        view = self.view
+        changed = False
+        for a in range(lo, hi, _CHUNK):
+            b = min(a + _CHUNK, hi)
+            if bytes(view[a:b]) != _ZEROS[: b - a]:
+                view[a:b] = _ZEROS[: b - a]
+                changed = True
+        return changed
+
+    def close(self) -> None:
+        """Unmap. A reader still holding a slice of ``view`` keeps the mapping alive until it lets
+        go of it (the mapping then goes with the last reference)."""
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(BufferError):
+            self.view.release()
+        with contextlib.suppress(BufferError):
+            self._mm.close()
+
+    def unlink(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def rfind(self, sub: bytes, lo: int, hi: int) -> int:
+        """Position of the last ``sub`` lying entirely inside [lo, hi), or -1."""
+        return self._mm.rfind(sub, lo, hi)

@@ -1,0 +1,119 @@
+"""Small files that must never be seen half-written: checkpoint, topic config, consumer offsets.
+
+On-disk layout (big-endian)::
+
+    0  4  magic   b"RMQS"
+    4  4  length  uint32, payload bytes
+    8  4  crc     CRC32 of the payload
+    12 n  payload
+
+A write goes to ``<name>.tmp``, is fsynced, the current primary (if it verifies) is renamed to
+``<name>.bak``, the temp file is renamed over the primary and the directory is fsynced. Every
+rename is atomic, so at any crash point a reader finds either the new content, or no primary and
+the previous content in ``.bak``. A torn temp file is never read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from storage.errors import StoreError
+
+MAGIC: Final = b"RMQS"
+_HEADER = struct.Struct(">4sII")
+
+log = structlog.get_logger(__name__)
+
+
+def backup_path(path: Path) -> Path:
+    return path.with_name(path.name + ".bak")
+
+
+def temp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def encode(data: bytes) -> bytes:
+    return _HEADER.pack(MAGIC, len(data), zlib.crc32(data)) + data
+
+
+def decode(raw: bytes) -> bytes | None:
+    """The payload, or None when ``raw`` is torn or corrupt."""
+    if len(raw) < _HEADER.size:
+        return None
+    magic, length, crc = _HEADER.unpack_from(raw)
+    payload = raw[_HEADER.size :]
+    if magic != MAGIC or length != len(payload) or zlib.crc32(payload) != crc:
+        return None
+    return payload
+
+
+def _read_verified(path: Path) -> tuple[bool, bytes | None]:
+    """(exists, payload or None when corrupt)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return False, None
+    return True, decode(raw)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Durably replace ``path`` with ``data``, keeping the previous content as ``<name>.bak``."""
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(encode(data))
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    exists, previous = _read_verified(path)
+    if previous is not None:
+        os.replace(path, backup_path(path))
+    elif exists:
+        # A corrupt primary must not overwrite a good backup.
+        os.unlink(path)
+    os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def read_atomic(path: Path) -> bytes | None:
+    """The payload of ``path``, else of its ``.bak``; None when neither exists.
+
+    Raises :class:`StoreError` when a file exists but neither copy verifies.
+    """
+    exists, payload = _read_verified(path)
+    if payload is not None:
+        return payload
+    bak = backup_path(path)
+    bak_exists, bak_payload = _read_verified(bak)
+    if bak_payload is not None:
+        if exists:
+            log.warning(f"{path} fails its checksum, using {bak.name}", path=str(path))
+        return bak_payload
+    if not exists and not bak_exists:
+        return None
+    raise StoreError(f"{path} and {bak.name} are both missing or corrupt")

@@ -1,0 +1,665 @@
+"""The broker's message store: one CommitLog, a ConsumeQueue per (topic, queue id).
+
+Layout under ``data_dir``::
+
+    commitlog/<20-digit start offset>                       records, pre-allocated segments
+    consumequeue/<topic>/<queueId>/<20-digit byte offset>    20-byte entries per queue
+    checkpoint                                              flushed / dispatched / confirm offsets
+    abort                                                   present while the store is open
+    lock                                                    flock'ed by the process that owns it
+
+Threading: every method runs on the broker's event-loop thread except :meth:`MessageStore.flush`,
+which one worker thread may run concurrently with :meth:`put` and :meth:`get`. Nothing here
+blocks on anything but local disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import os
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeVar
+
+import structlog
+
+from protocol.message import (
+    BLANK_MAGIC,
+    HEAD_SIZE,
+    MAX_PROPERTIES_BYTES,
+    MESSAGE_MAGIC,
+    Message,
+    RecordEncoder,
+    RecordInfo,
+    encode_properties,
+    pack_host,
+    peek_prefix,
+    tag_hash,
+)
+from storage import retention
+from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from storage.commitlog import CommitLog
+from storage.consumequeue import ENTRY
+from storage.dispatch import BLANK_MIN, Dispatcher, SegmentWalk, store_timestamp
+from storage.errors import DiskFullError, MessageTooLargeError, StoreError
+from storage.queues import ConsumeQueues
+from storage.recovery import recover
+from storage.small_file import fsync_dir
+from storage.tracker import FileTracker
+
+__all__ = [
+    "DiskFullError",
+    "GetResult",
+    "GetStatus",
+    "MessageStore",
+    "MessageTooLargeError",
+    "PutResult",
+    "StoreConfig",
+    "StoreError",
+]
+
+_U32: Final = struct.Struct(">I")
+_CACHE_LIMIT: Final = 4096
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(kw_only=True)
+class StoreConfig:
+    data_dir: Path
+    store_host: str = "127.0.0.1:10911"
+    """Goes into every record's storeHost (and so into message ids)."""
+    commitlog_segment_bytes: int = 1 << 30
+    consumequeue_segment_entries: int = 300_000
+    """Entries (20 bytes each) per ConsumeQueue segment file."""
+    retention_hours: float = 72.0
+    disk_max_used_ratio: float = 0.85
+    """Above this, retention deletes the oldest segments even if they are young."""
+    max_message_bytes: int = 4 * 1024 * 1024
+    """Largest encoded record accepted by :meth:`MessageStore.put`."""
+
+    def validate(self) -> None:
+        if self.commitlog_segment_bytes < 4096:
+            raise StoreError("commitlog_segment_bytes must be at least 4096")
+        if self.consumequeue_segment_entries < 1:
+            raise StoreError("consumequeue_segment_entries must be at least 1")
+        if self.retention_hours <= 0:
+            raise StoreError("retention_hours must be positive")
+        if not 0 < self.disk_max_used_ratio <= 1:
+            raise StoreError("disk_max_used_ratio must be in (0, 1]")
+        if self.max_message_bytes < HEAD_SIZE:
+            raise StoreError(f"max_message_bytes must be at least {HEAD_SIZE}")
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    """Nothing (visible) at the offset yet: it is the queue's max offset, or past what may be
+    served (``max_physical_offset``)."""
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    """Below the queue's min offset (deleted by retention); ``next_offset`` is the min."""
+    OFFSET_OVERFLOW = "OFFSET_OVERFLOW"
+    """Past the queue's max offset; ``next_offset`` is the max."""
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    """The queue never held a message."""
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    """The entry at the offset points at no valid record; ``next_offset`` skips it."""
+
+
+@dataclass(slots=True)
+class PutResult:
+    queue_id: int
+    first_queue_offset: int
+    count: int
+    physical_offsets: list[int]
+    """CommitLog offset of each record."""
+    end_offset: int
+    """CommitLog write position after this put (what sync flush / replica acks wait for)."""
+    store_timestamp: int
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_offset: int
+    """Queue offset to ask for next."""
+    min_offset: int
+    max_offset: int
+    body: bytes
+    """Records back to back, exactly as stored (``protocol.message.iter_records`` decodes it)."""
+    count: int
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig) -> None:
+        config.validate()
+        self.config = config
+        self._dir = Path(config.data_dir)
+        self._encoder = RecordEncoder(config.store_host)
+        self._flush_lock = threading.Lock()
+        self._tracker = FileTracker()
+        self._commitlog = CommitLog(
+            self._dir / "commitlog", config.commitlog_segment_bytes, self._tracker
+        )
+        self._queues = ConsumeQueues(
+            self._dir / "consumequeue", config.consumequeue_segment_entries, self._tracker
+        )
+        self._flushed = 0
+        self._checkpointed: tuple[int, int] | None = None
+        self._lock_fd: int | None = None
+        self._open = False
+        self._hosts: dict[str, bytes] = {}
+        self._tag_props: dict[tuple[str, str], tuple[bytes, int]] = {}
+        self.confirm_offset = 0
+        """Replication confirm offset, set by the broker; persisted in the checkpoint."""
+
+    # -- paths -----------------------------------------------------------------------------
+
+    @property
+    def _checkpoint_path(self) -> Path:
+        return self._dir / "checkpoint"
+
+    @property
+    def _abort_path(self) -> Path:
+        return self._dir / "abort"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Load and recover the store; any truncation is durable before this returns."""
+        if self._open:
+            raise StoreError("store is already open")
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._lock_dir()
+        try:
+            self._open_locked()
+        except BaseException:
+            self._commitlog.close()
+            self._queues.close()
+            self._unlock_dir()
+            raise
+        self._open = True
+
+    def _open_locked(self) -> None:
+        for sub in ("commitlog", "consumequeue"):
+            (self._dir / sub).mkdir(exist_ok=True)
+        fsync_dir(self._dir)
+        self._commitlog.load()
+        try:
+            checkpoint = load_checkpoint(self._checkpoint_path)
+        except StoreError as exc:
+            log.warning(f"ignoring the checkpoint: {exc}; validating the whole commitlog")
+            checkpoint = None
+        unclean = self._abort_path.exists()
+        if unclean:
+            log.warning("store was not closed cleanly: recovering", data_dir=str(self._dir))
+        result = recover(
+            self._commitlog,
+            self._queues,
+            checkpoint=checkpoint,
+            clean=not unclean and checkpoint is not None,
+        )
+        self._queues.delete_below(self._commitlog.min_offset)
+        # Recovered bytes may exist only in the page cache: make them durable before serving.
+        synced = {*self._commitlog.segments_between(result.scanned_from, result.end)}
+        for seg in synced.union(result.touched):
+            seg.fsync()
+        self._sync_tracked()
+        fsync_dir(self._commitlog.directory)
+        self._flushed = result.end
+        self.confirm_offset = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
+        self._write_checkpoint(force=True)
+        self._abort_path.touch()
+        fsync_dir(self._dir)
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint and remove the abort marker (a clean stop)."""
+        if not self._open:
+            return
+        self.flush()
+        with self._flush_lock:
+            self._write_checkpoint(force=True)
+            self._open = False
+        self._abort_path.unlink(missing_ok=True)
+        fsync_dir(self._dir)
+        self._commitlog.close()
+        self._queues.close()
+        self._unlock_dir()
+
+    def _lock_dir(self) -> None:
+        fd = os.open(self._dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreError(f"{self._dir} is in use by another store") from None
+        self._lock_fd = fd
+
+    def _unlock_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise StoreError("store is not open")
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    @property
+    def max_offset(self) -> int:
+        """CommitLog write position."""
+        return self._commitlog.write_pos
+
+    @property
+    def min_offset(self) -> int:
+        """First CommitLog offset still on disk."""
+        return self._commitlog.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._queues.get(topic, queue_id)
+        return 0 if queue is None else queue.max_offset
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._queues.get(topic, queue_id)
+        return 0 if queue is None else queue.min_offset
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return self._queues.queue_ids(topic)
+
+    def topics(self) -> list[str]:
+        return self._queues.topics()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def put(self, topic: str, queue_id: int, messages: Sequence[Message], now_ms: int) -> PutResult:
+        """Append a batch to one queue with one CommitLog append; returns where it went.
+
+        Raises :class:`MessageTooLargeError` (a message over ``max_message_bytes``, a batch over
+        a segment) or :class:`DiskFullError`, in both cases having written nothing.
+        """
+        self._check_open()
+        queue = self._queues.get(topic, queue_id) or self._queues.get_or_create(topic, queue_id)
+        commitlog = self._commitlog
+        first = queue.max_offset
+        if not messages:
+            return PutResult(queue_id, first, 0, [], commitlog.write_pos, now_ms)
+        topic_raw = topic.encode()
+        fixed = HEAD_SIZE + 4 + len(topic_raw)
+        limit = self.config.max_message_bytes
+        hosts = self._hosts
+        tag_props = self._tag_props
+        props_list: list[bytes] = []
+        host_list: list[bytes] = []
+        sizes: list[int] = []
+        hashes: list[int] = []
+        total = 0
+        for msg in messages:
+            if msg.properties:
+                props_raw = encode_properties(msg.all_properties())
+                if len(props_raw) > MAX_PROPERTIES_BYTES:
+                    raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
+                tags_hash = tag_hash(msg.tags)
+            else:
+                # Most messages carry only keys and tags: their encoding repeats.
+                cached = tag_props.get((msg.keys, msg.tags))
+                if cached is None:
+                    cached = self._encode_keys_tags(msg)
+                props_raw, tags_hash = cached
+            size = fixed + len(msg.body) + len(props_raw)
+            if size > limit:
+                raise MessageTooLargeError(f"a {size}-byte record exceeds {limit} bytes")
+            host = hosts.get(msg.born_host)
+            if host is None:
+                host = self._remember(hosts, msg.born_host, pack_host(msg.born_host))
+            props_list.append(props_raw)
+            host_list.append(host)
+            sizes.append(size)
+            hashes.append(tags_hash)
+            total += size
+
+        if total + BLANK_MIN > commitlog.segment_bytes:
+            raise MessageTooLargeError(
+                f"a {total}-byte batch does not fit in a {commitlog.segment_bytes}-byte segment"
+            )
+        queue.reserve(first, len(messages))
+        seg, rel = commitlog.reserve(total)
+        base = seg.start
+        start_rel = rel
+        view = seg.view
+        encode = self._encoder.encode_into
+        physical_offsets: list[int] = []
+        try:
+            for i, msg in enumerate(messages):
+                physical = base + rel
+                rel += encode(
+                    view,
+                    rel,
+                    topic_raw=topic_raw,
+                    props_raw=props_list[i],
+                    body=msg.body,
+                    queue_id=queue_id,
+                    queue_offset=first + i,
+                    physical_offset=physical,
+                    flag=msg.flag,
+                    born_timestamp=msg.born_timestamp,
+                    store_timestamp=now_ms,
+                    born_host_raw=host_list[i],
+                )
+                physical_offsets.append(physical)
+        except (struct.error, TypeError, ValueError) as exc:
+            # A field out of range: leave no record past the write position.
+            seg.zero(start_rel, rel + sizes[len(physical_offsets)])
+            raise StoreError(f"message cannot be encoded: {exc}") from exc
+        queue.append(first, physical_offsets, sizes, hashes)
+        end = base + rel
+        commitlog.advance(end, seg, now_ms)
+        return PutResult(queue_id, first, len(messages), physical_offsets, end, now_ms)
+
+    def _encode_keys_tags(self, msg: Message) -> tuple[bytes, int]:
+        props_raw = encode_properties(msg.all_properties())
+        if len(props_raw) > MAX_PROPERTIES_BYTES:
+            raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
+        return self._remember(
+            self._tag_props, (msg.keys, msg.tags), (props_raw, tag_hash(msg.tags))
+        )
+
+    @staticmethod
+    def _remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[key] = value
+        return value
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        max_physical_offset: int | None = None,
+    ) -> GetResult:
+        """Up to ``max_count`` records (at least one if any is available, even past
+        ``max_bytes``) from queue ``offset``, copied out of the CommitLog with physically
+        adjacent records in one slice. Only records ending at or before
+        ``max_physical_offset`` are served."""
+        self._check_open()
+        queue = self._queues.get(topic, queue_id)
+        if queue is None or queue.max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0, b"", 0)
+        lo, hi = queue.min_offset, queue.max_offset
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi, b"", 0)
+        if offset == hi:
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi, b"", 0)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW, hi, lo, hi, b"", 0)
+
+        commitlog = self._commitlog
+        cl_min = commitlog.min_offset
+        cl_max = commitlog.write_pos
+        visible = cl_max if max_physical_offset is None else min(cl_max, max_physical_offset)
+        parts: list[bytes] = []
+        count = total = 0
+        seg = None
+        run_start = run_end = 0
+        bad = False
+        for physical, size, _tags in ENTRY.iter_unpack(queue.read(offset, max(1, max_count))):
+            end = physical + size
+            if size <= 0 or physical < cl_min or end > cl_max:
+                bad = True
+                break
+            if end > visible or (count and total + size > max_bytes):
+                break
+            if seg is None or physical < seg.start or end > seg.end:
+                if seg is not None:
+                    parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
+                seg = commitlog.segment_at(physical)
+                if seg is None or end > seg.end:
+                    bad = True
+                    break
+                run_start = physical
+            elif physical != run_end:
+                parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
+                run_start = physical
+            if peek_prefix(seg.view, physical - seg.start) != (size, MESSAGE_MAGIC):
+                bad = True
+                break
+            run_end = end
+            count += 1
+            total += size
+        if count and seg is not None:
+            parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
+        if count:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            return GetResult(GetStatus.FOUND, offset + count, lo, hi, body, count)
+        if bad:
+            physical, size, _tags = queue.entry(offset)
+            if size > 0 and physical < cl_min:
+                # Retention deleted the records under this entry: the queue starts later.
+                queue.delete_below(cl_min)
+                new_lo = queue.min_offset
+                return GetResult(GetStatus.OFFSET_TOO_SMALL, new_lo, new_lo, hi, b"", 0)
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + 1, lo, hi, b"", 0)
+        return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi, b"", 0)
+
+    def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose record was stored at or after ``timestamp_ms``
+        (the max offset if none was)."""
+        self._check_open()
+        queue = self._queues.get(topic, queue_id)
+        if queue is None:
+            return 0
+        lo, hi = queue.min_offset, queue.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            physical, size, _ = queue.entry(mid)
+            seg = self._commitlog.segment_at(physical)
+            if seg is None or size <= 0:
+                lo = mid + 1  # deleted or invalid: treat as older
+                continue
+            if store_timestamp(seg.view, physical - seg.start) >= timestamp_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- durability ------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync the CommitLog, then the ConsumeQueues, then write the checkpoint; returns the
+        CommitLog offset now durable (the write position when the flush started).
+
+        Safe to run in one worker thread while the event-loop thread puts and gets."""
+        with self._flush_lock:
+            if not self._open:
+                return self._flushed
+            target = self._commitlog.write_pos
+            for seg in self._commitlog.segments_between(self._flushed, target):
+                seg.fsync()
+            self._sync_tracked()
+            self._flushed = max(self._flushed, target)
+            self._write_checkpoint()
+            return target
+
+    def _sync_tracked(self) -> None:
+        files, dirs = self._tracker.take()
+        for seg in files:
+            seg.fsync()
+        for directory in dirs:
+            with contextlib.suppress(FileNotFoundError):
+                fsync_dir(directory)
+
+    def _write_checkpoint(self, *, force: bool = False) -> None:
+        """Persist (flushed offset, confirm offset); caller holds the flush lock or is opening."""
+        state = (self._flushed, self.confirm_offset)
+        if not force and state == self._checkpointed:
+            return
+        save_checkpoint(
+            self._checkpoint_path,
+            Checkpoint(
+                flushed_offset=self._flushed,
+                dispatched_offset=self._flushed,
+                confirm_offset=self.confirm_offset,
+                timestamp_ms=time.time_ns() // 1_000_000,
+            ),
+        )
+        self._checkpointed = state
+
+    # -- retention -------------------------------------------------------------------------
+
+    def delete_expired(self, now_ms: int, disk_used_ratio: float | None = None) -> int:
+        """Delete CommitLog segments past retention (or oldest first while the disk is too
+        full; the ratio is measured when not given), then the ConsumeQueue segments that only
+        point below the new min offset. Returns the number of CommitLog segments deleted."""
+        self._check_open()
+        usage = retention.disk_usage(self._dir)
+        count = retention.segments_to_delete(
+            self._commitlog.segments,
+            self._commitlog.max_timestamps,
+            now_ms=now_ms,
+            retention_ms=int(self.config.retention_hours * 3_600_000),
+            used_ratio=usage.used_ratio if disk_used_ratio is None else disk_used_ratio,
+            max_used_ratio=self.config.disk_max_used_ratio,
+            total_bytes=usage.total_bytes,
+        )
+        if not count:
+            return 0
+        for _ in range(count):
+            self._commitlog.delete_oldest()
+        queue_segments = self._queues.delete_below(self._commitlog.min_offset)
+        log.info(
+            f"retention deleted {count} commitlog segments, {queue_segments} consume queue "
+            f"segments; commitlog now starts at {self._commitlog.min_offset}",
+            commitlog_segments=count,
+            consumequeue_segments=queue_segments,
+            min_offset=self._commitlog.min_offset,
+        )
+        return count
+
+    # -- replication -----------------------------------------------------------------------
+
+    def read_raw(self, offset: int, max_bytes: int) -> memoryview:
+        """Whole records (and blank tails) from CommitLog ``offset``, up to ``max_bytes`` (at
+        least one record), never crossing a segment end; empty at ``max_offset``.
+
+        The view aliases the mapped segment: use it (send it) before the next retention or
+        truncation, and do not keep it."""
+        self._check_open()
+        commitlog = self._commitlog
+        if offset == commitlog.write_pos:
+            return memoryview(b"")
+        if not commitlog.min_offset <= offset < commitlog.write_pos:
+            raise StoreError(
+                f"offset {offset} outside the commitlog "
+                f"[{commitlog.min_offset}, {commitlog.write_pos})"
+            )
+        seg = commitlog.segment_at(offset)
+        if seg is None:
+            raise StoreError(f"no commitlog segment holds offset {offset}")
+        view = seg.view
+        start = offset - seg.start
+        limit = min(seg.end, commitlog.write_pos) - seg.start
+        pos = start
+        unpack = _U32.unpack_from
+        while pos < limit:
+            (size,) = unpack(view, pos)
+            if size < 8 or pos + size > limit:
+                if pos == start:
+                    raise StoreError(f"offset {offset} is not at a record")
+                break
+            if pos > start and pos + size - start > max_bytes:
+                break
+            pos += size
+        return view[start:pos]
+
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        """Append CommitLog bytes as a master wrote them (whole records and blank tails within
+        one segment) at ``offset``, which must be ``max_offset``. Every record is validated
+        (CRC, offsets, queue continuity) before anything is written, then ConsumeQueues are
+        dispatched by the same code recovery uses. Returns the new ``max_offset``."""
+        self._check_open()
+        commitlog = self._commitlog
+        if offset != commitlog.write_pos:
+            raise StoreError(f"append at {offset} but the commitlog ends at {commitlog.write_pos}")
+        raw = memoryview(data).cast("B")
+        if not raw:
+            return offset
+        last = commitlog.segments[-1] if commitlog.segments else None
+        seg_end = (
+            last.end if last is not None and offset < last.end else offset + commitlog.segment_bytes
+        )
+        if offset + len(raw) > seg_end:
+            raise StoreError(f"appended data crosses the segment end at {seg_end}")
+        dispatcher = Dispatcher(self._queues)
+        walk = SegmentWalk(
+            raw,
+            base=offset,
+            start=0,
+            limit=len(raw),
+            segment_end=seg_end - offset,
+            zeros_end_data=False,
+        )
+        infos: list[RecordInfo] = [
+            dispatcher.check(raw, pos, size, offset + pos) for pos, size in walk
+        ]
+        # Reserve everything first, so a full disk leaves nothing half-written.
+        firsts: dict[tuple[str, int], tuple[int, int]] = {}
+        for info in infos:
+            key = (info.topic, info.queue_id)
+            first, count = firsts.get(key, (info.queue_offset, 0))
+            firsts[key] = (first, count + 1)
+        for (topic, queue_id), (first, count) in firsts.items():
+            self._queues.get_or_create(topic, queue_id).reserve(first, count)
+        seg = commitlog.writable_segment()
+        rel = offset - seg.start
+        seg.view[rel : rel + len(raw)] = raw
+        newest = 0
+        for info in infos:
+            dispatcher.apply(info)
+            newest = max(newest, info.store_timestamp)
+        commitlog.advance(offset + len(raw), seg, newest)
+        return commitlog.write_pos
+
+    def truncate(self, offset: int) -> None:
+        """Durably cut the CommitLog, the ConsumeQueues and their max offsets back to
+        ``offset`` (a record boundary); ``confirm_offset`` is lowered to it if above."""
+        self._check_open()
+        commitlog = self._commitlog
+        end = commitlog.write_pos
+        if not commitlog.min_offset <= offset <= end:
+            raise StoreError(
+                f"cannot truncate to {offset}: the commitlog is [{commitlog.min_offset}, {end}]"
+            )
+        seg = commitlog.segment_at(offset)
+        if offset < end and seg is not None:
+            magic = peek_prefix(seg.view, offset - seg.start)[1]
+            if magic not in (MESSAGE_MAGIC, BLANK_MAGIC):
+                raise StoreError(f"cannot truncate to {offset}: not a record boundary")
+        with self._flush_lock:
+            _, touched = commitlog.truncate(offset, dirty_end=end)
+            for seg_ in touched:
+                seg_.fsync()
+            self._queues.truncate_physical(offset)
+            self._sync_tracked()
+            fsync_dir(commitlog.directory)
+            self._flushed = min(self._flushed, offset)
+            self.confirm_offset = min(self.confirm_offset, offset)
+            self._write_checkpoint(force=True)
+        if offset < end:
+            log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
