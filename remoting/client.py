@@ -38,8 +38,7 @@ class _ClientProtocol(asyncio.Protocol):
         self._conn = conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._conn._transport = transport
+        self._conn._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self._conn._data_received(data)
