@@ -421,17 +421,31 @@ class _StreamDecoder(Generic[_M]):
 
     def feed(self, data: Buffer) -> list[_M]:
         """Every message completed by ``data``; raises ProtocolError on an invalid stream."""
+        out, error = self.feed_until_error(data)
+        if error is not None:
+            raise error
+        return out
+
+    def feed_until_error(self, data: Buffer) -> tuple[list[_M], ProtocolError | None]:
+        """Like :meth:`feed`, but returns the messages that preceded an error with the error.
+
+        State machines use it so that valid messages before garbage are still acted on.
+        """
         if self._failed:
-            raise ProtocolError("stream already failed")
+            return [], ProtocolError("stream already failed")
+        out: list[_M] = []
         try:
-            return self._feed_inner(data)
-        except ProtocolError:
+            self._feed_into(data, out)
+        except ProtocolError as exc:
             self._failed = True
             self._hbuf.clear()
+            self._header = None
             self._body = bytearray()
-            raise
+            self._filled = 0
+            return out, exc
+        return out, None
 
-    def _feed_inner(self, data: Buffer) -> list[_M]:
+    def _feed_into(self, data: Buffer, out: list[_M]) -> None:
         # Body slices must outlive the caller's buffer, so only immutable bytes are sliced.
         if isinstance(data, bytes):
             view = memoryview(data)
@@ -439,7 +453,6 @@ class _StreamDecoder(Generic[_M]):
             view = data.cast("B") if data.format != "B" or data.ndim != 1 else data
         else:
             view = memoryview(bytes(data))
-        out: list[_M] = []
         pos = 0
         end = len(view)
         while True:
@@ -499,7 +512,6 @@ class _StreamDecoder(Generic[_M]):
                 pos += size
             else:
                 self._start_body(header, size)
-        return out
 
     def _start_body(self, header: bytes, size: int) -> None:
         self._header = header

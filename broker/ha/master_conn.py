@@ -170,7 +170,7 @@ class MasterConnection:
 
     def close(self, reason: str = "closed") -> None:
         """The connection is gone; every later call is a no-op."""
-        if self._state is not S.SHUTDOWN:
+        if self.close_reason is None:
             self.close_reason = reason
         self._state = S.SHUTDOWN
 
@@ -181,12 +181,15 @@ class MasterConnection:
         if self._state is S.SHUTDOWN:
             return []
         actions: list[MasterAction] = []
+        msgs, error = self._decoder.feed_until_error(data)
         try:
-            for msg in self._decoder.feed(data):
+            for msg in msgs:
                 if isinstance(msg, SlaveHandshake):
                     self._on_handshake(msg, log, actions)
                 else:
                     self._on_ack(msg, log, actions)
+            if error is not None:
+                raise error
         except ProtocolError as exc:
             reason = f"slave {self._who()}: {exc}"
             self.close(reason)

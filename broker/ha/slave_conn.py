@@ -161,7 +161,7 @@ class SlaveConnection:
 
     def close(self, reason: str = "closed") -> None:
         """The connection is gone; later input is ignored."""
-        if self._state is not S.SHUTDOWN:
+        if self.close_reason is None:
             self.close_reason = reason
         self._state = S.SHUTDOWN
 
@@ -188,14 +188,17 @@ class SlaveConnection:
             raise RuntimeError("receive_data() before start()")
         actions: list[SlaveAction] = []
         transfers = 0
+        msgs, error = self._decoder.feed_until_error(data)
         try:
-            for msg in self._decoder.feed(data):
+            for msg in msgs:
                 if isinstance(msg, MasterHandshake):
                     if not self._on_handshake(msg, actions):
                         return actions  # refused: SUSPEND, the rest is ignored
                 else:
                     self._on_transfer(msg, actions)
                     transfers += 1
+            if error is not None:
+                raise error
         except ProtocolError as exc:
             reason = f"master: {exc}"
             self.close(reason)
