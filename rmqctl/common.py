@@ -61,11 +61,20 @@ def addresses_option(func: F) -> F:
     )(func)
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; stay usable without it
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; SDK and connection failures become a :class:`CommandError`."""
     try:
-        # Plain asyncio: remoting's protocols assert asyncio.Transport, which uvloop's is not.
-        return asyncio.run(coro)
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(coro)
     except (ClientError, RemotingError) as exc:
         raise CommandError(str(exc)) from None
     except ValueError as exc:  # e.g. an address that is not host:port
