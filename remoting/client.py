@@ -33,6 +33,15 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class _Expired(Exception):
+    """Internal: a request's timer fired before its response arrived."""
+
+
+def _expire(fut: asyncio.Future[Frame]) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())
+
+
 class _ClientProtocol(asyncio.Protocol):
     def __init__(self, conn: RemotingClient) -> None:
         self._conn = conn
@@ -67,6 +76,7 @@ class RemotingClient:
         self._closed = False
         self._close_cause: BaseException | None = None
         self.on_request: RequestHandler | None = None
+        self._out: list[bytes] = []
         self.closed_event = asyncio.Event()
 
     @classmethod
@@ -104,18 +114,22 @@ class RemotingClient:
                 f"connection to {self.address} is closed"
             ) from self._close_cause
         opaque = next(self._opaque)
-        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Frame] = loop.create_future()
         self._pending[opaque] = fut
+        # A timer handle instead of asyncio.wait_for: no extra task per request on the hot path.
+        timer = loop.call_later(timeout, _expire, fut)
         try:
             if not self._writable.is_set():
-                await asyncio.wait_for(self._writable.wait(), timeout)
-            self._transport.write(encode_frame(request(code, opaque, header, body)))
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
+                await self._writable.wait()
+            self._write(encode_frame(request(code, opaque, header, body)))
+            return await fut
+        except _Expired:
             raise RequestTimeoutError(
                 f"request {int(code)} to {self.address} timed out after {timeout:g}s"
             ) from None
         finally:
+            timer.cancel()
             self._pending.pop(opaque, None)
 
     async def call(
@@ -144,7 +158,21 @@ class RemotingClient:
     def send_frame(self, frame: Frame) -> None:
         """Write a frame as is (used to answer requests the peer pushes to us)."""
         if self._transport is not None and not self._closed:
-            self._transport.write(encode_frame(frame))
+            self._write(encode_frame(frame))
+
+    def _write(self, data: bytes) -> None:
+        """Queue bytes; everything queued in one loop iteration goes out in one write."""
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(data)
+
+    def _flush(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        if self._transport is not None and not self._closed:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def close(self) -> None:
         if self._transport is not None:

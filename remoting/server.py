@@ -67,6 +67,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.attrs: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._out: list[bytes] = []
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -108,8 +109,20 @@ class Connection(asyncio.Protocol):
 
     # API --------------------------------------------------------------------------------------
     def send(self, frame: Frame) -> None:
+        """Queue a frame; every frame queued in one loop iteration goes out in one write."""
+        if self.transport is None or self.closed:
+            return
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(encode_frame(frame))
+
+    def _flush(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out = []
         if self.transport is not None and not self.closed:
-            self.transport.write(encode_frame(frame))
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def close(self) -> None:
         self.closed = True
