@@ -12,14 +12,22 @@ The driver owns the socket, the timers and the store. Its whole job::
         StreamingStarted     the slave's first ack fixed where streaming starts: wake the writer
         SlaveAcked           feed the SyncStateSet / confirm-offset logic
         CloseConnection      log the reason, close the socket
-    out = conn.next_transfer(log, store.read_raw)   # in the writer loop, while it returns data
-        write(header); write(body)              # body is the store's memoryview, not a copy
+    out = conn.next_transfer(log, store.read_raw, record_aligned=False)
+        # in the writer loop while it returns (header, body): write(header); write(body);
+        # await drain. body is the store's memoryview, not a copy. MessageStore.read_raw already
+        # returns whole records within one segment; record_aligned=True (the default) cuts
+        # bodies itself for a reader that returns raw byte ranges.
     hb = conn.heartbeat(log)                    # when idle for the heartbeat interval
+
+(Or, step by step: ``plan_transfer(log)`` gives a :class:`~broker.ha.batch.Batch`, the driver
+reads at most ``batch.length`` bytes, ``commit_transfer(batch, body)`` gives the header.)
 
 ``log`` is anything with the attributes of :class:`MasterLog` (a live adapter over the store, or
 a :class:`MasterLogState` snapshot). Where streaming starts: at the slave's first ack, except
 that an ack of 0 means "my log is empty": then at the master's ``min_offset``, or at
-``last_file_start`` when the slave's handshake set isSyncFromLastFile.
+``last_file_start`` when the slave's handshake set isSyncFromLastFile (never before the first
+epoch entry's start: bytes no epoch describes cannot be labelled, so they are not replicated).
+SUSPEND is not used on this side.
 
 Acks are checked: the first one must lie within the master's log, later ones never go back and
 never pass what was sent. A violation closes the connection (the slave handshakes again).
