@@ -1,0 +1,391 @@
+"""Recovery on open: clean and unclean stops, torn and corrupt records, ConsumeQueue rebuilds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from protocol.message import RecordEncoder, decode_record
+from storage.store import GetStatus, MessageStore
+from tests.storage.support import (
+    SEGMENT,
+    TOPIC,
+    commitlog_files,
+    crash_copy,
+    messages,
+    open_store,
+    read_queue,
+)
+
+NOW = 1_700_000_000_000
+REPO = Path(__file__).resolve().parents[2]
+
+
+def segment_path(data_dir: Path, offset: int) -> Path:
+    return data_dir / "commitlog" / f"{offset - offset % SEGMENT:020d}"
+
+
+def patch_file(path: Path, pos: int, data: bytes) -> None:
+    with path.open("r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+def flip_byte(data_dir: Path, offset: int) -> None:
+    path = segment_path(data_dir, offset)
+    pos = offset % SEGMENT
+    raw = path.read_bytes()
+    patch_file(path, pos, bytes([raw[pos] ^ 0x5A]))
+
+
+def truncation_warnings(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in logs if e["log_level"] == "warning" and "truncated at offset" in e["event"]]
+
+
+def snapshot(store: MessageStore) -> dict[tuple[str, int], list[tuple[int, int, bytes]]]:
+    return {
+        (topic, qid): [
+            (r.queue_offset, r.physical_offset, r.body) for r in read_queue(store, topic, qid)
+        ]
+        for topic in store.topics()
+        for qid in store.queue_ids(topic)
+    }
+
+
+def fill(store: MessageStore, batches: int, *, queues: int = 3, size: int = 300) -> None:
+    for i in range(batches):
+        store.put(TOPIC, i % queues, messages(4, size=size, prefix=f"b{i}-"), NOW + i)
+
+
+def test_clean_reopen_validates_only_the_last_segment(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    fill(store, 100)
+    before = snapshot(store)
+    end = store.max_offset
+    store.close()
+    assert len(commitlog_files(tmp_path)) >= 3
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(tmp_path)
+    recovered = next(e for e in logs if e["event"] == "commitlog recovered")
+    assert recovered["clean"] is True
+    assert recovered["replayed"] == 0
+    assert recovered["scanned_from"] == end - end % SEGMENT
+    assert not truncation_warnings(logs)
+    assert again.max_offset == end
+    assert snapshot(again) == before
+    again.close()
+
+
+def test_kill9_keeps_every_write_and_queues_agree(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    fill(store, 40)
+    store.flush()
+    fill(store, 40)  # written to the page cache, not flushed
+    before = snapshot(store)
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    assert (crashed / "abort").exists()
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    assert any("not closed cleanly" in e["event"] for e in logs)
+    assert not truncation_warnings(logs)
+    assert snapshot(again) == before
+    assert again.flushed_offset == again.max_offset  # recovery made it durable
+    again.close()
+
+
+def test_torn_last_record_is_cut_off(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    fill(store, 10)
+    last = store.put(TOPIC, 0, messages(3, size=2000), NOW)
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    torn_at = last.physical_offsets[2]
+    # The last record reached the disk only halfway.
+    path = segment_path(crashed, torn_at)
+    patch_file(path, torn_at % SEGMENT + 1000, bytes(1000))
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    [warning] = truncation_warnings(logs)
+    assert warning["event"] == f"commitlog recovery truncated at offset {torn_at}: CRC mismatch"
+    assert warning["offset"] == torn_at
+    assert again.max_offset == torn_at
+    assert again.queue_max_offset(TOPIC, 0) == last.first_queue_offset + 2
+    assert path.read_bytes()[torn_at % SEGMENT :] == bytes(SEGMENT - torn_at % SEGMENT)
+    again.close()
+
+
+def test_garbage_after_the_last_record_is_zeroed(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    fill(store, 5)
+    end = store.max_offset
+    before = snapshot(store)
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    patch_file(segment_path(crashed, end), end % SEGMENT, os.urandom(300))
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    [warning] = truncation_warnings(logs)
+    assert warning["offset"] == end
+    assert again.max_offset == end
+    assert snapshot(again) == before
+    again.close()
+    # The cut was made durable: reopening (now cleanly) sees the same, with no warning.
+    with structlog.testing.capture_logs() as logs:
+        third = open_store(crashed)
+    assert not truncation_warnings(logs)
+    assert snapshot(third) == before
+    third.close()
+
+
+def test_corrupt_record_in_the_middle_truncates_there(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    results = [store.put(TOPIC, 0, messages(1, size=200, prefix=f"r{i}-"), NOW) for i in range(20)]
+    store.close()
+    bad = results[7].physical_offsets[0]
+    flip_byte(tmp_path, bad + 100)  # inside the body: the CRC no longer matches
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(tmp_path)
+    [warning] = truncation_warnings(logs)
+    assert warning["event"] == f"commitlog recovery truncated at offset {bad}: CRC mismatch"
+    assert again.max_offset == bad
+    assert again.queue_max_offset(TOPIC, 0) == 7
+    assert [r.queue_offset for r in read_queue(again, TOPIC, 0)] == list(range(7))
+    assert again.get(TOPIC, 0, 8, 10, 1 << 20).status is GetStatus.OFFSET_OVERFLOW
+    # New writes continue where the valid log ends.
+    result = again.put(TOPIC, 0, messages(1, prefix="new"), NOW)
+    assert (result.first_queue_offset, result.physical_offsets) == (7, [bad])
+    assert read_queue(again, TOPIC, 0)[7].body.startswith(b"new0:")
+    again.close()
+
+
+def test_corruption_after_the_checkpoint_drops_later_segments(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    fill(store, 30)
+    store.flush()
+    checkpointed = store.max_offset
+    results = [store.put(TOPIC, 1, messages(8, size=900), NOW) for _ in range(30)]
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    bad = next(
+        r for r in results if r.physical_offsets[0] > checkpointed + SEGMENT
+    ).physical_offsets[3]
+    assert len(commitlog_files(crashed)) > bad // SEGMENT + 1
+    flip_byte(crashed, bad + 8)  # the CRC field itself
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    [warning] = truncation_warnings(logs)
+    assert warning["offset"] == bad
+    assert again.max_offset == bad
+    assert len(commitlog_files(crashed)) == bad // SEGMENT + 1
+    records = read_queue(again, TOPIC, 1)
+    assert records and records[-1].physical_offset < bad
+    assert [r.queue_offset for r in records] == list(range(len(records)))
+    again.close()
+
+
+def test_valid_record_with_a_wrong_queue_offset_is_corrupt(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    results = [store.put(TOPIC, 0, messages(1, size=100), NOW) for _ in range(6)]
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    target = results[4].physical_offsets[0]
+    path = segment_path(crashed, target)
+    record = decode_record(path.read_bytes(), target % SEGMENT)
+    forged = RecordEncoder(record.store_host).encode(
+        _message_of(record),
+        queue_id=record.queue_id,
+        queue_offset=record.queue_offset + 5,
+        physical_offset=record.physical_offset,
+        store_timestamp=record.store_timestamp,
+    )
+    assert len(forged) == record.size
+    patch_file(path, target % SEGMENT, forged)
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    [warning] = truncation_warnings(logs)
+    assert warning["offset"] == target
+    assert "queue offset 9" in warning["reason"]
+    assert again.queue_max_offset(TOPIC, 0) == 4
+    again.close()
+
+
+def test_valid_record_at_the_wrong_position_is_corrupt(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    results = [store.put(TOPIC, 0, messages(1, size=100), NOW) for _ in range(6)]
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    path = segment_path(crashed, 0)
+    raw = path.read_bytes()
+    first, second = results[0].physical_offsets[0], results[1].physical_offsets[0]
+    patch_file(path, second, raw[first:second])  # a stale copy of record 0 (same size)
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    [warning] = truncation_warnings(logs)
+    assert warning["offset"] == second
+    assert "says it is at offset 0" in warning["reason"]
+    assert again.max_offset == second
+    again.close()
+
+
+def test_a_bad_blank_tail_is_corrupt(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    ends = []
+    while len(commitlog_files(tmp_path / "live")) < 2:
+        ends.append(store.put(TOPIC, 0, messages(5, size=1000), NOW).end_offset)
+    blank_at = ends[-2]
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    # Make the blank claim fewer bytes than the segment has left.
+    patch_file(
+        segment_path(crashed, blank_at),
+        blank_at % SEGMENT,
+        (SEGMENT - blank_at - 8).to_bytes(4, "big"),
+    )
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    [warning] = truncation_warnings(logs)
+    assert warning["offset"] == blank_at
+    assert "does not end its segment" in warning["reason"]
+    assert again.max_offset == blank_at
+    assert len(commitlog_files(crashed)) == 1
+    assert again.queue_max_offset(TOPIC, 0) == 5 * (len(ends) - 1)
+    # Writing resumes in the first segment and rolls again normally.
+    for _ in range(3):
+        again.put(TOPIC, 0, messages(5, size=1000), NOW)
+    assert [r.queue_offset for r in read_queue(again, TOPIC, 0)] == list(
+        range(again.queue_max_offset(TOPIC, 0))
+    )
+    again.close()
+
+
+def test_blank_tails_survive_an_unclean_stop(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    fill(store, 120, size=800)
+    before = snapshot(store)
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    assert len(commitlog_files(crashed)) >= 5
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    assert not truncation_warnings(logs)
+    assert snapshot(again) == before
+    again.close()
+
+
+def test_consume_queues_are_rebuilt_when_their_directory_is_gone(tmp_path: Path) -> None:
+    store = open_store(tmp_path, consumequeue_segment_entries=32)
+    fill(store, 90, queues=4)
+    store.put("Other", 0, [messages(1)[0]], NOW)
+    before = snapshot(store)
+    maxima = {key: store.queue_max_offset(*key) for key in before}
+    store.close()
+    shutil.rmtree(tmp_path / "consumequeue")
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(tmp_path, consumequeue_segment_entries=32)
+    assert any("rebuilding" in e["event"] for e in logs)
+    assert snapshot(again) == before
+    assert {key: again.queue_max_offset(*key) for key in before} == maxima
+    again.close()
+
+
+def test_torn_consume_queue_entries_past_the_checkpoint_are_rebuilt(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live", consumequeue_segment_entries=1000)
+    fill(store, 10, queues=1)
+    store.flush()
+    fill(store, 10, queues=1)
+    before = snapshot(store)
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    cq = crashed / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    # Entry 50 (after the checkpoint at 40) lost, entry 95 (never written) full of garbage.
+    patch_file(cq, 50 * 20, bytes(20))
+    patch_file(cq, 95 * 20, os.urandom(20))
+    again = open_store(crashed, consumequeue_segment_entries=1000)
+    assert snapshot(again) == before
+    assert again.queue_max_offset(TOPIC, 0) == 80
+    assert cq.read_bytes()[80 * 20 :] == bytes(920 * 20)
+    again.close()
+
+
+def test_zero_gap_followed_by_data_is_cut_and_reported(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    results = [store.put(TOPIC, 0, messages(1, size=300), NOW) for _ in range(10)]
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    # A lost page in the middle: record 4's bytes never reached the disk, later ones did.
+    start, end = results[4].physical_offsets[0], results[5].physical_offsets[0]
+    patch_file(segment_path(crashed, start), start, bytes(end - start))
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    [warning] = truncation_warnings(logs)
+    assert warning["offset"] == start
+    assert again.queue_max_offset(TOPIC, 0) == 4
+    again.close()
+
+
+def test_missing_checkpoint_means_full_validation(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    fill(store, 60)
+    before = snapshot(store)
+    store.close()
+    for name in ("checkpoint", "checkpoint.bak"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(tmp_path)
+    recovered = next(e for e in logs if e["event"] == "commitlog recovered")
+    assert recovered["clean"] is False and recovered["scanned_from"] == 0
+    assert snapshot(again) == before
+    again.close()
+
+
+def test_sigkill_of_a_real_process_loses_nothing_flushed(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from pathlib import Path
+        sys.path.insert(0, {str(REPO)!r})
+        from tests.storage.support import messages, open_store
+        store = open_store(Path({str(tmp_path)!r}))
+        for i in range(50):
+            store.put("TopicTest", i % 2, messages(10, size=500, prefix=f"b{{i}}-"), 1)
+            if i % 10 == 9:
+                print(store.flush(), flush=True)
+        store.put("TopicTest", 0, messages(3), 1)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    flushed = int(proc.stdout.split()[-1])
+    again = open_store(tmp_path)
+    assert again.max_offset >= flushed
+    for queue_id in (0, 1):
+        records = read_queue(again, TOPIC, queue_id)
+        assert [r.queue_offset for r in records] == list(range(len(records)))
+        assert len(records) >= 250
+    assert again.queue_max_offset(TOPIC, 0) == 253  # the page cache survives a kill
+    again.close()
+
+
+def _message_of(record: Any) -> Any:
+    from protocol.message import Message
+
+    return Message(
+        topic=record.topic,
+        body=record.body,
+        properties=record.properties,
+        flag=record.flag,
+        born_timestamp=record.born_timestamp,
+        born_host=record.born_host,
+    )
