@@ -100,8 +100,8 @@ def replicate(master: Broker, slave: Broker) -> tuple[str | None, SlaveConnectio
             header, body = out
             to_slave.append(header + bytes(body))
         while to_slave:
-            for a in s.receive_data(to_slave.pop(0)):
-                match a:
+            for sa in s.receive_data(to_slave.pop(0)):
+                match sa:
                     case TruncateLog(offset=off):
                         slave.store.truncate(off)
                         slave.epochs.truncate_suffix_from_offset(off)
@@ -116,7 +116,7 @@ def replicate(master: Broker, slave: Broker) -> tuple[str | None, SlaveConnectio
                     case ReplicationRefused(reason=r) | Reconnect(reason=r):
                         return r, s
                     case _:
-                        raise AssertionError(f"unexpected {a!r}")
+                        raise AssertionError(f"unexpected {sa!r}")
             moved = True
         if not moved:
             hb = m.heartbeat(master.log_state())
