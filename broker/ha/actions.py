@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.ha import Buffer, SlaveHandshake
+from protocol.ha import SlaveHandshake
 
 __all__ = [
     "AppendBytes",
@@ -114,7 +114,8 @@ class AppendBytes:
     """Append raw CommitLog bytes at ``offset`` (the local max offset), then dispatch them."""
 
     offset: int
-    data: Buffer = field(repr=False)
+    data: bytes | memoryview = field(repr=False)
+    """Usually a read-only view of the received chunk (no copy); valid until dropped."""
 
     @property
     def end_offset(self) -> int:

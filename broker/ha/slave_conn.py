@@ -268,7 +268,9 @@ class SlaveConnection:
                 f"{last.start_offset} here"
             )
         if len(msg.body):
-            actions.append(AppendBytes(offset=msg.offset, data=msg.body))
+            body = msg.body
+            data = body if isinstance(body, bytes | memoryview) else memoryview(body)
+            actions.append(AppendBytes(offset=msg.offset, data=data))
             self._max += len(msg.body)
         confirm = min(msg.confirm_offset, self._max)
         if confirm != self._confirm:

@@ -107,8 +107,8 @@ def replicate(master: Broker, slave: Broker) -> tuple[str | None, SlaveConnectio
                         slave.epochs.truncate_suffix_from_offset(off)
                     case AppendEpoch(epoch=e, start_offset=st):
                         slave.epochs.append(e, st)
-                    case AppendBytes(offset=off, data=d):
-                        slave.store.append_raw(off, d)
+                    case AppendBytes(offset=off, data=raw):
+                        slave.store.append_raw(off, raw)
                     case UpdateConfirmOffset(offset=off):
                         slave.store.confirm_offset = off
                     case SendBytes(data=d):
