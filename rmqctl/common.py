@@ -45,8 +45,21 @@ class CommandError(click.ClickException):
         click.echo(f"rmqctl: {self.format_message()}", err=True)
 
 
+def _json_after_command(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(Settings).json = True
+
+
 def addresses_option(func: F) -> F:
-    """``-a ADDRS``: controller or broker addresses, ``;``-separated, any may be down."""
+    """``-a ADDRS`` (controller or broker addresses, ``;``-separated, any may be down), and
+    ``--json`` also accepted after the command name."""
+    func = click.option(
+        "--json",
+        is_flag=True,
+        expose_value=False,
+        callback=_json_after_command,
+        help="Same as the global --json.",
+    )(func)
     return click.option(
         "-a",
         "--addresses",

@@ -197,3 +197,13 @@ def test_usage_errors_keep_clicks_exit_status_2() -> None:
     assert proc.returncode == 2
     assert "Missing option '-a'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_json_is_also_accepted_after_the_command_name(
+    fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
+) -> None:
+    cluster, _ = fake
+    addr = cluster.brokers["broker-a"].address
+    before = invoke("--json", "clusterList", "-a", addr)
+    after = invoke("clusterList", "-a", addr, "--json")
+    assert before == after and json.loads(after[1])["clusters"]
