@@ -8,6 +8,7 @@ afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Mapping, Sequence
 
@@ -62,6 +63,9 @@ class Bootstrap:
         addresses: str | Sequence[str],
         pool: ConnectionPool | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        *,
+        busy_rounds: int = 4,
+        busy_delay: float = 0.25,
     ) -> None:
         self.addresses = parse_addresses(addresses)
         if not self.addresses:
@@ -69,6 +73,8 @@ class Bootstrap:
         self._owns_pool = pool is None
         self.pool = pool if pool is not None else ConnectionPool(timeout)
         self.timeout = timeout
+        self.busy_rounds = busy_rounds
+        self.busy_delay = busy_delay
         self._preferred: str | None = None
 
     async def call(
@@ -80,10 +86,34 @@ class Bootstrap:
     ) -> Frame:
         """Send the request until one address answers SUCCESS.
 
+        When every address that answered said "not now" (not the leader with no leader known,
+        busy), the round is repeated up to ``busy_rounds`` times ``busy_delay`` apart: a Raft
+        election takes a few hundred ms. Addresses that refuse connections fail at once.
+
         Raises :class:`BrokerError` for a definitive error answer (e.g. TOPIC_NOT_EXIST) and
         :class:`UnreachableError` when no address could serve the request.
         """
         timeout = self.timeout if timeout is None else timeout
+        for round_no in range(self.busy_rounds):
+            result = await self._round(code, header, body, timeout)
+            if isinstance(result, Frame):
+                return result
+            reasons, last_error = result
+            if last_error is None or round_no + 1 == self.busy_rounds:
+                break
+            await asyncio.sleep(self.busy_delay)
+        if last_error is not None and len(reasons) == 1:
+            raise last_error
+        raise UnreachableError(self.addresses, reasons)
+
+    async def _round(
+        self,
+        code: int,
+        header: Mapping[str, Scalar] | None,
+        body: bytes | None,
+        timeout: float,
+    ) -> Frame | tuple[list[str], BrokerError | None]:
+        """Try every address once: the SUCCESS frame, else (reasons, last "not now" answer)."""
         order = list(self.addresses)
         if self._preferred is not None:
             # The last address that answered goes first (it may be a leader not in the list).
@@ -119,9 +149,7 @@ class Bootstrap:
                 leader = resp.header.get("leaderAddress")
                 if isinstance(leader, str) and leader and leader not in tried:
                     order.insert(0, leader)
-        if last_error is not None and len(reasons) == 1:
-            raise last_error
-        raise UnreachableError(self.addresses, reasons)
+        return reasons, last_error
 
     def close(self) -> None:
         """Close the connections, when the pool is ours (not shared with a producer/consumer)."""

@@ -56,6 +56,12 @@ class Producer:
 
     ``bootstrap`` is the controller addresses, or a lone broker's, ``;``-separated.
     Use as ``async with Producer(...) as p:`` or call :meth:`start` and :meth:`close`.
+
+    - ``retries``: further attempts after a retriable failure (on another queue, preferably
+      another broker group); ``send_timeout`` bounds each attempt.
+    - ``fault_isolation``: seconds a broker group that failed a send is skipped by new sends
+      while another group can take them (0 turns it off).
+    - ``max_message_bytes``: larger bodies are refused before anything is sent.
     """
 
     def __init__(
@@ -67,6 +73,7 @@ class Producer:
         connect_timeout: float = 3.0,
         route_refresh_interval: float = 30.0,
         max_message_bytes: int = 4 * 1024 * 1024,
+        fault_isolation: float = 1.0,
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
@@ -77,6 +84,11 @@ class Producer:
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._rr = 0
+        # Broker groups that failed a send recently -> until when new sends avoid them
+        # (RocketMQ's latency fault tolerance, simplified): a dead group costs one failed
+        # attempt per isolation period, not one per send.
+        self.fault_isolation = fault_isolation
+        self._faulty: dict[str, float] = {}
         self._started = False
         self._closed = False
 
@@ -179,6 +191,12 @@ class Producer:
             raise ClientError(f"malformed batch response from {mq.broker_name}: {exc}") from None
 
     # internals --------------------------------------------------------------------------------
+    def _isolated(self) -> set[str] | None:
+        now = time.monotonic()
+        for name in [n for n, until in self._faulty.items() if until <= now]:
+            del self._faulty[name]
+        return set(self._faulty) or None
+
     def _select(self, route: TopicRoute, avoid: set[str] | None) -> tuple[MessageQueue, str]:
         """The next writable queue round-robin, skipping broker groups in ``avoid`` if possible."""
         writable = route.writable
@@ -203,7 +221,7 @@ class Producer:
         route = self.routes.peek(topic)
         if route is None:
             route = await self.routes.get(topic)
-        avoid: set[str] | None = None
+        avoid = self._isolated() if self._faulty else None
         last: Exception | None = None
         attempts = self.retries + 1
         for attempt in range(attempts):
@@ -221,6 +239,8 @@ class Producer:
                 else:
                     rcode = resp.code
                     if rcode == ResponseCode.SUCCESS:
+                        if self._faulty:
+                            self._faulty.pop(mq.broker_name, None)
                         return resp, mq
                     remark = resp.header.get("remark")
                     remark = remark if isinstance(remark, str) else ""
@@ -233,6 +253,8 @@ class Producer:
                 if avoid is None:
                     avoid = set()
                 avoid.add(mq.broker_name)
+                if self.fault_isolation > 0:
+                    self._faulty[mq.broker_name] = time.monotonic() + self.fault_isolation
             if self._closed:
                 raise ClosedError("producer is closed") from last
             if attempt + 1 < attempts:

@@ -216,3 +216,27 @@ async def test_a_group_without_master_has_no_writable_queues(servers: list[Route
     assert route.writable == ()
     assert len(route.queues) == 6
     assert route.master_address("broker-a") is None
+
+
+async def test_a_leaderless_moment_is_waited_out(servers: list[RouteServer]) -> None:
+    answers = iter(
+        [
+            ResponseCode.CONTROLLER_NOT_LEADER,
+            ResponseCode.CONTROLLER_NOT_LEADER,
+            ResponseCode.SUCCESS,
+        ]
+    )
+
+    def election(req: Frame) -> Frame:
+        code = next(answers)
+        if code == ResponseCode.SUCCESS:
+            return ok(req)
+        return error_response(req, code, "election in progress")
+
+    live = await serve(servers, election)
+    boot = Bootstrap([dead_address(), live.address], timeout=2, busy_delay=0.01)
+    try:
+        route = await RouteCache(boot).get("t")
+    finally:
+        boot.close()
+    assert route.topic == "t" and live.requests == 3
