@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,3 +128,27 @@ async def test_latest_skips_what_was_stored_before_the_group_existed(broker: Bro
         sent = await produce(broker, "T", 20, "new")
         got = await receive_until(c, lambda g: len(g) >= len(sent))
     assert {m.body: key(m) for m in got} == sent
+
+
+async def test_producer_and_consumer_ride_through_a_broker_kill_and_restart(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    b = broker_factory(tmp_path, extra=["--flush", "sync"]).start_and_wait()
+    await create_topic(b, "T")
+    async with (
+        Producer(b.address, retries=3, send_timeout=2) as p,
+        Consumer(b.address, "g", "T", **FAST) as c,
+    ):
+        before = {await p.send("T", f"before-{i}".encode()) for i in range(20)}
+        await receive_until(c, lambda g: len(g) >= len(before))
+        b.kill9()
+        await asyncio.to_thread(broker_factory(tmp_path, port=b.port).start_and_wait)
+        # The first sends may meet the dead connection; the producer retries and reconnects.
+        after = [await p.send("T", f"after-{i}".encode()) for i in range(20)]
+        got = await receive_until(
+            c, lambda g: {f"after-{i}".encode() for i in range(20)} <= {m.body for m in g}
+        )
+    by_body = {m.body: key(m) for m in got if m.body.startswith(b"after-")}
+    assert by_body == {
+        f"after-{i}".encode(): r.queue_id * 1_000_000 + r.queue_offset for i, r in enumerate(after)
+    }
