@@ -27,7 +27,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
-        store = MessageStore(StoreConfig(data_dir=Path(tmp)))
+        store = MessageStore(StoreConfig(data_dir=Path(tmp) / "master"))
         store.open()
         body = os.urandom(args.size)
         batch = [
@@ -62,6 +62,18 @@ def main() -> None:
                 offset = result.next_offset
         get_secs = time.perf_counter() - start
         print(f"get: {got / get_secs:,.0f} msgs/s ({got} msgs in batches of {args.get_batch})")
+
+        replica = MessageStore(StoreConfig(data_dir=Path(tmp) / "replica"))
+        replica.open()
+        start = time.perf_counter()
+        while replica.max_offset < store.max_offset:
+            offset = replica.max_offset
+            replica.append_raw(offset, store.read_raw(offset, 1 << 20))
+        replay_secs = time.perf_counter() - start
+        print(
+            f"replay (read_raw + append_raw, 1 MiB chunks): {put_count / replay_secs:,.0f} msgs/s"
+        )
+        replica.close()
         store.close()
 
 

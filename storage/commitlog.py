@@ -60,6 +60,7 @@ class CommitLog:
             for seg in segments[:keep]:
                 self._tracker.retire(seg)
         self._set_segments(segments[keep:])
+        self.max_timestamps.clear()
         self.write_pos = self.segments[-1].end if self.segments else 0
 
     def _set_segments(self, segments: list[Segment]) -> None:
@@ -222,3 +223,4 @@ class CommitLog:
         for seg in self.segments:
             seg.close()
         self._set_segments([])
+        self.max_timestamps.clear()

@@ -63,6 +63,10 @@ class ConsumeQueue:
         return f"ConsumeQueue({self.topic}:{self.queue_id} [{self.min_offset}, {self.max_offset}))"
 
     @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.queue_id
+
+    @property
     def is_empty(self) -> bool:
         return self.min_offset == self.max_offset
 

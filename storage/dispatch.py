@@ -9,7 +9,7 @@ its ConsumeQueue entry.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 from protocol.message import (
@@ -17,7 +17,6 @@ from protocol.message import (
     RecordError,
     RecordInfo,
     check_record,
-    peek_prefix,
     read_info,
 )
 from storage.errors import CorruptRecordError
@@ -25,6 +24,7 @@ from storage.queues import ConsumeQueues, queue_id_error, topic_error
 
 BLANK_MIN: Final = 8
 _I64: Final = struct.Struct(">q")
+_PREFIX: Final = struct.Struct(">II")
 _PHYSICAL_AT: Final = 28
 _STORE_TIMESTAMP_AT: Final = 44
 
@@ -76,6 +76,8 @@ class SegmentWalk:
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         buf, base, limit, seg_end = self._buf, self._base, self._limit, self._segment_end
+        unpack_prefix = _PREFIX.unpack_from
+        unpack_i64 = _I64.unpack_from
         pos = self.end
         while pos < limit:
             if seg_end - pos < BLANK_MIN:
@@ -88,7 +90,7 @@ class SegmentWalk:
                 break
             if limit - pos < BLANK_MIN:
                 raise CorruptRecordError(base + pos, "truncated record header")
-            size, magic = peek_prefix(buf, pos)
+            size, magic = unpack_prefix(buf, pos)
             if magic == BLANK_MAGIC:
                 if pos + size != seg_end:
                     raise CorruptRecordError(
@@ -105,7 +107,7 @@ class SegmentWalk:
                 size = check_record(buf, pos, limit)
             except RecordError as exc:
                 raise CorruptRecordError(base + pos, record_reason(exc)) from None
-            physical = _I64.unpack_from(buf, pos + _PHYSICAL_AT)[0]
+            physical = unpack_i64(buf, pos + _PHYSICAL_AT)[0]
             if physical != base + pos:
                 raise CorruptRecordError(base + pos, f"record says it is at offset {physical}")
             self.end = pos
@@ -118,8 +120,9 @@ class SegmentWalk:
 class Dispatcher:
     """Checks that replayed records continue their queues, then writes their entries.
 
-    Checks may run ahead of :meth:`apply` (``append_raw`` validates a whole batch first): the
-    dispatcher remembers the next offset of every queue it has checked records for.
+    Checks run ahead of :meth:`apply` (``append_raw`` validates a whole batch first; recovery
+    applies in chunks): the dispatcher remembers the next offset of every queue it has checked
+    records for.
     """
 
     __slots__ = ("_next", "_queues")
@@ -135,14 +138,20 @@ class Dispatcher:
             info = read_info(buf, pos, size)
         except (RecordError, UnicodeDecodeError, struct.error) as exc:
             raise CorruptRecordError(offset, f"undecodable record: {exc}") from None
-        error = topic_error(info.topic) or queue_id_error(info.queue_id)
-        if error is not None:
-            raise CorruptRecordError(offset, error)
         key = (info.topic, info.queue_id)
         expected = self._next.get(key)
         exact = True
         if expected is None:
-            expected, exact = self._queues.expected_offset(info.topic, info.queue_id)
+            queue = self._queues.get(info.topic, info.queue_id)
+            if queue is None:
+                error = topic_error(info.topic) or queue_id_error(info.queue_id)
+                if error is not None:
+                    raise CorruptRecordError(offset, error)
+                expected, exact = 0, False
+            else:
+                # An empty queue accepts any offset at or past its max (a replica that starts
+                # mid-queue, a queue rebuilt from a log whose start was deleted).
+                expected, exact = queue.max_offset, not queue.is_empty
         if info.queue_offset != expected and (exact or info.queue_offset < expected):
             raise CorruptRecordError(
                 offset,
@@ -152,10 +161,32 @@ class Dispatcher:
         self._next[key] = info.queue_offset + 1
         return info
 
-    def apply(self, info: RecordInfo) -> None:
-        """Write the ConsumeQueue entry of a checked record."""
-        self._queues.dispatch(info)
+    def reserve(self, infos: Sequence[RecordInfo]) -> None:
+        """Allocate the ConsumeQueue segments the entries of ``infos`` need (may raise
+        DiskFullError, writing nothing)."""
+        for (topic, queue_id), (first, physical, _, _) in _group(infos).items():
+            self._queues.get_or_create(topic, queue_id).reserve(first, len(physical))
 
-    def forget(self) -> None:
-        """Drop look-ahead state (after a batch was refused)."""
-        self._next.clear()
+    def apply(self, infos: Sequence[RecordInfo]) -> None:
+        """Write the ConsumeQueue entries of checked records, one write per queue."""
+        for (topic, queue_id), (first, physical, sizes, hashes) in _group(infos).items():
+            queue = self._queues.get_or_create(topic, queue_id)
+            queue.reserve(first, len(physical))
+            queue.append(first, physical, sizes, hashes)
+
+
+_Group = tuple[int, list[int], list[int], list[int]]
+
+
+def _group(infos: Sequence[RecordInfo]) -> dict[tuple[str, int], _Group]:
+    """Per queue: (first queue offset, CommitLog offsets, sizes, tag hashes), in order."""
+    groups: dict[tuple[str, int], _Group] = {}
+    for info in infos:
+        key = (info.topic, info.queue_id)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = (info.queue_offset, [], [], [])
+        group[1].append(info.physical_offset)
+        group[2].append(info.size)
+        group[3].append(info.tags_hash)
+    return groups

@@ -9,7 +9,6 @@ from typing import Final
 
 import structlog
 
-from protocol.message import RecordInfo
 from storage.consumequeue import ConsumeQueue
 from storage.errors import StoreError
 from storage.tracker import FileTracker
@@ -106,12 +105,6 @@ class ConsumeQueues:
             return 0, False
         return queue.max_offset, not queue.is_empty
 
-    def dispatch(self, info: RecordInfo) -> None:
-        """Write the entry of one record whose offsets were checked (may raise DiskFullError)."""
-        queue = self.get_or_create(info.topic, info.queue_id)
-        queue.reserve(info.queue_offset, 1)
-        queue.append(info.queue_offset, (info.physical_offset,), (info.size,), (info.tags_hash,))
-
     def truncate_physical(self, physical: int) -> bool:
         """Drop every entry for a record at or past CommitLog offset ``physical``."""
         changed = False
@@ -122,6 +115,13 @@ class ConsumeQueues:
     def delete_below(self, physical: int) -> int:
         return sum(queue.delete_below(physical) for queue in self._queues.values())
 
+    def forget_if_unused(self, queue: ConsumeQueue) -> None:
+        """Drop a queue that never got a segment (its first write failed)."""
+        if not queue.segments and queue.max_offset == 0 and self._queues.get(queue.key) is queue:
+            self._forget(queue)
+
     def close(self) -> None:
         for queue in self._queues.values():
             queue.close()
+        self._queues.clear()
+        self._by_topic.clear()

@@ -15,13 +15,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from protocol.message import peek_prefix
+from protocol.message import RecordInfo, peek_prefix
 from storage.checkpoint import Checkpoint
 from storage.commitlog import CommitLog
 from storage.dispatch import Dispatcher, SegmentWalk, store_timestamp
 from storage.errors import CorruptRecordError
 from storage.queues import ConsumeQueues
 from storage.segment import Segment
+
+_APPLY_CHUNK = 4096
 
 log = structlog.get_logger(__name__)
 
@@ -77,12 +79,16 @@ def recover(
             zeros_end_data=True,
         )
         newest = 0
+        pending: list[RecordInfo] = []
         try:
             for pos, size in walk:
                 offset = seg.start + pos
                 if offset >= trusted:
                     info = dispatcher.check(seg.view, pos, size, offset)
-                    dispatcher.apply(info)
+                    pending.append(info)
+                    if len(pending) >= _APPLY_CHUNK:
+                        dispatcher.apply(pending)
+                        pending.clear()
                     replayed += 1
                     timestamp = info.store_timestamp
                 else:
@@ -90,6 +96,7 @@ def recover(
                 newest = max(newest, timestamp)
         except CorruptRecordError as exc:
             end, reason = exc.offset, exc.reason
+        dispatcher.apply(pending)
         commitlog.max_timestamps[seg.start] = newest
         if end is None and not walk.complete:
             end = seg.start + walk.end

@@ -34,6 +34,7 @@ from protocol.message import (
     HEAD_SIZE,
     MAX_PROPERTIES_BYTES,
     MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     Message,
     RecordEncoder,
     RecordInfo,
@@ -334,8 +335,12 @@ class MessageStore:
             raise MessageTooLargeError(
                 f"a {total}-byte batch does not fit in a {commitlog.segment_bytes}-byte segment"
             )
-        queue.reserve(first, len(messages))
-        seg, rel = commitlog.reserve(total)
+        try:
+            queue.reserve(first, len(messages))
+            seg, rel = commitlog.reserve(total)
+        except StoreError:
+            self._queues.forget_if_unused(queue)
+            raise
         base = seg.start
         start_rel = rel
         view = seg.view
@@ -419,7 +424,9 @@ class MessageStore:
         seg = None
         run_start = run_end = 0
         bad = False
-        for physical, size, _tags in ENTRY.iter_unpack(queue.read(offset, max(1, max_count))):
+        # No record is smaller than MIN_RECORD_SIZE: never read more entries than can be served.
+        wanted = max(1, min(max_count, max_bytes // MIN_RECORD_SIZE + 1))
+        for physical, size, _tags in ENTRY.iter_unpack(queue.read(offset, wanted)):
             end = physical + size
             if size <= 0 or physical < cl_min or end > cl_max:
                 bad = True
@@ -619,20 +626,12 @@ class MessageStore:
             dispatcher.check(raw, pos, size, offset + pos) for pos, size in walk
         ]
         # Reserve everything first, so a full disk leaves nothing half-written.
-        firsts: dict[tuple[str, int], tuple[int, int]] = {}
-        for info in infos:
-            key = (info.topic, info.queue_id)
-            first, count = firsts.get(key, (info.queue_offset, 0))
-            firsts[key] = (first, count + 1)
-        for (topic, queue_id), (first, count) in firsts.items():
-            self._queues.get_or_create(topic, queue_id).reserve(first, count)
+        dispatcher.reserve(infos)
         seg = commitlog.writable_segment()
         rel = offset - seg.start
         seg.view[rel : rel + len(raw)] = raw
-        newest = 0
-        for info in infos:
-            dispatcher.apply(info)
-            newest = max(newest, info.store_timestamp)
+        dispatcher.apply(infos)
+        newest = max((info.store_timestamp for info in infos), default=0)
         commitlog.advance(offset + len(raw), seg, newest)
         return commitlog.write_pos
 

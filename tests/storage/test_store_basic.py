@@ -221,3 +221,14 @@ def test_config_is_validated(tmp_path: Path) -> None:
         MessageStore(StoreConfig(data_dir=tmp_path, commitlog_segment_bytes=100))
     with pytest.raises(StoreError):
         MessageStore(StoreConfig(data_dir=tmp_path, disk_max_used_ratio=0))
+
+
+def test_a_store_object_can_be_closed_and_opened_again(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.put(TOPIC, 0, messages(3), NOW)
+    store.close()
+    store.open()
+    assert store.queue_max_offset(TOPIC, 0) == 3
+    assert store.put(TOPIC, 0, messages(1), NOW).first_queue_offset == 3
+    store.close()
+    store.close()  # a second close is harmless
