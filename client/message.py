@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from protocol.message import MessageRecord
 
@@ -35,8 +35,7 @@ class Message:
     properties: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(slots=True, frozen=True)
-class SendResult:
+class SendResult(NamedTuple):
     """Where the broker stored a message; only ever built from a SUCCESS answer."""
 
     msg_id: str

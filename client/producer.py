@@ -29,7 +29,7 @@ from client.routes import MessageQueue, RouteCache, TopicRoute
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import encode_properties
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Frame, Scalar
-from remoting.client import ConnectionPool
+from remoting.client import ConnectionPool, RemotingClient
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError
 
 #: Answers after which the same message may succeed on another queue or broker.
@@ -81,6 +81,8 @@ class Producer:
         self.send_timeout = send_timeout
         self.max_message_bytes = max_message_bytes
         self._pool = ConnectionPool(connect_timeout)
+        # The pool's live connections, looked up without a coroutine on the hot path.
+        self._conns: dict[str, RemotingClient] = {}
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._rr = 0
@@ -232,7 +234,9 @@ class Producer:
             else:
                 header["queueId"] = mq.queue_id
                 try:
-                    conn = await self._pool.get(address)
+                    conn = self._conns.get(address)
+                    if conn is None or conn.is_closed:
+                        conn = self._conns[address] = await self._pool.get(address)
                     resp = await conn.request(code, header, body, self.send_timeout)
                 except _CONNECTION_ERRORS as exc:
                     last = exc

@@ -139,7 +139,7 @@ async def test_producer_and_consumer_ride_through_a_broker_kill_and_restart(
         Producer(b.address, retries=3, send_timeout=2) as p,
         Consumer(b.address, "g", "T", **FAST) as c,
     ):
-        before = {await p.send("T", f"before-{i}".encode()) for i in range(20)}
+        before = [await p.send("T", f"before-{i}".encode()) for i in range(20)]
         await receive_until(c, lambda g: len(g) >= len(before))
         b.kill9()
         await asyncio.to_thread(broker_factory(tmp_path, port=b.port).start_and_wait)
