@@ -178,7 +178,8 @@ class Consumer:
     ) -> list[ReceivedMessage]:
         """Wait up to ``timeout`` seconds for messages; an empty list when none came (or closed).
 
-        Calling it confirms every message handed out before as consumed.
+        Calling it confirms every message handed out before as consumed. One task at a time
+        consumes (receive() and iteration share the delivery bookkeeping).
         """
         if not self._started:
             raise ClosedError("consumer is not started")
@@ -186,8 +187,8 @@ class Consumer:
         self._confirmed = self._handed
         if self._handed < len(self._delivered):
             # The rest of a batch that iteration had not reached yet.
-            rest = self._delivered[self._handed :]
-            self._handed = len(self._delivered)
+            rest = self._delivered[self._handed : self._handed + max_messages]
+            self._handed += len(rest)
             return rest
         self._delivered_batches = []
         self._delivered = []

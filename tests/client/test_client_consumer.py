@@ -10,7 +10,7 @@ import pytest
 
 from client.consumer import Consumer
 from client.errors import TopicNotFoundError
-from client.message import ReceivedMessage
+from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.routes import MessageQueue
 from tests.client.fakebroker import FakeCluster
@@ -218,3 +218,17 @@ async def wait_for(cond: Callable[[], bool], timeout: float = 10) -> None:
     while not cond():
         assert asyncio.get_running_loop().time() < deadline, "condition never held"
         await asyncio.sleep(0.01)
+
+
+async def test_receive_after_partial_iteration_returns_the_rest_in_pieces(
+    cluster: FakeCluster,
+) -> None:
+    async with Producer(bootstrap(cluster)) as p:
+        sent = await p.send_batch("T", [Message(body=b"%d" % i) for i in range(20)])
+    async with Consumer(bootstrap(cluster), "g", "T", **FAST) as c:
+        got = [await c.__anext__()]  # one pull returned the whole batch; one message handed out
+        while len(got) < 20:
+            part = await c.receive(1.0, max_messages=3)
+            assert len(part) <= 3
+            got.extend(part)
+    assert [where(m) for m in got] == [(r.broker_name, r.queue_id, r.queue_offset) for r in sent]
