@@ -236,18 +236,23 @@ class RaftNode:
         else:
             raise NotLeader(None)
 
-    def compact(self, index: int, data: bytes) -> None:
+    def compact(self, index: int, data: bytes) -> bool:
         """The state machine's snapshot ``data`` taken at applied ``index``. The next Ready
-        carries it as ``compaction``: persisting it drops the log up to ``index``."""
-        floor = self.storage.snapshot_meta().index
+        carries it as ``compaction``: persisting it drops the log up to ``index``.
+
+        Returns False (and does nothing) when a snapshot at or past ``index`` is already durable
+        or on its way (e.g. one just arrived from the leader). Raises ValueError when ``index``
+        is past the applied index."""
+        if index > self.log.applied:
+            raise ValueError(f"index {index} is past the applied index {self.log.applied}")
+        floor = max(self.storage.snapshot_meta().index, self.log.first_index() - 1)
         if self._compaction is not None:
             floor = max(floor, self._compaction.index)
         if index <= floor:
-            raise ValueError(f"index {index} is not past the latest snapshot ({floor})")
-        if index > self.log.applied:
-            raise ValueError(f"index {index} is past the applied index {self.log.applied}")
+            return False
         meta = SnapshotMeta(index=index, term=self.log.term(index), conf_state=self._conf.at(index))
         self._compaction = Snapshot(meta=meta, data=data)
+        return True
 
     def campaign(self) -> None:
         """Start an election now (as if the election timeout had passed)."""
@@ -270,7 +275,7 @@ class RaftNode:
             or log.unstable.next_snapshot() is not None
             or log.has_next_committed_entries()
             or self._compaction is not None
-            or self._pending_reads
+            or any(rs.index <= log.committed for rs in self._pending_reads)
             or self._hard_state() != self._durable_hs
             or self._soft_state() != self._prev_soft
             or (self._leader is not None and self._leader.has_pending_sends())

@@ -208,9 +208,7 @@ class Cluster:
     # --- inspection ----------------------------------------------------------------------
 
     def leader(self) -> NodeId | None:
-        leaders = [
-            i for i, n in self.nodes.items() if i not in self.down and n.role is Role.LEADER
-        ]
+        leaders = [i for i, n in self.nodes.items() if i not in self.down and n.role is Role.LEADER]
         if not leaders:
             return None
         return max(leaders, key=lambda i: self.nodes[i].term)

@@ -1,0 +1,577 @@
+"""Deterministic simulation of a Raft group (in the spirit of TigerBeetle's VOPR).
+
+One seed derives every setting (cluster size, fault rates, timings, sizes) and drives every
+random choice through one ``random.Random``; the same seed replays the same run exactly, and a
+failure names the seed (``Simulation(seed).run()`` replays it).
+
+The world:
+
+- time advances in steps; every node ticks once per ``STEPS_PER_TICK`` steps, with its own phase;
+- the network delays each message 1..``max_delay`` steps (so it reorders), loses and duplicates
+  messages, and applies partitions (a node isolated, the group split in two, one-way links);
+- a node's disk is its MemoryStorage, written only when the Ready's simulated fsync completes
+  (0..2 steps after ``ready()``); a crash loses the Ready in flight, or persists a torn part of
+  it (a prefix of its entries, no hard state); a restarted node recovers from what was durable;
+- a workload proposes at random nodes, changes membership (add a learner, which the leader
+  promotes once caught up; remove a voter or learner, the leader included), transfers
+  leadership, asks for read-index reads, and compacts the log every ``snapshot_every`` entries.
+
+Checked after every step (:class:`Checker`): at most one leader per term; an entry once
+committed never changes on any node (and every new leader holds all of them); every node applies
+the same sequence of entries (same state digest at each index); a snapshot restores exactly
+the digest recorded at its index; a read's index covers every entry committed before the read
+was asked. Then the liveness phase heals everything and requires a leader that commits a new
+entry and gets it applied on every member within a bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+import struct
+from dataclasses import dataclass, field
+
+from controller.raft import (
+    AppendResponse,
+    ConfChange,
+    Entry,
+    Message,
+    NodeId,
+    RaftConfig,
+    RaftError,
+    RaftNode,
+    Ready,
+    Role,
+    Snapshot,
+    VoteRequest,
+    VoteResponse,
+    bootstrap,
+)
+from storage.raftlog import MemoryStorage
+
+STEPS_PER_TICK = 10
+_SNAP_HEAD = struct.Struct(">Q16s")
+_ENTRY_KEY = struct.Struct(">QQB")
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    seed: int
+    voters: int
+    spares: int
+    loss: float
+    duplicate: float
+    max_delay: int
+    crash_rate: float
+    torn_rate: float
+    partition_rate: float
+    propose_rate: float
+    conf_rate: float
+    transfer_rate: float
+    read_rate: float
+    snapshot_every: int
+    chunk_bytes: int
+    max_inflight: int
+    max_msg_bytes: int
+    preferred_leader: bool
+    safety_ticks: int
+    liveness_ticks: int
+
+    @classmethod
+    def from_seed(
+        cls, seed: int, *, voters: int | None = None, safety_ticks: int = 600
+    ) -> SimOptions:
+        rng = random.Random(seed)
+        return cls(
+            seed=seed,
+            voters=voters if voters is not None else rng.choice((3, 5)),
+            spares=rng.randint(1, 2),
+            loss=rng.choice((0.0, 0.02, 0.05, 0.15)),
+            duplicate=rng.choice((0.0, 0.02, 0.1)),
+            max_delay=rng.randint(1, 6),
+            crash_rate=rng.choice((0.0, 0.002, 0.006)),
+            torn_rate=rng.choice((0.0, 0.5)),
+            partition_rate=rng.choice((0.0, 0.003, 0.01)),
+            propose_rate=rng.choice((0.05, 0.2, 0.5)),
+            conf_rate=rng.choice((0.0, 0.003, 0.01)),
+            transfer_rate=rng.choice((0.0, 0.002, 0.01)),
+            read_rate=rng.choice((0.0, 0.02, 0.1)),
+            snapshot_every=rng.choice((4, 10, 25, 1000)),
+            chunk_bytes=rng.choice((16, 64, 1024)),
+            max_inflight=rng.choice((1, 2, 8)),
+            max_msg_bytes=rng.choice((40, 200, 4096)),
+            preferred_leader=rng.random() < 0.2,
+            safety_ticks=safety_ticks,
+            liveness_ticks=150,
+        )
+
+
+class SimFailure(AssertionError):
+    pass
+
+
+class Machine:
+    """The replicated state: a digest chained over every applied entry."""
+
+    def __init__(self) -> None:
+        self.applied = 0
+        self.digest = b"\x00" * 16
+
+    def apply(self, entry: Entry) -> None:
+        key = _ENTRY_KEY.pack(entry.index, entry.term, int(entry.type))
+        self.digest = hashlib.blake2b(self.digest + key + entry.data, digest_size=16).digest()
+        self.applied = entry.index
+
+    def snapshot(self, filler: int) -> bytes:
+        # The filler makes snapshots span several chunks.
+        return _SNAP_HEAD.pack(self.applied, self.digest) + b"s" * filler
+
+    def restore(self, raw: bytes) -> None:
+        self.applied, self.digest = _SNAP_HEAD.unpack_from(raw, 0)
+
+
+@dataclass(slots=True)
+class SimNode:
+    id: NodeId
+    storage: MemoryStorage
+    node: RaftNode | None = None
+    machine: Machine = field(default_factory=Machine)
+    persisting: tuple[Ready, int] | None = None
+    phase: int = 0
+    restart_at: int = 0
+    last_role: Role = Role.FOLLOWER
+
+
+class Checker:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.leaders: dict[int, NodeId] = {}
+        self.committed: dict[int, tuple[int, int, bytes]] = {}
+        self.max_commit = 0
+        self.digests: dict[int, bytes] = {}
+        self.seen_commit: dict[NodeId, int] = {}
+        self.read_floor: dict[bytes, int] = {}
+        self.reads_served = 0
+        self.applied_entries = 0
+
+    def fail(self, message: str) -> None:
+        raise SimFailure(
+            f"seed {self.sim.options.seed} step {self.sim.now}: {message}\n"
+            f"replay: Simulation({self.sim.options!r}).run()"
+        )
+
+    def node_started(self, sn: SimNode) -> None:
+        self.seen_commit[sn.id] = sn.storage.snapshot().index
+
+    def check(self, sn: SimNode) -> None:
+        node = sn.node
+        assert node is not None
+        if node.role is Role.LEADER:
+            holder = self.leaders.setdefault(node.term, sn.id)
+            if holder != sn.id:
+                self.fail(f"two leaders in term {node.term}: {holder} and {sn.id}")
+            if sn.last_role is not Role.LEADER:
+                self._check_leader_completeness(sn.id, node)
+        sn.last_role = node.role
+        commit = node.commit_index
+        seen = self.seen_commit.get(sn.id, 0)
+        if commit > seen:
+            lo = max(seen + 1, node.log.first_index())
+            if lo <= commit:
+                for entry in node.log.slice(lo, commit + 1):
+                    self._committed(sn.id, entry)
+            self.seen_commit[sn.id] = commit
+            self.max_commit = max(self.max_commit, commit)
+
+    def leaving(self, sn: SimNode, m: Message) -> None:
+        """The durability contract, checked on every message as it leaves its node."""
+        hs = sn.storage.hard_state()
+        pre = isinstance(m, VoteRequest | VoteResponse) and m.pre_vote
+        if not pre and m.term > hs.term:
+            self.fail(f"{sn.id} sends {m} before its term {m.term} is durable ({hs})")
+        if m.term < hs.term:
+            return  # an answer from a term this node has left; it can never act in it again
+        if isinstance(m, VoteResponse) and m.granted and not m.pre_vote:
+            if hs.vote != m.dst:
+                self.fail(f"{sn.id} grants {m} before the vote is durable ({hs})")
+        if isinstance(m, AppendResponse) and not m.reject and m.index:
+            storage = sn.storage
+            if storage.last_index() < m.index:
+                self.fail(f"{sn.id} acks {m.index} with only {storage.last_index()} durable")
+            node = sn.node
+            assert node is not None
+            if m.index >= storage.first_index() and node.log.term_or_none(m.index) not in (
+                None,
+                storage.term(m.index),
+            ):
+                self.fail(f"{sn.id} acks {m.index} but its durable entry differs")
+
+    def _committed(self, node_id: NodeId, entry: Entry) -> None:
+        key = (entry.term, int(entry.type), entry.data)
+        known = self.committed.setdefault(entry.index, key)
+        if known != key:
+            self.fail(f"{node_id} committed {key} at {entry.index}, but {known} was committed")
+
+    def _check_leader_completeness(self, node_id: NodeId, node: RaftNode) -> None:
+        first = node.log.first_index()
+        for index in range(first, self.max_commit + 1):
+            term = node.log.term_or_none(index)
+            if term != self.committed[index][0]:
+                self.fail(f"new leader {node_id} lacks committed entry {index} (has term {term})")
+
+    def applied(self, sn: SimNode, entry: Entry) -> None:
+        known = self.committed.get(entry.index)
+        key = (entry.term, int(entry.type), entry.data)
+        if known is not None and known != key:
+            self.fail(f"{sn.id} applied {key} at {entry.index}, committed was {known}")
+        self.committed.setdefault(entry.index, key)
+        digest = self.digests.setdefault(entry.index, sn.machine.digest)
+        if digest != sn.machine.digest:
+            self.fail(f"{sn.id} state diverged at {entry.index}")
+        self.applied_entries += 1
+
+    def restored(self, sn: SimNode, snapshot: Snapshot) -> None:
+        digest = self.digests.get(snapshot.index)
+        if digest is None or digest != sn.machine.digest:
+            self.fail(f"{sn.id} restored a snapshot at {snapshot.index} with the wrong state")
+
+    def read_asked(self, ctx: bytes) -> None:
+        self.read_floor[ctx] = self.max_commit
+
+    def read_served(self, sn: SimNode, index: int, ctx: bytes) -> None:
+        floor = self.read_floor.get(ctx)
+        if floor is None:
+            self.fail(f"{sn.id} served an unknown read {ctx!r}")
+            return
+        if index < floor:
+            self.fail(f"read {ctx!r} at {index} misses entries committed up to {floor}")
+        if sn.machine.applied < index:
+            self.fail(f"read {ctx!r} served at {sn.id} before applying {index}")
+        self.reads_served += 1
+
+
+@dataclass(slots=True)
+class SimResult:
+    seed: int
+    steps: int
+    leaders: int
+    committed: int
+    applied: int
+    reads: int
+    crashes: int
+    conf_changes: int
+    snapshots_installed: int
+
+
+class Simulation:
+    def __init__(self, options: SimOptions | int) -> None:
+        if isinstance(options, int):
+            options = SimOptions.from_seed(options)
+        self.options = options
+        self.rng = random.Random(options.seed * 7919 + 1)
+        self.now = 0
+        self.seq = 0
+        self.inflight: list[tuple[int, int, Message]] = []
+        self.blocked: set[tuple[NodeId, NodeId]] = set()
+        self.heal_at = 0
+        self.faults = True
+        self.crashes = 0
+        self.conf_changes = 0
+        self.snapshots_installed = 0
+        self.counter = 0
+        founders = [f"n{i}" for i in range(options.voters)]
+        spares = [f"n{i}" for i in range(options.voters, options.voters + options.spares)]
+        self.nodes: dict[NodeId, SimNode] = {}
+        self.checker = Checker(self)
+        for node_id in founders + spares:
+            storage = MemoryStorage()
+            if node_id in founders:
+                hs, entry = bootstrap(founders)
+                storage.save(hard_state=hs, entries=[entry])
+            sn = SimNode(id=node_id, storage=storage, phase=self.rng.randrange(STEPS_PER_TICK))
+            self.nodes[node_id] = sn
+            self._start(sn)
+
+    # --- nodes -----------------------------------------------------------------------------
+
+    def _config(self, node_id: NodeId) -> RaftConfig:
+        o = self.options
+        return RaftConfig(
+            node_id=node_id,
+            max_inflight=o.max_inflight,
+            max_msg_bytes=o.max_msg_bytes,
+            snapshot_chunk_bytes=o.chunk_bytes,
+            preferred_leader="n0" if o.preferred_leader else None,
+            preferred_leader_backoff_ticks=20,
+        )
+
+    def _start(self, sn: SimNode) -> None:
+        sn.node = RaftNode(self._config(sn.id), sn.storage, random.Random(self.rng.getrandbits(64)))
+        sn.machine = Machine()
+        snapshot = sn.storage.snapshot()
+        if snapshot.index:
+            sn.machine.restore(snapshot.data)
+            self.checker.restored(sn, snapshot)
+        sn.persisting = None
+        sn.last_role = Role.FOLLOWER
+        self.checker.node_started(sn)
+
+    def _crash(self, sn: SimNode) -> None:
+        if sn.persisting is not None and self.rng.random() < self.options.torn_rate:
+            rd = sn.persisting[0]
+            keep = self.rng.randint(0, len(rd.entries))
+            # A torn write: the snapshot (if any) and a prefix of the entries reached the disk.
+            if rd.snapshot is not None and self.rng.random() < 0.5:
+                sn.storage.save(snapshot=rd.snapshot, entries=rd.entries[:keep])
+            elif rd.snapshot is None:
+                sn.storage.save(entries=rd.entries[:keep])
+        sn.node = None
+        sn.persisting = None
+        sn.restart_at = self.now + self.rng.randint(5, 80)
+        self.crashes += 1
+
+    # --- network ---------------------------------------------------------------------------
+
+    def _send(self, sn: SimNode, messages: tuple[Message, ...]) -> None:
+        o = self.options
+        for m in messages:
+            self.checker.leaving(sn, m)
+            if self.faults and self.rng.random() < o.loss:
+                continue
+            copies = 2 if self.faults and self.rng.random() < o.duplicate else 1
+            for _ in range(copies):
+                self.seq += 1
+                at = self.now + self.rng.randint(1, o.max_delay)
+                heapq.heappush(self.inflight, (at, self.seq, m))
+
+    def _deliver_due(self) -> None:
+        while self.inflight and self.inflight[0][0] <= self.now:
+            _, _, m = heapq.heappop(self.inflight)
+            target = self.nodes.get(m.dst)
+            if target is None or target.node is None or (m.src, m.dst) in self.blocked:
+                continue
+            target.node.step(m)
+
+    def _partition(self) -> None:
+        ids = sorted(self.nodes)
+        self.blocked.clear()
+        kind = self.rng.randrange(3)
+        if kind == 0:
+            lone = self.rng.choice(ids)
+            for other in ids:
+                if other != lone:
+                    self.blocked |= {(lone, other), (other, lone)}
+        elif kind == 1:
+            side = set(self.rng.sample(ids, self.rng.randint(1, len(ids) - 1)))
+            for a in ids:
+                for b in ids:
+                    if (a in side) != (b in side):
+                        self.blocked.add((a, b))
+        else:
+            for a in ids:
+                for b in ids:
+                    if a != b and self.rng.random() < 0.3:
+                        self.blocked.add((a, b))  # one-way links
+        self.heal_at = self.now + self.rng.randint(20, 300)
+
+    # --- driving Readies ---------------------------------------------------------------------
+
+    def _drive(self, sn: SimNode) -> None:
+        node = sn.node
+        assert node is not None
+        if sn.persisting is not None:
+            rd, done_at = sn.persisting
+            if done_at > self.now:
+                return
+            self._finish(sn, rd)
+        while sn.node is not None and sn.persisting is None:
+            rd = node.ready()
+            if rd is None:
+                return
+            self._send(sn, rd.messages)
+            delay = self.rng.choice((0, 0, 1, 2))
+            if delay:
+                sn.persisting = (rd, self.now + delay)
+                return
+            self._finish(sn, rd)
+
+    def _finish(self, sn: SimNode, rd: Ready) -> None:
+        node = sn.node
+        assert node is not None
+        sn.persisting = None
+        sn.storage.save(
+            hard_state=rd.hard_state,
+            entries=rd.entries,
+            snapshot=rd.snapshot,
+            compaction=rd.compaction,
+        )
+        self._send(sn, rd.persisted_messages)
+        machine = sn.machine
+        if rd.snapshot is not None:
+            machine.restore(rd.snapshot.data)
+            self.checker.restored(sn, rd.snapshot)
+            self.snapshots_installed += 1
+        for entry in rd.committed_entries:
+            if entry.index != machine.applied + 1:
+                self.checker.fail(f"{sn.id} applies {entry.index} after {machine.applied}")
+            machine.apply(entry)
+            self.checker.applied(sn, entry)
+        for rs in rd.read_states:
+            self.checker.read_served(sn, rs.index, rs.ctx)
+        node.advance(rd)
+        every = self.options.snapshot_every
+        if machine.applied - sn.storage.snapshot().index >= every:
+            node.compact(machine.applied, machine.snapshot(self.rng.randint(0, 200)))
+
+    # --- workload ----------------------------------------------------------------------------
+
+    def _alive(self) -> list[SimNode]:
+        return [sn for sn in self.nodes.values() if sn.node is not None]
+
+    def _leader(self) -> SimNode | None:
+        best: SimNode | None = None
+        for sn in self._alive():
+            assert sn.node is not None
+            if sn.node.role is Role.LEADER and (best is None or sn.node.term > best.node.term):  # type: ignore[union-attr]
+                best = sn
+        return best
+
+    def _workload(self) -> None:
+        o = self.options
+        rng = self.rng
+        alive = self._alive()
+        if alive and rng.random() < o.propose_rate:
+            sn = rng.choice(alive)
+            assert sn.node is not None
+            self.counter += 1
+            try:
+                sn.node.propose(b"p%d" % self.counter)
+            except RaftError:
+                pass
+        if alive and rng.random() < o.read_rate:
+            sn = rng.choice(alive)
+            assert sn.node is not None
+            self.counter += 1
+            ctx = b"r%d" % self.counter
+            self.checker.read_asked(ctx)
+            try:
+                sn.node.read_index(ctx)
+            except RaftError:
+                pass
+        if not self.faults:
+            return
+        leader = self._leader()
+        if leader is not None and rng.random() < o.conf_rate:
+            self._change_membership(leader)
+        if leader is not None and leader.node is not None and rng.random() < o.transfer_rate:
+            voters = [v for v in leader.node.conf_state.voters if v != leader.id]
+            if voters:
+                try:
+                    leader.node.transfer_leadership(rng.choice(voters))
+                except RaftError:
+                    pass
+        if alive and rng.random() < o.crash_rate:
+            # Half the crashes hit a node in the middle of an fsync, where they hurt most.
+            busy = [sn for sn in alive if sn.persisting is not None]
+            self._crash(rng.choice(busy if busy and rng.random() < 0.5 else alive))
+        if rng.random() < o.partition_rate:
+            self._partition()
+
+    def _change_membership(self, leader: SimNode) -> None:
+        node = leader.node
+        assert node is not None
+        cs = node.conf_state
+        outsiders = [i for i in sorted(self.nodes) if not cs.is_member(i)]
+        choices: list[ConfChange] = [ConfChange.add_learner(i) for i in outsiders]
+        if len(cs.voters) > 2:
+            choices += [ConfChange.remove(v) for v in cs.voters]
+        choices += [ConfChange.remove(v) for v in cs.learners]
+        if not choices:
+            return
+        try:
+            node.propose_conf_change(self.rng.choice(choices))
+            self.conf_changes += 1
+        except RaftError:
+            pass
+
+    # --- the run -----------------------------------------------------------------------------
+
+    def step(self) -> None:
+        self.now += 1
+        if self.blocked and self.now >= self.heal_at:
+            self.blocked.clear()
+        self._deliver_due()
+        for sn in self.nodes.values():
+            if sn.node is None:
+                if self.now >= sn.restart_at:
+                    self._start(sn)
+                continue
+            if (self.now + sn.phase) % STEPS_PER_TICK == 0:
+                sn.node.tick()
+        self._workload()
+        for sn in self.nodes.values():
+            if sn.node is not None:
+                self._drive(sn)
+        for sn in self.nodes.values():
+            if sn.node is not None:
+                self.checker.check(sn)
+
+    def run(self) -> SimResult:
+        o = self.options
+        for _ in range(o.safety_ticks * STEPS_PER_TICK):
+            self.step()
+        self._liveness()
+        return SimResult(
+            seed=o.seed,
+            steps=self.now,
+            leaders=len(self.checker.leaders),
+            committed=self.checker.max_commit,
+            applied=self.checker.applied_entries,
+            reads=self.checker.reads_served,
+            crashes=self.crashes,
+            conf_changes=self.conf_changes,
+            snapshots_installed=self.snapshots_installed,
+        )
+
+    def _liveness(self) -> None:
+        """Heal the network, restart every node, stop injecting faults; a leader must then
+        commit a new entry and every member must apply it within the bound."""
+        self.faults = False
+        self.blocked.clear()
+        for sn in self.nodes.values():
+            if sn.node is None:
+                sn.restart_at = self.now
+        deadline = self.now + self.options.liveness_ticks * STEPS_PER_TICK
+        probe: tuple[int, int] | None = None
+        payload = b"liveness-probe"
+        while self.now < deadline:
+            self.step()
+            leader = self._leader()
+            if leader is None or leader.node is None:
+                continue
+            node = leader.node
+            if probe is not None:
+                committed = self.checker.committed.get(probe[0])
+                if committed is not None and committed[0] != probe[1]:
+                    probe = None  # overwritten before it committed: propose again
+            if probe is None or (node.term > probe[1] and probe[0] not in self.checker.committed):
+                try:
+                    probe = (node.propose(payload), node.term)
+                except RaftError:
+                    continue
+            members = node.conf_state.members()
+            if probe[0] in self.checker.committed and all(
+                self.nodes[m].node is not None and self.nodes[m].machine.applied >= probe[0]
+                for m in members
+            ):
+                return
+        states = {
+            sn.id: (
+                None
+                if sn.node is None
+                else (sn.node.role.value, sn.node.term, sn.node.commit_index, sn.machine.applied)
+            )
+            for sn in self.nodes.values()
+        }
+        self.checker.fail(f"no progress within {self.options.liveness_ticks} ticks: {states}")
