@@ -124,15 +124,6 @@ class CommitLog:
         if timestamp > self.max_timestamps.get(segment.start, 0):
             self.max_timestamps[segment.start] = timestamp
 
-    # -- reading ---------------------------------------------------------------------------
-
-    def read(self, offset: int, size: int) -> bytes:
-        seg = self.segment_at(offset)
-        if seg is None or offset + size > seg.end:
-            raise StoreError(f"no commitlog data at [{offset}, {offset + size})")
-        rel = offset - seg.start
-        return bytes(seg.view[rel : rel + size])
-
     # -- cutting ---------------------------------------------------------------------------
 
     def truncate(self, offset: int, *, dirty_end: int | None) -> tuple[bool, list[Segment]]:

@@ -83,23 +83,27 @@ class Segment:
         if path.exists():
             raise StoreError(f"segment {path} already exists")
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as exc:
-                if exc.errno in _NO_SPACE:
-                    raise DiskFullError(f"no space to allocate {path} ({size} bytes)") from exc
-                raise StoreError(f"cannot allocate {path}: {exc}") from exc
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise _allocation_error(path, size, exc) from exc
+        try:
+            os.posix_fallocate(fd, 0, size)
             os.fsync(fd)
             segment = cls(path, start, fd, size)
-        except BaseException:
+        except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise
+            raise _allocation_error(path, size, exc) from exc
         finally:
             os.close(fd)
-        os.rename(tmp, path)
+        try:
+            os.rename(tmp, path)
+        except OSError as exc:
+            segment.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise _allocation_error(path, size, exc) from exc
         return segment
 
     @classmethod
@@ -123,15 +127,6 @@ class Segment:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def is_zero(self, lo: int, hi: int) -> bool:
-        """Whether bytes [lo, hi) (relative to the segment) are all zero."""
-        view = self.view
-        for a in range(lo, hi, _CHUNK):
-            b = min(a + _CHUNK, hi)
-            if bytes(view[a:b]) != _ZEROS[: b - a]:
-                return False
-        return True
 
     def zero(self, lo: int, hi: int) -> bool:
         """Zero bytes [lo, hi) (relative); only pages holding data are written. True if any did."""
@@ -161,3 +156,9 @@ class Segment:
     def rfind(self, sub: bytes, lo: int, hi: int) -> int:
         """Position of the last ``sub`` lying entirely inside [lo, hi), or -1."""
         return self._mm.rfind(sub, lo, hi)
+
+
+def _allocation_error(path: Path, size: int, exc: OSError) -> StoreError:
+    if exc.errno in _NO_SPACE:
+        return DiskFullError(f"no space to allocate {path} ({size} bytes)")
+    return StoreError(f"cannot allocate {path}: {exc}")

@@ -49,7 +49,7 @@ from storage.commitlog import CommitLog
 from storage.consumequeue import ENTRY
 from storage.dispatch import BLANK_MIN, Dispatcher, SegmentWalk, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
-from storage.queues import ConsumeQueues
+from storage.queues import ConsumeQueues, queue_id_error, topic_error
 from storage.recovery import recover
 from storage.small_file import fsync_dir
 from storage.tracker import FileTracker
@@ -292,10 +292,14 @@ class MessageStore:
         a segment) or :class:`DiskFullError`, in both cases having written nothing.
         """
         self._check_open()
-        queue = self._queues.get(topic, queue_id) or self._queues.get_or_create(topic, queue_id)
         commitlog = self._commitlog
-        first = queue.max_offset
+        queue = self._queues.get(topic, queue_id)
+        if queue is None:
+            error = topic_error(topic) or queue_id_error(queue_id)
+            if error is not None:
+                raise StoreError(error)
         if not messages:
+            first = 0 if queue is None else queue.max_offset
             return PutResult(queue_id, first, 0, [], commitlog.write_pos, now_ms)
         topic_raw = topic.encode()
         fixed = HEAD_SIZE + 4 + len(topic_raw)
@@ -335,6 +339,9 @@ class MessageStore:
             raise MessageTooLargeError(
                 f"a {total}-byte batch does not fit in a {commitlog.segment_bytes}-byte segment"
             )
+        if queue is None:
+            queue = self._queues.get_or_create(topic, queue_id)
+        first = queue.max_offset
         try:
             queue.reserve(first, len(messages))
             seg, rel = commitlog.reserve(total)

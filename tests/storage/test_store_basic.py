@@ -232,3 +232,10 @@ def test_a_store_object_can_be_closed_and_opened_again(tmp_path: Path) -> None:
     assert store.put(TOPIC, 0, messages(1), NOW).first_queue_offset == 3
     store.close()
     store.close()  # a second close is harmless
+
+
+def test_refused_puts_leave_no_queue_behind(store: MessageStore) -> None:
+    with pytest.raises(MessageTooLargeError):
+        store.put("Big", 0, [Message(topic="Big", body=bytes(5 * 1024 * 1024))], NOW)
+    assert store.put("Empty", 0, [], NOW).first_queue_offset == 0
+    assert store.topics() == []
