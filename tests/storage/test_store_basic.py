@@ -239,3 +239,24 @@ def test_refused_puts_leave_no_queue_behind(store: MessageStore) -> None:
         store.put("Big", 0, [Message(topic="Big", body=bytes(5 * 1024 * 1024))], NOW)
     assert store.put("Empty", 0, [], NOW).first_queue_offset == 0
     assert store.topics() == []
+
+
+def test_an_entry_pointing_at_no_record_is_skipped(store: MessageStore) -> None:
+    store.put(TOPIC, 0, messages(3), NOW)
+    cq = store.config.data_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
+        f.seek(20)
+        f.write((store.max_offset + 100).to_bytes(8, "big") + (50).to_bytes(4, "big"))
+    found = store.get(TOPIC, 0, 0, 32, 1 << 20)
+    assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 1, 1)
+    null = store.get(TOPIC, 0, 1, 32, 1 << 20)
+    assert (null.status, null.next_offset, null.count) == (GetStatus.OFFSET_FOUND_NULL, 2, 0)
+    assert store.get(TOPIC, 0, 2, 32, 1 << 20).count == 1
+
+
+def test_read_raw_outside_the_log_is_refused(store: MessageStore) -> None:
+    store.put(TOPIC, 0, messages(2), NOW)
+    with pytest.raises(StoreError):
+        store.read_raw(store.max_offset + 1, 100)
+    with pytest.raises(StoreError):
+        store.read_raw(-1, 100)

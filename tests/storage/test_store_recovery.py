@@ -389,3 +389,27 @@ def _message_of(record: Any) -> Any:
         born_timestamp=record.born_timestamp,
         born_host=record.born_host,
     )
+
+
+def test_power_loss_keeps_exactly_what_was_flushed(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    fill(store, 30)
+    flushed = store.flush()
+    durable = snapshot(store)
+    fill(store, 60)  # never flushed
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    # Power loss: CommitLog pages past the flush are gone; ConsumeQueue pages happened to
+    # reach the disk, so their entries now point at nothing.
+    for path in commitlog_files(crashed):
+        start = int(path.name)
+        if start >= flushed - flushed % SEGMENT + SEGMENT:
+            path.unlink()
+        elif start <= flushed < start + SEGMENT:
+            patch_file(path, flushed - start, bytes(SEGMENT - (flushed - start)))
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(crashed)
+    assert not truncation_warnings(logs)
+    assert again.max_offset == flushed
+    assert snapshot(again) == durable
+    again.close()
