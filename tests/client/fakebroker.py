@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.message import Message, RecordEncoder, decode_properties
+from protocol.message import Message, RecordEncoder, decode_properties, make_msg_id
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 
@@ -145,8 +145,6 @@ class FakeBroker:
             physical_offset=self._physical,
             store_timestamp=int(time.time() * 1000),
         )
-        from protocol.message import make_msg_id
-
         msg_id = make_msg_id(self.address, self._physical)
         self._physical += len(record)
         log.append(record)
@@ -333,6 +331,11 @@ def cluster_in_thread(
         ready.set()
         loop.run_forever()
         loop.run_until_complete(cluster.stop())
+        # Let the cancelled request handlers (long polls) finish, as asyncio.run would.
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
 
     thread = threading.Thread(target=serve, daemon=True)
