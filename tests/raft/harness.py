@@ -16,6 +16,7 @@ import msgpack
 from controller.raft import (
     Entry,
     EntryType,
+    HardState,
     Message,
     NodeId,
     RaftConfig,
@@ -225,3 +226,45 @@ class Cluster:
 
 def with_term(m: Message, term: int) -> Message:
     return replace(m, term=term)
+
+
+def drain(node: RaftNode) -> list[Message]:
+    """Persist and advance every Ready of a lone node (its storage must be a MemoryStorage);
+    return every message it would send, in order."""
+    out: list[Message] = []
+    storage = node.storage
+    assert isinstance(storage, MemoryStorage)
+    while (rd := node.ready()) is not None:
+        out.extend(rd.messages)
+        storage.save(
+            hard_state=rd.hard_state,
+            entries=rd.entries,
+            snapshot=rd.snapshot,
+            compaction=rd.compaction,
+        )
+        out.extend(rd.persisted_messages)
+        node.advance(rd)
+    return out
+
+
+def make_node(
+    node_id: NodeId,
+    voters: Iterable[NodeId] = ("n1", "n2", "n3"),
+    *,
+    terms: Iterable[int] = (),
+    term: int | None = None,
+    commit: int = 1,
+    seed: int = 1,
+    **config: object,
+) -> RaftNode:
+    """A node whose durable log is the bootstrap entry then one entry per term in ``terms``."""
+    storage = MemoryStorage()
+    hs, entry = bootstrap(list(voters))
+    log = [entry] + [Entry(term=t, index=i, data=b"e%d" % i) for i, t in enumerate(terms, start=2)]
+    last_term = log[-1].term
+    storage.save(
+        hard_state=HardState(term=term if term is not None else last_term, commit=commit),
+        entries=log,
+    )
+    cfg = RaftConfig(node_id=node_id, **config)  # type: ignore[arg-type]
+    return RaftNode(cfg, storage, random.Random(seed))

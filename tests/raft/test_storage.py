@@ -1,0 +1,290 @@
+"""storage.raftlog: the storage contract (both twins) and DiskStorage's files and recovery."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from controller.raft import (
+    Compacted,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Snapshot,
+    SnapshotMeta,
+    Unavailable,
+)
+from storage.raftlog import CorruptStorage, DiskStorage, MemoryStorage
+from storage.raftlog.files import decode_snapshot, encode_snapshot
+from storage.raftlog.framing import SEGMENT_MAGIC, encode_entry
+
+Store = MemoryStorage | DiskStorage
+
+
+def entries(lo: int, hi: int, term: int = 1, size: int = 10) -> list[Entry]:
+    return [Entry(term=term, index=i, data=bytes([i % 256]) * size) for i in range(lo, hi)]
+
+
+def snap(index: int, term: int, data: bytes = b"state") -> Snapshot:
+    conf = ConfState(voters=("n0", "n1", "n2"), learners=("n3",))
+    return Snapshot(meta=SnapshotMeta(index=index, term=term, conf_state=conf), data=data)
+
+
+@pytest.fixture(params=["memory", "disk"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+    if request.param == "memory":
+        return MemoryStorage
+    return lambda: DiskStorage.open(tmp_path / "raft", segment_bytes=256)
+
+
+# --- the contract, for both implementations ---------------------------------------------------
+
+
+def test_new_storage_is_empty(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    assert store.hard_state() == HardState()
+    assert (store.first_index(), store.last_index()) == (1, 0)
+    assert store.term(0) == 0
+    assert store.snapshot().index == 0
+    with pytest.raises(Unavailable):
+        store.term(1)
+
+
+def test_append_and_read(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    store.save(entries=entries(1, 21), hard_state=HardState(term=1, vote="n0", commit=3))
+    assert store.last_index() == 20
+    assert store.term(20) == 1
+    assert store.entries(5, 8) == entries(5, 8)
+    assert store.hard_state() == HardState(term=1, vote="n0", commit=3)
+    with pytest.raises(Unavailable):
+        store.entries(5, 22)
+
+
+def test_entries_are_limited_by_bytes_but_never_empty(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    store.save(entries=entries(1, 11, size=100))
+    assert len(store.entries(1, 11, max_bytes=1)) == 1
+    assert len(store.entries(1, 11, max_bytes=3 * entries(1, 2, size=100)[0].size())) == 3
+
+
+def test_suffix_truncation_replaces_conflicting_entries(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    store.save(entries=entries(1, 21, term=1))
+    store.save(entries=entries(8, 10, term=2))
+    assert store.last_index() == 9
+    assert [store.term(i) for i in (7, 8, 9)] == [1, 2, 2]
+    with pytest.raises(ValueError):
+        store.save(entries=entries(12, 13, term=2))  # a gap
+
+
+def test_compaction_drops_the_prefix(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    store.save(entries=entries(1, 31))
+    store.save(compaction=snap(12, 1))
+    assert store.first_index() == 13
+    assert store.term(12) == 1
+    with pytest.raises(Compacted):
+        store.term(11)
+    with pytest.raises(Compacted):
+        store.entries(12, 14)
+    assert store.entries(13, 31) == entries(13, 31)
+    store.save(compaction=snap(5, 1))  # older than what we have: ignored
+    assert store.snapshot().index == 12
+
+
+def test_installed_snapshot_replaces_the_log(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    store.save(entries=entries(1, 11))
+    store.save(snapshot=snap(50, 4, b"big state"), entries=entries(51, 53, term=4))
+    assert (store.first_index(), store.last_index()) == (51, 52)
+    assert store.snapshot().data == b"big state"
+    assert store.snapshot_meta().conf_state.learners == ("n3",)
+
+
+# --- DiskStorage: files and recovery ------------------------------------------------------------
+
+
+def open_disk(path: Path) -> DiskStorage:
+    return DiskStorage.open(path, segment_bytes=256)
+
+
+def segments(path: Path) -> list[Path]:
+    return sorted((path / "log").glob("*.log"))
+
+
+def test_reopen_recovers_everything(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41), hard_state=HardState(term=3, vote="n2", commit=40))
+    store.save(compaction=snap(10, 1))
+    store.close()
+    again = open_disk(tmp_path)
+    assert again.hard_state() == HardState(term=3, vote="n2", commit=40)
+    assert (again.first_index(), again.last_index()) == (11, 40)
+    assert again.entries(11, 41) == entries(11, 41)
+    assert again.snapshot() == snap(10, 1)
+    assert again.report.truncated == []
+
+
+def test_segments_roll_and_are_named_by_first_index(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41))
+    names = [p.name for p in segments(tmp_path)]
+    assert len(names) > 3
+    assert names[0] == "00000000000000000001.log"
+    assert names == sorted(names)
+
+
+def test_torn_tail_is_truncated(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 6))
+    store.close()
+    last = segments(tmp_path)[-1]
+    with open(last, "ab") as f:
+        f.write(encode_entry(Entry(term=1, index=6, data=b"z" * 50))[:-7])  # a torn write
+    size_before = last.stat().st_size
+    again = open_disk(tmp_path)
+    assert again.last_index() == 5
+    assert last.stat().st_size < size_before
+    assert any("torn" in line for line in again.report.truncated)
+    again.save(entries=entries(6, 9))  # appends cleanly after the cut
+    again.close()
+    assert open_disk(tmp_path).entries(1, 9) == entries(1, 9)
+
+
+def test_corrupt_crc_mid_log_truncates_from_there(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41))
+    store.close()
+    files = segments(tmp_path)
+    victim = files[1]
+    first = int(victim.name.split(".")[0])
+    raw = bytearray(victim.read_bytes())
+    frame = len(encode_entry(entries(first, first + 1)[0]))
+    raw[len(SEGMENT_MAGIC) + frame + 20] ^= 0xFF  # the second entry of the second segment
+    victim.write_bytes(bytes(raw))
+    again = open_disk(tmp_path)
+    assert again.last_index() == first
+    assert any("CRC" in line for line in again.report.truncated)
+    assert segments(tmp_path) == files[:2]  # later segments deleted
+    assert again.entries(1, first + 1) == entries(1, first + 1)
+
+
+def test_bad_segment_magic_drops_it_and_everything_after(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41))
+    store.close()
+    files = segments(tmp_path)
+    with open(files[2], "r+b") as f:
+        f.write(b"GARBAGE!")
+    again = open_disk(tmp_path)
+    assert again.last_index() == int(files[2].name.split(".")[0]) - 1
+    assert segments(tmp_path) == files[:2]
+
+
+def test_suffix_truncation_survives_reopen(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41, term=1))
+    store.save(entries=entries(7, 9, term=2))
+    store.close()
+    again = open_disk(tmp_path)
+    assert again.last_index() == 8
+    assert [again.term(i) for i in (6, 7, 8)] == [1, 2, 2]
+    assert len(segments(tmp_path)) == 1
+
+
+def test_compaction_deletes_covered_segments(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41))
+    before = segments(tmp_path)
+    store.save(compaction=snap(30, 1))
+    after = segments(tmp_path)
+    assert len(after) < len(before)
+    assert int(after[0].name.split(".")[0]) <= 31
+    assert [p.name for p in (tmp_path / "snap").iterdir()] == [
+        "00000000000000000030-00000000000000000001.snap"
+    ]
+    store.close()
+    again = open_disk(tmp_path)
+    assert (again.first_index(), again.last_index()) == (31, 40)
+
+
+def test_snapshot_install_survives_reopen(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 11))
+    store.save(snapshot=snap(100, 7), entries=entries(101, 104, term=7))
+    store.close()
+    again = open_disk(tmp_path)
+    assert (again.first_index(), again.last_index()) == (101, 103)
+    assert again.snapshot() == snap(100, 7)
+
+
+def test_log_that_does_not_continue_the_snapshot_is_discarded(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 11, term=1))
+    store.close()
+    # A crash after the snapshot file landed but before the old log was deleted, where the old
+    # log disagrees with the snapshot at its index.
+    (tmp_path / "snap" / "00000000000000000005-00000000000000000009.snap").write_bytes(
+        encode_snapshot(snap(5, 9))
+    )
+    again = open_disk(tmp_path)
+    assert (again.first_index(), again.last_index()) == (6, 5)
+    assert again.report.truncated
+
+
+def test_corrupt_snapshot_falls_back_to_an_older_one(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41))
+    store.save(compaction=snap(10, 1))
+    store.close()
+    older = tmp_path / "snap" / "00000000000000000010-00000000000000000001.snap"
+    keep = older.read_bytes()
+    store = open_disk(tmp_path)
+    store.save(compaction=snap(20, 1))
+    store.close()
+    older.write_bytes(keep)  # as if deleting it had not reached the disk
+    newer = tmp_path / "snap" / "00000000000000000020-00000000000000000001.snap"
+    newer.write_bytes(newer.read_bytes()[:-1] + b"\x00")
+    again = open_disk(tmp_path)
+    assert again.snapshot().index == 10
+    assert again.first_index() == 11
+
+
+def test_hard_state_is_replaced_atomically(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(hard_state=HardState(term=2, vote="n1", commit=0))
+    (tmp_path / "hardstate.tmp").write_bytes(b"half written")
+    store.close()
+    again = open_disk(tmp_path)
+    assert again.hard_state() == HardState(term=2, vote="n1", commit=0)
+    assert not (tmp_path / "hardstate.tmp").exists()
+
+
+def test_commit_only_change_is_written_lazily(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 6), hard_state=HardState(term=2, vote="n1", commit=1))
+    mtime = os.stat(tmp_path / "hardstate").st_mtime_ns
+    store.save(hard_state=HardState(term=2, vote="n1", commit=5), sync=False)
+    assert os.stat(tmp_path / "hardstate").st_mtime_ns == mtime
+    store.close()
+    assert open_disk(tmp_path).hard_state().commit == 5
+
+
+def test_corrupt_hard_state_refuses_to_start(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(hard_state=HardState(term=2, vote="n1", commit=0))
+    store.close()
+    path = tmp_path / "hardstate"
+    path.write_bytes(path.read_bytes()[:-1] + b"\xff")
+    with pytest.raises(CorruptStorage):
+        open_disk(tmp_path)
+
+
+def test_snapshot_file_round_trip() -> None:
+    s = snap(123, 4, bytes(range(256)))
+    assert decode_snapshot(encode_snapshot(s)) == s
