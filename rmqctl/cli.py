@@ -14,7 +14,7 @@ import click
 import structlog
 
 from rmqctl.cluster import cluster_list
-from rmqctl.common import Settings
+from rmqctl.common import ADDRESSES_ENV, Settings
 from rmqctl.message import consume_message, send_message
 from rmqctl.topic import topic_route, update_topic
 
@@ -35,18 +35,29 @@ COMMANDS: list[click.Command] = [
     help="Print one JSON document (consumeMessage: one per line).",
 )
 @click.option(
+    "-a",
+    "--addresses",
+    "addresses",
+    envvar=ADDRESSES_ENV,
+    metavar="ADDRS",
+    help=f"Controller addresses (or a lone broker's), ';'-separated; default ${ADDRESSES_ENV}.",
+)
+@click.option(
     "-v", "--verbose", is_flag=True, help="Log the SDK's warnings and progress to stderr."
 )
 @click.version_option(package_name="rmq-py", message="rmqctl %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, json_output: bool, verbose: bool) -> None:
+def cli(ctx: click.Context, json_output: bool, addresses: str | None, verbose: bool) -> None:
     """Administer and exercise an rmq cluster (controllers and brokers).
 
     -a takes the controller addresses, or in development mode a lone broker's,
     separated by ';'. Exit status: 0 on success, 1 on failure (one line on stderr),
     2 on a usage error.
     """
-    ctx.obj = Settings(json=json_output, verbose=verbose)
+    settings = ctx.ensure_object(Settings)
+    settings.json = settings.json or json_output
+    settings.verbose = verbose
+    settings.addresses = addresses
     _configure_logging(verbose)
 
 

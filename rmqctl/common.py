@@ -31,6 +31,7 @@ class Settings:
 
     json: bool = False
     verbose: bool = False
+    addresses: str | None = None
 
 
 pass_settings = click.make_pass_decorator(Settings, ensure=True)
@@ -50,6 +51,16 @@ def _json_after_command(ctx: click.Context, _param: click.Parameter, value: bool
         ctx.ensure_object(Settings).json = True
 
 
+def _resolve_addresses(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """The command's own -a, else the global -a (or $RMQCTL_ADDRESSES)."""
+    if value:
+        return value
+    settings = ctx.find_object(Settings)
+    if settings is not None and settings.addresses:
+        return settings.addresses
+    raise click.MissingParameter(ctx=ctx, param=param)
+
+
 def addresses_option(func: F) -> F:
     """``-a ADDRS`` (controller or broker addresses, ``;``-separated, any may be down), and
     ``--json`` also accepted after the command name."""
@@ -64,12 +75,11 @@ def addresses_option(func: F) -> F:
         "-a",
         "--addresses",
         "addresses",
-        required=True,
-        envvar=ADDRESSES_ENV,
+        callback=_resolve_addresses,
         metavar="ADDRS",
         help=(
             "Controller addresses, or a lone broker's, separated by ';' (any may be down). "
-            f"Default: ${ADDRESSES_ENV}."
+            f"Default: the global -a, then ${ADDRESSES_ENV}."
         ),
     )(func)
 

@@ -207,3 +207,15 @@ def test_json_is_also_accepted_after_the_command_name(
     before = invoke("--json", "clusterList", "-a", addr)
     after = invoke("clusterList", "-a", addr, "--json")
     assert before == after and json.loads(after[1])["clusters"]
+
+
+def test_addresses_may_come_before_the_command_as_design_section_8_shows(
+    fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
+) -> None:
+    cluster, _ = fake
+    addr = cluster.brokers["broker-a"].address
+    before = invoke("--json", "-a", addr, "clusterList")
+    after = invoke("--json", "clusterList", "-a", addr)
+    assert before == after and before[0] == 0
+    # The command's own -a wins over the global one.
+    assert invoke("--json", "-a", dead_address(), "clusterList", "-a", addr) == after
