@@ -6,8 +6,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from tests.support.procs import BrokerProc
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """In-process CLIs (rmqctl through CliRunner) configure structlog globally; reset it so a
+    later test's capture_logs sees every level."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture
