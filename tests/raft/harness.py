@@ -259,7 +259,7 @@ def make_node(
 ) -> RaftNode:
     """A node whose durable log is the bootstrap entry then one entry per term in ``terms``."""
     storage = MemoryStorage()
-    hs, entry = bootstrap(list(voters))
+    _, entry = bootstrap(list(voters))
     log = [entry] + [Entry(term=t, index=i, data=b"e%d" % i) for i, t in enumerate(terms, start=2)]
     last_term = log[-1].term
     storage.save(

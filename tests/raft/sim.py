@@ -192,9 +192,8 @@ class Checker:
             self.fail(f"{sn.id} sends {m} before its term {m.term} is durable ({hs})")
         if m.term < hs.term:
             return  # an answer from a term this node has left; it can never act in it again
-        if isinstance(m, VoteResponse) and m.granted and not m.pre_vote:
-            if hs.vote != m.dst:
-                self.fail(f"{sn.id} grants {m} before the vote is durable ({hs})")
+        if isinstance(m, VoteResponse) and m.granted and not m.pre_vote and hs.vote != m.dst:
+            self.fail(f"{sn.id} grants {m} before the vote is durable ({hs})")
         if isinstance(m, AppendResponse) and not m.reject and m.index:
             storage = sn.storage
             if storage.last_index() < m.index:

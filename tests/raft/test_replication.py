@@ -174,7 +174,7 @@ def test_5_3_batches_are_bounded_by_max_msg_bytes() -> None:
     c.elect("n1")
     c.clear_log()
     leader = c.nodes["n1"]
-    for i in range(50):
+    for _ in range(50):
         leader.propose(b"x" * 100)
     c.stabilize()
     appends = [m for m in c.sent(AppendEntries) if m.dst == "n2" and m.entries]

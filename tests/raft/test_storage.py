@@ -12,7 +12,6 @@ from controller.raft import (
     Compacted,
     ConfState,
     Entry,
-    EntryType,
     HardState,
     Snapshot,
     SnapshotMeta,
