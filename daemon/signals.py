@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 
 async def wait_for_stop_signal() -> str:
@@ -25,7 +26,7 @@ async def wait_for_stop_signal() -> str:
             loop.remove_signal_handler(sig)
 
 
-def run(main: Callable[[], Awaitable[int]]) -> int:
+def run(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     """Run ``main`` on uvloop when available."""
     try:
         import uvloop

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import cast
 from collections.abc import Callable, Mapping
 
 from protocol.codes import ResponseCode
@@ -47,7 +48,7 @@ class _ClientProtocol(asyncio.Protocol):
         self._conn = conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._conn._transport = transport  # type: ignore[assignment]
+        self._conn._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._conn._data_received(data)

@@ -21,7 +21,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -71,11 +71,12 @@ class Connection(asyncio.Protocol):
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
+        # uvloop's transports are not asyncio.Transport subclasses but have its interface.
+        self.transport = tr = cast(asyncio.Transport, transport)
+        peer = tr.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
-        transport.set_write_buffer_limits(high=self._server.limits.write_buffer_high)
+        tr.set_write_buffer_limits(high=self._server.limits.write_buffer_high)
         self._server._opened(self)
 
     def data_received(self, data: bytes) -> None:

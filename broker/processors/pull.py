@@ -10,7 +10,7 @@ from storage.store import GetStatus
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import opt_int, req_int, req_str
-from protocol.remoting import Frame, response
+from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, RemotingServer, error_response
 
 
@@ -78,7 +78,7 @@ class PullProcessor:
         """A response when there is something to say now; None when the pull should wait."""
         ctx = self.ctx
         res = ctx.store.get(topic, queue_id, offset, max_count, max_bytes, ctx.visible_offset())
-        header = {
+        header: Header = {
             "nextBeginOffset": res.next_offset,
             "minOffset": res.min_offset,
             "maxOffset": res.max_offset,

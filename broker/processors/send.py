@@ -13,7 +13,7 @@ from broker.context import BrokerContext, WriteRefused
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, opt_str, req_str
 from protocol.message import Message, decode_properties, make_msg_id
-from protocol.remoting import Frame, response
+from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, RemotingServer, error_response
 
 log = structlog.get_logger(__name__)
@@ -49,7 +49,7 @@ class SendProcessor:
         result = self._put(req, topic, opt_int(h, "queueId", -1), [msg])
         if isinstance(result, Frame):
             return result
-        header = {
+        header: Header = {
             "msgId": make_msg_id(self.ctx.cfg.listen, result.physical_offsets[0]),
             "queueId": result.queue_id,
             "queueOffset": result.first_queue_offset,
@@ -67,7 +67,7 @@ class SendProcessor:
             return result
         host = self.ctx.cfg.listen
         ids = [make_msg_id(host, off) for off in result.physical_offsets]
-        header = {
+        header: Header = {
             "queueId": result.queue_id,
             "queueOffset": result.first_queue_offset,
             "count": result.count,
