@@ -10,15 +10,14 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from storage.config_files import ConsumerOffsetStore, TopicConfig, TopicConfigStore
-from storage.store import MessageStore, PutResult
-
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from protocol.codes import ResponseCode
+from storage.config_files import ConsumerOffsetStore, TopicConfig, TopicConfigStore
+from storage.store import MessageStore, PutResult
 
 
 class WriteRefused(Exception):

@@ -17,10 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
-from storage.store import MessageStore, StoreConfig
 
 from broker.config import BrokerConfig
 from broker.metrics import BrokerMetrics
+from storage.store import MessageStore, StoreConfig
 
 log = structlog.get_logger(__name__)
 

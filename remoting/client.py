@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import cast
 from collections.abc import Callable, Mapping
+from typing import cast
 
 from protocol.codes import ResponseCode
 from protocol.remoting import (

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from storage.store import GetStatus
-
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import opt_int, req_int, req_str
 from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, RemotingServer, error_response
+from storage.store import GetStatus
 
 
 class PullProcessor:

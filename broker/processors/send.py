@@ -7,7 +7,6 @@ from collections.abc import Awaitable
 
 import msgpack
 import structlog
-from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
 
 from broker.context import BrokerContext, WriteRefused
 from protocol.codes import RequestCode, ResponseCode
@@ -15,6 +14,7 @@ from protocol.fields import FieldError, opt_int, opt_str, req_str
 from protocol.message import Message, decode_properties, make_msg_id
 from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, RemotingServer, error_response
+from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
 
 log = structlog.get_logger(__name__)
 
