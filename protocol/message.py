@@ -80,22 +80,76 @@ class Message:
         return props
 
 
-@dataclass(slots=True, kw_only=True)
 class MessageRecord:
-    """A message as stored: everything in the record, decoded."""
+    """A message as stored: everything in the record, decoded.
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    flag: int
-    born_timestamp: int
-    store_timestamp: int
-    born_host: str
-    store_host: str
-    body: bytes
-    properties: dict[str, str]
+    Hosts and properties are kept raw and decoded on first use: a consumer that reads only bodies
+    and offsets never pays for them.
+    """
+
+    __slots__ = (
+        "_born_host",
+        "_props",
+        "_props_raw",
+        "_store_host",
+        "body",
+        "born_timestamp",
+        "flag",
+        "physical_offset",
+        "queue_id",
+        "queue_offset",
+        "size",
+        "store_timestamp",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        size: int,
+        flag: int,
+        born_timestamp: int,
+        store_timestamp: int,
+        born_host_raw: bytes,
+        store_host_raw: bytes,
+        body: bytes,
+        properties_raw: bytes,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.physical_offset = physical_offset
+        self.size = size
+        self.flag = flag
+        self.born_timestamp = born_timestamp
+        self.store_timestamp = store_timestamp
+        self._born_host = born_host_raw
+        self._store_host = store_host_raw
+        self.body = body
+        self._props_raw = properties_raw
+        self._props: dict[str, str] | None = None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._props
+        if props is None:
+            try:
+                props = self._props = decode_properties(self._props_raw)
+            except UnicodeDecodeError:
+                raise RecordError("record properties are not UTF-8") from None
+        return props
+
+    @property
+    def born_host(self) -> str:
+        return unpack_host(self._born_host)
+
+    @property
+    def store_host(self) -> str:
+        return unpack_host(self._store_host)
 
     @property
     def keys(self) -> str:
@@ -107,7 +161,19 @@ class MessageRecord:
 
     @property
     def msg_id(self) -> str:
-        return make_msg_id(self.store_host, self.physical_offset)
+        return _MSGID.pack(self._store_host, self.physical_offset).hex().upper()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageRecord):
+            return NotImplemented
+        return all(getattr(self, a) == getattr(other, a) for a in self.__slots__ if a != "_props")
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageRecord(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, physical_offset={self.physical_offset}, "
+            f"size={self.size}, body={self.body[:32]!r})"
+        )
 
 
 def encode_properties(props: Mapping[str, str]) -> bytes:
@@ -353,19 +419,14 @@ def _read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> Reco
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:
-    """Decode the full record at ``pos`` (CRC checked)."""
-    size = check_record(buf, pos, len(buf))
-    try:
-        return _decode_checked(buf, pos, size)
-    except struct.error:
-        raise RecordError(f"malformed record layout at {pos}") from None
-
-
-def _decode_checked(buf: bytes | bytearray | memoryview, pos: int, size: int) -> MessageRecord:
+    """Decode the full record at ``pos`` (magic, size and CRC checked)."""
+    limit = len(buf)
+    if limit - pos < MIN_RECORD_SIZE:
+        raise RecordError(f"truncated record at {pos}")
     (
-        _size,
-        _magic,
-        _crc,
+        size,
+        magic,
+        crc,
         queue_id,
         flag,
         queue_offset,
@@ -376,23 +437,28 @@ def _decode_checked(buf: bytes | bytearray | memoryview, pos: int, size: int) ->
         store_host,
         blen,
     ) = _HEAD.unpack_from(buf, pos)
-    p = pos + HEAD_SIZE
-    if p + blen + 4 > pos + size:
+    if magic != MESSAGE_MAGIC:
+        raise RecordError(f"bad magic {magic:#x} at {pos}")
+    end = pos + size
+    if size < MIN_RECORD_SIZE or end > limit:
+        raise RecordError(f"bad record size {size} at {pos}")
+    view = memoryview(buf)
+    if zlib.crc32(view[pos + 12 : end]) != crc:
+        raise RecordError(f"CRC mismatch at {pos}")
+    p = pos + HEAD_SIZE + blen
+    if p + 4 > end:
         raise RecordError(f"body length {blen} overruns record at {pos}")
-    body = bytes(buf[p : p + blen])
-    p += blen
     (tl,) = _U16.unpack_from(buf, p)
-    topic_raw = bytes(buf[p + 2 : p + 2 + tl])
-    p += 2 + tl
-    (pl,) = _U16.unpack_from(buf, p)
-    props_raw = bytes(buf[p + 2 : p + 2 + pl])
-    if p + 2 + pl != pos + size:
+    tp = p + 2 + tl
+    if tp + 2 > end:
+        raise RecordError(f"topic length overruns record at {pos}")
+    (pl,) = _U16.unpack_from(buf, tp)
+    if tp + 2 + pl != end:
         raise RecordError(f"record layout does not match its size at {pos}")
     try:
-        topic = topic_raw.decode()
-        props = decode_properties(props_raw)
+        topic = bytes(view[p + 2 : tp]).decode()
     except UnicodeDecodeError:
-        raise RecordError(f"record text is not UTF-8 at {pos}") from None
+        raise RecordError(f"record topic is not UTF-8 at {pos}") from None
     return MessageRecord(
         topic=topic,
         queue_id=queue_id,
@@ -402,10 +468,10 @@ def _decode_checked(buf: bytes | bytearray | memoryview, pos: int, size: int) ->
         flag=flag,
         born_timestamp=born_ts,
         store_timestamp=store_ts,
-        born_host=unpack_host(born_host),
-        store_host=unpack_host(store_host),
-        body=body,
-        properties=props,
+        born_host_raw=born_host,
+        store_host_raw=store_host,
+        body=bytes(view[pos + HEAD_SIZE : p]),
+        properties_raw=bytes(view[tp + 2 : end]),
     )
 
 
