@@ -1,0 +1,404 @@
+"""The master's HA port: an asyncio server feeding each slave the CommitLog (thin driver).
+
+Every decision is in :class:`~broker.ha.master_conn.MasterConnection` (one per socket); this
+module moves bytes and reports what the slaves say to a :class:`SlaveEvents` listener (the
+SyncStateSet logic in :class:`~broker.ha.service.HAService`).
+
+Streaming. A connection is *pumped*: ``next_transfer`` plans a batch, ``store.read_raw`` returns
+a memoryview of the mapped segment, and the header bytes and that view go to the transport
+(no copy of the body here). A pump sends at most ``pump_budget_bytes`` and then yields to the
+loop (reschedules itself), so a fast slave catching up never starves other work. When the
+transport's buffer passes ``write_buffer_high_bytes`` asyncio calls ``pause_writing`` and the
+pump stops for that slave only; ``resume_writing`` starts it again. A caught-up connection is
+parked in an *idle* set; :meth:`MasterServer.notify_appended` (called after every put) schedules
+one wake-up per loop iteration for the parked connections, and costs two attribute checks when
+none is parked.
+
+Heartbeats and silence. :meth:`MasterServer.tick` (the service calls it every
+``tick_interval_ms``) sends an empty transfer to a streaming connection that sent nothing for
+``heartbeat_interval_ms`` and closes one that heard nothing for ``connection_idle_timeout_ms``.
+:meth:`MasterServer.push_confirm` sends a heartbeat to parked connections when the confirm
+offset advanced, so slaves' consumers see new messages without waiting for the next heartbeat.
+
+Roles. The server listens for the broker's whole life; connections are accepted only between
+:meth:`MasterServer.start_serving` and :meth:`MasterServer.stop_serving` (a slave broker closes
+them at once). Stopping aborts every connection: buffered views of the CommitLog are dropped
+before the log may be truncated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable
+from typing import Protocol, cast
+
+import structlog
+
+from broker.ha.actions import (
+    CloseConnection,
+    SendBytes,
+    SlaveAcked,
+    SlaveRegistered,
+    StreamingStarted,
+)
+from broker.ha.config import HAConfig
+from broker.ha.master_conn import MasterConnection
+from protocol.ha import EpochEntry
+from storage.epoch_file import EpochFile
+from storage.store import MessageStore
+
+__all__ = ["MasterServer", "SlaveEvents", "StoreMasterLog"]
+
+log = structlog.get_logger(__name__)
+
+
+class SlaveEvents(Protocol):
+    """What the server reports (on the loop thread, in order per connection)."""
+
+    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> None: ...
+    def slave_acked(self, broker_id: int, offset: int) -> None: ...
+    def slave_disconnected(self, broker_id: int) -> None: ...
+
+
+class StoreMasterLog:
+    """The live :class:`~broker.ha.master_conn.MasterLog` of a master: store, epoch file and the
+    confirm offset (read through ``confirm``)."""
+
+    __slots__ = ("_confirm", "_epochs", "_segment_bytes", "_store")
+
+    def __init__(
+        self, store: MessageStore, epoch_file: EpochFile, confirm: Callable[[], int]
+    ) -> None:
+        self._store = store
+        self._epochs = epoch_file
+        self._confirm = confirm
+        self._segment_bytes = store.config.commitlog_segment_bytes
+
+    @property
+    def epoch_entries(self) -> tuple[EpochEntry, ...]:
+        return self._epochs.entries()
+
+    @property
+    def max_offset(self) -> int:
+        return self._store.max_offset
+
+    @property
+    def confirm_offset(self) -> int:
+        return self._confirm()
+
+    @property
+    def min_offset(self) -> int:
+        return self._store.min_offset
+
+    @property
+    def last_file_start(self) -> int:
+        # Segments are cut at multiples of the segment size from offset 0 (the store does not
+        # expose its segment list).
+        end = self._store.max_offset
+        return max(self._store.min_offset, end - end % self._segment_bytes)
+
+
+class _SlaveLink(asyncio.Protocol):
+    """One slave's socket on the master."""
+
+    def __init__(self, server: MasterServer) -> None:
+        self._server = server
+        self._cfg = server.config
+        self.conn = MasterConnection(max_batch_bytes=self._cfg.max_batch_bytes)
+        self.transport: asyncio.WriteTransport | None = None
+        self.peer = "?"
+        self.broker_id: int | None = None
+        self.paused = False
+        self.streaming = False
+        self.closed = False
+        self._pump_scheduled = False
+        now = server.now_ms()
+        self.last_send_ms = now
+        self.last_recv_ms = now
+        self.confirm_sent = -1
+        self.bytes_sent = 0
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (uvloop's transports are not asyncio.Transport instances, hence the cast.)
+        self.transport = cast(asyncio.WriteTransport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if not self._server.accept(self):
+            self.transport.abort()
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.set_write_buffer_limits(
+            high=self._cfg.write_buffer_high_bytes, low=self._cfg.write_buffer_low_bytes
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_recv_ms = self._server.now_ms()
+        log_view = self._server.master_log
+        for action in self.conn.receive_data(data, log_view):
+            match action:
+                case SendBytes(data=out):
+                    self._write(out)
+                case SlaveRegistered(handshake=hs):
+                    self.broker_id = hs.broker_id
+                    if not self._server.register(self, hs.address, hs.async_learner):
+                        return
+                case StreamingStarted():
+                    self.streaming = True
+                    self.pump()
+                case SlaveAcked(broker_id=broker_id, offset=offset):
+                    self._server.events.slave_acked(broker_id, offset)
+                case CloseConnection(reason=reason):
+                    self.close(reason)
+                    return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.conn.close("connection lost")
+        self._server.lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.pump()
+
+    # ------------------------------------------------------------ output
+
+    def _write(self, data: bytes | memoryview) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+        self.last_send_ms = self._server.now_ms()
+
+    def close(self, reason: str) -> None:
+        """Abort the socket (buffered CommitLog views are dropped, not sent)."""
+        if self.closed:
+            return
+        log.warning(
+            "closing HA connection", peer=self.peer, broker_id=self.broker_id, reason=reason
+        )
+        self.closed = True
+        self.conn.close(reason)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def schedule_pump(self) -> None:
+        if not self._pump_scheduled and not self.closed:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_pump)
+
+    def _scheduled_pump(self) -> None:
+        self._pump_scheduled = False
+        self.pump()
+
+    def pump(self) -> None:
+        """Send batches until caught up (park in the idle set), paused, or out of budget."""
+        if self.closed or self.paused or not self.streaming:
+            return
+        server = self._server
+        log_view = server.master_log
+        read = server.store.read_raw
+        transport = self.transport
+        assert transport is not None
+        budget = self._cfg.pump_budget_bytes
+        sent = 0
+        caught_up = False
+        try:
+            while sent < budget and not self.paused:
+                out = self.conn.next_transfer(log_view, read, record_aligned=False)
+                if out is None:
+                    caught_up = True
+                    break
+                header, body = out
+                transport.write(header)
+                transport.write(body)  # the mapped segment's view: no copy here
+                sent += len(body)
+        except Exception as exc:  # a store error, or a position the log cannot serve
+            self.close(f"cannot stream to this slave: {type(exc).__name__}: {exc}")
+            return
+        if sent:
+            self.bytes_sent += sent
+            self.last_send_ms = server.now_ms()
+            self.confirm_sent = max(self.confirm_sent, log_view.confirm_offset)
+        if caught_up:
+            server.park(self)
+            if self.confirm_sent < log_view.confirm_offset:
+                self.heartbeat()
+        elif not self.paused:
+            self.schedule_pump()  # out of budget: let the loop breathe, then go on
+
+    def heartbeat(self) -> None:
+        if self.closed or self.paused:
+            return
+        log_view = self._server.master_log
+        hb = self.conn.heartbeat(log_view)
+        if hb is not None:
+            self._write(hb)
+            self.confirm_sent = max(self.confirm_sent, log_view.confirm_offset)
+
+
+class MasterServer:
+    """The HA port; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        epoch_file: EpochFile,
+        config: HAConfig,
+        events: SlaveEvents,
+        confirm: Callable[[], int],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.events = events
+        self.now_ms = now_ms
+        self.master_log = StoreMasterLog(store, epoch_file, confirm)
+        self._server: asyncio.Server | None = None
+        self._links: set[_SlaveLink] = set()
+        self._by_id: dict[int, _SlaveLink] = {}
+        self._idle: set[_SlaveLink] = set()
+        self._wake_pending = False
+        self._confirm_pending = False
+        self._serving = False
+        self._master_id: int | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def listen(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _SlaveLink(self),
+            self.config.listen_host,
+            self.config.listen_port,
+            reuse_address=True,
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) actually bound."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the HA server is not listening")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
+
+    def start_serving(self, master_id: int) -> None:
+        """Accept slaves from now on (this broker is master ``master_id``)."""
+        self._master_id = master_id
+        self._serving = True
+
+    def stop_serving(self, reason: str) -> None:
+        """Refuse new slaves and abort every connection (their buffered views included)."""
+        self._serving = False
+        for link in list(self._links):
+            link.close(reason)
+        self._idle.clear()
+
+    async def close(self) -> None:
+        self.stop_serving("shutting down")
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    # ------------------------------------------------------------ links
+
+    def accept(self, link: _SlaveLink) -> bool:
+        if not self._serving:
+            log.info("refusing an HA connection: not master", peer=link.peer)
+            return False
+        self._links.add(link)
+        return True
+
+    def register(self, link: _SlaveLink, address: str, async_learner: bool) -> bool:
+        broker_id = link.broker_id
+        assert broker_id is not None
+        if broker_id == self._master_id:
+            link.close(f"a slave claims broker id {broker_id}, the master's own")
+            return False
+        old = self._by_id.get(broker_id)
+        self._by_id[broker_id] = link
+        if old is not None and old is not link:
+            old.close(f"slave {broker_id} connected again from {link.peer}")
+        log.info(
+            "slave connected",
+            broker_id=broker_id,
+            address=address,
+            peer=link.peer,
+            async_learner=async_learner,
+        )
+        self.events.slave_connected(broker_id, address, async_learner)
+        return True
+
+    def lost(self, link: _SlaveLink, exc: Exception | None) -> None:
+        self._links.discard(link)
+        self._idle.discard(link)
+        broker_id = link.broker_id
+        if broker_id is not None and self._by_id.get(broker_id) is link:
+            del self._by_id[broker_id]
+            log.info(
+                "slave disconnected",
+                broker_id=broker_id,
+                peer=link.peer,
+                reason=link.conn.close_reason if exc is None else str(exc),
+            )
+            self.events.slave_disconnected(broker_id)
+
+    def park(self, link: _SlaveLink) -> None:
+        self._idle.add(link)
+
+    def connection_count(self) -> int:
+        return len(self._links)
+
+    def link_for(self, broker_id: int) -> _SlaveLink | None:
+        return self._by_id.get(broker_id)
+
+    # ------------------------------------------------------------ wake-ups
+
+    def notify_appended(self) -> None:
+        """New bytes in the CommitLog: feed the parked connections (once per loop iteration)."""
+        if self._idle and not self._wake_pending:
+            self._wake_pending = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_pending = False
+        idle, self._idle = self._idle, set()
+        for link in idle:
+            link.pump()
+
+    def push_confirm(self) -> None:
+        """The confirm offset advanced: tell the parked connections (once per loop iteration)."""
+        if self._idle and not self._confirm_pending:
+            self._confirm_pending = True
+            asyncio.get_running_loop().call_soon(self._push_confirm)
+
+    def _push_confirm(self) -> None:
+        self._confirm_pending = False
+        confirm = self.master_log.confirm_offset
+        for link in self._idle:
+            if link.confirm_sent < confirm:
+                link.heartbeat()
+
+    def tick(self, now_ms: int) -> None:
+        hb = self.config.heartbeat_interval_ms
+        idle_timeout = self.config.connection_idle_timeout_ms
+        for link in list(self._links):
+            if now_ms - link.last_recv_ms >= idle_timeout:
+                link.close(f"heard nothing for {now_ms - link.last_recv_ms} ms")
+            elif link.streaming and now_ms - link.last_send_ms >= hb:
+                link.heartbeat()

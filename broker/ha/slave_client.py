@@ -1,0 +1,392 @@
+"""The slave's HA client: connect to the master's HA port and replicate (thin asyncio driver).
+
+Every decision is in :class:`~broker.ha.slave_conn.SlaveConnection` (one per TCP connection);
+this module carries out its actions, in order, against the store and the epoch file:
+
+==================  ===============================================================================
+TruncateLog         ``store.truncate`` (durable) then ``epoch_file.truncate_suffix_from_offset``
+                    (durable, in the worker thread): the store first, so a crash in between leaves
+                    an epoch entry with an empty range, never bytes labelled with the wrong epoch
+StartLogAt          the empty store must already start there (see the note below)
+AppendEpoch         ``epoch_file.append`` in the worker thread, awaited before the bytes that follow
+AppendBytes         ``store.append_raw`` (validates every record, dispatches the ConsumeQueues)
+UpdateConfirmOffset ``store.confirm_offset`` (already ``min(master's confirm, local max offset)``)
+SendBytes           an ack; acks are cumulative, so only the last one of the chunks read together
+                    is written, after every action before it
+ReplicationRefused  one error line; the client stays SUSPENDED until :meth:`SlaveClient.retry`
+Reconnect           close, back off, connect again with a new SlaveConnection
+==================  ===============================================================================
+
+Before acting on the master's handshake reply the client checks that the master's epoch is not
+older than the epoch the controller named (``master_epoch``): a broker that is not master yet
+(or no longer) must never make this slave truncate. Such a reply, a refused connection, a lost
+one, silence for ``connection_idle_timeout_ms`` (the master heartbeats every 500 ms) and errors
+from the store all lead to a reconnect after a back-off of ``reconnect_min_ms`` doubling up to
+``reconnect_max_ms`` (:func:`reconnect_delay_ms`); the back-off restarts after a handshake
+succeeds.
+
+``store.truncate`` runs on the event-loop thread: the store allows only ``flush`` in another
+thread. It happens once per handshake and syncs only what it cut. The epoch file's fsyncs run in
+the ``run_blocking`` worker.
+
+A slave whose log is empty while the master's starts above 0 receives ``StartLogAt``; the store
+cannot yet start an empty CommitLog at a non-zero offset, so the client suspends with a clear
+reason in that case.
+
+Reading is flow-controlled: above ``read_buffer_bytes`` of received, unprocessed bytes the
+client pauses reading, so a slow disk pushes back on the master through TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Final, TypeVar, cast
+
+import structlog
+
+from broker.ha.actions import (
+    AppendBytes,
+    AppendEpoch,
+    Reconnect,
+    ReplicationRefused,
+    SendBytes,
+    StartLogAt,
+    TruncateLog,
+    UpdateConfirmOffset,
+)
+from broker.ha.config import HAConfig
+from broker.ha.slave_conn import SlaveConnection
+from broker.ha.truncation import TruncationDecision
+from storage.epoch_file import EpochFile
+from storage.store import MessageStore
+
+__all__ = ["RunBlocking", "SlaveClient", "SlaveState", "reconnect_delay_ms", "split_address"]
+
+log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
+RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""Run a blocking call in the HA worker thread and await its result."""
+
+_YIELD_EVERY_BYTES: Final = 8 << 20
+
+
+class SlaveState(enum.Enum):
+    CONNECTING = "connecting"
+    HANDSHAKE = "handshake"
+    TRANSFER = "transfer"
+    BACKOFF = "backoff"
+    SUSPENDED = "suspended"
+    STOPPED = "stopped"
+
+
+def reconnect_delay_ms(failures: int, *, min_ms: int, max_ms: int) -> int:
+    """The wait before reconnect attempt number ``failures`` (1 = after the first failure)."""
+    if failures <= 0:
+        return 0
+    return min(max_ms, min_ms << min(failures - 1, 32))
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) -> (host, port); ValueError when malformed."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"bad HA address {address!r} (expected host:port)")
+    return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    suspend: bool
+    reason: str
+
+
+class _MasterLink(asyncio.Protocol):
+    """The socket to the master: received chunks queue up until the client takes them."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.close_reason = "connection closed by the master"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size >= self._limit and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if exc is not None:
+            self.close_reason = f"connection lost: {exc}"
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[bytes] | None:
+        """Every chunk received so far (waiting for one), or None once the socket is closed."""
+        while not self._chunks:
+            if self.closed:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunks = list(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+        return chunks
+
+
+class SlaveClient:
+    """Replicates from one master until stopped; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        epoch_file: EpochFile,
+        config: HAConfig,
+        master_address: str,
+        master_epoch: int,
+        broker_id: int,
+        address: str,
+        run_blocking: RunBlocking,
+    ) -> None:
+        self._store = store
+        self._epochs = epoch_file
+        self._cfg = config
+        self.master_address = master_address
+        self.master_epoch = master_epoch
+        self._broker_id = broker_id
+        self._address = address
+        self._run_blocking = run_blocking
+        self._task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._stopping = False
+        self._wakeup = asyncio.Event()
+        self.state = SlaveState.CONNECTING
+        self.suspended_reason: str | None = None
+        self.last_error: str | None = None
+        self.decision: TruncationDecision | None = None
+        """The truncation decision of the last handshake."""
+        self.master_confirm_offset: int | None = None
+        self.handshakes = 0
+        self.bytes_received = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError("already started")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"ha-slave->{self.master_address}"
+        )
+
+    async def stop(self) -> None:
+        """Stop replicating; returns once no action is running on the loop thread (a blocking
+        call already handed to the worker thread may still finish there: the caller waits for
+        the worker before touching the epoch file)."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._transport is not None:
+            self._transport.abort()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.state = SlaveState.STOPPED
+
+    def retry(self) -> None:
+        """Leave SUSPENDED (an operator cleaned the data, or another master was named)."""
+        if self.state is SlaveState.SUSPENDED:
+            self.suspended_reason = None
+            self._wakeup.set()
+
+    @property
+    def suspended(self) -> bool:
+        return self.state is SlaveState.SUSPENDED
+
+    # ------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        failures = 0
+        last_reason: str | None = None
+        while not self._stopping:
+            if self.state is SlaveState.SUSPENDED:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                if self.suspended_reason is not None:
+                    continue
+                failures = 0
+            self.state = SlaveState.CONNECTING
+            try:
+                outcome = await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                outcome = _Outcome(False, f"{type(exc).__name__}: {exc}")
+            if self._stopping:
+                break
+            if self.state is SlaveState.TRANSFER:
+                failures = 0
+            self.last_error = outcome.reason
+            if outcome.suspend:
+                self.state = SlaveState.SUSPENDED
+                self.suspended_reason = outcome.reason
+                log.error(
+                    f"replication from {self.master_address} suspended: {outcome.reason}",
+                    master=self.master_address,
+                )
+                continue
+            failures += 1
+            delay = reconnect_delay_ms(
+                failures, min_ms=self._cfg.reconnect_min_ms, max_ms=self._cfg.reconnect_max_ms
+            )
+            if outcome.reason != last_reason:
+                log.warning(
+                    "HA connection to the master ended; reconnecting",
+                    master=self.master_address,
+                    reason=outcome.reason,
+                    delay_ms=delay,
+                )
+                last_reason = outcome.reason
+            self.state = SlaveState.BACKOFF
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), delay / 1000)
+            except TimeoutError:
+                pass
+        self.state = SlaveState.STOPPED
+
+    async def _session(self) -> _Outcome:
+        cfg = self._cfg
+        host, port = split_address(self.master_address)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(cfg.connect_timeout_ms / 1000):
+                transport, link = await loop.create_connection(
+                    lambda: _MasterLink(cfg.read_buffer_bytes), host, port
+                )
+        except (OSError, TimeoutError) as exc:
+            return _Outcome(False, f"cannot connect: {type(exc).__name__}: {exc}")
+        self._transport = transport
+        try:
+            return await self._replicate(self._transport, link)
+        finally:
+            self._transport.abort()
+            self._transport = None
+
+    async def _replicate(self, transport: asyncio.Transport, link: _MasterLink) -> _Outcome:
+        cfg = self._cfg
+        store = self._store
+        conn = SlaveConnection(
+            broker_id=self._broker_id,
+            address=self._address,
+            sync_from_last_file=cfg.sync_from_last_file,
+            async_learner=cfg.async_learner,
+            max_body_bytes=cfg.max_body_bytes,
+        )
+        transport.write(
+            conn.start(epoch_entries=self._epochs.entries(), max_offset=store.max_offset)
+        )
+        self.state = SlaveState.HANDSHAKE
+        idle_s = cfg.connection_idle_timeout_ms / 1000
+        since_yield = 0
+        checked = False
+        while True:
+            try:
+                async with asyncio.timeout(idle_s):
+                    chunks = await link.take()
+            except TimeoutError:
+                return _Outcome(False, f"heard nothing from the master for {idle_s:g} s")
+            if chunks is None:
+                return _Outcome(False, link.close_reason)
+            ack: bytes | None = None
+            for chunk in chunks:
+                self.bytes_received += len(chunk)
+                actions = conn.receive_data(chunk)
+                if not checked and conn.master_handshake is not None:
+                    checked = True
+                    reply = conn.master_handshake
+                    if reply.master_epoch < self.master_epoch:
+                        return _Outcome(
+                            False,
+                            f"the master answers at epoch {reply.master_epoch}, older than "
+                            f"epoch {self.master_epoch} it was named master for",
+                        )
+                    self.handshakes += 1
+                    self.decision = conn.decision
+                for action in actions:
+                    match action:
+                        case AppendBytes(offset=offset, data=data):
+                            store.append_raw(offset, data)
+                            since_yield += len(data)
+                            if since_yield >= _YIELD_EVERY_BYTES:
+                                since_yield = 0
+                                await asyncio.sleep(0)  # let the broker serve in between
+                        case SendBytes(data=out):
+                            ack = out
+                        case UpdateConfirmOffset(offset=offset):
+                            store.confirm_offset = offset
+                            self.master_confirm_offset = offset
+                        case AppendEpoch(epoch=epoch, start_offset=start):
+                            await self._blocking(partial(self._epochs.append, epoch, start))
+                        case TruncateLog(offset=offset):
+                            await self._truncate(offset)
+                            self.state = SlaveState.TRANSFER
+                        case StartLogAt(offset=offset):
+                            if store.max_offset != offset:
+                                return _Outcome(
+                                    True,
+                                    f"the master starts this empty log at offset {offset}, but "
+                                    "the store cannot start a CommitLog above 0 yet",
+                                )
+                        case ReplicationRefused(reason=reason):
+                            return _Outcome(True, reason)
+                        case Reconnect(reason=reason):
+                            return _Outcome(False, reason)
+            if ack is not None:
+                transport.write(ack)
+
+    async def _blocking(self, fn: Callable[[], _T]) -> _T:
+        return cast(_T, await self._run_blocking(fn))
+
+    async def _truncate(self, offset: int) -> None:
+        """Cut the log to the consistent point, durably, before the ack that follows."""
+        if offset != self._store.max_offset:
+            log.warning(
+                "truncating the CommitLog to the consistent point",
+                offset=offset,
+                max_offset=self._store.max_offset,
+                master=self.master_address,
+            )
+        # The store first: a crash in between leaves an epoch entry with an empty range.
+        if offset != self._store.max_offset:
+            self._store.truncate(offset)
+        await self._blocking(partial(self._epochs.truncate_suffix_from_offset, offset))
