@@ -319,16 +319,24 @@ class Leader:
         node = self.node
         seq = self.readonly.last_seq
         for member, pr in self.progress.items():
-            if member != node.id:
-                node._send(
-                    Heartbeat(
-                        src=node.id,
-                        dst=member,
-                        term=node.term,
-                        commit=min(pr.match, node.log.committed),
-                        read_seq=seq,
-                    )
+            if member == node.id:
+                continue
+            node._send(
+                Heartbeat(
+                    src=node.id,
+                    dst=member,
+                    term=node.term,
+                    commit=min(pr.match, node.log.committed),
+                    read_seq=seq,
                 )
+            )
+            if pr.state is ProgressState.SNAPSHOT:
+                # One chunk is in flight at a time; resend it only when a whole heartbeat
+                # interval passed without progress (it or its ack was lost), so a retransmit
+                # never starts a second stream of chunks.
+                if not pr.snapshot_progressed:
+                    self._send_snapshot(member, pr)
+                pr.snapshot_progressed = False
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         pr = self.progress.get(m.src)
@@ -336,9 +344,7 @@ class Leader:
             return
         pr.recent_active = True
         pr.probe_sent = False
-        if pr.state is ProgressState.SNAPSHOT:
-            self._send_snapshot(m.src, pr)  # resend the chunk the member still waits for
-        else:
+        if pr.state is not ProgressState.SNAPSHOT:
             if pr.state is ProgressState.REPLICATE and pr.inflights.full():
                 pr.inflights.free_first()
             if pr.match < self.node.log.last_index():
@@ -354,7 +360,11 @@ class Leader:
         pr.recent_active = True
         if pr.state is not ProgressState.SNAPSHOT or m.snapshot_index != pr.pending_snapshot:
             return
+        if m.offset == pr.snapshot_offset:
+            return  # a duplicate: the chunk at this offset is already on its way
+        # Forward: the next chunk. Backward: the member lost its partial copy; start there.
         pr.snapshot_offset = m.offset
+        pr.snapshot_progressed = True
         self._send_snapshot(m.src, pr)
 
     # --- read-index --------------------------------------------------------------------------

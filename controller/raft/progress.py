@@ -69,6 +69,7 @@ class Progress:
         "read_seq",
         "recent_active",
         "snapshot_offset",
+        "snapshot_progressed",
         "state",
     )
 
@@ -79,6 +80,9 @@ class Progress:
         self.probe_sent = False
         self.pending_snapshot = 0
         self.snapshot_offset = 0
+        """Bytes of the pending snapshot the member has acknowledged."""
+        self.snapshot_progressed = False
+        """An acknowledgement moved ``snapshot_offset`` since the last heartbeat."""
         self.recent_active = False
         self.read_seq = 0
         """Highest read-index round this member has acknowledged."""
@@ -105,6 +109,7 @@ class Progress:
         self._reset(ProgressState.SNAPSHOT)
         self.pending_snapshot = snapshot_index
         self.snapshot_offset = 0
+        self.snapshot_progressed = True
 
     def _reset(self, state: ProgressState) -> None:
         self.state = state
