@@ -179,11 +179,11 @@ class _SlaveLink(asyncio.Protocol):
         self.transport.write(data)
         self.last_send_ms = self._server.now_ms()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, *, error: bool = True) -> None:
         """Abort the socket (buffered CommitLog views are dropped, not sent)."""
         if self.closed:
             return
-        log.warning(
+        (log.warning if error else log.info)(
             "closing HA connection", peer=self.peer, broker_id=self.broker_id, reason=reason
         )
         self.closed = True
@@ -305,7 +305,7 @@ class MasterServer:
         """Refuse new slaves and abort every connection (their buffered views included)."""
         self._serving = False
         for link in list(self._links):
-            link.close(reason)
+            link.close(reason, error=False)
         self._idle.clear()
 
     async def close(self) -> None:

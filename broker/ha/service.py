@@ -268,6 +268,9 @@ class HAService:
 
     async def _leave_role(self, reason: str) -> None:
         if self._role is HARole.MASTER:
+            # Forget the set first: the disconnections that follow are no proposals.
+            self._sync = None
+            self._release_waiters(None)
             self._server.stop_serving(reason)
             tasks = [*self._proposals]
             if self._tick_task is not None:
@@ -277,8 +280,6 @@ class HAService:
             await asyncio.gather(*tasks, return_exceptions=True)
             self._tick_task = None
             self._proposals.clear()
-            self._sync = None
-            self._release_waiters(None)
         elif self._role is HARole.SLAVE:
             if self._slave is not None:
                 await self._slave.stop()

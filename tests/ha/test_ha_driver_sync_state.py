@@ -69,7 +69,7 @@ def test_confirm_never_advances_while_a_member_is_disconnected() -> None:
     t.slave_acked(2, 900, master_max_offset=900, now_ms=11)
     assert not t.update_confirm_offset(900)
     assert t.confirm_offset == 100
-    assert t.next_proposal(now_ms=12) == {1, 2}  # shrunk at once
+    assert t.next_proposal(now_ms=12) == frozenset({1, 2})  # shrunk at once
     # In flight: the union still counts 3, so nothing advances (bug #5663).
     assert not t.update_confirm_offset(900)
     t.proposal_accepted(frozenset({1, 2}), 2, now_ms=13)
@@ -91,7 +91,7 @@ def test_shrink_after_not_catching_up_for_the_limit() -> None:
     t.slave_acked(2, 0, master_max_offset=0, now_ms=0)  # caught up at 0
     t.slave_acked(2, 50, master_max_offset=1_000, now_ms=100)  # behind from now on
     assert t.next_proposal(now_ms=LIMIT - 1) is None
-    assert t.next_proposal(now_ms=LIMIT) == {1}
+    assert t.next_proposal(now_ms=LIMIT) == frozenset({1})
 
 
 def test_a_slave_keeping_up_with_a_steady_stream_stays_caught_up() -> None:
@@ -117,7 +117,7 @@ def test_an_idle_caught_up_slave_stays_caught_up_through_ticks() -> None:
 def test_a_member_that_never_connects_is_shrunk_after_the_limit() -> None:
     t = tracker(members={1, 2})
     assert t.next_proposal(now_ms=LIMIT - 1) is None
-    assert t.next_proposal(now_ms=LIMIT) == {1}
+    assert t.next_proposal(now_ms=LIMIT) == frozenset({1})
 
 
 def test_a_member_that_lost_its_connection_is_shrunk_even_if_it_is_back() -> None:
@@ -128,9 +128,9 @@ def test_a_member_that_lost_its_connection_is_shrunk_even_if_it_is_back() -> Non
     t.slave_disconnected(2, now_ms=5)
     t.slave_connected(2, now_ms=6)
     t.slave_acked(2, 0, master_max_offset=0, now_ms=7)
-    assert accept(t, 8) == {1}
+    assert accept(t, 8) == frozenset({1})
     # Out of the set it is a candidate like any other, and it is back in sync.
-    assert accept(t, 9) == {1, 2}
+    assert accept(t, 9) == frozenset({1, 2})
 
 
 def test_expand_needs_the_confirm_offset_and_the_epoch_start() -> None:
@@ -142,7 +142,7 @@ def test_expand_needs_the_confirm_offset_and_the_epoch_start() -> None:
     t.slave_acked(2, 350, master_max_offset=400, now_ms=2)
     assert t.next_proposal(now_ms=2) is None  # past the epoch start, below confirm
     t.slave_acked(2, 400, master_max_offset=400, now_ms=3)
-    assert t.next_proposal(now_ms=3) == {1, 2}
+    assert t.next_proposal(now_ms=3) == frozenset({1, 2})
 
 
 def test_an_async_learner_never_joins() -> None:
@@ -157,7 +157,7 @@ def test_an_expansion_in_flight_counts_the_joining_slave_at_once() -> None:
     t.update_confirm_offset(100)
     t.slave_connected(2, now_ms=0)
     t.slave_acked(2, 100, master_max_offset=100, now_ms=0)
-    assert t.next_proposal(now_ms=0) == {1, 2}
+    assert t.next_proposal(now_ms=0) == frozenset({1, 2})
     assert not t.solo
     assert t.counted_members == {1, 2}
     assert not t.update_confirm_offset(200)  # 2 has 100 only
@@ -168,12 +168,12 @@ def test_an_expansion_in_flight_counts_the_joining_slave_at_once() -> None:
 def test_one_proposal_at_a_time_and_retry_after_a_failure() -> None:
     t = tracker(members={1, 2, 3})
     proposal = t.next_proposal(now_ms=LIMIT)
-    assert proposal == {1}
+    assert proposal == frozenset({1})
     assert t.next_proposal(now_ms=LIMIT + 1) is None  # in flight
     t.proposal_failed(proposal, now_ms=LIMIT + 2)
     assert t.proposed is None
     assert t.next_proposal(now_ms=LIMIT + 500) is None  # too soon
-    assert t.next_proposal(now_ms=LIMIT + 1_002) == {1}
+    assert t.next_proposal(now_ms=LIMIT + 1_002) == frozenset({1})
 
 
 def test_in_sync_replicas_counts_the_smaller_side_of_a_change() -> None:
@@ -181,7 +181,7 @@ def test_in_sync_replicas_counts_the_smaller_side_of_a_change() -> None:
     assert t.in_sync_replicas() == 3
     t.slave_connected(2, now_ms=0)
     t.slave_disconnected(2, now_ms=1)
-    assert t.next_proposal(now_ms=2) == {1, 3}
+    assert t.next_proposal(now_ms=2) == frozenset({1, 3})
     assert t.in_sync_replicas() == 2
 
 
@@ -197,7 +197,7 @@ def test_a_slave_below_the_confirm_offset_is_shrunk() -> None:
     t = tracker(members={1, 2}, confirm=500)
     t.slave_connected(2, now_ms=0)
     t.slave_acked(2, 400, master_max_offset=600, now_ms=1)  # it lost bytes it had acked
-    assert t.next_proposal(now_ms=2) == {1}
+    assert t.next_proposal(now_ms=2) == frozenset({1})
 
 
 def test_slave_acks_lists_connected_slaves_that_acked() -> None:
