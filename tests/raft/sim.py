@@ -275,6 +275,7 @@ class Simulation:
         self.blocked: set[tuple[NodeId, NodeId]] = set()
         self.heal_at = 0
         self.faults = True
+        self.workload = True
         self.crashes = 0
         self.conf_changes = 0
         self.snapshots_installed = 0
@@ -380,10 +381,10 @@ class Simulation:
         node = sn.node
         assert node is not None
         if sn.persisting is not None:
-            rd, done_at = sn.persisting
+            done, done_at = sn.persisting
             if done_at > self.now:
                 return
-            self._finish(sn, rd)
+            self._finish(sn, done)
         while sn.node is not None and sn.persisting is None:
             rd = node.ready()
             if rd is None:
@@ -429,17 +430,19 @@ class Simulation:
         return [sn for sn in self.nodes.values() if sn.node is not None]
 
     def _leader(self) -> SimNode | None:
+        """The leader of the highest term among live nodes, if any."""
         best: SimNode | None = None
+        best_term = -1
         for sn in self._alive():
-            assert sn.node is not None
-            if sn.node.role is Role.LEADER and (best is None or sn.node.term > best.node.term):  # type: ignore[union-attr]
-                best = sn
+            node = sn.node
+            if node is not None and node.role is Role.LEADER and node.term > best_term:
+                best, best_term = sn, node.term
         return best
 
     def _workload(self) -> None:
         o = self.options
         rng = self.rng
-        alive = self._alive()
+        alive = self._alive() if self.workload else []
         if alive and rng.random() < o.propose_rate:
             sn = rng.choice(alive)
             assert sn.node is not None
@@ -534,9 +537,11 @@ class Simulation:
         )
 
     def _liveness(self) -> None:
-        """Heal the network, restart every node, stop injecting faults; a leader must then
-        commit a new entry and every member must apply it within the bound."""
+        """Heal the network, restart every node, stop the faults and the workload. Within
+        ``liveness_ticks`` a leader must commit a new entry; then, within as many ticks again
+        plus time to stream the log to the slowest member, every member must apply it."""
         self.faults = False
+        self.workload = False
         self.blocked.clear()
         for sn in self.nodes.values():
             if sn.node is None:
@@ -544,7 +549,9 @@ class Simulation:
         deadline = self.now + self.options.liveness_ticks * STEPS_PER_TICK
         probe: tuple[int, int] | None = None
         payload = b"liveness-probe"
-        while self.now < deadline:
+        while True:
+            if self.now >= deadline:
+                self._stuck(f"no commit within {self.options.liveness_ticks} ticks")
             self.step()
             leader = self._leader()
             if leader is None or leader.node is None:
@@ -559,12 +566,23 @@ class Simulation:
                     probe = (node.propose(payload), node.term)
                 except RaftError:
                     continue
-            members = node.conf_state.members()
-            if probe[0] in self.checker.committed and all(
-                self.nodes[m].node is not None and self.nodes[m].machine.applied >= probe[0]
-                for m in members
-            ):
+            if probe[0] in self.checker.committed:
+                break
+        # Catching up may take one round trip per entry (a window of 1, one entry per append).
+        lag = max(probe[0] - sn.machine.applied for sn in self.nodes.values())
+        rounds = lag * 2 * self.options.max_delay + 20 * STEPS_PER_TICK
+        deadline = self.now + self.options.liveness_ticks * STEPS_PER_TICK + rounds
+        while self.now < deadline:
+            self.step()
+            leader = self._leader()
+            if leader is None or leader.node is None:
+                continue
+            members = leader.node.conf_state.members()
+            if all(self.nodes[m].machine.applied >= probe[0] for m in members):
                 return
+        self._stuck("members did not all apply the committed probe")
+
+    def _stuck(self, what: str) -> None:
         states = {
             sn.id: (
                 None
@@ -573,4 +591,4 @@ class Simulation:
             )
             for sn in self.nodes.values()
         }
-        self.checker.fail(f"no progress within {self.options.liveness_ticks} ticks: {states}")
+        self.checker.fail(f"liveness: {what}: {states}")
