@@ -8,14 +8,19 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
+from broker.ha.config import HAConfig
+from broker.ha.service import HAService
 from broker.metrics import BrokerMetrics
 from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.pull import PullProcessor
+from broker.processors.replication import ReplicationProcessor
 from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
+from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
 from remoting.server import Connection, RemotingServer, ServerLimits
+from storage.epoch_file import EpochFile
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +46,24 @@ class Broker:
             RouteProcessor(self.ctx),
         ):
             processor.register(self.server)
+        self.ha: HAService | None = None
+        self.replicas: ReplicasManager | None = None
+        if self.ctx.controller_mode:
+            self.ha = HAService(
+                self.ctx.store,
+                EpochFile(cfg.data_dir),
+                HAConfig(
+                    listen_host=cfg.listen_host,
+                    listen_port=cfg.effective_ha_port,
+                    max_time_slave_not_catchup_ms=cfg.ha_max_time_slave_not_catchup_ms,
+                    heartbeat_interval_ms=cfg.ha_heartbeat_interval_ms,
+                ),
+                propose_sync_state_set=self._propose_sync_state_set,
+            )
+            self.ctx.ha = self.ha
+            self.replicas = ReplicasManager(self.ctx, self.ha)
+            self.ctx.topic_listeners.append(self.replicas.topics_changed)
+        ReplicationProcessor(self.ctx, self.replicas).register(self.server)
         self.server.on_open.append(self._opened)
         self.server.on_close.append(self._closed)
         self._tasks: list[asyncio.Task[None]] = []
@@ -54,7 +77,7 @@ class Broker:
         self.ctx.offsets.load()
         await self.ctx.service.start()
         store = self.ctx.store
-        if store.confirm_offset < store.max_offset:
+        if self.ha is None and store.confirm_offset < store.max_offset:
             store.confirm_offset = store.max_offset  # a lone master confirms what it stores
         self.metrics.gauge_fn(
             "rmq_broker_commitlog_max_offset_bytes",
@@ -74,7 +97,12 @@ class Broker:
         self.metrics.gauge_fn(
             "rmq_broker_topics", "Topics configured", lambda: len(self.ctx.topics.all())
         )
+        if self.ha is not None:
+            await self.ha.start()
         self.port = await self.server.start(cfg.listen_host, cfg.listen_port)
+        if self.replicas is not None:
+            self.replicas.start()
+            self._tasks.append(asyncio.create_task(self._confirm_watch(), name="confirm-watch"))
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         log.info(
@@ -86,13 +114,19 @@ class Broker:
             data_dir=str(cfg.data_dir),
             flush=cfg.flush,
             max_offset=store.max_offset,
+            mode="controller" if self.ha is not None else "standalone",
+            ha_address=self.ha.address if self.ha is not None else None,
         )
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.replicas is not None:
+            await self.replicas.stop()
         await self.server.stop()
+        if self.ha is not None:
+            await self.ha.stop()
         self.ctx.offsets.persist()
         await self.ctx.service.stop()
         log.info("broker stopped", broker_name=self.cfg.broker_name)
@@ -106,7 +140,8 @@ class Broker:
             await asyncio.sleep(min(1.0, interval))
             self.ctx.groups.expire(self.ctx.now_ms())
             store = self.ctx.store
-            store.confirm_offset = store.max_offset
+            if self.ha is None:
+                store.confirm_offset = store.max_offset  # a lone master confirms what it stores
             if loop.time() >= next_persist:
                 next_persist = loop.time() + interval
                 try:
@@ -115,6 +150,22 @@ class Broker:
                     log.error(
                         "persisting consumer offsets failed", error=f"{type(exc).__name__}: {exc}"
                     )
+
+    async def _propose_sync_state_set(self, members: frozenset[int]) -> int:
+        assert self.replicas is not None
+        return await self.replicas.alter_sync_state_set(members)
+
+    async def _confirm_watch(self) -> None:
+        """Wake parked pulls when the confirm offset moves (messages became visible)."""
+        assert self.ha is not None
+        last = self.ha.confirm_offset
+        while True:
+            await asyncio.sleep(0.01)
+            confirm = self.ha.confirm_offset
+            if confirm != last:
+                last = confirm
+                if self.ctx.waiters.waiting:
+                    self.ctx.waiters.notify_all()
 
     def _opened(self, conn: Connection) -> None:
         self.ctx.open_connections += 1

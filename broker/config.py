@@ -88,6 +88,38 @@ class BrokerConfig:
     client_expiry_ms: int = field(
         10_000, "a consumer silent for longer leaves its group", at_least(100)
     )
+    all_ack_in_sync_state_set: bool = field(
+        True, "controller mode: a send waits until every SyncStateSet member has it"
+    )
+    min_in_sync_replicas: int = field(
+        1, "controller mode: writes are refused while the SyncStateSet is smaller", at_least(1)
+    )
+    slave_ack_timeout_ms: int = field(
+        3000, "an all-ack send waiting longer answers FLUSH_SLAVE_TIMEOUT", at_least(1)
+    )
+    ha_max_time_slave_not_catchup_ms: int = field(
+        15_000, "a SyncStateSet member not caught up this long is removed", at_least(100)
+    )
+    ha_heartbeat_interval_ms: int = field(
+        500, "an idle slave gets an empty transfer this often", at_least(10)
+    )
+    broker_heartbeat_interval_ms: int = field(
+        500, "heartbeat period to the active controller", at_least(10)
+    )
+    broker_heartbeat_timeout_ms: int = field(
+        3000,
+        "the controller declares a silent broker dead after this; a master that cannot reach the controller this long fences itself",
+        at_least(100),
+    )
+    replica_info_poll_interval_ms: int = field(
+        1000, "how often the group's metadata is polled from the controller", at_least(50)
+    )
+    route_register_interval_ms: int = field(
+        5000, "how often topics are registered with every controller for routes", at_least(100)
+    )
+    slave_config_sync_interval_ms: int = field(
+        2000, "how often a slave copies its master's topics and consumer offsets", at_least(100)
+    )
     consumer_offset_persist_interval_ms: int = field(
         5_000, "how often consumer offsets are written to disk", at_least(100)
     )

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
+from broker.ha.service import HAService
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
@@ -46,9 +48,18 @@ class BrokerContext:
         self.offsets = ConsumerOffsetStore(cfg.data_dir)
         self.groups = ConsumerGroups(cfg.client_expiry_ms)
         self.waiters = PullWaiters()
-        self.role = Role(master_address=cfg.listen)
+        self.controller_mode = bool(cfg.controller_addresses)
+        # In controller mode the broker takes no writes until the controller names it master.
+        self.role = Role(
+            is_master=not self.controller_mode,
+            master_address="" if self.controller_mode else cfg.listen,
+        )
+        self.fenced = False
+        self.topic_listeners: list[Callable[[], None]] = []
+        self.ha: HAService | None = None
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self._sync_flush = cfg.flush == "sync"
+        self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
 
     @property
     def store(self) -> MessageStore:
@@ -67,7 +78,10 @@ class BrokerContext:
             )
 
     def create_topic(self, topic: str, queues: int) -> TopicConfig:
-        return self.topics.update(topic, queues)
+        tc = self.topics.update(topic, queues)
+        for listener in self.topic_listeners:
+            listener()
+        return tc
 
     def next_queue(self, topic: str, queues: int) -> int:
         counter = self._queue_counters.get(topic)
@@ -77,12 +91,16 @@ class BrokerContext:
 
     def on_stored(self, topic: str, queue_id: int, result: PutResult, body_bytes: int) -> None:
         self.waiters.notify(topic, queue_id)
+        if self.ha is not None:
+            self.ha.notify_appended()
         m_in, b_in, _, _ = self.metrics.topic(topic)
         m_in.inc(result.count)
         b_in.inc(body_bytes)
 
     def needs_wait(self, result: PutResult) -> bool:
-        return self._sync_flush and result.end_offset > self.service.flushed_offset
+        if self._sync_flush and result.end_offset > self.service.flushed_offset:
+            return True
+        return self._all_ack and self.ha is not None and result.end_offset > self.ha.confirm_offset
 
     async def wait_durable(self, result: PutResult) -> tuple[int, str]:
         """Wait for what the ack settings require; (SUCCESS, "") or an error code and remark."""
@@ -99,7 +117,12 @@ class BrokerContext:
 
     # -- reads ---------------------------------------------------------------------------------
     def visible_offset(self) -> int | None:
-        """CommitLog offset up to which consumers may read; None: everything stored."""
+        """CommitLog offset up to which consumers may read; None: everything stored.
+
+        In controller mode consumers see only what every SyncStateSet member has (the confirm
+        offset), on master and slave alike, so nothing a consumer saw is ever truncated away."""
+        if self.ha is not None:
+            return self.ha.confirm_offset
         return None
 
     # -- figures -------------------------------------------------------------------------------

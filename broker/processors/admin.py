@@ -26,6 +26,7 @@ class AdminProcessor:
         server.register(RequestCode.GET_MAX_OFFSET, self.max_offset)
         server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset)
         server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info)
+        server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.all_offsets)
 
     def update_topic(self, conn: Connection, req: Frame) -> Frame:
         topic = req_str(req.header, "topic")
@@ -86,6 +87,10 @@ class AdminProcessor:
         )
         return response(req, ResponseCode.SUCCESS, {"offset": offset})
 
+    def all_offsets(self, conn: Connection, req: Frame) -> Frame:
+        """Every committed consumer offset: ``{group: {topic: {queueId: offset}}}`` (slaves copy it)."""
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(self.ctx.offsets.snapshot()))
+
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:
         ctx = self.ctx
         store = ctx.store
@@ -99,7 +104,9 @@ class AdminProcessor:
             "maxOffset": store.max_offset,
             "minOffset": store.min_offset,
             "flushedOffset": ctx.service.flushed_offset,
-            "confirmOffset": store.confirm_offset,
+            "confirmOffset": ctx.ha.confirm_offset if ctx.ha is not None else store.confirm_offset,
+            "haAddress": ctx.ha.address if ctx.ha is not None else None,
+            "fenced": ctx.fenced,
             "topics": len(ctx.topics.all()),
             "connections": ctx.connections(),
             "pullsWaiting": ctx.waiters.waiting,

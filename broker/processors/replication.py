@@ -1,0 +1,50 @@
+"""Controller mode requests a broker answers: role-change pushes and its epoch cache."""
+
+from __future__ import annotations
+
+import msgpack
+
+from broker.context import BrokerContext
+from broker.replicas_manager import ReplicasManager
+from protocol.codes import RequestCode, ResponseCode
+from protocol.remoting import Frame, response
+from remoting.server import Connection, RemotingServer, error_response
+
+
+class ReplicationProcessor:
+    def __init__(self, ctx: BrokerContext, replicas: ReplicasManager | None) -> None:
+        self.ctx = ctx
+        self.replicas = replicas
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.role_changed)
+        server.register(RequestCode.GET_BROKER_EPOCH_CACHE, self.epoch_cache)
+
+    def role_changed(self, conn: Connection, req: Frame) -> Frame:
+        if self.replicas is None:
+            return error_response(
+                req, ResponseCode.BAD_REQUEST, "this broker runs without controllers"
+            )
+        self.replicas.on_role_notification(req)
+        return response(req, ResponseCode.SUCCESS)
+
+    def epoch_cache(self, conn: Connection, req: Frame) -> Frame:
+        ctx = self.ctx
+        store = ctx.store
+        epochs: list[dict[str, int]] = []
+        confirm = store.confirm_offset
+        if ctx.ha is not None:
+            confirm = ctx.ha.confirm_offset
+            epochs = [
+                {"epoch": e.epoch, "startOffset": e.start_offset, "endOffset": e.end_offset}
+                for e in ctx.ha.epoch_file.entries_with_end(store.max_offset)
+            ]
+        doc = {
+            "brokerId": ctx.role.broker_id,
+            "address": ctx.cfg.listen,
+            "role": "MASTER" if ctx.role.is_master else "SLAVE",
+            "maxOffset": store.max_offset,
+            "confirmOffset": confirm,
+            "epochs": epochs,
+        }
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))

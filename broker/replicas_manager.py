@@ -1,0 +1,400 @@
+"""ReplicasManager: the broker's side of controller mode.
+
+It obtains a persistent BrokerId, registers with the active controller, heart-beats, learns the
+group's metadata (by poll, and by NOTIFY_BROKER_ROLE_CHANGED pushes) and flips the broker between
+master and slave through the HAService. It also reports SyncStateSet changes (AlterSyncStateSet),
+registers topics for routes with every controller, fences a master that lost the controller,
+and keeps a slave's topic config and consumer offsets in step with its master.
+
+Rules worth knowing:
+- metadata with a master epoch older than one already seen is ignored (a stale poll or push);
+- a broker takes writes only after ``HAService.become_master`` returned for the current epoch;
+- a master that has not reached the active controller for ``broker_heartbeat_timeout_ms`` is
+  fenced (writes answer MASTER_FENCED) until a heartbeat succeeds again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import msgpack
+import structlog
+
+from broker.context import BrokerContext
+from broker.ha.service import HARole, HAService
+from broker.identity import BrokerIdConflictError, BrokerIdentity, establish_identity
+from client.bootstrap import Bootstrap
+from client.errors import BrokerError, ClientError
+from protocol.codes import RequestCode, ResponseCode
+from protocol.remoting import Frame, Header
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+
+log = structlog.get_logger(__name__)
+
+NO_MASTER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """What the controller says of this broker's group."""
+
+    master_broker_id: int
+    master_address: str
+    master_epoch: int
+    sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+
+    @classmethod
+    def from_frame(cls, frame: Frame) -> GroupInfo:
+        h = frame.header
+        members: list[int] = []
+        if frame.body:
+            doc = msgpack.unpackb(frame.body)
+            if isinstance(doc, dict):
+                members = [int(m) for m in doc.get("syncStateSet") or []]
+        master_id = h.get("masterBrokerId")
+        address = h.get("masterAddress")
+        return cls(
+            master_broker_id=int(master_id) if isinstance(master_id, int) else NO_MASTER,
+            master_address=address if isinstance(address, str) else "",
+            master_epoch=int(h.get("masterEpoch") or 0),
+            sync_state_set=frozenset(members),
+            sync_state_set_epoch=int(h.get("syncStateSetEpoch") or 0),
+        )
+
+
+def monotonic() -> float:
+    return time.monotonic()
+
+
+class ReplicasManager:
+    def __init__(self, ctx: BrokerContext, ha: HAService) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.cfg
+        self.ha = ha
+        self.pool = ConnectionPool(connect_timeout=2.0)
+        self.controllers = Bootstrap(
+            self.cfg.controller_addresses, self.pool, timeout=3.0, busy_rounds=2
+        )
+        self.identity: BrokerIdentity | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._apply_lock = asyncio.Lock()
+        self._last_contact = monotonic()
+        self._seen_epoch = 0
+        self._slave_of: tuple[str, int] | None = None
+        self._routes_dirty = asyncio.Event()
+        self._stopping = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start in the background: the broker serves (refusing writes) while controllers are
+        found, so operators see it come up even when the controllers are down."""
+        self._tasks.append(asyncio.create_task(self._run(), name="replicas-manager"))
+        self._tasks.append(
+            asyncio.create_task(self._register_routes_loop(), name="route-registration")
+        )
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        self.pool.close()
+
+    @property
+    def broker_id(self) -> int:
+        return self.identity.broker_id if self.identity else NO_MASTER
+
+    def topics_changed(self) -> None:
+        self._routes_dirty.set()
+
+    async def _run(self) -> None:
+        delay = 0.2
+        while self.identity is None:
+            try:
+                self.identity = await establish_identity(
+                    self.cfg.data_dir, self._get_next_broker_id, self._apply_broker_id
+                )
+            except (ClientError, RemotingError) as exc:
+                log.warning("controllers not reachable for broker id; retrying", error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 3.0)
+        self.ctx.role.broker_id = self.identity.broker_id
+        self._routes_dirty.set()
+        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="controller-heartbeat"))
+        self._tasks.append(asyncio.create_task(self._slave_sync_loop(), name="slave-config-sync"))
+        await self._register_and_apply()
+        await self._poll_loop()
+
+    # -- controller calls ----------------------------------------------------------------------
+    async def _get_next_broker_id(self) -> int:
+        resp = await self.controllers.call(
+            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
+            {"clusterName": self.cfg.cluster, "brokerName": self.cfg.broker_name},
+        )
+        return int(resp.header["nextBrokerId"])  # type: ignore[arg-type]
+
+    async def _apply_broker_id(self, broker_id: int, code: str) -> None:
+        header: Header = {
+            "clusterName": self.cfg.cluster,
+            "brokerName": self.cfg.broker_name,
+            "appliedBrokerId": broker_id,
+            "registerCheckCode": code,
+        }
+        try:
+            await self.controllers.call(RequestCode.CONTROLLER_APPLY_BROKER_ID, header)
+        except BrokerError as exc:
+            if exc.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID:
+                raise BrokerIdConflictError(str(exc)) from None
+            raise
+
+    async def _register_and_apply(self) -> None:
+        try:
+            resp = await self.controllers.call(
+                RequestCode.CONTROLLER_REGISTER_BROKER,
+                {
+                    "clusterName": self.cfg.cluster,
+                    "brokerName": self.cfg.broker_name,
+                    "brokerId": self.broker_id,
+                    "brokerAddress": self.cfg.listen,
+                },
+            )
+        except (ClientError, RemotingError) as exc:
+            log.warning("register with controller failed", error=str(exc))
+            return
+        self._last_contact = monotonic()
+        await self.apply(GroupInfo.from_frame(resp))
+
+    async def alter_sync_state_set(self, members: frozenset[int]) -> int:
+        """The HAService's proposer: AlterSyncStateSet; returns the new syncStateSetEpoch."""
+        epoch = self.ha.master_epoch
+        body = msgpack.packb(
+            {"syncStateSet": sorted(members), "syncStateSetEpoch": self.ha.sync_state_set_epoch}
+        )
+        resp = await self.controllers.call(
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+            {
+                "brokerName": self.cfg.broker_name,
+                "masterBrokerId": self.broker_id,
+                "masterEpoch": epoch or 0,
+            },
+            body,
+        )
+        return int(resp.header["syncStateSetEpoch"])  # type: ignore[arg-type]
+
+    async def _request_election(self) -> None:
+        try:
+            resp = await self.controllers.call(
+                RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": self.cfg.broker_name}
+            )
+        except BrokerError as exc:
+            if exc.code not in (
+                ResponseCode.CONTROLLER_MASTER_STILL_EXIST,
+                ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
+            ):
+                log.info("election request refused", error=str(exc))
+            return
+        except (ClientError, RemotingError):
+            return
+        await self.apply(GroupInfo.from_frame(resp))
+
+    # -- loops ---------------------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        interval = self.cfg.broker_heartbeat_interval_ms / 1000
+        timeout = self.cfg.broker_heartbeat_timeout_ms / 1000
+        while True:
+            store = self.ctx.store
+            header: Header = {
+                "clusterName": self.cfg.cluster,
+                "brokerName": self.cfg.broker_name,
+                "brokerId": self.broker_id,
+                "brokerAddress": self.cfg.listen,
+                "epoch": self.ha.epoch_file.last_epoch() or 0,
+                "maxOffset": store.max_offset,
+                "confirmOffset": store.confirm_offset,
+                "electionPriority": self.cfg.election_priority,
+                "heartbeatTimeoutMillis": self.cfg.broker_heartbeat_timeout_ms,
+            }
+            try:
+                await self.controllers.call(
+                    RequestCode.BROKER_HEARTBEAT, header, timeout=min(timeout, 2.0)
+                )
+                self._last_contact = monotonic()
+                self._set_fenced(False)
+            except BrokerError as exc:
+                if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
+                    await self._register_and_apply()
+            except (ClientError, RemotingError):
+                pass
+            if self.ctx.role.is_master and monotonic() - self._last_contact > timeout:
+                self._set_fenced(True)
+            await asyncio.sleep(interval)
+
+    async def _poll_loop(self) -> None:
+        interval = self.cfg.replica_info_poll_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                resp = await self.controllers.call(
+                    RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.cfg.broker_name}
+                )
+            except BrokerError as exc:
+                if exc.code in (
+                    ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                    ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                ):
+                    await self._register_and_apply()
+                continue
+            except (ClientError, RemotingError):
+                continue
+            info = GroupInfo.from_frame(resp)
+            if self.broker_id not in self._known_replicas(resp):
+                await self._register_and_apply()
+                continue
+            await self.apply(info)
+            if info.master_broker_id == NO_MASTER:
+                await self._request_election()
+
+    @staticmethod
+    def _known_replicas(resp: Frame) -> set[int]:
+        if not resp.body:
+            return set()
+        doc = msgpack.unpackb(resp.body)
+        replicas = doc.get("replicas") if isinstance(doc, dict) else None
+        if not isinstance(replicas, list):
+            return set()
+        return {int(r["brokerId"]) for r in replicas if isinstance(r, dict) and "brokerId" in r}
+
+    async def _register_routes_loop(self) -> None:
+        """REGISTER_BROKER to every controller: periodically and soon after a topic change."""
+        interval = self.cfg.route_register_interval_ms / 1000
+        while True:
+            try:
+                await asyncio.wait_for(self._routes_dirty.wait(), interval)
+            except TimeoutError:
+                pass
+            self._routes_dirty.clear()
+            if self.identity is None:
+                continue
+            topics = {name: tc.queues for name, tc in self.ctx.topics.all().items()}
+            header: Header = {
+                "clusterName": self.cfg.cluster,
+                "brokerName": self.cfg.broker_name,
+                "brokerId": self.broker_id,
+                "brokerAddress": self.cfg.listen,
+            }
+            body = msgpack.packb({"topics": topics})
+            for address in self.cfg.controller_addresses:
+                try:
+                    conn = await self.pool.get(address)
+                    await conn.request(RequestCode.REGISTER_BROKER, header, body, timeout=2.0)
+                except RemotingError:
+                    pass
+
+    async def _slave_sync_loop(self) -> None:
+        """A slave copies its master's topic config and consumer offsets, so a new master serves
+        the same topics and groups resume near where they were."""
+        interval = self.cfg.slave_config_sync_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            role = self.ctx.role
+            if role.is_master or not role.master_address:
+                continue
+            try:
+                conn = await self.pool.get(role.master_address)
+                topics = await conn.call(RequestCode.GET_ALL_TOPIC_CONFIG, timeout=3.0)
+                offsets = await conn.call(RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=3.0)
+            except RemotingError:
+                continue
+            for name, doc in (msgpack.unpackb(topics.body or b"\x80") or {}).items():
+                current = self.ctx.topics.get(name)
+                queues = int(doc.get("queues", 0))
+                if queues and (current is None or current.queues != queues):
+                    self.ctx.topics.update(name, queues)
+            table = msgpack.unpackb(offsets.body or b"\x80", strict_map_key=False) or {}
+            for group, by_topic in table.items():
+                for topic, by_queue in by_topic.items():
+                    for queue_id, offset in by_queue.items():
+                        self.ctx.offsets.commit(group, topic, int(queue_id), int(offset))
+
+    # -- role changes --------------------------------------------------------------------------
+    def on_role_notification(self, frame: Frame) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED from the active controller."""
+        info = GroupInfo.from_frame(frame)
+        task = asyncio.create_task(self.apply(info))
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def apply(self, info: GroupInfo) -> None:
+        if self.identity is None or self._stopping:
+            return
+        async with self._apply_lock:
+            if info.master_epoch < self._seen_epoch:
+                return  # stale
+            self._seen_epoch = info.master_epoch
+            role = self.ctx.role
+            me = self.broker_id
+            if info.master_broker_id == me:
+                if self.ha.role is not HARole.MASTER or self.ha.master_epoch != info.master_epoch:
+                    log.info("becoming master", broker_id=me, master_epoch=info.master_epoch)
+                    role.is_master = False
+                    await self.ha.become_master(
+                        info.master_epoch, info.sync_state_set, info.sync_state_set_epoch, me
+                    )
+                    self._slave_of = None
+                    self._set_fenced(False)
+                    self._last_contact = monotonic()
+                    role.master_epoch = info.master_epoch
+                    role.master_address = self.cfg.listen
+                    role.is_master = True
+                    self.ctx.waiters.notify_all()
+                else:
+                    self.ha.apply_sync_state_set(info.sync_state_set, info.sync_state_set_epoch)
+                return
+            role.is_master = False
+            role.master_epoch = info.master_epoch
+            role.master_address = info.master_address if info.master_broker_id != NO_MASTER else ""
+            if info.master_broker_id == NO_MASTER or not info.master_address:
+                return
+            target = (info.master_address, info.master_epoch)
+            if self.ha.role is HARole.SLAVE and self._slave_of == target:
+                return
+            ha_address = await self._master_ha_address(info.master_address)
+            if ha_address is None:
+                return  # retried by the next poll
+            log.info(
+                "becoming slave",
+                broker_id=me,
+                master=info.master_address,
+                master_epoch=info.master_epoch,
+            )
+            await self.ha.become_slave(ha_address, info.master_epoch, me, self.cfg.listen)
+            self._slave_of = target
+
+    async def _master_ha_address(self, master_address: str) -> str | None:
+        try:
+            conn = await self.pool.get(master_address)
+            resp = await conn.call(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2.0)
+        except RemotingError as exc:
+            log.warning(
+                "cannot ask the master for its HA address", master=master_address, error=str(exc)
+            )
+            return None
+        doc = msgpack.unpackb(resp.body or b"\x80")
+        address = doc.get("haAddress") if isinstance(doc, dict) else None
+        return address if isinstance(address, str) and address else None
+
+    def _set_fenced(self, fenced: bool) -> None:
+        if fenced != self.ctx.fenced:
+            self.ctx.fenced = fenced
+            if fenced:
+                log.error(
+                    "master fenced: active controller unreachable; rejecting writes",
+                    timeout_ms=self.cfg.broker_heartbeat_timeout_ms,
+                )
+            else:
+                log.info("master unfenced: active controller reachable again")
