@@ -139,6 +139,10 @@ class DiskStorage:
 
         entries = self._recover_segments()
         base = self._mem.snapshot_meta()
+        if entries and not base.index and entries[0].index != 1:
+            raise CorruptStorage(
+                f"the log starts at {entries[0].index} but no snapshot covers what precedes it"
+            )
         if entries and base.index:
             covered = entries[: max(0, base.index - entries[0].index + 1)]
             rest = entries[len(covered) :]
@@ -175,8 +179,9 @@ class DiskStorage:
                 try:
                     snapshot = decode_snapshot(path.read_bytes())
                 except CorruptFile as exc:
-                    self.report.truncated.append(f"snapshot {path.name}: {exc}; removed")
-                    path.unlink()
+                    # Kept aside, not deleted: an operator may want to look at it.
+                    self.report.truncated.append(f"snapshot {path.name}: {exc}; set aside")
+                    path.rename(path.with_name(path.name + ".corrupt"))
                     continue
                 if (snapshot.index, snapshot.term) == (index, term):
                     chosen = snapshot

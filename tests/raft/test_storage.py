@@ -252,6 +252,18 @@ def test_corrupt_snapshot_falls_back_to_an_older_one(tmp_path: Path) -> None:
     again = open_disk(tmp_path)
     assert again.snapshot().index == 10
     assert again.first_index() == 11
+    assert newer.with_name(newer.name + ".corrupt").exists()
+
+
+def test_log_without_its_snapshot_refuses_to_start(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41))
+    store.save(compaction=snap(30, 1))
+    store.close()
+    [only] = (tmp_path / "snap").iterdir()
+    only.write_bytes(b"garbage")
+    with pytest.raises(CorruptStorage):
+        open_disk(tmp_path)
 
 
 def test_hard_state_is_replaced_atomically(tmp_path: Path) -> None:
@@ -287,3 +299,46 @@ def test_corrupt_hard_state_refuses_to_start(tmp_path: Path) -> None:
 def test_snapshot_file_round_trip() -> None:
     s = snap(123, 4, bytes(range(256)))
     assert decode_snapshot(encode_snapshot(s)) == s
+
+
+def test_disk_storage_matches_its_memory_twin_under_random_operations(tmp_path: Path) -> None:
+    import random
+
+    for seed in range(15):
+        rng = random.Random(seed)
+        path = tmp_path / str(seed)
+        disk, mem = open_disk(path), MemoryStorage()
+        term = 1
+        for _ in range(60):
+            roll = rng.random()
+            if roll < 0.7:
+                start = rng.randint(mem.first_index(), mem.last_index() + 1)
+                term += rng.random() < 0.3
+                batch = entries(
+                    start, start + rng.randint(1, 8), term=term, size=rng.randint(0, 40)
+                )
+                hs = HardState(term=term, vote=rng.choice([None, "n1"]), commit=0)
+                for store in (disk, mem):
+                    store.save(entries=batch, hard_state=hs)
+            elif roll < 0.9 and mem.last_index() >= mem.first_index():
+                at = rng.randint(mem.first_index(), mem.last_index())
+                for store in (disk, mem):
+                    store.save(compaction=snap(at, mem.term(at)))
+            else:
+                at = mem.last_index() + rng.randint(1, 20)
+                term += 1
+                for store in (disk, mem):
+                    store.save(snapshot=snap(at, term))
+            if rng.random() < 0.2:
+                disk.close()
+                disk = open_disk(path)
+            assert (disk.first_index(), disk.last_index()) == (mem.first_index(), mem.last_index())
+            assert disk.snapshot() == mem.snapshot()
+            assert (disk.hard_state().term, disk.hard_state().vote) == (
+                mem.hard_state().term,
+                mem.hard_state().vote,
+            )
+            if mem.last_index() >= mem.first_index():
+                lo, hi = mem.first_index(), mem.last_index() + 1
+                assert disk.entries(lo, hi) == mem.entries(lo, hi)
+        disk.close()
