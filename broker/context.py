@@ -93,9 +93,9 @@ class BrokerContext:
         self.waiters.notify(topic, queue_id)
         if self.ha is not None:
             self.ha.notify_appended()
-        m_in, b_in, _, _ = self.metrics.topic(topic)
-        m_in.inc(result.count)
-        b_in.inc(body_bytes)
+        row = self.metrics.topic(topic)
+        row[0] += result.count
+        row[1] += body_bytes
 
     def needs_wait(self, result: PutResult) -> bool:
         if self._sync_flush and result.end_offset > self.service.flushed_offset:

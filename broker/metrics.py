@@ -1,10 +1,18 @@
-"""The broker's Prometheus metrics, on a registry of its own."""
+"""The broker's Prometheus metrics, on a registry of its own.
+
+Per-message figures (traffic per topic, send latency) are plain integers on the hot path and
+turned into Prometheus families only at scrape time: a send pays a dict lookup and two additions,
+not a lock per counter.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (
     0.0002,
@@ -24,33 +32,89 @@ LATENCY_BUCKETS = (
 )
 
 
+class TopicTraffic:
+    """[messages in, bytes in, messages out, bytes out] per topic."""
+
+    __slots__ = ("by_topic",)
+
+    def __init__(self) -> None:
+        self.by_topic: dict[str, list[int]] = {}
+
+    def get(self, topic: str) -> list[int]:
+        row = self.by_topic.get(topic)
+        if row is None:
+            row = self.by_topic[topic] = [0, 0, 0, 0]
+        return row
+
+
+class FastHistogram:
+    """A histogram whose observe() is a bisect and two additions; cumulated at scrape time."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            running += count
+            out.append((repr(bound), running))
+        out.append(("+Inf", running + self.counts[-1]))
+        return out
+
+
+class _HotPathCollector(Collector):
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        m = self._m
+        names = ["cluster", "broker_name", "topic"]
+        families = [
+            CounterMetricFamily("rmq_broker_messages_in", "Messages stored", labels=names),
+            CounterMetricFamily("rmq_broker_bytes_in", "Message body bytes stored", labels=names),
+            CounterMetricFamily(
+                "rmq_broker_messages_out", "Messages served to pulls", labels=names
+            ),
+            CounterMetricFamily(
+                "rmq_broker_bytes_out", "Record bytes served to pulls", labels=names
+            ),
+        ]
+        base = [m.cluster, m.broker_name]
+        for topic, row in sorted(m.traffic.by_topic.items()):
+            for family, value in zip(families, row, strict=True):
+                family.add_metric([*base, topic], value)
+        yield from families
+        h = m.send_latency
+        latency = HistogramMetricFamily(
+            "rmq_broker_send_latency_seconds",
+            "Time from a send request's arrival to its answer",
+            labels=["cluster", "broker_name"],
+        )
+        latency.add_metric(base, h.buckets(), h.total)
+        yield latency
+
+
 class BrokerMetrics:
     def __init__(self, cluster: str, broker_name: str) -> None:
         self.registry = CollectorRegistry()
         labels = {"cluster": cluster, "broker_name": broker_name}
         self._labels = labels
-        topic = ["cluster", "broker_name", "topic"]
+        self.cluster = cluster
+        self.broker_name = broker_name
         r = self.registry
-        self.messages_in = Counter(
-            "rmq_broker_messages_in_total", "Messages stored", topic, registry=r
-        )
-        self.bytes_in = Counter(
-            "rmq_broker_bytes_in_total", "Message body bytes stored", topic, registry=r
-        )
-        self.messages_out = Counter(
-            "rmq_broker_messages_out_total", "Messages served to pulls", topic, registry=r
-        )
-        self.bytes_out = Counter(
-            "rmq_broker_bytes_out_total", "Record bytes served to pulls", topic, registry=r
-        )
+        self.traffic = TopicTraffic()
+        self.send_latency = FastHistogram(LATENCY_BUCKETS)
+        r.register(_HotPathCollector(self))
         base = list(labels)
-        self.send_latency = Histogram(
-            "rmq_broker_send_latency_seconds",
-            "Time from a send request's arrival to its answer",
-            base,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        ).labels(**labels)
         self.flush_latency = Histogram(
             "rmq_broker_flush_latency_seconds",
             "Duration of one CommitLog fsync round",
@@ -80,7 +144,6 @@ class BrokerMetrics:
             registry=r,
         ).labels(**labels)
         self._gauges: dict[str, Gauge] = {}
-        self._topic_children: dict[str, tuple[Counter, Counter, Counter, Counter]] = {}
 
     def gauge_fn(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         """A gauge read from ``fn`` at scrape time."""
@@ -88,19 +151,9 @@ class BrokerMetrics:
         g.labels(**self._labels).set_function(fn)
         self._gauges[name] = g
 
-    def topic(self, topic: str) -> tuple[Counter, Counter, Counter, Counter]:
-        """(messages_in, bytes_in, messages_out, bytes_out) children for a topic, cached."""
-        children = self._topic_children.get(topic)
-        if children is None:
-            kw = {**self._labels, "topic": topic}
-            children = (
-                self.messages_in.labels(**kw),
-                self.bytes_in.labels(**kw),
-                self.messages_out.labels(**kw),
-                self.bytes_out.labels(**kw),
-            )
-            self._topic_children[topic] = children
-        return children
+    def topic(self, topic: str) -> list[int]:
+        """The topic's [messages in, bytes in, messages out, bytes out], to add to in place."""
+        return self.traffic.get(topic)
 
     def send_error(self, code: int) -> None:
         self.send_errors.labels(**self._labels, code=str(code)).inc()

@@ -37,6 +37,7 @@ Scalar = str | int | float | bool | None
 Header = dict[str, Scalar]
 
 _LEN = struct.Struct(">I")
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 class ProtocolError(Exception):
@@ -106,17 +107,20 @@ def _check_frame(obj: Any) -> Frame:
     kind, code, opaque, flags, header, body = obj
     if kind not in (KIND_REQUEST, KIND_RESPONSE):
         raise ProtocolError(f"bad frame kind {kind!r}")
-    for name, value in (("code", code), ("opaque", opaque), ("flags", flags)):
-        if type(value) is not int:
-            raise ProtocolError(f"frame {name} is not an integer")
-    if not isinstance(header, dict):
+    if type(code) is not int or type(opaque) is not int or type(flags) is not int:
+        raise ProtocolError("frame code, opaque and flags must be integers")
+    if type(header) is not dict:
         raise ProtocolError("frame header is not a map")
-    for key, value in header.items():
-        if not isinstance(key, str):
-            raise ProtocolError("frame header key is not a string")
-        if value is not None and not isinstance(value, str | int | float | bool):
-            raise ProtocolError(f"frame header {key!r} is not a scalar")
-    if body is not None and not isinstance(body, bytes):
+    # Fast path: one pass over the types; the slow path below names the offender.
+    if not all(type(k) is str for k in header) or not all(
+        type(v) in _SCALAR_TYPES for v in header.values()
+    ):
+        for key, value in header.items():
+            if type(key) is not str:
+                raise ProtocolError("frame header key is not a string")
+            if type(value) not in _SCALAR_TYPES:
+                raise ProtocolError(f"frame header {key!r} is not a scalar")
+    if body is not None and type(body) is not bytes:
         raise ProtocolError("frame body is neither bytes nor nil")
     return Frame(kind=kind, code=code, opaque=opaque, flags=flags, header=header, body=body)
 

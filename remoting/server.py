@@ -159,7 +159,7 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # a bad request must never take the server down
             self._reply(frame, self._server._failure(frame, exc))
             return
-        if inspect.isawaitable(result):
+        if result is not None and type(result) is not Frame and inspect.isawaitable(result):
             self.inflight += 1
             self._update_reading()
             task = asyncio.ensure_future(self._await(frame, result))

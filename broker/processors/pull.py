@@ -85,9 +85,9 @@ class PullProcessor:
         status = res.status
         if status is GetStatus.FOUND:
             header["count"] = res.count
-            _, _, m_out, b_out = ctx.metrics.topic(topic)
-            m_out.inc(res.count)
-            b_out.inc(len(res.body))
+            row = ctx.metrics.topic(topic)
+            row[2] += res.count
+            row[3] += len(res.body)
             return response(req, ResponseCode.SUCCESS, header, res.body)
         if status is GetStatus.NO_MATCHED_MESSAGE or (
             status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
