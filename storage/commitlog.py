@@ -39,6 +39,8 @@ class CommitLog:
         self.write_pos = 0
         # Newest store timestamp per segment start (retention by age).
         self.max_timestamps: dict[int, int] = {}
+        self._warmed_to = 0
+        self._warm_ok = True
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -209,6 +211,22 @@ class CommitLog:
         """Segments overlapping [lo, hi) (a snapshot: safe from the flush thread)."""
         segments = list(self.segments)
         return [seg for seg in segments if seg.end > lo and seg.start < hi]
+
+    def warm(self, pos: int, ahead: int) -> None:
+        """Pre-fault the next ``ahead`` bytes after ``pos`` in the segment being written (from the
+        flush thread, so the event loop's appends do not stop on page faults)."""
+        if not self._warm_ok or ahead <= 0:
+            return
+        lo = max(pos, self._warmed_to)
+        hi = pos + ahead
+        if hi <= lo:
+            return
+        for seg in self.segments_between(lo, hi):
+            a, b = max(lo, seg.start), min(hi, seg.end)
+            if not seg.populate(a - seg.start, b - seg.start):
+                self._warm_ok = False
+                return
+        self._warmed_to = hi
 
     def close(self) -> None:
         for seg in self.segments:

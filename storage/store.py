@@ -86,6 +86,8 @@ class StoreConfig:
     """Above this, retention deletes the oldest segments even if they are young."""
     max_message_bytes: int = 4 * 1024 * 1024
     """Largest encoded record accepted by :meth:`MessageStore.put`."""
+    warm_ahead_bytes: int = 64 * 1024 * 1024
+    """flush() pre-faults this much of the segment past the write position (0: off)."""
 
     def validate(self) -> None:
         if self.commitlog_segment_bytes < 4096:
@@ -509,6 +511,7 @@ class MessageStore:
             self._sync_tracked()
             self._flushed = max(self._flushed, target)
             self._write_checkpoint()
+            self._commitlog.warm(target, self.config.warm_ahead_bytes)
             return target
 
     def _sync_tracked(self) -> None:
