@@ -182,8 +182,11 @@ class RaftNode:
             if isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
                 # A stale leader (or a node whose term we passed while partitioned): tell it our
                 # term so it steps down, since check-quorum may stop us from adopting its term.
+                # (A rejection of index 0, so a leader of our term that gets it late ignores it.)
                 if self.config.check_quorum or self.config.pre_vote:
-                    self._send(AppendResponse(src=self.id, dst=m.src, term=self.term, index=0))
+                    self._send(
+                        AppendResponse(src=self.id, dst=m.src, term=self.term, index=0, reject=True)
+                    )
             elif isinstance(m, VoteRequest) and m.pre_vote:
                 self._send(
                     VoteResponse(
