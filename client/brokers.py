@@ -1,4 +1,5 @@
-"""Requests to the master of a topic's broker group, found through the route cache."""
+"""Requests to the master of a topic's broker group, found through the route cache; reads fall
+back to a slave while the group has no master."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ class MasterCaller:
 
     def address(self, broker_name: str) -> str:
         route = self.routes.peek(self.topic)
-        address = route.master_address(broker_name) if route is not None else None
+        address = route.read_address(broker_name) if route is not None else None
         if address is None:
-            raise NoRouteError(f"broker group {broker_name!r} has no master in the route")
+            raise NoRouteError(f"broker group {broker_name!r} has no master or slave in the route")
         return address
 
     async def connection(self, broker_name: str) -> RemotingClient:

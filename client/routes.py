@@ -74,6 +74,17 @@ class TopicRoute:
     def master_address(self, broker_name: str) -> str | None:
         return self._masters.get(broker_name)
 
+    def read_address(self, broker_name: str) -> str | None:
+        """Where to read a group's messages: its master, or a slave while it has none (slaves
+        serve only committed messages, up to the confirm offset)."""
+        master = self._masters.get(broker_name)
+        if master is not None:
+            return master
+        for b in self.brokers:
+            if b.broker_name == broker_name and b.slaves:
+                return b.slaves[0]
+        return None
+
     def master_addresses(self) -> dict[str, str]:
         """broker name -> master address, for the groups that have a master."""
         return dict(self._masters)
