@@ -56,7 +56,9 @@ def list_segment_files(directory: Path) -> list[tuple[int, Path]]:
 
 
 # MADV_POPULATE_WRITE (Linux 5.14+); Python 3.11's mmap module does not name it.
-_MADV_POPULATE_WRITE: int | None = getattr(mmap, "MADV_POPULATE_WRITE", 23 if hasattr(mmap, "madvise") else None)
+_MADV_POPULATE_WRITE: int | None = getattr(
+    mmap, "MADV_POPULATE_WRITE", 23 if hasattr(mmap.mmap, "madvise") else None
+)
 
 
 class Segment:

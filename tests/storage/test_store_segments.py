@@ -112,3 +112,14 @@ def test_consume_queue_rolls_over_its_segments(tmp_path: Path) -> None:
     assert again.queue_max_offset(TOPIC, 0) == 50
     assert again.get(TOPIC, 0, 49, 5, 1 << 20).status is GetStatus.FOUND
     again.close()
+
+
+def test_flush_prefaults_the_segment_ahead_of_the_write_position(tmp_path: Path) -> None:
+    from storage.segment import Segment
+
+    seg = Segment.create(tmp_path, 0, 1 << 20)
+    try:
+        assert seg.populate(0, 256 * 1024) is True
+        assert bytes(seg.view[:16]) == bytes(16)  # populating never changes content
+    finally:
+        seg.close()
