@@ -1,0 +1,179 @@
+"""Controller configuration: every key, its type, default and meaning.
+
+The TOML file uses these names; flags override them. The ``## rmq-controller`` section of
+``docs/config-reference.md`` is generated from this class (``rmq-controller
+--print-config-reference``), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.config import at_least, between, choice, field, port
+
+DEFAULT_PEERS = "n0-127.0.0.1:9878"
+
+
+def parse_peers(value: str) -> dict[str, str]:
+    """``"n0-127.0.0.1:9878;n1-127.0.0.1:9868"`` -> ``{"n0": "127.0.0.1:9878", ...}``.
+
+    Raises ValueError naming the bad entry. The id is everything before the first ``-``.
+    """
+    peers: dict[str, str] = {}
+    for raw in value.split(";"):
+        item = raw.strip()
+        if not item:
+            continue
+        node_id, sep, address = item.partition("-")
+        host, _, port_text = address.rpartition(":")
+        if (
+            not sep
+            or not node_id
+            or not host
+            or not port_text.isdigit()
+            or not 0 < int(port_text) <= 65535
+        ):
+            raise ValueError(f"bad entry {item!r} (want id-host:port)")
+        if len(node_id.encode()) > 255:
+            raise ValueError(f"node id {node_id!r} is longer than 255 bytes")
+        if node_id in peers:
+            raise ValueError(f"node id {node_id!r} appears twice")
+        peers[node_id] = address
+    if not peers:
+        raise ValueError("no peer given")
+    return peers
+
+
+def _peers(value: Any) -> str | None:
+    try:
+        parse_peers(str(value))
+    except ValueError as exc:
+        return f"must be id-host:port entries separated by ';': {exc}"
+    return None
+
+
+def _node_id(value: Any) -> str | None:
+    text = str(value)
+    if not text or "-" in text or ";" in text or len(text.encode()) > 255:
+        return "must be a non-empty id without '-' or ';'"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    id: str = field("n0", "this controller's node id; must be one of peers", _node_id)
+    peers: str = field(
+        DEFAULT_PEERS,
+        "controllers as id-host:port separated by ';'; this node serves on its own entry",
+        _peers,
+    )
+    join: bool = field(
+        False,
+        "start empty and wait to be added (rmqctl addController) instead of founding the group "
+        "from peers; peers must still list the running members",
+    )
+    data_dir: Path = field(Path("./var/controller-n0"), "Raft log, hard state and snapshots")
+    metrics_port: int = field(
+        9200, "Prometheus /metrics port on this node's host; 0 turns it off", port
+    )
+    log_format: str = field(
+        "auto",
+        "auto (console on a terminal, else json), json or console",
+        choice("auto", "json", "console"),
+    )
+    log_level: str = field(
+        "info", "debug, info, warning or error", choice("debug", "info", "warning", "error")
+    )
+    group: str = field("DefaultControllerGroup", "name of the Raft group (getControllerMetaData)")
+    tick_ms: int = field(
+        100, "Raft tick; heartbeats and election timeouts count ticks", at_least(1)
+    )
+    heartbeat_ticks: int = field(1, "a Raft leader heartbeats every this many ticks", at_least(1))
+    election_ticks_min: int = field(
+        3, "lower bound of the randomised election timeout, in ticks", at_least(2)
+    )
+    election_ticks_max: int = field(
+        6, "upper bound (inclusive) of the randomised election timeout, in ticks", at_least(2)
+    )
+    preferred_leader: str = field(
+        "", "node id that takes leadership back whenever it is healthy (same on every node)"
+    )
+    snapshot_every: int = field(
+        10_000,
+        "snapshot the state machine and compact the log every this many entries",
+        at_least(1),
+    )
+    raft_segment_bytes: int = field(
+        64 * 1024 * 1024, "size at which a Raft log segment file is rolled", at_least(4096)
+    )
+    fsync: bool = field(True, "fsync the Raft log (turn off only for throwaway test clusters)")
+    max_append_bytes: int = field(
+        1024 * 1024, "most entry bytes one AppendEntries carries", at_least(1024)
+    )
+    max_inflight_appends: int = field(
+        64, "appends in flight per follower (pipelining window)", at_least(1)
+    )
+    peer_queue_messages: int = field(
+        4096, "Raft messages queued per peer before the oldest are dropped", at_least(16)
+    )
+    broker_heartbeat_timeout_ms: int = field(
+        3000,
+        "a broker silent this long is inactive (brokers may send their own timeout); also the "
+        "grace period of a newly active controller",
+        at_least(100),
+    )
+    scan_interval_ms: int = field(
+        200, "how often the active controller looks for groups that need an election", at_least(10)
+    )
+    enable_elect_unclean_master: bool = field(
+        False, "elect among all alive replicas when no SyncStateSet member is alive (may lose data)"
+    )
+    route_expiry_ms: int = field(
+        15_000,
+        "a broker's topic registration (REGISTER_BROKER) expires this long after the last one",
+        at_least(100),
+    )
+    request_timeout_ms: int = field(
+        3000, "a write waits this long for its entry to commit before answering busy", at_least(100)
+    )
+    notify_timeout_ms: int = field(
+        1000, "timeout of one NOTIFY_BROKER_ROLE_CHANGED push to a broker", at_least(10)
+    )
+    max_frame_bytes: int = field(
+        16 * 1024 * 1024,
+        "largest remoting frame accepted; larger closes the connection",
+        between(64 * 1024, 1 << 30),
+    )
+
+    def __post_init__(self) -> None:
+        # Cross-key rules, reported the same way as a bad single key.
+        from daemon.config import ConfigError
+
+        peers = parse_peers(self.peers)
+        if self.id not in peers:
+            raise ConfigError(f"config key 'id' {self.id!r} is not one of peers {sorted(peers)}")
+        if self.election_ticks_max < self.election_ticks_min:
+            raise ConfigError("config key 'election_ticks_max' must be >= election_ticks_min")
+        if self.election_ticks_min <= self.heartbeat_ticks:
+            raise ConfigError("config key 'election_ticks_min' must be > heartbeat_ticks")
+        if self.preferred_leader and _node_id(self.preferred_leader) is not None:
+            raise ConfigError("config key 'preferred_leader' must be a node id")
+
+    @property
+    def peer_map(self) -> dict[str, str]:
+        return parse_peers(self.peers)
+
+    @property
+    def address(self) -> str:
+        """This node's host:port (its entry in peers)."""
+        return self.peer_map[self.id]
+
+    @property
+    def host(self) -> str:
+        return self.address.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2])

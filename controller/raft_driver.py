@@ -1,0 +1,638 @@
+"""The asyncio driver of the Raft core: one task owns the :class:`RaftNode`, nothing else calls it.
+
+It carries out what the core decides (controller/raft/README.md, "The driver loop"):
+
+- time: a 100 ms tick timer; ticks that fell due while the loop was busy are fed in a row;
+- the network: :class:`~controller.transport.PeerTransport` (RAFT_MESSAGE frames on the
+  controller's one port); failed sends become ``report_unreachable``;
+- the disk: :class:`storage.raftlog.DiskStorage`, ``save`` in a worker thread, one Ready per
+  fsync, so every proposal made while an fsync runs is committed by the next one (group commit);
+- the state machine: committed entries are applied in order; a proposal's future resolves when
+  its index comes out with its term (another term there: :class:`ProposalLost`);
+- reads: ``read_index`` resolves once the state machine has applied the read index;
+- snapshots every ``snapshot_every`` applied entries; a snapshot holds the state machine's bytes
+  and the member address book (addresses travel in the context of add-learner entries).
+
+Callers (request handlers) talk to the driver through coroutines that queue a closure for the
+loop task and wait on a future: ``propose``, ``read_index``, ``add_member``, ``remove_member``,
+``transfer_leadership``. The node is "active" (the active controller) once it leads and has
+applied the no-op of its own term, i.e. its applied state includes every committed entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgpack
+import structlog
+
+from controller.raft import (
+    ConfChange,
+    ConfChangeRejected,
+    ConfChangeType,
+    ConfState,
+    Entry,
+    EntryType,
+    Message,
+    NodeId,
+    NotLeader,
+    ProposalDropped,
+    RaftConfig,
+    RaftError,
+    RaftNode,
+    Ready,
+    Role,
+    Snapshot,
+    SoftState,
+    Status,
+    TransferRejected,
+    bootstrap,
+    decode_conf_change,
+)
+from controller.transport import PeerTransport
+from protocol.remoting import DEFAULT_MAX_FRAME_BYTES
+from storage.raftlog import DiskStorage
+
+log = structlog.get_logger(__name__)
+
+_SNAPSHOT_VERSION = 1
+
+
+class StateMachine(Protocol):
+    """What the driver applies committed NORMAL entries to."""
+
+    def apply(self, index: int, data: bytes) -> object:
+        """Apply one committed entry; the result resolves the proposal's future."""
+        ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+class RaftObserver:
+    """Hooks for metrics; the default does nothing."""
+
+    def fsync(self, seconds: float) -> None:
+        pass
+
+    def campaign(self) -> None:
+        pass
+
+    def leader_changed(self, leader: NodeId | None) -> None:
+        pass
+
+    def snapshot_size(self, size: int) -> None:
+        pass
+
+    def dropped(self, peer: NodeId, count: int) -> None:
+        pass
+
+
+class NotLeaderError(Exception):
+    """This node cannot serve the write; ``leader_address`` is where to go, when known."""
+
+    def __init__(self, leader_id: NodeId | None, leader_address: str | None) -> None:
+        super().__init__(f"not the leader (leader: {leader_id or 'unknown'})")
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
+class ProposalLost(Exception):
+    """The proposal's index was taken by another leader's entry (it did not commit), or a
+    snapshot replaced the log before it was applied (outcome unknown). Retrying is safe for
+    the controller's events: each carries the state it was decided against."""
+
+
+class DriverStopped(Exception):
+    """The driver stopped before the request completed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverConfig:
+    node_id: NodeId
+    peers: dict[NodeId, str]
+    """Founding members (when ``join`` is false) and known addresses, this node included."""
+    data_dir: Path
+    join: bool = False
+    tick_ms: int = 100
+    heartbeat_ticks: int = 1
+    election_ticks_min: int = 3
+    election_ticks_max: int = 6
+    preferred_leader: NodeId | None = None
+    snapshot_every: int = 10_000
+    segment_bytes: int = 64 << 20
+    fsync: bool = True
+    max_append_bytes: int = 1 << 20
+    max_inflight: int = 64
+    peer_queue_messages: int = 4096
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    raft_extra: dict[str, Any] = field(default_factory=dict)
+    """Further RaftConfig keywords (tests)."""
+
+
+def encode_snapshot(addresses: dict[NodeId, str], data: bytes) -> bytes:
+    packed: bytes = msgpack.packb([_SNAPSHOT_VERSION, dict(sorted(addresses.items())), data])
+    return packed
+
+
+def decode_snapshot(raw: bytes) -> tuple[dict[NodeId, str], bytes]:
+    obj = msgpack.unpackb(raw, raw=False)
+    if (
+        not isinstance(obj, list)
+        or len(obj) != 3
+        or obj[0] != _SNAPSHOT_VERSION
+        or not isinstance(obj[1], dict)
+        or not isinstance(obj[2], bytes)
+    ):
+        raise ValueError("not a controller snapshot")
+    return {str(k): str(v) for k, v in obj[1].items()}, obj[2]
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        cfg: DriverConfig,
+        state_machine: StateMachine,
+        *,
+        observer: RaftObserver | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if cfg.node_id not in cfg.peers:
+            raise ValueError(f"node id {cfg.node_id!r} is not among the peers")
+        self.cfg = cfg
+        self.id = cfg.node_id
+        self.sm = state_machine
+        self.observer = observer or RaftObserver()
+        self.storage = DiskStorage.open(
+            cfg.data_dir, segment_bytes=cfg.segment_bytes, fsync=cfg.fsync
+        )
+        for line in self.storage.report.truncated:
+            log.warning("raft storage repaired", repair=line)
+        fresh = self.storage.last_index() == 0 and self.storage.snapshot_meta().index == 0
+        if fresh and not cfg.join:
+            hs, entry = bootstrap(sorted(cfg.peers))
+            self.storage.save(hard_state=hs, entries=[entry])
+            log.info("raft group founded", voters=sorted(cfg.peers))
+        self.addresses: dict[NodeId, str] = dict(cfg.peers)
+        self._pending: dict[int, tuple[int, asyncio.Future[object]]] = {}
+        self.transport = PeerTransport(
+            cfg.node_id,
+            on_message=self._on_message,
+            on_unreachable=self._on_unreachable,
+            max_queue=cfg.peer_queue_messages,
+            max_frame_bytes=cfg.max_frame_bytes,
+            on_dropped=self.observer.dropped,
+        )
+        self.applied = 0
+        snapshot = self.storage.snapshot()
+        if snapshot.index > 0:
+            self._restore(snapshot)
+        for peer, address in self.addresses.items():
+            self.transport.set_address(peer, address)
+        self.node = RaftNode(
+            RaftConfig(
+                node_id=cfg.node_id,
+                heartbeat_ticks=cfg.heartbeat_ticks,
+                election_ticks_min=cfg.election_ticks_min,
+                election_ticks_max=cfg.election_ticks_max,
+                preferred_leader=cfg.preferred_leader or None,
+                max_msg_bytes=cfg.max_append_bytes,
+                max_inflight=cfg.max_inflight,
+                **cfg.raft_extra,
+            ),
+            self.storage,
+            rng or random.Random(),
+        )
+        self.role = Role.FOLLOWER
+        self.lead: NodeId | None = None
+        self.active = False
+        self.on_active_change: list[Callable[[bool], None]] = []
+        self.on_leader_change: list[Callable[[NodeId | None], None]] = []
+        self._inbox: list[Message] = []
+        self._unreachable: set[NodeId] = set()
+        self._requests: list[Callable[[], None]] = []
+        self._ticks_due = 0
+        self._wake = asyncio.Event()
+        self._reads: dict[bytes, asyncio.Future[None]] = {}
+        self._read_seq = itertools.count(1)
+        self._pulse: asyncio.Future[None] | None = None
+        self._compact_requested = self.storage.snapshot_meta().index
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.transport.start()
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"raft-{self.id}"),
+            asyncio.create_task(self._ticker(), name=f"raft-tick-{self.id}"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop the loop, fail every waiting request, close the transport and the storage."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        for _term, fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(DriverStopped("controller stopping"))
+        self._pending.clear()
+        for read in self._reads.values():
+            if not read.done():
+                read.set_exception(DriverStopped("controller stopping"))
+        self._reads.clear()
+        await self.transport.stop()
+        await asyncio.to_thread(self.storage.close)
+        self._set_active(False)
+
+    # --- inputs from other tasks ---------------------------------------------------------------
+
+    def handle_raft_frame(self, conn: Any, frame: Any) -> None:
+        """The RemotingServer handler for RAFT_MESSAGE."""
+        self.transport.handle_frame(conn, frame)
+
+    def _on_message(self, message: Message) -> None:
+        self._inbox.append(message)
+        self._wake.set()
+
+    def _on_unreachable(self, peer: NodeId) -> None:
+        self._unreachable.add(peer)
+        self._wake.set()
+
+    def _submit(self, call: Callable[[], None]) -> None:
+        if self._stopped:
+            raise DriverStopped("controller stopping")
+        self._requests.append(call)
+        self._wake.set()
+
+    # --- requests ------------------------------------------------------------------------------
+
+    @property
+    def leader_address(self) -> str | None:
+        return self.addresses.get(self.lead) if self.lead is not None else None
+
+    def not_leader(self) -> NotLeaderError:
+        return NotLeaderError(self.lead, self.leader_address)
+
+    async def propose(self, data: bytes, timeout: float) -> object:
+        """Append ``data`` and wait until it is applied; returns the state machine's result.
+
+        Raises NotLeaderError, ProposalDropped (retry later), ProposalLost, TimeoutError."""
+        return await self._propose(lambda: self.node.propose(data), timeout)
+
+    async def propose_conf_change(self, cc: ConfChange, timeout: float) -> ConfState:
+        result = await self._propose(lambda: self.node.propose_conf_change(cc), timeout)
+        assert isinstance(result, ConfState)
+        return result
+
+    async def _propose(self, call: Callable[[], int], timeout: float) -> object:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[object] = loop.create_future()
+
+        def run() -> None:
+            try:
+                index = call()
+            except NotLeader:
+                fut.set_exception(self.not_leader())
+                return
+            except RaftError as exc:
+                fut.set_exception(exc)
+                return
+            self._pending[index] = (self.node.term, fut)
+
+        self._submit(run)
+        return await asyncio.wait_for(fut, timeout)
+
+    async def read_index(self, timeout: float) -> None:
+        """Return once this node's state machine reflects every write committed before the
+        call (linearizable read). On a follower the leader is asked. Raises NotLeaderError
+        when no leader is known, TimeoutError when the leader did not confirm in time."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        ctx = f"{self.id}/{next(self._read_seq)}".encode()
+        self._reads[ctx] = fut
+
+        def run() -> None:
+            try:
+                self.node.read_index(ctx)
+            except NotLeader:
+                if not fut.done():
+                    fut.set_exception(self.not_leader())
+
+        try:
+            self._submit(run)
+            await asyncio.wait_for(fut, timeout)
+        finally:
+            self._reads.pop(ctx, None)
+
+    async def add_member(
+        self, node_id: NodeId, address: str, timeout: float, *, wait_voter: bool = True
+    ) -> ConfState:
+        """Add ``node_id`` as a learner; with ``wait_voter``, also wait until the leader has
+        promoted it (it caught up). Returns the configuration reached."""
+        if not node_id or "-" in node_id or ";" in node_id:
+            raise ConfChangeRejected(f"bad node id {node_id!r}")
+        deadline = time.monotonic() + timeout
+        self.transport.set_address(node_id, address)
+        cs = await self.propose_conf_change(
+            ConfChange.add_learner(node_id, address.encode()), timeout
+        )
+        if wait_voter:
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(
+                    lambda: (
+                        self.node.conf_state.is_voter(node_id)
+                        and self.node.commit_index >= self.applied
+                    ),
+                    max(0.0, deadline - time.monotonic()),
+                )
+            cs = self.node.conf_state
+        return cs
+
+    async def remove_member(self, node_id: NodeId, timeout: float) -> ConfState:
+        return await self.propose_conf_change(ConfChange.remove(node_id), timeout)
+
+    async def transfer_leadership(self, target: NodeId, timeout: float) -> None:
+        """Hand leadership to ``target`` and wait until it leads. Raises NotLeaderError,
+        TransferRejected, TimeoutError (the transfer was abandoned)."""
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[None] = loop.create_future()
+
+        def run() -> None:
+            try:
+                self.node.transfer_leadership(target)
+            except NotLeader:
+                started.set_exception(self.not_leader())
+            except TransferRejected as exc:
+                started.set_exception(exc)
+            else:
+                started.set_result(None)
+
+        self._submit(run)
+        await asyncio.wait_for(started, timeout)
+        if target == self.id:
+            return
+        await self.wait_for(lambda: self.lead == target, timeout)
+
+    def campaign(self) -> None:
+        """Start an election now (tests and tooling)."""
+        self._submit(self.node.campaign)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
+        """Wait until ``predicate()`` holds, checked after every Ready. TimeoutError."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not predicate():
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise TimeoutError("condition not reached in time")
+            if self._pulse is None or self._pulse.done():
+                self._pulse = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._pulse), min(remaining, 0.1))
+
+    # --- inspection ----------------------------------------------------------------------------
+
+    def status(self) -> Status:
+        return self.node.status()
+
+    @property
+    def term(self) -> int:
+        return self.node.term
+
+    @property
+    def conf_state(self) -> ConfState:
+        return self.node.conf_state
+
+    def member_addresses(self) -> dict[NodeId, str]:
+        """Every member (voters and learners) of the configuration in use, with its address."""
+        return {m: self.addresses.get(m, "") for m in self.node.conf_state.members()}
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.cfg.tick_ms / 1000
+        next_at = loop.time() + interval
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            now = loop.time()
+            due = 1 + int((now - next_at) // interval)
+            next_at += due * interval
+            self._ticks_due += due
+            self._wake.set()
+
+    async def _run(self) -> None:
+        node = self.node
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            self._drain_inputs()
+            while (rd := node.ready()) is not None:
+                try:
+                    await self._handle(rd)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # Storage failures leave the node unable to keep Raft's promises: stop
+                    # serving rather than acknowledge what is not durable.
+                    log.exception("raft driver failed; this controller stops taking part")
+                    self._set_active(False)
+                    raise
+                self._drain_inputs()
+
+    def _drain_inputs(self) -> None:
+        node = self.node
+        if self._inbox:
+            inbox, self._inbox = self._inbox, []
+            for message in inbox:
+                node.step(message)
+        if self._unreachable:
+            peers, self._unreachable = self._unreachable, set()
+            for peer in peers:
+                node.report_unreachable(peer)
+        if self._ticks_due:
+            due, self._ticks_due = self._ticks_due, 0
+            for _ in range(due):
+                node.tick()
+        if self._requests:
+            requests, self._requests = self._requests, []
+            for call in requests:
+                call()
+
+    async def _handle(self, rd: Ready) -> None:
+        node = self.node
+        if rd.soft_state is not None:
+            self._on_soft_state(rd.soft_state)
+        hs = rd.hard_state
+        if hs is not None and hs.vote == self.id and hs.term != self.storage.hard_state().term:
+            self.observer.campaign()
+        if rd.messages:
+            self.transport.send(rd.messages)
+        for entry in rd.entries:
+            if entry.type is EntryType.CONF_CHANGE:
+                self._learn_address(entry)
+        if rd.entries or rd.snapshot is not None or rd.compaction is not None or rd.must_sync:
+            started = time.perf_counter()
+            await asyncio.to_thread(
+                self.storage.save,
+                hard_state=rd.hard_state,
+                entries=rd.entries,
+                snapshot=rd.snapshot,
+                compaction=rd.compaction,
+                sync=rd.must_sync,
+            )
+            if rd.must_sync:
+                self.observer.fsync(time.perf_counter() - started)
+        elif rd.hard_state is not None:
+            self.storage.save(hard_state=rd.hard_state, sync=False)  # commit only: in memory
+        if rd.compaction is not None:
+            self.observer.snapshot_size(len(rd.compaction.data))
+        if rd.persisted_messages:
+            self.transport.send(rd.persisted_messages)
+        if rd.snapshot is not None:
+            self._restore(rd.snapshot)
+            self.observer.snapshot_size(len(rd.snapshot.data))
+            self._compact_requested = max(self._compact_requested, rd.snapshot.index)
+        for entry in rd.committed_entries:
+            self._apply(entry)
+        for rs in rd.read_states:
+            read = self._reads.get(rs.ctx)
+            if read is not None and not read.done():
+                read.set_result(None)
+        node.advance(rd)
+        self._maybe_compact()
+        if self._pulse is not None and not self._pulse.done():
+            self._pulse.set_result(None)
+
+    def _on_soft_state(self, ss: SoftState) -> None:
+        was_leader = self.role is Role.LEADER
+        self.role = ss.role
+        if ss.lead != self.lead:
+            self.lead = ss.lead
+            if ss.lead is not None:
+                self.observer.leader_changed(ss.lead)
+                log.info("raft leader", leader=ss.lead, term=self.node.term, me=self.id)
+            for cb in self.on_leader_change:
+                cb(ss.lead)
+        if was_leader and ss.role is not Role.LEADER:
+            self._set_active(False)
+
+    def _set_active(self, active: bool) -> None:
+        if active == self.active:
+            return
+        self.active = active
+        log.info("active controller" if active else "standby controller", node=self.id)
+        for cb in self.on_active_change:
+            cb(active)
+
+    def _apply(self, entry: Entry) -> None:
+        result: object = None
+        if entry.type is EntryType.NORMAL:
+            result = self.sm.apply(entry.index, entry.data)
+        elif entry.type is EntryType.CONF_CHANGE:
+            result = self._apply_conf_change(entry)
+        elif (
+            entry.type is EntryType.NOOP
+            and self.role is Role.LEADER
+            and entry.term == self.node.term
+        ):
+            self._set_active(True)
+        self.applied = entry.index
+        pending = self._pending.pop(entry.index, None)
+        if pending is not None:
+            term, fut = pending
+            if fut.done():
+                return
+            if term == entry.term:
+                fut.set_result(result)
+            else:
+                fut.set_exception(ProposalLost("a new leader replaced the proposal"))
+
+    def _apply_conf_change(self, entry: Entry) -> ConfState:
+        try:
+            cc = decode_conf_change(entry.data)
+        except ValueError:
+            return self.node.conf_state
+        if cc.type is ConfChangeType.ADD_LEARNER and cc.context:
+            self._set_address(cc.node_id, cc.context.decode(errors="replace"))
+        elif cc.type is ConfChangeType.REMOVE:
+            node_id = cc.node_id
+            if node_id == self.id:
+                log.warning("this controller was removed from the group", node=self.id)
+            elif node_id not in self.node.conf_state.members():
+                self.addresses.pop(node_id, None)
+                self.transport.remove(node_id)
+        log.info(
+            "membership changed",
+            change=cc.type.name,
+            node=cc.node_ids,
+            voters=self.node.conf_state.voters,
+            learners=self.node.conf_state.learners,
+        )
+        return self.node.conf_state
+
+    def _learn_address(self, entry: Entry) -> None:
+        """A learner being added needs appends before its entry commits."""
+        try:
+            cc = decode_conf_change(entry.data)
+        except ValueError:
+            return
+        if cc.type is ConfChangeType.ADD_LEARNER and cc.context:
+            self._set_address(cc.node_id, cc.context.decode(errors="replace"))
+
+    def _set_address(self, node_id: NodeId, address: str) -> None:
+        if node_id == self.id:
+            return
+        self.addresses[node_id] = address
+        self.transport.set_address(node_id, address)
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        addresses, data = decode_snapshot(snapshot.data)
+        self.sm.restore(data)
+        for node_id, address in addresses.items():
+            self._set_address(node_id, address)
+        self.applied = snapshot.index
+        for index in [i for i in self._pending if i <= snapshot.index]:
+            _term, fut = self._pending.pop(index)
+            if not fut.done():
+                fut.set_exception(ProposalLost("a snapshot replaced the log; outcome unknown"))
+
+    def _maybe_compact(self) -> None:
+        if self.applied - self._compact_requested < self.cfg.snapshot_every:
+            return
+        addresses = self.addresses | {self.id: self.cfg.peers[self.id]}
+        data = encode_snapshot(addresses, self.sm.snapshot())
+        try:
+            if self.node.compact(self.applied, data):
+                log.info("raft snapshot", index=self.applied, bytes=len(data))
+        except ValueError:
+            return
+        self._compact_requested = self.applied
+
+
+__all__ = [
+    "ConfChangeRejected",
+    "DriverConfig",
+    "DriverStopped",
+    "NotLeaderError",
+    "ProposalDropped",
+    "ProposalLost",
+    "RaftDriver",
+    "RaftObserver",
+    "StateMachine",
+    "TransferRejected",
+]

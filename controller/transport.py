@@ -1,0 +1,241 @@
+"""Raft peer transport over the remoting protocol, on each controller's one port.
+
+Outbound: one :class:`PeerLink` per peer, each a :class:`~remoting.client.RemotingClient` that
+reconnects with back-off, fed by a bounded queue. Every Raft message is a oneway RAFT_MESSAGE
+frame whose body is :func:`protocol.raft.encode` of it; everything queued in one loop iteration
+leaves in one write. Raft tolerates loss, so the transport never blocks the driver: a full queue
+drops its oldest messages, a peer that cannot be reached has its queue dropped, and both are
+reported (``on_unreachable``) so the leader probes that peer instead of streaming to it.
+
+Inbound: :meth:`PeerTransport.handle_frame` is the RemotingServer handler of RAFT_MESSAGE; it
+decodes the body and hands the message to ``on_message`` (the driver's inbox).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+from collections.abc import Callable
+from typing import cast
+
+import structlog
+
+from controller.codes import ControllerCode
+from controller.raft import Message, NodeId
+from protocol import raft as raft_codec
+from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Frame, ProtocolError, request
+from remoting.client import RemotingClient
+from remoting.errors import ConnectError
+from remoting.server import Connection
+
+log = structlog.get_logger(__name__)
+
+CONNECT_TIMEOUT = 1.0
+BACKOFF_MIN = 0.05
+BACKOFF_MAX = 1.0
+
+
+class PeerClient(RemotingClient):
+    """A RemotingClient whose writer can wait for the socket's write buffer to drain."""
+
+    async def wait_writable(self) -> None:
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+
+class PeerLink:
+    """The outbound side towards one peer: a bounded queue and a task that writes it out."""
+
+    def __init__(
+        self,
+        peer: NodeId,
+        address: str,
+        *,
+        max_queue: int,
+        max_frame_bytes: int,
+        on_unreachable: Callable[[NodeId], None],
+        on_dropped: Callable[[NodeId, int], None],
+    ) -> None:
+        self.peer = peer
+        self.address = address
+        self._max_queue = max_queue
+        self._max_frame_bytes = max_frame_bytes
+        self._on_unreachable = on_unreachable
+        self._on_dropped = on_dropped
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._ready = asyncio.Event()
+        self._client: PeerClient | None = None
+        self._opaque = itertools.count(1)
+        self._task: asyncio.Task[None] | None = None
+        self.connected = False
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"raft-peer-{self.peer}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def send(self, body: bytes) -> None:
+        if len(self._queue) >= self._max_queue:
+            dropped = 0
+            while len(self._queue) >= self._max_queue // 2:
+                self._queue.popleft()
+                dropped += 1
+            self._on_dropped(self.peer, dropped)
+            self._on_unreachable(self.peer)
+        self._queue.append(body)
+        self._ready.set()
+
+    def _drop_queue(self) -> None:
+        if self._queue:
+            self._on_dropped(self.peer, len(self._queue))
+            self._queue.clear()
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_MIN
+        while True:
+            client = self._client
+            if client is None or client.is_closed:
+                self.connected = False
+                try:
+                    client = cast(
+                        PeerClient,
+                        await PeerClient.connect(
+                            self.address, CONNECT_TIMEOUT, self._max_frame_bytes
+                        ),
+                    )
+                except (ConnectError, OSError, ValueError) as exc:
+                    self._drop_queue()
+                    self._on_unreachable(self.peer)
+                    log.debug("raft peer unreachable", peer=self.peer, error=str(exc))
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
+                self._client = client
+                self.connected = True
+                backoff = BACKOFF_MIN
+            if not self._queue:
+                self._ready.clear()
+                waiter = asyncio.ensure_future(self._ready.wait())
+                closed = asyncio.ensure_future(client.closed_event.wait())
+                try:
+                    await asyncio.wait((waiter, closed), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+                    closed.cancel()
+                continue
+            await client.wait_writable()
+            if client.is_closed:
+                self._drop_queue()
+                self._on_unreachable(self.peer)
+                continue
+            while self._queue:
+                body = self._queue.popleft()
+                client.send_frame(
+                    request(
+                        ControllerCode.RAFT_MESSAGE, next(self._opaque), None, body, oneway=True
+                    )
+                )
+            # Let the batched write go out before looking at the queue again.
+            await asyncio.sleep(0)
+
+
+class PeerTransport:
+    """Every outbound link of one node, and the inbound handler."""
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        *,
+        on_message: Callable[[Message], None],
+        on_unreachable: Callable[[NodeId], None],
+        max_queue: int = 4096,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        on_dropped: Callable[[NodeId, int], None] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self._on_message = on_message
+        self._on_unreachable = on_unreachable
+        self._on_dropped = on_dropped or (lambda _peer, _n: None)
+        self._max_queue = max_queue
+        self._max_frame_bytes = max_frame_bytes
+        self._links: dict[NodeId, PeerLink] = {}
+        self._retiring: set[asyncio.Future[None]] = set()
+        self._started = False
+
+    @property
+    def addresses(self) -> dict[NodeId, str]:
+        return {peer: link.address for peer, link in self._links.items()}
+
+    def set_address(self, peer: NodeId, address: str) -> None:
+        """Send to ``peer`` at ``address`` from now on (a new link when the address changed)."""
+        if peer == self.node_id:
+            return
+        link = self._links.get(peer)
+        if link is not None and link.address == address:
+            return
+        if link is not None:
+            self._retire(link)
+        link = PeerLink(
+            peer,
+            address,
+            max_queue=self._max_queue,
+            max_frame_bytes=self._max_frame_bytes,
+            on_unreachable=self._on_unreachable,
+            on_dropped=self._on_dropped,
+        )
+        self._links[peer] = link
+        if self._started:
+            link.start()
+
+    def remove(self, peer: NodeId) -> None:
+        link = self._links.pop(peer, None)
+        if link is not None:
+            self._retire(link)
+
+    def _retire(self, link: PeerLink) -> None:
+        task = asyncio.ensure_future(link.stop())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    def start(self) -> None:
+        self._started = True
+        for link in self._links.values():
+            link.start()
+
+    async def stop(self) -> None:
+        self._started = False
+        links = list(self._links.values())
+        self._links.clear()
+        await asyncio.gather(
+            *(link.stop() for link in links), *self._retiring, return_exceptions=True
+        )
+
+    def send(self, messages: tuple[Message, ...] | list[Message]) -> None:
+        for m in messages:
+            link = self._links.get(m.dst)
+            if link is None:
+                self._on_unreachable(m.dst)
+                continue
+            link.send(raft_codec.encode(m))
+
+    def handle_frame(self, conn: Connection, frame: Frame) -> None:
+        """RemotingServer handler of RAFT_MESSAGE (oneway: never answers)."""
+        if not frame.body:
+            return None
+        try:
+            message = raft_codec.decode(frame.body)
+        except ProtocolError as exc:
+            log.warning("dropping undecodable raft message", peer=conn.peer, reason=str(exc))
+            return None
+        if message.dst != self.node_id:
+            return None
+        self._on_message(message)
+        return None

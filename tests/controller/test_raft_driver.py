@@ -1,0 +1,146 @@
+"""The asyncio Raft driver: three in-process nodes on loopback, real DiskStorage, real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from controller.raft import Role
+from controller.raft_driver import NotLeaderError
+from tests.controller.support import DriverCluster, eventually, put
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[DriverCluster]:
+    c = DriverCluster(tmp_path)
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.stop()
+
+
+async def test_three_nodes_elect_one_leader_and_proposals_commit_everywhere(
+    cluster: DriverCluster,
+) -> None:
+    leader = await cluster.leader()
+    results = await asyncio.gather(
+        *(leader.d.propose(put(f"k{i}", f"v{i}"), 5.0) for i in range(50))
+    )
+    assert results == [None] * 50
+    assert await leader.d.propose(put("k0", "again"), 5.0) == "v0"
+    expected = {f"k{i}": f"v{i}" for i in range(1, 50)} | {"k0": "again"}
+    for node in cluster.nodes.values():
+        await eventually(lambda node=node: node.kv.data == expected, 5, f"{node.id} to apply")
+    assert [n.d.role for n in cluster.nodes.values()].count(Role.LEADER) == 1
+
+
+async def test_a_follower_refuses_proposals_and_names_the_leader(cluster: DriverCluster) -> None:
+    leader = await cluster.leader()
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    with pytest.raises(NotLeaderError) as info:
+        await follower.d.propose(put("a", "b"), 2.0)
+    assert info.value.leader_id == leader.id
+    assert info.value.leader_address == cluster.addresses[leader.id]
+
+
+async def test_killing_the_leader_elects_a_new_one_that_keeps_every_committed_entry(
+    cluster: DriverCluster,
+) -> None:
+    old = await cluster.leader()
+    for i in range(10):
+        await old.d.propose(put(f"k{i}", "v"), 5.0)
+    await old.stop()
+    new = await cluster.leader()
+    assert new.id != old.id
+    assert await new.d.propose(put("after", "kill"), 5.0) is None
+    assert all(new.kv.data.get(f"k{i}") == "v" for i in range(10))
+    # The old leader restarts from its disk and catches up.
+    await old.start()
+    await eventually(lambda: old.kv.data == new.kv.data, 5, "the restarted node to catch up")
+
+
+async def test_a_lagging_node_receives_a_snapshot_when_the_log_was_compacted(
+    tmp_path: Path,
+) -> None:
+    c = DriverCluster(tmp_path, snapshot_every=8)
+    await c.start()
+    try:
+        leader = await c.leader()
+        lagging = next(n for n in c.nodes.values() if n is not leader)
+        await lagging.stop()
+        for i in range(40):
+            await leader.d.propose(put(f"k{i}", str(i)), 5.0)
+        assert leader.d.storage.snapshot_meta().index > 8  # the log was compacted
+        await lagging.start()
+        await eventually(lambda: lagging.kv.data == leader.kv.data, 10, "snapshot install")
+        # It restored from a snapshot rather than replaying the whole log.
+        assert lagging.d.storage.snapshot_meta().index > 8
+        assert len(lagging.kv.applied) < 40
+        # And keeps applying normally afterwards.
+        await leader.d.propose(put("z", "last"), 5.0)
+        await eventually(lambda: lagging.kv.data.get("z") == "last", 5, "later entries")
+    finally:
+        await c.stop()
+
+
+async def test_a_member_is_added_as_learner_promoted_and_then_removed(
+    cluster: DriverCluster,
+) -> None:
+    leader = await cluster.leader()
+    await leader.d.propose(put("before", "join"), 5.0)
+    n3 = cluster.add_node("n3")
+    await n3.start()
+    cs = await leader.d.add_member("n3", cluster.addresses["n3"], 10.0)
+    assert "n3" in cs.voters
+    await eventually(lambda: n3.kv.data.get("before") == "join", 5, "n3 to catch up")
+    assert leader.d.member_addresses()["n3"] == cluster.addresses["n3"]
+    await leader.d.propose(put("with", "four"), 5.0)
+    await eventually(lambda: n3.kv.data.get("with") == "four", 5, "n3 to apply")
+
+    cs = await leader.d.remove_member("n3", 5.0)
+    assert "n3" not in cs.members()
+    await n3.stop()
+    # Three voters remain; writes still commit without n3.
+    assert await leader.d.propose(put("after", "remove"), 5.0) is None
+    for node in cluster.running():
+        await eventually(
+            lambda node=node: "n3" not in node.d.conf_state.members(), 5, "removal everywhere"
+        )
+
+
+async def test_leadership_moves_to_the_named_node_on_transfer(cluster: DriverCluster) -> None:
+    leader = await cluster.leader()
+    target = next(n for n in cluster.nodes.values() if n is not leader)
+    await leader.d.propose(put("a", "1"), 5.0)
+    await leader.d.transfer_leadership(target.id, 5.0)
+    assert (await cluster.leader()).id == target.id
+    assert await target.d.propose(put("a", "2"), 5.0) == "1"
+
+
+async def test_read_index_sees_every_write_acknowledged_before_it(cluster: DriverCluster) -> None:
+    leader = await cluster.leader()
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    for i in range(5):
+        await leader.d.propose(put("counter", str(i)), 5.0)
+        # A follower's read-index goes through the leader: after it, the write is visible.
+        await follower.d.read_index(5.0)
+        assert follower.kv.data["counter"] == str(i)
+        await leader.d.read_index(5.0)
+
+
+async def test_the_preferred_leader_takes_leadership_back(tmp_path: Path) -> None:
+    c = DriverCluster(tmp_path, preferred_leader="n2")
+    await c.start()
+    try:
+        await eventually(lambda: [n.id for n in c.leaders()] == ["n2"], 15, "n2 to lead")
+        await c.nodes["n2"].stop()
+        other = await c.leader()
+        assert other.id != "n2"
+        await c.nodes["n2"].start()
+        await eventually(lambda: [n.id for n in c.leaders()] == ["n2"], 15, "n2 to lead again")
+    finally:
+        await c.stop()
