@@ -252,21 +252,23 @@ class ReplicasManager:
             except (ClientError, RemotingError):
                 continue
             info = GroupInfo.from_frame(resp)
-            if self.broker_id not in self._known_replicas(resp):
-                await self._register_and_apply()
+            known = self._known_replicas(resp)
+            if known is not None and self.broker_id not in known:
+                await self._register_and_apply()  # the controller lost us (e.g. cleaned)
                 continue
             await self.apply(info)
             if info.master_broker_id == NO_MASTER:
                 await self._request_election()
 
     @staticmethod
-    def _known_replicas(resp: Frame) -> set[int]:
+    def _known_replicas(resp: Frame) -> set[int] | None:
+        """The broker ids the controller lists for the group; None when the answer has no list."""
         if not resp.body:
-            return set()
+            return None
         doc = msgpack.unpackb(resp.body)
         replicas = doc.get("replicas") if isinstance(doc, dict) else None
         if not isinstance(replicas, list):
-            return set()
+            return None
         return {int(r["brokerId"]) for r in replicas if isinstance(r, dict) and "brokerId" in r}
 
     async def _register_routes_loop(self) -> None:
