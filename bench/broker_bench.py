@@ -54,13 +54,20 @@ def pct(values: list[float], q: float) -> float:
 
 
 def report(
-    name: str, count: int, nbytes: int, seconds: float, cpu: float, lat: list[float] | None
+    name: str,
+    count: int,
+    nbytes: int,
+    seconds: float,
+    cpu: float,
+    lat: list[float] | None,
+    client_cpu: float,
 ) -> None:
     rate = count / seconds
     line = f"{name:<28} {rate:>10,.0f} msg/s {nbytes / seconds / 1e6:>8.1f} MB/s"
     if lat:
         line += f"  p50 {pct(lat, 0.5) * 1000:6.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
     line += f"  broker CPU {cpu / count * 100_000:5.2f} s/100k"
+    line += f"  client CPU {client_cpu / count * 100_000:5.2f} s/100k"
     line += f"  ratio to target {rate / TARGETS[name.split()[0]]:.2f}"
     print(line, flush=True)
 
@@ -83,10 +90,18 @@ async def bench_single(
                 raise SystemExit(f"send failed: {resp.code} {resp.header}")
             lat.append(time.perf_counter() - t0)
 
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    cpu0, t0, c0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(inflight)))
     dt = time.perf_counter() - t0
-    report("single sends (64 in flight)", n, n * len(body), dt, cpu_seconds(pid) - cpu0, lat)
+    report(
+        "single sends (64 in flight)",
+        n,
+        n * len(body),
+        dt,
+        cpu_seconds(pid) - cpu0,
+        lat,
+        time.process_time() - c0,
+    )
 
 
 async def bench_batch(
@@ -107,7 +122,7 @@ async def bench_batch(
                 raise SystemExit(f"batch send failed: {resp.code} {resp.header}")
             lat.append(time.perf_counter() - t0)
 
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    cpu0, t0, c0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(8)))
     dt = time.perf_counter() - t0
     report(
@@ -117,6 +132,7 @@ async def bench_batch(
         dt,
         cpu_seconds(pid) - cpu0,
         lat,
+        time.process_time() - c0,
     )
 
 
@@ -144,12 +160,20 @@ async def bench_consume(conn: RemotingClient, queues: int, expected: int, pid: i
                 nbytes += len(rec.body)
             offset = int(resp.header["nextBeginOffset"])  # type: ignore[arg-type]
 
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    cpu0, t0, c0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
     await asyncio.gather(*(drain(q) for q in range(queues)))
     dt = time.perf_counter() - t0
     if total != expected:
         print(f"warning: consumed {total} of {expected}")
-    report("consume (pull, decode)", total, nbytes, dt, cpu_seconds(pid) - cpu0, None)
+    report(
+        "consume (pull, decode)",
+        total,
+        nbytes,
+        dt,
+        cpu_seconds(pid) - cpu0,
+        None,
+        time.process_time() - c0,
+    )
 
 
 async def main_async(args: argparse.Namespace) -> None:
