@@ -8,6 +8,14 @@ Pure parts (no asyncio, no clock, no sockets), for the asyncio drivers to call:
 - :mod:`broker.ha.master_conn` / :mod:`broker.ha.slave_conn`: one connection's state machine on
   each side, emitting the data classes of :mod:`broker.ha.actions`.
 - :mod:`storage.epoch_file`: the durable epoch history.
+- :mod:`broker.ha.sync_state`: the master's SyncStateSet and confirm offset.
+- :mod:`broker.ha.role_change`: the epoch history a broker persists before serving as master.
+
+Asyncio drivers around them:
+
+- :mod:`broker.ha.service`: :class:`HAService`, the facade the broker uses (its docstring is the
+  API), with :class:`HAConfig` (:mod:`broker.ha.config`).
+- :mod:`broker.ha.master_server` / :mod:`broker.ha.slave_client`: the two sides' sockets.
 """
 
 from broker.ha.actions import (
@@ -27,8 +35,13 @@ from broker.ha.actions import (
     UpdateConfirmOffset,
 )
 from broker.ha.batch import Batch, next_batch, record_aligned_length
+from broker.ha.config import HAConfig
 from broker.ha.master_conn import MasterConnection, MasterLog, MasterLogState
+from broker.ha.role_change import MasterEpochPlan, StaleMasterEpoch, plan_master_epochs
+from broker.ha.service import HARole, HAService, ProposeSyncStateSet
+from broker.ha.slave_client import SlaveState
 from broker.ha.slave_conn import SlaveConnection
+from broker.ha.sync_state import SyncState
 from broker.ha.truncation import (
     ConsistentPoint,
     EmptyLog,
@@ -44,11 +57,16 @@ __all__ = [
     "CloseConnection",
     "ConsistentPoint",
     "EmptyLog",
+    "HAConfig",
+    "HARole",
+    "HAService",
     "MasterAction",
     "MasterConnection",
+    "MasterEpochPlan",
     "MasterLog",
     "MasterLogState",
     "NoCommonEntry",
+    "ProposeSyncStateSet",
     "Reconnect",
     "ReplicationRefused",
     "SendBytes",
@@ -56,12 +74,16 @@ __all__ = [
     "SlaveAction",
     "SlaveConnection",
     "SlaveRegistered",
+    "SlaveState",
+    "StaleMasterEpoch",
     "StartLogAt",
     "StreamingStarted",
+    "SyncState",
     "TruncateLog",
     "TruncationDecision",
     "UpdateConfirmOffset",
     "find_consistent_point",
     "next_batch",
+    "plan_master_epochs",
     "record_aligned_length",
 ]

@@ -28,6 +28,8 @@ class HAConfig:
     """Bytes one slave is sent per event-loop callback before yielding to the others."""
     heartbeat_interval_ms: int = 500
     """An idle slave gets an empty transfer (a heartbeat) this often."""
+    confirm_push_delay_ms: int = 5
+    """A caught-up slave hears of a new confirm offset at most this late (0: at once)."""
     tick_interval_ms: int = 100
     """How often heartbeats, silence and the SyncStateSet deadlines are checked."""
     max_time_slave_not_catchup_ms: int = DEFAULT_MAX_TIME_NOT_CATCHUP_MS
@@ -73,6 +75,8 @@ class HAConfig:
             raise ValueError("write_buffer_low_bytes must be in [0, write_buffer_high_bytes]")
         if self.reconnect_max_ms < self.reconnect_min_ms:
             raise ValueError("reconnect_max_ms must be >= reconnect_min_ms")
+        if self.confirm_push_delay_ms < 0:
+            raise ValueError("confirm_push_delay_ms must be >= 0")
         if self.propose_retry_ms < 0:
             raise ValueError("propose_retry_ms must be >= 0")
         if not 0 <= self.listen_port <= 65535:

@@ -18,7 +18,8 @@ Heartbeats and silence. :meth:`MasterServer.tick` (the service calls it every
 ``tick_interval_ms``) sends an empty transfer to a streaming connection that sent nothing for
 ``heartbeat_interval_ms`` and closes one that heard nothing for ``connection_idle_timeout_ms``.
 :meth:`MasterServer.push_confirm` sends a heartbeat to parked connections when the confirm
-offset advanced, so slaves' consumers see new messages without waiting for the next heartbeat.
+offset advanced (within ``confirm_push_delay_ms``, so a busy stream is not doubled by them), so
+slaves' consumers see new messages without waiting for the next heartbeat.
 
 Roles. The server listens for the broker's whole life; connections are accepted only between
 :meth:`MasterServer.start_serving` and :meth:`MasterServer.stop_serving` (a slave broker closes
@@ -382,10 +383,16 @@ class MasterServer:
             link.pump()
 
     def push_confirm(self) -> None:
-        """The confirm offset advanced: tell the parked connections (once per loop iteration)."""
+        """The confirm offset advanced: tell the parked connections within
+        ``confirm_push_delay_ms`` (one timer at a time; transfers sent meanwhile carry it)."""
         if self._idle and not self._confirm_pending:
             self._confirm_pending = True
-            asyncio.get_running_loop().call_soon(self._push_confirm)
+            loop = asyncio.get_running_loop()
+            delay = self.config.confirm_push_delay_ms
+            if delay:
+                loop.call_later(delay / 1000, self._push_confirm)
+            else:
+                loop.call_soon(self._push_confirm)
 
     def _push_confirm(self) -> None:
         self._confirm_pending = False
