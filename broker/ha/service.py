@@ -18,6 +18,7 @@ API::
     ha.slave_acks()                  # {slave broker id: acked offset} (metrics, heartbeats)
     ha.in_sync_members()             # the SyncStateSet the controller accepted
     ha.apply_sync_state_set(members, epoch)   # a newer set learnt from the controller
+    ha.add_confirm_listener(fn)      # fn(confirm_offset) whenever it advances (master or slave)
     ha.retry_replication()           # a slave suspended by ReplicationRefused tries again
     await ha.stop()
 
@@ -119,6 +120,7 @@ class HAService:
         self._proposals: set[asyncio.Task[None]] = set()
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._seq = itertools.count()
+        self._confirm_listeners: list[Callable[[int], None]] = []
         self._started = False
 
     # ------------------------------------------------------------ lifecycle
@@ -134,6 +136,18 @@ class HAService:
             await self._server.close()
             self._executor.shutdown(wait=True)
             self._started = False
+
+    def add_confirm_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(confirm_offset)`` on the loop thread each time the confirm offset
+        advances, as master or as slave (e.g. to wake consumers parked at the end of a queue)."""
+        self._confirm_listeners.append(listener)
+
+    def _confirm_moved(self, confirm: int) -> None:
+        for listener in self._confirm_listeners:
+            try:
+                listener(confirm)
+            except Exception as exc:
+                log.error("HA: confirm listener failed", error=f"{type(exc).__name__}: {exc}")
 
     @property
     def address(self) -> str:
@@ -254,6 +268,7 @@ class HAService:
                 broker_id=broker_id,
                 address=address,
                 run_blocking=self._run_blocking,
+                on_confirm=self._confirm_moved,
             )
             self._role = HARole.SLAVE
             self._master_epoch = master_epoch
@@ -388,6 +403,8 @@ class HAService:
         self.store.confirm_offset = confirm  # persisted by the next store.flush
         self._release_waiters(confirm)
         self._server.push_confirm()
+        if self._confirm_listeners:
+            self._confirm_moved(confirm)
 
     def _release_waiters(self, confirm: int | None) -> None:
         """Resolve waiters up to ``confirm`` with True, or all of them with False (None)."""

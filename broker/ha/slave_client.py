@@ -177,6 +177,7 @@ class SlaveClient:
         broker_id: int,
         address: str,
         run_blocking: RunBlocking,
+        on_confirm: Callable[[int], None] | None = None,
     ) -> None:
         self._store = store
         self._epochs = epoch_file
@@ -186,6 +187,7 @@ class SlaveClient:
         self._broker_id = broker_id
         self._address = address
         self._run_blocking = run_blocking
+        self._on_confirm = on_confirm
         self._task: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._stopping = False
@@ -353,8 +355,11 @@ class SlaveClient:
                         case SendBytes(data=out):
                             ack = out
                         case UpdateConfirmOffset(offset=offset):
+                            advanced = offset > store.confirm_offset
                             store.confirm_offset = offset
                             self.master_confirm_offset = offset
+                            if advanced and self._on_confirm is not None:
+                                self._on_confirm(offset)
                         case AppendEpoch(epoch=epoch, start_offset=start):
                             await self._blocking(partial(self._epochs.append, epoch, start))
                         case TruncateLog(offset=offset):

@@ -63,6 +63,9 @@ def assert_replicas_equal(*nodes: Node) -> None:
 @scenario()
 async def master_replicates_to_two_slaves(nodes: list[Node]) -> None:
     a, b, c = nodes
+    heard: dict[int, list[int]] = {1: [], 2: [], 3: []}
+    for node in nodes:
+        node.ha.add_confirm_listener(heard[node.broker_id].append)
     await a.master(1)
     await b.slave_of(a, 1)
     await c.slave_of(a, 1)
@@ -79,6 +82,8 @@ async def master_replicates_to_two_slaves(nodes: list[Node]) -> None:
     )
     assert a.store.confirm_offset == end
     assert a.ha.slave_acks() == {2: end, 3: end}
+    for offsets in heard.values():  # each broker heard the confirm offset advance, in order
+        assert offsets and offsets[-1] == end and offsets == sorted(set(offsets))
     assert a.epochs.entries() == (EpochEntry(epoch=1, start_offset=0),)
 
 
