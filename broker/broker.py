@@ -61,6 +61,8 @@ class Broker:
                 propose_sync_state_set=self._propose_sync_state_set,
             )
             self.ctx.ha = self.ha
+            # Parked pulls wake when messages become visible (the confirm offset moved).
+            self.ha.add_confirm_listener(lambda _offset: self.ctx.waiters.notify_all())
             self.replicas = ReplicasManager(self.ctx, self.ha)
             self.ctx.topic_listeners.append(self.replicas.topics_changed)
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
@@ -102,7 +104,6 @@ class Broker:
         self.port = await self.server.start(cfg.listen_host, cfg.listen_port)
         if self.replicas is not None:
             self.replicas.start()
-            self._tasks.append(asyncio.create_task(self._confirm_watch(), name="confirm-watch"))
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         log.info(
@@ -154,18 +155,6 @@ class Broker:
     async def _propose_sync_state_set(self, members: frozenset[int]) -> int:
         assert self.replicas is not None
         return await self.replicas.alter_sync_state_set(members)
-
-    async def _confirm_watch(self) -> None:
-        """Wake parked pulls when the confirm offset moves (messages became visible)."""
-        assert self.ha is not None
-        last = self.ha.confirm_offset
-        while True:
-            await asyncio.sleep(0.01)
-            confirm = self.ha.confirm_offset
-            if confirm != last:
-                last = confirm
-                if self.ctx.waiters.waiting:
-                    self.ctx.waiters.notify_all()
 
     def _opened(self, conn: Connection) -> None:
         self.ctx.open_connections += 1
