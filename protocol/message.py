@@ -212,6 +212,18 @@ def make_msg_id(store_host: str, physical_offset: int) -> str:
     return _MSGID.pack(pack_host(store_host), physical_offset).hex().upper()
 
 
+class MsgIdMaker:
+    """Message ids for one store host, with the host packed once (the send path's version)."""
+
+    __slots__ = ("_host",)
+
+    def __init__(self, store_host: str) -> None:
+        self._host = pack_host(store_host)
+
+    def __call__(self, physical_offset: int) -> str:
+        return _MSGID.pack(self._host, physical_offset).hex().upper()
+
+
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
     """Inverse of :func:`make_msg_id`: (store host, physical offset)."""
     try:

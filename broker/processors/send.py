@@ -11,7 +11,7 @@ import structlog
 from broker.context import BrokerContext, WriteRefused
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, opt_str, req_str
-from protocol.message import Message, decode_properties, make_msg_id
+from protocol.message import Message, MsgIdMaker, decode_properties
 from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
@@ -22,6 +22,7 @@ log = structlog.get_logger(__name__)
 class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        self._msg_id = MsgIdMaker(ctx.cfg.listen)
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.SEND_MESSAGE, self.send_message)
@@ -35,22 +36,25 @@ class SendProcessor:
         body = req.body
         if not body:
             return self._error(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
-        props_raw = opt_str(h, "properties")
-        msg = Message(
-            topic=topic,
-            body=body,
-            keys=opt_str(h, "keys"),
-            tags=opt_str(h, "tags"),
-            properties=decode_properties(props_raw.encode()) if props_raw else {},
-            flag=opt_int(h, "flag", 0),
-            born_timestamp=opt_int(h, "bornTimestamp", 0),
-            born_host=opt_str(h, "bornHost") or conn.peer,
-        )
+        if len(h) == 2:  # topic and queueId only: the common case, nothing optional to read
+            msg = Message(topic=topic, body=body, born_host=conn.peer)
+        else:
+            props_raw = opt_str(h, "properties")
+            msg = Message(
+                topic=topic,
+                body=body,
+                keys=opt_str(h, "keys"),
+                tags=opt_str(h, "tags"),
+                properties=decode_properties(props_raw.encode()) if props_raw else {},
+                flag=opt_int(h, "flag", 0),
+                born_timestamp=opt_int(h, "bornTimestamp", 0),
+                born_host=opt_str(h, "bornHost") or conn.peer,
+            )
         result = self._put(req, topic, opt_int(h, "queueId", -1), [msg])
         if isinstance(result, Frame):
             return result
         header: Header = {
-            "msgId": make_msg_id(self.ctx.cfg.listen, result.physical_offsets[0]),
+            "msgId": self._msg_id(result.physical_offsets[0]),
             "queueId": result.queue_id,
             "queueOffset": result.first_queue_offset,
             "brokerName": self.ctx.cfg.broker_name,
@@ -65,8 +69,8 @@ class SendProcessor:
         result = self._put(req, topic, opt_int(h, "queueId", -1), messages)
         if isinstance(result, Frame):
             return result
-        host = self.ctx.cfg.listen
-        ids = [make_msg_id(host, off) for off in result.physical_offsets]
+        make_id = self._msg_id
+        ids = [make_id(off) for off in result.physical_offsets]
         header: Header = {
             "queueId": result.queue_id,
             "queueOffset": result.first_queue_offset,
