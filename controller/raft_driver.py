@@ -93,7 +93,7 @@ class RaftObserver:
     def snapshot_size(self, size: int) -> None:
         pass
 
-    def dropped(self, peer: NodeId, count: int) -> None:
+    def messages_dropped(self, peer: NodeId, count: int) -> None:
         pass
 
 
@@ -190,7 +190,7 @@ class RaftDriver:
             on_unreachable=self._on_unreachable,
             max_queue=cfg.peer_queue_messages,
             max_frame_bytes=cfg.max_frame_bytes,
-            on_dropped=self.observer.dropped,
+            on_dropped=self.observer.messages_dropped,
         )
         self.applied = 0
         snapshot = self.storage.snapshot()
@@ -315,7 +315,8 @@ class RaftDriver:
             self._pending[index] = (self.node.term, fut)
 
         self._submit(run)
-        return await asyncio.wait_for(fut, timeout)
+        async with asyncio.timeout(timeout):
+            return await fut
 
     async def read_index(self, timeout: float) -> None:
         """Return once this node's state machine reflects every write committed before the
@@ -335,7 +336,8 @@ class RaftDriver:
 
         try:
             self._submit(run)
-            await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                await fut
         finally:
             self._reads.pop(ctx, None)
 
@@ -383,7 +385,8 @@ class RaftDriver:
                 started.set_result(None)
 
         self._submit(run)
-        await asyncio.wait_for(started, timeout)
+        async with asyncio.timeout(timeout):
+            await started
         if target == self.id:
             return
         await self.wait_for(lambda: self.lead == target, timeout)
@@ -402,7 +405,8 @@ class RaftDriver:
             if self._pulse is None or self._pulse.done():
                 self._pulse = asyncio.get_running_loop().create_future()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._pulse), min(remaining, 0.1))
+                async with asyncio.timeout(min(remaining, 0.1)):
+                    await asyncio.shield(self._pulse)
 
     # --- inspection ----------------------------------------------------------------------------
 

@@ -69,11 +69,14 @@ class PeerLink:
         self._opaque = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
         self.connected = False
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"raft-peer-{self.peer}")
 
     async def stop(self) -> None:
+        self._stopping = True
+        self._ready.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -100,7 +103,8 @@ class PeerLink:
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
-        while True:
+        # The flag, not only cancel(): RemotingClient.connect's wait_for may swallow a cancel.
+        while not self._stopping:
             client = self._client
             if client is None or client.is_closed:
                 self.connected = False
@@ -120,6 +124,8 @@ class PeerLink:
                     continue
                 self._client = client
                 self.connected = True
+                if self._stopping:
+                    break
                 backoff = BACKOFF_MIN
             if not self._queue:
                 self._ready.clear()

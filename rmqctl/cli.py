@@ -13,6 +13,7 @@ import sys
 import click
 import structlog
 
+from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
 from rmqctl.message import consume_message, send_message
@@ -24,6 +25,15 @@ COMMANDS: list[click.Command] = [
     cluster_list,
     send_message,
     consume_message,
+    ctl.get_controller_metadata,
+    ctl.get_sync_state_set,
+    ctl.elect_master,
+    ctl.get_broker_epoch,
+    ctl.clean_broker_metadata,
+    ctl.get_controller_config,
+    ctl.add_controller,
+    ctl.remove_controller,
+    ctl.transfer_controller_leader,
 ]
 
 

@@ -234,3 +234,232 @@ class ControllerCluster:
     def stop(self) -> None:
         for proc in self.procs.values():
             proc.stop()
+
+
+# --- in-process controllers and fake brokers ------------------------------------------------
+
+
+def service_config(
+    node_id: str, peers: str, data_dir: Path, **overrides: Any
+) -> Any:  # ControllerConfig; Any keeps the import lazy for the process tests
+    from controller.config import ControllerConfig
+    from daemon.config import build
+
+    values: dict[str, Any] = {
+        "id": node_id,
+        "peers": peers,
+        "data_dir": str(data_dir),
+        "metrics_port": 0,
+        "fsync": False,
+        "scan_interval_ms": 50,
+        "broker_heartbeat_timeout_ms": 600,
+        "request_timeout_ms": 2000,
+        **FAST,
+    }
+    values.update(overrides)
+    return build(ControllerConfig, {}, values)
+
+
+class ServiceCluster:
+    """Controllers (server + driver + service) in this process, on loopback ports."""
+
+    def __init__(self, tmp: Path, ids: tuple[str, ...] = ("n0", "n1", "n2"), **overrides: Any):
+        self.tmp = tmp
+        self.overrides = overrides
+        self.ports = {i: free_port() for i in ids}
+        self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in self.ports.items())
+        self.nodes: dict[str, Any] = {}
+
+    @property
+    def addresses(self) -> str:
+        return ";".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def address(self, node_id: str) -> str:
+        return f"127.0.0.1:{self.ports[node_id]}"
+
+    async def start_node(self, node_id: str) -> Any:
+        from controller.app import Controller
+
+        cfg = service_config(
+            node_id, self.peers, self.tmp / f"controller-{node_id}", **self.overrides
+        )
+        node = Controller(cfg)
+        await node.start()
+        self.nodes[node_id] = node
+        return node
+
+    async def stop_node(self, node_id: str) -> None:
+        node = self.nodes.pop(node_id, None)
+        if node is not None:
+            await node.stop()
+
+    async def start(self) -> ServiceCluster:
+        for node_id in self.ports:
+            await self.start_node(node_id)
+        return self
+
+    async def stop(self) -> None:
+        for node_id in list(self.nodes):
+            await self.stop_node(node_id)
+
+    async def leader(self, timeout: float = 10.0) -> Any:
+        def agreed() -> bool:
+            active = [n for n in self.nodes.values() if n.driver.active]
+            return len(active) == 1 and all(
+                n.driver.lead == active[0].cfg.id for n in self.nodes.values()
+            )
+
+        await eventually(agreed, timeout, "one agreed active controller")
+        return next(n for n in self.nodes.values() if n.driver.active)
+
+    def followers(self) -> list[Any]:
+        return [n for n in self.nodes.values() if not n.driver.active]
+
+
+class FakeBroker:
+    """The controller-facing half of a broker: ids, registration, heartbeats, AlterSyncStateSet,
+    route registration, and a server that records NOTIFY_BROKER_ROLE_CHANGED pushes."""
+
+    def __init__(
+        self,
+        controllers: str,
+        broker_name: str = "broker-a",
+        *,
+        cluster: str = "DefaultCluster",
+        register_code: str | None = None,
+    ) -> None:
+        from client.bootstrap import Bootstrap
+        from remoting.client import ConnectionPool
+
+        self.controllers = controllers
+        self.broker_name = broker_name
+        self.cluster = cluster
+        self.register_code = register_code or f"code-{broker_name}-{id(self)}"
+        self.pool = ConnectionPool(2.0)
+        self.bootstrap = Bootstrap(controllers, self.pool, timeout=2.0, busy_rounds=8)
+        self.server = RemotingServer(name=f"fake-{broker_name}")
+        self.notifications: list[dict[str, Any]] = []
+        self.server.register(1008, self._on_notify)
+        self.address = ""
+        self.broker_id = -1
+        self.epoch = 0
+        self.max_offset = 0
+        self.priority = 0
+        self.timeout_ms = 0
+        self._beating: asyncio.Task[None] | None = None
+
+    def _on_notify(self, conn: Any, frame: Any) -> Any:
+        from protocol.remoting import response
+
+        body = msgpack.unpackb(frame.body) if frame.body else {}
+        self.notifications.append({**frame.header, **body})
+        return response(frame, 0)
+
+    async def start(self) -> FakeBroker:
+        port = await self.server.start("127.0.0.1", 0)
+        self.address = f"127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        await self.stop_heartbeats()
+        self.pool.close()
+        await self.server.stop()
+
+    async def call(self, code: int, header: dict[str, Any], body: bytes | None = None) -> Any:
+        return await self.bootstrap.call(code, header, body)
+
+    async def join(self) -> int:
+        """GetNextBrokerId, ApplyBrokerId, RegisterBroker: the broker's id."""
+        base = {"clusterName": self.cluster, "brokerName": self.broker_name}
+        resp = await self.call(1012, base)
+        broker_id = int(resp.header["nextBrokerId"])
+        await self.call(
+            1013, {**base, "appliedBrokerId": broker_id, "registerCheckCode": self.register_code}
+        )
+        self.broker_id = broker_id
+        await self.register()
+        return broker_id
+
+    async def register(self) -> Any:
+        return await self.call(
+            1003,
+            {
+                "clusterName": self.cluster,
+                "brokerName": self.broker_name,
+                "brokerId": self.broker_id,
+                "brokerAddress": self.address,
+            },
+        )
+
+    async def heartbeat(self) -> Any:
+        return await self.call(
+            904,
+            {
+                "clusterName": self.cluster,
+                "brokerName": self.broker_name,
+                "brokerId": self.broker_id,
+                "brokerAddress": self.address,
+                "epoch": self.epoch,
+                "maxOffset": self.max_offset,
+                "confirmOffset": self.max_offset,
+                "electionPriority": self.priority,
+                "heartbeatTimeoutMillis": self.timeout_ms,
+            },
+        )
+
+    def start_heartbeats(self, interval: float = 0.1) -> None:
+        async def beat() -> None:
+            while True:
+                try:
+                    await self.heartbeat()
+                except Exception:  # a controller election in progress; keep beating
+                    pass
+                await asyncio.sleep(interval)
+
+        if self._beating is None:
+            self._beating = asyncio.create_task(beat())
+
+    async def stop_heartbeats(self) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
+            await asyncio.gather(self._beating, return_exceptions=True)
+            self._beating = None
+
+    def close_connections(self) -> None:
+        """Drop every connection to the controllers (as a broker process dying would)."""
+        self.pool.close()
+
+    async def alter(self, members: list[int], master_epoch: int, ss_epoch: int) -> Any:
+        body = msgpack.packb({"syncStateSet": members, "syncStateSetEpoch": ss_epoch})
+        header = {
+            "brokerName": self.broker_name,
+            "masterBrokerId": self.broker_id,
+            "masterEpoch": master_epoch,
+        }
+        return await self.call(1001, header, body)
+
+    async def register_routes(self, topics: dict[str, int], address: str) -> Any:
+        """REGISTER_BROKER to one controller; returns the connection used."""
+        conn = await self.pool.get(address)
+        header = {
+            "clusterName": self.cluster,
+            "brokerName": self.broker_name,
+            "brokerId": self.broker_id,
+            "brokerAddress": self.address,
+        }
+        resp = await conn.request(103, header, msgpack.packb({"topics": topics}))
+        assert resp.code == 0, resp.header
+        return conn
+
+
+async def replica_info(controllers: str, broker_name: str) -> dict[str, Any]:
+    """CONTROLLER_GET_REPLICA_INFO through any controller: header and body merged."""
+    from client.bootstrap import Bootstrap
+    from remoting.client import ConnectionPool
+
+    pool = ConnectionPool(2.0)
+    try:
+        resp = await Bootstrap(controllers, pool, 2.0).call(1004, {"brokerName": broker_name})
+        return {**resp.header, **(msgpack.unpackb(resp.body) if resp.body else {})}
+    finally:
+        pool.close()

@@ -1,0 +1,84 @@
+"""One controller process: server, Raft driver, metadata state machine, service, metrics."""
+
+from __future__ import annotations
+
+import structlog
+
+from controller.codes import ControllerCode
+from controller.config import ControllerConfig
+from controller.metrics import ControllerMetrics
+from controller.raft_driver import DriverConfig, RaftDriver
+from controller.service import ControllerService
+from controller.state_machine import MetadataStateMachine
+from daemon.metrics import serve_metrics
+from remoting.server import RemotingServer, ServerLimits
+
+log = structlog.get_logger(__name__)
+
+
+def driver_config(cfg: ControllerConfig) -> DriverConfig:
+    return DriverConfig(
+        node_id=cfg.id,
+        peers=cfg.peer_map,
+        data_dir=cfg.data_dir,
+        join=cfg.join,
+        tick_ms=cfg.tick_ms,
+        heartbeat_ticks=cfg.heartbeat_ticks,
+        election_ticks_min=cfg.election_ticks_min,
+        election_ticks_max=cfg.election_ticks_max,
+        preferred_leader=cfg.preferred_leader or None,
+        snapshot_every=cfg.snapshot_every,
+        segment_bytes=cfg.raft_segment_bytes,
+        fsync=cfg.fsync,
+        max_append_bytes=cfg.max_append_bytes,
+        max_inflight=cfg.max_inflight_appends,
+        peer_queue_messages=cfg.peer_queue_messages,
+        max_frame_bytes=cfg.max_frame_bytes,
+    )
+
+
+class Controller:
+    """Construct (opens and recovers the Raft storage), then ``start()`` and ``stop()``."""
+
+    def __init__(self, cfg: ControllerConfig) -> None:
+        self.cfg = cfg
+        self.metrics = ControllerMetrics()
+        self.state_machine = MetadataStateMachine()
+        self.driver = RaftDriver(driver_config(cfg), self.state_machine, observer=self.metrics)
+        self.metrics.bind(self.driver)
+        self.server = RemotingServer(
+            ServerLimits(max_frame_bytes=cfg.max_frame_bytes), name="controller"
+        )
+        self.server.register(ControllerCode.RAFT_MESSAGE, self.driver.handle_raft_frame)
+        self.service = ControllerService(cfg, self.driver, self.state_machine, self.metrics)
+        self.service.register(self.server)
+        self.port = 0
+        self.metrics_port: int | None = None
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        self.port = await self.server.start(cfg.host, cfg.port)
+        await self.driver.start()
+        await self.service.start()
+        self.metrics_port = serve_metrics(self.metrics.registry, cfg.host, cfg.metrics_port)
+        status = self.driver.status()
+        log.info(
+            "controller serving",
+            id=cfg.id,
+            address=f"{cfg.host}:{self.port}",
+            group=cfg.group,
+            voters=list(status.conf_state.voters),
+            learners=list(status.conf_state.learners),
+            term=status.term,
+            last_index=status.last_index,
+            snapshot_index=self.driver.storage.snapshot_meta().index,
+            metrics_port=self.metrics_port,
+            data_dir=str(cfg.data_dir),
+            join=cfg.join,
+        )
+
+    async def stop(self) -> None:
+        await self.service.stop()
+        await self.server.stop()
+        await self.driver.stop()
+        log.info("controller stopped", id=self.cfg.id)

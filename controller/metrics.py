@@ -1,0 +1,164 @@
+"""The controller's Prometheus metrics, on a registry of its own.
+
+Raft figures are read from the driver at scrape time (plain ints); per-group and liveness figures
+are refreshed by the service's scan on the event loop, so the scrape thread never walks the
+state machine's dicts while the loop changes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from controller.metadata import ReplicaInfo
+from controller.raft import NodeId, Role
+from controller.raft_driver import RaftDriver, RaftObserver
+
+FSYNC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class ControllerMetrics(RaftObserver):
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.term = Gauge("rmq_controller_raft_term", "Current Raft term", registry=r)
+        self.role = Gauge(
+            "rmq_controller_raft_role", "1 for this node's current Raft role", ["role"], registry=r
+        )
+        self.commit_index = Gauge(
+            "rmq_controller_raft_commit_index", "Highest Raft log index known committed", registry=r
+        )
+        self.applied_index = Gauge(
+            "rmq_controller_raft_applied_index",
+            "Highest Raft log index applied to the state machine",
+            registry=r,
+        )
+        self.last_index = Gauge(
+            "rmq_controller_raft_last_index", "Last index of the local Raft log", registry=r
+        )
+        self.elections = Counter(
+            "rmq_controller_raft_elections_total",
+            "Elections this node started as a candidate",
+            registry=r,
+        )
+        self.leader_changes = Counter(
+            "rmq_controller_raft_leader_changes_total",
+            "Times this node saw a new Raft leader",
+            registry=r,
+        )
+        self.fsync_seconds = Histogram(
+            "rmq_controller_raft_fsync_seconds",
+            "Time to make one Ready durable (group fsync)",
+            buckets=FSYNC_BUCKETS,
+            registry=r,
+        )
+        self.snapshot_bytes = Gauge(
+            "rmq_controller_raft_snapshot_size_bytes", "Size of the latest snapshot", registry=r
+        )
+        self.dropped_total = Counter(
+            "rmq_controller_raft_messages_dropped_total",
+            "Raft messages dropped because a peer was unreachable or slow",
+            ["peer"],
+            registry=r,
+        )
+        self.members = Gauge(
+            "rmq_controller_raft_members", "Members of the Raft group", ["kind"], registry=r
+        )
+        self.active = Gauge(
+            "rmq_controller_active", "1 on the active controller (the Raft leader)", registry=r
+        )
+        self.brokers_alive = Gauge(
+            "rmq_controller_brokers_alive",
+            "Brokers alive by heartbeat (known on the active controller only)",
+            registry=r,
+        )
+        self.route_registrations = Gauge(
+            "rmq_controller_route_registrations",
+            "Live REGISTER_BROKER registrations on this controller",
+            registry=r,
+        )
+        self.master_epoch = Gauge(
+            "rmq_controller_group_master_epoch",
+            "Master epoch of a broker group",
+            ["broker_name"],
+            registry=r,
+        )
+        self.sync_state_set_size = Gauge(
+            "rmq_controller_group_sync_state_set_size",
+            "Members of a broker group's SyncStateSet",
+            ["broker_name"],
+            registry=r,
+        )
+        self.has_master = Gauge(
+            "rmq_controller_group_has_master",
+            "1 while a broker group has a master",
+            ["broker_name"],
+            registry=r,
+        )
+        self.master_elections = Counter(
+            "rmq_controller_master_elections_total",
+            "Broker master elections decided by this controller",
+            ["broker_name", "result"],
+            registry=r,
+        )
+        self.requests = Counter(
+            "rmq_controller_requests_total",
+            "Requests answered, by request code and response code",
+            ["request", "code"],
+            registry=r,
+        )
+        self.notifications = Counter(
+            "rmq_controller_role_notifications_total",
+            "NOTIFY_BROKER_ROLE_CHANGED pushes to brokers",
+            ["result"],
+            registry=r,
+        )
+        self._groups: set[str] = set()
+
+    def bind(self, driver: RaftDriver) -> None:
+        """Read the Raft figures from ``driver`` at scrape time."""
+        self.term.set_function(lambda: driver.node.term)
+        self.commit_index.set_function(lambda: driver.node.commit_index)
+        self.applied_index.set_function(lambda: driver.applied)
+        self.last_index.set_function(lambda: driver.node.log.last_index())
+        self.active.set_function(lambda: 1.0 if driver.active else 0.0)
+        for role in Role:
+            self.role.labels(role=role.value).set_function(_is_role(driver, role))
+        self.members.labels(kind="voter").set_function(lambda: len(driver.conf_state.voters))
+        self.members.labels(kind="learner").set_function(lambda: len(driver.conf_state.learners))
+
+    # RaftObserver ------------------------------------------------------------------------------
+
+    def fsync(self, seconds: float) -> None:
+        self.fsync_seconds.observe(seconds)
+
+    def campaign(self) -> None:
+        self.elections.inc()
+
+    def leader_changed(self, leader: NodeId | None) -> None:
+        self.leader_changes.inc()
+
+    def snapshot_size(self, size: int) -> None:
+        self.snapshot_bytes.set(size)
+
+    def messages_dropped(self, peer: NodeId, count: int) -> None:
+        self.dropped_total.labels(peer=peer).inc(count)
+
+    # Refreshed by the service's scan ------------------------------------------------------------
+
+    def refresh_groups(self, groups: Iterable[ReplicaInfo]) -> None:
+        seen: set[str] = set()
+        for info in groups:
+            name = info.broker_name
+            seen.add(name)
+            self.master_epoch.labels(broker_name=name).set(info.master_epoch)
+            self.sync_state_set_size.labels(broker_name=name).set(len(info.sync_state_set))
+            self.has_master.labels(broker_name=name).set(0 if info.master_broker_id is None else 1)
+        for gone in self._groups - seen:
+            for gauge in (self.master_epoch, self.sync_state_set_size, self.has_master):
+                gauge.remove(gone)
+        self._groups = seen
+
+
+def _is_role(driver: RaftDriver, role: Role) -> Callable[[], float]:
+    return lambda: 1.0 if driver.role is role else 0.0

@@ -1,0 +1,134 @@
+"""The route service's table: which broker serves which topics, as brokers registered them.
+
+Soft state, on every controller and never replicated: every broker sends REGISTER_BROKER (103)
+to every controller, periodically and after a topic change. A registration expires
+``expiry_ms`` after the last one, and at once when the connection it came on closes (the broker
+died or went away), as RocketMQ's name server does.
+
+Routes combine it with the replicated metadata: the master of a group is whatever the
+controllers' state machine says (``MasterLookup``), never what a broker claims. Time is an int of
+milliseconds passed in; nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MasterLookup = Callable[[str], tuple[int | None, str | None]]
+"""``broker_name -> (master broker id, master address)``, both None while there is no master."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registration:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+    topics: Mapping[str, int]
+    connection_id: int
+    at_ms: int
+
+
+class RouteTable:
+    def __init__(self, *, expiry_ms: int) -> None:
+        if expiry_ms <= 0:
+            raise ValueError("expiry_ms must be positive")
+        self.expiry_ms = expiry_ms
+        self._regs: dict[tuple[str, int], Registration] = {}
+
+    def __len__(self) -> int:
+        return len(self._regs)
+
+    def register(
+        self,
+        *,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        address: str,
+        topics: Mapping[str, int],
+        connection_id: int,
+        now_ms: int,
+    ) -> None:
+        """Record (or refresh) a broker's registration; its topic list replaces the old one."""
+        self._regs[(broker_name, broker_id)] = Registration(
+            cluster=cluster,
+            broker_name=broker_name,
+            broker_id=broker_id,
+            address=address,
+            topics=dict(topics),
+            connection_id=connection_id,
+            at_ms=now_ms,
+        )
+
+    def connection_closed(self, connection_id: int) -> list[tuple[str, int]]:
+        """Drop the registrations made over this connection; returns their keys, sorted."""
+        gone = sorted(k for k, r in self._regs.items() if r.connection_id == connection_id)
+        for key in gone:
+            del self._regs[key]
+        return gone
+
+    def forget(self, broker_name: str, broker_ids: frozenset[int] | None = None) -> None:
+        """Drop a cleaned group's (or some of its brokers') registrations."""
+        for key in [k for k in self._regs if k[0] == broker_name]:
+            if broker_ids is None or key[1] in broker_ids:
+                del self._regs[key]
+
+    def expire(self, now_ms: int) -> list[tuple[str, int]]:
+        """Drop registrations older than the expiry; returns their keys, sorted."""
+        gone = sorted(k for k, r in self._regs.items() if now_ms - r.at_ms > self.expiry_ms)
+        for key in gone:
+            del self._regs[key]
+        return gone
+
+    def registrations(self, now_ms: int) -> list[Registration]:
+        """Live registrations, by (broker name, broker id)."""
+        self.expire(now_ms)
+        return [self._regs[k] for k in sorted(self._regs)]
+
+    def route(self, topic: str, masters: MasterLookup, now_ms: int) -> dict[str, Any] | None:
+        """The GET_ROUTEINFO_BY_TOPIC document, or None when no live broker has the topic.
+
+        Every group with a registration listing the topic is in it; ``queues`` is the master's
+        registered count (the largest among the group's brokers while the master has not
+        registered it); ``slaves`` are the other registered brokers of the group.
+        """
+        groups: dict[str, list[Registration]] = {}
+        for reg in self.registrations(now_ms):
+            if topic in reg.topics:
+                groups.setdefault(reg.broker_name, []).append(reg)
+        if not groups:
+            return None
+        brokers = []
+        for name in sorted(groups):
+            regs = groups[name]
+            master_id, master_address = masters(name)
+            by_master = [r for r in regs if r.broker_id == master_id]
+            queues = by_master[0].topics[topic] if by_master else max(r.topics[topic] for r in regs)
+            slaves = sorted(r.address for r in regs if r.broker_id != master_id)
+            brokers.append(
+                {
+                    "brokerName": name,
+                    "masterAddress": master_address,
+                    "slaves": slaves,
+                    "queues": queues,
+                }
+            )
+        return {"topic": topic, "brokers": brokers}
+
+    def cluster_info(self, masters: MasterLookup, now_ms: int) -> dict[str, Any]:
+        """The GET_BROKER_CLUSTER_INFO document: every live registered broker and its role."""
+        clusters: dict[str, list[dict[str, Any]]] = {}
+        for reg in self.registrations(now_ms):
+            master_id, _ = masters(reg.broker_name)
+            clusters.setdefault(reg.cluster, []).append(
+                {
+                    "brokerName": reg.broker_name,
+                    "brokerId": reg.broker_id,
+                    "address": reg.address,
+                    "role": "MASTER" if reg.broker_id == master_id else "SLAVE",
+                }
+            )
+        return {"clusters": clusters}

@@ -1,0 +1,734 @@
+"""The controller service: every request of docs/protocol.md "Controller requests".
+
+Request handling (the decisions are the state machine's, :mod:`controller.metadata`):
+
+- writes (1012, 1013, 1003, 1002, 1001, 1011, and the membership requests) are served by the
+  active controller only: validated against applied state, the event appended to the Raft log,
+  the answer given once it is applied (``Decision.settle``). A follower answers
+  CONTROLLER_NOT_LEADER (2007) with ``leaderAddress`` when it knows the leader;
+- BROKER_HEARTBEAT (904) feeds the active controller's BrokerLiveTable; the connection it came
+  on closing makes the broker inactive at once;
+- GET_SYNC_STATE_DATA (1006) needs liveness, so the active controller answers it, after a
+  read-index barrier; GET_REPLICA_INFO (1004) and the routes (105, 106) are answered by any
+  controller: the leader after a read-index barrier (linearizable), a follower from what it has
+  applied;
+- a scan every ``scan_interval_ms`` (and at once after a broker turned inactive or alive) runs
+  the elections ``elections_needed`` asks for; after any master change the active controller
+  pushes NOTIFY_BROKER_ROLE_CHANGED (1008) to every broker of the group (best effort: brokers
+  also poll with 1004);
+- REGISTER_BROKER (103) fills the route table (soft state) on every controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgpack
+import structlog
+
+from controller.codes import ControllerCode
+from controller.config import ControllerConfig
+from controller.documents import (
+    group_body,
+    group_header,
+    info_body,
+    info_header,
+    role_notification,
+    sync_state_document,
+)
+from controller.metadata import (
+    Applied,
+    BrokerLiveTable,
+    Decision,
+    ReplicaInfo,
+    elections_needed,
+    encode_event,
+)
+from controller.metrics import ControllerMetrics
+from controller.raft import ConfChangeRejected, ProposalDropped, Role, TransferRejected
+from controller.raft_driver import DriverStopped, NotLeaderError, ProposalLost, RaftDriver
+from controller.routes import RouteTable
+from controller.state_machine import MetadataStateMachine
+from protocol.codes import RequestCode, ResponseCode, code_name
+from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
+from protocol.remoting import Frame, Header, Scalar, response
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+from remoting.server import Connection, RemotingServer, error_response
+
+log = structlog.get_logger(__name__)
+
+R = TypeVar("R")
+AsyncHandler = Callable[[Connection, Frame], Awaitable[Frame]]
+
+_CID = "controller.connection_id"
+
+
+class Refused(Exception):
+    """Answer the request with ``code`` now (raised anywhere inside a handler)."""
+
+    def __init__(self, code: int, remark: str, header: Header | None = None) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+        self.header = header or {}
+
+
+def _opt_bool(header: Mapping[str, Scalar], name: str) -> bool:
+    value = header.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise FieldError(f"header field {name!r} must be true or false")
+    return value
+
+
+def _unpack_body(req: Frame) -> dict[str, Any]:
+    if not req.body:
+        return {}
+    try:
+        doc = msgpack.unpackb(req.body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise Refused(
+            ResponseCode.CONTROLLER_INVALID_REQUEST, f"undecodable body: {type(exc).__name__}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "body must be a map")
+    return doc
+
+
+def _id_list(value: Any, what: str) -> frozenset[int]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, f"{what} must be a list of ints")
+    return frozenset(value)
+
+
+class ControllerService:
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        driver: RaftDriver,
+        state_machine: MetadataStateMachine,
+        metrics: ControllerMetrics | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cfg = cfg
+        self.driver = driver
+        self.sm = state_machine
+        self.manager = state_machine.manager
+        self.metrics = metrics
+        self._clock = clock
+        self.live = BrokerLiveTable(default_timeout_ms=cfg.broker_heartbeat_timeout_ms)
+        self.routes = RouteTable(expiry_ms=cfg.route_expiry_ms)
+        self.pool = ConnectionPool(connect_timeout=cfg.notify_timeout_ms / 1000)
+        self._timeout = cfg.request_timeout_ms / 1000
+        self._conn_ids = itertools.count(1)
+        self._in_flight: set[str] = set()
+        self._scan_now = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._scan_task: asyncio.Task[None] | None = None
+        driver.on_active_change.append(self._active_changed)
+        state_machine.on_master_changed.append(self._master_changed)
+        state_machine.on_cleaned.append(self._cleaned)
+
+    # --- wiring ----------------------------------------------------------------------------
+
+    def register(self, server: RemotingServer) -> None:
+        handlers: dict[int, AsyncHandler] = {
+            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self.get_next_broker_id,
+            RequestCode.CONTROLLER_APPLY_BROKER_ID: self.apply_broker_id,
+            RequestCode.CONTROLLER_REGISTER_BROKER: self.register_broker,
+            RequestCode.CONTROLLER_ELECT_MASTER: self.elect_master,
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self.alter_sync_state_set,
+            RequestCode.CONTROLLER_GET_REPLICA_INFO: self.get_replica_info,
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self.get_sync_state_data,
+            RequestCode.CONTROLLER_GET_METADATA_INFO: self.get_metadata_info,
+            RequestCode.CLEAN_BROKER_DATA: self.clean_broker_data,
+            RequestCode.REGISTER_BROKER: self.register_routes,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            ControllerCode.GET_CONTROLLER_CONFIG: self.get_controller_config,
+            ControllerCode.ADD_CONTROLLER: self.add_controller,
+            ControllerCode.REMOVE_CONTROLLER: self.remove_controller,
+            ControllerCode.TRANSFER_CONTROLLER_LEADER: self.transfer_leader,
+        }
+        for code, handler in handlers.items():
+            server.register(code, self._guarded(handler))
+        server.register(RequestCode.BROKER_HEARTBEAT, self.broker_heartbeat)
+        server.on_open.append(self._connection_opened)
+        server.on_close.append(self._connection_closed)
+
+    async def start(self) -> None:
+        self._scan_task = asyncio.create_task(self._scan_loop(), name="controller-scan")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._scan_task, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._scan_task = None
+        self.pool.close()
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _guarded(self, handler: AsyncHandler) -> Callable[[Connection, Frame], Awaitable[Frame]]:
+        async def run(conn: Connection, req: Frame) -> Frame:
+            try:
+                resp = await handler(conn, req)
+            except Refused as refused:
+                resp = response(req, refused.code, {"remark": refused.remark, **refused.header})
+            except DriverStopped:
+                resp = error_response(
+                    req, ResponseCode.SERVICE_NOT_AVAILABLE, "controller is stopping"
+                )
+            self._count(req, resp)
+            return resp
+
+        return run
+
+    def _count(self, req: Frame, resp: Frame) -> None:
+        if self.metrics is not None:
+            try:
+                request = RequestCode(req.code).name
+            except ValueError:
+                try:
+                    request = ControllerCode(req.code).name
+                except ValueError:
+                    request = str(req.code)
+            self.metrics.requests.labels(request=request, code=code_name(resp.code)).inc()
+
+    # --- leadership ------------------------------------------------------------------------
+
+    def _redirect(self) -> Refused:
+        lead = self.driver.lead
+        header: Header = {}
+        address = self.driver.leader_address
+        if lead is not None and lead != self.driver.id and address:
+            header["leaderAddress"] = address
+            remark = f"{self.driver.id} is not the active controller; the leader is {lead}"
+        else:
+            remark = f"{self.driver.id} is not the active controller; no leader known"
+        return Refused(ResponseCode.CONTROLLER_NOT_LEADER, remark, header)
+
+    async def _require_active(self) -> None:
+        """Return on the active controller; a leader that has not applied its term's first
+        entry yet is waited for briefly. Refused with 2007 elsewhere."""
+        driver = self.driver
+        if driver.active:
+            return
+        if driver.role is Role.LEADER:
+            with contextlib.suppress(TimeoutError):
+                await driver.wait_for(
+                    lambda: driver.active or driver.role is not Role.LEADER, self._timeout
+                )
+            if driver.active:
+                return
+        raise self._redirect()
+
+    async def _barrier(self) -> None:
+        """Linearizable read on the leader: wait until applied state covers every write
+        committed before now."""
+        try:
+            await self.driver.read_index(self._timeout)
+        except (NotLeaderError, TimeoutError):
+            raise Refused(
+                ResponseCode.SYSTEM_BUSY, "read barrier not confirmed by a quorum; retry"
+            ) from None
+
+    async def _settle(self, decision: Decision[R]) -> Decision[R]:
+        """Append the decision's event, wait until it is applied, and settle the decision."""
+        if not decision.events:
+            return decision
+        data = encode_event(decision.events[0])
+        try:
+            outcome = await self.driver.propose(data, self._timeout)
+        except NotLeaderError:
+            raise self._redirect() from None
+        except (ProposalDropped, ProposalLost) as exc:
+            raise Refused(ResponseCode.SYSTEM_BUSY, f"not committed: {exc}; retry") from None
+        except TimeoutError:
+            if not self.driver.active:
+                raise self._redirect() from None
+            raise Refused(
+                ResponseCode.SYSTEM_BUSY, "the Raft log did not commit in time; retry"
+            ) from None
+        assert isinstance(outcome, Applied)
+        return decision.settle([outcome])
+
+    def _alive(self) -> Callable[[str, int], bool]:
+        return self.live.alive_predicate(self.now_ms())
+
+    @staticmethod
+    def _refuse(decision: Decision[Any]) -> Refused:
+        return Refused(decision.code, decision.remark or code_name(decision.code))
+
+    # --- broker id and registration --------------------------------------------------------
+
+    async def get_next_broker_id(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        h = req.header
+        d = self.manager.get_next_broker_id(req_str(h, "clusterName"), req_str(h, "brokerName"))
+        if not d.ok or d.response is None:
+            raise self._refuse(d)
+        return response(req, ResponseCode.SUCCESS, {"nextBrokerId": d.response.next_broker_id})
+
+    async def apply_broker_id(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        h = req.header
+        d = self.manager.apply_broker_id(
+            req_str(h, "clusterName"),
+            req_str(h, "brokerName"),
+            req_int(h, "appliedBrokerId"),
+            opt_str(h, "registerCheckCode"),
+            opt_str(h, "brokerAddress"),
+        )
+        d = await self._settle(d)
+        if not d.ok:
+            raise self._refuse(d)
+        return response(req, ResponseCode.SUCCESS)
+
+    async def register_broker(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        h = req.header
+        name = req_str(h, "brokerName")
+        broker_id = req_int(h, "brokerId")
+        d = self.manager.register_broker(
+            req_str(h, "clusterName"),
+            name,
+            broker_id,
+            req_str(h, "brokerAddress"),
+            alive=self._alive(),
+        )
+        d = await self._settle(d)
+        if not d.ok or d.response is None:
+            raise self._refuse(d)
+        r = d.response
+        header = group_header(
+            master_broker_id=r.master_broker_id,
+            master_address=r.master_address,
+            master_epoch=r.master_epoch,
+            sync_state_set_epoch=r.sync_state_set_epoch,
+        )
+        header["brokerId"] = r.broker_id
+        info = self.manager.replica_info(name)
+        body = group_body(r.sync_state_set, info.replicas if info is not None else ())
+        return response(req, ResponseCode.SUCCESS, header, body)
+
+    def broker_heartbeat(self, conn: Connection, req: Frame) -> Frame:
+        """BROKER_HEARTBEAT: answered at once (no Raft round trip); may be oneway."""
+        resp = self._heartbeat(conn, req)
+        self._count(req, resp)
+        return resp
+
+    def _heartbeat(self, conn: Connection, req: Frame) -> Frame:
+        driver = self.driver
+        if driver.role is not Role.LEADER:
+            refused = self._redirect()
+            return response(req, refused.code, {"remark": refused.remark, **refused.header})
+        h = req.header
+        name = req_str(h, "brokerName")
+        broker_id = req_int(h, "brokerId")
+        info = self.manager.replica_info(name)
+        if info is None or all(r.broker_id != broker_id for r in info.replicas):
+            return error_response(
+                req,
+                ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                f"broker {broker_id} of {name} is not registered",
+            )
+        revived = self.live.on_heartbeat(
+            cluster=opt_str(h, "clusterName"),
+            broker_name=name,
+            broker_id=broker_id,
+            address=opt_str(h, "brokerAddress"),
+            now_ms=self.now_ms(),
+            epoch=opt_int(h, "epoch", 0),
+            max_offset=opt_int(h, "maxOffset", 0),
+            confirm_offset=opt_int(h, "confirmOffset", 0),
+            election_priority=opt_int(h, "electionPriority", 0),
+            timeout_ms=opt_int(h, "heartbeatTimeoutMillis", 0),
+            connection_id=self._connection_id(conn),
+        )
+        if revived:
+            log.info("broker alive", broker_name=name, broker_id=broker_id)
+            self._scan_now.set()
+        return response(req, ResponseCode.SUCCESS)
+
+    # --- elections and the SyncStateSet ----------------------------------------------------
+
+    async def elect_master(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        h = req.header
+        name = req_str(h, "brokerName")
+        designated: int | None = None
+        if _opt_bool(h, "designateElect"):
+            designated = req_int(h, "brokerId")
+        d = self.manager.elect_master(
+            name,
+            alive_replicas=self.live.election_view(name, self.now_ms()),
+            designated_broker_id=designated,
+            enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+        )
+        settled = await self._settle(d)
+        self._count_election(name, settled, "admin" if designated is not None else "request")
+        info = settled.response
+        if info is None:
+            raise self._refuse(settled)
+        header = info_header(info)
+        if settled.remark and not settled.ok:
+            header["remark"] = settled.remark
+        return response(req, settled.code, header, info_body(info))
+
+    async def alter_sync_state_set(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        h = req.header
+        body = _unpack_body(req)
+        if "syncStateSet" not in body:
+            raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "body needs syncStateSet")
+        members = _id_list(body["syncStateSet"], "syncStateSet")
+        ss_epoch = body.get("syncStateSetEpoch")
+        if type(ss_epoch) is not int:
+            raise Refused(
+                ResponseCode.CONTROLLER_INVALID_REQUEST, "body needs syncStateSetEpoch (int)"
+            )
+        d = self.manager.alter_sync_state_set(
+            req_str(h, "brokerName"),
+            req_int(h, "masterBrokerId"),
+            req_int(h, "masterEpoch"),
+            members,
+            ss_epoch,
+            self._alive(),
+        )
+        d = await self._settle(d)
+        if not d.ok or d.response is None:
+            raise self._refuse(d)
+        r = d.response
+        packed: bytes = msgpack.packb({"syncStateSet": sorted(r.sync_state_set)})
+        return response(
+            req, ResponseCode.SUCCESS, {"syncStateSetEpoch": r.sync_state_set_epoch}, packed
+        )
+
+    async def clean_broker_data(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        h = req.header
+        ids_text = opt_str(h, "brokerIds")
+        ids: set[int] = set()
+        for part in ids_text.split(";"):
+            part = part.strip()
+            if not part:
+                continue
+            if not part.lstrip("-").isdigit():
+                raise Refused(
+                    ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                    f"brokerIds must be ids separated by ';', not {ids_text!r}",
+                )
+            ids.add(int(part))
+        d = self.manager.clean_broker_data(
+            opt_str(h, "clusterName") or None,
+            req_str(h, "brokerName"),
+            frozenset(ids) or None,
+            alive=self._alive(),
+            clean_living_broker=_opt_bool(h, "cleanLivingBroker"),
+        )
+        d = await self._settle(d)
+        if not d.ok:
+            raise self._refuse(d)
+        return response(req, ResponseCode.SUCCESS)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    async def _read_view(self) -> None:
+        """The leader serves reads after a read-index barrier; a follower from its state."""
+        if self.driver.role is Role.LEADER:
+            await self._require_active()
+            await self._barrier()
+
+    async def get_replica_info(self, conn: Connection, req: Frame) -> Frame:
+        name = req_str(req.header, "brokerName")
+        await self._read_view()
+        d = self.manager.get_replica_info(name)
+        if not d.ok or d.response is None:
+            raise self._refuse(d)
+        return response(req, ResponseCode.SUCCESS, info_header(d.response), info_body(d.response))
+
+    async def get_sync_state_data(self, conn: Connection, req: Frame) -> Frame:
+        name = req_str(req.header, "brokerName")
+        await self._require_active()  # liveness is known to the active controller only
+        await self._barrier()
+        found = self.manager.get_sync_state_data([name]).response or {}
+        info = found.get(name)
+        if info is None:
+            raise Refused(
+                ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                f"broker set {name} has no metadata",
+            )
+        doc = sync_state_document(info, self._alive())
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    def metadata_document(self) -> dict[str, Any]:
+        """``getControllerMetaData``'s JSON, plus ``learners`` (ids) and ``self`` (this node)."""
+        driver = self.driver
+        return {
+            "group": self.cfg.group,
+            "leaderId": driver.lead,
+            "leaderAddress": driver.leader_address,
+            "term": driver.term,
+            "peers": driver.member_addresses(),
+            "learners": list(driver.conf_state.learners),
+            "self": driver.id,
+        }
+
+    async def get_metadata_info(self, conn: Connection, req: Frame) -> Frame:
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(self.metadata_document()))
+
+    async def get_controller_config(self, conn: Connection, req: Frame) -> Frame:
+        doc = {
+            f.name: (str(v) if isinstance(v, Path) else v)
+            for f in dataclasses.fields(self.cfg)
+            for v in [getattr(self.cfg, f.name)]
+        }
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    # --- routes ----------------------------------------------------------------------------
+
+    def _master_of(self, broker_name: str) -> tuple[int | None, str | None]:
+        info = self.manager.replica_info(broker_name)
+        if info is None or info.master_broker_id is None:
+            return None, None
+        return info.master_broker_id, info.master_address
+
+    async def register_routes(self, conn: Connection, req: Frame) -> Frame:
+        h = req.header
+        body = _unpack_body(req)
+        topics = body.get("topics") or {}
+        if not isinstance(topics, dict) or not all(
+            isinstance(k, str) and type(v) is int and v > 0 for k, v in topics.items()
+        ):
+            raise Refused(
+                ResponseCode.CONTROLLER_INVALID_REQUEST, "topics must map names to queue counts"
+            )
+        self.routes.register(
+            cluster=req_str(h, "clusterName"),
+            broker_name=req_str(h, "brokerName"),
+            broker_id=req_int(h, "brokerId"),
+            address=req_str(h, "brokerAddress"),
+            topics=topics,
+            connection_id=self._connection_id(conn),
+            now_ms=self.now_ms(),
+        )
+        return response(req, ResponseCode.SUCCESS)
+
+    async def _route_view(self) -> None:
+        # Routes stay available without a quorum: on a barrier failure the leader answers from
+        # its applied state like a follower does.
+        if self.driver.active:
+            with contextlib.suppress(Refused):
+                await self._barrier()
+
+    async def get_route(self, conn: Connection, req: Frame) -> Frame:
+        topic = req_str(req.header, "topic")
+        await self._route_view()
+        doc = self.routes.route(topic, self._master_of, self.now_ms())
+        if doc is None:
+            raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    async def get_cluster_info(self, conn: Connection, req: Frame) -> Frame:
+        await self._route_view()
+        doc = self.routes.cluster_info(self._master_of, self.now_ms())
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    # --- membership ------------------------------------------------------------------------
+
+    async def _membership(self, req: Frame, change: Awaitable[Any]) -> Frame:
+        try:
+            await change
+        except NotLeaderError:
+            raise self._redirect() from None
+        except (ConfChangeRejected, TransferRejected) as exc:
+            raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
+        except (ProposalDropped, ProposalLost) as exc:
+            raise Refused(ResponseCode.SYSTEM_BUSY, f"{exc}; retry") from None
+        except TimeoutError:
+            raise Refused(ResponseCode.SYSTEM_BUSY, "did not complete in time") from None
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(self.metadata_document()))
+
+    async def add_controller(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        node_id = req_str(req.header, "id")
+        address = req_str(req.header, "address")
+        # A joining node catches up before it is promoted: allow it more than one write.
+        timeout = max(10.0, 3 * self._timeout)
+        return await self._membership(req, self.driver.add_member(node_id, address, timeout))
+
+    async def remove_controller(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        node_id = req_str(req.header, "id")
+        if node_id not in self.driver.conf_state.members():
+            raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, f"{node_id} is not a member")
+        return await self._membership(req, self.driver.remove_member(node_id, self._timeout))
+
+    async def transfer_leader(self, conn: Connection, req: Frame) -> Frame:
+        await self._require_active()
+        target = req_str(req.header, "id")
+        return await self._membership(
+            req, self.driver.transfer_leadership(target, max(self._timeout, 5.0))
+        )
+
+    # --- connections, leadership and the scan ----------------------------------------------
+
+    def _connection_id(self, conn: Connection) -> int:
+        cid = conn.attrs.get(_CID)
+        if not isinstance(cid, int):
+            cid = next(self._conn_ids)
+            conn.attrs[_CID] = cid
+        return cid
+
+    def _connection_opened(self, conn: Connection) -> None:
+        self._connection_id(conn)
+
+    def _connection_closed(self, conn: Connection) -> None:
+        cid = conn.attrs.get(_CID)
+        if not isinstance(cid, int):
+            return
+        self.routes.connection_closed(cid)
+        inactive = self.live.on_connection_closed(cid)
+        if inactive:
+            log.info("broker connection closed", brokers=inactive)
+            self._scan_now.set()
+
+    def _active_changed(self, active: bool) -> None:
+        if active:
+            self.live.became_active(self.now_ms())
+            self._scan_now.set()
+        else:
+            self.live.became_standby()
+
+    def _cleaned(self, broker_name: str, broker_ids: frozenset[int] | None) -> None:
+        self.live.forget(broker_name, broker_ids)
+        self.routes.forget(broker_name, broker_ids)
+
+    def _master_changed(self, broker_name: str) -> None:
+        info = self.manager.replica_info(broker_name)
+        if info is not None:
+            log.info(
+                "master changed",
+                broker_name=broker_name,
+                master=info.master_broker_id,
+                master_epoch=info.master_epoch,
+            )
+        if self.driver.active and info is not None:
+            self._spawn(self._notify(info), f"notify-{broker_name}")
+
+    async def _notify(self, info: ReplicaInfo) -> None:
+        header, body = role_notification(info)
+        timeout = self.cfg.notify_timeout_ms / 1000
+
+        async def push(address: str) -> None:
+            try:
+                conn = await self.pool.get(address)
+                resp = await conn.request(
+                    RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header, body, timeout
+                )
+                result = "ok" if resp.code == ResponseCode.SUCCESS else "refused"
+            except (RemotingError, OSError, ValueError) as exc:
+                log.debug("role notification failed", address=address, error=str(exc))
+                self.pool.drop(address)
+                result = "unreachable"
+            if self.metrics is not None:
+                self.metrics.notifications.labels(result=result).inc()
+
+        addresses = sorted({r.address for r in info.replicas if r.address})
+        await asyncio.gather(*(push(a) for a in addresses))
+
+    async def _scan_loop(self) -> None:
+        interval = self.cfg.scan_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that races a wake-up.
+            timer = loop.call_later(interval, self._scan_now.set)
+            try:
+                await self._scan_now.wait()
+            finally:
+                timer.cancel()
+            self._scan_now.clear()
+            try:
+                self.scan()
+            except Exception:
+                log.exception("controller scan failed")
+
+    def scan(self) -> None:
+        """One pass: expire soft state, refresh metrics, start the elections needed."""
+        now = self.now_ms()
+        self.routes.expire(now)
+        groups = self.manager.replica_infos()
+        if self.metrics is not None:
+            self.metrics.refresh_groups(groups)
+            self.metrics.route_registrations.set(len(self.routes))
+        if not self.driver.active:
+            if self.metrics is not None:
+                self.metrics.brokers_alive.set(0)
+            return
+        if self.metrics is not None:
+            self.metrics.brokers_alive.set(
+                sum(
+                    1
+                    for g in groups
+                    for r in g.replicas
+                    if self.live.is_alive(g.broker_name, r.broker_id, now)
+                )
+            )
+        for key in self.live.expired(now):
+            log.info("broker heartbeat timed out", broker_name=key[0], broker_id=key[1])
+        for request in elections_needed(
+            groups,
+            self.live,
+            now,
+            enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+            in_flight=frozenset(self._in_flight),
+        ):
+            self._in_flight.add(request.broker_name)
+            self._spawn(
+                self._elect(request.broker_name, request.reason), f"elect-{request.broker_name}"
+            )
+
+    async def _elect(self, broker_name: str, reason: str) -> None:
+        try:
+            d = self.manager.elect_master(
+                broker_name,
+                alive_replicas=self.live.election_view(broker_name, self.now_ms()),
+                enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+            )
+            if not d.events:
+                return
+            log.info("electing a master", broker_name=broker_name, reason=reason)
+            try:
+                settled = await self._settle(d)
+            except Refused as exc:
+                log.warning("election not committed", broker_name=broker_name, error=exc.remark)
+                return
+            self._count_election(broker_name, settled, "controller")
+        finally:
+            self._in_flight.discard(broker_name)
+
+    def _count_election(self, broker_name: str, d: Decision[Any], trigger: str) -> None:
+        if self.metrics is None:
+            return
+        result = "elected" if d.ok else code_name(d.code).lower()
+        self.metrics.master_elections.labels(broker_name=broker_name, result=result).inc()
+        if d.ok:
+            log.info("master elected", broker_name=broker_name, trigger=trigger)

@@ -1,0 +1,386 @@
+"""Controller commands: getControllerMetaData, getSyncStateSet, electMaster, getBrokerEpoch,
+cleanBrokerMetadata, getControllerConfig, addController, removeController,
+transferControllerLeader.
+
+Requests go to whichever controller answers, following CONTROLLER_NOT_LEADER (2007) to the
+leader; JSON shapes are DESIGN.md section 8's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import click
+import msgpack
+
+from client.bootstrap import Bootstrap, describe_failure, parse_addresses
+from client.errors import ClientError
+from controller.codes import ControllerCode
+from protocol.codes import RequestCode
+from protocol.remoting import Frame, Scalar
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError, ResponseError
+from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
+
+TIMEOUT = 5.0
+MEMBERSHIP_TIMEOUT = 20.0
+METADATA_KEYS = ("group", "leaderId", "leaderAddress", "term", "peers")
+
+
+def _body(frame: Frame, what: str) -> Any:
+    try:
+        return msgpack.unpackb(frame.body or b"\x80", raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise ClientError(f"malformed {what} answer: {type(exc).__name__}") from None
+
+
+async def _call(
+    addresses: str,
+    code: int,
+    header: Mapping[str, Scalar] | None = None,
+    timeout: float = TIMEOUT,
+) -> Frame:
+    pool = ConnectionPool(timeout)
+    try:
+        return await Bootstrap(addresses, pool, timeout).call(code, header, timeout=timeout)
+    finally:
+        pool.close()
+
+
+def _metadata_doc(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ClientError("malformed controller metadata")
+    return {key: raw.get(key) for key in METADATA_KEYS}
+
+
+def _metadata_human(raw: Mapping[str, Any]) -> str:
+    leader = raw.get("leaderId")
+    learners = set(raw.get("learners") or ())
+    peers: Mapping[str, str] = raw.get("peers") or {}
+    rows = [
+        [
+            node_id,
+            peers[node_id],
+            "leader" if node_id == leader else "learner" if node_id in learners else "follower",
+        ]
+        for node_id in sorted(peers)
+    ]
+    head = (
+        f"Group: {raw.get('group')}  Term: {raw.get('term')}  "
+        f"Leader: {leader or '-'} ({raw.get('leaderAddress') or 'unknown'})"
+    )
+    return head + "\n" + table(["ID", "Address", "Role"], rows)
+
+
+def _sync_state_human(doc: Mapping[str, Any]) -> str:
+    master = doc.get("masterBrokerId")
+    head = (
+        f"Broker: {doc.get('brokerName')}  Master: {master if master is not None else '-'} "
+        f"({doc.get('masterAddress') or 'none'})  MasterEpoch: {doc.get('masterEpoch')}  "
+        f"SyncStateSet: {doc.get('syncStateSet')} (epoch {doc.get('syncStateSetEpoch')})"
+    )
+    rows = [
+        [
+            r["brokerId"],
+            r["address"],
+            "MASTER" if r["brokerId"] == master else "SLAVE",
+            "yes" if r["alive"] else "no",
+            "yes" if r["inSync"] else "no",
+        ]
+        for r in doc.get("replicas") or ()
+    ]
+    return head + "\n" + table(["BID", "Address", "Role", "Alive", "InSync"], rows)
+
+
+async def _sync_state(addresses: str, broker_name: str) -> dict[str, Any]:
+    resp = await _call(
+        addresses, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {"brokerName": broker_name}
+    )
+    doc = _body(resp, "sync state")
+    if not isinstance(doc, dict):
+        raise ClientError("malformed sync state answer")
+    return doc
+
+
+broker_name_option = click.option(
+    "-b", "--broker-name", required=True, metavar="NAME", help="Broker group name."
+)
+
+
+@click.command("getControllerMetaData", short_help="Show the controller group and its leader.")
+@addresses_option
+@pass_settings
+def get_controller_metadata(settings: Settings, addresses: str) -> None:
+    """Show the Raft group of the controllers: its leader, term and members.
+
+    Prints {"group", "leaderId", "leaderAddress", "term", "peers": {id: addr}}.
+    """
+
+    async def work() -> Any:
+        return _body(
+            await _call(addresses, RequestCode.CONTROLLER_GET_METADATA_INFO), "controller metadata"
+        )
+
+    raw = run(work())
+    emit(settings, _metadata_doc(raw), lambda: _metadata_human(raw))
+
+
+@click.command("getSyncStateSet", short_help="Show a broker group's master and SyncStateSet.")
+@addresses_option
+@broker_name_option
+@pass_settings
+def get_sync_state_set(settings: Settings, addresses: str, broker_name: str) -> None:
+    """Show a broker group's master, epochs, SyncStateSet and replicas (alive, in sync).
+
+    Prints {"brokerName", "masterBrokerId", "masterAddress", "masterEpoch",
+    "syncStateSetEpoch", "syncStateSet", "replicas": [{"brokerId", "address", "alive",
+    "inSync"}]}.
+    """
+    doc = run(_sync_state(addresses, broker_name))
+    emit(settings, doc, lambda: _sync_state_human(doc))
+
+
+@click.command("electMaster", short_help="Elect a broker group's master (optionally a given one).")
+@addresses_option
+@broker_name_option
+@click.option(
+    "-i",
+    "--broker-id",
+    type=int,
+    default=None,
+    metavar="ID",
+    help="The broker to make master (default: the controller's choice).",
+)
+@pass_settings
+def elect_master(
+    settings: Settings, addresses: str, broker_name: str, broker_id: int | None
+) -> None:
+    """Run an election for a broker group; with -i the named broker must be a candidate
+    (alive, and in the SyncStateSet unless unclean election is enabled).
+
+    Prints the getSyncStateSet document after the election.
+    """
+
+    async def work() -> dict[str, Any]:
+        header: dict[str, Scalar] = {"brokerName": broker_name}
+        if broker_id is not None:
+            header["brokerId"] = broker_id
+            header["designateElect"] = True
+        await _call(addresses, RequestCode.CONTROLLER_ELECT_MASTER, header)
+        return await _sync_state(addresses, broker_name)
+
+    doc = run(work())
+    emit(settings, doc, lambda: _sync_state_human(doc))
+
+
+@click.command("getBrokerEpoch", short_help="Show every replica's epoch entries and offsets.")
+@addresses_option
+@broker_name_option
+@pass_settings
+def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> None:
+    """Ask the controllers for a group's replicas, then each broker for its epoch cache.
+
+    Prints [{"brokerId", "address", "role", "maxOffset", "confirmOffset", "epochs":
+    [{"epoch", "startOffset", "endOffset"}]}]; a broker that cannot be reached has an
+    "error" field instead of figures.
+    """
+
+    async def work() -> list[dict[str, Any]]:
+        resp = await _call(
+            addresses, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": broker_name}
+        )
+        info = _body(resp, "replica info")
+        replicas = info.get("replicas") if isinstance(info, dict) else None
+        if not isinstance(replicas, list):
+            raise ClientError("the controller did not list the group's replicas")
+        pool = ConnectionPool(TIMEOUT)
+        try:
+            return list(await asyncio.gather(*(_epoch_cache(pool, r) for r in replicas)))
+        finally:
+            pool.close()
+
+    docs = run(work())
+    emit(settings, docs, lambda: _epochs_human(docs))
+
+
+async def _epoch_cache(pool: ConnectionPool, replica: Mapping[str, Any]) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "brokerId": replica.get("brokerId"),
+        "address": replica.get("address"),
+        "role": None,
+        "maxOffset": None,
+        "confirmOffset": None,
+        "epochs": [],
+    }
+    address = replica.get("address")
+    if not isinstance(address, str) or not address:
+        return doc | {"error": "no address registered"}
+    try:
+        conn = await pool.get(address)
+        resp = await conn.call(RequestCode.GET_BROKER_EPOCH_CACHE, timeout=TIMEOUT)
+    except ResponseError as exc:
+        return doc | {"error": str(exc)}
+    except RemotingError as exc:
+        return doc | {"error": describe_failure(exc)}
+    body = _body(resp, "epoch cache")
+    if not isinstance(body, dict):
+        return doc | {"error": "malformed epoch cache answer"}
+    for key in ("role", "maxOffset", "confirmOffset", "epochs"):
+        if key in body:
+            doc[key] = body[key]
+    return doc
+
+
+def _epochs_human(docs: list[dict[str, Any]]) -> str:
+    rows = []
+    for d in docs:
+        if "error" in d:
+            rows.append([d["brokerId"], d["address"], "-", "-", "-", f"error: {d['error']}"])
+            continue
+        epochs = ", ".join(
+            f"{e.get('epoch')}@{e.get('startOffset')}-{e.get('endOffset')}"
+            for e in d.get("epochs") or ()
+        )
+        rows.append(
+            [d["brokerId"], d["address"], d["role"], d["maxOffset"], d["confirmOffset"], epochs]
+        )
+    return table(["BID", "Address", "Role", "MaxOffset", "ConfirmOffset", "Epochs"], rows)
+
+
+@click.command("cleanBrokerMetadata", short_help="Forget dead brokers (or a dead group).")
+@addresses_option
+@broker_name_option
+@click.option(
+    "-i",
+    "--broker-ids",
+    default="",
+    metavar='"1;2"',
+    help="Broker ids to forget, ';'-separated (default: the whole group).",
+)
+@click.option("-c", "--cluster", default=None, metavar="CLUSTER", help="The group's cluster.")
+@click.option(
+    "-l", "--clean-living-broker", is_flag=True, help="Also forget brokers that are alive."
+)
+@pass_settings
+def clean_broker_metadata(
+    settings: Settings,
+    addresses: str,
+    broker_name: str,
+    broker_ids: str,
+    cluster: str | None,
+    clean_living_broker: bool,
+) -> None:
+    """Remove brokers (or with no -i the whole group) from the controllers' metadata.
+
+    Prints {"ok": true}.
+    """
+    ids = [p.strip() for p in broker_ids.split(";") if p.strip()]
+    if not all(p.isdigit() for p in ids):
+        raise click.BadParameter("must be broker ids separated by ';'", param_hint="-i")
+
+    async def work() -> None:
+        header: dict[str, Scalar] = {
+            "brokerName": broker_name,
+            "brokerIds": ";".join(ids),
+            "cleanLivingBroker": clean_living_broker,
+        }
+        if cluster:
+            header["clusterName"] = cluster
+        await _call(addresses, RequestCode.CLEAN_BROKER_DATA, header)
+
+    run(work())
+    emit(settings, {"ok": True}, lambda: f"cleaned {broker_name} {';'.join(ids) or '(all)'}")
+
+
+@click.command("getControllerConfig", short_help="Show every controller's configuration.")
+@addresses_option
+@pass_settings
+def get_controller_config(settings: Settings, addresses: str) -> None:
+    """Ask every controller of -a for its configuration.
+
+    Prints {address: {key: value}}; a controller that cannot be reached has {"error": reason}.
+    Fails when none answers.
+    """
+
+    async def one(address: str) -> dict[str, Any]:
+        pool = ConnectionPool(TIMEOUT)
+        try:
+            conn = await pool.get(address)
+            resp = await conn.call(ControllerCode.GET_CONTROLLER_CONFIG, timeout=TIMEOUT)
+        except ResponseError as exc:
+            return {"error": str(exc)}
+        except (RemotingError, ValueError) as exc:
+            return {"error": describe_failure(exc)}
+        finally:
+            pool.close()
+        doc = _body(resp, "controller config")
+        return doc if isinstance(doc, dict) else {"error": "malformed answer"}
+
+    async def work() -> dict[str, dict[str, Any]]:
+        targets = parse_addresses(addresses)
+        found = await asyncio.gather(*(one(a) for a in targets))
+        return dict(zip(targets, found, strict=True))
+
+    docs = run(work())
+    if all("error" in d for d in docs.values()):
+        reasons = "; ".join(f"{a}: {d['error']}" for a, d in docs.items())
+        raise CommandError(f"no controller answered: {reasons}")
+
+    def human() -> str:
+        parts = []
+        for address, doc in docs.items():
+            parts.append(f"== {address} ==")
+            if "error" in doc:
+                parts.append(f"error: {doc['error']}")
+            else:
+                parts.append(table(["Key", "Value"], [[k, doc[k]] for k in sorted(doc)]))
+        return "\n".join(parts)
+
+    emit(settings, docs, human)
+
+
+node_id_option = click.option("--id", "node_id", required=True, metavar="nX", help="Node id.")
+
+
+def _membership(settings: Settings, addresses: str, code: int, header: dict[str, Scalar]) -> None:
+    async def work() -> Any:
+        resp = await _call(addresses, code, header, timeout=MEMBERSHIP_TIMEOUT)
+        return _body(resp, "controller metadata")
+
+    raw = run(work())
+    emit(settings, _metadata_doc(raw), lambda: _metadata_human(raw))
+
+
+@click.command("addController", short_help="Add a controller to the Raft group.")
+@addresses_option
+@node_id_option
+@click.option("--address", required=True, metavar="HOST:PORT", help="The new controller's address.")
+@pass_settings
+def add_controller(settings: Settings, addresses: str, node_id: str, address: str) -> None:
+    """Add a controller (started with --join) as a learner; the leader promotes it to voter
+    once it has caught up. Prints the getControllerMetaData document afterwards."""
+    _membership(
+        settings, addresses, ControllerCode.ADD_CONTROLLER, {"id": node_id, "address": address}
+    )
+
+
+@click.command("removeController", short_help="Remove a controller from the Raft group.")
+@addresses_option
+@node_id_option
+@pass_settings
+def remove_controller(settings: Settings, addresses: str, node_id: str) -> None:
+    """Remove a controller from the Raft group (stop its process afterwards). Prints the
+    getControllerMetaData document afterwards."""
+    _membership(settings, addresses, ControllerCode.REMOVE_CONTROLLER, {"id": node_id})
+
+
+@click.command("transferControllerLeader", short_help="Hand Raft leadership to a controller.")
+@addresses_option
+@node_id_option
+@pass_settings
+def transfer_controller_leader(settings: Settings, addresses: str, node_id: str) -> None:
+    """Make the named voter the leader (the active controller) once it has caught up.
+    Prints the getControllerMetaData document afterwards."""
+    _membership(settings, addresses, ControllerCode.TRANSFER_CONTROLLER_LEADER, {"id": node_id})

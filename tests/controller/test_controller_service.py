@@ -1,0 +1,392 @@
+"""The controller service over the wire: three in-process controllers and fake brokers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from client.errors import BrokerError
+from protocol.codes import RequestCode, ResponseCode
+from remoting.client import RemotingClient
+from tests.controller.support import FakeBroker, ServiceCluster, eventually, replica_info
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[ServiceCluster]:
+    c = ServiceCluster(tmp_path)
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.stop()
+
+
+@pytest.fixture
+async def brokers(cluster: ServiceCluster) -> AsyncIterator[list[FakeBroker]]:
+    made = [await FakeBroker(cluster.addresses).start() for _ in range(3)]
+    try:
+        yield made
+    finally:
+        for b in made:
+            await b.stop()
+
+
+def alive(controller: Any, broker: FakeBroker) -> bool:
+    service = controller.service
+    return bool(service.live.is_alive(broker.broker_name, broker.broker_id, service.now_ms()))
+
+
+async def group(cluster: ServiceCluster, name: str = "broker-a") -> dict[str, Any]:
+    return await replica_info(cluster.addresses, name)
+
+
+async def elected_group(cluster: ServiceCluster, brokers: list[FakeBroker]) -> dict[str, Any]:
+    """Every broker joined and heart-beating, a first master elected; returns the group."""
+    for b in brokers:
+        await b.join()
+        b.start_heartbeats()
+    await cluster.leader()
+
+    async def has_master() -> dict[str, Any]:
+        while True:
+            info = await group(cluster)
+            if info["masterBrokerId"] != -1:
+                return info
+            await asyncio.sleep(0.02)
+
+    return await asyncio.wait_for(has_master(), 10)
+
+
+async def test_apply_broker_id_is_a_compare_and_set_on_the_register_code(
+    cluster: ServiceCluster,
+) -> None:
+    a = await FakeBroker(cluster.addresses, register_code="A").start()
+    b = await FakeBroker(cluster.addresses, register_code="B").start()
+    try:
+        assert await a.join() == 1
+        base = {"clusterName": "DefaultCluster", "brokerName": "broker-a"}
+        # Another broker claiming id 1 is refused; the owner may apply again (a retry).
+        with pytest.raises(BrokerError) as info:
+            await b.call(1013, {**base, "appliedBrokerId": 1, "registerCheckCode": "B"})
+        assert info.value.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID
+        await a.call(1013, {**base, "appliedBrokerId": 1, "registerCheckCode": "A"})
+        assert await b.join() == 2
+        # Registering an id nobody applied for answers 2010.
+        with pytest.raises(BrokerError) as info:
+            await b.call(1003, {**base, "brokerId": 7, "brokerAddress": "127.0.0.1:1"})
+        assert info.value.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
+        doc = await group(cluster)
+        assert [(r["brokerId"], r["address"]) for r in doc["replicas"]] == [
+            (1, a.address),
+            (2, b.address),
+        ]
+        # Every controller applied the same state.
+        await eventually(
+            lambda: all(
+                n.state_machine.manager.snapshot()
+                == cluster.nodes["n0"].state_machine.manager.snapshot()
+                for n in cluster.nodes.values()
+            ),
+            5,
+            "identical state machines",
+        )
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_heartbeats_elect_a_first_master_and_every_broker_is_notified(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    info = await elected_group(cluster, brokers)
+    assert info["masterEpoch"] == 1
+    assert info["syncStateSet"] == [info["masterBrokerId"]]
+    master = brokers[info["masterBrokerId"] - 1]
+    assert info["masterAddress"] == master.address
+    for b in brokers:
+        await eventually(lambda b=b: len(b.notifications) > 0, 5, "role notification")
+        note = b.notifications[-1]
+        assert note["masterBrokerId"] == master.broker_id
+        assert note["masterEpoch"] == 1
+        assert note["masterAddress"] == master.address
+        assert note["syncStateSet"] == [master.broker_id]
+
+
+async def test_a_silent_master_is_replaced_by_an_in_sync_slave(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    info = await elected_group(cluster, brokers)
+    master = brokers[info["masterBrokerId"] - 1]
+    slave = next(b for b in brokers if b is not master)
+    resp = await master.alter([master.broker_id, slave.broker_id], 1, info["syncStateSetEpoch"])
+    assert resp.header["syncStateSetEpoch"] == info["syncStateSetEpoch"] + 1
+    assert msgpack.unpackb(resp.body)["syncStateSet"] == sorted([master.broker_id, slave.broker_id])
+    await master.stop_heartbeats()  # silent, connection still open: the timeout decides
+    await eventually(lambda: bool(slave.notifications), 5, "first notification")
+
+    async def new_master() -> dict[str, Any]:
+        while True:
+            doc = await group(cluster)
+            if doc["masterBrokerId"] == slave.broker_id:
+                return doc
+            await asyncio.sleep(0.05)
+
+    doc = await asyncio.wait_for(new_master(), 10)
+    assert doc["masterEpoch"] == 2
+    assert doc["syncStateSet"] == [slave.broker_id]
+    await eventually(
+        lambda: slave.notifications[-1]["masterBrokerId"] == slave.broker_id, 5, "notification"
+    )
+
+
+async def test_a_closed_master_connection_triggers_an_election_at_once(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    made = brokers[:2]
+    for b in made:
+        b.timeout_ms = 60_000  # far longer than the test: only the close can explain it
+    info = await elected_group(cluster, made)
+    master = made[info["masterBrokerId"] - 1]
+    slave = next(b for b in made if b is not master)
+    await master.alter([1, 2], 1, info["syncStateSetEpoch"])
+    await master.stop_heartbeats()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    master.close_connections()
+    while (await group(cluster))["masterBrokerId"] != slave.broker_id:
+        assert loop.time() - started < 5, "no election after the master's connection closed"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judging_brokers(
+    tmp_path: Path,
+) -> None:
+    c = ServiceCluster(tmp_path, broker_heartbeat_timeout_ms=1500)
+    await c.start()
+    made = [await FakeBroker(c.addresses).start() for _ in range(2)]
+    try:
+        info = await elected_group(c, made)
+        master = made[info["masterBrokerId"] - 1]
+        slave = next(b for b in made if b is not master)
+        await master.alter([1, 2], 1, info["syncStateSetEpoch"])
+        old = await c.leader()
+        # The master dies together with the active controller; the slave keeps beating.
+        await master.stop_heartbeats()
+        master.close_connections()
+        await c.stop_node(old.cfg.id)
+        loop = asyncio.get_running_loop()
+        new = await c.leader()
+        active_at = loop.time()
+        assert new.service.live.in_grace(new.service.now_ms())
+        while (await group(c))["masterBrokerId"] != slave.broker_id:
+            await asyncio.sleep(0.02)
+        waited = loop.time() - active_at
+        # The new controller never heard from the master: it is judged dead only when the
+        # grace period (one heartbeat timeout) is over, never at once from an empty table.
+        assert waited >= 1.2, waited
+        assert waited < 6, waited
+    finally:
+        for b in made:
+            await b.stop()
+        await c.stop()
+
+
+async def test_alter_sync_state_set_is_validated_over_the_wire(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    info = await elected_group(cluster, brokers)
+    master = brokers[info["masterBrokerId"] - 1]
+    slave, other = (b for b in brokers if b is not master)
+    ss_epoch = info["syncStateSetEpoch"]
+
+    async def code_of(broker: FakeBroker, members: list[int], m_epoch: int, s_epoch: int) -> int:
+        try:
+            await broker.alter(members, m_epoch, s_epoch)
+        except BrokerError as exc:
+            return exc.code
+        return 0
+
+    both = sorted([master.broker_id, slave.broker_id])
+    assert await code_of(master, both, 0, ss_epoch) == ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH
+    assert (
+        await code_of(master, both, 1, ss_epoch + 5)
+        == ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH
+    )
+    assert await code_of(slave, both, 1, ss_epoch) == ResponseCode.CONTROLLER_INVALID_MASTER
+    assert (
+        await code_of(master, [master.broker_id, 9], 1, ss_epoch)
+        == ResponseCode.CONTROLLER_INVALID_REPLICAS
+    )
+    leader = await cluster.leader()
+    await other.stop_heartbeats()
+    other.close_connections()
+    await eventually(lambda: not alive(leader, other), 5, "the closed broker to be inactive")
+    with_dead = sorted([master.broker_id, other.broker_id])
+    assert await code_of(master, with_dead, 1, ss_epoch) == ResponseCode.CONTROLLER_BROKER_NOT_ALIVE
+    assert await code_of(master, both, 1, ss_epoch) == 0
+    doc = await group(cluster)
+    assert doc["syncStateSet"] == both and doc["syncStateSetEpoch"] == ss_epoch + 1
+    # A body that is not a SyncStateSet is an invalid request, not a crash.
+    conn = await RemotingClient.connect(leader.cfg.peer_map[leader.cfg.id])
+    try:
+        resp = await conn.request(
+            1001,
+            {"brokerName": "broker-a", "masterBrokerId": 1, "masterEpoch": 1},
+            b"\xc1garbage",
+        )
+        assert resp.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+    finally:
+        conn.close()
+
+
+async def test_followers_redirect_writes_to_the_leader_and_serve_reads(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    await elected_group(cluster, brokers[:1])
+    leader = await cluster.leader()
+    leader_address = cluster.address(leader.cfg.id)
+    for follower in cluster.followers():
+        conn = await RemotingClient.connect(cluster.address(follower.cfg.id))
+        try:
+            for code, header in [
+                (1012, {"clusterName": "DefaultCluster", "brokerName": "broker-a"}),
+                (1002, {"brokerName": "broker-a"}),
+                (1006, {"brokerName": "broker-a"}),
+                (904, {"brokerName": "broker-a", "brokerId": 1}),
+            ]:
+                resp = await conn.request(code, header)
+                assert resp.code == ResponseCode.CONTROLLER_NOT_LEADER, (code, resp.header)
+                assert resp.header["leaderAddress"] == leader_address
+            # Reads it can serve: replica info and the controller metadata.
+            await eventually(lambda f=follower: f.driver.applied >= leader.driver.applied, 5)
+            resp = await conn.request(1004, {"brokerName": "broker-a"})
+            assert resp.code == 0 and resp.header["masterBrokerId"] == 1
+            resp = await conn.request(1005)
+            meta = msgpack.unpackb(resp.body)
+            assert meta["leaderId"] == leader.cfg.id
+            assert meta["leaderAddress"] == leader_address
+            assert meta["peers"] == {i: cluster.address(i) for i in ("n0", "n1", "n2")}
+        finally:
+            conn.close()
+
+
+async def test_sync_state_data_describes_the_group_with_liveness(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    info = await elected_group(cluster, brokers[:2])
+    resp = await brokers[0].call(1006, {"brokerName": "broker-a"})
+    doc = msgpack.unpackb(resp.body)
+    master = info["masterBrokerId"]
+    assert doc == {
+        "brokerName": "broker-a",
+        "masterBrokerId": master,
+        "masterAddress": brokers[master - 1].address,
+        "masterEpoch": 1,
+        "syncStateSetEpoch": info["syncStateSetEpoch"],
+        "syncStateSet": [master],
+        "replicas": [
+            {
+                "brokerId": b.broker_id,
+                "address": b.address,
+                "alive": True,
+                "inSync": b.broker_id == master,
+            }
+            for b in brokers[:2]
+        ],
+    }
+    with pytest.raises(BrokerError) as err:
+        await brokers[0].call(1006, {"brokerName": "nope"})
+    assert err.value.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST
+
+
+async def test_routes_come_from_broker_registrations_with_the_master_from_the_state_machine(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    info = await elected_group(cluster, brokers[:2])
+    master = brokers[info["masterBrokerId"] - 1]
+    slave = next(b for b in brokers[:2] if b is not master)
+    other = FakeBroker(cluster.addresses, "broker-b")
+    await other.start()
+    try:
+        await other.join()  # no heartbeats: broker-b never gets a master
+        conns = {}
+        for node_id in cluster.nodes:
+            address = cluster.address(node_id)
+            await master.register_routes({"T": 4, "M": 2}, address)
+            await slave.register_routes({"T": 4}, address)
+            conns[node_id] = await other.register_routes({"T": 8}, address)
+        for node_id in cluster.nodes:
+            conn = await RemotingClient.connect(cluster.address(node_id))
+            try:
+                resp = await conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
+                assert resp.code == 0
+                assert msgpack.unpackb(resp.body) == {
+                    "topic": "T",
+                    "brokers": [
+                        {
+                            "brokerName": "broker-a",
+                            "masterAddress": master.address,
+                            "slaves": [slave.address],
+                            "queues": 4,
+                        },
+                        {
+                            "brokerName": "broker-b",
+                            "masterAddress": None,
+                            "slaves": [other.address],
+                            "queues": 8,
+                        },
+                    ],
+                }
+                resp = await conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "M"})
+                assert [b["brokerName"] for b in msgpack.unpackb(resp.body)["brokers"]] == [
+                    "broker-a"
+                ]
+                resp = await conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "none"})
+                assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+                resp = await conn.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+                members = msgpack.unpackb(resp.body)["clusters"]["DefaultCluster"]
+                assert {(m["brokerName"], m["address"], m["role"]) for m in members} == {
+                    ("broker-a", master.address, "MASTER"),
+                    ("broker-a", slave.address, "SLAVE"),
+                    ("broker-b", other.address, "SLAVE"),
+                }
+            finally:
+                conn.close()
+        # A broker whose connection closes leaves the routes at once.
+        other.close_connections()
+        for node in cluster.nodes.values():
+            await eventually(
+                lambda node=node: (
+                    node.service.routes.route("T", node.service._master_of, node.service.now_ms())[
+                        "brokers"
+                    ][-1]["brokerName"]
+                    == "broker-a"
+                ),
+                5,
+                "broker-b to leave the routes",
+            )
+    finally:
+        await other.stop()
+
+
+async def test_clean_broker_data_forgets_a_dead_broker(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    await elected_group(cluster, brokers[:2])
+    dead = brokers[1] if (await group(cluster))["masterBrokerId"] == 1 else brokers[0]
+    base = {"clusterName": "DefaultCluster", "brokerName": "broker-a"}
+    with pytest.raises(BrokerError) as err:
+        await brokers[2].call(1011, {**base, "brokerIds": str(dead.broker_id)})
+    assert err.value.code == ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA  # alive
+    leader = await cluster.leader()
+    await dead.stop_heartbeats()
+    dead.close_connections()
+    await eventually(lambda: not alive(leader, dead), 5, "the closed broker to be inactive")
+    await brokers[2].call(1011, {**base, "brokerIds": str(dead.broker_id)})
+    doc = await group(cluster)
+    assert [r["brokerId"] for r in doc["replicas"]] == [3 - dead.broker_id]
