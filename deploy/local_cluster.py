@@ -18,6 +18,26 @@ VAR = Path(os.environ.get("RMQ_VAR", ROOT / "var"))
 BIN = Path(sys.executable).parent
 
 BROKER_LISTEN = "127.0.0.1:10911"
+CONTROLLERS = {"n0": "127.0.0.1:9878", "n1": "127.0.0.1:9868", "n2": "127.0.0.1:9858"}
+CONTROLLER_PEERS = ";".join(f"{node_id}-{address}" for node_id, address in CONTROLLERS.items())
+CONTROLLER_ADDRESSES = ";".join(CONTROLLERS.values())
+
+
+def controllers() -> list[tuple[str, list[str]]]:
+    return [
+        (
+            f"controller-{node_id}",
+            [
+                str(BIN / "rmq-controller"),
+                "--id", node_id,
+                "--peers", CONTROLLER_PEERS,
+                "--data-dir", str(VAR / f"controller-{node_id}"),
+                "--metrics-port", str(9200 + i),
+                "--log-format", "console",
+            ],
+        )
+        for i, node_id in enumerate(CONTROLLERS)
+    ]  # fmt: skip
 
 
 def processes() -> list[tuple[str, list[str]]]:
@@ -30,11 +50,12 @@ def processes() -> list[tuple[str, list[str]]]:
         "--metrics-port", "9300",
         "--log-format", "console",
     ]  # fmt: skip
-    return [("broker-a", broker)]
+    return [*controllers(), ("broker-a", broker)]
 
 
 def banner() -> str:
     a = BROKER_LISTEN
+    c = CONTROLLER_ADDRESSES
     return f"""
 Local cluster starting (data under {VAR}). Try, in another terminal:
 
@@ -44,6 +65,12 @@ Local cluster starting (data under {VAR}). Try, in another terminal:
   .venv/bin/rmqctl -a {a} topicRoute -t TopicTest
   .venv/bin/rmqctl -a {a} clusterList
   curl -s http://127.0.0.1:9300/metrics | grep rmq_broker_messages_in_total
+
+Controllers (n0..n2, Raft group; metrics on 9200..9202):
+
+  .venv/bin/rmqctl -a "{c}" getControllerMetaData
+  .venv/bin/rmqctl --json -a "{c}" getControllerConfig
+  curl -s http://127.0.0.1:9200/metrics | grep rmq_controller_raft_term
 
 Ctrl-C stops the cluster cleanly.
 """

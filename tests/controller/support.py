@@ -205,16 +205,27 @@ class ControllerProc(Daemon):
 
 
 class ControllerCluster:
-    """Three ``rmq-controller`` processes on loopback; stop() ends each by its PID."""
+    """``rmq-controller`` processes on loopback sharing one TOML config; stop() ends each by
+    its PID."""
 
-    def __init__(self, tmp: Path, ids: tuple[str, ...] = ("n0", "n1", "n2"), **kw: Any) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        ids: tuple[str, ...] = ("n0", "n1", "n2"),
+        config: dict[str, Any] | None = None,
+    ) -> None:
         self.tmp = tmp
         self.ports = {i: free_port() for i in ids}
         self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in self.ports.items())
-        self.procs = {
-            i: ControllerProc(tmp, i, p, self.peers, tuple(kw.get("extra", ())))
-            for i, p in self.ports.items()
-        }
+        self.config_path = tmp / "controller.toml"
+        lines = [f"{k} = {_toml(v)}" for k, v in (config or {}).items()]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        self.procs = {i: self.make(i, p, self.peers) for i, p in self.ports.items()}
+
+    def make(self, node_id: str, port: int, peers: str, *extra: str) -> ControllerProc:
+        return ControllerProc(
+            self.tmp, node_id, port, peers, ("--config", str(self.config_path), *extra)
+        )
 
     @property
     def addresses(self) -> str:
@@ -225,15 +236,69 @@ class ControllerCluster:
             proc.start()
         for proc in self.procs.values():
             wait_until(
-                lambda proc=proc: proc.alive() and port_open(proc.port),
-                30,
-                f"{proc.name} to listen",
+                lambda proc=proc: _listening(proc), 30, f"{proc.name} to listen on {proc.port}"
             )
         return self
 
     def stop(self) -> None:
         for proc in self.procs.values():
             proc.stop()
+
+
+def _listening(proc: ControllerProc) -> bool:
+    if not proc.alive():
+        raise AssertionError(f"{proc.name} exited early:\n{proc.log()[-3000:]}")
+    return port_open(proc.port)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def request(address: str, code: int, header: dict[str, Any] | None = None) -> Any:
+    """One request to one address (any response code); None when it cannot be reached."""
+    from remoting.client import RemotingClient
+    from remoting.errors import RemotingError
+
+    try:
+        conn = await RemotingClient.connect(address, 1.0)
+    except RemotingError:
+        return None
+    try:
+        return await conn.request(code, header, timeout=2.0)
+    except RemotingError:
+        return None
+    finally:
+        conn.close()
+
+
+async def metadata(address: str) -> dict[str, Any] | None:
+    """CONTROLLER_GET_METADATA_INFO of one controller, None when it does not answer."""
+    resp = await request(address, 1005)
+    if resp is None or resp.code != 0:
+        return None
+    doc: dict[str, Any] = msgpack.unpackb(resp.body)
+    return doc
+
+
+async def agreed_leader(addresses: list[str], timeout: float = 15.0) -> str:
+    """The leader id that a majority of ``addresses`` answer with, itself among them."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        docs = [await metadata(a) for a in addresses]
+        named = {d["leaderId"] for d in docs if d is not None}
+        answered = {d["self"] for d in docs if d is not None}
+        if len(named) == 1 and named <= answered and len(answered) * 2 > len(addresses):
+            leader: str = named.pop()
+            return leader
+        if loop.time() > deadline:
+            raise AssertionError(f"no agreed controller leader after {timeout:g}s: {docs}")
+        await asyncio.sleep(0.05)
 
 
 # --- in-process controllers and fake brokers ------------------------------------------------
@@ -340,6 +405,7 @@ class FakeBroker:
         self.server = RemotingServer(name=f"fake-{broker_name}")
         self.notifications: list[dict[str, Any]] = []
         self.server.register(1008, self._on_notify)
+        self.server.register(1007, self._on_epoch_cache)
         self.address = ""
         self.broker_id = -1
         self.epoch = 0
@@ -354,6 +420,22 @@ class FakeBroker:
         body = msgpack.unpackb(frame.body) if frame.body else {}
         self.notifications.append({**frame.header, **body})
         return response(frame, 0)
+
+    def _on_epoch_cache(self, conn: Any, frame: Any) -> Any:
+        from protocol.remoting import response
+
+        master = bool(self.notifications) and self.notifications[-1]["masterBrokerId"] == (
+            self.broker_id
+        )
+        doc = {
+            "brokerId": self.broker_id,
+            "address": self.address,
+            "role": "MASTER" if master else "SLAVE",
+            "maxOffset": self.max_offset,
+            "confirmOffset": self.max_offset,
+            "epochs": [{"epoch": 1, "startOffset": 0, "endOffset": self.max_offset}],
+        }
+        return response(frame, 0, None, msgpack.packb(doc))
 
     async def start(self) -> FakeBroker:
         port = await self.server.start("127.0.0.1", 0)

@@ -1,0 +1,87 @@
+"""Three ``rmq-controller`` processes: kill -9 of the leader, re-election, state that survives,
+and the killed controller catching up after its restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from tests.controller.support import (
+    ControllerCluster,
+    FakeBroker,
+    agreed_leader,
+    metadata,
+    replica_info,
+    request,
+)
+
+pytestmark = pytest.mark.multiprocess
+
+FAST_BROKERS = {"broker_heartbeat_timeout_ms": 1000}
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[ControllerCluster]:
+    cluster = ControllerCluster(tmp_path, config=FAST_BROKERS)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+async def test_a_killed_leader_is_replaced_and_the_broker_metadata_survives(
+    processes: ControllerCluster,
+) -> None:
+    addresses = [p.address for p in processes.procs.values()]
+    old_leader = await agreed_leader(addresses)
+    brokers = [await FakeBroker(processes.addresses).start() for _ in range(2)]
+    try:
+        for b in brokers:
+            await b.join()
+            b.start_heartbeats()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while (before := await replica_info(processes.addresses, "broker-a"))[
+            "masterBrokerId"
+        ] == -1:
+            assert loop.time() < deadline, "no master elected"
+            await asyncio.sleep(0.05)
+
+        killed = processes.procs[old_leader]
+        killed.kill9()
+        started = loop.time()
+        survivors = [p.address for i, p in processes.procs.items() if i != old_leader]
+        new_leader = await agreed_leader(survivors)
+        took = loop.time() - started
+        assert new_leader != old_leader
+        assert took < 5, f"re-election took {took:.2f}s"
+
+        # The group kept its master and epoch: the brokers kept beating to the new leader.
+        after = await replica_info(processes.addresses, "broker-a")
+        for key in ("masterBrokerId", "masterAddress", "masterEpoch", "syncStateSet"):
+            assert after[key] == before[key], key
+        # Writes work on the new leader: a third broker gets the next id.
+        third = await FakeBroker(processes.addresses).start()
+        brokers.append(third)
+        assert await third.join() == 3
+
+        # The killed controller restarts from its disk and catches up as a follower.
+        killed.start()
+        while True:
+            assert loop.time() - started < 30, "the restarted controller did not catch up"
+            doc = await metadata(killed.address)
+            resp = await request(killed.address, 1004, {"brokerName": "broker-a"})
+            if doc is not None and doc["leaderId"] == new_leader and resp is not None:
+                body = msgpack.unpackb(resp.body) if resp.code == 0 else {}
+                if [r["brokerId"] for r in body.get("replicas", [])] == [1, 2, 3]:
+                    assert resp.header["masterEpoch"] == before["masterEpoch"]
+                    break
+            await asyncio.sleep(0.1)
+        assert killed.alive()
+    finally:
+        for b in brokers:
+            await b.stop()
