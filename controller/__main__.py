@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,17 @@ async def serve(cfg: ControllerConfig) -> int:
         log.error("controller failed to start", error=f"{type(exc).__name__}: {exc}")
         await controller.stop()
         return 1
-    sig = await wait_for_stop_signal()
-    log.info("stopping", signal=sig)
+    stop = asyncio.ensure_future(wait_for_stop_signal())
+    failed = controller.driver.failure
+    waiting: list[asyncio.Future[Any]] = [stop, failed]
+    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    if not stop.done():
+        stop.cancel()
+        await asyncio.gather(stop, return_exceptions=True)
+        log.error("stopping: the Raft driver failed", error=str(failed.result()))
+        await controller.stop()
+        return 1
+    log.info("stopping", signal=stop.result())
     await controller.stop()
     return 0
 

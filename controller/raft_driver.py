@@ -228,10 +228,13 @@ class RaftDriver:
         self._compact_requested = self.storage.snapshot_meta().index
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+        self.failure: asyncio.Future[BaseException]
+        """Resolves with the exception that stopped the driver loop (set by ``start``)."""
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.failure = asyncio.get_running_loop().create_future()
         self.transport.start()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"raft-{self.id}"),
@@ -450,11 +453,14 @@ class RaftDriver:
                     await self._handle(rd)
                 except asyncio.CancelledError:
                     raise
-                except Exception:
+                except Exception as exc:
                     # Storage failures leave the node unable to keep Raft's promises: stop
-                    # serving rather than acknowledge what is not durable.
+                    # serving rather than acknowledge what is not durable (fail-stop; the
+                    # daemon exits on ``failure``).
                     log.exception("raft driver failed; this controller stops taking part")
                     self._set_active(False)
+                    if not self.failure.done():
+                        self.failure.set_result(exc)
                     raise
                 self._drain_inputs()
 

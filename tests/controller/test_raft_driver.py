@@ -144,3 +144,22 @@ async def test_the_preferred_leader_takes_leadership_back(tmp_path: Path) -> Non
         await eventually(lambda: [n.id for n in c.leaders()] == ["n2"], 15, "n2 to lead again")
     finally:
         await c.stop()
+
+
+async def test_a_storage_failure_stops_the_node_and_the_others_carry_on(
+    cluster: DriverCluster,
+) -> None:
+    leader = await cluster.leader()
+
+    def disk_full(**_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    leader.d.storage.save = disk_full  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError):
+        await leader.d.propose(put("never", "acknowledged"), 1.0)
+    failure = await asyncio.wait_for(leader.d.failure, 5)
+    assert isinstance(failure, OSError) and not leader.d.active
+    others = [n for n in cluster.nodes.values() if n is not leader]
+    await eventually(lambda: any(n.d.active for n in others), 10, "a new leader")
+    new = next(n for n in others if n.d.active)
+    assert await new.d.propose(put("after", "failure"), 5.0) is None
