@@ -79,12 +79,6 @@ def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -
     except ConfigError as exc:
         click.echo(f"rmq-broker: {exc}", err=True)
         sys.exit(2)
-    if cfg.controllers:
-        click.echo(
-            "rmq-broker: config key 'controllers': controller mode is not available in this build yet",
-            err=True,
-        )
-        sys.exit(2)
     setup_logging(cfg.log_format, cfg.log_level)
     sys.exit(run(lambda: serve(cfg)))
 

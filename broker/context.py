@@ -83,6 +83,19 @@ class BrokerContext:
             listener()
         return tc
 
+    def adopt_store_topics(self) -> list[str]:
+        """Give every topic that has messages in the store a topic config (a new master whose
+        copy of the config lags the replicated data must still serve it). Returns the topics
+        added."""
+        added = []
+        for topic in self.store.topics():
+            if self.topics.get(topic) is None:
+                queue_ids = self.store.queue_ids(topic)
+                if queue_ids:
+                    self.create_topic(topic, max(queue_ids) + 1)
+                    added.append(topic)
+        return added
+
     def next_queue(self, topic: str, queues: int) -> int:
         counter = self._queue_counters.get(topic)
         if counter is None:

@@ -352,6 +352,9 @@ class ReplicasManager:
                     self._last_contact = monotonic()
                     role.master_epoch = info.master_epoch
                     role.master_address = self.cfg.listen
+                    adopted = self.ctx.adopt_store_topics()
+                    if adopted:
+                        log.info("topic config adopted from replicated data", topics=adopted)
                     role.is_master = True
                     self.ctx.waiters.notify_all()
                 else:

@@ -9,6 +9,7 @@ reported only when a broker answered SUCCESS.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -59,6 +60,9 @@ class Producer:
 
     - ``retries``: further attempts after a retriable failure (on another queue, preferably
       another broker group); ``send_timeout`` bounds each attempt.
+    - ``retry_backoff``: seconds before a retry when every broker group of the route failed
+      (doubling per attempt, at most 1 s), so a group in failover gets time to elect and
+      promote its new master instead of burning every retry in a millisecond.
     - ``fault_isolation``: seconds a broker group that failed a send is skipped by new sends
       while another group can take them (0 turns it off).
     - ``max_message_bytes``: larger bodies are refused before anything is sent.
@@ -74,10 +78,12 @@ class Producer:
         route_refresh_interval: float = 30.0,
         max_message_bytes: int = 4 * 1024 * 1024,
         fault_isolation: float = 1.0,
+        retry_backoff: float = 0.05,
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be >= 0")
         self.retries = retries
+        self.retry_backoff = retry_backoff
         self.send_timeout = send_timeout
         self.max_message_bytes = max_message_bytes
         self._pool = ConnectionPool(connect_timeout)
@@ -262,6 +268,9 @@ class Producer:
             if self._closed:
                 raise ClosedError("producer is closed") from last
             if attempt + 1 < attempts:
+                groups = {b.broker_name for b in route.brokers}
+                if self.retry_backoff > 0 and avoid is not None and groups <= avoid:
+                    await asyncio.sleep(min(self.retry_backoff * 2**attempt, 1.0))
                 try:
                     route = await self.routes.refresh(topic)
                 except TopicNotFoundError:
