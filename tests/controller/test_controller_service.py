@@ -390,3 +390,72 @@ async def test_clean_broker_data_forgets_a_dead_broker(
     await brokers[2].call(1011, {**base, "brokerIds": str(dead.broker_id)})
     doc = await group(cluster)
     assert [r["brokerId"] for r in doc["replicas"]] == [3 - dead.broker_id]
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+async def test_a_dead_master_with_no_in_sync_slave_leaves_the_group_masterless_unless_unclean(
+    tmp_path: Path, unclean: bool
+) -> None:
+    c = ServiceCluster(tmp_path, enable_elect_unclean_master=unclean)
+    await c.start()
+    made = [await FakeBroker(c.addresses).start() for _ in range(2)]
+    try:
+        info = await elected_group(c, made)
+        master = made[info["masterBrokerId"] - 1]
+        slave = next(b for b in made if b is not master)
+        assert info["syncStateSet"] == [master.broker_id]  # the slave never caught up
+        await master.stop_heartbeats()
+        master.close_connections()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while (doc := await group(c))["masterEpoch"] == 1:
+            assert loop.time() < deadline, "the dead master was never replaced or cleared"
+            await asyncio.sleep(0.02)
+        if unclean:
+            assert doc["masterBrokerId"] == slave.broker_id
+            assert doc["syncStateSet"] == [slave.broker_id]
+        else:
+            assert doc["masterBrokerId"] == -1 and doc["masterAddress"] == ""
+            await eventually(
+                lambda: slave.notifications[-1]["masterBrokerId"] == -1, 5, "no-master push"
+            )
+    finally:
+        for b in made:
+            await b.stop()
+        await c.stop()
+
+
+async def test_metrics_describe_raft_and_the_broker_groups(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    from prometheus_client import generate_latest
+
+    await elected_group(cluster, brokers[:2])
+    leader = await cluster.leader()
+    leader.service.scan()
+    text = generate_latest(leader.metrics.registry).decode()
+    for line in (
+        "rmq_controller_active 1.0",
+        'rmq_controller_raft_role{role="leader"} 1.0',
+        'rmq_controller_group_master_epoch{broker_name="broker-a"} 1.0',
+        'rmq_controller_group_sync_state_set_size{broker_name="broker-a"} 1.0',
+        'rmq_controller_group_has_master{broker_name="broker-a"} 1.0',
+        "rmq_controller_brokers_alive 2.0",
+        'rmq_controller_raft_members{kind="voter"} 3.0',
+    ):
+        assert line in text, line
+    for name in (
+        "rmq_controller_raft_term",
+        "rmq_controller_raft_commit_index",
+        "rmq_controller_raft_applied_index",
+        "rmq_controller_raft_elections_total",
+        "rmq_controller_raft_leader_changes_total",
+        "rmq_controller_raft_fsync_seconds_bucket",
+        "rmq_controller_raft_snapshot_size_bytes",
+        "rmq_controller_master_elections_total",
+        "rmq_controller_requests_total",
+        "rmq_controller_role_notifications_total",
+    ):
+        assert f"\n{name}" in text, name
+    follower = cluster.followers()[0]
+    assert "rmq_controller_active 0.0" in generate_latest(follower.metrics.registry).decode()
