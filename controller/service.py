@@ -344,7 +344,8 @@ class ControllerService:
         name = req_str(h, "brokerName")
         broker_id = req_int(h, "brokerId")
         info = self.manager.replica_info(name)
-        if info is None or all(r.broker_id != broker_id for r in info.replicas):
+        unknown = info is None or all(r.broker_id != broker_id for r in info.replicas)
+        if unknown and driver.active:  # a new leader's applied state may still be behind
             return error_response(
                 req,
                 ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
