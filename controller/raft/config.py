@@ -29,6 +29,9 @@ class RaftConfig:
     """Appends in flight per follower in the replicate state (the pipelining window)."""
     max_apply_bytes: int = 16 << 20
     """Upper bound of committed entries handed out by one Ready."""
+    max_uncommitted_bytes: int | None = 64 << 20
+    """A leader refuses proposals (ProposalDropped) while this many bytes of its proposals await
+    commit, so a slow or cut-off quorum cannot make it buffer without bound. None: no limit."""
     snapshot_chunk_bytes: int = 1 << 20
     """Size of one InstallSnapshot chunk."""
     max_snapshot_bytes: int = 1 << 30
@@ -58,6 +61,8 @@ class RaftConfig:
         for name in ("max_msg_bytes", "max_inflight", "max_apply_bytes", "snapshot_chunk_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.max_uncommitted_bytes is not None and self.max_uncommitted_bytes < 1:
+            raise ValueError("max_uncommitted_bytes must be >= 1")
         if self.transfer_timeout_ticks is not None and self.transfer_timeout_ticks < 1:
             raise ValueError("transfer_timeout_ticks must be >= 1")
 

@@ -207,10 +207,12 @@ class RaftNode:
     def propose(self, data: bytes) -> int:
         """Append ``data`` to the log; returns its index. The entry is committed when it shows up
         in a Ready's ``committed_entries`` with this index *and* this node's term (a new leader
-        may overwrite an uncommitted index). Raises NotLeader or ProposalDropped."""
+        may overwrite an uncommitted index). Raises NotLeader, or ProposalDropped during a
+        leadership transfer or when ``max_uncommitted_bytes`` of proposals await commit."""
         leader = self._require_leader()
         if leader.transferee is not None:
             raise ProposalDropped("leadership transfer in progress")
+        leader.admit_proposal(len(data))
         return self._append_local(EntryType.NORMAL, data)
 
     def propose_conf_change(self, cc: ConfChange) -> int:

@@ -12,6 +12,7 @@ round trip instead of one index. A member whose next entry is compacted gets the
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,9 @@ class Leader:
         self.removal_index = 0
         """Index of the uncommitted entry that removes this node (0: none)."""
         self.committed_in_term = False
+        self.uncommitted_bytes = 0
+        self._uncommitted: deque[tuple[int, int]] = deque()
+        """(index, size) of this term's proposals that are not committed yet."""
         self._need_bcast = False
         self._commit_moved = False
         self._need_heartbeat = False
@@ -163,6 +167,15 @@ class Leader:
 
     def entries_appended(self) -> None:
         self._need_bcast = True
+
+    def admit_proposal(self, size: int) -> None:
+        """Flow control: refuse a proposal while ``max_uncommitted_bytes`` of this term's
+        proposals await commit (a proposal always fits when nothing is pending)."""
+        limit = self.node.config.max_uncommitted_bytes
+        if limit is not None and self.uncommitted_bytes and self.uncommitted_bytes + size > limit:
+            raise ProposalDropped("too much proposed data awaits commit; retry later")
+        self._uncommitted.append((self.node.log.last_index() + 1, size))
+        self.uncommitted_bytes += size
 
     def report_unreachable(self, node_id: NodeId) -> None:
         pr = self.progress.get(node_id)
@@ -292,6 +305,9 @@ class Leader:
 
     def _on_commit(self) -> None:
         node = self.node
+        pending = self._uncommitted
+        while pending and pending[0][0] <= node.log.committed:
+            self.uncommitted_bytes -= pending.popleft()[1]
         if not self.committed_in_term:
             self.committed_in_term = True
             waiting, self.reads_before_commit = self.reads_before_commit, []

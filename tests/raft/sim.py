@@ -74,6 +74,7 @@ class SimOptions:
     chunk_bytes: int
     max_inflight: int
     max_msg_bytes: int
+    max_uncommitted_bytes: int | None
     preferred_leader: bool
     safety_ticks: int
     liveness_ticks: int
@@ -101,6 +102,7 @@ class SimOptions:
             chunk_bytes=rng.choice((16, 64, 1024)),
             max_inflight=rng.choice((1, 2, 8)),
             max_msg_bytes=rng.choice((40, 200, 4096)),
+            max_uncommitted_bytes=rng.choice((None, 200, 2000)),
             preferred_leader=rng.random() < 0.2,
             safety_ticks=safety_ticks,
             liveness_ticks=150,
@@ -298,6 +300,7 @@ class Simulation:
             node_id=node_id,
             max_inflight=o.max_inflight,
             max_msg_bytes=o.max_msg_bytes,
+            max_uncommitted_bytes=o.max_uncommitted_bytes,
             snapshot_chunk_bytes=o.chunk_bytes,
             preferred_leader="n0" if o.preferred_leader else None,
             preferred_leader_backoff_ticks=20,
@@ -543,7 +546,15 @@ class Simulation:
         for sn in self.nodes.values():
             if sn.node is None:
                 sn.restart_at = self.now
-        deadline = self.now + self.options.liveness_ticks * STEPS_PER_TICK
+        # Before the probe commits, a leader may first have to replicate an uncommitted backlog
+        # left by earlier terms, one round trip per append in the worst configurations.
+        alive = [sn.node for sn in self.nodes.values() if sn.node is not None]
+        backlog = max(n.log.last_index() for n in alive) - min(n.commit_index for n in alive)
+        deadline = (
+            self.now
+            + self.options.liveness_ticks * STEPS_PER_TICK
+            + backlog * 2 * self.options.max_delay
+        )
         probe: tuple[int, int] | None = None
         payload = b"liveness-probe"
         while True:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from controller.raft import (
     AppendEntries,
     AppendResponse,
@@ -181,6 +183,25 @@ def test_5_3_batches_are_bounded_by_max_msg_bytes() -> None:
     assert len(appends) > 10
     assert all(sum(e.size() for e in m.entries) <= 500 for m in appends)
     assert c.applied_data("n2") == [b"x" * 100] * 50
+
+
+def test_leader_refuses_proposals_past_max_uncommitted_bytes() -> None:
+    from controller.raft import ProposalDropped
+
+    c = Cluster(max_uncommitted_bytes=250)
+    c.elect("n1")
+    c.isolate("n1")  # nothing can commit
+    leader = c.nodes["n1"]
+    leader.propose(b"a" * 100)
+    leader.propose(b"b" * 100)
+    with pytest.raises(ProposalDropped):
+        leader.propose(b"c" * 100)
+    c.heal()
+    c.stabilize()
+    c.tick("n1", 1)
+    leader.propose(b"c" * 100)  # committed, so there is room again
+    c.stabilize()
+    assert c.applied_data("n2") == [b"a" * 100, b"b" * 100, b"c" * 100]
 
 
 def test_5_3_pipelining_window_bounds_appends_in_flight() -> None:
