@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +10,12 @@ import click
 import structlog
 
 from controller.config import ControllerConfig
-from daemon.config import ConfigError, build, load_toml, reference
-from daemon.logs import setup_logging
-from daemon.signals import run, wait_for_stop_signal
+from daemon import cli as daemon_cli
+from daemon.signals import wait_for_stop_signal
 
 
 def load_config(config_file: Path | None, overrides: dict[str, Any]) -> ControllerConfig:
-    file_values = load_toml(config_file) if config_file else {}
-    return build(ControllerConfig, file_values, overrides)
+    return daemon_cli.load_config(ControllerConfig, config_file, overrides)
 
 
 async def serve(cfg: ControllerConfig) -> int:
@@ -51,12 +48,6 @@ async def serve(cfg: ControllerConfig) -> int:
     return 0
 
 
-def print_reference() -> None:
-    click.echo("| key | type | default | meaning |\n|---|---|---|---|")
-    for key, tp, default, help_text in reference(ControllerConfig):
-        click.echo(f"| `{key}` | {tp} | `{default}` | {help_text} |")
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
@@ -86,16 +77,9 @@ def print_reference() -> None:
 )
 def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:
     """Run a controller: a Raft member serving broker metadata, elections and routes."""
-    if print_config_reference:
-        print_reference()
-        return
-    try:
-        cfg = load_config(config_file, flags)
-    except ConfigError as exc:
-        click.echo(f"rmq-controller: {exc}", err=True)
-        sys.exit(2)
-    setup_logging(cfg.log_format, cfg.log_level)
-    sys.exit(run(lambda: serve(cfg)))
+    daemon_cli.main(
+        "rmq-controller", ControllerConfig, config_file, print_config_reference, flags, serve
+    )
 
 
 if __name__ == "__main__":
