@@ -113,6 +113,9 @@ class ControllerMetrics(RaftObserver):
             ["result"],
             registry=r,
         )
+        for result in ("ok", "refused", "unreachable"):
+            # Every outcome is exported from the start, so rate() sees the first push.
+            self.notifications.labels(result=result)
         self._groups: set[str] = set()
 
     def bind(self, driver: RaftDriver) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -431,6 +432,8 @@ async def test_metrics_describe_raft_and_the_broker_groups(
     from prometheus_client import generate_latest
 
     await elected_group(cluster, brokers[:2])
+    # The role push to the group is asynchronous: wait until both brokers have it.
+    await eventually(lambda: all(b.notifications for b in brokers[:2]), 5, "role pushes")
     leader = await cluster.leader()
     leader.service.scan()
     text = generate_latest(leader.metrics.registry).decode()
@@ -454,8 +457,9 @@ async def test_metrics_describe_raft_and_the_broker_groups(
         "rmq_controller_raft_snapshot_size_bytes",
         "rmq_controller_master_elections_total",
         "rmq_controller_requests_total",
-        "rmq_controller_role_notifications_total",
     ):
         assert f"\n{name}" in text, name
+    pushed = re.search(r'rmq_controller_role_notifications_total\{result="ok"\} (\S+)', text)
+    assert pushed is not None and float(pushed.group(1)) >= 2
     follower = cluster.followers()[0]
     assert "rmq_controller_active 0.0" in generate_latest(follower.metrics.registry).decode()

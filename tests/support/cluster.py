@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.support.procs import Daemon, free_port, port_open, wait_until
+from tests.support.procs import Daemon, free_port, port_open, small_segments_config, wait_until
 
 
 class ControllerNode(Daemon):
@@ -40,6 +40,7 @@ class BrokerNode(Daemon):
         self.data_dir = tmp / f"{name}-{index}"
         argv = [
             sys.executable, "-m", "broker",
+            "--config", str(small_segments_config(tmp, f"{name}-{index}")),
             "--broker-name", name,
             "--listen", self.address,
             "--ha-port", str(self.ha_port),

@@ -103,11 +103,28 @@ class Daemon:
             os.kill(self.proc.pid, sig)
 
 
+# Production segments are 1 GiB, allocated for real (posix_fallocate); tests use small ones so a
+# suite of many brokers stays within a few hundred MiB of disk.
+TEST_BROKER_CONFIG = """\
+commitlog_segment_bytes = 8388608
+consumequeue_segment_entries = 65536
+"""
+
+
+def small_segments_config(directory: Path, name: str) -> Path:
+    """A TOML file with the settings every test broker shares (small segments)."""
+    path = directory / f"{name}-test.toml"
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text(TEST_BROKER_CONFIG)
+    return path
+
+
 def broker_argv(
     listen_port: int, data_dir: Path, *, name: str = "broker-a", extra: list[str] | None = None
 ) -> list[str]:
     return [
         sys.executable, "-m", "broker",
+        "--config", str(small_segments_config(data_dir.parent, name)),
         "--broker-name", name,
         "--listen", f"127.0.0.1:{listen_port}",
         "--data-dir", str(data_dir),
