@@ -4,18 +4,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench soak format clean venv
+.PHONY: run demo test lint bench soak format clean venv
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 run: $(STAMP)  ## start a local cluster on loopback, in the foreground; Ctrl-C stops it
 	$(BIN)/python deploy/local_cluster.py
+
+demo: $(STAMP)  ## a failover to watch, on its own cluster under var/demo
+	$(BIN)/python deploy/demo.py
 
 test: $(STAMP)  ## the test suite (soak tests excluded)
 	$(BIN)/python -m pytest -q

@@ -312,11 +312,17 @@ class ReplicasManager:
                 offsets = await conn.call(RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=3.0)
             except RemotingError:
                 continue
+            changed = False
             for name, doc in (msgpack.unpackb(topics.body or b"\x80") or {}).items():
                 current = self.ctx.topics.get(name)
                 queues = int(doc.get("queues", 0))
                 if queues and (current is None or current.queues != queues):
                     self.ctx.topics.update(name, queues)
+                    changed = True
+            if changed:
+                # Register at once: should the master die now, the controllers' routes still
+                # list the topic on this group through the slaves.
+                self.topics_changed()
             table = msgpack.unpackb(offsets.body or b"\x80", strict_map_key=False) or {}
             for group, by_topic in table.items():
                 for topic, by_queue in by_topic.items():
@@ -357,6 +363,7 @@ class ReplicasManager:
                         log.info("topic config adopted from replicated data", topics=adopted)
                     role.is_master = True
                     self.ctx.waiters.notify_all()
+                    self.topics_changed()
                 else:
                     self.ha.apply_sync_state_set(info.sync_state_set, info.sync_state_set_epoch)
                 return
