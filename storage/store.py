@@ -279,6 +279,30 @@ class MessageStore:
         queue = self._queues.get(topic, queue_id)
         return 0 if queue is None else queue.min_offset
 
+    def queue_visible_max_offset(
+        self, topic: str, queue_id: int, max_physical_offset: int | None
+    ) -> int:
+        """The queue offset after the last record ending at or before ``max_physical_offset``
+        (None: every record): the max offset a reader limited like :meth:`get` can reach."""
+        queue = self._queues.get(topic, queue_id)
+        if queue is None:
+            return 0
+        lo, hi = queue.min_offset, queue.max_offset
+        if max_physical_offset is None or lo == hi:
+            return hi
+        physical, size, _ = queue.entry(hi - 1)
+        if physical + size <= max_physical_offset:
+            return hi
+        # Entries ascend in CommitLog offset: find the first one past the limit.
+        while lo < hi:
+            mid = (lo + hi) // 2
+            physical, size, _ = queue.entry(mid)
+            if physical + size <= max_physical_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def queue_ids(self, topic: str) -> list[int]:
         return self._queues.queue_ids(topic)
 

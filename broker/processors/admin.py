@@ -76,9 +76,17 @@ class AdminProcessor:
 
     def max_offset(self, conn: Connection, req: Frame) -> Frame:
         topic, queue_id = req_str(req.header, "topic"), req_int(req.header, "queueId")
-        return response(
-            req, ResponseCode.SUCCESS, {"offset": self.ctx.store.queue_max_offset(topic, queue_id)}
-        )
+        store = self.ctx.store
+        committed = req.header.get("committed", False)
+        if not isinstance(committed, bool):
+            raise FieldError("header field 'committed' must be a boolean")
+        if committed:
+            # Only what consumers may read: records up to the confirm offset (RocketMQ 5's
+            # GetMaxOffsetRequestHeader.committed).
+            offset = store.queue_visible_max_offset(topic, queue_id, self.ctx.visible_offset())
+        else:
+            offset = store.queue_max_offset(topic, queue_id)
+        return response(req, ResponseCode.SUCCESS, {"offset": offset})
 
     def search_offset(self, conn: Connection, req: Frame) -> Frame:
         h = req.header
