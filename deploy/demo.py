@@ -9,9 +9,11 @@ the ``rmqctl`` command it runs, so an operator sees exactly what they would type
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -143,14 +145,27 @@ def _try(action: Callable[[], object]) -> bool:
     return True
 
 
-def main() -> int:
-    var = Path(os.environ.get("RMQ_DEMO_VAR", ROOT / "var" / "demo"))
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="A failover to watch (make demo).")
+    parser.add_argument(
+        "--var", type=Path, default=ROOT / "var" / "demo", help="the demo's data directory"
+    )
+    parser.add_argument("--broker-config", type=Path, help="TOML file every broker reads first")
+    args = parser.parse_args(argv)
+    var: Path = args.var
     shutil.rmtree(var, ignore_errors=True)  # the demo's own directory: every run starts empty
-    cluster = LocalCluster(var, log_format="json", log_dir=var / "logs")
+    cluster = LocalCluster(
+        var, broker_config=args.broker_config, log_format="json", log_dir=var / "logs"
+    )
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # unwinds into the finally below, which stops every daemon
+
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         run(cluster)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        print(f"demo failed: {exc} (daemon logs under {var})", file=sys.stderr, flush=True)
+        print(f"demo failed: {exc} (daemon logs under {var / 'logs'})", file=sys.stderr, flush=True)
         return 1
     finally:
         step("stopping the demo cluster")

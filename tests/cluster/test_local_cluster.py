@@ -1,0 +1,119 @@
+"""``make run`` and ``make demo`` as an operator runs them: the launcher on its fixed loopback
+ports (DESIGN.md section 8), with a temp data directory and small segments.
+
+These use the embedded ports (9858-9878, 10911-10932, 9200-9202, 9300-9302), so they fail, with
+the port named, if a developer's ``make run`` is up on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import ROOT, port_open, small_segments_config, wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+RMQCTL = str(Path(sys.executable).parent / "rmqctl")
+ADDRESSES = "127.0.0.1:9878;127.0.0.1:9868;127.0.0.1:9858"
+PORTS = [9878, 9868, 9858, 10911, 10912, 10921, 10922, 10931, 10932]
+
+
+@pytest.fixture
+def free_embedded_ports() -> None:
+    busy = [p for p in PORTS if port_open(p)]
+    assert not busy, f"ports {busy} are in use (is `make run` up?); these tests need them"
+
+
+def rmqctl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, RMQCTL_ADDRESSES=ADDRESSES)
+    return subprocess.run([RMQCTL, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, free_embedded_ports: None) -> Iterator[subprocess.Popen[str]]:
+    config = small_segments_config(tmp_path, "broker")
+    argv = [
+        sys.executable, str(ROOT / "deploy" / "local_cluster.py"),
+        "--var", str(tmp_path / "var"), "--broker-config", str(config), "--log-format", "json",
+    ]  # fmt: skip
+    log = (tmp_path / "launcher.log").open("w")
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+    log.close()
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                # The launcher's children are in their own sessions: end it and them by PID.
+                proc.kill()
+                proc.wait()
+
+
+def full_sync_state_set() -> bool:
+    done = rmqctl("--json", "getSyncStateSet", "-b", "broker-a")
+    if done.returncode != 0:
+        return False
+    doc = json.loads(done.stdout)
+    return bool(doc["masterAddress"]) and len(doc["syncStateSet"]) == 3
+
+
+def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
+    launcher: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    wait_until(full_sync_state_set, 60, "a master with three replicas in sync", interval=0.3)
+    assert rmqctl("updateTopic", "-t", "TopicTest", "-q", "4").returncode == 0
+    wait_until(
+        lambda: rmqctl("topicRoute", "-t", "TopicTest").returncode == 0, 30, "the topic route"
+    )
+    sent = rmqctl("--json", "sendMessage", "-t", "TopicTest", "-p", "hello", "--count", "10")
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["sent"] == 10
+    got = rmqctl(
+        "--json", "consumeMessage", "-t", "TopicTest", "-g", "g", "--count", "10", "--timeout", "20"
+    )
+    assert got.returncode == 0, got.stderr
+    bodies = [json.loads(line)["body"] for line in got.stdout.splitlines()]
+    assert bodies == ["hello"] * 10
+
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=40) == 0
+    out = (tmp_path / "launcher.log").read_text()
+    assert "local cluster stopped" in out
+    for i in range(3):
+        # A clean stop removes the abort marker: the next start needs no recovery.
+        assert not (tmp_path / "var" / f"broker-a-{i}" / "abort").exists()
+
+
+def test_make_demo_fails_over_and_loses_nothing(tmp_path: Path, free_embedded_ports: None) -> None:
+    config = small_segments_config(tmp_path, "broker")
+    argv = [
+        sys.executable, str(ROOT / "deploy" / "demo.py"),
+        "--var", str(tmp_path / "demo"), "--broker-config", str(config),
+    ]  # fmt: skip
+    demo = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        out, _ = demo.communicate(timeout=240)
+    finally:
+        if demo.poll() is None:
+            demo.send_signal(signal.SIGTERM)  # the demo stops its daemons by PID, then exits
+            try:
+                demo.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+                demo.wait()
+    assert demo.returncode == 0, out[-4000:]
+    assert "consumed 200 distinct messages of 200 acknowledged" in out
+    assert "first acknowledged write after" in out
