@@ -10,6 +10,7 @@ import structlog
 
 from broker.config import BrokerConfig
 from daemon import cli as daemon_cli
+from daemon import systemd
 from daemon.signals import wait_for_stop_signal
 
 
@@ -28,8 +29,10 @@ async def serve(cfg: BrokerConfig) -> int:
         log.error("broker failed to start", error=f"{type(exc).__name__}: {exc}")
         await broker.stop()
         return 1
-    sig = await wait_for_stop_signal()
+    serving = f"serving {cfg.broker_name} on {cfg.listen_host}:{broker.port}"
+    sig = await wait_for_stop_signal(lambda: systemd.ready(serving))
     log.info("stopping", signal=sig)
+    systemd.stopping(f"stopping on {sig}")
     await broker.stop()
     return 0
 

@@ -11,6 +11,7 @@ import structlog
 
 from controller.config import ControllerConfig
 from daemon import cli as daemon_cli
+from daemon import systemd
 from daemon.signals import wait_for_stop_signal
 
 
@@ -33,10 +34,12 @@ async def serve(cfg: ControllerConfig) -> int:
         log.error("controller failed to start", error=f"{type(exc).__name__}: {exc}")
         await controller.stop()
         return 1
-    stop = asyncio.ensure_future(wait_for_stop_signal())
+    serving = f"serving controller {cfg.id} on {cfg.address}"
+    stop = asyncio.ensure_future(wait_for_stop_signal(lambda: systemd.ready(serving)))
     failed = controller.driver.failure
     waiting: list[asyncio.Future[Any]] = [stop, failed]
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    systemd.stopping("stopping")
     if not stop.done():
         stop.cancel()
         await asyncio.gather(stop, return_exceptions=True)

@@ -8,8 +8,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 
-async def wait_for_stop_signal() -> str:
-    """Return the name of the first SIGTERM or SIGINT received."""
+async def wait_for_stop_signal(on_armed: Callable[[], object] | None = None) -> str:
+    """Return the name of the first SIGTERM or SIGINT received.
+
+    ``on_armed`` runs once the handlers are in place (where a daemon tells systemd it is ready:
+    a stop asked for from then on is a clean one).
+    """
     loop = asyncio.get_running_loop()
     got: asyncio.Future[str] = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -19,6 +23,8 @@ async def wait_for_stop_signal() -> str:
                 got.set_result(s.name)
 
         loop.add_signal_handler(sig, handler)
+    if on_armed is not None:
+        on_armed()
     try:
         return await got
     finally:
