@@ -30,6 +30,7 @@ class Broker:
         self.cfg = cfg
         self.metrics = BrokerMetrics(cfg.cluster, cfg.broker_name)
         self.ctx = BrokerContext(cfg, self.metrics)
+        self.metrics.bind(self.ctx)
         self.server = RemotingServer(
             ServerLimits(
                 max_frame_bytes=cfg.max_frame_bytes,

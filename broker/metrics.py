@@ -2,17 +2,42 @@
 
 Per-message figures (traffic per topic, send latency) are plain integers on the hot path and
 turned into Prometheus families only at scrape time: a send pays a dict lookup and two additions,
-not a lock per counter.
+not a lock per counter. Role, replication and disk figures are read from the broker at scrape
+time too (:meth:`BrokerMetrics.bind`).
+
+Every series carries ``cluster``, ``broker_name`` (the group) and ``broker_id`` (the persistent
+id the controllers assigned; empty until the broker has one, ``0`` for a lone broker run without
+controllers). The id is added when the registry is collected, so it appears on every series as
+soon as it is known. docs/metrics.md lists every name.
 """
 
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from protocol.codes import ResponseCode, code_name
+from storage.retention import disk_usage
+
+if TYPE_CHECKING:
+    from broker.context import BrokerContext
+    from broker.ha.service import HAService
+
+# Send errors exported at zero from the start, so rate() and alerts see the first one.
+EXPORTED_SEND_ERRORS = (
+    ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.FLUSH_DISK_TIMEOUT,
+    ResponseCode.MASTER_FENCED,
+    ResponseCode.NOT_MASTER,
+    ResponseCode.SLAVE_NOT_AVAILABLE,
+)
 
 LATENCY_BUCKETS = (
     0.0002,
@@ -103,17 +128,148 @@ class _HotPathCollector(Collector):
         yield latency
 
 
+class _StateCollector(Collector):
+    """Role, fencing, replication lag and disk usage, read from the broker at scrape time."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        ctx = self._m.ctx
+        if ctx is None:
+            return
+        names = ["cluster", "broker_name"]
+        base = [self._m.cluster, self._m.broker_name]
+        role = GaugeMetricFamily(
+            "rmq_broker_role",
+            "1 for this broker's current role: master, slave, or none (no master known yet)",
+            labels=[*names, "role"],
+        )
+        current = _role(ctx)
+        for name in ("master", "slave", "none"):
+            role.add_metric([*base, name], 1.0 if name == current else 0.0)
+        yield role
+        yield _single(
+            "rmq_broker_master_epoch",
+            "Master epoch this broker is master of, or follows as a slave",
+            names,
+            base,
+            float(ctx.role.master_epoch),
+        )
+        yield _single(
+            "rmq_broker_fenced",
+            "1 while this master refuses writes because it lost the active controller",
+            names,
+            base,
+            1.0 if ctx.role.is_master and ctx.fenced else 0.0,
+        )
+        try:
+            usage = disk_usage(ctx.cfg.data_dir)
+        except OSError:
+            pass  # no data directory (yet): the series are absent rather than the scrape failing
+        else:
+            yield _single(
+                "rmq_broker_disk_used_ratio",
+                "Used fraction of the file system holding the data directory (retention's measure)",
+                names,
+                base,
+                usage.used_ratio,
+            )
+            yield _single(
+                "rmq_broker_disk_size_bytes",
+                "Size of the file system holding the data directory",
+                names,
+                base,
+                float(usage.total_bytes),
+            )
+        ha = ctx.ha
+        if ha is None:
+            return
+        lag = GaugeMetricFamily(
+            "rmq_broker_ha_slave_lag_bytes",
+            "On a master: CommitLog bytes a connected slave has not acknowledged yet",
+            labels=[*names, "slave_broker_id"],
+        )
+        max_offset = ctx.store.max_offset
+        for slave_id, acked in sorted(_slave_acks(ha).items()):
+            lag.add_metric([*base, str(slave_id)], float(max(0, max_offset - acked)))
+        yield lag
+        yield _single(
+            "rmq_broker_ha_confirm_offset_bytes",
+            "CommitLog offset every SyncStateSet member has (consumers read up to it)",
+            names,
+            base,
+            float(ha.confirm_offset),
+        )
+        yield _single(
+            "rmq_broker_ha_sync_state_set_size",
+            "On a master: members of the SyncStateSet it last had accepted (0 on a slave)",
+            names,
+            base,
+            float(len(ha.in_sync_members())),
+        )
+
+
+def _role(ctx: BrokerContext) -> str:
+    if ctx.role.is_master:
+        return "master"
+    return "slave" if ctx.role.master_address else "none"
+
+
+def _single(name: str, doc: str, names: list[str], values: list[str], value: float) -> Metric:
+    family = GaugeMetricFamily(name, doc, labels=names)
+    family.add_metric(values, value)
+    return family
+
+
+def _slave_acks(ha: HAService) -> dict[int, int]:
+    """The master's per-slave acks, read from the scrape thread while the loop may change them:
+    a concurrent change shows as RuntimeError (dict changed size); read again."""
+    for _ in range(3):
+        try:
+            return dict(ha.slave_acks())
+        except RuntimeError:
+            time.sleep(0)
+    return {}
+
+
+class _WithIdentity(Collector):
+    """Every family of ``inner`` with the broker's identity labels (``cluster``,
+    ``broker_name``, ``broker_id``) on every sample, the id read at collection time."""
+
+    def __init__(self, inner: CollectorRegistry, metrics: BrokerMetrics) -> None:
+        self._inner = inner
+        self._m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        identity = {"cluster": self._m.cluster, "broker_name": self._m.broker_name}
+        broker_id = self._m.broker_id()
+        for family in self._inner.collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            out.samples = [
+                s._replace(labels={**identity, **s.labels, "broker_id": broker_id})
+                for s in family.samples
+            ]
+            yield out
+
+
 class BrokerMetrics:
     def __init__(self, cluster: str, broker_name: str) -> None:
+        # The collectors register here; ``registry`` (what /metrics serves) adds the broker id.
+        self._inner = CollectorRegistry()
         self.registry = CollectorRegistry()
         labels = {"cluster": cluster, "broker_name": broker_name}
         self._labels = labels
         self.cluster = cluster
         self.broker_name = broker_name
-        r = self.registry
+        self.registry.register(_WithIdentity(self._inner, self))
+        self.ctx: BrokerContext | None = None
+        r = self._inner
         self.traffic = TopicTraffic()
         self.send_latency = FastHistogram(LATENCY_BUCKETS)
         r.register(_HotPathCollector(self))
+        r.register(_StateCollector(self))
+        ProcessCollector(registry=r)  # process_open_fds, process_max_fds, memory, CPU
         base = list(labels)
         self.flush_latency = Histogram(
             "rmq_broker_flush_latency_seconds",
@@ -124,10 +280,12 @@ class BrokerMetrics:
         ).labels(**labels)
         self.send_errors = Counter(
             "rmq_broker_send_errors_total",
-            "Sends answered with an error",
+            "Sends answered with an error, by response code name",
             [*base, "code"],
             registry=r,
         )
+        for code in EXPORTED_SEND_ERRORS:
+            self.send_errors.labels(**labels, code=code.name)
         self.connections = Gauge(
             "rmq_broker_connections", "Open client connections", base, registry=r
         ).labels(**labels)
@@ -145,9 +303,20 @@ class BrokerMetrics:
         ).labels(**labels)
         self._gauges: dict[str, Gauge] = {}
 
+    def bind(self, ctx: BrokerContext) -> None:
+        """Read role, fencing, replication and disk figures from ``ctx`` at scrape time."""
+        self.ctx = ctx
+
+    def broker_id(self) -> str:
+        """The ``broker_id`` label: the persistent id, empty until the broker has one."""
+        ctx = self.ctx
+        if ctx is None or (ctx.controller_mode and ctx.role.broker_id < 1):
+            return ""  # not known yet: controller-assigned ids start at 1
+        return str(ctx.role.broker_id)
+
     def gauge_fn(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         """A gauge read from ``fn`` at scrape time."""
-        g = Gauge(name, doc, list(self._labels), registry=self.registry)
+        g = Gauge(name, doc, list(self._labels), registry=self._inner)
         g.labels(**self._labels).set_function(fn)
         self._gauges[name] = g
 
@@ -156,4 +325,4 @@ class BrokerMetrics:
         return self.traffic.get(topic)
 
     def send_error(self, code: int) -> None:
-        self.send_errors.labels(**self._labels, code=str(code)).inc()
+        self.send_errors.labels(**self._labels, code=code_name(code)).inc()

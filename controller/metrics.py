@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from controller.metadata import ReplicaInfo
 from controller.raft import NodeId, Role
@@ -21,6 +21,7 @@ FSYNC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 
 class ControllerMetrics(RaftObserver):
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
+        ProcessCollector(registry=r)  # process_open_fds, process_max_fds, memory, CPU
         self.term = Gauge("rmq_controller_raft_term", "Current Raft term", registry=r)
         self.role = Gauge(
             "rmq_controller_raft_role", "1 for this node's current Raft role", ["role"], registry=r
@@ -95,6 +96,12 @@ class ControllerMetrics(RaftObserver):
             ["broker_name"],
             registry=r,
         )
+        self.replicas = Gauge(
+            "rmq_controller_group_replicas",
+            "Replicas registered in a broker group (what a full SyncStateSet holds)",
+            ["broker_name"],
+            registry=r,
+        )
         self.master_elections = Counter(
             "rmq_controller_master_elections_total",
             "Broker master elections decided by this controller",
@@ -157,8 +164,14 @@ class ControllerMetrics(RaftObserver):
             self.master_epoch.labels(broker_name=name).set(info.master_epoch)
             self.sync_state_set_size.labels(broker_name=name).set(len(info.sync_state_set))
             self.has_master.labels(broker_name=name).set(0 if info.master_broker_id is None else 1)
+            self.replicas.labels(broker_name=name).set(len(info.replicas))
         for gone in self._groups - seen:
-            for gauge in (self.master_epoch, self.sync_state_set_size, self.has_master):
+            for gauge in (
+                self.master_epoch,
+                self.sync_state_set_size,
+                self.has_master,
+                self.replicas,
+            ):
                 gauge.remove(gone)
         self._groups = seen
 

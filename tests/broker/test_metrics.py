@@ -15,7 +15,8 @@ def test_topic_traffic_and_latency_are_exposed_as_prometheus_families() -> None:
     for v in (0.0001, 0.001, 0.3, 9.0):
         m.send_latency.observe(v)
     text = generate_latest(m.registry).decode()
-    labels = 'broker_name="broker-a",cluster="DefaultCluster"'
+    # broker_id is empty until the broker knows its id (no broker is bound here).
+    labels = 'broker_id="",broker_name="broker-a",cluster="DefaultCluster"'
     assert f'rmq_broker_messages_in_total{{{labels},topic="T"}} 3.0' in text
     assert f'rmq_broker_bytes_in_total{{{labels},topic="T"}} 3072.0' in text
     assert f'rmq_broker_send_latency_seconds_bucket{{{labels},le="0.0002"}} 1.0' in text
