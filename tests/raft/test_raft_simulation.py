@@ -1,6 +1,6 @@
 """Deterministic simulation of 3- and 5-node groups under faults (see tests/raft/sim.py).
 
-Default run: 100 seeds (50 with three voters, 50 with five). ``make soak`` (``-m soak``) runs
+Default run (CI): 500 seeds (250 with three voters, 250 with five). ``make soak`` (``-m soak``) runs
 many more; ``RAFT_SOAK_SEEDS`` and ``RAFT_SOAK_START`` choose which. A failure names its seed;
 ``Simulation(SimOptions.from_seed(SEED, voters=N)).run()`` replays it step for step.
 """
@@ -13,7 +13,7 @@ import pytest
 
 from tests.raft.sim import SimOptions, Simulation
 
-SEEDS = range(50)
+SEEDS = range(250)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
