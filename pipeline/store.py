@@ -1,0 +1,196 @@
+"""The ``rmqstore`` data source: a broker's CommitLog read offline, without a running broker.
+
+For audits, backups and comparing replicas::
+
+    spark.read.format("rmqstore").load("/var/lib/rmq/broker-a")
+
+One Spark partition per CommitLog segment file (``commitlog/<20-digit start offset>``). Every
+record is checked (magic, size, CRC) and decoded from the file itself: a record is
+self-describing, so neither ConsumeQueues nor the broker are needed. Nothing is written to the
+directory (a store a broker holds open may be read, but its tail is then a moving target).
+
+Options: ``path`` (the store directory or its ``commitlog`` directory; also ``load(path)``),
+``topic`` (only this topic), ``brokerName`` (the ``brokerName`` column; default the directory's
+name), ``committedOnly`` (only records below the confirm offset in the store's checkpoint: what
+consumers could have seen, the part replicas must agree on), ``corruptRecords`` (``fail``, the
+default, or ``stop``: end the segment at a bad record, as recovery would), ``rowsPerBatch``.
+
+The schema is ``rmq``'s plus physicalOffset, size, bornHost and storeHost.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from pipeline.errors import OptionError, StoreReadError
+from pipeline.rows import (
+    Columns,
+    RecordDecodeError,
+    arrow_schema,
+    check_schema,
+    decode_into,
+    message_schema,
+)
+from storage.checkpoint import load_checkpoint
+from storage.errors import StoreError
+from storage.segment import parse_segment_name
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = structlog.get_logger(__name__)
+
+FORMAT = "rmqstore"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    commitlog: Path
+    broker_name: str
+    topic: str | None
+    committed_only: bool
+    corrupt: str
+    rows_per_batch: int
+
+    @classmethod
+    def parse(cls, options: Any) -> StoreOptions:
+        raw = options.get("path")
+        if not raw:
+            raise OptionError(
+                'rmqstore needs the store directory: .load(DIR) or .option("path", DIR)'
+            )
+        path = Path(str(raw)).expanduser()
+        commitlog = path if path.name == "commitlog" else path / "commitlog"
+        if not commitlog.is_dir():
+            raise OptionError(
+                f"{path} is not a broker store directory (no {commitlog.name}/ directory in it)"
+            )
+        store_dir = commitlog.parent
+        corrupt = str(options.get("corruptRecords") or "fail").strip().lower()
+        if corrupt not in ("fail", "stop"):
+            raise OptionError(f"option corruptRecords must be fail or stop, not {corrupt!r}")
+        committed = str(options.get("committedOnly") or "false").strip().lower()
+        if committed not in ("true", "false"):
+            raise OptionError(f"option committedOnly must be true or false, not {committed!r}")
+        rows = str(options.get("rowsPerBatch") or "4096").strip()
+        if not rows.isdigit() or int(rows) < 1:
+            raise OptionError(f"option rowsPerBatch must be an integer >= 1, not {rows!r}")
+        return cls(
+            commitlog=commitlog,
+            broker_name=str(options.get("brokerName") or store_dir.resolve().name),
+            topic=str(options.get("topic")) if options.get("topic") else None,
+            committed_only=committed == "true",
+            corrupt=corrupt,
+            rows_per_batch=int(rows),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    path: str
+    start: int
+    #: read records ending at or before this CommitLog offset only (None: all)
+    limit: int | None
+
+
+class SegmentPartition(InputPartition):
+    def __init__(self, segment: Segment) -> None:
+        super().__init__(segment)
+        self.segment = segment
+
+
+class RmqStoreDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        StoreOptions.parse(self.options)
+        return message_schema(store=True)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        check_schema(schema, store=True)
+        return RmqStoreReader(StoreOptions.parse(self.options), schema)
+
+
+def segments(opts: StoreOptions) -> list[Segment]:
+    """The segment files, ascending, each limited by the confirm offset when asked."""
+    limit: int | None = None
+    if opts.committed_only:
+        try:
+            cp = load_checkpoint(opts.commitlog.parent / "checkpoint")
+        except StoreError as exc:
+            raise OptionError(f"committedOnly: {exc}") from None
+        if cp is None:
+            raise OptionError(
+                f"committedOnly: {opts.commitlog.parent} has no checkpoint to take the confirm "
+                "offset from"
+            )
+        limit = cp.confirm_offset
+    found: list[Segment] = []
+    for path in opts.commitlog.iterdir():
+        start = parse_segment_name(path.name)
+        if start is not None and path.is_file() and (limit is None or start < limit):
+            found.append(Segment(str(path), start, limit))
+    return sorted(found, key=lambda s: s.start)
+
+
+class RmqStoreReader(DataSourceReader):
+    def __init__(self, opts: StoreOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [SegmentPartition(s) for s in segments(self.opts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SegmentPartition)
+        yield from read_segment(partition.segment, self.opts, arrow_schema(self.schema))
+
+
+def read_segment(seg: Segment, opts: StoreOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The records of one segment file as Arrow batches."""
+    path = Path(seg.path)
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise StoreReadError(f"cannot open segment {path}: {exc.strerror or exc}") from None
+    with f:
+        size = path.stat().st_size
+        if size == 0:
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            end = size if seg.limit is None else max(0, min(size, seg.limit - seg.start))
+            pos = 0
+            ended = pos >= end
+            while not ended:
+                cols = Columns(with_store=True)
+                try:
+                    pos, ended = decode_into(
+                        cols,
+                        mm,
+                        pos,
+                        end,
+                        max_records=opts.rows_per_batch,
+                        topic=opts.topic,
+                    )
+                except RecordDecodeError as exc:
+                    where = f"{path} at CommitLog offset {seg.start + exc.pos}"
+                    if opts.corrupt == "fail":
+                        raise StoreReadError(
+                            f"bad record in {where}: {exc}; set corruptRecords=stop to read up "
+                            "to it"
+                        ) from None
+                    # The records before the bad one are in ``cols`` (each is added whole).
+                    log.warning("bad record, segment ends here", where=where, error=str(exc))
+                    ended = True
+                if len(cols):
+                    yield cols.to_batch(opts.broker_name, schema)
