@@ -55,6 +55,9 @@ class BrokerContext:
             master_address="" if self.controller_mode else cfg.listen,
         )
         self.fenced = False
+        # Controller mode: the monotonic time until which the master may take writes, renewed by
+        # answered heartbeats (ReplicasManager); past it, writes answer MASTER_FENCED.
+        self.lease_expires = 0.0
         self.topic_listeners: list[Callable[[], None]] = []
         self.ha: HAService | None = None
         self._queue_counters: dict[str, itertools.count[int]] = {}
@@ -75,6 +78,12 @@ class BrokerContext:
             raise WriteRefused(
                 ResponseCode.NOT_MASTER,
                 f"broker {self.cfg.listen} is not the master of {self.cfg.broker_name}",
+            )
+        if self.controller_mode and (self.fenced or time.monotonic() > self.lease_expires):
+            raise WriteRefused(
+                ResponseCode.MASTER_FENCED,
+                f"master {self.cfg.listen} of {self.cfg.broker_name} is fenced: the active "
+                f"controller has not answered for {self.cfg.broker_heartbeat_timeout_ms} ms",
             )
 
     def create_topic(self, topic: str, queues: int) -> TopicConfig:

@@ -9,8 +9,11 @@ and keeps a slave's topic config and consumer offsets in step with its master.
 Rules worth knowing:
 - metadata with a master epoch older than one already seen is ignored (a stale poll or push);
 - a broker takes writes only after ``HAService.become_master`` returned for the current epoch;
-- a master that has not reached the active controller for ``broker_heartbeat_timeout_ms`` is
-  fenced (writes answer MASTER_FENCED) until a heartbeat succeeds again.
+- a master holds a lease: ``broker_heartbeat_timeout_ms`` from the moment it *sent* the last
+  heartbeat the active controller answered (or from a role change it received). Every write
+  checks it, so a master cut off from the controllers (or frozen, then resumed) refuses writes
+  with MASTER_FENCED before the controllers can have declared it dead and elected another. It is
+  renewed by the next answered heartbeat.
 """
 
 from __future__ import annotations
@@ -166,7 +169,7 @@ class ReplicasManager:
         except (ClientError, RemotingError) as exc:
             log.warning("register with controller failed", error=str(exc))
             return
-        self._last_contact = monotonic()
+        self._contact(monotonic())
         await self.apply(GroupInfo.from_frame(resp))
 
     async def alter_sync_state_set(self, members: frozenset[int]) -> int:
@@ -219,12 +222,14 @@ class ReplicasManager:
                 "electionPriority": self.cfg.election_priority,
                 "heartbeatTimeoutMillis": self.cfg.broker_heartbeat_timeout_ms,
             }
+            sent = monotonic()
             try:
                 await self.controllers.call(
                     RequestCode.BROKER_HEARTBEAT, header, timeout=min(timeout, 2.0)
                 )
-                self._last_contact = monotonic()
-                self._set_fenced(False)
+                # The controller heard us no earlier than ``sent``: a lease counted from there
+                # ends before the controller's own timeout for us does.
+                self._contact(sent)
             except BrokerError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
                     await self._register_and_apply()
@@ -354,8 +359,7 @@ class ReplicasManager:
                         info.master_epoch, info.sync_state_set, info.sync_state_set_epoch, me
                     )
                     self._slave_of = None
-                    self._set_fenced(False)
-                    self._last_contact = monotonic()
+                    self._contact(monotonic())
                     role.master_epoch = info.master_epoch
                     role.master_address = self.cfg.listen
                     adopted = self.ctx.adopt_store_topics()
@@ -399,6 +403,12 @@ class ReplicasManager:
         doc = msgpack.unpackb(resp.body or b"\x80")
         address = doc.get("haAddress") if isinstance(doc, dict) else None
         return address if isinstance(address, str) and address else None
+
+    def _contact(self, at: float) -> None:
+        """The active controller answered a request sent at ``at``: renew the write lease."""
+        self._last_contact = at
+        self.ctx.lease_expires = at + self.cfg.broker_heartbeat_timeout_ms / 1000
+        self._set_fenced(False)
 
     def _set_fenced(self, fenced: bool) -> None:
         if fenced != self.ctx.fenced:

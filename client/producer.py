@@ -44,6 +44,7 @@ RETRIABLE_CODES = frozenset(
         ResponseCode.NOT_MASTER,
         ResponseCode.MASTER_FENCED,
         ResponseCode.TOO_MANY_IN_FLIGHT,
+        ResponseCode.QUEUE_NOT_EXIST,
     }
 )
 

@@ -81,6 +81,9 @@ class ResponseCode(IntEnum):
     NOT_MASTER = 5002
     MASTER_FENCED = 5003
     TOO_MANY_IN_FLIGHT = 5004
+    # The topic has fewer queues here than the client's route says (a stale route, e.g. after a
+    # failover to a master that knows fewer queues): refresh the route and retry.
+    QUEUE_NOT_EXIST = 5005
 
 
 def code_name(code: int) -> str:

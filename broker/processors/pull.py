@@ -37,7 +37,9 @@ class PullProcessor:
             )
         if not 0 <= queue_id < tc.queues:
             return error_response(
-                req, ResponseCode.BAD_REQUEST, f"queueId {queue_id} out of range 0..{tc.queues - 1}"
+                req,
+                ResponseCode.QUEUE_NOT_EXIST,
+                f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
         resp = self._read(req, topic, queue_id, offset, max_count, max_bytes)
         if resp is not None or suspend_ms == 0:

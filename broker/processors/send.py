@@ -100,7 +100,9 @@ class SendProcessor:
             queue_id = ctx.next_queue(topic, tc.queues)
         elif queue_id >= tc.queues:
             return self._error(
-                req, ResponseCode.BAD_REQUEST, f"queueId {queue_id} out of range 0..{tc.queues - 1}"
+                req,
+                ResponseCode.QUEUE_NOT_EXIST,
+                f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
         limit = ctx.cfg.max_message_bytes
         for m in messages:

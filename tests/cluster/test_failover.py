@@ -14,16 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 
 from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
-from protocol.codes import RequestCode
-from remoting.client import RemotingClient
-from remoting.errors import RemotingError
-from tests.support.cluster import BrokerNode, Cluster
+from tests.cluster.support import (
+    assert_replicas_identical,
+    create_topic,
+    route_has_master,
+    sync_state,
+    wait_for,
+)
+from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.multiprocess
 
@@ -41,43 +44,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.stop()
 
 
-async def sync_state(boot: Bootstrap) -> dict[str, Any] | None:
-    try:
-        resp = await boot.call(
-            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {"brokerName": "broker-a"}, timeout=2.0
-        )
-    except (ClientError, RemotingError):
-        return None
-    return msgpack.unpackb(resp.body) if resp.body else None
-
-
-async def wait_for(cond: Any, timeout: float, what: str, cluster: Cluster) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await cond()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{cluster.logs()}")
-
-
-async def epoch_cache(address: str) -> dict[str, Any]:
-    conn = await RemotingClient.connect(address, timeout=2.0)
-    try:
-        resp = await conn.call(RequestCode.GET_BROKER_EPOCH_CACHE, timeout=2.0)
-        return dict(msgpack.unpackb(resp.body))
-    finally:
-        conn.close()
-
-
-def commitlog_bytes(node: BrokerNode, upto: int) -> bytes:
-    out = bytearray()
-    for seg in sorted((node.data_dir / "commitlog").iterdir()):
-        if seg.name.isdigit():
-            out += seg.read_bytes()
-    return bytes(out[:upto])
-
-
 async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: Cluster) -> None:
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
@@ -90,13 +56,13 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
 
         doc = await wait_for(full_set, 60, "a master with all three replicas in sync", cluster)
         first_master, first_epoch = doc["masterAddress"], doc["masterEpoch"]
-        await wait_for(
-            lambda: _route_has_master(boot), 30, "brokers registered for routes", cluster
-        )
+        first_id = doc["masterBrokerId"]
+        assert sorted(r["brokerId"] for r in doc["replicas"]) == [1, 2, 3]
+        await wait_for(lambda: route_has_master(boot), 30, "brokers registered for routes", cluster)
 
         acked: dict[tuple[str, int, int], bytes] = {}
         async with Producer(cluster.controller_addresses, retries=6, send_timeout=5.0) as producer:
-            await _create_topic(boot, first_master)
+            await create_topic(boot, first_master, TOPIC)
 
             async def send_range(lo: int, hi: int) -> None:
                 for i in range(lo, hi):
@@ -122,9 +88,13 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
                 *(send_range(1000 + w * 100, 1000 + w * 100 + 100) for w in range(4))
             )
 
-        master.restart()
+        # Back at another address: it keeps its persistent id, the controller learns the address.
+        master.restart(new_address=True)
         doc = await wait_for(full_set, 60, "the old master back in sync as a slave", cluster)
-        assert doc["masterAddress"] != first_master
+        assert doc["masterAddress"] != master.address
+        addresses = {r["brokerId"]: r["address"] for r in doc["replicas"]}
+        assert addresses[first_id] == master.address != first_master
+        assert sorted(addresses) == [1, 2, 3]
 
         received: dict[tuple[str, int, int], bytes] = {}
         async with Consumer(cluster.controller_addresses, "checker", TOPIC) as consumer:
@@ -136,41 +106,6 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
         assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
         assert len(acked) > 600
 
-        caches = [await epoch_cache(b.address) for b in cluster.brokers]
-        confirm = min(c["confirmOffset"] for c in caches)
-        assert confirm > 0
-        logs = [commitlog_bytes(b, confirm) for b in cluster.brokers]
-        assert logs[0] == logs[1] == logs[2], "replicas differ below the confirm offset"
+        await assert_replicas_identical(cluster)
     finally:
         boot.close()
-
-
-async def _route_has_master(boot: Bootstrap) -> bool:
-    try:
-        resp = await boot.call(RequestCode.GET_BROKER_CLUSTER_INFO, timeout=2.0)
-    except (ClientError, RemotingError):
-        return False
-    doc = msgpack.unpackb(resp.body)
-    return any(
-        b.get("role") == "MASTER" for group in doc.get("clusters", {}).values() for b in group
-    )
-
-
-async def _create_topic(boot: Bootstrap, master: str) -> None:
-    conn = await RemotingClient.connect(master)
-    try:
-        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": 4})
-    finally:
-        conn.close()
-
-    async def routed() -> bool:
-        try:
-            await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}, timeout=2.0)
-            return True
-        except (ClientError, RemotingError):
-            return False
-
-    deadline = time.monotonic() + 20
-    while not await routed():
-        assert time.monotonic() < deadline, "topic never appeared in the controllers' routes"
-        await asyncio.sleep(0.1)

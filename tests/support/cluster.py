@@ -1,25 +1,36 @@
 """A whole cluster as real processes: three controllers and broker groups in controller mode.
 
-Everything is on 127.0.0.1 with ephemeral ports and a temp directory; every process is ended by
+Everything is on 127.0.0.1 (or, for partition tests, addresses in network namespaces the test
+made) with ephemeral ports and a temp directory; every process is ended by
 its PID when the cluster stops, also when a test fails.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.procs import Daemon, free_port, port_open, small_segments_config, wait_until
 
 
 class ControllerNode(Daemon):
-    def __init__(self, tmp: Path, node_id: str, port: int, peers: str) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        node_id: str,
+        port: int,
+        peers: str,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
+    ) -> None:
         self.node_id = node_id
+        self.host = host
         self.port = port
-        self.address = f"127.0.0.1:{port}"
+        self.address = f"{host}:{port}"
         self.data_dir = tmp / f"controller-{node_id}"
         argv = [
-            sys.executable, "-m", "controller",
+            *prefix, sys.executable, "-m", "controller",
             "--id", node_id,
             "--peers", peers,
             "--data-dir", str(self.data_dir),
@@ -31,38 +42,65 @@ class ControllerNode(Daemon):
 
 class BrokerNode(Daemon):
     def __init__(
-        self, tmp: Path, name: str, index: int, controllers: str, extra: list[str]
+        self,
+        tmp: Path,
+        name: str,
+        index: int,
+        controllers: str,
+        extra: list[str],
+        config: str = "",
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix``: argv before the interpreter (e.g. ``ip netns exec NS``)."""
+        self.host = host
+        self.prefix = list(prefix)
         self.broker_name = name
-        self.port = free_port()
+        self.index = index
+        self.controllers = controllers
+        self.extra = extra
+        self.config_path = small_segments_config(tmp, f"{name}-{index}", config)
         self.ha_port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
         self.data_dir = tmp / f"{name}-{index}"
-        argv = [
-            sys.executable, "-m", "broker",
-            "--config", str(small_segments_config(tmp, f"{name}-{index}")),
-            "--broker-name", name,
+        super().__init__(f"{name}-{index}", [], tmp / f"{name}-{index}.log")
+        self._listen_on(free_port())
+
+    def _listen_on(self, port: int) -> None:
+        self.port = port
+        self.address = f"{self.host}:{port}"
+        self.argv = [
+            *self.prefix, sys.executable, "-m", "broker",
+            "--config", str(self.config_path),
+            "--broker-name", self.broker_name,
             "--listen", self.address,
             "--ha-port", str(self.ha_port),
-            "--controllers", controllers,
+            "--controllers", self.controllers,
             "--data-dir", str(self.data_dir),
             "--metrics-port", "0",
             "--log-format", "json",
-            *extra,
+            *self.extra,
         ]  # fmt: skip
-        super().__init__(f"{name}-{index}", argv, tmp / f"{name}-{index}.log")
 
-    def restart(self) -> None:
+    def restart(self, *, new_address: bool = False) -> None:
+        """Start again on the same data directory; with ``new_address`` on another port."""
+        if new_address:
+            self.ha_port = free_port()
+            self._listen_on(free_port())
         self.start()
-        wait_until(lambda: port_open(self.port), 30, f"{self.name} to listen again")
+        wait_until(lambda: port_open(self.port, self.host), 30, f"{self.name} to listen again")
 
 
 class Cluster:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(
+        self, tmp: Path, controller_host: str = "127.0.0.1", controller_prefix: Sequence[str] = ()
+    ) -> None:
         self.tmp = tmp
         ports = [free_port() for _ in range(3)]
-        peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
-        self.controllers = [ControllerNode(tmp, f"n{i}", p, peers) for i, p in enumerate(ports)]
+        peers = ";".join(f"n{i}-{controller_host}:{p}" for i, p in enumerate(ports))
+        self.controllers = [
+            ControllerNode(tmp, f"n{i}", p, peers, controller_host, controller_prefix)
+            for i, p in enumerate(ports)
+        ]
         self.controller_addresses = ";".join(c.address for c in self.controllers)
         self.brokers: list[BrokerNode] = []
 
@@ -73,10 +111,29 @@ class Cluster:
             wait_until(lambda c=c: self._listening(c), 30, f"{c.name} to listen")
 
     def add_group(
-        self, name: str, replicas: int = 3, extra: list[str] | None = None
+        self,
+        name: str,
+        replicas: int = 3,
+        extra: list[str] | None = None,
+        config: str = "",
+        per_broker: list[list[str]] | None = None,
+        hosts: list[str] | None = None,
+        prefixes: list[list[str]] | None = None,
     ) -> list[BrokerNode]:
+        """Start ``replicas`` brokers of group ``name``; ``config`` is TOML every one reads,
+        ``per_broker[i]`` flags for broker ``i`` only; ``hosts[i]`` its listen host and
+        ``prefixes[i]`` the argv before its interpreter."""
         group = [
-            BrokerNode(self.tmp, name, i, self.controller_addresses, extra or [])
+            BrokerNode(
+                self.tmp,
+                name,
+                i,
+                self.controller_addresses,
+                [*(extra or []), *(per_broker[i] if per_broker else [])],
+                config,
+                hosts[i] if hosts else "127.0.0.1",
+                prefixes[i] if prefixes else (),
+            )
             for i in range(replicas)
         ]
         for b in group:
@@ -90,7 +147,7 @@ class Cluster:
     def _listening(d: ControllerNode | BrokerNode) -> bool:
         if not d.alive():
             raise AssertionError(f"{d.name} exited early:\n{d.log()[-3000:]}")
-        return port_open(d.port)
+        return port_open(d.port, d.host)
 
     def stop(self) -> None:
         for d in [*self.brokers, *self.controllers]:

@@ -90,6 +90,7 @@ class Daemon:
             return None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGCONT)  # a frozen process must run to stop
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -111,11 +112,12 @@ consumequeue_segment_entries = 65536
 """
 
 
-def small_segments_config(directory: Path, name: str) -> Path:
-    """A TOML file with the settings every test broker shares (small segments)."""
+def small_segments_config(directory: Path, name: str, extra_toml: str = "") -> Path:
+    """A TOML file with the settings every test broker shares (small segments), then
+    ``extra_toml`` (more keys for this broker)."""
     path = directory / f"{name}-test.toml"
     directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(TEST_BROKER_CONFIG)
+    path.write_text(TEST_BROKER_CONFIG + extra_toml)
     return path
 
 

@@ -1,0 +1,160 @@
+"""What the whole-cluster tests share: controller queries, waits with deadlines, raw sends to one
+broker, a consumer that collects everything, and the replica byte comparison."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+
+from client import Consumer
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from protocol.codes import RequestCode, ResponseCode
+from remoting.client import RemotingClient
+from remoting.errors import RemotingError
+from tests.support.cluster import BrokerNode, Cluster
+
+Key = tuple[str, int, int]
+"""(broker name, queue id, queue offset): where an acknowledged message must be found."""
+
+
+async def sync_state(boot: Bootstrap, group: str = "broker-a") -> dict[str, Any] | None:
+    """The controllers' CONTROLLER_GET_SYNC_STATE_DATA document, or None when unreachable."""
+    try:
+        resp = await boot.call(
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {"brokerName": group}, timeout=2.0
+        )
+    except (ClientError, RemotingError):
+        return None
+    return msgpack.unpackb(resp.body) if resp.body else None
+
+
+async def wait_for(
+    cond: Callable[[], Awaitable[Any]], timeout: float, what: str, cluster: Cluster
+) -> Any:
+    """Poll ``cond`` until it returns something truthy; fail with every daemon's log tail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await cond()
+        if value:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{cluster.logs()}")
+
+
+async def full_sync_state_set(
+    boot: Bootstrap, cluster: Cluster, size: int = 3, timeout: float = 60
+) -> dict[str, Any]:
+    async def full() -> dict[str, Any] | None:
+        doc = await sync_state(boot)
+        ok = doc and doc.get("masterAddress") and len(doc["syncStateSet"]) == size
+        return doc if ok else None
+
+    doc: dict[str, Any] = await wait_for(
+        full, timeout, f"a master with {size} replicas in sync", cluster
+    )
+    return doc
+
+
+async def new_master(boot: Bootstrap, cluster: Cluster, old: str) -> dict[str, Any]:
+    async def changed() -> dict[str, Any] | None:
+        doc = await sync_state(boot)
+        ok = doc and doc.get("masterAddress") not in (None, "", old)
+        return doc if ok else None
+
+    doc: dict[str, Any] = await wait_for(changed, 30, f"a master other than {old}", cluster)
+    return doc
+
+
+def node_at(cluster: Cluster, address: str) -> BrokerNode:
+    return next(b for b in cluster.brokers if b.address == address)
+
+
+async def epoch_cache(address: str) -> dict[str, Any]:
+    conn = await RemotingClient.connect(address, timeout=2.0)
+    try:
+        resp = await conn.call(RequestCode.GET_BROKER_EPOCH_CACHE, timeout=2.0)
+        return dict(msgpack.unpackb(resp.body))
+    finally:
+        conn.close()
+
+
+def commitlog_bytes(node: BrokerNode, upto: int) -> bytes:
+    out = bytearray()
+    for seg in sorted((node.data_dir / "commitlog").iterdir()):
+        if seg.name.isdigit():
+            out += seg.read_bytes()
+    return bytes(out[:upto])
+
+
+async def assert_replicas_identical(cluster: Cluster) -> int:
+    """Every replica's CommitLog is byte-identical up to the smallest confirm offset; returns it."""
+    caches = [await epoch_cache(b.address) for b in cluster.brokers]
+    confirm = min(int(c["confirmOffset"]) for c in caches)
+    assert confirm > 0
+    logs = [commitlog_bytes(b, confirm) for b in cluster.brokers]
+    assert all(log == logs[0] for log in logs), "replicas differ below the confirm offset"
+    return confirm
+
+
+async def route_has_master(boot: Bootstrap) -> bool:
+    try:
+        resp = await boot.call(RequestCode.GET_BROKER_CLUSTER_INFO, timeout=2.0)
+    except (ClientError, RemotingError):
+        return False
+    doc = msgpack.unpackb(resp.body)
+    return any(
+        b.get("role") == "MASTER" for group in doc.get("clusters", {}).values() for b in group
+    )
+
+
+async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4) -> None:
+    """Create ``topic`` on ``master`` and wait until the controllers route it."""
+    conn = await RemotingClient.connect(master)
+    try:
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "queues": queues})
+    finally:
+        conn.close()
+
+    async def routed() -> bool:
+        try:
+            await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=2.0)
+            return True
+        except (ClientError, RemotingError):
+            return False
+
+    deadline = time.monotonic() + 20
+    while not await routed():
+        assert time.monotonic() < deadline, "topic never appeared in the controllers' routes"
+        await asyncio.sleep(0.1)
+
+
+async def raw_send(conn: RemotingClient, topic: str, body: bytes) -> tuple[int, Key | None]:
+    """SEND_MESSAGE straight to one broker: (response code, where it was stored if SUCCESS)."""
+    resp = await conn.request(RequestCode.SEND_MESSAGE, {"topic": topic, "queueId": 0}, body, 10)
+    if resp.code != ResponseCode.SUCCESS:
+        return resp.code, None
+    h = resp.header
+    return resp.code, (str(h["brokerName"]), int(h["queueId"]), int(h["queueOffset"]))  # type: ignore[arg-type]
+
+
+async def consume_all(
+    addresses: str, topic: str, expect: set[Key], timeout: float = 60
+) -> dict[Key, bytes]:
+    """Everything a fresh consumer group receives, until ``expect`` is covered or the deadline."""
+    received: dict[Key, bytes] = {}
+    async with Consumer(addresses, f"checker-{time.monotonic_ns()}", topic) as consumer:
+        deadline = time.monotonic() + timeout
+        while not expect <= set(received) and time.monotonic() < deadline:
+            for m in await consumer.receive(timeout=1.0):
+                received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
+        # A little longer: anything served beyond what was expected must show up too.
+        with contextlib.suppress(TimeoutError):
+            for m in await asyncio.wait_for(consumer.receive(timeout=1.0), 3):
+                received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
+    return received

@@ -1,0 +1,238 @@
+"""Controller-mode scenarios with real processes (DESIGN.md sections 5-7): a divergent tail
+truncated away, a frozen slave shrunk out of the SyncStateSet and expanded back, a frozen master
+that fences itself, operator elections, and a master cut off from the controllers.
+
+Each test starts three controllers and one group of three brokers on loopback; every process is
+ended by its PID when the test ends, also when it fails (SIGCONT first for frozen ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import Producer
+from client.bootstrap import Bootstrap
+from protocol.codes import ResponseCode
+from remoting.client import RemotingClient
+from tests.cluster.support import (
+    Key,
+    assert_replicas_identical,
+    consume_all,
+    create_topic,
+    epoch_cache,
+    full_sync_state_set,
+    new_master,
+    node_at,
+    raw_send,
+    sync_state,
+    wait_for,
+)
+from tests.support.cluster import BrokerNode, Cluster
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "ScenarioTopic"
+RMQCTL = str(Path(sys.executable).parent / "rmqctl")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start_controllers()
+        yield c
+    finally:
+        for b in c.brokers:
+            b.signal(signal.SIGCONT)
+        c.stop()
+
+
+@pytest.fixture
+async def boot(cluster: Cluster) -> Any:
+    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    yield b
+    b.close()
+
+
+def slaves_of(cluster: Cluster, doc: dict[str, Any]) -> list[BrokerNode]:
+    return [b for b in cluster.brokers if b.address != doc["masterAddress"]]
+
+
+async def send_all(
+    producer: Producer, bodies: list[bytes], acked: dict[Key, bytes] | None = None
+) -> dict[Key, bytes]:
+    acked = {} if acked is None else acked
+    for body in bodies:
+        r = await producer.send(TOPIC, body)
+        acked[(r.broker_name, r.queue_id, r.queue_offset)] = body
+    return acked
+
+
+async def test_a_divergent_tail_is_truncated_away_and_never_served(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # all-ack off: the master acknowledges what no slave has yet.
+    cluster.add_group("broker-a", 3, config="all_ack_in_sync_state_set = false\n")
+    doc = await full_sync_state_set(boot, cluster)
+    old = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, old.address, TOPIC)
+    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        acked = await send_all(producer, [f"before-{i}".encode() for i in range(20)])
+
+        async def caught_up() -> bool:
+            caches = [await epoch_cache(b.address) for b in cluster.brokers]
+            return len({c["maxOffset"] for c in caches}) == 1
+
+        await wait_for(caught_up, 20, "the slaves to catch up", cluster)
+        slaves = slaves_of(cluster, doc)
+        for s in slaves:
+            s.signal(signal.SIGSTOP)
+        conn = await RemotingClient.connect(old.address)
+        divergent = []
+        for i in range(20):
+            code, key = await raw_send(conn, TOPIC, f"divergent-{i}".encode())
+            assert code == ResponseCode.SUCCESS and key is not None
+            divergent.append(key)
+        conn.close()
+        old.kill9()
+        # The frozen slaves' sockets may hold the divergent bytes unread; dying drops them, as a
+        # partition would have. Their logs (page cache) end where the master's tail diverges.
+        for s in slaves:
+            s.kill9()
+            s.restart()
+        doc = await new_master(boot, cluster, old.address)
+        await send_all(producer, [f"after-{i}".encode() for i in range(20)], acked)
+
+    old.restart()
+    await full_sync_state_set(boot, cluster)
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
+    served = set(received.values())
+    assert not any(b.startswith(b"divergent-") for b in served), "a truncated message was served"
+    assert "truncat" in old.log()
+    confirm = await assert_replicas_identical(cluster)
+    caches = [await epoch_cache(b.address) for b in cluster.brokers]
+    assert all(c["maxOffset"] == confirm for c in caches)
+    assert len({json.dumps(c["epochs"]) for c in caches}) == 1
+
+
+async def test_a_frozen_slave_is_shrunk_out_and_expanded_back(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    cluster.add_group("broker-a", 3, config="ha_max_time_slave_not_catchup_ms = 1500\n")
+    doc = await full_sync_state_set(boot, cluster)
+    await create_topic(boot, doc["masterAddress"], TOPIC)
+    frozen = slaves_of(cluster, doc)[0]
+    frozen_id = next(r["brokerId"] for r in doc["replicas"] if r["address"] == frozen.address)
+    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        acked = await send_all(producer, [f"a-{i}".encode() for i in range(10)])
+        frozen.signal(signal.SIGSTOP)
+        # With all-ack, writes stall until the master drops the frozen slave from the set.
+        await send_all(producer, [f"b-{i}".encode() for i in range(10)], acked)
+
+        async def shrunk() -> dict[str, Any] | None:
+            d = await sync_state(boot)
+            return d if d and frozen_id not in d["syncStateSet"] else None
+
+        await wait_for(shrunk, 20, "the frozen slave shrunk out", cluster)
+        await send_all(producer, [f"c-{i}".encode() for i in range(50)], acked)
+        frozen.signal(signal.SIGCONT)
+        await full_sync_state_set(boot, cluster, timeout=30)
+        await send_all(producer, [f"d-{i}".encode() for i in range(10)], acked)
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
+    await assert_replicas_identical(cluster)
+
+
+async def test_a_frozen_master_fences_itself_and_acknowledges_nothing(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # all-ack off, so nothing but the fence stops the old master acknowledging alone.
+    cluster.add_group("broker-a", 3, config="all_ack_in_sync_state_set = false\n")
+    doc = await full_sync_state_set(boot, cluster)
+    old = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, old.address, TOPIC)
+    conn = await RemotingClient.connect(old.address)
+    code, _ = await raw_send(conn, TOPIC, b"warm-up")
+    assert code == ResponseCode.SUCCESS
+    old.signal(signal.SIGSTOP)
+    # Queued in the frozen master's socket; it reads them only after SIGCONT.
+    pending = [
+        asyncio.ensure_future(raw_send(conn, TOPIC, f"stale-{i}".encode())) for i in range(20)
+    ]
+    await new_master(boot, cluster, old.address)
+    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        acked = await send_all(producer, [f"new-{i}".encode() for i in range(20)])
+    old.signal(signal.SIGCONT)
+    results = await asyncio.gather(*pending)
+    conn.close()
+    codes = {code for code, _ in results}
+    assert ResponseCode.SUCCESS not in codes, f"the fenced master acknowledged writes: {results}"
+    assert codes <= {ResponseCode.MASTER_FENCED, ResponseCode.NOT_MASTER}, codes
+    doc = await full_sync_state_set(boot, cluster, timeout=30)
+    assert doc["masterAddress"] != old.address
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
+    assert not any(b.startswith(b"stale-") for b in received.values())
+
+
+def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RMQCTL, "--json", "-a", cluster.controller_addresses, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_operator_elect_master_moves_mastership_only_to_an_in_sync_broker(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    cluster.add_group("broker-a", 3, config="ha_max_time_slave_not_catchup_ms = 1500\n")
+    doc = await full_sync_state_set(boot, cluster)
+    await create_topic(boot, doc["masterAddress"], TOPIC)
+    ids = {r["address"]: r["brokerId"] for r in doc["replicas"]}
+    target, other = slaves_of(cluster, doc)
+    done = await asyncio.to_thread(
+        rmqctl, cluster, "electMaster", "-b", "broker-a", "-i", str(ids[target.address])
+    )
+    assert done.returncode == 0, done.stderr
+    elected = json.loads(done.stdout)
+    assert elected["masterBrokerId"] == ids[target.address]
+    assert elected["masterEpoch"] == doc["masterEpoch"] + 1
+    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        acked = await send_all(producer, [f"m-{i}".encode() for i in range(10)])
+        assert {k[0] for k in acked} == {"broker-a"}
+
+        # Freeze the other slave until it is out of the set: naming it is refused.
+        other.signal(signal.SIGSTOP)
+        await send_all(producer, [f"n-{i}".encode() for i in range(5)], acked)
+
+        async def shrunk() -> bool:
+            d = await sync_state(boot)
+            return bool(d and ids[other.address] not in d["syncStateSet"])
+
+        await wait_for(shrunk, 20, "the frozen slave shrunk out", cluster)
+        other.signal(signal.SIGCONT)
+        refused = await asyncio.to_thread(
+            rmqctl, cluster, "electMaster", "-b", "broker-a", "-i", str(ids[other.address])
+        )
+    if refused.returncode == 0:
+        # It may have caught up and been expanded back already: then the election is legal.
+        assert ids[other.address] in (await sync_state(boot) or {}).get("syncStateSet", [])
+    else:
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "Traceback" not in refused.stderr
+        d = await sync_state(boot)
+        assert d is not None and d["masterBrokerId"] == ids[target.address]
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
