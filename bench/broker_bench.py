@@ -179,7 +179,9 @@ async def bench_consume(conn: RemotingClient, queues: int, expected: int, pid: i
 async def main_async(args: argparse.Namespace) -> None:
     body = os.urandom(args.size // 2).hex().encode()[: args.size]
     with tempfile.TemporaryDirectory(prefix="rmq-bench-") as tmp:
-        broker = BrokerProc(Path(tmp), extra=["--flush", "async", "--log-format", "json"])
+        broker = BrokerProc(
+            Path(tmp), extra=["--flush", "async", "--log-format", "json"], segment_bytes=1 << 30
+        )
         broker.start_and_wait()
         try:
             conn = await RemotingClient.connect(broker.address)

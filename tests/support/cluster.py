@@ -11,7 +11,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.procs import Daemon, free_port, port_open, small_segments_config, wait_until
+from tests.support.procs import (
+    TEST_SEGMENT_BYTES,
+    Daemon,
+    free_port,
+    port_open,
+    small_segments_config,
+    wait_until,
+)
 
 
 class ControllerNode(Daemon):
@@ -51,6 +58,7 @@ class BrokerNode(Daemon):
         config: str = "",
         host: str = "127.0.0.1",
         prefix: Sequence[str] = (),
+        segment_bytes: int = TEST_SEGMENT_BYTES,
     ) -> None:
         """``prefix``: argv before the interpreter (e.g. ``ip netns exec NS``)."""
         self.host = host
@@ -59,7 +67,9 @@ class BrokerNode(Daemon):
         self.index = index
         self.controllers = controllers
         self.extra = extra
-        self.config_path = small_segments_config(tmp, f"{name}-{index}", config)
+        self.config_path = small_segments_config(
+            tmp, f"{name}-{index}", config, segment_bytes=segment_bytes
+        )
         self.ha_port = free_port()
         self.data_dir = tmp / f"{name}-{index}"
         super().__init__(f"{name}-{index}", [], tmp / f"{name}-{index}.log")
@@ -119,6 +129,7 @@ class Cluster:
         per_broker: list[list[str]] | None = None,
         hosts: list[str] | None = None,
         prefixes: list[list[str]] | None = None,
+        segment_bytes: int = TEST_SEGMENT_BYTES,
     ) -> list[BrokerNode]:
         """Start ``replicas`` brokers of group ``name``; ``config`` is TOML every one reads,
         ``per_broker[i]`` flags for broker ``i`` only; ``hosts[i]`` its listen host and
@@ -133,6 +144,7 @@ class Cluster:
                 config,
                 hosts[i] if hosts else "127.0.0.1",
                 prefixes[i] if prefixes else (),
+                segment_bytes,
             )
             for i in range(replicas)
         ]

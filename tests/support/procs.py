@@ -106,27 +106,35 @@ class Daemon:
 
 # Production segments are 1 GiB, allocated for real (posix_fallocate); tests use small ones so a
 # suite of many brokers stays within a few hundred MiB of disk.
-TEST_BROKER_CONFIG = """\
-commitlog_segment_bytes = 8388608
-consumequeue_segment_entries = 65536
-"""
+TEST_SEGMENT_BYTES = 8 << 20
 
 
-def small_segments_config(directory: Path, name: str, extra_toml: str = "") -> Path:
+def small_segments_config(
+    directory: Path, name: str, extra_toml: str = "", segment_bytes: int = TEST_SEGMENT_BYTES
+) -> Path:
     """A TOML file with the settings every test broker shares (small segments), then
-    ``extra_toml`` (more keys for this broker)."""
+    ``extra_toml`` (more keys for this broker). Benchmarks pass the production segment size."""
     path = directory / f"{name}-test.toml"
     directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(TEST_BROKER_CONFIG + extra_toml)
+    path.write_text(
+        f"commitlog_segment_bytes = {segment_bytes}\n"
+        f"consumequeue_segment_entries = {max(65536, segment_bytes // 128)}\n" + extra_toml
+    )
     return path
 
 
 def broker_argv(
-    listen_port: int, data_dir: Path, *, name: str = "broker-a", extra: list[str] | None = None
+    listen_port: int,
+    data_dir: Path,
+    *,
+    name: str = "broker-a",
+    extra: list[str] | None = None,
+    segment_bytes: int = TEST_SEGMENT_BYTES,
 ) -> list[str]:
+    config = small_segments_config(data_dir.parent, name, segment_bytes=segment_bytes)
     return [
         sys.executable, "-m", "broker",
-        "--config", str(small_segments_config(data_dir.parent, name)),
+        "--config", str(config),
         "--broker-name", name,
         "--listen", f"127.0.0.1:{listen_port}",
         "--data-dir", str(data_dir),
@@ -144,13 +152,15 @@ class BrokerProc(Daemon):
         name: str = "broker-a",
         extra: list[str] | None = None,
         port: int | None = None,
+        segment_bytes: int = TEST_SEGMENT_BYTES,
     ) -> None:
         self.port = port or free_port()
         self.data_dir = tmp / name
         self.address = f"127.0.0.1:{self.port}"
-        super().__init__(
-            name, broker_argv(self.port, self.data_dir, name=name, extra=extra), tmp / f"{name}.log"
+        argv = broker_argv(
+            self.port, self.data_dir, name=name, extra=extra, segment_bytes=segment_bytes
         )
+        super().__init__(name, argv, tmp / f"{name}.log")
 
     def start_and_wait(self, timeout: float = 30.0) -> BrokerProc:
         self.start()

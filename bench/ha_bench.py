@@ -1,0 +1,301 @@
+"""Replication benchmark: three controllers and one broker group of three replicas, all-ack.
+
+Real processes on loopback, production segment size (1 GiB), flush async, 1 KiB messages.
+Measures and prints (nothing is asserted):
+  1. produce, one connection, 64 in flight, every send acknowledged by the whole SyncStateSet;
+  2. produce in batches of 64 (8 requests in flight);
+  3. produce one at a time: p50/p99 latency;
+  4. catch-up: a slave killed, N MiB written without it, restarted: MiB/s until it has it all;
+  5. failover: kill -9 of the master to the first write acknowledged by the new master, seen by
+     an SDK producer that only knows the controllers, over K rounds (the old master is restarted
+     and back in the SyncStateSet before the next round);
+  6. the same after SIGSTOP of the master (it is fenced; SIGCONT after the round).
+Each figure is printed with its ratio to the issue's target. NATS JetStream R3 runs side by side
+when ``nats-server`` is installed; otherwise the line says it was skipped.
+
+    python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgpack
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.broker_bench import cpu_seconds, pct
+from client import Producer
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from protocol.codes import RequestCode, ResponseCode
+from remoting.client import RemotingClient
+from tests.cluster.support import epoch_cache, full_sync_state_set, node_at
+from tests.support.cluster import Cluster
+
+TOPIC = "HABench"
+QUEUES = 8
+TARGETS = {
+    "single": 25_000.0,  # msg/s
+    "batch": 100_000.0,  # msg/s
+    "p50": 0.4,  # ms, one at a time (lower is better)
+    "catchup": 300.0,  # MiB/s
+    "kill_p50": 1.0,  # s (lower is better)
+    "kill_max": 3.0,  # s (lower is better)
+    "stop_max": 4.0,  # s (lower is better)
+}
+
+
+def ratio(name: str, value: float, lower_is_better: bool = False) -> str:
+    target = TARGETS[name]
+    r = target / value if lower_is_better else value / target
+    return f"ratio to target {r:.2f}"
+
+
+async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) -> None:
+    sem = asyncio.Semaphore(64)
+    lat: list[float] = []
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        for i in counter:
+            t0 = time.perf_counter()
+            async with sem:
+                resp = await conn.request(
+                    RequestCode.SEND_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, body, 30
+                )
+            if resp.code != ResponseCode.SUCCESS:
+                raise SystemExit(f"send failed: {resp.code} {resp.header}")
+            lat.append(time.perf_counter() - t0)
+
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(64)))
+    dt = time.perf_counter() - t0
+    rate = n / dt
+    print(
+        f"produce, 64 in flight, all-ack R3  {rate:>9,.0f} msg/s {n * len(body) / dt / 1e6:6.1f} MB/s"
+        f"  p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
+        f"  master CPU {(cpu_seconds(pid) - cpu0) / n * 100_000:5.2f} s/100k  {ratio('single', rate)}",
+        flush=True,
+    )
+
+
+async def produce_batch(conn: RemotingClient, n: int, body: bytes, pid: int) -> None:
+    payload = msgpack.packb([{"body": body}] * 64)
+    requests = iter(range(n // 64))
+    lat: list[float] = []
+
+    async def worker() -> None:
+        for i in requests:
+            t0 = time.perf_counter()
+            resp = await conn.request(
+                RequestCode.SEND_BATCH_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, payload, 30
+            )
+            if resp.code != ResponseCode.SUCCESS:
+                raise SystemExit(f"batch failed: {resp.code} {resp.header}")
+            lat.append(time.perf_counter() - t0)
+
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(8)))
+    dt = time.perf_counter() - t0
+    sent = (n // 64) * 64
+    rate = sent / dt
+    print(
+        f"produce, batches of 64, all-ack R3 {rate:>9,.0f} msg/s {sent * len(body) / dt / 1e6:6.1f} MB/s"
+        f"  batch p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
+        f"  master CPU {(cpu_seconds(pid) - cpu0) / sent * 100_000:5.2f} s/100k  {ratio('batch', rate)}",
+        flush=True,
+    )
+
+
+async def produce_one_at_a_time(conn: RemotingClient, n: int, body: bytes) -> None:
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        resp = await conn.request(
+            RequestCode.SEND_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, body, 30
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise SystemExit(f"send failed: {resp.code} {resp.header}")
+        lat.append(time.perf_counter() - t0)
+    p50 = pct(lat, 0.5) * 1000
+    print(
+        f"produce, one at a time, all-ack R3 p50 {p50:.3f} ms  p99 {pct(lat, 0.99) * 1000:.3f} ms"
+        f"  ({n} sends)  {ratio('p50', p50, lower_is_better=True)}",
+        flush=True,
+    )
+
+
+async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, body: bytes) -> None:
+    slave = next(b for b in cluster.brokers if b.address != master)
+    slave.kill9()
+    conn = await RemotingClient.connect(master)
+    payload = msgpack.packb([{"body": body}] * 64)
+    per_request = 64 * len(body)
+    requests = iter(range(mib * (1 << 20) // per_request))
+
+    async def worker() -> None:
+        for i in requests:
+            resp = await conn.request(
+                RequestCode.SEND_BATCH_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, payload, 60
+            )
+            if resp.code != ResponseCode.SUCCESS:
+                raise SystemExit(f"batch failed during catch-up fill: {resp.code} {resp.header}")
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    conn.close()
+    target = (await epoch_cache(master))["maxOffset"]
+    slave.start()
+    t_start = time.perf_counter()
+    base: int | None = None
+    t_first = 0.0
+    while True:
+        try:
+            cache = await epoch_cache(slave.address)
+        except (OSError, ClientError, Exception):  # not listening yet
+            await asyncio.sleep(0.02)
+            continue
+        offset = int(cache["maxOffset"])
+        if base is None:
+            base, t_first = offset, time.perf_counter()
+        if offset >= target:
+            break
+        await asyncio.sleep(0.02)
+    t_end = time.perf_counter()
+    behind = (target - base) / (1 << 20)
+    rate = behind / max(t_end - t_first, 1e-9)
+    print(
+        f"catch-up of a slave {behind:,.0f} MiB behind: {rate:,.0f} MiB/s once serving "
+        f"({t_end - t_first:.2f} s; {t_end - t_start:.2f} s including its restart)  "
+        f"{ratio('catchup', rate)}",
+        flush=True,
+    )
+    await full_sync_state_set(boot, cluster, timeout=120)
+
+
+async def first_ack_after(producer: Producer, since: float, deadline_s: float = 30.0) -> float:
+    """Seconds from ``since`` until a send is acknowledged (sends start after ``since``)."""
+    i = 0
+    while time.perf_counter() - since < deadline_s:
+        try:
+            await producer.send(TOPIC, f"failover-{i}".encode())
+            return time.perf_counter() - since
+        except ClientError:
+            i += 1
+    raise SystemExit(f"no acknowledged write within {deadline_s} s of the failure")
+
+
+async def failovers(cluster: Cluster, boot: Bootstrap, rounds: int, how: str) -> list[float]:
+    times: list[float] = []
+    async with Producer(
+        cluster.controller_addresses, retries=3, send_timeout=1.0, fault_isolation=0.2
+    ) as producer:
+        for _ in range(rounds):
+            doc = await full_sync_state_set(boot, cluster, timeout=120)
+            await producer.send(TOPIC, b"warm")  # route cached, connection open
+            master = node_at(cluster, doc["masterAddress"])
+            since = time.perf_counter()
+            if how == "kill":
+                master.kill9()
+            else:
+                master.signal(signal.SIGSTOP)
+            times.append(await first_ack_after(producer, since))
+            if how == "kill":
+                master.restart()
+            else:
+                master.signal(signal.SIGCONT)
+    await full_sync_state_set(boot, cluster, timeout=120)
+    return times
+
+
+def report_failovers(name: str, times: list[float], how: str) -> None:
+    times = sorted(times)
+    p50, mx = pct(times, 0.5), times[-1]
+    if how == "kill":
+        verdict = f"{ratio('kill_p50', p50, True)} (p50), {ratio('kill_max', mx, True)} (max)"
+    else:
+        verdict = ratio("stop_max", mx, lower_is_better=True) + " (max)"
+    print(
+        f"{name} over {len(times)}: p50 {p50:.2f} s  p90 {pct(times, 0.9):.2f} s  "
+        f"max {mx:.2f} s  {verdict}",
+        flush=True,
+    )
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    body = os.urandom(args.size // 2).hex().encode()[: args.size]
+    with tempfile.TemporaryDirectory(prefix="rmq-ha-bench-") as tmp:
+        cluster = Cluster(Path(tmp))
+        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+        try:
+            cluster.start_controllers()
+            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
+            doc = await full_sync_state_set(boot, cluster, timeout=120)
+            master = doc["masterAddress"]
+            pid = node_at(cluster, master).pid
+            conn = await RemotingClient.connect(master)
+            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES})
+            print(
+                f"3 controllers, broker-a x3 (master {master}), all-ack, flush async, "
+                f"{args.size} B messages, {args.messages:,} per produce phase",
+                flush=True,
+            )
+            await produce_single(conn, args.messages, body, pid)
+            await produce_batch(conn, args.messages, body, pid)
+            await produce_one_at_a_time(conn, args.one_at_a_time, body)
+            conn.close()
+            await asyncio.sleep(1.5)  # slaves register the topic for routes
+            if args.catchup_mib:
+                await catch_up(cluster, boot, master, args.catchup_mib, body)
+            if args.kills:
+                report_failovers(
+                    "failover, kill -9 of the master to the first acknowledged write",
+                    await failovers(cluster, boot, args.kills, "kill"),
+                    "kill",
+                )
+            if args.stops:
+                report_failovers(
+                    "failover, SIGSTOP of the master to the first acknowledged write",
+                    await failovers(cluster, boot, args.stops, "stop"),
+                    "stop",
+                )
+        finally:
+            boot.close()
+            for b in cluster.brokers:
+                b.signal(signal.SIGCONT)
+            cluster.stop()
+    if shutil.which("nats-server") is None:
+        print("NATS JetStream R3: skipped (nats-server is not installed on this machine)")
+    else:
+        print("NATS JetStream R3: nats-server is installed but this benchmark has no NATS client")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--messages", type=int, default=100_000, help="messages per produce phase")
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--one-at-a-time", type=int, default=2000, help="sends for the latency phase")
+    p.add_argument("--catchup-mib", type=int, default=1024, help="MiB a slave falls behind")
+    p.add_argument("--kills", type=int, default=20, help="kill -9 failover rounds")
+    p.add_argument("--stops", type=int, default=5, help="SIGSTOP failover rounds")
+    args = p.parse_args()
+    try:
+        import uvloop
+
+        uvloop.run(main_async(args))
+    except ImportError:
+        asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
