@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import random
 import threading
 import time
 from collections import deque
@@ -471,6 +472,9 @@ class BatchSender:
         self._producer = Producer(
             controllers, retries=retries, send_timeout=timeout, connect_timeout=timeout
         )
+        # Every write task has its own producer: start each at a random queue (as RocketMQ's
+        # producers do), or the first batch of every task would land on the same queue.
+        self._producer._rr = random.randrange(1 << 16)
         self._max = max_in_flight
         self._inflight: set[concurrent.futures.Future[None]] = set()
         self.tally = SendTally()

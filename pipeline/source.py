@@ -296,8 +296,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_partition(partition.qr, self.opts, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
-        # Offsets live in Spark's checkpoint; nothing to commit at the brokers.
-        log.debug("batch committed", end=end)
+        """Nothing to do: offsets live in Spark's checkpoint, not at the brokers (and a commit
+        may arrive late, so nothing here may depend on it)."""
 
 
 # -- writing ----------------------------------------------------------------------------------

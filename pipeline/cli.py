@@ -1,0 +1,289 @@
+"""``rmq-pipeline``: the archive and traffic jobs on Spark.
+
+::
+
+    rmq-pipeline archive -a ADDRS -t TOPIC --output DIR --checkpoint DIR [--interval "1 minute"]
+    rmq-pipeline traffic -a ADDRS -t TOPIC [-t TOPIC ...] [--output DIR] [--threshold 5000]
+
+Both run on ``local[*]`` by default; ``--master`` picks another (``spark://...``, ``yarn``, ...),
+``--conf key=value`` sets Spark options. Under spark-submit (``spark-submit [--master URL]
+pipeline/cli.py archive ...``) spark-submit's master and conf are used. Exit status 0 on success,
+1 with one line on stderr on failure, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import structlog
+
+from pipeline.archive import ArchiveSpec, run_archive
+from pipeline.errors import OptionError
+from pipeline.offsets import parse_spec
+from pipeline.traffic import DEFAULT_THRESHOLD, TrafficSpec, run_traffic
+
+ADDRESSES_ENV = "RMQ_PIPELINE_CONTROLLERS"
+
+
+@dataclass(slots=True)
+class Settings:
+    master: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+pass_settings = click.make_pass_decorator(Settings, ensure=True)
+
+
+class JobError(click.ClickException):
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"rmq-pipeline: {self.format_message()}", err=True)
+
+
+_OUR_ERROR = re.compile(r"pipeline\.errors\.\w+: (.+)")
+
+
+def short_error(exc: BaseException) -> str:
+    """One line for a failure: our own error's message when Spark wrapped it, else the first
+    line of Spark's."""
+    text = str(exc)
+    found = _OUR_ERROR.findall(text)
+    if found:
+        return str(found[-1]).strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first or type(exc).__name__
+
+
+def _conf(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not key=value", ctx=ctx)
+        out[key.strip()] = value
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--master", metavar="URL", help="Spark master (default local[*], or spark-submit's).")
+@click.option(
+    "--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE", help="A Spark option."
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log the pipeline's progress to stderr.")
+@click.pass_context
+def cli(ctx: click.Context, master: str | None, conf: dict[str, str], verbose: bool) -> None:
+    """The data pipeline jobs on Spark (archive, traffic)."""
+    settings = ctx.ensure_object(Settings)
+    settings.master = master
+    settings.conf = conf
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.INFO if verbose else logging.WARNING
+        ),
+    )
+
+
+def controllers_option(func: Any) -> Any:
+    return click.option(
+        "-a",
+        "--controllers",
+        required=True,
+        envvar=ADDRESSES_ENV,
+        metavar="ADDRS",
+        help=f"Controller addresses (or a lone broker's), ';'-separated; default ${ADDRESSES_ENV}.",
+    )(func)
+
+
+def _session(settings: Settings, app: str) -> Any:
+    from pipeline.session import build_session
+
+    spark = build_session(app, settings.master, settings.conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@cli.command("archive")
+@controllers_option
+@click.option("-t", "--topic", required=True, help="The topic to archive.")
+@click.option("--output", required=True, metavar="DIR", help="Parquet directory (by day).")
+@click.option("--checkpoint", required=True, metavar="DIR", help="Spark checkpoint directory.")
+@click.option(
+    "--starting-offsets",
+    default="earliest",
+    show_default=True,
+    help="Where a new archive starts: earliest, latest or JSON offsets.",
+)
+@click.option("--max-offsets-per-trigger", type=click.IntRange(1), help="Messages per batch.")
+@click.option(
+    "--fail-on-data-loss/--no-fail-on-data-loss",
+    default=True,
+    show_default=True,
+    help="Fail when retention removed messages not archived yet.",
+)
+@click.option(
+    "--interval",
+    metavar="DURATION",
+    help='Keep running, a batch every DURATION ("1 minute"); default: archive what is '
+    "there now and stop.",
+)
+@pass_settings
+def archive_command(
+    settings: Settings,
+    controllers: str,
+    topic: str,
+    output: str,
+    checkpoint: str,
+    starting_offsets: str,
+    max_offsets_per_trigger: int | None,
+    fail_on_data_loss: bool,
+    interval: str | None,
+) -> None:
+    """Stream TOPIC into Parquet under OUTPUT, partitioned by day (UTC), exactly once through
+    the checkpoint: run it again with the same --checkpoint to continue where it stopped.
+
+    Prints {"topic", "batches", "rows", "endOffset"}.
+    """
+    _check_offsets(starting_offsets, "--starting-offsets")
+    spec = ArchiveSpec(
+        controllers=controllers,
+        topic=topic,
+        output=output,
+        checkpoint=checkpoint,
+        starting_offsets=starting_offsets,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        fail_on_data_loss=fail_on_data_loss,
+        interval=interval,
+    )
+    spark = _session(settings, f"rmq-archive-{topic}")
+    try:
+        result = run_archive(spark, spec)
+    except Exception as exc:
+        raise JobError(short_error(exc)) from exc
+    click.echo(
+        json.dumps(
+            {
+                "topic": topic,
+                "batches": result.batches,
+                "rows": result.rows,
+                "endOffset": json.loads(result.end_offset) if result.end_offset else None,
+            }
+        )
+    )
+
+
+@cli.command("traffic")
+@controllers_option
+@click.option("-t", "--topic", "topics", required=True, multiple=True, help="Topic (repeatable).")
+@click.option("--starting-offsets", default="earliest", show_default=True)
+@click.option("--ending-offsets", default="latest", show_default=True)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0),
+    default=DEFAULT_THRESHOLD,
+    show_default=True,
+    help="Re-balance only when the busiest and idlest broker groups differ by more (msg/s).",
+)
+@click.option(
+    "--output",
+    metavar="DIR",
+    help="Write hourly/ and daily/ Parquet and plan.json under DIR (default: print the tables).",
+)
+@pass_settings
+def traffic_command(
+    settings: Settings,
+    controllers: str,
+    topics: tuple[str, ...],
+    starting_offsets: str,
+    ending_offsets: str,
+    threshold: float,
+    output: str | None,
+) -> None:
+    """Messages per second by topic, queue and broker group, per hour and per day, for the
+    messages between --starting-offsets and --ending-offsets, and a queue re-balance plan.
+
+    The plan, printed last as one JSON document, places topics by traffic descending onto
+    broker groups by traffic ascending, only when the spread between groups passes --threshold.
+    """
+    for value, name in (
+        (starting_offsets, "--starting-offsets"),
+        (ending_offsets, "--ending-offsets"),
+    ):
+        spec_value = _check_offsets(value, name)
+        if not isinstance(spec_value, str) and len(topics) > 1:
+            raise click.BadParameter(f"{name} as JSON offsets needs exactly one topic")
+    spec = TrafficSpec(
+        controllers=controllers,
+        topics=tuple(dict.fromkeys(topics)),
+        starting_offsets=starting_offsets,
+        ending_offsets=ending_offsets,
+        threshold=threshold,
+    )
+    spark = _session(settings, "rmq-traffic")
+    try:
+        report = run_traffic(spark, spec)
+        if output:
+            base = output.rstrip("/")
+            report.hourly.write.mode("overwrite").parquet(f"{base}/hourly")
+            report.daily.write.mode("overwrite").parquet(f"{base}/daily")
+            from pathlib import Path
+
+            Path(base).mkdir(parents=True, exist_ok=True)
+            Path(base, "plan.json").write_text(json.dumps(report.plan, indent=2) + "\n")
+        else:
+            click.echo("messages per second, per hour (UTC):")
+            _print_table(report.hourly)
+            click.echo("messages per second, per day (UTC):")
+            _print_table(report.daily)
+    except Exception as exc:
+        raise JobError(short_error(exc)) from exc
+    click.echo(json.dumps(report.plan, indent=2))
+
+
+def _print_table(df: Any) -> None:
+    rows = df.collect()
+    if not rows:
+        click.echo("  (no messages)")
+        return
+    names = df.columns
+    cells = [[_cell(r[n]) for n in names] for r in rows]
+    widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
+    click.echo("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)))
+    for c in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _check_offsets(value: str, name: str) -> Any:
+    try:
+        return parse_spec(value, name, "earliest")
+    except OptionError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        cli.main(prog_name="rmq-pipeline")
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

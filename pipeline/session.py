@@ -1,0 +1,49 @@
+"""The SparkSession of the pipeline jobs: any ``--master``, the formats registered, UTC."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit started this interpreter (it then owns master and conf)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(
+    app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """A session on ``master`` (default ``local[*]``, or spark-submit's), with ``rmq`` and
+    ``rmqstore`` registered and the session time zone UTC (days and hours are UTC days and
+    hours) unless ``conf`` says otherwise.
+
+    Python workers run this interpreter unless PYSPARK_PYTHON says otherwise: on a cluster, point
+    PYSPARK_PYTHON at an interpreter with rmq-py and the spark extra installed.
+    """
+    from pyspark.sql import SparkSession
+
+    import pipeline
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not under_spark_submit():
+        builder = builder.master("local[*]")
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        # the jobs report counts from the query's progress reports: keep them all
+        "spark.sql.streaming.numRecentProgressUpdates": "100000",
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    pipeline.register(spark)
+    return spark

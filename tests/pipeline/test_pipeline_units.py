@@ -1,0 +1,223 @@
+"""The pipeline's pure parts: offsets, options, record decoding, the re-balance plan (no Spark
+session, no broker)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from client.routes import MessageQueue
+from pipeline import offsets as ofs
+from pipeline.cli import short_error
+from pipeline.errors import OptionError
+from pipeline.options import ReadOptions, WriteOptions
+from pipeline.rows import Columns, RecordDecodeError, decode_into
+from pipeline.traffic import rebalance_plan
+from protocol.message import Message, RecordEncoder, encode_blank, iter_records
+
+A0, A1, A10, B0 = (
+    MessageQueue("broker-a", 0),
+    MessageQueue("broker-a", 1),
+    MessageQueue("broker-a", 10),
+    MessageQueue("broker-b", 0),
+)
+
+
+def test_offsets_json_is_canonical_and_round_trips() -> None:
+    offsets = {B0: 5, A10: 3, A1: 2, A0: 1}
+    doc = ofs.to_json(offsets)
+    # Brokers by name, queues by number (10 after 1): equal offsets give equal JSON.
+    assert json.dumps(doc) == '{"broker-a": {"0": 1, "1": 2, "10": 3}, "broker-b": {"0": 5}}'
+    assert ofs.from_json(json.loads(json.dumps(doc))) == offsets
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{bad json", "not valid JSON"),
+        ('["broker-a"]', "must be a JSON object"),
+        ('{"broker-a": 3}', "must be an object of queue id"),
+        ('{"broker-a": {"x": 3}}', "queue id 'x'"),
+        ('{"broker-a": {"0": -3}}', "must be an integer >= 0"),
+        ('{"broker-a": {"0": "7"}}', "must be an integer >= 0"),
+        ('{"broker-a": {"0": true}}', "must be an integer >= 0"),
+    ],
+)
+def test_bad_offsets_json_is_a_clear_error(text: str, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        ofs.parse_spec(text, "startingOffsets", "earliest")
+
+
+def test_offset_specs_resolve_against_queue_bounds() -> None:
+    bounds = {A0: ofs.QueueBounds(2, 10), A1: ofs.QueueBounds(0, 4)}
+    assert ofs.parse_spec(None, "x", "latest") == "latest"
+    assert ofs.parse_spec(" Earliest ", "x", "latest") == "earliest"
+    resolve = lambda spec, default: ofs.resolve(  # noqa: E731
+        spec, bounds, option="startingOffsets", default=default, topic="T"
+    )
+    assert resolve("earliest", "latest") == {A0: 2, A1: 0}
+    assert resolve("latest", "earliest") == {A0: 10, A1: 4}
+    spec = ofs.parse_spec('{"broker-a": {"0": 7}}', "x", "earliest")
+    assert resolve(spec, "earliest") == {A0: 7, A1: 0}  # unnamed queues take the default
+    assert resolve(ofs.parse_spec('{"broker-a": {"0": -1, "1": -2}}', "x", "e"), "e") == {
+        A0: 10,
+        A1: 0,
+    }
+    with pytest.raises(OptionError, match=r"names broker-b/0, not a queue of topic 'T'.*0\.\.1"):
+        resolve(ofs.parse_spec('{"broker-b": {"0": 1}}', "x", "e"), "earliest")
+
+
+def test_limit_rows_shares_the_budget_by_backlog() -> None:
+    start = {A0: 0, A1: 100, B0: 50}
+    end = {A0: 300, A1: 200, B0: 50}  # backlogs 300, 100, 0
+    limited = ofs.limit_rows(start, end, 40)
+    assert limited == {A0: 30, A1: 110, B0: 50}
+    assert ofs.limit_rows(start, end, 1000) == end  # enough budget: unchanged
+    # Remainders go to the largest fractions; the whole budget is used, deterministically.
+    odd = ofs.limit_rows({A0: 0, A1: 0, A10: 0}, {A0: 10, A1: 10, A10: 10}, 7)
+    assert sum(odd.values()) == 7 and odd == ofs.limit_rows(
+        {A0: 0, A1: 0, A10: 0}, {A10: 10, A1: 10, A0: 10}, 7
+    )
+    # A queue new in end (no start) is not read, so it takes no budget.
+    assert ofs.limit_rows({A0: 0}, {A0: 10, A1: 5}, 4) == {A0: 4, A1: 5}
+
+
+def test_read_options_check_every_value() -> None:
+    base = {"controllers": "127.0.0.1:9876", "topic": "T"}
+    opts = ReadOptions.parse({**base, "failonDataLoss": "FALSE", "pullBatchSize": "32"})
+    assert (opts.starting, opts.ending, opts.fail_on_data_loss, opts.pull_batch_size) == (
+        "earliest",
+        "latest",
+        False,
+        32,
+    )
+    assert ReadOptions.parse(base, "stream").starting == "latest"
+    cases = [
+        ({"topic": "T"}, "option controllers is required"),
+        ({"controllers": "nohost", "topic": "T"}, "not a host:port"),
+        ({"controllers": "127.0.0.1:9876"}, "option topic is required"),
+        ({**base, "failOnDataLoss": "maybe"}, "must be true or false"),
+        ({**base, "pullBatchSize": "0"}, "must be >= 1"),
+        ({**base, "rowsPerBatch": "many"}, "must be an integer"),
+        ({**base, "maxOffsetsPerTrigger": "10"}, "for streaming queries only"),
+    ]
+    for options, message in cases:
+        with pytest.raises(OptionError, match=message):
+            ReadOptions.parse(options)
+    with pytest.raises(OptionError, match="for batch queries only"):
+        ReadOptions.parse({**base, "endingOffsets": "latest"}, "stream")
+    assert WriteOptions.parse({"controllers": "127.0.0.1:1"}).topic is None
+
+
+def _records(count: int, encoder: RecordEncoder, start_offset: int = 0) -> bytes:
+    out = b""
+    for i in range(count):
+        msg = Message(
+            topic="T",
+            body=b"body%d" % i,
+            keys=f"k{i}" if i % 2 else "",
+            tags="t" if i % 3 == 0 else "",
+            properties={"p": str(i)} if i % 2 == 0 else {},
+            born_timestamp=1_700_000_000_000 + i,
+            born_host="10.1.2.3:4444",
+        )
+        out += encoder.encode(
+            msg,
+            queue_id=3,
+            queue_offset=start_offset + i,
+            physical_offset=len(out) + 1000,
+            store_timestamp=1_700_000_000_500 + i,
+        )
+    return out
+
+
+def test_columnar_decoding_matches_the_protocol_decoder() -> None:
+    encoder = RecordEncoder("192.168.0.9:10911")
+    buf = _records(7, encoder, start_offset=40)
+    cols = Columns(with_store=True)
+    pos, ended = decode_into(cols, buf, expect_offset=40)
+    assert (pos, ended, len(cols)) == (len(buf), True, 7)
+    for i, rec in enumerate(iter_records(buf)):
+        assert cols.msg_ids[i] == rec.msg_id
+        assert cols.queue_offsets[i] == rec.queue_offset and cols.queue_ids[i] == 3
+        assert cols.bodies[i] == rec.body
+        assert cols.keys[i] == (rec.keys or None) and cols.tags[i] == (rec.tags or None)
+        props = dict(
+            zip(
+                cols.prop_keys[cols.prop_offsets[i] : cols.prop_offsets[i + 1]],
+                cols.prop_values[cols.prop_offsets[i] : cols.prop_offsets[i + 1]],
+                strict=True,
+            )
+        )
+        assert props == {k: v for k, v in rec.properties.items() if k not in ("KEYS", "TAGS")}
+        assert (cols.born[i], cols.store[i]) == (rec.born_timestamp, rec.store_timestamp)
+        assert (cols.physical[i], cols.sizes[i]) == (rec.physical_offset, rec.size)
+        assert (cols.born_hosts[i], cols.store_hosts[i]) == ("10.1.2.3:4444", "192.168.0.9:10911")
+    # max_records stops early and says where; a blank tail or zeros end the data.
+    part = Columns()
+    pos, ended = decode_into(part, buf, max_records=3)
+    assert len(part) == 3 and not ended and decode_into(part, buf, pos)[1]
+    assert len(part) == 7
+    tail = Columns()
+    assert decode_into(tail, buf + encode_blank(64) + _records(1, encoder))[1] is True
+    assert len(tail) == 7
+    assert decode_into(Columns(), buf + bytes(100)) == (len(buf), True)
+    assert len(Columns()) == 0
+
+
+def test_decoding_names_the_bad_record() -> None:
+    encoder = RecordEncoder("127.0.0.1:1")
+    buf = bytearray(_records(3, encoder))
+    second = int.from_bytes(buf[0:4], "big")
+    buf[second + 80] ^= 0xFF  # a body byte of the second record
+    cols = Columns()
+    with pytest.raises(RecordDecodeError, match=f"CRC mismatch at byte {second}"):
+        decode_into(cols, bytes(buf))
+    assert len(cols) == 1  # the records before the bad one are whole
+    with pytest.raises(RecordDecodeError, match="queue offset 0 where 5 was expected"):
+        decode_into(Columns(), _records(1, encoder), expect_offset=5)
+    with pytest.raises(RecordDecodeError, match="bad magic"):
+        decode_into(Columns(), b"\x00\x00\x00\x50" + b"\x01" * 80)
+
+
+def test_rebalance_plan_moves_busiest_topics_to_idlest_groups() -> None:
+    rates = {
+        ("orders", "broker-a"): 9000.0,
+        ("clicks", "broker-a"): 4000.0,
+        ("logs", "broker-b"): 1000.0,
+    }
+    queues = {("orders", "broker-a"): 8, ("clicks", "broker-a"): 4, ("logs", "broker-b"): 8}
+    groups = ["broker-a", "broker-b", "broker-c"]
+    plan = rebalance_plan(rates, groups, queues, threshold=5000)
+    assert plan["rebalance"] is True
+    assert plan["groupsBefore"] == {"broker-a": 13000.0, "broker-b": 1000.0, "broker-c": 0.0}
+    # orders -> the idlest group (a, by name among zeros), clicks -> b, logs -> c.
+    assert plan["assignments"] == {"orders": "broker-a", "clicks": "broker-b", "logs": "broker-c"}
+    assert plan["groupsAfter"] == {"broker-a": 9000.0, "broker-b": 4000.0, "broker-c": 1000.0}
+    assert plan["spreadBefore"] == 13000.0 and plan["spreadAfter"] == 8000.0
+    assert plan["moves"] == [
+        {
+            "topic": "clicks",
+            "msgPerSec": 4000.0,
+            "from": ["broker-a"],
+            "to": "broker-b",
+            "queues": 4,
+        },
+        {"topic": "logs", "msgPerSec": 1000.0, "from": ["broker-b"], "to": "broker-c", "queues": 8},
+    ]
+    json.dumps(plan)  # an operator gets it as JSON
+    calm = rebalance_plan(rates, groups, queues, threshold=20000)
+    assert calm["rebalance"] is False and calm["moves"] == [] and "within" in calm["reason"]
+    alone = rebalance_plan({("t", "broker-a"): 1e6}, ["broker-a"], {}, threshold=0)
+    assert alone["rebalance"] is False and "fewer than two" in alone["reason"]
+
+
+def test_short_error_finds_our_message_inside_sparks() -> None:
+    wrapped = RuntimeError(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed\nTraceback...\n"
+        "pipeline.errors.PipelineError: topic 'nope' does not exist (asked 127.0.0.1:1)\n"
+        "\tat org.apache.spark..."
+    )
+    assert short_error(wrapped) == "topic 'nope' does not exist (asked 127.0.0.1:1)"
+    assert short_error(ValueError("\nfirst line\nsecond")) == "first line"
