@@ -14,8 +14,6 @@ there a missing binary fails the test).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -29,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.deploy.support import require_tool
 from tests.support.procs import Daemon, free_port, port_open, small_segments_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,12 +41,7 @@ pytestmark = pytest.mark.multiprocess
 
 
 def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is not installed in CI: .ci/run must apt-get install it")
-        pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does)")
-    return binary
+    return require_tool("prometheus", "prometheus")
 
 
 def wait_for(what: str, timeout: float, probe: Callable[[], Any], interval: float = 0.5) -> Any:

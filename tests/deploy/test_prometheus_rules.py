@@ -14,6 +14,7 @@ import pytest
 from broker.config import BrokerConfig
 from controller.config import ControllerConfig
 from daemon.cli import load_config
+from tests.deploy.support import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy" / "prometheus"
@@ -25,9 +26,7 @@ METRICS_DOC = ROOT / "docs" / "metrics.md"
 
 
 def promtool(*args: str, cwd: Path = PROM) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("promtool")
-    if binary is None:
-        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    binary = require_tool("promtool", "prometheus")
     return subprocess.run([binary, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploy.support import require_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
 INSTALL = ROOT / "deploy" / "install.sh"
@@ -147,9 +149,7 @@ def installed_units(staged: Path) -> Path:
 
 
 def analyze(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("systemd-analyze")
-    if binary is None:
-        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+    binary = require_tool("systemd-analyze", "systemd")
     return subprocess.run([binary, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
