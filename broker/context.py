@@ -85,6 +85,17 @@ class BrokerContext:
                 f"master {self.cfg.listen} of {self.cfg.broker_name} is fenced: the active "
                 f"controller has not answered for {self.cfg.broker_heartbeat_timeout_ms} ms",
             )
+        ha = self.ha
+        if (
+            self.controller_mode
+            and ha is not None
+            and not ha.has_min_in_sync_replicas(self.cfg.min_in_sync_replicas)
+        ):
+            raise WriteRefused(
+                ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                f"the SyncStateSet of {self.cfg.broker_name} has fewer than "
+                f"min_in_sync_replicas = {self.cfg.min_in_sync_replicas} brokers",
+            )
 
     def create_topic(self, topic: str, queues: int) -> TopicConfig:
         tc = self.topics.update(topic, queues)
@@ -134,6 +145,13 @@ class BrokerContext:
                 return (
                     ResponseCode.FLUSH_DISK_TIMEOUT,
                     f"flush not done within {self.cfg.sync_flush_timeout_ms} ms",
+                )
+        if self._all_ack and self.ha is not None:
+            timeout_ms = self.cfg.slave_ack_timeout_ms
+            if not await self.ha.wait_for_replicas(result.end_offset, timeout_ms / 1000):
+                return (
+                    ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                    f"not every SyncStateSet member acknowledged within {timeout_ms} ms",
                 )
         return ResponseCode.SUCCESS, ""
 

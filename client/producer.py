@@ -45,6 +45,7 @@ RETRIABLE_CODES = frozenset(
         ResponseCode.MASTER_FENCED,
         ResponseCode.TOO_MANY_IN_FLIGHT,
         ResponseCode.QUEUE_NOT_EXIST,
+        ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
     }
 )
 

@@ -84,6 +84,8 @@ class ResponseCode(IntEnum):
     # The topic has fewer queues here than the client's route says (a stale route, e.g. after a
     # failover to a master that knows fewer queues): refresh the route and retry.
     QUEUE_NOT_EXIST = 5005
+    # The SyncStateSet is smaller than min_in_sync_replicas: the master refuses writes.
+    IN_SYNC_REPLICAS_NOT_ENOUGH = 5006
 
 
 def code_name(code: int) -> str:

@@ -236,3 +236,67 @@ async def test_operator_elect_master_moves_mastership_only_to_an_in_sync_broker(
         assert d is not None and d["masterBrokerId"] == ids[target.address]
     received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
     assert {k: received.get(k) for k in acked} == acked
+
+
+async def test_an_all_ack_send_waits_for_every_sync_state_set_member(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # A frozen slave stays in the set for a minute: a send cannot be acknowledged until then.
+    cluster.add_group(
+        "broker-a",
+        3,
+        config="ha_max_time_slave_not_catchup_ms = 60000\nslave_ack_timeout_ms = 500\n",
+    )
+    doc = await full_sync_state_set(boot, cluster)
+    master = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, master.address, TOPIC)
+    conn = await RemotingClient.connect(master.address)
+    try:
+        code, key = await raw_send(conn, TOPIC, b"all-in-sync")
+        assert code == ResponseCode.SUCCESS and key is not None
+        frozen = slaves_of(cluster, doc)[0]
+        frozen.signal(signal.SIGSTOP)
+        code, _ = await raw_send(conn, TOPIC, b"one-member-frozen")
+        assert code == ResponseCode.FLUSH_SLAVE_TIMEOUT
+        frozen.signal(signal.SIGCONT)
+
+        async def acknowledged() -> bool:
+            code, _ = await raw_send(conn, TOPIC, b"thawed")
+            return code == ResponseCode.SUCCESS
+
+        await wait_for(acknowledged, 20, "an acknowledged send after SIGCONT", cluster)
+    finally:
+        conn.close()
+
+
+async def test_min_in_sync_replicas_refuses_writes_on_a_small_set(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    cluster.add_group("broker-a", 3, config="min_in_sync_replicas = 3\n")
+    doc = await full_sync_state_set(boot, cluster)
+    master = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, master.address, TOPIC)
+    conn = await RemotingClient.connect(master.address)
+    try:
+        assert (await raw_send(conn, TOPIC, b"three-in-sync"))[0] == ResponseCode.SUCCESS
+        lost = slaves_of(cluster, doc)[0]
+        lost.kill9()  # its connection closes: the master shrinks the set to two
+
+        async def refused() -> bool:
+            code, _ = await raw_send(conn, TOPIC, b"two-in-sync")
+            assert (
+                code != ResponseCode.SUCCESS
+                or len((await sync_state(boot) or doc)["syncStateSet"]) == 3
+            )
+            return code == ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH
+
+        await wait_for(refused, 20, "IN_SYNC_REPLICAS_NOT_ENOUGH", cluster)
+        lost.restart()
+        await full_sync_state_set(boot, cluster)
+
+        async def accepted() -> bool:
+            return (await raw_send(conn, TOPIC, b"three-again"))[0] == ResponseCode.SUCCESS
+
+        await wait_for(accepted, 20, "writes accepted with three in sync again", cluster)
+    finally:
+        conn.close()

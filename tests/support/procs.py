@@ -18,10 +18,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now and not handed out before in this process (the kernel may offer a port
+    again as soon as it is released, before the daemon it was meant for has bound it)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
