@@ -70,6 +70,13 @@ def render(cls: type[Any], values: dict[str, Any], header: str, notes: dict[str,
     return "\n".join(out) + "\n"
 
 
+def file_header(what: str, name: str, index: int) -> str:
+    daemon = "rmq-broker" if name.startswith("broker-") else "rmq-controller"
+    return HEADER.format(
+        what=what, name=name, host=index + 1, ip=HOSTS[index], unit=f"{daemon}@{name}.service"
+    )
+
+
 def controller_file(index: int) -> tuple[Path, str]:
     node_id = CONTROLLER_IDS[index]
     values = {
@@ -79,12 +86,8 @@ def controller_file(index: int) -> tuple[Path, str]:
         "metrics_port": 9200,
         "log_format": "json",
     }
-    header = HEADER.format(
-        what=f"rmq-controller {node_id}: Raft member of the controller group.",
-        name=node_id,
-        host=index + 1,
-        ip=HOSTS[index],
-        unit=f"rmq-controller@{node_id}.service",
+    header = file_header(
+        f"rmq-controller {node_id}: Raft member of the controller group.", node_id, index
     )
     notes = {
         "peers": "The same list on every controller.",
@@ -111,13 +114,7 @@ def broker_file(index: int, group: str) -> tuple[Path, str]:
         "log_format": "json",
         "min_in_sync_replicas": 2,
     }
-    header = HEADER.format(
-        what=f"rmq-broker {group}: one of its three replicas.",
-        name=group,
-        host=index + 1,
-        ip=HOSTS[index],
-        unit=f"rmq-broker@{group}.service",
-    )
+    header = file_header(f"rmq-broker {group}: one of its three replicas.", group, index)
     notes = {
         "listen": "This host's address: clients, the controllers and Prometheus reach it here.",
         "election_priority": "0 on the replica meant to be master (masters spread over hosts).",
