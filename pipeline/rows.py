@@ -217,8 +217,32 @@ def decode_into(
     Returns (position after the last record read, whether the data ended).
     Raises :class:`RecordDecodeError` naming the byte position of a bad record.
     """
-    end = len(buf) if end is None else end
     view = memoryview(buf)
+    try:
+        return _decode(
+            cols,
+            buf,
+            view,
+            pos,
+            len(buf) if end is None else end,
+            max_records,
+            expect_offset,
+            topic,
+        )
+    finally:
+        view.release()  # an mmap cannot close while a view of it is alive (tracebacks hold one)
+
+
+def _decode(
+    cols: Columns,
+    buf: bytes | mmap.mmap,
+    view: memoryview,
+    pos: int,
+    end: int,
+    max_records: int | None,
+    expect_offset: int | None,
+    topic: str | None,
+) -> tuple[int, bool]:
     unpack = RECORD_HEAD.unpack_from
     u16 = _U16.unpack_from
     crc32 = zlib.crc32

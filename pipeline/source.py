@@ -129,6 +129,17 @@ class RangePartition(InputPartition):
         self.qr = qr
 
 
+def range_of(partition: InputPartition) -> QueueRange | None:
+    """The range a partition stands for; None for the placeholder Spark plans when there is
+    nothing to read (it turns an empty list of partitions into one partition of None)."""
+    value = getattr(partition, "value", None)
+    if value is None:
+        return None
+    if not isinstance(value, QueueRange):
+        raise ReadError(f"not a partition of the rmq source: {partition!r}")
+    return value
+
+
 def _pull_settings(opts: ReadOptions) -> PullSettings:
     return PullSettings(
         batch_size=opts.pull_batch_size,
@@ -208,8 +219,9 @@ class RmqBatchReader(DataSourceReader):
         return plan_partitions(opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_partition(partition.qr, self.opts, self.schema)
+        qr = range_of(partition)
+        if qr is not None:
+            yield from read_partition(qr, self.opts, self.schema)
 
 
 class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -292,8 +304,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_partition(partition.qr, self.opts, self.schema)
+        qr = range_of(partition)
+        if qr is not None:
+            yield from read_partition(qr, self.opts, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, not at the brokers (and a commit

@@ -152,8 +152,12 @@ class RmqStoreReader(DataSourceReader):
         return [SegmentPartition(s) for s in segments(self.opts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SegmentPartition)
-        yield from read_segment(partition.segment, self.opts, arrow_schema(self.schema))
+        seg = getattr(partition, "value", None)
+        if seg is None:  # Spark's placeholder when there is no segment at all
+            return
+        if not isinstance(seg, Segment):
+            raise StoreReadError(f"not a partition of the rmqstore source: {partition!r}")
+        yield from read_segment(seg, self.opts, arrow_schema(self.schema))
 
 
 def read_segment(seg: Segment, opts: StoreOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:

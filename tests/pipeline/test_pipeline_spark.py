@@ -1,0 +1,361 @@
+"""The rmq and rmqstore formats and the jobs in a real local[2] Spark session against real
+broker processes. Few tests, each doing several things, all sharing one session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import cli
+from protocol.codes import RequestCode
+from remoting.client import RemotingClient
+from tests.pipeline.conftest import fill, produce
+from tests.support.procs import BrokerProc, free_port, wait_until
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
+
+
+def rmq(spark: SparkSession, address: str, topic: str, **options: str) -> DataFrame:
+    reader = spark.read.format("rmq").option("controllers", address).option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_batch_read_counts_contents_ranges_and_errors(
+    spark: SparkSession, shared_broker: BrokerProc
+) -> None:
+    address = shared_broker.address
+    sent = fill(address, "SparkBatch", 4, 200)
+    df = rmq(spark, address, "SparkBatch")
+    assert df.rdd.getNumPartitions() == 4  # one per (broker group, queue) with data
+    got = df.collect()
+    assert len(got) == 200
+    assert {r["msgId"] for r in got} == {s.msg_id for s in sent}
+    by_id = {r["msgId"]: r for r in got}
+    for i in (0, 7, 199):
+        row, where = by_id[sent[i].msg_id], sent[i]
+        assert (row["brokerName"], row["queueId"], row["queueOffset"]) == (
+            where.broker_name,
+            where.queue_id,
+            where.queue_offset,
+        )
+        assert row["body"] == f"m{i}".encode() and row["keys"] == f"k{i}"
+        assert row["tags"] == ("even" if i % 2 == 0 else "odd")
+        assert row["properties"] == {"i": str(i)} and row["topic"] == "SparkBatch"
+        assert row["storeTimestamp"] >= row["bornTimestamp"]
+
+    # Ranges: end exclusive; queues left out of the JSON take the defaults.
+    ranged = rmq(
+        spark,
+        address,
+        "SparkBatch",
+        startingOffsets='{"broker-a": {"0": 10, "1": 40}}',
+        endingOffsets='{"broker-a": {"0": 20, "1": 45, "2": 0, "3": -2}}',
+    )
+    offsets = sorted((r["queueId"], r["queueOffset"]) for r in ranged.collect())
+    assert offsets == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(40, 45)]
+    # An end past the committed end is clamped; latest to latest is empty.
+    assert (
+        rmq(spark, address, "SparkBatch", endingOffsets='{"broker-a": {"0": 9999}}').count() == 200
+    )
+    assert rmq(spark, address, "SparkBatch", startingOffsets="latest").count() == 0
+
+    # Clear errors: at load() for options, at the first action for what the cluster says.
+    with pytest.raises(Exception, match="option topic is required"):
+        spark.read.format("rmq").option("controllers", address).load()
+    with pytest.raises(Exception, match="option controllers is required"):
+        spark.read.format("rmq").option("topic", "SparkBatch").load()
+    with pytest.raises(Exception, match=r"startingOffsets must be .* not valid JSON"):
+        rmq(spark, address, "SparkBatch", startingOffsets='{"broker-a": {"0": 1')
+    with pytest.raises(Exception, match="topic 'NoSuchTopic' does not exist"):
+        rmq(spark, address, "NoSuchTopic").count()
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(Exception, match=f"controllers unreachable: cannot reach any of {dead}"):
+        rmq(spark, dead, "SparkBatch").count()
+
+
+def forget_batch(log_dir: Path, batch: int) -> None:
+    """Remove a batch from one of Spark's metadata logs (and its checksum file), as if the
+    process had died before writing it."""
+    (log_dir / str(batch)).unlink()
+    (log_dir / f".{batch}.crc").unlink(missing_ok=True)
+
+
+def test_streaming_available_now_and_restart_from_checkpoint(
+    spark: SparkSession, shared_broker: BrokerProc, tmp_path: Path
+) -> None:
+    address = shared_broker.address
+    fill(address, "SparkStream", 2, 50)
+
+    def stream(**options: str) -> DataFrame:
+        reader = (
+            spark.readStream.format("rmq")
+            .option("controllers", address)
+            .option("topic", "SparkStream")
+            .option("startingOffsets", "earliest")
+        )
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    def finish(query: Any) -> list[int]:
+        query.awaitTermination(240)
+        assert not query.isActive and query.exception() is None
+        return [int(p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
+
+    memory = (
+        stream(maxOffsetsPerTrigger="20")
+        .writeStream.format("memory")
+        .queryName("stream_memory")
+        .option("checkpointLocation", str(tmp_path / "memory-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert finish(memory) == [20, 20, 10]
+    got = spark.sql("select msgId from stream_memory").collect()
+    assert len(got) == 50 and len({r["msgId"] for r in got}) == 50
+
+    # Restart: the memory sink cannot recover, so batches are collected through foreachBatch.
+    checkpoint = tmp_path / "checkpoint"
+    batches: dict[int, list[tuple[str, int, int]]] = {}
+
+    def collect(df: DataFrame, batch_id: int) -> None:
+        rows = df.select("msgId", "queueId", "queueOffset").collect()
+        batches.setdefault(batch_id, []).extend(tuple(r) for r in rows)
+
+    def run() -> list[int]:
+        query = (
+            stream()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        return finish(query)
+
+    assert run() == [50]
+    first = sorted(batches.pop(0))
+    # As if the job died after planning its batch: it is logged in offsets/ but not in
+    # commits/. The restarted query replays exactly that batch, then reads what is new.
+    forget_batch(checkpoint / "commits", 0)
+    new = asyncio.run(produce(address, "SparkStream", 7, start=50))
+    assert run() == [50, 7]
+    assert sorted(batches[0]) == first  # the very same messages, none more, none less
+    assert sorted(batches[1]) == sorted((s.msg_id, s.queue_id, s.queue_offset) for s in new)
+
+
+def test_write_then_read_back_batch_and_streaming(
+    spark: SparkSession, shared_broker: BrokerProc, tmp_path: Path
+) -> None:
+    address = shared_broker.address
+    asyncio.run(_topics(address, ("SparkOut", 2), ("SparkOther", 1), ("SparkCopy", 2)))
+    rows = [
+        (
+            f"body{i}",
+            f"key{i}",
+            "t" if i % 2 else None,
+            {"n": str(i)},
+            None if i < 30 else "SparkOther",
+        )
+        for i in range(40)
+    ]
+    df = spark.createDataFrame(
+        rows, "body string, keys string, tags string, properties map<string,string>, topic string"
+    ).repartition(3)
+    df.write.format("rmq").option("controllers", address).option("topic", "SparkOut").mode(
+        "append"
+    ).save()
+    out = {r["keys"]: r for r in rmq(spark, address, "SparkOut").collect()}
+    assert sorted(out) == sorted(f"key{i}" for i in range(30))
+    assert out["key3"]["body"] == b"body3" and out["key3"]["tags"] == "t"
+    assert out["key4"]["tags"] is None and out["key4"]["properties"] == {"n": "4"}
+    other = rmq(spark, address, "SparkOther").collect()
+    assert sorted(r["keys"] for r in other) == [f"key{i}" for i in range(30, 40)]
+
+    # Streaming write: copy a topic (the read columns that are not message fields are ignored).
+    stream = (
+        spark.readStream.format("rmq")
+        .option("controllers", address)
+        .option("topic", "SparkOut")
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("body", "keys", "tags", "properties")
+    )
+    query = (
+        stream.writeStream.format("rmq")
+        .option("controllers", address)
+        .option("topic", "SparkCopy")
+        .option("checkpointLocation", str(tmp_path / "copy-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None
+    copied = rmq(spark, address, "SparkCopy").collect()
+    assert sorted((r["keys"], r["body"]) for r in copied) == sorted(
+        (k, r["body"]) for k, r in out.items()
+    )
+
+    # Failures are reported, not dropped.
+    bad = spark.createDataFrame(
+        [("x", "SparkOut"), ("y", "NoSuchTopic")], "body string, topic string"
+    )
+    with pytest.raises(
+        Exception, match=r"write task failed after \d+ rows: .*NoSuchTopic.*acknowledged"
+    ):
+        bad.coalesce(1).write.format("rmq").option("controllers", address).mode("append").save()
+    with pytest.raises(Exception, match="save mode overwrite is not supported"):
+        df.write.format("rmq").option("controllers", address).option("topic", "SparkOut").mode(
+            "overwrite"
+        ).save()
+    with pytest.raises(Exception, match="needs a column 'body'"):
+        spark.createDataFrame([("x",)], "value string").write.format("rmq").option(
+            "controllers", address
+        ).option("topic", "SparkOut").mode("append").save()
+    with pytest.raises(Exception, match="topic 'NoSuchTopic' does not exist"):
+        df.write.format("rmq").option("controllers", address).option("topic", "NoSuchTopic").mode(
+            "append"
+        ).save()
+
+
+async def _topics(address: str, *topics: tuple[str, int]) -> None:
+    from tests.pipeline.conftest import create_topic
+
+    for name, queues in topics:
+        await create_topic(address, name, queues)
+
+
+def test_jobs_archive_exactly_once_and_traffic(
+    spark: SparkSession, shared_broker: BrokerProc, tmp_path: Path
+) -> None:
+    address = shared_broker.address
+    sent = fill(address, "SparkJobs", 2, 30)
+    output, checkpoint = tmp_path / "archive", tmp_path / "archive-checkpoint"
+    runner = CliRunner()
+    archive = [
+        "archive", "-a", address, "-t", "SparkJobs",
+        "--output", str(output), "--checkpoint", str(checkpoint),
+        "--max-offsets-per-trigger", "12",
+    ]  # fmt: skip
+    first = runner.invoke(cli, archive, catch_exceptions=False)
+    assert first.exit_code == 0, first.output
+    summary = json.loads(first.output.strip().splitlines()[-1])
+    assert (summary["rows"], summary["batches"]) == (30, 3)
+    sent += asyncio.run(produce(address, "SparkJobs", 10, start=30))
+    # Killed after its last batch wrote files but before anything committed: the batch's
+    # entries in commits/ and in the sink's log are gone; the rerun writes it again.
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    forget_batch(checkpoint / "commits", last)
+    forget_batch(output / "_spark_metadata", last)
+    second = runner.invoke(cli, archive, catch_exceptions=False)
+    assert second.exit_code == 0, second.output
+    archived = spark.read.parquet(str(output))
+    ids = [r["msgId"] for r in archived.select("msgId").collect()]
+    assert sorted(ids) == sorted(s.msg_id for s in sent)  # no duplicates, no gaps
+    days = {r["day"] for r in archived.select("day").distinct().collect()}
+    assert len(days) == 1 and str(days.pop()).count("-") == 2
+
+    # Traffic: tables and plan to files, the plan also printed.
+    traffic_dir = tmp_path / "traffic"
+    result = runner.invoke(
+        cli,
+        [
+            "traffic",
+            "-a",
+            address,
+            "-t",
+            "SparkJobs",
+            "--output",
+            str(traffic_dir),
+            "--threshold",
+            "0",
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output[result.output.index("{") :])
+    assert plan == json.loads((traffic_dir / "plan.json").read_text())
+    assert plan["groupsBefore"] == {"broker-a": pytest.approx(40 / 3600, abs=1e-3)} or (
+        sum(plan["groupsBefore"].values()) == pytest.approx(40 / 3600, abs=1e-3)
+    )
+    hourly = spark.read.parquet(str(traffic_dir / "hourly"))
+    assert hourly.groupBy().sum("messages").first()[0] == 40
+    assert set(hourly.columns) == {
+        "topic",
+        "brokerName",
+        "queueId",
+        "hour",
+        "messages",
+        "msgPerSec",
+    }
+    daily = spark.read.parquet(str(traffic_dir / "daily")).collect()
+    assert sum(r["messages"] for r in daily) == 40
+    assert all(r["msgPerSec"] == pytest.approx(r["messages"] / 86400) for r in daily)
+    # A bad option is one line and exit status 1 (or 2 for usage).
+    bad = runner.invoke(cli, ["traffic", "-a", address, "-t", "NoSuchTopic"])
+    assert bad.exit_code == 1 and "topic 'NoSuchTopic' does not exist" in bad.output
+
+
+def all_confirmed(address: str) -> bool:
+    async def ask() -> bool:
+        conn = await RemotingClient.connect(address)
+        try:
+            info = msgpack.unpackb((await conn.call(RequestCode.GET_BROKER_RUNTIME_INFO)).body)
+        finally:
+            conn.close()
+        return bool(info["confirmOffset"] == info["maxOffset"])
+
+    return asyncio.run(ask())
+
+
+def test_rmqstore_reads_a_stopped_brokers_directory(
+    spark: SparkSession, broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    broker = broker_factory(tmp_path).start_and_wait()
+    a = fill(broker.address, "StoreA", 2, 25, body_size=100)
+    b = fill(broker.address, "StoreB", 1, 5)
+    # A lone master confirms what it stores about once a second: wait, so the checkpoint the
+    # clean stop writes has everything confirmed (committedOnly below).
+    wait_until(lambda: all_confirmed(broker.address), 10, "the broker to confirm its messages")
+    assert broker.stop() == 0
+    store = spark.read.format("rmqstore").load(str(broker.data_dir))
+    rows = store.collect()
+    assert sorted(r["msgId"] for r in rows) == sorted(s.msg_id for s in a + b)
+    assert {r["brokerName"] for r in rows} == {broker.data_dir.name}
+    one = next(r for r in rows if r["msgId"] == a[3].msg_id)
+    assert (one["topic"], one["queueId"], one["queueOffset"]) == (
+        "StoreA",
+        a[3].queue_id,
+        a[3].queue_offset,
+    )
+    assert one["body"] == b"m3".ljust(100, b".") and one["keys"] == "k3"
+    assert one["storeHost"] == broker.address and one["size"] > 100
+    only_b = spark.read.format("rmqstore").option("topic", "StoreB").option("committedOnly", "true")
+    assert only_b.load(str(broker.data_dir)).count() == 5
+
+    # A flipped byte: fail by default, or read up to the bad record.
+    copy = tmp_path / "copy"
+    shutil.copytree(broker.data_dir, copy)
+    segment = sorted((copy / "commitlog").iterdir())[0]
+    data = bytearray(segment.read_bytes())
+    target = sorted(rows, key=lambda r: r["physicalOffset"])[10]
+    data[target["physicalOffset"] + 80] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=r"bad record in .* at CommitLog offset \d+: CRC mismatch"):
+        spark.read.format("rmqstore").load(str(copy)).count()
+    assert (
+        spark.read.format("rmqstore").option("corruptRecords", "stop").load(str(copy)).count() == 10
+    )
+    with pytest.raises(Exception, match="is not a broker store directory"):
+        spark.read.format("rmqstore").load(str(tmp_path / "nowhere"))
