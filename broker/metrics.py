@@ -37,6 +37,7 @@ EXPORTED_SEND_ERRORS = (
     ResponseCode.MASTER_FENCED,
     ResponseCode.NOT_MASTER,
     ResponseCode.SLAVE_NOT_AVAILABLE,
+    ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
 )
 
 LATENCY_BUCKETS = (
