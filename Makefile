@@ -26,7 +26,7 @@ test: $(STAMP)  ## the test suite (soak tests excluded)
 lint: $(STAMP)  ## ruff and mypy (strict on the cores)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller
+	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline
 
 bench: $(STAMP)  ## benchmarks: figures and ratios, never asserted
 	$(BIN)/python bench/run.py
