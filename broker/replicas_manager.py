@@ -229,6 +229,10 @@ class ReplicasManager:
                 )
                 # The controller heard us no earlier than ``sent``: a lease counted from there
                 # ends before the controller's own timeout for us does.
+                if sent - self._last_contact > timeout:
+                    # Back after a silence (frozen, partitioned): the controllers may have
+                    # dropped our route registration with our liveness; register at once.
+                    self.topics_changed()
                 self._contact(sent)
             except BrokerError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
@@ -287,6 +291,10 @@ class ReplicasManager:
             self._routes_dirty.clear()
             if self.identity is None:
                 continue
+            if not self.ctx.role.is_master:
+                # A slave may hold a topic's messages before its config arrives from the master
+                # (or with the master gone for good): route what it can serve all the same.
+                self.ctx.adopt_store_topics()
             topics = {name: tc.queues for name, tc in self.ctx.topics.all().items()}
             header: Header = {
                 "clusterName": self.cfg.cluster,

@@ -275,9 +275,10 @@ class Consumer:
                 log.warning("group heartbeat/rebalance failed", group=self.group, error=str(exc))
 
     async def _group_tick(self) -> None:
-        """Heartbeat to every master, read the members, rebalance."""
+        """Heartbeat to every group (its master, or a slave while it has none), read the
+        members, rebalance."""
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
-        masters = sorted(route.master_addresses().items())
+        masters = sorted(route.read_addresses().items())
         beat = {"clientId": self.client_id, "consumerGroup": self.group, "topic": self.topic}
         results = await asyncio.gather(
             *(self._heartbeat(address, beat) for _, address in masters), return_exceptions=True
@@ -372,7 +373,7 @@ class Consumer:
             await conn.request(RequestCode.UNREGISTER_CLIENT, header, None, self.request_timeout)
 
         await asyncio.gather(
-            *(one(a) for a in route.master_addresses().values()), return_exceptions=True
+            *(one(a) for a in route.read_addresses().values()), return_exceptions=True
         )
 
 

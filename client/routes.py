@@ -85,6 +85,15 @@ class TopicRoute:
                 return b.slaves[0]
         return None
 
+    def read_addresses(self) -> dict[str, str]:
+        """broker name -> where to read it (:meth:`read_address`), for every reachable group."""
+        out = {}
+        for b in self.brokers:
+            address = self.read_address(b.broker_name)
+            if address is not None:
+                out[b.broker_name] = address
+        return out
+
     def master_addresses(self) -> dict[str, str]:
         """broker name -> master address, for the groups that have a master."""
         return dict(self._masters)

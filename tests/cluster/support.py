@@ -146,10 +146,24 @@ async def raw_send(conn: RemotingClient, topic: str, body: bytes) -> tuple[int, 
 async def consume_all(
     addresses: str, topic: str, expect: set[Key], timeout: float = 60
 ) -> dict[Key, bytes]:
-    """Everything a fresh consumer group receives, until ``expect`` is covered or the deadline."""
+    """Everything a fresh consumer group receives, until ``expect`` is covered or the deadline.
+
+    Right after a failover the controllers may not route the topic for a moment (the brokers
+    re-register it); the consumer starts once they do."""
     received: dict[Key, bytes] = {}
+    deadline = time.monotonic() + timeout
+    boot = Bootstrap(addresses, timeout=2.0)
+    try:
+        while True:
+            try:
+                await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=2.0)
+                break
+            except (ClientError, RemotingError):
+                assert time.monotonic() < deadline, f"topic {topic} never routed again"
+                await asyncio.sleep(0.1)
+    finally:
+        boot.close()
     async with Consumer(addresses, f"checker-{time.monotonic_ns()}", topic) as consumer:
-        deadline = time.monotonic() + timeout
         while not expect <= set(received) and time.monotonic() < deadline:
             for m in await consumer.receive(timeout=1.0):
                 received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body

@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
-from client import Producer
+from client import Consumer, Producer
 from client.bootstrap import Bootstrap
-from protocol.codes import ResponseCode
+from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from tests.cluster.support import (
     Key,
@@ -300,3 +301,87 @@ async def test_min_in_sync_replicas_refuses_writes_on_a_small_set(
         await wait_for(accepted, 20, "writes accepted with three in sync again", cluster)
     finally:
         conn.close()
+
+
+async def all_consumer_offsets(address: str) -> dict[str, Any]:
+    conn = await RemotingClient.connect(address)
+    try:
+        resp = await conn.call(RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=2.0)
+        return dict(msgpack.unpackb(resp.body or b"\x80", strict_map_key=False) or {})
+    finally:
+        conn.close()
+
+
+async def test_consumer_offsets_follow_to_the_new_master(cluster: Cluster, boot: Bootstrap) -> None:
+    cluster.add_group("broker-a", 3)
+    doc = await full_sync_state_set(boot, cluster)
+    old = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, old.address, TOPIC)
+    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        first = await send_all(producer, [f"first-{i}".encode() for i in range(30)])
+    async with Consumer(cluster.controller_addresses, "resuming", TOPIC) as consumer:
+        got: set[bytes] = set()
+        while len(got) < 30:
+            got |= {m.body for m in await consumer.receive(timeout=1.0)}
+    assert got == set(first.values())
+
+    async def slaves_have_offsets() -> bool:
+        tables = [await all_consumer_offsets(s.address) for s in slaves_of(cluster, doc)]
+        return all(sum(t.get("resuming", {}).get(TOPIC, {}).values()) == 30 for t in tables)
+
+    await wait_for(slaves_have_offsets, 20, "the group's offsets on both slaves", cluster)
+    old.kill9()
+    await new_master(boot, cluster, old.address)
+    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        later = await send_all(producer, [f"later-{i}".encode() for i in range(10)])
+    async with Consumer(cluster.controller_addresses, "resuming", TOPIC) as consumer:
+        again: list[bytes] = []
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(again) < 10 and asyncio.get_running_loop().time() < deadline:
+            again += [m.body for m in await consumer.receive(timeout=1.0)]
+    # The group resumes where it committed: nothing of the first 30 comes back.
+    assert sorted(again) == sorted(later.values())
+
+
+async def test_consumers_read_from_a_slave_while_the_group_has_no_master(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    cluster.add_group("broker-a", 3, config="ha_max_time_slave_not_catchup_ms = 1500\n")
+    doc = await full_sync_state_set(boot, cluster)
+    master = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, master.address, TOPIC)
+    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        acked = await send_all(producer, [f"committed-{i}".encode() for i in range(30)])
+
+    async def confirmed_everywhere() -> bool:
+        caches = [await epoch_cache(b.address) for b in cluster.brokers]
+        return len({c["confirmOffset"] for c in caches}) == 1 and caches[0]["confirmOffset"] > 0
+
+    await wait_for(confirmed_everywhere, 20, "the confirm offset on every replica", cluster)
+    # Freeze both slaves until the master is alone in the set, then lose the master: with
+    # unclean elections off no slave may take over, so the group has no master.
+    slaves = slaves_of(cluster, doc)
+    for s in slaves:
+        s.signal(signal.SIGSTOP)
+    # A write the frozen slaves cannot acknowledge: they fall behind and are shrunk out.
+    conn = await RemotingClient.connect(master.address)
+    pending = asyncio.ensure_future(raw_send(conn, TOPIC, b"behind"))
+
+    async def alone() -> bool:
+        d = await sync_state(boot)
+        return bool(d and d["syncStateSet"] == [doc["masterBrokerId"]])
+
+    await wait_for(alone, 20, "the master alone in the SyncStateSet", cluster)
+    await pending
+    conn.close()
+    master.kill9()
+    for s in slaves:
+        s.signal(signal.SIGCONT)
+
+    async def no_master() -> bool:
+        d = await sync_state(boot)
+        return bool(d and d["masterBrokerId"] in (-1, None) and not d["masterAddress"])
+
+    await wait_for(no_master, 20, "the group without a master", cluster)
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
