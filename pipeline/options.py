@@ -32,7 +32,7 @@ from pipeline.errors import OptionError
 from pipeline.offsets import OffsetSpec, parse_spec
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
+def get_option(options: Mapping[str, str], name: str) -> str | None:
     # Spark's CaseInsensitiveDict lower-cases keys; a plain dict (tests, direct use) may not.
     value = options.get(name)
     if value is None:
@@ -44,8 +44,10 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
-    raw = _get(options, name)
+def int_option(
+    options: Mapping[str, str], name: str, default: int | None, minimum: int
+) -> int | None:
+    raw = get_option(options, name)
     if raw is None or not str(raw).strip():
         return default
     try:
@@ -57,14 +59,14 @@ def _int(options: Mapping[str, str], name: str, default: int | None, minimum: in
     return value
 
 
-def _req_int(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    value = _int(options, name, default, minimum)
+def req_int_option(options: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    value = int_option(options, name, default, minimum)
     assert value is not None
     return value
 
 
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(options, name)
+def bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = get_option(options, name)
     if raw is None or not str(raw).strip():
         return default
     word = str(raw).strip().lower()
@@ -76,7 +78,7 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def controllers_option(options: Mapping[str, str]) -> str:
-    raw = _get(options, "controllers")
+    raw = get_option(options, "controllers")
     if raw is None or not parse_addresses(raw):
         raise OptionError(
             "option controllers is required: the controller addresses, ';'-separated "
@@ -90,7 +92,7 @@ def controllers_option(options: Mapping[str, str]) -> str:
 
 
 def topic_option(options: Mapping[str, str], *, required: bool) -> str | None:
-    raw = _get(options, "topic")
+    raw = get_option(options, "topic")
     topic = raw.strip() if raw is not None else ""
     if not topic:
         if required:
@@ -122,14 +124,14 @@ class ReadOptions:
         topic = topic_option(options, required=True)
         assert topic is not None
         starting = parse_spec(
-            _get(options, "startingOffsets"),
+            get_option(options, "startingOffsets"),
             "startingOffsets",
             "earliest" if mode == "batch" else "latest",
         )
-        ending = parse_spec(_get(options, "endingOffsets"), "endingOffsets", "latest")
-        if mode == "stream" and _get(options, "endingOffsets") is not None:
+        ending = parse_spec(get_option(options, "endingOffsets"), "endingOffsets", "latest")
+        if mode == "stream" and get_option(options, "endingOffsets") is not None:
             raise OptionError("option endingOffsets is for batch queries only (spark.read)")
-        max_per_trigger = _int(options, "maxOffsetsPerTrigger", None, 1)
+        max_per_trigger = int_option(options, "maxOffsetsPerTrigger", None, 1)
         if mode == "batch" and max_per_trigger is not None:
             raise OptionError("option maxOffsetsPerTrigger is for streaming queries only")
         return cls(
@@ -138,12 +140,12 @@ class ReadOptions:
             starting=starting,
             ending=ending,
             max_offsets_per_trigger=max_per_trigger,
-            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-            pull_batch_size=_req_int(options, "pullBatchSize", 256, 1),
-            pull_max_bytes=_req_int(options, "pullMaxBytes", 4 * 1024 * 1024, 1024),
-            rows_per_batch=_req_int(options, "rowsPerBatch", 4096, 1),
-            read_timeout=_req_int(options, "readTimeoutMs", 60_000, 100) / 1000,
-            request_timeout=_req_int(options, "requestTimeoutMs", 5_000, 100) / 1000,
+            fail_on_data_loss=bool_option(options, "failOnDataLoss", True),
+            pull_batch_size=req_int_option(options, "pullBatchSize", 256, 1),
+            pull_max_bytes=req_int_option(options, "pullMaxBytes", 4 * 1024 * 1024, 1024),
+            rows_per_batch=req_int_option(options, "rowsPerBatch", 4096, 1),
+            read_timeout=req_int_option(options, "readTimeoutMs", 60_000, 100) / 1000,
+            request_timeout=req_int_option(options, "requestTimeoutMs", 5_000, 100) / 1000,
         )
 
 
@@ -161,8 +163,8 @@ class WriteOptions:
         return cls(
             controllers=controllers_option(options),
             topic=topic_option(options, required=False),
-            batch_size=_req_int(options, "batchSize", 128, 1),
-            max_in_flight=_req_int(options, "maxInFlight", 4, 1),
-            send_retries=_req_int(options, "sendRetries", 2, 0),
-            request_timeout=_req_int(options, "requestTimeoutMs", 5_000, 100) / 1000,
+            batch_size=req_int_option(options, "batchSize", 128, 1),
+            max_in_flight=req_int_option(options, "maxInFlight", 4, 1),
+            send_retries=req_int_option(options, "sendRetries", 2, 0),
+            request_timeout=req_int_option(options, "requestTimeoutMs", 5_000, 100) / 1000,
         )

@@ -1,4 +1,4 @@
-"""The schema of the ``rmq`` and ``rmqstore`` sources and decoded records as Arrow batches.
+"""The schema of the ``rmq`` and ``rmqstore`` sources, and records decoded into Arrow batches.
 
 DESIGN.md section 9: topic, brokerName, queueId, queueOffset, msgId, keys, tags, body (binary),
 properties (map), bornTimestamp, storeTimestamp. Keys and tags are null when the message has none;
@@ -6,6 +6,13 @@ properties (map), bornTimestamp, storeTimestamp. Keys and tags are null when the
 Timestamps are Spark timestamps (UTC) from the broker's milliseconds.
 
 ``rmqstore`` adds what an audit of a CommitLog needs: physicalOffset, size, bornHost, storeHost.
+
+Decoding is in two steps, so a Spark task does little per-message Python work: :func:`scan` walks
+the records (the size field chains them) checking magic, size and CRC; :func:`to_batch` then
+takes every fixed field of all records at once with numpy (the record layout is
+protocol/message.py's), joins the bodies into one buffer and builds the Arrow columns from
+buffers. Only properties (keys, tags, the application's) are parsed per message, and only for
+messages that have any.
 """
 
 from __future__ import annotations
@@ -13,9 +20,9 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
-from protocol.message import _HEAD as RECORD_HEAD  # the one definition of the record head
 from protocol.message import (
     BLANK_MAGIC,
     HEAD_SIZE,
@@ -47,8 +54,16 @@ COLUMNS = (
 #: what ``rmqstore`` adds
 STORE_COLUMNS = ("physicalOffset", "size", "bornHost", "storeHost")
 
-_U16: Final = struct.Struct(">H")
-_PREFIX: Final = struct.Struct(">II")
+_PREFIX: Final = struct.Struct(">III")  # totalSize, magic, crc
+# Field offsets in a record (protocol/message.py's layout).
+_QUEUE_ID: Final = 12
+_QUEUE_OFFSET: Final = 20
+_PHYSICAL: Final = 28
+_BORN_TS: Final = 36
+_STORE_TS: Final = 44
+_BORN_HOST: Final = 52
+_STORE_HOST: Final = 60
+_BODY_LEN: Final = 68
 _NAME_SEP: Final = "\x01"
 _PROP_SEP: Final = "\x02"
 
@@ -111,232 +126,271 @@ def check_schema(schema: StructType, *, store: bool = False) -> None:
 class RecordDecodeError(ValueError):
     """Bytes that are not a valid record where one was expected."""
 
-    def __init__(self, pos: int, what: str) -> None:
+    def __init__(self, pos: int, what: str, index: int = 0) -> None:
         super().__init__(f"{what} at byte {pos}")
         self.pos = pos
+        self.what = what
+        #: how many records before this one are good
+        self.index = index
 
 
-class Columns:
-    """Decoded records, column by column, ready to become one Arrow batch.
+@dataclass(slots=True)
+class Scan:
+    """Where the records of a buffer start, as far as they are valid."""
 
-    Decoding straight into columns (instead of a record object each) roughly doubles the rate a
-    read task turns pull bodies into rows; the record layout itself is protocol/message.py's.
+    positions: list[int]
+    #: the position after the last record scanned
+    pos: int
+    #: the data ended (end of the buffer, a blank tail, or never-written zeros)
+    ended: bool
+    #: the first bad record, if scanning stopped at one
+    error: RecordDecodeError | None = None
+
+
+def scan(
+    buf: bytes | mmap.mmap, pos: int = 0, end: int | None = None, max_records: int | None = None
+) -> Scan:
+    """Walk the records of ``buf[pos:end]`` checking magic, size and CRC, up to ``max_records``.
+
+    A blank record (a segment's tail) or a zero size (pre-allocated, never written) ends the
+    data. A bad record stops the scan with ``error`` set; the records before it are good.
     """
-
-    __slots__ = (
-        "bodies",
-        "born",
-        "born_hosts",
-        "keys",
-        "msg_ids",
-        "physical",
-        "prop_keys",
-        "prop_offsets",
-        "prop_values",
-        "queue_ids",
-        "queue_offsets",
-        "sizes",
-        "store",
-        "store_hosts",
-        "tags",
-        "topics",
-        "with_store",
-    )
-
-    def __init__(self, *, with_store: bool = False) -> None:
-        self.with_store = with_store
-        self.topics: list[str] = []
-        self.queue_ids: list[int] = []
-        self.queue_offsets: list[int] = []
-        self.msg_ids: list[str] = []
-        self.keys: list[str | None] = []
-        self.tags: list[str | None] = []
-        self.bodies: list[bytes] = []
-        self.prop_offsets: list[int] = [0]
-        self.prop_keys: list[str] = []
-        self.prop_values: list[str] = []
-        self.born: list[int] = []
-        self.store: list[int] = []
-        self.physical: list[int] = []
-        self.sizes: list[int] = []
-        self.born_hosts: list[str] = []
-        self.store_hosts: list[str] = []
-
-    def __len__(self) -> int:
-        return len(self.queue_offsets)
-
-    def to_batch(self, broker: str, schema: pa.Schema) -> pa.RecordBatch:
-        """One Arrow record batch (every row of broker group ``broker``)."""
-        import pyarrow as pa
-
-        n = len(self)
-        ts_type = schema.field("storeTimestamp").type
-        columns: list[pa.Array] = [
-            pa.array(self.topics, pa.string()),
-            pa.array([broker] * n, pa.string()),
-            pa.array(self.queue_ids, pa.int32()),
-            pa.array(self.queue_offsets, pa.int64()),
-            pa.array(self.msg_ids, pa.string()),
-            pa.array(self.keys, pa.string()),
-            pa.array(self.tags, pa.string()),
-            pa.array(self.bodies, pa.binary()),
-            pa.MapArray.from_arrays(
-                pa.array(self.prop_offsets, pa.int32()),
-                pa.array(self.prop_keys, pa.string()),
-                pa.array(self.prop_values, pa.string()),
-                type=schema.field("properties").type,
-            ),
-            _timestamps(self.born, ts_type),
-            _timestamps(self.store, ts_type),
-        ]
-        if self.with_store:
-            columns += [
-                pa.array(self.physical, pa.int64()),
-                pa.array(self.sizes, pa.int32()),
-                pa.array(self.born_hosts, pa.string()),
-                pa.array(self.store_hosts, pa.string()),
-            ]
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def decode_into(
-    cols: Columns,
-    buf: bytes | mmap.mmap,
-    pos: int = 0,
-    end: int | None = None,
-    *,
-    max_records: int | None = None,
-    expect_offset: int | None = None,
-    topic: str | None = None,
-) -> tuple[int, bool]:
-    """Decode the records of ``buf[pos:end]`` into ``cols`` (magic, size and CRC checked).
-
-    Stops after ``max_records``, at a blank record (a segment's tail, which ends the data), or
-    at a zero size (pre-allocated, never written). ``expect_offset``: the records must carry
-    consecutive queue offsets from it. ``topic``: keep only that topic's records.
-    Returns (position after the last record read, whether the data ended).
-    Raises :class:`RecordDecodeError` naming the byte position of a bad record.
-    """
-    view = memoryview(buf)
-    try:
-        return _decode(
-            cols,
-            buf,
-            view,
-            pos,
-            len(buf) if end is None else end,
-            max_records,
-            expect_offset,
-            topic,
-        )
-    finally:
-        view.release()  # an mmap cannot close while a view of it is alive (tracebacks hold one)
-
-
-def _decode(
-    cols: Columns,
-    buf: bytes | mmap.mmap,
-    view: memoryview,
-    pos: int,
-    end: int,
-    max_records: int | None,
-    expect_offset: int | None,
-    topic: str | None,
-) -> tuple[int, bool]:
-    unpack = RECORD_HEAD.unpack_from
-    u16 = _U16.unpack_from
+    end = len(buf) if end is None else end
+    limit = end if max_records is None else max_records
+    positions: list[int] = []
+    prefix = _PREFIX.unpack_from
     crc32 = zlib.crc32
-    topic_names: dict[bytes, str] = {}
-    hosts: dict[bytes, str] = {}
-    with_store = cols.with_store
-    taken = 0
-    while pos < end and (max_records is None or taken < max_records):
-        if end - pos < 8:
-            if not any(buf[pos:end]):
-                return pos, True
-            raise RecordDecodeError(pos, f"{end - pos} trailing bytes")
-        size, magic = _PREFIX.unpack_from(buf, pos)
-        if magic != MESSAGE_MAGIC:
-            if magic == BLANK_MAGIC or (size == 0 and magic == 0):
-                return pos, True
-            raise RecordDecodeError(pos, f"bad magic {magic:#x}")
-        if size < MIN_RECORD_SIZE or pos + size > end:
-            raise RecordDecodeError(pos, f"bad record size {size}")
-        (_, _, crc, queue_id, _flag, queue_offset, physical, born, stored, bh, sh, blen) = unpack(
-            buf, pos
-        )
-        rec_end = pos + size
-        if crc32(view[pos + 12 : rec_end]) != crc:
-            raise RecordDecodeError(pos, "CRC mismatch")
-        body_end = pos + HEAD_SIZE + blen
-        if body_end + 4 > rec_end:
-            raise RecordDecodeError(pos, f"body length {blen} overruns the record")
-        (tl,) = u16(buf, body_end)
-        tp = body_end + 2 + tl
-        if tp + 2 > rec_end:
-            raise RecordDecodeError(pos, "topic length overruns the record")
-        (pl,) = u16(buf, tp)
-        if tp + 2 + pl != rec_end:
-            raise RecordDecodeError(pos, "record layout does not match its size")
-        raw_topic = buf[body_end + 2 : tp]
-        name = topic_names.get(raw_topic)
+    with memoryview(buf) as view:  # released on return, so an mmap can close
+        while pos < end and len(positions) < limit:
+            if end - pos < 12:
+                if not any(buf[pos:end]):
+                    return Scan(positions, pos, True)
+                return Scan(positions, pos, False, _bad(pos, "truncated record", positions))
+            size, magic, crc = prefix(buf, pos)
+            if magic != MESSAGE_MAGIC:
+                if magic == BLANK_MAGIC or (size == 0 and magic == 0):
+                    return Scan(positions, pos, True)
+                return Scan(positions, pos, False, _bad(pos, f"bad magic {magic:#x}", positions))
+            if size < MIN_RECORD_SIZE or pos + size > end:
+                return Scan(positions, pos, False, _bad(pos, f"bad record size {size}", positions))
+            if crc32(view[pos + 12 : pos + size]) != crc:
+                return Scan(positions, pos, False, _bad(pos, "CRC mismatch", positions))
+            positions.append(pos)
+            pos += size
+    return Scan(positions, pos, pos >= end)
+
+
+def _bad(pos: int, what: str, positions: list[int]) -> RecordDecodeError:
+    return RecordDecodeError(pos, what, len(positions))
+
+
+def to_batch(
+    buf: bytes,
+    positions: list[int],
+    schema: pa.Schema,
+    broker: str,
+    *,
+    topic: str | None = None,
+    only_topic: str | None = None,
+    expect_offset: int | None = None,
+) -> pa.RecordBatch:
+    """One Arrow batch of the (scanned) records at ``positions`` of ``buf``.
+
+    ``topic``: every record must be of this topic (a queue's records); ``only_topic``: keep only
+    that topic's records (a CommitLog's); ``expect_offset``: the records must carry consecutive
+    queue offsets from it. The ``rmqstore`` columns are added when ``schema`` has them.
+    Raises :class:`RecordDecodeError` for a record whose layout does not hold together.
+    ``buf`` is bytes, not an mmap: numpy's view of it would keep an mmap from closing.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(positions)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    p = np.fromiter(positions, dtype=np.int64, count=n)
+
+    def at(starts: Any, width: int, dtype: str) -> Any:
+        """The big-endian integers of ``width`` bytes at absolute positions ``starts``."""
+        idx = starts[:, None] + np.arange(width, dtype=np.int64)
+        return arr[idx].view(dtype).reshape(n).astype(np.int64)
+
+    def field(offset: int, width: int, dtype: str) -> Any:
+        return at(p + offset, width, dtype)
+
+    sizes = field(0, 4, ">u4")
+    body_len = field(_BODY_LEN, 4, ">u4")
+    topic_at = p + HEAD_SIZE + body_len
+    ends = p + sizes
+    _check(topic_at + 4 <= ends, p, "body length overruns the record")
+    topic_len = at(topic_at, 2, ">u2")
+    props_at = topic_at + 2 + topic_len
+    _check(props_at + 2 <= ends, p, "topic length overruns the record")
+    props_len = at(props_at, 2, ">u2")
+    _check(props_at + 2 + props_len == ends, p, "record layout does not match its size")
+    queue_offsets = field(_QUEUE_OFFSET, 8, ">i8")
+    if expect_offset is not None:
+        wrong = queue_offsets != expect_offset + np.arange(n, dtype=np.int64)
+        if wrong.any():
+            i = int(np.argmax(wrong))
+            raise RecordDecodeError(
+                int(p[i]),
+                f"queue offset {int(queue_offsets[i])} where {expect_offset + i} was expected",
+                i,
+            )
+    keep: Any = None
+    if topic is not None:
+        raw = topic.encode()
+        same = topic_len == len(raw)
+        if same.all() and n:
+            idx = (topic_at + 2)[:, None] + np.arange(len(raw), dtype=np.int64)
+            same = (arr[idx] == np.frombuffer(raw, dtype=np.uint8)).all(axis=1)
+        _check(same, p, f"record of another topic than {topic!r}")
+        topics = pa.array([topic] * n, pa.string())
+    else:
+        names = _topic_names(buf, topic_at.tolist(), topic_len.tolist(), p)
+        if only_topic is not None:
+            keep = pa.array([name == only_topic for name in names], pa.bool_())
+        topics = pa.array(names, pa.string())
+    body_start = p + HEAD_SIZE
+    body = _binary(buf, body_start.tolist(), body_len.tolist(), body_len)
+    ids = np.concatenate(
+        [
+            arr[(p + _STORE_HOST)[:, None] + np.arange(8, dtype=np.int64)],
+            arr[(p + _PHYSICAL)[:, None] + np.arange(8, dtype=np.int64)],
+        ],
+        axis=1,
+    )
+    msg_ids = pa.Array.from_buffers(
+        pa.string(),
+        n,
+        [
+            None,
+            pa.py_buffer(np.arange(0, 32 * (n + 1), 32, dtype=np.int32)),
+            pa.py_buffer(ids.tobytes().hex().upper().encode()),
+        ],
+    )
+    keys, tags, props = _properties(buf, props_at + 2, props_len, schema, p)
+    ts_type = schema.field("storeTimestamp").type
+    columns: list[pa.Array] = [
+        topics,
+        pa.array([broker] * n, pa.string()),
+        pa.array(field(_QUEUE_ID, 4, ">i4").astype(np.int32), pa.int32()),
+        pa.array(queue_offsets, pa.int64()),
+        msg_ids,
+        keys,
+        tags,
+        body,
+        props,
+        pa.array(field(_BORN_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
+        pa.array(field(_STORE_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
+    ]
+    if len(schema) > len(columns):  # rmqstore
+        columns += [
+            pa.array(field(_PHYSICAL, 8, ">i8"), pa.int64()),
+            pa.array(sizes.astype(np.int32), pa.int32()),
+            pa.array(_hosts(arr, p + _BORN_HOST), pa.string()),
+            pa.array(_hosts(arr, p + _STORE_HOST), pa.string()),
+        ]
+    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+    return batch if keep is None else batch.filter(keep)
+
+
+def _check(ok: Any, p: Any, what: str) -> None:
+    import numpy as np
+
+    if not ok.all():
+        i = int(np.argmin(ok))
+        raise RecordDecodeError(int(p[i]), what, i)
+
+
+def _topic_names(buf: bytes, starts: list[int], lengths: list[int], p: Any) -> list[str]:
+    names: dict[bytes, str] = {}
+    out: list[str] = []
+    for i, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+        raw = buf[start + 2 : start + 2 + length]
+        name = names.get(raw)
         if name is None:
             try:
-                name = topic_names[raw_topic] = raw_topic.decode()
+                name = names[raw] = raw.decode()
             except UnicodeDecodeError:
-                raise RecordDecodeError(pos, "topic is not UTF-8") from None
-        if topic is not None and name != topic:
-            pos = rec_end
-            continue
-        if expect_offset is not None and queue_offset != expect_offset + taken:
-            raise RecordDecodeError(
-                pos, f"queue offset {queue_offset} where {expect_offset + taken} was expected"
-            )
-        key = tag = None
-        if pl:
-            try:
-                text = buf[tp + 2 : rec_end].decode()
-            except UnicodeDecodeError:
-                raise RecordDecodeError(pos, "properties are not UTF-8") from None
-            for item in text.split(_PROP_SEP):
-                if item:
-                    k, _, v = item.partition(_NAME_SEP)
-                    if k == PROP_KEYS:
-                        key = v or None
-                    elif k == PROP_TAGS:
-                        tag = v or None
-                    else:
-                        cols.prop_keys.append(k)
-                        cols.prop_values.append(v)
-        cols.topics.append(name)
-        cols.queue_ids.append(queue_id)
-        cols.queue_offsets.append(queue_offset)
-        cols.msg_ids.append((sh + physical.to_bytes(8, "big")).hex().upper())
-        cols.keys.append(key)
-        cols.tags.append(tag)
-        cols.bodies.append(buf[pos + HEAD_SIZE : body_end])
-        cols.prop_offsets.append(len(cols.prop_keys))
-        cols.born.append(born)
-        cols.store.append(stored)
-        if with_store:
-            cols.physical.append(physical)
-            cols.sizes.append(size)
-            cols.born_hosts.append(_host(hosts, bh))
-            cols.store_hosts.append(_host(hosts, sh))
-        taken += 1
-        pos = rec_end
-    return pos, pos >= end
+                raise RecordDecodeError(int(p[i]), "topic is not UTF-8", i) from None
+        out.append(name)
+    return out
 
 
-def _host(cache: dict[bytes, str], raw: bytes) -> str:
-    name = cache.get(raw)
-    if name is None:
-        name = cache[raw] = unpack_host(raw)
-    return name
-
-
-def _timestamps(millis: list[int], ts_type: pa.DataType) -> pa.Array:
+def _binary(buf: bytes, starts: list[int], lengths: list[int], lens: Any) -> pa.Array:
+    """A binary column of ``buf[start:start+length]`` slices: one joined data buffer."""
+    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    return pc.multiply(pa.array(millis, pa.int64()), 1000).cast(ts_type)
+    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = b"".join([buf[s : s + n] for s, n in zip(starts, lengths, strict=True)])
+    if offsets[-1] < 2**31:
+        return pa.Array.from_buffers(
+            pa.binary(),
+            len(starts),
+            [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
+        )
+    large = pa.Array.from_buffers(  # pragma: no cover - over 2 GiB in one batch
+        pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    return large.cast(pa.binary())
+
+
+def _properties(
+    buf: bytes, starts: Any, lengths: Any, schema: pa.Schema, p: Any
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """keys, tags and the properties map, parsed only for the records that have properties."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(starts)
+    keys: list[str | None] = [None] * n
+    tags: list[str | None] = [None] * n
+    counts = [0] * (n + 1)
+    names: list[str] = []
+    values: list[str] = []
+    start_list = starts.tolist()
+    length_list = lengths.tolist()
+    for i in np.flatnonzero(lengths).tolist():
+        start = start_list[i]
+        try:
+            text = buf[start : start + length_list[i]].decode()
+        except UnicodeDecodeError:
+            raise RecordDecodeError(int(p[i]), "properties are not UTF-8", i) from None
+        before = len(names)
+        for item in text.split(_PROP_SEP):
+            if item:
+                k, _, v = item.partition(_NAME_SEP)
+                if k == PROP_KEYS:
+                    keys[i] = v or None
+                elif k == PROP_TAGS:
+                    tags[i] = v or None
+                else:
+                    names.append(k)
+                    values.append(v)
+        counts[i + 1] = len(names) - before
+    props = pa.MapArray.from_arrays(
+        pa.array(np.cumsum(np.array(counts, dtype=np.int32)), pa.int32()),
+        pa.array(names, pa.string()),
+        pa.array(values, pa.string()),
+        type=schema.field("properties").type,
+    )
+    return pa.array(keys, pa.string()), pa.array(tags, pa.string()), props
+
+
+def _hosts(arr: Any, starts: Any) -> list[str]:
+    """The "ip:port" of the 8-byte host fields at ``starts`` (few distinct values: cached)."""
+    import numpy as np
+
+    raw = arr[starts[:, None] + np.arange(8, dtype=np.int64)].tobytes()
+    cache: dict[bytes, str] = {}
+    out: list[str] = []
+    for i in range(0, len(raw), 8):
+        key = raw[i : i + 8]
+        name = cache.get(key)
+        if name is None:
+            name = cache[key] = unpack_host(key)
+        out.append(name)
+    return out

@@ -49,12 +49,12 @@ from pipeline.brokers import (
 from pipeline.errors import OptionError, PipelineError, ReadError, WriteError
 from pipeline.options import ReadOptions, WriteOptions, controllers_option, topic_option
 from pipeline.rows import (
-    Columns,
     RecordDecodeError,
     arrow_schema,
     check_schema,
-    decode_into,
     message_schema,
+    scan,
+    to_batch,
 )
 
 if TYPE_CHECKING:
@@ -153,19 +153,44 @@ def _pull_settings(opts: ReadOptions) -> PullSettings:
 def read_partition(
     qr: QueueRange, opts: ReadOptions, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
-    """The Arrow batches of one queue range (what ``read()`` yields)."""
+    """The Arrow batches of one queue range (what ``read()`` yields): pull bodies are gathered
+    until ``rowsPerBatch`` records, then decoded together."""
     pa_schema = arrow_schema(schema)
-    cols = Columns()
-    for chunk in read_range(qr, _pull_settings(opts)):
+    bodies: list[bytes] = []
+    positions: list[int] = []
+    first = 0
+    size = 0
+
+    def batch() -> pa.RecordBatch:
+        buf = bodies[0] if len(bodies) == 1 else b"".join(bodies)
         try:
-            decode_into(cols, chunk.body, max_records=chunk.records, expect_offset=chunk.first)
+            return to_batch(
+                buf, positions, pa_schema, qr.broker, topic=qr.topic, expect_offset=first
+            )
         except RecordDecodeError as exc:
             raise ReadError(f"{qr.name}: bad record in a pull answer: {exc}") from None
-        if len(cols) >= opts.rows_per_batch:
-            yield cols.to_batch(qr.broker, pa_schema)
-            cols = Columns()
-    if len(cols):
-        yield cols.to_batch(qr.broker, pa_schema)
+
+    for chunk in read_range(qr, _pull_settings(opts)):
+        found = scan(chunk.body, max_records=chunk.records)
+        if found.error is not None or len(found.positions) != chunk.records:
+            raise ReadError(
+                f"{qr.name}: bad pull answer at offset {chunk.first}: "
+                f"{found.error or 'fewer records than announced'}"
+            )
+        if positions and chunk.first != first + len(positions):  # skipped lost messages
+            yield batch()
+            bodies, positions = [], []
+        if not positions:
+            first, size = chunk.first, 0
+        positions.extend([size + at for at in found.positions])
+        body = chunk.body if found.pos == len(chunk.body) else chunk.body[: found.pos]
+        bodies.append(body)
+        size += len(body)
+        if len(positions) >= opts.rows_per_batch:
+            yield batch()
+            bodies, positions = [], []
+    if positions:
+        yield batch()
 
 
 def plan_partitions(

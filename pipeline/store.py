@@ -31,13 +31,14 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pipeline.errors import OptionError, StoreReadError
+from pipeline.options import bool_option, get_option, req_int_option, topic_option
 from pipeline.rows import (
-    Columns,
     RecordDecodeError,
     arrow_schema,
     check_schema,
-    decode_into,
     message_schema,
+    scan,
+    to_batch,
 )
 from storage.checkpoint import load_checkpoint
 from storage.errors import StoreError
@@ -62,7 +63,7 @@ class StoreOptions:
 
     @classmethod
     def parse(cls, options: Any) -> StoreOptions:
-        raw = options.get("path")
+        raw = get_option(options, "path")
         if not raw:
             raise OptionError(
                 'rmqstore needs the store directory: .load(DIR) or .option("path", DIR)'
@@ -74,22 +75,16 @@ class StoreOptions:
                 f"{path} is not a broker store directory (no {commitlog.name}/ directory in it)"
             )
         store_dir = commitlog.parent
-        corrupt = str(options.get("corruptRecords") or "fail").strip().lower()
+        corrupt = str(get_option(options, "corruptRecords") or "fail").strip().lower()
         if corrupt not in ("fail", "stop"):
             raise OptionError(f"option corruptRecords must be fail or stop, not {corrupt!r}")
-        committed = str(options.get("committedOnly") or "false").strip().lower()
-        if committed not in ("true", "false"):
-            raise OptionError(f"option committedOnly must be true or false, not {committed!r}")
-        rows = str(options.get("rowsPerBatch") or "4096").strip()
-        if not rows.isdigit() or int(rows) < 1:
-            raise OptionError(f"option rowsPerBatch must be an integer >= 1, not {rows!r}")
         return cls(
             commitlog=commitlog,
-            broker_name=str(options.get("brokerName") or store_dir.resolve().name),
-            topic=str(options.get("topic")) if options.get("topic") else None,
-            committed_only=committed == "true",
+            broker_name=get_option(options, "brokerName") or store_dir.resolve().name,
+            topic=topic_option(options, required=False),
+            committed_only=bool_option(options, "committedOnly", False),
             corrupt=corrupt,
-            rows_per_batch=int(rows),
+            rows_per_batch=req_int_option(options, "rowsPerBatch", 4096, 1),
         )
 
 
@@ -161,7 +156,8 @@ class RmqStoreReader(DataSourceReader):
 
 
 def read_segment(seg: Segment, opts: StoreOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The records of one segment file as Arrow batches."""
+    """The records of one segment file as Arrow batches (``rowsPerBatch`` records scanned at a
+    time, copied out of the mapping and decoded together)."""
     path = Path(seg.path)
     try:
         f = path.open("rb")
@@ -174,27 +170,35 @@ def read_segment(seg: Segment, opts: StoreOptions, schema: pa.Schema) -> Iterato
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             end = size if seg.limit is None else max(0, min(size, seg.limit - seg.start))
             pos = 0
-            ended = pos >= end
-            while not ended:
-                cols = Columns(with_store=True)
-                try:
-                    pos, ended = decode_into(
-                        cols,
-                        mm,
-                        pos,
-                        end,
-                        max_records=opts.rows_per_batch,
-                        topic=opts.topic,
-                    )
-                except RecordDecodeError as exc:
-                    where = f"{path} at CommitLog offset {seg.start + exc.pos}"
+            while pos < end:
+                found = scan(mm, pos, end, opts.rows_per_batch)
+                error = found.error
+                positions = found.positions
+                if positions:
+                    lo = positions[0]
+                    region = mm[lo : found.pos]
+                    rebased = [at - lo for at in positions]
+                    try:
+                        batch = to_batch(
+                            region, rebased, schema, opts.broker_name, only_topic=opts.topic
+                        )
+                    except RecordDecodeError as exc:
+                        error = RecordDecodeError(exc.pos + lo, exc.what)
+                        batch = to_batch(
+                            region, rebased[: exc.index], schema, opts.broker_name,
+                            only_topic=opts.topic,
+                        )  # fmt: skip
+                    if batch.num_rows and (error is None or opts.corrupt == "stop"):
+                        yield batch
+                if error is not None:
+                    where = f"{path} at CommitLog offset {seg.start + error.pos}"
                     if opts.corrupt == "fail":
                         raise StoreReadError(
-                            f"bad record in {where}: {exc}; set corruptRecords=stop to read up "
-                            "to it"
-                        ) from None
-                    # The records before the bad one are in ``cols`` (each is added whole).
-                    log.warning("bad record, segment ends here", where=where, error=str(exc))
-                    ended = True
-                if len(cols):
-                    yield cols.to_batch(opts.broker_name, schema)
+                            f"bad record in {where}: {error.what}; "
+                            "set corruptRecords=stop to read up to it"
+                        )
+                    log.warning("bad record, segment ends here", where=where, error=str(error))
+                    return
+                if found.ended:
+                    return
+                pos = found.pos

@@ -4,6 +4,7 @@ session, no broker)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from pipeline import offsets as ofs
 from pipeline.cli import short_error
 from pipeline.errors import OptionError
 from pipeline.options import ReadOptions, WriteOptions
-from pipeline.rows import Columns, RecordDecodeError, decode_into
+from pipeline.rows import RecordDecodeError, arrow_schema, message_schema, scan, to_batch
 from pipeline.traffic import rebalance_plan
 from protocol.message import Message, RecordEncoder, encode_blank, iter_records
 
@@ -132,38 +133,44 @@ def _records(count: int, encoder: RecordEncoder, start_offset: int = 0) -> bytes
     return out
 
 
+def _decode(buf: bytes, **kw: Any) -> list[dict[str, Any]]:
+    found = scan(buf)
+    assert found.error is None
+    schema = arrow_schema(message_schema(store=True))
+    return to_batch(buf, found.positions, schema, "broker-x", **kw).to_pylist()
+
+
 def test_columnar_decoding_matches_the_protocol_decoder() -> None:
     encoder = RecordEncoder("192.168.0.9:10911")
     buf = _records(7, encoder, start_offset=40)
-    cols = Columns(with_store=True)
-    pos, ended = decode_into(cols, buf, expect_offset=40)
-    assert (pos, ended, len(cols)) == (len(buf), True, 7)
-    for i, rec in enumerate(iter_records(buf)):
-        assert cols.msg_ids[i] == rec.msg_id
-        assert cols.queue_offsets[i] == rec.queue_offset and cols.queue_ids[i] == 3
-        assert cols.bodies[i] == rec.body
-        assert cols.keys[i] == (rec.keys or None) and cols.tags[i] == (rec.tags or None)
-        props = dict(
-            zip(
-                cols.prop_keys[cols.prop_offsets[i] : cols.prop_offsets[i + 1]],
-                cols.prop_values[cols.prop_offsets[i] : cols.prop_offsets[i + 1]],
-                strict=True,
-            )
-        )
-        assert props == {k: v for k, v in rec.properties.items() if k not in ("KEYS", "TAGS")}
-        assert (cols.born[i], cols.store[i]) == (rec.born_timestamp, rec.store_timestamp)
-        assert (cols.physical[i], cols.sizes[i]) == (rec.physical_offset, rec.size)
-        assert (cols.born_hosts[i], cols.store_hosts[i]) == ("10.1.2.3:4444", "192.168.0.9:10911")
+    found = scan(buf)
+    assert (found.pos, found.ended, len(found.positions)) == (len(buf), True, 7)
+    rows = _decode(buf, topic="T", expect_offset=40)
+    for row, rec in zip(rows, iter_records(buf), strict=True):
+        assert row["msgId"] == rec.msg_id and row["brokerName"] == "broker-x"
+        assert (row["topic"], row["queueId"], row["queueOffset"]) == ("T", 3, rec.queue_offset)
+        assert row["body"] == rec.body
+        assert row["keys"] == (rec.keys or None) and row["tags"] == (rec.tags or None)
+        expected = {k: v for k, v in rec.properties.items() if k not in ("KEYS", "TAGS")}
+        assert dict(row["properties"]) == expected
+        born = row["bornTimestamp"].timestamp() * 1000
+        assert round(born) == rec.born_timestamp
+        assert round(row["storeTimestamp"].timestamp() * 1000) == rec.store_timestamp
+        assert (row["physicalOffset"], row["size"]) == (rec.physical_offset, rec.size)
+        assert (row["bornHost"], row["storeHost"]) == ("10.1.2.3:4444", "192.168.0.9:10911")
     # max_records stops early and says where; a blank tail or zeros end the data.
-    part = Columns()
-    pos, ended = decode_into(part, buf, max_records=3)
-    assert len(part) == 3 and not ended and decode_into(part, buf, pos)[1]
-    assert len(part) == 7
-    tail = Columns()
-    assert decode_into(tail, buf + encode_blank(64) + _records(1, encoder))[1] is True
-    assert len(tail) == 7
-    assert decode_into(Columns(), buf + bytes(100)) == (len(buf), True)
-    assert len(Columns()) == 0
+    part = scan(buf, max_records=3)
+    assert len(part.positions) == 3 and not part.ended
+    rest = scan(buf, part.pos)
+    assert len(rest.positions) == 4 and rest.ended
+    blank_tail = scan(buf + encode_blank(64) + _records(1, encoder))
+    assert (len(blank_tail.positions), blank_tail.ended, blank_tail.pos) == (7, True, len(buf))
+    zeros = scan(buf + bytes(100))
+    assert (len(zeros.positions), zeros.ended, zeros.pos) == (7, True, len(buf))
+    # A topic filter keeps the matching records; an expected topic rejects others.
+    assert _decode(buf, only_topic="T") == rows and _decode(buf, only_topic="U") == []
+    with pytest.raises(RecordDecodeError, match="record of another topic than 'U'"):
+        _decode(buf, topic="U")
 
 
 def test_decoding_names_the_bad_record() -> None:
@@ -171,14 +178,13 @@ def test_decoding_names_the_bad_record() -> None:
     buf = bytearray(_records(3, encoder))
     second = int.from_bytes(buf[0:4], "big")
     buf[second + 80] ^= 0xFF  # a body byte of the second record
-    cols = Columns()
-    with pytest.raises(RecordDecodeError, match=f"CRC mismatch at byte {second}"):
-        decode_into(cols, bytes(buf))
-    assert len(cols) == 1  # the records before the bad one are whole
+    found = scan(bytes(buf))
+    assert found.positions == [0] and found.pos == second and not found.ended
+    assert found.error is not None and str(found.error) == f"CRC mismatch at byte {second}"
     with pytest.raises(RecordDecodeError, match="queue offset 0 where 5 was expected"):
-        decode_into(Columns(), _records(1, encoder), expect_offset=5)
-    with pytest.raises(RecordDecodeError, match="bad magic"):
-        decode_into(Columns(), b"\x00\x00\x00\x50" + b"\x01" * 80)
+        _decode(_records(1, encoder), expect_offset=5)
+    bad_magic = scan(b"\x00\x00\x00\x50" + b"\x01" * 80)
+    assert bad_magic.error is not None and "bad magic" in str(bad_magic.error)
 
 
 def test_rebalance_plan_moves_busiest_topics_to_idlest_groups() -> None:
