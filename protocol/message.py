@@ -46,6 +46,9 @@ PROP_KEYS: Final = "KEYS"
 PROP_TAGS: Final = "TAGS"
 
 _HEAD = struct.Struct(">IIIiiqqqq8s8sI")
+DISPATCH_HEAD: Final = struct.Struct(">IIIi4xqq8xq16xI")
+"""The head fields replay needs, the rest skipped: totalSize, magic, crc, queueId,
+queueOffset, physicalOffset, storeTimestamp, bodyLength."""
 _PREFIX = struct.Struct(">II")
 _U16 = struct.Struct(">H")
 _HOST = struct.Struct(">4sI")
@@ -184,10 +187,12 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
-    if not raw:
-        return {}
+    return _split_properties(raw.decode()) if raw else {}
+
+
+def _split_properties(text: str) -> dict[str, str]:
     props: dict[str, str] = {}
-    for item in raw.decode().split(_PROP_SEP):
+    for item in text.split(_PROP_SEP):
         if item:
             key, _, value = item.partition(_NAME_SEP)
             props[key] = value
@@ -388,37 +393,16 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> i
 def read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> RecordInfo:
     """Dispatch info of a record already validated by :func:`check_record`."""
     try:
-        return _read_info(buf, pos, size)
-    except (struct.error, UnicodeDecodeError):
+        _size, _magic, _crc, queue_id, queue_offset, physical_offset, store_ts, blen = (
+            DISPATCH_HEAD.unpack_from(buf, pos)
+        )
+    except struct.error:
         raise RecordError(f"malformed record layout at {pos}") from None
-
-
-def _read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> RecordInfo:
-    (
-        _size,
-        _magic,
-        _crc,
-        queue_id,
-        _flag,
-        queue_offset,
-        physical_offset,
-        _born_ts,
-        store_ts,
-        _bh,
-        _sh,
-        blen,
-    ) = _HEAD.unpack_from(buf, pos)
-    p = pos + HEAD_SIZE + blen
-    (tl,) = _U16.unpack_from(buf, p)
-    topic = bytes(buf[p + 2 : p + 2 + tl]).decode()
-    p += 2 + tl
-    (pl,) = _U16.unpack_from(buf, p)
-    tags = ""
-    if pl:
-        props = decode_properties(bytes(buf[p + 2 : p + 2 + pl]))
-        tags = props.get(PROP_TAGS, "")
-    if p + 2 + pl != pos + size:
-        raise RecordError(f"record layout does not match its size at {pos}")
+    tail = pos + HEAD_SIZE + blen
+    try:
+        topic, tags_hash = read_tail(bytes(buf[tail : pos + size]))
+    except RecordError as exc:
+        raise RecordError(f"{exc} at {pos}") from None
     return RecordInfo(
         size=size,
         topic=topic,
@@ -426,8 +410,36 @@ def _read_info(buf: bytes | bytearray | memoryview, pos: int, size: int) -> Reco
         queue_offset=queue_offset,
         physical_offset=physical_offset,
         store_timestamp=store_ts,
-        tags_hash=tag_hash(tags),
+        tags_hash=tags_hash,
     )
+
+
+def read_tail(tail: bytes) -> tuple[str, int]:
+    """(topic, tag hash) of a record from its tail: the bytes from topicLength to its end.
+
+    Raises :class:`RecordError` when the lengths do not add up to the tail or the topic or
+    properties are not UTF-8.
+    """
+    end = len(tail)
+    if end < 4:
+        raise RecordError("record layout does not match its size")
+    (tl,) = _U16.unpack_from(tail, 0)
+    props_at = 2 + tl + 2
+    if props_at > end or _U16.unpack_from(tail, props_at - 2)[0] != end - props_at:
+        raise RecordError("record layout does not match its size")
+    try:
+        topic = tail[2 : 2 + tl].decode()
+    except UnicodeDecodeError:
+        raise RecordError("record topic is not UTF-8") from None
+    if props_at == end:
+        return topic, 0
+    try:
+        text = tail[props_at:].decode()
+    except UnicodeDecodeError:
+        raise RecordError("record properties are not UTF-8") from None
+    # Only a text holding "TAGS" can have the key: skip splitting the rest.
+    tags = _split_properties(text).get(PROP_TAGS, "") if PROP_TAGS in text else ""
+    return topic, tag_hash(tags)
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:

@@ -1,23 +1,34 @@
 """Validating CommitLog records and replaying them into ConsumeQueue entries.
 
 Recovery (rebuilding ConsumeQueues past the last dispatched offset) and replication
-(``MessageStore.append_raw``) run this same code: :class:`SegmentWalk` validates the records of
-one segment in order, :class:`Dispatcher` checks that each record continues its queue and writes
-its ConsumeQueue entry.
+(``MessageStore.append_raw``) run this same code: :meth:`Replayer.scan` validates the records of
+one segment in order, checks that each continues its queue and gathers their ConsumeQueue
+entries queue by queue; :meth:`Replayer.apply` writes them, one write per queue.
+
+The scan is the replica's hot path (a slave catching up replays every byte the master wrote),
+so it is one loop: each record costs one struct unpack, one CRC and one dictionary lookup of
+its tail (topic and properties, which repeat from record to record); a record continuing the
+queue of the record before it skips the per-queue lookups. Anything unusual (a blank tail,
+zeros, an invalid record, another queue) leaves the loop's fast path for code that says
+exactly what it is.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+import zlib
+from dataclasses import dataclass, field
 from typing import Final
 
 from protocol.message import (
     BLANK_MAGIC,
+    DISPATCH_HEAD,
+    HEAD_SIZE,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     RecordError,
-    RecordInfo,
     check_record,
-    read_info,
+    read_tail,
 )
 from storage.errors import CorruptRecordError
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
@@ -27,8 +38,11 @@ _I64: Final = struct.Struct(">q")
 _PREFIX: Final = struct.Struct(">II")
 _PHYSICAL_AT: Final = 28
 _STORE_TIMESTAMP_AT: Final = 44
+_TAIL_CACHE_LIMIT: Final = 4096
+_UNLIMITED: Final = 1 << 62
 
 Buffer = bytes | bytearray | memoryview
+QueueKey = tuple[str, int]
 
 
 def record_reason(exc: RecordError) -> str:
@@ -42,21 +56,50 @@ def store_timestamp(buf: Buffer, pos: int) -> int:
     return int(_I64.unpack_from(buf, pos + _STORE_TIMESTAMP_AT)[0])
 
 
-class SegmentWalk:
-    """Validate the records in ``buf[start:limit)``, one segment's worth, in order.
+@dataclass(slots=True)
+class QueueRun:
+    """The entries one scan gathered for one queue: from queue offset ``first``, in order."""
 
-    ``base`` is the CommitLog offset of ``buf[0]``; ``segment_end`` is where the segment ends
-    (relative to ``buf``), which a blank record must reach exactly. Iterating yields
-    ``(position, size)`` of each valid message record. When iteration ends, ``end`` is where
-    valid data ends and ``complete`` tells whether the segment is full (its blank tail seen).
-    With ``zeros_end_data`` an all-zero record header ends the walk quietly (the end of
-    written data); otherwise, and for any invalid record, :class:`CorruptRecordError` is raised
-    naming the record's CommitLog offset.
-    """
+    first: int
+    physical_offsets: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    tag_hashes: list[int] = field(default_factory=list)
 
-    __slots__ = ("_base", "_buf", "_limit", "_segment_end", "_zeros_end", "complete", "end")
 
-    def __init__(
+@dataclass(slots=True)
+class Scan:
+    """What :meth:`Replayer.scan` found in ``buf[start:limit)``."""
+
+    end: int
+    """Where valid data ends (relative to the buffer): at ``limit``, at the segment end, at the
+    first zero header (``zeros_end_data``), at the first invalid record (``error``), or where
+    the scan stopped after ``max_records`` (``more``)."""
+    complete: bool
+    """The segment is full: its blank tail (or a zero tail too short for one) was seen."""
+    more: bool
+    """Stopped after ``max_records`` records: scan again from ``end``."""
+    error: CorruptRecordError | None
+    """The invalid record at ``end``; every record before it is valid and in ``queues``."""
+    newest: int
+    """Newest store timestamp of the valid records (0 if none)."""
+    dispatched: int
+    """Records whose entries are in ``queues``."""
+    queues: dict[QueueKey, QueueRun]
+
+
+class Replayer:
+    """Validates and dispatches records; remembers the next offset of every queue it has seen,
+    so scans may run ahead of :meth:`apply` (``append_raw`` validates a whole batch before
+    writing anything; recovery applies one chunk of records at a time)."""
+
+    __slots__ = ("_next", "_queues", "_tails")
+
+    def __init__(self, queues: ConsumeQueues) -> None:
+        self._queues = queues
+        self._next: dict[QueueKey, int] = {}
+        self._tails: dict[bytes, tuple[str, int]] = {}
+
+    def scan(
         self,
         buf: Buffer,
         *,
@@ -65,86 +108,124 @@ class SegmentWalk:
         limit: int,
         segment_end: int,
         zeros_end_data: bool,
-    ) -> None:
-        self._buf = buf
-        self._base = base
-        self._limit = limit
-        self._segment_end = segment_end
-        self._zeros_end = zeros_end_data
-        self.end = start
-        self.complete = False
+        dispatch_from: int = 0,
+        max_records: int = _UNLIMITED,
+    ) -> Scan:
+        """Validate the records in ``buf[start:limit)``, one segment's worth, in order.
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        buf, base, limit, seg_end = self._buf, self._base, self._limit, self._segment_end
-        unpack_prefix = _PREFIX.unpack_from
-        unpack_i64 = _I64.unpack_from
-        pos = self.end
-        while pos < limit:
-            if seg_end - pos < BLANK_MIN:
-                # A tail too short for any record: only zeros may fill it.
-                if any(bytes(buf[pos:seg_end])):
-                    raise CorruptRecordError(
-                        base + pos, f"{seg_end - pos} stray bytes at segment end"
-                    )
-                pos = seg_end
-                break
-            if limit - pos < BLANK_MIN:
-                raise CorruptRecordError(base + pos, "truncated record header")
-            size, magic = unpack_prefix(buf, pos)
-            if magic == BLANK_MAGIC:
-                if pos + size != seg_end:
-                    raise CorruptRecordError(
-                        base + pos, f"blank record of {size} bytes does not end its segment"
-                    )
-                if pos + size > limit:
-                    raise CorruptRecordError(base + pos, "truncated blank record")
-                pos = seg_end
-                break
-            if size == 0 and magic == 0 and self._zeros_end:
-                self.end = pos
-                return
-            try:
-                size = check_record(buf, pos, limit)
-            except RecordError as exc:
-                raise CorruptRecordError(base + pos, record_reason(exc)) from None
-            physical = unpack_i64(buf, pos + _PHYSICAL_AT)[0]
-            if physical != base + pos:
-                raise CorruptRecordError(base + pos, f"record says it is at offset {physical}")
-            self.end = pos
-            yield pos, size
-            pos += size
-        self.end = pos
-        self.complete = pos == seg_end
-
-
-class Dispatcher:
-    """Checks that replayed records continue their queues, then writes their entries.
-
-    Checks run ahead of :meth:`apply` (``append_raw`` validates a whole batch first; recovery
-    applies in chunks): the dispatcher remembers the next offset of every queue it has checked
-    records for.
-    """
-
-    __slots__ = ("_next", "_queues")
-
-    def __init__(self, queues: ConsumeQueues) -> None:
-        self._queues = queues
-        self._next: dict[tuple[str, int], int] = {}
-
-    def check(self, buf: Buffer, pos: int, size: int, offset: int) -> RecordInfo:
-        """Decode what dispatch needs of the valid record at ``buf[pos:]`` (CommitLog
-        ``offset``) and check its queue offset; raises :class:`CorruptRecordError`."""
+        ``base`` is the CommitLog offset of ``buf[0]``; ``segment_end`` is where the segment
+        ends (relative to ``buf``, at or past ``limit``), which a blank record must reach
+        exactly. With ``zeros_end_data`` an all-zero record header ends the scan quietly (the
+        end of written data); otherwise it is invalid. Records from ``dispatch_from``
+        (relative) on are also decoded and checked against their queues, and their entries
+        gathered; records before it are only validated. Stops at the first invalid record
+        (``Scan.error`` names its CommitLog offset), never raising for one.
+        """
+        if not 0 <= start <= limit <= segment_end or limit > len(buf):
+            raise ValueError(f"bad scan range [{start}, {limit}) in a segment of {segment_end}")
+        runs: dict[QueueKey, QueueRun] = {}
+        tails = self._tails
+        nexts = self._next
+        view = memoryview(buf)
+        head = DISPATCH_HEAD.unpack_from
+        crc32 = zlib.crc32
+        to_bytes = bytes
+        magic_ok = MESSAGE_MAGIC
+        last_min = limit - MIN_RECORD_SIZE
+        # The queue of the previous record: a record continuing it needs no lookups.
+        run_topic: str | None = None
+        run_queue_id = run_next = 0
+        unused = QueueRun(0)  # bound until the first record names its queue
+        add_physical, add_size, add_hash = (
+            unused.physical_offsets.append,
+            unused.sizes.append,
+            unused.tag_hashes.append,
+        )
+        newest = dispatched = count = 0
+        pos = start
+        complete = more = False
+        error: CorruptRecordError | None = None
         try:
-            info = read_info(buf, pos, size)
-        except (RecordError, UnicodeDecodeError, struct.error) as exc:
+            while pos < limit:
+                if count == max_records:
+                    more = True
+                    break
+                if pos <= last_min:
+                    size, magic, crc, queue_id, queue_offset, physical, timestamp, blen = head(
+                        buf, pos
+                    )
+                    end = pos + size
+                else:
+                    size = magic = 0
+                if (
+                    magic != magic_ok
+                    or size < MIN_RECORD_SIZE
+                    or end > limit
+                    or crc32(view[pos + 12 : end]) != crc
+                    or physical != base + pos
+                ):
+                    pos, complete = _not_a_message(
+                        buf, pos, base, limit, segment_end, zeros_end_data
+                    )
+                    break
+                count += 1
+                if timestamp > newest:
+                    newest = timestamp
+                if pos < dispatch_from:
+                    pos = end
+                    continue
+                tail = to_bytes(buf[pos + HEAD_SIZE + blen : end])
+                described = tails.get(tail)
+                if described is None:
+                    described = self._describe(tail, base + pos)
+                topic, tags_hash = described
+                if queue_offset != run_next or queue_id != run_queue_id or topic != run_topic:
+                    if run_topic is not None:
+                        nexts[(run_topic, run_queue_id)] = run_next
+                    self._check_queue(topic, queue_id, queue_offset, base + pos)
+                    run = runs.get((topic, queue_id))
+                    if run is None:
+                        run = runs[(topic, queue_id)] = QueueRun(queue_offset)
+                    add_physical = run.physical_offsets.append
+                    add_size = run.sizes.append
+                    add_hash = run.tag_hashes.append
+                    run_topic, run_queue_id = topic, queue_id
+                add_physical(physical)
+                add_size(size)
+                add_hash(tags_hash)
+                run_next = queue_offset + 1
+                dispatched += 1
+                pos = end
+            else:
+                complete = pos == segment_end
+        except CorruptRecordError as exc:
+            error = exc
+        if run_topic is not None:
+            nexts[(run_topic, run_queue_id)] = run_next
+        return Scan(pos, complete, more, error, newest, dispatched, runs)
+
+    def _describe(self, tail: bytes, offset: int) -> tuple[str, int]:
+        """(topic, tag hash) of a record tail, remembered for the records that repeat it."""
+        try:
+            described = read_tail(tail)
+        except RecordError as exc:
             raise CorruptRecordError(offset, f"undecodable record: {exc}") from None
-        key = (info.topic, info.queue_id)
+        tails = self._tails
+        if len(tails) >= _TAIL_CACHE_LIMIT:
+            tails.clear()
+        tails[tail] = described
+        return described
+
+    def _check_queue(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> None:
+        """Check that a record (CommitLog ``offset``) continues its queue and note the queue's
+        next offset; raises :class:`CorruptRecordError`."""
+        key = (topic, queue_id)
         expected = self._next.get(key)
         exact = True
         if expected is None:
-            queue = self._queues.get(info.topic, info.queue_id)
+            queue = self._queues.get(topic, queue_id)
             if queue is None:
-                error = topic_error(info.topic) or queue_id_error(info.queue_id)
+                error = topic_error(topic) or queue_id_error(queue_id)
                 if error is not None:
                     raise CorruptRecordError(offset, error)
                 expected, exact = 0, False
@@ -152,41 +233,58 @@ class Dispatcher:
                 # An empty queue accepts any offset at or past its max (a replica that starts
                 # mid-queue, a queue rebuilt from a log whose start was deleted).
                 expected, exact = queue.max_offset, not queue.is_empty
-        if info.queue_offset != expected and (exact or info.queue_offset < expected):
+        if queue_offset != expected and (exact or queue_offset < expected):
             raise CorruptRecordError(
                 offset,
-                f"queue offset {info.queue_offset} of {info.topic}:{info.queue_id} "
-                f"does not follow {expected}",
+                f"queue offset {queue_offset} of {topic}:{queue_id} does not follow {expected}",
             )
-        self._next[key] = info.queue_offset + 1
-        return info
+        self._next[key] = queue_offset + 1
 
-    def reserve(self, infos: Sequence[RecordInfo]) -> None:
-        """Allocate the ConsumeQueue segments the entries of ``infos`` need (may raise
+    def reserve(self, scan: Scan) -> None:
+        """Allocate the ConsumeQueue segments the entries of ``scan`` need (may raise
         DiskFullError, writing nothing)."""
-        for (topic, queue_id), (first, physical, _, _) in _group(infos).items():
-            self._queues.get_or_create(topic, queue_id).reserve(first, len(physical))
+        for (topic, queue_id), run in scan.queues.items():
+            self._queues.get_or_create(topic, queue_id).reserve(
+                run.first, len(run.physical_offsets)
+            )
 
-    def apply(self, infos: Sequence[RecordInfo]) -> None:
-        """Write the ConsumeQueue entries of checked records, one write per queue."""
-        for (topic, queue_id), (first, physical, sizes, hashes) in _group(infos).items():
+    def apply(self, scan: Scan) -> None:
+        """Write the ConsumeQueue entries of ``scan``, one write per queue."""
+        for (topic, queue_id), run in scan.queues.items():
             queue = self._queues.get_or_create(topic, queue_id)
-            queue.reserve(first, len(physical))
-            queue.append(first, physical, sizes, hashes)
+            queue.reserve(run.first, len(run.physical_offsets))
+            queue.append(run.first, run.physical_offsets, run.sizes, run.tag_hashes)
 
 
-_Group = tuple[int, list[int], list[int], list[int]]
-
-
-def _group(infos: Sequence[RecordInfo]) -> dict[tuple[str, int], _Group]:
-    """Per queue: (first queue offset, CommitLog offsets, sizes, tag hashes), in order."""
-    groups: dict[tuple[str, int], _Group] = {}
-    for info in infos:
-        key = (info.topic, info.queue_id)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = (info.queue_offset, [], [], [])
-        group[1].append(info.physical_offset)
-        group[2].append(info.size)
-        group[3].append(info.tags_hash)
-    return groups
+def _not_a_message(
+    buf: Buffer, pos: int, base: int, limit: int, segment_end: int, zeros_end_data: bool
+) -> tuple[int, bool]:
+    """What lies at ``pos``, where no valid message record does: the segment's blank tail
+    (``(segment_end, True)``), the end of written data (``(pos, False)``), or an invalid
+    record (raises :class:`CorruptRecordError` naming its CommitLog offset)."""
+    if segment_end - pos < BLANK_MIN:
+        # A tail too short for any record: only zeros may fill it.
+        if any(bytes(buf[pos:segment_end])):
+            raise CorruptRecordError(base + pos, f"{segment_end - pos} stray bytes at segment end")
+        return segment_end, True
+    if limit - pos < BLANK_MIN:
+        raise CorruptRecordError(base + pos, "truncated record header")
+    size, magic = _PREFIX.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        if pos + size != segment_end:
+            raise CorruptRecordError(
+                base + pos, f"blank record of {size} bytes does not end its segment"
+            )
+        if pos + size > limit:
+            raise CorruptRecordError(base + pos, "truncated blank record")
+        return segment_end, True
+    if size == 0 and magic == 0 and zeros_end_data:
+        return pos, False
+    try:
+        check_record(buf, pos, limit)
+    except RecordError as exc:
+        raise CorruptRecordError(base + pos, record_reason(exc)) from None
+    physical = _I64.unpack_from(buf, pos + _PHYSICAL_AT)[0]
+    if physical != base + pos:
+        raise CorruptRecordError(base + pos, f"record says it is at offset {physical}")
+    raise AssertionError(f"the record at {base + pos} is valid")  # the caller found it was not

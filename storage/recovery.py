@@ -5,7 +5,7 @@ After an unclean stop records are validated from the start of the segment holdin
 checkpoint's dispatched offset. Validation stops at the first invalid record (bad size, magic,
 CRC, physical offset, or a queue offset that does not continue its queue): the CommitLog is cut
 there, ConsumeQueue entries pointing at or past the cut are dropped, and entries past the
-dispatched offset are rebuilt by replaying records through the :class:`Dispatcher`.
+dispatched offset are rebuilt by replaying records through the :class:`Replayer`.
 The caller makes the result durable before serving.
 """
 
@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from protocol.message import RecordInfo, peek_prefix
+from protocol.message import peek_prefix
 from storage.checkpoint import Checkpoint
 from storage.commitlog import CommitLog
-from storage.dispatch import Dispatcher, SegmentWalk, store_timestamp
-from storage.errors import CorruptRecordError
+from storage.dispatch import Replayer
 from storage.queues import ConsumeQueues
 from storage.segment import Segment
 
@@ -65,41 +64,34 @@ def recover(
     if start < 0 or (clean and trusted >= last.start):
         start = len(segments) - 1
     scanned_from = segments[start].start
-    dispatcher = Dispatcher(queues)
+    replayer = Replayer(queues)
     end: int | None = None
     reason: str | None = None
     replayed = 0
     for seg in segments[start:]:
-        walk = SegmentWalk(
-            seg.view,
-            base=seg.start,
-            start=0,
-            limit=seg.size,
-            segment_end=seg.size,
-            zeros_end_data=True,
-        )
-        newest = 0
-        pending: list[RecordInfo] = []
-        try:
-            for pos, size in walk:
-                offset = seg.start + pos
-                if offset >= trusted:
-                    info = dispatcher.check(seg.view, pos, size, offset)
-                    pending.append(info)
-                    if len(pending) >= _APPLY_CHUNK:
-                        dispatcher.apply(pending)
-                        pending.clear()
-                    replayed += 1
-                    timestamp = info.store_timestamp
-                else:
-                    timestamp = store_timestamp(seg.view, pos)
-                newest = max(newest, timestamp)
-        except CorruptRecordError as exc:
-            end, reason = exc.offset, exc.reason
-        dispatcher.apply(pending)
+        newest = pos = 0
+        while True:
+            scan = replayer.scan(
+                seg.view,
+                base=seg.start,
+                start=pos,
+                limit=seg.size,
+                segment_end=seg.size,
+                zeros_end_data=True,
+                dispatch_from=trusted - seg.start,
+                max_records=_APPLY_CHUNK,
+            )
+            replayer.apply(scan)
+            replayed += scan.dispatched
+            newest = max(newest, scan.newest)
+            pos = scan.end
+            if not scan.more:
+                break
         commitlog.max_timestamps[seg.start] = newest
-        if end is None and not walk.complete:
-            end = seg.start + walk.end
+        if scan.error is not None:
+            end, reason = scan.error.offset, scan.error.reason
+        elif not scan.complete:
+            end = seg.start + scan.end
         if end is not None:
             break
     if end is None:
