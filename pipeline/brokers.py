@@ -284,7 +284,10 @@ class RangeReader:
 
     def _drop_inflight(self) -> None:
         for _, _, task in self._inflight:
-            task.cancel()
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()  # retrieved: a dropped pull's failure is not an error
         self._inflight.clear()
         self._issued = self.pos
 
