@@ -24,7 +24,7 @@ import click
 import structlog
 
 from pipeline.archive import ArchiveSpec, run_archive
-from pipeline.errors import OptionError
+from pipeline.errors import OptionError, PipelineError
 from pipeline.offsets import parse_spec
 from pipeline.traffic import DEFAULT_THRESHOLD, TrafficSpec, run_traffic
 
@@ -109,7 +109,14 @@ def controllers_option(func: Any) -> Any:
 def _session(settings: Settings, app: str) -> Any:
     from pipeline.session import build_session
 
-    spark = build_session(app, settings.master, settings.conf)
+    try:
+        spark = build_session(app, settings.master, settings.conf)
+    except PipelineError as exc:
+        raise JobError(str(exc)) from None
+    except Exception as exc:  # the JVM did not start (no Java, bad --master, ...)
+        raise JobError(
+            f"cannot start Spark: {short_error(exc)} (Spark needs Java 17: is JAVA_HOME set?)"
+        ) from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from pipeline.errors import PipelineError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -26,7 +28,12 @@ def build_session(
     Python workers run this interpreter unless PYSPARK_PYTHON says otherwise: on a cluster, point
     PYSPARK_PYTHON at an interpreter with rmq-py and the spark extra installed.
     """
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise PipelineError(
+            "PySpark is not installed: install the spark extra (pip install -e '.[spark]')"
+        ) from None
 
     import pipeline
 

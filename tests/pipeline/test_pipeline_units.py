@@ -227,3 +227,31 @@ def test_short_error_finds_our_message_inside_sparks() -> None:
     )
     assert short_error(wrapped) == "topic 'nope' does not exist (asked 127.0.0.1:1)"
     assert short_error(ValueError("\nfirst line\nsecond")) == "first line"
+
+
+def test_cli_usage_errors_stop_before_spark_starts() -> None:
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    runner = CliRunner()
+    base = ["archive", "-a", "127.0.0.1:1", "-t", "T", "--output", "o", "--checkpoint", "c"]
+    bad_json = runner.invoke(cli, [*base, "--starting-offsets", '{"broker-a": '])
+    assert bad_json.exit_code == 2 and "not valid JSON" in bad_json.output
+    bad_conf = runner.invoke(cli, ["--conf", "nonsense", *base])
+    assert bad_conf.exit_code == 2 and "is not key=value" in bad_conf.output
+    two_topics = runner.invoke(
+        cli,
+        [
+            "traffic",
+            "-a",
+            "127.0.0.1:1",
+            "-t",
+            "A",
+            "-t",
+            "B",
+            "--ending-offsets",
+            '{"b": {"0": 1}}',
+        ],
+    )
+    assert two_topics.exit_code == 2 and "needs exactly one topic" in two_topics.output
