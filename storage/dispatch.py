@@ -73,18 +73,22 @@ class Scan:
     end: int
     """Where valid data ends (relative to the buffer): at ``limit``, at the segment end, at the
     first zero header (``zeros_end_data``), at the first invalid record (``error``), or where
-    the scan stopped after ``max_records`` (``more``)."""
+    the scan stopped after ``max_bytes`` (``more``)."""
     complete: bool
     """The segment is full: its blank tail (or a zero tail too short for one) was seen."""
     more: bool
-    """Stopped after ``max_records`` records: scan again from ``end``."""
+    """Stopped after ``max_bytes``: scan again from ``end``."""
     error: CorruptRecordError | None
     """The invalid record at ``end``; every record before it is valid and in ``queues``."""
     newest: int
     """Newest store timestamp of the valid records (0 if none)."""
-    dispatched: int
-    """Records whose entries are in ``queues``."""
     queues: dict[QueueKey, QueueRun]
+    """The entries of the records from ``dispatch_from`` on, by queue."""
+
+    @property
+    def dispatched(self) -> int:
+        """Records whose entries are in ``queues``."""
+        return sum(len(run.sizes) for run in self.queues.values())
 
 
 class Replayer:
@@ -109,7 +113,7 @@ class Replayer:
         segment_end: int,
         zeros_end_data: bool,
         dispatch_from: int = 0,
-        max_records: int = _UNLIMITED,
+        max_bytes: int = _UNLIMITED,
     ) -> Scan:
         """Validate the records in ``buf[start:limit)``, one segment's worth, in order.
 
@@ -119,19 +123,23 @@ class Replayer:
         end of written data); otherwise it is invalid. Records from ``dispatch_from``
         (relative) on are also decoded and checked against their queues, and their entries
         gathered; records before it are only validated. Stops at the first invalid record
-        (``Scan.error`` names its CommitLog offset), never raising for one.
+        (``Scan.error`` names its CommitLog offset), never raising for one, and at the first
+        record boundary ``max_bytes`` or more past ``start`` (``Scan.more``).
         """
         if not 0 <= start <= limit <= segment_end or limit > len(buf):
             raise ValueError(f"bad scan range [{start}, {limit}) in a segment of {segment_end}")
+        view = memoryview(buf).cast("B")
+        # Tails are looked up as bytes: slices of ``buf`` when it is bytes (the replica's case,
+        # bytes(b) is b), copies otherwise.
+        to_bytes = bytes
         runs: dict[QueueKey, QueueRun] = {}
         tails = self._tails
         nexts = self._next
-        view = memoryview(buf)
         head = DISPATCH_HEAD.unpack_from
         crc32 = zlib.crc32
-        to_bytes = bytes
-        magic_ok = MESSAGE_MAGIC
-        last_min = limit - MIN_RECORD_SIZE
+        magic_ok, size_min, head_size = MESSAGE_MAGIC, MIN_RECORD_SIZE, HEAD_SIZE
+        last_head = limit - MIN_RECORD_SIZE
+        stop = min(limit, start + max_bytes)
         # The queue of the previous record: a record continuing it needs no lookups.
         run_topic: str | None = None
         run_queue_id = run_next = 0
@@ -141,16 +149,13 @@ class Replayer:
             unused.sizes.append,
             unused.tag_hashes.append,
         )
-        newest = dispatched = count = 0
+        newest = 0
         pos = start
-        complete = more = False
+        complete = False
         error: CorruptRecordError | None = None
         try:
-            while pos < limit:
-                if count == max_records:
-                    more = True
-                    break
-                if pos <= last_min:
+            while pos < stop:
+                if pos <= last_head:
                     size, magic, crc, queue_id, queue_offset, physical, timestamp, blen = head(
                         buf, pos
                     )
@@ -159,7 +164,7 @@ class Replayer:
                     size = magic = 0
                 if (
                     magic != magic_ok
-                    or size < MIN_RECORD_SIZE
+                    or size < size_min
                     or end > limit
                     or crc32(view[pos + 12 : end]) != crc
                     or physical != base + pos
@@ -168,13 +173,12 @@ class Replayer:
                         buf, pos, base, limit, segment_end, zeros_end_data
                     )
                     break
-                count += 1
                 if timestamp > newest:
                     newest = timestamp
                 if pos < dispatch_from:
                     pos = end
                     continue
-                tail = to_bytes(buf[pos + HEAD_SIZE + blen : end])
+                tail = to_bytes(buf[pos + head_size + blen : end])
                 described = tails.get(tail)
                 if described is None:
                     described = self._describe(tail, base + pos)
@@ -194,15 +198,15 @@ class Replayer:
                 add_size(size)
                 add_hash(tags_hash)
                 run_next = queue_offset + 1
-                dispatched += 1
                 pos = end
             else:
                 complete = pos == segment_end
         except CorruptRecordError as exc:
-            error = exc
+            error = exc.with_traceback(None)  # no frames (and views of a mapped segment) kept
         if run_topic is not None:
             nexts[(run_topic, run_queue_id)] = run_next
-        return Scan(pos, complete, more, error, newest, dispatched, runs)
+        more = error is None and not complete and stop <= pos < limit
+        return Scan(pos, complete, more, error, newest, runs)
 
     def _describe(self, tail: bytes, offset: int) -> tuple[str, int]:
         """(topic, tag hash) of a record tail, remembered for the records that repeat it."""

@@ -22,7 +22,7 @@ from storage.dispatch import Replayer
 from storage.queues import ConsumeQueues
 from storage.segment import Segment
 
-_APPLY_CHUNK = 4096
+_APPLY_CHUNK_BYTES = 4 << 20
 
 log = structlog.get_logger(__name__)
 
@@ -79,7 +79,7 @@ def recover(
                 segment_end=seg.size,
                 zeros_end_data=True,
                 dispatch_from=trusted - seg.start,
-                max_records=_APPLY_CHUNK,
+                max_bytes=_APPLY_CHUNK_BYTES,
             )
             replayer.apply(scan)
             replayed += scan.dispatched
