@@ -508,21 +508,23 @@ class BatchSender:
         self._raise_failure()
         self._inflight.add(self._loop.submit(self._one(topic, batch)))
 
-    def finish(self) -> None:
-        """Wait for every batch in flight; raise the first failure, if any."""
+    def settle(self) -> None:
+        """Wait until every batch in flight is answered (or failed)."""
         concurrent.futures.wait(self._inflight)
         self._inflight.clear()
+
+    def finish(self) -> None:
+        """Wait for every batch in flight; raise the first failure, if any."""
+        self.settle()
         self._raise_failure()
 
     def _raise_failure(self) -> None:
         if self.failure is not None:
-            concurrent.futures.wait(self._inflight)
-            self._inflight.clear()
+            self.settle()
             raise self.failure
 
     def close(self) -> None:
-        concurrent.futures.wait(self._inflight)
-        self._inflight.clear()
+        self.settle()
         with contextlib.suppress(Exception):
             self._loop.run(self._producer.close())
         self._loop.close()

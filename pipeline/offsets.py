@@ -167,8 +167,3 @@ def limit_rows(start: Mapping[MessageQueue, int], end: Offsets, max_rows: int) -
         s = start.get(mq, e)
         out[mq] = e if e <= s else s + min(shares[mq], e - s)
     return out
-
-
-def cap(end: Offsets, ceiling: Mapping[MessageQueue, int]) -> Offsets:
-    """``end`` limited to ``ceiling`` per queue; queues the ceiling lacks are left out."""
-    return {mq: min(e, ceiling[mq]) for mq, e in end.items() if mq in ceiling}

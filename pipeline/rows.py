@@ -37,23 +37,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-#: columns of the ``rmq`` source, in order
-COLUMNS = (
-    "topic",
-    "brokerName",
-    "queueId",
-    "queueOffset",
-    "msgId",
-    "keys",
-    "tags",
-    "body",
-    "properties",
-    "bornTimestamp",
-    "storeTimestamp",
-)
-#: what ``rmqstore`` adds
-STORE_COLUMNS = ("physicalOffset", "size", "bornHost", "storeHost")
-
 _PREFIX: Final = struct.Struct(">III")  # totalSize, magic, crc
 # Field offsets in a record (protocol/message.py's layout).
 _QUEUE_ID: Final = 12

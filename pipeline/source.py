@@ -436,11 +436,12 @@ def write_rows(setup: WriteSetup, rows: Iterator[Row]) -> RmqCommitMessage:
             sender.finish()
         except Exception as exc:
             tally = sender.tally
+            sender.settle()  # every batch in flight answered: the tally is complete
             raise WriteError(
                 f"write task failed after {seen} rows: {exc}. "
                 f"{tally.acknowledged} messages were acknowledged and stay in the topic "
-                f"({tally.describe()}); Spark's retry of this task writes them again "
-                "(at-least-once)"
+                f"({tally.describe()}), {sender.failed_messages} were refused or unanswered; "
+                "Spark's retry of this task writes them all again (at-least-once)"
             ) from exc
     finally:
         sender.close()

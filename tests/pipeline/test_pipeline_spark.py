@@ -212,7 +212,9 @@ def test_write_then_read_back_batch_and_streaming(
         [("x", "SparkOut"), ("y", "NoSuchTopic")], "body string, topic string"
     )
     with pytest.raises(
-        Exception, match=r"write task failed after \d+ rows: .*NoSuchTopic.*acknowledged"
+        Exception,
+        match=r"write task failed after 2 rows: .*NoSuchTopic.*1 messages were acknowledged "
+        r"and stay in the topic \(SparkOut@broker-a/\d \[\d+\.\.\d+\]\), 1 were refused",
     ):
         bad.coalesce(1).write.format("rmq").option("controllers", address).mode("append").save()
     with pytest.raises(Exception, match="save mode overwrite is not supported"):
