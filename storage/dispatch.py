@@ -126,11 +126,13 @@ class Replayer:
         (``Scan.error`` names its CommitLog offset), never raising for one, and at the first
         record boundary ``max_bytes`` or more past ``start`` (``Scan.more``).
         """
-        if not 0 <= start <= limit <= segment_end or limit > len(buf):
-            raise ValueError(f"bad scan range [{start}, {limit}) in a segment of {segment_end}")
         view = memoryview(buf).cast("B")
+        if not 0 <= start <= limit <= segment_end or limit > len(view):
+            raise ValueError(f"bad scan range [{start}, {limit}) in a segment of {segment_end}")
+        if not isinstance(buf, bytes):
+            buf = view
         # Tails are looked up as bytes: slices of ``buf`` when it is bytes (the replica's case,
-        # bytes(b) is b), copies otherwise.
+        # where bytes(b) is b), copies otherwise.
         to_bytes = bytes
         runs: dict[QueueKey, QueueRun] = {}
         tails = self._tails
