@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import fcntl
 import os
 import struct
@@ -50,6 +51,7 @@ from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
 from storage.recovery import recover
+from storage.segment import Segment
 from storage.small_file import fsync_dir
 from storage.tracker import FileTracker
 
@@ -138,6 +140,27 @@ class GetResult:
     body: bytes
     """Records back to back, exactly as stored (``protocol.message.iter_records`` decodes it)."""
     count: int
+
+
+def _write_file(seg: Segment, rel: int, data: bytes) -> None:
+    """Write ``data`` at ``rel`` in ``seg`` through the file rather than the mapping (the same
+    page cache, so the mapping sees it at once; ``Segment.fsync`` makes it durable): a page
+    written whole by ``pwrite`` is neither faulted in nor zeroed first, which makes a replica's
+    1 MiB appends to fresh pages far cheaper. On an I/O error nothing is left past the write
+    position."""
+    try:
+        fd = os.open(seg.path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.pwrite(fd, memoryview(data)[done:], rel + done)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        seg.zero(rel, rel + len(data))
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"no space to write {seg.path}: {exc}") from exc
+        raise StoreError(f"cannot write {seg.path}: {exc}") from exc
 
 
 class MessageStore:
@@ -661,8 +684,7 @@ class MessageStore:
         # Reserve everything first, so a full disk leaves nothing half-written.
         replayer.reserve(scan)
         seg = commitlog.writable_segment()
-        rel = offset - seg.start
-        seg.view[rel : rel + len(raw)] = raw
+        _write_file(seg, offset - seg.start, raw)
         replayer.apply(scan)
         commitlog.advance(offset + len(raw), seg, scan.newest)
         return commitlog.write_pos

@@ -4,6 +4,8 @@ rejecting a corrupt record anywhere in a batch with nothing written."""
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 import tempfile
 import zlib
@@ -26,7 +28,7 @@ from protocol.message import (
     tag_hash,
 )
 from storage.dispatch import BLANK_MIN, Replayer, Scan
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, DiskFullError, StoreError
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
 from storage.tracker import FileTracker
 from tests.storage.support import SEGMENT, TOPIC, commitlog_bytes, open_store
@@ -484,3 +486,39 @@ def test_read_tail_agrees_with_the_full_decoder(
     for cut in (raw[HEAD_SIZE + 4 : -1], raw[HEAD_SIZE + 4 :] + b"\0", b"\0\0\0"):
         with pytest.raises(RecordError, match="layout does not match"):
             read_tail(cut)
+
+
+@pytest.mark.parametrize(
+    ("errno_", "error"), [(errno.ENOSPC, DiskFullError), (errno.EIO, StoreError)]
+)
+def test_a_failed_write_leaves_nothing_past_the_write_position(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errno_: int, error: type[StoreError]
+) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    for _ in range(6):
+        master.put(TOPIC, 0, [Message(topic=TOPIC, body=b"w" * 300)] * 4, NOW)
+    first = master.read_raw(0, 3000)
+    slave.append_raw(0, first)
+    before, queued = slave.max_offset, slave.queue_max_offset(TOPIC, 0)
+    assert 0 < queued < 24
+    rest = master.read_raw(before, 1 << 20).tobytes()
+    pwrite = os.pwrite
+
+    def half_then_fail(fd: int, data: bytes, offset: int) -> int:
+        pwrite(fd, memoryview(data)[: len(data) // 2], offset)
+        raise OSError(errno_, os.strerror(errno_))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", half_then_fail)
+        with pytest.raises(error):
+            slave.append_raw(before, rest)
+    assert slave.max_offset == before
+    assert slave.queue_max_offset(TOPIC, 0) == queued
+    commitlog = (tmp_path / "slave" / "commitlog" / f"{0:020d}").read_bytes()
+    assert commitlog[before:] == bytes(SEGMENT - before)
+    slave.append_raw(before, rest)
+    assert commitlog_bytes(slave) == commitlog_bytes(master)
+    assert slave.queue_max_offset(TOPIC, 0) == 24
+    slave.close()
+    master.close()
