@@ -30,6 +30,7 @@ from protocol.message import (
 from storage.dispatch import BLANK_MIN, Replayer, Scan
 from storage.errors import CorruptRecordError, DiskFullError, StoreError
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
+from storage.store import MessageStore
 from storage.tracker import FileTracker
 from tests.storage.support import SEGMENT, TOPIC, commitlog_bytes, open_store
 
@@ -399,6 +400,22 @@ def corrupt(kind: str, raw: bytes, at: int) -> bytes:
     return bytes(out)
 
 
+def nothing_written_then_replayed(
+    master: MessageStore, slave: MessageStore, before: int, raw: bytes, *, queued: int
+) -> None:
+    """After ``append_raw(before, ...)`` failed: nothing past ``before`` in the slave's first
+    segment; the master's bytes then replay into an identical copy with ``queued`` entries in
+    queue 0. Closes both stores."""
+    assert slave.max_offset == before
+    commitlog = (slave.config.data_dir / "commitlog" / f"{0:020d}").read_bytes()
+    assert commitlog[before:] == bytes(SEGMENT - before)
+    slave.append_raw(before, raw)
+    assert commitlog_bytes(slave) == commitlog_bytes(master)
+    assert slave.queue_max_offset(TOPIC, 0) == queued
+    slave.close()
+    master.close()
+
+
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
@@ -434,15 +451,8 @@ def test_a_corrupt_record_mid_batch_is_refused_and_nothing_is_written(
     assert info.value.offset == bad_at
     assert reason in info.value.reason
     assert str(info.value).startswith(f"corrupt record at offset {bad_at}: ")
-    assert slave.max_offset == before
     assert slave.topics() == ["Other"]
-    commitlog = (tmp_path / "slave" / "commitlog" / f"{0:020d}").read_bytes()
-    assert commitlog[before:] == bytes(SEGMENT - before)
-    slave.append_raw(before, raw)
-    assert commitlog_bytes(slave) == commitlog_bytes(master)
-    assert slave.queue_max_offset(TOPIC, 0) == 8
-    slave.close()
-    master.close()
+    nothing_written_then_replayed(master, slave, before, raw, queued=8)
 
 
 def test_stray_bytes_at_a_segment_end_are_refused(tmp_path: Path) -> None:
@@ -513,12 +523,5 @@ def test_a_failed_write_leaves_nothing_past_the_write_position(
         m.setattr(os, "pwrite", half_then_fail)
         with pytest.raises(error):
             slave.append_raw(before, rest)
-    assert slave.max_offset == before
     assert slave.queue_max_offset(TOPIC, 0) == queued
-    commitlog = (tmp_path / "slave" / "commitlog" / f"{0:020d}").read_bytes()
-    assert commitlog[before:] == bytes(SEGMENT - before)
-    slave.append_raw(before, rest)
-    assert commitlog_bytes(slave) == commitlog_bytes(master)
-    assert slave.queue_max_offset(TOPIC, 0) == 24
-    slave.close()
-    master.close()
+    nothing_written_then_replayed(master, slave, before, rest, queued=24)
