@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
+from broker.durable import SUCCESS, BothDone, DurableDone, flush_timeout, slave_timeout
 from broker.ha.service import HAService
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
@@ -135,25 +136,34 @@ class BrokerContext:
             return True
         return self._all_ack and self.ha is not None and result.end_offset > self.ha.confirm_offset
 
-    async def wait_durable(self, result: PutResult) -> tuple[int, str]:
-        """Wait for what the ack settings require; (SUCCESS, "") or an error code and remark."""
-        if self._sync_flush:
-            ok = await self.service.wait_flushed(
-                result.end_offset, self.cfg.sync_flush_timeout_ms / 1000
+    def when_durable(self, result: PutResult, done: DurableDone) -> None:
+        """Call ``done(code, remark)`` once what the ack settings require holds: (SUCCESS, "")
+        or an error code and remark. A flush and the replicas are waited for together (the
+        answer comes when both are done; a flush timeout is reported before a replica one).
+        ``done`` may run before this returns."""
+        end = result.end_offset
+        flush = self._sync_flush
+        replicas = self._all_ack and self.ha is not None
+        if flush and replicas:
+            both = BothDone(self.cfg, done)
+            self.service.when_flushed(end, self.cfg.sync_flush_timeout_ms / 1000, both.flushed)
+            self._when_replicated(end, both.replicated)
+        elif flush:
+            self.service.when_flushed(
+                end,
+                self.cfg.sync_flush_timeout_ms / 1000,
+                lambda ok: done(*(SUCCESS if ok else flush_timeout(self.cfg))),
             )
-            if not ok:
-                return (
-                    ResponseCode.FLUSH_DISK_TIMEOUT,
-                    f"flush not done within {self.cfg.sync_flush_timeout_ms} ms",
-                )
-        if self._all_ack and self.ha is not None:
-            timeout_ms = self.cfg.slave_ack_timeout_ms
-            if not await self.ha.wait_for_replicas(result.end_offset, timeout_ms / 1000):
-                return (
-                    ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                    f"not every SyncStateSet member acknowledged within {timeout_ms} ms",
-                )
-        return ResponseCode.SUCCESS, ""
+        elif replicas:
+            self._when_replicated(
+                end, lambda ok: done(*(SUCCESS if ok else slave_timeout(self.cfg)))
+            )
+        else:
+            done(*SUCCESS)
+
+    def _when_replicated(self, end_offset: int, fn: Callable[[bool], None]) -> None:
+        assert self.ha is not None
+        self.ha.when_replicated(end_offset, self.cfg.slave_ack_timeout_ms / 1000, fn)
 
     # -- reads ---------------------------------------------------------------------------------
     def visible_offset(self) -> int | None:

@@ -3,15 +3,14 @@
 It owns the worker thread that fsyncs, the flush policy and retention:
 
 - ``flush = async``: the CommitLog is fsynced every ``flush_interval_ms``;
-- ``flush = sync``: a send waits in :meth:`wait_flushed` until one fsync covers its bytes. Every
-  send that arrives while an fsync runs is covered by the next one (group commit).
+- ``flush = sync``: a send waits (:meth:`when_flushed`) until one fsync covers its bytes. Every
+  send that arrives while an fsync runs is covered by the next one (group commit). The waiters
+  are :class:`~broker.offset_waiters.OffsetWaiters`: released in one pass after each fsync.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.metrics import BrokerMetrics
+from broker.offset_waiters import Done, OffsetWaiters, future_waiter
 from storage.store import MessageStore, StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -48,8 +48,7 @@ class MessageStoreService:
         self._metrics = metrics
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flush")
         self._flush_wanted = asyncio.Event()
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
-        self._seq = itertools.count()
+        self._waiters = OffsetWaiters("flush")
         self._tasks: list[asyncio.Task[None]] = []
         self.flushed_offset = 0
 
@@ -67,20 +66,21 @@ class MessageStoreService:
         self._tasks.clear()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self.store.close)
-        self._fail_waiters()
+        self._waiters.fail_all()
         self._executor.shutdown(wait=True)
 
-    async def wait_flushed(self, end_offset: int, timeout: float) -> bool:
-        """Wait until the CommitLog is durable up to ``end_offset``; False on timeout."""
+    def when_flushed(self, end_offset: int, timeout: float, done: Done) -> None:
+        """Call ``done(True)`` once the CommitLog is durable up to ``end_offset`` (at once when it
+        is), ``done(False)`` after ``timeout`` seconds."""
         if end_offset <= self.flushed_offset:
-            return True
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (end_offset, next(self._seq), fut))
+            done(True)
+            return
+        self._waiters.add(end_offset, timeout, done)
         self._flush_wanted.set()
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            return False
+
+    def wait_flushed(self, end_offset: int, timeout: float) -> asyncio.Future[bool]:
+        """:meth:`when_flushed` as a future (True: durable)."""
+        return future_waiter(lambda done: self.when_flushed(end_offset, timeout, done))
 
     async def flush_now(self) -> int:
         loop = asyncio.get_running_loop()
@@ -88,11 +88,7 @@ class MessageStoreService:
         durable = await loop.run_in_executor(self._executor, self.store.flush)
         self._metrics.flush_latency.observe(time.perf_counter() - start)
         self.flushed_offset = max(self.flushed_offset, durable)
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= self.flushed_offset:
-            _, _, fut = heapq.heappop(waiters)
-            if not fut.done():
-                fut.set_result(True)
+        self._waiters.release(self.flushed_offset)
         return durable
 
     async def _flush_loop(self) -> None:
@@ -133,9 +129,3 @@ class MessageStoreService:
                 raise
             except Exception as exc:
                 log.error("retention failed", error=f"{type(exc).__name__}: {exc}")
-
-    def _fail_waiters(self) -> None:
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.set_result(False)
-        self._waiters.clear()

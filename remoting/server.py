@@ -1,8 +1,17 @@
 """The remoting server: accepts connections and dispatches requests to handlers.
 
-A handler gets ``(connection, frame)`` and returns a response frame, ``None`` (no response), or an
-awaitable of either. Plain return values are written at once (the fast path); awaitables run as
-tasks so slow requests (long polling, waits for flush or replicas) never block the connection.
+A handler gets ``(connection, frame)`` and returns a response frame, ``None`` (no response), or
+something that gives one later:
+
+- an :class:`asyncio.Future`: the response is written when it completes, from a done-callback (no
+  task, no coroutine: the cheap way for a handler that parks a request until an event, such as a
+  send waiting for its flush or for the replicas' acks). When the connection closes first the
+  future is cancelled; whoever completes it must check ``done()`` first;
+- any other awaitable (a coroutine): run as a task, cancelled when the connection closes.
+
+Plain return values are written at once (the fast path). Either way slow requests (long polling,
+waits for flush or replicas) never block the connection, and responses go out in the order they
+complete.
 
 Bounds per connection, so one slow or malicious client cannot exhaust memory:
 - at most ``max_inflight`` requests awaiting a response; past it the server stops reading from
@@ -38,7 +47,7 @@ from protocol.remoting import (
 
 log = structlog.get_logger(__name__)
 
-HandlerResult = Frame | None | Awaitable[Frame | None]
+HandlerResult = Frame | None | asyncio.Future[Frame | None] | Awaitable[Frame | None]
 Handler = Callable[["Connection", Frame], HandlerResult]
 
 
@@ -67,6 +76,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.attrs: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[asyncio.Future[Frame | None], Frame] = {}  # future -> its request
         self._out: list[bytes] = []
 
     # asyncio.Protocol -------------------------------------------------------------------------
@@ -98,6 +108,11 @@ class Connection(asyncio.Protocol):
         self.closed = True
         for task in list(self._tasks):
             task.cancel()
+        # Pending futures no longer count; cancelling them tells whoever completes them.
+        pending, self._pending = self._pending, {}
+        self.inflight -= len(pending)
+        for fut in pending:
+            fut.cancel()
         self._server._closed(self)
 
     def pause_writing(self) -> None:
@@ -159,7 +174,14 @@ class Connection(asyncio.Protocol):
         except Exception as exc:  # a bad request must never take the server down
             self._reply(frame, self._server._failure(frame, exc))
             return
-        if result is not None and type(result) is not Frame and inspect.isawaitable(result):
+        if result is None or type(result) is Frame:
+            self._reply(frame, result)
+        elif isinstance(result, asyncio.Future):
+            self.inflight += 1
+            self._update_reading()
+            self._pending[result] = frame
+            result.add_done_callback(self._future_done)
+        elif inspect.isawaitable(result):
             self.inflight += 1
             self._update_reading()
             task = asyncio.ensure_future(self._await(frame, result))
@@ -167,6 +189,22 @@ class Connection(asyncio.Protocol):
             task.add_done_callback(self._tasks.discard)
         else:
             self._reply(frame, result)
+
+    def _future_done(self, fut: asyncio.Future[Frame | None]) -> None:
+        frame = self._pending.pop(fut, None)
+        if frame is None:  # the connection closed first and released it
+            return
+        self.inflight -= 1
+        self._update_reading()
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            self._reply(frame, fut.result())
+        else:
+            if not isinstance(exc, Exception):
+                exc = RuntimeError(repr(exc))
+            self._reply(frame, self._server._failure(frame, exc))
 
     async def _await(self, frame: Frame, result: Awaitable[Frame | None]) -> None:
         try:

@@ -5,21 +5,24 @@ module moves bytes and reports what the slaves say to a :class:`SlaveEvents` lis
 SyncStateSet logic in :class:`~broker.ha.service.HAService`).
 
 Streaming. A connection is *pumped*: ``next_transfer`` plans a batch, ``store.read_raw`` returns
-a memoryview of the mapped segment, and the header bytes and that view go to the transport
-(no copy of the body here). A pump sends at most ``pump_budget_bytes`` and then yields to the
-loop (reschedules itself), so a fast slave catching up never starves other work. When the
-transport's buffer passes ``write_buffer_high_bytes`` asyncio calls ``pause_writing`` and the
-pump stops for that slave only; ``resume_writing`` starts it again. A caught-up connection is
-parked in an *idle* set; :meth:`MasterServer.notify_appended` (called after every put) schedules
-one wake-up per loop iteration for the parked connections, and costs two attribute checks when
-none is parked.
+a memoryview of the mapped segment, and the header bytes and that view go to the transport in
+one ``writelines`` (one system call, no copy of the body here). A pump sends at most
+``pump_budget_bytes`` and then yields to the loop (reschedules itself), so a fast slave catching
+up never starves other work. When the transport's buffer passes ``write_buffer_high_bytes``
+asyncio calls ``pause_writing`` and the pump stops for that slave only; ``resume_writing`` starts
+it again. A caught-up connection is parked in an *idle* set; :meth:`MasterServer.notify_appended`
+(called after every put) schedules one wake-up per loop iteration for the parked connections, so
+every put of one loop iteration goes to each slave in one write; it costs two attribute checks
+when none is parked.
 
 Heartbeats and silence. :meth:`MasterServer.tick` (the service calls it every
 ``tick_interval_ms``) sends an empty transfer to a streaming connection that sent nothing for
 ``heartbeat_interval_ms`` and closes one that heard nothing for ``connection_idle_timeout_ms``.
 :meth:`MasterServer.push_confirm` sends a heartbeat to parked connections when the confirm
-offset advanced (within ``confirm_push_delay_ms``, so a busy stream is not doubled by them), so
-slaves' consumers see new messages without waiting for the next heartbeat.
+offset advanced, so slaves' consumers see new messages without waiting for the next heartbeat:
+to those that were sent nothing for ``confirm_push_delay_ms`` (a busy stream carries the confirm
+offset in its transfers, and is not doubled by them), re-checking every ``confirm_push_delay_ms``
+until each has it.
 
 Roles. The server listens for the broker's whole life; connections are accepted only between
 :meth:`MasterServer.start_serving` and :meth:`MasterServer.stop_serving` (a slave broker closes
@@ -46,13 +49,18 @@ from broker.ha.actions import (
 )
 from broker.ha.config import HAConfig
 from broker.ha.master_conn import MasterConnection
-from protocol.ha import EpochEntry
+from protocol.ha import Buffer, EpochEntry
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
 __all__ = ["MasterServer", "SlaveEvents", "StoreMasterLog"]
 
 log = structlog.get_logger(__name__)
+
+_GATHER_PARTS = 64
+"""A pump gathers headers and bodies into one ``writelines`` up to this many parts or
+``max_batch_bytes`` (catching up, each full batch is written at once, so backpressure stops the
+pump within a batch of the high-water mark)."""
 
 
 class SlaveEvents(Protocol):
@@ -211,21 +219,31 @@ class _SlaveLink(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         budget = self._cfg.pump_budget_bytes
+        max_batch = self._cfg.max_batch_bytes
         sent = 0
         caught_up = False
+        out: list[Buffer] = []
+        gathered = 0
         try:
             while sent < budget and not self.paused:
-                out = self.conn.next_transfer(log_view, read, record_aligned=False)
-                if out is None:
+                nxt = self.conn.next_transfer(log_view, read, record_aligned=False)
+                if nxt is None:
                     caught_up = True
                     break
-                header, body = out
-                transport.write(header)
-                transport.write(body)  # the mapped segment's view: no copy here
+                header, body = nxt
+                out.append(header)
+                out.append(body)  # the mapped segment's view: no copy here
                 sent += len(body)
+                gathered += len(body)
+                if gathered >= max_batch or len(out) >= _GATHER_PARTS:
+                    transport.writelines(out)  # may pause writing
+                    out = []
+                    gathered = 0
         except Exception as exc:  # a store error, or a position the log cannot serve
             self.close(f"cannot stream to this slave: {type(exc).__name__}: {exc}")
             return
+        if out:
+            transport.writelines(out)
         if sent:
             self.bytes_sent += sent
             self.last_send_ms = server.now_ms()
@@ -397,9 +415,16 @@ class MasterServer:
     def _push_confirm(self) -> None:
         self._confirm_pending = False
         confirm = self.master_log.confirm_offset
+        quiet_since = self.now_ms() - self.config.confirm_push_delay_ms
+        later = False
         for link in self._idle:
             if link.confirm_sent < confirm:
-                link.heartbeat()
+                if link.last_send_ms <= quiet_since:
+                    link.heartbeat()
+                else:  # a transfer just went out; the next one may carry it
+                    later = True
+        if later:
+            self.push_confirm()
 
     def tick(self, now_ms: int) -> None:
         hb = self.config.heartbeat_interval_ms

@@ -12,7 +12,8 @@ API::
     await ha.become_master(epoch, sync_state_set, sync_state_set_epoch, broker_id)
     await ha.become_slave(master_ha_address, master_epoch, broker_id, address)
     ha.notify_appended()             # after every put on the master (cheap)
-    ok = await ha.wait_for_replicas(result.end_offset, timeout_s)   # all-ack sends
+    ha.when_replicated(result.end_offset, timeout_s, done)   # all-ack sends: done(ok), once
+    ok = await ha.wait_for_replicas(result.end_offset, timeout_s)   # the same, awaitable
     ha.has_min_in_sync_replicas(n)   # False: reject the write (set too small)
     ha.confirm_offset                # consumers read up to it (master and slave)
     ha.slave_acks()                  # {slave broker id: acked offset} (metrics, heartbeats)
@@ -38,18 +39,18 @@ with :attr:`HAService.master_epoch` and :attr:`HAService.sync_state_set_epoch` (
 call). It is given ``propose_timeout_ms``; a failure is retried after ``propose_retry_ms``. With
 no proposer (a broker without controllers) changes are adopted at once.
 
-``wait_for_replicas`` resolves True once every member of the SyncStateSet (and of a proposed one
-in flight) acknowledged ``end_offset``, i.e. once the confirm offset reaches it; False on timeout
-or when this broker stops being master. Waiters sit in a heap keyed by offset (like the group
-commit of :mod:`broker.message_service`), each with one timer.
+``when_replicated`` calls ``done(True)`` once every member of the SyncStateSet (and of a proposed
+one in flight) acknowledged ``end_offset``, i.e. once the confirm offset reaches it; ``done(False)``
+on timeout or when this broker stops being master. Waiters are
+:class:`~broker.offset_waiters.OffsetWaiters` (like the group commit of
+:mod:`broker.message_service`): released in one pass when the confirm offset advances, one timer
+for all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import heapq
-import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +63,7 @@ from broker.ha.master_server import MasterServer
 from broker.ha.role_change import plan_master_epochs
 from broker.ha.slave_client import SlaveClient, SlaveState
 from broker.ha.sync_state import SyncState
+from broker.offset_waiters import Done, OffsetWaiters, future_waiter
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
@@ -118,8 +120,7 @@ class HAService:
         self._slave: SlaveClient | None = None
         self._tick_task: asyncio.Task[None] | None = None
         self._proposals: set[asyncio.Task[None]] = set()
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
-        self._seq = itertools.count()
+        self._waiters = OffsetWaiters("replicas")
         self._confirm_listeners: list[Callable[[int], None]] = []
         self._started = False
 
@@ -285,7 +286,7 @@ class HAService:
         if self._role is HARole.MASTER:
             # Forget the set first: the disconnections that follow are no proposals.
             self._sync = None
-            self._release_waiters(None)
+            self._waiters.fail_all()
             self._server.stop_serving(reason)
             tasks = [*self._proposals]
             if self._tick_task is not None:
@@ -315,26 +316,28 @@ class HAService:
         if sync is not None and sync.solo and sync.update_confirm_offset(self.store.max_offset):
             self._confirm_advanced()
 
-    async def wait_for_replicas(self, end_offset: int, timeout: float) -> bool:
-        """True once every SyncStateSet member has acknowledged ``end_offset``; False after
-        ``timeout`` seconds or if this broker stops being master first."""
+    def when_replicated(self, end_offset: int, timeout: float, done: Done) -> None:
+        """Call ``done(True)`` once every SyncStateSet member has acknowledged ``end_offset``
+        (at once when they have), ``done(False)`` after ``timeout`` seconds or if this broker
+        stops being master first (at once when it is not master)."""
         sync = self._sync
         if sync is None:
-            return False
-        if end_offset <= sync.confirm_offset:
-            return True
-        if sync.solo and sync.update_confirm_offset(self.store.max_offset):
+            done(False)
+            return
+        if (
+            end_offset > sync.confirm_offset
+            and sync.solo
+            and sync.update_confirm_offset(self.store.max_offset)
+        ):
             self._confirm_advanced()
-            if end_offset <= sync.confirm_offset:
-                return True
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        heapq.heappush(self._waiters, (end_offset, next(self._seq), fut))
-        timer = loop.call_later(timeout, _expire, fut)
-        try:
-            return await fut
-        finally:
-            timer.cancel()
+        if end_offset <= sync.confirm_offset:
+            done(True)
+            return
+        self._waiters.add(end_offset, timeout, done)
+
+    def wait_for_replicas(self, end_offset: int, timeout: float) -> asyncio.Future[bool]:
+        """:meth:`when_replicated` as a future (True: acknowledged by every member)."""
+        return future_waiter(lambda done: self.when_replicated(end_offset, timeout, done))
 
     def has_min_in_sync_replicas(self, min_in_sync_replicas: int) -> bool:
         """Whether the SyncStateSet holds at least ``min_in_sync_replicas`` brokers (master
@@ -401,24 +404,10 @@ class HAService:
         assert self._sync is not None
         confirm = self._sync.confirm_offset
         self.store.confirm_offset = confirm  # persisted by the next store.flush
-        self._release_waiters(confirm)
+        self._waiters.release(confirm)
         self._server.push_confirm()
         if self._confirm_listeners:
             self._confirm_moved(confirm)
-
-    def _release_waiters(self, confirm: int | None) -> None:
-        """Resolve waiters up to ``confirm`` with True, or all of them with False (None)."""
-        waiters = self._waiters
-        if confirm is None:
-            for _, _, fut in waiters:
-                if not fut.done():
-                    fut.set_result(False)
-            waiters.clear()
-            return
-        while waiters and waiters[0][0] <= confirm:
-            fut = heapq.heappop(waiters)[2]
-            if not fut.done():
-                fut.set_result(True)
 
     def _maybe_propose(self, sync: SyncState) -> None:
         proposal = sync.next_proposal(now_ms=self._now_ms())
@@ -479,8 +468,3 @@ class HAService:
 
     async def _run_blocking(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
-
-def _expire(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_result(False)

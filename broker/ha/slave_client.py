@@ -33,8 +33,14 @@ A slave whose log is empty while the master's starts above 0 receives ``StartLog
 cannot yet start an empty CommitLog at a non-zero offset, so the client suspends with a clear
 reason in that case.
 
-Reading is flow-controlled: above ``read_buffer_bytes`` of received, unprocessed bytes the
-client pauses reading, so a slow disk pushes back on the master through TCP.
+Streaming is handled inline: once the handshake is done, each chunk from the master is decoded
+and stored in the socket's ``data_received`` and acked at once with one write (no task wake-up,
+no timer per chunk), as long as nothing is pending. Chunks that need an await (the handshake, a
+new epoch's entry, a reconnect) and every chunk that arrives while one is pending go to the
+session's task instead, in order. Reading is flow-controlled there: above ``read_buffer_bytes``
+of received, unprocessed bytes the client pauses reading, so a slow disk pushes back on the
+master through TCP. Silence is watched by one timer per wait of the task, measured from the last
+chunk received.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from broker.ha.actions import (
     Reconnect,
     ReplicationRefused,
     SendBytes,
+    SlaveAction,
     StartLogAt,
     TruncateLog,
     UpdateConfirmOffset,
@@ -106,28 +113,61 @@ class _Outcome:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Rest:
+    """What inline handling left to the task: actions from the first that must be awaited, and
+    the ack seen before them (written after them)."""
+
+    actions: list[SlaveAction]
+    ack: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """Inline handling raised (a store error): the task ends the session with it."""
+
+    error: Exception
+
+
+_Item = bytes | _Rest | _Failed
+Inline = Callable[[bytes], "_Rest | _Failed | None"]
+
+
 class _MasterLink(asyncio.Protocol):
-    """The socket to the master: received chunks queue up until the client takes them."""
+    """The socket to the master: chunks go to ``inline`` while the task is idle and nothing is
+    queued; otherwise they queue up until the task takes them."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._chunks: deque[bytes] = deque()
+        self._items: deque[_Item] = deque()
         self._size = 0
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
+        self._busy = True  # the task is handling what it took (or has not waited yet)
+        self._loop = asyncio.get_running_loop()
+        self.inline: Inline | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.close_reason = "connection closed by the master"
+        self.last_recv = self._loop.time()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._size += len(data)
-        if self._size >= self._limit and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
+        self.last_recv = self._loop.time()
+        inline = self.inline
+        if inline is not None and not self._busy and not self._items:
+            item = inline(data)
+            if item is None:
+                return
+            self._items.append(item)
+        else:
+            self._items.append(data)
+            self._size += len(data)
+            if self._size >= self._limit and not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()
         self._wake()
 
     def eof_received(self) -> bool:
@@ -144,23 +184,38 @@ class _MasterLink(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def take(self) -> list[bytes] | None:
-        """Every chunk received so far (waiting for one), or None once the socket is closed."""
-        while not self._chunks:
+    async def take(self, idle_s: float) -> list[_Item] | None:
+        """Everything queued (waiting for something), or None once the socket is closed.
+        While the task waits here chunks are handled inline. TimeoutError after ``idle_s``
+        seconds without any chunk from the master (inline ones included)."""
+        self._busy = False
+        loop = self._loop
+        while not self._items:
             if self.closed:
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
+            remaining = self.last_recv + idle_s - loop.time()
+            if remaining <= 0:
+                raise TimeoutError
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(remaining, _wake_up, waiter)
             try:
-                await self._waiter
+                await waiter
             finally:
+                timer.cancel()
                 self._waiter = None
-        chunks = list(self._chunks)
-        self._chunks.clear()
+        self._busy = True
+        items = list(self._items)
+        self._items.clear()
         self._size = 0
         if self._paused and self.transport is not None and not self.closed:
             self._paused = False
             self.transport.resume_reading()
-        return chunks
+        return items
+
+
+def _wake_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class SlaveClient:
@@ -323,61 +378,111 @@ class SlaveClient:
         checked = False
         while True:
             try:
-                async with asyncio.timeout(idle_s):
-                    chunks = await link.take()
+                items = await link.take(idle_s)
             except TimeoutError:
                 return _Outcome(False, f"heard nothing from the master for {idle_s:g} s")
-            if chunks is None:
+            if items is None:
                 return _Outcome(False, link.close_reason)
             ack: bytes | None = None
-            for chunk in chunks:
-                self.bytes_received += len(chunk)
-                actions = conn.receive_data(chunk)
-                if not checked and conn.master_handshake is not None:
-                    checked = True
-                    reply = conn.master_handshake
-                    if reply.master_epoch < self.master_epoch:
-                        return _Outcome(
-                            False,
-                            f"the master answers at epoch {reply.master_epoch}, older than "
-                            f"epoch {self.master_epoch} it was named master for",
-                        )
-                    self.handshakes += 1
-                    self.decision = conn.decision
-                for action in actions:
-                    match action:
-                        case AppendBytes(offset=offset, data=data):
-                            store.append_raw(offset, data)
-                            since_yield += len(data)
-                            if since_yield >= _YIELD_EVERY_BYTES:
-                                since_yield = 0
-                                await asyncio.sleep(0)  # let the broker serve in between
-                        case SendBytes(data=out):
-                            ack = out
-                        case UpdateConfirmOffset(offset=offset):
-                            advanced = offset > store.confirm_offset
-                            store.confirm_offset = offset
-                            self.master_confirm_offset = offset
-                            if advanced and self._on_confirm is not None:
-                                self._on_confirm(offset)
-                        case AppendEpoch(epoch=epoch, start_offset=start):
-                            await self._blocking(partial(self._epochs.append, epoch, start))
-                        case TruncateLog(offset=offset):
-                            await self._truncate(offset)
-                            self.state = SlaveState.TRANSFER
-                        case StartLogAt(offset=offset):
-                            if store.max_offset != offset:
-                                return _Outcome(
-                                    True,
-                                    f"the master starts this empty log at offset {offset}, but "
-                                    "the store cannot start a CommitLog above 0 yet",
-                                )
-                        case ReplicationRefused(reason=reason):
-                            return _Outcome(True, reason)
-                        case Reconnect(reason=reason):
-                            return _Outcome(False, reason)
+            for item in items:
+                if isinstance(item, _Failed):
+                    raise item.error
+                if isinstance(item, _Rest):
+                    actions, ack = item.actions, item.ack or ack
+                else:
+                    self.bytes_received += len(item)
+                    actions = conn.receive_data(item)
+                    if not checked and conn.master_handshake is not None:
+                        checked = True
+                        reply = conn.master_handshake
+                        if reply.master_epoch < self.master_epoch:
+                            return _Outcome(
+                                False,
+                                f"the master answers at epoch {reply.master_epoch}, older than "
+                                f"epoch {self.master_epoch} it was named master for",
+                            )
+                        self.handshakes += 1
+                        self.decision = conn.decision
+                i = 0
+                while True:
+                    i, sent = self._apply(actions, i)
+                    ack = sent or ack
+                    if i == len(actions):
+                        break
+                    outcome = await self._apply_async(actions[i])
+                    if outcome is not None:
+                        return outcome
+                    i += 1
+                since_yield += len(item) if isinstance(item, bytes) else 0
+                if since_yield >= _YIELD_EVERY_BYTES:
+                    since_yield = 0
+                    await asyncio.sleep(0)  # let the broker serve in between
             if ack is not None:
                 transport.write(ack)
+            if checked and link.inline is None and self.state is SlaveState.TRANSFER:
+                link.inline = partial(self._inline, conn, transport)
+
+    def _apply(self, actions: list[SlaveAction], i: int) -> tuple[int, bytes | None]:
+        """Carry out ``actions[i:]`` up to the first that must be awaited: (its index, or the
+        length when none is left; the last ack met, to write after them)."""
+        store = self._store
+        ack: bytes | None = None
+        n = len(actions)
+        while i < n:
+            action = actions[i]
+            if isinstance(action, AppendBytes):
+                store.append_raw(action.offset, action.data)
+            elif isinstance(action, SendBytes):
+                ack = action.data
+            elif isinstance(action, UpdateConfirmOffset):
+                offset = action.offset
+                advanced = offset > store.confirm_offset
+                store.confirm_offset = offset
+                self.master_confirm_offset = offset
+                if advanced and self._on_confirm is not None:
+                    self._on_confirm(offset)
+            else:
+                return i, ack
+            i += 1
+        return n, ack
+
+    async def _apply_async(self, action: SlaveAction) -> _Outcome | None:
+        """One action that needs the task; an outcome ends the session."""
+        match action:
+            case AppendEpoch(epoch=epoch, start_offset=start):
+                await self._blocking(partial(self._epochs.append, epoch, start))
+            case TruncateLog(offset=offset):
+                await self._truncate(offset)
+                self.state = SlaveState.TRANSFER
+            case StartLogAt(offset=offset):
+                if self._store.max_offset != offset:
+                    return _Outcome(
+                        True,
+                        f"the master starts this empty log at offset {offset}, but "
+                        "the store cannot start a CommitLog above 0 yet",
+                    )
+            case ReplicationRefused(reason=reason):
+                return _Outcome(True, reason)
+            case Reconnect(reason=reason):
+                return _Outcome(False, reason)
+        return None
+
+    def _inline(
+        self, conn: SlaveConnection, transport: asyncio.Transport, data: bytes
+    ) -> _Rest | _Failed | None:
+        """A chunk handled in ``data_received`` (nothing pending): stored and acked at once;
+        what needs an await is left to the task."""
+        self.bytes_received += len(data)
+        try:
+            actions = conn.receive_data(data)
+            i, ack = self._apply(actions, 0)
+        except Exception as exc:
+            return _Failed(exc)
+        if i < len(actions):
+            return _Rest(actions[i:], ack)
+        if ack is not None:
+            transport.write(ack)
+        return None
 
     async def _blocking(self, fn: Callable[[], _T]) -> _T:
         return cast(_T, await self._run_blocking(fn))

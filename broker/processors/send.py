@@ -1,9 +1,14 @@
-"""SEND_MESSAGE and SEND_BATCH_MESSAGE: validate, append once, answer (after the flush if sync)."""
+"""SEND_MESSAGE and SEND_BATCH_MESSAGE: validate, append once, answer (after the flush if sync,
+after every SyncStateSet member's ack with all-ack).
+
+A send that must wait returns a plain :class:`asyncio.Future` that the wait's callback completes;
+the remoting server writes the answer from its done-callback (no task, no coroutine per send).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable
 
 import msgpack
 import structlog
@@ -23,13 +28,14 @@ class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._msg_id = MsgIdMaker(ctx.cfg.listen)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.SEND_MESSAGE, self.send_message)
         server.register(RequestCode.SEND_BATCH_MESSAGE, self.send_batch)
 
     # -- handlers ------------------------------------------------------------------------------
-    def send_message(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+    def send_message(self, conn: Connection, req: Frame) -> Frame | asyncio.Future[Frame]:
         start = time.perf_counter()
         h = req.header
         topic = req_str(h, "topic")
@@ -61,7 +67,7 @@ class SendProcessor:
         }
         return self._answer(req, result, response(req, ResponseCode.SUCCESS, header), start)
 
-    def send_batch(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+    def send_batch(self, conn: Connection, req: Frame) -> Frame | asyncio.Future[Frame]:
         start = time.perf_counter()
         h = req.header
         topic = req_str(h, "topic")
@@ -127,25 +133,52 @@ class SendProcessor:
 
     def _answer(
         self, req: Frame, result: PutResult, resp: Frame, start: float
-    ) -> Frame | Awaitable[Frame]:
+    ) -> Frame | asyncio.Future[Frame]:
         ctx = self.ctx
         if not ctx.needs_wait(result):
             ctx.metrics.send_latency.observe(time.perf_counter() - start)
             return resp
-        return self._answer_after_wait(req, result, resp, start)
-
-    async def _answer_after_wait(
-        self, req: Frame, result: PutResult, resp: Frame, start: float
-    ) -> Frame:
-        code, remark = await self.ctx.wait_durable(result)
-        self.ctx.metrics.send_latency.observe(time.perf_counter() - start)
-        if code != ResponseCode.SUCCESS:
-            return self._error(req, code, remark)
-        return resp
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        pending = _PendingAnswer(self, req, resp, start, loop.create_future())
+        ctx.when_durable(result, pending.done)
+        return pending.fut
 
     def _error(self, req: Frame, code: int, remark: str) -> Frame:
         self.ctx.metrics.send_error(code)
         return error_response(req, code, remark)
+
+
+class _PendingAnswer:
+    """A send waiting for its flush or replicas: completes ``fut`` (which the remoting server
+    answers from) when the wait ends."""
+
+    __slots__ = ("fut", "proc", "req", "resp", "start")
+
+    def __init__(
+        self,
+        proc: SendProcessor,
+        req: Frame,
+        resp: Frame,
+        start: float,
+        fut: asyncio.Future[Frame],
+    ) -> None:
+        self.proc = proc
+        self.req = req
+        self.resp = resp
+        self.start = start
+        self.fut = fut
+
+    def done(self, code: int, remark: str) -> None:
+        proc = self.proc
+        proc.ctx.metrics.send_latency.observe(time.perf_counter() - self.start)
+        if self.fut.done():  # the connection closed meanwhile
+            return
+        if code == ResponseCode.SUCCESS:
+            self.fut.set_result(self.resp)
+        else:
+            self.fut.set_result(proc._error(self.req, code, remark))
 
 
 def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:

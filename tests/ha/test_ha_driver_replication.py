@@ -352,8 +352,10 @@ async def a_slow_slave_blocks_neither_writes_nor_other_slaves(nodes: list[Node])
         a.put_batch(200, 1024)
         await asyncio.sleep(0)
     await wait_until(lambda: in_step(a, b), "the healthy slave keeps up")
+    # It joins the SyncStateSet once its ack reaches the confirm offset (asynchronously).
+    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "the healthy slave in the set")
     r = a.put_batch(1)
-    assert await a.ha.wait_for_replicas(r.end_offset, 5.0)
+    assert await a.ha.wait_for_replicas(r.end_offset, 5.0)  # acked by 2, not held by 9
     await wait_until(lambda: slow.paused, "the slow slave's stream is paused")
     assert slow.transport is not None
     buffered = slow.transport.get_write_buffer_size()

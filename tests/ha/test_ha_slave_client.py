@@ -1,0 +1,195 @@
+"""The slave's HA client against scripted masters: silence is noticed while chunks are handled
+inline (no task wake-up per chunk), heartbeats keep the connection, a store error met inline ends
+the session and the next one catches up, and a new epoch met mid-stream is recorded before its
+bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from protocol.ha import (
+    EpochEntry,
+    MasterHandshake,
+    MasterTransfer,
+    SlaveAck,
+    SlaveHandshake,
+    SlaveStreamDecoder,
+    encode_master_handshake,
+    encode_master_transfer,
+)
+from tests.ha.test_ha_driver_support import FAST, Node, commitlog, in_step, wait_until
+
+QUICK = dataclasses.replace(FAST, connection_idle_timeout_ms=300, reconnect_min_ms=10)
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class ScriptedMaster:
+    """An HA port that answers every slave handshake for an empty epoch-1 log, then runs
+    ``after`` (e.g. go silent, or heartbeat)."""
+
+    def __init__(self, after: Script) -> None:
+        self.after = after
+        self.sessions = 0
+        self.server: asyncio.Server | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.sessions += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        decoder = SlaveStreamDecoder()
+        got: list[object] = []
+        try:
+            while not got:
+                data = await reader.read(1024)
+                if not data:
+                    return
+                got += decoder.feed(data)
+            assert isinstance(got[0], SlaveHandshake)
+            reply = MasterHandshake(
+                master_max_offset=0,
+                master_epoch=1,
+                epoch_entries=(EpochEntry(epoch=1, start_offset=0),),
+            )
+            writer.write(encode_master_handshake(reply))
+            while not any(isinstance(m, SlaveAck) for m in got):
+                data = await reader.read(1024)
+                if not data:
+                    return
+                got += decoder.feed(data)
+            self.tasks.add(asyncio.ensure_future(self.drain_acks(reader)))
+            await self.after(reader, writer)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def drain_acks(reader: asyncio.StreamReader) -> None:
+        while await reader.read(1024):
+            pass
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@pytest.fixture
+async def slave(tmp_path: Path) -> AsyncIterator[Node]:
+    node = await Node.start(tmp_path / "slave", 2, QUICK)
+    try:
+        yield node
+    finally:
+        await node.close()
+
+
+async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await asyncio.sleep(3600)
+
+
+async def heartbeats(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while True:
+        await asyncio.sleep(0.05)
+        writer.write(
+            encode_master_transfer(
+                MasterTransfer(offset=0, epoch=1, epoch_start_offset=0, confirm_offset=0)
+            )
+        )
+        await writer.drain()
+
+
+async def test_a_silent_master_is_left_after_the_idle_timeout(slave: Node) -> None:
+    master = ScriptedMaster(silent)
+    address = await master.start()
+    try:
+        await slave.ha.become_slave(address, 1, 2, slave.address)
+        await wait_until(lambda: master.sessions >= 2, "a second session", timeout=5)
+        client = slave.ha.slave_client
+        assert client is not None
+        assert client.last_error is not None and "heard nothing" in client.last_error
+    finally:
+        await master.stop()
+
+
+async def test_heartbeats_handled_inline_keep_the_connection(slave: Node) -> None:
+    master = ScriptedMaster(heartbeats)
+    address = await master.start()
+    try:
+        await slave.ha.become_slave(address, 1, 2, slave.address)
+        client = slave.ha.slave_client
+        assert client is not None
+        await wait_until(lambda: client.bytes_received > 36 * 10, "heartbeats flowing")
+        await asyncio.sleep(1.0)  # over three idle timeouts, all inline
+        assert master.sessions == 1
+        assert client.last_error is None
+    finally:
+        await master.stop()
+
+
+async def test_a_store_error_met_inline_reconnects_and_catches_up(tmp_path: Path) -> None:
+    a = await Node.start(tmp_path / "a", 1, QUICK)
+    b = await Node.start(tmp_path / "b", 2, QUICK)
+    try:
+        await a.master(1)
+        await b.slave_of(a, 1)
+        a.put(20)
+        await wait_until(lambda: in_step(a, b), "b in step")
+        client = b.ha.slave_client
+        assert client is not None
+        sessions = client.handshakes
+        real = b.store.append_raw
+        failures = []
+
+        def failing_once(offset: int, data: bytes | memoryview) -> None:
+            if not failures:
+                failures.append(offset)
+                raise OSError("disk hiccup")
+            real(offset, data)
+
+        b.store.append_raw = failing_once  # type: ignore[method-assign]
+        a.put(20, tag=1)
+        await wait_until(lambda: client.handshakes > sessions, "a new session")
+        assert client.last_error is not None and "disk hiccup" in client.last_error
+        await wait_until(lambda: in_step(a, b), "b in step again")
+        assert commitlog(b.store) == commitlog(a.store)
+    finally:
+        await b.close()
+        await a.close()
+
+
+async def test_a_new_epoch_met_mid_stream_is_recorded_before_its_bytes(tmp_path: Path) -> None:
+    small = dataclasses.replace(QUICK, max_batch_bytes=4096)
+    a = await Node.start(tmp_path / "a", 1, small)
+    c = await Node.start(tmp_path / "c", 3, small)
+    try:
+        await a.master(1)
+        a.put(40)
+        await a.master(2)  # a new epoch: bytes from here on belong to epoch 2
+        a.put(40, tag=2)
+        await a.master(3)
+        a.put(40, tag=3)
+        await c.slave_of(a, 3)
+        await wait_until(lambda: in_step(a, c), "c caught up over three epochs")
+        assert c.epochs.entries() == a.epochs.entries()
+        assert [e.epoch for e in c.epochs.entries()] == [1, 2, 3]
+        assert commitlog(c.store) == commitlog(a.store)
+        a.put(10, tag=4)  # and streaming goes on inline afterwards
+        await wait_until(lambda: in_step(a, c), "c in step")
+    finally:
+        await c.close()
+        await a.close()

@@ -1,0 +1,204 @@
+"""The remoting server's deferred answers: handlers that return an asyncio.Future (answered from
+its done-callback, no task) or a coroutine (run as a task), over a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from protocol.codes import ResponseCode
+from protocol.fields import FieldError
+from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
+from remoting.server import Connection, RemotingServer, ServerLimits
+
+PARKED = 100  # answered by a future the test completes
+CORO = 101  # answered by a coroutine
+PLAIN = 102  # answered at once
+
+
+class Parking:
+    """A server whose PARKED handler parks each request in ``parked`` (opaque -> future)."""
+
+    def __init__(self, limits: ServerLimits | None = None) -> None:
+        self.server = RemotingServer(limits or ServerLimits(), name="test")
+        self.parked: dict[int, asyncio.Future[Frame | None]] = {}
+        self.conns: list[Connection] = []
+        self.server.register(PARKED, self.park)
+        self.server.register(CORO, self.coro)
+        self.server.register(PLAIN, lambda _c, req: response(req, ResponseCode.SUCCESS))
+        self.server.on_open.append(self.conns.append)
+
+    def park(self, conn: Connection, req: Frame) -> asyncio.Future[Frame | None]:
+        fut: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
+        self.parked[req.opaque] = fut
+        return fut
+
+    async def coro(self, conn: Connection, req: Frame) -> Frame:
+        await asyncio.sleep(0.01)
+        return response(req, ResponseCode.SUCCESS, {"via": "task"})
+
+    def answer(self, opaque: int, **header: str | int) -> None:
+        fut = self.parked[opaque]
+        fut.set_result(Frame(kind=1, code=ResponseCode.SUCCESS, opaque=opaque, header=header))
+
+
+class Peer:
+    """A raw client: writes request frames, reads response frames in arrival order."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder()
+        self.frames: list[Frame] = []
+
+    def send(self, code: int, opaque: int) -> None:
+        self.writer.write(encode_frame(request(code, opaque, {"n": opaque})))
+
+    async def read(self, count: int, timeout: float = 5.0) -> list[Frame]:
+        async with asyncio.timeout(timeout):
+            while len(self.frames) < count:
+                data = await self.reader.read(1 << 16)
+                assert data, "connection closed"
+                self.frames += self.decoder.feed(data)
+        out, self.frames = self.frames[:count], self.frames[count:]
+        return out
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def until(cond: object, what: str, timeout: float = 5.0) -> None:
+    assert callable(cond)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.002)
+
+
+@pytest.fixture
+async def parking() -> AsyncIterator[tuple[Parking, int]]:
+    p = Parking(ServerLimits(max_inflight=3))
+    port = await p.server.start("127.0.0.1", 0)
+    try:
+        yield p, port
+    finally:
+        await p.server.stop()
+
+
+async def connect(port: int) -> Peer:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    return Peer(reader, writer)
+
+
+async def park(p: Parking, peer: Peer, *opaques: int) -> Connection:
+    """Send PARKED requests and wait until the handler parked them; their connection."""
+    want = len(p.parked) + len(opaques)
+    for opaque in opaques:
+        peer.send(PARKED, opaque)
+    await until(lambda: len(p.parked) == want, f"{want} parked requests")
+    return p.conns[0]
+
+
+async def finish(peer: Peer, conn: Connection) -> None:
+    await until(lambda: conn.inflight == 0, "in-flight count back to 0")
+    peer.close()
+
+
+async def test_future_answers_go_out_in_the_order_they_complete(
+    parking: tuple[Parking, int],
+) -> None:
+    p, port = parking
+    peer = await connect(port)
+    conn = await park(p, peer, 1, 2, 3)
+    assert conn.inflight == 3
+    p.answer(3, order=1)
+    assert [f.opaque for f in await peer.read(1)] == [3]
+    p.answer(1, order=2)
+    p.answer(2, order=3)
+    frames = await peer.read(2)
+    assert [f.opaque for f in frames] == [1, 2]
+    assert [f.header["order"] for f in frames] == [2, 3]
+    await finish(peer, conn)
+
+
+async def test_plain_and_task_answers_mix_with_future_ones(parking: tuple[Parking, int]) -> None:
+    p, port = parking
+    peer = await connect(port)
+    peer.send(PARKED, 1)
+    peer.send(CORO, 2)
+    peer.send(PLAIN, 3)
+    first = await peer.read(2)
+    assert [f.opaque for f in first] == [3, 2]  # the plain answer at once, the task's later
+    assert first[1].header == {"via": "task"}
+    p.answer(1)
+    assert [f.opaque for f in await peer.read(1)] == [1]
+    await finish(peer, p.conns[0])
+
+
+async def test_a_failed_future_answers_an_error(parking: tuple[Parking, int]) -> None:
+    p, port = parking
+    peer = await connect(port)
+    conn = await park(p, peer, 1, 2)
+    p.parked[1].set_exception(RuntimeError("boom"))
+    p.parked[2].set_exception(FieldError("bad field"))
+    frames = {f.opaque: f for f in await peer.read(2)}
+    assert frames[1].code == ResponseCode.SYSTEM_ERROR
+    assert "boom" in str(frames[1].header["remark"])
+    assert frames[2].code == ResponseCode.BAD_REQUEST
+    await finish(peer, conn)
+
+
+async def test_pending_futures_count_against_the_inflight_limit(
+    parking: tuple[Parking, int],
+) -> None:
+    p, port = parking  # max_inflight = 3
+    peer = await connect(port)
+    conn = await park(p, peer, 1, 2, 3)
+    assert conn.inflight == 3
+    for opaque in (4, 5, 6):  # the server stopped reading: these wait in the socket
+        peer.send(PARKED, opaque)
+    await asyncio.sleep(0.05)
+    assert len(p.parked) == 3, "reading should pause at the in-flight limit"
+    p.answer(1)
+    await until(lambda: len(p.parked) == 6, "reading resumes after one answer")
+    for opaque in range(2, 7):
+        p.answer(opaque)
+    frames = await peer.read(6)
+    assert sorted(f.opaque for f in frames) == [1, 2, 3, 4, 5, 6]
+    await finish(peer, conn)
+
+
+async def test_closing_with_pending_futures_releases_them(parking: tuple[Parking, int]) -> None:
+    p, port = parking
+    peer = await connect(port)
+    conn = await park(p, peer, 1, 2)
+    assert conn.inflight == 2
+    peer.close()
+    await until(lambda: conn.closed and conn not in p.server.connections, "the server to see it")
+    assert conn.inflight == 0
+    assert all(f.cancelled() for f in p.parked.values())
+    await asyncio.sleep(0.01)  # the cancelled futures' callbacks ran: nothing written, no error
+    assert conn.inflight == 0
+
+
+async def test_a_future_completed_before_it_is_returned_is_answered() -> None:
+    server = RemotingServer(name="test")
+
+    def ready(conn: Connection, req: Frame) -> asyncio.Future[Frame | None]:
+        fut: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
+        fut.set_result(response(req, ResponseCode.SUCCESS, {"ready": 1}))
+        return fut
+
+    server.register(PARKED, ready)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        peer = await connect(port)
+        peer.send(PARKED, 7)
+        (frame,) = await peer.read(1)
+        assert frame.opaque == 7 and frame.header == {"ready": 1}
+        peer.close()
+    finally:
+        await server.stop()
