@@ -78,11 +78,13 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[asyncio.Future[Frame | None], Frame] = {}  # future -> its request
         self._out: list[bytes] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses but have its interface.
         self.transport = tr = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
         peer = tr.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -129,7 +131,7 @@ class Connection(asyncio.Protocol):
         if self.transport is None or self.closed:
             return
         if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
         self._out.append(encode_frame(frame))
 
     def _flush(self) -> None:
@@ -178,7 +180,8 @@ class Connection(asyncio.Protocol):
             self._reply(frame, result)
         elif isinstance(result, asyncio.Future):
             self.inflight += 1
-            self._update_reading()
+            if self.inflight >= self._server.limits.max_inflight:
+                self._update_reading()
             self._pending[result] = frame
             result.add_done_callback(self._future_done)
         elif inspect.isawaitable(result):
@@ -195,7 +198,8 @@ class Connection(asyncio.Protocol):
         if frame is None:  # the connection closed first and released it
             return
         self.inflight -= 1
-        self._update_reading()
+        if self._reading_paused:
+            self._update_reading()
         if fut.cancelled():
             return
         exc = fut.exception()

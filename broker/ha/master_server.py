@@ -203,7 +203,7 @@ class _SlaveLink(asyncio.Protocol):
     def schedule_pump(self) -> None:
         if not self._pump_scheduled and not self.closed:
             self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._scheduled_pump)
+            self._server.loop.call_soon(self._scheduled_pump)
 
     def _scheduled_pump(self) -> None:
         self._pump_scheduled = False
@@ -291,11 +291,17 @@ class MasterServer:
         self._confirm_pending = False
         self._serving = False
         self._master_id: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------ lifecycle
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the server listens on (or the running one)."""
+        return self._loop or asyncio.get_running_loop()
+
     async def listen(self) -> None:
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: _SlaveLink(self),
             self.config.listen_host,
@@ -392,7 +398,7 @@ class MasterServer:
         """New bytes in the CommitLog: feed the parked connections (once per loop iteration)."""
         if self._idle and not self._wake_pending:
             self._wake_pending = True
-            asyncio.get_running_loop().call_soon(self._wake)
+            self.loop.call_soon(self._wake)
 
     def _wake(self) -> None:
         self._wake_pending = False
@@ -405,7 +411,7 @@ class MasterServer:
         ``confirm_push_delay_ms`` (one timer at a time; transfers sent meanwhile carry it)."""
         if self._idle and not self._confirm_pending:
             self._confirm_pending = True
-            loop = asyncio.get_running_loop()
+            loop = self.loop
             delay = self.config.confirm_push_delay_ms
             if delay:
                 loop.call_later(delay / 1000, self._push_confirm)

@@ -111,13 +111,16 @@ class SendProcessor:
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
         limit = ctx.cfg.max_message_bytes
+        body_bytes = 0
         for m in messages:
-            if len(m.body) > limit:
+            size = len(m.body)
+            if size > limit:
                 return self._error(
                     req,
                     ResponseCode.MESSAGE_ILLEGAL,
-                    f"message body of {len(m.body)} bytes exceeds {limit}",
+                    f"message body of {size} bytes exceeds {limit}",
                 )
+            body_bytes += size
         try:
             result = ctx.store.put(topic, queue_id, messages, ctx.now_ms())
         except DiskFullError as exc:
@@ -128,7 +131,7 @@ class SendProcessor:
         except StoreError as exc:
             log.error("send failed", topic=topic, error=str(exc))
             return self._error(req, ResponseCode.SYSTEM_ERROR, str(exc))
-        ctx.on_stored(topic, queue_id, result, sum(len(m.body) for m in messages))
+        ctx.on_stored(topic, queue_id, result, body_bytes)
         return result
 
     def _answer(
@@ -190,13 +193,17 @@ def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:
         raise FieldError("batch body is not msgpack") from None
     if not isinstance(items, list) or not items:
         raise FieldError("batch body must be a non-empty array")
-    messages = []
+    messages: list[Message] = []
+    append = messages.append
     for item in items:
         if not isinstance(item, dict):
             raise FieldError("batch entry is not a map")
         mbody = item.get("body")
         if not isinstance(mbody, bytes) or not mbody:
             raise FieldError("batch entry needs a non-empty binary 'body'")
+        if len(item) == 1:  # a body only: the common case, nothing optional to check
+            append(Message(topic=topic, body=mbody, born_host=peer))
+            continue
         props = item.get("properties") or {}
         keys = item.get("keys") or ""
         tags = item.get("tags") or ""
@@ -209,7 +216,7 @@ def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:
             or type(born) is not int
         ):
             raise FieldError("batch entry has a mistyped keys, tags, properties or bornTimestamp")
-        messages.append(
+        append(
             Message(
                 topic=topic,
                 body=mbody,
