@@ -379,11 +379,18 @@ class HAService:
 
     def slave_acked(self, broker_id: int, offset: int) -> None:
         sync = self._sync
-        if sync is not None:
-            sync.slave_acked(
-                broker_id, offset, master_max_offset=self.store.max_offset, now_ms=self._now_ms()
-            )
-            self._after_change()
+        if sync is None:
+            return
+        sync.slave_acked(
+            broker_id, offset, master_max_offset=self.store.max_offset, now_ms=self._now_ms()
+        )
+        if sync.update_confirm_offset(self.store.max_offset):
+            self._confirm_advanced()
+        # A member's ack never makes a change of the set due (shrinks are due to time, lost
+        # connections or lagging members: the tick and the other events see them); a
+        # non-member's may let it join.
+        if broker_id not in sync.members and sync is self._sync:
+            self._maybe_propose(sync)
 
     def slave_disconnected(self, broker_id: int) -> None:
         if self._sync is not None:
