@@ -19,7 +19,7 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.metrics import BrokerMetrics
-from broker.offset_waiters import Done, OffsetWaiters, future_waiter
+from broker.offset_waiters import Done, OffsetWaiters
 from storage.store import MessageStore, StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -77,10 +77,6 @@ class MessageStoreService:
             return
         self._waiters.add(end_offset, timeout, done)
         self._flush_wanted.set()
-
-    def wait_flushed(self, end_offset: int, timeout: float) -> asyncio.Future[bool]:
-        """:meth:`when_flushed` as a future (True: durable)."""
-        return future_waiter(lambda done: self.when_flushed(end_offset, timeout, done))
 
     async def flush_now(self) -> int:
         loop = asyncio.get_running_loop()
