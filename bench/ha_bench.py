@@ -10,10 +10,13 @@ Measures and prints (nothing is asserted):
      an SDK producer that only knows the controllers, over K rounds (the old master is restarted
      and back in the SyncStateSet before the next round);
   6. the same after SIGSTOP of the master (it is fenced; SIGCONT after the round).
-Each figure is printed with its ratio to the issue's target. NATS JetStream R3 runs side by side
-when ``nats-server`` is installed; otherwise the line says it was skipped.
+Each figure is printed with its ratio to the issue's target. NATS JetStream R3 (bench/nats_peer.py)
+then runs on the same machine with the same payload, after our cluster is stopped, where
+``nats-server`` is installed (its client nats-py is pip-installed at bench time if missing): 64 in
+flight and one at a time (JetStream has no batch publish), with ratios ours / NATS. Otherwise the
+line says it was skipped; ``--no-peer`` skips it.
 
-    python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S]
+    python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -33,6 +35,7 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.broker_bench import cpu_seconds, pct
+from bench.nats_peer import run_nats_r3
 from client import Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
@@ -60,7 +63,7 @@ def ratio(name: str, value: float, lower_is_better: bool = False) -> str:
     return f"ratio to target {r:.2f}"
 
 
-async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) -> None:
+async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) -> float:
     sem = asyncio.Semaphore(64)
     lat: list[float] = []
     counter = iter(range(n))
@@ -86,6 +89,7 @@ async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) ->
         f"  master CPU {(cpu_seconds(pid) - cpu0) / n * 100_000:5.2f} s/100k  {ratio('single', rate)}",
         flush=True,
     )
+    return rate
 
 
 async def produce_batch(conn: RemotingClient, n: int, body: bytes, pid: int) -> None:
@@ -116,7 +120,7 @@ async def produce_batch(conn: RemotingClient, n: int, body: bytes, pid: int) -> 
     )
 
 
-async def produce_one_at_a_time(conn: RemotingClient, n: int, body: bytes) -> None:
+async def produce_one_at_a_time(conn: RemotingClient, n: int, body: bytes) -> float:
     lat = []
     for i in range(n):
         t0 = time.perf_counter()
@@ -132,6 +136,7 @@ async def produce_one_at_a_time(conn: RemotingClient, n: int, body: bytes) -> No
         f"  ({n} sends)  {ratio('p50', p50, lower_is_better=True)}",
         flush=True,
     )
+    return p50
 
 
 async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, body: bytes) -> None:
@@ -248,9 +253,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"{args.size} B messages, {args.messages:,} per produce phase",
                 flush=True,
             )
-            await produce_single(conn, args.messages, body, pid)
+            ours_rate = await produce_single(conn, args.messages, body, pid)
             await produce_batch(conn, args.messages, body, pid)
-            await produce_one_at_a_time(conn, args.one_at_a_time, body)
+            ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body)
             conn.close()
             await asyncio.sleep(1.5)  # slaves register the topic for routes
             if args.catchup_mib:
@@ -272,10 +277,38 @@ async def main_async(args: argparse.Namespace) -> None:
             for b in cluster.brokers:
                 b.signal(signal.SIGCONT)
             cluster.stop()
-    if shutil.which("nats-server") is None:
-        print("NATS JetStream R3: skipped (nats-server is not installed on this machine)")
+    # After cluster.stop(): the peer never shares the CPU with our processes.
+    if args.no_peer:
+        print("NATS JetStream R3: skipped (--no-peer)")
     else:
-        print("NATS JetStream R3: nats-server is installed but this benchmark has no NATS client")
+        await nats_peer(args, body, ours_rate, ours_p50)
+
+
+async def nats_peer(
+    args: argparse.Namespace, body: bytes, ours_rate: float, ours_p50: float
+) -> None:
+    r = await run_nats_r3(args.size, args.messages, args.one_at_a_time, body)
+    if r is None:
+        return  # run_nats_r3 printed why
+    print(
+        f"NATS JetStream R3, 64 in flight    {r['rate']:>9,.0f} msg/s {r['mbps']:6.1f} MB/s"
+        f"  p50 {r['p50_ms']:5.2f} ms  p99 {r['p99_ms']:6.2f} ms"
+        f"  leader CPU {r['leader_cpu_s_per_100k']:5.2f} s/100k  {ratio('single', r['rate'])}",
+        flush=True,
+    )
+    print("NATS JetStream R3, batches of 64: skipped (JetStream has no batch publish)", flush=True)
+    p50 = r["one_p50_ms"]
+    print(
+        f"NATS JetStream R3, one at a time p50 {p50:.3f} ms  p99 {r['one_p99_ms']:.3f} ms"
+        f"  ({r['one_sends']:.0f} sends)  {ratio('p50', p50, lower_is_better=True)}",
+        flush=True,
+    )
+    print(f"ours / NATS, 64 in flight msg/s: {ours_rate / r['rate']:.2f}", flush=True)
+    print(
+        f"ours / NATS, one at a time p50 (lower is better, so NATS p50 / our p50): "
+        f"{p50 / ours_p50:.2f}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -288,6 +321,9 @@ def main() -> None:
     p.add_argument("--catchup-mib", type=int, default=1024, help="MiB a slave falls behind")
     p.add_argument("--kills", type=int, default=20, help="kill -9 failover rounds")
     p.add_argument("--stops", type=int, default=5, help="SIGSTOP failover rounds")
+    p.add_argument(
+        "--no-peer", action="store_true", help="skip NATS JetStream R3 (bench/nats_peer.py)"
+    )
     args = p.parse_args()
     try:
         import uvloop
