@@ -68,6 +68,22 @@ def slaves_of(cluster: Cluster, doc: dict[str, Any]) -> list[BrokerNode]:
     return [b for b in cluster.brokers if b.address != doc["masterAddress"]]
 
 
+async def start_group(
+    cluster: Cluster, boot: Bootstrap, config: str = ""
+) -> tuple[dict[str, Any], BrokerNode]:
+    """Group broker-a of three with ``config``, all in sync, and the topic created on the
+    master; returns the controllers' group document and the master."""
+    cluster.add_group("broker-a", 3, config=config)
+    doc = await full_sync_state_set(boot, cluster)
+    master = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, master.address, TOPIC)
+    return doc, master
+
+
+def producer_for(cluster: Cluster) -> Producer:
+    return Producer(cluster.controller_addresses, retries=8, send_timeout=5.0)
+
+
 async def send_all(
     producer: Producer, bodies: list[bytes], acked: dict[Key, bytes] | None = None
 ) -> dict[Key, bytes]:
@@ -82,11 +98,8 @@ async def test_a_divergent_tail_is_truncated_away_and_never_served(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
     # all-ack off: the master acknowledges what no slave has yet.
-    cluster.add_group("broker-a", 3, config="all_ack_in_sync_state_set = false\n")
-    doc = await full_sync_state_set(boot, cluster)
-    old = node_at(cluster, doc["masterAddress"])
-    await create_topic(boot, old.address, TOPIC)
-    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+    doc, old = await start_group(cluster, boot, "all_ack_in_sync_state_set = false\n")
+    async with producer_for(cluster) as producer:
         acked = await send_all(producer, [f"before-{i}".encode() for i in range(20)])
 
         async def caught_up() -> bool:
@@ -129,12 +142,10 @@ async def test_a_divergent_tail_is_truncated_away_and_never_served(
 async def test_a_frozen_slave_is_shrunk_out_and_expanded_back(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    cluster.add_group("broker-a", 3, config="ha_max_time_slave_not_catchup_ms = 1500\n")
-    doc = await full_sync_state_set(boot, cluster)
-    await create_topic(boot, doc["masterAddress"], TOPIC)
+    doc, _ = await start_group(cluster, boot, "ha_max_time_slave_not_catchup_ms = 1500\n")
     frozen = slaves_of(cluster, doc)[0]
     frozen_id = next(r["brokerId"] for r in doc["replicas"] if r["address"] == frozen.address)
-    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+    async with producer_for(cluster) as producer:
         acked = await send_all(producer, [f"a-{i}".encode() for i in range(10)])
         frozen.signal(signal.SIGSTOP)
         # With all-ack, writes stall until the master drops the frozen slave from the set.
@@ -158,10 +169,7 @@ async def test_a_frozen_master_fences_itself_and_acknowledges_nothing(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
     # all-ack off, so nothing but the fence stops the old master acknowledging alone.
-    cluster.add_group("broker-a", 3, config="all_ack_in_sync_state_set = false\n")
-    doc = await full_sync_state_set(boot, cluster)
-    old = node_at(cluster, doc["masterAddress"])
-    await create_topic(boot, old.address, TOPIC)
+    doc, old = await start_group(cluster, boot, "all_ack_in_sync_state_set = false\n")
     conn = await RemotingClient.connect(old.address)
     code, _ = await raw_send(conn, TOPIC, b"warm-up")
     assert code == ResponseCode.SUCCESS
@@ -171,7 +179,7 @@ async def test_a_frozen_master_fences_itself_and_acknowledges_nothing(
         asyncio.ensure_future(raw_send(conn, TOPIC, f"stale-{i}".encode())) for i in range(20)
     ]
     await new_master(boot, cluster, old.address)
-    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+    async with producer_for(cluster) as producer:
         acked = await send_all(producer, [f"new-{i}".encode() for i in range(20)])
     old.signal(signal.SIGCONT)
     results = await asyncio.gather(*pending)
@@ -198,9 +206,7 @@ def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_operator_elect_master_moves_mastership_only_to_an_in_sync_broker(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    cluster.add_group("broker-a", 3, config="ha_max_time_slave_not_catchup_ms = 1500\n")
-    doc = await full_sync_state_set(boot, cluster)
-    await create_topic(boot, doc["masterAddress"], TOPIC)
+    doc, _ = await start_group(cluster, boot, "ha_max_time_slave_not_catchup_ms = 1500\n")
     ids = {r["address"]: r["brokerId"] for r in doc["replicas"]}
     target, other = slaves_of(cluster, doc)
     done = await asyncio.to_thread(
@@ -210,7 +216,7 @@ async def test_operator_elect_master_moves_mastership_only_to_an_in_sync_broker(
     elected = json.loads(done.stdout)
     assert elected["masterBrokerId"] == ids[target.address]
     assert elected["masterEpoch"] == doc["masterEpoch"] + 1
-    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+    async with producer_for(cluster) as producer:
         acked = await send_all(producer, [f"m-{i}".encode() for i in range(10)])
         assert {k[0] for k in acked} == {"broker-a"}
 
@@ -243,14 +249,9 @@ async def test_an_all_ack_send_waits_for_every_sync_state_set_member(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
     # A frozen slave stays in the set for a minute: a send cannot be acknowledged until then.
-    cluster.add_group(
-        "broker-a",
-        3,
-        config="ha_max_time_slave_not_catchup_ms = 60000\nslave_ack_timeout_ms = 500\n",
+    doc, master = await start_group(
+        cluster, boot, "ha_max_time_slave_not_catchup_ms = 60000\nslave_ack_timeout_ms = 500\n"
     )
-    doc = await full_sync_state_set(boot, cluster)
-    master = node_at(cluster, doc["masterAddress"])
-    await create_topic(boot, master.address, TOPIC)
     conn = await RemotingClient.connect(master.address)
     try:
         code, key = await raw_send(conn, TOPIC, b"all-in-sync")
@@ -273,10 +274,7 @@ async def test_an_all_ack_send_waits_for_every_sync_state_set_member(
 async def test_min_in_sync_replicas_refuses_writes_on_a_small_set(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    cluster.add_group("broker-a", 3, config="min_in_sync_replicas = 3\n")
-    doc = await full_sync_state_set(boot, cluster)
-    master = node_at(cluster, doc["masterAddress"])
-    await create_topic(boot, master.address, TOPIC)
+    doc, master = await start_group(cluster, boot, "min_in_sync_replicas = 3\n")
     conn = await RemotingClient.connect(master.address)
     try:
         assert (await raw_send(conn, TOPIC, b"three-in-sync"))[0] == ResponseCode.SUCCESS
@@ -313,11 +311,8 @@ async def all_consumer_offsets(address: str) -> dict[str, Any]:
 
 
 async def test_consumer_offsets_follow_to_the_new_master(cluster: Cluster, boot: Bootstrap) -> None:
-    cluster.add_group("broker-a", 3)
-    doc = await full_sync_state_set(boot, cluster)
-    old = node_at(cluster, doc["masterAddress"])
-    await create_topic(boot, old.address, TOPIC)
-    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+    doc, old = await start_group(cluster, boot)
+    async with producer_for(cluster) as producer:
         first = await send_all(producer, [f"first-{i}".encode() for i in range(30)])
     async with Consumer(cluster.controller_addresses, "resuming", TOPIC) as consumer:
         got: set[bytes] = set()
@@ -332,7 +327,7 @@ async def test_consumer_offsets_follow_to_the_new_master(cluster: Cluster, boot:
     await wait_for(slaves_have_offsets, 20, "the group's offsets on both slaves", cluster)
     old.kill9()
     await new_master(boot, cluster, old.address)
-    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+    async with producer_for(cluster) as producer:
         later = await send_all(producer, [f"later-{i}".encode() for i in range(10)])
     async with Consumer(cluster.controller_addresses, "resuming", TOPIC) as consumer:
         again: list[bytes] = []
@@ -346,11 +341,8 @@ async def test_consumer_offsets_follow_to_the_new_master(cluster: Cluster, boot:
 async def test_consumers_read_from_a_slave_while_the_group_has_no_master(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    cluster.add_group("broker-a", 3, config="ha_max_time_slave_not_catchup_ms = 1500\n")
-    doc = await full_sync_state_set(boot, cluster)
-    master = node_at(cluster, doc["masterAddress"])
-    await create_topic(boot, master.address, TOPIC)
-    async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+    doc, master = await start_group(cluster, boot, "ha_max_time_slave_not_catchup_ms = 1500\n")
+    async with producer_for(cluster) as producer:
         acked = await send_all(producer, [f"committed-{i}".encode() for i in range(30)])
 
     async def confirmed_everywhere() -> bool:
