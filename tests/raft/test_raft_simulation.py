@@ -1,8 +1,8 @@
 """Deterministic simulation of 3- and 5-node groups under faults (see tests/raft/sim.py).
 
 Default run (CI): 500 seeds, 250 with three voters and 250 with five (about 3 minutes). ``make
-soak`` (``-m soak``) runs 10,000 more, one test each (seeds 1000 to 10999, group size drawn from the seed);
-``RAFT_SOAK_SEEDS`` and ``RAFT_SOAK_START`` choose which. A failure names its seed;
+soak`` (``-m soak``) runs 10,000 more, one test each (seeds 1000 to 10999, group size drawn from
+the seed); ``RAFT_SOAK_SEEDS`` and ``RAFT_SOAK_START`` choose which. A failure names its seed;
 ``Simulation(SimOptions.from_seed(SEED, voters=N)).run()`` replays it step for step.
 """
 
