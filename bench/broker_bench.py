@@ -19,7 +19,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -29,6 +31,8 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
+
+T = TypeVar("T")
 
 TARGETS = {"single": 40_000, "batch": 150_000, "consume": 150_000}
 CLK = os.sysconf("SC_CLK_TCK")
@@ -44,6 +48,15 @@ def rss_anon_mib(pid: int) -> float:
         if line.startswith("RssAnon:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``main()`` on uvloop (a runtime dependency), on asyncio's loop if it is missing."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main())
+    return uvloop.run(main())
 
 
 def pct(values: list[float], q: float) -> float:
@@ -238,12 +251,7 @@ def main() -> None:
         help="extra messages stored before reading memory (total about 1M)",
     )
     args = p.parse_args()
-    try:
-        import uvloop
-
-        uvloop.run(main_async(args))
-    except ImportError:
-        asyncio.run(main_async(args))
+    run_async(lambda: main_async(args))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.broker_bench import cpu_seconds, pct
+from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.nats_peer import run_nats_r3
 from client import Producer
 from client.bootstrap import Bootstrap
@@ -63,30 +63,34 @@ def ratio(name: str, value: float, lower_is_better: bool = False) -> str:
     return f"ratio to target {r:.2f}"
 
 
-async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) -> float:
-    sem = asyncio.Semaphore(64)
+async def _drive(
+    conn: RemotingClient, code: int, payload: bytes, requests: int, workers: int, pid: int
+) -> tuple[float, list[float], float]:
+    """``requests`` requests of ``code`` from ``workers`` concurrent loops over one connection:
+    (seconds, latencies, the master's CPU seconds)."""
     lat: list[float] = []
-    counter = iter(range(n))
+    counter = iter(range(requests))
 
     async def worker() -> None:
         for i in counter:
             t0 = time.perf_counter()
-            async with sem:
-                resp = await conn.request(
-                    RequestCode.SEND_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, body, 30
-                )
+            resp = await conn.request(code, {"topic": TOPIC, "queueId": i % QUEUES}, payload, 30)
             if resp.code != ResponseCode.SUCCESS:
                 raise SystemExit(f"send failed: {resp.code} {resp.header}")
             lat.append(time.perf_counter() - t0)
 
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(64)))
-    dt = time.perf_counter() - t0
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return time.perf_counter() - t0, lat, cpu_seconds(pid) - cpu0
+
+
+async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) -> float:
+    dt, lat, cpu = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid)
     rate = n / dt
     print(
         f"produce, 64 in flight, all-ack R3  {rate:>9,.0f} msg/s {n * len(body) / dt / 1e6:6.1f} MB/s"
         f"  p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
-        f"  master CPU {(cpu_seconds(pid) - cpu0) / n * 100_000:5.2f} s/100k  {ratio('single', rate)}",
+        f"  master CPU {cpu / n * 100_000:5.2f} s/100k  {ratio('single', rate)}",
         flush=True,
     )
     return rate
@@ -94,28 +98,13 @@ async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) ->
 
 async def produce_batch(conn: RemotingClient, n: int, body: bytes, pid: int) -> None:
     payload = msgpack.packb([{"body": body}] * 64)
-    requests = iter(range(n // 64))
-    lat: list[float] = []
-
-    async def worker() -> None:
-        for i in requests:
-            t0 = time.perf_counter()
-            resp = await conn.request(
-                RequestCode.SEND_BATCH_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, payload, 30
-            )
-            if resp.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"batch failed: {resp.code} {resp.header}")
-            lat.append(time.perf_counter() - t0)
-
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(8)))
-    dt = time.perf_counter() - t0
+    dt, lat, cpu = await _drive(conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid)
     sent = (n // 64) * 64
     rate = sent / dt
     print(
         f"produce, batches of 64, all-ack R3 {rate:>9,.0f} msg/s {sent * len(body) / dt / 1e6:6.1f} MB/s"
         f"  batch p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
-        f"  master CPU {(cpu_seconds(pid) - cpu0) / sent * 100_000:5.2f} s/100k  {ratio('batch', rate)}",
+        f"  master CPU {cpu / sent * 100_000:5.2f} s/100k  {ratio('batch', rate)}",
         flush=True,
     )
 
@@ -325,12 +314,7 @@ def main() -> None:
         "--no-peer", action="store_true", help="skip NATS JetStream R3 (bench/nats_peer.py)"
     )
     args = p.parse_args()
-    try:
-        import uvloop
-
-        uvloop.run(main_async(args))
-    except ImportError:
-        asyncio.run(main_async(args))
+    run_async(lambda: main_async(args))
 
 
 if __name__ == "__main__":

@@ -80,18 +80,18 @@ class BrokerContext:
                 ResponseCode.NOT_MASTER,
                 f"broker {self.cfg.listen} is not the master of {self.cfg.broker_name}",
             )
-        if self.controller_mode and (self.fenced or time.monotonic() > self.lease_expires):
+        if not self.controller_mode:
+            return
+        # ``fenced`` (set by the ReplicasManager for logs and metrics) is this same lease seen
+        # from its heartbeat loop; the lease itself is the check.
+        if time.monotonic() > self.lease_expires:
             raise WriteRefused(
                 ResponseCode.MASTER_FENCED,
                 f"master {self.cfg.listen} of {self.cfg.broker_name} is fenced: the active "
                 f"controller has not answered for {self.cfg.broker_heartbeat_timeout_ms} ms",
             )
         ha = self.ha
-        if (
-            self.controller_mode
-            and ha is not None
-            and not ha.has_min_in_sync_replicas(self.cfg.min_in_sync_replicas)
-        ):
+        if ha is not None and not ha.has_min_in_sync_replicas(self.cfg.min_in_sync_replicas):
             raise WriteRefused(
                 ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
                 f"the SyncStateSet of {self.cfg.broker_name} has fewer than "

@@ -278,13 +278,13 @@ class Consumer:
         """Heartbeat to every group (its master, or a slave while it has none), read the
         members, rebalance."""
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
-        masters = sorted(route.read_addresses().items())
+        groups = sorted(route.read_addresses().items())
         beat = {"clientId": self.client_id, "consumerGroup": self.group, "topic": self.topic}
         results = await asyncio.gather(
-            *(self._heartbeat(address, beat) for _, address in masters), return_exceptions=True
+            *(self._heartbeat(address, beat) for _, address in groups), return_exceptions=True
         )
         members: list[str] | None = None
-        for (name, _), ok in zip(masters, results, strict=True):
+        for (name, _), ok in zip(groups, results, strict=True):
             if ok is not True:
                 continue
             try:
@@ -293,7 +293,7 @@ class Consumer:
             except (ClientError, RemotingError) as exc:
                 log.warning("member list failed", broker=name, error=str(exc))
         if members is None:
-            return  # no master answered: keep what we own until one does
+            return  # no group answered: keep what we own until one does
         if members != self.members:
             log.info("group members changed", group=self.group, members=members)
             self.members = members
