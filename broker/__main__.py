@@ -19,12 +19,21 @@ def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerCo
 
 
 async def serve(cfg: BrokerConfig) -> int:
-    from broker.broker import Broker
+    from broker.broker import Broker, StartRefused
 
     log = structlog.get_logger("broker")
-    broker = Broker(cfg)
+    try:
+        broker = Broker(cfg)
+    except StartRefused as exc:
+        click.echo(f"rmq-broker: cannot start: {exc}", err=True)
+        return 2
     try:
         await broker.start()
+    except StartRefused as exc:
+        # One line, no traceback, exit 2 like a config error: the operator must act.
+        click.echo(f"rmq-broker: cannot start: {exc}", err=True)
+        await broker.stop()
+        return 2
     except Exception as exc:
         log.error("broker failed to start", error=f"{type(exc).__name__}: {exc}")
         await broker.stop()

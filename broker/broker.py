@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import structlog
 
@@ -10,6 +12,7 @@ from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.ha.config import HAConfig
 from broker.ha.service import HAService
+from broker.identity import IdentityError, check_identity_files
 from broker.metrics import BrokerMetrics
 from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
@@ -20,9 +23,33 @@ from broker.processors.send import SendProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
 from remoting.server import Connection, RemotingServer, ServerLimits
-from storage.epoch_file import EpochFile
+from storage.epoch_file import EpochFile, EpochFileError
+from storage.errors import StoreError
 
 log = structlog.get_logger(__name__)
+
+
+class StartRefused(Exception):
+    """The broker cannot start on this data directory: one line for the operator, exit 2."""
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` if needed and prove it writable (a file created, fsynced, removed);
+    raises :class:`StartRefused` before anything else is written."""
+    probe = data_dir / ".write-probe"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, b"probe")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        raise StartRefused(
+            f"data directory {data_dir} is not writable: {exc.strerror or exc}"
+        ) from None
 
 
 class Broker:
@@ -49,10 +76,16 @@ class Broker:
             processor.register(self.server)
         self.ha: HAService | None = None
         self.replicas: ReplicasManager | None = None
+        self._loaded = False
+        self._serving = False
         if self.ctx.controller_mode:
+            try:
+                epochs = EpochFile(cfg.data_dir)
+            except EpochFileError as exc:
+                raise StartRefused(f"epoch file: {exc}") from None
             self.ha = HAService(
                 self.ctx.store,
-                EpochFile(cfg.data_dir),
+                epochs,
                 HAConfig(
                     listen_host=cfg.listen_host,
                     listen_port=cfg.effective_ha_port,
@@ -75,10 +108,19 @@ class Broker:
 
     async def start(self) -> None:
         cfg = self.cfg
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        check_data_dir(cfg.data_dir)
+        if self.replicas is not None:
+            try:
+                check_identity_files(cfg.data_dir)
+            except IdentityError as exc:
+                raise StartRefused(str(exc)) from None
         self.ctx.topics.load()
         self.ctx.offsets.load()
-        await self.ctx.service.start()
+        self._loaded = True
+        try:
+            await self.ctx.service.start()
+        except StoreError as exc:
+            raise StartRefused(f"message store: {exc}") from None
         store = self.ctx.store
         if self.ha is None and store.confirm_offset < store.max_offset:
             store.confirm_offset = store.max_offset  # a lone master confirms what it stores
@@ -107,6 +149,7 @@ class Broker:
             self.replicas.start()
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        self._serving = True
         log.info(
             "broker serving",
             cluster=cfg.cluster,
@@ -129,9 +172,11 @@ class Broker:
         await self.server.stop()
         if self.ha is not None:
             await self.ha.stop()
-        self.ctx.offsets.persist()
+        if self._loaded:  # never write an offsets table that was not read first
+            self.ctx.offsets.persist()
         await self.ctx.service.stop()
-        log.info("broker stopped", broker_name=self.cfg.broker_name)
+        if self._serving:
+            log.info("broker stopped", broker_name=self.cfg.broker_name)
 
     async def _housekeeping(self) -> None:
         """Persist consumer offsets, expire silent consumers, keep the confirm offset current."""

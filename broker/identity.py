@@ -25,6 +25,7 @@ from pathlib import Path
 import structlog
 
 from protocol.codes import ResponseCode
+from storage.errors import StoreError
 from storage.small_file import read_atomic, write_atomic
 
 log = structlog.get_logger(__name__)
@@ -52,7 +53,10 @@ ApplyBrokerId = Callable[[int, str], Awaitable[None]]  # raises BrokerIdConflict
 
 
 def _read(path: Path) -> BrokerIdentity | None:
-    raw = read_atomic(path)
+    try:
+        raw = read_atomic(path)
+    except StoreError as exc:  # the file and its .bak both fail their checksums
+        raise IdentityError(f"broker identity file unreadable: {exc}") from None
     if raw is None:
         return None
     try:
@@ -60,6 +64,14 @@ def _read(path: Path) -> BrokerIdentity | None:
         return BrokerIdentity(int(doc["brokerId"]), str(doc["registerCode"]))
     except (ValueError, KeyError, TypeError):
         raise IdentityError(f"{path} is not a broker identity file") from None
+
+
+def check_identity_files(data_dir: Path) -> None:
+    """Read both identity files as :func:`establish_identity` will; raises
+    :class:`IdentityError` naming the file when one exists but cannot be read (the broker
+    refuses to start rather than serve without ever registering)."""
+    _read(data_dir / FINAL_NAME)
+    _read(data_dir / TEMP_NAME)
 
 
 def _write(path: Path, ident: BrokerIdentity) -> None:

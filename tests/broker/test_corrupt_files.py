@@ -1,0 +1,94 @@
+"""Corrupt or unusable files of a stopped broker: the broker refuses to start with exactly one
+line and exit status 2 (no traceback), and starts again once the file is repaired."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.identity import FINAL_NAME
+from storage.epoch_file import FILE_NAME as EPOCH_FILE
+from tests.support.cluster import BrokerNode, Cluster
+from tests.support.procs import BrokerProc, wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+
+def refusal(daemon: BrokerProc | BrokerNode, *, since: int = 0) -> str:
+    """Start ``daemon``, wait for it to exit; its exit status must be 2 and its output (from
+    byte ``since`` of its log) exactly one line, which is returned."""
+    daemon.start()
+    assert daemon.proc is not None
+    try:
+        status = daemon.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        daemon.stop()
+        raise AssertionError(
+            f"{daemon.name} did not refuse to start:\n{daemon.log()[-3000:]}"
+        ) from None
+    out = daemon.log()[since:]
+    lines = out.splitlines()
+    assert status == 2, out
+    assert len(lines) == 1, out
+    assert "Traceback" not in out
+    return lines[0]
+
+
+def test_a_data_dir_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the data directory's parent should be")
+    proc = BrokerProc(tmp_path)
+    proc.data_dir = blocker / "data"
+    proc.argv[proc.argv.index("--data-dir") + 1] = str(proc.data_dir)
+    line = refusal(proc)
+    assert line.startswith("rmq-broker: cannot start: data directory")
+    assert str(proc.data_dir) in line and "not writable" in line
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start_controllers()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_corrupt_epoch_file_and_identity_file_refuse_to_start(cluster: Cluster) -> None:
+    (broker,) = cluster.add_group("g", replicas=1)
+    data = broker.data_dir
+    wait_until(lambda: (data / FINAL_NAME).exists(), 30, "the broker identity file")
+    wait_until(lambda: (data / EPOCH_FILE).exists(), 30, "the epoch file")
+    assert broker.stop() == 0
+    saved = data.parent / "saved"
+    saved.mkdir()
+    for name in (FINAL_NAME, EPOCH_FILE):
+        for path in data.glob(name + "*"):
+            shutil.copy2(path, saved / path.name)
+
+    # The epoch file and its backup both fail their checksums.
+    for path in data.glob(EPOCH_FILE + "*"):
+        path.write_bytes(b"RMQS garbage")
+    line = refusal(broker, since=len(broker.log()))
+    assert line.startswith("rmq-broker: cannot start: epoch file:")
+    assert EPOCH_FILE in line
+    for path in saved.glob(EPOCH_FILE + "*"):
+        shutil.copy2(path, data / path.name)
+
+    # Garbage in brokerIdentity: once the broker served and never registered, saying nothing.
+    (data / FINAL_NAME).write_bytes(b"\x00garbage\xff" * 7)
+    line = refusal(broker, since=len(broker.log()))
+    assert line.startswith("rmq-broker: cannot start: broker identity file unreadable:")
+    assert str(data / FINAL_NAME) in line
+
+    # Repaired, it starts and serves as the group's master again.
+    for path in saved.iterdir():
+        shutil.copy2(path, data / path.name)
+    since = len(broker.log())
+    broker.restart()
+    wait_until(lambda: "becoming master" in broker.log()[since:], 30, "the broker to be master")
