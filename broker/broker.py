@@ -61,6 +61,7 @@ class Broker:
         self.server = RemotingServer(
             ServerLimits(
                 max_frame_bytes=cfg.max_frame_bytes,
+                max_partial_frame_bytes=cfg.max_partial_frame_bytes,
                 max_inflight=cfg.max_inflight_per_connection,
                 write_buffer_high=cfg.write_buffer_high_bytes,
             ),
@@ -102,6 +103,7 @@ class Broker:
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
         self.server.on_open.append(self._opened)
         self.server.on_close.append(self._closed)
+        self.metrics.bind_server(self.server)
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
         self.metrics_port: int | None = None

@@ -68,6 +68,11 @@ class BrokerConfig:
         "largest remoting frame accepted; larger closes the connection",
         at_least(1024),
     )
+    max_partial_frame_bytes: int = field(
+        64 * 1024 * 1024,
+        "bytes of incomplete frames all connections may hold together; past it the connection whose incomplete frame is oldest is closed (at least max_frame_bytes)",
+        at_least(1024),
+    )
     max_inflight_per_connection: int = field(
         1024, "requests awaiting a response per connection before reading pauses", at_least(1)
     )
@@ -123,6 +128,13 @@ class BrokerConfig:
     consumer_offset_persist_interval_ms: int = field(
         5_000, "how often consumer offsets are written to disk", at_least(100)
     )
+
+    def __post_init__(self) -> None:
+        # Cross-key rules, reported the same way as a bad single key.
+        from daemon.config import ConfigError
+
+        if self.max_partial_frame_bytes < self.max_frame_bytes:
+            raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
 
     @property
     def listen_host(self) -> str:

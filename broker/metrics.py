@@ -24,6 +24,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from protocol.codes import ResponseCode, code_name
+from remoting.server import DROP_BAD_FRAME, DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer
 from storage.retention import disk_usage
 
 if TYPE_CHECKING:
@@ -302,11 +303,33 @@ class BrokerMetrics:
             base,
             registry=r,
         ).labels(**labels)
+        self.partial_frame_drops = Counter(
+            "rmq_broker_partial_frame_drops_total",
+            "Connections closed because incomplete frames exceeded max_partial_frame_bytes",
+            base,
+            registry=r,
+        ).labels(**labels)
         self._gauges: dict[str, Gauge] = {}
 
     def bind(self, ctx: BrokerContext) -> None:
         """Read role, fencing, replication and disk figures from ``ctx`` at scrape time."""
         self.ctx = ctx
+
+    def bind_server(self, server: RemotingServer) -> None:
+        """Count the connections ``server`` closes; read its incomplete-frame bytes at scrape."""
+
+        def dropped(_conn: Connection, reason: str) -> None:
+            if reason == DROP_PARTIAL_FRAME_BUDGET:
+                self.partial_frame_drops.inc()
+            elif reason == DROP_BAD_FRAME:
+                self.bad_frames.inc()
+
+        server.on_drop.append(dropped)
+        self.gauge_fn(
+            "rmq_broker_partial_frame_bytes",
+            "Bytes of incomplete frames held by all client connections",
+            lambda: server.partial_bytes,
+        )
 
     def broker_id(self) -> str:
         """The ``broker_id`` label: the persistent id, empty until the broker has one."""

@@ -47,8 +47,13 @@ class Controller:
         self.driver = RaftDriver(driver_config(cfg), self.state_machine, observer=self.metrics)
         self.metrics.bind(self.driver)
         self.server = RemotingServer(
-            ServerLimits(max_frame_bytes=cfg.max_frame_bytes), name="controller"
+            ServerLimits(
+                max_frame_bytes=cfg.max_frame_bytes,
+                max_partial_frame_bytes=cfg.max_partial_frame_bytes,
+            ),
+            name="controller",
         )
+        self.metrics.bind_server(self.server)
         self.server.register(ControllerCode.RAFT_MESSAGE, self.driver.handle_raft_frame)
         self.service = ControllerService(cfg, self.driver, self.state_machine, self.metrics)
         self.service.register(self.server)

@@ -146,6 +146,11 @@ class ControllerConfig:
         "largest remoting frame accepted; larger closes the connection",
         between(64 * 1024, 1 << 30),
     )
+    max_partial_frame_bytes: int = field(
+        64 * 1024 * 1024,
+        "bytes of incomplete frames all connections may hold together; past it the connection whose incomplete frame is oldest is closed (at least max_frame_bytes)",
+        at_least(64 * 1024),
+    )
 
     def __post_init__(self) -> None:
         # Cross-key rules, reported the same way as a bad single key.
@@ -160,6 +165,8 @@ class ControllerConfig:
             raise ConfigError("config key 'election_ticks_min' must be > heartbeat_ticks")
         if self.preferred_leader and _node_id(self.preferred_leader) is not None:
             raise ConfigError("config key 'preferred_leader' must be a node id")
+        if self.max_partial_frame_bytes < self.max_frame_bytes:
+            raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
 
     @property
     def peer_map(self) -> dict[str, str]:

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from controller.metadata import ReplicaInfo
 from controller.raft import NodeId, Role
 from controller.raft_driver import RaftDriver, RaftObserver
+from remoting.server import DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer
 
 FSYNC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -123,7 +124,27 @@ class ControllerMetrics(RaftObserver):
         for result in ("ok", "refused", "unreachable"):
             # Every outcome is exported from the start, so rate() sees the first push.
             self.notifications.labels(result=result)
+        self.partial_frame_bytes = Gauge(
+            "rmq_controller_partial_frame_bytes",
+            "Bytes of incomplete frames held by all connections",
+            registry=r,
+        )
+        self.partial_frame_drops = Counter(
+            "rmq_controller_partial_frame_drops_total",
+            "Connections closed because incomplete frames exceeded max_partial_frame_bytes",
+            registry=r,
+        )
         self._groups: set[str] = set()
+
+    def bind_server(self, server: RemotingServer) -> None:
+        """Count the connections ``server`` closes for its incomplete-frame budget."""
+
+        def dropped(_conn: Connection, reason: str) -> None:
+            if reason == DROP_PARTIAL_FRAME_BUDGET:
+                self.partial_frame_drops.inc()
+
+        server.on_drop.append(dropped)
+        self.partial_frame_bytes.set_function(lambda: server.partial_bytes)
 
     def bind(self, driver: RaftDriver) -> None:
         """Read the Raft figures from ``driver`` at scrape time."""

@@ -16,7 +16,9 @@ Byte layout of one frame on the wire::
 
 :class:`FrameDecoder` buffers at most one frame's worth of bytes; a length above
 ``max_frame_bytes`` or bytes that are not a well-formed frame raise :class:`ProtocolError`,
-after which the connection must be closed.
+after which the connection must be closed. The declared length is a claim, not a reservation:
+the decoder holds only the bytes that arrived (``buffered``), so whoever bounds memory across
+many decoders (the remoting server's partial-frame budget) counts real bytes.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def _check_frame(obj: Any) -> Frame:
     return Frame(kind=kind, code=code, opaque=opaque, flags=flags, header=header, body=body)
 
 
-def decode_payload(payload: bytes) -> Frame:
+def decode_payload(payload: bytes | memoryview) -> Frame:
     """Decode one frame's payload (the bytes after the length prefix)."""
     try:
         obj = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
@@ -149,7 +151,19 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
+        """Bytes held of the incomplete frame (0 between frames)."""
         return len(self._buf)
+
+    @property
+    def declared(self) -> int | None:
+        """The length the incomplete frame claims, once its prefix arrived."""
+        if len(self._buf) < 4:
+            return None
+        return int(_LEN.unpack_from(self._buf)[0])
+
+    def clear(self) -> None:
+        """Drop the incomplete frame and release its memory (the connection is being closed)."""
+        self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[Frame]:
         buf = self._buf
@@ -157,14 +171,22 @@ class FrameDecoder:
         frames: list[Frame] = []
         pos = 0
         end = len(buf)
-        while end - pos >= 4:
-            (length,) = _LEN.unpack_from(buf, pos)
-            if length > self._max:
-                raise ProtocolError(f"frame of {length} bytes exceeds max_frame_bytes {self._max}")
-            if end - pos - 4 < length:
-                break
-            frames.append(decode_payload(bytes(buf[pos + 4 : pos + 4 + length])))
-            pos += 4 + length
-        if pos:
+        with memoryview(buf) as view:  # frames are decoded in place, not copied out first
+            while end - pos >= 4:
+                (length,) = _LEN.unpack_from(buf, pos)
+                if length > self._max:
+                    raise ProtocolError(
+                        f"frame of {length} bytes exceeds max_frame_bytes {self._max}"
+                    )
+                if end - pos - 4 < length:
+                    break
+                with view[pos + 4 : pos + 4 + length] as payload:
+                    frames.append(decode_payload(payload))
+                pos += 4 + length
+        if pos == end:
+            # A fresh buffer: a bytearray keeps its capacity, and one that held a large frame
+            # must not stay that large for the life of the connection.
+            self._buf = bytearray()
+        elif pos:
             del buf[:pos]
         return frames

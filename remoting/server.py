@@ -19,8 +19,15 @@ Bounds per connection, so one slow or malicious client cannot exhaust memory:
 - the transport's write buffer has a high-water mark; past it the server stops reading too, so a
   client that does not read its responses stops being served instead of growing our buffer.
 
+Bounds across connections: the bytes of incomplete frames that all connections of a server hold
+together are at most ``max_partial_frame_bytes`` (a frame's declared length is a claim, checked
+against ``max_frame_bytes`` before any of its bytes are kept; only bytes that arrived count).
+Past the budget the server closes the connection whose incomplete frame is the oldest (a peer
+that stalls mid-frame, not one streaming a large frame at line rate) until the total fits, with
+one logged line each, and counts it (``on_drop`` callbacks, reason ``partial_frame_budget``).
+
 A frame that cannot be decoded, or one longer than ``max_frame_bytes``, closes the connection with
-one logged line. A handler that raises answers SYSTEM_ERROR (or BAD_REQUEST for a FieldError); the
+one logged line (reason ``bad_frame``). A handler that raises answers SYSTEM_ERROR (or BAD_REQUEST for a FieldError); the
 process keeps serving everyone else.
 """
 
@@ -51,9 +58,18 @@ HandlerResult = Frame | None | asyncio.Future[Frame | None] | Awaitable[Frame | 
 Handler = Callable[["Connection", Frame], HandlerResult]
 
 
+#: Default bound on the bytes of incomplete frames held by all connections of one server.
+DEFAULT_MAX_PARTIAL_FRAME_BYTES = 4 * DEFAULT_MAX_FRAME_BYTES
+
+#: Reasons a connection is closed by the server (``on_drop`` callbacks get one).
+DROP_BAD_FRAME = "bad_frame"
+DROP_PARTIAL_FRAME_BUDGET = "partial_frame_budget"
+
+
 @dataclass(kw_only=True)
 class ServerLimits:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_partial_frame_bytes: int = DEFAULT_MAX_PARTIAL_FRAME_BYTES
     max_inflight: int = 1024
     write_buffer_high: int = 8 * 1024 * 1024
 
@@ -79,6 +95,7 @@ class Connection(asyncio.Protocol):
         self._pending: dict[asyncio.Future[Frame | None], Frame] = {}  # future -> its request
         self._out: list[bytes] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.partial_bytes = 0  # bytes of an incomplete frame, as charged to the server's budget
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -92,12 +109,17 @@ class Connection(asyncio.Protocol):
         self._server._opened(self)
 
     def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
         try:
-            frames = self._decoder.feed(data)
+            frames = decoder.feed(data)
         except ProtocolError as exc:
             log.warning("closing connection: bad frame", peer=self.peer, reason=str(exc))
             self.close()
+            self._server._dropped(self, DROP_BAD_FRAME)
             return
+        held = decoder.buffered
+        if held or self.partial_bytes:  # small frames arrive whole: nothing to account
+            self._server._partial(self, held, restarted=bool(frames))
         for frame in frames:
             if self.closed:
                 return
@@ -108,6 +130,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._release_partial()
         for task in list(self._tasks):
             task.cancel()
         # Pending futures no longer count; cancelling them tells whoever completes them.
@@ -144,10 +167,22 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._release_partial()
         if self.transport is not None:
             self.transport.close()
 
+    @property
+    def declared_frame_bytes(self) -> int | None:
+        """The length the incomplete frame claims, once its prefix arrived."""
+        return self._decoder.declared
+
     # internals --------------------------------------------------------------------------------
+    def _release_partial(self) -> None:
+        """Give the incomplete frame's bytes back, to the budget and to the allocator."""
+        if self.partial_bytes:
+            self._server._partial(self, 0, restarted=False)
+        self._decoder.clear()
+
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
@@ -238,6 +273,12 @@ class RemotingServer:
         self.on_open: list[Callable[[Connection], None]] = []
         self.on_close: list[Callable[[Connection], None]] = []
         self.on_response: Callable[[Connection, Frame], None] | None = None
+        #: Called with the connection and a reason (``DROP_*``) when the server closes it.
+        self.on_drop: list[Callable[[Connection, str], None]] = []
+        #: Bytes of incomplete frames held by all connections, against ``max_partial_frame_bytes``.
+        self.partial_bytes = 0
+        # Connections holding an incomplete frame, oldest frame first (insertion order).
+        self._partial_holders: dict[Connection, None] = {}
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[int(code)] = handler
@@ -270,6 +311,37 @@ class RemotingServer:
             self.connections.discard(conn)
             for cb in self.on_close:
                 cb(conn)
+
+    def _partial(self, conn: Connection, held: int, *, restarted: bool) -> None:
+        """``conn`` now holds ``held`` bytes of an incomplete frame (``restarted``: a frame
+        completed, so the bytes held belong to a new one). Enforce the budget."""
+        self.partial_bytes += held - conn.partial_bytes
+        conn.partial_bytes = held
+        holders = self._partial_holders
+        if held == 0:
+            holders.pop(conn, None)
+            return
+        if restarted:
+            holders.pop(conn, None)
+        holders.setdefault(conn, None)
+        limit = self.limits.max_partial_frame_bytes
+        while self.partial_bytes > limit and holders:
+            victim = next(iter(holders))
+            log.warning(
+                "closing connection: incomplete frames over budget",
+                server=self.name,
+                peer=victim.peer,
+                held_bytes=victim.partial_bytes,
+                declared_bytes=victim.declared_frame_bytes,
+                total_bytes=self.partial_bytes,
+                max_partial_frame_bytes=limit,
+            )
+            victim.close()  # releases its bytes, so the loop ends
+            self._dropped(victim, DROP_PARTIAL_FRAME_BUDGET)
+
+    def _dropped(self, conn: Connection, reason: str) -> None:
+        for cb in self.on_drop:
+            cb(conn, reason)
 
     def _on_response(self, conn: Connection, frame: Frame) -> None:
         if self.on_response is not None:

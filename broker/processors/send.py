@@ -19,6 +19,7 @@ from protocol.fields import FieldError, opt_int, opt_str, req_str
 from protocol.message import Message, MsgIdMaker, decode_properties
 from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, RemotingServer, error_response
+from storage.queues import topic_error
 from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
 
 log = structlog.get_logger(__name__)
@@ -97,6 +98,11 @@ class SendProcessor:
             return self._error(req, refused.code, refused.remark)
         tc = ctx.topics.get(topic)
         if tc is None:
+            # Known topics were checked when created; an unknown name is checked before it can
+            # name a topic config or a ConsumeQueue directory.
+            bad_name = topic_error(topic)
+            if bad_name is not None:
+                return self._error(req, ResponseCode.BAD_REQUEST, bad_name)
             if not ctx.cfg.auto_create_topic:
                 return self._error(
                     req, ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist"
