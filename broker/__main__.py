@@ -20,6 +20,7 @@ def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerCo
 
 async def serve(cfg: BrokerConfig) -> int:
     from broker.broker import Broker, StartRefused
+    from remoting.ports import PortUnavailable
 
     log = structlog.get_logger("broker")
     try:
@@ -29,6 +30,11 @@ async def serve(cfg: BrokerConfig) -> int:
         return 2
     try:
         await broker.start()
+    except PortUnavailable as exc:
+        # One line; not exit 2: the port may be free again when systemd restarts the broker.
+        click.echo(f"rmq-broker: cannot start: {exc}", err=True)
+        await broker.stop()
+        return 1
     except StartRefused as exc:
         # One line, no traceback, exit 2 like a config error: the operator must act.
         click.echo(f"rmq-broker: cannot start: {exc}", err=True)

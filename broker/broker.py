@@ -22,7 +22,10 @@ from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
+from remoting.ports import check_port_free
 from remoting.server import Connection, RemotingServer, ServerLimits
+from storage.data_dir_owner import DataDirOwner
+from storage.data_dir_owner import claim as claim_data_dir
 from storage.epoch_file import EpochFile, EpochFileError
 from storage.errors import StoreError
 
@@ -110,7 +113,16 @@ class Broker:
 
     async def start(self) -> None:
         cfg = self.cfg
+        # Every port first: a port in use must be found before anything is written.
+        self.port = self.server.bind(cfg.listen_host, cfg.listen_port)
+        if self.ha is not None:
+            check_port_free(cfg.listen_host, cfg.effective_ha_port, "HA")
+        check_port_free(cfg.listen_host, cfg.metrics_port, "metrics")
         check_data_dir(cfg.data_dir)
+        try:
+            claim_data_dir(cfg.data_dir, DataDirOwner(cfg.cluster, cfg.broker_name))
+        except StoreError as exc:  # another group's directory, or an unreadable owner file
+            raise StartRefused(str(exc)) from None
         if self.replicas is not None:
             try:
                 check_identity_files(cfg.data_dir)

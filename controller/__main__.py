@@ -21,10 +21,14 @@ def load_config(config_file: Path | None, overrides: dict[str, Any]) -> Controll
 
 async def serve(cfg: ControllerConfig) -> int:
     from controller.app import Controller
+    from remoting.ports import PortUnavailable
 
     log = structlog.get_logger("controller")
     try:
         controller = Controller(cfg)
+    except PortUnavailable as exc:  # found before the Raft storage was opened
+        click.echo(f"rmq-controller: cannot start: {exc}", err=True)
+        return 1
     except Exception as exc:  # unreadable or corrupt storage: an operator must look
         log.error("controller failed to open its storage", error=f"{type(exc).__name__}: {exc}")
         return 1

@@ -11,6 +11,7 @@ from controller.raft_driver import DriverConfig, RaftDriver
 from controller.service import ControllerService
 from controller.state_machine import MetadataStateMachine
 from daemon.metrics import serve_metrics
+from remoting.ports import check_port_free
 from remoting.server import RemotingServer, ServerLimits
 
 log = structlog.get_logger(__name__)
@@ -43,9 +44,6 @@ class Controller:
     def __init__(self, cfg: ControllerConfig) -> None:
         self.cfg = cfg
         self.metrics = ControllerMetrics()
-        self.state_machine = MetadataStateMachine()
-        self.driver = RaftDriver(driver_config(cfg), self.state_machine, observer=self.metrics)
-        self.metrics.bind(self.driver)
         self.server = RemotingServer(
             ServerLimits(
                 max_frame_bytes=cfg.max_frame_bytes,
@@ -53,11 +51,20 @@ class Controller:
             ),
             name="controller",
         )
+        # Ports before storage: a port in use must not leave a new Raft group written behind.
+        self.port = self.server.bind(cfg.host, cfg.port)
+        try:
+            check_port_free(cfg.host, cfg.metrics_port, "metrics")
+            self.state_machine = MetadataStateMachine()
+            self.driver = RaftDriver(driver_config(cfg), self.state_machine, observer=self.metrics)
+        except BaseException:
+            self.server.unbind()
+            raise
+        self.metrics.bind(self.driver)
         self.metrics.bind_server(self.server)
         self.server.register(ControllerCode.RAFT_MESSAGE, self.driver.handle_raft_frame)
         self.service = ControllerService(cfg, self.driver, self.state_machine, self.metrics)
         self.service.register(self.server)
-        self.port = 0
         self.metrics_port: int | None = None
 
     async def start(self) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -51,6 +52,7 @@ from protocol.remoting import (
     encode_frame,
     response,
 )
+from remoting.ports import bind_listener
 
 log = structlog.get_logger(__name__)
 
@@ -270,6 +272,7 @@ class RemotingServer:
         self.handlers: dict[int, Handler] = {}
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
+        self._sock: socket.socket | None = None
         self.on_open: list[Callable[[Connection], None]] = []
         self.on_close: list[Callable[[Connection], None]] = []
         self.on_response: Callable[[Connection, Frame], None] | None = None
@@ -283,16 +286,34 @@ class RemotingServer:
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[int(code)] = handler
 
+    def bind(self, host: str, port: int) -> int:
+        """Take the port now, without serving yet (connections wait in the kernel's backlog
+        until :meth:`start`); returns the bound port. Raises :class:`PortUnavailable`."""
+        if self._sock is None:
+            self._sock = bind_listener(host, port, self.name)
+        return int(self._sock.getsockname()[1])
+
     async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port (useful with port 0)."""
+        """Listen (on the socket :meth:`bind` took, if any); returns the bound port (useful
+        with port 0)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self), host, port, reuse_address=True
-        )
-        sock = self._server.sockets[0]
-        return int(sock.getsockname()[1])
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            self._server = await loop.create_server(lambda: Connection(self), sock=sock)
+        else:
+            self._server = await loop.create_server(
+                lambda: Connection(self), host, port, reuse_address=True
+            )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def unbind(self) -> None:
+        """Release a port taken by :meth:`bind` and never served."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
 
     async def stop(self) -> None:
+        self.unbind()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
