@@ -129,9 +129,7 @@ def test_a_broker_whose_port_is_in_use_writes_nothing(
 
 
 @pytest.mark.parametrize("which", ["peer", "metrics"])
-def test_a_controller_whose_port_is_in_use_writes_no_raft_group(
-    tmp_path: Path, which: str
-) -> None:
+def test_a_controller_whose_port_is_in_use_writes_no_raft_group(tmp_path: Path, which: str) -> None:
     port, metrics_port = free_port(), free_port()
     data_dir = tmp_path / "controller-n0"
     argv = [
