@@ -95,6 +95,7 @@ class Broker:
                     listen_port=cfg.effective_ha_port,
                     max_time_slave_not_catchup_ms=cfg.ha_max_time_slave_not_catchup_ms,
                     heartbeat_interval_ms=cfg.ha_heartbeat_interval_ms,
+                    allow_truncate_below_confirm=cfg.ha_allow_truncate_below_confirm,
                 ),
                 propose_sync_state_set=self._propose_sync_state_set,
             )

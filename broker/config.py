@@ -108,6 +108,10 @@ class BrokerConfig:
     ha_heartbeat_interval_ms: int = field(
         500, "an idle slave gets an empty transfer this often", at_least(10)
     )
+    ha_allow_truncate_below_confirm: bool = field(
+        False,
+        "operator's decision: a slave may cut acknowledged messages (below its confirm offset) to follow its master; only for one restart after an unclean election",
+    )
     broker_heartbeat_interval_ms: int = field(
         500, "heartbeat period to the active controller", at_least(10)
     )

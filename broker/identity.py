@@ -12,6 +12,9 @@ Steps and the recovery rule for a crash between any two of them:
    code) -> write the final file, remove the temp; 2014 (the id went to another code) -> remove the
    temp and start over at 3;
 3. nothing -> GetNextBrokerId, write the temp file with a fresh random register code, then 2.
+
+A broker whose applied id the controllers forgot (:func:`reestablish_identity`) applies it again,
+or, when that id cannot be its own any more, removes the final file and starts over at 3.
 """
 
 from __future__ import annotations
@@ -123,6 +126,28 @@ async def establish_identity(
         log.info("broker id applied", broker_id=pending.broker_id)
         return pending
     raise IdentityError(f"could not obtain a broker id after {attempts} attempts")
+
+
+async def reestablish_identity(
+    data_dir: Path,
+    known: BrokerIdentity,
+    get_next_broker_id: GetNextBrokerId,
+    apply_broker_id: ApplyBrokerId,
+) -> BrokerIdentity:
+    """The controllers no longer know ``known`` (registration answered 2010: an operator cleaned
+    this broker's metadata, or the whole group's): apply the same (id, code) again; when the id
+    cannot be ours any more (2014: given to another broker, or not the next id to assign), drop
+    the identity file and obtain a new id as a new broker would. The data directory is kept."""
+    try:
+        await apply_broker_id(known.broker_id, known.register_code)
+    except BrokerIdConflictError:
+        log.warning("broker id no longer available; obtaining a new one", broker_id=known.broker_id)
+    else:
+        log.info("broker id applied again", broker_id=known.broker_id)
+        return known
+    # A crash after this removal is the fresh-broker case of the steps above.
+    _remove(data_dir / FINAL_NAME)
+    return await establish_identity(data_dir, get_next_broker_id, apply_broker_id)
 
 
 CONFLICT_CODE = ResponseCode.CONTROLLER_BROKER_ID_INVALID

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from broker.ha.slave_client import SlaveState
 from protocol.codes import ResponseCode, code_name
 from remoting.server import DROP_BAD_FRAME, DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer
 from storage.retention import disk_usage
@@ -202,6 +203,14 @@ class _StateCollector(Collector):
             names,
             base,
             float(ha.confirm_offset),
+        )
+        yield _single(
+            "rmq_broker_ha_replication_refused",
+            "On a slave: 1 while it refuses its master's history (nothing in common, or a cut "
+            "below its confirm offset) and replicates nothing",
+            names,
+            base,
+            1.0 if ha.slave_state is SlaveState.SUSPENDED else 0.0,
         )
         yield _single(
             "rmq_broker_ha_sync_state_set_size",

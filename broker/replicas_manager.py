@@ -1,13 +1,20 @@
 """ReplicasManager: the broker's side of controller mode.
 
 It obtains a persistent BrokerId, registers with the active controller, heart-beats, learns the
-group's metadata (by poll, and by NOTIFY_BROKER_ROLE_CHANGED pushes) and flips the broker between
-master and slave through the HAService. It also reports SyncStateSet changes (AlterSyncStateSet),
+group's metadata from the controllers (by poll; a NOTIFY_BROKER_ROLE_CHANGED push only makes it
+poll at once) and flips the broker between master and slave through the HAService. It also reports SyncStateSet changes (AlterSyncStateSet),
 registers topics for routes with every controller, fences a master that lost the controller,
 and keeps a slave's topic config and consumer offsets in step with its master.
 
 Rules worth knowing:
-- metadata with a master epoch older than one already seen is ignored (a stale poll or push);
+- a role change is believed only from the controllers' own answers (GET_REPLICA_INFO, REGISTER,
+  ELECT_MASTER, through the Bootstrap that follows the active controller). A push on the broker's
+  port proves nothing about its sender (any client can send 1008), so its content is never
+  applied: it is a hint to poll now, and a claim the controllers do not confirm is logged once;
+- metadata with a master epoch older than one already seen is ignored (a stale poll);
+- a broker whose identity the controllers no longer know (2010 when it registers, e.g. an
+  operator cleaned its metadata while it was down) applies its id again, or obtains a new one
+  when that id is gone, and registers: it never loops on 2010;
 - a broker takes writes only after ``HAService.become_master`` returned for the current epoch;
 - a master holds a lease: ``broker_heartbeat_timeout_ms`` from the moment it *sent* the last
   heartbeat the active controller answered (or from a role change it received). Every write
@@ -27,7 +34,13 @@ import structlog
 
 from broker.context import BrokerContext
 from broker.ha.service import HARole, HAService
-from broker.identity import BrokerIdConflictError, BrokerIdentity, establish_identity
+from broker.identity import (
+    BrokerIdConflictError,
+    BrokerIdentity,
+    IdentityError,
+    establish_identity,
+    reestablish_identity,
+)
 from client.bootstrap import Bootstrap
 from client.errors import BrokerError, ClientError
 from protocol.codes import RequestCode, ResponseCode
@@ -38,6 +51,8 @@ from remoting.errors import RemotingError
 log = structlog.get_logger(__name__)
 
 NO_MASTER = -1
+PUSH_POLL_MIN_INTERVAL_S = 0.1
+"""Pushes (NOTIFY_BROKER_ROLE_CHANGED) make the broker poll at once, at most this often."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +105,13 @@ class ReplicasManager:
         self._slave_of: tuple[str, int] | None = None
         self._routes_dirty = asyncio.Event()
         self._stopping = False
+        self._poll_now = asyncio.Event()
+        self._register_lock = asyncio.Lock()
+        self._claims: dict[tuple[int, str, int], str] = {}
+        """Role changes pushed since the last poll: (master id, address, epoch) -> sender."""
+        self._ignored_claims: set[tuple[int, str, int]] = set()
+        self.ignored_pushes = 0
+        """Pushed role changes the controllers did not confirm (forged or stale)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -156,21 +178,61 @@ class ReplicasManager:
             raise
 
     async def _register_and_apply(self) -> None:
+        async with self._register_lock:
+            resp = await self._register()
+        if resp is not None:
+            self._contact(monotonic())
+            await self.apply(GroupInfo.from_frame(resp))
+
+    async def _register(self) -> Frame | None:
+        """CONTROLLER_REGISTER_BROKER; on 2010 (the controllers do not know this broker id any
+        more) the identity is established again first. None when it did not succeed."""
+        for attempt in range(2):
+            try:
+                return await self.controllers.call(
+                    RequestCode.CONTROLLER_REGISTER_BROKER,
+                    {
+                        "clusterName": self.cfg.cluster,
+                        "brokerName": self.cfg.broker_name,
+                        "brokerId": self.broker_id,
+                        "brokerAddress": self.cfg.listen,
+                    },
+                )
+            except BrokerError as exc:
+                if exc.code != ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED or attempt:
+                    log.warning("register with controller failed", error=str(exc))
+                    return None
+            except (ClientError, RemotingError) as exc:
+                log.warning("register with controller failed", error=str(exc))
+                return None
+            if not await self._reestablish_identity():
+                return None
+        return None
+
+    async def _reestablish_identity(self) -> bool:
+        """Apply this broker's id again (or obtain a new one); False when that failed now."""
+        old = self.identity
+        if old is None:
+            return False
+        log.warning(
+            "the controllers no longer know this broker id; applying for it again",
+            broker_id=old.broker_id,
+        )
         try:
-            resp = await self.controllers.call(
-                RequestCode.CONTROLLER_REGISTER_BROKER,
-                {
-                    "clusterName": self.cfg.cluster,
-                    "brokerName": self.cfg.broker_name,
-                    "brokerId": self.broker_id,
-                    "brokerAddress": self.cfg.listen,
-                },
+            identity = await reestablish_identity(
+                self.cfg.data_dir, old, self._get_next_broker_id, self._apply_broker_id
             )
-        except (ClientError, RemotingError) as exc:
-            log.warning("register with controller failed", error=str(exc))
-            return
-        self._contact(monotonic())
-        await self.apply(GroupInfo.from_frame(resp))
+        except (ClientError, RemotingError, IdentityError) as exc:
+            log.warning("could not apply for a broker id again", error=str(exc))
+            return False
+        self.identity = identity
+        self.ctx.role.broker_id = identity.broker_id
+        # The controllers' epochs for this group may have started again (a cleaned group):
+        # what this broker saw of the old metadata says nothing about the new.
+        self._seen_epoch = 0
+        self._slave_of = None
+        self._routes_dirty.set()
+        return True
 
     async def alter_sync_state_set(self, members: frozenset[int]) -> int:
         """The HAService's proposer: AlterSyncStateSet; returns the new syncStateSetEpoch."""
@@ -246,28 +308,74 @@ class ReplicasManager:
     async def _poll_loop(self) -> None:
         interval = self.cfg.replica_info_poll_interval_ms / 1000
         while True:
-            await asyncio.sleep(interval)
             try:
-                resp = await self.controllers.call(
-                    RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.cfg.broker_name}
+                await asyncio.wait_for(self._poll_now.wait(), interval)
+            except TimeoutError:
+                pass
+            self._poll_now.clear()
+            try:
+                await self._poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep polling, loudly: the controllers' view must come
+                log.error(
+                    "applying the controllers' metadata failed",
+                    error=f"{type(exc).__name__}: {exc}",
                 )
-            except BrokerError as exc:
-                if exc.code in (
-                    ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
-                    ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
-                ):
-                    await self._register_and_apply()
+            # However many pushes arrive, the controllers are asked at most this often.
+            await asyncio.sleep(PUSH_POLL_MIN_INTERVAL_S)
+
+    async def _poll_once(self) -> None:
+        claims, self._claims = self._claims, {}
+        try:
+            resp = await self.controllers.call(
+                RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.cfg.broker_name}
+            )
+        except BrokerError as exc:
+            if exc.code in (
+                ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            ):
+                await self._register_and_apply()
+            return
+        except (ClientError, RemotingError):
+            return
+        info = GroupInfo.from_frame(resp)
+        self._check_claims(claims, info)
+        known = self._known_replicas(resp)
+        if known is not None and self.broker_id not in known:
+            await self._register_and_apply()  # the controller lost us (e.g. cleaned)
+            return
+        await self.apply(info)
+        if info.master_broker_id == NO_MASTER:
+            await self._request_election()
+
+    def _check_claims(self, claims: dict[tuple[int, str, int], str], info: GroupInfo) -> None:
+        """Log (once per claim) the pushed role changes the controllers' answer contradicts."""
+        for claim, sender in claims.items():
+            master_id, address, epoch = claim
+            if epoch < info.master_epoch or (
+                epoch == info.master_epoch
+                and master_id == info.master_broker_id
+                and address == info.master_address
+            ):
+                continue  # confirmed, or a push the controllers have moved past
+            self.ignored_pushes += 1
+            if claim in self._ignored_claims:
                 continue
-            except (ClientError, RemotingError):
-                continue
-            info = GroupInfo.from_frame(resp)
-            known = self._known_replicas(resp)
-            if known is not None and self.broker_id not in known:
-                await self._register_and_apply()  # the controller lost us (e.g. cleaned)
-                continue
-            await self.apply(info)
-            if info.master_broker_id == NO_MASTER:
-                await self._request_election()
+            if len(self._ignored_claims) >= 1024:
+                self._ignored_claims.clear()
+            self._ignored_claims.add(claim)
+            log.warning(
+                "ignored a role change the controllers do not confirm",
+                sender=sender,
+                claimed_master=address,
+                claimed_master_id=master_id,
+                claimed_epoch=epoch,
+                master=info.master_address,
+                master_id=info.master_broker_id,
+                master_epoch=info.master_epoch,
+            )
 
     @staticmethod
     def _known_replicas(resp: Frame) -> set[int] | None:
@@ -343,12 +451,18 @@ class ReplicasManager:
                         self.ctx.offsets.commit(group, topic, int(queue_id), int(offset))
 
     # -- role changes --------------------------------------------------------------------------
-    def on_role_notification(self, frame: Frame) -> None:
-        """NOTIFY_BROKER_ROLE_CHANGED from the active controller."""
-        info = GroupInfo.from_frame(frame)
-        task = asyncio.create_task(self.apply(info))
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+    def on_role_notification(self, frame: Frame, sender: str = "?") -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED: a hint that the group's metadata changed, from whoever
+        connected (the active controller, or anyone): poll the controllers now, apply only what
+        they answer. The claim is kept to be checked against that answer."""
+        try:
+            info = GroupInfo.from_frame(frame)
+        except Exception:  # a malformed hint is still only a hint
+            info = None
+        if info is not None and len(self._claims) < 64:
+            claim = (info.master_broker_id, info.master_address, info.master_epoch)
+            self._claims.setdefault(claim, sender)
+        self._poll_now.set()
 
     async def apply(self, info: GroupInfo) -> None:
         if self.identity is None or self._stopping:

@@ -52,6 +52,11 @@ class HAConfig:
     """Never join the SyncStateSet (isAsyncLearner)."""
     sync_from_last_file: bool = False
     """An empty slave starts at the master's last CommitLog file (isSyncFromLastFile)."""
+    allow_truncate_below_confirm: bool = False
+    """``ha_allow_truncate_below_confirm``: the operator lets a handshake cut this slave's log
+    below its confirm offset (acknowledged messages), e.g. after an unclean election."""
+    suspended_retry_ms: int = 10_000
+    """A slave that refused to replicate (SUSPENDED) tries the handshake again this often."""
 
     def validate(self) -> None:
         positive = {
@@ -65,6 +70,7 @@ class HAConfig:
             "propose_timeout_ms": self.propose_timeout_ms,
             "reconnect_min_ms": self.reconnect_min_ms,
             "connect_timeout_ms": self.connect_timeout_ms,
+            "suspended_retry_ms": self.suspended_retry_ms,
             "read_buffer_bytes": self.read_buffer_bytes,
             "max_body_bytes": self.max_body_bytes,
         }

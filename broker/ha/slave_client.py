@@ -13,14 +13,16 @@ AppendBytes         ``store.append_raw`` (validates every record, dispatches the
 UpdateConfirmOffset ``store.confirm_offset`` (already ``min(master's confirm, local max offset)``)
 SendBytes           an ack; acks are cumulative, so only the last one of the chunks read together
                     is written, after every action before it
-ReplicationRefused  one error line; the client stays SUSPENDED until :meth:`SlaveClient.retry`
+ReplicationRefused  one error line; the client stays SUSPENDED (never truncating) and tries again
+                    after ``suspended_retry_ms`` or at :meth:`SlaveClient.retry`
 Reconnect           close, back off, connect again with a new SlaveConnection
 ==================  ===============================================================================
 
-Before acting on the master's handshake reply the client checks that the master's epoch is not
-older than the epoch the controller named (``master_epoch``): a broker that is not master yet
-(or no longer) must never make this slave truncate. Such a reply, a refused connection, a lost
-one, silence for ``connection_idle_timeout_ms`` (the master heartbeats every 500 ms) and errors
+The connection's decision (:func:`~broker.ha.truncation.decide_truncation`) is given the epoch
+the controllers named the master for (``master_epoch``) and the store's confirm offset (persisted
+in its checkpoint): a peer that is not master of exactly that epoch never makes this slave
+truncate, and no master makes it cut below the confirm offset unless the operator set
+``allow_truncate_below_confirm``. A reply at another epoch, a refused connection, a lost one, silence for ``connection_idle_timeout_ms`` (the master heartbeats every 500 ms) and errors
 from the store all lead to a reconnect after a back-off of ``reconnect_min_ms`` doubling up to
 ``reconnect_max_ms`` (:func:`reconnect_delay_ms`); the back-off restarts after a handshake
 succeeds.
@@ -68,7 +70,7 @@ from broker.ha.actions import (
 )
 from broker.ha.config import HAConfig
 from broker.ha.slave_conn import SlaveConnection
-from broker.ha.truncation import TruncationDecision
+from broker.ha.truncation import EpochNotNamed, TruncationDecision
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
@@ -238,7 +240,8 @@ class SlaveClient:
         self._epochs = epoch_file
         self._cfg = config
         self.master_address = master_address
-        self.master_epoch = master_epoch
+        self._master_epoch = master_epoch
+        self._conn: SlaveConnection | None = None
         self._broker_id = broker_id
         self._address = address
         self._run_blocking = run_blocking
@@ -254,6 +257,9 @@ class SlaveClient:
         """The truncation decision of the last handshake."""
         self.master_confirm_offset: int | None = None
         self.handshakes = 0
+        self.refusals = 0
+        """Handshakes that ended SUSPENDED (no consistent point, or one below the confirm
+        offset)."""
         self.bytes_received = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -280,9 +286,27 @@ class SlaveClient:
         self.state = SlaveState.STOPPED
 
     def retry(self) -> None:
-        """Leave SUSPENDED (an operator cleaned the data, or another master was named)."""
+        """Leave SUSPENDED now (an operator cleaned the data, or another master was named);
+        otherwise a suspended client tries again every ``suspended_retry_ms``."""
         if self.state is SlaveState.SUSPENDED:
-            self.suspended_reason = None
+            self._wakeup.set()
+
+    @property
+    def master_epoch(self) -> int:
+        """The epoch the controllers named this master for: the master must answer at exactly
+        this epoch and stream nothing newer (:func:`~broker.ha.truncation.decide_truncation`)."""
+        return self._master_epoch
+
+    @master_epoch.setter
+    def master_epoch(self, epoch: int) -> None:
+        """The controllers named the same master again at ``epoch``: a handshake that was left
+        for answering at that epoch is retried at once."""
+        if epoch == self._master_epoch:
+            return
+        self._master_epoch = epoch
+        if self._conn is not None:
+            self._conn.named_epoch = epoch
+        if self.state is SlaveState.BACKOFF:
             self._wakeup.set()
 
     @property
@@ -297,9 +321,12 @@ class SlaveClient:
         while not self._stopping:
             if self.state is SlaveState.SUSPENDED:
                 self._wakeup.clear()
-                await self._wakeup.wait()
-                if self.suspended_reason is not None:
-                    continue
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), self._cfg.suspended_retry_ms / 1000)
+                except TimeoutError:
+                    pass  # try again: the master may have become another (e.g. the real one)
+                if self._stopping:
+                    break
                 failures = 0
             self.state = SlaveState.CONNECTING
             try:
@@ -315,12 +342,16 @@ class SlaveClient:
             self.last_error = outcome.reason
             if outcome.suspend:
                 self.state = SlaveState.SUSPENDED
+                if outcome.reason != self.suspended_reason:  # one line, not one per retry
+                    log.error(
+                        f"replication from {self.master_address} suspended: {outcome.reason}",
+                        master=self.master_address,
+                        retry_ms=self._cfg.suspended_retry_ms,
+                    )
                 self.suspended_reason = outcome.reason
-                log.error(
-                    f"replication from {self.master_address} suspended: {outcome.reason}",
-                    master=self.master_address,
-                )
+                self.refusals += 1
                 continue
+            self.suspended_reason = None
             failures += 1
             delay = reconnect_delay_ms(
                 failures, min_ms=self._cfg.reconnect_min_ms, max_ms=self._cfg.reconnect_max_ms
@@ -362,15 +393,21 @@ class SlaveClient:
     async def _replicate(self, transport: asyncio.Transport, link: _MasterLink) -> _Outcome:
         cfg = self._cfg
         store = self._store
-        conn = SlaveConnection(
+        conn = self._conn = SlaveConnection(
             broker_id=self._broker_id,
             address=self._address,
             sync_from_last_file=cfg.sync_from_last_file,
             async_learner=cfg.async_learner,
             max_body_bytes=cfg.max_body_bytes,
+            named_epoch=self._master_epoch,
+            allow_below_confirm=cfg.allow_truncate_below_confirm,
         )
         transport.write(
-            conn.start(epoch_entries=self._epochs.entries(), max_offset=store.max_offset)
+            conn.start(
+                epoch_entries=self._epochs.entries(),
+                max_offset=store.max_offset,
+                confirm_offset=store.confirm_offset,
+            )
         )
         self.state = SlaveState.HANDSHAKE
         idle_s = cfg.connection_idle_timeout_ms / 1000
@@ -394,15 +431,9 @@ class SlaveClient:
                     actions = conn.receive_data(item)
                     if not checked and conn.master_handshake is not None:
                         checked = True
-                        reply = conn.master_handshake
-                        if reply.master_epoch < self.master_epoch:
-                            return _Outcome(
-                                False,
-                                f"the master answers at epoch {reply.master_epoch}, older than "
-                                f"epoch {self.master_epoch} it was named master for",
-                            )
-                        self.handshakes += 1
                         self.decision = conn.decision
+                        if not isinstance(conn.decision, EpochNotNamed):
+                            self.handshakes += 1
                 i = 0
                 while True:
                     i, sent = self._apply(actions, i)

@@ -3,7 +3,9 @@
 States (:class:`~protocol.ha.HAConnectionState`) and what moves them, see ``TRANSITIONS``::
 
     READY --start()--> HANDSHAKE --master's reply--> TRANSFER --transfers--> TRANSFER
-                                  \\--no consistent point--> SUSPEND
+                                  \\--no consistent point, or one below
+                                     the confirm offset--> SUSPEND
+                                  \\--master not at the named epoch--> SHUTDOWN (Reconnect)
     any --close() / protocol error--> SHUTDOWN
 
 One object serves one TCP connection; after :class:`~broker.ha.actions.Reconnect` the driver
@@ -20,9 +22,11 @@ makes a new one (after a back-off) from the log as it then is. The driver's whol
         ReplicationRefused    log it loudly, close, wait for an operator
         Reconnect         log it, close, reconnect with back-off
 
-On the master's handshake reply the slave computes the consistent point
-(:func:`~broker.ha.truncation.find_consistent_point`) and emits ``TruncateLog`` then the ack of
-that point. An empty slave acks 0 and accepts whatever offset the master starts at (its min
+On the master's handshake reply the slave decides (:func:`~broker.ha.truncation.
+decide_truncation`): a master not at the epoch the controllers named is left (``Reconnect``,
+nothing cut); a consistent point below the slave's confirm offset is refused like a history
+with nothing in common (``ReplicationRefused``); otherwise it emits ``TruncateLog`` then the ack
+of that point. A transfer of an epoch newer than the named one also means ``Reconnect``. An empty slave acks 0 and accepts whatever offset the master starts at (its min
 offset, or the start of its last file with isSyncFromLastFile). Afterwards every transfer must
 start exactly at the local max offset; a transfer of a new epoch must start that epoch at the
 local max offset (the bytes before it are the older epochs'), and an epoch older than the local
@@ -48,10 +52,12 @@ from broker.ha.actions import (
     UpdateConfirmOffset,
 )
 from broker.ha.truncation import (
+    BelowConfirmOffset,
     ConsistentPoint,
+    EpochNotNamed,
     NoCommonEntry,
     TruncationDecision,
-    find_consistent_point,
+    decide_truncation,
 )
 from protocol.ha import (
     DEFAULT_MAX_BODY_BYTES,
@@ -91,9 +97,11 @@ class SlaveConnection:
     """One connection to the master, seen from the slave."""
 
     __slots__ = (
+        "_allow_below_confirm",
         "_confirm",
         "_decoder",
         "_entries",
+        "_floor",
         "_fresh",
         "_handshake",
         "_master",
@@ -101,6 +109,7 @@ class SlaveConnection:
         "_state",
         "close_reason",
         "decision",
+        "named_epoch",
     )
 
     def __init__(
@@ -111,7 +120,15 @@ class SlaveConnection:
         sync_from_last_file: bool = False,
         async_learner: bool = False,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        named_epoch: int | None = None,
+        allow_below_confirm: bool = False,
     ) -> None:
+        """``named_epoch``: the epoch the controllers named the master for (None: unchecked);
+        the driver raises it when the controllers name the same master again at a newer epoch.
+        ``allow_below_confirm``: the operator lets the handshake cut below the confirm offset."""
+        self.named_epoch = named_epoch
+        self._allow_below_confirm = allow_below_confirm
+        self._floor = 0
         self._handshake = SlaveHandshake(
             broker_id=broker_id,
             address=address,
@@ -167,15 +184,19 @@ class SlaveConnection:
 
     # ---------------------------------------------------------------- input
 
-    def start(self, *, epoch_entries: Sequence[EpochEntry], max_offset: int) -> bytes:
-        """Begin with the local log as it is now; returns the handshake to send."""
+    def start(
+        self, *, epoch_entries: Sequence[EpochEntry], max_offset: int, confirm_offset: int = 0
+    ) -> bytes:
+        """Begin with the local log as it is now (``confirm_offset``: its persisted confirm
+        offset, the floor of any truncation); returns the handshake to send."""
         if self._state is not S.READY:
             raise RuntimeError(f"start() in state {self._state.name}")
         entries = list(epoch_entries)
         check_epoch_entries(entries)
-        if max_offset < 0:
-            raise ValueError("max_offset must be >= 0")
+        if max_offset < 0 or confirm_offset < 0:
+            raise ValueError("max_offset and confirm_offset must be >= 0")
         self._move("start")
+        self._floor = confirm_offset
         self._entries = entries
         self._max = max_offset
         return encode_slave_handshake(self._handshake)
@@ -193,7 +214,7 @@ class SlaveConnection:
             for msg in msgs:
                 if isinstance(msg, MasterHandshake):
                     if not self._on_handshake(msg, actions):
-                        return actions  # refused: SUSPEND, the rest is ignored
+                        return actions  # refused (SUSPEND) or reconnecting: the rest is ignored
                 else:
                     self._on_transfer(msg, actions)
                     transfers += 1
@@ -209,16 +230,25 @@ class SlaveConnection:
         return actions
 
     def _on_handshake(self, msg: MasterHandshake, actions: list[SlaveAction]) -> bool:
-        """Truncate to the consistent point and ack it; False when refusing to replicate."""
+        """Truncate to the consistent point and ack it; False when refusing to replicate (or
+        reconnecting: the master is not at the epoch the controllers named)."""
         self._master = msg
-        decision = find_consistent_point(
+        decision = decide_truncation(
             local_entries=self._entries,
             local_max_offset=self._max,
+            local_confirm_offset=self._floor,
             master_entries=msg.epoch_entries,
             master_max_offset=msg.master_max_offset,
+            master_epoch=msg.master_epoch,
+            named_epoch=self.named_epoch,
+            allow_below_confirm=self._allow_below_confirm,
         )
         self.decision = decision
-        if isinstance(decision, NoCommonEntry):
+        if isinstance(decision, EpochNotNamed):
+            self.close(decision.reason)
+            actions.append(Reconnect(reason=decision.reason))
+            return False
+        if isinstance(decision, NoCommonEntry | BelowConfirmOffset):
             self._move("refuse")
             self.close_reason = decision.reason
             actions.append(ReplicationRefused(reason=decision.reason))
@@ -242,6 +272,11 @@ class SlaveConnection:
         elif msg.offset != self._max:
             raise ProtocolError(
                 f"transfer at offset {msg.offset} but the local max offset is {self._max}"
+            )
+        if self.named_epoch is not None and msg.epoch > self.named_epoch:
+            raise ProtocolError(
+                f"transfer of epoch {msg.epoch}, newer than epoch {self.named_epoch} the "
+                "controllers named the master for"
             )
         last = self._entries[-1] if self._entries else None
         if last is None or msg.epoch > last.epoch:

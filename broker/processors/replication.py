@@ -1,4 +1,5 @@
-"""Controller mode requests a broker answers: role-change pushes and its epoch cache."""
+"""Controller mode requests a broker answers: role-change pushes (a hint to poll the
+controllers, never applied as such) and its epoch cache."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class ReplicationProcessor:
             return error_response(
                 req, ResponseCode.BAD_REQUEST, "this broker runs without controllers"
             )
-        self.replicas.on_role_notification(req)
+        # Anyone who can connect can send this: it only makes the broker ask the controllers.
+        self.replicas.on_role_notification(req, conn.peer)
         return response(req, ResponseCode.SUCCESS)
 
     def epoch_cache(self, conn: Connection, req: Frame) -> Frame:

@@ -28,6 +28,7 @@ class StandInHA:
     """What the metrics read from a master's HAService."""
 
     confirm_offset = 4096
+    slave_state = None  # a master
 
     def slave_acks(self) -> dict[int, int]:
         return {2: 1024, 3: 4096}
@@ -111,6 +112,7 @@ async def test_master_fenced_flag_and_replication_figures(broker: Broker) -> Non
     }
     assert got["rmq_broker_ha_confirm_offset_bytes"] == {labels(**IDENTITY): 4096.0}
     assert got["rmq_broker_ha_sync_state_set_size"] == {labels(**IDENTITY): 2.0}
+    assert got["rmq_broker_ha_replication_refused"] == {labels(**IDENTITY): 0.0}
     assert got["rmq_broker_commitlog_max_offset_bytes"] == {labels(**IDENTITY): float(end)}
 
 

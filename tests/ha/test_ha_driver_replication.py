@@ -276,11 +276,13 @@ async def becoming_master_again_of_the_same_epoch_changes_nothing(nodes: list[No
     assert a.ha.in_sync_members() == {1, 2}
     client = b.ha.slave_client
     assert client is not None and client.handshakes == 1  # the stream was not interrupted
-    # A new epoch for the same master restarts the streams with the new history.
+    # A new epoch for the same master restarts the streams with the new history, once the
+    # slave is told of that epoch too (the controllers' push; until then it does not follow).
     a.put(5)
     start = a.store.max_offset
     await a.ha.become_master(3, {1}, 1, 1)
     a.put(5)
+    await b.slave_of(a, 3)
     await wait_until(lambda: in_step(a, b), "replicated in epoch 3")
     assert a.epochs.entries() == (
         EpochEntry(epoch=1, start_offset=0),
