@@ -185,6 +185,14 @@ class _StateCollector(Collector):
                 base,
                 float(usage.total_bytes),
             )
+        corrupt = CounterMetricFamily(
+            "rmq_broker_corrupt_data",
+            "Corrupt data found in the store, by kind (see docs/metrics.md)",
+            labels=[*names, "kind"],
+        )
+        for kind, count in ctx.store.corruption.items():
+            corrupt.add_metric([*base, kind], float(count))
+        yield corrupt
         ha = ctx.ha
         if ha is None:
             return

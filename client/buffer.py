@@ -52,7 +52,17 @@ class MessageBuffer(Generic[K, M]):
         if not self._batches and not self.closed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._data.wait(), timeout)
+            if not self._batches and not self.closed:
+                self._data.clear()  # woken without data (:meth:`wake`)
         return bool(self._batches)
+
+    def holds(self, key: K) -> bool:
+        """Whether a batch of ``key`` is buffered."""
+        return any(k is key for k, _ in self._batches)
+
+    def wake(self) -> None:
+        """End a :meth:`wait` now, with or without data (the consumer has an error to raise)."""
+        self._data.set()
 
     def take(self, max_messages: int, keep: Callable[[K], bool]) -> list[tuple[K, list[M]]]:
         """Remove and return whole batches, up to ``max_messages`` messages (at least one batch,

@@ -93,7 +93,10 @@ class Consumer:
             max_bytes=pull_max_bytes,
             suspend_ms=suspend_ms,
             request_timeout=request_timeout,
+            on_failure=self._queue_failed,
         )
+        # Queues whose pulling stopped for good, their failures not raised yet (receive raises).
+        self._failures: list[QueueState] = []
         #: the queues this member owns now
         self.owned: dict[MessageQueue, QueueState] = {}
         #: the group's members as last read from a broker
@@ -185,6 +188,7 @@ class Consumer:
             raise ClosedError("consumer is not started")
         self._ack(self._handed)
         self._confirmed = self._handed
+        self._raise_failure()
         if self._handed < len(self._delivered):
             # The rest of a batch that iteration had not reached yet.
             rest = self._delivered[self._handed : self._handed + max_messages]
@@ -194,6 +198,7 @@ class Consumer:
         self._delivered = []
         self._handed = self._confirmed = 0
         if self._closed or not await self._buffer.wait(timeout):
+            self._raise_failure()
             return []
         batches = self._buffer.take(max_messages, _alive)
         if not batches:
@@ -222,6 +227,23 @@ class Consumer:
             if msgs:
                 self._handed = 1
                 return msgs[0]
+
+    def _queue_failed(self, state: QueueState) -> None:
+        self._failures.append(state)
+        self._buffer.wake()
+
+    def _raise_failure(self) -> None:
+        """Raise the failure of a queue whose pulling stopped (each once), after the messages
+        buffered before it were handed out: they are valid and come first."""
+        while self._failures:
+            state = self._failures[0]
+            if state.dropped or state.failure is None:
+                self._failures.pop(0)
+                continue
+            if self._buffer.holds(state):
+                return
+            self._failures.pop(0)
+            raise state.failure
 
     # internals: consumption bookkeeping ---------------------------------------------------------
     def _ack(self, count: int) -> None:

@@ -49,3 +49,29 @@ class SendError(ClientError):
 
 class ClosedError(ClientError):
     """The producer or consumer is closed (or was never started)."""
+
+
+class CorruptMessageError(BrokerError):
+    """A broker cannot read the message at a queue offset (MESSAGE_CORRUPT): it fails its CRC or
+    its bytes were lost. The consumer stops pulling that queue; an operator must act."""
+
+    def __init__(
+        self,
+        *,
+        broker_name: str,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        reason: str,
+        address: str = "",
+    ) -> None:
+        self.broker_name = broker_name
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.physical_offset = physical_offset
+        self.reason = reason
+        super().__init__(ResponseCode.MESSAGE_CORRUPT, reason, address)
+        where = f" at {address}" if address else ""
+        self.args = (f"broker {broker_name}{where}: {reason}",)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import structlog
 
 from client.brokers import MasterCaller, error_of, header_int
 from client.buffer import MessageBuffer
-from client.errors import ClientError
+from client.errors import ClientError, CorruptMessageError
 from client.message import ReceivedMessage
 from client.routes import MessageQueue, RouteCache
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import RecordError, iter_records
-from protocol.remoting import Scalar
+from protocol.remoting import Frame, Scalar
 from remoting.errors import RemotingError
 
 log = structlog.get_logger(__name__)
@@ -28,7 +29,16 @@ class QueueState:
     Offsets are queue offsets; ``None`` until the start offset is known.
     """
 
-    __slots__ = ("committed", "consumed", "dropped", "mq", "next_offset", "pulled", "task")
+    __slots__ = (
+        "committed",
+        "consumed",
+        "dropped",
+        "failure",
+        "mq",
+        "next_offset",
+        "pulled",
+        "task",
+    )
 
     def __init__(self, mq: MessageQueue) -> None:
         self.mq = mq
@@ -42,6 +52,8 @@ class QueueState:
         self.committed: int | None = None
         #: set when the queue is given away; the state is dead from then on
         self.dropped = False
+        #: set when pulling stopped for good (a message the broker cannot read)
+        self.failure: CorruptMessageError | None = None
         self.task: asyncio.Task[None] | None = None
 
     def ack(self, offset: int) -> None:
@@ -73,6 +85,7 @@ class Puller:
         suspend_ms: int,
         request_timeout: float,
         max_backoff: float = 3.0,
+        on_failure: Callable[[QueueState], None] | None = None,
     ) -> None:
         if start_from not in START_FROM:
             raise ValueError(f"start_from must be one of {START_FROM}, not {start_from!r}")
@@ -87,6 +100,7 @@ class Puller:
         self.suspend_ms = suspend_ms
         self.request_timeout = request_timeout
         self.max_backoff = max_backoff
+        self.on_failure = on_failure
 
     async def start_offset(self, mq: MessageQueue) -> int:
         """The group's committed offset, else the earliest retained (or latest) offset."""
@@ -162,6 +176,9 @@ class Puller:
                     continue
                 if code == ResponseCode.PULL_RETRY_IMMEDIATELY:
                     continue
+                if code == ResponseCode.MESSAGE_CORRUPT:
+                    self._corrupt(state, resp)
+                    return
                 failure = error_of(resp, self.caller.address(broker))
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
@@ -172,6 +189,30 @@ class Puller:
             await asyncio.sleep(backoff)
             with contextlib.suppress(ClientError):
                 await self.routes.refresh(self.topic)
+
+    def _corrupt(self, state: QueueState, resp: Frame) -> None:
+        """The broker cannot read the message at ``state.next_offset``: asking again gets the
+        same answer, so pulling this queue stops and the failure goes to the application."""
+        mq = state.mq
+        physical = resp.header.get("physicalOffset")
+        remark = resp.header.get("remark")
+        state.failure = CorruptMessageError(
+            broker_name=mq.broker_name,
+            topic=self.topic,
+            queue_id=mq.queue_id,
+            queue_offset=state.next_offset if state.next_offset is not None else -1,
+            physical_offset=physical if type(physical) is int else -1,
+            reason=remark
+            if isinstance(remark, str) and remark
+            else f"queue {self.topic}:{mq.queue_id}, offset {state.next_offset} cannot be read",
+            address=self.caller.address(mq.broker_name),
+        )
+        # Raised to the application by Consumer.receive; a warning for its logs (and rmqctl -v).
+        log.warning(
+            "pulling stopped", queue=f"{mq.broker_name}/{mq.queue_id}", error=str(state.failure)
+        )
+        if self.on_failure is not None:
+            self.on_failure(state)
 
     def _offset_moved(self, state: QueueState, nxt: int) -> None:
         log.warning(

@@ -86,6 +86,9 @@ class ResponseCode(IntEnum):
     QUEUE_NOT_EXIST = 5005
     # The SyncStateSet is smaller than min_in_sync_replicas: the master refuses writes.
     IN_SYNC_REPLICAS_NOT_ENOUGH = 5006
+    # A pull reached a record the broker cannot read (it fails its CRC, or its bytes were lost):
+    # header physicalOffset names its CommitLog offset. Not retriable at this offset.
+    MESSAGE_CORRUPT = 5007
 
 
 def code_name(code: int) -> str:

@@ -9,6 +9,7 @@ Bytes past the write position are always zero.
 from __future__ import annotations
 
 import bisect
+import os
 import struct
 from pathlib import Path
 from typing import Final
@@ -41,6 +42,8 @@ class CommitLog:
         self.max_timestamps: dict[int, int] = {}
         self._warmed_to = 0
         self._warm_ok = True
+        self.repaired: list[tuple[int, int]] = []
+        """(start, new size) of the segment files :meth:`load` had to grow back."""
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -48,9 +51,18 @@ class CommitLog:
         """Open the segment files. The write position is set by recovery."""
         self.directory.mkdir(parents=True, exist_ok=True)
         segments = [Segment.open(path, start) for start, path in list_segment_files(self.directory)]
+        self.repaired = []
         keep = 0
         for i in range(1, len(segments)):
-            if segments[i].start != segments[i - 1].end:
+            prev, seg = segments[i - 1], segments[i]
+            if seg.start != prev.end:
+                if prev.end < seg.start <= prev.start + max(self.segment_bytes, seg.size):
+                    # A segment file cut short (a truncated copy, a damaged disk): its records
+                    # are intact up to the cut. Grow it back with zeros rather than drop it;
+                    # recovery then validates every segment and reports what was lost.
+                    segments[i - 1] = prev = self._grow(prev, seg.start - prev.start)
+                    self.repaired.append((prev.start, seg.start - prev.start))
+                    continue
                 keep = i
         if keep:
             # Only deletions from the front (retention) can leave a gap: what is before it is
@@ -64,6 +76,21 @@ class CommitLog:
         self._set_segments(segments[keep:])
         self.max_timestamps.clear()
         self.write_pos = self.segments[-1].end if self.segments else 0
+
+    def _grow(self, seg: Segment, size: int) -> Segment:
+        lost = size - seg.size
+        log.error(
+            f"commitlog segment {seg.path.name} is {lost} bytes short of the next segment: "
+            f"the bytes from offset {seg.end} are lost; zero-filled to keep the log contiguous",
+            segment=seg.path.name,
+            offset=seg.end,
+            lost_bytes=lost,
+        )
+        seg.close()
+        os.truncate(seg.path, size)
+        grown = Segment.open(seg.path, seg.start)
+        self._tracker.mark(grown)
+        return grown
 
     def _set_segments(self, segments: list[Segment]) -> None:
         self.segments = segments

@@ -15,6 +15,7 @@ exactly what it is.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ _PHYSICAL_AT: Final = 28
 _STORE_TIMESTAMP_AT: Final = 44
 _TAIL_CACHE_LIMIT: Final = 4096
 _UNLIMITED: Final = 1 << 62
+_U32: Final = struct.Struct(">I")
+_MESSAGE_MAGIC_RAW: Final = _U32.pack(MESSAGE_MAGIC)
+_BLANK_MAGIC_RAW: Final = _U32.pack(BLANK_MAGIC)
 
 Buffer = bytes | bytearray | memoryview
 QueueKey = tuple[str, int]
@@ -96,12 +100,20 @@ class Replayer:
     so scans may run ahead of :meth:`apply` (``append_raw`` validates a whole batch before
     writing anything; recovery applies one chunk of records at a time)."""
 
-    __slots__ = ("_next", "_queues", "_tails")
+    __slots__ = ("_damage", "_next", "_queues", "_tails")
 
     def __init__(self, queues: ConsumeQueues) -> None:
         self._queues = queues
         self._next: dict[QueueKey, int] = {}
         self._tails: dict[bytes, tuple[str, int]] = {}
+        self._damage: tuple[int, int] | None = None
+
+    def skip_damage(self, offset: int, size: int) -> None:
+        """Records were lost in CommitLog bytes ``[offset, offset + size)`` (recovery quarantined
+        them): from now on a record may skip queue offsets, and each skipped offset gets an entry
+        pointing at the damage, so a reader of it gets an error naming the offset instead of the
+        queue silently closing over the loss."""
+        self._damage = (offset, size)
 
     def scan(
         self,
@@ -188,10 +200,12 @@ class Replayer:
                 if queue_offset != run_next or queue_id != run_queue_id or topic != run_topic:
                     if run_topic is not None:
                         nexts[(run_topic, run_queue_id)] = run_next
-                    self._check_queue(topic, queue_id, queue_offset, base + pos)
+                    first = self._check_queue(topic, queue_id, queue_offset, base + pos)
                     run = runs.get((topic, queue_id))
                     if run is None:
-                        run = runs[(topic, queue_id)] = QueueRun(queue_offset)
+                        run = runs[(topic, queue_id)] = QueueRun(first)
+                    if first < queue_offset:
+                        _fill(run, queue_offset - first, self._damage)
                     add_physical = run.physical_offsets.append
                     add_size = run.sizes.append
                     add_hash = run.tag_hashes.append
@@ -222,9 +236,10 @@ class Replayer:
         tails[tail] = described
         return described
 
-    def _check_queue(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> None:
+    def _check_queue(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> int:
         """Check that a record (CommitLog ``offset``) continues its queue and note the queue's
-        next offset; raises :class:`CorruptRecordError`."""
+        next offset; raises :class:`CorruptRecordError`. Returns the queue offset the entries
+        must start at: ``queue_offset``, or below it when offsets lost to damage are skipped."""
         key = (topic, queue_id)
         expected = self._next.get(key)
         exact = True
@@ -239,12 +254,16 @@ class Replayer:
                 # An empty queue accepts any offset at or past its max (a replica that starts
                 # mid-queue, a queue rebuilt from a log whose start was deleted).
                 expected, exact = queue.max_offset, not queue.is_empty
+        first = queue_offset
         if queue_offset != expected and (exact or queue_offset < expected):
-            raise CorruptRecordError(
-                offset,
-                f"queue offset {queue_offset} of {topic}:{queue_id} does not follow {expected}",
-            )
+            if self._damage is None or queue_offset < expected:
+                raise CorruptRecordError(
+                    offset,
+                    f"queue offset {queue_offset} of {topic}:{queue_id} does not follow {expected}",
+                )
+            first = expected
         self._next[key] = queue_offset + 1
+        return first
 
     def reserve(self, scan: Scan) -> None:
         """Allocate the ConsumeQueue segments the entries of ``scan`` need (may raise
@@ -260,6 +279,58 @@ class Replayer:
             queue = self._queues.get_or_create(topic, queue_id)
             queue.reserve(run.first, len(run.physical_offsets))
             queue.append(run.first, run.physical_offsets, run.sizes, run.tag_hashes)
+
+
+def _fill(run: QueueRun, count: int, damage: tuple[int, int] | None) -> None:
+    """``count`` entries pointing at the damaged range (queue offsets whose records it held)."""
+    assert damage is not None
+    physical, size = damage
+    run.physical_offsets.extend([physical] * count)
+    run.sizes.extend([size] * count)
+    run.tag_hashes.extend([0] * count)
+
+
+def next_record(buf: Buffer, base: int, pos: int, segment_end: int) -> int | None:
+    """The position (relative) of the first valid record or blank tail after ``pos`` in one
+    segment's ``buf``: where reading resumes past damaged bytes. None if there is none.
+
+    A record is recognised by its magic, its CRC and the CommitLog offset it carries, so bytes
+    of a damaged record are not mistaken for one."""
+    view = memoryview(buf).cast("B")
+    obj = view.obj
+    # Search the mapping (or bytes) itself: copying a whole segment to search it would cost more.
+    raw: bytes | bytearray | mmap.mmap = (
+        obj
+        if isinstance(obj, (bytes, bytearray, mmap.mmap)) and len(obj) == len(view)
+        else bytes(view[:segment_end])
+    )
+    blank_at: int | None = None
+    probe = pos + 1
+    while True:
+        found = raw.find(_BLANK_MAGIC_RAW, probe + 4, segment_end)
+        if found < 0:
+            break
+        at = found - 4
+        if _U32.unpack_from(view, at)[0] == segment_end - at:
+            blank_at = at
+            break
+        probe = at + 1
+    probe = pos + 1
+    while True:
+        found = raw.find(
+            _MESSAGE_MAGIC_RAW, probe + 4, segment_end if blank_at is None else blank_at
+        )
+        if found < 0:
+            return blank_at
+        at = found - 4
+        try:
+            check_record(view, at, segment_end)
+        except RecordError:
+            pass
+        else:
+            if _I64.unpack_from(view, at + _PHYSICAL_AT)[0] == base + at:
+                return at
+        probe = at + 1
 
 
 def _not_a_message(

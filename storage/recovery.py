@@ -1,36 +1,67 @@
 """Bringing the CommitLog and ConsumeQueues back into agreement when the store opens.
 
-After a clean stop (no abort marker, a checkpoint) only the last CommitLog segment is validated.
-After an unclean stop records are validated from the start of the segment holding the
-checkpoint's dispatched offset. Validation stops at the first invalid record (bad size, magic,
-CRC, physical offset, or a queue offset that does not continue its queue): the CommitLog is cut
-there, ConsumeQueue entries pointing at or past the cut are dropped, and entries past the
-dispatched offset are rebuilt by replaying records through the :class:`Replayer`.
+After a clean stop (no abort marker, a checkpoint) records are validated from the segment holding
+the checkpoint's dispatched offset (the last one). After an unclean stop, or when the CommitLog
+had to be repaired on load, every segment is validated: a sequential CRC scan, so its time is
+bounded by the log's size. Records past the dispatched offset are also replayed into their
+ConsumeQueues through the :class:`Replayer`.
+
+What the scan cannot read is told apart by what follows it:
+
+- nothing valid follows (only zeros or garbage up to the end of the written data): the end of
+  the log, a torn write. The CommitLog is cut there and ConsumeQueue entries at or past the cut
+  are dropped (as RocketMQ does). Bytes cut below the checkpoint's flushed offset were durable:
+  they are corruption, copied to the quarantine directory and reported before the cut.
+- valid records follow (later in the segment, or in a later segment): damage in the middle.
+  The damaged range is copied to ``<data_dir>/quarantine/`` and reported (:class:`Damage`), the
+  bytes stay where they are (a read of a record there gets an explicit error naming its offset)
+  and the scan resumes at the next valid record. Nothing after the damage is deleted.
+
 The caller makes the result durable before serving.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import structlog
 
 from protocol.message import peek_prefix
 from storage.checkpoint import Checkpoint
 from storage.commitlog import CommitLog
-from storage.dispatch import Replayer
+from storage.dispatch import Replayer, Scan, next_record
 from storage.queues import ConsumeQueues
-from storage.segment import Segment
+from storage.segment import Segment, segment_name
+from storage.small_file import fsync_dir
 
 _APPLY_CHUNK_BYTES = 4 << 20
+_COPY_CHUNK = 1 << 20
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Damage:
+    """CommitLog bytes that hold no readable record."""
+
+    offset: int
+    size: int
+    reason: str
+    copy: Path | None
+    """Where a copy of the bytes was put aside (None when they were all zero or missing)."""
+    cut: bool
+    """Recovery cut the log there (the end of the log); otherwise the bytes stay in place."""
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryResult:
     end: int
-    """The CommitLog write position: every record below it is valid and dispatched."""
+    """The CommitLog write position: every record below it is valid (or in ``damaged``) and
+    dispatched."""
     scanned_from: int
     """Records from here on were read from the page cache and must be fsynced."""
     truncated: bool
@@ -38,6 +69,140 @@ class RecoveryResult:
     """Records whose ConsumeQueue entries were rebuilt."""
     touched: list[Segment]
     """Segments recovery zeroed (to fsync)."""
+    damaged: list[Damage] = field(default_factory=list)
+    """Unreadable ranges found and quarantined (kept in place, or cut at the end)."""
+
+
+@dataclass(slots=True)
+class Walk:
+    """What :func:`walk` found: where valid data ends (None: at the last segment's end), why it
+    ended there (None: nothing invalid), and the damaged ranges it skipped."""
+
+    end: int | None = None
+    reason: str | None = None
+    damaged: list[Damage] = field(default_factory=list)
+
+
+def quarantine_dir(commitlog: CommitLog) -> Path:
+    return commitlog.directory.parent / "quarantine"
+
+
+def quarantine(
+    commitlog: CommitLog,
+    seg: Segment,
+    lo: int,
+    hi: int,
+    reason: str,
+    *,
+    cut: bool,
+    copy: bool = True,
+    trim: bool = True,
+) -> Damage:
+    """Copy segment bytes ``[lo, hi)`` (relative) aside under the quarantine directory (unless
+    they are all zero; with ``trim`` without the zeros that end them: a segment's unwritten
+    tail) and describe them; the CommitLog itself is not changed."""
+    view = seg.view
+    nonzero_end = lo
+    for a in range(lo, hi, _COPY_CHUNK):
+        b = min(a + _COPY_CHUNK, hi)
+        chunk = bytes(view[a:b])
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            nonzero_end = a + len(stripped)
+    target: Path | None = None
+    if nonzero_end > lo and not trim:
+        nonzero_end = hi
+    if nonzero_end > lo and copy:
+        directory = quarantine_dir(commitlog)
+        directory.mkdir(exist_ok=True)
+        target = directory / f"commitlog-{segment_name(seg.start + lo)}-{hi - lo}"
+        with target.open("wb") as f:
+            for a in range(lo, nonzero_end, _COPY_CHUNK):
+                f.write(view[a : min(a + _COPY_CHUNK, nonzero_end)])
+            f.flush()
+            os.fsync(f.fileno())  # durable before the caller cuts the log
+        fsync_dir(directory)
+    return Damage(seg.start + lo, hi - lo, reason, target, cut)
+
+
+def walk(
+    commitlog: CommitLog,
+    replayer: Replayer,
+    first: int,
+    *,
+    dispatch_from: int,
+    durable: int,
+    on_scan: Callable[[Segment, Scan], None],
+    copy: bool = True,
+) -> Walk:
+    """Validate (and from ``dispatch_from`` on, dispatch) every segment from index ``first``,
+    skipping damaged ranges as the module docstring says; ``durable`` is the offset below which
+    bytes were known durable. ``on_scan`` gets every chunk's scan (to apply or collect it).
+    Without ``copy`` nothing is written to the quarantine directory (a read-only walk)."""
+    segments = commitlog.segments
+    found = Walk()
+    for i in range(first, len(segments)):
+        seg = segments[i]
+        pos = 0
+        while True:
+            scan = replayer.scan(
+                seg.view,
+                base=seg.start,
+                start=pos,
+                limit=seg.size,
+                segment_end=seg.size,
+                zeros_end_data=True,
+                dispatch_from=dispatch_from - seg.start,
+                max_bytes=_APPLY_CHUNK_BYTES,
+            )
+            on_scan(seg, scan)
+            pos = scan.end
+            if scan.more:
+                continue
+            if scan.complete:
+                break
+            reason = scan.error.reason if scan.error is not None else "unwritten (zero) bytes"
+            torn = seg.start + pos >= durable
+            resume = None if torn else next_record(seg.view, seg.start, pos, seg.size)
+            later = [s for s in segments[i + 1 :] if any(bytes(s.view[:8]))]
+            if torn or (resume is None and not later):
+                # The end of the log: a torn write past the durable offset, or damage at the
+                # end of durable data. Whatever is cut is copied aside first.
+                found.end = seg.start + pos
+                hi = _data_end(seg, pos)
+                if hi > pos:
+                    found.damaged.append(
+                        quarantine(commitlog, seg, pos, hi, reason, cut=True, copy=copy)
+                    )
+                for s in later:
+                    what = f"after the cut at {found.end}"
+                    found.damaged.append(
+                        quarantine(commitlog, s, 0, _data_end(s, 0), what, cut=True, copy=copy)
+                    )
+                if scan.error is not None or hi > pos or later:
+                    found.reason = reason
+                return found
+            hi = seg.size if resume is None else resume
+            damage = quarantine(
+                commitlog, seg, pos, hi, reason, cut=False, copy=copy, trim=resume is None
+            )
+            found.damaged.append(damage)
+            replayer.skip_damage(damage.offset, damage.size)
+            if resume is None:
+                break
+            pos = resume
+    return found
+
+
+def _data_end(seg: Segment, pos: int) -> int:
+    """Where the last non-zero byte at or after ``pos`` ends (relative)."""
+    end = pos
+    for a in range(pos, seg.size, _COPY_CHUNK):
+        b = min(a + _COPY_CHUNK, seg.size)
+        stripped = bytes(seg.view[a:b]).rstrip(b"\0")
+        if stripped:
+            end = a + len(stripped)
+    return end
 
 
 def recover(
@@ -55,47 +220,46 @@ def recover(
     first, last = segments[0], segments[-1]
     trusted = first.start if checkpoint is None else checkpoint.dispatched_offset
     trusted = min(max(trusted, first.start), last.end)
+    durable = first.start if checkpoint is None else checkpoint.flushed_offset
     queues.load(trusted, scrub=not clean)
     if len(queues) == 0 and peek_prefix(first.view, 0) != (0, 0):
         log.info("no consume queues on disk: rebuilding them from the commitlog")
         trusted = first.start
 
-    start = commitlog.segment_index(trusted)
-    if start < 0 or (clean and trusted >= last.start):
-        start = len(segments) - 1
+    if clean:
+        start = commitlog.segment_index(trusted)
+        if start < 0 or trusted >= last.start:
+            start = len(segments) - 1
+    else:
+        start = 0  # after an unclean stop every segment is checked
     scanned_from = segments[start].start
     replayer = Replayer(queues)
-    end: int | None = None
-    reason: str | None = None
     replayed = 0
+    began = time.monotonic()
+
+    def apply(seg: Segment, scan: Scan) -> None:
+        nonlocal replayed
+        replayer.apply(scan)
+        replayed += scan.dispatched
+        newest = commitlog.max_timestamps.get(seg.start, 0)
+        commitlog.max_timestamps[seg.start] = max(newest, scan.newest)
+
     for seg in segments[start:]:
-        newest = pos = 0
-        while True:
-            scan = replayer.scan(
-                seg.view,
-                base=seg.start,
-                start=pos,
-                limit=seg.size,
-                segment_end=seg.size,
-                zeros_end_data=True,
-                dispatch_from=trusted - seg.start,
-                max_bytes=_APPLY_CHUNK_BYTES,
-            )
-            replayer.apply(scan)
-            replayed += scan.dispatched
-            newest = max(newest, scan.newest)
-            pos = scan.end
-            if not scan.more:
-                break
-        commitlog.max_timestamps[seg.start] = newest
-        if scan.error is not None:
-            end, reason = scan.error.offset, scan.error.reason
-        elif not scan.complete:
-            end = seg.start + scan.end
-        if end is not None:
-            break
-    if end is None:
-        end = last.end
+        commitlog.max_timestamps[seg.start] = 0
+    found = walk(commitlog, replayer, start, dispatch_from=trusted, durable=durable, on_scan=apply)
+    end = last.end if found.end is None else found.end
+    reason = found.reason
+    for damage in found.damaged:
+        where = f"copied to {damage.copy}" if damage.copy is not None else "all zero"
+        what = "cut from the log" if damage.cut else "kept in place, reads of it fail"
+        log.error(
+            f"commitlog damaged: {damage.size} bytes at offset {damage.offset} unreadable "
+            f"({damage.reason}): {what}; {where}",
+            offset=damage.offset,
+            size=damage.size,
+            reason=damage.reason,
+            cut=damage.cut,
+        )
 
     # After a clean stop with a checkpoint at the end found, bytes past it are zero by
     # construction; otherwise anything may lie past the cut.
@@ -114,7 +278,10 @@ def recover(
         clean=clean,
         end=end,
         scanned_from=scanned_from,
+        scanned_bytes=end - scanned_from,
+        seconds=round(time.monotonic() - began, 3),
         replayed=replayed,
         queues=len(queues),
+        damaged=len(found.damaged),
     )
-    return RecoveryResult(end, scanned_from, reason is not None, replayed, touched)
+    return RecoveryResult(end, scanned_from, reason is not None, replayed, touched, found.damaged)

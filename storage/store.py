@@ -23,6 +23,7 @@ import os
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ import structlog
 
 from protocol.message import (
     BLANK_MAGIC,
+    DISPATCH_HEAD,
     HEAD_SIZE,
     MAX_PROPERTIES_BYTES,
     MESSAGE_MAGIC,
@@ -46,11 +48,11 @@ from protocol.message import (
 from storage import retention
 from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from storage.commitlog import CommitLog
-from storage.consumequeue import ENTRY
-from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
+from storage.consumequeue import ENTRY, ConsumeQueue
+from storage.dispatch import BLANK_MIN, Replayer, Scan, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
-from storage.recovery import recover
+from storage.recovery import Damage, recover, walk
 from storage.segment import Segment
 from storage.small_file import fsync_dir
 from storage.tracker import FileTracker
@@ -67,7 +69,19 @@ __all__ = [
 ]
 
 _U32: Final = struct.Struct(">I")
+_U16: Final = struct.Struct(">H")
 _CACHE_LIMIT: Final = 4096
+CORRUPTION_KINDS: Final = (
+    "read",
+    "recovery_quarantined",
+    "recovery_cut",
+    "segment_short",
+    "consumequeue_rebuilt",
+)
+"""read: a record a read found failing its CRC (once per offset); recovery_quarantined: a
+damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the end of the log
+(copied aside); segment_short: a segment file shorter than the next segment's start;
+consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record."""
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
@@ -114,8 +128,9 @@ class GetStatus(enum.Enum):
     """Past the queue's max offset; ``next_offset`` is the max."""
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
     """The queue never held a message."""
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    """The entry at the offset points at no valid record; ``next_offset`` skips it."""
+    CORRUPT = "CORRUPT"
+    """The record at the offset cannot be read (it fails its CRC, or its bytes were lost):
+    ``corrupt_offset`` names its CommitLog offset; ``next_offset`` is the offset asked for."""
 
 
 @dataclass(slots=True)
@@ -140,6 +155,10 @@ class GetResult:
     body: bytes
     """Records back to back, exactly as stored (``protocol.message.iter_records`` decodes it)."""
     count: int
+    corrupt_offset: int = -1
+    """CORRUPT: the CommitLog offset of the record that cannot be read."""
+    reason: str = ""
+    """CORRUPT: why."""
 
 
 def _write_file(seg: Segment, rel: int, data: bytes) -> None:
@@ -185,6 +204,12 @@ class MessageStore:
         self._tag_props: dict[tuple[str, str], tuple[bytes, int]] = {}
         self.confirm_offset = 0
         """Replication confirm offset, set by the broker; persisted in the checkpoint."""
+        self.damaged: list[Damage] = []
+        """CommitLog ranges recovery found unreadable and kept in place (reads fail there)."""
+        self.corruption: dict[str, int] = dict.fromkeys(CORRUPTION_KINDS, 0)
+        """Corruption found, by kind (see :data:`CORRUPTION_KINDS`): the broker's metric."""
+        self._reported: set[int] = set()
+        self._rebuilt: set[tuple[str, int]] = set()
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -226,12 +251,17 @@ class MessageStore:
         unclean = self._abort_path.exists()
         if unclean:
             log.warning("store was not closed cleanly: recovering", data_dir=str(self._dir))
+        repaired = bool(self._commitlog.repaired)
         result = recover(
             self._commitlog,
             self._queues,
             checkpoint=checkpoint,
-            clean=not unclean and checkpoint is not None,
+            clean=not unclean and not repaired and checkpoint is not None,
         )
+        self.damaged = [d for d in result.damaged if not d.cut]
+        self.corruption["segment_short"] += len(self._commitlog.repaired)
+        self.corruption["recovery_quarantined"] += len(self.damaged)
+        self.corruption["recovery_cut"] += len(result.damaged) - len(self.damaged)
         self._queues.delete_below(self._commitlog.min_offset)
         # Recovered bytes may exist only in the page cache: make them durable before serving.
         synced = {*self._commitlog.segments_between(result.scanned_from, result.end)}
@@ -474,34 +504,55 @@ class MessageStore:
         cl_min = commitlog.min_offset
         cl_max = commitlog.write_pos
         visible = cl_max if max_physical_offset is None else min(cl_max, max_physical_offset)
+        topic_raw = topic.encode()
+        head = DISPATCH_HEAD.unpack_from
+        crc32 = zlib.crc32
         parts: list[bytes] = []
         count = total = 0
-        seg = None
+        seg: Segment | None = None
         run_start = run_end = 0
-        bad = False
+        problem = ""  # "crc": the record fails its CRC; "entry": the entry points at no record
         # No record is smaller than MIN_RECORD_SIZE: never read more entries than can be served.
         wanted = max(1, min(max_count, max_bytes // MIN_RECORD_SIZE + 1))
         for physical, size, _tags in ENTRY.iter_unpack(queue.read(offset, wanted)):
             end = physical + size
-            if size <= 0 or physical < cl_min or end > cl_max:
-                bad = True
+            if size < MIN_RECORD_SIZE or physical < cl_min or end > cl_max:
+                problem = "entry"
                 break
             if end > visible or (count and total + size > max_bytes):
                 break
-            if seg is None or physical < seg.start or end > seg.end:
-                if seg is not None:
-                    parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
-                seg = commitlog.segment_at(physical)
-                if seg is None or end > seg.end:
-                    bad = True
+            rseg = seg
+            if rseg is None or physical < rseg.start or end > rseg.end:
+                rseg = commitlog.segment_at(physical)
+                if rseg is None or end > rseg.end:
+                    problem = "entry"
                     break
-                run_start = physical
-            elif physical != run_end:
-                parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
-                run_start = physical
-            if peek_prefix(seg.view, physical - seg.start) != (size, MESSAGE_MAGIC):
-                bad = True
+            # Serve only records that verify: the entry's size and position, the CRC, and the
+            # queue (id, offset, topic) the record says it belongs to.
+            view = rseg.view
+            rel = physical - rseg.start
+            rsize, magic, crc, rqueue, roffset, rphysical, _ts, blen = head(view, rel)
+            if rsize != size or magic != MESSAGE_MAGIC or rphysical != physical:
+                problem = "entry"
                 break
+            if crc32(view[rel + 12 : rel + size]) != crc:
+                problem = "crc"
+                break
+            at = rel + HEAD_SIZE + blen
+            if (
+                rqueue != queue_id
+                or roffset != offset + count
+                or at + 2 + len(topic_raw) > rel + size
+                or _U16.unpack_from(view, at)[0] != len(topic_raw)
+                or view[at + 2 : at + 2 + len(topic_raw)] != topic_raw
+            ):
+                problem = "entry"
+                break
+            if rseg is not seg or physical != run_end:
+                if count and seg is not None:
+                    parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
+                seg = rseg
+                run_start = physical
             run_end = end
             count += 1
             total += size
@@ -510,15 +561,108 @@ class MessageStore:
         if count:
             body = parts[0] if len(parts) == 1 else b"".join(parts)
             return GetResult(GetStatus.FOUND, offset + count, lo, hi, body, count)
-        if bad:
-            physical, size, _tags = queue.entry(offset)
-            if size > 0 and physical < cl_min:
-                # Retention deleted the records under this entry: the queue starts later.
-                queue.delete_below(cl_min)
-                new_lo = queue.min_offset
-                return GetResult(GetStatus.OFFSET_TOO_SMALL, new_lo, new_lo, hi, b"", 0)
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + 1, lo, hi, b"", 0)
-        return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi, b"", 0)
+        if not problem:
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi, b"", 0)
+        physical, size, _tags = queue.entry(offset)
+        if problem == "crc":
+            return self._corrupt(topic, queue_id, offset, lo, hi, physical, "CRC mismatch")
+        if size > 0 and physical < cl_min:
+            # Retention deleted the records under this entry: the queue starts later.
+            queue.delete_below(cl_min)
+            new_lo = queue.min_offset
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, new_lo, new_lo, hi, b"", 0)
+        damage = self._damage_at(physical)
+        if damage is not None:
+            why = f"in {damage.size} damaged bytes from offset {damage.offset}: {damage.reason}"
+            return self._corrupt(topic, queue_id, offset, lo, hi, physical, why)
+        if queue.key not in self._rebuilt:
+            # The entry (not the CommitLog) is wrong: rebuild the queue from the CommitLog
+            # (once per queue while the store is open) and read again.
+            self._rebuild_queue(queue, offset)
+            return self.get(topic, queue_id, offset, max_count, max_bytes, max_physical_offset)
+        return self._corrupt(
+            topic, queue_id, offset, lo, hi, physical, "no record of this queue at the offset"
+        )
+
+    def _damage_at(self, physical: int) -> Damage | None:
+        for damage in self.damaged:
+            if damage.offset <= physical < damage.offset + damage.size:
+                return damage
+        return None
+
+    def _corrupt(
+        self, topic: str, queue_id: int, offset: int, lo: int, hi: int, physical: int, why: str
+    ) -> GetResult:
+        """The answer for a record that cannot be read; reported once per CommitLog offset."""
+        if physical not in self._reported:
+            self._reported.add(physical)
+            self.corruption["read"] += 1
+            log.error(
+                f"commitlog record at offset {physical} unreadable ({why}): "
+                f"{topic}:{queue_id} queue offset {offset} cannot be served",
+                offset=physical,
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=offset,
+                reason=why,
+            )
+        return GetResult(GetStatus.CORRUPT, offset, lo, hi, b"", 0, physical, why)
+
+    def _rebuild_queue(self, queue: ConsumeQueue, offset: int) -> None:
+        """Rewrite ``queue``'s entries from its min offset by scanning the whole CommitLog with
+        the replay scan (records lost to damage get entries pointing at the damage)."""
+        key = queue.key
+        self._rebuilt.add(key)
+        commitlog = self._commitlog
+        replayer = Replayer(ConsumeQueues(self._queues.root, 1, FileTracker()))  # scratch
+        first: int | None = None
+        physicals: list[int] = []
+        sizes: list[int] = []
+        hashes: list[int] = []
+
+        def collect(_seg: Segment, scan: Scan) -> None:
+            nonlocal first
+            run = scan.queues.get(key)
+            if run is None:
+                return
+            if first is None:
+                first = run.first
+            elif run.first != first + len(physicals):
+                return  # cannot happen: the scan checks that a queue continues
+            physicals.extend(run.physical_offsets)
+            sizes.extend(run.sizes)
+            hashes.extend(run.tag_hashes)
+
+        walk(
+            commitlog,
+            replayer,
+            0,
+            dispatch_from=commitlog.min_offset,
+            durable=commitlog.write_pos,
+            on_scan=collect,
+            copy=False,
+        )
+        before = queue.max_offset
+        if first is None:
+            log.error(
+                f"consume queue {queue.topic}:{queue.queue_id} entry {offset} points at no "
+                "record, and the commitlog holds none of this queue: not rebuilt",
+            )
+            return
+        skip = max(0, queue.min_offset - first)
+        start = first + skip
+        queue.truncate_to(start)
+        queue.reserve(start, len(physicals) - skip)
+        queue.append(start, physicals[skip:], sizes[skip:], hashes[skip:])
+        self.corruption["consumequeue_rebuilt"] += 1
+        log.error(
+            f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} pointed at no record "
+            f"of this queue; rebuilt from the commitlog (offsets {start}..{queue.max_offset}, "
+            f"was ..{before})",
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            queue_offset=offset,
+        )
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose record was stored at or after ``timestamp_ms``

@@ -95,6 +95,13 @@ class PullProcessor:
             status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
         ):
             return None
+        if status is GetStatus.CORRUPT:
+            header["physicalOffset"] = res.corrupt_offset
+            header["remark"] = (
+                f"queue {topic}:{queue_id}, offset {offset} cannot be read (commitlog offset "
+                f"{res.corrupt_offset}): {res.reason}"
+            )
+            return response(req, ResponseCode.MESSAGE_CORRUPT, header)
         if status is GetStatus.OFFSET_TOO_SMALL:
             header["nextBeginOffset"] = res.min_offset
         elif status in (GetStatus.OFFSET_OVERFLOW, GetStatus.NO_MESSAGE_IN_QUEUE):

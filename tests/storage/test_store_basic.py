@@ -241,17 +241,28 @@ def test_refused_puts_leave_no_queue_behind(store: MessageStore) -> None:
     assert store.topics() == []
 
 
-def test_an_entry_pointing_at_no_record_is_skipped(store: MessageStore) -> None:
+def test_an_entry_pointing_at_no_record_has_its_queue_rebuilt(store: MessageStore) -> None:
     store.put(TOPIC, 0, messages(3), NOW)
+    store.put("Other", 0, messages(2), NOW)
     cq = store.config.data_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
-    with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
-        f.seek(20)
-        f.write((store.max_offset + 100).to_bytes(8, "big") + (50).to_bytes(4, "big"))
-    found = store.get(TOPIC, 0, 0, 32, 1 << 20)
-    assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 1, 1)
-    null = store.get(TOPIC, 0, 1, 32, 1 << 20)
-    assert (null.status, null.next_offset, null.count) == (GetStatus.OFFSET_FOUND_NULL, 2, 0)
-    assert store.get(TOPIC, 0, 2, 32, 1 << 20).count == 1
+    good = cq.read_bytes()[:60]
+    for wrong in (
+        (store.max_offset + 100).to_bytes(8, "big") + (50).to_bytes(4, "big"),  # past the log
+        good[:8] + good[28:32],  # entry 0's record with entry 1's size
+        good[40:60],  # entry 2's record
+    ):
+        with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
+            f.seek(20)
+            f.write(wrong)
+        store._rebuilt.clear()
+        found = store.get(TOPIC, 0, 0, 32, 1 << 20)
+        assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 1, 1)
+        # Once the entry is reached, the queue is rebuilt from the CommitLog: nothing skipped.
+        rest = store.get(TOPIC, 0, 1, 32, 1 << 20)
+        assert (rest.status, rest.count, rest.next_offset) == (GetStatus.FOUND, 2, 3)
+        assert [r.queue_offset for r in iter_records(rest.body)] == [1, 2]
+        assert cq.read_bytes()[:60] == good
+    assert store.corruption["consumequeue_rebuilt"] == 3
 
 
 def test_read_raw_outside_the_log_is_refused(store: MessageStore) -> None:

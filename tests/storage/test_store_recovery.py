@@ -146,24 +146,33 @@ def test_garbage_after_the_last_record_is_zeroed(tmp_path: Path) -> None:
     third.close()
 
 
-def test_corrupt_record_in_the_middle_truncates_there(tmp_path: Path) -> None:
+def test_corrupt_record_in_durable_data_is_quarantined_and_the_rest_kept(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     results = [store.put(TOPIC, 0, messages(1, size=200, prefix=f"r{i}-"), NOW) for i in range(20)]
+    end = store.max_offset
     store.close()
     bad = results[7].physical_offsets[0]
+    size = results[8].physical_offsets[0] - bad
     flip_byte(tmp_path, bad + 100)  # inside the body: the CRC no longer matches
+    damaged = (tmp_path / "commitlog" / f"{0:020d}").read_bytes()[bad : bad + size]
     with structlog.testing.capture_logs() as logs:
         again = open_store(tmp_path)
-    [warning] = truncation_warnings(logs)
-    assert warning["event"] == f"commitlog recovery truncated at offset {bad}: CRC mismatch"
-    assert again.max_offset == bad
-    assert again.queue_max_offset(TOPIC, 0) == 7
+    assert not truncation_warnings(logs)
+    [error] = [e for e in logs if e["log_level"] == "error"]
+    assert error["offset"] == bad and error["size"] == size and error["reason"] == "CRC mismatch"
+    # Nothing after the damage is lost; the damaged record is copied aside, kept in place.
+    assert again.max_offset == end
+    assert again.queue_max_offset(TOPIC, 0) == 20
     assert [r.queue_offset for r in read_queue(again, TOPIC, 0)] == list(range(7))
-    assert again.get(TOPIC, 0, 8, 10, 1 << 20).status is GetStatus.OFFSET_OVERFLOW
-    # New writes continue where the valid log ends.
+    failed = again.get(TOPIC, 0, 7, 10, 1 << 20)
+    assert (failed.status, failed.corrupt_offset, failed.next_offset) == (GetStatus.CORRUPT, bad, 7)
+    assert [r.queue_offset for r in read_queue(again, TOPIC, 0, start=8)] == list(range(8, 20))
+    copy = tmp_path / "quarantine" / f"commitlog-{bad:020d}-{size}"
+    assert copy.read_bytes() == damaged
+    assert again.corruption["recovery_quarantined"] == 1
+    # New writes continue after the last record.
     result = again.put(TOPIC, 0, messages(1, prefix="new"), NOW)
-    assert (result.first_queue_offset, result.physical_offsets) == (7, [bad])
-    assert read_queue(again, TOPIC, 0)[7].body.startswith(b"new0:")
+    assert (result.first_queue_offset, result.physical_offsets) == (20, [end])
     again.close()
 
 

@@ -1,0 +1,266 @@
+"""Corrupt store files of a stopped broker, then a restart of the real process: no intact
+acknowledged message is lost, and what cannot be read is reported (log line, metric, a consumer
+error naming the offset, ``rmqctl consumeMessage`` exit 1 with one line)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from client.consumer import Consumer
+from client.errors import CorruptMessageError
+from client.producer import Producer
+from protocol.codes import RequestCode, ResponseCode
+from protocol.message import MESSAGE_MAGIC, decode_record, iter_records, peek_prefix
+from remoting.client import RemotingClient
+from storage.consumequeue import ENTRY
+from tests.support.procs import ROOT, BrokerProc, free_port, wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+SEGMENT = 64 * 1024  # the smallest the broker accepts: 200 messages fill four segments
+TOPIC = "Damaged"
+COUNT = 200
+NAME = "broker-a"
+
+
+def body(i: int) -> bytes:
+    return f"m{i}:".encode() + bytes([65 + i % 26]) * 1000
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    path: Path
+    pos: int
+    """Position in the segment file."""
+    physical: int
+    size: int
+
+
+def records_on_disk(data_dir: Path) -> dict[int, OnDisk]:
+    """Queue offset -> where its record lies, read from the segment files."""
+    found: dict[int, OnDisk] = {}
+    for path in sorted((data_dir / "commitlog").iterdir()):
+        raw = path.read_bytes()
+        pos = 0
+        while pos + 8 <= len(raw):
+            size, magic = peek_prefix(raw, pos)
+            if magic != MESSAGE_MAGIC:
+                break
+            record = decode_record(raw, pos)
+            found[record.queue_offset] = OnDisk(path, pos, record.physical_offset, size)
+            pos += size
+    return found
+
+
+def new_broker(factory: type[BrokerProc], tmp_path: Path, metrics_port: int) -> BrokerProc:
+    proc = factory(tmp_path, name=NAME, segment_bytes=SEGMENT)
+    proc.argv[proc.argv.index("--metrics-port") + 1] = str(metrics_port)
+    return proc
+
+
+async def produce(address: str) -> None:
+    conn = await RemotingClient.connect(address)
+    try:
+        resp = await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": 1})
+        assert resp.code == ResponseCode.SUCCESS
+    finally:
+        conn.close()
+    async with Producer(address) as producer:
+        for i in range(COUNT):
+            result = await producer.send(TOPIC, body(i))
+            assert result.queue_offset == i
+
+
+async def pull(address: str, offset: int) -> tuple[int, dict[str, object], list[int]]:
+    """One pull at ``offset``: (code, header, queue offsets of the records served)."""
+    conn = await RemotingClient.connect(address)
+    try:
+        header = {"consumerGroup": "check", "topic": TOPIC, "queueId": 0, "queueOffset": offset}
+        resp = await conn.request(RequestCode.PULL_MESSAGE, header, timeout=10)
+    finally:
+        conn.close()
+    records = list(iter_records(resp.body or b""))
+    for r in records:
+        assert r.body == body(r.queue_offset)
+    return resp.code, dict(resp.header), [r.queue_offset for r in records]
+
+
+async def readable(address: str, start: int, stop: int) -> list[int]:
+    """Queue offsets in [start, stop) served intact, pulling past each one that fails."""
+    offsets: list[int] = []
+    offset = start
+    while offset < stop:
+        code, _header, got = await pull(address, offset)
+        if code == ResponseCode.SUCCESS:
+            offsets += got
+            offset = got[-1] + 1
+        else:
+            assert code == ResponseCode.MESSAGE_CORRUPT, code
+            offset += 1
+    return offsets
+
+
+async def consume(address: str, group: str, timeout: float) -> tuple[list[int], Exception | None]:
+    """Consume until an error or ``timeout``: (queue offsets received, the error)."""
+    got: list[int] = []
+    async with Consumer(address, group, TOPIC, suspend_ms=200) as consumer:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and len(got) < COUNT:
+            try:
+                msgs = await consumer.receive(0.5)
+            except CorruptMessageError as exc:
+                return got, exc
+            got += [m.queue_offset for m in msgs]
+    return got, None
+
+
+def rmqctl_consume(address: str, group: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "rmqctl", "consumeMessage", "-a", address]
+    argv += ["-t", TOPIC, "-g", group, "--timeout", "8"]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def corrupt_count(metrics_port: int, kind: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for line in text.splitlines():
+        if line.startswith("rmq_broker_corrupt_data_total{") and f'kind="{kind}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no rmq_broker_corrupt_data_total for {kind}:\n{text[-2000:]}")
+
+
+def flip(rec: OnDisk, at: int) -> None:
+    with rec.path.open("r+b") as f:
+        f.seek(rec.pos + at)
+        byte = f.read(1)
+        f.seek(rec.pos + at)
+        f.write(bytes([byte[0] ^ 0x5A]))
+
+
+@pytest.fixture
+def metrics_port() -> int:
+    return free_port()
+
+
+async def filled_then_stopped(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int, *, kill: bool
+) -> tuple[BrokerProc, dict[int, OnDisk]]:
+    broker = new_broker(broker_factory, tmp_path, metrics_port)
+    broker.start_and_wait()
+    await produce(broker.address)
+    if kill:
+        # Past one flush interval, so the checkpoint covers every record (a crash later).
+        await asyncio.sleep(1.2)
+        broker.kill9()
+    else:
+        assert broker.stop() == 0
+    on_disk = records_on_disk(broker.data_dir)
+    assert sorted(on_disk) == list(range(COUNT))
+    assert len({r.path for r in on_disk.values()}) >= 3
+    return broker, on_disk
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["clean-stop", "kill-9"])
+async def test_flipped_byte_in_a_segment_that_is_not_the_last(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int, kill: bool
+) -> None:
+    broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, metrics_port, kill=kill)
+    bad = on_disk[10]
+    assert bad.path.name == f"{0:020d}" and len(list((broker.data_dir / "commitlog").iterdir())) > 1
+    flip(bad, 200)  # in the body: the CRC no longer matches
+    since = len(broker.log())
+    broker.start_and_wait()
+
+    # Every other message is intact and served.
+    code, header, _ = await pull(broker.address, 10)
+    assert code == ResponseCode.MESSAGE_CORRUPT
+    assert header["physicalOffset"] == bad.physical
+    assert await readable(broker.address, 0, COUNT) == [i for i in range(COUNT) if i != 10]
+
+    # A consumer gets the error naming the offset instead of retrying forever.
+    got, error = await consume(broker.address, "g1", 20)
+    assert got == list(range(10))
+    assert isinstance(error, CorruptMessageError)
+    assert (error.queue_id, error.queue_offset, error.physical_offset) == (0, 10, bad.physical)
+
+    # rmqctl: the messages before it, then one line naming broker, queue and offset; exit 1.
+    done = rmqctl_consume(broker.address, "g2")
+    assert done.returncode == 1, done
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    [line] = lines
+    assert line.startswith(f"rmqctl: broker broker-a at {broker.address}: queue {TOPIC}:0, ")
+    assert f"queue {TOPIC}:0, offset 10 " in line and f"commitlog offset {bad.physical}" in line
+    assert done.stdout.count("m9:") == 1 and "m10:" not in done.stdout
+
+    log = broker.log()[since:]
+    assert f"record at offset {bad.physical} unreadable" in log
+    assert log.count(f"record at offset {bad.physical} unreadable") == 1  # once per offset
+    assert corrupt_count(metrics_port, "read") == 1
+    if kill:
+        # An unclean stop validates every segment: recovery finds and quarantines it.
+        assert f"{bad.size} bytes at offset {bad.physical} unreadable" in log
+        assert corrupt_count(metrics_port, "recovery_quarantined") == 1
+        copy = broker.data_dir / "quarantine" / f"commitlog-{bad.physical:020d}-{bad.size}"
+        assert len(copy.read_bytes()) == bad.size
+
+
+async def test_truncated_first_segment_keeps_its_intact_records(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int
+) -> None:
+    broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, metrics_port, kill=False)
+    first = broker.data_dir / "commitlog" / f"{0:020d}"
+    cut = on_disk[20].pos + 100  # in the middle of message 20
+    os.truncate(first, cut)
+    lost = [i for i, r in on_disk.items() if r.path == first and r.pos + r.size > cut]
+    assert lost[0] == 20 and len(lost) > 10
+    since = len(broker.log())
+    broker.start_and_wait()
+
+    assert await readable(broker.address, 0, COUNT) == [i for i in range(COUNT) if i not in lost]
+    code, header, _ = await pull(broker.address, lost[-1])
+    assert code == ResponseCode.MESSAGE_CORRUPT
+    assert header["physicalOffset"] == on_disk[lost[-1]].physical
+    got, error = await consume(broker.address, "g1", 20)
+    assert got == list(range(20))
+    assert isinstance(error, CorruptMessageError) and error.queue_offset == 20
+    log = broker.log()[since:]
+    assert f"{first.name} is {SEGMENT - cut} bytes short" in log
+    assert corrupt_count(metrics_port, "segment_short") == 1
+    assert corrupt_count(metrics_port, "recovery_quarantined") == 1
+
+
+async def test_corrupt_consume_queue_entry_is_rebuilt_not_skipped(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int
+) -> None:
+    broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, metrics_port, kill=False)
+    cq = broker.data_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    with cq.open("r+b") as f:  # entry 5 points at message 7's record
+        f.seek(5 * ENTRY.size)
+        f.write(ENTRY.pack(on_disk[7].physical, on_disk[7].size, 0))
+    since = len(broker.log())
+    broker.start_and_wait()
+
+    got, error = await consume(broker.address, "g1", 20)
+    assert error is None
+    assert got == list(range(COUNT))
+    log = broker.log()[since:]
+    assert f"consume queue {TOPIC}:0: entry 5 pointed at no record of this queue" in log
+    assert corrupt_count(metrics_port, "consumequeue_rebuilt") == 1
+    wait_until(
+        lambda: (
+            cq.read_bytes()[5 * ENTRY.size : 5 * ENTRY.size + 8]
+            == (on_disk[5].physical.to_bytes(8, "big"))
+        ),
+        10,
+        "the rebuilt entry",
+    )
