@@ -307,6 +307,7 @@ class ReplicasManager:
 
     async def _poll_loop(self) -> None:
         interval = self.cfg.replica_info_poll_interval_ms / 1000
+        last_failure: str | None = None
         while True:
             try:
                 await asyncio.wait_for(self._poll_now.wait(), interval)
@@ -315,13 +316,14 @@ class ReplicasManager:
             self._poll_now.clear()
             try:
                 await self._poll_once()
+                failed = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep polling, loudly: the controllers' view must come
-                log.error(
-                    "applying the controllers' metadata failed",
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+                failed = f"{type(exc).__name__}: {exc}"
+                if failed != last_failure:  # one line per distinct failure, not one a second
+                    log.error("applying the controllers' metadata failed", error=failed)
+            last_failure = failed
             # However many pushes arrive, the controllers are asked at most this often.
             await asyncio.sleep(PUSH_POLL_MIN_INTERVAL_S)
 

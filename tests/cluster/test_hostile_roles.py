@@ -28,6 +28,7 @@ from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from protocol.ha import EpochEntry
 from remoting.client import RemotingClient
+from storage.checkpoint import load_checkpoint
 from tests.cluster.fake_master import INT32_MAX, FakeMaster, FakeReply
 from tests.cluster.support import (
     Key,
@@ -228,9 +229,12 @@ IMPOSTORS = {
 }
 
 
-@pytest.mark.parametrize("impostor", sorted(IMPOSTORS))
+@pytest.mark.parametrize(
+    ("impostor", "slave_restarts"),
+    [(name, False) for name in sorted(IMPOSTORS)] + [("empty-log", True)],
+)
 async def test_an_impostor_on_the_masters_ha_port_truncates_nothing(
-    cluster: Cluster, boot: Bootstrap, impostor: str
+    cluster: Cluster, boot: Bootstrap, impostor: str, slave_restarts: bool
 ) -> None:
     doc, master = await start_group(cluster, boot)
     slave = next(b for b in cluster.brokers if b is not master)
@@ -244,6 +248,19 @@ async def test_an_impostor_on_the_masters_ha_port_truncates_nothing(
         return cache if ok else None
 
     cache = await wait_for(confirmed, 20, "the slave to confirm everything", cluster)
+    if slave_restarts:
+        # The floor must survive a crash: once the checkpoint holds it, kill -9 and restart.
+        async def checkpointed() -> bool:
+            cp = load_checkpoint(slave.data_dir / "checkpoint")
+            return cp is not None and cp.confirm_offset == cache["maxOffset"]
+
+        await wait_for(
+            checkpointed, 20, "the slave's checkpoint to hold the confirm offset", cluster
+        )
+        slave.kill9()
+        slave.restart()
+        await full_sync_state_set(boot, cluster, size=2)
+        cache = await wait_for(confirmed, 20, "the restarted slave to be in step", cluster)
     entries = tuple(
         EpochEntry(epoch=e["epoch"], start_offset=e["startOffset"]) for e in cache["epochs"]
     )
