@@ -14,6 +14,7 @@ from broker.identity import (
     _write,
     establish_identity,
     load_identity,
+    reestablish_identity,
 )
 
 
@@ -88,3 +89,26 @@ async def test_unreachable_controller_propagates(tmp_path: Path) -> None:
     with pytest.raises(ConnectionError):
         await establish_identity(tmp_path, down, FakeController().apply)
     assert load_identity(tmp_path) is None
+
+
+async def test_a_forgotten_identity_is_applied_again_when_the_id_is_still_free(
+    tmp_path: Path,
+) -> None:
+    ctl = FakeController()
+    ident = await establish_identity(tmp_path, ctl.get_next, ctl.apply)
+    ctl.owners.clear()  # an operator cleaned the whole group: id 1 is free again
+    again = await reestablish_identity(tmp_path, ident, ctl.get_next, ctl.apply)
+    assert again == ident and load_identity(tmp_path) == ident
+    assert ctl.calls[-1] == "apply 1"
+
+
+async def test_a_forgotten_identity_whose_id_went_to_another_broker_gets_a_new_one(
+    tmp_path: Path,
+) -> None:
+    ctl = FakeController()
+    ident = await establish_identity(tmp_path, ctl.get_next, ctl.apply)
+    ctl.owners[1] = "someone-else"  # cleaned, then id 1 was given to another broker
+    again = await reestablish_identity(tmp_path, ident, ctl.get_next, ctl.apply)
+    assert again.broker_id == 2 and again.register_code != ident.register_code
+    assert load_identity(tmp_path) == again and not (tmp_path / TEMP_NAME).exists()
+    assert ctl.calls[-3:] == ["apply 1", "next", "apply 2"]
