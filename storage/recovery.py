@@ -220,7 +220,9 @@ def recover(
     first, last = segments[0], segments[-1]
     trusted = first.start if checkpoint is None else checkpoint.dispatched_offset
     trusted = min(max(trusted, first.start), last.end)
-    durable = first.start if checkpoint is None else checkpoint.flushed_offset
+    # Without a checkpoint nothing says where torn writes could start: only damage at the very
+    # end is cut, damage followed by valid records is kept in place.
+    durable = last.end if checkpoint is None else checkpoint.flushed_offset
     queues.load(trusted, scrub=not clean)
     if len(queues) == 0 and peek_prefix(first.view, 0) != (0, 0):
         log.info("no consume queues on disk: rebuilding them from the commitlog")

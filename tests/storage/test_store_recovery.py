@@ -356,6 +356,42 @@ def test_missing_checkpoint_means_full_validation(tmp_path: Path) -> None:
     again.close()
 
 
+def test_damage_while_every_queue_is_rebuilt_leaves_an_entry_naming_it(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    fill(store, 60)
+    before = snapshot(store)
+    end = store.max_offset
+    store.close()
+    # The checkpoint is lost (so every ConsumeQueue entry is replayed) and a record in the first
+    # segment is damaged: the records after it keep their queue offsets.
+    for name in ("checkpoint", "checkpoint.bak"):
+        (tmp_path / name).unlink(missing_ok=True)
+    victim = before[(TOPIC, 1)][5]
+    flip_byte(tmp_path, victim[1] + 100)
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(tmp_path)
+    assert not truncation_warnings(logs)
+    assert again.max_offset == end
+    assert again.corruption["recovery_quarantined"] == 1
+    failed = again.get(TOPIC, 1, 5, 10, 1 << 20)
+    assert (failed.status, failed.corrupt_offset) == (GetStatus.CORRUPT, victim[1])
+
+    def rows(start: int) -> list[tuple[int, int, bytes]]:
+        return [
+            (r.queue_offset, r.physical_offset, r.body)
+            for r in read_queue(again, TOPIC, 1, start=start)
+        ]
+
+    assert rows(0) == before[(TOPIC, 1)][:5]
+    assert rows(6) == before[(TOPIC, 1)][6:]
+    now = snapshot(again)
+    assert {k: v for k, v in now.items() if k != (TOPIC, 1)} == {
+        k: v for k, v in before.items() if k != (TOPIC, 1)
+    }
+    assert again.queue_max_offset(TOPIC, 1) == len(before[(TOPIC, 1)])
+    again.close()
+
+
 def test_sigkill_of_a_real_process_loses_nothing_flushed(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
