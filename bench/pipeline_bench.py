@@ -47,7 +47,7 @@ async def fill(address: str, count: int, size: int, queues: int) -> float:
     body = os.urandom(size)
     batch = [Message(body=body, keys="") for _ in range(64)]
     started = time.perf_counter()
-    async with Producer(address, send_timeout=30) as producer:
+    async with Producer(address, send_timeout=30, send_deadline=30) as producer:
         sem = asyncio.Semaphore(16)
 
         async def one(n: int) -> None:

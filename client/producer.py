@@ -2,9 +2,14 @@
 
 Sends share one pipelined connection per broker (requests matched by opaque), so many
 ``send()`` calls may be in flight at once without a task or connection each. A send that fails
-in a way another queue may not (connection lost, timeout, busy, flush timeouts, not master, ...)
-refreshes the route and goes to another queue, preferring another broker group; success is
-reported only when a broker answered SUCCESS.
+in a way another queue may not (connection lost, timeout, busy, flush timeouts, not master, no
+master in the route, ...) refreshes the route and goes to another queue, preferring another
+broker group; success is reported only when a broker answered SUCCESS.
+
+Retries run against a deadline, ``send_deadline`` (default 10 s), long enough to ride out a
+failover (a dead or frozen master is replaced within about ``broker_heartbeat_timeout_ms``,
+3 s by default, plus an election); each attempt waits at most ``send_timeout`` (default 2 s), so
+one attempt against a frozen master does not use up the budget.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from client.errors import (
     NoRouteError,
     SendError,
     TopicNotFoundError,
+    UnreachableError,
 )
 from client.message import OutgoingMessage, SendResult
 from client.routes import MessageQueue, RouteCache, TopicRoute
@@ -49,6 +55,12 @@ RETRIABLE_CODES = frozenset(
     }
 )
 
+#: Answers to a route lookup that say "not now" (no master elected yet, no controller leader).
+RETRIABLE_ROUTE_CODES = RETRIABLE_CODES | {
+    ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
+    ResponseCode.CONTROLLER_NOT_LEADER,
+}
+
 _CONNECTION_ERRORS = (ConnectError, ConnectionClosedError, RequestTimeoutError)
 # Room left in a frame for its header and msgpack framing.
 _FRAME_OVERHEAD = 64 * 1024
@@ -60,11 +72,16 @@ class Producer:
     ``bootstrap`` is the controller addresses, or a lone broker's, ``;``-separated.
     Use as ``async with Producer(...) as p:`` or call :meth:`start` and :meth:`close`.
 
-    - ``retries``: further attempts after a retriable failure (on another queue, preferably
-      another broker group); ``send_timeout`` bounds each attempt.
-    - ``retry_backoff``: seconds before a retry when every broker group of the route failed
-      (doubling per attempt, at most 1 s), so a group in failover gets time to elect and
-      promote its new master instead of burning every retry in a millisecond.
+    - ``send_deadline``: seconds one send may take in all, every attempt, route lookup and
+      back-off included; retriable failures are retried (on another queue, preferably another
+      broker group) until it passes. Cover a failover: at least a few seconds more than the
+      brokers' ``broker_heartbeat_timeout_ms``.
+    - ``send_timeout``: seconds one attempt waits for its answer (never past the deadline).
+    - ``retries``: at most this many further attempts; None (the default) lets the deadline
+      alone decide.
+    - ``retry_backoff``: seconds before a retry when every broker group of the route failed or
+      none has a master (doubling per attempt, at most 1 s), so a group in failover gets time
+      to elect and promote its new master instead of burning attempts in a millisecond.
     - ``fault_isolation``: seconds a broker group that failed a send is skipped by new sends
       while another group can take them (0 turns it off).
     - ``max_message_bytes``: larger bodies are refused before anything is sent.
@@ -74,19 +91,24 @@ class Producer:
         self,
         bootstrap: str | Sequence[str],
         *,
-        retries: int = 2,
-        send_timeout: float = 3.0,
+        send_deadline: float = 10.0,
+        send_timeout: float = 2.0,
+        retries: int | None = None,
         connect_timeout: float = 3.0,
         route_refresh_interval: float = 30.0,
         max_message_bytes: int = 4 * 1024 * 1024,
         fault_isolation: float = 1.0,
         retry_backoff: float = 0.05,
     ) -> None:
-        if retries < 0:
-            raise ValueError("retries must be >= 0")
+        if retries is not None and retries < 0:
+            raise ValueError("retries must be >= 0 (or None)")
+        if send_deadline <= 0 or send_timeout <= 0:
+            raise ValueError("send_deadline and send_timeout must be > 0")
         self.retries = retries
         self.retry_backoff = retry_backoff
+        self.send_deadline = send_deadline
         self.send_timeout = send_timeout
+        self.connect_timeout = connect_timeout
         self.max_message_bytes = max_message_bytes
         self._pool = ConnectionPool(connect_timeout)
         # The pool's live connections, looked up without a coroutine on the hot path.
@@ -223,29 +245,71 @@ class Producer:
         self._rr = i + 1
         return writable[i % n]
 
+    async def _route(
+        self, topic: str, deadline: float, *, fresh: bool, first: bool = False
+    ) -> TopicRoute:
+        """The topic's route (fetched again when ``fresh``), waiting at most until ``deadline``.
+
+        Raises :class:`TopicNotFoundError` and definitive :class:`BrokerError` answers as they
+        are, and so :class:`UnreachableError` on a send's ``first`` lookup (no bootstrap address
+        answers at all: a wrong address or a cluster down, reported at once); every "not now"
+        (no leader, no master, a timeout, unreachable later on) as a :class:`NoRouteError` the
+        caller retries.
+        """
+        remaining = max(deadline - time.monotonic(), 0.001)
+        lookup = self.routes.refresh(topic) if fresh else self.routes.get(topic)
+        try:
+            return await asyncio.wait_for(lookup, remaining)
+        except TimeoutError:
+            raise NoRouteError(f"route lookup for topic {topic!r} timed out") from None
+        except TopicNotFoundError:
+            raise
+        except UnreachableError as exc:
+            if first:
+                raise
+            raise NoRouteError(f"no route for topic {topic!r}: {exc}") from exc
+        except ClientError as exc:  # not now, or a definitive refusal
+            if isinstance(exc, BrokerError) and exc.code not in RETRIABLE_ROUTE_CODES:
+                raise
+            raise NoRouteError(f"no route for topic {topic!r}: {exc}") from exc
+
+    async def _connect(self, address: str, deadline: float) -> RemotingClient:
+        remaining = max(deadline - time.monotonic(), 0.001)
+        try:
+            conn = await asyncio.wait_for(self._pool.get(address), remaining)
+        except TimeoutError:
+            raise ConnectError(f"cannot connect to {address} before the send deadline") from None
+        self._conns[address] = conn
+        return conn
+
     async def _send(
         self, topic: str, code: int, header: dict[str, Scalar], body: bytes
     ) -> tuple[Frame, MessageQueue]:
         if self._closed or not self._started:
             raise ClosedError("producer is closed" if self._closed else "producer is not started")
+        start = time.monotonic()
+        deadline = start + self.send_deadline
         route = self.routes.peek(topic)
-        if route is None:
-            route = await self.routes.get(topic)
         avoid = self._isolated() if self._faulty else None
         last: Exception | None = None
-        attempts = self.retries + 1
-        for attempt in range(attempts):
+        max_attempts = None if self.retries is None else self.retries + 1
+        attempt = 0
+        while True:
+            attempt += 1
             try:
+                if route is None:
+                    route = await self._route(topic, deadline, fresh=False, first=attempt == 1)
                 mq, address = self._select(route, avoid)
-            except NoRouteError as exc:
+            except NoRouteError as exc:  # a route with no master, or no route yet
                 last = exc
             else:
                 header["queueId"] = mq.queue_id
                 try:
                     conn = self._conns.get(address)
                     if conn is None or conn.is_closed:
-                        conn = self._conns[address] = await self._pool.get(address)
-                    resp = await conn.request(code, header, body, self.send_timeout)
+                        conn = await self._connect(address, deadline)
+                    timeout = min(self.send_timeout, deadline - time.monotonic())
+                    resp = await conn.request(code, header, body, max(timeout, 0.001))
                 except _CONNECTION_ERRORS as exc:
                     last = exc
                 else:
@@ -269,16 +333,21 @@ class Producer:
                     self._faulty[mq.broker_name] = time.monotonic() + self.fault_isolation
             if self._closed:
                 raise ClosedError("producer is closed") from last
-            if attempt + 1 < attempts:
-                groups = {b.broker_name for b in route.brokers}
-                if self.retry_backoff > 0 and avoid is not None and groups <= avoid:
-                    await asyncio.sleep(min(self.retry_backoff * 2**attempt, 1.0))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (max_attempts is not None and attempt >= max_attempts):
+                break
+            if route is None or not route.writable:
+                stuck = True  # nowhere to send: give the controllers time to elect
+            else:  # every group of the route failed this send
+                stuck = avoid is not None and {b.broker_name for b in route.brokers} <= avoid
+            if self.retry_backoff > 0 and stuck:
+                await asyncio.sleep(min(self.retry_backoff * 2 ** (attempt - 1), 1.0, remaining))
+            if route is not None:  # else the next attempt looks it up
                 try:
-                    route = await self.routes.refresh(topic)
-                except TopicNotFoundError:
-                    raise
-                except ClientError:
-                    pass  # keep the old route; the next queue may still work
+                    route = await self._route(topic, deadline, fresh=True)
+                except NoRouteError:
+                    pass  # keep the old route; ``last`` says why the last attempt failed
+        elapsed = time.monotonic() - start
         raise SendError(
-            f"send to topic {topic!r} failed after {attempts} attempt(s): {last}"
+            f"send to topic {topic!r} failed after {attempt} attempt(s) in {elapsed:.1f}s: {last}"
         ) from last

@@ -469,11 +469,21 @@ class BatchSender:
     """
 
     def __init__(
-        self, controllers: str, *, max_in_flight: int, retries: int, timeout: float
+        self,
+        controllers: str,
+        *,
+        max_in_flight: int,
+        retries: int | None,
+        deadline: float,
+        timeout: float,
     ) -> None:
         self._loop = SyncLoop()
         self._producer = Producer(
-            controllers, retries=retries, send_timeout=timeout, connect_timeout=timeout
+            controllers,
+            retries=retries,
+            send_deadline=deadline,
+            send_timeout=timeout,
+            connect_timeout=timeout,
         )
         # Every write task has its own producer: start each at a random queue (as RocketMQ's
         # producers do), or the first batch of every task would land on the same queue.

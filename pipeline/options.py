@@ -18,7 +18,8 @@ case-insensitive map).
 | ``requestTimeoutMs`` | both | 5000 | timeout of one request |
 | ``batchSize`` | write | 128 | messages per SEND_BATCH_MESSAGE |
 | ``maxInFlight`` | write | 4 | batches in flight per task |
-| ``sendRetries`` | write | 2 | further attempts of a batch on another queue after a retriable failure |
+| ``sendDeadlineMs`` | write | 10000 | how long a batch may keep being retried after retriable failures (covers a failover) |
+| ``sendRetries`` | write | none | at most this many further attempts of a batch (none: the deadline alone decides) |
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ class WriteOptions:
     topic: str | None
     batch_size: int
     max_in_flight: int
-    send_retries: int
+    send_retries: int | None
+    send_deadline: float
     request_timeout: float
 
     @classmethod
@@ -165,6 +167,7 @@ class WriteOptions:
             topic=topic_option(options, required=False),
             batch_size=req_int_option(options, "batchSize", 128, 1),
             max_in_flight=req_int_option(options, "maxInFlight", 4, 1),
-            send_retries=req_int_option(options, "sendRetries", 2, 0),
+            send_retries=int_option(options, "sendRetries", None, 0),
+            send_deadline=req_int_option(options, "sendDeadlineMs", 10_000, 100) / 1000,
             request_timeout=req_int_option(options, "requestTimeoutMs", 5_000, 100) / 1000,
         )

@@ -416,6 +416,7 @@ def write_rows(setup: WriteSetup, rows: Iterator[Row]) -> RmqCommitMessage:
         opts.controllers,
         max_in_flight=opts.max_in_flight,
         retries=opts.send_retries,
+        deadline=opts.send_deadline,
         timeout=opts.request_timeout,
     )
     seen = 0

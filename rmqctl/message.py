@@ -34,11 +34,38 @@ _WINDOW = 64
     metavar="N",
     help="Send the message N times.",
 )
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds each send may keep retrying after retriable failures (covers a failover).",
+)
+@click.option(
+    "--attempt-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds one attempt waits for the broker's answer before the send is retried.",
+)
 @pass_settings
 def send_message(
-    settings: Settings, addresses: str, topic: str, body: str, keys: str, tags: str, count: int
+    settings: Settings,
+    addresses: str,
+    topic: str,
+    body: str,
+    keys: str,
+    tags: str,
+    count: int,
+    deadline: float,
+    attempt_timeout: float,
 ) -> None:
     """Send a message (N times with --count) and report where each was stored.
+
+    A send that fails in a retriable way (connection lost, no master during a failover, busy,
+    ...) is retried on another queue until --deadline; it fails (exit status 1) only past it.
 
     Prints {"sent": N, "results": [{"msgId", "brokerName", "queueId", "queueOffset"}]}.
     """
@@ -46,7 +73,9 @@ def send_message(
 
     async def work() -> list[SendResult]:
         results: list[SendResult] = []
-        async with Producer(addresses) as producer:
+        async with Producer(
+            addresses, send_deadline=deadline, send_timeout=attempt_timeout
+        ) as producer:
             for first in range(0, count, _WINDOW):
                 n = min(_WINDOW, count - first)
                 sends = (producer.send(topic, payload, keys=keys, tags=tags) for _ in range(n))

@@ -61,7 +61,9 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
         await wait_for(lambda: route_has_master(boot), 30, "brokers registered for routes", cluster)
 
         acked: dict[tuple[str, int, int], bytes] = {}
-        async with Producer(cluster.controller_addresses, retries=6, send_timeout=5.0) as producer:
+        async with Producer(
+            cluster.controller_addresses, retries=6, send_timeout=5.0, send_deadline=30.0
+        ) as producer:
             await create_topic(boot, first_master, TOPIC)
 
             async def send_range(lo: int, hi: int) -> None:

@@ -101,7 +101,9 @@ async def test_a_master_partitioned_from_the_controllers_loses_no_acknowledged_w
         net.partition(old.host, [controller_host])
         cut.set()
         await new_master(boot, cluster, old.address)
-        async with Producer(cluster.controller_addresses, retries=8, send_timeout=5.0) as producer:
+        async with Producer(
+            cluster.controller_addresses, retries=8, send_timeout=5.0, send_deadline=30.0
+        ) as producer:
             for i in range(20):
                 r = await producer.send(TOPIC, f"new-{i}".encode())
                 acked[(r.broker_name, r.queue_id, r.queue_offset)] = f"new-{i}".encode()

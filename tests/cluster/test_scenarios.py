@@ -81,7 +81,7 @@ async def start_group(
 
 
 def producer_for(cluster: Cluster) -> Producer:
-    return Producer(cluster.controller_addresses, retries=8, send_timeout=5.0)
+    return Producer(cluster.controller_addresses, retries=8, send_timeout=5.0, send_deadline=30.0)
 
 
 async def send_all(

@@ -1,0 +1,125 @@
+"""Sends started during a fault succeed, with the producer's defaults (issue 9, item 10).
+
+Three controllers and a group of two brokers, as real processes, and eight producers sending
+continuously while a fault runs its course:
+
+- the slave is killed (-9) and restarted while the group needs both replicas in sync
+  (``min_in_sync_replicas = 2``): the master answers IN_SYNC_REPLICAS_NOT_ENOUGH at once, for
+  the seconds the slave takes to come back and catch up;
+- the master and the controller leader are frozen (SIGSTOP) together: every attempt against the
+  frozen master times out, until the new controller leader's grace period ends and it elects
+  the slave.
+
+Every send, including those started during the fault, must succeed within the producer's send
+deadline: retries run against that deadline (default 10 s) with a short per-attempt timeout,
+instead of two retries 50-100 ms apart after which the send fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from client import Producer
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from tests.cluster.support import (
+    create_topic,
+    full_sync_state_set,
+    new_master,
+    node_at,
+    route_has_master,
+    wait_for,
+)
+from tests.controller.support import agreed_leader
+from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "DeadlineTopic"
+SENDERS = 8
+
+Fault = Callable[[Cluster, Bootstrap, str], Awaitable[None]]
+
+
+async def slave_killed_and_restarted(cluster: Cluster, boot: Bootstrap, master: str) -> None:
+    slave = next(b for b in cluster.brokers if b.address != master)
+    slave.kill9()
+    await asyncio.to_thread(slave.restart)
+    await full_sync_state_set(boot, cluster, size=2)
+
+
+async def master_and_controller_leader_frozen(
+    cluster: Cluster, boot: Bootstrap, master: str
+) -> None:
+    leader_id = await agreed_leader([c.address for c in cluster.controllers])
+    leader = next(c for c in cluster.controllers if c.node_id == leader_id)
+    node_at(cluster, master).signal(signal.SIGSTOP)
+    leader.signal(signal.SIGSTOP)
+    await new_master(boot, cluster, master)
+
+
+FAULTS: dict[str, tuple[Fault, str]] = {
+    "slave-restart": (slave_killed_and_restarted, "min_in_sync_replicas = 2\n"),
+    "master-and-leader-frozen": (master_and_controller_leader_frozen, ""),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+async def test_sends_started_during_a_fault_succeed(tmp_path: Path, fault: str) -> None:
+    inject, config = FAULTS[fault]
+    cluster = Cluster(tmp_path)
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        cluster.start_controllers()
+        cluster.add_group("broker-a", 2, config=config)
+        master = (await full_sync_state_set(boot, cluster, size=2))["masterAddress"]
+        await wait_for(lambda: route_has_master(boot), 30, "brokers registered for routes", cluster)
+        await create_topic(boot, master, TOPIC)
+
+        sends: list[tuple[float, float]] = []  # (started, took) of every acknowledged send
+        failures: list[tuple[float, str]] = []
+        stop = asyncio.Event()
+        async with Producer(cluster.controller_addresses) as producer:  # the defaults
+
+            async def sender(w: int) -> None:
+                i = 0
+                while not stop.is_set():
+                    started = time.monotonic()
+                    try:
+                        await producer.send(TOPIC, f"w{w}-{i}".encode())
+                    except ClientError as exc:
+                        failures.append((started, f"{type(exc).__name__}: {exc}"))
+                    else:
+                        sends.append((started, time.monotonic() - started))
+                    i += 1
+                    await asyncio.sleep(0.01)  # pacing, so the senders do not flood the logs
+
+            async def sent(n: int, after: float) -> bool:
+                return sum(1 for s, _ in sends if s >= after) >= n
+
+            tasks = [asyncio.create_task(sender(w)) for w in range(SENDERS)]
+            try:
+                await wait_for(lambda: sent(20, 0.0), 30, "sends before the fault", cluster)
+                faulted = time.monotonic()
+                await inject(cluster, boot, master)
+                recovered = time.monotonic()
+                # Sends go through again, so those started during the fault have settled.
+                await wait_for(lambda: sent(4 * SENDERS, recovered), 30, "sends after", cluster)
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks)
+
+        assert not failures, f"{len(failures)} sends failed, e.g. {failures[:3]}"
+        during = [took for started, took in sends if faulted <= started <= recovered]
+        assert len(during) >= SENDERS, f"only {len(during)} sends started during the fault"
+        slowest = max(took for _, took in sends)
+        assert slowest <= producer.send_deadline + 1.0, f"a send took {slowest:.1f}s"
+    finally:
+        boot.close()
+        cluster.stop()
