@@ -4,7 +4,6 @@ error naming the offset, ``rmqctl consumeMessage`` exit 1 with one line)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from client.producer import Producer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import MESSAGE_MAGIC, decode_record, iter_records, peek_prefix
 from remoting.client import RemotingClient
+from storage.checkpoint import Checkpoint, load_checkpoint
 from storage.consumequeue import ENTRY
 from tests.support.procs import ROOT, BrokerProc, free_port, wait_until
 
@@ -30,6 +30,7 @@ SEGMENT = 64 * 1024  # the smallest the broker accepts: 200 messages fill four s
 TOPIC = "Damaged"
 COUNT = 200
 NAME = "broker-a"
+NO_CHECKPOINT = Checkpoint(flushed_offset=0, dispatched_offset=0, confirm_offset=0, timestamp_ms=0)
 
 
 def body(i: int) -> bytes:
@@ -158,8 +159,14 @@ async def filled_then_stopped(
     broker.start_and_wait()
     await produce(broker.address)
     if kill:
-        # Past one flush interval, so the checkpoint covers every record (a crash later).
-        await asyncio.sleep(1.2)
+        # Once the checkpoint covers the first segment (flushed: damage there is corruption,
+        # not a torn write), a crash.
+        checkpoint = broker.data_dir / "checkpoint"
+        wait_until(
+            lambda: (load_checkpoint(checkpoint) or NO_CHECKPOINT).flushed_offset >= SEGMENT,
+            10,
+            "the checkpoint to cover the first segment",
+        )
         broker.kill9()
     else:
         assert broker.stop() == 0
