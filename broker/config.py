@@ -70,7 +70,7 @@ class BrokerConfig:
     )
     max_partial_frame_bytes: int = field(
         64 * 1024 * 1024,
-        "bytes of incomplete frames all connections may hold together; past it the connection whose incomplete frame is oldest is closed (at least max_frame_bytes)",
+        "bytes of incomplete frames all connections may hold together; past it the connection stalled longest mid-frame is closed (at least max_frame_bytes)",
         at_least(1024),
     )
     max_inflight_per_connection: int = field(

@@ -148,7 +148,7 @@ class ControllerConfig:
     )
     max_partial_frame_bytes: int = field(
         64 * 1024 * 1024,
-        "bytes of incomplete frames all connections may hold together; past it the connection whose incomplete frame is oldest is closed (at least max_frame_bytes)",
+        "bytes of incomplete frames all connections may hold together; past it the connection stalled longest mid-frame is closed (at least max_frame_bytes)",
         at_least(64 * 1024),
     )
 

@@ -22,9 +22,10 @@ Bounds per connection, so one slow or malicious client cannot exhaust memory:
 Bounds across connections: the bytes of incomplete frames that all connections of a server hold
 together are at most ``max_partial_frame_bytes`` (a frame's declared length is a claim, checked
 against ``max_frame_bytes`` before any of its bytes are kept; only bytes that arrived count).
-Past the budget the server closes the connection whose incomplete frame is the oldest (a peer
-that stalls mid-frame, not one streaming a large frame at line rate) until the total fits, with
-one logged line each, and counts it (``on_drop`` callbacks, reason ``partial_frame_budget``).
+Past the budget the server closes the connection whose incomplete frame has waited longest for
+more bytes (a peer that stalls mid-frame, never the one streaming a frame right now) until the
+total fits, with one logged line each, and counts it (``on_drop`` callbacks, reason
+``partial_frame_budget``).
 
 A frame that cannot be decoded, or one longer than ``max_frame_bytes``, closes the connection with
 one logged line (reason ``bad_frame``). A handler that raises answers SYSTEM_ERROR (or BAD_REQUEST for a FieldError); the
@@ -121,7 +122,7 @@ class Connection(asyncio.Protocol):
             return
         held = decoder.buffered
         if held or self.partial_bytes:  # small frames arrive whole: nothing to account
-            self._server._partial(self, held, restarted=bool(frames))
+            self._server._partial(self, held)
         for frame in frames:
             if self.closed:
                 return
@@ -182,7 +183,7 @@ class Connection(asyncio.Protocol):
     def _release_partial(self) -> None:
         """Give the incomplete frame's bytes back, to the budget and to the allocator."""
         if self.partial_bytes:
-            self._server._partial(self, 0, restarted=False)
+            self._server._partial(self, 0)
         self._decoder.clear()
 
     def _update_reading(self) -> None:
@@ -280,8 +281,12 @@ class RemotingServer:
         self.on_drop: list[Callable[[Connection, str], None]] = []
         #: Bytes of incomplete frames held by all connections, against ``max_partial_frame_bytes``.
         self.partial_bytes = 0
-        # Connections holding an incomplete frame, oldest frame first (insertion order).
+        # Connections holding an incomplete frame, the one whose bytes arrived longest ago first.
         self._partial_holders: dict[Connection, None] = {}
+        # One frame of the largest size (and its prefix) always fits.
+        self._partial_limit = max(
+            self.limits.max_partial_frame_bytes, self.limits.max_frame_bytes + 4
+        )
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[int(code)] = handler
@@ -333,19 +338,16 @@ class RemotingServer:
             for cb in self.on_close:
                 cb(conn)
 
-    def _partial(self, conn: Connection, held: int, *, restarted: bool) -> None:
-        """``conn`` now holds ``held`` bytes of an incomplete frame (``restarted``: a frame
-        completed, so the bytes held belong to a new one). Enforce the budget."""
+    def _partial(self, conn: Connection, held: int) -> None:
+        """``conn`` now holds ``held`` bytes of an incomplete frame. Enforce the budget."""
         self.partial_bytes += held - conn.partial_bytes
         conn.partial_bytes = held
         holders = self._partial_holders
+        holders.pop(conn, None)
         if held == 0:
-            holders.pop(conn, None)
             return
-        if restarted:
-            holders.pop(conn, None)
-        holders.setdefault(conn, None)
-        limit = self.limits.max_partial_frame_bytes
+        holders[conn] = None  # bytes just arrived: the last to be dropped
+        limit = self._partial_limit
         while self.partial_bytes > limit and holders:
             victim = next(iter(holders))
             log.warning(

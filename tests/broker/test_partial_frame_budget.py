@@ -2,7 +2,7 @@
 
 Sixty connections each send most of a large frame and stall (issue 9, item 8: that grew each
 daemon from 41 to 949 MiB). The daemon must keep the bytes it holds for incomplete frames within
-``max_partial_frame_bytes`` by closing the connections with the oldest incomplete frames, stay
+``max_partial_frame_bytes`` by closing the connections stalled longest mid-frame, stay
 up, and keep serving a normal client. Memory is read from /proc/PID/status (VmHWM, the peak
 resident set) once the daemon has read every byte sent (its sockets' receive queues are empty),
 so the bound does not depend on timing.
@@ -134,7 +134,7 @@ async def check_budget_holds(daemon: Daemon, port: int, kind: str) -> None:
         log = daemon.log()
         assert "incomplete frames over budget" in log
         assert "Traceback" not in log
-        # The oldest stalled connections were closed, the newest are still held.
+        # The connections stalled longest were closed, the last one is still held.
         assert sockets[-1] is not None
     finally:
         for s in sockets:
