@@ -124,6 +124,17 @@ class ControllerConfig:
         "grace period of a newly active controller",
         at_least(100),
     )
+    broker_heartbeat_timeout_max_ms: int = field(
+        10_000,
+        "largest heartbeatTimeoutMillis a broker may ask for; a larger one counts as this "
+        "(a forged huge timeout cannot keep a dead master alive)",
+        at_least(100),
+    )
+    require_register_check_code: bool = field(
+        False,
+        "CONTROLLER_REGISTER_BROKER must carry the broker's registerCheckCode (turn on once "
+        "every broker sends it); a code that is sent is always checked",
+    )
     scan_interval_ms: int = field(
         200, "how often the active controller looks for groups that need an election", at_least(10)
     )
@@ -163,6 +174,11 @@ class ControllerConfig:
             raise ConfigError("config key 'election_ticks_max' must be >= election_ticks_min")
         if self.election_ticks_min <= self.heartbeat_ticks:
             raise ConfigError("config key 'election_ticks_min' must be > heartbeat_ticks")
+        if self.broker_heartbeat_timeout_max_ms < self.broker_heartbeat_timeout_ms:
+            raise ConfigError(
+                "config key 'broker_heartbeat_timeout_max_ms' must be >= "
+                "broker_heartbeat_timeout_ms"
+            )
         if self.preferred_leader and _node_id(self.preferred_leader) is not None:
             raise ConfigError("config key 'preferred_leader' must be a node id")
         if self.max_partial_frame_bytes < self.max_frame_bytes:

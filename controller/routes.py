@@ -6,8 +6,12 @@ to every controller, periodically and after a topic change. A registration expir
 died or went away), as RocketMQ's name server does.
 
 Routes combine it with the replicated metadata: the master of a group is whatever the
-controllers' state machine says (``MasterLookup``), never what a broker claims. Time is an int of
-milliseconds passed in; nothing here reads a clock or does I/O.
+controllers' state machine says (``MasterLookup``), never what a broker claims; a registration
+counts only for a broker id the state machine knows, at the address it knows (``Accept``); and a
+topic created through the controllers (``known``: group -> queues) keeps its groups in the route
+while their brokers are down, with no master and no slaves (clients see "no master now" and
+retry, never "no such topic"). Time is an int of milliseconds passed in; nothing here reads a
+clock or does I/O.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from typing import Any
 
 MasterLookup = Callable[[str], tuple[int | None, str | None]]
 """``broker_name -> (master broker id, master address)``, both None while there is no master."""
+Accept = Callable[[str, int, str], bool]
+"""``(broker_name, broker_id, address) -> bool``: whether a registration may be believed."""
+
+
+def _accept_all(broker_name: str, broker_id: int, address: str) -> bool:
+    return True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,20 +93,39 @@ class RouteTable:
             del self._regs[key]
         return gone
 
-    def registrations(self, now_ms: int) -> list[Registration]:
-        """Live registrations, by (broker name, broker id)."""
+    def get(self, broker_name: str, broker_id: int) -> Registration | None:
+        return self._regs.get((broker_name, broker_id))
+
+    def registrations(self, now_ms: int, accept: Accept = _accept_all) -> list[Registration]:
+        """Live registrations that ``accept`` believes, by (broker name, broker id)."""
         self.expire(now_ms)
-        return [self._regs[k] for k in sorted(self._regs)]
+        return [
+            reg
+            for reg in (self._regs[k] for k in sorted(self._regs))
+            if accept(reg.broker_name, reg.broker_id, reg.address)
+        ]
 
-    def route(self, topic: str, masters: MasterLookup, now_ms: int) -> dict[str, Any] | None:
-        """The GET_ROUTEINFO_BY_TOPIC document, or None when no live broker has the topic.
+    def route(
+        self,
+        topic: str,
+        masters: MasterLookup,
+        now_ms: int,
+        *,
+        known: Mapping[str, int] | None = None,
+        accept: Accept = _accept_all,
+    ) -> dict[str, Any] | None:
+        """The GET_ROUTEINFO_BY_TOPIC document, or None when the topic is unknown.
 
-        Every group with a registration listing the topic is in it; ``queues`` is the master's
-        registered count (the largest among the group's brokers while the master has not
-        registered it); ``slaves`` are the other registered brokers of the group.
+        Every group in ``known`` (the controllers' topic table) and every group with a
+        registration listing the topic is in it. ``queues`` is the largest of the known count and
+        the master's registered one (the other brokers' while the master has not registered it);
+        ``slaves`` are the other registered brokers of the group; the master is the state
+        machine's (one that died is named until the controllers clear it). A known group with
+        neither has no master and no slaves: "no master now", which clients retry.
         """
-        groups: dict[str, list[Registration]] = {}
-        for reg in self.registrations(now_ms):
+        known = known or {}
+        groups: dict[str, list[Registration]] = {name: [] for name in known}
+        for reg in self.registrations(now_ms, accept):
             if topic in reg.topics:
                 groups.setdefault(reg.broker_name, []).append(reg)
         if not groups:
@@ -106,7 +135,9 @@ class RouteTable:
             regs = groups[name]
             master_id, master_address = masters(name)
             by_master = [r for r in regs if r.broker_id == master_id]
-            queues = by_master[0].topics[topic] if by_master else max(r.topics[topic] for r in regs)
+            counts = [known[name]] if name in known else []
+            counts += [r.topics[topic] for r in (by_master or regs)]
+            queues = max(counts)
             slaves = sorted(r.address for r in regs if r.broker_id != master_id)
             brokers.append(
                 {
@@ -118,10 +149,12 @@ class RouteTable:
             )
         return {"topic": topic, "brokers": brokers}
 
-    def cluster_info(self, masters: MasterLookup, now_ms: int) -> dict[str, Any]:
+    def cluster_info(
+        self, masters: MasterLookup, now_ms: int, accept: Accept = _accept_all
+    ) -> dict[str, Any]:
         """The GET_BROKER_CLUSTER_INFO document: every live registered broker and its role."""
         clusters: dict[str, list[dict[str, Any]]] = {}
-        for reg in self.registrations(now_ms):
+        for reg in self.registrations(now_ms, accept):
             master_id, _ = masters(reg.broker_name)
             clusters.setdefault(reg.cluster, []).append(
                 {

@@ -45,12 +45,14 @@ from controller.documents import (
 )
 from controller.metadata import (
     Applied,
+    BrokerBindings,
     BrokerLiveTable,
     Decision,
     ReplicaInfo,
     elections_needed,
     encode_event,
 )
+from controller.metadata.events import MAX_ID
 from controller.metrics import ControllerMetrics
 from controller.raft import ConfChangeRejected, ProposalDropped, Role, TransferRejected
 from controller.raft_driver import DriverStopped, NotLeaderError, ProposalLost, RaftDriver
@@ -110,6 +112,16 @@ def _id_list(value: Any, what: str) -> frozenset[int]:
     return frozenset(value)
 
 
+def _bounded(header: Mapping[str, Scalar], name: str, lo: int, hi: int) -> int:
+    """An optional int header field (0 when absent) that must lie in [lo, hi]."""
+    value = opt_int(header, name, 0)
+    if not lo <= value <= hi:
+        raise Refused(
+            ResponseCode.CONTROLLER_INVALID_REQUEST, f"{name} must be in [{lo}, {hi}], not {value}"
+        )
+    return value
+
+
 class ControllerService:
     def __init__(
         self,
@@ -127,6 +139,7 @@ class ControllerService:
         self.metrics = metrics
         self._clock = clock
         self.live = BrokerLiveTable(default_timeout_ms=cfg.broker_heartbeat_timeout_ms)
+        self.bindings = BrokerBindings()
         self.routes = RouteTable(expiry_ms=cfg.route_expiry_ms)
         self.pool = ConnectionPool(connect_timeout=cfg.notify_timeout_ms / 1000)
         self._timeout = cfg.request_timeout_ms / 1000
@@ -138,6 +151,8 @@ class ControllerService:
         driver.on_active_change.append(self._active_changed)
         state_machine.on_master_changed.append(self._master_changed)
         state_machine.on_cleaned.append(self._cleaned)
+        state_machine.on_topic_changed.append(self._topic_changed)
+        self._reconciling: set[tuple[str, str]] = set()
 
     # --- wiring ----------------------------------------------------------------------------
 
@@ -155,6 +170,7 @@ class ControllerService:
             RequestCode.REGISTER_BROKER: self.register_routes,
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
             ControllerCode.GET_CONTROLLER_CONFIG: self.get_controller_config,
             ControllerCode.ADD_CONTROLLER: self.add_controller,
             ControllerCode.REMOVE_CONTROLLER: self.remove_controller,
@@ -303,20 +319,55 @@ class ControllerService:
         return response(req, ResponseCode.SUCCESS)
 
     async def register_broker(self, conn: Connection, req: Frame) -> Frame:
+        """CONTROLLER_REGISTER_BROKER: binds the broker id to this connection (BrokerBindings);
+        another connection may take it over only with the register code or once the holder is
+        gone, so a forged registration cannot move a live broker's address."""
         await self._require_active()
         h = req.header
         name = req_str(h, "brokerName")
         broker_id = req_int(h, "brokerId")
+        code = opt_str(h, "registerCheckCode") or None
+        if code is None and self.cfg.require_register_check_code:
+            raise Refused(
+                ResponseCode.CONTROLLER_INVALID_REQUEST,
+                "registerCheckCode is required (require_register_check_code)",
+            )
         d = self.manager.register_broker(
             req_str(h, "clusterName"),
             name,
             broker_id,
             req_str(h, "brokerAddress"),
             alive=self._alive(),
+            register_code=code,
         )
+        if not d.ok:
+            raise self._refuse(d)
+        cid = self._connection_id(conn)
+        now = self.now_ms()
+        if not self.bindings.may_bind(
+            name,
+            broker_id,
+            cid,
+            code_verified=code is not None,
+            alive=self.live.is_alive(name, broker_id, now),
+            now_ms=now,
+            hold_ms=self.cfg.broker_heartbeat_timeout_ms,
+        ):
+            log.warning(
+                "registration refused: broker id held by another connection",
+                broker_name=name,
+                broker_id=broker_id,
+                peer=conn.peer,
+            )
+            raise Refused(
+                ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                f"broker {broker_id} of {name} is registered from another connection and alive; "
+                "register with its registerCheckCode to take it over",
+            )
         d = await self._settle(d)
         if not d.ok or d.response is None:
             raise self._refuse(d)
+        self.bindings.bind(name, broker_id, cid, self.now_ms())
         r = d.response
         header = group_header(
             master_broker_id=r.master_broker_id,
@@ -331,18 +382,30 @@ class ControllerService:
 
     def broker_heartbeat(self, conn: Connection, req: Frame) -> Frame:
         """BROKER_HEARTBEAT: answered at once (no Raft round trip); may be oneway."""
-        resp = self._heartbeat(conn, req)
+        try:
+            resp = self._heartbeat(conn, req)
+        except Refused as refused:
+            resp = response(req, refused.code, {"remark": refused.remark, **refused.header})
         self._count(req, resp)
         return resp
 
     def _heartbeat(self, conn: Connection, req: Frame) -> Frame:
         driver = self.driver
         if driver.role is not Role.LEADER:
-            refused = self._redirect()
-            return response(req, refused.code, {"remark": refused.remark, **refused.header})
+            raise self._redirect()
         h = req.header
         name = req_str(h, "brokerName")
         broker_id = req_int(h, "brokerId")
+        figures = {
+            key: _bounded(h, key, 0, MAX_ID)
+            for key in ("epoch", "maxOffset", "confirmOffset", "electionPriority")
+        }
+        # A broker may ask for its own timeout, within the configured bound: a huge one must
+        # not keep a dead broker (and its master role) alive.
+        timeout_ms = min(
+            _bounded(h, "heartbeatTimeoutMillis", -MAX_ID, MAX_ID),
+            self.cfg.broker_heartbeat_timeout_max_ms,
+        )
         info = self.manager.replica_info(name)
         unknown = info is None or all(r.broker_id != broker_id for r in info.replicas)
         if unknown and driver.active:  # a new leader's applied state may still be behind
@@ -351,17 +414,26 @@ class ControllerService:
                 ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
                 f"broker {broker_id} of {name} is not registered",
             )
+        if self.bindings.holder(name, broker_id) != self._connection_id(conn):
+            # Only the connection that registered the broker (CONTROLLER_REGISTER_BROKER) speaks
+            # for it; a broker told so registers again on its connection.
+            return error_response(
+                req,
+                ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                f"broker {broker_id} of {name} is not registered on this connection "
+                f"with {driver.id}: send CONTROLLER_REGISTER_BROKER first",
+            )
         revived = self.live.on_heartbeat(
             cluster=opt_str(h, "clusterName"),
             broker_name=name,
             broker_id=broker_id,
             address=opt_str(h, "brokerAddress"),
             now_ms=self.now_ms(),
-            epoch=opt_int(h, "epoch", 0),
-            max_offset=opt_int(h, "maxOffset", 0),
-            confirm_offset=opt_int(h, "confirmOffset", 0),
-            election_priority=opt_int(h, "electionPriority", 0),
-            timeout_ms=opt_int(h, "heartbeatTimeoutMillis", 0),
+            epoch=figures["epoch"],
+            max_offset=figures["maxOffset"],
+            confirm_offset=figures["confirmOffset"],
+            election_priority=figures["electionPriority"],
+            timeout_ms=max(timeout_ms, 0),
             connection_id=self._connection_id(conn),
         )
         if revived:
@@ -438,11 +510,13 @@ class ControllerService:
                     f"brokerIds must be ids separated by ';', not {ids_text!r}",
                 )
             ids.add(int(part))
+        now = self.now_ms()
         d = self.manager.clean_broker_data(
             opt_str(h, "clusterName") or None,
             req_str(h, "brokerName"),
             frozenset(ids) or None,
-            alive=self._alive(),
+            # Alive unless declared dead: a new leader in its grace period cleans nobody.
+            alive=lambda name, broker_id: not self.live.declared_dead(name, broker_id, now),
             clean_living_broker=_opt_bool(h, "cleanLivingBroker"),
         )
         d = await self._settle(d)
@@ -512,6 +586,21 @@ class ControllerService:
             return None, None
         return info.master_broker_id, info.master_address
 
+    def _accept(self) -> Callable[[str, int, str], bool]:
+        """Which route registrations to believe: a broker id the state machine knows, at the
+        address it knows (any address while its first CONTROLLER_REGISTER_BROKER is pending)."""
+        known: dict[tuple[str, int], str] = {
+            (info.broker_name, r.broker_id): r.address
+            for info in self.manager.replica_infos()
+            for r in info.replicas
+        }
+
+        def accept(broker_name: str, broker_id: int, address: str) -> bool:
+            recorded = known.get((broker_name, broker_id))
+            return recorded is not None and recorded in ("", address)
+
+        return accept
+
     async def register_routes(self, conn: Connection, req: Frame) -> Frame:
         h = req.header
         body = _unpack_body(req)
@@ -522,15 +611,28 @@ class ControllerService:
             raise Refused(
                 ResponseCode.CONTROLLER_INVALID_REQUEST, "topics must map names to queue counts"
             )
+        name = req_str(h, "brokerName")
+        broker_id = req_int(h, "brokerId")
+        address = req_str(h, "brokerAddress")
+        info = self.manager.replica_info(name)
+        recorded = info.address_of(broker_id) if info is not None else None
+        if recorded and recorded != address:
+            # Not the broker the controllers know by that id: it would pose as it in the routes.
+            raise Refused(
+                ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                f"broker {broker_id} of {name} serves on {recorded}, not {address}",
+            )
         self.routes.register(
             cluster=req_str(h, "clusterName"),
-            broker_name=req_str(h, "brokerName"),
-            broker_id=req_int(h, "brokerId"),
-            address=req_str(h, "brokerAddress"),
+            broker_name=name,
+            broker_id=broker_id,
+            address=address,
             topics=topics,
             connection_id=self._connection_id(conn),
             now_ms=self.now_ms(),
         )
+        if self.driver.active and recorded:
+            self._reconcile(name, address, topics)
         return response(req, ResponseCode.SUCCESS)
 
     async def _route_view(self) -> None:
@@ -543,15 +645,108 @@ class ControllerService:
     async def get_route(self, conn: Connection, req: Frame) -> Frame:
         topic = req_str(req.header, "topic")
         await self._route_view()
-        doc = self.routes.route(topic, self._master_of, self.now_ms())
+        doc = self.routes.route(
+            topic,
+            self._master_of,
+            self.now_ms(),
+            known=self.manager.topic_queues(topic),
+            accept=self._accept(),
+        )
         if doc is None:
             raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
 
     async def get_cluster_info(self, conn: Connection, req: Frame) -> Frame:
         await self._route_view()
-        doc = self.routes.cluster_info(self._master_of, self.now_ms())
+        doc = self.routes.cluster_info(self._master_of, self.now_ms(), self._accept())
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    # --- topics ----------------------------------------------------------------------------
+
+    async def update_topic(self, conn: Connection, req: Frame) -> Frame:
+        """UPDATE_AND_CREATE_TOPIC on the controllers (a broker's updateTopic forwards it here):
+        answered once the UpdateTopic event is applied, so the topic outlives the group's master;
+        the group's brokers then get it pushed (``_topic_changed``)."""
+        await self._require_active()
+        h = req.header
+        d = self.manager.update_topic(
+            opt_str(h, "clusterName") or None,
+            req_str(h, "brokerName"),
+            req_str(h, "topic"),
+            req_int(h, "queues"),
+        )
+        d = await self._settle(d)
+        if not d.ok or d.response is None:
+            raise self._refuse(d)
+        r = d.response
+        return response(
+            req,
+            ResponseCode.SUCCESS,
+            {"topic": r.topic, "queues": r.queues, "brokerName": r.broker_name},
+        )
+
+    def _topic_changed(self, broker_name: str, topic: str) -> None:
+        if not self.driver.active:
+            return
+        info = self.manager.replica_info(broker_name)
+        queues = self.manager.group_topics(broker_name).get(topic)
+        if info is None or queues is None:
+            return
+        log.info("topic updated", broker_name=broker_name, topic=topic, queues=queues)
+        addresses = sorted({r.address for r in info.replicas if r.address})
+        self._spawn(
+            self._push_topics(addresses, {topic: queues}, self._timeout),
+            f"topic-{broker_name}-{topic}",
+        )
+
+    def _reconcile(self, broker_name: str, address: str, registered: Mapping[str, int]) -> None:
+        """A broker registered routes without some topic the controllers know for its group
+        (it was down or a slave when the topic was created): hand it the missing ones."""
+        missing = {
+            topic: queues
+            for topic, queues in self.manager.group_topics(broker_name).items()
+            if registered.get(topic, 0) < queues
+        }
+        key = (broker_name, address)
+        if missing and key not in self._reconciling:
+            self._reconciling.add(key)
+
+            async def push() -> None:
+                try:
+                    await self._push_topics([address], missing, self._timeout)
+                finally:
+                    self._reconciling.discard(key)
+
+            self._spawn(push(), f"reconcile-{broker_name}")
+
+    async def _push_topics(
+        self, addresses: list[str], topics: Mapping[str, int], timeout: float
+    ) -> None:
+        """UPDATE_AND_CREATE_TOPIC to each broker (best effort). A broker in controller mode
+        forwards it back to the controllers, where it changes nothing, and then creates it."""
+
+        async def push(address: str, topic: str, queues: int) -> None:
+            try:
+                conn = await self.pool.get(address)
+                resp = await conn.request(
+                    RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    {"topic": topic, "queues": queues},
+                    None,
+                    timeout,
+                )
+                if resp.code != ResponseCode.SUCCESS:
+                    log.info(
+                        "topic push refused",
+                        address=address,
+                        topic=topic,
+                        code=code_name(resp.code),
+                        remark=resp.header.get("remark"),
+                    )
+            except (RemotingError, OSError, ValueError) as exc:
+                log.debug("topic push failed", address=address, topic=topic, error=str(exc))
+                self.pool.drop(address)
+
+        await asyncio.gather(*(push(a, t, q) for a in addresses for t, q in sorted(topics.items())))
 
     # --- membership ------------------------------------------------------------------------
 
@@ -607,6 +802,7 @@ class ControllerService:
         if not isinstance(cid, int):
             return
         self.routes.connection_closed(cid)
+        self.bindings.connection_closed(cid)
         inactive = self.live.on_connection_closed(cid)
         if inactive:
             log.info("broker connection closed", brokers=inactive)
@@ -622,6 +818,7 @@ class ControllerService:
     def _cleaned(self, broker_name: str, broker_ids: frozenset[int] | None) -> None:
         self.live.forget(broker_name, broker_ids)
         self.routes.forget(broker_name, broker_ids)
+        self.bindings.forget(broker_name, broker_ids)
 
     def _master_changed(self, broker_name: str) -> None:
         info = self.manager.replica_info(broker_name)
@@ -638,6 +835,11 @@ class ControllerService:
     async def _notify(self, info: ReplicaInfo) -> None:
         header, body = role_notification(info)
         timeout = self.cfg.notify_timeout_ms / 1000
+        topics = self.manager.group_topics(info.broker_name)
+        if info.master_address and topics:
+            # The new master gets the group's topics before it hears it is master, so it serves
+            # them as created (not auto-created with default queues) from its first write on.
+            await self._push_topics([info.master_address], topics, timeout)
 
         async def push(address: str) -> None:
             try:

@@ -2,7 +2,8 @@
 
 Wraps :class:`~controller.metadata.ReplicasInfoManager`: decodes each committed entry, applies
 it, and tells listeners what changed, so the active controller can push
-NOTIFY_BROKER_ROLE_CHANGED after a master change and forget the liveness of cleaned brokers.
+NOTIFY_BROKER_ROLE_CHANGED after a master change, forget the liveness of cleaned brokers and
+hand a new topic to the group's brokers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from controller.metadata import (
     CleanBrokerData,
     EventDecodeError,
     ReplicasInfoManager,
+    UpdateTopic,
     decode_event,
 )
 from protocol.codes import ResponseCode
@@ -26,6 +28,8 @@ MasterChanged = Callable[[str], None]
 """``(broker_name)``: the group's master or master epoch changed."""
 Cleaned = Callable[[str, frozenset[int] | None], None]
 """``(broker_name, broker_ids or None for the whole group)``: CleanBrokerData applied."""
+TopicChanged = Callable[[str, str], None]
+"""``(broker_name, topic)``: UpdateTopic applied (the topic is new or grew on the group)."""
 
 
 class MetadataStateMachine:
@@ -33,6 +37,7 @@ class MetadataStateMachine:
         self.manager = manager or ReplicasInfoManager()
         self.on_master_changed: list[MasterChanged] = []
         self.on_cleaned: list[Cleaned] = []
+        self.on_topic_changed: list[TopicChanged] = []
         self.applied_index = 0
 
     def apply(self, index: int, data: bytes) -> Applied:
@@ -57,6 +62,9 @@ class MetadataStateMachine:
         if isinstance(event, CleanBrokerData):
             for cleaned in self.on_cleaned:
                 cleaned(name, event.broker_ids)
+        if isinstance(event, UpdateTopic):
+            for changed in self.on_topic_changed:
+                changed(name, event.topic)
         return outcome
 
     def snapshot(self) -> bytes:

@@ -1,21 +1,39 @@
-"""Topics, consumer offsets, queue offsets and runtime figures."""
+"""Topics, consumer offsets, queue offsets and runtime figures.
+
+In controller mode a topic is created (or grown) in the controllers' replicated state first,
+and only then here: UPDATE_AND_CREATE_TOPIC is forwarded to the active controller and answered
+once the controllers committed it, so a topic acknowledged to a client survives its master
+dying a moment later (the new master gets it from the controllers). The controllers push the
+same request to every broker of the group; it changes nothing there and creates it here.
+"""
 
 from __future__ import annotations
 
 import msgpack
 
 from broker.context import BrokerContext
+from client.bootstrap import Bootstrap
+from client.errors import BrokerError, ClientError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, req_int, req_str
-from protocol.remoting import Frame, response
+from protocol.remoting import Frame, Scalar, response
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
 from remoting.server import Connection, RemotingServer, error_response
 
 MAX_QUEUES = 1024
+CONTROLLER_TIMEOUT = 3.0
 
 
 class AdminProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        self._controllers: Bootstrap | None = None
+
+    def close(self) -> None:
+        if self._controllers is not None:
+            self._controllers.pool.close()
+            self._controllers = None
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_topic)
@@ -28,7 +46,7 @@ class AdminProcessor:
         server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info)
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.all_offsets)
 
-    def update_topic(self, conn: Connection, req: Frame) -> Frame:
+    async def update_topic(self, conn: Connection, req: Frame) -> Frame:
         topic = req_str(req.header, "topic")
         queues = opt_int(req.header, "queues", self.ctx.cfg.default_topic_queues)
         if not 1 <= queues <= MAX_QUEUES:
@@ -42,8 +60,39 @@ class AdminProcessor:
                 ResponseCode.BAD_REQUEST,
                 f"topic {topic} has {tc.queues} queues; shrinking is not supported",
             )
+        if self.ctx.controller_mode:
+            refused = await self._commit_with_controllers(topic, queues)
+            if refused is not None:
+                return error_response(req, *refused)
         tc = self.ctx.create_topic(topic, queues)
         return response(req, ResponseCode.SUCCESS, {"topic": tc.topic, "queues": tc.queues})
+
+    async def _commit_with_controllers(self, topic: str, queues: int) -> tuple[int, str] | None:
+        """UPDATE_AND_CREATE_TOPIC on the controllers for this broker's group: None once they
+        committed it, else the code and remark to answer (nothing is created here then)."""
+        cfg = self.ctx.cfg
+        if self._controllers is None:
+            self._controllers = Bootstrap(
+                cfg.controller_addresses,
+                ConnectionPool(CONTROLLER_TIMEOUT),
+                CONTROLLER_TIMEOUT,
+            )
+        header: dict[str, Scalar] = {
+            "topic": topic,
+            "queues": queues,
+            "clusterName": cfg.cluster,
+            "brokerName": cfg.broker_name,
+        }
+        try:
+            await self._controllers.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        except BrokerError as exc:
+            return exc.code, f"the controllers refused topic {topic}: {exc.remark or exc}"
+        except (ClientError, RemotingError) as exc:
+            return (
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"topic {topic} not created: the controllers did not commit it ({exc}); retry",
+            )
+        return None
 
     def all_topics(self, conn: Connection, req: Frame) -> Frame:
         body = {name: {"queues": tc.queues} for name, tc in self.ctx.topics.all().items()}

@@ -8,7 +8,8 @@ decisions out.
 - state.py: ReplicasInfoManager, request validation (decisions) and apply, snapshot/restore;
 - rules.py: the hard-state rules and per-event mutations shared by validation and apply;
 - election.py: the ElectMaster policy;
-- heartbeat.py: BrokerLiveTable, liveness as soft state with the new-leader grace period;
+- heartbeat.py: BrokerLiveTable, liveness as soft state with the new-leader grace period, and
+  BrokerBindings, which connection registered which broker;
 - scheduler.py: which groups need an election now;
 - results.py: decisions, apply outcomes and response shapes; group.py and snapshot.py: the
   per-group record and its snapshot encoding.
@@ -44,10 +45,11 @@ from controller.metadata.events import (
     Event,
     EventDecodeError,
     UpdateBrokerAddress,
+    UpdateTopic,
     decode_event,
     encode_event,
 )
-from controller.metadata.heartbeat import BrokerLiveInfo, BrokerLiveTable
+from controller.metadata.heartbeat import BrokerBindings, BrokerLiveInfo, BrokerLiveTable
 from controller.metadata.results import (
     AlterSyncStateSetResponse,
     Applied,
@@ -58,6 +60,7 @@ from controller.metadata.results import (
     RegisterBrokerResponse,
     Replica,
     ReplicaInfo,
+    UpdateTopicResponse,
 )
 from controller.metadata.rules import AlivePredicate
 from controller.metadata.scheduler import ElectRequest, elections_needed
@@ -71,6 +74,7 @@ __all__ = [
     "Applied",
     "ApplyBrokerId",
     "ApplyBrokerIdResponse",
+    "BrokerBindings",
     "BrokerLiveInfo",
     "BrokerLiveTable",
     "CleanBrokerData",
@@ -89,6 +93,8 @@ __all__ = [
     "ReplicasInfoManager",
     "SnapshotError",
     "UpdateBrokerAddress",
+    "UpdateTopic",
+    "UpdateTopicResponse",
     "Verdict",
     "choose_master",
     "decode_event",

@@ -16,6 +16,7 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
     [4, broker_name, master_broker_id, master_epoch,
         sync_state_set_epoch, [broker_id, ...]]                           AlterSyncStateSet
     [5, broker_name, [broker_id, ...] | nil]                              CleanBrokerData
+    [6, broker_name, topic, queues]                                       UpdateTopic
 
 :func:`decode_event` raises :class:`EventDecodeError`, and nothing else, on any other input.
 """
@@ -34,12 +35,15 @@ MAX_NAME_CHARS: Final = 255
 MAX_TEXT_CHARS: Final = 1024
 MAX_SET_SIZE: Final = 1024
 MAX_EVENT_BYTES: Final = 64 * 1024
+MAX_TOPIC_CHARS: Final = 127
+MAX_QUEUES: Final = 1024
 
 TAG_APPLY_BROKER_ID: Final = 1
 TAG_UPDATE_BROKER_ADDRESS: Final = 2
 TAG_ELECT_MASTER: Final = 3
 TAG_ALTER_SYNC_STATE_SET: Final = 4
 TAG_CLEAN_BROKER_DATA: Final = 5
+TAG_UPDATE_TOPIC: Final = 6
 
 
 class EventDecodeError(ValueError):
@@ -93,6 +97,26 @@ def check_id_set(what: str, value: object) -> frozenset[int]:
         raise ValueError(f"{what} must have 1 to {MAX_SET_SIZE} members")
     for member in value:
         check_broker_id(f"member of {what}", member)
+    return value
+
+
+def check_topic(what: str, value: object) -> str:
+    """A topic name: 1 to MAX_TOPIC_CHARS letters, digits, '-', '_' or '%' (the broker's rule)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if not 0 < len(value) <= MAX_TOPIC_CHARS or not all(c.isalnum() or c in "-_%" for c in value):
+        raise ValueError(
+            f"{what} may hold letters, digits, '-', '_' and '%' (1 to {MAX_TOPIC_CHARS})"
+        )
+    return value
+
+
+def check_queues(what: str, value: object) -> int:
+    """A topic's queue count on one broker group: an int in [1, MAX_QUEUES]."""
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
+    if not 1 <= value <= MAX_QUEUES:
+        raise ValueError(f"{what} must be in [1, {MAX_QUEUES}], not {value}")
     return value
 
 
@@ -197,7 +221,33 @@ class CleanBrokerData:
             check_id_set("broker_ids", self.broker_ids)
 
 
-Event = ApplyBrokerId | UpdateBrokerAddress | ElectMaster | AlterSyncStateSet | CleanBrokerData
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateTopic:
+    """Create ``topic`` on the group ``broker_name`` with ``queues`` queues, or grow it.
+
+    Applies when the group exists and the topic is new there or has at most ``queues`` queues
+    (queues are never taken away); otherwise it is rejected and changes nothing. A topic's
+    creation is acknowledged only once this event is applied, so it survives the group's master.
+    """
+
+    broker_name: str
+    topic: str
+    queues: int
+
+    def __post_init__(self) -> None:
+        check_name("broker_name", self.broker_name)
+        check_topic("topic", self.topic)
+        check_queues("queues", self.queues)
+
+
+Event = (
+    ApplyBrokerId
+    | UpdateBrokerAddress
+    | ElectMaster
+    | AlterSyncStateSet
+    | CleanBrokerData
+    | UpdateTopic
+)
 
 
 # Codec -----------------------------------------------------------------------------------------
@@ -251,6 +301,8 @@ def encode_event(event: Event) -> bytes:
                 event.broker_name,
                 None if event.broker_ids is None else _sorted_ids(event.broker_ids),
             ]
+        case UpdateTopic():
+            fields = [TAG_UPDATE_TOPIC, event.broker_name, event.topic, event.queues]
         case _:
             raise TypeError(f"not an event: {type(event).__name__}")
     packed: bytes = msgpack.packb(fields, use_bin_type=True)
@@ -323,6 +375,10 @@ def _build(fields: list[Any]) -> Event:
         return CleanBrokerData(
             broker_name=broker_name, broker_ids=_opt_ids("broker_ids", broker_ids)
         )
+    if tag == TAG_UPDATE_TOPIC:
+        _arity(fields, 4, "UpdateTopic")
+        _, broker_name, topic, queues = fields
+        return UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)
     raise ValueError(f"unknown event tag {tag}")
 
 

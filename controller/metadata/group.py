@@ -6,6 +6,7 @@ Invariants, kept by every event applied in state.py and checked on restore:
 - every id is below ``next_assign_broker_id``;
 - the SyncStateSet holds registered ids only;
 - the master, when there is one, is registered and in the SyncStateSet;
+- topic names and queue counts are valid (events.py's checks);
 - ``master_epoch`` grows whenever the master changes, ``sync_state_set_epoch`` whenever the
   SyncStateSet changes; neither ever decreases.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.metadata.events import FIRST_BROKER_ID
+from controller.metadata.events import FIRST_BROKER_ID, check_queues, check_topic
 from controller.metadata.results import Replica, ReplicaInfo
 
 
@@ -36,6 +37,8 @@ class BrokerGroup:
     master_epoch: int = 0
     sync_state_set: frozenset[int] = frozenset()
     sync_state_set_epoch: int = 0
+    topics: dict[str, int] = field(default_factory=dict)
+    """topic -> queues on this group (UpdateTopic), so routes outlive the group's brokers"""
 
     @property
     def first_election(self) -> bool:
@@ -61,6 +64,7 @@ class BrokerGroup:
             master_epoch=self.master_epoch,
             sync_state_set=self.sync_state_set,
             sync_state_set_epoch=self.sync_state_set_epoch,
+            topics=dict(self.topics),
         )
 
     def info(self) -> ReplicaInfo:
@@ -99,4 +103,10 @@ class BrokerGroup:
             problems.append(f"{name}: master {master} is not in the SyncStateSet")
         if self.master_epoch < 0 or self.sync_state_set_epoch < 0:
             problems.append(f"{name}: negative epoch")
+        for topic, queues in self.topics.items():
+            try:
+                check_topic("topic", topic)
+                check_queues("queues", queues)
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{name}: topic {topic!r}: {exc}")
         return problems

@@ -221,3 +221,68 @@ class BrokerLiveTable:
             for info in self.brokers(broker_name)
             if self.is_alive(broker_name, info.broker_id, now_ms)
         }
+
+
+@dataclass(frozen=True, slots=True)
+class _Binding:
+    connection_id: int
+    bound_at_ms: int
+
+
+class BrokerBindings:
+    """Which connection registered each broker (CONTROLLER_REGISTER_BROKER) on this controller.
+
+    Soft state, like the live table. Until authentication exists, a broker id is spoken for by
+    the connection that registered it: heartbeats for it count only from that connection, and
+    another connection may take the id over only with the broker's register code, or once the
+    holder is gone (its connection closed, or it is neither alive nor freshly registered). So a
+    forged heartbeat or registration from a stray connection cannot keep a dead master alive or
+    move a live master's address.
+    """
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        self._by_key: dict[BrokerKey, _Binding] = {}
+
+    def holder(self, broker_name: str, broker_id: int) -> int | None:
+        """The connection id that registered the broker, None when none did (or it closed)."""
+        binding = self._by_key.get((broker_name, broker_id))
+        return None if binding is None else binding.connection_id
+
+    def may_bind(
+        self,
+        broker_name: str,
+        broker_id: int,
+        connection_id: int,
+        *,
+        code_verified: bool,
+        alive: bool,
+        now_ms: int,
+        hold_ms: int,
+    ) -> bool:
+        """Whether a registration from ``connection_id`` may (re)bind the broker now.
+
+        Yes for its own connection, for a free id, with the register code, or when the holder is
+        neither alive nor registered within ``hold_ms``.
+        """
+        binding = self._by_key.get((broker_name, broker_id))
+        if binding is None or binding.connection_id == connection_id or code_verified:
+            return True
+        return not alive and now_ms - binding.bound_at_ms > hold_ms
+
+    def bind(self, broker_name: str, broker_id: int, connection_id: int, now_ms: int) -> None:
+        self._by_key[(broker_name, broker_id)] = _Binding(connection_id, now_ms)
+
+    def connection_closed(self, connection_id: int) -> list[BrokerKey]:
+        """Free the brokers this connection held; returns their keys, sorted."""
+        freed = sorted(k for k, b in self._by_key.items() if b.connection_id == connection_id)
+        for key in freed:
+            del self._by_key[key]
+        return freed
+
+    def forget(self, broker_name: str, broker_ids: frozenset[int] | None = None) -> None:
+        """Free the brokers (all of the group when None), e.g. after CleanBrokerData."""
+        for key in [k for k in self._by_key if k[0] == broker_name]:
+            if broker_ids is None or key[1] in broker_ids:
+                del self._by_key[key]

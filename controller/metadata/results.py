@@ -144,3 +144,12 @@ class AlterSyncStateSetResponse:
 class CleanBrokerDataResponse:
     broker_name: str
     broker_ids: frozenset[int] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateTopicResponse:
+    """UPDATE_AND_CREATE_TOPIC on the controllers: the topic as the group now has it."""
+
+    broker_name: str
+    topic: str
+    queues: int

@@ -2,9 +2,14 @@
 
 Layout: one msgpack array, groups ascending by broker name, ids ascending::
 
-    ["rmq-metadata", 1, [group, ...]]
+    ["rmq-metadata", version, [group, ...]]
     group = [broker_name, cluster, next_assign_broker_id, master_broker_id | nil, master_epoch,
-             [sync_state_set ids], sync_state_set_epoch, [[broker_id, address, register_code], ...]]
+             [sync_state_set ids], sync_state_set_epoch, [[broker_id, address, register_code], ...],
+             [[topic, queues], ...]]                                   (version 2 only)
+
+Version 2 adds each group's topics (ascending by name). A state without topics is written as
+version 1, byte for byte what controllers before topics wrote, and both versions are read, so
+a controller restarts on a snapshot written before topics existed.
 
 :func:`decode_groups` raises :class:`SnapshotError`, and nothing else, on bytes that are not such
 a snapshot or describe a state that breaks the invariants of group.py.
@@ -22,12 +27,15 @@ from controller.metadata.events import (
     check_broker_id,
     check_epoch,
     check_name,
+    check_queues,
     check_text,
+    check_topic,
 )
 from controller.metadata.group import BrokerGroup, BrokerRecord
 
 SNAPSHOT_MAGIC: Final = "rmq-metadata"
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2
+SNAPSHOT_VERSION_NO_TOPICS: Final = 1
 
 
 class SnapshotError(ValueError):
@@ -35,25 +43,28 @@ class SnapshotError(ValueError):
 
 
 def encode_groups(groups: Mapping[str, BrokerGroup]) -> bytes:
+    with_topics = any(g.topics for g in groups.values())
     body: list[Any] = []
     for name in sorted(groups):
         g = groups[name]
-        body.append(
+        fields: list[Any] = [
+            g.broker_name,
+            g.cluster,
+            g.next_assign_broker_id,
+            g.master_broker_id,
+            g.master_epoch,
+            sorted(g.sync_state_set),
+            g.sync_state_set_epoch,
             [
-                g.broker_name,
-                g.cluster,
-                g.next_assign_broker_id,
-                g.master_broker_id,
-                g.master_epoch,
-                sorted(g.sync_state_set),
-                g.sync_state_set_epoch,
-                [
-                    [broker_id, g.brokers[broker_id].address, g.brokers[broker_id].register_code]
-                    for broker_id in sorted(g.brokers)
-                ],
-            ]
-        )
-    packed: bytes = msgpack.packb([SNAPSHOT_MAGIC, SNAPSHOT_VERSION, body], use_bin_type=True)
+                [broker_id, g.brokers[broker_id].address, g.brokers[broker_id].register_code]
+                for broker_id in sorted(g.brokers)
+            ],
+        ]
+        if with_topics:
+            fields.append([[topic, g.topics[topic]] for topic in sorted(g.topics)])
+        body.append(fields)
+    version = SNAPSHOT_VERSION if with_topics else SNAPSHOT_VERSION_NO_TOPICS
+    packed: bytes = msgpack.packb([SNAPSHOT_MAGIC, version, body], use_bin_type=True)
     return packed
 
 
@@ -72,8 +83,21 @@ def _ascending_ids(what: str, value: object) -> list[int]:
     return ids
 
 
-def _group(value: object) -> BrokerGroup:
-    fields = _array("group", value, 8)
+def _topics(value: object) -> dict[str, int]:
+    topics: dict[str, int] = {}
+    previous: str | None = None
+    for entry in _array("topics", value):
+        raw_topic, raw_queues = _array("topic", entry, 2)
+        topic = check_topic("topic", raw_topic)
+        if previous is not None and topic <= previous:
+            raise ValueError("topics must be strictly ascending by name")
+        previous = topic
+        topics[topic] = check_queues("queues", raw_queues)
+    return topics
+
+
+def _group(value: object, version: int) -> BrokerGroup:
+    fields = _array("group", value, 9 if version == SNAPSHOT_VERSION else 8)
     name = check_name("broker_name", fields[0])
     cluster = check_name("cluster", fields[1])
     next_assign = check_broker_id("next_assign_broker_id", fields[2])
@@ -102,6 +126,7 @@ def _group(value: object) -> BrokerGroup:
         master_epoch=master_epoch,
         sync_state_set=sync_state_set,
         sync_state_set_epoch=sync_state_set_epoch,
+        topics=_topics(fields[8]) if version == SNAPSHOT_VERSION else {},
     )
     problems = group.invariant_violations()
     if problems:
@@ -118,12 +143,15 @@ def decode_groups(data: bytes) -> dict[str, BrokerGroup]:
         magic, version, body = _array("snapshot", obj, 3)
         if magic != SNAPSHOT_MAGIC:
             raise ValueError("not a metadata snapshot (bad magic)")
-        if version != SNAPSHOT_VERSION or type(version) is not int:
+        if type(version) is not int or version not in (
+            SNAPSHOT_VERSION_NO_TOPICS,
+            SNAPSHOT_VERSION,
+        ):
             raise ValueError(f"unsupported snapshot version {version!r}")
         groups: dict[str, BrokerGroup] = {}
         previous: str | None = None
         for value in _array("groups", body):
-            group = _group(value)
+            group = _group(value, version)
             if previous is not None and group.broker_name <= previous:
                 raise ValueError("groups must be strictly ascending by broker name")
             previous = group.broker_name

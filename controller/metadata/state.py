@@ -28,11 +28,14 @@ from controller.metadata.events import (
     ElectMaster,
     Event,
     UpdateBrokerAddress,
+    UpdateTopic,
     check_broker_id,
     check_epoch,
     check_id_set,
     check_name,
+    check_queues,
     check_text,
+    check_topic,
 )
 from controller.metadata.group import BrokerGroup, BrokerRecord
 from controller.metadata.results import (
@@ -45,6 +48,7 @@ from controller.metadata.results import (
     NextBrokerIdResponse,
     RegisterBrokerResponse,
     ReplicaInfo,
+    UpdateTopicResponse,
     rejected,
 )
 from controller.metadata.rules import (
@@ -71,6 +75,17 @@ def _field(check: Callable[[str, object], object], what: str, value: object) -> 
         check(what, value)
     except (TypeError, ValueError) as exc:
         raise _BadRequest(str(exc)) from None
+
+
+def _check_topic_update(group: BrokerGroup, topic: str, queues: int) -> Applied:
+    current = group.topics.get(topic)
+    if current is not None and queues < current:
+        return fail(
+            RC.BAD_REQUEST,
+            f"topic {topic} has {current} queues on {group.broker_name}; "
+            "shrinking is not supported",
+        )
+    return APPLIED
 
 
 class ReplicasInfoManager:
@@ -130,6 +145,19 @@ class ReplicasInfoManager:
         }
         return Decision(response=found)
 
+    def topic_queues(self, topic: str) -> dict[str, int]:
+        """The groups that have ``topic`` (UpdateTopic) and its queue count on each, by name."""
+        return {
+            name: self._groups[name].topics[topic]
+            for name in sorted(self._groups)
+            if topic in self._groups[name].topics
+        }
+
+    def group_topics(self, broker_name: str) -> dict[str, int]:
+        """The group's topics and their queue counts, by topic name ({} for an unknown group)."""
+        group = self._groups.get(broker_name)
+        return {} if group is None else {t: group.topics[t] for t in sorted(group.topics)}
+
     # Writes ------------------------------------------------------------------------------------
 
     def apply_broker_id(
@@ -181,10 +209,13 @@ class ReplicasInfoManager:
         address: str,
         *,
         alive: AlivePredicate | None = None,
+        register_code: str | None = None,
     ) -> Decision[RegisterBrokerResponse]:
         """CONTROLLER_REGISTER_BROKER: a broker with an applied id says where it serves.
 
-        CONTROLLER_BROKER_NEED_TO_BE_REGISTERED when the group or the id is unknown. Appends an
+        CONTROLLER_BROKER_NEED_TO_BE_REGISTERED when the group or the id is unknown;
+        CONTROLLER_BROKER_ID_INVALID when ``register_code`` is given and is not the one the id
+        was applied with (the id belongs to another broker). Appends an
         UpdateBrokerAddress only when the address changed. The response names the master when
         there is one and, if ``alive`` is given, it is alive.
         """
@@ -204,6 +235,12 @@ class ReplicasInfoManager:
             return rejected(
                 RC.CONTROLLER_INVALID_REQUEST,
                 f"broker set {broker_name} belongs to cluster {group.cluster}, not {cluster}",
+            )
+        if register_code is not None and group.brokers[broker_id].register_code != register_code:
+            return rejected(
+                RC.CONTROLLER_BROKER_ID_INVALID,
+                f"broker id {broker_id} of {broker_name} belongs to another broker "
+                "(registerCheckCode does not match)",
             )
         events: tuple[Event, ...] = ()
         after = group
@@ -364,9 +401,10 @@ class ReplicasInfoManager:
         """CLEAN_BROKER_DATA (rmqctl cleanBrokerMetadata): forget dead brokers or a dead group.
 
         ``broker_ids`` None or empty means the whole group. CONTROLLER_INVALID_CLEAN_BROKER_METADATA
-        (2009) when the group is unknown, the cluster does not match, an id is not registered, or,
-        unless ``clean_living_broker``, a broker to clean is alive or (whole group) the group
-        still has a master.
+        (2009) when the group is unknown, the cluster does not match, an id is not registered, a
+        broker to clean is alive (always: ``clean_living_broker`` does not override it), or,
+        unless ``clean_living_broker``, the whole group is to go while it still names a (dead)
+        master.
         """
         invalid = RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA
         try:
@@ -390,19 +428,55 @@ class ReplicasInfoManager:
                 return rejected(
                     invalid, f"broker ids {unknown} of {broker_name} are not registered"
                 )
-        if not clean_living_broker:
-            if ids is None and group.master_broker_id is not None:
-                return rejected(
-                    invalid,
-                    f"broker set {broker_name} still has master {group.master_broker_id}",
-                )
-            for broker_id in sorted(group.brokers if ids is None else ids):
-                if alive(broker_name, broker_id):
-                    return rejected(invalid, f"broker {broker_id} of {broker_name} is still alive")
+        # A living broker is never cleaned, whatever the request says: its data would be
+        # forgotten while it serves, and the group left without a master it cannot rejoin.
+        for broker_id in sorted(group.brokers if ids is None else ids):
+            if alive(broker_name, broker_id):
+                return rejected(invalid, f"broker {broker_id} of {broker_name} is still alive")
+        if not clean_living_broker and ids is None and group.master_broker_id is not None:
+            return rejected(
+                invalid,
+                f"broker set {broker_name} still has master {group.master_broker_id}",
+            )
         return Decision(
             events=(CleanBrokerData(broker_name=broker_name, broker_ids=ids),),
             response=CleanBrokerDataResponse(broker_name=broker_name, broker_ids=ids),
         )
+
+    def update_topic(
+        self, cluster: str | None, broker_name: str, topic: str, queues: int
+    ) -> Decision[UpdateTopicResponse]:
+        """UPDATE_AND_CREATE_TOPIC on the controllers: create or grow ``topic`` on a group.
+
+        CONTROLLER_BROKER_METADATA_NOT_EXIST for an unknown group, INVALID_REQUEST for a bad name
+        or count or another cluster, BAD_REQUEST when it would take queues away. Nothing is
+        appended when the group already has the topic with ``queues`` queues.
+        """
+        try:
+            _field(check_name, "broker_name", broker_name)
+            _field(check_topic, "topic", topic)
+            _field(check_queues, "queues", queues)
+        except _BadRequest as exc:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        group = self._groups.get(broker_name)
+        if group is None:
+            return rejected(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                f"broker set {broker_name} has no metadata",
+            )
+        if cluster and cluster != group.cluster:
+            return rejected(
+                RC.CONTROLLER_INVALID_REQUEST,
+                f"broker set {broker_name} belongs to cluster {group.cluster}, not {cluster}",
+            )
+        check = _check_topic_update(group, topic, queues)
+        if not check.ok:
+            return rejected(check.code, check.remark)
+        response = UpdateTopicResponse(broker_name=broker_name, topic=topic, queues=queues)
+        if group.topics.get(topic) == queues:
+            return Decision(response=response)
+        event = UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)
+        return Decision(events=(event,), response=response)
 
     # Apply -------------------------------------------------------------------------------------
 
@@ -444,6 +518,17 @@ class ReplicasInfoManager:
                 return check
             case CleanBrokerData():
                 return self._apply_clean(event)
+            case UpdateTopic():
+                group = self._groups.get(event.broker_name)
+                if group is None:
+                    return fail(
+                        RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                        f"broker set {event.broker_name} has no metadata",
+                    )
+                check = _check_topic_update(group, event.topic, event.queues)
+                if check.ok:
+                    group.topics[event.topic] = event.queues
+                return check
             case _:
                 raise TypeError(f"not an event: {type(event).__name__}")
 

@@ -8,6 +8,7 @@ when a test fails. Waits poll a condition against a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sys
 from collections.abc import Callable
@@ -490,10 +491,18 @@ class FakeBroker:
         )
 
     def start_heartbeats(self, interval: float = 0.1) -> None:
+        from client.errors import BrokerError
+
         async def beat() -> None:
             while True:
                 try:
                     await self.heartbeat()
+                except BrokerError as exc:
+                    # As a real broker does: a controller that does not know this connection
+                    # as the broker's (a new leader, a new connection) gets a registration.
+                    if exc.code == 2010:
+                        with contextlib.suppress(Exception):
+                            await self.register()
                 except Exception:  # a controller election in progress; keep beating
                     pass
                 await asyncio.sleep(interval)

@@ -63,3 +63,29 @@ def test_cluster_info_gives_each_registered_broker_its_role() -> None:
         ("a", 1),
         ("b", 1),
     ]
+
+
+def test_a_known_topic_keeps_its_groups_with_no_broker_registered() -> None:
+    t = RouteTable(expiry_ms=1000)
+    # Every broker of "a" and "c" is gone; the controllers' state still has the topic there.
+    assert t.route("K", masters, 0, known={"a": 3, "c": 2}) == {
+        "topic": "K",
+        "brokers": [
+            {"brokerName": "a", "masterAddress": "h:1", "slaves": [], "queues": 3},
+            {"brokerName": "c", "masterAddress": None, "slaves": [], "queues": 2},
+        ],
+    }
+    # The known count wins over a smaller registered one, a bigger registered master count wins.
+    assert table().route("T", masters, 600, known={"a": 6, "b": 1})["brokers"] == [
+        {"brokerName": "a", "masterAddress": "h:1", "slaves": ["h:2"], "queues": 6},
+        {"brokerName": "b", "masterAddress": None, "slaves": ["h:3"], "queues": 2},
+    ]
+
+
+def test_registrations_the_state_machine_does_not_vouch_for_are_ignored() -> None:
+    def accept(broker_name: str, broker_id: int, address: str) -> bool:
+        return (broker_name, broker_id, address) != ("a", 2, "h:2")
+
+    assert table().route("U", masters, 600, accept=accept) is None
+    doc = table().cluster_info(masters, 600, accept)
+    assert [m["address"] for m in doc["clusters"]["C"]] == ["h:1", "h:3"]

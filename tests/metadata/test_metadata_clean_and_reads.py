@@ -100,10 +100,23 @@ def test_cleaning_every_broker_by_id_forgets_the_group() -> None:
     assert manager.broker_names() == []
 
 
-def test_clean_living_broker_overrides_the_liveness_checks() -> None:
+def test_clean_living_broker_never_cleans_a_living_broker() -> None:
     manager = group_with_master()
+    for ids in (None, {1}, {2}):
+        decision = manager.clean_broker_data(
+            CLUSTER, GROUP, ids, alive=alive_only(1, 2), clean_living_broker=True
+        )
+        assert decision.code == INVALID and not decision.events
+        assert "still alive" in decision.remark
+    assert manager.broker_names() == [GROUP]
+
+
+def test_clean_living_broker_forgets_a_dead_group_that_still_names_its_master() -> None:
+    manager = group_with_master()
+    refused = manager.clean_broker_data(CLUSTER, GROUP, None, alive=alive_none)
+    assert refused.code == INVALID and "still has master" in refused.remark
     decision = manager.clean_broker_data(
-        CLUSTER, GROUP, None, alive=alive_all, clean_living_broker=True
+        CLUSTER, GROUP, None, alive=alive_none, clean_living_broker=True
     )
     assert commit(manager, decision).code == RC.SUCCESS
     assert manager.broker_names() == []

@@ -17,6 +17,7 @@ from controller.metadata import (
     Event,
     EventDecodeError,
     UpdateBrokerAddress,
+    UpdateTopic,
     decode_event,
     encode_event,
 )
@@ -54,6 +55,12 @@ events: st.SearchStrategy[Event] = st.one_of(
         new_sync_state_set=id_sets,
     ),
     st.builds(CleanBrokerData, broker_name=names, broker_ids=st.none() | id_sets),
+    st.builds(
+        UpdateTopic,
+        broker_name=names,
+        topic=st.text(alphabet="abcXYZ019-_%", min_size=1, max_size=127),
+        queues=st.integers(1, 1024),
+    ),
 )
 
 
@@ -113,6 +120,12 @@ def test_equal_events_encode_to_equal_bytes_whatever_the_set_order() -> None:
         ),
         lambda: CleanBrokerData(broker_name="b", broker_ids=frozenset()),
         lambda: CleanBrokerData(broker_name="b", broker_ids=frozenset({0})),
+        lambda: UpdateTopic(broker_name="b", topic="T", queues=0),
+        lambda: UpdateTopic(broker_name="b", topic="T", queues=1025),
+        lambda: UpdateTopic(broker_name="b", topic="T", queues=True),
+        lambda: UpdateTopic(broker_name="b", topic="", queues=1),
+        lambda: UpdateTopic(broker_name="b", topic="a b", queues=1),
+        lambda: UpdateTopic(broker_name="b", topic="T" * 128, queues=1),
     ],
 )
 def test_events_refuse_malformed_fields(make: Any) -> None:

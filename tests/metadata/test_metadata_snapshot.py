@@ -22,10 +22,15 @@ from controller.metadata import (
     ReplicasInfoManager,
     SnapshotError,
     UpdateBrokerAddress,
+    UpdateTopic,
     decode_event,
     encode_event,
 )
-from controller.metadata.snapshot import SNAPSHOT_MAGIC, SNAPSHOT_VERSION
+from controller.metadata.snapshot import (
+    SNAPSHOT_MAGIC,
+    SNAPSHOT_VERSION,
+    SNAPSHOT_VERSION_NO_TOPICS,
+)
 from tests.metadata.support import CLUSTER, alive_none, group_with_master, info, register_group
 
 NAMES = ("broker-a", "broker-b")
@@ -65,6 +70,12 @@ raw_events: st.SearchStrategy[Event] = st.one_of(
         new_sync_state_set=id_sets,
     ),
     st.builds(CleanBrokerData, broker_name=st.sampled_from(NAMES), broker_ids=st.none() | id_sets),
+    st.builds(
+        UpdateTopic,
+        broker_name=st.sampled_from(NAMES),
+        topic=st.sampled_from(("T1", "T2")),
+        queues=st.integers(1, 4),
+    ),
 )
 
 
@@ -201,12 +212,16 @@ GOOD_GROUP = ["broker-a", CLUSTER, 3, 1, 1, [1], 1, [[1, "h:1", "c1"], [2, "h:2"
 def _with(index: int, value: Any) -> bytes:
     group = list(GOOD_GROUP)
     group[index] = value
-    return _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION, [group]])
+    return _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION_NO_TOPICS, [group]])
+
+
+def _with_topics(topics: Any) -> bytes:
+    return _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION, [[*GOOD_GROUP, topics]]])
 
 
 def test_the_good_group_used_below_restores() -> None:
     manager = ReplicasInfoManager.from_snapshot(
-        _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION, [GOOD_GROUP]])
+        _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION_NO_TOPICS, [GOOD_GROUP]])
     )
     assert manager.invariant_violations() == []
 
@@ -218,10 +233,18 @@ def test_the_good_group_used_below_restores() -> None:
         b"\xc1",
         _packed(None),
         _packed(["other", 1, []]),
-        _packed([SNAPSHOT_MAGIC, 2, []]),
+        _packed([SNAPSHOT_MAGIC, 3, []]),
         _packed([SNAPSHOT_MAGIC, True, []]),
         _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION, {}]),
-        _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION, [GOOD_GROUP, GOOD_GROUP]]),  # duplicate
+        _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION_NO_TOPICS, [GOOD_GROUP, GOOD_GROUP]]),  # dup
+        _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION, [GOOD_GROUP]]),  # version 2 needs topics
+        _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION_NO_TOPICS, [[*GOOD_GROUP, []]]]),
+        _with_topics([["T", 0]]),
+        _with_topics([["T", 1025]]),
+        _with_topics([["bad name", 1]]),
+        _with_topics([["B", 1], ["A", 1]]),  # not ascending
+        _with_topics([["A", 1], ["A", 2]]),
+        _with_topics([["A"]]),
         _with(0, ""),
         _with(2, 2),  # nextAssignBrokerId not past the ids
         _with(3, 3),  # master not registered
@@ -262,3 +285,26 @@ def test_a_restored_state_keeps_assigning_ids_where_it_left_off() -> None:
     restored = ReplicasInfoManager.from_snapshot(manager.snapshot())
     response = restored.get_next_broker_id(CLUSTER, "broker-a").response
     assert response is not None and response.next_broker_id == 4
+
+
+def test_a_state_without_topics_is_written_as_version_1() -> None:
+    manager = group_with_master()
+    assert msgpack.unpackb(manager.snapshot())[1] == SNAPSHOT_VERSION_NO_TOPICS
+
+
+def test_topics_survive_a_snapshot_as_version_2() -> None:
+    manager = group_with_master()
+    assert manager.apply(UpdateTopic(broker_name="broker-a", topic="T", queues=4)).ok
+    data = manager.snapshot()
+    assert msgpack.unpackb(data)[1] == SNAPSHOT_VERSION
+    restored = ReplicasInfoManager.from_snapshot(data)
+    assert restored.topic_queues("T") == {"broker-a": 4}
+    assert restored.snapshot() == data
+
+
+def test_a_version_1_snapshot_written_before_topics_still_restores() -> None:
+    manager = ReplicasInfoManager.from_snapshot(
+        _packed([SNAPSHOT_MAGIC, SNAPSHOT_VERSION_NO_TOPICS, [GOOD_GROUP]])
+    )
+    assert manager.broker_names() == ["broker-a"]
+    assert manager.group_topics("broker-a") == {}
