@@ -43,7 +43,7 @@ class CommitLog:
         self._warmed_to = 0
         self._warm_ok = True
         self.repaired: list[tuple[int, int]] = []
-        """(start, new size) of the segment files :meth:`load` had to grow back."""
+        """(offset, size) of each missing range :meth:`load` zero-filled."""
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -52,23 +52,19 @@ class CommitLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         segments = [Segment.open(path, start) for start, path in list_segment_files(self.directory)]
         self.repaired = []
+        out: list[Segment] = segments[:1]
         keep = 0
-        for i in range(1, len(segments)):
-            prev, seg = segments[i - 1], segments[i]
-            if seg.start != prev.end:
-                if prev.end < seg.start <= prev.start + max(self.segment_bytes, seg.size):
-                    # A segment file cut short (a truncated copy, a damaged disk): its records
-                    # are intact up to the cut. Grow it back with zeros rather than drop it;
-                    # recovery then validates every segment and reports what was lost.
-                    segments[i - 1] = prev = self._grow(prev, seg.start - prev.start)
-                    self.repaired.append((prev.start, seg.start - prev.start))
-                    continue
-                keep = i
+        for seg in segments[1:]:
+            prev = out[-1]
+            if seg.start < prev.end:
+                keep = len(out)  # overlapping files: not a layout this log ever writes
+            elif seg.start > prev.end:
+                out[-1:] = self._fill_hole(prev, seg.start)
+            out.append(seg)
+        segments = out
         if keep:
-            # Only deletions from the front (retention) can leave a gap: what is before it is
-            # what retention had already decided to delete.
             log.warning(
-                f"commitlog segments not contiguous at {segments[keep].path.name}, "
+                f"commitlog segments overlap at {segments[keep].path.name}, "
                 f"deleting {keep} older segments",
             )
             for seg in segments[:keep]:
@@ -77,20 +73,34 @@ class CommitLog:
         self.max_timestamps.clear()
         self.write_pos = self.segments[-1].end if self.segments else 0
 
-    def _grow(self, seg: Segment, size: int) -> Segment:
-        lost = size - seg.size
+    def _fill_hole(self, prev: Segment, end: int) -> list[Segment]:
+        """The bytes from ``prev.end`` to ``end`` (the next file's start) are missing: a file cut
+        short (a truncated copy, a damaged disk) or segment files deleted by hand. The records
+        around them are intact, so rather than drop everything before the hole (which once
+        deleted a whole truncated first segment), grow ``prev`` back to its size and create
+        zero-filled segments for the rest; recovery then validates every segment and reports
+        the lost range. Returns ``prev`` (grown) and the new segments."""
+        hole = prev.end
         log.error(
-            f"commitlog segment {seg.path.name} is {lost} bytes short of the next segment: "
-            f"the bytes from offset {seg.end} are lost; zero-filled to keep the log contiguous",
-            segment=seg.path.name,
-            offset=seg.end,
-            lost_bytes=lost,
+            f"commitlog bytes from offset {hole} to {end} are missing ({prev.path.name} is short "
+            "or segment files are gone): zero-filled to keep the log contiguous",
+            offset=hole,
+            lost_bytes=end - hole,
+            segment=prev.path.name,
         )
-        seg.close()
-        os.truncate(seg.path, size)
-        grown = Segment.open(seg.path, seg.start)
-        self._tracker.mark(grown)
-        return grown
+        target = min(end, prev.start + max(self.segment_bytes, prev.size))
+        if target > prev.end:
+            prev.close()
+            os.truncate(prev.path, target - prev.start)
+            prev = Segment.open(prev.path, prev.start)
+            self._tracker.mark(prev)
+        filled = [prev]
+        while prev.end < end:
+            prev = Segment.create(self.directory, prev.end, min(self.segment_bytes, end - prev.end))
+            filled.append(prev)
+        self._tracker.mark_dir(self.directory)
+        self.repaired.append((hole, end - hole))
+        return filled
 
     def _set_segments(self, segments: list[Segment]) -> None:
         self.segments = segments

@@ -80,7 +80,7 @@ CORRUPTION_KINDS: Final = (
 )
 """read: a record a read found failing its CRC (once per offset); recovery_quarantined: a
 damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the end of the log
-(copied aside); segment_short: a segment file shorter than the next segment's start;
+(copied aside); segment_short: CommitLog bytes missing before a segment's start (zero-filled);
 consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record."""
 _K = TypeVar("_K")
 _V = TypeVar("_V")

@@ -241,7 +241,7 @@ async def test_truncated_first_segment_keeps_its_intact_records(
     assert got == list(range(20))
     assert isinstance(error, CorruptMessageError) and error.queue_offset == 20
     log = broker.log()[since:]
-    assert f"{first.name} is {SEGMENT - cut} bytes short" in log
+    assert f"commitlog bytes from offset {cut} to {SEGMENT} are missing ({first.name}" in log
     assert corrupt_count(metrics_port, "segment_short") == 1
     assert corrupt_count(metrics_port, "recovery_quarantined") == 1
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from protocol.message import RecordEncoder, decode_record
+from protocol.message import RecordEncoder, decode_record, iter_records
 from storage.store import GetStatus, MessageStore
 from tests.storage.support import (
     SEGMENT,
@@ -389,6 +389,38 @@ def test_damage_while_every_queue_is_rebuilt_leaves_an_entry_naming_it(tmp_path:
         k: v for k, v in before.items() if k != (TOPIC, 1)
     }
     assert again.queue_max_offset(TOPIC, 1) == len(before[(TOPIC, 1)])
+    again.close()
+
+
+def test_missing_segment_files_in_the_middle_lose_only_their_records(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    fill(store, 150)
+    before = snapshot(store)
+    end = store.max_offset
+    store.close()
+    files = commitlog_files(tmp_path)
+    assert len(files) >= 4
+    gone = (int(files[1].name), int(files[3].name))  # the second and third segments
+    for path in files[1:3]:
+        path.unlink()
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(tmp_path)
+    assert any(f"from offset {gone[0]} to {gone[1]} are missing" in e["event"] for e in logs)
+    assert not truncation_warnings(logs)
+    assert again.min_offset == 0 and again.max_offset == end
+    assert again.corruption["segment_short"] == 1
+    for (topic, qid), rows in before.items():
+        for queue_offset, physical, body in rows:
+            got = again.get(topic, qid, queue_offset, 1, 1 << 20)
+            if gone[0] <= physical < gone[1]:
+                assert (got.status, got.corrupt_offset) == (GetStatus.CORRUPT, physical)
+            else:
+                [record] = iter_records(got.body)
+                assert (record.queue_offset, record.physical_offset, record.body) == (
+                    queue_offset,
+                    physical,
+                    body,
+                )
     again.close()
 
 
