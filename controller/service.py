@@ -52,7 +52,7 @@ from controller.metadata import (
     elections_needed,
     encode_event,
 )
-from controller.metadata.events import MAX_ID
+from controller.metadata.events import MAX_ID, check_queues, check_topic
 from controller.metrics import ControllerMetrics
 from controller.raft import ConfChangeRejected, ProposalDropped, Role, TransferRejected
 from controller.raft_driver import DriverStopped, NotLeaderError, ProposalLost, RaftDriver
@@ -605,12 +605,18 @@ class ControllerService:
         h = req.header
         body = _unpack_body(req)
         topics = body.get("topics") or {}
-        if not isinstance(topics, dict) or not all(
-            isinstance(k, str) and type(v) is int and v > 0 for k, v in topics.items()
-        ):
+        if not isinstance(topics, dict):
             raise Refused(
                 ResponseCode.CONTROLLER_INVALID_REQUEST, "topics must map names to queue counts"
             )
+        for topic, queues in topics.items():
+            # Routes are built from these: a name or count no broker could have is refused,
+            # never handed to clients (a huge count would make them build huge routes).
+            try:
+                check_topic("topic", topic)
+                check_queues(f"queues of {topic}", queues)
+            except (TypeError, ValueError) as exc:
+                raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
         name = req_str(h, "brokerName")
         broker_id = req_int(h, "brokerId")
         address = req_str(h, "brokerAddress")

@@ -124,6 +124,13 @@ async def test_a_forged_registration_does_not_move_the_master(
         for conn in conns:
             resp = await conn.request(RequestCode.REGISTER_BROKER, header, topics, 5.0)
             assert resp.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID, resp.header
+        # At the master's own address, a queue count no broker can have is refused too: clients
+        # would build a route of 2^40 queues from it.
+        huge = msgpack.packb({"topics": {"Huge": 1 << 40}})
+        for conn in conns:
+            real = {**header, "brokerAddress": master_address}
+            resp = await conn.request(RequestCode.REGISTER_BROKER, real, huge, 5.0)
+            assert resp.code == ResponseCode.CONTROLLER_INVALID_REQUEST, resp.header
     finally:
         for conn in conns:
             conn.close()
@@ -138,8 +145,9 @@ async def test_a_forged_registration_does_not_move_the_master(
             resp = await conn.request(RequestCode.GET_BROKER_CLUSTER_INFO, None, None, 5.0)
             members = msgpack.unpackb(resp.body)["clusters"]["DefaultCluster"]
             assert FAKE_ADDRESS not in {m["address"] for m in members}
-            resp = await conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Forged"})
-            assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+            for topic in ("Forged", "Huge"):
+                resp = await conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+                assert resp.code == ResponseCode.TOPIC_NOT_EXIST, topic
         finally:
             conn.close()
 
