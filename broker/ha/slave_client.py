@@ -318,6 +318,7 @@ class SlaveClient:
     async def _run(self) -> None:
         failures = 0
         last_reason: str | None = None
+        refused_kind = ""
         while not self._stopping:
             if self.state is SlaveState.SUSPENDED:
                 self._wakeup.clear()
@@ -342,7 +343,10 @@ class SlaveClient:
             self.last_error = outcome.reason
             if outcome.suspend:
                 self.state = SlaveState.SUSPENDED
-                if outcome.reason != self.suspended_reason:  # one line, not one per retry
+                # One line per refusal, not one per retry (the figures in the reason may move).
+                kind = type(self.decision).__name__
+                if self.suspended_reason is None or kind != refused_kind:
+                    refused_kind = kind
                     log.error(
                         f"replication from {self.master_address} suspended: {outcome.reason}",
                         master=self.master_address,

@@ -175,9 +175,9 @@ def decide_truncation(
             offset=decision.offset,
             confirm_offset=floor,
             reason=(
-                f"the master (epoch {master_epoch}, history "
-                f"{_describe(master_entries, master_max_offset)}) agrees with this broker's log "
-                f"only up to offset {decision.offset}, below its confirm offset {floor}: "
+                f"the master (epoch {master_epoch}) agrees with this broker's log only up to "
+                f"offset {decision.offset} (epoch {decision.epoch}), below its confirm offset "
+                f"{floor}: "
                 f"refusing to truncate {floor - decision.offset} acknowledged bytes "
                 "(an operator may allow it with ha_allow_truncate_below_confirm = true)"
             ),
