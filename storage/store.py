@@ -505,6 +505,8 @@ class MessageStore:
         cl_max = commitlog.write_pos
         visible = cl_max if max_physical_offset is None else min(cl_max, max_physical_offset)
         topic_raw = topic.encode()
+        topic_field = _U16.pack(len(topic_raw)) + topic_raw  # how the record's tail starts
+        field_len = len(topic_field)
         head = DISPATCH_HEAD.unpack_from
         crc32 = zlib.crc32
         parts: list[bytes] = []
@@ -542,9 +544,8 @@ class MessageStore:
             if (
                 rqueue != queue_id
                 or roffset != offset + count
-                or at + 2 + len(topic_raw) > rel + size
-                or _U16.unpack_from(view, at)[0] != len(topic_raw)
-                or view[at + 2 : at + 2 + len(topic_raw)] != topic_raw
+                or at + field_len > rel + size
+                or view[at : at + field_len] != topic_field
             ):
                 problem = "entry"
                 break
