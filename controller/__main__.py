@@ -13,6 +13,7 @@ from controller.config import ControllerConfig
 from daemon import cli as daemon_cli
 from daemon import systemd
 from daemon.signals import wait_for_stop_signal
+from storage.raftlog import CorruptStorage
 
 
 def load_config(config_file: Path | None, overrides: dict[str, Any]) -> ControllerConfig:
@@ -29,7 +30,11 @@ async def serve(cfg: ControllerConfig) -> int:
     except PortUnavailable as exc:  # found before the Raft storage was opened
         click.echo(f"rmq-controller: cannot start: {exc}", err=True)
         return 1
-    except Exception as exc:  # unreadable or corrupt storage: an operator must look
+    except CorruptStorage as exc:
+        # One line naming the file and the offset of the damage; nothing on disk was changed.
+        click.echo(f"rmq-controller: cannot start: {exc}", err=True)
+        return 1
+    except Exception as exc:  # unreadable storage: an operator must look
         log.error("controller failed to open its storage", error=f"{type(exc).__name__}: {exc}")
         return 1
     try:

@@ -2,7 +2,12 @@
 
 It carries out what the core decides (controller/raft/README.md, "The driver loop"):
 
-- time: a 100 ms tick timer; ticks that fell due while the loop was busy are fed in a row;
+- time: a 100 ms tick timer; ticks that fell due while the loop was busy are fed in a row,
+  interleaved with the messages that arrived meanwhile in the order of their times (a tick
+  that fell due before a message arrived is fed before it, one due after it, after it);
+- the leader lease: :meth:`RaftDriver.holds_lease` turns the core's lease (in ticks) into
+  time counted from when the core's latest tick fell due, so a leader that was frozen (SIGSTOP)
+  or starved knows at once, before the ticks it missed are fed, that its lease is gone;
 - the network: :class:`~controller.transport.PeerTransport` (RAFT_MESSAGE frames on the
   controller's one port); failed sends become ``report_unreachable``;
 - the disk: :class:`storage.raftlog.DiskStorage`, ``save`` in a worker thread, one Ready per
@@ -64,6 +69,9 @@ from storage.raftlog import DiskStorage
 log = structlog.get_logger(__name__)
 
 _SNAPSHOT_VERSION = 1
+
+LEASE_DRIFT_MARGIN = 0.05
+"""The share of the lease given up for clock rate differences between controllers."""
 
 
 class StateMachine(Protocol):
@@ -207,6 +215,7 @@ class RaftDriver:
                 preferred_leader=cfg.preferred_leader or None,
                 max_msg_bytes=cfg.max_append_bytes,
                 max_inflight=cfg.max_inflight,
+                leader_lease=True,
                 **cfg.raft_extra,
             ),
             self.storage,
@@ -217,10 +226,17 @@ class RaftDriver:
         self.active = False
         self.on_active_change: list[Callable[[bool], None]] = []
         self.on_leader_change: list[Callable[[NodeId | None], None]] = []
-        self._inbox: list[Message] = []
+        self._inbox: list[tuple[float, Message]] = []
+        """Messages with the loop time they arrived at."""
         self._unreachable: set[NodeId] = set()
         self._requests: list[Callable[[], None]] = []
         self._ticks_due = 0
+        self._tick_interval = cfg.tick_ms / 1000
+        self._next_tick_due = 0.0
+        """Loop time at which the first of ``_ticks_due`` fell due."""
+        self._last_tick_due = 0.0
+        """Loop time at which the latest tick fed to the core fell due (set by ``start``)."""
+        self._dropped_from: dict[NodeId, float] = {}
         self._wake = asyncio.Event()
         self._reads: dict[bytes, asyncio.Future[None]] = {}
         self._read_seq = itertools.count(1)
@@ -234,7 +250,9 @@ class RaftDriver:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.failure = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._last_tick_due = loop.time()
+        self.failure = loop.create_future()
         self.transport.start()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"raft-{self.id}"),
@@ -269,7 +287,7 @@ class RaftDriver:
         self.transport.handle_frame(conn, frame)
 
     def _on_message(self, message: Message) -> None:
-        self._inbox.append(message)
+        self._inbox.append((asyncio.get_running_loop().time(), message))
         self._wake.set()
 
     def _on_unreachable(self, peer: NodeId) -> None:
@@ -420,6 +438,19 @@ class RaftDriver:
     def term(self) -> int:
         return self.node.term
 
+    def holds_lease(self) -> bool:
+        """Whether this node leads under a lease a quorum confirmed: no other controller can
+        have been elected before it ends. Only then may it answer what extends a broker's
+        lease (a heartbeat). Counted in time from when the core's latest tick fell due, so
+        ticks not yet fed (a frozen or busy loop) shorten it rather than extend it."""
+        ticks = self.node.lease_remaining()
+        if ticks <= 0:
+            return False
+        interval = self._tick_interval
+        margin = self.node.config.lease_ticks * interval * LEASE_DRIFT_MARGIN
+        ends = self._last_tick_due + ticks * interval - margin
+        return asyncio.get_running_loop().time() < ends
+
     @property
     def conf_state(self) -> ConfState:
         return self.node.conf_state
@@ -432,12 +463,14 @@ class RaftDriver:
 
     async def _ticker(self) -> None:
         loop = asyncio.get_running_loop()
-        interval = self.cfg.tick_ms / 1000
-        next_at = loop.time() + interval
+        interval = self._tick_interval
+        next_at = self._last_tick_due + interval
         while True:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             now = loop.time()
             due = 1 + int((now - next_at) // interval)
+            if not self._ticks_due:
+                self._next_tick_due = next_at
             next_at += due * interval
             self._ticks_due += due
             self._wake.set()
@@ -468,20 +501,48 @@ class RaftDriver:
         node = self.node
         if self._inbox:
             inbox, self._inbox = self._inbox, []
-            for message in inbox:
-                node.step(message)
+            for arrived, message in inbox:
+                self._feed_ticks(arrived)
+                if not node.step(message):
+                    self._dropped(message)
+        self._feed_ticks(None)
         if self._unreachable:
             peers, self._unreachable = self._unreachable, set()
             for peer in peers:
                 node.report_unreachable(peer)
-        if self._ticks_due:
-            due, self._ticks_due = self._ticks_due, 0
-            for _ in range(due):
-                node.tick()
         if self._requests:
             requests, self._requests = self._requests, []
             for call in requests:
                 call()
+
+    def _feed_ticks(self, until: float | None) -> None:
+        """Feed the core the ticks that fell due up to ``until`` (all of them: None)."""
+        node = self.node
+        interval = self._tick_interval
+        while self._ticks_due and (until is None or self._next_tick_due <= until):
+            node.tick()
+            self._last_tick_due = self._next_tick_due
+            self._next_tick_due += interval
+            self._ticks_due -= 1
+
+    def _dropped(self, message: Message) -> None:
+        """The core dropped a message unseen (a stranger, a term out of range, a TimeoutNow
+        not from the leader, a message for another id): say so, once a minute per sender."""
+        now = time.monotonic()
+        src = message.src[:64]
+        if now - self._dropped_from.get(src, -120.0) < 60:
+            return
+        if len(self._dropped_from) > 1024:
+            self._dropped_from.clear()
+        self._dropped_from[src] = now
+        log.warning(
+            "raft message dropped",
+            src=src,
+            kind=type(message).__name__,
+            term=message.term,
+            my_term=self.node.term,
+            members=list(self.node.conf_state.members()),
+        )
 
     async def _handle(self, rd: Ready) -> None:
         node = self.node

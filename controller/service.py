@@ -391,7 +391,10 @@ class ControllerService:
 
     def _heartbeat(self, conn: Connection, req: Frame) -> Frame:
         driver = self.driver
-        if driver.role is not Role.LEADER:
+        # The answer extends the broker's write lease: only a leader whose lease a quorum
+        # confirmed may give it, never one that merely believes it leads (a deposed leader
+        # just thawed from SIGSTOP still does).
+        if not driver.holds_lease():
             raise self._redirect()
         h = req.header
         name = req_str(h, "brokerName")

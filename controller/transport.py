@@ -8,7 +8,9 @@ drops its oldest messages, a peer that cannot be reached has its queue dropped, 
 reported (``on_unreachable``) so the leader probes that peer instead of streaming to it.
 
 Inbound: :meth:`PeerTransport.handle_frame` is the RemotingServer handler of RAFT_MESSAGE; it
-decodes the body and hands the message to ``on_message`` (the driver's inbox).
+decodes the body and hands the message to ``on_message`` (the driver's inbox). A body the codec
+rejects (malformed, or a term or index past 2^63-1) closes the connection it came on; the core
+then drops messages from nodes that are not members (see ``RaftNode.step``).
 """
 
 from __future__ import annotations
@@ -239,7 +241,10 @@ class PeerTransport:
         try:
             message = raft_codec.decode(frame.body)
         except ProtocolError as exc:
-            log.warning("dropping undecodable raft message", peer=conn.peer, reason=str(exc))
+            # Malformed or out of range (a term past 2^63-1): never handed to the core. A peer
+            # that sends one is broken or hostile; its connection goes, the daemon stays.
+            log.warning("closing connection: bad raft message", peer=conn.peer, reason=str(exc))
+            conn.close()
             return None
         if message.dst != self.node_id:
             return None

@@ -23,8 +23,11 @@ request between controllers). The first four elements are common; the rest depen
     meta   [index, term, [voter, ...], [learner, ...]]
 
 ``src``/``dst``/voters/learners are node ids (non-empty UTF-8 strings of at most 255 bytes);
-integers are unsigned 64-bit; ``data``/``ctx`` are bin. :func:`decode` checks every element and
-raises :class:`protocol.remoting.ProtocolError` (and nothing else) on malformed input.
+integers (terms, indexes, offsets, sequence numbers) are unsigned and at most 2^63-1
+(:data:`controller.raft.messages.MAX_COUNTER`), so that the core can always add one; ``data`` is
+bin, ``ctx`` is bin of at most 1 KiB. :func:`decode` checks every element and raises
+:class:`protocol.remoting.ProtocolError` (and nothing else) on malformed or out-of-range input;
+the driver then closes the connection the message came on.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any, Final
 import msgpack
 
 from controller.raft.messages import (
+    MAX_COUNTER,
     MESSAGE_TYPES,
     AppendEntries,
     AppendResponse,
@@ -58,9 +62,10 @@ from controller.raft.messages import (
 from protocol.remoting import ProtocolError
 
 MAX_NODE_ID_BYTES: Final = 255
-_U64_MAX: Final = (1 << 64) - 1
+MAX_CTX_BYTES: Final = 1024
+"""A read-index context is a request id; the driver's are a few bytes."""
 
-_U64, _BOOL, _BYTES, _ENTRIES, _META = "u64", "bool", "bytes", "entries", "meta"
+_U64, _BOOL, _BYTES, _CTX, _ENTRIES, _META = "u64", "bool", "bytes", "ctx", "entries", "meta"
 
 #: Fields after ``term``, per message class, in wire order.
 SCHEMAS: Final[dict[type[MessageBase], tuple[tuple[str, str], ...]]] = {
@@ -88,8 +93,8 @@ SCHEMAS: Final[dict[type[MessageBase], tuple[tuple[str, str], ...]]] = {
     InstallSnapshot: (("meta", _META), ("offset", _U64), ("data", _BYTES), ("done", _BOOL)),
     InstallSnapshotAck: (("snapshot_index", _U64), ("offset", _U64)),
     TimeoutNow: (),
-    ReadIndexRequest: (("ctx", _BYTES),),
-    ReadIndexResponse: (("ctx", _BYTES), ("index", _U64)),
+    ReadIndexRequest: (("ctx", _CTX),),
+    ReadIndexResponse: (("ctx", _CTX), ("index", _U64)),
 }
 _TAGS: Final = {cls: tag for tag, cls in enumerate(MESSAGE_TYPES)}
 _ENTRY_TYPES: Final = {int(t): t for t in EntryType}
@@ -130,8 +135,10 @@ def encode(m: Message) -> bytes:
 
 
 def _u64(value: Any, what: str) -> int:
-    if type(value) is not int or not 0 <= value <= _U64_MAX:
-        raise ProtocolError(f"{what} is not an unsigned 64-bit integer")
+    if type(value) is not int:
+        raise ProtocolError(f"{what} is not an integer")
+    if not 0 <= value <= MAX_COUNTER:
+        raise ProtocolError(f"{what} {value} is out of range (0 to 2^63-1)")
     return value
 
 
@@ -145,6 +152,13 @@ def _bytes(value: Any, what: str) -> bytes:
     if type(value) is not bytes:
         raise ProtocolError(f"{what} is not bin")
     return value
+
+
+def _ctx(value: Any, what: str) -> bytes:
+    data = _bytes(value, what)
+    if len(data) > MAX_CTX_BYTES:
+        raise ProtocolError(f"{what} of {len(data)} bytes is longer than {MAX_CTX_BYTES}")
+    return data
 
 
 def _node_id(value: Any, what: str) -> str:
@@ -197,6 +211,7 @@ _DECODERS: Final[dict[str, Callable[[Any, str], Any]]] = {
     _U64: _u64,
     _BOOL: _bool,
     _BYTES: _bytes,
+    _CTX: _ctx,
     _ENTRIES: _entries,
     _META: _meta,
 }

@@ -27,6 +27,7 @@ from .errors import (
 from .leader import ProgressStatus
 from .membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
 from .messages import (
+    MAX_COUNTER,
     MESSAGE_TYPES,
     AppendEntries,
     AppendResponse,
@@ -55,6 +56,7 @@ from .ready import Ready, Role, SoftState
 from .storage_view import StorageView
 
 __all__ = [
+    "MAX_COUNTER",
     "MESSAGE_TYPES",
     "AppendEntries",
     "AppendResponse",

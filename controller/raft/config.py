@@ -22,6 +22,16 @@ class RaftConfig:
 
     pre_vote: bool = True
     check_quorum: bool = True
+    leader_lease: bool = False
+    """Keep a leader lease (:meth:`RaftNode.lease_remaining`): the leader holds it for
+    ``lease_ticks`` after the send of the latest heartbeat round that a quorum of voters
+    acknowledged. It is safe because it is strictly shorter than the time a follower needs to
+    elect someone else: a follower that acknowledged a heartbeat ignores (pre-)votes for
+    ``election_ticks_min`` ticks after receiving it, and with this set a (re)started node also
+    grants no vote during its first ``election_ticks_min`` ticks (it may have acknowledged a
+    heartbeat just before it went down). A leader that sent TimeoutNow holds no lease until the
+    transfer's votes can no longer be in flight. Needs ``check_quorum``; the same value on every
+    node."""
 
     max_msg_bytes: int = 1 << 20
     """Upper bound of the entries carried by one AppendEntries (at least one entry is sent)."""
@@ -65,9 +75,20 @@ class RaftConfig:
             raise ValueError("max_uncommitted_bytes must be >= 1")
         if self.transfer_timeout_ticks is not None and self.transfer_timeout_ticks < 1:
             raise ValueError("transfer_timeout_ticks must be >= 1")
+        if self.leader_lease and not self.check_quorum:
+            raise ValueError("leader_lease needs check_quorum")
 
     @property
     def transfer_timeout(self) -> int:
         if self.transfer_timeout_ticks is not None:
             return self.transfer_timeout_ticks
         return self.election_ticks_min
+
+    @property
+    def lease_ticks(self) -> int:
+        """Length of the leader lease: one tick less than the minimum election timeout, so it
+        ends before any follower that acknowledged the heartbeat may vote for another node
+        (that follower waits at least ``election_ticks_min`` whole ticks after receiving it).
+        Heartbeats every ``heartbeat_ticks`` renew it before it ends as long as a round trip
+        takes less than ``lease_ticks - heartbeat_ticks`` ticks."""
+        return self.election_ticks_min - 1

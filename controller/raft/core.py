@@ -52,6 +52,7 @@ from .membership import (
     majority,
 )
 from .messages import (
+    MAX_COUNTER,
     AppendEntries,
     AppendResponse,
     ConfState,
@@ -119,6 +120,8 @@ class RaftNode:
         self.log = RaftLog(storage)
 
         hs = storage.hard_state()
+        if hs.term >= MAX_COUNTER:
+            raise ValueError(f"hard state term {hs.term} cannot be incremented (limit 2^63-1)")
         meta = storage.snapshot_meta()
         self._conf = ConfigHistory(meta.index, meta.conf_state)
         first, last = self.log.first_index(), self.log.last_index()
@@ -134,6 +137,8 @@ class RaftNode:
         self.lead: NodeId | None = None
         self.role = Role.FOLLOWER
         self._durable_hs = hs
+        self._now = 0
+        """Ticks since this node started: the core's clock (the leader lease is kept in it)."""
         self._election_elapsed = 0
         self._randomized_timeout = config.election_ticks_max
         self._votes: dict[NodeId, bool] = {}
@@ -152,6 +157,7 @@ class RaftNode:
 
     def tick(self) -> None:
         """One unit of time passed (the driver's tick, 100 ms by default)."""
+        self._now += 1
         if self._leader is not None:
             self._leader.tick()
             return
@@ -160,10 +166,41 @@ class RaftNode:
             self._election_elapsed = 0
             self._hup(transfer=False)
 
-    def step(self, m: Message) -> None:
-        """Feed one message from a peer. Messages for another node are ignored."""
-        if m.dst != self.id:
-            return
+    def step(self, m: Message) -> bool:
+        """Feed one message from a peer. Returns False when the message was dropped unseen:
+        it is for another node, comes from a node this node does not listen to (see
+        :meth:`listens_to`), carries a term this node could not increment, or is a TimeoutNow
+        of another term (a real one always carries its leader's term)."""
+        if m.dst != self.id or m.term >= MAX_COUNTER or not self.listens_to(m):
+            return False
+        if isinstance(m, TimeoutNow) and m.term != self.term:
+            return False
+        self._step(m)
+        return True
+
+    def listens_to(self, m: Message) -> bool:
+        """Messages from members are heard: the configuration in use or the committed one (a
+        change may be pending), or the leader this node follows. From a node outside them,
+        only a leader's message or a vote request at this node's term or later, and only
+        while no leader's lease holds this node: a node whose log lags behind a membership
+        change must still hear the new leader and vote for a new member, but a stranger must
+        not bump the term of a healthy group, nor ask it for anything else. A node without a
+        configuration (it is joining) hears anyone."""
+        current = self._conf.current
+        if not current.voters and not current.learners:
+            return True
+        src = m.src
+        if current.is_member(src) or src == self.lead:
+            return True
+        if self._conf.at(self.log.committed).is_member(src):
+            return True
+        return (
+            isinstance(m, AppendEntries | Heartbeat | InstallSnapshot | VoteRequest)
+            and m.term >= self.term
+            and not self._in_lease()
+        )
+
+    def _step(self, m: Message) -> None:
         if m.term > self.term:
             if isinstance(m, VoteRequest):
                 if not m.transfer and self._in_lease():
@@ -262,6 +299,15 @@ class RaftNode:
     def campaign(self) -> None:
         """Start an election now (as if the election timeout had passed)."""
         self._hup(transfer=False)
+
+    def lease_remaining(self) -> int:
+        """Ticks for which this node may still act as the leader without asking a quorum
+        (0: it holds no lease). Only with ``leader_lease``. The driver converts it to time
+        from the moment its latest tick fell due: no other node can become leader before
+        that lease ends (see :attr:`RaftConfig.lease_ticks`)."""
+        if self._leader is None or not self.config.leader_lease:
+            return 0
+        return self._leader.lease_remaining()
 
     def report_unreachable(self, node_id: NodeId) -> None:
         """The transport failed to deliver to ``node_id``: stop streaming to it and probe."""
@@ -452,15 +498,20 @@ class RaftNode:
         return self._conf.current.is_voter(self.id)
 
     def _in_lease(self) -> bool:
+        cfg = self.config
+        if cfg.leader_lease and self._now < cfg.election_ticks_min:
+            return True  # just (re)started: we may have acknowledged a lease-holding leader
         return (
-            self.config.check_quorum
+            cfg.check_quorum
             and self.lead is not None
-            and self._election_elapsed < self.config.election_ticks_min
+            and self._election_elapsed < cfg.election_ticks_min
         )
 
     def _hup(self, *, transfer: bool) -> None:
         if self.role is Role.LEADER or not self._promotable():
             return
+        if self.term + 1 >= MAX_COUNTER:
+            return  # never reached through messages (the codec and step() cap terms)
         self._campaign(pre=self.config.pre_vote and not transfer, transfer=transfer)
 
     def _campaign(self, *, pre: bool, transfer: bool) -> None:
@@ -549,7 +600,10 @@ class RaftNode:
             self._handle_snapshot_chunk(m)
         elif isinstance(m, TimeoutNow):
             # The leader is handing over: campaign at once, skipping pre-vote and the lease.
-            self._hup(transfer=True)
+            # Only the leader of this term may ask; from anyone else it is a forgery or a
+            # confusion, and obeying it would move leadership at a stranger's word.
+            if m.src == self.lead:
+                self._hup(transfer=True)
         elif isinstance(m, ReadIndexResponse):
             self._pending_reads.append(ReadState(index=m.index, ctx=m.ctx))
 

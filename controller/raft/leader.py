@@ -68,6 +68,14 @@ class Leader:
         self._need_bcast = False
         self._commit_moved = False
         self._need_heartbeat = False
+        self._round_ticks: dict[int, int] = {}
+        """Heartbeat round (the ``read_seq`` it carried) -> the tick it was sent at, for the
+        rounds recent enough to still count for the lease."""
+        self._acked_tick: dict[NodeId, int] = {}
+        """Per member: the tick of the latest heartbeat round it acknowledged."""
+        self._no_lease_until = 0
+        """After a TimeoutNow, no lease before this tick (the transferee's campaign may win
+        votes that ignore the followers' leases)."""
         self.conf_changed()
 
     # --- membership --------------------------------------------------------------------------
@@ -147,6 +155,7 @@ class Leader:
             self.transfer_elapsed += 1
             if self.transfer_elapsed >= cfg.transfer_timeout:
                 self.abort_transfer()
+        self._forget_old_rounds()
         if node._election_elapsed >= cfg.election_ticks_min:
             node._election_elapsed = 0
             if cfg.check_quorum and not self._quorum_active():
@@ -333,7 +342,10 @@ class Leader:
 
     def _bcast_heartbeat(self) -> None:
         node = self.node
-        seq = self.readonly.last_seq
+        # Every round has its own sequence number (an echo names the round and so the tick it
+        # left at); a read registered earlier is still confirmed by any later round.
+        seq = self.readonly.new_round()
+        self._round_ticks[seq] = node._now
         for member, pr in self.progress.items():
             if member == node.id:
                 continue
@@ -359,6 +371,9 @@ class Leader:
         if pr is None:
             return
         pr.recent_active = True
+        sent = self._round_ticks.get(m.read_seq)
+        if sent is not None and sent > self._acked_tick.get(m.src, -1):
+            self._acked_tick[m.src] = sent
         pr.probe_sent = False
         if pr.state is not ProgressState.SNAPSHOT:
             if pr.state is ProgressState.REPLICATE and pr.inflights.full():
@@ -436,7 +451,9 @@ class Leader:
 
     def _send_timeout_now(self, to: NodeId) -> None:
         node = self.node
+        cfg = node.config
         node._send(TimeoutNow(src=node.id, dst=to, term=node.term))
+        self._no_lease_until = node._now + cfg.transfer_timeout + cfg.election_ticks_max
 
     def _maybe_transfer_to_preferred(self) -> None:
         node = self.node
@@ -455,6 +472,33 @@ class Leader:
             return
         self.preferred_backoff = node.config.preferred_leader_backoff_ticks
         self.transfer(preferred)
+
+    # --- the leader lease --------------------------------------------------------------------
+
+    def lease_remaining(self) -> int:
+        """Ticks left of the lease: ``lease_ticks`` after the send tick of the latest round a
+        quorum of voters acknowledged (this node counts as acknowledging now); 0 during a
+        leadership transfer and for a while after a TimeoutNow."""
+        node = self.node
+        now = node._now
+        if self.transferee is not None or now < self._no_lease_until:
+            return 0
+        lease = node.config.lease_ticks
+        never = now - lease
+        anchors = [
+            now if v == node.id else self._acked_tick.get(v, never)
+            for v in node._conf.current.voters
+        ]
+        return max(0, quorum_index(anchors) + lease - now)
+
+    def _forget_old_rounds(self) -> None:
+        horizon = self.node._now - self.node.config.lease_ticks
+        rounds = self._round_ticks
+        while rounds:
+            first = next(iter(rounds))
+            if rounds[first] > horizon:
+                break
+            del rounds[first]
 
     # --- inspection --------------------------------------------------------------------------
 

@@ -39,6 +39,10 @@ NodeId: TypeAlias = str
 #: Bytes an entry costs beyond its data, used when sizing messages and batches.
 ENTRY_OVERHEAD: Final = 32
 
+#: The largest term, index or other counter a message may carry (the codec rejects larger
+#: values). The core never adopts or persists a term it could not increment within it.
+MAX_COUNTER: Final = (1 << 63) - 1
+
 
 class EntryType(enum.IntEnum):
     NORMAL = 0

@@ -30,14 +30,24 @@ class PendingRead:
 
 
 class ReadOnly:
-    __slots__ = ("_queue", "last_seq")
+    __slots__ = ("_queue", "_sent_seq", "last_seq")
 
     def __init__(self) -> None:
         self.last_seq = 0
+        self._sent_seq = 0
         self._queue: deque[PendingRead] = deque()
 
     def __len__(self) -> int:
         return len(self._queue)
+
+    def new_round(self) -> int:
+        """The sequence number for a new heartbeat round: every round carries its own, so an
+        echo names the round. A read registered since the last round gives its number to this
+        one (it has not been sent yet)."""
+        if self.last_seq == self._sent_seq:
+            self.last_seq += 1
+        self._sent_seq = self.last_seq
+        return self.last_seq
 
     def add(self, origin: NodeId, ctx: bytes, index: int) -> int:
         self.last_seq += 1

@@ -22,19 +22,24 @@ durable commit index, and skipping it saves two fsyncs per Ready.
 Recovery (:meth:`open`): the newest snapshot that passes its CRC wins; segments are scanned in
 order and the log is truncated at the first torn, corrupt or out-of-sequence entry (every later
 segment is deleted); entries covered by the snapshot are dropped, and a log that does not
-continue the snapshot (a gap, or a different term at the snapshot index) is discarded.
+continue the snapshot (a gap, or a different term at the snapshot index) is discarded. Such a
+repair only ever drops entries past the commit index the hard state records (a torn write
+after a crash): when it would drop a committed entry, :class:`CorruptStorage` names the file
+and the offset of the damage and nothing on disk is changed (every check runs before any
+repair), so the controller refuses to start instead of forgetting what a quorum acknowledged.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from controller.raft.messages import Entry, HardState, Snapshot, SnapshotMeta
+from controller.raft.messages import MAX_COUNTER, Entry, HardState, Snapshot, SnapshotMeta
 
 from .files import (
     CorruptFile,
@@ -68,6 +73,20 @@ class RecoveryReport:
     snapshot_index: int = 0
     truncated: list[str] = field(default_factory=list)
     """One line per repair (torn tail cut, corrupt entry cut, segment or snapshot removed)."""
+
+
+@dataclass(slots=True)
+class _SegmentScan:
+    """What recovery found in the segments, and the repair it would make."""
+
+    entries: list[Entry] = field(default_factory=list)
+    """The valid log: every entry up to the first damage."""
+    segments: list[_Segment] = field(default_factory=list)
+    remove: list[Path] = field(default_factory=list)
+    truncate: list[tuple[Path, int]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    damage: str | None = None
+    """``FILE: offset N: what is wrong`` at the first damage, if any."""
 
 
 @dataclass(slots=True)
@@ -118,31 +137,37 @@ class DiskStorage:
         return store
 
     def _recover(self) -> None:
+        """Decide first, then repair: every check that can refuse runs before any file is
+        changed, so a refusal leaves the directory exactly as it was found."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self._log_dir.mkdir(exist_ok=True)
         self._snap_dir.mkdir(exist_ok=True)
         report = self.report
         hs_path = self.directory / "hardstate"
-        hs_path.with_name("hardstate.tmp").unlink(missing_ok=True)
+        repairs: list[Callable[[], object]] = []
+        tmp = hs_path.with_name("hardstate.tmp")
+        if tmp.exists():
+            repairs.append(tmp.unlink)  # a write that never completed: the old file holds
+        hs = HardState()
         if hs_path.exists():
             try:
                 hs = decode_hard_state(hs_path.read_bytes())
             except CorruptFile as exc:
                 raise CorruptStorage(f"{hs_path}: {exc}") from None
-            self._mem.set_hard_state(hs)
-            self._written_hs = hs
+            if hs.term >= MAX_COUNTER:
+                raise CorruptStorage(
+                    f"{hs_path}: term {hs.term} cannot be incremented (the largest is 2^63-1)"
+                )
 
-        snapshot = self._recover_snapshot()
-        if snapshot is not None:
-            self._mem.apply_snapshot(snapshot)
-            report.snapshot_index = snapshot.index
-
-        entries = self._recover_segments()
-        base = self._mem.snapshot_meta()
+        snapshot = self._recover_snapshot(repairs)
+        base = snapshot.meta if snapshot is not None else SnapshotMeta()
+        scan = self._scan_segments()
+        entries = scan.entries
         if entries and not base.index and entries[0].index != 1:
             raise CorruptStorage(
                 f"the log starts at {entries[0].index} but no snapshot covers what precedes it"
             )
+        discard_from: int | None = None
         if entries and base.index:
             covered = entries[: max(0, base.index - entries[0].index + 1)]
             rest = entries[len(covered) :]
@@ -150,26 +175,60 @@ class DiskStorage:
             if covered and covered[-1].index == base.index and covered[-1].term != base.term:
                 continues = False
             if rest and not continues:
-                report.truncated.append(
+                scan.lines.append(
                     f"log after the snapshot at {base.index} does not continue it; discarded"
                 )
-                self._truncate_suffix(entries[0].index)
+                discard_from = entries[0].index
                 rest = []
-            self._drop_covered(base.index)
             entries = rest
+        last = entries[-1].index if entries else base.index
+        if hs.commit > last:
+            # Committed entries would be lost: only an operator may decide that (restore this
+            # controller's log from a healthy peer, or accept the loss explicitly).
+            if scan.damage is not None:
+                raise CorruptStorage(
+                    f"{scan.damage}: the log would end at entry {last} but entries up to "
+                    f"{hs.commit} are committed; nothing was changed"
+                )
+            raise CorruptStorage(
+                f"{self._log_dir}: the log ends at entry {last} but entries up to {hs.commit} "
+                "are committed; nothing was changed"
+            )
+
+        for repair in repairs:
+            repair()
+        for path in scan.remove:
+            path.unlink()
+        for path, size in scan.truncate:
+            os.truncate(path, size)
+            self._dirty_files.add(path)
+        self._segments = scan.segments
+        report.truncated.extend(scan.lines)
+        self._mem.set_hard_state(hs)
+        self._written_hs = hs
+        if snapshot is not None:
+            self._mem.apply_snapshot(snapshot)
+            report.snapshot_index = snapshot.index
+        if discard_from is not None:
+            self._truncate_suffix(discard_from)
+        if base.index:
+            self._drop_covered(base.index)
         self._mem.append(entries)
+        self._dir_dirty = True
         self._sync()
         report.entries = len(entries)
         report.first_index = self._mem.first_index()
         report.last_index = self._mem.last_index()
 
-    def _recover_snapshot(self) -> Snapshot | None:
+    def _recover_snapshot(self, repairs: list[Callable[[], object]]) -> Snapshot | None:
+        """The newest snapshot that passes its checks; setting aside or removing the others is
+        appended to ``repairs`` (carried out once recovery decided to go on)."""
         found: list[tuple[int, int, Path]] = []
         for path in self._snap_dir.iterdir():
             parsed = parse_snapshot_name(path.name)
             if parsed is None:
                 if path.name.endswith(".tmp"):
-                    path.unlink()
+                    repairs.append(path.unlink)
                 continue
             found.append((parsed[0], parsed[1], path))
         found.sort(reverse=True)
@@ -181,53 +240,57 @@ class DiskStorage:
                 except CorruptFile as exc:
                     # Kept aside, not deleted: an operator may want to look at it.
                     self.report.truncated.append(f"snapshot {path.name}: {exc}; set aside")
-                    path.rename(path.with_name(path.name + ".corrupt"))
+                    aside = path.with_name(path.name + ".corrupt")
+                    repairs.append(functools.partial(path.rename, aside))
                     continue
                 if (snapshot.index, snapshot.term) == (index, term):
                     chosen = snapshot
                     continue
                 self.report.truncated.append(f"snapshot {path.name}: name mismatch; removed")
-            path.unlink()
+            repairs.append(path.unlink)
         return chosen
 
-    def _recover_segments(self) -> list[Entry]:
+    def _scan_segments(self) -> _SegmentScan:
+        """Read every segment and plan the repair (nothing is changed here): the log is valid
+        up to the first torn, corrupt or missing entry; the rest is to be cut."""
         named: list[tuple[int, Path]] = []
         for path in self._log_dir.iterdir():
             first = parse_segment_name(path.name)
             if first is not None:
                 named.append((first, path))
         named.sort()
-        entries: list[Entry] = []
+        plan = _SegmentScan()
+        entries = plan.entries
         broken = False
         for first, path in named:
             if broken or (entries and first != entries[-1].index + 1):
                 if not broken:
-                    self.report.truncated.append(f"segment {path.name}: gap in the log; removed")
+                    plan.lines.append(f"segment {path.name}: gap in the log; removed")
+                    plan.damage = f"{path}: offset 0: gap in the log before entry {first}"
                 else:
-                    self.report.truncated.append(f"segment {path.name}: after a bad entry; removed")
+                    plan.lines.append(f"segment {path.name}: after a bad entry; removed")
                 broken = True
-                path.unlink()
+                plan.remove.append(path)
                 continue
             scan = scan_segment(path.read_bytes(), first)
             if not scan.entries:
                 if scan.error is not None or path.stat().st_size > len(SEGMENT_MAGIC):
-                    self.report.truncated.append(
-                        f"segment {path.name}: {scan.error or 'no entries'}; removed"
-                    )
-                path.unlink()
+                    plan.lines.append(f"segment {path.name}: {scan.error or 'no entries'}; removed")
+                if scan.error is not None:
+                    plan.damage = f"{path}: offset {scan.valid_bytes}: {scan.error}"
+                plan.remove.append(path)
                 broken = scan.error is not None
                 continue
             if scan.error is not None:
-                self.report.truncated.append(f"segment {path.name}: {scan.error}; truncated")
-                os.truncate(path, scan.valid_bytes)
-                self._dirty_files.add(path)
+                plan.lines.append(f"segment {path.name}: {scan.error}; truncated")
+                plan.damage = f"{path}: offset {scan.valid_bytes}: {scan.error}"
+                plan.truncate.append((path, scan.valid_bytes))
                 broken = True
-            self._segments.append(
+            plan.segments.append(
                 _Segment(first_index=first, path=path, offsets=scan.offsets, size=scan.valid_bytes)
             )
             entries.extend(scan.entries)
-        self._dir_dirty = True
-        return entries
+        return plan
 
     # --- StorageView (served from the in-memory mirror) -----------------------------------------
 

@@ -20,7 +20,7 @@ Checked after every step (:class:`Checker`): at most one leader per term; an ent
 committed never changes on any node (and every new leader holds all of them); every node applies
 the same sequence of entries (same state digest at each index); a snapshot restores exactly
 the digest recorded at its index; a read's index covers every entry committed before the read
-was asked. Then the liveness phase heals everything and requires a leader that commits a new
+was asked; while a node holds a leader lease, no node leads a later term. Then the liveness phase heals everything and requires a leader that commits a new
 entry and gets it applied on every member within a bound.
 """
 
@@ -156,6 +156,7 @@ class Checker:
         self.read_floor: dict[bytes, int] = {}
         self.reads_served = 0
         self.applied_entries = 0
+        self.leases_held = 0
 
     def fail(self, message: str) -> None:
         raise SimFailure(
@@ -185,6 +186,21 @@ class Checker:
                     self._committed(sn.id, entry)
             self.seen_commit[sn.id] = commit
             self.max_commit = max(self.max_commit, commit)
+
+    def check_leases(self, alive: list[SimNode]) -> None:
+        """A leader lease means no other leader: while a node holds one, nobody leads a later
+        term (a crashed node's lease ends with it)."""
+        nodes = [sn.node for sn in alive if sn.node is not None]
+        for holder in nodes:
+            if holder.lease_remaining() <= 0:
+                continue
+            for other in nodes:
+                if other.role is Role.LEADER and other.term > holder.term:
+                    self.fail(
+                        f"{other.id} leads term {other.term} while {holder.id} holds a lease "
+                        f"in term {holder.term} for {holder.lease_remaining()} more ticks"
+                    )
+            self.leases_held += 1
 
     def leaving(self, sn: SimNode, m: Message) -> None:
         """The durability contract, checked on every message as it leaves its node."""
@@ -304,6 +320,7 @@ class Simulation:
             snapshot_chunk_bytes=o.chunk_bytes,
             preferred_leader="n0" if o.preferred_leader else None,
             preferred_leader_backoff_ticks=20,
+            leader_lease=True,
         )
 
     def _start(self, sn: SimNode) -> None:
@@ -518,6 +535,7 @@ class Simulation:
         for sn in self.nodes.values():
             if sn.node is not None:
                 self.checker.check(sn)
+        self.checker.check_leases(self._alive())
 
     def run(self) -> SimResult:
         o = self.options

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.raft import (
+    MAX_COUNTER,
     MESSAGE_TYPES,
     AppendEntries,
     AppendResponse,
@@ -26,7 +27,7 @@ from controller.raft import (
     VoteRequest,
     VoteResponse,
 )
-from protocol.raft import decode, encode, from_wire, to_wire
+from protocol.raft import MAX_CTX_BYTES, decode, encode, from_wire, to_wire
 from protocol.remoting import ProtocolError
 
 META = SnapshotMeta(index=40, term=3, conf_state=ConfState(voters=("n0", "n1"), learners=("n9",)))
@@ -108,6 +109,47 @@ def test_malformed_documents_are_rejected(obj: object) -> None:
         decode(msgpack.packb(obj, use_bin_type=True))
 
 
+# Every integer field, at the first value past the range: 2^63, and 2^64-1 (the term of the
+# forged heartbeat that made all three controllers exit with an OverflowError).
+_OUT_OF_RANGE = [
+    [4, "rogue", "n1", 1 << 63, 0, 0],
+    [4, "rogue", "n1", (1 << 64) - 1, 0, 0],
+    [4, "n0", "n1", 3, (1 << 64) - 1, 0],
+    [4, "n0", "n1", 3, 0, 1 << 63],
+    [0, "n0", "n1", 3, 1 << 63, 1, False, False],
+    [0, "n0", "n1", 3, 1, 1 << 63, False, False],
+    [2, "n0", "n1", 3, 1 << 63, 0, 0, []],
+    [2, "n0", "n1", 3, 0, 0, 0, [[1 << 63, 1, 0, b""]]],
+    [2, "n0", "n1", 3, 0, 0, 0, [[1, 1 << 63, 0, b""]]],
+    [3, "n1", "n0", 3, 0, True, 1 << 63, 0],
+    [6, "n0", "n1", 3, [1 << 63, 1, ["n0"], []], 0, b"", True],
+    [6, "n0", "n1", 3, [1, 1, ["n0"], []], 1 << 63, b"", True],
+    [7, "n1", "n0", 3, 1, 1 << 63],
+    [8, "n0", "n1", 1 << 63],
+    [10, "n0", "n1", 3, b"ctx", 1 << 63],
+    [9, "n1", "n0", 3, b"x" * (MAX_CTX_BYTES + 1)],
+]
+
+
+@pytest.mark.parametrize("obj", _OUT_OF_RANGE)
+def test_out_of_range_values_are_rejected_with_a_clear_error(obj: list[object]) -> None:
+    with pytest.raises(ProtocolError, match=r"out of range|longer than"):
+        decode(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_the_largest_values_in_range_round_trip() -> None:
+    m = AppendEntries(
+        src="n0",
+        dst="n1",
+        term=MAX_COUNTER,
+        prev_log_index=MAX_COUNTER,
+        prev_log_term=MAX_COUNTER,
+        commit=MAX_COUNTER,
+        entries=(Entry(term=MAX_COUNTER, index=MAX_COUNTER),),
+    )
+    assert decode(encode(m)) == m
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=200))
 def test_garbage_bytes_raise_only_protocol_error(raw: bytes) -> None:
@@ -144,7 +186,7 @@ def test_garbage_documents_raise_only_protocol_error(tag: int, rest: list[object
 
 
 _ids = st.text(alphabet="abcn0123456789-", min_size=1, max_size=12)
-_u64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
+_u64 = st.integers(min_value=0, max_value=MAX_COUNTER)
 
 
 @st.composite

@@ -342,3 +342,66 @@ def test_disk_storage_matches_its_memory_twin_under_random_operations(tmp_path: 
                 lo, hi = mem.first_index(), mem.last_index() + 1
                 assert disk.entries(lo, hi) == mem.entries(lo, hi)
         disk.close()
+
+
+# --- committed entries are never repaired away -----------------------------------------------
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
+
+
+def test_damage_below_the_commit_index_refuses_and_changes_nothing(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 61), hard_state=HardState(term=2, vote="n0", commit=60))
+    store.close()
+    files = segments(tmp_path)
+    victim = files[len(files) // 2]
+    first = int(victim.name.split(".")[0])
+    raw = bytearray(victim.read_bytes())
+    frame = len(encode_entry(entries(first, first + 1)[0]))
+    offset = len(SEGMENT_MAGIC) + frame  # the second entry of that segment
+    raw[offset + 20] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    before = _tree(tmp_path)
+    with pytest.raises(CorruptStorage) as refused:
+        open_disk(tmp_path)
+    message = str(refused.value)
+    assert str(victim) in message
+    assert f"offset {offset}" in message
+    assert "CRC mismatch" in message
+    assert f"entry {first}" in message and "up to 60 are committed" in message
+    assert "\n" not in message
+    assert _tree(tmp_path) == before  # nothing truncated, removed or set aside
+
+
+def test_a_missing_tail_segment_below_the_commit_index_refuses(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41), hard_state=HardState(term=2, vote="n0", commit=40))
+    store.close()
+    segments(tmp_path)[-1].unlink()
+    with pytest.raises(CorruptStorage, match="committed"):
+        open_disk(tmp_path)
+
+
+def test_a_torn_tail_past_the_commit_index_is_still_repaired(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 11), hard_state=HardState(term=2, vote="n0", commit=8))
+    store.close()
+    last = segments(tmp_path)[-1]
+    raw = last.read_bytes()
+    last.write_bytes(raw[:-5])  # entry 10 torn: never acknowledged, never committed here
+    again = open_disk(tmp_path)
+    assert again.last_index() == 9
+    assert again.hard_state().commit == 8
+    assert any("torn" in line for line in again.report.truncated)
+
+
+def test_a_term_that_cannot_be_incremented_refuses_to_start(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(hard_state=HardState(term=(1 << 64) - 1, vote=None, commit=0))
+    store.close()
+    with pytest.raises(CorruptStorage, match="cannot be incremented"):
+        open_disk(tmp_path)

@@ -113,9 +113,13 @@ def test_6_4_leader_read_waits_for_a_heartbeat_quorum() -> None:
     commit = c.nodes["n1"].commit_index
     c.clear_log()
     c.nodes["n1"].read_index(b"ctx-1")
+    leader = c.nodes["n1"]._leader
+    assert leader is not None
+    seq = leader.readonly.last_seq  # the read's sequence number (every round has its own)
     c.stabilize()
     assert c.reads["n1"] == [ReadState(index=commit, ctx=b"ctx-1")]
-    assert any(isinstance(m, Heartbeat) and m.read_seq == 1 for m in c.log)
+    assert any(isinstance(m, Heartbeat) and m.read_seq == seq for m in c.log)
+    assert any(isinstance(m, HeartbeatResponse) and m.read_seq == seq for m in c.log)
 
 
 def test_6_4_partitioned_leader_cannot_answer_reads() -> None:
