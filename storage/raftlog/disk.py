@@ -75,6 +75,12 @@ class RecoveryReport:
     """One line per repair (torn tail cut, corrupt entry cut, segment or snapshot removed)."""
 
 
+def _damage(path: Path, error: str) -> str:
+    """``FILE: what is wrong at offset N`` (scan errors name their offset; a bad header is
+    at 0)."""
+    return f"{path}: {error}" if "offset" in error else f"{path}: {error} at offset 0"
+
+
 @dataclass(slots=True)
 class _SegmentScan:
     """What recovery found in the segments, and the repair it would make."""
@@ -86,7 +92,7 @@ class _SegmentScan:
     truncate: list[tuple[Path, int]] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     damage: str | None = None
-    """``FILE: offset N: what is wrong`` at the first damage, if any."""
+    """``FILE: what is wrong at offset N`` for the first damage, if any."""
 
 
 @dataclass(slots=True)
@@ -128,15 +134,20 @@ class DiskStorage:
         *,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         fsync: bool = True,
+        accept_loss: bool = False,
     ) -> DiskStorage:
-        """Open (creating if needed) and recover the storage in ``directory``."""
+        """Open (creating if needed) and recover the storage in ``directory``.
+
+        ``accept_loss`` is an operator's explicit decision (``python -m storage.raftlog.repair``):
+        repair even when committed entries are lost, and lower the hard state's commit index to
+        the end of what is left. Never from a daemon."""
         if segment_bytes < 64:
             raise ValueError("segment_bytes must be at least 64")
         store = cls(Path(directory), segment_bytes=segment_bytes, fsync=fsync)
-        store._recover()
+        store._recover(accept_loss=accept_loss)
         return store
 
-    def _recover(self) -> None:
+    def _recover(self, *, accept_loss: bool = False) -> None:
         """Decide first, then repair: every check that can refuse runs before any file is
         changed, so a refusal leaves the directory exactly as it was found."""
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -182,7 +193,13 @@ class DiskStorage:
                 rest = []
             entries = rest
         last = entries[-1].index if entries else base.index
-        if hs.commit > last:
+        if hs.commit > last and accept_loss:
+            scan.lines.append(
+                f"entries {last + 1} to {hs.commit} were committed and are lost (accepted)"
+            )
+            hs = HardState(term=hs.term, vote=hs.vote, commit=last)
+            repairs.append(functools.partial(self._write_hard_state, hs))
+        elif hs.commit > last:
             # Committed entries would be lost: only an operator may decide that (restore this
             # controller's log from a healthy peer, or accept the loss explicitly).
             if scan.damage is not None:
@@ -266,7 +283,7 @@ class DiskStorage:
             if broken or (entries and first != entries[-1].index + 1):
                 if not broken:
                     plan.lines.append(f"segment {path.name}: gap in the log; removed")
-                    plan.damage = f"{path}: offset 0: gap in the log before entry {first}"
+                    plan.damage = f"{path}: gap in the log before entry {first} at offset 0"
                 else:
                     plan.lines.append(f"segment {path.name}: after a bad entry; removed")
                 broken = True
@@ -277,13 +294,13 @@ class DiskStorage:
                 if scan.error is not None or path.stat().st_size > len(SEGMENT_MAGIC):
                     plan.lines.append(f"segment {path.name}: {scan.error or 'no entries'}; removed")
                 if scan.error is not None:
-                    plan.damage = f"{path}: offset {scan.valid_bytes}: {scan.error}"
+                    plan.damage = _damage(path, scan.error)
                 plan.remove.append(path)
                 broken = scan.error is not None
                 continue
             if scan.error is not None:
                 plan.lines.append(f"segment {path.name}: {scan.error}; truncated")
-                plan.damage = f"{path}: offset {scan.valid_bytes}: {scan.error}"
+                plan.damage = _damage(path, scan.error)
                 plan.truncate.append((path, scan.valid_bytes))
                 broken = True
             plan.segments.append(

@@ -405,3 +405,26 @@ def test_a_term_that_cannot_be_incremented_refuses_to_start(tmp_path: Path) -> N
     store.close()
     with pytest.raises(CorruptStorage, match="cannot be incremented"):
         open_disk(tmp_path)
+
+
+def test_the_operator_may_accept_the_loss_explicitly(tmp_path: Path) -> None:
+    from storage.raftlog.repair import main as repair
+
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41), hard_state=HardState(term=2, vote="n0", commit=40))
+    store.close()
+    files = segments(tmp_path)
+    victim = files[1]
+    first = int(victim.name.split(".")[0])
+    raw = bytearray(victim.read_bytes())
+    raw[len(SEGMENT_MAGIC) + 20] ^= 0xFF  # the first entry of the second segment
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(SystemExit):
+        repair([str(tmp_path)])  # without --accept-loss: refused by the parser
+    with pytest.raises(CorruptStorage):
+        open_disk(tmp_path)
+    assert repair([str(tmp_path), "--accept-loss"]) == 0
+    again = open_disk(tmp_path)
+    assert again.last_index() == first - 1
+    assert again.hard_state() == HardState(term=2, vote="n0", commit=first - 1)
+    assert again.report.truncated == []
