@@ -32,8 +32,9 @@ async def serve(cfg: ControllerConfig) -> int:
         return 1
     except CorruptStorage as exc:
         # One line naming the file and the offset of the damage; nothing on disk was changed.
+        # Status 2, as for a config error: a restart cannot help (RestartPreventExitStatus=2).
         click.echo(f"rmq-controller: cannot start: {exc}", err=True)
-        return 1
+        return 2
     except Exception as exc:  # unreadable storage: an operator must look
         log.error("controller failed to open its storage", error=f"{type(exc).__name__}: {exc}")
         return 1

@@ -98,6 +98,17 @@ def heartbeat_frame(broker: FakeBroker, opaque: int) -> bytes:
     return encode_frame(request(RequestCode.BROKER_HEARTBEAT, opaque, header))
 
 
+def register_frame(broker: FakeBroker, opaque: int) -> bytes:
+    header = {
+        "clusterName": broker.cluster,
+        "brokerName": broker.broker_name,
+        "brokerId": broker.broker_id,
+        "brokerAddress": broker.address,
+        "registerCheckCode": broker.register_code,
+    }
+    return encode_frame(request(RequestCode.CONTROLLER_REGISTER_BROKER, opaque, header))
+
+
 async def terms(cluster: ControllerCluster) -> dict[str, int]:
     docs = {i: await metadata(p.address) for i, p in cluster.procs.items()}
     return {i: int(d["term"]) for i, d in docs.items() if d is not None}
@@ -198,6 +209,11 @@ async def test_a_thawed_deposed_leader_never_answers_a_broker_heartbeat(
     sock = socket.create_connection(host_port(proc.address), timeout=2)
     try:
         await broker.join()
+        # This connection speaks for the broker (a heartbeat counts only on the connection
+        # that registered it), as the broker's own connection to the leader would.
+        sock.sendall(register_frame(broker, 1))
+        registered = read_response(sock, 10.0)
+        assert registered.code == ResponseCode.SUCCESS, registered.header
         # While it leads under a lease, the leader answers the heartbeat on this connection.
         opaque = 1
 
@@ -290,9 +306,10 @@ async def test_a_raft_log_corrupt_on_all_three_refuses_to_start(
         out = proc.log()[logged:]
         lines = [line for line in out.splitlines() if line.strip()]
         segment, offset = damage[node_id]
-        assert status != 0, f"{proc.name} started on a damaged log:\n{out}"
+        assert status == 2, f"{proc.name} did not refuse a damaged log ({status}):\n{out}"
         assert len(lines) == 1, f"{proc.name} printed {len(lines)} lines:\n{out}"
         assert "Traceback" not in out
+        assert lines[0].startswith("rmq-controller: cannot start: "), lines[0]
         assert str(segment) in lines[0] and f"offset {offset}" in lines[0], lines[0]
         assert "committed" in lines[0]
         assert tree(proc.data_dir) == before[node_id], f"{proc.name} changed its files"
