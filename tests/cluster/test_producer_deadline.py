@@ -8,7 +8,11 @@ continuously while a fault runs its course:
   the seconds the slave takes to come back and catch up;
 - the master and the controller leader are frozen (SIGSTOP) together: every attempt against the
   frozen master times out, until the new controller leader's grace period ends and it elects
-  the slave.
+  the slave;
+- the master and the controller leader are killed (-9) together: connections are refused until
+  the new controller leader elects the slave;
+- every broker of the group is killed and restarted: the controllers route the topic with no
+  master ("no master now", retriable) until the group is back.
 
 Every send, including those started during the fault, must succeed within the producer's send
 deadline: retries run against that deadline (default 10 s) with a short per-attempt timeout,
@@ -64,9 +68,29 @@ async def master_and_controller_leader_frozen(
     await new_master(boot, cluster, master)
 
 
+async def master_and_controller_leader_killed(
+    cluster: Cluster, boot: Bootstrap, master: str
+) -> None:
+    leader_id = await agreed_leader([c.address for c in cluster.controllers])
+    leader = next(c for c in cluster.controllers if c.node_id == leader_id)
+    node_at(cluster, master).kill9()
+    leader.kill9()
+    await new_master(boot, cluster, master)
+
+
+async def whole_group_killed_and_restarted(cluster: Cluster, boot: Bootstrap, master: str) -> None:
+    for b in cluster.brokers:
+        b.kill9()
+    for b in cluster.brokers:
+        await asyncio.to_thread(b.restart)
+    await full_sync_state_set(boot, cluster, size=2)
+
+
 FAULTS: dict[str, tuple[Fault, str]] = {
     "slave-restart": (slave_killed_and_restarted, "min_in_sync_replicas = 2\n"),
     "master-and-leader-frozen": (master_and_controller_leader_frozen, ""),
+    "master-and-leader-killed": (master_and_controller_leader_killed, ""),
+    "group-restart": (whole_group_killed_and_restarted, ""),
 }
 
 
