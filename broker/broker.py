@@ -129,8 +129,11 @@ class Broker:
                 check_identity_files(cfg.data_dir)
             except IdentityError as exc:
                 raise StartRefused(str(exc)) from None
-        self.ctx.topics.load()
-        self.ctx.offsets.load()
+        try:
+            self.ctx.topics.load()
+            self.ctx.offsets.load()
+        except StoreError as exc:  # both copies of a config file fail their checksums
+            raise StartRefused(str(exc)) from None
         self._loaded = True
         try:
             await self.ctx.service.start()

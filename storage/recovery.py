@@ -30,7 +30,6 @@ from pathlib import Path
 
 import structlog
 
-from protocol.message import peek_prefix
 from storage.checkpoint import Checkpoint
 from storage.commitlog import CommitLog
 from storage.dispatch import Replayer, Scan, next_record
@@ -224,7 +223,7 @@ def recover(
     # end is cut, damage followed by valid records is kept in place.
     durable = last.end if checkpoint is None else checkpoint.flushed_offset
     queues.load(trusted, scrub=not clean)
-    if len(queues) == 0 and peek_prefix(first.view, 0) != (0, 0):
+    if len(queues) == 0 and any(bytes(first.view[:8])):
         log.info("no consume queues on disk: rebuilding them from the commitlog")
         trusted = first.start
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from broker.identity import FINAL_NAME
+from protocol.codes import RequestCode, ResponseCode
+from remoting.client import RemotingClient
 from storage.epoch_file import FILE_NAME as EPOCH_FILE
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import BrokerProc, wait_until
@@ -47,6 +49,29 @@ def test_a_data_dir_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path) ->
     line = refusal(proc)
     assert line.startswith("rmq-broker: cannot start: data directory")
     assert str(proc.data_dir) in line and "not writable" in line
+
+
+async def test_corrupt_topic_config_is_one_line_exit_2(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    broker = broker_factory(tmp_path).start_and_wait()
+    conn = await RemotingClient.connect(broker.address)
+    try:
+        resp = await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "T", "queues": 1})
+        assert resp.code == ResponseCode.SUCCESS
+    finally:
+        conn.close()
+    assert broker.stop() == 0
+    config = broker.data_dir / "config"
+    files = [p for p in config.iterdir() if p.name.startswith("topics.json")]
+    assert files
+    for path in files:
+        path.write_bytes(b"RMQS not a topic table")
+    line = refusal(broker, since=len(broker.log()))
+    assert line == (
+        f"rmq-broker: cannot start: {config / 'topics.json'} and topics.json.bak are both "
+        "missing or corrupt"
+    )
 
 
 @pytest.fixture

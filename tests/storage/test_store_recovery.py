@@ -424,6 +424,18 @@ def test_missing_segment_files_in_the_middle_lose_only_their_records(tmp_path: P
     again.close()
 
 
+def test_a_segment_file_of_a_few_garbage_bytes_is_quarantined(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir(parents=True)
+    (tmp_path / "commitlog" / f"{0:020d}").write_bytes(b"garbage")
+    store = open_store(tmp_path)  # used to fail: struct.error reading an 8-byte prefix
+    assert store.max_offset == 0
+    assert store.corruption["recovery_cut"] == 1
+    assert (tmp_path / "quarantine" / f"commitlog-{0:020d}-7").read_bytes() == b"garbage"
+    store.put(TOPIC, 0, messages(2), NOW)
+    assert [r.queue_offset for r in read_queue(store, TOPIC, 0)] == [0, 1]
+    store.close()
+
+
 def test_sigkill_of_a_real_process_loses_nothing_flushed(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
