@@ -463,16 +463,17 @@ class FakeBroker:
         await self.register()
         return broker_id
 
-    async def register(self) -> Any:
-        return await self.call(
-            1003,
-            {
-                "clusterName": self.cluster,
-                "brokerName": self.broker_name,
-                "brokerId": self.broker_id,
-                "brokerAddress": self.address,
-            },
-        )
+    async def register(self, code: str | None = None) -> Any:
+        """CONTROLLER_REGISTER_BROKER, with ``registerCheckCode`` when ``code`` is given."""
+        header = {
+            "clusterName": self.cluster,
+            "brokerName": self.broker_name,
+            "brokerId": self.broker_id,
+            "brokerAddress": self.address,
+        }
+        if code is not None:
+            header["registerCheckCode"] = code
+        return await self.call(1003, header)
 
     async def heartbeat(self) -> Any:
         return await self.call(
