@@ -14,37 +14,53 @@ class PortUnavailable(Exception):
     """A port this daemon must listen on cannot be bound (in use, or not an address of ours)."""
 
 
-def _address(host: str, port: int, what: str) -> tuple[socket.AddressFamily, tuple[str, int]]:
+def _addresses(
+    host: str, port: int, what: str
+) -> list[tuple[socket.AddressFamily, tuple[str, int]]]:
+    """Every distinct address ``host`` stands for (``localhost`` may be ::1 and 127.0.0.1)."""
     try:
         infos = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror as exc:
         raise PortUnavailable(f"{what} address {host}:{port} does not resolve: {exc}") from None
-    family, _type, _proto, _name, sockaddr = infos[0]
-    return family, (str(sockaddr[0]), int(sockaddr[1]))
+    out: list[tuple[socket.AddressFamily, tuple[str, int]]] = []
+    for family, _type, _proto, _name, sockaddr in infos:
+        address = (family, (str(sockaddr[0]), int(sockaddr[1])))
+        if address not in out:
+            out.append(address)
+    return out
 
 
-def bind_listener(host: str, port: int, what: str, backlog: int = 1024) -> socket.socket:
-    """A listening socket on ``host:port`` (``what`` names it in the error)."""
-    family, sockaddr = _address(host, port, what)
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def bind_listeners(host: str, port: int, what: str, backlog: int = 1024) -> list[socket.socket]:
+    """Listening sockets on every address of ``host`` at ``port``, as asyncio's
+    ``create_server`` would make them (``what`` names the port in the error)."""
+    socks: list[socket.socket] = []
     try:
-        # As asyncio does: a port whose old connections linger in TIME_WAIT is free.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(sockaddr)
-        sock.listen(backlog)
+        for family, (addr, _port) in _addresses(host, port, what):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(sock)
+            # As asyncio does: a port whose old connections linger in TIME_WAIT is free.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            # With port 0 every address gets the port the first one was given.
+            bound = int(socks[0].getsockname()[1]) if len(socks) > 1 else port
+            sock.bind((addr, bound))
+            sock.listen(backlog)
+            sock.setblocking(False)
     except OSError as exc:
-        sock.close()
+        for sock in socks:
+            sock.close()
         raise PortUnavailable(
             f"{what} port {host}:{port} is not available: {exc.strerror or exc}"
         ) from None
-    sock.setblocking(False)
-    return sock
+    return socks
 
 
 def check_port_free(host: str, port: int, what: str) -> None:
     """Raise :class:`PortUnavailable` if ``host:port`` cannot be bound now (0: nothing to do)."""
     if port == 0:
         return
-    bind_listener(host, port, what, backlog=1).close()
+    for sock in bind_listeners(host, port, what, backlog=1):
+        sock.close()

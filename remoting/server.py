@@ -53,7 +53,7 @@ from protocol.remoting import (
     encode_frame,
     response,
 )
-from remoting.ports import bind_listener
+from remoting.ports import bind_listeners
 
 log = structlog.get_logger(__name__)
 
@@ -272,8 +272,8 @@ class RemotingServer:
         self.name = name
         self.handlers: dict[int, Handler] = {}
         self.connections: set[Connection] = set()
-        self._server: asyncio.Server | None = None
-        self._sock: socket.socket | None = None
+        self._servers: list[asyncio.Server] = []
+        self._socks: list[socket.socket] = []
         self.on_open: list[Callable[[Connection], None]] = []
         self.on_close: list[Callable[[Connection], None]] = []
         self.on_response: Callable[[Connection, Frame], None] | None = None
@@ -294,38 +294,39 @@ class RemotingServer:
     def bind(self, host: str, port: int) -> int:
         """Take the port now, without serving yet (connections wait in the kernel's backlog
         until :meth:`start`); returns the bound port. Raises :class:`PortUnavailable`."""
-        if self._sock is None:
-            self._sock = bind_listener(host, port, self.name)
-        return int(self._sock.getsockname()[1])
+        if not self._socks:
+            self._socks = bind_listeners(host, port, self.name)
+        return int(self._socks[0].getsockname()[1])
 
     async def start(self, host: str, port: int) -> int:
-        """Listen (on the socket :meth:`bind` took, if any); returns the bound port (useful
+        """Listen (on the sockets :meth:`bind` took, if any); returns the bound port (useful
         with port 0)."""
         loop = asyncio.get_running_loop()
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            self._server = await loop.create_server(lambda: Connection(self), sock=sock)
+        socks, self._socks = self._socks, []
+        if socks:
+            for sock in socks:
+                self._servers.append(await loop.create_server(lambda: Connection(self), sock=sock))
         else:
-            self._server = await loop.create_server(
-                lambda: Connection(self), host, port, reuse_address=True
+            self._servers.append(
+                await loop.create_server(lambda: Connection(self), host, port, reuse_address=True)
             )
-        return int(self._server.sockets[0].getsockname()[1])
+        return int(self._servers[0].sockets[0].getsockname()[1])
 
     def unbind(self) -> None:
         """Release a port taken by :meth:`bind` and never served."""
-        sock, self._sock = self._sock, None
-        if sock is not None:
+        socks, self._socks = self._socks, []
+        for sock in socks:
             sock.close()
 
     async def stop(self) -> None:
         self.unbind()
-        if self._server is not None:
-            self._server.close()
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
         for conn in list(self.connections):
             conn.close()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in servers:
+            await server.wait_closed()
 
     def _opened(self, conn: Connection) -> None:
         self.connections.add(conn)
