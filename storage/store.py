@@ -859,5 +859,6 @@ class MessageStore:
             self._flushed = min(self._flushed, offset)
             self.confirm_offset = min(self.confirm_offset, offset)
             self._write_checkpoint(force=True)
+        self.damaged = [d for d in self.damaged if d.offset < offset]  # cut with the log
         if offset < end:
             log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
