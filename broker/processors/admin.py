@@ -23,6 +23,16 @@ from remoting.server import Connection, RemotingServer, error_response
 
 MAX_QUEUES = 1024
 CONTROLLER_TIMEOUT = 3.0
+# Controller answers that mean "not now" (no leader yet, not committed in time): a client of
+# this broker is told to retry, never handed a controller-only code.
+_CONTROLLERS_BUSY = frozenset(
+    {
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.CONTROLLER_NOT_LEADER,
+        ResponseCode.TOO_MANY_IN_FLIGHT,
+    }
+)
 
 
 class AdminProcessor:
@@ -86,6 +96,11 @@ class AdminProcessor:
         try:
             await self._controllers.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
         except BrokerError as exc:
+            if exc.code in _CONTROLLERS_BUSY:
+                return (
+                    ResponseCode.SERVICE_NOT_AVAILABLE,
+                    f"topic {topic} not created: the controllers are busy ({exc}); retry",
+                )
             return exc.code, f"the controllers refused topic {topic}: {exc.remark or exc}"
         except (ClientError, RemotingError) as exc:
             return (
