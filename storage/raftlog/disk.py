@@ -3,6 +3,7 @@
 Directory layout::
 
     DIR/hardstate                         term, vote, commit (atomic replace, see files.py)
+    DIR/commit                            the latest commit index (rewritten in place, no fsync)
     DIR/snap/<index>-<term>.snap          the latest snapshot (older ones are deleted)
     DIR/log/<first index>.log             log segments (see framing.py)
 
@@ -17,7 +18,10 @@ replaces is deleted), then entries (one fsync of the segment files for the whole
 commit), then the hard state (atomic file) when term or vote changed, then a local compaction
 (snapshot file durable before the prefix is deleted). A commit-only hard state change is kept
 in memory and written with the next term/vote change or at :meth:`close`: Raft does not need a
-durable commit index, and skipping it saves two fsyncs per Ready.
+durable commit index, and skipping it saves two fsyncs per Ready. It is also written, without
+an fsync, to the small ``commit`` file: after a crash of the process (kill -9) that file still
+tells recovery how far the log was committed (after a power loss it may be older, or missing:
+it is only ever a floor, never trusted beyond its CRC).
 
 Recovery (:meth:`open`): the newest snapshot that passes its CRC wins; segments are scanned in
 order and the log is truncated at the first torn, corrupt or out-of-sequence entry (every later
@@ -44,8 +48,10 @@ from controller.raft.messages import MAX_COUNTER, Entry, HardState, Snapshot, Sn
 from .files import (
     CorruptFile,
     atomic_write,
+    decode_commit,
     decode_hard_state,
     decode_snapshot,
+    encode_commit,
     encode_hard_state,
     encode_snapshot,
     fsync_dir,
@@ -123,6 +129,8 @@ class DiskStorage:
         self._dirty_files: set[Path] = set()
         self._dir_dirty = False
         self._written_hs = HardState()
+        self._commit_fd: int | None = None
+        self._hinted_commit = 0
         self.report = RecoveryReport()
 
     # --- opening and recovery ------------------------------------------------------------------
@@ -170,6 +178,10 @@ class DiskStorage:
                     f"{hs_path}: term {hs.term} cannot be incremented (the largest is 2^63-1)"
                 )
 
+        written_hs = hs
+        hint = self._read_commit_hint()
+        if hint > hs.commit:
+            hs = HardState(term=hs.term, vote=hs.vote, commit=hint)
         snapshot = self._recover_snapshot(repairs)
         base = snapshot.meta if snapshot is not None else SnapshotMeta()
         scan = self._scan_segments()
@@ -198,7 +210,9 @@ class DiskStorage:
                 f"entries {last + 1} to {hs.commit} were committed and are lost (accepted)"
             )
             hs = HardState(term=hs.term, vote=hs.vote, commit=last)
+            hint = 0
             repairs.append(functools.partial(self._write_hard_state, hs))
+            repairs.append(functools.partial(self._write_commit_hint, last))
         elif hs.commit > last:
             # Committed entries would be lost: only an operator may decide that (restore this
             # controller's log from a healthy peer, or accept the loss explicitly).
@@ -222,7 +236,9 @@ class DiskStorage:
         self._segments = scan.segments
         report.truncated.extend(scan.lines)
         self._mem.set_hard_state(hs)
-        self._written_hs = hs
+        if not accept_loss:
+            self._written_hs = written_hs
+        self._hinted_commit = max(self._hinted_commit, hint)
         if snapshot is not None:
             self._mem.apply_snapshot(snapshot)
             report.snapshot_index = snapshot.index
@@ -387,6 +403,8 @@ class DiskStorage:
             self._mem.set_hard_state(hs)
             if (hs.term, hs.vote) != (self._written_hs.term, self._written_hs.vote):
                 self._write_hard_state(hs)
+            elif hs.commit > max(self._hinted_commit, self._written_hs.commit):
+                self._write_commit_hint(hs.commit)
 
     def apply_snapshot(self, snapshot: Snapshot) -> None:
         """Install a snapshot received from the leader: it replaces the whole log."""
@@ -427,6 +445,9 @@ class DiskStorage:
             if self._tail is not None:
                 self._tail.close()
                 self._tail = None
+            if self._commit_fd is not None:
+                os.close(self._commit_fd)
+                self._commit_fd = None
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -489,6 +510,24 @@ class DiskStorage:
     def _write_hard_state(self, hs: HardState) -> None:
         atomic_write(self.directory / "hardstate", encode_hard_state(hs), fsync=self._fsync)
         self._written_hs = hs
+
+    def _write_commit_hint(self, commit: int) -> None:
+        """The commit index, in place and without an fsync: a floor for recovery that survives
+        a crash of the process (the bytes are in the page cache), cheap enough for every Ready."""
+        if self._commit_fd is None:
+            self._commit_fd = os.open(self.directory / "commit", os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(self._commit_fd, encode_commit(commit), 0)
+        self._hinted_commit = commit
+
+    def _read_commit_hint(self) -> int:
+        path = self.directory / "commit"
+        try:
+            return decode_commit(path.read_bytes())
+        except FileNotFoundError:
+            return 0
+        except CorruptFile as exc:  # advisory: a torn or stale hint is no reason to refuse
+            self.report.truncated.append(f"commit hint {path.name}: {exc}; ignored")
+            return 0
 
     def _write_snapshot(self, snapshot: Snapshot) -> None:
         path = self._snap_dir / snapshot_name(snapshot.index, snapshot.term)

@@ -8,6 +8,10 @@ Hard state file ``hardstate`` (big-endian)::
 
     magic "RAFTHS01" | term u64 | commit u64 | vote length u16 | vote UTF-8 | crc32 u32
 
+Commit hint file ``commit`` (rewritten in place, never fsynced; advisory)::
+
+    magic "RAFTCM01" | commit u64 | crc32 u32
+
 Snapshot file ``snap/<index:020d>-<term:020d>.snap``::
 
     magic "RAFTSNP1" | index u64 | term u64 | voters: count u16, (len u16, UTF-8)* |
@@ -25,6 +29,7 @@ from typing import Final
 from controller.raft.messages import ConfState, HardState, Snapshot, SnapshotMeta
 
 HARD_STATE_MAGIC: Final = b"RAFTHS01"
+COMMIT_MAGIC: Final = b"RAFTCM01"
 SNAPSHOT_MAGIC: Final = b"RAFTSNP1"
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -117,6 +122,18 @@ def decode_hard_state(raw: bytes) -> HardState:
     commit = reader.u64()
     vote = reader.text()
     return HardState(term=term, vote=vote or None, commit=commit)
+
+
+def encode_commit(commit: int) -> bytes:
+    return _with_crc(COMMIT_MAGIC + _U64.pack(commit))
+
+
+def decode_commit(raw: bytes) -> int:
+    reader = _Reader(_check_crc(raw, COMMIT_MAGIC), len(COMMIT_MAGIC))
+    commit = reader.u64()
+    if reader.pos != len(raw) - _U32.size:
+        raise CorruptFile("trailing bytes")
+    return commit
 
 
 def encode_snapshot(snapshot: Snapshot) -> bytes:

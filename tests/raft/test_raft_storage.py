@@ -428,3 +428,31 @@ def test_the_operator_may_accept_the_loss_explicitly(tmp_path: Path) -> None:
     assert again.last_index() == first - 1
     assert again.hard_state() == HardState(term=2, vote="n0", commit=first - 1)
     assert again.report.truncated == []
+
+
+def test_the_commit_index_survives_a_crash_of_the_process(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 41), hard_state=HardState(term=2, vote="n0", commit=1))
+    mtime = os.stat(tmp_path / "hardstate").st_mtime_ns
+    store.save(hard_state=HardState(term=2, vote="n0", commit=40), sync=False)
+    assert os.stat(tmp_path / "hardstate").st_mtime_ns == mtime  # still no fsync for it
+    # kill -9: no close(); what was written is in the page cache.
+    again = open_disk(tmp_path)
+    assert again.hard_state() == HardState(term=2, vote="n0", commit=40)
+    again.close()
+    victim = segments(tmp_path)[1]
+    raw = bytearray(victim.read_bytes())
+    raw[len(SEGMENT_MAGIC) + 20] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(CorruptStorage, match="up to 40 are committed"):
+        open_disk(tmp_path)
+
+
+def test_a_damaged_commit_hint_is_ignored(tmp_path: Path) -> None:
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 11), hard_state=HardState(term=2, vote="n0", commit=1))
+    store.save(hard_state=HardState(term=2, vote="n0", commit=9), sync=False)
+    (tmp_path / "commit").write_bytes(b"torn")
+    again = open_disk(tmp_path)
+    assert again.hard_state().commit == 1 and again.last_index() == 10
+    assert any("commit hint" in line for line in again.report.truncated)
