@@ -168,7 +168,10 @@ def walk(
                 # The end of the log: a torn write past the durable offset, or damage at the
                 # end of durable data. Whatever is cut is copied aside first.
                 found.end = seg.start + pos
-                hi = _data_end(seg, pos)
+                # Zeros right at the flushed offset: the end a clean stop leaves (nothing to
+                # copy; not reading the rest of the segment keeps a clean start fast).
+                at_flush = scan.error is None and found.end == durable
+                hi = pos if at_flush else _data_end(seg, pos)
                 if hi > pos:
                     found.damaged.append(
                         quarantine(commitlog, seg, pos, hi, reason, cut=True, copy=copy)
