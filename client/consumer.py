@@ -183,6 +183,10 @@ class Consumer:
 
         Calling it confirms every message handed out before as consumed. One task at a time
         consumes (receive() and iteration share the delivery bookkeeping).
+
+        Raises :class:`CorruptMessageError` (once per queue) when a broker cannot read the
+        message at a queue's next offset: that queue is no longer pulled (its messages before
+        the offset were delivered first); the other queues go on.
         """
         if not self._started:
             raise ClosedError("consumer is not started")
