@@ -12,9 +12,10 @@ Rules worth knowing:
   port proves nothing about its sender (any client can send 1008), so its content is never
   applied: it is a hint to poll now, and a claim the controllers do not confirm is logged once;
 - metadata with a master epoch older than one already seen is ignored (a stale poll);
-- a broker whose identity the controllers no longer know (2010 when it registers, e.g. an
-  operator cleaned its metadata while it was down) applies its id again, or obtains a new one
-  when that id is gone, and registers: it never loops on 2010;
+- a broker registers with its register code; one whose identity the controllers no longer
+  know (2010 when it registers: an operator cleaned its metadata while it was down; 2014: the id
+  went to another broker since) applies its id again, or obtains a new one when that id is gone,
+  and registers: it never loops on 2010;
 - a broker takes writes only after ``HAService.become_master`` returned for the current epoch;
 - a master holds a lease: ``broker_heartbeat_timeout_ms`` from the moment it *sent* the last
   heartbeat the active controller answered (or from a role change it received). Every write
@@ -185,21 +186,29 @@ class ReplicasManager:
             await self.apply(GroupInfo.from_frame(resp))
 
     async def _register(self) -> Frame | None:
-        """CONTROLLER_REGISTER_BROKER; on 2010 (the controllers do not know this broker id any
-        more) the identity is established again first. None when it did not succeed."""
+        """CONTROLLER_REGISTER_BROKER with this broker's register code; on 2010 (the controllers
+        do not know this broker id any more) or 2014 (the id is another broker's now: the
+        controllers forgot this one and gave the id away) the identity is established again
+        first. None when it did not succeed."""
+        lost = (
+            ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+        )
         for attempt in range(2):
+            assert self.identity is not None
             try:
                 return await self.controllers.call(
                     RequestCode.CONTROLLER_REGISTER_BROKER,
                     {
                         "clusterName": self.cfg.cluster,
                         "brokerName": self.cfg.broker_name,
-                        "brokerId": self.broker_id,
+                        "brokerId": self.identity.broker_id,
                         "brokerAddress": self.cfg.listen,
+                        "registerCheckCode": self.identity.register_code,
                     },
                 )
             except BrokerError as exc:
-                if exc.code != ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED or attempt:
+                if exc.code not in lost or attempt:
                     log.warning("register with controller failed", error=str(exc))
                     return None
             except (ClientError, RemotingError) as exc:
@@ -215,7 +224,7 @@ class ReplicasManager:
         if old is None:
             return False
         log.warning(
-            "the controllers no longer know this broker id; applying for it again",
+            "the controllers no longer know this broker id as ours; applying for it again",
             broker_id=old.broker_id,
         )
         try:

@@ -333,3 +333,45 @@ async def test_a_broker_whose_metadata_was_cleaned_registers_again(
     assert doc["masterAddress"] == slave.address
     received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
     assert {k: received.get(k) for k in acked} == acked
+
+
+async def test_a_cleaned_group_comes_back_with_its_brokers_taking_ids_again(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    """The whole group dead and cleaned; the broker that had id 2 comes back first and takes id
+    1 (the first id of a new group), so the other one's registration with id 1 answers 2014: it
+    takes a new id instead of looping."""
+    doc, _ = await start_group(cluster, boot)
+    old_ids = {r["address"]: r["brokerId"] for r in doc["replicas"]}
+    first = next(b for b in cluster.brokers if old_ids[b.address] == 2)
+    second = next(b for b in cluster.brokers if old_ids[b.address] == 1)
+    async with producer_for(cluster) as producer:
+        acked = await send_all(producer, "before", 20, {})
+    for b in cluster.brokers:
+        b.kill9()
+
+    async def dead() -> bool:
+        d = await sync_state(boot)
+        return bool(
+            d and d["masterBrokerId"] in (None, -1) and not any(r["alive"] for r in d["replicas"])
+        )
+
+    await wait_for(dead, 30, "the controllers to see the group dead", cluster)
+    resp = await boot.call(RequestCode.CLEAN_BROKER_DATA, {"brokerName": GROUP})
+    assert resp.code == ResponseCode.SUCCESS
+    first.restart()
+
+    async def first_is_master() -> bool:
+        d = await sync_state(boot)
+        return bool(d and d["masterAddress"] == first.address)
+
+    await wait_for(first_is_master, 30, "the broker that had id 2 to lead the new group", cluster)
+    second.restart()
+    doc = await full_sync_state_set(boot, cluster, size=2, timeout=30)
+    ids = {r["address"]: r["brokerId"] for r in doc["replicas"]}
+    assert (ids[first.address], ids[second.address]) == (1, 2)
+    await routed_everywhere(cluster)
+    async with producer_for(cluster) as producer:
+        await send_all(producer, "after", 10, acked)
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
