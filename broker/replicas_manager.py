@@ -183,6 +183,7 @@ class ReplicasManager:
             resp = await self._register()
         if resp is not None:
             self._contact(monotonic())
+            self._hand_replicas_to_ha(resp)
             await self.apply(GroupInfo.from_frame(resp))
 
     async def _register(self) -> Frame | None:
@@ -274,6 +275,7 @@ class ReplicasManager:
             return
         except (ClientError, RemotingError):
             return
+        self._hand_replicas_to_ha(resp)
         await self.apply(GroupInfo.from_frame(resp))
 
     # -- loops ---------------------------------------------------------------------------------
@@ -354,6 +356,7 @@ class ReplicasManager:
         info = GroupInfo.from_frame(resp)
         self._check_claims(claims, info)
         known = self._known_replicas(resp)
+        self._hand_replicas_to_ha(resp)
         if known is not None and self.broker_id not in known:
             await self._register_and_apply()  # the controller lost us (e.g. cleaned)
             return
@@ -386,6 +389,19 @@ class ReplicasManager:
                 master=info.master_address,
                 master_id=info.master_broker_id,
                 master_epoch=info.master_epoch,
+            )
+
+    def _hand_replicas_to_ha(self, resp: Frame) -> None:
+        """The HA master counts only the replicas the controllers list, at their addresses."""
+        doc = msgpack.unpackb(resp.body) if resp.body else None
+        replicas = doc.get("replicas") if isinstance(doc, dict) else None
+        if isinstance(replicas, list):
+            self.ha.set_registered_replicas(
+                {
+                    int(r["brokerId"]): str(r.get("address") or "")
+                    for r in replicas
+                    if isinstance(r, dict) and isinstance(r.get("brokerId"), int)
+                }
             )
 
     @staticmethod

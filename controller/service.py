@@ -481,6 +481,7 @@ class ControllerService:
             raise Refused(
                 ResponseCode.CONTROLLER_INVALID_REQUEST, "body needs syncStateSetEpoch (int)"
             )
+        await self._barrier()  # "the set already is this one" is answered from current state
         d = self.manager.alter_sync_state_set(
             req_str(h, "brokerName"),
             req_int(h, "masterBrokerId"),

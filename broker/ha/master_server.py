@@ -66,7 +66,10 @@ pump within a batch of the high-water mark)."""
 class SlaveEvents(Protocol):
     """What the server reports (on the loop thread, in order per connection)."""
 
-    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> None: ...
+    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> str | None:
+        """None to admit the connection, else why it is refused (it is closed)."""
+        ...
+
     def slave_acked(self, broker_id: int, offset: int) -> None: ...
     def slave_disconnected(self, broker_id: int) -> None: ...
 
@@ -350,15 +353,24 @@ class MasterServer:
         return True
 
     def register(self, link: _SlaveLink, address: str, async_learner: bool) -> bool:
+        """Admit a slave that handshook, or close it (False). A broker id has one live
+        connection at a time: a second one is refused until the first is lost (and reported)."""
         broker_id = link.broker_id
         assert broker_id is not None
-        if broker_id == self._master_id:
-            link.close(f"a slave claims broker id {broker_id}, the master's own")
-            return False
         old = self._by_id.get(broker_id)
+        if old is not None and old.closed:
+            self._forget(old, None)  # closed, its connection_lost not run yet: report it now
+        elif old is not None:
+            link.close(
+                f"broker id {broker_id} already has a live HA connection from {old.peer}; "
+                "refused until that one is lost"
+            )
+            return False
+        refused = self.events.slave_connected(broker_id, address, async_learner)
+        if refused is not None:
+            link.close(f"refused: {refused}")
+            return False
         self._by_id[broker_id] = link
-        if old is not None and old is not link:
-            old.close(f"slave {broker_id} connected again from {link.peer}")
         log.info(
             "slave connected",
             broker_id=broker_id,
@@ -366,12 +378,14 @@ class MasterServer:
             peer=link.peer,
             async_learner=async_learner,
         )
-        self.events.slave_connected(broker_id, address, async_learner)
         return True
 
     def lost(self, link: _SlaveLink, exc: Exception | None) -> None:
         self._links.discard(link)
         self._idle.discard(link)
+        self._forget(link, exc)
+
+    def _forget(self, link: _SlaveLink, exc: Exception | None) -> None:
         broker_id = link.broker_id
         if broker_id is not None and self._by_id.get(broker_id) is link:
             del self._by_id[broker_id]

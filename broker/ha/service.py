@@ -19,6 +19,7 @@ API::
     ha.slave_acks()                  # {slave broker id: acked offset} (metrics, heartbeats)
     ha.in_sync_members()             # the SyncStateSet the controller accepted
     ha.apply_sync_state_set(members, epoch)   # a newer set learnt from the controller
+    ha.set_registered_replicas({id: address})  # the group's replicas as the controllers list them
     ha.add_confirm_listener(fn)      # fn(confirm_offset) whenever it advances (master or slave)
     ha.retry_replication()           # a slave suspended by ReplicationRefused tries again
     await ha.stop()
@@ -36,8 +37,18 @@ Repeating it for the same master only raises the expected master epoch.
 SyncStateSet changes (:mod:`broker.ha.sync_state`) go through ``propose_sync_state_set(new_set)``
 which returns the new syncStateSetEpoch or raises; the ReplicasManager sends AlterSyncStateSet
 with :attr:`HAService.master_epoch` and :attr:`HAService.sync_state_set_epoch` (read at the
-call). It is given ``propose_timeout_ms``; a failure is retried after ``propose_retry_ms``. With
-no proposer (a broker without controllers) changes are adopted at once.
+call). It is given ``propose_timeout_ms``. A refusal the controller evaluated (a
+:class:`~client.errors.BrokerError` with a code of :data:`SETTLED_REFUSALS`) is retried after
+``propose_retry_ms``; any other failure (a timeout, no controller reachable, a stale base epoch)
+leaves the outcome unknown: the proposal may have committed, so acks keep counting the union of
+both sets and the same proposal is sent again every ``propose_retry_ms`` until an answer settles
+it or :meth:`HAService.apply_sync_state_set` brings a newer set from the controllers. With no
+proposer (a broker without controllers) changes are adopted at once.
+
+Which HA connections may count (:mod:`broker.ha.sync_state`): only a registered replica of this
+group at the address the controllers know (:meth:`HAService.set_registered_replicas`, fed by the
+ReplicasManager from the controllers' answers), one live connection per broker id, and an id
+back after a lost connection only once the shrink that loss causes was accepted.
 
 ``when_replicated`` calls ``done(True)`` once every member of the SyncStateSet (and of a proposed
 one in flight) acknowledged ``end_offset``, i.e. once the confirm offset reaches it; ``done(False)``
@@ -52,7 +63,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -64,15 +75,29 @@ from broker.ha.role_change import plan_master_epochs
 from broker.ha.slave_client import SlaveClient, SlaveState
 from broker.ha.sync_state import SyncState
 from broker.offset_waiters import Done, OffsetWaiters, future_waiter
+from client.errors import BrokerError
+from protocol.codes import ResponseCode
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
-__all__ = ["HARole", "HAService", "ProposeSyncStateSet", "monotonic_ms"]
+__all__ = ["SETTLED_REFUSALS", "HARole", "HAService", "ProposeSyncStateSet", "monotonic_ms"]
 
 log = structlog.get_logger(__name__)
 
 ProposeSyncStateSet = Callable[[frozenset[int]], Awaitable[int]]
 """Send AlterSyncStateSet for this set; the new syncStateSetEpoch, or raise."""
+
+SETTLED_REFUSALS: frozenset[int] = frozenset(
+    {
+        ResponseCode.CONTROLLER_INVALID_REPLICAS,
+        ResponseCode.CONTROLLER_INVALID_REQUEST,
+        ResponseCode.CONTROLLER_BROKER_NOT_ALIVE,
+        ResponseCode.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
+    }
+)
+"""Answers that settle a proposal as refused: the active controller evaluated it against the
+base syncStateSetEpoch it named (these checks come after the epoch checks), so nothing it sent
+committed. Any other failure leaves the outcome unknown."""
 
 
 def monotonic_ms() -> int:
@@ -122,6 +147,7 @@ class HAService:
         self._proposals: set[asyncio.Task[None]] = set()
         self._waiters = OffsetWaiters("replicas")
         self._confirm_listeners: list[Callable[[int], None]] = []
+        self._replicas: dict[int, str] | None = None
         self._started = False
 
     # ------------------------------------------------------------ lifecycle
@@ -226,6 +252,7 @@ class HAService:
                 now_ms=now,
                 max_time_not_catchup_ms=self.config.max_time_slave_not_catchup_ms,
                 retry_after_ms=self.config.propose_retry_ms,
+                replicas=self._replicas,
             )
             self._role = HARole.MASTER
             self._master_epoch = epoch
@@ -368,14 +395,30 @@ class HAService:
         self._after_change()
         return True
 
+    def set_registered_replicas(self, replicas: Mapping[int, str]) -> None:
+        """The group's registered replicas (broker id -> broker address) as the controllers list
+        them, from their answer to a registration or a poll (never from a push): only these
+        may count for the SyncStateSet, each at its address."""
+        view = dict(replicas)
+        if view == self._replicas:
+            return
+        self._replicas = view
+        if self._sync is not None:
+            self._sync.set_replicas(view)
+            self._after_change()
+
     # ------------------------------------------------------------ master: slave events
 
-    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> None:
-        if self._sync is not None:
-            self._sync.slave_connected(
-                broker_id, now_ms=self._now_ms(), async_learner=async_learner
-            )
+    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> str | None:
+        """None when the connection is admitted, else why it is refused."""
+        if self._sync is None:
+            return "not master"
+        refused = self._sync.slave_connected(
+            broker_id, address=address, now_ms=self._now_ms(), async_learner=async_learner
+        )
+        if refused is None:
             self._after_change()
+        return refused
 
     def slave_acked(self, broker_id: int, offset: int) -> None:
         sync = self._sync
@@ -417,11 +460,14 @@ class HAService:
             self._confirm_moved(confirm)
 
     def _maybe_propose(self, sync: SyncState) -> None:
+        resend = sync.outcome_unknown
         proposal = sync.next_proposal(now_ms=self._now_ms())
         if proposal is None:
             return
         log.info(
-            "HA: proposing a new SyncStateSet",
+            "HA: sending again a SyncStateSet whose outcome is unknown"
+            if resend
+            else "HA: proposing a new SyncStateSet",
             current=sorted(sync.members),
             proposed=sorted(proposal),
             epoch=sync.epoch,
@@ -430,11 +476,13 @@ class HAService:
             sync.proposal_accepted(proposal, sync.epoch + 1, now_ms=self._now_ms())
             self._after_change()
             return
-        task = asyncio.get_running_loop().create_task(self._run_proposal(sync, proposal))
+        task = asyncio.get_running_loop().create_task(
+            self._run_proposal(sync, proposal, sync.attempt)
+        )
         self._proposals.add(task)
         task.add_done_callback(self._proposals.discard)
 
-    async def _run_proposal(self, sync: SyncState, proposal: frozenset[int]) -> None:
+    async def _run_proposal(self, sync: SyncState, proposal: frozenset[int], attempt: int) -> None:
         assert self._propose is not None
         try:
             async with asyncio.timeout(self.config.propose_timeout_ms / 1000):
@@ -442,17 +490,26 @@ class HAService:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning(
-                "HA: AlterSyncStateSet failed",
-                proposed=sorted(proposal),
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            if sync is self._sync:
-                sync.proposal_failed(proposal, now_ms=self._now_ms())
+            error = f"{type(exc).__name__}: {exc}"
+            if sync is not self._sync:
+                return
+            if isinstance(exc, BrokerError) and exc.code in SETTLED_REFUSALS:
+                log.warning("HA: AlterSyncStateSet refused", proposed=sorted(proposal), error=error)
+                sync.proposal_failed(proposal, now_ms=self._now_ms(), attempt=attempt)
+            else:
+                # It may have committed: keep counting both sets until an answer settles it.
+                log.warning(
+                    "HA: AlterSyncStateSet outcome unknown; counting both sets until settled",
+                    current=sorted(sync.members),
+                    proposed=sorted(proposal),
+                    error=error,
+                )
+                sync.proposal_unknown(proposal, now_ms=self._now_ms(), attempt=attempt)
+            self._after_change()
             return
         if sync is not self._sync:
             return
-        sync.proposal_accepted(proposal, int(new_epoch), now_ms=self._now_ms())
+        sync.proposal_accepted(proposal, int(new_epoch), now_ms=self._now_ms(), attempt=attempt)
         log.info("HA: SyncStateSet changed", sync_state_set=sorted(sync.members), epoch=sync.epoch)
         self._after_change()
 

@@ -280,9 +280,11 @@ class ReplicasInfoManager:
     ) -> Decision[AlterSyncStateSetResponse]:
         """CONTROLLER_ALTER_SYNC_STATE_SET from a group's master, with RocketMQ's checks in order:
 
-        group unknown 2013; set unchanged 2013; not the master 2002; stale master epoch 2000;
-        stale SyncStateSet epoch 2001; a member not registered 2003 or not alive 2006; the set
-        without the master 2013.
+        group unknown 2013; not the master 2002; stale master epoch 2000; stale SyncStateSet
+        epoch 2001; a member not registered 2003 or not alive 2006; the set without the master
+        2013. A set equal to the current one (from the master of the current master epoch, based
+        on an epoch not past the current one) is accepted with no event and the current
+        syncStateSetEpoch: it means an earlier attempt committed, not a failure.
         """
         try:
             _field(check_name, "broker_name", broker_name)
@@ -300,10 +302,20 @@ class ReplicasInfoManager:
                 RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
                 f"broker set {broker_name} has no metadata",
             )
-        if new_set == group.sync_state_set:
-            return rejected(
-                RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
-                "the new SyncStateSet equals the current one: nothing to change",
+        if new_set == group.sync_state_set and sync_state_set_epoch <= group.sync_state_set_epoch:
+            # The set already is this one (e.g. the master's earlier attempt committed and its
+            # answer was lost): accepted, at the current epoch, if the master is still the master.
+            check = check_alter(
+                group, master_broker_id, master_epoch, group.sync_state_set_epoch, new_set, None
+            )
+            if not check.ok:
+                return rejected(check.code, check.remark)
+            return Decision(
+                response=AlterSyncStateSetResponse(
+                    broker_name=broker_name,
+                    sync_state_set=new_set,
+                    sync_state_set_epoch=group.sync_state_set_epoch,
+                )
             )
         check = check_alter(
             group, master_broker_id, master_epoch, sync_state_set_epoch, new_set, alive

@@ -235,8 +235,8 @@ def test_confirm_offset_is_safe_under_any_event_order(
         if kind == "write":
             master_max += amount
         elif kind == "connect":
-            t.slave_connected(slave, now_ms=now, async_learner=flag and slave == 4)
-            acked.pop(slave, None)
+            if t.slave_connected(slave, now_ms=now, async_learner=flag and slave == 4) is None:
+                acked.pop(slave, None)
         elif kind == "ack" and (p := t.slave(slave)) is not None and p.connected:
             base = acked.get(slave, 0 if flag else master_max // 2)
             offset = min(master_max, base + amount)
@@ -250,6 +250,8 @@ def test_confirm_offset_is_safe_under_any_event_order(
         elif kind == "answer" and t.proposed is not None:
             if flag:
                 t.proposal_accepted(t.proposed, t.epoch + 1, now_ms=now)
+            elif amount % 2:
+                t.proposal_unknown(t.proposed, now_ms=now)
             else:
                 t.proposal_failed(t.proposed, now_ms=now)
         before = t.confirm_offset

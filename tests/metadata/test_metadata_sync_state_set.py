@@ -65,11 +65,36 @@ def test_an_unknown_group_fails_2013() -> None:
     assert alter(manager, {1, 2}, name="nope").code == RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED
 
 
-def test_an_unchanged_set_fails_2013() -> None:
+def test_an_unchanged_set_from_the_master_is_accepted_at_the_current_epoch() -> None:
     manager = group_with_master()
-    reply = alter(manager, {1})
-    assert reply.code == RC.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED
-    assert "equal" in reply.remark
+    decision = manager.alter_sync_state_set(GROUP, 1, 1, frozenset({1}), 1, alive_all)
+    assert decision.ok and not decision.events  # nothing to append
+    assert decision.response is not None
+    assert decision.response.sync_state_set_epoch == 1
+
+
+def test_a_resent_expansion_whose_answer_was_lost_is_accepted_not_failed() -> None:
+    """RocketMQ #5663 family: the first attempt committed, its answer was lost; the master sends
+    the same proposal from the same base epoch and must learn it was accepted."""
+    manager = group_with_master()
+    assert alter(manager, {1, 2}).code == RC.SUCCESS  # committed; the answer is lost
+    again = alter(manager, {1, 2})  # same base epoch 1
+    assert again.code == RC.SUCCESS
+    assert again.response is not None
+    assert again.response.sync_state_set == {1, 2}
+    assert again.response.sync_state_set_epoch == 2
+    info = manager.replica_info(GROUP)
+    assert info is not None and info.sync_state_set_epoch == 2  # nothing appended twice
+
+
+def test_an_unchanged_set_from_a_deposed_master_is_still_fenced() -> None:
+    manager = group_with_master()
+    assert alter(manager, {1}, master=2).code == RC.CONTROLLER_INVALID_MASTER
+    assert alter(manager, {1}, master_epoch=0).code == RC.CONTROLLER_FENCED_MASTER_EPOCH
+    # A base epoch past the current one is not "the same set": it is fenced as usual.
+    assert alter(manager, {1}, sync_state_set_epoch=5).code == (
+        RC.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH
+    )
 
 
 def test_a_request_not_from_the_master_fails_2002() -> None:
