@@ -1,0 +1,322 @@
+"""Hostile and unlucky peers of a master's SyncStateSet (issue 9 items 3, 4 and 11), against
+real processes: three controllers and one group of two brokers with all-ack sends.
+
+- A fake slave that takes the id of a stalled slave must not get a single send acknowledged.
+- A fake slave with an unregistered id must not freeze the group's writes when the real slave
+  dies.
+- An expansion of the SyncStateSet whose answer is lost (the controller committed it and died
+  before answering) must not let the master acknowledge what only it has.
+
+Every process is ended by its PID when the test ends, also when it fails (SIGCONT first for
+frozen ones); the fake slave and the proxies run in the test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.bootstrap import Bootstrap
+from protocol.codes import ResponseCode
+from remoting.client import RemotingClient
+from tests.cluster import netns
+from tests.cluster.hostile import ControllerProxies, FakeSlave
+from tests.cluster.support import (
+    Key,
+    consume_all,
+    create_topic,
+    full_sync_state_set,
+    new_master,
+    node_at,
+    raw_send,
+    sync_state,
+    wait_for,
+)
+from tests.support.cluster import BrokerNode, Cluster
+from tests.support.procs import port_open, wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "HostileTopic"
+ACK_TIMEOUT = "slave_ack_timeout_ms = 1500\n"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start_controllers()
+        yield c
+    finally:
+        for b in c.brokers:
+            b.signal(signal.SIGCONT)
+        c.stop()
+
+
+@pytest.fixture
+async def boot(cluster: Cluster) -> AsyncIterator[Bootstrap]:
+    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    yield b
+    b.close()
+
+
+def replica_id(doc: dict[str, Any], node: BrokerNode) -> int:
+    return int(next(r["brokerId"] for r in doc["replicas"] if r["address"] == node.address))
+
+
+async def send_batch(conn: RemotingClient, prefix: str, n: int) -> dict[Key, bytes]:
+    """``n`` concurrent all-ack sends; what was acknowledged."""
+    bodies = [f"{prefix}-{i}".encode() for i in range(n)]
+    results = await asyncio.gather(*(raw_send(conn, TOPIC, b) for b in bodies))
+    return {
+        key: body
+        for (code, key), body in zip(results, bodies, strict=True)
+        if code == ResponseCode.SUCCESS and key is not None
+    }
+
+
+async def assert_all_acknowledged_survive(cluster: Cluster, acked: dict[Key, bytes]) -> None:
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    lost = sorted(k for k, body in acked.items() if received.get(k) != body)
+    assert not lost, (
+        f"{len(lost)} of {len(acked)} acknowledged messages lost or overwritten: {lost[:5]}\n"
+        f"{cluster.logs()}"
+    )
+
+
+async def test_a_fake_slave_with_a_stalled_slaves_id_gets_nothing_acknowledged(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    cluster.add_group("broker-a", 2, config=ACK_TIMEOUT)
+    doc = await full_sync_state_set(boot, cluster, size=2)
+    master = node_at(cluster, doc["masterAddress"])
+    slave = next(b for b in cluster.brokers if b is not master)
+    await create_topic(boot, master.address, TOPIC)
+    conn = await RemotingClient.connect(master.address)
+    fake = None
+    try:
+        acked = await send_batch(conn, "before", 10)
+        assert len(acked) == 10
+
+        slave.signal(signal.SIGSTOP)  # its HA connection stays open, silent
+        fake = FakeSlave("127.0.0.1", master.ha_port, replica_id(doc, slave), slave.address)
+        fake.start()
+        await asyncio.wait_for(
+            asyncio.wait(
+                [asyncio.ensure_future(fake.closed.wait()), asyncio.ensure_future(_acked(fake))],
+                return_when=asyncio.FIRST_COMPLETED,
+            ),
+            10,
+        )
+        during = await send_batch(conn, "during", 20)
+        acked |= during
+    finally:
+        conn.close()
+        if fake is not None:
+            await fake.stop()
+    master.kill9()
+    slave.signal(signal.SIGCONT)
+    await new_master(boot, cluster, master.address)
+    await assert_all_acknowledged_survive(cluster, acked)
+    assert not during, f"{len(during)} sends acknowledged on a fake slave's acks"
+
+
+async def _acked(fake: FakeSlave) -> None:
+    while fake.acks < 2:
+        await asyncio.sleep(0.02)
+
+
+async def test_a_fake_slave_with_an_unregistered_id_does_not_freeze_writes(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    cluster.add_group("broker-a", 2, config=ACK_TIMEOUT)
+    doc = await full_sync_state_set(boot, cluster, size=2)
+    master = node_at(cluster, doc["masterAddress"])
+    slave = next(b for b in cluster.brokers if b is not master)
+    await create_topic(boot, master.address, TOPIC)
+    fake = FakeSlave("127.0.0.1", master.ha_port, 999, "127.0.0.1:1").start()
+    conn = await RemotingClient.connect(master.address)
+    try:
+        acked = await send_batch(conn, "before", 5)
+        assert len(acked) == 5
+        # Refused at once, or (without the fix) served long enough to be proposed and rejected.
+        deadline = time.monotonic() + 5
+        while not fake.closed.is_set() and "CONTROLLER_INVALID_REPLICAS" not in master.log():
+            assert time.monotonic() < deadline, "the fake slave was neither refused nor proposed"
+            await asyncio.sleep(0.05)
+
+        slave.kill9()  # the real slave dies: the set must shrink to the master alone
+        killed = time.monotonic()
+        resumed = None
+        while resumed is None and time.monotonic() - killed < 12:
+            code, key = await raw_send(conn, TOPIC, b"after")
+            if code == ResponseCode.SUCCESS and key is not None:
+                resumed = time.monotonic() - killed
+                acked[key] = b"after"
+        assert resumed is not None, f"writes still fail 12 s after the slave died\n{cluster.logs()}"
+        state = await sync_state(boot)
+        assert state is not None and 999 not in state["syncStateSet"]
+    finally:
+        conn.close()
+        await fake.stop()
+
+
+async def lose_an_expansion_answer(
+    cluster: Cluster,
+    boot: Bootstrap,
+    proxies: ControllerProxies,
+    broker: Callable[[int], BrokerNode],
+    cut: Callable[[BrokerNode, BrokerNode], None],
+    heal: Callable[[BrokerNode, BrokerNode], None],
+) -> None:
+    """Master A alone; B starts and A proposes {A, B}; the controller commits it and dies before
+    answering, and at that moment ``cut(slave, master)`` cuts B off from A. A must acknowledge
+    nothing B lacks: after A dies (and ``heal``), B is elected (it is in the committed set) and
+    must hold every message A acknowledged."""
+    conn: RemotingClient | None = None
+    try:
+        master = broker(0)
+        await full_sync_state_set(boot, cluster, size=1)
+        await create_topic(boot, master.address, TOPIC)
+        conn = await RemotingClient.connect(master.address)
+        acked = await send_batch(conn, "before", 10)
+        assert len(acked) == 10
+
+        holder: list[BrokerNode] = []
+
+        def lose(controller_address: str) -> None:
+            for c in cluster.controllers:
+                if c.address == controller_address:
+                    c.kill9()
+            cut(holder[0], master)
+
+        proxies.lose_next_expansion_answer(lose)
+        holder.append(broker(1))
+        slave = holder[0]
+        await asyncio.wait_for(proxies.lost.wait(), 40)
+        answer = proxies.lost_answer
+        assert answer is not None and answer.code == ResponseCode.SUCCESS
+
+        # While the slave is cut off, the master must not acknowledge anything: whether the
+        # set is {A} or {A, B} it cannot know until a controller answers. 10 sends every 200 ms
+        # for 4 s (each waits at most slave_ack_timeout_ms), well before a shrink is due.
+        batches = []
+        for n in range(20):
+            batches.append(asyncio.ensure_future(send_batch(conn, f"during-{n}", 10)))
+            await asyncio.sleep(0.2)
+        during: dict[Key, bytes] = {}
+        for batch in await asyncio.gather(*batches):
+            during |= batch
+        acked |= during
+
+        async def committed() -> bool:
+            doc = await sync_state(boot)
+            return doc is not None and len(doc["syncStateSet"]) == 2
+
+        await wait_for(committed, 10, "the controllers to show the committed {A, B}", cluster)
+        conn.close()
+        conn = None
+        master.kill9()
+        proxies.drop_polls = False
+        heal(slave, master)
+        doc = await new_master(boot, cluster, master.address)
+        assert doc["masterAddress"] == slave.address
+        await assert_all_acknowledged_survive(cluster, acked)
+        assert not during, f"{len(during)} sends acknowledged while the outcome was unknown"
+    finally:
+        if conn is not None:
+            conn.close()
+        await proxies.close()
+
+
+async def test_an_expansion_whose_answer_is_lost_acknowledges_nothing_only_the_master_has(
+    cluster: Cluster, boot: Bootstrap, tmp_path: Path
+) -> None:
+    """The cut is a stall here (SIGSTOP): the slave still receives into its socket buffer, so
+    this variant shows the acknowledgements; the one in network namespaces shows the loss."""
+    proxies = await ControllerProxies([c.address for c in cluster.controllers]).start()
+    through_proxies = ";".join(proxies.addresses)
+
+    def broker(index: int) -> BrokerNode:
+        node = BrokerNode(tmp_path, "broker-a", index, through_proxies, [], ACK_TIMEOUT)
+        node.start()
+        cluster.brokers.append(node)
+        wait_until(lambda: port_open(node.port), 30, f"{node.name} to listen")
+        return node
+
+    await lose_an_expansion_answer(
+        cluster,
+        boot,
+        proxies,
+        broker,
+        lambda slave, _master: slave.signal(signal.SIGSTOP),
+        lambda slave, _master: slave.signal(signal.SIGCONT),
+    )
+
+
+@pytest.fixture
+def net() -> Iterator[netns.HostNet]:
+    why = netns.available()
+    if why is not None:
+        pytest.skip(f"no network namespaces here: {why}")
+    hosts = netns.HostNet()
+    try:
+        yield hosts
+    finally:
+        hosts.close()
+
+
+async def test_an_expansion_whose_answer_is_lost_loses_nothing_across_a_network_cut(
+    tmp_path: Path, net: netns.HostNet
+) -> None:
+    """The issue's reproduction: each process on a host of its own (network namespaces), the
+    cut a pair of blackhole routes between the master and the new member."""
+    ctl = net.add_host("c")
+    cluster = Cluster(tmp_path, ctl, net.exec_prefix(net.netns_of(ctl)))
+    boot: Bootstrap | None = None
+    try:
+        cluster.start_controllers()
+        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+        bridge = ctl.rsplit(".", 1)[0] + ".1"  # the root namespace, where the proxies run
+        proxies = await ControllerProxies(
+            [c.address for c in cluster.controllers], host=bridge
+        ).start()
+        through_proxies = ";".join(proxies.addresses)
+        hosts = [net.add_host(f"b{i}") for i in range(2)]
+
+        def broker(index: int) -> BrokerNode:
+            host = hosts[index]
+            node = BrokerNode(
+                tmp_path,
+                "broker-a",
+                index,
+                through_proxies,
+                [],
+                ACK_TIMEOUT,
+                host=host,
+                prefix=net.exec_prefix(net.netns_of(host)),
+            )
+            node.start()
+            cluster.brokers.append(node)
+            wait_until(lambda: port_open(node.port, host), 30, f"{node.name} to listen")
+            return node
+
+        def cut(slave: BrokerNode, master: BrokerNode) -> None:
+            net.partition(slave.host, [master.host])
+            net.partition(master.host, [slave.host])
+
+        def heal(slave: BrokerNode, master: BrokerNode) -> None:
+            net.heal(slave.host, [master.host])
+            net.heal(master.host, [slave.host])
+
+        await lose_an_expansion_answer(cluster, boot, proxies, broker, cut, heal)
+    finally:
+        if boot is not None:
+            boot.close()
+        cluster.stop()
