@@ -229,11 +229,17 @@ class _SlaveLink(asyncio.Protocol):
         gathered = 0
         try:
             while sent < budget and not self.paused:
-                nxt = self.conn.next_transfer(log_view, read, record_aligned=False)
-                if nxt is None:
+                batch = self.conn.plan_transfer(log_view)
+                if batch is None:
                     caught_up = True
                     break
-                header, body = nxt
+                # At most what fills this write up to max_batch_bytes: a write never passes it,
+                # so a paused stream holds at most the high-water mark plus one batch.
+                body = read(batch.offset, min(batch.length, max_batch - gathered))
+                if not len(body):
+                    caught_up = True
+                    break
+                header = self.conn.commit_transfer(batch, body)
                 out.append(header)
                 out.append(body)  # the mapped segment's view: no copy here
                 sent += len(body)
