@@ -22,6 +22,8 @@ from storage.tracker import FileTracker
 
 ENTRY: Final = struct.Struct(">qiq")
 ENTRY_SIZE: Final = ENTRY.size
+_HOLE_WINDOW: Final = 4096
+"""Entries looked at past an unwritten one, to tell a damaged entry from the queue's end."""
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +33,7 @@ class ConsumeQueue:
         "_first_index",
         "_tracker",
         "directory",
+        "holes",
         "max_offset",
         "min_offset",
         "per_segment",
@@ -58,6 +61,8 @@ class ConsumeQueue:
         self._first_index = 0  # queue offset of segments[0]'s first entry
         self.min_offset = 0
         self.max_offset = 0
+        self.holes: list[int] = []
+        """Unwritten entries :meth:`load` found inside the queue (damage to rebuild)."""
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic}:{self.queue_id} [{self.min_offset}, {self.max_offset}))"
@@ -105,20 +110,51 @@ class ConsumeQueue:
         self.per_segment = size // ENTRY_SIZE
         self._first_index = self.segments[0].start // ENTRY_SIZE
         self.min_offset = self._first_index + _first_written(self.segments[0], self.per_segment)
-        lo = self.min_offset
-        hi = self._first_index + len(self.segments) * self.per_segment
-        while lo < hi:
-            mid = (lo + hi) // 2
-            physical, size_, _ = self.entry(mid)
-            if size_ == 0 or physical >= trusted_physical:
-                hi = mid
-            else:
-                lo = mid + 1
-        self.max_offset = hi_end = self._first_index + len(self.segments) * self.per_segment
+        hi_end = self._first_index + len(self.segments) * self.per_segment
+        lo = self._run_end(self.min_offset, hi_end, trusted_physical)
+        # An unwritten (zero) entry followed by trusted entries is not the end: it is a damaged
+        # entry inside the queue. Ending the queue there would hide the messages after it and
+        # give their queue offsets to new messages.
+        self.holes = []
+        while lo < hi_end and self.entry(lo)[1] == 0:
+            after = self._next_written(lo + 1, min(hi_end, lo + 1 + _HOLE_WINDOW))
+            if after is None or self.entry(after)[0] >= trusted_physical:
+                break  # the end, or torn entries past the checkpoint
+            self.holes.append(lo)
+            lo = self._run_end(after, hi_end, trusted_physical)
+        self.max_offset = hi_end
         if scrub or (lo < hi_end and self.entry(lo)[1] != 0):
             self.truncate_to(lo)
         else:
             self.max_offset = lo
+
+    def _run_end(self, lo: int, hi: int, trusted_physical: int) -> int:
+        """The first index in ``[lo, hi)`` that is unwritten or points at or past
+        ``trusted_physical``, found by binary search (written entries form one run)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            physical, size, _ = self.entry(mid)
+            if size == 0 or physical >= trusted_physical:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _next_written(self, lo: int, hi: int) -> int | None:
+        """The first index in ``[lo, hi)`` whose entry is not all zero, or None."""
+        index = lo
+        while index < hi:
+            seg = self._segment(index)
+            if seg is None:
+                return None
+            rel = index % self.per_segment
+            take = min(hi - index, self.per_segment - rel)
+            raw = bytes(seg.view[rel * ENTRY_SIZE : (rel + take) * ENTRY_SIZE])
+            zeros = len(raw) - len(raw.lstrip(b"\0"))
+            if zeros < len(raw):
+                return index + zeros // ENTRY_SIZE
+            index += take
+        return None
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -258,6 +258,9 @@ class MessageStore:
             checkpoint=checkpoint,
             clean=not unclean and not repaired and checkpoint is not None,
         )
+        for queue in self._queues:
+            if queue.holes:
+                self._rebuild_queue(queue, queue.holes[0], "is unwritten inside the queue")
         self.damaged = [d for d in result.damaged if not d.cut]
         self.corruption["segment_short"] += len(self._commitlog.repaired)
         self.corruption["recovery_quarantined"] += len(self.damaged)
@@ -579,7 +582,7 @@ class MessageStore:
         if queue.key not in self._rebuilt:
             # The entry (not the CommitLog) is wrong: rebuild the queue from the CommitLog
             # (once per queue while the store is open) and read again.
-            self._rebuild_queue(queue, offset)
+            self._rebuild_queue(queue, offset, "pointed at no record of this queue")
             return self.get(topic, queue_id, offset, max_count, max_bytes, max_physical_offset)
         return self._corrupt(
             topic, queue_id, offset, lo, hi, physical, "no record of this queue at the offset"
@@ -609,7 +612,7 @@ class MessageStore:
             )
         return GetResult(GetStatus.CORRUPT, offset, lo, hi, b"", 0, physical, why)
 
-    def _rebuild_queue(self, queue: ConsumeQueue, offset: int) -> None:
+    def _rebuild_queue(self, queue: ConsumeQueue, offset: int, why: str) -> None:
         """Rewrite ``queue``'s entries from its min offset by scanning the whole CommitLog with
         the replay scan (records lost to damage get entries pointing at the damage)."""
         key = queue.key
@@ -646,8 +649,8 @@ class MessageStore:
         before = queue.max_offset
         if first is None:
             log.error(
-                f"consume queue {queue.topic}:{queue.queue_id} entry {offset} points at no "
-                "record, and the commitlog holds none of this queue: not rebuilt",
+                f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}, and the "
+                "commitlog holds no record of this queue: not rebuilt",
             )
             return
         skip = max(0, queue.min_offset - first)
@@ -657,9 +660,8 @@ class MessageStore:
         queue.append(start, physicals[skip:], sizes[skip:], hashes[skip:])
         self.corruption["consumequeue_rebuilt"] += 1
         log.error(
-            f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} pointed at no record "
-            f"of this queue; rebuilt from the commitlog (offsets {start}..{queue.max_offset}, "
-            f"was ..{before})",
+            f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}; rebuilt "
+            f"from the commitlog (offsets {start}..{queue.max_offset}, was ..{before})",
             topic=queue.topic,
             queue_id=queue.queue_id,
             queue_offset=offset,

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 import structlog
 
 from protocol.message import RecordEncoder, decode_record, iter_records
@@ -434,6 +435,31 @@ def test_a_segment_file_of_a_few_garbage_bytes_is_quarantined(tmp_path: Path) ->
     store.put(TOPIC, 0, messages(2), NOW)
     assert [r.queue_offset for r in read_queue(store, TOPIC, 0)] == [0, 1]
     store.close()
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
+def test_a_zeroed_consume_queue_entry_is_not_the_end_of_its_queue(
+    tmp_path: Path, clean: bool
+) -> None:
+    store = open_store(tmp_path / "live", consumequeue_segment_entries=1000)
+    for i in range(100):
+        store.put(TOPIC, 0, messages(1, prefix=f"r{i}-"), NOW)
+    store.flush()
+    before = snapshot(store)
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    data = tmp_path / "live" if clean else crashed
+    # Entry 62 is where the search for the queue's end first looks below 125: it used to end
+    # the queue there, hiding messages 62..99 and giving offset 62 to the next message.
+    cq = data / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    patch_file(cq, 62 * 20, bytes(20))
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(data, consumequeue_segment_entries=1000)
+    assert any("entry 62 is unwritten inside the queue; rebuilt" in e["event"] for e in logs)
+    assert again.corruption["consumequeue_rebuilt"] == 1
+    assert snapshot(again) == before
+    assert again.put(TOPIC, 0, messages(1), NOW).first_queue_offset == 100
+    again.close()
 
 
 def test_sigkill_of_a_real_process_loses_nothing_flushed(tmp_path: Path) -> None:
