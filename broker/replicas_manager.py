@@ -2,9 +2,10 @@
 
 It obtains a persistent BrokerId, registers with the active controller, heart-beats, learns the
 group's metadata from the controllers (by poll; a NOTIFY_BROKER_ROLE_CHANGED push only makes it
-poll at once) and flips the broker between master and slave through the HAService. It also reports SyncStateSet changes (AlterSyncStateSet),
-registers topics for routes with every controller, fences a master that lost the controller,
-and keeps a slave's topic config and consumer offsets in step with its master.
+poll at once) and flips the broker between master and slave through the HAService. It also
+reports SyncStateSet changes (AlterSyncStateSet), registers topics for routes with every
+controller, fences a master that lost the controller, and keeps a slave's topic config and
+consumer offsets in step with its master.
 
 Rules worth knowing:
 - a role change is believed only from the controllers' own answers (GET_REPLICA_INFO, REGISTER,

@@ -22,10 +22,11 @@ The connection's decision (:func:`~broker.ha.truncation.decide_truncation`) is g
 the controllers named the master for (``master_epoch``) and the store's confirm offset (persisted
 in its checkpoint): a peer that is not master of exactly that epoch never makes this slave
 truncate, and no master makes it cut below the confirm offset unless the operator set
-``allow_truncate_below_confirm``. A reply at another epoch, a refused connection, a lost one, silence for ``connection_idle_timeout_ms`` (the master heartbeats every 500 ms) and errors
-from the store all lead to a reconnect after a back-off of ``reconnect_min_ms`` doubling up to
+``allow_truncate_below_confirm``. A reply at another epoch, a refused connection, a lost one,
+silence for ``connection_idle_timeout_ms`` (the master heartbeats every 500 ms) and errors from
+the store all lead to a reconnect after a back-off of ``reconnect_min_ms`` doubling up to
 ``reconnect_max_ms`` (:func:`reconnect_delay_ms`); the back-off restarts after a handshake
-succeeds.
+succeeds, and ends at once when the controllers name the same master at a newer epoch.
 
 ``store.truncate`` runs on the event-loop thread: the store allows only ``flush`` in another
 thread. It happens once per handshake and syncs only what it cut. The epoch file's fsyncs run in

@@ -26,8 +26,9 @@ On the master's handshake reply the slave decides (:func:`~broker.ha.truncation.
 decide_truncation`): a master not at the epoch the controllers named is left (``Reconnect``,
 nothing cut); a consistent point below the slave's confirm offset is refused like a history
 with nothing in common (``ReplicationRefused``); otherwise it emits ``TruncateLog`` then the ack
-of that point. A transfer of an epoch newer than the named one also means ``Reconnect``. An empty slave acks 0 and accepts whatever offset the master starts at (its min
-offset, or the start of its last file with isSyncFromLastFile). Afterwards every transfer must
+of that point. A transfer of an epoch newer than the named one also means ``Reconnect``. An
+empty slave acks 0 and accepts whatever offset the master starts at (its min offset, or the
+start of its last file with isSyncFromLastFile). Afterwards every transfer must
 start exactly at the local max offset; a transfer of a new epoch must start that epoch at the
 local max offset (the bytes before it are the older epochs'), and an epoch older than the local
 one is out of step: both mean ``Reconnect``, and the next handshake truncates properly. One ack
