@@ -527,14 +527,18 @@ class RaftDriver:
 
     def _dropped(self, message: Message) -> None:
         """The core dropped a message unseen (a stranger, a term out of range, a TimeoutNow
-        not from the leader, a message for another id): say so, once a minute per sender."""
+        not from the leader, a message for another id): say so, once a minute per sender and
+        for at most 16 senders a minute (the sender's id is the peer's to choose)."""
         now = time.monotonic()
         src = message.src[:64]
         if now - self._dropped_from.get(src, -120.0) < 60:
             return
-        if len(self._dropped_from) > 1024:
-            self._dropped_from.clear()
-        self._dropped_from[src] = now
+        recent = {s: t for s, t in self._dropped_from.items() if now - t < 60}
+        if len(recent) >= 16:
+            self._dropped_from = recent
+            return
+        recent[src] = now
+        self._dropped_from = recent
         log.warning(
             "raft message dropped",
             src=src,
