@@ -395,6 +395,11 @@ class ControllerService:
         # confirmed may give it, never one that merely believes it leads (a deposed leader
         # just thawed from SIGSTOP still does).
         if not driver.holds_lease():
+            if driver.role is Role.LEADER:
+                raise Refused(
+                    ResponseCode.CONTROLLER_NOT_LEADER,
+                    f"{driver.id} holds no leader lease confirmed by a quorum; retry",
+                )
             raise self._redirect()
         h = req.header
         name = req_str(h, "brokerName")
