@@ -70,10 +70,11 @@ class Broker:
             ),
             name="broker",
         )
+        self.admin = AdminProcessor(self.ctx)
         for processor in (
             SendProcessor(self.ctx),
             PullProcessor(self.ctx),
-            AdminProcessor(self.ctx),
+            self.admin,
             ClientProcessor(self.ctx),
             RouteProcessor(self.ctx),
         ):
@@ -188,6 +189,7 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
         await self.server.stop()
+        self.admin.close()  # its connections to the controllers (topic commits)
         if self.ha is not None:
             await self.ha.stop()
         if self._loaded:  # never write an offsets table that was not read first

@@ -261,7 +261,11 @@ def _epochs_human(docs: list[dict[str, Any]]) -> str:
 )
 @click.option("-c", "--cluster", default=None, metavar="CLUSTER", help="The group's cluster.")
 @click.option(
-    "-l", "--clean-living-broker", is_flag=True, help="Also forget brokers that are alive."
+    "-l",
+    "--clean-living-broker",
+    is_flag=True,
+    help="Allow forgetting a whole group that still names its (dead) master. "
+    "A living broker is never forgotten.",
 )
 @pass_settings
 def clean_broker_metadata(
