@@ -2,12 +2,12 @@
 against what was consumed. Nothing here touches a process, a socket or a clock, so a schedule is
 replayed exactly from its seed and every checker can be tried on hand-made histories.
 
-A schedule is a list of :class:`Fault`. Each fault hits one or two roles at once, resolved when it
-is applied: the group's master, one of its slaves, or the controllers' Raft leader. Each target is
-killed (SIGKILL, restarted at heal) or frozen (SIGSTOP, SIGCONT at heal). A fault heals before the
-next one starts, so at most two processes are down at a time, never two controllers and never all
-three brokers: a majority of controllers stays up and, as kill -9 keeps the page cache, every
-replica comes back with what it had.
+A schedule is a list of :class:`Fault`. Each fault hits one or two roles, resolved when it is
+applied: the group's master, one of its slaves, or the controllers' Raft leader. Each target is
+killed (SIGKILL, restarted at heal) or frozen (SIGSTOP, SIGCONT at heal), in a window of its own.
+A fault heals before the next one starts, so at most two processes are down at a time, never two
+controllers and never all three brokers: a majority of controllers stays up and, as kill -9 keeps
+the page cache, every replica comes back with what it had.
 """
 
 from __future__ import annotations
@@ -28,28 +28,38 @@ Key = tuple[str, int, int]
 
 @dataclass(frozen=True)
 class Hit:
-    """One process of a fault: which role, how, and (brokers killed) whether it comes back on
-    another port."""
+    """One process of a fault: which role, how, when (seconds after the fault starts) and for how
+    long; a killed broker may come back on another port (``moved``)."""
 
     role: str
     action: str
+    start: float
+    hold: float
     moved: bool = False
 
+    @property
+    def end(self) -> float:
+        return self.start + self.hold
+
     def __str__(self) -> str:
-        return f"{self.action} {self.role}{' (moves)' if self.moved else ''}"
+        moved = " (moves)" if self.moved else ""
+        return f"{self.action} {self.role}{moved} {self.start:.1f}-{self.end:.1f}s"
 
 
 @dataclass(frozen=True)
 class Fault:
-    """Hits applied together, healed after ``hold`` seconds; the next fault comes ``pause``
-    seconds after the heal. ``settle`` is what the cluster must reach before the fault starts:
-    ``"master"`` (the group has a master) or ``"full"`` (all three replicas in sync)."""
+    """Hits, each in its own window; the next fault comes ``pause`` seconds after the last heal.
+    ``settle`` is what the cluster must reach before the fault starts: ``"master"`` (the group has
+    a master) or ``"full"`` (all three replicas in sync)."""
 
     hits: tuple[Hit, ...]
-    hold: float
     pause: float
     settle: str
     slave_pick: int  # which slave when a hit names one (index among the slaves, modulo)
+
+    @property
+    def length(self) -> float:
+        return max(h.end for h in self.hits)
 
     def single_master_fault(self) -> bool:
         """A lone kill or freeze of the master of a healthy group: the producer's retry deadline
@@ -58,40 +68,44 @@ class Fault:
 
     def __str__(self) -> str:
         hits = " + ".join(str(h) for h in self.hits)
-        return (
-            f"{hits}, hold {self.hold:.1f}s, pause {self.pause:.1f}s, settle {self.settle}, "
-            f"slave #{self.slave_pick}"
-        )
+        return f"{hits}, pause {self.pause:.1f}s, settle {self.settle}, slave #{self.slave_pick}"
 
 
-# Pairs of roles hit together; two controllers never (the majority must stay), all three brokers
-# never. Master + slave leaves one slave, which may be out of the SyncStateSet: the group may have
-# no master until the heal, which is what the design promises.
-_COMPOUND = ((MASTER, LEADER), (SLAVE, LEADER), (MASTER, SLAVE), (SLAVE, SLAVE))
+# Pairs of roles hit in one fault; two controllers never (the majority must stay), all three
+# brokers never. Master + slave leaves one slave, which may be out of the SyncStateSet: the group
+# may have no master until the heal, which is what the design promises.
+_COMPOUND = ((MASTER, LEADER), (SLAVE, LEADER), (MASTER, SLAVE), (SLAVE, SLAVE), (SLAVE, MASTER))
+
+
+def _hold(rng: random.Random) -> float:
+    # Either side of the 3 s broker heartbeat timeout: short freezes that the group rides out,
+    # long ones that fence the master and elect another.
+    return round(rng.choice((rng.uniform(0.3, 2.0), rng.uniform(3.5, 6.0))), 1)
 
 
 def schedule(seed: int, faults: int) -> list[Fault]:
-    """``faults`` faults, every choice drawn from ``seed``."""
+    """``faults`` faults, every choice drawn from ``seed``.
+
+    The second hit of a pair starts anywhere from with the first to half a second after the first
+    heals: the two overlap, or the second lands while the group recovers from the first (a
+    controller leader dying while a thawed slave is expanded back into the SyncStateSet)."""
     rng = random.Random(seed)
     out: list[Fault] = []
     for _ in range(faults):
         roles: tuple[str, ...]
-        if rng.random() < 0.3:
+        if rng.random() < 0.35:
             roles = rng.choice(_COMPOUND)
         else:
             roles = (rng.choice((MASTER, MASTER, SLAVE, LEADER)),)
-        hits = tuple(
-            Hit(role, action, moved=action == KILL and role != LEADER and rng.random() < 0.15)
-            for role in roles
-            for action in [rng.choice((KILL, FREEZE))]
-        )
-        # Holds either side of the 3 s broker heartbeat timeout: short freezes that the group
-        # rides out, long ones that fence the master and elect another.
-        hold = round(rng.choice((rng.uniform(0.3, 2.0), rng.uniform(3.5, 6.0))), 1)
-        pause = round(rng.uniform(0.5, 3.0), 1)
+        hits: list[Hit] = []
+        for role in roles:
+            action = rng.choice((KILL, FREEZE))
+            start = round(rng.uniform(0, hits[0].end + 0.5), 1) if hits else 0.0
+            moved = action == KILL and role != LEADER and rng.random() < 0.15
+            hits.append(Hit(role, action, start, _hold(rng), moved))
         single_master = len(hits) == 1 and hits[0].role == MASTER
         settle = "full" if single_master or rng.random() < 0.5 else "master"
-        out.append(Fault(hits, hold, pause, settle, rng.randrange(2)))
+        out.append(Fault(tuple(hits), round(rng.uniform(0.5, 3.0), 1), settle, rng.randrange(2)))
     return out
 
 
