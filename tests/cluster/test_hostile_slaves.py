@@ -167,6 +167,50 @@ async def test_a_fake_slave_with_an_unregistered_id_does_not_freeze_writes(
         await fake.stop()
 
 
+async def test_a_refused_expansion_never_blocks_the_shrink_writes_need(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    """A fake takes the id of a registered replica that is down (C): the master proposes it and
+    the controllers refuse (C is not alive). When the real slave B dies, the shrink to the
+    master alone must go through on its own, not bundled with that expansion forever."""
+    cluster.add_group("broker-a", 3, config=ACK_TIMEOUT)
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    master = node_at(cluster, doc["masterAddress"])
+    b, c = [n for n in cluster.brokers if n is not master]
+    await create_topic(boot, master.address, TOPIC)
+    c.kill9()
+
+    async def c_out_and_dead() -> bool:
+        state = await sync_state(boot)
+        if state is None or replica_id(state, c) in state["syncStateSet"]:
+            return False
+        return not next(r["alive"] for r in state["replicas"] if r["address"] == c.address)
+
+    await wait_for(c_out_and_dead, 20, "C shrunk out and judged dead", cluster)
+    fake = FakeSlave("127.0.0.1", master.ha_port, replica_id(doc, c), c.address).start()
+    conn = await RemotingClient.connect(master.address)
+    try:
+        acked = await send_batch(conn, "before", 5)
+        assert len(acked) == 5
+        deadline = time.monotonic() + 10
+        while "CONTROLLER_BROKER_NOT_ALIVE" not in master.log():
+            assert time.monotonic() < deadline, "the expansion to the fake was never refused"
+            await send_batch(conn, "more", 1)
+            await asyncio.sleep(0.05)
+
+        b.kill9()
+        killed = time.monotonic()
+        resumed = None
+        while resumed is None and time.monotonic() - killed < 12:
+            code, key = await raw_send(conn, TOPIC, b"after")
+            if code == ResponseCode.SUCCESS and key is not None:
+                resumed = time.monotonic() - killed
+        assert resumed is not None, f"writes still fail 12 s after the slave died\n{cluster.logs()}"
+    finally:
+        conn.close()
+        await fake.stop()
+
+
 async def lose_an_expansion_answer(
     cluster: Cluster,
     boot: Bootstrap,
