@@ -4,4 +4,5 @@
 - :mod:`protocol.codes`: request and response codes.
 - :mod:`protocol.message`: the self-describing message record (CommitLog and pull bodies).
 - :mod:`protocol.fields`: typed access to request header fields.
+- :mod:`protocol.pull`: PULL_MESSAGE and the queue offset queries, requests and answers.
 """
