@@ -61,11 +61,3 @@ class MasterCaller:
 def error_of(resp: Frame, address: str) -> BrokerError:
     remark = resp.header.get("remark")
     return BrokerError(resp.code, remark if isinstance(remark, str) else "", address)
-
-
-def header_int(resp: Frame, name: str) -> int:
-    """An integer header field of a response, or a BrokerError naming what is missing."""
-    value = resp.header.get(name)
-    if type(value) is not int:
-        raise BrokerError(resp.code, f"response header {name!r} missing or not an integer")
-    return value

@@ -34,7 +34,8 @@ from client.message import ReceivedMessage
 from client.pull import Puller, QueueState
 from client.routes import MessageQueue, RouteCache, TopicRoute
 from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import Frame, Scalar
+from protocol.pull import ConsumerOffsetUpdate
+from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -264,14 +265,11 @@ class Consumer:
         if offset is None or offset == state.committed:
             return
         mq = state.mq
-        header: dict[str, Scalar] = {
-            "consumerGroup": self.group,
-            "topic": self.topic,
-            "queueId": mq.queue_id,
-            "commitOffset": offset,
-        }
+        update = ConsumerOffsetUpdate(
+            group=self.group, topic=self.topic, queue_id=mq.queue_id, offset=offset
+        )
         await self._caller.call(
-            mq.broker_name, RequestCode.UPDATE_CONSUMER_OFFSET, header, timeout=self.request_timeout
+            mq.broker_name, update.code, update.header(), timeout=self.request_timeout
         )
         state.committed = offset
 

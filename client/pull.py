@@ -8,14 +8,27 @@ from collections.abc import Callable
 
 import structlog
 
-from client.brokers import MasterCaller, error_of, header_int
+from client.brokers import MasterCaller, error_of
 from client.buffer import MessageBuffer
-from client.errors import ClientError, CorruptMessageError
+from client.errors import BrokerError, ClientError, CorruptMessageError
 from client.message import ReceivedMessage
 from client.routes import MessageQueue, RouteCache
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.message import RecordError, iter_records
-from protocol.remoting import Frame, Scalar
+from protocol.pull import (
+    AnswerError,
+    ConsumerOffsetQuery,
+    MaxOffsetQuery,
+    MinOffsetQuery,
+    PullCorrupt,
+    PullFound,
+    PullNotFound,
+    PullOffsetMoved,
+    PullRequest,
+    PullRetry,
+    decode_offset,
+    decode_pull_answer,
+)
 from remoting.errors import RemotingError
 
 log = structlog.get_logger(__name__)
@@ -68,6 +81,28 @@ class QueueState:
         )
 
 
+def corrupt_error(
+    answer: PullCorrupt,
+    *,
+    broker_name: str,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    address: str,
+) -> CorruptMessageError:
+    """The error that says a broker cannot read the message at ``queue_offset`` (a
+    MESSAGE_CORRUPT answer to a pull there)."""
+    return CorruptMessageError(
+        broker_name=broker_name,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=answer.physical_offset if answer.physical_offset is not None else -1,
+        reason=answer.reason(topic, queue_id, queue_offset),
+        address=address,
+    )
+
+
 class Puller:
     """Runs the pull loop of one queue at a time (one :meth:`run` task per owned queue)."""
 
@@ -104,44 +139,31 @@ class Puller:
 
     async def start_offset(self, mq: MessageQueue) -> int:
         """The group's committed offset, else the earliest retained (or latest) offset."""
-        where: dict[str, Scalar] = {
-            "consumerGroup": self.group,
-            "topic": self.topic,
-            "queueId": mq.queue_id,
-        }
+        broker = mq.broker_name
+        query = ConsumerOffsetQuery(group=self.group, topic=self.topic, queue_id=mq.queue_id)
         resp = await self.caller.request(
-            mq.broker_name, RequestCode.QUERY_CONSUMER_OFFSET, where, timeout=self.request_timeout
+            broker, query.code, query.header(), timeout=self.request_timeout
         )
-        if resp.code == ResponseCode.SUCCESS:
-            return header_int(resp, "offset")
-        if resp.code != ResponseCode.QUERY_NOT_FOUND:
-            raise error_of(resp, self.caller.address(mq.broker_name))
-        code = (
-            RequestCode.GET_MAX_OFFSET
-            if self.start_from == "latest"
-            else RequestCode.GET_MIN_OFFSET
-        )
-        resp = await self.caller.call(
-            mq.broker_name,
-            code,
-            {"topic": self.topic, "queueId": mq.queue_id},
-            timeout=self.request_timeout,
-        )
-        return header_int(resp, "offset")
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            bound = (
+                MaxOffsetQuery(topic=self.topic, queue_id=mq.queue_id)
+                if self.start_from == "latest"
+                else MinOffsetQuery(topic=self.topic, queue_id=mq.queue_id)
+            )
+            resp = await self.caller.call(
+                broker, bound.code, bound.header(), timeout=self.request_timeout
+            )
+        elif resp.code != ResponseCode.SUCCESS:
+            raise error_of(resp, self.caller.address(broker))
+        try:
+            return decode_offset(resp)
+        except AnswerError as exc:
+            raise BrokerError(resp.code, str(exc)) from None
 
     async def run(self, state: QueueState) -> None:
         """Pull until the queue is dropped (or the task cancelled)."""
         mq = state.mq
         broker = mq.broker_name
-        header: dict[str, Scalar] = {
-            "consumerGroup": self.group,
-            "topic": self.topic,
-            "queueId": mq.queue_id,
-            "queueOffset": 0,
-            "maxMsgNums": self.batch_size,
-            "maxBytes": self.max_bytes,
-            "suspendTimeoutMillis": self.suspend_ms,
-        }
         timeout = self.suspend_ms / 1000 + self.request_timeout
         backoff = 0.0
         while not state.dropped:
@@ -150,34 +172,41 @@ class Puller:
                 if state.next_offset is None:
                     start = await self.start_offset(mq)
                     state.next_offset = state.pulled = state.consumed = start
-                header["queueOffset"] = state.next_offset
-                resp = await self.caller.request(
-                    broker, RequestCode.PULL_MESSAGE, header, None, timeout
+                pull = PullRequest(
+                    group=self.group,
+                    topic=self.topic,
+                    queue_id=mq.queue_id,
+                    offset=state.next_offset,
+                    max_count=self.batch_size,
+                    max_bytes=self.max_bytes,
+                    suspend_ms=self.suspend_ms,
                 )
-                code = resp.code
-                if code == ResponseCode.SUCCESS:
-                    nxt = header_int(resp, "nextBeginOffset")
-                    body = resp.body
+                resp = await self.caller.request(broker, pull.code, pull.header(), None, timeout)
+                try:
+                    answer = decode_pull_answer(resp)
+                except AnswerError as exc:
+                    raise BrokerError(resp.code, str(exc)) from None
+                if isinstance(answer, PullFound):
+                    body = answer.body
                     batch = [ReceivedMessage(r, broker) for r in iter_records(body)] if body else []
-                    state.next_offset = nxt
+                    state.next_offset = answer.next_offset
                     backoff = 0.0
                     if batch and not state.dropped:
-                        state.pulled = nxt
+                        state.pulled = answer.next_offset
                         await self.buffer.put(state, batch)
                     continue
-                if code == ResponseCode.PULL_NOT_FOUND:
-                    nxt_value = resp.header.get("nextBeginOffset")
-                    if type(nxt_value) is int:
-                        state.next_offset = nxt_value
+                if isinstance(answer, PullNotFound):
+                    if answer.next_offset is not None:
+                        state.next_offset = answer.next_offset
                     backoff = 0.0
                     continue
-                if code == ResponseCode.PULL_OFFSET_MOVED:
-                    self._offset_moved(state, header_int(resp, "nextBeginOffset"))
+                if isinstance(answer, PullOffsetMoved):
+                    self._offset_moved(state, answer.next_offset)
                     continue
-                if code == ResponseCode.PULL_RETRY_IMMEDIATELY:
+                if isinstance(answer, PullRetry):
                     continue
-                if code == ResponseCode.MESSAGE_CORRUPT:
-                    self._corrupt(state, resp)
+                if isinstance(answer, PullCorrupt):
+                    self._corrupt(state, answer)
                     return
                 failure = error_of(resp, self.caller.address(broker))
             except (RemotingError, ClientError, RecordError) as exc:
@@ -190,21 +219,16 @@ class Puller:
             with contextlib.suppress(ClientError):
                 await self.routes.refresh(self.topic)
 
-    def _corrupt(self, state: QueueState, resp: Frame) -> None:
+    def _corrupt(self, state: QueueState, answer: PullCorrupt) -> None:
         """The broker cannot read the message at ``state.next_offset``: asking again gets the
         same answer, so pulling this queue stops and the failure goes to the application."""
         mq = state.mq
-        physical = resp.header.get("physicalOffset")
-        remark = resp.header.get("remark")
-        state.failure = CorruptMessageError(
+        state.failure = corrupt_error(
+            answer,
             broker_name=mq.broker_name,
             topic=self.topic,
             queue_id=mq.queue_id,
             queue_offset=state.next_offset if state.next_offset is not None else -1,
-            physical_offset=physical if type(physical) is int else -1,
-            reason=remark
-            if isinstance(remark, str) and remark
-            else f"queue {self.topic}:{mq.queue_id}, offset {state.next_offset} cannot be read",
             address=self.caller.address(mq.broker_name),
         )
         # Raised to the application by Consumer.receive; a warning for its logs (and rmqctl -v).
