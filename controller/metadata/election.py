@@ -111,3 +111,16 @@ def choose_master(
     unclean = first_election or enable_elect_unclean_master
     what = "alive replica" if unclean else "alive SyncStateSet member"
     return ElectionResult(verdict=Verdict.NO_CANDIDATE, reason=f"no {what} to elect")
+
+
+MAX_EPOCH = 2**63 - 1
+
+
+def next_master_epoch(master_epoch: int, alive: Mapping[int, ElectionInfo]) -> int:
+    """The masterEpoch an election gives the group: one past both the group's epoch and every
+    epoch an alive replica reports holding. A replica can hold a higher epoch than the group's
+    metadata when that metadata was cleaned and registered again; a new master must never be
+    named an epoch a replica already passed (it could not become master of it, and the slaves
+    would not follow it). A reported epoch that cannot be incremented is ignored."""
+    reported = [info.epoch for info in alive.values() if info.epoch < MAX_EPOCH]
+    return max([master_epoch, *reported]) + 1

@@ -12,7 +12,7 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
     [1, cluster, broker_name, broker_id, register_code, address]          ApplyBrokerId
     [2, cluster, broker_name, broker_id, address]                         UpdateBrokerAddress
     [3, broker_name, new_master_broker_id | nil,
-        master_epoch, sync_state_set_epoch]                               ElectMaster
+        master_epoch, sync_state_set_epoch (, new_master_epoch)]          ElectMaster
     [4, broker_name, master_broker_id, master_epoch,
         sync_state_set_epoch, [broker_id, ...]]                           AlterSyncStateSet
     [5, broker_name, [broker_id, ...] | nil]                              CleanBrokerData
@@ -168,14 +168,20 @@ class ElectMaster:
     """Make ``new_master_broker_id`` the group's master, or clear the master when it is None.
 
     Decided against a group at ``master_epoch`` / ``sync_state_set_epoch``; applies only if the
-    group is still at both. A new master: masterEpoch + 1, SyncStateSet = {new master},
-    syncStateSetEpoch + 1. A clear: no master, masterEpoch + 1, SyncStateSet unchanged.
+    group is still at both. The group's masterEpoch becomes ``new_master_epoch`` (default
+    ``master_epoch + 1``; higher when a replica already holds a higher epoch, e.g. a group whose
+    metadata was cleaned and registered again). A new master: SyncStateSet = {new master},
+    syncStateSetEpoch + 1. A clear: no master, SyncStateSet unchanged.
+
+    The encoding carries ``new_master_epoch`` only when it is not ``master_epoch + 1`` (events of
+    older logs decode unchanged, and every event still has exactly one encoding).
     """
 
     broker_name: str
     new_master_broker_id: int | None
     master_epoch: int
     sync_state_set_epoch: int
+    new_master_epoch: int | None = None
 
     def __post_init__(self) -> None:
         check_name("broker_name", self.broker_name)
@@ -183,6 +189,22 @@ class ElectMaster:
             check_broker_id("new_master_broker_id", self.new_master_broker_id)
         check_epoch("master_epoch", self.master_epoch)
         check_epoch("sync_state_set_epoch", self.sync_state_set_epoch)
+        if self.new_master_epoch is not None:
+            check_epoch("new_master_epoch", self.new_master_epoch)
+            if self.new_master_epoch <= self.master_epoch:
+                raise ValueError(
+                    f"new_master_epoch {self.new_master_epoch} must exceed master_epoch "
+                    f"{self.master_epoch}"
+                )
+            if self.new_master_epoch == self.master_epoch + 1:
+                object.__setattr__(self, "new_master_epoch", None)  # implied: one form only
+
+    @property
+    def next_epoch(self) -> int:
+        """The group's masterEpoch once this event applied."""
+        if self.new_master_epoch is None:
+            return self.master_epoch + 1
+        return self.new_master_epoch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,6 +308,8 @@ def encode_event(event: Event) -> bytes:
                 event.master_epoch,
                 event.sync_state_set_epoch,
             ]
+            if event.new_master_epoch is not None:
+                fields.append(event.new_master_epoch)
         case AlterSyncStateSet():
             fields = [
                 TAG_ALTER_SYNC_STATE_SET,
@@ -351,13 +375,20 @@ def _build(fields: list[Any]) -> Event:
             cluster=cluster, broker_name=broker_name, broker_id=broker_id, address=address
         )
     if tag == TAG_ELECT_MASTER:
-        _arity(fields, 5, "ElectMaster")
-        _, broker_name, new_master, master_epoch, sync_state_set_epoch = fields
+        if len(fields) == 6:
+            _, broker_name, new_master, master_epoch, sync_state_set_epoch, next_epoch = fields
+            if type(master_epoch) is int and next_epoch == master_epoch + 1:
+                raise ValueError("ElectMaster: new_master_epoch is implied, not encoded")
+        else:
+            _arity(fields, 5, "ElectMaster")
+            _, broker_name, new_master, master_epoch, sync_state_set_epoch = fields
+            next_epoch = None
         return ElectMaster(
             broker_name=broker_name,
             new_master_broker_id=new_master,
             master_epoch=master_epoch,
             sync_state_set_epoch=sync_state_set_epoch,
+            new_master_epoch=next_epoch,
         )
     if tag == TAG_ALTER_SYNC_STATE_SET:
         _arity(fields, 6, "AlterSyncStateSet")

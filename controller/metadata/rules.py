@@ -147,9 +147,9 @@ def check_elect(group: BrokerGroup | None, ev: ElectMaster) -> Applied:
 # Mutations of one group (used by apply and to project a decision's response) -------------------
 
 
-def mutate_elect(group: BrokerGroup, new_master: int | None) -> None:
+def mutate_elect(group: BrokerGroup, new_master: int | None, new_epoch: int) -> None:
     group.master_broker_id = new_master
-    group.master_epoch += 1
+    group.master_epoch = new_epoch
     if new_master is not None:
         group.sync_state_set = frozenset((new_master,))
         group.sync_state_set_epoch += 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Set
 
-from controller.metadata.election import ElectionInfo, Verdict, choose_master
+from controller.metadata.election import ElectionInfo, Verdict, choose_master, next_master_epoch
 from controller.metadata.events import (
     FIRST_BROKER_ID,
     AlterSyncStateSet,
@@ -395,9 +395,10 @@ class ReplicasInfoManager:
             new_master_broker_id=new_master,
             master_epoch=group.master_epoch,
             sync_state_set_epoch=group.sync_state_set_epoch,
+            new_master_epoch=next_master_epoch(group.master_epoch, alive_replicas),
         )
         after = group.copy()
-        mutate_elect(after, new_master)
+        mutate_elect(after, new_master, event.next_epoch)
         code = RC.SUCCESS if new_master is not None else RC.CONTROLLER_MASTER_NOT_AVAILABLE
         return Decision(code=code, remark=result.reason, events=(event,), response=after.info())
 
@@ -508,7 +509,7 @@ class ReplicasInfoManager:
                 group = self._groups.get(event.broker_name)
                 check = check_elect(group, event)
                 if check.ok and group is not None:
-                    mutate_elect(group, event.new_master_broker_id)
+                    mutate_elect(group, event.new_master_broker_id, event.next_epoch)
                 return check
             case AlterSyncStateSet():
                 group = self._groups.get(event.broker_name)

@@ -335,18 +335,31 @@ async def test_a_broker_whose_metadata_was_cleaned_registers_again(
     assert {k: received.get(k) for k in acked} == acked
 
 
+@pytest.mark.parametrize("failover_first", [False, True], ids=["epoch-1", "after-a-failover"])
 async def test_a_cleaned_group_comes_back_with_its_brokers_taking_ids_again(
-    cluster: Cluster, boot: Bootstrap
+    cluster: Cluster, boot: Bootstrap, failover_first: bool
 ) -> None:
     """The whole group dead and cleaned; the broker that had id 2 comes back first and takes id
     1 (the first id of a new group), so the other one's registration with id 1 answers 2014: it
-    takes a new id instead of looping."""
+    takes a new id instead of looping. After a failover the brokers hold master epoch 2 while
+    the cleaned group starts again at 0: the new group's first election must still name an
+    epoch above the one its master holds, or it can never become master."""
     doc, _ = await start_group(cluster, boot)
     old_ids = {r["address"]: r["brokerId"] for r in doc["replicas"]}
     first = next(b for b in cluster.brokers if old_ids[b.address] == 2)
     second = next(b for b in cluster.brokers if old_ids[b.address] == 1)
     async with producer_for(cluster) as producer:
         acked = await send_all(producer, "before", 20, {})
+    if failover_first:
+        resp = await boot.call(
+            RequestCode.CONTROLLER_ELECT_MASTER,
+            {"brokerName": GROUP, "brokerId": 2, "designateElect": True},
+        )
+        assert resp.code == ResponseCode.SUCCESS, resp.header
+        doc = await full_sync_state_set(boot, cluster, size=2, timeout=30)
+        assert doc["masterAddress"] == first.address and doc["masterEpoch"] >= 2
+        async with producer_for(cluster) as producer:
+            acked = await send_all(producer, "epoch-2", 10, acked)
     for b in cluster.brokers:
         b.kill9()
 
