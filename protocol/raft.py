@@ -24,7 +24,7 @@ request between controllers). The first four elements are common; the rest depen
 
 ``src``/``dst``/voters/learners are node ids (non-empty UTF-8 strings of at most 255 bytes);
 integers (terms, indexes, offsets, sequence numbers) are unsigned and at most 2^63-1
-(:data:`controller.raft.messages.MAX_COUNTER`), so that the core can always add one; ``data`` is
+(:data:`protocol.raft_types.MAX_COUNTER`), so that the core can always add one; ``data`` is
 bin, ``ctx`` is bin of at most 1 KiB. :func:`decode` checks every element and raises
 :class:`protocol.remoting.ProtocolError` (and nothing else) on malformed or out-of-range input;
 the driver then closes the connection the message came on.
@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import msgpack
 
-from controller.raft.messages import (
+from protocol.raft_types import (
     MAX_COUNTER,
     MESSAGE_TYPES,
     AppendEntries,

@@ -5,28 +5,15 @@ out each :class:`Ready` it returns (persist, send, apply) before ``advance()``. 
 :mod:`controller.raft.core` for the driver loop and :mod:`controller.raft.ready` for the order
 in which a Ready must be handled.
 
-Modules: ``messages`` (data types), ``config``, ``log`` (unstable/stable log), ``progress``
+Modules: ``config``, ``log`` (unstable/stable log), ``progress``
 (per-member replication state), ``membership`` (configuration changes), ``readonly``
 (read-index), ``leader`` (the leader's half), ``core`` (the node), ``storage_view`` (what the
 core reads from durable storage).
+The data types (entries, hard and conf state, snapshots, the peer messages) live in
+:mod:`protocol.raft_types`, below both this core and its storage; they are re-exported here.
 """
 
-from .config import RaftConfig
-from .core import RaftNode, Status, bootstrap
-from .errors import (
-    Compacted,
-    ConfChangeRejected,
-    NotLeader,
-    ProposalDropped,
-    RaftError,
-    ReadyNotAdvanced,
-    StorageError,
-    TransferRejected,
-    Unavailable,
-)
-from .leader import ProgressStatus
-from .membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
-from .messages import (
+from protocol.raft_types import (
     MAX_COUNTER,
     MESSAGE_TYPES,
     AppendEntries,
@@ -51,6 +38,22 @@ from .messages import (
     VoteRequest,
     VoteResponse,
 )
+
+from .config import RaftConfig
+from .core import RaftNode, Status, bootstrap
+from .errors import (
+    Compacted,
+    ConfChangeRejected,
+    NotLeader,
+    ProposalDropped,
+    RaftError,
+    ReadyNotAdvanced,
+    StorageError,
+    TransferRejected,
+    Unavailable,
+)
+from .leader import ProgressStatus
+from .membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
 from .progress import ProgressState
 from .ready import Ready, Role, SoftState
 from .storage_view import StorageView

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .messages import NodeId
+from protocol.raft_types import NodeId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

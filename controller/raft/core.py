@@ -38,20 +38,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .config import RaftConfig
-from .errors import ConfChangeRejected, NotLeader, ProposalDropped, ReadyNotAdvanced
-from .leader import Leader, ProgressStatus
-from .log import RaftLog
-from .membership import (
-    ConfChange,
-    ConfChangeType,
-    ConfigHistory,
-    apply_conf_change,
-    decode_conf_change,
-    encode_conf_change,
-    majority,
-)
-from .messages import (
+from protocol.raft_types import (
     MAX_COUNTER,
     AppendEntries,
     AppendResponse,
@@ -73,6 +60,20 @@ from .messages import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+)
+
+from .config import RaftConfig
+from .errors import ConfChangeRejected, NotLeader, ProposalDropped, ReadyNotAdvanced
+from .leader import Leader, ProgressStatus
+from .log import RaftLog
+from .membership import (
+    ConfChange,
+    ConfChangeType,
+    ConfigHistory,
+    apply_conf_change,
+    decode_conf_change,
+    encode_conf_change,
+    majority,
 )
 from .ready import Ready, Role, SoftState
 from .storage_view import StorageView

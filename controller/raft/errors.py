@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .messages import NodeId
+from protocol.raft_types import NodeId
 
 
 class RaftError(Exception):

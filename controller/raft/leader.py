@@ -16,9 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import Compacted, ConfChangeRejected, ProposalDropped, RaftError, TransferRejected
-from .membership import ConfChange, ConfChangeType, apply_conf_change, majority, quorum_index
-from .messages import (
+from protocol.raft_types import (
     AppendEntries,
     AppendResponse,
     Heartbeat,
@@ -32,6 +30,9 @@ from .messages import (
     ReadState,
     TimeoutNow,
 )
+
+from .errors import Compacted, ConfChangeRejected, ProposalDropped, RaftError, TransferRejected
+from .membership import ConfChange, ConfChangeType, apply_conf_change, majority, quorum_index
 from .progress import Progress, ProgressState
 from .readonly import ReadOnly
 

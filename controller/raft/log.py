@@ -12,8 +12,9 @@ truncated.
 
 from __future__ import annotations
 
+from protocol.raft_types import Entry, Snapshot
+
 from .errors import Compacted, Unavailable
-from .messages import Entry, Snapshot
 from .storage_view import StorageView
 
 

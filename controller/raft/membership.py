@@ -24,8 +24,9 @@ import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from protocol.raft_types import ConfState, NodeId
+
 from .errors import ConfChangeRejected
-from .messages import ConfState, NodeId
 
 _HEAD = struct.Struct(">BH")
 _LEN = struct.Struct(">H")

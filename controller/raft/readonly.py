@@ -16,8 +16,9 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from protocol.raft_types import NodeId
+
 from .membership import quorum_index
-from .messages import NodeId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .messages import Entry, HardState, Message, NodeId, ReadState, Snapshot
+from protocol.raft_types import Entry, HardState, Message, NodeId, ReadState, Snapshot
 
 
 class Role(enum.Enum):

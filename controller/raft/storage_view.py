@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .messages import Entry, HardState, Snapshot, SnapshotMeta
+from protocol.raft_types import Entry, HardState, Snapshot, SnapshotMeta
 
 
 class StorageView(Protocol):

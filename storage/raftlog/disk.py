@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from controller.raft.messages import MAX_COUNTER, Entry, HardState, Snapshot, SnapshotMeta
+from protocol.raft_types import MAX_COUNTER, Entry, HardState, Snapshot, SnapshotMeta
 
 from .files import (
     CorruptFile,

@@ -26,7 +26,7 @@ import zlib
 from pathlib import Path
 from typing import Final
 
-from controller.raft.messages import ConfState, HardState, Snapshot, SnapshotMeta
+from protocol.raft_types import ConfState, HardState, Snapshot, SnapshotMeta
 
 HARD_STATE_MAGIC: Final = b"RAFTHS01"
 COMMIT_MAGIC: Final = b"RAFTCM01"

@@ -18,7 +18,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
-from controller.raft.messages import Entry, EntryType
+from protocol.raft_types import Entry, EntryType
 
 SEGMENT_MAGIC: Final = b"RAFTSEG1"
 FRAME_HEAD: Final = struct.Struct(">II")

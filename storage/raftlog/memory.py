@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from controller.raft.errors import Compacted, Unavailable
 from controller.raft.log import limit_size
-from controller.raft.messages import Entry, HardState, Snapshot, SnapshotMeta
+from protocol.raft_types import Entry, HardState, Snapshot, SnapshotMeta
 
 
 class MemoryStorage:

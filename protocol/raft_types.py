@@ -1,5 +1,9 @@
 """Raft's data: log entries, hard state, membership, snapshots and the messages peers exchange.
 
+They sit here, below everything, because three layers share them: the Raft core
+(:mod:`controller.raft`), its durable storage (:mod:`storage.raftlog`) and the wire codec
+(:mod:`protocol.raft`).
+
 Everything here is a frozen, slotted, keyword-only dataclass: values, never mutated, cheap to
 share between the core, the driver and the codec (:mod:`protocol.raft`). Node ids are strings
 (the ``--id`` of a controller, e.g. ``"n0"``).
