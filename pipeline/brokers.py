@@ -33,11 +33,23 @@ from client.bootstrap import Bootstrap
 from client.errors import ClientError, TopicNotFoundError, UnreachableError
 from client.message import Message
 from client.producer import Producer
+from client.pull import corrupt_error
 from client.routes import MessageQueue, TopicRoute, fetch_route
 from pipeline.errors import DataLossError, PipelineError, ReadError, UnknownTopicError
 from pipeline.offsets import QueueBounds
-from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import Frame, Scalar
+from protocol.pull import (
+    AnswerError,
+    MaxOffsetQuery,
+    MinOffsetQuery,
+    PullCorrupt,
+    PullFound,
+    PullNotFound,
+    PullOffsetMoved,
+    PullRequest,
+    decode_offset,
+    decode_pull_answer,
+)
+from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -156,18 +168,17 @@ async def _group_bounds(
             conn = await pool.get(address)
 
             async def one(queue_id: int, conn: Any = conn) -> QueueBounds:
-                where: dict[str, Scalar] = {"topic": topic, "queueId": queue_id}
+                low = MinOffsetQuery(topic=topic, queue_id=queue_id)
+                high = MaxOffsetQuery(topic=topic, queue_id=queue_id, committed=True)
                 lo, hi = await asyncio.gather(
-                    conn.call(RequestCode.GET_MIN_OFFSET, where, None, timeout),
-                    conn.call(
-                        RequestCode.GET_MAX_OFFSET, {**where, "committed": True}, None, timeout
-                    ),
+                    conn.call(low.code, low.header(), None, timeout),
+                    conn.call(high.code, high.header(), None, timeout),
                 )
-                return QueueBounds(int(lo.header["offset"]), int(hi.header["offset"]))
+                return QueueBounds(decode_offset(lo), decode_offset(hi))
 
             found = await asyncio.gather(*(one(q) for q in range(queues)))
             return dict(enumerate(found))
-        except (RemotingError, KeyError, TypeError, ValueError) as exc:
+        except (RemotingError, AnswerError) as exc:
             failures.append(f"{address}: {describe(exc)}")
     raise PipelineError("; ".join(failures) or "no replica in the route")
 
@@ -272,7 +283,8 @@ class RangeReader:
         self._bootstrap = Bootstrap(qr.controllers, self._pool, settings.request_timeout)
         self._route: TopicRoute | None = None
         self._replica = 0
-        self._inflight: deque[tuple[int, int, asyncio.Task[Frame]]] = deque()
+        #: pulls asked for: (offset, count, replica address, answer)
+        self._inflight: deque[tuple[int, int, str, asyncio.Task[Frame]]] = deque()
         self._issued = qr.start
         self._deadline = time.monotonic() + settings.read_timeout
         #: the queue end a replica reported below our position (lagging slave, or data lost)
@@ -283,7 +295,7 @@ class RangeReader:
         self._pool.close()
 
     def _drop_inflight(self) -> None:
-        for _, _, task in self._inflight:
+        for _, _, _, task in self._inflight:
             if not task.done():
                 task.cancel()
             elif not task.cancelled():
@@ -304,22 +316,20 @@ class RangeReader:
         conn = await self._pool.get(address)
         while len(self._inflight) < self.s.window and self._issued < self.qr.end:
             count = min(self._batch, self.qr.end - self._issued)
-            header: dict[str, Scalar] = {
-                "consumerGroup": PULL_GROUP,
-                "topic": self.qr.topic,
-                "queueId": self.qr.queue_id,
-                "queueOffset": self._issued,
-                "maxMsgNums": count,
-                "maxBytes": self.s.max_bytes,
+            pull = PullRequest(
+                group=PULL_GROUP,
+                topic=self.qr.topic,
+                queue_id=self.qr.queue_id,
+                offset=self._issued,
+                max_count=count,
+                max_bytes=self.s.max_bytes,
                 # Only the head pull may wait at the broker: the range is committed, so it is
                 # there or the replica is lagging.
-                "suspendTimeoutMillis": _SUSPEND_MS if not self._inflight else 0,
-            }
-            timeout = self.s.request_timeout + _SUSPEND_MS / 1000
-            task = asyncio.ensure_future(
-                conn.request(RequestCode.PULL_MESSAGE, header, None, timeout)
+                suspend_ms=_SUSPEND_MS if not self._inflight else 0,
             )
-            self._inflight.append((self._issued, count, task))
+            timeout = self.s.request_timeout + _SUSPEND_MS / 1000
+            task = asyncio.ensure_future(conn.request(pull.code, pull.header(), None, timeout))
+            self._inflight.append((self._issued, count, address, task))
             self._issued += count
 
     async def next_chunk(self) -> Chunk | None:
@@ -358,25 +368,28 @@ class RangeReader:
         self._replica += 1
         await asyncio.sleep(0.2)
 
-    def _data_lost(self, until: int, what: str) -> None:
+    def _data_lost(self, until: int, what: str, event: str = "messages lost, skipping") -> None:
         if self.s.fail_on_data_loss:
             raise DataLossError(
                 f"{self.qr.name}: {what}; set failOnDataLoss=false to skip lost messages"
             )
-        log.warning("messages lost, skipping", queue=self.qr.name, start=self.pos, end=until)
+        log.warning(event, queue=self.qr.name, start=self.pos, end=until, reason=what)
         self.lost += until - self.pos
         self.pos = self._issued = until
 
     async def _step(self) -> Chunk | None:
         if not self._inflight:
             await self._issue()
-        offset, count, task = self._inflight.popleft()
+        offset, count, address, task = self._inflight.popleft()
         resp = await task
-        code = resp.code
-        if code == ResponseCode.SUCCESS:
-            nxt = _header_int(resp, "nextBeginOffset")
-            found = min(_header_int(resp, "count"), self.qr.end - offset)
-            if found < 1 or not resp.body:
+        try:
+            answer = decode_pull_answer(resp)
+        except AnswerError as exc:
+            raise _Retry(str(exc)) from None
+        if isinstance(answer, PullFound):
+            nxt = answer.next_offset
+            found = min(answer.count, self.qr.end - offset)
+            if found < 1 or not answer.body:
                 raise _Retry(f"pull at {offset} answered no records")
             after = offset + found
             if nxt == after == offset + count:
@@ -388,11 +401,11 @@ class RangeReader:
                 self._drop_inflight()
                 self.pos = self._issued = min(max(nxt, after), self.qr.end)
             await self._issue()
-            return Chunk(resp.body, offset, found)
-        if code == ResponseCode.PULL_NOT_FOUND:
+            return Chunk(answer.body, offset, found)
+        if isinstance(answer, PullNotFound):
             raise _Retry(f"offset {offset} not readable yet at this replica")
-        if code == ResponseCode.PULL_OFFSET_MOVED:
-            nxt = _header_int(resp, "nextBeginOffset")
+        if isinstance(answer, PullOffsetMoved):
+            nxt = answer.next_offset
             self._drop_inflight()
             if nxt > offset:
                 # Deleted by retention (or an unreadable entry skipped by the broker).
@@ -402,15 +415,22 @@ class RangeReader:
             # if it never does, the messages are lost (decided in _pause at the deadline).
             self._short_at = nxt
             raise _Retry(f"queue ends at {nxt}, before offset {offset}")
+        if isinstance(answer, PullCorrupt):
+            # The broker cannot read the record at ``offset`` (CRC, lost bytes) and asking again
+            # gets the same answer: data loss, like a record retention deleted.
+            error = corrupt_error(
+                answer,
+                broker_name=self.qr.broker,
+                topic=self.qr.topic,
+                queue_id=self.qr.queue_id,
+                queue_offset=offset,
+                address=address,
+            )
+            self._drop_inflight()
+            self._data_lost(offset + 1, str(error), "message unreadable, skipping")
+            return None
         remark = resp.header.get("remark")
-        raise _Retry(f"pull answered {code}: {remark}")
-
-
-def _header_int(resp: Frame, name: str) -> int:
-    value = resp.header.get(name)
-    if type(value) is not int:
-        raise _Retry(f"response header {name!r} missing or not an integer")
-    return value
+        raise _Retry(f"pull answered {resp.code}: {remark}")
 
 
 def read_range(qr: QueueRange, settings: PullSettings) -> Iterator[Chunk]:

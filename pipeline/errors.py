@@ -17,7 +17,8 @@ class UnknownTopicError(PipelineError):
 
 
 class DataLossError(PipelineError):
-    """Messages a query needs are gone (retention deleted them, or a queue shrank).
+    """Messages a query needs are gone (retention deleted them, or a queue shrank) or a broker
+    cannot read them (MESSAGE_CORRUPT).
 
     Raised only with ``failOnDataLoss`` true (the default); with false the reader skips ahead.
     """

@@ -10,7 +10,7 @@ case-insensitive map).
 | ``startingOffsets`` | read | batch ``earliest``, stream ``latest`` | ``earliest``, ``latest`` or JSON ``{"broker-a": {"0": 42}}`` (-2 earliest, -1 latest) |
 | ``endingOffsets`` | batch read | ``latest`` | as above, end exclusive; past the committed end it is clamped |
 | ``maxOffsetsPerTrigger`` | stream read | none | at most this many messages per micro-batch, shared by backlog |
-| ``failOnDataLoss`` | read | ``true`` | fail when retention removed messages a query needs; false skips them |
+| ``failOnDataLoss`` | read | ``true`` | fail when messages a query needs are gone or unreadable; false skips them |
 | ``pullBatchSize`` | read | 256 | messages per pull request |
 | ``pullMaxBytes`` | read | 4194304 | bytes per pull response |
 | ``rowsPerBatch`` | read | 4096 | rows per Arrow record batch handed to Spark |

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from structlog.testing import capture_logs
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
@@ -23,6 +24,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from tests.pipeline.conftest import fill, produce, small_retention_config
+from tests.storage.test_store_corruption import flip, records_on_disk
 from tests.support.procs import BrokerProc, free_port, wait_until
 
 pytestmark = pytest.mark.multiprocess
@@ -160,6 +162,37 @@ def test_data_loss_fails_or_is_skipped(broker_factory: type[BrokerProc], tmp_pat
     )
     got = [r["queueOffset"] for r in rows(lenient, lenient.partitions())]
     assert got[0] >= earliest and got == list(range(got[0], 120))
+
+
+def test_an_unreadable_message_fails_the_read_or_is_skipped(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    """A broker answers MESSAGE_CORRUPT for a record that fails its CRC: data loss, named."""
+    broker = broker_factory(tmp_path, segment_bytes=64 * 1024).start_and_wait()
+    fill(broker.address, "CorruptT", 1, 120, body_size=2000)  # ~4 segments of 64 KiB
+    assert broker.stop() == 0
+    bad = records_on_disk(broker.data_dir)[10]
+    assert bad.path.name == f"{0:020d}"  # not the last segment: nothing after it is truncated
+    flip(bad, 200)  # in the body: the CRC no longer matches
+    broker.start_and_wait()
+    qr = QueueRange(broker.address, "CorruptT", "broker-a", 0, 0, 120)
+
+    with pytest.raises(DataLossError) as failed:
+        list(read_range(qr, PullSettings(batch_size=32, read_timeout=20)))
+    message = str(failed.value)
+    assert message.startswith(f"CorruptT@broker-a/0 [0, 120): broker broker-a at {broker.address}")
+    assert (
+        f"queue CorruptT:0, offset 10 cannot be read (commitlog offset {bad.physical})" in message
+    )
+    assert message.endswith("set failOnDataLoss=false to skip lost messages")
+
+    lenient = PullSettings(batch_size=32, read_timeout=20, fail_on_data_loss=False)
+    with capture_logs() as logs:
+        offsets = [o for c in read_range(qr, lenient) for o in range(c.first, c.first + c.records)]
+    assert offsets == [i for i in range(120) if i != 10]
+    (warning,) = [e for e in logs if e["event"] == "message unreadable, skipping"]
+    assert (warning["log_level"], warning["start"], warning["end"]) == ("warning", 10, 11)
+    assert f"commitlog offset {bad.physical}" in warning["reason"]
 
 
 class RouteServer:
