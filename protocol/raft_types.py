@@ -258,3 +258,34 @@ MESSAGE_TYPES: Final[tuple[type[MessageBase], ...]] = (
     ReadIndexRequest,
     ReadIndexResponse,
 )
+
+
+def limit_size(entries: list[Entry], max_bytes: int | None) -> list[Entry]:
+    """The longest prefix within ``max_bytes``; never fewer than one entry."""
+    if max_bytes is None or not entries:
+        return entries
+    total = 0
+    for i, entry in enumerate(entries):
+        total += entry.size()
+        if total > max_bytes and i > 0:
+            return entries[:i]
+    return entries
+
+
+# --- errors shared by the core and its storage ------------------------------------------------
+
+
+class RaftError(Exception):
+    """Base class of every error the core raises on purpose (see :mod:`controller.raft.errors`)."""
+
+
+class StorageError(RaftError):
+    """Base of the storage view's lookup errors."""
+
+
+class Compacted(StorageError):
+    """The requested index has been compacted into a snapshot."""
+
+
+class Unavailable(StorageError):
+    """The requested index is past the end of the log."""

@@ -7,8 +7,8 @@ in which a Ready must be handled.
 
 Modules: ``config``, ``log`` (unstable/stable log), ``progress``
 (per-member replication state), ``membership`` (configuration changes), ``readonly``
-(read-index), ``leader`` (the leader's half), ``core`` (the node), ``storage_view`` (what the
-core reads from durable storage).
+(read-index), ``leader`` (the leader's half), ``core`` (the node). What the core reads
+from durable storage is :class:`storage.raftlog.view.StorageView`, the storages' contract.
 The data types (entries, hard and conf state, snapshots, the peer messages) live in
 :mod:`protocol.raft_types`, below both this core and its storage; they are re-exported here.
 """
@@ -38,6 +38,7 @@ from protocol.raft_types import (
     VoteRequest,
     VoteResponse,
 )
+from storage.raftlog.view import StorageView
 
 from .config import RaftConfig
 from .core import RaftNode, Status, bootstrap
@@ -56,7 +57,6 @@ from .leader import ProgressStatus
 from .membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
 from .progress import ProgressState
 from .ready import Ready, Role, SoftState
-from .storage_view import StorageView
 
 __all__ = [
     "MAX_COUNTER",

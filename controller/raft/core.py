@@ -61,6 +61,7 @@ from protocol.raft_types import (
     VoteRequest,
     VoteResponse,
 )
+from storage.raftlog.view import StorageView
 
 from .config import RaftConfig
 from .errors import ConfChangeRejected, NotLeader, ProposalDropped, ReadyNotAdvanced
@@ -76,7 +77,6 @@ from .membership import (
     majority,
 )
 from .ready import Ready, Role, SoftState
-from .storage_view import StorageView
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

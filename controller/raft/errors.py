@@ -1,12 +1,12 @@
-"""Errors the Raft core raises to its caller (the driver). None of them leaves the node broken."""
+"""Errors the Raft core raises to its caller (the driver). None of them leaves the node broken.
+
+``RaftError`` and the storage lookup errors (``StorageError``, ``Compacted``, ``Unavailable``) are
+defined in :mod:`protocol.raft_types`, which the storages share, and re-exported here.
+"""
 
 from __future__ import annotations
 
-from protocol.raft_types import NodeId
-
-
-class RaftError(Exception):
-    """Base class of every error the core raises on purpose."""
+from protocol.raft_types import Compacted, NodeId, RaftError, StorageError, Unavailable
 
 
 class NotLeader(RaftError):
@@ -32,17 +32,18 @@ class TransferRejected(RaftError):
     """The leadership transfer target is not a voter of the group."""
 
 
-class StorageError(RaftError):
-    """Base of the storage view's lookup errors."""
-
-
-class Compacted(StorageError):
-    """The requested index has been compacted into a snapshot."""
-
-
-class Unavailable(StorageError):
-    """The requested index is past the end of the log."""
-
-
 class ReadyNotAdvanced(RaftError):
     """``ready()`` was called while the previous Ready had not been passed to ``advance()``."""
+
+
+__all__ = [
+    "Compacted",
+    "ConfChangeRejected",
+    "NotLeader",
+    "ProposalDropped",
+    "RaftError",
+    "ReadyNotAdvanced",
+    "StorageError",
+    "TransferRejected",
+    "Unavailable",
+]

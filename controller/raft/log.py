@@ -12,22 +12,8 @@ truncated.
 
 from __future__ import annotations
 
-from protocol.raft_types import Entry, Snapshot
-
-from .errors import Compacted, Unavailable
-from .storage_view import StorageView
-
-
-def limit_size(entries: list[Entry], max_bytes: int | None) -> list[Entry]:
-    """The longest prefix within ``max_bytes``; never fewer than one entry."""
-    if max_bytes is None or not entries:
-        return entries
-    total = 0
-    for i, entry in enumerate(entries):
-        total += entry.size()
-        if total > max_bytes and i > 0:
-            return entries[:i]
-    return entries
+from protocol.raft_types import Compacted, Entry, Snapshot, Unavailable, limit_size
+from storage.raftlog.view import StorageView
 
 
 class Unstable:

@@ -4,12 +4,21 @@
   snapshot files, recovery that truncates a torn or corrupt tail.
 - :class:`MemoryStorage`: its in-memory twin, for tests and the deterministic simulation.
 
-Both implement the core's read-only :class:`controller.raft.StorageView` plus one write call,
+Both implement :class:`StorageView` (:mod:`.view`), the read-only contract the Raft core reads
+durable state through, plus one write call,
 ``save(hard_state=, entries=, snapshot=, compaction=, sync=)``, which takes a Ready's fields.
 """
 
 from .disk import CorruptStorage, DiskStorage, RecoveryReport
 from .files import CorruptFile
 from .memory import MemoryStorage
+from .view import StorageView
 
-__all__ = ["CorruptFile", "CorruptStorage", "DiskStorage", "MemoryStorage", "RecoveryReport"]
+__all__ = [
+    "CorruptFile",
+    "CorruptStorage",
+    "DiskStorage",
+    "MemoryStorage",
+    "RecoveryReport",
+    "StorageView",
+]

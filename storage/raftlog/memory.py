@@ -1,6 +1,6 @@
 """MemoryStorage: the in-memory twin of :class:`storage.raftlog.DiskStorage`.
 
-It is both the core's read-only :class:`~controller.raft.StorageView` and the write side the
+It is both the core's read-only :class:`~storage.raftlog.view.StorageView` and the write side the
 driver calls with each Ready. Tests and the simulation use it as a node's *durable* state: the
 simulator only calls :meth:`save` once a Ready's simulated fsync completes, so a crash keeps
 exactly what was persisted before it.
@@ -11,9 +11,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from controller.raft.errors import Compacted, Unavailable
-from controller.raft.log import limit_size
-from protocol.raft_types import Entry, HardState, Snapshot, SnapshotMeta
+from protocol.raft_types import (
+    Compacted,
+    Entry,
+    HardState,
+    Snapshot,
+    SnapshotMeta,
+    Unavailable,
+    limit_size,
+)
 
 
 class MemoryStorage:

@@ -1,4 +1,5 @@
-"""The narrow, read-only view of durable storage that the core needs.
+"""The narrow, read-only view of durable storage that the Raft core needs: the contract between
+:class:`controller.raft.RaftNode` and the storages beside this module.
 
 The driver owns the storage and writes to it from each Ready (see :class:`RaftNode`); the core
 only reads what is already durable through this protocol. Implementations:
@@ -37,8 +38,8 @@ class StorageView(Protocol):
     def term(self, index: int) -> int:
         """Term of entry ``index`` for ``first_index() - 1 <= index <= last_index()``.
 
-        Raises :class:`~controller.raft.errors.Compacted` below that range and
-        :class:`~controller.raft.errors.Unavailable` above it."""
+        Raises :class:`~protocol.raft_types.Compacted` below that range and
+        :class:`~protocol.raft_types.Unavailable` above it."""
         ...
 
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
