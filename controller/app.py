@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import structlog
 
-from controller.codes import ControllerCode
 from controller.config import ControllerConfig
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import DriverConfig, RaftDriver
 from controller.service import ControllerService
 from controller.state_machine import MetadataStateMachine
 from daemon.metrics import serve_metrics
+from protocol.codes import ControllerCode
 from remoting.ports import check_port_free
 from remoting.server import RemotingServer, ServerLimits
 

@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 import msgpack
 import structlog
 
-from controller.codes import ControllerCode
 from controller.config import ControllerConfig
 from controller.documents import (
     group_body,
@@ -58,7 +57,7 @@ from controller.raft import ConfChangeRejected, ProposalDropped, Role, TransferR
 from controller.raft_driver import DriverStopped, NotLeaderError, ProposalLost, RaftDriver
 from controller.routes import RouteTable
 from controller.state_machine import MetadataStateMachine
-from protocol.codes import RequestCode, ResponseCode, code_name
+from protocol.codes import ControllerCode, RequestCode, ResponseCode, code_name
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
 from protocol.remoting import Frame, Header, Scalar, response
 from remoting.client import ConnectionPool

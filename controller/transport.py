@@ -23,9 +23,9 @@ from typing import cast
 
 import structlog
 
-from controller.codes import ControllerCode
 from controller.raft import Message, NodeId
 from protocol import raft as raft_codec
+from protocol.codes import ControllerCode
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Frame, ProtocolError, request
 from remoting.client import RemotingClient
 from remoting.errors import ConnectError

@@ -17,8 +17,7 @@ import msgpack
 
 from client.bootstrap import Bootstrap, describe_failure, parse_addresses
 from client.errors import ClientError
-from controller.codes import ControllerCode
-from protocol.codes import RequestCode
+from protocol.codes import ControllerCode, RequestCode
 from protocol.remoting import Frame, Scalar
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError

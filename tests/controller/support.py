@@ -17,8 +17,8 @@ from typing import Any
 
 import msgpack
 
-from controller.codes import ControllerCode
 from controller.raft_driver import DriverConfig, RaftDriver
+from protocol.codes import ControllerCode
 from remoting.server import RemotingServer
 from tests.support.procs import Daemon, free_port, port_open, wait_until
 

@@ -23,8 +23,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from controller.codes import ControllerCode
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ControllerCode, RequestCode, ResponseCode
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request
 from storage.raftlog.framing import scan_segment
 from tests.controller.support import (
