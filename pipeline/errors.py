@@ -35,3 +35,7 @@ class WriteError(PipelineError):
 
 class StoreReadError(PipelineError):
     """The offline reader found a CommitLog segment it cannot read (corrupt record, bad file)."""
+
+
+def describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

@@ -38,16 +38,9 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from client.message import Message
 from pipeline import offsets as ofs
-from pipeline.brokers import (
-    BatchSender,
-    PullSettings,
-    QueueRange,
-    Snapshot,
-    read_range,
-    snapshot,
-)
 from pipeline.errors import OptionError, PipelineError, ReadError, WriteError
 from pipeline.options import ReadOptions, WriteOptions, controllers_option, topic_option
+from pipeline.range_reader import PullSettings, QueueRange, read_range
 from pipeline.rows import (
     RecordDecodeError,
     arrow_schema,
@@ -56,6 +49,8 @@ from pipeline.rows import (
     scan,
     to_batch,
 )
+from pipeline.sender import BatchSender
+from pipeline.snapshot import Snapshot, snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa

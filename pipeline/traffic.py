@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from client.admin import Admin
 from client.errors import ClientError
-from pipeline.brokers import SyncLoop, snapshot
+from pipeline.loop import SyncLoop
+from pipeline.snapshot import snapshot
 from remoting.errors import RemotingError
 
 if TYPE_CHECKING:

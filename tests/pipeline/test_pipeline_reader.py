@@ -15,9 +15,10 @@ from structlog.testing import capture_logs
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
-from pipeline.brokers import PullSettings, QueueRange, SyncLoop, read_range
 from pipeline.errors import DataLossError, PipelineError, UnknownTopicError
+from pipeline.loop import SyncLoop
 from pipeline.options import ReadOptions
+from pipeline.range_reader import PullSettings, QueueRange, read_range
 from pipeline.rows import message_schema
 from pipeline.source import RangePartition, RmqBatchReader, RmqStreamReader
 from protocol.codes import RequestCode, ResponseCode

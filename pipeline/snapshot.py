@@ -1,0 +1,90 @@
+"""A topic's route and, per queue, the first retained offset and the end of the committed
+messages (GET_MAX_OFFSET with ``committed``: up to the confirm offset), each group asked at its
+master or, while it has none, at a slave (driver side: planning reads)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.bootstrap import Bootstrap
+from client.routes import MessageQueue, TopicRoute
+from pipeline.errors import PipelineError, describe
+from pipeline.loop import SyncLoop
+from pipeline.offsets import QueueBounds
+from pipeline.replicas import replica_addresses, topic_route
+from protocol.pull import AnswerError, MaxOffsetQuery, MinOffsetQuery, decode_offset
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A topic's route and the bounds of every queue whose group answered."""
+
+    route: TopicRoute
+    bounds: dict[MessageQueue, QueueBounds]
+    #: broker group -> why its queues are missing from ``bounds``
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+async def _group_bounds(
+    pool: ConnectionPool, topic: str, addresses: list[str], queues: int, timeout: float
+) -> dict[int, QueueBounds]:
+    """Min and committed max offsets of a group's queues from the first replica that answers."""
+    failures: list[str] = []
+    for address in addresses:
+        try:
+            conn = await pool.get(address)
+
+            async def one(queue_id: int, conn: Any = conn) -> QueueBounds:
+                low = MinOffsetQuery(topic=topic, queue_id=queue_id)
+                high = MaxOffsetQuery(topic=topic, queue_id=queue_id, committed=True)
+                lo, hi = await asyncio.gather(
+                    conn.call(low.code, low.header(), None, timeout),
+                    conn.call(high.code, high.header(), None, timeout),
+                )
+                return QueueBounds(decode_offset(lo), decode_offset(hi))
+
+            found = await asyncio.gather(*(one(q) for q in range(queues)))
+            return dict(enumerate(found))
+        except (RemotingError, AnswerError) as exc:
+            failures.append(f"{address}: {describe(exc)}")
+    raise PipelineError("; ".join(failures) or "no replica in the route")
+
+
+async def snapshot_async(controllers: str, topic: str, timeout: float) -> Snapshot:
+    pool = ConnectionPool(timeout)
+    try:
+        bootstrap = Bootstrap(controllers, pool, timeout)
+        route = await topic_route(bootstrap, controllers, topic)
+        names = [b.broker_name for b in route.brokers]
+        results = await asyncio.gather(
+            *(
+                _group_bounds(
+                    pool, topic, replica_addresses(route, b.broker_name), b.queues, timeout
+                )
+                for b in route.brokers
+            ),
+            return_exceptions=True,
+        )
+        snap = Snapshot(route, {})
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, PipelineError):
+                    raise result
+                snap.missing[name] = describe(result)
+                continue
+            for queue_id, b in result.items():
+                snap.bounds[MessageQueue(name, queue_id)] = b
+        return snap
+    finally:
+        pool.close()
+
+
+def snapshot(controllers: str, topic: str, timeout: float) -> Snapshot:
+    """The route and queue bounds of ``topic`` (raises :class:`PipelineError` for an unknown
+    topic or unreachable controllers; unreachable groups are listed in ``missing``)."""
+    with SyncLoop() as loop:
+        return loop.run(snapshot_async(controllers, topic, timeout))
