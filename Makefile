@@ -23,9 +23,10 @@ demo: $(STAMP)  ## a failover to watch, on its own cluster under var/demo
 test: $(STAMP)  ## the test suite (soak tests excluded)
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)  ## ruff and mypy (strict on the cores)
+lint: $(STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]) and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline
 
 bench: $(STAMP)  ## benchmarks: figures and ratios, never asserted
@@ -39,4 +40,4 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
