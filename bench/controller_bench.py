@@ -56,7 +56,8 @@ from protocol.remoting import Frame
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from tests.controller.support import ControllerCluster, ControllerProc, agreed_leader
-from tests.support.procs import Daemon, free_port, wait_until
+from tests.support.procs import Daemon, free_port
+from tests.support.wait import wait_until
 
 TARGET_ENTRIES_PER_S = 12_000
 PYSYNCOBJ_MEASURED_OPS_PER_S = 1_150  # the figure for PySyncObj on this machine
@@ -351,7 +352,7 @@ async def bench_failover(cluster: ControllerCluster, header: dict[str, Any], kil
         )
         # Restart the victim from its disk and let it catch up before the next kill.
         victim.start()
-        wait_until(victim.alive, 5, f"{victim.name} to start")
+        wait_until(victim.alive, f"{victim.name} to start", 5)
         marker = apply_header(64, group=f"failover-{round_no}")
         conn = await RemotingClient.connect(new)
         try:
@@ -524,7 +525,7 @@ def bench_pysyncobj(args: argparse.Namespace, tmp: Path, ours: float | None) -> 
             f"write path); the leader's process puts through PySyncObj's API (no client hop)",
             flush=True,
         )
-        wait_until(lambda: result.exists() or not all(n.alive() for n in nodes), 600, "PySyncObj")
+        wait_until(lambda: result.exists() or not all(n.alive() for n in nodes), "PySyncObj", 600)
         if not result.exists():
             logs = "\n".join(n.log()[-2000:] for n in nodes)
             print(f"PySyncObj: a node exited without a result:\n{logs}", flush=True)

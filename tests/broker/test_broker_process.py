@@ -13,7 +13,8 @@ import pytest
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from remoting.client import RemotingClient
-from tests.support.procs import BrokerProc, wait_until
+from tests.support.procs import BrokerProc
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -148,7 +149,7 @@ async def test_garbage_closes_only_the_offending_connection(
         assert await asyncio.to_thread(closed_by_peer, s)
         s.close()
         assert (await send(good, "G", b"after garbage"))["queueOffset"] == 0
-        wait_until(lambda: "bad frame" in broker.log(), 5, "the bad-frame log line")
+        wait_until(lambda: "bad frame" in broker.log(), "the bad-frame log line", 5)
         assert broker.log().count("bad frame") == 1
         assert broker.alive()
     finally:

@@ -15,7 +15,8 @@ from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from storage.epoch_file import FILE_NAME as EPOCH_FILE
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import BrokerProc, wait_until
+from tests.support.procs import BrokerProc
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -87,8 +88,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 def test_corrupt_epoch_file_and_identity_file_refuse_to_start(cluster: Cluster) -> None:
     (broker,) = cluster.add_group("g", replicas=1)
     data = broker.data_dir
-    wait_until(lambda: (data / FINAL_NAME).exists(), 30, "the broker identity file")
-    wait_until(lambda: (data / EPOCH_FILE).exists(), 30, "the epoch file")
+    wait_until(lambda: (data / FINAL_NAME).exists(), "the broker identity file", 30)
+    wait_until(lambda: (data / EPOCH_FILE).exists(), "the epoch file", 30)
     assert broker.stop() == 0
     saved = data.parent / "saved"
     saved.mkdir()
@@ -116,4 +117,4 @@ def test_corrupt_epoch_file_and_identity_file_refuse_to_start(cluster: Cluster) 
         shutil.copy2(path, data / path.name)
     since = len(broker.log())
     broker.restart()
-    wait_until(lambda: "becoming master" in broker.log()[since:], 30, "the broker to be master")
+    wait_until(lambda: "becoming master" in broker.log()[since:], "the broker to be master", 30)

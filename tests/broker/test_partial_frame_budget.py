@@ -21,7 +21,8 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.support.procs import BrokerProc, Daemon, free_port, port_open, wait_until
+from tests.support.procs import BrokerProc, Daemon, free_port, port_open
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -88,7 +89,7 @@ def controller(tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon("controller-n0", argv, tmp_path / "controller-n0.log").start()
     d.port = port  # type: ignore[attr-defined]
     try:
-        wait_until(lambda: d.alive() and port_open(port), 30, "the controller to listen")
+        wait_until(lambda: d.alive() and port_open(port), "the controller to listen", 30)
         yield d
     finally:
         d.stop()
@@ -123,7 +124,7 @@ async def check_budget_holds(daemon: Daemon, port: int, kind: str) -> None:
     sockets = await asyncio.to_thread(lambda: list(stall_mid_frame(port)))
     try:
         # Every byte sent has been read by the daemon (or its connection closed).
-        wait_until(lambda: unread_bytes(port) == 0, 30, "the daemon to read every byte")
+        wait_until(lambda: unread_bytes(port) == 0, "the daemon to read every byte", 30)
         assert daemon.alive(), daemon.log()[-3000:]
         growth = proc_status(daemon.pid, "VmHWM") - baseline
         assert growth < BOUND, (

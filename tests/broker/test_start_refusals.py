@@ -19,7 +19,8 @@ import pytest
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from tests.support.cluster import ControllerNode
-from tests.support.procs import BrokerProc, Daemon, free_port, port_open, wait_until
+from tests.support.procs import BrokerProc, Daemon, free_port, port_open
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -47,7 +48,7 @@ def controller(tmp_path: Path) -> Iterator[ControllerNode]:
     c = ControllerNode(tmp_path, "n0", port, f"n0-127.0.0.1:{port}")
     c.start()
     try:
-        wait_until(lambda: c.alive() and port_open(port), 30, "the controller to listen")
+        wait_until(lambda: c.alive() and port_open(port), "the controller to listen", 30)
         yield c
     finally:
         c.stop()
@@ -85,7 +86,7 @@ async def test_a_broker_refuses_another_groups_data_directory(
     if mode == "standalone":
         await send_one(first.address)
     else:
-        wait_until(lambda: "broker id applied" in first.log(), 30, "broker-a to register")
+        wait_until(lambda: "broker id applied" in first.log(), "broker-a to register", 30)
     assert first.stop() == 0
 
     other = broker_on(broker_factory, tmp_path, data_dir, "broker-b", extra)

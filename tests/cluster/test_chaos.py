@@ -67,7 +67,8 @@ from tests.cluster.support import (
 )
 from tests.controller.support import agreed_leader
 from tests.support.cluster import BrokerNode, Cluster, ControllerNode
-from tests.support.procs import port_open, wait_until
+from tests.support.procs import port_open
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -220,7 +221,7 @@ class Chaos:
             else:
                 node.start()
                 await asyncio.to_thread(
-                    wait_until, lambda: port_open(node.port), 30, f"{node.name} to listen again"
+                    wait_until, lambda: port_open(node.port), f"{node.name} to listen again", 30
                 )
 
         return restart

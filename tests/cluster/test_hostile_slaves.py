@@ -39,7 +39,8 @@ from tests.cluster.support import (
     wait_for,
 )
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import port_open, wait_until
+from tests.support.procs import port_open
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -291,7 +292,7 @@ async def test_an_expansion_whose_answer_is_lost_acknowledges_nothing_only_the_m
         node = BrokerNode(tmp_path, "broker-a", index, through_proxies, [], ACK_TIMEOUT)
         node.start()
         cluster.brokers.append(node)
-        wait_until(lambda: port_open(node.port), 30, f"{node.name} to listen")
+        wait_until(lambda: port_open(node.port), f"{node.name} to listen", 30)
         return node
 
     await lose_an_expansion_answer(
@@ -348,7 +349,7 @@ async def test_an_expansion_whose_answer_is_lost_loses_nothing_across_a_network_
             )
             node.start()
             cluster.brokers.append(node)
-            wait_until(lambda: port_open(node.port, host), 30, f"{node.name} to listen")
+            wait_until(lambda: port_open(node.port, host), f"{node.name} to listen", 30)
             return node
 
         def cut(slave: BrokerNode, master: BrokerNode) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import ROOT, port_open, small_segments_config, wait_until
+from tests.support.procs import ROOT, port_open, small_segments_config
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -71,10 +72,10 @@ def full_sync_state_set() -> bool:
 def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
     launcher: subprocess.Popen[str], tmp_path: Path
 ) -> None:
-    wait_until(full_sync_state_set, 60, "a master with three replicas in sync", interval=0.3)
+    wait_until(full_sync_state_set, "a master with three replicas in sync", 60, interval=0.3)
     assert rmqctl("updateTopic", "-t", "TopicTest", "-q", "4").returncode == 0
     wait_until(
-        lambda: rmqctl("topicRoute", "-t", "TopicTest").returncode == 0, 30, "the topic route"
+        lambda: rmqctl("topicRoute", "-t", "TopicTest").returncode == 0, "the topic route", 30
     )
     sent = rmqctl("--json", "sendMessage", "-t", "TopicTest", "-p", "hello", "--count", "10")
     assert sent.returncode == 0, sent.stderr

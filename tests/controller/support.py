@@ -20,7 +20,8 @@ import msgpack
 from controller.raft_driver import DriverConfig, RaftDriver
 from protocol.codes import ControllerCode
 from remoting.server import RemotingServer
-from tests.support.procs import Daemon, free_port, port_open, wait_until
+from tests.support.procs import Daemon, free_port, port_open
+from tests.support.wait import wait_until
 
 # Fast timings for in-process tests: 20 ms ticks, elections in 100-200 ms.
 FAST = {"tick_ms": 20, "heartbeat_ticks": 1, "election_ticks_min": 5, "election_ticks_max": 10}
@@ -201,7 +202,7 @@ class ControllerProc(Daemon):
                 raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
             return port_open(self.port)
 
-        wait_until(ready, timeout, f"{self.name} to listen on {self.port}")
+        wait_until(ready, f"{self.name} to listen on {self.port}", timeout)
         return self
 
 
@@ -237,7 +238,7 @@ class ControllerCluster:
             proc.start()
         for proc in self.procs.values():
             wait_until(
-                lambda proc=proc: _listening(proc), 30, f"{proc.name} to listen on {proc.port}"
+                lambda proc=proc: _listening(proc), f"{proc.name} to listen on {proc.port}", 30
             )
         return self
 

@@ -33,7 +33,7 @@ from tests.controller.support import (
     agreed_leader,
     metadata,
 )
-from tests.support.procs import wait_until
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -222,7 +222,7 @@ async def test_a_thawed_deposed_leader_never_answers_a_broker_heartbeat(
             sock.sendall(heartbeat_frame(broker, opaque))
             return read_response(sock, 5.0).code == ResponseCode.SUCCESS
 
-        wait_until(answered, 10, "the leader to answer a broker heartbeat", interval=0.05)
+        wait_until(answered, "the leader to answer a broker heartbeat", 10, interval=0.05)
 
         proc.signal(signal.SIGSTOP)
         try:

@@ -22,7 +22,8 @@ from tests.controller.support import (
     agreed_leader,
     replica_info,
 )
-from tests.support.procs import ROOT, free_port, port_open, wait_until
+from tests.support.procs import ROOT, free_port, port_open
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -224,7 +225,7 @@ async def test_a_controller_is_added_transferred_to_and_removed(
     )
     try:
         n3.start()
-        wait_until(lambda: n3.alive() and port_open(port), 30, "n3 to listen")
+        wait_until(lambda: n3.alive() and port_open(port), "n3 to listen", 30)
         doc = await ok_json("addController", "-a", a, "--id", "n3", "--address", n3.address)
         assert set(doc) == METADATA_KEYS
         assert doc["peers"]["n3"] == n3.address and len(doc["peers"]) == 4

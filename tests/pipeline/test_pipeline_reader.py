@@ -26,7 +26,8 @@ from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from tests.pipeline.conftest import fill, produce, small_retention_config
 from tests.storage.test_store_corruption import flip, records_on_disk
-from tests.support.procs import BrokerProc, free_port, wait_until
+from tests.support.procs import BrokerProc, free_port
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -150,7 +151,7 @@ def test_data_loss_fails_or_is_skipped(broker_factory: type[BrokerProc], tmp_pat
         assert isinstance(part, RangePartition)
         return part.qr.start
 
-    wait_until(lambda: low() > 0, 20, "retention to delete the oldest segments")
+    wait_until(lambda: low() > 0, "retention to delete the oldest segments", 20)
     earliest = low()
     # Asking for offsets below the earliest retained one: data loss.
     start = '{"broker-a": {"0": 0}}'

@@ -17,7 +17,8 @@ from pipeline.cli import cli
 from protocol.codes import RequestCode
 from remoting.client import RemotingClient
 from tests.pipeline.conftest import fill, produce
-from tests.support.procs import BrokerProc, free_port, wait_until
+from tests.support.procs import BrokerProc, free_port
+from tests.support.wait import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -329,7 +330,7 @@ def test_rmqstore_reads_a_stopped_brokers_directory(
     b = fill(broker.address, "StoreB", 1, 5)
     # A lone master confirms what it stores about once a second: wait, so the checkpoint the
     # clean stop writes has everything confirmed (committedOnly below).
-    wait_until(lambda: all_confirmed(broker.address), 10, "the broker to confirm its messages")
+    wait_until(lambda: all_confirmed(broker.address), "the broker to confirm its messages", 10)
     assert broker.stop() == 0
     store = spark.read.format("rmqstore").load(str(broker.data_dir))
     rows = store.collect()

@@ -22,7 +22,8 @@ from protocol.message import MESSAGE_MAGIC, decode_record, iter_records, peek_pr
 from remoting.client import RemotingClient
 from storage.checkpoint import Checkpoint, load_checkpoint
 from storage.consumequeue import ENTRY
-from tests.support.procs import ROOT, BrokerProc, free_port, wait_until
+from tests.support.procs import ROOT, BrokerProc, free_port
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -164,8 +165,8 @@ async def filled_then_stopped(
         checkpoint = broker.data_dir / "checkpoint"
         wait_until(
             lambda: (load_checkpoint(checkpoint) or NO_CHECKPOINT).flushed_offset >= SEGMENT,
-            10,
             "the checkpoint to cover the first segment",
+            10,
         )
         broker.kill9()
     else:
@@ -268,6 +269,6 @@ async def test_corrupt_consume_queue_entry_is_rebuilt_not_skipped(
             cq.read_bytes()[5 * ENTRY.size : 5 * ENTRY.size + 8]
             == (on_disk[5].physical.to_bytes(8, "big"))
         ),
-        10,
         "the rebuilt entry",
+        10,
     )

@@ -17,8 +17,8 @@ from tests.support.procs import (
     free_port,
     port_open,
     small_segments_config,
-    wait_until,
 )
+from tests.support.wait import wait_until
 
 
 class ControllerNode(Daemon):
@@ -97,7 +97,7 @@ class BrokerNode(Daemon):
             self.ha_port = free_port()
             self._listen_on(free_port())
         self.start()
-        wait_until(lambda: port_open(self.port, self.host), 30, f"{self.name} to listen again")
+        wait_until(lambda: port_open(self.port, self.host), f"{self.name} to listen again", 30)
 
 
 class Cluster:
@@ -118,7 +118,7 @@ class Cluster:
         for c in self.controllers:
             c.start()
         for c in self.controllers:
-            wait_until(lambda c=c: self._listening(c), 30, f"{c.name} to listen")
+            wait_until(lambda c=c: self._listening(c), f"{c.name} to listen", 30)
 
     def add_group(
         self,
@@ -151,7 +151,7 @@ class Cluster:
         for b in group:
             b.start()
         for b in group:
-            wait_until(lambda b=b: self._listening(b), 30, f"{b.name} to listen")
+            wait_until(lambda b=b: self._listening(b), f"{b.name} to listen", 30)
         self.brokers += group
         return group
 

@@ -11,9 +11,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,15 +31,6 @@ def free_port() -> int:
         if port not in _handed_out:
             _handed_out.add(port)
             return port
-
-
-def wait_until(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -179,5 +170,5 @@ class BrokerProc(Daemon):
                 raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
             return port_open(self.port)
 
-        wait_until(ready, timeout, f"{self.name} to listen on {self.port}")
+        wait_until(ready, f"{self.name} to listen on {self.port}", timeout)
         return self
