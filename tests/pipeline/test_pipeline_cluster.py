@@ -14,9 +14,9 @@ import pytest
 
 from client import Producer
 from client.bootstrap import Bootstrap
+from pipeline.batch_reader import RmqBatchReader
 from pipeline.options import ReadOptions
 from pipeline.rows import message_schema
-from pipeline.source import RmqBatchReader
 from protocol.codes import RequestCode
 from remoting.client import RemotingClient
 from tests.cluster.support import (

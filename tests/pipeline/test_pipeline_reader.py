@@ -15,12 +15,14 @@ from structlog.testing import capture_logs
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
+from pipeline.batch_reader import RmqBatchReader
 from pipeline.errors import DataLossError, PipelineError, UnknownTopicError
 from pipeline.loop import SyncLoop
 from pipeline.options import ReadOptions
+from pipeline.partition import RangePartition
 from pipeline.range_reader import PullSettings, QueueRange, read_range
 from pipeline.rows import message_schema
-from pipeline.source import RangePartition, RmqBatchReader, RmqStreamReader
+from pipeline.stream_reader import RmqStreamReader
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response

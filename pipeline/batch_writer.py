@@ -1,0 +1,37 @@
+"""``df.write.format("rmq")``: every task produces its rows; the driver logs the outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import structlog
+from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+
+from pipeline.write import WriteSetup, summary, write_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
+
+log = structlog.get_logger(__name__)
+
+
+class RmqBatchWriter(DataSourceWriter):
+    def __init__(self, setup: WriteSetup) -> None:
+        self.setup = setup
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return write_rows(self.setup, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        tasks, acked, _ = summary(messages)
+        log.info("write committed", tasks=tasks, acknowledged=acked)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        tasks, acked, spans = summary(messages)
+        log.warning(
+            "write aborted; messages of tasks that succeeded stay in the topic",
+            tasks=tasks,
+            acknowledged=acked,
+            spans=spans,
+        )

@@ -1,0 +1,118 @@
+"""One Spark partition of the ``rmq`` source: a queue range (:class:`RangePartition`), planned
+from the committed ends of a topic's queues and read into Arrow batches. Everything a task needs
+travels in its partition; connections are opened inside ``read()``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from pipeline import offsets as ofs
+from pipeline.errors import ReadError
+from pipeline.options import ReadOptions
+from pipeline.range_reader import PullSettings, QueueRange, read_range
+from pipeline.rows import RecordDecodeError, arrow_schema, scan, to_batch
+from pipeline.snapshot import Snapshot, snapshot
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class RangePartition(InputPartition):
+    """One queue's range; the value is the :class:`QueueRange`."""
+
+    def __init__(self, qr: QueueRange) -> None:
+        super().__init__(qr)
+        self.qr = qr
+
+
+def range_of(partition: InputPartition) -> QueueRange | None:
+    """The range a partition stands for; None for the placeholder Spark plans when there is
+    nothing to read (it turns an empty list of partitions into one partition of None)."""
+    value = getattr(partition, "value", None)
+    if value is None:
+        return None
+    if not isinstance(value, QueueRange):
+        raise ReadError(f"not a partition of the rmq source: {partition!r}")
+    return value
+
+
+def _pull_settings(opts: ReadOptions) -> PullSettings:
+    return PullSettings(
+        batch_size=opts.pull_batch_size,
+        max_bytes=opts.pull_max_bytes,
+        fail_on_data_loss=opts.fail_on_data_loss,
+        read_timeout=opts.read_timeout,
+        request_timeout=opts.request_timeout,
+    )
+
+
+def read_partition(
+    qr: QueueRange, opts: ReadOptions, schema: StructType
+) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of one queue range (what ``read()`` yields): pull bodies are gathered
+    until ``rowsPerBatch`` records, then decoded together."""
+    pa_schema = arrow_schema(schema)
+    bodies: list[bytes] = []
+    positions: list[int] = []
+    first = 0
+    size = 0
+
+    def batch() -> pa.RecordBatch:
+        buf = bodies[0] if len(bodies) == 1 else b"".join(bodies)
+        try:
+            return to_batch(
+                buf, positions, pa_schema, qr.broker, topic=qr.topic, expect_offset=first
+            )
+        except RecordDecodeError as exc:
+            raise ReadError(f"{qr.name}: bad record in a pull answer: {exc}") from None
+
+    for chunk in read_range(qr, _pull_settings(opts)):
+        found = scan(chunk.body, max_records=chunk.records)
+        if found.error is not None or len(found.positions) != chunk.records:
+            raise ReadError(
+                f"{qr.name}: bad pull answer at offset {chunk.first}: "
+                f"{found.error or 'fewer records than announced'}"
+            )
+        if positions and chunk.first != first + len(positions):  # skipped lost messages
+            yield batch()
+            bodies, positions = [], []
+        if not positions:
+            first, size = chunk.first, 0
+        positions.extend([size + at for at in found.positions])
+        body = chunk.body if found.pos == len(chunk.body) else chunk.body[: found.pos]
+        bodies.append(body)
+        size += len(body)
+        if len(positions) >= opts.rows_per_batch:
+            yield batch()
+            bodies, positions = [], []
+    if positions:
+        yield batch()
+
+
+def plan_partitions(
+    opts: ReadOptions, start: ofs.Offsets, end: ofs.Offsets
+) -> list[InputPartition]:
+    """One partition per queue whose range holds messages; a queue missing from ``start`` (new
+    since the last batch) contributes nothing yet."""
+    parts: list[InputPartition] = []
+    for mq in sorted(end):
+        lo = start.get(mq, end[mq])
+        hi = end[mq]
+        if lo < hi:
+            qr = QueueRange(opts.controllers, opts.topic, mq.broker_name, mq.queue_id, lo, hi)
+            parts.append(RangePartition(qr))
+    return parts
+
+
+def snapshot_of(opts: ReadOptions) -> Snapshot:
+    """The route and queue bounds of the topic a read names."""
+    return snapshot(opts.controllers, opts.topic, opts.request_timeout)
+
+
+def unanswered(snap: Snapshot) -> str:
+    """The broker groups of ``snap`` that did not answer, and why (for messages)."""
+    return "; ".join(f"{name}: {why}" for name, why in sorted(snap.missing.items()))

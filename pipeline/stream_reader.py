@@ -1,0 +1,131 @@
+"""``spark.readStream.format("rmq")``: micro-batches over queue offsets.
+
+Streaming offsets are ``{"broker-a": {"0": 42}}`` (next offset per queue), kept by Spark's
+checkpoint. ``maxOffsetsPerTrigger`` is honoured through Spark 4.2's ``ReadLimit``; on older 4.x
+the reader applies it itself, relative to the offsets it returned last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from pipeline import offsets as ofs
+from pipeline.errors import PipelineError
+from pipeline.options import ReadOptions
+from pipeline.partition import plan_partitions, range_of, read_partition, snapshot_of, unanswered
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    HAS_READ_LIMIT = True
+except ImportError:  # Spark 4.0 / 4.1
+    HAS_READ_LIMIT = False
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in on Spark versions without the mixin (the method is then never called)."""
+
+    ReadLimit = Any  # type: ignore[misc,assignment]
+
+log = structlog.get_logger(__name__)
+
+
+class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over queue offsets. Runs in Spark's driver-side Python process; the state
+    kept here (last offsets, AvailableNow target) is never needed by ``read()``."""
+
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self._last: ofs.Offsets | None = None
+        self._target: ofs.Offsets | None = None
+        self._latest: dict[str, dict[str, int]] | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        opts = self.opts
+        snap = snapshot_of(opts)
+        if snap.missing:
+            log.warning("broker groups unreachable at start", groups=unanswered(snap))
+        start = ofs.resolve(
+            opts.starting, snap.bounds, option="startingOffsets", default="latest", topic=opts.topic
+        )
+        self._last = start
+        return ofs.to_json(start)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        snap = snapshot_of(self.opts)
+        if snap.missing:
+            raise PipelineError(
+                f"Trigger.AvailableNow needs every broker group of {self.opts.topic!r}; "
+                f"no replica of {unanswered(snap)} answered"
+            )
+        self._target = {mq: b.max_offset for mq, b in snap.bounds.items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end of the next batch. ``start`` and ``limit`` come from Spark 4.2+; older
+        versions call this without them (the reader then starts from what it returned last)."""
+        begin = (
+            ofs.from_json(start, "start offset") if start is not None else dict(self._last or {})
+        )
+        snap = snapshot_of(self.opts)
+        if snap.missing:
+            log.warning("broker groups unreachable, not read this batch", groups=unanswered(snap))
+        available = {mq: b.max_offset for mq, b in snap.bounds.items()}
+        ceiling = self._target if self._target is not None else available
+        end: ofs.Offsets = {}
+        for mq, s in begin.items():
+            # Never backwards (a lagging slave may report less); unreachable groups stay put.
+            end[mq] = max(s, min(available.get(mq, s), ceiling.get(mq, s)))
+        for mq, b in snap.bounds.items():
+            if mq not in begin and (self._target is None or mq in self._target):
+                end[mq] = b.min_offset  # a new queue joins at its earliest offset
+        max_rows = self._max_rows(limit)
+        if max_rows is not None:
+            end = ofs.limit_rows(begin, end, max_rows)
+        self._last = end
+        self._latest = ofs.to_json({**begin, **available})
+        return ofs.to_json(end)
+
+    def _max_rows(self, limit: ReadLimit | None) -> int | None:
+        if limit is None:  # Spark before 4.2: apply the option ourselves
+            return self.opts.max_offsets_per_trigger
+        if HAS_READ_LIMIT and isinstance(limit, ReadMaxRows):
+            return int(limit.max_rows)
+        if HAS_READ_LIMIT and not isinstance(limit, ReadAllAvailable):
+            log.warning("read limit not supported, reading all available", limit=repr(limit))
+        return None
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._latest
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return plan_partitions(
+            self.opts, ofs.from_json(start, "start offset"), ofs.from_json(end, "end offset")
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        qr = range_of(partition)
+        if qr is not None:
+            yield from read_partition(qr, self.opts, self.schema)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, not at the brokers (and a commit
+        may arrive late, so nothing here may depend on it)."""
