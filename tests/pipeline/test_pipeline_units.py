@@ -255,3 +255,37 @@ def test_cli_usage_errors_stop_before_spark_starts() -> None:
         ],
     )
     assert two_topics.exit_code == 2 and "needs exactly one topic" in two_topics.output
+
+
+def test_the_data_source_and_what_spark_ships_to_tasks_pickle() -> None:
+    """Spark pickles the data source, its readers and writers, partitions and commit messages
+    (classes by reference: each must stay importable from its module)."""
+    import pickle
+
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    from pipeline.batch_reader import RmqBatchReader
+    from pipeline.batch_writer import RmqBatchWriter
+    from pipeline.partition import RangePartition
+    from pipeline.range_reader import QueueRange
+    from pipeline.source import RmqDataSource
+    from pipeline.stream_reader import RmqStreamReader
+    from pipeline.stream_writer import RmqStreamWriter
+    from pipeline.write import RmqCommitMessage, WriteSetup
+
+    options = {"controllers": "127.0.0.1:9876", "topic": "T"}
+    source = pickle.loads(pickle.dumps(RmqDataSource(options)))
+    assert isinstance(source, RmqDataSource) and source.options == options
+    schema = message_schema()
+    for reader_type in (RmqBatchReader, RmqStreamReader):
+        reader = reader_type(ReadOptions.parse(options), schema)
+        copy = pickle.loads(pickle.dumps(reader))
+        assert type(copy) is reader_type and (copy.opts, copy.schema) == (reader.opts, schema)
+    qr = QueueRange("127.0.0.1:9876", "T", "broker-a", 0, 5, 9)
+    partition = pickle.loads(pickle.dumps(RangePartition(qr)))
+    assert isinstance(partition, RangePartition) and partition.qr == qr == partition.value
+    setup = WriteSetup(WriteOptions.parse(options), 0, False, -1, -1, -1, -1)
+    for writer_type in (RmqBatchWriter, RmqStreamWriter):
+        writer = pickle.loads(pickle.dumps(writer_type(setup)))
+        assert type(writer) is writer_type and writer.setup == setup
+    done = RmqCommitMessage(rows=3, acknowledged=3, spans={("T", "broker-a", 0): [5, 7]})
+    assert pickle.loads(pickle.dumps(done)) == done
