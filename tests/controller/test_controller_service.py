@@ -363,9 +363,9 @@ async def test_routes_come_from_broker_registrations_with_the_master_from_the_st
         for node in cluster.nodes.values():
             await eventually(
                 lambda node=node: (
-                    node.service.routes.route("T", node.service._master_of, node.service.now_ms())[
-                        "brokers"
-                    ][-1]["brokerName"]
+                    node.service.routes.route(
+                        "T", node.service.topics.master_of, node.service.now_ms()
+                    )["brokers"][-1]["brokerName"]
                     == "broker-a"
                 ),
                 5,

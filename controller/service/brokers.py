@@ -1,0 +1,171 @@
+"""Broker ids and registration: CONTROLLER_GET_NEXT_BROKER_ID (1012), CONTROLLER_APPLY_BROKER_ID
+(1013), CONTROLLER_REGISTER_BROKER (1003), CLEAN_BROKER_DATA (1011), and the group's metadata,
+CONTROLLER_GET_REPLICA_INFO (1004).
+
+Writes are the active controller's, answered once their event is applied. A registration binds
+the broker id to its connection (BrokerBindings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from controller.config import ControllerConfig
+from controller.documents import group_body, group_header, info_body, info_header
+from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoManager
+from controller.service.commit import DecisionCommitter
+from controller.service.connections import ConnectionIds
+from controller.service.gate import LeadershipGate
+from controller.service.requests import Refused, opt_bool, refuse
+from protocol.codes import ResponseCode
+from protocol.fields import opt_str, req_int, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection
+
+log = structlog.get_logger(__name__)
+
+
+class BrokerHandlers:
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        manager: ReplicasInfoManager,
+        live: BrokerLiveTable,
+        bindings: BrokerBindings,
+        gate: LeadershipGate,
+        committer: DecisionCommitter,
+        connections: ConnectionIds,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.cfg = cfg
+        self.manager = manager
+        self.live = live
+        self.bindings = bindings
+        self.gate = gate
+        self.committer = committer
+        self.connections = connections
+        self.now_ms = now_ms
+
+    async def get_next_broker_id(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        h = req.header
+        d = self.manager.get_next_broker_id(req_str(h, "clusterName"), req_str(h, "brokerName"))
+        if not d.ok or d.response is None:
+            raise refuse(d)
+        return response(req, ResponseCode.SUCCESS, {"nextBrokerId": d.response.next_broker_id})
+
+    async def apply_broker_id(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        h = req.header
+        d = self.manager.apply_broker_id(
+            req_str(h, "clusterName"),
+            req_str(h, "brokerName"),
+            req_int(h, "appliedBrokerId"),
+            opt_str(h, "registerCheckCode"),
+            opt_str(h, "brokerAddress"),
+        )
+        d = await self.committer.settle(d)
+        if not d.ok:
+            raise refuse(d)
+        return response(req, ResponseCode.SUCCESS)
+
+    async def register_broker(self, conn: Connection, req: Frame) -> Frame:
+        """CONTROLLER_REGISTER_BROKER: binds the broker id to this connection (BrokerBindings);
+        another connection may take it over only with the register code or once the holder is
+        gone, so a forged registration cannot move a live broker's address."""
+        await self.gate.require_active()
+        h = req.header
+        name = req_str(h, "brokerName")
+        broker_id = req_int(h, "brokerId")
+        code = opt_str(h, "registerCheckCode") or None
+        if code is None and self.cfg.require_register_check_code:
+            raise Refused(
+                ResponseCode.CONTROLLER_INVALID_REQUEST,
+                "registerCheckCode is required (require_register_check_code)",
+            )
+        d = self.manager.register_broker(
+            req_str(h, "clusterName"),
+            name,
+            broker_id,
+            req_str(h, "brokerAddress"),
+            alive=self.live.alive_predicate(self.now_ms()),
+            register_code=code,
+        )
+        if not d.ok:
+            raise refuse(d)
+        cid = self.connections.of(conn)
+        now = self.now_ms()
+        if not self.bindings.may_bind(
+            name,
+            broker_id,
+            cid,
+            code_verified=code is not None,
+            alive=self.live.is_alive(name, broker_id, now),
+            now_ms=now,
+            hold_ms=self.cfg.broker_heartbeat_timeout_ms,
+        ):
+            log.warning(
+                "registration refused: broker id held by another connection",
+                broker_name=name,
+                broker_id=broker_id,
+                peer=conn.peer,
+            )
+            raise Refused(
+                ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                f"broker {broker_id} of {name} is registered from another connection and alive; "
+                "register with its registerCheckCode to take it over",
+            )
+        d = await self.committer.settle(d)
+        if not d.ok or d.response is None:
+            raise refuse(d)
+        self.bindings.bind(name, broker_id, cid, self.now_ms())
+        r = d.response
+        header = group_header(
+            master_broker_id=r.master_broker_id,
+            master_address=r.master_address,
+            master_epoch=r.master_epoch,
+            sync_state_set_epoch=r.sync_state_set_epoch,
+        )
+        header["brokerId"] = r.broker_id
+        info = self.manager.replica_info(name)
+        body = group_body(r.sync_state_set, info.replicas if info is not None else ())
+        return response(req, ResponseCode.SUCCESS, header, body)
+
+    async def clean_broker_data(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        h = req.header
+        ids_text = opt_str(h, "brokerIds")
+        ids: set[int] = set()
+        for part in ids_text.split(";"):
+            part = part.strip()
+            if not part:
+                continue
+            if not part.lstrip("-").isdigit():
+                raise Refused(
+                    ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                    f"brokerIds must be ids separated by ';', not {ids_text!r}",
+                )
+            ids.add(int(part))
+        now = self.now_ms()
+        d = self.manager.clean_broker_data(
+            opt_str(h, "clusterName") or None,
+            req_str(h, "brokerName"),
+            frozenset(ids) or None,
+            # Alive unless declared dead: a new leader in its grace period cleans nobody.
+            alive=lambda name, broker_id: not self.live.declared_dead(name, broker_id, now),
+            clean_living_broker=opt_bool(h, "cleanLivingBroker"),
+        )
+        d = await self.committer.settle(d)
+        if not d.ok:
+            raise refuse(d)
+        return response(req, ResponseCode.SUCCESS)
+
+    async def get_replica_info(self, conn: Connection, req: Frame) -> Frame:
+        name = req_str(req.header, "brokerName")
+        await self.gate.read_view()
+        d = self.manager.get_replica_info(name)
+        if not d.ok or d.response is None:
+            raise refuse(d)
+        return response(req, ResponseCode.SUCCESS, info_header(d.response), info_body(d.response))

@@ -1,0 +1,94 @@
+"""Master elections: CONTROLLER_ELECT_MASTER (1002) asked by a broker or an admin, and the
+elections the scan starts (:mod:`controller.service.scheduler`). The policy is
+``ReplicasInfoManager.elect_master``'s; each outcome is counted in
+``rmq_controller_master_elections_total``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from controller.config import ControllerConfig
+from controller.documents import info_body, info_header
+from controller.metadata import BrokerLiveTable, Decision, ReplicasInfoManager
+from controller.metrics import ControllerMetrics
+from controller.service.commit import DecisionCommitter
+from controller.service.gate import LeadershipGate
+from controller.service.requests import Refused, opt_bool, refuse
+from protocol.codes import code_name
+from protocol.fields import req_int, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection
+
+log = structlog.get_logger(__name__)
+
+
+class ElectionHandlers:
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        manager: ReplicasInfoManager,
+        live: BrokerLiveTable,
+        gate: LeadershipGate,
+        committer: DecisionCommitter,
+        metrics: ControllerMetrics | None,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.cfg = cfg
+        self.manager = manager
+        self.live = live
+        self.gate = gate
+        self.committer = committer
+        self.metrics = metrics
+        self.now_ms = now_ms
+
+    async def elect_master(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        h = req.header
+        name = req_str(h, "brokerName")
+        designated: int | None = None
+        if opt_bool(h, "designateElect"):
+            designated = req_int(h, "brokerId")
+        d = self.manager.elect_master(
+            name,
+            alive_replicas=self.live.election_view(name, self.now_ms()),
+            designated_broker_id=designated,
+            enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+        )
+        settled = await self.committer.settle(d)
+        self._count(name, settled, "admin" if designated is not None else "request")
+        info = settled.response
+        if info is None:
+            raise refuse(settled)
+        header = info_header(info)
+        if settled.remark and not settled.ok:
+            header["remark"] = settled.remark
+        return response(req, settled.code, header, info_body(info))
+
+    async def elect(self, broker_name: str, reason: str) -> None:
+        """A controller-triggered election of ``broker_name``'s master (the scan's)."""
+        d = self.manager.elect_master(
+            broker_name,
+            alive_replicas=self.live.election_view(broker_name, self.now_ms()),
+            enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+        )
+        if not d.events:
+            return
+        log.info("electing a master", broker_name=broker_name, reason=reason)
+        try:
+            settled = await self.committer.settle(d)
+        except Refused as exc:
+            log.warning("election not committed", broker_name=broker_name, error=exc.remark)
+            return
+        self._count(broker_name, settled, "controller")
+
+    def _count(self, broker_name: str, d: Decision[Any], trigger: str) -> None:
+        if self.metrics is None:
+            return
+        result = "elected" if d.ok else code_name(d.code).lower()
+        self.metrics.master_elections.labels(broker_name=broker_name, result=result).inc()
+        if d.ok:
+            log.info("master elected", broker_name=broker_name, trigger=trigger)

@@ -1,0 +1,124 @@
+"""Broker liveness on the active controller: BROKER_HEARTBEAT (904), answered at once (no Raft
+round trip) and only by a leader whose lease a quorum confirmed, since the answer extends the
+broker's write lease.
+
+A heartbeat counts only on the connection that registered the broker. A broker turning alive
+wakes the election scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from controller.config import ControllerConfig
+from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoManager
+from controller.metadata.events import MAX_ID
+from controller.metrics import ControllerMetrics
+from controller.raft_driver import RaftDriver
+from controller.service.connections import ConnectionIds
+from controller.service.gate import LeadershipGate
+from controller.service.requests import Refused, bounded, count, refusal
+from protocol.codes import ResponseCode
+from protocol.fields import opt_str, req_int, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection, error_response
+
+log = structlog.get_logger(__name__)
+
+
+class HeartbeatHandler:
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        driver: RaftDriver,
+        manager: ReplicasInfoManager,
+        live: BrokerLiveTable,
+        bindings: BrokerBindings,
+        gate: LeadershipGate,
+        connections: ConnectionIds,
+        metrics: ControllerMetrics | None,
+        now_ms: Callable[[], int],
+        wake_scan: Callable[[], None],
+    ) -> None:
+        self.cfg = cfg
+        self.driver = driver
+        self.manager = manager
+        self.live = live
+        self.bindings = bindings
+        self.gate = gate
+        self.connections = connections
+        self.metrics = metrics
+        self.now_ms = now_ms
+        self.wake_scan = wake_scan
+
+    def broker_heartbeat(self, conn: Connection, req: Frame) -> Frame:
+        """BROKER_HEARTBEAT: answered at once (no Raft round trip); may be oneway."""
+        try:
+            resp = self._heartbeat(conn, req)
+        except Refused as refused:
+            resp = refusal(req, refused)
+        count(self.metrics, req, resp)
+        return resp
+
+    def _heartbeat(self, conn: Connection, req: Frame) -> Frame:
+        # The answer extends the broker's write lease: only a leader whose lease a quorum
+        # confirmed may give it, never one that merely believes it leads (a deposed leader
+        # just thawed from SIGSTOP still does).
+        self.gate.require_lease()
+        h = req.header
+        name = req_str(h, "brokerName")
+        broker_id = req_int(h, "brokerId")
+        figures = {
+            key: bounded(h, key, 0, MAX_ID)
+            for key in ("epoch", "maxOffset", "confirmOffset", "electionPriority")
+        }
+        # A broker may ask for its own timeout, within the configured bound: a huge one must
+        # not keep a dead broker (and its master role) alive.
+        timeout_ms = min(
+            bounded(h, "heartbeatTimeoutMillis", -MAX_ID, MAX_ID),
+            self.cfg.broker_heartbeat_timeout_max_ms,
+        )
+        info = self.manager.replica_info(name)
+        unknown = info is None or all(r.broker_id != broker_id for r in info.replicas)
+        if unknown and self.driver.active:  # a new leader's applied state may still be behind
+            return error_response(
+                req,
+                ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                f"broker {broker_id} of {name} is not registered",
+            )
+        if self.bindings.holder(name, broker_id) != self.connections.of(conn):
+            # Only the connection that registered the broker (CONTROLLER_REGISTER_BROKER) speaks
+            # for it; a broker told so registers again on its connection.
+            return error_response(
+                req,
+                ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+                f"broker {broker_id} of {name} is not registered on this connection "
+                f"with {self.driver.id}: send CONTROLLER_REGISTER_BROKER first",
+            )
+        revived = self.live.on_heartbeat(
+            cluster=opt_str(h, "clusterName"),
+            broker_name=name,
+            broker_id=broker_id,
+            address=opt_str(h, "brokerAddress"),
+            now_ms=self.now_ms(),
+            epoch=figures["epoch"],
+            max_offset=figures["maxOffset"],
+            confirm_offset=figures["confirmOffset"],
+            election_priority=figures["electionPriority"],
+            timeout_ms=max(timeout_ms, 0),
+            connection_id=self.connections.of(conn),
+        )
+        if revived:
+            log.info("broker alive", broker_name=name, broker_id=broker_id)
+            self.wake_scan()
+        return response(req, ResponseCode.SUCCESS)
+
+    def active_changed(self, active: bool) -> None:
+        """Driver listener: liveness starts over (with its grace period) on becoming active."""
+        if active:
+            self.live.became_active(self.now_ms())
+            self.wake_scan()
+        else:
+            self.live.became_standby()

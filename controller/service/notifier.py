@@ -1,0 +1,111 @@
+"""Pushes from the active controller to brokers (best effort: brokers also poll with 1004).
+
+After every master change NOTIFY_BROKER_ROLE_CHANGED (1008) goes to every replica of the group,
+after the group's topics went to the new master (UPDATE_AND_CREATE_TOPIC); topics also go to the
+brokers that lack them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import structlog
+
+from controller.documents import role_notification
+from controller.metadata import ReplicaInfo, ReplicasInfoManager
+from controller.metrics import ControllerMetrics
+from controller.raft_driver import RaftDriver
+from controller.service.tasks import BackgroundTasks
+from protocol.codes import RequestCode, ResponseCode, code_name
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+
+log = structlog.get_logger(__name__)
+
+
+class BrokerNotifier:
+    def __init__(
+        self,
+        driver: RaftDriver,
+        manager: ReplicasInfoManager,
+        pool: ConnectionPool,
+        tasks: BackgroundTasks,
+        metrics: ControllerMetrics | None,
+        *,
+        notify_timeout: float,
+    ) -> None:
+        self.driver = driver
+        self.manager = manager
+        self.pool = pool
+        self.tasks = tasks
+        self.metrics = metrics
+        self.notify_timeout = notify_timeout
+
+    def master_changed(self, broker_name: str) -> None:
+        """State machine listener: the group's master or master epoch changed."""
+        info = self.manager.replica_info(broker_name)
+        if info is not None:
+            log.info(
+                "master changed",
+                broker_name=broker_name,
+                master=info.master_broker_id,
+                master_epoch=info.master_epoch,
+            )
+        if self.driver.active and info is not None:
+            self.tasks.spawn(self.notify(info), f"notify-{broker_name}")
+
+    async def notify(self, info: ReplicaInfo) -> None:
+        header, body = role_notification(info)
+        timeout = self.notify_timeout
+        topics = self.manager.group_topics(info.broker_name)
+        if info.master_address and topics:
+            # The new master gets the group's topics before it hears it is master, so it serves
+            # them as created (not auto-created with default queues) from its first write on.
+            await self.push_topics([info.master_address], topics, timeout)
+
+        async def push(address: str) -> None:
+            try:
+                conn = await self.pool.get(address)
+                resp = await conn.request(
+                    RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header, body, timeout
+                )
+                result = "ok" if resp.code == ResponseCode.SUCCESS else "refused"
+            except (RemotingError, OSError, ValueError) as exc:
+                log.debug("role notification failed", address=address, error=str(exc))
+                self.pool.drop(address)
+                result = "unreachable"
+            if self.metrics is not None:
+                self.metrics.notifications.labels(result=result).inc()
+
+        addresses = sorted({r.address for r in info.replicas if r.address})
+        await asyncio.gather(*(push(a) for a in addresses))
+
+    async def push_topics(
+        self, addresses: list[str], topics: Mapping[str, int], timeout: float
+    ) -> None:
+        """UPDATE_AND_CREATE_TOPIC to each broker (best effort). A broker in controller mode
+        forwards it back to the controllers, where it changes nothing, and then creates it."""
+
+        async def push(address: str, topic: str, queues: int) -> None:
+            try:
+                conn = await self.pool.get(address)
+                resp = await conn.request(
+                    RequestCode.UPDATE_AND_CREATE_TOPIC,
+                    {"topic": topic, "queues": queues},
+                    None,
+                    timeout,
+                )
+                if resp.code != ResponseCode.SUCCESS:
+                    log.info(
+                        "topic push refused",
+                        address=address,
+                        topic=topic,
+                        code=code_name(resp.code),
+                        remark=resp.header.get("remark"),
+                    )
+            except (RemotingError, OSError, ValueError) as exc:
+                log.debug("topic push failed", address=address, topic=topic, error=str(exc))
+                self.pool.drop(address)
+
+        await asyncio.gather(*(push(a, t, q) for a in addresses for t, q in sorted(topics.items())))

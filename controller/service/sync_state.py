@@ -1,0 +1,79 @@
+"""The SyncStateSet: CONTROLLER_ALTER_SYNC_STATE_SET (1001) from a group's master, and
+CONTROLLER_GET_SYNC_STATE_DATA (1006), which needs liveness and so is the active controller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgpack
+
+from controller.documents import sync_state_document
+from controller.metadata import BrokerLiveTable, ReplicasInfoManager
+from controller.service.commit import DecisionCommitter
+from controller.service.gate import LeadershipGate
+from controller.service.requests import Refused, id_list, refuse, unpack_body
+from protocol.codes import ResponseCode
+from protocol.fields import req_int, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection
+
+
+class SyncStateHandlers:
+    def __init__(
+        self,
+        manager: ReplicasInfoManager,
+        live: BrokerLiveTable,
+        gate: LeadershipGate,
+        committer: DecisionCommitter,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.manager = manager
+        self.live = live
+        self.gate = gate
+        self.committer = committer
+        self.now_ms = now_ms
+
+    async def alter_sync_state_set(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        h = req.header
+        body = unpack_body(req)
+        if "syncStateSet" not in body:
+            raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "body needs syncStateSet")
+        members = id_list(body["syncStateSet"], "syncStateSet")
+        ss_epoch = body.get("syncStateSetEpoch")
+        if type(ss_epoch) is not int:
+            raise Refused(
+                ResponseCode.CONTROLLER_INVALID_REQUEST, "body needs syncStateSetEpoch (int)"
+            )
+        await self.gate.barrier()  # "the set already is this one" is answered from current state
+        d = self.manager.alter_sync_state_set(
+            req_str(h, "brokerName"),
+            req_int(h, "masterBrokerId"),
+            req_int(h, "masterEpoch"),
+            members,
+            ss_epoch,
+            self.live.alive_predicate(self.now_ms()),
+        )
+        d = await self.committer.settle(d)
+        if not d.ok or d.response is None:
+            raise refuse(d)
+        r = d.response
+        packed: bytes = msgpack.packb({"syncStateSet": sorted(r.sync_state_set)})
+        return response(
+            req, ResponseCode.SUCCESS, {"syncStateSetEpoch": r.sync_state_set_epoch}, packed
+        )
+
+    async def get_sync_state_data(self, conn: Connection, req: Frame) -> Frame:
+        name = req_str(req.header, "brokerName")
+        await self.gate.require_active()  # liveness is known to the active controller only
+        await self.gate.barrier()
+        found = self.manager.get_sync_state_data([name]).response or {}
+        info = found.get(name)
+        if info is None:
+            raise Refused(
+                ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                f"broker set {name} has no metadata",
+            )
+        doc = sync_state_document(info, self.live.alive_predicate(self.now_ms()))
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))

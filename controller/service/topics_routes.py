@@ -1,0 +1,201 @@
+"""Topics and routes: REGISTER_BROKER (103) on every controller, the routes (105, 106) from any
+controller, and UPDATE_AND_CREATE_TOPIC committed by the active one.
+
+The route table is soft state filled by brokers' registrations; only registrations of a broker id
+the state machine knows, at the address it knows, are believed. Topics are metadata: a created
+topic is pushed to the group's brokers, and a broker that registers without some topic of its
+group gets the missing ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import msgpack
+import structlog
+
+from controller.metadata import ReplicasInfoManager
+from controller.metadata.events import check_queues, check_topic
+from controller.raft_driver import RaftDriver
+from controller.routes import RouteTable
+from controller.service.commit import DecisionCommitter
+from controller.service.connections import ConnectionIds
+from controller.service.gate import LeadershipGate
+from controller.service.notifier import BrokerNotifier
+from controller.service.requests import Refused, refuse, unpack_body
+from controller.service.tasks import BackgroundTasks
+from protocol.codes import ResponseCode
+from protocol.fields import opt_str, req_int, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection
+
+log = structlog.get_logger(__name__)
+
+
+class TopicRouteHandlers:
+    def __init__(
+        self,
+        driver: RaftDriver,
+        manager: ReplicasInfoManager,
+        routes: RouteTable,
+        gate: LeadershipGate,
+        committer: DecisionCommitter,
+        notifier: BrokerNotifier,
+        tasks: BackgroundTasks,
+        connections: ConnectionIds,
+        now_ms: Callable[[], int],
+        *,
+        timeout: float,
+    ) -> None:
+        self.driver = driver
+        self.manager = manager
+        self.routes = routes
+        self.gate = gate
+        self.committer = committer
+        self.notifier = notifier
+        self.tasks = tasks
+        self.connections = connections
+        self.now_ms = now_ms
+        self.timeout = timeout
+        self._reconciling: set[tuple[str, str]] = set()
+
+    # --- routes ----------------------------------------------------------------------------
+
+    def master_of(self, broker_name: str) -> tuple[int | None, str | None]:
+        info = self.manager.replica_info(broker_name)
+        if info is None or info.master_broker_id is None:
+            return None, None
+        return info.master_broker_id, info.master_address
+
+    def _accept(self) -> Callable[[str, int, str], bool]:
+        """Which route registrations to believe: a broker id the state machine knows, at the
+        address it knows (any address while its first CONTROLLER_REGISTER_BROKER is pending)."""
+        known: dict[tuple[str, int], str] = {
+            (info.broker_name, r.broker_id): r.address
+            for info in self.manager.replica_infos()
+            for r in info.replicas
+        }
+
+        def accept(broker_name: str, broker_id: int, address: str) -> bool:
+            recorded = known.get((broker_name, broker_id))
+            return recorded is not None and recorded in ("", address)
+
+        return accept
+
+    async def register_routes(self, conn: Connection, req: Frame) -> Frame:
+        h = req.header
+        body = unpack_body(req)
+        topics = body.get("topics") or {}
+        if not isinstance(topics, dict):
+            raise Refused(
+                ResponseCode.CONTROLLER_INVALID_REQUEST, "topics must map names to queue counts"
+            )
+        for topic, queues in topics.items():
+            # Routes are built from these: a name or count no broker could have is refused,
+            # never handed to clients (a huge count would make them build huge routes).
+            try:
+                check_topic("topic", topic)
+                check_queues(f"queues of {topic}", queues)
+            except (TypeError, ValueError) as exc:
+                raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
+        name = req_str(h, "brokerName")
+        broker_id = req_int(h, "brokerId")
+        address = req_str(h, "brokerAddress")
+        info = self.manager.replica_info(name)
+        recorded = info.address_of(broker_id) if info is not None else None
+        if recorded and recorded != address:
+            # Not the broker the controllers know by that id: it would pose as it in the routes.
+            raise Refused(
+                ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                f"broker {broker_id} of {name} serves on {recorded}, not {address}",
+            )
+        self.routes.register(
+            cluster=req_str(h, "clusterName"),
+            broker_name=name,
+            broker_id=broker_id,
+            address=address,
+            topics=topics,
+            connection_id=self.connections.of(conn),
+            now_ms=self.now_ms(),
+        )
+        if self.driver.active and recorded:
+            self._reconcile(name, address, topics)
+        return response(req, ResponseCode.SUCCESS)
+
+    async def get_route(self, conn: Connection, req: Frame) -> Frame:
+        topic = req_str(req.header, "topic")
+        await self.gate.route_view()
+        doc = self.routes.route(
+            topic,
+            self.master_of,
+            self.now_ms(),
+            known=self.manager.topic_queues(topic),
+            accept=self._accept(),
+        )
+        if doc is None:
+            raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    async def get_cluster_info(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.route_view()
+        doc = self.routes.cluster_info(self.master_of, self.now_ms(), self._accept())
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    # --- topics ----------------------------------------------------------------------------
+
+    async def update_topic(self, conn: Connection, req: Frame) -> Frame:
+        """UPDATE_AND_CREATE_TOPIC on the controllers (a broker's updateTopic forwards it here):
+        answered once the UpdateTopic event is applied, so the topic outlives the group's master;
+        the group's brokers then get it pushed (``topic_changed``)."""
+        await self.gate.require_active()
+        h = req.header
+        d = self.manager.update_topic(
+            opt_str(h, "clusterName") or None,
+            req_str(h, "brokerName"),
+            req_str(h, "topic"),
+            req_int(h, "queues"),
+        )
+        d = await self.committer.settle(d)
+        if not d.ok or d.response is None:
+            raise refuse(d)
+        r = d.response
+        return response(
+            req,
+            ResponseCode.SUCCESS,
+            {"topic": r.topic, "queues": r.queues, "brokerName": r.broker_name},
+        )
+
+    def topic_changed(self, broker_name: str, topic: str) -> None:
+        """State machine listener: UpdateTopic applied; the active controller pushes it."""
+        if not self.driver.active:
+            return
+        info = self.manager.replica_info(broker_name)
+        queues = self.manager.group_topics(broker_name).get(topic)
+        if info is None or queues is None:
+            return
+        log.info("topic updated", broker_name=broker_name, topic=topic, queues=queues)
+        addresses = sorted({r.address for r in info.replicas if r.address})
+        self.tasks.spawn(
+            self.notifier.push_topics(addresses, {topic: queues}, self.timeout),
+            f"topic-{broker_name}-{topic}",
+        )
+
+    def _reconcile(self, broker_name: str, address: str, registered: Mapping[str, int]) -> None:
+        """A broker registered routes without some topic the controllers know for its group
+        (it was down or a slave when the topic was created): hand it the missing ones."""
+        missing = {
+            topic: queues
+            for topic, queues in self.manager.group_topics(broker_name).items()
+            if registered.get(topic, 0) < queues
+        }
+        key = (broker_name, address)
+        if missing and key not in self._reconciling:
+            self._reconciling.add(key)
+
+            async def push() -> None:
+                try:
+                    await self.notifier.push_topics([address], missing, self.timeout)
+                finally:
+                    self._reconciling.discard(key)
+
+            self.tasks.spawn(push(), f"reconcile-{broker_name}")
