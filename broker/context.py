@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
@@ -18,6 +17,7 @@ from broker.ha.service import HAService
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
+from broker.role import RoleCell, RoleState
 from protocol.codes import ResponseCode
 from storage.config_files import ConsumerOffsetStore, TopicConfig, TopicConfigStore
 from storage.store import MessageStore, PutResult
@@ -28,16 +28,6 @@ class WriteRefused(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
-
-
-@dataclass
-class Role:
-    """The broker's role as the group's metadata says; a lone broker is always master."""
-
-    broker_id: int = 0
-    is_master: bool = True
-    master_address: str = ""
-    master_epoch: int = 0
 
 
 class BrokerContext:
@@ -51,19 +41,23 @@ class BrokerContext:
         self.waiters = PullWaiters()
         self.controller_mode = bool(cfg.controller_addresses)
         # In controller mode the broker takes no writes until the controller names it master.
-        self.role = Role(
-            is_master=not self.controller_mode,
-            master_address="" if self.controller_mode else cfg.listen,
+        # The ReplicasManager is the role's one writer (broker.role).
+        self.role_cell = RoleCell(
+            RoleState(
+                is_master=not self.controller_mode,
+                master_address="" if self.controller_mode else cfg.listen,
+            )
         )
-        self.fenced = False
-        # Controller mode: the monotonic time until which the master may take writes, renewed by
-        # answered heartbeats (ReplicasManager); past it, writes answer MASTER_FENCED.
-        self.lease_expires = 0.0
         self.topic_listeners: list[Callable[[], None]] = []
         self.ha: HAService | None = None
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
+
+    @property
+    def role(self) -> RoleState:
+        """The current role (a frozen value: read its fields from one ``role`` read)."""
+        return self.role_cell.current
 
     @property
     def store(self) -> MessageStore:
@@ -75,16 +69,17 @@ class BrokerContext:
 
     # -- writes --------------------------------------------------------------------------------
     def check_writable(self) -> None:
-        if not self.role.is_master:
+        role = self.role
+        if not role.is_master:
             raise WriteRefused(
                 ResponseCode.NOT_MASTER,
                 f"broker {self.cfg.listen} is not the master of {self.cfg.broker_name}",
             )
         if not self.controller_mode:
             return
-        # ``fenced`` (set by the ReplicasManager for logs and metrics) is this same lease seen
-        # from its heartbeat loop; the lease itself is the check.
-        if time.monotonic() > self.lease_expires:
+        # ``role.fenced`` (for logs and metrics) is this same lease seen from the heartbeat
+        # loop; the lease itself is the check.
+        if time.monotonic() > role.lease_expires:
             raise WriteRefused(
                 ResponseCode.MASTER_FENCED,
                 f"master {self.cfg.listen} of {self.cfg.broker_name} is fenced: the active "

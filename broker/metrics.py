@@ -141,6 +141,7 @@ class _StateCollector(Collector):
         ctx = self._m.ctx
         if ctx is None:
             return
+        role_now = ctx.role  # one frozen value: every figure below from the same role
         names = ["cluster", "broker_name"]
         base = [self._m.cluster, self._m.broker_name]
         role = GaugeMetricFamily(
@@ -148,23 +149,22 @@ class _StateCollector(Collector):
             "1 for this broker's current role: master, slave, or none (no master known yet)",
             labels=[*names, "role"],
         )
-        current = _role(ctx)
         for name in ("master", "slave", "none"):
-            role.add_metric([*base, name], 1.0 if name == current else 0.0)
+            role.add_metric([*base, name], 1.0 if name == role_now.name else 0.0)
         yield role
         yield _single(
             "rmq_broker_master_epoch",
             "Master epoch this broker is master of, or follows as a slave",
             names,
             base,
-            float(ctx.role.master_epoch),
+            float(role_now.master_epoch),
         )
         yield _single(
             "rmq_broker_fenced",
             "1 while this master refuses writes because it lost the active controller",
             names,
             base,
-            1.0 if ctx.role.is_master and ctx.fenced else 0.0,
+            1.0 if role_now.is_master and role_now.fenced else 0.0,
         )
         try:
             usage = disk_usage(ctx.cfg.data_dir)
@@ -227,12 +227,6 @@ class _StateCollector(Collector):
             base,
             float(len(ha.in_sync_members())),
         )
-
-
-def _role(ctx: BrokerContext) -> str:
-    if ctx.role.is_master:
-        return "master"
-    return "slave" if ctx.role.master_address else "none"
 
 
 def _single(name: str, doc: str, names: list[str], values: list[str], value: float) -> Metric:
@@ -351,9 +345,12 @@ class BrokerMetrics:
     def broker_id(self) -> str:
         """The ``broker_id`` label: the persistent id, empty until the broker has one."""
         ctx = self.ctx
-        if ctx is None or (ctx.controller_mode and ctx.role.broker_id < 1):
+        if ctx is None:
+            return ""
+        broker_id = ctx.role.broker_id
+        if ctx.controller_mode and broker_id < 1:
             return ""  # not known yet: controller-assigned ids start at 1
-        return str(ctx.role.broker_id)
+        return str(broker_id)
 
     def gauge_fn(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         """A gauge read from ``fn`` at scrape time."""

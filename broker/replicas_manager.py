@@ -95,6 +95,7 @@ class ReplicasManager:
         self.ctx = ctx
         self.cfg = ctx.cfg
         self.ha = ha
+        self._role = ctx.role_cell  # this manager is the role's one writer
         self.pool = ConnectionPool(connect_timeout=2.0)
         self.controllers = Bootstrap(
             self.cfg.controller_addresses, self.pool, timeout=3.0, busy_rounds=2
@@ -150,7 +151,7 @@ class ReplicasManager:
                 log.warning("controllers not reachable for broker id; retrying", error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 3.0)
-        self.ctx.role.broker_id = self.identity.broker_id
+        self._role.swap(broker_id=self.identity.broker_id)
         self._routes_dirty.set()
         self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="controller-heartbeat"))
         self._tasks.append(asyncio.create_task(self._slave_sync_loop(), name="slave-config-sync"))
@@ -237,7 +238,7 @@ class ReplicasManager:
             log.warning("could not apply for a broker id again", error=str(exc))
             return False
         self.identity = identity
-        self.ctx.role.broker_id = identity.broker_id
+        self._role.swap(broker_id=identity.broker_id)
         # The controllers' epochs for this group may have started again (a cleaned group):
         # what this broker saw of the old metadata says nothing about the new.
         self._seen_epoch = 0
@@ -499,31 +500,35 @@ class ReplicasManager:
             if info.master_epoch < self._seen_epoch:
                 return  # stale
             self._seen_epoch = info.master_epoch
-            role = self.ctx.role
             me = self.broker_id
             if info.master_broker_id == me:
                 if self.ha.role is not HARole.MASTER or self.ha.master_epoch != info.master_epoch:
                     log.info("becoming master", broker_id=me, master_epoch=info.master_epoch)
-                    role.is_master = False
+                    self._role.swap(is_master=False)
                     await self.ha.become_master(
                         info.master_epoch, info.sync_state_set, info.sync_state_set_epoch, me
                     )
                     self._slave_of = None
                     self._contact(monotonic())
-                    role.master_epoch = info.master_epoch
-                    role.master_address = self.cfg.listen
                     adopted = self.ctx.adopt_store_topics()
                     if adopted:
                         log.info("topic config adopted from replicated data", topics=adopted)
-                    role.is_master = True
+                    # Writes are taken from here on: the epoch, address and flag in one swap.
+                    self._role.swap(
+                        is_master=True,
+                        master_epoch=info.master_epoch,
+                        master_address=self.cfg.listen,
+                    )
                     self.ctx.waiters.notify_all()
                     self.topics_changed()
                 else:
                     self.ha.apply_sync_state_set(info.sync_state_set, info.sync_state_set_epoch)
                 return
-            role.is_master = False
-            role.master_epoch = info.master_epoch
-            role.master_address = info.master_address if info.master_broker_id != NO_MASTER else ""
+            self._role.swap(
+                is_master=False,
+                master_epoch=info.master_epoch,
+                master_address=info.master_address if info.master_broker_id != NO_MASTER else "",
+            )
             if info.master_broker_id == NO_MASTER or not info.master_address:
                 return
             target = (info.master_address, info.master_epoch)
@@ -557,12 +562,12 @@ class ReplicasManager:
     def _contact(self, at: float) -> None:
         """The active controller answered a request sent at ``at``: renew the write lease."""
         self._last_contact = at
-        self.ctx.lease_expires = at + self.cfg.broker_heartbeat_timeout_ms / 1000
+        self._role.swap(lease_expires=at + self.cfg.broker_heartbeat_timeout_ms / 1000)
         self._set_fenced(False)
 
     def _set_fenced(self, fenced: bool) -> None:
-        if fenced != self.ctx.fenced:
-            self.ctx.fenced = fenced
+        if fenced != self._role.current.fenced:
+            self._role.swap(fenced=fenced)
             if fenced:
                 log.error(
                     "master fenced: active controller unreachable; rejecting writes",

@@ -166,19 +166,20 @@ class AdminProcessor:
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:
         ctx = self.ctx
         store = ctx.store
+        role = ctx.role
         info = {
             "brokerName": ctx.cfg.broker_name,
             "cluster": ctx.cfg.cluster,
             "address": ctx.cfg.listen,
-            "brokerId": ctx.role.broker_id,
-            "role": "MASTER" if ctx.role.is_master else "SLAVE",
-            "masterEpoch": ctx.role.master_epoch,
+            "brokerId": role.broker_id,
+            "role": "MASTER" if role.is_master else "SLAVE",
+            "masterEpoch": role.master_epoch,
             "maxOffset": store.max_offset,
             "minOffset": store.min_offset,
             "flushedOffset": ctx.service.flushed_offset,
             "confirmOffset": ctx.ha.confirm_offset if ctx.ha is not None else store.confirm_offset,
             "haAddress": ctx.ha.address if ctx.ha is not None else None,
-            "fenced": ctx.fenced,
+            "fenced": role.fenced,
             "topics": len(ctx.topics.all()),
             "connections": ctx.connections(),
             "pullsWaiting": ctx.waiters.waiting,

@@ -41,10 +41,11 @@ class ReplicationProcessor:
                 {"epoch": e.epoch, "startOffset": e.start_offset, "endOffset": e.end_offset}
                 for e in ctx.ha.epoch_file.entries_with_end(store.max_offset)
             ]
+        role = ctx.role
         doc = {
-            "brokerId": ctx.role.broker_id,
+            "brokerId": role.broker_id,
             "address": ctx.cfg.listen,
-            "role": "MASTER" if ctx.role.is_master else "SLAVE",
+            "role": "MASTER" if role.is_master else "SLAVE",
             "maxOffset": store.max_offset,
             "confirmOffset": confirm,
             "epochs": epochs,

@@ -38,11 +38,12 @@ class RouteProcessor:
 
     def cluster(self, conn: Connection, req: Frame) -> Frame:
         ctx = self.ctx
+        role = ctx.role
         entry = {
             "brokerName": ctx.cfg.broker_name,
-            "brokerId": ctx.role.broker_id,
+            "brokerId": role.broker_id,
             "address": ctx.cfg.listen,
-            "role": "MASTER" if ctx.role.is_master else "SLAVE",
+            "role": "MASTER" if role.is_master else "SLAVE",
         }
         return response(
             req, ResponseCode.SUCCESS, None, msgpack.packb({"clusters": {ctx.cfg.cluster: [entry]}})

@@ -68,9 +68,7 @@ async def start_master(tmp: Path, **config: object) -> Master:
     await ha.become_master(1, [1, *SLAVES], 1, 1)
     for slave in SLAVES:
         ha.slave_connected(slave, f"127.0.0.1:{slave}", False)
-    ctx.role.is_master = True
-    ctx.role.broker_id = 1
-    ctx.lease_expires = time.monotonic() + 3600
+    ctx.role_cell.swap(is_master=True, broker_id=1, lease_expires=time.monotonic() + 3600)
     return Master(broker, f"127.0.0.1:{port}")
 
 

@@ -96,7 +96,7 @@ async def test_broker_exports_role_epoch_fencing_disk_and_send_errors(broker: Br
 
 
 async def test_master_fenced_flag_and_replication_figures(broker: Broker) -> None:
-    broker.ctx.fenced = True
+    broker.ctx.role_cell.swap(fenced=True)
     broker.ctx.ha = StandInHA()  # type: ignore[assignment]
     # 8 KiB of messages: the master is ahead of both stand-in slaves' acks.
     body = b"x" * 1024
@@ -126,7 +126,7 @@ def test_broker_id_label_waits_for_the_controller_assigned_id(tmp_path: Path) ->
     )
     b = Broker(cfg)
     assert b.metrics.broker_id() == ""  # controller mode, no id yet
-    b.ctx.role.broker_id = 2
+    b.ctx.role_cell.swap(broker_id=2)
     assert b.metrics.broker_id() == "2"
     # Not started: no data directory yet, so no disk figures, and the scrape still answers.
     text = generate_latest(b.metrics.registry).decode()
