@@ -222,11 +222,11 @@ class RaftNode:
                 # term so it steps down, since check-quorum may stop us from adopting its term.
                 # (A rejection of index 0, so a leader of our term that gets it late ignores it.)
                 if self.config.check_quorum or self.config.pre_vote:
-                    self._send(
+                    self.send(
                         AppendResponse(src=self.id, dst=m.src, term=self.term, index=0, reject=True)
                     )
             elif isinstance(m, VoteRequest) and m.pre_vote:
-                self._send(
+                self.send(
                     VoteResponse(
                         src=self.id, dst=m.src, term=self.term, granted=False, pre_vote=True
                     )
@@ -275,7 +275,7 @@ class RaftNode:
         if self._leader is not None:
             self._leader.read_index(self.id, ctx)
         elif self.lead is not None:
-            self._send(ReadIndexRequest(src=self.id, dst=self.lead, term=self.term, ctx=ctx))
+            self.send(ReadIndexRequest(src=self.id, dst=self.lead, term=self.term, ctx=ctx))
         else:
             raise NotLeader(None)
 
@@ -415,6 +415,31 @@ class RaftNode:
             # Our own vote counts only once it is durable.
             self._record_vote(self.id, True)
 
+    # --- what the leader half uses (controller.raft.leader.LeaderNode) -----------------------
+
+    @property
+    def now(self) -> int:
+        """Ticks since this node started: the core's clock (the leader lease is kept in it)."""
+        return self._now
+
+    @property
+    def last_conf_change_index(self) -> int:
+        """Index of the latest membership change in the log, committed or not (0: none)."""
+        return self._conf.last_change_index
+
+    def count_election_tick(self) -> bool:
+        """The leader's tick of the election clock: True, and the count starts over, once
+        ``election_ticks_min`` ticks have passed (time for the check-quorum test)."""
+        self._election_elapsed += 1
+        if self._election_elapsed < self.config.election_ticks_min:
+            return False
+        self._election_elapsed = 0
+        return True
+
+    def add_read_state(self, rs: ReadState) -> None:
+        """A read index for this node's own request: handed out once applied (see ready())."""
+        self._pending_reads.append(rs)
+
     # --- inspection --------------------------------------------------------------------------
 
     @property
@@ -489,7 +514,7 @@ class RaftNode:
         # The no-op lets the new leader commit (and so learn the commit index) in its own term.
         self._append_local(EntryType.NOOP, b"")
 
-    def _step_down(self) -> None:
+    def step_down(self) -> None:
         """Called by the leader half: lost quorum, or removed from the configuration."""
         self._become_follower(self.term, None)
 
@@ -526,7 +551,7 @@ class RaftNode:
         last_term = self.log.last_term()
         for voter in self._conf.current.voters:
             if voter != self.id:
-                self._send(
+                self.send(
                     VoteRequest(
                         src=self.id,
                         dst=voter,
@@ -561,14 +586,14 @@ class RaftNode:
             or (m.pre_vote and m.term > self.term)
         )
         if can_vote and self.log.is_up_to_date(m.last_log_index, m.last_log_term):
-            self._send(
+            self.send(
                 VoteResponse(src=self.id, dst=m.src, term=m.term, granted=True, pre_vote=m.pre_vote)
             )
             if not m.pre_vote:
                 self._election_elapsed = 0
                 self.vote = m.src
         else:
-            self._send(
+            self.send(
                 VoteResponse(
                     src=self.id, dst=m.src, term=self.term, granted=False, pre_vote=m.pre_vote
                 )
@@ -592,7 +617,7 @@ class RaftNode:
             self._election_elapsed = 0
             self.lead = m.src
             self.log.commit_to(min(m.commit, self.log.last_index()))
-            self._send(
+            self.send(
                 HeartbeatResponse(src=self.id, dst=m.src, term=self.term, read_seq=m.read_seq)
             )
         elif isinstance(m, InstallSnapshot):
@@ -606,12 +631,12 @@ class RaftNode:
             if m.src == self.lead:
                 self._hup(transfer=True)
         elif isinstance(m, ReadIndexResponse):
-            self._pending_reads.append(ReadState(index=m.index, ctx=m.ctx))
+            self.add_read_state(ReadState(index=m.index, ctx=m.ctx))
 
     def _handle_append(self, m: AppendEntries) -> None:
         log = self.log
         if m.prev_log_index < log.committed:
-            self._send(AppendResponse(src=self.id, dst=m.src, term=self.term, index=log.committed))
+            self.send(AppendResponse(src=self.id, dst=m.src, term=self.term, index=log.committed))
             return
         last_new, conflict = log.maybe_append(
             m.prev_log_index, m.prev_log_term, m.commit, m.entries
@@ -619,11 +644,11 @@ class RaftNode:
         if last_new is not None:
             if conflict:
                 self._entries_appended(m.entries[conflict - m.prev_log_index - 1 :], conflict)
-            self._send(AppendResponse(src=self.id, dst=m.src, term=self.term, index=last_new))
+            self.send(AppendResponse(src=self.id, dst=m.src, term=self.term, index=last_new))
             return
         hint = min(m.prev_log_index, log.last_index())
         hint, hint_term = log.find_conflict_by_term(hint, m.prev_log_term)
-        self._send(
+        self.send(
             AppendResponse(
                 src=self.id,
                 dst=m.src,
@@ -638,7 +663,7 @@ class RaftNode:
     def _handle_snapshot_chunk(self, m: InstallSnapshot) -> None:
         if m.meta.index <= self.log.committed:
             # Already have it (a duplicate, or the final chunk's ack was lost).
-            self._send(
+            self.send(
                 AppendResponse(src=self.id, dst=m.src, term=self.term, index=self.log.committed)
             )
             return
@@ -654,7 +679,7 @@ class RaftNode:
                 self._snap_key = None
                 self._snap_buf = bytearray()
                 self._restore(snapshot)
-                self._send(
+                self.send(
                     AppendResponse(
                         src=self.id, dst=m.src, term=self.term, index=self.log.last_index()
                     )
@@ -663,7 +688,7 @@ class RaftNode:
         elif m.offset == len(buf):
             self._snap_key = None  # too big: drop it, the leader starts over
             self._snap_buf = bytearray()
-        self._send(
+        self.send(
             InstallSnapshotAck(
                 src=self.id,
                 dst=m.src,
@@ -721,7 +746,8 @@ class RaftNode:
             raise NotLeader(self.lead)
         return self._leader
 
-    def _send(self, m: Message) -> None:
+    def send(self, m: Message) -> None:
+        """Queue ``m`` for the next Ready (the leader half sends through this too)."""
         self._msgs.append(m)
 
     def _hard_state(self) -> HardState:

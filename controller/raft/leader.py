@@ -1,7 +1,9 @@
 """The leader's half of the node: replication, commit, heartbeats, read-index, transfer.
 
 A :class:`Leader` exists only while its node leads, for one term; stepping down drops it with
-everything it tracked (progress, pending reads, a transfer in flight).
+everything it tracked (progress, pending reads, a transfer in flight). It reaches its node only
+through :class:`LeaderNode`, the part of :class:`~controller.raft.core.RaftNode` it may read
+and call.
 
 Replication (section 5.3) with etcd's flow control: appends to a member in REPLICATE are
 pipelined up to ``max_inflight`` and each carries at most ``max_msg_bytes`` of entries; new
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from protocol.raft_types import (
     AppendEntries,
     AppendResponse,
+    ConfState,
     Heartbeat,
     HeartbeatResponse,
     InstallSnapshot,
@@ -35,9 +38,68 @@ from .errors import Compacted, ConfChangeRejected, ProposalDropped, RaftError, T
 from .membership import ConfChange, ConfChangeType, apply_conf_change, majority, quorum_index
 from .progress import Progress, ProgressState
 from .readonly import ReadOnly
+from .ready import Role
 
 if TYPE_CHECKING:
-    from .core import RaftNode
+    from storage.raftlog.view import StorageView
+
+    from .config import RaftConfig
+    from .log import RaftLog
+
+
+class LeaderNode(Protocol):
+    """The node as its leader half sees it: everything :class:`Leader` reads or calls on it.
+    :class:`~controller.raft.core.RaftNode` implements it; nothing else of the node is touched
+    from here."""
+
+    @property
+    def id(self) -> NodeId: ...
+
+    @property
+    def config(self) -> RaftConfig: ...
+
+    @property
+    def term(self) -> int: ...
+
+    @property
+    def role(self) -> Role: ...
+
+    @property
+    def log(self) -> RaftLog: ...
+
+    @property
+    def storage(self) -> StorageView: ...
+
+    @property
+    def now(self) -> int:
+        """Ticks since the node started."""
+        ...
+
+    @property
+    def conf_state(self) -> ConfState:
+        """The configuration in use (the latest in the log, committed or not)."""
+        ...
+
+    @property
+    def last_conf_change_index(self) -> int: ...
+
+    def send(self, m: Message) -> None:
+        """Queue a message for the next Ready."""
+        ...
+
+    def add_read_state(self, rs: ReadState) -> None:
+        """Hand a read index for the node's own request to the driver (once applied)."""
+        ...
+
+    def count_election_tick(self) -> bool:
+        """Count one tick; True (and start over) once ``election_ticks_min`` ticks passed."""
+        ...
+
+    def step_down(self) -> None:
+        """Become a follower in the current term (quorum lost, or removed)."""
+        ...
+
+    def propose_conf_change(self, cc: ConfChange) -> int: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +113,7 @@ class ProgressStatus:
 
 
 class Leader:
-    def __init__(self, node: RaftNode) -> None:
+    def __init__(self, node: LeaderNode) -> None:
         self.node = node
         self.progress: dict[NodeId, Progress] = {}
         self.readonly = ReadOnly()
@@ -84,7 +146,7 @@ class Leader:
     def conf_changed(self) -> None:
         """Make the progress map follow the configuration in use."""
         node = self.node
-        cs = node._conf.current
+        cs = node.conf_state
         members = cs.members()
         last = node.log.last_index()
         for member in members:
@@ -101,7 +163,7 @@ class Leader:
         if self.transferee is not None and not cs.is_voter(self.transferee):
             self.abort_transfer()
         if not cs.is_voter(node.id):
-            self.removal_index = node._conf.last_change_index
+            self.removal_index = node.last_conf_change_index
         else:
             self.removal_index = 0
 
@@ -111,9 +173,9 @@ class Leader:
             raise ProposalDropped("leadership transfer in progress")
         if not self.committed_in_term:
             raise ProposalDropped("the leader has not committed an entry in its term yet")
-        if node._conf.last_change_index > node.log.committed:
+        if node.last_conf_change_index > node.log.committed:
             raise ProposalDropped("the previous membership change is not committed yet")
-        apply_conf_change(node._conf.current, cc)
+        apply_conf_change(node.conf_state, cc)
         if cc.type is ConfChangeType.PROMOTE:
             pr = self.progress.get(cc.node_id)
             if pr is None or pr.match < node.log.committed:
@@ -121,7 +183,7 @@ class Leader:
 
     def _maybe_auto_promote(self, node_id: NodeId, pr: Progress) -> None:
         node = self.node
-        if not node.config.auto_promote_learners or not node._conf.current.is_learner(node_id):
+        if not node.config.auto_promote_learners or not node.conf_state.is_learner(node_id):
             return
         if pr.match < node.log.committed:
             return
@@ -148,7 +210,7 @@ class Leader:
     def tick(self) -> None:
         node = self.node
         cfg = node.config
-        node._election_elapsed += 1
+        quorum_check_due = node.count_election_tick()
         self.heartbeat_elapsed += 1
         if self.preferred_backoff > 0:
             self.preferred_backoff -= 1
@@ -157,10 +219,9 @@ class Leader:
             if self.transfer_elapsed >= cfg.transfer_timeout:
                 self.abort_transfer()
         self._forget_old_rounds()
-        if node._election_elapsed >= cfg.election_ticks_min:
-            node._election_elapsed = 0
+        if quorum_check_due:
             if cfg.check_quorum and not self._quorum_active():
-                node._step_down()
+                node.step_down()
                 return
             for member, pr in self.progress.items():
                 pr.recent_active = member == node.id
@@ -229,7 +290,7 @@ class Leader:
             return True
         if not entries and not send_if_empty:
             return False
-        node._send(
+        node.send(
             AppendEntries(
                 src=node.id,
                 dst=to,
@@ -252,7 +313,7 @@ class Leader:
             pr.become_snapshot(snapshot.index)
         offset = min(pr.snapshot_offset, len(snapshot.data))
         chunk = snapshot.data[offset : offset + node.config.snapshot_chunk_bytes]
-        node._send(
+        node.send(
             InstallSnapshot(
                 src=node.id,
                 dst=to,
@@ -296,7 +357,7 @@ class Leader:
             self._commit_moved = True
         elif was_paused:
             self._send_append(m.src, send_if_empty=False)
-        if node._leader is not self:
+        if node.role is not Role.LEADER:
             return  # the commit removed us and we stepped down
         while self._send_append(m.src, send_if_empty=False):
             pass
@@ -306,7 +367,7 @@ class Leader:
 
     def _maybe_commit(self) -> bool:
         node = self.node
-        voters = node._conf.current.voters
+        voters = node.conf_state.voters
         index = quorum_index([self.progress[v].match for v in voters if v in self.progress])
         if not node.log.maybe_commit(index, node.term):
             return False
@@ -326,16 +387,16 @@ class Leader:
         if self.removal_index and node.log.committed >= self.removal_index:
             # Our removal is committed: hand over to the most caught-up voter and step down.
             best = max(
-                (v for v in node._conf.current.voters if v in self.progress),
+                (v for v in node.conf_state.voters if v in self.progress),
                 key=lambda v: self.progress[v].match,
                 default=None,
             )
             if best is not None and self.progress[best].match == node.log.last_index():
                 self._send_timeout_now(best)
-            node._step_down()
+            node.step_down()
 
     def _quorum_active(self) -> bool:
-        voters = self.node._conf.current.voters
+        voters = self.node.conf_state.voters
         active = sum(1 for v in voters if v in self.progress and self.progress[v].recent_active)
         return active >= majority(len(voters))
 
@@ -346,11 +407,11 @@ class Leader:
         # Every round has its own sequence number (an echo names the round and so the tick it
         # left at); a read registered earlier is still confirmed by any later round.
         seq = self.readonly.new_round()
-        self._round_ticks[seq] = node._now
+        self._round_ticks[seq] = node.now
         for member, pr in self.progress.items():
             if member == node.id:
                 continue
-            node._send(
+            node.send(
                 Heartbeat(
                     src=node.id,
                     dst=member,
@@ -406,7 +467,7 @@ class Leader:
         if not self.committed_in_term:
             self.reads_before_commit.append((origin, ctx))
             return
-        if node._conf.current.voters == (node.id,):
+        if node.conf_state.voters == (node.id,):
             self._deliver_read(origin, ctx, node.log.committed)
             return
         self.readonly.add(origin, ctx, node.log.committed)
@@ -416,15 +477,15 @@ class Leader:
         node = self.node
         acked = {member: pr.read_seq for member, pr in self.progress.items()}
         acked[node.id] = self.readonly.last_seq
-        for read in self.readonly.release(acked, node._conf.current.voters):
+        for read in self.readonly.release(acked, node.conf_state.voters):
             self._deliver_read(read.origin, read.ctx, read.index)
 
     def _deliver_read(self, origin: NodeId, ctx: bytes, index: int) -> None:
         node = self.node
         if origin == node.id:
-            node._pending_reads.append(ReadState(index=index, ctx=ctx))
+            node.add_read_state(ReadState(index=index, ctx=ctx))
         else:
-            node._send(
+            node.send(
                 ReadIndexResponse(src=node.id, dst=origin, term=node.term, ctx=ctx, index=index)
             )
 
@@ -435,7 +496,7 @@ class Leader:
         if target == node.id:
             self.abort_transfer()
             return
-        if not node._conf.current.is_voter(target) or target not in self.progress:
+        if not node.conf_state.is_voter(target) or target not in self.progress:
             raise TransferRejected(f"{target} is not a voter")
         if self.transferee == target:
             return
@@ -453,8 +514,8 @@ class Leader:
     def _send_timeout_now(self, to: NodeId) -> None:
         node = self.node
         cfg = node.config
-        node._send(TimeoutNow(src=node.id, dst=to, term=node.term))
-        self._no_lease_until = node._now + cfg.transfer_timeout + cfg.election_ticks_max
+        node.send(TimeoutNow(src=node.id, dst=to, term=node.term))
+        self._no_lease_until = node.now + cfg.transfer_timeout + cfg.election_ticks_max
 
     def _maybe_transfer_to_preferred(self) -> None:
         node = self.node
@@ -465,7 +526,7 @@ class Leader:
             or self.transferee is not None
             or self.preferred_backoff > 0
             or not self.committed_in_term
-            or not node._conf.current.is_voter(preferred)
+            or not node.conf_state.is_voter(preferred)
         ):
             return
         pr = self.progress.get(preferred)
@@ -481,19 +542,18 @@ class Leader:
         quorum of voters acknowledged (this node counts as acknowledging now); 0 during a
         leadership transfer and for a while after a TimeoutNow."""
         node = self.node
-        now = node._now
+        now = node.now
         if self.transferee is not None or now < self._no_lease_until:
             return 0
         lease = node.config.lease_ticks
         never = now - lease
         anchors = [
-            now if v == node.id else self._acked_tick.get(v, never)
-            for v in node._conf.current.voters
+            now if v == node.id else self._acked_tick.get(v, never) for v in node.conf_state.voters
         ]
         return max(0, quorum_index(anchors) + lease - now)
 
     def _forget_old_rounds(self) -> None:
-        horizon = self.node._now - self.node.config.lease_ticks
+        horizon = self.node.now - self.node.config.lease_ticks
         rounds = self._round_ticks
         while rounds:
             first = next(iter(rounds))
@@ -504,7 +564,7 @@ class Leader:
     # --- inspection --------------------------------------------------------------------------
 
     def progress_status(self) -> tuple[ProgressStatus, ...]:
-        cs = self.node._conf.current
+        cs = self.node.conf_state
         return tuple(
             ProgressStatus(
                 node_id=member,
