@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -18,6 +17,7 @@ from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.wait import wait_until_async
 
 Key = tuple[str, int, int]
 """(broker name, queue id, queue offset): where an acknowledged message must be found."""
@@ -34,19 +34,6 @@ async def sync_state(boot: Bootstrap, group: str = "broker-a") -> dict[str, Any]
     return msgpack.unpackb(resp.body) if resp.body else None
 
 
-async def wait_for(
-    cond: Callable[[], Awaitable[Any]], timeout: float, what: str, cluster: Cluster
-) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail with every daemon's log tail."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await cond()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{cluster.logs()}")
-
-
 async def full_sync_state_set(
     boot: Bootstrap, cluster: Cluster, size: int = 3, timeout: float = 60
 ) -> dict[str, Any]:
@@ -55,8 +42,12 @@ async def full_sync_state_set(
         ok = doc and doc.get("masterAddress") and len(doc["syncStateSet"]) == size
         return doc if ok else None
 
-    doc: dict[str, Any] = await wait_for(
-        full, timeout, f"a master with {size} replicas in sync", cluster
+    doc: dict[str, Any] = await wait_until_async(
+        full,
+        f"a master with {size} replicas in sync",
+        timeout,
+        interval=0.1,
+        on_timeout=cluster.logs,
     )
     return doc
 
@@ -67,7 +58,9 @@ async def new_master(boot: Bootstrap, cluster: Cluster, old: str) -> dict[str, A
         ok = doc and doc.get("masterAddress") not in (None, "", old)
         return doc if ok else None
 
-    doc: dict[str, Any] = await wait_for(changed, 30, f"a master other than {old}", cluster)
+    doc: dict[str, Any] = await wait_until_async(
+        changed, f"a master other than {old}", 30, interval=0.1, on_timeout=cluster.logs
+    )
     return doc
 
 
@@ -128,10 +121,7 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
         except (ClientError, RemotingError):
             return False
 
-    deadline = time.monotonic() + 20
-    while not await routed():
-        assert time.monotonic() < deadline, "topic never appeared in the controllers' routes"
-        await asyncio.sleep(0.1)
+    await wait_until_async(routed, f"topic {topic} in the controllers' routes", 20, interval=0.1)
 
 
 async def raw_send(conn: RemotingClient, topic: str, body: bytes) -> tuple[int, Key | None]:

@@ -63,12 +63,11 @@ from tests.cluster.support import (
     epoch_cache,
     full_sync_state_set,
     sync_state,
-    wait_for,
 )
 from tests.controller.support import agreed_leader
 from tests.support.cluster import BrokerNode, Cluster, ControllerNode
 from tests.support.procs import port_open
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -160,7 +159,9 @@ class Chaos:
             return doc if ok else None
 
         what = "a master with all three replicas in sync" if size == 3 else "a master"
-        doc: dict[str, Any] = await wait_for(ready, 60, what, self.cluster)
+        doc: dict[str, Any] = await wait_until_async(
+            ready, what, 60, interval=0.1, on_timeout=self.cluster.logs
+        )
         return doc
 
     async def leader(self) -> ControllerNode:
@@ -320,7 +321,13 @@ async def run_chaos(tmp_path: Path, seed: int, faults: int) -> None:
         cluster.add_group("broker-a", 3, config=BROKER_CONFIG)
         doc = await full_sync_state_set(boot, cluster)
         await create_topic(boot, doc["masterAddress"], TOPIC)
-        await wait_for(lambda: topic_everywhere(cluster), 30, "the topic everywhere", cluster)
+        await wait_until_async(
+            lambda: topic_everywhere(cluster),
+            "the topic everywhere",
+            30,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         await check(cluster, boot, plan, history)
     except BaseException as exc:
         applied = "\n".join(
@@ -361,7 +368,13 @@ async def check(cluster: Cluster, boot: Bootstrap, plan: list[Fault], history: H
 
     # Healed: a master and all three replicas in sync, every log confirmed to its end.
     await full_sync_state_set(boot, cluster, timeout=60)
-    await wait_for(lambda: replicas_converged(cluster), 60, "the replicas to converge", cluster)
+    await wait_until_async(
+        lambda: replicas_converged(cluster),
+        "the replicas to converge",
+        60,
+        interval=0.1,
+        on_timeout=cluster.logs,
+    )
     expect = set(history.acked) | set(history.live)
     consumed = await consume_all(cluster.controller_addresses, TOPIC, expect, timeout=90)
 

@@ -24,9 +24,9 @@ from tests.cluster.support import (
     create_topic,
     route_has_master,
     sync_state,
-    wait_for,
 )
 from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -54,11 +54,23 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
                 doc if doc and doc.get("masterAddress") and len(doc["syncStateSet"]) == 3 else None
             )
 
-        doc = await wait_for(full_set, 60, "a master with all three replicas in sync", cluster)
+        doc = await wait_until_async(
+            full_set,
+            "a master with all three replicas in sync",
+            60,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         first_master, first_epoch = doc["masterAddress"], doc["masterEpoch"]
         first_id = doc["masterBrokerId"]
         assert sorted(r["brokerId"] for r in doc["replicas"]) == [1, 2, 3]
-        await wait_for(lambda: route_has_master(boot), 30, "brokers registered for routes", cluster)
+        await wait_until_async(
+            lambda: route_has_master(boot),
+            "brokers registered for routes",
+            30,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
 
         acked: dict[tuple[str, int, int], bytes] = {}
         async with Producer(
@@ -84,7 +96,9 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
                 ok = doc and doc.get("masterAddress") not in (None, "", first_master)
                 return doc if ok else None
 
-            doc = await wait_for(new_master, 30, "a new master", cluster)
+            doc = await wait_until_async(
+                new_master, "a new master", 30, interval=0.1, on_timeout=cluster.logs
+            )
             assert doc["masterEpoch"] > first_epoch
             await asyncio.gather(
                 *(send_range(1000 + w * 100, 1000 + w * 100 + 100) for w in range(4))
@@ -92,7 +106,13 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
 
         # Back at another address: it keeps its persistent id, the controller learns the address.
         master.restart(new_address=True)
-        doc = await wait_for(full_set, 60, "the old master back in sync as a slave", cluster)
+        doc = await wait_until_async(
+            full_set,
+            "the old master back in sync as a slave",
+            60,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         assert doc["masterAddress"] != master.address
         addresses = {r["brokerId"]: r["address"] for r in doc["replicas"]}
         assert addresses[first_id] == master.address != first_master

@@ -21,8 +21,9 @@ import pytest
 from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.cluster.support import full_sync_state_set, node_at, sync_state, wait_for
+from tests.cluster.support import full_sync_state_set, node_at, sync_state
 from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -81,7 +82,13 @@ async def test_a_forged_heartbeat_with_a_huge_timeout_does_not_delay_failover(
 
     beating = asyncio.create_task(beat())
     try:
-        await wait_for(lambda: _async(len(answers) >= 30), 10, "forged heartbeats", cluster)
+        await wait_until_async(
+            lambda: _async(len(answers) >= 30),
+            "forged heartbeats",
+            10,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         # The leader refuses them: this connection never registered the master.
         assert ResponseCode.SUCCESS not in answers, answers
         assert ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED in answers
@@ -93,7 +100,13 @@ async def test_a_forged_heartbeat_with_a_huge_timeout_does_not_delay_failover(
             return bool(d and d.get("masterAddress") not in (None, "", master.address))
 
         # The master's connection closed: the controllers elect at once, not an hour later.
-        await wait_for(failed_over, 15, "a new master while the forger keeps beating", cluster)
+        await wait_until_async(
+            failed_over,
+            "a new master while the forger keeps beating",
+            15,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         assert time.monotonic() - killed < 10
     finally:
         beating.cancel()

@@ -39,9 +39,9 @@ from tests.cluster.support import (
     new_master,
     node_at,
     sync_state,
-    wait_for,
 )
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -96,7 +96,9 @@ async def routed_everywhere(cluster: Cluster) -> None:
                 return False
         return True
 
-    await wait_for(routed, 30, "every controller to route the topic", cluster)
+    await wait_until_async(
+        routed, "every controller to route the topic", 30, interval=0.1, on_timeout=cluster.logs
+    )
 
 
 def producer_for(cluster: Cluster) -> Producer:
@@ -196,7 +198,13 @@ async def test_forged_role_changes_are_only_a_hint_to_ask_the_controllers(
                         b.log().count(IGNORED) >= forged.index(claim) + 1 for b in cluster.brokers
                     )
 
-                await wait_for(handled, 20, f"the brokers to handle {claim}", cluster)
+                await wait_until_async(
+                    handled,
+                    f"the brokers to handle {claim}",
+                    20,
+                    interval=0.1,
+                    on_timeout=cluster.logs,
+                )
                 await assert_roles_unchanged(cluster, boot, doc, fakes)
                 await send_all(producer, f"after-{claim[0]}", 10, acked)
     finally:
@@ -247,20 +255,32 @@ async def test_an_impostor_on_the_masters_ha_port_truncates_nothing(
         ok = cache["confirmOffset"] == cache["maxOffset"] == mine["maxOffset"]
         return cache if ok else None
 
-    cache = await wait_for(confirmed, 20, "the slave to confirm everything", cluster)
+    cache = await wait_until_async(
+        confirmed, "the slave to confirm everything", 20, interval=0.1, on_timeout=cluster.logs
+    )
     if slave_restarts:
         # The floor must survive a crash: once the checkpoint holds it, kill -9 and restart.
         async def checkpointed() -> bool:
             cp = load_checkpoint(slave.data_dir / "checkpoint")
             return cp is not None and cp.confirm_offset == cache["maxOffset"]
 
-        await wait_for(
-            checkpointed, 20, "the slave's checkpoint to hold the confirm offset", cluster
+        await wait_until_async(
+            checkpointed,
+            "the slave's checkpoint to hold the confirm offset",
+            20,
+            interval=0.1,
+            on_timeout=cluster.logs,
         )
         slave.kill9()
         slave.restart()
         await full_sync_state_set(boot, cluster, size=2)
-        cache = await wait_for(confirmed, 20, "the restarted slave to be in step", cluster)
+        cache = await wait_until_async(
+            confirmed,
+            "the restarted slave to be in step",
+            20,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
     entries = tuple(
         EpochEntry(epoch=e["epoch"], start_offset=e["startOffset"]) for e in cache["epochs"]
     )
@@ -275,7 +295,9 @@ async def test_an_impostor_on_the_masters_ha_port_truncates_nothing(
         async def acted() -> bool:
             return fake.acted()
 
-        await wait_for(acted, 20, "the slave to answer the impostor", cluster)
+        await wait_until_async(
+            acted, "the slave to answer the impostor", 20, interval=0.1, on_timeout=cluster.logs
+        )
         after = await epoch_cache(slave.address)
         assert after["maxOffset"] == cache["maxOffset"], "the slave truncated for the impostor"
         assert [e["epoch"] for e in after["epochs"]] == [e.epoch for e in entries]
@@ -317,7 +339,9 @@ async def test_a_broker_whose_metadata_was_cleaned_registers_again(
                 and not any(r["alive"] for r in d["replicas"] if r["brokerId"] == old_id)
             )
 
-        await wait_for(dead, 30, "the controllers to see the slave dead", cluster)
+        await wait_until_async(
+            dead, "the controllers to see the slave dead", 30, interval=0.1, on_timeout=cluster.logs
+        )
         resp = await boot.call(
             RequestCode.CLEAN_BROKER_DATA, {"brokerName": GROUP, "brokerIds": str(old_id)}
         )
@@ -369,7 +393,9 @@ async def test_a_cleaned_group_comes_back_with_its_brokers_taking_ids_again(
             d and d["masterBrokerId"] in (None, -1) and not any(r["alive"] for r in d["replicas"])
         )
 
-    await wait_for(dead, 30, "the controllers to see the group dead", cluster)
+    await wait_until_async(
+        dead, "the controllers to see the group dead", 30, interval=0.1, on_timeout=cluster.logs
+    )
     resp = await boot.call(RequestCode.CLEAN_BROKER_DATA, {"brokerName": GROUP})
     assert resp.code == ResponseCode.SUCCESS
     first.restart()
@@ -378,7 +404,13 @@ async def test_a_cleaned_group_comes_back_with_its_brokers_taking_ids_again(
         d = await sync_state(boot)
         return bool(d and d["masterAddress"] == first.address)
 
-    await wait_for(first_is_master, 30, "the broker that had id 2 to lead the new group", cluster)
+    await wait_until_async(
+        first_is_master,
+        "the broker that had id 2 to lead the new group",
+        30,
+        interval=0.1,
+        on_timeout=cluster.logs,
+    )
     second.restart()
     doc = await full_sync_state_set(boot, cluster, size=2, timeout=30)
     ids = {r["address"]: r["brokerId"] for r in doc["replicas"]}

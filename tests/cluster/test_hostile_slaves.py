@@ -36,11 +36,10 @@ from tests.cluster.support import (
     node_at,
     raw_send,
     sync_state,
-    wait_for,
 )
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import port_open
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -147,10 +146,12 @@ async def test_a_fake_slave_with_an_unregistered_id_does_not_freeze_writes(
         acked = await send_batch(conn, "before", 5)
         assert len(acked) == 5
         # Refused at once, or (without the fix) served long enough to be proposed and rejected.
-        deadline = time.monotonic() + 5
-        while not fake.closed.is_set() and "CONTROLLER_INVALID_REPLICAS" not in master.log():
-            assert time.monotonic() < deadline, "the fake slave was neither refused nor proposed"
-            await asyncio.sleep(0.05)
+        await wait_until_async(
+            lambda: fake.closed.is_set() or "CONTROLLER_INVALID_REPLICAS" in master.log(),
+            "the fake slave to be refused or proposed",
+            5,
+            interval=0.05,
+        )
 
         slave.kill9()  # the real slave dies: the set must shrink to the master alone
         killed = time.monotonic()
@@ -187,17 +188,24 @@ async def test_a_refused_expansion_never_blocks_the_shrink_writes_need(
             return False
         return not next(r["alive"] for r in state["replicas"] if r["address"] == c.address)
 
-    await wait_for(c_out_and_dead, 20, "C shrunk out and judged dead", cluster)
+    await wait_until_async(
+        c_out_and_dead, "C shrunk out and judged dead", 20, interval=0.1, on_timeout=cluster.logs
+    )
     fake = FakeSlave("127.0.0.1", master.ha_port, replica_id(doc, c), c.address).start()
     conn = await RemotingClient.connect(master.address)
     try:
         acked = await send_batch(conn, "before", 5)
         assert len(acked) == 5
-        deadline = time.monotonic() + 10
-        while "CONTROLLER_BROKER_NOT_ALIVE" not in master.log():
-            assert time.monotonic() < deadline, "the expansion to the fake was never refused"
+
+        async def refused() -> bool:
+            if "CONTROLLER_BROKER_NOT_ALIVE" in master.log():
+                return True
             await send_batch(conn, "more", 1)
-            await asyncio.sleep(0.05)
+            return False
+
+        await wait_until_async(
+            refused, "the expansion to the fake to be refused", 10, interval=0.05
+        )
 
         b.kill9()
         killed = time.monotonic()
@@ -264,7 +272,13 @@ async def lose_an_expansion_answer(
             doc = await sync_state(boot)
             return doc is not None and len(doc["syncStateSet"]) == 2
 
-        await wait_for(committed, 10, "the controllers to show the committed {A, B}", cluster)
+        await wait_until_async(
+            committed,
+            "the controllers to show the committed {A, B}",
+            10,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         conn.close()
         conn = None
         master.kill9()

@@ -38,10 +38,10 @@ from tests.cluster.support import (
     new_master,
     node_at,
     route_has_master,
-    wait_for,
 )
 from tests.controller.support import agreed_leader
 from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -103,7 +103,13 @@ async def test_sends_started_during_a_fault_succeed(tmp_path: Path, fault: str) 
         cluster.start_controllers()
         cluster.add_group("broker-a", 2, config=config)
         master = (await full_sync_state_set(boot, cluster, size=2))["masterAddress"]
-        await wait_for(lambda: route_has_master(boot), 30, "brokers registered for routes", cluster)
+        await wait_until_async(
+            lambda: route_has_master(boot),
+            "brokers registered for routes",
+            30,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         await create_topic(boot, master, TOPIC)
 
         sends: list[tuple[float, float]] = []  # (started, took) of every acknowledged send
@@ -129,12 +135,24 @@ async def test_sends_started_during_a_fault_succeed(tmp_path: Path, fault: str) 
 
             tasks = [asyncio.create_task(sender(w)) for w in range(SENDERS)]
             try:
-                await wait_for(lambda: sent(20, 0.0), 30, "sends before the fault", cluster)
+                await wait_until_async(
+                    lambda: sent(20, 0.0),
+                    "sends before the fault",
+                    30,
+                    interval=0.1,
+                    on_timeout=cluster.logs,
+                )
                 faulted = time.monotonic()
                 await inject(cluster, boot, master)
                 recovered = time.monotonic()
                 # Sends go through again, so those started during the fault have settled.
-                await wait_for(lambda: sent(4 * SENDERS, recovered), 30, "sends after", cluster)
+                await wait_until_async(
+                    lambda: sent(4 * SENDERS, recovered),
+                    "sends after",
+                    30,
+                    interval=0.1,
+                    on_timeout=cluster.logs,
+                )
             finally:
                 stop.set()
                 await asyncio.gather(*tasks)

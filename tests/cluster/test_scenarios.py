@@ -35,9 +35,9 @@ from tests.cluster.support import (
     node_at,
     raw_send,
     sync_state,
-    wait_for,
 )
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -106,7 +106,9 @@ async def test_a_divergent_tail_is_truncated_away_and_never_served(
             caches = [await epoch_cache(b.address) for b in cluster.brokers]
             return len({c["maxOffset"] for c in caches}) == 1
 
-        await wait_for(caught_up, 20, "the slaves to catch up", cluster)
+        await wait_until_async(
+            caught_up, "the slaves to catch up", 20, interval=0.1, on_timeout=cluster.logs
+        )
         slaves = slaves_of(cluster, doc)
         for s in slaves:
             s.signal(signal.SIGSTOP)
@@ -155,7 +157,9 @@ async def test_a_frozen_slave_is_shrunk_out_and_expanded_back(
             d = await sync_state(boot)
             return d if d and frozen_id not in d["syncStateSet"] else None
 
-        await wait_for(shrunk, 20, "the frozen slave shrunk out", cluster)
+        await wait_until_async(
+            shrunk, "the frozen slave shrunk out", 20, interval=0.1, on_timeout=cluster.logs
+        )
         await send_all(producer, [f"c-{i}".encode() for i in range(50)], acked)
         frozen.signal(signal.SIGCONT)
         await full_sync_state_set(boot, cluster, timeout=30)
@@ -228,7 +232,9 @@ async def test_operator_elect_master_moves_mastership_only_to_an_in_sync_broker(
             d = await sync_state(boot)
             return bool(d and ids[other.address] not in d["syncStateSet"])
 
-        await wait_for(shrunk, 20, "the frozen slave shrunk out", cluster)
+        await wait_until_async(
+            shrunk, "the frozen slave shrunk out", 20, interval=0.1, on_timeout=cluster.logs
+        )
         other.signal(signal.SIGCONT)
         refused = await asyncio.to_thread(
             rmqctl, cluster, "electMaster", "-b", "broker-a", "-i", str(ids[other.address])
@@ -266,7 +272,13 @@ async def test_an_all_ack_send_waits_for_every_sync_state_set_member(
             code, _ = await raw_send(conn, TOPIC, b"thawed")
             return code == ResponseCode.SUCCESS
 
-        await wait_for(acknowledged, 20, "an acknowledged send after SIGCONT", cluster)
+        await wait_until_async(
+            acknowledged,
+            "an acknowledged send after SIGCONT",
+            20,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
     finally:
         conn.close()
 
@@ -289,14 +301,22 @@ async def test_min_in_sync_replicas_refuses_writes_on_a_small_set(
             )
             return code == ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH
 
-        await wait_for(refused, 20, "IN_SYNC_REPLICAS_NOT_ENOUGH", cluster)
+        await wait_until_async(
+            refused, "IN_SYNC_REPLICAS_NOT_ENOUGH", 20, interval=0.1, on_timeout=cluster.logs
+        )
         lost.restart()
         await full_sync_state_set(boot, cluster)
 
         async def accepted() -> bool:
             return (await raw_send(conn, TOPIC, b"three-again"))[0] == ResponseCode.SUCCESS
 
-        await wait_for(accepted, 20, "writes accepted with three in sync again", cluster)
+        await wait_until_async(
+            accepted,
+            "writes accepted with three in sync again",
+            20,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
     finally:
         conn.close()
 
@@ -324,7 +344,13 @@ async def test_consumer_offsets_follow_to_the_new_master(cluster: Cluster, boot:
         tables = [await all_consumer_offsets(s.address) for s in slaves_of(cluster, doc)]
         return all(sum(t.get("resuming", {}).get(TOPIC, {}).values()) == 30 for t in tables)
 
-    await wait_for(slaves_have_offsets, 20, "the group's offsets on both slaves", cluster)
+    await wait_until_async(
+        slaves_have_offsets,
+        "the group's offsets on both slaves",
+        20,
+        interval=0.1,
+        on_timeout=cluster.logs,
+    )
     old.kill9()
     await new_master(boot, cluster, old.address)
     async with producer_for(cluster) as producer:
@@ -349,7 +375,13 @@ async def test_consumers_read_from_a_slave_while_the_group_has_no_master(
         caches = [await epoch_cache(b.address) for b in cluster.brokers]
         return len({c["confirmOffset"] for c in caches}) == 1 and caches[0]["confirmOffset"] > 0
 
-    await wait_for(confirmed_everywhere, 20, "the confirm offset on every replica", cluster)
+    await wait_until_async(
+        confirmed_everywhere,
+        "the confirm offset on every replica",
+        20,
+        interval=0.1,
+        on_timeout=cluster.logs,
+    )
     # Freeze both slaves until the master is alone in the set, then lose the master: with
     # unclean elections off no slave may take over, so the group has no master.
     slaves = slaves_of(cluster, doc)
@@ -363,7 +395,9 @@ async def test_consumers_read_from_a_slave_while_the_group_has_no_master(
         d = await sync_state(boot)
         return bool(d and d["syncStateSet"] == [doc["masterBrokerId"]])
 
-    await wait_for(alone, 20, "the master alone in the SyncStateSet", cluster)
+    await wait_until_async(
+        alone, "the master alone in the SyncStateSet", 20, interval=0.1, on_timeout=cluster.logs
+    )
     await pending
     conn.close()
     master.kill9()
@@ -374,6 +408,8 @@ async def test_consumers_read_from_a_slave_while_the_group_has_no_master(
         d = await sync_state(boot)
         return bool(d and d["masterBrokerId"] in (-1, None) and not d["masterAddress"])
 
-    await wait_for(no_master, 20, "the group without a master", cluster)
+    await wait_until_async(
+        no_master, "the group without a master", 20, interval=0.1, on_timeout=cluster.logs
+    )
     received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
     assert {k: received.get(k) for k in acked} == acked

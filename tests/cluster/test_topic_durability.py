@@ -22,15 +22,9 @@ from client.bootstrap import Bootstrap
 from client.errors import ClientError, TopicNotFoundError
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.cluster.support import (
-    consume_all,
-    full_sync_state_set,
-    new_master,
-    node_at,
-    sync_state,
-    wait_for,
-)
+from tests.cluster.support import consume_all, full_sync_state_set, new_master, node_at, sync_state
 from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -102,14 +96,21 @@ async def test_a_topic_created_just_before_its_master_dies_survives_the_failover
             return route
         return None
 
-    route = await wait_for(routed_to_new_master, 15, "the topic routed to the new master", cluster)
+    route = await wait_until_async(
+        routed_to_new_master,
+        "the topic routed to the new master",
+        15,
+        interval=0.1,
+        on_timeout=cluster.logs,
+    )
     assert route["brokers"][0]["queues"] == 3
     # The new master has the topic as it was created (not auto-created with default queues).
-    await wait_for(
+    await wait_until_async(
         lambda: _eq(topic_queues_on(survivor, "Fresh"), 3),
-        10,
         "the topic on the new master",
-        cluster,
+        10,
+        interval=0.1,
+        on_timeout=cluster.logs,
     )
     acked = {}
     async with Producer(cluster.controller_addresses, retries=4) as producer:
@@ -133,7 +134,13 @@ async def test_a_known_topic_stays_routed_while_every_broker_of_its_group_is_dow
         d = await sync_state(boot)
         return bool(d) and not d.get("masterAddress")
 
-    await wait_for(master_cleared, 15, "the controllers to clear the dead master", cluster)
+    await wait_until_async(
+        master_cleared,
+        "the controllers to clear the dead master",
+        15,
+        interval=0.1,
+        on_timeout=cluster.logs,
+    )
     masterless = {
         "topic": "Kept",
         "brokers": [{"brokerName": GROUP, "masterAddress": None, "slaves": [], "queues": 2}],
@@ -146,7 +153,13 @@ async def test_a_known_topic_stays_routed_while_every_broker_of_its_group_is_dow
             return route == masterless
 
         # A follower answers from what it has applied: the cleared master a moment later.
-        await wait_for(no_master, 10, f"{c.name} to route the topic with no master", cluster)
+        await wait_until_async(
+            no_master,
+            f"{c.name} to route the topic with no master",
+            10,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
     code, _ = await route_of(cluster.controllers[0].address, "NeverCreated")
     assert code == ResponseCode.TOPIC_NOT_EXIST
     # A producer sees "no master right now", which it retries, not "no such topic"; once a

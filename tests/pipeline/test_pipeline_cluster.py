@@ -19,14 +19,9 @@ from pipeline.options import ReadOptions
 from pipeline.rows import message_schema
 from protocol.codes import RequestCode
 from remoting.client import RemotingClient
-from tests.cluster.support import (
-    create_topic,
-    full_sync_state_set,
-    node_at,
-    route_has_master,
-    wait_for,
-)
+from tests.cluster.support import create_topic, full_sync_state_set, node_at, route_has_master
 from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -78,7 +73,13 @@ async def test_only_confirmed_messages_are_read(cluster: Cluster) -> None:
         master_address = doc["masterAddress"]
         slave = next(b for b in cluster.brokers if b.address != master_address)
         assert node_at(cluster, master_address).alive()
-        await wait_for(lambda: route_has_master(boot), 30, "the master in the routes", cluster)
+        await wait_until_async(
+            lambda: route_has_master(boot),
+            "the master in the routes",
+            30,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         await create_topic(boot, master_address, TOPIC, queues=2)
 
         async def all_confirmed() -> bool:
@@ -87,7 +88,13 @@ async def test_only_confirmed_messages_are_read(cluster: Cluster) -> None:
 
         async with Producer(cluster.controller_addresses) as producer:
             confirmed = [await producer.send(TOPIC, b"c%d" % i) for i in range(20)]
-            await wait_for(all_confirmed, 30, "the slave to confirm the first messages", cluster)
+            await wait_until_async(
+                all_confirmed,
+                "the slave to confirm the first messages",
+                30,
+                interval=0.1,
+                on_timeout=cluster.logs,
+            )
             slave.signal(signal.SIGSTOP)
             pending = [await producer.send(TOPIC, b"p%d" % i) for i in range(15)]
         info = await runtime(master_address)
@@ -101,7 +108,13 @@ async def test_only_confirmed_messages_are_read(cluster: Cluster) -> None:
         assert (await runtime(master_address))["confirmOffset"] == info["confirmOffset"]
 
         slave.signal(signal.SIGCONT)
-        await wait_for(all_confirmed, 30, "the slave to confirm everything", cluster)
+        await wait_until_async(
+            all_confirmed,
+            "the slave to confirm everything",
+            30,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         ids = await asyncio.to_thread(read_ids, cluster.controller_addresses)
         assert sorted(ids) == sorted(r.msg_id for r in confirmed + pending)
     finally:
