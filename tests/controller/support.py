@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import random
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +20,10 @@ from controller.raft_driver import DriverConfig, RaftDriver
 from protocol.codes import ControllerCode
 from remoting.server import RemotingServer
 from tests.support.procs import Daemon, free_port, port_open
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 # Fast timings for in-process tests: 20 ms ticks, elections in 100-200 ms.
 FAST = {"tick_ms": 20, "heartbeat_ticks": 1, "election_ticks_min": 5, "election_ticks_max": 10}
-
-
-async def eventually(
-    cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
-) -> None:
-    """Poll ``cond`` on the loop until it holds; AssertionError past the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class KV:
@@ -162,7 +149,7 @@ class DriverCluster:
             lead = leaders[0].id
             return all(n.d.lead == lead for n in self.running())
 
-        await eventually(agreed, timeout, "one agreed leader")
+        await wait_until_async(agreed, "one agreed leader", timeout)
         return self.leaders()[0]
 
 
@@ -289,18 +276,19 @@ async def metadata(address: str) -> dict[str, Any] | None:
 
 async def agreed_leader(addresses: list[str], timeout: float = 15.0) -> str:
     """The leader id that a majority of ``addresses`` answer with, itself among them."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        docs = [await metadata(a) for a in addresses]
+    docs: list[dict[str, Any] | None] = []
+
+    async def agreed() -> str | None:
+        docs[:] = [await metadata(a) for a in addresses]
         named = {d["leaderId"] for d in docs if d is not None}
         answered = {d["self"] for d in docs if d is not None}
         if len(named) == 1 and named <= answered and len(answered) * 2 > len(addresses):
-            leader: str = named.pop()
-            return leader
-        if loop.time() > deadline:
-            raise AssertionError(f"no agreed controller leader after {timeout:g}s: {docs}")
-        await asyncio.sleep(0.05)
+            return str(named.pop())
+        return None
+
+    return await wait_until_async(
+        agreed, "an agreed controller leader", timeout, interval=0.05, on_timeout=lambda: str(docs)
+    )
 
 
 # --- in-process controllers and fake brokers ------------------------------------------------
@@ -376,7 +364,7 @@ class ServiceCluster:
                 n.driver.lead == active[0].cfg.id for n in self.nodes.values()
             )
 
-        await eventually(agreed, timeout, "one agreed active controller")
+        await wait_until_async(agreed, "one agreed active controller", timeout)
         return next(n for n in self.nodes.values() if n.driver.active)
 
     def followers(self) -> list[Any]:

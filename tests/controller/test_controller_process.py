@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -18,6 +19,7 @@ from tests.controller.support import (
     replica_info,
     request,
 )
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -44,12 +46,12 @@ async def test_a_killed_leader_is_replaced_and_the_broker_metadata_survives(
             await b.join()
             b.start_heartbeats()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while (before := await replica_info(processes.addresses, "broker-a"))[
-            "masterBrokerId"
-        ] == -1:
-            assert loop.time() < deadline, "no master elected"
-            await asyncio.sleep(0.05)
+
+        async def elected() -> dict[str, Any] | None:
+            info = await replica_info(processes.addresses, "broker-a")
+            return info if info["masterBrokerId"] != -1 else None
+
+        before = await wait_until_async(elected, "a master elected", 10, interval=0.05)
 
         killed = processes.procs[old_leader]
         killed.kill9()
@@ -71,16 +73,23 @@ async def test_a_killed_leader_is_replaced_and_the_broker_metadata_survives(
 
         # The killed controller restarts from its disk and catches up as a follower.
         killed.start()
-        while True:
-            assert loop.time() - started < 30, "the restarted controller did not catch up"
+
+        async def caught_up() -> Any:
             doc = await metadata(killed.address)
             resp = await request(killed.address, 1004, {"brokerName": "broker-a"})
             if doc is not None and doc["leaderId"] == new_leader and resp is not None:
                 body = msgpack.unpackb(resp.body) if resp.code == 0 else {}
                 if [r["brokerId"] for r in body.get("replicas", [])] == [1, 2, 3]:
-                    assert resp.header["masterEpoch"] == before["masterEpoch"]
-                    break
-            await asyncio.sleep(0.1)
+                    return resp
+            return None
+
+        resp = await wait_until_async(
+            caught_up,
+            "the restarted controller to catch up",
+            started + 30 - loop.time(),
+            interval=0.1,
+        )
+        assert resp.header["masterEpoch"] == before["masterEpoch"]
         assert killed.alive()
     finally:
         for b in brokers:

@@ -14,7 +14,8 @@ import pytest
 from client.errors import BrokerError
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.controller.support import FakeBroker, ServiceCluster, eventually, replica_info
+from tests.controller.support import FakeBroker, ServiceCluster, replica_info
+from tests.support.wait import wait_until_async
 
 
 @pytest.fixture
@@ -53,14 +54,11 @@ async def elected_group(cluster: ServiceCluster, brokers: list[FakeBroker]) -> d
         b.start_heartbeats()
     await cluster.leader()
 
-    async def has_master() -> dict[str, Any]:
-        while True:
-            info = await group(cluster)
-            if info["masterBrokerId"] != -1:
-                return info
-            await asyncio.sleep(0.02)
+    async def has_master() -> dict[str, Any] | None:
+        info = await group(cluster)
+        return info if info["masterBrokerId"] != -1 else None
 
-    return await asyncio.wait_for(has_master(), 10)
+    return await wait_until_async(has_master, "a first master", 10, interval=0.02)
 
 
 async def test_apply_broker_id_is_a_compare_and_set_on_the_register_code(
@@ -87,14 +85,14 @@ async def test_apply_broker_id_is_a_compare_and_set_on_the_register_code(
             (2, b.address),
         ]
         # Every controller applied the same state.
-        await eventually(
+        await wait_until_async(
             lambda: all(
                 n.state_machine.manager.snapshot()
                 == cluster.nodes["n0"].state_machine.manager.snapshot()
                 for n in cluster.nodes.values()
             ),
-            5,
             "identical state machines",
+            5,
         )
     finally:
         await a.stop()
@@ -110,7 +108,7 @@ async def test_heartbeats_elect_a_first_master_and_every_broker_is_notified(
     master = brokers[info["masterBrokerId"] - 1]
     assert info["masterAddress"] == master.address
     for b in brokers:
-        await eventually(lambda b=b: len(b.notifications) > 0, 5, "role notification")
+        await wait_until_async(lambda b=b: len(b.notifications) > 0, "role notification", 5)
         note = b.notifications[-1]
         assert note["masterBrokerId"] == master.broker_id
         assert note["masterEpoch"] == 1
@@ -128,20 +126,17 @@ async def test_a_silent_master_is_replaced_by_an_in_sync_slave(
     assert resp.header["syncStateSetEpoch"] == info["syncStateSetEpoch"] + 1
     assert msgpack.unpackb(resp.body)["syncStateSet"] == sorted([master.broker_id, slave.broker_id])
     await master.stop_heartbeats()  # silent, connection still open: the timeout decides
-    await eventually(lambda: bool(slave.notifications), 5, "first notification")
+    await wait_until_async(lambda: bool(slave.notifications), "first notification", 5)
 
-    async def new_master() -> dict[str, Any]:
-        while True:
-            doc = await group(cluster)
-            if doc["masterBrokerId"] == slave.broker_id:
-                return doc
-            await asyncio.sleep(0.05)
+    async def new_master() -> dict[str, Any] | None:
+        doc = await group(cluster)
+        return doc if doc["masterBrokerId"] == slave.broker_id else None
 
-    doc = await asyncio.wait_for(new_master(), 10)
+    doc = await wait_until_async(new_master, "the slave elected", 10, interval=0.05)
     assert doc["masterEpoch"] == 2
     assert doc["syncStateSet"] == [slave.broker_id]
-    await eventually(
-        lambda: slave.notifications[-1]["masterBrokerId"] == slave.broker_id, 5, "notification"
+    await wait_until_async(
+        lambda: slave.notifications[-1]["masterBrokerId"] == slave.broker_id, "notification", 5
     )
 
 
@@ -156,12 +151,14 @@ async def test_a_closed_master_connection_triggers_an_election_at_once(
     slave = next(b for b in made if b is not master)
     await master.alter([1, 2], 1, info["syncStateSetEpoch"])
     await master.stop_heartbeats()
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     master.close_connections()
-    while (await group(cluster))["masterBrokerId"] != slave.broker_id:
-        assert loop.time() - started < 5, "no election after the master's connection closed"
-        await asyncio.sleep(0.02)
+
+    async def slave_elected() -> bool:
+        return bool((await group(cluster))["masterBrokerId"] == slave.broker_id)
+
+    await wait_until_async(
+        slave_elected, "an election after the master's connection closed", 5, interval=0.02
+    )
 
 
 async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judging_brokers(
@@ -184,8 +181,11 @@ async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judgin
         new = await c.leader()
         active_at = loop.time()
         assert new.service.live.in_grace(new.service.now_ms())
-        while (await group(c))["masterBrokerId"] != slave.broker_id:
-            await asyncio.sleep(0.02)
+
+        async def slave_elected() -> bool:
+            return bool((await group(c))["masterBrokerId"] == slave.broker_id)
+
+        await wait_until_async(slave_elected, "the slave elected", 30, interval=0.02)
         waited = loop.time() - active_at
         # The new controller never heard from the master: it is judged dead only when the
         # grace period (one heartbeat timeout) is over, never at once from an empty table.
@@ -226,7 +226,7 @@ async def test_alter_sync_state_set_is_validated_over_the_wire(
     leader = await cluster.leader()
     await other.stop_heartbeats()
     other.close_connections()
-    await eventually(lambda: not alive(leader, other), 5, "the closed broker to be inactive")
+    await wait_until_async(lambda: not alive(leader, other), "the closed broker to be inactive", 5)
     with_dead = sorted([master.broker_id, other.broker_id])
     assert await code_of(master, with_dead, 1, ss_epoch) == ResponseCode.CONTROLLER_BROKER_NOT_ALIVE
     assert await code_of(master, both, 1, ss_epoch) == 0
@@ -264,7 +264,9 @@ async def test_followers_redirect_writes_to_the_leader_and_serve_reads(
                 assert resp.code == ResponseCode.CONTROLLER_NOT_LEADER, (code, resp.header)
                 assert resp.header["leaderAddress"] == leader_address
             # Reads it can serve: replica info and the controller metadata.
-            await eventually(lambda f=follower: f.driver.applied >= leader.driver.applied, 5)
+            await wait_until_async(
+                lambda f=follower: f.driver.applied >= leader.driver.applied, "condition", 5
+            )
             resp = await conn.request(1004, {"brokerName": "broker-a"})
             assert resp.code == 0 and resp.header["masterBrokerId"] == 1
             resp = await conn.request(1005)
@@ -361,15 +363,15 @@ async def test_routes_come_from_broker_registrations_with_the_master_from_the_st
         # A broker whose connection closes leaves the routes at once.
         other.close_connections()
         for node in cluster.nodes.values():
-            await eventually(
+            await wait_until_async(
                 lambda node=node: (
                     node.service.routes.route(
                         "T", node.service.topics.master_of, node.service.now_ms()
                     )["brokers"][-1]["brokerName"]
                     == "broker-a"
                 ),
-                5,
                 "broker-b to leave the routes",
+                5,
             )
     finally:
         await other.stop()
@@ -387,7 +389,7 @@ async def test_clean_broker_data_forgets_a_dead_broker(
     leader = await cluster.leader()
     await dead.stop_heartbeats()
     dead.close_connections()
-    await eventually(lambda: not alive(leader, dead), 5, "the closed broker to be inactive")
+    await wait_until_async(lambda: not alive(leader, dead), "the closed broker to be inactive", 5)
     await brokers[2].call(1011, {**base, "brokerIds": str(dead.broker_id)})
     doc = await group(cluster)
     assert [r["brokerId"] for r in doc["replicas"]] == [3 - dead.broker_id]
@@ -417,8 +419,8 @@ async def test_a_dead_master_with_no_in_sync_slave_leaves_the_group_masterless_u
             assert doc["syncStateSet"] == [slave.broker_id]
         else:
             assert doc["masterBrokerId"] == -1 and doc["masterAddress"] == ""
-            await eventually(
-                lambda: slave.notifications[-1]["masterBrokerId"] == -1, 5, "no-master push"
+            await wait_until_async(
+                lambda: slave.notifications[-1]["masterBrokerId"] == -1, "no-master push", 5
             )
     finally:
         for b in made:
@@ -433,7 +435,7 @@ async def test_metrics_describe_raft_and_the_broker_groups(
 
     await elected_group(cluster, brokers[:2])
     # The role push to the group is asynchronous: wait until both brokers have it.
-    await eventually(lambda: all(b.notifications for b in brokers[:2]), 5, "role pushes")
+    await wait_until_async(lambda: all(b.notifications for b in brokers[:2]), "role pushes", 5)
     leader = await cluster.leader()
     leader.service.scan()
     text = generate_latest(leader.metrics.registry).decode()

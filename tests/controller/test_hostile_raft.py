@@ -33,7 +33,7 @@ from tests.controller.support import (
     agreed_leader,
     metadata,
 )
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -239,14 +239,20 @@ async def test_a_thawed_deposed_leader_never_answers_a_broker_heartbeat(
             f"the deposed leader answered {resp.code} {resp.header}: it would renew a lease"
         )
         # It follows the new leader soon after (and keeps refusing meanwhile).
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while True:
+        seen: list[object] = []
+
+        async def follows() -> bool:
             doc = await metadata(proc.address)
-            if doc is not None and doc["leaderId"] == new:
-                break
-            assert loop.time() < deadline, f"{old} did not follow {new}: {doc}"
-            await asyncio.sleep(0.05)
+            seen.append(doc)
+            return doc is not None and doc["leaderId"] == new
+
+        await wait_until_async(
+            follows,
+            f"{old} to follow {new}",
+            10,
+            interval=0.05,
+            on_timeout=lambda: f"{old} did not follow {new}: {seen[-1]}",
+        )
         sock.sendall(heartbeat_frame(broker, 1001))
         assert read_response(sock, 5.0).code == ResponseCode.CONTROLLER_NOT_LEADER
     finally:

@@ -10,7 +10,8 @@ import pytest
 
 from controller.raft import Role
 from controller.raft_driver import NotLeaderError
-from tests.controller.support import DriverCluster, eventually, put
+from tests.controller.support import DriverCluster, put
+from tests.support.wait import wait_until_async
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ async def test_three_nodes_elect_one_leader_and_proposals_commit_everywhere(
     assert await leader.d.propose(put("k0", "again"), 5.0) == "v0"
     expected = {f"k{i}": f"v{i}" for i in range(1, 50)} | {"k0": "again"}
     for node in cluster.nodes.values():
-        await eventually(lambda node=node: node.kv.data == expected, 5, f"{node.id} to apply")
+        await wait_until_async(lambda node=node: node.kv.data == expected, f"{node.id} to apply", 5)
     assert [n.d.role for n in cluster.nodes.values()].count(Role.LEADER) == 1
 
 
@@ -60,7 +61,7 @@ async def test_killing_the_leader_elects_a_new_one_that_keeps_every_committed_en
     assert all(new.kv.data.get(f"k{i}") == "v" for i in range(10))
     # The old leader restarts from its disk and catches up.
     await old.start()
-    await eventually(lambda: old.kv.data == new.kv.data, 5, "the restarted node to catch up")
+    await wait_until_async(lambda: old.kv.data == new.kv.data, "the restarted node to catch up", 5)
 
 
 async def test_a_lagging_node_receives_a_snapshot_when_the_log_was_compacted(
@@ -76,13 +77,13 @@ async def test_a_lagging_node_receives_a_snapshot_when_the_log_was_compacted(
             await leader.d.propose(put(f"k{i}", str(i)), 5.0)
         assert leader.d.storage.snapshot_meta().index > 8  # the log was compacted
         await lagging.start()
-        await eventually(lambda: lagging.kv.data == leader.kv.data, 10, "snapshot install")
+        await wait_until_async(lambda: lagging.kv.data == leader.kv.data, "snapshot install", 10)
         # It restored from a snapshot rather than replaying the whole log.
         assert lagging.d.storage.snapshot_meta().index > 8
         assert len(lagging.kv.applied) < 40
         # And keeps applying normally afterwards.
         await leader.d.propose(put("z", "last"), 5.0)
-        await eventually(lambda: lagging.kv.data.get("z") == "last", 5, "later entries")
+        await wait_until_async(lambda: lagging.kv.data.get("z") == "last", "later entries", 5)
     finally:
         await c.stop()
 
@@ -96,10 +97,10 @@ async def test_a_member_is_added_as_learner_promoted_and_then_removed(
     await n3.start()
     cs = await leader.d.add_member("n3", cluster.addresses["n3"], 10.0)
     assert "n3" in cs.voters
-    await eventually(lambda: n3.kv.data.get("before") == "join", 5, "n3 to catch up")
+    await wait_until_async(lambda: n3.kv.data.get("before") == "join", "n3 to catch up", 5)
     assert leader.d.member_addresses()["n3"] == cluster.addresses["n3"]
     await leader.d.propose(put("with", "four"), 5.0)
-    await eventually(lambda: n3.kv.data.get("with") == "four", 5, "n3 to apply")
+    await wait_until_async(lambda: n3.kv.data.get("with") == "four", "n3 to apply", 5)
 
     cs = await leader.d.remove_member("n3", 5.0)
     assert "n3" not in cs.members()
@@ -107,8 +108,8 @@ async def test_a_member_is_added_as_learner_promoted_and_then_removed(
     # Three voters remain; writes still commit without n3.
     assert await leader.d.propose(put("after", "remove"), 5.0) is None
     for node in cluster.running():
-        await eventually(
-            lambda node=node: "n3" not in node.d.conf_state.members(), 5, "removal everywhere"
+        await wait_until_async(
+            lambda node=node: "n3" not in node.d.conf_state.members(), "removal everywhere", 5
         )
 
 
@@ -136,12 +137,14 @@ async def test_the_preferred_leader_takes_leadership_back(tmp_path: Path) -> Non
     c = DriverCluster(tmp_path, preferred_leader="n2")
     await c.start()
     try:
-        await eventually(lambda: [n.id for n in c.leaders()] == ["n2"], 15, "n2 to lead")
+        await wait_until_async(lambda: [n.id for n in c.leaders()] == ["n2"], "n2 to lead", 15)
         await c.nodes["n2"].stop()
         other = await c.leader()
         assert other.id != "n2"
         await c.nodes["n2"].start()
-        await eventually(lambda: [n.id for n in c.leaders()] == ["n2"], 15, "n2 to lead again")
+        await wait_until_async(
+            lambda: [n.id for n in c.leaders()] == ["n2"], "n2 to lead again", 15
+        )
     finally:
         await c.stop()
 
@@ -160,6 +163,6 @@ async def test_a_storage_failure_stops_the_node_and_the_others_carry_on(
     failure = await asyncio.wait_for(leader.d.failure, 5)
     assert isinstance(failure, OSError) and not leader.d.active
     others = [n for n in cluster.nodes.values() if n is not leader]
-    await eventually(lambda: any(n.d.active for n in others), 10, "a new leader")
+    await wait_until_async(lambda: any(n.d.active for n in others), "a new leader", 10)
     new = next(n for n in others if n.d.active)
     assert await new.d.propose(put("after", "failure"), 5.0) is None

@@ -23,7 +23,7 @@ from tests.controller.support import (
     replica_info,
 )
 from tests.support.procs import ROOT, free_port, port_open
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -86,11 +86,11 @@ async def group(processes: ControllerCluster) -> AsyncIterator[tuple[str, list[F
         for b in brokers:
             await b.join()
             b.start_heartbeats()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 15
-        while (await replica_info(processes.addresses, name))["masterBrokerId"] == -1:
-            assert loop.time() < deadline, "no master elected"
-            await asyncio.sleep(0.05)
+
+        async def elected() -> bool:
+            return bool((await replica_info(processes.addresses, name))["masterBrokerId"] != -1)
+
+        await wait_until_async(elected, "a master elected", 15, interval=0.05)
         yield name, brokers
     finally:
         for b in brokers:
@@ -186,17 +186,19 @@ async def test_clean_broker_metadata_forgets_a_dead_broker(
     err = await fails("cleanBrokerMetadata", "-a", a, "-b", name, "-i", str(slave.broker_id))
     assert "2009" in err  # still alive
     await slave.stop()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while True:
+    errors: list[str] = []
+
+    async def cleaned() -> str | None:
         code, out, err = await rmqctl(
             "--json", "cleanBrokerMetadata", "-a", a, "-b", name, "-i", str(slave.broker_id)
         )
-        if code == 0:
-            assert json.loads(out) == {"ok": True}
-            break
-        assert loop.time() < deadline, err
-        await asyncio.sleep(0.1)
+        errors.append(err)
+        return out if code == 0 else None
+
+    out = await wait_until_async(
+        cleaned, "cleanBrokerMetadata to succeed", 10, interval=0.1, on_timeout=lambda: errors[-1]
+    )
+    assert json.loads(out) == {"ok": True}
     doc = await ok_json("getSyncStateSet", "-a", a, "-b", name)
     assert [r["brokerId"] for r in doc["replicas"]] == [master_id]
     await fails("getSyncStateSet", "-a", a, "-b", "no-such-group")
