@@ -26,7 +26,8 @@ from protocol.ha import (
     encode_slave_ack,
     encode_slave_handshake,
 )
-from tests.ha.test_ha_driver_support import FAST, Node, all_gets, commitlog, in_step, wait_until
+from tests.ha.test_ha_driver_support import FAST, Node, all_gets, commitlog, in_step
+from tests.support.wait import wait_until_async
 
 Scenario = Callable[[list[Node]], Awaitable[None]]
 SCENARIOS: list[tuple[Scenario, HAConfig]] = []
@@ -70,14 +71,14 @@ async def master_replicates_to_two_slaves(nodes: list[Node]) -> None:
     await b.slave_of(a, 1)
     await c.slave_of(a, 1)
     a.put(400, tag=1, size=1000)  # several 256 KiB segments
-    await wait_until(lambda: in_step(a, b, c), "slaves at the master's max offset")
+    await wait_until_async(lambda: in_step(a, b, c), "slaves at the master's max offset")
     assert a.store.max_offset > 3 * 256 * 1024 // 2
     assert_replicas_equal(a, b, c)
     # Both slaves join the set; the confirm offset reaches the end and the slaves learn it.
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2, 3}, "SyncStateSet {1, 2, 3}")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "SyncStateSet {1, 2, 3}")
     end = a.store.max_offset
-    await wait_until(lambda: a.ha.confirm_offset == end, "master confirm offset")
-    await wait_until(
+    await wait_until_async(lambda: a.ha.confirm_offset == end, "master confirm offset")
+    await wait_until_async(
         lambda: b.ha.confirm_offset == end and c.ha.confirm_offset == end, "slave confirm offsets"
     )
     assert a.store.confirm_offset == end
@@ -96,9 +97,9 @@ async def a_slave_that_starts_late_catches_up_while_writes_go_on(nodes: list[Nod
     for _ in range(10):  # writes keep coming during the catch-up
         a.put(20, tag=3)
         await asyncio.sleep(0)
-    await wait_until(lambda: in_step(a, b), "late slave caught up")
+    await wait_until_async(lambda: in_step(a, b), "late slave caught up")
     assert_replicas_equal(a, b)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "late slave joins the set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "late slave joins the set")
 
 
 @scenario()
@@ -109,7 +110,7 @@ async def wait_for_replicas_resolves_on_acks_and_times_out(nodes: list[Node]) ->
     r = a.put(1)
     assert await a.ha.wait_for_replicas(r.end_offset, 0.5)
     await b.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
     r = a.put(5)
     assert await a.ha.wait_for_replicas(r.end_offset, 5.0)
     assert b.store.max_offset >= r.end_offset
@@ -130,7 +131,7 @@ async def min_in_sync_replicas(nodes: list[Node]) -> None:
     assert a.ha.has_min_in_sync_replicas(1)
     assert not a.ha.has_min_in_sync_replicas(2)
     await b.slave_of(a, 1)
-    await wait_until(lambda: a.ha.has_min_in_sync_replicas(2), "two in sync")
+    await wait_until_async(lambda: a.ha.has_min_in_sync_replicas(2), "two in sync")
     assert not b.ha.has_min_in_sync_replicas(1)  # a slave takes no writes
 
 
@@ -140,18 +141,18 @@ async def a_lost_slave_is_shrunk_and_rejoins_when_caught_up(nodes: list[Node]) -
     await a.master(1)
     await b.slave_of(a, 1)
     await c.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
     a.put(50)
-    await wait_until(lambda: in_step(a, b, c), "replicated")
+    await wait_until_async(lambda: in_step(a, b, c), "replicated")
     await c.close()  # its connection drops
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "3 shrunk")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "3 shrunk")
     assert a.proposer.accepted[-1] == {1, 2}
     r = a.put(50)
     assert await a.ha.wait_for_replicas(r.end_offset, 5.0)  # {1, 2} only now
     c2 = await Node.start(c.path, 3)  # the same data directory, restarted
     nodes[2] = c2
     await c2.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2, 3}, "3 expanded back")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "3 expanded back")
     assert_replicas_equal(a, b, c2)
 
 
@@ -160,17 +161,17 @@ async def a_frozen_slave_is_shrunk_after_the_timeout_and_expanded_back(nodes: li
     a, b, _ = nodes
     await a.master(1)
     await b.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
     client = b.ha.slave_client
     assert client is not None and client._transport is not None
     client._transport.pause_reading()  # frozen: connected, but reads and acks nothing
     r = a.put(30)
     assert a.ha.confirm_offset < r.end_offset
-    await wait_until(lambda: a.ha.in_sync_members() == {1}, "frozen slave shrunk", 5.0)
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1}, "frozen slave shrunk", 5.0)
     # Once shrunk, the confirm offset is free to move and the write is all-acked.
     assert await a.ha.wait_for_replicas(r.end_offset, 2.0)
     client._transport.resume_reading()
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "slave expanded back")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "slave expanded back")
     assert_replicas_equal(a, b)
 
 
@@ -180,15 +181,15 @@ async def confirm_offset_waits_while_a_member_is_disconnected(nodes: list[Node])
     await a.master(1)
     await b.slave_of(a, 1)
     await c.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
     a.put(10)
-    await wait_until(lambda: a.ha.confirm_offset == a.store.max_offset, "confirmed")
+    await wait_until_async(lambda: a.ha.confirm_offset == a.store.max_offset, "confirmed")
     before = a.ha.confirm_offset
     a.proposer.gate.clear()  # the controller does not answer the shrink yet
     await c.ha.stop()  # 3 disconnects
-    await wait_until(lambda: a.proposer.proposals[-1] == {1, 2}, "shrink proposed")
+    await wait_until_async(lambda: a.proposer.proposals[-1] == {1, 2}, "shrink proposed")
     r = a.put(10)
-    await wait_until(lambda: b.store.max_offset == r.end_offset, "2 has the new bytes")
+    await wait_until_async(lambda: b.store.max_offset == r.end_offset, "2 has the new bytes")
     await asyncio.sleep(0.1)  # acks and heartbeats go round; nothing may move
     assert a.ha.confirm_offset == before
     assert a.store.confirm_offset == before
@@ -208,11 +209,11 @@ async def a_rejected_shrink_keeps_the_confirm_offset_and_is_retried(
     a, b, _ = nodes
     await a.master(1)
     await b.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "in the set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "in the set")
     a.proposer.reject = True
     await b.ha.stop()
     r = a.put(5)
-    await wait_until(lambda: len(a.proposer.proposals) >= 3, "shrink retried")
+    await wait_until_async(lambda: len(a.proposer.proposals) >= 3, "shrink retried")
     assert a.ha.in_sync_members() == {1, 2}
     assert a.ha.confirm_offset < r.end_offset
     a.proposer.reject = False
@@ -225,7 +226,7 @@ async def failover_truncates_the_old_masters_unreplicated_tail(nodes: list[Node]
     await a.master(1)
     await b.slave_of(a, 1)
     await c.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
     r = a.put(120, tag=1)
     assert await a.ha.wait_for_replicas(r.end_offset, 5.0)
     common = r.end_offset
@@ -244,7 +245,7 @@ async def failover_truncates_the_old_masters_unreplicated_tail(nodes: list[Node]
 
     # A comes back as a slave of B: its tail goes, it catches up and rejoins.
     await a.slave_of(b, 2)
-    await wait_until(lambda: in_step(b, a, c), "all three at B's max offset")
+    await wait_until_async(lambda: in_step(b, a, c), "all three at B's max offset")
     client = a.ha.slave_client
     assert client is not None
     assert client.decision == ConsistentPoint(offset=common, epoch=1)
@@ -253,7 +254,7 @@ async def failover_truncates_the_old_masters_unreplicated_tail(nodes: list[Node]
         EpochEntry(epoch=1, start_offset=0),
         EpochEntry(epoch=2, start_offset=common),
     )
-    await wait_until(lambda: b.ha.in_sync_members() == {1, 2, 3}, "A back in the set")
+    await wait_until_async(lambda: b.ha.in_sync_members() == {1, 2, 3}, "A back in the set")
     # The truncation is durable: A reopened holds B's log exactly.
     await a.close()
     a2 = await Node.start(a.path, 1)
@@ -268,7 +269,7 @@ async def becoming_master_again_of_the_same_epoch_changes_nothing(nodes: list[No
     await a.master(1)
     await b.slave_of(a, 1)
     a.put(30)
-    await wait_until(lambda: in_step(a, b), "replicated")
+    await wait_until_async(lambda: in_step(a, b), "replicated")
     await a.ha.become_master(1, {1, 2}, 7, 1)  # a repeated notification with a newer set
     assert a.epochs.entries() == (EpochEntry(epoch=1, start_offset=0),)
     assert a.ha.role is HARole.MASTER
@@ -283,7 +284,7 @@ async def becoming_master_again_of_the_same_epoch_changes_nothing(nodes: list[No
     await a.ha.become_master(3, {1}, 1, 1)
     a.put(5)
     await b.slave_of(a, 3)
-    await wait_until(lambda: in_step(a, b), "replicated in epoch 3")
+    await wait_until_async(lambda: in_step(a, b), "replicated in epoch 3")
     assert a.epochs.entries() == (
         EpochEntry(epoch=1, start_offset=0),
         EpochEntry(epoch=3, start_offset=start),
@@ -302,7 +303,7 @@ async def a_slave_refuses_a_master_with_no_common_epoch_and_stays_suspended(
     await a.master(1)
     a.put(10)
     await b.ha.become_slave(a.ha.address, 1, 2, b.address)
-    await wait_until(lambda: b.ha.slave_state is SlaveState.SUSPENDED, "suspended")
+    await wait_until_async(lambda: b.ha.slave_state is SlaveState.SUSPENDED, "suspended")
     client = b.ha.slave_client
     assert client is not None and client.suspended_reason is not None
     assert "no epoch in common" in client.suspended_reason
@@ -311,8 +312,8 @@ async def a_slave_refuses_a_master_with_no_common_epoch_and_stays_suspended(
     assert commitlog(b.store) == before  # nothing truncated, no retries
     assert client.handshakes == 1
     b.ha.retry_replication()
-    await wait_until(lambda: client.handshakes == 2, "tried again")
-    await wait_until(lambda: b.ha.slave_state is SlaveState.SUSPENDED, "refused again")
+    await wait_until_async(lambda: client.handshakes == 2, "tried again")
+    await wait_until_async(lambda: b.ha.slave_state is SlaveState.SUSPENDED, "refused again")
     assert commitlog(b.store) == before
 
 
@@ -322,14 +323,14 @@ async def a_slave_never_truncates_for_a_master_of_an_older_epoch(nodes: list[Nod
     await a.master(1)
     a.put(10)
     await b.slave_of(a, 1)
-    await wait_until(lambda: in_step(a, b), "replicated")
+    await wait_until_async(lambda: in_step(a, b), "replicated")
     await b.ha.become_master(2, {2}, 1, 2)
     b.put(10)
     # Told to follow A as master of epoch 3, while A still answers at epoch 1.
     await b.ha.become_slave(a.ha.address, 3, 2, b.address)
     client = b.ha.slave_client
     assert client is not None
-    await wait_until(lambda: client.last_error is not None, "handshake rejected")
+    await wait_until_async(lambda: client.last_error is not None, "handshake rejected")
     assert "older than epoch 3" in (client.last_error or "")
     assert b.store.max_offset > a.store.max_offset  # its epoch-2 bytes are still there
     assert client.handshakes == 0
@@ -346,19 +347,19 @@ async def a_slow_slave_blocks_neither_writes_nor_other_slaves(nodes: list[Node])
     hello = SlaveHandshake(broker_id=9, address="127.0.0.1:1", async_learner=True)
     writer.write(encode_slave_handshake(hello))
     writer.write(encode_slave_ack(SlaveAck(max_offset=0)))
-    await wait_until(lambda: a.ha._server.link_for(9) is not None, "slow slave registered")
+    await wait_until_async(lambda: a.ha._server.link_for(9) is not None, "slow slave registered")
     slow = a.ha._server.link_for(9)
     assert slow is not None
     # 8 MB while the slow slave reads nothing.
     for _ in range(40):
         a.put_batch(200, 1024)
         await asyncio.sleep(0)
-    await wait_until(lambda: in_step(a, b), "the healthy slave keeps up")
+    await wait_until_async(lambda: in_step(a, b), "the healthy slave keeps up")
     # It joins the SyncStateSet once its ack reaches the confirm offset (asynchronously).
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "the healthy slave in the set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "the healthy slave in the set")
     r = a.put_batch(1)
     assert await a.ha.wait_for_replicas(r.end_offset, 5.0)  # acked by 2, not held by 9
-    await wait_until(lambda: slow.paused, "the slow slave's stream is paused")
+    await wait_until_async(lambda: slow.paused, "the slow slave's stream is paused")
     assert slow.transport is not None
     buffered = slow.transport.get_write_buffer_size()
     assert buffered <= FAST.write_buffer_high_bytes + FAST.max_batch_bytes + 4096
@@ -388,7 +389,7 @@ async def garbage_on_the_ha_port_closes_that_connection_only(nodes: list[Node]) 
     a, b, _ = nodes
     await a.master(1)
     await b.slave_of(a, 1)
-    await wait_until(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
+    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
     host, port = split_address(a.ha.address)
     for junk in (b"GET / HTTP/1.1\r\n\r\n", b"\x00\x00\x00\x01" + b"\xff" * 66, b"\x00" * 4):
         reader, writer = await asyncio.open_connection(host, port)
@@ -435,14 +436,14 @@ async def a_slave_reconnects_after_the_master_restarts(nodes: list[Node]) -> Non
     await a.master(1)
     await b.slave_of(a, 1)
     a.put(20)
-    await wait_until(lambda: in_step(a, b), "replicated")
+    await wait_until_async(lambda: in_step(a, b), "replicated")
     _, port = split_address(a.ha.address)
     await a.close()
     a2 = await Node.start(a.path, 1, dataclasses.replace(FAST, listen_port=port))
     nodes[0] = a2
     await a2.master(1)
     a2.put(20)
-    await wait_until(lambda: in_step(a2, b), "replicated after the restart")
+    await wait_until_async(lambda: in_step(a2, b), "replicated after the restart")
     assert_replicas_equal(a2, b)
     client = b.ha.slave_client
     assert client is not None and client.handshakes == 2

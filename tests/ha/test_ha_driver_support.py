@@ -5,8 +5,6 @@ waiting on conditions with a deadline."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,15 +30,6 @@ FAST = HAConfig(
     write_buffer_low_bytes=128 * 1024,
     pump_budget_bytes=1 << 20,
 )
-
-
-async def wait_until(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll ``cond`` on the loop until it holds; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 class Proposer:

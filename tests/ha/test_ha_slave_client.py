@@ -22,7 +22,8 @@ from protocol.ha import (
     encode_master_handshake,
     encode_master_transfer,
 )
-from tests.ha.test_ha_driver_support import FAST, Node, commitlog, in_step, wait_until
+from tests.ha.test_ha_driver_support import FAST, Node, commitlog, in_step
+from tests.support.wait import wait_until_async
 
 QUICK = dataclasses.replace(FAST, connection_idle_timeout_ms=300, reconnect_min_ms=10)
 
@@ -118,7 +119,7 @@ async def test_a_silent_master_is_left_after_the_idle_timeout(slave: Node) -> No
     address = await master.start()
     try:
         await slave.ha.become_slave(address, 1, 2, slave.address)
-        await wait_until(lambda: master.sessions >= 2, "a second session", timeout=5)
+        await wait_until_async(lambda: master.sessions >= 2, "a second session", 5)
         client = slave.ha.slave_client
         assert client is not None
         assert client.last_error is not None and "heard nothing" in client.last_error
@@ -133,7 +134,7 @@ async def test_heartbeats_handled_inline_keep_the_connection(slave: Node) -> Non
         await slave.ha.become_slave(address, 1, 2, slave.address)
         client = slave.ha.slave_client
         assert client is not None
-        await wait_until(lambda: client.bytes_received > 36 * 10, "heartbeats flowing")
+        await wait_until_async(lambda: client.bytes_received > 36 * 10, "heartbeats flowing")
         await asyncio.sleep(1.0)  # over three idle timeouts, all inline
         assert master.sessions == 1
         assert client.last_error is None
@@ -148,7 +149,7 @@ async def test_a_store_error_met_inline_reconnects_and_catches_up(tmp_path: Path
         await a.master(1)
         await b.slave_of(a, 1)
         a.put(20)
-        await wait_until(lambda: in_step(a, b), "b in step")
+        await wait_until_async(lambda: in_step(a, b), "b in step")
         client = b.ha.slave_client
         assert client is not None
         sessions = client.handshakes
@@ -163,9 +164,9 @@ async def test_a_store_error_met_inline_reconnects_and_catches_up(tmp_path: Path
 
         b.store.append_raw = failing_once  # type: ignore[method-assign]
         a.put(20, tag=1)
-        await wait_until(lambda: client.handshakes > sessions, "a new session")
+        await wait_until_async(lambda: client.handshakes > sessions, "a new session")
         assert client.last_error is not None and "disk hiccup" in client.last_error
-        await wait_until(lambda: in_step(a, b), "b in step again")
+        await wait_until_async(lambda: in_step(a, b), "b in step again")
         assert commitlog(b.store) == commitlog(a.store)
     finally:
         await b.close()
@@ -184,12 +185,12 @@ async def test_a_new_epoch_met_mid_stream_is_recorded_before_its_bytes(tmp_path:
         await a.master(3)
         a.put(40, tag=3)
         await c.slave_of(a, 3)
-        await wait_until(lambda: in_step(a, c), "c caught up over three epochs")
+        await wait_until_async(lambda: in_step(a, c), "c caught up over three epochs")
         assert c.epochs.entries() == a.epochs.entries()
         assert [e.epoch for e in c.epochs.entries()] == [1, 2, 3]
         assert commitlog(c.store) == commitlog(a.store)
         a.put(10, tag=4)  # and streaming goes on inline afterwards
-        await wait_until(lambda: in_step(a, c), "c in step")
+        await wait_until_async(lambda: in_step(a, c), "c in step")
     finally:
         await c.close()
         await a.close()
