@@ -14,19 +14,11 @@ from protocol.codes import ResponseCode
 from protocol.remoting import FrameDecoder, encode_frame, request, response
 from remoting.client import RemotingClient
 from remoting.server import DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer, ServerLimits
+from tests.support.wait import wait_until_async
 
 KIB = 1024
 PING = 100
 HELD = 120 * KIB  # what each peer sends of its frame before it stalls
-
-
-async def until(cond: object, what: str, timeout: float = 5.0) -> None:
-    assert callable(cond)
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.002)
 
 
 async def test_the_peer_stalled_longest_is_dropped_and_bytes_are_given_back() -> None:
@@ -50,8 +42,10 @@ async def test_the_peer_stalled_longest_is_dropped_and_bytes_are_given_back() ->
             writer.write(big[:HELD])
             await writer.drain()
             if i < 2:
-                await until(lambda n=i: server.partial_bytes == (n + 1) * HELD, "bytes held")
-        await until(lambda: len(dropped) == 1, "one connection dropped")
+                await wait_until_async(
+                    lambda n=i: server.partial_bytes == (n + 1) * HELD, "bytes held"
+                )
+        await wait_until_async(lambda: len(dropped) == 1, "one connection dropped")
         assert dropped == [(opened[0], DROP_PARTIAL_FRAME_BUDGET)]
         assert server.partial_bytes == 2 * HELD
         assert await asyncio.wait_for(peers[0][0].read(), 5) == b""
@@ -63,7 +57,7 @@ async def test_the_peer_stalled_longest_is_dropped_and_bytes_are_given_back() ->
         frames = answer.feed(await asyncio.wait_for(peers[1][0].read(1 << 16), 5))
         assert [(f.opaque, f.code) for f in frames] == [(7, ResponseCode.SUCCESS)]
         assert dropped[1:] == [(opened[2], DROP_PARTIAL_FRAME_BUDGET)]
-        await until(lambda: server.partial_bytes == 0, "every byte back")
+        await wait_until_async(lambda: server.partial_bytes == 0, "every byte back")
 
         # A client sending whole frames is served; a peer that leaves mid-frame gives back.
         client = await RemotingClient.connect(f"127.0.0.1:{port}")
@@ -74,9 +68,11 @@ async def test_the_peer_stalled_longest_is_dropped_and_bytes_are_given_back() ->
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         peers.append((reader, writer))
         writer.write(big[:HELD])
-        await until(lambda: server.partial_bytes == HELD, "bytes held")
+        await wait_until_async(lambda: server.partial_bytes == HELD, "bytes held")
         writer.close()
-        await until(lambda: server.partial_bytes == 0, "the bytes back after the peer left")
+        await wait_until_async(
+            lambda: server.partial_bytes == 0, "the bytes back after the peer left"
+        )
         assert len(dropped) == 2
     finally:
         for _, writer in peers:

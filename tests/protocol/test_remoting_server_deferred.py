@@ -12,6 +12,7 @@ from protocol.codes import ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
 from remoting.server import Connection, RemotingServer, ServerLimits
+from tests.support.wait import wait_until_async
 
 PARKED = 100  # answered by a future the test completes
 CORO = 101  # answered by a coroutine
@@ -69,15 +70,6 @@ class Peer:
         self.writer.close()
 
 
-async def until(cond: object, what: str, timeout: float = 5.0) -> None:
-    assert callable(cond)
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.002)
-
-
 @pytest.fixture
 async def parking() -> AsyncIterator[tuple[Parking, int]]:
     p = Parking(ServerLimits(max_inflight=3))
@@ -98,12 +90,12 @@ async def park(p: Parking, peer: Peer, *opaques: int) -> Connection:
     want = len(p.parked) + len(opaques)
     for opaque in opaques:
         peer.send(PARKED, opaque)
-    await until(lambda: len(p.parked) == want, f"{want} parked requests")
+    await wait_until_async(lambda: len(p.parked) == want, f"{want} parked requests")
     return p.conns[0]
 
 
 async def finish(peer: Peer, conn: Connection) -> None:
-    await until(lambda: conn.inflight == 0, "in-flight count back to 0")
+    await wait_until_async(lambda: conn.inflight == 0, "in-flight count back to 0")
     peer.close()
 
 
@@ -163,7 +155,7 @@ async def test_pending_futures_count_against_the_inflight_limit(
     await asyncio.sleep(0.05)
     assert len(p.parked) == 3, "reading should pause at the in-flight limit"
     p.answer(1)
-    await until(lambda: len(p.parked) == 6, "reading resumes after one answer")
+    await wait_until_async(lambda: len(p.parked) == 6, "reading resumes after one answer")
     for opaque in range(2, 7):
         p.answer(opaque)
     frames = await peer.read(6)
@@ -177,7 +169,9 @@ async def test_closing_with_pending_futures_releases_them(parking: tuple[Parking
     conn = await park(p, peer, 1, 2)
     assert conn.inflight == 2
     peer.close()
-    await until(lambda: conn.closed and conn not in p.server.connections, "the server to see it")
+    await wait_until_async(
+        lambda: conn.closed and conn not in p.server.connections, "the server to see it"
+    )
     assert conn.inflight == 0
     assert all(f.cancelled() for f in p.parked.values())
     await asyncio.sleep(0.01)  # the cancelled futures' callbacks ran: nothing written, no error
