@@ -17,11 +17,10 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import pytest
 
 from tests.deploy.support import require_tool
 from tests.support.procs import Daemon, free_port, port_open, small_segments_config
+from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules" / "rmq-alerts.yml"
@@ -42,18 +42,6 @@ pytestmark = pytest.mark.multiprocess
 
 def prometheus_binary() -> str:
     return require_tool("prometheus", "prometheus")
-
-
-def wait_for(what: str, timeout: float, probe: Callable[[], Any], interval: float = 0.5) -> Any:
-    """Poll ``probe`` until it returns something truthy; AssertionError past the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
 
 
 class Prometheus(Daemon):
@@ -159,7 +147,9 @@ class Cluster:
         for d, _port in self.daemons():
             d.start()
         for d, port in self.daemons():
-            wait_for(f"{d.name} to listen", 60, lambda d=d, port=port: listening(d, port), 0.1)
+            wait_until(
+                lambda d=d, port=port: listening(d, port), f"{d.name} to listen", 60, interval=0.1
+            )
 
     def stop(self) -> None:
         for d, _port in reversed(self.daemons()):
@@ -230,7 +220,12 @@ def test_prometheus_sees_the_cluster_and_a_failover(tmp_path: Path, cluster: Clu
     producer = Producer(cluster.addresses)
     try:
         prom.start()
-        wait_for("prometheus to be ready", 60, lambda: listening(prom, prom.port) and prom.ready())
+        wait_until(
+            lambda: listening(prom, prom.port) and prom.ready(),
+            "prometheus to be ready",
+            60,
+            interval=0.5,
+        )
         run_scenario(prom, cluster, producer)
     except AssertionError as exc:
         raise AssertionError(
@@ -247,11 +242,11 @@ def run_scenario(prom: Prometheus, cluster: Cluster, producer: Producer) -> None
         series = prom.query('up{job=~"rmq-controller|rmq-broker"}')
         return len(series) == 6 and all(s["value"][1] == "1" for s in series)
 
-    wait_for("all six targets up", 60, all_up)
+    wait_until(all_up, "all six targets up", 60, interval=0.5)
 
     # A master was elected: its epoch, as the active controller reports it.
     epoch_expr = f'max(rmq_controller_group_master_epoch{{broker_name="{GROUP}"}} {ACTIVE})'
-    first_epoch = wait_for("a master epoch", 60, lambda: prom.scalar(epoch_expr))
+    first_epoch = wait_until(lambda: prom.scalar(epoch_expr), "a master epoch", 60, interval=0.5)
     assert first_epoch >= 1
 
     # Produce: the rate shows up.
@@ -264,14 +259,14 @@ def run_scenario(prom: Prometheus, cluster: Cluster, producer: Producer) -> None
     assert create.returncode == 0, create.stderr
     producer.thread.start()
     rate_expr = f'sum(rate(rmq_broker_messages_in_total{{topic="{TOPIC}"}}[5s]))'
-    wait_for("a produce rate", 60, lambda: (prom.scalar(rate_expr) or 0) > 0)
+    wait_until(lambda: (prom.scalar(rate_expr) or 0) > 0, "a produce rate", 60, interval=0.5)
 
     # The production rules are loaded and evaluate cleanly; the dashboard's queries are valid.
     def rules_healthy() -> list[dict[str, Any]] | None:
         rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
         return rules if len(rules) == 11 and all(r["health"] == "ok" for r in rules) else None
 
-    rules = wait_for("every alert rule loaded and healthy", 30, rules_healthy)
+    rules = wait_until(rules_healthy, "every alert rule loaded and healthy", 30, interval=0.5)
     for title, expr in dashboard_queries():
         prom.query(expr)  # raises with Prometheus's reason on a bad expression
         assert title
@@ -281,39 +276,51 @@ def run_scenario(prom: Prometheus, cluster: Cluster, producer: Producer) -> None
 
     # The slaves catch up and join the SyncStateSet; the master reports their lag.
     in_sync = f'max(rmq_controller_group_sync_state_set_size{{broker_name="{GROUP}"}} {ACTIVE})'
-    wait_for("a SyncStateSet of three", 90, lambda: prom.scalar(in_sync) == 3)
-    wait_for("lag of two slaves", 30, lambda: len(prom.query("rmq_broker_ha_slave_lag_bytes")) == 2)
+    wait_until(lambda: prom.scalar(in_sync) == 3, "a SyncStateSet of three", 90, interval=0.5)
+    wait_until(
+        lambda: len(prom.query("rmq_broker_ha_slave_lag_bytes")) == 2,
+        "lag of two slaves",
+        30,
+        interval=0.5,
+    )
 
     # kill -9 the master: another replica takes over with a higher epoch.
-    master = wait_for("one master", 30, lambda: prom.query('rmq_broker_role{role="master"} == 1'))
+    master = wait_until(
+        lambda: prom.query('rmq_broker_role{role="master"} == 1'), "one master", 30, interval=0.5
+    )
     assert len(master) == 1, master
     master_metrics_port = int(master[0]["metric"]["instance"].rpartition(":")[2])
     killed, _ = cluster.brokers[master_metrics_port]
     killed.kill9()
-    wait_for(
+    wait_until(
+        lambda: (prom.scalar(epoch_expr) or 0) > first_epoch,
         "a higher master epoch after the failover",
         60,
-        lambda: (prom.scalar(epoch_expr) or 0) > first_epoch,
+        interval=0.5,
     )
     # The killed master's last sample lingers until its next failed scrape: ask for another.
     old = master[0]["metric"]["instance"]
-    wait_for(
+    wait_until(
+        lambda: prom.query(f'rmq_broker_role{{role="master",instance!="{old}"}} == 1'),
         "a new master on another replica",
         30,
-        lambda: prom.query(f'rmq_broker_role{{role="master",instance!="{old}"}} == 1'),
+        interval=0.5,
     )
 
     # Kill the other replicas too: no SyncStateSet member is left, the group has no master and
     # the alert's own expression returns it; the alert goes pending (then firing after 30 s).
     for d, _port in cluster.brokers.values():
         d.kill9()
-    wait_for(
+    wait_until(
+        lambda: [s["metric"] for s in prom.query(no_master)] == [{"broker_name": GROUP}],
         "the group-without-master expression to return broker-a",
         60,
-        lambda: [s["metric"] for s in prom.query(no_master)] == [{"broker_name": GROUP}],
+        interval=0.5,
     )
     alert = f'ALERTS{{alertname="RmqBrokerGroupWithoutMaster",broker_name="{GROUP}"}}'
-    pending = wait_for("the alert to be pending or firing", 30, lambda: prom.query(alert))
+    pending = wait_until(
+        lambda: prom.query(alert), "the alert to be pending or firing", 30, interval=0.5
+    )
     assert pending[0]["metric"]["alertstate"] in ("pending", "firing")
     assert pending[0]["metric"]["severity"] == "critical"
     assert producer.sent > 0, "rmqctl sendMessage never succeeded"
