@@ -14,6 +14,7 @@ from client.consumer import Consumer
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from tests.support.procs import BrokerProc
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -59,13 +60,6 @@ async def receive_until(
     return got
 
 
-async def wait_for(cond: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition never held"
-        await asyncio.sleep(0.02)
-
-
 async def test_every_produced_message_is_consumed_with_its_body_and_offset(
     broker: BrokerProc,
 ) -> None:
@@ -100,16 +94,18 @@ async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
     c2 = Consumer(broker.address, "g", "T", client_id="c2", **FAST)
     try:
         await c1.start()
-        await wait_for(lambda: len(c1.owned) == 8)
+        await wait_until_async(lambda: len(c1.owned) == 8, "c1 to own eight queues", 20)
         await c2.start()
-        await wait_for(lambda: len(c1.owned) == 4 and len(c2.owned) == 4)
+        await wait_until_async(
+            lambda: len(c1.owned) == 4 and len(c2.owned) == 4, "four queues each", 20
+        )
         assert set(c1.owned).isdisjoint(c2.owned)
         sent = await produce(broker, "T", 400, "x")
         got1 = await receive_until(c1, lambda g: len(g) >= 50)
         got2 = await receive_until(c2, lambda g: len(g) >= 50)
         assert {m.queue_id for m in got1}.isdisjoint({m.queue_id for m in got2})
         await c2.close()  # leaves with messages pulled but never handed out
-        await wait_for(lambda: len(c1.owned) == 8)
+        await wait_until_async(lambda: len(c1.owned) == 8, "c1 to own eight queues", 20)
         seen = {m.body for m in got1 + got2}
         more = await receive_until(c1, lambda g: seen | {m.body for m in g} >= set(sent))
     finally:
@@ -122,8 +118,10 @@ async def test_latest_skips_what_was_stored_before_the_group_existed(broker: Bro
     await create_topic(broker, "T")
     await produce(broker, "T", 30, "old")
     async with Consumer(broker.address, "late", "T", start_from="latest", **FAST) as c:
-        await wait_for(
-            lambda: len(c.owned) == 4 and all(s.next_offset is not None for s in c.owned.values())
+        await wait_until_async(
+            lambda: len(c.owned) == 4 and all(s.next_offset is not None for s in c.owned.values()),
+            "every queue owned with its start offset",
+            20,
         )
         sent = await produce(broker, "T", 20, "new")
         got = await receive_until(c, lambda g: len(g) >= len(sent))

@@ -14,6 +14,7 @@ from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.routes import MessageQueue
 from tests.client.fakebroker import FakeCluster
+from tests.support.wait import wait_until_async
 
 FAST: dict[str, Any] = {
     "heartbeat_interval": 0.1,
@@ -157,14 +158,16 @@ async def test_two_members_split_the_queues_and_a_leaver_hands_its_queues_over(
         await c1.start()
         assert set(c1.owned) == all_queues
         await c2.start()
-        await wait_for(lambda: len(c1.owned) == 4 and len(c2.owned) == 4)
+        await wait_until_async(
+            lambda: len(c1.owned) == 4 and len(c2.owned) == 4, "four queues each", 10
+        )
         assert set(c1.owned) | set(c2.owned) == all_queues
         sent = await produce(cluster, 100, "x")
         got1 = await receive_until(c1, lambda g: len(g) >= 1)
         got2 = await receive_until(c2, lambda g: len(g) >= 1)
         # Drain a bit, then c2 leaves with some of its messages never handed out.
         await c2.close()
-        await wait_for(lambda: set(c1.owned) == all_queues)
+        await wait_until_async(lambda: set(c1.owned) == all_queues, "c1 to own every queue", 10)
         bodies = {m.body for m in got1 + got2}
         more = await receive_until(c1, lambda g: bodies | {m.body for m in g} >= set(sent))
     finally:
@@ -182,12 +185,12 @@ async def test_a_member_that_stops_heartbeating_loses_its_queues_to_the_others(
     try:
         await c1.start()
         await c2.start()
-        await wait_for(lambda: len(c1.owned) == 4)
+        await wait_until_async(lambda: len(c1.owned) == 4, "c1 to own four queues", 10)
         # Connection loss removes a member on the broker; emulate a crash of c2.
         c2._pool.close()
         for task in c2._tasks:
             task.cancel()
-        await wait_for(lambda: len(c1.owned) == 8)
+        await wait_until_async(lambda: len(c1.owned) == 8, "c1 to own eight queues", 10)
     finally:
         await c1.close()
         await c2.close()
@@ -198,7 +201,7 @@ async def test_small_buffer_bounds_what_is_pulled_ahead(cluster: FakeCluster) ->
     async with Consumer(
         bootstrap(cluster), "g1", "T", buffer_size=16, pull_batch_size=8, **FAST
     ) as c:
-        await wait_for(lambda: len(c._buffer) >= 16)
+        await wait_until_async(lambda: len(c._buffer) >= 16, "a full buffer", 10)
         await asyncio.sleep(0.2)
         # Full: every puller waits; at most one batch per queue past the capacity.
         assert len(c._buffer) <= 16 + 8 * 8
@@ -211,13 +214,6 @@ async def test_start_fails_fast_for_an_unknown_topic(cluster: FakeCluster) -> No
     with pytest.raises(TopicNotFoundError):
         await c.start()
     await c.close()
-
-
-async def wait_for(cond: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition never held"
-        await asyncio.sleep(0.01)
 
 
 async def test_receive_after_partial_iteration_returns_the_rest_in_pieces(
