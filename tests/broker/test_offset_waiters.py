@@ -3,7 +3,6 @@ two waits (BothDone)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +11,7 @@ from broker.config import BrokerConfig
 from broker.durable import BothDone
 from broker.offset_waiters import OffsetWaiters, future_waiter
 from protocol.codes import ResponseCode
+from tests.support.wait import wait_until_async
 
 
 class Calls:
@@ -49,7 +49,7 @@ async def test_a_waiter_times_out_once_and_is_not_released_later(short_first: bo
     waiters = [(100, 0.02, "short"), (200, 5.0, "long")]
     for offset, timeout, name in waiters if short_first else waiters[::-1]:
         w.add(offset, timeout, c.cb(name))
-    await asyncio.sleep(0.1)
+    await wait_until_async(lambda: c.calls, "the short waiter to expire", 5)
     assert c.calls == [("short", False)]
     assert len(w) == 1
     w.release(1_000)
@@ -66,7 +66,7 @@ async def test_fail_all_answers_everybody_false() -> None:
     assert c.calls == [("a", True), ("b", False)]
     assert len(w) == 0
     w.add(300, 0.01, c.cb("c"))  # usable again afterwards
-    await asyncio.sleep(0.05)
+    await wait_until_async(lambda: len(c.calls) == 3, "the third waiter to expire", 5)
     assert c.calls[-1] == ("c", False)
 
 
@@ -104,7 +104,7 @@ async def test_expired_waiters_do_not_pile_up() -> None:
     c = Calls()
     for i in range(2_000):  # the replicas never get there: all expire
         w.add(10_000 + i, 0.01, c.cb("x"))
-    await asyncio.sleep(0.1)
+    await wait_until_async(lambda: len(c.calls) == 2_000, "every waiter to expire", 5)
     assert len(w) == 0
     assert len(c.calls) == 2_000 and not any(ok for _, ok in c.calls)
     assert len(w._by_offset) < 100  # compacted, not 2000 dead entries

@@ -18,6 +18,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame
 from remoting.client import RemotingClient
 from tests.support.procs import free_port
+from tests.support.wait import wait_until_async
 
 SLAVES = (2, 3)
 
@@ -81,18 +82,20 @@ async def master(tmp_path: Path) -> AsyncIterator[Master]:
         await m.broker.stop()
 
 
-async def send(client: RemotingClient, i: int = 0) -> asyncio.Task[Frame]:
+async def send(master: Master, client: RemotingClient, i: int = 0) -> asyncio.Task[Frame]:
+    """A send, once the master has stored it and parked it waiting for acks."""
+    parked = master.parked()
     task = asyncio.ensure_future(
         client.request(RequestCode.SEND_MESSAGE, {"topic": "T", "queueId": i % 4}, b"m%d" % i, 10)
     )
-    await asyncio.sleep(0.02)  # stored and parked by now
+    await wait_until_async(lambda: master.parked() > parked, f"send {i} stored and parked", 5)
     return task
 
 
 async def test_a_send_is_answered_once_every_member_acked(master: Master) -> None:
     client = await RemotingClient.connect(master.address)
     try:
-        tasks = [await send(client, i) for i in range(5)]
+        tasks = [await send(master, client, i) for i in range(5)]
         assert master.parked() == 5
         master.ack(2)
         await asyncio.sleep(0.02)
@@ -110,9 +113,9 @@ async def test_a_send_is_answered_once_every_member_acked(master: Master) -> Non
 async def test_acks_release_sends_up_to_the_confirm_offset_only(master: Master) -> None:
     client = await RemotingClient.connect(master.address)
     try:
-        first = await send(client, 0)
+        first = await send(master, client, 0)
         middle = master.max_offset
-        second = await send(client, 1)
+        second = await send(master, client, 1)
         master.ack(2, 3, offset=middle)
         assert (await first).code == ResponseCode.SUCCESS
         await asyncio.sleep(0.02)
@@ -126,7 +129,7 @@ async def test_acks_release_sends_up_to_the_confirm_offset_only(master: Master) 
 async def test_a_send_not_acked_in_time_answers_flush_slave_timeout(master: Master) -> None:
     client = await RemotingClient.connect(master.address)
     try:
-        task = await send(client)
+        task = await send(master, client)
         master.ack(2)  # slave 3 stays silent
         frame = await asyncio.wait_for(task, 5)
         assert frame.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
@@ -138,7 +141,7 @@ async def test_a_send_not_acked_in_time_answers_flush_slave_timeout(master: Mast
 async def test_parked_sends_fail_when_the_broker_stops_being_master(master: Master) -> None:
     client = await RemotingClient.connect(master.address)
     try:
-        tasks = [await send(client, i) for i in range(3)]
+        tasks = [await send(master, client, i) for i in range(3)]
         assert master.ha is not None
         await master.ha.become_slave("127.0.0.1:1", 2, 1, master.address)
         frames = await asyncio.wait_for(asyncio.gather(*tasks), 1.0)  # before the ack timeout
@@ -149,20 +152,20 @@ async def test_parked_sends_fail_when_the_broker_stops_being_master(master: Mast
 
 async def test_a_closed_connection_releases_its_parked_sends(master: Master) -> None:
     client = await RemotingClient.connect(master.address)
-    tasks = [await send(client, i) for i in range(4)]
+    tasks = [await send(master, client, i) for i in range(4)]
     assert master.parked() == 4
     conn = next(iter(master.broker.server.connections))
     client.close()
     await asyncio.gather(*tasks, return_exceptions=True)
-    deadline = time.monotonic() + 5
-    while master.broker.server.connections and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_until_async(
+        lambda: not master.broker.server.connections, "the closed connection to go", 5
+    )
     assert conn.inflight == 0
     master.ack(2, 3)  # the parked sends complete after the close: nothing breaks
     await asyncio.sleep(0.02)
     client = await RemotingClient.connect(master.address)
     try:
-        task = await send(client, 9)
+        task = await send(master, client, 9)
         master.ack(2, 3)
         assert (await task).code == ResponseCode.SUCCESS
     finally:
@@ -174,17 +177,16 @@ async def test_sync_flush_and_all_ack_together(tmp_path: Path) -> None:
     try:
         client = await RemotingClient.connect(m.address)
         try:
-            task = await send(client)
+            task = await send(m, client)
             service = m.broker.ctx.service
-            deadline = time.monotonic() + 5
-            while service.flushed_offset < m.max_offset and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            assert service.flushed_offset >= m.max_offset
+            await wait_until_async(
+                lambda: service.flushed_offset >= m.max_offset, "the send flushed", 5
+            )
             await asyncio.sleep(0.02)
             assert not task.done(), "flushed but not acked"
             m.ack(2, 3)
             assert (await task).code == ResponseCode.SUCCESS
-            task = await send(client, 1)
+            task = await send(m, client, 1)
             m.ack(2)
             assert (await asyncio.wait_for(task, 5)).code == ResponseCode.FLUSH_SLAVE_TIMEOUT
         finally:
