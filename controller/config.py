@@ -131,9 +131,10 @@ class ControllerConfig:
         at_least(100),
     )
     require_register_check_code: bool = field(
-        False,
-        "CONTROLLER_REGISTER_BROKER must carry the broker's registerCheckCode (turn on once "
-        "every broker sends it); a code that is sent is always checked",
+        True,
+        "CONTROLLER_REGISTER_BROKER must carry the broker's registerCheckCode (every broker of "
+        "this version sends it; turn off only while brokers of an older version still run); a "
+        "code that is sent is always checked",
     )
     scan_interval_ms: int = field(
         200, "how often the active controller looks for groups that need an election", at_least(10)

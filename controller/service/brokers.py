@@ -80,11 +80,6 @@ class BrokerHandlers:
         name = req_str(h, "brokerName")
         broker_id = req_int(h, "brokerId")
         code = opt_str(h, "registerCheckCode") or None
-        if code is None and self.cfg.require_register_check_code:
-            raise Refused(
-                ResponseCode.CONTROLLER_INVALID_REQUEST,
-                "registerCheckCode is required (require_register_check_code)",
-            )
         d = self.manager.register_broker(
             req_str(h, "clusterName"),
             name,
@@ -116,6 +111,12 @@ class BrokerHandlers:
                 ResponseCode.CONTROLLER_BROKER_ID_INVALID,
                 f"broker {broker_id} of {name} is registered from another connection and alive; "
                 "register with its registerCheckCode to take it over",
+            )
+        if code is None and self.cfg.require_register_check_code:
+            # Checked after the binding so that a live holder's id answers 2014 either way.
+            raise Refused(
+                ResponseCode.CONTROLLER_INVALID_REQUEST,
+                "registerCheckCode is required (require_register_check_code)",
             )
         d = await self.committer.settle(d)
         if not d.ok or d.response is None:

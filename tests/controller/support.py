@@ -452,16 +452,17 @@ class FakeBroker:
         await self.register()
         return broker_id
 
-    async def register(self, code: str | None = None) -> Any:
-        """CONTROLLER_REGISTER_BROKER, with ``registerCheckCode`` when ``code`` is given."""
+    async def register(self, code: str | None = None, *, send_code: bool = True) -> Any:
+        """CONTROLLER_REGISTER_BROKER with ``registerCheckCode`` (``code``, by default this
+        broker's own, as a real broker sends it); none at all with ``send_code=False``."""
         header = {
             "clusterName": self.cluster,
             "brokerName": self.broker_name,
             "brokerId": self.broker_id,
             "brokerAddress": self.address,
         }
-        if code is not None:
-            header["registerCheckCode"] = code
+        if send_code:
+            header["registerCheckCode"] = self.register_code if code is None else code
         return await self.call(1003, header)
 
     async def heartbeat(self) -> Any:

@@ -72,7 +72,7 @@ async def test_a_wrong_register_code_is_refused_and_the_right_one_takes_the_id_o
     try:
         other.broker_id = broker.broker_id
         with pytest.raises(BrokerError) as err:
-            await other.register()  # no code, the holder is alive
+            await other.register(send_code=False)  # no code, the holder is alive
         assert err.value.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID
         with pytest.raises(BrokerError) as err:
             await other.register(code="forged")
@@ -85,3 +85,26 @@ async def test_a_wrong_register_code_is_refused_and_the_right_one_takes_the_id_o
         assert err.value.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
     finally:
         await other.stop()
+
+
+async def test_a_dead_brokers_id_is_not_taken_without_its_register_code(
+    cluster: ServiceCluster, broker: FakeBroker
+) -> None:
+    """Once the holder's connection closed (a dead master), a forger that registers its id
+    from a new connection, with no code, could keep it "alive" by heartbeating: refused."""
+    await broker.heartbeat()
+    broker.close_connections()  # the master died: its connection is gone
+    forger = await FakeBroker(cluster.addresses, register_code="unknown").start()
+    try:
+        forger.broker_id = broker.broker_id
+        with pytest.raises(BrokerError) as err:
+            await forger.register(send_code=False)
+        assert err.value.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+        assert "registerCheckCode is required" in str(err.value)
+        with pytest.raises(BrokerError) as err:
+            await forger.heartbeat()
+        assert err.value.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
+        await broker.register()  # the broker itself, with its code, comes back
+        await broker.heartbeat()
+    finally:
+        await forger.stop()
