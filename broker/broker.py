@@ -141,7 +141,7 @@ class Broker:
         except StoreError as exc:
             raise StartRefused(f"message store: {exc}") from None
         store = self.ctx.store
-        if self.ha is None and store.confirm_offset < store.max_offset:
+        if self.ha is None:
             store.confirm_offset = store.max_offset  # a lone master confirms what it stores
         self.metrics.gauge_fn(
             "rmq_broker_commitlog_max_offset_bytes",

@@ -202,8 +202,7 @@ class MessageStore:
         self._open = False
         self._hosts: dict[str, bytes] = {}
         self._tag_props: dict[tuple[str, str], tuple[bytes, int]] = {}
-        self.confirm_offset = 0
-        """Replication confirm offset, set by the broker; persisted in the checkpoint."""
+        self._confirm = 0
         self.damaged: list[Damage] = []
         """CommitLog ranges recovery found unreadable and kept in place (reads fail there)."""
         self.corruption: dict[str, int] = dict.fromkeys(CORRUPTION_KINDS, 0)
@@ -273,7 +272,7 @@ class MessageStore:
         self._sync_tracked()
         fsync_dir(self._commitlog.directory)
         self._flushed = result.end
-        self.confirm_offset = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
+        self._confirm = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
         self._write_checkpoint(force=True)
         self._abort_path.touch()
         fsync_dir(self._dir)
@@ -325,6 +324,20 @@ class MessageStore:
     @property
     def flushed_offset(self) -> int:
         return self._flushed
+
+    @property
+    def confirm_offset(self) -> int:
+        """Replication confirm offset (what every SyncStateSet member has; consumers read up to
+        it); persisted in the checkpoint. Never above :attr:`max_offset`."""
+        return self._confirm
+
+    @confirm_offset.setter
+    def confirm_offset(self, offset: int) -> None:
+        """Raise the confirm offset to ``offset``, clamped at :attr:`max_offset`. It never moves
+        back here (a lower value is ignored): only :meth:`truncate` lowers it, with the log."""
+        offset = min(offset, self._commitlog.write_pos)
+        if offset > self._confirm:
+            self._confirm = offset
 
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get(topic, queue_id)
@@ -717,7 +730,7 @@ class MessageStore:
 
     def _write_checkpoint(self, *, force: bool = False) -> None:
         """Persist (flushed offset, confirm offset); caller holds the flush lock or is opening."""
-        state = (self._flushed, self.confirm_offset)
+        state = (self._flushed, self._confirm)
         if not force and state == self._checkpointed:
             return
         save_checkpoint(
@@ -725,7 +738,7 @@ class MessageStore:
             Checkpoint(
                 flushed_offset=self._flushed,
                 dispatched_offset=self._flushed,
-                confirm_offset=self.confirm_offset,
+                confirm_offset=self._confirm,
                 timestamp_ms=time.time_ns() // 1_000_000,
             ),
         )
@@ -859,7 +872,7 @@ class MessageStore:
             self._sync_tracked()
             fsync_dir(commitlog.directory)
             self._flushed = min(self._flushed, offset)
-            self.confirm_offset = min(self.confirm_offset, offset)
+            self._confirm = min(self._confirm, offset)
             self._write_checkpoint(force=True)
         self.damaged = [d for d in self.damaged if d.offset < offset]  # cut with the log
         if offset < end:

@@ -10,7 +10,9 @@ TruncateLog         ``store.truncate`` (durable) then ``epoch_file.truncate_suff
 StartLogAt          the empty store must already start there (see the note below)
 AppendEpoch         ``epoch_file.append`` in the worker thread, awaited before the bytes that follow
 AppendBytes         ``store.append_raw`` (validates every record, dispatches the ConsumeQueues)
-UpdateConfirmOffset ``store.confirm_offset`` (already ``min(master's confirm, local max offset)``)
+UpdateConfirmOffset ``store.confirm_offset`` (already ``min(master's confirm, local max offset)``);
+                    the store only raises it: a master's lower figure (a new master that learnt
+                    less) lowers nothing, only a truncation does
 SendBytes           an ack; acks are cumulative, so only the last one of the chunks read together
                     is written, after every action before it
 ReplicationRefused  one error line; the client stays SUSPENDED (never truncating) and tries again
@@ -472,11 +474,11 @@ class SlaveClient:
                 ack = action.data
             elif isinstance(action, UpdateConfirmOffset):
                 offset = action.offset
-                advanced = offset > store.confirm_offset
-                store.confirm_offset = offset
+                before = store.confirm_offset
+                store.confirm_offset = offset  # clamped: never above the log, never back
                 self.master_confirm_offset = offset
-                if advanced and self._on_confirm is not None:
-                    self._on_confirm(offset)
+                if store.confirm_offset > before and self._on_confirm is not None:
+                    self._on_confirm(store.confirm_offset)
             else:
                 return i, ack
             i += 1

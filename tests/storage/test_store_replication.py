@@ -232,3 +232,17 @@ def test_confirm_offset_is_checkpointed_and_never_above_the_log(tmp_path: Path) 
     third = open_store(tmp_path)
     assert third.confirm_offset == results[1].end_offset
     third.close()
+
+
+def test_confirm_offset_is_clamped_at_the_log_and_lowered_only_by_truncation(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path)
+    results = [store.put(TOPIC, 0, messages(2), NOW) for _ in range(3)]
+    store.confirm_offset = store.max_offset + 1000
+    assert store.confirm_offset == store.max_offset
+    store.confirm_offset = results[0].end_offset  # a lower figure lowers nothing
+    assert store.confirm_offset == store.max_offset
+    store.truncate(results[1].end_offset)
+    assert store.confirm_offset == results[1].end_offset
+    store.close()
