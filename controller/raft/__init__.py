@@ -8,7 +8,8 @@ in which a Ready must be handled.
 Modules: ``config``, ``log`` (unstable/stable log), ``progress``
 (per-member replication state), ``membership`` (configuration changes), ``readonly``
 (read-index), ``leader`` (the leader's half), ``core`` (the node). What the core reads
-from durable storage is :class:`storage.raftlog.view.StorageView`, the storages' contract.
+from durable storage is :class:`storage.raftlog.view.StorageView`, the storages' contract
+(imported for type checking only: importing the core loads no storage code).
 The data types (entries, hard and conf state, snapshots, the peer messages) live in
 :mod:`protocol.raft_types`, below both this core and its storage; they are re-exported here.
 """
@@ -38,7 +39,6 @@ from protocol.raft_types import (
     VoteRequest,
     VoteResponse,
 )
-from storage.raftlog.view import StorageView
 
 from .config import RaftConfig
 from .core import RaftNode, Status, bootstrap
@@ -96,7 +96,6 @@ __all__ = [
     "SoftState",
     "Status",
     "StorageError",
-    "StorageView",
     "TimeoutNow",
     "TransferRejected",
     "Unavailable",

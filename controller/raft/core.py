@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from protocol.raft_types import (
     MAX_COUNTER,
@@ -61,7 +62,6 @@ from protocol.raft_types import (
     VoteRequest,
     VoteResponse,
 )
-from storage.raftlog.view import StorageView
 
 from .config import RaftConfig
 from .errors import ConfChangeRejected, NotLeader, ProposalDropped, ReadyNotAdvanced
@@ -77,6 +77,9 @@ from .membership import (
     majority,
 )
 from .ready import Ready, Role, SoftState
+
+if TYPE_CHECKING:
+    from storage.raftlog.view import StorageView
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

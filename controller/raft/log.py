@@ -12,8 +12,12 @@ truncated.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from protocol.raft_types import Compacted, Entry, Snapshot, Unavailable, limit_size
-from storage.raftlog.view import StorageView
+
+if TYPE_CHECKING:
+    from storage.raftlog.view import StorageView
 
 
 class Unstable:
