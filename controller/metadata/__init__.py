@@ -17,12 +17,14 @@ decisions out.
 The driver's contract, on the active controller::
 
     decision = manager.<request>(...)          # validated against applied state
-    if not decision.events:
-        answer(decision)                        # code, remark, response
-    else:                                       # every decision carries at most one event
-        index = raft.propose(encode_event(decision.events[0]))
+    outcomes = []
+    for event in decision.events:               # one Raft entry each, in order
+        raft.propose(encode_event(event))
         outcome = <the Applied returned by manager.apply() when that entry is applied>
-        answer(decision.settle([outcome]))
+        outcomes.append(outcome)
+        if not outcome.ok:                      # the events after a rejected one were
+            break                               # decided as following it: not proposed
+    answer(decision.settle(outcomes))           # code, remark, response
 
 and on every controller, for every committed entry: ``manager.apply(decode_event(data))``.
 Liveness lives in a BrokerLiveTable on the active controller (``became_active`` on winning

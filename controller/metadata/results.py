@@ -51,16 +51,20 @@ class Decision(Generic[R]):
         return self.code == ResponseCode.SUCCESS
 
     def settle(self, outcomes: Sequence[Applied]) -> Decision[R]:
-        """The reply to give once ``events`` were applied with ``outcomes`` (same order).
+        """The reply to give once ``events`` were applied, in order, with ``outcomes``.
 
-        The decision itself (without events) when every event applied; else the first
-        rejection, with no response.
+        ``outcomes`` holds one outcome per event, or stops at the first rejection (the events
+        after a rejected one were decided as following it: they are not proposed). The
+        decision itself (without events) when every event applied; else the first rejection,
+        with no response.
         """
-        if len(outcomes) != len(self.events):
+        if len(outcomes) > len(self.events):
             raise ValueError(f"{len(outcomes)} outcomes for {len(self.events)} events")
         for outcome in outcomes:
             if not outcome.ok:
                 return Decision(code=outcome.code, remark=outcome.remark)
+        if len(outcomes) < len(self.events):
+            raise ValueError(f"{len(outcomes)} outcomes for {len(self.events)} events")
         return replace(self, events=())
 
 

@@ -21,10 +21,22 @@ class DecisionCommitter:
         self.timeout = timeout
 
     async def settle(self, decision: Decision[R]) -> Decision[R]:
-        """Append the decision's event, wait until it is applied, and settle the decision."""
-        if not decision.events:
-            return decision
-        data = encode_event(decision.events[0])
+        """Commit the decision's events and answer it once they are applied.
+
+        Each event is its own Raft entry, proposed in order once the one before it applied: an
+        event rejected when applied ends the decision (the events after it were decided as
+        following it, so they are never proposed) and its rejection is the answer.
+        """
+        outcomes: list[Applied] = []
+        for event in decision.events:
+            outcome = await self._commit(encode_event(event))
+            outcomes.append(outcome)
+            if not outcome.ok:
+                break
+        return decision.settle(outcomes)
+
+    async def _commit(self, data: bytes) -> Applied:
+        """Append one entry and wait until it is applied; its outcome."""
         try:
             outcome = await self.driver.propose(data, self.timeout)
         except NotLeaderError:
@@ -38,4 +50,4 @@ class DecisionCommitter:
                 ResponseCode.SYSTEM_BUSY, "the Raft log did not commit in time; retry"
             ) from None
         assert isinstance(outcome, Applied)
-        return decision.settle([outcome])
+        return outcome

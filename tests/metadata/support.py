@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from controller.metadata import (
+    Applied,
     Decision,
     ElectionInfo,
     ReplicasInfoManager,
@@ -19,9 +20,13 @@ GROUP = "broker-a"
 
 
 def commit(manager: ReplicasInfoManager, decision: Decision[Any]) -> Decision[Any]:
-    """What the driver does: append the events (through the codec, as Raft would carry them),
-    apply them, answer the settled decision."""
-    outcomes = [manager.apply(decode_event(encode_event(ev))) for ev in decision.events]
+    """What the driver does: append the events in order (through the codec, as Raft would
+    carry them), apply them up to the first rejection, answer the settled decision."""
+    outcomes: list[Applied] = []
+    for ev in decision.events:
+        outcomes.append(manager.apply(decode_event(encode_event(ev))))
+        if not outcomes[-1].ok:
+            break
     return decision.settle(outcomes)
 
 
