@@ -501,6 +501,15 @@ class ReplicasManager:
                 return  # stale
             self._seen_epoch = info.master_epoch
             me = self.broker_id
+            if (
+                info.master_broker_id == NO_MASTER
+                and self.ha.role is HARole.MASTER
+                and self.ha.master_epoch == info.master_epoch
+            ):
+                # Clearing a master moves the epoch on: "no master" at this master's own epoch
+                # only means the answering controller has not heard it yet (a new active
+                # controller answers masters it has no heartbeat from that way). Not a demotion.
+                return
             if info.master_broker_id == me:
                 if self.ha.role is not HARole.MASTER or self.ha.master_epoch != info.master_epoch:
                     log.info("becoming master", broker_id=me, master_epoch=info.master_epoch)

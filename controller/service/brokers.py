@@ -80,12 +80,20 @@ class BrokerHandlers:
         name = req_str(h, "brokerName")
         broker_id = req_int(h, "brokerId")
         code = opt_str(h, "registerCheckCode") or None
+        heard = self.live.alive_predicate(self.now_ms())
+
+        def alive(group: str, member: int) -> bool:
+            # The broker registering is talking to us: alive, even before this controller heard
+            # its first heartbeat (a new active controller). Answering a master "no master"
+            # here would tell it to step down while every controller still names it.
+            return (group, member) == (name, broker_id) or heard(group, member)
+
         d = self.manager.register_broker(
             req_str(h, "clusterName"),
             name,
             broker_id,
             req_str(h, "brokerAddress"),
-            alive=self.live.alive_predicate(self.now_ms()),
+            alive=alive,
             register_code=code,
         )
         if not d.ok:
