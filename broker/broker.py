@@ -99,8 +99,9 @@ class Broker:
                     allow_truncate_below_confirm=cfg.ha_allow_truncate_below_confirm,
                 ),
                 propose_sync_state_set=self._propose_sync_state_set,
+                append_replicated=self.ctx.appender.append_replicated,
             )
-            self.ctx.ha = self.ha
+            self.ctx.attach_ha(self.ha)
             # Parked pulls wake when messages become visible (the confirm offset moved).
             self.ha.add_confirm_listener(lambda _offset: self.ctx.waiters.notify_all())
             self.replicas = ReplicasManager(self.ctx, self.ha)

@@ -10,6 +10,7 @@ import itertools
 import time
 from collections.abc import Callable
 
+from broker.appender import Appender
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
 from broker.durable import SUCCESS, BothDone, DurableDone, flush_timeout, slave_timeout
@@ -39,6 +40,8 @@ class BrokerContext:
         self.offsets = ConsumerOffsetStore(cfg.data_dir)
         self.groups = ConsumerGroups(cfg.client_expiry_ms)
         self.waiters = PullWaiters()
+        self.appender = Appender(self.service.store, self.waiters, metrics)
+        """Every write to the CommitLog goes through it (broker.appender)."""
         self.controller_mode = bool(cfg.controller_addresses)
         # In controller mode the broker takes no writes until the controller names it master.
         # The ReplicasManager is the role's one writer (broker.role).
@@ -53,6 +56,11 @@ class BrokerContext:
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
+
+    def attach_ha(self, ha: HAService) -> None:
+        """Controller mode: replication (set once, before the broker serves)."""
+        self.ha = ha
+        self.appender.ha = ha
 
     @property
     def role(self) -> RoleState:
@@ -117,14 +125,6 @@ class BrokerContext:
         if counter is None:
             counter = self._queue_counters[topic] = itertools.count()
         return next(counter) % queues
-
-    def on_stored(self, topic: str, queue_id: int, result: PutResult, body_bytes: int) -> None:
-        self.waiters.notify(topic, queue_id)
-        if self.ha is not None:
-            self.ha.notify_appended()
-        row = self.metrics.topic(topic)
-        row[0] += result.count
-        row[1] += body_bytes
 
     def needs_wait(self, result: PutResult) -> bool:
         if self._sync_flush and result.end_offset > self.service.flushed_offset:

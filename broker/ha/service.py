@@ -7,11 +7,12 @@ writes run in one worker thread of the service.
 API::
 
     ha = HAService(store, epoch_file, HAConfig(listen_port=...),
-                   propose_sync_state_set=replicas_manager.alter_sync_state_set)
+                   propose_sync_state_set=replicas_manager.alter_sync_state_set,
+                   append_replicated=appender.append_replicated)   # how a slave appends
     await ha.start()                 # binds the HA port (ha.address); serves nobody yet
     await ha.become_master(epoch, sync_state_set, sync_state_set_epoch, broker_id)
     await ha.become_slave(master_ha_address, master_epoch, broker_id, address)
-    ha.notify_appended()             # after every put on the master (cheap)
+    ha.notify_appended()             # after every append (broker.appender; cheap)
     ha.when_replicated(result.end_offset, timeout_s, done)   # all-ack sends: done(ok), once
     ok = await ha.wait_for_replicas(result.end_offset, timeout_s)   # the same, awaitable
     ha.has_min_in_sync_replicas(n)   # False: reject the write (set too small)
@@ -72,7 +73,7 @@ import structlog
 from broker.ha.config import HAConfig
 from broker.ha.master_server import MasterServer
 from broker.ha.role_change import plan_master_epochs
-from broker.ha.slave_client import SlaveClient, SlaveState
+from broker.ha.slave_client import AppendReplicated, SlaveClient, SlaveState
 from broker.ha.sync_state import SyncState
 from broker.offset_waiters import Done, OffsetWaiters, future_waiter
 from client.errors import BrokerError
@@ -120,13 +121,17 @@ class HAService:
         config: HAConfig | None = None,
         *,
         propose_sync_state_set: ProposeSyncStateSet | None = None,
+        append_replicated: AppendReplicated | None = None,
         now_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
+        """``append_replicated``: how a slave appends its master's bytes (the broker's one
+        append operation); the store's ``append_raw`` when not given."""
         self.config = config if config is not None else HAConfig()
         self.config.validate()
         self.store = store
         self.epoch_file = epoch_file
         self._propose = propose_sync_state_set
+        self._append_replicated = append_replicated
         self._now_ms = now_ms
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ha-io")
         self._server = MasterServer(
@@ -297,6 +302,7 @@ class HAService:
                 address=address,
                 run_blocking=self._run_blocking,
                 on_confirm=self._confirm_moved,
+                append=self._append_replicated,
             )
             self._role = HARole.SLAVE
             self._master_epoch = master_epoch

@@ -9,7 +9,8 @@ TruncateLog         ``store.truncate`` (durable) then ``epoch_file.truncate_suff
                     an epoch entry with an empty range, never bytes labelled with the wrong epoch
 StartLogAt          the empty store must already start there (see the note below)
 AppendEpoch         ``epoch_file.append`` in the worker thread, awaited before the bytes that follow
-AppendBytes         ``store.append_raw`` (validates every record, dispatches the ConsumeQueues)
+AppendBytes         ``append`` (the broker's one append operation, broker.appender), else
+                    ``store.append_raw`` (validates every record, dispatches the ConsumeQueues)
 UpdateConfirmOffset ``store.confirm_offset`` (already ``min(master's confirm, local max offset)``);
                     the store only raises it: a master's lower figure (a new master that learnt
                     less) lowers nothing, only a truncation does
@@ -77,12 +78,21 @@ from broker.ha.truncation import EpochNotNamed, TruncationDecision
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
-__all__ = ["RunBlocking", "SlaveClient", "SlaveState", "reconnect_delay_ms", "split_address"]
+__all__ = [
+    "AppendReplicated",
+    "RunBlocking",
+    "SlaveClient",
+    "SlaveState",
+    "reconnect_delay_ms",
+    "split_address",
+]
 
 log = structlog.get_logger(__name__)
 
 _T = TypeVar("_T")
 RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
+AppendReplicated = Callable[[int, bytes | memoryview], int]
+"""Append the master's CommitLog bytes at an offset; the new max offset (``append_raw``)."""
 """Run a blocking call in the HA worker thread and await its result."""
 
 _YIELD_EVERY_BYTES: Final = 8 << 20
@@ -238,8 +248,10 @@ class SlaveClient:
         address: str,
         run_blocking: RunBlocking,
         on_confirm: Callable[[int], None] | None = None,
+        append: AppendReplicated | None = None,
     ) -> None:
         self._store = store
+        self._append = append
         self._epochs = epoch_file
         self._cfg = config
         self.master_address = master_address
@@ -464,12 +476,13 @@ class SlaveClient:
         """Carry out ``actions[i:]`` up to the first that must be awaited: (its index, or the
         length when none is left; the last ack met, to write after them)."""
         store = self._store
+        append = self._append or store.append_raw
         ack: bytes | None = None
         n = len(actions)
         while i < n:
             action = actions[i]
             if isinstance(action, AppendBytes):
-                store.append_raw(action.offset, action.data)
+                append(action.offset, action.data)
             elif isinstance(action, SendBytes):
                 ack = action.data
             elif isinstance(action, UpdateConfirmOffset):

@@ -128,7 +128,7 @@ class SendProcessor:
                 )
             body_bytes += size
         try:
-            result = ctx.store.put(topic, queue_id, messages, ctx.now_ms())
+            result = ctx.appender.put(topic, queue_id, messages, body_bytes)
         except DiskFullError as exc:
             log.error("send failed: disk full", topic=topic, error=str(exc))
             return self._error(req, ResponseCode.DISK_FULL, f"disk full: {exc}")
@@ -137,7 +137,6 @@ class SendProcessor:
         except StoreError as exc:
             log.error("send failed", topic=topic, error=str(exc))
             return self._error(req, ResponseCode.SYSTEM_ERROR, str(exc))
-        ctx.on_stored(topic, queue_id, result, body_bytes)
         return result
 
     def _answer(

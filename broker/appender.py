@@ -1,0 +1,64 @@
+"""The broker's one append operation: every write to the CommitLog goes through :class:`Appender`.
+
+A producer's messages (a send, a batch; the coming timer, retry and POP writers alike) go in
+with :meth:`Appender.put`; a slave replaying its master's CommitLog bytes uses
+:meth:`Appender.append_replicated`. After every append the HA master is told (it wakes idle
+slave streams; a no-op unless this broker is master). A put also wakes the pulls parked on its
+queue and counts the topic's traffic. Replicated bytes wake no pull: on a slave consumers see
+them only once the confirm offset covers them, and the confirm listener wakes the pulls then.
+
+Errors are the store's (:class:`~storage.errors.StoreError` and its kinds), raised having
+stored nothing; no step after the store runs then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from broker.long_polling import PullWaiters
+from broker.metrics import BrokerMetrics
+from protocol.message import Message
+from storage.store import MessageStore, PutResult
+
+if TYPE_CHECKING:
+    from broker.ha.service import HAService
+
+__all__ = ["Appender"]
+
+
+class Appender:
+    """Stores, then notifies HA, wakes pull waiters and counts metrics; loop thread only."""
+
+    __slots__ = ("_metrics", "_store", "_waiters", "ha")
+
+    def __init__(self, store: MessageStore, waiters: PullWaiters, metrics: BrokerMetrics) -> None:
+        self._store = store
+        self._waiters = waiters
+        self._metrics = metrics
+        self.ha: HAService | None = None
+        """The HA service to tell of every append (controller mode), set once at start-up."""
+
+    def put(
+        self, topic: str, queue_id: int, messages: Sequence[Message], body_bytes: int
+    ) -> PutResult:
+        """Append ``messages`` (``body_bytes``: their bodies' total size) to one queue with one
+        CommitLog append, stamped now; returns where they went."""
+        result = self._store.put(topic, queue_id, messages, time.time_ns() // 1_000_000)
+        self._waiters.notify(topic, queue_id)
+        if self.ha is not None:
+            self.ha.notify_appended()
+        row = self._metrics.topic(topic)
+        row[0] += result.count
+        row[1] += body_bytes
+        return result
+
+    def append_replicated(self, offset: int, data: bytes | memoryview) -> int:
+        """Append CommitLog bytes as the master wrote them at ``offset`` (the store's max
+        offset; see :meth:`~storage.store.MessageStore.append_raw`); returns the new max
+        offset."""
+        end = self._store.append_raw(offset, data)
+        if self.ha is not None:
+            self.ha.notify_appended()
+        return end
