@@ -409,11 +409,14 @@ async def test_a_dead_master_with_no_in_sync_slave_leaves_the_group_masterless_u
         assert info["syncStateSet"] == [master.broker_id]  # the slave never caught up
         await master.stop_heartbeats()
         master.close_connections()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while (doc := await group(c))["masterEpoch"] == 1:
-            assert loop.time() < deadline, "the dead master was never replaced or cleared"
-            await asyncio.sleep(0.02)
+
+        async def replaced() -> dict[str, Any] | None:
+            doc = await group(c)
+            return doc if doc["masterEpoch"] != 1 else None
+
+        doc = await wait_until_async(
+            replaced, "the dead master replaced or cleared", 10, interval=0.02
+        )
         if unclean:
             assert doc["masterBrokerId"] == slave.broker_id
             assert doc["syncStateSet"] == [slave.broker_id]
