@@ -3,25 +3,38 @@
 Default run (CI): 500 seeds, 250 with three voters and 250 with five (about 3 minutes). ``make
 soak`` (``-m soak``) runs 10,000 more, one test each (seeds 1000 to 10999, group size drawn from
 the seed); ``RAFT_SOAK_SEEDS`` and ``RAFT_SOAK_START`` choose which. A failure names its seed;
-``Simulation(SimOptions.from_seed(SEED, voters=N)).run()`` replays it step for step.
+``Simulation(SimOptions.from_seed(SEED, voters=N)).run()`` replays it step for step. Every seed
+also checks that the run injected each kind of fault its schedule was drawn with.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
-from tests.raft.sim import SimOptions, Simulation
+from tests.raft.sim import Faults, SimOptions, SimResult, Simulation
 
 SEEDS = range(250)
+
+
+def assert_faults_injected(options: SimOptions, result: SimResult) -> None:
+    """The run injected every kind of fault its schedule was drawn with, and at least one: a
+    seed that injects nothing proves nothing."""
+    configured = options.faults_configured()
+    assert configured, f"seed {options.seed} injects no fault: {options}"
+    missing = result.faults.missing(configured)
+    assert not missing, f"seed {options.seed} never injected {missing}: {result.faults}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("voters", [3, 5])
 def test_simulated_group_is_safe_and_live(seed: int, voters: int) -> None:
-    result = Simulation(SimOptions.from_seed(seed, voters=voters, safety_ticks=400)).run()
+    options = SimOptions.from_seed(seed, voters=voters, safety_ticks=400)
+    result = Simulation(options).run()
     assert result.committed > 0
+    assert_faults_injected(options, result)
 
 
 def test_same_seed_replays_the_same_run() -> None:
@@ -30,6 +43,23 @@ def test_same_seed_replays_the_same_run() -> None:
     assert first.run() == second.run()
     assert first.checker.digests == second.checker.digests
     assert first.checker.leaders == second.checker.leaders
+
+
+def test_a_run_missing_its_faults_fails_the_check() -> None:
+    quiet = dataclasses.replace(
+        SimOptions.from_seed(3, voters=3, safety_ticks=50),
+        loss=0.0,
+        duplicate=0.0,
+        max_delay=1,
+        crash_rate=0.0,
+        partition_rate=0.0,
+    )
+    result = Simulation(quiet).run()
+    assert result.faults == Faults()
+    with pytest.raises(AssertionError, match="injects no fault"):
+        assert_faults_injected(quiet, result)
+    with pytest.raises(AssertionError, match=r"never injected \['crashes'\]"):
+        assert_faults_injected(dataclasses.replace(quiet, crash_rate=0.5), result)
 
 
 def test_the_workload_exercises_every_feature() -> None:
@@ -50,4 +80,5 @@ SOAK_SEEDS = int(os.environ.get("RAFT_SOAK_SEEDS", "10000"))
 @pytest.mark.soak
 @pytest.mark.parametrize("seed", range(SOAK_START, SOAK_START + SOAK_SEEDS))
 def test_soak(seed: int) -> None:
-    Simulation(SimOptions.from_seed(seed, safety_ticks=1000)).run()
+    options = SimOptions.from_seed(seed, safety_ticks=1000)
+    assert_faults_injected(options, Simulation(options).run())
