@@ -49,9 +49,9 @@ class Appender:
         self._waiters.notify(topic, queue_id)
         if self.ha is not None:
             self.ha.notify_appended()
-        row = self._metrics.topic(topic)
-        row[0] += result.count
-        row[1] += body_bytes
+        counts = self._metrics.topic(topic)
+        counts.messages_in += result.count
+        counts.bytes_in += body_bytes
         return result
 
     def append_replicated(self, offset: int, data: bytes | memoryview) -> int:

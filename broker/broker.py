@@ -13,7 +13,7 @@ from broker.context import BrokerContext
 from broker.ha.config import HAConfig
 from broker.ha.service import HAService
 from broker.identity import IdentityError, check_identity_files
-from broker.metrics import BrokerMetrics
+from broker.metrics import BrokerMetrics, BrokerReadings
 from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.pull import PullProcessor
@@ -60,7 +60,17 @@ class Broker:
         self.cfg = cfg
         self.metrics = BrokerMetrics(cfg.cluster, cfg.broker_name)
         self.ctx = BrokerContext(cfg, self.metrics)
-        self.metrics.bind(self.ctx)
+        ctx = self.ctx
+        self.metrics.bind(
+            BrokerReadings(
+                role=lambda: ctx.role_cell.current,
+                assigned_ids=ctx.controller_mode,
+                data_dir=cfg.data_dir,
+                corruption=lambda: dict(ctx.store.corruption),
+                max_offset=lambda: ctx.store.max_offset,
+                replication=lambda: ctx.ha,
+            )
+        )
         self.server = RemotingServer(
             ServerLimits(
                 max_frame_bytes=cfg.max_frame_bytes,

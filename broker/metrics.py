@@ -2,8 +2,9 @@
 
 Per-message figures (traffic per topic, send latency) are plain integers on the hot path and
 turned into Prometheus families only at scrape time: a send pays a dict lookup and two additions,
-not a lock per counter. Role, replication and disk figures are read from the broker at scrape
-time too (:meth:`BrokerMetrics.bind`).
+not a lock per counter. Role, replication and disk figures are read at scrape time too, from the
+callbacks the broker hands :meth:`BrokerMetrics.bind` (:class:`BrokerReadings`): this module
+knows no broker object, only what each callback returns.
 
 Every series carries ``cluster``, ``broker_name`` (the group) and ``broker_id`` (the persistent
 id the controllers assigned; empty until the broker has one, ``0`` for a lone broker run without
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -24,13 +27,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from broker.ha.slave_client import SlaveState
+from broker.role import RoleState
 from protocol.codes import ResponseCode, code_name
 from remoting.server import DROP_BAD_FRAME, DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer
 from storage.retention import disk_usage
-
-if TYPE_CHECKING:
-    from broker.context import BrokerContext
-    from broker.ha.service import HAService
 
 # Send errors exported at zero from the start, so rate() and alerts see the first one.
 EXPORTED_SEND_ERRORS = (
@@ -60,19 +60,59 @@ LATENCY_BUCKETS = (
 )
 
 
+class TopicCounts:
+    """One topic's traffic, added to in place on the hot path."""
+
+    __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
+
+    def __init__(self) -> None:
+        self.messages_in = 0
+        self.bytes_in = 0
+        """Message body bytes stored."""
+        self.messages_out = 0
+        self.bytes_out = 0
+        """Record bytes served to pulls."""
+
+
 class TopicTraffic:
-    """[messages in, bytes in, messages out, bytes out] per topic."""
+    """:class:`TopicCounts` per topic."""
 
     __slots__ = ("by_topic",)
 
     def __init__(self) -> None:
-        self.by_topic: dict[str, list[int]] = {}
+        self.by_topic: dict[str, TopicCounts] = {}
 
-    def get(self, topic: str) -> list[int]:
-        row = self.by_topic.get(topic)
-        if row is None:
-            row = self.by_topic[topic] = [0, 0, 0, 0]
-        return row
+    def get(self, topic: str) -> TopicCounts:
+        counts = self.by_topic.get(topic)
+        if counts is None:
+            counts = self.by_topic[topic] = TopicCounts()
+        return counts
+
+
+class ReplicationView(Protocol):
+    """What the scrape reads from the broker's HA service."""
+
+    @property
+    def confirm_offset(self) -> int: ...
+    @property
+    def slave_state(self) -> SlaveState | None: ...
+    def slave_acks(self) -> dict[int, int]: ...
+    def in_sync_members(self) -> frozenset[int]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerReadings:
+    """The broker's figures, each read by a callback when the registry is collected (on the
+    scrape thread, while the loop thread may change them: each is read once per scrape)."""
+
+    role: Callable[[], RoleState]
+    assigned_ids: bool
+    """Controller mode: broker ids come from the controllers (below 1: not known yet)."""
+    data_dir: Path
+    corruption: Callable[[], Mapping[str, int]]
+    max_offset: Callable[[], int]
+    replication: Callable[[], ReplicationView | None]
+    """The HA service (controller mode), or None."""
 
 
 class FastHistogram:
@@ -117,8 +157,9 @@ class _HotPathCollector(Collector):
             ),
         ]
         base = [m.cluster, m.broker_name]
-        for topic, row in sorted(m.traffic.by_topic.items()):
-            for family, value in zip(families, row, strict=True):
+        for topic, c in sorted(m.traffic.by_topic.items()):
+            values = (c.messages_in, c.bytes_in, c.messages_out, c.bytes_out)
+            for family, value in zip(families, values, strict=True):
                 family.add_metric([*base, topic], value)
         yield from families
         h = m.send_latency
@@ -138,10 +179,10 @@ class _StateCollector(Collector):
         self._m = metrics
 
     def collect(self) -> Iterator[Metric]:
-        ctx = self._m.ctx
-        if ctx is None:
+        readings = self._m.readings
+        if readings is None:
             return
-        role_now = ctx.role  # one frozen value: every figure below from the same role
+        role_now = readings.role()  # one frozen value: every figure below from the same role
         names = ["cluster", "broker_name"]
         base = [self._m.cluster, self._m.broker_name]
         role = GaugeMetricFamily(
@@ -167,7 +208,7 @@ class _StateCollector(Collector):
             1.0 if role_now.is_master and role_now.fenced else 0.0,
         )
         try:
-            usage = disk_usage(ctx.cfg.data_dir)
+            usage = disk_usage(readings.data_dir)
         except OSError:
             pass  # no data directory (yet): the series are absent rather than the scrape failing
         else:
@@ -190,10 +231,10 @@ class _StateCollector(Collector):
             "Corrupt data found in the store, by kind (see docs/metrics.md)",
             labels=[*names, "kind"],
         )
-        for kind, count in ctx.store.corruption.items():
+        for kind, count in readings.corruption().items():
             corrupt.add_metric([*base, kind], float(count))
         yield corrupt
-        ha = ctx.ha
+        ha = readings.replication()
         if ha is None:
             return
         lag = GaugeMetricFamily(
@@ -201,7 +242,7 @@ class _StateCollector(Collector):
             "On a master: CommitLog bytes a connected slave has not acknowledged yet",
             labels=[*names, "slave_broker_id"],
         )
-        max_offset = ctx.store.max_offset
+        max_offset = readings.max_offset()
         for slave_id, acked in sorted(_slave_acks(ha).items()):
             lag.add_metric([*base, str(slave_id)], float(max(0, max_offset - acked)))
         yield lag
@@ -235,7 +276,7 @@ def _single(name: str, doc: str, names: list[str], values: list[str], value: flo
     return family
 
 
-def _slave_acks(ha: HAService) -> dict[int, int]:
+def _slave_acks(ha: ReplicationView) -> dict[int, int]:
     """The master's per-slave acks, read from the scrape thread while the loop may change them:
     a concurrent change shows as RuntimeError (dict changed size); read again."""
     for _ in range(3):
@@ -276,7 +317,7 @@ class BrokerMetrics:
         self.cluster = cluster
         self.broker_name = broker_name
         self.registry.register(_WithIdentity(self._inner, self))
-        self.ctx: BrokerContext | None = None
+        self.readings: BrokerReadings | None = None
         r = self._inner
         self.traffic = TopicTraffic()
         self.send_latency = FastHistogram(LATENCY_BUCKETS)
@@ -322,9 +363,10 @@ class BrokerMetrics:
         ).labels(**labels)
         self._gauges: dict[str, Gauge] = {}
 
-    def bind(self, ctx: BrokerContext) -> None:
-        """Read role, fencing, replication and disk figures from ``ctx`` at scrape time."""
-        self.ctx = ctx
+    def bind(self, readings: BrokerReadings) -> None:
+        """Read role, fencing, replication and disk figures through ``readings`` at scrape
+        time."""
+        self.readings = readings
 
     def bind_server(self, server: RemotingServer) -> None:
         """Count the connections ``server`` closes; read its incomplete-frame bytes at scrape."""
@@ -344,11 +386,11 @@ class BrokerMetrics:
 
     def broker_id(self) -> str:
         """The ``broker_id`` label: the persistent id, empty until the broker has one."""
-        ctx = self.ctx
-        if ctx is None:
+        readings = self.readings
+        if readings is None:
             return ""
-        broker_id = ctx.role.broker_id
-        if ctx.controller_mode and broker_id < 1:
+        broker_id = readings.role().broker_id
+        if readings.assigned_ids and broker_id < 1:
             return ""  # not known yet: controller-assigned ids start at 1
         return str(broker_id)
 
@@ -358,8 +400,8 @@ class BrokerMetrics:
         g.labels(**self._labels).set_function(fn)
         self._gauges[name] = g
 
-    def topic(self, topic: str) -> list[int]:
-        """The topic's [messages in, bytes in, messages out, bytes out], to add to in place."""
+    def topic(self, topic: str) -> TopicCounts:
+        """The topic's traffic counts, to add to in place."""
         return self.traffic.get(topic)
 
     def send_error(self, code: int) -> None:

@@ -87,9 +87,9 @@ class PullProcessor:
         status = res.status
         if status is GetStatus.FOUND:
             header["count"] = res.count
-            row = ctx.metrics.topic(topic)
-            row[2] += res.count
-            row[3] += len(res.body)
+            counts = ctx.metrics.topic(topic)
+            counts.messages_out += res.count
+            counts.bytes_out += len(res.body)
             return response(req, ResponseCode.SUCCESS, header, res.body)
         if status is GetStatus.NO_MATCHED_MESSAGE or (
             status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0

@@ -9,9 +9,9 @@ from broker.metrics import BrokerMetrics
 
 def test_topic_traffic_and_latency_are_exposed_as_prometheus_families() -> None:
     m = BrokerMetrics("DefaultCluster", "broker-a")
-    row = m.topic("T")
-    row[0] += 3
-    row[1] += 3072
+    counts = m.topic("T")
+    counts.messages_in += 3
+    counts.bytes_in += 3072
     for v in (0.0001, 0.001, 0.3, 9.0):
         m.send_latency.observe(v)
     text = generate_latest(m.registry).decode()
