@@ -61,10 +61,11 @@ class Fault:
     def length(self) -> float:
         return max(h.end for h in self.hits)
 
-    def single_master_fault(self) -> bool:
-        """A lone kill or freeze of the master of a healthy group: the producer's retry deadline
-        must cover its failover, so no send may fail during it."""
-        return len(self.hits) == 1 and self.hits[0].role == MASTER and self.settle == "full"
+    def single_fault(self) -> bool:
+        """A lone kill or freeze (of the master, a slave or the controller leader) in a healthy
+        group: the producer's retry deadline must cover what follows (a failover, a shrink of
+        the SyncStateSet, a controller election), so no send may fail during it."""
+        return len(self.hits) == 1 and self.settle == "full"
 
     def __str__(self) -> str:
         hits = " + ".join(str(h) for h in self.hits)
