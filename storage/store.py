@@ -325,6 +325,11 @@ class MessageStore:
     def flushed_offset(self) -> int:
         return self._flushed
 
+    def commitlog_segments(self) -> list[tuple[int, int]]:
+        """(start, end) offsets of each CommitLog segment file, oldest first (the last one may
+        end past :attr:`max_offset`: segments are pre-allocated)."""
+        return [(seg.start, seg.end) for seg in self._commitlog.segments]
+
     @property
     def confirm_offset(self) -> int:
         """Replication confirm offset (what every SyncStateSet member has; consumers read up to

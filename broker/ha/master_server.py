@@ -78,7 +78,7 @@ class StoreMasterLog:
     """The live :class:`~broker.ha.master_conn.MasterLog` of a master: store, epoch file and the
     confirm offset (read through ``confirm``)."""
 
-    __slots__ = ("_confirm", "_epochs", "_segment_bytes", "_store")
+    __slots__ = ("_confirm", "_epochs", "_store")
 
     def __init__(
         self, store: MessageStore, epoch_file: EpochFile, confirm: Callable[[], int]
@@ -86,7 +86,6 @@ class StoreMasterLog:
         self._store = store
         self._epochs = epoch_file
         self._confirm = confirm
-        self._segment_bytes = store.config.commitlog_segment_bytes
 
     @property
     def epoch_entries(self) -> tuple[EpochEntry, ...]:
@@ -106,10 +105,13 @@ class StoreMasterLog:
 
     @property
     def last_file_start(self) -> int:
-        # Segments are cut at multiples of the segment size from offset 0 (the store does not
-        # expose its segment list).
+        """Where the segment the next write goes into starts: the last segment's start, or
+        the max offset when the log ends at its end (or holds no segment)."""
         end = self._store.max_offset
-        return max(self._store.min_offset, end - end % self._segment_bytes)
+        segments = self._store.commitlog_segments()
+        if segments and segments[-1][0] <= end < segments[-1][1]:
+            return segments[-1][0]
+        return end
 
 
 class _SlaveLink(asyncio.Protocol):

@@ -246,3 +246,22 @@ def test_confirm_offset_is_clamped_at_the_log_and_lowered_only_by_truncation(
     store.truncate(results[1].end_offset)
     assert store.confirm_offset == results[1].end_offset
     store.close()
+
+
+def test_the_store_lists_its_commitlog_segments_as_they_are_on_disk(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    assert store.commitlog_segments() == []
+    ends = []
+    while len(commitlog_files(tmp_path)) < 3:
+        ends.append(store.put(TOPIC, 0, messages(8), NOW).end_offset)
+    segments = store.commitlog_segments()
+    files = commitlog_files(tmp_path)
+    assert [start for start, _ in segments] == [int(f.name) for f in files]
+    assert all(end - start == SEGMENT for start, end in segments)
+    assert segments[-1][0] <= store.max_offset < segments[-1][1]
+    store.truncate(min(e for e in ends if segments[1][0] < e < segments[1][1]))
+    assert store.commitlog_segments() == segments[:2]
+    store.truncate(segments[1][0])  # cut at a segment's start: that segment goes
+    assert store.commitlog_segments() == segments[:1]
+    assert len(commitlog_files(tmp_path)) == 1
+    store.close()
