@@ -53,7 +53,9 @@ from controller.raft import (
     RaftConfig,
     RaftError,
     RaftNode,
+    ReadState,
     Ready,
+    ReadyHandler,
     Role,
     Snapshot,
     SoftState,
@@ -220,6 +222,14 @@ class RaftDriver:
             ),
             self.storage,
             rng or random.Random(),
+        )
+        self.handler = ReadyHandler(
+            self.node,
+            self.storage,
+            send=self.transport.send,
+            apply=self._apply,
+            restore=self._restored,
+            read=self._serve_read,
         )
         self.role = Role.FOLLOWER
         self.lead: NodeId | None = None
@@ -549,46 +559,26 @@ class RaftDriver:
         )
 
     async def _handle(self, rd: Ready) -> None:
-        node = self.node
         if rd.soft_state is not None:
             self._on_soft_state(rd.soft_state)
         hs = rd.hard_state
         if hs is not None and hs.vote == self.id and hs.term != self.storage.hard_state().term:
             self.observer.campaign()
-        if rd.messages:
-            self.transport.send(rd.messages)
+        handler = self.handler
+        handler.send(rd)
         for entry in rd.entries:
             if entry.type is EntryType.CONF_CHANGE:
                 self._learn_address(entry)
-        if rd.entries or rd.snapshot is not None or rd.compaction is not None or rd.must_sync:
+        if handler.writes(rd):
             started = time.perf_counter()
-            await asyncio.to_thread(
-                self.storage.save,
-                hard_state=rd.hard_state,
-                entries=rd.entries,
-                snapshot=rd.snapshot,
-                compaction=rd.compaction,
-                sync=rd.must_sync,
-            )
+            await asyncio.to_thread(handler.persist, rd)
             if rd.must_sync:
                 self.observer.fsync(time.perf_counter() - started)
-        elif rd.hard_state is not None:
-            self.storage.save(hard_state=rd.hard_state, sync=False)  # commit only: in memory
+        else:
+            handler.persist(rd)  # commit only: in memory
         if rd.compaction is not None:
             self.observer.snapshot_size(len(rd.compaction.data))
-        if rd.persisted_messages:
-            self.transport.send(rd.persisted_messages)
-        if rd.snapshot is not None:
-            self._restore(rd.snapshot)
-            self.observer.snapshot_size(len(rd.snapshot.data))
-            self._compact_requested = max(self._compact_requested, rd.snapshot.index)
-        for entry in rd.committed_entries:
-            self._apply(entry)
-        for rs in rd.read_states:
-            read = self._reads.get(rs.ctx)
-            if read is not None and not read.done():
-                read.set_result(None)
-        node.advance(rd)
+        handler.finish(rd)
         self._maybe_compact()
         if self._pulse is not None and not self._pulse.done():
             self._pulse.set_result(None)
@@ -674,6 +664,17 @@ class RaftDriver:
             return
         self.addresses[node_id] = address
         self.transport.set_address(node_id, address)
+
+    def _restored(self, snapshot: Snapshot) -> None:
+        """A snapshot from the leader, now durable: the state machine takes it."""
+        self._restore(snapshot)
+        self.observer.snapshot_size(len(snapshot.data))
+        self._compact_requested = max(self._compact_requested, snapshot.index)
+
+    def _serve_read(self, rs: ReadState) -> None:
+        read = self._reads.get(rs.ctx)
+        if read is not None and not read.done():
+            read.set_result(None)
 
     def _restore(self, snapshot: Snapshot) -> None:
         addresses, data = decode_snapshot(snapshot.data)

@@ -7,7 +7,8 @@ in which a Ready must be handled.
 
 Modules: ``config``, ``log`` (unstable/stable log), ``progress``
 (per-member replication state), ``membership`` (configuration changes), ``readonly``
-(read-index), ``leader`` (the leader's half), ``core`` (the node). What the core reads
+(read-index), ``leader`` (the leader's half), ``core`` (the node), ``handler`` (carrying out a
+Ready: shared by the asyncio driver and the simulation). What the core reads
 from durable storage is :class:`storage.raftlog.view.StorageView`, the storages' contract
 (imported for type checking only: importing the core loads no storage code).
 The data types (entries, hard and conf state, snapshots, the peer messages) live in
@@ -53,6 +54,7 @@ from .errors import (
     TransferRejected,
     Unavailable,
 )
+from .handler import DurableLog, ReadyHandler
 from .leader import ProgressStatus
 from .membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
 from .progress import ProgressState
@@ -68,6 +70,7 @@ __all__ = [
     "ConfChangeRejected",
     "ConfChangeType",
     "ConfState",
+    "DurableLog",
     "Entry",
     "EntryType",
     "HardState",
@@ -89,6 +92,7 @@ __all__ = [
     "ReadIndexResponse",
     "ReadState",
     "Ready",
+    "ReadyHandler",
     "ReadyNotAdvanced",
     "Role",
     "Snapshot",

@@ -24,6 +24,9 @@ was asked; while a node holds a leader lease, no node leads a later term. Then t
 phase heals everything and requires a leader that commits a new entry and gets it applied on
 every member within a bound. The run counts the faults it injects by kind (:class:`Faults`, in
 the result), so a test can require that those its schedule was drawn with happened.
+
+A Ready is carried out by :class:`controller.raft.ReadyHandler`, the asyncio driver's own
+handling: the simulation supplies the network, the state machine and the fsync's timing.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from controller.raft import (
     RaftConfig,
     RaftError,
     RaftNode,
+    ReadState,
     Ready,
+    ReadyHandler,
     Role,
     Snapshot,
     VoteRequest,
@@ -174,6 +179,7 @@ class SimNode:
     id: NodeId
     storage: MemoryStorage
     node: RaftNode | None = None
+    handler: ReadyHandler | None = None
     machine: Machine = field(default_factory=Machine)
     persisting: tuple[Ready, int] | None = None
     phase: int = 0
@@ -363,6 +369,16 @@ class Simulation:
 
     def _start(self, sn: SimNode) -> None:
         sn.node = RaftNode(self._config(sn.id), sn.storage, random.Random(self.rng.getrandbits(64)))
+        # The driver's own Ready handling (controller.raft.handler), with the simulated world's
+        # network, state machine and checks behind its callbacks.
+        sn.handler = ReadyHandler(
+            sn.node,
+            sn.storage,
+            send=lambda messages: self._send(sn, messages),
+            apply=lambda entry: self._apply(sn, entry),
+            restore=lambda snapshot: self._restored(sn, snapshot),
+            read=lambda rs: self._read(sn, rs),
+        )
         sn.machine = Machine()
         snapshot = sn.storage.snapshot()
         if snapshot.index:
@@ -384,6 +400,7 @@ class Simulation:
                 sn.storage.save(entries=rd.entries[:keep])
                 self.injected.torn_writes += 1
         sn.node = None
+        sn.handler = None
         sn.persisting = None
         sn.restart_at = self.now + self.rng.randint(5, 80)
         self.injected.crashes += 1
@@ -447,8 +464,8 @@ class Simulation:
     # --- driving Readies ---------------------------------------------------------------------
 
     def _drive(self, sn: SimNode) -> None:
-        node = sn.node
-        assert node is not None
+        node, handler = sn.node, sn.handler
+        assert node is not None and handler is not None
         if sn.persisting is not None:
             done, done_at = sn.persisting
             if done_at > self.now:
@@ -458,7 +475,7 @@ class Simulation:
             rd = node.ready()
             if rd is None:
                 return
-            self._send(sn, rd.messages)
+            handler.send(rd)
             delay = self.rng.choice((0, 0, 1, 2))
             if delay:
                 sn.persisting = (rd, self.now + delay)
@@ -466,32 +483,31 @@ class Simulation:
             self._finish(sn, rd)
 
     def _finish(self, sn: SimNode, rd: Ready) -> None:
-        node = sn.node
-        assert node is not None
+        """The simulated fsync completed: the driver's handler writes and finishes the Ready."""
+        node, handler = sn.node, sn.handler
+        assert node is not None and handler is not None
         sn.persisting = None
-        sn.storage.save(
-            hard_state=rd.hard_state,
-            entries=rd.entries,
-            snapshot=rd.snapshot,
-            compaction=rd.compaction,
-        )
-        self._send(sn, rd.persisted_messages)
+        handler.persist(rd)
+        handler.finish(rd)
         machine = sn.machine
-        if rd.snapshot is not None:
-            machine.restore(rd.snapshot.data)
-            self.checker.restored(sn, rd.snapshot)
-            self.snapshots_installed += 1
-        for entry in rd.committed_entries:
-            if entry.index != machine.applied + 1:
-                self.checker.fail(f"{sn.id} applies {entry.index} after {machine.applied}")
-            machine.apply(entry)
-            self.checker.applied(sn, entry)
-        for rs in rd.read_states:
-            self.checker.read_served(sn, rs.index, rs.ctx)
-        node.advance(rd)
         every = self.options.snapshot_every
         if machine.applied - sn.storage.snapshot().index >= every:
             node.compact(machine.applied, machine.snapshot(self.rng.randint(0, 200)))
+
+    def _restored(self, sn: SimNode, snapshot: Snapshot) -> None:
+        sn.machine.restore(snapshot.data)
+        self.checker.restored(sn, snapshot)
+        self.snapshots_installed += 1
+
+    def _apply(self, sn: SimNode, entry: Entry) -> None:
+        machine = sn.machine
+        if entry.index != machine.applied + 1:
+            self.checker.fail(f"{sn.id} applies {entry.index} after {machine.applied}")
+        machine.apply(entry)
+        self.checker.applied(sn, entry)
+
+    def _read(self, sn: SimNode, rs: ReadState) -> None:
+        self.checker.read_served(sn, rs.index, rs.ctx)
 
     # --- workload ----------------------------------------------------------------------------
 
