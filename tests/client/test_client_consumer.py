@@ -53,10 +53,19 @@ async def receive_until(
     consumer: Consumer, done: Callable[[list[ReceivedMessage]], bool], timeout: float = 10
 ) -> list[ReceivedMessage]:
     got: list[ReceivedMessage] = []
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not done(got):
-        assert asyncio.get_running_loop().time() < deadline, f"only {len(got)} messages arrived"
-        got.extend(await consumer.receive(0.05))
+
+    async def arrived() -> bool:
+        if not done(got):
+            got.extend(await consumer.receive(0.05))
+        return done(got)
+
+    await wait_until_async(
+        arrived,
+        "the messages",
+        timeout,
+        interval=0,
+        on_timeout=lambda: f"only {len(got)} messages arrived",
+    )
     return got
 
 
