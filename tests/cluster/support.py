@@ -143,14 +143,18 @@ async def consume_all(
     received: dict[Key, bytes] = {}
     deadline = time.monotonic() + timeout
     boot = Bootstrap(addresses, timeout=2.0)
+
+    async def routed() -> bool:
+        try:
+            await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=2.0)
+            return True
+        except (ClientError, RemotingError):
+            return False
+
     try:
-        while True:
-            try:
-                await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=2.0)
-                break
-            except (ClientError, RemotingError):
-                assert time.monotonic() < deadline, f"topic {topic} never routed again"
-                await asyncio.sleep(0.1)
+        await wait_until_async(
+            routed, f"topic {topic} routed again", deadline - time.monotonic(), interval=0.1
+        )
     finally:
         boot.close()
     async with Consumer(addresses, f"checker-{time.monotonic_ns()}", topic) as consumer:

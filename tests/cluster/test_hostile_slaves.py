@@ -107,12 +107,11 @@ async def test_a_fake_slave_with_a_stalled_slaves_id_gets_nothing_acknowledged(
         slave.signal(signal.SIGSTOP)  # its HA connection stays open, silent
         fake = FakeSlave("127.0.0.1", master.ha_port, replica_id(doc, slave), slave.address)
         fake.start()
-        await asyncio.wait_for(
-            asyncio.wait(
-                [asyncio.ensure_future(fake.closed.wait()), asyncio.ensure_future(_acked(fake))],
-                return_when=asyncio.FIRST_COMPLETED,
-            ),
+        await wait_until_async(
+            lambda: fake.closed.is_set() or fake.acks >= 2,
+            "the fake slave refused or acking",
             10,
+            interval=0.02,
         )
         during = await send_batch(conn, "during", 20)
         acked |= during
@@ -125,11 +124,6 @@ async def test_a_fake_slave_with_a_stalled_slaves_id_gets_nothing_acknowledged(
     await new_master(boot, cluster, master.address)
     await assert_all_acknowledged_survive(cluster, acked)
     assert not during, f"{len(during)} sends acknowledged on a fake slave's acks"
-
-
-async def _acked(fake: FakeSlave) -> None:
-    while fake.acks < 2:
-        await asyncio.sleep(0.02)
 
 
 async def test_a_fake_slave_with_an_unregistered_id_does_not_freeze_writes(

@@ -147,7 +147,15 @@ async def test_sync_state_set_elect_master_and_broker_epochs(
     assert doc["masterBrokerId"] == other.broker_id
     assert doc["masterAddress"] == other.address
     assert doc["masterEpoch"] == 2 and doc["syncStateSet"] == [other.broker_id]
-    await asyncio.wait_for(_notified(other), 5)
+    await wait_until_async(
+        lambda: (
+            bool(other.notifications)
+            and other.notifications[-1]["masterBrokerId"] == other.broker_id
+        ),
+        "the role push to the new master",
+        5,
+        interval=0.02,
+    )
 
     master.max_offset = 4096
     await master.stop()  # unreachable from now on
@@ -167,13 +175,6 @@ async def test_sync_state_set_elect_master_and_broker_epochs(
 
     human = await rmqctl("getSyncStateSet", "-a", a, "-b", name)
     assert human[0] == 0 and "InSync" in human[1]
-
-
-async def _notified(broker: FakeBroker) -> None:
-    while not broker.notifications or (
-        broker.notifications[-1]["masterBrokerId"] != broker.broker_id
-    ):
-        await asyncio.sleep(0.02)
 
 
 async def test_clean_broker_metadata_forgets_a_dead_broker(
