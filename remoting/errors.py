@@ -34,3 +34,13 @@ class ResponseError(RemotingError):
             if remark
             else f"{code_name(code)} ({code}){where}"
         )
+
+
+class UnreachableError(RemotingError):
+    """No address of a list (controllers, or a lone broker) could serve a request."""
+
+    def __init__(self, addresses: list[str], reasons: list[str]) -> None:
+        self.addresses = addresses
+        self.reasons = reasons
+        unique = list(dict.fromkeys(reasons)) or ["no address given"]
+        super().__init__(f"cannot reach any of {';'.join(addresses)}: {', '.join(unique)}")

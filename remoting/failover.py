@@ -1,0 +1,169 @@
+"""Requests to "any of" a list of addresses: the controllers, or in development mode a lone broker.
+
+Addresses are tried in turn, starting with the one that answered last; any may be down. A
+controller that is not the Raft leader answers CONTROLLER_NOT_LEADER (2007) with the leader's
+address in header ``leaderAddress`` when it knows it: that address is tried next and preferred
+afterwards.
+
+Errors are remoting's: :class:`~remoting.errors.ResponseError` for a definitive error answer,
+:class:`~remoting.errors.UnreachableError` when no address could serve the request. The client
+SDK's :class:`~client.bootstrap.Bootstrap` is this with the SDK's errors; the broker uses it as
+it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Mapping, Sequence
+
+from protocol.codes import ResponseCode
+from protocol.remoting import Frame, Scalar
+from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
+from remoting.errors import (
+    ConnectError,
+    ConnectionClosedError,
+    RequestTimeoutError,
+    ResponseError,
+    UnreachableError,
+)
+
+__all__ = ["AddressFailover", "describe_failure", "parse_addresses"]
+
+# Answers that say "this address cannot serve you now, another may".
+_TRY_NEXT = frozenset(
+    {
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.CONTROLLER_NOT_LEADER,
+        ResponseCode.TOO_MANY_IN_FLIGHT,
+    }
+)
+
+
+def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
+    """Split a ``;``-separated address list (or clean a sequence); order kept, duplicates dropped."""
+    items = addresses.split(";") if isinstance(addresses, str) else list(addresses)
+    return list(dict.fromkeys(a.strip() for a in items if a.strip()))
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A short human reason for a connection-level failure ("connection refused", ...)."""
+    cause: BaseException | None = exc
+    if isinstance(exc, ConnectError) and exc.__cause__ is not None:
+        cause = exc.__cause__
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(cause, TimeoutError | RequestTimeoutError):
+        return "timed out"
+    if isinstance(cause, socket.gaierror):
+        return "unknown host"
+    if isinstance(cause, ConnectionClosedError):
+        return "connection closed"
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
+    if isinstance(cause, ValueError):
+        return str(cause)
+    return str(cause) or type(cause).__name__
+
+
+class AddressFailover:
+    """Sends requests to whichever address answers, following the leader's address."""
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        pool: ConnectionPool | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        busy_rounds: int = 4,
+        busy_delay: float = 0.25,
+    ) -> None:
+        self.addresses = parse_addresses(addresses)
+        if not self.addresses:
+            raise ValueError("no bootstrap address given")
+        self._owns_pool = pool is None
+        self.pool = pool if pool is not None else ConnectionPool(timeout)
+        self.timeout = timeout
+        self.busy_rounds = busy_rounds
+        self.busy_delay = busy_delay
+        self._preferred: str | None = None
+
+    async def call(
+        self,
+        code: int,
+        header: Mapping[str, Scalar] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = None,
+    ) -> Frame:
+        """Send the request until one address answers SUCCESS.
+
+        When every address that answered said "not now" (not the leader with no leader known,
+        busy), the round is repeated up to ``busy_rounds`` times ``busy_delay`` apart: a Raft
+        election takes a few hundred ms. Addresses that refuse connections fail at once.
+
+        Raises :class:`ResponseError` for a definitive error answer (e.g. TOPIC_NOT_EXIST) and
+        :class:`UnreachableError` when no address could serve the request.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        for round_no in range(self.busy_rounds):
+            result = await self._round(code, header, body, timeout)
+            if isinstance(result, Frame):
+                return result
+            reasons, last_error = result
+            if last_error is None or round_no + 1 == self.busy_rounds:
+                break
+            await asyncio.sleep(self.busy_delay)
+        if last_error is not None and len(reasons) == 1:
+            raise last_error
+        raise UnreachableError(self.addresses, reasons)
+
+    async def _round(
+        self,
+        code: int,
+        header: Mapping[str, Scalar] | None,
+        body: bytes | None,
+        timeout: float,
+    ) -> Frame | tuple[list[str], ResponseError | None]:
+        """Try every address once: the SUCCESS frame, else (reasons, last "not now" answer)."""
+        order = list(self.addresses)
+        if self._preferred is not None:
+            # The last address that answered goes first (it may be a leader not in the list).
+            order = [self._preferred, *(a for a in order if a != self._preferred)]
+        tried: set[str] = set()
+        reasons: list[str] = []
+        last_error: ResponseError | None = None
+        while order:
+            address = order.pop(0)
+            if address in tried:
+                continue
+            tried.add(address)
+            try:
+                conn = await self.pool.get(address)
+                resp = await conn.request(code, header, body, timeout)
+            except (ConnectError, ConnectionClosedError, RequestTimeoutError, ValueError) as exc:
+                # The connection is left alone: it may be shared with sends in flight (a lone
+                # broker is both bootstrap and broker), and the pool replaces it once closed.
+                reasons.append(describe_failure(exc))
+                if self._preferred == address:
+                    self._preferred = None
+                continue
+            if resp.code == ResponseCode.SUCCESS:
+                self._preferred = address
+                return resp
+            remark = resp.header.get("remark")
+            error = ResponseError(resp.code, remark if isinstance(remark, str) else "", address)
+            if resp.code not in _TRY_NEXT:
+                raise error
+            last_error = error
+            reasons.append(str(error))
+            if resp.code == ResponseCode.CONTROLLER_NOT_LEADER:
+                leader = resp.header.get("leaderAddress")
+                if isinstance(leader, str) and leader and leader not in tried:
+                    order.insert(0, leader)
+        return reasons, last_error
+
+    def close(self) -> None:
+        """Close the connections, when the pool is ours (not shared with a producer/consumer)."""
+        if self._owns_pool:
+            self.pool.close()
