@@ -9,7 +9,7 @@ consumer offsets in step with its master.
 
 Rules worth knowing:
 - a role change is believed only from the controllers' own answers (GET_REPLICA_INFO, REGISTER,
-  ELECT_MASTER, through the Bootstrap that follows the active controller). A push on the broker's
+  ELECT_MASTER, through the AddressFailover that follows the active controller). A push on the broker's
   port proves nothing about its sender (any client can send 1008), so its content is never
   applied: it is a hint to poll now, and a claim the controllers do not confirm is logged once;
 - metadata with a master epoch older than one already seen is ignored (a stale poll);
@@ -43,12 +43,11 @@ from broker.identity import (
     establish_identity,
     reestablish_identity,
 )
-from client.bootstrap import Bootstrap
-from client.errors import BrokerError, ClientError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Header
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError
+from remoting.errors import RemotingError, ResponseError
+from remoting.failover import AddressFailover
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +96,7 @@ class ReplicasManager:
         self.ha = ha
         self._role = ctx.role_cell  # this manager is the role's one writer
         self.pool = ConnectionPool(connect_timeout=2.0)
-        self.controllers = Bootstrap(
+        self.controllers = AddressFailover(
             self.cfg.controller_addresses, self.pool, timeout=3.0, busy_rounds=2
         )
         self.identity: BrokerIdentity | None = None
@@ -147,7 +146,7 @@ class ReplicasManager:
                 self.identity = await establish_identity(
                     self.cfg.data_dir, self._get_next_broker_id, self._apply_broker_id
                 )
-            except (ClientError, RemotingError) as exc:
+            except RemotingError as exc:
                 log.warning("controllers not reachable for broker id; retrying", error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 3.0)
@@ -175,7 +174,7 @@ class ReplicasManager:
         }
         try:
             await self.controllers.call(RequestCode.CONTROLLER_APPLY_BROKER_ID, header)
-        except BrokerError as exc:
+        except ResponseError as exc:
             if exc.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID:
                 raise BrokerIdConflictError(str(exc)) from None
             raise
@@ -210,11 +209,11 @@ class ReplicasManager:
                         "registerCheckCode": self.identity.register_code,
                     },
                 )
-            except BrokerError as exc:
+            except ResponseError as exc:
                 if exc.code not in lost or attempt:
                     log.warning("register with controller failed", error=str(exc))
                     return None
-            except (ClientError, RemotingError) as exc:
+            except RemotingError as exc:
                 log.warning("register with controller failed", error=str(exc))
                 return None
             if not await self._reestablish_identity():
@@ -234,7 +233,7 @@ class ReplicasManager:
             identity = await reestablish_identity(
                 self.cfg.data_dir, old, self._get_next_broker_id, self._apply_broker_id
             )
-        except (ClientError, RemotingError, IdentityError) as exc:
+        except (RemotingError, IdentityError) as exc:
             log.warning("could not apply for a broker id again", error=str(exc))
             return False
         self.identity = identity
@@ -268,14 +267,14 @@ class ReplicasManager:
             resp = await self.controllers.call(
                 RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": self.cfg.broker_name}
             )
-        except BrokerError as exc:
+        except ResponseError as exc:
             if exc.code not in (
                 ResponseCode.CONTROLLER_MASTER_STILL_EXIST,
                 ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
             ):
                 log.info("election request refused", error=str(exc))
             return
-        except (ClientError, RemotingError):
+        except RemotingError:
             return
         self._hand_replicas_to_ha(resp)
         await self.apply(GroupInfo.from_frame(resp))
@@ -309,10 +308,10 @@ class ReplicasManager:
                     # dropped our route registration with our liveness; register at once.
                     self.topics_changed()
                 self._contact(sent)
-            except BrokerError as exc:
+            except ResponseError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
                     await self._register_and_apply()
-            except (ClientError, RemotingError):
+            except RemotingError:
                 pass
             if self.ctx.role.is_master and monotonic() - self._last_contact > timeout:
                 self._set_fenced(True)
@@ -346,14 +345,14 @@ class ReplicasManager:
             resp = await self.controllers.call(
                 RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.cfg.broker_name}
             )
-        except BrokerError as exc:
+        except ResponseError as exc:
             if exc.code in (
                 ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
                 ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
             ):
                 await self._register_and_apply()
             return
-        except (ClientError, RemotingError):
+        except RemotingError:
             return
         info = GroupInfo.from_frame(resp)
         self._check_claims(claims, info)

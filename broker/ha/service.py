@@ -39,7 +39,7 @@ SyncStateSet changes (:mod:`broker.ha.sync_state`) go through ``propose_sync_sta
 which returns the new syncStateSetEpoch or raises; the ReplicasManager sends AlterSyncStateSet
 with :attr:`HAService.master_epoch` and :attr:`HAService.sync_state_set_epoch` (read at the
 call). It is given ``propose_timeout_ms``. A refusal the controller evaluated (a
-:class:`~client.errors.BrokerError` with a code of :data:`SETTLED_REFUSALS`) is retried after
+:class:`~remoting.errors.ResponseError` with a code of :data:`SETTLED_REFUSALS`) is retried after
 ``propose_retry_ms``; any other failure (a timeout, no controller reachable, a stale base epoch)
 leaves the outcome unknown: the proposal may have committed, so acks keep counting the union of
 both sets and the same proposal is sent again every ``propose_retry_ms`` until an answer settles
@@ -76,8 +76,8 @@ from broker.ha.role_change import plan_master_epochs
 from broker.ha.slave_client import AppendReplicated, SlaveClient, SlaveState
 from broker.ha.sync_state import SyncState
 from broker.offset_waiters import Done, OffsetWaiters, future_waiter
-from client.errors import BrokerError
 from protocol.codes import ResponseCode
+from remoting.errors import ResponseError
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
@@ -499,7 +499,7 @@ class HAService:
             error = f"{type(exc).__name__}: {exc}"
             if sync is not self._sync:
                 return
-            if isinstance(exc, BrokerError) and exc.code in SETTLED_REFUSALS:
+            if isinstance(exc, ResponseError) and exc.code in SETTLED_REFUSALS:
                 log.warning("HA: AlterSyncStateSet refused", proposed=sorted(proposal), error=error)
                 sync.proposal_failed(proposal, now_ms=self._now_ms(), attempt=attempt)
             else:

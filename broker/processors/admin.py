@@ -12,13 +12,12 @@ from __future__ import annotations
 import msgpack
 
 from broker.context import BrokerContext
-from client.bootstrap import Bootstrap
-from client.errors import BrokerError, ClientError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, req_int, req_str
 from protocol.remoting import Frame, Scalar, response
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError
+from remoting.errors import RemotingError, ResponseError
+from remoting.failover import AddressFailover
 from remoting.server import Connection, RemotingServer, error_response
 
 MAX_QUEUES = 1024
@@ -38,7 +37,7 @@ _CONTROLLERS_BUSY = frozenset(
 class AdminProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self._controllers: Bootstrap | None = None
+        self._controllers: AddressFailover | None = None
 
     def close(self) -> None:
         if self._controllers is not None:
@@ -82,7 +81,7 @@ class AdminProcessor:
         committed it, else the code and remark to answer (nothing is created here then)."""
         cfg = self.ctx.cfg
         if self._controllers is None:
-            self._controllers = Bootstrap(
+            self._controllers = AddressFailover(
                 cfg.controller_addresses,
                 ConnectionPool(CONTROLLER_TIMEOUT),
                 CONTROLLER_TIMEOUT,
@@ -95,14 +94,14 @@ class AdminProcessor:
         }
         try:
             await self._controllers.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
-        except BrokerError as exc:
+        except ResponseError as exc:
             if exc.code in _CONTROLLERS_BUSY:
                 return (
                     ResponseCode.SERVICE_NOT_AVAILABLE,
                     f"topic {topic} not created: the controllers are busy ({exc}); retry",
                 )
             return exc.code, f"the controllers refused topic {topic}: {exc.remark or exc}"
-        except (ClientError, RemotingError) as exc:
+        except RemotingError as exc:
             return (
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 f"topic {topic} not created: the controllers did not commit it ({exc}); retry",
