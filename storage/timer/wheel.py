@@ -24,6 +24,16 @@ Order and progress
     saved mark are delivered again: exactly once after a clean :meth:`close`, at least once
     after a crash.
 
+Replicas
+    A replica builds the same wheel from the same CommitLog records and never delivers. For
+    both to order entries identically the due time must not depend on when a wheel happened to
+    see a record: the master asks :meth:`TimingWheel.due_time` when it appends a scheduled
+    message, stamps the answer into the record, and every wheel (the master's, a replica's, a
+    replay's) schedules the stamped time with the record's store time as ``now``. Each delivery
+    record the master appends carries its entry's key; a replica passes it to
+    :meth:`TimingWheel.commit_key`. After a promotion the replica's :meth:`TimingWheel.due`
+    hands out exactly the entries the master had not delivered up to the replicated offset.
+
 Replay
     Each entry remembers ``source_end``, the end of the CommitLog record it came from;
     :attr:`TimingWheel.indexed_through` is the highest. :meth:`schedule` and :meth:`cancel`
@@ -348,8 +358,43 @@ class TimingWheel:
 
     def commit(self, entry: TimerEntry) -> None:
         """``entry`` (and every entry handed out before it) has been durably delivered."""
-        if entry.key > self.delivered:
-            self.delivered = entry.key
+        self.commit_key(entry.due_ms, entry.commitlog_offset)
+
+    def commit_key(self, due_ms: int, commitlog_offset: int) -> None:
+        """Every entry whose key is at or below ``(due_ms, commitlog_offset)`` is delivered.
+
+        The master calls it (through :meth:`commit`) for what it delivered; a replica calls it
+        for each delivery record it replays from the CommitLog (the record carries the key), so
+        its wheel drops those entries without ever handing them out. A replica never calls
+        :meth:`due`; after a promotion the new master calls it and gets exactly what is left.
+        """
+        key = (due_ms, commitlog_offset)
+        if key <= self.delivered:
+            return
+        self.delivered = key
+        self._now = max(self._now, due_ms)
+        self._advance(self._now)
+        # On the master due() already took these out; on a replica they are dropped here.
+        last_slot = self._slot(due_ms)
+        while self._near_slots and self._near_slots[0] <= last_slot:
+            slot = self._near_slots[0]
+            rest = []
+            for e in self._near[slot]:
+                if e.key <= key:
+                    del self._near_index[e.commitlog_offset]
+                else:
+                    rest.append(e)
+            if rest:
+                self._near[slot] = rest
+                break
+            heapq.heappop(self._near_slots)
+            del self._near[slot]
+
+    def due_time(self, deliver_at_ms: int, now_ms: int) -> int:
+        """The due time :meth:`schedule` gives a message asked for ``deliver_at_ms`` at
+        ``now_ms``. The master stamps it into the message it appends, and every replica (and
+        a replay) schedules the stamped time, so all of them order entries identically."""
+        return max(deliver_at_ms, now_ms, self._now)
 
     # -- durability -----------------------------------------------------------------------------
 
@@ -357,6 +402,9 @@ class TimingWheel:
         """Persist the progress mark (after the delivered messages are durable) and drop the
         timer log segments it has left wholly behind."""
         if self.delivered != self._saved:
+            # Every timer record at or below the mark is durable before the mark is: a replay
+            # then never brings back an entry the saved mark says was delivered.
+            self.log.flush()
             save_progress(self.directory / PROGRESS_FILE, self.delivered)
             self._saved = self.delivered
         self.compact()
