@@ -19,10 +19,13 @@ Rules worth knowing:
   and registers: it never loops on 2010;
 - a broker takes writes only after ``HAService.become_master`` returned for the current epoch;
 - a master holds a lease: ``broker_heartbeat_timeout_ms`` from the moment it *sent* the last
-  heartbeat the active controller answered (or from a role change it received). Every write
-  checks it, so a master cut off from the controllers (or frozen, then resumed) refuses writes
-  with MASTER_FENCED before the controllers can have declared it dead and elected another. It is
-  renewed by the next answered heartbeat.
+  heartbeat the active controller answered, as long as that answer named it master at its
+  epoch (slaves renew theirs the same way, so a slave that becomes master already holds one;
+  a registration or a role change renews nothing: the controllers time a broker out from its
+  heartbeats alone). Every write checks it, so a master cut off from the controllers (or
+  frozen, then resumed) refuses writes with MASTER_FENCED before the controllers can have
+  declared it dead and elected another, and a deposed master whose heartbeat is answered again
+  does not write before it learned its new role.
 """
 
 from __future__ import annotations
@@ -180,10 +183,11 @@ class ReplicasManager:
             raise
 
     async def _register_and_apply(self) -> None:
+        # No lease from a registration: the controllers count a broker alive by its
+        # heartbeats only, so only an answered heartbeat may extend the write lease.
         async with self._register_lock:
             resp = await self._register()
         if resp is not None:
-            self._contact(monotonic())
             self._hand_replicas_to_ha(resp)
             await self.apply(GroupInfo.from_frame(resp))
 
@@ -298,7 +302,7 @@ class ReplicasManager:
             }
             sent = monotonic()
             try:
-                await self.controllers.call(
+                resp = await self.controllers.call(
                     RequestCode.BROKER_HEARTBEAT, header, timeout=min(timeout, 2.0)
                 )
                 # The controller heard us no earlier than ``sent``: a lease counted from there
@@ -307,7 +311,7 @@ class ReplicasManager:
                     # Back after a silence (frozen, partitioned): the controllers may have
                     # dropped our route registration with our liveness; register at once.
                     self.topics_changed()
-                self._contact(sent)
+                self._contact_if_master_confirmed(sent, resp)
             except ResponseError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
                     await self._register_and_apply()
@@ -517,7 +521,9 @@ class ReplicasManager:
                         info.master_epoch, info.sync_state_set, info.sync_state_set_epoch, me
                     )
                     self._slave_of = None
-                    self._contact(monotonic())
+                    # The write lease stays what the last answered heartbeat gave (a slave's
+                    # heartbeats renew it too): the controllers time this broker out from its
+                    # heartbeats, so a lease counted from now could outlive their verdict.
                     adopted = self.ctx.adopt_store_topics()
                     if adopted:
                         log.info("topic config adopted from replicated data", topics=adopted)
@@ -566,6 +572,20 @@ class ReplicasManager:
         doc = msgpack.unpackb(resp.body or b"\x80")
         address = doc.get("haAddress") if isinstance(doc, dict) else None
         return address if isinstance(address, str) and address else None
+
+    def _contact_if_master_confirmed(self, at: float, resp: Frame) -> None:
+        """An answer from the active controller to a request sent at ``at``: renew the write
+        lease, unless this broker takes writes and the answer names another master or a newer
+        epoch. A deposed master (frozen, partitioned) whose heartbeat is answered again must
+        not write on that lease until it learned its new role; it asks at once."""
+        role = self.ctx.role
+        master = resp.header.get("masterBrokerId")
+        epoch = resp.header.get("masterEpoch")
+        named = isinstance(master, int) and isinstance(epoch, int)
+        if role.is_master and named and (master, epoch) != (self.broker_id, role.master_epoch):
+            self._poll_now.set()
+            return
+        self._contact(at)
 
     def _contact(self, at: float) -> None:
         """The active controller answered a request sent at ``at``: renew the write lease."""

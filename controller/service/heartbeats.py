@@ -113,7 +113,15 @@ class HeartbeatHandler:
         if revived:
             log.info("broker alive", broker_name=name, broker_id=broker_id)
             self.wake_scan()
-        return response(req, ResponseCode.SUCCESS)
+        # Who is master, at which epoch: a broker renews its write lease only on an answer
+        # that names it master at its own epoch (a deposed master, thawed or healed, must not
+        # take writes on the strength of a heartbeat that was merely answered).
+        master = -1
+        epoch = 0
+        if info is not None:
+            master = -1 if info.master_broker_id is None else info.master_broker_id
+            epoch = info.master_epoch
+        return response(req, ResponseCode.SUCCESS, {"masterBrokerId": master, "masterEpoch": epoch})
 
     def active_changed(self, active: bool) -> None:
         """Driver listener: liveness starts over (with its grace period) on becoming active."""

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,14 +32,10 @@ TOPIC = "FailoverTopic"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
-        c.add_group("broker-a", 3)
-        yield c
-    finally:
-        c.stop()
+def cluster(cluster: Cluster) -> Cluster:
+    """The shared controllers (tests/cluster/conftest.py) with one group of 3 brokers."""
+    cluster.add_group("broker-a", 3)
+    return cluster
 
 
 async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: Cluster) -> None:

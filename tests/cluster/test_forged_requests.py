@@ -11,9 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import msgpack
 import pytest
@@ -32,21 +29,10 @@ FAKE_ADDRESS = "127.0.0.1:1"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
-        c.add_group(GROUP, 2)
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-async def boot(cluster: Cluster) -> Any:
-    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    yield b
-    b.close()
+def cluster(cluster: Cluster) -> Cluster:
+    """The shared controllers (tests/cluster/conftest.py) with one group of 2 brokers."""
+    cluster.add_group(GROUP, 2)
+    return cluster
 
 
 async def forger(cluster: Cluster) -> list[RemotingClient]:

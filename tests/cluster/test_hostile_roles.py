@@ -16,8 +16,6 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -47,25 +45,6 @@ pytestmark = pytest.mark.multiprocess
 
 TOPIC = "HostileTopic"
 GROUP = "broker-a"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
-        yield c
-    finally:
-        for d in [*c.controllers, *c.brokers]:
-            d.signal(signal.SIGCONT)
-        c.stop()
-
-
-@pytest.fixture
-async def boot(cluster: Cluster) -> Any:
-    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    yield b
-    b.close()
 
 
 async def start_group(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,25 +45,6 @@ pytestmark = pytest.mark.multiprocess
 
 TOPIC = "HostileTopic"
 ACK_TIMEOUT = "slave_ack_timeout_ms = 1500\n"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
-        yield c
-    finally:
-        for b in c.brokers:
-            b.signal(signal.SIGCONT)
-        c.stop()
-
-
-@pytest.fixture
-async def boot(cluster: Cluster) -> AsyncIterator[Bootstrap]:
-    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    yield b
-    b.close()
 
 
 def replica_id(doc: dict[str, Any], node: BrokerNode) -> int:

@@ -13,7 +13,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,25 +42,6 @@ pytestmark = pytest.mark.multiprocess
 
 TOPIC = "ScenarioTopic"
 RMQCTL = str(Path(sys.executable).parent / "rmqctl")
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
-        yield c
-    finally:
-        for b in c.brokers:
-            b.signal(signal.SIGCONT)
-        c.stop()
-
-
-@pytest.fixture
-async def boot(cluster: Cluster) -> Any:
-    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    yield b
-    b.close()
 
 
 def slaves_of(cluster: Cluster, doc: dict[str, Any]) -> list[BrokerNode]:

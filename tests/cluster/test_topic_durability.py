@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -30,21 +28,10 @@ GROUP = "broker-a"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
-        c.add_group(GROUP, 2)
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-async def boot(cluster: Cluster) -> Any:
-    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    yield b
-    b.close()
+def cluster(cluster: Cluster) -> Cluster:
+    """The shared controllers (tests/cluster/conftest.py) with one group of 2 brokers."""
+    cluster.add_group(GROUP, 2)
+    return cluster
 
 
 async def create_on(address: str, topic: str, queues: int) -> None:

@@ -1,0 +1,34 @@
+"""Fixtures the whole-cluster tests share: three controllers as processes, and a Bootstrap to
+them. Brokers are each test's own to add (``cluster.add_group``); a module that always wants the
+same group overrides ``cluster`` and adds it. Every process is thawed (a test may have frozen it)
+and ended by its PID, also when the test fails."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from client.bootstrap import Bootstrap
+from tests.support.cluster import Cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start_controllers()
+        yield c
+    finally:
+        for d in [*c.controllers, *c.brokers]:
+            d.signal(signal.SIGCONT)
+        c.stop()
+
+
+@pytest.fixture
+async def boot(cluster: Cluster) -> AsyncIterator[Bootstrap]:
+    b = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    yield b
+    b.close()
