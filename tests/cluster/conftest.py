@@ -1,5 +1,5 @@
-"""Fixtures the whole-cluster tests share: three controllers as processes, and a Bootstrap to
-them. Brokers are each test's own to add (``cluster.add_group``); a module that always wants the
+"""Fixtures the whole-cluster tests share: three controllers as processes, a Bootstrap to them,
+and test hosts in network namespaces (``net``, skipped where namespaces cannot be made). Brokers are each test's own to add (``cluster.add_group``); a module that always wants the
 same group overrides ``cluster`` and adds it. Every process is thawed (a test may have frozen it)
 and ended by its PID, also when the test fails."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from client.bootstrap import Bootstrap
+from tests.cluster import netns
 from tests.support.cluster import Cluster
 
 
@@ -32,3 +33,15 @@ async def boot(cluster: Cluster) -> AsyncIterator[Bootstrap]:
     b = Bootstrap(cluster.controller_addresses, timeout=2.0)
     yield b
     b.close()
+
+
+@pytest.fixture
+def net() -> Iterator[netns.HostNet]:
+    why = netns.available()
+    if why is not None:
+        pytest.skip(f"no network namespaces here: {why}")
+    hosts = netns.HostNet()
+    try:
+        yield hosts
+    finally:
+        hosts.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -292,18 +292,6 @@ async def test_an_expansion_whose_answer_is_lost_acknowledges_nothing_only_the_m
         lambda slave, _master: slave.signal(signal.SIGSTOP),
         lambda slave, _master: slave.signal(signal.SIGCONT),
     )
-
-
-@pytest.fixture
-def net() -> Iterator[netns.HostNet]:
-    why = netns.available()
-    if why is not None:
-        pytest.skip(f"no network namespaces here: {why}")
-    hosts = netns.HostNet()
-    try:
-        yield hosts
-    finally:
-        hosts.close()
 
 
 async def test_an_expansion_whose_answer_is_lost_loses_nothing_across_a_network_cut(

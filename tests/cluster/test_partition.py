@@ -41,18 +41,6 @@ TOPIC = "PartitionTopic"
 
 
 @pytest.fixture
-def net() -> Iterator[netns.HostNet]:
-    why = netns.available()
-    if why is not None:
-        pytest.skip(f"no network namespaces here: {why}")
-    hosts = netns.HostNet()
-    try:
-        yield hosts
-    finally:
-        hosts.close()
-
-
-@pytest.fixture
 def cluster(tmp_path: Path, net: netns.HostNet) -> Iterator[Cluster]:
     ctl = net.add_host("c")
     c = Cluster(tmp_path, ctl, net.exec_prefix(net.netns_of(ctl)))
