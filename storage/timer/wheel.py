@@ -92,9 +92,17 @@ class WheelConfig:
     slots_per_bucket: int = DEFAULT_SLOTS_PER_BUCKET
     max_delay_ms: int = DEFAULT_MAX_DELAY_MS
     segment_records: int = DEFAULT_SEGMENT_RECORDS
+    roll_segments: int = 8
+    """When the timer log holds more segments than this and the oldest still has records above
+    the saved mark, :meth:`TimingWheel.compact` copies those to the end and deletes it."""
 
     def __post_init__(self) -> None:
-        if self.slot_ms <= 0 or self.slots_per_bucket <= 0 or self.max_delay_ms < 0:
+        if (
+            self.slot_ms <= 0
+            or self.slots_per_bucket <= 0
+            or self.max_delay_ms < 0
+            or self.roll_segments < 1
+        ):
             raise ValueError(f"invalid timer wheel settings: {self}")
 
     @property
@@ -129,9 +137,9 @@ class TimingWheel:
     """Scheduled messages of one broker, by delivery time. One owner calls every method."""
 
     __slots__ = (
-        "_current",
         "_far",
         "_heads",
+        "_heads_from",
         "_loaded_through",
         "_near",
         "_near_index",
@@ -171,7 +179,7 @@ class TimingWheel:
         self.recovery: LogRecovery = self.log.open()
         self._rebuild()
         self._loaded_through = self._bucket(self._now) - 1
-        self._current = self._bucket(self.delivered[0])
+        self._heads_from = self._bucket(self.delivered[0])
         self._advance(self._now)
 
     # -- geometry ---------------------------------------------------------------------------
@@ -287,35 +295,33 @@ class TimingWheel:
     # -- output -------------------------------------------------------------------------------
 
     def _advance(self, now_ms: int) -> None:
-        """Load every far bucket up to the one after ``now_ms``'s; forget passed buckets."""
+        """Load every far bucket up to the one after ``now_ms``'s."""
         target = self._bucket(now_ms) + 1
         while self._far and self._far[0] <= target:
             self._load(heapq.heappop(self._far))
         if target > self._loaded_through:
             self._loaded_through = target
-        current = self._bucket(now_ms)
-        if current > self._current:
-            # Nothing is ever scheduled into a bucket that has passed: forget its head.
-            if current - self._current < len(self._heads):
-                passed = [b for b in range(self._current, current) if b in self._heads]
-            else:
-                passed = [b for b in self._heads if b < current]
-            for bucket in passed:
-                del self._heads[bucket]
-            self._current = current
 
     def _load(self, bucket: int) -> None:
-        """Move the pending entries of ``bucket``'s chain into near slots."""
+        """Move the pending entries of ``bucket``'s chain into near slots.
+
+        The chain may hold a record twice (a roll copied it and a crash kept the original) and
+        a cancel may sit before a copy of its target, so the whole chain is read first.
+        """
         pos = self._heads.get(bucket, NO_PREV)
-        cancelled: set[int] = set()
         floor = self.log.start
+        schedules: dict[int, TimerRecord] = {}
+        cancelled: set[int] = set()
         while pos != NO_PREV and pos >= floor:
             rec = self.log.read(pos)
             if rec.kind is TimerKind.CANCEL:
                 cancelled.add(rec.offset)
-            elif rec.offset not in cancelled and (rec.due_ms, rec.offset) > self.delivered:
-                self._near_add(TimerEntry(rec.due_ms, rec.offset, rec.size))
+            else:
+                schedules[rec.offset] = rec
             pos = rec.prev
+        for offset, rec in schedules.items():
+            if offset not in cancelled and (rec.due_ms, offset) > self.delivered:
+                self._near_add(TimerEntry(rec.due_ms, offset, rec.size))
 
     def due(self, now_ms: int, limit: int | None = None) -> list[TimerEntry]:
         """Entries due at ``now_ms`` (at most ``limit``), in delivery order, handed out once.
@@ -407,19 +413,61 @@ class TimingWheel:
             self.log.flush()
             save_progress(self.directory / PROGRESS_FILE, self.delivered)
             self._saved = self.delivered
+            self._forget_heads()
         self.compact()
 
+    def _forget_heads(self) -> None:
+        """Forget the heads of buckets below the saved mark's: no record above the mark, the
+        only kind :meth:`compact` copies, can be due in them."""
+        below = self._bucket(self._saved[0])
+        if below <= self._heads_from:
+            return
+        if below - self._heads_from < len(self._heads):
+            passed = [b for b in range(self._heads_from, below) if b in self._heads]
+        else:
+            passed = [b for b in self._heads if b < below]
+        for bucket in passed:
+            del self._heads[bucket]
+        self._heads_from = below
+
     def compact(self) -> int:
-        """Delete timer log segments every record of which is at or below the saved mark."""
+        """Delete the timer log segments the saved mark has left behind; how many.
+
+        A segment every record of which is at or below the mark goes. While the log holds more
+        than ``roll_segments`` segments and the oldest is at most half live, its records above
+        the mark (entries due weeks ahead, and cancels of them) are copied to the end, made
+        durable, and the segment goes too: disk use follows the pending entries, not the time
+        the oldest one waits.
+        """
         cut = self.log.start
         for seg in self.log.segments[:-1]:
             if self._seg_max.get(seg.start, _BEFORE_ALL) > self._saved:
                 break
             cut = seg.end
+        if cut == self.log.start and len(self.log.segments) > self.config.roll_segments:
+            cut = self._roll_oldest()
         deleted = self.log.delete_segments_below(cut)
         for start in [s for s in self._seg_max if s < cut]:
             del self._seg_max[start]
         return deleted
+
+    def _roll_oldest(self) -> int:
+        """Copy the oldest segment's records above the saved mark to the end of the log; the
+        position below which the log may now be deleted. Only a segment at most half live is
+        copied (and one per call), so a roll always shrinks the log and its cost is bounded."""
+        oldest = self.log.segments[0]
+        keep: list[TimerRecord] = []
+        for pos, rec in self.log.scan(oldest.start):
+            if pos >= oldest.end:
+                break
+            if (rec.due_ms, rec.offset) > self._saved:
+                keep.append(rec)
+        if len(keep) > self.config.segment_records // 2:
+            return self.log.start
+        for rec in keep:
+            self._append(rec.kind, rec.due_ms, rec.offset, rec.size, rec.source_end)
+        self.log.flush()  # the copies are durable before the originals go
+        return oldest.end
 
     def flush(self) -> None:
         """Make the timer log durable (what is lost without it is replayed from the CommitLog)."""

@@ -23,8 +23,11 @@ from storage.timer.wheel import (
 
 T0 = 1_700_000_000_000
 SIZE = 100
-SMALL = WheelConfig(slot_ms=10, slots_per_bucket=5, max_delay_ms=100_000, segment_records=64)
-"""50 ms buckets: most entries of a test start out in far buckets, on disk."""
+SMALL = WheelConfig(
+    slot_ms=10, slots_per_bucket=5, max_delay_ms=100_000, segment_records=64, roll_segments=2
+)
+"""50 ms buckets: most entries of a test start out in far buckets, on disk; 64-record
+segments, rolled once the log holds more than 2."""
 
 
 @dataclass
@@ -258,6 +261,33 @@ def test_delivered_segments_are_deleted(tmp_path: Path) -> None:
     wheel = TimingWheel(tmp_path, T0 + 6_400, SMALL)
     assert [e.commitlog_offset for e in drain(wheel, T0 + 90_000)] == [640 * SIZE]
     wheel.close()
+
+
+def test_long_waiting_entries_are_rolled_so_old_segments_go(tmp_path: Path) -> None:
+    wheel = TimingWheel(tmp_path, T0, SMALL)
+    log = CommitLog()
+    late = log.add(T0 + 90_000)
+    recalled = log.add(T0 + 90_000)
+    wheel.schedule(T0 + 90_000, late, SIZE, T0)
+    wheel.schedule(T0 + 90_000, recalled, SIZE, T0)
+    assert wheel.cancel(T0 + 90_000, recalled, T0, source_end=2 * SIZE + 1)
+    log.add(-1)  # the recall's own record
+    got: list[int] = []
+    most = 0
+    for i in range(2_000):  # 31 segments' worth of short delays, delivered as they come
+        now = T0 + 10 * i
+        wheel.schedule(now + 5, log.add(now + 5), SIZE, now)
+        got += [e.commitlog_offset for e in drain(wheel, now)]
+        wheel.save_progress()
+        most = max(most, len(wheel.log.segments))
+        if i == 1_000:  # a crash and a restart in the middle change nothing
+            wheel.log.close()
+            wheel = TimingWheel(tmp_path, now, SMALL)
+    assert most <= 4  # roll_segments (2), the one being rolled, the one being written
+    got += [e.commitlog_offset for e in drain(wheel, T0 + 90_000)]
+    wheel.close()
+    assert sorted(got) == sorted(o for o, at in log.records if at >= 0 and o != recalled)
+    assert got.count(late) == 1
 
 
 # -- the property test: the wheel against a model --------------------------------------------
