@@ -353,14 +353,16 @@ class TimingWheel:
         return out
 
     def next_due_ms(self) -> int | None:
-        """The earliest due time held in near slots (None if none): when to call :meth:`due`
-        next. A far bucket loads one bucket before its time, so it cannot be earlier than this
-        or than the next bucket boundary."""
+        """When to call :meth:`due` next: the earliest due time in the near slots, else the
+        time the first far bucket loads (one bucket ahead of its start); None when nothing is
+        pending. Entries scheduled later may be due earlier: :meth:`schedule` returns them."""
         while self._near_slots and not self._near[self._near_slots[0]]:
             del self._near[heapq.heappop(self._near_slots)]
-        if not self._near_slots:
-            return None
-        return min(e.due_ms for e in self._near[self._near_slots[0]])
+        if self._near_slots:
+            return min(e.due_ms for e in self._near[self._near_slots[0]])
+        if self._far:
+            return (self._far[0] - 1) * self.config.bucket_ms
+        return None
 
     def commit(self, entry: TimerEntry) -> None:
         """``entry`` (and every entry handed out before it) has been durably delivered."""

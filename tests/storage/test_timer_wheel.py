@@ -70,6 +70,23 @@ def test_not_before_its_time_then_exactly_at_it(tmp_path: Path) -> None:
     wheel.close()
 
 
+def test_next_due_ms_says_when_to_look_again(tmp_path: Path) -> None:
+    wheel = TimingWheel(tmp_path, T0, SMALL)
+    assert wheel.next_due_ms() is None
+    far = wheel.schedule(T0 + 5_000, 0, SIZE, T0)
+    assert far is not None
+    wake = wheel.next_due_ms()
+    assert wake is not None and T0 < wake <= far.due_ms
+    assert wheel.due(wake) == []  # the far bucket loads now
+    assert wheel.next_due_ms() == far.due_ms
+    near = wheel.schedule(wake + 3, 100, SIZE, wake)
+    assert near is not None and wheel.next_due_ms() == near.due_ms
+    assert wheel.due(near.due_ms) == [near]
+    assert wheel.due(far.due_ms) == [far]
+    assert wheel.next_due_ms() is None
+    wheel.close()
+
+
 def test_past_and_present_times_are_due_at_once(tmp_path: Path) -> None:
     wheel = TimingWheel(tmp_path, T0, SMALL)
     a = wheel.schedule(T0 - 5000, 0, SIZE, T0)
