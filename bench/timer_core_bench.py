@@ -68,15 +68,28 @@ def main() -> None:
         start = time.perf_counter()
         drained = 0
         now = T0
+        delivered: list[tuple[int, int]] = []
         while now < T0 + 10_000:
             now += args.step_ms
             for entry in wheel.due(now):
                 wheel.commit(entry)
+                delivered.append(entry.key)
                 drained += 1
         wheel.save_progress()
         drain_secs = time.perf_counter() - start
         print(f"drain (due + commit, {args.step_ms} ms steps): {rate(drained, drain_secs)}")
         wheel.close()
+
+        # A replica follows: the same schedules, then the master's delivery records.
+        replica = TimingWheel(directory / "replica", T0, config)
+        start = time.perf_counter()
+        for i, at in enumerate(near):
+            replica.schedule(at, i * SIZE, SIZE, T0)
+        for due_ms, source in delivered:
+            replica.commit_key(due_ms, source)
+        secs = time.perf_counter() - start
+        print(f"replica (near schedules + delivery records): {rate(len(near) + drained, secs)}")
+        replica.close()
 
         start = time.perf_counter()
         wheel = TimingWheel(directory, now, config)

@@ -338,6 +338,11 @@ class TimingWheel:
                 break
             slot = self._near_slots[0]
             entries = sorted(self._near[slot])
+            if entries and entries[0].key <= self.delivered:  # a replica's, delivered already
+                done = [e for e in entries if e.key <= self.delivered]
+                for e in done:
+                    del self._near_index[e.commitlog_offset]
+                entries = entries[len(done) :]
             ready = [e for e in entries if e.due_ms <= now_ms]
             if limit is not None:
                 ready = ready[: limit - len(out)]
@@ -382,21 +387,14 @@ class TimingWheel:
         self.delivered = key
         self._now = max(self._now, due_ms)
         self._advance(self._now)
-        # On the master due() already took these out; on a replica they are dropped here.
+        # On the master due() already took these out. On a replica every slot before the
+        # mark's holds only delivered entries: drop them whole (each entry once). Delivered
+        # entries of the mark's own slot stay until due() filters them: scanning that slot at
+        # every commit would cost its size each time.
         last_slot = self._slot(due_ms)
-        while self._near_slots and self._near_slots[0] <= last_slot:
-            slot = self._near_slots[0]
-            rest = []
-            for e in self._near[slot]:
-                if e.key <= key:
-                    del self._near_index[e.commitlog_offset]
-                else:
-                    rest.append(e)
-            if rest:
-                self._near[slot] = rest
-                break
-            heapq.heappop(self._near_slots)
-            del self._near[slot]
+        while self._near_slots and self._near_slots[0] < last_slot:
+            for e in self._near.pop(heapq.heappop(self._near_slots)):
+                del self._near_index[e.commitlog_offset]
 
     def due_time(self, deliver_at_ms: int, now_ms: int) -> int:
         """The due time :meth:`schedule` gives a message asked for ``deliver_at_ms`` at
