@@ -585,12 +585,18 @@ class ReplicasManager:
         if role.is_master and named and (master, epoch) != (self.broker_id, role.master_epoch):
             self._poll_now.set()
             return
-        self._contact(at)
+        held = resp.header.get("heartbeatTimeoutMillis")
+        self._contact(at, held if isinstance(held, int) and held > 0 else None)
 
-    def _contact(self, at: float) -> None:
-        """The active controller answered a request sent at ``at``: renew the write lease."""
+    def _contact(self, at: float, held_ms: int | None = None) -> None:
+        """The active controller answered a heartbeat sent at ``at``: renew the write lease, for
+        the shorter of our own timeout and the one the controller holds us to (it caps what a
+        broker may ask for: ``broker_heartbeat_timeout_max_ms``)."""
+        timeout_ms = self.cfg.broker_heartbeat_timeout_ms
+        if held_ms is not None:
+            timeout_ms = min(timeout_ms, held_ms)
         self._last_contact = at
-        self._role.swap(lease_expires=at + self.cfg.broker_heartbeat_timeout_ms / 1000)
+        self._role.swap(lease_expires=at + timeout_ms / 1000)
         self._set_fenced(False)
 
     def _set_fenced(self, fenced: bool) -> None:

@@ -121,7 +121,13 @@ class HeartbeatHandler:
         if info is not None:
             master = -1 if info.master_broker_id is None else info.master_broker_id
             epoch = info.master_epoch
-        return response(req, ResponseCode.SUCCESS, {"masterBrokerId": master, "masterEpoch": epoch})
+        # And the timeout this controller holds the broker to: its lease may not outlive it.
+        held_ms = timeout_ms if timeout_ms > 0 else self.cfg.broker_heartbeat_timeout_ms
+        return response(
+            req,
+            ResponseCode.SUCCESS,
+            {"masterBrokerId": master, "masterEpoch": epoch, "heartbeatTimeoutMillis": held_ms},
+        )
 
     def active_changed(self, active: bool) -> None:
         """Driver listener: liveness starts over (with its grace period) on becoming active."""

@@ -124,9 +124,13 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
     await wait_until_async(routed, f"topic {topic} in the controllers' routes", 20, interval=0.1)
 
 
-async def raw_send(conn: RemotingClient, topic: str, body: bytes) -> tuple[int, Key | None]:
+async def raw_send(
+    conn: RemotingClient, topic: str, body: bytes, timeout: float = 10
+) -> tuple[int, Key | None]:
     """SEND_MESSAGE straight to one broker: (response code, where it was stored if SUCCESS)."""
-    resp = await conn.request(RequestCode.SEND_MESSAGE, {"topic": topic, "queueId": 0}, body, 10)
+    resp = await conn.request(
+        RequestCode.SEND_MESSAGE, {"topic": topic, "queueId": 0}, body, timeout
+    )
     if resp.code != ResponseCode.SUCCESS:
         return resp.code, None
     h = resp.header

@@ -149,18 +149,30 @@ async def test_a_frozen_slave_is_shrunk_out_and_expanded_back(
     await assert_replicas_identical(cluster)
 
 
+@pytest.mark.parametrize(
+    "timeout_config",
+    ["", "broker_heartbeat_timeout_ms = 20000\n"],
+    ids=["default-timeout", "a-timeout-above-the-controllers-bound"],
+)
 async def test_a_frozen_master_fences_itself_and_acknowledges_nothing(
-    cluster: Cluster, boot: Bootstrap
+    cluster: Cluster, boot: Bootstrap, timeout_config: str
 ) -> None:
+    """A master frozen (SIGSTOP) until the controllers elected another answers every write
+    queued meanwhile with MASTER_FENCED or NOT_MASTER once thawed. Also when the broker asks for
+    a heartbeat timeout above the controllers' bound (broker_heartbeat_timeout_max_ms, 10 s):
+    its lease follows the timeout the controllers hold it to, not the one it asked for."""
     # all-ack off, so nothing but the fence stops the old master acknowledging alone.
-    doc, old = await start_group(cluster, boot, "all_ack_in_sync_state_set = false\n")
+    doc, old = await start_group(
+        cluster, boot, "all_ack_in_sync_state_set = false\n" + timeout_config
+    )
     conn = await RemotingClient.connect(old.address)
     code, _ = await raw_send(conn, TOPIC, b"warm-up")
     assert code == ResponseCode.SUCCESS
     old.signal(signal.SIGSTOP)
     # Queued in the frozen master's socket; it reads them only after SIGCONT.
     pending = [
-        asyncio.ensure_future(raw_send(conn, TOPIC, f"stale-{i}".encode())) for i in range(20)
+        asyncio.ensure_future(raw_send(conn, TOPIC, f"stale-{i}".encode(), timeout=60))
+        for i in range(20)
     ]
     await new_master(boot, cluster, old.address)
     async with producer_for(cluster) as producer:
