@@ -264,7 +264,8 @@ def run_scenario(prom: Prometheus, cluster: Cluster, producer: Producer) -> None
     # The production rules are loaded and evaluate cleanly; the dashboard's queries are valid.
     def rules_healthy() -> list[dict[str, Any]] | None:
         rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
-        return rules if len(rules) == 11 and all(r["health"] == "ok" for r in rules) else None
+        every = len(rules) == RULES.read_text().count("- alert: ")
+        return rules if every and all(r["health"] == "ok" for r in rules) else None
 
     rules = wait_until(rules_healthy, "every alert rule loaded and healthy", 30, interval=0.5)
     for title, expr in dashboard_queries():
