@@ -13,6 +13,7 @@ from client.admin import Admin
 from client.consumer import Consumer
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
+from tests.client import receiving
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
@@ -52,21 +53,7 @@ def key(m: ReceivedMessage) -> int:
 async def receive_until(
     consumer: Consumer, done: Callable[[list[ReceivedMessage]], bool], timeout: float = 30
 ) -> list[ReceivedMessage]:
-    got: list[ReceivedMessage] = []
-
-    async def arrived() -> bool:
-        if not done(got):
-            got.extend(await consumer.receive(0.1))
-        return done(got)
-
-    await wait_until_async(
-        arrived,
-        "the messages",
-        timeout,
-        interval=0,
-        on_timeout=lambda: f"only {len(got)} messages arrived",
-    )
-    return got
+    return await receiving.receive_until(consumer, done, timeout, poll=0.1)
 
 
 async def test_every_produced_message_is_consumed_with_its_body_and_offset(

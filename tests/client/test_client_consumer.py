@@ -13,6 +13,7 @@ from client.errors import TopicNotFoundError
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.routes import MessageQueue
+from tests.client import receiving
 from tests.client.fakebroker import FakeCluster
 from tests.support.wait import wait_until_async
 
@@ -52,21 +53,7 @@ async def produce(
 async def receive_until(
     consumer: Consumer, done: Callable[[list[ReceivedMessage]], bool], timeout: float = 10
 ) -> list[ReceivedMessage]:
-    got: list[ReceivedMessage] = []
-
-    async def arrived() -> bool:
-        if not done(got):
-            got.extend(await consumer.receive(0.05))
-        return done(got)
-
-    await wait_until_async(
-        arrived,
-        "the messages",
-        timeout,
-        interval=0,
-        on_timeout=lambda: f"only {len(got)} messages arrived",
-    )
-    return got
+    return await receiving.receive_until(consumer, done, timeout, poll=0.05)
 
 
 def where(m: ReceivedMessage) -> tuple[str, int, int]:
