@@ -43,7 +43,7 @@ class SendProcessor:
         body = req.body
         if not body:
             return self._error(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
-        if len(h) == 2:  # topic and queueId only: the common case, nothing optional to read
+        if len(h) == 2 and "queueId" in h:  # topic (read above) and queueId: nothing optional
             msg = Message(topic=topic, body=body, born_host=conn.peer)
         else:
             props_raw = opt_str(h, "properties")
