@@ -1,41 +1,64 @@
-# Developer commands. Every target creates .venv and installs what it needs.
+# Developer commands. Every target creates .venv and installs what it needs:
+#   make run / make demo   the daemons and rmqctl only (the project, no extras)
+#   make pipeline-deps     the spark extra on top (rmq-pipeline, the Spark data source)
+#   make test, lint, ...   everything: the dev and spark extras
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-dev
+RUN_STAMP := $(VENV)/.installed-run
+SPARK_STAMP := $(VENV)/.installed-spark
+DEV_STAMP := $(VENV)/.installed-dev
+# pip's own output (a line per package, progress bars on a terminal) shows the install moving.
+PIP := $(BIN)/python -m pip install --disable-pip-version-check
 
-.PHONY: run demo test lint bench soak format clean venv
+.PHONY: run demo test lint bench soak format clean venv pipeline-deps
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,spark]'
-	touch $(STAMP)
+pipeline-deps: $(SPARK_STAMP)  ## the spark extra, for rmq-pipeline and the Spark data source
 
-run: $(STAMP)  ## start a local cluster on loopback, in the foreground; Ctrl-C stops it
+$(BIN)/python:
+	@echo "== creating $(VENV) with $(PYTHON)"
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@echo "== installing the daemons and rmqctl into $(VENV) (no extras)"
+	$(PIP) -e .
+	touch $@
+
+$(SPARK_STAMP): pyproject.toml | $(BIN)/python
+	@echo "== installing the spark extra into $(VENV) (PySpark, pyarrow: a few hundred MB)"
+	$(PIP) -e '.[spark]'
+	touch $@ $(RUN_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	@echo "== installing the project with its dev and spark extras into $(VENV)"
+	$(PIP) -e '.[dev,spark]'
+	touch $@ $(SPARK_STAMP) $(RUN_STAMP)
+
+run: $(RUN_STAMP)  ## start a local cluster on loopback, in the foreground; Ctrl-C stops it
 	$(BIN)/python deploy/local_cluster.py
 
-demo: $(STAMP)  ## a failover to watch, on its own cluster under var/demo
+demo: $(RUN_STAMP)  ## a failover to watch, on its own cluster under var/demo
 	$(BIN)/python deploy/demo.py
 
-test: $(STAMP)  ## the test suite (soak tests excluded)
+test: $(DEV_STAMP)  ## the test suite (soak tests excluded)
 	$(BIN)/python -m pytest -q
 
-lint: $(STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]) and mypy
+lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]) and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline
 
-bench: $(STAMP)  ## benchmarks: figures and ratios, never asserted
+bench: $(DEV_STAMP)  ## benchmarks: figures and ratios, never asserted
 	$(BIN)/python bench/run.py
 
-soak: $(STAMP)  ## long soaks and big simulations
+soak: $(DEV_STAMP)  ## long soaks and big simulations
 	$(BIN)/python -m pytest -q -m soak
 
-format: $(STAMP)
+format: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 

@@ -29,10 +29,13 @@ def build_session(
     PYSPARK_PYTHON at an interpreter with rmq-py and the spark extra installed.
     """
     try:
+        import pyarrow  # noqa: F401 - Spark's Python data sources need it: say so now
         from pyspark.sql import SparkSession
-    except ImportError:
+    except ImportError as exc:
+        missing = (exc.name or "pyspark").partition(".")[0]
         raise PipelineError(
-            "PySpark is not installed: install the spark extra (pip install -e '.[spark]')"
+            f"{missing} is not installed: the pipeline needs the spark extra; run "
+            "`make pipeline-deps` (or `.venv/bin/pip install -e '.[spark]'`)"
         ) from None
 
     import pipeline
