@@ -116,7 +116,9 @@ async def establish_identity(
         try:
             await apply_broker_id(pending.broker_id, pending.register_code)
         except BrokerIdConflictError:
-            log.warning(
+            # Replicas starting together ask for the next id at once; all but one lose the
+            # compare-and-set and ask again (the design's path, not a fault).
+            log.info(
                 "broker id taken by another broker; choosing again", broker_id=pending.broker_id
             )
             _remove(temp)

@@ -49,12 +49,22 @@ from broker.identity import (
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Header
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError, ResponseError
+from remoting.errors import RemotingError, ResponseError, UnreachableError
 from remoting.failover import AddressFailover
 
 log = structlog.get_logger(__name__)
 
 NO_MASTER = -1
+
+
+def electing(exc: RemotingError) -> bool:
+    """Every controller answered, but none could serve now: no leader known (an election in
+    progress, as at every cluster start) or busy. Retried; not a fault."""
+    if isinstance(exc, ResponseError):
+        return exc.code == ResponseCode.CONTROLLER_NOT_LEADER
+    return isinstance(exc, UnreachableError) and exc.answered
+
+
 PUSH_POLL_MIN_INTERVAL_S = 0.1
 """Pushes (NOTIFY_BROKER_ROLE_CHANGED) make the broker poll at once, at most this often."""
 
@@ -150,7 +160,12 @@ class ReplicasManager:
                     self.cfg.data_dir, self._get_next_broker_id, self._apply_broker_id
                 )
             except RemotingError as exc:
-                log.warning("controllers not reachable for broker id; retrying", error=str(exc))
+                if electing(exc):
+                    # Every controller answered, none is leader yet: the controllers are
+                    # electing one (at every cluster start), not a fault.
+                    log.info("waiting for the controllers to elect a leader", error=str(exc))
+                else:
+                    log.warning("controllers not reachable for broker id; retrying", error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 3.0)
         self._role.swap(broker_id=self.identity.broker_id)

@@ -24,9 +24,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from local_cluster import (
-    BIN,
     BROKERS,
     CONTROLLER_ADDRESSES,
+    PYTHON_M,
     ROOT,
     LocalCluster,
     broker_address,
@@ -39,11 +39,11 @@ GROUP = "broker-a"
 
 def rmqctl(*args: str, show: bool = True) -> str:
     """Run rmqctl against the demo cluster; print the command and its output when ``show``."""
-    argv = [str(BIN / "rmqctl"), *args]
+    argv = [*PYTHON_M, "rmqctl", *args]
     if show:
         print(f"\n$ rmqctl {' '.join(args)}", flush=True)
     env = dict(os.environ, RMQCTL_ADDRESSES=CONTROLLER_ADDRESSES)
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise RuntimeError(f"rmqctl {' '.join(args)} failed: {done.stderr.strip()}")
     if show:

@@ -39,8 +39,11 @@ class ResponseError(RemotingError):
 class UnreachableError(RemotingError):
     """No address of a list (controllers, or a lone broker) could serve a request."""
 
-    def __init__(self, addresses: list[str], reasons: list[str]) -> None:
+    def __init__(self, addresses: list[str], reasons: list[str], *, answered: bool = False) -> None:
+        """``answered``: every address answered, none could serve now (busy, or a controller
+        with no leader known: an election in progress), rather than some not answering."""
         self.addresses = addresses
         self.reasons = reasons
+        self.answered = answered
         unique = list(dict.fromkeys(reasons)) or ["no address given"]
         super().__init__(f"cannot reach any of {';'.join(addresses)}: {', '.join(unique)}")

@@ -110,13 +110,13 @@ class AddressFailover:
             result = await self._round(code, header, body, timeout)
             if isinstance(result, Frame):
                 return result
-            reasons, last_error = result
+            reasons, last_error, answered = result
             if last_error is None or round_no + 1 == self.busy_rounds:
                 break
             await asyncio.sleep(self.busy_delay)
         if last_error is not None and len(reasons) == 1:
             raise last_error
-        raise UnreachableError(self.addresses, reasons)
+        raise UnreachableError(self.addresses, reasons, answered=answered)
 
     async def _round(
         self,
@@ -124,8 +124,9 @@ class AddressFailover:
         header: Mapping[str, Scalar] | None,
         body: bytes | None,
         timeout: float,
-    ) -> Frame | tuple[list[str], ResponseError | None]:
-        """Try every address once: the SUCCESS frame, else (reasons, last "not now" answer)."""
+    ) -> Frame | tuple[list[str], ResponseError | None, bool]:
+        """Try every address once: the SUCCESS frame, else (reasons, last "not now" answer,
+        whether every address tried answered)."""
         order = list(self.addresses)
         if self._preferred is not None:
             # The last address that answered goes first (it may be a leader not in the list).
@@ -133,6 +134,7 @@ class AddressFailover:
         tried: set[str] = set()
         reasons: list[str] = []
         last_error: ResponseError | None = None
+        answered = True
         while order:
             address = order.pop(0)
             if address in tried:
@@ -145,6 +147,7 @@ class AddressFailover:
                 # The connection is left alone: it may be shared with sends in flight (a lone
                 # broker is both bootstrap and broker), and the pool replaces it once closed.
                 reasons.append(describe_failure(exc))
+                answered = False
                 if self._preferred == address:
                     self._preferred = None
                 continue
@@ -161,7 +164,7 @@ class AddressFailover:
                 leader = resp.header.get("leaderAddress")
                 if isinstance(leader, str) and leader and leader not in tried:
                     order.insert(0, leader)
-        return reasons, last_error
+        return reasons, last_error, answered and bool(reasons)
 
     def close(self) -> None:
         """Close the connections, when the pool is ours (not shared with a producer/consumer)."""

@@ -500,7 +500,13 @@ class HAService:
             if sync is not self._sync:
                 return
             if isinstance(exc, ResponseError) and exc.code in SETTLED_REFUSALS:
-                log.warning("HA: AlterSyncStateSet refused", proposed=sorted(proposal), error=error)
+                # Two slaves lost at once (they stop together): the shrink proposed after the
+                # first loss still names the second, which the controllers know dead too.
+                expected = exc.code == ResponseCode.CONTROLLER_BROKER_NOT_ALIVE and sync.outdated(
+                    proposal
+                )
+                level = log.info if expected else log.warning
+                level("HA: AlterSyncStateSet refused", proposed=sorted(proposal), error=error)
                 sync.proposal_failed(proposal, now_ms=self._now_ms(), attempt=attempt)
             else:
                 # It may have committed: keep counting both sets until an answer settles it.

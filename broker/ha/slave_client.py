@@ -148,6 +148,11 @@ _Item = bytes | _Rest | _Failed
 Inline = Callable[[bytes], "_Rest | _Failed | None"]
 
 
+MASTER_CLOSED: Final = "connection closed by the master"
+"""The reason of a session the master ended by closing its socket (what it does when it stops
+or steps down)."""
+
+
 class _MasterLink(asyncio.Protocol):
     """The socket to the master: chunks go to ``inline`` while the task is idle and nothing is
     queued; otherwise they queue up until the task takes them."""
@@ -163,7 +168,7 @@ class _MasterLink(asyncio.Protocol):
         self.inline: Inline | None = None
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.close_reason = "connection closed by the master"
+        self.close_reason = MASTER_CLOSED
         self.last_recv = self._loop.time()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -332,7 +337,7 @@ class SlaveClient:
 
     async def _run(self) -> None:
         failures = 0
-        last_reason: str | None = None
+        last_reason: tuple[str, bool] | None = None
         refused_kind = ""
         while not self._stopping:
             if self.state is SlaveState.SUSPENDED:
@@ -353,7 +358,8 @@ class SlaveClient:
                 outcome = _Outcome(False, f"{type(exc).__name__}: {exc}")
             if self._stopping:
                 break
-            if self.state is SlaveState.TRANSFER:
+            streamed = self.state is SlaveState.TRANSFER
+            if streamed:
                 failures = 0
             self.last_error = outcome.reason
             if outcome.suspend:
@@ -375,14 +381,20 @@ class SlaveClient:
             delay = reconnect_delay_ms(
                 failures, min_ms=self._cfg.reconnect_min_ms, max_ms=self._cfg.reconnect_max_ms
             )
-            if outcome.reason != last_reason:
-                log.warning(
+            # Info, not a warning, for what a healthy group does: a master closes its slaves'
+            # connections when it stops or steps down (a stream it ended cleanly; the
+            # controllers name the next master), and a master just elected refuses slaves
+            # until it has switched roles (a first attempt that fails, retried at once).
+            # A stream lost otherwise, or a second attempt in a row that fails, is a warning.
+            quiet = outcome.reason == MASTER_CLOSED if streamed else failures == 1
+            if (outcome.reason, quiet) != last_reason:
+                (log.info if quiet else log.warning)(
                     "HA connection to the master ended; reconnecting",
                     master=self.master_address,
                     reason=outcome.reason,
                     delay_ms=delay,
                 )
-                last_reason = outcome.reason
+                last_reason = (outcome.reason, quiet)
             self.state = SlaveState.BACKOFF
             self._wakeup.clear()
             try:

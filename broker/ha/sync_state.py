@@ -433,6 +433,16 @@ class SyncState:
         self._forget_losses()
         return True
 
+    def outdated(self, members: Iterable[int]) -> bool:
+        """Whether ``members`` (a proposal) keeps a slave whose connection was lost since: the
+        controllers refusing it (that slave is not alive for them either) is expected, and the
+        next proposal drops it."""
+        for broker_id in members:
+            p = self._slaves.get(broker_id)
+            if broker_id != self._master and p is not None and p.lost_connection:
+                return True
+        return False
+
     def _forget_losses(self) -> None:
         """An id the set no longer counts is a candidate like any other: its lost connection
         no longer matters."""

@@ -1,5 +1,5 @@
 """``make run`` and ``make demo`` as an operator runs them: the launcher on its fixed loopback
-ports (DESIGN.md section 8), with a temp data directory and small segments.
+ports (README.md), with a temp data directory and small segments.
 
 These use the embedded ports (9858-9878, 10911-10932, 9200-9202, 9300-9302), so they fail, with
 the port named, if a developer's ``make run`` is up on this machine.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,8 @@ from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
-RMQCTL = str(Path(sys.executable).parent / "rmqctl")
+# rmqctl of this tree (the virtualenv's console script may belong to another checkout).
+RMQCTL = [sys.executable, "-m", "rmqctl"]
 ADDRESSES = "127.0.0.1:9878;127.0.0.1:9868;127.0.0.1:9858"
 PORTS = [9878, 9868, 9858, 10911, 10912, 10921, 10922, 10931, 10932]
 
@@ -35,7 +37,9 @@ def free_embedded_ports() -> None:
 
 def rmqctl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, RMQCTL_ADDRESSES=ADDRESSES)
-    return subprocess.run([RMQCTL, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*RMQCTL, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -43,7 +47,7 @@ def launcher(tmp_path: Path, free_embedded_ports: None) -> Iterator[subprocess.P
     config = small_segments_config(tmp_path, "broker")
     argv = [
         sys.executable, str(ROOT / "deploy" / "local_cluster.py"),
-        "--var", str(tmp_path / "var"), "--broker-config", str(config), "--log-format", "json",
+        "--var", str(tmp_path / "var"), "--broker-config", str(config),
     ]  # fmt: skip
     log = (tmp_path / "launcher.log").open("w")
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -61,6 +65,34 @@ def launcher(tmp_path: Path, free_embedded_ports: None) -> Iterator[subprocess.P
                 proc.wait()
 
 
+# What make run prints of its daemons: every line prefixed with one of these names.
+PROCESSES = ["n0", "n1", "n2", "broker-a@10911", "broker-a@10921", "broker-a@10931"]
+DAEMON_LINE = re.compile(r"^(\S+)\s+\| ")
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z \[")
+WHOLE_LINE = re.compile(r"^(n\d|broker-a@\d+)\s+\| " + TIMESTAMP.pattern)
+# A warning or worse, as the console renderer and the standard library's logging print them.
+TROUBLE = re.compile(
+    r"\[(warning|error|critical|exception)\s*\]|\b(WARNING|ERROR|CRITICAL)\b|Traceback"
+)
+
+
+def readme_hints() -> list[str]:
+    """The commands README.md gives to try against make run's cluster."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"In another terminal:\n\n```sh\n(.*?)```", text, re.S)
+    assert block, "README.md: no sh block after 'In another terminal:'"
+    return block.group(1).splitlines()
+
+
+def ready_table(out: str) -> list[list[str]] | None:
+    """The table make run prints once a master is elected (None before)."""
+    found = re.search(r"\nLocal cluster ready:\n\n(process .*?)\n\n", out, re.S)
+    if found is None:
+        return None
+    lines = found.group(1).splitlines()
+    return [re.split(r"\s{2,}", line.strip()) for line in lines]
+
+
 def full_sync_state_set() -> bool:
     done = rmqctl("--json", "getSyncStateSet", "-b", "broker-a")
     if done.returncode != 0:
@@ -72,6 +104,30 @@ def full_sync_state_set() -> bool:
 def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
     launcher: subprocess.Popen[str], tmp_path: Path
 ) -> None:
+    """make run's console: the table once a master is elected, the README's commands, every
+    daemon line prefixed with its process, and no warning from start to Ctrl-C."""
+    log = tmp_path / "launcher.log"
+    rows = wait_until(
+        lambda: ready_table(log.read_text()), "make run's table of processes", 60, interval=0.3
+    )
+    assert rows[0] == ["process", "address", "broker id", "role", "metrics port"]
+    assert [r[0] for r in rows[1:]] == PROCESSES
+    roles = [r[3] for r in rows[1:]]
+    assert sorted(roles[:3]) == [
+        "controller, follower",
+        "controller, follower",
+        "controller, leader",
+    ]
+    assert sorted(roles[3:]) == ["master", "slave", "slave"]
+    assert sorted(r[2] for r in rows[4:]) == ["1", "2", "3"]  # the broker ids
+    master_metrics = next(r[4] for r in rows[1:] if r[3] == "master")
+    # The commands to try are the README's, but for the metrics port: the master's.
+    printed = log.read_text().split("Try, in another terminal:\n\n", 1)[1].split("\n\n", 1)[0]
+    readme = readme_hints()
+    assert readme[-1].startswith("curl -s http://127.0.0.1:9300/metrics")
+    readme[-1] = readme[-1].replace(":9300/", f":{master_metrics}/")
+    assert [line.removeprefix("  ") for line in printed.splitlines()] == readme
+
     wait_until(full_sync_state_set, "a master with three replicas in sync", 60, interval=0.3)
     assert rmqctl("updateTopic", "-t", "TopicTest", "-q", "4").returncode == 0
     wait_until(
@@ -89,8 +145,20 @@ def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
 
     launcher.send_signal(signal.SIGINT)
     assert launcher.wait(timeout=40) == 0
-    out = (tmp_path / "launcher.log").read_text()
-    assert "local cluster stopped" in out
+    out = log.read_text()
+    assert out.rstrip().endswith("local cluster stopped")
+    daemon_lines = [line for line in out.splitlines() if DAEMON_LINE.match(line)]
+    names = {m.group(1) for line in daemon_lines if (m := DAEMON_LINE.match(line))}
+    assert names == set(PROCESSES)  # every daemon logged, each line named
+    # Each line whole: the name, one timestamp at its start, no second record glued on.
+    torn = [
+        line
+        for line in daemon_lines
+        if not WHOLE_LINE.match(line) or len(TIMESTAMP.findall(line)) != 1
+    ]
+    assert not torn, "\n".join(torn)
+    trouble = [line for line in out.splitlines() if TROUBLE.search(line)]
+    assert not trouble, "\n".join(trouble)
     for i in range(3):
         # A clean stop removes the abort marker: the next start needs no recovery.
         assert not (tmp_path / "var" / f"broker-a-{i}" / "abort").exists()

@@ -176,3 +176,20 @@ def test_an_answer_for_an_older_attempt_does_not_settle_the_current_one() -> Non
     assert t.proposed == proposal and t.counted_members == {1, 2}
     t.proposal_failed(proposal, now_ms=2 + RETRY, attempt=t.attempt)
     assert t.proposed is None and t.counted_members == {1}
+
+
+def test_a_proposal_keeping_a_slave_lost_since_is_outdated() -> None:
+    """Two slaves that stop together: the shrink proposed after the first loss still names the
+    second; the controllers' refusal of it is expected (the master logs it at info)."""
+    t = tracker(members={1, 2, 3})
+    for broker_id in (2, 3):
+        connect(t, broker_id)
+        t.slave_acked(broker_id, 100, master_max_offset=100, now_ms=1)
+    t.slave_disconnected(2, now_ms=2)
+    proposal = t.next_proposal(now_ms=2)
+    assert proposal == {1, 3}
+    assert not t.outdated(proposal)
+    t.slave_disconnected(3, now_ms=3)
+    assert t.outdated(proposal)
+    t.proposal_failed(proposal, now_ms=4)
+    assert t.next_proposal(now_ms=4 + RETRY) == {1}
