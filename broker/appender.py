@@ -14,7 +14,7 @@ stored nothing; no step after the store runs then.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.long_polling import PullWaiters
@@ -31,7 +31,7 @@ __all__ = ["Appender"]
 class Appender:
     """Stores, then notifies HA, wakes pull waiters and counts metrics; loop thread only."""
 
-    __slots__ = ("_metrics", "_store", "_waiters", "ha")
+    __slots__ = ("_metrics", "_store", "_waiters", "ha", "replicated_listeners")
 
     def __init__(self, store: MessageStore, waiters: PullWaiters, metrics: BrokerMetrics) -> None:
         self._store = store
@@ -39,6 +39,8 @@ class Appender:
         self._metrics = metrics
         self.ha: HAService | None = None
         """The HA service to tell of every append (controller mode), set once at start-up."""
+        self.replicated_listeners: list[Callable[[int, bytes | memoryview], None]] = []
+        """Called with (offset, bytes) after each replicated append (the timer indexes them)."""
 
     def put(
         self, topic: str, queue_id: int, messages: Sequence[Message], body_bytes: int
@@ -61,4 +63,6 @@ class Appender:
         end = self._store.append_raw(offset, data)
         if self.ha is not None:
             self.ha.notify_appended()
+        for listener in self.replicated_listeners:
+            listener(offset, data)
         return end

@@ -154,6 +154,18 @@ class Broker:
         store = self.ctx.store
         if self.ha is None:
             store.confirm_offset = store.max_offset  # a lone master confirms what it stores
+        timer = self.ctx.timer
+        try:
+            timer.open()
+        except StoreError as exc:
+            raise StartRefused(f"timer: {exc}") from None
+        self.ctx.appender.replicated_listeners.append(timer.replicated)
+        store.truncate_listeners.append(timer.truncated)
+        self.metrics.gauge_fn(
+            "rmq_broker_timer_pending",
+            "Scheduled messages waiting for their delivery time",
+            lambda: timer.pending_count,
+        )
         self.metrics.gauge_fn(
             "rmq_broker_commitlog_max_offset_bytes",
             "CommitLog write position",
@@ -179,6 +191,7 @@ class Broker:
             self.replicas.start()
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        timer.start()
         self._serving = True
         log.info(
             "broker serving",
@@ -197,6 +210,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.ctx.timer.stop()
         if self.replicas is not None:
             await self.replicas.stop()
         await self.server.stop()
@@ -205,6 +219,9 @@ class Broker:
             await self.ha.stop()
         if self._loaded:  # never write an offsets table that was not read first
             self.ctx.offsets.persist()
+        if self.ctx.timer.wheel is not None:
+            await self.ctx.service.flush_now()  # what the timer's saved progress may cover
+            self.ctx.timer.close()
         await self.ctx.service.stop()
         if self._serving:
             log.info("broker stopped", broker_name=self.cfg.broker_name)

@@ -132,6 +132,23 @@ class BrokerConfig:
     consumer_offset_persist_interval_ms: int = field(
         5_000, "how often consumer offsets are written to disk", at_least(100)
     )
+    timer_enable: bool = field(True, "accept scheduled messages (a delivery time or delay)")
+    timer_max_delay_ms: int = field(
+        40 * 86_400_000,
+        "latest delivery time accepted, from the time of the send (default 40 days)",
+        at_least(0),
+    )
+    timer_slot_ms: int = field(
+        1000, "timing wheel slot: entries in memory are grouped by this", at_least(1)
+    )
+    timer_slots_per_bucket: int = field(
+        60,
+        "slots per far bucket: entries further ahead wait on disk, one bucket head in memory each",
+        at_least(1),
+    )
+    timer_flush_interval_ms: int = field(
+        500, "how often the timer log is flushed and its delivery progress saved", at_least(10)
+    )
 
     def __post_init__(self) -> None:
         # Cross-key rules, reported the same way as a bad single key.

@@ -19,6 +19,7 @@ from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.role import RoleCell, RoleState
+from broker.timer.service import TimerService
 from protocol.codes import ResponseCode
 from storage.config_files import ConsumerOffsetStore, TopicConfig, TopicConfigStore
 from storage.store import MessageStore, PutResult
@@ -54,6 +55,8 @@ class BrokerContext:
         self.topic_listeners: list[Callable[[], None]] = []
         self.ha: HAService | None = None
         self._queue_counters: dict[str, itertools.count[int]] = {}
+        self.timer = TimerService(self)
+        """Scheduled delivery (broker.timer): ``put_at`` appends a message due later."""
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
 

@@ -59,6 +59,9 @@ LATENCY_BUCKETS = (
     5.0,
 )
 
+TIMER_LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 300.0)
+"""Scheduled delivery lateness (seconds): from 5 ms to 5 minutes (a failover's worth)."""
+
 
 class TopicCounts:
     """One topic's traffic, added to in place on the hot path."""
@@ -170,6 +173,14 @@ class _HotPathCollector(Collector):
         )
         latency.add_metric(base, h.buckets(), h.total)
         yield latency
+        late = m.timer_lateness
+        lateness = HistogramMetricFamily(
+            "rmq_broker_timer_lateness_seconds",
+            "Scheduled messages delivered: store time of the delivered copy minus the due time",
+            labels=["cluster", "broker_name"],
+        )
+        lateness.add_metric(base, late.buckets(), late.total)
+        yield lateness
 
 
 class _StateCollector(Collector):
@@ -358,6 +369,32 @@ class BrokerMetrics:
         self.partial_frame_drops = Counter(
             "rmq_broker_partial_frame_drops_total",
             "Connections closed because incomplete frames exceeded max_partial_frame_bytes",
+            base,
+            registry=r,
+        ).labels(**labels)
+        self.timer_lateness = FastHistogram(TIMER_LATENESS_BUCKETS)
+        self.timer_scheduled = Counter(
+            "rmq_broker_timer_scheduled_total",
+            "Scheduled messages accepted (sends with a delivery time, and retries)",
+            base,
+            registry=r,
+        ).labels(**labels)
+        self.timer_delivered = Counter(
+            "rmq_broker_timer_delivered_total",
+            "Scheduled messages delivered to their real topic by this broker as master",
+            base,
+            registry=r,
+        ).labels(**labels)
+        self.timer_recalled = Counter(
+            "rmq_broker_timer_recalled_total",
+            "Scheduled messages recalled before delivery",
+            base,
+            registry=r,
+        ).labels(**labels)
+        self.timer_unreadable = Counter(
+            "rmq_broker_timer_unreadable_total",
+            "Scheduled messages due but not delivered: their CommitLog record could not be "
+            "read (deleted by retention, or corrupt)",
             base,
             registry=r,
         ).labels(**labels)

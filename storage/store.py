@@ -24,7 +24,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -209,6 +209,9 @@ class MessageStore:
         """Corruption found, by kind (see :data:`CORRUPTION_KINDS`): the broker's metric."""
         self._reported: set[int] = set()
         self._rebuilt: set[tuple[str, int]] = set()
+        self.truncate_listeners: list[Callable[[int], None]] = []
+        """Called with the new end after :meth:`truncate` cut records (indexes built from the
+        CommitLog, such as the broker's timer, drop what was cut)."""
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -882,3 +885,5 @@ class MessageStore:
         self.damaged = [d for d in self.damaged if d.offset < offset]  # cut with the log
         if offset < end:
             log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
+            for listener in self.truncate_listeners:
+                listener(offset)

@@ -145,6 +145,7 @@ class TimingWheel:
         "_near_index",
         "_near_slots",
         "_now",
+        "_pending",
         "_saved",
         "_seg_max",
         "config",
@@ -175,6 +176,7 @@ class TimingWheel:
         self._far: list[int] = []  # heap of buckets whose chain is not loaded yet
         self._seg_max: dict[int, tuple[int, int]] = {}  # segment start -> max key in it
         self.indexed_through = 0
+        self._pending = 0
         self.log = TimerLog(directory / LOG_DIR, segment_records=self.config.segment_records)
         self.recovery: LogRecovery = self.log.open()
         self._rebuild()
@@ -200,6 +202,8 @@ class TimingWheel:
         for pos, rec in self.log.scan():
             self.indexed_through = max(self.indexed_through, rec.source_end)
             self._note_segment(pos, (rec.due_ms, rec.offset))
+            if (rec.due_ms, rec.offset) > self.delivered:
+                self._pending += 1 if rec.kind is TimerKind.SCHEDULE else -1
             bucket = self._bucket(rec.due_ms)
             if bucket < first_live_bucket:
                 continue  # every entry of it is at or below the progress mark
@@ -240,6 +244,7 @@ class TimingWheel:
         self._append(
             TimerKind.SCHEDULE, entry.due_ms, commitlog_offset, size, commitlog_offset + size
         )
+        self._pending += 1
         if self._bucket(entry.due_ms) <= self._loaded_through:
             self._near_add(entry)
         return entry
@@ -264,12 +269,26 @@ class TimingWheel:
             entries.remove(found)
             del self._near_index[commitlog_offset]
             self._append(TimerKind.CANCEL, found.due_ms, commitlog_offset, 0, source_end)
+            self._pending -= 1
             return True
         bucket = self._bucket(deliver_at_ms)
         if bucket <= self._loaded_through or bucket not in self._heads:
             return False
         self._append(TimerKind.CANCEL, deliver_at_ms, commitlog_offset, 0, source_end)
+        self._pending -= 1
         return True
+
+    def pending(self, due_ms: int, commitlog_offset: int) -> bool:
+        """Whether the entry ``(due_ms, commitlog_offset)`` may still be handed out: it waits in
+        a near slot, or its far bucket is not loaded yet (the chain is not read to check; the
+        broker checks the CommitLog record). False once it was handed out, committed or
+        cancelled in the near window."""
+        if (due_ms, commitlog_offset) <= self.delivered:
+            return False
+        if commitlog_offset in self._near_index:
+            return True
+        bucket = self._bucket(due_ms)
+        return bucket > self._loaded_through and bucket in self._heads
 
     def _append(
         self, kind: TimerKind, due_ms: int, offset: int, size: int, source_end: int
@@ -320,8 +339,12 @@ class TimingWheel:
                 schedules[rec.offset] = rec
             pos = rec.prev
         for offset, rec in schedules.items():
-            if offset not in cancelled and (rec.due_ms, offset) > self.delivered:
+            if offset in cancelled:
+                continue
+            if (rec.due_ms, offset) > self.delivered:
                 self._near_add(TimerEntry(rec.due_ms, offset, rec.size))
+            else:
+                self._pending -= 1  # a replica's, delivered before its bucket loaded
 
     def due(self, now_ms: int, limit: int | None = None) -> list[TimerEntry]:
         """Entries due at ``now_ms`` (at most ``limit``), in delivery order, handed out once.
@@ -342,11 +365,13 @@ class TimingWheel:
                 done = [e for e in entries if e.key <= self.delivered]
                 for e in done:
                     del self._near_index[e.commitlog_offset]
+                self._pending -= len(done)
                 entries = entries[len(done) :]
             ready = [e for e in entries if e.due_ms <= now_ms]
             if limit is not None:
                 ready = ready[: limit - len(out)]
             out.extend(ready)
+            self._pending -= len(ready)
             for e in ready:
                 del self._near_index[e.commitlog_offset]
             rest = entries[len(ready) :]
@@ -393,8 +418,10 @@ class TimingWheel:
         # every commit would cost its size each time.
         last_slot = self._slot(due_ms)
         while self._near_slots and self._near_slots[0] < last_slot:
-            for e in self._near.pop(heapq.heappop(self._near_slots)):
+            dropped = self._near.pop(heapq.heappop(self._near_slots))
+            for e in dropped:
                 del self._near_index[e.commitlog_offset]
+            self._pending -= len(dropped)
 
     def due_time(self, deliver_at_ms: int, now_ms: int) -> int:
         """The due time :meth:`schedule` gives a message asked for ``deliver_at_ms`` at
@@ -404,15 +431,20 @@ class TimingWheel:
 
     # -- durability -----------------------------------------------------------------------------
 
-    def save_progress(self) -> None:
+    def save_progress(self, through: tuple[int, int] | None = None) -> None:
         """Persist the progress mark (after the delivered messages are durable) and drop the
-        timer log segments it has left wholly behind."""
-        if self.delivered != self._saved:
+        timer log segments it has left wholly behind.
+
+        ``through``: save this key rather than :attr:`delivered` (the broker saves the mark it
+        had when the CommitLog was last known durable/replicated up to its deliveries); it is
+        clamped to :attr:`delivered` and never moves the saved mark back."""
+        mark = self.delivered if through is None else min(through, self.delivered)
+        if mark > self._saved:
             # Every timer record at or below the mark is durable before the mark is: a replay
             # then never brings back an entry the saved mark says was delivered.
             self.log.flush()
-            save_progress(self.directory / PROGRESS_FILE, self.delivered)
-            self._saved = self.delivered
+            save_progress(self.directory / PROGRESS_FILE, mark)
+            self._saved = mark
             self._forget_heads()
         self.compact()
 
@@ -480,6 +512,18 @@ class TimingWheel:
         self.log.close()
 
     # -- introspection ----------------------------------------------------------------------------
+
+    @property
+    def saved(self) -> tuple[int, int]:
+        """The progress mark last saved (:meth:`save_progress`)."""
+        return self._saved
+
+    @property
+    def pending_count(self) -> int:
+        """Entries scheduled and not yet handed out, committed or cancelled. Exact while the
+        wheel runs; after a crash a record a roll had copied may count twice, and on a replica
+        delivered entries of the progress mark's own slot count until a later delivery."""
+        return max(self._pending, 0)
 
     @property
     def near_count(self) -> int:

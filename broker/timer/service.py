@@ -1,0 +1,638 @@
+"""The timer service: the broker's driver of the timing wheel (``storage.timer``).
+
+It owns the wheel and keeps it equal to what the CommitLog says (docs/timer.md):
+
+* **Open** (:meth:`TimerService.open`, after the store recovered): open the wheel and replay the
+  CommitLog from where its timer log and progress leave off. A timer state ahead of the
+  CommitLog (recovery or a truncation cut records it had indexed) is rebuilt from the whole log.
+* **Master appends** go through here and change the wheel in the same synchronous step as the
+  append: a scheduled send (:meth:`put_scheduled`, :meth:`put_at`), a recall (:meth:`recall`),
+  a delivery (the delivery loop). So the wheel covers every record below ``store.max_offset``.
+* **Replicated appends** (a slave) are dispatched as they are stored
+  (:meth:`replicated`): schedule, cancel, and ``commit_key`` for each delivery record.
+* **Delivery** (master only, with a valid write lease): when entries are due, append each real
+  message to its real topic and queue through :class:`~broker.appender.Appender`, then commit.
+* **Progress**: every ``timer_flush_interval_ms`` the timer log is flushed, and the progress
+  mark noted earlier is saved once the CommitLog is durable (and, in controller mode,
+  replicated) up to where it was noted, with that CommitLog offset (``dispatched``): a restart
+  replays from there, so a delivery record that survived is never delivered again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import structlog
+
+from broker.timer.records import (
+    RESERVED_PROPERTIES,
+    Delivered,
+    Recalled,
+    Scheduled,
+    TimerEvent,
+    timer_events,
+)
+from protocol.codes import ResponseCode
+from protocol.message import (
+    PROP_KEYS,
+    PROP_TAGS,
+    Message,
+    MessageRecord,
+    RecordError,
+    decode_record,
+    make_msg_id,
+    parse_msg_id,
+)
+from protocol.timer import (
+    PROP_REAL_QUEUE_ID,
+    PROP_REAL_TOPIC,
+    PROP_TIMER_DEL_UNIQKEY,
+    PROP_TIMER_OUT_MS,
+    PROP_TIMER_SOURCE_OFFSET,
+    PROP_UNIQ_KEY,
+    REQUEST_PROPERTIES,
+    TIMER_TOPIC,
+)
+from storage.errors import StoreError
+from storage.small_file import read_atomic, write_atomic
+from storage.store import PutResult
+from storage.timer.request import requested_delivery_ms
+from storage.timer.wheel import InvalidDeliveryTimeError, TimerEntry, TimingWheel, WheelConfig
+
+if TYPE_CHECKING:
+    from broker.context import BrokerContext
+
+__all__ = ["RecallError", "TimerService"]
+
+log = structlog.get_logger(__name__)
+
+DISPATCHED_FILE: Final = "dispatched"
+DELIVERY_BATCH: Final = 2048
+"""Most entries one delivery round hands out before it lets other work run."""
+_REPLAY_CHUNK: Final = 8 * 1024 * 1024
+_REQUEST_SET: Final = frozenset(REQUEST_PROPERTIES)
+_STRIP_ON_DELIVERY: Final = frozenset({PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID, PROP_KEYS, PROP_TAGS})
+_RECALL_BODY: Final = b"recall"
+
+
+class RecallError(Exception):
+    """A recall refused: ``code`` and ``remark`` go into the answer."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """The progress mark and the CommitLog offset it covers, noted at one moment."""
+
+    key: tuple[int, int]
+    end: int
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def scheduling(msg: Message) -> bool:
+    """Whether ``msg`` asks for a delivery time (one of the request properties is set)."""
+    props = msg.properties
+    return bool(props) and not _REQUEST_SET.isdisjoint(props)
+
+
+def reserved_property(msg: Message) -> str | None:
+    """The first broker-only timer property ``msg`` carries, None if it carries none."""
+    props = msg.properties
+    if not props or RESERVED_PROPERTIES.isdisjoint(props):
+        return None
+    return next(k for k in props if k in RESERVED_PROPERTIES)
+
+
+class TimerService:
+    """Scheduled messages of one broker. Loop thread only."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.enabled = cfg.timer_enable
+        self.directory: Path = cfg.data_dir / "timer"
+        self.config = WheelConfig(
+            slot_ms=cfg.timer_slot_ms,
+            slots_per_bucket=cfg.timer_slots_per_bucket,
+            max_delay_ms=cfg.timer_max_delay_ms,
+        )
+        self.wheel: TimingWheel | None = None
+        self._inflight: list[TimerEntry] = []
+        self._snapshot: _Snapshot | None = None
+        self._dispatched_saved = 0
+        self._last_event_end = 0
+        self._wake = asyncio.Event()
+        self._sleep_until = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._msg_id_host = cfg.listen
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the wheel and replay the CommitLog into it (after the store recovered)."""
+        if not self.enabled:
+            return
+        store = self.ctx.store
+        wheel = self._open_wheel()
+        dispatched = self._load_dispatched(wheel)
+        if wheel.indexed_through > store.max_offset or dispatched > store.max_offset:
+            self._rebuild(
+                f"the timer log indexes CommitLog offset {max(wheel.indexed_through, dispatched)}"
+                f" but the CommitLog ends at {store.max_offset}"
+            )
+            return
+        start = min(wheel.indexed_through, dispatched)
+        try:
+            self._replay(max(start, store.min_offset))
+        except (StoreError, RecordError) as exc:
+            self._rebuild(f"replaying the CommitLog from {start} failed: {exc}")
+            return
+        if wheel.indexed_through or wheel.delivered[0] >= 0:
+            self._last_event_end = store.max_offset
+        log.info(
+            "timer opened",
+            pending=wheel.pending_count,
+            indexed_through=wheel.indexed_through,
+            replayed_from=start,
+            delivered=list(wheel.delivered),
+            timer_log_cut=wheel.recovery.truncated_bytes,
+        )
+
+    def start(self) -> None:
+        """Start the delivery and progress tasks (the broker serves from now on)."""
+        if self.wheel is None:
+            return
+        self._tasks.append(asyncio.create_task(self._deliver_loop(), name="timer-deliver"))
+        self._tasks.append(asyncio.create_task(self._progress_loop(), name="timer-progress"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def close(self) -> None:
+        """A clean stop, after the store's last flush: the timer log flushed, the progress the
+        CommitLog covers saved, the wheel closed."""
+        wheel = self.wheel
+        if wheel is None:
+            return
+        self._note_snapshot(force=True)
+        self._save_if_durable()
+        wheel.flush()
+        wheel.log.close()
+        self.wheel = None
+
+    # -- the wheel's files -------------------------------------------------------------------------
+
+    def _open_wheel(self) -> TimingWheel:
+        # Time 0: the wheel's clock moves only with the records it replays (their store time),
+        # so every due time is the one the master stamped (docs/timer.md, Replicas).
+        self.wheel = TimingWheel(self.directory, 0, self.config)
+        return self.wheel
+
+    def _load_dispatched(self, wheel: TimingWheel) -> int:
+        raw = read_atomic(self.directory / DISPATCHED_FILE)
+        if raw is None:
+            return wheel.indexed_through
+        try:
+            value = int(raw.decode())
+        except ValueError:
+            log.warning("timer dispatched mark is not valid: replaying from the timer log's end")
+            return wheel.indexed_through
+        self._dispatched_saved = value
+        return value
+
+    def _rebuild(self, why: str) -> None:
+        """Throw the timer state away and index the whole CommitLog again."""
+        store = self.ctx.store
+        log.warning("rebuilding the timer from the CommitLog", reason=why)
+        if self.wheel is not None:
+            self.wheel.log.close()
+            self.wheel = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self._inflight.clear()
+        self._snapshot = None
+        self._dispatched_saved = 0
+        wheel = self._open_wheel()
+        self._replay(store.min_offset)
+        self._last_event_end = store.max_offset
+        log.info("timer rebuilt", pending=wheel.pending_count, delivered=list(wheel.delivered))
+
+    def _replay(self, start: int) -> None:
+        store = self.ctx.store
+        pos = start
+        end = store.max_offset
+        while pos < end:
+            view = store.read_raw(pos, _REPLAY_CHUNK)
+            if not len(view):
+                break
+            self._apply(bytes(view), pos)
+            pos += len(view)
+
+    # -- dispatch ------------------------------------------------------------------------------------
+
+    def replicated(self, offset: int, data: bytes | memoryview) -> None:
+        """A slave stored its master's CommitLog bytes ``data`` at ``offset``: index them."""
+        if self.wheel is None:
+            return
+        raw = data if isinstance(data, bytes) else bytes(data)
+        try:
+            self._apply(raw, offset)
+        except RecordError as exc:
+            log.error("timer dispatch failed", offset=offset, error=str(exc))
+
+    def truncated(self, offset: int) -> None:
+        """The CommitLog was cut back to ``offset``: a timer state holding records past it is
+        rebuilt (only records the store still has may count)."""
+        if self.wheel is None or offset >= self._last_event_end:
+            return
+        self._rebuild(f"the CommitLog was truncated to {offset}")
+
+    def _apply(self, buf: bytes, base: int) -> None:
+        wheel = self.wheel
+        assert wheel is not None
+        events: list[TimerEvent] = timer_events(buf, base)
+        for event in events:
+            if isinstance(event, Scheduled):
+                try:
+                    wheel.schedule(event.due_ms, event.offset, event.size, event.store_ms)
+                except InvalidDeliveryTimeError as exc:
+                    log.error("scheduled message not indexed", offset=event.offset, error=str(exc))
+            elif isinstance(event, Recalled):
+                wheel.cancel(event.due_ms, event.target, event.store_ms, source_end=event.end)
+            elif isinstance(event, Delivered):
+                wheel.commit_key(event.due_ms, event.source_offset)
+        if events:
+            self._last_event_end = base + len(buf)
+
+    # -- scheduling (master) --------------------------------------------------------------------------
+
+    def due_for(self, requested_ms: int, now: int) -> int:
+        """The due time a message asking for ``requested_ms`` at ``now`` gets; raises
+        :class:`InvalidDeliveryTimeError` when it is negative or beyond the maximum delay."""
+        wheel = self.wheel
+        if wheel is None:
+            raise InvalidDeliveryTimeError(
+                "scheduled delivery is off on this broker (timer_enable = false)"
+            )
+        if requested_ms < 0:
+            raise InvalidDeliveryTimeError(f"delivery time {requested_ms} is negative")
+        due = wheel.due_time(requested_ms, now)
+        max_delay = self.config.max_delay_ms
+        if due - now > max_delay:
+            raise InvalidDeliveryTimeError(
+                f"delivery time {requested_ms} is {due - now} ms ahead, more than the maximum "
+                f"delay of {max_delay} ms (timer_max_delay_ms)"
+            )
+        return due
+
+    def requested(self, messages: list[Message], now: int) -> list[int | None]:
+        """The delivery time each message asks for (None: none); raises
+        :class:`InvalidDeliveryTimeError` for a malformed, negative or too distant one."""
+        out: list[int | None] = []
+        for msg in messages:
+            asked = requested_delivery_ms(msg.properties, now) if msg.properties else None
+            if asked is not None:
+                self.due_for(asked, now)
+            out.append(asked)
+        return out
+
+    def put_scheduled(
+        self, topic: str, queue_id: int, messages: list[Message], requested: list[int]
+    ) -> PutResult:
+        """Append ``messages`` (each scheduled for its ``requested`` time) under the timer topic
+        for ``topic``/``queue_id`` with one CommitLog append, and schedule them in the same
+        step. Raises :class:`InvalidDeliveryTimeError` (nothing stored) or a StoreError."""
+        wheel = self.wheel
+        now = now_ms()
+        dues = [self.due_for(asked, now) for asked in requested]
+        if wheel is None:  # due_for raised already
+            raise InvalidDeliveryTimeError("scheduled delivery is off")
+        stored = [
+            _scheduled_copy(msg, topic, queue_id, due)
+            for msg, due in zip(messages, dues, strict=True)
+        ]
+        body_bytes = sum(len(m.body) for m in stored)
+        result = self.ctx.appender.put(TIMER_TOPIC, 0, stored, body_bytes)
+        earliest: int | None = None
+        end = result.end_offset
+        offsets = result.physical_offsets
+        for i, due in enumerate(dues):
+            size = (offsets[i + 1] if i + 1 < len(offsets) else end) - offsets[i]
+            entry = wheel.schedule(due, offsets[i], size, result.store_timestamp)
+            if entry is not None and (earliest is None or entry.due_ms < earliest):
+                earliest = entry.due_ms
+        self._last_event_end = end
+        self.ctx.metrics.timer_scheduled.inc(len(stored))
+        if earliest is not None and (earliest < self._sleep_until or not self._sleep_until):
+            self._wake.set()
+        return result
+
+    def put_at(self, message: Message, topic: str, queue_id: int, deliver_ms: int) -> PutResult:
+        """Append ``message`` scheduled for ``topic``/``queue_id`` at ``deliver_ms`` (epoch ms;
+        a time in the past delivers at once) and schedule it; the caller has checked the write
+        lease (``ctx.check_writable()``).
+
+        Final signature: ``put_at(message: Message, topic: str, queue_id: int, deliver_ms: int)
+        -> PutResult``. The result can be awaited like a send's (``ctx.needs_wait(result)``,
+        ``ctx.when_durable(result, done)``); ``result.physical_offsets[0]`` is the scheduled
+        record's offset (its message id recalls it). Raises :class:`InvalidDeliveryTimeError`
+        for a negative time or one beyond ``timer_max_delay_ms`` (nothing stored), a
+        :class:`~storage.errors.StoreError` when the append fails."""
+        return self.put_scheduled(topic, queue_id, [message], [deliver_ms])
+
+    # -- recall (master) --------------------------------------------------------------------------------
+
+    def recall(self, topic: str, msg_id: str) -> PutResult:
+        """Recall the scheduled message ``msg_id`` of ``topic`` before its delivery: append a
+        recall record (replicas cancel it from the CommitLog too) and cancel it in the wheel.
+        Raises :class:`RecallError`; the caller checked the write lease."""
+        wheel = self.wheel
+        if wheel is None:
+            raise RecallError(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                "scheduled delivery is off on this broker (timer_enable = false)",
+            )
+        try:
+            _host, offset = parse_msg_id(msg_id)
+        except RecordError:
+            raise RecallError(
+                ResponseCode.BAD_REQUEST, f"malformed message id {msg_id!r}"
+            ) from None
+        record = self._read_scheduled(offset)
+        if record is None:
+            raise RecallError(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"no message {msg_id} on this broker (unknown id or deleted)",
+            )
+        props = record.properties
+        if (
+            record.topic != TIMER_TOPIC
+            or PROP_TIMER_DEL_UNIQKEY in props
+            or props.get(PROP_REAL_TOPIC) != topic
+        ):
+            raise RecallError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"message {msg_id} is not a scheduled message of topic {topic}",
+            )
+        try:
+            due = int(props[PROP_TIMER_OUT_MS])
+        except (KeyError, ValueError):
+            raise RecallError(
+                ResponseCode.MESSAGE_ILLEGAL, f"message {msg_id} has no valid {PROP_TIMER_OUT_MS}"
+            ) from None
+        if not wheel.pending(due, offset):
+            raise RecallError(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"scheduled message {msg_id} was already delivered or recalled",
+            )
+        marker = Message(
+            topic=TIMER_TOPIC,
+            body=_RECALL_BODY,
+            properties={
+                PROP_TIMER_DEL_UNIQKEY: make_msg_id(record.store_host, offset),
+                PROP_TIMER_OUT_MS: str(due),
+                PROP_REAL_TOPIC: topic,
+            },
+        )
+        result = self.ctx.appender.put(TIMER_TOPIC, 0, [marker], len(_RECALL_BODY))
+        wheel.cancel(due, offset, result.store_timestamp, source_end=result.end_offset)
+        self._last_event_end = result.end_offset
+        self.ctx.metrics.timer_recalled.inc()
+        return result
+
+    def _read_scheduled(self, offset: int) -> MessageRecord | None:
+        store = self.ctx.store
+        if not store.min_offset <= offset < store.max_offset:
+            return None
+        try:
+            view = store.read_raw(offset, 1)
+            record = decode_record(view, 0)
+        except (StoreError, RecordError):
+            return None
+        if record.physical_offset != offset:
+            return None
+        return record
+
+    # -- delivery (master) ------------------------------------------------------------------------------
+
+    async def _deliver_loop(self) -> None:
+        while True:
+            try:
+                wait = self._next_wait()
+                if wait > 0:
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), wait)
+                    except TimeoutError:
+                        pass
+                    continue
+                if not self._writable():
+                    await asyncio.sleep(0.05)
+                    continue
+                if not self.deliver_round(now_ms()):
+                    await asyncio.sleep(0.05)  # an append failed: try again soon
+                else:
+                    await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("timer delivery failed", error=f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.5)
+
+    def _writable(self) -> bool:
+        """Whether this broker may append deliveries now (master with a valid write lease)."""
+        from broker.context import WriteRefused  # the context imports this module
+
+        try:
+            self.ctx.check_writable()
+        except WriteRefused:
+            return False
+        return True
+
+    def _next_wait(self) -> float:
+        """Seconds until the next delivery round (0: now)."""
+        wheel = self.wheel
+        if wheel is None or not self.ctx.role.is_master:
+            self._sleep_until = 0
+            return 0.1
+        if self._inflight:
+            return 0.0
+        now = now_ms()
+        due = wheel.next_due_ms()
+        if due is None:
+            self._sleep_until = now + 1000
+            return 1.0
+        if due <= now:
+            return 0.0
+        until = min(due, now + 1000)
+        self._sleep_until = until
+        return (until - now) / 1000
+
+    def deliver_round(self, now: int) -> bool:
+        """Deliver what is due at ``now`` (at most :data:`DELIVERY_BATCH` entries); False when
+        an append failed (the entries not appended are tried again)."""
+        wheel = self.wheel
+        if wheel is None:
+            return True
+        entries = self._inflight or wheel.due(now, DELIVERY_BATCH)
+        self._inflight = []
+        if not entries:
+            return True
+        metrics = self.ctx.metrics
+        appender = self.ctx.appender
+        built = [self._delivery(entry) for entry in entries]
+        i = 0
+        n = len(entries)
+        while i < n:
+            first = built[i]
+            if first is None:  # unreadable: logged; nothing to deliver, it counts as done
+                wheel.commit(entries[i])
+                metrics.timer_unreadable.inc()
+                i += 1
+                continue
+            # One append per run of entries bound for the same queue.
+            dest = first[1:]
+            j = i + 1
+            while j < n and (b := built[j]) is not None and b[1:] == dest:
+                j += 1
+            batch = [b[0] for b in built[i:j] if b is not None]
+            try:
+                result = appender.put(dest[0], dest[1], batch, sum(len(m.body) for m in batch))
+            except StoreError as exc:
+                log.error(
+                    "timer delivery append failed",
+                    topic=dest[0],
+                    queue_id=dest[1],
+                    error=str(exc),
+                )
+                self._inflight = entries[i:]
+                return False
+            wheel.commit(entries[j - 1])
+            self._last_event_end = result.end_offset
+            stored = result.store_timestamp
+            for entry in entries[i:j]:
+                metrics.timer_lateness.observe(max(stored - entry.due_ms, 0) / 1000)
+            metrics.timer_delivered.inc(j - i)
+            i = j
+        return True
+
+    def _delivery(self, entry: TimerEntry) -> tuple[Message, str, int] | None:
+        """The real message of ``entry`` and its topic and queue, read back from its CommitLog
+        record; None when the record cannot be read (logged)."""
+        record = self._read_scheduled(entry.commitlog_offset)
+        if record is None or record.topic != TIMER_TOPIC:
+            log.error(
+                "scheduled message cannot be read: not delivered",
+                offset=entry.commitlog_offset,
+                due_ms=entry.due_ms,
+            )
+            return None
+        props = dict(record.properties)
+        topic = props.get(PROP_REAL_TOPIC)
+        queue_text = props.get(PROP_REAL_QUEUE_ID, "")
+        if topic is None or not queue_text.isdigit():
+            log.error("scheduled message has no real topic/queue", offset=entry.commitlog_offset)
+            return None
+        keys = props.get(PROP_KEYS, "")
+        tags = props.get(PROP_TAGS, "")
+        out = {k: v for k, v in props.items() if k not in _STRIP_ON_DELIVERY}
+        out.setdefault(PROP_UNIQ_KEY, make_msg_id(record.store_host, entry.commitlog_offset))
+        out[PROP_TIMER_OUT_MS] = str(entry.due_ms)
+        out[PROP_TIMER_SOURCE_OFFSET] = str(entry.commitlog_offset)
+        msg = Message(
+            topic=topic,
+            body=record.body,
+            keys=keys,
+            tags=tags,
+            properties=out,
+            flag=record.flag,
+            born_timestamp=record.born_timestamp,
+            born_host=record.born_host,
+        )
+        return msg, topic, int(queue_text)
+
+    # -- progress ---------------------------------------------------------------------------------------
+
+    async def _progress_loop(self) -> None:
+        interval = self.ctx.cfg.timer_flush_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.checkpoint()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("timer progress failed", error=f"{type(exc).__name__}: {exc}")
+
+    def checkpoint(self) -> None:
+        """Save the progress noted last time if the CommitLog now covers it durably; flush the
+        timer log; note the current progress for the next time."""
+        wheel = self.wheel
+        if wheel is None:
+            return
+        self._save_if_durable()
+        wheel.flush()
+        self._note_snapshot()
+
+    def _note_snapshot(self, *, force: bool = False) -> None:
+        wheel = self.wheel
+        assert wheel is not None
+        if self._snapshot is None or force:
+            self._snapshot = _Snapshot(wheel.delivered, self.ctx.store.max_offset)
+
+    def _durable(self, end: int) -> bool:
+        ctx = self.ctx
+        if ctx.service.flushed_offset < end:
+            return False
+        visible = ctx.visible_offset()
+        return visible is None or visible >= end
+
+    def _save_if_durable(self) -> None:
+        wheel = self.wheel
+        snap = self._snapshot
+        if wheel is None or snap is None or not self._durable(snap.end):
+            return
+        wheel.save_progress(snap.key)
+        if snap.end != self._dispatched_saved:
+            write_atomic(self.directory / DISPATCHED_FILE, str(snap.end).encode())
+            self._dispatched_saved = snap.end
+        self._snapshot = None
+
+    # -- figures ----------------------------------------------------------------------------------------
+
+    @property
+    def pending_count(self) -> int:
+        return 0 if self.wheel is None else self.wheel.pending_count + len(self._inflight)
+
+
+def _scheduled_copy(msg: Message, topic: str, queue_id: int, due_ms: int) -> Message:
+    """What is stored under the timer topic for ``msg``: its real topic and queue and its due
+    time in properties, the request properties dropped (the due time is what counts)."""
+    props = {k: v for k, v in msg.properties.items() if k not in _REQUEST_SET}
+    props[PROP_REAL_TOPIC] = topic
+    props[PROP_REAL_QUEUE_ID] = str(queue_id)
+    props[PROP_TIMER_OUT_MS] = str(due_ms)
+    return Message(
+        topic=TIMER_TOPIC,
+        body=msg.body,
+        keys=msg.keys,
+        tags=msg.tags,
+        properties=props,
+        flag=msg.flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+    )
