@@ -9,10 +9,16 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from pipeline import offsets as ofs
 from pipeline.errors import PipelineError
 from pipeline.options import ReadOptions
-from pipeline.partition import plan_partitions, range_of, read_partition, snapshot_of, unanswered
+from pipeline.partition import (
+    plan_partitions,
+    range_of,
+    read_partition,
+    resolve_position,
+    snapshot_of,
+    unanswered,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,16 +37,8 @@ class RmqBatchReader(DataSourceReader):
                 f"cannot read topic {opts.topic!r} completely: no replica of "
                 f"{unanswered(snap)} answered"
             )
-        start = ofs.resolve(
-            opts.starting,
-            snap.bounds,
-            option="startingOffsets",
-            default="earliest",
-            topic=opts.topic,
-        )
-        end = ofs.resolve(
-            opts.ending, snap.bounds, option="endingOffsets", default="latest", topic=opts.topic
-        )
+        start = resolve_position(opts, snap, opts.starting, "starting", "earliest")
+        end = resolve_position(opts, snap, opts.ending, "ending", "latest")
         # Past the committed end nothing can be read yet: clamp.
         end = {mq: min(e, snap.bounds[mq].max_offset) for mq, e in end.items()}
         return plan_partitions(opts, start, end)

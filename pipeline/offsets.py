@@ -33,6 +33,20 @@ class QueueBounds:
     max_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class ByTimestamp:
+    """A position by store timestamp (ms): ``every`` queue, or one timestamp ``per_queue``.
+    Each queue's offset is its first message stored at or after the timestamp (the queue's end
+    when there is none), as the broker's SEARCH_OFFSET_BY_TIMESTAMP answers."""
+
+    every: int | None = None
+    per_queue: Offsets | None = None
+
+
+#: a starting or ending position: an offsets spec or timestamps
+PositionSpec = OffsetSpec | ByTimestamp
+
+
 def to_json(offsets: Mapping[MessageQueue, int]) -> dict[str, dict[str, int]]:
     """The canonical JSON-able form (brokers by name, queues by number)."""
     out: dict[str, dict[str, int]] = {}
@@ -41,8 +55,11 @@ def to_json(offsets: Mapping[MessageQueue, int]) -> dict[str, dict[str, int]]:
     return out
 
 
-def from_json(doc: Any, what: str = "offset") -> Offsets:
-    """Parse ``{"broker": {"queue": offset}}``; raises :class:`OptionError` naming the problem."""
+def from_json(
+    doc: Any, what: str = "offset", *, floor: int = EARLIEST, value: str = "offset"
+) -> Offsets:
+    """Parse ``{"broker": {"queue": offset}}``; raises :class:`OptionError` naming the problem.
+    Values below ``floor`` are refused (offsets allow -2 and -1, timestamps start at 0)."""
     example = '{"broker-a": {"0": 42}}'
     if not isinstance(doc, dict):
         raise OptionError(f"{what} must be a JSON object like {example}, not {doc!r}")
@@ -62,13 +79,26 @@ def from_json(doc: Any, what: str = "offset") -> Offsets:
                 queue_id = -1
             if queue_id < 0 or str(queue_id) != str(queue).strip():
                 raise OptionError(f"{what}: queue id {queue!r} of {broker!r} is not a number >= 0")
-            if type(offset) is not int or offset < EARLIEST:
+            if type(offset) is not int or offset < floor:
                 raise OptionError(
-                    f"{what}: offset of {broker}/{queue} must be an integer >= 0 "
-                    f"(or -2 for earliest, -1 for latest), not {offset!r}"
+                    f"{what}: {value} of {broker}/{queue} must be an integer >= 0"
+                    f"{' (or -2 for earliest, -1 for latest)' if floor < 0 else ''}, "
+                    f"not {offset!r}"
                 )
             out[MessageQueue(broker, queue_id)] = offset
     return out
+
+
+def parse_timestamps(text: str, option: str) -> Offsets:
+    """``{"broker-a": {"0": 1700000000000}}``: a store timestamp (ms, >= 0) per queue."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(
+            f'{option} must be a JSON object like {{"broker-a": {{"0": 1700000000000}}}}; '
+            f"{text!r} is not valid JSON ({exc.msg} at character {exc.pos})"
+        ) from None
+    return from_json(doc, option, floor=0, value="timestamp")
 
 
 def parse_spec(text: str | None, option: str, default: Literal["earliest", "latest"]) -> OffsetSpec:
@@ -97,28 +127,75 @@ def resolve(
     default: Literal["earliest", "latest"],
     topic: str,
 ) -> Offsets:
-    """Concrete offsets for every queue in ``bounds`` (queues a JSON spec leaves out get
-    ``default``). A JSON spec naming a queue the topic does not have is an error."""
+    """Concrete offsets for every queue in ``bounds``. A JSON spec must name every queue of the
+    topic (as the Kafka source requires every partition) and no other: either mistake is an
+    :class:`OptionError` listing the queues concerned. ``default`` fills the queues of groups
+    that did not answer (not in ``bounds``) only through the caller."""
     if isinstance(spec, str):
         return {mq: _pick(spec, b) for mq, b in bounds.items()}
-    unknown = sorted(mq for mq in spec if mq not in bounds)
-    if unknown:
-        names = ", ".join(f"{mq.broker_name}/{mq.queue_id}" for mq in unknown)
-        raise OptionError(
-            f"{option} names {names}, not a queue of topic {topic!r} "
-            f"(its queues: {describe_queues(bounds)})"
-        )
+    check_complete(spec, bounds, option=option, topic=topic)
     out: Offsets = {}
     for mq, b in bounds.items():
-        value = spec.get(mq)
-        if value is None:
-            out[mq] = _pick(default, b)
-        elif value == EARLIEST:
+        value = spec[mq]
+        if value == EARLIEST:
             out[mq] = b.min_offset
         elif value == LATEST:
             out[mq] = b.max_offset
         else:
             out[mq] = value
+    return out
+
+
+def check_complete(
+    spec: Mapping[MessageQueue, int],
+    queues: Iterable[MessageQueue],
+    *,
+    option: str,
+    topic: str,
+    values: str = "use -2 for earliest, -1 for latest",
+) -> None:
+    """A per-queue option must name exactly the topic's queues: say which are missing or
+    unknown."""
+    have = set(queues)
+    unknown = sorted(mq for mq in spec if mq not in have)
+    if unknown:
+        raise OptionError(
+            f"{option} names {_names(unknown)}, not a queue of topic {topic!r} "
+            f"(its queues: {describe_queues(have)})"
+        )
+    missing = sorted(mq for mq in have if mq not in spec)
+    if missing:
+        raise OptionError(
+            f"{option} must name every queue of topic {topic!r}; missing: {_names(missing)} "
+            f"({values})"
+        )
+
+
+def _names(queues: Iterable[MessageQueue]) -> str:
+    return ", ".join(f"{mq.broker_name}/{mq.queue_id}" for mq in queues)
+
+
+def split_ranges(
+    ranges: list[tuple[MessageQueue, int, int]], min_partitions: int | None
+) -> list[tuple[MessageQueue, int, int]]:
+    """Split ``(queue, start, end)`` ranges so there are about ``min_partitions`` of them (the
+    Kafka source's minPartitions): when there are fewer, each range is cut into a number of
+    parts proportional to its size (at least one, at most one per message), in pieces whose sizes
+    differ by at most one. The pieces of a range are contiguous and cover it exactly."""
+    ranges = [r for r in ranges if r[1] < r[2]]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(hi - lo for _, lo, hi in ranges)
+    out: list[tuple[MessageQueue, int, int]] = []
+    for mq, lo, hi in ranges:
+        size = hi - lo
+        parts = max(1, min(size, round(size / total * min_partitions)))
+        step, extra = divmod(size, parts)
+        at = lo
+        for i in range(parts):
+            nxt = at + step + (1 if i < extra else 0)
+            out.append((mq, at, nxt))
+            at = nxt
     return out
 
 

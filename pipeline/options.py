@@ -20,17 +20,137 @@ case-insensitive map).
 | ``maxInFlight`` | write | 4 | batches in flight per task |
 | ``sendDeadlineMs`` | write | 10000 | how long a batch may keep being retried after retriable failures (covers a failover) |
 | ``sendRetries`` | write | none | at most this many further attempts of a batch (none: the deadline alone decides) |
+
+Also for reads: ``startingTimestamp`` / ``endingTimestamp`` (ms, every queue),
+``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (JSON, ms per queue),
+``minPartitions``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (streaming),
+``includeProperties`` (alias ``includeHeaders``). docs/pipeline.md has the full table.
+
+Every option name is checked: an unknown one is an :class:`OptionError` naming it and the
+nearest valid name, raised on the driver when the query is defined, before any task runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from client.bootstrap import parse_addresses
 from pipeline.errors import OptionError
-from pipeline.offsets import OffsetSpec, parse_spec
+from pipeline.offsets import ByTimestamp, PositionSpec, parse_spec, parse_timestamps
+
+#: every option a read takes (batch and streaming; some are for one mode only)
+READ_OPTIONS: tuple[str, ...] = (
+    "controllers",
+    "topic",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "minPartitions",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "failOnDataLoss",
+    "includeProperties",
+    "includeHeaders",
+    "pullBatchSize",
+    "pullMaxBytes",
+    "rowsPerBatch",
+    "readTimeoutMs",
+    "requestTimeoutMs",
+)
+#: every option a write takes
+WRITE_OPTIONS: tuple[str, ...] = (
+    "controllers",
+    "topic",
+    "batchSize",
+    "maxInFlight",
+    "sendDeadlineMs",
+    "sendRetries",
+    "requestTimeoutMs",
+)
+#: options Spark itself adds (``load(path)``/``save(path)``; a streaming sink's checkpoint)
+SPARK_OPTIONS: tuple[str, ...] = ("path", "checkpointLocation")
+#: Kafka's default maxTriggerDelay
+DEFAULT_TRIGGER_DELAY = 15 * 60.0
+
+
+def check_names(options: Mapping[str, str], valid: Iterable[str], what: str) -> None:
+    """Every option must be one of ``valid`` (case-insensitive): an unknown one is an error
+    naming it and the nearest valid name."""
+    names = {v.lower(): v for v in valid}
+    ignored = {v.lower() for v in SPARK_OPTIONS}
+    for key in options:
+        low = str(key).lower()
+        if low in names or low in ignored:
+            continue
+        close = difflib.get_close_matches(low, list(names), n=1, cutoff=0.6)
+        hint = (
+            f"did you mean {names[close[0]]}?"
+            if close
+            else f"the options are {', '.join(sorted(names.values(), key=str.lower))}"
+        )
+        raise OptionError(f"unknown option {key!r} for {what}; {hint}")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+_UNITS = {
+    "": 0.001,
+    "ms": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+}
+
+
+def duration_option(options: Mapping[str, str], name: str, default: float) -> float:
+    """A duration as Spark writes them (``15m``, ``30s``, ``500ms``; a bare number is ms), in
+    seconds."""
+    raw = get_option(options, name)
+    if raw is None or not str(raw).strip():
+        return default
+    found = _DURATION.match(str(raw).lower())
+    if found is None or found.group(2) not in _UNITS:
+        raise OptionError(f"option {name} must be a duration like 15m, 30s or 500ms, not {raw!r}")
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+def position_option(
+    options: Mapping[str, str],
+    kind: Literal["starting", "ending"],
+    default: Literal["earliest", "latest"],
+) -> PositionSpec:
+    """``startingOffsets``, ``startingTimestamp`` or ``startingOffsetsByTimestamp`` (or the
+    ``ending`` ones): at most one of them may be set."""
+    by_offsets = f"{kind}Offsets"
+    by_time = f"{kind}Timestamp"
+    by_times = f"{kind}OffsetsByTimestamp"
+    given = [n for n in (by_offsets, by_time, by_times) if get_option(options, n) is not None]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(given)} exclude each other: set one")
+    if get_option(options, by_time) is not None:
+        return ByTimestamp(every=int_option(options, by_time, None, 0))
+    raw = get_option(options, by_times)
+    if raw is not None:
+        return ByTimestamp(per_queue=parse_timestamps(str(raw), by_times))
+    return parse_spec(get_option(options, by_offsets), by_offsets, default)
 
 
 def get_option(options: Mapping[str, str], name: str) -> str | None:
@@ -106,8 +226,8 @@ def topic_option(options: Mapping[str, str], *, required: bool) -> str | None:
 class ReadOptions:
     controllers: str
     topic: str
-    starting: OffsetSpec
-    ending: OffsetSpec
+    starting: PositionSpec
+    ending: PositionSpec
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     pull_batch_size: int
@@ -115,26 +235,51 @@ class ReadOptions:
     rows_per_batch: int
     read_timeout: float
     request_timeout: float
+    min_partitions: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay: float = DEFAULT_TRIGGER_DELAY
+    include_properties: bool = True
 
     @classmethod
     def parse(
-        cls, options: Mapping[str, str], mode: Literal["batch", "stream"] = "batch"
+        cls, options: Mapping[str, str], mode: Literal["batch", "stream", "any"] = "batch"
     ) -> ReadOptions:
-        """Check every read option; ``mode`` picks the defaults and the options allowed."""
+        """Check every read option; ``mode`` picks the defaults and the options allowed
+        (``any``: the checks common to both, when the mode is not known yet)."""
+        check_names(options, READ_OPTIONS, "reading the rmq format")
         controllers = controllers_option(options)
         topic = topic_option(options, required=True)
         assert topic is not None
-        starting = parse_spec(
-            get_option(options, "startingOffsets"),
-            "startingOffsets",
-            "earliest" if mode == "batch" else "latest",
+        starting = position_option(
+            options, "starting", "latest" if mode == "stream" else "earliest"
         )
-        ending = parse_spec(get_option(options, "endingOffsets"), "endingOffsets", "latest")
-        if mode == "stream" and get_option(options, "endingOffsets") is not None:
-            raise OptionError("option endingOffsets is for batch queries only (spark.read)")
+        ending = position_option(options, "ending", "latest")
+        if mode == "stream":
+            for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+                if get_option(options, name) is not None:
+                    raise OptionError(f"option {name} is for batch queries only (spark.read)")
         max_per_trigger = int_option(options, "maxOffsetsPerTrigger", None, 1)
-        if mode == "batch" and max_per_trigger is not None:
-            raise OptionError("option maxOffsetsPerTrigger is for streaming queries only")
+        min_per_trigger = int_option(options, "minOffsetsPerTrigger", None, 1)
+        delay = duration_option(options, "maxTriggerDelay", DEFAULT_TRIGGER_DELAY)
+        if mode == "batch":
+            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+                if get_option(options, name) is not None:
+                    raise OptionError(f"option {name} is for streaming queries only")
+        if (
+            max_per_trigger is not None
+            and min_per_trigger is not None
+            and min_per_trigger > max_per_trigger
+        ):
+            raise OptionError(
+                f"option minOffsetsPerTrigger ({min_per_trigger}) must not exceed "
+                f"maxOffsetsPerTrigger ({max_per_trigger})"
+            )
+        include = bool_option(options, "includeProperties", True)
+        if get_option(options, "includeHeaders") is not None:
+            alias = bool_option(options, "includeHeaders", True)
+            if get_option(options, "includeProperties") is not None and alias != include:
+                raise OptionError("options includeProperties and includeHeaders disagree")
+            include = alias
         return cls(
             controllers=controllers,
             topic=topic,
@@ -147,6 +292,10 @@ class ReadOptions:
             rows_per_batch=req_int_option(options, "rowsPerBatch", 4096, 1),
             read_timeout=req_int_option(options, "readTimeoutMs", 60_000, 100) / 1000,
             request_timeout=req_int_option(options, "requestTimeoutMs", 5_000, 100) / 1000,
+            min_partitions=int_option(options, "minPartitions", None, 1),
+            min_offsets_per_trigger=min_per_trigger,
+            max_trigger_delay=delay,
+            include_properties=include,
         )
 
 
@@ -162,6 +311,7 @@ class WriteOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        check_names(options, WRITE_OPTIONS, "writing the rmq format")
         return cls(
             controllers=controllers_option(options),
             topic=topic_option(options, required=False),

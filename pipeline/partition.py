@@ -5,7 +5,7 @@ travels in its partition; connections are opened inside ``read()``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
@@ -15,7 +15,7 @@ from pipeline.errors import ReadError
 from pipeline.options import ReadOptions
 from pipeline.range_reader import PullSettings, QueueRange, read_range
 from pipeline.rows import RecordDecodeError, arrow_schema, scan, to_batch
-from pipeline.snapshot import Snapshot, snapshot
+from pipeline.snapshot import Snapshot, offsets_for_times, snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -96,16 +96,44 @@ def read_partition(
 def plan_partitions(
     opts: ReadOptions, start: ofs.Offsets, end: ofs.Offsets
 ) -> list[InputPartition]:
-    """One partition per queue whose range holds messages; a queue missing from ``start`` (new
-    since the last batch) contributes nothing yet."""
-    parts: list[InputPartition] = []
-    for mq in sorted(end):
-        lo = start.get(mq, end[mq])
-        hi = end[mq]
-        if lo < hi:
-            qr = QueueRange(opts.controllers, opts.topic, mq.broker_name, mq.queue_id, lo, hi)
-            parts.append(RangePartition(qr))
-    return parts
+    """One partition per queue whose range holds messages (more with ``minPartitions``: big
+    ranges are split); a queue missing from ``start`` (new since the last batch) contributes
+    nothing yet."""
+    ranges = [(mq, start.get(mq, end[mq]), end[mq]) for mq in sorted(end)]
+    return [
+        RangePartition(
+            QueueRange(opts.controllers, opts.topic, mq.broker_name, mq.queue_id, lo, hi)
+        )
+        for mq, lo, hi in ofs.split_ranges(ranges, opts.min_partitions)
+    ]
+
+
+def resolve_position(
+    opts: ReadOptions,
+    snap: Snapshot,
+    spec: ofs.PositionSpec,
+    kind: str,
+    default: Literal["earliest", "latest"],
+) -> ofs.Offsets:
+    """Concrete offsets of every queue in ``snap`` for a starting or ending position (offsets,
+    or store timestamps looked up at the brokers)."""
+    if not isinstance(spec, ofs.ByTimestamp):
+        return ofs.resolve(
+            spec, snap.bounds, option=f"{kind}Offsets", default=default, topic=opts.topic
+        )
+    if spec.per_queue is not None:
+        ofs.check_complete(
+            spec.per_queue,
+            snap.bounds,
+            option=f"{kind}OffsetsByTimestamp",
+            topic=opts.topic,
+            values="a store timestamp in ms for each",
+        )
+        times = dict(spec.per_queue)
+    else:
+        assert spec.every is not None
+        times = {mq: spec.every for mq in snap.bounds}
+    return offsets_for_times(snap, opts.topic, times, opts.request_timeout)
 
 
 def snapshot_of(opts: ReadOptions) -> Snapshot:

@@ -51,8 +51,9 @@ _NAME_SEP: Final = "\x01"
 _PROP_SEP: Final = "\x02"
 
 
-def message_schema(*, store: bool = False) -> StructType:
-    """The Spark schema of ``rmq`` (``store``: of ``rmqstore``)."""
+def message_schema(*, store: bool = False, properties: bool = True) -> StructType:
+    """The Spark schema of ``rmq`` (``store``: of ``rmqstore``; ``properties`` false: without
+    the properties column, option includeProperties)."""
     from pyspark.sql.types import (
         BinaryType,
         IntegerType,
@@ -77,6 +78,8 @@ def message_schema(*, store: bool = False) -> StructType:
         StructField("bornTimestamp", TimestampType(), False),
         StructField("storeTimestamp", TimestampType(), False),
     ]
+    if not properties:
+        fields = [f for f in fields if f.name != "properties"]
     if store:
         fields += [
             StructField("physicalOffset", LongType(), False),
@@ -94,11 +97,11 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def check_schema(schema: StructType, *, store: bool = False) -> None:
+def check_schema(schema: StructType, *, store: bool = False, properties: bool = True) -> None:
     """A user-given schema must be the source's own (the columns are fixed)."""
     from pipeline.errors import OptionError
 
-    expected = message_schema(store=store)
+    expected = message_schema(store=store, properties=properties)
     if schema != expected:
         raise OptionError(
             "this source has a fixed schema; do not pass one to .schema() "
@@ -263,11 +266,11 @@ def to_batch(
         keys,
         tags,
         body,
-        props,
+        *([] if props is None else [props]),
         pa.array(field(_BORN_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
         pa.array(field(_STORE_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
     ]
-    if len(schema) > len(columns):  # rmqstore
+    if "physicalOffset" in schema.names:  # rmqstore
         columns += [
             pa.array(field(_PHYSICAL, 8, ">i8"), pa.int64()),
             pa.array(sizes.astype(np.int32), pa.int32()),
@@ -323,8 +326,9 @@ def _binary(buf: bytes, starts: list[int], lengths: list[int], lens: Any) -> pa.
 
 def _properties(
     buf: bytes, starts: Any, lengths: Any, schema: pa.Schema, p: Any
-) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """keys, tags and the properties map, parsed only for the records that have properties."""
+) -> tuple[pa.Array, pa.Array, pa.Array | None]:
+    """keys, tags and the properties map (None when ``schema`` has no properties column),
+    parsed only for the records that have properties."""
     import numpy as np
     import pyarrow as pa
 
@@ -354,6 +358,8 @@ def _properties(
                     names.append(k)
                     values.append(v)
         counts[i + 1] = len(names) - before
+    if "properties" not in schema.names:
+        return pa.array(keys, pa.string()), pa.array(tags, pa.string()), None
     props = pa.MapArray.from_arrays(
         pa.array(np.cumsum(np.array(counts, dtype=np.int32)), pa.int32()),
         pa.array(names, pa.string()),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -25,8 +24,9 @@ def build_session(
     ``rmqstore`` registered and the session time zone UTC (days and hours are UTC days and
     hours) unless ``conf`` says otherwise.
 
-    Python workers run this interpreter unless PYSPARK_PYTHON says otherwise: on a cluster, point
-    PYSPARK_PYTHON at an interpreter with rmq-py and the spark extra installed.
+    Python workers run this interpreter unless PYSPARK_PYTHON says otherwise (checked to exist on
+    a local master): on a cluster, point PYSPARK_PYTHON at the executors' interpreter with
+    rmq-py and the spark extra installed.
     """
     try:
         import pyarrow  # noqa: F401 - Spark's Python data sources need it: say so now
@@ -40,7 +40,10 @@ def build_session(
 
     import pipeline
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    local = (master or ("" if under_spark_submit() else "local")).startswith("local")
+    os.environ[pipeline.PYTHON_ENV] = pipeline.worker_python(
+        "local" if local else "cluster", os.environ.get(pipeline.PYTHON_ENV)
+    )
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)

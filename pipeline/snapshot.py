@@ -14,6 +14,7 @@ from pipeline.errors import PipelineError, describe
 from pipeline.loop import SyncLoop
 from pipeline.offsets import QueueBounds
 from pipeline.replicas import replica_addresses, topic_route
+from protocol.codes import RequestCode
 from protocol.pull import AnswerError, MaxOffsetQuery, MinOffsetQuery, decode_offset
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -88,3 +89,61 @@ def snapshot(controllers: str, topic: str, timeout: float) -> Snapshot:
     topic or unreachable controllers; unreachable groups are listed in ``missing``)."""
     with SyncLoop() as loop:
         return loop.run(snapshot_async(controllers, topic, timeout))
+
+
+async def _search_group(
+    pool: ConnectionPool,
+    topic: str,
+    addresses: list[str],
+    times: dict[int, int],
+    timeout: float,
+) -> dict[int, int]:
+    """SEARCH_OFFSET_BY_TIMESTAMP for some queues of one group, at the first replica that
+    answers."""
+    failures: list[str] = []
+    for address in addresses:
+        try:
+            conn = await pool.get(address)
+
+            async def one(queue_id: int, ts: int, conn: Any = conn) -> int:
+                header = {"topic": topic, "queueId": queue_id, "timestamp": ts}
+                answer = await conn.call(
+                    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header, None, timeout
+                )
+                return decode_offset(answer)
+
+            ids = sorted(times)
+            found = await asyncio.gather(*(one(q, times[q]) for q in ids))
+            return dict(zip(ids, found, strict=True))
+        except (RemotingError, AnswerError) as exc:
+            failures.append(f"{address}: {describe(exc)}")
+    raise PipelineError("; ".join(failures) or "no replica in the route")
+
+
+def offsets_for_times(
+    snap: Snapshot, topic: str, times: dict[MessageQueue, int], timeout: float
+) -> dict[MessageQueue, int]:
+    """Per queue, the first offset stored at or after its timestamp (ms), clamped to the
+    queue's retained, committed range: the queue's end when no message is that recent."""
+
+    async def go() -> dict[MessageQueue, int]:
+        pool = ConnectionPool(timeout)
+        try:
+            by_group: dict[str, dict[int, int]] = {}
+            for mq, ts in times.items():
+                by_group.setdefault(mq.broker_name, {})[mq.queue_id] = ts
+            out: dict[MessageQueue, int] = {}
+            for name, queue_times in sorted(by_group.items()):
+                found = await _search_group(
+                    pool, topic, replica_addresses(snap.route, name), queue_times, timeout
+                )
+                for queue_id, offset in found.items():
+                    mq = MessageQueue(name, queue_id)
+                    b = snap.bounds[mq]
+                    out[mq] = min(max(offset, b.min_offset), b.max_offset)
+            return out
+        finally:
+            pool.close()
+
+    with SyncLoop() as loop:
+        return loop.run(go())

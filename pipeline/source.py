@@ -34,11 +34,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pipeline import offsets as ofs
 from pipeline.batch_reader import RmqBatchReader
 from pipeline.batch_writer import RmqBatchWriter
 from pipeline.errors import OptionError
-from pipeline.options import ReadOptions, controllers_option, topic_option
+from pipeline.options import ReadOptions
 from pipeline.rows import check_schema, message_schema
 from pipeline.stream_reader import RmqStreamReader
 from pipeline.stream_writer import RmqStreamWriter
@@ -55,20 +54,20 @@ class RmqDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        # Called when a read is defined (load()): check what every read needs, early.
-        controllers_option(self.options)
-        topic_option(self.options, required=True)
-        for name in ("startingOffsets", "endingOffsets"):
-            ofs.parse_spec(self.options.get(name), name, "latest")
-        return message_schema()
+        # Called on the driver when a read is defined (load()): every option is checked here,
+        # before any task runs; the mode's own checks follow in reader()/streamReader().
+        opts = ReadOptions.parse(self.options, "any")
+        return message_schema(properties=opts.include_properties)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        check_schema(schema)
-        return RmqBatchReader(ReadOptions.parse(self.options, "batch"), schema)
+        opts = ReadOptions.parse(self.options, "batch")
+        check_schema(schema, properties=opts.include_properties)
+        return RmqBatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        check_schema(schema)
-        return RmqStreamReader(ReadOptions.parse(self.options, "stream"), schema)
+        opts = ReadOptions.parse(self.options, "stream")
+        check_schema(schema, properties=opts.include_properties)
+        return RmqStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:

@@ -7,6 +7,7 @@ the reader applies it itself, relative to the offsets it returned last.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,14 @@ from pyspark.sql.types import StructType
 from pipeline import offsets as ofs
 from pipeline.errors import PipelineError
 from pipeline.options import ReadOptions
-from pipeline.partition import plan_partitions, range_of, read_partition, snapshot_of, unanswered
+from pipeline.partition import (
+    plan_partitions,
+    range_of,
+    read_partition,
+    resolve_position,
+    snapshot_of,
+    unanswered,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,6 +35,7 @@ try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python source
         ReadAllAvailable,
         ReadLimit,
         ReadMaxRows,
+        ReadMinRows,
         SupportsTriggerAvailableNow,
     )
 
@@ -52,15 +61,15 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last: ofs.Offsets | None = None
         self._target: ofs.Offsets | None = None
         self._latest: dict[str, dict[str, int]] | None = None
+        #: when the last non-empty batch was planned (minOffsetsPerTrigger waits from there)
+        self._batch_at = time.monotonic()
 
     def initialOffset(self) -> dict[str, Any]:
         opts = self.opts
         snap = snapshot_of(opts)
         if snap.missing:
             log.warning("broker groups unreachable at start", groups=unanswered(snap))
-        start = ofs.resolve(
-            opts.starting, snap.bounds, option="startingOffsets", default="latest", topic=opts.topic
-        )
+        start = resolve_position(opts, snap, opts.starting, "starting", "latest")
         self._last = start
         return ofs.to_json(start)
 
@@ -75,7 +84,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
-        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+        if n is not None:
+            return ReadMaxRows(n)
+        m = self.opts.min_offsets_per_trigger
+        return ReadMinRows(m) if m is not None else ReadAllAvailable()
 
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
@@ -100,6 +112,10 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = self._max_rows(limit)
         if max_rows is not None:
             end = ofs.limit_rows(begin, end, max_rows)
+        if self._too_few(begin, end, limit):
+            end = {mq: begin.get(mq, e) for mq, e in end.items() if mq in begin}
+        elif any(e > begin.get(mq, e) for mq, e in end.items()):
+            self._batch_at = time.monotonic()
         self._last = end
         self._latest = ofs.to_json({**begin, **available})
         return ofs.to_json(end)
@@ -109,9 +125,25 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self.opts.max_offsets_per_trigger
         if HAS_READ_LIMIT and isinstance(limit, ReadMaxRows):
             return int(limit.max_rows)
-        if HAS_READ_LIMIT and not isinstance(limit, ReadAllAvailable):
+        if HAS_READ_LIMIT and not isinstance(limit, ReadAllAvailable | ReadMinRows):
             log.warning("read limit not supported, reading all available", limit=repr(limit))
         return None
+
+    def _too_few(self, begin: ofs.Offsets, end: ofs.Offsets, limit: ReadLimit | None) -> bool:
+        """minOffsetsPerTrigger: hold the batch back while fewer messages are new and
+        maxTriggerDelay has not passed since the last batch (never under AvailableNow, nor when
+        the engine asks for everything)."""
+        least = self.opts.min_offsets_per_trigger
+        if least is None or self._target is not None:
+            return False
+        if HAS_READ_LIMIT and isinstance(limit, ReadAllAvailable):
+            return False
+        if HAS_READ_LIMIT and isinstance(limit, ReadMinRows):
+            least = int(limit.min_rows)
+        new = sum(max(0, e - begin.get(mq, e)) for mq, e in end.items())
+        if new == 0 or new >= least:
+            return False
+        return time.monotonic() - self._batch_at < self.opts.max_trigger_delay
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest

@@ -56,19 +56,25 @@ def test_batch_read_counts_contents_ranges_and_errors(
         assert row["properties"] == {"i": str(i)} and row["topic"] == "SparkBatch"
         assert row["storeTimestamp"] >= row["bornTimestamp"]
 
-    # Ranges: end exclusive; queues left out of the JSON take the defaults.
+    # Ranges: end exclusive; JSON offsets name every queue (-1 latest, -2 earliest).
     ranged = rmq(
         spark,
         address,
         "SparkBatch",
-        startingOffsets='{"broker-a": {"0": 10, "1": 40}}',
+        startingOffsets='{"broker-a": {"0": 10, "1": 40, "2": -1, "3": -1}}',
         endingOffsets='{"broker-a": {"0": 20, "1": 45, "2": 0, "3": -2}}',
     )
     offsets = sorted((r["queueId"], r["queueOffset"]) for r in ranged.collect())
     assert offsets == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(40, 45)]
     # An end past the committed end is clamped; latest to latest is empty.
     assert (
-        rmq(spark, address, "SparkBatch", endingOffsets='{"broker-a": {"0": 9999}}').count() == 200
+        rmq(
+            spark,
+            address,
+            "SparkBatch",
+            endingOffsets=json.dumps({"broker-a": dict.fromkeys("0123", 9999)}),
+        ).count()
+        == 200
     )
     assert rmq(spark, address, "SparkBatch", startingOffsets="latest").count() == 0
 

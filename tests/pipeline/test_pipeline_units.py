@@ -60,13 +60,69 @@ def test_offset_specs_resolve_against_queue_bounds() -> None:
     assert resolve("earliest", "latest") == {A0: 2, A1: 0}
     assert resolve("latest", "earliest") == {A0: 10, A1: 4}
     spec = ofs.parse_spec('{"broker-a": {"0": 7}}', "x", "earliest")
-    assert resolve(spec, "earliest") == {A0: 7, A1: 0}  # unnamed queues take the default
+    # JSON offsets name every queue (as Kafka's name every partition): say which is missing.
+    with pytest.raises(OptionError, match=r"startingOffsets must name every queue.*broker-a/1"):
+        resolve(spec, "earliest")
     assert resolve(ofs.parse_spec('{"broker-a": {"0": -1, "1": -2}}', "x", "e"), "e") == {
         A0: 10,
         A1: 0,
     }
     with pytest.raises(OptionError, match=r"names broker-b/0, not a queue of topic 'T'.*0\.\.1"):
         resolve(ofs.parse_spec('{"broker-b": {"0": 1}}', "x", "e"), "earliest")
+
+
+def test_split_ranges_cuts_by_size_and_covers_every_offset() -> None:
+    B0 = MessageQueue("broker-b", 0)
+    assert ofs.split_ranges([(A0, 0, 10)], None) == [(A0, 0, 10)]
+    assert ofs.split_ranges([(A0, 0, 10), (A1, 5, 5)], 1) == [(A0, 0, 10)]
+    assert ofs.split_ranges([(A0, 0, 10)], 3) == [(A0, 0, 4), (A0, 4, 7), (A0, 7, 10)]
+    assert ofs.split_ranges([(A0, 0, 2)], 8) == [(A0, 0, 1), (A0, 1, 2)]  # one per message
+    # Parts in proportion to size: 90 and 10 messages into 10 -> 9 and 1.
+    got = ofs.split_ranges([(A0, 0, 90), (B0, 100, 110)], 10)
+    assert [r for r in got if r[0] == B0] == [(B0, 100, 110)]
+    assert len(got) == 10
+    for mq, lo, hi in ((A0, 0, 90), (B0, 100, 110)):
+        pieces = [(a, b) for q, a, b in got if q == mq]
+        assert pieces[0][0] == lo and pieces[-1][1] == hi
+        assert all(pieces[i][1] == pieces[i + 1][0] for i in range(len(pieces) - 1))
+
+
+def test_option_names_are_checked_with_the_nearest_suggested() -> None:
+    base = {"controllers": "127.0.0.1:9876", "topic": "T"}
+    with pytest.raises(OptionError, match=r"unknown option 'startingOffset'.*startingOffsets\?"):
+        ReadOptions.parse({**base, "startingOffset": "latest"})
+    with pytest.raises(OptionError, match=r"unknown option 'zzz'.*the options are controllers"):
+        ReadOptions.parse({**base, "zzz": "1"})
+    with pytest.raises(OptionError, match=r"'batchsise'.*did you mean batchSize"):
+        WriteOptions.parse({"controllers": "127.0.0.1:1", "batchsise": "3"})
+    # Spark's own options (load(path), a sink's checkpoint) pass.
+    ReadOptions.parse({**base, "path": "x", "checkpointLocation": "/tmp/c"})
+    stream = ReadOptions.parse(
+        {**base, "minOffsetsPerTrigger": "5", "maxTriggerDelay": "2m", "minPartitions": "3"},
+        "stream",
+    )
+    assert (stream.min_offsets_per_trigger, stream.max_trigger_delay, stream.min_partitions) == (
+        5,
+        120.0,
+        3,
+    )
+    assert ReadOptions.parse(base, "stream").max_trigger_delay == 15 * 60
+    assert ReadOptions.parse({**base, "maxTriggerDelay": "250"}, "stream").max_trigger_delay == 0.25
+    timed = ReadOptions.parse({**base, "startingTimestamp": "1700000000000"})
+    assert timed.starting == ofs.ByTimestamp(every=1_700_000_000_000)
+    cases = [
+        ({**base, "maxTriggerDelay": "soon"}, "stream", "must be a duration"),
+        ({**base, "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "3"}, "stream", "exceed"),
+        ({**base, "minOffsetsPerTrigger": "9"}, "batch", "for streaming queries only"),
+        ({**base, "endingTimestamp": "9"}, "stream", "for batch queries only"),
+        ({**base, "endingTimestamp": "9", "endingOffsets": "latest"}, "batch", "exclude"),
+        ({**base, "startingTimestamp": "-1"}, "batch", "must be >= 0"),
+        ({**base, "startingOffsetsByTimestamp": '{"a": {"0": -5}}'}, "batch", "integer >= 0"),
+        ({**base, "minPartitions": "0"}, "batch", "must be >= 1"),
+    ]
+    for options, mode, message in cases:
+        with pytest.raises(OptionError, match=message):
+            ReadOptions.parse(options, mode)  # type: ignore[arg-type]
 
 
 def test_limit_rows_shares_the_budget_by_backlog() -> None:
