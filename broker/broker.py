@@ -9,6 +9,7 @@ from pathlib import Path
 import structlog
 
 from broker.config import BrokerConfig
+from broker.consumer_stats import LagAtScrape
 from broker.context import BrokerContext
 from broker.ha.config import HAConfig
 from broker.ha.service import HAService
@@ -16,6 +17,7 @@ from broker.identity import IdentityError, check_identity_files
 from broker.metrics import BrokerMetrics, BrokerReadings
 from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
+from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.replication import ReplicationProcessor
 from broker.processors.route import RouteProcessor
@@ -61,6 +63,7 @@ class Broker:
         self.metrics = BrokerMetrics(cfg.cluster, cfg.broker_name)
         self.ctx = BrokerContext(cfg, self.metrics)
         ctx = self.ctx
+        self.consumer_lag = LagAtScrape(ctx)
         self.metrics.bind(
             BrokerReadings(
                 role=lambda: ctx.role_cell.current,
@@ -69,6 +72,7 @@ class Broker:
                 corruption=lambda: dict(ctx.store.corruption),
                 max_offset=lambda: ctx.store.max_offset,
                 replication=lambda: ctx.ha,
+                consumer_lag=self.consumer_lag,
             )
         )
         self.server = RemotingServer(
@@ -87,6 +91,7 @@ class Broker:
             self.admin,
             ClientProcessor(self.ctx),
             RouteProcessor(self.ctx),
+            ConsumerStatsProcessor(self.ctx),
         ):
             processor.register(self.server)
         self.ha: HAService | None = None
@@ -189,6 +194,7 @@ class Broker:
         self.port = await self.server.start(cfg.listen_host, cfg.listen_port)
         if self.replicas is not None:
             self.replicas.start()
+        self.consumer_lag.start()
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         timer.start()

@@ -15,6 +15,8 @@ class Member:
     topic: str
     last_seen_ms: int
     connection_id: int
+    address: str = ""
+    """The member's address as this broker saw its connection (host:port)."""
 
 
 class ConsumerGroups:
@@ -23,17 +25,24 @@ class ConsumerGroups:
         self._groups: dict[str, dict[str, Member]] = {}
 
     def heartbeat(
-        self, group: str, client_id: str, topic: str, now_ms: int, connection_id: int
+        self,
+        group: str,
+        client_id: str,
+        topic: str,
+        now_ms: int,
+        connection_id: int,
+        address: str = "",
     ) -> bool:
         """Record a heartbeat; True when the client is new to the group."""
         members = self._groups.setdefault(group, {})
         member = members.get(client_id)
         if member is None:
-            members[client_id] = Member(client_id, topic, now_ms, connection_id)
+            members[client_id] = Member(client_id, topic, now_ms, connection_id, address)
             return True
         member.last_seen_ms = now_ms
         member.topic = topic
         member.connection_id = connection_id
+        member.address = address
         return False
 
     def unregister(self, group: str, client_id: str) -> bool:
@@ -71,6 +80,25 @@ class ConsumerGroups:
         return sorted(
             m.client_id for m in members.values() if now_ms - m.last_seen_ms <= self._expiry_ms
         )
+
+    def live(self, group: str, now_ms: int) -> list[Member]:
+        """The group's live members (copies), sorted by client id."""
+        members = self._groups.get(group, {})
+        return sorted(
+            (
+                Member(m.client_id, m.topic, m.last_seen_ms, m.connection_id, m.address)
+                for m in members.values()
+                if now_ms - m.last_seen_ms <= self._expiry_ms
+            ),
+            key=lambda m: m.client_id,
+        )
+
+    def subscriptions(self) -> dict[str, set[str]]:
+        """group -> the topics its members subscribe to."""
+        return {
+            group: {m.topic for m in members.values() if m.topic}
+            for group, members in self._groups.items()
+        }
 
     def groups(self) -> list[str]:
         return sorted(self._groups)

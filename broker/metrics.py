@@ -116,6 +116,8 @@ class BrokerReadings:
     max_offset: Callable[[], int]
     replication: Callable[[], ReplicationView | None]
     """The HA service (controller mode), or None."""
+    consumer_lag: Callable[[], Mapping[tuple[str, str], int] | None] = lambda: None
+    """(consumer group, topic) -> messages not consumed yet; None: export no series."""
 
 
 class FastHistogram:
@@ -281,6 +283,30 @@ class _StateCollector(Collector):
         )
 
 
+class _ConsumerLagCollector(Collector):
+    """``rmq_consumer_group_lag``: one series per (group, topic) this master holds offsets or
+    members for, computed when scraped (see broker.consumer_stats)."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        readings = self._m.readings
+        lags = readings.consumer_lag() if readings is not None else None
+        if lags is None:
+            return
+        family = GaugeMetricFamily(
+            "rmq_consumer_group_lag",
+            "Messages a consumer group has not consumed yet on this master, summed over the "
+            "topic's queues (what rmqctl consumerProgress shows)",
+            labels=["cluster", "broker_name", "group", "topic"],
+        )
+        base = [self._m.cluster, self._m.broker_name]
+        for (group, topic), lag in sorted(lags.items()):
+            family.add_metric([*base, group, topic], float(lag))
+        yield family
+
+
 def _single(name: str, doc: str, names: list[str], values: list[str], value: float) -> Metric:
     family = GaugeMetricFamily(name, doc, labels=names)
     family.add_metric(values, value)
@@ -334,6 +360,7 @@ class BrokerMetrics:
         self.send_latency = FastHistogram(LATENCY_BUCKETS)
         r.register(_HotPathCollector(self))
         r.register(_StateCollector(self))
+        r.register(_ConsumerLagCollector(self))
         ProcessCollector(registry=r)  # process_open_fds, process_max_fds, memory, CPU
         base = list(labels)
         self.flush_latency = Histogram(

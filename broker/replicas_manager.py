@@ -477,7 +477,9 @@ class ReplicasManager:
             try:
                 conn = await self.pool.get(role.master_address)
                 topics = await conn.call(RequestCode.GET_ALL_TOPIC_CONFIG, timeout=3.0)
-                offsets = await conn.call(RequestCode.GET_ALL_CONSUMER_OFFSET, timeout=3.0)
+                offsets = await conn.call(
+                    RequestCode.GET_ALL_CONSUMER_OFFSET, {"withTimes": True}, timeout=3.0
+                )
             except RemotingError:
                 continue
             changed = False
@@ -491,11 +493,27 @@ class ReplicasManager:
                 # Register at once: should the master die now, the controllers' routes still
                 # list the topic on this group through the slaves.
                 self.topics_changed()
-            table = msgpack.unpackb(offsets.body or b"\x80", strict_map_key=False) or {}
-            for group, by_topic in table.items():
-                for topic, by_queue in by_topic.items():
-                    for queue_id, offset in by_queue.items():
-                        self.ctx.offsets.commit(group, topic, int(queue_id), int(offset))
+            try:
+                self._copy_offsets(offsets)
+            except (AttributeError, TypeError, ValueError) as exc:  # a malformed table
+                log.warning("master's consumer offsets unreadable", error=str(exc))
+
+    def _copy_offsets(self, answer: Frame) -> None:
+        """Take the master's consumer offsets and their last consume times (a master that does
+        not send times, ``withTimes`` absent, leaves this slave's times as they are)."""
+        doc = msgpack.unpackb(answer.body or b"\x80", strict_map_key=False) or {}
+        if answer.header.get("withTimes") is True:
+            table, times = doc.get("offsets") or {}, doc.get("lastConsumeMs") or {}
+        else:
+            table, times = doc, {}
+        for group, by_topic in table.items():
+            for topic, by_queue in by_topic.items():
+                topic_times = times.get(group, {}).get(topic, {})
+                for queue_id, offset in by_queue.items():
+                    at = topic_times.get(queue_id)
+                    self.ctx.offsets.commit(
+                        group, topic, int(queue_id), int(offset), None if at is None else int(at)
+                    )
 
     # -- role changes --------------------------------------------------------------------------
     def on_role_notification(self, frame: Frame, sender: str = "?") -> None:

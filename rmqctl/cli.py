@@ -17,6 +17,7 @@ from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
 from rmqctl.message import consume_message, send_message
+from rmqctl.progress import consumer_connection, consumer_progress
 from rmqctl.topic import topic_route, update_topic
 
 COMMANDS: list[click.Command] = [
@@ -25,6 +26,8 @@ COMMANDS: list[click.Command] = [
     cluster_list,
     send_message,
     consume_message,
+    consumer_progress,
+    consumer_connection,
     ctl.get_controller_metadata,
     ctl.get_sync_state_set,
     ctl.elect_master,

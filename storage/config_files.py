@@ -3,7 +3,11 @@
 Both are JSON written with :func:`storage.small_file.write_atomic` (checksummed, with a ``.bak``)::
 
     topics.json           {"version": 1, "topics": {"<topic>": {"queues": 8}}}
-    consumerOffset.json   {"version": 1, "offsets": {"<group>": {"<topic>": {"<queueId>": 42}}}}
+    consumerOffset.json   {"version": 1, "offsets": {"<group>": {"<topic>": {"<queueId>": 42}}},
+                           "lastConsumeMs": {"<group>": {"<topic>": {"<queueId>": 1700000000000}}}}
+
+``lastConsumeMs`` (when a group last moved its offset on a queue, epoch ms) may be absent: a file
+written before it existed loads with no times.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ MAX_QUEUES: Final = 1024
 
 
 def _load_json(path: Path, key: str) -> dict[str, Any]:
+    table: dict[str, Any] = _load_doc(path, key).get(key, {})
+    return table
+
+
+def _load_doc(path: Path, key: str, *optional: str) -> dict[str, Any]:
+    """The whole document, checked to hold a ``key`` object and, when present, ``optional``
+    objects; empty when the file does not exist."""
     raw = read_atomic(path)
     if raw is None:
         return {}
@@ -30,14 +41,17 @@ def _load_json(path: Path, key: str) -> dict[str, Any]:
         doc = json.loads(raw)
         if not isinstance(doc, dict) or not isinstance(doc.get(key), dict):
             raise ValueError(f"no {key!r} object")
+        for name in optional:
+            if not isinstance(doc.get(name, {}), dict):
+                raise ValueError(f"{name!r} is not an object")
     except ValueError as exc:
         raise StoreError(f"{path} is not valid: {exc}") from None
-    table: dict[str, Any] = doc[key]
-    return table
+    return doc
 
 
-def _dump_json(path: Path, key: str, table: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps({"version": VERSION, key: table}, sort_keys=True).encode())
+def _dump_json(path: Path, key: str, table: dict[str, Any], **extra: dict[str, Any]) -> None:
+    doc = {"version": VERSION, key: table, **extra}
+    write_atomic(path, json.dumps(doc, sort_keys=True).encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,30 +118,48 @@ class ConsumerOffsetStore:
         self._lock = threading.Lock()
         self._persist_lock = threading.Lock()
         self._offsets: dict[str, dict[str, dict[int, int]]] = {}
+        self._times: dict[str, dict[str, dict[int, int]]] = {}
+        """group -> topic -> queue id -> when the offset last moved (epoch ms)."""
         self._version = 0
         self._persisted_version = 0
 
     def load(self) -> None:
-        offsets: dict[str, dict[str, dict[int, int]]] = {}
         try:
-            for group, topics in _load_json(self.path, "offsets").items():
-                offsets[group] = {
-                    topic: {int(qid): int(off) for qid, off in queues.items()}
-                    for topic, queues in topics.items()
-                }
+            doc = _load_doc(self.path, "offsets", "lastConsumeMs")
+            offsets = _int_table(doc.get("offsets", {}))
+            times = _int_table(doc.get("lastConsumeMs", {}))
         except (AttributeError, TypeError, ValueError):
             raise StoreError(f"{self.path}: bad consumer offset table") from None
         with self._lock:
             self._offsets = offsets
+            self._times = times
             self._persisted_version = self._version
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    def commit(
+        self, group: str, topic: str, queue_id: int, offset: int, at_ms: int | None = None
+    ) -> None:
+        """Set the group's offset on a queue; ``at_ms``: record it as the queue's last consume
+        time (the caller passes it when the offset moved, or a copied master's time)."""
         with self._lock:
             self._offsets.setdefault(group, {}).setdefault(topic, {})[queue_id] = offset
+            if at_ms is not None:
+                self._times.setdefault(group, {}).setdefault(topic, {})[queue_id] = at_ms
             self._version += 1
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get(group, {}).get(topic, {}).get(queue_id)
+
+    def last_consume_ms(self, group: str, topic: str, queue_id: int) -> int | None:
+        """When the group's offset on this queue last moved (epoch ms), None when unknown."""
+        return self._times.get(group, {}).get(topic, {}).get(queue_id)
+
+    def snapshot_times(self) -> dict[str, dict[str, dict[int, int]]]:
+        """group -> topic -> queue id -> last consume time in epoch ms (a copy)."""
+        with self._lock:
+            return {
+                group: {topic: dict(queues) for topic, queues in topics.items()}
+                for group, topics in self._times.items()
+            }
 
     def groups(self) -> list[str]:
         with self._lock:
@@ -151,13 +183,29 @@ class ConsumerOffsetStore:
             version = self._version
             if version == self._persisted_version and self.path.exists():
                 return
-            table = {
-                group: {
-                    topic: {str(q): o for q, o in sorted(queues.items())}
-                    for topic, queues in topics.items()
-                }
-                for group, topics in self._offsets.items()
-            }
-        _dump_json(self.path, "offsets", table)
+            table = _str_table(self._offsets)
+            times = _str_table(self._times)
+        _dump_json(self.path, "offsets", table, lastConsumeMs=times)
         with self._lock:
             self._persisted_version = max(self._persisted_version, version)
+
+
+def _int_table(doc: dict[str, Any]) -> dict[str, dict[str, dict[int, int]]]:
+    """group -> topic -> queue id -> integer, from its JSON form (string queue ids)."""
+    return {
+        group: {
+            topic: {int(qid): int(value) for qid, value in queues.items()}
+            for topic, queues in topics.items()
+        }
+        for group, topics in doc.items()
+    }
+
+
+def _str_table(table: dict[str, dict[str, dict[int, int]]]) -> dict[str, Any]:
+    return {
+        group: {
+            topic: {str(q): v for q, v in sorted(queues.items())}
+            for topic, queues in topics.items()
+        }
+        for group, topics in table.items()
+    }

@@ -126,9 +126,15 @@ class AdminProcessor:
         offset = req_int(h, "commitOffset")
         if offset < 0:
             raise FieldError("commitOffset must be >= 0")
-        self.ctx.offsets.commit(
-            req_str(h, "consumerGroup"), req_str(h, "topic"), req_int(h, "queueId"), offset
+        group, topic, queue_id = (
+            req_str(h, "consumerGroup"),
+            req_str(h, "topic"),
+            req_int(h, "queueId"),
         )
+        offsets = self.ctx.offsets
+        # The last consume time is when the offset last moved (a repeated commit keeps it).
+        moved = offsets.query(group, topic, queue_id) != offset
+        offsets.commit(group, topic, queue_id, offset, self.ctx.now_ms() if moved else None)
         return response(req, ResponseCode.SUCCESS)
 
     def min_offset(self, conn: Connection, req: Frame) -> Frame:
@@ -159,8 +165,17 @@ class AdminProcessor:
         return response(req, ResponseCode.SUCCESS, {"offset": offset})
 
     def all_offsets(self, conn: Connection, req: Frame) -> Frame:
-        """Every committed consumer offset: ``{group: {topic: {queueId: offset}}}`` (slaves copy it)."""
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(self.ctx.offsets.snapshot()))
+        """Every committed consumer offset: ``{group: {topic: {queueId: offset}}}`` (slaves copy
+        it). With header ``withTimes`` true the body is ``{"offsets": that, "lastConsumeMs":
+        the same shape of epoch ms}`` and the answer's header says ``withTimes`` true."""
+        offsets = self.ctx.offsets
+        with_times = req.header.get("withTimes", False)
+        if not isinstance(with_times, bool):
+            raise FieldError("header field 'withTimes' must be a boolean")
+        if not with_times:
+            return response(req, ResponseCode.SUCCESS, None, msgpack.packb(offsets.snapshot()))
+        body = {"offsets": offsets.snapshot(), "lastConsumeMs": offsets.snapshot_times()}
+        return response(req, ResponseCode.SUCCESS, {"withTimes": True}, msgpack.packb(body))
 
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:
         ctx = self.ctx

@@ -30,6 +30,7 @@ class ClientProcessor:
             opt_str(h, "topic"),
             self.ctx.now_ms(),
             id(conn),
+            conn.peer,
         )
         return response(req, ResponseCode.SUCCESS)
 

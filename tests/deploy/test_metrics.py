@@ -192,7 +192,8 @@ async def test_metric_names_follow_prometheus_conventions(broker: Broker) -> Non
         name = family.name
         if name.startswith("process_"):
             continue  # prometheus_client's own
-        assert re.fullmatch(r"rmq_(broker|controller)_[a-z0-9_]+", name), name
+        # rmq_consumer_: figures about consumer groups, exported by the brokers (the name)
+        assert re.fullmatch(r"rmq_(broker|controller|consumer)_[a-z0-9_]+", name), name
         assert not name.endswith("_total"), f"{name}: the client adds _total to counters"
         if family.type == "histogram":
             assert name.endswith(("_seconds", "_bytes")), f"{name}: a histogram needs a unit"

@@ -1,0 +1,128 @@
+"""Consumer progress on this broker: per consumer group and queue, what a consumer can read, what
+the group committed, and the lag between them (GET_CONSUME_STATS, ``rmq_consumer_group_lag``).
+
+A group's topics here are those it committed an offset for, plus those its live members
+subscribe to; each such topic contributes every queue this broker has of it. Every figure comes
+from counters held in memory (the ConsumeQueue's max offset, the committed offset table); the
+one read that may touch a ConsumeQueue's mapped entries is the search for the last message at or
+below the confirm offset, which is skipped when the queue's last message is already confirmed
+(the common case) and is a binary search otherwise. Runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Iterator
+
+import structlog
+
+from broker.context import BrokerContext
+from protocol.consume_stats import QueueStats
+
+log = structlog.get_logger(__name__)
+
+
+def group_topics(ctx: BrokerContext, group: str | None) -> dict[str, set[str]]:
+    """group -> topics to report (one group when ``group`` is given; unknown: empty)."""
+    out: dict[str, set[str]] = {}
+    for name, by_topic in ctx.offsets.snapshot().items():
+        out.setdefault(name, set()).update(by_topic)
+    for name, subscribed in ctx.groups.subscriptions().items():
+        out.setdefault(name, set()).update(subscribed)
+    if group is not None:
+        return {group: out[group]} if group in out else {}
+    return out
+
+
+def queue_stats(
+    ctx: BrokerContext, group: str | None = None, topic: str | None = None
+) -> dict[str, tuple[QueueStats, ...]]:
+    """group -> its queue rows on this broker, sorted by (topic, queue id); groups with no row
+    (e.g. only topics this broker does not have) are left out."""
+    out: dict[str, tuple[QueueStats, ...]] = {}
+    for name, topics in sorted(group_topics(ctx, group).items()):
+        wanted = sorted(t for t in topics if topic is None or t == topic)
+        rows = tuple(_rows(ctx, name, wanted))
+        if rows:
+            out[name] = rows
+    return out
+
+
+def lag_by_group_topic(ctx: BrokerContext) -> dict[tuple[str, str], int]:
+    """(group, topic) -> the sum of its queues' lags here: what ``rmq_consumer_group_lag``
+    exports."""
+    totals: dict[tuple[str, str], int] = {}
+    for name, rows in queue_stats(ctx).items():
+        for row in rows:
+            key = (name, row.topic)
+            totals[key] = totals.get(key, 0) + row.lag
+    return totals
+
+
+def _rows(ctx: BrokerContext, group: str, topics: list[str]) -> Iterator[QueueStats]:
+    store = ctx.store
+    visible = ctx.visible_offset()
+    offsets = ctx.offsets
+    for topic in topics:
+        config = ctx.topics.get(topic)
+        if config is None:
+            continue  # not (or no longer) a topic here: nothing to read, nothing to lag
+        for queue_id in range(config.queues):
+            yield QueueStats(
+                topic=topic,
+                queue_id=queue_id,
+                min_offset=store.queue_min_offset(topic, queue_id),
+                max_offset=store.queue_visible_max_offset(topic, queue_id, visible),
+                consumer_offset=offsets.query(group, topic, queue_id),
+                last_consume_ms=offsets.last_consume_ms(group, topic, queue_id),
+            )
+
+
+class LagAtScrape:
+    """``rmq_consumer_group_lag``'s reading: :func:`lag_by_group_topic` computed on the event
+    loop when the scrape thread asks (store and offset table are the loop's to read), or None
+    (no series) on a slave, before :meth:`start`, or when the loop does not answer within
+    ``timeout`` seconds. Only a master exports it: a slave's offsets are a copy, up to
+    ``slave_config_sync_interval_ms`` old, and summing both would count a group twice."""
+
+    def __init__(self, ctx: BrokerContext, timeout: float = 2.0) -> None:
+        self.ctx = ctx
+        self.timeout = timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+
+    def start(self) -> None:
+        """Called on the event loop once the broker serves."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+
+    def __call__(self) -> dict[tuple[str, str], int] | None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or not self.ctx.role.is_master:
+            return None
+        if threading.get_ident() == self._loop_thread:
+            return lag_by_group_topic(self.ctx)
+        answer: concurrent.futures.Future[dict[tuple[str, str], int]] = concurrent.futures.Future()
+
+        def compute() -> None:
+            if not answer.set_running_or_notify_cancel():
+                return  # the scrape gave up waiting
+            try:
+                answer.set_result(lag_by_group_topic(self.ctx))
+            except Exception as exc:  # reported to the scrape, never to the loop
+                answer.set_exception(exc)
+
+        try:
+            loop.call_soon_threadsafe(compute)
+            return answer.result(self.timeout)
+        except RuntimeError:  # the loop closed meanwhile
+            return None
+        except concurrent.futures.TimeoutError:
+            answer.cancel()
+            log.warning("consumer lag not computed in time for the scrape", timeout=self.timeout)
+            return None
+        except Exception as exc:
+            log.error("computing consumer lag failed", error=f"{type(exc).__name__}: {exc}")
+            return None

@@ -1,0 +1,41 @@
+"""Consumer progress and group members for operators: GET_CONSUME_STATS (rmqctl
+consumerProgress) and GET_CONSUMER_CONNECTION_LIST (rmqctl consumerConnection)."""
+
+from __future__ import annotations
+
+from broker.consumer_stats import queue_stats
+from broker.context import BrokerContext
+from protocol.codes import RequestCode, ResponseCode
+from protocol.consume_stats import ConsumerConnection, ConsumeStats, encode_connections
+from protocol.fields import opt_str, req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection, RemotingServer
+
+
+class ConsumerStatsProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.GET_CONSUME_STATS, self.consume_stats)
+        server.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.connections)
+
+    def consume_stats(self, conn: Connection, req: Frame) -> Frame:
+        group = opt_str(req.header, "consumerGroup") or None
+        topic = opt_str(req.header, "topic") or None
+        ctx = self.ctx
+        stats = ConsumeStats(
+            broker_name=ctx.cfg.broker_name,
+            address=ctx.cfg.listen,
+            role="MASTER" if ctx.role.is_master else "SLAVE",
+            groups=queue_stats(ctx, group, topic),
+        )
+        return response(req, ResponseCode.SUCCESS, None, stats.encode())
+
+    def connections(self, conn: Connection, req: Frame) -> Frame:
+        group = req_str(req.header, "consumerGroup")
+        members = [
+            ConsumerConnection(m.client_id, m.address, m.topic, m.last_seen_ms)
+            for m in self.ctx.groups.live(group, self.ctx.now_ms())
+        ]
+        return response(req, ResponseCode.SUCCESS, None, encode_connections(members))

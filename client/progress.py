@@ -1,0 +1,191 @@
+"""Consumer progress and group members, asked of every broker group (what rmqctl's
+consumerProgress and consumerConnection print).
+
+Each broker group is asked at its master, or at a slave while it has none (the answer says so:
+``from_slave``; a slave's committed offsets are its copy of the master's, at most
+``slave_config_sync_interval_ms`` old). A group that cannot be reached is reported with its
+error, not left out silently.
+
+::
+
+    async with ProgressAdmin("127.0.0.1:9878") as admin:
+        for answer in await admin.consume_stats("billing"):
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from client.allocate import allocate_averagely
+from client.bootstrap import Bootstrap, describe_failure
+from client.errors import BrokerError, ClientError
+from client.routes import ClusterBroker, MessageQueue, fetch_cluster_info, fetch_route
+from protocol.codes import RequestCode
+from protocol.consume_stats import (
+    ConsumerConnection,
+    ConsumeStats,
+    StatsError,
+    decode_connections,
+)
+from protocol.remoting import Frame, Scalar
+from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
+from remoting.errors import RemotingError, ResponseError
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerTarget:
+    """Where a broker group is asked: its master, else one of its slaves."""
+
+    broker_name: str
+    address: str
+    from_slave: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAnswer:
+    """One broker group's answer: ``stats`` or, when it could not be asked, ``error``."""
+
+    target: BrokerTarget
+    stats: ConsumeStats | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A live member of a consumer group, merged over the broker groups it heart-beats to."""
+
+    client_id: str
+    address: str
+    topic: str
+    last_heartbeat_ms: int
+    brokers: tuple[str, ...]
+    """The broker groups that list it."""
+
+
+def pick_targets(clusters: dict[str, list[ClusterBroker]]) -> list[BrokerTarget]:
+    """Every broker group once, at its master, else at its slave with the lowest id; sorted by
+    broker name."""
+    by_group: dict[str, list[ClusterBroker]] = {}
+    for brokers in clusters.values():
+        for b in brokers:
+            by_group.setdefault(b.broker_name, []).append(b)
+    targets = []
+    for name in sorted(by_group):
+        brokers = sorted(by_group[name], key=lambda b: (not b.is_master, b.broker_id))
+        best = brokers[0]
+        targets.append(BrokerTarget(name, best.address, not best.is_master))
+    return targets
+
+
+def merge_members(answers: dict[str, list[ConsumerConnection]]) -> list[Member]:
+    """broker name -> members it lists, into one entry per client id (its latest heartbeat,
+    the address and topic that heartbeat gave), sorted by client id."""
+    latest: dict[str, ConsumerConnection] = {}
+    seen: dict[str, list[str]] = {}
+    for broker, members in sorted(answers.items()):
+        for m in members:
+            seen.setdefault(m.client_id, []).append(broker)
+            current = latest.get(m.client_id)
+            if current is None or m.last_heartbeat_ms > current.last_heartbeat_ms:
+                latest[m.client_id] = m
+    return [
+        Member(m.client_id, m.address, m.topic, m.last_heartbeat_ms, tuple(seen[cid]))
+        for cid, m in sorted(latest.items())
+    ]
+
+
+def allocation(
+    members: Sequence[Member], queues_by_topic: Mapping[str, Sequence[MessageQueue]]
+) -> dict[str, list[MessageQueue]]:
+    """client id -> the queues it holds, computed as every member computes its own share: the
+    consumer (client.consumer) gives :func:`allocate_averagely` the sorted (broker, queue) list
+    of its topic and the group's sorted member ids."""
+    ids = sorted(m.client_id for m in members)
+    return {
+        m.client_id: allocate_averagely(sorted(queues_by_topic.get(m.topic, ())), ids, m.client_id)
+        for m in members
+    }
+
+
+class ProgressAdmin:
+    """Consumer progress and members through the bootstrap addresses."""
+
+    def __init__(self, bootstrap: str | Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.timeout = timeout
+        self._pool = ConnectionPool(timeout)
+        self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
+
+    async def __aenter__(self) -> ProgressAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.close()
+
+    async def targets(self) -> list[BrokerTarget]:
+        targets = pick_targets(await fetch_cluster_info(self.bootstrap))
+        if not targets:
+            raise ClientError("no broker is registered")
+        return targets
+
+    async def consume_stats(
+        self, group: str | None = None, topic: str | None = None
+    ) -> list[BrokerAnswer]:
+        """GET_CONSUME_STATS of every broker group, sorted by broker name."""
+        header: dict[str, Scalar] = {}
+        if group:
+            header["consumerGroup"] = group
+        if topic:
+            header["topic"] = topic
+
+        async def one(target: BrokerTarget) -> BrokerAnswer:
+            try:
+                frame = await self._call(target, RequestCode.GET_CONSUME_STATS, header)
+                return BrokerAnswer(target, stats=ConsumeStats.decode(frame.body))
+            except (ClientError, StatsError) as exc:
+                return BrokerAnswer(target, error=str(exc))
+
+        return list(await asyncio.gather(*(one(t) for t in await self.targets())))
+
+    async def members(self, group: str) -> tuple[list[Member], dict[str, str]]:
+        """The group's live members over every broker group, and broker name -> error for the
+        groups that could not be asked."""
+        answers: dict[str, list[ConsumerConnection]] = {}
+        errors: dict[str, str] = {}
+
+        async def one(target: BrokerTarget) -> None:
+            header: dict[str, Scalar] = {"consumerGroup": group}
+            try:
+                frame = await self._call(target, RequestCode.GET_CONSUMER_CONNECTION_LIST, header)
+                answers[target.broker_name] = decode_connections(frame.body)
+            except (ClientError, StatsError) as exc:
+                errors[target.broker_name] = str(exc)
+
+        await asyncio.gather(*(one(t) for t in await self.targets()))
+        return merge_members(answers), errors
+
+    async def queues(self, topics: Sequence[str]) -> dict[str, list[MessageQueue]]:
+        """topic -> its sorted (broker, queue) list from the route (a topic without a route has
+        none)."""
+        out: dict[str, list[MessageQueue]] = {}
+        for topic in sorted(set(topics)):
+            try:
+                out[topic] = list((await fetch_route(self.bootstrap, topic)).queues)
+            except BrokerError:
+                out[topic] = []
+        return out
+
+    async def _call(self, target: BrokerTarget, code: int, header: dict[str, Scalar]) -> Frame:
+        where = f"{target.broker_name} ({target.address})"
+        try:
+            conn = await self._pool.get(target.address)
+            return await conn.call(code, header, None, self.timeout)
+        except ResponseError as exc:
+            raise ClientError(f"{where}: {BrokerError(exc.code, exc.remark)}") from None
+        except RemotingError as exc:
+            raise ClientError(f"{where}: {describe_failure(exc)}") from None

@@ -1,0 +1,285 @@
+"""Consumer group commands: consumerProgress, consumerConnection.
+
+The rendering (rows, totals, tables) is pure and unit-tested apart from the requests.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from client.progress import BrokerAnswer, Member, ProgressAdmin, allocation
+from client.routes import MessageQueue
+from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressRow:
+    """One queue of one group, as consumerProgress prints it."""
+
+    group: str
+    topic: str
+    broker_name: str
+    queue_id: int
+    max_offset: int
+    consumer_offset: int | None
+    lag: int
+    last_consume_ms: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "brokerName": self.broker_name,
+            "queueId": self.queue_id,
+            "maxOffset": self.max_offset,
+            "consumerOffset": self.consumer_offset,
+            "lag": self.lag,
+            "lastConsumeMs": self.last_consume_ms,
+        }
+
+
+def progress_rows(answers: Sequence[BrokerAnswer]) -> list[ProgressRow]:
+    """Every answered queue row, sorted by (group, topic, broker, queue id)."""
+    rows = [
+        ProgressRow(
+            group,
+            q.topic,
+            a.target.broker_name,
+            q.queue_id,
+            q.max_offset,
+            q.consumer_offset,
+            q.lag,
+            q.last_consume_ms,
+        )
+        for a in answers
+        if a.stats is not None
+        for group, queues in a.stats.groups.items()
+        for q in queues
+    ]
+    return sorted(rows, key=lambda r: (r.group, r.topic, r.broker_name, r.queue_id))
+
+
+def group_totals(rows: Sequence[ProgressRow]) -> dict[str, tuple[int, int]]:
+    """group -> (total lag, queues), sorted by group."""
+    totals: dict[str, tuple[int, int]] = {}
+    for r in rows:
+        lag, queues = totals.get(r.group, (0, 0))
+        totals[r.group] = (lag + r.lag, queues + 1)
+    return dict(sorted(totals.items()))
+
+
+def format_time(ms: int | None) -> str:
+    """Epoch ms as UTC ``YYYY-MM-DD HH:MM:SS``; ``-`` when unknown."""
+    if not ms:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def source_notes(answers: Sequence[BrokerAnswer]) -> list[str]:
+    """One line per broker group read from a slave (no master now)."""
+    return [
+        f"{a.target.broker_name}: no master now; read from slave {a.target.address} "
+        "(its committed offsets may be up to one offset-sync interval old)"
+        for a in answers
+        if a.target.from_slave and a.stats is not None
+    ]
+
+
+def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]) -> str:
+    body = table(
+        [
+            "Topic",
+            "Broker Name",
+            "QID",
+            "Max Offset",
+            "Consumer Offset",
+            "Lag",
+            "Last Consume (UTC)",
+        ],
+        [
+            [
+                r.topic,
+                r.broker_name,
+                r.queue_id,
+                r.max_offset,
+                "-" if r.consumer_offset is None else r.consumer_offset,
+                r.lag,
+                format_time(r.last_consume_ms),
+            ]
+            for r in rows
+        ],
+    )
+    total = sum(r.lag for r in rows)
+    lines = [f"Consumer group: {group}", body, f"Total lag: {total} ({len(rows)} queues)"]
+    return "\n".join([*lines, *(f"Note: {n}" for n in notes)])
+
+
+def groups_table(totals: dict[str, tuple[int, int]], notes: Sequence[str]) -> str:
+    body = table(["Group", "Queues", "Total Lag"], [[g, q, lag] for g, (lag, q) in totals.items()])
+    return "\n".join([body, *(f"Note: {n}" for n in notes)])
+
+
+def _failures(answers: Sequence[BrokerAnswer]) -> list[str]:
+    return [a.error for a in answers if a.error is not None]
+
+
+@click.command(
+    "consumerProgress", short_help="A consumer group's lag per queue (every group without -g)."
+)
+@addresses_option
+@click.option("-g", "--group", default=None, metavar="GROUP", help="Consumer group.")
+@click.option("-t", "--topic", default=None, metavar="TOPIC", help="Only this topic.")
+@pass_settings
+def consumer_progress(
+    settings: Settings, addresses: str, group: str | None, topic: str | None
+) -> None:
+    """Show how far behind a consumer group is: per topic and queue, the broker group, the
+    queue's max offset, the group's committed offset, the lag and the last consume time; then
+    the group's total lag. Without -g: every group with its total lag.
+
+    Max offset is what a consumer can read: in controller mode the queue offset after the last
+    message every in-sync replica has (the confirm offset), so a group that consumed all it can
+    read has lag 0. Lag is max offset minus committed offset (from the queue's min offset when
+    the group never committed there). The last consume time is when the group last moved its
+    committed offset on that queue. Each broker group is asked at its master, or at a slave
+    when it has none (a note says so). Exit status 1 for an unknown group, or when a broker
+    group could not be asked (the others' figures are printed first).
+
+    Prints {"group", "topic", "queues": [{"group", "topic", "brokerName", "queueId",
+    "maxOffset", "consumerOffset", "lag", "lastConsumeMs"}], "totalLag", "notes"}; without -g
+    {"groups": [{"group", "queues", "totalLag"}], "notes"}.
+    """
+
+    async def work() -> list[BrokerAnswer]:
+        async with ProgressAdmin(addresses) as admin:
+            return await admin.consume_stats(group, topic)
+
+    answers = run(work())
+    failures = _failures(answers)
+    if len(failures) == len(answers):
+        raise CommandError("; ".join(failures))
+    rows = progress_rows(answers)
+    notes = source_notes(answers)
+    if group is None:
+        totals = group_totals(rows)
+        doc: dict[str, Any] = {
+            "groups": [
+                {"group": g, "queues": q, "totalLag": lag} for g, (lag, q) in totals.items()
+            ],
+            "notes": notes,
+        }
+        emit(settings, doc, lambda: groups_table(totals, notes))
+    elif not rows and not failures:
+        where = f" on topic {topic}" if topic else ""
+        raise CommandError(f"consumer group {group!r} not found{where} on any broker group")
+    else:
+        doc = {
+            "group": group,
+            "topic": topic,
+            "queues": [r.to_dict() for r in rows],
+            "totalLag": sum(r.lag for r in rows),
+            "notes": notes,
+        }
+        emit(settings, doc, lambda: progress_table(group, rows, notes))
+    if failures:
+        raise CommandError("not every broker group answered: " + "; ".join(failures))
+
+
+def queue_ranges(queues: Sequence[MessageQueue]) -> str:
+    """``broker-a:0-3, broker-b:5`` for a sorted queue list; ``-`` when empty."""
+    if not queues:
+        return "-"
+    parts: list[str] = []
+    by_broker: dict[str, list[int]] = {}
+    for q in queues:
+        by_broker.setdefault(q.broker_name, []).append(q.queue_id)
+    for broker, ids in sorted(by_broker.items()):
+        ids.sort()
+        spans: list[str] = []
+        start = prev = ids[0]
+        for qid in [*ids[1:], None]:
+            if qid is not None and qid == prev + 1:
+                prev = qid
+                continue
+            spans.append(str(start) if start == prev else f"{start}-{prev}")
+            if qid is not None:
+                start = prev = qid
+        parts.append(f"{broker}:{','.join(spans)}")
+    return ", ".join(parts)
+
+
+def connection_table(
+    group: str, members: Sequence[Member], held: dict[str, list[MessageQueue]]
+) -> str:
+    body = table(
+        ["Client Id", "Address", "Topic", "Last Heartbeat (UTC)", "Queues"],
+        [
+            [
+                m.client_id,
+                m.address,
+                m.topic,
+                format_time(m.last_heartbeat_ms),
+                queue_ranges(held.get(m.client_id, [])),
+            ]
+            for m in members
+        ],
+    )
+    return f"Consumer group: {group}\n{body}"
+
+
+@click.command("consumerConnection", short_help="A consumer group's live members and their queues.")
+@addresses_option
+@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@pass_settings
+def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
+    """List a consumer group's live members (client id, address, subscribed topic, last
+    heartbeat) as the broker groups see them, and the queues each holds.
+
+    Brokers know the members but not who holds which queue: the queues are computed here the
+    way every member computes its own share (the averaging allocation over the sorted member
+    ids and the topic's sorted queues). Right after a member joins or leaves, members that have
+    not rebalanced yet may still hold their old queues for up to a heartbeat interval. Exit
+    status 1 when the group has no live member.
+
+    Prints {"group", "members": [{"clientId", "address", "topic", "lastHeartbeatMs",
+    "brokers", "queues": [{"brokerName", "queueId"}]}]}.
+    """
+
+    async def work() -> tuple[list[Member], dict[str, list[MessageQueue]], dict[str, str]]:
+        async with ProgressAdmin(addresses) as admin:
+            members, errors = await admin.members(group)
+            if not members:
+                return members, {}, errors
+            queues = await admin.queues([m.topic for m in members])
+            return members, allocation(members, queues), errors
+
+    members, held, errors = run(work())
+    if not members:
+        why = f" (not asked: {'; '.join(errors.values())})" if errors else ""
+        raise CommandError(f"consumer group {group!r} has no live member{why}")
+    doc = {
+        "group": group,
+        "members": [
+            {
+                "clientId": m.client_id,
+                "address": m.address,
+                "topic": m.topic,
+                "lastHeartbeatMs": m.last_heartbeat_ms,
+                "brokers": list(m.brokers),
+                "queues": [
+                    {"brokerName": q.broker_name, "queueId": q.queue_id}
+                    for q in held.get(m.client_id, [])
+                ],
+            }
+            for m in members
+        ],
+    }
+    emit(settings, doc, lambda: connection_table(group, members, held))
+    if errors:
+        raise CommandError("not every broker group answered: " + "; ".join(errors.values()))

@@ -1,0 +1,301 @@
+"""consumerProgress, consumerConnection and rmq_consumer_group_lag against real processes: three
+controllers, two broker groups of two, two consumer groups that consumed different amounts.
+
+- The lag of each group equals sent minus consumed, per broker group and in total, in rmqctl's
+  table, its --json and the masters' metric alike.
+- consumerConnection lists the live members and the queues each really holds.
+- After kill -9 of broker-a's master, the new master reports the same committed offsets and
+  last consume times: a slave copies them every ``slave_config_sync_interval_ms`` (1 s), so the
+  test waits until the slave has the master's figures (that bound) before the kill.
+- An unknown group: one line on stderr, exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import Consumer, Producer
+from client.admin import Admin
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from client.progress import ProgressAdmin
+from protocol.codes import RequestCode
+from protocol.consume_stats import ConsumeStats
+from remoting.client import RemotingClient
+from tests.cluster.support import sync_state
+from tests.support.cluster import BrokerNode, Cluster
+from tests.support.procs import free_port
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "ProgressTopic"
+SENT = 120
+CONSUMED_BY_SLOW = 50
+
+
+@pytest.fixture
+def cluster(cluster: Cluster) -> Cluster:
+    for name in ("broker-a", "broker-b"):
+        ports = [["--metrics-port", str(free_port())] for _ in range(2)]
+        cluster.add_group(name, 2, per_broker=ports)
+    return cluster
+
+
+def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmqctl", "-a", cluster.controller_addresses, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def rmqctl_json(cluster: Cluster, *args: str) -> Any:
+    proc = rmqctl(cluster, "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def metrics_port(node: BrokerNode) -> int:
+    """The port the fixture gave it (the last --metrics-port on its command line wins)."""
+    last = len(node.argv) - 1 - node.argv[::-1].index("--metrics-port")
+    return int(node.argv[last + 1])
+
+
+def scrape_lag(node: BrokerNode) -> dict[tuple[str, str], float]:
+    """(group, topic) -> rmq_consumer_group_lag as node's /metrics serves it."""
+    url = f"http://127.0.0.1:{metrics_port(node)}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rmq_consumer_group_lag{"):
+            group = re.search(r'group="([^"]*)"', line)
+            topic = re.search(r'topic="([^"]*)"', line)
+            assert group and topic, line
+            out[(group.group(1), topic.group(1))] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def stats_at(address: str, group: str) -> ConsumeStats:
+    conn = await RemotingClient.connect(address, timeout=2.0)
+    try:
+        frame = await conn.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group}, None, 5)
+        return ConsumeStats.decode(frame.body)
+    finally:
+        conn.close()
+
+
+async def consume(cluster: Cluster, group: str, count: int) -> int:
+    """Hand exactly ``count`` messages to the application, then close (committing them)."""
+    got = 0
+    async with Consumer(cluster.controller_addresses, group, TOPIC, commit_interval=0.2) as c:
+
+        async def enough() -> bool:
+            nonlocal got
+            got += len(await c.receive(timeout=0.5, max_messages=count - got))
+            return got >= count
+
+        await wait_until_async(enough, f"{group} to receive {count}", 60, on_timeout=cluster.logs)
+    return got
+
+
+def by_broker(queues: list[dict[str, Any]], group: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for q in queues:
+        if q["group"] == group:
+            out[q["brokerName"]] = out.get(q["brokerName"], 0) + q["lag"]
+    return out
+
+
+async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: Cluster) -> None:
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+
+        async def groups_ready() -> bool:
+            for name in ("broker-a", "broker-b"):
+                doc = await sync_state(boot, name)
+                if not (doc and doc.get("masterAddress") and len(doc["syncStateSet"]) == 2):
+                    return False
+            return True
+
+        await wait_until_async(groups_ready, "two groups of 2 in sync", 60, on_timeout=cluster.logs)
+        async with Admin(cluster.controller_addresses) as admin:
+
+            async def create() -> list[str] | None:
+                try:
+                    return await admin.create_topic(TOPIC, 4)
+                except ClientError:
+                    return None  # not every master registered yet
+
+            created = await wait_until_async(
+                create, "the topic on both masters", 30, interval=0.2, on_timeout=cluster.logs
+            )
+            assert created == ["broker-a", "broker-b"]
+        sent: dict[str, int] = {"broker-a": 0, "broker-b": 0}
+        async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
+            for i in range(SENT):
+                result = await producer.send(TOPIC, f"m-{i}".encode())
+                sent[result.broker_name] += 1
+        assert all(sent.values()), sent
+
+        assert await consume(cluster, "fast", SENT) == SENT
+        assert await consume(cluster, "slow", CONSUMED_BY_SLOW) == CONSUMED_BY_SLOW
+
+        # consumerConnection: two live members of "idle" and the queues each holds.
+        idle = [
+            Consumer(cluster.controller_addresses, "idle", TOPIC, client_id=f"idle-{i}")
+            for i in range(2)
+        ]
+        try:
+            for c in idle:
+                await c.start()
+
+            def owned() -> dict[str, list[dict[str, Any]]]:
+                return {
+                    c.client_id: [
+                        {"brokerName": q.broker_name, "queueId": q.queue_id}
+                        for q in sorted(c.owned)
+                    ]
+                    for c in idle
+                }
+
+            await wait_until_async(
+                lambda: sum(len(c.owned) for c in idle) == 8 and all(c.owned for c in idle),
+                "the idle members to share the 8 queues",
+                30,
+                on_timeout=cluster.logs,
+            )
+            doc = rmqctl_json(cluster, "consumerConnection", "-g", "idle")
+            members = {m["clientId"]: m for m in doc["members"]}
+            assert sorted(members) == ["idle-0", "idle-1"]
+            assert {cid: m["queues"] for cid, m in members.items()} == owned()
+            assert all(m["topic"] == TOPIC and m["address"] for m in members.values())
+            assert all(m["brokers"] == ["broker-a", "broker-b"] for m in members.values())
+            human = rmqctl(cluster, "consumerConnection", "-g", "idle")
+            assert human.returncode == 0 and "idle-0" in human.stdout, human.stderr
+        finally:
+            for c in idle:
+                await c.close()
+
+        # consumerProgress: lag = sent - consumed, per broker group and in total.
+        async with ProgressAdmin(cluster.controller_addresses) as progress:
+
+            async def lag_of(group: str) -> int:
+                answers = await progress.consume_stats(group)
+                return sum(q.lag for a in answers if a.stats for q in a.stats.groups[group])
+
+            await wait_until_async(
+                lambda: _is(lag_of("slow"), SENT - CONSUMED_BY_SLOW),
+                "slow's lag to settle",
+                30,
+                on_timeout=cluster.logs,
+            )
+        fast = rmqctl_json(cluster, "consumerProgress", "-g", "fast")
+        assert fast["totalLag"] == 0 and len(fast["queues"]) == 8
+        assert all(q["maxOffset"] == q["consumerOffset"] for q in fast["queues"])
+        assert sum(q["maxOffset"] for q in fast["queues"]) == SENT
+        slow = rmqctl_json(cluster, "consumerProgress", "-g", "slow")
+        assert slow["totalLag"] == SENT - CONSUMED_BY_SLOW
+        assert slow["notes"] == []
+        consumed = {
+            b: sum(q["consumerOffset"] for q in slow["queues"] if q["brokerName"] == b)
+            for b in sent
+        }
+        assert by_broker(slow["queues"], "slow") == {b: sent[b] - consumed[b] for b in sent}
+        assert all(q["lastConsumeMs"] for q in slow["queues"] if q["consumerOffset"])
+        overview = rmqctl_json(cluster, "consumerProgress")
+        assert {g["group"]: g["totalLag"] for g in overview["groups"]} == {
+            "fast": 0,
+            "slow": SENT - CONSUMED_BY_SLOW,
+            "idle": SENT,
+        }
+        table = rmqctl(cluster, "consumerProgress", "-g", "slow", "-t", TOPIC)
+        assert table.returncode == 0, table.stderr
+        assert f"Total lag: {SENT - CONSUMED_BY_SLOW} (8 queues)" in table.stdout
+
+        # The masters' metric says the same, per broker group.
+        masters = {}
+        for name in sent:
+            doc = await sync_state(boot, name)
+            assert doc
+            masters[name] = next(b for b in cluster.brokers if b.address == doc["masterAddress"])
+        for name, node in masters.items():
+            lags = scrape_lag(node)
+            assert lags[("slow", TOPIC)] == by_broker(slow["queues"], "slow")[name]
+            assert lags[("fast", TOPIC)] == 0
+        slave_a = next(
+            b
+            for b in cluster.brokers
+            if b.broker_name == "broker-a" and b is not masters["broker-a"]
+        )
+        assert scrape_lag(slave_a) == {}  # a slave exports no lag (its offsets are a copy)
+
+        unknown = rmqctl(cluster, "consumerProgress", "-g", "nobody")
+        assert unknown.returncode == 1 and unknown.stdout == ""
+        assert unknown.stderr == "rmqctl: consumer group 'nobody' not found on any broker group\n"
+
+        # Failover: the slave copies offsets and times within its sync interval; wait for it,
+        # kill -9 the master, and the new master reports the same figures.
+        def rows(stats: ConsumeStats) -> list[tuple[str, int, int | None, int | None]]:
+            return [
+                (q.topic, q.queue_id, q.consumer_offset, q.last_consume_ms)
+                for q in stats.groups.get("slow", ())
+            ]
+
+        before = rows(await stats_at(masters["broker-a"].address, "slow"))
+        assert len(before) == 4
+
+        async def slave_synced() -> bool:
+            return rows(await stats_at(slave_a.address, "slow")) == before
+
+        await wait_until_async(slave_synced, "the slave's copy of the offsets", 20)
+        masters["broker-a"].kill9()
+
+        async def promoted() -> bool:
+            doc = await sync_state(boot, "broker-a")
+            return bool(doc and doc.get("masterAddress") == slave_a.address)
+
+        await wait_until_async(promoted, "the slave to become master", 60, on_timeout=cluster.logs)
+        await wait_until_async(
+            lambda: _rmqctl_lag(cluster, "slow", SENT - CONSUMED_BY_SLOW),
+            "the same lag from the new master",
+            30,
+            interval=0.5,
+            on_timeout=cluster.logs,
+        )
+        after = rmqctl_json(cluster, "consumerProgress", "-g", "slow")
+        rows_a = [
+            (q["topic"], q["queueId"], q["consumerOffset"], q["lastConsumeMs"])
+            for q in after["queues"]
+            if q["brokerName"] == "broker-a"
+        ]
+        assert rows_a == before
+        assert scrape_lag(slave_a)[("slow", TOPIC)] == by_broker(slow["queues"], "slow")["broker-a"]
+    finally:
+        boot.close()
+
+
+async def _is(value: Any, expected: int) -> bool:
+    return bool(await value == expected)
+
+
+async def _rmqctl_lag(cluster: Cluster, group: str, expected: int) -> bool:
+    proc = await asyncio.to_thread(rmqctl, cluster, "--json", "consumerProgress", "-g", group)
+    if proc.returncode != 0:
+        return False
+    doc = json.loads(proc.stdout)
+    return bool(doc["totalLag"] == expected and not doc["notes"])
