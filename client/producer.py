@@ -261,7 +261,8 @@ class Producer:
         try:
             return await asyncio.wait_for(lookup, remaining)
         except TimeoutError:
-            raise NoRouteError(f"route lookup for topic {topic!r} timed out") from None
+            where = ";".join(self._bootstrap.addresses)
+            raise NoRouteError(f"route lookup for topic {topic!r} at {where} timed out") from None
         except TopicNotFoundError:
             raise
         except UnreachableError as exc:

@@ -34,6 +34,15 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _what_answered(data: bytes) -> str:
+    """What sent ``data`` instead of a remoting frame, as far as its first bytes tell."""
+    if data.startswith(b"HTTP/"):
+        return "an HTTP server answered (a proxy in the way, or the wrong port?)"
+    if data.startswith(b"\x16\x03"):
+        return "a TLS server answered"
+    return "the peer answered with bytes that are no remoting frame"
+
+
 class _Expired(Exception):
     """Internal: a request's timer fired before its response arrived."""
 
@@ -78,6 +87,7 @@ class RemotingClient:
         self._close_cause: BaseException | None = None
         self.on_request: RequestHandler | None = None
         self._out: list[bytes] = []
+        self._answered = False  # a whole frame arrived on this connection
         self.closed_event = asyncio.Event()
 
     @classmethod
@@ -184,10 +194,16 @@ class RemotingClient:
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as exc:
-            self._lost(exc)
+            cause = exc
+            if not self._answered:
+                # Its very first bytes: another kind of server (or a proxy) is at that address.
+                cause = ProtocolError(f"not an rmq server: {_what_answered(data)}")
+            self._lost(cause)
             if self._transport is not None:
                 self._transport.close()
             return
+        if frames:
+            self._answered = True
         for frame in frames:
             if frame.is_request:
                 if self.on_request is not None:

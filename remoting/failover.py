@@ -18,7 +18,7 @@ import socket
 from collections.abc import Mapping, Sequence
 
 from protocol.codes import ResponseCode
-from protocol.remoting import Frame, Scalar
+from protocol.remoting import Frame, ProtocolError, Scalar
 from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import (
     ConnectError,
@@ -59,7 +59,11 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(cause, socket.gaierror):
         return "unknown host"
     if isinstance(cause, ConnectionClosedError):
-        return "connection closed"
+        inner = cause.__cause__
+        if isinstance(inner, ProtocolError):
+            return str(inner)  # "not an rmq server: ..." when its first bytes were no frame
+        # Closed or reset (a close with our request unread): either way, no answer came.
+        return "the peer closed the connection without answering"
     if isinstance(cause, OSError) and cause.strerror:
         return cause.strerror.lower()
     if isinstance(cause, ValueError):
@@ -133,6 +137,7 @@ class AddressFailover:
             order = [self._preferred, *(a for a in order if a != self._preferred)]
         tried: set[str] = set()
         reasons: list[str] = []
+        unreachable: dict[str, str] = {}  # address -> why it could not be asked
         last_error: ResponseError | None = None
         answered = True
         while order:
@@ -146,7 +151,8 @@ class AddressFailover:
             except (ConnectError, ConnectionClosedError, RequestTimeoutError, ValueError) as exc:
                 # The connection is left alone: it may be shared with sends in flight (a lone
                 # broker is both bootstrap and broker), and the pool replaces it once closed.
-                reasons.append(describe_failure(exc))
+                unreachable[address] = describe_failure(exc)
+                reasons.append(address)  # replaced by its reason below
                 answered = False
                 if self._preferred == address:
                     self._preferred = None
@@ -164,6 +170,13 @@ class AddressFailover:
                 leader = resp.header.get("leaderAddress")
                 if isinstance(leader, str) and leader and leader not in tried:
                     order.insert(0, leader)
+        # One reason for every address that could not be asked: said once. Several: each with
+        # its address (answers name theirs already).
+        named = len(set(unreachable.values())) > 1 or len(unreachable) < len(reasons)
+        reasons = [
+            (f"{r}: {unreachable[r]}" if named else unreachable[r]) if r in unreachable else r
+            for r in reasons
+        ]
         return reasons, last_error, answered and bool(reasons)
 
     def close(self) -> None:

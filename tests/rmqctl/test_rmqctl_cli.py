@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,3 +221,77 @@ def test_addresses_may_come_before_the_command_as_design_section_8_shows(
     assert before == after and before[0] == 0
     # The command's own -a wins over the global one.
     assert invoke("--json", "-a", dead_address(), "clusterList", "-a", addr) == after
+
+
+class Listener:
+    """A TCP listener on loopback that is no rmq server: ``mode`` "close" closes every
+    connection at once, "http" answers an HTTP error (a proxy in the way), "silent" accepts and
+    never answers."""
+
+    def __init__(self, mode: str) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.mode = mode
+        self.held: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.mode == "http":
+                with contextlib.suppress(OSError):
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+            if self.mode == "silent":
+                self.held.append(conn)
+            else:
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("close", "the peer closed the connection without answering"),
+        (
+            "http",
+            "not an rmq server: an HTTP server answered (a proxy in the way, or the wrong port?)",
+        ),
+    ],
+)
+def test_an_address_that_is_no_rmq_server_says_so(mode: str, reason: str) -> None:
+    """Not "connection closed": what answered, with its address."""
+    listener = Listener(mode)
+    try:
+        code, out, err = invoke("clusterList", "-a", listener.address)
+    finally:
+        listener.close()
+    assert (code, out) == (1, "")
+    assert err == f"rmqctl: cannot reach any of {listener.address}: {reason}\n"
+
+
+def test_a_silent_address_times_out_and_each_address_gets_its_reason() -> None:
+    listener = Listener("silent")
+    refused = dead_address()
+    try:
+        code, out, err = invoke(
+            "consumeMessage", "-a", f"{listener.address};{refused}", "-t", "T", "-g", "G",
+            "--timeout", "1",
+        )  # fmt: skip
+    finally:
+        listener.close()
+    assert (code, out) == (1, "")
+    assert err == (
+        f"rmqctl: cannot reach any of {listener.address};{refused}: "
+        f"{listener.address}: timed out, {refused}: connection refused\n"
+    )
