@@ -19,6 +19,7 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.pull import PullProcessor
+from broker.processors.query import QueryProcessor
 from broker.processors.replication import ReplicationProcessor
 from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
@@ -92,6 +93,7 @@ class Broker:
             ClientProcessor(self.ctx),
             RouteProcessor(self.ctx),
             ConsumerStatsProcessor(self.ctx),
+            QueryProcessor(self.ctx),
         ):
             processor.register(self.server)
         self.ha: HAService | None = None

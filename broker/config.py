@@ -63,6 +63,20 @@ class BrokerConfig:
     )
     retention_check_interval_ms: int = field(10_000, "how often retention runs", at_least(100))
     max_message_bytes: int = field(4 * 1024 * 1024, "largest message body accepted", at_least(1))
+    index_enable: bool = field(
+        True, "keep the key index (lookups by message key: QUERY_MESSAGE, rmqctl queryMsgByKey)"
+    )
+    index_slots_per_file: int = field(
+        250_000, "hash slots per key index file (4 bytes each)", at_least(1)
+    )
+    index_entries_per_file: int = field(
+        1_000_000, "entries per key index file (20 bytes each); a full file is sealed", at_least(1)
+    )
+    index_file_span_ms: int = field(
+        3_600_000,
+        "a key index file whose entries span more store time is sealed and a new one begun",
+        at_least(1000),
+    )
     max_frame_bytes: int = field(
         16 * 1024 * 1024,
         "largest remoting frame accepted; larger closes the connection",

@@ -38,6 +38,10 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
         retention_hours=cfg.retention_hours,
         disk_max_used_ratio=cfg.disk_max_used_ratio,
         max_message_bytes=cfg.max_message_bytes,
+        index_enable=cfg.index_enable,
+        index_slots=cfg.index_slots_per_file,
+        index_max_entries=cfg.index_entries_per_file,
+        index_file_span_ms=cfg.index_file_span_ms,
     )
 
 

@@ -4,6 +4,7 @@ Layout under ``data_dir``::
 
     commitlog/<20-digit start offset>                       records, pre-allocated segments
     consumequeue/<topic>/<queueId>/<20-digit byte offset>    20-byte entries per queue
+    index/<20-digit begin offset>                           key index files (storage.index)
     checkpoint                                              flushed / dispatched / confirm offsets
     abort                                                   present while the store is open
     lock                                                    flock'ed by the process that owns it
@@ -20,6 +21,7 @@ import enum
 import errno
 import fcntl
 import os
+import shutil
 import struct
 import threading
 import time
@@ -51,6 +53,8 @@ from storage.commitlog import CommitLog
 from storage.consumequeue import ENTRY, ConsumeQueue
 from storage.dispatch import BLANK_MIN, Replayer, Scan, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
+from storage.index.lookup import Found, MessageNotFoundError, find_by_key, read_message
+from storage.index.service import IndexConfig, KeyIndex
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
 from storage.recovery import Damage, recover, walk
 from storage.segment import Segment
@@ -59,8 +63,10 @@ from storage.tracker import FileTracker
 
 __all__ = [
     "DiskFullError",
+    "Found",
     "GetResult",
     "GetStatus",
+    "MessageNotFoundError",
     "MessageStore",
     "MessageTooLargeError",
     "PutResult",
@@ -103,6 +109,11 @@ class StoreConfig:
     """Largest encoded record accepted by :meth:`MessageStore.put`."""
     warm_ahead_bytes: int = 64 * 1024 * 1024
     """flush() pre-faults this much of the segment past the write position (0: off)."""
+    index_enable: bool = True
+    """Keep the key index (``storage.index``): lookups of messages by key."""
+    index_slots: int = 250_000
+    index_max_entries: int = 1_000_000
+    index_file_span_ms: int = 3_600_000
 
     def validate(self) -> None:
         if self.commitlog_segment_bytes < 4096:
@@ -115,6 +126,15 @@ class StoreConfig:
             raise StoreError("disk_max_used_ratio must be in (0, 1]")
         if self.max_message_bytes < HEAD_SIZE:
             raise StoreError(f"max_message_bytes must be at least {HEAD_SIZE}")
+        self.index_config().validate()
+
+    def index_config(self) -> IndexConfig:
+        return IndexConfig(
+            directory=Path(self.data_dir) / "index",
+            slot_count=self.index_slots,
+            max_entries=self.index_max_entries,
+            file_span_ms=self.index_file_span_ms,
+        )
 
 
 class GetStatus(enum.Enum):
@@ -212,6 +232,10 @@ class MessageStore:
         self.truncate_listeners: list[Callable[[int], None]] = []
         """Called with the new end after :meth:`truncate` cut records (indexes built from the
         CommitLog, such as the broker's timer, drop what was cut)."""
+        self.index: KeyIndex | None = (
+            KeyIndex(config.index_config()) if config.index_enable else None
+        )
+        """The key index (None when ``index_enable`` is off)."""
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -234,6 +258,8 @@ class MessageStore:
         try:
             self._open_locked()
         except BaseException:
+            if self.index is not None:
+                self.index.close()
             self._commitlog.close()
             self._queues.close()
             self._unlock_dir()
@@ -277,8 +303,33 @@ class MessageStore:
         self._flushed = result.end
         self._confirm = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
         self._write_checkpoint(force=True)
+        self._open_index()
         self._abort_path.touch()
         fsync_dir(self._dir)
+
+    def _open_index(self) -> None:
+        """Load the key index and index what it lacks (or, with the index off, remove its files:
+        turned on again later, it is rebuilt rather than trusted across the gap)."""
+        if self.index is None:
+            directory = self.config.index_config().directory
+            if directory.exists():
+                shutil.rmtree(directory)
+                log.info("index_enable is off: key index files removed")
+            return
+        began = time.monotonic()
+        try:
+            indexed = self.index.open(self._commitlog)
+        except (StoreError, OSError) as exc:  # the messages are fine; lookups by key lag
+            log.error(f"key index not opened: {exc}; it is rebuilt on the next write")
+            return
+        stats = self.index.stats()
+        if indexed or stats.rebuilt_files:
+            log.info(
+                f"key index: {indexed} commitlog bytes indexed on open",
+                files=stats.files,
+                rebuilt_files=stats.rebuilt_files,
+                seconds=round(time.monotonic() - began, 3),
+            )
 
     def close(self) -> None:
         """Flush everything, write the checkpoint and remove the abort marker (a clean stop)."""
@@ -290,6 +341,8 @@ class MessageStore:
             self._open = False
         self._abort_path.unlink(missing_ok=True)
         fsync_dir(self._dir)
+        if self.index is not None:
+            self.index.close()
         self._commitlog.close()
         self._queues.close()
         self._unlock_dir()
@@ -480,6 +533,8 @@ class MessageStore:
         queue.append(first, physical_offsets, sizes, hashes)
         end = base + rel
         commitlog.advance(end, seg, now_ms)
+        if self.index is not None:
+            self.index.catch_up(commitlog)
         return PutResult(queue_id, first, len(messages), physical_offsets, end, now_ms)
 
     def _encode_keys_tags(self, msg: Message) -> tuple[bytes, int]:
@@ -709,6 +764,58 @@ class MessageStore:
                 lo = mid + 1
         return lo
 
+    # -- lookups ---------------------------------------------------------------------------
+
+    def read_message(self, offset: int, max_physical_offset: int | None = None) -> Found:
+        """The message starting at CommitLog ``offset`` (a message id's offset), ending at or
+        before ``max_physical_offset``; raises :class:`MessageNotFoundError`."""
+        self._check_open()
+        visible = self._commitlog.write_pos
+        if max_physical_offset is not None:
+            visible = min(visible, max_physical_offset)
+        return read_message(self._commitlog, offset, visible)
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        begin_ms: int,
+        end_ms: int,
+        max_count: int,
+        max_physical_offset: int | None = None,
+    ) -> list[Found]:
+        """The messages of ``topic`` with ``key`` (one of its KEYS, or its UNIQ_KEY) stored in
+        ``[begin_ms, end_ms]`` and ending at or before ``max_physical_offset``, oldest first
+        (at most ``max_count``, the newest). Raises :class:`StoreError` with the index off."""
+        self._check_open()
+        if self.index is None:
+            raise StoreError("the key index is off on this broker (index_enable = false)")
+        visible = self._commitlog.write_pos
+        if max_physical_offset is not None:
+            visible = min(visible, max_physical_offset)
+        self.index.catch_up(self._commitlog)
+        return find_by_key(
+            self.index,
+            self._commitlog,
+            topic=topic,
+            key=key,
+            begin_ms=begin_ms,
+            end_ms=end_ms,
+            max_count=max_count,
+            visible=visible,
+        )
+
+    def oldest_store_timestamp(self) -> int | None:
+        """Store time of the oldest record still in the CommitLog (None when it is empty)."""
+        self._check_open()
+        commitlog = self._commitlog
+        if commitlog.min_offset >= commitlog.write_pos:
+            return None
+        seg = commitlog.segments[0]
+        if peek_prefix(seg.view, 0)[1] != MESSAGE_MAGIC:
+            return None
+        return store_timestamp(seg.view, 0)
+
     # -- durability ------------------------------------------------------------------------
 
     def flush(self) -> int:
@@ -774,6 +881,8 @@ class MessageStore:
         for _ in range(count):
             self._commitlog.delete_oldest()
         queue_segments = self._queues.delete_below(self._commitlog.min_offset)
+        if self.index is not None:
+            self.index.delete_below(self._commitlog.min_offset)
         log.info(
             f"retention deleted {count} commitlog segments, {queue_segments} consume queue "
             f"segments; commitlog now starts at {self._commitlog.min_offset}",
@@ -855,6 +964,8 @@ class MessageStore:
         _write_file(seg, offset - seg.start, raw)
         replayer.apply(scan)
         commitlog.advance(offset + len(raw), seg, scan.newest)
+        if self.index is not None:
+            self.index.catch_up(commitlog)
         return commitlog.write_pos
 
     def truncate(self, offset: int) -> None:
@@ -883,6 +994,8 @@ class MessageStore:
             self._confirm = min(self._confirm, offset)
             self._write_checkpoint(force=True)
         self.damaged = [d for d in self.damaged if d.offset < offset]  # cut with the log
+        if self.index is not None:
+            self.index.truncate(offset, commitlog)
         if offset < end:
             log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
             for listener in self.truncate_listeners:

@@ -18,6 +18,8 @@ def config(data_dir: Path, **overrides: Any) -> StoreConfig:
         "data_dir": data_dir,
         "commitlog_segment_bytes": SEGMENT,
         "consumequeue_segment_entries": 1000,
+        "index_slots": 1024,
+        "index_max_entries": 4096,
     }
     settings.update(overrides)
     return StoreConfig(**settings)

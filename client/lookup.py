@@ -1,0 +1,274 @@
+"""Message lookup: by message id, by key, by queue offset (what ``rmqctl queryMsgById``,
+``queryMsgByKey`` and ``queryMsgByOffset`` use).
+
+::
+
+    async with Lookup("127.0.0.1:9878") as lookup:
+        found = await lookup.by_key("orders", "order-1")
+        msg = await lookup.by_id(found[0].msg_id)
+
+A message id carries the store host and CommitLog offset of the message (see
+:func:`protocol.message.parse_msg_id`): :meth:`Lookup.by_id` asks that host, and when it does
+not answer (a dead master) every other broker, whose replicated CommitLog holds the same record
+at the same offset. :meth:`Lookup.by_key` asks every broker group of the topic (its master, else
+a slave) through the key index. Brokers answer committed messages only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from client.bootstrap import Bootstrap, describe_failure
+from client.errors import BrokerError, ClientError
+from client.routes import TopicRoute, fetch_cluster_info, fetch_route
+from protocol.codes import RequestCode, ResponseCode
+from protocol.message import MessageRecord, RecordError, iter_records, parse_msg_id
+from protocol.pull import PullFound, PullRequest, decode_pull_answer
+from protocol.remoting import Frame, Header
+from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
+from remoting.errors import RemotingError, ResponseError
+
+LOOKUP_GROUP: Final = "rmq_lookup"
+"""The consumer group a queue-offset lookup pulls as (it commits nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FoundMessage:
+    """A message a lookup found, and the broker that answered."""
+
+    record: MessageRecord
+    broker_name: str
+    address: str
+
+    @property
+    def msg_id(self) -> str:
+        return self.record.msg_id
+
+    def to_dict(self, *, body: bool = False) -> dict[str, Any]:
+        r = self.record
+        doc: dict[str, Any] = {
+            "msgId": r.msg_id,
+            "topic": r.topic,
+            "brokerName": self.broker_name,
+            "queueId": r.queue_id,
+            "queueOffset": r.queue_offset,
+            "commitLogOffset": r.physical_offset,
+            "keys": r.keys,
+            "tags": r.tags,
+            "bornTimestamp": r.born_timestamp,
+            "bornHost": r.born_host,
+            "storeTimestamp": r.store_timestamp,
+            "storeHost": r.store_host,
+            "bodySize": len(r.body),
+            "properties": dict(r.properties),
+        }
+        if body:
+            doc["body"] = r.body.decode("utf-8", errors="replace")
+        return doc
+
+
+def _records(body: bytes | None, address: str) -> list[MessageRecord]:
+    try:
+        return list(iter_records(body or b""))
+    except RecordError as exc:
+        raise ClientError(f"malformed message from {address}: {exc}") from None
+
+
+class Lookup:
+    """Message lookups through the bootstrap addresses (controllers, or a lone broker)."""
+
+    def __init__(self, bootstrap: str | Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.timeout = timeout
+        self._pool = ConnectionPool(timeout)
+        self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
+
+    async def __aenter__(self) -> Lookup:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.close()
+
+    async def _call(self, address: str, code: int, header: Header) -> Frame:
+        conn = await self._pool.get(address)
+        return await conn.call(code, header, None, self.timeout)
+
+    # -- by id ---------------------------------------------------------------------------------
+
+    async def by_id(self, msg_id: str) -> FoundMessage:
+        """The message with ``msg_id``; raises :class:`ClientError` for a malformed id or when
+        no broker holds it (committed)."""
+        try:
+            host, offset = parse_msg_id(msg_id.strip())
+        except RecordError:
+            raise ClientError(
+                f"not a message id: {msg_id!r} (32 hex digits: store host and offset)"
+            ) from None
+        wanted = msg_id.strip().upper()
+        reasons: list[str] = []
+        found = await self._view(host, "", offset, wanted, reasons)
+        if found is not None:
+            return found
+        # The store host may be gone (a failed master): its replicas hold the same record.
+        try:
+            clusters = await fetch_cluster_info(self.bootstrap)
+        except ClientError as exc:
+            reasons.append(str(exc))
+            clusters = {}
+        others = [b for bs in clusters.values() for b in bs if b.address != host]
+        others.sort(key=lambda b: (not b.is_master, b.broker_name, b.broker_id))
+        for b in others:
+            found = await self._view(b.address, b.broker_name, offset, wanted, reasons)
+            if found is not None:
+                return found
+        why = "; ".join(dict.fromkeys(reasons)) or "no broker to ask"
+        raise ClientError(f"message {wanted} not found: {why}")
+
+    async def _view(
+        self, address: str, name: str, offset: int, wanted: str, reasons: list[str]
+    ) -> FoundMessage | None:
+        try:
+            frame = await self._call(address, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+        except ResponseError as exc:
+            reasons.append(exc.remark or str(exc))
+            return None
+        except RemotingError as exc:
+            reasons.append(f"{address}: {describe_failure(exc)}")
+            return None
+        for record in _records(frame.body, address):
+            if record.msg_id == wanted:
+                return FoundMessage(record, name or await self._name_of(address), address)
+        if name:
+            reasons.append(f"{name} at {address} holds another message at offset {offset}")
+        return None
+
+    async def _name_of(self, address: str) -> str:
+        try:
+            clusters = await fetch_cluster_info(self.bootstrap)
+        except ClientError:
+            return ""
+        for bs in clusters.values():
+            for b in bs:
+                if b.address == address:
+                    return b.broker_name
+        return ""
+
+    # -- by key --------------------------------------------------------------------------------
+
+    async def by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int | None = None,
+        end_ms: int | None = None,
+        max_num: int = 64,
+    ) -> list[FoundMessage]:
+        """The messages of ``topic`` with ``key`` (one of their keys, or their UNIQ_KEY) stored
+        in ``[begin_ms, end_ms]`` (default: any time), from every broker group of the topic,
+        oldest first; at most ``max_num`` per group. Raises :class:`ClientError` for an unknown
+        topic, a bad range, or when no group could answer (e.g. no index covers the range)."""
+        if not key:
+            raise ClientError("the key must not be empty")
+        if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
+            raise ClientError(f"the range begins ({begin_ms}) after it ends ({end_ms})")
+        route = await fetch_route(self.bootstrap, topic)
+        header: Header = {"topic": topic, "key": key, "maxNum": max_num}
+        if begin_ms is not None:
+            header["beginTimestamp"] = begin_ms
+        if end_ms is not None:
+            header["endTimestamp"] = end_ms
+        groups = [b.broker_name for b in route.brokers]
+        answers = await asyncio.gather(*(self._query_group(route, g, header) for g in groups))
+        found: list[FoundMessage] = []
+        errors: list[str] = []
+        for messages, error in answers:
+            found.extend(messages)
+            if error is not None:
+                errors.append(error)
+        if not found and errors:
+            raise ClientError("; ".join(errors))
+        found.sort(
+            key=lambda m: (m.record.store_timestamp, m.broker_name, m.record.physical_offset)
+        )
+        return found
+
+    async def _query_group(
+        self, route: TopicRoute, group: str, header: Header
+    ) -> tuple[list[FoundMessage], str | None]:
+        """One group's answer: its master's, else the first slave's that answers."""
+        brokers = {b.broker_name: b for b in route.brokers}
+        b = brokers[group]
+        addresses = [a for a in (b.master_address, *b.slaves) if a]
+        reasons: list[str] = []
+        for address in addresses:
+            try:
+                frame = await self._call(address, RequestCode.QUERY_MESSAGE, header)
+            except ResponseError as exc:
+                if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                    return [], None  # the topic has no queue in this group
+                if exc.code in (ResponseCode.QUERY_NOT_FOUND, ResponseCode.BAD_REQUEST):
+                    return [], exc.remark or str(BrokerError(exc.code, exc.remark, address))
+                reasons.append(f"{address}: {BrokerError(exc.code, exc.remark)}")
+                continue
+            except RemotingError as exc:
+                reasons.append(f"{address}: {describe_failure(exc)}")
+                continue
+            return [FoundMessage(r, group, address) for r in _records(frame.body, address)], None
+        if not addresses:
+            return [], f"broker group {group} has no broker to ask"
+        return [], f"broker group {group} did not answer ({'; '.join(reasons)})"
+
+    # -- by queue offset -----------------------------------------------------------------------
+
+    async def by_offset(
+        self, topic: str, broker_name: str, queue_id: int, offset: int
+    ) -> FoundMessage:
+        """The message at ``offset`` of queue ``queue_id`` of ``topic`` on ``broker_name`` (read
+        from its master, else a slave: committed messages only)."""
+        if queue_id < 0 or offset < 0:
+            raise ClientError("the queue id and offset must be >= 0")
+        route = await fetch_route(self.bootstrap, topic)
+        names = [b.broker_name for b in route.brokers]
+        group = next((b for b in route.brokers if b.broker_name == broker_name), None)
+        if group is None:
+            raise ClientError(
+                f"topic {topic!r} has no queues on broker group {broker_name!r} "
+                f"(it has: {', '.join(names) or 'none'})"
+            )
+        if queue_id >= group.queues:
+            raise ClientError(
+                f"queue {queue_id} out of range: {topic!r} has {group.queues} queues on "
+                f"{broker_name}"
+            )
+        pull = PullRequest(
+            group=LOOKUP_GROUP, topic=topic, queue_id=queue_id, offset=offset, max_count=1
+        )
+        reasons: list[str] = []
+        for address in [a for a in (group.master_address, *group.slaves) if a]:
+            try:
+                conn = await self._pool.get(address)
+                frame = await conn.request(pull.code, pull.header(), None, self.timeout)
+            except RemotingError as exc:
+                reasons.append(f"{address}: {describe_failure(exc)}")
+                continue
+            try:
+                answer = decode_pull_answer(frame)
+            except ValueError as exc:
+                raise ClientError(f"malformed pull answer from {address}: {exc}") from None
+            if isinstance(answer, PullFound):
+                records = _records(answer.body, address)
+                if records and records[0].queue_offset == offset:
+                    return FoundMessage(records[0], broker_name, address)
+            remark = frame.header.get("remark")
+            detail = f": {remark}" if isinstance(remark, str) and remark else ""
+            raise ClientError(
+                f"no committed message at offset {offset} of {topic}:{queue_id} on "
+                f"{broker_name}{detail}"
+            )
+        raise ClientError(f"broker group {broker_name} did not answer ({'; '.join(reasons)})")

@@ -1,0 +1,173 @@
+"""Message lookup commands: queryMsgById, queryMsgByKey, queryMsgByOffset (mqadmin's names)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from client.lookup import FoundMessage, Lookup
+from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run
+
+_body_option = click.option("--body", "show_body", is_flag=True, help="Print the body too.")
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def parse_time(text: str | None, what: str) -> int | None:
+    """Epoch milliseconds, or an ISO-8601 time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CommandError(
+            f"{what} {text!r} is neither epoch milliseconds nor an ISO-8601 time "
+            "(e.g. 2026-11-24T13:05:00)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def render(found: FoundMessage, show_body: bool) -> str:
+    """A message as labelled lines (mqadmin's layout)."""
+    r = found.record
+    rows: list[tuple[str, object]] = [
+        ("Message ID", r.msg_id),
+        ("Topic", r.topic),
+        ("Broker", f"{found.broker_name} ({found.address})"),
+        ("Queue ID", r.queue_id),
+        ("Queue Offset", r.queue_offset),
+        ("CommitLog Offset", r.physical_offset),
+        ("Keys", r.keys or "-"),
+        ("Tags", r.tags or "-"),
+        ("Born Timestamp", _when(r.born_timestamp) if r.born_timestamp else "-"),
+        ("Born Host", r.born_host),
+        ("Store Timestamp", _when(r.store_timestamp)),
+        ("Store Host", r.store_host),
+        ("Body Size", len(r.body)),
+        ("Properties", json.dumps(r.properties, sort_keys=True)),
+    ]
+    if show_body:
+        rows.append(("Body", r.body.decode("utf-8", errors="replace")))
+    return "\n".join(f"{label + ':':<18}{value}" for label, value in rows)
+
+
+def _show(
+    settings: Settings, found: list[FoundMessage], show_body: bool, doc: dict[str, Any]
+) -> None:
+    human: Callable[[], str] = lambda: "\n\n".join(render(m, show_body) for m in found)  # noqa: E731
+    emit(settings, doc, human)
+
+
+@click.command("queryMsgById", short_help="Show the message with a message id.")
+@addresses_option
+@click.option("-i", "--msg-id", "msg_id", required=True, metavar="MSGID", help="Message id.")
+@_body_option
+@pass_settings
+def query_msg_by_id(settings: Settings, addresses: str, msg_id: str, show_body: bool) -> None:
+    """Show the message with MSGID: properties, store time, store host (and body with --body).
+
+    The id carries the store host and CommitLog offset; when that broker is gone its replicas
+    answer. Committed messages only. Prints the message's fields as one JSON document with
+    --json.
+    """
+
+    async def work() -> FoundMessage:
+        async with Lookup(addresses) as lookup:
+            return await lookup.by_id(msg_id)
+
+    found = run(work())
+    _show(settings, [found], show_body, found.to_dict(body=show_body))
+
+
+@click.command("queryMsgByKey", short_help="Find a topic's messages by key.")
+@addresses_option
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@click.option("-k", "--key", required=True, metavar="KEY", help="Message key (or UNIQ_KEY).")
+@click.option("--begin", default=None, metavar="T", help="Stored at or after T (ms or ISO-8601).")
+@click.option("--end", default=None, metavar="T", help="Stored at or before T (ms or ISO-8601).")
+@click.option(
+    "--max",
+    "max_num",
+    type=click.IntRange(1, 1024),
+    default=64,
+    show_default=True,
+    metavar="N",
+    help="At most N messages per broker group (the newest).",
+)
+@_body_option
+@pass_settings
+def query_msg_by_key(
+    settings: Settings,
+    addresses: str,
+    topic: str,
+    key: str,
+    begin: str | None,
+    end: str | None,
+    max_num: int,
+    show_body: bool,
+) -> None:
+    """Find the messages of TOPIC whose keys include KEY, on every broker group (its master,
+    else a slave), oldest first. Committed messages only.
+
+    Times are epoch milliseconds or ISO-8601 (UTC unless an offset is given). Finding nothing
+    is an error (exit status 1). Prints {"topic", "key", "messages": [...]} with --json.
+    """
+    begin_ms = parse_time(begin, "--begin")
+    end_ms = parse_time(end, "--end")
+    if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
+        raise CommandError(f"--begin {begin} is after --end {end}")
+
+    async def work() -> list[FoundMessage]:
+        async with Lookup(addresses) as lookup:
+            return await lookup.by_key(
+                topic, key, begin_ms=begin_ms, end_ms=end_ms, max_num=max_num
+            )
+
+    found = run(work())
+    if not found:
+        raise CommandError(f"no message with key {key!r} in topic {topic!r}")
+    doc = {"topic": topic, "key": key, "messages": [m.to_dict(body=show_body) for m in found]}
+    _show(settings, found, show_body, doc)
+
+
+@click.command("queryMsgByOffset", short_help="Show the message at a queue offset.")
+@addresses_option
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@click.option(
+    "-b", "--broker", "broker_name", required=True, metavar="BROKER", help="Broker group."
+)
+@click.option(
+    "-q", "--queue", "queue_id", required=True, type=int, metavar="QUEUE", help="Queue id."
+)
+@click.option("-o", "--offset", required=True, type=int, metavar="OFFSET", help="Queue offset.")
+@_body_option
+@pass_settings
+def query_msg_by_offset(
+    settings: Settings,
+    addresses: str,
+    topic: str,
+    broker_name: str,
+    queue_id: int,
+    offset: int,
+    show_body: bool,
+) -> None:
+    """Show the message at OFFSET of queue QUEUE of TOPIC on broker group BROKER (read from
+    its master, else a slave). Committed messages only."""
+
+    async def work() -> FoundMessage:
+        async with Lookup(addresses) as lookup:
+            return await lookup.by_offset(topic, broker_name, queue_id, offset)
+
+    found = run(work())
+    _show(settings, [found], show_body, found.to_dict(body=show_body))
