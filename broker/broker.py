@@ -20,6 +20,7 @@ from broker.processors.clients import ClientProcessor
 from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
+from broker.processors.recall import RecallProcessor
 from broker.processors.replication import ReplicationProcessor
 from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
@@ -94,6 +95,7 @@ class Broker:
             RouteProcessor(self.ctx),
             ConsumerStatsProcessor(self.ctx),
             QueryProcessor(self.ctx),
+            RecallProcessor(self.ctx),
         ):
             processor.register(self.server)
         self.ha: HAService | None = None

@@ -4,9 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol
 
 from protocol.message import MessageRecord
+from protocol.timer import (
+    PROP_START_DELIVER_TIME,
+    PROP_TIMER_DELAY_MS,
+    PROP_TIMER_DELAY_SEC,
+    PROP_TIMER_DELIVER_MS,
+)
+
+_ASKING: tuple[tuple[str, int | None], ...] = (
+    (PROP_TIMER_DELIVER_MS, None),
+    (PROP_START_DELIVER_TIME, None),
+    (PROP_TIMER_DELAY_MS, 1),
+    (PROP_TIMER_DELAY_SEC, 1000),
+)
+"""The delivery-time properties in the order the broker honours them; the unit of a delay."""
+
+DeliverAt = int | datetime
+"""A delivery time: epoch milliseconds, or an aware datetime (a naive one is local time)."""
+Delay = float | timedelta
+"""A delivery delay: seconds, or a timedelta."""
 
 
 class OutgoingMessage(Protocol):
@@ -33,15 +53,29 @@ class Message:
     keys: str = ""
     tags: str = ""
     properties: dict[str, str] = field(default_factory=dict)
+    deliver_at: DeliverAt | None = None
+    """Deliver at this time (scheduled message); see :meth:`Producer.send`."""
+    delay: Delay | None = None
+    """Deliver after this delay (scheduled message); see :meth:`Producer.send`."""
 
 
 class SendResult(NamedTuple):
-    """Where the broker stored a message; only ever built from a SUCCESS answer."""
+    """Where the broker stored a message; only ever built from a SUCCESS answer.
+
+    A scheduled message (``deliver_at`` or ``delay``) has ``queue_offset`` -1: it gets one in
+    ``queue_id`` only when it is delivered. Its ``msg_id`` recalls it (:meth:`Producer.recall`)
+    until then, and the delivered copy carries it in the ``UNIQ_KEY`` property."""
 
     msg_id: str
     broker_name: str
     queue_id: int
     queue_offset: int
+    deliver_at_ms: int | None = None
+    """A scheduled message: the delivery time asked for (epoch ms); None otherwise."""
+
+    @property
+    def scheduled(self) -> bool:
+        return self.deliver_at_ms is not None
 
 
 class ReceivedMessage:
@@ -103,3 +137,44 @@ class ReceivedMessage:
             f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
             f"body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''})"
         )
+
+
+def delivery_properties(
+    deliver_at: DeliverAt | None, delay: Delay | None, now_ms: int
+) -> tuple[dict[str, str], int | None]:
+    """The properties asking the broker for ``deliver_at`` or ``delay`` (at most one), and the
+    delivery time they mean (epoch ms; None for neither). Bounds are the broker's to check: a
+    negative delay goes as it is and is refused there."""
+    if deliver_at is not None and delay is not None:
+        raise ValueError("give deliver_at or delay, not both")
+    if deliver_at is not None:
+        if isinstance(deliver_at, datetime):
+            at = int(deliver_at.timestamp() * 1000)
+        elif isinstance(deliver_at, int) and not isinstance(deliver_at, bool):
+            at = deliver_at
+        else:
+            raise TypeError(f"deliver_at must be epoch ms or a datetime, not {deliver_at!r}")
+        return {PROP_TIMER_DELIVER_MS: str(at)}, at
+    if delay is not None:
+        if isinstance(delay, timedelta):
+            ms = round(delay.total_seconds() * 1000)
+        elif isinstance(delay, int | float) and not isinstance(delay, bool):
+            ms = round(delay * 1000)
+        else:
+            raise TypeError(f"delay must be seconds or a timedelta, not {delay!r}")
+        return {PROP_TIMER_DELAY_MS: str(ms)}, now_ms + ms
+    return {}, None
+
+
+def asked_delivery_time(properties: Mapping[str, str], now_ms: int) -> int | None:
+    """The delivery time ``properties`` set directly by the caller ask for (epoch ms), None if
+    they ask for none; a malformed value counts as none here (the broker refuses it)."""
+    for name, unit in _ASKING:
+        text = properties.get(name)
+        if text is not None:
+            try:
+                value = int(text)
+            except ValueError:
+                return None
+            return value if unit is None else now_ms + value * unit
+    return None

@@ -31,10 +31,17 @@ from client.errors import (
     TopicNotFoundError,
     UnreachableError,
 )
-from client.message import OutgoingMessage, SendResult
-from client.routes import MessageQueue, RouteCache, TopicRoute
+from client.message import (
+    Delay,
+    DeliverAt,
+    OutgoingMessage,
+    SendResult,
+    asked_delivery_time,
+    delivery_properties,
+)
+from client.routes import MessageQueue, RouteCache, TopicRoute, fetch_cluster_info
 from protocol.codes import RequestCode, ResponseCode
-from protocol.message import encode_properties
+from protocol.message import RecordError, encode_properties, parse_msg_id
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Frame, Scalar
 from remoting.client import ConnectionPool, RemotingClient
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError
@@ -154,8 +161,18 @@ class Producer:
         keys: str = "",
         tags: str = "",
         properties: Mapping[str, str] | None = None,
+        *,
+        deliver_at: DeliverAt | None = None,
+        delay: Delay | None = None,
     ) -> SendResult:
         """Send one message; returns where it was stored.
+
+        ``deliver_at`` (epoch ms or a datetime) or ``delay`` (seconds or a timedelta) makes it a
+        scheduled message: acknowledged now like any send, delivered to ``topic`` at that time
+        (a time in the past: at once). The result's ``msg_id`` recalls it until then
+        (:meth:`recall`); its ``queue_offset`` is -1. The broker refuses a negative delay or a
+        time beyond its maximum (40 days by default) with a :class:`BrokerError`
+        (MESSAGE_ILLEGAL).
 
         Raises :class:`TopicNotFoundError` (never retried), :class:`BrokerError` for another
         definitive refusal, :class:`SendError` when every attempt failed.
@@ -165,22 +182,28 @@ class Producer:
                 f"message body of {len(body)} bytes exceeds max_message_bytes "
                 f"{self.max_message_bytes}"
             )
-        header: dict[str, Scalar] = {
-            "topic": topic,
-            "queueId": 0,
-            "bornTimestamp": time.time_ns() // 1_000_000,
-        }
+        born = time.time_ns() // 1_000_000
+        header: dict[str, Scalar] = {"topic": topic, "queueId": 0, "bornTimestamp": born}
         if keys:
             header["keys"] = keys
         if tags:
             header["tags"] = tags
+        timer_props, at = delivery_properties(deliver_at, delay, born)
+        if timer_props:
+            properties = {**(properties or {}), **timer_props}
         if properties:
             header["properties"] = encode_properties(properties).decode()
+            if at is None:  # scheduled through properties given directly?
+                at = asked_delivery_time(properties, born)
         resp, mq = await self._send(topic, RequestCode.SEND_MESSAGE, header, body)
         h = resp.header
         try:
             return SendResult(
-                str(h["msgId"]), mq.broker_name, int(h["queueId"] or 0), int(h["queueOffset"] or 0)
+                str(h["msgId"]),
+                mq.broker_name,
+                int(h["queueId"] or 0),
+                int(h["queueOffset"] or 0),
+                at,
             )
         except (KeyError, TypeError, ValueError):
             raise ClientError(f"malformed send response from {mq.broker_name}: {h}") from None
@@ -188,20 +211,32 @@ class Producer:
     async def send_batch(self, topic: str, messages: Sequence[OutgoingMessage]) -> list[SendResult]:
         """Send messages as one SEND_BATCH_MESSAGE to one queue (one CommitLog append).
 
-        They get consecutive offsets in that queue; results are in the order given.
+        They get consecutive offsets in that queue; results are in the order given. An item
+        with ``deliver_at`` or ``delay`` (:class:`client.message.Message`) is a scheduled
+        message, as with :meth:`send`: it is delivered to the same queue at its time and its
+        result has ``queue_offset`` -1 (the others keep consecutive offsets).
         """
         if not messages:
             return []
         born = time.time_ns() // 1_000_000
         items: list[dict[str, Any]] = []
+        times: list[int | None] = []
         for m in messages:
             item: dict[str, Any] = {"body": m.body, "bornTimestamp": born}
             if m.keys:
                 item["keys"] = m.keys
             if m.tags:
                 item["tags"] = m.tags
-            if m.properties:
-                item["properties"] = dict(m.properties)
+            props = dict(m.properties)
+            timer_props, at = delivery_properties(
+                getattr(m, "deliver_at", None), getattr(m, "delay", None), born
+            )
+            props.update(timer_props)
+            if at is None:
+                at = asked_delivery_time(props, born)
+            times.append(at)
+            if props:
+                item["properties"] = props
             items.append(item)
         body: bytes = msgpack.packb(items, use_bin_type=True)
         if len(body) > DEFAULT_MAX_FRAME_BYTES - _FRAME_OVERHEAD:
@@ -215,12 +250,91 @@ class Producer:
             first = int(h["queueOffset"] or 0)
             if not isinstance(ids, list) or len(ids) != len(messages):
                 raise ValueError("message id count does not match the batch")
-            return [
-                SendResult(str(msg_id), mq.broker_name, queue_id, first + i)
-                for i, msg_id in enumerate(ids)
-            ]
+            results: list[SendResult] = []
+            offset = first
+            for msg_id, at in zip(ids, times, strict=True):
+                if at is None:
+                    results.append(SendResult(str(msg_id), mq.broker_name, queue_id, offset))
+                    offset += 1
+                else:
+                    results.append(SendResult(str(msg_id), mq.broker_name, queue_id, -1, at))
+            return results
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             raise ClientError(f"malformed batch response from {mq.broker_name}: {exc}") from None
+
+    async def recall(self, topic: str, msg_id: str) -> None:
+        """Recall the scheduled message ``msg_id`` (its send result's id) of ``topic`` before
+        it is delivered (RocketMQ 5.3's RecallMessage). The request goes to the master of the
+        broker group that stored it, retried like a send through a failover.
+
+        Raises :class:`BrokerError`: MESSAGE_ILLEGAL (not a scheduled message of ``topic``),
+        QUERY_NOT_FOUND (already delivered or recalled, or unknown), BAD_REQUEST (malformed
+        id); :class:`ClientError` when no group of the topic's route stored it;
+        :class:`SendError` when every attempt failed.
+        """
+        if self._closed or not self._started:
+            raise ClosedError("producer is closed" if self._closed else "producer is not started")
+        try:
+            store_host, _offset = parse_msg_id(msg_id)
+        except RecordError:
+            raise ClientError(f"malformed message id {msg_id!r}") from None
+        deadline = time.monotonic() + self.send_deadline
+        header: dict[str, Scalar] = {"topic": topic, "msgId": msg_id}
+        last: Exception | None = None
+        fresh = False
+        while time.monotonic() < deadline:
+            try:
+                route = await self._route(topic, deadline, fresh=fresh, first=not fresh)
+            except NoRouteError as exc:
+                last = exc
+            else:
+                group = await self._group_of(route, store_host)
+                address = route.master_address(group)
+                if address is None:
+                    last = NoRouteError(f"broker group {group} has no master")
+                else:
+                    try:
+                        conn = self._conns.get(address)
+                        if conn is None or conn.is_closed:
+                            conn = await self._connect(address, deadline)
+                        timeout = max(min(self.send_timeout, deadline - time.monotonic()), 0.001)
+                        resp = await conn.request(RequestCode.RECALL_MESSAGE, header, None, timeout)
+                    except _CONNECTION_ERRORS as exc:
+                        last = exc
+                    else:
+                        if resp.code == ResponseCode.SUCCESS:
+                            return
+                        remark = resp.header.get("remark")
+                        error = BrokerError(
+                            resp.code, remark if isinstance(remark, str) else "", address
+                        )
+                        if resp.code not in RETRIABLE_CODES:
+                            raise error
+                        last = error
+            fresh = True
+            await asyncio.sleep(min(self.retry_backoff * 4, max(deadline - time.monotonic(), 0)))
+        raise SendError(f"recall of {msg_id} failed until the deadline: {last}")
+
+    async def _group_of(self, route: TopicRoute, store_host: str) -> str:
+        """The broker group of ``route`` whose broker stored a message (its id's store host)."""
+        for b in route.brokers:
+            if store_host == b.master_address or store_host in b.slaves:
+                return b.broker_name
+        names = {b.broker_name for b in route.brokers}
+        try:
+            clusters = await fetch_cluster_info(self._bootstrap)
+        except ClientError:
+            clusters = {}
+        for brokers in clusters.values():
+            for cb in brokers:
+                if cb.address == store_host and cb.broker_name in names:
+                    return cb.broker_name
+        if len(names) == 1:  # one group: a failover moved its master to another address
+            return next(iter(names))
+        raise ClientError(
+            f"no broker group of topic {route.topic} has the broker {store_host} that stored "
+            "this message"
+        )
 
     # internals --------------------------------------------------------------------------------
     def _isolated(self) -> set[str] | None:

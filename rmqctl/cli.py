@@ -17,7 +17,7 @@ from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
 from rmqctl.lookup import query_msg_by_id, query_msg_by_key, query_msg_by_offset
-from rmqctl.message import consume_message, send_message
+from rmqctl.message import consume_message, recall_message, send_message
 from rmqctl.progress import consumer_connection, consumer_progress
 from rmqctl.topic import topic_route, update_topic
 
@@ -32,6 +32,7 @@ COMMANDS: list[click.Command] = [
     query_msg_by_id,
     query_msg_by_key,
     query_msg_by_offset,
+    recall_message,
     ctl.get_controller_metadata,
     ctl.get_sync_state_set,
     ctl.elect_master,

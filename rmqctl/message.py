@@ -1,15 +1,18 @@
-"""Message commands: sendMessage, consumeMessage."""
+"""Message commands: sendMessage (scheduled with --delay / --deliver-at), consumeMessage,
+recallMessage."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import re
 import signal
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import click
@@ -24,6 +27,47 @@ _WINDOW = 64
 # Up to this many messages, a table row each; more: a summary (and a progress bar on a terminal)
 # unless --verbose.
 _ROWS_UP_TO = 10
+
+_DELAY = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class DelayType(click.ParamType[float]):
+    """A delay: a number with a unit (500ms, 30s, 5m, 2h, 1d; none: seconds)."""
+
+    name = "DELAY"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        match = _DELAY.match(str(value))
+        if match is None:
+            self.fail(f"{value!r} is not a delay such as 500ms, 30s, 5m, 2h or 1d", param, ctx)
+        return float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+
+
+class DeliverAtType(click.ParamType[int]):
+    """A delivery time: epoch milliseconds, or an ISO 8601 time (no zone: local time)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            return int(datetime.fromisoformat(text).timestamp() * 1000)
+        except ValueError:
+            self.fail(
+                f"{value!r} is neither epoch milliseconds nor an ISO time "
+                "(e.g. 2026-11-24T15:00:00+00:00)",
+                param,
+                ctx,
+            )
 
 
 @click.command("sendMessage", short_help="Send a message, N times with --count.")
@@ -62,6 +106,20 @@ _ROWS_UP_TO = 10
     is_flag=True,
     help=f"One table row per message however many (default: up to {_ROWS_UP_TO}, then a summary).",
 )
+@click.option(
+    "--delay",
+    type=DelayType(),
+    default=None,
+    help="Scheduled message: deliver after this delay (500ms, 30s, 5m, 2h, 1d; a bare "
+    "number is seconds).",
+)
+@click.option(
+    "--deliver-at",
+    type=DeliverAtType(),
+    default=None,
+    help="Scheduled message: deliver at this time (epoch ms, or ISO 8601 such as "
+    "2026-11-24T15:00:00+00:00; no zone: local time).",
+)
 @pass_settings
 def send_message(
     settings: Settings,
@@ -74,6 +132,8 @@ def send_message(
     deadline: float,
     attempt_timeout: float,
     rows: bool,
+    delay: float | None,
+    deliver_at: int | None,
 ) -> None:
     """Send a message (N times with --count) and report where each was stored.
 
@@ -85,9 +145,15 @@ def send_message(
     global -v) prints every row.
 
     Prints {"sent": N, "elapsedMs", "messagesPerSecond", "queues": [{"brokerName", "queueId",
-    "messages"}], "results": [{"msgId", "brokerName", "queueId", "queueOffset"}]}.
+    "messages"}], "results": [{"msgId", "brokerName", "queueId", "queueOffset"}]}, with
+    "deliverAtMs" in each result of a scheduled message.
+
+    With --delay or --deliver-at the message is scheduled: stored now, delivered to the topic
+    at that time. Its msgId recalls it until then (recallMessage); its queueOffset is -1.
     """
     payload = body.encode()
+    if delay is not None and deliver_at is not None:
+        raise click.UsageError("give --delay or --deliver-at, not both")
     bar = count > _ROWS_UP_TO and sys.stderr.isatty()
 
     async def work() -> list[SendResult]:
@@ -98,7 +164,17 @@ def send_message(
             ) as producer:
                 for first in range(0, count, _WINDOW):
                     n = min(_WINDOW, count - first)
-                    sends = (producer.send(topic, payload, keys=keys, tags=tags) for _ in range(n))
+                    sends = (
+                        producer.send(
+                            topic,
+                            payload,
+                            keys=keys,
+                            tags=tags,
+                            delay=delay,
+                            deliver_at=deliver_at,
+                        )
+                        for _ in range(n)
+                    )
                     results.extend(await asyncio.gather(*sends))
                     advance(n)
         return results
@@ -120,6 +196,7 @@ def send_message(
                 "brokerName": r.broker_name,
                 "queueId": r.queue_id,
                 "queueOffset": r.queue_offset,
+                **({} if r.deliver_at_ms is None else {"deliverAtMs": r.deliver_at_ms}),
             }
             for r in results
         ],
@@ -129,8 +206,17 @@ def send_message(
         summary = send_summary(len(results), elapsed, queues)
         if len(results) > _ROWS_UP_TO and not (rows or settings.verbose):
             return summary
-        lines = [[r.msg_id, r.broker_name, r.queue_id, r.queue_offset] for r in results]
-        return table(["Msg Id", "Broker Name", "Queue", "Offset"], lines) + "\n" + summary
+        headers = ["Msg Id", "Broker Name", "Queue", "Offset"]
+        lines: list[list[object]] = [
+            [r.msg_id, r.broker_name, r.queue_id, r.queue_offset] for r in results
+        ]
+        if any(r.deliver_at_ms is not None for r in results):
+            headers.append("Deliver At")
+            for line, r in zip(lines, results, strict=True):
+                if r.deliver_at_ms is not None:
+                    line[3] = "scheduled"
+                line.append(_iso(r.deliver_at_ms))
+        return table(headers, lines) + "\n" + summary
 
     emit(settings, doc, human)
 
@@ -157,6 +243,38 @@ def _progress(length: int) -> Iterator[Any]:
         length=length, label="sending", file=sys.stderr, show_pos=True, show_eta=True
     ) as bar:
         yield bar.update
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")
+
+
+@click.command("recallMessage", short_help="Recall a scheduled message before its delivery.")
+@addresses_option
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic it was sent to.")
+@click.option("-i", "--msg-id", required=True, metavar="MSGID", help="Message id its send printed.")
+@pass_settings
+def recall_message(settings: Settings, addresses: str, topic: str, msg_id: str) -> None:
+    """Recall a scheduled message (sent with --delay or --deliver-at) before it is delivered.
+
+    Fails (exit status 1) when the id is malformed, is not a scheduled message of TOPIC, or
+    was already delivered or recalled.
+
+    Prints {"recalled": MSGID, "topic": TOPIC}.
+    """
+
+    async def work() -> None:
+        async with Producer(addresses) as producer:
+            await producer.recall(topic, msg_id)
+
+    run(work())
+    emit(
+        settings,
+        {"recalled": msg_id, "topic": topic},
+        lambda: f"recalled {msg_id} of topic {topic}",
+    )
 
 
 @click.command("consumeMessage", short_help="Consume messages as a member of a group.")

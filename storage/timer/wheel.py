@@ -138,6 +138,7 @@ class TimingWheel:
 
     __slots__ = (
         "_far",
+        "_far_cancels",
         "_heads",
         "_heads_from",
         "_loaded_through",
@@ -174,6 +175,7 @@ class TimingWheel:
         self._near_index: dict[int, int] = {}  # commitlog offset -> near slot
         self._heads: dict[int, int] = {}  # bucket -> timer log position of its newest record
         self._far: list[int] = []  # heap of buckets whose chain is not loaded yet
+        self._far_cancels: set[int] = set()  # offsets cancelled in unloaded buckets (this run)
         self._seg_max: dict[int, tuple[int, int]] = {}  # segment start -> max key in it
         self.indexed_through = 0
         self._pending = 0
@@ -203,7 +205,11 @@ class TimingWheel:
             self.indexed_through = max(self.indexed_through, rec.source_end)
             self._note_segment(pos, (rec.due_ms, rec.offset))
             if (rec.due_ms, rec.offset) > self.delivered:
-                self._pending += 1 if rec.kind is TimerKind.SCHEDULE else -1
+                if rec.kind is TimerKind.SCHEDULE:
+                    self._pending += 1
+                else:
+                    self._pending -= 1
+                    self._far_cancels.add(rec.offset)  # dropped when its bucket loads
             bucket = self._bucket(rec.due_ms)
             if bucket < first_live_bucket:
                 continue  # every entry of it is at or below the progress mark
@@ -272,9 +278,14 @@ class TimingWheel:
             self._pending -= 1
             return True
         bucket = self._bucket(deliver_at_ms)
-        if bucket <= self._loaded_through or bucket not in self._heads:
+        if (
+            bucket <= self._loaded_through
+            or bucket not in self._heads
+            or commitlog_offset in self._far_cancels
+        ):
             return False
         self._append(TimerKind.CANCEL, deliver_at_ms, commitlog_offset, 0, source_end)
+        self._far_cancels.add(commitlog_offset)
         self._pending -= 1
         return True
 
@@ -287,6 +298,8 @@ class TimingWheel:
             return False
         if commitlog_offset in self._near_index:
             return True
+        if commitlog_offset in self._far_cancels:
+            return False
         bucket = self._bucket(due_ms)
         return bucket > self._loaded_through and bucket in self._heads
 
@@ -338,6 +351,7 @@ class TimingWheel:
             else:
                 schedules[rec.offset] = rec
             pos = rec.prev
+        self._far_cancels.difference_update(cancelled)
         for offset, rec in schedules.items():
             if offset in cancelled:
                 continue

@@ -457,3 +457,19 @@ def test_a_promoted_replica_delivers_exactly_what_the_master_had_not(
     assert promoted == sorted(promoted)
     master.close()
     replica.close()
+
+
+def test_a_far_entry_is_cancelled_once_and_then_no_longer_pending(tmp_path: Path) -> None:
+    now = 1_000_000_000
+    wheel = TimingWheel(tmp_path / "w", now)
+    due = now + 3_600_000
+    entry = wheel.schedule(due, 100, 50, now)
+    assert entry is not None and wheel.pending(due, 100) and wheel.pending_count == 1
+    assert wheel.cancel(due, 100, now, source_end=200)
+    assert not wheel.pending(due, 100) and wheel.pending_count == 0
+    assert not wheel.cancel(due, 100, now, source_end=300)  # a second recall finds nothing
+    wheel.close()
+    reopened = TimingWheel(tmp_path / "w", now)
+    assert not reopened.pending(due, 100) and reopened.pending_count == 0
+    assert reopened.due(due + 1) == []
+    reopened.close()

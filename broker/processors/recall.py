@@ -1,0 +1,62 @@
+"""RECALL_MESSAGE (RocketMQ 5.3's number): recall a scheduled message before its delivery.
+
+Header ``topic`` and ``msgId`` (the id its send answered). The master checks the CommitLog
+record at that id's offset is a scheduled message of that topic still pending, appends a recall
+record (so every replica cancels it from the CommitLog too) and cancels it in its wheel; it
+answers once the recall record is as durable as a send (all-ack waits for the replicas).
+Refusals: BAD_REQUEST (malformed id), MESSAGE_ILLEGAL (not a scheduled message of that topic),
+QUERY_NOT_FOUND (unknown id, or already delivered or recalled), NOT_MASTER / MASTER_FENCED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from broker.context import BrokerContext, WriteRefused
+from broker.timer.service import RecallError
+from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import req_str
+from protocol.remoting import Frame, response
+from remoting.server import Connection, RemotingServer, error_response
+from storage.errors import DiskFullError, StoreError
+
+log = structlog.get_logger(__name__)
+
+
+class RecallProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.RECALL_MESSAGE, self.recall)
+
+    def recall(self, conn: Connection, req: Frame) -> Frame | asyncio.Future[Frame]:
+        ctx = self.ctx
+        topic = req_str(req.header, "topic")
+        msg_id = req_str(req.header, "msgId")
+        try:
+            ctx.check_writable()
+            result = ctx.timer.recall(topic, msg_id)
+        except (WriteRefused, RecallError) as refused:
+            return error_response(req, refused.code, refused.remark)
+        except DiskFullError as exc:
+            return error_response(req, ResponseCode.DISK_FULL, f"disk full: {exc}")
+        except StoreError as exc:
+            log.error("recall failed", topic=topic, msg_id=msg_id, error=str(exc))
+            return error_response(req, ResponseCode.SYSTEM_ERROR, str(exc))
+        log.info("scheduled message recalled", topic=topic, msg_id=msg_id)
+        resp = response(req, ResponseCode.SUCCESS, {"msgId": msg_id})
+        if not ctx.needs_wait(result):
+            return resp
+        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+
+        def done(code: int, remark: str) -> None:
+            if not fut.done():
+                fut.set_result(
+                    resp if code == ResponseCode.SUCCESS else error_response(req, code, remark)
+                )
+
+        ctx.when_durable(result, done)
+        return fut
