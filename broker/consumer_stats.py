@@ -19,15 +19,20 @@ from collections.abc import Iterator
 import structlog
 
 from broker.context import BrokerContext
-from protocol.consume_stats import QueueStats
+from protocol.consume_stats import QueueStats, queue_lag
 
 log = structlog.get_logger(__name__)
 
 
-def group_topics(ctx: BrokerContext, group: str | None) -> dict[str, set[str]]:
-    """group -> topics to report (one group when ``group`` is given; unknown: empty)."""
+def group_topics(
+    ctx: BrokerContext,
+    group: str | None,
+    committed: dict[str, dict[str, dict[int, int]]] | None = None,
+) -> dict[str, set[str]]:
+    """group -> topics to report (one group when ``group`` is given; unknown: empty).
+    ``committed``: the offset table's snapshot when the caller has one."""
     out: dict[str, set[str]] = {}
-    for name, by_topic in ctx.offsets.snapshot().items():
+    for name, by_topic in (ctx.offsets.snapshot() if committed is None else committed).items():
         out.setdefault(name, set()).update(by_topic)
     for name, subscribed in ctx.groups.subscriptions().items():
         out.setdefault(name, set()).update(subscribed)
@@ -52,13 +57,41 @@ def queue_stats(
 
 def lag_by_group_topic(ctx: BrokerContext) -> dict[tuple[str, str], int]:
     """(group, topic) -> the sum of its queues' lags here: what ``rmq_consumer_group_lag``
-    exports."""
+    exports, the same figures as :func:`queue_stats` (the same :func:`queue_lag`), with each
+    queue's bounds read once for all groups."""
+    committed = ctx.offsets.snapshot()
+    bounds: dict[str, list[tuple[int, int]]] = {}
     totals: dict[tuple[str, str], int] = {}
-    for name, rows in queue_stats(ctx).items():
-        for row in rows:
-            key = (name, row.topic)
-            totals[key] = totals.get(key, 0) + row.lag
+    for name, topics in group_topics(ctx, None, committed).items():
+        by_topic = committed.get(name, {})
+        for topic in topics:
+            queues = bounds.get(topic)
+            if queues is None:
+                queues = bounds[topic] = _bounds(ctx, topic)
+            if not queues:
+                continue  # not (or no longer) a topic here
+            offsets = by_topic.get(topic, {})
+            totals[(name, topic)] = sum(
+                queue_lag(max_offset, offsets.get(queue_id), min_offset)
+                for queue_id, (min_offset, max_offset) in enumerate(queues)
+            )
     return totals
+
+
+def _bounds(ctx: BrokerContext, topic: str) -> list[tuple[int, int]]:
+    """(min offset, max offset a consumer can read) of each queue of ``topic`` here."""
+    config = ctx.topics.get(topic)
+    if config is None:
+        return []
+    store = ctx.store
+    visible = ctx.visible_offset()
+    return [
+        (
+            store.queue_min_offset(topic, queue_id),
+            store.queue_visible_max_offset(topic, queue_id, visible),
+        )
+        for queue_id in range(config.queues)
+    ]
 
 
 def _rows(ctx: BrokerContext, group: str, topics: list[str]) -> Iterator[QueueStats]:

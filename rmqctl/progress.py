@@ -176,8 +176,12 @@ def consumer_progress(
         }
         emit(settings, doc, lambda: groups_table(totals, notes))
     elif not rows and not failures:
-        where = f" on topic {topic}" if topic else ""
-        raise CommandError(f"consumer group {group!r} not found{where} on any broker group")
+        if topic:
+            raise CommandError(
+                f"consumer group {group!r} has no offsets or members for topic {topic!r} on any "
+                "broker group"
+            )
+        raise CommandError(f"consumer group {group!r} not found on any broker group")
     else:
         doc = {
             "group": group,

@@ -214,3 +214,20 @@ async def test_malformed_requests_are_bad_requests(
     answer, _ = await call(broker, code, header)
     assert answer == ResponseCode.BAD_REQUEST
     assert (await stats(broker)).groups == {}  # nothing stored, the broker still answers
+
+
+async def test_the_metric_sums_exactly_the_rows_consumer_progress_shows(broker: Broker) -> None:
+    """Committed, never committed, a live member's topic only, and a topic this broker does not
+    have: the metric's (group, topic) sums equal the GET_CONSUME_STATS rows summed."""
+    broker.ctx.create_topic("U", 3)
+    broker.ctx.store.put("U", 2, [Message(topic="U", body=b"u") for _ in range(5)], now_ms=NOW)
+    await commit(broker, "g", 0, 1)
+    broker.ctx.offsets.commit("g", "Gone", 0, 9)
+    broker.ctx.groups.heartbeat("m", "c-1", "U", broker.ctx.now_ms(), 1)
+    rows = (await stats(broker)).groups
+    expected = {}
+    for group, queues in rows.items():
+        for q in queues:
+            expected[(group, q.topic)] = expected.get((group, q.topic), 0.0) + q.lag
+    assert expected == {("g", "T"): 9 + 4, ("m", "U"): 5}
+    assert await asyncio.to_thread(scraped_lag, broker) == expected

@@ -247,6 +247,8 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
         unknown = rmqctl(cluster, "consumerProgress", "-g", "nobody")
         assert unknown.returncode == 1 and unknown.stdout == ""
         assert unknown.stderr == "rmqctl: consumer group 'nobody' not found on any broker group\n"
+        other = rmqctl(cluster, "consumerProgress", "-g", "slow", "-t", "Other")
+        assert other.returncode == 1 and other.stderr.count("\n") == 1, other.stderr
 
         # Failover: the slave copies offsets and times within its sync interval; wait for it,
         # kill -9 the master, and the new master reports the same figures.
