@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from protocol.ha import (
     EpochEntry,
@@ -194,3 +196,52 @@ async def test_a_new_epoch_met_mid_stream_is_recorded_before_its_bytes(tmp_path:
     finally:
         await c.close()
         await a.close()
+
+
+async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Close the stream at once, as a master that stops or steps down does."""
+
+
+def ended(logs: list[dict[str, object]]) -> list[tuple[object, str]]:
+    """(level, reason) of every "HA connection to the master ended" line."""
+    return [
+        (e["log_level"], str(e["reason"]))
+        for e in logs
+        if e["event"] == "HA connection to the master ended; reconnecting"
+    ]
+
+
+async def test_a_stream_the_master_closed_is_info_and_a_refused_reconnect_a_warning(
+    slave: Node,
+) -> None:
+    """Stopping a group logs no warning for the master closing its stream (make run's Ctrl-C);
+    a master that stays away does."""
+    master = ScriptedMaster(hang_up)
+    address = await master.start()
+    with structlog.testing.capture_logs() as logs:
+        try:
+            await slave.ha.become_slave(address, 1, 2, slave.address)
+            await wait_until_async(lambda: master.sessions >= 1 and ended(logs), "a hang-up", 5)
+            await master.stop()
+            assert master.server is not None
+            await master.server.wait_closed()
+            await wait_until_async(lambda: len(ended(logs)) >= 2, "a refused reconnect", 5)
+        finally:
+            await master.stop()
+    (level, reason), *rest = ended(logs)
+    assert (level, reason) == ("info", "connection closed by the master")
+    assert any(lvl == "warning" and "cannot connect" in why for lvl, why in rest), rest
+
+
+async def test_a_first_attempt_at_a_new_master_is_info_and_the_second_a_warning(
+    slave: Node,
+) -> None:
+    """A master just elected refuses slaves until it has switched roles: the first failed
+    attempt is retried at once and is no warning; a second one in a row is."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    with structlog.testing.capture_logs() as logs:
+        await slave.ha.become_slave(dead, 1, 2, slave.address)
+        await wait_until_async(lambda: len(ended(logs)) >= 2, "two failed attempts", 5)
+    assert [level for level, _ in ended(logs)[:2]] == ["info", "warning"]
