@@ -18,12 +18,14 @@ from broker.metrics import BrokerMetrics, BrokerReadings
 from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.consumer_stats import ConsumerStatsProcessor
+from broker.processors.dlq import DeadLetterProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
 from broker.processors.recall import RecallProcessor
 from broker.processors.replication import ReplicationProcessor
 from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
+from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
 from remoting.ports import check_port_free
@@ -96,6 +98,8 @@ class Broker:
             ConsumerStatsProcessor(self.ctx),
             QueryProcessor(self.ctx),
             RecallProcessor(self.ctx),
+            SubscriptionGroupProcessor(self.ctx),
+            DeadLetterProcessor(self.ctx),
         ):
             processor.register(self.server)
         self.ha: HAService | None = None
@@ -153,6 +157,8 @@ class Broker:
         try:
             self.ctx.topics.load()
             self.ctx.offsets.load()
+            self.ctx.sub_groups.load()
+            self.ctx.dlq_resent.load()
         except StoreError as exc:  # both copies of a config file fail their checksums
             raise StartRefused(str(exc)) from None
         self._loaded = True

@@ -141,7 +141,9 @@ class BrokerConfig:
         5000, "how often topics are registered with every controller for routes", at_least(100)
     )
     slave_config_sync_interval_ms: int = field(
-        1000, "how often a slave copies its master's topics and consumer offsets", at_least(100)
+        1000,
+        "how often a slave copies its master's topics, consumer offsets and subscription groups",
+        at_least(100),
     )
     consumer_offset_persist_interval_ms: int = field(
         5_000, "how often consumer offsets are written to disk", at_least(100)

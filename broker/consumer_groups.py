@@ -100,5 +100,12 @@ class ConsumerGroups:
             for group, members in self._groups.items()
         }
 
+    def member_on(self, group: str, connection_id: int, now_ms: int) -> str | None:
+        """The id of a live member of ``group`` that heart-beats over this connection."""
+        for m in self._groups.get(group, {}).values():
+            if m.connection_id == connection_id and now_ms - m.last_seen_ms <= self._expiry_ms:
+                return m.client_id
+        return None
+
     def groups(self) -> list[str]:
         return sorted(self._groups)

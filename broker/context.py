@@ -21,7 +21,13 @@ from broker.metrics import BrokerMetrics
 from broker.role import RoleCell, RoleState
 from broker.timer.service import TimerService
 from protocol.codes import ResponseCode
-from storage.config_files import ConsumerOffsetStore, TopicConfig, TopicConfigStore
+from storage.config_files import (
+    ConsumerOffsetStore,
+    DlqResendLedger,
+    SubscriptionGroupStore,
+    TopicConfig,
+    TopicConfigStore,
+)
 from storage.store import MessageStore, PutResult
 
 
@@ -39,6 +45,9 @@ class BrokerContext:
         self.service = MessageStoreService(cfg, metrics)
         self.topics = TopicConfigStore(cfg.data_dir)
         self.offsets = ConsumerOffsetStore(cfg.data_dir)
+        self.sub_groups = SubscriptionGroupStore(cfg.data_dir)
+        """Consumer groups' retry settings (persisted; a slave copies its master's)."""
+        self.dlq_resent = DlqResendLedger(cfg.data_dir)
         self.groups = ConsumerGroups(cfg.client_expiry_ms)
         self.waiters = PullWaiters()
         self.appender = Appender(self.service.store, self.waiters, metrics)
@@ -109,6 +118,12 @@ class BrokerContext:
         for listener in self.topic_listeners:
             listener()
         return tc
+
+    def ensure_system_topic(self, topic: str) -> TopicConfig:
+        """A group's retry or DLQ topic, created with one queue (RocketMQ's default) when
+        missing."""
+        tc = self.topics.get(topic)
+        return tc if tc is not None else self.create_topic(topic, 1)
 
     def adopt_store_topics(self) -> list[str]:
         """Give every topic that has messages in the store a topic config (a new master whose

@@ -425,6 +425,25 @@ class BrokerMetrics:
             base,
             registry=r,
         ).labels(**labels)
+        group_topic = [*base, "group", "topic"]
+        self.consumer_retries = Counter(
+            "rmq_broker_consumer_retries_total",
+            "Nacked messages re-published to a group's retry topic, by group and original topic",
+            group_topic,
+            registry=r,
+        )
+        self.dlq_messages = Counter(
+            "rmq_broker_dlq_messages_total",
+            "Messages moved to a group's dead-letter topic, by group and original topic",
+            group_topic,
+            registry=r,
+        )
+        self.dlq_resent = Counter(
+            "rmq_broker_dlq_resent_total",
+            "DLQ messages re-sent to their original topic (resendDLQ), by group and topic",
+            group_topic,
+            registry=r,
+        )
         self._gauges: dict[str, Gauge] = {}
 
     def bind(self, readings: BrokerReadings) -> None:
@@ -467,6 +486,15 @@ class BrokerMetrics:
     def topic(self, topic: str) -> TopicCounts:
         """The topic's traffic counts, to add to in place."""
         return self.traffic.get(topic)
+
+    def consumer_retry(self, group: str, topic: str) -> None:
+        self.consumer_retries.labels(**self._labels, group=group, topic=topic).inc()
+
+    def dead_letter(self, group: str, topic: str) -> None:
+        self.dlq_messages.labels(**self._labels, group=group, topic=topic).inc()
+
+    def resent_from_dlq(self, group: str, topic: str, count: int) -> None:
+        self.dlq_resent.labels(**self._labels, group=group, topic=topic).inc(count)
 
     def send_error(self, code: int) -> None:
         self.send_errors.labels(**self._labels, code=code_name(code)).inc()

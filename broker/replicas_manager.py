@@ -4,8 +4,8 @@ It obtains a persistent BrokerId, registers with the active controller, heart-be
 group's metadata from the controllers (by poll; a NOTIFY_BROKER_ROLE_CHANGED push only makes it
 poll at once) and flips the broker between master and slave through the HAService. It also
 reports SyncStateSet changes (AlterSyncStateSet), registers topics for routes with every
-controller, fences a master that lost the controller, and keeps a slave's topic config and
-consumer offsets in step with its master.
+controller, fences a master that lost the controller, and keeps a slave's topic config,
+consumer offsets, subscription groups and DLQ resend ledger in step with its master.
 
 Rules worth knowing:
 - a role change is believed only from the controllers' own answers (GET_REPLICA_INFO, REGISTER,
@@ -48,9 +48,11 @@ from broker.identity import (
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Header
+from protocol.retry import RetryConfigError, config_from_dict
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError, UnreachableError
 from remoting.failover import AddressFailover
+from storage.errors import StoreError
 
 log = structlog.get_logger(__name__)
 
@@ -466,8 +468,9 @@ class ReplicasManager:
                     pass
 
     async def _slave_sync_loop(self) -> None:
-        """A slave copies its master's topic config and consumer offsets, so a new master serves
-        the same topics and groups resume near where they were."""
+        """A slave copies its master's topic config, consumer offsets, subscription groups and
+        DLQ resend ledger, so a new master serves the same topics, groups resume near where they
+        were and retry with the same settings."""
         interval = self.cfg.slave_config_sync_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
@@ -497,6 +500,11 @@ class ReplicasManager:
                 self._copy_offsets(offsets)
             except (AttributeError, TypeError, ValueError) as exc:  # a malformed table
                 log.warning("master's consumer offsets unreadable", error=str(exc))
+            try:
+                groups = await conn.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, timeout=3.0)
+            except RemotingError:  # gone meanwhile, or a master from before the request existed
+                continue
+            self._copy_subscription_groups(groups)
 
     def _copy_offsets(self, answer: Frame) -> None:
         """Take the master's consumer offsets and their last consume times (a master that does
@@ -514,6 +522,19 @@ class ReplicasManager:
                     self.ctx.offsets.commit(
                         group, topic, int(queue_id), int(offset), None if at is None else int(at)
                     )
+
+    def _copy_subscription_groups(self, frame: Frame) -> None:
+        """Store the master's subscription groups and resend marks (a bad entry is logged and
+        skipped: the master checked it, so it means a version mismatch, not input to trust)."""
+        try:
+            doc = msgpack.unpackb(frame.body or b"\x80", raw=False)
+            table = doc.get("subscriptionGroupTable") or {}
+            resent = doc.get("dlqResent") or {}
+            for entry in table.values():
+                self.ctx.sub_groups.put(config_from_dict(entry))
+            self.ctx.dlq_resent.merge(resent)
+        except (RetryConfigError, StoreError, ValueError, TypeError, AttributeError) as exc:
+            log.error("copying the master's subscription groups failed", error=str(exc))
 
     # -- role changes --------------------------------------------------------------------------
     def on_role_notification(self, frame: Frame, sender: str = "?") -> None:

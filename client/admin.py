@@ -1,15 +1,19 @@
-"""Administrative requests (what rmqctl's topic and cluster commands use)."""
+"""Administrative requests (what rmqctl's topic, cluster and consumer group commands use)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
+
+import msgpack
 
 from client.bootstrap import Bootstrap, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
-from protocol.codes import RequestCode
-from protocol.remoting import Scalar
+from protocol.codes import RequestCode, ResponseCode
+from protocol.remoting import Frame, Scalar
+from protocol.retry import RetryConfigError, config_from_dict
 from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
@@ -69,3 +73,146 @@ class Admin:
         if errors:
             raise ClientError(f"creating topic {topic!r} failed on {'; '.join(errors)}")
         return names
+
+    # -- consumer groups: retry settings and dead-letter queues ---------------------------------
+    async def _brokers(self, broker_name: str | None, *, reads: bool = False) -> dict[str, str]:
+        """broker name -> address of its master (``reads``: or of a slave while it has none),
+        for every broker group, or only ``broker_name``."""
+        clusters = await self.cluster_info()
+        masters: dict[str, str] = {}
+        slaves: dict[str, str] = {}
+        for brokers in clusters.values():
+            for b in brokers:
+                if broker_name is not None and b.broker_name != broker_name:
+                    continue
+                if b.is_master:
+                    masters[b.broker_name] = b.address
+                else:
+                    slaves.setdefault(b.broker_name, b.address)
+        found = {**slaves, **masters} if reads else masters
+        if broker_name is not None and broker_name not in found:
+            raise ClientError(f"broker group {broker_name!r} has no master (or is unknown)")
+        if not found:
+            raise ClientError("no master broker found")
+        return found
+
+    async def _each(
+        self,
+        targets: dict[str, str],
+        code: int,
+        header: dict[str, Scalar],
+        body: bytes | None = None,
+    ) -> dict[str, Frame | BrokerError | str]:
+        """Send one request to every target; broker name -> answer, refusal or failure text."""
+
+        async def one(name: str, address: str) -> Frame | BrokerError | str:
+            try:
+                conn = await self._pool.get(address)
+                return await conn.call(code, header, body, self.timeout)
+            except ResponseError as exc:
+                return BrokerError(exc.code, exc.remark, address)
+            except RemotingError as exc:
+                return f"{name} ({address}): {describe_failure(exc)}"
+
+        names = sorted(targets)
+        answers = await asyncio.gather(*(one(n, targets[n]) for n in names))
+        return dict(zip(names, answers, strict=True))
+
+    async def update_sub_group(
+        self, settings: dict[str, Any], broker_name: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Create or update a consumer group's retry settings (the keys of
+        :data:`protocol.retry.FIELDS`, ``groupName`` required; keys left out keep their value)
+        on the master of every broker group, or of ``broker_name``. Returns broker name ->
+        the settings now stored there."""
+        try:
+            config_from_dict(settings)  # the brokers check again; fail before sending
+        except RetryConfigError as exc:
+            raise ClientError(str(exc)) from None
+        masters = await self._brokers(broker_name)
+        answers = await self._each(
+            masters,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            {},
+            msgpack.packb(settings),
+        )
+        return _bodies(answers, f"updating subscription group {settings.get('groupName')!r}")
+
+    async def get_sub_group(
+        self, group: str, broker_name: str | None = None
+    ) -> dict[str, dict[str, Any] | None]:
+        """A group's retry settings on every broker group (None where it is not configured,
+        i.e. has the defaults)."""
+        targets = await self._brokers(broker_name, reads=True)
+        answers = await self._each(
+            targets, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}
+        )
+        out: dict[str, dict[str, Any] | None] = {}
+        errors = []
+        for name, answer in answers.items():
+            if (
+                isinstance(answer, BrokerError)
+                and answer.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+            ):
+                out[name] = None
+            elif isinstance(answer, Frame):
+                out[name] = _unpack_map(answer)
+            else:
+                errors.append(f"{name}: {answer}")
+        if errors:
+            raise ClientError(f"reading subscription group {group!r} failed on {'; '.join(errors)}")
+        return out
+
+    async def query_dlq(
+        self, group: str, broker_name: str | None = None, max_count: int = 1000
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The messages of ``group``'s DLQ, per broker group (oldest first, at most
+        ``max_count`` each)."""
+        targets = await self._brokers(broker_name, reads=True)
+        answers = await self._each(
+            targets,
+            RequestCode.QUERY_DLQ_MESSAGES,
+            {"consumerGroup": group, "maxCount": max_count},
+        )
+        docs = _bodies(answers, f"querying the DLQ of {group!r}")
+        return {name: list(doc.get("messages") or []) for name, doc in docs.items()}
+
+    async def resend_dlq(
+        self, group: str, msg_id: str | None = None, broker_name: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Re-send ``group``'s DLQ messages (all not re-sent before, or the one ``msg_id``) to
+        their original topics; broker name -> ``{"resent": [...], "skipped": [...]}``."""
+        masters = await self._brokers(broker_name)
+        header: dict[str, Scalar] = {"consumerGroup": group}
+        if msg_id:
+            header["msgId"] = msg_id
+        else:
+            header["all"] = True
+        answers = await self._each(masters, RequestCode.RESEND_DLQ_MESSAGES, header)
+        if msg_id:
+            # The id names one record; only the group that holds it finds it.
+            found = {n: a for n, a in answers.items() if isinstance(a, Frame)}
+            if not found:
+                missing = all(
+                    isinstance(a, BrokerError) and a.code == ResponseCode.MESSAGE_NOT_FOUND
+                    for a in answers.values()
+                )
+                if missing:
+                    raise ClientError(f"{msg_id} is not a message of the DLQ of {group!r}")
+                return _bodies(answers, f"re-sending {msg_id}")
+            answers = dict(found)
+        return _bodies(answers, f"re-sending the DLQ of {group!r}")
+
+
+def _unpack_map(frame: Frame) -> dict[str, Any]:
+    doc = msgpack.unpackb(frame.body or b"\x80", raw=False)
+    if not isinstance(doc, dict):
+        raise ClientError("malformed answer: not a map")
+    return doc
+
+
+def _bodies(answers: dict[str, Frame | BrokerError | str], what: str) -> dict[str, dict[str, Any]]:
+    errors = [f"{n}: {a}" for n, a in answers.items() if not isinstance(a, Frame)]
+    if errors:
+        raise ClientError(f"{what} failed on {'; '.join(errors)}")
+    return {n: _unpack_map(a) for n, a in answers.items() if isinstance(a, Frame)}

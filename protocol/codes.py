@@ -23,6 +23,7 @@ class RequestCode(IntEnum):
     VIEW_MESSAGE_BY_ID = 33
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
     GET_CONSUMER_LIST_BY_GROUP = 38
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     GET_ALL_CONSUMER_OFFSET = 43
@@ -30,9 +31,12 @@ class RequestCode(IntEnum):
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_CONSUMER_CONNECTION_LIST = 203
     GET_CONSUME_STATS = 208
     SEND_BATCH_MESSAGE = 320
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
     RECALL_MESSAGE = 470
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -46,6 +50,9 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # Our own: a consumer group's dead-letter queue (issue 11).
+    QUERY_DLQ_MESSAGES = 5200
+    RESEND_DLQ_MESSAGES = 5201
 
 
 class ControllerCode(IntEnum):
@@ -79,6 +86,7 @@ class ResponseCode(IntEnum):
     PULL_RETRY_IMMEDIATELY = 20
     PULL_OFFSET_MOVED = 21
     QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
     # Controller errors (RocketMQ 5 numbering).
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
@@ -109,6 +117,10 @@ class ResponseCode(IntEnum):
     # A pull reached a record the broker cannot read (it fails its CRC, or its bytes were lost):
     # header physicalOffset names its CommitLog offset. Not retriable at this offset.
     MESSAGE_CORRUPT = 5007
+    # CONSUMER_SEND_MSG_BACK: the offset names no message of the group's topics on this broker.
+    MESSAGE_NOT_FOUND = 5008
+    # CONSUMER_SEND_MSG_BACK from a connection no member of the group heart-beats over.
+    NOT_GROUP_MEMBER = 5009
 
 
 def code_name(code: int) -> str:

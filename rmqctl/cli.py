@@ -1,7 +1,7 @@
 """The ``rmqctl`` command line: mqadmin's command names and short flags.
 
 Commands live one module per area (:mod:`rmqctl.topic`, :mod:`rmqctl.cluster`,
-:mod:`rmqctl.message`, :mod:`rmqctl.lookup`); a new area (e.g. the controller commands) adds a module and one entry in
+:mod:`rmqctl.message`, :mod:`rmqctl.lookup`, :mod:`rmqctl.group`); a new area (e.g. the controller commands) adds a module and one entry in
 ``COMMANDS``.
 """
 
@@ -16,6 +16,7 @@ import structlog
 from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
+from rmqctl.group import get_sub_group, query_dlq, resend_dlq, update_sub_group
 from rmqctl.lookup import query_msg_by_id, query_msg_by_key, query_msg_by_offset
 from rmqctl.message import consume_message, recall_message, send_message
 from rmqctl.progress import consumer_connection, consumer_progress
@@ -33,6 +34,10 @@ COMMANDS: list[click.Command] = [
     query_msg_by_key,
     query_msg_by_offset,
     recall_message,
+    update_sub_group,
+    get_sub_group,
+    query_dlq,
+    resend_dlq,
     ctl.get_controller_metadata,
     ctl.get_sync_state_set,
     ctl.elect_master,

@@ -1,10 +1,15 @@
-"""The broker's small config files: topic config and consumer offsets, under ``<data_dir>/config/``.
+"""The broker's small config files: topic config, consumer offsets, subscription groups and
+the DLQ resend ledger, under ``<data_dir>/config/``.
 
-Both are JSON written with :func:`storage.small_file.write_atomic` (checksummed, with a ``.bak``)::
+All are JSON written with :func:`storage.small_file.write_atomic` (checksummed, with a ``.bak``)::
 
     topics.json           {"version": 1, "topics": {"<topic>": {"queues": 8}}}
     consumerOffset.json   {"version": 1, "offsets": {"<group>": {"<topic>": {"<queueId>": 42}}},
                            "lastConsumeMs": {"<group>": {"<topic>": {"<queueId>": 1700000000000}}}}
+    subscriptionGroup.json  {"version": 1, "groups": {"<group>": {"groupName": "<group>",
+                             "retryMaxTimes": 16, "retryDelays": "10s 30s ...",
+                             "consumeRetryEnable": true}}}
+    dlqResent.json          {"version": 1, "resent": {"<group>": [<DLQ queue offsets>]}}
 
 ``lastConsumeMs`` (when a group last moved its offset on a queue, epoch ms) may be absent: a file
 written before it existed loads with no times.
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_from_dict
 from storage.errors import StoreError
 from storage.queues import topic_error
 from storage.small_file import read_atomic, write_atomic
@@ -209,3 +215,102 @@ def _str_table(table: dict[str, dict[str, dict[int, int]]]) -> dict[str, Any]:
         }
         for group, topics in table.items()
     }
+
+
+class SubscriptionGroupStore:
+    """Consumer groups' retry settings; a group nobody configured has the defaults. Every change
+    is persisted at once (loop thread only)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = Path(data_dir) / "config" / "subscriptionGroup.json"
+        self._groups: dict[str, SubscriptionGroupConfig] = {}
+
+    def load(self) -> None:
+        groups: dict[str, SubscriptionGroupConfig] = {}
+        for name, entry in _load_json(self.path, "groups").items():
+            if not isinstance(entry, dict) or entry.get("groupName") != name:
+                raise StoreError(f"{self.path}: bad entry for group {name!r}")
+            try:
+                groups[name] = config_from_dict(entry)
+            except RetryConfigError as exc:
+                raise StoreError(f"{self.path}: group {name!r}: {exc}") from None
+        self._groups = groups
+
+    def get(self, group: str) -> SubscriptionGroupConfig:
+        """The group's settings (the defaults when it was never configured)."""
+        config = self._groups.get(group)
+        return config if config is not None else SubscriptionGroupConfig(group)
+
+    def configured(self, group: str) -> SubscriptionGroupConfig | None:
+        return self._groups.get(group)
+
+    def all(self) -> dict[str, SubscriptionGroupConfig]:
+        return dict(self._groups)
+
+    def update(self, doc: dict[str, Any]) -> SubscriptionGroupConfig:
+        """Check ``doc`` (keys left out keep their current value) and store it; raises
+        :class:`RetryConfigError` having stored nothing."""
+        group = doc.get("groupName")
+        base = self._groups.get(group) if isinstance(group, str) else None
+        config = config_from_dict(doc, base)
+        self.put(config)
+        return config
+
+    def put(self, config: SubscriptionGroupConfig) -> bool:
+        """Store ``config``; False when it was already stored as is."""
+        if self._groups.get(config.group) == config:
+            return False
+        groups = {**self._groups, config.group: config}
+        _dump_json(self.path, "groups", {g: c.to_dict() for g, c in sorted(groups.items())})
+        self._groups = groups
+        return True
+
+
+class DlqResendLedger:
+    """Which DLQ messages were re-sent to their topic, by group and DLQ queue offset (the DLQ
+    topic has one queue), so resending them all twice sends each once. Loop thread only."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = Path(data_dir) / "config" / "dlqResent.json"
+        self._resent: dict[str, set[int]] = {}
+
+    def load(self) -> None:
+        resent: dict[str, set[int]] = {}
+        try:
+            for group, offsets in _load_json(self.path, "resent").items():
+                resent[str(group)] = {int(o) for o in offsets}
+        except (TypeError, ValueError):
+            raise StoreError(f"{self.path}: bad resend ledger") from None
+        self._resent = resent
+
+    def was_resent(self, group: str, queue_offset: int) -> bool:
+        return queue_offset in self._resent.get(group, ())
+
+    def mark(self, group: str, queue_offsets: list[int]) -> None:
+        """Record the offsets as re-sent (persisted before returning)."""
+        new = set(queue_offsets) - self._resent.get(group, set())
+        if not new:
+            return
+        resent = {**self._resent, group: self._resent.get(group, set()) | new}
+        self._persist(resent)
+        self._resent = resent
+
+    def snapshot(self) -> dict[str, list[int]]:
+        return {group: sorted(offsets) for group, offsets in self._resent.items()}
+
+    def merge(self, table: dict[str, list[int]]) -> None:
+        """Add a master's marks (a slave copies them)."""
+        resent = dict(self._resent)
+        changed = False
+        for group, offsets in table.items():
+            have = resent.get(group, set())
+            new = {int(o) for o in offsets} - have
+            if new:
+                resent[group] = have | new
+                changed = True
+        if changed:
+            self._persist(resent)
+            self._resent = resent
+
+    def _persist(self, resent: dict[str, set[int]]) -> None:
+        _dump_json(self.path, "resent", {g: sorted(o) for g, o in sorted(resent.items())})

@@ -1,15 +1,23 @@
 """Consumer group membership for client-side rebalance: HEART_BEAT, UNREGISTER_CLIENT and
-GET_CONSUMER_LIST_BY_GROUP."""
+GET_CONSUMER_LIST_BY_GROUP.
+
+A heartbeat to a master also creates the group's retry topic (``%RETRY%<group>``, one queue)
+when the group consumes retries, as RocketMQ does, so its members find a route to it."""
 
 from __future__ import annotations
 
 import msgpack
+import structlog
 
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import opt_str, req_str
 from protocol.remoting import Frame, response
+from protocol.retry import group_error, retry_topic
 from remoting.server import Connection, RemotingServer
+from storage.errors import StoreError
+
+log = structlog.get_logger(__name__)
 
 
 class ClientProcessor:
@@ -24,14 +32,21 @@ class ClientProcessor:
 
     def heartbeat(self, conn: Connection, req: Frame) -> Frame:
         h = req.header
-        self.ctx.groups.heartbeat(
-            req_str(h, "consumerGroup"),
-            req_str(h, "clientId"),
-            opt_str(h, "topic"),
-            self.ctx.now_ms(),
-            id(conn),
-            conn.peer,
+        group = req_str(h, "consumerGroup")
+        ctx = self.ctx
+        ctx.groups.heartbeat(
+            group, req_str(h, "clientId"), opt_str(h, "topic"), ctx.now_ms(), id(conn), conn.peer
         )
+        if (
+            ctx.role.is_master
+            and ctx.sub_groups.get(group).consume_retry
+            and ctx.topics.get(retry_topic(group)) is None
+            and group_error(group) is None
+        ):
+            try:
+                ctx.ensure_system_topic(retry_topic(group))
+            except StoreError as exc:
+                log.error("creating the retry topic failed", group=group, error=str(exc))
         return response(req, ResponseCode.SUCCESS)
 
     def unregister(self, conn: Connection, req: Frame) -> Frame:

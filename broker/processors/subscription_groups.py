@@ -1,0 +1,84 @@
+"""Consumer groups' retry settings: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) and GET_SUBSCRIPTIONGROUP_CONFIG (352).
+
+Settings are changed on a group's master only; its slaves copy them (with the DLQ resend
+ledger) in the periodic config sync, so a new master after a failover applies the same ones.
+The request body is a msgpack map of :data:`protocol.retry.FIELDS`; keys left out keep their
+current value. A bad key or value is answered BAD_REQUEST and nothing is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from broker.context import BrokerContext
+from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import FieldError, req_str
+from protocol.remoting import Frame, response
+from protocol.retry import RetryConfigError
+from remoting.server import Connection, RemotingServer, error_response
+from storage.errors import StoreError
+
+
+class SubscriptionGroupProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.update)
+        server.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.get_all)
+        server.register(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, self.get_one)
+
+    def update(self, conn: Connection, req: Frame) -> Frame:
+        ctx = self.ctx
+        if not ctx.role.is_master:
+            return error_response(
+                req,
+                ResponseCode.NOT_MASTER,
+                f"broker {ctx.cfg.listen} is not the master of {ctx.cfg.broker_name}: "
+                "update subscription groups on the master (slaves copy them)",
+            )
+        doc = _body_map(req)
+        try:
+            config = ctx.sub_groups.update(doc)
+        except RetryConfigError as exc:
+            return error_response(req, ResponseCode.BAD_REQUEST, str(exc))
+        except StoreError as exc:
+            return error_response(req, ResponseCode.SYSTEM_ERROR, f"not stored: {exc}")
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(config.to_dict()))
+
+    def get_one(self, conn: Connection, req: Frame) -> Frame:
+        group = req_str(req.header, "group")
+        config = self.ctx.sub_groups.configured(group)
+        if config is None:
+            return error_response(
+                req,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group {group} is not configured on {self.ctx.cfg.broker_name} "
+                "(it has the defaults)",
+            )
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(config.to_dict()))
+
+    def get_all(self, conn: Connection, req: Frame) -> Frame:
+        """``{"subscriptionGroupTable": {group: settings}, "dlqResent": {group: [offsets]}}``
+        (slaves copy both)."""
+        ctx = self.ctx
+        body = {
+            "subscriptionGroupTable": {g: c.to_dict() for g, c in ctx.sub_groups.all().items()},
+            "dlqResent": ctx.dlq_resent.snapshot(),
+        }
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(body))
+
+
+def _body_map(req: Frame) -> dict[str, Any]:
+    if not req.body:
+        raise FieldError("the request body must be a msgpack map of the group's settings")
+    try:
+        doc = msgpack.unpackb(req.body, raw=False)
+    except Exception:
+        raise FieldError("the request body is not msgpack") from None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) for k in doc):
+        raise FieldError("the request body must be a msgpack map with string keys")
+    return doc

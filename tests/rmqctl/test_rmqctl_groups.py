@@ -1,0 +1,86 @@
+"""rmqctl's consumer group commands (in-process, through click) against a real lone broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.rmqctl.test_rmqctl_cli import invoke
+from tests.support.procs import BrokerProc
+
+pytestmark = pytest.mark.multiprocess
+
+
+def rmqctl(*args: str) -> subprocess.CompletedProcess[str]:
+    code, out, err = invoke(*args)
+    assert "Traceback" not in err, err
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
+def ok_json(*args: str) -> Any:
+    proc = rmqctl("--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_update_and_get_sub_group(broker: BrokerProc) -> None:
+    a = broker.address
+    stored = ok_json(
+        "updateSubGroup", "-a", a, "-g", "G", "--retry-max-times", "3",
+        "--retry-delays", "1s 1s 2s", "--no-consume-retry",
+    )  # fmt: skip
+    settings = {
+        "groupName": "G",
+        "retryMaxTimes": 3,
+        "retryDelays": "1s 1s 2s",
+        "consumeRetryEnable": False,
+    }
+    assert stored == {"group": "G", "brokers": {"broker-a": settings}}
+    # Settings not given keep their value.
+    ok_json("updateSubGroup", "-a", a, "-g", "G", "--consume-retry", "-b", "broker-a")
+    shown = ok_json("getSubGroup", "-a", a, "-g", "G")
+    assert shown == {
+        "group": "G",
+        "brokers": {"broker-a": {**settings, "consumeRetryEnable": True, "configured": True}},
+    }
+    human = rmqctl("getSubGroup", "-a", a, "-g", "Other")
+    assert human.returncode == 0
+    assert "10s 30s 1m" in human.stdout and "16" in human.stdout
+
+
+def test_bad_settings_are_one_line_and_exit_1(broker: BrokerProc) -> None:
+    for args, says in (
+        (["--retry-max-times", "-1"], "retryMaxTimes must be an integer 0..10000"),
+        (["--retry-delays", "1s soon"], "'soon' is not a delay"),
+        (["-b", "nope", "--retry-max-times", "1"], "broker group 'nope' has no master"),
+    ):
+        proc = rmqctl("updateSubGroup", "-a", broker.address, "-g", "G", *args)
+        assert proc.returncode == 1 and proc.stdout == "", args
+        assert proc.stderr.startswith("rmqctl: ") and says in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1
+    assert (
+        ok_json("getSubGroup", "-a", broker.address, "-g", "G")["brokers"]["broker-a"]["configured"]
+        is False
+    )
+
+
+def test_dlq_commands_on_an_empty_dlq(broker: BrokerProc) -> None:
+    a = broker.address
+    assert ok_json("queryDLQ", "-a", a, "-g", "G") == {"group": "G", "messages": []}
+    human = rmqctl("queryDLQ", "-a", a, "-g", "G")
+    assert human.returncode == 0 and human.stdout == "no DLQ messages for G\n"
+    assert ok_json("resendDLQ", "-a", a, "-g", "G", "--all") == {
+        "group": "G",
+        "resent": [],
+        "skipped": [],
+    }
+    usage = rmqctl("resendDLQ", "-a", a, "-g", "G")
+    assert usage.returncode == 2 and "exactly one of --msg-id ID and --all" in usage.stderr
+    missing = rmqctl(
+        "--json", "resendDLQ", "-a", a, "-g", "G", "--msg-id", "7F00000100001F900000000000000000"
+    )
+    assert missing.returncode == 1
+    assert "is not a message of the DLQ of 'G'" in missing.stderr
