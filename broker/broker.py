@@ -25,6 +25,7 @@ from broker.processors.recall import RecallProcessor
 from broker.processors.replication import ReplicationProcessor
 from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
+from broker.processors.send_back import SendBackProcessor
 from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
@@ -99,6 +100,7 @@ class Broker:
             QueryProcessor(self.ctx),
             RecallProcessor(self.ctx),
             SubscriptionGroupProcessor(self.ctx),
+            SendBackProcessor(self.ctx),
             DeadLetterProcessor(self.ctx),
         ):
             processor.register(self.server)

@@ -10,16 +10,26 @@ the application asked for more (the next ``receive()`` or the next iteration), o
 consumer normally. Consumed offsets are committed every ``commit_interval``, when a queue is given
 to another member, and on close; a queue's new owner starts from its committed offset, so a
 handover may repeat messages but never skips one.
+
+Retry: instead of letting a message count as consumed, the application can :meth:`Consumer.nack`
+it (or raise in the handler of :meth:`Consumer.process`). The message goes back to its broker,
+which re-publishes it to the group's retry topic ``%RETRY%<group>`` after the group's back-off,
+or to its dead-letter topic ``%DLQ%<group>`` once its retries are used up; the nacked message
+then counts as consumed like any other (the copy carries it on). Every member also reads the
+retry topic (one more subscription, shared out like the topic's queues), so a retried message
+comes back to some member of the group, showing its original topic and its reconsume count.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import socket
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -29,19 +39,50 @@ from client.allocate import allocate_averagely
 from client.bootstrap import Bootstrap
 from client.brokers import MasterCaller
 from client.buffer import MessageBuffer
-from client.errors import ClientError, ClosedError
+from client.errors import BrokerError, ClientError, ClosedError, NoRouteError, TopicNotFoundError
 from client.message import ReceivedMessage
 from client.pull import Puller, QueueState
 from client.routes import MessageQueue, RouteCache, TopicRoute
 from protocol.codes import RequestCode, ResponseCode
 from protocol.pull import ConsumerOffsetUpdate
-from protocol.remoting import Frame
+from protocol.remoting import Frame, Scalar
+from protocol.retry import clip_reason, retry_topic
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
 log = structlog.get_logger(__name__)
 
 Batch = tuple[QueueState, list[ReceivedMessage]]
+Handler = Callable[[ReceivedMessage], Awaitable[object] | object]
+
+# Answers to a nack worth trying again (at the group's next master, after the next heartbeat).
+_NACK_RETRIABLE = frozenset(
+    {
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NOT_MASTER,
+        ResponseCode.MASTER_FENCED,
+        ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.TOO_MANY_IN_FLIGHT,
+        ResponseCode.NOT_GROUP_MEMBER,
+    }
+)
+RETRY_ROUTE_CHECK_INTERVAL = 2.0
+"""While the group's retry topic has no route yet, look again at most this often."""
+
+
+class _Subscription:
+    """One topic the member reads: its route, its pulls and the queues it owns of it."""
+
+    __slots__ = ("caller", "owned", "puller", "topic")
+
+    def __init__(self, topic: str, caller: MasterCaller, puller: Puller) -> None:
+        self.topic = topic
+        self.caller = caller
+        self.puller = puller
+        self.owned: dict[MessageQueue, QueueState] = {}
 
 
 def default_client_id() -> str:
@@ -69,9 +110,14 @@ class Consumer:
         route_refresh_interval: float = 5.0,
         request_timeout: float = 3.0,
         connect_timeout: float = 3.0,
+        consume_retry: bool = True,
+        max_reconsume_times: int | None = None,
+        nack_deadline: float = 10.0,
     ) -> None:
         if not group or not topic:
             raise ValueError("group and topic must be non-empty")
+        if max_reconsume_times is not None and max_reconsume_times < 0:
+            raise ValueError("max_reconsume_times must be >= 0")
         self.group = group
         self.topic = topic
         self.client_id = client_id or default_client_id()
@@ -81,25 +127,41 @@ class Consumer:
         self._pool = ConnectionPool(connect_timeout)
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
-        self._caller = MasterCaller(self._pool, self.routes, topic)
         self._buffer: MessageBuffer[QueueState, ReceivedMessage] = MessageBuffer(buffer_size)
-        self._puller = Puller(
-            caller=self._caller,
-            routes=self.routes,
-            buffer=self._buffer,
-            group=group,
-            topic=topic,
-            start_from=start_from,
-            batch_size=pull_batch_size,
-            max_bytes=pull_max_bytes,
-            suspend_ms=suspend_ms,
-            request_timeout=request_timeout,
-            on_failure=self._queue_failed,
-        )
+
+        def subscription(name: str, start: str) -> _Subscription:
+            caller = MasterCaller(self._pool, self.routes, name)
+            puller = Puller(
+                caller=caller,
+                routes=self.routes,
+                buffer=self._buffer,
+                group=group,
+                topic=name,
+                start_from=start,
+                batch_size=pull_batch_size,
+                max_bytes=pull_max_bytes,
+                suspend_ms=suspend_ms,
+                request_timeout=request_timeout,
+                on_failure=self._queue_failed,
+            )
+            return _Subscription(name, caller, puller)
+
+        self._main = subscription(topic, start_from)
+        self._caller = self._main.caller
+        #: the group's retry topic (``%RETRY%<group>``), read beside ``topic`` when
+        #: ``consume_retry``; retried messages always start from its earliest message
+        self.retry_topic = retry_topic(group)
+        self._retry = subscription(self.retry_topic, "earliest")
+        self.consume_retry = consume_retry
+        self.max_reconsume_times = max_reconsume_times
+        self.nack_deadline = nack_deadline
+        self._retry_checked = -RETRY_ROUTE_CHECK_INTERVAL
         # Queues whose pulling stopped for good, their failures not raised yet (receive raises).
         self._failures: list[QueueState] = []
-        #: the queues this member owns now
-        self.owned: dict[MessageQueue, QueueState] = {}
+        #: the queues of ``topic`` this member owns now
+        self.owned: dict[MessageQueue, QueueState] = self._main.owned
+        #: the queues of the retry topic this member owns now
+        self.retry_owned: dict[MessageQueue, QueueState] = self._retry.owned
         #: the group's members as last read from a broker
         self.members: list[str] = []
         self._wake = asyncio.Event()
@@ -152,7 +214,7 @@ class Consumer:
         self._buffer.close()
         for task in self._tasks:
             task.cancel()
-        states = list(self.owned.values())
+        states = [*self.owned.values(), *self.retry_owned.values()]
         for state in states:
             state.dropped = True
             if state.task is not None:
@@ -166,6 +228,7 @@ class Consumer:
             await asyncio.gather(*(self._commit(s) for s in states), return_exceptions=True)
             await self._unregister()
         self.owned.clear()
+        self.retry_owned.clear()
         await self.routes.close()
         self._pool.close()
 
@@ -233,6 +296,72 @@ class Consumer:
                 self._handed = 1
                 return msgs[0]
 
+    async def nack(self, msg: ReceivedMessage, reason: str = "") -> None:
+        """Send ``msg`` back: the broker re-publishes it to the group's retry topic after the
+        group's back-off for its reconsume count, or to the group's DLQ once the retries are
+        used up (``max_reconsume_times`` lowers the group's ``retry_max_times``). ``reason``
+        travels with it (cut to 512 characters).
+
+        The message then counts as consumed when the application asks for more, like an
+        acknowledged one. A nack that fails in a retriable way (no master during a failover,
+        a new master that has not seen this member's heartbeat yet) is retried for
+        ``nack_deadline`` seconds; past it, :class:`ClientError` is raised and the message's
+        queue stops committing at it, so it is delivered again after a restart or handover.
+        """
+        if not self._started:
+            raise ClosedError("consumer is not started")
+        sub = self._retry if msg.stored_topic == self.retry_topic else self._main
+        header: dict[str, Scalar] = {
+            "group": self.group,
+            "offset": msg.record.physical_offset,
+            "originTopic": msg.topic,
+            "originMsgId": msg.origin_msg_id,
+            "reason": clip_reason(reason),
+        }
+        if self.max_reconsume_times is not None:
+            header["maxReconsumeTimes"] = self.max_reconsume_times
+        deadline = time.monotonic() + self.nack_deadline
+        backoff = 0.05
+        while True:
+            try:
+                await sub.caller.call(
+                    msg.broker_name,
+                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    header,
+                    timeout=self.request_timeout,
+                )
+                return
+            except (BrokerError, NoRouteError, RemotingError) as exc:
+                retriable = not isinstance(exc, BrokerError) or exc.code in _NACK_RETRIABLE
+                if not retriable or time.monotonic() + backoff > deadline or self._closed:
+                    self._hold(sub, msg)
+                    raise ClientError(f"nack of {msg.msg_id} failed: {exc}") from exc
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+            with contextlib.suppress(ClientError, RemotingError):
+                await self.routes.refresh(sub.topic)
+
+    def _hold(self, sub: _Subscription, msg: ReceivedMessage) -> None:
+        state = sub.owned.get(MessageQueue(msg.broker_name, msg.queue_id))
+        if state is not None and (state.hold is None or msg.queue_offset < state.hold):
+            state.hold = msg.queue_offset
+
+    async def process(self, handler: Handler) -> None:
+        """Run ``handler`` (a function or coroutine function) on every message until the
+        consumer is closed. A message whose handler returns is consumed; one whose handler
+        raises is nacked with the exception as reason. A nack that fails is logged (its queue
+        then stops committing at it, see :meth:`nack`) and processing goes on."""
+        async for msg in self:
+            try:
+                result = handler(msg)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                try:
+                    await self.nack(msg, f"{type(exc).__name__}: {exc}")
+                except ClientError as nack_failure:
+                    log.error("nack failed", msg_id=msg.msg_id, error=str(nack_failure))
+
     def _queue_failed(self, state: QueueState) -> None:
         self._failures.append(state)
         self._buffer.wake()
@@ -265,10 +394,11 @@ class Consumer:
         if offset is None or offset == state.committed:
             return
         mq = state.mq
+        sub = self._retry if state.topic == self.retry_topic else self._main
         update = ConsumerOffsetUpdate(
-            group=self.group, topic=self.topic, queue_id=mq.queue_id, offset=offset
+            group=self.group, topic=sub.topic, queue_id=mq.queue_id, offset=offset
         )
-        await self._caller.call(
+        await sub.caller.call(
             mq.broker_name, update.code, update.header(), timeout=self.request_timeout
         )
         state.committed = offset
@@ -276,7 +406,7 @@ class Consumer:
     async def commit(self) -> None:
         """Commit the consumed offsets of every owned queue now (also done periodically)."""
         self._ack(self._confirmed)
-        states = list(self.owned.values())
+        states = [*self.owned.values(), *self.retry_owned.values()]
         results = await asyncio.gather(*(self._commit(s) for s in states), return_exceptions=True)
         for state, result in zip(states, results, strict=True):
             if isinstance(result, Exception):
@@ -321,7 +451,26 @@ class Consumer:
         if members != self.members:
             log.info("group members changed", group=self.group, members=members)
             self.members = members
-        await self._rebalance(route, members)
+        await self._rebalance(self._main, route, members)
+        if self.consume_retry:
+            retry_route = await self._retry_route()
+            if retry_route is not None:
+                await self._rebalance(self._retry, retry_route, members)
+
+    async def _retry_route(self) -> TopicRoute | None:
+        """The retry topic's route; None while it has none (the brokers create the topic when
+        a member first heart-beats, the route follows their next registration)."""
+        route = self.routes.peek(self.retry_topic)
+        if route is not None:
+            return route
+        now = time.monotonic()
+        if now - self._retry_checked < RETRY_ROUTE_CHECK_INTERVAL:
+            return None
+        self._retry_checked = now
+        try:
+            return await self.routes.get(self.retry_topic)
+        except TopicNotFoundError:
+            return None
 
     async def _heartbeat(self, address: str, header: dict[str, str]) -> bool:
         conn = await self._pool.get(address)
@@ -346,39 +495,41 @@ class Consumer:
         if frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._wake.set()
 
-    async def _rebalance(self, route: TopicRoute, members: list[str]) -> None:
+    async def _rebalance(self, sub: _Subscription, route: TopicRoute, members: list[str]) -> None:
         if self._closed:
             return
         async with self._rebalance_lock:
+            owned = sub.owned
             mine = set(allocate_averagely(route.queues, members, self.client_id))
-            gone = [s for mq, s in self.owned.items() if mq not in mine]
-            added = sorted(mq for mq in mine if mq not in self.owned)
+            gone = [s for mq, s in owned.items() if mq not in mine]
+            added = sorted(mq for mq in mine if mq not in owned)
             if not gone and not added:
                 return
             for state in gone:
-                self._give_away(state)
+                self._give_away(sub, state)
             # Commit what the old owner (us) consumed, so the new owner starts there.
             self._ack(self._confirmed)
             await asyncio.gather(*(self._commit_dropped(s) for s in gone))
             if self._closed:
                 return
             for mq in added:
-                state = QueueState(mq)
-                state.task = asyncio.ensure_future(self._puller.run(state))
-                self.owned[mq] = state
+                state = QueueState(mq, sub.topic)
+                state.task = asyncio.ensure_future(sub.puller.run(state))
+                owned[mq] = state
             log.info(
                 "rebalanced",
                 group=self.group,
                 client=self.client_id,
-                queues=[_name(mq) for mq in sorted(self.owned)],
+                topic=sub.topic,
+                queues=[_name(mq) for mq in sorted(owned)],
             )
 
-    def _give_away(self, state: QueueState) -> None:
+    def _give_away(self, sub: _Subscription, state: QueueState) -> None:
         state.dropped = True
         if state.task is not None:
             state.task.cancel()
         self._buffer.discard(state)
-        del self.owned[state.mq]
+        del sub.owned[state.mq]
 
     async def _commit_dropped(self, state: QueueState) -> None:
         try:

@@ -8,6 +8,12 @@ from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol
 
 from protocol.message import MessageRecord
+from protocol.retry import (
+    PROP_ORIGIN_MESSAGE_ID,
+    PROP_RETRY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    reconsume_times,
+)
 from protocol.timer import (
     PROP_START_DELIVER_TIME,
     PROP_TIMER_DELAY_MS,
@@ -83,6 +89,10 @@ class ReceivedMessage:
 
     It wraps the decoded record instead of copying its fields, so a pulled message costs one
     small object on top of the record (the consumer's hot path).
+
+    A retried message (a copy the broker re-published to the group's retry topic after a
+    nack) shows the topic it was first published to as :attr:`topic`, and how many times it
+    was retried as :attr:`reconsume_times`; :attr:`stored_topic` is where this copy is stored.
     """
 
     __slots__ = ("broker_name", "record")
@@ -97,7 +107,26 @@ class ReceivedMessage:
 
     @property
     def topic(self) -> str:
+        """The topic the message was published to (for a retried message, its first one)."""
+        topic = self.record.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self.record.properties.get(PROP_RETRY_TOPIC) or topic
+        return topic
+
+    @property
+    def stored_topic(self) -> str:
+        """The topic this copy is stored under (``%RETRY%<group>`` for a retried message)."""
         return self.record.topic
+
+    @property
+    def reconsume_times(self) -> int:
+        """How many times the message was sent back and retried (0 the first time)."""
+        return reconsume_times(self.record.properties)
+
+    @property
+    def origin_msg_id(self) -> str:
+        """The id of the message's first copy (its own id unless it is a retry)."""
+        return self.record.properties.get(PROP_ORIGIN_MESSAGE_ID) or self.record.msg_id
 
     @property
     def queue_id(self) -> int:
@@ -133,7 +162,7 @@ class ReceivedMessage:
 
     def __repr__(self) -> str:
         return (
-            f"ReceivedMessage(topic={self.topic!r}, broker_name={self.broker_name!r}, "
+            f"ReceivedMessage(topic={self.stored_topic!r}, broker_name={self.broker_name!r}, "
             f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
             f"body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''})"
         )

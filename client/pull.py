@@ -47,14 +47,18 @@ class QueueState:
         "consumed",
         "dropped",
         "failure",
+        "hold",
         "mq",
         "next_offset",
         "pulled",
         "task",
+        "topic",
     )
 
-    def __init__(self, mq: MessageQueue) -> None:
+    def __init__(self, mq: MessageQueue, topic: str = "") -> None:
         self.mq = mq
+        #: the topic the queue belongs to (the consumer's topic, or its group's retry topic)
+        self.topic = topic
         #: where the next pull starts
         self.next_offset: int | None = None
         #: the offset after the last batch put into the buffer
@@ -68,9 +72,14 @@ class QueueState:
         #: set when pulling stopped for good (a message the broker cannot read)
         self.failure: CorruptMessageError | None = None
         self.task: asyncio.Task[None] | None = None
+        #: a message whose nack failed: consumption never counts past it (it is delivered
+        #: again from there after a restart or a handover)
+        self.hold: int | None = None
 
     def ack(self, offset: int) -> None:
-        """Messages below ``offset`` are consumed (never moves backwards)."""
+        """Messages below ``offset`` are consumed (never moves backwards, nor past ``hold``)."""
+        if self.hold is not None and offset > self.hold:
+            offset = self.hold
         if self.consumed is None or offset > self.consumed:
             self.consumed = offset
 

@@ -1,8 +1,8 @@
 """The ``rmqctl`` command line: mqadmin's command names and short flags.
 
 Commands live one module per area (:mod:`rmqctl.topic`, :mod:`rmqctl.cluster`,
-:mod:`rmqctl.message`, :mod:`rmqctl.lookup`, :mod:`rmqctl.group`); a new area (e.g. the controller commands) adds a module and one entry in
-``COMMANDS``.
+:mod:`rmqctl.message`, :mod:`rmqctl.lookup`, :mod:`rmqctl.group`); a new area (e.g. the
+controller commands) adds a module and one entry in ``COMMANDS``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,97 @@
+"""Consumer group settings are replicated like topic configs (issue 11 item 4), real processes:
+updateSubGroup on the master reaches the slave, and after kill -9 of the master the new master
+applies the same retry_max_times to a nack."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgpack
+import pytest
+
+from client import Consumer, Producer
+from client.admin import Admin
+from client.bootstrap import Bootstrap
+from client.message import ReceivedMessage
+from protocol.codes import RequestCode, ResponseCode
+from remoting.client import RemotingClient
+from tests.cluster.support import full_sync_state_set, new_master, node_at
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+FAST: dict[str, Any] = {
+    "heartbeat_interval": 0.2,
+    "commit_interval": 0.2,
+    "suspend_ms": 500,
+    "route_refresh_interval": 1.0,
+}
+
+
+@pytest.fixture
+def cluster(cluster: Cluster) -> Cluster:
+    """The shared controllers with one group of 2 brokers."""
+    cluster.add_group("broker-a", 2)
+    return cluster
+
+
+async def settings_on(address: str, group: str) -> dict[str, Any] | None:
+    conn = await RemotingClient.connect(address, timeout=2.0)
+    try:
+        resp = await conn.request(
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}, None, 5.0
+        )
+        return msgpack.unpackb(resp.body) if resp.code == ResponseCode.SUCCESS else None
+    finally:
+        conn.close()
+
+
+async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    doc = await full_sync_state_set(boot, cluster, size=2)
+    master = node_at(cluster, doc["masterAddress"])
+    (slave,) = [b for b in cluster.brokers if b is not master]
+    addresses = cluster.controller_addresses
+    async with Admin(addresses) as admin:
+        await admin.create_topic("T", 1)
+        stored = await admin.update_sub_group({"groupName": "G", "retryMaxTimes": 0})
+    assert stored["broker-a"]["retryMaxTimes"] == 0
+
+    async def copied() -> bool:
+        got = await settings_on(slave.address, "G")
+        return got is not None and got["retryMaxTimes"] == 0
+
+    await wait_until_async(copied, "the slave to copy G's settings", 20, on_timeout=cluster.logs)
+    master.kill9()
+    after = await new_master(boot, cluster, master.address)
+    assert after["masterAddress"] == slave.address
+    assert (await settings_on(slave.address, "G")) == stored["broker-a"]
+
+    # The new master applies retry_max_times = 0: a nack goes to the DLQ at once (the default,
+    # 16, would schedule a retry in %RETRY%G instead).
+    async with Producer(addresses, send_deadline=30) as producer:
+        sent = await producer.send("T", b"fails")
+    failed: list[ReceivedMessage] = []
+
+    def fail(msg: ReceivedMessage) -> None:
+        failed.append(msg)
+        raise RuntimeError("no")
+
+    async with Admin(addresses) as admin, Consumer(addresses, "G", "T", **FAST) as consumer:
+        task = asyncio.ensure_future(consumer.process(fail))
+        try:
+
+            async def parked() -> list[dict[str, Any]]:
+                return (await admin.query_dlq("G")).get("broker-a", [])
+
+            (dead,) = await wait_until_async(
+                parked, "the nacked message in the DLQ", 30, interval=0.2, on_timeout=cluster.logs
+            )
+        finally:
+            task.cancel()
+    assert dead["originMsgId"] == sent.msg_id and dead["reconsumeTimes"] == 0
+    assert dead["reason"] == "RuntimeError: no"
+    assert [m.msg_id for m in failed] == [sent.msg_id]
