@@ -11,6 +11,7 @@ no duplicates and no gaps, as long as the archive is read through Spark (which f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -77,12 +78,27 @@ class ArchiveResult:
     batches: int
     rows: int
     end_offset: str | None
+    #: Parquet files this run added under the output directory
+    files: int = 0
+
+
+def data_files(output: str) -> set[str]:
+    """The Parquet data files under ``output`` (not Spark's metadata or checksum files)."""
+    root = Path(output)
+    if not root.is_dir():
+        return set()
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*.parquet")
+        if not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts)
+    }
 
 
 def run_archive(spark: SparkSession, spec: ArchiveSpec) -> ArchiveResult:
     """Run the archive to the end of what is there now, or with an interval until the query is
     stopped or fails. Counts cover the progress reports Spark retains
     (``spark.sql.streaming.numRecentProgressUpdates``)."""
+    before = data_files(spec.output)
     query = start_archive(spark, spec)
     query.awaitTermination()
     progress = [p for p in query.recentProgress if int(p["numInputRows"]) > 0]
@@ -93,4 +109,5 @@ def run_archive(spark: SparkSession, spec: ArchiveSpec) -> ArchiveResult:
         batches=len(progress),
         rows=sum(int(p["numInputRows"]) for p in progress),
         end_offset=str(end) if end is not None else None,
+        files=len(data_files(spec.output) - before),
     )

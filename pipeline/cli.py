@@ -7,8 +7,13 @@
 
 Both run on ``local[*]`` by default; ``--master`` picks another (``spark://...``, ``yarn``, ...),
 ``--conf key=value`` sets Spark options. Under spark-submit (``spark-submit [--master URL]
-pipeline/cli.py archive ...``) spark-submit's master and conf are used. Exit status 0 on success,
-1 with one line on stderr on failure, 2 on a usage error.
+pipeline/cli.py archive ...``) spark-submit's master and conf are used.
+
+Like a good command-line tool: the controllers and topics are checked before Spark starts; the
+result (JSON) is all that goes to stdout, Spark's log and progress bar are off (``--verbose``:
+Spark's warnings and the pipeline's log on stderr); a failure is one line on stderr,
+``rmq-pipeline: <what is wrong>``, with exit status 1 (2 for a usage error), and no Java or
+Python stack unless ``--verbose``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import logging
 import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,16 +41,48 @@ ADDRESSES_ENV = "RMQ_PIPELINE_CONTROLLERS"
 class Settings:
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
+    verbose: bool = False
 
 
 pass_settings = click.make_pass_decorator(Settings, ensure=True)
 
 
 class JobError(click.ClickException):
+    """A failed job: one line on stderr (with ``--verbose``, the full detail of ``detail``
+    first)."""
+
     exit_code = 1
 
+    def __init__(self, message: str, detail: BaseException | None = None, verbose: bool = False):
+        super().__init__(message)
+        self.detail = detail
+        self.verbose = verbose
+
     def show(self, file: Any = None) -> None:
+        if self.verbose and self.detail is not None:
+            click.echo("".join(traceback.format_exception(self.detail)).rstrip(), err=True)
         click.echo(f"rmq-pipeline: {self.format_message()}", err=True)
+
+
+class OneLineGroup(click.Group):
+    """Usage errors as one line too (``rmq-pipeline archive: Missing option '--output'. (see
+    rmq-pipeline archive --help)``), exit status 2."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "rmq-pipeline"
+            click.echo(f"{where}: {exc.format_message()} (see {where} --help)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("rmq-pipeline: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 _OUR_ERROR = re.compile(r"pipeline\.errors\.\w+: (.+)")
@@ -71,18 +109,25 @@ def _conf(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) 
     return out
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--master", metavar="URL", help="Spark master (default local[*], or spark-submit's).")
 @click.option(
     "--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE", help="A Spark option."
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log the pipeline's progress to stderr.")
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Log the pipeline's progress and Spark's warnings to stderr; on failure, the full "
+    "detail (stacks) before the one-line error.",
+)
 @click.pass_context
 def cli(ctx: click.Context, master: str | None, conf: dict[str, str], verbose: bool) -> None:
     """The data pipeline jobs on Spark (archive, traffic)."""
     settings = ctx.ensure_object(Settings)
     settings.master = master
     settings.conf = conf
+    settings.verbose = verbose
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -106,19 +151,40 @@ def controllers_option(func: Any) -> Any:
     )(func)
 
 
+def _precheck(settings: Settings, controllers: str, topics: tuple[str, ...]) -> None:
+    """Before Spark starts (tens of seconds): the spark extra is there, the controllers answer
+    and every topic exists."""
+    from pipeline.session import spark_session_class
+    from pipeline.snapshot import snapshot
+
+    try:
+        spark_session_class()
+        for topic in topics:
+            snapshot(controllers, topic, 5.0)
+    except PipelineError as exc:
+        raise JobError(str(exc), exc, settings.verbose) from None
+
+
 def _session(settings: Settings, app: str) -> Any:
     from pipeline.session import build_session
 
     try:
-        spark = build_session(app, settings.master, settings.conf)
+        spark = build_session(
+            app, settings.master, settings.conf, quiet=True, verbose=settings.verbose
+        )
     except PipelineError as exc:
-        raise JobError(str(exc)) from None
+        raise JobError(str(exc), exc, settings.verbose) from None
     except Exception as exc:  # the JVM did not start (no Java, bad --master, ...)
-        raise JobError(
-            f"cannot start Spark: {short_error(exc)} (Spark needs Java 17: is JAVA_HOME set?)"
-        ) from None
-    spark.sparkContext.setLogLevel("ERROR")
+        message = short_error(exc)
+        if "java" in message.lower() or "gateway" in message.lower():
+            message += " (Spark needs Java 17: is JAVA_HOME set?)"
+        raise JobError(f"cannot start Spark: {message}", exc, settings.verbose) from None
+    spark.sparkContext.setLogLevel("WARN" if settings.verbose else "OFF")
     return spark
+
+
+def _failed(settings: Settings, exc: BaseException) -> JobError:
+    return JobError(short_error(exc), exc, settings.verbose)
 
 
 @cli.command("archive")
@@ -160,7 +226,8 @@ def archive_command(
     """Stream TOPIC into Parquet under OUTPUT, partitioned by day (UTC), exactly once through
     the checkpoint: run it again with the same --checkpoint to continue where it stopped.
 
-    Prints {"topic", "batches", "rows", "endOffset"}.
+    Prints {"topic", "batches", "rows", "files", "endOffset"}: the batches, rows and Parquet
+    files this run wrote, and where the archive now stands.
     """
     _check_offsets(starting_offsets, "--starting-offsets")
     spec = ArchiveSpec(
@@ -173,17 +240,19 @@ def archive_command(
         fail_on_data_loss=fail_on_data_loss,
         interval=interval,
     )
+    _precheck(settings, controllers, (topic,))
     spark = _session(settings, f"rmq-archive-{topic}")
     try:
         result = run_archive(spark, spec)
     except Exception as exc:
-        raise JobError(short_error(exc)) from exc
+        raise _failed(settings, exc) from None
     click.echo(
         json.dumps(
             {
                 "topic": topic,
                 "batches": result.batches,
                 "rows": result.rows,
+                "files": result.files,
                 "endOffset": json.loads(result.end_offset) if result.end_offset else None,
             }
         )
@@ -219,6 +288,8 @@ def traffic_command(
 ) -> None:
     """Messages per second by topic, queue and broker group, per hour and per day, for the
     messages between --starting-offsets and --ending-offsets, and a queue re-balance plan.
+    Each hour shows its average and its per-second peaks (the p99 second and the busiest), per
+    topic and per queue (--output: hourly/, topics_hourly/ and daily/ Parquet).
 
     The plan, printed last as one JSON document, places topics by traffic descending onto
     broker groups by traffic ascending, only when the spread between groups passes --threshold.
@@ -237,24 +308,28 @@ def traffic_command(
         ending_offsets=ending_offsets,
         threshold=threshold,
     )
+    _precheck(settings, controllers, spec.topics)
     spark = _session(settings, "rmq-traffic")
     try:
         report = run_traffic(spark, spec)
         if output:
             base = output.rstrip("/")
             report.hourly.write.mode("overwrite").parquet(f"{base}/hourly")
+            report.topics_hourly.write.mode("overwrite").parquet(f"{base}/topics_hourly")
             report.daily.write.mode("overwrite").parquet(f"{base}/daily")
             from pathlib import Path
 
             Path(base).mkdir(parents=True, exist_ok=True)
             Path(base, "plan.json").write_text(json.dumps(report.plan, indent=2) + "\n")
         else:
-            click.echo("messages per second, per hour (UTC):")
+            click.echo("messages per second by topic, per hour (UTC): average, p99 second, peak:")
+            _print_table(report.topics_hourly)
+            click.echo("messages per second by queue, per hour (UTC): average, p99 second, peak:")
             _print_table(report.hourly)
             click.echo("messages per second, per day (UTC):")
             _print_table(report.daily)
     except Exception as exc:
-        raise JobError(short_error(exc)) from exc
+        raise _failed(settings, exc) from None
     click.echo(json.dumps(report.plan, indent=2))
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -17,17 +20,9 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def build_session(
-    app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None
-) -> SparkSession:
-    """A session on ``master`` (default ``local[*]``, or spark-submit's), with ``rmq`` and
-    ``rmqstore`` registered and the session time zone UTC (days and hours are UTC days and
-    hours) unless ``conf`` says otherwise.
-
-    Python workers run this interpreter unless PYSPARK_PYTHON says otherwise (checked to exist on
-    a local master): on a cluster, point PYSPARK_PYTHON at the executors' interpreter with
-    rmq-py and the spark extra installed.
-    """
+def spark_session_class() -> type[SparkSession]:
+    """pyspark's SparkSession, or a :class:`PipelineError` saying how to install the spark
+    extra (pyarrow too: Spark's Python data sources need it)."""
     try:
         import pyarrow  # noqa: F401 - Spark's Python data sources need it: say so now
         from pyspark.sql import SparkSession
@@ -37,6 +32,64 @@ def build_session(
             f"{missing} is not installed: the pipeline needs the spark extra; run "
             "`make pipeline-deps` (or `.venv/bin/pip install -e '.[spark]'`)"
         ) from None
+    return SparkSession
+
+
+#: Spark's own log (log4j2) for the jobs: to stderr, and only at ``{level}``
+LOG4J2 = """\
+rootLogger.level = {level}
+# pyspark counts as a shell: without a level of its own for the gateway's logger, Spark sets
+# WARN and says so on stderr
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = {level}
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = {level}
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def quiet_conf(verbose: bool) -> dict[str, str]:
+    """Spark settings that keep a job's stdout for its result: no progress bar, and Spark's
+    log to stderr only with ``verbose`` (warnings and errors), else off. (The JVM's own notice
+    ``WARNING: Using incubator modules`` is printed before any log configuration applies.)"""
+    level = "warn" if verbose else "off"
+    fd, path = tempfile.mkstemp(prefix="rmq-pipeline-log4j2-", suffix=".properties")
+    with os.fdopen(fd, "w") as f:
+        f.write(LOG4J2.format(level=level))
+    atexit.register(_unlink, path)
+    return {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{path}",
+    }
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def build_session(
+    app_name: str,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    quiet: bool = False,
+    verbose: bool = False,
+) -> SparkSession:
+    """A session on ``master`` (default ``local[*]``, or spark-submit's), with ``rmq`` and
+    ``rmqstore`` registered and the session time zone UTC (days and hours are UTC days and
+    hours) unless ``conf`` says otherwise. ``quiet`` (the jobs): :func:`quiet_conf`.
+
+    Python workers run this interpreter unless PYSPARK_PYTHON says otherwise (checked to exist on
+    a local master): on a cluster, point PYSPARK_PYTHON at the executors' interpreter with
+    rmq-py and the spark extra installed.
+    """
+    session_class = spark_session_class()
 
     import pipeline
 
@@ -44,12 +97,13 @@ def build_session(
     os.environ[pipeline.PYTHON_ENV] = pipeline.worker_python(
         "local" if local else "cluster", os.environ.get(pipeline.PYTHON_ENV)
     )
-    builder = SparkSession.builder.appName(app_name)
+    builder = session_class.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     elif not under_spark_submit():
         builder = builder.master("local[*]")
     settings = {
+        **(quiet_conf(verbose) if quiet else {}),
         "spark.sql.session.timeZone": "UTC",
         # the jobs report counts from the query's progress reports: keep them all
         "spark.sql.streaming.numRecentProgressUpdates": "100000",

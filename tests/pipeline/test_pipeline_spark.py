@@ -261,6 +261,7 @@ def test_jobs_archive_exactly_once_and_traffic(
     assert first.exit_code == 0, first.output
     summary = json.loads(first.output.strip().splitlines()[-1])
     assert (summary["rows"], summary["batches"]) == (30, 3)
+    assert summary["files"] == len(list(output.rglob("*.parquet"))) > 0
     sent += asyncio.run(produce(address, "SparkJobs", 10, start=30))
     # Killed after its last batch wrote files but before anything committed: the batch's
     # entries in commits/ and in the sink's log are gone; the rerun writes it again.
@@ -307,13 +308,57 @@ def test_jobs_archive_exactly_once_and_traffic(
         "hour",
         "messages",
         "msgPerSec",
+        "p99MsgPerSec",
+        "peakMsgPerSec",
     }
+    # The busiest second of the hour, per topic, as counted from the messages themselves.
+    per_second: dict[int, int] = {}
+    for r in (
+        rmq(spark, address, "SparkJobs").selectExpr("unix_seconds(storeTimestamp) AS s").collect()
+    ):
+        per_second[r["s"]] = per_second.get(r["s"], 0) + 1
+    topics = spark.read.parquet(str(traffic_dir / "topics_hourly")).collect()
+    assert sum(r["messages"] for r in topics) == 40
+    assert max(r["peakMsgPerSec"] for r in topics) == max(per_second.values())
     daily = spark.read.parquet(str(traffic_dir / "daily")).collect()
     assert sum(r["messages"] for r in daily) == 40
     assert all(r["msgPerSec"] == pytest.approx(r["messages"] / 86400) for r in daily)
     # A bad option is one line and exit status 1 (or 2 for usage).
     bad = runner.invoke(cli, ["traffic", "-a", address, "-t", "NoSuchTopic"])
     assert bad.exit_code == 1 and "topic 'NoSuchTopic' does not exist" in bad.output
+    # A failure inside Spark (the offsets name a queue the topic does not have) is one line too.
+    wrong = runner.invoke(
+        cli,
+        [
+            "archive", "-a", address, "-t", "SparkJobs", "--output", str(tmp_path / "o2"),
+            "--checkpoint", str(tmp_path / "c2"),
+            "--starting-offsets", '{"broker-a": {"0": 0, "1": 0, "7": 0}}',
+        ],
+    )  # fmt: skip
+    assert wrong.exit_code == 1
+    assert wrong.output == (
+        "rmq-pipeline: startingOffsets names broker-a/7, not a queue of topic 'SparkJobs' "
+        "(its queues: broker-a/0..1)\n"
+    )
+
+
+def test_traffic_peaks_are_per_second_within_the_hour(spark: SparkSession) -> None:
+    from pipeline.traffic import per_hour_with_peaks
+
+    # 40 busy seconds in one hour, the k-th with k messages: p99 is the 36th busiest second.
+    base = 1_700_000_000 - 1_700_000_000 % 3600
+    rows = [("T", base + k * 7, n) for k in range(1, 41) for n in range(k)]
+    df = spark.createDataFrame(rows, "topic string, s long, n int").selectExpr(
+        "topic", "timestamp_seconds(s) AS storeTimestamp"
+    )
+    (hour,) = per_hour_with_peaks(df, ("topic",)).collect()
+    assert hour["messages"] == sum(range(1, 41))
+    assert hour["msgPerSec"] == pytest.approx(820 / 3600)
+    assert (hour["peakMsgPerSec"], hour["p99MsgPerSec"]) == (40.0, 5.0)
+    # Fewer than 36 busy seconds: 99% of the hour's seconds are idle.
+    few = df.where(f"storeTimestamp < timestamp_seconds({base + 35 * 7})")
+    (quiet,) = per_hour_with_peaks(few, ("topic",)).collect()
+    assert (quiet["peakMsgPerSec"], quiet["p99MsgPerSec"]) == (34.0, 0.0)
 
 
 def all_confirmed(address: str) -> bool:
