@@ -534,7 +534,7 @@ class MessageStore:
         end = base + rel
         commitlog.advance(end, seg, now_ms)
         if self.index is not None:
-            self.index.catch_up(commitlog)
+            self.index.add_put(commitlog, topic_raw, messages, physical_offsets, now_ms)
         return PutResult(queue_id, first, len(messages), physical_offsets, end, now_ms)
 
     def _encode_keys_tags(self, msg: Message) -> tuple[bytes, int]:

@@ -9,7 +9,7 @@ FLAG_CLEAN set and a body CRC that matches; anything else is rebuilt from the Co
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from storage.index import format as fmt
@@ -100,25 +100,28 @@ class IndexFile:
     def room(self) -> int:
         return self.header.max_entries - self.header.entry_count
 
-    def add(self, hash_: int, physical_offset: int, store_timestamp: int) -> None:
-        """Append one entry (the caller checked :meth:`room`)."""
+    def add(self, hashes: Sequence[int], offsets: Sequence[int], store_timestamp: int) -> None:
+        """Append one entry per (hash, CommitLog offset), all stored at ``store_timestamp``
+        (the caller checked :meth:`room`). The send path's inner loop: kept flat."""
         h = self.header
         number = h.entry_count
         if number == 0:
             h.begin_timestamp = store_timestamp
         view = self.segment.view
-        slot_at = fmt.slot_position(fmt.slot_of(hash_, h.slot_count))
-        (previous,) = fmt.SLOT.unpack_from(view, slot_at)
-        fmt.ENTRY.pack_into(
-            view,
-            self._entries_at + number * fmt.ENTRY_SIZE,
-            hash_,
-            physical_offset,
-            fmt.time_delta(store_timestamp, h.begin_timestamp),
-            previous,
-        )
-        fmt.SLOT.pack_into(view, slot_at, number + 1)
-        h.entry_count = number + 1
+        slot_count = h.slot_count
+        delta = fmt.time_delta(store_timestamp, h.begin_timestamp)
+        read_slot = fmt.SLOT.unpack_from
+        write_slot = fmt.SLOT.pack_into
+        write_entry = fmt.ENTRY.pack_into
+        at = self._entries_at + number * fmt.ENTRY_SIZE
+        for hash_, physical in zip(hashes, offsets, strict=True):
+            slot_at = fmt.HEADER_SIZE + (hash_ % slot_count) * fmt.SLOT_SIZE
+            (previous,) = read_slot(view, slot_at)
+            write_entry(view, at, hash_, physical, delta, previous)
+            number += 1
+            write_slot(view, slot_at, number)
+            at += fmt.ENTRY_SIZE
+        h.entry_count = number
         if store_timestamp > h.end_timestamp:
             h.end_timestamp = store_timestamp
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -169,7 +169,7 @@ def body_crc(buf: bytes | bytearray | memoryview, slot_count: int, entry_count: 
 def key_hash(topic_raw: bytes, key: bytes) -> int:
     """The 32-bit hash of (topic, key) an entry holds; equal hashes are confirmed against the
     record, so a collision costs a read, never a wrong answer."""
-    return zlib.crc32(key, zlib.crc32(topic_raw + b"#"))
+    return zlib.crc32(key, topic_seed(topic_raw))
 
 
 def slot_of(hash_: int, slot_count: int) -> int:
@@ -185,15 +185,43 @@ def record_keys(props_raw: bytes) -> list[bytes]:
     RocketMQ splits them), then ``UNIQ_KEY``; without duplicates, in that order."""
     if PROP_KEYS_RAW not in props_raw and PROP_UNIQ_KEY_RAW not in props_raw:
         return []
-    out: list[bytes] = []
+    keys = uniq = b""
     for item in props_raw.split(b"\x02"):
         name, sep, value = item.partition(b"\x01")
-        if not sep or not value:
-            continue
-        if name == b"KEYS":
-            out.extend(k for k in value.split(b" ") if k and k not in out)
-        elif name == b"UNIQ_KEY" and value not in out:
-            out.append(value)
+        if sep and name == b"KEYS":
+            keys = value
+        elif sep and name == b"UNIQ_KEY":
+            uniq = value
+    out: list[bytes] = []
+    for k in keys.split(b" "):
+        if k and k not in out:
+            out.append(k)
+    if uniq and uniq not in out:
+        out.append(uniq)
+    return out
+
+
+def topic_seed(topic_raw: bytes) -> int:
+    """The CRC state :func:`key_hash` continues from for every key of one topic."""
+    return zlib.crc32(topic_raw + b"#")
+
+
+def message_keys(keys: str, properties: Mapping[str, str]) -> list[bytes]:
+    """The index keys of a message about to be stored (``keys`` is its KEYS property when
+    set, else ``properties`` may hold one): what :func:`record_keys` will read from its
+    record, in the same order."""
+    text = keys or properties.get("KEYS", "")
+    out = [text.encode()] if text and " " not in text else []
+    if " " in text:
+        for k in text.split(" "):
+            raw = k.encode()
+            if raw and raw not in out:
+                out.append(raw)
+    uniq = properties.get("UNIQ_KEY") if properties else None
+    if uniq:
+        raw = uniq.encode()
+        if raw not in out:
+            out.append(raw)
     return out
 
 

@@ -18,14 +18,22 @@ stop nothing is re-read; after a crash, the records of the last (unsealed) file 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import structlog
 
-from protocol.message import BLANK_MAGIC, DISPATCH_HEAD, HEAD_SIZE, MESSAGE_MAGIC, MIN_RECORD_SIZE
+from protocol.message import (
+    BLANK_MAGIC,
+    DISPATCH_HEAD,
+    HEAD_SIZE,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    Message,
+)
 from storage.commitlog import CommitLog
 from storage.dispatch import next_record
 from storage.errors import StoreError
@@ -232,10 +240,59 @@ class KeyIndex:
                     ):
                         active = self._roll(base + pos)
                     topic_raw = bytes(view[tail + 2 : tail + 2 + tl])
-                    for key in keys[: active.room()]:
-                        active.add(key_hash(topic_raw, key), physical, stored)
+                    keys = keys[: active.room()]
+                    active.add(
+                        [key_hash(topic_raw, k) for k in keys], [physical] * len(keys), stored
+                    )
             pos = end
         return pos
+
+    def add_put(
+        self,
+        commitlog: CommitLog,
+        topic_raw: bytes,
+        messages: Sequence[Message],
+        offsets: Sequence[int],
+        store_timestamp: int,
+    ) -> None:
+        """Index the records one put just wrote (``offsets`` of ``messages``) from the messages
+        themselves, without reading the records back: the send path. Anything out of the
+        ordinary (the index lags, the put began a new segment, a file would fill or span too
+        long) takes :meth:`catch_up`, which reads the CommitLog."""
+        files = self._files
+        if (
+            self.lagging is not None
+            or not files
+            or files[-1].header.sealed
+            or files[-1].end_offset != offsets[0]
+        ):
+            self.catch_up(commitlog)
+            return
+        seed = fmt.topic_seed(topic_raw)
+        crc32 = zlib.crc32
+        keys_of = fmt.message_keys
+        hashes: list[int] = []
+        physicals: list[int] = []
+        for msg, physical in zip(messages, offsets, strict=True):
+            keys = msg.keys
+            if keys and not msg.properties and " " not in keys:
+                hashes.append(crc32(keys.encode(), seed))
+                physicals.append(physical)
+            elif keys or msg.properties:
+                for key in keys_of(keys, msg.properties):
+                    hashes.append(crc32(key, seed))
+                    physicals.append(physical)
+        active = files[-1]
+        h = active.header
+        if hashes and (
+            active.room() < len(hashes)
+            or (h.entry_count and store_timestamp - h.begin_timestamp > self.config.file_span_ms)
+        ):
+            self.catch_up(commitlog)
+            return
+        if hashes:
+            active.add(hashes, physicals, store_timestamp)
+        h.end_offset = commitlog.write_pos
 
     @staticmethod
     def _skip_damage(view: memoryview, base: int, pos: int, seg_size: int, limit: int) -> int:

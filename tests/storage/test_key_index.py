@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.message import Message
+from protocol.message import Message, encode_properties
 from storage.errors import StoreError
 from storage.index import format as fmt
 from storage.store import MessageNotFoundError, MessageStore
@@ -297,3 +297,21 @@ def test_property_every_key_is_found_after_reopen_or_crash(
     for key, count in expected.items():
         assert len(found_keys(reopened, key)) == count, key
     reopened.close()
+
+
+key_text = st.text(alphabet="ab \u00e9", max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=key_text, props_keys=st.none() | key_text, uniq=st.none() | key_text)
+def test_property_the_send_path_and_the_record_agree_on_keys(
+    keys: str, props_keys: str | None, uniq: str | None
+) -> None:
+    props = {}
+    if props_keys is not None:
+        props["KEYS"] = props_keys
+    if uniq is not None:
+        props["UNIQ_KEY"] = uniq
+    msg = Message(topic=TOPIC, body=b"", keys=keys, properties=props)
+    raw = encode_properties(msg.all_properties())
+    assert fmt.message_keys(msg.keys, msg.properties) == fmt.record_keys(raw)
