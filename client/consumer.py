@@ -395,6 +395,10 @@ class Consumer:
             return
         mq = state.mq
         sub = self._retry if state.topic == self.retry_topic else self._main
+        if sub is self._retry and state.committed is None and not state.acked:
+            # Nothing retried was consumed here yet: the group keeps no position in its retry
+            # topic until it has one (a new owner starts from the earliest retry either way).
+            return
         update = ConsumerOffsetUpdate(
             group=self.group, topic=sub.topic, queue_id=mq.queue_id, offset=offset
         )

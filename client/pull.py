@@ -43,6 +43,7 @@ class QueueState:
     """
 
     __slots__ = (
+        "acked",
         "committed",
         "consumed",
         "dropped",
@@ -75,9 +76,12 @@ class QueueState:
         #: a message whose nack failed: consumption never counts past it (it is delivered
         #: again from there after a restart or a handover)
         self.hold: int | None = None
+        #: whether the application consumed a message of this queue since it was taken
+        self.acked = False
 
     def ack(self, offset: int) -> None:
         """Messages below ``offset`` are consumed (never moves backwards, nor past ``hold``)."""
+        self.acked = True
         if self.hold is not None and offset > self.hold:
             offset = self.hold
         if self.consumed is None or offset > self.consumed:
