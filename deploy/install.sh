@@ -125,8 +125,9 @@ for unit in rmq-controller@.service rmq-broker@.service rmq.target rmq-controlle
     chmod 0644 "$destdir/etc/systemd/system/$unit"
 done
 echo "installed units into $destdir/etc/systemd/system"
-for doc in operations.md metrics.md config-reference.md architecture.md; do
-    install -m 0644 "$source_tree/docs/$doc" "$destdir$prefix/doc/$doc"
+# Every page: they link to each other (design.md, protocol.md, ...).
+for doc in "$source_tree"/docs/*.md; do
+    install -m 0644 "$doc" "$destdir$prefix/doc/$(basename "$doc")"
 done
 ln -sfn "$venv/bin/rmqctl" "$destdir/usr/local/bin/rmqctl"
 

@@ -117,7 +117,10 @@ def test_install_creates_user_directories_configs_and_units(staged: Path) -> Non
     unit = (staged / "etc/systemd/system/rmq-broker@.service").read_text()
     assert f"ExecStart={VENV}/bin/rmq-broker --config /etc/rmq/%i.toml" in unit
     assert os.readlink(staged / "usr/local/bin/rmqctl") == f"{VENV}/bin/rmqctl"
-    assert (staged / "opt/rmq/doc/operations.md").exists()
+    # Every page of docs/, so the links between them resolve in the installed copy.
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert {"operations.md", "design.md"} <= pages
+    assert {p.name for p in (staged / "opt/rmq/doc").glob("*.md")} == pages
 
     # Again: idempotent, and an operator's edited config is kept.
     edited = staged / "etc/rmq/broker-a.toml"
