@@ -325,10 +325,10 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 def banner(var: Path) -> str:
     return (
-        f"Local cluster starting, data under {var}: controllers n0..n2, broker group "
+        f"Local cluster starting (data under {var}): controllers n0..n2 and broker group\n"
         f"{BROKER_GROUP} of three replicas. Their logs follow, each line prefixed with its "
-        "process; a table of the processes and the commands to try come once a master is "
-        "elected. Ctrl-C stops the cluster cleanly."
+        "process;\nonce a master is elected, a table of the processes and the commands to try. "
+        "Ctrl-C stops it."
     )
 
 
@@ -336,7 +336,7 @@ def ready_text(cluster_table: str, master_metrics_port: int) -> str:
     lines = "\n".join(f"  {line}" for line in hints(master_metrics_port).splitlines())
     return (
         f"\nLocal cluster ready:\n\n{cluster_table}\n\nTry, in another terminal:\n\n{lines}\n\n"
-        "A failover to watch: `make demo` (its own cluster under var/demo, on the same ports: "
+        "A failover to watch: `make demo` (its own cluster under var/demo, on the same ports:\n"
         "stop this one first).\n"
     )
 
