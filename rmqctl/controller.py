@@ -3,7 +3,7 @@ cleanBrokerMetadata, getControllerConfig, addController, removeController,
 transferControllerLeader.
 
 Requests go to whichever controller answers, following CONTROLLER_NOT_LEADER (2007) to the
-leader; JSON shapes are DESIGN.md section 8's.
+leader; each command's help gives the JSON document it prints.
 """
 
 from __future__ import annotations
