@@ -197,6 +197,7 @@ class AdminProcessor:
             "topics": len(ctx.topics.all()),
             "connections": ctx.connections(),
             "pullsWaiting": ctx.waiters.waiting,
+            "timerPending": ctx.timer.pending_count,
         }
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(info))
 

@@ -569,10 +569,18 @@ class TimerService:
 
     async def _progress_loop(self) -> None:
         interval = self.ctx.cfg.timer_flush_interval_ms / 1000
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
             try:
-                self.checkpoint()
+                wheel = self.wheel
+                if wheel is None:
+                    continue
+                # The fsync of the timer log off the loop (appends go on meanwhile: they mark
+                # their segment dirty again for the next flush); the rest is small.
+                await loop.run_in_executor(None, wheel.flush)
+                if wheel is self.wheel:  # not rebuilt meanwhile
+                    self.checkpoint()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
