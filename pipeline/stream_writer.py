@@ -6,22 +6,24 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import structlog
-from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from pipeline.write import WriteSetup, summary, write_rows
+from pipeline.write import WriteSetup, summary, write_batches
 
 if TYPE_CHECKING:
-    from pyspark.sql import Row
+    import pyarrow as pa
 
 log = structlog.get_logger(__name__)
 
 
-class RmqStreamWriter(DataSourceStreamWriter):
+class RmqStreamWriter(DataSourceStreamArrowWriter):
+    """Every micro-batch's tasks get their rows as Arrow record batches."""
+
     def __init__(self, setup: WriteSetup) -> None:
         self.setup = setup
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return write_rows(self.setup, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_batches(self.setup, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks, acked, _ = summary(messages)

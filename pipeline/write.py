@@ -1,10 +1,17 @@
-"""Writing rows to topics (a write task): the columns a DataFrame must have, and the rows produced
-in SEND_BATCH_MESSAGE batches with the producer's usual acks and retries. It is at-least-once: a
-task that fails reports how many of its rows were acknowledged (they stay in the topic) and
-Spark's retry of the task sends them again."""
+"""Writing rows to topics (a write task): the columns a DataFrame must have, and Spark's Arrow
+batches turned into SEND_BATCH_MESSAGE batches with acks and retries.
+
+Rows with a ``messageGroup`` go to the queue the group's hash picks
+(:func:`pipeline.queue_sender.queue_for`), one batch per queue in flight and retried on that
+queue, so one group's messages keep the order they had in the task's partition; rows without one
+are spread over the writable queues. It is at-least-once: a task that fails reports how many of
+its rows were acknowledged (they stay in the topic) and Spark's retry of the task sends them
+again.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -12,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
-from client.message import Message
+from client.routes import MessageQueue
 from pipeline.errors import OptionError, WriteError
 from pipeline.options import WriteOptions
-from pipeline.sender import BatchSender
+from pipeline.queue_sender import QueueSender, encode_items, queue_for
 from pipeline.snapshot import snapshot
 
 if TYPE_CHECKING:
-    from pyspark.sql import Row
+    import pyarrow as pa
 
 #: flush a batch once its bodies pass this many bytes (a request must stay under 16 MiB)
 _BATCH_BYTES = 4 * 1024 * 1024
@@ -35,6 +42,8 @@ class WriteSetup:
     tags: int
     properties: int
     topic: int
+    #: the message group column (-1: absent): picks the queue by hash
+    group: int = -1
 
 
 def writer_setup(options: Any, schema: StructType) -> WriteSetup:
@@ -71,6 +80,7 @@ def writer_setup(options: Any, schema: StructType) -> WriteSetup:
         tags=column("tags", StringType),
         properties=properties,
         topic=column("topic", StringType),
+        group=column("messageGroup", StringType, BinaryType),
     )
     if opts.topic is None and setup.topic < 0:
         raise OptionError(
@@ -90,10 +100,11 @@ class RmqCommitMessage(WriterCommitMessage):
     spans: dict[tuple[str, str, int], list[int]] = field(default_factory=dict)
 
 
-def write_rows(setup: WriteSetup, rows: Iterator[Row]) -> RmqCommitMessage:
-    """Produce every row; raise :class:`WriteError` (saying what was acknowledged) on failure."""
+def write_batches(setup: WriteSetup, batches: Iterator[pa.RecordBatch]) -> RmqCommitMessage:
+    """Produce every row of Spark's Arrow batches; raise :class:`WriteError` (saying what was
+    acknowledged) on failure."""
     opts = setup.opts
-    sender = BatchSender(
+    sender = QueueSender(
         opts.controllers,
         max_in_flight=opts.max_in_flight,
         retries=opts.send_retries,
@@ -101,20 +112,32 @@ def write_rows(setup: WriteSetup, rows: Iterator[Row]) -> RmqCommitMessage:
         timeout=opts.request_timeout,
     )
     seen = 0
-    pending: dict[str, tuple[list[Message], list[int]]] = {}
+    pending: dict[tuple[str, MessageQueue | None], tuple[list[dict[str, Any]], list[int]]] = {}
+    queues: dict[str, list[MessageQueue]] = {}
+
+    def flush(key: tuple[str, MessageQueue | None]) -> None:
+        items, _ = pending.pop(key)
+        sender.send(key[0], key[1], encode_items(items), len(items))
+
     try:
         try:
-            for row in rows:
-                seen += 1
-                topic, msg = _message(setup, row, seen)
-                batch, size = pending.setdefault(topic, ([], [0]))
-                batch.append(msg)
-                size[0] += len(msg.body)
-                if len(batch) >= opts.batch_size or size[0] >= _BATCH_BYTES:
-                    del pending[topic]
-                    sender.send(topic, batch)
-            for topic, (batch, _) in pending.items():
-                sender.send(topic, batch)
+            for batch in batches:
+                for topic, group, item in _items(setup, batch, seen):
+                    seen += 1
+                    queue = None
+                    if group is not None:
+                        known = queues.get(topic)
+                        if known is None:
+                            known = queues[topic] = sender.queues(topic)
+                        queue = queue_for(group, known)
+                    key = (topic, queue)
+                    items, size = pending.setdefault(key, ([], [0]))
+                    items.append(item)
+                    size[0] += len(item["body"])
+                    if len(items) >= opts.batch_size or size[0] >= _BATCH_BYTES:
+                        flush(key)
+            for key in list(pending):
+                flush(key)
             sender.finish()
         except Exception as exc:
             tally = sender.tally
@@ -132,27 +155,45 @@ def write_rows(setup: WriteSetup, rows: Iterator[Row]) -> RmqCommitMessage:
     )
 
 
-def _message(setup: WriteSetup, row: Row, number: int) -> tuple[str, Message]:
-    body = row[setup.body]
-    if body is None:
-        raise WriteError(f"row {number} has a null body")
-    if setup.body_is_text:
-        body = str(body).encode()
-    topic = row[setup.topic] if setup.topic >= 0 else None
-    topic = topic or setup.opts.topic
-    if not topic:
-        raise WriteError(f"row {number} has no topic (null column and no topic option)")
-    props: dict[str, str] = {}
-    if setup.properties >= 0:
-        raw = row[setup.properties]
-        if raw:
-            props = {str(k): "" if v is None else str(v) for k, v in raw.items()}
-    return topic, Message(
-        body=bytes(body),
-        keys=(row[setup.keys] or "") if setup.keys >= 0 else "",
-        tags=(row[setup.tags] or "") if setup.tags >= 0 else "",
-        properties=props,
-    )
+def _items(
+    setup: WriteSetup, batch: pa.RecordBatch, before: int
+) -> Iterator[tuple[str, bytes | None, dict[str, Any]]]:
+    """(topic, message group as bytes or None, the message map) of every row of ``batch``."""
+    n = batch.num_rows
+    if n == 0:
+        return
+    born = time.time_ns() // 1_000_000
+
+    def column(i: int) -> list[Any]:
+        return batch.column(i).to_pylist() if i >= 0 else [None] * n
+
+    bodies = column(setup.body)
+    keys, tags, props = column(setup.keys), column(setup.tags), column(setup.properties)
+    topics, groups = column(setup.topic), column(setup.group)
+    default_topic = setup.opts.topic
+    for i in range(n):
+        body = bodies[i]
+        number = before + i + 1
+        if body is None:
+            raise WriteError(f"row {number} has a null body")
+        if isinstance(body, str):
+            body = body.encode()
+        if not body:
+            raise WriteError(f"row {number} has an empty body (a message needs at least one byte)")
+        topic = topics[i] or default_topic
+        if not topic:
+            raise WriteError(f"row {number} has no topic (null column and no topic option)")
+        item: dict[str, Any] = {"body": body, "bornTimestamp": born}
+        if keys[i]:
+            item["keys"] = keys[i]
+        if tags[i]:
+            item["tags"] = tags[i]
+        if props[i]:
+            item["properties"] = {str(k): "" if v is None else str(v) for k, v in props[i]}
+        group = groups[i]
+        if isinstance(group, str):
+            group = group.encode()
+        yield topic, group, item
 
 
 def summary(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, int, str]:
