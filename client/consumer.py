@@ -156,6 +156,8 @@ class Consumer:
         self.max_reconsume_times = max_reconsume_times
         self.nack_deadline = nack_deadline
         self._retry_checked = -RETRY_ROUTE_CHECK_INTERVAL
+        # Brokers whose last heartbeat answer said the group does not consume retries.
+        self._retry_off: set[str] = set()
         # Queues whose pulling stopped for good, their failures not raised yet (receive raises).
         self._failures: list[QueueState] = []
         #: the queues of ``topic`` this member owns now
@@ -438,6 +440,7 @@ class Consumer:
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
         groups = sorted(route.read_addresses().items())
         beat = {"clientId": self.client_id, "consumerGroup": self.group, "topic": self.topic}
+        self._retry_off.clear()
         results = await asyncio.gather(
             *(self._heartbeat(address, beat) for _, address in groups), return_exceptions=True
         )
@@ -456,10 +459,25 @@ class Consumer:
             log.info("group members changed", group=self.group, members=members)
             self.members = members
         await self._rebalance(self._main, route, members)
-        if self.consume_retry:
-            retry_route = await self._retry_route()
-            if retry_route is not None:
-                await self._rebalance(self._retry, retry_route, members)
+        if not self.consume_retry or self._retry_off:
+            # A broker says the group does not consume retries (its nacks go to the DLQ).
+            await self._release(self._retry)
+            return
+        retry_route = await self._retry_route()
+        if retry_route is not None:
+            await self._rebalance(self._retry, retry_route, members)
+
+    async def _release(self, sub: _Subscription) -> None:
+        """Stop reading every queue of ``sub``, committing what was consumed."""
+        if not sub.owned:
+            return
+        async with self._rebalance_lock:
+            gone = list(sub.owned.values())
+            for state in gone:
+                self._give_away(sub, state)
+            self._ack(self._confirmed)
+            await asyncio.gather(*(self._commit_dropped(s) for s in gone))
+            log.info("stopped reading", group=self.group, topic=sub.topic)
 
     async def _retry_route(self) -> TopicRoute | None:
         """The retry topic's route; None while it has none (the brokers create the topic when
@@ -481,6 +499,8 @@ class Consumer:
         if conn.on_request is None:
             conn.on_request = self._on_broker_request
         resp = await conn.request(RequestCode.HEART_BEAT, header, None, self.request_timeout)
+        if resp.header.get("consumeRetry") is False:
+            self._retry_off.add(address)
         return resp.code == ResponseCode.SUCCESS
 
     async def _member_list(self, broker_name: str) -> list[str]:

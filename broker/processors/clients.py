@@ -2,7 +2,8 @@
 GET_CONSUMER_LIST_BY_GROUP.
 
 A heartbeat to a master also creates the group's retry topic (``%RETRY%<group>``, one queue)
-when the group consumes retries, as RocketMQ does, so its members find a route to it."""
+when the group consumes retries, as RocketMQ does, so its members find a route to it; the
+answer's ``consumeRetry`` tells the member whether to read it."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ class ClientProcessor:
         ctx.groups.heartbeat(
             group, req_str(h, "clientId"), opt_str(h, "topic"), ctx.now_ms(), id(conn), conn.peer
         )
+        consume_retry = ctx.sub_groups.get(group).consume_retry
         if (
-            ctx.role.is_master
-            and ctx.sub_groups.get(group).consume_retry
+            consume_retry
+            and ctx.role.is_master
             and ctx.topics.get(retry_topic(group)) is None
             and group_error(group) is None
         ):
@@ -47,7 +49,7 @@ class ClientProcessor:
                 ctx.ensure_system_topic(retry_topic(group))
             except StoreError as exc:
                 log.error("creating the retry topic failed", group=group, error=str(exc))
-        return response(req, ResponseCode.SUCCESS)
+        return response(req, ResponseCode.SUCCESS, {"consumeRetry": consume_retry})
 
     def unregister(self, conn: Connection, req: Frame) -> Frame:
         self.ctx.groups.unregister(

@@ -259,3 +259,23 @@ async def test_bad_nacks_and_resends_store_nothing(broker: BrokerProc) -> None:
         finally:
             conn.close()
         assert broker.alive()
+
+
+async def test_a_group_that_stops_consuming_retries_parks_nacks_at_once(
+    broker: BrokerProc,
+) -> None:
+    async with Admin(broker.address) as admin, Producer(broker.address) as producer:
+        await admin.create_topic("T", 1)
+        async with Consumer(broker.address, "H", "T", **FAST) as consumer:
+            # By default the group reads its retry topic (created at its first heartbeat).
+            await wait_until_async(lambda: consumer.retry_owned, "H to read %RETRY%H", 20)
+            await admin.update_sub_group({"groupName": "H", "consumeRetryEnable": False})
+            await wait_until_async(
+                lambda: not consumer.retry_owned, "H to stop reading %RETRY%H", 20
+            )
+            sent = await producer.send("T", b"x")
+            (msg,) = await receiving.receive_until(consumer, lambda got: len(got) >= 1, 20)
+            await consumer.nack(msg, "no retries here")
+        (parked,) = await dlq(admin, "H")
+        # retry_max_times is still the default (16): the nack went to the DLQ all the same.
+        assert parked["originMsgId"] == sent.msg_id and parked["reconsumeTimes"] == 0
