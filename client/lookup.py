@@ -168,11 +168,14 @@ class Lookup:
         begin_ms: int | None = None,
         end_ms: int | None = None,
         max_num: int = 64,
+        errors: list[str] | None = None,
     ) -> list[FoundMessage]:
         """The messages of ``topic`` with ``key`` (one of their keys, or their UNIQ_KEY) stored
         in ``[begin_ms, end_ms]`` (default: any time), from every broker group of the topic,
         oldest first; at most ``max_num`` per group. Raises :class:`ClientError` for an unknown
-        topic, a bad range, or when no group could answer (e.g. no index covers the range)."""
+        topic, a bad range, or when nothing was found and a group could not answer (e.g. no
+        index covers the range); when something was found, what the groups that could not
+        answer said is appended to ``errors`` (if given)."""
         if not key:
             raise ClientError("the key must not be empty")
         if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
@@ -186,13 +189,15 @@ class Lookup:
         groups = [b.broker_name for b in route.brokers]
         answers = await asyncio.gather(*(self._query_group(route, g, header) for g in groups))
         found: list[FoundMessage] = []
-        errors: list[str] = []
+        failures: list[str] = []
         for messages, error in answers:
             found.extend(messages)
             if error is not None:
-                errors.append(error)
-        if not found and errors:
-            raise ClientError("; ".join(errors))
+                failures.append(error)
+        if not found and failures:
+            raise ClientError("; ".join(failures))
+        if errors is not None:
+            errors.extend(failures)
         found.sort(
             key=lambda m: (m.record.store_timestamp, m.broker_name, m.record.physical_offset)
         )

@@ -121,17 +121,21 @@ def query_msg_by_key(
     else a slave), oldest first. Committed messages only.
 
     Times are epoch milliseconds or ISO-8601 (UTC unless an offset is given). Finding nothing
-    is an error (exit status 1). Prints {"topic", "key", "messages": [...]} with --json.
+    is an error (exit status 1), and so is a broker group that could not be asked (reported on
+    stderr after what the others returned). Prints {"topic", "key", "messages": [...]} with
+    --json.
     """
     begin_ms = parse_time(begin, "--begin")
     end_ms = parse_time(end, "--end")
     if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
         raise CommandError(f"--begin {begin} is after --end {end}")
 
+    errors: list[str] = []
+
     async def work() -> list[FoundMessage]:
         async with Lookup(addresses) as lookup:
             return await lookup.by_key(
-                topic, key, begin_ms=begin_ms, end_ms=end_ms, max_num=max_num
+                topic, key, begin_ms=begin_ms, end_ms=end_ms, max_num=max_num, errors=errors
             )
 
     found = run(work())
@@ -139,6 +143,9 @@ def query_msg_by_key(
         raise CommandError(f"no message with key {key!r} in topic {topic!r}")
     doc = {"topic": topic, "key": key, "messages": [m.to_dict(body=show_body) for m in found]}
     _show(settings, found, show_body, doc)
+    if errors:
+        # Found elsewhere, but a group could not be asked: its messages may be missing.
+        raise CommandError("; ".join(errors))
 
 
 @click.command("queryMsgByOffset", short_help="Show the message at a queue offset.")

@@ -9,6 +9,7 @@ FLAG_CLEAN set and a body CRC that matches; anything else is rebuilt from the Co
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -17,12 +18,18 @@ from storage.segment import Segment
 
 
 class IndexFile:
-    __slots__ = ("_entries_at", "header", "segment")
+    __slots__ = ("_entries_at", "_slots", "header", "segment")
 
     def __init__(self, segment: Segment, header: fmt.Header) -> None:
         self.segment = segment
         self.header = header
         self._entries_at = fmt.entry_position(header.slot_count, 0)
+        # The slots as native uint32s (they are little-endian on disk).
+        self._slots: memoryview | None = (
+            segment.view[fmt.HEADER_SIZE : self._entries_at].cast("I")
+            if sys.byteorder == "little"
+            else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -77,10 +84,13 @@ class IndexFile:
         self.segment.fsync()
 
     def close(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+            self._slots = None
         self.segment.close()
 
     def delete(self) -> None:
-        self.segment.close()
+        self.close()
         self.segment.unlink()
 
     # -- contents ----------------------------------------------------------------------------
@@ -104,23 +114,30 @@ class IndexFile:
         """Append one entry per (hash, CommitLog offset), all stored at ``store_timestamp``
         (the caller checked :meth:`room`). The send path's inner loop: kept flat."""
         h = self.header
-        number = h.entry_count
+        first = number = h.entry_count
         if number == 0:
             h.begin_timestamp = store_timestamp
-        view = self.segment.view
         slot_count = h.slot_count
         delta = fmt.time_delta(store_timestamp, h.begin_timestamp)
-        read_slot = fmt.SLOT.unpack_from
-        write_slot = fmt.SLOT.pack_into
-        write_entry = fmt.ENTRY.pack_into
-        at = self._entries_at + number * fmt.ENTRY_SIZE
-        for hash_, physical in zip(hashes, offsets, strict=True):
-            slot_at = fmt.HEADER_SIZE + (hash_ % slot_count) * fmt.SLOT_SIZE
-            (previous,) = read_slot(view, slot_at)
-            write_entry(view, at, hash_, physical, delta, previous)
-            number += 1
-            write_slot(view, slot_at, number)
-            at += fmt.ENTRY_SIZE
+        slots = self._slots
+        flat: list[int] = []
+        extend = flat.extend
+        if slots is not None:
+            for hash_, physical in zip(hashes, offsets, strict=True):
+                slot = hash_ % slot_count
+                extend((hash_, physical, delta, slots[slot]))
+                number += 1
+                slots[slot] = number
+        else:  # a big-endian host: the slots through struct
+            view = self.segment.view
+            for hash_, physical in zip(hashes, offsets, strict=True):
+                slot_at = fmt.HEADER_SIZE + (hash_ % slot_count) * fmt.SLOT_SIZE
+                extend((hash_, physical, delta, fmt.SLOT.unpack_from(view, slot_at)[0]))
+                number += 1
+                fmt.SLOT.pack_into(view, slot_at, number)
+        fmt.entries_struct(number - first).pack_into(
+            self.segment.view, self._entries_at + first * fmt.ENTRY_SIZE, *flat
+        )
         h.entry_count = number
         if store_timestamp > h.end_timestamp:
             h.end_timestamp = store_timestamp

@@ -1,7 +1,8 @@
 """The index file format, pure: no files, no clocks.
 
 One index file covers a contiguous CommitLog range ``[begin_offset, end_offset)`` and the store
-times of its records ``[begin_timestamp, end_timestamp]``. Integers are big-endian::
+times of its records ``[begin_timestamp, end_timestamp]``. The header's integers are big-endian,
+the slots' and entries' little-endian (native integers on the machines the broker runs on)::
 
     header (64 bytes)
     0   4  magic             INDEX_MAGIC
@@ -50,8 +51,20 @@ PROP_UNIQ_KEY_RAW: Final = b"UNIQ_KEY\x01"
 _HEADER: Final = struct.Struct(">IHHIIIqqqqI")
 _HEADER_CRC: Final = struct.Struct(">I")
 _HEADER_CRC_AT: Final = _HEADER.size  # 56
-SLOT: Final = struct.Struct(">I")
-ENTRY: Final = struct.Struct(">IqII")
+SLOT: Final = struct.Struct("<I")
+ENTRY: Final = struct.Struct("<IqII")
+_ENTRIES: dict[int, struct.Struct] = {}
+
+
+def entries_struct(count: int) -> struct.Struct:
+    """``count`` entries back to back (one pack for a put's entries)."""
+    packer = _ENTRIES.get(count)
+    if packer is None:
+        if len(_ENTRIES) >= 1024:
+            _ENTRIES.clear()
+        packer = _ENTRIES[count] = struct.Struct("<" + "IqII" * count)
+    return packer
+
 
 assert _HEADER.size == 56 and ENTRY.size == ENTRY_SIZE
 

@@ -83,6 +83,7 @@ class KeyIndex:
         self._dir = config.directory
         self._files: list[IndexFile] = []
         self.rebuilt_files = 0
+        self._seeds: dict[bytes, int] = {}
         self.lagging: str | None = None
         """Why the last :meth:`catch_up` stopped short (e.g. a full disk); None when current."""
 
@@ -268,7 +269,11 @@ class KeyIndex:
         ):
             self.catch_up(commitlog)
             return
-        seed = fmt.topic_seed(topic_raw)
+        seed = self._seeds.get(topic_raw)
+        if seed is None:
+            if len(self._seeds) >= 4096:
+                self._seeds.clear()
+            seed = self._seeds[topic_raw] = fmt.topic_seed(topic_raw)
         crc32 = zlib.crc32
         keys_of = fmt.message_keys
         hashes: list[int] = []
