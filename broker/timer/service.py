@@ -130,6 +130,7 @@ class TimerService:
         )
         self.wheel: TimingWheel | None = None
         self._inflight: list[TimerEntry] = []
+        self._delivered_ahead: TimerEntry | None = None
         self._snapshot: _Snapshot | None = None
         self._dispatched_saved = 0
         self._last_event_end = 0
@@ -224,6 +225,7 @@ class TimerService:
             self.wheel = None
         shutil.rmtree(self.directory, ignore_errors=True)
         self._inflight.clear()
+        self._delivered_ahead = None
         self._snapshot = None
         self._dispatched_saved = 0
         wheel = self._open_wheel()
@@ -483,8 +485,9 @@ class TimerService:
         return (until - now) / 1000
 
     def deliver_round(self, now: int) -> bool:
-        """Deliver what is due at ``now`` (at most :data:`DELIVERY_BATCH` entries); False when
-        an append failed (the entries not appended are tried again)."""
+        """Deliver what is due at ``now`` (at most :data:`DELIVERY_BATCH` entries) with one
+        append per destination queue, each queue's messages in delivery order; False when an
+        append failed (its entries are tried again, and the progress mark stops before them)."""
         wheel = self.wheel
         if wheel is None:
             return True
@@ -494,41 +497,61 @@ class TimerService:
             return True
         metrics = self.ctx.metrics
         appender = self.ctx.appender
-        built = [self._delivery(entry) for entry in entries]
-        i = 0
-        n = len(entries)
-        while i < n:
-            first = built[i]
-            if first is None:  # unreadable: logged; nothing to deliver, it counts as done
-                wheel.commit(entries[i])
-                metrics.timer_unreadable.inc()
-                i += 1
+        runs: dict[tuple[str, int], tuple[list[TimerEntry], list[Message]]] = {}
+        unreadable = 0
+        for entry in entries:
+            built = self._delivery(entry)
+            if built is None:  # unreadable: logged; nothing to deliver, it counts as done
+                unreadable += 1
                 continue
-            # One append per run of entries bound for the same queue.
-            dest = first[1:]
-            j = i + 1
-            while j < n and (b := built[j]) is not None and b[1:] == dest:
-                j += 1
-            batch = [b[0] for b in built[i:j] if b is not None]
+            msg, topic, queue_id = built
+            run = runs.get((topic, queue_id))
+            if run is None:
+                run = runs[(topic, queue_id)] = ([], [])
+            run[0].append(entry)
+            run[1].append(msg)
+        if unreadable:
+            metrics.timer_unreadable.inc(unreadable)
+        failed: set[TimerEntry] = set()
+        for (topic, queue_id), (run_entries, batch) in runs.items():
             try:
-                result = appender.put(dest[0], dest[1], batch, sum(len(m.body) for m in batch))
+                result = appender.put(topic, queue_id, batch, sum(len(m.body) for m in batch))
             except StoreError as exc:
                 log.error(
                     "timer delivery append failed",
-                    topic=dest[0],
-                    queue_id=dest[1],
+                    topic=topic,
+                    queue_id=queue_id,
                     error=str(exc),
                 )
-                self._inflight = entries[i:]
-                return False
-            wheel.commit(entries[j - 1])
+                failed.update(run_entries)
+                continue
             self._last_event_end = result.end_offset
             stored = result.store_timestamp
-            for entry in entries[i:j]:
-                metrics.timer_lateness.observe(max(stored - entry.due_ms, 0) / 1000)
-            metrics.timer_delivered.inc(j - i)
-            i = j
-        return True
+            observe = metrics.timer_lateness.observe
+            for entry in run_entries:
+                observe(max(stored - entry.due_ms, 0) / 1000)
+            metrics.timer_delivered.inc(len(run_entries))
+        ahead = self._delivered_ahead
+        if not failed:
+            last = entries[-1] if ahead is None else max(entries[-1], ahead)
+            wheel.commit(last)
+            self._delivered_ahead = None
+            return True
+        # The mark covers only what precedes the first failure; the rest of what was delivered
+        # is committed once the failed entries are.
+        done_prefix: TimerEntry | None = None
+        for entry in entries:
+            if entry in failed:
+                break
+            done_prefix = entry
+        if done_prefix is not None:
+            wheel.commit(done_prefix)
+        delivered = [e for e in entries if e not in failed]
+        if delivered:
+            ahead = delivered[-1] if ahead is None else max(delivered[-1], ahead)
+        self._delivered_ahead = ahead
+        self._inflight = [e for e in entries if e in failed]
+        return False
 
     def _delivery(self, entry: TimerEntry) -> tuple[Message, str, int] | None:
         """The real message of ``entry`` and its topic and queue, read back from its CommitLog
@@ -550,7 +573,7 @@ class TimerService:
         keys = props.get(PROP_KEYS, "")
         tags = props.get(PROP_TAGS, "")
         out = {k: v for k, v in props.items() if k not in _STRIP_ON_DELIVERY}
-        out.setdefault(PROP_UNIQ_KEY, make_msg_id(record.store_host, entry.commitlog_offset))
+        out.setdefault(PROP_UNIQ_KEY, record.msg_id)  # its store host and offset
         out[PROP_TIMER_OUT_MS] = str(entry.due_ms)
         out[PROP_TIMER_SOURCE_OFFSET] = str(entry.commitlog_offset)
         msg = Message(

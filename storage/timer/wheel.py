@@ -69,6 +69,10 @@ LOG_DIR: Final = "log"
 _BEFORE_ALL: Final = (-1, -1)
 
 
+def _entry_key(entry: TimerEntry) -> tuple[int, int]:
+    return entry.due_ms, entry.commitlog_offset
+
+
 class InvalidDeliveryTimeError(StoreError):
     """A negative delay or delivery time, or one beyond the wheel's maximum delay."""
 
@@ -374,7 +378,7 @@ class TimingWheel:
             if limit is not None and len(out) >= limit:
                 break
             slot = self._near_slots[0]
-            entries = sorted(self._near[slot])
+            entries = sorted(self._near[slot], key=_entry_key)
             if entries and entries[0].key <= self.delivered:  # a replica's, delivered already
                 done = [e for e in entries if e.key <= self.delivered]
                 for e in done:
