@@ -5,9 +5,10 @@ produced to a topic; one consumer of group G takes each, nacks it the first time
 re-publishes it to %RETRY%G through the timing wheel, due after the group's back-off) and
 consumes it when it comes back. Two ways of nacking, each on its own topic and group:
 
-* ``process``: ``consumer.process(handler)``, one nack at a time (each waits for the broker's
-  durable answer, all-ack);
-* ``batched``: ``receive()`` batches with every nack of a batch in flight at once.
+* ``process``: ``consumer.process(handler)`` (handlers in order; the nacks of a received batch
+  in flight together, each answered once durable, all-ack);
+* ``batched``: the application's own loop: ``receive()`` batches, every nack of a batch in
+  flight at once.
 
 Printed per mode: nacks per second (first delivery to the last nack answered), round trips per
 second (first delivery to the last retried copy consumed), and the back-off. The back-off is 0 s

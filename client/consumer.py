@@ -348,21 +348,50 @@ class Consumer:
         if state is not None and (state.hold is None or msg.queue_offset < state.hold):
             state.hold = msg.queue_offset
 
+    def _hold_message(self, msg: ReceivedMessage) -> None:
+        self._hold(self._retry if msg.stored_topic == self.retry_topic else self._main, msg)
+
     async def process(self, handler: Handler) -> None:
-        """Run ``handler`` (a function or coroutine function) on every message until the
-        consumer is closed. A message whose handler returns is consumed; one whose handler
-        raises is nacked with the exception as reason. A nack that fails is logged (its queue
-        then stops committing at it, see :meth:`nack`) and processing goes on."""
-        async for msg in self:
-            try:
-                result = handler(msg)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
+        """Run ``handler`` (a function or coroutine function) on every message, in order, until
+        the consumer is closed. A message whose handler returns is consumed; one whose handler
+        raises is nacked with the exception as reason. The nacks of one received batch run
+        together, and the batch counts as consumed only once they are answered. A nack that
+        fails is logged (its queue then stops committing at it, see :meth:`nack`) and
+        processing goes on. Cancelling the task stops it: the message in hand and those whose
+        nack had no answer yet are delivered again later (their queues stop committing at
+        them)."""
+        while not self._closed:
+            msgs = await self.receive(self.heartbeat_interval)
+            failed: list[tuple[ReceivedMessage, str]] = []
+            for msg in msgs:
                 try:
-                    await self.nack(msg, f"{type(exc).__name__}: {exc}")
-                except ClientError as nack_failure:
-                    log.error("nack failed", msg_id=msg.msg_id, error=str(nack_failure))
+                    result = handler(msg)
+                    if inspect.isawaitable(result):
+                        await result
+                except asyncio.CancelledError:
+                    for held in (msg, *(m for m, _ in failed)):
+                        self._hold_message(held)
+                    raise
+                except Exception as exc:
+                    failed.append((msg, f"{type(exc).__name__}: {exc}"))
+            if failed:
+                await self._nack_batch(failed)
+
+    async def _nack_batch(self, failed: list[tuple[ReceivedMessage, str]]) -> None:
+        tasks = [asyncio.ensure_future(self.nack(msg, reason)) for msg, reason in failed]
+        try:
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:
+            for (msg, _), task in zip(failed, tasks, strict=True):
+                if not task.done() or task.cancelled() or task.exception() is not None:
+                    self._hold_message(msg)
+                task.cancel()
+            raise
+        for (msg, _), outcome in zip(failed, results, strict=True):
+            if isinstance(outcome, ClientError):
+                log.error("nack failed", msg_id=msg.msg_id, error=str(outcome))
+            elif isinstance(outcome, BaseException):
+                raise outcome
 
     def _queue_failed(self, state: QueueState) -> None:
         self._failures.append(state)
