@@ -1,0 +1,1 @@
+"""POP consumption on the broker (docs/pop.md)."""

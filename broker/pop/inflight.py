@@ -1,0 +1,209 @@
+"""The in-flight set of POP deliveries: a pure state machine (no clock, no I/O; time is an
+input).
+
+The broker feeds it the revive log's records in CommitLog order (docs/pop.md): a checkpoint
+adds one entry per message handed out, an ack removes one, a change of invisible time moves an
+entry's deadline, a revive (the message re-published to the retry topic or DLQ) removes it.
+The master asks :meth:`PopState.due` for the entries whose deadline passed and checks an ack or
+a change against the entry its handle names (:meth:`PopState.check`). A replica that applies the
+same records holds the same set, so a new master redelivers exactly what was in flight.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+
+from protocol.pop import Checkpoint
+
+__all__ = ["Entry", "PopRefused", "PopState", "Refusal"]
+
+Key = tuple[int, int]
+"""(checkpoint id, queue offset)."""
+
+
+@dataclass(slots=True)
+class Entry:
+    """One message handed out and neither acked nor revived yet."""
+
+    checkpoint: int
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    deadline_ms: int
+    handed_out: bool = False
+    """:meth:`PopState.due` handed it to the reviver (it is past its deadline)."""
+
+    @property
+    def key(self) -> Key:
+        return (self.checkpoint, self.queue_offset)
+
+
+class Refusal(enum.Enum):
+    NOT_IN_FLIGHT = "not in flight"
+    OTHER_GROUP = "another group's"
+    EXPIRED = "expired"
+    SUPERSEDED = "superseded"
+
+
+class PopRefused(Exception):
+    """An ack or change the in-flight set refuses; ``reason`` says why, the message for whom."""
+
+    def __init__(self, reason: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PopState:
+    """The in-flight POP deliveries of one broker group."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Key, Entry] = {}
+        self._acked: dict[int, set[int]] = {}
+        """Offsets acked per checkpoint that still has entries in flight (acks repeat)."""
+        self._live: Counter[int] = Counter()
+        """Entries in flight per checkpoint."""
+        self._heap: list[tuple[int, int, int]] = []
+        self._pop_offsets: dict[tuple[str, str, int], int] = {}
+        self._per_group: Counter[str] = Counter()
+
+    # -- records -------------------------------------------------------------------------------
+    def checkpoint(self, ck_id: int, ck: Checkpoint) -> list[Entry]:
+        """A POP handed out ``ck.popped``; ``ck_id`` is its record's CommitLog offset."""
+        key = (ck.group, ck.topic, ck.queue_id)
+        end = ck.start + ck.count
+        if end > self._pop_offsets.get(key, 0):
+            self._pop_offsets[key] = end
+        added = []
+        deadline = ck.deadline_ms
+        for offset in ck.popped:
+            if (ck_id, offset) in self._entries:
+                continue
+            entry = Entry(ck_id, ck.group, ck.topic, ck.queue_id, offset, deadline)
+            self._entries[entry.key] = entry
+            heapq.heappush(self._heap, (deadline, ck_id, offset))
+            added.append(entry)
+        if added:
+            self._live[ck_id] += len(added)
+            self._per_group[ck.group] += len(added)
+        return added
+
+    def ack(self, key: Key) -> bool:
+        """Remove an acked entry; False when it was not in flight."""
+        entry = self._remove(key)
+        if entry is None:
+            return False
+        acked = self._acked.get(key[0])
+        if acked is not None:
+            acked.add(key[1])
+        return True
+
+    def revived(self, key: Key) -> bool:
+        """Remove an entry whose message was re-published; False when it was not in flight."""
+        return self._remove(key) is not None
+
+    def change(self, key: Key, deadline_ms: int) -> bool:
+        """Move an entry's deadline; False when it is not in flight."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return False
+        entry.deadline_ms = deadline_ms
+        entry.handed_out = False
+        heapq.heappush(self._heap, (deadline_ms, key[0], key[1]))
+        return True
+
+    def _remove(self, key: Key) -> Entry | None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        ck_id = key[0]
+        self._per_group[entry.group] -= 1
+        if self._per_group[entry.group] <= 0:
+            del self._per_group[entry.group]
+        self._live[ck_id] -= 1
+        if self._live[ck_id] <= 0:
+            del self._live[ck_id]
+            self._acked.pop(ck_id, None)
+        else:
+            self._acked.setdefault(ck_id, set())
+        return entry
+
+    # -- checks (master) ---------------------------------------------------------------------
+    def check(self, key: Key, group: str, deadline_ms: int, now_ms: int) -> Entry | None:
+        """The entry a handle names, for an ack or a change by ``group`` at ``now_ms``; None
+        when it was acked already (a repeated ack: nothing to do). Raises :class:`PopRefused`
+        when it is another group's, past its deadline, superseded by a later handle of the
+        same message, or not in flight (revived, or never handed out)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            if key[1] in self._acked.get(key[0], ()):
+                return None
+            raise PopRefused(
+                Refusal.NOT_IN_FLIGHT,
+                f"message at queue offset {key[1]} of checkpoint {key[0]} is not in flight "
+                "(its invisible time passed and it was delivered again, or it was acked)",
+            )
+        if entry.group != group:
+            raise PopRefused(
+                Refusal.OTHER_GROUP,
+                f"receipt handle belongs to consumer group {entry.group}, not {group}",
+            )
+        if entry.deadline_ms != deadline_ms:
+            raise PopRefused(
+                Refusal.SUPERSEDED,
+                "receipt handle was replaced by a change of invisible time: use the new one",
+            )
+        if now_ms >= entry.deadline_ms or entry.handed_out:
+            raise PopRefused(
+                Refusal.EXPIRED,
+                f"receipt handle expired at {entry.deadline_ms} (now {now_ms}): the message "
+                "will be delivered again",
+            )
+        return entry
+
+    def due(self, now_ms: int, limit: int | None = None) -> list[Entry]:
+        """Entries whose deadline is at or before ``now_ms``, earliest first, each handed out
+        once (until a change moves its deadline); they stay in flight until :meth:`revived`."""
+        out: list[Entry] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms and (limit is None or len(out) < limit):
+            deadline, ck_id, offset = heapq.heappop(heap)
+            entry = self._entries.get((ck_id, offset))
+            if entry is None or entry.deadline_ms != deadline or entry.handed_out:
+                continue  # acked, revived, or moved since
+            entry.handed_out = True
+            out.append(entry)
+        return out
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of an entry not handed out yet (None: nothing pending)."""
+        heap = self._heap
+        while heap:
+            deadline, ck_id, offset = heap[0]
+            entry = self._entries.get((ck_id, offset))
+            if entry is not None and entry.deadline_ms == deadline and not entry.handed_out:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
+    # -- figures -------------------------------------------------------------------------------
+    def get(self, key: Key) -> Entry | None:
+        return self._entries.get(key)
+
+    def pop_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """Where the group's next POP of the queue starts, as far as checkpoints say."""
+        return self._pop_offsets.get((group, topic, queue_id))
+
+    def inflight(self, group: str | None = None) -> int:
+        if group is None:
+            return len(self._entries)
+        return self._per_group.get(group, 0)
+
+    def groups(self) -> dict[str, int]:
+        return dict(self._per_group)
+
+    def inflight_keys(self) -> set[Key]:
+        return set(self._entries)

@@ -1,0 +1,319 @@
+"""POP consumption: receipt handles and the revive log's records, pure encode/decode.
+
+No clock, no I/O: times are epoch milliseconds passed in (docs/pop.md).
+
+**Receipt handle.** Each popped message comes with one. It is opaque to clients (URL-safe
+base64 text) and names the broker, group, topic, queue and queue offset of the message, its pop
+time, its invisible time, and the checkpoint that holds it (the CommitLog offset of the
+checkpoint record). A truncated HMAC-SHA256 under the broker group's handle key closes it, so a
+forged, altered or truncated handle fails :func:`decode_handle` with :class:`HandleError`
+before the broker looks anything up.
+
+**Revive log.** POP state lives in the CommitLog as messages of the system topic
+:data:`REVIVE_TOPIC` (queue 0), so slaves hold it and a new master rebuilds it. Each body is one
+record, a kind byte then big-endian fields:
+
+* ``KEY``: the broker group's 32-byte handle key (written once, by the first master that pops).
+* ``CHECKPOINT``: group, topic, queue, start offset, count, a bitmap of the offsets in
+  ``[start, start + count)`` handed out, pop time and invisible time. Its id is the CommitLog
+  offset of its record.
+* ``ACK``: (checkpoint id, queue offset) pairs acked.
+* ``CHANGE``: (checkpoint id, queue offset, new deadline) after a change of invisible time.
+* ``REVIVED``: (checkpoint id, queue offset) pairs whose message was re-published to the
+  group's retry topic or DLQ after its deadline (written after the copy).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "HANDLE_KEY_BYTES",
+    "MAX_POP_BATCH",
+    "REVIVE_TOPIC",
+    "Ack",
+    "Change",
+    "Checkpoint",
+    "HandleError",
+    "HandleKey",
+    "ReceiptHandle",
+    "ReviveRecord",
+    "ReviveRecordError",
+    "Revived",
+    "decode_handle",
+    "decode_revive_record",
+    "encode_handle",
+    "encode_revive_record",
+]
+
+REVIVE_TOPIC: Final = "rmq_sys_REVIVE_LOG"
+"""The system topic of POP checkpoints, acks and revives (RocketMQ's name, without the
+cluster suffix: one broker group's log)."""
+HANDLE_KEY_BYTES: Final = 32
+MAX_POP_BATCH: Final = 1024
+"""Most offsets one checkpoint covers (and most messages one POP hands out)."""
+MAX_NAME_BYTES: Final = 255
+
+_HANDLE_VERSION: Final = 1
+_MAC_BYTES: Final = 16
+_HANDLE_FIXED: Final = struct.Struct(">BHqqIq")
+"""Version, queue id, queue offset, pop ms, invisible ms, checkpoint id."""
+
+KIND_KEY: Final = 1
+KIND_CHECKPOINT: Final = 2
+KIND_ACK: Final = 3
+KIND_CHANGE: Final = 4
+KIND_REVIVED: Final = 5
+
+_CK_FIXED: Final = struct.Struct(">HqHqI")  # queue id, start, count, pop ms, invisible ms
+_PAIR: Final = struct.Struct(">qq")
+_CHANGE: Final = struct.Struct(">qqq")
+_COUNT: Final = struct.Struct(">I")
+
+
+class HandleError(ValueError):
+    """A receipt handle that is not one of this broker group's (forged, altered, truncated,
+    another broker's): the message says which."""
+
+
+class ReviveRecordError(ValueError):
+    """A revive log body that does not decode."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandleKey:
+    """The key receipt handles are signed with; every replica of a broker group has it (it
+    travels in the revive log)."""
+
+    secret: bytes
+
+    def mac(self, data: bytes) -> bytes:
+        return hmac.new(self.secret, data, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    broker_name: str
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    pop_ms: int
+    invisible_ms: int
+    checkpoint: int
+    """The CommitLog offset of the checkpoint record that holds this delivery."""
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.pop_ms + self.invisible_ms
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The in-flight entry it names: (checkpoint id, queue offset)."""
+        return (self.checkpoint, self.queue_offset)
+
+
+def _name(text: str, what: str) -> bytes:
+    raw = text.encode()
+    if not raw or len(raw) > MAX_NAME_BYTES:
+        raise ValueError(f"{what} must be 1..{MAX_NAME_BYTES} bytes")
+    return bytes([len(raw)]) + raw
+
+
+def encode_handle(handle: ReceiptHandle, key: HandleKey) -> str:
+    body = (
+        _HANDLE_FIXED.pack(
+            _HANDLE_VERSION,
+            handle.queue_id,
+            handle.queue_offset,
+            handle.pop_ms,
+            handle.invisible_ms,
+            handle.checkpoint,
+        )
+        + _name(handle.broker_name, "broker name")
+        + _name(handle.group, "group")
+        + _name(handle.topic, "topic")
+    )
+    return base64.urlsafe_b64encode(body + key.mac(body)).decode().rstrip("=")
+
+
+def decode_handle(text: str, key: HandleKey | None, broker_name: str) -> ReceiptHandle:
+    """Check and decode a receipt handle issued by ``broker_name`` under ``key`` (None: this
+    broker never issued one). Raises :class:`HandleError` saying why it is refused."""
+    if not text or len(text) > 2048:
+        raise HandleError("receipt handle is empty or too long")
+    try:
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        raise HandleError("receipt handle is not base64url text") from None
+    if len(raw) < _HANDLE_FIXED.size + 3 + _MAC_BYTES:
+        raise HandleError("receipt handle is truncated")
+    body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
+    version, queue_id, offset, pop_ms, invisible_ms, checkpoint = _HANDLE_FIXED.unpack_from(body)
+    if version != _HANDLE_VERSION:
+        raise HandleError(f"receipt handle version {version} is not known")
+    pos = _HANDLE_FIXED.size
+    names: list[str] = []
+    for _ in range(3):
+        if pos >= len(body):
+            raise HandleError("receipt handle is truncated")
+        n = body[pos]
+        if pos + 1 + n > len(body) or n == 0:
+            raise HandleError("receipt handle is truncated")
+        try:
+            names.append(body[pos + 1 : pos + 1 + n].decode())
+        except UnicodeDecodeError:
+            raise HandleError("receipt handle is corrupt") from None
+        pos += 1 + n
+    if pos != len(body):
+        raise HandleError("receipt handle has trailing bytes")
+    name, group, topic = names
+    if name != broker_name:
+        raise HandleError(f"receipt handle was issued by broker {name}, this is {broker_name}")
+    if key is None or not hmac.compare_digest(mac, key.mac(body)):
+        raise HandleError("receipt handle fails its signature check (forged or corrupt)")
+    if offset < 0 or pop_ms < 0 or checkpoint < 0:
+        raise HandleError("receipt handle is corrupt")
+    return ReceiptHandle(name, group, topic, queue_id, offset, pop_ms, invisible_ms, checkpoint)
+
+
+# -- the revive log --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Messages handed out by one POP from one queue."""
+
+    group: str
+    topic: str
+    queue_id: int
+    start: int
+    count: int
+    """The offsets ``[start, start + count)`` the POP read (some may be filtered out)."""
+    popped: tuple[int, ...]
+    """The queue offsets handed out, ascending, each within the range."""
+    pop_ms: int
+    invisible_ms: int
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.pop_ms + self.invisible_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    keys: tuple[tuple[int, int], ...]
+    """(checkpoint id, queue offset) pairs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    checkpoint: int
+    queue_offset: int
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Revived:
+    keys: tuple[tuple[int, int], ...]
+
+
+ReviveRecord = HandleKey | Checkpoint | Ack | Change | Revived
+
+
+def _pairs(kind: int, keys: tuple[tuple[int, int], ...]) -> bytes:
+    return bytes([kind]) + _COUNT.pack(len(keys)) + b"".join(_PAIR.pack(c, o) for c, o in keys)
+
+
+def encode_revive_record(record: ReviveRecord) -> bytes:
+    if isinstance(record, HandleKey):
+        if len(record.secret) != HANDLE_KEY_BYTES:
+            raise ValueError(f"a handle key is {HANDLE_KEY_BYTES} bytes")
+        return bytes([KIND_KEY]) + record.secret
+    if isinstance(record, Checkpoint):
+        if not 0 < record.count <= MAX_POP_BATCH:
+            raise ValueError(f"a checkpoint covers 1..{MAX_POP_BATCH} offsets")
+        bitmap = bytearray((record.count + 7) // 8)
+        for offset in record.popped:
+            i = offset - record.start
+            if not 0 <= i < record.count:
+                raise ValueError(f"offset {offset} is outside the checkpoint's range")
+            bitmap[i // 8] |= 1 << (i % 8)
+        return (
+            bytes([KIND_CHECKPOINT])
+            + _name(record.group, "group")
+            + _name(record.topic, "topic")
+            + _CK_FIXED.pack(
+                record.queue_id, record.start, record.count, record.pop_ms, record.invisible_ms
+            )
+            + bytes(bitmap)
+        )
+    if isinstance(record, Ack):
+        return _pairs(KIND_ACK, record.keys)
+    if isinstance(record, Change):
+        return bytes([KIND_CHANGE]) + _CHANGE.pack(
+            record.checkpoint, record.queue_offset, record.deadline_ms
+        )
+    return _pairs(KIND_REVIVED, record.keys)
+
+
+def _read_name(body: bytes, pos: int) -> tuple[str, int]:
+    if pos >= len(body):
+        raise ReviveRecordError("revive record is truncated")
+    n = body[pos]
+    if n == 0 or pos + 1 + n > len(body):
+        raise ReviveRecordError("revive record is truncated")
+    try:
+        return body[pos + 1 : pos + 1 + n].decode(), pos + 1 + n
+    except UnicodeDecodeError:
+        raise ReviveRecordError("revive record holds a name that is not UTF-8") from None
+
+
+def _read_pairs(body: bytes) -> tuple[tuple[int, int], ...]:
+    if len(body) < 1 + _COUNT.size:
+        raise ReviveRecordError("revive record is truncated")
+    (n,) = _COUNT.unpack_from(body, 1)
+    if len(body) != 1 + _COUNT.size + n * _PAIR.size:
+        raise ReviveRecordError(f"revive record of {n} pairs has {len(body)} bytes")
+    return tuple(_PAIR.unpack_from(body, 1 + _COUNT.size + i * _PAIR.size) for i in range(n))
+
+
+def decode_revive_record(body: bytes) -> ReviveRecord:
+    """Decode one revive log body; raises :class:`ReviveRecordError`."""
+    if not body:
+        raise ReviveRecordError("revive record is empty")
+    kind = body[0]
+    if kind == KIND_KEY:
+        if len(body) != 1 + HANDLE_KEY_BYTES:
+            raise ReviveRecordError("handle key record has the wrong size")
+        return HandleKey(bytes(body[1:]))
+    if kind == KIND_CHECKPOINT:
+        group, pos = _read_name(body, 1)
+        topic, pos = _read_name(body, pos)
+        if len(body) < pos + _CK_FIXED.size:
+            raise ReviveRecordError("revive record is truncated")
+        queue_id, start, count, pop_ms, invisible_ms = _CK_FIXED.unpack_from(body, pos)
+        pos += _CK_FIXED.size
+        if not 0 < count <= MAX_POP_BATCH or start < 0:
+            raise ReviveRecordError(f"checkpoint covers {count} offsets from {start}")
+        bitmap = body[pos:]
+        if len(bitmap) != (count + 7) // 8:
+            raise ReviveRecordError("checkpoint bitmap has the wrong size")
+        popped = tuple(start + i for i in range(count) if bitmap[i // 8] >> (i % 8) & 1)
+        return Checkpoint(group, topic, queue_id, start, count, popped, pop_ms, invisible_ms)
+    if kind == KIND_ACK:
+        return Ack(_read_pairs(body))
+    if kind == KIND_CHANGE:
+        if len(body) != 1 + _CHANGE.size:
+            raise ReviveRecordError("change record has the wrong size")
+        checkpoint, offset, deadline = _CHANGE.unpack_from(body, 1)
+        return Change(checkpoint, offset, deadline)
+    if kind == KIND_REVIVED:
+        return Revived(_read_pairs(body))
+    raise ReviveRecordError(f"revive record kind {kind} is not known")

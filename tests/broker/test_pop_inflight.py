@@ -1,0 +1,142 @@
+"""The POP in-flight set (broker.pop.inflight): deterministic cases and a property test that a
+replica applying the same records holds the same set, and that every message handed out ends
+acked, revived or still in flight, never two of them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.pop.inflight import PopRefused, PopState, Refusal
+from protocol.pop import Ack, Change, Checkpoint, Revived, ReviveRecord
+
+
+def ck(start: int, count: int, pop_ms: int = 1000, inv: int = 500, group: str = "g") -> Checkpoint:
+    return Checkpoint(group, "T", 0, start, count, tuple(range(start, start + count)), pop_ms, inv)
+
+
+def test_pop_ack_expire_change() -> None:
+    s = PopState()
+    added = s.checkpoint(100, ck(0, 3))
+    assert [e.queue_offset for e in added] == [0, 1, 2]
+    assert s.inflight("g") == 3 and s.pop_offset("g", "T", 0) == 3
+    # An ack by the handle's deadline removes the entry; a repeat is a no-op, not an error.
+    assert s.check((100, 0), "g", 1500, 1200) is not None
+    assert s.ack((100, 0))
+    assert s.check((100, 0), "g", 1500, 1200) is None
+    # Another group's ack, a stale handle, an expired one: refused, nothing removed.
+    with pytest.raises(PopRefused) as exc:
+        s.check((100, 1), "other", 1500, 1200)
+    assert exc.value.reason is Refusal.OTHER_GROUP
+    assert s.change((100, 1), 4000)
+    with pytest.raises(PopRefused) as exc:
+        s.check((100, 1), "g", 1500, 1200)
+    assert exc.value.reason is Refusal.SUPERSEDED
+    with pytest.raises(PopRefused) as exc:
+        s.check((100, 2), "g", 1500, 1500)
+    assert exc.value.reason is Refusal.EXPIRED
+    assert s.inflight("g") == 2
+    # Expiry hands out each due entry once, earliest first; the moved one later.
+    assert [e.queue_offset for e in s.due(1499)] == []
+    assert [e.queue_offset for e in s.due(1500)] == [2]
+    assert s.due(1600) == []
+    assert s.next_deadline() == 4000
+    assert [e.queue_offset for e in s.due(4000)] == [1]
+    assert s.revived((100, 1)) and s.revived((100, 2))
+    assert s.inflight() == 0
+    with pytest.raises(PopRefused) as exc:
+        s.check((100, 1), "g", 4000, 3000)
+    assert exc.value.reason is Refusal.NOT_IN_FLIGHT
+    with pytest.raises(PopRefused):  # a checkpoint never written
+        s.check((7, 0), "g", 1500, 1000)
+
+
+def test_filtered_offsets_are_not_in_flight() -> None:
+    s = PopState()
+    s.checkpoint(5, Checkpoint("g", "T", 1, 10, 4, (10, 13), 0, 100))
+    assert s.inflight_keys() == {(5, 10), (5, 13)}
+    assert s.pop_offset("g", "T", 1) == 14
+
+
+# -- property: a log of records, applied on a master with checks and on a replica blindly --
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("pop"), st.integers(1, 5), st.integers(0, 3_000), st.sampled_from("gh")),
+        st.tuples(st.just("ack"), st.integers(0, 60), st.integers(0, 0), st.sampled_from("gh")),
+        st.tuples(st.just("change"), st.integers(0, 60), st.integers(0, 3_000), st.just("g")),
+        st.tuples(st.just("tick"), st.integers(0, 1_000), st.integers(0, 0), st.just("g")),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops)
+def test_replica_rebuilds_the_masters_set(script: list[tuple[str, int, int, str]]) -> None:
+    master = PopState()
+    log: list[tuple[int, ReviveRecord]] = []
+    now = 0
+    next_offset = {"g": 0, "h": 0}
+    handed: list[tuple[int, int, str]] = []  # (ck, offset, group) in pop order
+    acked: set[tuple[int, int]] = set()
+    revived: set[tuple[int, int]] = set()
+    for op, a, b, group in script:
+        if op == "pop":
+            start = next_offset[group]
+            next_offset[group] += a
+            record = Checkpoint(group, "T", 0, start, a, tuple(range(start, start + a)), now, b)
+            ck_id = len(log)
+            log.append((ck_id, record))
+            master.checkpoint(ck_id, record)
+            handed += [(ck_id, o, group) for o in record.popped]
+        elif op == "ack" and handed:
+            ck_id, offset, owner = handed[a % len(handed)]
+            entry = master.get((ck_id, offset))
+            deadline = entry.deadline_ms if entry is not None else 0
+            try:
+                if master.check((ck_id, offset), group, deadline, now) is None:
+                    continue
+            except PopRefused:
+                assert group != owner or entry is None or now >= deadline or entry.handed_out
+                continue
+            assert group == owner and (ck_id, offset) not in revived
+            master.ack((ck_id, offset))
+            acked.add((ck_id, offset))
+            log.append((len(log), Ack(((ck_id, offset),))))
+        elif op == "change" and handed:
+            ck_id, offset, _ = handed[a % len(handed)]
+            if master.get((ck_id, offset)) is not None:
+                master.change((ck_id, offset), now + b)
+                log.append((len(log), Change(ck_id, offset, now + b)))
+        elif op == "tick":
+            now += a
+            for entry in master.due(now):
+                assert entry.deadline_ms <= now
+                master.revived(entry.key)
+                revived.add(entry.key)
+                log.append((len(log), Revived((entry.key,))))
+    replica = PopState()
+    for ck_id, record in log:
+        if isinstance(record, Checkpoint):
+            replica.checkpoint(ck_id, record)
+        elif isinstance(record, Ack):
+            for key in record.keys:
+                replica.ack(key)
+        elif isinstance(record, Change):
+            replica.change((record.checkpoint, record.queue_offset), record.deadline_ms)
+        elif isinstance(record, Revived):
+            for key in record.keys:
+                replica.revived(key)
+    assert replica.inflight_keys() == master.inflight_keys()
+    for key in master.inflight_keys():
+        m, r = master.get(key), replica.get(key)
+        assert m is not None and r is not None and m.deadline_ms == r.deadline_ms
+    # Every message handed out is in exactly one of: acked, revived, in flight.
+    inflight = master.inflight_keys()
+    assert not acked & revived and not acked & inflight and not revived & inflight
+    assert acked | revived | inflight == {(c, o) for c, o, _ in handed}
+    # A new master (the replica) redelivers exactly the in-flight ones once they are due.
+    far = now + 10_000
+    assert {e.key for e in replica.due(far)} == inflight
+    assert replica.inflight("g") + replica.inflight("h") == len(inflight)
