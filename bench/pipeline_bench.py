@@ -1,24 +1,34 @@
-"""Spark pipeline benchmark: a batch read of a topic from one broker.
+"""Spark pipeline benchmark: batch read, batch write and a streaming copy of a topic.
 
-Against a real broker subprocess on loopback holding N messages of SIZE bytes (default 1M of
-1 KiB over 8 queues), in one local Spark session (``--master``, default ``local[*]``):
+Against a real broker subprocess on loopback holding N messages of SIZE bytes (default 200k of
+1 KiB over 8 queues; ``--full``: 1M), in one local Spark session (``--master``, default
+``local[*]``):
 
   1. ``rmq -> count()``: read the topic and count the rows,
   2. ``rmq -> parquet``: read the topic and write it to a local Parquet directory,
   3. ``rmq -> noop``: read the topic, every column materialised, written nowhere,
-  4. ``parquet -> noop`` (the ceiling): read those messages back from the local Parquet
-     directory, every column materialised (Spark's own columnar reader, no network).
+  4. ``parquet -> noop`` (the read ceiling): read those messages back from the local Parquet
+     directory, every column materialised (Spark's own columnar reader, no network),
+  5. ``parquet -> rmq``: batch write of the N bodies to another topic (PySpark's Arrow writer,
+     SEND_BATCH_MESSAGE), against the target of 50,000 msg/s,
+  6. ``parquet -> rmq (messageGroup)``: the same with a message group per row (1000 groups),
+     each group's queue picked by hash,
+  7. ``rmq -> rmq streaming``: a streaming query (Trigger.AvailableNow) copying the topic to
+     another topic.
 
-Prints msg/s and MB/s (of bodies) for each and the ratios to the ceiling. Nothing is asserted:
-these are figures. Each figure is the best of ``--repeat`` runs after one small warm-up query.
+Prints msg/s and MB/s (of bodies) for each, reads against the read ceiling and writes against
+the write target. Nothing is asserted: these are figures. Each figure is the best of
+``--repeat`` runs after one small warm-up query.
 
-    python bench/pipeline_bench.py [--messages N] [--size BYTES] [--queues Q] [--master URL]
+    python bench/pipeline_bench.py [--messages N | --full] [--size BYTES] [--queues Q]
+        [--master URL] [--repeat R]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -34,16 +44,22 @@ from client.message import Message
 from tests.support.procs import BrokerProc
 
 TOPIC = "PipelineBench"
+WRITE_TARGET = 50_000.0
 SEGMENT_CONFIG = """\
 commitlog_segment_bytes = 268435456
 consumequeue_segment_entries = 300000
 """
 
 
+async def create_topics(address: str, queues: int, *names: str) -> None:
+    async with Admin(address) as admin:
+        for name in names:
+            await admin.create_topic(name, queues)
+
+
 async def fill(address: str, count: int, size: int, queues: int) -> float:
     """Send ``count`` messages in batches of 64, 16 batches in flight; returns seconds."""
-    async with Admin(address) as admin:
-        await admin.create_topic(TOPIC, queues)
+    await create_topics(address, queues, TOPIC)
     body = os.urandom(size)
     batch = [Message(body=body, keys="") for _ in range(64)]
     started = time.perf_counter()
@@ -78,12 +94,15 @@ def best(repeat: int, run: Callable[[], object]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--full", action="store_true", help="1M messages (the issue's size)")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--queues", type=int, default=8)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
+    if args.full:
+        args.messages = 1_000_000
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -124,11 +143,12 @@ def main() -> int:
                     .load()
                 )
 
+            warm_end = {"broker-a": {str(q): 100 for q in range(args.queues)}}
             warm = (
                 spark.read.format("rmq")
                 .option("controllers", broker.address)
                 .option("topic", TOPIC)
-                .option("endingOffsets", '{"broker-a": {"0": 1000}}')
+                .option("endingOffsets", json.dumps(warm_end))
                 .load()
             )
             warm.count()
@@ -155,6 +175,46 @@ def main() -> int:
                 args.repeat,
                 lambda: spark.read.parquet(parquet).write.format("noop").mode("overwrite").save(),
             )
+            writes: dict[str, float] = {}
+            outs = [f"{TOPIC}Out{i}" for i in range(args.repeat * 2 + 1)]
+            asyncio.run(create_topics(broker.address, args.queues, *outs, f"{TOPIC}Copy"))
+            names = iter(outs)
+
+            def write(keyed: bool) -> None:
+                df = spark.read.parquet(parquet).selectExpr(
+                    "body", *(["concat('g', queueOffset % 1000) AS messageGroup"] if keyed else [])
+                )
+                df.write.format("rmq").option("controllers", broker.address).option(
+                    "topic", next(names)
+                ).option("batchSize", "256").mode("append").save()
+
+            # warm the writers' Python workers on a few rows
+            spark.read.parquet(parquet).limit(1000).select("body").write.format("rmq").option(
+                "controllers", broker.address
+            ).option("topic", outs[-1]).mode("append").save()
+            writes["parquet -> rmq"] = best(args.repeat, lambda: write(False))
+            writes["parquet -> rmq (messageGroup)"] = best(args.repeat, lambda: write(True))
+
+            def copy() -> None:
+                query = (
+                    spark.readStream.format("rmq")
+                    .option("controllers", broker.address)
+                    .option("topic", TOPIC)
+                    .option("startingOffsets", "earliest")
+                    .load()
+                    .select("body", "keys", "tags", "properties")
+                    .writeStream.format("rmq")
+                    .option("controllers", broker.address)
+                    .option("topic", f"{TOPIC}Copy")
+                    .option("checkpointLocation", str(tmp / f"copy-{time.monotonic_ns()}"))
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                query.awaitTermination()
+                if query.exception() is not None:
+                    raise SystemExit(f"streaming copy failed: {query.exception()}")
+
+            writes["rmq -> rmq streaming"] = best(1, copy)
             spark.stop()
         finally:
             broker.stop()
@@ -168,6 +228,13 @@ def main() -> int:
         print(
             f"{name:<28} {rate:>10,.0f} msg/s {n * args.size / secs / 1e6:>8.1f} MB/s"
             f"  {secs:6.1f} s  ratio to ceiling {rate / ceiling:.2f}",
+            flush=True,
+        )
+    for name, secs in writes.items():
+        rate = n / secs
+        print(
+            f"{name:<28} {rate:>10,.0f} msg/s {n * args.size / secs / 1e6:>8.1f} MB/s"
+            f"  {secs:6.1f} s  ratio to target {WRITE_TARGET:,.0f} msg/s {rate / WRITE_TARGET:.2f}",
             flush=True,
         )
     return 0

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline.progress import offsets_behind
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
@@ -80,6 +82,8 @@ class ArchiveResult:
     end_offset: str | None
     #: Parquet files this run added under the output directory
     files: int = 0
+    #: the Kafka source's offsets-behind-latest figures of the last batch (None: no batch)
+    behind: dict[str, float] | None = None
 
 
 def data_files(output: str) -> set[str]:
@@ -103,11 +107,14 @@ def run_archive(spark: SparkSession, spec: ArchiveSpec) -> ArchiveResult:
     query.awaitTermination()
     progress = [p for p in query.recentProgress if int(p["numInputRows"]) > 0]
     end = None
+    behind = None
     if query.lastProgress is not None and query.lastProgress["sources"]:
         end = query.lastProgress["sources"][0]["endOffset"]
+        behind = offsets_behind(query.lastProgress["sources"][0])
     return ArchiveResult(
         batches=len(progress),
         rows=sum(int(p["numInputRows"]) for p in progress),
         end_offset=str(end) if end is not None else None,
         files=len(data_files(spec.output) - before),
+        behind=behind,
     )

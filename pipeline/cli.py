@@ -226,8 +226,9 @@ def archive_command(
     """Stream TOPIC into Parquet under OUTPUT, partitioned by day (UTC), exactly once through
     the checkpoint: run it again with the same --checkpoint to continue where it stopped.
 
-    Prints {"topic", "batches", "rows", "files", "endOffset"}: the batches, rows and Parquet
-    files this run wrote, and where the archive now stands.
+    Prints {"topic", "batches", "rows", "files", "offsetsBehindLatest", "endOffset"}: the
+    batches, rows and Parquet files this run wrote, how far its last batch was behind the
+    latest offsets (avg, max, min per queue), and where the archive now stands.
     """
     _check_offsets(starting_offsets, "--starting-offsets")
     spec = ArchiveSpec(
@@ -253,6 +254,7 @@ def archive_command(
                 "batches": result.batches,
                 "rows": result.rows,
                 "files": result.files,
+                "offsetsBehindLatest": result.behind,
                 "endOffset": json.loads(result.end_offset) if result.end_offset else None,
             }
         )

@@ -57,6 +57,7 @@ READ_OPTIONS: tuple[str, ...] = (
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
     "failOnDataLoss",
+    "groupId",
     "includeProperties",
     "includeHeaders",
     "pullBatchSize",
@@ -212,6 +213,19 @@ def controllers_option(options: Mapping[str, str]) -> str:
     return ";".join(parse_addresses(raw))
 
 
+def group_option(options: Mapping[str, str]) -> str | None:
+    """``groupId``: a consumer group name as the brokers accept one."""
+    raw = get_option(options, "groupId")
+    if raw is None:
+        return None
+    group = str(raw).strip()
+    if not 0 < len(group) <= 255 or not all(c.isalnum() or c in "-_%." for c in group):
+        raise OptionError(
+            f"option groupId must be a consumer group name (letters, digits, - _ % .), not {raw!r}"
+        )
+    return group
+
+
 def topic_option(options: Mapping[str, str], *, required: bool) -> str | None:
     raw = get_option(options, "topic")
     topic = raw.strip() if raw is not None else ""
@@ -239,6 +253,8 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay: float = DEFAULT_TRIGGER_DELAY
     include_properties: bool = True
+    #: streaming: commit processed offsets at the brokers as this consumer group's
+    group_id: str | None = None
 
     @classmethod
     def parse(
@@ -274,6 +290,11 @@ class ReadOptions:
                 f"option minOffsetsPerTrigger ({min_per_trigger}) must not exceed "
                 f"maxOffsetsPerTrigger ({max_per_trigger})"
             )
+        group_id = group_option(options)
+        if mode == "batch" and group_id is not None:
+            raise OptionError(
+                "option groupId is for streaming queries only (a batch read commits nothing)"
+            )
         include = bool_option(options, "includeProperties", True)
         if get_option(options, "includeHeaders") is not None:
             alias = bool_option(options, "includeHeaders", True)
@@ -296,6 +317,7 @@ class ReadOptions:
             min_offsets_per_trigger=min_per_trigger,
             max_trigger_delay=delay,
             include_properties=include,
+            group_id=group_id,
         )
 
 

@@ -16,6 +16,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pipeline import offsets as ofs
+from pipeline.commit import commit_offsets
 from pipeline.errors import PipelineError
 from pipeline.options import ReadOptions
 from pipeline.partition import (
@@ -61,6 +62,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last: ofs.Offsets | None = None
         self._target: ofs.Offsets | None = None
         self._latest: dict[str, dict[str, int]] | None = None
+        #: what was last committed as the groupId's offsets
+        self._committed: ofs.Offsets | None = None
         #: when the last non-empty batch was planned (minOffsetsPerTrigger waits from there)
         self._batch_at = time.monotonic()
 
@@ -97,6 +100,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = (
             ofs.from_json(start, "start offset") if start is not None else dict(self._last or {})
         )
+        if start is not None:
+            self._commit_group(begin)
         snap = snapshot_of(self.opts)
         if snap.missing:
             log.warning("broker groups unreachable, not read this batch", groups=unanswered(snap))
@@ -159,5 +164,26 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from read_partition(qr, self.opts, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: offsets live in Spark's checkpoint, not at the brokers (and a commit
-        may arrive late, so nothing here may depend on it)."""
+        """Spark processed everything before ``end``. Offsets live in Spark's checkpoint, so
+        nothing the query needs depends on this; with ``groupId`` they are also committed at
+        the brokers as that consumer group's (see :meth:`_commit_group`)."""
+        self._commit_group(ofs.from_json(end, "end offset"))
+
+    def _commit_group(self, processed: ofs.Offsets) -> None:
+        """Commit ``processed`` as the ``groupId``'s offsets, unless they were already.
+
+        Spark calls ``commit()`` for a batch only when it plans the next one with data, so the
+        last batch before an idle spell (or of ``Trigger.AvailableNow``) would stay uncommitted;
+        ``latestOffset(start)`` (Spark 4.2+) is called only once the batch ending at ``start``
+        was processed and written to the commit log, so it commits ``start`` too. A failed
+        commit is a warning: the next one repairs it (offsets only grow)."""
+        group = self.opts.group_id
+        if group is None or not processed or processed == self._committed:
+            return
+        failures = commit_offsets(
+            self.opts.controllers, self.opts.topic, group, processed, self.opts.request_timeout
+        )
+        if failures:
+            log.warning("consumer offsets not committed", group=group, failures="; ".join(failures))
+            return
+        self._committed = dict(processed)

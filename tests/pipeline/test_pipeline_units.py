@@ -107,6 +107,7 @@ def test_option_names_are_checked_with_the_nearest_suggested() -> None:
         3,
     )
     assert ReadOptions.parse(base, "stream").max_trigger_delay == 15 * 60
+    assert ReadOptions.parse({**base, "groupId": "etl-1"}, "stream").group_id == "etl-1"
     assert ReadOptions.parse({**base, "maxTriggerDelay": "250"}, "stream").max_trigger_delay == 0.25
     timed = ReadOptions.parse({**base, "startingTimestamp": "1700000000000"})
     assert timed.starting == ofs.ByTimestamp(every=1_700_000_000_000)
@@ -119,10 +120,27 @@ def test_option_names_are_checked_with_the_nearest_suggested() -> None:
         ({**base, "startingTimestamp": "-1"}, "batch", "must be >= 0"),
         ({**base, "startingOffsetsByTimestamp": '{"a": {"0": -5}}'}, "batch", "integer >= 0"),
         ({**base, "minPartitions": "0"}, "batch", "must be >= 1"),
+        ({**base, "groupId": "g"}, "batch", "groupId is for streaming queries only"),
+        ({**base, "groupId": "no spaces"}, "stream", "must be a consumer group name"),
     ]
     for options, mode, message in cases:
         with pytest.raises(OptionError, match=message):
             ReadOptions.parse(options, mode)  # type: ignore[arg-type]
+
+
+def test_offsets_behind_latest_from_a_progress_report() -> None:
+    from pipeline.progress import offsets_behind
+
+    source = {
+        "endOffset": '{"broker-a": {"0": 5, "1": 9}, "broker-b": {"0": 0}}',
+        "latestOffset": {"broker-a": {"0": 15, "1": 9}, "broker-b": {"0": 2}},
+    }
+    assert offsets_behind(source) == {
+        "avgOffsetsBehindLatest": 4.0,
+        "maxOffsetsBehindLatest": 10.0,
+        "minOffsetsBehindLatest": 0.0,
+    }
+    assert offsets_behind({"endOffset": "{}", "latestOffset": None}) is None
 
 
 def test_limit_rows_shares_the_budget_by_backlog() -> None:
