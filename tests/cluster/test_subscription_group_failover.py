@@ -1,6 +1,7 @@
 """Consumer group settings are replicated like topic configs (issue 11 item 4), real processes:
 updateSubGroup on the master reaches the slave, and after kill -9 of the master the new master
-applies the same retry_max_times to a nack."""
+applies the same retry_max_times and back-off to nacks (one retry through its timing wheel,
+then the DLQ)."""
 
 from __future__ import annotations
 
@@ -57,12 +58,14 @@ async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
     addresses = cluster.controller_addresses
     async with Admin(addresses) as admin:
         await admin.create_topic("T", 1)
-        stored = await admin.update_sub_group({"groupName": "G", "retryMaxTimes": 0})
-    assert stored["broker-a"]["retryMaxTimes"] == 0
+        stored = await admin.update_sub_group(
+            {"groupName": "G", "retryMaxTimes": 1, "retryDelays": "1s"}
+        )
+    assert stored["broker-a"]["retryMaxTimes"] == 1
 
     async def copied() -> bool:
         got = await settings_on(slave.address, "G")
-        return got is not None and got["retryMaxTimes"] == 0
+        return got is not None and got["retryMaxTimes"] == 1
 
     await wait_until_async(copied, "the slave to copy G's settings", 20, on_timeout=cluster.logs)
     master.kill9()
@@ -70,8 +73,7 @@ async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
     assert after["masterAddress"] == slave.address
     assert (await settings_on(slave.address, "G")) == stored["broker-a"]
 
-    # The new master applies retry_max_times = 0: a nack goes to the DLQ at once (the default,
-    # 16, would schedule a retry in %RETRY%G instead).
+    # The new master applies retry_max_times = 1 (the default is 16): one retry, then the DLQ.
     async with Producer(addresses, send_deadline=30) as producer:
         sent = await producer.send("T", b"fails")
     failed: list[ReceivedMessage] = []
@@ -92,6 +94,7 @@ async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
             )
         finally:
             task.cancel()
-    assert dead["originMsgId"] == sent.msg_id and dead["reconsumeTimes"] == 0
+    assert dead["originMsgId"] == sent.msg_id and dead["reconsumeTimes"] == 1
     assert dead["reason"] == "RuntimeError: no"
-    assert [m.msg_id for m in failed] == [sent.msg_id]
+    assert [(m.stored_topic, m.reconsume_times) for m in failed] == [("T", 0), ("%RETRY%G", 1)]
+    assert {(m.topic, m.origin_msg_id) for m in failed} == {("T", sent.msg_id)}
