@@ -112,7 +112,7 @@ class ReplicasManager:
         self._role = ctx.role_cell  # this manager is the role's one writer
         self.pool = ConnectionPool(connect_timeout=2.0)
         self.controllers = AddressFailover(
-            self.cfg.controller_addresses, self.pool, timeout=3.0, busy_rounds=2
+            self.cfg.controller_addresses, self.pool, timeout=3.0, busy_rounds=3
         )
         self.identity: BrokerIdentity | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -11,7 +11,7 @@ import structlog
 
 from controller.config import ControllerConfig
 from daemon import cli as daemon_cli
-from daemon import systemd
+from daemon import gc_tuning, systemd
 from daemon.signals import wait_for_stop_signal
 from storage.raftlog import CorruptStorage
 
@@ -44,6 +44,7 @@ async def serve(cfg: ControllerConfig) -> int:
         log.error("controller failed to start", error=f"{type(exc).__name__}: {exc}")
         await controller.stop()
         return 1
+    gc_tuning.tune_for_latency()
     serving = f"serving controller {cfg.id} on {cfg.address}"
     stop = asyncio.ensure_future(wait_for_stop_signal(lambda: systemd.ready(serving)))
     failed = controller.driver.failure

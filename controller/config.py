@@ -150,6 +150,18 @@ class ControllerConfig:
     request_timeout_ms: int = field(
         3000, "a write waits this long for its entry to commit before answering busy", at_least(100)
     )
+    max_inflight_proposals: int = field(
+        256,
+        "write requests whose Raft entries are proposed and not yet applied; past it a write "
+        "is answered SYSTEM_BUSY (2, retriable) at once (load shedding)",
+        at_least(1),
+    )
+    max_inflight_proposal_bytes: int = field(
+        8 * 1024 * 1024,
+        "bytes of Raft entries proposed and not yet applied; past it a write is answered "
+        "SYSTEM_BUSY (2, retriable) at once (one larger write is admitted alone)",
+        at_least(1024),
+    )
     notify_timeout_ms: int = field(
         1000, "timeout of one NOTIFY_BROKER_ROLE_CHANGED push to a broker", at_least(10)
     )

@@ -115,6 +115,17 @@ class ControllerMetrics(RaftObserver):
             ["request", "code"],
             registry=r,
         )
+        self.proposals_in_flight = Gauge(
+            "rmq_controller_proposals_in_flight",
+            "Write decisions proposed to the Raft log and not yet applied (the shedding budget)",
+            registry=r,
+        )
+        self.proposals_shed = Counter(
+            "rmq_controller_proposals_shed_total",
+            "Writes answered SYSTEM_BUSY because max_inflight_proposals or "
+            "max_inflight_proposal_bytes was reached",
+            registry=r,
+        )
         self.notifications = Counter(
             "rmq_controller_role_notifications_total",
             "NOTIFY_BROKER_ROLE_CHANGED pushes to brokers",

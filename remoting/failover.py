@@ -14,6 +14,7 @@ it is.
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from collections.abc import Mapping, Sequence
 
@@ -82,6 +83,7 @@ class AddressFailover:
         *,
         busy_rounds: int = 4,
         busy_delay: float = 0.25,
+        busy_delay_max: float = 2.0,
     ) -> None:
         self.addresses = parse_addresses(addresses)
         if not self.addresses:
@@ -91,6 +93,7 @@ class AddressFailover:
         self.timeout = timeout
         self.busy_rounds = busy_rounds
         self.busy_delay = busy_delay
+        self.busy_delay_max = busy_delay_max
         self._preferred: str | None = None
 
     async def call(
@@ -103,8 +106,11 @@ class AddressFailover:
         """Send the request until one address answers SUCCESS.
 
         When every address that answered said "not now" (not the leader with no leader known,
-        busy), the round is repeated up to ``busy_rounds`` times ``busy_delay`` apart: a Raft
-        election takes a few hundred ms. Addresses that refuse connections fail at once.
+        SYSTEM_BUSY from a controller shedding load), the round is repeated up to
+        ``busy_rounds`` times after a back-off: ``busy_delay`` doubled per round up to
+        ``busy_delay_max``, each drawn between half and all of it (jitter, so that clients shed
+        together do not come back together); a Raft election takes a few hundred ms.
+        Addresses that refuse connections fail at once.
 
         Raises :class:`ResponseError` for a definitive error answer (e.g. TOPIC_NOT_EXIST) and
         :class:`UnreachableError` when no address could serve the request.
@@ -117,10 +123,15 @@ class AddressFailover:
             reasons, last_error, answered = result
             if last_error is None or round_no + 1 == self.busy_rounds:
                 break
-            await asyncio.sleep(self.busy_delay)
+            await asyncio.sleep(self.backoff(round_no))
         if last_error is not None and len(reasons) == 1:
             raise last_error
         raise UnreachableError(self.addresses, reasons, answered=answered)
+
+    def backoff(self, round_no: int) -> float:
+        """Seconds to wait after the ``round_no``-th (from 0) round of "not now" answers."""
+        ceiling = min(self.busy_delay_max, self.busy_delay * 2**round_no)
+        return random.uniform(ceiling / 2, ceiling)
 
     async def _round(
         self,

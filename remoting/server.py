@@ -13,6 +13,11 @@ Plain return values are written at once (the fast path). Either way slow request
 waits for flush or replicas) never block the connection, and responses go out in the order they
 complete.
 
+Fairness: one connection dispatches at most ``max_frames_per_turn`` frames per event-loop turn;
+the frames of a larger read wait for the next turn, with reading paused meanwhile, so a flood of
+requests on some connections delays timers and the other connections by one turn's work, not by
+the whole flood's.
+
 Bounds per connection, so one slow or malicious client cannot exhaust memory:
 - at most ``max_inflight`` requests awaiting a response; past it the server stops reading from
   that socket until some complete (TCP pushes back on the client);
@@ -75,6 +80,10 @@ class ServerLimits:
     max_partial_frame_bytes: int = DEFAULT_MAX_PARTIAL_FRAME_BYTES
     max_inflight: int = 1024
     write_buffer_high: int = 8 * 1024 * 1024
+    max_frames_per_turn: int = 64
+    """Frames one connection dispatches per event-loop turn; the rest wait for the next turn
+    (reading paused meanwhile), so a flood on some connections cannot starve the timers and
+    the other connections (a controller's Raft heartbeats) for long."""
 
 
 def error_response(req: Frame, code: int, remark: str) -> Frame:
@@ -97,6 +106,7 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[asyncio.Future[Frame | None], Frame] = {}  # future -> its request
         self._out: list[bytes] = []
+        self._backlog: list[Frame] = []  # decoded frames left for the next loop turn
         self._loop: asyncio.AbstractEventLoop | None = None
         self.partial_bytes = 0  # bytes of an incomplete frame, as charged to the server's budget
 
@@ -123,13 +133,34 @@ class Connection(asyncio.Protocol):
         held = decoder.buffered
         if held or self.partial_bytes:  # small frames arrive whole: nothing to account
             self._server._partial(self, held)
-        for frame in frames:
+        if self._backlog:  # frames of an earlier read are still waiting: keep the order
+            self._backlog.extend(frames)
+            return
+        self._handle(frames)
+
+    def _handle(self, frames: list[Frame]) -> None:
+        """Dispatch up to ``max_frames_per_turn`` frames now, the rest in later loop turns."""
+        limit = self._server.limits.max_frames_per_turn
+        for i, frame in enumerate(frames):
             if self.closed:
+                return
+            if i == limit:
+                self._backlog = frames[i:]
+                self._update_reading()
+                (self._loop or asyncio.get_running_loop()).call_soon(self._next_turn)
                 return
             if frame.is_request:
                 self._dispatch(frame)
             else:
                 self._server._on_response(self, frame)
+
+    def _next_turn(self) -> None:
+        frames, self._backlog = self._backlog, []
+        if self.closed:
+            return
+        self._handle(frames)
+        if not self._backlog:
+            self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -189,7 +220,11 @@ class Connection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
-        want_pause = self._write_paused or self.inflight >= self._server.limits.max_inflight
+        want_pause = (
+            self._write_paused
+            or self.inflight >= self._server.limits.max_inflight
+            or bool(self._backlog)
+        )
         if want_pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()

@@ -23,6 +23,7 @@ Modules, one concern each:
 - requests.py: request decoding, ``Refused`` and the answers, request counting;
 - gate.py: the leadership and lease gate, read barriers;
 - commit.py: a decision's events through the Raft log, its answer once they are applied;
+- admission.py: load shedding, the cap on decisions in flight (SYSTEM_BUSY past it);
 - brokers.py: broker ids, registration, clean, the group's replica info;
 - heartbeats.py: BROKER_HEARTBEAT and liveness;
 - elections.py: ELECT_MASTER and the controller-triggered elections;

@@ -18,6 +18,7 @@ from controller.metadata import BrokerBindings, BrokerLiveTable
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.routes import RouteTable
+from controller.service.admission import ProposalBudget, shedding
 from controller.service.brokers import BrokerHandlers
 from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
@@ -37,6 +38,19 @@ from remoting.client import ConnectionPool
 from remoting.server import Connection, RemotingServer
 
 log = structlog.get_logger(__name__)
+
+_WRITES = frozenset(
+    {
+        RequestCode.CONTROLLER_APPLY_BROKER_ID,
+        RequestCode.CONTROLLER_REGISTER_BROKER,
+        RequestCode.CONTROLLER_ELECT_MASTER,
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        RequestCode.CLEAN_BROKER_DATA,
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+    }
+)
+"""Requests whose decisions append to the Raft log: answered SYSTEM_BUSY at once while the
+proposal budget is full (the budget itself is checked again when the decision is proposed)."""
 
 
 class ControllerService:
@@ -66,7 +80,10 @@ class ControllerService:
         now_ms = self.now_ms
 
         self.gate = gate = LeadershipGate(driver, timeout)
-        self.committer = committer = DecisionCommitter(driver, gate, timeout)
+        self.budget = ProposalBudget(
+            cfg.max_inflight_proposals, cfg.max_inflight_proposal_bytes, metrics
+        )
+        self.committer = committer = DecisionCommitter(driver, gate, timeout, self.budget)
         self.notifier = BrokerNotifier(
             driver,
             manager,
@@ -145,7 +162,10 @@ class ControllerService:
             ControllerCode.TRANSFER_CONTROLLER_LEADER: self.membership.transfer_leader,
         }
         for code, handler in handlers.items():
-            server.register(code, guarded(handler, self.metrics))
+            if code in _WRITES:
+                server.register(code, shedding(guarded(handler, self.metrics), self.budget))
+            else:
+                server.register(code, guarded(handler, self.metrics))
         server.register(RequestCode.BROKER_HEARTBEAT, self.heartbeats.broker_heartbeat)
         server.on_open.append(self._connection_opened)
         server.on_close.append(self._connection_closed)

@@ -79,7 +79,7 @@ class ElectionHandlers:
             return
         log.info("electing a master", broker_name=broker_name, reason=reason)
         try:
-            settled = await self.committer.settle(d)
+            settled = await self.committer.settle(d, shed=False)
         except Refused as exc:
             log.warning("election not committed", broker_name=broker_name, error=exc.remark)
             return
