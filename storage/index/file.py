@@ -142,6 +142,33 @@ class IndexFile:
         if store_timestamp > h.end_timestamp:
             h.end_timestamp = store_timestamp
 
+    def add_one(self, hash_: int, physical_offset: int, store_timestamp: int) -> None:
+        """:meth:`add` for one entry (a single send's)."""
+        h = self.header
+        number = h.entry_count
+        if number == 0:
+            h.begin_timestamp = store_timestamp
+        slot = hash_ % h.slot_count
+        slots = self._slots
+        if slots is not None:
+            previous = slots[slot]
+            slots[slot] = number + 1
+        else:
+            slot_at = fmt.HEADER_SIZE + slot * fmt.SLOT_SIZE
+            (previous,) = fmt.SLOT.unpack_from(self.segment.view, slot_at)
+            fmt.SLOT.pack_into(self.segment.view, slot_at, number + 1)
+        fmt.ENTRY.pack_into(
+            self.segment.view,
+            self._entries_at + number * fmt.ENTRY_SIZE,
+            hash_,
+            physical_offset,
+            fmt.time_delta(store_timestamp, h.begin_timestamp),
+            previous,
+        )
+        h.entry_count = number + 1
+        if store_timestamp > h.end_timestamp:
+            h.end_timestamp = store_timestamp
+
     def lookup(self, hash_: int, begin_ms: int, end_ms: int) -> Iterator[tuple[int, int]]:
         """(physical offset, store time) of the entries with ``hash_`` stored within
         ``[begin_ms, end_ms]``, newest first."""

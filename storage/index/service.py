@@ -261,12 +261,12 @@ class KeyIndex:
         ordinary (the index lags, the put began a new segment, a file would fill or span too
         long) takes :meth:`catch_up`, which reads the CommitLog."""
         files = self._files
-        if (
-            self.lagging is not None
-            or not files
-            or files[-1].header.sealed
-            or files[-1].end_offset != offsets[0]
-        ):
+        if self.lagging is not None or not files:
+            self.catch_up(commitlog)
+            return
+        active = files[-1]
+        h = active.header
+        if h.flags & fmt.FLAG_SEALED or h.end_offset != offsets[0]:
             self.catch_up(commitlog)
             return
         seed = self._seeds.get(topic_raw)
@@ -275,6 +275,19 @@ class KeyIndex:
                 self._seeds.clear()
             seed = self._seeds[topic_raw] = fmt.topic_seed(topic_raw)
         crc32 = zlib.crc32
+        count = h.entry_count
+        fits = not count or store_timestamp - h.begin_timestamp <= self.config.file_span_ms
+        if len(messages) == 1:
+            # A single send with one plain key: the commonest put, kept short.
+            msg = messages[0]
+            keys = msg.keys
+            if keys and not msg.properties and " " not in keys:
+                if not fits or count >= h.max_entries:
+                    self.catch_up(commitlog)
+                    return
+                active.add_one(crc32(keys.encode(), seed), offsets[0], store_timestamp)
+                h.end_offset = commitlog.write_pos
+                return
         keys_of = fmt.message_keys
         hashes: list[int] = []
         physicals: list[int] = []
@@ -287,15 +300,10 @@ class KeyIndex:
                 for key in keys_of(keys, msg.properties):
                     hashes.append(crc32(key, seed))
                     physicals.append(physical)
-        active = files[-1]
-        h = active.header
-        if hashes and (
-            active.room() < len(hashes)
-            or (h.entry_count and store_timestamp - h.begin_timestamp > self.config.file_span_ms)
-        ):
-            self.catch_up(commitlog)
-            return
         if hashes:
+            if not fits or count + len(hashes) > h.max_entries:
+                self.catch_up(commitlog)
+                return
             active.add(hashes, physicals, store_timestamp)
         h.end_offset = commitlog.write_pos
 
