@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
+from remoting.failover import AddressFailover
 from tests.controller.support import ControllerCluster, ControllerProc, agreed_leader, metadata
 from tests.support.procs import Daemon, free_port
 from tests.support.wait import wait_until
@@ -72,10 +74,9 @@ TARGET_ENTRIES_PER_S = 12_000
 PYSYNCOBJ_MEASURED_OPS_PER_S = 1_150  # the issue's figure for PySyncObj on this machine
 TARGET_FAILOVER_P50_S = 1.0
 TARGET_LEADER_CHANGES = 0  # issue 17: none at 4,096 in flight (the controller sheds load)
-BUSY_BACKOFF_MIN_S = 0.02
-BUSY_BACKOFF_MAX_S = 1.0
-"""A SYSTEM_BUSY answer is retried after a back-off that doubles up to this (with jitter),
-as the SDK and the brokers do."""
+BUSY_BACKOFF = AddressFailover("127.0.0.1:1")
+"""A SYSTEM_BUSY answer is retried after the back-off of the SDK, rmqctl and the brokers
+(0.25 s doubling to 2 s, with jitter)."""
 
 CLUSTER = "BenchCluster"
 GROUP = "bench-group"
@@ -203,6 +204,26 @@ class LeaderLink:
         self.conns = []
 
 
+def scrape(proc: ControllerProc) -> dict[str, float]:
+    """The unlabelled samples of ``proc``'s /metrics (and the fsync histogram's count)."""
+    port = getattr(proc, "metrics_port", None)
+    if port is None:
+        return {}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if line.startswith("#") or "{" in name or not value:
+            continue
+        with contextlib.suppress(ValueError):
+            samples[name] = float(value)
+    return samples
+
+
 async def leader_and_term(cluster: ControllerCluster) -> tuple[str, int]:
     """The agreed leader's id and its term."""
     lead = await agreed_leader([p.address for p in cluster.procs.values()], timeout=30.0)
@@ -224,7 +245,7 @@ async def bench_throughput(
 
     async def worker(slot: int) -> None:
         nonlocal done, busy
-        backoff = BUSY_BACKOFF_MIN_S
+        busy_round = 0
         for _ in remaining:
             while True:
                 generation = link.generation
@@ -242,10 +263,12 @@ async def bench_throughput(
                 if resp.code != ResponseCode.SYSTEM_BUSY:
                     raise WriteFailed(f"write answered {resp.code}: {resp.header}")
                 busy += 1
-                backoff = min(BUSY_BACKOFF_MAX_S, backoff * 2)
-                await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
-            backoff = BUSY_BACKOFF_MIN_S
+                await asyncio.sleep(BUSY_BACKOFF.backoff(busy_round))
+                busy_round += 1
+            busy_round = 0
 
+    procs = [leader] + [p for p in cluster.procs.values() if p is not leader]
+    metrics0 = [await asyncio.to_thread(scrape, p) for p in procs]
     try:
         cpu0 = [process_cpu(p) for p in pids]
         client0 = time.process_time()
@@ -257,6 +280,7 @@ async def bench_throughput(
     finally:
         link.close()
     after = await leader_and_term(cluster)
+    metrics1 = [await asyncio.to_thread(scrape, p) for p in procs]
     rate = done / seconds
     size = entry_size(header)
     # Each term after the first is one election (a leader re-elected in a new term counts too).
@@ -273,6 +297,21 @@ async def bench_throughput(
         f"{link.changes} times",
         flush=True,
     )
+    if metrics0[0] and metrics1[0] and changes == 0:
+
+        def delta(i: int, name: str) -> float:
+            return metrics1[i].get(name, 0.0) - metrics0[i].get(name, 0.0)
+
+        fsyncs = delta(0, "rmq_controller_raft_fsync_seconds_count")
+        entries = delta(0, "rmq_controller_raft_last_index")
+        shed = delta(0, "rmq_controller_proposals_shed_total")
+        per = entries / fsyncs if fsyncs else float("nan")
+        print(
+            f"  group commit on the leader: {entries:,.0f} entries in {fsyncs:,.0f} fsyncs = "
+            f"{per:,.1f} entries per fsync; shed by the leader "
+            f"(rmq_controller_proposals_shed_total): {shed:,.0f}",
+            flush=True,
+        )
     print(
         "  CPU per 10k entries: controllers (leader first) "
         + ", ".join(f"{c / done * 10_000:.2f} s" for c in cpu)
@@ -408,6 +447,11 @@ async def bench_controller(args: argparse.Namespace, tmp: Path) -> float | None:
     cluster = ControllerCluster(
         tmp / "controllers", config={"max_inflight_proposals": args.max_inflight_proposals}
     )
+    for node_id, port in cluster.ports.items():  # /metrics on: fsyncs and shed writes are read
+        metrics_port = free_port()
+        proc = cluster.make(node_id, port, cluster.peers, "--metrics-port", str(metrics_port))
+        proc.metrics_port = metrics_port  # type: ignore[attr-defined]
+        cluster.procs[node_id] = proc
     try:
         cluster.start()
         procs = list(cluster.procs.values())
