@@ -9,14 +9,17 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from pipeline import offsets as ofs
 from pipeline.errors import PipelineError
 from pipeline.options import ReadOptions
 from pipeline.partition import (
+    check_named_topics,
     plan_partitions,
     range_of,
     read_partition,
     resolve_position,
     snapshot_of,
+    topics_of,
     unanswered,
 )
 
@@ -31,16 +34,23 @@ class RmqBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        snap = snapshot_of(opts)
-        if snap.missing:
-            raise PipelineError(
-                f"cannot read topic {opts.topic!r} completely: no replica of "
-                f"{unanswered(snap)} answered"
+        topics = topics_of(opts)
+        check_named_topics(opts, topics)
+        start: ofs.TopicOffsets = {}
+        end: ofs.TopicOffsets = {}
+        for topic in topics:
+            snap = snapshot_of(opts, topic)
+            if snap.missing:
+                raise PipelineError(
+                    f"cannot read topic {topic!r} completely: no replica of "
+                    f"{unanswered(snap)} answered"
+                )
+            start[topic] = resolve_position(
+                opts, topic, snap, opts.starting, "starting", "earliest"
             )
-        start = resolve_position(opts, snap, opts.starting, "starting", "earliest")
-        end = resolve_position(opts, snap, opts.ending, "ending", "latest")
-        # Past the committed end nothing can be read yet: clamp.
-        end = {mq: min(e, snap.bounds[mq].max_offset) for mq, e in end.items()}
+            ending = resolve_position(opts, topic, snap, opts.ending, "ending", "latest")
+            # Past the committed end nothing can be read yet: clamp.
+            end[topic] = {mq: min(e, snap.bounds[mq].max_offset) for mq, e in ending.items()}
         return plan_partitions(opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -43,8 +43,87 @@ class ByTimestamp:
     per_queue: Offsets | None = None
 
 
-#: a starting or ending position: an offsets spec or timestamps
-PositionSpec = OffsetSpec | ByTimestamp
+@dataclass(frozen=True, slots=True)
+class PerTopic:
+    """A JSON position when several topics are read (``topics``, ``topicPattern``):
+    ``{"orders": {"broker-a": {"0": 42}}}``, offsets or (``timestamps``) store timestamps."""
+
+    by_topic: dict[str, Offsets]
+    timestamps: bool = False
+
+    def for_topic(self, topic: str, option: str) -> OffsetSpec | ByTimestamp:
+        """The position of one topic; every topic read must be named."""
+        offsets = self.by_topic.get(topic)
+        if offsets is None:
+            raise OptionError(
+                f"{option} must name every topic read; missing: {topic!r} "
+                f"(it names {', '.join(sorted(self.by_topic)) or 'none'})"
+            )
+        return ByTimestamp(per_queue=offsets) if self.timestamps else offsets
+
+    def check_topics(self, topics: Iterable[str], option: str) -> None:
+        unknown = sorted(set(self.by_topic) - set(topics))
+        if unknown:
+            raise OptionError(f"{option} names {', '.join(unknown)}, not a topic this query reads")
+
+
+#: a starting or ending position: an offsets spec, timestamps, or per topic
+PositionSpec = OffsetSpec | ByTimestamp | PerTopic
+
+
+def per_topic(doc: Any, what: str, *, timestamps: bool = False) -> PerTopic:
+    """``{"topic": {"broker": {"queue": n}}}`` (several topics read)."""
+    if not isinstance(doc, dict) or not all(isinstance(t, str) and t for t in doc):
+        raise OptionError(
+            f'{what} must be a JSON object of topic to offsets like {{"orders": {{"broker-a": '
+            f'{{"0": 42}}}}}} when several topics are read, not {doc!r}'
+        )
+    by_topic: dict[str, Offsets] = {}
+    for t, v in doc.items():
+        where = f"{what} of topic {t!r}"
+        by_topic[t] = (
+            from_json(v, where, floor=0, value="timestamp") if timestamps else from_json(v, where)
+        )
+    return PerTopic(by_topic, timestamps)
+
+
+#: offsets of several topics: topic -> queue -> offset
+TopicOffsets = dict[str, Offsets]
+_SEP = "\x00"
+
+
+def flatten(offsets: Mapping[str, Mapping[MessageQueue, int]]) -> Offsets:
+    """Several topics' offsets as one mapping, so the budget functions (:func:`limit_rows`,
+    :func:`split_ranges`) share across topics: the key's broker name carries the topic (a NUL,
+    which no topic or broker name holds, separates them)."""
+    return {
+        MessageQueue(f"{t}{_SEP}{mq.broker_name}", mq.queue_id): o
+        for t, offs in offsets.items()
+        for mq, o in offs.items()
+    }
+
+
+def unflatten_key(key: MessageQueue) -> tuple[str, MessageQueue]:
+    topic, _, broker = key.broker_name.partition(_SEP)
+    return topic, MessageQueue(broker, key.queue_id)
+
+
+def unflatten(flat: Mapping[MessageQueue, int]) -> TopicOffsets:
+    out: TopicOffsets = {}
+    for key, o in flat.items():
+        topic, mq = unflatten_key(key)
+        out.setdefault(topic, {})[mq] = o
+    return out
+
+
+def to_json_topics(offsets: Mapping[str, Mapping[MessageQueue, int]]) -> dict[str, Any]:
+    """The canonical JSON-able form with topics (topics by name)."""
+    return {t: to_json(offsets[t]) for t in sorted(offsets)}
+
+
+def from_json_topics(doc: Any, what: str) -> dict[str, Offsets]:
+    """Parse :func:`to_json_topics`' form."""
+    return per_topic(doc, what).by_topic
 
 
 def to_json(offsets: Mapping[MessageQueue, int]) -> dict[str, dict[str, int]]:
@@ -89,8 +168,9 @@ def from_json(
     return out
 
 
-def parse_timestamps(text: str, option: str) -> Offsets:
-    """``{"broker-a": {"0": 1700000000000}}``: a store timestamp (ms, >= 0) per queue."""
+def parse_timestamps(text: str, option: str, *, multi: bool = False) -> Offsets | PerTopic:
+    """``{"broker-a": {"0": 1700000000000}}``: a store timestamp (ms, >= 0) per queue (with
+    ``multi``: per topic, then per queue)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -98,11 +178,20 @@ def parse_timestamps(text: str, option: str) -> Offsets:
             f'{option} must be a JSON object like {{"broker-a": {{"0": 1700000000000}}}}; '
             f"{text!r} is not valid JSON ({exc.msg} at character {exc.pos})"
         ) from None
+    if multi:
+        return per_topic(doc, option, timestamps=True)
     return from_json(doc, option, floor=0, value="timestamp")
 
 
-def parse_spec(text: str | None, option: str, default: Literal["earliest", "latest"]) -> OffsetSpec:
-    """An offsets option: ``earliest``, ``latest`` or a JSON object of queue offsets."""
+def parse_spec(
+    text: str | None,
+    option: str,
+    default: Literal["earliest", "latest"],
+    *,
+    multi: bool = False,
+) -> OffsetSpec | PerTopic:
+    """An offsets option: ``earliest``, ``latest`` or a JSON object of queue offsets (with
+    ``multi``: of topic to queue offsets)."""
     if text is None or not text.strip():
         return default
     word = text.strip().lower()
@@ -116,6 +205,8 @@ def parse_spec(text: str | None, option: str, default: Literal["earliest", "late
             f'{{"broker-a": {{"0": 42}}}}; {text!r} is not valid JSON ({exc.msg} at '
             f"character {exc.pos})"
         ) from None
+    if multi:
+        return per_topic(doc, option)
     return from_json(doc, option)
 
 

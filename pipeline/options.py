@@ -21,7 +21,8 @@ case-insensitive map).
 | ``sendDeadlineMs`` | write | 10000 | how long a batch may keep being retried after retriable failures (covers a failover) |
 | ``sendRetries`` | write | none | at most this many further attempts of a batch (none: the deadline alone decides) |
 
-Also for reads: ``startingTimestamp`` / ``endingTimestamp`` (ms, every queue),
+Also for reads: ``topics`` (comma-separated) or ``topicPattern`` instead of ``topic``,
+``startingTimestamp`` / ``endingTimestamp`` (ms, every queue),
 ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (JSON, ms per queue),
 ``minPartitions``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (streaming),
 ``includeProperties`` (alias ``includeHeaders``). docs/pipeline.md has the full table.
@@ -40,12 +41,14 @@ from typing import Literal
 
 from client.bootstrap import parse_addresses
 from pipeline.errors import OptionError
-from pipeline.offsets import ByTimestamp, PositionSpec, parse_spec, parse_timestamps
+from pipeline.offsets import ByTimestamp, PerTopic, PositionSpec, parse_spec, parse_timestamps
 
 #: every option a read takes (batch and streaming; some are for one mode only)
 READ_OPTIONS: tuple[str, ...] = (
     "controllers",
     "topic",
+    "topics",
+    "topicPattern",
     "startingOffsets",
     "endingOffsets",
     "startingTimestamp",
@@ -137,6 +140,8 @@ def position_option(
     options: Mapping[str, str],
     kind: Literal["starting", "ending"],
     default: Literal["earliest", "latest"],
+    *,
+    multi: bool = False,
 ) -> PositionSpec:
     """``startingOffsets``, ``startingTimestamp`` or ``startingOffsetsByTimestamp`` (or the
     ``ending`` ones): at most one of them may be set."""
@@ -150,8 +155,9 @@ def position_option(
         return ByTimestamp(every=int_option(options, by_time, None, 0))
     raw = get_option(options, by_times)
     if raw is not None:
-        return ByTimestamp(per_queue=parse_timestamps(str(raw), by_times))
-    return parse_spec(get_option(options, by_offsets), by_offsets, default)
+        times = parse_timestamps(str(raw), by_times, multi=multi)
+        return times if isinstance(times, PerTopic) else ByTimestamp(per_queue=times)
+    return parse_spec(get_option(options, by_offsets), by_offsets, default, multi=multi)
 
 
 def get_option(options: Mapping[str, str], name: str) -> str | None:
@@ -213,6 +219,39 @@ def controllers_option(options: Mapping[str, str]) -> str:
     return ";".join(parse_addresses(raw))
 
 
+def subscription_option(
+    options: Mapping[str, str],
+) -> tuple[tuple[str, ...], re.Pattern[str] | None, bool]:
+    """``topic``, ``topics`` (comma-separated) or ``topicPattern`` (a regular expression a whole
+    topic name must match): exactly one. Returns (topics, pattern, several-topics form)."""
+    given = [n for n in ("topic", "topics", "topicPattern") if get_option(options, n) is not None]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(given)} exclude each other: set one")
+    if given == ["topics"]:
+        names = [t.strip() for t in str(get_option(options, "topics")).split(",")]
+        if not all(names):
+            raise OptionError(
+                'option topics must be topic names separated by commas, e.g. "orders,clicks"'
+            )
+        return tuple(dict.fromkeys(names)), None, True
+    if given == ["topicPattern"]:
+        raw = str(get_option(options, "topicPattern"))
+        try:
+            pattern = re.compile(raw)
+        except re.error as exc:
+            raise OptionError(
+                f"option topicPattern {raw!r} is not a regular expression: {exc}"
+            ) from None
+        return (), pattern, True
+    topic = topic_option(options, required=False)
+    if topic is None:
+        raise OptionError(
+            'option topic is required (e.g. .option("topic", "orders")), or topics (a '
+            "comma-separated list) or topicPattern (a regular expression)"
+        )
+    return (topic,), None, False
+
+
 def group_option(options: Mapping[str, str]) -> str | None:
     """``groupId``: a consumer group name as the brokers accept one."""
     raw = get_option(options, "groupId")
@@ -255,6 +294,15 @@ class ReadOptions:
     include_properties: bool = True
     #: streaming: commit processed offsets at the brokers as this consumer group's
     group_id: str | None = None
+    #: the topics read (``topic``, or the ``topics`` list; empty with a pattern)
+    topics: tuple[str, ...] = ()
+    #: ``topicPattern``: read every topic whose whole name matches
+    topic_pattern: str | None = None
+
+    @property
+    def multi(self) -> bool:
+        """Several topics (``topics`` or ``topicPattern``): offsets are keyed by topic."""
+        return not self.topic
 
     @classmethod
     def parse(
@@ -264,12 +312,11 @@ class ReadOptions:
         (``any``: the checks common to both, when the mode is not known yet)."""
         check_names(options, READ_OPTIONS, "reading the rmq format")
         controllers = controllers_option(options)
-        topic = topic_option(options, required=True)
-        assert topic is not None
+        topics, pattern, multi = subscription_option(options)
         starting = position_option(
-            options, "starting", "latest" if mode == "stream" else "earliest"
+            options, "starting", "latest" if mode == "stream" else "earliest", multi=multi
         )
-        ending = position_option(options, "ending", "latest")
+        ending = position_option(options, "ending", "latest", multi=multi)
         if mode == "stream":
             for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
                 if get_option(options, name) is not None:
@@ -303,7 +350,9 @@ class ReadOptions:
             include = alias
         return cls(
             controllers=controllers,
-            topic=topic,
+            topic=topics[0] if not multi else "",
+            topics=topics,
+            topic_pattern=pattern.pattern if pattern is not None else None,
             starting=starting,
             ending=ending,
             max_offsets_per_trigger=max_per_trigger,

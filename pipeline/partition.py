@@ -4,6 +4,7 @@ travels in its partition; connections are opened inside ``read()``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
@@ -16,6 +17,7 @@ from pipeline.options import ReadOptions
 from pipeline.range_reader import PullSettings, QueueRange, read_range
 from pipeline.rows import RecordDecodeError, arrow_schema, scan, to_batch
 from pipeline.snapshot import Snapshot, offsets_for_times, snapshot
+from pipeline.topics import matching_topics
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,51 +96,79 @@ def read_partition(
 
 
 def plan_partitions(
-    opts: ReadOptions, start: ofs.Offsets, end: ofs.Offsets
+    opts: ReadOptions, start: ofs.TopicOffsets, end: ofs.TopicOffsets
 ) -> list[InputPartition]:
     """One partition per queue whose range holds messages (more with ``minPartitions``: big
-    ranges are split); a queue missing from ``start`` (new since the last batch) contributes
-    nothing yet."""
-    ranges = [(mq, start.get(mq, end[mq]), end[mq]) for mq in sorted(end)]
-    return [
-        RangePartition(
-            QueueRange(opts.controllers, opts.topic, mq.broker_name, mq.queue_id, lo, hi)
+    ranges are split, the budget shared over every topic read); a queue missing from ``start``
+    (new since the last batch) contributes nothing yet."""
+    flat_end = ofs.flatten(end)
+    flat_start = ofs.flatten(start)
+    ranges = [(k, flat_start.get(k, flat_end[k]), flat_end[k]) for k in sorted(flat_end)]
+    parts: list[InputPartition] = []
+    for key, lo, hi in ofs.split_ranges(ranges, opts.min_partitions):
+        topic, mq = ofs.unflatten_key(key)
+        parts.append(
+            RangePartition(QueueRange(opts.controllers, topic, mq.broker_name, mq.queue_id, lo, hi))
         )
-        for mq, lo, hi in ofs.split_ranges(ranges, opts.min_partitions)
-    ]
+    return parts
+
+
+def topics_of(opts: ReadOptions) -> list[str]:
+    """The topics a read names now (``topicPattern``: those that match now)."""
+    if opts.topic_pattern is None:
+        return list(opts.topics)
+    return matching_topics(opts.controllers, re.compile(opts.topic_pattern), opts.request_timeout)
+
+
+def position_of(
+    opts: ReadOptions, spec: ofs.PositionSpec, topic: str, option: str
+) -> ofs.OffsetSpec | ofs.ByTimestamp:
+    """One topic's part of a position (a JSON position naming topics must name it)."""
+    return spec.for_topic(topic, option) if isinstance(spec, ofs.PerTopic) else spec
 
 
 def resolve_position(
     opts: ReadOptions,
+    topic: str,
     snap: Snapshot,
     spec: ofs.PositionSpec,
     kind: str,
     default: Literal["earliest", "latest"],
 ) -> ofs.Offsets:
-    """Concrete offsets of every queue in ``snap`` for a starting or ending position (offsets,
-    or store timestamps looked up at the brokers)."""
-    if not isinstance(spec, ofs.ByTimestamp):
-        return ofs.resolve(
-            spec, snap.bounds, option=f"{kind}Offsets", default=default, topic=opts.topic
-        )
-    if spec.per_queue is not None:
+    """Concrete offsets of every queue of ``topic`` in ``snap`` for a starting or ending
+    position (offsets, or store timestamps looked up at the brokers)."""
+    by_times = isinstance(spec, ofs.PerTopic) and spec.timestamps
+    one = position_of(
+        opts, spec, topic, f"{kind}OffsetsByTimestamp" if by_times else f"{kind}Offsets"
+    )
+    if not isinstance(one, ofs.ByTimestamp):
+        return ofs.resolve(one, snap.bounds, option=f"{kind}Offsets", default=default, topic=topic)
+    if one.per_queue is not None:
         ofs.check_complete(
-            spec.per_queue,
+            one.per_queue,
             snap.bounds,
             option=f"{kind}OffsetsByTimestamp",
-            topic=opts.topic,
+            topic=topic,
             values="a store timestamp in ms for each",
         )
-        times = dict(spec.per_queue)
+        times = dict(one.per_queue)
     else:
-        assert spec.every is not None
-        times = {mq: spec.every for mq in snap.bounds}
-    return offsets_for_times(snap, opts.topic, times, opts.request_timeout)
+        assert one.every is not None
+        times = {mq: one.every for mq in snap.bounds}
+    return offsets_for_times(snap, topic, times, opts.request_timeout)
 
 
-def snapshot_of(opts: ReadOptions) -> Snapshot:
-    """The route and queue bounds of the topic a read names."""
-    return snapshot(opts.controllers, opts.topic, opts.request_timeout)
+def check_named_topics(opts: ReadOptions, topics: list[str]) -> None:
+    """A JSON position naming topics may name only topics the query reads."""
+    for spec, kind in ((opts.starting, "starting"), (opts.ending, "ending")):
+        if isinstance(spec, ofs.PerTopic):
+            option = f"{kind}OffsetsByTimestamp" if spec.timestamps else f"{kind}Offsets"
+            spec.check_topics(topics, option)
+
+
+def snapshot_of(opts: ReadOptions, topic: str) -> Snapshot:
+    """The route and queue bounds of one topic a read names."""
+    return snapshot(opts.controllers, topic, opts.request_timeout)
 
 
 def unanswered(snap: Snapshot) -> str:

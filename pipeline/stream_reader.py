@@ -20,11 +20,13 @@ from pipeline.commit import commit_offsets
 from pipeline.errors import PipelineError
 from pipeline.options import ReadOptions
 from pipeline.partition import (
+    check_named_topics,
     plan_partitions,
     range_of,
     read_partition,
     resolve_position,
     snapshot_of,
+    topics_of,
     unanswered,
 )
 
@@ -67,23 +69,59 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: when the last non-empty batch was planned (minOffsetsPerTrigger waits from there)
         self._batch_at = time.monotonic()
 
+    # Offsets are kept flat (:func:`pipeline.offsets.flatten`: the topic in each key), so limits
+    # and minimums apply across every topic read; Spark's checkpoint holds them as JSON, by topic
+    # when several topics are read.
+
+    def _dump(self, flat: ofs.Offsets) -> dict[str, Any]:
+        by_topic = ofs.unflatten(flat)
+        if self.opts.multi:
+            return ofs.to_json_topics(by_topic)
+        return ofs.to_json(by_topic.get(self.opts.topic, {}))
+
+    def _load(self, doc: Any, what: str) -> ofs.Offsets:
+        if self.opts.multi:
+            return ofs.flatten(ofs.from_json_topics(doc, what))
+        return ofs.flatten({self.opts.topic: ofs.from_json(doc, what)})
+
+    def _bounds(self, topics: list[str], when: str) -> tuple[dict[Any, ofs.QueueBounds], list[str]]:
+        """The flat bounds of every queue of ``topics``; groups that did not answer are listed
+        (and logged)."""
+        bounds: dict[Any, ofs.QueueBounds] = {}
+        missing: list[str] = []
+        for topic in topics:
+            snap = snapshot_of(self.opts, topic)
+            if snap.missing:
+                missing.append(f"{topic}: {unanswered(snap)}")
+            for key in ofs.flatten({topic: dict.fromkeys(snap.bounds, 0)}):
+                _, mq = ofs.unflatten_key(key)
+                bounds[key] = snap.bounds[mq]
+        if missing:
+            log.warning(f"broker groups unreachable {when}", groups="; ".join(missing))
+        return bounds, missing
+
     def initialOffset(self) -> dict[str, Any]:
         opts = self.opts
-        snap = snapshot_of(opts)
-        if snap.missing:
-            log.warning("broker groups unreachable at start", groups=unanswered(snap))
-        start = resolve_position(opts, snap, opts.starting, "starting", "latest")
-        self._last = start
-        return ofs.to_json(start)
+        topics = topics_of(opts)
+        check_named_topics(opts, topics)
+        start: ofs.TopicOffsets = {}
+        for topic in topics:
+            snap = snapshot_of(opts, topic)
+            if snap.missing:
+                log.warning("broker groups unreachable at start", groups=unanswered(snap))
+            start[topic] = resolve_position(opts, topic, snap, opts.starting, "starting", "latest")
+        flat = ofs.flatten(start)
+        self._last = flat
+        return self._dump(flat)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        snap = snapshot_of(self.opts)
-        if snap.missing:
+        bounds, missing = self._bounds(topics_of(self.opts), "at start")
+        if missing:
             raise PipelineError(
-                f"Trigger.AvailableNow needs every broker group of {self.opts.topic!r}; "
-                f"no replica of {unanswered(snap)} answered"
+                "Trigger.AvailableNow needs every broker group of the topics read; no replica "
+                f"of {'; '.join(missing)} answered"
             )
-        self._target = {mq: b.max_offset for mq, b in snap.bounds.items()}
+        self._target = {key: b.max_offset for key, b in bounds.items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -97,23 +135,20 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> dict[str, Any]:
         """The end of the next batch. ``start`` and ``limit`` come from Spark 4.2+; older
         versions call this without them (the reader then starts from what it returned last)."""
-        begin = (
-            ofs.from_json(start, "start offset") if start is not None else dict(self._last or {})
-        )
+        begin = self._load(start, "start offset") if start is not None else dict(self._last or {})
         if start is not None:
             self._commit_group(begin)
-        snap = snapshot_of(self.opts)
-        if snap.missing:
-            log.warning("broker groups unreachable, not read this batch", groups=unanswered(snap))
-        available = {mq: b.max_offset for mq, b in snap.bounds.items()}
+        bounds, _ = self._bounds(topics_of(self.opts), "now, not read this batch")
+        available = {key: b.max_offset for key, b in bounds.items()}
         ceiling = self._target if self._target is not None else available
         end: ofs.Offsets = {}
         for mq, s in begin.items():
             # Never backwards (a lagging slave may report less); unreachable groups stay put.
             end[mq] = max(s, min(available.get(mq, s), ceiling.get(mq, s)))
-        for mq, b in snap.bounds.items():
+        for mq, b in bounds.items():
             if mq not in begin and (self._target is None or mq in self._target):
-                end[mq] = b.min_offset  # a new queue joins at its earliest offset
+                # A new queue (or topic) joins at its earliest offset.
+                end[mq] = b.min_offset
         max_rows = self._max_rows(limit)
         if max_rows is not None:
             end = ofs.limit_rows(begin, end, max_rows)
@@ -122,8 +157,8 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif any(e > begin.get(mq, e) for mq, e in end.items()):
             self._batch_at = time.monotonic()
         self._last = end
-        self._latest = ofs.to_json({**begin, **available})
-        return ofs.to_json(end)
+        self._latest = self._dump({**begin, **available})
+        return self._dump(end)
 
     def _max_rows(self, limit: ReadLimit | None) -> int | None:
         if limit is None:  # Spark before 4.2: apply the option ourselves
@@ -155,7 +190,9 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return plan_partitions(
-            self.opts, ofs.from_json(start, "start offset"), ofs.from_json(end, "end offset")
+            self.opts,
+            ofs.unflatten(self._load(start, "start offset")),
+            ofs.unflatten(self._load(end, "end offset")),
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -167,7 +204,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Spark processed everything before ``end``. Offsets live in Spark's checkpoint, so
         nothing the query needs depends on this; with ``groupId`` they are also committed at
         the brokers as that consumer group's (see :meth:`_commit_group`)."""
-        self._commit_group(ofs.from_json(end, "end offset"))
+        self._commit_group(self._load(end, "end offset"))
 
     def _commit_group(self, processed: ofs.Offsets) -> None:
         """Commit ``processed`` as the ``groupId``'s offsets, unless they were already.
@@ -180,9 +217,13 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self.opts.group_id
         if group is None or not processed or processed == self._committed:
             return
-        failures = commit_offsets(
-            self.opts.controllers, self.opts.topic, group, processed, self.opts.request_timeout
-        )
+        failures = [
+            f"{topic}: {failure}"
+            for topic, offsets in ofs.unflatten(processed).items()
+            for failure in commit_offsets(
+                self.opts.controllers, topic, group, offsets, self.opts.request_timeout
+            )
+        ]
         if failures:
             log.warning("consumer offsets not committed", group=group, failures="; ".join(failures))
             return

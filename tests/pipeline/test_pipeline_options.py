@@ -5,6 +5,7 @@ maxTriggerDelay, the properties column, and JSON offsets that must name every qu
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sys
 import time
@@ -237,3 +238,61 @@ def test_register_points_workers_at_this_interpreter(
         monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
         sc.pythonExec = before
         pipeline.register(spark)
+
+
+def test_several_topics_by_list_or_pattern(
+    spark: SparkSession, shared_broker: BrokerProc, tmp_path: Any
+) -> None:
+    address = shared_broker.address
+    fill(address, "MultiA", 2, 10)
+    fill(address, "MultiB", 1, 5)
+    fill(address, "OtherMulti", 1, 3)
+
+    def read(**options: str) -> DataFrame:
+        reader = spark.read.format("rmq").option("controllers", address)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    def per_topic(df: DataFrame) -> dict[str, int]:
+        return {r["topic"]: r["count"] for r in df.groupBy("topic").count().collect()}
+
+    assert per_topic(read(topics="MultiA, MultiB")) == {"MultiA": 10, "MultiB": 5}
+    assert per_topic(read(topicPattern="Multi[AB]")) == {"MultiA": 10, "MultiB": 5}
+    # Offsets by topic, every topic and queue named; minPartitions shares over all topics.
+    starting = '{"MultiA": {"broker-a": {"0": 2, "1": -2}}, "MultiB": {"broker-a": {"0": 4}}}'
+    assert per_topic(read(topics="MultiA,MultiB", startingOffsets=starting)) == {
+        "MultiA": 8,
+        "MultiB": 1,
+    }
+    split = read(topics="MultiA,MultiB", minPartitions="6")
+    assert split.rdd.getNumPartitions() == 6 and split.count() == 15
+    with pytest.raises(Exception, match=r"must name every topic read; missing: 'MultiB'"):
+        read(
+            topics="MultiA,MultiB", startingOffsets='{"MultiA": {"broker-a": {"0": 0, "1": 0}}}'
+        ).count()
+    with pytest.raises(Exception, match="names Nope, not a topic this query reads"):
+        read(topicPattern="Multi[AB]", startingOffsets='{"Nope": {}}').count()
+    with pytest.raises(Exception, match="options topic and topics exclude each other"):
+        read(topic="MultiA", topics="MultiB")
+    with pytest.raises(Exception, match="topicPattern '\\(' is not a regular expression"):
+        read(topicPattern="(")
+
+    # Streaming over a pattern: offsets kept by topic in the checkpoint.
+    query = (
+        spark.readStream.format("rmq")
+        .option("controllers", address)
+        .option("topicPattern", "Multi[AB]")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("memory")
+        .queryName("multi_topics")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None
+    assert per_topic(spark.sql("select topic from multi_topics")) == {"MultiA": 10, "MultiB": 5}
+    end = json.loads(query.lastProgress["sources"][0]["endOffset"])
+    assert end == {"MultiA": {"broker-a": {"0": 5, "1": 5}}, "MultiB": {"broker-a": {"0": 5}}}

@@ -1,0 +1,60 @@
+"""The topics a read names: ``topic``, a ``topics`` list, or every topic matching
+``topicPattern`` (listed from each broker group's master: GET_ALL_TOPIC_CONFIG)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import msgpack
+
+from client.admin import Admin
+from client.bootstrap import parse_addresses
+from client.errors import ClientError
+from pipeline.errors import PipelineError, describe
+from pipeline.loop import SyncLoop
+from protocol.codes import RequestCode
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+
+#: topics the brokers keep for themselves (retries, dead letters, scheduled messages)
+_SYSTEM = ("%", "rmq_sys_", "SCHEDULE_TOPIC", "RMQ_SYS_")
+
+
+async def _list_async(controllers: str, timeout: float) -> set[str]:
+    try:
+        async with Admin(controllers, timeout) as admin:
+            info = await admin.cluster_info()
+        masters = sorted({b.address for members in info.values() for b in members if b.is_master})
+    except (ClientError, RemotingError):
+        masters = []
+    # Development mode: the "controllers" are a lone broker, which answers for itself.
+    addresses = masters or parse_addresses(controllers)
+    pool = ConnectionPool(timeout)
+    try:
+
+        async def one(address: str) -> set[str] | str:
+            try:
+                conn = await pool.get(address)
+                answer = await conn.call(RequestCode.GET_ALL_TOPIC_CONFIG, None, None, timeout)
+                doc = msgpack.unpackb(answer.body or b"\x80", raw=False)
+            except (RemotingError, ValueError) as exc:
+                return f"{address}: {describe(exc)}"
+            return {str(name) for name in doc} if isinstance(doc, dict) else set()
+
+        found = await asyncio.gather(*(one(a) for a in addresses))
+    finally:
+        pool.close()
+    names = set().union(*(f for f in found if isinstance(f, set)))
+    if not names and any(isinstance(f, str) for f in found):
+        raise PipelineError(
+            "cannot list topics: " + "; ".join(f for f in found if isinstance(f, str))
+        )
+    return names
+
+
+def matching_topics(controllers: str, pattern: re.Pattern[str], timeout: float) -> list[str]:
+    """The cluster's topics whose whole name matches ``pattern`` (system topics left out)."""
+    with SyncLoop() as loop:
+        names = loop.run(_list_async(controllers, timeout))
+    return sorted(n for n in names if pattern.fullmatch(n) and not n.startswith(_SYSTEM))
