@@ -152,6 +152,7 @@ async def near_phase(cluster: Cluster, master: str, args: argparse.Namespace, bo
         print(f"  CPU {name} ({role[name]}): {used:6.1f} s ({used / wall:.2f} of a core)")
     used = time.process_time() - self_cpu0
     print(f"  CPU bench (writers + consumer): {used:6.1f} s ({used / wall:.2f} of a core)")
+    print(f"  load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 async def far_phase(master_pid: int, master: str, args: argparse.Namespace, body: bytes) -> None:
@@ -203,7 +204,8 @@ async def main_async(args: argparse.Namespace) -> None:
             await asyncio.sleep(1.5)  # routes
             print(
                 f"3 controllers, broker-a x3 (master {master}), all-ack, flush async, "
-                f"{args.size} B messages, {os.cpu_count()} cores",
+                f"{args.size} B messages, {os.cpu_count()} cores, load average "
+                f"{os.getloadavg()[0]:.1f}",
                 flush=True,
             )
             if args.messages:
