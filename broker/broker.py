@@ -19,6 +19,7 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.dlq import DeadLetterProcessor
+from broker.processors.pop import PopProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
 from broker.processors.recall import RecallProcessor
@@ -102,6 +103,7 @@ class Broker:
             SubscriptionGroupProcessor(self.ctx),
             SendBackProcessor(self.ctx),
             DeadLetterProcessor(self.ctx),
+            PopProcessor(self.ctx, self.ctx.pop),
         ):
             processor.register(self.server)
         self.ha: HAService | None = None
@@ -210,6 +212,7 @@ class Broker:
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         timer.start()
+        self.ctx.pop.start()
         self._serving = True
         log.info(
             "broker serving",
@@ -229,6 +232,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.ctx.timer.stop()
+        await self.ctx.pop.stop()
         if self.replicas is not None:
             await self.replicas.stop()
         await self.server.stop()

@@ -18,6 +18,7 @@ from broker.ha.service import HAService
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
+from broker.pop.service import PopService
 from broker.role import RoleCell, RoleState
 from broker.timer.service import TimerService
 from protocol.codes import ResponseCode
@@ -66,6 +67,8 @@ class BrokerContext:
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self.timer = TimerService(self)
         """Scheduled delivery (broker.timer): ``put_at`` appends a message due later."""
+        self.pop = PopService(self)
+        """POP consumption (broker.pop): the in-flight set and its revive log."""
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
 

@@ -33,6 +33,28 @@ class PullWaiters:
                 if not waiters:
                     del self._waiters[key]
 
+    async def wait_any(self, keys: list[tuple[str, int]], timeout: float) -> bool:
+        """Wait until :meth:`notify` for any of ``keys`` or ``timeout``; True when woken (a POP
+        of a whole topic waits on all its queues)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._waiters.setdefault(key, []).append(fut)
+        self.waiting += 1
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.waiting -= 1
+            for key in keys:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    with contextlib.suppress(ValueError):
+                        waiters.remove(fut)
+                    if not waiters:
+                        del self._waiters[key]
+
     def notify(self, topic: str, queue_id: int) -> None:
         waiters = self._waiters.pop((topic, queue_id), None)
         if waiters:

@@ -25,6 +25,7 @@ from client.errors import (
 from client.message import Message, ReceivedMessage, SendResult
 from client.producer import Producer
 from client.routes import BrokerRoute, ClusterBroker, MessageQueue, RouteCache, TopicRoute
+from client.simple_consumer import PopMessage, SimpleConsumer
 
 __all__ = [
     "Bootstrap",
@@ -37,11 +38,13 @@ __all__ = [
     "Message",
     "MessageQueue",
     "NoRouteError",
+    "PopMessage",
     "Producer",
     "ReceivedMessage",
     "RouteCache",
     "SendError",
     "SendResult",
+    "SimpleConsumer",
     "TopicNotFoundError",
     "TopicRoute",
     "UnreachableError",

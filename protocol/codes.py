@@ -50,6 +50,10 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # POP consumption (RocketMQ 5's numbers; docs/pop.md).
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
     # Our own: a consumer group's dead-letter queue (issue 11).
     QUERY_DLQ_MESSAGES = 5200
     RESEND_DLQ_MESSAGES = 5201
@@ -121,6 +125,12 @@ class ResponseCode(IntEnum):
     MESSAGE_NOT_FOUND = 5008
     # CONSUMER_SEND_MSG_BACK from a connection no member of the group heart-beats over.
     NOT_GROUP_MEMBER = 5009
+    # POP: a receipt handle that is not this broker group's (forged, altered, truncated, another
+    # broker's) or belongs to another consumer group. Nothing was acked.
+    RECEIPT_HANDLE_INVALID = 5020
+    # POP: the delivery a handle names is no longer in flight under it (its invisible time
+    # passed, a change of invisible time replaced the handle, or it was delivered again).
+    RECEIPT_HANDLE_EXPIRED = 5021
 
 
 def code_name(code: int) -> str:

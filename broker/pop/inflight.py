@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import heapq
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from protocol.pop import Checkpoint
@@ -22,6 +22,9 @@ __all__ = ["Entry", "PopRefused", "PopState", "Refusal"]
 
 Key = tuple[int, int]
 """(checkpoint id, queue offset)."""
+
+RECENT_ACKS = 65_536
+"""How many acked keys the set remembers to answer a repeated ack as done."""
 
 
 @dataclass(slots=True)
@@ -62,8 +65,9 @@ class PopState:
 
     def __init__(self) -> None:
         self._entries: dict[Key, Entry] = {}
-        self._acked: dict[int, set[int]] = {}
-        """Offsets acked per checkpoint that still has entries in flight (acks repeat)."""
+        self._recent_acks: OrderedDict[Key, None] = OrderedDict()
+        """The last :data:`RECENT_ACKS` keys acked, so a repeated ack (a retry after a timeout)
+        is recognised."""
         self._live: Counter[int] = Counter()
         """Entries in flight per checkpoint."""
         self._heap: list[tuple[int, int, int]] = []
@@ -96,9 +100,10 @@ class PopState:
         entry = self._remove(key)
         if entry is None:
             return False
-        acked = self._acked.get(key[0])
-        if acked is not None:
-            acked.add(key[1])
+        recent = self._recent_acks
+        recent[key] = None
+        if len(recent) > RECENT_ACKS:
+            recent.popitem(last=False)
         return True
 
     def revived(self, key: Key) -> bool:
@@ -126,9 +131,6 @@ class PopState:
         self._live[ck_id] -= 1
         if self._live[ck_id] <= 0:
             del self._live[ck_id]
-            self._acked.pop(ck_id, None)
-        else:
-            self._acked.setdefault(ck_id, set())
         return entry
 
     # -- checks (master) ---------------------------------------------------------------------
@@ -139,7 +141,7 @@ class PopState:
         same message, or not in flight (revived, or never handed out)."""
         entry = self._entries.get(key)
         if entry is None:
-            if key[1] in self._acked.get(key[0], ()):
+            if key in self._recent_acks:
                 return None
             raise PopRefused(
                 Refusal.NOT_IN_FLIGHT,

@@ -1,0 +1,430 @@
+"""The POP service: the broker's driver of the in-flight set (docs/pop.md).
+
+* **State** lives in the revive log (:data:`~protocol.pop.REVIVE_TOPIC`, queue 0 of the
+  CommitLog): the handle key, checkpoints, acks, changes of invisible time and revives. Only the
+  master keeps the in-flight set in memory; it builds it by reading the revive log whole when it
+  first needs it after becoming master, and drops it when it stops being master. A slave holds
+  the same records (replicated like any message), so after a failover the new master builds the
+  set its predecessor had, up to the last record replicated.
+* **POP** (:meth:`PopService.pop`) reads from the group's POP offset of a queue, appends one
+  checkpoint per queue read and applies it in the same synchronous step, then moves the group's
+  consume offset to the end of what it read.
+* **Ack / change** check the handle (signature, group, deadline) against the set, append the
+  record and apply it in the same step.
+* **Revive** (a task on the master): each in-flight entry whose deadline passed is read back,
+  re-published to ``%RETRY%<group>`` (or ``%DLQ%<group>`` past the group's ``retryMaxTimes``)
+  with its reconsume count + 1, and a ``REVIVED`` record follows the copy.
+
+Every write is a CommitLog append through :class:`~broker.appender.Appender` on the master;
+callers await its durability (:func:`~broker.durable_wait.wait_durable`) before answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import structlog
+
+from broker.pop.inflight import Entry, PopRefused, PopState, Refusal
+from protocol.message import Message, MessageRecord, RecordError, iter_records
+from protocol.pop import (
+    HANDLE_KEY_BYTES,
+    REVIVE_TOPIC,
+    Ack,
+    Change,
+    Checkpoint,
+    HandleKey,
+    ReceiptHandle,
+    Revived,
+    ReviveRecord,
+    ReviveRecordError,
+    decode_handle,
+    decode_revive_record,
+    encode_handle,
+    encode_revive_record,
+)
+from protocol.retry import (
+    PROP_RETRY_TOPIC,
+    DeadLetter,
+    dlq_topic,
+    next_step,
+    origin_message_id,
+    reconsume_times,
+    retry_topic,
+    sent_back_properties,
+)
+from storage.store import GetStatus, PutResult
+
+if TYPE_CHECKING:
+    from broker.context import BrokerContext
+
+__all__ = ["PopMessage", "PopService"]
+
+log = structlog.get_logger(__name__)
+
+_READ_CHUNK: Final = 1024
+_REVIVE_BATCH: Final = 256
+_REVIVE_IDLE_S: Final = 0.2
+_RETRY_LATER_MS: Final = 1000
+
+
+@dataclass(slots=True)
+class PopMessage:
+    """One message handed out: the stored record, its receipt handle and attempt number."""
+
+    record: MessageRecord
+    raw: bytes
+    """The record's bytes as stored (the answer's body carries them)."""
+    handle: str
+    attempt: int
+
+
+def attempt_of(record: MessageRecord, group: str) -> int:
+    """1 for a message read from its own topic; its reconsume count + 1 from the retry topic."""
+    if record.topic == retry_topic(group):
+        return reconsume_times(record.properties) + 1
+    return 1
+
+
+class PopService:
+    """POP deliveries of one broker. Loop thread only."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.state: PopState | None = None
+        self._epoch = -1
+        """The master epoch the state was built in: a new term rebuilds it from the log."""
+        self.key: HandleKey | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self._rotate = 0
+        self.acks = 0
+        self.revived = 0
+        self.dead_lettered = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._revive_loop(), name="pop-revive"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def ready(self) -> PopState:
+        """The in-flight set, built from the revive log when this master has none yet. The
+        caller checked that this broker is master (``ctx.check_writable``)."""
+        epoch = self.ctx.role.master_epoch
+        state = self.state
+        if state is None or epoch != self._epoch:
+            state = self.state = self._rebuild()
+            self._epoch = epoch
+        return state
+
+    def _drop(self) -> None:
+        if self.state is not None:
+            log.info("pop state dropped (no longer master)", inflight=self.state.inflight())
+        self.state = None
+        self.key = None
+
+    def _rebuild(self) -> PopState:
+        """Read the revive log whole and apply it in order."""
+        store = self.ctx.store
+        state = PopState()
+        self.key = None  # the first key record of the log is the group's
+        offset = store.queue_min_offset(REVIVE_TOPIC, 0)
+        records = 0
+        while True:
+            res = store.get(REVIVE_TOPIC, 0, offset, _READ_CHUNK, 64 * 1024 * 1024, None)
+            if res.status is GetStatus.OFFSET_TOO_SMALL:
+                offset = res.next_offset
+                continue
+            if res.status is not GetStatus.FOUND:
+                if res.status is GetStatus.CORRUPT:
+                    log.error("pop revive log record unreadable", reason=res.reason)
+                    offset += 1
+                    continue
+                break
+            for record in iter_records(res.body):
+                records += 1
+                try:
+                    self._apply(state, record.physical_offset, decode_revive_record(record.body))
+                except ReviveRecordError as exc:
+                    log.error(
+                        "pop revive log record skipped",
+                        offset=record.physical_offset,
+                        error=str(exc),
+                    )
+            offset = res.next_offset
+        log.info(
+            "pop state built from the revive log",
+            records=records,
+            inflight=state.inflight(),
+            key=self.key is not None,
+        )
+        self._wake.set()
+        return state
+
+    def _apply(self, state: PopState, offset: int, record: ReviveRecord) -> None:
+        if isinstance(record, HandleKey):
+            if self.key is None:
+                self.key = record
+        elif isinstance(record, Checkpoint):
+            state.checkpoint(offset, record)
+        elif isinstance(record, Ack):
+            for key in record.keys:
+                state.ack(key)
+        elif isinstance(record, Change):
+            state.change((record.checkpoint, record.queue_offset), record.deadline_ms)
+        elif isinstance(record, Revived):
+            for key in record.keys:
+                state.revived(key)
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _append(self, record: ReviveRecord) -> PutResult:
+        ctx = self.ctx
+        ctx.ensure_system_topic(REVIVE_TOPIC)
+        body = encode_revive_record(record)
+        return ctx.appender.put(
+            REVIVE_TOPIC, 0, [Message(topic=REVIVE_TOPIC, body=body)], len(body)
+        )
+
+    def handle_key(self) -> tuple[HandleKey, PutResult | None]:
+        """The group's handle key; the first master that pops writes one."""
+        if self.key is not None:
+            return self.key, None
+        key = HandleKey(os.urandom(HANDLE_KEY_BYTES))
+        result = self._append(key)
+        self.key = key
+        return key, result
+
+    # -- POP --------------------------------------------------------------------------------------
+    def candidates(
+        self, group: str, topic: str, queue_id: int, queues: int
+    ) -> list[tuple[str, int]]:
+        """The queues a POP reads, in the order it tries them: one queue, or every queue of the
+        topic from a rotating start, and the group's retry queue."""
+        ctx = self.ctx
+        if queue_id >= 0:
+            out = [(topic, queue_id)]
+        else:
+            self._rotate += 1
+            start = self._rotate % queues
+            out = [(topic, (start + i) % queues) for i in range(queues)]
+        retry = retry_topic(group)
+        if ctx.topics.get(retry) is not None and ctx.sub_groups.get(group).consume_retry:
+            out.insert(self._rotate % (len(out) + 1), (retry, 0))
+        return out
+
+    def pop(
+        self,
+        group: str,
+        queues: list[tuple[str, int]],
+        max_count: int,
+        invisible_ms: int,
+        now: int,
+    ) -> tuple[list[PopMessage], PutResult | None]:
+        """Hand out up to ``max_count`` messages from ``queues`` (synchronously: the reads,
+        the checkpoint appends and the in-flight set change together). Returns the messages
+        and the last append to await."""
+        ctx = self.ctx
+        state = self.ready()
+        key, last = self.handle_key()
+        out: list[PopMessage] = []
+        visible = ctx.visible_offset()
+        max_bytes = ctx.cfg.max_pull_bytes
+        broker_name = ctx.cfg.broker_name
+        for topic, queue_id in queues:
+            want = max_count - len(out)
+            if want <= 0:
+                break
+            start = self.pop_offset(state, group, topic, queue_id)
+            res = ctx.store.get(topic, queue_id, start, want, max_bytes, visible)
+            if res.status is GetStatus.OFFSET_TOO_SMALL:
+                start = res.next_offset
+                res = ctx.store.get(topic, queue_id, start, want, max_bytes, visible)
+            if res.status is not GetStatus.FOUND:
+                continue
+            records = list(iter_records(res.body))
+            count = res.next_offset - start
+            popped = tuple(r.queue_offset for r in records)
+            ck = Checkpoint(group, topic, queue_id, start, count, popped, now, invisible_ms)
+            last = self._append(ck)
+            ck_id = last.physical_offsets[0]
+            state.checkpoint(ck_id, ck)
+            ctx.offsets.commit(group, topic, queue_id, res.next_offset, now)
+            counts = ctx.metrics.topic(topic)
+            counts.messages_out += len(records)
+            counts.bytes_out += len(res.body)
+            pos = 0
+            body = res.body
+            for r in records:
+                handle = ReceiptHandle(
+                    broker_name, group, topic, queue_id, r.queue_offset, now, invisible_ms, ck_id
+                )
+                raw = body[pos : pos + r.size]
+                pos += r.size
+                out.append(PopMessage(r, raw, encode_handle(handle, key), attempt_of(r, group)))
+        return out, last
+
+    def pop_offset(self, state: PopState, group: str, topic: str, queue_id: int) -> int:
+        """Where the group's next POP of a queue reads: the end of its last checkpoint there;
+        without one (none yet, or retention deleted them) its consume offset; the queue's first
+        message for a group that never consumed it. The consume offset is only a fallback: a
+        slave copies it from its master on a timer, so it may run ahead of the checkpoints the
+        slave holds, and trusting it after a failover could skip messages no one received."""
+        from_log = state.pop_offset(group, topic, queue_id)
+        if from_log is not None:  # the replicated checkpoints decide (docs/pop.md)
+            return from_log
+        committed = self.ctx.offsets.query(group, topic, queue_id)
+        if committed is not None:
+            return committed
+        return self.ctx.store.queue_min_offset(topic, queue_id)
+
+    # -- ack and change -----------------------------------------------------------------------------
+    def decode(self, text: str) -> ReceiptHandle:
+        """Raises :class:`~protocol.pop.HandleError`."""
+        self.ready()
+        return decode_handle(text, self.key, self.ctx.cfg.broker_name)
+
+    def ack(self, handle: ReceiptHandle, group: str, now: int) -> PutResult | None:
+        """Ack one delivery; None when it was acked already. Raises :class:`PopRefused`."""
+        state = self.ready()
+        entry = state.check(handle.key, group, handle.deadline_ms, now)
+        if entry is None:
+            return None
+        result = self._append(Ack((handle.key,)))
+        state.ack(handle.key)
+        self.acks += 1
+        return result
+
+    def change(
+        self, handle: ReceiptHandle, group: str, invisible_ms: int, now: int
+    ) -> tuple[str, PutResult]:
+        """Move a delivery's deadline to ``now + invisible_ms``; returns its new handle. Raises
+        :class:`PopRefused` (an acked one too: nothing is in flight to move)."""
+        state = self.ready()
+        entry = state.check(handle.key, group, handle.deadline_ms, now)
+        if entry is None:
+            raise PopRefused(
+                Refusal.NOT_IN_FLIGHT,
+                "the message was acked: there is no invisible time to change",
+            )
+        deadline = now + invisible_ms
+        result = self._append(Change(handle.checkpoint, handle.queue_offset, deadline))
+        state.change(handle.key, deadline)
+        key, _ = self.handle_key()
+        new = ReceiptHandle(
+            handle.broker_name,
+            group,
+            handle.topic,
+            handle.queue_id,
+            handle.queue_offset,
+            now,
+            invisible_ms,
+            handle.checkpoint,
+        )
+        self._wake.set()
+        return encode_handle(new, key), result
+
+    # -- revive ------------------------------------------------------------------------------------
+    async def _revive_loop(self) -> None:
+        ctx = self.ctx
+        while True:
+            timeout = _REVIVE_IDLE_S
+            try:
+                if not ctx.role.is_master:
+                    self._drop()
+                else:
+                    ctx.check_writable()
+                    state = self.ready()
+                    self.revive_due(state, ctx.now_ms())
+                    nxt = state.next_deadline()
+                    if nxt is not None:
+                        timeout = max(0.0, min(timeout, (nxt - ctx.now_ms()) / 1000))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a refused write (fenced, disk full): try again later
+                log.warning("pop revive round failed", error=f"{type(exc).__name__}: {exc}")
+                timeout = 1.0
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def revive_due(self, state: PopState, now: int) -> int:
+        """Re-publish the entries past their deadline; returns how many."""
+        done = 0
+        while True:
+            due = state.due(now, _REVIVE_BATCH)
+            if not due:
+                return done
+            keys: list[tuple[int, int]] = []
+            try:
+                for entry in due:
+                    self._republish(entry)
+                    keys.append(entry.key)
+            finally:
+                if keys:
+                    self._append(Revived(tuple(keys)))
+                    for key in keys:
+                        state.revived(key)
+                for entry in due[len(keys) :]:  # not re-published: try again later
+                    state.change(entry.key, now + _RETRY_LATER_MS)
+            done += len(keys)
+
+    def _republish(self, entry: Entry) -> None:
+        ctx = self.ctx
+        res = ctx.store.get(entry.topic, entry.queue_id, entry.queue_offset, 1, 1 << 26, None)
+        if res.status is not GetStatus.FOUND:
+            log.warning(
+                "pop revive: message gone (retention), not redelivered",
+                topic=entry.topic,
+                queue_id=entry.queue_id,
+                queue_offset=entry.queue_offset,
+                status=res.status.name,
+            )
+            return
+        record = next(iter_records(res.body))
+        group = entry.group
+        try:
+            props = record.properties
+        except RecordError:
+            props = {}
+        origin = (
+            props.get(PROP_RETRY_TOPIC, entry.topic)
+            if entry.topic == retry_topic(group)
+            else entry.topic
+        )
+        step = next_step(ctx.sub_groups.get(group), reconsume_times(props))
+        new_props = sent_back_properties(
+            props,
+            origin_topic=origin,
+            origin_id=origin_message_id(props, record.msg_id),
+            step=step,
+            reason="invisible time passed without an ack",
+        )
+        topic = dlq_topic(group) if isinstance(step, DeadLetter) else retry_topic(group)
+        ctx.ensure_system_topic(topic)
+        copy = Message(
+            topic=topic,
+            body=record.body,
+            keys=record.keys,
+            tags=record.tags,
+            properties=new_props,
+            flag=record.flag,
+            born_timestamp=record.born_timestamp,
+            born_host=record.born_host,
+        )
+        ctx.appender.put(topic, 0, [copy], len(record.body))
+        if isinstance(step, DeadLetter):
+            self.dead_lettered += 1
+            ctx.metrics.dead_letter(group, origin)
+        else:
+            self.revived += 1
+            ctx.metrics.consumer_retry(group, origin)

@@ -1,0 +1,194 @@
+"""POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME (docs/pop.md, docs/protocol.md).
+
+Requests (header fields; ``?`` may be left out)::
+
+    POP_MESSAGE 200050      consumerGroup, topic, queueId? (-1: any), maxMsgNums,
+                            invisibleTime (ms), pollTime? (ms, long polling)
+    ACK_MESSAGE 200051      consumerGroup, receiptHandle
+    CHANGE_MESSAGE_INVISIBLETIME 200053
+                            consumerGroup, receiptHandle, invisibleTime (ms)
+
+A POP answers SUCCESS with ``count``, the records back to back in the body (as a pull's), and
+``receiptHandles`` / ``attempts``: one handle and one attempt number per record, in order,
+separated by spaces; PULL_NOT_FOUND when nothing came within ``pollTime``. An ack answers
+SUCCESS (also for a repeated ack); a change answers SUCCESS with ``receiptHandle``, the new
+handle. A bad handle answers RECEIPT_HANDLE_INVALID, one no longer in flight
+RECEIPT_HANDLE_EXPIRED; nothing is written then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from broker.context import BrokerContext, WriteRefused
+from broker.durable_wait import wait_durable
+from broker.pop.inflight import PopRefused, Refusal
+from broker.pop.service import PopMessage, PopService
+from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import FieldError, opt_int, req_int, req_str
+from protocol.pop import MAX_POP_BATCH, HandleError, ReceiptHandle
+from protocol.remoting import Frame, Header, response
+from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, group_error
+from remoting.server import Connection, RemotingServer, error_response
+from storage.errors import StoreError
+from storage.store import PutResult
+
+MIN_INVISIBLE_MS = 1_000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+
+
+def _invisible(header: Header) -> int:
+    ms = req_int(header, "invisibleTime")
+    if not MIN_INVISIBLE_MS <= ms <= MAX_INVISIBLE_MS:
+        raise FieldError(
+            f"invisibleTime must be {MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS} ms, not {ms}"
+        )
+    return ms
+
+
+def _group(header: Header) -> str:
+    group = req_str(header, "consumerGroup")
+    bad = group_error(group)
+    if bad is not None:
+        raise FieldError(bad)
+    return group
+
+
+class PopProcessor:
+    def __init__(self, ctx: BrokerContext, service: PopService) -> None:
+        self.ctx = ctx
+        self.service = service
+
+    def register(self, server: RemotingServer) -> None:
+        server.register(RequestCode.POP_MESSAGE, self.pop)
+        server.register(RequestCode.ACK_MESSAGE, self.ack)
+        server.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change)
+
+    # -- POP -----------------------------------------------------------------------------------
+    def pop(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+        h = req.header
+        group = _group(h)
+        topic = req_str(h, "topic")
+        queue_id = opt_int(h, "queueId", -1)
+        max_count = max(
+            1, min(req_int(h, "maxMsgNums"), MAX_POP_BATCH, self.ctx.cfg.max_pull_batch)
+        )
+        invisible = _invisible(h)
+        poll_ms = max(0, min(opt_int(h, "pollTime", 0), self.ctx.cfg.max_pull_suspend_ms))
+        if topic.startswith(("rmq_sys_", RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            return error_response(
+                req, ResponseCode.NO_PERMISSION, f"topic {topic} is a system topic: no POP"
+            )
+        tc = self.ctx.topics.get(topic)
+        if tc is None:
+            return error_response(
+                req, ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist"
+            )
+        if not -1 <= queue_id < tc.queues:
+            return error_response(
+                req,
+                ResponseCode.QUEUE_NOT_EXIST,
+                f"queueId {queue_id} out of range 0..{tc.queues - 1} (or -1: any)",
+            )
+        return self._pop(req, group, topic, queue_id, tc.queues, max_count, invisible, poll_ms)
+
+    async def _pop(
+        self,
+        req: Frame,
+        group: str,
+        topic: str,
+        queue_id: int,
+        queues: int,
+        max_count: int,
+        invisible: int,
+        poll_ms: int,
+    ) -> Frame:
+        ctx = self.ctx
+        deadline = ctx.now_ms() + poll_ms
+        while True:
+            try:
+                ctx.check_writable()
+                candidates = self.service.candidates(group, topic, queue_id, queues)
+                got, last = self.service.pop(group, candidates, max_count, invisible, ctx.now_ms())
+            except WriteRefused as exc:
+                return error_response(req, exc.code, exc.remark)
+            except StoreError as exc:
+                return error_response(req, ResponseCode.SYSTEM_ERROR, f"POP not recorded: {exc}")
+            if last is not None:
+                code, remark = await wait_durable(ctx, last)
+                if code != ResponseCode.SUCCESS:
+                    return error_response(req, code, f"POP checkpoint not durable: {remark}")
+            if got:
+                return self._found(req, got)
+            remaining = deadline - ctx.now_ms()
+            if remaining <= 0:
+                return response(req, ResponseCode.PULL_NOT_FOUND, {"remark": "no message"})
+            await ctx.waiters.wait_any(candidates, remaining / 1000)
+
+    @staticmethod
+    def _found(req: Frame, got: list[PopMessage]) -> Frame:
+        body = b"".join(m.raw for m in got)
+        header: Header = {
+            "count": len(got),
+            "receiptHandles": " ".join(m.handle for m in got),
+            "attempts": " ".join(str(m.attempt) for m in got),
+        }
+        return response(req, ResponseCode.SUCCESS, header, body)
+
+    # -- ack / change ----------------------------------------------------------------------------
+    def _handle(self, req: Frame, group: str) -> ReceiptHandle | Frame:
+        try:
+            self.ctx.check_writable()
+            handle = self.service.decode(req_str(req.header, "receiptHandle"))
+        except WriteRefused as exc:
+            return error_response(req, exc.code, exc.remark)
+        except HandleError as exc:
+            return error_response(req, ResponseCode.RECEIPT_HANDLE_INVALID, str(exc))
+        if handle.group != group:
+            return error_response(
+                req,
+                ResponseCode.RECEIPT_HANDLE_INVALID,
+                f"receipt handle belongs to consumer group {handle.group}, not {group}",
+            )
+        return handle
+
+    def ack(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+        group = _group(req.header)
+        handle = self._handle(req, group)
+        if isinstance(handle, Frame):
+            return handle
+        try:
+            result = self.service.ack(handle, group, self.ctx.now_ms())
+        except PopRefused as exc:
+            return error_response(req, _refusal_code(exc.reason), str(exc))
+        except StoreError as exc:
+            return error_response(req, ResponseCode.SYSTEM_ERROR, f"ack not recorded: {exc}")
+        if result is None:
+            return response(req, ResponseCode.SUCCESS, {"remark": "acked already"})
+        return self._answer(req, result, {})
+
+    def change(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+        group = _group(req.header)
+        invisible = _invisible(req.header)
+        handle = self._handle(req, group)
+        if isinstance(handle, Frame):
+            return handle
+        try:
+            new, result = self.service.change(handle, group, invisible, self.ctx.now_ms())
+        except PopRefused as exc:
+            return error_response(req, _refusal_code(exc.reason), str(exc))
+        except StoreError as exc:
+            return error_response(req, ResponseCode.SYSTEM_ERROR, f"change not recorded: {exc}")
+        return self._answer(req, result, {"receiptHandle": new})
+
+    async def _answer(self, req: Frame, result: PutResult, header: Header) -> Frame:
+        code, remark = await wait_durable(self.ctx, result)
+        if code != ResponseCode.SUCCESS:
+            return error_response(req, code, remark)
+        return response(req, ResponseCode.SUCCESS, header)
+
+
+def _refusal_code(reason: Refusal) -> int:
+    if reason is Refusal.OTHER_GROUP:
+        return ResponseCode.RECEIPT_HANDLE_INVALID
+    return ResponseCode.RECEIPT_HANDLE_EXPIRED

@@ -1,0 +1,233 @@
+"""The simple consumer: POP consumption, any number of members per group (docs/pop.md).
+
+::
+
+    async with SimpleConsumer("127.0.0.1:9878", group="billing", topic="orders") as consumer:
+        for msg in await consumer.receive(16, invisible_duration=30):
+            handle(msg.body)
+            await consumer.ack(msg)
+
+There is no rebalance: every member asks any broker group of the topic for messages of any of
+its queues. The broker hides each message it hands out for ``invisible_duration`` seconds; a
+message not acked by then is delivered again (to any member) with :attr:`PopMessage.attempt`
+one higher, through the group's retry topic, so the group's ``retryMaxTimes`` and its DLQ
+apply. :meth:`SimpleConsumer.change_invisible_duration` extends the time (or shortens it: a
+nack with a delay) and gives the message its new receipt handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from client.bootstrap import Bootstrap
+from client.brokers import MasterCaller, error_of
+from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
+from client.message import ReceivedMessage
+from client.routes import RouteCache
+from protocol.codes import RequestCode, ResponseCode
+from protocol.message import MessageRecord, iter_records
+from protocol.remoting import Frame, Header
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+
+__all__ = ["PopMessage", "SimpleConsumer"]
+
+_MOVED = frozenset(
+    {
+        ResponseCode.NOT_MASTER,
+        ResponseCode.MASTER_FENCED,
+        ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SYSTEM_BUSY,
+    }
+)
+"""Answers worth a retry at the group's (next) master."""
+_ATTEMPTS = 4
+
+
+class PopMessage(ReceivedMessage):
+    """A message handed out by POP: its receipt handle (opaque) and delivery attempt (1 the
+    first time)."""
+
+    __slots__ = ("attempt", "receipt_handle")
+
+    def __init__(
+        self, record: MessageRecord, broker_name: str, receipt_handle: str, attempt: int
+    ) -> None:
+        super().__init__(record, broker_name)
+        self.receipt_handle = receipt_handle
+        self.attempt = attempt
+
+
+def decode_pop_answer(frame: Frame, broker_name: str) -> list[PopMessage]:
+    """The messages of a POP answer (SUCCESS); raises :class:`ClientError` when the handles
+    do not match the records."""
+    h = frame.header
+    handles_text, attempts_text = h.get("receiptHandles"), h.get("attempts")
+    if not isinstance(handles_text, str) or not isinstance(attempts_text, str):
+        raise ClientError("POP answer lacks receiptHandles / attempts")
+    handles = handles_text.split()
+    attempts = [int(a) for a in attempts_text.split()]
+    records = list(iter_records(frame.body or b""))
+    if not len(records) == len(handles) == len(attempts):
+        raise ClientError(
+            f"POP answer holds {len(records)} records, {len(handles)} handles, "
+            f"{len(attempts)} attempts"
+        )
+    return [
+        PopMessage(r, broker_name, hd, a)
+        for r, hd, a in zip(records, handles, attempts, strict=True)
+    ]
+
+
+class SimpleConsumer:
+    """A POP consumer of one topic for one consumer group."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        *,
+        connect_timeout: float = 3.0,
+        request_timeout: float = 5.0,
+        route_refresh_interval: float = 30.0,
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        self._pool = ConnectionPool(connect_timeout)
+        self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
+        self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
+        self._caller = MasterCaller(self._pool, self.routes, topic)
+        self._timeout = request_timeout
+        self._rotate = itertools.count()
+        self._closed = False
+
+    async def start(self) -> None:
+        if self._closed:
+            raise ClosedError("consumer is closed")
+        self.routes.start()
+        await self.routes.get(self.topic)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.routes.close()
+        self._pool.close()
+
+    async def __aenter__(self) -> SimpleConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- receive ---------------------------------------------------------------------------------
+    async def receive(
+        self, max_messages: int = 16, invisible_duration: float = 30.0, wait: float = 5.0
+    ) -> list[PopMessage]:
+        """Up to ``max_messages`` messages, hidden from the group for ``invisible_duration``
+        seconds; waits up to ``wait`` seconds for the first (an empty list then)."""
+        if self._closed:
+            raise ClosedError("consumer is closed")
+        route = await self.routes.get(self.topic)
+        names = [b.broker_name for b in route.brokers if b.queues]
+        if not names:
+            raise NoRouteError(f"topic {self.topic} has no queues")
+        start = next(self._rotate)
+        order = [names[(start + i) % len(names)] for i in range(len(names))]
+        invisible_ms = int(invisible_duration * 1000)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            # One pass without waiting over every group, then a long poll at the first one.
+            for name in order:
+                got = await self._pop(name, max_messages, invisible_ms, 0)
+                if got:
+                    return got
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            got = await self._pop(order[0], max_messages, invisible_ms, int(remaining * 1000))
+            if got:
+                return got
+            if deadline - loop.time() <= 0:
+                return []
+
+    async def _pop(
+        self, broker_name: str, max_messages: int, invisible_ms: int, poll_ms: int
+    ) -> list[PopMessage]:
+        header: Header = {
+            "consumerGroup": self.group,
+            "topic": self.topic,
+            "queueId": -1,
+            "maxMsgNums": max_messages,
+            "invisibleTime": invisible_ms,
+            "pollTime": poll_ms,
+        }
+        resp = await self._request(broker_name, RequestCode.POP_MESSAGE, header, poll_ms / 1000)
+        if resp is None or resp.code == ResponseCode.PULL_NOT_FOUND:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_of(resp, self._caller.address(broker_name))
+        return decode_pop_answer(resp, broker_name)
+
+    async def _request(
+        self, broker_name: str, code: int, header: Header, extra_timeout: float = 0.0
+    ) -> Frame | None:
+        """The answer of the group's master, retried at a new master after a failover; None
+        when no master answered (a POP then simply found nothing)."""
+        last: Exception | None = None
+        for attempt in range(_ATTEMPTS):
+            try:
+                resp = await self._caller.request(
+                    broker_name, code, header, timeout=self._timeout + extra_timeout
+                )
+            except (RemotingError, NoRouteError, OSError) as exc:
+                last = exc
+            else:
+                if resp.code not in _MOVED:
+                    return resp
+                last = error_of(resp, self._caller.address(broker_name))
+            if attempt + 1 < _ATTEMPTS:
+                await asyncio.sleep(0.2 * (attempt + 1))
+                try:
+                    await self.routes.refresh(self.topic, force=True)
+                except ClientError as exc:
+                    last = exc
+        if code == RequestCode.POP_MESSAGE:
+            return None
+        if isinstance(last, BrokerError):
+            raise last
+        raise ClientError(f"broker group {broker_name} did not answer: {last}")
+
+    # -- ack / change ------------------------------------------------------------------------------
+    async def ack(self, msg: PopMessage) -> None:
+        """Ack ``msg``: it is not delivered again. Raises :class:`BrokerError` with
+        RECEIPT_HANDLE_EXPIRED when its invisible time passed (it will be delivered again)."""
+        header: Header = {"consumerGroup": self.group, "receiptHandle": msg.receipt_handle}
+        resp = await self._request(msg.broker_name, RequestCode.ACK_MESSAGE, header)
+        assert resp is not None
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_of(resp, self._caller.address(msg.broker_name))
+
+    async def change_invisible_duration(self, msg: PopMessage, seconds: float) -> None:
+        """Hide ``msg`` for ``seconds`` from now (extend while working on it, or nack with a
+        delay); ``msg`` takes the new receipt handle the broker answers with."""
+        header: Header = {
+            "consumerGroup": self.group,
+            "receiptHandle": msg.receipt_handle,
+            "invisibleTime": int(seconds * 1000),
+        }
+        resp = await self._request(
+            msg.broker_name, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header
+        )
+        assert resp is not None
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_of(resp, self._caller.address(msg.broker_name))
+        handle = resp.header.get("receiptHandle")
+        if not isinstance(handle, str):
+            raise ClientError("change of invisible time answered without a receipt handle")
+        msg.receipt_handle = handle

@@ -1,0 +1,153 @@
+"""POP consumption against a real lone broker: many consumers share two queues and every
+message is acked exactly once; a message not acked comes back after its invisible time with
+attempt 2 (through %RETRY%<group>); change of invisible time; bad receipt handles are refused
+with a clear code and ack nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections import Counter
+
+import pytest
+
+from client.admin import Admin
+from client.errors import BrokerError
+from client.producer import Producer
+from client.simple_consumer import PopMessage, SimpleConsumer
+from protocol.codes import ResponseCode
+from protocol.pop import HandleKey, ReceiptHandle, encode_handle
+from tests.support.procs import BrokerProc
+
+pytestmark = pytest.mark.multiprocess
+
+
+async def _fill(address: str, topic: str, n: int, queues: int = 2) -> list[str]:
+    async with Admin(address) as admin:
+        await admin.create_topic(topic, queues)
+    async with Producer(address) as producer:
+        results = await asyncio.gather(
+            *(producer.send(topic, f"m{i}".encode(), keys=f"k{i}") for i in range(n))
+        )
+    return [r.msg_id for r in results]
+
+
+async def _receive_until(
+    consumer: SimpleConsumer, n: int, deadline_s: float, **kw: float
+) -> list[PopMessage]:
+    got: list[PopMessage] = []
+    deadline = time.monotonic() + deadline_s
+    while len(got) < n and time.monotonic() < deadline:
+        got += await consumer.receive(n - len(got), wait=1.0, **kw)
+    return got
+
+
+async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
+    broker: BrokerProc,
+) -> None:
+    n = 300
+    sent = set(await _fill(broker.address, "T", n))
+    acked: Counter[str] = Counter()
+    received_by: Counter[int] = Counter()
+    done = asyncio.Event()
+
+    async def member(i: int) -> None:
+        async with SimpleConsumer(broker.address, "G", "T") as consumer:
+            while not done.is_set():
+                batch = await consumer.receive(8, invisible_duration=30, wait=0.5)
+                for msg in batch:
+                    await consumer.ack(msg)
+                    acked[msg.msg_id] += 1
+                    received_by[i] += 1
+                    assert msg.attempt == 1 and msg.topic == "T"
+                if len(acked) >= n:
+                    done.set()
+                await asyncio.sleep(0)
+
+    await asyncio.wait_for(asyncio.gather(*(member(i) for i in range(10))), 60)
+    assert set(acked) == sent
+    assert set(acked.values()) == {1}
+    assert len(received_by) >= 2, received_by  # more than one member got messages
+    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+        assert await consumer.receive(8, invisible_duration=2, wait=0.5) == []
+
+
+async def test_unacked_messages_come_back_with_attempt_two(broker: BrokerProc) -> None:
+    sent = set(await _fill(broker.address, "T", 6))
+    async with SimpleConsumer(broker.address, "G", "T") as quitter:
+        first = await _receive_until(quitter, 6, 20, invisible_duration=2)
+        assert {m.msg_id for m in first} == sent and {m.attempt for m in first} == {1}
+        # The quitter stops acking; another member gets them again once 2 s passed.
+    async with SimpleConsumer(broker.address, "G", "T") as other:
+        popped_at = time.monotonic()
+        again = await _receive_until(other, 6, 30, invisible_duration=30)
+        assert time.monotonic() - popped_at >= 1.0  # not before the invisible time
+        assert {m.origin_msg_id for m in again} == sent
+        assert {m.attempt for m in again} == {2}
+        assert {m.topic for m in again} == {"T"}
+        assert {m.stored_topic for m in again} == {"%RETRY%G"}
+        assert {m.body for m in again} == {m.body for m in first}
+        # The first handles expired: acking them is refused and acks nothing.
+        with pytest.raises(BrokerError) as exc:
+            await other.ack(first[0])
+        assert exc.value.code == ResponseCode.RECEIPT_HANDLE_EXPIRED
+        for msg in again:
+            await other.ack(msg)
+        assert await other.receive(6, invisible_duration=2, wait=3.0) == []
+
+
+async def test_change_invisible_duration_extends_and_replaces_the_handle(
+    broker: BrokerProc,
+) -> None:
+    await _fill(broker.address, "T", 1, queues=1)
+    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+        (msg,) = await _receive_until(consumer, 1, 20, invisible_duration=2)
+        old = PopMessage(msg.record, msg.broker_name, msg.receipt_handle, msg.attempt)
+        await consumer.change_invisible_duration(msg, 30)
+        # Past the first deadline nothing comes back: the message is still hidden.
+        assert await consumer.receive(1, invisible_duration=2, wait=3.0) == []
+        with pytest.raises(BrokerError) as exc:
+            await consumer.ack(old)
+        assert exc.value.code == ResponseCode.RECEIPT_HANDLE_EXPIRED
+        await consumer.ack(msg)
+        await consumer.ack(msg)  # a repeated ack is answered SUCCESS
+
+
+async def test_bad_receipt_handles_are_refused_and_ack_nothing(broker: BrokerProc) -> None:
+    await _fill(broker.address, "T", 1, queues=1)
+    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+        (msg,) = await _receive_until(consumer, 1, 20, invisible_duration=3)
+        text = msg.receipt_handle
+        raw = bytearray(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        raw[10] ^= 1
+        forged = base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+        foreign = encode_handle(
+            ReceiptHandle("broker-x", "G", "T", 0, 0, 0, 3000, 0), HandleKey(bytes(32))
+        )
+        stranger = encode_handle(
+            ReceiptHandle(msg.broker_name, "G", "T", 0, 0, 0, 3000, 0), HandleKey(bytes(32))
+        )
+        cases = {
+            forged: "signature",
+            text[: len(text) // 2]: "truncated",
+            foreign: "issued by broker broker-x",
+            stranger: "signature",
+            "%%%": "base64",
+        }
+        for bad, why in cases.items():
+            fake = PopMessage(msg.record, msg.broker_name, bad, 1)
+            with pytest.raises(BrokerError) as exc:
+                await consumer.ack(fake)
+            assert exc.value.code == ResponseCode.RECEIPT_HANDLE_INVALID, bad
+            assert why in str(exc.value), (why, str(exc.value))
+    async with SimpleConsumer(broker.address, "OTHER", "T") as other:
+        with pytest.raises(BrokerError) as exc:
+            await other.ack(msg)
+        assert exc.value.code == ResponseCode.RECEIPT_HANDLE_INVALID
+        assert "consumer group G, not OTHER" in str(exc.value)
+    # Nothing was acked: the message comes back after its invisible time.
+    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+        (again,) = await _receive_until(consumer, 1, 30, invisible_duration=30)
+        assert again.origin_msg_id == msg.msg_id and again.attempt == 2
+        await consumer.ack(again)
