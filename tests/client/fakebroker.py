@@ -79,6 +79,7 @@ class FakeBroker:
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.members: dict[str, dict[str, int]] = {}
         self.send_errors: list[int] = []
+        self.batch_errors: list[int] = []  # answers to the next SEND_BATCH_MESSAGE requests
         self.master_down = False
         self.requests: list[int] = []
         self._physical = 0
@@ -191,6 +192,8 @@ class FakeBroker:
         )
 
     def send_batch(self, conn: Connection, req: Frame) -> Frame:
+        if self.batch_errors:
+            return error_response(req, self.batch_errors.pop(0), "injected")
         checked = self._check_send(req)
         if isinstance(checked, Frame):
             return checked

@@ -32,9 +32,13 @@ async def create_topic(broker: BrokerProc, topic: str, queues: int = 4) -> None:
         assert await admin.create_topic(topic, queues) == ["broker-a"]
 
 
-async def produce(broker: BrokerProc, topic: str, n: int, prefix: str) -> dict[bytes, int]:
-    """n single sends (64 in flight) and n/10-message batches; body -> (queue, offset) key."""
-    async with Producer(broker.address) as p:
+async def produce(
+    broker: BrokerProc, topic: str, n: int, prefix: str, *, auto_batch: bool = True
+) -> dict[bytes, int]:
+    """n single sends (all in flight at once, gathered into batches unless ``auto_batch`` is
+    False: then one request each, round-robin over the queues) and a 10-message batch;
+    body -> (queue, offset) key."""
+    async with Producer(broker.address, auto_batch=auto_batch) as p:
         singles = await asyncio.gather(
             *(p.send(topic, f"{prefix}-{i}".encode(), keys=f"k{i}") for i in range(n))
         )
@@ -96,7 +100,8 @@ async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
             lambda: len(c1.owned) == 4 and len(c2.owned) == 4, "four queues each", 20
         )
         assert set(c1.owned).isdisjoint(c2.owned)
-        sent = await produce(broker, "T", 400, "x")
+        # One request per send, so that every queue, hence each member, gets some.
+        sent = await produce(broker, "T", 400, "x", auto_batch=False)
         got1 = await receive_until(c1, lambda g: len(g) >= 50)
         got2 = await receive_until(c2, lambda g: len(g) >= 50)
         assert {m.queue_id for m in got1}.isdisjoint({m.queue_id for m in got2})

@@ -41,8 +41,9 @@ def bootstrap(cluster: FakeCluster) -> str:
 async def produce(
     cluster: FakeCluster, n: int, prefix: str = "m"
 ) -> dict[bytes, tuple[str, int, int]]:
-    """Send n messages; body -> (broker, queue, offset)."""
-    async with Producer(bootstrap(cluster)) as p:
+    """Send n messages, one request each (round-robin: every queue gets some; auto-batching
+    would land a burst in a few queues); body -> (broker, queue, offset)."""
+    async with Producer(bootstrap(cluster), auto_batch=False) as p:
         results = await asyncio.gather(*(p.send("T", f"{prefix}{i}".encode()) for i in range(n)))
     return {
         f"{prefix}{i}".encode(): (r.broker_name, r.queue_id, r.queue_offset)

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from client.errors import BrokerError, SendError, TopicNotFoundError
-from client.message import Message
+from client.message import Message, SendResult
 from client.producer import Producer
 from protocol.codes import RequestCode, ResponseCode
-from protocol.message import iter_records
+from protocol.message import MessageRecord, iter_records
 from tests.client.fakebroker import FakeCluster
 
 
@@ -128,13 +128,90 @@ async def test_a_dead_broker_group_is_skipped_after_a_connection_error(
 
 
 async def test_many_concurrent_sends_share_one_connection_per_broker(
+    cluster: FakeCluster,
+) -> None:
+    # Without auto-batching, so that 500 requests are spread over both groups.
+    async with Producer(cluster.brokers["broker-a"].address, auto_batch=False) as producer:
+        results = await asyncio.gather(*(producer.send("T", b"%d" % i) for i in range(500)))
+        assert len({(r.broker_name, r.queue_id, r.queue_offset) for r in results}) == 500
+        for b in cluster.brokers.values():
+            # broker-a also served the route request, over the same pooled connection
+            assert len(b.server.connections) == 1
+
+
+def stored_record(cluster: FakeCluster, r: SendResult) -> MessageRecord:
+    (rec,) = iter_records(cluster.brokers[r.broker_name].queues[("T", r.queue_id)][r.queue_offset])
+    return rec
+
+
+async def test_concurrent_sends_are_gathered_into_batches_each_with_its_own_result(
     cluster: FakeCluster, producer: Producer
 ) -> None:
-    results = await asyncio.gather(*(producer.send("T", b"%d" % i) for i in range(500)))
-    assert len({(r.broker_name, r.queue_id, r.queue_offset) for r in results}) == 500
+    await producer.send("T", b"warm-up")
+    results = await asyncio.gather(
+        *(producer.send("T", b"m%d" % i, keys=f"k{i}", tags="t") for i in range(300))
+    )
+    batches = sum(
+        b.requests.count(RequestCode.SEND_BATCH_MESSAGE) for b in cluster.brokers.values()
+    )
+    assert 1 <= batches < 300
+    assert len({r.msg_id for r in results}) == 300
+    for i, r in enumerate(results):  # each send's result is where its own message is
+        rec = stored_record(cluster, r)
+        assert (rec.body, rec.keys, rec.tags, rec.msg_id) == (b"m%d" % i, f"k{i}", "t", r.msg_id)
+    assert sum(b.stored("T") for b in cluster.brokers.values()) == 301
+
+
+async def test_a_batch_failing_retriably_is_retried_as_a_batch_elsewhere(
+    cluster: FakeCluster, producer: Producer
+) -> None:
+    await producer.send("T", b"warm-up")
     for b in cluster.brokers.values():
-        # broker-a also served the route request, over the same pooled connection
-        assert len(b.server.connections) == 1
+        b.batch_errors = [ResponseCode.SYSTEM_BUSY]
+    results = await asyncio.gather(*(producer.send("T", b"m%d" % i) for i in range(40)))
+    assert all(not b.batch_errors for b in cluster.brokers.values())  # both refused one batch
+    assert [stored_record(cluster, r).body for r in results] == [b"m%d" % i for i in range(40)]
+    assert sum(b.stored("T") for b in cluster.brokers.values()) == 41  # nothing twice
+
+
+async def test_a_batch_refused_for_good_is_sent_again_message_by_message(
+    cluster: FakeCluster, producer: Producer
+) -> None:
+    await producer.send("T", b"warm-up")
+    for b in cluster.brokers.values():
+        b.batch_errors = [ResponseCode.MESSAGE_ILLEGAL] * 100
+    results = await asyncio.gather(*(producer.send("T", b"m%d" % i) for i in range(40)))
+    assert [stored_record(cluster, r).body for r in results] == [b"m%d" % i for i in range(40)]
+    assert sends(cluster, "broker-a") + sends(cluster, "broker-b") == 41  # each one alone
+
+
+async def test_a_topic_refused_fails_every_gathered_send(
+    cluster: FakeCluster, producer: Producer
+) -> None:
+    await producer.send("T", b"warm-up")
+    for b in cluster.brokers.values():
+        del b.topics["T"]
+    outcomes = await asyncio.gather(
+        *(producer.send("T", b"m%d" % i) for i in range(20)), return_exceptions=True
+    )
+    assert all(isinstance(o, TopicNotFoundError) for o in outcomes)
+
+
+async def test_a_cancelled_gathered_send_is_dropped_and_the_others_go(
+    cluster: FakeCluster, producer: Producer
+) -> None:
+    await producer.send("T", b"warm-up")
+    first = asyncio.ensure_future(producer.send("T", b"first"))  # in flight alone
+    await asyncio.sleep(0)
+    gathered = [asyncio.ensure_future(producer.send("T", b"g%d" % i)) for i in range(5)]
+    await asyncio.sleep(0)
+    gathered[2].cancel()
+    await first
+    done = await asyncio.gather(*gathered, return_exceptions=True)
+    assert isinstance(done[2], asyncio.CancelledError)
+    kept = [d for i, d in enumerate(done) if i != 2]
+    assert [stored_record(cluster, r).body for r in kept] == [b"g0", b"g1", b"g3", b"g4"]  # type: ignore[arg-type]
+    assert sum(b.stored("T") for b in cluster.brokers.values()) == 6
 
 
 async def test_a_batch_lands_in_one_queue_at_consecutive_offsets(
