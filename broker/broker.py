@@ -179,6 +179,7 @@ class Broker:
         except StoreError as exc:
             raise StartRefused(f"timer: {exc}") from None
         self.ctx.appender.replicated_listeners.append(timer.replicated)
+        self.ctx.service.retention_floor = timer.retention_floor
         store.truncate_listeners.append(timer.truncated)
         self.metrics.gauge_fn(
             "rmq_broker_timer_pending",

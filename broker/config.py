@@ -56,7 +56,9 @@ class BrokerConfig:
         300_000, "20-byte entries per ConsumeQueue segment", at_least(16)
     )
     retention_hours: float = field(
-        72.0, "CommitLog segments older than this are deleted", at_least(0.0)
+        72.0,
+        "CommitLog segments older than this are deleted, but none from the oldest scheduled message not delivered yet",
+        at_least(0.0),
     )
     disk_max_used_ratio: float = field(
         0.85, "above this disk usage the oldest segments are deleted early", between(0.1, 1.0)

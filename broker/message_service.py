@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
@@ -55,6 +56,8 @@ class MessageStoreService:
         self._waiters = OffsetWaiters("flush")
         self._tasks: list[asyncio.Task[None]] = []
         self.flushed_offset = 0
+        self.retention_floor: Callable[[], int | None] = lambda: None
+        """The CommitLog offset retention by age must keep (scheduled messages: the timer's)."""
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -118,7 +121,7 @@ class MessageStoreService:
                 usage = shutil.disk_usage(self.cfg.data_dir)
                 ratio = usage.used / usage.total if usage.total else 0.0
                 # On the loop thread: deleting a segment unmaps it, which must not race a read.
-                deleted = self.store.delete_expired(now_ms(), ratio)
+                deleted = self.store.delete_expired(now_ms(), ratio, self.retention_floor())
                 if deleted:
                     log.info(
                         "retention deleted segments",

@@ -40,16 +40,21 @@ def segments_to_delete(
     used_ratio: float,
     max_used_ratio: float,
     total_bytes: int,
+    keep_from: int | None = None,
 ) -> int:
     """How many segments, from the oldest, retention deletes now.
 
     Deleting a segment is assumed to free its size, so a disk over its limit loses only as many
-    segments as bring it under (all but the newest if the estimate never gets there).
+    segments as bring it under (all but the newest if the estimate never gets there). An
+    expired segment holding offset ``keep_from`` or later (scheduled messages not delivered
+    yet) is kept; only a disk over its limit deletes it.
     """
     count = 0
     ratio = used_ratio
     for seg in segments[:-1]:
         expired = newest_timestamps.get(seg.start, 0) < now_ms - retention_ms
+        if expired and keep_from is not None and seg.end > keep_from:
+            expired = False
         if not (expired or ratio > max_used_ratio):
             break
         count += 1

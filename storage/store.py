@@ -861,10 +861,15 @@ class MessageStore:
 
     # -- retention -------------------------------------------------------------------------
 
-    def delete_expired(self, now_ms: int, disk_used_ratio: float | None = None) -> int:
+    def delete_expired(
+        self, now_ms: int, disk_used_ratio: float | None = None, keep_from: int | None = None
+    ) -> int:
         """Delete CommitLog segments past retention (or oldest first while the disk is too
         full; the ratio is measured when not given), then the ConsumeQueue segments that only
-        point below the new min offset. Returns the number of CommitLog segments deleted."""
+        point below the new min offset. Returns the number of CommitLog segments deleted.
+
+        ``keep_from``: retention by age keeps the segment holding this offset and every later
+        one (the broker's scheduled messages not delivered yet); a disk too full does not."""
         self._check_open()
         usage = retention.disk_usage(self._dir)
         count = retention.segments_to_delete(
@@ -875,6 +880,7 @@ class MessageStore:
             used_ratio=usage.used_ratio if disk_used_ratio is None else disk_used_ratio,
             max_used_ratio=self.config.disk_max_used_ratio,
             total_bytes=usage.total_bytes,
+            keep_from=keep_from,
         )
         if not count:
             return 0

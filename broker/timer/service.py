@@ -645,6 +645,18 @@ class TimerService:
 
     # -- figures ----------------------------------------------------------------------------------------
 
+    def retention_floor(self) -> int | None:
+        """The CommitLog offset from which retention by age keeps everything: the oldest
+        scheduled message possibly still pending (None: none is)."""
+        wheel = self.wheel
+        if wheel is None:
+            return None
+        floor = wheel.oldest_offset()
+        for entry in self._inflight:
+            if floor is None or entry.commitlog_offset < floor:
+                floor = entry.commitlog_offset
+        return floor
+
     @property
     def pending_count(self) -> int:
         return 0 if self.wheel is None else self.wheel.pending_count + len(self._inflight)

@@ -153,6 +153,7 @@ class TimingWheel:
         "_pending",
         "_saved",
         "_seg_max",
+        "_seg_min",
         "config",
         "delivered",
         "directory",
@@ -181,6 +182,7 @@ class TimingWheel:
         self._far: list[int] = []  # heap of buckets whose chain is not loaded yet
         self._far_cancels: set[int] = set()  # offsets cancelled in unloaded buckets (this run)
         self._seg_max: dict[int, tuple[int, int]] = {}  # segment start -> max key in it
+        self._seg_min: dict[int, int] = {}  # segment start -> min CommitLog offset scheduled in it
         self.indexed_through = 0
         self._pending = 0
         self.log = TimerLog(directory / LOG_DIR, segment_records=self.config.segment_records)
@@ -207,7 +209,7 @@ class TimingWheel:
         first_live_bucket = self._bucket(self.delivered[0])
         for pos, rec in self.log.scan():
             self.indexed_through = max(self.indexed_through, rec.source_end)
-            self._note_segment(pos, (rec.due_ms, rec.offset))
+            self._note_segment(pos, (rec.due_ms, rec.offset), rec.kind)
             if (rec.due_ms, rec.offset) > self.delivered:
                 if rec.kind is TimerKind.SCHEDULE:
                     self._pending += 1
@@ -221,10 +223,12 @@ class TimingWheel:
                 heapq.heappush(self._far, bucket)
             self._heads[bucket] = pos
 
-    def _note_segment(self, pos: int, key: tuple[int, int]) -> None:
+    def _note_segment(self, pos: int, key: tuple[int, int], kind: TimerKind) -> None:
         start = self._segment_start(pos)
         if key > self._seg_max.get(start, _BEFORE_ALL):
             self._seg_max[start] = key
+        if kind is TimerKind.SCHEDULE and key[1] < self._seg_min.get(start, key[1] + 1):
+            self._seg_min[start] = key[1]
 
     # -- input --------------------------------------------------------------------------------
 
@@ -317,7 +321,7 @@ class TimingWheel:
             heapq.heappush(self._far, bucket)
         self._heads[bucket] = pos
         self.indexed_through = max(self.indexed_through, source_end)
-        self._note_segment(pos, (due_ms, offset))
+        self._note_segment(pos, (due_ms, offset), kind)
 
     def _near_add(self, entry: TimerEntry) -> None:
         slot = self._slot(entry.due_ms)
@@ -499,6 +503,7 @@ class TimingWheel:
         deleted = self.log.delete_segments_below(cut)
         for start in [s for s in self._seg_max if s < cut]:
             del self._seg_max[start]
+            self._seg_min.pop(start, None)
         return deleted
 
     def _roll_oldest(self) -> int:
@@ -530,6 +535,19 @@ class TimingWheel:
         self.log.close()
 
     # -- introspection ----------------------------------------------------------------------------
+
+    def oldest_offset(self) -> int | None:
+        """A lower bound of the CommitLog offsets of the entries still pending: the smallest
+        offset scheduled in a timer log segment holding anything above the saved progress mark
+        (None: nothing is). The CommitLog must keep everything from there on (retention)."""
+        saved = self._saved
+        floor: int | None = None
+        for start, top in self._seg_max.items():
+            if top > saved:
+                low = self._seg_min.get(start)
+                if low is not None and (floor is None or low < floor):
+                    floor = low
+        return floor
 
     @property
     def saved(self) -> tuple[int, int]:

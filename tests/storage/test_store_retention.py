@@ -121,3 +121,23 @@ def test_reopen_after_retention_keeps_the_remaining_log(tmp_path: Path) -> None:
     assert {q: read_queue(third, TOPIC, q, start=mins[q]) for q in (0, 1)} == expected
     assert third.get(TOPIC, 0, 0, 1, 100).status is GetStatus.OFFSET_TOO_SMALL
     third.close()
+
+
+def test_keep_from_holds_expired_segments_unless_the_disk_is_too_full(tmp_path: Path) -> None:
+    store = open_store(tmp_path, retention_hours=1)
+    newest = fill_segments(store, 4)
+    # An offset in segment 1 must stay (a scheduled message not delivered yet): only segment 0
+    # goes by age, though segments 0 to 2 expired.
+    late = newest[2] + HOUR + 1
+    assert store.delete_expired(late, disk_used_ratio=0.1, keep_from=SEGMENT + 10) == 1
+    assert store.min_offset == SEGMENT
+    assert store.delete_expired(late, disk_used_ratio=0.1, keep_from=SEGMENT + 10) == 0
+    assert store.delete_expired(late, disk_used_ratio=0.1, keep_from=None) == 2
+    store.close()
+
+
+def test_keep_from_yields_to_a_full_disk(tmp_path: Path) -> None:
+    store = open_store(tmp_path, retention_hours=1)
+    newest = fill_segments(store, 3)
+    assert store.delete_expired(newest[0] + HOUR + 1, disk_used_ratio=0.99, keep_from=0) == 2
+    store.close()

@@ -473,3 +473,32 @@ def test_a_far_entry_is_cancelled_once_and_then_no_longer_pending(tmp_path: Path
     assert not reopened.pending(due, 100) and reopened.pending_count == 0
     assert reopened.due(due + 1) == []
     reopened.close()
+
+
+def test_oldest_offset_bounds_the_pending_entries_and_clears_once_delivered(
+    tmp_path: Path,
+) -> None:
+    now = 1_000_000_000
+    wheel = TimingWheel(tmp_path / "w", now)
+    assert wheel.oldest_offset() is None
+    wheel.schedule(now + 500, 1000, 50, now)
+    wheel.schedule(now + 7_200_000, 2000, 50, now)  # far: two hours
+    wheel.schedule(now + 900, 3000, 50, now)
+    assert wheel.oldest_offset() == 1000
+    delivered = wheel.due(now + 1000)
+    assert [e.commitlog_offset for e in delivered] == [1000, 3000]
+    wheel.commit(delivered[-1])
+    wheel.save_progress()
+    # The far entry at 2000 is pending: the CommitLog from there on must stay (the bound may
+    # be lower, never higher).
+    floor = wheel.oldest_offset()
+    assert floor is not None and floor <= 2000
+    wheel.close()
+    reopened = TimingWheel(tmp_path / "w", now + 1000)
+    floor = reopened.oldest_offset()
+    assert floor is not None and floor <= 2000
+    (entry,) = reopened.due(now + 7_200_001)
+    reopened.commit(entry)
+    reopened.save_progress()
+    assert reopened.oldest_offset() is None
+    reopened.close()
