@@ -444,6 +444,33 @@ class BrokerMetrics:
             group_topic,
             registry=r,
         )
+        self.pop_messages = Counter(
+            "rmq_broker_pop_messages",
+            "Messages handed out by POP, by group and the topic they were read from",
+            group_topic,
+            registry=r,
+        )
+        self.pop_acks = Counter(
+            "rmq_broker_pop_acks",
+            "POP deliveries acked, by group",
+            [*base, "group"],
+            registry=r,
+        )
+        self.pop_redeliveries = Counter(
+            "rmq_broker_pop_redeliveries",
+            "POP deliveries not acked in their invisible time and re-published to the group's "
+            "retry topic, by group and original topic",
+            group_topic,
+            registry=r,
+        )
+        self.pop_inflight = Gauge(
+            "rmq_broker_pop_inflight_messages",
+            "POP deliveries in flight (handed out, not acked, not redelivered), by group; "
+            "master only",
+            [*base, "group"],
+            registry=r,
+        )
+        self._pop_groups: set[str] = set()
         self._gauges: dict[str, Gauge] = {}
 
     def bind(self, readings: BrokerReadings) -> None:
@@ -495,6 +522,23 @@ class BrokerMetrics:
 
     def resent_from_dlq(self, group: str, topic: str, count: int) -> None:
         self.dlq_resent.labels(**self._labels, group=group, topic=topic).inc(count)
+
+    def popped(self, group: str, topic: str, count: int) -> None:
+        self.pop_messages.labels(**self._labels, group=group, topic=topic).inc(count)
+
+    def pop_acked(self, group: str) -> None:
+        self.pop_acks.labels(**self._labels, group=group).inc()
+
+    def pop_redelivered(self, group: str, topic: str) -> None:
+        self.pop_redeliveries.labels(**self._labels, group=group, topic=topic).inc()
+
+    def pop_inflight_now(self, per_group: dict[str, int]) -> None:
+        """Set the in-flight gauge of every group (0 for a group no longer in flight)."""
+        for group in self._pop_groups - per_group.keys():
+            self.pop_inflight.labels(**self._labels, group=group).set(0)
+        for group, count in per_group.items():
+            self.pop_inflight.labels(**self._labels, group=group).set(count)
+        self._pop_groups |= per_group.keys()
 
     def send_error(self, code: int) -> None:
         self.send_errors.labels(**self._labels, code=code_name(code)).inc()

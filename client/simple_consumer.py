@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import structlog
+
 from client.bootstrap import Bootstrap
 from client.brokers import MasterCaller, error_of
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
@@ -32,6 +34,8 @@ from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
 __all__ = ["PopMessage", "SimpleConsumer"]
+
+log = structlog.get_logger(__name__)
 
 _MOVED = frozenset(
     {
@@ -198,6 +202,7 @@ class SimpleConsumer:
                 except ClientError as exc:
                     last = exc
         if code == RequestCode.POP_MESSAGE:
+            log.warning("POP found no master to answer", broker_name=broker_name, error=str(last))
             return None
         if isinstance(last, BrokerError):
             raise last

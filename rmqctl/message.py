@@ -20,6 +20,7 @@ import click
 from client.consumer import Consumer
 from client.message import ReceivedMessage, SendResult
 from client.producer import Producer
+from client.simple_consumer import PopMessage, SimpleConsumer
 from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, stdout_closed, table
 
 # Sends in flight at once for --count.
@@ -297,7 +298,21 @@ def recall_message(settings: Settings, addresses: str, topic: str, msg_id: str) 
     type=click.Choice(["earliest", "latest"]),
     default="earliest",
     show_default=True,
-    help="Where a group with no committed offset starts.",
+    help="Where a group with no committed offset starts (not with --pop).",
+)
+@click.option(
+    "--pop",
+    is_flag=True,
+    help="POP consumption (no queue ownership: any number of consumers share every queue); "
+    "each printed message is acked.",
+)
+@click.option(
+    "--invisible-time",
+    type=click.FloatRange(min=1, max=43200),
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="With --pop: how long a received message stays hidden from the group until acked.",
 )
 @pass_settings
 def consume_message(
@@ -308,6 +323,8 @@ def consume_message(
     count: int | None,
     timeout: float | None,
     start_from: str,
+    pop: bool,
+    invisible_time: float,
 ) -> None:
     """Consume messages as a member of GROUP, printing each as it arrives.
 
@@ -316,8 +333,72 @@ def consume_message(
     --count messages, --timeout seconds, or Ctrl-C; the offsets of the printed messages are
     committed before exit. Stopped before --count messages, it says "N of M received in T s"
     on stderr (exit status 0: what was printed was consumed).
+
+    With --pop the messages are taken by POP (docs/pop.md) and acked once printed; a message
+    printed but not acked (the command was killed) comes back after --invisible-time to any
+    consumer of the group. --json lines then add "attempt" (1 the first time). A group new to
+    POP starts at each queue's first message.
     """
+    if pop:
+        run(_consume_pop(settings, addresses, topic, group, count, timeout, invisible_time))
+        return
     run(_consume(settings, addresses, topic, group, count, timeout, start_from))
+
+
+async def _consume_pop(
+    settings: Settings,
+    addresses: str,
+    topic: str,
+    group: str,
+    count: int | None,
+    timeout: float | None,
+    invisible: float,
+) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    started = loop.time()
+    deadline = None if timeout is None else started + timeout
+    consumer = SimpleConsumer(addresses, group, topic)
+    printed = 0
+    closed = False
+    try:
+        await consumer.start()
+        if not settings.json:
+            click.echo(_HUMAN_HEADER)
+        while not stop.is_set() and (count is None or printed < count):
+            wait = 0.5
+            if deadline is not None:
+                wait = min(wait, deadline - loop.time())
+                if wait <= 0:
+                    break
+            want = 32 if count is None else min(32, count - printed)
+            msgs = await consumer.receive(want, invisible_duration=invisible, wait=wait)
+            if not msgs:
+                continue
+            lines = "\n".join(_pop_json_line(m) if settings.json else _human_line(m) for m in msgs)
+            try:
+                sys.stdout.write(lines + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                stdout_closed()
+                closed = True
+                break
+            await asyncio.gather(*(consumer.ack(m) for m in msgs))
+            printed += len(msgs)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+        await consumer.close()
+    if count is not None and printed < count and not closed:
+        click.echo(f"{printed} of {count} received in {loop.time() - started:.1f} s", err=True)
+
+
+def _pop_json_line(m: PopMessage) -> str:
+    return json.dumps({**message_doc(m), "attempt": m.attempt})
 
 
 async def _consume(

@@ -257,6 +257,7 @@ class PopService:
             ck_id = last.physical_offsets[0]
             state.checkpoint(ck_id, ck)
             ctx.offsets.commit(group, topic, queue_id, res.next_offset, now)
+            ctx.metrics.popped(group, topic, len(records))
             counts = ctx.metrics.topic(topic)
             counts.messages_out += len(records)
             counts.bytes_out += len(res.body)
@@ -300,6 +301,7 @@ class PopService:
         result = self._append(Ack((handle.key,)))
         state.ack(handle.key)
         self.acks += 1
+        self.ctx.metrics.pop_acked(group)
         return result
 
     def change(
@@ -339,10 +341,12 @@ class PopService:
             try:
                 if not ctx.role.is_master:
                     self._drop()
+                    ctx.metrics.pop_inflight_now({})
                 else:
                     ctx.check_writable()
                     state = self.ready()
                     self.revive_due(state, ctx.now_ms())
+                    ctx.metrics.pop_inflight_now(state.groups())
                     nxt = state.next_deadline()
                     if nxt is not None:
                         timeout = max(0.0, min(timeout, (nxt - ctx.now_ms()) / 1000))
@@ -427,4 +431,4 @@ class PopService:
             ctx.metrics.dead_letter(group, origin)
         else:
             self.revived += 1
-            ctx.metrics.consumer_retry(group, origin)
+            ctx.metrics.pop_redelivered(group, origin)

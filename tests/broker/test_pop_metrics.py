@@ -1,0 +1,76 @@
+"""POP metrics on an in-process broker over a real socket: messages handed out, acks, the
+in-flight gauge per group and redeliveries after the invisible time."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from client.simple_consumer import SimpleConsumer
+from protocol.message import Message
+from tests.support.procs import free_port
+from tests.support.wait import wait_until_async
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    cfg = BrokerConfig(
+        listen=f"127.0.0.1:{free_port()}",  # the route names it: the SDK connects there
+        data_dir=tmp_path / "broker-a",
+        metrics_port=0,
+        commitlog_segment_bytes=1 << 20,
+        consumequeue_segment_entries=1024,
+    )
+    b = Broker(cfg)
+    await b.start()
+    try:
+        b.ctx.create_topic("T", 1)
+        b.ctx.appender.put("T", 0, [Message(topic="T", body=b"x") for _ in range(3)], 3)
+        yield b
+    finally:
+        await b.stop()
+
+
+def figure(b: Broker, name: str, **labels: str) -> float:
+    text = generate_latest(b.metrics.registry).decode()
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+async def test_pop_metrics_follow_pops_acks_and_redeliveries(broker: Broker) -> None:
+    async with SimpleConsumer(f"127.0.0.1:{broker.port}", "G", "T") as consumer:
+        got = await consumer.receive(3, invisible_duration=1, wait=2)
+        assert len(got) == 3
+        await consumer.ack(got[0])
+        assert figure(broker, "rmq_broker_pop_messages_total", group="G", topic="T") == 3
+        assert figure(broker, "rmq_broker_pop_acks_total", group="G") == 1
+
+        async def redelivered() -> bool:
+            return figure(broker, "rmq_broker_pop_redeliveries_total", group="G", topic="T") == 2
+
+        await wait_until_async(redelivered, "two redeliveries", 20, interval=0.1)
+        again = await consumer.receive(3, invisible_duration=30, wait=2)
+        assert sorted(m.attempt for m in again) == [2, 2]
+
+        async def inflight_two() -> bool:
+            return figure(broker, "rmq_broker_pop_inflight_messages", group="G") == 2
+
+        await wait_until_async(inflight_two, "two in flight", 10, interval=0.1)
+        for msg in again:
+            await consumer.ack(msg)
+
+        async def inflight_none() -> bool:
+            return figure(broker, "rmq_broker_pop_inflight_messages", group="G") == 0
+
+        await wait_until_async(inflight_none, "none in flight", 10, interval=0.1)
+        assert figure(broker, "rmq_broker_pop_acks_total", group="G") == 3
