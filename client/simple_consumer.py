@@ -2,7 +2,7 @@
 
 ::
 
-    async with SimpleConsumer("127.0.0.1:9878", group="billing", topic="orders") as consumer:
+    async with SimpleConsumer("127.0.0.1:9878", "billing", "orders", filter="TagA || TagB") as consumer:
         for msg in await consumer.receive(16, invisible_duration=30):
             handle(msg.body)
             await consumer.ack(msg)
@@ -28,6 +28,7 @@ from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
 from client.message import ReceivedMessage
 from client.routes import RouteCache
 from protocol.codes import RequestCode, ResponseCode
+from protocol.filter import parse_tag_expression
 from protocol.message import MessageRecord, iter_records
 from protocol.remoting import Frame, Header
 from remoting.client import ConnectionPool
@@ -93,6 +94,7 @@ class SimpleConsumer:
         bootstrap: str,
         group: str,
         topic: str,
+        filter: str = "*",
         *,
         connect_timeout: float = 3.0,
         request_timeout: float = 5.0,
@@ -100,6 +102,8 @@ class SimpleConsumer:
     ) -> None:
         self.group = group
         self.topic = topic
+        parse_tag_expression(filter)  # raises FilterError for a bad expression, before any I/O
+        self.filter = filter.strip() or "*"
         self._pool = ConnectionPool(connect_timeout)
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
@@ -170,6 +174,8 @@ class SimpleConsumer:
             "maxMsgNums": max_messages,
             "invisibleTime": invisible_ms,
             "pollTime": poll_ms,
+            "expressionType": "TAG",
+            "exp": self.filter,
         }
         resp = await self._request(broker_name, RequestCode.POP_MESSAGE, header, poll_ms / 1000)
         if resp is None or resp.code == ResponseCode.PULL_NOT_FOUND:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from broker.pop.inflight import Entry, PopRefused, PopState, Refusal
+from protocol.filter import TagFilter
 from protocol.message import Message, MessageRecord, RecordError, iter_records
 from protocol.pop import (
     HANDLE_KEY_BYTES,
@@ -69,6 +70,8 @@ _READ_CHUNK: Final = 1024
 _REVIVE_BATCH: Final = 256
 _REVIVE_IDLE_S: Final = 0.2
 _RETRY_LATER_MS: Final = 1000
+_FILTER_READS: Final = 8
+_FILTER_SCAN: Final = 64
 
 
 @dataclass(slots=True)
@@ -227,10 +230,16 @@ class PopService:
         max_count: int,
         invisible_ms: int,
         now: int,
+        tag_filter: TagFilter | None = None,
     ) -> tuple[list[PopMessage], PutResult | None]:
         """Hand out up to ``max_count`` messages from ``queues`` (synchronously: the reads,
         the checkpoint appends and the in-flight set change together). Returns the messages
-        and the last append to await."""
+        and the last append to await.
+
+        With ``tag_filter`` only messages whose tags match are handed out; the others are
+        passed over (the checkpoint's range covers them, its bitmap does not), so the group
+        never receives them. A queue is read up to :data:`_FILTER_READS` times per POP while
+        everything read was filtered out."""
         ctx = self.ctx
         state = self.ready()
         key, last = self.handle_key()
@@ -239,37 +248,57 @@ class PopService:
         max_bytes = ctx.cfg.max_pull_bytes
         broker_name = ctx.cfg.broker_name
         for topic, queue_id in queues:
-            want = max_count - len(out)
-            if want <= 0:
-                break
-            start = self.pop_offset(state, group, topic, queue_id)
-            res = ctx.store.get(topic, queue_id, start, want, max_bytes, visible)
-            if res.status is GetStatus.OFFSET_TOO_SMALL:
-                start = res.next_offset
-                res = ctx.store.get(topic, queue_id, start, want, max_bytes, visible)
-            if res.status is not GetStatus.FOUND:
-                continue
-            records = list(iter_records(res.body))
-            count = res.next_offset - start
-            popped = tuple(r.queue_offset for r in records)
-            ck = Checkpoint(group, topic, queue_id, start, count, popped, now, invisible_ms)
-            last = self._append(ck)
-            ck_id = last.physical_offsets[0]
-            state.checkpoint(ck_id, ck)
-            ctx.offsets.commit(group, topic, queue_id, res.next_offset, now)
-            ctx.metrics.popped(group, topic, len(records))
-            counts = ctx.metrics.topic(topic)
-            counts.messages_out += len(records)
-            counts.bytes_out += len(res.body)
-            pos = 0
-            body = res.body
-            for r in records:
-                handle = ReceiptHandle(
-                    broker_name, group, topic, queue_id, r.queue_offset, now, invisible_ms, ck_id
+            for _ in range(_FILTER_READS if tag_filter is not None else 1):
+                want = max_count - len(out)
+                if want <= 0:
+                    break
+                start = self.pop_offset(state, group, topic, queue_id)
+                n = want if tag_filter is None else max(want, _FILTER_SCAN)
+                res = ctx.store.get(topic, queue_id, start, n, max_bytes, visible)
+                if res.status is GetStatus.OFFSET_TOO_SMALL:
+                    start = res.next_offset
+                    res = ctx.store.get(topic, queue_id, start, n, max_bytes, visible)
+                if res.status is not GetStatus.FOUND:
+                    break
+                picked: list[tuple[MessageRecord, bytes]] = []
+                end = res.next_offset
+                pos = 0
+                body = res.body
+                for r in iter_records(body):
+                    raw = body[pos : pos + r.size]
+                    pos += r.size
+                    if tag_filter is None or tag_filter.matches(r.tags):
+                        picked.append((r, raw))
+                        if len(picked) == want:
+                            end = r.queue_offset + 1
+                            break
+                popped = tuple(r.queue_offset for r, _ in picked)
+                ck = Checkpoint(
+                    group, topic, queue_id, start, end - start, popped, now, invisible_ms
                 )
-                raw = body[pos : pos + r.size]
-                pos += r.size
-                out.append(PopMessage(r, raw, encode_handle(handle, key), attempt_of(r, group)))
+                last = self._append(ck)
+                ck_id = last.physical_offsets[0]
+                state.checkpoint(ck_id, ck)
+                ctx.offsets.commit(group, topic, queue_id, end, now)
+                if not picked:
+                    continue  # all filtered out: the range is passed, read on
+                ctx.metrics.popped(group, topic, len(picked))
+                counts = ctx.metrics.topic(topic)
+                counts.messages_out += len(picked)
+                counts.bytes_out += sum(len(raw) for _, raw in picked)
+                for r, raw in picked:
+                    handle = ReceiptHandle(
+                        broker_name,
+                        group,
+                        topic,
+                        queue_id,
+                        r.queue_offset,
+                        now,
+                        invisible_ms,
+                        ck_id,
+                    )
+                    out.append(PopMessage(r, raw, encode_handle(handle, key), attempt_of(r, group)))
+                break
         return out, last
 
     def pop_offset(self, state: PopState, group: str, topic: str, queue_id: int) -> int:

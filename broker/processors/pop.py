@@ -3,7 +3,8 @@
 Requests (header fields; ``?`` may be left out)::
 
     POP_MESSAGE 200050      consumerGroup, topic, queueId? (-1: any), maxMsgNums,
-                            invisibleTime (ms), pollTime? (ms, long polling)
+                            invisibleTime (ms), pollTime? (ms, long polling),
+                            expressionType? ("TAG"), exp? (tag expression, default "*")
     ACK_MESSAGE 200051      consumerGroup, receiptHandle
     CHANGE_MESSAGE_INVISIBLETIME 200053
                             consumerGroup, receiptHandle, invisibleTime (ms)
@@ -25,7 +26,8 @@ from broker.durable_wait import wait_durable
 from broker.pop.inflight import PopRefused, Refusal
 from broker.pop.service import PopMessage, PopService
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, req_int, req_str
+from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
+from protocol.filter import FilterError, TagFilter, parse_tag_expression
 from protocol.pop import MAX_POP_BATCH, HandleError, ReceiptHandle
 from protocol.remoting import Frame, Header, response
 from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, group_error
@@ -74,6 +76,13 @@ class PopProcessor:
             1, min(req_int(h, "maxMsgNums"), MAX_POP_BATCH, self.ctx.cfg.max_pull_batch)
         )
         invisible = _invisible(h)
+        expression_type = opt_str(h, "expressionType", "TAG")
+        if expression_type.upper() != "TAG":
+            raise FieldError(f"expressionType {expression_type!r} is not supported (only TAG)")
+        try:
+            tag_filter = parse_tag_expression(opt_str(h, "exp", "*"))
+        except FilterError as exc:
+            raise FieldError(str(exc)) from None
         poll_ms = max(0, min(opt_int(h, "pollTime", 0), self.ctx.cfg.max_pull_suspend_ms))
         if topic.startswith(("rmq_sys_", RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
             return error_response(
@@ -90,7 +99,9 @@ class PopProcessor:
                 ResponseCode.QUEUE_NOT_EXIST,
                 f"queueId {queue_id} out of range 0..{tc.queues - 1} (or -1: any)",
             )
-        return self._pop(req, group, topic, queue_id, tc.queues, max_count, invisible, poll_ms)
+        return self._pop(
+            req, group, topic, queue_id, tc.queues, max_count, invisible, poll_ms, tag_filter
+        )
 
     async def _pop(
         self,
@@ -102,6 +113,7 @@ class PopProcessor:
         max_count: int,
         invisible: int,
         poll_ms: int,
+        tag_filter: TagFilter | None,
     ) -> Frame:
         ctx = self.ctx
         deadline = ctx.now_ms() + poll_ms
@@ -109,7 +121,9 @@ class PopProcessor:
             try:
                 ctx.check_writable()
                 candidates = self.service.candidates(group, topic, queue_id, queues)
-                got, last = self.service.pop(group, candidates, max_count, invisible, ctx.now_ms())
+                got, last = self.service.pop(
+                    group, candidates, max_count, invisible, ctx.now_ms(), tag_filter
+                )
             except WriteRefused as exc:
                 return error_response(req, exc.code, exc.remark)
             except StoreError as exc:

@@ -1,7 +1,7 @@
 """POP consumption against a real lone broker: many consumers share two queues and every
 message is acked exactly once; a message not acked comes back after its invisible time with
 attempt 2 (through %RETRY%<group>); change of invisible time; bad receipt handles are refused
-with a clear code and ack nothing."""
+with a clear code and ack nothing; a tag filter hands out only the matching messages."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ from client.admin import Admin
 from client.errors import BrokerError
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
-from protocol.codes import ResponseCode
+from protocol.codes import RequestCode, ResponseCode
+from protocol.filter import FilterError
 from protocol.pop import HandleKey, ReceiptHandle, encode_handle
+from protocol.remoting import Scalar
+from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
@@ -151,3 +154,43 @@ async def test_bad_receipt_handles_are_refused_and_ack_nothing(broker: BrokerPro
         (again,) = await _receive_until(consumer, 1, 30, invisible_duration=30)
         assert again.origin_msg_id == msg.msg_id and again.attempt == 2
         await consumer.ack(again)
+
+
+async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -> None:
+    async with Admin(broker.address) as admin:
+        await admin.create_topic("T", 2)
+    tags = ["A", "B", "C", ""]
+    async with Producer(broker.address) as producer:
+        sent = [
+            (await producer.send("T", f"m{i}".encode(), tags=tags[i % 4])).msg_id
+            for i in range(200)
+        ]
+    wanted = {mid for i, mid in enumerate(sent) if tags[i % 4] in ("A", "B")}
+    async with SimpleConsumer(broker.address, "G1", "T", filter="A || B") as picky:
+        got = await _receive_until(picky, len(wanted), 30, invisible_duration=30)
+        assert {m.msg_id for m in got} == wanted and len(got) == len(wanted)
+        assert {m.tags for m in got} == {"A", "B"}
+        for msg in got:
+            await picky.ack(msg)
+        assert await picky.receive(10, invisible_duration=30, wait=1.0) == []
+    async with SimpleConsumer(broker.address, "G2", "T", filter="*") as everything:
+        got = await _receive_until(everything, 200, 30, invisible_duration=30)
+        assert {m.msg_id for m in got} == set(sent)
+    with pytest.raises(FilterError):
+        SimpleConsumer(broker.address, "G3", "T", filter="A ||")
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        header: dict[str, Scalar] = {
+            "consumerGroup": "G3",
+            "topic": "T",
+            "maxMsgNums": 1,
+            "invisibleTime": 5000,
+            "exp": "A || ",
+        }
+        resp = await conn.request(RequestCode.POP_MESSAGE, header, None, 5.0)
+        assert resp.code == ResponseCode.BAD_REQUEST and "empty tag" in str(resp.header["remark"])
+        header["exp"], header["expressionType"] = "A", "SQL92"
+        resp = await conn.request(RequestCode.POP_MESSAGE, header, None, 5.0)
+        assert resp.code == ResponseCode.BAD_REQUEST and "SQL92" in str(resp.header["remark"])
+    finally:
+        conn.close()
