@@ -174,12 +174,13 @@ async def test_a_restart_loses_no_scheduled_message(
 async def test_retention_keeps_the_commitlog_of_a_pending_scheduled_message(
     broker_factory: type[BrokerProc], tmp_path: Path
 ) -> None:
-    """Retention by age deletes old CommitLog segments, but not the one holding a scheduled
-    message that is not delivered yet (it would be lost: its delivery reads it back)."""
+    """Retention by age (1 s here) deletes old CommitLog segments, but not the one holding a
+    scheduled message that is not delivered yet (it would be lost: its delivery reads it
+    back)."""
     config = small_segments_config(
         tmp_path,
         "short-retention",
-        "retention_hours = 0.0005\nretention_check_interval_ms = 200\n",
+        "retention_hours = 0.0003\nretention_check_interval_ms = 200\n",
         segment_bytes=64 * 1024,
     )
     broker = broker_factory(tmp_path, extra=["--config", str(config)]).start_and_wait()
@@ -189,7 +190,7 @@ async def test_retention_keeps_the_commitlog_of_a_pending_scheduled_message(
         body = b"x" * 1024
         for _ in range(80):  # more than a segment before the scheduled message
             assert (await send(conn, "K", body, {"a": "b"}))[0] == ResponseCode.SUCCESS
-        due = now_ms() + 5000
+        due = now_ms() + 3500
         code, h = await send(conn, "K", b"kept", {"TIMER_DELIVER_MS": str(due)})
         assert code == ResponseCode.SUCCESS, h
         scheduled_at = parse_msg_id(str(h["msgId"]))[1]

@@ -28,6 +28,7 @@ from tests.support.wait import wait_until_async
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "Scheduled"
+FAILOVER_TOPIC = "ScheduledFailover"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ def cluster(cluster: Cluster) -> Cluster:
 
 
 async def schedule(
-    producer: Producer, count: int, delay_ms: tuple[int, int], seed: int
+    producer: Producer, topic: str, count: int, delay_ms: tuple[int, int], seed: int
 ) -> dict[str, int]:
     """Send ``count`` scheduled messages (batches of 100, each item its own random delay);
     msg id -> the delivery time asked for."""
@@ -74,7 +75,7 @@ async def schedule(
             Message(body=f"s-{i}".encode(), deliver_at=now + rng.randint(*delay_ms))
             for i in range(lo, min(lo + 100, count))
         ]
-        for item, result in zip(items, await producer.send_batch(TOPIC, items), strict=True):
+        for item, result in zip(items, await producer.send_batch(topic, items), strict=True):
             assert result.scheduled and isinstance(item.deliver_at, int)
             asked[result.msg_id] = item.deliver_at
 
@@ -108,64 +109,73 @@ def check_order_and_times(delivered: list[Delivered], asked: dict[str, int]) -> 
         assert keys == sorted(keys), "a queue's deliveries are out of due-time order"
 
 
-async def test_ten_thousand_random_delays_arrive_in_order_once_each(cluster: Cluster) -> None:
+async def test_scheduled_messages_in_order_then_across_a_master_kill(cluster: Cluster) -> None:
+    """One cluster for both scenarios (its start is most of a test's time): first 10,000
+    random delays, then kill -9 of the master with 5,000 waiting."""
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
         doc = await full_sync_state_set(boot, cluster)
-        await create_topic(boot, doc["masterAddress"], TOPIC)
+        await ten_thousand_random_delays_arrive_in_order_once_each(cluster, doc["masterAddress"])
+        await master_killed_while_messages_wait_the_new_master_delivers_them(
+            cluster, boot, doc["masterAddress"]
+        )
+    finally:
+        boot.close()
+
+
+async def ten_thousand_random_delays_arrive_in_order_once_each(
+    cluster: Cluster, master: str
+) -> None:
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        await create_topic(boot, master, TOPIC)
         async with (
             Producer(cluster.controller_addresses, send_deadline=30.0) as producer,
             Consumer(cluster.controller_addresses, "checker", TOPIC) as consumer,
         ):
-            asked = await schedule(producer, 10_000, (0, 10_000), seed=11)
+            asked = await schedule(producer, TOPIC, 10_000, (0, 10_000), seed=11)
             got: dict[tuple[int, int], Delivered] = {}
             await collect(consumer, got, len(asked), 60)
         delivered = list(got.values())
         assert sorted(d.msg_id for d in delivered) == sorted(asked)  # all, none twice
         check_order_and_times(delivered, asked)
-        assert {d.store_host for d in delivered} == {doc["masterAddress"]}  # only the master
+        assert {d.store_host for d in delivered} == {master}  # only the master
     finally:
         boot.close()
 
 
-async def test_master_killed_while_messages_wait_the_new_master_delivers_them(
-    cluster: Cluster,
+async def master_killed_while_messages_wait_the_new_master_delivers_them(
+    cluster: Cluster, boot: Bootstrap, old_address: str
 ) -> None:
-    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    try:
-        doc = await full_sync_state_set(boot, cluster)
-        old_address = doc["masterAddress"]
-        await create_topic(boot, old_address, TOPIC)
-        async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
-            asked = await schedule(producer, 5_000, (1_500, 10_000), seed=7)
-            recalled = list(asked)[::100]  # recalled before the kill: no replica may deliver them
-            for msg_id in recalled:
-                await producer.recall(TOPIC, msg_id)
+    await create_topic(boot, old_address, FAILOVER_TOPIC)
+    async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
+        asked = await schedule(producer, FAILOVER_TOPIC, 5_000, (1_500, 10_000), seed=7)
+        recalled = list(asked)[::100]  # recalled before the kill: no replica may deliver them
         for msg_id in recalled:
-            del asked[msg_id]
-        old = node_at(cluster, old_address)
-        old.kill9()
-        killed_at = int(time.time() * 1000)
-        doc = await new_master(boot, cluster, old_address)
-        new_address = doc["masterAddress"]
+            await producer.recall(FAILOVER_TOPIC, msg_id)
+    for msg_id in recalled:
+        del asked[msg_id]
+    old = node_at(cluster, old_address)
+    old.kill9()
+    killed_at = int(time.time() * 1000)
+    doc = await new_master(boot, cluster, old_address)
+    new_address = doc["masterAddress"]
 
-        got: dict[tuple[int, int], Delivered] = {}
-        async with Consumer(cluster.controller_addresses, "checker", TOPIC) as consumer:
-            await collect(consumer, got, len(asked), 60)
-            old.restart(new_address=True)  # back as a slave, at another address
-            await full_sync_state_set(boot, cluster)
-            # A round of receives after the old master is back in sync: anything it appended
-            # as its own would be replicated and visible by now.
-            await collect(consumer, got, len(asked), 10)
-        delivered = list(got.values())
-        assert {d.msg_id for d in delivered} == set(asked)  # every acknowledged one, no recalled
-        sources = Counter(d.source for d in delivered)
-        assert [s for s, n in sources.items() if n > 1] == []  # no scheduled record twice
-        check_order_and_times([d for d in delivered if d.store_host == new_address], asked)
-        hosts = Counter(d.store_host for d in delivered)
-        assert set(hosts) <= {old_address, new_address}, hosts  # only masters deliver
-        assert hosts[new_address] > 0
-        assert all(d.store_ms >= killed_at - 50 for d in delivered if d.store_host == new_address)
-        assert old.address not in hosts  # the restarted old master delivers nothing
-    finally:
-        boot.close()
+    got: dict[tuple[int, int], Delivered] = {}
+    async with Consumer(cluster.controller_addresses, "checker", FAILOVER_TOPIC) as consumer:
+        await collect(consumer, got, len(asked), 60)
+        old.restart(new_address=True)  # back as a slave, at another address
+        await full_sync_state_set(boot, cluster)
+        # A round of receives after the old master is back in sync: anything it appended
+        # as its own would be replicated and visible by now.
+        await collect(consumer, got, len(asked), 10)
+    delivered = list(got.values())
+    assert {d.msg_id for d in delivered} == set(asked)  # every acknowledged one, no recalled
+    sources = Counter(d.source for d in delivered)
+    assert [s for s, n in sources.items() if n > 1] == []  # no scheduled record twice
+    check_order_and_times([d for d in delivered if d.store_host == new_address], asked)
+    hosts = Counter(d.store_host for d in delivered)
+    assert set(hosts) <= {old_address, new_address}, hosts  # only masters deliver
+    assert hosts[new_address] > 0
+    assert all(d.store_ms >= killed_at - 50 for d in delivered if d.store_host == new_address)
+    assert old.address not in hosts  # the restarted old master delivers nothing
