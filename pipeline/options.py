@@ -6,7 +6,7 @@ case-insensitive map).
 | option | read/write | default | meaning |
 |---|---|---|---|
 | ``controllers`` | both | required | controller addresses, ``;``-separated (a lone broker's address in development mode) |
-| ``topic`` | both | required for reads | the topic; for writes the default when a row has no ``topic`` |
+| ``topic`` | both | required for reads (or ``topics`` / ``topicPattern``) | the topic; for writes the default when a row has no ``topic`` |
 | ``startingOffsets`` | read | batch ``earliest``, stream ``latest`` | ``earliest``, ``latest`` or JSON ``{"broker-a": {"0": 42}}`` (-2 earliest, -1 latest) |
 | ``endingOffsets`` | batch read | ``latest`` | as above, end exclusive; past the committed end it is clamped |
 | ``maxOffsetsPerTrigger`` | stream read | none | at most this many messages per micro-batch, shared by backlog |

@@ -1,26 +1,31 @@
 """The ``rmq`` data source: topics as Spark DataFrames, batch and streaming, read and write.
 
-Reading plans one Spark partition per (broker group, queue) range with data. Ranges end at the
-committed end of each queue (the confirm offset), so a range is never truncated away by a
-failover, and a replayed range yields exactly the same messages. Everything a task needs travels
-in its partition (:class:`~pipeline.partition.RangePartition`); readers and writers hold only
-options, so they pickle, and connections are opened inside ``read()``/``write()``.
+Reading plans one Spark partition per (broker group, queue) range with data (``minPartitions``
+splits big ranges), over one topic, a ``topics`` list or every topic matching ``topicPattern``.
+Ranges end at the committed end of each queue (the confirm offset), so a range is never
+truncated away by a failover, and a replayed range yields exactly the same messages. Everything a
+task needs travels in its partition (:class:`~pipeline.partition.RangePartition`); readers and
+writers hold only options, so they pickle, and connections are opened inside
+``read()``/``write()``. Every option is checked on the driver before any task runs
+(:mod:`pipeline.options`).
 
-Streaming offsets are ``{"broker-a": {"0": 42}}`` (next offset per queue), kept by Spark's
-checkpoint. Queues that appear later (a topic grown, a new broker group) join at their earliest
-offset. ``maxOffsetsPerTrigger`` is honoured through Spark 4.2's ``ReadLimit`` (and ignored
-there when the engine asks for everything, e.g. ``Trigger.Once``); on older 4.x the reader applies
-it itself, relative to the offsets it returned last. ``Trigger.AvailableNow`` reads up to the
-committed ends at the query's start and stops.
+Streaming offsets are ``{"broker-a": {"0": 42}}`` (next offset per queue; by topic first when
+several topics are read), kept by Spark's checkpoint. Queues that appear later (a topic grown, a
+new broker group, a new matching topic) join at their earliest offset. ``maxOffsetsPerTrigger``
+and ``minOffsetsPerTrigger`` go through Spark 4.2+'s ``ReadLimit`` (on older 4.x the reader
+applies the maximum itself, relative to the offsets it returned last). ``Trigger.AvailableNow``
+reads up to the committed ends at the query's start and stops. With ``groupId`` the processed
+offsets are committed at the brokers as that consumer group's.
 
-Writing produces rows in SEND_BATCH_MESSAGE batches with the producer's usual acks and retries.
-It is at-least-once: a task that fails reports how many of its rows were acknowledged (they stay
-in the topic) and Spark's retry of the task sends them again.
+Writing goes through PySpark's Arrow writers: each task turns its record batches into
+SEND_BATCH_MESSAGE batches; a ``messageGroup`` column picks the queue by hash and keeps a group's
+order. It is at-least-once: a task that fails reports how many of its rows were acknowledged
+(they stay in the topic) and Spark's retry of the task sends them again.
 
 :class:`RmqDataSource` is the format; its readers and writers are :mod:`pipeline.batch_reader`,
 :mod:`pipeline.stream_reader` (planning and reading in :mod:`pipeline.partition`),
 :mod:`pipeline.batch_writer` and :mod:`pipeline.stream_writer` (producing in
-:mod:`pipeline.write`).
+:mod:`pipeline.write` and :mod:`pipeline.queue_sender`).
 """
 
 from __future__ import annotations
