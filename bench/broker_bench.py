@@ -4,6 +4,8 @@ Measures, against a real broker subprocess on loopback:
   1. single sends over one connection with 64 in flight,
   2. batched sends (64 messages per request),
   3. consuming everything back with pulls (one connection, several queues in flight),
+  4. the SDK producer's sends with 64 in flight, auto-batching on and off, and its lone sends'
+     p50 on and off (bench/sdk_phases.py; ``--profile`` profiles the client side),
 and prints msg/s, MB/s, p50/p99 latency, the broker's CPU seconds per 100k messages, the broker's
 memory outside the page cache (RssAnon) while it holds every message, and the ratio to the issue's
 target. Nothing is asserted: these are figures.
@@ -27,6 +29,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import sdk_phases
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from remoting.client import RemotingClient
@@ -209,17 +212,39 @@ async def main_async(args: argparse.Namespace) -> None:
             await bench_consume(
                 conn, args.queues, args.messages + (args.messages // 64) * 64, broker.pid
             )
+            sdk_sent = await bench_sdk(broker.address, broker.pid, body, args)
             held = 0
             while held < args.hold:
                 await bench_batch_quiet(conn, body, min(64 * 500, args.hold - held), args.queues)
                 held += min(64 * 500, args.hold - held)
-            total = 2 * args.messages + held
+            total = 2 * args.messages + sdk_sent + held
             print(
                 f"broker memory outside the page cache (RssAnon) holding {total:,} messages: {rss_anon_mib(broker.pid):.0f} MiB (target < 200 MiB)"
             )
             conn.close()
         finally:
             broker.stop()
+
+
+async def bench_sdk(address: str, pid: int, body: bytes, args: argparse.Namespace) -> int:
+    """The SDK phases (auto-batching on, then off; lone sends interleaved): messages sent."""
+    rates = {}
+    for auto in (True, False):
+        r = await sdk_phases.in_flight(
+            address,
+            "Bench",
+            args.sdk_messages,
+            body,
+            auto_batch=auto,
+            profile=args.profile and auto,
+            server_pid=pid,
+        )
+        rates[auto] = r.rate
+        print(sdk_phases.line_in_flight("1 broker", auto, r, TARGETS["single"]), flush=True)
+    print(f"SDK send, 64 in flight, auto-batch on/off: {rates[True] / rates[False]:.2f}")
+    lat = await sdk_phases.one_at_a_time(address, "Bench", args.one_at_a_time, body)
+    print(sdk_phases.line_one_at_a_time("(1 broker)", lat), flush=True)
+    return 2 * (args.sdk_messages + 1) + 2 * (len(lat[True]) + 1)
 
 
 async def bench_batch_quiet(conn: RemotingClient, body: bytes, n: int, queues: int) -> None:
@@ -244,6 +269,13 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=200_000, help="messages per phase")
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--queues", type=int, default=8)
+    p.add_argument(
+        "--sdk-messages", type=int, default=50_000, help="messages per SDK 64-in-flight phase"
+    )
+    p.add_argument("--one-at-a-time", type=int, default=2000, help="lone SDK sends per mode")
+    p.add_argument(
+        "--profile", action="store_true", help="cProfile the client of the auto-batching phase"
+    )
     p.add_argument(
         "--hold",
         type=int,

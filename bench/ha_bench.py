@@ -5,6 +5,9 @@ Measures and prints (nothing is asserted):
   1. produce, one connection, 64 in flight, every send acknowledged by the whole SyncStateSet;
   2. produce in batches of 64 (8 requests in flight);
   3. produce one at a time: p50/p99 latency;
+  3b. the same through the SDK producer (it knows only the controllers): 64 in flight with
+     auto-batching on and off, and lone sends' p50 on and off (bench/sdk_phases.py; ``--profile``
+     profiles the client side of the auto-batching phase);
   4. catch-up: a slave killed, N MiB written without it, restarted: MiB/s until it has it all;
   5. failover: kill -9 of the master to the first write acknowledged by the new master, seen by
      an SDK producer that only knows the controllers, over K rounds (the old master is restarted
@@ -17,6 +20,7 @@ flight and one at a time (JetStream has no batch publish), with ratios ours / NA
 line says it was skipped; ``--no-peer`` skips it.
 
     python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
+        [--profile]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import sdk_phases
 from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.nats_peer import run_nats_r3
 from client import Producer
@@ -247,6 +252,7 @@ async def main_async(args: argparse.Namespace) -> None:
             ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body)
             conn.close()
             await asyncio.sleep(1.5)  # slaves register the topic for routes
+            sdk = await sdk_bench(cluster.controller_addresses, pid, body, args)
             if args.catchup_mib:
                 await catch_up(cluster, boot, master, args.catchup_mib, body)
             if args.kills:
@@ -270,11 +276,39 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.no_peer:
         print("NATS JetStream R3: skipped (--no-peer)")
     else:
-        await nats_peer(args, body, ours_rate, ours_p50)
+        await nats_peer(args, body, ours_rate, ours_p50, sdk)
+
+
+async def sdk_bench(
+    bootstrap: str, pid: int, body: bytes, args: argparse.Namespace
+) -> tuple[float, float]:
+    """The SDK phases: (msg/s with 64 in flight and auto-batching on, its lone sends' p50 ms)."""
+    await sdk_phases.wait_routed(bootstrap, TOPIC)
+    rates = {}
+    for auto in (True, False):
+        r = await sdk_phases.in_flight(
+            bootstrap,
+            TOPIC,
+            args.messages,
+            body,
+            auto_batch=auto,
+            profile=args.profile and auto,
+            server_pid=pid,
+        )
+        rates[auto] = r.rate
+        print(sdk_phases.line_in_flight("R3", auto, r, TARGETS["single"]), flush=True)
+    print(f"SDK send, 64 in flight, auto-batch on/off: {rates[True] / rates[False]:.2f}")
+    lat = await sdk_phases.one_at_a_time(bootstrap, TOPIC, args.one_at_a_time, body)
+    print(sdk_phases.line_one_at_a_time("R3", lat), flush=True)
+    return rates[True], sdk_phases.pct(lat[True], 0.5)
 
 
 async def nats_peer(
-    args: argparse.Namespace, body: bytes, ours_rate: float, ours_p50: float
+    args: argparse.Namespace,
+    body: bytes,
+    ours_rate: float,
+    ours_p50: float,
+    sdk: tuple[float, float],
 ) -> None:
     r = await run_nats_r3(args.size, args.messages, args.one_at_a_time, body)
     if r is None:
@@ -294,6 +328,16 @@ async def nats_peer(
     )
     print(f"ours / NATS, 64 in flight msg/s: {ours_rate / r['rate']:.2f}", flush=True)
     print(
+        f"ours (SDK, auto-batch on) / NATS, 64 in flight msg/s: {sdk[0] / r['rate']:.2f}"
+        "  (target: at least 2)",
+        flush=True,
+    )
+    print(
+        f"ours (SDK, auto-batch on) / NATS, one at a time p50 (NATS p50 / ours): "
+        f"{p50 / sdk[1]:.2f}  (target: at least 1)",
+        flush=True,
+    )
+    print(
         f"ours / NATS, one at a time p50 (lower is better, so NATS p50 / our p50): "
         f"{p50 / ours_p50:.2f}",
         flush=True,
@@ -312,6 +356,9 @@ def main() -> None:
     p.add_argument("--stops", type=int, default=5, help="SIGSTOP failover rounds")
     p.add_argument(
         "--no-peer", action="store_true", help="skip NATS JetStream R3 (bench/nats_peer.py)"
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="cProfile the client of the auto-batching phase"
     )
     args = p.parse_args()
     run_async(lambda: main_async(args))

@@ -60,6 +60,14 @@ class Accumulator(Generic[T]):
         """Nothing gathered, held or in flight (the producer may forget this accumulator)."""
         return not self.pending and not self.held and self.in_flight == 0
 
+    def try_alone(self) -> bool:
+        """True if a new send may leave alone at once (nothing gathered or held, no linger, a
+        request slot free); it then counts as in flight. False: :meth:`add` it."""
+        if self.pending or self.held or self.linger or self.in_flight >= self.max_in_flight:
+            return False
+        self.in_flight += 1
+        return True
+
     def add(self, item: T, size: int) -> list[list[T]]:
         """A new send of ``size`` bytes: the requests to send now (each a list of items, in the
         order they were added). Empty: ``item`` waits for a drain. When the result is empty and

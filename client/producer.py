@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgpack
 
@@ -133,11 +133,7 @@ class _Gathered:
             fut.set_result(result)  # type: ignore[arg-type]
 
 
-class _Queue(NamedTuple):
-    """A queue chosen for a send before it is gathered, and its master's address."""
-
-    mq: MessageQueue
-    address: str
+_Queue = tuple[MessageQueue, str]  # a queue chosen for a send, and its master's address
 
 
 class Producer:
@@ -295,7 +291,17 @@ class Producer:
             if at is None:  # scheduled through properties given directly?
                 at = asked_delivery_time(properties, born)
         if self.auto_batch:
-            return await self._gather(topic, header, body, properties, at)
+            first, key, acc = self._accumulator_for(topic)
+            if acc.try_alone():  # the idle case: exactly what a send without auto-batching does
+                try:
+                    resp, mq = await self._send(
+                        topic, RequestCode.SEND_MESSAGE, header, body, None, first
+                    )
+                finally:
+                    if acc.done(1):  # sends were gathered meanwhile
+                        asyncio.get_running_loop().call_soon(self._drain, key, acc)
+                return _single_result(resp, mq, at)
+            return await self._gather(topic, header, body, properties, at, first, key, acc)
         resp, mq = await self._send(topic, RequestCode.SEND_MESSAGE, header, body)
         return _single_result(resp, mq, at)
 
@@ -411,29 +417,19 @@ class Producer:
         )
 
     # auto-batching ----------------------------------------------------------------------------
-    async def _gather(
-        self,
-        topic: str,
-        header: dict[str, Scalar],
-        body: bytes,
-        properties: Mapping[str, str] | None,
-        at: int | None,
-    ) -> SendResult:
-        """One send on the auto-batching path: alone at once when its broker group is idle,
-        else gathered with the others (see client/accumulator.py)."""
-        if self._closed or not self._started:
-            raise ClosedError("producer is closed" if self._closed else "producer is not started")
-        # The broker group is chosen now, and the queue a lone send goes to: sends gather per
-        # (topic, broker group); a batch takes the group's next queue when it leaves.
+    def _accumulator_for(self, topic: str) -> tuple[_Queue | None, _Key, Accumulator[_Gathered]]:
+        """The queue a new send of ``topic`` would go to alone (None: no route yet, or no
+        master now: the send's own retries wait for one), and the accumulator of its broker
+        group: sends gather per (topic, broker group); a batch takes the group's next queue
+        when it leaves."""
         first: _Queue | None = None
         route = self.routes.peek(topic)
         if route is not None:
             try:
-                first = _Queue(*self._select(route, self._isolated() if self._faulty else None))
+                first = self._select(route, self._isolated() if self._faulty else None)
             except NoRouteError:
-                pass  # no master now: the send's own retries wait for one
-        key = (topic, first.mq.broker_name if first is not None else "")
-        item = _Gathered(header, body, properties, at, time.monotonic() + self.send_deadline, first)
+                pass
+        key = (topic, first[0].broker_name if first is not None else "")
         acc = self._accumulators.get(key)
         if acc is None:
             acc = self._accumulators[key] = Accumulator(
@@ -442,13 +438,31 @@ class Producer:
                 max_in_flight=_BATCHES_IN_FLIGHT,
                 linger=self.linger_ms > 0,
             )
+        return first, key, acc
+
+    async def _gather(
+        self,
+        topic: str,
+        header: dict[str, Scalar],
+        body: bytes,
+        properties: Mapping[str, str] | None,
+        at: int | None,
+        first: _Queue | None,
+        key: _Key,
+        acc: Accumulator[_Gathered],
+    ) -> SendResult:
+        """A send that may not leave alone now: gathered with the others (see
+        client/accumulator.py); its future settles with its own result or error."""
+        if self._closed or not self._started:
+            raise ClosedError("producer is closed" if self._closed else "producer is not started")
+        item = _Gathered(header, body, properties, at, time.monotonic() + self.send_deadline, first)
         size = len(body) + _ITEM_OVERHEAD
         if "keys" in header or "tags" in header or properties:
             size += len(str(header.get("keys", ""))) + len(str(header.get("tags", "")))
             size += sum(len(k) + len(v) for k, v in (properties or {}).items())
         batches = acc.add(item, size)
         if batches and batches[-1][0] is item and len(batches[-1]) == 1:
-            batches.pop()  # alone: this task sends it, no future, no task
+            batches.pop()  # too big to share: this task sends it alone
             for batch in batches:
                 self._spawn(key, acc, batch)
             try:
@@ -542,7 +556,7 @@ class Producer:
                 if group:
                     i = self._batch_rr.get(key, 0)
                     self._batch_rr[key] = i + 1
-                    return _Queue(*group[i % len(group)])
+                    return group[i % len(group)]
         return items[0].queue if items else None
 
     async def _settle_alone(self, topic: str, item: _Gathered) -> None:

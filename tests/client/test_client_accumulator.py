@@ -29,6 +29,17 @@ def test_sends_made_while_one_is_in_flight_leave_together_when_it_returns() -> N
     assert a.in_flight == 1
 
 
+def test_try_alone_takes_a_free_slot_only_when_nothing_waits() -> None:
+    a = acc(max_in_flight=2)
+    assert a.try_alone() and a.try_alone()
+    assert not a.try_alone()  # both slots taken
+    assert a.add("m1", 10) == []
+    a.done(1)
+    assert not a.try_alone()  # m1 waits for the drain: a new send joins it
+    assert a.drain() == [["m1"]]
+    assert not acc(linger=True).try_alone()
+
+
 def test_a_lone_sender_is_never_held() -> None:
     a = acc()
     for i in range(5):
