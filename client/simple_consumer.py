@@ -224,6 +224,37 @@ class SimpleConsumer:
         if resp.code != ResponseCode.SUCCESS:
             raise error_of(resp, self._caller.address(msg.broker_name))
 
+    async def ack_many(self, msgs: list[PopMessage]) -> list[BrokerError | None]:
+        """Ack several messages, one request (and one record) per broker group; returns per
+        message None (acked) or the error that refused it, in order."""
+        out: list[BrokerError | None] = [None] * len(msgs)
+        by_broker: dict[str, list[int]] = {}
+        for i, msg in enumerate(msgs):
+            by_broker.setdefault(msg.broker_name, []).append(i)
+
+        async def one(broker_name: str, idx: list[int]) -> None:
+            for first in range(0, len(idx), 1024):
+                part = idx[first : first + 1024]
+                header: Header = {
+                    "consumerGroup": self.group,
+                    "receiptHandles": " ".join(msgs[i].receipt_handle for i in part),
+                }
+                resp = await self._request(broker_name, RequestCode.BATCH_ACK_MESSAGE, header)
+                assert resp is not None
+                address = self._caller.address(broker_name)
+                if resp.code != ResponseCode.SUCCESS:
+                    raise error_of(resp, address)
+                results = str(resp.header.get("results", "")).split()
+                if len(results) != len(part):
+                    raise ClientError(f"batch ack answered {len(results)} results for {len(part)}")
+                remark = str(resp.header.get("remark", ""))
+                for i, code in zip(part, results, strict=True):
+                    if int(code) != ResponseCode.SUCCESS:
+                        out[i] = BrokerError(int(code), remark, address)
+
+        await asyncio.gather(*(one(b, idx) for b, idx in by_broker.items()))
+        return out
+
     async def change_invisible_duration(self, msg: PopMessage, seconds: float) -> None:
         """Hide ``msg`` for ``seconds`` from now (extend while working on it, or nack with a
         delay); ``msg`` takes the new receipt handle the broker answers with."""

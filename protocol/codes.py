@@ -54,6 +54,7 @@ class RequestCode(IntEnum):
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
     # Our own: a consumer group's dead-letter queue (issue 11).
     QUERY_DLQ_MESSAGES = 5200
     RESEND_DLQ_MESSAGES = 5201

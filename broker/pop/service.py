@@ -333,6 +333,32 @@ class PopService:
         self.ctx.metrics.pop_acked(group)
         return result
 
+    def ack_many(
+        self, handles: list[ReceiptHandle], group: str, now: int
+    ) -> tuple[list[PopRefused | None], PutResult | None]:
+        """Ack several deliveries with one ack record: per handle None (acked, or acked
+        already) or why it was refused; and the append to await (None: nothing written)."""
+        state = self.ready()
+        outcome: list[PopRefused | None] = []
+        keys: list[tuple[int, int]] = []
+        for handle in handles:
+            try:
+                entry = state.check(handle.key, group, handle.deadline_ms, now)
+            except PopRefused as exc:
+                outcome.append(exc)
+                continue
+            outcome.append(None)
+            if entry is not None and handle.key not in keys:
+                keys.append(handle.key)
+        if not keys:
+            return outcome, None
+        result = self._append(Ack(tuple(keys)))
+        for key in keys:
+            state.ack(key)
+            self.ctx.metrics.pop_acked(group)
+        self.acks += len(keys)
+        return outcome, result
+
     def change(
         self, handle: ReceiptHandle, group: str, invisible_ms: int, now: int
     ) -> tuple[str, PutResult]:

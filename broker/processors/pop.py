@@ -8,13 +8,17 @@ Requests (header fields; ``?`` may be left out)::
     ACK_MESSAGE 200051      consumerGroup, receiptHandle
     CHANGE_MESSAGE_INVISIBLETIME 200053
                             consumerGroup, receiptHandle, invisibleTime (ms)
+    BATCH_ACK_MESSAGE 200151
+                            consumerGroup, receiptHandles (1..1024, separated by spaces)
 
 A POP answers SUCCESS with ``count``, the records back to back in the body (as a pull's), and
 ``receiptHandles`` / ``attempts``: one handle and one attempt number per record, in order,
 separated by spaces; PULL_NOT_FOUND when nothing came within ``pollTime``. An ack answers
 SUCCESS (also for a repeated ack); a change answers SUCCESS with ``receiptHandle``, the new
 handle. A bad handle answers RECEIPT_HANDLE_INVALID, one no longer in flight
-RECEIPT_HANDLE_EXPIRED; nothing is written then.
+RECEIPT_HANDLE_EXPIRED; nothing is written then. A batch ack answers SUCCESS with ``results``:
+one code per handle, in order (0 acked; 5020 or 5021 as for one ack, ``remark`` says why), the
+acked ones written as one ack record.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class PopProcessor:
         server.register(RequestCode.POP_MESSAGE, self.pop)
         server.register(RequestCode.ACK_MESSAGE, self.ack)
         server.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, self.change)
+        server.register(RequestCode.BATCH_ACK_MESSAGE, self.batch_ack)
 
     # -- POP -----------------------------------------------------------------------------------
     def pop(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
@@ -180,6 +185,47 @@ class PopProcessor:
         if result is None:
             return response(req, ResponseCode.SUCCESS, {"remark": "acked already"})
         return self._answer(req, result, {})
+
+    def batch_ack(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+        group = _group(req.header)
+        texts = req_str(req.header, "receiptHandles").split()
+        if not 0 < len(texts) <= MAX_POP_BATCH:
+            raise FieldError(f"receiptHandles must hold 1..{MAX_POP_BATCH} handles")
+        try:
+            self.ctx.check_writable()
+        except WriteRefused as exc:
+            return error_response(req, exc.code, exc.remark)
+        codes: list[int] = [ResponseCode.SUCCESS] * len(texts)
+        remarks: list[str] = []
+        handles: list[ReceiptHandle] = []
+        where: list[int] = []
+        for i, text in enumerate(texts):
+            try:
+                handle = self.service.decode(text)
+            except HandleError as exc:
+                codes[i] = ResponseCode.RECEIPT_HANDLE_INVALID
+                remarks.append(f"#{i}: {exc}")
+                continue
+            if handle.group != group:
+                codes[i] = ResponseCode.RECEIPT_HANDLE_INVALID
+                remarks.append(f"#{i}: receipt handle belongs to consumer group {handle.group}")
+                continue
+            handles.append(handle)
+            where.append(i)
+        try:
+            outcome, result = self.service.ack_many(handles, group, self.ctx.now_ms())
+        except StoreError as exc:
+            return error_response(req, ResponseCode.SYSTEM_ERROR, f"acks not recorded: {exc}")
+        for i, refused in zip(where, outcome, strict=True):
+            if refused is not None:
+                codes[i] = _refusal_code(refused.reason)
+                remarks.append(f"#{i}: {refused}")
+        header: Header = {"results": " ".join(str(c) for c in codes)}
+        if remarks:
+            header["remark"] = "; ".join(remarks)[:4096]
+        if result is None:
+            return response(req, ResponseCode.SUCCESS, header)
+        return self._answer(req, result, header)
 
     def change(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
         group = _group(req.header)

@@ -194,3 +194,23 @@ async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -
         assert resp.code == ResponseCode.BAD_REQUEST and "SQL92" in str(resp.header["remark"])
     finally:
         conn.close()
+
+
+async def test_batch_ack_acks_the_good_handles_and_reports_each_bad_one(
+    broker: BrokerProc,
+) -> None:
+    await _fill(broker.address, "T", 10, queues=1)
+    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+        got = await _receive_until(consumer, 10, 20, invisible_duration=2)
+        assert len(got) == 10
+        forged = PopMessage(got[0].record, got[0].broker_name, got[0].receipt_handle[:-4], 1)
+        results = await consumer.ack_many([*got[:5], forged])
+        assert results[:5] == [None] * 5
+        last = results[5]
+        assert last is not None and last.code == ResponseCode.RECEIPT_HANDLE_INVALID
+        assert await consumer.ack_many(got[:5]) == [None] * 5  # repeated: still acked
+        # The five not acked come back after 2 s with attempt 2; the acked ones do not.
+        again = await _receive_until(consumer, 5, 30, invisible_duration=30)
+        assert {m.origin_msg_id for m in again} == {m.msg_id for m in got[5:]}
+        assert await consumer.ack_many(again) == [None] * 5
+        assert await consumer.receive(10, invisible_duration=2, wait=3.0) == []
