@@ -72,6 +72,7 @@ __all__ = ["RecallError", "TimerService"]
 log = structlog.get_logger(__name__)
 
 DISPATCHED_FILE: Final = "dispatched"
+GEOMETRY_FILE: Final = "geometry"
 DELIVERY_BATCH: Final = 2048
 """Most entries one delivery round hands out before it lets other work run."""
 _REPLAY_CHUNK: Final = 8 * 1024 * 1024
@@ -146,7 +147,15 @@ class TimerService:
         if not self.enabled:
             return
         store = self.ctx.store
-        wheel = self._open_wheel()
+        geometry = self._geometry_changed()
+        if geometry is not None:
+            self._rebuild(geometry)
+            return
+        try:
+            wheel = self._open_wheel()
+        except StoreError as exc:  # an unreadable progress file: the timer is a cache
+            self._rebuild(f"the timer's files cannot be used: {exc}")
+            return
         dispatched = self._load_dispatched(wheel)
         if wheel.indexed_through > store.max_offset or dispatched > store.max_offset:
             self._rebuild(
@@ -202,10 +211,31 @@ class TimerService:
         # Time 0: the wheel's clock moves only with the records it replays (their store time),
         # so every due time is the one the master stamped (docs/timer.md, Replicas).
         self.wheel = TimingWheel(self.directory, 0, self.config)
+        write_atomic(self.directory / GEOMETRY_FILE, self._geometry().encode())
         return self.wheel
 
+    def _geometry(self) -> str:
+        return f"{self.config.slot_ms} {self.config.slots_per_bucket}"
+
+    def _geometry_changed(self) -> str | None:
+        """Why the timer log cannot be read with this configuration (its bucket chains follow
+        the slot and bucket sizes it was written with), None when it can."""
+        try:
+            raw = read_atomic(self.directory / GEOMETRY_FILE)
+        except StoreError:
+            raw = b"?"
+        if raw is None or raw.decode(errors="replace") == self._geometry():
+            return None
+        return (
+            f"timer_slot_ms / timer_slots_per_bucket changed from {raw.decode(errors='replace')}"
+            f" to {self._geometry()}"
+        )
+
     def _load_dispatched(self, wheel: TimingWheel) -> int:
-        raw = read_atomic(self.directory / DISPATCHED_FILE)
+        try:
+            raw = read_atomic(self.directory / DISPATCHED_FILE)
+        except StoreError:
+            raw = None  # replay from the timer log's end instead
         if raw is None:
             return wheel.indexed_through
         try:

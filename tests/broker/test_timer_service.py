@@ -1,0 +1,107 @@
+"""The broker's timer service in process, on a real lone broker and its real store: put_at (the
+retry path's API), and the timer's files treated as a cache (rebuilt from the CommitLog when
+they cannot be used)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from protocol.message import Message, decode_record
+from protocol.timer import PROP_TIMER_OUT_MS, PROP_TIMER_SOURCE_OFFSET, PROP_UNIQ_KEY
+from storage.timer.wheel import InvalidDeliveryTimeError
+from tests.support.wait import wait_until_async
+
+
+def config(tmp_path: Path, **extra: object) -> BrokerConfig:
+    return BrokerConfig(
+        listen="127.0.0.1:0",
+        data_dir=tmp_path / "broker-a",
+        metrics_port=0,
+        commitlog_segment_bytes=1 << 20,
+        consumequeue_segment_entries=1024,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def test_put_at_schedules_and_delivers_and_refuses_bad_times(tmp_path: Path) -> None:
+    broker = Broker(config(tmp_path, timer_max_delay_ms=60_000))
+    await broker.start()
+    try:
+        ctx = broker.ctx
+        store = ctx.store
+        for bad in (-1, now_ms() + 120_000):
+            before = store.max_offset
+            with pytest.raises(InvalidDeliveryTimeError):
+                ctx.timer.put_at(Message(topic="R", body=b"x"), "%RETRY%g", 0, bad)
+            assert store.max_offset == before  # nothing stored
+        due = now_ms() + 200
+        result = ctx.timer.put_at(Message(topic="R", body=b"again"), "%RETRY%g", 0, due)
+        assert not ctx.needs_wait(result)  # a lone broker, async flush: acknowledged at once
+        assert ctx.timer.pending_count == 1
+
+        async def delivered() -> bool:
+            return store.queue_max_offset("%RETRY%g", 0) == 1
+
+        await wait_until_async(delivered, "the retry delivered", 10)
+        got = store.get("%RETRY%g", 0, 0, 1, 1 << 20)
+        record = decode_record(got.body)
+        assert record.body == b"again" and record.store_timestamp >= due
+        props = record.properties
+        assert int(props[PROP_TIMER_OUT_MS]) >= due
+        assert int(props[PROP_TIMER_SOURCE_OFFSET]) == result.physical_offsets[0]
+        assert props[PROP_UNIQ_KEY]  # the scheduled record's id
+        assert ctx.timer.pending_count == 0
+    finally:
+        await broker.stop()
+
+
+@pytest.mark.parametrize("damage", ["progress", "geometry"])
+async def test_unusable_timer_files_are_rebuilt_from_the_commitlog(
+    tmp_path: Path, damage: str
+) -> None:
+    cfg = config(tmp_path)
+    broker = Broker(cfg)
+    await broker.start()
+    try:
+        hour = now_ms() + 3_600_000
+        for i in range(20):
+            broker.ctx.timer.put_at(Message(topic="T", body=b"x"), "T", 0, hour + i * 1000)
+        soon = broker.ctx.timer.put_at(Message(topic="T", body=b"y"), "T", 0, now_ms())
+        await wait_until_async(
+            lambda: broker.ctx.store.queue_max_offset("T", 0) == 1, "the due one delivered", 10
+        )
+        assert soon.physical_offsets and broker.ctx.timer.pending_count == 20
+    finally:
+        await broker.stop()
+    timer_dir = cfg.data_dir / "timer"
+    if damage == "progress":
+        for name in ("progress", "progress.bak"):
+            path = timer_dir / name
+            if path.exists():
+                path.write_bytes(b"not a progress file")
+        cfg = dataclasses.replace(cfg, listen="127.0.0.1:0")
+    else:
+        cfg = dataclasses.replace(cfg, timer_slot_ms=500)
+    again = Broker(cfg)
+    await again.start()
+    try:
+        timer = again.ctx.timer
+        assert timer.pending_count == 20  # every far one, and the delivered one not again
+        wheel = timer.wheel
+        assert wheel is not None and wheel.oldest_offset() is not None
+        assert again.ctx.store.queue_max_offset("T", 0) == 1
+        # An hour later (simulated: the wheel takes time as an input) every one is due once.
+        due = wheel.due(hour + 3_600_000)
+        assert len(due) == len({e.commitlog_offset for e in due}) == 20
+    finally:
+        await again.stop()
