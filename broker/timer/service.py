@@ -264,14 +264,31 @@ class TimerService:
         log.info("timer rebuilt", pending=wheel.pending_count, delivered=list(wheel.delivered))
 
     def _replay(self, start: int) -> None:
+        """Index the CommitLog from ``start`` to its end. Bytes it cannot read (a damaged range
+        recovery kept, a segment whose start was lost) are skipped to the next segment, with a
+        warning: scheduled messages stored there cannot be delivered anyway."""
         store = self.ctx.store
         pos = start
         end = store.max_offset
         while pos < end:
-            view = store.read_raw(pos, _REPLAY_CHUNK)
+            try:
+                view = store.read_raw(pos, _REPLAY_CHUNK)
+            except StoreError as exc:
+                nxt = next((s for s, _e in store.commitlog_segments() if s > pos), end)
+                log.warning(
+                    "timer replay skips CommitLog bytes it cannot read",
+                    offset=pos,
+                    resumes_at=nxt,
+                    error=str(exc),
+                )
+                pos = nxt
+                continue
             if not len(view):
                 break
-            self._apply(bytes(view), pos)
+            try:
+                self._apply(bytes(view), pos)
+            except RecordError as exc:
+                log.error("timer replay skips a chunk", offset=pos, error=str(exc))
             pos += len(view)
 
     # -- dispatch ------------------------------------------------------------------------------------
