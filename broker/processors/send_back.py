@@ -126,7 +126,10 @@ class SendBackProcessor:
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 f"retry of group {group} not scheduled: {exc}",
             )
-        except (DiskFullError, MessageTooLargeError) as exc:
+        except DiskFullError as exc:
+            log.error("send back failed: disk full", group=group, error=str(exc))
+            return error_response(req, ResponseCode.DISK_FULL, f"not stored: disk full: {exc}")
+        except MessageTooLargeError as exc:
             return error_response(req, ResponseCode.MESSAGE_ILLEGAL, f"not stored: {exc}")
         except StoreError as exc:
             log.error("send back failed", group=group, error=str(exc))
