@@ -249,3 +249,41 @@ async def test_without_isolation_the_failed_group_gets_its_turn_again(cluster: F
         cluster.brokers["broker-b"].send_errors = [ResponseCode.SYSTEM_BUSY]
         results = [await p.send("T", b"%d" % i) for i in range(12)]
     assert {r.broker_name for r in results} == {"broker-a", "broker-b"}
+
+
+async def test_linger_gathers_sends_made_while_nothing_is_in_flight(cluster: FakeCluster) -> None:
+    async with Producer(cluster.brokers["broker-a"].address, linger_ms=50) as p:
+        await p.routes.get("T")
+        # Round-robin: four to each group, each four one batch (a batch of one would go as a
+        # plain SEND_MESSAGE).
+        results = await asyncio.gather(*(p.send("T", b"m%d" % i) for i in range(8)))
+    for b in cluster.brokers.values():
+        assert b.requests.count(RequestCode.SEND_BATCH_MESSAGE) == 1
+    assert sends(cluster, "broker-a") + sends(cluster, "broker-b") == 0  # none went alone
+    assert [stored_record(cluster, r).body for r in results] == [b"m%d" % i for i in range(8)]
+
+
+async def test_a_full_batch_leaves_at_once_and_none_exceeds_the_count(cluster: FakeCluster) -> None:
+    async with Producer(cluster.brokers["broker-a"].address, batch_max_count=4) as p:
+        await p.send("T", b"warm-up")
+        results = await asyncio.gather(*(p.send("T", b"m%d" % i) for i in range(40)))
+    per_queue = Counter((r.broker_name, r.queue_id) for r in results)
+    batches = sum(
+        b.requests.count(RequestCode.SEND_BATCH_MESSAGE) for b in cluster.brokers.values()
+    )
+    assert batches >= (40 - 2) // 4  # at most two went alone
+    assert sum(per_queue.values()) == 40
+    assert [stored_record(cluster, r).body for r in results] == [b"m%d" % i for i in range(40)]
+
+
+async def test_gathered_sends_fail_when_their_deadline_passes(cluster: FakeCluster) -> None:
+    async with Producer(cluster.brokers["broker-a"].address, send_deadline=0.5) as p:
+        await p.send("T", b"warm-up")
+        for b in cluster.brokers.values():
+            b.batch_errors = [ResponseCode.SYSTEM_BUSY] * 10_000
+            b.send_errors = [ResponseCode.SYSTEM_BUSY] * 10_000
+        outcomes = await asyncio.gather(
+            *(p.send("T", b"m%d" % i) for i in range(20)), return_exceptions=True
+        )
+    assert all(isinstance(o, SendError) for o in outcomes), outcomes
+    assert sum(b.stored("T") for b in cluster.brokers.values()) == 1  # the warm-up only
