@@ -13,6 +13,7 @@ import pytest
 
 from client.admin import Admin
 from client.producer import Producer
+from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
@@ -43,14 +44,18 @@ def test_consume_message_pop_prints_and_acks(broker: BrokerProc) -> None:
 
     sent = asyncio.run(fill())
     base = ("--json", "consumeMessage", "-a", a, "-t", "T", "-g", "G", "--pop")
-    first = rmqctl(*base, "--count", "10", "--timeout", "30")
-    rest = rmqctl(*base, "--count", "20", "--timeout", "30", "--invisible-time", "5")
+    first = rmqctl(*base, "--count", "10", "--timeout", "30", "--invisible-time", "1")
+    rest = rmqctl(*base, "--count", "20", "--timeout", "30", "--invisible-time", "1")
     assert first.returncode == 0 and rest.returncode == 0, (first.stderr, rest.stderr)
     lines = [json.loads(x) for x in (first.stdout + rest.stdout).splitlines()]
     assert len(lines) == 30 and {m["msgId"] for m in lines} == sent
     assert {m["attempt"] for m in lines} == {1}
     # Everything printed was acked: nothing comes back, even past the invisible time.
-    again = rmqctl(*base, "--timeout", "2", "--invisible-time", "1")
-    assert (again.returncode, again.stdout) == (0, "")
+
+    async def left() -> list[PopMessage]:
+        async with SimpleConsumer(a, "G", "T") as consumer:
+            return await consumer.receive(30, invisible_duration=30, wait=1.5)
+
+    assert asyncio.run(left()) == []
     bad = rmqctl("consumeMessage", "-a", a, "-t", "T", "-g", "G", "--pop", "--invisible-time", "0")
     assert bad.returncode == 2 and "invisible-time" in bad.stderr
