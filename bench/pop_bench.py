@@ -11,6 +11,10 @@ queues. N messages are produced, then read twice by two groups:
 Printed: messages per second of each (first message to the last one consumed / acked), the POP
 figure against the issue's target of 30,000 msg/s, and the ratio of the two. Nothing is asserted.
 
+Measured (20,000 messages, shared 2-core machine): queue-bound 48,711 msg/s, POP 9,335 msg/s
+(0.31 of the target). A POP and a batch ack each wait for their revive-log record on all three
+replicas, so with 4 members of 32 messages the figure follows that round trip.
+
     python bench/pop_bench.py [--messages N] [--size BYTES] [--consumers 4]
 """
 

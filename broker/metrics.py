@@ -526,8 +526,8 @@ class BrokerMetrics:
     def popped(self, group: str, topic: str, count: int) -> None:
         self.pop_messages.labels(**self._labels, group=group, topic=topic).inc(count)
 
-    def pop_acked(self, group: str) -> None:
-        self.pop_acks.labels(**self._labels, group=group).inc()
+    def pop_acked(self, group: str, count: int = 1) -> None:
+        self.pop_acks.labels(**self._labels, group=group).inc(count)
 
     def pop_redelivered(self, group: str, topic: str) -> None:
         self.pop_redeliveries.labels(**self._labels, group=group, topic=topic).inc()

@@ -5,7 +5,8 @@ No clock, no I/O: times are epoch milliseconds passed in (docs/pop.md).
 **Receipt handle.** Each popped message comes with one. It is opaque to clients (URL-safe
 base64 text) and names the broker, group, topic, queue and queue offset of the message, its pop
 time, its invisible time, and the checkpoint that holds it (the CommitLog offset of the
-checkpoint record). A truncated HMAC-SHA256 under the broker group's handle key closes it, so a
+checkpoint record). A 16-byte keyed BLAKE2b MAC under the broker group's handle key closes it
+(a MAC by construction, and about three times cheaper than HMAC-SHA256 here), so a
 forged, altered or truncated handle fails :func:`decode_handle` with :class:`HandleError`
 before the broker looks anything up.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import struct
@@ -94,7 +96,7 @@ class HandleKey:
     secret: bytes
 
     def mac(self, data: bytes) -> bytes:
-        return hmac.new(self.secret, data, hashlib.sha256).digest()[:_MAC_BYTES]
+        return hashlib.blake2b(data, key=self.secret, digest_size=_MAC_BYTES).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,20 +128,20 @@ def _name(text: str, what: str) -> bytes:
     return bytes([len(raw)]) + raw
 
 
+@functools.lru_cache(maxsize=1024)
+def _names(broker_name: str, group: str, topic: str) -> bytes:
+    return _name(broker_name, "broker name") + _name(group, "group") + _name(topic, "topic")
+
+
 def encode_handle(handle: ReceiptHandle, key: HandleKey) -> str:
-    body = (
-        _HANDLE_FIXED.pack(
-            _HANDLE_VERSION,
-            handle.queue_id,
-            handle.queue_offset,
-            handle.pop_ms,
-            handle.invisible_ms,
-            handle.checkpoint,
-        )
-        + _name(handle.broker_name, "broker name")
-        + _name(handle.group, "group")
-        + _name(handle.topic, "topic")
-    )
+    body = _HANDLE_FIXED.pack(
+        _HANDLE_VERSION,
+        handle.queue_id,
+        handle.queue_offset,
+        handle.pop_ms,
+        handle.invisible_ms,
+        handle.checkpoint,
+    ) + _names(handle.broker_name, handle.group, handle.topic)
     return base64.urlsafe_b64encode(body + key.mac(body)).decode().rstrip("=")
 
 

@@ -30,7 +30,14 @@ import structlog
 
 from broker.pop.inflight import Entry, PopRefused, PopState, Refusal
 from protocol.filter import TagFilter
-from protocol.message import Message, MessageRecord, RecordError, iter_records
+from protocol.message import (
+    DISPATCH_HEAD,
+    Message,
+    MessageRecord,
+    RecordError,
+    decode_record,
+    iter_records,
+)
 from protocol.pop import (
     HANDLE_KEY_BYTES,
     REVIVE_TOPIC,
@@ -76,9 +83,9 @@ _FILTER_SCAN: Final = 64
 
 @dataclass(slots=True)
 class PopMessage:
-    """One message handed out: the stored record, its receipt handle and attempt number."""
+    """One message handed out: its stored bytes, its receipt handle and attempt number."""
 
-    record: MessageRecord
+    queue_offset: int
     raw: bytes
     """The record's bytes as stored (the answer's body carries them)."""
     handle: str
@@ -245,6 +252,7 @@ class PopService:
         key, last = self.handle_key()
         out: list[PopMessage] = []
         visible = ctx.visible_offset()
+        retry = retry_topic(group)
         max_bytes = ctx.cfg.max_pull_bytes
         broker_name = ctx.cfg.broker_name
         for topic, queue_id in queues:
@@ -260,19 +268,28 @@ class PopService:
                     res = ctx.store.get(topic, queue_id, start, n, max_bytes, visible)
                 if res.status is not GetStatus.FOUND:
                     break
-                picked: list[tuple[MessageRecord, bytes]] = []
+                picked: list[tuple[int, bytes, int]] = []  # queue offset, bytes, attempt
                 end = res.next_offset
-                pos = 0
                 body = res.body
-                for r in iter_records(body):
-                    raw = body[pos : pos + r.size]
-                    pos += r.size
-                    if tag_filter is None or tag_filter.matches(r.tags):
-                        picked.append((r, raw))
-                        if len(picked) == want:
-                            end = r.queue_offset + 1
-                            break
-                popped = tuple(r.queue_offset for r, _ in picked)
+                decode = tag_filter is not None or topic == retry
+                pos = 0
+                while pos < len(body):
+                    size, _m, _c, _q, queue_offset, _p, _t, _b = DISPATCH_HEAD.unpack_from(
+                        body, pos
+                    )
+                    raw = body[pos : pos + size]
+                    pos += size
+                    attempt = 1
+                    if decode:
+                        r = decode_record(raw)
+                        if tag_filter is not None and not tag_filter.matches(r.tags):
+                            continue
+                        attempt = attempt_of(r, group)
+                    picked.append((queue_offset, raw, attempt))
+                    if len(picked) == want:
+                        end = queue_offset + 1
+                        break
+                popped = tuple(offset for offset, _, _ in picked)
                 ck = Checkpoint(
                     group, topic, queue_id, start, end - start, popped, now, invisible_ms
                 )
@@ -285,19 +302,12 @@ class PopService:
                 ctx.metrics.popped(group, topic, len(picked))
                 counts = ctx.metrics.topic(topic)
                 counts.messages_out += len(picked)
-                counts.bytes_out += sum(len(raw) for _, raw in picked)
-                for r, raw in picked:
+                counts.bytes_out += sum(len(raw) for _, raw, _ in picked)
+                for offset, raw, attempt in picked:
                     handle = ReceiptHandle(
-                        broker_name,
-                        group,
-                        topic,
-                        queue_id,
-                        r.queue_offset,
-                        now,
-                        invisible_ms,
-                        ck_id,
+                        broker_name, group, topic, queue_id, offset, now, invisible_ms, ck_id
                     )
-                    out.append(PopMessage(r, raw, encode_handle(handle, key), attempt_of(r, group)))
+                    out.append(PopMessage(offset, raw, encode_handle(handle, key), attempt))
                 break
         return out, last
 
@@ -355,7 +365,7 @@ class PopService:
         result = self._append(Ack(tuple(keys)))
         for key in keys:
             state.ack(key)
-            self.ctx.metrics.pop_acked(group)
+        self.ctx.metrics.pop_acked(group, len(keys))
         self.acks += len(keys)
         return outcome, result
 
