@@ -3,7 +3,7 @@
 - a group's metadata, "like 1003": header ``masterBrokerId`` (-1: none), ``masterAddress``
   ("" when none), ``masterEpoch``, ``syncStateSetEpoch``; body
   ``{"syncStateSet": [ids], "replicas": [{"brokerId", "address", "inSync"}]}``;
-- the getSyncStateSet document of DESIGN.md section 8 (GET_SYNC_STATE_DATA's body);
+- the getSyncStateSet document of docs/controller.md (GET_SYNC_STATE_DATA's body);
 - NOTIFY_BROKER_ROLE_CHANGED's header and body.
 """
 
@@ -63,7 +63,7 @@ def info_body(info: ReplicaInfo) -> bytes:
 
 
 def sync_state_document(info: ReplicaInfo, alive: Callable[[str, int], bool]) -> dict[str, Any]:
-    """``getSyncStateSet``'s JSON (DESIGN.md section 8)."""
+    """``getSyncStateSet``'s JSON (docs/controller.md)."""
     return {
         "brokerName": info.broker_name,
         "masterBrokerId": info.master_broker_id,

@@ -1,4 +1,4 @@
-"""The data pipeline on Spark (DESIGN.md section 9), installed with the ``spark`` extra.
+"""The data pipeline on Spark (docs/pipeline.md), installed with the ``spark`` extra.
 
 ::
 

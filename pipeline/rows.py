@@ -1,6 +1,6 @@
 """The schema of the ``rmq`` and ``rmqstore`` sources, and records decoded into Arrow batches.
 
-DESIGN.md section 9: topic, brokerName, queueId, queueOffset, msgId, keys, tags, body (binary),
+docs/pipeline.md: topic, brokerName, queueId, queueOffset, msgId, keys, tags, body (binary),
 properties (map), bornTimestamp, storeTimestamp. Keys and tags are null when the message has none;
 ``properties`` holds the application's properties (keys and tags have their own columns).
 Timestamps are Spark timestamps (UTC) from the broker's milliseconds.

@@ -64,7 +64,7 @@ class ControllerCode(IntEnum):
     """Request codes only the controllers serve, beyond :class:`RequestCode`.
 
     GET_CONTROLLER_CONFIG reuses RocketMQ's number (1010); the rest are our own (5000 and up, see
-    DESIGN.md section 4). The Raft peer messages travel as oneway RAFT_MESSAGE frames whose body
+    docs/protocol.md). The Raft peer messages travel as oneway RAFT_MESSAGE frames whose body
     is one :mod:`protocol.raft` message.
     """
 

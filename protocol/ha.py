@@ -1,4 +1,4 @@
-"""The AutoSwitchHAService wire format (DESIGN.md section 5): pure encode/decode, no sockets.
+"""The AutoSwitchHAService wire format (docs/protocol.md, "HA protocol"): pure codecs, no sockets.
 
 A slave connects to the master's HA port. Each direction is one stream of messages; every
 integer is big-endian and signed (Java's int32/int64). The first four bytes of every message are

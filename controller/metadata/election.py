@@ -1,4 +1,4 @@
-"""The ElectMaster policy (DESIGN.md section 6) as a pure function.
+"""The ElectMaster policy (docs/controller.md) as a pure function.
 
 Candidates are the alive members of the SyncStateSet. Only when none is alive, and only with
 ``enable_elect_unclean_master``, are all alive registered replicas candidates (RocketMQ tries the

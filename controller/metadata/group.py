@@ -1,4 +1,4 @@
-"""One broker group's replicated metadata (DESIGN.md section 6), a plain mutable record.
+"""One broker group's replicated metadata (docs/controller.md), a plain mutable record.
 
 Invariants, kept by every event applied in state.py and checked on restore:
 

@@ -1,4 +1,4 @@
-"""The controller's metadata state machine (DESIGN.md section 6), RocketMQ's ReplicasInfoManager.
+"""The controller's metadata state machine (docs/controller.md), RocketMQ's ReplicasInfoManager.
 
 Two halves, as in RocketMQ:
 

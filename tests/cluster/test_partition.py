@@ -1,5 +1,5 @@
 """A network partition that isolates the master from the controllers but not from its slaves
-or its clients (DESIGN.md sections 6-7), with each process on a test host of its own: Linux
+or its clients (docs/architecture.md), with each process on a test host of its own: Linux
 network namespaces on a bridge, the partition a pair of blackhole routes.
 
 The controllers stop hearing the master, declare it dead and elect a slave from the

@@ -1,4 +1,4 @@
-"""Controller-mode scenarios with real processes (DESIGN.md sections 5-7): a divergent tail
+"""Controller-mode scenarios with real processes (docs/architecture.md): a divergent tail
 truncated away, a frozen slave shrunk out of the SyncStateSet and expanded back, a frozen master
 that fences itself, operator elections, and a master cut off from the controllers.
 

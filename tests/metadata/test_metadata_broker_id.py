@@ -222,7 +222,7 @@ class Broker:
         ).code
 
     def start(self) -> int:
-        """The start-up recovery of DESIGN.md section 6: final file -> register only; temp file
+        """The start-up recovery of docs/architecture.md ("Recovery"): final file -> register only; temp file
         -> re-apply its id and code; neither -> the whole flow. A refused temp id starts over."""
         if self.final is None:
             if self.temp is not None and self.apply() != RC.SUCCESS:
