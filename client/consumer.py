@@ -44,6 +44,7 @@ from client.message import ReceivedMessage
 from client.pull import Puller, QueueState
 from client.routes import MessageQueue, RouteCache, TopicRoute
 from protocol.codes import RequestCode, ResponseCode
+from protocol.filter import parse_tag_expression
 from protocol.pull import ConsumerOffsetUpdate
 from protocol.remoting import Frame, Scalar
 from protocol.retry import clip_reason, retry_topic
@@ -113,13 +114,18 @@ class Consumer:
         consume_retry: bool = True,
         max_reconsume_times: int | None = None,
         nack_deadline: float = 10.0,
+        filter: str = "*",
     ) -> None:
         if not group or not topic:
             raise ValueError("group and topic must be non-empty")
         if max_reconsume_times is not None and max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must be >= 0")
+        parse_tag_expression(filter)  # raises FilterError for a bad expression
         self.group = group
         self.topic = topic
+        self.filter = filter.strip() or "*"
+        """The tag expression of the topic's subscription (the retry topic takes everything:
+        its copies passed the filter when first delivered)."""
         self.client_id = client_id or default_client_id()
         self.heartbeat_interval = heartbeat_interval
         self.commit_interval = commit_interval
@@ -129,7 +135,7 @@ class Consumer:
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._buffer: MessageBuffer[QueueState, ReceivedMessage] = MessageBuffer(buffer_size)
 
-        def subscription(name: str, start: str) -> _Subscription:
+        def subscription(name: str, start: str, tags: str = "*") -> _Subscription:
             caller = MasterCaller(self._pool, self.routes, name)
             puller = Puller(
                 caller=caller,
@@ -143,10 +149,11 @@ class Consumer:
                 suspend_ms=suspend_ms,
                 request_timeout=request_timeout,
                 on_failure=self._queue_failed,
+                subscription=tags,
             )
             return _Subscription(name, caller, puller)
 
-        self._main = subscription(topic, start_from)
+        self._main = subscription(topic, start_from, self.filter)
         self._caller = self._main.caller
         #: the group's retry topic (``%RETRY%<group>``), read beside ``topic`` when
         #: ``consume_retry``; retried messages always start from its earliest message

@@ -134,6 +134,7 @@ class Puller:
         request_timeout: float,
         max_backoff: float = 3.0,
         on_failure: Callable[[QueueState], None] | None = None,
+        subscription: str = "*",
     ) -> None:
         if start_from not in START_FROM:
             raise ValueError(f"start_from must be one of {START_FROM}, not {start_from!r}")
@@ -148,6 +149,8 @@ class Puller:
         self.suspend_ms = suspend_ms
         self.request_timeout = request_timeout
         self.max_backoff = max_backoff
+        self.subscription = subscription
+        """The tag expression pulls carry (``*``: every message)."""
         self.on_failure = on_failure
 
     async def start_offset(self, mq: MessageQueue) -> int:
@@ -193,6 +196,7 @@ class Puller:
                     max_count=self.batch_size,
                     max_bytes=self.max_bytes,
                     suspend_ms=self.suspend_ms,
+                    subscription=self.subscription,
                 )
                 resp = await self.caller.request(broker, pull.code, pull.header(), None, timeout)
                 try:

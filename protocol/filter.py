@@ -10,9 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from protocol.message import tag_hash
+from protocol.message import DISPATCH_HEAD, HEAD_SIZE, decode_record, read_tail, tag_hash
 
-__all__ = ["MAX_EXPRESSION_CHARS", "FilterError", "TagFilter", "parse_tag_expression"]
+__all__ = [
+    "MAX_EXPRESSION_CHARS",
+    "FilterError",
+    "TagFilter",
+    "filter_records",
+    "parse_tag_expression",
+]
 
 MAX_EXPRESSION_CHARS: Final = 1024
 
@@ -48,3 +54,19 @@ def parse_tag_expression(text: str) -> TagFilter | None:
     if any(tag == "*" for tag in tags):
         return None
     return TagFilter(frozenset(tags), frozenset(tag_hash(t) for t in tags))
+
+
+def filter_records(body: bytes, tag_filter: TagFilter) -> tuple[bytes, int]:
+    """The records of ``body`` (back to back, as a pull reads them) whose tags match, and how
+    many: the tag hash in each record's tail first, the tags themselves to confirm."""
+    kept: list[bytes] = []
+    pos = 0
+    while pos < len(body):
+        size, _m, _c, _q, _o, _p, _t, blen = DISPATCH_HEAD.unpack_from(body, pos)
+        _topic, hash_code = read_tail(body[pos + HEAD_SIZE + blen : pos + size])
+        if tag_filter.may_match(hash_code):
+            raw = body[pos : pos + size]
+            if tag_filter.matches(decode_record(raw).tags):
+                kept.append(raw)
+        pos += size
+    return b"".join(kept), len(kept)

@@ -5,7 +5,7 @@ reader both build their requests and read the answers here.
 Requests (header fields, no body; ``?`` marks a field that may be left out)::
 
     PULL_MESSAGE 11            consumerGroup, topic, queueId, queueOffset, maxMsgNums,
-                               maxBytes?, suspendTimeoutMillis?
+                               maxBytes?, suspendTimeoutMillis?, subscription? (tags)
     QUERY_CONSUMER_OFFSET 14   consumerGroup, topic, queueId
     UPDATE_CONSUMER_OFFSET 15  consumerGroup, topic, queueId, commitOffset
     GET_MAX_OFFSET 30          topic, queueId, committed?
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, req_int, req_str
+from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
 from protocol.remoting import Frame, Header, Scalar
 
 __all__ = [
@@ -83,6 +83,9 @@ class PullRequest:
     max_count: int = 32
     max_bytes: int | None = None
     suspend_ms: int = 0
+    subscription: str = "*"
+    """A tag expression (``TagA || TagB``; ``*`` everything): the broker serves only the records
+    that match and moves ``nextBeginOffset`` past the others."""
 
     def header(self) -> Header:
         header: Header = {
@@ -95,6 +98,8 @@ class PullRequest:
         if self.max_bytes is not None:
             header["maxBytes"] = self.max_bytes
         header["suspendTimeoutMillis"] = self.suspend_ms
+        if self.subscription != "*":
+            header["subscription"] = self.subscription
         return header
 
     @classmethod
@@ -107,6 +112,7 @@ class PullRequest:
             max_count=opt_int(header, "maxMsgNums", 32),
             max_bytes=_opt_int(header, "maxBytes"),
             suspend_ms=opt_int(header, "suspendTimeoutMillis", 0),
+            subscription=opt_str(header, "subscription", "*") or "*",
         )
 
 

@@ -7,10 +7,14 @@ from collections.abc import Awaitable
 
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import opt_int, req_int, req_str
+from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
+from protocol.filter import FilterError, TagFilter, filter_records, parse_tag_expression
 from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.store import GetStatus
+
+FILTER_READS = 8
+"""Most reads of one pull while everything read fails its tag filter."""
 
 
 class PullProcessor:
@@ -30,6 +34,10 @@ class PullProcessor:
         max_count = max(1, min(opt_int(h, "maxMsgNums", 32), cfg.max_pull_batch))
         max_bytes = max(1, min(opt_int(h, "maxBytes", cfg.max_pull_bytes), cfg.max_pull_bytes))
         suspend_ms = max(0, min(opt_int(h, "suspendTimeoutMillis", 0), cfg.max_pull_suspend_ms))
+        try:
+            tag_filter = parse_tag_expression(opt_str(h, "subscription", "*"))
+        except FilterError as exc:
+            raise FieldError(f"subscription: {exc}") from None
         tc = self.ctx.topics.get(topic)
         if tc is None:
             return error_response(
@@ -41,10 +49,12 @@ class PullProcessor:
                 ResponseCode.QUEUE_NOT_EXIST,
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
-        resp = self._read(req, topic, queue_id, offset, max_count, max_bytes)
+        resp = self._read(req, topic, queue_id, offset, max_count, max_bytes, tag_filter)
         if resp is not None or suspend_ms == 0:
             return resp if resp is not None else self._not_found(req, topic, queue_id, offset)
-        return self._wait_and_read(req, topic, queue_id, offset, max_count, max_bytes, suspend_ms)
+        return self._wait_and_read(
+            req, topic, queue_id, offset, max_count, max_bytes, suspend_ms, tag_filter
+        )
 
     async def _wait_and_read(
         self,
@@ -55,6 +65,7 @@ class PullProcessor:
         max_count: int,
         max_bytes: int,
         suspend_ms: int,
+        tag_filter: TagFilter | None,
     ) -> Frame:
         ctx = self.ctx
         ctx.metrics.pull_waits.inc()
@@ -68,17 +79,41 @@ class PullProcessor:
                 await ctx.waiters.wait(topic, queue_id, remaining / 1000)
             finally:
                 ctx.metrics.pulls_waiting.dec()
-            resp = self._read(req, topic, queue_id, offset, max_count, max_bytes)
+            resp = self._read(req, topic, queue_id, offset, max_count, max_bytes, tag_filter)
             if resp is not None:
                 return resp
         return self._not_found(req, topic, queue_id, offset)
 
     def _read(
-        self, req: Frame, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int
+        self,
+        req: Frame,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_filter: TagFilter | None = None,
     ) -> Frame | None:
-        """A response when there is something to say now; None when the pull should wait."""
+        """A response when there is something to say now; None when the pull should wait.
+
+        With ``tag_filter`` only matching records are served; a read whose records all fail it
+        reads on (up to :data:`FILTER_READS` times), and answers SUCCESS with ``count`` 0 and
+        ``nextBeginOffset`` past them when none matched."""
         ctx = self.ctx
         res = ctx.store.get(topic, queue_id, offset, max_count, max_bytes, ctx.visible_offset())
+        if tag_filter is not None and res.status is GetStatus.FOUND:
+            body, count = filter_records(res.body, tag_filter)
+            reads = 1
+            while not count and reads < FILTER_READS:
+                more = ctx.store.get(
+                    topic, queue_id, res.next_offset, max_count, max_bytes, ctx.visible_offset()
+                )
+                if more.status is not GetStatus.FOUND:
+                    break
+                res = more
+                body, count = filter_records(res.body, tag_filter)
+                reads += 1
+            res.body, res.count = body, count
         header: Header = {
             "nextBeginOffset": res.next_offset,
             "minOffset": res.min_offset,

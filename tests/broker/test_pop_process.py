@@ -1,7 +1,8 @@
 """POP consumption against a real lone broker: many consumers share two queues and every
 message is acked exactly once; a message not acked comes back after its invisible time with
 attempt 2 (through %RETRY%<group>); change of invisible time; bad receipt handles are refused
-with a clear code and ack nothing; a tag filter hands out only the matching messages."""
+with a clear code and ack nothing; a tag filter hands out only the matching messages, to POP
+and queue-bound consumers alike."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from collections import Counter
 import pytest
 
 from client.admin import Admin
+from client.consumer import Consumer
 from client.errors import BrokerError
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import FilterError
 from protocol.pop import HandleKey, ReceiptHandle, encode_handle
+from protocol.pull import PullRequest
 from protocol.remoting import Scalar
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
@@ -184,8 +187,18 @@ async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -
     async with SimpleConsumer(broker.address, "G2", "T", filter="*") as everything:
         got = await _receive_until(everything, 200, 30, invisible_duration=30)
         assert {m.msg_id for m in got} == set(sent)
+    # A queue-bound consumer with the same expression gets the same messages.
+    queue_bound: list[str] = []
+    async with Consumer(broker.address, "G4", "T", filter="A || B", suspend_ms=500) as consumer:
+        deadline = time.monotonic() + 30
+        while len(queue_bound) < len(wanted) and time.monotonic() < deadline:
+            queue_bound += [m.msg_id for m in await consumer.receive(1.0, max_messages=256)]
+        queue_bound += [m.msg_id for m in await consumer.receive(1.0, max_messages=256)]
+    assert sorted(queue_bound) == sorted(wanted)
     with pytest.raises(FilterError):
         SimpleConsumer(broker.address, "G3", "T", filter="A ||")
+    with pytest.raises(FilterError):
+        Consumer(broker.address, "G3", "T", filter="|| B")
     conn = await RemotingClient.connect(broker.address, timeout=2.0)
     try:
         header: dict[str, Scalar] = {
@@ -200,5 +213,10 @@ async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -
         header["exp"], header["expressionType"] = "A", "SQL92"
         resp = await conn.request(RequestCode.POP_MESSAGE, header, None, 5.0)
         assert resp.code == ResponseCode.BAD_REQUEST and "SQL92" in str(resp.header["remark"])
+        pull = PullRequest(group="G3", topic="T", queue_id=0, offset=0, subscription="A||")
+        resp = await conn.request(pull.code, pull.header(), None, 5.0)
+        assert resp.code == ResponseCode.BAD_REQUEST and "subscription" in str(
+            resp.header["remark"]
+        )
     finally:
         conn.close()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.filter import FilterError, parse_tag_expression
-from protocol.message import tag_hash
+from protocol.filter import FilterError, filter_records, parse_tag_expression
+from protocol.message import Message, RecordEncoder, iter_records, tag_hash
 
 
 def test_expressions() -> None:
@@ -23,3 +23,23 @@ def test_expressions() -> None:
 def test_bad_expressions_are_refused(bad: str) -> None:
     with pytest.raises(FilterError):
         parse_tag_expression(bad)
+
+
+def test_filter_records_keeps_the_matching_ones_in_order() -> None:
+    enc = RecordEncoder("127.0.0.1:10911")
+    tags = ["A", "B", "C", "", "A"]
+    body = b"".join(
+        enc.encode(
+            Message(topic="T", body=f"m{i}".encode(), tags=t),
+            queue_id=0,
+            queue_offset=i,
+            physical_offset=i * 1000,
+            store_timestamp=0,
+        )
+        for i, t in enumerate(tags)
+    )
+    f = parse_tag_expression("A || C")
+    assert f is not None
+    kept, count = filter_records(body, f)
+    assert count == 3
+    assert [r.body for r in iter_records(kept)] == [b"m0", b"m2", b"m4"]
