@@ -21,6 +21,7 @@ from client.consumer import Consumer
 from client.message import ReceivedMessage, SendResult
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
+from protocol.filter import FilterError, parse_tag_expression
 from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, stdout_closed, table
 
 # Sends in flight at once for --count.
@@ -301,6 +302,14 @@ def recall_message(settings: Settings, addresses: str, topic: str, msg_id: str) 
     help="Where a group with no committed offset starts (not with --pop).",
 )
 @click.option(
+    "--filter",
+    "tag_filter",
+    default="*",
+    show_default=True,
+    metavar="EXPR",
+    help="Tag expression: only messages whose tag is listed, e.g. 'TagA || TagB'.",
+)
+@click.option(
     "--pop",
     is_flag=True,
     help="POP consumption (no queue ownership: any number of consumers share every queue); "
@@ -323,6 +332,7 @@ def consume_message(
     count: int | None,
     timeout: float | None,
     start_from: str,
+    tag_filter: str,
     pop: bool,
     invisible_time: float,
 ) -> None:
@@ -339,10 +349,18 @@ def consume_message(
     consumer of the group. --json lines then add "attempt" (1 the first time). A group new to
     POP starts at each queue's first message.
     """
+    try:
+        parse_tag_expression(tag_filter)
+    except FilterError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--filter'") from None
     if pop:
-        run(_consume_pop(settings, addresses, topic, group, count, timeout, invisible_time))
+        run(
+            _consume_pop(
+                settings, addresses, topic, group, count, timeout, invisible_time, tag_filter
+            )
+        )
         return
-    run(_consume(settings, addresses, topic, group, count, timeout, start_from))
+    run(_consume(settings, addresses, topic, group, count, timeout, start_from, tag_filter))
 
 
 async def _consume_pop(
@@ -353,6 +371,7 @@ async def _consume_pop(
     count: int | None,
     timeout: float | None,
     invisible: float,
+    tag_filter: str,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -361,7 +380,7 @@ async def _consume_pop(
             loop.add_signal_handler(sig, stop.set)
     started = loop.time()
     deadline = None if timeout is None else started + timeout
-    consumer = SimpleConsumer(addresses, group, topic)
+    consumer = SimpleConsumer(addresses, group, topic, filter=tag_filter)
     printed = 0
     closed = False
     try:
@@ -409,6 +428,7 @@ async def _consume(
     count: int | None,
     timeout: float | None,
     start_from: str,
+    tag_filter: str = "*",
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -417,7 +437,7 @@ async def _consume(
             loop.add_signal_handler(sig, stop.set)
     started = loop.time()
     deadline = None if timeout is None else started + timeout
-    consumer = Consumer(addresses, group, topic, start_from=start_from)
+    consumer = Consumer(addresses, group, topic, start_from=start_from, filter=tag_filter)
     printed = 0
     closed = False
     try:

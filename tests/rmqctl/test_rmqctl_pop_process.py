@@ -1,5 +1,6 @@
 """rmqctl consumeMessage --pop against a real lone broker: two runs share a group's messages,
-each printed message is acked (a third run finds nothing), --json lines carry the attempt."""
+each printed message is acked (nothing comes back), --json lines carry the attempt; --filter
+takes only the listed tags."""
 
 from __future__ import annotations
 
@@ -40,9 +41,13 @@ def test_consume_message_pop_prints_and_acks(broker: BrokerProc) -> None:
         async with Admin(a) as admin:
             await admin.create_topic("T", 2)
         async with Producer(a) as p:
-            return {(await p.send("T", f"m{i}".encode())).msg_id for i in range(30)}
+            return {
+                (await p.send("T", f"m{i}".encode(), tags="AB"[i % 2])).msg_id: "AB"[i % 2]
+                for i in range(30)
+            }
 
-    sent = asyncio.run(fill())
+    tags = asyncio.run(fill())
+    sent = set(tags)
     base = ("--json", "consumeMessage", "-a", a, "-t", "T", "-g", "G", "--pop")
     first = rmqctl(*base, "--count", "10", "--timeout", "30", "--invisible-time", "1")
     rest = rmqctl(*base, "--count", "20", "--timeout", "30", "--invisible-time", "1")
@@ -59,3 +64,13 @@ def test_consume_message_pop_prints_and_acks(broker: BrokerProc) -> None:
     assert asyncio.run(left()) == []
     bad = rmqctl("consumeMessage", "-a", a, "-t", "T", "-g", "G", "--pop", "--invisible-time", "0")
     assert bad.returncode == 2 and "invisible-time" in bad.stderr
+    # --filter: a queue-bound group that asks for tag B gets exactly the B messages.
+    only_b = rmqctl(
+        "--json", "consumeMessage", "-a", a, "-t", "T", "-g", "Q", "--filter", "B",
+        "--count", "15", "--timeout", "30",
+    )  # fmt: skip
+    assert only_b.returncode == 0, only_b.stderr
+    got_b = {json.loads(x)["msgId"] for x in only_b.stdout.splitlines()}
+    assert got_b == {mid for mid, tag in tags.items() if tag == "B"}
+    bad = rmqctl("consumeMessage", "-a", a, "-t", "T", "-g", "Q", "--filter", "A ||")
+    assert bad.returncode == 2 and "--filter" in bad.stderr
