@@ -4,7 +4,10 @@ they cannot be used)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import errno
+import os
 import time
 from pathlib import Path
 
@@ -105,3 +108,48 @@ async def test_unusable_timer_files_are_rebuilt_from_the_commitlog(
         assert len(due) == len({e.commitlog_offset for e in due}) == 20
     finally:
         await again.stop()
+
+
+async def test_a_delivery_append_that_fails_is_retried_and_delivered_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk when the delivery needs a new ConsumeQueue file (the OS's answer to the
+    allocation, as in tests/storage/test_store_disk_full.py): the entries wait, the progress
+    mark does not pass them, and once there is space each is delivered once."""
+    broker = Broker(config(tmp_path))
+    await broker.start()
+    try:
+        ctx = broker.ctx
+        timer = ctx.timer
+        timer.put_at(Message(topic="W", body=b"warm"), "W", 0, now_ms())  # timer queue exists
+        await wait_until_async(lambda: ctx.store.queue_max_offset("W", 0) == 1, "warm-up", 10)
+        wheel = timer.wheel
+        assert wheel is not None
+        mark = wheel.delivered
+
+        def no_space(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        with monkeypatch.context() as m:
+            m.setattr(os, "posix_fallocate", no_space)
+            for i in range(3):
+                timer.put_at(Message(topic="D", body=b"d%d" % i), "D", i % 2, now_ms())
+            await wait_until_async(
+                # Handed out by the wheel, held by the service after a failed append.
+                lambda: wheel.pending_count == 0 and timer.pending_count == 3,
+                "deliveries held back by the full disk",
+                10,
+            )
+            await asyncio.sleep(0.3)  # a few more failed rounds
+            assert ctx.store.queue_max_offset("D", 0) == ctx.store.queue_max_offset("D", 1) == 0
+            assert wheel.delivered == mark  # the mark stays before the failed entries
+        await wait_until_async(
+            lambda: ctx.store.queue_max_offset("D", 0) + ctx.store.queue_max_offset("D", 1) == 3,
+            "the deliveries once there is space",
+            10,
+        )
+        await asyncio.sleep(0.3)
+        assert ctx.store.queue_max_offset("D", 0) == 2 and ctx.store.queue_max_offset("D", 1) == 1
+        assert timer.pending_count == 0 and wheel.delivered > mark
+    finally:
+        await broker.stop()
