@@ -150,7 +150,10 @@ class BrokerConfig:
     consumer_offset_persist_interval_ms: int = field(
         5_000, "how often consumer offsets are written to disk", at_least(100)
     )
-    timer_enable: bool = field(True, "accept scheduled messages (a delivery time or delay)")
+    timer_enable: bool = field(
+        True,
+        "accept and deliver scheduled messages (a delivery time or delay); set it alike on every replica of a group (a slave with it off cannot deliver after a failover)",
+    )
     timer_max_delay_ms: int = field(
         40 * 86_400_000,
         "latest delivery time accepted, from the time of the send (default 40 days)",
