@@ -101,6 +101,7 @@ class ReplicationView(Protocol):
     def slave_state(self) -> SlaveState | None: ...
     def slave_acks(self) -> dict[int, int]: ...
     def in_sync_members(self) -> frozenset[int]: ...
+    def refused_counts(self) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,6 +282,15 @@ class _StateCollector(Collector):
             base,
             float(len(ha.in_sync_members())),
         )
+        refused = CounterMetricFamily(
+            "rmq_broker_ha_refused",
+            "HA peers this broker refused as master and disconnected, by reason (see "
+            "docs/metrics.md)",
+            labels=[*names, "reason"],
+        )
+        for reason, count in ha.refused_counts().items():
+            refused.add_metric([*base, reason], float(count))
+        yield refused
 
 
 class _ConsumerLagCollector(Collector):

@@ -71,9 +71,11 @@ class SlaveAcked:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CloseConnection:
-    """The slave broke the protocol: log ``reason`` and close the socket."""
+    """Close the socket and log ``reason``. ``refusal``: which rule the slave broke (one of
+    :data:`broker.ha.refusals.REASONS`, counted), or None when it is not the slave's fault."""
 
     reason: str
+    refusal: str | None = None
 
 
 MasterAction = SendBytes | SlaveRegistered | StreamingStarted | SlaveAcked | CloseConnection

@@ -30,7 +30,10 @@ epoch entry's start: bytes no epoch describes cannot be labelled, so they are no
 SUSPEND is not used on this side.
 
 Acks are checked: the first one must lie within the master's log, later ones never go back and
-never pass what was sent. A violation closes the connection (the slave handshakes again).
+never pass what was sent. A violation closes the connection (the slave handshakes again); the
+:class:`CloseConnection` names the rule broken (:mod:`broker.ha.refusals`): ``no_handshake`` for
+a stream that does not begin with a valid handshake (an ack first), ``ack_out_of_range``,
+``malformed``. The ack that breaks a rule is never reported as :class:`SlaveAcked`.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from broker.ha.batch import (
     next_batch,
     record_aligned_length,
 )
+from broker.ha.refusals import ACK_OUT_OF_RANGE, MALFORMED, NO_HANDSHAKE
 from protocol.ha import (
     Buffer,
     EpochEntry,
@@ -92,6 +96,14 @@ TRANSITIONS: Final[Mapping[tuple[HAConnectionState, str], HAConnectionState]] = 
 ReadRaw = Callable[[int, int], Buffer]
 """``(offset, max_bytes) -> bytes``: the store's ``read_raw``; may return fewer bytes (it stops at
 a CommitLog segment's end), never more."""
+
+
+class _Refused(ProtocolError):
+    """A rule the slave broke (``refusal``), or None: the master cannot serve it."""
+
+    def __init__(self, refusal: str | None, detail: str) -> None:
+        super().__init__(detail)
+        self.refusal = refusal
 
 
 class MasterLog(Protocol):
@@ -199,9 +211,13 @@ class MasterConnection:
             if error is not None:
                 raise error
         except ProtocolError as exc:
+            if isinstance(exc, _Refused):
+                refusal = exc.refusal
+            else:  # the decoder's: the stream is not what a slave sends
+                refusal = NO_HANDSHAKE if self._handshake is None else MALFORMED
             reason = f"slave {self._who()}: {exc}"
             self.close(reason)
-            actions.append(CloseConnection(reason=reason))
+            actions.append(CloseConnection(reason=reason, refusal=refusal))
         return actions
 
     def _who(self) -> str:
@@ -215,7 +231,7 @@ class MasterConnection:
         self._handshake = msg
         entries = log.epoch_entries
         if not entries:
-            raise ProtocolError("this master has no epoch entry and cannot serve slaves")
+            raise _Refused(None, "this master has no epoch entry and cannot serve slaves")
         try:
             reply = MasterHandshake(
                 master_max_offset=log.max_offset,
@@ -223,7 +239,7 @@ class MasterConnection:
                 epoch_entries=tuple(entries),
             )
         except ValueError as exc:
-            raise ProtocolError(f"cannot describe the master's log: {exc}") from None
+            raise _Refused(None, f"cannot describe the master's log: {exc}") from None
         actions.append(SlaveRegistered(handshake=msg))
         actions.append(SendBytes(data=encode_master_handshake(reply)))
 
@@ -244,13 +260,15 @@ class MasterConnection:
             else:
                 start = offset
             if start < log.min_offset:
-                raise ProtocolError(
+                raise _Refused(
+                    None,
                     f"needs offset {start}, below the master's min offset {log.min_offset}; "
-                    "the slave must be cleaned"
+                    "the slave must be cleaned",
                 )
             if start > log.max_offset:
-                raise ProtocolError(
-                    f"acked offset {start}, beyond the master's max offset {log.max_offset}"
+                raise _Refused(
+                    ACK_OUT_OF_RANGE,
+                    f"acked offset {start}, beyond the master's max offset {log.max_offset}",
                 )
             self._start = self._next = start
             self._acked = offset
@@ -259,9 +277,9 @@ class MasterConnection:
             return
         assert self._start is not None and self._acked is not None
         if offset < self._acked or offset < self._start:
-            raise ProtocolError(f"ack {offset} goes back (last ack {self._acked})")
+            raise _Refused(ACK_OUT_OF_RANGE, f"ack {offset} goes back (last ack {self._acked})")
         if offset > self._next:
-            raise ProtocolError(f"ack {offset} passes what was sent ({self._next})")
+            raise _Refused(ACK_OUT_OF_RANGE, f"ack {offset} passes what was sent ({self._next})")
         self._acked = offset
         actions.append(SlaveAcked(broker_id=broker_id, offset=offset))
 

@@ -49,6 +49,7 @@ from broker.ha.actions import (
 )
 from broker.ha.config import HAConfig
 from broker.ha.master_conn import MasterConnection
+from broker.ha.refusals import DUPLICATE_ID, Refusal, RefusalLog
 from protocol.ha import Buffer, EpochEntry
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
@@ -66,7 +67,7 @@ pump within a batch of the high-water mark)."""
 class SlaveEvents(Protocol):
     """What the server reports (on the loop thread, in order per connection)."""
 
-    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> str | None:
+    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> Refusal | None:
         """None to admit the connection, else why it is refused (it is closed)."""
         ...
 
@@ -123,6 +124,7 @@ class _SlaveLink(asyncio.Protocol):
         self.conn = MasterConnection(max_batch_bytes=self._cfg.max_batch_bytes)
         self.transport: asyncio.WriteTransport | None = None
         self.peer = "?"
+        self.peer_host = "?"
         self.broker_id: int | None = None
         self.paused = False
         self.streaming = False
@@ -141,6 +143,7 @@ class _SlaveLink(asyncio.Protocol):
         self.transport = cast(asyncio.WriteTransport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) else self.peer
         if not self._server.accept(self):
             self.transport.abort()
             return
@@ -170,8 +173,11 @@ class _SlaveLink(asyncio.Protocol):
                     self.pump()
                 case SlaveAcked(broker_id=broker_id, offset=offset):
                     self._server.events.slave_acked(broker_id, offset)
-                case CloseConnection(reason=reason):
-                    self.close(reason)
+                case CloseConnection(reason=reason, refusal=refusal):
+                    if refusal is None:
+                        self.close(reason)
+                    else:
+                        self._server.refuse(self, refusal, reason)
                     return
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -193,13 +199,15 @@ class _SlaveLink(asyncio.Protocol):
         self.transport.write(data)
         self.last_send_ms = self._server.now_ms()
 
-    def close(self, reason: str, *, error: bool = True) -> None:
-        """Abort the socket (buffered CommitLog views are dropped, not sent)."""
+    def close(self, reason: str, *, error: bool = True, quiet: bool = False) -> None:
+        """Abort the socket (buffered CommitLog views are dropped, not sent); ``quiet``: the
+        caller logged it (or chose not to)."""
         if self.closed:
             return
-        (log.warning if error else log.info)(
-            "closing HA connection", peer=self.peer, broker_id=self.broker_id, reason=reason
-        )
+        if not quiet:
+            (log.warning if error else log.info)(
+                "closing HA connection", peer=self.peer, broker_id=self.broker_id, reason=reason
+            )
         self.closed = True
         self.conn.close(reason)
         if self.transport is not None:
@@ -303,6 +311,7 @@ class MasterServer:
         self._serving = False
         self._master_id: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.refusals = RefusalLog()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -369,14 +378,19 @@ class MasterServer:
         if old is not None and old.closed:
             self._forget(old, None)  # closed, its connection_lost not run yet: report it now
         elif old is not None:
-            link.close(
+            self.refuse(
+                link,
+                DUPLICATE_ID,
                 f"broker id {broker_id} already has a live HA connection from {old.peer}; "
-                "refused until that one is lost"
+                "refused until that one is lost",
             )
             return False
         refused = self.events.slave_connected(broker_id, address, async_learner)
+        if refused is not None and refused.reason is not None:
+            self.refuse(link, refused.reason, refused.detail)
+            return False
         if refused is not None:
-            link.close(f"refused: {refused}")
+            link.close(f"refused: {refused.detail}")
             return False
         self._by_id[broker_id] = link
         log.info(
@@ -387,6 +401,22 @@ class MasterServer:
             async_learner=async_learner,
         )
         return True
+
+    def refuse(self, link: _SlaveLink, refusal: str, detail: str) -> None:
+        """Close ``link``, which broke rule ``refusal`` (:mod:`broker.ha.refusals`): counted,
+        and logged at most once per reason and peer host a minute (an attacker reconnecting in
+        a loop does not flood the log; the next line says how many went unlogged)."""
+        unlogged = self.refusals.record(refusal, link.peer_host, self.now_ms())
+        if unlogged is not None:
+            log.warning(
+                "refused an HA peer",
+                peer=link.peer,
+                broker_id=link.broker_id,
+                reason=refusal,
+                detail=detail,
+                not_logged_since=unlogged,
+            )
+        link.close(detail, quiet=True)
 
     def lost(self, link: _SlaveLink, exc: Exception | None) -> None:
         self._links.discard(link)

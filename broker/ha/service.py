@@ -72,6 +72,7 @@ import structlog
 
 from broker.ha.config import HAConfig
 from broker.ha.master_server import MasterServer
+from broker.ha.refusals import Refusal
 from broker.ha.role_change import plan_master_epochs
 from broker.ha.slave_client import AppendReplicated, SlaveClient, SlaveState
 from broker.ha.sync_state import SyncState
@@ -389,6 +390,10 @@ class HAService:
         """Each connected slave's acknowledged offset (empty unless master)."""
         return {} if self._sync is None else self._sync.acked_offsets()
 
+    def refused_counts(self) -> dict[str, int]:
+        """HA peers the master refused since start, per reason (:mod:`broker.ha.refusals`)."""
+        return dict(self._server.refusals.counts)
+
     def in_sync_members(self) -> frozenset[int]:
         """The SyncStateSet the controller accepted (empty unless master)."""
         return frozenset() if self._sync is None else self._sync.members
@@ -415,10 +420,10 @@ class HAService:
 
     # ------------------------------------------------------------ master: slave events
 
-    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> str | None:
+    def slave_connected(self, broker_id: int, address: str, async_learner: bool) -> Refusal | None:
         """None when the connection is admitted, else why it is refused."""
         if self._sync is None:
-            return "not master"
+            return Refusal(None, "not master")
         refused = self._sync.slave_connected(
             broker_id, address=address, now_ms=self._now_ms(), async_learner=async_learner
         )

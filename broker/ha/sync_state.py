@@ -59,6 +59,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from broker.ha.refusals import DUPLICATE_ID, NOT_A_REPLICA, Refusal
+
 __all__ = ["DEFAULT_MAX_TIME_NOT_CATCHUP_MS", "SlaveProgress", "SyncState"]
 
 DEFAULT_MAX_TIME_NOT_CATCHUP_MS: Final = 15_000
@@ -243,24 +245,26 @@ class SyncState:
 
     def slave_connected(
         self, broker_id: int, *, address: str = "", now_ms: int, async_learner: bool = False
-    ) -> str | None:
+    ) -> Refusal | None:
         """A slave handshook: None when the connection is admitted, else why it is refused (its
         id is the master's, it is not a registered replica at ``address``, or it already has a
         live connection)."""
         if broker_id == self._master:
-            return f"a slave claims broker id {broker_id}, the master's own"
+            return Refusal(NOT_A_REPLICA, f"a slave claims broker id {broker_id}, the master's own")
         if not self.registered(broker_id, address):
             known = None if self._replicas is None else self._replicas.get(broker_id)
             where = "is not registered" if known is None else f"is registered at {known}"
-            return (
+            return Refusal(
+                NOT_A_REPLICA,
                 f"broker id {broker_id} (claiming {address or 'no address'}) {where} with the "
-                "controllers for this group"
+                "controllers for this group",
             )
         p = self._progress(broker_id, now_ms)
         if p.connected:
-            return (
+            return Refusal(
+                DUPLICATE_ID,
                 f"broker id {broker_id} already has a live HA connection; a new one is refused "
-                "until that one is lost"
+                "until that one is lost",
             )
         p.connected = True
         if broker_id not in self.counted_members:

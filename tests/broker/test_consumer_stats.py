@@ -40,6 +40,9 @@ class ConfirmedUpTo:
     def in_sync_members(self) -> frozenset[int]:
         return frozenset({1})
 
+    def refused_counts(self) -> dict[str, int]:
+        return {}
+
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:

@@ -82,6 +82,32 @@ class FakeSlave:
         self.acks += 1
 
 
+async def probe_ha_port(
+    host: str, port: int, first: bytes, then: Callable[[MasterHandshake], bytes] | None = None
+) -> tuple[list[MasterHandshake | MasterTransfer], bool]:
+    """Write ``first`` to a master's HA port; once its handshake reply comes, write
+    ``then(reply)``. Reads until the master closes the connection or 10 s pass: what it sent,
+    and whether it closed."""
+    reader, writer = await asyncio.open_connection(host, port)
+    got: list[MasterHandshake | MasterTransfer] = []
+    decoder = MasterStreamDecoder()
+    try:
+        writer.write(first)
+        async with asyncio.timeout(10):
+            while data := await reader.read(1 << 16):
+                for msg in decoder.feed(data):
+                    got.append(msg)
+                    if isinstance(msg, MasterHandshake) and then is not None:
+                        writer.write(then(msg))
+        return got, True
+    except ConnectionResetError:
+        return got, True
+    except TimeoutError:
+        return got, False
+    finally:
+        writer.close()
+
+
 class ControllerProxies:
     """One TCP proxy per controller, forwarding remoting frames both ways. Redirects name the
     proxies (``leaderAddress`` rewritten), so a broker given the proxies' addresses reaches the

@@ -6,6 +6,9 @@ real processes: three controllers and one group of two brokers with all-ack send
   dies.
 - An expansion of the SyncStateSet whose answer is lost (the controller committed it and died
   before answering) must not let the master acknowledge what only it has.
+- Peers breaking the HA rules (issue 14 item 6: an ack before any handshake, a handshake from an
+  id the controllers do not list, an ack beyond the master's max offset) are refused, closed,
+  counted in ``rmq_broker_ha_refused_total`` and logged once, and move nothing.
 
 Every process is ended by its PID when the test ends, also when it fails (SIGCONT first for
 frozen ones); the fake slave and the proxies run in the test's event loop.
@@ -14,8 +17,10 @@ frozen ones); the fake slave and the proxies run in the test's event loop.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,9 +29,16 @@ import pytest
 
 from client.bootstrap import Bootstrap
 from protocol.codes import ResponseCode
+from protocol.ha import (
+    MasterHandshake,
+    SlaveAck,
+    SlaveHandshake,
+    encode_slave_ack,
+    encode_slave_handshake,
+)
 from remoting.client import RemotingClient
 from tests.cluster import netns
-from tests.cluster.hostile import ControllerProxies, FakeSlave
+from tests.cluster.hostile import ControllerProxies, FakeSlave, probe_ha_port
 from tests.cluster.support import (
     Key,
     consume_all,
@@ -38,7 +50,7 @@ from tests.cluster.support import (
     sync_state,
 )
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import port_open
+from tests.support.procs import free_port, port_open
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -342,3 +354,101 @@ async def test_an_expansion_whose_answer_is_lost_loses_nothing_across_a_network_
         if boot is not None:
             boot.close()
         cluster.stop()
+
+
+def scrape(node: BrokerNode) -> dict[str, float]:
+    """``name{labels}`` -> value of the node's rmq_broker_* series (labels but ``reason``
+    dropped), from /metrics on the port the test gave it."""
+    port = node.argv[len(node.argv) - node.argv[::-1].index("--metrics-port")]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"(rmq_broker_[a-z_]+)(\{.*\})? (\S+)$", line)
+        if m:
+            reason = re.search(r'reason="[a-z_]+"', m.group(2) or "")
+            out[m.group(1) + (f"{{{reason.group(0)}}}" if reason else "")] = float(m.group(3))
+    return out
+
+
+async def test_hostile_ha_peers_are_refused_closed_counted_and_logged_once(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    """Issue 14 item 6 against a real master: 20 acks before any handshake, 20 handshakes from
+    an id the controllers do not list, one with the live slave's id; then (the real slave dead,
+    its id free) one with its id at another address, and one with its id and address followed
+    by an ack beyond the master's max offset. Every one is closed, without a byte of the log for the first two
+    kinds; nothing moves the confirm offset or the SyncStateSet; each kind is counted and
+    logged once; the group keeps taking writes."""
+    ports = [["--metrics-port", str(free_port())] for _ in range(2)]
+    cluster.add_group("broker-a", 2, config=ACK_TIMEOUT, per_broker=ports)
+    doc = await full_sync_state_set(boot, cluster, size=2)
+    master = node_at(cluster, doc["masterAddress"])
+    slave = next(b for b in cluster.brokers if b is not master)
+    master_id, slave_id = replica_id(doc, master), replica_id(doc, slave)
+    await create_topic(boot, master.address, TOPIC)
+    conn = await RemotingClient.connect(master.address)
+    try:
+        assert len(await send_batch(conn, "before", 5)) == 5
+        ha = ("127.0.0.1", master.ha_port)
+
+        def hello(broker_id: int, address: str) -> bytes:
+            return encode_slave_handshake(SlaveHandshake(broker_id=broker_id, address=address))
+
+        for _ in range(20):
+            got, closed = await probe_ha_port(*ha, encode_slave_ack(SlaveAck(max_offset=1 << 40)))
+            assert closed and not got, "an ack before any handshake was not refused"
+        for broker_id, address in [(999, "127.0.0.1:1")] * 20 + [(slave_id, slave.address)]:
+            got, closed = await probe_ha_port(*ha, hello(broker_id, address))
+            assert closed and not got, f"handshake as {broker_id}@{address} was not refused"
+
+        slave.kill9()  # its id is free now: the set shrinks to the master alone
+
+        async def shrunk() -> bool:
+            state = await sync_state(boot)
+            return state is not None and state["syncStateSet"] == [master_id]
+
+        await wait_until_async(shrunk, "the set to shrink to the master", 20, interval=0.1)
+        await wait_until_async(
+            lambda: scrape(master)["rmq_broker_ha_sync_state_set_size"] == 1,
+            "the master to learn the shrink",
+            10,
+            interval=0.1,
+        )
+        figures = scrape(master)
+        end = figures["rmq_broker_commitlog_max_offset_bytes"]
+        assert figures["rmq_broker_ha_confirm_offset_bytes"] == end
+
+        got, closed = await probe_ha_port(*ha, hello(slave_id, "127.0.0.1:1"))
+        assert closed and not got, "a registered id at another address was not refused"
+
+        def beyond(reply: MasterHandshake) -> bytes:
+            return encode_slave_ack(SlaveAck(max_offset=reply.master_max_offset + (1 << 20)))
+
+        got, closed = await probe_ha_port(*ha, hello(slave_id, slave.address), beyond)
+        assert closed, "an ack beyond the master's max offset did not close the connection"
+        assert [type(m) for m in got] == [MasterHandshake], got  # registered: it was answered
+
+        figures = scrape(master)
+        assert figures["rmq_broker_ha_confirm_offset_bytes"] == end
+        assert figures["rmq_broker_ha_sync_state_set_size"] == 1
+        state = await sync_state(boot)
+        assert state is not None and state["syncStateSet"] == [master_id]
+        assert {
+            reason: figures.get(f'rmq_broker_ha_refused_total{{reason="{reason}"}}')
+            for reason in ("no_handshake", "not_a_replica", "ack_out_of_range", "duplicate_id")
+        } == {"no_handshake": 20, "not_a_replica": 21, "ack_out_of_range": 1, "duplicate_id": 1}
+        lines = [line for line in master.log().splitlines() if "HA" in line]
+        refused = [line for line in lines if "refused an HA peer" in line]
+        closing = [line for line in lines if "closing HA connection" in line]
+        assert len(refused) == 4 and not closing, "\n".join(refused + closing)
+
+        # The real path is untouched: the master alone acknowledges and confirms new writes.
+        assert len(await send_batch(conn, "after", 5)) == 5
+        await wait_until_async(
+            lambda: scrape(master)["rmq_broker_ha_confirm_offset_bytes"] > end,
+            "the confirm offset to follow new writes",
+            10,
+            interval=0.1,
+        )
+    finally:
+        conn.close()

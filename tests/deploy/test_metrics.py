@@ -36,6 +36,9 @@ class StandInHA:
     def in_sync_members(self) -> frozenset[int]:
         return frozenset({1, 3})
 
+    def refused_counts(self) -> dict[str, int]:
+        return {"not_a_replica": 3, "no_handshake": 0}
+
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
@@ -113,6 +116,10 @@ async def test_master_fenced_flag_and_replication_figures(broker: Broker) -> Non
     assert got["rmq_broker_ha_confirm_offset_bytes"] == {labels(**IDENTITY): 4096.0}
     assert got["rmq_broker_ha_sync_state_set_size"] == {labels(**IDENTITY): 2.0}
     assert got["rmq_broker_ha_replication_refused"] == {labels(**IDENTITY): 0.0}
+    assert got["rmq_broker_ha_refused_total"] == {
+        labels(**IDENTITY, reason="not_a_replica"): 3.0,
+        labels(**IDENTITY, reason="no_handshake"): 0.0,
+    }
     assert got["rmq_broker_commitlog_max_offset_bytes"] == {labels(**IDENTITY): float(end)}
 
 

@@ -153,20 +153,23 @@ def test_an_empty_slave_starts_where_the_master_says(
 
 
 @pytest.mark.parametrize(
-    ("acks", "message"),
+    ("acks", "message", "refusal"),
     [
-        ([10], "below the master's min offset 16"),
-        ([301], "beyond the master's max offset 300"),
-        ([100, 90], "goes back"),
-        ([100, 101], "passes what was sent"),
+        ([10], "below the master's min offset 16", None),  # a lagging slave, not hostile
+        ([301], "beyond the master's max offset 300", "ack_out_of_range"),
+        ([100, 90], "goes back", "ack_out_of_range"),
+        ([100, 101], "passes what was sent", "ack_out_of_range"),
     ],
 )
-def test_master_closes_on_bad_acks(acks: list[int], message: str) -> None:
+def test_master_closes_on_bad_acks(acks: list[int], message: str, refusal: str | None) -> None:
     m = MasterConnection()
     state = log_state(min_offset=16)
     m.receive_data(hs(), state)
     actions = m.receive_data(b"".join(ack(a) for a in acks), state)
     assert isinstance(actions[-1], CloseConnection)
+    assert actions[-1].refusal == refusal
+    # The offending ack is never reported: only the valid ones before it.
+    assert [a.offset for a in actions if isinstance(a, SlaveAcked)] == acks[:-1]
     assert message in actions[-1].reason
     assert "2@10.0.0.2:10912" in actions[-1].reason
     assert m.state is S.SHUTDOWN
@@ -178,9 +181,11 @@ def test_master_closes_on_garbage_and_on_ack_before_handshake() -> None:
     m = MasterConnection()
     (close,) = m.receive_data(ack(5), log_state())
     assert isinstance(close, CloseConnection) and "unexpected state 2" in close.reason
+    assert close.refusal == "no_handshake"
     m = MasterConnection()
     (close,) = m.receive_data(b"\x00\x00\x00\x09" + bytes(80), log_state())
     assert isinstance(close, CloseConnection) and "bad state 9" in close.reason
+    assert close.refusal == "no_handshake"
     assert m.close_reason == close.reason
 
 

@@ -26,9 +26,11 @@ def tracker(members: set[int] = {1}, confirm: int = 0) -> SyncState:  # noqa: B0
 
 
 def connect(t: SyncState, broker_id: int, now: int = 0, address: str | None = None) -> str | None:
-    return t.slave_connected(
+    """None when admitted, else the refusal's reason label and detail."""
+    refused = t.slave_connected(
         broker_id, address=REPLICAS.get(broker_id, "x") if address is None else address, now_ms=now
     )
+    return None if refused is None else f"{refused.reason}: {refused.detail}"
 
 
 # ---------------------------------------------------------------- who may count (item 3)
@@ -38,9 +40,12 @@ def test_only_a_registered_replica_at_its_known_address_is_admitted() -> None:
     t = tracker()
     refused = connect(t, 999, address="10.0.0.9:10911")
     assert refused is not None and "999" in refused and "not registered" in refused
+    assert refused.startswith("not_a_replica: ")
     refused = connect(t, 2, address="10.0.0.9:10911")
     assert refused is not None and "registered at 10.0.0.2:10911" in refused
-    assert connect(t, MASTER) is not None  # the master's own id
+    assert refused.startswith("not_a_replica: ")
+    own = connect(t, MASTER)  # the master's own id
+    assert own is not None and own.startswith("not_a_replica: ")
     assert connect(t, 2) is None
 
 
@@ -50,6 +55,7 @@ def test_a_second_connection_for_a_live_id_is_refused() -> None:
     t.slave_acked(2, 100, master_max_offset=100, now_ms=1)
     refused = connect(t, 2, now=2)
     assert refused is not None and "already has a live HA connection" in refused
+    assert refused.startswith("duplicate_id: ")
     # The first connection is untouched: its ack still counts.
     assert t.update_confirm_offset(100) and t.confirm_offset == 100
 

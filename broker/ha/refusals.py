@@ -1,0 +1,83 @@
+"""Why a master refuses an HA peer, and how often it says so (pure: the time is an input).
+
+A master closes the connection of a peer that breaks one of these rules, counts it per reason
+(``rmq_broker_ha_refused_total{reason}``) and logs it, at most once per reason and peer host in
+every window: a peer that reconnects in a loop cannot flood the log.
+
+- ``no_handshake``: the stream did not begin with a valid slave handshake (an ack first, or
+  anything else).
+- ``not_a_replica``: the handshake's broker id is not a replica the controllers list for this
+  group at the address it claims (or it is the master's own id).
+- ``duplicate_id``: that broker id already has a live HA connection.
+- ``ack_out_of_range``: an ack beyond the master's max offset or past what this connection was
+  sent, or an ack that goes back.
+- ``malformed``: any other broken message after the handshake.
+
+Refusals never touch the SyncStateSet or the confirm offset: the connection is closed before its
+handshake or ack is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "ACK_OUT_OF_RANGE",
+    "DUPLICATE_ID",
+    "MALFORMED",
+    "NOT_A_REPLICA",
+    "NO_HANDSHAKE",
+    "REASONS",
+    "Refusal",
+    "RefusalLog",
+]
+
+NO_HANDSHAKE: Final = "no_handshake"
+NOT_A_REPLICA: Final = "not_a_replica"
+DUPLICATE_ID: Final = "duplicate_id"
+ACK_OUT_OF_RANGE: Final = "ack_out_of_range"
+MALFORMED: Final = "malformed"
+REASONS: Final = (NO_HANDSHAKE, NOT_A_REPLICA, DUPLICATE_ID, ACK_OUT_OF_RANGE, MALFORMED)
+
+DEFAULT_LOG_WINDOW_MS: Final = 60_000
+_MAX_KEYS: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A peer refused: ``reason`` is one of :data:`REASONS` (None when it is not the peer's
+    fault, e.g. this broker is no longer master: closed, not counted); ``detail`` says why."""
+
+    reason: str | None
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class RefusalLog:
+    """Counts refusals per reason and decides which to log."""
+
+    __slots__ = ("_last", "_window_ms", "counts")
+
+    def __init__(self, window_ms: int = DEFAULT_LOG_WINDOW_MS) -> None:
+        self._window_ms = window_ms
+        self.counts: dict[str, int] = dict.fromkeys(REASONS, 0)
+        """Refusals per reason since start (every reason present, at 0 first)."""
+        self._last: dict[tuple[str, str], tuple[int, int]] = {}
+        """(reason, peer host) -> (when it was last logged, refusals not logged since)."""
+
+    def record(self, reason: str, host: str, now_ms: int) -> int | None:
+        """Count one refusal; None when it is not to be logged, else how many refusals of this
+        reason from ``host`` went unlogged before it."""
+        self.counts[reason] += 1
+        key = (reason, host)
+        last = self._last.get(key)
+        if last is not None and now_ms - last[0] < self._window_ms:
+            self._last[key] = (last[0], last[1] + 1)
+            return None
+        if last is None and len(self._last) >= _MAX_KEYS:
+            self._last.clear()  # many hosts: forget them all rather than grow without bound
+        self._last[key] = (now_ms, 0)
+        return 0 if last is None else last[1]
