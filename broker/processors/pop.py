@@ -34,7 +34,12 @@ from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
 from protocol.filter import FilterError, TagFilter, parse_tag_expression
 from protocol.pop import MAX_POP_BATCH, HandleError, ReceiptHandle
 from protocol.remoting import Frame, Header, response
-from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, group_error
+from protocol.retry import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    group_error,
+    retry_topic,
+)
 from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import StoreError
 from storage.store import PutResult
@@ -142,7 +147,9 @@ class PopProcessor:
             remaining = deadline - ctx.now_ms()
             if remaining <= 0:
                 return response(req, ResponseCode.PULL_NOT_FOUND, {"remark": "no message"})
-            await ctx.waiters.wait_any(candidates, remaining / 1000)
+            # The group's retry queue wakes it too, also before its first copy exists.
+            keys = [*candidates, (retry_topic(group), 0)]
+            await ctx.waiters.wait_any(list(dict.fromkeys(keys)), remaining / 1000)
 
     @staticmethod
     def _found(req: Frame, got: list[PopMessage]) -> Frame:

@@ -1,10 +1,12 @@
 """POP metrics on an in-process broker over a real socket: messages handed out, acks, the
-in-flight gauge per group and redeliveries after the invisible time."""
+in-flight gauge per group and redeliveries after the invisible time; past the group's
+retryMaxTimes an unacked delivery goes to its DLQ."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -12,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from client.admin import Admin
 from client.simple_consumer import SimpleConsumer
 from protocol.message import Message
 from tests.support.procs import free_port
@@ -74,3 +77,25 @@ async def test_pop_metrics_follow_pops_acks_and_redeliveries(broker: Broker) -> 
 
         await wait_until_async(inflight_none, "none in flight", 10, interval=0.1)
         assert figure(broker, "rmq_broker_pop_acks_total", group="G") == 3
+
+
+async def test_past_retry_max_times_a_pop_delivery_goes_to_the_dlq(broker: Broker) -> None:
+    address = f"127.0.0.1:{broker.port}"
+    broker.ctx.create_topic("One", 1)
+    broker.ctx.appender.put("One", 0, [Message(topic="One", body=b"poison")], 6)
+    async with Admin(address) as admin:
+        await admin.update_sub_group({"groupName": "D", "retryMaxTimes": 1})
+        async with SimpleConsumer(address, "D", "One") as consumer:
+            first = await consumer.receive(1, invisible_duration=1, wait=2)
+            assert [m.attempt for m in first] == [1]
+            second = await consumer.receive(1, invisible_duration=1, wait=10)
+            assert [(m.attempt, m.origin_msg_id) for m in second] == [(2, first[0].msg_id)]
+
+            async def parked() -> list[dict[str, Any]]:
+                return (await admin.query_dlq("D")).get("broker-a", [])
+
+            (dead,) = await wait_until_async(parked, "the message in %DLQ%D", 20, interval=0.1)
+            assert dead["originMsgId"] == first[0].msg_id and dead["reconsumeTimes"] == 1
+            assert figure(broker, "rmq_broker_dlq_messages_total", group="D", topic="One") == 1
+            # Parked, it is not delivered again.
+            assert await consumer.receive(1, invisible_duration=1, wait=1.5) == []
