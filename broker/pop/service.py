@@ -246,7 +246,8 @@ class PopService:
         With ``tag_filter`` only messages whose tags match are handed out; the others are
         passed over (the checkpoint's range covers them, its bitmap does not), so the group
         never receives them. A queue is read up to :data:`_FILTER_READS` times per POP while
-        everything read was filtered out."""
+        everything read was filtered out (or unreadable: a record that fails its CRC is passed
+        over and logged)."""
         ctx = self.ctx
         state = self.ready()
         key, last = self.handle_key()
@@ -256,7 +257,7 @@ class PopService:
         max_bytes = ctx.cfg.max_pull_bytes
         broker_name = ctx.cfg.broker_name
         for topic, queue_id in queues:
-            for _ in range(_FILTER_READS if tag_filter is not None else 1):
+            for _ in range(_FILTER_READS):
                 want = max_count - len(out)
                 if want <= 0:
                     break
@@ -266,6 +267,22 @@ class PopService:
                 if res.status is GetStatus.OFFSET_TOO_SMALL:
                     start = res.next_offset
                     res = ctx.store.get(topic, queue_id, start, n, max_bytes, visible)
+                if res.status is GetStatus.CORRUPT:
+                    # The store logged and counted it; POP passes over it rather than stop the
+                    # queue for every member of the group (a pull stops with MESSAGE_CORRUPT).
+                    ck = Checkpoint(group, topic, queue_id, start, 1, (), now, invisible_ms)
+                    last = self._append(ck)
+                    state.checkpoint(last.physical_offsets[0], ck)
+                    ctx.offsets.commit(group, topic, queue_id, start + 1, now)
+                    log.error(
+                        "pop passed over an unreadable message",
+                        group=group,
+                        queue=f"{topic}:{queue_id}",
+                        queue_offset=start,
+                        commitlog_offset=res.corrupt_offset,
+                        reason=res.reason,
+                    )
+                    continue
                 if res.status is not GetStatus.FOUND:
                     break
                 picked: list[tuple[int, bytes, int]] = []  # queue offset, bytes, attempt
