@@ -28,6 +28,7 @@ from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
 from broker.processors.send_back import SendBackProcessor
 from broker.processors.subscription_groups import SubscriptionGroupProcessor
+from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
 from remoting.ports import check_port_free
@@ -104,6 +105,7 @@ class Broker:
             SendBackProcessor(self.ctx),
             DeadLetterProcessor(self.ctx),
             PopProcessor(self.ctx, self.ctx.pop),
+            TransactionProcessor(self.ctx, self.ctx.transactions),
         ):
             processor.register(self.server)
         self.ha: HAService | None = None
@@ -214,6 +216,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         timer.start()
         self.ctx.pop.start()
+        self.ctx.transactions.start()
         self._serving = True
         log.info(
             "broker serving",
@@ -234,6 +237,7 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.ctx.timer.stop()
         await self.ctx.pop.stop()
+        await self.ctx.transactions.stop()
         if self.replicas is not None:
             await self.replicas.stop()
         await self.server.stop()

@@ -170,6 +170,20 @@ class BrokerConfig:
     timer_flush_interval_ms: int = field(
         500, "how often the timer log is flushed and its delivery progress saved", at_least(10)
     )
+    transaction_check_first_ms: int = field(
+        6_000,
+        "an unresolved transactional (half) message is first checked back this long after it "
+        "was stored",
+        at_least(1),
+    )
+    transaction_check_interval_ms: int = field(
+        60_000, "time between two check-backs of an unresolved transaction", at_least(10)
+    )
+    transaction_check_max: int = field(
+        15,
+        "check-backs of an unresolved transaction before it is discarded (logged and counted)",
+        at_least(0),
+    )
 
     def __post_init__(self) -> None:
         # Cross-key rules, reported the same way as a bad single key.

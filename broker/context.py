@@ -21,6 +21,7 @@ from broker.metrics import BrokerMetrics
 from broker.pop.service import PopService
 from broker.role import RoleCell, RoleState
 from broker.timer.service import TimerService
+from broker.transaction.service import TransactionService
 from protocol.codes import ResponseCode
 from storage.config_files import (
     ConsumerOffsetStore,
@@ -69,6 +70,8 @@ class BrokerContext:
         """Scheduled delivery (broker.timer): ``put_at`` appends a message due later."""
         self.pop = PopService(self)
         """POP consumption (broker.pop): the in-flight set and its revive log."""
+        self.transactions = TransactionService(self)
+        """Transactional messages (broker.transaction): open halves, commits, check-backs."""
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
 

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from broker.ha.slave_client import SlaveState
 from broker.role import RoleState
 from protocol.codes import ResponseCode, code_name
+from protocol.transaction import OpKind
 from remoting.server import DROP_BAD_FRAME, DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer
 from storage.retention import disk_usage
 
@@ -481,6 +482,32 @@ class BrokerMetrics:
             registry=r,
         )
         self._pop_groups: set[str] = set()
+        self.transactions_opened = Counter(
+            "rmq_broker_transactions_opened_total",
+            "Transactional (half) messages stored by this broker as master",
+            base,
+            registry=r,
+        ).labels(**labels)
+        self.transactions_resolved = Counter(
+            "rmq_broker_transactions_resolved_total",
+            "Transactions resolved by this broker as master, by outcome: commit, rollback, "
+            "or discard (unresolved after transaction_check_max check-backs)",
+            [*base, "outcome"],
+            registry=r,
+        )
+        self.transaction_checks = Counter(
+            "rmq_broker_transaction_checks_total",
+            "Check-backs of unresolved transactions; sent: a producer of the group was "
+            "connected (true) or none was (false)",
+            [*base, "sent"],
+            registry=r,
+        )
+        self.transactions_open = Gauge(
+            "rmq_broker_transactions_open",
+            "Transactions neither committed, rolled back nor discarded; master only",
+            base,
+            registry=r,
+        ).labels(**labels)
         self._gauges: dict[str, Gauge] = {}
 
     def bind(self, readings: BrokerReadings) -> None:
@@ -549,6 +576,18 @@ class BrokerMetrics:
         for group, count in per_group.items():
             self.pop_inflight.labels(**self._labels, group=group).set(count)
         self._pop_groups |= per_group.keys()
+
+    def transaction_opened(self) -> None:
+        self.transactions_opened.inc()
+
+    def transaction_resolved(self, outcome: OpKind) -> None:
+        self.transactions_resolved.labels(**self._labels, outcome=outcome.name.lower()).inc()
+
+    def transaction_checked(self, sent: bool) -> None:
+        self.transaction_checks.labels(**self._labels, sent=str(sent).lower()).inc()
+
+    def transactions_open_now(self, count: int) -> None:
+        self.transactions_open.set(count)
 
     def send_error(self, code: int) -> None:
         self.send_errors.labels(**self._labels, code=code_name(code)).inc()

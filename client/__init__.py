@@ -26,6 +26,12 @@ from client.message import Message, ReceivedMessage, SendResult
 from client.producer import Producer
 from client.routes import BrokerRoute, ClusterBroker, MessageQueue, RouteCache, TopicRoute
 from client.simple_consumer import PopMessage, SimpleConsumer
+from client.transaction import (
+    Transaction,
+    TransactionCheck,
+    TransactionProducer,
+    TransactionStatus,
+)
 
 __all__ = [
     "Bootstrap",
@@ -47,6 +53,10 @@ __all__ = [
     "SimpleConsumer",
     "TopicNotFoundError",
     "TopicRoute",
+    "Transaction",
+    "TransactionCheck",
+    "TransactionProducer",
+    "TransactionStatus",
     "UnreachableError",
     "allocate_averagely",
     "parse_addresses",

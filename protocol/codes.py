@@ -24,7 +24,9 @@ class RequestCode(IntEnum):
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     GET_ALL_CONSUMER_OFFSET = 43
     REGISTER_BROKER = 103
@@ -132,6 +134,12 @@ class ResponseCode(IntEnum):
     # POP: the delivery a handle names is no longer in flight under it (its invisible time
     # passed, a change of invisible time replaced the handle, or it was delivered again).
     RECEIPT_HANDLE_EXPIRED = 5021
+    # END_TRANSACTION names no transaction of this broker group (unknown id or offset, another
+    # producer group's, or its half is gone). Nothing was stored.
+    TRANSACTION_NOT_FOUND = 5030
+    # END_TRANSACTION asks for the opposite of what resolved the transaction already (a
+    # rollback of a committed one, a commit of a rolled back or discarded one). Nothing stored.
+    TRANSACTION_ALREADY_RESOLVED = 5031
 
 
 def code_name(code: int) -> str:

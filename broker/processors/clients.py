@@ -1,5 +1,6 @@
 """Consumer group membership for client-side rebalance: HEART_BEAT, UNREGISTER_CLIENT and
-GET_CONSUMER_LIST_BY_GROUP.
+GET_CONSUMER_LIST_BY_GROUP. A heartbeat with ``producerGroup`` (and no ``consumerGroup``)
+registers a transactional producer's connection for check-backs (docs/transactions.md).
 
 A heartbeat to a master also creates the group's retry topic (``%RETRY%<group>``, one queue)
 when the group consumes retries, as RocketMQ does, so its members find a route to it; the
@@ -33,8 +34,14 @@ class ClientProcessor:
 
     def heartbeat(self, conn: Connection, req: Frame) -> Frame:
         h = req.header
-        group = req_str(h, "consumerGroup")
         ctx = self.ctx
+        if "consumerGroup" not in h and "producerGroup" in h:
+            # A transactional producer: its connection is where check-backs go.
+            ctx.transactions.producer_heartbeat(
+                req_str(h, "producerGroup"), req_str(h, "clientId"), conn
+            )
+            return response(req, ResponseCode.SUCCESS)
+        group = req_str(h, "consumerGroup")
         ctx.groups.heartbeat(
             group, req_str(h, "clientId"), opt_str(h, "topic"), ctx.now_ms(), id(conn), conn.peer
         )
@@ -68,3 +75,4 @@ class ClientProcessor:
 
     def _connection_closed(self, conn: Connection) -> None:
         self.ctx.groups.connection_closed(id(conn))
+        self.ctx.transactions.connection_closed(conn)

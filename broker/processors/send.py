@@ -19,12 +19,16 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, opt_str, req_str
 from protocol.message import Message, MsgIdMaker, decode_properties
 from protocol.remoting import Frame, Header, response
+from protocol.timer import REQUEST_PROPERTIES
+from protocol.transaction import HALF_TOPIC, OP_TOPIC, PROP_HALF_OFFSET, is_transactional
 from remoting.server import Connection, RemotingServer, error_response
 from storage.queues import topic_error
 from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
 from storage.timer.wheel import InvalidDeliveryTimeError
 
 log = structlog.get_logger(__name__)
+
+_TRANSACTION_TOPICS = frozenset((HALF_TOPIC, OP_TOPIC))
 
 
 class SendProcessor:
@@ -98,6 +102,10 @@ class SendProcessor:
             ctx.check_writable()
         except WriteRefused as refused:
             return self._error(req, refused.code, refused.remark)
+        if topic in _TRANSACTION_TOPICS:
+            return self._error(
+                req, ResponseCode.NO_PERMISSION, f"topic {topic} is the broker's own"
+            )
         tc = ctx.topics.get(topic)
         if tc is None:
             # Known topics were checked when created; an unknown name is checked before it can
@@ -131,6 +139,9 @@ class SendProcessor:
             body_bytes += size
         try:
             if any(m.properties for m in messages):  # only these can ask for a delivery time
+                half = self._transactional(req, topic, queue_id, messages)
+                if half is not None:
+                    return half
                 scheduled = self._scheduled(req, topic, queue_id, messages, body_bytes)
                 if scheduled is not None:
                     return scheduled
@@ -144,6 +155,37 @@ class SendProcessor:
             log.error("send failed", topic=topic, error=str(exc))
             return self._error(req, ResponseCode.SYSTEM_ERROR, str(exc))
         return result
+
+    def _transactional(
+        self, req: Frame, topic: str, queue_id: int, messages: list[Message]
+    ) -> PutResult | Frame | None:
+        """A transactional send (``TRAN_MSG=true``): store it as a half message
+        (docs/transactions.md). None: no message of the send is transactional."""
+        if not any(is_transactional(m.properties) for m in messages):
+            if any(PROP_HALF_OFFSET in m.properties for m in messages):
+                return self._error(
+                    req,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"property {PROP_HALF_OFFSET} is reserved for committed transactions",
+                )
+            return None
+        if len(messages) != 1:
+            return self._error(
+                req,
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a transactional message is sent alone, not in a batch",
+            )
+        msg = messages[0]
+        if any(p in msg.properties for p in (*REQUEST_PROPERTIES, PROP_HALF_OFFSET)):
+            return self._error(
+                req,
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a transactional message cannot have a delivery time or reserved properties",
+            )
+        try:
+            return self.ctx.transactions.put_half(topic, queue_id, msg)
+        except ValueError as exc:
+            return self._error(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
 
     def _scheduled(
         self, req: Frame, topic: str, queue_id: int, messages: list[Message], body_bytes: int

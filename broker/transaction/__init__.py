@@ -1,0 +1,1 @@
+"""Transactional messages on the broker (docs/transactions.md)."""
