@@ -63,6 +63,8 @@ class Message:
     """Deliver at this time (scheduled message); see :meth:`Producer.send`."""
     delay: Delay | None = None
     """Deliver after this delay (scheduled message); see :meth:`Producer.send`."""
+    message_group: str | None = None
+    """Its FIFO message group; see :meth:`Producer.send` and :meth:`Producer.send_batch`."""
 
 
 class SendResult(NamedTuple):

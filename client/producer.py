@@ -38,6 +38,7 @@ from client.errors import (
     TopicNotFoundError,
     UnreachableError,
 )
+from client.lane import OrderedLane
 from client.message import (
     Delay,
     DeliverAt,
@@ -48,6 +49,7 @@ from client.message import (
 )
 from client.routes import MessageQueue, RouteCache, TopicRoute, fetch_cluster_info
 from protocol.codes import RequestCode, ResponseCode
+from protocol.fifo import PROP_MESSAGE_GROUP, group_queue, message_group_error
 from protocol.message import RecordError, encode_properties, parse_msg_id
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Frame, Scalar
 from remoting.client import ConnectionPool, RemotingClient
@@ -86,12 +88,13 @@ _ITEM_OVERHEAD = 48
 _BATCHES_IN_FLIGHT = 2
 
 _Key = tuple[str, str]  # (topic, broker group) of an accumulator
+_LaneKey = tuple[str, str, int]  # (topic, broker group, queue id) of an ordered lane
 
 
 class _Gathered:
     """One ``send()`` on the auto-batching path: what goes on the wire alone or in a batch."""
 
-    __slots__ = ("at", "body", "deadline", "fut", "header", "properties", "queue")
+    __slots__ = ("at", "body", "deadline", "fut", "group", "header", "properties", "queue")
 
     def __init__(
         self,
@@ -101,6 +104,7 @@ class _Gathered:
         at: int | None,
         deadline: float,
         queue: _Queue | None,
+        group: str | None = None,
     ) -> None:
         self.header = header
         self.body = body
@@ -110,6 +114,8 @@ class _Gathered:
         # The queue chosen when it was sent (None: no route yet): its first attempt goes there
         # if it leaves alone.
         self.queue = queue
+        #: its FIFO message group: it goes to the group's queue, through the queue's lane
+        self.group = group
         self.fut: asyncio.Future[SendResult] | None = None
 
     def batch_item(self) -> dict[str, Any]:
@@ -216,6 +222,9 @@ class Producer:
         self._accumulators: dict[_Key, Accumulator[_Gathered]] = {}
         self._batch_tasks: set[asyncio.Task[None]] = set()
         self._batch_rr: dict[_Key, int] = {}
+        self._lanes: dict[_LaneKey, OrderedLane[_Gathered]] = {}
+        # Message-group sends of a topic waiting for its first route, in call order.
+        self._route_waits: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._started = False
         self._closed = False
 
@@ -252,8 +261,17 @@ class Producer:
         *,
         deliver_at: DeliverAt | None = None,
         delay: Delay | None = None,
+        message_group: str | None = None,
     ) -> SendResult:
         """Send one message; returns where it was stored.
+
+        ``message_group`` (a string such as an order id, at most 128 UTF-8 bytes) makes it a FIFO
+        message: it goes to the queue the group hashes to (CRC-32 of the group over the topic's
+        queues sorted by broker name and queue id), carrying the group in the ``__SHARDINGKEY``
+        property. The messages of a group sent by this producer are stored in the order of
+        their ``send()`` calls: requests of one queue's groups leave one at a time, so a message
+        retried through a failover is stored before any later one of its group (a later one
+        waits, also past a failure of the earlier: it then goes on). It cannot be scheduled.
 
         ``deliver_at`` (epoch ms or a datetime) or ``delay`` (seconds or a timedelta) makes it a
         scheduled message: acknowledged now like any send, delivered to ``topic`` at that time
@@ -277,6 +295,13 @@ class Producer:
                 f"message body of {len(body)} bytes exceeds max_message_bytes "
                 f"{self.max_message_bytes}"
             )
+        if message_group is not None:
+            bad = message_group_error(message_group)
+            if bad is not None:
+                raise ClientError(bad)
+            if deliver_at is not None or delay is not None:
+                raise ClientError("a message with a message group cannot be scheduled")
+            properties = {**(properties or {}), PROP_MESSAGE_GROUP: message_group}
         born = time.time_ns() // 1_000_000
         header: dict[str, Scalar] = {"topic": topic, "queueId": 0, "bornTimestamp": born}
         if keys:
@@ -290,6 +315,10 @@ class Producer:
             header["properties"] = encode_properties(properties).decode()
             if at is None:  # scheduled through properties given directly?
                 at = asked_delivery_time(properties, born)
+        if message_group is not None:
+            if at is not None:
+                raise ClientError("a message with a message group cannot be scheduled")
+            return await self._send_grouped(topic, header, body, properties or {}, message_group)
         if self.auto_batch:
             first, key, acc = self._accumulator_for(topic)
             if acc.try_alone():  # the idle case: exactly what a send without auto-batching does
@@ -312,9 +341,34 @@ class Producer:
         with ``deliver_at`` or ``delay`` (:class:`client.message.Message`) is a scheduled
         message, as with :meth:`send`: it is delivered to the same queue at its time and its
         result has ``queue_offset`` -1 (the others keep consecutive offsets).
+
+        When an item has a ``message_group``, every item is sent as by :meth:`send` (with its
+        own group, or none), in the order given: each group's items go to the group's queue in
+        order, possibly in several requests (no longer one append).
         """
         if not messages:
             return []
+        if any(getattr(m, "message_group", None) is not None for m in messages):
+            sends = [
+                asyncio.ensure_future(
+                    self.send(
+                        topic,
+                        m.body,
+                        m.keys,
+                        m.tags,
+                        m.properties,
+                        deliver_at=getattr(m, "deliver_at", None),
+                        delay=getattr(m, "delay", None),
+                        message_group=getattr(m, "message_group", None),
+                    )
+                )
+                for m in messages
+            ]
+            try:
+                return list(await asyncio.gather(*sends))
+            finally:
+                for task in sends:
+                    task.cancel()
         born = time.time_ns() // 1_000_000
         items: list[dict[str, Any]] = []
         times: list[int | None] = []
@@ -416,6 +470,84 @@ class Producer:
             "this message"
         )
 
+    # message groups ---------------------------------------------------------------------------
+    async def _send_grouped(
+        self,
+        topic: str,
+        header: dict[str, Scalar],
+        body: bytes,
+        properties: Mapping[str, str],
+        group: str,
+    ) -> SendResult:
+        """A send of a message group: into the lane of the group's queue (see
+        client/lane.py), alone at once when the lane is idle."""
+        if self._closed or not self._started:
+            raise ClosedError("producer is closed" if self._closed else "producer is not started")
+        deadline = time.monotonic() + self.send_deadline
+        item = _Gathered(header, body, properties, None, deadline, None, group)
+        route = self.routes.peek(topic)
+        wait = self._route_waits.get(topic)
+        if route is None or wait is not None:
+            # No route yet (or earlier sends still wait for it): wait in call order, so that
+            # the sends of a group enter their lane in the order they were made.
+            if wait is None:
+                wait = self._route_waits[topic] = (asyncio.Lock(), [0])
+            lock, waiting = wait
+            waiting[0] += 1
+            try:
+                async with lock:
+                    route = self.routes.peek(topic) or await self._route(
+                        topic, deadline, fresh=False, first=True
+                    )
+                    return await self._enter_lane(topic, route, item)
+            finally:
+                waiting[0] -= 1
+                if waiting[0] == 0 and self._route_waits.get(topic) is wait:
+                    del self._route_waits[topic]
+        return await self._enter_lane(topic, route, item)
+
+    def _lane_of(self, topic: str, route: TopicRoute, group: str) -> _LaneKey:
+        queues = route.queues  # sorted by (broker name, queue id), masters or not
+        if not queues:
+            raise NoRouteError(f"topic {topic!r} has no queue")
+        mq = group_queue(group, queues)
+        return (topic, mq.broker_name, mq.queue_id)
+
+    async def _enter_lane(self, topic: str, route: TopicRoute, item: _Gathered) -> SendResult:
+        """Add ``item`` to its lane without a pause (its place in the order is taken at once);
+        then wait for its own result."""
+        assert item.group is not None
+        key = self._lane_of(topic, route, item.group)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = OrderedLane(
+                self.batch_max_count if self.auto_batch else 1, self.batch_max_bytes
+            )
+        if lane.add(item, _item_size(item)):
+            try:
+                return await self._send_alone(topic, item, None)
+            finally:
+                self._lane_done(key, lane)
+        item.fut = asyncio.get_running_loop().create_future()
+        return await item.fut
+
+    def _lane_done(self, key: _LaneKey, lane: OrderedLane[_Gathered]) -> None:
+        batch = lane.done()
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._send_lane(key, lane, batch))
+            self._batch_tasks.add(task)
+            task.add_done_callback(self._batch_tasks.discard)
+        elif self._lanes.get(key) is lane:
+            del self._lanes[key]
+
+    async def _send_lane(
+        self, key: _LaneKey, lane: OrderedLane[_Gathered], batch: list[_Gathered]
+    ) -> None:
+        try:
+            await self._deliver(key[0], batch, None)
+        finally:
+            self._lane_done(key, lane)
+
     # auto-batching ----------------------------------------------------------------------------
     def _accumulator_for(self, topic: str) -> tuple[_Queue | None, _Key, Accumulator[_Gathered]]:
         """The queue a new send of ``topic`` would go to alone (None: no route yet, or no
@@ -456,10 +588,7 @@ class Producer:
         if self._closed or not self._started:
             raise ClosedError("producer is closed" if self._closed else "producer is not started")
         item = _Gathered(header, body, properties, at, time.monotonic() + self.send_deadline, first)
-        size = len(body) + _ITEM_OVERHEAD
-        if "keys" in header or "tags" in header or properties:
-            size += len(str(header.get("keys", ""))) + len(str(header.get("tags", "")))
-            size += sum(len(k) + len(v) for k, v in (properties or {}).items())
+        size = _item_size(item)
         batches = acc.add(item, size)
         if batches and batches[-1][0] is item and len(batches[-1]) == 1:
             batches.pop()  # too big to share: this task sends it alone
@@ -501,10 +630,19 @@ class Producer:
         """Send gathered messages as one request (to the group's next queue), retried as a batch
         (on any queue) until each one's deadline; settle each message's future with its own
         result or error."""
-        topic = key[0]
         try:
             items = [it for it in batch if it.fut is None or not it.fut.done()]
-            first = self._batch_queue(key, items)
+            await self._deliver(key[0], batch, self._batch_queue(key, items))
+        finally:
+            self._request_done(key, acc, len(batch))
+
+    async def _deliver(self, topic: str, batch: list[_Gathered], first: _Queue | None) -> None:
+        """Send ``batch`` as one request, retried as a batch until each one's deadline (a
+        message-group batch only to its group's queue); settle each message's future with its
+        own result or error. A batch refused for good is sent again message by message (one
+        after the other for message groups, to keep their order)."""
+        try:
+            items = [it for it in batch if it.fut is None or not it.fut.done()]
             while items:
                 try:
                     if len(items) == 1:
@@ -528,7 +666,11 @@ class Producer:
                 except BrokerError:  # refused for good: find out which, message by message
                     if len(items) == 1:
                         raise
-                    await asyncio.gather(*(self._settle_alone(topic, it) for it in items))
+                    if items[0].group is not None:
+                        for it in items:
+                            await self._settle_alone(topic, it)
+                    else:
+                        await asyncio.gather(*(self._settle_alone(topic, it) for it in items))
                     return
                 else:
                     for it, result in zip(items, results, strict=True):
@@ -542,8 +684,6 @@ class Producer:
                     it.settle(None, ClosedError("the producer stopped sending this batch"))
             if not isinstance(exc, Exception):
                 raise
-        finally:
-            self._request_done(key, acc, len(batch))
 
     def _batch_queue(self, key: _Key, items: list[_Gathered]) -> _Queue | None:
         """The queue of a request's first attempt: a lone message's own; a batch takes the
@@ -567,7 +707,13 @@ class Producer:
 
     async def _send_alone(self, topic: str, item: _Gathered, first: _Queue | None) -> SendResult:
         resp, mq = await self._send(
-            topic, RequestCode.SEND_MESSAGE, item.header, item.body, item.deadline, first
+            topic,
+            RequestCode.SEND_MESSAGE,
+            item.header,
+            item.body,
+            item.deadline,
+            first,
+            group=item.group,
         )
         return _single_result(resp, mq, item.at)
 
@@ -578,7 +724,13 @@ class Producer:
         header: dict[str, Scalar] = {"topic": topic, "queueId": 0}
         deadline = min(it.deadline for it in items)
         resp, mq = await self._send(
-            topic, RequestCode.SEND_BATCH_MESSAGE, header, body, deadline, first
+            topic,
+            RequestCode.SEND_BATCH_MESSAGE,
+            header,
+            body,
+            deadline,
+            first,
+            group=items[0].group,
         )
         return _batch_results(resp, mq, [it.at for it in items])
 
@@ -588,6 +740,16 @@ class Producer:
         for name in [n for n, until in self._faulty.items() if until <= now]:
             del self._faulty[name]
         return set(self._faulty) or None
+
+    def _group_target(self, route: TopicRoute, group: str) -> _Queue:
+        """The queue of message group ``group`` in ``route`` and its master's address; a
+        :class:`NoRouteError` while that queue's broker group has no master (the send waits
+        for one: the group's messages never go elsewhere)."""
+        _topic, broker, queue_id = self._lane_of(route.topic, route, group)
+        address = route.master_address(broker)
+        if address is None:
+            raise NoRouteError(f"broker group {broker} of message group {group!r} has no master")
+        return MessageQueue(broker, queue_id), address
 
     def _select(self, route: TopicRoute, avoid: set[str] | None) -> tuple[MessageQueue, str]:
         """The next writable queue round-robin, skipping broker groups in ``avoid`` if possible."""
@@ -651,9 +813,12 @@ class Producer:
         body: bytes,
         deadline: float | None = None,
         first: _Queue | None = None,
+        *,
+        group: str | None = None,
     ) -> tuple[Frame, MessageQueue]:
         """Send one request, retried until ``deadline`` (default: ``send_deadline`` from now);
-        ``first``: the queue of the first attempt, chosen by the caller."""
+        ``first``: the queue of the first attempt, chosen by the caller. With a message
+        ``group``, every attempt goes to the group's queue in the route of the moment."""
         if self._closed or not self._started:
             raise ClosedError("producer is closed" if self._closed else "producer is not started")
         start = time.monotonic()
@@ -673,7 +838,10 @@ class Producer:
                 else:
                     if route is None:
                         route = await self._route(topic, deadline, fresh=False, first=attempt == 1)
-                    mq, address = self._select(route, avoid)
+                    if group is None:
+                        mq, address = self._select(route, avoid)
+                    else:
+                        mq, address = self._group_target(route, group)
             except NoRouteError as exc:  # a route with no master, or no route yet
                 last = exc
             else:
@@ -710,8 +878,8 @@ class Producer:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (max_attempts is not None and attempt >= max_attempts):
                 break
-            if route is None or not route.writable:
-                stuck = True  # nowhere to send: give the controllers time to elect
+            if route is None or not route.writable or group is not None:
+                stuck = True  # nowhere (else) to send: give the controllers time to elect
             else:  # every group of the route failed this send
                 stuck = avoid is not None and {b.broker_name for b in route.brokers} <= avoid
             if self.retry_backoff > 0 and stuck:
@@ -725,6 +893,16 @@ class Producer:
         raise SendError(
             f"send to topic {topic!r} failed after {attempt} attempt(s) in {elapsed:.1f}s: {last}"
         ) from last
+
+
+def _item_size(item: _Gathered) -> int:
+    """What a gathered message adds to a batch request."""
+    size = len(item.body) + _ITEM_OVERHEAD
+    header = item.header
+    if "keys" in header or "tags" in header or item.properties:
+        size += len(str(header.get("keys", ""))) + len(str(header.get("tags", "")))
+        size += sum(len(k) + len(v) for k, v in (item.properties or {}).items())
+    return size
 
 
 def _single_result(resp: Frame, mq: MessageQueue, at: int | None) -> SendResult:
