@@ -75,7 +75,7 @@ from broker.ha.master_server import MasterServer
 from broker.ha.refusals import Refusal
 from broker.ha.role_change import plan_master_epochs
 from broker.ha.slave_client import AppendReplicated, SlaveClient, SlaveState
-from broker.ha.sync_state import SyncState
+from broker.ha.sync_state import NotAliveRefusals, SyncState
 from broker.offset_waiters import Done, OffsetWaiters, future_waiter
 from protocol.codes import ResponseCode
 from remoting.errors import ResponseError
@@ -151,6 +151,7 @@ class HAService:
         self._slave: SlaveClient | None = None
         self._tick_task: asyncio.Task[None] | None = None
         self._proposals: set[asyncio.Task[None]] = set()
+        self._not_alive = NotAliveRefusals()
         self._waiters = OffsetWaiters("replicas")
         self._confirm_listeners: list[Callable[[int], None]] = []
         self._replicas: dict[int, str] | None = None
@@ -507,8 +508,11 @@ class HAService:
             if isinstance(exc, ResponseError) and exc.code in SETTLED_REFUSALS:
                 # Two slaves lost at once (they stop together): the shrink proposed after the
                 # first loss still names the second, which the controllers know dead too.
-                expected = exc.code == ResponseCode.CONTROLLER_BROKER_NOT_ALIVE and sync.outdated(
-                    proposal
+                expected = self._not_alive.refused(
+                    proposal,
+                    exc.code == ResponseCode.CONTROLLER_BROKER_NOT_ALIVE,
+                    members=sync.members,
+                    outdated=sync.outdated(proposal),
                 )
                 level = log.info if expected else log.warning
                 level("HA: AlterSyncStateSet refused", proposed=sorted(proposal), error=error)
@@ -526,6 +530,7 @@ class HAService:
             return
         if sync is not self._sync:
             return
+        self._not_alive.accepted()
         sync.proposal_accepted(proposal, int(new_epoch), now_ms=self._now_ms(), attempt=attempt)
         log.info("HA: SyncStateSet changed", sync_state_set=sorted(sync.members), epoch=sync.epoch)
         self._after_change()

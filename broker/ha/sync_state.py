@@ -61,7 +61,13 @@ from typing import Final
 
 from broker.ha.refusals import DUPLICATE_ID, NOT_A_REPLICA, Refusal
 
-__all__ = ["DEFAULT_MAX_TIME_NOT_CATCHUP_MS", "SlaveProgress", "SyncState"]
+__all__ = [
+    "DEFAULT_MAX_TIME_NOT_CATCHUP_MS",
+    "EXPECTED_NOT_ALIVE_REFUSALS",
+    "NotAliveRefusals",
+    "SlaveProgress",
+    "SyncState",
+]
 
 DEFAULT_MAX_TIME_NOT_CATCHUP_MS: Final = 15_000
 DEFAULT_RETRY_AFTER_MS: Final = 1_000
@@ -454,3 +460,45 @@ class SyncState:
         for p in self._slaves.values():
             if p.broker_id not in counted:
                 p.lost_connection = False
+
+
+EXPECTED_NOT_ALIVE_REFUSALS: Final = 3
+"""How many times in a row an expansion may be refused as naming a replica the controllers do not
+hear yet before the refusal is a warning (:class:`NotAliveRefusals`)."""
+
+
+class NotAliveRefusals:
+    """Tells a refusal of a proposed SyncStateSet that a healthy group sees (logged at info) from
+    one that signals trouble (a warning).
+
+    Two such refusals, both "not alive": a shrink that still names a second slave lost since (two
+    slaves stopped together: ``outdated``), and an expansion sent before the joining slave's first
+    heartbeat reached the active controller (a slave catches up over HA faster than the
+    controllers hear it at start-up, more so on a loaded host). The expansion is sent again every
+    ``propose_retry_ms``; refused more than :data:`EXPECTED_NOT_ALIVE_REFUSALS` times in a row,
+    the controllers do not hear a slave this master does, which is worth a warning."""
+
+    __slots__ = ("_count", "_last")
+
+    def __init__(self) -> None:
+        self._last: frozenset[int] = frozenset()
+        self._count = 0
+
+    def refused(
+        self, proposal: frozenset[int], not_alive: bool, *, members: frozenset[int], outdated: bool
+    ) -> bool:
+        """A settled refusal of ``proposal`` (``not_alive``: the controllers' reason); whether it
+        is expected. ``members``: the set in force; ``outdated``: :meth:`SyncState.outdated`."""
+        if not not_alive:
+            self.accepted()
+            return False
+        self._count = self._count + 1 if self._last == proposal else 1
+        self._last = proposal
+        if outdated:
+            return True
+        return proposal > members and self._count <= EXPECTED_NOT_ALIVE_REFUSALS
+
+    def accepted(self) -> None:
+        """A proposal went through (or was refused for another reason): the streak ends."""
+        self._last = frozenset()
+        self._count = 0

@@ -3,7 +3,7 @@ outcome is unknown (broker.ha.sync_state, pure; issue 9 items 3, 4 and 11)."""
 
 from __future__ import annotations
 
-from broker.ha.sync_state import SyncState
+from broker.ha.sync_state import EXPECTED_NOT_ALIVE_REFUSALS, NotAliveRefusals, SyncState
 
 MASTER = 1
 LIMIT = 15_000
@@ -199,3 +199,31 @@ def test_a_proposal_keeping_a_slave_lost_since_is_outdated() -> None:
     assert t.outdated(proposal)
     t.proposal_failed(proposal, now_ms=4)
     assert t.next_proposal(now_ms=4 + RETRY) == {1}
+
+
+def test_an_expansion_refused_as_not_alive_is_expected_a_few_times_in_a_row_then_a_warning() -> (
+    None
+):
+    # At start-up a slave can catch up over HA before its first heartbeat reaches the active
+    # controller: the first refusals of the expansion are expected (info); a streak is not.
+    refusals = NotAliveRefusals()
+    members, grown = frozenset({1}), frozenset({1, 2})
+    verdicts = [
+        refusals.refused(grown, True, members=members, outdated=False)
+        for _ in range(EXPECTED_NOT_ALIVE_REFUSALS + 1)
+    ]
+    assert verdicts == [True] * EXPECTED_NOT_ALIVE_REFUSALS + [False]
+    refusals.accepted()  # the streak ends with an accepted proposal
+    assert refusals.refused(grown, True, members=members, outdated=False)
+
+
+def test_a_refusal_for_another_reason_or_of_a_shrink_is_not_expected_unless_outdated() -> None:
+    refusals = NotAliveRefusals()
+    members, grown, shrunk = frozenset({1, 2}), frozenset({1, 2, 3}), frozenset({1})
+    assert not refusals.refused(grown, False, members=members, outdated=False)
+    assert not refusals.refused(shrunk, True, members=members, outdated=False)
+    assert refusals.refused(frozenset({1, 3}), True, members=members, outdated=True)
+    # A different proposal starts its own streak.
+    for _ in range(EXPECTED_NOT_ALIVE_REFUSALS):
+        assert refusals.refused(grown, True, members=members, outdated=False)
+    assert refusals.refused(frozenset({1, 2, 4}), True, members=members, outdated=False)
