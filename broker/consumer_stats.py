@@ -98,6 +98,7 @@ def _rows(ctx: BrokerContext, group: str, topics: list[str]) -> Iterator[QueueSt
     store = ctx.store
     visible = ctx.visible_offset()
     offsets = ctx.offsets
+    pop = ctx.pop.state if ctx.role.is_master else None
     for topic in topics:
         config = ctx.topics.get(topic)
         if config is None:
@@ -110,6 +111,7 @@ def _rows(ctx: BrokerContext, group: str, topics: list[str]) -> Iterator[QueueSt
                 max_offset=store.queue_visible_max_offset(topic, queue_id, visible),
                 consumer_offset=offsets.query(group, topic, queue_id),
                 last_consume_ms=offsets.last_consume_ms(group, topic, queue_id),
+                inflight=0 if pop is None else pop.inflight_on(group, topic, queue_id),
             )
 
 

@@ -59,6 +59,9 @@ class QueueStats:
     """The group's committed offset; None when it never committed on this queue."""
     last_consume_ms: int | None
     """When the group last moved its committed offset here (epoch ms); None when unknown."""
+    inflight: int = 0
+    """POP deliveries from this queue handed out and not acked or redelivered yet (the
+    master's figure; 0 for a queue-bound group and on a slave)."""
 
     @property
     def lag(self) -> int:
@@ -72,6 +75,7 @@ class QueueStats:
             "maxOffset": self.max_offset,
             "consumerOffset": -1 if self.consumer_offset is None else self.consumer_offset,
             "lastConsumeMs": self.last_consume_ms or 0,
+            "popInflight": self.inflight,
         }
 
     @classmethod
@@ -90,6 +94,7 @@ class QueueStats:
             max_offset=_int(doc, "maxOffset"),
             consumer_offset=None if consumer_offset < 0 else consumer_offset,
             last_consume_ms=last or None,
+            inflight=_int(doc, "popInflight") if "popInflight" in doc else 0,
         )
 
 

@@ -29,6 +29,7 @@ class ProgressRow:
     consumer_offset: int | None
     lag: int
     last_consume_ms: int | None
+    inflight: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class ProgressRow:
             "consumerOffset": self.consumer_offset,
             "lag": self.lag,
             "lastConsumeMs": self.last_consume_ms,
+            "popInflight": self.inflight,
         }
 
 
@@ -55,6 +57,7 @@ def progress_rows(answers: Sequence[BrokerAnswer]) -> list[ProgressRow]:
             q.consumer_offset,
             q.lag,
             q.last_consume_ms,
+            q.inflight,
         )
         for a in answers
         if a.stats is not None
@@ -92,6 +95,7 @@ def source_notes(answers: Sequence[BrokerAnswer]) -> list[str]:
 
 
 def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]) -> str:
+    pop = any(r.inflight for r in rows)  # a POP group: its in-flight messages per queue
     body = table(
         [
             "Topic",
@@ -100,6 +104,7 @@ def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]
             "Max Offset",
             "Consumer Offset",
             "Lag",
+            *(["In Flight"] if pop else []),
             "Last Consume (UTC)",
         ],
         [
@@ -110,6 +115,7 @@ def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]
                 r.max_offset,
                 "-" if r.consumer_offset is None else r.consumer_offset,
                 r.lag,
+                *([r.inflight] if pop else []),
                 format_time(r.last_consume_ms),
             ]
             for r in rows
@@ -147,12 +153,15 @@ def consumer_progress(
     message every in-sync replica has (the confirm offset), so a group that consumed all it can
     read has lag 0. Lag is max offset minus committed offset (from the queue's min offset when
     the group never committed there). The last consume time is when the group last moved its
-    committed offset on that queue. Each broker group is asked at its master, or at a slave
+    committed offset on that queue. For a POP group (docs/pop.md) the committed offset is its
+    POP offset, and an "In Flight" column shows the messages handed out and not yet acked or
+    redelivered (the master's figure; --json: popInflight). Each broker group is asked at its
+    master, or at a slave
     when it has none (a note says so). Exit status 1 for an unknown group, or when a broker
     group could not be asked (the others' figures are printed first).
 
     Prints {"group", "topic", "queues": [{"group", "topic", "brokerName", "queueId",
-    "maxOffset", "consumerOffset", "lag", "lastConsumeMs"}], "totalLag", "notes"}; without -g
+    "maxOffset", "consumerOffset", "lag", "lastConsumeMs", "popInflight"}], "totalLag", "notes"}; without -g
     {"groups": [{"group", "queues", "totalLag"}], "notes"}.
     """
 

@@ -73,6 +73,7 @@ class PopState:
         self._heap: list[tuple[int, int, int]] = []
         self._pop_offsets: dict[tuple[str, str, int], int] = {}
         self._per_group: Counter[str] = Counter()
+        self._per_queue: Counter[tuple[str, str, int]] = Counter()
 
     # -- records -------------------------------------------------------------------------------
     def checkpoint(self, ck_id: int, ck: Checkpoint) -> list[Entry]:
@@ -93,6 +94,7 @@ class PopState:
         if added:
             self._live[ck_id] += len(added)
             self._per_group[ck.group] += len(added)
+            self._per_queue[key] += len(added)
         return added
 
     def ack(self, key: Key) -> bool:
@@ -128,6 +130,10 @@ class PopState:
         self._per_group[entry.group] -= 1
         if self._per_group[entry.group] <= 0:
             del self._per_group[entry.group]
+        queue = (entry.group, entry.topic, entry.queue_id)
+        self._per_queue[queue] -= 1
+        if self._per_queue[queue] <= 0:
+            del self._per_queue[queue]
         self._live[ck_id] -= 1
         if self._live[ck_id] <= 0:
             del self._live[ck_id]
@@ -203,6 +209,10 @@ class PopState:
         if group is None:
             return len(self._entries)
         return self._per_group.get(group, 0)
+
+    def inflight_on(self, group: str, topic: str, queue_id: int) -> int:
+        """Deliveries in flight that the group popped from one queue."""
+        return self._per_queue.get((group, topic, queue_id), 0)
 
     def groups(self) -> dict[str, int]:
         return dict(self._per_group)

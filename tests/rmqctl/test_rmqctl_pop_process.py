@@ -1,6 +1,6 @@
 """rmqctl consumeMessage --pop against a real lone broker: two runs share a group's messages,
 each printed message is acked (nothing comes back), --json lines carry the attempt; --filter
-takes only the listed tags."""
+takes only the listed tags; consumerProgress shows a POP group's messages in flight."""
 
 from __future__ import annotations
 
@@ -62,6 +62,22 @@ def test_consume_message_pop_prints_and_acks(broker: BrokerProc) -> None:
             return await consumer.receive(30, invisible_duration=30, wait=1.5)
 
     assert asyncio.run(left()) == []
+
+    # consumerProgress shows a POP group's messages in flight per queue.
+    async def hold() -> list[PopMessage]:
+        async with SimpleConsumer(a, "H", "T") as consumer:
+            got: list[PopMessage] = []
+            while len(got) < 5:
+                got += await consumer.receive(5 - len(got), invisible_duration=60, wait=1.0)
+            return got
+
+    held = asyncio.run(hold())
+    progress = rmqctl("--json", "consumerProgress", "-a", a, "-g", "H")
+    assert progress.returncode == 0, progress.stderr
+    queues = json.loads(progress.stdout)["queues"]
+    assert sum(q["popInflight"] for q in queues) == len(held) == 5
+    human = rmqctl("consumerProgress", "-a", a, "-g", "H")
+    assert "In Flight" in human.stdout
     bad = rmqctl("consumeMessage", "-a", a, "-t", "T", "-g", "G", "--pop", "--invisible-time", "0")
     assert bad.returncode == 2 and "invisible-time" in bad.stderr
     # --filter: a queue-bound group that asks for tag B gets exactly the B messages.
