@@ -185,6 +185,14 @@ class _HotPathCollector(Collector):
         )
         lateness.add_metric(base, late.buckets(), late.total)
         yield lateness
+        ack = m.pop_ack_latency
+        ack_family = HistogramMetricFamily(
+            "rmq_broker_pop_ack_latency_seconds",
+            "POP deliveries acked: time from the POP that handed the message out to its ack",
+            labels=["cluster", "broker_name"],
+        )
+        ack_family.add_metric(base, ack.buckets(), ack.total)
+        yield ack_family
 
 
 class _StateCollector(Collector):
@@ -411,6 +419,7 @@ class BrokerMetrics:
             registry=r,
         ).labels(**labels)
         self.timer_lateness = FastHistogram(TIMER_LATENESS_BUCKETS)
+        self.pop_ack_latency = FastHistogram(TIMER_LATENESS_BUCKETS)
         self.timer_scheduled = Counter(
             "rmq_broker_timer_scheduled_total",
             "Scheduled messages accepted (sends with a delivery time, and retries)",

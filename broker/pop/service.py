@@ -356,6 +356,7 @@ class PopService:
             return None
         result = self._append(Ack((handle.key,)))
         state.ack(handle.key)
+        self.ctx.metrics.pop_ack_latency.observe(max(0, now - handle.pop_ms) / 1000)
         self.acks += 1
         self.ctx.metrics.pop_acked(group)
         return result
@@ -368,6 +369,7 @@ class PopService:
         state = self.ready()
         outcome: list[PopRefused | None] = []
         keys: list[tuple[int, int]] = []
+        latency: list[float] = []
         for handle in handles:
             try:
                 entry = state.check(handle.key, group, handle.deadline_ms, now)
@@ -377,12 +379,15 @@ class PopService:
             outcome.append(None)
             if entry is not None and handle.key not in keys:
                 keys.append(handle.key)
+                latency.append(max(0, now - handle.pop_ms) / 1000)
         if not keys:
             return outcome, None
         result = self._append(Ack(tuple(keys)))
         for key in keys:
             state.ack(key)
         self.ctx.metrics.pop_acked(group, len(keys))
+        for seconds in latency:
+            self.ctx.metrics.pop_ack_latency.observe(seconds)
         self.acks += len(keys)
         return outcome, result
 

@@ -140,3 +140,4 @@ def test_replica_rebuilds_the_masters_set(script: list[tuple[str, int, int, str]
     far = now + 10_000
     assert {e.key for e in replica.due(far)} == inflight
     assert replica.inflight("g") + replica.inflight("h") == len(inflight)
+    assert replica.inflight_on("g", "T", 0) + replica.inflight_on("h", "T", 0) == len(inflight)

@@ -77,6 +77,7 @@ async def test_pop_metrics_follow_pops_acks_and_redeliveries(broker: Broker) -> 
 
         await wait_until_async(inflight_none, "none in flight", 10, interval=0.1)
         assert figure(broker, "rmq_broker_pop_acks_total", group="G") == 3
+        assert figure(broker, "rmq_broker_pop_ack_latency_seconds_count") == 3
 
 
 async def test_past_retry_max_times_a_pop_delivery_goes_to_the_dlq(broker: Broker) -> None:
