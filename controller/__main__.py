@@ -79,6 +79,11 @@ async def serve(cfg: ControllerConfig) -> int:
 @click.option("--metrics-port", type=int, help="Prometheus /metrics port; 0 turns it off.")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), help="Log format.")
 @click.option(
+    "--auth-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The cluster's auth key: user secrets are stored sealed under it.",
+)
+@click.option(
     "--join",
     is_flag=True,
     default=None,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import at_least, between, choice, field, port
+from protocol.sealing import SealError, check_key
 
 DEFAULT_PEERS = "n0-127.0.0.1:9878"
 
@@ -59,6 +60,22 @@ def _node_id(value: Any) -> str | None:
     if not text or "-" in text or ";" in text or len(text.encode()) > 255:
         return "must be a non-empty id without '-' or ';'"
     return None
+
+
+def load_auth_key(path: Path) -> bytes:
+    """The key material in ``path``; ValueError when it cannot be read, is shorter than
+    MIN_KEY_BYTES, or others may read it (group or world permission bits)."""
+    try:
+        mode = path.stat().st_mode
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    if mode & 0o077:
+        raise ValueError(f"{path} may be read by others (mode {mode & 0o777:o}); chmod 600 it")
+    try:
+        return check_key(data)
+    except SealError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +187,12 @@ class ControllerConfig:
         "largest remoting frame accepted; larger closes the connection",
         between(64 * 1024, 1 << 30),
     )
+    auth_key_file: Path | None = field(
+        None,
+        "file holding the cluster's auth key (at least 32 bytes, e.g. 32 random bytes in base64; "
+        "the same file on every controller, not readable by others): user secrets are stored "
+        "sealed under it; unset, users with secrets cannot be created",
+    )
     max_partial_frame_bytes: int = field(
         64 * 1024 * 1024,
         "bytes of incomplete frames all connections may hold together; past it the connection stalled longest mid-frame is closed (at least max_frame_bytes)",
@@ -196,6 +219,11 @@ class ControllerConfig:
             raise ConfigError("config key 'preferred_leader' must be a node id")
         if self.max_partial_frame_bytes < self.max_frame_bytes:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
+        if self.auth_key_file is not None:
+            try:
+                load_auth_key(self.auth_key_file)
+            except ValueError as exc:
+                raise ConfigError(f"config key 'auth_key_file': {exc}") from None
 
     @property
     def peer_map(self) -> dict[str, str]:

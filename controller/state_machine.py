@@ -15,7 +15,10 @@ import structlog
 from controller.metadata import (
     Applied,
     CleanBrokerData,
+    DeleteUser,
     EventDecodeError,
+    PutAcl,
+    PutUser,
     ReplicasInfoManager,
     UpdateTopic,
     decode_event,
@@ -48,6 +51,8 @@ class MetadataStateMachine:
             # Never proposed by a correct controller; skipped identically everywhere.
             log.error("undecodable metadata event skipped", index=index, error=str(exc))
             return Applied(code=ResponseCode.CONTROLLER_INVALID_REQUEST, remark=str(exc))
+        if isinstance(event, PutUser | DeleteUser | PutAcl):
+            return self.manager.apply(event)
         name = event.broker_name
         before = self.manager.replica_info(name)
         outcome = self.manager.apply(event)

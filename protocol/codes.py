@@ -75,6 +75,15 @@ class ControllerCode(IntEnum):
     ADD_CONTROLLER = 5101
     REMOVE_CONTROLLER = 5102
     TRANSFER_CONTROLLER_LEADER = 5103
+    # Users and access rules (RocketMQ 5.3's numbers; issue 14, docs/protocol.md).
+    AUTH_CREATE_USER = 3001
+    AUTH_UPDATE_USER = 3002
+    AUTH_DELETE_USER = 3003
+    AUTH_LIST_USER = 3005
+    AUTH_CREATE_ACL = 3006
+    AUTH_UPDATE_ACL = 3007
+    AUTH_DELETE_ACL = 3008
+    AUTH_LIST_ACL = 3010
 
 
 class ResponseCode(IntEnum):
@@ -140,6 +149,11 @@ class ResponseCode(IntEnum):
     # END_TRANSACTION asks for the opposite of what resolved the transaction already (a
     # rollback of a committed one, a commit of a rolled back or discarded one). Nothing stored.
     TRANSACTION_ALREADY_RESOLVED = 5031
+    # Users and access rules on the controllers (issue 14).
+    USER_NOT_EXIST = 5040
+    USER_ALREADY_EXISTS = 5041
+    ACL_NOT_EXIST = 5042
+    ACL_ALREADY_EXISTS = 5043
 
 
 def code_name(code: int) -> str:

@@ -11,6 +11,8 @@ decisions out.
 - heartbeat.py: BrokerLiveTable, liveness as soft state with the new-leader grace period, and
   BrokerBindings, which connection registered which broker;
 - scheduler.py: which groups need an election now;
+- auth.py: AuthTable, the users and their access rules (the model and the decision function
+  live in protocol/acl.py, shared with the brokers);
 - results.py: decisions, apply outcomes and response shapes; group.py and snapshot.py: the
   per-group record and its snapshot encoding.
 
@@ -43,9 +45,12 @@ from controller.metadata.events import (
     AlterSyncStateSet,
     ApplyBrokerId,
     CleanBrokerData,
+    DeleteUser,
     ElectMaster,
     Event,
     EventDecodeError,
+    PutAcl,
+    PutUser,
     UpdateBrokerAddress,
     UpdateTopic,
     decode_event,
@@ -82,6 +87,7 @@ __all__ = [
     "CleanBrokerData",
     "CleanBrokerDataResponse",
     "Decision",
+    "DeleteUser",
     "ElectMaster",
     "ElectRequest",
     "ElectionInfo",
@@ -89,6 +95,8 @@ __all__ = [
     "Event",
     "EventDecodeError",
     "NextBrokerIdResponse",
+    "PutAcl",
+    "PutUser",
     "RegisterBrokerResponse",
     "Replica",
     "ReplicaInfo",

@@ -17,6 +17,13 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
         sync_state_set_epoch, [broker_id, ...]]                           AlterSyncStateSet
     [5, broker_name, [broker_id, ...] | nil]                              CleanBrokerData
     [6, broker_name, topic, queues]                                       UpdateTopic
+    [7, username, user_type, sealed_secret (bin), version]                PutUser
+    [8, username, version]                                                DeleteUser
+    [9, username, [[resource, [action, ...], decision, [cidr, ...]], ...],
+        version]                                                          PutAcl
+
+The user events carry the user's ``version`` they were decided at (0: the user must not exist
+yet); applying them is a compare-and-set on it, as for the epochs of the group events.
 
 :func:`decode_event` raises :class:`EventDecodeError`, and nothing else, on any other input.
 """
@@ -28,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
+
+from protocol.acl import AclError, Rule, UserType, check_username, rule_from_doc, user_type
 
 FIRST_BROKER_ID: Final = 1
 MAX_ID: Final = 2**63 - 1
@@ -44,6 +53,10 @@ TAG_ELECT_MASTER: Final = 3
 TAG_ALTER_SYNC_STATE_SET: Final = 4
 TAG_CLEAN_BROKER_DATA: Final = 5
 TAG_UPDATE_TOPIC: Final = 6
+TAG_PUT_USER: Final = 7
+TAG_DELETE_USER: Final = 8
+TAG_PUT_ACL: Final = 9
+MAX_SEALED_BYTES: Final = 1024
 
 
 class EventDecodeError(ValueError):
@@ -262,6 +275,67 @@ class UpdateTopic:
         check_queues("queues", self.queues)
 
 
+def _check_user_fields(username: object, version: object) -> None:
+    try:
+        check_username(username)
+    except AclError as exc:
+        raise ValueError(str(exc)) from None
+    check_epoch("version", version)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutUser:
+    """Create the user (``version`` 0: it must not exist) or replace its type and sealed secret
+    (``version``: the user's version it was decided at). The user's version then moves by one."""
+
+    username: str
+    user_type: UserType
+    sealed_secret: bytes
+    version: int
+
+    def __post_init__(self) -> None:
+        _check_user_fields(self.username, self.version)
+        if not isinstance(self.user_type, UserType):
+            raise TypeError("user_type must be a UserType")
+        if not isinstance(self.sealed_secret, bytes) or not (
+            0 < len(self.sealed_secret) <= MAX_SEALED_BYTES
+        ):
+            raise ValueError(f"sealed_secret must be 1 to {MAX_SEALED_BYTES} bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteUser:
+    """Forget the user and its rules, if it is still at ``version``."""
+
+    username: str
+    version: int
+
+    def __post_init__(self) -> None:
+        _check_user_fields(self.username, self.version)
+        if self.version == 0:
+            raise ValueError("version of an existing user is at least 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutAcl:
+    """Replace the user's whole rule list (canonical order: by resource pattern), if the user is
+    still at ``version``."""
+
+    username: str
+    rules: tuple[Rule, ...]
+    version: int
+
+    def __post_init__(self) -> None:
+        _check_user_fields(self.username, self.version)
+        if self.version == 0:
+            raise ValueError("version of an existing user is at least 1")
+        patterns = [str(r.resource) for r in self.rules]
+        if patterns != sorted(set(patterns)):
+            raise ValueError("rules must be strictly ascending by resource pattern")
+
+
+AuthEvent = PutUser | DeleteUser | PutAcl
+
 Event = (
     ApplyBrokerId
     | UpdateBrokerAddress
@@ -269,6 +343,9 @@ Event = (
     | AlterSyncStateSet
     | CleanBrokerData
     | UpdateTopic
+    | PutUser
+    | DeleteUser
+    | PutAcl
 )
 
 
@@ -327,10 +404,50 @@ def encode_event(event: Event) -> bytes:
             ]
         case UpdateTopic():
             fields = [TAG_UPDATE_TOPIC, event.broker_name, event.topic, event.queues]
+        case PutUser():
+            fields = [
+                TAG_PUT_USER,
+                event.username,
+                event.user_type.value,
+                event.sealed_secret,
+                event.version,
+            ]
+        case DeleteUser():
+            fields = [TAG_DELETE_USER, event.username, event.version]
+        case PutAcl():
+            fields = [
+                TAG_PUT_ACL,
+                event.username,
+                [rule_fields(rule) for rule in event.rules],
+                event.version,
+            ]
         case _:
             raise TypeError(f"not an event: {type(event).__name__}")
     packed: bytes = msgpack.packb(fields, use_bin_type=True)
     return packed
+
+
+def rule_fields(rule: Rule) -> list[Any]:
+    """A rule as a msgpack array (events and snapshots): one encoding per rule."""
+    doc = rule.to_doc()
+    return [doc["resource"], doc["actions"], doc["decision"], doc["sources"]]
+
+
+def rule_of_fields(value: object) -> Rule:
+    """The inverse of :func:`rule_fields`; ValueError/TypeError on anything else (also on a
+    rule that is valid but not in its one encoding)."""
+    if not isinstance(value, list) or len(value) != 4:
+        raise TypeError("a rule must be an array of 4 elements")
+    resource, actions, decision, sources = value
+    try:
+        rule = rule_from_doc(
+            {"resource": resource, "actions": actions, "decision": decision, "sources": sources}
+        )
+    except AclError as exc:
+        raise ValueError(str(exc)) from None
+    if rule_fields(rule) != value:
+        raise ValueError(f"rule on {resource!r} is not in its canonical form")
+    return rule
 
 
 def _ids(what: str, value: object) -> frozenset[int]:
@@ -410,6 +527,29 @@ def _build(fields: list[Any]) -> Event:
         _arity(fields, 4, "UpdateTopic")
         _, broker_name, topic, queues = fields
         return UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)
+    if tag == TAG_PUT_USER:
+        _arity(fields, 5, "PutUser")
+        _, username, kind, sealed, version = fields
+        try:
+            parsed_type = user_type(kind)
+        except AclError as exc:
+            raise ValueError(str(exc)) from None
+        if kind != parsed_type.value:
+            raise ValueError("PutUser: user type not in its canonical form")
+        return PutUser(
+            username=username, user_type=parsed_type, sealed_secret=sealed, version=version
+        )
+    if tag == TAG_DELETE_USER:
+        _arity(fields, 3, "DeleteUser")
+        _, username, version = fields
+        return DeleteUser(username=username, version=version)
+    if tag == TAG_PUT_ACL:
+        _arity(fields, 4, "PutAcl")
+        _, username, raw_rules, version = fields
+        if not isinstance(raw_rules, list):
+            raise TypeError("PutAcl rules must be an array")
+        rules = tuple(rule_of_fields(r) for r in raw_rules)
+        return PutAcl(username=username, rules=rules, version=version)
     raise ValueError(f"unknown event tag {tag}")
 
 

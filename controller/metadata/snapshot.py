@@ -5,11 +5,16 @@ Layout: one msgpack array, groups ascending by broker name, ids ascending::
     ["rmq-metadata", version, [group, ...]]
     group = [broker_name, cluster, next_assign_broker_id, master_broker_id | nil, master_epoch,
              [sync_state_set ids], sync_state_set_epoch, [[broker_id, address, register_code], ...],
-             [[topic, queues], ...]]                                   (version 2 only)
+             [[topic, queues], ...]]                                   (versions 2 and 3)
+    ["rmq-metadata", 3, [group, ...], [user, ...]]                    (version 3)
+    user = [username, user_type, sealed_secret (bin), version,
+            [[resource, [action, ...], decision, [cidr, ...]], ...]]
 
-Version 2 adds each group's topics (ascending by name). A state without topics is written as
-version 1, byte for byte what controllers before topics wrote, and both versions are read, so
-a controller restarts on a snapshot written before topics existed.
+Version 2 adds each group's topics (ascending by name); version 3 adds the users (ascending by
+name; secrets sealed only) and their rules. A state is written in the lowest version that holds
+it (no users: version 2, or 1 without topics, byte for byte what older controllers wrote), and
+every version is read, so a controller restarts on a snapshot written before topics or users
+existed.
 
 :func:`decode_groups` raises :class:`SnapshotError`, and nothing else, on bytes that are not such
 a snapshot or describe a state that breaks the invariants of group.py.
@@ -17,23 +22,29 @@ a snapshot or describe a state that breaks the invariants of group.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Final
 
 import msgpack
 
+from controller.metadata.auth import UserRecord
 from controller.metadata.events import (
+    MAX_SEALED_BYTES,
     check_broker_id,
     check_epoch,
     check_name,
     check_queues,
     check_text,
     check_topic,
+    rule_fields,
+    rule_of_fields,
 )
 from controller.metadata.group import BrokerGroup, BrokerRecord
+from protocol.acl import AclError, check_username, user_type
 
 SNAPSHOT_MAGIC: Final = "rmq-metadata"
+SNAPSHOT_VERSION_USERS: Final = 3
 SNAPSHOT_VERSION: Final = 2
 SNAPSHOT_VERSION_NO_TOPICS: Final = 1
 
@@ -42,8 +53,10 @@ class SnapshotError(ValueError):
     """Bytes that are not a valid metadata snapshot."""
 
 
-def encode_groups(groups: Mapping[str, BrokerGroup]) -> bytes:
-    with_topics = any(g.topics for g in groups.values())
+def encode_groups(groups: Mapping[str, BrokerGroup], users: Sequence[UserRecord] = ()) -> bytes:
+    """The snapshot of ``groups`` and ``users`` (users ascending by name, as AuthTable.records
+    gives them)."""
+    with_topics = bool(users) or any(g.topics for g in groups.values())
     body: list[Any] = []
     for name in sorted(groups):
         g = groups[name]
@@ -63,9 +76,63 @@ def encode_groups(groups: Mapping[str, BrokerGroup]) -> bytes:
         if with_topics:
             fields.append([[topic, g.topics[topic]] for topic in sorted(g.topics)])
         body.append(fields)
-    version = SNAPSHOT_VERSION if with_topics else SNAPSHOT_VERSION_NO_TOPICS
-    packed: bytes = msgpack.packb([SNAPSHOT_MAGIC, version, body], use_bin_type=True)
+    if users:
+        user_body = [
+            [
+                u.username,
+                u.user_type.value,
+                u.sealed_secret,
+                u.version,
+                [rule_fields(rule) for rule in u.rules],
+            ]
+            for u in users
+        ]
+        doc: list[Any] = [SNAPSHOT_MAGIC, SNAPSHOT_VERSION_USERS, body, user_body]
+    else:
+        version = SNAPSHOT_VERSION if with_topics else SNAPSHOT_VERSION_NO_TOPICS
+        doc = [SNAPSHOT_MAGIC, version, body]
+    packed: bytes = msgpack.packb(doc, use_bin_type=True)
     return packed
+
+
+def _user(value: object) -> UserRecord:
+    username, kind, sealed, version, raw_rules = _array("user", value, 5)
+    try:
+        name = check_username(username)
+        parsed_type = user_type(kind)
+    except AclError as exc:
+        raise ValueError(str(exc)) from None
+    if kind != parsed_type.value:
+        raise ValueError(f"user {name}: type not in its canonical form")
+    if not isinstance(sealed, bytes) or not 0 < len(sealed) <= MAX_SEALED_BYTES:
+        raise ValueError(f"user {name}: sealed secret must be 1 to {MAX_SEALED_BYTES} bytes")
+    if check_epoch("version", version) < 1:
+        raise ValueError(f"user {name}: version must be at least 1")
+    rules = tuple(rule_of_fields(r) for r in _array("rules", raw_rules))
+    patterns = [str(r.resource) for r in rules]
+    if patterns != sorted(set(patterns)):
+        raise ValueError(f"user {name}: rules must be strictly ascending by resource pattern")
+    return UserRecord(
+        username=name, user_type=parsed_type, sealed_secret=sealed, version=version, rules=rules
+    )
+
+
+def decode_users(data: bytes) -> list[UserRecord]:
+    """The users of a snapshot ([] for versions 1 and 2); SnapshotError on bad bytes."""
+    try:
+        obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise SnapshotError(f"undecodable snapshot: {type(exc).__name__}") from None
+    try:
+        if not isinstance(obj, list) or len(obj) != 4 or obj[1] != SNAPSHOT_VERSION_USERS:
+            return []
+        users = [_user(v) for v in _array("users", obj[3])]
+        names = [u.username for u in users]
+        if names != sorted(set(names)):
+            raise ValueError("users must be strictly ascending by name")
+        return users
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError(f"invalid snapshot: {exc}") from None
 
 
 def _array(what: str, value: object, length: int | None = None) -> list[Any]:
@@ -97,7 +164,8 @@ def _topics(value: object) -> dict[str, int]:
 
 
 def _group(value: object, version: int) -> BrokerGroup:
-    fields = _array("group", value, 9 if version == SNAPSHOT_VERSION else 8)
+    with_topics = version in (SNAPSHOT_VERSION, SNAPSHOT_VERSION_USERS)
+    fields = _array("group", value, 9 if with_topics else 8)
     name = check_name("broker_name", fields[0])
     cluster = check_name("cluster", fields[1])
     next_assign = check_broker_id("next_assign_broker_id", fields[2])
@@ -126,7 +194,7 @@ def _group(value: object, version: int) -> BrokerGroup:
         master_epoch=master_epoch,
         sync_state_set=sync_state_set,
         sync_state_set_epoch=sync_state_set_epoch,
-        topics=_topics(fields[8]) if version == SNAPSHOT_VERSION else {},
+        topics=_topics(fields[8]) if with_topics else {},
     )
     problems = group.invariant_violations()
     if problems:
@@ -140,12 +208,19 @@ def decode_groups(data: bytes) -> dict[str, BrokerGroup]:
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise SnapshotError(f"undecodable snapshot: {type(exc).__name__}") from None
     try:
-        magic, version, body = _array("snapshot", obj, 3)
+        head = _array("snapshot", obj)
+        version = head[1] if len(head) > 1 else None
+        magic, version, body = _array(
+            "snapshot", head[:3] if version == SNAPSHOT_VERSION_USERS else head, 3
+        )
+        if version == SNAPSHOT_VERSION_USERS and len(head) != 4:
+            raise ValueError("a version 3 snapshot must have 4 elements")
         if magic != SNAPSHOT_MAGIC:
             raise ValueError("not a metadata snapshot (bad magic)")
         if type(version) is not int or version not in (
             SNAPSHOT_VERSION_NO_TOPICS,
             SNAPSHOT_VERSION,
+            SNAPSHOT_VERSION_USERS,
         ):
             raise ValueError(f"unsupported snapshot version {version!r}")
         groups: dict[str, BrokerGroup] = {}

@@ -19,14 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Set
 
+from controller.metadata.auth import AuthTable
 from controller.metadata.election import ElectionInfo, Verdict, choose_master, next_master_epoch
 from controller.metadata.events import (
     FIRST_BROKER_ID,
     AlterSyncStateSet,
     ApplyBrokerId,
     CleanBrokerData,
+    DeleteUser,
     ElectMaster,
     Event,
+    PutAcl,
+    PutUser,
     UpdateBrokerAddress,
     UpdateTopic,
     check_broker_id,
@@ -62,7 +66,7 @@ from controller.metadata.rules import (
     mutate_alter,
     mutate_elect,
 )
-from controller.metadata.snapshot import decode_groups, encode_groups
+from controller.metadata.snapshot import decode_groups, decode_users, encode_groups
 from protocol.codes import ResponseCode as RC
 
 
@@ -90,12 +94,14 @@ def _check_topic_update(group: BrokerGroup, topic: str, queues: int) -> Applied:
 
 class ReplicasInfoManager:
     """Per broker group: cluster, nextAssignBrokerId, brokerId -> (address, registerCode),
-    master, masterEpoch, SyncStateSet, syncStateSetEpoch."""
+    master, masterEpoch, SyncStateSet, syncStateSetEpoch; and the users and their rules
+    (``auth``, :mod:`controller.metadata.auth`)."""
 
-    __slots__ = ("_groups",)
+    __slots__ = ("_groups", "auth")
 
     def __init__(self) -> None:
         self._groups: dict[str, BrokerGroup] = {}
+        self.auth = AuthTable()
 
     # Reads -------------------------------------------------------------------------------------
 
@@ -531,6 +537,8 @@ class ReplicasInfoManager:
                 return check
             case CleanBrokerData():
                 return self._apply_clean(event)
+            case PutUser() | DeleteUser() | PutAcl():
+                return self.auth.apply(event)
             case UpdateTopic():
                 group = self._groups.get(event.broker_name)
                 if group is None:
@@ -589,11 +597,14 @@ class ReplicasInfoManager:
 
     def snapshot(self) -> bytes:
         """The whole state as bytes; equal states give equal bytes."""
-        return encode_groups(self._groups)
+        return encode_groups(self._groups, self.auth.records())
 
     def restore(self, data: bytes) -> None:
         """Replace the whole state with a snapshot's; SnapshotError (state untouched) if invalid."""
-        self._groups = decode_groups(data)
+        groups = decode_groups(data)
+        users = decode_users(data)
+        self._groups = groups
+        self.auth = AuthTable({u.username: u for u in users})
 
     @classmethod
     def from_snapshot(cls, data: bytes) -> ReplicasInfoManager:

@@ -13,12 +13,13 @@ from collections.abc import Callable
 
 import structlog
 
-from controller.config import ControllerConfig
+from controller.config import ControllerConfig, load_auth_key
 from controller.metadata import BrokerBindings, BrokerLiveTable
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.routes import RouteTable
 from controller.service.admission import ProposalBudget, shedding
+from controller.service.auth import AuthHandlers
 from controller.service.brokers import BrokerHandlers
 from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
@@ -47,6 +48,12 @@ _WRITES = frozenset(
         RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
         RequestCode.CLEAN_BROKER_DATA,
         RequestCode.UPDATE_AND_CREATE_TOPIC,
+        ControllerCode.AUTH_CREATE_USER,
+        ControllerCode.AUTH_UPDATE_USER,
+        ControllerCode.AUTH_DELETE_USER,
+        ControllerCode.AUTH_CREATE_ACL,
+        ControllerCode.AUTH_UPDATE_ACL,
+        ControllerCode.AUTH_DELETE_ACL,
     }
 )
 """Requests whose decisions append to the Raft log: answered SYSTEM_BUSY at once while the
@@ -133,6 +140,8 @@ class ControllerService:
             timeout=timeout,
         )
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
+        auth_key = load_auth_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
+        self.auth = AuthHandlers(manager, gate, committer, auth_key)
 
         driver.on_active_change.append(self.heartbeats.active_changed)
         state_machine.on_master_changed.append(self.notifier.master_changed)
@@ -160,6 +169,14 @@ class ControllerService:
             ControllerCode.ADD_CONTROLLER: self.membership.add_controller,
             ControllerCode.REMOVE_CONTROLLER: self.membership.remove_controller,
             ControllerCode.TRANSFER_CONTROLLER_LEADER: self.membership.transfer_leader,
+            ControllerCode.AUTH_CREATE_USER: self.auth.create_user,
+            ControllerCode.AUTH_UPDATE_USER: self.auth.update_user,
+            ControllerCode.AUTH_DELETE_USER: self.auth.delete_user,
+            ControllerCode.AUTH_LIST_USER: self.auth.list_users,
+            ControllerCode.AUTH_CREATE_ACL: self.auth.create_acl,
+            ControllerCode.AUTH_UPDATE_ACL: self.auth.update_acl,
+            ControllerCode.AUTH_DELETE_ACL: self.auth.delete_acl,
+            ControllerCode.AUTH_LIST_ACL: self.auth.list_acl,
         }
         for code, handler in handlers.items():
             if code in _WRITES:

@@ -1,0 +1,203 @@
+"""Users and access rules on the controllers: AUTH_CREATE_USER ... AUTH_LIST_ACL (3001-3010).
+
+Writes are decided by the active controller and answered once their event is applied (as
+UPDATE_AND_CREATE_TOPIC), so every controller agrees and a failover loses nothing; lists are
+served like the other reads (the leader after a read barrier, a follower from its state).
+
+Secrets arrive in the request body, are sealed under the cluster's auth key
+(``auth_key_file``, :mod:`protocol.sealing`) before anything is decided, and leave only sealed:
+no answer and no log line carries one. Requests are NOT authenticated yet (issue 14 item 2):
+anyone who can reach a controller may call them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgpack
+import structlog
+
+from controller.metadata import ReplicasInfoManager
+from controller.metadata.auth import UserView
+from controller.service.commit import DecisionCommitter
+from controller.service.gate import LeadershipGate
+from controller.service.requests import Refused, refuse, unpack_body
+from protocol.acl import AclError, Rule, UserType, resource_pattern, rule_from_doc, user_type
+from protocol.codes import ResponseCode
+from protocol.fields import opt_str, req_str
+from protocol.remoting import Frame, response
+from protocol.sealing import NONCE_BYTES, key_id, seal
+from remoting.server import Connection
+
+log = structlog.get_logger(__name__)
+
+MAX_RULES_PER_REQUEST = 256
+
+
+def _invalid(message: str) -> Refused:
+    return Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, message)
+
+
+def user_doc(view: UserView, *, rules: bool = False) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "username": view.username,
+        "userType": view.user_type.value,
+        "version": view.version,
+    }
+    if rules:
+        doc["rules"] = [rule.to_doc() for rule in view.rules]
+    return doc
+
+
+def _rules(body: dict[str, Any]) -> list[Rule]:
+    raw = body.get("rules")
+    if not isinstance(raw, list) or not raw:
+        raise _invalid("body must carry a non-empty list of rules")
+    if len(raw) > MAX_RULES_PER_REQUEST:
+        raise _invalid(f"at most {MAX_RULES_PER_REQUEST} rules per request")
+    try:
+        return [rule_from_doc(doc) for doc in raw]
+    except AclError as exc:
+        raise _invalid(str(exc)) from None
+
+
+def _secret(body: dict[str, Any], *, required: bool) -> str | None:
+    secret = body.get("secret")
+    if secret is None and not required:
+        return None
+    if not isinstance(secret, str):
+        raise _invalid("body must carry the secret as a string")
+    return secret
+
+
+def _type(value: str | None) -> UserType | None:
+    if value is None or value == "":
+        return None
+    try:
+        return user_type(value)
+    except AclError as exc:
+        raise _invalid(str(exc)) from None
+
+
+class AuthHandlers:
+    def __init__(
+        self,
+        manager: ReplicasInfoManager,
+        gate: LeadershipGate,
+        committer: DecisionCommitter,
+        auth_key: bytes | None,
+    ) -> None:
+        self.manager = manager
+        self.gate = gate
+        self.committer = committer
+        self.auth_key = auth_key
+        if auth_key is not None:
+            log.info("auth key loaded", key_id=key_id(auth_key))
+
+    def _seal(self, username: str, secret: str) -> bytes:
+        if self.auth_key is None:  # checked before any decision; kept for the type checker
+            raise self._no_key()
+        return seal(self.auth_key, os.urandom(NONCE_BYTES), secret.encode(), username.encode())
+
+    def _no_key(self) -> Refused:
+        return Refused(
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+            "this controller has no auth_key_file: users with secrets cannot be stored "
+            "(docs/operations.md, Security)",
+        )
+
+    async def _commit_user(self, req: Frame, decision: Any, *, rules: bool = False) -> Frame:
+        d = await self.committer.settle(decision)
+        if not d.ok or d.response is None:
+            raise refuse(d)
+        return response(req, ResponseCode.SUCCESS, user_doc(d.response, rules=rules))
+
+    # --- users ---------------------------------------------------------------------------------
+
+    async def create_user(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        if self.auth_key is None:
+            raise self._no_key()
+        username = req_str(req.header, "username")
+        kind = _type(opt_str(req.header, "userType")) or UserType.NORMAL
+        secret = _secret(unpack_body(req), required=True)
+        assert secret is not None
+        d = self.manager.auth.create_user(username, secret, kind, self._seal)
+        resp = await self._commit_user(req, d)
+        log.info("user created", username=username, user_type=kind.value)
+        return resp
+
+    async def update_user(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        username = req_str(req.header, "username")
+        kind = _type(opt_str(req.header, "userType"))
+        secret = _secret(unpack_body(req), required=False)
+        if secret is not None and self.auth_key is None:
+            raise self._no_key()
+        d = self.manager.auth.update_user(username, secret, kind, self._seal)
+        resp = await self._commit_user(req, d)
+        log.info("user updated", username=username, secret_changed=secret is not None)
+        return resp
+
+    async def delete_user(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        username = req_str(req.header, "username")
+        resp = await self._commit_user(req, self.manager.auth.delete_user(username))
+        log.info("user deleted", username=username)
+        return resp
+
+    async def list_users(self, conn: Connection, req: Frame) -> Frame:
+        prefix = opt_str(req.header, "filter") or ""
+        await self.gate.read_view()
+        users = [user_doc(v) for v in self.manager.auth.list_users(prefix)]
+        return response(req, ResponseCode.SUCCESS, None, _pack({"users": users}))
+
+    # --- access rules --------------------------------------------------------------------------
+
+    async def create_acl(self, conn: Connection, req: Frame) -> Frame:
+        return await self._put_acl(req, create=True)
+
+    async def update_acl(self, conn: Connection, req: Frame) -> Frame:
+        return await self._put_acl(req, create=False)
+
+    async def _put_acl(self, req: Frame, *, create: bool) -> Frame:
+        await self.gate.require_active()
+        username = req_str(req.header, "username")
+        rules = _rules(unpack_body(req))
+        d = self.manager.auth.put_acl(username, rules, create=create)
+        resp = await self._commit_user(req, d, rules=True)
+        log.info(
+            "acl created" if create else "acl updated",
+            username=username,
+            resources=[str(r.resource) for r in rules],
+        )
+        return resp
+
+    async def delete_acl(self, conn: Connection, req: Frame) -> Frame:
+        await self.gate.require_active()
+        username = req_str(req.header, "username")
+        raw = unpack_body(req).get("resources") or []
+        if not isinstance(raw, list):
+            raise _invalid("resources must be a list")
+        try:
+            patterns = [resource_pattern(r) for r in raw]
+        except AclError as exc:
+            raise _invalid(str(exc)) from None
+        d = self.manager.auth.delete_acl(username, patterns)
+        resp = await self._commit_user(req, d, rules=True)
+        log.info("acl deleted", username=username, resources=[str(p) for p in patterns] or "all")
+        return resp
+
+    async def list_acl(self, conn: Connection, req: Frame) -> Frame:
+        username = opt_str(req.header, "username") or None
+        resource = opt_str(req.header, "resource") or ""
+        await self.gate.read_view()
+        views = self.manager.auth.list_acl(username, resource)
+        acls = [user_doc(v, rules=True) for v in views]
+        return response(req, ResponseCode.SUCCESS, None, _pack({"acls": acls}))
+
+
+def _pack(doc: dict[str, Any]) -> bytes:
+    packed: bytes = msgpack.packb(doc, use_bin_type=True)
+    return packed
