@@ -252,32 +252,41 @@ class TransactionProducer:
         return conn
 
     async def _heartbeat_loop(self) -> None:
+        failed = False
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            await self._heartbeat_all(fresh=True)
+            # The cached routes list every replica (a promoted slave heard us already); look
+            # them up again only after a heartbeat failed.
+            failed = not await self._heartbeat_all(fresh=failed)
 
-    async def _heartbeat_all(self, fresh: bool = False) -> None:
+    async def _heartbeat_all(self, fresh: bool = False) -> bool:
+        """Heartbeat to every broker of the topics' routes; False when one failed."""
         addresses: set[str] = set()
+        ok = True
         for topic in sorted(self._topics):
             try:
                 routes = self.producer.routes
                 route = await (routes.refresh(topic) if fresh else routes.get(topic))
             except (ClientError, RemotingError) as exc:
                 log.debug("transaction heartbeat: no route", topic=topic, error=str(exc))
+                ok = False
                 continue
             for b in route.brokers:
                 if b.master_address:
                     addresses.add(b.master_address)
                 addresses.update(b.slaves)
         beat: dict[str, Scalar] = {"clientId": self.client_id, "producerGroup": self.group}
-        await asyncio.gather(*(self._beat(a, beat) for a in sorted(addresses)))
+        beats = await asyncio.gather(*(self._beat(a, beat) for a in sorted(addresses)))
+        return ok and all(beats)
 
-    async def _beat(self, address: str, beat: dict[str, Scalar]) -> None:
+    async def _beat(self, address: str, beat: dict[str, Scalar]) -> bool:
         try:
             conn = await self._conn(address)
-            await conn.request(RequestCode.HEART_BEAT, beat, None, self.request_timeout)
+            resp = await conn.request(RequestCode.HEART_BEAT, beat, None, self.request_timeout)
         except (ClientError, RemotingError) as exc:
             log.debug("transaction heartbeat failed", address=address, error=str(exc))
+            return False
+        return resp.code == ResponseCode.SUCCESS
 
     def _on_request(self, conn: RemotingClient, frame: Frame) -> None:
         if frame.code != RequestCode.CHECK_TRANSACTION_STATE or self._closed:

@@ -1,12 +1,14 @@
 """Transactional messages against a real lone broker (issue 12 item 3): a committed message is
-consumed exactly once, a rolled back one never; a producer that exits before resolving leaves
-its half to the check-back, which a new producer instance of the same group answers; a half no
+consumed exactly once, a rolled back one never; a producer process killed -9 before resolving
+leaves its halves to the check-back, which a new producer instance of the same group answers; a half no
 producer answers is discarded after the maximum of checks; an unknown transaction id, the
 opposite of a resolution and a send to the system topics are refused and store nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import time
 from pathlib import Path
 
@@ -15,12 +17,18 @@ import pytest
 
 from client.admin import Admin
 from client.errors import BrokerError
+from client.message import SendResult
 from client.simple_consumer import PopMessage, SimpleConsumer
-from client.transaction import TransactionCheck, TransactionProducer, TransactionStatus
+from client.transaction import (
+    Transaction,
+    TransactionCheck,
+    TransactionProducer,
+    TransactionStatus,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.transaction import COMMIT_TYPE, HALF_TOPIC, PROP_HALF_OFFSET
 from remoting.client import RemotingClient
-from tests.support.procs import BrokerProc, small_segments_config
+from tests.support.procs import BrokerProc, Daemon, small_segments_config
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
@@ -128,10 +136,22 @@ async def test_a_new_producer_of_the_group_answers_the_check_back(
     broker = broker_factory(tmp_path, extra=["--config", str(config)]).start_and_wait()
     async with Admin(broker.address) as admin:
         await admin.create_topic("T", 2)
-    # The first producer sends three halves and exits without resolving any.
-    async with TransactionProducer(broker.address, "PG", _never) as tp:
-        keep = await tp.send_transaction("T", b"keep", keys="keep")
-        drop = await tp.send_transaction("T", b"drop", keys="drop")
+    # The first producer, a process of its own, sends two halves and is killed -9 before
+    # resolving either.
+    out = tmp_path / "halves.json"
+    first = Daemon(
+        "producer",
+        [sys.executable, "-c", _PRODUCER, broker.address, str(out)],
+        tmp_path / "producer.log",
+    )
+    first.start()
+    try:
+        wait_until(out.exists, "the producer process to send its halves", 30)
+        first.kill9()
+    finally:
+        first.stop()
+    halves = json.loads(out.read_text())
+    keep_id, drop_id = halves["keep"][0], halves["drop"][0]
     async with TransactionProducer(broker.address, "LOST", _never) as tp:
         await tp.send_transaction("T", b"orphan", keys="orphan")
 
@@ -143,17 +163,50 @@ async def test_a_new_producer_of_the_group_answers_the_check_back(
 
     async with TransactionProducer(broker.address, "PG", checker, topics=["T"]) as again:
         await asyncio.wait_for(_until(lambda: again.checks_answered >= 2), 30)
-        assert {c.transaction_id for c in asked} == {keep.transaction_id, drop.transaction_id}
+        assert {c.transaction_id for c in asked} == {keep_id, drop_id}
         assert {c.topic for c in asked} == {"T"}
         got = await _consume(broker.address, "C", 1, 1.5)
         assert [m.body for m in got] == [b"keep"]
-        # Resolved by the check: the first producer's commit now answers "already".
-        assert await again.end(keep, TransactionStatus.COMMIT) is False
+        # Resolved by the check: a commit now answers "already", the opposite is refused.
+        keep = Transaction(again, "T", keep_id, _result(halves["keep"]))
+        assert await keep.commit() is False
+        drop = Transaction(again, "T", drop_id, _result(halves["drop"]))
+        with pytest.raises(BrokerError) as exc:
+            await drop.commit()
+        assert exc.value.code == ResponseCode.TRANSACTION_ALREADY_RESOLVED
     # No producer of LOST ever answers: discarded after transaction_check_max checks.
     wait_until(
         lambda: "transaction discarded" in broker.log(), "the orphan half to be discarded", 30
     )
     assert "orphan" not in [m.body.decode() for m in got]
+
+
+_PRODUCER = """
+import asyncio, json, sys
+from client.transaction import TransactionProducer
+
+def never(check):
+    raise AssertionError("not asked")
+
+async def main(address, out):
+    tp = TransactionProducer(address, "PG", never)
+    await tp.start()
+    halves = {}
+    for key in ("keep", "drop"):
+        txn = await tp.send_transaction("T", key.encode(), keys=key)
+        halves[key] = [txn.transaction_id, txn.half.msg_id, txn.half.broker_name]
+    with open(out + ".tmp", "w") as f:
+        json.dump(halves, f)
+    import os
+    os.rename(out + ".tmp", out)
+    await asyncio.sleep(3600)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def _result(half: list[str]) -> SendResult:
+    return SendResult(msg_id=half[1], broker_name=half[2], queue_id=0, queue_offset=0)
 
 
 async def _until(cond: object) -> None:
