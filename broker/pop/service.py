@@ -432,10 +432,12 @@ class PopService:
                 else:
                     ctx.check_writable()
                     state = self.ready()
-                    self.revive_due(state, ctx.now_ms())
+                    busy = self.revive_due(state, ctx.now_ms()) >= _REVIVE_BATCH
                     ctx.metrics.pop_inflight_now(state.groups())
                     nxt = state.next_deadline()
-                    if nxt is not None:
+                    if busy:
+                        timeout = 0.0
+                    elif nxt is not None:
                         timeout = max(0.0, min(timeout, (nxt - ctx.now_ms()) / 1000))
             except asyncio.CancelledError:
                 raise
@@ -443,31 +445,37 @@ class PopService:
                 log.warning("pop revive round failed", error=f"{type(exc).__name__}: {exc}")
                 timeout = 1.0
             self._wake.clear()
+            if timeout <= 0:
+                await asyncio.sleep(0)  # more is due: let other work run, then go on
+                continue
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 pass
 
     def revive_due(self, state: PopState, now: int) -> int:
-        """Re-publish the entries past their deadline; returns how many."""
-        done = 0
-        while True:
-            due = state.due(now, _REVIVE_BATCH)
-            if not due:
-                return done
-            keys: list[tuple[int, int]] = []
-            try:
-                for entry in due:
-                    self._republish(entry)
-                    keys.append(entry.key)
-            finally:
-                if keys:
-                    self._append(Revived(tuple(keys)))
-                    for key in keys:
-                        state.revived(key)
-                for entry in due[len(keys) :]:  # not re-published: try again later
-                    state.change(entry.key, now + _RETRY_LATER_MS)
-            done += len(keys)
+        """Re-publish up to :data:`_REVIVE_BATCH` entries past their deadline (the loop comes
+        back at once for more, letting other work run in between); returns how many were due.
+        An entry not re-published (a write failed) is due again :data:`_RETRY_LATER_MS` later;
+        one whose copy was written but whose ``revived`` record was not may be re-published
+        twice (at least once)."""
+        due = state.due(now, _REVIVE_BATCH)
+        keys: list[tuple[int, int]] = []
+        recorded = False
+        try:
+            for entry in due:
+                self._republish(entry)
+                keys.append(entry.key)
+            if keys:
+                self._append(Revived(tuple(keys)))
+                recorded = True
+        finally:
+            if recorded:
+                for key in keys:
+                    state.revived(key)
+            for entry in due[len(keys) if recorded else 0 :]:  # try again later
+                state.change(entry.key, now + _RETRY_LATER_MS)
+        return len(due)
 
     def _republish(self, entry: Entry) -> None:
         ctx = self.ctx
