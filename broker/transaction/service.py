@@ -62,6 +62,7 @@ log = structlog.get_logger(__name__)
 _READ_CHUNK: Final = 1024
 _CHECK_BATCH: Final = 256
 _IDLE_S: Final = 1.0
+_RETRY_LATER_MS: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,8 @@ class TransactionService:
             offset = res.next_offset
 
     def _rebuild(self) -> TransactionState:
-        state = TransactionState()
+        cfg = self.ctx.cfg
+        state = TransactionState(cfg.transaction_check_first_ms, cfg.transaction_check_interval_ms)
         halves = self._read_queue(HALF_TOPIC)
         for record in halves:
             half = _half_of(record)
@@ -355,35 +357,36 @@ class TransactionService:
 
     def check_due(self, state: TransactionState, now: int) -> int:
         """Check back (or discard) every open half past its check time; returns how many."""
-        cfg = self.ctx.cfg
-        due = state.due(
-            now,
-            cfg.transaction_check_first_ms,
-            cfg.transaction_check_interval_ms,
-            _CHECK_BATCH,
-        )
-        for half in due:
-            if half.checks >= cfg.transaction_check_max:
-                op = Op(OpKind.DISCARD, half.offset, now)
-                result = self._append_op(op)
-                state.op(result.physical_offsets[0], op)
-                self.ctx.metrics.transaction_resolved(OpKind.DISCARD)
-                log.warning(
-                    "transaction discarded: unresolved after the maximum number of checks",
-                    half_offset=half.offset,
-                    transaction_id=half.transaction_id,
-                    producer_group=half.group,
-                    checks=half.checks,
-                )
-                continue
-            sent = self._send_check(half, now)
-            op = Op(OpKind.CHECK, half.offset, now)
-            result = self._append_op(op)
-            state.op(result.physical_offsets[0], op)
-            self.ctx.metrics.transaction_checked(sent)
-        if due:
-            self.ctx.metrics.transactions_open_now(state.open_count())
-        return len(due)
+        due = state.due(now, _CHECK_BATCH)
+        done = 0
+        try:
+            for half in due:
+                self._check_one(state, half, now)
+                done += 1
+        finally:
+            for half in due[done:]:  # a write failed: try these again later
+                state.later(half, now + _RETRY_LATER_MS)
+            if due:
+                self.ctx.metrics.transactions_open_now(state.open_count())
+        return done
+
+    def _check_one(self, state: TransactionState, half: Half, now: int) -> None:
+        if half.checks >= self.ctx.cfg.transaction_check_max:
+            op = Op(OpKind.DISCARD, half.offset, now)
+            state.op(self._append_op(op).physical_offsets[0], op)
+            self.ctx.metrics.transaction_resolved(OpKind.DISCARD)
+            log.warning(
+                "transaction discarded: unresolved after the maximum number of checks",
+                half_offset=half.offset,
+                transaction_id=half.transaction_id,
+                producer_group=half.group,
+                checks=half.checks,
+            )
+            return
+        sent = self._send_check(half, now)
+        op = Op(OpKind.CHECK, half.offset, now)
+        state.op(self._append_op(op).physical_offsets[0], op)
+        self.ctx.metrics.transaction_checked(sent)
 
     def _send_check(self, half: Half, now: int) -> bool:
         conn = self._live_producer(half.group, now)

@@ -68,7 +68,7 @@ def test_replicas_applying_the_same_records_hold_the_same_state() -> None:
         # Replaying the log again (a restart that reads it twice) changes nothing.
         _apply(replica, log)
         assert master.snapshot() == replica.snapshot()
-        assert master.due(10**9, 0, 1) == replica.due(10**9, 0, 1)
+        assert master.due(10**9) == replica.due(10**9)
 
 
 def test_commit_resolves_once_and_a_second_commit_changes_nothing() -> None:
@@ -91,18 +91,32 @@ def test_commit_resolves_once_and_a_second_commit_changes_nothing() -> None:
 
 
 def test_check_backs_follow_the_records_times() -> None:
-    state = TransactionState()
+    state = TransactionState(first_check_ms=5_000, interval_ms=60_000)
     state.half(Half(10, "a", "G", 1_000))
     state.half(Half(20, "b", "G", 2_000))
-    assert state.due(5_999, 5_000, 60_000) == []
-    assert [h.offset for h in state.due(6_000, 5_000, 60_000)] == [10]
+    assert state.due(5_999) == []
+    assert [h.offset for h in state.due(6_000)] == [10]
+    assert state.due(6_000) == []  # handed out once
     state.op(30, Op(OpKind.CHECK, 10, 6_000))
-    assert [h.offset for h in state.due(7_000, 5_000, 60_000)] == [20]
-    assert [h.offset for h in state.due(66_000, 5_000, 60_000)] == [20, 10]
+    assert [h.offset for h in state.due(7_000)] == [20]
+    state.later(state.open_half(20), 8_000)  # type: ignore[arg-type]  # its op failed
+    assert [h.offset for h in state.due(66_000)] == [20, 10]
     assert state.open_half(10) is not None and state.open_half(10).checks == 1  # type: ignore[union-attr]
     state.op(40, Op(OpKind.DISCARD, 10, 70_000))
     assert state.resolution(10) is OpKind.DISCARD
     assert state.open_offsets() == [20]
+
+
+def test_resolved_transactions_are_remembered_up_to_a_bound() -> None:
+    state = TransactionState(remember=2)
+    for off in (1, 2, 3):
+        state.half(Half(off, f"t{off}", "G", 0))
+        state.op(100 + off, Op(OpKind.ROLLBACK, off, 0))
+    assert state.resolution(1) is None and state.find(1, "t1") is None  # forgotten
+    assert state.resolution(3) is OpKind.ROLLBACK and state.find(None, "t3") == 3
+    assert state.group_of(2) == "G"
+    # A forgotten half is not open: an op for it changes nothing.
+    assert not state.op(200, Op(OpKind.COMMIT, 1, 0))
 
 
 def test_op_records_round_trip_and_bad_ones_are_refused() -> None:
