@@ -13,6 +13,7 @@ import sys
 import click
 import structlog
 
+from rmqctl import auth
 from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
@@ -47,6 +48,14 @@ COMMANDS: list[click.Command] = [
     ctl.add_controller,
     ctl.remove_controller,
     ctl.transfer_controller_leader,
+    auth.create_user,
+    auth.update_user,
+    auth.delete_user,
+    auth.list_user,
+    auth.create_acl,
+    auth.update_acl,
+    auth.delete_acl,
+    auth.list_acl,
 ]
 
 

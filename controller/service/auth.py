@@ -108,10 +108,13 @@ class AuthHandlers:
         )
 
     async def _commit_user(self, req: Frame, decision: Any, *, rules: bool = False) -> Frame:
+        """Commit, then answer the user in the header (scalars) and, for the ACL requests, its
+        rules as they now are in the body ({"rules": [...]})."""
         d = await self.committer.settle(decision)
         if not d.ok or d.response is None:
             raise refuse(d)
-        return response(req, ResponseCode.SUCCESS, user_doc(d.response, rules=rules))
+        body = _pack({"rules": user_doc(d.response, rules=True)["rules"]}) if rules else None
+        return response(req, ResponseCode.SUCCESS, user_doc(d.response), body)
 
     # --- users ---------------------------------------------------------------------------------
 
