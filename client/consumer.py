@@ -18,6 +18,14 @@ or to its dead-letter topic ``%DLQ%<group>`` once its retries are used up; the n
 then counts as consumed like any other (the copy carries it on). Every member also reads the
 retry topic (one more subscription, shared out like the topic's queues), so a retried message
 comes back to some member of the group, showing its original topic and its reconsume count.
+
+FIFO groups (the group setting ``consumeMessageOrderly``, ``rmqctl updateSubGroup --fifo``; the
+brokers say so in their heartbeat answers): each queue is consumed in order. A message whose
+handler raised (or that was nacked) is not sent to the retry topic: it blocks its queue and is
+delivered again from the same queue after the group's back-off for its attempt, up to the
+group's ``retryMaxTimes`` (or ``max_reconsume_times``); then it is sent back to the group's DLQ
+and the queue goes on. Nothing of its queue after it is committed or handled meanwhile; other
+queues keep flowing.
 """
 
 from __future__ import annotations
@@ -47,7 +55,16 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import parse_tag_expression
 from protocol.pull import ConsumerOffsetUpdate
 from protocol.remoting import Frame, Scalar
-from protocol.retry import clip_reason, retry_topic
+from protocol.retry import (
+    DeadLetter,
+    Retry,
+    SubscriptionGroupConfig,
+    backoff_ms,
+    clip_reason,
+    next_step,
+    parse_delay_levels,
+    retry_topic,
+)
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -165,6 +182,9 @@ class Consumer:
         self._retry_checked = -RETRY_ROUTE_CHECK_INTERVAL
         # Brokers whose last heartbeat answer said the group does not consume retries.
         self._retry_off: set[str] = set()
+        #: the group's FIFO settings when the brokers say it is a FIFO group (else None)
+        self.fifo: SubscriptionGroupConfig | None = None
+        self._fifo_answers: dict[str, SubscriptionGroupConfig | None] = {}
         # Queues whose pulling stopped for good, their failures not raised yet (receive raises).
         self._failures: list[QueueState] = []
         #: the queues of ``topic`` this member owns now
@@ -319,6 +339,15 @@ class Consumer:
         """
         if not self._started:
             raise ClosedError("consumer is not started")
+        if self.fifo is not None:
+            await self._fifo_failed(msg, reason)
+            return
+        await self._send_back(msg, reason, self.max_reconsume_times)
+
+    async def _send_back(
+        self, msg: ReceivedMessage, reason: str, max_reconsume_times: int | None
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK for ``msg``, retried until ``nack_deadline``."""
         sub = self._retry if msg.stored_topic == self.retry_topic else self._main
         header: dict[str, Scalar] = {
             "group": self.group,
@@ -327,8 +356,8 @@ class Consumer:
             "originMsgId": msg.origin_msg_id,
             "reason": clip_reason(reason),
         }
-        if self.max_reconsume_times is not None:
-            header["maxReconsumeTimes"] = self.max_reconsume_times
+        if max_reconsume_times is not None:
+            header["maxReconsumeTimes"] = max_reconsume_times
         deadline = time.monotonic() + self.nack_deadline
         backoff = 0.05
         while True:
@@ -370,7 +399,15 @@ class Consumer:
         while not self._closed:
             msgs = await self.receive(self.heartbeat_interval)
             failed: list[tuple[ReceivedMessage, str]] = []
+            # FIFO: queues blocked by a failed message in this batch -> its offset; their later
+            # messages of the batch are not handled (they come again after it).
+            blocked: dict[tuple[str, str, int], int] = {}
             for msg in msgs:
+                where = (msg.stored_topic, msg.broker_name, msg.queue_id)
+                if blocked and msg.queue_offset >= blocked.get(where, msg.queue_offset + 1):
+                    continue
+                if self.fifo is not None and not _owned(self._state_of(msg)[1]):
+                    continue  # its queue was given away: the new owner delivers it in order
                 try:
                     result = handler(msg)
                     if inspect.isawaitable(result):
@@ -380,9 +417,83 @@ class Consumer:
                         self._hold_message(held)
                     raise
                 except Exception as exc:
-                    failed.append((msg, f"{type(exc).__name__}: {exc}"))
+                    reason = f"{type(exc).__name__}: {exc}"
+                    if self.fifo is None:
+                        failed.append((msg, reason))
+                    elif not await self._fifo_failed(msg, reason):
+                        blocked[where] = msg.queue_offset
+                else:
+                    if self.fifo is not None:
+                        self._fifo_passed(msg)
             if failed:
                 await self._nack_batch(failed)
+
+    # internals: FIFO groups ----------------------------------------------------------------
+    def _state_of(self, msg: ReceivedMessage) -> tuple[_Subscription, QueueState | None]:
+        sub = self._retry if msg.stored_topic == self.retry_topic else self._main
+        return sub, sub.owned.get(MessageQueue(msg.broker_name, msg.queue_id))
+
+    async def _fifo_failed(self, msg: ReceivedMessage, reason: str) -> bool:
+        """A message of a FIFO group failed. False: its queue is rewound to it and it comes
+        again after the group's back-off (the queue's later messages with it); True: its
+        retries were used up and it went to the group's DLQ (its queue goes on)."""
+        config = self.fifo
+        sub, state = self._state_of(msg)
+        if config is None or state is None or state.dropped:
+            return False  # the queue was given away: its new owner delivers it again
+        offset = msg.queue_offset
+        if state.fifo_offset != offset:
+            state.fifo_offset, state.fifo_retries = offset, 0
+        step: Retry | DeadLetter = next_step(config, state.fifo_retries, self.max_reconsume_times)
+        if isinstance(step, DeadLetter):
+            try:
+                # maxReconsumeTimes 0: the DLQ whatever the broker's settings say.
+                await self._send_back(msg, reason, 0)
+            except ClientError as exc:
+                log.error(
+                    "sending a FIFO message to the DLQ failed", msg_id=msg.msg_id, error=str(exc)
+                )
+                step = Retry(backoff_ms(config, state.fifo_retries), state.fifo_retries)
+            else:
+                log.warning(
+                    "FIFO message sent to the DLQ",
+                    msg_id=msg.msg_id,
+                    queue=_name(state.mq),
+                    offset=offset,
+                    retries=state.fifo_retries,
+                )
+                self._fifo_passed(msg)
+                return True
+        state.fifo_retries = step.count
+        self._rewind(sub, state, offset, step.delay_ms / 1000)
+        return False
+
+    def _fifo_passed(self, msg: ReceivedMessage) -> None:
+        """A message of a FIFO group was consumed (or went to the DLQ): its queue is free."""
+        _sub, state = self._state_of(msg)
+        if state is not None and state.fifo_offset == msg.queue_offset:
+            state.fifo_offset, state.fifo_retries = None, 0
+            if state.hold == msg.queue_offset:
+                state.hold = None
+
+    def _rewind(self, sub: _Subscription, state: QueueState, offset: int, delay: float) -> None:
+        """Pull ``state``'s queue again from ``offset`` after ``delay`` seconds: nothing at or
+        after it counts as consumed meanwhile; what was pulled after it is dropped."""
+        if state.hold is None or offset < state.hold:
+            state.hold = offset
+        if state.task is not None:
+            state.task.cancel()
+        self._buffer.discard(state)
+        state.task = asyncio.ensure_future(self._resume(sub, state, offset, delay))
+
+    async def _resume(
+        self, sub: _Subscription, state: QueueState, offset: int, delay: float
+    ) -> None:
+        await asyncio.sleep(delay)
+        if state.dropped:
+            return
+        state.next_offset = state.pulled = offset
+        await sub.puller.run(state)
 
     async def _nack_batch(self, failed: list[tuple[ReceivedMessage, str]]) -> None:
         tasks = [asyncio.ensure_future(self.nack(msg, reason)) for msg, reason in failed]
@@ -477,9 +588,15 @@ class Consumer:
         groups = sorted(route.read_addresses().items())
         beat = {"clientId": self.client_id, "consumerGroup": self.group, "topic": self.topic}
         self._retry_off.clear()
+        self._fifo_answers = {}
         results = await asyncio.gather(
             *(self._heartbeat(address, beat) for _, address in groups), return_exceptions=True
         )
+        if self._fifo_answers:  # a broker that answered says whether the group is FIFO
+            fifo = next((c for c in self._fifo_answers.values() if c is not None), None)
+            if (fifo is None) != (self.fifo is None):
+                log.info("FIFO consumption", group=self.group, fifo=fifo is not None)
+            self.fifo = fifo
         members: list[str] | None = None
         for (name, _), ok in zip(groups, results, strict=True):
             if ok is not True:
@@ -537,6 +654,8 @@ class Consumer:
         resp = await conn.request(RequestCode.HEART_BEAT, header, None, self.request_timeout)
         if resp.header.get("consumeRetry") is False:
             self._retry_off.add(address)
+        if resp.code == ResponseCode.SUCCESS:
+            self._fifo_answers[address] = _fifo_config(self.group, resp.header)
         return resp.code == ResponseCode.SUCCESS
 
     async def _member_list(self, broker_name: str) -> list[str]:
@@ -610,6 +729,30 @@ class Consumer:
         await asyncio.gather(
             *(one(a) for a in route.read_addresses().values()), return_exceptions=True
         )
+
+
+def _fifo_config(group: str, header: dict[str, Scalar]) -> SubscriptionGroupConfig | None:
+    """The group's FIFO settings from a heartbeat answer (None: not a FIFO group)."""
+    if header.get("consumeOrderly") is not True:
+        return None
+    times = header.get("retryMaxTimes")
+    delays = header.get("retryDelays")
+    try:
+        levels = parse_delay_levels(delays) if isinstance(delays, str) else None
+    except ValueError:
+        levels = None
+    base = SubscriptionGroupConfig(group)
+    return SubscriptionGroupConfig(
+        group,
+        times if isinstance(times, int) and times >= 0 else base.retry_max_times,
+        levels or base.retry_delays_ms,
+        False,
+        True,
+    )
+
+
+def _owned(state: QueueState | None) -> bool:
+    return state is not None and not state.dropped
 
 
 def _alive(state: QueueState) -> bool:

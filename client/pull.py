@@ -48,6 +48,8 @@ class QueueState:
         "consumed",
         "dropped",
         "failure",
+        "fifo_offset",
+        "fifo_retries",
         "hold",
         "mq",
         "next_offset",
@@ -78,6 +80,10 @@ class QueueState:
         self.hold: int | None = None
         #: whether the application consumed a message of this queue since it was taken
         self.acked = False
+        #: FIFO groups: the queue offset of the message that failed and blocks the queue, and
+        #: how many times it was retried in place
+        self.fifo_offset: int | None = None
+        self.fifo_retries = 0
 
     def ack(self, offset: int) -> None:
         """Messages below ``offset`` are consumed (never moves backwards, nor past ``hold``)."""

@@ -122,6 +122,10 @@ class SubscriptionGroupConfig:
     retry_delays_ms: tuple[int, ...] = DEFAULT_LEVELS_MS
     consume_retry: bool = True
     """Whether the group's members also consume its retry topic (and nacks are accepted)."""
+    consume_orderly: bool = False
+    """A FIFO group (RocketMQ's ``consumeMessageOrderly``): its members consume each queue in
+    order and retry a failed message in place, after the back-off of its attempt, up to
+    ``retry_max_times`` (nothing goes to the retry topic); past it a send-back goes to the DLQ."""
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -129,10 +133,13 @@ class SubscriptionGroupConfig:
             "retryMaxTimes": self.retry_max_times,
             "retryDelays": format_delay_levels(self.retry_delays_ms),
             "consumeRetryEnable": self.consume_retry,
+            "consumeMessageOrderly": self.consume_orderly,
         }
 
 
-FIELDS: Final = frozenset({"groupName", "retryMaxTimes", "retryDelays", "consumeRetryEnable"})
+FIELDS: Final = frozenset(
+    {"groupName", "retryMaxTimes", "retryDelays", "consumeRetryEnable", "consumeMessageOrderly"}
+)
 """The keys of a group's settings on the wire and in ``subscriptionGroup.json``."""
 
 
@@ -169,7 +176,10 @@ def config_from_dict(
     consume = doc.get("consumeRetryEnable", base.consume_retry)
     if not isinstance(consume, bool):
         raise RetryConfigError("consumeRetryEnable must be a boolean")
-    return SubscriptionGroupConfig(group, times, levels, consume)
+    orderly = doc.get("consumeMessageOrderly", base.consume_orderly)
+    if not isinstance(orderly, bool):
+        raise RetryConfigError("consumeMessageOrderly must be a boolean")
+    return SubscriptionGroupConfig(group, times, levels, consume, orderly)
 
 
 # -- the decision ------------------------------------------------------------------------------

@@ -38,6 +38,14 @@ _BROKER_HELP = "Only this broker group (default: every broker group)."
     default=None,
     help="Whether members read the retry topic; without it a nack goes to the DLQ at once.",
 )
+@click.option(
+    "--fifo/--no-fifo",
+    default=None,
+    help=(
+        "A FIFO group (consumeMessageOrderly): members consume each queue in order and retry a "
+        "failed message in place (it blocks its queue) up to the retry max, then to the DLQ."
+    ),
+)
 @click.option("-b", "--broker", "broker_name", default=None, metavar="NAME", help=_BROKER_HELP)
 @pass_settings
 def update_sub_group(
@@ -47,6 +55,7 @@ def update_sub_group(
     retry_max_times: int | None,
     retry_delays: str | None,
     consume_retry: bool | None,
+    fifo: bool | None,
     broker_name: str | None,
 ) -> None:
     """Create or update a consumer group's retry settings on the master of every broker
@@ -62,6 +71,8 @@ def update_sub_group(
         doc["retryDelays"] = retry_delays
     if consume_retry is not None:
         doc["consumeRetryEnable"] = consume_retry
+    if fifo is not None:
+        doc["consumeMessageOrderly"] = fifo
 
     async def work() -> dict[str, dict[str, Any]]:
         async with Admin(addresses) as admin:
@@ -106,11 +117,13 @@ def _groups_table(brokers: dict[str, dict[str, Any]]) -> str:
             doc.get("groupName"),
             doc.get("retryMaxTimes"),
             "yes" if doc.get("consumeRetryEnable") else "no",
+            "yes" if doc.get("consumeMessageOrderly") else "no",
             doc.get("retryDelays"),
         ]
         for name, doc in sorted(brokers.items())
     ]
-    return table(["Broker Name", "Group", "Retry Max", "Consume Retry", "Retry Delays"], rows)
+    headers = ["Broker Name", "Group", "Retry Max", "Consume Retry", "FIFO", "Retry Delays"]
+    return table(headers, rows)
 
 
 @click.command("queryDLQ", short_help="List a consumer group's dead-letter messages.")

@@ -4,7 +4,9 @@ registers a transactional producer's connection for check-backs (docs/transactio
 
 A heartbeat to a master also creates the group's retry topic (``%RETRY%<group>``, one queue)
 when the group consumes retries, as RocketMQ does, so its members find a route to it; the
-answer's ``consumeRetry`` tells the member whether to read it."""
+answer's ``consumeRetry`` tells the member whether to read it. For a FIFO group
+(``consumeMessageOrderly``) the answer also carries ``consumeOrderly``, ``retryMaxTimes`` and
+``retryDelays``: its members retry failed messages in place with them."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ import structlog
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import opt_str, req_str
-from protocol.remoting import Frame, response
-from protocol.retry import group_error, retry_topic
+from protocol.remoting import Frame, Header, response
+from protocol.retry import format_delay_levels, group_error, retry_topic
 from remoting.server import Connection, RemotingServer
 from storage.errors import StoreError
 
@@ -45,7 +47,9 @@ class ClientProcessor:
         ctx.groups.heartbeat(
             group, req_str(h, "clientId"), opt_str(h, "topic"), ctx.now_ms(), id(conn), conn.peer
         )
-        consume_retry = ctx.sub_groups.get(group).consume_retry
+        config = ctx.sub_groups.get(group)
+        # A FIFO group retries in place: its members do not read the retry topic.
+        consume_retry = config.consume_retry and not config.consume_orderly
         if (
             consume_retry
             and ctx.role.is_master
@@ -56,7 +60,12 @@ class ClientProcessor:
                 ctx.ensure_system_topic(retry_topic(group))
             except StoreError as exc:
                 log.error("creating the retry topic failed", group=group, error=str(exc))
-        return response(req, ResponseCode.SUCCESS, {"consumeRetry": consume_retry})
+        header: Header = {"consumeRetry": consume_retry}
+        if config.consume_orderly:
+            header["consumeOrderly"] = True
+            header["retryMaxTimes"] = config.retry_max_times
+            header["retryDelays"] = format_delay_levels(config.retry_delays_ms)
+        return response(req, ResponseCode.SUCCESS, header)
 
     def unregister(self, conn: Connection, req: Frame) -> Frame:
         self.ctx.groups.unregister(

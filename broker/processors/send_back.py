@@ -9,7 +9,9 @@ application consumed it from: its first topic, also for a retry copy), ``originM
 The message at ``offset`` must be a visible message of ``originTopic`` (or a retry copy in the
 group's retry topic whose ``RETRY_TOPIC`` is ``originTopic``), and the request must come over a
 connection a live member of ``group`` heart-beats on; else MESSAGE_NOT_FOUND or
-NOT_GROUP_MEMBER, and nothing is stored. The answer comes once the copy is as durable as a send
+NOT_GROUP_MEMBER, and nothing is stored. For a FIFO group (``consumeMessageOrderly``) or a group
+that does not consume retries, the message goes to the DLQ at once: FIFO members retry in place
+and send a message back only once its retries are used up. The answer comes once the copy is as durable as a send
 (flush, all-ack replicas). Its header: ``topic`` (retry or DLQ topic), ``msgId`` (the copy's
 id), ``reconsumeTimes``, ``deadLetter`` and, for a retry, ``deliverAtMs``.
 """
@@ -98,8 +100,10 @@ class SendBackProcessor:
         reconsumed = reconsume_times(record.properties)
         step: Retry | DeadLetter = (
             next_step(config, reconsumed, client_max if client_max >= 0 else None)
-            if config.consume_retry
-            else DeadLetter(reconsumed)  # nobody reads the retry topic: park it at once
+            if config.consume_retry and not config.consume_orderly
+            # Nobody reads the retry topic, or a FIFO group (its members retry in place and
+            # send a message back only past its retries): park it at once.
+            else DeadLetter(reconsumed)
         )
         props = sent_back_properties(
             record.properties,

@@ -197,6 +197,7 @@ async def test_bad_settings_store_nothing(broker: BrokerProc) -> None:
                 "retryMaxTimes": 2,
                 "retryDelays": "10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
                 "consumeRetryEnable": True,
+                "consumeMessageOrderly": False,
             }
             assert await admin.get_sub_group("never-set") == {"broker-a": None}
         finally:

@@ -121,6 +121,9 @@ def test_settings_from_a_document_keep_unset_keys_from_the_base() -> None:
     changed = config_from_dict({"groupName": "G", "consumeRetryEnable": False}, base)
     assert changed == SubscriptionGroupConfig("G", 3, (1000, 2000), False)
     assert config_from_dict(changed.to_dict()) == changed
+    fifo = config_from_dict({"groupName": "G", "consumeMessageOrderly": True}, changed)
+    assert fifo == SubscriptionGroupConfig("G", 3, (1000, 2000), False, True)
+    assert config_from_dict(fifo.to_dict()) == fifo
     # Another group's settings are no base.
     assert config_from_dict({"groupName": "H"}, base) == SubscriptionGroupConfig("H")
 
@@ -140,6 +143,7 @@ def test_settings_from_a_document_keep_unset_keys_from_the_base() -> None:
         ({"groupName": "G", "retryDelays": "1s 2"}, "'2' is not a delay"),
         ({"groupName": "G", "retryDelays": [1000]}, "retryDelays must be a string"),
         ({"groupName": "G", "consumeRetryEnable": 1}, "consumeRetryEnable must be a boolean"),
+        ({"groupName": "G", "consumeMessageOrderly": "yes"}, "consumeMessageOrderly must be a"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(doc: dict[str, object], says: str) -> None:

@@ -37,6 +37,7 @@ def test_update_and_get_sub_group(broker: BrokerProc) -> None:
         "retryMaxTimes": 3,
         "retryDelays": "1s 1s 2s",
         "consumeRetryEnable": False,
+        "consumeMessageOrderly": False,
     }
     assert stored == {"group": "G", "brokers": {"broker-a": settings}}
     # Settings not given keep their value.
@@ -46,6 +47,10 @@ def test_update_and_get_sub_group(broker: BrokerProc) -> None:
         "group": "G",
         "brokers": {"broker-a": {**settings, "consumeRetryEnable": True, "configured": True}},
     }
+    # A FIFO group: the setting is stored with the others and shown.
+    fifo = ok_json("updateSubGroup", "-a", a, "-g", "G", "--fifo")
+    assert fifo["brokers"]["broker-a"]["consumeMessageOrderly"] is True
+    assert "FIFO" in rmqctl("getSubGroup", "-a", a, "-g", "G").stdout
     human = rmqctl("getSubGroup", "-a", a, "-g", "Other")
     assert human.returncode == 0
     assert "10s 30s 1m" in human.stdout and "16" in human.stdout

@@ -30,6 +30,7 @@ def test_groups_persist_every_change_and_unset_keys_keep_their_value(tmp_path: P
         "retryMaxTimes": 3,
         "retryDelays": "1s 1s 2s",
         "consumeRetryEnable": False,
+        "consumeMessageOrderly": False,
     }
 
 

@@ -1,0 +1,180 @@
+"""FIFO message groups end to end, real processes (issue 12, item 2, queue-bound consumers).
+
+Three controllers and a group of three brokers; a producer sends 20 message groups x 50
+messages (each group's sends five at a time, concurrently) while a FIFO consumer group handles
+them with random handler failures, and the master is killed with kill -9 mid-run. Every group's
+messages are consumed in send order: a failed message is handled again before anything later of
+its group; the first successful consumption of each message comes in strictly increasing order;
+every message is consumed. A message that always fails goes to the DLQ after the group's retries
+and its group goes on. The soak variant runs the issue's 100 groups x 100 messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import Consumer, Producer
+from client.admin import Admin
+from client.bootstrap import Bootstrap
+from client.message import ReceivedMessage
+from protocol.fifo import PROP_MESSAGE_GROUP
+from tests.cluster.support import (
+    create_topic,
+    full_sync_state_set,
+    new_master,
+    node_at,
+    route_has_master,
+)
+from tests.cluster.test_subscription_group_failover import settings_on
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "FifoTopic"
+GROUP = "FifoGroup"
+POISON = ("g0", 10)  # always fails: to the DLQ after the retries
+FAST: dict[str, Any] = {
+    "heartbeat_interval": 0.2,
+    "commit_interval": 0.2,
+    "suspend_ms": 500,
+    "route_refresh_interval": 1.0,
+}
+
+
+async def run_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
+    cluster = Cluster(tmp_path)
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    addresses = cluster.controller_addresses
+    try:
+        cluster.start_controllers()
+        cluster.add_group("broker-a", 3)
+        master = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
+        await wait_until_async(
+            lambda: route_has_master(boot), "brokers registered for routes", 30, interval=0.1
+        )
+        await create_topic(boot, master, TOPIC, queues=4)
+        async with Admin(addresses) as admin:
+            await admin.update_sub_group(
+                {
+                    "groupName": GROUP,
+                    "consumeMessageOrderly": True,
+                    "retryMaxTimes": 2,
+                    "retryDelays": "100ms 200ms",
+                }
+            )
+
+        async def everywhere() -> bool:  # the new master must know the group is FIFO
+            for b in cluster.brokers:
+                got = await settings_on(b.address, GROUP)
+                if got is None or got.get("consumeMessageOrderly") is not True:
+                    return False
+            return True
+
+        await wait_until_async(everywhere, "every replica to hold the FIFO setting", 30)
+
+        rng = random.Random(12)
+        invocations: dict[str, list[tuple[int, bool]]] = {f"g{g}": [] for g in range(groups)}
+        tried: set[tuple[str, int]] = set()
+
+        def handle(msg: ReceivedMessage) -> None:
+            g, i = msg.body.decode().split(":")
+            seq = int(i)
+            assert msg.properties[PROP_MESSAGE_GROUP] == g
+            fail = (g, seq) == POISON or ((g, seq) not in tried and rng.random() < 0.05)
+            tried.add((g, seq))
+            invocations[g].append((seq, not fail))
+            if fail:
+                raise RuntimeError(f"handler failed {g}:{seq}")
+
+        def consumed() -> int:
+            return len({(g, s) for g, inv in invocations.items() for s, ok in inv if ok})
+
+        sent = 0
+        async with (
+            Producer(addresses, send_deadline=30) as producer,
+            Consumer(addresses, GROUP, TOPIC, **FAST) as consumer,
+        ):
+            processing = asyncio.ensure_future(consumer.process(handle))
+
+            async def send_group(g: str) -> None:
+                nonlocal sent
+                for start in range(0, per_group, 5):
+                    chunk = range(start, min(start + 5, per_group))
+                    await asyncio.gather(
+                        *(producer.send(TOPIC, f"{g}:{i}".encode(), message_group=g) for i in chunk)
+                    )
+                    sent += len(chunk)
+                    await asyncio.sleep(0.02)
+
+            sending = asyncio.gather(*(send_group(g) for g in invocations))
+            try:
+                total = groups * per_group
+
+                async def progressed() -> bool:
+                    return consumed() >= total // 3
+
+                await wait_until_async(progressed, "a third consumed", 60, interval=0.05)
+                assert consumer.fifo is not None
+                killed_at = sent
+                node_at(cluster, master).kill9()
+                await new_master(boot, cluster, master)
+                await asyncio.wait_for(sending, 60)
+                assert killed_at < total, "every message was sent before the kill"
+
+                async def all_consumed() -> bool:
+                    return consumed() >= total - 1
+
+                await wait_until_async(
+                    all_consumed,
+                    "every message consumed",
+                    90,
+                    interval=0.1,
+                    on_timeout=cluster.logs,
+                )
+                async with Admin(addresses) as admin:
+
+                    async def parked() -> list[dict[str, Any]]:
+                        return (await admin.query_dlq(GROUP)).get("broker-a", [])
+
+                    dead = await wait_until_async(parked, "the poison message in the DLQ", 30)
+            finally:
+                processing.cancel()
+                sending.cancel()
+        assert {d["reason"] for d in dead} == {
+            f"RuntimeError: handler failed {POISON[0]}:{POISON[1]}"
+        }
+        for g, inv in invocations.items():
+            firsts: list[int] = []
+            done: set[int] = set()
+            for k, (seq, ok) in enumerate(inv):
+                if not ok and (g, seq) != POISON:
+                    # A failed message is handled again before anything later of its group.
+                    assert inv[k + 1][0] == seq, (g, inv[k : k + 3])
+                if ok and seq not in done:
+                    done.add(seq)
+                    firsts.append(seq)
+            expected = [s for s in range(per_group) if (g, s) != POISON]
+            assert firsts == expected, (g, firsts)
+        poison = [ok for seq, ok in invocations[POISON[0]] if seq == POISON[1]]
+        # First try and 2 retries, then the DLQ (per copy: a producer retry may store two).
+        assert poison and not any(poison) and len(poison) % 3 == 0, poison
+    finally:
+        boot.close()
+        cluster.stop()
+
+
+async def test_fifo_groups_keep_order_through_failures_and_a_master_failover(
+    tmp_path: Path,
+) -> None:
+    await run_fifo(tmp_path, groups=20, per_group=50)
+
+
+@pytest.mark.soak
+async def test_fifo_soak_100_groups_of_100(tmp_path: Path) -> None:
+    await run_fifo(tmp_path, groups=100, per_group=100)
