@@ -1,8 +1,8 @@
 """Transactional messages against a real lone broker (issue 12 item 3): a committed message is
 consumed exactly once, a rolled back one never; a producer process killed -9 before resolving
-leaves its halves to the check-back, which a new producer instance of the same group answers; a half no
-producer answers is discarded after the maximum of checks; an unknown transaction id, the
-opposite of a resolution and a send to the system topics are refused and store nothing."""
+leaves its halves to the check-back, which a new producer instance of the same group answers;
+a half no producer answers is discarded after the maximum of checks; an unknown transaction
+id, the opposite of a resolution and a send to the system topics are refused, storing nothing."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from client.transaction import (
     TransactionStatus,
 )
 from protocol.codes import RequestCode, ResponseCode
+from protocol.remoting import Scalar
 from protocol.transaction import COMMIT_TYPE, HALF_TOPIC, PROP_HALF_OFFSET
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc, Daemon, small_segments_config
@@ -87,11 +88,12 @@ async def test_commit_is_seen_once_rollback_never_and_bad_ends_are_refused(
     conn = await RemotingClient.connect(broker.address)
     try:
         max_before = await _max_offset(conn)
-        for header in (
+        headers: list[dict[str, Scalar]] = [
             {"transactionId": "nope", "commitLogOffset": -1},
             {"transactionId": committed.transaction_id, "commitLogOffset": 1},
             {"transactionId": "nope", "commitLogOffset": committed.half_offset},
-        ):
+        ]
+        for header in headers:
             resp = await conn.request(
                 RequestCode.END_TRANSACTION,
                 {"producerGroup": "PG", "commitOrRollback": COMMIT_TYPE, **header},

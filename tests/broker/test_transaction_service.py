@@ -1,7 +1,8 @@
 """The transaction service in process on a real lone broker and store: a commit whose visible
 copy a crash cut off (the commit op is the log's last commit, the copy never written) gets its
-copy when the next master builds the open set, exactly once, also after further rebuilds;
-the transaction metrics follow opens, resolutions, checks and discards."""
+copy when the next master builds the open set, exactly once, also after further rebuilds; a
+restarted broker replays its open, resolved and checked transactions from the CommitLog; the
+transaction metrics follow opens, resolutions, checks and discards."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ async def test_metrics_follow_opens_resolutions_checks_and_discards(tmp_path: Pa
         listen="127.0.0.1:0",
         data_dir=tmp_path / "b",
         metrics_port=0,
-        transaction_check_first_ms=1000,
+        transaction_check_first_ms=600_000,  # the broker's own loop checks nothing
         transaction_check_interval_ms=1000,
         transaction_check_max=1,
     )
@@ -106,12 +107,52 @@ async def test_metrics_follow_opens_resolutions_checks_and_discards(tmp_path: Pa
         assert _figure(broker, "rmq_broker_transactions_open") == 1
         # No producer of PG is connected: the check is due, counted unsent; the next discards.
         state = service.ready()
-        far = int(time.time() * 1000) + 60_000
+        far = int(time.time() * 1000) + 700_000
         assert service.check_due(state, far) == 1
         assert _figure(broker, "rmq_broker_transaction_checks_total", sent="false") == 1
         assert service.check_due(state, far + 1000) == 1
         assert _figure(broker, "rmq_broker_transactions_resolved_total", outcome="discard") == 1
         assert _figure(broker, "rmq_broker_transactions_open") == 0
         assert state.resolution(offsets[2]) is OpKind.DISCARD
+    finally:
+        await broker.stop()
+
+
+async def test_a_restarted_broker_replays_its_transactions(tmp_path: Path) -> None:
+    cfg = BrokerConfig(
+        listen="127.0.0.1:0",
+        data_dir=tmp_path / "b",
+        metrics_port=0,
+        transaction_check_first_ms=600_000,  # the broker's own loop checks nothing
+        transaction_check_interval_ms=1000,
+    )
+    offsets = []
+    broker = Broker(cfg)
+    await broker.start()
+    try:
+        broker.ctx.create_topic("T", 1)
+        service = broker.ctx.transactions
+        for i in range(3):
+            props = {PROP_PRODUCER_GROUP: "PG", PROP_TRANSACTION_ID: f"tx{i}"}
+            result = service.put_half("T", 0, Message(topic="T", body=b"b", properties=props))
+            offsets.append(result.physical_offsets[0])
+        service.end("PG", "tx0", offsets[0], OpKind.COMMIT)
+        service.end("PG", "tx1", offsets[1], OpKind.ROLLBACK)
+        service.check_due(service.ready(), int(time.time() * 1000) + 700_000)
+    finally:
+        await broker.stop()
+
+    broker = Broker(cfg)
+    await broker.start()
+    try:
+        service = broker.ctx.transactions
+        state = service.ready()
+        assert state.open_offsets() == [offsets[2]]
+        assert state.open_half(offsets[2]).checks == 1  # type: ignore[union-attr]
+        assert state.resolution(offsets[0]) is OpKind.COMMIT
+        assert state.resolution(offsets[1]) is OpKind.ROLLBACK
+        assert service.end("PG", "tx0", offsets[0], OpKind.COMMIT).already
+        service.end("PG", "tx2", offsets[2], OpKind.COMMIT)
+        assert sorted(_copies(broker, "T")) == sorted([str(offsets[0]), str(offsets[2])])
     finally:
         await broker.stop()
