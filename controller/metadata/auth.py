@@ -19,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from controller.metadata.events import AuthEvent, DeleteUser, PutAcl, PutUser
+from controller.metadata.events import (
+    MAX_EVENT_BYTES,
+    AuthEvent,
+    DeleteUser,
+    PutAcl,
+    PutUser,
+    encode_event,
+)
 from controller.metadata.results import APPLIED, Applied, Decision, rejected
 from protocol.acl import (
     AclError,
@@ -205,6 +212,14 @@ class AuthTable:
         except AclError as exc:
             return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
         event = PutAcl(username=username, rules=merged, version=record.version)
+        size = len(encode_event(event))
+        if size > MAX_EVENT_BYTES:
+            # Every controller would refuse to decode it from the log: never proposed.
+            return rejected(
+                RC.CONTROLLER_INVALID_REQUEST,
+                f"the rules of {username} would take {size} bytes, more than {MAX_EVENT_BYTES}: "
+                "use prefixes or fewer source ranges",
+            )
         return Decision(events=(event,), response=_with(record, merged, record.version + 1))
 
     def delete_acl(

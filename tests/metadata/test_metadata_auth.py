@@ -150,3 +150,17 @@ def test_user_events_round_trip_and_bad_bytes_are_refused() -> None:
             decode_event(msgpack.packb(bad, use_bin_type=True))
     with pytest.raises(ValueError, match="ascending"):
         PutAcl(username="alice", rules=tuple(reversed(rules)), version=2)
+
+
+def test_a_rule_list_too_large_for_one_event_is_refused_before_it_is_proposed() -> None:
+    m = ReplicasInfoManager()
+    commit([m], m.auth.create_user("alice", "alice-secret", UserType.NORMAL, sealer))
+    sources = [f"2001:db8:{i:x}::/48" for i in range(32)]
+    rules = [
+        make_rule(f"Topic:t{i:03d}-{'x' * 200}", ["pub"], "allow", sources) for i in range(100)
+    ]
+    decision = m.auth.put_acl("alice", rules, create=True)
+    assert decision.code == RC.CONTROLLER_INVALID_REQUEST and not decision.events
+    assert "more than 65536" in decision.remark
+    fits = m.auth.put_acl("alice", rules[:10], create=True)
+    commit([m], fits)
