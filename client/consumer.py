@@ -336,6 +336,10 @@ class Consumer:
         a new master that has not seen this member's heartbeat yet) is retried for
         ``nack_deadline`` seconds; past it, :class:`ClientError` is raised and the message's
         queue stops committing at it, so it is delivered again after a restart or handover.
+
+        In a FIFO group the message is instead retried in place: its queue is pulled again from
+        it after the group's back-off (messages of its queue handed out after it come again
+        too), and only past the group's retries is it sent back, to the DLQ.
         """
         if not self._started:
             raise ClosedError("consumer is not started")

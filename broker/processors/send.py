@@ -17,6 +17,7 @@ from broker.context import BrokerContext, WriteRefused
 from broker.timer.service import reserved_property
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, opt_str, req_str
+from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import Message, MsgIdMaker, decode_properties
 from protocol.remoting import Frame, Header, response
 from protocol.timer import REQUEST_PROPERTIES
@@ -139,6 +140,9 @@ class SendProcessor:
             body_bytes += size
         try:
             if any(m.properties for m in messages):  # only these can ask for a delivery time
+                bad_group = _message_group_refusal(messages)
+                if bad_group is not None:
+                    return self._error(req, ResponseCode.MESSAGE_ILLEGAL, bad_group)
                 half = self._transactional(req, topic, queue_id, messages)
                 if half is not None:
                     return half
@@ -331,3 +335,14 @@ def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:
             )
         )
     return messages
+
+
+def _message_group_refusal(messages: list[Message]) -> str | None:
+    """Why a message's FIFO group (``__SHARDINGKEY``) cannot be stored; None: all can."""
+    for m in messages:
+        group = m.properties.get(PROP_MESSAGE_GROUP)
+        if group is not None:
+            why = message_group_error(group)
+            if why is not None:
+                return f"property {PROP_MESSAGE_GROUP}: {why}"
+    return None
