@@ -13,9 +13,8 @@ figure against the issue's target of 30,000 msg/s, and the ratio of the two. Not
 
 Also printed: the CPU seconds each broker and this client process used during the POP run.
 Measured (20,000 messages, shared 2-core machine): queue-bound 48,711-115,261 msg/s, POP
-8,365-9,617 msg/s (about 0.3 of the target) with the master at 0.6 s CPU in a 2.1 s run: the
-POP figure is bound by request round trips (each waits for its revive-log record on all three
-replicas), not by CPU (docs/pop.md, Figures).
+8,365-9,617 msg/s (about 0.3 of the target) with the master at 0.6 s CPU in a 2.1 s run, on a
+machine running other jobs (docs/pop.md, Figures).
 
     python bench/pop_bench.py [--messages N] [--size BYTES] [--consumers 4]
 """
