@@ -57,15 +57,22 @@ async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
     acked: Counter[str] = Counter()
     received_by: Counter[int] = Counter()
     done = asyncio.Event()
+    everyone = asyncio.Event()  # each member holds its first batch until all ten have one
 
     async def member(i: int) -> None:
         async with SimpleConsumer(broker.address, "G", "T") as consumer:
             while not done.is_set():
                 batch = await consumer.receive(8, invisible_duration=30, wait=0.5)
+                if batch and not received_by[i]:
+                    received_by[i] += len(batch)
+                    if len(received_by) == 10:
+                        everyone.set()
+                    await asyncio.wait_for(everyone.wait(), 20)
+                elif batch:
+                    received_by[i] += len(batch)
                 for msg in batch:
                     await consumer.ack(msg)
                     acked[msg.msg_id] += 1
-                    received_by[i] += 1
                     assert msg.attempt == 1 and msg.topic == "T"
                 if len(acked) >= n:
                     done.set()
@@ -74,7 +81,7 @@ async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
     await asyncio.wait_for(asyncio.gather(*(member(i) for i in range(10))), 60)
     assert set(acked) == sent
     assert set(acked.values()) == {1}
-    assert len(received_by) >= 2, received_by  # more than one member got messages
+    assert sorted(received_by) == list(range(10))  # ten members on two queues, all served
     async with SimpleConsumer(broker.address, "G", "T") as consumer:
         assert await consumer.receive(8, invisible_duration=2, wait=0.5) == []
 
