@@ -11,7 +11,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # pip's own output (a line per package, progress bars on a terminal) shows the install moving.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check
 
-.PHONY: run demo test lint bench soak format clean venv pipeline-deps
+.PHONY: run demo test lint bench soak format clean venv pipeline-deps protos
 
 venv: $(DEV_STAMP)
 
@@ -57,6 +57,12 @@ bench: $(DEV_STAMP)  ## benchmarks: figures and ratios, never asserted
 
 soak: $(DEV_STAMP)  ## long soaks and big simulations
 	$(BIN)/python -m pytest -q -m soak
+
+PROTOS := protocol/rocketmq_v2/definition.proto protocol/rocketmq_v2/service.proto
+
+protos: $(DEV_STAMP)  ## regenerate protocol/rocketmq_v2/*_pb2*.py(i) from the .proto files
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. $(PROTOS)
+	$(BIN)/python -m grpc_tools.protoc -I . --grpc_python_out=. protocol/rocketmq_v2/service.proto
 
 format: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
