@@ -17,7 +17,7 @@ from client.admin import Admin
 from client.consumer import Consumer
 from client.errors import BrokerError
 from client.producer import Producer
-from client.simple_consumer import PopMessage, SimpleConsumer
+from client.simple_consumer import PopMessage, SimpleConsumer, decode_pop_answer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import FilterError
 from protocol.pop import HandleKey, ReceiptHandle, encode_handle
@@ -220,6 +220,20 @@ async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -
         header["exp"], header["expressionType"] = "A", "SQL92"
         resp = await conn.request(RequestCode.POP_MESSAGE, header, None, 5.0)
         assert resp.code == ResponseCode.BAD_REQUEST and "SQL92" in str(resp.header["remark"])
+        # One queue: only its messages; a queue the topic does not have is refused.
+        one: dict[str, Scalar] = {
+            "consumerGroup": "G5",
+            "topic": "T",
+            "queueId": 1,
+            "maxMsgNums": 5,
+            "invisibleTime": 5000,
+        }
+        resp = await conn.request(RequestCode.POP_MESSAGE, one, None, 5.0)
+        assert resp.code == ResponseCode.SUCCESS
+        assert {m.queue_id for m in decode_pop_answer(resp, "broker-a")} == {1}
+        one["queueId"] = 7
+        resp = await conn.request(RequestCode.POP_MESSAGE, one, None, 5.0)
+        assert resp.code == ResponseCode.QUEUE_NOT_EXIST
         pull = PullRequest(group="G3", topic="T", queue_id=0, offset=0, subscription="A||")
         resp = await conn.request(pull.code, pull.header(), None, 5.0)
         assert resp.code == ResponseCode.BAD_REQUEST and "subscription" in str(
