@@ -22,7 +22,8 @@ from client import Consumer, Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
-from protocol.fifo import PROP_MESSAGE_GROUP
+from client.routes import MessageQueue
+from protocol.fifo import PROP_MESSAGE_GROUP, group_queue
 from tests.cluster.support import (
     create_topic,
     full_sync_state_set,
@@ -81,11 +82,15 @@ async def run_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
         rng = random.Random(12)
         invocations: dict[str, list[tuple[int, bool]]] = {f"g{g}": [] for g in range(groups)}
         tried: set[tuple[str, int]] = set()
+        queues_of: dict[str, set[int]] = {g: set() for g in invocations}
+        wrong: list[dict[str, str]] = []
 
         def handle(msg: ReceivedMessage) -> None:
             g, i = msg.body.decode().split(":")
             seq = int(i)
-            assert msg.properties[PROP_MESSAGE_GROUP] == g
+            if msg.properties.get(PROP_MESSAGE_GROUP) != g:  # (a raise here would be a retry)
+                wrong.append(msg.properties)
+            queues_of[g].add(msg.queue_id)
             fail = (g, seq) == POISON or ((g, seq) not in tried and rng.random() < 0.05)
             tried.add((g, seq))
             invocations[g].append((seq, not fail))
@@ -149,6 +154,10 @@ async def run_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
         assert {d["reason"] for d in dead} == {
             f"RuntimeError: handler failed {POISON[0]}:{POISON[1]}"
         }
+        assert not wrong, wrong[:3]
+        # Every message of a group in the group's queue, also those retried through the failover.
+        queues = [MessageQueue("broker-a", q) for q in range(4)]
+        assert queues_of == {g: {group_queue(g, queues).queue_id} for g in invocations}
         for g, inv in invocations.items():
             firsts: list[int] = []
             done: set[int] = set()
