@@ -24,7 +24,6 @@ __all__ = [
     "PROP_PRODUCER_GROUP",
     "PROP_TRANSACTION_ID",
     "PROP_TRANSACTION_PREPARED",
-    "RESERVED_PROPERTIES",
     "ROLLBACK_TYPE",
     "Op",
     "OpKind",
@@ -50,9 +49,6 @@ PROP_HALF_OFFSET: Final = "TRAN_HALF_OFFSET"
 """On a committed message: the CommitLog offset of its half (set by the broker)."""
 PROP_REAL_TOPIC: Final = "REAL_TOPIC"
 PROP_REAL_QUEUE_ID: Final = "REAL_QID"
-
-RESERVED_PROPERTIES: Final = (PROP_HALF_OFFSET,)
-"""Properties a producer may not set: the broker writes them."""
 
 MAX_TRANSACTION_ID_CHARS: Final = 128
 MAX_GROUP_CHARS: Final = 255
@@ -126,8 +122,10 @@ def half_properties(properties: dict[str, str], topic: str, queue_id: int) -> di
 
 
 def real_properties(half: dict[str, str], half_offset: int) -> tuple[str, int, dict[str, str]]:
-    """The real topic, queue and properties of a half's committed copy (it names the half's
-    offset); raises :class:`ValueError` for a half record without its real topic."""
+    """The real topic, queue and properties of a half's committed copy: it names the half's
+    offset and is no longer a half (no ``TRAN_MSG``, so forwarding it with its properties sends
+    an ordinary message); raises :class:`ValueError` for a half record without its real
+    topic."""
     topic = half.get(PROP_REAL_TOPIC, "")
     try:
         queue_id = int(half.get(PROP_REAL_QUEUE_ID, ""))
@@ -135,7 +133,8 @@ def real_properties(half: dict[str, str], half_offset: int) -> tuple[str, int, d
         raise ValueError("half record has no real queue id") from None
     if not topic:
         raise ValueError("half record has no real topic")
-    props = {k: v for k, v in half.items() if k not in (PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID)}
+    dropped = (PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID, PROP_TRANSACTION_PREPARED)
+    props = {k: v for k, v in half.items() if k not in dropped}
     props[PROP_HALF_OFFSET] = str(half_offset)
     return topic, queue_id, props
 

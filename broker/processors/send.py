@@ -21,7 +21,7 @@ from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import Message, MsgIdMaker, decode_properties
 from protocol.remoting import Frame, Header, response
 from protocol.timer import REQUEST_PROPERTIES
-from protocol.transaction import HALF_TOPIC, OP_TOPIC, PROP_HALF_OFFSET, is_transactional
+from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
 from remoting.server import Connection, RemotingServer, error_response
 from storage.queues import topic_error
 from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
@@ -166,12 +166,6 @@ class SendProcessor:
         """A transactional send (``TRAN_MSG=true``): store it as a half message
         (docs/transactions.md). None: no message of the send is transactional."""
         if not any(is_transactional(m.properties) for m in messages):
-            if any(PROP_HALF_OFFSET in m.properties for m in messages):
-                return self._error(
-                    req,
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"property {PROP_HALF_OFFSET} is reserved for committed transactions",
-                )
             return None
         if len(messages) != 1:
             return self._error(
@@ -180,11 +174,11 @@ class SendProcessor:
                 "a transactional message is sent alone, not in a batch",
             )
         msg = messages[0]
-        if any(p in msg.properties for p in (*REQUEST_PROPERTIES, PROP_HALF_OFFSET)):
+        if any(p in msg.properties for p in REQUEST_PROPERTIES):
             return self._error(
                 req,
                 ResponseCode.MESSAGE_ILLEGAL,
-                "a transactional message cannot have a delivery time or reserved properties",
+                "a transactional message cannot have a delivery time",
             )
         try:
             return self.ctx.transactions.put_half(topic, queue_id, msg)

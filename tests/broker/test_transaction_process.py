@@ -83,6 +83,7 @@ async def test_commit_is_seen_once_rollback_never_and_bad_ends_are_refused(
     got = await _consume(broker.address, "C", 1, 1.5)
     assert [m.body for m in got] == [b"yes"]
     assert got[0].record.properties[PROP_HALF_OFFSET] == str(committed.half_offset)
+    assert "TRAN_MSG" not in got[0].record.properties  # forwarded as is, it is no half
     assert got[0].record.keys == "k1"
 
     conn = await RemotingClient.connect(broker.address)

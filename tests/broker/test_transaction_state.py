@@ -15,6 +15,7 @@ from protocol.transaction import (
     PROP_HALF_OFFSET,
     PROP_PRODUCER_GROUP,
     PROP_TRANSACTION_ID,
+    PROP_TRANSACTION_PREPARED,
     ROLLBACK_TYPE,
     Op,
     OpKind,
@@ -130,10 +131,10 @@ def test_op_records_round_trip_and_bad_ones_are_refused() -> None:
 
 def test_half_and_real_properties() -> None:
     props = {PROP_PRODUCER_GROUP: "G", PROP_TRANSACTION_ID: "tx", "a": "b"}
-    half = half_properties(props, "T", 3)
+    half = half_properties({**props, PROP_TRANSACTION_PREPARED: "true"}, "T", 3)
     topic, queue_id, real = real_properties(half, 777)
     assert (topic, queue_id) == ("T", 3)
-    assert real == {**props, PROP_HALF_OFFSET: "777"}
+    assert real == {**props, PROP_HALF_OFFSET: "777"}  # no longer a half
     with pytest.raises(ValueError):
         half_properties({PROP_TRANSACTION_ID: "tx"}, "T", 0)
     with pytest.raises(ValueError):
