@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -82,6 +83,37 @@ def addresses_option(func: F) -> F:
             f"Default: the global -a, then ${ADDRESSES_ENV}."
         ),
     )(func)
+
+
+class TimeType(click.ParamType[int]):
+    """A point in time: epoch milliseconds, or ISO 8601 (UTC unless it gives an offset, like
+    every time rmqctl prints). A value that is neither is a usage error (exit status 2)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{value!r} is neither epoch milliseconds nor an ISO 8601 time "
+                "(e.g. 2026-11-24T15:00:00, UTC, or 2026-11-24T16:00:00+01:00)",
+                param,
+                ctx,
+            )
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return int(when.timestamp() * 1000)
+
+
+def utc_iso(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 in UTC: ``2026-11-24T15:00:00.000+00:00``."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

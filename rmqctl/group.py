@@ -170,7 +170,15 @@ def query_dlq(
         ]
         for m in messages
     ]
-    headers = ["Broker Name", "Msg Id", "Topic", "Origin Msg Id", "Retries", "Stored", "Resent"]
+    headers = [
+        "Broker Name",
+        "Msg Id",
+        "Topic",
+        "Origin Msg Id",
+        "Retries",
+        "Stored (UTC)",
+        "Resent",
+    ]
     emit(
         settings,
         {"group": group, "messages": messages},

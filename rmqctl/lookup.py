@@ -10,7 +10,16 @@ from typing import Any
 import click
 
 from client.lookup import FoundMessage, Lookup
-from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run
+from rmqctl.common import (
+    CommandError,
+    Settings,
+    TimeType,
+    addresses_option,
+    emit,
+    pass_settings,
+    run,
+    utc_iso,
+)
 
 _body_option = click.option("--body", "show_body", is_flag=True, help="Print the body too.")
 
@@ -19,32 +28,17 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
-def parse_time(text: str | None, what: str) -> int | None:
-    """Epoch milliseconds, or an ISO-8601 time (UTC unless it says otherwise)."""
-    if text is None:
-        return None
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise CommandError(
-            f"{what} {text!r} is neither epoch milliseconds nor an ISO-8601 time "
-            "(e.g. 2026-11-24T13:05:00)"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
-
-
 def render(found: FoundMessage, show_body: bool) -> str:
     """A message as labelled lines (mqadmin's layout)."""
     r = found.record
     rows: list[tuple[str, object]] = [
         ("Message ID", r.msg_id),
         ("Topic", r.topic),
-        ("Broker", f"{found.broker_name} ({found.address})"),
+        # The name is unknown when the controllers did not answer and the store host did.
+        (
+            "Broker",
+            f"{found.broker_name} ({found.address})" if found.broker_name else found.address,
+        ),
         ("Queue ID", r.queue_id),
         ("Queue Offset", r.queue_offset),
         ("CommitLog Offset", r.physical_offset),
@@ -94,8 +88,20 @@ def query_msg_by_id(settings: Settings, addresses: str, msg_id: str, show_body: 
 @addresses_option
 @click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
 @click.option("-k", "--key", required=True, metavar="KEY", help="Message key (or UNIQ_KEY).")
-@click.option("--begin", default=None, metavar="T", help="Stored at or after T (ms or ISO-8601).")
-@click.option("--end", default=None, metavar="T", help="Stored at or before T (ms or ISO-8601).")
+@click.option(
+    "--begin",
+    "begin_ms",
+    type=TimeType(),
+    default=None,
+    help="Stored at or after TIME (ms or ISO-8601).",
+)
+@click.option(
+    "--end",
+    "end_ms",
+    type=TimeType(),
+    default=None,
+    help="Stored at or before TIME (ms or ISO-8601).",
+)
 @click.option(
     "--max",
     "max_num",
@@ -112,8 +118,8 @@ def query_msg_by_key(
     addresses: str,
     topic: str,
     key: str,
-    begin: str | None,
-    end: str | None,
+    begin_ms: int | None,
+    end_ms: int | None,
     max_num: int,
     show_body: bool,
 ) -> None:
@@ -125,10 +131,8 @@ def query_msg_by_key(
     stderr after what the others returned). Prints {"topic", "key", "messages": [...]} with
     --json.
     """
-    begin_ms = parse_time(begin, "--begin")
-    end_ms = parse_time(end, "--end")
     if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
-        raise CommandError(f"--begin {begin} is after --end {end}")
+        raise CommandError(f"--begin {utc_iso(begin_ms)} is after --end {utc_iso(end_ms)}")
 
     errors: list[str] = []
 

@@ -12,7 +12,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import click
@@ -22,7 +21,17 @@ from client.message import ReceivedMessage, SendResult
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.filter import FilterError, parse_tag_expression
-from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, stdout_closed, table
+from rmqctl.common import (
+    Settings,
+    TimeType,
+    addresses_option,
+    emit,
+    pass_settings,
+    run,
+    stdout_closed,
+    table,
+    utc_iso,
+)
 
 # Sends in flight at once for --count.
 _WINDOW = 64
@@ -48,28 +57,6 @@ class DelayType(click.ParamType[float]):
         if match is None:
             self.fail(f"{value!r} is not a delay such as 500ms, 30s, 5m, 2h or 1d", param, ctx)
         return float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
-
-
-class DeliverAtType(click.ParamType[int]):
-    """A delivery time: epoch milliseconds, or an ISO 8601 time (no zone: local time)."""
-
-    name = "TIME"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        text = str(value).strip()
-        if text.isdigit():
-            return int(text)
-        try:
-            return int(datetime.fromisoformat(text).timestamp() * 1000)
-        except ValueError:
-            self.fail(
-                f"{value!r} is neither epoch milliseconds nor an ISO time "
-                "(e.g. 2026-11-24T15:00:00+00:00)",
-                param,
-                ctx,
-            )
 
 
 @click.command("sendMessage", short_help="Send a message, N times with --count.")
@@ -117,10 +104,10 @@ class DeliverAtType(click.ParamType[int]):
 )
 @click.option(
     "--deliver-at",
-    type=DeliverAtType(),
+    type=TimeType(),
     default=None,
     help="Scheduled message: deliver at this time (epoch ms, or ISO 8601 such as "
-    "2026-11-24T15:00:00+00:00; no zone: local time).",
+    "2026-11-24T15:00:00: UTC unless an offset is given, e.g. 2026-11-24T16:00:00+01:00).",
 )
 @pass_settings
 def send_message(
@@ -217,7 +204,7 @@ def send_message(
             for line, r in zip(lines, results, strict=True):
                 if r.deliver_at_ms is not None:
                     line[3] = "scheduled"
-                line.append(_iso(r.deliver_at_ms))
+                line.append("" if r.deliver_at_ms is None else utc_iso(r.deliver_at_ms))
         return table(headers, lines) + "\n" + summary
 
     emit(settings, doc, human)
@@ -245,12 +232,6 @@ def _progress(length: int) -> Iterator[Any]:
         length=length, label="sending", file=sys.stderr, show_pos=True, show_eta=True
     ) as bar:
         yield bar.update
-
-
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")
 
 
 @click.command("recallMessage", short_help="Recall a scheduled message before its delivery.")

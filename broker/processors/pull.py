@@ -141,8 +141,14 @@ class PullProcessor:
             header["nextBeginOffset"] = res.min_offset
         elif status in (GetStatus.OFFSET_OVERFLOW, GetStatus.NO_MESSAGE_IN_QUEUE):
             header["nextBeginOffset"] = res.max_offset
+        # max_offset is the next offset to be written: the readable ones end just before it.
+        held = (
+            f"offsets {res.min_offset}..{res.max_offset - 1}"
+            if res.max_offset > res.min_offset
+            else f"no message, next offset {res.max_offset}"
+        )
         header["remark"] = (
-            f"offset {offset} is outside {res.min_offset}..{res.max_offset} ({status.name})"
+            f"offset {offset} is not in the queue, which holds {held} ({status.name})"
         )
         return response(req, ResponseCode.PULL_OFFSET_MOVED, header)
 

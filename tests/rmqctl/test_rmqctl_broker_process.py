@@ -18,13 +18,16 @@ pytestmark = pytest.mark.multiprocess
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def rmqctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def rmqctl(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, "-m", "rmqctl", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=env,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc

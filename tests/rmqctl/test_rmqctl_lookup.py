@@ -15,7 +15,7 @@ from client.message import SendResult
 from client.producer import Producer
 from storage.index.format import HEADER_SIZE
 from tests.rmqctl.test_rmqctl_broker_process import ok_json, rmqctl
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, free_port
 
 pytestmark = pytest.mark.multiprocess
 
@@ -96,10 +96,20 @@ def test_lookups_round_trip_and_the_index_survives_restarts_deletion_and_corrupt
         rmqctl("queryMsgByKey", "-a", a, "-t", "T", "-k", "all", "--end", "2001-01-01"),
         "no index covers",
     )
+    in_q0 = sum(1 for m in sent if m.queue_id == 0)
     one_line_error(
         rmqctl("queryMsgByOffset", "-a", a, "-t", "T", "-b", "broker-a", "-q", "0", "-o", "999"),
-        "no committed message",
-    )
+        f"no committed message at offset 999 of T:0 on broker-a: offset 999 is not in the "
+        f"queue, which holds offsets 0..{in_q0 - 1} (OFFSET_OVERFLOW)",
+    )  # it said "outside 0..N", N the next offset, as if N were there
+    bad = rmqctl("queryMsgByKey", "-a", a, "-t", "T", "-k", "all", "--begin", "yesterday")
+    assert bad.returncode == 2 and "neither epoch milliseconds nor an ISO 8601" in bad.stderr
+    # The controllers do not answer (-a names nobody): the store host in the id still does, and
+    # the Broker line gives its address without an empty broker name before it.
+    nobody = f"127.0.0.1:{free_port()}"
+    human = rmqctl("queryMsgById", "-a", nobody, "-i", ids[7])
+    assert human.returncode == 0, human.stderr
+    assert f"\nBroker:           {a}\n" in human.stdout, human.stdout
 
     # A clean restart trusts the files; deleted or corrupted files are rebuilt.
     files = sorted((broker.data_dir / "index").iterdir())

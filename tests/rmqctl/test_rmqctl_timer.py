@@ -4,6 +4,7 @@ already recalled), each one line and exit status 1 with the broker still serving
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -33,6 +34,12 @@ def test_rmqctl_schedules_recalls_and_refuses_bad_recalls(broker: BrokerProc) ->
     sent_at = ok_json("sendMessage", "-a", a, "-t", "T", "-p", "x", "--deliver-at", at.isoformat())
     assert isinstance(sent_at, dict)
     assert abs(sent_at["results"][0]["deliverAtMs"] - at.timestamp() * 1000) < 2
+    # A time without an offset is UTC, as every time rmqctl prints (it was the local time, and
+    # the Deliver At column too, while queryMsgByKey read such times as UTC).
+    naive = (at.replace(microsecond=0, tzinfo=None) + timedelta(minutes=1)).isoformat()
+    tokyo = {**os.environ, "TZ": "Asia/Tokyo"}
+    human = rmqctl("sendMessage", "-a", a, "-t", "T", "-p", "x", "--deliver-at", naive, env=tokyo)
+    assert human.returncode == 0 and f"scheduled  {naive}.000+00:00" in human.stdout, human.stdout
     plain = ok_json("sendMessage", "-a", a, "-t", "T", "-p", "now")
     assert isinstance(plain, dict) and plain["results"][0]["queueOffset"] == 0
 
