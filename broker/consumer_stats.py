@@ -45,9 +45,16 @@ def queue_stats(
     ctx: BrokerContext, group: str | None = None, topic: str | None = None
 ) -> dict[str, tuple[QueueStats, ...]]:
     """group -> its queue rows on this broker, sorted by (topic, queue id); groups with no row
-    (e.g. only topics this broker does not have) are left out."""
+    (e.g. only topics this broker does not have) are left out. With both ``group`` and ``topic``
+    the topic's queues are reported for the group even if it never committed or subscribed
+    here (its committed offset is then None)."""
     out: dict[str, tuple[QueueStats, ...]] = {}
-    for name, topics in sorted(group_topics(ctx, group).items()):
+    known = group_topics(ctx, group)
+    if group is not None and topic is not None:
+        # Named together, a group is reported on the topic even where it has no position yet
+        # (RocketMQ's examineConsumeStats): every message there is still to consume.
+        known.setdefault(group, set()).add(topic)
+    for name, topics in sorted(known.items()):
         wanted = sorted(t for t in topics if topic is None or t == topic)
         rows = tuple(_rows(ctx, name, wanted))
         if rows:

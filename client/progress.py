@@ -4,7 +4,8 @@ consumerProgress and consumerConnection print).
 Each broker group is asked at its master, or at a slave while it has none (the answer says so:
 ``from_slave``; a slave's committed offsets are its copy of the master's, at most
 ``slave_config_sync_interval_ms`` old). A group that cannot be reached is reported with its
-error, not left out silently.
+error, not left out silently. A broker group where the consumer group has no position on a
+topic it consumes elsewhere is asked for that topic by name, so its messages count as lag.
 
 ::
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from client.allocate import allocate_averagely
 from client.bootstrap import Bootstrap, describe_failure
@@ -150,7 +151,42 @@ class ProgressAdmin:
             except (ClientError, StatsError) as exc:
                 return BrokerAnswer(target, error=str(exc))
 
-        return list(await asyncio.gather(*(one(t) for t in await self.targets())))
+        answers = list(await asyncio.gather(*(one(t) for t in await self.targets())))
+        if not topic:
+            answers = await self._fill_topics(answers)
+        return answers
+
+    async def _fill_topics(self, answers: list[BrokerAnswer]) -> list[BrokerAnswer]:
+        """A broker group where a consumer group has no position on a topic it consumes
+        elsewhere (its consumers have not reached that broker group yet, or never committed
+        there) is asked again for that group and topic by name, so the messages there count as
+        lag instead of being left out."""
+        topics: dict[str, set[str]] = {}
+        for a in answers:
+            for name, rows in a.stats.groups.items() if a.stats else ():
+                topics.setdefault(name, set()).update(q.topic for q in rows)
+
+        async def fill(answer: BrokerAnswer) -> BrokerAnswer:
+            if answer.stats is None:
+                return answer
+            groups = dict(answer.stats.groups)
+            for name, wanted in sorted(topics.items()):
+                rows = list(groups.get(name, ()))
+                missing = sorted(wanted - {q.topic for q in rows})
+                for t in missing:
+                    header: dict[str, Scalar] = {"consumerGroup": name, "topic": t}
+                    try:
+                        frame = await self._call(
+                            answer.target, RequestCode.GET_CONSUME_STATS, header
+                        )
+                        rows.extend(ConsumeStats.decode(frame.body).groups.get(name, ()))
+                    except (ClientError, StatsError) as exc:
+                        return BrokerAnswer(answer.target, error=str(exc))
+                if missing and rows:
+                    groups[name] = tuple(sorted(rows, key=lambda q: (q.topic, q.queue_id)))
+            return BrokerAnswer(answer.target, stats=replace(answer.stats, groups=groups))
+
+        return list(await asyncio.gather(*(fill(a) for a in answers)))
 
     async def members(self, group: str) -> tuple[list[Member], dict[str, str]]:
         """The group's live members over every broker group, and broker name -> error for the

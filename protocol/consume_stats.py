@@ -14,7 +14,9 @@ GET_CONSUME_STATS answers SUCCESS with a msgpack body (:class:`ConsumeStats`)::
 
 one row per queue of every topic the group committed an offset for, or subscribes to through a
 live member, on that broker (only ``consumerGroup``'s rows when given, only ``topic``'s when
-given). A group the broker does not know is absent from ``groups``. ``maxOffset`` is what a
+given). A group the broker does not know is absent from ``groups``, unless ``topic`` is given
+too: then that topic's queues are its rows, with ``consumerOffset`` -1 (a broker group the
+consumers never reached yet still counts its messages as lag). ``maxOffset`` is what a
 consumer can read there: the queue offset after the last message at or below the confirm offset
 (controller mode), so a group that consumed everything it can read has a lag of 0.
 ``consumerOffset`` is -1 when the group never committed on that queue; ``lastConsumeMs`` (epoch

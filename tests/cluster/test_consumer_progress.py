@@ -30,6 +30,7 @@ from client.errors import ClientError
 from client.progress import ProgressAdmin
 from protocol.codes import RequestCode
 from protocol.consume_stats import ConsumeStats
+from protocol.pull import ConsumerOffsetUpdate
 from remoting.client import RemotingClient
 from tests.cluster.support import sync_state
 from tests.support.cluster import BrokerNode, Cluster
@@ -243,6 +244,23 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
             if b.broker_name == "broker-a" and b is not masters["broker-a"]
         )
         assert scrape_lag(slave_a) == {}  # a slave exports no lag (its offsets are a copy)
+
+        # A group with a position on broker-a only (its consumers never reached broker-b, or
+        # were stopped before they committed there): broker-b's messages are still its lag.
+        conn = await RemotingClient.connect(masters["broker-a"].address, timeout=2.0)
+        try:
+            update = ConsumerOffsetUpdate(group="partial", topic=TOPIC, queue_id=0, offset=1)
+            await conn.call(update.code, update.header(), None, 5)
+        finally:
+            conn.close()
+        partial = rmqctl_json(cluster, "consumerProgress", "-g", "partial")
+        assert partial["totalLag"] == SENT - 1
+        assert by_broker(partial["queues"], "partial") == {
+            "broker-a": sent["broker-a"] - 1,
+            "broker-b": sent["broker-b"],
+        }
+        overview = rmqctl_json(cluster, "consumerProgress")
+        assert {g["group"]: g["totalLag"] for g in overview["groups"]}["partial"] == SENT - 1
 
         unknown = rmqctl(cluster, "consumerProgress", "-g", "nobody")
         assert unknown.returncode == 1 and unknown.stdout == ""
