@@ -406,12 +406,19 @@ class Consumer:
             # FIFO: queues blocked by a failed message in this batch -> its offset; their later
             # messages of the batch are not handled (they come again after it).
             blocked: dict[tuple[str, str, int], int] = {}
+            fifo_states: dict[tuple[str, str, int], QueueState | None] = {}
+            state: QueueState | None = None
             for msg in msgs:
-                where = (msg.stored_topic, msg.broker_name, msg.queue_id)
-                if blocked and msg.queue_offset >= blocked.get(where, msg.queue_offset + 1):
-                    continue
-                if self.fifo is not None and not _owned(self._state_of(msg)[1]):
-                    continue  # its queue was given away: the new owner delivers it in order
+                if self.fifo is not None:
+                    where = (msg.stored_topic, msg.broker_name, msg.queue_id)
+                    if blocked and msg.queue_offset >= blocked.get(where, msg.queue_offset + 1):
+                        continue
+                    if where in fifo_states:
+                        state = fifo_states[where]
+                    else:
+                        state = fifo_states[where] = self._state_of(msg)[1]
+                    if not _owned(state):
+                        continue  # its queue was given away: the new owner delivers it in order
                 try:
                     result = handler(msg)
                     if inspect.isawaitable(result):
@@ -425,9 +432,11 @@ class Consumer:
                     if self.fifo is None:
                         failed.append((msg, reason))
                     elif not await self._fifo_failed(msg, reason):
-                        blocked[where] = msg.queue_offset
+                        blocked[(msg.stored_topic, msg.broker_name, msg.queue_id)] = (
+                            msg.queue_offset
+                        )
                 else:
-                    if self.fifo is not None:
+                    if state is not None and state.fifo_offset is not None:
                         self._fifo_passed(msg)
             if failed:
                 await self._nack_batch(failed)

@@ -532,6 +532,12 @@ class Producer:
         return await item.fut
 
     def _lane_done(self, key: _LaneKey, lane: OrderedLane[_Gathered]) -> None:
+        """A request of ``lane`` ended: send the next on the next loop turn, after the senders
+        its answer woke have added their next messages (the lane counts as in flight until
+        then, so they gather)."""
+        asyncio.get_running_loop().call_soon(self._lane_next, key, lane)
+
+    def _lane_next(self, key: _LaneKey, lane: OrderedLane[_Gathered]) -> None:
         batch = lane.done()
         if batch:
             task = asyncio.get_running_loop().create_task(self._send_lane(key, lane, batch))
