@@ -3,8 +3,12 @@ a user's version, event codec and the snapshot round trip."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.metadata import (
     DeleteUser,
@@ -17,7 +21,7 @@ from controller.metadata import (
     encode_event,
 )
 from controller.metadata.events import ApplyBrokerId, UpdateTopic
-from protocol.acl import UserType, make_rule, resource_pattern
+from protocol.acl import Action, UserType, make_rule, resource_pattern
 from protocol.codes import ResponseCode as RC
 from protocol.sealing import unseal
 
@@ -164,3 +168,52 @@ def test_a_rule_list_too_large_for_one_event_is_refused_before_it_is_proposed() 
     assert "more than 65536" in decision.remark
     fits = m.auth.put_acl("alice", rules[:10], create=True)
     commit([m], fits)
+
+
+usernames = st.sampled_from(["alice", "bob", "carol"])
+patterns = st.sampled_from(["Topic:a", "Topic:a*", "Topic:*", "Group:g", "Cluster:c"])
+rule_specs = st.tuples(
+    patterns,
+    st.lists(st.sampled_from(list(Action)), min_size=1, max_size=3),
+    st.sampled_from(["allow", "deny"]),
+    st.lists(st.sampled_from(["10.0.0.0/8", "::1", "192.168.1.0/24"]), max_size=2),
+)
+operations = st.one_of(
+    st.tuples(st.just("create"), usernames, st.sampled_from(list(UserType))),
+    st.tuples(st.just("update"), usernames, st.sampled_from(list(UserType))),
+    st.tuples(st.just("delete"), usernames),
+    st.tuples(
+        st.just("acl"), usernames, st.lists(rule_specs, min_size=1, max_size=3), st.booleans()
+    ),
+    st.tuples(st.just("deleteAcl"), usernames, st.lists(patterns, max_size=2)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(operations, max_size=12))
+def test_any_history_applies_alike_and_its_snapshot_restores_it(ops: list[tuple[Any, ...]]) -> None:
+    a, b = ReplicasInfoManager(), ReplicasInfoManager()
+    for name in ("alice", "bob"):  # most operations then apply
+        commit([a, b], a.auth.create_user(name, "a-secret-" + name, UserType.NORMAL, sealer))
+    for op in ops:
+        auth = a.auth
+        if op[0] == "create":
+            decision: Any = auth.create_user(op[1], "a-secret-" + op[1], op[2], sealer)
+        elif op[0] == "update":
+            decision = auth.update_user(op[1], None, op[2], sealer)
+        elif op[0] == "delete":
+            decision = auth.delete_user(op[1])
+        elif op[0] == "acl":
+            specs = {spec[0]: spec for spec in op[2]}.values()  # one rule per pattern
+            rules = [make_rule(*spec) for spec in specs]
+            decision = auth.put_acl(op[1], rules, create=op[3])
+        else:
+            decision = auth.delete_acl(op[1], [resource_pattern(p) for p in set(op[2])])
+        if decision.ok:
+            commit([a, b], decision)
+        else:
+            assert not decision.events
+    assert a.snapshot() == b.snapshot()
+    restored = ReplicasInfoManager.from_snapshot(a.snapshot())
+    assert restored.snapshot() == a.snapshot()
+    assert restored.auth.records() == a.auth.records()
