@@ -94,7 +94,11 @@ class PopProcessor:
         except FilterError as exc:
             raise FieldError(str(exc)) from None
         poll_ms = max(0, min(opt_int(h, "pollTime", 0), self.ctx.cfg.max_pull_suspend_ms))
-        if topic.startswith(("rmq_sys_", RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+        # System topics in either case (ours are rmq_sys_..., RocketMQ's transaction topics
+        # RMQ_SYS_TRANS_...: a POP there would hand out half messages).
+        if topic.lower().startswith("rmq_sys_") or topic.startswith(
+            (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
+        ):
             return error_response(
                 req, ResponseCode.NO_PERMISSION, f"topic {topic} is a system topic: no POP"
             )

@@ -18,11 +18,14 @@ from client.consumer import Consumer
 from client.errors import BrokerError
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer, decode_pop_answer
+from client.transaction import TransactionProducer, TransactionStatus
 from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import FilterError
-from protocol.pop import HandleKey, ReceiptHandle, encode_handle
+from protocol.pop import REVIVE_TOPIC, HandleKey, ReceiptHandle, encode_handle
 from protocol.pull import PullRequest
 from protocol.remoting import Scalar
+from protocol.timer import TIMER_TOPIC
+from protocol.transaction import HALF_TOPIC
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
 
@@ -239,5 +242,30 @@ async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -
         assert resp.code == ResponseCode.BAD_REQUEST and "subscription" in str(
             resp.header["remark"]
         )
+    finally:
+        conn.close()
+
+
+async def test_system_topics_are_refused_whatever_their_case(broker: BrokerProc) -> None:
+    # A transaction's half message (RMQ_SYS_TRANS_HALF_TOPIC) must stay invisible to POP.
+    async with Admin(broker.address) as admin:
+        await admin.create_topic("T", 1)
+    async with TransactionProducer(
+        broker.address, "PG", lambda msg: TransactionStatus.UNKNOWN
+    ) as tp:
+        await tp.send_transaction("T", b"half")
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        for topic in (HALF_TOPIC, TIMER_TOPIC, REVIVE_TOPIC, "%RETRY%G", "%DLQ%G"):
+            header: dict[str, Scalar] = {
+                "consumerGroup": "G",
+                "topic": topic,
+                "queueId": -1,
+                "maxMsgNums": 8,
+                "invisibleTime": 30_000,
+                "pollTime": 0,
+            }
+            resp = await conn.request(RequestCode.POP_MESSAGE, header, None, 5)
+            assert resp.code == ResponseCode.NO_PERMISSION, (topic, resp.code, resp.header)
     finally:
         conn.close()
