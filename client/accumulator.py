@@ -17,6 +17,9 @@ At most ``max_in_flight`` requests that were not full when they left are in flig
 accumulator; full batches leave whatever is in flight. The driver (``client/producer.py``) sends
 what these methods return and calls :meth:`Accumulator.done` once per request it sent, whatever
 its outcome.
+
+Sends with a FIFO message group do not come here: they gather per (topic, queue) in an ordered
+lane (``client/lane.py``) with one request in flight, so a group's messages keep their order.
 """
 
 from __future__ import annotations

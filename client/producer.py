@@ -16,6 +16,10 @@ broker group goes out at once, alone; sends made while one is in flight are gath
 (topic, broker group) and leave as one SEND_BATCH_MESSAGE when it returns, or as soon as
 ``batch_max_count`` / ``batch_max_bytes`` fill (``client/accumulator.py`` decides, the driver
 here sends). Each send keeps its own result, error and deadline.
+
+FIFO message groups (``message_group=``): a send goes to the queue its group hashes to
+(``protocol/fifo.py``) through that queue's ordered lane (``client/lane.py``: one request in
+flight, sends in call order), and its retries go only to the group's queue (docs/fifo.md).
 """
 
 from __future__ import annotations

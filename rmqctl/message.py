@@ -109,6 +109,12 @@ class DelayType(click.ParamType[float]):
     help="Scheduled message: deliver at this time (epoch ms, or ISO 8601 such as "
     "2026-11-24T15:00:00: UTC unless an offset is given, e.g. 2026-11-24T16:00:00+01:00).",
 )
+@click.option(
+    "--message-group",
+    default=None,
+    metavar="GROUP",
+    help="FIFO message group (1..128 UTF-8 bytes): every message to the group's queue, in order.",
+)
 @pass_settings
 def send_message(
     settings: Settings,
@@ -123,6 +129,7 @@ def send_message(
     rows: bool,
     delay: float | None,
     deliver_at: int | None,
+    message_group: str | None,
 ) -> None:
     """Send a message (N times with --count) and report where each was stored.
 
@@ -139,10 +146,15 @@ def send_message(
 
     With --delay or --deliver-at the message is scheduled: stored now, delivered to the topic
     at that time. Its msgId recalls it until then (recallMessage); its queueOffset is -1.
+
+    With --message-group the messages carry that FIFO group (__SHARDINGKEY) and all go to the
+    queue the group hashes to, stored in order; it cannot be combined with scheduling.
     """
     payload = body.encode()
     if delay is not None and deliver_at is not None:
         raise click.UsageError("give --delay or --deliver-at, not both")
+    if message_group is not None and (delay is not None or deliver_at is not None):
+        raise click.UsageError("a message with --message-group cannot be scheduled")
     bar = count > _ROWS_UP_TO and sys.stderr.isatty()
 
     async def work() -> list[SendResult]:
@@ -161,6 +173,7 @@ def send_message(
                             tags=tags,
                             delay=delay,
                             deliver_at=deliver_at,
+                            message_group=message_group,
                         )
                         for _ in range(n)
                     )
