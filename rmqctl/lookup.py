@@ -159,9 +159,22 @@ def query_msg_by_key(
     "-b", "--broker", "broker_name", required=True, metavar="BROKER", help="Broker group."
 )
 @click.option(
-    "-q", "--queue", "queue_id", required=True, type=int, metavar="QUEUE", help="Queue id."
+    "-q",
+    "--queue",
+    "queue_id",
+    required=True,
+    type=click.IntRange(min=0),
+    metavar="QUEUE",
+    help="Queue id.",
 )
-@click.option("-o", "--offset", required=True, type=int, metavar="OFFSET", help="Queue offset.")
+@click.option(
+    "-o",
+    "--offset",
+    required=True,
+    type=click.IntRange(min=0),
+    metavar="OFFSET",
+    help="Queue offset.",
+)
 @_body_option
 @pass_settings
 def query_msg_by_offset(

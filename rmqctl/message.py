@@ -93,7 +93,8 @@ class DelayType(click.ParamType[float]):
     "--verbose",
     "rows",
     is_flag=True,
-    help=f"One table row per message however many (default: up to {_ROWS_UP_TO}, then a summary).",
+    help=f"One table row per message however many (default: up to {_ROWS_UP_TO}, past that only "
+    "the summary line).",
 )
 @click.option(
     "--delay",
@@ -136,9 +137,9 @@ def send_message(
     A send that fails in a retriable way (connection lost, no master during a failover, busy,
     ...) is retried on another queue until --deadline; it fails (exit status 1) only past it.
 
-    Up to 10 messages get a table row each; more get a summary (count, rate, the queues used),
-    and a progress bar on stderr while they go when stderr is a terminal; --verbose (or the
-    global -v) prints every row.
+    Up to 10 messages get a table row each, then a summary line (count, rate, the queues
+    used); more get the summary line alone, and a progress bar on stderr while they go when
+    stderr is a terminal; --verbose (or the global -v) prints every row.
 
     Prints {"sent": N, "elapsedMs", "messagesPerSecond", "queues": [{"brokerName", "queueId",
     "messages"}], "results": [{"msgId", "brokerName", "queueId", "queueOffset"}]}, with

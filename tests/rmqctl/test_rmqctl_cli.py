@@ -201,6 +201,20 @@ def test_usage_errors_keep_clicks_exit_status_2() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        # Bad values caught before any I/O are usage errors like any other (these were exit 1).
+        (["queryMsgByOffset", "-t", "T", "-b", "b", "-q", "0", "-o", "-1"], "'-o' / '--offset'"),
+        (["queryMsgByOffset", "-t", "T", "-b", "b", "-q", "-2", "-o", "0"], "'-q' / '--queue'"),
+        (["queryMsgByKey", "-t", "T", "-k", "k", "--end", "noon"], "neither epoch milliseconds"),
+    ],
+)
+def test_bad_values_are_usage_errors(args: list[str], words: str) -> None:
+    code, out, err = invoke(*args, "-a", dead_address())
+    assert (code, out) == (2, "") and words in err, err
+
+
 def test_json_is_also_accepted_after_the_command_name(
     fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
 ) -> None:
