@@ -298,7 +298,12 @@ class Connection(asyncio.Protocol):
 
     def _reply(self, frame: Frame, resp: Frame | None) -> None:
         if resp is not None and not frame.is_oneway:
-            self.send(resp)
+            try:
+                self.send(resp)
+            except (TypeError, ValueError, OverflowError) as exc:
+                # A handler's answer that cannot be encoded is a bug of ours: answer it as one,
+                # rather than leave the peer to time out and resend the request elsewhere.
+                self.send(self._server._failure(frame, exc))
 
 
 class RemotingServer:

@@ -17,6 +17,7 @@ from tests.support.wait import wait_until_async
 PARKED = 100  # answered by a future the test completes
 CORO = 101  # answered by a coroutine
 PLAIN = 102  # answered at once
+UNENCODABLE = 103  # answered with a header msgpack cannot encode
 
 
 class Parking:
@@ -29,6 +30,10 @@ class Parking:
         self.server.register(PARKED, self.park)
         self.server.register(CORO, self.coro)
         self.server.register(PLAIN, lambda _c, req: response(req, ResponseCode.SUCCESS))
+        self.server.register(
+            UNENCODABLE,
+            lambda _c, req: response(req, ResponseCode.SUCCESS, {"x": object()}),  # type: ignore[dict-item]
+        )
         self.server.on_open.append(self.conns.append)
 
     def park(self, conn: Connection, req: Frame) -> asyncio.Future[Frame | None]:
@@ -196,3 +201,17 @@ async def test_a_future_completed_before_it_is_returned_is_answered() -> None:
         peer.close()
     finally:
         await server.stop()
+
+
+async def test_an_answer_that_cannot_be_encoded_is_answered_as_a_system_error(
+    parking: tuple[Parking, int],
+) -> None:
+    p, port = parking
+    peer = await connect(port)
+    peer.send(UNENCODABLE, 1)
+    peer.send(PLAIN, 2)
+    first, second = await peer.read(2)
+    assert (first.opaque, first.code) == (1, ResponseCode.SYSTEM_ERROR)
+    assert "TypeError" in str(first.header.get("remark"))
+    assert (second.opaque, second.code) == (2, ResponseCode.SUCCESS)  # the connection serves on
+    await finish(peer, p.conns[0])
