@@ -415,7 +415,9 @@ class Producer:
         try:
             store_host, _offset = parse_msg_id(msg_id)
         except RecordError:
-            raise ClientError(f"malformed message id {msg_id!r}") from None
+            raise ClientError(
+                f"not a message id: {msg_id!r} (32 hex digits: store host and offset)"
+            ) from None
         deadline = time.monotonic() + self.send_deadline
         header: dict[str, Scalar] = {"topic": topic, "msgId": msg_id}
         last: Exception | None = None

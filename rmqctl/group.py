@@ -8,8 +8,17 @@ from typing import Any
 import click
 
 from client.admin import Admin
+from protocol.message import RecordError, parse_msg_id
 from protocol.retry import SubscriptionGroupConfig
-from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, table
+from rmqctl.common import (
+    CommandError,
+    Settings,
+    addresses_option,
+    emit,
+    pass_settings,
+    run,
+    table,
+)
 
 _BROKER_HELP = "Only this broker group (default: every broker group)."
 
@@ -211,6 +220,13 @@ def resend_dlq(
     """
     if bool(msg_id) == resend_all:
         raise click.UsageError("give exactly one of --msg-id ID and --all")
+    if msg_id:
+        try:
+            parse_msg_id(msg_id.strip())
+        except RecordError:  # said before any I/O, as queryMsgById and recallMessage say it
+            raise CommandError(
+                f"not a message id: {msg_id!r} (32 hex digits: store host and offset)"
+            ) from None
 
     async def work() -> dict[str, dict[str, Any]]:
         async with Admin(addresses) as admin:

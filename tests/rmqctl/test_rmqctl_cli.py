@@ -215,6 +215,13 @@ def test_bad_values_are_usage_errors(args: list[str], words: str) -> None:
     assert (code, out) == (2, "") and words in err, err
 
 
+def test_a_malformed_dlq_message_id_is_refused_before_any_io() -> None:
+    """As queryMsgById and recallMessage refuse it (resendDLQ sent it to every broker group)."""
+    code, out, err = invoke("resendDLQ", "-g", "G", "--msg-id", "zz", "-a", dead_address())
+    assert (code, out) == (1, "")
+    assert err == "rmqctl: not a message id: 'zz' (32 hex digits: store host and offset)\n"
+
+
 def test_json_is_also_accepted_after_the_command_name(
     fake: tuple[FakeCluster, asyncio.AbstractEventLoop],
 ) -> None:

@@ -52,7 +52,7 @@ def test_rmqctl_schedules_recalls_and_refuses_bad_recalls(broker: BrokerProc) ->
         (["-t", "T", "-i", msg_id], "already delivered or recalled"),
         (["-t", "T", "-i", plain["results"][0]["msgId"]], "not a scheduled message"),
         (["-t", "Other", "-i", sent_at["results"][0]["msgId"]], "not a scheduled message"),
-        (["-t", "T", "-i", "not-an-id"], "malformed message id"),
+        (["-t", "T", "-i", "not-an-id"], "not a message id: 'not-an-id' (32 hex digits"),
     ]:
         proc = rmqctl("recallMessage", "-a", a, *args)
         assert proc.returncode == 1, proc
