@@ -62,6 +62,11 @@ async def serve(cfg: BrokerConfig) -> int:
 @click.option("--cluster", help="Cluster name.")
 @click.option("--broker-name", help="Broker group name.")
 @click.option("--listen", help="host:port serving clients.")
+@click.option(
+    "--grpc-listen",
+    help="host:port serving the official RocketMQ 5 clients' gRPC protocol "
+    "(default: listen port + 2); 0 turns it off.",
+)
 @click.option("--ha-port", type=int, help="Port serving slaves (default: listen port + 1).")
 @click.option(
     "--controllers", help="Controller addresses, ';'-separated; none: run alone as master."

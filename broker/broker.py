@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -31,12 +32,15 @@ from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
-from remoting.ports import check_port_free
+from remoting.ports import PortUnavailable, check_port_free
 from remoting.server import Connection, RemotingServer, ServerLimits
 from storage.data_dir_owner import DataDirOwner
 from storage.data_dir_owner import claim as claim_data_dir
 from storage.epoch_file import EpochFile, EpochFileError
 from storage.errors import StoreError
+
+if TYPE_CHECKING:
+    from broker.grpc.service import GrpcEndpoint
 
 log = structlog.get_logger(__name__)
 
@@ -142,6 +146,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
         self.metrics_port: int | None = None
+        self.grpc: GrpcEndpoint | None = None
+        self.grpc_port: int | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -150,6 +156,9 @@ class Broker:
         if self.ha is not None:
             check_port_free(cfg.listen_host, cfg.effective_ha_port, "HA")
         check_port_free(cfg.listen_host, cfg.metrics_port, "metrics")
+        grpc_at = self._grpc_endpoint()
+        if grpc_at is not None:
+            check_port_free(grpc_at[0], grpc_at[1], "gRPC")
         check_data_dir(cfg.data_dir)
         try:
             claim_data_dir(cfg.data_dir, DataDirOwner(cfg.cluster, cfg.broker_name))
@@ -213,6 +222,8 @@ class Broker:
             self.replicas.start()
         self.consumer_lag.start()
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
+        if grpc_at is not None:
+            await self._start_grpc(*grpc_at)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         timer.start()
         self.ctx.pop.start()
@@ -224,6 +235,7 @@ class Broker:
             broker_name=cfg.broker_name,
             listen=f"{cfg.listen_host}:{self.port}",
             metrics_port=self.metrics_port,
+            grpc_port=self.grpc_port,
             data_dir=str(cfg.data_dir),
             flush=cfg.flush,
             max_offset=store.max_offset,
@@ -231,7 +243,42 @@ class Broker:
             ha_address=self.ha.address if self.ha is not None else None,
         )
 
+    def _grpc_endpoint(self) -> tuple[str, int] | None:
+        """Where the gRPC endpoint listens (None: off). With an ephemeral listen port (0) the
+        default endpoint is ephemeral too."""
+        cfg = self.cfg
+        at = cfg.grpc_endpoint
+        if at is not None and cfg.grpc_listen is None and cfg.listen_port == 0:
+            return cfg.listen_host, 0
+        return at
+
+    async def _start_grpc(self, host: str, port: int) -> None:
+        cfg = self.cfg
+        try:
+            from broker.grpc.service import GrpcEndpoint, MessagingService
+        except ImportError as exc:  # grpcio / protobuf missing: an install that predates them
+            if cfg.grpc_listen is not None:
+                raise StartRefused(f"grpc_listen is set but gRPC is unavailable: {exc}") from None
+            log.warning("gRPC endpoint off: grpcio or protobuf is not installed", error=str(exc))
+            return
+        local = f"{cfg.listen_host}:{self.port}"
+        service = MessagingService(
+            local_address=local,
+            route_addresses=cfg.controller_addresses or [local],
+            own_endpoint=(host, port),
+            max_body_bytes=cfg.max_message_bytes,
+        )
+        self.grpc = GrpcEndpoint(service)
+        try:
+            self.grpc_port = await self.grpc.start(host, port)
+        except RuntimeError as exc:  # grpcio could not bind
+            raise PortUnavailable(f"gRPC port {host}:{port}: {exc}") from None
+        service.own_endpoint = (host, self.grpc_port)
+
     async def stop(self) -> None:
+        if self.grpc is not None:
+            await self.grpc.stop()
+            self.grpc = None
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -12,6 +12,12 @@ from pathlib import Path
 from daemon.config import address, address_list, at_least, between, choice, field, port
 
 
+def grpc_address(value: object) -> str | None:
+    if str(value) == "0":
+        return None
+    return None if address(value) is None else "must be host:port, or 0 to turn it off"
+
+
 @dataclass(frozen=True, kw_only=True)
 class BrokerConfig:
     cluster: str = field("DefaultCluster", "cluster this broker group belongs to")
@@ -20,6 +26,11 @@ class BrokerConfig:
     )
     listen: str = field("127.0.0.1:10911", "host:port serving clients", address)
     ha_port: int | None = field(None, "port serving slaves (default: listen port + 1)", port)
+    grpc_listen: str | None = field(
+        None,
+        "host:port serving the gRPC protocol of the official RocketMQ 5 clients (default: the listen host, listen port + 2); 0 turns it off",
+        grpc_address,
+    )
     controllers: str = field(
         "", "controller addresses separated by ';' (empty: run alone as master)", address_list
     )
@@ -203,6 +214,16 @@ class BrokerConfig:
     @property
     def effective_ha_port(self) -> int:
         return self.ha_port if self.ha_port is not None else self.listen_port + 1
+
+    @property
+    def grpc_endpoint(self) -> tuple[str, int] | None:
+        """Where the gRPC endpoint listens; None when it is off."""
+        if self.grpc_listen is None:
+            return self.listen_host, self.listen_port + 2
+        if self.grpc_listen == "0":
+            return None
+        host, _, port = self.grpc_listen.rpartition(":")
+        return host, int(port)
 
     @property
     def controller_addresses(self) -> list[str]:

@@ -88,6 +88,8 @@ class BrokerNode(Daemon):
             "--data-dir", str(self.data_dir),
             "--metrics-port", "0",
             "--log-format", "json",
+            # No gRPC endpoint unless a test asks (its default, listen port + 2, is not reserved).
+            "--grpc-listen", "0",
             *self.extra,
         ]  # fmt: skip
 
