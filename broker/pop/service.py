@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from broker.pop.inflight import Entry, PopRefused, PopState, Refusal
+from broker.system_topic import read_system_topic
 from protocol.filter import TagFilter
 from protocol.message import (
     DISPATCH_HEAD,
@@ -73,7 +74,6 @@ __all__ = ["PopMessage", "PopService"]
 
 log = structlog.get_logger(__name__)
 
-_READ_CHUNK: Final = 1024
 _REVIVE_BATCH: Final = 256
 _REVIVE_IDLE_S: Final = 0.2
 _RETRY_LATER_MS: Final = 1000
@@ -146,30 +146,17 @@ class PopService:
         store = self.ctx.store
         state = PopState()
         self.key = None  # the first key record of the log is the group's
-        offset = store.queue_min_offset(REVIVE_TOPIC, 0)
         records = 0
-        while True:
-            res = store.get(REVIVE_TOPIC, 0, offset, _READ_CHUNK, 64 * 1024 * 1024, None)
-            if res.status is GetStatus.OFFSET_TOO_SMALL:
-                offset = res.next_offset
-                continue
-            if res.status is not GetStatus.FOUND:
-                if res.status is GetStatus.CORRUPT:
-                    log.error("pop revive log record unreadable", reason=res.reason)
-                    offset += 1
-                    continue
-                break
-            for record in iter_records(res.body):
-                records += 1
-                try:
-                    self._apply(state, record.physical_offset, decode_revive_record(record.body))
-                except ReviveRecordError as exc:
-                    log.error(
-                        "pop revive log record skipped",
-                        offset=record.physical_offset,
-                        error=str(exc),
-                    )
-            offset = res.next_offset
+        for record in read_system_topic(store, REVIVE_TOPIC):
+            records += 1
+            try:
+                self._apply(state, record.physical_offset, decode_revive_record(record.body))
+            except ReviveRecordError as exc:
+                log.error(
+                    "pop revive log record skipped",
+                    offset=record.physical_offset,
+                    error=str(exc),
+                )
         log.info(
             "pop state built from the revive log",
             records=records,

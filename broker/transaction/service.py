@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Final
 
 import structlog
 
+from broker.system_topic import read_system_topic
 from broker.transaction.state import Half, TransactionState
 from protocol.codes import RequestCode
-from protocol.message import Message, MessageRecord, RecordError, iter_records
+from protocol.message import Message, MessageRecord, RecordError
 from protocol.remoting import Scalar, request
 from protocol.transaction import (
     HALF_TOPIC,
@@ -49,7 +50,7 @@ from protocol.transaction import (
     real_properties,
 )
 from storage.errors import StoreError
-from storage.store import GetStatus, PutResult
+from storage.store import PutResult
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
@@ -59,7 +60,6 @@ __all__ = ["EndOutcome", "TransactionService"]
 
 log = structlog.get_logger(__name__)
 
-_READ_CHUNK: Final = 1024
 _CHECK_BATCH: Final = 256
 _IDLE_S: Final = 1.0
 _RETRY_LATER_MS: Final = 1000
@@ -144,30 +144,10 @@ class TransactionService:
         return None
 
     # -- rebuild -------------------------------------------------------------------------------------
-    def _read_queue(self, topic: str) -> list[MessageRecord]:
-        store = self.ctx.store
-        out: list[MessageRecord] = []
-        if 0 not in store.queue_ids(topic):
-            return out
-        offset = store.queue_min_offset(topic, 0)
-        while True:
-            res = store.get(topic, 0, offset, _READ_CHUNK, 64 * 1024 * 1024, None)
-            if res.status is GetStatus.OFFSET_TOO_SMALL:
-                offset = res.next_offset
-                continue
-            if res.status is not GetStatus.FOUND:
-                if res.status is GetStatus.CORRUPT:
-                    log.error("transaction record unreadable", topic=topic, reason=res.reason)
-                    offset += 1
-                    continue
-                return out
-            out.extend(iter_records(res.body))
-            offset = res.next_offset
-
     def _rebuild(self) -> TransactionState:
         cfg = self.ctx.cfg
         state = TransactionState(cfg.transaction_check_first_ms, cfg.transaction_check_interval_ms)
-        halves = self._read_queue(HALF_TOPIC)
+        halves = list(read_system_topic(self.ctx.store, HALF_TOPIC))
         for record in halves:
             half = _half_of(record)
             if half is None:
@@ -175,7 +155,7 @@ class TransactionService:
                 continue
             state.half(half)
         ops = 0
-        for record in self._read_queue(OP_TOPIC):
+        for record in read_system_topic(self.ctx.store, OP_TOPIC):
             try:
                 state.op(record.physical_offset, decode_op(record.body))
                 ops += 1
