@@ -254,13 +254,9 @@ class Broker:
 
     async def _start_grpc(self, host: str, port: int) -> None:
         cfg = self.cfg
-        try:
-            from broker.grpc.service import GrpcEndpoint, MessagingService
-        except ImportError as exc:  # grpcio / protobuf missing: an install that predates them
-            if cfg.grpc_listen is not None:
-                raise StartRefused(f"grpc_listen is set but gRPC is unavailable: {exc}") from None
-            log.warning("gRPC endpoint off: grpcio or protobuf is not installed", error=str(exc))
-            return
+        # Imported here so a broker with the endpoint off never loads grpcio.
+        from broker.grpc.service import GrpcEndpoint, MessagingService
+
         local = f"{cfg.listen_host}:{self.port}"
         service = MessagingService(
             local_address=local,
