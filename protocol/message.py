@@ -339,6 +339,22 @@ class RecordEncoder:
         return bytes(buf)
 
 
+def message_copy(src: Message | MessageRecord, topic: str, properties: dict[str, str]) -> Message:
+    """A new message for ``topic`` with ``properties`` and ``src``'s body, keys, tags, flag and
+    birth (timestamp and host): what the broker stores when it re-publishes a message under
+    another topic (retry, dead letter, scheduled, transaction half and commit, DLQ re-send)."""
+    return Message(
+        topic=topic,
+        body=src.body,
+        keys=src.keys,
+        tags=src.tags,
+        properties=properties,
+        flag=src.flag,
+        born_timestamp=src.born_timestamp,
+        born_host=src.born_host,
+    )
+
+
 def check_sizes(topic_raw: bytes, props_raw: bytes) -> None:
     if not topic_raw or len(topic_raw) > MAX_TOPIC_BYTES:
         raise RecordError("topic must be 1..65535 bytes")

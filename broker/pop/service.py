@@ -38,6 +38,7 @@ from protocol.message import (
     RecordError,
     decode_record,
     iter_records,
+    message_copy,
 )
 from protocol.pop import (
     HANDLE_KEY_BYTES,
@@ -497,16 +498,7 @@ class PopService:
         )
         topic = dlq_topic(group) if isinstance(step, DeadLetter) else retry_topic(group)
         ctx.ensure_system_topic(topic)
-        copy = Message(
-            topic=topic,
-            body=record.body,
-            keys=record.keys,
-            tags=record.tags,
-            properties=new_props,
-            flag=record.flag,
-            born_timestamp=record.born_timestamp,
-            born_host=record.born_host,
-        )
+        copy = message_copy(record, topic, new_props)
         ctx.appender.put(topic, 0, [copy], len(record.body))
         if isinstance(step, DeadLetter):
             self.dead_lettered += 1

@@ -31,7 +31,7 @@ from broker.durable_wait import wait_durable
 from broker.stored_record import visible_record_at
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, opt_str
-from protocol.message import Message, MessageRecord, MsgIdMaker, RecordError, iter_records
+from protocol.message import MessageRecord, MsgIdMaker, RecordError, iter_records, message_copy
 from protocol.message import parse_msg_id as parse_id
 from protocol.remoting import Frame, response
 from protocol.retry import (
@@ -179,16 +179,7 @@ class DeadLetterProcessor:
                 why = f"its topic {topic} does not exist" if topic else "it names no topic"
                 skipped.append({"dlqMsgId": r.msg_id, "why": why})
                 continue
-            msg = Message(
-                topic=topic,
-                body=r.body,
-                keys=r.keys,
-                tags=r.tags,
-                properties=resent_properties(r.properties, r.msg_id),
-                flag=r.flag,
-                born_timestamp=r.born_timestamp,
-                born_host=r.born_host,
-            )
+            msg = message_copy(r, topic, resent_properties(r.properties, r.msg_id))
             try:
                 last = ctx.appender.put(topic, ctx.next_queue(topic, tc.queues), [msg], len(r.body))
             except StoreError as exc:

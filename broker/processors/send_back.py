@@ -25,7 +25,7 @@ from broker.durable_wait import wait_durable
 from broker.stored_record import visible_record_at
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import opt_int, opt_str, req_int, req_str
-from protocol.message import Message, MessageRecord, MsgIdMaker
+from protocol.message import MsgIdMaker, message_copy
 from protocol.remoting import Frame, Header, response
 from protocol.retry import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -117,12 +117,14 @@ class SendBackProcessor:
             if isinstance(step, DeadLetter):
                 topic = dlq_topic(group)
                 ctx.ensure_system_topic(topic)
-                result = ctx.appender.put(topic, 0, [_copy(record, topic, props)], len(record.body))
+                result = ctx.appender.put(
+                    topic, 0, [message_copy(record, topic, props)], len(record.body)
+                )
             else:
                 topic = retry_topic(group)
                 ctx.ensure_system_topic(topic)
                 deliver_ms = ctx.now_ms() + step.delay_ms
-                result = ctx.timer.put_at(_copy(record, topic, props), topic, 0, deliver_ms)
+                result = ctx.timer.put_at(message_copy(record, topic, props), topic, 0, deliver_ms)
                 header["deliverAtMs"] = deliver_ms
         except InvalidDeliveryTimeError as exc:  # timer_enable = false, or a short max delay
             return error_response(
@@ -166,17 +168,3 @@ def _origin_topic(stored_topic: str, properties: dict[str, str], group: str) -> 
     if stored_topic == TIMER_TOPIC:
         return None
     return stored_topic
-
-
-def _copy(r: MessageRecord, topic: str, props: dict[str, str]) -> Message:
-    """A new message for ``topic`` with ``r``'s body, keys, tags, flag and birth."""
-    return Message(
-        topic=topic,
-        body=r.body,
-        keys=r.keys,
-        tags=r.tags,
-        properties=props,
-        flag=r.flag,
-        born_timestamp=r.born_timestamp,
-        born_host=r.born_host,
-    )

@@ -46,6 +46,7 @@ from protocol.message import (
     RecordError,
     decode_record,
     make_msg_id,
+    message_copy,
     parse_msg_id,
 )
 from protocol.timer import (
@@ -617,23 +618,11 @@ class TimerService:
         if topic is None or not queue_text.isdigit():
             log.error("scheduled message has no real topic/queue", offset=entry.commitlog_offset)
             return None
-        keys = props.get(PROP_KEYS, "")
-        tags = props.get(PROP_TAGS, "")
         out = {k: v for k, v in props.items() if k not in _STRIP_ON_DELIVERY}
         out.setdefault(PROP_UNIQ_KEY, record.msg_id)  # its store host and offset
         out[PROP_TIMER_OUT_MS] = str(entry.due_ms)
         out[PROP_TIMER_SOURCE_OFFSET] = str(entry.commitlog_offset)
-        msg = Message(
-            topic=topic,
-            body=record.body,
-            keys=keys,
-            tags=tags,
-            properties=out,
-            flag=record.flag,
-            born_timestamp=record.born_timestamp,
-            born_host=record.born_host,
-        )
-        return msg, topic, int(queue_text)
+        return message_copy(record, topic, out), topic, int(queue_text)
 
     # -- progress ---------------------------------------------------------------------------------------
 
@@ -716,13 +705,4 @@ def _scheduled_copy(msg: Message, topic: str, queue_id: int, due_ms: int) -> Mes
     props[PROP_REAL_TOPIC] = topic
     props[PROP_REAL_QUEUE_ID] = str(queue_id)
     props[PROP_TIMER_OUT_MS] = str(due_ms)
-    return Message(
-        topic=TIMER_TOPIC,
-        body=msg.body,
-        keys=msg.keys,
-        tags=msg.tags,
-        properties=props,
-        flag=msg.flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-    )
+    return message_copy(msg, TIMER_TOPIC, props)

@@ -33,7 +33,7 @@ import structlog
 from broker.system_topic import read_system_topic
 from broker.transaction.state import Half, TransactionState
 from protocol.codes import RequestCode
-from protocol.message import Message, MessageRecord, RecordError
+from protocol.message import Message, MessageRecord, RecordError, message_copy
 from protocol.remoting import Scalar, request
 from protocol.transaction import (
     HALF_TOPIC,
@@ -233,16 +233,7 @@ class TransactionService:
         state = self.ready()
         ctx = self.ctx
         ctx.ensure_system_topic(HALF_TOPIC)
-        half = Message(
-            topic=HALF_TOPIC,
-            body=msg.body,
-            keys=msg.keys,
-            tags=msg.tags,
-            properties=props,
-            flag=msg.flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-        )
+        half = message_copy(msg, HALF_TOPIC, props)
         result = ctx.appender.put(HALF_TOPIC, 0, [half], len(msg.body))
         state.half(
             Half(
@@ -269,16 +260,7 @@ class TransactionService:
         tc = ctx.topics.get(topic)
         if tc is None:
             tc = ctx.create_topic(topic, max(ctx.cfg.default_topic_queues, queue_id + 1))
-        copy = Message(
-            topic=topic,
-            body=record.body,
-            keys=record.keys,
-            tags=record.tags,
-            properties=props,
-            flag=record.flag,
-            born_timestamp=record.born_timestamp,
-            born_host=record.born_host,
-        )
+        copy = message_copy(record, topic, props)
         return ctx.appender.put(topic, queue_id % tc.queues, [copy], len(record.body))
 
     def end(
