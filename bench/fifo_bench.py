@@ -15,30 +15,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.broker_bench import run_async
+from bench.group_of_three import FAST_CONSUMER, group_of_three, payload
 from client import Consumer, Producer
 from client.admin import Admin
-from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
-from tests.cluster.support import full_sync_state_set
-from tests.support.cluster import Cluster
 
 SENDERS = 64
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.5,
-    "commit_interval": 0.5,
-    "suspend_ms": 1000,
-    "route_refresh_interval": 1.0,
-}
 
 
 async def produce(addresses: str, topic: str, n: int, body: bytes, groups: int) -> float:
@@ -70,7 +59,7 @@ async def consume(addresses: str, topic: str, group: str, n: int) -> float:
         if seen >= n + 1:
             done.set()
 
-    async with Consumer(addresses, group, topic, **FAST) as consumer:
+    async with Consumer(addresses, group, topic, **FAST_CONSUMER) as consumer:
         task = asyncio.ensure_future(consumer.process(handler))
         try:
             await asyncio.wait_for(done.wait(), 300)
@@ -81,40 +70,31 @@ async def consume(addresses: str, topic: str, group: str, n: int) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size]
-    with tempfile.TemporaryDirectory(prefix="rmq-fifo-bench-") as tmp:
-        cluster = Cluster(Path(tmp))
-        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-        addresses = cluster.controller_addresses
-        try:
-            cluster.start_controllers()
-            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
-            doc = await full_sync_state_set(boot, cluster, timeout=120)
-            print(
-                f"3 controllers, broker-a x3 (master {doc['masterAddress']}), all-ack, flush "
-                f"async, {args.size} B messages, {args.messages:,} per run, 8 queues, "
-                f"{SENDERS} senders, {args.groups:,} message groups",
-                flush=True,
-            )
-            async with Admin(addresses) as admin:
-                for topic in ("Plain", "Fifo"):
-                    await admin.create_topic(topic, 8)
-                await admin.update_sub_group({"groupName": "G-fifo", "consumeMessageOrderly": True})
-            await asyncio.sleep(1.5)  # the slaves register the topics for routes
-            plain_send = await produce(addresses, "Plain", args.messages, body, 0)
-            fifo_send = await produce(addresses, "Fifo", args.messages, body, args.groups)
-            plain_read = await consume(addresses, "Plain", "G-plain", args.messages)
-            fifo_read = await consume(addresses, "Fifo", "G-fifo", args.messages)
-            print(
-                f"send    plain {plain_send:>9,.0f} msg/s   message groups {fifo_send:>9,.0f} "
-                f"msg/s ({fifo_send / plain_send:.2f}x)\n"
-                f"consume plain {plain_read:>9,.0f} msg/s   FIFO group     {fifo_read:>9,.0f} "
-                f"msg/s ({fifo_read / plain_read:.2f}x)",
-                flush=True,
-            )
-        finally:
-            boot.close()
-            cluster.stop()
+    body = payload(args.size)
+    async with group_of_three("rmq-fifo-bench-") as broker_a:
+        addresses = broker_a.addresses
+        print(
+            f"3 controllers, broker-a x3 (master {broker_a.master}), all-ack, flush "
+            f"async, {args.size} B messages, {args.messages:,} per run, 8 queues, "
+            f"{SENDERS} senders, {args.groups:,} message groups",
+            flush=True,
+        )
+        async with Admin(addresses) as admin:
+            for topic in ("Plain", "Fifo"):
+                await admin.create_topic(topic, 8)
+            await admin.update_sub_group({"groupName": "G-fifo", "consumeMessageOrderly": True})
+        await asyncio.sleep(1.5)  # the slaves register the topics for routes
+        plain_send = await produce(addresses, "Plain", args.messages, body, 0)
+        fifo_send = await produce(addresses, "Fifo", args.messages, body, args.groups)
+        plain_read = await consume(addresses, "Plain", "G-plain", args.messages)
+        fifo_read = await consume(addresses, "Fifo", "G-fifo", args.messages)
+        print(
+            f"send    plain {plain_send:>9,.0f} msg/s   message groups {fifo_send:>9,.0f} "
+            f"msg/s ({fifo_send / plain_send:.2f}x)\n"
+            f"consume plain {plain_read:>9,.0f} msg/s   FIFO group     {fifo_read:>9,.0f} "
+            f"msg/s ({fifo_read / plain_read:.2f}x)",
+            flush=True,
+        )
 
 
 def main() -> None:

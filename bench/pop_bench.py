@@ -23,22 +23,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.broker_bench import cpu_seconds, run_async
+from bench.group_of_three import group_of_three, payload
 from client import Consumer, Producer
 from client.admin import Admin
-from client.bootstrap import Bootstrap
 from client.message import Message
 from client.simple_consumer import SimpleConsumer
-from tests.cluster.support import full_sync_state_set
-from tests.support.cluster import Cluster
 
 TARGET = 30_000
 
@@ -101,46 +97,37 @@ async def pop(addresses: str, topic: str, n: int, members: int) -> tuple[float, 
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size]
-    with tempfile.TemporaryDirectory(prefix="rmq-pop-bench-") as tmp:
-        cluster = Cluster(Path(tmp))
-        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-        addresses = cluster.controller_addresses
-        try:
-            cluster.start_controllers()
-            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
-            doc = await full_sync_state_set(boot, cluster, timeout=120)
-            print(
-                f"3 controllers, broker-a x3 (master {doc['masterAddress']}), all-ack, "
-                f"flush async, {args.size} B messages, {args.messages:,} messages, 8 queues",
-                flush=True,
-            )
-            async with Admin(addresses) as admin:
-                await admin.create_topic("PopBench", 8)
-            await asyncio.sleep(1.5)  # the slaves register the topic for routes
-            await produce(addresses, "PopBench", args.messages, body)
-            qb = await queue_bound(addresses, "PopBench", args.messages)
-            print(f"queue-bound consumer (1 member):   {qb:>9,.0f} msg/s", flush=True)
-            pids = {
-                ("master " if b.address == doc["masterAddress"] else "slave ") + b.address: b.pid
-                for b in cluster.brokers
-            }
-            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            wall0 = time.perf_counter()
-            rate, again = await pop(addresses, "PopBench", args.messages, args.consumers)
-            wall = time.perf_counter() - wall0
-            for name, pid in pids.items():
-                used = cpu_seconds(pid) - cpu0[name]
-                print(f"  {name}: {used:.1f} s CPU in {wall:.1f} s", flush=True)
-            print(
-                f"POP receive + ack ({args.consumers} members): {rate:>9,.0f} msg/s "
-                f"({rate / TARGET:.2f} of the {TARGET:,} target; {rate / qb:.2f} of queue-bound;"
-                f" {again} redelivered)",
-                flush=True,
-            )
-        finally:
-            boot.close()
-            cluster.stop()
+    body = payload(args.size)
+    async with group_of_three("rmq-pop-bench-") as broker_a:
+        addresses = broker_a.addresses
+        print(
+            f"3 controllers, broker-a x3 (master {broker_a.master}), all-ack, "
+            f"flush async, {args.size} B messages, {args.messages:,} messages, 8 queues",
+            flush=True,
+        )
+        async with Admin(addresses) as admin:
+            await admin.create_topic("PopBench", 8)
+        await asyncio.sleep(1.5)  # the slaves register the topic for routes
+        await produce(addresses, "PopBench", args.messages, body)
+        qb = await queue_bound(addresses, "PopBench", args.messages)
+        print(f"queue-bound consumer (1 member):   {qb:>9,.0f} msg/s", flush=True)
+        pids = {
+            ("master " if b.address == broker_a.master else "slave ") + b.address: b.pid
+            for b in broker_a.cluster.brokers
+        }
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        wall0 = time.perf_counter()
+        rate, again = await pop(addresses, "PopBench", args.messages, args.consumers)
+        wall = time.perf_counter() - wall0
+        for name, pid in pids.items():
+            used = cpu_seconds(pid) - cpu0[name]
+            print(f"  {name}: {used:.1f} s CPU in {wall:.1f} s", flush=True)
+        print(
+            f"POP receive + ack ({args.consumers} members): {rate:>9,.0f} msg/s "
+            f"({rate / TARGET:.2f} of the {TARGET:,} target; {rate / qb:.2f} of queue-bound;"
+            f" {again} redelivered)",
+            flush=True,
+        )
 
 
 def main() -> None:

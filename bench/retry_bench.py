@@ -22,34 +22,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.broker_bench import run_async
+from bench.group_of_three import FAST_CONSUMER, group_of_three, payload
 from client import Consumer, Producer
 from client.admin import Admin
-from client.bootstrap import Bootstrap
 from client.message import Message, ReceivedMessage
-from tests.cluster.support import full_sync_state_set
-from tests.support.cluster import Cluster
 
 TARGET = 1_000
 """Our own yardstick for nacks per second (the issue sets none): a consumer failing 1,000
 messages a second, far above what a healthy application nacks, keeps its retry path busy
 without falling behind."""
-
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.5,
-    "commit_interval": 0.5,
-    "suspend_ms": 1000,
-    "route_refresh_interval": 1.0,
-}
 
 
 class Tally:
@@ -89,7 +77,7 @@ async def run_process(addresses: str, topic: str, group: str, tally: Tally) -> N
             raise RuntimeError("first delivery fails")
         tally.returned()
 
-    async with Consumer(addresses, group, topic, **FAST) as consumer:
+    async with Consumer(addresses, group, topic, **FAST_CONSUMER) as consumer:
         original_nack = consumer.nack
 
         async def counted(msg: ReceivedMessage, reason: str = "") -> None:
@@ -109,7 +97,7 @@ async def run_batched(addresses: str, topic: str, group: str, tally: Tally) -> N
         await consumer.nack(msg, "first delivery fails")
         tally.nack_answered()
 
-    async with Consumer(addresses, group, topic, **FAST) as consumer:
+    async with Consumer(addresses, group, topic, **FAST_CONSUMER) as consumer:
         deadline = time.monotonic() + 600
         while not tally.done.is_set() and time.monotonic() < deadline:
             msgs = await consumer.receive(1.0)
@@ -135,35 +123,24 @@ def report(mode: str, tally: Tally, delay: str) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size]
-    with tempfile.TemporaryDirectory(prefix="rmq-retry-bench-") as tmp:
-        cluster = Cluster(Path(tmp))
-        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-        addresses = cluster.controller_addresses
-        try:
-            cluster.start_controllers()
-            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
-            doc = await full_sync_state_set(boot, cluster, timeout=120)
-            print(
-                f"3 controllers, broker-a x3 (master {doc['masterAddress']}), all-ack, "
-                f"flush async, {args.size} B messages, {args.messages:,} per mode",
-                flush=True,
-            )
-            async with Admin(addresses) as admin:
-                for mode in ("process", "batched"):
-                    await admin.create_topic(f"Retry-{mode}", 4)
-                    await admin.update_sub_group(
-                        {"groupName": f"G-{mode}", "retryDelays": args.delay}
-                    )
-            await asyncio.sleep(1.5)  # the slaves register the topics for routes
-            for mode, run in (("process", run_process), ("batched", run_batched)):
-                await produce(addresses, f"Retry-{mode}", args.messages, body)
-                tally = Tally(args.messages)
-                await run(addresses, f"Retry-{mode}", f"G-{mode}", tally)
-                report(mode, tally, args.delay)
-        finally:
-            boot.close()
-            cluster.stop()
+    body = payload(args.size)
+    async with group_of_three("rmq-retry-bench-") as broker_a:
+        addresses = broker_a.addresses
+        print(
+            f"3 controllers, broker-a x3 (master {broker_a.master}), all-ack, "
+            f"flush async, {args.size} B messages, {args.messages:,} per mode",
+            flush=True,
+        )
+        async with Admin(addresses) as admin:
+            for mode in ("process", "batched"):
+                await admin.create_topic(f"Retry-{mode}", 4)
+                await admin.update_sub_group({"groupName": f"G-{mode}", "retryDelays": args.delay})
+        await asyncio.sleep(1.5)  # the slaves register the topics for routes
+        for mode, run in (("process", run_process), ("batched", run_batched)):
+            await produce(addresses, f"Retry-{mode}", args.messages, body)
+            tally = Tally(args.messages)
+            await run(addresses, f"Retry-{mode}", f"G-{mode}", tally)
+            report(mode, tally, args.delay)
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ import asyncio
 import os
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,12 +29,12 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.broker_bench import cpu_seconds, pct, rss_anon_mib, run_async
+from bench.group_of_three import group_of_three, payload
 from client import Consumer
-from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from protocol.timer import PROP_TIMER_DELIVER_MS, PROP_TIMER_OUT_MS
 from remoting.client import RemotingClient
-from tests.cluster.support import full_sync_state_set, node_at
+from tests.cluster.support import node_at
 from tests.support.cluster import Cluster
 
 TOPIC = "TimerBench"
@@ -189,32 +188,23 @@ async def pending_gauge(master: str) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size]
-    with tempfile.TemporaryDirectory(prefix="rmq-timer-bench-") as tmp:
-        cluster = Cluster(Path(tmp))
-        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-        try:
-            cluster.start_controllers()
-            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
-            doc = await full_sync_state_set(boot, cluster, timeout=120)
-            master = doc["masterAddress"]
-            conn = await RemotingClient.connect(master)
-            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES})
-            conn.close()
-            await asyncio.sleep(1.5)  # routes
-            print(
-                f"3 controllers, broker-a x3 (master {master}), all-ack, flush async, "
-                f"{args.size} B messages, {os.cpu_count()} cores, load average "
-                f"{os.getloadavg()[0]:.1f}",
-                flush=True,
-            )
-            if args.messages:
-                await near_phase(cluster, master, args, body)
-            if args.far:
-                await far_phase(node_at(cluster, master).pid, master, args, body)
-        finally:
-            boot.close()
-            cluster.stop()
+    body = payload(args.size)
+    async with group_of_three("rmq-timer-bench-") as broker_a:
+        cluster, master = broker_a.cluster, broker_a.master
+        conn = await RemotingClient.connect(master)
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES})
+        conn.close()
+        await asyncio.sleep(1.5)  # routes
+        print(
+            f"3 controllers, broker-a x3 (master {master}), all-ack, flush async, "
+            f"{args.size} B messages, {os.cpu_count()} cores, load average "
+            f"{os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        if args.messages:
+            await near_phase(cluster, master, args, body)
+        if args.far:
+            await far_phase(node_at(cluster, master).pid, master, args, body)
 
 
 def main() -> None:

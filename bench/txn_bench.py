@@ -19,26 +19,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.broker_bench import run_async
+from bench.group_of_three import group_of_three, payload
 from client import Producer
 from client.admin import Admin
-from client.bootstrap import Bootstrap
 from client.transaction import (
     Transaction,
     TransactionCheck,
     TransactionProducer,
     TransactionStatus,
 )
-from tests.cluster.support import full_sync_state_set
-from tests.support.cluster import Cluster
 
 
 def _unknown(check: TransactionCheck) -> TransactionStatus:
@@ -59,62 +55,53 @@ async def _loop(n: int, concurrency: int, one: object) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size]
-    with tempfile.TemporaryDirectory(prefix="rmq-txn-bench-") as tmp:
-        cluster = Cluster(Path(tmp))
-        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-        addresses = cluster.controller_addresses
-        try:
-            cluster.start_controllers()
-            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
-            doc = await full_sync_state_set(boot, cluster, timeout=120)
-            print(
-                f"3 controllers, broker-a x3 (master {doc['masterAddress']}), all-ack, "
-                f"flush async, {args.size} B messages, {args.transactions:,} transactions, "
-                f"{args.concurrency} in flight",
-                flush=True,
-            )
-            async with Admin(addresses) as admin:
-                await admin.create_topic("TxnBench", 8)
-            await asyncio.sleep(1.5)  # the slaves register the topic for routes
-            async with Producer(addresses, auto_batch=False) as producer:
+    body = payload(args.size)
+    async with group_of_three("rmq-txn-bench-") as broker_a:
+        addresses = broker_a.addresses
+        print(
+            f"3 controllers, broker-a x3 (master {broker_a.master}), all-ack, "
+            f"flush async, {args.size} B messages, {args.transactions:,} transactions, "
+            f"{args.concurrency} in flight",
+            flush=True,
+        )
+        async with Admin(addresses) as admin:
+            await admin.create_topic("TxnBench", 8)
+        await asyncio.sleep(1.5)  # the slaves register the topic for routes
+        async with Producer(addresses, auto_batch=False) as producer:
 
-                async def plain(i: int) -> None:
-                    await producer.send("TxnBench", body)
+            async def plain(i: int) -> None:
+                await producer.send("TxnBench", body)
 
-                await _loop(min(2_000, args.transactions), args.concurrency, plain)  # warm up
-                sends = await _loop(args.transactions, args.concurrency, plain)
-            print(f"plain send:            {sends:>9,.0f} msg/s", flush=True)
-            async with TransactionProducer(
-                addresses, "TxnBenchPG", _unknown, topics=["TxnBench"]
-            ) as tp:
+            await _loop(min(2_000, args.transactions), args.concurrency, plain)  # warm up
+            sends = await _loop(args.transactions, args.concurrency, plain)
+        print(f"plain send:            {sends:>9,.0f} msg/s", flush=True)
+        async with TransactionProducer(
+            addresses, "TxnBenchPG", _unknown, topics=["TxnBench"]
+        ) as tp:
 
-                async def txn(i: int) -> None:
-                    t = await tp.send_transaction("TxnBench", body)
-                    await t.commit()
+            async def txn(i: int) -> None:
+                t = await tp.send_transaction("TxnBench", body)
+                await t.commit()
 
-                rate = await _loop(args.transactions, args.concurrency, txn)
-                opened: list[Transaction] = []
+            rate = await _loop(args.transactions, args.concurrency, txn)
+            opened: list[Transaction] = []
 
-                async def half(i: int) -> None:
-                    opened.append(await tp.send_transaction("TxnBench", body))
+            async def half(i: int) -> None:
+                opened.append(await tp.send_transaction("TxnBench", body))
 
-                halves = await _loop(args.transactions, args.concurrency, half)
+            halves = await _loop(args.transactions, args.concurrency, half)
 
-                async def commit(i: int) -> None:
-                    await opened[i].commit()
+            async def commit(i: int) -> None:
+                await opened[i].commit()
 
-                commits = await _loop(args.transactions, args.concurrency, commit)
-            print(
-                f"send + commit:         {rate:>9,.0f} transactions/s "
-                f"({rate / sends:.2f} of plain sends)",
-                flush=True,
-            )
-            print(f"  half sends alone:    {halves:>9,.0f} msg/s", flush=True)
-            print(f"  commits alone:       {commits:>9,.0f} commits/s", flush=True)
-        finally:
-            boot.close()
-            cluster.stop()
+            commits = await _loop(args.transactions, args.concurrency, commit)
+        print(
+            f"send + commit:         {rate:>9,.0f} transactions/s "
+            f"({rate / sends:.2f} of plain sends)",
+            flush=True,
+        )
+        print(f"  half sends alone:    {halves:>9,.0f} msg/s", flush=True)
+        print(f"  commits alone:       {commits:>9,.0f} commits/s", flush=True)
 
 
 def main() -> None:
