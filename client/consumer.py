@@ -41,8 +41,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgpack
-import structlog
 
+from client import logs
 from client.allocate import allocate_averagely
 from client.bootstrap import Bootstrap
 from client.brokers import MasterCaller
@@ -68,7 +68,7 @@ from protocol.retry import (
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 Batch = tuple[QueueState, list[ReceivedMessage]]
 Handler = Callable[[ReceivedMessage], Awaitable[object] | object]

@@ -6,8 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-import structlog
-
+from client import logs
 from client.brokers import MasterCaller, error_of
 from client.buffer import MessageBuffer
 from client.errors import BrokerError, ClientError, CorruptMessageError
@@ -31,7 +30,7 @@ from protocol.pull import (
 )
 from remoting.errors import RemotingError
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 START_FROM = ("earliest", "latest")
 

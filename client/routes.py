@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
-import structlog
 
+from client import logs
 from client.bootstrap import Bootstrap
 from client.errors import BrokerError, ClientError, TopicNotFoundError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 @dataclass(slots=True, frozen=True, order=True)

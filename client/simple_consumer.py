@@ -20,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-import structlog
-
+from client import logs
 from client.bootstrap import Bootstrap
 from client.brokers import MasterCaller, error_of
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
@@ -36,7 +35,7 @@ from remoting.errors import RemotingError
 
 __all__ = ["PopMessage", "SimpleConsumer"]
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 _MOVED = frozenset(
     {

@@ -29,8 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
+from client import logs
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError, SendError
 from client.message import SendResult
 from client.producer import RETRIABLE_CODES, Producer
@@ -52,7 +51,7 @@ from remoting.errors import RemotingError
 
 __all__ = ["Transaction", "TransactionCheck", "TransactionProducer", "TransactionStatus"]
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class TransactionStatus(enum.Enum):
