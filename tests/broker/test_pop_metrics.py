@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from client.admin import Admin
 from client.simple_consumer import SimpleConsumer
 from protocol.message import Message
+from tests.broker.support import figure
 from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
@@ -38,16 +37,6 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         yield b
     finally:
         await b.stop()
-
-
-def figure(b: Broker, name: str, **labels: str) -> float:
-    text = generate_latest(b.metrics.registry).decode()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
 
 
 async def test_pop_metrics_follow_pops_acks_and_redeliveries(broker: Broker) -> None:

@@ -9,9 +9,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from protocol.message import Message, iter_records
@@ -23,6 +20,7 @@ from protocol.transaction import (
     OpKind,
 )
 from storage.store import GetStatus
+from tests.broker.support import figure
 
 
 def _copies(broker: Broker, topic: str) -> list[str]:
@@ -67,16 +65,6 @@ async def test_a_commit_cut_off_before_its_copy_is_completed_once(tmp_path: Path
         await broker.stop()
 
 
-def _figure(broker: Broker, name: str, **labels: str) -> float:
-    text = generate_latest(broker.metrics.registry).decode()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
-
-
 async def test_metrics_follow_opens_resolutions_checks_and_discards(tmp_path: Path) -> None:
     cfg = BrokerConfig(
         listen="127.0.0.1:0",
@@ -97,22 +85,22 @@ async def test_metrics_follow_opens_resolutions_checks_and_discards(tmp_path: Pa
             props = {PROP_PRODUCER_GROUP: "PG", PROP_TRANSACTION_ID: f"tx{i}"}
             result = service.put_half("T", 0, Message(topic="T", body=b"b", properties=props))
             offsets.append(result.physical_offsets[0])
-        assert _figure(broker, "rmq_broker_transactions_opened_total") == 3
-        assert _figure(broker, "rmq_broker_transactions_open") == 3
+        assert figure(broker, "rmq_broker_transactions_opened_total") == 3
+        assert figure(broker, "rmq_broker_transactions_open") == 3
         service.end("PG", "tx0", offsets[0], OpKind.COMMIT)
         service.end("PG", "tx1", offsets[1], OpKind.ROLLBACK)
         service.end("PG", "tx1", offsets[1], OpKind.ROLLBACK)  # a repeat is not counted
-        assert _figure(broker, "rmq_broker_transactions_resolved_total", outcome="commit") == 1
-        assert _figure(broker, "rmq_broker_transactions_resolved_total", outcome="rollback") == 1
-        assert _figure(broker, "rmq_broker_transactions_open") == 1
+        assert figure(broker, "rmq_broker_transactions_resolved_total", outcome="commit") == 1
+        assert figure(broker, "rmq_broker_transactions_resolved_total", outcome="rollback") == 1
+        assert figure(broker, "rmq_broker_transactions_open") == 1
         # No producer of PG is connected: the check is due, counted unsent; the next discards.
         state = service.ready()
         far = int(time.time() * 1000) + 700_000
         assert service.check_due(state, far) == 1
-        assert _figure(broker, "rmq_broker_transaction_checks_total", sent="false") == 1
+        assert figure(broker, "rmq_broker_transaction_checks_total", sent="false") == 1
         assert service.check_due(state, far + 1000) == 1
-        assert _figure(broker, "rmq_broker_transactions_resolved_total", outcome="discard") == 1
-        assert _figure(broker, "rmq_broker_transactions_open") == 0
+        assert figure(broker, "rmq_broker_transactions_resolved_total", outcome="discard") == 1
+        assert figure(broker, "rmq_broker_transactions_open") == 0
         assert state.resolution(offsets[2]) is OpKind.DISCARD
     finally:
         await broker.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,15 +23,6 @@ FAST: dict[str, Any] = {
     "suspend_ms": 200,
     "route_refresh_interval": 0.5,
 }
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[FakeCluster]:
-    c = FakeCluster()
-    for name in ("broker-a", "broker-b"):
-        (await c.add(name)).create("T", 4)
-    yield c
-    await c.stop()
 
 
 def bootstrap(cluster: FakeCluster) -> str:

@@ -24,15 +24,6 @@ HOME = group_queue(GROUP, QUEUES)
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[FakeCluster]:
-    c = FakeCluster()
-    for name in ("broker-a", "broker-b"):
-        (await c.add(name)).create("T", 4)
-    yield c
-    await c.stop()
-
-
-@pytest.fixture
 async def producer(cluster: FakeCluster) -> AsyncIterator[Producer]:
     p = Producer(cluster.brokers["broker-a"].address, send_timeout=2, retry_backoff=0.01)
     await p.start()

@@ -17,15 +17,6 @@ from tests.client.fakebroker import FakeCluster
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[FakeCluster]:
-    c = FakeCluster()
-    for name in ("broker-a", "broker-b"):
-        (await c.add(name)).create("T", 4)
-    yield c
-    await c.stop()
-
-
-@pytest.fixture
 async def producer(cluster: FakeCluster) -> AsyncIterator[Producer]:
     p = Producer(cluster.brokers["broker-a"].address, send_timeout=2, connect_timeout=2)
     await p.start()
