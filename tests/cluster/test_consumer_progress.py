@@ -16,9 +16,7 @@ import asyncio
 import json
 import re
 import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,11 +33,11 @@ from remoting.client import RemotingClient
 from tests.cluster.support import sync_state
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import free_port
+from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "ProgressTopic"
 SENT = 120
 CONSUMED_BY_SLOW = 50
@@ -54,15 +52,7 @@ def cluster(cluster: Cluster) -> Cluster:
 
 
 def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rmqctl", "-a", cluster.controller_addresses, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    return run_rmqctl("-a", cluster.controller_addresses, *args)
 
 
 def rmqctl_json(cluster: Cluster, *args: str) -> Any:

@@ -4,33 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from client.producer import Producer
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, rmqctl
 
 pytestmark = pytest.mark.multiprocess
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def rmqctl(
-    *args: str, timeout: float = 60, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rmqctl", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def ok_json(*args: str) -> object:

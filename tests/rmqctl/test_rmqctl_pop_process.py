@@ -6,32 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from client.admin import Admin
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, rmqctl
 
 pytestmark = pytest.mark.multiprocess
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def rmqctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rmqctl", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def test_consume_message_pop_prints_and_acks(broker: BrokerProc) -> None:

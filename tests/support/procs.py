@@ -21,6 +21,23 @@ ROOT = Path(__file__).resolve().parents[2]
 _handed_out: set[int] = set()
 
 
+def rmqctl(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m rmqctl *args`` from the repository root, its output captured as text. A
+    traceback on stderr fails the test: rmqctl answers every error with a message."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rmqctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
 def free_port() -> int:
     """A port free now and not handed out before in this process (the kernel may offer a port
     again as soon as it is released, before the daemon it was meant for has bound it)."""
