@@ -68,10 +68,12 @@ class _Counting(Producer):
         body: bytes,
         deadline: float | None = None,
         first: Any = None,
+        *,
+        group: str | None = None,
     ) -> tuple[Frame, MessageQueue]:
         if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE):
             self.requests += 1
-        return await super()._send(topic, code, header, body, deadline, first)
+        return await super()._send(topic, code, header, body, deadline, first, group=group)
 
 
 async def wait_routed(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
