@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sdk_phases
 from bench.broker_bench import cpu_seconds, pct, run_async
+from bench.group_of_three import group_of_three, payload
 from bench.nats_peer import run_nats_r3
 from client import Producer
 from client.bootstrap import Bootstrap
@@ -252,15 +251,11 @@ def report_unexpected(master_elections: int, controller_elections: int, when: st
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size]
-    with tempfile.TemporaryDirectory(prefix="rmq-ha-bench-") as tmp:
-        cluster = Cluster(Path(tmp))
-        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    body = payload(args.size)
+    async with group_of_three("rmq-ha-bench-") as broker_a:
+        cluster, boot = broker_a.cluster, broker_a.boot
+        master, doc = broker_a.master, broker_a.sync_state
         try:
-            cluster.start_controllers()
-            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
-            doc = await full_sync_state_set(boot, cluster, timeout=120)
-            master = doc["masterAddress"]
             pid = node_at(cluster, master).pid
             epoch0, term0 = int(doc["masterEpoch"]), await controller_terms(cluster)
             conn = await RemotingClient.connect(master)
@@ -303,10 +298,8 @@ async def main_async(args: argparse.Namespace) -> None:
                     f"over the {args.stops} SIGSTOP rounds (beyond one master election each)",
                 )
         finally:
-            boot.close()
             for b in cluster.brokers:
                 b.signal(signal.SIGCONT)
-            cluster.stop()
     # After cluster.stop(): the peer never shares the CPU with our processes.
     if args.no_peer:
         print("NATS JetStream R3: skipped (--no-peer)")
