@@ -26,6 +26,11 @@ delivered again from the same queue after the group's back-off for its attempt, 
 group's ``retryMaxTimes`` (or ``max_reconsume_times``); then it is sent back to the group's DLQ
 and the queue goes on. Nothing of its queue after it is committed or handled meanwhile; other
 queues keep flowing.
+
+POP mode (``pop=True``, :mod:`client.pop_consumer`): no rebalance and no queue ownership; any
+number of members share every queue of the topic through POP requests, each message acked once
+consumed (the rule above) and a nacked one brought back by the broker through the retry topic.
+The same application API (``receive``, iteration, ``process``, ``nack``).
 """
 
 from __future__ import annotations
@@ -49,8 +54,10 @@ from client.brokers import MasterCaller
 from client.buffer import MessageBuffer
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError, TopicNotFoundError
 from client.message import ReceivedMessage
+from client.pop_consumer import PopDelivery
 from client.pull import Puller, QueueState
 from client.routes import MessageQueue, RouteCache, TopicRoute
+from client.simple_consumer import SimpleConsumer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import parse_tag_expression
 from protocol.pull import ConsumerOffsetUpdate
@@ -132,11 +139,27 @@ class Consumer:
         max_reconsume_times: int | None = None,
         nack_deadline: float = 10.0,
         filter: str = "*",
+        pop: bool = False,
+        invisible_duration: float = 30.0,
+        max_in_flight: int = 256,
+        nack_delay: float | None = None,
     ) -> None:
+        """``pop=True``: POP mode (see the module docstring and docs/pop.md). Its own settings:
+        ``invisible_duration`` (seconds a message stays hidden from the group once popped; not
+        acked by then, it comes back), ``max_in_flight`` (messages popped and not acked or
+        nacked yet, per member), ``nack_delay`` (seconds a nacked message stays hidden; None:
+        the default retry back-off for its attempt, 10 s, 30 s, 1 min, ...). ``pull_batch_size``
+        caps one POP and ``suspend_ms`` is its long-polling wait. ``max_reconsume_times`` does
+        not apply: the group's ``retryMaxTimes`` decides (``rmqctl updateSubGroup``)."""
         if not group or not topic:
             raise ValueError("group and topic must be non-empty")
         if max_reconsume_times is not None and max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must be >= 0")
+        if pop and max_reconsume_times is not None:
+            raise ValueError(
+                "max_reconsume_times does not apply with pop=True: set the group's "
+                "retryMaxTimes (rmqctl updateSubGroup)"
+            )
         parse_tag_expression(filter)  # raises FilterError for a bad expression
         self.group = group
         self.topic = topic
@@ -204,6 +227,26 @@ class Consumer:
         self._delivered: list[ReceivedMessage] = []
         self._handed = 0
         self._confirmed = 0
+        #: POP mode's delivery (None: queue-bound)
+        self.pop: PopDelivery | None = None
+        if pop:
+            self.pop = PopDelivery(
+                SimpleConsumer(
+                    bootstrap,
+                    group,
+                    topic,
+                    self.filter,
+                    connect_timeout=connect_timeout,
+                    request_timeout=request_timeout,
+                    route_refresh_interval=route_refresh_interval,
+                ),
+                invisible_duration=invisible_duration,
+                max_in_flight=max_in_flight,
+                batch_size=pull_batch_size,
+                poll_ms=suspend_ms,
+                nack_delay=nack_delay,
+                route_check_interval=heartbeat_interval,
+            )
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -215,6 +258,15 @@ class Consumer:
         if self._closed:
             raise ClosedError("consumer is closed")
         if self._started:
+            return
+        if self.pop is not None:
+            try:
+                await self.pop.start()
+            except BaseException:
+                await self.pop.close()
+                self._pool.close()
+                raise
+            self._started = True
             return
         try:
             await self.routes.get(self.topic)
@@ -240,6 +292,10 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        if self.pop is not None:
+            await self.pop.close(commit_delivered=commit_delivered)
+            self._pool.close()
+            return
         self._buffer.close()
         for task in self._tasks:
             task.cancel()
@@ -283,6 +339,8 @@ class Consumer:
         """
         if not self._started:
             raise ClosedError("consumer is not started")
+        if self.pop is not None:
+            return list(await self.pop.receive(timeout, max_messages))
         self._ack(self._handed)
         self._confirmed = self._handed
         self._raise_failure()
@@ -311,6 +369,11 @@ class Consumer:
 
     async def __anext__(self) -> ReceivedMessage:
         """The next message; iteration ends when the consumer is closed."""
+        if self.pop is not None:
+            msg = await self.pop.next(self.heartbeat_interval)
+            if msg is None:
+                raise StopAsyncIteration
+            return msg
         pos = self._handed
         delivered = self._delivered
         if pos < len(delivered):
@@ -343,6 +406,9 @@ class Consumer:
         """
         if not self._started:
             raise ClosedError("consumer is not started")
+        if self.pop is not None:
+            await self.pop.nack(msg, reason)
+            return
         if self.fifo is not None:
             await self._fifo_failed(msg, reason)
             return
@@ -399,7 +465,14 @@ class Consumer:
         fails is logged (its queue then stops committing at it, see :meth:`nack`) and
         processing goes on. Cancelling the task stops it: the message in hand and those whose
         nack had no answer yet are delivered again later (their queues stop committing at
-        them)."""
+        them). In POP mode a message whose handler returns is acked, one whose handler raises
+        is nacked (:meth:`nack`); cancelled, the message in hand and the rest of its batch are
+        not acked and come back after their invisible time."""
+        if self.pop is not None:
+            if not self._started:
+                raise ClosedError("consumer is not started")
+            await self.pop.process(handler, self.heartbeat_interval)
+            return
         while not self._closed:
             msgs = await self.receive(self.heartbeat_interval)
             failed: list[tuple[ReceivedMessage, str]] = []
@@ -570,7 +643,8 @@ class Consumer:
         state.committed = offset
 
     async def commit(self) -> None:
-        """Commit the consumed offsets of every owned queue now (also done periodically)."""
+        """Commit the consumed offsets of every owned queue now (also done periodically; in
+        POP mode, acks go out as messages are consumed and this does nothing)."""
         self._ack(self._confirmed)
         states = [*self.owned.values(), *self.retry_owned.values()]
         results = await asyncio.gather(*(self._commit(s) for s in states), return_exceptions=True)

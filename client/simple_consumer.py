@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Sequence
 
 from client import logs
 from client.bootstrap import Bootstrap
@@ -90,7 +91,7 @@ class SimpleConsumer:
 
     def __init__(
         self,
-        bootstrap: str,
+        bootstrap: str | Sequence[str],
         group: str,
         topic: str,
         filter: str = "*",
@@ -151,21 +152,23 @@ class SimpleConsumer:
         while True:
             # One pass without waiting over every group, then a long poll at the first one.
             for name in order:
-                got = await self._pop(name, max_messages, invisible_ms, 0)
+                got = await self.pop_from(name, max_messages, invisible_ms, 0)
                 if got:
                     return got
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
-            got = await self._pop(order[0], max_messages, invisible_ms, int(remaining * 1000))
+            got = await self.pop_from(order[0], max_messages, invisible_ms, int(remaining * 1000))
             if got:
                 return got
             if deadline - loop.time() <= 0:
                 return []
 
-    async def _pop(
+    async def pop_from(
         self, broker_name: str, max_messages: int, invisible_ms: int, poll_ms: int
     ) -> list[PopMessage]:
+        """One POP of any queue of broker group ``broker_name``, long-polling up to
+        ``poll_ms``; an empty list when nothing came (or the group had no master to answer)."""
         header: Header = {
             "consumerGroup": self.group,
             "topic": self.topic,
