@@ -491,6 +491,14 @@ class BrokerMetrics:
             registry=r,
         )
         self._pop_groups: set[str] = set()
+        self.fifo_blocked = Gauge(
+            "rmq_broker_pop_fifo_blocked_groups",
+            "FIFO message groups blocked waiting for an ack (a message handed out by POP and "
+            "not acked yet), by consumer group; master only",
+            [*base, "group"],
+            registry=r,
+        )
+        self._fifo_groups: set[str] = set()
         self.transactions_opened = Counter(
             "rmq_broker_transactions_opened_total",
             "Transactional (half) messages stored by this broker as master",
@@ -585,6 +593,14 @@ class BrokerMetrics:
         for group, count in per_group.items():
             self.pop_inflight.labels(**self._labels, group=group).set(count)
         self._pop_groups |= per_group.keys()
+
+    def fifo_blocked_now(self, per_group: dict[str, int]) -> None:
+        """Set the blocked FIFO message groups gauge of every group (0 for one with none)."""
+        for group in self._fifo_groups - per_group.keys():
+            self.fifo_blocked.labels(**self._labels, group=group).set(0)
+        for group, count in per_group.items():
+            self.fifo_blocked.labels(**self._labels, group=group).set(count)
+        self._fifo_groups |= per_group.keys()
 
     def transaction_opened(self) -> None:
         self.transactions_opened.inc()

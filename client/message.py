@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol
 
+from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.message import MessageRecord
 from protocol.retry import (
     PROP_ORIGIN_MESSAGE_ID,
@@ -129,6 +130,11 @@ class ReceivedMessage:
     def origin_msg_id(self) -> str:
         """The id of the message's first copy (its own id unless it is a retry)."""
         return self.record.properties.get(PROP_ORIGIN_MESSAGE_ID) or self.record.msg_id
+
+    @property
+    def message_group(self) -> str | None:
+        """Its FIFO message group (None: it has none)."""
+        return self.record.properties.get(PROP_MESSAGE_GROUP) or None
 
     @property
     def queue_id(self) -> int:

@@ -22,6 +22,10 @@ record, a kind byte then big-endian fields:
 * ``CHANGE``: (checkpoint id, queue offset, new deadline) after a change of invisible time.
 * ``REVIVED``: (checkpoint id, queue offset) pairs whose message was re-published to the
   group's retry topic or DLQ after its deadline (written after the copy).
+* ``ORDERLY_CHECKPOINT``: a POP of a FIFO consumer group (docs/fifo.md): as a checkpoint, with
+  a second bitmap of the offsets *passed* (filtered out or unreadable: done without a
+  delivery); the offsets of the range in neither bitmap were left for later (their message
+  group was blocked). Its start is the lowest offset of the queue the group had not finished.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "Checkpoint",
     "HandleError",
     "HandleKey",
+    "OrderlyCheckpoint",
     "ReceiptHandle",
     "ReviveRecord",
     "ReviveRecordError",
@@ -72,6 +77,7 @@ KIND_CHECKPOINT: Final = 2
 KIND_ACK: Final = 3
 KIND_CHANGE: Final = 4
 KIND_REVIVED: Final = 5
+KIND_ORDERLY_CHECKPOINT: Final = 6
 
 _CK_FIXED: Final = struct.Struct(">HqHqI")  # queue id, start, count, pop ms, invisible ms
 _PAIR: Final = struct.Struct(">qq")
@@ -226,7 +232,41 @@ class Revived:
     keys: tuple[tuple[int, int], ...]
 
 
-ReviveRecord = HandleKey | Checkpoint | Ack | Change | Revived
+@dataclass(frozen=True, slots=True)
+class OrderlyCheckpoint:
+    """Messages handed out by one POP of a FIFO consumer group from one queue."""
+
+    group: str
+    topic: str
+    queue_id: int
+    start: int
+    """The lowest queue offset the group had not finished (every one below is acked, passed
+    or dead-lettered)."""
+    count: int
+    """The range ``[start, start + count)`` the bitmaps cover."""
+    popped: tuple[int, ...]
+    """The queue offsets handed out, ascending (first deliveries and redeliveries alike)."""
+    passed: tuple[int, ...]
+    """The queue offsets passed over for good (filtered out, unreadable), ascending."""
+    pop_ms: int
+    invisible_ms: int
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.pop_ms + self.invisible_ms
+
+
+ReviveRecord = HandleKey | Checkpoint | OrderlyCheckpoint | Ack | Change | Revived
+
+
+def _bitmap(start: int, count: int, offsets: tuple[int, ...]) -> bytearray:
+    bitmap = bytearray((count + 7) // 8)
+    for offset in offsets:
+        i = offset - start
+        if not 0 <= i < count:
+            raise ValueError(f"offset {offset} is outside the checkpoint's range")
+        bitmap[i // 8] |= 1 << (i % 8)
+    return bitmap
 
 
 def _pairs(kind: int, keys: tuple[tuple[int, int], ...]) -> bytes:
@@ -241,12 +281,7 @@ def encode_revive_record(record: ReviveRecord) -> bytes:
     if isinstance(record, Checkpoint):
         if not 0 < record.count <= MAX_POP_BATCH:
             raise ValueError(f"a checkpoint covers 1..{MAX_POP_BATCH} offsets")
-        bitmap = bytearray((record.count + 7) // 8)
-        for offset in record.popped:
-            i = offset - record.start
-            if not 0 <= i < record.count:
-                raise ValueError(f"offset {offset} is outside the checkpoint's range")
-            bitmap[i // 8] |= 1 << (i % 8)
+        bitmap = _bitmap(record.start, record.count, record.popped)
         return (
             bytes([KIND_CHECKPOINT])
             + _name(record.group, "group")
@@ -255,6 +290,21 @@ def encode_revive_record(record: ReviveRecord) -> bytes:
                 record.queue_id, record.start, record.count, record.pop_ms, record.invisible_ms
             )
             + bytes(bitmap)
+        )
+    if isinstance(record, OrderlyCheckpoint):
+        if not 0 < record.count <= MAX_POP_BATCH:
+            raise ValueError(f"a checkpoint covers 1..{MAX_POP_BATCH} offsets")
+        if set(record.popped) & set(record.passed):
+            raise ValueError("an offset is both handed out and passed over")
+        return (
+            bytes([KIND_ORDERLY_CHECKPOINT])
+            + _name(record.group, "group")
+            + _name(record.topic, "topic")
+            + _CK_FIXED.pack(
+                record.queue_id, record.start, record.count, record.pop_ms, record.invisible_ms
+            )
+            + bytes(_bitmap(record.start, record.count, record.popped))
+            + bytes(_bitmap(record.start, record.count, record.passed))
         )
     if isinstance(record, Ack):
         return _pairs(KIND_ACK, record.keys)
@@ -286,6 +336,10 @@ def _read_pairs(body: bytes) -> tuple[tuple[int, int], ...]:
     return tuple(_PAIR.unpack_from(body, 1 + _COUNT.size + i * _PAIR.size) for i in range(n))
 
 
+def _offsets(bitmap: bytes, start: int, count: int) -> tuple[int, ...]:
+    return tuple(start + i for i in range(count) if bitmap[i // 8] >> (i % 8) & 1)
+
+
 def decode_revive_record(body: bytes) -> ReviveRecord:
     """Decode one revive log body; raises :class:`ReviveRecordError`."""
     if not body:
@@ -295,7 +349,7 @@ def decode_revive_record(body: bytes) -> ReviveRecord:
         if len(body) != 1 + HANDLE_KEY_BYTES:
             raise ReviveRecordError("handle key record has the wrong size")
         return HandleKey(bytes(body[1:]))
-    if kind == KIND_CHECKPOINT:
+    if kind in (KIND_CHECKPOINT, KIND_ORDERLY_CHECKPOINT):
         group, pos = _read_name(body, 1)
         topic, pos = _read_name(body, pos)
         if len(body) < pos + _CK_FIXED.size:
@@ -304,11 +358,19 @@ def decode_revive_record(body: bytes) -> ReviveRecord:
         pos += _CK_FIXED.size
         if not 0 < count <= MAX_POP_BATCH or start < 0:
             raise ReviveRecordError(f"checkpoint covers {count} offsets from {start}")
-        bitmap = body[pos:]
-        if len(bitmap) != (count + 7) // 8:
+        size = (count + 7) // 8
+        maps = 1 if kind == KIND_CHECKPOINT else 2
+        if len(body) - pos != size * maps:
             raise ReviveRecordError("checkpoint bitmap has the wrong size")
-        popped = tuple(start + i for i in range(count) if bitmap[i // 8] >> (i % 8) & 1)
-        return Checkpoint(group, topic, queue_id, start, count, popped, pop_ms, invisible_ms)
+        popped = _offsets(body[pos : pos + size], start, count)
+        if kind == KIND_CHECKPOINT:
+            return Checkpoint(group, topic, queue_id, start, count, popped, pop_ms, invisible_ms)
+        passed = _offsets(body[pos + size :], start, count)
+        if set(popped) & set(passed):
+            raise ReviveRecordError("orderly checkpoint hands out an offset it passes over")
+        return OrderlyCheckpoint(
+            group, topic, queue_id, start, count, popped, passed, pop_ms, invisible_ms
+        )
     if kind == KIND_ACK:
         return Ack(_read_pairs(body))
     if kind == KIND_CHANGE:

@@ -7,6 +7,11 @@ entry's deadline, a revive (the message re-published to the retry topic or DLQ) 
 The master asks :meth:`PopState.due` for the entries whose deadline passed and checks an ack or
 a change against the entry its handle names (:meth:`PopState.check`). A replica that applies the
 same records holds the same set, so a new master redelivers exactly what was in flight.
+
+The deliveries of FIFO consumer groups (orderly checkpoints) are entries too, marked
+``orderly``; their order state (:class:`~broker.pop.orderly.OrderState`, :attr:`PopState.order`)
+follows the same records. An orderly entry past its deadline is not re-published: the master
+drops it from the set (:meth:`PopState.expire`) and the order state hands its offset out again.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import heapq
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from protocol.pop import Checkpoint
+from broker.pop.orderly import OrderState
+from protocol.pop import Checkpoint, OrderlyCheckpoint
 
 __all__ = ["Entry", "PopRefused", "PopState", "Refusal"]
 
@@ -39,6 +45,8 @@ class Entry:
     deadline_ms: int
     handed_out: bool = False
     """:meth:`PopState.due` handed it to the reviver (it is past its deadline)."""
+    orderly: bool = False
+    """A FIFO consumer group's delivery (see :attr:`PopState.order`)."""
 
     @property
     def key(self) -> Key:
@@ -74,20 +82,27 @@ class PopState:
         self._pop_offsets: dict[tuple[str, str, int], int] = {}
         self._per_group: Counter[str] = Counter()
         self._per_queue: Counter[tuple[str, str, int]] = Counter()
+        self.order = OrderState()
+        """Which message a FIFO consumer group may take next, per queue."""
 
     # -- records -------------------------------------------------------------------------------
-    def checkpoint(self, ck_id: int, ck: Checkpoint) -> list[Entry]:
+    def checkpoint(self, ck_id: int, ck: Checkpoint | OrderlyCheckpoint) -> list[Entry]:
         """A POP handed out ``ck.popped``; ``ck_id`` is its record's CommitLog offset."""
         key = (ck.group, ck.topic, ck.queue_id)
-        end = ck.start + ck.count
-        if end > self._pop_offsets.get(key, 0):
-            self._pop_offsets[key] = end
+        orderly = isinstance(ck, OrderlyCheckpoint)
+        if isinstance(ck, OrderlyCheckpoint):
+            for old in self.order.checkpoint(ck_id, ck):
+                self._remove(old)  # a redelivery replaces the expired delivery
+        else:
+            end = ck.start + ck.count
+            if end > self._pop_offsets.get(key, 0):
+                self._pop_offsets[key] = end
         added = []
         deadline = ck.deadline_ms
         for offset in ck.popped:
             if (ck_id, offset) in self._entries:
                 continue
-            entry = Entry(ck_id, ck.group, ck.topic, ck.queue_id, offset, deadline)
+            entry = Entry(ck_id, ck.group, ck.topic, ck.queue_id, offset, deadline, False, orderly)
             self._entries[entry.key] = entry
             heapq.heappush(self._heap, (deadline, ck_id, offset))
             added.append(entry)
@@ -99,6 +114,7 @@ class PopState:
 
     def ack(self, key: Key) -> bool:
         """Remove an acked entry; False when it was not in flight."""
+        self.order.done(key)
         entry = self._remove(key)
         if entry is None:
             return False
@@ -110,6 +126,15 @@ class PopState:
 
     def revived(self, key: Key) -> bool:
         """Remove an entry whose message was re-published; False when it was not in flight."""
+        self.order.done(key)
+        return self._remove(key) is not None
+
+    def expire(self, key: Key) -> bool:
+        """Drop an orderly entry past its deadline (the order state hands its offset out again;
+        nothing is written: a replay drops it the same way once the deadline passed)."""
+        entry = self._entries.get(key)
+        if entry is None or not entry.orderly:
+            return False
         return self._remove(key) is not None
 
     def change(self, key: Key, deadline_ms: int) -> bool:
@@ -117,6 +142,7 @@ class PopState:
         entry = self._entries.get(key)
         if entry is None:
             return False
+        self.order.change(key, deadline_ms)
         entry.deadline_ms = deadline_ms
         entry.handed_out = False
         heapq.heappush(self._heap, (deadline_ms, key[0], key[1]))

@@ -14,6 +14,10 @@
 * **Revive** (a task on the master): each in-flight entry whose deadline passed is read back,
   re-published to ``%RETRY%<group>`` (or ``%DLQ%<group>`` past the group's ``retryMaxTimes``)
   with its reconsume count + 1, and a ``REVIVED`` record follows the copy.
+* **FIFO** consumer groups (``consumeMessageOrderly``) pop through
+  :func:`~broker.pop.orderly_pop.pop_orderly`: a message group's next message only after the
+  previous one is acked; an unacked one is handed out again in place and dead-lettered after
+  the group's attempts (docs/fifo.md).
 
 Every write is a CommitLog append through :class:`~broker.appender.Appender` on the master;
 callers await its durability (:func:`~broker.durable_wait.wait_durable`) before answering.
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from broker.pop.inflight import Entry, PopRefused, PopState, Refusal
+from broker.pop.orderly_pop import exhausted, pop_orderly
 from broker.system_topic import read_system_topic
 from protocol.filter import TagFilter
 from protocol.message import (
@@ -47,6 +52,7 @@ from protocol.pop import (
     Change,
     Checkpoint,
     HandleKey,
+    OrderlyCheckpoint,
     ReceiptHandle,
     Revived,
     ReviveRecord,
@@ -59,6 +65,7 @@ from protocol.pop import (
 from protocol.retry import (
     PROP_RETRY_TOPIC,
     DeadLetter,
+    Retry,
     dlq_topic,
     next_step,
     origin_message_id,
@@ -171,7 +178,7 @@ class PopService:
         if isinstance(record, HandleKey):
             if self.key is None:
                 self.key = record
-        elif isinstance(record, Checkpoint):
+        elif isinstance(record, Checkpoint | OrderlyCheckpoint):
             state.checkpoint(offset, record)
         elif isinstance(record, Ack):
             for key in record.keys:
@@ -190,6 +197,8 @@ class PopService:
         return ctx.appender.put(
             REVIVE_TOPIC, 0, [Message(topic=REVIVE_TOPIC, body=body)], len(body)
         )
+
+    append = _append
 
     def handle_key(self) -> tuple[HandleKey, PutResult | None]:
         """The group's handle key; the first master that pops writes one."""
@@ -214,7 +223,13 @@ class PopService:
             start = self._rotate % queues
             out = [(topic, (start + i) % queues) for i in range(queues)]
         retry = retry_topic(group)
-        if ctx.topics.get(retry) is not None and ctx.sub_groups.get(group).consume_retry:
+        config = ctx.sub_groups.get(group)
+        # A FIFO group retries in place: nothing of its goes to the retry topic.
+        if (
+            ctx.topics.get(retry) is not None
+            and config.consume_retry
+            and not config.consume_orderly
+        ):
             out.insert(self._rotate % (len(out) + 1), (retry, 0))
         return out
 
@@ -244,7 +259,18 @@ class PopService:
         retry = retry_topic(group)
         max_bytes = ctx.cfg.max_pull_bytes
         broker_name = ctx.cfg.broker_name
+        orderly = ctx.sub_groups.get(group).consume_orderly
         for topic, queue_id in queues:
+            if orderly and topic != retry:
+                want = max_count - len(out)
+                if want <= 0:
+                    break
+                got, appended = pop_orderly(
+                    self, state, key, group, topic, queue_id, want, invisible_ms, now, tag_filter
+                )
+                out += got
+                last = appended or last
+                continue
             for _ in range(_FILTER_READS):
                 want = max_count - len(out)
                 if want <= 0:
@@ -344,6 +370,8 @@ class PopService:
             return None
         result = self._append(Ack((handle.key,)))
         state.ack(handle.key)
+        if entry.orderly:  # its message group goes on: wake the POPs waiting on its queue
+            self.ctx.waiters.notify(entry.topic, entry.queue_id)
         self.ctx.metrics.pop_ack_latency.observe(max(0, now - handle.pop_ms) / 1000)
         self.acks += 1
         self.ctx.metrics.pop_acked(group)
@@ -358,6 +386,7 @@ class PopService:
         outcome: list[PopRefused | None] = []
         keys: list[tuple[int, int]] = []
         latency: list[float] = []
+        woken: set[tuple[str, int]] = set()
         for handle in handles:
             try:
                 entry = state.check(handle.key, group, handle.deadline_ms, now)
@@ -368,11 +397,15 @@ class PopService:
             if entry is not None and handle.key not in keys:
                 keys.append(handle.key)
                 latency.append(max(0, now - handle.pop_ms) / 1000)
+                if entry.orderly:
+                    woken.add((entry.topic, entry.queue_id))
         if not keys:
             return outcome, None
         result = self._append(Ack(tuple(keys)))
         for key in keys:
             state.ack(key)
+        for topic, queue_id in woken:
+            self.ctx.waiters.notify(topic, queue_id)
         self.ctx.metrics.pop_acked(group, len(keys))
         for seconds in latency:
             self.ctx.metrics.pop_ack_latency.observe(seconds)
@@ -417,11 +450,13 @@ class PopService:
                 if not ctx.role.is_master:
                     self._drop()
                     ctx.metrics.pop_inflight_now({})
+                    ctx.metrics.fifo_blocked_now({})
                 else:
                     ctx.check_writable()
                     state = self.ready()
                     busy = self.revive_due(state, ctx.now_ms()) >= _REVIVE_BATCH
                     ctx.metrics.pop_inflight_now(state.groups())
+                    ctx.metrics.fifo_blocked_now(state.order.blocked_groups())
                     nxt = state.next_deadline()
                     if busy:
                         timeout = 0.0
@@ -452,20 +487,32 @@ class PopService:
         recorded = False
         try:
             for entry in due:
-                self._republish(entry)
+                if entry.orderly:
+                    attempts = state.order.attempts(entry.key) or 1
+                    if not exhausted(self.ctx.sub_groups.get(entry.group), attempts):
+                        # A FIFO delivery is handed out again in place, by the next POP.
+                        state.expire(entry.key)
+                        self.ctx.waiters.notify(entry.topic, entry.queue_id)
+                        continue
+                    self._republish(entry, DeadLetter(attempts - 1))
+                else:
+                    self._republish(entry)
                 keys.append(entry.key)
             if keys:
                 self._append(Revived(tuple(keys)))
-                recorded = True
+            recorded = True
         finally:
             if recorded:
                 for key in keys:
                     state.revived(key)
-            for entry in due[len(keys) if recorded else 0 :]:  # try again later
-                state.change(entry.key, now + _RETRY_LATER_MS)
+            for entry in due:  # not re-published, or not recorded: try again later
+                if state.get(entry.key) is entry:
+                    state.change(entry.key, now + _RETRY_LATER_MS)
         return len(due)
 
-    def _republish(self, entry: Entry) -> None:
+    def _republish(self, entry: Entry, step: Retry | DeadLetter | None = None) -> None:
+        """Re-publish an entry's message to the retry topic or the DLQ (``step`` given: a
+        FIFO delivery past its attempts, to the DLQ), or log that it is gone."""
         ctx = self.ctx
         res = ctx.store.get(entry.topic, entry.queue_id, entry.queue_offset, 1, 1 << 26, None)
         if res.status is not GetStatus.FOUND:
@@ -488,7 +535,8 @@ class PopService:
             if entry.topic == retry_topic(group)
             else entry.topic
         )
-        step = next_step(ctx.sub_groups.get(group), reconsume_times(props))
+        if step is None:
+            step = next_step(ctx.sub_groups.get(group), reconsume_times(props))
         new_props = sent_back_properties(
             props,
             origin_topic=origin,
@@ -500,6 +548,8 @@ class PopService:
         ctx.ensure_system_topic(topic)
         copy = message_copy(record, topic, new_props)
         ctx.appender.put(topic, 0, [copy], len(record.body))
+        if entry.orderly:
+            ctx.waiters.notify(entry.topic, entry.queue_id)  # its message group goes on
         if isinstance(step, DeadLetter):
             self.dead_lettered += 1
             ctx.metrics.dead_letter(group, origin)

@@ -1,0 +1,176 @@
+"""POP of a FIFO consumer group: the driver around :mod:`broker.pop.orderly` (docs/fifo.md).
+
+It reads the queue ahead into the order state (each record's message group and tags), asks the
+state which offsets to hand out, appends the :class:`~protocol.pop.OrderlyCheckpoint` and
+applies it in the same synchronous step, then reads the records handed out back for the answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import structlog
+
+from broker.pop.orderly import OrderlyQueue
+from protocol.fifo import PROP_MESSAGE_GROUP
+from protocol.filter import TagFilter
+from protocol.message import DISPATCH_HEAD, RecordError, decode_record
+from protocol.pop import HandleKey, ReceiptHandle, encode_handle
+from protocol.retry import DeadLetter, SubscriptionGroupConfig, next_step
+from storage.store import GetStatus, PutResult
+
+if TYPE_CHECKING:
+    from broker.context import BrokerContext
+    from broker.pop.inflight import PopState
+    from broker.pop.service import PopMessage, PopService
+
+__all__ = ["exhausted", "max_attempts", "pop_orderly"]
+
+log = structlog.get_logger(__name__)
+
+_READ_BATCH: Final = 256
+_READS: Final = 8
+"""Most read-ahead rounds of one POP of one queue (while what was read is all blocked)."""
+
+
+def max_attempts(config: SubscriptionGroupConfig) -> int:
+    """Deliveries of one message before the dead-letter step: the first and
+    ``retryMaxTimes`` more (the retry decision of :func:`protocol.retry.next_step`)."""
+    return config.retry_max_times + 1
+
+
+def exhausted(config: SubscriptionGroupConfig, attempts: int) -> bool:
+    """A message handed out ``attempts`` times and not acked goes to the DLQ."""
+    return isinstance(next_step(config, attempts - 1), DeadLetter)
+
+
+def pop_orderly(
+    service: PopService,
+    state: PopState,
+    key: HandleKey,
+    group: str,
+    topic: str,
+    queue_id: int,
+    want: int,
+    invisible_ms: int,
+    now: int,
+    tag_filter: TagFilter | None,
+) -> tuple[list[PopMessage], PutResult | None]:
+    """Hand out up to ``want`` messages of one queue to a FIFO group; the checkpoint's append
+    (None: nothing handed out or passed over)."""
+    from broker.pop.service import PopMessage
+
+    ctx = service.ctx
+    q = (group, topic, queue_id)
+    oq = state.order.queue(q)
+    if oq is None:
+        oq = state.order.open_queue(q, service.pop_offset(state, group, topic, queue_id))
+    limit = max_attempts(ctx.sub_groups.get(group))
+    accepts = None if tag_filter is None else tag_filter.matches
+    sel = oq.select(now, want, limit, accepts)
+    for _ in range(_READS):
+        if len(sel.handed) >= want or not _read_ahead(ctx, oq):
+            break
+        sel = oq.select(now, want, limit, accepts)
+    ck = sel.checkpoint(q, oq.low, now, invisible_ms)
+    if ck is None:
+        return [], None
+    result = service.append(ck)
+    ck_id = result.physical_offsets[0]
+    state.checkpoint(ck_id, ck)
+    ctx.offsets.commit(group, topic, queue_id, oq.low, now)
+    if sel.passed:
+        log.debug(
+            "fifo pop passed over", group=group, queue=f"{topic}:{queue_id}", n=len(sel.passed)
+        )
+    if not sel.handed:
+        return [], result
+    raws = _records(ctx, topic, queue_id, [o for o, _ in sel.handed])
+    out: list[PopMessage] = []
+    name = ctx.cfg.broker_name
+    for offset, attempt in sel.handed:
+        raw = raws.get(offset)
+        if raw is None:  # gone since it was read (retention): its deadline passes, it expires
+            continue
+        handle = ReceiptHandle(name, group, topic, queue_id, offset, now, invisible_ms, ck_id)
+        out.append(PopMessage(offset, raw, encode_handle(handle, key), attempt))
+    if out:
+        ctx.metrics.popped(group, topic, len(out))
+        counts = ctx.metrics.topic(topic)
+        counts.messages_out += len(out)
+        counts.bytes_out += sum(len(m.raw) for m in out)
+    return out, result
+
+
+def _read_ahead(ctx: BrokerContext, oq: OrderlyQueue) -> bool:
+    """Learn the next records of the queue past the frontier; False when nothing was read."""
+    room = oq.room()
+    if room <= 0:
+        return False
+    _, topic, queue_id = oq.key
+    start = oq.frontier
+    visible = ctx.visible_offset()
+    res = ctx.store.get(
+        topic, queue_id, start, min(room, _READ_BATCH), ctx.cfg.max_pull_bytes, visible
+    )
+    if res.status is GetStatus.OFFSET_TOO_SMALL:
+        log.warning(
+            "fifo pop: messages deleted by retention before the group took them",
+            group=oq.key[0],
+            queue=f"{topic}:{queue_id}",
+            from_offset=start,
+            to_offset=res.next_offset,
+        )
+        oq.skip_to(res.next_offset)
+        return True
+    if res.status is GetStatus.CORRUPT:
+        log.error(
+            "pop passed over an unreadable message",
+            group=oq.key[0],
+            queue=f"{topic}:{queue_id}",
+            queue_offset=start,
+            commitlog_offset=res.corrupt_offset,
+            reason=res.reason,
+        )
+        oq.learn(start, None, None)
+        return True
+    if res.status is not GetStatus.FOUND:
+        return False
+    body = res.body
+    pos = 0
+    while pos < len(body):
+        size = DISPATCH_HEAD.unpack_from(body, pos)[0]
+        raw = body[pos : pos + size]
+        pos += size
+        try:
+            record = decode_record(raw)
+            offset = record.queue_offset
+            oq.learn(offset, record.properties.get(PROP_MESSAGE_GROUP), record.tags)
+        except RecordError:
+            offset = DISPATCH_HEAD.unpack_from(raw)[4]
+            oq.learn(offset, None, None)
+    return True
+
+
+def _records(ctx: BrokerContext, topic: str, queue_id: int, offsets: list[int]) -> dict[int, bytes]:
+    """The stored bytes of ``offsets`` of a queue (ascending), read in as few spans as fit."""
+    want = sorted(offsets)
+    out: dict[int, bytes] = {}
+    i = 0
+    while i < len(want):
+        start = want[i]
+        res = ctx.store.get(
+            topic, queue_id, start, want[-1] + 1 - start, ctx.cfg.max_pull_bytes, None
+        )
+        if res.status is not GetStatus.FOUND:
+            i += 1
+            continue
+        body = res.body
+        pos = 0
+        while pos < len(body):
+            size, _m, _c, _q, offset, _p, _t, _b = DISPATCH_HEAD.unpack_from(body, pos)
+            out[offset] = body[pos : pos + size]
+            pos += size
+        while i < len(want) and want[i] < res.next_offset:
+            i += 1
+    return {o: out[o] for o in want if o in out}

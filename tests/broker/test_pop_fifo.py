@@ -1,0 +1,172 @@
+"""FIFO message groups through POP on an in-process broker over a real socket (docs/fifo.md):
+a FIFO consumer group gets a message group's next message only after the previous one is
+acked, while other groups of the same queue flow; an unacked message comes back in place
+(same queue offset, attempt + 1) and blocks its group, and after the group's attempts goes to
+the DLQ; the blocked-groups gauge follows; bad handles and another group's acks are refused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from client.admin import Admin
+from client.errors import BrokerError
+from client.producer import Producer
+from client.simple_consumer import PopMessage, SimpleConsumer
+from protocol.codes import ResponseCode
+from tests.broker.support import figure
+from tests.support.procs import free_port
+from tests.support.wait import wait_until_async
+
+GROUP = "Fifo"
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    cfg = BrokerConfig(
+        listen=f"127.0.0.1:{free_port()}",
+        data_dir=tmp_path / "broker-a",
+        metrics_port=0,
+        commitlog_segment_bytes=1 << 20,
+        consumequeue_segment_entries=1024,
+    )
+    b = Broker(cfg)
+    await b.start()
+    try:
+        b.ctx.create_topic("T", 1)  # one queue: every message group shares it
+        yield b
+    finally:
+        await b.stop()
+
+
+def names(msgs: list[PopMessage]) -> list[str]:
+    return [m.body.decode() for m in msgs]
+
+
+async def _setup(address: str, retry_max_times: int = 1) -> None:
+    async with Admin(address) as admin:
+        await admin.update_sub_group(
+            {
+                "groupName": GROUP,
+                "consumeMessageOrderly": True,
+                "retryMaxTimes": retry_max_times,
+            }
+        )
+    async with Producer(address) as producer:
+        for i in range(3):
+            for g in ("a", "b"):
+                await producer.send("T", f"{g}{i}".encode(), message_group=g)
+        await producer.send("T", b"plain")
+
+
+async def test_a_message_group_waits_for_its_ack_while_others_flow(broker: Broker) -> None:
+    address = f"127.0.0.1:{broker.port}"
+    await _setup(address)
+    async with (
+        SimpleConsumer(address, GROUP, "T") as c1,
+        SimpleConsumer(address, GROUP, "T") as c2,
+    ):
+        first = await c1.receive(16, invisible_duration=5, wait=2)
+        assert names(first) == ["a0", "b0", "plain"]
+        assert [m.message_group for m in first] == ["a", "b", None]
+        assert {m.attempt for m in first} == {1}
+        await c1.ack(first[2])
+
+        async def blocked(n: int) -> bool:
+            return figure(broker, "rmq_broker_pop_fifo_blocked_groups", group=GROUP) == n
+
+        await wait_until_async(lambda: blocked(2), "two groups blocked", 10, interval=0.1)
+        # Nothing else may go out while a0 and b0 are out, to any member.
+        assert await c2.receive(16, invisible_duration=30, wait=0.5) == []
+        # b0 acked: a member waiting in a long poll is woken with b1.
+        waiting = asyncio.ensure_future(c2.receive(16, invisible_duration=30, wait=30))
+        await asyncio.sleep(0.2)
+        await c1.ack(first[1])
+        b1 = await asyncio.wait_for(waiting, 15)
+        assert names(b1) == ["b1"]
+        # a0 not acked: after its invisible time it comes back in place, attempt 2, and a1
+        # still waits behind it.
+        again = await c2.receive(16, invisible_duration=30, wait=20)
+        assert names(again) == ["a0"] and again[0].attempt == 2
+        assert again[0].msg_id == first[0].msg_id
+        assert again[0].queue_offset == first[0].queue_offset
+        assert again[0].topic == "T" and again[0].stored_topic == "T"
+        # The first handle expired: its ack is refused, nothing is acked by it.
+        with pytest.raises(BrokerError) as exc:
+            await c1.ack(first[0])
+        assert exc.value.code == ResponseCode.RECEIPT_HANDLE_EXPIRED
+        await c2.ack(again[0])
+        await c2.ack(b1[0])
+        rest = await c2.receive(16, invisible_duration=30, wait=2)
+        assert names(rest) == ["a1", "b2"]
+        for msg in rest:
+            await c2.ack(msg)
+        assert names(await c2.receive(16, invisible_duration=30, wait=2)) == ["a2"]
+
+
+async def test_a_message_that_keeps_failing_goes_to_the_dlq_and_its_group_goes_on(
+    broker: Broker,
+) -> None:
+    address = f"127.0.0.1:{broker.port}"
+    await _setup(address, retry_max_times=1)
+    async with SimpleConsumer(address, GROUP, "T") as consumer:
+        first = await consumer.receive(16, invisible_duration=30, wait=2)
+        assert names(first) == ["a0", "b0", "plain"]
+        assert await consumer.ack_many(first[1:]) == [None, None]
+        # A nack (a short invisible time) brings it back sooner, as attempt 2: the last one.
+        await consumer.change_invisible_duration(first[0], 1)
+        seen: list[tuple[str, int]] = [(m.body.decode(), m.attempt) for m in first]
+        while ("a1", 1) not in seen:
+            batch = await consumer.receive(16, invisible_duration=1, wait=10)
+            assert batch, seen
+            seen += [(m.body.decode(), m.attempt) for m in batch]
+            await consumer.ack_many([m for m in batch if m.body != b"a0"])
+        # a0 unacked twice went to %DLQ%Fifo; only then did its group go on with a1.
+        assert [x for x in seen if x[0] == "a0"] == [("a0", 1), ("a0", 2)]
+        assert seen.index(("a1", 1)) > seen.index(("a0", 2))
+        assert [x for x in seen if x[0].startswith("b")] == [("b0", 1), ("b1", 1), ("b2", 1)]
+        async with Admin(address) as admin:
+
+            async def parked() -> list[dict[str, Any]]:
+                return (await admin.query_dlq(GROUP)).get("broker-a", [])
+
+            (dead,) = await wait_until_async(parked, "a0 in %DLQ%Fifo", 20, interval=0.1)
+        assert dead["originMsgId"] == first[0].msg_id and dead["reconsumeTimes"] == 1
+        assert figure(broker, "rmq_broker_dlq_messages_total", group=GROUP, topic="T") == 1
+        assert figure(broker, "rmq_broker_pop_redeliveries_total", group=GROUP) == 0
+
+
+async def test_another_groups_ack_and_forged_handles_are_refused(broker: Broker) -> None:
+    address = f"127.0.0.1:{broker.port}"
+    await _setup(address)
+    async with (
+        SimpleConsumer(address, GROUP, "T") as consumer,
+        SimpleConsumer(address, "Other", "T") as other,
+    ):
+        got = await consumer.receive(1, invisible_duration=30, wait=2)
+        assert names(got) == ["a0"]
+        msg = got[0]
+        with pytest.raises(BrokerError) as exc:
+            await other.ack(msg)
+        assert exc.value.code == ResponseCode.RECEIPT_HANDLE_INVALID
+        assert "Fifo" in str(exc.value)
+        handle = msg.receipt_handle
+        for forged in (handle[:-4] + "AAAA", handle[:20], "not a handle"):
+            msg.receipt_handle = forged
+            with pytest.raises(BrokerError) as exc:
+                await consumer.ack(msg)
+            assert exc.value.code == ResponseCode.RECEIPT_HANDLE_INVALID, forged
+        # Nothing was acked: a0 still blocks its group, and the real handle acks it.
+        assert names(await consumer.receive(16, invisible_duration=30, wait=0.5)) == [
+            "b0",
+            "plain",
+        ]
+        msg.receipt_handle = handle
+        await consumer.ack(msg)
+        assert names(await consumer.receive(16, invisible_duration=30, wait=2)) == ["a1"]
