@@ -1,8 +1,9 @@
 """Tag expressions of subscriptions: ``*`` (everything) or ``TagA || TagB`` (pure parsing).
 
 A message matches when its ``TAGS`` property is one of the listed tags. The broker checks the
-ConsumeQueue's tag hash (:func:`protocol.message.tag_hash`) first where it has one and confirms
-on the record, so two tags with the same hash never mix.
+ConsumeQueue's tag hash (:func:`protocol.message.tag_hash`, :attr:`TagFilter.hashes`) first,
+without reading the record, and confirms on the record's tags (:func:`filter_records`), so two
+tags with the same hash never mix.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from protocol.message import DISPATCH_HEAD, HEAD_SIZE, decode_record, read_tail, tag_hash
+from protocol.message import DISPATCH_HEAD, record_tags, tag_hash
 
 __all__ = [
     "MAX_EXPRESSION_CHARS",
@@ -58,15 +59,16 @@ def parse_tag_expression(text: str) -> TagFilter | None:
 
 def filter_records(body: bytes, tag_filter: TagFilter) -> tuple[bytes, int]:
     """The records of ``body`` (back to back, as a pull reads them) whose tags match, and how
-    many: the tag hash in each record's tail first, the tags themselves to confirm."""
+    many. Each record's tags are read from its tail (not a full decode): this is the
+    confirmation of the ConsumeQueue's tag-hash check, where two tags may share a hash."""
     kept: list[bytes] = []
+    tags = tag_filter.tags
     pos = 0
     while pos < len(body):
-        size, _m, _c, _q, _o, _p, _t, blen = DISPATCH_HEAD.unpack_from(body, pos)
-        _topic, hash_code = read_tail(body[pos + HEAD_SIZE + blen : pos + size])
-        if tag_filter.may_match(hash_code):
-            raw = body[pos : pos + size]
-            if tag_filter.matches(decode_record(raw).tags):
-                kept.append(raw)
+        size = DISPATCH_HEAD.unpack_from(body, pos)[0]
+        if record_tags(body, pos) in tags:
+            kept.append(body[pos : pos + size])
         pos += size
+    if len(kept) == 1:
+        return kept[0], 1
     return b"".join(kept), len(kept)

@@ -436,6 +436,19 @@ def read_tail(tail: bytes) -> tuple[str, int]:
     Raises :class:`RecordError` when the lengths do not add up to the tail or the topic or
     properties are not UTF-8.
     """
+    topic, tags = read_tail_tags(tail)
+    return topic, tag_hash(tags)
+
+
+def record_tags(buf: bytes | bytearray | memoryview, pos: int = 0) -> str:
+    """The ``TAGS`` of the (checked) record at ``pos``, read from its tail without decoding
+    the rest. Raises :class:`RecordError` as :func:`read_tail`."""
+    size, _m, _c, _q, _o, _p, _t, blen = DISPATCH_HEAD.unpack_from(buf, pos)
+    return read_tail_tags(bytes(buf[pos + HEAD_SIZE + blen : pos + size]))[1]
+
+
+def read_tail_tags(tail: bytes) -> tuple[str, str]:
+    """(topic, tags) of a record from its tail (see :func:`read_tail`)."""
     end = len(tail)
     if end < 4:
         raise RecordError("record layout does not match its size")
@@ -448,14 +461,13 @@ def read_tail(tail: bytes) -> tuple[str, int]:
     except UnicodeDecodeError:
         raise RecordError("record topic is not UTF-8") from None
     if props_at == end:
-        return topic, 0
+        return topic, ""
     try:
         text = tail[props_at:].decode()
     except UnicodeDecodeError:
         raise RecordError("record properties are not UTF-8") from None
     # Only a text holding "TAGS" can have the key: skip splitting the rest.
-    tags = _split_properties(text).get(PROP_TAGS, "") if PROP_TAGS in text else ""
-    return topic, tag_hash(tags)
+    return topic, _split_properties(text).get(PROP_TAGS, "") if PROP_TAGS in text else ""
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:

@@ -562,11 +562,20 @@ class MessageStore:
         max_count: int,
         max_bytes: int,
         max_physical_offset: int | None = None,
+        tag_hashes: frozenset[int] | None = None,
+        scan: int = 0,
     ) -> GetResult:
         """Up to ``max_count`` records (at least one if any is available, even past
         ``max_bytes``) from queue ``offset``, copied out of the CommitLog with physically
         adjacent records in one slice. Only records ending at or before
-        ``max_physical_offset`` are served."""
+        ``max_physical_offset`` are served.
+
+        With ``tag_hashes``, entries whose ConsumeQueue tag hash is not in it are passed over
+        without reading their record, looking at up to ``scan`` entries (at least
+        ``max_count``): FOUND then may hold fewer records than entries passed (``count`` 0
+        when none matched), ``next_offset`` is past every entry looked at, and the records'
+        queue offsets have gaps. The hash only tells which records surely do not match: the
+        caller confirms on each record's tags (two tags may share a hash)."""
         self._check_open()
         queue = self._queues.get(topic, queue_id)
         if queue is None or queue.max_offset == 0:
@@ -595,8 +604,18 @@ class MessageStore:
         problem = ""  # "crc": the record fails its CRC; "entry": the entry points at no record
         # No record is smaller than MIN_RECORD_SIZE: never read more entries than can be served.
         wanted = max(1, min(max_count, max_bytes // MIN_RECORD_SIZE + 1))
-        for physical, size, _tags in ENTRY.iter_unpack(queue.read(offset, wanted)):
+        entries = wanted if tag_hashes is None else max(wanted, scan)
+        index = offset - 1  # the queue offset of the entry looked at
+        for physical, size, tags in ENTRY.iter_unpack(queue.read(offset, entries)):
+            index += 1
             end = physical + size
+            if tag_hashes is not None:
+                if count == wanted or end > visible:
+                    # Never pass over an entry not replicated yet: a new master may reuse its
+                    # queue offset for another message.
+                    break
+                if tags not in tag_hashes:
+                    continue
             if size < MIN_RECORD_SIZE or physical < cl_min or end > cl_max:
                 problem = "entry"
                 break
@@ -622,7 +641,7 @@ class MessageStore:
             at = rel + HEAD_SIZE + blen
             if (
                 rqueue != queue_id
-                or roffset != offset + count
+                or roffset != index
                 or at + field_len > rel + size
                 or view[at : at + field_len] != topic_field
             ):
@@ -636,11 +655,15 @@ class MessageStore:
             run_end = end
             count += 1
             total += size
+        else:
+            index += 1  # every entry looked at was taken or passed over
         if count and seg is not None:
             parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
         if count:
             body = parts[0] if len(parts) == 1 else b"".join(parts)
-            return GetResult(GetStatus.FOUND, offset + count, lo, hi, body, count)
+            return GetResult(GetStatus.FOUND, index, lo, hi, body, count)
+        if index > offset:  # passed over entries that do not match, nothing served
+            return GetResult(GetStatus.FOUND, index, lo, hi, b"", 0)
         if not problem:
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi, b"", 0)
         physical, size, _tags = queue.entry(offset)
@@ -659,7 +682,9 @@ class MessageStore:
             # The entry (not the CommitLog) is wrong: rebuild the queue from the CommitLog
             # (once per queue while the store is open) and read again.
             self._rebuild_queue(queue, offset, "pointed at no record of this queue")
-            return self.get(topic, queue_id, offset, max_count, max_bytes, max_physical_offset)
+            return self.get(
+                topic, queue_id, offset, max_count, max_bytes, max_physical_offset, tag_hashes, scan
+            )
         return self._corrupt(
             topic, queue_id, offset, lo, hi, physical, "no record of this queue at the offset"
         )

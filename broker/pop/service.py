@@ -44,9 +44,11 @@ from protocol.message import (
     decode_record,
     iter_records,
     message_copy,
+    record_tags,
 )
 from protocol.pop import (
     HANDLE_KEY_BYTES,
+    MAX_POP_BATCH,
     REVIVE_TOPIC,
     Ack,
     Change,
@@ -86,7 +88,8 @@ _REVIVE_BATCH: Final = 256
 _REVIVE_IDLE_S: Final = 0.2
 _RETRY_LATER_MS: Final = 1000
 _FILTER_READS: Final = 8
-_FILTER_SCAN: Final = 64
+_FILTER_SCAN: Final = MAX_POP_BATCH
+"""ConsumeQueue entries one filtered read looks at (at most a checkpoint's range)."""
 
 
 @dataclass(slots=True)
@@ -248,7 +251,9 @@ class PopService:
 
         With ``tag_filter`` only messages whose tags match are handed out; the others are
         passed over (the checkpoint's range covers them, its bitmap does not), so the group
-        never receives them. A queue is read up to :data:`_FILTER_READS` times per POP while
+        never receives them: the store skips them by their ConsumeQueue tag hash without
+        reading their records (up to :data:`_FILTER_SCAN` entries a read), and the tags of
+        the records it returns are confirmed here. A queue is read up to :data:`_FILTER_READS` times per POP while
         everything read was filtered out (or unreadable: a record that fails its CRC is passed
         over and logged)."""
         ctx = self.ctx
@@ -260,6 +265,10 @@ class PopService:
         max_bytes = ctx.cfg.max_pull_bytes
         broker_name = ctx.cfg.broker_name
         orderly = ctx.sub_groups.get(group).consume_orderly
+        get = ctx.store.get
+        # The store passes over entries whose ConsumeQueue tag hash cannot match without
+        # reading their records; the records it returns are confirmed on their tags below.
+        hashes = None if tag_filter is None else tag_filter.hashes
         for topic, queue_id in queues:
             if orderly and topic != retry:
                 want = max_count - len(out)
@@ -276,11 +285,12 @@ class PopService:
                 if want <= 0:
                     break
                 start = self.pop_offset(state, group, topic, queue_id)
-                n = want if tag_filter is None else max(want, _FILTER_SCAN)
-                res = ctx.store.get(topic, queue_id, start, n, max_bytes, visible)
+                res = get(topic, queue_id, start, want, max_bytes, visible, hashes, _FILTER_SCAN)
                 if res.status is GetStatus.OFFSET_TOO_SMALL:
                     start = res.next_offset
-                    res = ctx.store.get(topic, queue_id, start, n, max_bytes, visible)
+                    res = get(
+                        topic, queue_id, start, want, max_bytes, visible, hashes, _FILTER_SCAN
+                    )
                 if res.status is GetStatus.CORRUPT:
                     # The store logged and counted it; POP passes over it rather than stop the
                     # queue for every member of the group (a pull stops with MESSAGE_CORRUPT).
@@ -302,7 +312,7 @@ class PopService:
                 picked: list[tuple[int, bytes, int]] = []  # queue offset, bytes, attempt
                 end = res.next_offset
                 body = res.body
-                decode = tag_filter is not None or topic == retry
+                from_retry = topic == retry
                 pos = 0
                 while pos < len(body):
                     size, _m, _c, _q, queue_offset, _p, _t, _b = DISPATCH_HEAD.unpack_from(
@@ -311,11 +321,10 @@ class PopService:
                     raw = body[pos : pos + size]
                     pos += size
                     attempt = 1
-                    if decode:
-                        r = decode_record(raw)
-                        if tag_filter is not None and not tag_filter.matches(r.tags):
-                            continue
-                        attempt = attempt_of(r, group)
+                    if tag_filter is not None and not tag_filter.matches(record_tags(raw)):
+                        continue  # a tag sharing a listed tag's hash
+                    if from_retry:
+                        attempt = attempt_of(decode_record(raw), group)
                     picked.append((queue_offset, raw, attempt))
                     if len(picked) == want:
                         end = queue_offset + 1

@@ -15,6 +15,8 @@ from storage.store import GetStatus
 
 FILTER_READS = 8
 """Most reads of one pull while everything read fails its tag filter."""
+FILTER_SCAN = 1024
+"""ConsumeQueue entries one filtered read looks at (their tag hashes; only matches are read)."""
 
 
 class PullProcessor:
@@ -96,17 +98,30 @@ class PullProcessor:
     ) -> Frame | None:
         """A response when there is something to say now; None when the pull should wait.
 
-        With ``tag_filter`` only matching records are served; a read whose records all fail it
-        reads on (up to :data:`FILTER_READS` times), and answers SUCCESS with ``count`` 0 and
-        ``nextBeginOffset`` past them when none matched."""
+        With ``tag_filter`` the store passes over the entries whose ConsumeQueue tag hash
+        cannot match (their records are not read), looking at up to :data:`FILTER_SCAN`
+        entries per read, and the records it returns are confirmed on their tags (two tags may
+        share a hash). A read that kept nothing reads on (up to :data:`FILTER_READS` times),
+        and answers SUCCESS with ``count`` 0 and ``nextBeginOffset`` past what it looked at
+        when none matched: the consumer moves on and never stalls on a run of other tags."""
         ctx = self.ctx
-        res = ctx.store.get(topic, queue_id, offset, max_count, max_bytes, ctx.visible_offset())
+        hashes = None if tag_filter is None else tag_filter.hashes
+        visible = ctx.visible_offset()
+        get = ctx.store.get
+        res = get(topic, queue_id, offset, max_count, max_bytes, visible, hashes, FILTER_SCAN)
         if tag_filter is not None and res.status is GetStatus.FOUND:
             body, count = filter_records(res.body, tag_filter)
             reads = 1
             while not count and reads < FILTER_READS:
-                more = ctx.store.get(
-                    topic, queue_id, res.next_offset, max_count, max_bytes, ctx.visible_offset()
+                more = get(
+                    topic,
+                    queue_id,
+                    res.next_offset,
+                    max_count,
+                    max_bytes,
+                    visible,
+                    hashes,
+                    FILTER_SCAN,
                 )
                 if more.status is not GetStatus.FOUND:
                     break
