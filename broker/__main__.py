@@ -67,6 +67,20 @@ async def serve(cfg: BrokerConfig) -> int:
     help="host:port serving the official RocketMQ 5 clients' gRPC protocol "
     "(default: listen port + 2); 0 turns it off.",
 )
+@click.option(
+    "--grpc-tls-listen",
+    help="host:port serving the gRPC protocol over TLS (with --tls-cert and --tls-key).",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM certificate chain of the gRPC TLS port.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM private key of --tls-cert.",
+)
 @click.option("--ha-port", type=int, help="Port serving slaves (default: listen port + 1).")
 @click.option(
     "--controllers", help="Controller addresses, ';'-separated; none: run alone as master."

@@ -148,6 +148,7 @@ class Broker:
         self.metrics_port: int | None = None
         self.grpc: GrpcEndpoint | None = None
         self.grpc_port: int | None = None
+        self.grpc_tls_port: int | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -159,6 +160,12 @@ class Broker:
         grpc_at = self._grpc_endpoint()
         if grpc_at is not None:
             check_port_free(grpc_at[0], grpc_at[1], "gRPC")
+        if cfg.grpc_tls_listen is not None:
+            tls_host, _, tls_port = cfg.grpc_tls_listen.rpartition(":")
+            check_port_free(tls_host, int(tls_port), "gRPC TLS")
+            for pem in (cfg.tls_cert, cfg.tls_key):
+                if pem is not None and not pem.is_file():
+                    raise StartRefused(f"gRPC TLS: {pem} is not a readable file")
         check_data_dir(cfg.data_dir)
         try:
             claim_data_dir(cfg.data_dir, DataDirOwner(cfg.cluster, cfg.broker_name))
@@ -222,8 +229,8 @@ class Broker:
             self.replicas.start()
         self.consumer_lag.start()
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
-        if grpc_at is not None:
-            await self._start_grpc(*grpc_at)
+        if grpc_at is not None or cfg.grpc_tls_listen is not None:
+            await self._start_grpc(grpc_at)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         timer.start()
         self.ctx.pop.start()
@@ -236,6 +243,7 @@ class Broker:
             listen=f"{cfg.listen_host}:{self.port}",
             metrics_port=self.metrics_port,
             grpc_port=self.grpc_port,
+            grpc_tls_port=self.grpc_tls_port,
             data_dir=str(cfg.data_dir),
             flush=cfg.flush,
             max_offset=store.max_offset,
@@ -252,24 +260,43 @@ class Broker:
             return cfg.listen_host, 0
         return at
 
-    async def _start_grpc(self, host: str, port: int) -> None:
+    async def _start_grpc(self, plain: tuple[str, int] | None) -> None:
         cfg = self.cfg
         # Imported here so a broker with the endpoint off never loads grpcio.
         from broker.grpc.service import GrpcEndpoint, MessagingService
 
         local = f"{cfg.listen_host}:{self.port}"
+        ctx = self.ctx
+
+        def master_address() -> str:
+            role = ctx.role
+            return local if role.is_master else role.master_address
+
         service = MessagingService(
             local_address=local,
             route_addresses=cfg.controller_addresses or [local],
-            own_endpoint=(host, port),
             max_body_bytes=cfg.max_message_bytes,
+            broker_name=cfg.broker_name,
+            master_address=master_address,
         )
+        tls = None
+        if cfg.grpc_tls_listen is not None and cfg.tls_cert is not None and cfg.tls_key:
+            host, _, port = cfg.grpc_tls_listen.rpartition(":")
+            tls = (host, int(port), cfg.tls_cert, cfg.tls_key)
         self.grpc = GrpcEndpoint(service)
         try:
-            self.grpc_port = await self.grpc.start(host, port)
+            await self.grpc.start(plain, tls)
         except RuntimeError as exc:  # grpcio could not bind
-            raise PortUnavailable(f"gRPC port {host}:{port}: {exc}") from None
-        service.own_endpoint = (host, self.grpc_port)
+            where = f"{plain[0]}:{plain[1]}" if plain is not None else cfg.grpc_tls_listen
+            raise PortUnavailable(f"gRPC port {where}: {exc}") from None
+        except OSError as exc:
+            raise StartRefused(f"gRPC TLS certificate or key: {exc}") from None
+        if plain is not None:
+            self.grpc_port = self.grpc.port
+            ctx.grpc_endpoints["plain"] = f"{plain[0]}:{self.grpc.port}"
+        if tls is not None:
+            self.grpc_tls_port = self.grpc.tls_port
+            ctx.grpc_endpoints["tls"] = f"{tls[0]}:{self.grpc.tls_port}"
 
     async def stop(self) -> None:
         if self.grpc is not None:

@@ -31,6 +31,17 @@ class BrokerConfig:
         "host:port serving the gRPC protocol of the official RocketMQ 5 clients (default: the listen host, listen port + 2); 0 turns it off",
         grpc_address,
     )
+    grpc_tls_listen: str | None = field(
+        None,
+        "host:port serving the gRPC protocol over TLS with tls_cert and tls_key (default: no TLS port)",
+        address,
+    )
+    tls_cert: Path | None = field(
+        None, "PEM certificate chain of the gRPC TLS port (required with grpc_tls_listen)"
+    )
+    tls_key: Path | None = field(
+        None, "PEM private key of tls_cert (required with grpc_tls_listen)"
+    )
     controllers: str = field(
         "", "controller addresses separated by ';' (empty: run alone as master)", address_list
     )
@@ -202,6 +213,8 @@ class BrokerConfig:
 
         if self.max_partial_frame_bytes < self.max_frame_bytes:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
+        if self.grpc_tls_listen is not None and (self.tls_cert is None or self.tls_key is None):
+            raise ConfigError("config key 'grpc_tls_listen' needs tls_cert and tls_key")
 
     @property
     def listen_host(self) -> str:

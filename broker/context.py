@@ -72,6 +72,9 @@ class BrokerContext:
         """POP consumption (broker.pop): the in-flight set and its revive log."""
         self.transactions = TransactionService(self)
         """Transactional messages (broker.transaction): open halves, commits, check-backs."""
+        self.grpc_endpoints: dict[str, str] = {}
+        """Where this broker serves the gRPC protocol: ``plain`` and ``tls`` -> host:port (set
+        once they listen; GET_BROKER_RUNTIME_INFO tells other brokers' gRPC endpoints)."""
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
 

@@ -1,23 +1,28 @@
 """The gRPC endpoint: ``apache.rocketmq.v2.MessagingService`` on grpcio's asyncio server.
 
-A thin front end, like RocketMQ's proxy: QueryRoute asks the controllers (or a lone broker
-itself) for the topic's route; SendMessage becomes this broker's SEND_MESSAGE over a loopback
-remoting connection, so every check, wait and metric of the remoting path applies unchanged.
-Telemetry answers each client Settings with the server's. RPCs not served yet answer gRPC
-UNIMPLEMENTED (grpcio's default for a method the servicer does not override).
+A thin front end, like RocketMQ's proxy: each RPC is translated (:mod:`broker.grpc.translate`)
+into the broker's own requests and delegated: QueryRoute asks the controllers (or a lone broker
+itself) for the topic's route and the brokers for their gRPC endpoints
+(:mod:`broker.grpc.endpoints`); the producer's RPCs go to :mod:`broker.grpc.produce`; Telemetry
+to :mod:`broker.grpc.telemetry`. RPCs not served answer gRPC UNIMPLEMENTED (grpcio's default
+for a method the servicer does not override).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 import msgpack
 import structlog
-from google.protobuf.duration_pb2 import Duration
 
-from broker.grpc.translate import Refused, message_queues, send_request, status_code
+from broker.grpc.endpoints import EndpointBook
+from broker.grpc.produce import Publisher
+from broker.grpc.produce import status as _status
+from broker.grpc.telemetry import TelemetryHub
+from broker.grpc.translate import Refused, group_members, message_queues, status_code
 from protocol.codes import RequestCode, ResponseCode
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
@@ -28,9 +33,9 @@ from remoting.failover import AddressFailover, describe_failure
 
 log = structlog.get_logger(__name__)
 
-
-def _status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+#: Room above the largest body for the rest of a SendMessageRequest, so a body just over the
+#: limit is answered MESSAGE_BODY_TOO_LARGE by the service (larger: RESOURCE_EXHAUSTED).
+_REQUEST_OVERHEAD = 1 << 20
 
 
 def _peer(context: Any) -> str:
@@ -39,19 +44,31 @@ def _peer(context: Any) -> str:
     return peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
 
 
+def _over_tls(context: Any) -> bool:
+    return bool(context.auth_context().get("transport_security_type") == [b"ssl"])
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(
         self,
         local_address: str,
         route_addresses: list[str],
-        own_endpoint: tuple[str, int],
         max_body_bytes: int,
+        broker_name: str = "",
+        master_address: Callable[[], str] | None = None,
     ) -> None:
         self.local_address = local_address
-        self.own_endpoint = own_endpoint
         self.max_body_bytes = max_body_bytes
         self.pool = ConnectionPool()
         self.routes = AddressFailover(route_addresses, self.pool)
+        self.endpoints = EndpointBook(self.pool, local_address)
+        master = master_address or (lambda: local_address)
+        self.publisher = Publisher(self.pool, self.routes, master, broker_name, max_body_bytes)
+        self.telemetry = TelemetryHub(self.pool, local_address, master, max_body_bytes)
+
+    @property
+    def own_endpoint(self) -> tuple[str, int] | None:
+        return self.endpoints.own.plain
 
     def close(self) -> None:
         self.pool.close()
@@ -63,7 +80,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             frame = await self.routes.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             route = msgpack.unpackb(frame.body or b"", raw=False)
-            queues = message_queues(request.topic, route, {self.local_address: self.own_endpoint})
+            tls = _over_tls(context)
+            endpoints = {
+                name: await self.endpoints.group(members, tls)
+                for name, members in group_members(route).items()
+            }
+            queues = message_queues(request.topic, route, endpoints)
         except ResponseError as exc:
             if exc.code == ResponseCode.TOPIC_NOT_EXIST:
                 return rpc.QueryRouteResponse(
@@ -72,7 +94,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return rpc.QueryRouteResponse(status=_status(status_code(exc.code), str(exc)))
         except Refused as exc:
             return rpc.QueryRouteResponse(status=_status(exc.code, exc.message))
-        except (RemotingError, ValueError, TypeError, KeyError) as exc:
+        except (RemotingError, ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("grpc QueryRoute failed", topic=topic, error=describe_failure(exc))
             return rpc.QueryRouteResponse(
                 status=_status(pb.INTERNAL_ERROR, f"route unavailable: {describe_failure(exc)}")
@@ -84,40 +106,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.QueryRouteResponse(status=_status(pb.OK), message_queues=queues)
 
     async def SendMessage(self, request: rpc.SendMessageRequest, context: Any) -> Any:
-        if not request.messages:
-            return rpc.SendMessageResponse(status=_status(pb.BAD_REQUEST, "no message to send"))
-        peer = _peer(context)
-        entries = [await self._send_one(m, peer) for m in request.messages]
-        first = entries[0].status
-        if any(e.status.code != first.code for e in entries):
-            first = _status(pb.MULTIPLE_RESULTS, "the messages had different results")
-        return rpc.SendMessageResponse(status=first, entries=entries)
+        return await self.publisher.send(request, _peer(context))
 
-    async def _send_one(self, msg: pb.Message, peer: str) -> rpc.SendResultEntry:
-        try:
-            send = send_request(msg, peer, self.max_body_bytes)
-        except Refused as exc:
-            return rpc.SendResultEntry(status=_status(exc.code, exc.message))
-        try:
-            conn = await self.pool.get(self.local_address)
-            resp = await conn.request(RequestCode.SEND_MESSAGE, send.header, send.body)
-        except RemotingError as exc:
-            self.pool.drop(self.local_address)
-            return rpc.SendResultEntry(
-                status=_status(pb.INTERNAL_ERROR, f"store unavailable: {describe_failure(exc)}")
-            )
-        if resp.code != ResponseCode.SUCCESS:
-            remark = resp.header.get("remark")
-            return rpc.SendResultEntry(
-                status=_status(status_code(resp.code), str(remark or "")),
-                message_id=send.message_id,
-            )
-        offset = resp.header.get("queueOffset")
-        return rpc.SendResultEntry(
-            status=_status(pb.OK),
-            message_id=send.message_id,
-            offset=offset if isinstance(offset, int) else -1,
-        )
+    async def EndTransaction(self, request: rpc.EndTransactionRequest, context: Any) -> Any:
+        return await self.publisher.end_transaction(request)
+
+    async def RecallMessage(self, request: rpc.RecallMessageRequest, context: Any) -> Any:
+        return await self.publisher.recall(request)
 
     async def Heartbeat(self, request: rpc.HeartbeatRequest, context: Any) -> Any:
         return rpc.HeartbeatResponse(status=_status(pb.OK))
@@ -130,33 +125,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(
         self, request_iterator: AsyncIterator[rpc.TelemetryCommand], context: Any
     ) -> AsyncIterator[rpc.TelemetryCommand]:
-        async for command in request_iterator:
-            if command.HasField("settings"):
-                yield rpc.TelemetryCommand(
-                    status=_status(pb.OK), settings=self.settings(command.settings)
-                )
-
-    def settings(self, client: pb.Settings) -> pb.Settings:
-        """The server's answer to a client's settings: its own with the server's values."""
-        out = pb.Settings()
-        out.CopyFrom(client)
-        out.backoff_policy.CopyFrom(
-            pb.RetryPolicy(
-                max_attempts=3,
-                exponential_backoff=pb.ExponentialBackoff(
-                    initial=Duration(nanos=100_000_000), max=Duration(seconds=2), multiplier=2.0
-                ),
-            )
-        )
-        out.request_timeout.CopyFrom(Duration(seconds=3))
-        if client.HasField("publishing"):
-            out.publishing.max_body_size = self.max_body_bytes
-            out.publishing.validate_message_type = True
-        elif client.HasField("subscription"):
-            out.subscription.fifo = False
-            out.subscription.receive_batch_size = 32
-            out.subscription.long_polling_timeout.CopyFrom(Duration(seconds=20))
-        return out
+        async for command in self.telemetry.stream(request_iterator, context):
+            yield command
 
 
 class GrpcEndpoint:
@@ -166,16 +136,43 @@ class GrpcEndpoint:
         self.service = service
         self.server: Any = None
         self.port = 0
+        self.tls_port = 0
 
-    async def start(self, host: str, port: int) -> int:
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    async def start(
+        self,
+        plain: tuple[str, int] | None,
+        tls: tuple[str, int, Path, Path] | None = None,
+    ) -> None:
+        """Serve plaintext on ``plain`` (host, port; None: not) and TLS on ``tls`` (host, port,
+        certificate chain file, private key file; None: not); :attr:`port` and
+        :attr:`tls_port` are the ports bound. Raises :class:`RuntimeError` when a port cannot
+        be bound, :class:`OSError` when the certificate or key cannot be read."""
+        limit = self.service.max_body_bytes + _REQUEST_OVERHEAD
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ]
+        )
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
-        self.port = server.add_insecure_port(f"{host}:{port}")
+        if plain is not None:
+            self.port = server.add_insecure_port(f"{plain[0]}:{plain[1]}")
+        if tls is not None:
+            host, port, cert, key = tls
+            creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+            self.tls_port = server.add_secure_port(f"{host}:{port}", creds)
         await server.start()
         self.server = server
-        return self.port
+        book = self.service.endpoints
+        book.set_own(
+            (plain[0], self.port) if plain is not None else None,
+            (tls[0], self.tls_port) if tls is not None else None,
+        )
+        self.service.telemetry.start()
 
     async def stop(self) -> None:
+        await self.service.telemetry.stop()
         if self.server is not None:
             await self.server.stop(1.0)
             self.server = None

@@ -5,18 +5,47 @@ No I/O here: the service (:mod:`broker.grpc.service`) calls these on what it rec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+import ipaddress
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from protocol.codes import ResponseCode
-from protocol.fifo import PROP_MESSAGE_GROUP
-from protocol.message import PROP_KEYS, PROP_TAGS, encode_properties
-from protocol.rocketmq_v2 import definition_pb2 as pb
-from protocol.timer import PROP_START_DELIVER_TIME, PROP_UNIQ_KEY, REQUEST_PROPERTIES
-from protocol.transaction import PROP_TRANSACTION_PREPARED
+from google.protobuf.timestamp_pb2 import Timestamp
 
-#: What a queue served here accepts (transactions are not served over gRPC yet).
-ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY)
+from protocol.codes import ResponseCode
+from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
+from protocol.message import (
+    PROP_KEYS,
+    PROP_TAGS,
+    MessageRecord,
+    RecordError,
+    encode_properties,
+    parse_msg_id,
+)
+from protocol.rocketmq_v2 import definition_pb2 as pb
+from protocol.timer import (
+    PROP_REAL_QUEUE_ID,
+    PROP_REAL_TOPIC,
+    PROP_START_DELIVER_TIME,
+    PROP_UNIQ_KEY,
+    REQUEST_PROPERTIES,
+)
+from protocol.transaction import (
+    PROP_HALF_OFFSET,
+    PROP_PRODUCER_GROUP,
+    PROP_TRANSACTION_ID,
+    PROP_TRANSACTION_PREPARED,
+)
+
+#: What a queue served here accepts. Our topics carry no message type (RocketMQ 5's
+#: ``message.type`` attribute): every topic takes every type the broker serves.
+ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+
+TRANSACTION_GROUP_PREFIX = "GRPC_TX_"
+"""The producer group of a transactional message sent over gRPC is this prefix and its topic:
+the official clients name no producer group, and every producer that publishes the topic can
+answer its check-backs (an SDK TransactionProducer of that group too)."""
 
 #: Property names the broker sets or reads itself: a client's user properties may not use them.
 RESERVED_PROPERTIES = frozenset(
@@ -26,6 +55,11 @@ RESERVED_PROPERTIES = frozenset(
         PROP_UNIQ_KEY,
         PROP_MESSAGE_GROUP,
         PROP_TRANSACTION_PREPARED,
+        PROP_PRODUCER_GROUP,
+        PROP_TRANSACTION_ID,
+        PROP_HALF_OFFSET,
+        PROP_REAL_TOPIC,
+        PROP_REAL_QUEUE_ID,
         *REQUEST_PROPERTIES,
     }
 )
@@ -40,6 +74,11 @@ class Refused(Exception):
         self.message = message
 
 
+def transaction_group(topic: str) -> str:
+    """The producer group of a gRPC transactional message of ``topic``."""
+    return TRANSACTION_GROUP_PREFIX + topic
+
+
 @dataclass(frozen=True, slots=True)
 class SendRequest:
     """One message of a SendMessageRequest as the broker's SEND_MESSAGE (10) takes it."""
@@ -47,6 +86,56 @@ class SendRequest:
     message_id: str
     header: dict[str, str | int]
     body: bytes
+    kind: int
+    """Its MessageType (NORMAL, FIFO, DELAY or TRANSACTION), inferred when the client left it
+    unspecified."""
+
+
+def _kind_of(sysp: pb.SystemProperties) -> int:
+    """The message's type, checked against the properties that make one."""
+    grouped = sysp.HasField("message_group")
+    timed = sysp.HasField("delivery_timestamp")
+    kind = sysp.message_type
+    if kind == pb.MESSAGE_TYPE_UNSPECIFIED:
+        if grouped and timed:
+            raise Refused(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a message cannot have both a message group and a delivery timestamp",
+            )
+        return pb.FIFO if grouped else pb.DELAY if timed else pb.NORMAL
+    if kind not in ACCEPTED_TYPES:
+        raise Refused(
+            pb.UNSUPPORTED, f"message type {pb.MessageType.Name(kind)} is not served here"
+        )
+    wanted = {pb.NORMAL: (False, False), pb.FIFO: (True, False), pb.DELAY: (False, True)}
+    has = (grouped, timed)
+    if has != wanted.get(kind, (False, False)):
+        name = pb.MessageType.Name(kind)
+        need = {
+            pb.FIFO: "a message group and no delivery timestamp",
+            pb.DELAY: "a delivery timestamp and no message group",
+        }.get(kind, "neither a message group nor a delivery timestamp")
+        raise Refused(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"a {name} message has {need}")
+    return kind
+
+
+def _body_of(msg: pb.Message, max_body_bytes: int) -> bytes:
+    body = msg.body
+    if msg.system_properties.body_encoding == pb.GZIP:
+        inflate = zlib.decompressobj(wbits=47)  # gzip or zlib header
+        try:
+            body = inflate.decompress(body, max_body_bytes + 1)
+        except zlib.error as exc:
+            raise Refused(pb.MESSAGE_CORRUPTED, f"GZIP body does not inflate: {exc}") from None
+        if not inflate.eof and len(body) <= max_body_bytes:
+            raise Refused(pb.MESSAGE_CORRUPTED, "GZIP body is truncated")
+    if len(body) > max_body_bytes:
+        raise Refused(
+            pb.MESSAGE_BODY_TOO_LARGE,
+            f"message body of {len(body)} bytes exceeds the broker's max_message_bytes "
+            f"{max_body_bytes}",
+        )
+    return body
 
 
 def send_request(msg: pb.Message, peer: str, max_body_bytes: int) -> SendRequest:
@@ -59,30 +148,26 @@ def send_request(msg: pb.Message, peer: str, max_body_bytes: int) -> SendRequest
         raise Refused(pb.ILLEGAL_MESSAGE_ID, "system_properties.message_id is empty")
     if not msg.body:
         raise Refused(pb.MESSAGE_BODY_EMPTY, "message body is empty")
-    if len(msg.body) > max_body_bytes:
-        raise Refused(
-            pb.MESSAGE_BODY_TOO_LARGE,
-            f"message body of {len(msg.body)} bytes exceeds {max_body_bytes}",
-        )
-    if sysp.body_encoding == pb.GZIP:
-        raise Refused(pb.NOT_IMPLEMENTED, "gzip-encoded bodies are not accepted")
-    kind = sysp.message_type
-    if kind not in (pb.MESSAGE_TYPE_UNSPECIFIED, *ACCEPTED_TYPES):
-        raise Refused(
-            pb.NOT_IMPLEMENTED,
-            f"message type {pb.MessageType.Name(kind)} is not served over gRPC yet",
-        )
+    body = _body_of(msg, max_body_bytes)
+    kind = _kind_of(sysp)
     props: dict[str, str] = {}
     for name, value in msg.user_properties.items():
         if name in RESERVED_PROPERTIES:
             raise Refused(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name} is reserved")
         props[name] = value
     props[PROP_UNIQ_KEY] = sysp.message_id
-    if sysp.HasField("message_group"):
+    if kind == pb.FIFO:
+        bad = message_group_error(sysp.message_group)
+        if bad is not None:
+            raise Refused(pb.ILLEGAL_MESSAGE_GROUP, bad)
         props[PROP_MESSAGE_GROUP] = sysp.message_group
-    if sysp.HasField("delivery_timestamp"):
+    elif kind == pb.DELAY:
         ts = sysp.delivery_timestamp
         props[PROP_START_DELIVER_TIME] = str(ts.seconds * 1000 + ts.nanos // 1_000_000)
+    elif kind == pb.TRANSACTION:
+        props[PROP_TRANSACTION_PREPARED] = "true"
+        props[PROP_PRODUCER_GROUP] = transaction_group(topic)
+        props[PROP_TRANSACTION_ID] = sysp.message_id
     header: dict[str, str | int] = {
         "topic": topic,
         "queueId": -1,
@@ -96,7 +181,84 @@ def send_request(msg: pb.Message, peer: str, max_body_bytes: int) -> SendRequest
     born = sysp.born_timestamp
     if born.seconds or born.nanos:
         header["bornTimestamp"] = born.seconds * 1000 + born.nanos // 1_000_000
-    return SendRequest(sysp.message_id, header, msg.body)
+    return SendRequest(sysp.message_id, header, body, kind)
+
+
+# -- handles the client keeps -------------------------------------------------------------------
+
+
+def recall_handle(broker_name: str, msg_id: str) -> str:
+    """The recall handle of a delay message: its broker group and the id of its scheduled
+    record (what RECALL_MESSAGE takes), URL-safe base64 so the client keeps it opaque."""
+    return base64.urlsafe_b64encode(f"v1 {broker_name} {msg_id}".encode()).decode()
+
+
+def parse_recall_handle(handle: str) -> tuple[str, str]:
+    """(broker group, scheduled record's id) of a recall handle; :class:`Refused` otherwise."""
+    try:
+        version, broker_name, msg_id = base64.urlsafe_b64decode(handle.encode()).decode().split()
+        parse_msg_id(msg_id)
+    except (ValueError, RecordError):
+        raise Refused(pb.BAD_REQUEST, f"malformed recall handle {handle[:64]!r}") from None
+    if version != "v1":
+        raise Refused(pb.BAD_REQUEST, f"recall handle of unknown version {version!r}")
+    return broker_name, msg_id
+
+
+def half_offset_of(transaction_id: str) -> int:
+    """The half message's CommitLog offset named by a transaction id this broker answered (the
+    half's message id); :class:`Refused` otherwise."""
+    try:
+        return parse_msg_id(transaction_id)[1]
+    except RecordError:
+        raise Refused(
+            pb.INVALID_TRANSACTION_ID, f"malformed transaction id {transaction_id[:64]!r}"
+        ) from None
+
+
+# -- stored messages as the clients read them ---------------------------------------------------
+
+#: Properties the broker keeps for itself: not user properties of the message a client reads.
+_SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {"TIMER_OUT_MS", "TIMER_SOURCE_OFFSET"}
+
+
+def _timestamp(ms: int, out: Timestamp) -> None:
+    out.seconds = ms // 1000
+    out.nanos = (ms % 1000) * 1_000_000
+
+
+def message_of_record(record: MessageRecord, kind: int = pb.NORMAL) -> pb.Message:
+    """A stored message as a gRPC Message: the topic it was sent to (a half or scheduled
+    record's real topic), body with its CRC32 digest, tag, keys, the producer's message id,
+    message group, user properties, born and store time and host."""
+    props = record.properties
+    out = pb.Message(
+        topic=pb.Resource(name=props.get(PROP_REAL_TOPIC, record.topic)), body=record.body
+    )
+    sysp = out.system_properties
+    tags = props.get(PROP_TAGS)
+    if tags:
+        sysp.tag = tags
+    keys = props.get(PROP_KEYS)
+    if keys:
+        sysp.keys.extend(keys.split())
+    sysp.message_id = props.get(PROP_UNIQ_KEY) or record.msg_id
+    sysp.body_digest.type = pb.CRC32
+    sysp.body_digest.checksum = format(zlib.crc32(record.body) & 0xFFFFFFFF, "08X")
+    sysp.body_encoding = pb.IDENTITY
+    sysp.message_type = kind  # type: ignore[assignment]
+    group = props.get(PROP_MESSAGE_GROUP)
+    if group:
+        sysp.message_group = group
+    _timestamp(record.born_timestamp, sysp.born_timestamp)
+    _timestamp(record.store_timestamp, sysp.store_timestamp)
+    sysp.born_host = record.born_host
+    sysp.store_host = record.store_host
+    sysp.queue_id = record.queue_id
+    for name, value in props.items():
+        if name not in _SYSTEM_PROPERTIES:
+            out.user_properties[name] = value
+    return out
 
 
 #: The broker's remoting answers as gRPC status codes (anything else: INTERNAL_ERROR).
@@ -111,6 +273,9 @@ _CODES: Mapping[int, int] = {
     ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
+    ResponseCode.TRANSACTION_NOT_FOUND: pb.NOT_FOUND,
+    ResponseCode.TRANSACTION_ALREADY_RESOLVED: pb.BAD_REQUEST,
+    ResponseCode.QUERY_NOT_FOUND: pb.NOT_FOUND,
 }
 
 
@@ -118,35 +283,59 @@ def status_code(remoting_code: int) -> int:
     return _CODES.get(remoting_code, pb.INTERNAL_ERROR)
 
 
-def grpc_port_of(remoting_address: str) -> tuple[str, int]:
-    """Another master's gRPC endpoint, from its remoting address: the default port (+2)."""
-    host, _, port = remoting_address.rpartition(":")
-    return host, int(port) + 2
+def group_members(route: Mapping[str, object]) -> dict[str, list[str]]:
+    """Broker group -> its brokers' remoting addresses, master first, of every group of a route
+    body (GET_ROUTEINFO_BY_TOPIC, 105) that has a master."""
+    brokers = route.get("brokers")
+    if not isinstance(brokers, list):
+        raise Refused(pb.INTERNAL_ERROR, "malformed route from the controllers")
+    out: dict[str, list[str]] = {}
+    for b in brokers:
+        master = b.get("masterAddress")
+        if master:
+            slaves = [str(a) for a in b.get("slaves") or () if a and a != master]
+            out[str(b["brokerName"])] = [str(master), *slaves]
+    return out
+
+
+def grpc_endpoints(addresses: Sequence[tuple[str, int]]) -> pb.Endpoints:
+    """``Endpoints`` of gRPC addresses: IPv4 or IPv6 literals all of them; a host name only the
+    first (the clients take one address under the DOMAIN_NAME scheme)."""
+    kinds: set[int] = set()
+    for host, _port in addresses:
+        try:
+            kinds.add(ipaddress.ip_address(host).version)
+        except ValueError:
+            kinds.add(0)
+    if kinds == {4} or kinds == {6}:
+        scheme = pb.IPv4 if kinds == {4} else pb.IPv6
+        return pb.Endpoints(
+            scheme=scheme, addresses=[pb.Address(host=h, port=p) for h, p in addresses]
+        )
+    host, port = addresses[0]
+    return pb.Endpoints(scheme=pb.DOMAIN_NAME, addresses=[pb.Address(host=host, port=port)])
 
 
 def message_queues(
     topic: pb.Resource,
     route: Mapping[str, object],
-    endpoint_of: Mapping[str, tuple[str, int]],
+    endpoints: Mapping[str, Sequence[tuple[str, int]]],
 ) -> list[pb.MessageQueue]:
-    """The queues of a route body (GET_ROUTEINFO_BY_TOPIC, 105) as QueryRoute answers them:
-    every broker group that has a master, as broker id 0 at its gRPC endpoint. ``endpoint_of``
-    maps a master's remoting address to its gRPC endpoint when known (this broker's own);
-    others take the default port."""
+    """The queues of a route body as QueryRoute answers them: every broker group that has a
+    master and a known gRPC endpoint, as broker id 0 (the clients send only to id 0) whose
+    ``Endpoints`` list the gRPC endpoints of its brokers (``endpoints``: group -> addresses).
+    Any of them takes the group's writes (a slave's hands them to its master), so a client
+    connected to one that dies moves to another by itself."""
     queues: list[pb.MessageQueue] = []
     brokers = route.get("brokers")
     if not isinstance(brokers, list):
         raise Refused(pb.INTERNAL_ERROR, "malformed route from the controllers")
     for b in sorted(brokers, key=lambda b: str(b.get("brokerName", ""))):
-        master = b.get("masterAddress")
-        if not master:
+        name = str(b.get("brokerName", ""))
+        addresses = endpoints.get(name)
+        if not b.get("masterAddress") or not addresses:
             continue
-        host, port = endpoint_of.get(master) or grpc_port_of(str(master))
-        broker = pb.Broker(
-            name=str(b["brokerName"]),
-            id=0,
-            endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)]),
-        )
+        broker = pb.Broker(name=name, id=0, endpoints=grpc_endpoints(addresses))
         for qid in range(int(b["queues"])):
             queues.append(
                 pb.MessageQueue(

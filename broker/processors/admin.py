@@ -198,6 +198,8 @@ class AdminProcessor:
             "connections": ctx.connections(),
             "pullsWaiting": ctx.waiters.waiting,
             "timerPending": ctx.timer.pending_count,
+            "grpcEndpoint": ctx.grpc_endpoints.get("plain"),
+            "grpcTlsEndpoint": ctx.grpc_endpoints.get("tls"),
         }
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(info))
 

@@ -17,7 +17,7 @@ from broker.context import BrokerContext, WriteRefused
 from broker.timer.service import reserved_property
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, opt_str, req_str
-from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
+from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
 from protocol.message import Message, MsgIdMaker, decode_properties
 from protocol.remoting import Frame, Header, response
 from protocol.timer import REQUEST_PROPERTIES
@@ -120,7 +120,12 @@ class SendProcessor:
                 )
             tc = ctx.create_topic(topic, ctx.cfg.default_topic_queues)
         if queue_id < 0:
-            queue_id = ctx.next_queue(topic, tc.queues)
+            # The broker picks: a FIFO message group always its group's queue (the gRPC
+            # clients choose the broker group, not the queue), anything else the next queue.
+            group = messages[0].properties.get(PROP_MESSAGE_GROUP) if messages else None
+            queue_id = (
+                group_queue_index(group, tc.queues) if group else ctx.next_queue(topic, tc.queues)
+            )
         elif queue_id >= tc.queues:
             return self._error(
                 req,

@@ -58,3 +58,20 @@ def test_invalid_toml_is_one_line(tmp_path: Path) -> None:
     proc = run_broker("--config", str(cfg))
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "not valid TOML" in proc.stderr
+
+
+def test_a_grpc_tls_port_needs_its_certificate_and_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text('grpc_tls_listen = "127.0.0.1:0"\ntls_cert = "server.pem"\n')
+    proc = run_broker("--config", str(cfg), "--data-dir", str(tmp_path / "d"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "rmq-broker: config key 'grpc_tls_listen' needs tls_cert and tls_key"
+    ]
+    # Both given but not there: the broker refuses to start, naming the file.
+    proc = run_broker(
+        "--config", str(cfg), "--tls-key", str(tmp_path / "none.key"),
+        "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0", "--metrics-port", "0",
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "server.pem is not a readable file" in proc.stderr, proc.stderr[-2000:]

@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import gzip
+import zlib
+
 import pytest
 
 pytest.importorskip("google.protobuf")
 
-from broker.grpc.translate import Refused, message_queues, send_request, status_code
+from broker.grpc.translate import (
+    Refused,
+    group_members,
+    grpc_endpoints,
+    half_offset_of,
+    message_of_record,
+    message_queues,
+    parse_recall_handle,
+    recall_handle,
+    send_request,
+    status_code,
+    transaction_group,
+)
 from protocol.codes import ResponseCode
-from protocol.message import decode_properties
+from protocol.message import (
+    Message,
+    RecordEncoder,
+    decode_properties,
+    decode_record,
+    make_msg_id,
+)
 from protocol.rocketmq_v2 import definition_pb2 as pb
+
+CONFLICT = pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
 def _message(**sysp: object) -> pb.Message:
@@ -58,10 +81,23 @@ def test_a_delivery_timestamp_asks_for_scheduled_delivery_in_ms() -> None:
             lambda m: m.user_properties.__setitem__("TRAN_MSG", "true"),
             pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
         ),
-        (lambda m: setattr(m.system_properties, "body_encoding", pb.GZIP), pb.NOT_IMPLEMENTED),
+        (lambda m: setattr(m.system_properties, "body_encoding", pb.GZIP), pb.MESSAGE_CORRUPTED),
+        (lambda m: setattr(m.system_properties, "message_type", pb.LITE), pb.UNSUPPORTED),
+        (lambda m: setattr(m.system_properties, "message_type", pb.FIFO), CONFLICT),
+        (lambda m: setattr(m.system_properties, "message_type", pb.DELAY), CONFLICT),
         (
-            lambda m: setattr(m.system_properties, "message_type", pb.TRANSACTION),
-            pb.NOT_IMPLEMENTED,
+            lambda m: (
+                setattr(m.system_properties, "message_type", pb.TRANSACTION),
+                setattr(m.system_properties, "message_group", "g"),
+            ),
+            CONFLICT,
+        ),
+        (
+            lambda m: (
+                setattr(m.system_properties, "message_type", pb.FIFO),
+                setattr(m.system_properties, "message_group", "a\x00b"),
+            ),
+            pb.ILLEGAL_MESSAGE_GROUP,
         ),
     ],
 )
@@ -80,23 +116,113 @@ def test_remoting_answers_map_to_status_codes() -> None:
     assert status_code(ResponseCode.NOT_MASTER) == pb.INTERNAL_ERROR
 
 
-def test_route_lists_every_master_as_broker_id_0_at_its_grpc_endpoint() -> None:
+def test_route_lists_every_group_with_a_master_as_broker_id_0_at_its_brokers_endpoints() -> None:
     route = {
         "topic": "T",
         "brokers": [
             {"brokerName": "b", "masterAddress": "10.0.0.2:10921", "slaves": [], "queues": 1},
-            {"brokerName": "a", "masterAddress": "10.0.0.1:10911", "slaves": [], "queues": 2},
+            {
+                "brokerName": "a",
+                "masterAddress": "10.0.0.1:10911",
+                "slaves": ["10.0.0.3:10911"],
+                "queues": 2,
+            },
             {"brokerName": "c", "masterAddress": None, "slaves": ["x:1"], "queues": 4},
         ],
     }
-    own = {"10.0.0.1:10911": ("10.0.0.1", 7000)}
-    queues = message_queues(pb.Resource(name="T"), route, own)
+    members = group_members(route)
+    assert members == {"a": ["10.0.0.1:10911", "10.0.0.3:10911"], "b": ["10.0.0.2:10921"]}
+    endpoints = {"a": [("10.0.0.1", 7000), ("10.0.0.3", 7001)], "b": [("10.0.0.2", 7002)]}
+    queues = message_queues(pb.Resource(name="T"), route, endpoints)
     seen = [
-        (q.broker.name, q.id, q.broker.id, q.broker.endpoints.addresses[0].port) for q in queues
+        (
+            q.broker.name,
+            q.id,
+            q.broker.id,
+            [(a.host, a.port) for a in q.broker.endpoints.addresses],
+        )
+        for q in queues
     ]
-    # a: this broker's own endpoint; b: another master's default (remoting port + 2); c: no
-    # master, not listed.
-    assert seen == [("a", 0, 0, 7000), ("a", 1, 0, 7000), ("b", 0, 0, 10923)]
+    # c: no master, not listed.
+    assert seen == [
+        ("a", 0, 0, endpoints["a"]),
+        ("a", 1, 0, endpoints["a"]),
+        ("b", 0, 0, endpoints["b"]),
+    ]
     assert all(q.permission == pb.READ_WRITE for q in queues)
-    assert list(queues[0].accept_message_types) == [pb.NORMAL, pb.FIFO, pb.DELAY]
+    assert all(q.broker.endpoints.scheme == pb.IPv4 for q in queues)
+    assert list(queues[0].accept_message_types) == [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
     assert queues[0].topic.name == "T"
+    # A group whose brokers have no gRPC endpoint is not listed either.
+    assert message_queues(pb.Resource(name="T"), route, {"a": []}) == []
+
+
+def test_a_host_name_endpoint_is_one_domain_name_address() -> None:
+    e = grpc_endpoints([("broker-a.example", 7000), ("10.0.0.3", 7001)])
+    assert e.scheme == pb.DOMAIN_NAME
+    assert [(a.host, a.port) for a in e.addresses] == [("broker-a.example", 7000)]
+    assert grpc_endpoints([("::1", 7000)]).scheme == pb.IPv6
+
+
+def test_a_transactional_message_is_a_half_of_its_topics_grpc_producer_group() -> None:
+    m = _message(message_type=pb.TRANSACTION)
+    req = send_request(m, "", 1024)
+    props = decode_properties(str(req.header["properties"]).encode())
+    assert req.kind == pb.TRANSACTION
+    assert props["TRAN_MSG"] == "true"
+    assert props["PGROUP"] == "GRPC_TX_T" == transaction_group("T")
+    assert props["__transactionId__"] == "01ABC"
+
+
+def test_a_gzip_body_is_stored_inflated_and_checked_against_the_limit() -> None:
+    m = _message(body_encoding=pb.GZIP)
+    m.body = gzip.compress(b"z" * 1000)
+    assert send_request(m, "", 1024).body == b"z" * 1000
+    m.body = gzip.compress(b"z" * 5000)  # small on the wire, over the limit inflated
+    with pytest.raises(Refused) as refused:
+        send_request(m, "", 1024)
+    assert refused.value.code == pb.MESSAGE_BODY_TOO_LARGE
+
+
+def test_recall_handles_and_transaction_ids_round_trip_and_refuse_garbage() -> None:
+    msg_id = make_msg_id("10.0.0.1:10911", 4096)
+    assert parse_recall_handle(recall_handle("broker-a", msg_id)) == ("broker-a", msg_id)
+    assert half_offset_of(msg_id) == 4096
+    for bad in ("", "not base64!", recall_handle("a", "nothex")):
+        with pytest.raises(Refused) as refused:
+            parse_recall_handle(bad)
+        assert refused.value.code == pb.BAD_REQUEST
+    with pytest.raises(Refused) as refused:
+        half_offset_of("xyz")
+    assert refused.value.code == pb.INVALID_TRANSACTION_ID
+
+
+def test_a_stored_half_reads_back_as_the_message_the_client_sent() -> None:
+    props = {
+        "UNIQ_KEY": "01ABC",
+        "color": "red",
+        "TRAN_MSG": "true",
+        "PGROUP": "GRPC_TX_T",
+        "__transactionId__": "01ABC",
+        "REAL_TOPIC": "T",
+        "REAL_QID": "1",
+    }
+    half = Message(
+        topic="RMQ_SYS_TRANS_HALF_TOPIC",
+        body=b"body",
+        keys="k1 k2",
+        tags="TagA",
+        properties=props,
+        born_timestamp=1234,
+        born_host="1.2.3.4:5",
+    )
+    raw = RecordEncoder("10.0.0.1:10911").encode(
+        half, queue_id=0, queue_offset=0, physical_offset=4096, store_timestamp=5678
+    )
+    m = message_of_record(decode_record(raw), pb.TRANSACTION)
+    sysp = m.system_properties
+    assert (m.topic.name, m.body, sysp.message_id, sysp.tag) == ("T", b"body", "01ABC", "TagA")
+    assert list(sysp.keys) == ["k1", "k2"] and sysp.message_type == pb.TRANSACTION
+    assert dict(m.user_properties) == {"color": "red"}
+    assert sysp.body_digest.checksum == format(zlib.crc32(b"body"), "08X")
+    assert sysp.born_timestamp.seconds == 1 and sysp.born_timestamp.nanos == 234_000_000

@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fifo import PROP_MESSAGE_GROUP
+from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index
 from protocol.message import encode_properties, iter_records
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
@@ -64,3 +64,32 @@ async def test_bad_message_groups_are_refused_and_nothing_stored(broker: BrokerP
     finally:
         conn.close()
     assert broker.alive()
+
+
+async def test_a_send_that_lets_the_broker_pick_goes_to_its_groups_queue(
+    broker: BrokerProc,
+) -> None:
+    """queueId -1 (the gRPC endpoint's sends: its clients pick the broker group, not the
+    queue): a message group's messages all go to the queue the group hashes to, the others
+    round the queues."""
+    conn = await RemotingClient.connect(broker.address)
+    try:
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "G", "queues": 4})
+        for group in ("order-1", "order-2", "order-3"):
+            props = encode_properties({PROP_MESSAGE_GROUP: group}).decode()
+            queues = set()
+            for _ in range(3):
+                resp = await conn.call(
+                    RequestCode.SEND_MESSAGE,
+                    {"topic": "G", "queueId": -1, "properties": props},
+                    b"m",
+                )
+                queues.add(resp.header["queueId"])
+            assert queues == {group_queue_index(group, 4)}, group
+        plain = set()
+        for _ in range(8):
+            resp = await conn.call(RequestCode.SEND_MESSAGE, {"topic": "G", "queueId": -1}, b"p")
+            plain.add(resp.header["queueId"])
+        assert plain == {0, 1, 2, 3}
+    finally:
+        conn.close()

@@ -1,0 +1,104 @@
+"""The gRPC endpoints of the brokers a route names, for QueryRoute's answers.
+
+A route (the controllers' GET_ROUTEINFO_BY_TOPIC) names brokers by their remoting addresses;
+the clients need their gRPC endpoints, plaintext or TLS as the client connected. Each broker
+tells its own in GET_BROKER_RUNTIME_INFO (``grpcEndpoint``, ``grpcTlsEndpoint``); this book
+asks once per broker and keeps the answer for :data:`KEEP_S`, and keeps an older answer while a
+broker does not answer (a dead master stays listed until the controllers drop it: the clients
+skip an endpoint that refuses connections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import msgpack
+import structlog
+
+from protocol.codes import RequestCode
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+
+log = structlog.get_logger(__name__)
+
+KEEP_S: Final = 30.0
+"""How long a broker's answer is used before it is asked again."""
+ASK_TIMEOUT_S: Final = 1.0
+
+_WILDCARDS: Final = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoints:
+    plain: tuple[str, int] | None
+    tls: tuple[str, int] | None
+    at: float
+
+
+def _endpoint(value: object, remoting_address: str) -> tuple[str, int] | None:
+    """``host:port`` from a runtime info answer; a wildcard host is the broker's remoting
+    host (the address the controllers know it by)."""
+    if not isinstance(value, str) or not value:
+        return None
+    host, _, port = value.rpartition(":")
+    if host in _WILDCARDS:
+        host = remoting_address.rpartition(":")[0]
+    try:
+        return host, int(port)
+    except ValueError:
+        return None
+
+
+class EndpointBook:
+    def __init__(self, pool: ConnectionPool, own_address: str) -> None:
+        self.pool = pool
+        self.own_address = own_address
+        self.own = BrokerEndpoints(None, None, float("inf"))
+        """This broker's own: set by the endpoint once it listens, never asked."""
+        self._known: dict[str, BrokerEndpoints] = {}
+
+    def set_own(self, plain: tuple[str, int] | None, tls: tuple[str, int] | None) -> None:
+        def own(at: tuple[str, int] | None) -> tuple[str, int] | None:
+            return None if at is None else _endpoint(f"{at[0]}:{at[1]}", self.own_address)
+
+        self.own = BrokerEndpoints(own(plain), own(tls), float("inf"))
+
+    async def group(self, members: Sequence[str], tls: bool) -> list[tuple[str, int]]:
+        """The gRPC endpoints of a broker group's members (remoting addresses, master first),
+        in that order; members without one are left out."""
+        found = await asyncio.gather(*(self._of(a) for a in members))
+        out: list[tuple[str, int]] = []
+        for known in found:
+            at = known.tls if tls else known.plain
+            if at is not None and at not in out:
+                out.append(at)
+        return out
+
+    async def _of(self, address: str) -> BrokerEndpoints:
+        if address == self.own_address:
+            return self.own
+        known = self._known.get(address)
+        now = time.monotonic()
+        if known is not None and now - known.at < KEEP_S:
+            return known
+        try:
+            conn = await self.pool.get(address)
+            resp = await conn.call(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=ASK_TIMEOUT_S)
+            info = msgpack.unpackb(resp.body or b"", raw=False)
+            fresh = BrokerEndpoints(
+                _endpoint(info.get("grpcEndpoint"), address),
+                _endpoint(info.get("grpcTlsEndpoint"), address),
+                now,
+            )
+        except (RemotingError, ValueError, TypeError, AttributeError) as exc:
+            if not isinstance(exc, RemotingError):
+                log.warning("malformed runtime info", address=address, error=str(exc))
+            else:
+                self.pool.drop(address)
+            return known if known is not None else BrokerEndpoints(None, None, 0.0)
+        self._known[address] = fresh
+        return fresh
