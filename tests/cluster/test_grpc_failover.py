@@ -1,0 +1,139 @@
+"""kill -9 of the master while the official RocketMQ 5 Python client produces through the gRPC
+endpoints: its sends resume on the new master without a new route (the route lists every broker
+of the group; a slave's endpoint hands writes to its master) and every acknowledged message is
+in the topic, read with our SDK.
+
+The official client runs in a process of its own with HOME at a temp dir, as
+tests/cluster/test_grpc_official_client.py explains; it prints one line per acknowledged send.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from client import Consumer
+from client.bootstrap import Bootstrap
+from tests.cluster.support import create_topic, full_sync_state_set, new_master, node_at
+from tests.support.cluster import Cluster
+from tests.support.procs import free_port
+from tests.support.wait import wait_until, wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "GrpcFailover"
+
+_PRODUCE = """
+import json, os, sys, time
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+endpoint, topic, stop = sys.argv[1:4]
+producer = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=3), (topic,))
+producer.startup()
+i = 0
+try:
+    while not os.path.exists(stop):
+        m = Message()
+        m.topic = topic
+        m.body = f"m-{i}".encode()
+        try:
+            receipt = producer.send(m)
+        except Exception as e:  # the application retries what was not acknowledged
+            print(f"send {i} failed: {e}", file=sys.stderr, flush=True)
+            time.sleep(0.2)
+            continue
+        print(json.dumps({"i": i, "id": receipt.message_id}), flush=True)
+        i += 1
+finally:
+    producer.shutdown()
+"""
+
+
+async def test_sends_resume_on_the_new_master_and_nothing_acknowledged_is_lost(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ports = [free_port() for _ in range(3)]
+    cluster.add_group(
+        "broker-a", 3, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
+    )
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        old = (await full_sync_state_set(boot, cluster))["masterAddress"]
+        await create_topic(boot, old, TOPIC, 2)
+        # The access point is a slave's endpoint: the route names the master's and the others.
+        slave = next(i for i, b in enumerate(cluster.brokers) if b.address != old)
+        stop = tmp_path / "stop"
+        producer = subprocess.Popen(
+            [sys.executable, "-c", _PRODUCE, f"127.0.0.1:{ports[slave]}", TOPIC, str(stop)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+        )
+        acked: list[dict[str, object]] = []
+        errors: list[str] = []
+        readers = [
+            threading.Thread(target=lambda: acked.extend(map(json.loads, producer.stdout or ()))),
+            threading.Thread(target=lambda: errors.extend(producer.stderr or ())),
+        ]
+        for r in readers:
+            r.start()
+        try:
+
+            def logs() -> str:
+                return "".join(errors[-20:]) + cluster.logs()
+
+            # The client refreshes its routes 10 s after it starts, then every 30 s (its log
+            # says each time): kill after the first refresh, so the sends must resume through
+            # the endpoints of the route it has, not a fresh one.
+            client_log = tmp_path / "logs" / "rocketmq_python" / "rocketmq_client.log"
+
+            def refreshed() -> bool:
+                text = client_log.read_text() if client_log.exists() else ""
+                return text.count(f"update topic:{TOPIC} route, route info") >= 2
+
+            wait_until(lambda: len(acked) >= 30, "30 sends before the kill", 30, on_timeout=logs)
+            wait_until(refreshed, "the client's first route refresh", 30, on_timeout=logs)
+            node_at(cluster, old).kill9()
+            new = (await new_master(boot, cluster, old))["masterAddress"]
+            elected = len(acked)  # acknowledged before the new master was elected: by the old
+            wait_until(
+                lambda: len(acked) >= elected + 30,
+                "30 sends acknowledged after the kill",
+                20,
+                on_timeout=logs,
+            )
+        finally:
+            stop.touch()
+            try:
+                producer.wait(30)
+            finally:
+                if producer.poll() is None:
+                    producer.kill()
+                    producer.wait(10)
+            for r in readers:
+                r.join(10)
+        assert producer.returncode == 0, "".join(errors[-30:])
+    finally:
+        boot.close()
+
+    sent = {str(a["id"]): int(str(a["i"])) for a in acked}
+    got: dict[str, tuple[bytes, str]] = {}
+    async with Consumer(cluster.controller_addresses, "grpc-failover", TOPIC) as consumer:
+
+        async def all_read() -> bool:
+            for m in await consumer.receive(timeout=0.5):
+                got[m.properties["UNIQ_KEY"]] = (m.body, m.record.store_host)
+            return set(sent) <= set(got)
+
+        await wait_until_async(all_read, "every acknowledged message", 40, on_timeout=cluster.logs)
+    for msg_id, i in sent.items():
+        body, stored_by = got[msg_id]
+        assert body == f"m-{i}".encode()
+        assert stored_by in ((old, new) if i < elected else (new,)), (i, elected, stored_by)
