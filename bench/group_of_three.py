@@ -45,15 +45,18 @@ class GroupOfThree:
 
 
 @asynccontextmanager
-async def group_of_three(prefix: str) -> AsyncIterator[GroupOfThree]:
+async def group_of_three(
+    prefix: str, per_broker: list[list[str]] | None = None
+) -> AsyncIterator[GroupOfThree]:
     """Start the cluster in a temporary directory named ``prefix``..., yield it once all three
-    replicas are in sync, and stop every process it started on the way out (also on errors)."""
+    replicas are in sync, and stop every process it started on the way out (also on errors).
+    ``per_broker[i]``: flags of broker ``i`` only (a gRPC port, say)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         cluster = Cluster(Path(tmp))
         boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
         try:
             cluster.start_controllers()
-            cluster.add_group("broker-a", 3, segment_bytes=1 << 30)
+            cluster.add_group("broker-a", 3, per_broker=per_broker, segment_bytes=1 << 30)
             doc = await full_sync_state_set(boot, cluster, timeout=120)
             yield GroupOfThree(cluster, boot, doc["masterAddress"], doc)
         finally:

@@ -1,0 +1,290 @@
+"""gRPC benchmark (issue 13): the official RocketMQ 5 Python client (rocketmq-python-client)
+through the brokers' gRPC endpoints beside our SDK over remoting, in one run against one group.
+
+One broker group of 3 in controller mode (all-ack, flush async), each broker with a gRPC port,
+1 KiB messages, a topic of 8 queues. Phases, each side in turn:
+
+* send, 64 in flight: our SDK (``Producer.send`` from 64 tasks, auto-batching on, its default,
+  and off); the official client (``Producer.send_async`` with 64 futures outstanding);
+* send, one at a time: p50 of a lone send;
+* receive + ack: our SDK's POP ``SimpleConsumer`` (4 members, ``receive(32)`` then one batch
+  ack) and the official ``SimpleConsumer`` (``receive(32)``, an ``ack_async`` per message); the
+  latter only where the brokers serve ReceiveMessage ("not available" otherwise).
+
+Printed: messages per second, the client's own CPU seconds per 100k messages (the official
+client runs in a process of its own; ours in this one), the master's CPU seconds per 100k, and
+the ratio gRPC / SDK against the issue's target of 0.5. The official client is given the
+master's gRPC endpoint; the route it gets lists all three brokers, and it writes through the
+first of them in address order (a slave hands the writes to the master). Nothing is asserted.
+
+    python bench/grpc_bench.py [--messages N] [--size BYTES]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.broker_bench import cpu_seconds, pct, run_async
+from bench.group_of_three import GroupOfThree, group_of_three, payload
+from bench.pop_bench import pop, produce
+from bench.sdk_phases import in_flight, wait_routed
+from client import Producer
+from client.admin import Admin
+from tests.support.procs import free_port
+
+TARGET = 0.5
+TOPIC = "GrpcBench"
+RECV_TOPIC = "GrpcBenchRecv"
+SDK_RECV_TOPIC = "GrpcBenchSdkRecv"
+
+_OFFICIAL = r"""
+import json, sys, threading, time
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer
+from rocketmq import SimpleConsumer
+
+endpoint, topic, recv_topic, n, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+body = (b"0123456789abcdef" * (size // 16 + 1))[:size]
+
+def say(**kw):
+    print(json.dumps(kw), flush=True)
+
+def message():
+    m = Message()
+    m.topic = topic
+    m.body = body
+    return m
+
+producer = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), (topic,))
+producer.startup()
+try:
+    for _ in range(200):  # warm up: routes, channels, settings
+        producer.send(message())
+    slots = threading.Semaphore(64)
+    lat = []
+    failed = []
+    def done(started, future):
+        lat.append(time.perf_counter() - started)
+        if future.exception() is not None:
+            failed.append(repr(future.exception()))
+        slots.release()
+    say(phase="send")
+    sys.stdin.readline()
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        slots.acquire()
+        started = time.perf_counter()
+        producer.send_async(message()).add_done_callback(lambda f, s=started: done(s, f))
+    for _ in range(64):
+        slots.acquire()
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    lat.sort()
+    say(phase="sent", rate=n / dt, cpu=cpu, p50=lat[len(lat) // 2] * 1000, failed=len(failed),
+        error=failed[0] if failed else "")
+    one = []
+    for _ in range(max(n // 20, 50)):
+        t = time.perf_counter()
+        producer.send(message())
+        one.append((time.perf_counter() - t) * 1000)
+    one.sort()
+    say(phase="one", p50=one[len(one) // 2], p99=one[int(len(one) * 0.99)], count=len(one))
+finally:
+    producer.shutdown()
+
+say(phase="recv-ready")
+sys.stdin.readline()
+consumer = SimpleConsumer(ClientConfiguration(endpoint, Credentials(), request_timeout=10),
+                          "GrpcBenchRecv", {recv_topic: FilterExpression()}, await_duration=2)
+try:
+    consumer.startup()
+    first = consumer.receive(32, 60)
+except Exception as e:
+    say(phase="recv", available=False, error=f"{type(e).__name__}: {e}"[:300])
+    sys.exit(0)
+try:
+    say(phase="recv-go")
+    c0, t0 = time.process_time(), time.perf_counter()
+    got, acks = 0, []
+    batch = first
+    while got < n:
+        for m in batch:
+            acks.append(consumer.ack_async(m))
+        got += len(batch)
+        if got < n:
+            batch = consumer.receive(32, 60)
+    for a in acks:
+        a.result()
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    say(phase="recv", available=True, rate=got / dt, cpu=cpu, count=got)
+finally:
+    consumer.shutdown()
+"""
+
+
+class Official:
+    """The official client's script in its own process, phase by phase over its stdout."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def next(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), 300)
+            if not line:
+                err = await self.proc.stderr.read() if self.proc.stderr else b""
+                raise RuntimeError(f"official client ended: {err.decode()[-2000:]}")
+            if line.startswith(b"{"):
+                out: dict[str, Any] = json.loads(line)
+                return out
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"go\n")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    body = payload(args.size)
+    n = args.messages
+    ports = [free_port() for _ in range(3)]
+    per_broker = [["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
+    async with group_of_three("rmq-grpc-bench-", per_broker) as g:
+        master = next(b for b in g.cluster.brokers if b.address == g.master)
+        endpoint = f"127.0.0.1:{ports[g.cluster.brokers.index(master)]}"
+        print(
+            f"3 controllers, broker-a x3 (master {g.master}, gRPC {endpoint}), all-ack, "
+            f"flush async, {args.size} B messages, {n:,} messages a phase, 8 queues",
+            flush=True,
+        )
+        async with Admin(g.addresses) as admin:
+            for topic in (TOPIC, RECV_TOPIC, SDK_RECV_TOPIC):
+                await admin.create_topic(topic, 8)
+        for topic in (TOPIC, RECV_TOPIC, SDK_RECV_TOPIC):
+            await wait_routed(g.addresses, topic)
+        await run_phases(g, master.pid, endpoint, n, body, args.size)
+
+
+async def run_phases(
+    g: GroupOfThree, master_pid: int, endpoint: str, n: int, body: bytes, size: int
+) -> None:
+    def per_100k(seconds: float) -> float:
+        return seconds / n * 100_000
+
+    # -- our SDK ---------------------------------------------------------------------------------
+    sdk = {}
+    for auto_batch in (True, False):
+        sdk[auto_batch] = await in_flight(
+            g.addresses, TOPIC, n, body, auto_batch=auto_batch, server_pid=master_pid
+        )
+    lone: list[float] = []
+    async with Producer(g.addresses, auto_batch=False) as p:
+        await p.send(TOPIC, b"warm-up")
+        for _ in range(max(n // 20, 50)):
+            t0 = time.perf_counter()
+            await p.send(TOPIC, body)
+            lone.append((time.perf_counter() - t0) * 1000)
+    for auto_batch, r in sdk.items():
+        mode = "on, default" if auto_batch else "off"
+        print(
+            f"SDK   send, 64 in flight (auto-batch {mode}): {r.rate:>8,.0f} msg/s"
+            f"  p50 {r.p50_ms:6.2f} ms  client CPU {r.client_cpu_per_100k:5.1f} s/100k"
+            f"  master CPU {r.server_cpu_per_100k or 0:5.1f} s/100k",
+            flush=True,
+        )
+    print(f"SDK   send, one at a time: p50 {pct(lone, 0.5):.3f} ms ({len(lone)} sends)", flush=True)
+
+    # -- the official client ---------------------------------------------------------------------
+    with tempfile.TemporaryDirectory(prefix="rmq-grpc-bench-home-") as home:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _OFFICIAL,
+            endpoint,
+            TOPIC,
+            RECV_TOPIC,
+            str(n),
+            str(size),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={"HOME": home, "PATH": "/usr/bin:/bin"},
+            cwd=home,
+        )
+        official = Official(proc)
+        try:
+            await official.next()  # warmed up, about to send
+            s0 = cpu_seconds(master_pid)
+            official.go()
+            sent = await official.next()
+            master_cpu = cpu_seconds(master_pid) - s0
+            one = await official.next()
+            rate = sent["rate"]
+            print(
+                f"gRPC  send, 64 in flight (official client): {rate:>8,.0f} msg/s"
+                f"  p50 {sent['p50']:6.2f} ms  client CPU {per_100k(sent['cpu']):5.1f} s/100k"
+                f"  master CPU {per_100k(master_cpu):5.1f} s/100k"
+                + (f"  ({sent['failed']} failed: {sent['error']})" if sent["failed"] else ""),
+                flush=True,
+            )
+            print(
+                f"gRPC  send, one at a time: p50 {one['p50']:.3f} ms ({one['count']} sends)",
+                flush=True,
+            )
+            best = sdk[True].rate
+            print(
+                f"ratio gRPC / SDK send (64 in flight): {rate / best:.2f} of auto-batch on, "
+                f"{rate / sdk[False].rate:.2f} of off; target {TARGET} "
+                f"({rate / best / TARGET:.2f} of the target)",
+                flush=True,
+            )
+            print(
+                f"ratio gRPC / SDK one-at-a-time p50: {one['p50'] / pct(lone, 0.5):.2f}",
+                flush=True,
+            )
+
+            # -- receive + ack -------------------------------------------------------------------
+            await produce(g.addresses, RECV_TOPIC, n, body)
+            await produce(g.addresses, SDK_RECV_TOPIC, n, body)
+            await official.next()  # recv-ready
+            official.go()
+            recv = await official.next()
+            if recv["phase"] == "recv-go":
+                recv = await official.next()
+            sdk_rate, _again = await pop(g.addresses, SDK_RECV_TOPIC, n, 4)
+            print(f"SDK   POP receive + ack (4 members): {sdk_rate:>8,.0f} msg/s", flush=True)
+            if not recv.get("available"):
+                print(
+                    f"gRPC  SimpleConsumer receive + ack: not available ({recv.get('error', '')})",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"gRPC  SimpleConsumer receive + ack (1 member): {recv['rate']:>8,.0f} msg/s"
+                    f"  client CPU {per_100k(recv['cpu']):5.1f} s/100k"
+                    f"  ({recv['rate'] / sdk_rate:.2f} of the SDK's)",
+                    flush=True,
+                )
+            await asyncio.wait_for(proc.wait(), 120)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--size", type=int, default=1024)
+    run_async(lambda: main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
