@@ -57,6 +57,7 @@ __all__ = [
     "decode_revive_record",
     "encode_handle",
     "encode_revive_record",
+    "peek_handle",
 ]
 
 REVIVE_TOPIC: Final = "rmq_sys_REVIVE_LOG"
@@ -151,9 +152,8 @@ def encode_handle(handle: ReceiptHandle, key: HandleKey) -> str:
     return base64.urlsafe_b64encode(body + key.mac(body)).decode().rstrip("=")
 
 
-def decode_handle(text: str, key: HandleKey | None, broker_name: str) -> ReceiptHandle:
-    """Check and decode a receipt handle issued by ``broker_name`` under ``key`` (None: this
-    broker never issued one). Raises :class:`HandleError` saying why it is refused."""
+def _parse_handle(text: str) -> tuple[bytes, bytes, ReceiptHandle]:
+    """The signed bytes, the MAC and the fields of a receipt handle, unchecked."""
     if not text or len(text) > 2048:
         raise HandleError("receipt handle is empty or too long")
     try:
@@ -182,13 +182,34 @@ def decode_handle(text: str, key: HandleKey | None, broker_name: str) -> Receipt
     if pos != len(body):
         raise HandleError("receipt handle has trailing bytes")
     name, group, topic = names
-    if name != broker_name:
-        raise HandleError(f"receipt handle was issued by broker {name}, this is {broker_name}")
+    handle = ReceiptHandle(name, group, topic, queue_id, offset, pop_ms, invisible_ms, checkpoint)
+    return body, mac, handle
+
+
+def _check_fields(handle: ReceiptHandle) -> ReceiptHandle:
+    if handle.queue_offset < 0 or handle.pop_ms < 0 or handle.checkpoint < 0:
+        raise HandleError("receipt handle is corrupt")
+    return handle
+
+
+def decode_handle(text: str, key: HandleKey | None, broker_name: str) -> ReceiptHandle:
+    """Check and decode a receipt handle issued by ``broker_name`` under ``key`` (None: this
+    broker never issued one). Raises :class:`HandleError` saying why it is refused."""
+    body, mac, handle = _parse_handle(text)
+    if handle.broker_name != broker_name:
+        raise HandleError(
+            f"receipt handle was issued by broker {handle.broker_name}, this is {broker_name}"
+        )
     if key is None or not hmac.compare_digest(mac, key.mac(body)):
         raise HandleError("receipt handle fails its signature check (forged or corrupt)")
-    if offset < 0 or pop_ms < 0 or checkpoint < 0:
-        raise HandleError("receipt handle is corrupt")
-    return ReceiptHandle(name, group, topic, queue_id, offset, pop_ms, invisible_ms, checkpoint)
+    return _check_fields(handle)
+
+
+def peek_handle(text: str) -> ReceiptHandle:
+    """The fields of a receipt handle WITHOUT checking its signature: only for a handle the
+    broker has just accepted (the gRPC endpoint finds the message a handle names this way after
+    a change of invisible time succeeded with it). Raises :class:`HandleError`."""
+    return _check_fields(_parse_handle(text)[2])
 
 
 # -- the revive log --------------------------------------------------------------------------

@@ -4,7 +4,8 @@ A thin front end, like RocketMQ's proxy: each RPC is translated (:mod:`broker.gr
 into the broker's own requests and delegated: QueryRoute asks the controllers (or a lone broker
 itself) for the topic's route and the brokers for their gRPC endpoints
 (:mod:`broker.grpc.endpoints`); the producer's RPCs go to :mod:`broker.grpc.produce`; Telemetry
-to :mod:`broker.grpc.telemetry`. RPCs not served answer gRPC UNIMPLEMENTED (grpcio's default
+to :mod:`broker.grpc.telemetry`; the consumer's (POP) to :mod:`broker.grpc.consume`. RPCs not
+served answer gRPC UNIMPLEMENTED (grpcio's default
 for a method the servicer does not override).
 """
 
@@ -18,6 +19,8 @@ import grpc
 import msgpack
 import structlog
 
+from broker.grpc.consume import ConsumeService
+from broker.grpc.delivery import CONSUMER_TYPES
 from broker.grpc.endpoints import EndpointBook
 from broker.grpc.produce import Publisher
 from broker.grpc.produce import status as _status
@@ -65,12 +68,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         master = master_address or (lambda: local_address)
         self.publisher = Publisher(self.pool, self.routes, master, broker_name, max_body_bytes)
         self.telemetry = TelemetryHub(self.pool, local_address, master, max_body_bytes)
+        self.consume = ConsumeService(self.pool, local_address, master, broker_name)
+        self.telemetry.on_subscription = self.consume.subscription_settings
 
     @property
     def own_endpoint(self) -> tuple[str, int] | None:
         return self.endpoints.own.plain
 
     def close(self) -> None:
+        self.consume.close()
         self.pool.close()
 
     async def QueryRoute(self, request: rpc.QueryRouteRequest, context: Any) -> Any:
@@ -115,12 +121,42 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return await self.publisher.recall(request)
 
     async def Heartbeat(self, request: rpc.HeartbeatRequest, context: Any) -> Any:
+        if request.client_type in CONSUMER_TYPES:
+            return await self.consume.heartbeat(request, context)
         return rpc.HeartbeatResponse(status=_status(pb.OK))
 
     async def NotifyClientTermination(
         self, request: rpc.NotifyClientTerminationRequest, context: Any
     ) -> Any:
+        if request.HasField("group"):
+            return await self.consume.terminated(request, context)
         return rpc.NotifyClientTerminationResponse(status=_status(pb.OK))
+
+    # -- POP consumption: broker/grpc/consume.py ------------------------------------------------
+    async def ReceiveMessage(
+        self, request: rpc.ReceiveMessageRequest, context: Any
+    ) -> AsyncIterator[rpc.ReceiveMessageResponse]:
+        async for response in self.consume.receive(request, context):
+            yield response
+
+    async def AckMessage(self, request: rpc.AckMessageRequest, context: Any) -> Any:
+        return await self.consume.ack(request, context)
+
+    async def ChangeInvisibleDuration(
+        self, request: rpc.ChangeInvisibleDurationRequest, context: Any
+    ) -> Any:
+        return await self.consume.change_invisible_duration(request, context)
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: rpc.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> Any:
+        return await self.consume.forward_to_dead_letter_queue(request, context)
+
+    async def QueryAssignment(self, request: rpc.QueryAssignmentRequest, context: Any) -> Any:
+        route = await self.QueryRoute(
+            rpc.QueryRouteRequest(topic=request.topic, endpoints=request.endpoints), context
+        )
+        return self.consume.query_assignment(request, route)
 
     async def Telemetry(
         self, request_iterator: AsyncIterator[rpc.TelemetryCommand], context: Any

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -80,6 +80,11 @@ class TelemetryHub:
         self._turn = itertools.count()
         self._task: asyncio.Task[None] | None = None
         self._beat_now = asyncio.Event()
+        self.on_subscription: (
+            Callable[[pb.Settings, pb.Settings, str], Awaitable[pb.Status]] | None
+        ) = None
+        """Fills the answer to a consumer's settings (:mod:`broker.grpc.consume`): client
+        settings, answer, client id -> the answer's status."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._heartbeat_loop(), name="grpc-telemetry-heartbeat")
@@ -118,9 +123,10 @@ class TelemetryHub:
                         if groups - session.groups:
                             self._beat_now.set()
                         session.groups = groups
-                    session.out.put_nowait(
-                        rpc.TelemetryCommand(status=status(pb.OK), settings=self.settings(client))
-                    )
+                    answer, answered = self.settings(client), status(pb.OK)
+                    if client.HasField("subscription") and self.on_subscription is not None:
+                        answered = await self.on_subscription(client, answer, session.client_id)
+                    session.out.put_nowait(rpc.TelemetryCommand(status=answered, settings=answer))
         except Exception as exc:  # the client went away mid-stream
             log.debug("telemetry stream ended", client_id=session.client_id, error=repr(exc))
         finally:
@@ -142,10 +148,6 @@ class TelemetryHub:
         if client.HasField("publishing"):
             out.publishing.max_body_size = self.max_body_bytes
             out.publishing.validate_message_type = True
-        elif client.HasField("subscription"):
-            out.subscription.fifo = False
-            out.subscription.receive_batch_size = 32
-            out.subscription.long_polling_timeout.CopyFrom(Duration(seconds=20))
         return out
 
     # -- transaction check-backs -----------------------------------------------------------------

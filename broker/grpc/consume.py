@@ -1,0 +1,523 @@
+"""POP consumption over gRPC: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue, QueryAssignment, and the consumer side of Heartbeat,
+NotifyClientTermination and Telemetry (docs/protocol.md, "POP consumption over gRPC").
+
+Each RPC becomes the broker's own requests (POP_MESSAGE, BATCH_ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME, CONSUMER_SEND_MSG_BACK, HEART_BEAT, UNREGISTER_CLIENT,
+GET_SUBSCRIPTIONGROUP_CONFIG) to this broker group's master (this broker itself, over a loopback
+connection, when it is the master; a slave's endpoint hands them to its master), so every
+check, wait and metric of the remoting path applies. Checking and translating is in
+:mod:`broker.grpc.delivery`, the consumers this endpoint knows in :mod:`broker.grpc.consumers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final
+
+import msgpack
+import structlog
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from broker.grpc import delivery
+from broker.grpc.consumers import Clients, Held, RenewTable
+from broker.grpc.telemetry import client_id_of
+from broker.grpc.translate import Refused, status_code
+from protocol.codes import RequestCode, ResponseCode
+from protocol.message import RecordError, iter_records
+from protocol.pop import HandleError, peek_handle
+from protocol.remoting import Frame, Header
+from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_from_dict
+from protocol.rocketmq_v2 import definition_pb2 as pb
+from protocol.rocketmq_v2 import service_pb2 as rpc
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+from remoting.failover import describe_failure
+
+log = structlog.get_logger(__name__)
+
+_TIMEOUT_S: Final = 5.0
+"""Each request to the broker, beyond a receive's long polling."""
+_TICK_S: Final = 1.0
+_TERMINATED_INVISIBLE_MS: Final = delivery.MIN_INVISIBLE_MS
+"""What a terminated push consumer's held messages are hidden for: they come back at once."""
+
+
+def _status(code: int, message: str) -> pb.Status:
+    return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _remark(frame: Frame) -> str:
+    remark = frame.header.get("remark")
+    return remark if isinstance(remark, str) else ""
+
+
+class ConsumeService:
+    """The consumer RPCs of one broker's gRPC endpoint. Loop thread only."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        local_address: str,
+        master_address: Callable[[], str],
+        broker_name: str,
+    ) -> None:
+        self.pool = pool
+        self.local_address = local_address
+        self.master_address = master_address
+        """The remoting address of this broker group's master ("" while there is none)."""
+        self.broker_name = broker_name
+        self.clients = Clients()
+        self.held = RenewTable()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _started(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._tend(), name="grpc-consumers")
+
+    # -- requests to the broker ------------------------------------------------------------------
+    async def _request(self, address: str, code: int, header: Header, timeout: float) -> Frame:
+        try:
+            conn = await self.pool.get(address)
+            return await conn.request(code, header, None, timeout)
+        except RemotingError as exc:
+            self.pool.drop(address)
+            raise Refused(
+                pb.INTERNAL_ERROR, f"broker {address} unavailable: {describe_failure(exc)}"
+            ) from None
+
+    async def _call(self, code: int, header: Header, timeout: float = _TIMEOUT_S) -> Frame:
+        """``code`` at this broker group's master (this broker when it is the master)."""
+        master = self.master_address()
+        if not master:
+            raise Refused(
+                pb.HA_NOT_AVAILABLE, f"broker group {self.broker_name} has no master right now"
+            )
+        return await self._request(master, code, header, timeout)
+
+    # -- ReceiveMessage -----------------------------------------------------------------------------
+    async def receive(
+        self, request: rpc.ReceiveMessageRequest, context: Any
+    ) -> AsyncIterator[rpc.ReceiveMessageResponse]:
+        """The answer stream: a status, then the messages and the delivery timestamp."""
+        try:
+            plan = delivery.receive_plan(request, context.time_remaining())
+            client_id = client_id_of(context)
+            if plan.auto_renew and not client_id:
+                raise Refused(pb.CLIENT_ID_REQUIRED, "auto_renew needs the x-mq-client-id header")
+            if client_id:
+                self._started()
+                self.clients.seen(client_id, plan.group, _now_ms())
+            header: Header = {
+                "consumerGroup": plan.group,
+                "topic": plan.topic,
+                "queueId": -1,
+                "maxMsgNums": plan.batch,
+                "invisibleTime": plan.invisible_ms,
+                "pollTime": plan.poll_ms,
+                "expressionType": "TAG",
+                "exp": plan.expression,
+            }
+            resp = await self._call(
+                RequestCode.POP_MESSAGE, header, plan.poll_ms / 1000 + _TIMEOUT_S
+            )
+            messages = self._received(resp, plan, client_id)
+        except Refused as exc:
+            yield rpc.ReceiveMessageResponse(status=_status(exc.code, exc.message))
+            return
+        if not messages:
+            yield rpc.ReceiveMessageResponse(status=_status(pb.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield rpc.ReceiveMessageResponse(status=_status(pb.OK, "OK"))
+        for message in messages:
+            yield rpc.ReceiveMessageResponse(message=message)
+        now = _now_ms()
+        yield rpc.ReceiveMessageResponse(
+            delivery_timestamp=Timestamp(seconds=now // 1000, nanos=(now % 1000) * 1_000_000)
+        )
+
+    def _received(
+        self, resp: Frame, plan: delivery.ReceivePlan, client_id: str
+    ) -> list[pb.Message]:
+        if resp.code == ResponseCode.PULL_NOT_FOUND:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            codes: dict[int, int] = {
+                ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
+                ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
+                ResponseCode.QUEUE_NOT_EXIST: pb.BAD_REQUEST,
+            }
+            raise Refused(codes.get(resp.code, status_code(resp.code)), _remark(resp))
+        handles = str(resp.header.get("receiptHandles", "")).split()
+        attempts = str(resp.header.get("attempts", "")).split()
+        try:
+            records = list(iter_records(resp.body or b""))
+        except RecordError as exc:
+            raise Refused(pb.INTERNAL_ERROR, f"POP answer does not decode: {exc}") from None
+        if not len(records) == len(handles) == len(attempts):
+            raise Refused(pb.INTERNAL_ERROR, "POP answer: records, handles and attempts differ")
+        now = _now_ms()
+        out = []
+        for record, handle, attempt in zip(records, handles, attempts, strict=True):
+            out.append(
+                delivery.received_message(
+                    record, plan.group, handle, int(attempt), plan.invisible_ms
+                )
+            )
+            if plan.auto_renew:
+                self.held.hold(
+                    handle, plan.group, plan.topic, client_id, now + plan.invisible_ms, now
+                )
+        return out
+
+    # -- AckMessage -------------------------------------------------------------------------------
+    async def ack(self, request: rpc.AckMessageRequest, context: Any) -> rpc.AckMessageResponse:
+        try:
+            group = delivery.check_group(request.group)
+            if not request.entries:
+                raise Refused(pb.BAD_REQUEST, "no entry to ack")
+            if len(request.entries) > 1024:
+                raise Refused(pb.BAD_REQUEST, "at most 1024 entries per ack")
+        except Refused as exc:
+            return rpc.AckMessageResponse(status=_status(exc.code, exc.message))
+        statuses: list[pb.Status] = [_status(pb.OK, "OK")] * len(request.entries)
+        asked: list[int] = []
+        for i, entry in enumerate(request.entries):
+            bad = delivery.check_handle(entry.receipt_handle)
+            if bad is None:
+                asked.append(i)
+            else:
+                statuses[i] = _status(pb.INVALID_RECEIPT_HANDLE, bad)
+        originals = [request.entries[i].receipt_handle for i in asked]
+        locks = [self._lock(h) for h in sorted(set(originals)) if self.held.get(h) is not None]
+        for lock in locks:
+            await lock.acquire()
+        try:
+            if asked:
+                await self._ack_handles(group, request.topic.name, originals, asked, statuses)
+        except Refused as exc:
+            for i in asked:
+                statuses[i] = _status(exc.code, exc.message)
+        finally:
+            for lock in locks:
+                lock.release()
+        entries = [
+            rpc.AckMessageResultEntry(
+                message_id=e.message_id, receipt_handle=e.receipt_handle, status=s
+            )
+            for e, s in zip(request.entries, statuses, strict=True)
+        ]
+        return rpc.AckMessageResponse(status=delivery.overall(statuses), entries=entries)
+
+    async def _ack_handles(
+        self,
+        group: str,
+        topic: str,
+        originals: list[str],
+        asked: list[int],
+        statuses: list[pb.Status],
+    ) -> None:
+        header: Header = {
+            "consumerGroup": group,
+            "receiptHandles": " ".join(self.held.current(h) for h in originals),
+        }
+        resp = await self._call(RequestCode.BATCH_ACK_MESSAGE, header)
+        if resp.code != ResponseCode.SUCCESS:
+            code = delivery.handle_code(resp.code, status_code(resp.code))
+            raise Refused(code, _remark(resp) or f"ack refused ({resp.code})")
+        results = str(resp.header.get("results", "")).split()
+        if len(results) != len(asked):
+            raise Refused(pb.INTERNAL_ERROR, "batch ack answered a wrong number of results")
+        whys = delivery.batch_remarks(_remark(resp), len(asked))
+        for j, (i, result) in enumerate(zip(asked, results, strict=True)):
+            code = int(result)
+            if code == ResponseCode.SUCCESS:
+                self._release(originals[j])
+                continue
+            statuses[i] = _status(delivery.handle_code(code, status_code(code)), whys[j])
+            self._release(originals[j])  # not in flight for this client any more
+
+    # -- ChangeInvisibleDuration --------------------------------------------------------------------
+    async def change_invisible_duration(
+        self, request: rpc.ChangeInvisibleDurationRequest, context: Any
+    ) -> rpc.ChangeInvisibleDurationResponse:
+        try:
+            group = delivery.check_group(request.group)
+            bad = delivery.check_handle(request.receipt_handle)
+            if bad is not None:
+                raise Refused(pb.INVALID_RECEIPT_HANDLE, bad)
+            ms = delivery.millis(request.invisible_duration)
+            if not 0 <= ms <= delivery.MAX_INVISIBLE_MS:
+                raise Refused(
+                    pb.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible_duration must be 0..{delivery.MAX_INVISIBLE_MS} ms, not {ms}",
+                )
+            original = request.receipt_handle
+            async with self._lock(original):
+                new = await self._change(group, request.topic.name, self.held.current(original), ms)
+                self._release(original)  # the client decides from now on
+        except Refused as exc:
+            return rpc.ChangeInvisibleDurationResponse(status=_status(exc.code, exc.message))
+        return rpc.ChangeInvisibleDurationResponse(status=_status(pb.OK, "OK"), receipt_handle=new)
+
+    async def _change(self, group: str, topic: str, handle: str, ms: int) -> str:
+        """CHANGE_MESSAGE_INVISIBLETIME: the new handle. Below the broker's 1 s it hides the
+        message for 1 s (a nack that wants it back at once)."""
+        header: Header = {
+            "consumerGroup": group,
+            "receiptHandle": handle,
+            "invisibleTime": max(delivery.MIN_INVISIBLE_MS, ms),
+        }
+        resp = await self._call(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header)
+        if resp.code != ResponseCode.SUCCESS:
+            code = delivery.handle_code(resp.code, status_code(resp.code))
+            raise Refused(code, _remark(resp) or f"change refused ({resp.code})")
+        new = resp.header.get("receiptHandle")
+        if not isinstance(new, str):
+            raise Refused(pb.INTERNAL_ERROR, "change answered without a receipt handle")
+        return new
+
+    # -- ForwardMessageToDeadLetterQueue ---------------------------------------------------------
+    async def forward_to_dead_letter_queue(
+        self, request: rpc.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> rpc.ForwardMessageToDeadLetterQueueResponse:
+        """The message goes to ``%DLQ%<group>`` at once, and its delivery is acked: the
+        delivery is checked (and kept hidden) by a change of invisible time, the message found
+        at the queue offset its handle names, sent back with no retries left
+        (CONSUMER_SEND_MSG_BACK, ``maxReconsumeTimes`` 0), then acked."""
+        try:
+            group = delivery.check_group(request.group)
+            topic = request.topic.name
+            if not topic:
+                raise Refused(pb.ILLEGAL_TOPIC, "topic is empty")
+            bad = delivery.check_handle(request.receipt_handle)
+            if bad is not None:
+                raise Refused(pb.INVALID_RECEIPT_HANDLE, bad)
+            original = request.receipt_handle
+            async with self._lock(original):
+                handle = await self._change(group, topic, self.held.current(original), 60_000)
+                self._release(original)
+                await self._send_to_dlq(request, group, topic, handle, client_id_of(context))
+                resp = await self._call(
+                    RequestCode.ACK_MESSAGE, {"consumerGroup": group, "receiptHandle": handle}
+                )
+                if resp.code != ResponseCode.SUCCESS:
+                    log.warning(
+                        "grpc: a message forwarded to the DLQ was not acked (it comes back once)",
+                        group=group,
+                        error=_remark(resp),
+                    )
+        except Refused as exc:
+            return rpc.ForwardMessageToDeadLetterQueueResponse(
+                status=_status(exc.code, exc.message)
+            )
+        return rpc.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.OK, "OK"))
+
+    async def _send_to_dlq(
+        self,
+        request: rpc.ForwardMessageToDeadLetterQueueRequest,
+        group: str,
+        topic: str,
+        handle: str,
+        client_id: str,
+    ) -> None:
+        try:
+            where = peek_handle(handle)  # the broker accepted it just now
+        except HandleError as exc:
+            raise Refused(pb.INTERNAL_ERROR, f"the broker's new handle: {exc}") from None
+        pull: Header = {
+            "consumerGroup": group,
+            "topic": where.topic,
+            "queueId": where.queue_id,
+            "queueOffset": where.queue_offset,
+            "maxMsgNums": 1,
+        }
+        resp = await self._call(RequestCode.PULL_MESSAGE, pull)
+        records = list(iter_records(resp.body or b"")) if resp.code == ResponseCode.SUCCESS else []
+        if not records or records[0].queue_offset != where.queue_offset:
+            raise Refused(
+                pb.MESSAGE_NOT_FOUND,
+                f"message {where.topic}:{where.queue_id}@{where.queue_offset} is gone",
+            )
+        member = client_id or f"grpc-{self.local_address}"
+        beat: Header = {"clientId": member, "consumerGroup": group, "topic": topic}
+        await self._call(RequestCode.HEART_BEAT, beat)
+        back: Header = {
+            "group": group,
+            "offset": records[0].physical_offset,
+            "originTopic": topic,
+            "originMsgId": request.message_id,
+            "maxReconsumeTimes": 0,
+            "reason": (
+                f"forwarded to the DLQ by the client after {request.delivery_attempt} of "
+                f"{request.max_delivery_attempts} delivery attempts"
+            ),
+        }
+        resp = await self._call(RequestCode.CONSUMER_SEND_MSG_BACK, back)
+        if resp.code != ResponseCode.SUCCESS:
+            raise Refused(status_code(resp.code), _remark(resp))
+
+    # -- QueryAssignment ------------------------------------------------------------------------
+    @staticmethod
+    def query_assignment(
+        request: rpc.QueryAssignmentRequest, route: rpc.QueryRouteResponse
+    ) -> rpc.QueryAssignmentResponse:
+        try:
+            delivery.check_group(request.group)
+        except Refused as exc:
+            return rpc.QueryAssignmentResponse(status=_status(exc.code, exc.message))
+        if route.status.code != pb.OK:
+            return rpc.QueryAssignmentResponse(status=route.status)
+        return rpc.QueryAssignmentResponse(
+            status=_status(pb.OK, "OK"), assignments=delivery.assignments(route.message_queues)
+        )
+
+    # -- Heartbeat, NotifyClientTermination, Telemetry ------------------------------------------
+    async def heartbeat(self, request: rpc.HeartbeatRequest, context: Any) -> rpc.HeartbeatResponse:
+        try:
+            group = delivery.check_group(request.group)
+            client_id = client_id_of(context)
+            if not client_id:
+                raise Refused(pb.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
+            self._started()
+            client = self.clients.seen(client_id, group, _now_ms())
+            await self._beat(client.client_id, group, client.topic)
+            client.heartbeat_ms = _now_ms()
+        except Refused as exc:
+            return rpc.HeartbeatResponse(status=_status(exc.code, exc.message))
+        return rpc.HeartbeatResponse(status=_status(pb.OK, "OK"))
+
+    async def _beat(self, client_id: str, group: str, topic: str) -> None:
+        header: Header = {"clientId": client_id, "consumerGroup": group, "topic": topic}
+        resp = await self._call(RequestCode.HEART_BEAT, header)
+        if resp.code != ResponseCode.SUCCESS:
+            raise Refused(status_code(resp.code), _remark(resp))
+
+    async def terminated(
+        self, request: rpc.NotifyClientTerminationRequest, context: Any
+    ) -> rpc.NotifyClientTerminationResponse:
+        """The client leaves its group; what it held comes back to the group at once."""
+        try:
+            group = delivery.check_group(request.group)
+        except Refused as exc:
+            return rpc.NotifyClientTerminationResponse(status=_status(exc.code, exc.message))
+        client_id = client_id_of(context)
+        self.clients.remove(client_id)
+        for held in self.held.release_client(client_id):
+            async with self._lock(held.original):
+                try:
+                    await self._change(
+                        held.group, held.topic, held.current, _TERMINATED_INVISIBLE_MS
+                    )
+                except Refused:
+                    pass  # acked meanwhile, or already back: nothing to hand back
+        if client_id:
+            try:
+                await self._call(
+                    RequestCode.UNREGISTER_CLIENT, {"clientId": client_id, "consumerGroup": group}
+                )
+            except Refused as exc:
+                return rpc.NotifyClientTerminationResponse(status=_status(exc.code, exc.message))
+        return rpc.NotifyClientTerminationResponse(status=_status(pb.OK, "OK"))
+
+    async def subscription_settings(
+        self, client: pb.Settings, out: pb.Settings, client_id: str
+    ) -> pb.Status:
+        """Fill the Telemetry answer to a consumer's settings from its group's settings on this
+        broker, and remember the client (its group and topics)."""
+        sub = client.subscription
+        try:
+            group = delivery.check_group(sub.group)
+        except Refused as exc:
+            return _status(exc.code, exc.message)
+        if client_id:
+            self._started()
+            topics = tuple(e.topic.name for e in sub.subscriptions if e.topic.name)
+            self.clients.seen(client_id, group, _now_ms(), topics)
+        delivery.subscription_settings(out, await self._group_config(group))
+        return _status(pb.OK, "OK")
+
+    async def _group_config(self, group: str) -> SubscriptionGroupConfig:
+        try:
+            resp = await self._request(
+                self.local_address,
+                RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+                {"group": group},
+                _TIMEOUT_S,
+            )
+            if resp.code == ResponseCode.SUCCESS:
+                doc = msgpack.unpackb(resp.body or b"", raw=False)
+                if isinstance(doc, Mapping):
+                    return config_from_dict(doc)
+        except (Refused, RetryConfigError, ValueError) as exc:
+            log.warning(
+                "grpc: group settings unavailable, defaults used", group=group, error=str(exc)
+            )
+        return SubscriptionGroupConfig(group)
+
+    # -- the endpoint's own work ---------------------------------------------------------------------
+    def _lock(self, handle: str) -> asyncio.Lock:
+        lock = self._locks.get(handle)
+        if lock is None:
+            lock = self._locks[handle] = asyncio.Lock()
+        return lock
+
+    def _release(self, handle: str) -> Held | None:
+        self._locks.pop(handle, None)
+        return self.held.release(handle)
+
+    async def _tend(self) -> None:
+        """Every second: heart-beat live consumers into their groups, forget silent ones, and
+        renew the deliveries held for push consumers."""
+        while True:
+            await asyncio.sleep(_TICK_S)
+            try:
+                await self._tend_once(_now_ms())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("grpc consumers: upkeep failed")
+
+    async def _tend_once(self, now: int) -> None:
+        for gone in self.clients.expire(now):
+            for held in self.held.release_client(gone.client_id):
+                self._locks.pop(held.original, None)
+        for client in self.clients.heartbeat_due(now):
+            try:
+                await self._beat(client.client_id, client.group, client.topic)
+                client.heartbeat_ms = now
+            except Refused as exc:
+                log.warning(
+                    "grpc: consumer heartbeat failed", client=client.client_id, error=exc.message
+                )
+        for held in self.held.due(now):
+            await self._renew(held)
+        for handle in [h for h in self._locks if self.held.get(h) is None]:
+            if not self._locks[handle].locked():
+                del self._locks[handle]
+
+    async def _renew(self, held: Held) -> None:
+        async with self._lock(held.original):
+            if self.held.get(held.original) is not held:
+                return  # acked or nacked meanwhile
+            try:
+                new = await self._change(
+                    held.group, held.topic, held.current, delivery.AUTO_RENEW_INVISIBLE_MS
+                )
+            except Refused as exc:
+                log.info("grpc: held delivery not renewed", group=held.group, error=exc.message)
+                self._release(held.original)
+                return
+            self.held.renewed(held.original, new, _now_ms() + delivery.AUTO_RENEW_INVISIBLE_MS)

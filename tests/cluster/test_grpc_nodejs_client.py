@@ -1,0 +1,143 @@
+"""The official RocketMQ 5 Node.js client (rocketmq-client-nodejs, from npm) produces and
+consumes through a broker's gRPC endpoint: its Producer sends, its SimpleConsumer (which starts
+only once Telemetry answered its settings) receives with a tag filter, changes an invisible
+duration and acks; our SDK reads what it sent, field by field.
+
+The client is installed with ``npm ci`` from tests/nodejs (package.json and its lockfile) into a
+cache directory named by the lockfile's hash, once per machine. Without node or npm the test is
+skipped, except under CI=true, where that is a failure (.ci/run installs them)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.admin import Admin
+from client.simple_consumer import PopMessage, SimpleConsumer
+from tests.support.procs import ROOT, BrokerProc, free_port
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "GrpcNodeTopic"
+PACKAGE = ROOT / "tests" / "nodejs"
+
+
+def _node_modules() -> Path:
+    """node_modules with the lockfile's packages (npm ci into a cache dir, once)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        why = "node and npm are needed for the official Node.js client"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why} (.ci/run installs them)")
+        pytest.skip(why)
+    lock = (PACKAGE / "package-lock.json").read_bytes()
+    home = Path(tempfile.gettempdir()) / f"rmq-test-nodejs-{hashlib.sha256(lock).hexdigest()[:16]}"
+    home.mkdir(exist_ok=True)
+    done = home / "node_modules" / ".rmq-installed"
+    with open(home / ".lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # one install at a time on this machine
+        if not done.exists():
+            for name in ("package.json", "package-lock.json"):
+                shutil.copy(PACKAGE / name, home / name)
+            run = subprocess.run(
+                [
+                    npm,
+                    "ci",
+                    "--ignore-scripts",
+                    "--no-audit",
+                    "--no-fund",
+                    "--cache",
+                    str(home / ".npm"),
+                ],
+                cwd=home,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "HOME": str(home)},
+            )
+            assert run.returncode == 0, (
+                f"npm ci failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+            )
+            done.touch()
+    return home / "node_modules"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+    grpc_port = free_port()
+    proc = BrokerProc(
+        tmp_path_factory.mktemp("grpc-node"), extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"]
+    )
+    proc.grpc_port = grpc_port  # type: ignore[attr-defined]
+    try:
+        yield proc.start_and_wait()
+    finally:
+        proc.stop()
+
+
+async def test_nodejs_producer_and_simple_consumer(broker: BrokerProc, tmp_path: Path) -> None:
+    modules = _node_modules()
+    async with Admin(broker.address) as admin:
+        await admin.create_topic(TOPIC, 2)
+    endpoint = f"127.0.0.1:{broker.grpc_port}"  # type: ignore[attr-defined]
+    proc = await asyncio.create_subprocess_exec(
+        str(shutil.which("node")),
+        str(PACKAGE / "simple_consumer.js"),
+        endpoint,
+        TOPIC,
+        "node-simple",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "NODE_PATH": str(modules)},
+        cwd=tmp_path,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 90)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()[-3000:] + out.decode()[-2000:]
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+
+    sent = {s["id"]: s for s in result["sent"]}
+    assert len(sent) == 4
+    received = result["received"]
+    assert sorted(m["body"] for m in received) == ["node-0", "node-2"], result  # NodeA only
+    for m in received:
+        i = int(m["body"].rsplit("-", 1)[1])
+        assert m["id"] in sent
+        assert m["topic"] == TOPIC and m["tag"] == "NodeA"
+        assert m["keys"] == [f"node-key-{i}"]
+        assert m["properties"] == {"from": "nodejs", "n": str(i)}
+        assert m["attempt"] == 1 and m["corrupted"] is False and m["bornHost"]
+    assert result["changed"] is True  # the change of invisible duration gave a new handle
+
+    # Our SDK reads what the Node.js producer sent, every field.
+    got: list[PopMessage] = []
+    async with SimpleConsumer(broker.address, "node-readers", TOPIC) as ours:
+
+        async def all_read() -> bool:
+            got.extend(await ours.receive(16, invisible_duration=30, wait=1))
+            return len(got) >= 4
+
+        await wait_until_async(all_read, "our consumer to read the 4 messages", 30)
+    for m in got:
+        i = int(m.body.decode().rsplit("-", 1)[1])
+        assert m.properties["UNIQ_KEY"] in sent
+        assert m.queue_offset == sent[m.properties["UNIQ_KEY"]]["offset"]
+        assert m.tags == ("NodeA" if i % 2 == 0 else "NodeB")
+        assert m.keys == f"node-key-{i}"
+        assert m.properties["from"] == "nodejs" and m.properties["n"] == str(i)
