@@ -128,7 +128,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: rpc.NotifyClientTerminationRequest, context: Any
     ) -> Any:
-        if request.HasField("group"):
+        if request.group.name:  # a consumer (producers name no group)
             return await self.consume.terminated(request, context)
         return rpc.NotifyClientTerminationResponse(status=_status(pb.OK))
 
