@@ -20,6 +20,7 @@ import msgpack
 import structlog
 
 from protocol.codes import RequestCode
+from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -28,6 +29,8 @@ log = structlog.get_logger(__name__)
 KEEP_S: Final = 30.0
 """How long a broker's answer is used before it is asked again."""
 ASK_TIMEOUT_S: Final = 1.0
+RETRY_S: Final = 5.0
+"""A broker that did not answer and was not known before is asked again after this long."""
 
 _WILDCARDS: Final = frozenset({"", "0.0.0.0", "::", "[::]"})
 
@@ -86,19 +89,24 @@ class EndpointBook:
         if known is not None and now - known.at < KEEP_S:
             return known
         try:
-            conn = await self.pool.get(address)
-            resp = await conn.call(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=ASK_TIMEOUT_S)
+            resp = await asyncio.wait_for(self._ask(address), ASK_TIMEOUT_S)
             info = msgpack.unpackb(resp.body or b"", raw=False)
             fresh = BrokerEndpoints(
                 _endpoint(info.get("grpcEndpoint"), address),
                 _endpoint(info.get("grpcTlsEndpoint"), address),
                 now,
             )
-        except (RemotingError, ValueError, TypeError, AttributeError) as exc:
-            if not isinstance(exc, RemotingError):
-                log.warning("malformed runtime info", address=address, error=str(exc))
-            else:
+        except (RemotingError, TimeoutError, ValueError, TypeError, AttributeError) as exc:
+            if isinstance(exc, RemotingError | TimeoutError):
                 self.pool.drop(address)
-            return known if known is not None else BrokerEndpoints(None, None, 0.0)
+            else:
+                log.warning("malformed runtime info", address=address, error=str(exc))
+            if known is None:  # not known: none, and not asked again for RETRY_S
+                known = self._known[address] = BrokerEndpoints(None, None, now - KEEP_S + RETRY_S)
+            return known
         self._known[address] = fresh
         return fresh
+
+    async def _ask(self, address: str) -> Frame:
+        conn = await self.pool.get(address)
+        return await conn.call(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=ASK_TIMEOUT_S)
