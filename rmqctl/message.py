@@ -341,8 +341,10 @@ def consume_message(
 
     With --pop the messages are taken by POP (docs/pop.md) and acked once printed; a message
     printed but not acked (the command was killed) comes back after --invisible-time to any
-    consumer of the group. --json lines then add "attempt" (1 the first time). A group new to
-    POP starts at each queue's first message.
+    consumer of the group. --json lines then add "attempt" (1 the first time) and
+    "messageGroup" (null for none). A group new to POP starts at each queue's first message.
+    For a FIFO group (updateSubGroup --fifo) a message group's next message comes only once the
+    previous one was acked (docs/fifo.md).
     """
     try:
         parse_tag_expression(tag_filter)
@@ -412,7 +414,7 @@ async def _consume_pop(
 
 
 def _pop_json_line(m: PopMessage) -> str:
-    return json.dumps({**message_doc(m), "attempt": m.attempt})
+    return json.dumps({**message_doc(m), "attempt": m.attempt, "messageGroup": m.message_group})
 
 
 async def _consume(

@@ -16,7 +16,9 @@ import pytest
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from client.admin import Admin
+from client.consumer import Consumer
 from client.errors import BrokerError
+from client.message import ReceivedMessage
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import ResponseCode
@@ -170,3 +172,35 @@ async def test_another_groups_ack_and_forged_handles_are_refused(broker: Broker)
         msg.receipt_handle = handle
         await consumer.ack(msg)
         assert names(await consumer.receive(16, invisible_duration=30, wait=2)) == ["a1"]
+
+
+async def test_the_group_consumer_in_pop_mode_keeps_each_message_group_in_order(
+    broker: Broker,
+) -> None:
+    """Consumer(pop=True) on a FIFO group: a raising handler nacks; the message comes back in
+    place (attempt 2) before anything later of its group."""
+    address = f"127.0.0.1:{broker.port}"
+    await _setup(address, retry_max_times=3)
+    handled: list[tuple[str, int]] = []
+    done = asyncio.Event()
+
+    def handle(msg: ReceivedMessage) -> None:
+        assert isinstance(msg, PopMessage)
+        name = msg.body.decode()
+        handled.append((name, msg.attempt))
+        if name == "a0" and msg.attempt == 1:
+            raise RuntimeError("first try of a0 fails")
+        if len({n for n, _ in handled}) == 7 and ("a2", 1) in handled:
+            done.set()
+
+    async with Consumer(address, GROUP, "T", pop=True, nack_delay=1.0) as consumer:
+        task = asyncio.ensure_future(consumer.process(handle))
+        try:
+            await asyncio.wait_for(done.wait(), 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    a = [x for x in handled if x[0].startswith("a")]
+    assert a[:4] == [("a0", 1), ("a0", 2), ("a1", 1), ("a2", 1)], handled
+    b = [x for x in handled if x[0].startswith("b")]
+    assert b[:3] == [("b0", 1), ("b1", 1), ("b2", 1)], handled

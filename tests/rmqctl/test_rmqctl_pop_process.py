@@ -73,3 +73,35 @@ def test_consume_message_pop_prints_and_acks(broker: BrokerProc) -> None:
     assert got_b == {mid for mid, tag in tags.items() if tag == "B"}
     bad = rmqctl("consumeMessage", "-a", a, "-t", "T", "-g", "Q", "--filter", "A ||")
     assert bad.returncode == 2 and "--filter" in bad.stderr
+
+
+def test_consume_message_pop_on_a_fifo_group_prints_each_group_in_order(
+    broker: BrokerProc,
+) -> None:
+    """A FIFO group (updateSubGroup --fifo): every message group comes out in send order, one
+    message of a group per POP (the next only once the previous was acked)."""
+    a = broker.address
+
+    async def fill() -> None:
+        async with Admin(a) as admin:
+            await admin.create_topic("F", 2)
+        async with Producer(a) as p:
+            for i in range(5):
+                for g in ("x", "y", "z"):
+                    await p.send("F", f"{g}{i}".encode(), message_group=g)
+
+    asyncio.run(fill())
+    fifo = rmqctl("updateSubGroup", "-a", a, "-g", "FG", "--fifo")
+    assert fifo.returncode == 0, fifo.stderr
+    out = rmqctl(
+        "--json", "consumeMessage", "-a", a, "-t", "F", "-g", "FG", "--pop",
+        "--count", "15", "--timeout", "30",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    assert len(lines) == 15 and {m["attempt"] for m in lines} == {1}
+    # The first POP could hand out only the head of each group.
+    assert sorted(m["body"] for m in lines[:3]) == ["x0", "y0", "z0"]
+    for g in ("x", "y", "z"):
+        mine = [m for m in lines if m["messageGroup"] == g]
+        assert [m["body"] for m in mine] == [f"{g}{i}" for i in range(5)]
