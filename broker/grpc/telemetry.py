@@ -25,13 +25,23 @@ from typing import Any, Final
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
+from broker.grpc.delivery import SYSTEM_PROPERTIES, body_md5
 from broker.grpc.produce import status
-from broker.grpc.translate import message_of_record, transaction_group
+from broker.grpc.translate import transaction_group
 from protocol.codes import RequestCode
-from protocol.message import RecordError, decode_record, make_msg_id
+from protocol.fifo import PROP_MESSAGE_GROUP
+from protocol.message import (
+    PROP_KEYS,
+    PROP_TAGS,
+    MessageRecord,
+    RecordError,
+    decode_record,
+    make_msg_id,
+)
 from protocol.remoting import Frame, Scalar
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
+from protocol.timer import PROP_REAL_TOPIC, PROP_UNIQ_KEY
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -42,6 +52,38 @@ HEARTBEAT_S: Final = 3.0
 after ``client_expiry_ms``, 10 s by default)."""
 
 _HEARTBEAT_TIMEOUT_S: Final = 2.0
+
+
+def half_message(record: MessageRecord) -> pb.Message:
+    """A stored half message as the producer sent it, for a RecoverOrphanedTransactionCommand:
+    its real topic, body (MD5 digest, as consumers get it), tag, keys, the producer's message
+    id, born and store time and host, and the application's properties."""
+    props = record.properties
+    out = pb.Message(
+        topic=pb.Resource(name=props.get(PROP_REAL_TOPIC, record.topic)), body=record.body
+    )
+    sysp = out.system_properties
+    tags = props.get(PROP_TAGS)
+    if tags:
+        sysp.tag = tags
+    sysp.keys.extend(props.get(PROP_KEYS, "").split())
+    sysp.message_id = props.get(PROP_UNIQ_KEY) or record.msg_id
+    sysp.body_digest.type = pb.MD5
+    sysp.body_digest.checksum = body_md5(record.body)
+    sysp.body_encoding = pb.IDENTITY
+    sysp.message_type = pb.TRANSACTION
+    group = props.get(PROP_MESSAGE_GROUP)
+    if group:
+        sysp.message_group = group
+    sysp.born_timestamp.FromMilliseconds(record.born_timestamp)
+    sysp.store_timestamp.FromMilliseconds(record.store_timestamp)
+    sysp.born_host = record.born_host
+    sysp.store_host = record.store_host
+    sysp.queue_id = record.queue_id
+    for name, value in props.items():
+        if name not in SYSTEM_PROPERTIES:
+            out.user_properties[name] = value
+    return out
 
 
 def client_id_of(context: Any) -> str:
@@ -188,7 +230,7 @@ class TelemetryHub:
             record = decode_record(frame.body or b"")
             if not isinstance(group, str) or type(offset) is not int:
                 raise RecordError("check-back without producer group or offset")
-            message = message_of_record(record, pb.TRANSACTION)
+            message = half_message(record)
         except RecordError as exc:
             log.warning("malformed transaction check-back ignored", error=str(exc))
             return

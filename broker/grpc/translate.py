@@ -11,14 +11,11 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import (
     PROP_KEYS,
     PROP_TAGS,
-    MessageRecord,
     RecordError,
     encode_properties,
     parse_msg_id,
@@ -214,51 +211,6 @@ def half_offset_of(transaction_id: str) -> int:
         raise Refused(
             pb.INVALID_TRANSACTION_ID, f"malformed transaction id {transaction_id[:64]!r}"
         ) from None
-
-
-# -- stored messages as the clients read them ---------------------------------------------------
-
-#: Properties the broker keeps for itself: not user properties of the message a client reads.
-_SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {"TIMER_OUT_MS", "TIMER_SOURCE_OFFSET"}
-
-
-def _timestamp(ms: int, out: Timestamp) -> None:
-    out.seconds = ms // 1000
-    out.nanos = (ms % 1000) * 1_000_000
-
-
-def message_of_record(record: MessageRecord, kind: int = pb.NORMAL) -> pb.Message:
-    """A stored message as a gRPC Message: the topic it was sent to (a half or scheduled
-    record's real topic), body with its CRC32 digest, tag, keys, the producer's message id,
-    message group, user properties, born and store time and host."""
-    props = record.properties
-    out = pb.Message(
-        topic=pb.Resource(name=props.get(PROP_REAL_TOPIC, record.topic)), body=record.body
-    )
-    sysp = out.system_properties
-    tags = props.get(PROP_TAGS)
-    if tags:
-        sysp.tag = tags
-    keys = props.get(PROP_KEYS)
-    if keys:
-        sysp.keys.extend(keys.split())
-    sysp.message_id = props.get(PROP_UNIQ_KEY) or record.msg_id
-    sysp.body_digest.type = pb.CRC32
-    sysp.body_digest.checksum = format(zlib.crc32(record.body) & 0xFFFFFFFF, "08X")
-    sysp.body_encoding = pb.IDENTITY
-    sysp.message_type = kind  # type: ignore[assignment]
-    group = props.get(PROP_MESSAGE_GROUP)
-    if group:
-        sysp.message_group = group
-    _timestamp(record.born_timestamp, sysp.born_timestamp)
-    _timestamp(record.store_timestamp, sysp.store_timestamp)
-    sysp.born_host = record.born_host
-    sysp.store_host = record.store_host
-    sysp.queue_id = record.queue_id
-    for name, value in props.items():
-        if name not in _SYSTEM_PROPERTIES:
-            out.user_properties[name] = value
-    return out
 
 
 #: The broker's remoting answers as gRPC status codes (anything else: INTERNAL_ERROR).

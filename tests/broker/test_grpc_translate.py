@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import gzip
-import zlib
+import hashlib
 
 import pytest
 
 pytest.importorskip("google.protobuf")
 
+from broker.grpc.telemetry import half_message
 from broker.grpc.translate import (
     Refused,
     group_members,
     grpc_endpoints,
     half_offset_of,
-    message_of_record,
     message_queues,
     parse_recall_handle,
     recall_handle,
@@ -219,10 +219,11 @@ def test_a_stored_half_reads_back_as_the_message_the_client_sent() -> None:
     raw = RecordEncoder("10.0.0.1:10911").encode(
         half, queue_id=0, queue_offset=0, physical_offset=4096, store_timestamp=5678
     )
-    m = message_of_record(decode_record(raw), pb.TRANSACTION)
+    m = half_message(decode_record(raw))
     sysp = m.system_properties
     assert (m.topic.name, m.body, sysp.message_id, sysp.tag) == ("T", b"body", "01ABC", "TagA")
     assert list(sysp.keys) == ["k1", "k2"] and sysp.message_type == pb.TRANSACTION
     assert dict(m.user_properties) == {"color": "red"}
-    assert sysp.body_digest.checksum == format(zlib.crc32(b"body"), "08X")
+    assert sysp.body_digest.type == pb.MD5
+    assert sysp.body_digest.checksum == hashlib.md5(b"body").hexdigest().upper()
     assert sysp.born_timestamp.seconds == 1 and sysp.born_timestamp.nanos == 234_000_000
