@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.auth.guard import broker_guard
+from broker.auth.users import BrokerUsers
 from broker.config import BrokerConfig
 from broker.consumer_stats import LagAtScrape
 from broker.context import BrokerContext
@@ -114,6 +116,7 @@ class Broker:
             processor.register(self.server)
         self.ha: HAService | None = None
         self.replicas: ReplicasManager | None = None
+        self.users: BrokerUsers | None = None
         self._loaded = False
         self._serving = False
         if self.ctx.controller_mode:
@@ -139,6 +142,20 @@ class Broker:
             self.ha.add_confirm_listener(lambda _offset: self.ctx.waiters.notify_all())
             self.replicas = ReplicasManager(self.ctx, self.ha)
             self.ctx.topic_listeners.append(self.replicas.topics_changed)
+            if ctx.cluster_credentials is not None and ctx.auth_key is not None:
+                self.users = BrokerUsers(
+                    ctx.auth_key,
+                    self.replicas.controllers,
+                    cfg.auth_refresh_interval_ms / 1000,
+                )
+                self.replicas.on_auth_digest = self.users.announced
+                self.server.guard = broker_guard(
+                    self.users,
+                    ctx.cluster_credentials,
+                    cfg.cluster,
+                    cfg.auth_timestamp_window_ms,
+                    self.metrics,
+                )
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
         self.server.on_open.append(self._opened)
         self.server.on_close.append(self._closed)
@@ -227,6 +244,8 @@ class Broker:
         self.port = await self.server.start(cfg.listen_host, cfg.listen_port)
         if self.replicas is not None:
             self.replicas.start()
+        if self.users is not None:
+            self.users.start()
         self.consumer_lag.start()
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.listen_host, cfg.metrics_port)
         if grpc_at is not None or cfg.grpc_tls_listen is not None:
@@ -308,6 +327,8 @@ class Broker:
         await self.ctx.timer.stop()
         await self.ctx.pop.stop()
         await self.ctx.transactions.stop()
+        if self.users is not None:
+            await self.users.stop()
         if self.replicas is not None:
             await self.replicas.stop()
         await self.server.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.auth_key import load_auth_key
 from daemon.config import address, address_list, at_least, between, choice, field, port
 
 
@@ -207,6 +208,30 @@ class BrokerConfig:
         at_least(0),
     )
 
+    auth_enabled: bool = field(
+        False,
+        "authenticate every request (signed with a user's access key and secret, or the "
+        "cluster's credentials) and check the user's rules for the topic or group it touches; "
+        "needs auth_key_file and controllers (users come from them)",
+    )
+    auth_key_file: Path | None = field(
+        None,
+        "file holding the cluster's auth key, the same as the controllers' (not readable by "
+        "others): unseals the users' secrets and signs this broker's own requests",
+    )
+    auth_timestamp_window_ms: int = field(
+        60_000,
+        "with auth_enabled: a signed request whose timestamp is further than this from this "
+        "broker's clock (either way) is refused; also how long nonces are remembered",
+        between(1000, 3_600_000),
+    )
+    auth_refresh_interval_ms: int = field(
+        5000,
+        "with auth_enabled: how often users and rules are fetched from the controllers when "
+        "no heartbeat answer announced a change first",
+        at_least(100),
+    )
+
     def __post_init__(self) -> None:
         # Cross-key rules, reported the same way as a bad single key.
         from daemon.config import ConfigError
@@ -215,6 +240,15 @@ class BrokerConfig:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
         if self.grpc_tls_listen is not None and (self.tls_cert is None or self.tls_key is None):
             raise ConfigError("config key 'grpc_tls_listen' needs tls_cert and tls_key")
+        if self.auth_enabled and self.auth_key_file is None:
+            raise ConfigError("config key 'auth_enabled' needs auth_key_file")
+        if self.auth_enabled and not self.controller_addresses:
+            raise ConfigError("config key 'auth_enabled' needs controllers (users come from them)")
+        if self.auth_key_file is not None:
+            try:
+                load_auth_key(self.auth_key_file)
+            except ValueError as exc:
+                raise ConfigError(f"config key 'auth_key_file': {exc}") from None
 
     @property
     def listen_host(self) -> str:

@@ -22,7 +22,9 @@ from broker.pop.service import PopService
 from broker.role import RoleCell, RoleState
 from broker.timer.service import TimerService
 from broker.transaction.service import TransactionService
+from daemon.auth_key import load_auth_key
 from protocol.codes import ResponseCode
+from protocol.request_auth import Credentials, cluster_credentials
 from storage.config_files import (
     ConsumerOffsetStore,
     DlqResendLedger,
@@ -44,6 +46,12 @@ class BrokerContext:
     def __init__(self, cfg: BrokerConfig, metrics: BrokerMetrics) -> None:
         self.cfg = cfg
         self.metrics = metrics
+        self.auth_key = load_auth_key(cfg.auth_key_file) if cfg.auth_key_file else None
+        self.cluster_credentials: Credentials | None = None
+        """With auth_enabled: what this broker's own requests (to the controllers, a slave's to
+        its master) sign with; None: they go unsigned."""
+        if cfg.auth_enabled and self.auth_key is not None:
+            self.cluster_credentials = cluster_credentials(self.auth_key)
         self.service = MessageStoreService(cfg, metrics)
         self.topics = TopicConfigStore(cfg.data_dir)
         self.offsets = ConsumerOffsetStore(cfg.data_dir)

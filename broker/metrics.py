@@ -364,6 +364,9 @@ class _WithIdentity(Collector):
 
 
 class BrokerMetrics:
+    def auth_refusal(self, reason: str) -> None:
+        self.auth_refused.labels(**self._labels, reason=reason).inc()
+
     def __init__(self, cluster: str, broker_name: str) -> None:
         # The collectors register here; ``registry`` (what /metrics serves) adds the broker id.
         self._inner = CollectorRegistry()
@@ -397,6 +400,13 @@ class BrokerMetrics:
         )
         for code in EXPORTED_SEND_ERRORS:
             self.send_errors.labels(**labels, code=code.name)
+        self.auth_refused = Counter(
+            "rmq_broker_auth_refused_total",
+            "Requests refused NO_PERMISSION with authentication on, by reason (unsigned, "
+            "malformed, unknown_user, bad_signature, expired, replayed, denied)",
+            [*base, "reason"],
+            registry=r,
+        )
         self.connections = Gauge(
             "rmq_broker_connections", "Open client connections", base, registry=r
         ).labels(**labels)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
@@ -110,7 +111,8 @@ class ReplicasManager:
         self.cfg = ctx.cfg
         self.ha = ha
         self._role = ctx.role_cell  # this manager is the role's one writer
-        self.pool = ConnectionPool(connect_timeout=2.0)
+        # Signed as the cluster when auth is on: the controllers and the master require it.
+        self.pool = ConnectionPool(connect_timeout=2.0, credentials=ctx.cluster_credentials)
         self.controllers = AddressFailover(
             self.cfg.controller_addresses, self.pool, timeout=3.0, busy_rounds=3
         )
@@ -129,6 +131,8 @@ class ReplicasManager:
         self._ignored_claims: set[tuple[int, str, int]] = set()
         self.ignored_pushes = 0
         """Pushed role changes the controllers did not confirm (forged or stale)."""
+        self.on_auth_digest: Callable[[str], None] | None = None
+        """Called with every heartbeat answer's ``authDigest`` (the users' table changed)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -329,6 +333,9 @@ class ReplicasManager:
                     # dropped our route registration with our liveness; register at once.
                     self.topics_changed()
                 self._contact_if_master_confirmed(sent, resp)
+                digest = resp.header.get("authDigest")
+                if self.on_auth_digest is not None and isinstance(digest, str):
+                    self.on_auth_digest(digest)
             except ResponseError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
                     await self._register_and_apply()

@@ -32,6 +32,7 @@ from client.transaction import (
     TransactionProducer,
     TransactionStatus,
 )
+from protocol.request_auth import Credentials
 
 __all__ = [
     "Bootstrap",
@@ -41,6 +42,7 @@ __all__ = [
     "ClosedError",
     "ClusterBroker",
     "Consumer",
+    "Credentials",
     "Message",
     "MessageQueue",
     "NoRouteError",

@@ -13,6 +13,7 @@ from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Scalar
+from protocol.request_auth import Credentials
 from protocol.retry import RetryConfigError, config_from_dict
 from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import RemotingError, ResponseError
@@ -21,9 +22,14 @@ from remoting.errors import RemotingError, ResponseError
 class Admin:
     """Topic and cluster administration through the bootstrap addresses."""
 
-    def __init__(self, bootstrap: str | Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        timeout: float = DEFAULT_TIMEOUT,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.timeout = timeout
-        self._pool = ConnectionPool(timeout)
+        self._pool = ConnectionPool(timeout, credentials)
         self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
 
     async def __aenter__(self) -> Admin:

@@ -62,6 +62,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import parse_tag_expression
 from protocol.pull import ConsumerOffsetUpdate
 from protocol.remoting import Frame, Scalar
+from protocol.request_auth import Credentials
 from protocol.retry import (
     DeadLetter,
     Retry,
@@ -143,6 +144,7 @@ class Consumer:
         invisible_duration: float = 30.0,
         max_in_flight: int = 256,
         nack_delay: float | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """``pop=True``: POP mode (see the module docstring and docs/pop.md). Its own settings:
         ``invisible_duration`` (seconds a message stays hidden from the group once popped; not
@@ -170,7 +172,7 @@ class Consumer:
         self.heartbeat_interval = heartbeat_interval
         self.commit_interval = commit_interval
         self.request_timeout = request_timeout
-        self._pool = ConnectionPool(connect_timeout)
+        self._pool = ConnectionPool(connect_timeout, credentials)
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._buffer: MessageBuffer[QueueState, ReceivedMessage] = MessageBuffer(buffer_size)

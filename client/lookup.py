@@ -28,6 +28,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.message import MessageRecord, RecordError, iter_records, parse_msg_id
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
 from protocol.remoting import Frame, Header
+from protocol.request_auth import Credentials
 from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
@@ -80,9 +81,14 @@ def _records(body: bytes | None, address: str) -> list[MessageRecord]:
 class Lookup:
     """Message lookups through the bootstrap addresses (controllers, or a lone broker)."""
 
-    def __init__(self, bootstrap: str | Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        timeout: float = DEFAULT_TIMEOUT,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.timeout = timeout
-        self._pool = ConnectionPool(timeout)
+        self._pool = ConnectionPool(timeout, credentials)
         self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
 
     async def __aenter__(self) -> Lookup:

@@ -56,6 +56,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue, message_group_error
 from protocol.message import RecordError, encode_properties, parse_msg_id
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Frame, Scalar
+from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool, RemotingClient
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError
 
@@ -191,6 +192,7 @@ class Producer:
         batch_max_count: int = 256,
         batch_max_bytes: int = 1024 * 1024,
         linger_ms: float = 0.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if retries is not None and retries < 0:
             raise ValueError("retries must be >= 0 (or None)")
@@ -208,7 +210,7 @@ class Producer:
         self.send_timeout = send_timeout
         self.connect_timeout = connect_timeout
         self.max_message_bytes = max_message_bytes
-        self._pool = ConnectionPool(connect_timeout)
+        self._pool = ConnectionPool(connect_timeout, credentials)
         # The pool's live connections, looked up without a coroutine on the hot path.
         self._conns: dict[str, RemotingClient] = {}
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)

@@ -32,6 +32,7 @@ from protocol.consume_stats import (
     decode_connections,
 )
 from protocol.remoting import Frame, Scalar
+from protocol.request_auth import Credentials
 from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
@@ -114,9 +115,14 @@ def allocation(
 class ProgressAdmin:
     """Consumer progress and members through the bootstrap addresses."""
 
-    def __init__(self, bootstrap: str | Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        timeout: float = DEFAULT_TIMEOUT,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.timeout = timeout
-        self._pool = ConnectionPool(timeout)
+        self._pool = ConnectionPool(timeout, credentials)
         self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
 
     async def __aenter__(self) -> ProgressAdmin:

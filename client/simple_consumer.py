@@ -31,6 +31,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import parse_tag_expression
 from protocol.message import MessageRecord, iter_records
 from protocol.remoting import Frame, Header
+from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -99,12 +100,13 @@ class SimpleConsumer:
         connect_timeout: float = 3.0,
         request_timeout: float = 5.0,
         route_refresh_interval: float = 30.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.group = group
         self.topic = topic
         parse_tag_expression(filter)  # raises FilterError for a bad expression, before any I/O
         self.filter = filter.strip() or "*"
-        self._pool = ConnectionPool(connect_timeout)
+        self._pool = ConnectionPool(connect_timeout, credentials)
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._caller = MasterCaller(self._pool, self.routes, topic)

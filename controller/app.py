@@ -9,12 +9,22 @@ from controller.metrics import ControllerMetrics
 from controller.raft_driver import DriverConfig, RaftDriver
 from controller.service import ControllerService
 from controller.state_machine import MetadataStateMachine
+from daemon.auth_key import load_auth_key
 from daemon.metrics import serve_metrics
 from protocol.codes import ControllerCode
+from protocol.request_auth import Credentials, cluster_credentials
 from remoting.ports import check_port_free
 from remoting.server import RemotingServer, ServerLimits
 
 log = structlog.get_logger(__name__)
+
+
+def cluster_credentials_of(cfg: ControllerConfig) -> Credentials | None:
+    """The cluster's credentials when authentication is on (None: the cluster's own traffic
+    goes unsigned, as every request)."""
+    if not cfg.auth_enabled or cfg.auth_key_file is None:
+        return None
+    return cluster_credentials(load_auth_key(cfg.auth_key_file))
 
 
 def driver_config(cfg: ControllerConfig) -> DriverConfig:
@@ -35,6 +45,7 @@ def driver_config(cfg: ControllerConfig) -> DriverConfig:
         max_inflight=cfg.max_inflight_appends,
         peer_queue_messages=cfg.peer_queue_messages,
         max_frame_bytes=cfg.max_frame_bytes,
+        credentials=cluster_credentials_of(cfg),
     )
 
 

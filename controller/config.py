@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.auth_key import load_auth_key
 from daemon.config import at_least, between, choice, field, port
-from protocol.sealing import SealError, check_key
 
 DEFAULT_PEERS = "n0-127.0.0.1:9878"
 
@@ -60,22 +60,6 @@ def _node_id(value: Any) -> str | None:
     if not text or "-" in text or ";" in text or len(text.encode()) > 255:
         return "must be a non-empty id without '-' or ';'"
     return None
-
-
-def load_auth_key(path: Path) -> bytes:
-    """The key material in ``path``; ValueError when it cannot be read, is shorter than
-    MIN_KEY_BYTES, or others may read it (group or world permission bits)."""
-    try:
-        mode = path.stat().st_mode
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    if mode & 0o077:
-        raise ValueError(f"{path} may be read by others (mode {mode & 0o777:o}); chmod 600 it")
-    try:
-        return check_key(data)
-    except SealError as exc:
-        raise ValueError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,6 +177,18 @@ class ControllerConfig:
         "the same file on every controller, not readable by others): user secrets are stored "
         "sealed under it; unset, users with secrets cannot be created",
     )
+    auth_enabled: bool = field(
+        False,
+        "authenticate every request (signed with a user's access key and secret, or the "
+        "cluster's credentials derived from auth_key_file) and allow the admin commands to "
+        "super users only; needs auth_key_file",
+    )
+    auth_timestamp_window_ms: int = field(
+        60_000,
+        "with auth_enabled: a signed request whose timestamp is further than this from this "
+        "controller's clock (either way) is refused; also how long nonces are remembered",
+        between(1000, 3_600_000),
+    )
     max_partial_frame_bytes: int = field(
         64 * 1024 * 1024,
         "bytes of incomplete frames all connections may hold together; past it the connection stalled longest mid-frame is closed (at least max_frame_bytes)",
@@ -219,6 +215,8 @@ class ControllerConfig:
             raise ConfigError("config key 'preferred_leader' must be a node id")
         if self.max_partial_frame_bytes < self.max_frame_bytes:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
+        if self.auth_enabled and self.auth_key_file is None:
+            raise ConfigError("config key 'auth_enabled' needs auth_key_file")
         if self.auth_key_file is not None:
             try:
                 load_auth_key(self.auth_key_file)

@@ -145,6 +145,13 @@ class ControllerMetrics(RaftObserver):
             "Connections closed because incomplete frames exceeded max_partial_frame_bytes",
             registry=r,
         )
+        self.auth_refused = Counter(
+            "rmq_controller_auth_refused_total",
+            "Requests refused NO_PERMISSION with authentication on, by reason (unsigned, "
+            "malformed, unknown_user, bad_signature, expired, replayed, denied)",
+            ["reason"],
+            registry=r,
+        )
         self._groups: set[str] = set()
 
     def bind_server(self, server: RemotingServer) -> None:

@@ -66,6 +66,7 @@ from controller.raft import (
 )
 from controller.transport import PeerTransport
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES
+from protocol.request_auth import Credentials
 from storage.raftlog import DiskStorage
 
 log = structlog.get_logger(__name__)
@@ -145,6 +146,8 @@ class DriverConfig:
     max_inflight: int = 64
     peer_queue_messages: int = 4096
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    credentials: Credentials | None = None
+    """With authentication on: the cluster's credentials, every Raft message is signed."""
     raft_extra: dict[str, Any] = field(default_factory=dict)
     """Further RaftConfig keywords (tests)."""
 
@@ -201,6 +204,7 @@ class RaftDriver:
             max_queue=cfg.peer_queue_messages,
             max_frame_bytes=cfg.max_frame_bytes,
             on_dropped=self.observer.messages_dropped,
+            credentials=cfg.credentials,
         )
         self.applied = 0
         snapshot = self.storage.snapshot()

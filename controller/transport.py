@@ -26,8 +26,9 @@ import structlog
 from controller.raft import Message, NodeId
 from protocol import raft as raft_codec
 from protocol.codes import ControllerCode
-from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Frame, ProtocolError, request
-from remoting.client import RemotingClient
+from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, FLAG_ONEWAY, Frame, ProtocolError, request
+from protocol.request_auth import Credentials, RequestSigner
+from remoting.client import RemotingClient, signer_for, wall_ms
 from remoting.errors import ConnectError
 from remoting.server import Connection
 
@@ -58,8 +59,10 @@ class PeerLink:
         max_frame_bytes: int,
         on_unreachable: Callable[[NodeId], None],
         on_dropped: Callable[[NodeId, int], None],
+        signer: RequestSigner | None = None,
     ) -> None:
         self.peer = peer
+        self._signer = signer
         self.address = address
         self._max_queue = max_queue
         self._max_frame_bytes = max_frame_bytes
@@ -144,11 +147,16 @@ class PeerLink:
                 self._drop_queue()
                 self._on_unreachable(self.peer)
                 continue
+            signer = self._signer
             while self._queue:
                 body = self._queue.popleft()
+                header = None
+                if signer is not None:  # auth on: signed as the cluster
+                    code = ControllerCode.RAFT_MESSAGE
+                    header = signer.sign(code, FLAG_ONEWAY, None, body, wall_ms())
                 client.send_frame(
                     request(
-                        ControllerCode.RAFT_MESSAGE, next(self._opaque), None, body, oneway=True
+                        ControllerCode.RAFT_MESSAGE, next(self._opaque), header, body, oneway=True
                     )
                 )
             # Let the batched write go out before looking at the queue again.
@@ -167,8 +175,10 @@ class PeerTransport:
         max_queue: int = 4096,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         on_dropped: Callable[[NodeId, int], None] | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.node_id = node_id
+        self._signer = signer_for(credentials)
         self._on_message = on_message
         self._on_unreachable = on_unreachable
         self._on_dropped = on_dropped or (lambda _peer, _n: None)
@@ -198,6 +208,7 @@ class PeerTransport:
             max_frame_bytes=self._max_frame_bytes,
             on_unreachable=self._on_unreachable,
             on_dropped=self._on_dropped,
+            signer=self._signer,
         )
         self._links[peer] = link
         if self._started:

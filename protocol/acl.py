@@ -16,6 +16,7 @@ the user, and no answer carries it. Pure code: no I/O, no clock.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -280,7 +281,7 @@ def decide(user: User | None, resource: Resource, act: Action, source_ip: str) -
     if user.type is UserType.SUPER:
         return Decision(True, f"{user.username} is a super user")
     try:
-        source = ipaddress.ip_address(source_ip.strip())
+        source = _address(source_ip.strip())
     except ValueError:
         return Decision(False, f"source address {source_ip!r} is not an IP address")
     allow: Rule | None = None
@@ -295,6 +296,12 @@ def decide(user: User | None, resource: Resource, act: Action, source_ip: str) -
     if allow is not None:
         return Decision(True, f"{act.value} on {_text(resource)} allowed by rule {allow.resource}")
     return Decision(False, f"no rule of {user.username} allows {act.value} on {_text(resource)}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """A parsed address, remembered: the same few client addresses come with every request."""
+    return ipaddress.ip_address(text)
 
 
 def _text(resource: Resource) -> str:

@@ -84,6 +84,8 @@ class ControllerCode(IntEnum):
     AUTH_UPDATE_ACL = 3007
     AUTH_DELETE_ACL = 3008
     AUTH_LIST_ACL = 3010
+    # Ours: a broker fetches every user (secrets sealed) and rule, to authenticate its clients.
+    AUTH_SYNC_USERS = 5110
 
 
 class ResponseCode(IntEnum):

@@ -1,18 +1,23 @@
 """One client connection: requests are futures keyed by opaque, answered out of order.
 
 On close every pending request fails with :class:`ConnectionClosedError`, the cause chained.
+With a :class:`~protocol.request_auth.RequestSigner` every request is signed as it is written
+(:func:`signer_for` makes one from credentials); a pool gives its signer to every connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import time
 from collections.abc import Callable, Mapping
 from typing import cast
 
 from protocol.codes import ResponseCode
 from protocol.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
+    FLAG_ONEWAY,
     Frame,
     FrameDecoder,
     ProtocolError,
@@ -20,11 +25,34 @@ from protocol.remoting import (
     encode_frame,
     request,
 )
+from protocol.request_auth import Credentials, RequestSigner
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
 
 DEFAULT_TIMEOUT = 5.0
 
 RequestHandler = Callable[[Frame], None]
+
+
+_process_credentials: Credentials | None = None
+
+
+def use_credentials(credentials: Credentials | None) -> None:
+    """Every pool created from now on without credentials of its own signs with these: for a
+    command-line tool whose one process has one identity (rmqctl). Daemons never call it."""
+    global _process_credentials
+    _process_credentials = credentials
+
+
+def signer_for(credentials: Credentials | None) -> RequestSigner | None:
+    """A signer for ``credentials`` with a random nonce prefix (None: requests go unsigned)."""
+    if credentials is None:
+        return None
+    return RequestSigner(credentials, os.urandom(9).hex())
+
+
+def wall_ms() -> int:
+    """The wall clock in epoch ms: what a request's Timestamp carries."""
+    return time.time_ns() // 1_000_000
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -75,8 +103,14 @@ class _ClientProtocol(asyncio.Protocol):
 class RemotingClient:
     """A connection to one peer. Create with :meth:`connect`."""
 
-    def __init__(self, address: str, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self,
+        address: str,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        signer: RequestSigner | None = None,
+    ) -> None:
         self.address = address
+        self.signer = signer
         self._decoder = FrameDecoder(max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[Frame]] = {}
@@ -96,8 +130,9 @@ class RemotingClient:
         address: str,
         timeout: float = DEFAULT_TIMEOUT,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        signer: RequestSigner | None = None,
     ) -> RemotingClient:
-        conn = cls(address, max_frame_bytes)
+        conn = cls(address, max_frame_bytes, signer)
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         try:
@@ -133,6 +168,8 @@ class RemotingClient:
         try:
             if not self._writable.is_set():
                 await self._writable.wait()
+            if self.signer is not None:  # signed as late as possible: a fresh Timestamp
+                header = self.signer.sign(code, 0, header, body, wall_ms())
             self._write(encode_frame(request(code, opaque, header, body)))
             return await fut
         except _Expired:
@@ -162,6 +199,8 @@ class RemotingClient:
     ) -> None:
         if self._closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed")
+        if self.signer is not None:
+            header = self.signer.sign(code, FLAG_ONEWAY, header, body, wall_ms())
         self._transport.write(
             encode_frame(request(code, next(self._opaque), header, body, oneway=True))
         )
@@ -231,7 +270,10 @@ class RemotingClient:
 class ConnectionPool:
     """At most one live connection per address, re-created when it closes."""
 
-    def __init__(self, connect_timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, connect_timeout: float = DEFAULT_TIMEOUT, credentials: Credentials | None = None
+    ) -> None:
+        self.signer = signer_for(credentials if credentials is not None else _process_credentials)
         self._conns: dict[str, RemotingClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._timeout = connect_timeout
@@ -244,7 +286,7 @@ class ConnectionPool:
         async with lock:
             conn = self._conns.get(address)
             if conn is None or conn.is_closed:
-                conn = await RemotingClient.connect(address, self._timeout)
+                conn = await RemotingClient.connect(address, self._timeout, signer=self.signer)
                 self._conns[address] = conn
             return conn
 

@@ -64,6 +64,9 @@ log = structlog.get_logger(__name__)
 
 HandlerResult = Frame | None | asyncio.Future[Frame | None] | Awaitable[Frame | None]
 Handler = Callable[["Connection", Frame], HandlerResult]
+Guard = Callable[["Connection", Frame], Frame | None]
+"""Runs before the handler of every request: None lets it through, a frame is the refusal
+(not sent for a oneway request). :class:`remoting.auth.RequestGuard` is the one in use."""
 
 
 #: Default bound on the bytes of incomplete frames held by all connections of one server.
@@ -244,6 +247,13 @@ class Connection(asyncio.Protocol):
                     )
                 )
             return
+        guard = self._server.guard
+        if guard is not None:
+            refused = guard(self, frame)
+            if refused is not None:
+                if not frame.is_oneway:
+                    self.send(refused)
+                return
         try:
             result = handler(self, frame)
         except Exception as exc:  # a bad request must never take the server down
@@ -311,6 +321,7 @@ class RemotingServer:
         self.limits = limits or ServerLimits()
         self.name = name
         self.handlers: dict[int, Handler] = {}
+        self.guard: Guard | None = None
         self.connections: set[Connection] = set()
         self._servers: list[asyncio.Server] = []
         self._socks: list[socket.socket] = []

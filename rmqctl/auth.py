@@ -25,9 +25,10 @@ from remoting.client import ConnectionPool
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
 from rmqctl.controller import TIMEOUT, _body
 
-NOT_ENFORCED = (
-    "Not enforced yet: the controllers accept this from anyone who can reach them (it will "
-    "require a super user's credentials), and brokers do not check the rules yet."
+SUPER_USER_ONLY = (
+    "With authentication on (auth_enabled) only a super user may do this: give its "
+    "credentials (rmqctl --access-key/--secret-key, $RMQ_ACCESS_KEY/$RMQ_SECRET_KEY or "
+    "--credentials-file); brokers apply the rules to every request."
 )
 
 
@@ -398,7 +399,7 @@ for _command in (
     delete_acl,
     list_acl,
 ):
-    _command.help = f"{_command.help}\n\n{NOT_ENFORCED}"
+    _command.help = f"{_command.help}\n\n{SUPER_USER_ONLY}"
 
 __all__ = [
     "create_acl",

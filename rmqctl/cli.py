@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import click
 import structlog
 
+from remoting.client import use_credentials
 from rmqctl import auth
 from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
+from rmqctl.credentials import (
+    ACCESS_KEY_ENV,
+    CREDENTIALS_FILE_ENV,
+    SECRET_KEY_ENV,
+    resolve_credentials,
+)
 from rmqctl.group import get_sub_group, query_dlq, resend_dlq, update_sub_group
 from rmqctl.lookup import query_msg_by_id, query_msg_by_key, query_msg_by_offset
 from rmqctl.message import consume_message, recall_message, send_message
@@ -77,20 +85,59 @@ COMMANDS: list[click.Command] = [
 @click.option(
     "-v", "--verbose", is_flag=True, help="Log the SDK's warnings and progress to stderr."
 )
+@click.option(
+    "--access-key",
+    envvar=ACCESS_KEY_ENV,
+    metavar="NAME",
+    help=f"Sign every request as this user (default ${ACCESS_KEY_ENV}).",
+)
+@click.option(
+    "--secret-key",
+    envvar=SECRET_KEY_ENV,
+    metavar="SECRET",
+    help=f"The user's secret key (default ${SECRET_KEY_ENV}; a flag shows in ps: prefer the "
+    "variable or a credentials file).",
+)
+@click.option(
+    "--credentials-file",
+    envvar=CREDENTIALS_FILE_ENV,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help=f"TOML file with access_key and secret_key, mode 600 (default ${CREDENTIALS_FILE_ENV}).",
+)
+@click.option(
+    "--auth-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Sign as the cluster itself, with the cluster's auth key (a super user): to create "
+    "the first super user on a host that holds the key.",
+)
 @click.version_option(package_name="rmq-py", message="rmqctl %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, json_output: bool, addresses: str | None, verbose: bool) -> None:
+def cli(
+    ctx: click.Context,
+    json_output: bool,
+    addresses: str | None,
+    verbose: bool,
+    access_key: str | None,
+    secret_key: str | None,
+    credentials_file: Path | None,
+    auth_key_file: Path | None,
+) -> None:
     """Administer and exercise an rmq cluster (controllers and brokers).
 
     -a takes the controller addresses, or in development mode a lone broker's,
-    separated by ';'. Exit status: 0 on success, 1 on failure (one line on stderr),
-    2 on a usage error.
+    separated by ';'. With credentials (--access-key and --secret-key, their
+    environment variables, or --credentials-file) every request is signed: a cluster
+    with authentication on refuses unsigned ones. Exit status: 0 on success, 1 on
+    failure (one line on stderr), 2 on a usage error.
     """
     settings = ctx.ensure_object(Settings)
     settings.json = settings.json or json_output
     settings.verbose = verbose
     settings.addresses = addresses
     _configure_logging(verbose)
+    use_credentials(resolve_credentials(access_key, secret_key, credentials_file, auth_key_file))
 
 
 for _command in COMMANDS:

@@ -83,7 +83,7 @@ class AdminProcessor:
         if self._controllers is None:
             self._controllers = AddressFailover(
                 cfg.controller_addresses,
-                ConnectionPool(CONTROLLER_TIMEOUT),
+                ConnectionPool(CONTROLLER_TIMEOUT, self.ctx.cluster_credentials),
                 CONTROLLER_TIMEOUT,
             )
         header: dict[str, Scalar] = {

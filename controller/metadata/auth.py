@@ -16,8 +16,11 @@ built from, has no field for one. Pure code: no I/O, no clock.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import msgpack
 
 from controller.metadata.events import (
     MAX_EVENT_BYTES,
@@ -86,10 +89,30 @@ def _changed(username: str) -> Applied:
 
 
 class AuthTable:
-    __slots__ = ("_users",)
+    __slots__ = ("_digest", "_users")
 
     def __init__(self, users: dict[str, UserRecord] | None = None) -> None:
         self._users: dict[str, UserRecord] = dict(users or {})
+        self._digest: str | None = None
+
+    def digest(self) -> str:
+        """A short fingerprint of every user, sealed secret and rule: equal on two controllers
+        that applied the same events, different after any change (brokers compare it to know
+        when to fetch the users again)."""
+        if self._digest is None:
+            doc = [
+                [
+                    r.username,
+                    r.user_type.value,
+                    r.sealed_secret,
+                    r.version,
+                    [rule.to_doc() for rule in r.rules],
+                ]
+                for r in self.records()
+            ]
+            packed = msgpack.packb(doc, use_bin_type=True)
+            self._digest = hashlib.sha256(packed).hexdigest()[:16]
+        return self._digest
 
     # Reads -------------------------------------------------------------------------------------
 
@@ -248,6 +271,7 @@ class AuthTable:
 
     def apply(self, event: AuthEvent) -> Applied:
         """Apply one committed user event; deterministic, and a rejected one changes nothing."""
+        self._digest = None
         record = self._users.get(event.username)
         match event:
             case PutUser():

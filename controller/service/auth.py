@@ -6,8 +6,12 @@ served like the other reads (the leader after a read barrier, a follower from it
 
 Secrets arrive in the request body, are sealed under the cluster's auth key
 (``auth_key_file``, :mod:`protocol.sealing`) before anything is decided, and leave only sealed:
-no answer and no log line carries one. Requests are NOT authenticated yet (issue 14 item 2):
-anyone who can reach a controller may call them.
+no answer and no log line carries one. With ``auth_enabled`` the server's request guard lets only
+super users reach these handlers (:mod:`protocol.request_permissions`).
+
+AUTH_SYNC_USERS (5110) gives brokers every user with its secret still sealed (they hold the same
+key) and its rules, and the table's digest; :class:`ControllerUsers` is the controller's own
+directory for the request guard.
 """
 
 from __future__ import annotations
@@ -23,11 +27,19 @@ from controller.metadata.auth import UserView
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
 from controller.service.requests import Refused, refuse, unpack_body
-from protocol.acl import AclError, Rule, UserType, resource_pattern, rule_from_doc, user_type
+from protocol.acl import (
+    AclError,
+    Rule,
+    User,
+    UserType,
+    resource_pattern,
+    rule_from_doc,
+    user_type,
+)
 from protocol.codes import ResponseCode
 from protocol.fields import opt_str, req_str
 from protocol.remoting import Frame, response
-from protocol.sealing import NONCE_BYTES, key_id, seal
+from protocol.sealing import NONCE_BYTES, SealError, key_id, seal, unseal
 from remoting.server import Connection
 
 log = structlog.get_logger(__name__)
@@ -78,6 +90,37 @@ def _type(value: str | None) -> UserType | None:
         return user_type(value)
     except AclError as exc:
         raise _invalid(str(exc)) from None
+
+
+class ControllerUsers:
+    """The users of this controller's applied state, secrets unsealed on first use (and again
+    when the sealed form changes): the request guard's directory."""
+
+    def __init__(self, manager: ReplicasInfoManager, auth_key: bytes) -> None:
+        self._manager = manager
+        self._key = auth_key
+        self._secrets: dict[str, tuple[bytes, str | None]] = {}
+
+    def secret(self, username: str) -> str | None:
+        record = self._manager.auth.get(username)
+        if record is None:
+            return None
+        cached = self._secrets.get(username)
+        if cached is not None and cached[0] == record.sealed_secret:
+            return cached[1]
+        try:
+            secret: str | None = unseal(self._key, record.sealed_secret, username.encode()).decode()
+        except (SealError, UnicodeDecodeError):
+            log.error("secret of user cannot be unsealed with this auth key", username=username)
+            secret = None
+        if len(self._secrets) > 4 * len(self._manager.auth.records()) + 64:
+            self._secrets.clear()  # deleted users: start over rather than grow
+        self._secrets[username] = (record.sealed_secret, secret)
+        return secret
+
+    def user(self, username: str) -> User | None:
+        record = self._manager.auth.get(username)
+        return None if record is None else record.user()
 
 
 class AuthHandlers:
@@ -191,6 +234,33 @@ class AuthHandlers:
         resp = await self._commit_user(req, d, rules=True)
         log.info("acl deleted", username=username, resources=[str(p) for p in patterns] or "all")
         return resp
+
+    async def sync_users(self, conn: Connection, req: Frame) -> Frame:
+        """AUTH_SYNC_USERS: header ``digest`` (what the broker holds, optional). Answers header
+        ``digest`` and ``unchanged`` (true: no body); otherwise body ``{"users": [{"username",
+        "userType", "sealedSecret" (bin), "version", "rules"}]}``."""
+        known = opt_str(req.header, "digest") or ""
+        await self.gate.read_view()
+        table = self.manager.auth
+        digest = table.digest()
+        if known == digest:
+            return response(req, ResponseCode.SUCCESS, {"digest": digest, "unchanged": True})
+        users = [
+            {
+                "username": r.username,
+                "userType": r.user_type.value,
+                "sealedSecret": r.sealed_secret,
+                "version": r.version,
+                "rules": [rule.to_doc() for rule in r.rules],
+            }
+            for r in table.records()
+        ]
+        return response(
+            req,
+            ResponseCode.SUCCESS,
+            {"digest": digest, "unchanged": False},
+            _pack({"users": users}),
+        )
 
     async def list_acl(self, conn: Connection, req: Frame) -> Frame:
         username = opt_str(req.header, "username") or None

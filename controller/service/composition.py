@@ -13,13 +13,13 @@ from collections.abc import Callable
 
 import structlog
 
-from controller.config import ControllerConfig, load_auth_key
+from controller.config import ControllerConfig
 from controller.metadata import BrokerBindings, BrokerLiveTable
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.routes import RouteTable
 from controller.service.admission import ProposalBudget, shedding
-from controller.service.auth import AuthHandlers
+from controller.service.auth import AuthHandlers, ControllerUsers
 from controller.service.brokers import BrokerHandlers
 from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
@@ -34,7 +34,13 @@ from controller.service.sync_state import SyncStateHandlers
 from controller.service.tasks import BackgroundTasks
 from controller.service.topics_routes import TopicRouteHandlers
 from controller.state_machine import MetadataStateMachine
+from daemon.auth_key import load_auth_key
+from protocol.acl import Decision, User
 from protocol.codes import ControllerCode, RequestCode
+from protocol.remoting import Frame
+from protocol.request_auth import Credentials, cluster_credentials
+from protocol.request_permissions import authorize, controller_checks
+from remoting.auth import RequestGuard
 from remoting.client import ConnectionPool
 from remoting.server import Connection, RemotingServer
 
@@ -79,7 +85,15 @@ class ControllerService:
         self.live = BrokerLiveTable(default_timeout_ms=cfg.broker_heartbeat_timeout_ms)
         self.bindings = BrokerBindings()
         self.routes = RouteTable(expiry_ms=cfg.route_expiry_ms)
-        self.pool = ConnectionPool(connect_timeout=cfg.notify_timeout_ms / 1000)
+        auth_key = load_auth_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
+        self.auth_key = auth_key
+        self.cluster_credentials = (
+            cluster_credentials(auth_key) if cfg.auth_enabled and auth_key is not None else None
+        )
+        # Pushes to brokers (role changes, topics) sign as the cluster when auth is on.
+        self.pool = ConnectionPool(
+            connect_timeout=cfg.notify_timeout_ms / 1000, credentials=self.cluster_credentials
+        )
         self.connections = ConnectionIds()
         self.tasks = BackgroundTasks()
         self._scan_task: asyncio.Task[None] | None = None
@@ -140,7 +154,6 @@ class ControllerService:
             timeout=timeout,
         )
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
-        auth_key = load_auth_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
         self.auth = AuthHandlers(manager, gate, committer, auth_key)
 
         driver.on_active_change.append(self.heartbeats.active_changed)
@@ -177,6 +190,7 @@ class ControllerService:
             ControllerCode.AUTH_UPDATE_ACL: self.auth.update_acl,
             ControllerCode.AUTH_DELETE_ACL: self.auth.delete_acl,
             ControllerCode.AUTH_LIST_ACL: self.auth.list_acl,
+            ControllerCode.AUTH_SYNC_USERS: self.auth.sync_users,
         }
         for code, handler in handlers.items():
             if code in _WRITES:
@@ -184,8 +198,32 @@ class ControllerService:
             else:
                 server.register(code, guarded(handler, self.metrics))
         server.register(RequestCode.BROKER_HEARTBEAT, self.heartbeats.broker_heartbeat)
+        if self.cluster_credentials is not None and self.auth_key is not None:
+            server.guard = self._request_guard(self.auth_key, self.cluster_credentials)
         server.on_open.append(self._connection_opened)
         server.on_close.append(self._connection_closed)
+
+    def _request_guard(self, auth_key: bytes, cluster: Credentials) -> RequestGuard:
+        """Every request signed by a known user (or the cluster), admin commands for super
+        users only (:mod:`protocol.request_permissions`)."""
+        metrics = self.metrics
+
+        def allowed(user: User, req: Frame, host: str) -> Decision:
+            return authorize(user, controller_checks(req, ""), host, req.code)
+
+        def refused(reason: str) -> None:
+            if metrics is not None:
+                metrics.auth_refused.labels(reason=reason).inc()
+
+        log.info("authentication on", window_ms=self.cfg.auth_timestamp_window_ms)
+        return RequestGuard(
+            ControllerUsers(self.manager, auth_key),
+            allowed,
+            cluster=cluster,
+            window_ms=self.cfg.auth_timestamp_window_ms,
+            server="controller",
+            on_refused=refused,
+        )
 
     async def start(self) -> None:
         self._scan_task = asyncio.create_task(self.scheduler.run(), name="controller-scan")

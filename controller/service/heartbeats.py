@@ -126,7 +126,13 @@ class HeartbeatHandler:
         return response(
             req,
             ResponseCode.SUCCESS,
-            {"masterBrokerId": master, "masterEpoch": epoch, "heartbeatTimeoutMillis": held_ms},
+            {
+                "masterBrokerId": master,
+                "masterEpoch": epoch,
+                "heartbeatTimeoutMillis": held_ms,
+                # Users and rules changed: the broker fetches them again (AUTH_SYNC_USERS).
+                "authDigest": self.manager.auth.digest(),
+            },
         )
 
     def active_changed(self, active: bool) -> None:

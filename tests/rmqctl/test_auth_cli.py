@@ -40,7 +40,7 @@ def test_bad_arguments_are_one_line_and_exit_1(args: list[str], message: str) ->
         assert args[args.index("-p") + 1] not in result.output
 
 
-def test_help_says_the_commands_are_not_enforced_yet() -> None:
+def test_help_says_the_commands_need_a_super_user() -> None:
     for command in ("createUser", "listAcl"):
         result = CliRunner().invoke(cli, [command, "--help"])
-        assert "Not enforced yet" in result.output
+        assert "only a super user may do this" in result.output

@@ -1,0 +1,168 @@
+"""The request guard of a server with authentication on: verify, authorize, refuse, log, count.
+
+:class:`RequestGuard` is installed as a :class:`~remoting.server.RemotingServer`'s ``guard``:
+the server calls it with every request that has a handler, before the handler. It verifies the
+signature (:func:`protocol.request_auth.verify`: known user, right secret, fresh timestamp,
+unseen nonce), removes the signature fields from the header (handlers never see them), then asks
+the daemon's ``authorize`` whether that user may send that request from that address. A refusal
+answers NO_PERMISSION (16) with the reason in the remark (a oneway request gets no answer), is
+counted by reason (``on_refused``) and logged at most once per source host per window (with how
+many were not logged since), so a client retrying in a loop cannot flood the log.
+
+The cluster's own processes sign with :func:`protocol.request_auth.cluster_credentials` and count
+as a super user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final, Protocol
+
+import structlog
+
+from protocol.acl import Decision, User, UserType
+from protocol.codes import ResponseCode
+from protocol.remoting import Frame
+from protocol.request_auth import (
+    CLUSTER_ACCESS_KEY,
+    DEFAULT_MAX_NONCES_PER_USER,
+    DENIED,
+    UNKNOWN_USER,
+    Credentials,
+    NonceCache,
+    strip_auth_fields,
+    verify,
+)
+from remoting.client import wall_ms
+from remoting.server import Connection, error_response
+
+log = structlog.get_logger(__name__)
+
+LOG_WINDOW_MS: Final = 60_000
+_MAX_HOSTS: Final = 4096
+
+CLUSTER_USER: Final = User(CLUSTER_ACCESS_KEY, UserType.SUPER)
+
+Authorize = Callable[[User, Frame, str], Decision]
+"""(user, request with the signature fields removed, source host) -> the decision."""
+
+
+class UserDirectory(Protocol):
+    """Where the guard looks users up (the controllers' table, or a broker's cache of it)."""
+
+    def secret(self, username: str) -> str | None: ...
+
+    def user(self, username: str) -> User | None: ...
+
+
+class RefusalLogThrottle:
+    """Decides which refusals to log: one per source host per window (time is an input)."""
+
+    __slots__ = ("_last", "_window_ms")
+
+    def __init__(self, window_ms: int = LOG_WINDOW_MS) -> None:
+        self._window_ms = window_ms
+        self._last: dict[str, tuple[int, int]] = {}
+        """host -> (when it was last logged, refusals not logged since)."""
+
+    def record(self, host: str, now_ms: int) -> int | None:
+        """None: do not log this one; else how many refusals from ``host`` were not logged
+        before it."""
+        last = self._last.get(host)
+        if last is not None and now_ms - last[0] < self._window_ms:
+            self._last[host] = (last[0], last[1] + 1)
+            return None
+        if last is None and len(self._last) >= _MAX_HOSTS:
+            self._last.clear()  # many hosts: forget them all rather than grow without bound
+        self._last[host] = (now_ms, 0)
+        return 0 if last is None else last[1]
+
+
+def source_host(conn: Connection) -> str:
+    return conn.peer.rpartition(":")[0] or conn.peer
+
+
+class RequestGuard:
+    def __init__(
+        self,
+        directory: UserDirectory,
+        authorize: Authorize,
+        *,
+        cluster: Credentials,
+        window_ms: int,
+        server: str,
+        on_refused: Callable[[str], None] | None = None,
+        clock_ms: Callable[[], int] = wall_ms,
+        max_nonces_per_user: int = DEFAULT_MAX_NONCES_PER_USER,
+    ) -> None:
+        self._directory = directory
+        self._authorize = authorize
+        self._cluster_secret = cluster.secret_key
+        self._window_ms = window_ms
+        self._server = server
+        self._on_refused = on_refused
+        self._clock_ms = clock_ms
+        self._nonces = NonceCache(window_ms, max_nonces_per_user)
+        self._throttle = RefusalLogThrottle()
+
+    def _secret(self, username: str) -> str | None:
+        if username == CLUSTER_ACCESS_KEY:
+            return self._cluster_secret
+        return self._directory.secret(username)
+
+    def _user(self, username: str) -> User | None:
+        if username == CLUSTER_ACCESS_KEY:
+            return CLUSTER_USER
+        return self._directory.user(username)
+
+    def __call__(self, conn: Connection, req: Frame) -> Frame | None:
+        """None: the request may go to its handler; else the refusal to answer."""
+        now = self._clock_ms()
+        verdict = verify(
+            req.code,
+            req.flags,
+            req.header,
+            req.body,
+            secret_of=self._secret,
+            now_ms=now,
+            window_ms=self._window_ms,
+            nonces=self._nonces,
+        )
+        if verdict.reason is not None:
+            return self._refuse(conn, req, verdict.reason, verdict.detail, verdict.username, now)
+        username = verdict.username or ""
+        strip_auth_fields(req.header)
+        user = self._user(username)
+        if user is None:  # deleted between the two look-ups
+            return self._refuse(conn, req, UNKNOWN_USER, f"unknown user {username}", username, now)
+        host = source_host(conn)
+        decision = self._authorize(user, req, host)
+        if not decision.allowed:
+            return self._refuse(conn, req, DENIED, decision.reason, username, now)
+        return None
+
+    def _refuse(
+        self,
+        conn: Connection,
+        req: Frame,
+        reason: str,
+        detail: str,
+        username: str | None,
+        now_ms: int,
+    ) -> Frame:
+        if self._on_refused is not None:
+            self._on_refused(reason)
+        host = source_host(conn)
+        unlogged = self._throttle.record(host, now_ms)
+        if unlogged is not None:
+            log.warning(
+                "request refused",
+                server=self._server,
+                peer=conn.peer,
+                code=req.code,
+                user=username,
+                reason=reason,
+                detail=detail,
+                not_logged_since=unlogged,
+            )
+        return error_response(req, ResponseCode.NO_PERMISSION, f"{reason}: {detail}")
