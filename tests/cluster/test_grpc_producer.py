@@ -167,6 +167,11 @@ try:
         out["sent"][name] = {"id": receipt.message_id, "offset": receipt.offset, **extra}
 
     sent("normal", producer.send(message(topic, "normal", "TagN", "kn", color="red")))
+    try:  # over the broker's max_message_bytes, which its Settings answer told the client
+        producer.send(message(topic, "x" * (int(sys.argv[4]) + 1), "TagX", "kx"))
+        out["too_big"] = "sent"
+    except Exception as e:
+        out["too_big"] = f"{type(e).__name__}: {e}"
     for i in range(6):
         m = message(fifo_topic, f"fifo-{i}", "TagF", f"kf{i}", seq=str(i))
         m.message_group = "order-7"
@@ -210,9 +215,13 @@ async def test_every_message_type_sent_by_the_official_producer_reads_back_as_se
     g = grpc_cluster
     started = time.time()
     out = json.loads(
-        await asyncio.to_thread(g.run, _PRODUCE, g.endpoint, TOPIC, FIFO_TOPIC, timeout=90)
+        await asyncio.to_thread(
+            g.run, _PRODUCE, g.endpoint, TOPIC, FIFO_TOPIC, str(MAX_BODY), timeout=90
+        )
     )
     sent = out["sent"]
+    assert out["too_big"].startswith("IllegalArgumentException"), out["too_big"]
+    assert f"max size={MAX_BODY}" in out["too_big"]
     assert out["checked_back"], out
     # The checker saw the half messages as they were sent.
     assert sorted(
