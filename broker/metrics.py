@@ -489,7 +489,7 @@ class BrokerMetrics:
         self.pop_redeliveries = Counter(
             "rmq_broker_pop_redeliveries",
             "POP deliveries not acked in their invisible time and re-published to the group's "
-            "retry topic, by group and original topic",
+            "retry topic (FIFO groups: handed out again in place), by group and original topic",
             group_topic,
             registry=r,
         )

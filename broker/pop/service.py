@@ -502,6 +502,8 @@ class PopService:
                         # A FIFO delivery is handed out again in place, by the next POP.
                         state.expire(entry.key)
                         self.ctx.waiters.notify(entry.topic, entry.queue_id)
+                        self.revived += 1
+                        self.ctx.metrics.pop_redelivered(entry.group, entry.topic)
                         continue
                     self._republish(entry, DeadLetter(attempts - 1))
                 else:
