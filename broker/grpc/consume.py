@@ -41,8 +41,9 @@ log = structlog.get_logger(__name__)
 _TIMEOUT_S: Final = 5.0
 """Each request to the broker, beyond a receive's long polling."""
 _TICK_S: Final = 1.0
-_TERMINATED_INVISIBLE_MS: Final = delivery.MIN_INVISIBLE_MS
-"""What a terminated push consumer's held messages are hidden for: they come back at once."""
+_HANDED_BACK_INVISIBLE_MS: Final = delivery.MIN_INVISIBLE_MS
+"""What messages nobody will handle are hidden for (a terminated push consumer's held ones, a
+cancelled receive's): they come back to the group at once."""
 
 
 def _status(code: int, message: str) -> pb.Status:
@@ -77,6 +78,7 @@ class ConsumeService:
         self.held = RenewTable()
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
+        self._chores: set[asyncio.Future[None]] = set()
 
     def close(self) -> None:
         if self._task is not None:
@@ -130,9 +132,17 @@ class ConsumeService:
                 "expressionType": "TAG",
                 "exp": plan.expression,
             }
-            resp = await self._call(
-                RequestCode.POP_MESSAGE, header, plan.poll_ms / 1000 + _TIMEOUT_S
+            pop = asyncio.ensure_future(
+                self._call(RequestCode.POP_MESSAGE, header, plan.poll_ms / 1000 + _TIMEOUT_S)
             )
+            try:
+                resp = await asyncio.shield(pop)
+            except asyncio.CancelledError:
+                # The client went away (or its deadline passed) while the POP waited: what it
+                # hands out now reaches nobody. Give that back to the group at once rather
+                # than after its invisible time.
+                pop.add_done_callback(lambda done: self._hand_back_popped(done, plan.group))
+                raise
             messages = self._received(resp, plan, client_id)
         except Refused as exc:
             yield rpc.ReceiveMessageResponse(status=_status(exc.code, exc.message))
@@ -146,6 +156,27 @@ class ConsumeService:
         now = _now_ms()
         yield rpc.ReceiveMessageResponse(
             delivery_timestamp=Timestamp(seconds=now // 1000, nanos=(now % 1000) * 1_000_000)
+        )
+
+    def _hand_back_popped(self, pop: asyncio.Future[Frame], group: str) -> None:
+        if pop.cancelled() or pop.exception() is not None:
+            return
+        resp = pop.result()
+        if resp.code != ResponseCode.SUCCESS:
+            return
+        handles = str(resp.header.get("receiptHandles", "")).split()
+        task = asyncio.ensure_future(self._hand_back(group, handles))
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    async def _hand_back(self, group: str, handles: list[str]) -> None:
+        for handle in handles:
+            try:
+                await self._change(group, handle, _HANDED_BACK_INVISIBLE_MS)
+            except Refused as exc:
+                log.info("grpc: popped message not handed back", group=group, error=exc.message)
+        log.info(
+            "grpc: a cancelled receive's messages handed back", group=group, count=len(handles)
         )
 
     def _received(
@@ -266,13 +297,13 @@ class ConsumeService:
                 )
             original = request.receipt_handle
             async with self._lock(original):
-                new = await self._change(group, request.topic.name, self.held.current(original), ms)
+                new = await self._change(group, self.held.current(original), ms)
                 self._release(original)  # the client decides from now on
         except Refused as exc:
             return rpc.ChangeInvisibleDurationResponse(status=_status(exc.code, exc.message))
         return rpc.ChangeInvisibleDurationResponse(status=_status(pb.OK, "OK"), receipt_handle=new)
 
-    async def _change(self, group: str, topic: str, handle: str, ms: int) -> str:
+    async def _change(self, group: str, handle: str, ms: int) -> str:
         """CHANGE_MESSAGE_INVISIBLETIME: the new handle. Below the broker's 1 s it hides the
         message for 1 s (a nack that wants it back at once)."""
         header: Header = {
@@ -307,7 +338,7 @@ class ConsumeService:
                 raise Refused(pb.INVALID_RECEIPT_HANDLE, bad)
             original = request.receipt_handle
             async with self._lock(original):
-                handle = await self._change(group, topic, self.held.current(original), 60_000)
+                handle = await self._change(group, self.held.current(original), 60_000)
                 self._release(original)
                 await self._send_to_dlq(request, group, topic, handle, client_id_of(context))
                 resp = await self._call(
@@ -418,9 +449,7 @@ class ConsumeService:
         for held in self.held.release_client(client_id):
             async with self._lock(held.original):
                 try:
-                    await self._change(
-                        held.group, held.topic, held.current, _TERMINATED_INVISIBLE_MS
-                    )
+                    await self._change(held.group, held.current, _HANDED_BACK_INVISIBLE_MS)
                 except Refused:
                     pass  # acked meanwhile, or already back: nothing to hand back
         if client_id:
@@ -513,9 +542,7 @@ class ConsumeService:
             if self.held.get(held.original) is not held:
                 return  # acked or nacked meanwhile
             try:
-                new = await self._change(
-                    held.group, held.topic, held.current, delivery.AUTO_RENEW_INVISIBLE_MS
-                )
+                new = await self._change(held.group, held.current, delivery.AUTO_RENEW_INVISIBLE_MS)
             except Refused as exc:
                 log.info("grpc: held delivery not renewed", group=held.group, error=exc.message)
                 self._release(held.original)

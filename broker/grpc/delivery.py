@@ -9,6 +9,7 @@ gRPC").
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -273,13 +274,16 @@ def handle_code(remoting_code: int, otherwise: int) -> int:
     return _HANDLE_CODES.get(remoting_code, otherwise)
 
 
+_SPACE: Final = re.compile(r"\s")
+
+
 def check_handle(text: str) -> str | None:
     """Why ``text`` cannot be a receipt handle this endpoint issued (None: it may be)."""
     if not text:
         return "receipt_handle is empty"
     if len(text) > 2048:
         return "receipt_handle is longer than 2048 characters"
-    if any(c.isspace() for c in text):
+    if _SPACE.search(text) is not None:
         return "receipt_handle holds white space"
     return None
 

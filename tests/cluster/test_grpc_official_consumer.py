@@ -491,3 +491,35 @@ async def test_push_deliveries_are_renewed_while_held_and_handed_back_at_termina
         await wait_until_async(back, "the terminated client's message to come back", 20)
         assert [(m.body, m.attempt) for m in got] == [(held.body, 2)]
         await sdk.ack(got[0])
+
+
+async def test_a_message_popped_for_a_receive_the_client_cancelled_comes_back_at_once(
+    broker: BrokerProc, endpoint: str
+) -> None:
+    """A client that goes away during the long poll: the message the broker hands out after that
+    is given back to the group (hidden 1 s), not hidden for the receive's 60 s."""
+    group = "grpc-cancel"
+    tag = pb.FilterExpression(type=pb.TAG, expression="TagX")
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        stub = MessagingServiceStub(channel)
+        request = rpc.ReceiveMessageRequest(
+            group=pb.Resource(name=group),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
+            filter_expression=tag,
+            batch_size=16,
+            invisible_duration={"seconds": 60},
+            long_polling_timeout={"seconds": 10},
+        )
+        call = stub.ReceiveMessage(request, timeout=20)
+        await asyncio.sleep(1)  # the POP is long-polling at the broker
+        call.cancel()
+        async with Producer(broker.address) as producer:
+            sent = await producer.send(TOPIC, b"cancelled-1", tags="TagX")
+        answers = await _receive(
+            stub, group, filter_expression=tag, invisible_duration={"seconds": 30},
+            long_polling_timeout={"seconds": 10},
+        )  # fmt: skip
+    assert _status_of(answers).code == pb.OK, answers
+    (message,) = [a.message for a in answers if a.HasField("message")]
+    assert message.system_properties.message_id == sent.msg_id
+    assert message.system_properties.delivery_attempt == 2  # popped once for the cancelled call
