@@ -100,8 +100,20 @@ def _timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def _no_namespace(resource: pb.Resource, what: str) -> None:
+    if resource.resource_namespace:
+        raise Refused(
+            pb.UNSUPPORTED,
+            f"{what} {resource.name!r} is in namespace {resource.resource_namespace!r}: this "
+            "broker has no namespaces (configure the client without one)",
+        )
+
+
 def check_group(group: pb.Resource) -> str:
-    """The consumer group's name; :class:`Refused` when it cannot name one."""
+    """The consumer group's name; :class:`Refused` when it cannot name one (or names a
+    namespace: RocketMQ's namespaces are not served, and ignoring one would mix two
+    applications' groups)."""
+    _no_namespace(group, "consumer group")
     bad = group_error(group.name)
     if bad is not None:
         raise Refused(pb.ILLEGAL_CONSUMER_GROUP, bad)
@@ -147,6 +159,7 @@ def receive_plan(request: rpc.ReceiveMessageRequest, time_remaining: float | Non
     topic = request.message_queue.topic.name
     if not topic:
         raise Refused(pb.ILLEGAL_TOPIC, "message_queue.topic is empty")
+    _no_namespace(request.message_queue.topic, "topic")
     expression = tag_expression(request.filter_expression)
     if not 0 < request.batch_size <= MAX_POP_BATCH:
         raise Refused(

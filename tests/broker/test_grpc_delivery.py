@@ -76,6 +76,16 @@ def test_push_receives_take_the_renewed_invisible_time() -> None:
             "A ||",
         ),
         ({"long_polling_timeout": Duration(seconds=-1)}, pb.ILLEGAL_POLLING_TIME, "negative"),
+        (
+            {"group": pb.Resource(name="g", resource_namespace="prod")},
+            pb.UNSUPPORTED,
+            "namespace 'prod'",
+        ),
+        (
+            {"message_queue": pb.MessageQueue(topic=pb.Resource(name="T", resource_namespace="x"))},
+            pb.UNSUPPORTED,
+            "no namespaces",
+        ),
     ],
 )
 def test_bad_receives_are_refused_with_their_code(
