@@ -253,9 +253,9 @@ class PopService:
         passed over (the checkpoint's range covers them, its bitmap does not), so the group
         never receives them: the store skips them by their ConsumeQueue tag hash without
         reading their records (up to :data:`_FILTER_SCAN` entries a read), and the tags of
-        the records it returns are confirmed here. A queue is read up to :data:`_FILTER_READS` times per POP while
-        everything read was filtered out (or unreadable: a record that fails its CRC is passed
-        over and logged)."""
+        the records it returns are confirmed here. A queue is read up to
+        :data:`_FILTER_READS` times per POP while everything read was filtered out (or
+        unreadable: a record that fails its CRC is passed over and logged)."""
         ctx = self.ctx
         state = self.ready()
         key, last = self.handle_key()
