@@ -1,7 +1,7 @@
 """The POP mode of :class:`client.consumer.Consumer` (``Consumer(..., pop=True)``, docs/pop.md).
 
 No rebalance and no queue ownership: every member long-polls every broker group of the topic
-with POP requests for any of its queues (one task per broker group), so any number of members
+with POP requests for any of its queues (two tasks per broker group), so any number of members
 share all queues. The application API is the queue-bound consumer's: :meth:`receive`,
 iteration, :meth:`process` and :meth:`nack`.
 
@@ -44,6 +44,9 @@ Handler = Callable[[ReceivedMessage], Awaitable[object] | object]
 
 MIN_NACK_DELAY = 1.0
 """The shortest invisible time a broker accepts (seconds)."""
+FETCHES_PER_BROKER = 2
+"""POP requests a member keeps under way per broker group: one's replicated round trip
+overlaps the other's (the in-flight bound still caps what they ask for)."""
 _ERROR_BACKOFF = (0.2, 2.0)
 """A fetch task's first and longest pause after a failed POP (seconds)."""
 
@@ -74,7 +77,7 @@ class PopDelivery:
         self.nack_delay = nack_delay
         self.route_check_interval = route_check_interval
         self._config = SubscriptionGroupConfig(simple.group)
-        self._fetchers: dict[str, asyncio.Task[None]] = {}
+        self._fetchers: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._route_task: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
         self._ready: deque[PopMessage] = deque()
@@ -273,15 +276,18 @@ class PopDelivery:
             self._sync_fetchers()
 
     def _sync_fetchers(self) -> None:
-        """One fetch task per broker group of the topic that has queues."""
+        """:data:`FETCHES_PER_BROKER` fetch tasks per broker group of the topic that has
+        queues."""
         route = self.simple.routes.peek(self.simple.topic)
         if route is None or self._closed:
             return
-        names = {b.broker_name for b in route.brokers if b.queues}
-        for name in [n for n in self._fetchers if n not in names]:
-            self._fetchers.pop(name).cancel()
-        for name in sorted(names - self._fetchers.keys()):
-            self._fetchers[name] = asyncio.ensure_future(self._fetch(name))
+        wanted = {
+            (b.broker_name, i) for b in route.brokers if b.queues for i in range(FETCHES_PER_BROKER)
+        }
+        for gone in [k for k in self._fetchers if k not in wanted]:
+            self._fetchers.pop(gone).cancel()
+        for key in sorted(wanted - self._fetchers.keys()):
+            self._fetchers[key] = asyncio.ensure_future(self._fetch(key[0]))
 
     async def _reserve(self) -> int:
         """Wait for room in flight; reserve and return how many messages to ask for."""

@@ -30,14 +30,13 @@ record, a kind byte then big-endian fields:
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = [
     "HANDLE_KEY_BYTES",
@@ -106,8 +105,9 @@ class HandleKey:
         return hashlib.blake2b(data, key=self.secret, digest_size=_MAC_BYTES).digest()
 
 
-@dataclass(frozen=True, slots=True)
-class ReceiptHandle:
+class ReceiptHandle(NamedTuple):
+    """What a receipt handle names (a tuple: one is built per message popped and acked)."""
+
     broker_name: str
     group: str
     topic: str
@@ -140,6 +140,10 @@ def _names(broker_name: str, group: str, topic: str) -> bytes:
     return _name(broker_name, "broker name") + _name(group, "group") + _name(topic, "topic")
 
 
+_TO_URLSAFE: Final = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE: Final = bytes.maketrans(b"-_", b"+/")
+
+
 def encode_handle(handle: ReceiptHandle, key: HandleKey) -> str:
     body = _HANDLE_FIXED.pack(
         _HANDLE_VERSION,
@@ -149,7 +153,30 @@ def encode_handle(handle: ReceiptHandle, key: HandleKey) -> str:
         handle.invisible_ms,
         handle.checkpoint,
     ) + _names(handle.broker_name, handle.group, handle.topic)
-    return base64.urlsafe_b64encode(body + key.mac(body)).decode().rstrip("=")
+    raw = binascii.b2a_base64(body + key.mac(body), newline=False)
+    return raw.translate(_TO_URLSAFE).rstrip(b"=").decode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_names(raw: bytes) -> tuple[str, str, str]:
+    """The broker, group and topic names closing a handle's body (they repeat from handle to
+    handle). Raises :class:`HandleError`."""
+    pos = 0
+    names: list[str] = []
+    for _ in range(3):
+        if pos >= len(raw):
+            raise HandleError("receipt handle is truncated")
+        n = raw[pos]
+        if pos + 1 + n > len(raw) or n == 0:
+            raise HandleError("receipt handle is truncated")
+        try:
+            names.append(raw[pos + 1 : pos + 1 + n].decode())
+        except UnicodeDecodeError:
+            raise HandleError("receipt handle is corrupt") from None
+        pos += 1 + n
+    if pos != len(raw):
+        raise HandleError("receipt handle has trailing bytes")
+    return names[0], names[1], names[2]
 
 
 def _parse_handle(text: str) -> tuple[bytes, bytes, ReceiptHandle]:
@@ -157,8 +184,9 @@ def _parse_handle(text: str) -> tuple[bytes, bytes, ReceiptHandle]:
     if not text or len(text) > 2048:
         raise HandleError("receipt handle is empty or too long")
     try:
-        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
+        padded = (text + "=" * (-len(text) % 4)).encode().translate(_FROM_URLSAFE)
+        raw = binascii.a2b_base64(padded, strict_mode=True)
+    except (binascii.Error, ValueError):  # UnicodeEncodeError is a ValueError
         raise HandleError("receipt handle is not base64url text") from None
     if len(raw) < _HANDLE_FIXED.size + 3 + _MAC_BYTES:
         raise HandleError("receipt handle is truncated")
@@ -166,22 +194,7 @@ def _parse_handle(text: str) -> tuple[bytes, bytes, ReceiptHandle]:
     version, queue_id, offset, pop_ms, invisible_ms, checkpoint = _HANDLE_FIXED.unpack_from(body)
     if version != _HANDLE_VERSION:
         raise HandleError(f"receipt handle version {version} is not known")
-    pos = _HANDLE_FIXED.size
-    names: list[str] = []
-    for _ in range(3):
-        if pos >= len(body):
-            raise HandleError("receipt handle is truncated")
-        n = body[pos]
-        if pos + 1 + n > len(body) or n == 0:
-            raise HandleError("receipt handle is truncated")
-        try:
-            names.append(body[pos + 1 : pos + 1 + n].decode())
-        except UnicodeDecodeError:
-            raise HandleError("receipt handle is corrupt") from None
-        pos += 1 + n
-    if pos != len(body):
-        raise HandleError("receipt handle has trailing bytes")
-    name, group, topic = names
+    name, group, topic = _parse_names(body[_HANDLE_FIXED.size :])
     handle = ReceiptHandle(name, group, topic, queue_id, offset, pop_ms, invisible_ms, checkpoint)
     return body, mac, handle
 

@@ -23,6 +23,7 @@ acked ones written as one ack record.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 
 from broker.context import BrokerContext, WriteRefused
@@ -113,11 +114,39 @@ class PopProcessor:
                 ResponseCode.QUEUE_NOT_EXIST,
                 f"queueId {queue_id} out of range 0..{tc.queues - 1} (or -1: any)",
             )
-        return self._pop(
-            req, group, topic, queue_id, tc.queues, max_count, invisible, poll_ms, tag_filter
+        # The first try runs here, without a task: a POP that finds messages (or need not
+        # wait) is answered at once or once its checkpoint is durable; only a long poll
+        # becomes a coroutine.
+        ctx = self.ctx
+        deadline = ctx.now_ms() + poll_ms
+        tried = self._try_pop(
+            req, group, topic, queue_id, tc.queues, max_count, invisible, tag_filter
+        )
+        if isinstance(tried, Frame):
+            return tried
+        got, last, candidates = tried
+        if got or poll_ms == 0:
+            found = (
+                self._found(req, got)
+                if got
+                else response(req, ResponseCode.PULL_NOT_FOUND, {"remark": "no message"})
+            )
+            return _when_durable(ctx, req, last, found, "POP checkpoint not durable")
+        return self._long_poll(
+            req,
+            group,
+            topic,
+            queue_id,
+            tc.queues,
+            max_count,
+            invisible,
+            deadline,
+            tag_filter,
+            last,
+            candidates,
         )
 
-    async def _pop(
+    def _try_pop(
         self,
         req: Frame,
         group: str,
@@ -126,34 +155,62 @@ class PopProcessor:
         queues: int,
         max_count: int,
         invisible: int,
-        poll_ms: int,
         tag_filter: TagFilter | None,
-    ) -> Frame:
+    ) -> Frame | tuple[list[PopMessage], PutResult | None, list[tuple[str, int]]]:
+        """One POP: what it handed out, its last append and the queues it read; or the error
+        answer."""
         ctx = self.ctx
-        deadline = ctx.now_ms() + poll_ms
+        try:
+            ctx.check_writable()
+            candidates = self.service.candidates(group, topic, queue_id, queues)
+            got, last = self.service.pop(
+                group, candidates, max_count, invisible, ctx.now_ms(), tag_filter
+            )
+        except WriteRefused as exc:
+            return error_response(req, exc.code, exc.remark)
+        except StoreError as exc:
+            return error_response(req, ResponseCode.SYSTEM_ERROR, f"POP not recorded: {exc}")
+        return got, last, candidates
+
+    async def _long_poll(
+        self,
+        req: Frame,
+        group: str,
+        topic: str,
+        queue_id: int,
+        queues: int,
+        max_count: int,
+        invisible: int,
+        deadline: int,
+        tag_filter: TagFilter | None,
+        last: PutResult | None,
+        candidates: list[tuple[str, int]],
+    ) -> Frame:
+        """Wait for messages until ``deadline`` (the first try found none)."""
+        ctx = self.ctx
         while True:
-            try:
-                ctx.check_writable()
-                candidates = self.service.candidates(group, topic, queue_id, queues)
-                got, last = self.service.pop(
-                    group, candidates, max_count, invisible, ctx.now_ms(), tag_filter
-                )
-            except WriteRefused as exc:
-                return error_response(req, exc.code, exc.remark)
-            except StoreError as exc:
-                return error_response(req, ResponseCode.SYSTEM_ERROR, f"POP not recorded: {exc}")
             if last is not None:
                 code, remark = await wait_durable(ctx, last)
                 if code != ResponseCode.SUCCESS:
                     return error_response(req, code, f"POP checkpoint not durable: {remark}")
-            if got:
-                return self._found(req, got)
             remaining = deadline - ctx.now_ms()
             if remaining <= 0:
                 return response(req, ResponseCode.PULL_NOT_FOUND, {"remark": "no message"})
             # The group's retry queue wakes it too, also before its first copy exists.
             keys = [*candidates, (retry_topic(group), 0)]
             await ctx.waiters.wait_any(list(dict.fromkeys(keys)), remaining / 1000)
+            tried = self._try_pop(
+                req, group, topic, queue_id, queues, max_count, invisible, tag_filter
+            )
+            if isinstance(tried, Frame):
+                return tried
+            got, last, candidates = tried
+            if got:
+                if last is not None:
+                    code, remark = await wait_durable(ctx, last)
+                    if code != ResponseCode.SUCCESS:
+                        return error_response(req, code, f"POP checkpoint not durable: {remark}")
+                return self._found(req, got)
 
     @staticmethod
     def _found(req: Frame, got: list[PopMessage]) -> Frame:
@@ -252,11 +309,30 @@ class PopProcessor:
             return error_response(req, ResponseCode.SYSTEM_ERROR, f"change not recorded: {exc}")
         return self._answer(req, result, {"receiptHandle": new})
 
-    async def _answer(self, req: Frame, result: PutResult, header: Header) -> Frame:
-        code, remark = await wait_durable(self.ctx, result)
-        if code != ResponseCode.SUCCESS:
-            return error_response(req, code, remark)
-        return response(req, ResponseCode.SUCCESS, header)
+    def _answer(self, req: Frame, result: PutResult, header: Header) -> Frame | Awaitable[Frame]:
+        return _when_durable(self.ctx, req, result, response(req, ResponseCode.SUCCESS, header))
+
+
+def _when_durable(
+    ctx: BrokerContext, req: Frame, result: PutResult | None, answer: Frame, what: str = ""
+) -> Frame | Awaitable[Frame]:
+    """``answer`` once ``result`` is as durable as a send must be: at once when there is
+    nothing to wait for, else a future the remoting server completes the request with (no
+    task per request), resolved to the error answer when durability failed."""
+    if result is None or not ctx.needs_wait(result):
+        return answer
+    fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+
+    def done(code: int, remark: str) -> None:
+        if fut.done():
+            return
+        if code == ResponseCode.SUCCESS:
+            fut.set_result(answer)
+        else:
+            fut.set_result(error_response(req, code, f"{what}: {remark}" if what else remark))
+
+    ctx.when_durable(result, done)
+    return fut
 
 
 def _refusal_code(reason: Refusal) -> int:
