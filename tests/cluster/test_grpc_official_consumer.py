@@ -111,7 +111,8 @@ class Listener(MessageListener):
         with lock:
             seen.append({"body": body, "attempt": m.delivery_attempt, "id": m.message_id,
                          "group": m.message_group})
-            if body == fail and body not in failed:
+            # fail: that body fails once; "!" + body: it fails every time
+            if body == fail.lstrip("!") and (fail.startswith("!") or body not in failed):
                 failed.add(body)
                 return ConsumeResult.FAILURE
             done.add(body)
@@ -257,21 +258,39 @@ async def test_fifo_push_consumer_takes_each_message_group_in_send_order(
     broker: BrokerProc, endpoint: str, tmp_path: Path
 ) -> None:
     """A group with consumeMessageOrderly is FIFO for the official client (Telemetry's flag) and
-    the broker's orderly POP hands a message group's next message only after the ack."""
+    the broker's orderly POP hands a message group's next message only after the ack. A message
+    that keeps failing is retried in place by the client (the group's retryMaxTimes + 1
+    attempts, its retry delay apart), then forwarded to the DLQ, and its group goes on."""
     group = "grpc-fifo"
     async with Admin(broker.address) as admin:
-        await admin.update_sub_group({"groupName": group, "consumeMessageOrderly": True})
+        await admin.update_sub_group(
+            {
+                "groupName": group,
+                "consumeMessageOrderly": True,
+                "retryMaxTimes": 1,
+                "retryDelays": "1s",
+            }
+        )
+    sent = {}
     async with Producer(broker.address) as producer:
         for i in range(5):
             for g in ("g1", "g2"):
-                await producer.send(TOPIC, f"{g}-{i}".encode(), tags="TagF", message_group=g)
+                body = f"{g}-{i}"
+                result = await producer.send(TOPIC, body.encode(), tags="TagF", message_group=g)
+                sent[body] = result.msg_id
 
-    out = await _official(_PUSH, tmp_path, endpoint, TOPIC, group, "10", "TagF", "none")
+    out = await _official(_PUSH, tmp_path, endpoint, TOPIC, group, "9", "TagF", "!g1-2")
 
     assert out["fifo"] is True, out
     for g in ("g1", "g2"):
         bodies = [s["body"] for s in out["seen"] if s["group"] == g]
-        assert bodies == [f"{g}-{i}" for i in range(5)], out
+        expected = [f"{g}-{i}" for i in range(5)]
+        if g == "g1":  # tried twice in place, then forwarded; g1-3 only after that
+            expected = ["g1-0", "g1-1", "g1-2", "g1-2", "g1-3", "g1-4"]
+        assert bodies == expected, out
+    async with Admin(broker.address) as admin:
+        dlq = (await admin.query_dlq(group))["broker-a"]
+    assert [(m["originTopic"], m["originMsgId"]) for m in dlq] == [(TOPIC, sent["g1-2"])]
 
     async def nothing_in_flight() -> bool:
         return await _pop_inflight(broker.address, group) == 0
