@@ -27,6 +27,7 @@ import structlog
 from broker.grpc.translate import (
     Refused,
     half_offset_of,
+    no_namespace,
     parse_recall_handle,
     recall_handle,
     send_request,
@@ -147,6 +148,7 @@ class Publisher:
         try:
             if not topic:
                 raise Refused(pb.ILLEGAL_TOPIC, "topic is empty")
+            no_namespace(request.topic, "topic")
             if not request.message_id:
                 raise Refused(pb.ILLEGAL_MESSAGE_ID, "message_id is empty")
             offset = half_offset_of(request.transaction_id)
@@ -174,6 +176,7 @@ class Publisher:
         try:
             if not topic:
                 raise Refused(pb.ILLEGAL_TOPIC, "topic is empty")
+            no_namespace(request.topic, "topic")
             broker_name, msg_id = parse_recall_handle(request.recall_handle)
             address = (
                 self.master_address()

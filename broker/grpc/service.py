@@ -25,7 +25,13 @@ from broker.grpc.endpoints import EndpointBook
 from broker.grpc.produce import Publisher
 from broker.grpc.produce import status as _status
 from broker.grpc.telemetry import TelemetryHub
-from broker.grpc.translate import Refused, group_members, message_queues, status_code
+from broker.grpc.translate import (
+    Refused,
+    group_members,
+    message_queues,
+    no_namespace,
+    status_code,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
@@ -84,6 +90,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not topic:
             return rpc.QueryRouteResponse(status=_status(pb.ILLEGAL_TOPIC, "topic is empty"))
         try:
+            no_namespace(request.topic, "topic")
             frame = await self.routes.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             route = msgpack.unpackb(frame.body or b"", raw=False)
             tls = _over_tls(context)

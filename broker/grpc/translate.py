@@ -71,6 +71,17 @@ class Refused(Exception):
         self.message = message
 
 
+def no_namespace(resource: pb.Resource, what: str) -> None:
+    """:class:`Refused` (UNSUPPORTED) for a resource in a namespace: RocketMQ's namespaces are
+    not served, and dropping one would mix two applications' topics."""
+    if resource.resource_namespace:
+        raise Refused(
+            pb.UNSUPPORTED,
+            f"{what} {resource.name!r} is in namespace {resource.resource_namespace!r}: this "
+            "broker has no namespaces (configure the client without one)",
+        )
+
+
 def transaction_group(topic: str) -> str:
     """The producer group of a gRPC transactional message of ``topic``."""
     return TRANSACTION_GROUP_PREFIX + topic
@@ -141,6 +152,7 @@ def send_request(msg: pb.Message, peer: str, max_body_bytes: int) -> SendRequest
     topic = msg.topic.name
     if not topic:
         raise Refused(pb.ILLEGAL_TOPIC, "message topic is empty")
+    no_namespace(msg.topic, "topic")
     if not sysp.message_id:
         raise Refused(pb.ILLEGAL_MESSAGE_ID, "system_properties.message_id is empty")
     if not msg.body:

@@ -83,6 +83,7 @@ def test_a_delivery_timestamp_asks_for_scheduled_delivery_in_ms() -> None:
         ),
         (lambda m: setattr(m.system_properties, "body_encoding", pb.GZIP), pb.MESSAGE_CORRUPTED),
         (lambda m: setattr(m.system_properties, "message_type", pb.LITE), pb.UNSUPPORTED),
+        (lambda m: setattr(m.topic, "resource_namespace", "prod"), pb.UNSUPPORTED),
         (lambda m: setattr(m.system_properties, "message_type", pb.FIFO), CONFLICT),
         (lambda m: setattr(m.system_properties, "message_type", pb.DELAY), CONFLICT),
         (

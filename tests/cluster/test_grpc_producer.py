@@ -407,6 +407,18 @@ async def test_bad_requests_get_a_clear_status_store_nothing_and_the_broker_keep
         )
         assert recall.status.code == pb.BAD_REQUEST and "recall handle" in recall.status.message
 
+        # A topic in a namespace (not served here) is refused, not sent to the plain topic.
+        spaced = message(b"x")
+        spaced.topic.resource_namespace = "prod"
+        in_namespace = await send(spaced)
+        assert in_namespace.status.code == pb.UNSUPPORTED, in_namespace
+        assert "namespace 'prod'" in in_namespace.status.message
+        spaced_route = await stub.QueryRoute(
+            rpc.QueryRouteRequest(topic=pb.Resource(name=BAD_TOPIC, resource_namespace="prod")),
+            timeout=10,
+        )
+        assert spaced_route.status.code == pb.UNSUPPORTED, spaced_route
+
         # Still serving, and none of it was stored: a good message is the queue's first.
         good = await send(message(b"good"))
         assert (good.status.code, good.offset) == (pb.OK, 0), good
