@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from client.bootstrap import Bootstrap
+from protocol.request_auth import Credentials
+from remoting.client import use_credentials
 from tests.cluster.support import full_sync_state_set
 from tests.support.cluster import Cluster
+from tests.support.procs import rmqctl
 
 FAST_CONSUMER: dict[str, Any] = {
     "heartbeat_interval": 0.5,
@@ -37,6 +40,9 @@ class GroupOfThree:
     master: str
     """The master's address once all three replicas were in the sync state set."""
     sync_state: dict[str, Any]
+    credentials: Credentials | None = None
+    """With ``auth``: the super user's credentials (every pool of this process signs with them
+    while the cluster runs)."""
 
     @property
     def addresses(self) -> str:
@@ -44,21 +50,59 @@ class GroupOfThree:
         return self.cluster.controller_addresses
 
 
+SUPER_USER = Credentials("bench-admin", "bench-admin-Secret-1")
+
+
+def _secure(cluster: Cluster, tmp: Path) -> str:
+    """Authentication on for the controllers (before they start); the brokers' config text."""
+    key = tmp / "auth.key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    key.chmod(0o600)
+    settings = f'auth_key_file = "{key}"\nauth_enabled = true\n'
+    path = tmp / "controller-auth.toml"
+    path.write_text(settings)
+    for c in cluster.controllers:
+        c.argv += ["--config", str(path)]
+    return settings
+
+
+def _create_super_user(cluster: Cluster, tmp: Path) -> None:
+    done = rmqctl(
+        "-a", cluster.controller_addresses, "--auth-key-file", str(tmp / "auth.key"),
+        "createUser", "-u", SUPER_USER.access_key, "-p", SUPER_USER.secret_key, "-t", "Super",
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"creating the super user failed: {done.stderr}")
+
+
 @asynccontextmanager
 async def group_of_three(
-    prefix: str, per_broker: list[list[str]] | None = None
+    prefix: str, per_broker: list[list[str]] | None = None, *, auth: bool = False
 ) -> AsyncIterator[GroupOfThree]:
     """Start the cluster in a temporary directory named ``prefix``..., yield it once all three
     replicas are in sync, and stop every process it started on the way out (also on errors).
-    ``per_broker[i]``: flags of broker ``i`` only (a gRPC port, say)."""
+    ``per_broker[i]``: flags of broker ``i`` only (a gRPC port, say). ``auth``: authentication
+    on (``auth_enabled`` everywhere, a super user :data:`SUPER_USER` that every connection pool
+    of this process signs with until the cluster stops)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         cluster = Cluster(Path(tmp))
-        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+        config = _secure(cluster, Path(tmp)) if auth else ""
         try:
             cluster.start_controllers()
-            cluster.add_group("broker-a", 3, per_broker=per_broker, segment_bytes=1 << 30)
-            doc = await full_sync_state_set(boot, cluster, timeout=120)
-            yield GroupOfThree(cluster, boot, doc["masterAddress"], doc)
+            if auth:
+                _create_super_user(cluster, Path(tmp))
+                use_credentials(SUPER_USER)
+            boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+            try:
+                cluster.add_group(
+                    "broker-a", 3, per_broker=per_broker, config=config, segment_bytes=1 << 30
+                )
+                doc = await full_sync_state_set(boot, cluster, timeout=120)
+                yield GroupOfThree(
+                    cluster, boot, doc["masterAddress"], doc, SUPER_USER if auth else None
+                )
+            finally:
+                boot.close()
         finally:
-            boot.close()
+            use_credentials(None)
             cluster.stop()

@@ -21,14 +21,20 @@ then runs on the same machine with the same payload, after our cluster is stoppe
 flight and one at a time (JetStream has no batch publish), with ratios ours / NATS. Otherwise the
 line says it was skipped; ``--no-peer`` skips it.
 
+With ``--auth on`` the cluster runs with authentication (``auth_enabled``): every request is
+signed, the produce phases as a normal user with pub on the topic. ``--auth both`` runs only
+phase 1 on a cluster without and then with authentication and prints the ratio (the issue's
+target: within 20%).
+
     python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
-        [--profile]
+        [--profile] [--auth off|on|both]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -40,16 +46,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sdk_phases
 from bench.broker_bench import cpu_seconds, pct, run_async
-from bench.group_of_three import group_of_three, payload
+from bench.group_of_three import GroupOfThree, group_of_three, payload
 from bench.nats_peer import run_nats_r3
 from client import Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from protocol.codes import RequestCode, ResponseCode
-from remoting.client import RemotingClient
+from protocol.request_auth import Credentials
+from remoting.client import RemotingClient, signer_for
 from tests.cluster.support import epoch_cache, full_sync_state_set, node_at, sync_state
 from tests.controller.support import metadata
 from tests.support.cluster import Cluster
+from tests.support.procs import rmqctl
 
 TOPIC = "HABench"
 QUEUES = 8
@@ -250,19 +258,78 @@ def report_unexpected(master_elections: int, controller_elections: int, when: st
     )
 
 
-async def main_async(args: argparse.Namespace) -> None:
+PRODUCER_USER = Credentials("bench-producer", "bench-producer-Secret-1")
+
+
+async def producer_connection(broker_a: GroupOfThree) -> RemotingClient:
+    """A connection to the master with the topic created on it; with authentication on, signed
+    as a normal user whose one rule allows pub and create on the topic (so every send is
+    verified and decided as an application's would be)."""
+    master = broker_a.master
+    if broker_a.credentials is None:
+        conn = await RemotingClient.connect(master)
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES})
+        return conn
+    env = dict(
+        os.environ,
+        RMQ_ACCESS_KEY=broker_a.credentials.access_key,
+        RMQ_SECRET_KEY=broker_a.credentials.secret_key,
+    )
+    user, secret = PRODUCER_USER.access_key, PRODUCER_USER.secret_key
+    for argv in (
+        ["createUser", "-u", user, "-p", secret],
+        ["createAcl", "-s", user, "-r", f"Topic:{TOPIC}", "-A", "pub,create"],
+    ):
+        done = rmqctl("-a", broker_a.addresses, *argv, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"rmqctl {argv[0]} failed: {done.stderr}")
+    conn = await RemotingClient.connect(master, signer=signer_for(PRODUCER_USER))
+    deadline = time.monotonic() + 30
+    while True:  # the brokers learn the new user within a heartbeat
+        resp = await conn.request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES}
+        )
+        if resp.code == ResponseCode.SUCCESS:
+            return conn
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the producer user was not accepted: {resp.header}")
+        await asyncio.sleep(0.1)
+
+
+async def auth_comparison(args: argparse.Namespace) -> None:
+    """Phase 1 on a cluster without authentication, then on one with it: the ratio."""
     body = payload(args.size)
-    async with group_of_three("rmq-ha-bench-") as broker_a:
+    rates: dict[bool, float] = {}
+    for auth in (False, True):
+        async with group_of_three("rmq-ha-bench-", auth=auth) as broker_a:
+            pid = node_at(broker_a.cluster, broker_a.master).pid
+            conn = await producer_connection(broker_a)
+            print(f"authentication {'on' if auth else 'off'}:", flush=True)
+            rates[auth] = await produce_single(conn, args.messages, body, pid)
+            conn.close()
+    print(
+        f"P1 with authentication / without: {rates[True] / rates[False]:.2f} "
+        "(target: at least 0.80)",
+        flush=True,
+    )
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    if args.auth == "both":
+        await auth_comparison(args)
+        return
+    body = payload(args.size)
+    async with group_of_three("rmq-ha-bench-", auth=args.auth == "on") as broker_a:
         cluster, boot = broker_a.cluster, broker_a.boot
         master, doc = broker_a.master, broker_a.sync_state
         try:
             pid = node_at(cluster, master).pid
             epoch0, term0 = int(doc["masterEpoch"]), await controller_terms(cluster)
-            conn = await RemotingClient.connect(master)
-            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES})
+            conn = await producer_connection(broker_a)
             print(
                 f"3 controllers, broker-a x3 (master {master}), all-ack, flush async, "
-                f"{args.size} B messages, {args.messages:,} per produce phase",
+                f"{args.size} B messages, {args.messages:,} per produce phase, "
+                f"authentication {args.auth}",
                 flush=True,
             )
             ours_rate = await produce_single(conn, args.messages, body, pid)
@@ -387,6 +454,12 @@ def main() -> None:
     )
     p.add_argument(
         "--profile", action="store_true", help="cProfile the client of the auto-batching phase"
+    )
+    p.add_argument(
+        "--auth",
+        choices=("off", "on", "both"),
+        default="off",
+        help="authentication on the cluster; both: phase 1 without and with it, and the ratio",
     )
     args = p.parse_args()
     run_async(lambda: main_async(args))

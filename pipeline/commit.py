@@ -14,14 +14,20 @@ from pipeline.loop import SyncLoop
 from pipeline.replicas import topic_route
 from protocol.codes import ResponseCode
 from protocol.pull import ConsumerOffsetUpdate
+from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
 
 async def _commit_async(
-    controllers: str, topic: str, group: str, offsets: Mapping[MessageQueue, int], timeout: float
+    controllers: str,
+    topic: str,
+    group: str,
+    offsets: Mapping[MessageQueue, int],
+    timeout: float,
+    credentials: Credentials | None,
 ) -> list[str]:
-    pool = ConnectionPool(timeout)
+    pool = ConnectionPool(timeout, credentials)
     failures: list[str] = []
     try:
         route = await topic_route(Bootstrap(controllers, pool, timeout), controllers, topic)
@@ -51,12 +57,17 @@ async def _commit_async(
 
 
 def commit_offsets(
-    controllers: str, topic: str, group: str, offsets: Mapping[MessageQueue, int], timeout: float
+    controllers: str,
+    topic: str,
+    group: str,
+    offsets: Mapping[MessageQueue, int],
+    timeout: float,
+    credentials: Credentials | None = None,
 ) -> list[str]:
     """Commit ``offsets`` (next offset per queue) as ``group``'s at each group's master;
     returns what failed (a failed commit is repaired by the next one: offsets only grow)."""
     try:
         with SyncLoop() as loop:
-            return loop.run(_commit_async(controllers, topic, group, offsets, timeout))
+            return loop.run(_commit_async(controllers, topic, group, offsets, timeout, credentials))
     except PipelineError as exc:
         return [describe(exc)]

@@ -20,6 +20,7 @@ case-insensitive map).
 | ``maxInFlight`` | write | 4 | batches in flight per task |
 | ``sendDeadlineMs`` | write | 10000 | how long a batch may keep being retried after retriable failures (covers a failover) |
 | ``sendRetries`` | write | none | at most this many further attempts of a batch (none: the deadline alone decides) |
+| ``accessKey``, ``secretKey`` | both | none | a user's credentials: every request is signed (a cluster with authentication on); both or neither |
 
 Also for reads: ``topics`` (comma-separated) or ``topicPattern`` instead of ``topic``,
 ``startingTimestamp`` / ``endingTimestamp`` (ms, every queue),
@@ -39,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from client import Credentials
 from client.bootstrap import parse_addresses
 from pipeline.errors import OptionError
 from pipeline.offsets import ByTimestamp, PerTopic, PositionSpec, parse_spec, parse_timestamps
@@ -68,6 +70,8 @@ READ_OPTIONS: tuple[str, ...] = (
     "rowsPerBatch",
     "readTimeoutMs",
     "requestTimeoutMs",
+    "accessKey",
+    "secretKey",
 )
 #: every option a write takes
 WRITE_OPTIONS: tuple[str, ...] = (
@@ -78,6 +82,8 @@ WRITE_OPTIONS: tuple[str, ...] = (
     "sendDeadlineMs",
     "sendRetries",
     "requestTimeoutMs",
+    "accessKey",
+    "secretKey",
 )
 #: options Spark itself adds (``load(path)``/``save(path)``; a streaming sink's checkpoint)
 SPARK_OPTIONS: tuple[str, ...] = ("path", "checkpointLocation")
@@ -205,6 +211,18 @@ def bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"option {name} must be true or false, not {raw!r}")
 
 
+def credentials_option(options: Mapping[str, str]) -> Credentials | None:
+    """``accessKey`` and ``secretKey``: both (every request is signed) or neither."""
+    access = (get_option(options, "accessKey") or "").strip()
+    secret = get_option(options, "secretKey") or ""
+    if bool(access) != bool(secret):
+        raise OptionError(
+            "options accessKey and secretKey go together: give both (a cluster with "
+            "authentication on) or neither"
+        )
+    return Credentials(access, secret) if access else None
+
+
 def controllers_option(options: Mapping[str, str]) -> str:
     raw = get_option(options, "controllers")
     if raw is None or not parse_addresses(raw):
@@ -298,6 +316,8 @@ class ReadOptions:
     topics: tuple[str, ...] = ()
     #: ``topicPattern``: read every topic whose whole name matches
     topic_pattern: str | None = None
+    #: ``accessKey`` and ``secretKey``: every request is signed (a cluster with auth_enabled)
+    credentials: Credentials | None = None
 
     @property
     def multi(self) -> bool:
@@ -367,6 +387,7 @@ class ReadOptions:
             max_trigger_delay=delay,
             include_properties=include,
             group_id=group_id,
+            credentials=credentials_option(options),
         )
 
 
@@ -379,6 +400,7 @@ class WriteOptions:
     send_retries: int | None
     send_deadline: float
     request_timeout: float
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -391,4 +413,5 @@ class WriteOptions:
             send_retries=int_option(options, "sendRetries", None, 0),
             send_deadline=req_int_option(options, "sendDeadlineMs", 10_000, 100) / 1000,
             request_timeout=req_int_option(options, "requestTimeoutMs", 5_000, 100) / 1000,
+            credentials=credentials_option(options),
         )

@@ -49,6 +49,7 @@ def _pull_settings(opts: ReadOptions) -> PullSettings:
         fail_on_data_loss=opts.fail_on_data_loss,
         read_timeout=opts.read_timeout,
         request_timeout=opts.request_timeout,
+        credentials=opts.credentials,
     )
 
 
@@ -117,7 +118,9 @@ def topics_of(opts: ReadOptions) -> list[str]:
     """The topics a read names now (``topicPattern``: those that match now)."""
     if opts.topic_pattern is None:
         return list(opts.topics)
-    return matching_topics(opts.controllers, re.compile(opts.topic_pattern), opts.request_timeout)
+    return matching_topics(
+        opts.controllers, re.compile(opts.topic_pattern), opts.request_timeout, opts.credentials
+    )
 
 
 def position_of(
@@ -155,7 +158,7 @@ def resolve_position(
     else:
         assert one.every is not None
         times = {mq: one.every for mq in snap.bounds}
-    return offsets_for_times(snap, topic, times, opts.request_timeout)
+    return offsets_for_times(snap, topic, times, opts.request_timeout, opts.credentials)
 
 
 def check_named_topics(opts: ReadOptions, topics: list[str]) -> None:
@@ -168,7 +171,7 @@ def check_named_topics(opts: ReadOptions, topics: list[str]) -> None:
 
 def snapshot_of(opts: ReadOptions, topic: str) -> Snapshot:
     """The route and queue bounds of one topic a read names."""
-    return snapshot(opts.controllers, topic, opts.request_timeout)
+    return snapshot(opts.controllers, topic, opts.request_timeout, opts.credentials)
 
 
 def unanswered(snap: Snapshot) -> str:

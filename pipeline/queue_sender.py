@@ -27,6 +27,7 @@ from pipeline.loop import SyncLoop
 from pipeline.replicas import topic_route
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Scalar
+from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -89,10 +90,11 @@ class QueueSender:
         retries: int | None,
         deadline: float,
         timeout: float,
+        credentials: Credentials | None = None,
     ) -> None:
         self._controllers = controllers
         self._loop = SyncLoop()
-        self._pool = ConnectionPool(timeout)
+        self._pool = ConnectionPool(timeout, credentials)
         self._bootstrap = Bootstrap(controllers, self._pool, timeout)
         self._timeout = timeout
         self._deadline = deadline

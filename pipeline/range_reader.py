@@ -31,6 +31,7 @@ from protocol.pull import (
     decode_pull_answer,
 )
 from protocol.remoting import Frame
+from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -67,6 +68,8 @@ class PullSettings:
     request_timeout: float = 5.0
     window: int = 3
     """pulls in flight at once (the next ones are asked for while one is decoded)"""
+    credentials: Credentials | None = None
+    """signs every request (options accessKey and secretKey)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,7 @@ class RangeReader:
         self.pos = qr.start  # next offset to deliver
         self.lost = 0  # messages skipped as lost (failOnDataLoss false)
         self._batch = max(1, settings.batch_size)
-        self._pool = ConnectionPool(settings.request_timeout)
+        self._pool = ConnectionPool(settings.request_timeout, settings.credentials)
         self._bootstrap = Bootstrap(qr.controllers, self._pool, settings.request_timeout)
         self._route: TopicRoute | None = None
         self._replica = 0

@@ -16,6 +16,7 @@ from pipeline.offsets import QueueBounds
 from pipeline.replicas import replica_addresses, topic_route
 from protocol.codes import RequestCode
 from protocol.pull import AnswerError, MaxOffsetQuery, MinOffsetQuery, decode_offset
+from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -55,8 +56,10 @@ async def _group_bounds(
     raise PipelineError("; ".join(failures) or "no replica in the route")
 
 
-async def snapshot_async(controllers: str, topic: str, timeout: float) -> Snapshot:
-    pool = ConnectionPool(timeout)
+async def snapshot_async(
+    controllers: str, topic: str, timeout: float, credentials: Credentials | None = None
+) -> Snapshot:
+    pool = ConnectionPool(timeout, credentials)
     try:
         bootstrap = Bootstrap(controllers, pool, timeout)
         route = await topic_route(bootstrap, controllers, topic)
@@ -84,11 +87,13 @@ async def snapshot_async(controllers: str, topic: str, timeout: float) -> Snapsh
         pool.close()
 
 
-def snapshot(controllers: str, topic: str, timeout: float) -> Snapshot:
+def snapshot(
+    controllers: str, topic: str, timeout: float, credentials: Credentials | None = None
+) -> Snapshot:
     """The route and queue bounds of ``topic`` (raises :class:`PipelineError` for an unknown
     topic or unreachable controllers; unreachable groups are listed in ``missing``)."""
     with SyncLoop() as loop:
-        return loop.run(snapshot_async(controllers, topic, timeout))
+        return loop.run(snapshot_async(controllers, topic, timeout, credentials))
 
 
 async def _search_group(
@@ -121,13 +126,17 @@ async def _search_group(
 
 
 def offsets_for_times(
-    snap: Snapshot, topic: str, times: dict[MessageQueue, int], timeout: float
+    snap: Snapshot,
+    topic: str,
+    times: dict[MessageQueue, int],
+    timeout: float,
+    credentials: Credentials | None = None,
 ) -> dict[MessageQueue, int]:
     """Per queue, the first offset stored at or after its timestamp (ms), clamped to the
     queue's retained, committed range: the queue's end when no message is that recent."""
 
     async def go() -> dict[MessageQueue, int]:
-        pool = ConnectionPool(timeout)
+        pool = ConnectionPool(timeout, credentials)
         try:
             by_group: dict[str, dict[int, int]] = {}
             for mq, ts in times.items():

@@ -221,7 +221,12 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f"{topic}: {failure}"
             for topic, offsets in ofs.unflatten(processed).items()
             for failure in commit_offsets(
-                self.opts.controllers, topic, group, offsets, self.opts.request_timeout
+                self.opts.controllers,
+                topic,
+                group,
+                offsets,
+                self.opts.request_timeout,
+                self.opts.credentials,
             )
         ]
         if failures:

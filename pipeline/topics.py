@@ -14,6 +14,7 @@ from client.errors import ClientError
 from pipeline.errors import PipelineError, describe
 from pipeline.loop import SyncLoop
 from protocol.codes import RequestCode
+from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -21,16 +22,18 @@ from remoting.errors import RemotingError
 _SYSTEM = ("%", "rmq_sys_", "SCHEDULE_TOPIC", "RMQ_SYS_")
 
 
-async def _list_async(controllers: str, timeout: float) -> set[str]:
+async def _list_async(
+    controllers: str, timeout: float, credentials: Credentials | None
+) -> set[str]:
     try:
-        async with Admin(controllers, timeout) as admin:
+        async with Admin(controllers, timeout, credentials) as admin:
             info = await admin.cluster_info()
         masters = sorted({b.address for members in info.values() for b in members if b.is_master})
     except (ClientError, RemotingError):
         masters = []
     # Development mode: the "controllers" are a lone broker, which answers for itself.
     addresses = masters or parse_addresses(controllers)
-    pool = ConnectionPool(timeout)
+    pool = ConnectionPool(timeout, credentials)
     try:
 
         async def one(address: str) -> set[str] | str:
@@ -53,8 +56,13 @@ async def _list_async(controllers: str, timeout: float) -> set[str]:
     return names
 
 
-def matching_topics(controllers: str, pattern: re.Pattern[str], timeout: float) -> list[str]:
+def matching_topics(
+    controllers: str,
+    pattern: re.Pattern[str],
+    timeout: float,
+    credentials: Credentials | None = None,
+) -> list[str]:
     """The cluster's topics whose whole name matches ``pattern`` (system topics left out)."""
     with SyncLoop() as loop:
-        names = loop.run(_list_async(controllers, timeout))
+        names = loop.run(_list_async(controllers, timeout, credentials))
     return sorted(n for n in names if pattern.fullmatch(n) and not n.startswith(_SYSTEM))

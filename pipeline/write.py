@@ -87,7 +87,8 @@ def writer_setup(options: Any, schema: StructType) -> WriteSetup:
             "writing to rmq needs the topic: set .option(\"topic\", ...) or give a 'topic' column"
         )
     if opts.topic is not None:
-        snapshot(opts.controllers, opts.topic, opts.request_timeout)  # unknown topic: fail now
+        # An unknown topic (or credentials the cluster refuses): fail now.
+        snapshot(opts.controllers, opts.topic, opts.request_timeout, opts.credentials)
     return setup
 
 
@@ -110,6 +111,7 @@ def write_batches(setup: WriteSetup, batches: Iterator[pa.RecordBatch]) -> RmqCo
         retries=opts.send_retries,
         deadline=opts.send_deadline,
         timeout=opts.request_timeout,
+        credentials=opts.credentials,
     )
     seen = 0
     pending: dict[tuple[str, MessageQueue | None], tuple[list[dict[str, Any]], list[int]]] = {}

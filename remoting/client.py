@@ -37,8 +37,9 @@ _process_credentials: Credentials | None = None
 
 
 def use_credentials(credentials: Credentials | None) -> None:
-    """Every pool created from now on without credentials of its own signs with these: for a
-    command-line tool whose one process has one identity (rmqctl). Daemons never call it."""
+    """Every pool created from now on without credentials of its own, and every connection made
+    without a signer, signs with these: for a command-line tool whose one process has one
+    identity (rmqctl, benchmarks). Daemons never call it."""
     global _process_credentials
     _process_credentials = credentials
 
@@ -132,6 +133,10 @@ class RemotingClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         signer: RequestSigner | None = None,
     ) -> RemotingClient:
+        """Connect; requests are signed with ``signer``, or when it is None with the process's
+        credentials if :func:`use_credentials` set some."""
+        if signer is None and _process_credentials is not None:
+            signer = signer_for(_process_credentials)
         conn = cls(address, max_frame_bytes, signer)
         host, port = split_address(address)
         loop = asyncio.get_running_loop()

@@ -10,22 +10,27 @@ refused NO_PERMISSION with the reason, and a refused send stores nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from client import Consumer, Credentials, Producer
 from client.errors import BrokerError
-from protocol.codes import RequestCode, ResponseCode
+from protocol.acl import make_rule
+from protocol.codes import ControllerCode, RequestCode, ResponseCode
 from protocol.remoting import Frame, Header, Scalar
 from protocol.request_auth import NONCE, RequestSigner
 from protocol.request_permissions import SUPER_ONLY_CONTROLLER_CODES
-from remoting.client import RemotingClient, signer_for, wall_ms
+from remoting.client import ConnectionPool, RemotingClient, signer_for, wall_ms
+from remoting.errors import ResponseError
+from remoting.failover import AddressFailover
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import rmqctl
 from tests.support.wait import wait_until, wait_until_async
@@ -45,9 +50,34 @@ class Secured:
         self.group = group
         self.addresses = cluster.controller_addresses
 
-    def master(self) -> str:
-        doc = self.ctl(ROOT, "getSyncStateSet", "-b", "broker-a")
-        return str(doc["masterAddress"])
+    async def admin(
+        self, code: int, header: Mapping[str, Scalar], doc: dict[str, Any] | None = None
+    ) -> Frame:
+        """One request to the controllers (the leader for a change), signed by ROOT; a
+        refusal raises ResponseError."""
+        body = None if doc is None else msgpack.packb(doc, use_bin_type=True)
+        controllers = AddressFailover(self.addresses, ConnectionPool(3.0, ROOT), 3.0)
+        try:
+            return await controllers.call(code, header, body)
+        finally:
+            controllers.pool.close()
+
+    async def sync_state(self) -> dict[str, Any]:
+        header = {"brokerName": "broker-a"}
+        resp = await self.admin(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, header)
+        doc: dict[str, Any] = msgpack.unpackb(resp.body or b"", raw=False)
+        return doc
+
+    async def master(self) -> str:
+        return str((await self.sync_state())["masterAddress"])
+
+    async def create_user(self, creds: Credentials, *rules: tuple[str, str]) -> None:
+        """The user with allow rules (resource, comma-separated actions)."""
+        await self.admin(ControllerCode.AUTH_CREATE_USER, {"username": creds.access_key},
+                         {"secret": creds.secret_key})  # fmt: skip
+        docs = [make_rule(r, a.split(","), "allow").to_doc() for r, a in rules]
+        await self.admin(ControllerCode.AUTH_CREATE_ACL, {"username": creds.access_key},
+                         {"rules": docs})  # fmt: skip
 
     def ctl(self, creds: Credentials | None, *args: str, ok: bool = True) -> Any:
         env = dict(os.environ)
@@ -94,13 +124,22 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         # The cluster's own signed traffic works: both replicas registered, heartbeating, and
         # the slave replicating (in the SyncStateSet).
         def in_sync() -> bool:
-            doc = secured.ctl(ROOT, "getSyncStateSet", "-b", "broker-a", ok=False)
-            if doc.returncode != 0:
+            try:
+                state = asyncio.run(secured.sync_state())
+            except ResponseError:
                 return False
-            state = json.loads(doc.stdout)
             return state["masterAddress"] is not None and len(state["syncStateSet"]) == 2
 
         wait_until(in_sync, "both replicas in the SyncStateSet", 60, on_timeout=cluster.logs)
+
+        async def users_and_topics() -> None:
+            await secured.create_user(APP, ("Topic:A", "pub"))
+            await secured.create_user(READER, ("Topic:A", "sub"), ("Group:g", "sub"))
+            for topic in ("A", "B"):
+                header = {"topic": topic, "queues": 1, "brokerName": "broker-a"}
+                await secured.admin(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+
+        asyncio.run(users_and_topics())
         yield secured
     finally:
         cluster.stop()
@@ -133,15 +172,9 @@ async def max_offset(master: str, topic: str) -> int:
 
 
 async def grant_app(secured: Secured) -> str:
-    """User app with pub on Topic:A only; topics A and B with one queue; returns the master once
-    the broker knows app (its cache follows the controllers within a heartbeat or a refresh)."""
-    listed = secured.ctl(ROOT, "listUser")
-    if "app" not in [u["username"] for u in listed["users"]]:
-        secured.ctl(ROOT, "createUser", "-u", APP.access_key, "-p", APP.secret_key)
-        secured.ctl(ROOT, "createAcl", "-s", "User:app", "-r", "Topic:A", "-A", "pub")
-        for topic in ("A", "B"):
-            secured.ctl(ROOT, "updateTopic", "-t", topic, "-q", "1")
-    master = secured.master()
+    """The master, once it knows user app (pub on Topic:A only; its cache follows the
+    controllers within a heartbeat or a refresh)."""
+    master = await secured.master()
 
     async def app_known() -> bool:
         resp = await call(master, APP, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "A"})
@@ -164,24 +197,36 @@ async def test_admin_commands_need_a_super_user(secured: Secured) -> None:
     resp = await call(master, APP, RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {})
     refused(resp, "denied")
 
-    # With the super user's credentials they pass the guard and do their work.
+    # With the super user's credentials they pass the guard and do their work: through rmqctl
+    # (credentials from the environment) ...
     assert secured.ctl(ROOT, "createUser", "-u", "temp", "-p", "temp-Secret-1")["version"] == 1
-    secured.ctl(ROOT, "updateUser", "-u", "temp", "-t", "Super")
-    secured.ctl(ROOT, "createAcl", "-s", "temp", "-r", "Topic:x", "-A", "sub")
-    secured.ctl(ROOT, "updateAcl", "-s", "temp", "-r", "Topic:x", "-A", "pub")
-    assert secured.ctl(ROOT, "listAcl", "-s", "temp")["acls"][0]["rules"][0]["actions"] == ["pub"]
-    secured.ctl(ROOT, "deleteAcl", "-s", "temp")
-    secured.ctl(ROOT, "deleteUser", "-u", "temp")
-    state = secured.ctl(ROOT, "getSyncStateSet", "-b", "broker-a")
-    master_id = str(state["masterBrokerId"])
-    elected = secured.ctl(ROOT, "electMaster", "-b", "broker-a", "-i", master_id, ok=False)
+    assert secured.ctl(ROOT, "listAcl", "-s", "temp")["acls"] == []
+    # ... and as plain signed requests.
+    user = {"username": "temp"}
+    rule = {"rules": [make_rule("Topic:x", ["sub"], "allow").to_doc()]}
+    await secured.admin(ControllerCode.AUTH_UPDATE_USER, {**user, "userType": "super"})
+    await secured.admin(ControllerCode.AUTH_CREATE_ACL, user, rule)
+    rule["rules"][0]["actions"] = ["pub"]
+    await secured.admin(ControllerCode.AUTH_UPDATE_ACL, user, rule)
+
+    async def listed_pub() -> bool:  # a follower answers from its state: soon current
+        listed = await secured.admin(ControllerCode.AUTH_LIST_ACL, user)
+        return bool(
+            msgpack.unpackb(listed.body or b"")["acls"][0]["rules"][0]["actions"] == ["pub"]
+        )
+
+    await wait_until_async(listed_pub, "the updated rule listed", 10)
+    await secured.admin(ControllerCode.AUTH_DELETE_ACL, user, {})
+    await secured.admin(ControllerCode.AUTH_LIST_USER, {})
+    await secured.admin(ControllerCode.AUTH_DELETE_USER, user)
+    master_id = (await secured.sync_state())["masterBrokerId"]
+    elected = secured.ctl(ROOT, "electMaster", "-b", "broker-a", "-i", str(master_id), ok=False)
     # Its own answer (the master is already that broker), not a refusal.
-    assert "No permission" not in elected.stderr and "denied" not in elected.stderr
-    assert secured.ctl(ROOT, "getSyncStateSet", "-b", "broker-a")["masterBrokerId"] == int(
-        master_id
-    )
-    cleaned = secured.ctl(ROOT, "cleanBrokerMetadata", "-b", "nowhere", ok=False)
-    assert "denied" not in cleaned.stderr and "unsigned" not in cleaned.stderr
+    assert "denied" not in elected.stderr and "unsigned" not in elected.stderr, elected.stderr
+    assert (await secured.sync_state())["masterBrokerId"] == master_id
+    with pytest.raises(ResponseError) as info:  # nothing to clean: its own refusal
+        await secured.admin(RequestCode.CLEAN_BROKER_DATA, {"brokerName": "nowhere"})
+    assert info.value.code != ResponseCode.NO_PERMISSION
     # Without credentials rmqctl says why, on one line.
     done = secured.ctl(None, "createUser", "-u", "x", "-p", "x-Secret-12", ok=False)
     assert done.returncode == 1 and "unsigned" in done.stderr, done.stderr
@@ -201,14 +246,17 @@ async def test_pub_on_a_sends_to_a_only_and_cannot_consume_it(secured: Secured) 
         assert "no rule of app allows pub on Topic:B" in str(info.value)
     assert await max_offset(master, "B") == before_b  # nothing stored
     assert await max_offset(master, "A") == before_a + 1
-    pull = {"consumerGroup": "g", "topic": "A", "queueId": 0, "queueOffset": 0, "maxMsgNums": 1}
+    pull: Header = {
+        "consumerGroup": "g",
+        "topic": "A",
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 1,
+    }
     assert "sub on Topic:A" in refused(
         await call(master, APP, RequestCode.PULL_MESSAGE, pull), "denied"
     )
     # A reader with sub on the topic and its group consumes what app sent, through the SDK.
-    if "reader" not in [u["username"] for u in secured.ctl(ROOT, "listUser")["users"]]:
-        secured.ctl(ROOT, "createUser", "-u", READER.access_key, "-p", READER.secret_key)
-        secured.ctl(ROOT, "createAcl", "-s", "reader", "-r", "Topic:A,Group:g", "-A", "sub")
     consumer = Consumer(secured.addresses, "g", "A", credentials=READER, request_timeout=2.0)
     async with consumer:
 
@@ -236,7 +284,7 @@ async def test_replayed_request_is_refused_and_stores_nothing(secured: Secured) 
 async def test_bad_credentials_are_refused_with_the_reason(secured: Secured) -> None:
     master = await grant_app(secured)
     before = await max_offset(master, "A")
-    send = {"topic": "A", "queueId": 0}
+    send: Header = {"topic": "A", "queueId": 0}
     refused(await call(master, None, RequestCode.SEND_MESSAGE, send, b"x"), "unsigned")
     wrong = Credentials("app", "not-the-Secret")
     assert "wrong secret" in refused(
@@ -274,17 +322,20 @@ async def test_a_rule_change_reaches_the_broker(secured: Secured) -> None:
         return resp.code
 
     assert await send_to_b() == ResponseCode.NO_PERMISSION
-    secured.ctl(ROOT, "createAcl", "-s", "app", "-r", "Topic:B", "-A", "pub")
+    app = {"username": APP.access_key}
+    rule = {"rules": [make_rule("Topic:B", ["pub"], "allow").to_doc()]}
+    await secured.admin(ControllerCode.AUTH_CREATE_ACL, app, rule)
     try:
         await wait_until_async(
             lambda: _is(send_to_b, ResponseCode.SUCCESS), "pub on B to reach the broker", 15
         )
-        secured.ctl(ROOT, "updateAcl", "-s", "app", "-r", "Topic:B", "-A", "pub", "-d", "deny")
+        rule["rules"][0]["decision"] = "deny"
+        await secured.admin(ControllerCode.AUTH_UPDATE_ACL, app, rule)
         await wait_until_async(
             lambda: _is(send_to_b, ResponseCode.NO_PERMISSION), "the deny to reach the broker", 15
         )
     finally:
-        secured.ctl(ROOT, "deleteAcl", "-s", "app", "-r", "Topic:B")
+        await secured.admin(ControllerCode.AUTH_DELETE_ACL, app, {"resources": ["Topic:B"]})
 
 
 async def _is(probe: Any, code: int) -> bool:
@@ -305,3 +356,31 @@ def test_rmqctl_takes_a_credentials_file(secured: Secured, tmp_path: Path) -> No
     done = rmqctl("-a", secured.addresses, *flags, "clusterList")
     assert done.returncode == 0, done.stderr
     assert sys.executable  # the subprocesses ran with this interpreter
+
+
+def test_the_spark_source_and_sink_options_sign(secured: Secured) -> None:
+    """The pipeline's requests (here the snapshot of a topic's route and queue bounds every read
+    and write starts with) carry the accessKey/secretKey options' signature."""
+    from pipeline.errors import OptionError, PipelineError
+    from pipeline.options import ReadOptions, WriteOptions
+    from pipeline.snapshot import snapshot
+
+    options = {
+        "controllers": secured.addresses,
+        "topic": "A",
+        "accessKey": READER.access_key,
+        "secretKey": READER.secret_key,
+    }
+    read = ReadOptions.parse(options)
+    assert read.credentials == READER
+    assert WriteOptions.parse(options).credentials == READER
+
+    def bounds() -> bool:
+        snap = snapshot(read.controllers, "A", 5.0, read.credentials)
+        return not snap.missing and bool(snap.bounds)
+
+    wait_until(bounds, "the reader's signed snapshot of A", 20)
+    with pytest.raises(PipelineError, match="unsigned"):
+        snapshot(read.controllers, "A", 5.0)
+    with pytest.raises(OptionError, match="go together"):
+        ReadOptions.parse({"controllers": secured.addresses, "topic": "A", "accessKey": "x"})

@@ -91,7 +91,9 @@ def test_option_names_are_checked_with_the_nearest_suggested() -> None:
     base = {"controllers": "127.0.0.1:9876", "topic": "T"}
     with pytest.raises(OptionError, match=r"unknown option 'startingOffset'.*startingOffsets\?"):
         ReadOptions.parse({**base, "startingOffset": "latest"})
-    with pytest.raises(OptionError, match=r"unknown option 'zzz'.*the options are controllers"):
+    with pytest.raises(
+        OptionError, match=r"unknown option 'zzz'.*the options are accessKey, controllers"
+    ):
         ReadOptions.parse({**base, "zzz": "1"})
     with pytest.raises(OptionError, match=r"'batchsise'.*did you mean batchSize"):
         WriteOptions.parse({"controllers": "127.0.0.1:1", "batchsise": "3"})
