@@ -152,11 +152,17 @@ class Consumer:
         nacked yet, per member), ``nack_delay`` (seconds a nacked message stays hidden; None:
         the default retry back-off for its attempt, 10 s, 30 s, 1 min, ...). ``pull_batch_size``
         caps one POP and ``suspend_ms`` is its long-polling wait. ``max_reconsume_times`` does
-        not apply: the group's ``retryMaxTimes`` decides (``rmqctl updateSubGroup``)."""
+        not apply: the group's ``retryMaxTimes`` decides (``rmqctl updateSubGroup``); nor does
+        ``start_from``: a POP group starts at each queue's first message."""
         if not group or not topic:
             raise ValueError("group and topic must be non-empty")
         if max_reconsume_times is not None and max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must be >= 0")
+        if pop and start_from != "earliest":
+            raise ValueError(
+                "start_from does not apply with pop=True: a POP group starts at each queue's "
+                "first message"
+            )
         if pop and max_reconsume_times is not None:
             raise ValueError(
                 "max_reconsume_times does not apply with pop=True: set the group's "

@@ -190,3 +190,8 @@ async def test_a_queue_bound_group_and_a_pop_group_each_see_everything(
     ):
         by_queue, by_pop = await asyncio.gather(drain(queue_bound), drain(popping))
     assert by_queue == sent and by_pop == sent
+    # Settings of queue-bound consumption that mean nothing with POP are refused up front.
+    with pytest.raises(ValueError, match="retryMaxTimes"):
+        Consumer(broker.address, "PB", "T", pop=True, max_reconsume_times=3)
+    with pytest.raises(ValueError, match="first message"):
+        Consumer(broker.address, "PB", "T", pop=True, start_from="latest")
