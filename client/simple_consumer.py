@@ -13,6 +13,11 @@ message not acked by then is delivered again (to any member) with :attr:`PopMess
 one higher, through the group's retry topic, so the group's ``retryMaxTimes`` and its DLQ
 apply. :meth:`SimpleConsumer.change_invisible_duration` extends the time (or shortens it: a
 nack with a delay) and gives the message its new receipt handle.
+
+A FIFO consumer group (``consumeMessageOrderly``, docs/fifo.md) is served by the broker one
+message per message group at a time (:attr:`PopMessage.message_group`): a group's next message
+comes only after the previous one was acked, and a message not acked in time comes back in place
+(same queue offset, attempt + 1) instead of through the retry topic.
 """
 
 from __future__ import annotations
