@@ -87,6 +87,7 @@ log = structlog.get_logger(__name__)
 _REVIVE_BATCH: Final = 256
 _REVIVE_IDLE_S: Final = 0.2
 _RETRY_LATER_MS: Final = 1000
+_BLOCKED_EVERY_MS: Final = 1000
 _FILTER_READS: Final = 8
 _FILTER_SCAN: Final = MAX_POP_BATCH
 """ConsumeQueue entries one filtered read looks at (at most a checkpoint's range)."""
@@ -122,6 +123,7 @@ class PopService:
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self._rotate = 0
+        self._blocked_at = 0
         self.acks = 0
         self.revived = 0
         self.dead_lettered = 0
@@ -465,7 +467,10 @@ class PopService:
                     state = self.ready()
                     busy = self.revive_due(state, ctx.now_ms()) >= _REVIVE_BATCH
                     ctx.metrics.pop_inflight_now(state.groups())
-                    ctx.metrics.fifo_blocked_now(state.order.blocked_groups())
+                    now = ctx.now_ms()
+                    if now - self._blocked_at >= _BLOCKED_EVERY_MS:  # it walks the deliveries
+                        self._blocked_at = now
+                        ctx.metrics.fifo_blocked_now(state.order.blocked_groups())
                     nxt = state.next_deadline()
                     if busy:
                         timeout = 0.0
