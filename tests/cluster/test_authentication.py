@@ -384,3 +384,40 @@ def test_the_spark_source_and_sink_options_sign(secured: Secured) -> None:
         snapshot(read.controllers, "A", 5.0)
     with pytest.raises(OptionError, match="go together"):
         ReadOptions.parse({"controllers": secured.addresses, "topic": "A", "accessKey": "x"})
+
+
+async def test_a_forged_raft_vote_from_a_member_id_changes_nothing(secured: Secured) -> None:
+    """Without the cluster's credentials a process cannot speak for a controller: a vote
+    request naming another member as the candidate, with a huge term and a leadership transfer
+    flag, unsigned or signed by a user, is refused before Raft sees it."""
+    before = msgpack.unpackb(
+        (await secured.admin(RequestCode.CONTROLLER_GET_METADATA_INFO, {})).body or b""
+    )
+    term, leader = int(before["term"]), before["leaderId"]
+    nodes = {c.node_id: c.address for c in secured.cluster.controllers}
+    for dst, address in nodes.items():
+        src = next(n for n in nodes if n != dst)
+        # VoteRequest [0, src, dst, term, last_log_index, last_log_term, pre_vote, transfer]
+        vote = msgpack.packb([0, src, dst, term + 1000, 1 << 40, term + 999, False, True])
+        for creds in (None, APP):
+            conn = await RemotingClient.connect(address, signer=signer_for(creds))
+            try:
+                conn.send_oneway(ControllerCode.RAFT_MESSAGE, None, vote)
+                # Answered after the vote was refused (frames are dispatched in order).
+                ok = await conn.request(RequestCode.GET_BROKER_CLUSTER_INFO, None, None, 5.0)
+                expected = ResponseCode.NO_PERMISSION if creds is None else ResponseCode.SUCCESS
+                assert ok.code == expected, ok.header
+            finally:
+                conn.close()
+    deadline = asyncio.get_running_loop().time() + 1.5  # several election timeouts
+    while asyncio.get_running_loop().time() < deadline:
+        for address in nodes.values():
+            conn = await RemotingClient.connect(address, signer=signer_for(ROOT))
+            try:
+                resp = await conn.request(RequestCode.CONTROLLER_GET_METADATA_INFO, None, None)
+            finally:
+                conn.close()
+            doc = msgpack.unpackb(resp.body or b"")
+            assert int(doc["term"]) < term + 1000, doc
+            assert doc["leaderId"] in (leader, None), doc
+        await asyncio.sleep(0.1)
