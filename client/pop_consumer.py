@@ -11,7 +11,9 @@ iteration, :meth:`process` and :meth:`nack`.
 * **Nack** (or a handler that raises in :meth:`process`): the message is not acked; its
   invisible time is changed to the nack delay, after which the broker re-publishes it to the
   group's retry topic with its reconsume count + 1 (the group's ``retryMaxTimes``, then its DLQ)
-  and some member receives it with ``attempt`` one higher.
+  and some member receives it with ``attempt`` one higher. For a FIFO group
+  (``consumeMessageOrderly``) it comes back in place instead, at the same queue offset, and
+  holds its message group until it is acked (docs/fifo.md).
 * **In flight.** At most ``max_in_flight`` messages per member are popped and not yet acked or
   nacked (buffered, in the application's hands, or asked for by a POP under way): the fetch
   tasks stop asking while the member is full.
