@@ -247,6 +247,7 @@ class Consumer:
                     connect_timeout=connect_timeout,
                     request_timeout=request_timeout,
                     route_refresh_interval=route_refresh_interval,
+                    credentials=credentials,
                 ),
                 invisible_duration=invisible_duration,
                 max_in_flight=max_in_flight,

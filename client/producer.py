@@ -174,6 +174,10 @@ class Producer:
       of ``batch_max_bytes`` or more always goes alone.
     - ``linger_ms``: with auto-batching, a send that finds nothing in flight waits this long
       for others to join it (0, the default: it goes at once).
+    - ``credentials``: ``Credentials(access_key, secret_key)`` of a user: every request is
+      signed (a cluster with authentication on refuses unsigned ones; docs/protocol.md,
+      "Authentication"). The same keyword on Consumer, SimpleConsumer, TransactionProducer
+      (passed to its producer), Admin, Lookup and ProgressAdmin.
     """
 
     def __init__(

@@ -134,7 +134,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 
         async def users_and_topics() -> None:
             await secured.create_user(APP, ("Topic:A", "pub"))
-            await secured.create_user(READER, ("Topic:A", "sub"), ("Group:g", "sub"))
+            await secured.create_user(READER, ("Topic:A", "sub"), ("Group:g*", "sub"))
             for topic in ("A", "B"):
                 header = {"topic": topic, "queues": 1, "brokerName": "broker-a"}
                 await secured.admin(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
@@ -256,14 +256,18 @@ async def test_pub_on_a_sends_to_a_only_and_cannot_consume_it(secured: Secured) 
     assert "sub on Topic:A" in refused(
         await call(master, APP, RequestCode.PULL_MESSAGE, pull), "denied"
     )
-    # A reader with sub on the topic and its group consumes what app sent, through the SDK.
-    consumer = Consumer(secured.addresses, "g", "A", credentials=READER, request_timeout=2.0)
-    async with consumer:
+    # A reader with sub on the topic and its group consumes what app sent, through the SDK,
+    # queue-bound and in POP mode (its inner SimpleConsumer signs too).
+    for group, pop in (("g", False), ("g-pop", True)):
+        consumer = Consumer(
+            secured.addresses, group, "A", credentials=READER, request_timeout=2.0, pop=pop
+        )
+        async with consumer:
 
-        async def allowed_body() -> bool:
-            return any(m.body == b"allowed" for m in await consumer.receive(timeout=1.0))
+            async def allowed_body(c: Consumer = consumer) -> bool:
+                return any(m.body == b"allowed" for m in await c.receive(timeout=1.0))
 
-        await wait_until_async(allowed_body, "the reader to consume A", 30)
+            await wait_until_async(allowed_body, f"the reader to consume A (pop={pop})", 30)
 
 
 async def test_replayed_request_is_refused_and_stores_nothing(secured: Secured) -> None:
