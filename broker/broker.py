@@ -34,6 +34,7 @@ from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
+from protocol.ha_auth import ha_key
 from remoting.ports import PortUnavailable, check_port_free
 from remoting.server import Connection, RemotingServer, ServerLimits
 from storage.data_dir_owner import DataDirOwner
@@ -133,6 +134,11 @@ class Broker:
                     max_time_slave_not_catchup_ms=cfg.ha_max_time_slave_not_catchup_ms,
                     heartbeat_interval_ms=cfg.ha_heartbeat_interval_ms,
                     allow_truncate_below_confirm=cfg.ha_allow_truncate_below_confirm,
+                    auth_key=(
+                        ha_key(self.ctx.auth_key)
+                        if self.ctx.cluster_credentials is not None and self.ctx.auth_key
+                        else None
+                    ),
                 ),
                 propose_sync_state_set=self._propose_sync_state_set,
                 append_replicated=self.ctx.appender.append_replicated,

@@ -40,6 +40,9 @@ class HAConfig:
     """After a failed AlterSyncStateSet, wait this long before proposing again."""
     connection_idle_timeout_ms: int = 20_000
     """Close a connection that has heard nothing for this long (each side)."""
+    auth_key: bytes | None = None
+    """With authentication on: :func:`protocol.ha_auth.ha_key` of the cluster's auth key; master
+    and slave prove they hold it before the handshake (:mod:`protocol.ha_auth`)."""
 
     # slave side
     reconnect_min_ms: int = 100

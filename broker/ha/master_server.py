@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -49,7 +50,8 @@ from broker.ha.actions import (
 )
 from broker.ha.config import HAConfig
 from broker.ha.master_conn import MasterConnection
-from broker.ha.refusals import DUPLICATE_ID, Refusal, RefusalLog
+from broker.ha.refusals import DUPLICATE_ID, UNAUTHENTICATED, Refusal, RefusalLog
+from protocol import ha_auth
 from protocol.ha import Buffer, EpochEntry
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
@@ -135,6 +137,9 @@ class _SlaveLink(asyncio.Protocol):
         self.last_recv_ms = now
         self.confirm_sent = -1
         self.bytes_sent = 0
+        self._challenge: bytes | None = None
+        """With authentication on: this connection's nonce, until the peer's answer verified."""
+        self._pending = b""
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -154,11 +159,18 @@ class _SlaveLink(asyncio.Protocol):
         self.transport.set_write_buffer_limits(
             high=self._cfg.write_buffer_high_bytes, low=self._cfg.write_buffer_low_bytes
         )
+        if self._cfg.auth_key is not None:  # prove yourself before the handshake
+            self._challenge = os.urandom(ha_auth.NONCE_BYTES)
+            self._write(ha_auth.challenge(self._challenge))
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
         self.last_recv_ms = self._server.now_ms()
+        if self._challenge is not None:
+            data = self._authenticate(data)
+            if not data:
+                return
         log_view = self._server.master_log
         for action in self.conn.receive_data(data, log_view):
             match action:
@@ -179,6 +191,27 @@ class _SlaveLink(asyncio.Protocol):
                     else:
                         self._server.refuse(self, refusal, reason)
                     return
+
+    def _authenticate(self, data: bytes) -> bytes:
+        """Collect the answer to the challenge; once whole and verified, send this master's
+        proof and return what followed it (the handshake, if already sent). A wrong answer
+        closes the connection before any HA message is read."""
+        key, nonce = self._cfg.auth_key, self._challenge
+        assert key is not None and nonce is not None
+        self._pending += data
+        if len(self._pending) < ha_auth.ANSWER_BYTES:
+            return b""
+        answer = self._pending[: ha_auth.ANSWER_BYTES]
+        rest = self._pending[ha_auth.ANSWER_BYTES :]
+        self._pending = b""
+        try:
+            slave_nonce = ha_auth.check_answer(key, nonce, answer)
+        except ha_auth.HAAuthError as exc:
+            self._server.refuse(self, UNAUTHENTICATED, str(exc))
+            return b""
+        self._challenge = None
+        self._write(ha_auth.master_proof(key, nonce, slave_nonce))
+        return rest
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

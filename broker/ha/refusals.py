@@ -12,6 +12,8 @@ every window: a peer that reconnects in a loop cannot flood the log.
 - ``ack_out_of_range``: an ack beyond the master's max offset or past what this connection was
   sent, or an ack that goes back.
 - ``malformed``: any other broken message after the handshake.
+- ``unauthenticated``: with authentication on, the peer did not answer the challenge before the
+  handshake with proof that it holds the cluster's auth key (:mod:`protocol.ha_auth`).
 
 Refusals never touch the SyncStateSet or the confirm offset: the connection is closed before its
 handshake or ack is reported.
@@ -29,6 +31,7 @@ __all__ = [
     "NOT_A_REPLICA",
     "NO_HANDSHAKE",
     "REASONS",
+    "UNAUTHENTICATED",
     "Refusal",
     "RefusalLog",
 ]
@@ -38,7 +41,15 @@ NOT_A_REPLICA: Final = "not_a_replica"
 DUPLICATE_ID: Final = "duplicate_id"
 ACK_OUT_OF_RANGE: Final = "ack_out_of_range"
 MALFORMED: Final = "malformed"
-REASONS: Final = (NO_HANDSHAKE, NOT_A_REPLICA, DUPLICATE_ID, ACK_OUT_OF_RANGE, MALFORMED)
+UNAUTHENTICATED: Final = "unauthenticated"
+REASONS: Final = (
+    NO_HANDSHAKE,
+    NOT_A_REPLICA,
+    DUPLICATE_ID,
+    ACK_OUT_OF_RANGE,
+    MALFORMED,
+    UNAUTHENTICATED,
+)
 
 DEFAULT_LOG_WINDOW_MS: Final = 60_000
 _MAX_KEYS: Final = 1024

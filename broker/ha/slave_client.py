@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import os
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ from broker.ha.actions import (
 from broker.ha.config import HAConfig
 from broker.ha.slave_conn import SlaveConnection
 from broker.ha.truncation import EpochNotNamed, TruncationDecision
+from protocol import ha_auth
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
@@ -421,9 +423,52 @@ class SlaveClient:
             self._transport.abort()
             self._transport = None
 
+    async def _authenticate(self, transport: asyncio.Transport, link: _MasterLink) -> str | None:
+        """The exchange before the handshake (:mod:`protocol.ha_auth`): answer the master's
+        challenge, then check its proof. None when both sides proved they hold the cluster's
+        auth key, else why not."""
+        key = self._cfg.auth_key
+        assert key is not None
+        idle_s = self._cfg.connection_idle_timeout_ms / 1000
+
+        async def read(count: int) -> bytes | None:
+            got = b""
+            while len(got) < count:
+                items = await link.take(idle_s)
+                if items is None:
+                    return None
+                for item in items:
+                    if not isinstance(item, bytes):  # nothing is handled inline yet
+                        return None
+                    got += item
+            if len(got) > count:  # the master sends nothing more until it has our answer
+                return None
+            return got
+
+        try:
+            data = await read(ha_auth.CHALLENGE_BYTES)
+            if data is None:
+                return f"{link.close_reason} before the authentication challenge"
+            master_nonce = ha_auth.parse_challenge(data)
+            nonce = os.urandom(ha_auth.NONCE_BYTES)
+            transport.write(ha_auth.answer(key, master_nonce, nonce))
+            data = await read(ha_auth.PROOF_BYTES)
+            if data is None:
+                return "the master refused our authentication (another auth key?)"
+            ha_auth.check_master_proof(key, master_nonce, nonce, data)
+        except TimeoutError:
+            return "the master sent no authentication challenge (authentication off there?)"
+        except ha_auth.HAAuthError as exc:
+            return str(exc)
+        return None
+
     async def _replicate(self, transport: asyncio.Transport, link: _MasterLink) -> _Outcome:
         cfg = self._cfg
         store = self._store
+        if cfg.auth_key is not None:
+            refused = await self._authenticate(transport, link)
+            if refused is not None:
+                return _Outcome(False, refused)
         conn = self._conn = SlaveConnection(
             broker_id=self._broker_id,
             address=self._address,

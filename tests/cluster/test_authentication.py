@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,8 +24,10 @@ import pytest
 
 from client import Consumer, Credentials, Producer
 from client.errors import BrokerError
+from protocol import ha_auth
 from protocol.acl import make_rule
 from protocol.codes import ControllerCode, RequestCode, ResponseCode
+from protocol.ha import SlaveHandshake, encode_slave_handshake
 from protocol.remoting import Frame, Header, Scalar
 from protocol.request_auth import NONCE, RequestSigner
 from protocol.request_permissions import SUPER_ONLY_CONTROLLER_CODES
@@ -425,3 +428,37 @@ async def test_a_forged_raft_vote_from_a_member_id_changes_nothing(secured: Secu
             assert int(doc["term"]) < term + 1000, doc
             assert doc["leaderId"] in (leader, None), doc
         await asyncio.sleep(0.1)
+
+
+def test_a_slave_without_the_cluster_key_gets_nothing_from_the_ha_port(secured: Secured) -> None:
+    """The master opens with a challenge; a handshake sent instead of the answer, or an answer
+    computed with another key, closes the connection: no handshake reply, no CommitLog byte."""
+    master = asyncio.run(secured.master())
+    node = next(b for b in secured.group if b.address == master)
+    slave_id = next(b for b in secured.group if b.address != master)
+    handshake = encode_slave_handshake(SlaveHandshake(broker_id=2, address=slave_id.address))
+    other_key = ha_auth.ha_key(os.urandom(32))
+    for first in ("handshake", "wrong key"):
+        with socket.create_connection(("127.0.0.1", node.ha_port), timeout=5) as sock:
+            challenge = b""
+            while len(challenge) < ha_auth.CHALLENGE_BYTES:
+                chunk = sock.recv(ha_auth.CHALLENGE_BYTES - len(challenge))
+                assert chunk, "closed before the challenge"
+                challenge += chunk
+            master_nonce = ha_auth.parse_challenge(challenge)
+            if first == "handshake":
+                sock.sendall(handshake + bytes(ha_auth.ANSWER_BYTES))
+            else:
+                sock.sendall(ha_auth.answer(other_key, master_nonce, os.urandom(16)) + handshake)
+            received = b""
+            sock.settimeout(10)
+            while True:  # until the master closes it
+                try:
+                    chunk = sock.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not chunk:
+                    break
+                received += chunk
+            assert received == b"", f"{first}: the master sent {len(received)} bytes"
+    assert '"unauthenticated"' in node.log() or "unauthenticated" in node.log()
