@@ -108,13 +108,6 @@ def string_to_sign(
     return packed
 
 
-def signature(
-    secret: str, code: int, flags: int, header: Mapping[str, Scalar], body: bytes | None
-) -> str:
-    mac = hmac.digest(secret.encode(), string_to_sign(code, flags, header, body), "sha256")
-    return base64.b64encode(mac).decode()
-
-
 class RequestSigner:
     """Signs the requests of one client with one set of credentials.
 
