@@ -32,6 +32,9 @@ Key = tuple[int, int]
 RECENT_ACKS = 65_536
 """How many acked keys the set remembers to answer a repeated ack as done."""
 
+COMPACT_MIN = 1024
+"""Stale items the deadline heap keeps whatever its size (:meth:`PopState._stale_one`)."""
+
 
 @dataclass(slots=True)
 class Entry:
@@ -71,7 +74,8 @@ class PopRefused(Exception):
 class PopState:
     """The in-flight POP deliveries of one broker group."""
 
-    def __init__(self) -> None:
+    def __init__(self, compact_min: int = COMPACT_MIN) -> None:
+        self._compact_min = compact_min
         self._entries: dict[Key, Entry] = {}
         self._recent_acks: OrderedDict[Key, None] = OrderedDict()
         """The last :data:`RECENT_ACKS` keys acked, so a repeated ack (a retry after a timeout)
@@ -79,6 +83,12 @@ class PopState:
         self._live: Counter[int] = Counter()
         """Entries in flight per checkpoint."""
         self._heap: list[tuple[int, int, int]] = []
+        """(deadline, checkpoint id, queue offset): one *live* item per entry not handed out
+        (its deadline is the entry's), and *stale* ones (acked, revived, moved since) that
+        :meth:`due` passes over; :attr:`_stale` counts them, and the heap is rebuilt from the
+        entries once they are more than half of it, so its size stays within twice the
+        entries in flight (plus :data:`COMPACT_MIN`) whatever the invisible times."""
+        self._stale = 0
         self._pop_offsets: dict[tuple[str, str, int], int] = {}
         self._per_group: Counter[str] = Counter()
         self._per_queue: Counter[tuple[str, str, int]] = Counter()
@@ -143,9 +153,12 @@ class PopState:
         if entry is None:
             return False
         self.order.change(key, deadline_ms)
+        stale = not entry.handed_out  # its item with the old deadline is still in the heap
         entry.deadline_ms = deadline_ms
         entry.handed_out = False
         heapq.heappush(self._heap, (deadline_ms, key[0], key[1]))
+        if stale:  # counted once the entry and the heap agree (a compaction rebuilds from it)
+            self._stale_one()
         return True
 
     def _remove(self, key: Key) -> Entry | None:
@@ -163,7 +176,25 @@ class PopState:
         self._live[ck_id] -= 1
         if self._live[ck_id] <= 0:
             del self._live[ck_id]
+        if not entry.handed_out:
+            self._stale_one()  # its heap item (a handed-out entry's was popped by due)
         return entry
+
+    def _stale_one(self) -> None:
+        """One more heap item no longer matches its entry; compact when they are most of it."""
+        self._stale += 1
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the entries once stale items are more than half of it."""
+        if self._stale > self._compact_min and 2 * self._stale > len(self._heap):
+            self._heap = [
+                (e.deadline_ms, e.checkpoint, e.queue_offset)
+                for e in self._entries.values()
+                if not e.handed_out
+            ]
+            heapq.heapify(self._heap)
+            self._stale = 0
 
     # -- checks (master) ---------------------------------------------------------------------
     def check(self, key: Key, group: str, deadline_ms: int, now_ms: int) -> Entry | None:
@@ -207,9 +238,12 @@ class PopState:
             deadline, ck_id, offset = heapq.heappop(heap)
             entry = self._entries.get((ck_id, offset))
             if entry is None or entry.deadline_ms != deadline or entry.handed_out:
+                self._stale -= 1
                 continue  # acked, revived, or moved since
             entry.handed_out = True
             out.append(entry)
+        if out:
+            self._compact()  # the items popped may leave mostly stale ones
         return out
 
     def next_deadline(self) -> int | None:
@@ -221,6 +255,7 @@ class PopState:
             if entry is not None and entry.deadline_ms == deadline and not entry.handed_out:
                 return deadline
             heapq.heappop(heap)
+            self._stale -= 1
         return None
 
     # -- figures -------------------------------------------------------------------------------
@@ -245,3 +280,8 @@ class PopState:
 
     def inflight_keys(self) -> set[Key]:
         return set(self._entries)
+
+    def deadline_items(self) -> int:
+        """Items of the deadline heap (live and stale): at most twice the entries in flight
+        plus :data:`COMPACT_MIN` (a debug figure; tests check the bound)."""
+        return len(self._heap)
