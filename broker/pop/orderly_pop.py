@@ -67,23 +67,32 @@ def pop_orderly(
         oq = state.order.open_queue(q, service.pop_offset(state, group, topic, queue_id))
     limit = max_attempts(ctx.sub_groups.get(group))
     accepts = None if tag_filter is None else tag_filter.matches
-    sel = oq.select(now, want, limit, accepts)
+    # The store passes over the entries whose ConsumeQueue tag hash cannot match without
+    # reading their records; the order state passes them over for good (docs/pop.md).
+    hashes = None if tag_filter is None else tag_filter.hashes
+    result: PutResult | None = None
     for _ in range(_READS):
-        if len(sel.handed) >= want or not _read_ahead(ctx, oq):
-            break
         sel = oq.select(now, want, limit, accepts)
-    ck = sel.checkpoint(q, oq.low, now, invisible_ms)
-    if ck is None:
-        return [], None
-    result = service.append(ck)
-    ck_id = result.physical_offsets[0]
-    state.checkpoint(ck_id, ck)
-    ctx.offsets.commit(group, topic, queue_id, oq.low, now)
-    if sel.passed:
-        log.debug(
-            "fifo pop passed over", group=group, queue=f"{topic}:{queue_id}", n=len(sel.passed)
-        )
-    if not sel.handed:
+        for _ in range(_READS):
+            if len(sel.handed) >= want or not _read_ahead(ctx, oq, hashes):
+                break
+            sel = oq.select(now, want, limit, accepts)
+        ck = sel.checkpoint(q, oq.low, now, invisible_ms)
+        if ck is None:
+            return [], result
+        result = service.append(ck)
+        ck_id = result.physical_offsets[0]
+        state.checkpoint(ck_id, ck)
+        ctx.offsets.commit(group, topic, queue_id, oq.low, now)
+        if sel.passed:
+            log.debug(
+                "fifo pop passed over", group=group, queue=f"{topic}:{queue_id}", n=len(sel.passed)
+            )
+        if sel.handed:
+            break
+        # Everything selected was passed over (filtered out, unreadable): the window moved
+        # past it, read on (as a POP of a non-FIFO group reads a queue up to 8 times).
+    else:
         return [], result
     raws = _records(ctx, topic, queue_id, [o for o, _ in sel.handed])
     out: list[PopMessage] = []
@@ -102,8 +111,10 @@ def pop_orderly(
     return out, result
 
 
-def _read_ahead(ctx: BrokerContext, oq: OrderlyQueue) -> bool:
-    """Learn the next records of the queue past the frontier; False when nothing was read."""
+def _read_ahead(ctx: BrokerContext, oq: OrderlyQueue, hashes: frozenset[int] | None) -> bool:
+    """Learn the next records of the queue past the frontier; False when nothing was read.
+    With ``hashes`` (a tag filter's), the entries whose tag hash is none of them are learned
+    without reading their records, as records to pass over (up to the window's room a read)."""
     room = oq.room()
     if room <= 0:
         return False
@@ -111,7 +122,14 @@ def _read_ahead(ctx: BrokerContext, oq: OrderlyQueue) -> bool:
     start = oq.frontier
     visible = ctx.visible_offset()
     res = ctx.store.get(
-        topic, queue_id, start, min(room, _READ_BATCH), ctx.cfg.max_pull_bytes, visible
+        topic,
+        queue_id,
+        start,
+        min(room, _READ_BATCH),
+        ctx.cfg.max_pull_bytes,
+        visible,
+        hashes,
+        room,
     )
     if res.status is GetStatus.OFFSET_TOO_SMALL:
         log.warning(
@@ -139,17 +157,27 @@ def _read_ahead(ctx: BrokerContext, oq: OrderlyQueue) -> bool:
     body = res.body
     pos = 0
     while pos < len(body):
-        size = DISPATCH_HEAD.unpack_from(body, pos)[0]
+        size, _m, _c, _q, offset, _p, _t, _b = DISPATCH_HEAD.unpack_from(body, pos)
         raw = body[pos : pos + size]
         pos += size
+        if hashes is not None:
+            _hash_filtered(oq, offset)
         try:
             record = decode_record(raw)
-            offset = record.queue_offset
             oq.learn(offset, record.properties.get(PROP_MESSAGE_GROUP), record.tags)
         except RecordError:
-            offset = DISPATCH_HEAD.unpack_from(raw)[4]
             oq.learn(offset, None, None)
+    if hashes is not None:
+        _hash_filtered(oq, res.next_offset)
     return True
+
+
+def _hash_filtered(oq: OrderlyQueue, end: int) -> None:
+    """The offsets from the frontier to ``end`` were passed over by their tag hash: learn
+    them as records to pass over for good (as unreadable ones are; a gap is not retention
+    here: the store reports that as OFFSET_TOO_SMALL)."""
+    for offset in range(oq.frontier, end):
+        oq.learn(offset, None, None)
 
 
 def _records(ctx: BrokerContext, topic: str, queue_id: int, offsets: list[int]) -> dict[int, bytes]:

@@ -7,6 +7,7 @@ the DLQ; the blocked-groups gauge follows; bad handles and another group's acks 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,11 @@ from client.consumer import Consumer
 from client.errors import BrokerError
 from client.message import ReceivedMessage
 from client.producer import Producer
+from client.progress import ProgressAdmin
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import ResponseCode
+from protocol.fifo import PROP_MESSAGE_GROUP
+from protocol.message import Message
 from tests.broker.support import figure
 from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
@@ -205,3 +209,55 @@ async def test_the_group_consumer_in_pop_mode_keeps_each_message_group_in_order(
     assert a[:4] == [("a0", 1), ("a0", 2), ("a1", 1), ("a2", 1)], handled
     b = [x for x in handled if x[0].startswith("b")]
     assert b[:3] == [("b0", 1), ("b1", 1), ("b2", 1)], handled
+
+
+async def test_a_tag_filter_passes_over_other_tags_without_reading_their_records(
+    broker: Broker, tmp_path: Path
+) -> None:
+    # 6,000 messages in one queue, three of tag Want: a0 (3,000), a1 (5,000), b0 (5,001); the
+    # others are of tag X in message groups of their own. The FIFO group filtering on Want
+    # gets exactly those three, a1 only once a0 was acked, and its offset reaches the end. The
+    # record of X at offset 10 is damaged: passed over by its ConsumeQueue tag hash, it is
+    # never read (it would count as a corrupt read).
+    address = f"127.0.0.1:{broker.port}"
+    async with Admin(address) as admin:
+        await admin.update_sub_group({"groupName": GROUP, "consumeMessageOrderly": True})
+    want = {3000: ("a0", "a"), 5000: ("a1", "a"), 5001: ("b0", "b")}
+    physical: list[int] = []
+    for first in range(0, 6000, 500):
+        batch = []
+        for offset in range(first, first + 500):
+            body, group = want.get(offset, (f"x{offset}", f"x{offset % 7}"))
+            tags = "Want" if offset in want else "X"
+            props = {PROP_MESSAGE_GROUP: group}
+            batch.append(Message(topic="T", body=body.encode(), tags=tags, properties=props))
+        physical += broker.ctx.appender.put("T", 0, batch, 500).physical_offsets
+    segment = broker.ctx.cfg.commitlog_segment_bytes
+    bad = physical[10]
+    fd = os.open(tmp_path / "broker-a" / "commitlog" / f"{bad - bad % segment:020d}", os.O_RDWR)
+    try:
+        os.pwrite(fd, b"\xff", bad % segment + 40)
+    finally:
+        os.close(fd)
+
+    got: list[PopMessage] = []
+    async with SimpleConsumer(address, GROUP, "T", filter="Want") as consumer:
+        for _ in range(10):
+            msgs = await consumer.receive(16, invisible_duration=30, wait=1)
+            got += msgs
+            for msg in msgs:
+                await consumer.ack(msg)
+            if len(got) >= 3:
+                break
+        assert [(m.queue_offset, m.body.decode(), m.tags, m.attempt) for m in got] == [
+            (3000, "a0", "Want", 1),
+            (5000, "a1", "Want", 1),
+            (5001, "b0", "Want", 1),
+        ]
+        assert await consumer.receive(16, invisible_duration=30, wait=0.5) == []
+    async with ProgressAdmin(address) as progress:
+        (answer,) = await progress.consume_stats(GROUP, "T")
+        assert answer.stats is not None
+        (row,) = answer.stats.groups[GROUP]
+        assert (row.consumer_offset, row.lag, row.inflight) == (6000, 0, 0), row
+    assert figure(broker, "rmq_broker_corrupt_data_total", kind="read") == 0
