@@ -3,43 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 
-from client.bootstrap import Bootstrap, describe_failure
+from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Scalar
-from protocol.request_auth import Credentials
 from protocol.retry import RetryConfigError, config_from_dict
-from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
 
-class Admin:
+class Admin(BootstrapClient):
     """Topic and cluster administration through the bootstrap addresses."""
-
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        timeout: float = DEFAULT_TIMEOUT,
-        credentials: Credentials | None = None,
-    ) -> None:
-        self.timeout = timeout
-        self._pool = ConnectionPool(timeout, credentials)
-        self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
-
-    async def __aenter__(self) -> Admin:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._pool.close()
 
     async def topic_route(self, topic: str) -> TopicRoute:
         return await fetch_route(self.bootstrap, topic)

@@ -8,14 +8,17 @@ AddressFailover`; :class:`Bootstrap` is that with the SDK's errors (:class:`Brok
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Self
 
 from client.errors import BrokerError, UnreachableError
 from protocol.remoting import Frame, Scalar
+from protocol.request_auth import Credentials
 from remoting import errors as remoting_errors
+from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.failover import AddressFailover, describe_failure, parse_addresses
 
-__all__ = ["Bootstrap", "describe_failure", "parse_addresses"]
+__all__ = ["Bootstrap", "BootstrapClient", "describe_failure", "parse_addresses"]
 
 
 class Bootstrap(AddressFailover):
@@ -37,3 +40,29 @@ class Bootstrap(AddressFailover):
             raise BrokerError(exc.code, exc.remark, exc.address) from None
         except remoting_errors.UnreachableError as exc:
             raise UnreachableError(exc.addresses, exc.reasons) from None
+
+
+class BootstrapClient:
+    """What the SDK's administrative clients (:class:`client.admin.Admin`,
+    :class:`client.lookup.Lookup`, :class:`client.progress.ProgressAdmin`) share: one connection
+    pool (signing with ``credentials`` when given), the bootstrap addresses over it, and
+    ``async with`` closing the pool."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        timeout: float = DEFAULT_TIMEOUT,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.timeout = timeout
+        self._pool = ConnectionPool(timeout, credentials)
+        self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.close()

@@ -17,19 +17,16 @@ a slave) through the key index. Brokers answer committed messages only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from client.bootstrap import Bootstrap, describe_failure
+from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import TopicRoute, fetch_cluster_info, fetch_route
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import MessageRecord, RecordError, iter_records, parse_msg_id
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
 from protocol.remoting import Frame, Header
-from protocol.request_auth import Credentials
-from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
 LOOKUP_GROUP: Final = "rmq_lookup"
@@ -78,27 +75,8 @@ def _records(body: bytes | None, address: str) -> list[MessageRecord]:
         raise ClientError(f"malformed message from {address}: {exc}") from None
 
 
-class Lookup:
+class Lookup(BootstrapClient):
     """Message lookups through the bootstrap addresses (controllers, or a lone broker)."""
-
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        timeout: float = DEFAULT_TIMEOUT,
-        credentials: Credentials | None = None,
-    ) -> None:
-        self.timeout = timeout
-        self._pool = ConnectionPool(timeout, credentials)
-        self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
-
-    async def __aenter__(self) -> Lookup:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._pool.close()
 
     async def _call(self, address: str, code: int, header: Header) -> Frame:
         conn = await self._pool.get(address)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from client.allocate import allocate_averagely
-from client.bootstrap import Bootstrap, describe_failure
+from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, MessageQueue, fetch_cluster_info, fetch_route
 from protocol.codes import RequestCode
@@ -32,8 +32,6 @@ from protocol.consume_stats import (
     decode_connections,
 )
 from protocol.remoting import Frame, Scalar
-from protocol.request_auth import Credentials
-from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
 
@@ -112,27 +110,8 @@ def allocation(
     }
 
 
-class ProgressAdmin:
+class ProgressAdmin(BootstrapClient):
     """Consumer progress and members through the bootstrap addresses."""
-
-    def __init__(
-        self,
-        bootstrap: str | Sequence[str],
-        timeout: float = DEFAULT_TIMEOUT,
-        credentials: Credentials | None = None,
-    ) -> None:
-        self.timeout = timeout
-        self._pool = ConnectionPool(timeout, credentials)
-        self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
-
-    async def __aenter__(self) -> ProgressAdmin:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._pool.close()
 
     async def targets(self) -> list[BrokerTarget]:
         targets = pick_targets(await fetch_cluster_info(self.bootstrap))
