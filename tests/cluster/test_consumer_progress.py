@@ -67,12 +67,16 @@ def metrics_port(node: BrokerNode) -> int:
     return int(node.argv[last + 1])
 
 
+def scrape(node: BrokerNode) -> str:
+    """node's /metrics text."""
+    url = f"http://127.0.0.1:{metrics_port(node)}/metrics"
+    return str(urllib.request.urlopen(url, timeout=10).read().decode())
+
+
 def scrape_lag(node: BrokerNode) -> dict[tuple[str, str], float]:
     """(group, topic) -> rmq_consumer_group_lag as node's /metrics serves it."""
-    url = f"http://127.0.0.1:{metrics_port(node)}/metrics"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
     out = {}
-    for line in text.splitlines():
+    for line in scrape(node).splitlines():
         if line.startswith("rmq_consumer_group_lag{"):
             group = re.search(r'group="([^"]*)"', line)
             topic = re.search(r'topic="([^"]*)"', line)
@@ -228,6 +232,8 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
             lags = scrape_lag(node)
             assert lags[("slow", TOPIC)] == by_broker(slow["queues"], "slow")[name]
             assert lags[("fast", TOPIC)] == 0
+            # served without prometheus_client's per-series <name>_created gauges
+            assert [ln for ln in scrape(node).splitlines() if "_created" in ln] == []
         slave_a = next(
             b
             for b in cluster.brokers
