@@ -15,6 +15,6 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> int | No
     """
     if port == 0:
         return None
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return int(server.server_port)
