@@ -26,8 +26,13 @@ signed, the produce phases as a normal user with pub on the topic. ``--auth both
 phase 1 on a cluster without and then with authentication and prints the ratio (the issue's
 target: within 20%).
 
+Phases 1 and 2 also print a slave's CPU seconds per 100k messages and the load average (the
+rates are only comparable at similar loads; CPU per message much less depends on them).
+``--spy DIR`` records the master and that slave with py-spy during phases 1 and 2 and prints
+their top functions (bench/profile_summary.py); ``--only-produce`` stops after phase 3.
+
     python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
-        [--profile] [--auth off|on|both]
+        [--profile] [--auth off|on|both] [--only-produce] [--spy DIR]
 """
 
 from __future__ import annotations
@@ -35,9 +40,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgpack
@@ -48,6 +57,7 @@ from bench import sdk_phases
 from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.group_of_three import GroupOfThree, group_of_three, payload
 from bench.nats_peer import run_nats_r3
+from bench.profile_summary import fold, format_table
 from client import Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
@@ -79,10 +89,16 @@ def ratio(name: str, value: float, lower_is_better: bool = False) -> str:
 
 
 async def _drive(
-    conn: RemotingClient, code: int, payload: bytes, requests: int, workers: int, pid: int
-) -> tuple[float, list[float], float]:
+    conn: RemotingClient,
+    code: int,
+    payload: bytes,
+    requests: int,
+    workers: int,
+    pid: int,
+    slave_pid: int | None = None,
+) -> tuple[float, list[float], float, float]:
     """``requests`` requests of ``code`` from ``workers`` concurrent loops over one connection:
-    (seconds, latencies, the master's CPU seconds)."""
+    (seconds, latencies, the master's CPU seconds, a slave's CPU seconds or 0)."""
     lat: list[float] = []
     counter = iter(range(requests))
 
@@ -94,32 +110,89 @@ async def _drive(
                 raise SystemExit(f"send failed: {resp.code} {resp.header}")
             lat.append(time.perf_counter() - t0)
 
+    scpu0 = cpu_seconds(slave_pid) if slave_pid else 0.0
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(workers)))
-    return time.perf_counter() - t0, lat, cpu_seconds(pid) - cpu0
+    dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    return dt, lat, cpu, (cpu_seconds(slave_pid) - scpu0) if slave_pid else 0.0
 
 
-async def produce_single(conn: RemotingClient, n: int, body: bytes, pid: int) -> float:
-    dt, lat, cpu = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid)
+def _load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@contextmanager
+def spying(spy: Path | None, phase: str, pids: dict[str, int]) -> Iterator[None]:
+    """With ``spy`` (a directory): py-spy records each of ``pids`` (role -> PID) while the block
+    runs, into ``spy/<role>-<phase>.txt`` (raw), and prints each one's top functions."""
+    if spy is None:
+        yield
+        return
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spy.mkdir(parents=True, exist_ok=True)
+    procs = {
+        role: subprocess.Popen(
+            [
+                exe,
+                "record",
+                "-p",
+                str(pid),
+                "-o",
+                str(spy / f"{role}-{phase}.txt"),
+                "-f",
+                "raw",
+                "--nonblocking",
+                "-r",
+                "200",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for role, pid in pids.items()
+    }
+    time.sleep(0.5)  # attached before the phase starts
+    try:
+        yield
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        for proc in procs.values():
+            proc.wait(timeout=60)
+    for role in pids:
+        path = spy / f"{role}-{phase}.txt"
+        if path.exists():
+            print(format_table(fold(path.read_text()), 20, f"{role}, {phase}: "), flush=True)
+
+
+async def produce_single(
+    conn: RemotingClient, n: int, body: bytes, pid: int, slave_pid: int | None = None
+) -> float:
+    dt, lat, cpu, scpu = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid)
     rate = n / dt
     print(
         f"produce, 64 in flight, all-ack R3  {rate:>9,.0f} msg/s {n * len(body) / dt / 1e6:6.1f} MB/s"
         f"  p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
-        f"  master CPU {cpu / n * 100_000:5.2f} s/100k  {ratio('single', rate)}",
+        f"  master CPU {cpu / n * 100_000:5.2f} s/100k  {ratio('single', rate)}"
+        + (f"  slave CPU {scpu / n * 100_000:5.2f} s/100k  {_load()}" if slave_pid else ""),
         flush=True,
     )
     return rate
 
 
-async def produce_batch(conn: RemotingClient, n: int, body: bytes, pid: int) -> None:
+async def produce_batch(
+    conn: RemotingClient, n: int, body: bytes, pid: int, slave_pid: int | None = None
+) -> None:
     payload = msgpack.packb([{"body": body}] * 64)
-    dt, lat, cpu = await _drive(conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid)
+    dt, lat, cpu, scpu = await _drive(
+        conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid
+    )
     sent = (n // 64) * 64
     rate = sent / dt
     print(
         f"produce, batches of 64, all-ack R3 {rate:>9,.0f} msg/s {sent * len(body) / dt / 1e6:6.1f} MB/s"
         f"  batch p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
-        f"  master CPU {cpu / sent * 100_000:5.2f} s/100k  {ratio('batch', rate)}",
+        f"  master CPU {cpu / sent * 100_000:5.2f} s/100k  {ratio('batch', rate)}"
+        + (f"  slave CPU {scpu / sent * 100_000:5.2f} s/100k  {_load()}" if slave_pid else ""),
         flush=True,
     )
 
@@ -324,6 +397,8 @@ async def main_async(args: argparse.Namespace) -> None:
         master, doc = broker_a.master, broker_a.sync_state
         try:
             pid = node_at(cluster, master).pid
+            slave_pid = next(b.pid for b in cluster.brokers if b.address != master)
+            pids = {"master": pid, "slave": slave_pid}
             epoch0, term0 = int(doc["masterEpoch"]), await controller_terms(cluster)
             conn = await producer_connection(broker_a)
             print(
@@ -332,8 +407,10 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"authentication {args.auth}",
                 flush=True,
             )
-            ours_rate = await produce_single(conn, args.messages, body, pid)
-            await produce_batch(conn, args.messages, body, pid)
+            with spying(args.spy, "p1", pids):
+                ours_rate = await produce_single(conn, args.messages, body, pid, slave_pid)
+            with spying(args.spy, "p2", pids):
+                await produce_batch(conn, args.messages, body, pid, slave_pid)
             ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body)
             conn.close()
             report_unexpected(
@@ -341,6 +418,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 await controller_terms(cluster) - term0,
                 "during the produce phases (no fault injected)",
             )
+            if args.only_produce:
+                return
             await asyncio.sleep(1.5)  # slaves register the topic for routes
             sdk = await sdk_bench(cluster.controller_addresses, pid, body, args)
             if args.catchup_mib:
@@ -451,6 +530,18 @@ def main() -> None:
     p.add_argument("--stops", type=int, default=5, help="SIGSTOP failover rounds")
     p.add_argument(
         "--no-peer", action="store_true", help="skip NATS JetStream R3 (bench/nats_peer.py)"
+    )
+    p.add_argument(
+        "--only-produce",
+        action="store_true",
+        help="only the three produce phases on the connection (no SDK, catch-up, failover, peer)",
+    )
+    p.add_argument(
+        "--spy",
+        type=Path,
+        metavar="DIR",
+        help="py-spy record the master and one slave during phases 1 and 2 into DIR and print "
+        "their top functions (bench/profile_summary.py folds the files again)",
     )
     p.add_argument(
         "--profile", action="store_true", help="cProfile the client of the auto-batching phase"
