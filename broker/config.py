@@ -129,6 +129,12 @@ class BrokerConfig:
     max_pull_suspend_ms: int = field(
         30_000, "longest a pull may wait for new messages", at_least(0)
     )
+    pop_snapshot_records: int = field(
+        20_000,
+        "POP: the master snapshots its in-flight set after this many revive-log records, "
+        "so a new master replays only what follows; 0: never",
+        at_least(0),
+    )
     client_expiry_ms: int = field(
         10_000, "a consumer silent for longer leaves its group", at_least(100)
     )

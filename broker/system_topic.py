@@ -19,11 +19,11 @@ _READ_CHUNK: Final = 1024
 _READ_BYTES: Final = 64 * 1024 * 1024
 
 
-def read_system_topic(store: MessageStore, topic: str) -> Iterator[MessageRecord]:
-    """Every record of queue 0 of ``topic`` from its min offset to its end, in queue order.
-    Records retention removed meanwhile are skipped; an unreadable one is logged and skipped;
-    a topic without queue 0 has none."""
-    offset = store.queue_min_offset(topic, 0)
+def read_system_topic(store: MessageStore, topic: str, start: int = 0) -> Iterator[MessageRecord]:
+    """Every record of queue 0 of ``topic`` from ``start`` (its min offset if later) to its
+    end, in queue order. Records retention removed meanwhile are skipped; an unreadable one is
+    logged and skipped; a topic without queue 0 has none."""
+    offset = max(start, store.queue_min_offset(topic, 0))
     while True:
         res = store.get(topic, 0, offset, _READ_CHUNK, _READ_BYTES, None)
         if res.status is GetStatus.OFFSET_TOO_SMALL:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from broker.pop.orderly import OrderState
 from protocol.pop import Checkpoint, OrderlyCheckpoint
+from protocol.pop_snapshot import PopSnapshot
 
 __all__ = ["Entry", "PopRefused", "PopState", "Refusal"]
 
@@ -195,6 +196,37 @@ class PopState:
             ]
             heapq.heapify(self._heap)
             self._stale = 0
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def snapshot(self, replay_from: int, key: bytes | None) -> PopSnapshot:
+        """The set as a replay of the revive log up to ``replay_from`` (excluded) builds it
+        (``key``: the handle key), with the last acks it remembers."""
+        entries = tuple(
+            (e.checkpoint, e.group, e.topic, e.queue_id, e.queue_offset, e.deadline_ms, e.orderly)
+            for e in self._entries.values()
+        )
+        pops = tuple(self._pop_offsets.items())
+        acks = tuple(self._recent_acks)
+        return PopSnapshot(replay_from, key, pops, entries, self.order.snapshot(), acks)
+
+    @classmethod
+    def restore(cls, snap: PopSnapshot, compact_min: int = COMPACT_MIN) -> PopState:
+        """The set a snapshot holds; the revive log's records from ``snap.replay_from`` on are
+        applied to it next."""
+        state = cls(compact_min)
+        state._pop_offsets = dict(snap.pop_offsets)
+        state._recent_acks = OrderedDict.fromkeys(snap.recent_acks)
+        state.order.restore(snap.orderly)
+        heap = state._heap
+        for ck_id, group, topic, queue_id, offset, deadline, orderly in snap.entries:
+            entry = Entry(ck_id, group, topic, queue_id, offset, deadline, False, orderly)
+            state._entries[(ck_id, offset)] = entry
+            heap.append((deadline, ck_id, offset))
+            state._live[ck_id] += 1
+            state._per_group[group] += 1
+            state._per_queue[(group, topic, queue_id)] += 1
+        heapq.heapify(heap)
+        return state
 
     # -- checks (master) ---------------------------------------------------------------------
     def check(self, key: Key, group: str, deadline_ms: int, now_ms: int) -> Entry | None:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from protocol.pop import MAX_POP_BATCH, OrderlyCheckpoint
+from protocol.pop_snapshot import OrderlySnapshot
 
 __all__ = ["WINDOW", "Delivery", "OrderState", "OrderlyQueue", "Selection"]
 
@@ -252,6 +253,32 @@ class OrderState:
         q = self._by_key.get(key)
         if q is not None:
             self.queues[q].deliveries[key[1]].deadline_ms = deadline_ms
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def snapshot(self) -> tuple[OrderlySnapshot, ...]:
+        """What a replay of the records so far would rebuild: per queue, ``low``, the offsets
+        at or above it finished, and the latest deliveries (a replica learns the message
+        groups again from the queue, from ``low``)."""
+        out = []
+        for q, state in self.queues.items():
+            low = state.low
+            done = [o for o in range(low, state.frontier) if o not in state._open]
+            done += sorted(o for o in state._done_ahead if o >= low)
+            deliveries = tuple(
+                (o, d.key[0], d.deadline_ms, d.attempts) for o, d in state.deliveries.items()
+            )
+            out.append(OrderlySnapshot(q, low, tuple(done), deliveries))
+        return tuple(out)
+
+    def restore(self, snaps: tuple[OrderlySnapshot, ...]) -> None:
+        """Take the order state of a snapshot (on an empty state)."""
+        for snap in snaps:
+            state = self.queues[snap.queue] = OrderlyQueue(snap.queue, snap.low)
+            state._done_ahead = set(snap.done)
+            for offset, ck_id, deadline_ms, attempts in snap.deliveries:
+                key = (ck_id, offset)
+                state.deliveries[offset] = Delivery(key, deadline_ms, attempts)
+                self._by_key[key] = snap.queue
 
     # -- figures -------------------------------------------------------------------------------
     def attempts(self, key: Key) -> int | None:

@@ -64,6 +64,14 @@ from protocol.pop import (
     encode_handle,
     encode_revive_record,
 )
+from protocol.pop_snapshot import (
+    SNAPSHOT_TOPIC,
+    PopSnapshot,
+    SnapshotPart,
+    decode_snapshot,
+    decode_snapshot_part,
+    encode_snapshot,
+)
 from protocol.retry import (
     PROP_RETRY_TOPIC,
     DeadLetter,
@@ -123,6 +131,8 @@ class PopService:
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self._rotate = 0
+        self._since_snapshot = 0
+        """Revive-log records appended or replayed since the last snapshot."""
         self._blocked_at = 0
         self.acks = 0
         self.revived = 0
@@ -155,12 +165,20 @@ class PopService:
         self.key = None
 
     def _rebuild(self) -> PopState:
-        """Read the revive log whole and apply it in order."""
+        """Take the last complete snapshot of the set, if any, and apply the revive log's
+        records that follow it in order (the whole log without one)."""
         store = self.ctx.store
-        state = PopState()
-        self.key = None  # the first key record of the log is the group's
+        snap = self._last_snapshot()
+        if snap is None:
+            state = PopState()
+            self.key = None  # the first key record of the log is the group's
+            start = 0
+        else:
+            state = PopState.restore(snap)
+            self.key = None if snap.key is None else HandleKey(snap.key)
+            start = snap.replay_from
         records = 0
-        for record in read_system_topic(store, REVIVE_TOPIC):
+        for record in read_system_topic(store, REVIVE_TOPIC, start):
             records += 1
             try:
                 self._apply(state, record.physical_offset, decode_revive_record(record.body))
@@ -172,12 +190,78 @@ class PopService:
                 )
         log.info(
             "pop state built from the revive log",
+            snapshot=None if snap is None else snap.replay_from,
             records=records,
             inflight=state.inflight(),
             key=self.key is not None,
         )
+        self._since_snapshot = records
         self._wake.set()
         return state
+
+    def _last_snapshot(self) -> PopSnapshot | None:
+        """The last complete snapshot of the set (None: none, or it cannot be read: the
+        whole revive log is replayed then)."""
+        store = self.ctx.store
+        end = store.queue_max_offset(SNAPSHOT_TOPIC, 0)
+        if end == 0:
+            return None
+        try:
+            last = self._snapshot_parts(end - 1, end)
+            if not last:
+                return None
+            first = end - last[0].parts
+            if last[0].part != last[0].parts - 1 or first < store.queue_min_offset(
+                SNAPSHOT_TOPIC, 0
+            ):
+                raise ReviveRecordError("the last snapshot is not whole")
+            return decode_snapshot(self._snapshot_parts(first, end))
+        except ReviveRecordError as exc:
+            log.error("pop snapshot not usable: the whole revive log is read", error=str(exc))
+            return None
+
+    def _snapshot_parts(self, start: int, end: int) -> list[SnapshotPart]:
+        store = self.ctx.store
+        parts: list[SnapshotPart] = []
+        offset = start
+        while offset < end:
+            res = store.get(SNAPSHOT_TOPIC, 0, offset, end - offset, 1 << 26, None)
+            if res.status is not GetStatus.FOUND:
+                raise ReviveRecordError(f"snapshot part at {offset}: {res.status.name}")
+            parts += [decode_snapshot_part(r.body) for r in iter_records(res.body)]
+            offset = res.next_offset
+        return parts
+
+    def snapshot_if_due(self, state: PopState) -> bool:
+        """Write a snapshot of the set once ``pop_snapshot_records`` revive-log records were
+        appended or replayed since the last one; True when it wrote one."""
+        every = self.ctx.cfg.pop_snapshot_records
+        if every <= 0 or self._since_snapshot < every:
+            return False
+        self.write_snapshot(state)
+        return True
+
+    def write_snapshot(self, state: PopState) -> None:
+        """Append the set as it stands to :data:`~protocol.pop_snapshot.SNAPSHOT_TOPIC`, one
+        record per part, in one synchronous step (no revive record comes in between)."""
+        ctx = self.ctx
+        replay_from = ctx.store.queue_max_offset(REVIVE_TOPIC, 0)
+        bodies = encode_snapshot(
+            state.snapshot(replay_from, None if self.key is None else self.key.secret)
+        )
+        ctx.ensure_system_topic(SNAPSHOT_TOPIC)
+        for body in bodies:
+            ctx.appender.put(
+                SNAPSHOT_TOPIC, 0, [Message(topic=SNAPSHOT_TOPIC, body=body)], len(body)
+            )
+        self._since_snapshot = 0
+        log.info(
+            "pop snapshot written",
+            replay_from=replay_from,
+            inflight=state.inflight(),
+            parts=len(bodies),
+            bytes=sum(len(b) for b in bodies),
+        )
 
     def _apply(self, state: PopState, offset: int, record: ReviveRecord) -> None:
         if isinstance(record, HandleKey):
@@ -199,9 +283,11 @@ class PopService:
         ctx = self.ctx
         ctx.ensure_system_topic(REVIVE_TOPIC)
         body = encode_revive_record(record)
-        return ctx.appender.put(
+        result = ctx.appender.put(
             REVIVE_TOPIC, 0, [Message(topic=REVIVE_TOPIC, body=body)], len(body)
         )
+        self._since_snapshot += 1
+        return result
 
     append = _append
 
@@ -466,6 +552,7 @@ class PopService:
                     ctx.check_writable()
                     state = self.ready()
                     busy = self.revive_due(state, ctx.now_ms()) >= _REVIVE_BATCH
+                    self.snapshot_if_due(state)
                     ctx.metrics.pop_inflight_now(state.groups())
                     now = ctx.now_ms()
                     if now - self._blocked_at >= _BLOCKED_EVERY_MS:  # it walks the deliveries

@@ -4,12 +4,20 @@ acked, revived or still in flight, never two of them."""
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.pop.inflight import COMPACT_MIN, PopRefused, PopState, Refusal
-from protocol.pop import Ack, Change, Checkpoint, Revived, ReviveRecord
+from protocol.pop import Ack, Change, Checkpoint, Revived, ReviveRecord, ReviveRecordError
+from protocol.pop_snapshot import (
+    PopSnapshot,
+    SnapshotPart,
+    decode_snapshot,
+    decode_snapshot_part,
+    encode_snapshot,
+)
 
 
 def ck(start: int, count: int, pop_ms: int = 1000, inv: int = 500, group: str = "g") -> Checkpoint:
@@ -89,6 +97,22 @@ def test_acked_entries_leave_the_deadline_heap_long_before_their_deadline() -> N
     assert s.due(20 * hour) == [] and s.next_deadline() is None
 
 
+def apply(state: PopState, log: list[tuple[int, ReviveRecord]]) -> PopState:
+    """A replica's replay of revive-log records."""
+    for ck_id, record in log:
+        if isinstance(record, Checkpoint):
+            state.checkpoint(ck_id, record)
+        elif isinstance(record, Ack):
+            for key in record.keys:
+                state.ack(key)
+        elif isinstance(record, Change):
+            state.change((record.checkpoint, record.queue_offset), record.deadline_ms)
+        elif isinstance(record, Revived):
+            for key in record.keys:
+                state.revived(key)
+    return state
+
+
 # -- property: a log of records, applied on a master with checks and on a replica blindly --
 ops = st.lists(
     st.one_of(
@@ -96,6 +120,7 @@ ops = st.lists(
         st.tuples(st.just("ack"), st.integers(0, 60), st.integers(0, 0), st.sampled_from("gh")),
         st.tuples(st.just("change"), st.integers(0, 60), st.integers(0, 3_000), st.just("g")),
         st.tuples(st.just("tick"), st.integers(0, 1_000), st.integers(0, 0), st.just("g")),
+        st.tuples(st.just("snap"), st.integers(0, 0), st.integers(0, 0), st.just("g")),
     ),
     max_size=80,
 )
@@ -111,6 +136,7 @@ def test_replica_rebuilds_the_masters_set(script: list[tuple[str, int, int, str]
     handed: list[tuple[int, int, str]] = []  # (ck, offset, group) in pop order
     acked: set[tuple[int, int]] = set()
     revived: set[tuple[int, int]] = set()
+    snap: PopSnapshot | None = None  # the master's last snapshot, through its codec
     for op, a, b, group in script:
         if op == "pop":
             start = next_offset[group]
@@ -146,19 +172,30 @@ def test_replica_rebuilds_the_masters_set(script: list[tuple[str, int, int, str]
                 master.revived(entry.key)
                 revived.add(entry.key)
                 log.append((len(log), Revived((entry.key,))))
+        elif op == "snap":
+            taken = master.snapshot(len(log), None)
+            snap = decode_snapshot([decode_snapshot_part(b) for b in encode_snapshot(taken, 50)])
         assert master.deadline_items() <= 2 * master.inflight()
-    replica = PopState()
-    for ck_id, record in log:
-        if isinstance(record, Checkpoint):
-            replica.checkpoint(ck_id, record)
-        elif isinstance(record, Ack):
-            for key in record.keys:
-                replica.ack(key)
-        elif isinstance(record, Change):
-            replica.change((record.checkpoint, record.queue_offset), record.deadline_ms)
-        elif isinstance(record, Revived):
-            for key in record.keys:
-                replica.revived(key)
+    replica = apply(PopState(), log)
+    # A new master that starts from the last snapshot holds the same set as a whole replay.
+    if snap is not None:
+        resumed = apply(PopState.restore(snap), log[snap.replay_from :])
+        assert resumed.inflight_keys() == replica.inflight_keys()
+        for key in replica.inflight_keys():
+            r, s = replica.get(key), resumed.get(key)
+            assert (
+                r is not None
+                and s is not None
+                and (r.deadline_ms, r.group)
+                == (
+                    s.deadline_ms,
+                    s.group,
+                )
+            )
+        for g in "gh":
+            assert resumed.pop_offset(g, "T", 0) == replica.pop_offset(g, "T", 0)
+            assert resumed.inflight(g) == replica.inflight(g)
+        assert {e.key for e in resumed.due(now + 10_000)} == replica.inflight_keys()
     assert replica.inflight_keys() == master.inflight_keys()
     for key in master.inflight_keys():
         m, r = master.get(key), replica.get(key)
@@ -172,3 +209,46 @@ def test_replica_rebuilds_the_masters_set(script: list[tuple[str, int, int, str]
     assert {e.key for e in replica.due(far)} == inflight
     assert replica.inflight("g") + replica.inflight("h") == len(inflight)
     assert replica.inflight_on("g", "T", 0) + replica.inflight_on("h", "T", 0) == len(inflight)
+
+
+def test_snapshot_codec_refuses_what_is_not_one_whole_snapshot() -> None:
+    s = PopState()
+    s.checkpoint(100, ck(0, 3))
+    s.checkpoint(200, ck(3, 2, group="h"))
+    assert s.ack((100, 1))
+    bodies = encode_snapshot(s.snapshot(7, b"k" * 32), 16)
+    parts = [decode_snapshot_part(b) for b in bodies]
+    assert len(parts) > 2 and {p.replay_from for p in parts} == {7}
+    snap = decode_snapshot(parts)
+    restored = PopState.restore(snap)
+    assert restored.inflight_keys() == {(100, 0), (100, 2), (200, 3), (200, 4)}
+    assert (restored.inflight("g"), restored.inflight("h")) == (2, 2)
+    assert restored.pop_offset("g", "T", 0) == 3 and restored.pop_offset("h", "T", 0) == 5
+    assert snap.key == b"k" * 32
+    # The acks remembered come along: a repeated ack is done, not refused.
+    assert restored.check((100, 1), "g", 1500, 1200) is None
+    other = decode_snapshot_part(encode_snapshot(s.snapshot(8, None), 16)[1])
+    bad: list[list[SnapshotPart]] = [
+        [],
+        parts[:-1],  # a part missing
+        parts[1:],
+        [parts[1], parts[0], *parts[2:]],  # out of order
+        [parts[0], other, *parts[2:]],  # another snapshot's part
+        [SnapshotPart(7, 0, 1, b"\xc1")],  # not msgpack
+        [SnapshotPart(7, 0, 1, b"\x93\x01\x02\x03")],  # not a snapshot document
+    ]
+    for case in bad:
+        with pytest.raises(ReviveRecordError):
+            decode_snapshot(case)
+    for body in (b"", b"\x00" * 11, b"\x00" * 8 + b"\x00\x02\x00\x01"):
+        with pytest.raises(ReviveRecordError):
+            decode_snapshot_part(body)
+    # A document whose entries refer to a name it does not hold, or hold negative offsets.
+    for doc in (
+        [1, None, [], [], [[100, 5, 0, 1, 1500, False]], [], []],
+        [1, None, [["g", "T"]], [], [[100, 0, 0, -1, 1500, False]], [], []],
+        [1, b"short", [], [], [], [], []],
+        [1, None, [], [], [], [], [100]],
+    ):
+        with pytest.raises(ReviveRecordError):
+            decode_snapshot([SnapshotPart(0, 0, 1, msgpack.packb(doc))])

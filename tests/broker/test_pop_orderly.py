@@ -21,6 +21,12 @@ from protocol.pop import (
     decode_revive_record,
     encode_revive_record,
 )
+from protocol.pop_snapshot import (
+    PopSnapshot,
+    decode_snapshot,
+    decode_snapshot_part,
+    encode_snapshot,
+)
 
 Q = ("G", "T", 0)
 INV = 1000
@@ -95,8 +101,14 @@ def learn(oq: OrderlyQueue, messages: list[tuple[str | None, str]]) -> None:
         oq.learn(oq.frontier, group, None if tags == "CORRUPT" else tags)
 
 
-def replay(records: list[tuple[int, ReviveRecord]]) -> PopState:
-    state = PopState()
+def unexpired(state: PopState, now: int) -> dict[tuple[int, int], int]:
+    """The deliveries in flight whose deadline has not passed at ``now``, with it."""
+    entries = [state.get(key) for key in state.inflight_keys()]
+    return {e.key: e.deadline_ms for e in entries if e is not None and e.deadline_ms > now}
+
+
+def replay(records: list[tuple[int, ReviveRecord]], state: PopState | None = None) -> PopState:
+    state = PopState() if state is None else state
     for ck_id, record in records:
         if isinstance(record, OrderlyCheckpoint):
             state.checkpoint(ck_id, record)
@@ -197,7 +209,9 @@ def test_orderly_checkpoint_round_trip_and_bad_bodies() -> None:
 
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["pop", "ack", "nack", "tick", "replay"]), st.integers(0, 30)),
+    st.tuples(
+        st.sampled_from(["pop", "ack", "nack", "tick", "replay", "snap"]), st.integers(0, 30)
+    ),
     max_size=60,
 )
 
@@ -211,6 +225,7 @@ def test_a_replica_replaying_the_records_holds_the_same_order_state(
     now = 0
     firsts: dict[str, list[int]] = {}
     acked: set[int] = set()  # acked or dead-lettered
+    snap: PopSnapshot | None = None  # the master's last snapshot, through its codec
     for op, arg in steps:
         if op == "pop":
             for offset, attempt in m.pop(now, want=1 + arg % 4):
@@ -231,17 +246,30 @@ def test_a_replica_replaying_the_records_holds_the_same_order_state(
         elif op == "tick":
             now += arg * 100
             acked.update(m.revive(now))  # dead-lettered: done too
+        elif op == "snap":
+            taken = m.state.snapshot(len(m.records), b"k" * 32)
+            snap = decode_snapshot([decode_snapshot_part(b) for b in encode_snapshot(taken, 64)])
         else:  # a failover: the new master replays the log and reads the queue again
-            again = replay(m.records)
-            oq = again.order.open_queue(Q, 0)
-            learn(oq, m.messages)
+            # (from its last snapshot, or whole)
+            rebuilt = [replay(m.records)]
+            if snap is not None:
+                rebuilt.append(replay(m.records[snap.replay_from :], PopState.restore(snap)))
             mine = m.queue()
             learn(mine, m.messages)
-            assert oq.low == mine.low
-            assert oq.deliveries == mine.deliveries
-            assert again.order.blocked_groups() == m.state.order.blocked_groups()
-            for t in (now, now + 10_000):
-                assert oq.select(t, 8, 2).handed == mine.select(t, 8, 2).handed
+            for again in rebuilt:
+                oq = again.order.open_queue(Q, 0)
+                learn(oq, m.messages)
+                assert oq.low == mine.low
+                assert oq.deliveries == mine.deliveries
+                # The same deliveries in flight, with their deadlines (a replay also holds the
+                # expired ones the master dropped in memory, until its revive task drops them
+                # too; the order state hands them out again either way).
+                assert unexpired(again, now) == unexpired(m.state, now)
+                assert again.order.blocked_groups() == m.state.order.blocked_groups()
+                for t in (now, now + 10_000):
+                    assert oq.select(t, 8, 2).handed == mine.select(t, 8, 2).handed
+                # Every delivery in flight comes due on the rebuilt set, once.
+                assert {e.key for e in again.due(now + 10_000)} == again.inflight_keys()
     for group, offsets in firsts.items():  # first deliveries in queue order per group
         assert offsets == sorted(offsets) == [o for o in offsets if groups[o] == group]
         assert all(o in acked or o in m.queue().deliveries or o < m.queue().low for o in offsets)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -16,7 +17,7 @@ from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.cluster.support import full_sync_state_set, new_master, node_at
-from tests.support.cluster import Cluster
+from tests.support.cluster import BrokerNode, Cluster
 
 pytestmark = pytest.mark.multiprocess
 
@@ -28,10 +29,15 @@ def cluster(cluster: Cluster) -> Cluster:
 
 
 async def _failover_redelivers_exactly_the_unacked(
-    cluster: Cluster, boot: Bootstrap, n: int, invisible: float
-) -> None:
+    cluster: Cluster,
+    boot: Bootstrap,
+    n: int,
+    invisible: float,
+    settle: Callable[[BrokerNode], Awaitable[None]] | None = None,
+) -> BrokerNode:
     """Pop ``n`` (hidden for ``invisible`` s, long enough to ack half of them), ack every
-    other one, kill -9 the master; the new master must redeliver exactly the unacked half."""
+    other one, (``settle`` the master,) kill -9 the master; the new master must redeliver
+    exactly the unacked half. Returns the new master."""
     doc = await full_sync_state_set(boot, cluster, size=2)
     master = node_at(cluster, doc["masterAddress"])
     addresses = cluster.controller_addresses
@@ -49,6 +55,8 @@ async def _failover_redelivers_exactly_the_unacked(
         acked = {m.msg_id for m in popped[::2]}
         assert set(await consumer.ack_many(popped[::2])) == {None}
     unacked = ids - acked
+    if settle is not None:
+        await settle(master)
     master.kill9()
     after = await new_master(boot, cluster, master.address)
     assert after["masterAddress"] != master.address
@@ -66,6 +74,7 @@ async def _failover_redelivers_exactly_the_unacked(
         assert extra == []
     assert set(again) == unacked, (len(again), len(unacked), cluster.logs())
     assert set(again.values()) == {1}
+    return node_at(cluster, after["masterAddress"])
 
 
 async def test_failover_redelivers_exactly_the_unacked(cluster: Cluster, boot: Bootstrap) -> None:
