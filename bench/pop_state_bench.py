@@ -17,7 +17,10 @@
   (``PopService.write_snapshot``) and the set built again, from the snapshot. Printed: the
   records, the seconds of each build and of the snapshot, and the in-flight count.
 
-Nothing is asserted.
+Nothing is asserted. Measured on the shared 2-core machine (docs/pop.md): memory, 500,000
+messages: RssAnon +75 MiB before acked deliveries left the deadline heap, +26 MiB after (and
++26 MiB with 1,000,000); rebuild, 1,000,000 acked 32 a record and 100,000 in flight: 3.3 to 3.9 s
+from the whole log, snapshot written in 0.15 s, 0.33 to 0.47 s from the snapshot.
 
     python bench/pop_state_bench.py [--only memory|rebuild] [--messages 500000]
         [--acked 1000000] [--inflight 100000] [--ack-batch 32]
