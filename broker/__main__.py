@@ -11,7 +11,7 @@ import structlog
 from broker.config import BrokerConfig
 from daemon import cli as daemon_cli
 from daemon import systemd
-from daemon.signals import wait_for_stop_signal
+from daemon.signals import on_reload, wait_for_stop_signal
 
 
 def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
@@ -45,6 +45,7 @@ async def serve(cfg: BrokerConfig) -> int:
         await broker.stop()
         return 1
     serving = f"serving {cfg.broker_name} on {cfg.listen_host}:{broker.port}"
+    on_reload(broker.reload)
     sig = await wait_for_stop_signal(lambda: systemd.ready(serving))
     log.info("stopping", signal=sig)
     systemd.stopping(f"stopping on {sig}")

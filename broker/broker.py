@@ -34,9 +34,12 @@ from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
 from daemon.metrics import serve_metrics
+from protocol.codes import RequestCode
 from protocol.ha_auth import ha_key
+from remoting.client import use_tls
 from remoting.ports import PortUnavailable, check_port_free
 from remoting.server import Connection, RemotingServer, ServerLimits
+from remoting.tls import ClientCertGate, DaemonTls, reload_tls
 from storage.data_dir_owner import DataDirOwner
 from storage.data_dir_owner import claim as claim_data_dir
 from storage.epoch_file import EpochFile, EpochFileError
@@ -69,6 +72,11 @@ def check_data_dir(data_dir: Path) -> None:
         raise StartRefused(
             f"data directory {data_dir} is not writable: {exc.strerror or exc}"
         ) from None
+
+
+#: What only controllers send to a broker: with ``tls_verify_client`` a connection without a
+#: client certificate is refused them.
+INTERNAL_CODES = (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.GET_BROKER_EPOCH_CACHE)
 
 
 class Broker:
@@ -115,6 +123,9 @@ class Broker:
             TransactionProcessor(self.ctx, self.ctx.transactions),
         ):
             processor.register(self.server)
+        files = cfg.tls_files
+        self.tls = DaemonTls(files) if files is not None else None
+        tls = self.tls
         self.ha: HAService | None = None
         self.replicas: ReplicasManager | None = None
         self.users: BrokerUsers | None = None
@@ -139,6 +150,8 @@ class Broker:
                         if self.ctx.cluster_credentials is not None and self.ctx.auth_key
                         else None
                     ),
+                    server_tls=tls.internal_listener if tls is not None else None,
+                    client_tls=(lambda: tls.client) if tls is not None else None,
                 ),
                 propose_sync_state_set=self._propose_sync_state_set,
                 append_replicated=self.ctx.appender.append_replicated,
@@ -163,6 +176,10 @@ class Broker:
                     self.metrics,
                 )
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
+        if files is not None and files.verify_client:
+            self.server.guard = ClientCertGate(
+                self.server.guard, INTERNAL_CODES, self.metrics.auth_refusal
+            )
         self.server.on_open.append(self._opened)
         self.server.on_close.append(self._closed)
         self.metrics.bind_server(self.server)
@@ -173,8 +190,15 @@ class Broker:
         self.grpc_port: int | None = None
         self.grpc_tls_port: int | None = None
 
+    def reload(self) -> None:
+        """SIGHUP: read the TLS files again (new connections use them)."""
+        reload_tls(self.tls, "broker")
+
     async def start(self) -> None:
         cfg = self.cfg
+        tls = self.tls
+        if tls is not None:  # every port of the cluster serves TLS: connect to them over it
+            use_tls(lambda: tls.client)
         # Every port first: a port in use must be found before anything is written.
         self.port = self.server.bind(cfg.listen_host, cfg.listen_port)
         if self.ha is not None:
@@ -247,7 +271,9 @@ class Broker:
         )
         if self.ha is not None:
             await self.ha.start()
-        self.port = await self.server.start(cfg.listen_host, cfg.listen_port)
+        self.port = await self.server.start(
+            cfg.listen_host, cfg.listen_port, tls.shared_listener if tls is not None else None
+        )
         if self.replicas is not None:
             self.replicas.start()
         if self.users is not None:
@@ -347,6 +373,8 @@ class Broker:
             await self.ctx.service.flush_now()  # what the timer's saved progress may cover
             self.ctx.timer.close()
         await self.ctx.service.stop()
+        if self.tls is not None:
+            use_tls(None)
         if self._serving:
             log.info("broker stopped", broker_name=self.cfg.broker_name)
 

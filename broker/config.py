@@ -11,6 +11,7 @@ from pathlib import Path
 
 from daemon.auth_key import load_auth_key
 from daemon.config import address, address_list, at_least, between, choice, field, port
+from remoting.tls import TlsError, TlsFiles, files_from_config
 
 
 def grpc_address(value: object) -> str | None:
@@ -38,10 +39,32 @@ class BrokerConfig:
         address,
     )
     tls_cert: Path | None = field(
-        None, "PEM certificate chain of the gRPC TLS port (required with grpc_tls_listen)"
+        None,
+        "PEM certificate chain of this broker's TLS ports: the gRPC TLS port, and with "
+        "tls_enabled the client and HA ports (also presented as its client certificate); "
+        "required with grpc_tls_listen or tls_enabled",
     )
     tls_key: Path | None = field(
-        None, "PEM private key of tls_cert (required with grpc_tls_listen)"
+        None,
+        "PEM private key of tls_cert (not readable by anyone: a broker refuses to start with a "
+        "world-readable key); required with grpc_tls_listen or tls_enabled",
+    )
+    tls_enabled: bool = field(
+        False,
+        "serve TLS on the client and HA ports (tls_cert, tls_key) and connect to controllers "
+        "and the master over TLS, checking their certificates against tls_ca_file; reloaded on "
+        "SIGHUP",
+    )
+    tls_ca_file: Path | None = field(
+        None,
+        "with tls_enabled: PEM CA certificates the controllers', other brokers' and (with "
+        "tls_verify_client) the clients' certificates must chain to (default: the system's CAs)",
+    )
+    tls_verify_client: bool = field(
+        False,
+        "with tls_enabled: mutual TLS inside the cluster: the HA port refuses a peer without a "
+        "certificate of tls_ca_file; on the client port a controller's pushes need one (clients "
+        "need none)",
     )
     controllers: str = field(
         "", "controller addresses separated by ';' (empty: run alone as master)", address_list
@@ -246,6 +269,10 @@ class BrokerConfig:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
         if self.grpc_tls_listen is not None and (self.tls_cert is None or self.tls_key is None):
             raise ConfigError("config key 'grpc_tls_listen' needs tls_cert and tls_key")
+        try:
+            self.tls_files  # noqa: B018 - checks the files
+        except TlsError as exc:
+            raise ConfigError(str(exc)) from None
         if self.auth_enabled and self.auth_key_file is None:
             raise ConfigError("config key 'auth_enabled' needs auth_key_file")
         if self.auth_enabled and not self.controller_addresses:
@@ -255,6 +282,18 @@ class BrokerConfig:
                 load_auth_key(self.auth_key_file)
             except ValueError as exc:
                 raise ConfigError(f"config key 'auth_key_file': {exc}") from None
+
+    @property
+    def tls_files(self) -> TlsFiles | None:
+        """The TLS files with tls_enabled (None: plaintext)."""
+        return files_from_config(
+            enabled=self.tls_enabled,
+            cert=self.tls_cert,
+            key=self.tls_key,
+            ca_file=self.tls_ca_file,
+            verify_client=self.tls_verify_client,
+            other_tls_port=self.grpc_tls_listen is not None,
+        )
 
     @property
     def listen_host(self) -> str:

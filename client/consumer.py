@@ -40,6 +40,7 @@ import contextlib
 import inspect
 import os
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -145,6 +146,7 @@ class Consumer:
         max_in_flight: int = 256,
         nack_delay: float | None = None,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``pop=True``: POP mode (see the module docstring and docs/pop.md). Its own settings:
         ``invisible_duration`` (seconds a message stays hidden from the group once popped; not
@@ -178,7 +180,7 @@ class Consumer:
         self.heartbeat_interval = heartbeat_interval
         self.commit_interval = commit_interval
         self.request_timeout = request_timeout
-        self._pool = ConnectionPool(connect_timeout, credentials)
+        self._pool = ConnectionPool(connect_timeout, credentials, tls)
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._buffer: MessageBuffer[QueueState, ReceivedMessage] = MessageBuffer(buffer_size)
@@ -248,6 +250,7 @@ class Consumer:
                     request_timeout=request_timeout,
                     route_refresh_interval=route_refresh_interval,
                     credentials=credentials,
+                    tls=tls,
                 ),
                 invisible_duration=invisible_duration,
                 max_in_flight=max_in_flight,

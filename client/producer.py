@@ -25,6 +25,7 @@ flight, sends in call order), and its retries go only to the group's queue (docs
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -178,6 +179,9 @@ class Producer:
       signed (a cluster with authentication on refuses unsigned ones; docs/protocol.md,
       "Authentication"). The same keyword on Consumer, SimpleConsumer, TransactionProducer
       (passed to its producer), Admin, Lookup and ProgressAdmin.
+    - ``tls``: an ``ssl.SSLContext`` (``remoting.tls.client_context(ca_file)`` makes one):
+      every connection goes over TLS, the brokers' and controllers' certificates checked
+      against its CA (a cluster with ``tls_enabled``). The same keyword on the classes above.
     """
 
     def __init__(
@@ -197,6 +201,7 @@ class Producer:
         batch_max_bytes: int = 1024 * 1024,
         linger_ms: float = 0.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if retries is not None and retries < 0:
             raise ValueError("retries must be >= 0 (or None)")
@@ -214,7 +219,7 @@ class Producer:
         self.send_timeout = send_timeout
         self.connect_timeout = connect_timeout
         self.max_message_bytes = max_message_bytes
-        self._pool = ConnectionPool(connect_timeout, credentials)
+        self._pool = ConnectionPool(connect_timeout, credentials, tls)
         # The pool's live connections, looked up without a coroutine on the hot path.
         self._conns: dict[str, RemotingClient] = {}
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import Sequence
 
 from client import logs
@@ -106,12 +107,13 @@ class SimpleConsumer:
         request_timeout: float = 5.0,
         route_refresh_interval: float = 30.0,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.group = group
         self.topic = topic
         parse_tag_expression(filter)  # raises FilterError for a bad expression, before any I/O
         self.filter = filter.strip() or "*"
-        self._pool = ConnectionPool(connect_timeout, credentials)
+        self._pool = ConnectionPool(connect_timeout, credentials, tls)
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._caller = MasterCaller(self._pool, self.routes, topic)

@@ -141,7 +141,9 @@ class TransactionProducer:
         self.client_id = f"{group}@{uuid.uuid4().hex[:12]}"
         self._topics: set[str] = set(topics)
         self._pool = ConnectionPool(
-            producer_options.get("connect_timeout", 3.0), producer_options.get("credentials")
+            producer_options.get("connect_timeout", 3.0),
+            producer_options.get("credentials"),
+            producer_options.get("tls"),
         )
         self._task: asyncio.Task[None] | None = None
         self._checks: set[asyncio.Task[None]] = set()

@@ -12,7 +12,7 @@ import structlog
 from controller.config import ControllerConfig
 from daemon import cli as daemon_cli
 from daemon import gc_tuning, systemd
-from daemon.signals import wait_for_stop_signal
+from daemon.signals import on_reload, wait_for_stop_signal
 from storage.raftlog import CorruptStorage
 
 
@@ -46,6 +46,7 @@ async def serve(cfg: ControllerConfig) -> int:
         return 1
     gc_tuning.tune_for_latency()
     serving = f"serving controller {cfg.id} on {cfg.address}"
+    on_reload(controller.reload)
     stop = asyncio.ensure_future(wait_for_stop_signal(lambda: systemd.ready(serving)))
     failed = controller.driver.failure
     waiting: list[asyncio.Future[Any]] = [stop, failed]

@@ -11,10 +11,12 @@ from controller.service import ControllerService
 from controller.state_machine import MetadataStateMachine
 from daemon.auth_key import load_auth_key
 from daemon.metrics import serve_metrics
-from protocol.codes import ControllerCode
+from protocol.codes import ControllerCode, RequestCode
 from protocol.request_auth import Credentials, cluster_credentials
+from remoting.client import use_tls
 from remoting.ports import check_port_free
 from remoting.server import RemotingServer, ServerLimits
+from remoting.tls import ClientCertGate, DaemonTls, reload_tls
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +51,19 @@ def driver_config(cfg: ControllerConfig) -> DriverConfig:
     )
 
 
+#: What only brokers and controllers send here: with ``tls_verify_client`` a connection without
+#: a client certificate is refused them (RAFT_MESSAGE is always among them).
+INTERNAL_CODES = (
+    RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
+    RequestCode.CONTROLLER_APPLY_BROKER_ID,
+    RequestCode.CONTROLLER_REGISTER_BROKER,
+    RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+    RequestCode.BROKER_HEARTBEAT,
+    RequestCode.REGISTER_BROKER,
+    ControllerCode.AUTH_SYNC_USERS,
+)
+
+
 class Controller:
     """Construct (opens and recovers the Raft storage), then ``start()`` and ``stop()``."""
 
@@ -76,11 +91,25 @@ class Controller:
         self.server.register(ControllerCode.RAFT_MESSAGE, self.driver.handle_raft_frame)
         self.service = ControllerService(cfg, self.driver, self.state_machine, self.metrics)
         self.service.register(self.server)
+        files = cfg.tls_files
+        self.tls = DaemonTls(files) if files is not None else None
+        if self.tls is not None and files is not None and files.verify_client:
+            refused = self.metrics.auth_refused
+            self.server.guard = ClientCertGate(
+                self.server.guard,
+                INTERNAL_CODES,
+                lambda reason: refused.labels(reason=reason).inc(),
+            )
         self.metrics_port: int | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
-        self.port = await self.server.start(cfg.host, cfg.port)
+        tls = self.tls
+        if tls is not None:  # Raft peers and pushes to brokers go over TLS, as the port serves
+            use_tls(lambda: tls.client)
+        self.port = await self.server.start(
+            cfg.host, cfg.port, tls.shared_listener if tls is not None else None
+        )
         await self.driver.start()
         await self.service.start()
         self.metrics_port = serve_metrics(self.metrics.registry, cfg.host, cfg.metrics_port)
@@ -98,10 +127,17 @@ class Controller:
             metrics_port=self.metrics_port,
             data_dir=str(cfg.data_dir),
             join=cfg.join,
+            tls=tls is not None,
         )
+
+    def reload(self) -> None:
+        """SIGHUP: read the TLS files again (new connections use them)."""
+        reload_tls(self.tls, "controller")
 
     async def stop(self) -> None:
         await self.service.stop()
         await self.server.stop()
         await self.driver.stop()
+        if self.tls is not None:
+            use_tls(None)
         log.info("controller stopped", id=self.cfg.id)

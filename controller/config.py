@@ -13,6 +13,7 @@ from typing import Any
 
 from daemon.auth_key import load_auth_key
 from daemon.config import at_least, between, choice, field, port
+from remoting.tls import TlsError, TlsFiles, files_from_config
 
 DEFAULT_PEERS = "n0-127.0.0.1:9878"
 
@@ -189,6 +190,33 @@ class ControllerConfig:
         "controller's clock (either way) is refused; also how long nonces are remembered",
         between(1000, 3_600_000),
     )
+    tls_enabled: bool = field(
+        False,
+        "serve TLS on this controller's port (tls_cert, tls_key) and reach the other "
+        "controllers and the brokers over TLS, checking their certificates against "
+        "tls_ca_file; reloaded on SIGHUP",
+    )
+    tls_cert: Path | None = field(
+        None,
+        "with tls_enabled: PEM certificate chain of this controller (also presented as its "
+        "client certificate)",
+    )
+    tls_key: Path | None = field(
+        None,
+        "with tls_enabled: PEM private key of tls_cert (not readable by anyone: a controller "
+        "refuses to start with a world-readable key)",
+    )
+    tls_ca_file: Path | None = field(
+        None,
+        "with tls_enabled: PEM CA certificates the other controllers', the brokers' and (with "
+        "tls_verify_client) the client certificates must chain to (default: the system's CAs)",
+    )
+    tls_verify_client: bool = field(
+        False,
+        "with tls_enabled: mutual TLS inside the cluster: Raft messages, requests signed as the "
+        "cluster and the brokers' registration, heartbeat and SyncStateSet requests need a "
+        "client certificate of tls_ca_file (clients and rmqctl need none)",
+    )
     max_partial_frame_bytes: int = field(
         64 * 1024 * 1024,
         "bytes of incomplete frames all connections may hold together; past it the connection stalled longest mid-frame is closed (at least max_frame_bytes)",
@@ -215,6 +243,10 @@ class ControllerConfig:
             raise ConfigError("config key 'preferred_leader' must be a node id")
         if self.max_partial_frame_bytes < self.max_frame_bytes:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
+        try:
+            self.tls_files  # noqa: B018 - checks the files
+        except TlsError as exc:
+            raise ConfigError(str(exc)) from None
         if self.auth_enabled and self.auth_key_file is None:
             raise ConfigError("config key 'auth_enabled' needs auth_key_file")
         if self.auth_key_file is not None:
@@ -222,6 +254,17 @@ class ControllerConfig:
                 load_auth_key(self.auth_key_file)
             except ValueError as exc:
                 raise ConfigError(f"config key 'auth_key_file': {exc}") from None
+
+    @property
+    def tls_files(self) -> TlsFiles | None:
+        """The TLS files with tls_enabled (None: plaintext)."""
+        return files_from_config(
+            enabled=self.tls_enabled,
+            cert=self.tls_cert,
+            key=self.tls_key,
+            ca_file=self.tls_ca_file,
+            verify_client=self.tls_verify_client,
+        )
 
     @property
     def peer_map(self) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Run a daemon's main coroutine until SIGTERM or SIGINT, then let it shut down cleanly."""
+"""Run a daemon's main coroutine until SIGTERM or SIGINT, then let it shut down cleanly; SIGHUP
+reloads (:func:`on_reload`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ async def wait_for_stop_signal(on_armed: Callable[[], object] | None = None) -> 
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+def on_reload(reload: Callable[[], object]) -> None:
+    """Run ``reload`` on every SIGHUP (a daemon reloads its TLS certificates; without this a
+    SIGHUP would end the process)."""
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
 
 
 def run(main: Callable[[], Coroutine[Any, Any, int]]) -> int:

@@ -2,7 +2,7 @@
 # Install rmq-py as systemd services on this host (run as root; safe to run again).
 #
 #   deploy/install.sh [--release PATH | --venv PATH] [--configs DIR] [--prefix DIR]
-#                     [--user NAME] [--destdir DIR]
+#                     [--user NAME] [--destdir DIR] [--tls-address ADDR]... [--no-security]
 #
 # What it does, in order:
 #   1. creates the system user and group (default rmq; no home, no login shell);
@@ -13,10 +13,17 @@
 #      directory /var/lib/rmq/<instance> is made by systemd (StateDirectory=);
 #   4. copies every DIR/*.toml of --configs into /etc/rmq (root:rmq 0640), never overwriting a
 #      file that is there: the config of a running node is the operator's;
-#   5. installs the units rmq-controller@.service, rmq-broker@.service, rmq.target and
+#   5. makes the cluster's security files in /etc/rmq with deploy/security.sh, never
+#      overwriting one that is there: auth.key (the cluster's auth key), tls/ca.crt + ca.key (a
+#      self-signed CA) and tls/node.crt + node.key (this host's certificate, for every
+#      --tls-address; default: this host's name and addresses). The example configs
+#      (deploy/config) turn authentication and TLS on with them. On the second and third host,
+#      copy /etc/rmq/auth.key and /etc/rmq/tls/ca.* from the first one before running this.
+#      --no-security skips the step;
+#   6. installs the units rmq-controller@.service, rmq-broker@.service, rmq.target and
 #      rmq-controllers.target into /etc/systemd/system, pointing at the environment of step 2,
 #      the docs into PREFIX/doc and an rmqctl link into /usr/local/bin;
-#   6. runs `systemctl daemon-reload` when systemd is running (never with --destdir).
+#   7. runs `systemctl daemon-reload` when systemd is running (never with --destdir).
 # It enables and starts nothing: docs/operations.md, "First start", does that.
 #
 # --destdir DIR stages everything under DIR instead of / (packaging, tests): the user is
@@ -33,8 +40,10 @@ configs=""
 prefix="/opt/rmq"
 user="rmq"
 destdir=""
+security=1
+tls_addresses=()
 
-usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "install.sh: $*" >&2; exit 1; }
 
 while [ $# -gt 0 ]; do
@@ -45,6 +54,8 @@ while [ $# -gt 0 ]; do
         --prefix) prefix="${2:?--prefix needs a directory}"; shift 2 ;;
         --user) user="${2:?--user needs a name}"; shift 2 ;;
         --destdir) destdir="${2:?--destdir needs a directory}"; shift 2 ;;
+        --tls-address) tls_addresses+=(--address "${2:?--tls-address needs an address}"); shift 2 ;;
+        --no-security) security=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown option $1" ;;
     esac
@@ -115,7 +126,12 @@ if [ -n "$configs" ]; then
     done
 fi
 
-# 5. Units, docs, rmqctl.
+# 5. The auth key, the CA and this host's certificate, never overwritten.
+if [ "$security" -eq 1 ]; then
+    bash "$here/security.sh" --dir "$destdir/etc/rmq" --owner "$uid:$gid" "${tls_addresses[@]}"
+fi
+
+# 6. Units, docs, rmqctl.
 for unit in rmq-controller@.service rmq-broker@.service rmq.target rmq-controllers.target; do
     sed -e "s#/opt/rmq/venv/#$venv/#g" \
         -e "s#/opt/rmq/doc/#$prefix/doc/#g" \
@@ -131,7 +147,7 @@ for doc in "$source_tree"/docs/*.md; do
 done
 ln -sfn "$venv/bin/rmqctl" "$destdir/usr/local/bin/rmqctl"
 
-# 6. systemd.
+# 7. systemd.
 if [ -z "$destdir" ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload
     echo "systemd reloaded"

@@ -323,12 +323,20 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     )
 
 
+#: The one line saying this cluster is open (README.md and docs/operations.md say how to close it).
+OPEN_NOTICE = (
+    "Security off: authentication and TLS are off, anyone on this host may connect (a first "
+    'try only; auth_enabled and tls_enabled turn them on, docs/operations.md "Security").'
+)
+
+
 def banner(var: Path) -> str:
     return (
         f"Local cluster starting (data under {var}): controllers n0..n2 and broker group\n"
         f"{BROKER_GROUP} of three replicas. Their logs follow, each line prefixed with its "
         "process;\nonce a master is elected, a table of the processes and the commands to try. "
-        "Ctrl-C stops it."
+        "Ctrl-C stops it.\n"
+        f"{OPEN_NOTICE}"
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import cast
@@ -42,6 +43,28 @@ def use_credentials(credentials: Credentials | None) -> None:
     identity (rmqctl, benchmarks). Daemons never call it."""
     global _process_credentials
     _process_credentials = credentials
+
+
+TlsSource = ssl.SSLContext | Callable[[], ssl.SSLContext]
+"""A TLS context, or what gives the current one (a daemon's, which SIGHUP may replace)."""
+
+_process_tls: TlsSource | None = None
+
+
+def use_tls(tls: TlsSource | None) -> None:
+    """Every connection made from now on without a TLS choice of its own goes over TLS with
+    this context: for a command-line tool (rmqctl, benchmarks) and for a daemon with TLS on (all
+    the ports it connects to serve TLS then)."""
+    global _process_tls
+    _process_tls = tls
+
+
+def _tls_context(tls: TlsSource | None) -> ssl.SSLContext | None:
+    if tls is None:
+        tls = _process_tls
+    if tls is None or isinstance(tls, ssl.SSLContext):
+        return tls
+    return tls()
 
 
 def signer_for(credentials: Credentials | None) -> RequestSigner | None:
@@ -132,17 +155,27 @@ class RemotingClient:
         timeout: float = DEFAULT_TIMEOUT,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         signer: RequestSigner | None = None,
+        tls: TlsSource | None = None,
     ) -> RemotingClient:
         """Connect; requests are signed with ``signer``, or when it is None with the process's
-        credentials if :func:`use_credentials` set some."""
+        credentials if :func:`use_credentials` set some. Over TLS with ``tls``, or when it is
+        None with the process's context if :func:`use_tls` set one."""
         if signer is None and _process_credentials is not None:
             signer = signer_for(_process_credentials)
         conn = cls(address, max_frame_bytes, signer)
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
+        context = _tls_context(tls)
         try:
             await asyncio.wait_for(
-                loop.create_connection(lambda: _ClientProtocol(conn), host, port), timeout
+                loop.create_connection(
+                    lambda: _ClientProtocol(conn),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                ),
+                timeout,
             )
         except (TimeoutError, OSError) as exc:
             raise ConnectError(f"cannot connect to {address}: {exc or 'timeout'}") from exc
@@ -276,9 +309,13 @@ class ConnectionPool:
     """At most one live connection per address, re-created when it closes."""
 
     def __init__(
-        self, connect_timeout: float = DEFAULT_TIMEOUT, credentials: Credentials | None = None
+        self,
+        connect_timeout: float = DEFAULT_TIMEOUT,
+        credentials: Credentials | None = None,
+        tls: TlsSource | None = None,
     ) -> None:
         self.signer = signer_for(credentials if credentials is not None else _process_credentials)
+        self.tls = tls
         self._conns: dict[str, RemotingClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._timeout = connect_timeout
@@ -291,7 +328,9 @@ class ConnectionPool:
         async with lock:
             conn = self._conns.get(address)
             if conn is None or conn.is_closed:
-                conn = await RemotingClient.connect(address, self._timeout, signer=self.signer)
+                conn = await RemotingClient.connect(
+                    address, self._timeout, signer=self.signer, tls=self.tls
+                )
                 self._conns[address] = conn
             return conn
 

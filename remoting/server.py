@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -349,17 +350,21 @@ class RemotingServer:
             self._socks = bind_listeners(host, port, self.name)
         return int(self._socks[0].getsockname()[1])
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen (on the sockets :meth:`bind` took, if any); returns the bound port (useful
-        with port 0)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
+        """Listen (on the sockets :meth:`bind` took, if any), over TLS with ``tls``; returns
+        the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
         socks, self._socks = self._socks, []
         if socks:
             for sock in socks:
-                self._servers.append(await loop.create_server(lambda: Connection(self), sock=sock))
+                self._servers.append(
+                    await loop.create_server(lambda: Connection(self), sock=sock, ssl=tls)
+                )
         else:
             self._servers.append(
-                await loop.create_server(lambda: Connection(self), host, port, reuse_address=True)
+                await loop.create_server(
+                    lambda: Connection(self), host, port, reuse_address=True, ssl=tls
+                )
             )
         return int(self._servers[0].sockets[0].getsockname()[1])
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 import structlog
 
-from remoting.client import use_credentials
+from remoting.client import use_credentials, use_tls
+from remoting.tls import TlsError, client_context
 from rmqctl import auth
 from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
@@ -112,6 +113,34 @@ COMMANDS: list[click.Command] = [
     help="Sign as the cluster itself, with the cluster's auth key (a super user): to create "
     "the first super user on a host that holds the key.",
 )
+@click.option(
+    "--tls",
+    is_flag=True,
+    envvar="RMQ_TLS",
+    help="Connect over TLS (a cluster with tls_enabled), checking the servers' certificates "
+    "against --ca-file or the system's CAs (default $RMQ_TLS).",
+)
+@click.option(
+    "--ca-file",
+    envvar="RMQ_CA_FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="PEM CA certificates the servers' certificates must chain to; implies --tls "
+    "(default $RMQ_CA_FILE).",
+)
+@click.option(
+    "--cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="PEM client certificate (with --key), for what only the cluster may send when the "
+    "servers have tls_verify_client: --auth-key-file's requests; implies --tls.",
+)
+@click.option(
+    "--key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="PEM private key of --cert.",
+)
 @click.version_option(package_name="rmq-py", message="rmqctl %(version)s")
 @click.pass_context
 def cli(
@@ -123,13 +152,18 @@ def cli(
     secret_key: str | None,
     credentials_file: Path | None,
     auth_key_file: Path | None,
+    tls: bool,
+    ca_file: Path | None,
+    cert: Path | None,
+    key: Path | None,
 ) -> None:
     """Administer and exercise an rmq cluster (controllers and brokers).
 
     -a takes the controller addresses, or in development mode a lone broker's,
     separated by ';'. With credentials (--access-key and --secret-key, their
     environment variables, or --credentials-file) every request is signed: a cluster
-    with authentication on refuses unsigned ones. Exit status: 0 on success, 1 on
+    with authentication on refuses unsigned ones; --tls (and --ca-file) for a cluster
+    with TLS on. Exit status: 0 on success, 1 on
     failure (one line on stderr), 2 on a usage error.
     """
     settings = ctx.ensure_object(Settings)
@@ -138,6 +172,13 @@ def cli(
     settings.addresses = addresses
     _configure_logging(verbose)
     use_credentials(resolve_credentials(access_key, secret_key, credentials_file, auth_key_file))
+    if (cert is None) != (key is None):
+        raise click.UsageError("give both --cert and --key")
+    if tls or ca_file is not None or cert is not None:
+        try:
+            use_tls(client_context(ca_file, cert, key))
+        except TlsError as exc:
+            raise click.BadParameter(str(exc), param_hint="--ca-file/--cert") from None
 
 
 for _command in COMMANDS:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 from broker.ha.batch import DEFAULT_MAX_BATCH_BYTES
 from broker.ha.sync_state import DEFAULT_MAX_TIME_NOT_CATCHUP_MS
 from protocol.ha import DEFAULT_MAX_BODY_BYTES
+from remoting.client import TlsSource
 
 __all__ = ["HAConfig"]
 
@@ -43,6 +45,11 @@ class HAConfig:
     auth_key: bytes | None = None
     """With authentication on: :func:`protocol.ha_auth.ha_key` of the cluster's auth key; master
     and slave prove they hold it before the handshake (:mod:`protocol.ha_auth`)."""
+    server_tls: ssl.SSLContext | None = None
+    """With TLS on: the HA port's context (:attr:`remoting.tls.DaemonTls.internal_listener`:
+    with ``tls_verify_client`` a slave without a certificate of the cluster's CA is refused)."""
+    client_tls: TlsSource | None = None
+    """With TLS on: the context a slave connects to its master with (the daemon's newest)."""
 
     # slave side
     reconnect_min_ms: int = 100

@@ -360,6 +360,7 @@ class MasterServer:
             self.config.listen_host,
             self.config.listen_port,
             reuse_address=True,
+            ssl=self.config.server_tls,
         )
 
     @property

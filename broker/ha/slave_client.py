@@ -409,10 +409,16 @@ class SlaveClient:
         cfg = self._cfg
         host, port = split_address(self.master_address)
         loop = asyncio.get_running_loop()
+        tls = cfg.client_tls
+        context = tls() if callable(tls) else tls
         try:
             async with asyncio.timeout(cfg.connect_timeout_ms / 1000):
                 transport, link = await loop.create_connection(
-                    lambda: _MasterLink(cfg.read_buffer_bytes), host, port
+                    lambda: _MasterLink(cfg.read_buffer_bytes),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
                 )
         except (OSError, TimeoutError) as exc:
             return _Outcome(False, f"cannot connect: {type(exc).__name__}: {exc}")

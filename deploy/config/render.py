@@ -31,6 +31,21 @@ PEERS = ";".join(f"n{i}-{host}:{CONTROLLER_PORT}" for i, host in enumerate(HOSTS
 CONTROLLERS = ";".join(f"{host}:{CONTROLLER_PORT}" for host in HOSTS)
 # broker group -> (listen port, HA port, metrics port, host index of its preferred master)
 GROUPS = {"broker-a": (10911, 10912, 9300, 0), "broker-b": (10921, 10922, 9301, 1)}
+# Authentication and TLS on, with the files deploy/install.sh makes (deploy/security.sh).
+SECURITY = {
+    "auth_enabled": True,
+    "auth_key_file": "/etc/rmq/auth.key",
+    "tls_enabled": True,
+    "tls_cert": "/etc/rmq/tls/node.crt",
+    "tls_key": "/etc/rmq/tls/node.key",
+    "tls_ca_file": "/etc/rmq/tls/ca.crt",
+    "tls_verify_client": True,
+}
+SECURITY_NOTES = {
+    "auth_enabled": 'On: every client needs a user (docs/operations.md, "Security").',
+    "tls_enabled": "On: clients and rmqctl connect with --tls --ca-file /etc/rmq/tls/ca.crt.",
+    "auth_key_file": "Made by deploy/install.sh on the first host; the same file on every host.",
+}
 
 HEADER = """\
 # {what}
@@ -85,6 +100,7 @@ def controller_file(index: int) -> tuple[Path, str]:
         "data_dir": f"/var/lib/rmq/{node_id}",
         "metrics_port": 9200,
         "log_format": "json",
+        **SECURITY,
     }
     header = file_header(
         f"rmq-controller {node_id}: Raft member of the controller group.", node_id, index
@@ -92,6 +108,7 @@ def controller_file(index: int) -> tuple[Path, str]:
     notes = {
         "peers": "The same list on every controller.",
         "log_format": "journald stores the JSON lines (journalctl -u rmq-controller@ID -o cat).",
+        **SECURITY_NOTES,
     }
     return HERE / f"host{index + 1}" / f"{node_id}.toml", render(
         ControllerConfig, values, header, notes
@@ -113,6 +130,7 @@ def broker_file(index: int, group: str) -> tuple[Path, str]:
         "election_priority": priority,
         "log_format": "json",
         "min_in_sync_replicas": 2,
+        **SECURITY,
     }
     header = file_header(f"rmq-broker {group}: one of its three replicas.", group, index)
     notes = {
@@ -123,6 +141,7 @@ def broker_file(index: int, group: str) -> tuple[Path, str]:
             "writes instead of acknowledging what one disk holds."
         ),
         "log_format": "journald stores the JSON lines (journalctl -u rmq-broker@NAME -o cat).",
+        **SECURITY_NOTES,
     }
     return HERE / f"host{index + 1}" / f"{group}.toml", render(BrokerConfig, values, header, notes)
 

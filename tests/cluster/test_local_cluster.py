@@ -147,6 +147,9 @@ def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
     assert launcher.wait(timeout=40) == 0
     out = log.read_text()
     assert out.rstrip().endswith("local cluster stopped")
+    # One line says the cluster is open (no authentication, no TLS) and how to close it.
+    notice = [line for line in out.splitlines() if line.startswith("Security off:")]
+    assert len(notice) == 1 and "auth_enabled and tls_enabled" in notice[0], notice
     daemon_lines = [line for line in out.splitlines() if DAEMON_LINE.match(line)]
     names = {m.group(1) for line in daemon_lines if (m := DAEMON_LINE.match(line))}
     assert names == set(PROCESSES)  # every daemon logged, each line named

@@ -11,8 +11,8 @@ import pytest
 
 from broker.config import BrokerConfig
 from controller.config import ControllerConfig
-from daemon.cli import load_config
 from daemon.config import reference
+from tests.deploy.support import load_example, make_security_files
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "config"
@@ -37,26 +37,39 @@ def test_the_files_are_what_the_code_generates() -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.fixture(scope="module")
+def security(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_security_files(tmp_path_factory.mktemp("etc-rmq"))
+
+
 @pytest.mark.parametrize("path,cls", configs(), ids=lambda v: getattr(v, "name", ""))
-def test_each_file_loads_and_documents_every_key(path: Path, cls: type[Any]) -> None:
-    load_config(cls, path, {})  # raises ConfigError naming a bad key
+def test_each_file_loads_and_documents_every_key(
+    path: Path, cls: type[Any], security: Path
+) -> None:
+    # Raises ConfigError naming a bad key, or a key file that is missing or readable by others.
+    config = load_example(cls, path, security)
+    assert config.auth_enabled and config.tls_enabled and config.tls_verify_client
     text = path.read_text()
     for key, _tp, _default, meaning in reference(cls):
         assert f"# {meaning}" in text, f"{path.name}: meaning of {key} missing"
         assert f"\n{key} = " in text or f"\n# {key} =" in text, f"{path.name}: {key} missing"
 
 
-def test_layout_three_controllers_two_groups_of_three_masters_spread() -> None:
+def test_layout_three_controllers_two_groups_of_three_masters_spread(security: Path) -> None:
     assert len(HOSTS) == 3
-    controllers = [load_config(ControllerConfig, p, {}) for h in HOSTS for p in h.glob("n*.toml")]
+    controllers = [
+        load_example(ControllerConfig, p, security) for h in HOSTS for p in h.glob("n*.toml")
+    ]
     assert sorted(c.id for c in controllers) == ["n0", "n1", "n2"]
     assert len({c.peers for c in controllers}) == 1, "peers must be the same on every controller"
     addresses = set(controllers[0].peer_map.values())
     preferred: dict[str, str] = {}
     for host in HOSTS:
-        (controller,) = [load_config(ControllerConfig, p, {}) for p in host.glob("n*.toml")]
+        (controller,) = [load_example(ControllerConfig, p, security) for p in host.glob("n*.toml")]
         ip = controller.host
-        brokers = [load_config(BrokerConfig, p, {}) for p in sorted(host.glob("broker-*.toml"))]
+        brokers = [
+            load_example(BrokerConfig, p, security) for p in sorted(host.glob("broker-*.toml"))
+        ]
         assert [b.broker_name for b in brokers] == ["broker-a", "broker-b"]
         ports = [controller.port, controller.metrics_port]
         for b in brokers:

@@ -13,8 +13,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from controller.config import ControllerConfig
-from daemon.cli import load_config
-from tests.deploy.support import require_tool
+from tests.deploy.support import load_example, make_security_files, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy" / "prometheus"
@@ -150,14 +149,15 @@ def scrape_targets(path: Path) -> dict[str, set[str]]:
     return jobs
 
 
-def test_production_scrape_targets_are_the_example_layout() -> None:
+def test_production_scrape_targets_are_the_example_layout(tmp_path: Path) -> None:
+    security = make_security_files(tmp_path / "etc-rmq")
     controllers, brokers = set(), set()
     for path in (ROOT / "deploy" / "config").glob("host*/*.toml"):
         if path.stem.startswith("broker-"):
-            b = load_config(BrokerConfig, path, {})
+            b = load_example(BrokerConfig, path, security)
             brokers.add(f"{b.listen_host}:{b.metrics_port}")
         else:
-            c = load_config(ControllerConfig, path, {})
+            c = load_example(ControllerConfig, path, security)
             controllers.add(f"{c.host}:{c.metrics_port}")
     assert len(controllers) == 3 and len(brokers) == 6
     expected = {"rmq-controller": controllers, "rmq-broker": brokers}

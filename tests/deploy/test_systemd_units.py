@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.support import require_tool
+from broker.config import BrokerConfig
+from tests.deploy.support import load_example, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
@@ -95,7 +96,7 @@ def staged(tmp_path: Path) -> Path:
 @needs_useradd
 def test_install_creates_user_directories_configs_and_units(staged: Path) -> None:
     configs = ROOT / "deploy" / "config" / "host2"
-    result = run_install(staged, "--configs", str(configs))
+    result = run_install(staged, "--configs", str(configs), "--tls-address", "10.0.0.2")
     assert result.returncode == 0, result.stderr
     users = {
         line.split(":")[0]: line.split(":")
@@ -122,12 +123,59 @@ def test_install_creates_user_directories_configs_and_units(staged: Path) -> Non
     assert {"operations.md", "design.md"} <= pages
     assert {p.name for p in (staged / "opt/rmq/doc").glob("*.md")} == pages
 
+    # The cluster's auth key, a self-signed CA and this host's certificate, the daemons' user
+    # owning what they read, no key readable by others; the example configs load with them.
+    etc_rmq = staged / "etc/rmq"
+    for name, mode, owner in [
+        ("auth.key", 0o600, uid),
+        ("tls/node.key", 0o600, uid),
+        ("tls/node.crt", 0o644, uid),
+        ("tls/ca.crt", 0o644, 0),
+        ("tls/ca.key", 0o600, 0),
+    ]:
+        st = (etc_rmq / name).stat()
+        assert (st.st_mode & 0o777, st.st_uid) == (mode, owner), name
+    verified = subprocess.run(
+        [
+            "openssl",
+            "verify",
+            "-CAfile",
+            str(etc_rmq / "tls/ca.crt"),
+            str(etc_rmq / "tls/node.crt"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    san = subprocess.run(
+        [
+            "openssl",
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectAltName",
+            "-in",
+            str(etc_rmq / "tls/node.crt"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert "IP Address:10.0.0.2" in san.stdout, san.stdout
+    made = {
+        name: (etc_rmq / name).read_bytes() for name in ("auth.key", "tls/ca.crt", "tls/node.crt")
+    }
+    config = load_example(BrokerConfig, etc_rmq / "broker-a.toml", etc_rmq)
+    assert config.auth_enabled and config.tls_files is not None
+
     # Again: idempotent, and an operator's edited config is kept.
     edited = staged / "etc/rmq/broker-a.toml"
     edited.write_text(edited.read_text() + '\nflush = "sync"\n')
     again = run_install(staged, "--configs", str(configs))
     assert again.returncode == 0, again.stderr
     assert "user rmq exists" in again.stdout
+    assert "kept" in again.stdout and "auth.key (already there)" in again.stdout
+    for name, content in made.items():  # never overwritten
+        assert (etc_rmq / name).read_bytes() == content, name
     assert (staged / "etc/passwd").read_text().count("\nrmq:") == 1
     assert edited.read_text().endswith('flush = "sync"\n')
 

@@ -1,0 +1,218 @@
+"""TLS on every port with a test CA (made here with the openssl CLI), mutual TLS inside the
+cluster and authentication on, against real processes: three controllers and a broker group of
+three. rmqctl creates the first user over TLS; a producer sends over TLS while the master is
+killed -9, and everything it had acknowledged is read back over TLS from the new master. A
+plaintext client, a client whose CA did not sign the servers' certificates, a client without a
+certificate on the HA port, and one asking the controllers for a cluster-internal request
+without a client certificate are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import Consumer, Credentials, Producer
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from daemon.auth_key import load_auth_key
+from protocol.codes import RequestCode, ResponseCode
+from protocol.request_auth import cluster_credentials
+from remoting.client import ConnectionPool, RemotingClient, signer_for
+from remoting.errors import ConnectError, ConnectionClosedError, RemotingError
+from remoting.tls import NO_CLIENT_CERT, client_context
+from tests.cluster.support import full_sync_state_set, new_master
+from tests.support.cluster import Cluster
+from tests.support.procs import rmqctl
+from tests.support.tls import make_ca
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+ROOT = Credentials("root", "root-Secret-4242")
+TOPIC = "TlsTopic"
+
+
+def secured_cluster(tmp: Path) -> tuple[Cluster, Path, Path, Any]:
+    """The cluster (not started), its auth key, CA, and (the CA, the daemons' settings)."""
+    pki = make_ca(tmp / "pki")
+    cert, key = pki.issue("node")
+    auth_key = tmp / "auth.key"
+    auth_key.write_bytes(os.urandom(32).hex().encode())
+    auth_key.chmod(0o600)
+    settings = (
+        f'auth_key_file = "{auth_key}"\nauth_enabled = true\n'
+        f'tls_enabled = true\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+        f'tls_ca_file = "{pki.ca}"\ntls_verify_client = true\n'
+    )
+    (tmp / "controller.toml").write_text(settings)
+    cluster = Cluster(tmp)
+    for c in cluster.controllers:
+        c.argv += ["--config", str(tmp / "controller.toml")]
+    return cluster, auth_key, pki.ca, (pki, settings)
+
+
+async def test_tls_everywhere_failover_loses_nothing_and_outsiders_are_refused(
+    tmp_path: Path,
+) -> None:
+    cluster, auth_key, ca, (pki, settings) = secured_cluster(tmp_path)
+    cert, key = pki.dir / "node.crt", pki.dir / "node.key"
+    tls = client_context(ca)
+    try:
+        cluster.start_controllers()
+        done = rmqctl(
+            "-a", cluster.controller_addresses, "--ca-file", str(ca),
+            "--auth-key-file", str(auth_key), "--cert", str(cert), "--key", str(key),
+            "createUser", "-u", ROOT.access_key, "-p", ROOT.secret_key, "-t", "Super",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr + cluster.logs()
+        # Without --tls, rmqctl cannot talk to a TLS controller: one line, exit 1.
+        plain = rmqctl("-a", cluster.controller_addresses, "--auth-key-file", str(auth_key),
+                       "listUser")  # fmt: skip
+        assert plain.returncode == 1 and plain.stderr.count("\n") == 1, plain.stderr
+
+        cluster.add_group("broker-a", 3, config=settings + "auth_refresh_interval_ms = 1000\n")
+        boot = Bootstrap(cluster.controller_addresses, ConnectionPool(2.0, ROOT, tls), 2.0)
+        try:
+            await run_failover(cluster, boot, tls)
+            await outsiders_are_refused(cluster, boot, pki, tls)
+        finally:
+            boot.close()
+    finally:
+        cluster.stop()
+
+
+async def run_failover(cluster: Cluster, boot: Bootstrap, tls: ssl.SSLContext) -> None:
+    doc = await full_sync_state_set(boot, cluster)
+    first_master, first_epoch = doc["masterAddress"], doc["masterEpoch"]
+    await create_topic_tls(boot, first_master, tls)
+    acked: dict[tuple[str, int, int], bytes] = {}
+    async with Producer(
+        cluster.controller_addresses,
+        retries=6,
+        send_timeout=5.0,
+        send_deadline=30.0,
+        credentials=ROOT,
+        tls=tls,
+    ) as producer:
+
+        async def send_range(lo: int, hi: int) -> None:
+            for i in range(lo, hi):
+                body = f"m-{i}".encode()
+                try:
+                    r = await producer.send(TOPIC, body)
+                except ClientError:
+                    continue  # not acknowledged: may or may not survive, not checked
+                acked[(r.broker_name, r.queue_id, r.queue_offset)] = body
+
+        senders = asyncio.gather(*(send_range(w * 150, w * 150 + 150) for w in range(4)))
+        await wait_until_async(lambda: len(acked) >= 100, "100 acknowledged sends", 30)
+        master = next(b for b in cluster.brokers if b.address == first_master)
+        master.kill9()
+        await senders
+        doc = await new_master(boot, cluster, first_master)
+        assert doc["masterEpoch"] > first_epoch
+        await asyncio.gather(*(send_range(1000 + w * 50, 1000 + w * 50 + 50) for w in range(4)))
+    assert len(acked) > 400
+
+    received: dict[tuple[str, int, int], bytes] = {}
+    async with Consumer(
+        cluster.controller_addresses, "tls-checker", TOPIC, credentials=ROOT, tls=tls
+    ) as consumer:
+        deadline = time.monotonic() + 60
+        while not set(acked) <= set(received) and time.monotonic() < deadline:
+            for m in await consumer.receive(timeout=1.0):
+                received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
+    missing = [k for k in acked if received.get(k) != acked[k]]
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
+
+
+async def create_topic_tls(boot: Bootstrap, master: str, tls: ssl.SSLContext) -> None:
+    conn = await RemotingClient.connect(master, signer=signer_for(ROOT), tls=tls)
+    try:
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": 4})
+    finally:
+        conn.close()
+
+    async def routed() -> bool:
+        try:
+            await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}, timeout=2.0)
+            return True
+        except (ClientError, RemotingError):
+            return False
+
+    await wait_until_async(routed, f"topic {TOPIC} routed", 20, interval=0.1)
+
+
+async def outsiders_are_refused(
+    cluster: Cluster, boot: Bootstrap, pki: Any, tls: ssl.SSLContext
+) -> None:
+    doc = await full_sync_state_set(boot, cluster, size=2)
+    master = doc["masterAddress"]
+    node = next(b for b in cluster.brokers if b.address == master)
+    controller = cluster.controllers[0].address
+
+    # Plaintext on the client port and on a controller's port: no answer, the connection goes.
+    for address in (master, controller):
+        conn = await RemotingClient.connect(address, signer=signer_for(ROOT))
+        try:
+            with pytest.raises((ConnectionClosedError, RemotingError)):
+                await conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}, timeout=5)
+        finally:
+            conn.close()
+
+    # A client whose CA did not sign the servers' certificates refuses them.
+    stranger = make_ca(cluster.tmp / "stranger", "stranger-ca")
+    with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        await RemotingClient.connect(master, tls=client_context(stranger.ca))
+
+    # The HA port without a client certificate of the cluster's CA: not a byte of the stream.
+    for context in (client_context(pki.ca), client_context(pki.ca, *stranger.issue("intruder"))):
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", node.ha_port, ssl=context), 5
+            )
+        except (ssl.SSLError, ConnectionError):
+            continue
+        try:
+            writer.write(b"\x00" * 64)
+            got = await asyncio.wait_for(reader.read(), 10)
+        except (ssl.SSLError, ConnectionError):
+            got = b""
+        finally:
+            writer.close()
+        assert got == b""
+
+    # A controller's cluster-internal requests need a client certificate, even signed with the
+    # cluster's own credentials; the same request over a member's certificate is served.
+    cluster_signer = signer_for(cluster_credentials(load_auth_key(cluster.tmp / "auth.key")))
+    header = {"clusterName": "DefaultCluster", "brokerName": "broker-a"}
+    no_cert = await RemotingClient.connect(controller, signer=cluster_signer, tls=tls)
+    try:
+        resp = await no_cert.request(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, header)
+        assert (resp.code, resp.header.get("remark")) == (
+            ResponseCode.NO_PERMISSION,
+            NO_CLIENT_CERT,
+        )
+    finally:
+        no_cert.close()
+    # A user's request without a certificate is served (clients need none).
+    user = await RemotingClient.connect(controller, signer=signer_for(ROOT), tls=tls)
+    try:
+        resp = await user.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+        assert resp.code == ResponseCode.SUCCESS, resp.header
+    finally:
+        user.close()
+    member = client_context(pki.ca, *pki.issue("member"))
+    with_cert = await RemotingClient.connect(controller, signer=cluster_signer, tls=member)
+    try:
+        resp = await with_cert.request(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, header)
+        assert resp.header.get("remark") != NO_CLIENT_CERT
+    finally:
+        with_cert.close()
