@@ -8,6 +8,7 @@ AddressFailover`; :class:`Bootstrap` is that with the SDK's errors (:class:`Brok
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Self
 
@@ -45,7 +46,7 @@ class Bootstrap(AddressFailover):
 class BootstrapClient:
     """What the SDK's administrative clients (:class:`client.admin.Admin`,
     :class:`client.lookup.Lookup`, :class:`client.progress.ProgressAdmin`) share: one connection
-    pool (signing with ``credentials`` when given), the bootstrap addresses over it, and
+    pool (signing with ``credentials`` when given, over TLS with ``tls``), the bootstrap addresses over it, and
     ``async with`` closing the pool."""
 
     def __init__(
@@ -53,9 +54,10 @@ class BootstrapClient:
         bootstrap: str | Sequence[str],
         timeout: float = DEFAULT_TIMEOUT,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.timeout = timeout
-        self._pool = ConnectionPool(timeout, credentials)
+        self._pool = ConnectionPool(timeout, credentials, tls)
         self.bootstrap = Bootstrap(bootstrap, self._pool, timeout)
 
     async def __aenter__(self) -> Self:
