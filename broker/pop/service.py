@@ -133,6 +133,8 @@ class PopService:
         self._rotate = 0
         self._since_snapshot = 0
         """Revive-log records appended or replayed since the last snapshot."""
+        self.built_from: int | None = None
+        """The revive-log offset of the snapshot the set was last built from (None: none)."""
         self._blocked_at = 0
         self.acks = 0
         self.revived = 0
@@ -177,6 +179,7 @@ class PopService:
             state = PopState.restore(snap)
             self.key = None if snap.key is None else HandleKey(snap.key)
             start = snap.replay_from
+        self.built_from = None if snap is None else start
         records = 0
         for record in read_system_topic(store, REVIVE_TOPIC, start):
             records += 1
