@@ -314,6 +314,7 @@ class Broker:
     async def _start_grpc(self, plain: tuple[str, int] | None) -> None:
         cfg = self.cfg
         # Imported here so a broker with the endpoint off never loads grpcio.
+        from broker.grpc.access import CallGuard
         from broker.grpc.service import GrpcEndpoint, MessagingService
 
         local = f"{cfg.listen_host}:{self.port}"
@@ -329,6 +330,18 @@ class Broker:
             max_body_bytes=cfg.max_message_bytes,
             broker_name=cfg.broker_name,
             master_address=master_address,
+            # With authentication on: every call verified and authorized against the users
+            # cached from the controllers, then forwarded signed as the cluster.
+            credentials=ctx.cluster_credentials,
+            guard=(
+                None
+                if self.users is None
+                else CallGuard(
+                    self.users,
+                    window_ms=cfg.auth_timestamp_window_ms,
+                    on_refused=self.metrics.auth_refusal,
+                )
+            ),
         )
         tls = None
         if cfg.grpc_tls_listen is not None and cfg.tls_cert is not None and cfg.tls_key:

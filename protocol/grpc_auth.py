@@ -50,7 +50,7 @@ class Authorization:
 
 def parse_authorization(value: str) -> Authorization:
     """Split ``MQv2-HMAC-SHA1 Credential=..., SignedHeaders=..., Signature=...``; ValueError
-    naming what is wrong."""
+    naming what is wrong. An empty Credential gives the access key ""."""
     algorithm, _, rest = value.strip().partition(" ")
     if algorithm != ALGORITHM:
         raise ValueError(f"authorization must use {ALGORITHM}, not {algorithm!r}")
@@ -60,7 +60,9 @@ def parse_authorization(value: str) -> Authorization:
         if not sep:
             raise ValueError(f"authorization part {item.strip()!r} is not name=value")
         parts[name] = text.strip()
-    missing = [p for p in ("Credential", "SignedHeaders", "Signature") if not parts.get(p)]
+    # An empty Credential is not malformed: it is what the clients send without credentials.
+    missing = ["Credential"] if "Credential" not in parts else []
+    missing += [p for p in ("SignedHeaders", "Signature") if not parts.get(p)]
     if missing:
         raise ValueError(f"authorization lacks {', '.join(missing)}")
     # Credential may carry a scope after a '/' (other clients); the access key comes first.
@@ -99,6 +101,8 @@ def verify_authorization(
         auth = parse_authorization(authorization)
     except ValueError as exc:
         return Verdict(None, MALFORMED, str(exc))
+    if not auth.access_key:
+        return Verdict(None, UNSIGNED, "call signed without an access key (credentials required)")
     if DATE_TIME_HEADER not in auth.signed_headers:
         return Verdict(None, MALFORMED, f"authorization must sign {DATE_TIME_HEADER}")
     if not date_time:

@@ -24,7 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from broker.grpc import delivery
 from broker.grpc.consumers import Clients, Held, RenewTable
 from broker.grpc.telemetry import client_id_of
-from broker.grpc.translate import Refused, status_code
+from broker.grpc.translate import Refused, no_namespace, status_code
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import RecordError, iter_records
 from protocol.pop import HandleError, peek_handle
@@ -217,6 +217,7 @@ class ConsumeService:
     async def ack(self, request: rpc.AckMessageRequest, context: Any) -> rpc.AckMessageResponse:
         try:
             group = delivery.check_group(request.group)
+            no_namespace(request.topic, "topic")
             if not request.entries:
                 raise Refused(pb.BAD_REQUEST, "no entry to ack")
             if len(request.entries) > 1024:
@@ -286,6 +287,7 @@ class ConsumeService:
     ) -> rpc.ChangeInvisibleDurationResponse:
         try:
             group = delivery.check_group(request.group)
+            no_namespace(request.topic, "topic")
             bad = delivery.check_handle(request.receipt_handle)
             if bad is not None:
                 raise Refused(pb.INVALID_RECEIPT_HANDLE, bad)
@@ -333,6 +335,7 @@ class ConsumeService:
             topic = request.topic.name
             if not topic:
                 raise Refused(pb.ILLEGAL_TOPIC, "topic is empty")
+            no_namespace(request.topic, "topic")
             bad = delivery.check_handle(request.receipt_handle)
             if bad is not None:
                 raise Refused(pb.INVALID_RECEIPT_HANDLE, bad)

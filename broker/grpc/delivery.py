@@ -17,7 +17,7 @@ from typing import Final
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker.grpc.translate import RESERVED_PROPERTIES, Refused
+from broker.grpc.translate import RESERVED_PROPERTIES, Refused, no_namespace
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.filter import FilterError, parse_tag_expression
@@ -100,20 +100,11 @@ def _timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def _no_namespace(resource: pb.Resource, what: str) -> None:
-    if resource.resource_namespace:
-        raise Refused(
-            pb.UNSUPPORTED,
-            f"{what} {resource.name!r} is in namespace {resource.resource_namespace!r}: this "
-            "broker has no namespaces (configure the client without one)",
-        )
-
-
 def check_group(group: pb.Resource) -> str:
     """The consumer group's name; :class:`Refused` when it cannot name one (or names a
     namespace: RocketMQ's namespaces are not served, and ignoring one would mix two
     applications' groups)."""
-    _no_namespace(group, "consumer group")
+    no_namespace(group, "consumer group")
     bad = group_error(group.name)
     if bad is not None:
         raise Refused(pb.ILLEGAL_CONSUMER_GROUP, bad)
@@ -159,7 +150,7 @@ def receive_plan(request: rpc.ReceiveMessageRequest, time_remaining: float | Non
     topic = request.message_queue.topic.name
     if not topic:
         raise Refused(pb.ILLEGAL_TOPIC, "message_queue.topic is empty")
-    _no_namespace(request.message_queue.topic, "topic")
+    no_namespace(request.message_queue.topic, "topic")
     expression = tag_expression(request.filter_expression)
     if not 0 < request.batch_size <= MAX_POP_BATCH:
         raise Refused(

@@ -7,6 +7,11 @@ itself) for the topic's route and the brokers for their gRPC endpoints
 to :mod:`broker.grpc.telemetry`; the consumer's (POP) to :mod:`broker.grpc.consume`. RPCs not
 served answer gRPC UNIMPLEMENTED (grpcio's default
 for a method the servicer does not override).
+
+Every call is admitted first (:mod:`broker.grpc.access`): refused UNSUPPORTED when the client is
+configured with a namespace, and, with the broker's authentication on, UNAUTHORIZED or FORBIDDEN
+unless its signature verifies and its user may do what the RPC does. The requests the endpoint
+then sends to the masters sign with the cluster's credentials.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import grpc
 import msgpack
 import structlog
 
+from broker.grpc.access import CallGuard, check_namespace_header
 from broker.grpc.consume import ConsumeService
 from broker.grpc.delivery import CONSUMER_TYPES
 from broker.grpc.endpoints import EndpointBook
@@ -32,7 +38,9 @@ from broker.grpc.translate import (
     no_namespace,
     status_code,
 )
+from protocol.acl import User
 from protocol.codes import RequestCode, ResponseCode
+from protocol.request_auth import Credentials
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2 import service_pb2_grpc
@@ -65,10 +73,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         max_body_bytes: int,
         broker_name: str = "",
         master_address: Callable[[], str] | None = None,
+        *,
+        credentials: Credentials | None = None,
+        guard: CallGuard | None = None,
     ) -> None:
+        """``credentials``: what the endpoint's requests to the brokers and controllers sign
+        with (the cluster's, with authentication on; None: unsigned). ``guard``: checks every
+        call's signature and permissions (None: authentication off, every call anonymous)."""
         self.local_address = local_address
         self.max_body_bytes = max_body_bytes
-        self.pool = ConnectionPool()
+        self.guard = guard
+        self.pool = ConnectionPool(credentials=credentials)
         self.routes = AddressFailover(route_addresses, self.pool)
         self.endpoints = EndpointBook(self.pool, local_address)
         master = master_address or (lambda: local_address)
@@ -85,7 +100,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.consume.close()
         self.pool.close()
 
+    def _admit(self, method: str, request: Any, context: Any) -> User | None:
+        """The call's user (None with authentication off); :class:`Refused` when the call may
+        not go on."""
+        check_namespace_header(context)
+        if self.guard is None:
+            return None
+        return self.guard.admit(method, request, context)
+
+    def _refusal(self, method: str, request: Any, context: Any) -> pb.Status | None:
+        """None when the call may go on, else the status to answer it with."""
+        try:
+            self._admit(method, request, context)
+        except Refused as exc:
+            return _status(exc.code, exc.message)
+        return None
+
     async def QueryRoute(self, request: rpc.QueryRouteRequest, context: Any) -> Any:
+        if (refusal := self._refusal("QueryRoute", request, context)) is not None:
+            return rpc.QueryRouteResponse(status=refusal)
+        return await self._query_route(request, context)
+
+    async def _query_route(self, request: rpc.QueryRouteRequest, context: Any) -> Any:
         topic = request.topic.name
         if not topic:
             return rpc.QueryRouteResponse(status=_status(pb.ILLEGAL_TOPIC, "topic is empty"))
@@ -119,15 +155,23 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return rpc.QueryRouteResponse(status=_status(pb.OK), message_queues=queues)
 
     async def SendMessage(self, request: rpc.SendMessageRequest, context: Any) -> Any:
+        if (refusal := self._refusal("SendMessage", request, context)) is not None:
+            return rpc.SendMessageResponse(status=refusal)
         return await self.publisher.send(request, _peer(context))
 
     async def EndTransaction(self, request: rpc.EndTransactionRequest, context: Any) -> Any:
+        if (refusal := self._refusal("EndTransaction", request, context)) is not None:
+            return rpc.EndTransactionResponse(status=refusal)
         return await self.publisher.end_transaction(request)
 
     async def RecallMessage(self, request: rpc.RecallMessageRequest, context: Any) -> Any:
+        if (refusal := self._refusal("RecallMessage", request, context)) is not None:
+            return rpc.RecallMessageResponse(status=refusal)
         return await self.publisher.recall(request)
 
     async def Heartbeat(self, request: rpc.HeartbeatRequest, context: Any) -> Any:
+        if (refusal := self._refusal("Heartbeat", request, context)) is not None:
+            return rpc.HeartbeatResponse(status=refusal)
         if request.client_type in CONSUMER_TYPES:
             return await self.consume.heartbeat(request, context)
         return rpc.HeartbeatResponse(status=_status(pb.OK))
@@ -135,6 +179,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def NotifyClientTermination(
         self, request: rpc.NotifyClientTerminationRequest, context: Any
     ) -> Any:
+        if (refusal := self._refusal("NotifyClientTermination", request, context)) is not None:
+            return rpc.NotifyClientTerminationResponse(status=refusal)
         if request.group.name:  # a consumer (producers name no group)
             return await self.consume.terminated(request, context)
         return rpc.NotifyClientTerminationResponse(status=_status(pb.OK))
@@ -143,24 +189,36 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(
         self, request: rpc.ReceiveMessageRequest, context: Any
     ) -> AsyncIterator[rpc.ReceiveMessageResponse]:
+        if (refusal := self._refusal("ReceiveMessage", request, context)) is not None:
+            yield rpc.ReceiveMessageResponse(status=refusal)
+            return
         async for response in self.consume.receive(request, context):
             yield response
 
     async def AckMessage(self, request: rpc.AckMessageRequest, context: Any) -> Any:
+        if (refusal := self._refusal("AckMessage", request, context)) is not None:
+            return rpc.AckMessageResponse(status=refusal)
         return await self.consume.ack(request, context)
 
     async def ChangeInvisibleDuration(
         self, request: rpc.ChangeInvisibleDurationRequest, context: Any
     ) -> Any:
+        if (refusal := self._refusal("ChangeInvisibleDuration", request, context)) is not None:
+            return rpc.ChangeInvisibleDurationResponse(status=refusal)
         return await self.consume.change_invisible_duration(request, context)
 
     async def ForwardMessageToDeadLetterQueue(
         self, request: rpc.ForwardMessageToDeadLetterQueueRequest, context: Any
     ) -> Any:
+        method = "ForwardMessageToDeadLetterQueue"
+        if (refusal := self._refusal(method, request, context)) is not None:
+            return rpc.ForwardMessageToDeadLetterQueueResponse(status=refusal)
         return await self.consume.forward_to_dead_letter_queue(request, context)
 
     async def QueryAssignment(self, request: rpc.QueryAssignmentRequest, context: Any) -> Any:
-        route = await self.QueryRoute(
+        if (refusal := self._refusal("QueryAssignment", request, context)) is not None:
+            return rpc.QueryAssignmentResponse(status=refusal)
+        route = await self._query_route(
             rpc.QueryRouteRequest(topic=request.topic, endpoints=request.endpoints), context
         )
         return self.consume.query_assignment(request, route)
@@ -168,7 +226,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(
         self, request_iterator: AsyncIterator[rpc.TelemetryCommand], context: Any
     ) -> AsyncIterator[rpc.TelemetryCommand]:
-        async for command in self.telemetry.stream(request_iterator, context):
+        """The stream's opening is admitted (any known user), then each Settings the client
+        writes on it (:func:`broker.grpc.permissions.settings_checks`)."""
+        try:
+            user = self._admit("Telemetry", None, context)
+        except Refused as exc:
+            yield rpc.TelemetryCommand(status=_status(exc.code, exc.message))
+            return
+        guard = self.guard
+        check = None
+        if guard is not None and user is not None:
+
+            def check(settings: pb.Settings, user: User = user) -> None:
+                guard.admit_settings(context, user, settings)
+
+        async for command in self.telemetry.stream(request_iterator, context, check):
             yield command
 
 

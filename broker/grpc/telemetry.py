@@ -27,7 +27,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from broker.grpc.delivery import SYSTEM_PROPERTIES, body_md5
 from broker.grpc.produce import status
-from broker.grpc.translate import transaction_group
+from broker.grpc.translate import Refused, no_namespace_in_settings, transaction_group
 from protocol.codes import RequestCode
 from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.message import (
@@ -102,6 +102,8 @@ class _Session:
     out: asyncio.Queue[rpc.TelemetryCommand | None] = field(default_factory=asyncio.Queue)
     groups: frozenset[str] = frozenset()
     """The transaction producer groups of the topics it publishes."""
+    check: Callable[[pb.Settings], None] | None = None
+    """Raises :class:`Refused` for Settings its user may not write (None: no check)."""
 
 
 class TelemetryHub:
@@ -141,9 +143,15 @@ class TelemetryHub:
 
     # -- the stream ------------------------------------------------------------------------------
     async def stream(
-        self, commands: AsyncIterator[rpc.TelemetryCommand], context: Any
+        self,
+        commands: AsyncIterator[rpc.TelemetryCommand],
+        context: Any,
+        check: Callable[[pb.Settings], None] | None = None,
     ) -> AsyncIterator[rpc.TelemetryCommand]:
-        session = _Session(client_id_of(context))
+        """The answers to one client's stream. ``check`` refuses Settings the client's user may
+        not write: they are answered with the refusal and change nothing (a producer is not
+        sent the check-backs of a topic it may not publish)."""
+        session = _Session(client_id_of(context), check=check)
         self._sessions.add(session)
         reader = asyncio.create_task(self._read(commands, session))
         try:
@@ -158,6 +166,14 @@ class TelemetryHub:
             async for command in commands:
                 if command.HasField("settings"):
                     client = command.settings
+                    try:
+                        no_namespace_in_settings(client)
+                        if session.check is not None:
+                            session.check(client)
+                    except Refused as exc:
+                        refused = rpc.TelemetryCommand(status=status(exc.code, exc.message))
+                        session.out.put_nowait(refused)
+                        continue
                     if client.HasField("publishing"):
                         groups = frozenset(
                             transaction_group(t.name) for t in client.publishing.topics if t.name

@@ -82,6 +82,18 @@ def no_namespace(resource: pb.Resource, what: str) -> None:
         )
 
 
+def no_namespace_in_settings(settings: pb.Settings) -> None:
+    """:func:`no_namespace` for every topic and group of a client's Telemetry Settings."""
+    if settings.HasField("publishing"):
+        for topic in settings.publishing.topics:
+            no_namespace(topic, "topic")
+    if settings.HasField("subscription"):
+        sub = settings.subscription
+        no_namespace(sub.group, "consumer group")
+        for entry in sub.subscriptions:
+            no_namespace(entry.topic, "topic")
+
+
 def transaction_group(topic: str) -> str:
     """The producer group of a gRPC transactional message of ``topic``."""
     return TRANSACTION_GROUP_PREFIX + topic

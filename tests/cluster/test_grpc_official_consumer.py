@@ -377,6 +377,17 @@ async def test_bad_input_gets_a_status_and_forwarding_to_the_dlq(
         assert f"belongs to consumer group {group}" in acked.entries[0].status.message
         acked = await stub.AckMessage(ack(handle, "no such group!"), timeout=10)
         assert acked.status.code == pb.ILLEGAL_CONSUMER_GROUP, acked
+        # A topic in a namespace (none is served here), in the request or as the client's
+        # configured namespace (its x-mq-namespace header): refused, the handle left alone.
+        spaced = ack(handle)
+        spaced.topic.resource_namespace = "prod"
+        acked = await stub.AckMessage(spaced, timeout=10)
+        assert acked.status.code == pb.UNSUPPORTED, acked
+        assert "namespace 'prod'" in acked.status.message
+        namespaced_client = (("x-mq-namespace", "prod"),)
+        acked = await stub.AckMessage(ack(handle), metadata=namespaced_client, timeout=10)
+        assert acked.status.code == pb.UNSUPPORTED, acked
+        assert "configured with namespace 'prod'" in acked.status.message
         # Malformed receives.
         sql = pb.FilterExpression(type=pb.SQL, expression="a > 1")
         status = _status_of(await _receive(stub, group, filter_expression=sql))

@@ -48,6 +48,7 @@ _PAIRS = [
     ("alice", "alice-secret-1"),
     ("alice", "wrong-secret"),
     ("mallory", "alice-secret-1"),
+    ("", ""),
 ]
 
 
@@ -109,3 +110,20 @@ def test_missing_or_malformed_headers() -> None:
     # Another date than the one signed: the signature no longer matches.
     other = {**md, DATE_TIME_HEADER: "20200101T000000Z"}
     assert verify(other).reason == BAD_SIGNATURE
+
+
+def test_the_header_of_a_client_without_credentials_is_unsigned() -> None:
+    """The official clients send an authorization header even without credentials, with an
+    empty Credential: that is a call without credentials, not a malformed one."""
+    md = official_metadata("", "")
+    verdict = verify(md)
+    assert verdict.reason == UNSIGNED and "without an access key" in verdict.detail
+
+
+def test_an_upper_case_signature_verifies() -> None:
+    """The Node.js client writes the signature's hex in upper case."""
+    md = official_metadata("alice", "alice-secret-1")
+    upper = md["authorization"].replace(
+        md["authorization"].rsplit("=", 1)[1], md["authorization"].rsplit("=", 1)[1].upper()
+    )
+    assert verify({**md, "authorization": upper}).ok
