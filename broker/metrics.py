@@ -402,8 +402,9 @@ class BrokerMetrics:
             self.send_errors.labels(**labels, code=code.name)
         self.auth_refused = Counter(
             "rmq_broker_auth_refused_total",
-            "Requests refused NO_PERMISSION with authentication on, by reason (unsigned, "
-            "malformed, unknown_user, bad_signature, expired, replayed, denied)",
+            "Requests refused NO_PERMISSION (gRPC calls: UNAUTHORIZED or FORBIDDEN) with "
+            "authentication on, by reason (unsigned, malformed, unknown_user, bad_signature, "
+            "expired, replayed, denied)",
             [*base, "reason"],
             registry=r,
         )
