@@ -14,10 +14,12 @@ from typing import Any
 
 from client.bootstrap import Bootstrap
 from protocol.request_auth import Credentials
-from remoting.client import use_credentials
+from remoting.client import use_credentials, use_tls
+from remoting.tls import client_context
 from tests.cluster.support import full_sync_state_set
 from tests.support.cluster import Cluster
 from tests.support.procs import rmqctl
+from tests.support.tls import make_ca
 
 FAST_CONSUMER: dict[str, Any] = {
     "heartbeat_interval": 0.5,
@@ -66,9 +68,34 @@ def _secure(cluster: Cluster, tmp: Path) -> str:
     return settings
 
 
+def _tls(cluster: Cluster, tmp: Path) -> str:
+    """TLS on every port with a test CA (made here), mutual TLS inside the cluster: the
+    controllers read it (before they start); the brokers' config text. rmqctl runs of this
+    process trust the CA ($RMQ_CA_FILE) until the cluster stops."""
+    pki = make_ca(tmp / "pki")
+    cert, key = pki.issue("node")
+    settings = (
+        f'tls_enabled = true\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+        f'tls_ca_file = "{pki.ca}"\ntls_verify_client = true\n'
+    )
+    path = tmp / "controller-auth.toml"  # the controllers read one file: _secure's, if any
+    if path.exists():
+        path.write_text(path.read_text() + settings)
+    else:
+        path.write_text(settings)
+        for c in cluster.controllers:
+            c.argv += ["--config", str(path)]
+    os.environ["RMQ_CA_FILE"] = str(pki.ca)
+    use_tls(client_context(pki.ca))
+    return settings
+
+
 def _create_super_user(cluster: Cluster, tmp: Path) -> None:
+    # Signed as the cluster: with mutual TLS that needs a certificate of the cluster's CA.
+    cert = ["--cert", str(tmp / "pki/node.crt"), "--key", str(tmp / "pki/node.key")]
     done = rmqctl(
         "-a", cluster.controller_addresses, "--auth-key-file", str(tmp / "auth.key"),
+        *(cert if (tmp / "pki/node.crt").exists() else []),
         "createUser", "-u", SUPER_USER.access_key, "-p", SUPER_USER.secret_key, "-t", "Super",
     )  # fmt: skip
     if done.returncode != 0:
@@ -77,17 +104,24 @@ def _create_super_user(cluster: Cluster, tmp: Path) -> None:
 
 @asynccontextmanager
 async def group_of_three(
-    prefix: str, per_broker: list[list[str]] | None = None, *, auth: bool = False
+    prefix: str,
+    per_broker: list[list[str]] | None = None,
+    *,
+    auth: bool = False,
+    tls: bool = False,
 ) -> AsyncIterator[GroupOfThree]:
     """Start the cluster in a temporary directory named ``prefix``..., yield it once all three
     replicas are in sync, and stop every process it started on the way out (also on errors).
     ``per_broker[i]``: flags of broker ``i`` only (a gRPC port, say). ``auth``: authentication
     on (``auth_enabled`` everywhere, a super user :data:`SUPER_USER` that every connection pool
-    of this process signs with until the cluster stops)."""
+    of this process signs with until the cluster stops). ``tls``: TLS on every port, mutual TLS
+    inside the cluster, a test CA every connection of this process trusts until the cluster
+    stops."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         cluster = Cluster(Path(tmp))
         config = _secure(cluster, Path(tmp)) if auth else ""
         try:
+            config += _tls(cluster, Path(tmp)) if tls else ""
             cluster.start_controllers()
             if auth:
                 _create_super_user(cluster, Path(tmp))
@@ -105,4 +139,6 @@ async def group_of_three(
                 boot.close()
         finally:
             use_credentials(None)
+            use_tls(None)
+            os.environ.pop("RMQ_CA_FILE", None)
             cluster.stop()

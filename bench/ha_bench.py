@@ -24,7 +24,9 @@ line says it was skipped; ``--no-peer`` skips it.
 With ``--auth on`` the cluster runs with authentication (``auth_enabled``): every request is
 signed, the produce phases as a normal user with pub on the topic. ``--auth both`` runs only
 phase 1 on a cluster without and then with authentication and prints the ratio (the issue's
-target: within 20%).
+target: within 20%). ``--security on`` runs everything with authentication and TLS on every port
+(mutual TLS inside the cluster, a test CA made with the openssl CLI); ``--security both`` runs
+phases 1 and 3 and the catch-up without and then with both, and prints the ratios.
 
 Phases 1 and 2 also print a slave's CPU seconds per 100k messages and the load average (the
 rates are only comparable at similar loads; CPU per message much less depends on them).
@@ -32,7 +34,7 @@ rates are only comparable at similar loads; CPU per message much less depends on
 their top functions (bench/profile_summary.py); ``--only-produce`` stops after phase 3.
 
     python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
-        [--profile] [--auth off|on|both] [--only-produce] [--spy DIR]
+        [--profile] [--auth off|on|both] [--security off|on|both] [--only-produce] [--spy DIR]
 """
 
 from __future__ import annotations
@@ -216,7 +218,8 @@ async def produce_one_at_a_time(conn: RemotingClient, n: int, body: bytes) -> fl
     return p50
 
 
-async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, body: bytes) -> None:
+async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, body: bytes) -> float:
+    """Prints and returns the catch-up rate in MiB/s."""
     slave = next(b for b in cluster.brokers if b.address != master)
     slave.kill9()
     conn = await RemotingClient.connect(master)
@@ -261,6 +264,7 @@ async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, bod
         flush=True,
     )
     await full_sync_state_set(boot, cluster, timeout=120)
+    return rate
 
 
 async def first_ack_after(producer: Producer, since: float, deadline_s: float = 30.0) -> float:
@@ -387,12 +391,49 @@ async def auth_comparison(args: argparse.Namespace) -> None:
     )
 
 
+async def security_comparison(args: argparse.Namespace) -> None:
+    """Phases 1 and 3 and the catch-up on a cluster without security, then on one with
+    authentication and TLS on every port (mutual TLS inside the cluster): the ratios."""
+    body = payload(args.size)
+    p1: dict[bool, float] = {}
+    p3: dict[bool, float] = {}
+    catchup: dict[bool, float] = {}
+    for secure in (False, True):
+        async with group_of_three("rmq-ha-bench-", auth=secure, tls=secure) as broker_a:
+            cluster, master = broker_a.cluster, broker_a.master
+            pid = node_at(cluster, master).pid
+            slave_pid = next(b.pid for b in cluster.brokers if b.address != master)
+            conn = await producer_connection(broker_a)
+            what = "on: authentication + TLS, mutual inside the cluster" if secure else "off"
+            print(f"security {what}", flush=True)
+            p1[secure] = await produce_single(conn, args.messages, body, pid, slave_pid)
+            p3[secure] = await produce_one_at_a_time(conn, args.one_at_a_time, body)
+            conn.close()
+            if args.catchup_mib:
+                catchup[secure] = await catch_up(
+                    cluster, broker_a.boot, master, args.catchup_mib, body
+                )
+    print(
+        f"P1 secured / plain: {p1[True] / p1[False]:.2f} (target: at least 0.80); "
+        f"P3 p50 secured / plain: {p3[True] / p3[False]:.2f} (target: at most 1.20)"
+        + (f"; catch-up over TLS / plain: {catchup[True] / catchup[False]:.2f}" if catchup else "")
+        + f"  {_load()}",
+        flush=True,
+    )
+
+
 async def main_async(args: argparse.Namespace) -> None:
     if args.auth == "both":
         await auth_comparison(args)
         return
+    if args.security == "both":
+        await security_comparison(args)
+        return
     body = payload(args.size)
-    async with group_of_three("rmq-ha-bench-", auth=args.auth == "on") as broker_a:
+    secure = args.security == "on"
+    async with group_of_three(
+        "rmq-ha-bench-", auth=args.auth == "on" or secure, tls=secure
+    ) as broker_a:
         cluster, boot = broker_a.cluster, broker_a.boot
         master, doc = broker_a.master, broker_a.sync_state
         try:
@@ -404,7 +445,7 @@ async def main_async(args: argparse.Namespace) -> None:
             print(
                 f"3 controllers, broker-a x3 (master {master}), all-ack, flush async, "
                 f"{args.size} B messages, {args.messages:,} per produce phase, "
-                f"authentication {args.auth}",
+                f"authentication {'on' if secure else args.auth}, TLS {args.security}",
                 flush=True,
             )
             with spying(args.spy, "p1", pids):
@@ -551,6 +592,13 @@ def main() -> None:
         choices=("off", "on", "both"),
         default="off",
         help="authentication on the cluster; both: phase 1 without and with it, and the ratio",
+    )
+    p.add_argument(
+        "--security",
+        choices=("off", "on", "both"),
+        default="off",
+        help="authentication and TLS on every port (mutual TLS inside the cluster); both: "
+        "phases 1 and 3 and the catch-up (--catchup-mib) without and with, and the ratios",
     )
     args = p.parse_args()
     run_async(lambda: main_async(args))

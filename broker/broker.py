@@ -75,8 +75,9 @@ def check_data_dir(data_dir: Path) -> None:
 
 
 #: What only controllers send to a broker: with ``tls_verify_client`` a connection without a
-#: client certificate is refused them.
-INTERNAL_CODES = (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.GET_BROKER_EPOCH_CACHE)
+#: client certificate is refused them (GET_BROKER_EPOCH_CACHE is a read rmqctl's getBrokerEpoch
+#: sends too).
+INTERNAL_CODES = (RequestCode.NOTIFY_BROKER_ROLE_CHANGED,)
 
 
 class Broker:
