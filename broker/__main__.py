@@ -75,7 +75,8 @@ async def serve(cfg: BrokerConfig) -> int:
 @click.option(
     "--tls-cert",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="PEM certificate chain of the gRPC TLS port.",
+    help="PEM certificate chain of the gRPC TLS port, and of every port with tls_enabled "
+    "(TOML keys tls_enabled, tls_ca_file, tls_verify_client; SIGHUP reloads them).",
 )
 @click.option(
     "--tls-key",

@@ -4,14 +4,18 @@ three. rmqctl creates the first user over TLS; a producer sends over TLS while t
 killed -9, and everything it had acknowledged is read back over TLS from the new master. A
 plaintext client, a client whose CA did not sign the servers' certificates, a client without a
 certificate on the HA port, and one asking the controllers for a cluster-internal request
-without a client certificate are refused.
+without a client certificate are refused. A controller reloads its certificate on SIGHUP and
+refuses to start with a world-readable key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import signal
 import ssl
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +32,8 @@ from remoting.client import ConnectionPool, RemotingClient, signer_for
 from remoting.errors import ConnectError, ConnectionClosedError, RemotingError
 from remoting.tls import NO_CLIENT_CERT, client_context
 from tests.cluster.support import full_sync_state_set, new_master
-from tests.support.cluster import Cluster
-from tests.support.procs import rmqctl
+from tests.support.cluster import Cluster, ControllerNode
+from tests.support.procs import free_port, port_open, rmqctl
 from tests.support.tls import make_ca
 from tests.support.wait import wait_until_async
 
@@ -216,3 +220,66 @@ async def outsiders_are_refused(
         assert resp.header.get("remark") != NO_CLIENT_CERT
     finally:
         with_cert.close()
+
+
+async def peer_name(address: str, context: ssl.SSLContext) -> str:
+    """The common name of the certificate the server at ``address`` presents."""
+    host, _, port = address.rpartition(":")
+    _, writer = await asyncio.open_connection(host, int(port), ssl=context)
+    try:
+        cert = writer.get_extra_info("peercert")
+        return str(dict(x[0] for x in cert["subject"])["commonName"])
+    finally:
+        writer.close()
+
+
+async def test_sighup_reloads_the_certificate_and_a_world_readable_key_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    """A controller process: SIGHUP makes new connections get the new certificate (the
+    process serving on); a bad reload keeps the old one; started with a key others may read,
+    it refuses with one line and exit status 2."""
+    pki = make_ca(tmp_path / "pki")
+    cert, key = tmp_path / "ctl.crt", tmp_path / "ctl.key"
+    for src, dst in zip(pki.issue("first"), (cert, key), strict=True):
+        shutil.copy(src, dst)
+    key.chmod(0o600)
+    config = tmp_path / "tls.toml"
+    config.write_text(
+        f'tls_enabled = true\ntls_cert = "{cert}"\ntls_key = "{key}"\ntls_ca_file = "{pki.ca}"\n'
+    )
+    port = free_port()
+    node = ControllerNode(tmp_path, "n0", port, f"n0-127.0.0.1:{port}")
+    node.argv += ["--config", str(config)]
+    trust = client_context(pki.ca)
+    node.start()
+    try:
+        await wait_until_async(lambda: port_open(port), "the controller to listen", 30)
+        assert await peer_name(node.address, trust) == "first"
+        for src, dst in zip(pki.issue("second"), (cert, key), strict=True):
+            shutil.copy(src, dst)
+        node.signal(signal.SIGHUP)
+
+        async def reloaded() -> bool:
+            return await peer_name(node.address, trust) == "second"
+
+        await wait_until_async(reloaded, "the new certificate served", 20, on_timeout=node.log)
+        # A key of another certificate: the reload fails, the old pair stays, the process too.
+        shutil.copy(pki.issue("third")[1], key)
+        node.signal(signal.SIGHUP)
+        await wait_until_async(
+            lambda: "TLS reload failed" in node.log(), "the failed reload logged", 20
+        )
+        assert node.alive() and await peer_name(node.address, trust) == "second"
+    finally:
+        node.stop()
+
+    shutil.copy(pki.issue("fourth")[1], key)
+    shutil.copy(pki.dir / "fourth.crt", cert)
+    key.chmod(0o644)
+    done = subprocess.run(node.argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"rmq-controller: config key 'tls_key': TLS key {key} may be read by anyone (mode 644); "
+        "chmod 600 (or 640) it"
+    ]
