@@ -1,7 +1,8 @@
 """Writing rows to topics (a write task): the columns a DataFrame must have, and Spark's Arrow
 batches turned into SEND_BATCH_MESSAGE batches with acks and retries.
 
-Rows with a ``messageGroup`` go to the queue the group's hash picks
+Rows with a ``messageGroup`` carry it as their message group (``__SHARDINGKEY``, what FIFO
+consumers and the official clients read) and go to the queue the group's hash picks
 (:func:`pipeline.queue_sender.queue_for`), one batch per queue in flight and retried on that
 queue, so one group's messages keep the order they had in the task's partition; rows without one
 are spread over the writable queues. It is at-least-once: a task that fails reports how many of
@@ -24,6 +25,7 @@ from pipeline.errors import OptionError, WriteError
 from pipeline.options import WriteOptions
 from pipeline.queue_sender import QueueSender, encode_items, queue_for
 from pipeline.snapshot import snapshot
+from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -193,9 +195,25 @@ def _items(
         if props[i]:
             item["properties"] = {str(k): "" if v is None else str(v) for k, v in props[i]}
         group = groups[i]
-        if isinstance(group, str):
-            group = group.encode()
+        if group is not None:
+            name = _group_name(group, number)
+            item.setdefault("properties", {})[PROP_MESSAGE_GROUP] = name
+            group = name.encode()
         yield topic, group, item
+
+
+def _group_name(group: str | bytes, number: int) -> str:
+    """The message group of row ``number`` as the message carries it; :class:`WriteError` for
+    one that cannot be a message group (not UTF-8, empty, over 128 bytes)."""
+    if isinstance(group, bytes):
+        try:
+            group = group.decode()
+        except UnicodeDecodeError:
+            raise WriteError(f"row {number} has a messageGroup that is not UTF-8") from None
+    why = message_group_error(group)
+    if why is not None:
+        raise WriteError(f"row {number} has a bad messageGroup: {why}")
+    return group
 
 
 def summary(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, int, str]:

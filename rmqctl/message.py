@@ -21,6 +21,7 @@ from client.message import ReceivedMessage, SendResult
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.filter import FilterError, parse_tag_expression
+from protocol.message import PROP_KEYS, PROP_TAGS
 from rmqctl.common import (
     Settings,
     TimeType,
@@ -59,12 +60,41 @@ class DelayType(click.ParamType[float]):
         return float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
 
 
+class PropertyType(click.ParamType[tuple[str, str]]):
+    """A user property: NAME=VALUE (the value may be empty and may hold '=')."""
+
+    name = "NAME=VALUE"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, str]:
+        if isinstance(value, tuple):
+            return value
+        name, eq, text = str(value).partition("=")
+        if not eq or not name.strip():
+            self.fail(f"{value!r} is not NAME=VALUE", param, ctx)
+        if name in (PROP_KEYS, PROP_TAGS):
+            self.fail(f"{name} is set with --{name.lower()}, not as a property", param, ctx)
+        if any(c in str(value) for c in "\x01\x02"):
+            # The separators of a record's properties: the property would read back as others.
+            self.fail(f"{value!r}: a property must not hold \\x01 or \\x02", param, ctx)
+        return name, text
+
+
 @click.command("sendMessage", short_help="Send a message, N times with --count.")
 @addresses_option
 @click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
 @click.option("-p", "--body", required=True, metavar="BODY", help="Message body (sent as UTF-8).")
 @click.option("-k", "--keys", default="", metavar="KEYS", help="Message keys.")
 @click.option("--tags", default="", metavar="TAGS", help="Message tags.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    type=PropertyType(),
+    metavar="NAME=VALUE",
+    help="A user property (repeat for more); consumers see it among the message's properties.",
+)
 @click.option(
     "--count",
     type=click.IntRange(min=1),
@@ -124,6 +154,7 @@ def send_message(
     body: str,
     keys: str,
     tags: str,
+    properties: tuple[tuple[str, str], ...],
     count: int,
     deadline: float,
     attempt_timeout: float,
@@ -150,6 +181,9 @@ def send_message(
 
     With --message-group the messages carry that FIFO group (__SHARDINGKEY) and all go to the
     queue the group hashes to, stored in order; it cannot be combined with scheduling.
+
+    --property NAME=VALUE (repeatable) adds user properties, which consumers read as the
+    message's properties (an official RocketMQ client as its user properties).
     """
     payload = body.encode()
     if delay is not None and deliver_at is not None:
@@ -172,6 +206,7 @@ def send_message(
                             payload,
                             keys=keys,
                             tags=tags,
+                            properties=dict(properties) or None,
                             delay=delay,
                             deliver_at=deliver_at,
                             message_group=message_group,
@@ -334,15 +369,17 @@ def consume_message(
     """Consume messages as a member of GROUP, printing each as it arrives.
 
     With --json, one JSON line per message: {"msgId", "brokerName", "queueId", "queueOffset",
-    "body", "keys", "storeTimestamp"} (body decoded as UTF-8, bad bytes replaced). Stops after
+    "body", "keys", "tags", "properties", "messageGroup", "bornTimestamp", "storeTimestamp"}
+    (body decoded as UTF-8, bad bytes replaced; keys and tags "" when none; properties: the
+    others as stored, UNIQ_KEY among them for a message of an official RocketMQ client;
+    messageGroup null for none). Stops after
     --count messages, --timeout seconds, or Ctrl-C; the offsets of the printed messages are
     committed before exit. Stopped before --count messages, it says "N of M received in T s"
     on stderr (exit status 0: what was printed was consumed).
 
     With --pop the messages are taken by POP (docs/pop.md) and acked once printed; a message
     printed but not acked (the command was killed) comes back after --invisible-time to any
-    consumer of the group. --json lines then add "attempt" (1 the first time) and
-    "messageGroup" (null for none). A group new to POP starts at each queue's first message.
+    consumer of the group. --json lines then add "attempt" (1 the first time). A group new to POP starts at each queue's first message.
     For a FIFO group (updateSubGroup --fifo) a message group's next message comes only once the
     previous one was acked (docs/fifo.md).
     """
@@ -414,7 +451,7 @@ async def _consume_pop(
 
 
 def _pop_json_line(m: PopMessage) -> str:
-    return json.dumps({**message_doc(m), "attempt": m.attempt, "messageGroup": m.message_group})
+    return json.dumps({**message_doc(m), "attempt": m.attempt})
 
 
 async def _consume(
@@ -470,6 +507,9 @@ async def _consume(
 
 
 def message_doc(m: ReceivedMessage) -> dict[str, Any]:
+    """A message as a --json line shows it: keys and tags have their own fields, and
+    ``properties`` holds the others, as stored (the application's, and the ones a sender or the
+    broker set: ``UNIQ_KEY``, the id an official RocketMQ client gave it, ``__SHARDINGKEY``, ...)."""
     return {
         "msgId": m.msg_id,
         "brokerName": m.broker_name,
@@ -477,6 +517,10 @@ def message_doc(m: ReceivedMessage) -> dict[str, Any]:
         "queueOffset": m.queue_offset,
         "body": m.body.decode("utf-8", errors="replace"),
         "keys": m.keys,
+        "tags": m.tags,
+        "properties": {k: v for k, v in m.properties.items() if k not in (PROP_KEYS, PROP_TAGS)},
+        "messageGroup": m.message_group,
+        "bornTimestamp": m.born_timestamp,
         "storeTimestamp": m.store_timestamp,
     }
 

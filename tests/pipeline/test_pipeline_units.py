@@ -365,3 +365,44 @@ def test_the_data_source_and_what_spark_ships_to_tasks_pickle() -> None:
         assert type(writer) is writer_type and writer.setup == setup
     done = RmqCommitMessage(rows=3, acknowledged=3, spans={("T", "broker-a", 0): [5, 7]})
     assert pickle.loads(pickle.dumps(done)) == done
+
+
+def test_a_rows_message_group_is_carried_as_the_messages_group() -> None:
+    """The messageGroup column picks the queue and is the message's group (``__SHARDINGKEY``,
+    what FIFO consumers and the official clients read); one that cannot be a group is an error
+    naming the row."""
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    from pipeline.errors import WriteError
+    from pipeline.write import WriteSetup, _items
+
+    def items(groups: list[Any], group_type: Any) -> list[tuple[str, bytes | None, Any]]:
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array([f"m{i}" for i in range(len(groups))]),
+                pa.array(
+                    [{"color": "red"}] + [None] * (len(groups) - 1),
+                    pa.map_(pa.string(), pa.string()),
+                ),
+                pa.array(groups, group_type),
+            ],
+            names=["body", "properties", "messageGroup"],
+        )
+        options = WriteOptions.parse({"controllers": "127.0.0.1:9876", "topic": "T"})
+        return list(_items(WriteSetup(options, 0, True, -1, -1, 1, -1, 2), batch, 10))
+
+    got = items(["order-1", None, "order-2"], pa.string())
+    assert [(topic, group) for topic, group, _ in got] == [
+        ("T", b"order-1"), ("T", None), ("T", b"order-2")
+    ]  # fmt: skip
+    assert [item.get("properties") for _, _, item in got] == [
+        {"color": "red", "__SHARDINGKEY": "order-1"}, None, {"__SHARDINGKEY": "order-2"}
+    ]  # fmt: skip
+    binary = items([b"order-1", "g\u00e9".encode()], pa.binary())
+    assert [item["properties"]["__SHARDINGKEY"] for _, _, item in binary] == ["order-1", "g\u00e9"]
+    with pytest.raises(WriteError, match="row 12 has a messageGroup that is not UTF-8"):
+        items([b"ok", b"\xff\xfe"], pa.binary())
+    with pytest.raises(WriteError, match=r"row 11 has a bad messageGroup: .* must not be empty"):
+        items([""], pa.string())
+    with pytest.raises(WriteError, match=r"row 11 has a bad messageGroup: .* exceeds the limit"):
+        items(["g" * 129], pa.string())

@@ -150,7 +150,8 @@ def test_send_then_consume_round_trip_with_json_shapes(
     lines = [json.loads(line) for line in out.splitlines()]
     assert len(lines) == 6
     assert set(lines[0]) == {
-        "msgId", "brokerName", "queueId", "queueOffset", "body", "keys", "storeTimestamp"
+        "msgId", "brokerName", "queueId", "queueOffset", "body", "keys", "tags", "properties",
+        "messageGroup", "bornTimestamp", "storeTimestamp",
     }  # fmt: skip
     assert {(m["body"], m["keys"]) for m in lines} == {("héllo", "K")}
     # The 6 printed were committed: the next run prints exactly the other 4, then times out.
@@ -208,6 +209,10 @@ def test_usage_errors_keep_clicks_exit_status_2() -> None:
         (["queryMsgByOffset", "-t", "T", "-b", "b", "-q", "0", "-o", "-1"], "'-o' / '--offset'"),
         (["queryMsgByOffset", "-t", "T", "-b", "b", "-q", "-2", "-o", "0"], "'-q' / '--queue'"),
         (["queryMsgByKey", "-t", "T", "-k", "k", "--end", "noon"], "neither epoch milliseconds"),
+        (["sendMessage", "-t", "T", "-p", "x", "--property", "color"], "'color' is not NAME=VALUE"),
+        (["sendMessage", "-t", "T", "-p", "x", "--property", "=v"], "'=v' is not NAME=VALUE"),
+        (["sendMessage", "-t", "T", "-p", "x", "--property", "TAGS=a"], "set with --tags"),
+        (["sendMessage", "-t", "T", "-p", "x", "--property", "a=b\x01c"], "must not hold"),
     ],
 )
 def test_bad_values_are_usage_errors(args: list[str], words: str) -> None:
