@@ -10,7 +10,7 @@ import structlog
 
 from broker.config import BrokerConfig
 from daemon import cli as daemon_cli
-from daemon import systemd
+from daemon import gc_tuning, systemd
 from daemon.signals import on_reload, wait_for_stop_signal
 
 
@@ -44,6 +44,7 @@ async def serve(cfg: BrokerConfig) -> int:
         log.error("broker failed to start", error=f"{type(exc).__name__}: {exc}")
         await broker.stop()
         return 1
+    gc_tuning.tune_for_latency()
     serving = f"serving {cfg.broker_name} on {cfg.listen_host}:{broker.port}"
     on_reload(broker.reload)
     sig = await wait_for_stop_signal(lambda: systemd.ready(serving))

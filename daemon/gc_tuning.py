@@ -6,6 +6,11 @@ with the scheduler's own delays, for a leader to miss its heartbeats and lose le
 flood of writes. After start-up the objects that live for the whole run (modules, config, the
 recovered state) are moved out of the collector's sight (``gc.freeze``), and collections are
 made rarer: young cycles are still collected, full collections become seldom.
+
+The broker does the same: with the defaults its collections took about 5% of the master's CPU
+during all-ack sends (``perf``: ``gc_collect_main``, ``visit_reachable``, ``visit_decref``), every
+send allocating a few short-lived tracked objects (its message, its waiter, its future), and each
+full collection paused the sends of every connection.
 """
 
 from __future__ import annotations
