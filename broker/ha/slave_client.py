@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -283,6 +284,9 @@ class SlaveClient:
         """Handshakes that ended SUSPENDED (no consistent point, or one below the confirm
         offset)."""
         self.bytes_received = 0
+        self._last_ack: bytes | None = None
+        self._last_ack_at = 0.0
+        self._repeat_ack_s = config.heartbeat_interval_ms / 2000
 
     # ------------------------------------------------------------ lifecycle
 
@@ -492,6 +496,7 @@ class SlaveClient:
             )
         )
         self.state = SlaveState.HANDSHAKE
+        self._last_ack = None  # a new connection: its first ack is always written
         idle_s = cfg.connection_idle_timeout_ms / 1000
         since_yield = 0
         checked = False
@@ -531,7 +536,7 @@ class SlaveClient:
                     since_yield = 0
                     await asyncio.sleep(0)  # let the broker serve in between
             if ack is not None:
-                transport.write(ack)
+                self._write_ack(transport, ack)
             if checked and link.inline is None and self.state is SlaveState.TRANSFER:
                 link.inline = partial(self._inline, conn, transport)
 
@@ -595,8 +600,20 @@ class SlaveClient:
         if i < len(actions):
             return _Rest(actions[i:], ack)
         if ack is not None:
-            transport.write(ack)
+            self._write_ack(transport, ack)
         return None
+
+    def _write_ack(self, transport: asyncio.Transport, ack: bytes) -> None:
+        """Write ``ack``, unless it repeats the last one written less than half a heartbeat
+        interval ago: a transfer with no body (the master pushing its confirm offset, or a
+        heartbeat) changes nothing the master does not know, and under load the master pushes
+        its confirm offset every few milliseconds. The master still hears from an idle slave at
+        every heartbeat (``connection_idle_timeout_ms`` is many of them)."""
+        now = time.monotonic()
+        if ack == self._last_ack and now - self._last_ack_at < self._repeat_ack_s:
+            return
+        self._last_ack, self._last_ack_at = ack, now
+        transport.write(ack)
 
     async def _blocking(self, fn: Callable[[], _T]) -> _T:
         return cast(_T, await self._run_blocking(fn))

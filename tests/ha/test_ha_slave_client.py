@@ -23,6 +23,7 @@ from protocol.ha import (
     SlaveStreamDecoder,
     encode_master_handshake,
     encode_master_transfer,
+    encode_slave_ack,
 )
 from tests.ha.test_ha_driver_support import FAST, Node, commitlog, in_step
 from tests.support.wait import wait_until_async
@@ -245,3 +246,74 @@ async def test_a_first_attempt_at_a_new_master_is_info_and_the_second_a_warning(
         await slave.ha.become_slave(dead, 1, 2, slave.address)
         await wait_until_async(lambda: len(ended(logs)) >= 2, "two failed attempts", 5)
     assert [level for level, _ in ended(logs)[:2]] == ["info", "warning"]
+
+
+class CountingMaster(ScriptedMaster):
+    """Counts the bytes of the acks the slave sends after its first one."""
+
+    def __init__(self, after: Script) -> None:
+        super().__init__(after)
+        self.ack_bytes = 0
+
+    async def drain_acks(self, reader: asyncio.StreamReader) -> None:  # type: ignore[override]
+        while data := await reader.read(1024):
+            self.ack_bytes += len(data)
+
+
+def empty_transfers(count: int, gap_s: float) -> Script:
+    """``count`` transfers with no body (confirm pushes), each in its own write ``gap_s`` apart,
+    then silence."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(count):
+            writer.write(
+                encode_master_transfer(
+                    MasterTransfer(offset=0, epoch=1, epoch_start_offset=0, confirm_offset=0)
+                )
+            )
+            await writer.drain()
+            await asyncio.sleep(gap_s)
+        await asyncio.sleep(3600)
+
+    return script
+
+
+async def test_confirm_pushes_in_a_burst_are_not_acked_again(tmp_path: Path) -> None:
+    # A heartbeat interval of 60 s: every repeat within 30 s of the last ack is left out.
+    cfg = dataclasses.replace(QUICK, heartbeat_interval_ms=60_000, connection_idle_timeout_ms=5_000)
+    node = await Node.start(tmp_path / "slave", 2, cfg)
+    master = CountingMaster(empty_transfers(40, 0.002))
+    address = await master.start()
+    try:
+        await node.ha.become_slave(address, 1, 2, node.address)
+        client = node.ha.slave_client
+        assert client is not None
+        size = len(
+            encode_master_transfer(
+                MasterTransfer(offset=0, epoch=1, epoch_start_offset=0, confirm_offset=0)
+            )
+        )
+        await wait_until_async(lambda: client.bytes_received >= 40 * size, "40 pushes received")
+        assert master.sessions == 1
+        # Each push repeats what the handshake's ack said: nothing more was written (an ack
+        # per push before).
+        assert master.ack_bytes == 0
+    finally:
+        await master.stop()
+        await node.close()
+
+
+async def test_an_idle_slave_still_acks_a_heartbeat_after_half_an_interval(
+    slave: Node,
+) -> None:
+    # QUICK: 50 ms heartbeats, so a repeat is written again 25 ms after the last ack.
+    master = CountingMaster(empty_transfers(5, 0.1))
+    address = await master.start()
+    try:
+        await slave.ha.become_slave(address, 1, 2, slave.address)
+        one = len(encode_slave_ack(SlaveAck(max_offset=0)))
+        await wait_until_async(
+            lambda: master.ack_bytes >= 4 * one, "the heartbeats after the first acked", 10
+        )
+    finally:
+        await master.stop()
