@@ -113,10 +113,38 @@ async def _drive(
             lat.append(time.perf_counter() - t0)
 
     scpu0 = cpu_seconds(slave_pid) if slave_pid else 0.0
+    calls0 = {p: syscalls(p) for p in (pid, slave_pid) if p}
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(workers)))
     dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    for p, (r0, w0) in calls0.items():
+        r1, w1 = syscalls(p)
+        role = "master" if p == pid else "slave"
+        _SYSCALLS[role] = (r1 - r0, w1 - w0)
     return dt, lat, cpu, (cpu_seconds(slave_pid) - scpu0) if slave_pid else 0.0
+
+
+_SYSCALLS: dict[str, tuple[int, int]] = {}
+"""The last phase's read and write system calls (role -> (reads, writes))."""
+
+
+def syscalls(pid: int) -> tuple[int, int]:
+    """(read-like, write-like) system calls of process ``pid`` so far (all its threads):
+    ``syscr`` and ``syscw`` of /proc/PID/io (0, 0 where it cannot be read)."""
+    try:
+        fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    except OSError:
+        return 0, 0
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
+def _syscalls_line(messages: int) -> str:
+    """Reads and writes per 100 messages of the last phase, master and slave."""
+    parts = [
+        f"{role} {r / messages * 100:.0f}r+{w / messages * 100:.0f}w"
+        for role, (r, w) in _SYSCALLS.items()
+    ]
+    return "  syscalls/100 msg: " + ", ".join(parts) if parts else ""
 
 
 def _load() -> str:
@@ -175,7 +203,8 @@ async def produce_single(
         f"produce, 64 in flight, all-ack R3  {rate:>9,.0f} msg/s {n * len(body) / dt / 1e6:6.1f} MB/s"
         f"  p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
         f"  master CPU {cpu / n * 100_000:5.2f} s/100k  {ratio('single', rate)}"
-        + (f"  slave CPU {scpu / n * 100_000:5.2f} s/100k  {_load()}" if slave_pid else ""),
+        + (f"  slave CPU {scpu / n * 100_000:5.2f} s/100k  {_load()}" if slave_pid else "")
+        + _syscalls_line(n),
         flush=True,
     )
     return rate
@@ -194,7 +223,8 @@ async def produce_batch(
         f"produce, batches of 64, all-ack R3 {rate:>9,.0f} msg/s {sent * len(body) / dt / 1e6:6.1f} MB/s"
         f"  batch p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
         f"  master CPU {cpu / sent * 100_000:5.2f} s/100k  {ratio('batch', rate)}"
-        + (f"  slave CPU {scpu / sent * 100_000:5.2f} s/100k  {_load()}" if slave_pid else ""),
+        + (f"  slave CPU {scpu / sent * 100_000:5.2f} s/100k  {_load()}" if slave_pid else "")
+        + _syscalls_line(sent),
         flush=True,
     )
 
