@@ -3,10 +3,14 @@
 A handler gets ``(connection, frame)`` and returns a response frame, ``None`` (no response), or
 something that gives one later:
 
-- an :class:`asyncio.Future`: the response is written when it completes, from a done-callback (no
-  task, no coroutine: the cheap way for a handler that parks a request until an event, such as a
-  send waiting for its flush or for the replicas' acks). When the connection closes first the
-  future is cancelled; whoever completes it must check ``done()`` first;
+- a :class:`DeferredAnswer`: the response is written when its holder calls
+  :meth:`DeferredAnswer.answer` (on the loop thread), right then: no callback is scheduled, no
+  task, no future. The cheapest way for a handler that parks a request until an event, such as a
+  send waiting for its flush or for the replicas' acks (one per send). It may be answered before
+  the handler returns it; when the connection closes first, the answer is dropped;
+- an :class:`asyncio.Future`: the response is written when it completes, from a done-callback.
+  When the connection closes first the future is cancelled; whoever completes it must check
+  ``done()`` first;
 - any other awaitable (a coroutine): run as a task, cancelled when the connection closes.
 
 Plain return values are written at once (the fast path). Either way slow requests (long polling,
@@ -63,7 +67,44 @@ from remoting.ports import bind_listeners
 
 log = structlog.get_logger(__name__)
 
-HandlerResult = Frame | None | asyncio.Future[Frame | None] | Awaitable[Frame | None]
+
+class DeferredAnswer:
+    """A response a handler gives later: return it, then call :meth:`answer` once (see the
+    module docstring). Subclass it to carry what the answer needs (``__slots__``)."""
+
+    __slots__ = ("_conn", "_early", "_frame", "_state")
+
+    _NEW, _BOUND, _ANSWERED, _DROPPED = range(4)
+
+    def __init__(self) -> None:
+        self._state = DeferredAnswer._NEW
+        self._conn: Connection | None = None
+        self._frame: Frame | None = None
+        self._early: Frame | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Not answered yet, and its connection still open."""
+        return self._state < DeferredAnswer._ANSWERED
+
+    def answer(self, resp: Frame | None) -> None:
+        """Write ``resp`` (None: no response) to the request's connection now; a no-op after
+        the first call, or once the connection closed."""
+        state = self._state
+        if state == DeferredAnswer._BOUND:
+            self._state = DeferredAnswer._ANSWERED
+            conn, frame = self._conn, self._frame
+            self._conn = self._frame = None
+            assert conn is not None and frame is not None
+            conn._answered(self, frame, resp)
+        elif state == DeferredAnswer._NEW:  # before the handler returned it
+            self._state = DeferredAnswer._ANSWERED
+            self._early = resp
+
+
+HandlerResult = (
+    Frame | None | DeferredAnswer | asyncio.Future[Frame | None] | Awaitable[Frame | None]
+)
 Handler = Callable[["Connection", Frame], HandlerResult]
 Guard = Callable[["Connection", Frame], Frame | None]
 """Runs before the handler of every request: None lets it through, a frame is the refusal
@@ -109,6 +150,7 @@ class Connection(asyncio.Protocol):
         self.attrs: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[asyncio.Future[Frame | None], Frame] = {}  # future -> its request
+        self._deferred: set[DeferredAnswer] = set()  # bound, not answered yet
         self._out: list[bytes] = []
         self._backlog: list[Frame] = []  # decoded frames left for the next loop turn
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -176,6 +218,11 @@ class Connection(asyncio.Protocol):
         self.inflight -= len(pending)
         for fut in pending:
             fut.cancel()
+        deferred, self._deferred = self._deferred, set()
+        self.inflight -= len(deferred)
+        for d in deferred:
+            d._state = DeferredAnswer._DROPPED
+            d._conn = d._frame = None
         self._server._closed(self)
 
     def pause_writing(self) -> None:
@@ -262,6 +309,18 @@ class Connection(asyncio.Protocol):
             return
         if result is None or type(result) is Frame:
             self._reply(frame, result)
+        elif isinstance(result, DeferredAnswer):
+            if result._state != DeferredAnswer._NEW:  # answered before it was returned
+                self._reply(frame, result._early)
+                result._early = None
+                return
+            result._state = DeferredAnswer._BOUND
+            result._conn = self
+            result._frame = frame
+            self._deferred.add(result)
+            self.inflight += 1
+            if self.inflight >= self._server.limits.max_inflight:
+                self._update_reading()
         elif isinstance(result, asyncio.Future):
             self.inflight += 1
             if self.inflight >= self._server.limits.max_inflight:
@@ -276,6 +335,13 @@ class Connection(asyncio.Protocol):
             task.add_done_callback(self._tasks.discard)
         else:
             self._reply(frame, result)
+
+    def _answered(self, d: DeferredAnswer, frame: Frame, resp: Frame | None) -> None:
+        self._deferred.discard(d)
+        self.inflight -= 1
+        if self._reading_paused:
+            self._update_reading()
+        self._reply(frame, resp)
 
     def _future_done(self, fut: asyncio.Future[Frame | None]) -> None:
         frame = self._pending.pop(fut, None)

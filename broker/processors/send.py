@@ -1,13 +1,13 @@
 """SEND_MESSAGE and SEND_BATCH_MESSAGE: validate, append once, answer (after the flush if sync,
 after every SyncStateSet member's ack with all-ack).
 
-A send that must wait returns a plain :class:`asyncio.Future` that the wait's callback completes;
-the remoting server writes the answer from its done-callback (no task, no coroutine per send).
+A send that must wait returns a :class:`~remoting.server.DeferredAnswer` that the wait's callback
+answers; the remoting server writes the answer right then (no future, no task, no callback
+scheduled per send).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import msgpack
@@ -22,7 +22,7 @@ from protocol.message import Message, MsgIdMaker, decode_properties
 from protocol.remoting import Frame, Header, response
 from protocol.timer import REQUEST_PROPERTIES
 from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
-from remoting.server import Connection, RemotingServer, error_response
+from remoting.server import Connection, DeferredAnswer, RemotingServer, error_response
 from storage.queues import topic_error
 from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
 from storage.timer.wheel import InvalidDeliveryTimeError
@@ -36,14 +36,13 @@ class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self._msg_id = MsgIdMaker(ctx.cfg.listen)
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.SEND_MESSAGE, self.send_message)
         server.register(RequestCode.SEND_BATCH_MESSAGE, self.send_batch)
 
     # -- handlers ------------------------------------------------------------------------------
-    def send_message(self, conn: Connection, req: Frame) -> Frame | asyncio.Future[Frame]:
+    def send_message(self, conn: Connection, req: Frame) -> Frame | DeferredAnswer:
         start = time.perf_counter()
         h = req.header
         topic = req_str(h, "topic")
@@ -75,7 +74,7 @@ class SendProcessor:
         }
         return self._answer(req, result, response(req, ResponseCode.SUCCESS, header), start)
 
-    def send_batch(self, conn: Connection, req: Frame) -> Frame | asyncio.Future[Frame]:
+    def send_batch(self, conn: Connection, req: Frame) -> Frame | DeferredAnswer:
         start = time.perf_counter()
         h = req.header
         topic = req_str(h, "topic")
@@ -242,52 +241,41 @@ class SendProcessor:
 
     def _answer(
         self, req: Frame, result: PutResult, resp: Frame, start: float
-    ) -> Frame | asyncio.Future[Frame]:
+    ) -> Frame | DeferredAnswer:
         ctx = self.ctx
         if not ctx.needs_wait(result):
             ctx.metrics.send_latency.observe(time.perf_counter() - start)
             return resp
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        pending = _PendingAnswer(self, req, resp, start, loop.create_future())
+        pending = _PendingAnswer(self, req, resp, start)
         ctx.when_durable(result, pending.done)
-        return pending.fut
+        return pending
 
     def _error(self, req: Frame, code: int, remark: str) -> Frame:
         self.ctx.metrics.send_error(code)
         return error_response(req, code, remark)
 
 
-class _PendingAnswer:
-    """A send waiting for its flush or replicas: completes ``fut`` (which the remoting server
-    answers from) when the wait ends."""
+class _PendingAnswer(DeferredAnswer):
+    """A send waiting for its flush or replicas: answered when the wait ends."""
 
-    __slots__ = ("fut", "proc", "req", "resp", "start")
+    __slots__ = ("proc", "req", "resp", "start")
 
-    def __init__(
-        self,
-        proc: SendProcessor,
-        req: Frame,
-        resp: Frame,
-        start: float,
-        fut: asyncio.Future[Frame],
-    ) -> None:
+    def __init__(self, proc: SendProcessor, req: Frame, resp: Frame, start: float) -> None:
+        super().__init__()
         self.proc = proc
         self.req = req
         self.resp = resp
         self.start = start
-        self.fut = fut
 
     def done(self, code: int, remark: str) -> None:
         proc = self.proc
         proc.ctx.metrics.send_latency.observe(time.perf_counter() - self.start)
-        if self.fut.done():  # the connection closed meanwhile
+        if not self.pending:  # the connection closed meanwhile
             return
         if code == ResponseCode.SUCCESS:
-            self.fut.set_result(self.resp)
+            self.answer(self.resp)
         else:
-            self.fut.set_result(proc._error(self.req, code, remark))
+            self.answer(proc._error(self.req, code, remark))
 
 
 def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:

@@ -1,5 +1,6 @@
-"""The remoting server's deferred answers: handlers that return an asyncio.Future (answered from
-its done-callback, no task) or a coroutine (run as a task), over a real socket."""
+"""The remoting server's deferred answers: handlers that return a DeferredAnswer (written when
+answered, nothing scheduled), an asyncio.Future (answered from its done-callback, no task) or a
+coroutine (run as a task), over a real socket."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import pytest
 from protocol.codes import ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
-from remoting.server import Connection, RemotingServer, ServerLimits
+from remoting.server import Connection, DeferredAnswer, RemotingServer, ServerLimits
 from tests.support.wait import wait_until_async
 
 PARKED = 100  # answered by a future the test completes
 CORO = 101  # answered by a coroutine
 PLAIN = 102  # answered at once
 UNENCODABLE = 103  # answered with a header msgpack cannot encode
+DEFERRED = 104  # answered by a DeferredAnswer the test answers
 
 
 class Parking:
@@ -34,7 +36,13 @@ class Parking:
             UNENCODABLE,
             lambda _c, req: response(req, ResponseCode.SUCCESS, {"x": object()}),  # type: ignore[dict-item]
         )
+        self.server.register(DEFERRED, self.defer)
+        self.deferred: dict[int, DeferredAnswer] = {}
         self.server.on_open.append(self.conns.append)
+
+    def defer(self, conn: Connection, req: Frame) -> DeferredAnswer:
+        d = self.deferred[req.opaque] = DeferredAnswer()
+        return d
 
     def park(self, conn: Connection, req: Frame) -> asyncio.Future[Frame | None]:
         fut: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
@@ -215,3 +223,73 @@ async def test_an_answer_that_cannot_be_encoded_is_answered_as_a_system_error(
     assert "TypeError" in str(first.header.get("remark"))
     assert (second.opaque, second.code) == (2, ResponseCode.SUCCESS)  # the connection serves on
     await finish(peer, p.conns[0])
+
+
+async def defer(p: Parking, peer: Peer, *opaques: int) -> Connection:
+    want = len(p.deferred) + len(opaques)
+    for opaque in opaques:
+        peer.send(DEFERRED, opaque)
+    await wait_until_async(lambda: len(p.deferred) == want, f"{want} deferred requests")
+    return p.conns[0]
+
+
+def ok(opaque: int, **header: str | int) -> Frame:
+    return Frame(kind=1, code=ResponseCode.SUCCESS, opaque=opaque, header=header)
+
+
+async def test_deferred_answers_go_out_when_answered_and_count_as_in_flight(
+    parking: tuple[Parking, int],
+) -> None:
+    p, port = parking  # max_inflight = 3
+    peer = await connect(port)
+    conn = await defer(p, peer, 1, 2, 3)
+    assert conn.inflight == 3 and all(d.pending for d in p.deferred.values())
+    peer.send(DEFERRED, 4)  # the server stopped reading at the limit: this one waits
+    await asyncio.sleep(0.05)
+    assert 4 not in p.deferred
+    p.deferred[2].answer(ok(2, order=1))
+    assert not p.deferred[2].pending
+    assert [f.opaque for f in await peer.read(1)] == [2]
+    await wait_until_async(lambda: 4 in p.deferred, "reading resumes after one answer")
+    p.deferred[2].answer(ok(2, order=9))  # a second answer is a no-op
+    for opaque in (3, 1, 4):
+        p.deferred[opaque].answer(ok(opaque))
+    assert [f.opaque for f in await peer.read(3)] == [3, 1, 4]
+    await finish(peer, conn)
+    assert peer.frames == []
+
+
+async def test_a_deferred_answer_answered_before_it_is_returned_is_written() -> None:
+    server = RemotingServer(name="test")
+
+    def ready(conn: Connection, req: Frame) -> DeferredAnswer:
+        d = DeferredAnswer()
+        d.answer(response(req, ResponseCode.SUCCESS, {"ready": 1}))
+        return d
+
+    server.register(DEFERRED, ready)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        peer = await connect(port)
+        peer.send(DEFERRED, 7)
+        (frame,) = await peer.read(1)
+        assert frame.opaque == 7 and frame.header == {"ready": 1}
+        assert server.connections and next(iter(server.connections)).inflight == 0
+        peer.close()
+    finally:
+        await server.stop()
+
+
+async def test_closing_with_deferred_answers_drops_them(parking: tuple[Parking, int]) -> None:
+    p, port = parking
+    peer = await connect(port)
+    conn = await defer(p, peer, 1, 2)
+    assert conn.inflight == 2
+    peer.close()
+    await wait_until_async(
+        lambda: conn.closed and conn not in p.server.connections, "the server to see it"
+    )
+    assert conn.inflight == 0
+    assert not any(d.pending for d in p.deferred.values())
+    p.deferred[1].answer(ok(1))  # too late: nothing written, nothing counted, no error
+    assert conn.inflight == 0
