@@ -114,9 +114,10 @@ async def _drive(
 
     scpu0 = cpu_seconds(slave_pid) if slave_pid else 0.0
     calls0 = {p: syscalls(p) for p in (pid, slave_pid) if p}
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    cpu0, t0, client0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(workers)))
     dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    _SYSCALLS["client CPU"] = (round((time.process_time() - client0) * 1e6), 0)
     for p, (r0, w0) in calls0.items():
         r1, w1 = syscalls(p)
         role = "master" if p == pid else "slave"
@@ -140,11 +141,14 @@ def syscalls(pid: int) -> tuple[int, int]:
 
 def _syscalls_line(messages: int) -> str:
     """Reads and writes per 100 messages of the last phase, master and slave."""
+    client = _SYSCALLS.get("client CPU", (0, 0))[0]
     parts = [
         f"{role} {r / messages * 100:.0f}r+{w / messages * 100:.0f}w"
         for role, (r, w) in _SYSCALLS.items()
+        if role != "client CPU"
     ]
-    return "  syscalls/100 msg: " + ", ".join(parts) if parts else ""
+    calls = "  syscalls/100 msg: " + ", ".join(parts) if parts else ""
+    return calls + f"  client CPU {client / messages * 100_000 / 1e6:5.2f} s/100k"
 
 
 def _load() -> str:
@@ -229,8 +233,12 @@ async def produce_batch(
     )
 
 
-async def produce_one_at_a_time(conn: RemotingClient, n: int, body: bytes) -> float:
+async def produce_one_at_a_time(
+    conn: RemotingClient, n: int, body: bytes, pids: dict[str, int] | None = None
+) -> float:
     lat = []
+    cpu0 = {role: cpu_seconds(p) for role, p in (pids or {}).items()}
+    client0 = time.process_time()
     for i in range(n):
         t0 = time.perf_counter()
         resp = await conn.request(
@@ -242,7 +250,16 @@ async def produce_one_at_a_time(conn: RemotingClient, n: int, body: bytes) -> fl
     p50 = pct(lat, 0.5) * 1000
     print(
         f"produce, one at a time, all-ack R3 p50 {p50:.3f} ms  p99 {pct(lat, 0.99) * 1000:.3f} ms"
-        f"  ({n} sends)  {ratio('p50', p50, lower_is_better=True)}",
+        f"  ({n} sends)  {ratio('p50', p50, lower_is_better=True)}"
+        + (
+            "  CPU per send: "
+            + ", ".join(
+                f"{r} {(cpu_seconds(p) - cpu0[r]) / n * 1e6:.0f} us" for r, p in pids.items()
+            )
+            + f", client {(time.process_time() - client0) / n * 1e6:.0f} us"
+            if pids
+            else ""
+        ),
         flush=True,
     )
     return p50
@@ -482,7 +499,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 ours_rate = await produce_single(conn, args.messages, body, pid, slave_pid)
             with spying(args.spy, "p2", pids):
                 await produce_batch(conn, args.messages, body, pid, slave_pid)
-            ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body)
+            ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids)
             conn.close()
             report_unexpected(
                 await master_epoch(boot) - epoch0,
