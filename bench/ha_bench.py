@@ -26,7 +26,8 @@ signed, the produce phases as a normal user with pub on the topic. ``--auth both
 phase 1 on a cluster without and then with authentication and prints the ratio (the issue's
 target: within 20%). ``--security on`` runs everything with authentication and TLS on every port
 (mutual TLS inside the cluster, a test CA made with the openssl CLI); ``--security both`` runs
-phases 1 and 3 and the catch-up without and then with both, and prints the ratios.
+phases 1 and 3 and the catch-up without security, with TLS only, and with both, and prints the
+ratios to the first.
 
 Phases 1 and 2 also print a slave's CPU seconds per 100k messages and the load average (the
 rates are only comparable at similar loads; CPU per message much less depends on them).
@@ -439,34 +440,36 @@ async def auth_comparison(args: argparse.Namespace) -> None:
 
 
 async def security_comparison(args: argparse.Namespace) -> None:
-    """Phases 1 and 3 and the catch-up on a cluster without security, then on one with
-    authentication and TLS on every port (mutual TLS inside the cluster): the ratios."""
+    """Phases 1 and 3 and the catch-up on a cluster without security, then with TLS only, then
+    with authentication and TLS (mutual TLS inside the cluster on both): the ratios to the
+    first."""
     body = payload(args.size)
-    p1: dict[bool, float] = {}
-    p3: dict[bool, float] = {}
-    catchup: dict[bool, float] = {}
-    for secure in (False, True):
-        async with group_of_three("rmq-ha-bench-", auth=secure, tls=secure) as broker_a:
+    modes = {"off": (False, False), "TLS only": (False, True), "authentication + TLS": (True, True)}
+    p1: dict[str, float] = {}
+    p3: dict[str, float] = {}
+    catchup: dict[str, float] = {}
+    for name, (auth, tls) in modes.items():
+        async with group_of_three("rmq-ha-bench-", auth=auth, tls=tls) as broker_a:
             cluster, master = broker_a.cluster, broker_a.master
             pid = node_at(cluster, master).pid
             slave_pid = next(b.pid for b in cluster.brokers if b.address != master)
             conn = await producer_connection(broker_a)
-            what = "on: authentication + TLS, mutual inside the cluster" if secure else "off"
-            print(f"security {what}", flush=True)
-            p1[secure] = await produce_single(conn, args.messages, body, pid, slave_pid)
-            p3[secure] = await produce_one_at_a_time(conn, args.one_at_a_time, body)
+            print(f"security {name}" + (" (mutual TLS inside the cluster)" if tls else ""))
+            p1[name] = await produce_single(conn, args.messages, body, pid, slave_pid)
+            p3[name] = await produce_one_at_a_time(conn, args.one_at_a_time, body)
             conn.close()
             if args.catchup_mib:
-                catchup[secure] = await catch_up(
+                catchup[name] = await catch_up(
                     cluster, broker_a.boot, master, args.catchup_mib, body
                 )
-    print(
-        f"P1 secured / plain: {p1[True] / p1[False]:.2f} (target: at least 0.80); "
-        f"P3 p50 secured / plain: {p3[True] / p3[False]:.2f} (target: at most 1.20)"
-        + (f"; catch-up over TLS / plain: {catchup[True] / catchup[False]:.2f}" if catchup else "")
-        + f"  {_load()}",
-        flush=True,
-    )
+    for name in list(modes)[1:]:
+        print(
+            f"{name} / off: P1 {p1[name] / p1['off']:.2f} (target: at least 0.80), "
+            f"P3 p50 {p3[name] / p3['off']:.2f} (target: at most 1.20)"
+            + (f", catch-up {catchup[name] / catchup['off']:.2f}" if catchup else "")
+            + f"  {_load()}",
+            flush=True,
+        )
 
 
 async def main_async(args: argparse.Namespace) -> None:
