@@ -13,13 +13,16 @@ from collections.abc import Callable
 import structlog
 
 from controller.metadata import (
+    AddQueueItem,
     Applied,
     CleanBrokerData,
+    CreateStaticTopic,
     DeleteUser,
     EventDecodeError,
     PutAcl,
     PutUser,
     ReplicasInfoManager,
+    SealQueueItem,
     UpdateTopic,
     decode_event,
 )
@@ -51,7 +54,9 @@ class MetadataStateMachine:
             # Never proposed by a correct controller; skipped identically everywhere.
             log.error("undecodable metadata event skipped", index=index, error=str(exc))
             return Applied(code=ResponseCode.CONTROLLER_INVALID_REQUEST, remark=str(exc))
-        if isinstance(event, PutUser | DeleteUser | PutAcl):
+        if isinstance(
+            event, PutUser | DeleteUser | PutAcl | CreateStaticTopic | SealQueueItem | AddQueueItem
+        ):
             return self.manager.apply(event)
         name = event.broker_name
         before = self.manager.replica_info(name)

@@ -11,6 +11,8 @@ decisions out.
 - heartbeat.py: BrokerLiveTable, liveness as soft state with the new-leader grace period, and
   BrokerBindings, which connection registered which broker;
 - scheduler.py: which groups need an election now;
+- static_topic.py: static topics' logical queues as mapping items, offset translation and
+  re-map checks; static_topics.py: StaticTopicTable, their decisions and apply;
 - auth.py: AuthTable, the users and their access rules (the model and the decision function
   live in protocol/acl.py, shared with the brokers);
 - results.py: decisions, apply outcomes and response shapes; group.py and snapshot.py: the
@@ -42,15 +44,18 @@ from controller.metadata.election import (
     rank_candidates,
 )
 from controller.metadata.events import (
+    AddQueueItem,
     AlterSyncStateSet,
     ApplyBrokerId,
     CleanBrokerData,
+    CreateStaticTopic,
     DeleteUser,
     ElectMaster,
     Event,
     EventDecodeError,
     PutAcl,
     PutUser,
+    SealQueueItem,
     UpdateBrokerAddress,
     UpdateTopic,
     decode_event,
@@ -73,8 +78,11 @@ from controller.metadata.rules import AlivePredicate
 from controller.metadata.scheduler import ElectRequest, elections_needed
 from controller.metadata.snapshot import SnapshotError
 from controller.metadata.state import ReplicasInfoManager
+from controller.metadata.static_topic import LogicalQueue, MappingError, MappingItem
+from controller.metadata.static_topics import StaticTopicMapping
 
 __all__ = [
+    "AddQueueItem",
     "AlivePredicate",
     "AlterSyncStateSet",
     "AlterSyncStateSetResponse",
@@ -86,6 +94,7 @@ __all__ = [
     "BrokerLiveTable",
     "CleanBrokerData",
     "CleanBrokerDataResponse",
+    "CreateStaticTopic",
     "Decision",
     "DeleteUser",
     "ElectMaster",
@@ -94,6 +103,9 @@ __all__ = [
     "ElectionResult",
     "Event",
     "EventDecodeError",
+    "LogicalQueue",
+    "MappingError",
+    "MappingItem",
     "NextBrokerIdResponse",
     "PutAcl",
     "PutUser",
@@ -101,7 +113,9 @@ __all__ = [
     "Replica",
     "ReplicaInfo",
     "ReplicasInfoManager",
+    "SealQueueItem",
     "SnapshotError",
+    "StaticTopicMapping",
     "UpdateBrokerAddress",
     "UpdateTopic",
     "UpdateTopicResponse",

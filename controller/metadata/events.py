@@ -21,6 +21,13 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
     [8, username, version]                                                DeleteUser
     [9, username, [[resource, [action, ...], decision, [cidr, ...]], ...],
         version]                                                          PutAcl
+    [10, topic, [[broker_name, physical_queue], ...]]                     CreateStaticTopic
+    [11, topic, queue_id, generation, logical_end]                        SealQueueItem
+    [12, topic, queue_id, generation, broker_name, physical_queue,
+        physical_start]                                                   AddQueueItem
+
+The static topic events (docs/static-topics.md) carry a logical queue's newest ``generation``
+they were decided at; applying them is a compare-and-set on it.
 
 The user events carry the user's ``version`` they were decided at (0: the user must not exist
 yet); applying them is a compare-and-set on it, as for the epochs of the group events.
@@ -56,6 +63,9 @@ TAG_UPDATE_TOPIC: Final = 6
 TAG_PUT_USER: Final = 7
 TAG_DELETE_USER: Final = 8
 TAG_PUT_ACL: Final = 9
+TAG_CREATE_STATIC_TOPIC: Final = 10
+TAG_SEAL_QUEUE_ITEM: Final = 11
+TAG_ADD_QUEUE_ITEM: Final = 12
 MAX_SEALED_BYTES: Final = 1024
 
 
@@ -130,6 +140,15 @@ def check_queues(what: str, value: object) -> int:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
     if not 1 <= value <= MAX_QUEUES:
         raise ValueError(f"{what} must be in [1, {MAX_QUEUES}], not {value}")
+    return value
+
+
+def check_physical_queue(what: str, value: object) -> int:
+    """A queue index: an int in [0, MAX_QUEUES)."""
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
+    if not 0 <= value < MAX_QUEUES:
+        raise ValueError(f"{what} must be in [0, {MAX_QUEUES}), not {value}")
     return value
 
 
@@ -334,7 +353,71 @@ class PutAcl:
             raise ValueError("rules must be strictly ascending by resource pattern")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateStaticTopic:
+    """Create the static topic ``topic``: logical queue ``i`` starts as one open item on
+    ``placements[i]`` = (broker group, physical queue) at logical 0 = physical 0. Applies when the
+    topic is neither static nor an ordinary topic on any group and every group exists."""
+
+    topic: str
+    placements: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        check_topic("topic", self.topic)
+        if not isinstance(self.placements, tuple) or not 1 <= len(self.placements) <= MAX_QUEUES:
+            raise ValueError(f"placements must be a tuple of 1 to {MAX_QUEUES} entries")
+        for entry in self.placements:
+            if not isinstance(entry, tuple) or len(entry) != 2:
+                raise TypeError("a placement is a (broker_name, physical_queue) pair")
+            check_name("broker_name", entry[0])
+            check_physical_queue("physical_queue", entry[1])
+        if len(set(self.placements)) != len(self.placements):
+            raise ValueError("two logical queues on one physical queue")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SealQueueItem:
+    """Step 1 of a re-map: seal the newest item of logical queue ``queue_id`` (still of
+    ``generation``, still open) at ``logical_end``."""
+
+    topic: str
+    queue_id: int
+    generation: int
+    logical_end: int
+
+    def __post_init__(self) -> None:
+        check_topic("topic", self.topic)
+        check_physical_queue("queue_id", self.queue_id)
+        check_epoch("generation", self.generation)
+        check_epoch("logical_end", self.logical_end)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddQueueItem:
+    """Step 2 of a re-map: logical queue ``queue_id``, whose newest item (``generation`` - 1)
+    is sealed, continues on ``broker_name``'s ``physical_queue`` from ``physical_start``, at the
+    sealed logical end."""
+
+    topic: str
+    queue_id: int
+    generation: int
+    broker_name: str
+    physical_queue: int
+    physical_start: int
+
+    def __post_init__(self) -> None:
+        check_topic("topic", self.topic)
+        check_physical_queue("queue_id", self.queue_id)
+        check_epoch("generation", self.generation)
+        if self.generation < 1:
+            raise ValueError("a re-mapped item's generation is at least 1")
+        check_name("broker_name", self.broker_name)
+        check_physical_queue("physical_queue", self.physical_queue)
+        check_epoch("physical_start", self.physical_start)
+
+
 AuthEvent = PutUser | DeleteUser | PutAcl
+StaticTopicEvent = CreateStaticTopic | SealQueueItem | AddQueueItem
 
 Event = (
     ApplyBrokerId
@@ -346,6 +429,9 @@ Event = (
     | PutUser
     | DeleteUser
     | PutAcl
+    | CreateStaticTopic
+    | SealQueueItem
+    | AddQueueItem
 )
 
 
@@ -420,6 +506,30 @@ def encode_event(event: Event) -> bytes:
                 event.username,
                 [rule_fields(rule) for rule in event.rules],
                 event.version,
+            ]
+        case CreateStaticTopic():
+            fields = [
+                TAG_CREATE_STATIC_TOPIC,
+                event.topic,
+                [[name, queue] for name, queue in event.placements],
+            ]
+        case SealQueueItem():
+            fields = [
+                TAG_SEAL_QUEUE_ITEM,
+                event.topic,
+                event.queue_id,
+                event.generation,
+                event.logical_end,
+            ]
+        case AddQueueItem():
+            fields = [
+                TAG_ADD_QUEUE_ITEM,
+                event.topic,
+                event.queue_id,
+                event.generation,
+                event.broker_name,
+                event.physical_queue,
+                event.physical_start,
             ]
         case _:
             raise TypeError(f"not an event: {type(event).__name__}")
@@ -550,6 +660,34 @@ def _build(fields: list[Any]) -> Event:
             raise TypeError("PutAcl rules must be an array")
         rules = tuple(rule_of_fields(r) for r in raw_rules)
         return PutAcl(username=username, rules=rules, version=version)
+    if tag == TAG_CREATE_STATIC_TOPIC:
+        _arity(fields, 3, "CreateStaticTopic")
+        _, topic, raw = fields
+        if not isinstance(raw, list):
+            raise TypeError("CreateStaticTopic placements must be an array")
+        placements: list[tuple[str, int]] = []
+        for entry in raw:
+            if not isinstance(entry, list) or len(entry) != 2:
+                raise TypeError("a placement must be an array of 2 elements")
+            placements.append((entry[0], entry[1]))
+        return CreateStaticTopic(topic=topic, placements=tuple(placements))
+    if tag == TAG_SEAL_QUEUE_ITEM:
+        _arity(fields, 5, "SealQueueItem")
+        _, topic, queue_id, generation, logical_end = fields
+        return SealQueueItem(
+            topic=topic, queue_id=queue_id, generation=generation, logical_end=logical_end
+        )
+    if tag == TAG_ADD_QUEUE_ITEM:
+        _arity(fields, 7, "AddQueueItem")
+        _, topic, queue_id, generation, broker_name, physical_queue, physical_start = fields
+        return AddQueueItem(
+            topic=topic,
+            queue_id=queue_id,
+            generation=generation,
+            broker_name=broker_name,
+            physical_queue=physical_queue,
+            physical_start=physical_start,
+        )
     raise ValueError(f"unknown event tag {tag}")
 
 

@@ -9,9 +9,14 @@ Layout: one msgpack array, groups ascending by broker name, ids ascending::
     ["rmq-metadata", 3, [group, ...], [user, ...]]                    (version 3)
     user = [username, user_type, sealed_secret (bin), version,
             [[resource, [action, ...], decision, [cidr, ...]], ...]]
+    ["rmq-metadata", 4, [group, ...], [user, ...], [static, ...]]     (version 4)
+    static = [topic, [[item, ...], ...]]             (one array of items per logical queue)
+    item = [broker_name, physical_queue, logical_start, physical_start, generation,
+            logical_end | nil]
 
 Version 2 adds each group's topics (ascending by name); version 3 adds the users (ascending by
-name; secrets sealed only) and their rules. A state is written in the lowest version that holds
+name; secrets sealed only) and their rules; version 4 adds the static topics (ascending by
+name) and their logical queues' mapping items (:mod:`controller.metadata.static_topic`). A state is written in the lowest version that holds
 it (no users: version 2, or 1 without topics, byte for byte what older controllers wrote), and
 every version is read, so a controller restarts on a snapshot written before topics or users
 existed.
@@ -41,9 +46,11 @@ from controller.metadata.events import (
     rule_of_fields,
 )
 from controller.metadata.group import BrokerGroup, BrokerRecord
+from controller.metadata.static_topic import LogicalQueue, MappingItem, queue_problems
 from protocol.acl import AclError, check_username, user_type
 
 SNAPSHOT_MAGIC: Final = "rmq-metadata"
+SNAPSHOT_VERSION_STATIC: Final = 4
 SNAPSHOT_VERSION_USERS: Final = 3
 SNAPSHOT_VERSION: Final = 2
 SNAPSHOT_VERSION_NO_TOPICS: Final = 1
@@ -53,10 +60,18 @@ class SnapshotError(ValueError):
     """Bytes that are not a valid metadata snapshot."""
 
 
-def encode_groups(groups: Mapping[str, BrokerGroup], users: Sequence[UserRecord] = ()) -> bytes:
-    """The snapshot of ``groups`` and ``users`` (users ascending by name, as AuthTable.records
-    gives them)."""
-    with_topics = bool(users) or any(g.topics for g in groups.values())
+StaticTopics = Mapping[str, Sequence[LogicalQueue]]
+
+
+def encode_groups(
+    groups: Mapping[str, BrokerGroup],
+    users: Sequence[UserRecord] = (),
+    static_topics: StaticTopics | None = None,
+) -> bytes:
+    """The snapshot of ``groups``, ``users`` (ascending by name, as AuthTable.records gives
+    them) and ``static_topics``."""
+    statics = static_topics or {}
+    with_topics = bool(users) or bool(statics) or any(g.topics for g in groups.values())
     body: list[Any] = []
     for name in sorted(groups):
         g = groups[name]
@@ -76,7 +91,7 @@ def encode_groups(groups: Mapping[str, BrokerGroup], users: Sequence[UserRecord]
         if with_topics:
             fields.append([[topic, g.topics[topic]] for topic in sorted(g.topics)])
         body.append(fields)
-    if users:
+    if users or statics:
         user_body = [
             [
                 u.username,
@@ -88,11 +103,78 @@ def encode_groups(groups: Mapping[str, BrokerGroup], users: Sequence[UserRecord]
             for u in users
         ]
         doc: list[Any] = [SNAPSHOT_MAGIC, SNAPSHOT_VERSION_USERS, body, user_body]
+        if statics:
+            doc[1] = SNAPSHOT_VERSION_STATIC
+            doc.append(
+                [
+                    [topic, [[_item_fields(i) for i in queue] for queue in statics[topic]]]
+                    for topic in sorted(statics)
+                ]
+            )
     else:
         version = SNAPSHOT_VERSION if with_topics else SNAPSHOT_VERSION_NO_TOPICS
         doc = [SNAPSHOT_MAGIC, version, body]
     packed: bytes = msgpack.packb(doc, use_bin_type=True)
     return packed
+
+
+def _item_fields(item: MappingItem) -> list[Any]:
+    return [
+        item.broker_name,
+        item.physical_queue,
+        item.logical_start,
+        item.physical_start,
+        item.generation,
+        item.logical_end,
+    ]
+
+
+def _item(value: object) -> MappingItem:
+    name, queue, logical_start, physical_start, generation, logical_end = _array("item", value, 6)
+    return MappingItem(
+        broker_name=check_name("broker_name", name),
+        physical_queue=queue,
+        logical_start=logical_start,
+        physical_start=physical_start,
+        generation=generation,
+        logical_end=logical_end,
+    )
+
+
+def decode_static_topics(data: bytes) -> dict[str, tuple[LogicalQueue, ...]]:
+    """The static topics of a snapshot ({} before version 4); SnapshotError on bad bytes."""
+    obj = _unpack(data)
+    try:
+        if not isinstance(obj, list) or len(obj) != 5 or obj[1] != SNAPSHOT_VERSION_STATIC:
+            return {}
+        topics: dict[str, tuple[LogicalQueue, ...]] = {}
+        previous: str | None = None
+        for entry in _array("static topics", obj[4]):
+            raw_topic, raw_queues = _array("static topic", entry, 2)
+            topic = check_topic("topic", raw_topic)
+            if previous is not None and topic <= previous:
+                raise ValueError("static topics must be strictly ascending by name")
+            previous = topic
+            queues = tuple(
+                tuple(_item(i) for i in _array("items", q)) for q in _array("queues", raw_queues)
+            )
+            if not 1 <= len(queues) <= 1024:
+                raise ValueError(f"static topic {topic} must have 1 to 1024 queues")
+            for queue_id, items in enumerate(queues):
+                problems = queue_problems(items)
+                if problems:
+                    raise ValueError(f"{topic} queue {queue_id}: {'; '.join(problems)}")
+            topics[topic] = queues
+        return topics
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError(f"invalid snapshot: {exc}") from None
+
+
+def _unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise SnapshotError(f"undecodable snapshot: {type(exc).__name__}") from None
 
 
 def _user(value: object) -> UserRecord:
@@ -124,7 +206,10 @@ def decode_users(data: bytes) -> list[UserRecord]:
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise SnapshotError(f"undecodable snapshot: {type(exc).__name__}") from None
     try:
-        if not isinstance(obj, list) or len(obj) != 4 or obj[1] != SNAPSHOT_VERSION_USERS:
+        if not isinstance(obj, list) or obj[1:2] not in (
+            [SNAPSHOT_VERSION_USERS],
+            [SNAPSHOT_VERSION_STATIC],
+        ):
             return []
         users = [_user(v) for v in _array("users", obj[3])]
         names = [u.username for u in users]
@@ -164,7 +249,7 @@ def _topics(value: object) -> dict[str, int]:
 
 
 def _group(value: object, version: int) -> BrokerGroup:
-    with_topics = version in (SNAPSHOT_VERSION, SNAPSHOT_VERSION_USERS)
+    with_topics = version in (SNAPSHOT_VERSION, SNAPSHOT_VERSION_USERS, SNAPSHOT_VERSION_STATIC)
     fields = _array("group", value, 9 if with_topics else 8)
     name = check_name("broker_name", fields[0])
     cluster = check_name("cluster", fields[1])
@@ -210,17 +295,23 @@ def decode_groups(data: bytes) -> dict[str, BrokerGroup]:
     try:
         head = _array("snapshot", obj)
         version = head[1] if len(head) > 1 else None
-        magic, version, body = _array(
-            "snapshot", head[:3] if version == SNAPSHOT_VERSION_USERS else head, 3
+        extra = (
+            1
+            if version == SNAPSHOT_VERSION_USERS
+            else 2
+            if version == SNAPSHOT_VERSION_STATIC
+            else 0
         )
-        if version == SNAPSHOT_VERSION_USERS and len(head) != 4:
-            raise ValueError("a version 3 snapshot must have 4 elements")
+        magic, version, body = _array("snapshot", head[:3] if extra else head, 3)
+        if extra and len(head) != 3 + extra:
+            raise ValueError(f"a version {version} snapshot must have {3 + extra} elements")
         if magic != SNAPSHOT_MAGIC:
             raise ValueError("not a metadata snapshot (bad magic)")
         if type(version) is not int or version not in (
             SNAPSHOT_VERSION_NO_TOPICS,
             SNAPSHOT_VERSION,
             SNAPSHOT_VERSION_USERS,
+            SNAPSHOT_VERSION_STATIC,
         ):
             raise ValueError(f"unsupported snapshot version {version!r}")
         groups: dict[str, BrokerGroup] = {}

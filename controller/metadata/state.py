@@ -17,20 +17,23 @@ Nothing here does I/O or reads a clock. Not thread safe: one caller at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 from controller.metadata.auth import AuthTable
 from controller.metadata.election import ElectionInfo, Verdict, choose_master, next_master_epoch
 from controller.metadata.events import (
     FIRST_BROKER_ID,
+    AddQueueItem,
     AlterSyncStateSet,
     ApplyBrokerId,
     CleanBrokerData,
+    CreateStaticTopic,
     DeleteUser,
     ElectMaster,
     Event,
     PutAcl,
     PutUser,
+    SealQueueItem,
     UpdateBrokerAddress,
     UpdateTopic,
     check_broker_id,
@@ -66,7 +69,14 @@ from controller.metadata.rules import (
     mutate_alter,
     mutate_elect,
 )
-from controller.metadata.snapshot import decode_groups, decode_users, encode_groups
+from controller.metadata.snapshot import (
+    decode_groups,
+    decode_static_topics,
+    decode_users,
+    encode_groups,
+)
+from controller.metadata.static_topic import MappingItem
+from controller.metadata.static_topics import StaticTopicMapping, StaticTopicTable
 from protocol.codes import ResponseCode as RC
 
 
@@ -97,11 +107,12 @@ class ReplicasInfoManager:
     master, masterEpoch, SyncStateSet, syncStateSetEpoch; and the users and their rules
     (``auth``, :mod:`controller.metadata.auth`)."""
 
-    __slots__ = ("_groups", "auth")
+    __slots__ = ("_groups", "auth", "static_topics")
 
     def __init__(self) -> None:
         self._groups: dict[str, BrokerGroup] = {}
         self.auth = AuthTable()
+        self.static_topics = StaticTopicTable()
 
     # Reads -------------------------------------------------------------------------------------
 
@@ -163,6 +174,10 @@ class ReplicasInfoManager:
         """The group's topics and their queue counts, by topic name ({} for an unknown group)."""
         group = self._groups.get(broker_name)
         return {} if group is None else {t: group.topics[t] for t in sorted(group.topics)}
+
+    def static_topic(self, topic: str) -> StaticTopicMapping | None:
+        """A static topic's logical queues and their mapping items (None: not static)."""
+        return self.static_topics.get(topic)
 
     # Writes ------------------------------------------------------------------------------------
 
@@ -488,6 +503,11 @@ class ReplicasInfoManager:
                 RC.CONTROLLER_INVALID_REQUEST,
                 f"broker set {broker_name} belongs to cluster {group.cluster}, not {cluster}",
             )
+        if topic in self.static_topics:
+            return rejected(
+                RC.BAD_REQUEST,
+                f"topic {topic} is static: its queues are placed by updateStaticTopic",
+            )
         check = _check_topic_update(group, topic, queues)
         if not check.ok:
             return rejected(check.code, check.remark)
@@ -496,6 +516,40 @@ class ReplicasInfoManager:
             return Decision(response=response)
         event = UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)
         return Decision(events=(event,), response=response)
+
+    def create_static_topic(
+        self, topic: str, queues: int, broker_names: Sequence[str] = ()
+    ) -> Decision[StaticTopicMapping]:
+        """UPDATE_AND_CREATE_STATIC_TOPIC: ``queues`` logical queues spread over
+        ``broker_names`` (default: every group that has a master). Refused when the topic is
+        ordinary somewhere, static with another queue count, or a named group is unknown."""
+        unknown = sorted(set(broker_names) - self._groups.keys())
+        if unknown:
+            return rejected(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                f"broker group {unknown[0]} does not exist",
+            )
+        if broker_names:
+            groups = sorted(set(broker_names))
+        else:
+            groups = [n for n in sorted(self._groups) if self._groups[n].master_broker_id]
+        ordinary = [] if topic in self.static_topics else list(self.topic_queues(topic))
+        return self.static_topics.create(topic, queues, groups, ordinary)
+
+    def seal_queue_item(
+        self, topic: str, queue_id: int, physical_max: int, target: str
+    ) -> Decision[int]:
+        """Step 1 of re-mapping a logical queue to ``target`` (see StaticTopicTable.seal)."""
+        return self.static_topics.seal(topic, queue_id, physical_max, target, self._groups.keys())
+
+    def add_queue_item(self, topic: str, queue_id: int, target: str) -> Decision[MappingItem]:
+        """Step 2: the sealed queue continues on ``target`` (see StaticTopicTable.add_item)."""
+        group = self._groups.get(target)
+        if group is None:
+            return rejected(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST, f"broker group {target} does not exist"
+            )
+        return self.static_topics.add_item(topic, queue_id, target, group.topics.get(topic, 0))
 
     # Apply -------------------------------------------------------------------------------------
 
@@ -539,6 +593,8 @@ class ReplicasInfoManager:
                 return self._apply_clean(event)
             case PutUser() | DeleteUser() | PutAcl():
                 return self.auth.apply(event)
+            case CreateStaticTopic() | SealQueueItem() | AddQueueItem():
+                return self.static_topics.apply(event, self._groups.keys())
             case UpdateTopic():
                 group = self._groups.get(event.broker_name)
                 if group is None:
@@ -597,13 +653,15 @@ class ReplicasInfoManager:
 
     def snapshot(self) -> bytes:
         """The whole state as bytes; equal states give equal bytes."""
-        return encode_groups(self._groups, self.auth.records())
+        return encode_groups(self._groups, self.auth.records(), self.static_topics.records())
 
     def restore(self, data: bytes) -> None:
         """Replace the whole state with a snapshot's; SnapshotError (state untouched) if invalid."""
         groups = decode_groups(data)
         users = decode_users(data)
+        statics = decode_static_topics(data)
         self._groups = groups
+        self.static_topics = StaticTopicTable(statics)
         self.auth = AuthTable({u.username: u for u in users})
 
     @classmethod

@@ -1,0 +1,255 @@
+"""StaticTopicTable: the static topics of the metadata state machine, decisions and apply.
+
+Each static topic maps its logical queues to mapping items (:mod:`controller.metadata.static_topic`).
+Decisions are validated against the applied state and the broker groups the caller names; apply
+re-checks the same rules, so a decision that raced another change is rejected identically on
+every controller and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
+
+from controller.metadata.events import (
+    AddQueueItem,
+    CreateStaticTopic,
+    Event,
+    SealQueueItem,
+    StaticTopicEvent,
+    UpdateTopic,
+    check_physical_queue,
+    check_queues,
+    check_topic,
+)
+from controller.metadata.results import APPLIED, Applied, Decision, rejected
+from controller.metadata.rules import fail
+from controller.metadata.static_topic import (
+    LogicalQueue,
+    MappingError,
+    MappingItem,
+    appended,
+    check_new_item,
+    check_target,
+    first_item,
+    newest,
+    seal_end,
+    sealed,
+)
+from protocol.codes import ResponseCode as RC
+
+StaticTopicMapping = tuple[LogicalQueue, ...]
+"""A static topic's logical queues, by queue id."""
+
+
+def placements(queues: int, groups: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """Logical queue ``i`` on ``groups[i % len(groups)]``, physical queue ``i // len(groups)``:
+    the queues spread evenly, each group's physical queues numbered from 0."""
+    return tuple((groups[i % len(groups)], i // len(groups)) for i in range(queues))
+
+
+def physical_counts(placed: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """How many physical queues each group needs for ``placed``."""
+    counts: dict[str, int] = {}
+    for name, queue in placed:
+        counts[name] = max(counts.get(name, 0), queue + 1)
+    return counts
+
+
+class StaticTopicTable:
+    __slots__ = ("_topics",)
+
+    def __init__(self, topics: Mapping[str, StaticTopicMapping] | None = None) -> None:
+        self._topics: dict[str, StaticTopicMapping] = dict(topics or {})
+
+    # Reads -------------------------------------------------------------------------------------
+
+    def get(self, topic: str) -> StaticTopicMapping | None:
+        return self._topics.get(topic)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._topics
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._topics))
+
+    def records(self) -> dict[str, StaticTopicMapping]:
+        return {t: self._topics[t] for t in sorted(self._topics)}
+
+    # Decisions ---------------------------------------------------------------------------------
+
+    def create(
+        self, topic: str, queues: int, groups: Sequence[str], ordinary: Collection[str]
+    ) -> Decision[StaticTopicMapping]:
+        """Create ``topic`` with ``queues`` logical queues spread over ``groups`` (ascending
+        names, the groups that may take it). ``ordinary``: the groups that have an ordinary
+        topic of that name. Events: CreateStaticTopic, then an UpdateTopic per group so the
+        physical queues exist on its brokers."""
+        try:
+            check_topic("topic", topic)
+            check_queues("queues", queues)
+        except (TypeError, ValueError) as exc:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        current = self._topics.get(topic)
+        if current is not None:
+            if len(current) == queues:
+                return Decision(response=current)  # a retry of the same request
+            return rejected(
+                RC.BAD_REQUEST,
+                f"static topic {topic} already exists with {len(current)} queues",
+            )
+        if ordinary:
+            return rejected(
+                RC.BAD_REQUEST,
+                f"topic {topic} exists as an ordinary topic on {', '.join(sorted(ordinary))}",
+            )
+        if not groups:
+            return rejected(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST, "no broker group can take the topic"
+            )
+        placed = placements(queues, groups)
+        events: tuple[Event, ...] = (
+            CreateStaticTopic(topic=topic, placements=placed),
+            *(
+                UpdateTopic(broker_name=name, topic=topic, queues=count)
+                for name, count in sorted(physical_counts(placed).items())
+            ),
+        )
+        mapping = tuple(first_item(name, queue) for name, queue in placed)
+        return Decision(events=events, response=mapping)
+
+    def _queue(self, topic: str, queue_id: int) -> LogicalQueue | Applied:
+        mapping = self._topics.get(topic)
+        if mapping is None:
+            return fail(RC.TOPIC_NOT_EXIST, f"static topic {topic} does not exist")
+        if type(queue_id) is not int or not 0 <= queue_id < len(mapping):
+            return fail(
+                RC.CONTROLLER_INVALID_REQUEST,
+                f"static topic {topic} has queues 0 to {len(mapping) - 1}, not {queue_id}",
+            )
+        return mapping[queue_id]
+
+    def seal(
+        self,
+        topic: str,
+        queue_id: int,
+        physical_max: int,
+        target: str,
+        groups: Collection[str],
+    ) -> Decision[int]:
+        """Step 1 of re-mapping ``topic``'s queue ``queue_id`` to ``target``: seal its newest item
+        at the physical max offset the group reports. The response is the sealed logical end."""
+        items = self._queue(topic, queue_id)
+        if isinstance(items, Applied):
+            return rejected(items.code, items.remark)
+        try:
+            check_target(items, target, groups)
+            generation = newest(items).generation
+            end = seal_end(items, generation, physical_max)
+        except (MappingError, TypeError, ValueError) as exc:
+            return rejected(RC.BAD_REQUEST, f"{topic} queue {queue_id}: {exc}")
+        event = SealQueueItem(
+            topic=topic, queue_id=queue_id, generation=generation, logical_end=end
+        )
+        return Decision(events=(event,), response=end)
+
+    def add_item(
+        self, topic: str, queue_id: int, target: str, target_queues: int
+    ) -> Decision[MappingItem]:
+        """Step 2: the sealed queue continues on ``target`` in a new physical queue (index
+        ``target_queues``, the physical queues the group has of the topic), from physical 0.
+        Events: the UpdateTopic that grows the topic on ``target``, then AddQueueItem."""
+        items = self._queue(topic, queue_id)
+        if isinstance(items, Applied):
+            return rejected(items.code, items.remark)
+        last = newest(items)
+        if last.logical_end is None:
+            return rejected(RC.BAD_REQUEST, f"{topic} queue {queue_id}: no move in progress")
+        try:
+            check_physical_queue("physical_queue", target_queues)
+            item = MappingItem(
+                broker_name=target,
+                physical_queue=target_queues,
+                logical_start=last.logical_end,
+                physical_start=0,
+                generation=last.generation + 1,
+            )
+            check_new_item(items, item)
+        except (MappingError, TypeError, ValueError) as exc:
+            return rejected(RC.BAD_REQUEST, f"{topic} queue {queue_id}: {exc}")
+        events = (
+            UpdateTopic(broker_name=target, topic=topic, queues=target_queues + 1),
+            AddQueueItem(
+                topic=topic,
+                queue_id=queue_id,
+                generation=item.generation,
+                broker_name=target,
+                physical_queue=item.physical_queue,
+                physical_start=item.physical_start,
+            ),
+        )
+        return Decision(events=events, response=item)
+
+    # Apply -------------------------------------------------------------------------------------
+
+    def apply(self, event: StaticTopicEvent, groups: Collection[str]) -> Applied:
+        """Apply one committed static topic event; ``groups``: the known broker groups."""
+        match event:
+            case CreateStaticTopic():
+                if event.topic in self._topics:
+                    return fail(RC.BAD_REQUEST, f"static topic {event.topic} already exists")
+                unknown = sorted({name for name, _ in event.placements} - set(groups))
+                if unknown:
+                    return fail(
+                        RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                        f"broker groups {unknown} do not exist",
+                    )
+                self._topics[event.topic] = tuple(
+                    first_item(name, queue) for name, queue in event.placements
+                )
+                return APPLIED
+            case SealQueueItem():
+                items = self._queue(event.topic, event.queue_id)
+                if isinstance(items, Applied):
+                    return items
+                last = newest(items)
+                try:
+                    end = seal_end(
+                        items,
+                        event.generation,
+                        last.physical_start + (event.logical_end - last.logical_start),
+                    )
+                except (MappingError, ValueError) as exc:
+                    return fail(RC.BAD_REQUEST, f"{event.topic} queue {event.queue_id}: {exc}")
+                self._replace(event.topic, event.queue_id, sealed(items, end))
+                return APPLIED
+            case AddQueueItem():
+                items = self._queue(event.topic, event.queue_id)
+                if isinstance(items, Applied):
+                    return items
+                if event.broker_name not in groups:
+                    return fail(
+                        RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                        f"broker group {event.broker_name} does not exist",
+                    )
+                last = newest(items)
+                try:
+                    item = MappingItem(
+                        broker_name=event.broker_name,
+                        physical_queue=event.physical_queue,
+                        logical_start=last.logical_end
+                        if last.logical_end is not None
+                        else last.logical_start,
+                        physical_start=event.physical_start,
+                        generation=event.generation,
+                    )
+                    check_new_item(items, item)
+                except (MappingError, ValueError) as exc:
+                    return fail(RC.BAD_REQUEST, f"{event.topic} queue {event.queue_id}: {exc}")
+                self._replace(event.topic, event.queue_id, appended(items, item))
+                return APPLIED
+            case _:
+                raise TypeError(f"not a static topic event: {type(event).__name__}")
+
+    def _replace(self, topic: str, queue_id: int, items: LogicalQueue) -> None:
+        mapping = self._topics[topic]
+        self._topics[topic] = (*mapping[:queue_id], items, *mapping[queue_id + 1 :])
