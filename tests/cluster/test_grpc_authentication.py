@@ -15,8 +15,6 @@ import asyncio
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -37,6 +35,7 @@ from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
 from remoting.failover import AddressFailover
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.official_client import client_env, run_script
 from tests.support.procs import free_port, rmqctl
 from tests.support.wait import wait_until_async
 
@@ -95,17 +94,8 @@ class SecuredGrpc:
 
     def run(self, script: str, *args: str, timeout: float = 90) -> str:
         """``script`` (the official client) in a process of its own; its last stdout line."""
-        env = {"HOME": str(self.tmp), "PATH": "/usr/bin:/bin", "TZ": "UTC"}
-        done = subprocess.run(
-            [sys.executable, "-c", script, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=self.tmp,
-        )
-        assert done.returncode == 0, f"{done.stderr[-3000:]}\n{self.cluster.logs()}"
-        return done.stdout.strip().splitlines()[-1]
+        env = client_env(self.tmp, TZ="UTC")
+        return run_script(script, self.tmp, *args, env=env, timeout=timeout, logs=self.cluster.logs)
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,6 @@ per message received and per ack answered."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +17,7 @@ from client import Producer
 from client.bootstrap import Bootstrap
 from tests.cluster.support import create_topic, full_sync_state_set, new_master, node_at
 from tests.support.cluster import Cluster
+from tests.support.official_client import StreamingClient
 from tests.support.procs import free_port
 from tests.support.wait import wait_until
 
@@ -80,8 +77,6 @@ async def test_consumption_resumes_on_the_new_master_and_no_acked_message_comes_
         "broker-a", 3, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
     )
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    lines: list[dict[str, object]] = []
-    errors: list[str] = []
     sent: dict[str, str] = {}
     try:
         old = (await full_sync_state_set(boot, cluster))["masterAddress"]
@@ -90,29 +85,15 @@ async def test_consumption_resumes_on_the_new_master_and_no_acked_message_comes_
             for i in range(300):
                 sent[(await producer.send(TOPIC, f"before-{i}".encode())).msg_id] = f"before-{i}"
         master = next(i for i, b in enumerate(cluster.brokers) if b.address == old)
-        stop = tmp_path / "stop"
-        consumer = subprocess.Popen(
-            [sys.executable, "-c", _CONSUME, f"127.0.0.1:{ports[master]}", TOPIC, str(stop)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-            cwd=tmp_path,
-        )
-        readers = [
-            threading.Thread(target=lambda: lines.extend(map(json.loads, consumer.stdout or ()))),
-            threading.Thread(target=lambda: errors.extend(consumer.stderr or ())),
-        ]
-        for r in readers:
-            r.start()
+        with StreamingClient(_CONSUME, tmp_path, f"127.0.0.1:{ports[master]}", TOPIC) as consumer:
+            lines = consumer.lines
 
-        def logs() -> str:
-            return "".join(errors[-20:]) + cluster.logs()
+            def logs() -> str:
+                return consumer.stderr_tail(20) + cluster.logs()
 
-        def acked() -> set[str]:
-            return {str(x["ack"]) for x in list(lines) if "ack" in x}
+            def acked() -> set[str]:
+                return {str(x["ack"]) for x in list(lines) if "ack" in x}
 
-        try:
             wait_until(lambda: len(acked()) >= 30, "30 acks before the kill", 40, on_timeout=logs)
             node_at(cluster, old).kill9()
             await new_master(boot, cluster, old)
@@ -126,17 +107,7 @@ async def test_consumption_resumes_on_the_new_master_and_no_acked_message_comes_
                 60,
                 on_timeout=lambda: f"{len(set(sent) - acked())} not acked\n{logs()}",
             )
-        finally:
-            stop.touch()
-            try:
-                consumer.wait(30)
-            finally:
-                if consumer.poll() is None:
-                    consumer.kill()
-                    consumer.wait(10)
-            for r in readers:
-                r.join(10)
-        assert consumer.returncode == 0, "".join(errors[-30:])
+        assert consumer.returncode == 0, consumer.stderr_tail()
     finally:
         boot.close()
 

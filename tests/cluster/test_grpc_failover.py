@@ -9,10 +9,6 @@ tests/cluster/test_grpc_official_client.py explains; it prints one line per ackn
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +17,7 @@ from client import Consumer
 from client.bootstrap import Bootstrap
 from tests.cluster.support import create_topic, full_sync_state_set, new_master, node_at
 from tests.support.cluster import Cluster
+from tests.support.official_client import StreamingClient
 from tests.support.procs import free_port
 from tests.support.wait import wait_until, wait_until_async
 
@@ -67,27 +64,11 @@ async def test_sends_resume_on_the_new_master_and_nothing_acknowledged_is_lost(
         await create_topic(boot, old, TOPIC, 2)
         # The access point is a slave's endpoint: the route names the master's and the others.
         slave = next(i for i, b in enumerate(cluster.brokers) if b.address != old)
-        stop = tmp_path / "stop"
-        producer = subprocess.Popen(
-            [sys.executable, "-c", _PRODUCE, f"127.0.0.1:{ports[slave]}", TOPIC, str(stop)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-            cwd=tmp_path,
-        )
-        acked: list[dict[str, object]] = []
-        errors: list[str] = []
-        readers = [
-            threading.Thread(target=lambda: acked.extend(map(json.loads, producer.stdout or ()))),
-            threading.Thread(target=lambda: errors.extend(producer.stderr or ())),
-        ]
-        for r in readers:
-            r.start()
-        try:
+        with StreamingClient(_PRODUCE, tmp_path, f"127.0.0.1:{ports[slave]}", TOPIC) as producer:
+            acked = producer.lines
 
             def logs() -> str:
-                return "".join(errors[-20:]) + cluster.logs()
+                return producer.stderr_tail(20) + cluster.logs()
 
             # The client refreshes its routes 10 s after it starts, then every 30 s (its log
             # says each time): kill after the first refresh, so the sends must resume through
@@ -109,17 +90,7 @@ async def test_sends_resume_on_the_new_master_and_nothing_acknowledged_is_lost(
                 20,
                 on_timeout=logs,
             )
-        finally:
-            stop.touch()
-            try:
-                producer.wait(30)
-            finally:
-                if producer.poll() is None:
-                    producer.kill()
-                    producer.wait(10)
-            for r in readers:
-                r.join(10)
-        assert producer.returncode == 0, "".join(errors[-30:])
+        assert producer.returncode == 0, producer.stderr_tail()
     finally:
         boot.close()
 

@@ -9,22 +9,20 @@ skipped, except under CI=true, where that is a failure (.ci/run installs them)."
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from client.admin import Admin
 from client.simple_consumer import PopMessage, SimpleConsumer
+from tests.support.official_client import client_env, run_to_end
 from tests.support.procs import ROOT, BrokerProc, free_port
 from tests.support.wait import wait_until_async
 
@@ -92,25 +90,17 @@ async def test_nodejs_producer_and_simple_consumer(broker: BrokerProc, tmp_path:
     async with Admin(broker.address) as admin:
         await admin.create_topic(TOPIC, 2)
     endpoint = f"127.0.0.1:{broker.grpc_port}"  # type: ignore[attr-defined]
-    proc = await asyncio.create_subprocess_exec(
-        str(shutil.which("node")),
-        str(PACKAGE / "simple_consumer.js"),
-        endpoint,
-        TOPIC,
-        "node-simple",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "NODE_PATH": str(modules)},
-        cwd=tmp_path,
+    result = await run_to_end(
+        [
+            str(shutil.which("node")),
+            str(PACKAGE / "simple_consumer.js"),
+            endpoint,
+            TOPIC,
+            "node-simple",
+        ],
+        tmp_path,
+        env=client_env(tmp_path, PATH=os.environ.get("PATH", ""), NODE_PATH=str(modules)),
     )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:] + out.decode()[-2000:]
-    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
 
     sent = {s["id"]: s for s in result["sent"]}
     assert len(sent) == 4

@@ -8,8 +8,6 @@ HOME, which points at the test's temp dir."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from client.admin import Admin
 from client.consumer import Consumer
 from client.errors import ClientError
 from tests.support.cluster import Cluster
+from tests.support.official_client import run_script
 from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
@@ -66,16 +65,8 @@ async def test_official_producer_sends_and_our_consumer_reads_every_field(
 
         await wait_until_async(created, "the topic to be created on a master", 30, interval=0.2)
 
-    done = subprocess.run(
-        [sys.executable, "-c", _PRODUCE, f"127.0.0.1:{grpc_port}", TOPIC],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, f"{done.stderr[-3000:]}\n{cluster.logs()}"
-    sent = json.loads(done.stdout.strip().splitlines()[-1])
+    last = run_script(_PRODUCE, tmp_path, f"127.0.0.1:{grpc_port}", TOPIC, logs=cluster.logs)
+    sent = json.loads(last)
     assert len(sent) == 3 and len({s["id"] for s in sent}) == 3
 
     got = []

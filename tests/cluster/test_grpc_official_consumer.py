@@ -11,7 +11,6 @@ its logs there). One broker (standalone, gRPC on) serves the whole module."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +31,7 @@ from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
+from tests.support.official_client import run_to_end
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until_async
 
@@ -161,25 +161,7 @@ async def endpoint(broker: BrokerProc) -> AsyncIterator[str]:
 
 
 async def _official(script: str, tmp_path: Path, *args: str) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        script,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
-    return result
+    return await run_to_end([sys.executable, "-c", script, *args], tmp_path)
 
 
 async def test_simple_consumer_reads_our_messages_with_a_tag_filter_acks_and_retries(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from client.errors import ClientError
 from client.message import ReceivedMessage
 from client.producer import Producer as SdkProducer
 from tests.support.cluster import Cluster
+from tests.support.official_client import client_env, run_script
 from tests.support.procs import free_port
 from tests.support.wait import wait_until, wait_until_async
 
@@ -51,19 +51,10 @@ class GrpcCluster:
 
     def run(self, script: str, *args: str, tls: bool = False, timeout: float = 60) -> str:
         """Run ``script`` (the official client) in a process of its own; its last stdout line."""
-        env = {"HOME": str(self.tmp), "PATH": "/usr/bin:/bin"}
+        env = client_env(self.tmp)
         if tls:
             env["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(self.ca)
-        done = subprocess.run(
-            [sys.executable, "-c", script, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=self.tmp,
-        )
-        assert done.returncode == 0, f"{done.stderr[-3000:]}\n{self.cluster.logs()}"
-        return done.stdout.strip().splitlines()[-1]
+        return run_script(script, self.tmp, *args, env=env, timeout=timeout, logs=self.cluster.logs)
 
 
 def make_test_ca(tmp: Path) -> tuple[Path, Path, Path]:

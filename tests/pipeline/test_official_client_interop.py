@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ import pytest
 from protocol.codes import RequestCode
 from remoting.client import ConnectionPool
 from tests.pipeline.conftest import create_topic
+from tests.support.official_client import run_script
 from tests.support.procs import BrokerProc, free_port, rmqctl
 
 if TYPE_CHECKING:
@@ -129,16 +128,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
 
 
 def _official(script: str, tmp_path: Path, *args: str) -> Any:
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(run_script(script, tmp_path, *args))
 
 
 def _ok_json_lines(*args: str) -> list[dict[str, Any]]:

@@ -1,0 +1,125 @@
+"""The official RocketMQ 5 clients (the Python one from PyPI, the Node.js one from npm) in
+processes of their own, with HOME at a test's temp dir: they write their logs and caches under
+HOME, and nothing of the developer's environment reaches them but what is named here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+PATH = "/usr/bin:/bin"
+
+
+def client_env(home: Path, **extra: str) -> dict[str, str]:
+    """The whole environment of an official client's process: HOME, PATH and ``extra``."""
+    return {"HOME": str(home), "PATH": PATH, **extra}
+
+
+def run_script(
+    script: str,
+    home: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 90,
+    logs: Callable[[], str] | None = None,
+) -> str:
+    """``script`` (Python, with ``args``) run to its end in ``home``; its last stdout line.
+
+    A non-zero exit fails the test with the tail of its stderr (and ``logs()``, the servers'
+    logs, when given)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=client_env(home) if env is None else env,
+        cwd=home,
+    )
+    assert done.returncode == 0, done.stderr[-3000:] + (f"\n{logs()}" if logs else "")
+    return done.stdout.strip().splitlines()[-1]
+
+
+async def run_to_end(
+    argv: Sequence[str], home: Path, env: dict[str, str] | None = None, timeout: float = 90
+) -> dict[str, Any]:
+    """``argv`` run to its end in ``home`` without blocking the event loop; its last stdout
+    line, a JSON object. A non-zero exit fails the test with the tails of its output."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=client_env(home) if env is None else env,
+        cwd=home,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()[-3000:] + out.decode()[-2000:]
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+class StreamingClient:
+    """``script`` (Python) running until a stop file exists, which it gets as its last
+    argument. Its stdout is one JSON object a line, gathered in ``lines`` as they come; its
+    stderr in ``errors``. Leaving the ``with`` block creates the stop file, waits for the
+    process (kills it after 30 s) and for the readers; ``returncode`` is then its exit code."""
+
+    def __init__(self, script: str, home: Path, *args: str) -> None:
+        self.stop_file = home / "stop"
+        self.lines: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args, str(self.stop_file)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=client_env(home),
+            cwd=home,
+        )
+        proc = self.proc
+        self._readers = [
+            threading.Thread(target=lambda: self.lines.extend(map(json.loads, proc.stdout or ()))),
+            threading.Thread(target=lambda: self.errors.extend(proc.stderr or ())),
+        ]
+        for r in self._readers:
+            r.start()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def stderr_tail(self, lines: int = 30) -> str:
+        return "".join(self.errors[-lines:])
+
+    def stop(self) -> None:
+        self.stop_file.touch()
+        try:
+            self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+            for r in self._readers:
+                r.join(10)
+
+    def __enter__(self) -> StreamingClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
