@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -50,6 +51,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
@@ -67,6 +69,7 @@ from client.errors import ClientError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.request_auth import Credentials
 from remoting.client import RemotingClient, signer_for
+from remoting.errors import RemotingError
 from tests.cluster.support import epoch_cache, full_sync_state_set, node_at, sync_state
 from tests.controller.support import metadata
 from tests.support.cluster import Cluster
@@ -327,8 +330,61 @@ async def first_ack_after(producer: Producer, since: float, deadline_s: float = 
     raise SystemExit(f"no acknowledged write within {deadline_s} s of the failure")
 
 
-async def failovers(cluster: Cluster, boot: Bootstrap, rounds: int, how: str) -> list[float]:
+@dataclass
+class Milestones:
+    """When (seconds after the fault) the failover reached each step, as seen from outside."""
+
+    elected: float = float("nan")
+    """The controllers answer another master (the election is committed)."""
+    writable: float = float("nan")
+    """The new master acknowledged a write sent straight to it (its role flipped)."""
+    routed: float = float("nan")
+    """The controllers' route for the topic names the new master."""
+    acked: float = float("nan")
+    """The SDK producer's first acknowledged write."""
+
+
+async def watch_failover(boot: Bootstrap, old: str, since: float, marks: Milestones) -> None:
+    """Fill ``marks.elected``, ``.writable`` and ``.routed`` by polling every 10 ms (cancelled
+    once the producer's write was acknowledged)."""
+    new = ""
+    conn: RemotingClient | None = None
+    try:
+        while new == "":
+            doc = await sync_state(boot)
+            address = doc.get("masterAddress") if doc else None
+            if isinstance(address, str) and address and address != old:
+                marks.elected, new = time.perf_counter() - since, address
+            else:
+                await asyncio.sleep(0.01)
+        conn = await RemotingClient.connect(new)
+        while marks.writable != marks.writable or marks.routed != marks.routed:
+            if marks.writable != marks.writable:
+                resp = await conn.request(
+                    RequestCode.SEND_MESSAGE, {"topic": TOPIC, "queueId": 0}, b"probe", 5
+                )
+                if resp.code == ResponseCode.SUCCESS:
+                    marks.writable = time.perf_counter() - since
+            if marks.routed != marks.routed:
+                try:
+                    route = await boot.call(
+                        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}, timeout=2.0
+                    )
+                    if new.encode() in (route.body or b""):
+                        marks.routed = time.perf_counter() - since
+                except (ClientError, RemotingError):
+                    pass
+            await asyncio.sleep(0.01)
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+async def failovers(
+    cluster: Cluster, boot: Bootstrap, rounds: int, how: str
+) -> tuple[list[float], list[Milestones]]:
     times: list[float] = []
+    steps: list[Milestones] = []
     async with Producer(
         cluster.controller_addresses, retries=3, send_timeout=1.0, fault_isolation=0.2
     ) as producer:
@@ -336,18 +392,49 @@ async def failovers(cluster: Cluster, boot: Bootstrap, rounds: int, how: str) ->
             doc = await full_sync_state_set(boot, cluster, timeout=120)
             await producer.send(TOPIC, b"warm")  # route cached, connection open
             master = node_at(cluster, doc["masterAddress"])
+            marks = Milestones()
             since = time.perf_counter()
             if how == "kill":
                 master.kill9()
             else:
                 master.signal(signal.SIGSTOP)
-            times.append(await first_ack_after(producer, since))
+            watcher = asyncio.create_task(watch_failover(boot, master.address, since, marks))
+            marks.acked = await first_ack_after(producer, since)
+            times.append(marks.acked)
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(watcher), 5.0)
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+            steps.append(marks)
             if how == "kill":
                 master.restart()
             else:
                 master.signal(signal.SIGCONT)
     await full_sync_state_set(boot, cluster, timeout=120)
-    return times
+    return times, steps
+
+
+def report_steps(steps: list[Milestones]) -> None:
+    """The failover broken down: median and max of each milestone over the rounds."""
+
+    def line(name: str, values: list[float]) -> str:
+        seen = sorted(v for v in values if v == v)
+        if not seen:
+            return f"{name} n/a"
+        return f"{name} p50 {pct(seen, 0.5):.2f} s max {seen[-1]:.2f} s"
+
+    print(
+        "  breakdown (from the fault): "
+        + ";  ".join(
+            (
+                line("elected", [s.elected for s in steps]),
+                line("new master writable", [s.writable for s in steps]),
+                line("routed", [s.routed for s in steps]),
+                line("first SDK ack", [s.acked for s in steps]),
+            )
+        ),
+        flush=True,
+    )
 
 
 def report_failovers(name: str, times: list[float], how: str) -> None:
@@ -516,18 +603,18 @@ async def main_async(args: argparse.Namespace) -> None:
             if args.catchup_mib:
                 await catch_up(cluster, boot, master, args.catchup_mib, body)
             if args.kills:
+                times, steps = await failovers(cluster, boot, args.kills, "kill")
                 report_failovers(
-                    "failover, kill -9 of the master to the first acknowledged write",
-                    await failovers(cluster, boot, args.kills, "kill"),
-                    "kill",
+                    "failover, kill -9 of the master to the first acknowledged write", times, "kill"
                 )
+                report_steps(steps)
             if args.stops:
                 epoch1, term1 = await master_epoch(boot), await controller_terms(cluster)
+                times, steps = await failovers(cluster, boot, args.stops, "stop")
                 report_failovers(
-                    "failover, SIGSTOP of the master to the first acknowledged write",
-                    await failovers(cluster, boot, args.stops, "stop"),
-                    "stop",
+                    "failover, SIGSTOP of the master to the first acknowledged write", times, "stop"
                 )
+                report_steps(steps)
                 # One election per round is the failover; any more is a false one.
                 report_unexpected(
                     await master_epoch(boot) - epoch1 - args.stops,

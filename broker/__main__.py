@@ -44,6 +44,7 @@ async def serve(cfg: BrokerConfig) -> int:
         log.error("broker failed to start", error=f"{type(exc).__name__}: {exc}")
         await broker.stop()
         return 1
+    # Full collections pause every thread, the controller link's heartbeats included.
     gc_tuning.tune_for_latency()
     serving = f"serving {cfg.broker_name} on {cfg.listen_host}:{broker.port}"
     on_reload(broker.reload)

@@ -181,10 +181,10 @@ class BrokerConfig:
         "operator's decision: a slave may cut acknowledged messages (below its confirm offset) to follow its master; only for one restart after an unclean election",
     )
     broker_heartbeat_interval_ms: int = field(
-        500, "heartbeat period to the active controller", at_least(10)
+        200, "heartbeat period to the active controller", at_least(10)
     )
     broker_heartbeat_timeout_ms: int = field(
-        3000,
+        1000,
         "the controller declares a silent broker dead after this; a master that cannot reach the controller this long fences itself",
         at_least(100),
     )

@@ -31,6 +31,7 @@ Rules worth knowing:
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ import msgpack
 import structlog
 
 from broker.context import BrokerContext
+from broker.controller_link import ControllerLink
 from broker.ha.service import HARole, HAService
 from broker.identity import (
     BrokerIdConflictError,
@@ -67,6 +69,9 @@ def electing(exc: RemotingError) -> bool:
         return exc.code == ResponseCode.CONTROLLER_NOT_LEADER
     return isinstance(exc, UnreachableError) and exc.answered
 
+
+LATE_HEARTBEAT_S = 0.2
+"""A heartbeat that leaves this much after it was due is logged (``controller heartbeat late``)."""
 
 PUSH_POLL_MIN_INTERVAL_S = 0.1
 """Pushes (NOTIFY_BROKER_ROLE_CHANGED) make the broker poll at once, at most this often."""
@@ -116,6 +121,9 @@ class ReplicasManager:
         self.controllers = AddressFailover(
             self.cfg.controller_addresses, self.pool, timeout=3.0, busy_rounds=3
         )
+        # Registration and heartbeats: on a thread of their own (broker.controller_link).
+        self.link = ControllerLink(self.cfg.controller_addresses, ctx.cluster_credentials)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.identity: BrokerIdentity | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._apply_lock = asyncio.Lock()
@@ -138,6 +146,8 @@ class ReplicasManager:
     def start(self) -> None:
         """Start in the background: the broker serves (refusing writes) while controllers are
         found, so operators see it come up even when the controllers are down."""
+        self._loop = asyncio.get_running_loop()
+        self.link.start()
         self._tasks.append(asyncio.create_task(self._run(), name="replicas-manager"))
         self._tasks.append(
             asyncio.create_task(self._register_routes_loop(), name="route-registration")
@@ -149,6 +159,7 @@ class ReplicasManager:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self.link.stop()
         self.pool.close()
 
     @property
@@ -176,7 +187,7 @@ class ReplicasManager:
                 delay = min(delay * 2, 3.0)
         self._role.swap(broker_id=self.identity.broker_id)
         self._routes_dirty.set()
-        self._tasks.append(asyncio.create_task(self._heartbeat_loop(), name="controller-heartbeat"))
+        self.link.spawn(self._heartbeat_loop(), "controller-heartbeat")
         self._tasks.append(asyncio.create_task(self._slave_sync_loop(), name="slave-config-sync"))
         await self._register_and_apply()
         await self._poll_loop()
@@ -224,7 +235,9 @@ class ReplicasManager:
         for attempt in range(2):
             assert self.identity is not None
             try:
-                return await self.controllers.call(
+                # On the link: the controllers take heartbeats only from the connection that
+                # registered the broker.
+                return await self.link.call(
                     RequestCode.CONTROLLER_REGISTER_BROKER,
                     {
                         "clusterName": self.cfg.cluster,
@@ -305,10 +318,22 @@ class ReplicasManager:
         await self.apply(GroupInfo.from_frame(resp))
 
     # -- loops ---------------------------------------------------------------------------------
+    def _on_main(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the broker's main loop (from the controller link's thread)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(callback)
+
     async def _heartbeat_loop(self) -> None:
+        """Runs on the controller link's loop (its own thread), not the broker's: what it
+        touches of the broker is read whole (offsets, epoch, the role) or handed to the main
+        loop (:meth:`_on_main`); the lease is written with one swap of the role."""
         interval = self.cfg.broker_heartbeat_interval_ms / 1000
         timeout = self.cfg.broker_heartbeat_timeout_ms / 1000
+        again = False
+        late_reported = -60.0
         while True:
+            registered = False
             store = self.ctx.store
             header: Header = {
                 "clusterName": self.cfg.cluster,
@@ -323,7 +348,7 @@ class ReplicasManager:
             }
             sent = monotonic()
             try:
-                resp = await self.controllers.call(
+                resp = await self.link.heartbeats.call(
                     RequestCode.BROKER_HEARTBEAT, header, timeout=min(timeout, 2.0)
                 )
                 # The controller heard us no earlier than ``sent``: a lease counted from there
@@ -331,19 +356,45 @@ class ReplicasManager:
                 if sent - self._last_contact > timeout:
                     # Back after a silence (frozen, partitioned): the controllers may have
                     # dropped our route registration with our liveness; register at once.
-                    self.topics_changed()
+                    self._on_main(self.topics_changed)
                 self._contact_if_master_confirmed(sent, resp)
                 digest = resp.header.get("authDigest")
-                if self.on_auth_digest is not None and isinstance(digest, str):
-                    self.on_auth_digest(digest)
+                on_digest = self.on_auth_digest
+                if on_digest is not None and isinstance(digest, str):
+                    self._on_main(functools.partial(on_digest, digest))
             except ResponseError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
-                    await self._register_and_apply()
+                    await self._register_from_link()
+                    registered = True
             except RemotingError:
                 pass
             if self.ctx.role.is_master and monotonic() - self._last_contact > timeout:
                 self._set_fenced(True)
+            if registered and not again:
+                # A new active controller wanted our registration: heartbeat it at once (once),
+                # the lease has waited long enough.
+                again = True
+                continue
+            again = False
+            slept = monotonic()
             await asyncio.sleep(interval)
+            late = monotonic() - slept - interval
+            if late > LATE_HEARTBEAT_S and slept - late_reported > 10.0:
+                # The whole process stalled (this thread has its own loop): starved of CPU,
+                # swapping, a long garbage collection. Logged at most every 10 s.
+                late_reported = slept
+                log.info("controller heartbeat late", late_ms=round(late * 1000))
+
+    async def _register_from_link(self) -> None:
+        """Register (on the main loop, which holds the role's writer) and wait for it."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        done = asyncio.run_coroutine_threadsafe(self._register_and_apply(), loop)
+        try:
+            await asyncio.wrap_future(done)
+        except Exception as exc:  # the main loop logs its own failures; keep heart-beating
+            log.warning("registering again failed", error=f"{type(exc).__name__}: {exc}")
 
     async def _poll_loop(self) -> None:
         interval = self.cfg.replica_info_poll_interval_ms / 1000
@@ -644,7 +695,7 @@ class ReplicasManager:
         epoch = resp.header.get("masterEpoch")
         named = isinstance(master, int) and isinstance(epoch, int)
         if role.is_master and named and (master, epoch) != (self.broker_id, role.master_epoch):
-            self._poll_now.set()
+            self._on_main(self._poll_now.set)
             return
         held = resp.header.get("heartbeatTimeoutMillis")
         self._contact(at, held if isinstance(held, int) and held > 0 else None)

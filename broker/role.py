@@ -4,11 +4,14 @@ Readers (request processors, the metrics scrape thread) take :attr:`RoleCell.cur
 read its fields from that value, so they never see half a role change (a new epoch with the old
 master address, a master flag without its lease). The one writer is the ReplicasManager, which
 flips the role as the controllers say (a lone broker run without controllers keeps the role it
-started with); it builds the next value with :meth:`RoleCell.swap`.
+started with); it builds the next value with :meth:`RoleCell.swap`, from the main loop and from
+the controller link's thread (the lease; :mod:`broker.controller_link`), so a swap holds a lock
+while it copies; reading needs none.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 __all__ = ["RoleCell", "RoleState"]
@@ -39,10 +42,11 @@ class RoleState:
 class RoleCell:
     """Holds the current :class:`RoleState`; a change replaces it in one assignment."""
 
-    __slots__ = ("_state",)
+    __slots__ = ("_lock", "_state")
 
     def __init__(self, initial: RoleState) -> None:
         self._state = initial
+        self._lock = threading.Lock()
 
     @property
     def current(self) -> RoleState:
@@ -60,14 +64,15 @@ class RoleCell:
     ) -> RoleState:
         """Replace the role with a copy of it with the fields given changed; returns the new one.
         Called only by the role's one writer (see the module docstring)."""
-        old = self._state
-        new = RoleState(
-            broker_id=old.broker_id if broker_id is None else broker_id,
-            is_master=old.is_master if is_master is None else is_master,
-            master_address=old.master_address if master_address is None else master_address,
-            master_epoch=old.master_epoch if master_epoch is None else master_epoch,
-            lease_expires=old.lease_expires if lease_expires is None else lease_expires,
-            fenced=old.fenced if fenced is None else fenced,
-        )
-        self._state = new
+        with self._lock:  # two threads swapping at once must not lose either's change
+            old = self._state
+            new = RoleState(
+                broker_id=old.broker_id if broker_id is None else broker_id,
+                is_master=old.is_master if is_master is None else is_master,
+                master_address=old.master_address if master_address is None else master_address,
+                master_epoch=old.master_epoch if master_epoch is None else master_epoch,
+                lease_expires=old.lease_expires if lease_expires is None else lease_expires,
+                fenced=old.fenced if fenced is None else fenced,
+            )
+            self._state = new
         return new

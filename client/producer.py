@@ -8,8 +8,11 @@ broker group; success is reported only when a broker answered SUCCESS.
 
 Retries run against a deadline, ``send_deadline`` (default 10 s), long enough to ride out a
 failover (a dead or frozen master is replaced within about ``broker_heartbeat_timeout_ms``,
-3 s by default, plus an election); each attempt waits at most ``send_timeout`` (default 2 s), so
-one attempt against a frozen master does not use up the budget.
+1 s by default, plus an election); each attempt waits at most ``send_timeout`` (default 2 s), so
+one attempt against a frozen master does not use up the budget. An attempt unanswered for
+``ROUTE_WATCH_AFTER`` has the route watched while it waits: once the controllers name another
+master for its group, the connection to the old one is closed and the attempt retried there at
+once (a frozen master keeps its connections open; only the route tells it was replaced).
 
 Adaptive batching (``auto_batch``, on by default): a send that finds nothing in flight to its
 broker group goes out at once, alone; sends made while one is in flight are gathered per
@@ -84,6 +87,10 @@ RETRIABLE_ROUTE_CODES = RETRIABLE_CODES | {
 }
 
 _CONNECTION_ERRORS = (ConnectError, ConnectionClosedError, RequestTimeoutError)
+#: An attempt unanswered this long (seconds) has the route watched while it waits, every
+#: ROUTE_WATCH_INTERVAL; a new master there ends the wait (``Producer._route_watch``).
+ROUTE_WATCH_AFTER = 0.25
+ROUTE_WATCH_INTERVAL = 0.1
 # Room left in a frame for its header and msgpack framing.
 _FRAME_OVERHEAD = 64 * 1024
 # What a gathered message adds to a batch body besides its body, keys, tags and properties.
@@ -873,8 +880,17 @@ class Producer:
                     conn = self._conns.get(address)
                     if conn is None or conn.is_closed:
                         conn = await self._connect(address, deadline)
-                    timeout = min(self.send_timeout, deadline - time.monotonic())
-                    resp = await conn.request(code, header, body, max(timeout, 0.001))
+                    timeout = max(min(self.send_timeout, deadline - time.monotonic()), 0.001)
+                    watch: list[asyncio.Task[None]] = []
+                    timer = asyncio.get_running_loop().call_later(
+                        ROUTE_WATCH_AFTER, self._watch_route, watch, conn, topic, mq.broker_name
+                    )
+                    try:
+                        resp = await conn.request(code, header, body, timeout)
+                    finally:
+                        timer.cancel()
+                        if watch:
+                            watch[0].cancel()
                 except _CONNECTION_ERRORS as exc:
                     last = exc
                 else:
@@ -916,6 +932,31 @@ class Producer:
         raise SendError(
             f"send to topic {topic!r} failed after {attempt} attempt(s) in {elapsed:.1f}s: {last}"
         ) from last
+
+    def _watch_route(
+        self, watch: list[asyncio.Task[None]], conn: RemotingClient, topic: str, broker_name: str
+    ) -> None:
+        """An attempt has waited :data:`ROUTE_WATCH_AFTER` for its answer: watch the route
+        until it ends (``watch`` holds the task, for the attempt to cancel)."""
+        watch.append(asyncio.ensure_future(self._route_watch(conn, topic, broker_name)))
+
+    async def _route_watch(self, conn: RemotingClient, topic: str, broker_name: str) -> None:
+        """While an attempt waits on ``conn`` (a master frozen, cut off, or only slow), look the
+        route up every :data:`ROUTE_WATCH_INTERVAL`; once it names another master for the
+        group (the controllers replaced this one), close the connection to the old master.
+        That fails the attempt, and every other one waiting on that master, at once
+        (ConnectionClosedError, retried), so they go to the new master instead of waiting out
+        ``send_timeout``: a failover costs the brokers' timeout plus about one interval."""
+        while not conn.is_closed:
+            await asyncio.sleep(ROUTE_WATCH_INTERVAL)
+            try:
+                route = await asyncio.wait_for(self.routes.refresh(topic), 1.0)
+            except (ClientError, TimeoutError):
+                continue  # the controllers did not answer: the broker's answer may still come
+            master = route.master_address(broker_name)
+            if master is not None and master != conn.address:
+                conn.close()
+                return
 
 
 def _item_size(item: _Gathered) -> int:

@@ -121,7 +121,7 @@ class ControllerConfig:
         4096, "Raft messages queued per peer before the oldest are dropped", at_least(16)
     )
     broker_heartbeat_timeout_ms: int = field(
-        3000,
+        1000,
         "a broker silent this long is inactive (brokers may send their own timeout); also the "
         "grace period of a newly active controller",
         at_least(100),
@@ -139,7 +139,7 @@ class ControllerConfig:
         "code that is sent is always checked",
     )
     scan_interval_ms: int = field(
-        200, "how often the active controller looks for groups that need an election", at_least(10)
+        100, "how often the active controller looks for groups that need an election", at_least(10)
     )
     enable_elect_unclean_master: bool = field(
         False, "elect among all alive replicas when no SyncStateSet member is alive (may lose data)"

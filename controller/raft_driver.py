@@ -73,6 +73,9 @@ log = structlog.get_logger(__name__)
 
 _SNAPSHOT_VERSION = 1
 
+LATE_TICK_S = 0.2
+"""A tick that fell due this long before the loop ran it is logged (``raft tick late``)."""
+
 LEASE_DRIFT_MARGIN = 0.05
 """The share of the lease given up for clock rate differences between controllers."""
 
@@ -251,6 +254,7 @@ class RaftDriver:
         self._last_tick_due = 0.0
         """Loop time at which the latest tick fed to the core fell due (set by ``start``)."""
         self._dropped_from: dict[NodeId, float] = {}
+        self._late_reported_at = -60.0
         self._wake = asyncio.Event()
         self._reads: dict[bytes, asyncio.Future[None]] = {}
         self._read_seq = itertools.count(1)
@@ -482,12 +486,24 @@ class RaftDriver:
         while True:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             now = loop.time()
+            if now - next_at > LATE_TICK_S:
+                self._report_late(now - next_at)
             due = 1 + int((now - next_at) // interval)
             if not self._ticks_due:
                 self._next_tick_due = next_at
             next_at += due * interval
             self._ticks_due += due
             self._wake.set()
+
+    def _report_late(self, late: float) -> None:
+        """A tick fell due ``late`` seconds before the loop ran it (the process starved, a long
+        turn of its loop): logged, at most once every 10 s, since followers elect another leader
+        once the leader is silent for the election timeout (300-600 ms by default)."""
+        now = time.monotonic()
+        if now - self._late_reported_at < 10.0:
+            return
+        self._late_reported_at = now
+        log.info("raft tick late", late_ms=round(late * 1000), role=self.role.value)
 
     async def _run(self) -> None:
         node = self.node

@@ -1,4 +1,6 @@
-"""Garbage-collector settings for a daemon whose event loop must answer within a Raft tick.
+"""Garbage-collector settings for a daemon whose event loop must answer within a Raft tick (the
+controllers), or whose heartbeat thread must not miss a beat under load (the brokers: a full
+collection pauses every thread).
 
 With CPython's defaults (700, 10, 10) a loaded controller ran a full (generation 2) collection
 about once a second, each pausing the event loop 50-230 ms on a 2-core machine: long enough,

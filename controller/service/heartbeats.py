@@ -4,6 +4,14 @@ broker's write lease.
 
 A heartbeat counts only on the connection that registered the broker. A broker turning alive
 wakes the election scan.
+
+A leader without its lease for the moment (a quorum's acknowledgement late on a busy host)
+still counts a heartbeat it hears, but refuses it (2007): the answer would extend the broker's
+lease, the hearing only proves the broker alive. Counting it moves the broker's deadline later,
+never earlier, so the lease still ends before the controllers may elect another master, and a
+leader whose lease flickered for a second does not elect a new master over a healthy one.
+A heartbeat heard more than half the broker's timeout after the previous one is logged
+(``broker heartbeat late``): the margin against a false failover was thin.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from controller.config import ControllerConfig
 from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoManager
 from controller.metadata.events import MAX_ID
 from controller.metrics import ControllerMetrics
+from controller.raft import Role
 from controller.raft_driver import RaftDriver
 from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
@@ -52,6 +61,8 @@ class HeartbeatHandler:
         self.metrics = metrics
         self.now_ms = now_ms
         self.wake_scan = wake_scan
+        self._active_since_ms: int | None = None
+        """When this controller last became active (gaps are measured within one leadership)."""
 
     def broker_heartbeat(self, conn: Connection, req: Frame) -> Frame:
         """BROKER_HEARTBEAT: answered at once (no Raft round trip); may be oneway."""
@@ -65,8 +76,11 @@ class HeartbeatHandler:
     def _heartbeat(self, conn: Connection, req: Frame) -> Frame:
         # The answer extends the broker's write lease: only a leader whose lease a quorum
         # confirmed may give it, never one that merely believes it leads (a deposed leader
-        # just thawed from SIGSTOP still does).
-        self.gate.require_lease()
+        # just thawed from SIGSTOP still does). A leader without it counts the heartbeat all
+        # the same (module doc) and refuses it after.
+        leased = self.driver.holds_lease()
+        if not leased and self.driver.role is not Role.LEADER:
+            self.gate.require_lease()  # a follower: refused with the leader's address
         h = req.header
         name = req_str(h, "brokerName")
         broker_id = req_int(h, "brokerId")
@@ -83,6 +97,8 @@ class HeartbeatHandler:
         info = self.manager.replica_info(name)
         unknown = info is None or all(r.broker_id != broker_id for r in info.replicas)
         if unknown and self.driver.active:  # a new leader's applied state may still be behind
+            if not leased:
+                self.gate.require_lease()
             return error_response(
                 req,
                 ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
@@ -91,18 +107,22 @@ class HeartbeatHandler:
         if self.bindings.holder(name, broker_id) != self.connections.of(conn):
             # Only the connection that registered the broker (CONTROLLER_REGISTER_BROKER) speaks
             # for it; a broker told so registers again on its connection.
+            if not leased:
+                self.gate.require_lease()
             return error_response(
                 req,
                 ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
                 f"broker {broker_id} of {name} is not registered on this connection "
                 f"with {self.driver.id}: send CONTROLLER_REGISTER_BROKER first",
             )
+        now_ms = self.now_ms()
+        self._check_gap(name, broker_id, now_ms)
         revived = self.live.on_heartbeat(
             cluster=opt_str(h, "clusterName"),
             broker_name=name,
             broker_id=broker_id,
             address=opt_str(h, "brokerAddress"),
-            now_ms=self.now_ms(),
+            now_ms=now_ms,
             epoch=figures["epoch"],
             max_offset=figures["maxOffset"],
             confirm_offset=figures["confirmOffset"],
@@ -113,6 +133,8 @@ class HeartbeatHandler:
         if revived:
             log.info("broker alive", broker_name=name, broker_id=broker_id)
             self.wake_scan()
+        if not leased:
+            self.gate.require_lease()  # heard, not answered
         # Who is master, at which epoch: a broker renews its write lease only on an answer
         # that names it master at its own epoch (a deposed master, thawed or healed, must not
         # take writes on the strength of a heartbeat that was merely answered).
@@ -135,10 +157,28 @@ class HeartbeatHandler:
             },
         )
 
+    def _check_gap(self, broker_name: str, broker_id: int, now_ms: int) -> None:
+        """Log a heartbeat heard more than half the broker's timeout after its previous one."""
+        last = self.live.get(broker_name, broker_id)
+        since = self._active_since_ms
+        if last is None or since is None or last.last_heartbeat_ms < since:
+            return  # heard by an earlier leadership (or never): no gap of ours
+        gap = now_ms - last.last_heartbeat_ms
+        if last.timeout_ms < gap * 2 <= last.timeout_ms * 4:  # longer: it was down, not late
+            log.info(
+                "broker heartbeat late",
+                broker_name=broker_name,
+                broker_id=broker_id,
+                gap_ms=gap,
+                timeout_ms=last.timeout_ms,
+            )
+
     def active_changed(self, active: bool) -> None:
         """Driver listener: liveness starts over (with its grace period) on becoming active."""
         if active:
-            self.live.became_active(self.now_ms())
+            self._active_since_ms = self.now_ms()
+            self.live.became_active(self._active_since_ms)
             self.wake_scan()
         else:
+            self._active_since_ms = None
             self.live.became_standby()

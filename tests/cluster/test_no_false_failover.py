@@ -11,6 +11,8 @@ controllers the same Raft term: nothing was elected. ``make soak`` runs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import sys
 import time
@@ -37,6 +39,17 @@ TOPIC = "NoFalseFailover"
 async def controller_term(cluster: Cluster) -> int:
     docs = [await metadata(a) for a in cluster.controller_addresses.split(";")]
     return max(int(d["term"]) for d in docs if d is not None)
+
+
+def late_heartbeats(cluster: Cluster) -> list[int]:
+    """The gaps (ms) the controllers logged as ``broker heartbeat late``: the margin left."""
+    gaps: list[int] = []
+    for controller in cluster.controllers:
+        for line in controller.log_path.read_text(errors="replace").splitlines():
+            if "broker heartbeat late" in line:
+                with contextlib.suppress(ValueError, KeyError):
+                    gaps.append(int(json.loads(line)["gap_ms"]))
+    return gaps
 
 
 def raft_soak(tmp: Path, index: int) -> Daemon:
@@ -90,6 +103,11 @@ async def test_a_busy_cluster_elects_no_master_and_no_controller_leader(
     after = await sync_state(boot)
     assert after is not None
     print(f"{sent:,} sends acknowledged, {failed:,} failed, in {SECONDS:.0f} s")
+    gaps = late_heartbeats(cluster)
+    print(
+        f"heartbeats heard late (more than half the timeout after the previous one): "
+        f"{len(gaps)}, the longest gap {max(gaps, default=0)} ms"
+    )
     assert (after["masterAddress"], after["masterEpoch"]) == (master, epoch), after
     assert await controller_term(cluster) == term
     assert sent > 0

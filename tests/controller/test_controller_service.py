@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client.errors import BrokerError
+from client.errors import BrokerError, ClientError
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from tests.controller.support import FakeBroker, ServiceCluster, replica_info
@@ -468,3 +468,37 @@ async def test_metrics_describe_raft_and_the_broker_groups(
     assert pushed is not None and float(pushed.group(1)) >= 2
     follower = cluster.followers()[0]
     assert "rmq_controller_active 0.0" in generate_latest(follower.metrics.registry).decode()
+
+
+async def test_a_leader_without_its_lease_refuses_heartbeats_but_counts_them(
+    cluster: ServiceCluster, brokers: list[FakeBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader whose lease a quorum has not confirmed lately (a busy host) must not answer a
+    heartbeat, since the answer extends the broker's write lease; but it heard the broker, so
+    the broker stays alive: three broker timeouts without the lease elect nobody. (Before, the
+    refused heartbeat was not counted either, and the master was replaced by a false election
+    after one timeout.)"""
+    made = brokers[:2]
+    for b in made:
+        b.timeout_ms = 1000
+    info = await elected_group(cluster, made)
+    master = made[info["masterBrokerId"] - 1]
+    await master.alter([1, 2], 1, info["syncStateSetEpoch"])
+    for b in made:  # as a broker's heartbeats do: one round, the next heartbeat is due soon
+        b.bootstrap.busy_rounds = 1
+    leader = await cluster.leader()
+    before = await group(cluster)
+    monkeypatch.setattr(leader.driver, "holds_lease", lambda: False)
+    with pytest.raises(ClientError, match="holds no leader lease confirmed by a quorum"):
+        await master.heartbeat()
+    deadline = asyncio.get_running_loop().time() + 3.0
+    while asyncio.get_running_loop().time() < deadline:  # throughout, not once at the end
+        assert all(alive(leader, b) for b in made)
+        doc = await group(cluster)
+        assert (doc["masterBrokerId"], doc["masterEpoch"]) == (
+            before["masterBrokerId"],
+            before["masterEpoch"],
+        )
+        await asyncio.sleep(0.1)
+    monkeypatch.undo()
+    assert (await master.heartbeat()).header["masterBrokerId"] == master.broker_id
