@@ -2,10 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.broker import Broker
+from broker.config import BrokerConfig
+from tests.support.procs import free_port
+
+
+def small_config(tmp_path: Path, listen: str | None = None, **settings: Any) -> BrokerConfig:
+    """A lone broker's config: data in ``tmp_path``/broker-a, 1 MiB CommitLog segments,
+    ConsumeQueue segments of 1024 entries, /metrics on an ephemeral port, ``settings`` besides.
+    It listens on ``listen``, by default on a free port that a route can name (the SDK connects
+    there; ``127.0.0.1:0`` serves only who asks ``Broker.port``)."""
+    return BrokerConfig(
+        listen=listen or f"127.0.0.1:{free_port()}",
+        data_dir=tmp_path / "broker-a",
+        metrics_port=0,
+        commitlog_segment_bytes=1 << 20,
+        consumequeue_segment_entries=1024,
+        **settings,
+    )
+
+
+@asynccontextmanager
+async def running(cfg: BrokerConfig) -> AsyncIterator[Broker]:
+    """A Broker started in this event loop with ``cfg``, stopped on the way out."""
+    b = Broker(cfg)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.stop()
 
 
 def figure(b: Broker, name: str, **labels: str) -> float:

@@ -15,12 +15,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.broker import Broker
-from broker.config import BrokerConfig
 from protocol.codes import RequestCode, ResponseCode
 from protocol.consume_stats import ConsumeStats, decode_connections
 from protocol.message import Message
 from protocol.remoting import Scalar
 from remoting.client import RemotingClient
+from tests.broker.support import running, small_config
 
 NOW = 1_700_000_000_000
 
@@ -46,23 +46,12 @@ class ConfirmedUpTo:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = BrokerConfig(
-        listen="127.0.0.1:0",
-        data_dir=tmp_path / "broker-a",
-        metrics_port=0,
-        commitlog_segment_bytes=1 << 20,
-        consumequeue_segment_entries=1024,
-    )
-    b = Broker(cfg)
-    await b.start()
-    try:
+    async with running(small_config(tmp_path, listen="127.0.0.1:0")) as b:
         b.ctx.create_topic("T", 2)
         for queue_id, count in ((0, 10), (1, 4)):
             batch = [Message(topic="T", body=b"x" * 100) for _ in range(count)]
             b.ctx.store.put("T", queue_id, batch, now_ms=NOW)
         yield b
-    finally:
-        await b.stop()
 
 
 async def call(b: Broker, code: int, header: dict[str, Scalar]) -> tuple[int, bytes | None]:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from broker.broker import Broker
-from broker.config import BrokerConfig
 from client.admin import Admin
 from client.consumer import Consumer
 from client.errors import BrokerError
@@ -26,8 +25,7 @@ from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.message import Message
-from tests.broker.support import figure
-from tests.support.procs import free_port
+from tests.broker.support import figure, running, small_config
 from tests.support.wait import wait_until_async
 
 GROUP = "Fifo"
@@ -35,20 +33,9 @@ GROUP = "Fifo"
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = BrokerConfig(
-        listen=f"127.0.0.1:{free_port()}",
-        data_dir=tmp_path / "broker-a",
-        metrics_port=0,
-        commitlog_segment_bytes=1 << 20,
-        consumequeue_segment_entries=1024,
-    )
-    b = Broker(cfg)
-    await b.start()
-    try:
+    async with running(small_config(tmp_path)) as b:
         b.ctx.create_topic("T", 1)  # one queue: every message group shares it
         yield b
-    finally:
-        await b.stop()
 
 
 def names(msgs: list[PopMessage]) -> list[str]:

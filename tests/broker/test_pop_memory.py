@@ -16,7 +16,7 @@ from broker.config import BrokerConfig
 from broker.pop.inflight import COMPACT_MIN
 from client.simple_consumer import SimpleConsumer
 from protocol.message import Message
-from tests.broker.support import figure
+from tests.broker.support import figure, running
 from tests.support.procs import free_port
 
 MESSAGES = 6_000
@@ -29,17 +29,13 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         data_dir=tmp_path / "broker-a",
         metrics_port=0,
     )
-    b = Broker(cfg)
-    await b.start()
-    try:
+    async with running(cfg) as b:
         b.ctx.create_topic("T", 2)
         for queue_id in (0, 1):
             for _ in range(MESSAGES // 2 // 500):
                 batch = [Message(topic="T", body=b"m" * 64) for _ in range(500)]
                 b.ctx.appender.put("T", queue_id, batch, 64 * 500)
         yield b
-    finally:
-        await b.stop()
 
 
 async def test_acked_messages_with_a_long_invisible_time_leave_the_in_flight_set(

@@ -11,32 +11,19 @@ from typing import Any
 import pytest
 
 from broker.broker import Broker
-from broker.config import BrokerConfig
 from client.admin import Admin
 from client.simple_consumer import SimpleConsumer
 from protocol.message import Message
-from tests.broker.support import figure
-from tests.support.procs import free_port
+from tests.broker.support import figure, running, small_config
 from tests.support.wait import wait_until_async
 
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = BrokerConfig(
-        listen=f"127.0.0.1:{free_port()}",  # the route names it: the SDK connects there
-        data_dir=tmp_path / "broker-a",
-        metrics_port=0,
-        commitlog_segment_bytes=1 << 20,
-        consumequeue_segment_entries=1024,
-    )
-    b = Broker(cfg)
-    await b.start()
-    try:
+    async with running(small_config(tmp_path)) as b:  # a route names it: the SDK connects there
         b.ctx.create_topic("T", 1)
         b.ctx.appender.put("T", 0, [Message(topic="T", body=b"x") for _ in range(3)], 3)
         yield b
-    finally:
-        await b.stop()
 
 
 async def test_pop_metrics_follow_pops_acks_and_redeliveries(broker: Broker) -> None:

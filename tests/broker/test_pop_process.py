@@ -27,19 +27,10 @@ from protocol.remoting import Scalar
 from protocol.timer import TIMER_TOPIC
 from protocol.transaction import HALF_TOPIC
 from remoting.client import RemotingClient
+from tests.support.messages import fill
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
-
-
-async def _fill(address: str, topic: str, n: int, queues: int = 2) -> list[str]:
-    async with Admin(address) as admin:
-        await admin.create_topic(topic, queues)
-    async with Producer(address) as producer:
-        results = await asyncio.gather(
-            *(producer.send(topic, f"m{i}".encode(), keys=f"k{i}") for i in range(n))
-        )
-    return [r.msg_id for r in results]
 
 
 async def _receive_until(
@@ -56,7 +47,7 @@ async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
     broker: BrokerProc,
 ) -> None:
     n = 300
-    sent = set(await _fill(broker.address, "T", n))
+    sent = set(await fill(broker.address, "T", n))
     acked: Counter[str] = Counter()
     received_by: Counter[int] = Counter()
     done = asyncio.Event()
@@ -90,7 +81,7 @@ async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
 
 
 async def test_unacked_messages_come_back_with_attempt_two(broker: BrokerProc) -> None:
-    sent = set(await _fill(broker.address, "T", 10))
+    sent = set(await fill(broker.address, "T", 10))
     async with SimpleConsumer(broker.address, "G", "T") as quitter:
         first = await _receive_until(quitter, 10, 20, invisible_duration=2)
         assert {m.msg_id for m in first} == sent and {m.attempt for m in first} == {1}
@@ -124,7 +115,7 @@ async def test_unacked_messages_come_back_with_attempt_two(broker: BrokerProc) -
 async def test_change_invisible_duration_extends_and_replaces_the_handle(
     broker: BrokerProc,
 ) -> None:
-    await _fill(broker.address, "T", 1, queues=1)
+    await fill(broker.address, "T", 1, queues=1)
     async with SimpleConsumer(broker.address, "G", "T") as consumer:
         (msg,) = await _receive_until(consumer, 1, 20, invisible_duration=1)
         old = PopMessage(msg.record, msg.broker_name, msg.receipt_handle, msg.attempt)
@@ -139,7 +130,7 @@ async def test_change_invisible_duration_extends_and_replaces_the_handle(
 
 
 async def test_bad_receipt_handles_are_refused_and_ack_nothing(broker: BrokerProc) -> None:
-    await _fill(broker.address, "T", 1, queues=1)
+    await fill(broker.address, "T", 1, queues=1)
     async with SimpleConsumer(broker.address, "G", "T") as consumer:
         (msg,) = await _receive_until(consumer, 1, 20, invisible_duration=1)
         text = msg.receipt_handle

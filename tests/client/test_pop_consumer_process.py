@@ -16,23 +16,13 @@ import pytest
 from client.admin import Admin
 from client.consumer import Consumer
 from client.message import ReceivedMessage
-from client.producer import Producer
 from client.progress import ProgressAdmin
 from client.simple_consumer import PopMessage
+from tests.support.messages import fill
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-
-async def _fill(address: str, topic: str, n: int, queues: int = 2) -> list[str]:
-    async with Admin(address) as admin:
-        await admin.create_topic(topic, queues)
-    async with Producer(address) as producer:
-        results = await asyncio.gather(
-            *(producer.send(topic, f"m{i}".encode(), keys=f"k{i}") for i in range(n))
-        )
-    return [r.msg_id for r in results]
 
 
 def _pop_member(address: str, group: str, topic: str, **kw: Any) -> Consumer:
@@ -50,7 +40,7 @@ async def test_ten_pop_members_share_two_queues_and_ack_each_message_once(
     broker: BrokerProc,
 ) -> None:
     n = 300
-    sent = await _fill(broker.address, "T", n)
+    sent = await fill(broker.address, "T", n)
     failing = set(sent[::50])  # their first attempt raises: nacked, back with attempt 2
     handled: Counter[str] = Counter()
     attempts: dict[str, list[int]] = {}
@@ -106,7 +96,7 @@ async def test_a_member_closed_mid_run_leaves_its_unhanded_messages_to_the_other
     broker: BrokerProc,
 ) -> None:
     n = 60
-    sent = await _fill(broker.address, "T", n)
+    sent = await fill(broker.address, "T", n)
     quitter = _pop_member(
         broker.address, "G", "T", invisible_duration=2, max_in_flight=30, pull_batch_size=10
     )
@@ -148,7 +138,7 @@ async def test_a_member_closed_mid_run_leaves_its_unhanded_messages_to_the_other
 
 
 async def test_past_retry_max_times_a_failing_message_goes_to_the_dlq(broker: BrokerProc) -> None:
-    (poison,) = await _fill(broker.address, "T", 1, queues=1)
+    (poison,) = await fill(broker.address, "T", 1, queues=1)
     async with Admin(broker.address) as admin:
         await admin.update_sub_group({"groupName": "D", "retryMaxTimes": 1})
     seen: list[int] = []
@@ -175,7 +165,7 @@ async def test_past_retry_max_times_a_failing_message_goes_to_the_dlq(broker: Br
 async def test_a_queue_bound_group_and_a_pop_group_each_see_everything(
     broker: BrokerProc,
 ) -> None:
-    sent = set(await _fill(broker.address, "T", 100))
+    sent = set(await fill(broker.address, "T", 100))
 
     async def drain(consumer: Consumer) -> set[str]:
         got: set[str] = set()

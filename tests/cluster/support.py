@@ -11,6 +11,7 @@ from typing import Any
 import msgpack
 
 from client import Consumer
+from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from protocol.codes import RequestCode, ResponseCode
@@ -122,6 +123,53 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
             return False
 
     await wait_until_async(routed, f"topic {topic} in the controllers' routes", 20, interval=0.1)
+
+
+async def settings_on(address: str, group: str) -> dict[str, Any] | None:
+    """The consumer group settings one broker holds for ``group``, None when it has none."""
+    conn = await RemotingClient.connect(address, timeout=2.0)
+    try:
+        resp = await conn.request(
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}, None, 5.0
+        )
+        return msgpack.unpackb(resp.body) if resp.code == ResponseCode.SUCCESS else None
+    finally:
+        conn.close()
+
+
+async def start_group_with_topic(cluster: Cluster, boot: Bootstrap, topic: str) -> str:
+    """The controllers and broker-a of three replicas in sync, with ``topic`` on four queues in
+    the routes; the master's address."""
+    cluster.start_controllers()
+    cluster.add_group("broker-a", 3)
+    master: str = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
+    await wait_until_async(
+        lambda: route_has_master(boot), "brokers registered for routes", 30, interval=0.1
+    )
+    await create_topic(boot, master, topic, queues=4)
+    return master
+
+
+async def start_fifo_group(
+    cluster: Cluster, boot: Bootstrap, topic: str, group: str, settings: dict[str, Any]
+) -> str:
+    """start_group_with_topic, and ``group`` a FIFO consumer group (with ``settings``) that
+    every replica holds, so that the next master knows it too; the master's address."""
+    master = await start_group_with_topic(cluster, boot, topic)
+    async with Admin(cluster.controller_addresses) as admin:
+        await admin.update_sub_group(
+            {"groupName": group, "consumeMessageOrderly": True, **settings}
+        )
+
+    async def everywhere() -> bool:
+        for b in cluster.brokers:
+            got = await settings_on(b.address, group)
+            if got is None or got.get("consumeMessageOrderly") is not True:
+                return False
+        return True
+
+    await wait_until_async(everywhere, "every replica to hold the FIFO setting", 30)
+    return master
 
 
 async def raw_send(

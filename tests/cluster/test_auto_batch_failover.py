@@ -21,11 +21,9 @@ from client.errors import ClientError
 from client.message import SendResult
 from tests.cluster.support import (
     consume_all,
-    create_topic,
-    full_sync_state_set,
     new_master,
     node_at,
-    route_has_master,
+    start_group_with_topic,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -52,13 +50,7 @@ async def test_no_acknowledged_message_is_lost_when_the_master_dies_mid_batch(
     cluster = Cluster(tmp_path)
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
-        cluster.start_controllers()
-        cluster.add_group("broker-a", 3)
-        master = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
-        await wait_until_async(
-            lambda: route_has_master(boot), "brokers registered for routes", 30, interval=0.1
-        )
-        await create_topic(boot, master, TOPIC)
+        master = await start_group_with_topic(cluster, boot, TOPIC)
 
         acked: dict[tuple[str, int, int], bytes] = {}
         failed: list[BaseException] = []

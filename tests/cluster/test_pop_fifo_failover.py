@@ -25,14 +25,7 @@ from client.bootstrap import Bootstrap
 from client.errors import BrokerError, ClientError
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import ResponseCode
-from tests.cluster.support import (
-    create_topic,
-    full_sync_state_set,
-    new_master,
-    node_at,
-    route_has_master,
-)
-from tests.cluster.test_subscription_group_failover import settings_on
+from tests.cluster.support import new_master, node_at, start_fifo_group
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -90,30 +83,9 @@ async def run_pop_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
     addresses = cluster.controller_addresses
     tasks: list[asyncio.Future[None]] = []
     try:
-        cluster.start_controllers()
-        cluster.add_group("broker-a", 3)
-        master = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
-        await wait_until_async(
-            lambda: route_has_master(boot), "brokers registered for routes", 30, interval=0.1
+        master = await start_fifo_group(
+            cluster, boot, TOPIC, GROUP, {"retryMaxTimes": RETRY_MAX_TIMES}
         )
-        await create_topic(boot, master, TOPIC, queues=4)
-        async with Admin(addresses) as admin:
-            await admin.update_sub_group(
-                {
-                    "groupName": GROUP,
-                    "consumeMessageOrderly": True,
-                    "retryMaxTimes": RETRY_MAX_TIMES,
-                }
-            )
-
-        async def everywhere() -> bool:  # the new master must know the group is FIFO
-            for b in cluster.brokers:
-                got = await settings_on(b.address, GROUP)
-                if got is None or got.get("consumeMessageOrderly") is not True:
-                    return False
-            return True
-
-        await wait_until_async(everywhere, "every replica to hold the FIFO setting", 30)
         names = [f"g{g}" for g in range(groups)]
         async with Producer(addresses, send_deadline=30) as producer:
 

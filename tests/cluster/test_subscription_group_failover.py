@@ -8,16 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgpack
 import pytest
 
 from client import Consumer, Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
-from protocol.codes import RequestCode, ResponseCode
-from remoting.client import RemotingClient
-from tests.cluster.support import full_sync_state_set, new_master, node_at
+from tests.cluster.support import full_sync_state_set, new_master, node_at, settings_on
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -36,17 +33,6 @@ def cluster(cluster: Cluster) -> Cluster:
     """The shared controllers with one group of 2 brokers."""
     cluster.add_group("broker-a", 2)
     return cluster
-
-
-async def settings_on(address: str, group: str) -> dict[str, Any] | None:
-    conn = await RemotingClient.connect(address, timeout=2.0)
-    try:
-        resp = await conn.request(
-            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}, None, 5.0
-        )
-        return msgpack.unpackb(resp.body) if resp.code == ResponseCode.SUCCESS else None
-    finally:
-        conn.close()
 
 
 async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
