@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from dataclasses import dataclass
 
 from broker.context import BrokerContext, WriteRefused
 from broker.durable_wait import wait_durable
@@ -56,6 +57,19 @@ def _invisible(header: Header) -> int:
             f"invisibleTime must be {MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS} ms, not {ms}"
         )
     return ms
+
+
+@dataclass(frozen=True, slots=True)
+class _PopAsk:
+    """What one POP_MESSAGE asks for, checked: each try of a long poll asks it again."""
+
+    group: str
+    topic: str
+    queue_id: int
+    queues: int
+    max_count: int
+    invisible: int
+    tag_filter: TagFilter | None
 
 
 def _group(header: Header) -> str:
@@ -119,9 +133,8 @@ class PopProcessor:
         # becomes a coroutine.
         ctx = self.ctx
         deadline = ctx.now_ms() + poll_ms
-        tried = self._try_pop(
-            req, group, topic, queue_id, tc.queues, max_count, invisible, tag_filter
-        )
+        ask = _PopAsk(group, topic, queue_id, tc.queues, max_count, invisible, tag_filter)
+        tried = self._try_pop(req, ask)
         if isinstance(tried, Frame):
             return tried
         got, last, candidates = tried
@@ -132,39 +145,19 @@ class PopProcessor:
                 else response(req, ResponseCode.PULL_NOT_FOUND, {"remark": "no message"})
             )
             return _when_durable(ctx, req, last, found, "POP checkpoint not durable")
-        return self._long_poll(
-            req,
-            group,
-            topic,
-            queue_id,
-            tc.queues,
-            max_count,
-            invisible,
-            deadline,
-            tag_filter,
-            last,
-            candidates,
-        )
+        return self._long_poll(req, ask, deadline, last, candidates)
 
     def _try_pop(
-        self,
-        req: Frame,
-        group: str,
-        topic: str,
-        queue_id: int,
-        queues: int,
-        max_count: int,
-        invisible: int,
-        tag_filter: TagFilter | None,
+        self, req: Frame, ask: _PopAsk
     ) -> Frame | tuple[list[PopMessage], PutResult | None, list[tuple[str, int]]]:
         """One POP: what it handed out, its last append and the queues it read; or the error
         answer."""
         ctx = self.ctx
         try:
             ctx.check_writable()
-            candidates = self.service.candidates(group, topic, queue_id, queues)
+            candidates = self.service.candidates(ask.group, ask.topic, ask.queue_id, ask.queues)
             got, last = self.service.pop(
-                group, candidates, max_count, invisible, ctx.now_ms(), tag_filter
+                ask.group, candidates, ask.max_count, ask.invisible, ctx.now_ms(), ask.tag_filter
             )
         except WriteRefused as exc:
             return error_response(req, exc.code, exc.remark)
@@ -175,14 +168,8 @@ class PopProcessor:
     async def _long_poll(
         self,
         req: Frame,
-        group: str,
-        topic: str,
-        queue_id: int,
-        queues: int,
-        max_count: int,
-        invisible: int,
+        ask: _PopAsk,
         deadline: int,
-        tag_filter: TagFilter | None,
         last: PutResult | None,
         candidates: list[tuple[str, int]],
     ) -> Frame:
@@ -197,11 +184,9 @@ class PopProcessor:
             if remaining <= 0:
                 return response(req, ResponseCode.PULL_NOT_FOUND, {"remark": "no message"})
             # The group's retry queue wakes it too, also before its first copy exists.
-            keys = [*candidates, (retry_topic(group), 0)]
+            keys = [*candidates, (retry_topic(ask.group), 0)]
             await ctx.waiters.wait_any(list(dict.fromkeys(keys)), remaining / 1000)
-            tried = self._try_pop(
-                req, group, topic, queue_id, queues, max_count, invisible, tag_filter
-            )
+            tried = self._try_pop(req, ask)
             if isinstance(tried, Frame):
                 return tried
             got, last, candidates = tried
