@@ -86,6 +86,9 @@ class ControllerCode(IntEnum):
     AUTH_LIST_ACL = 3010
     # Ours: a broker fetches every user (secrets sealed) and rule, to authenticate its clients.
     AUTH_SYNC_USERS = 5110
+    # Static topics (docs/static-topics.md): RocketMQ's number for the create, ours for the read.
+    UPDATE_AND_CREATE_STATIC_TOPIC = 513
+    GET_STATIC_TOPIC_MAPPING = 5120
 
 
 class ResponseCode(IntEnum):

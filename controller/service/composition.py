@@ -30,6 +30,7 @@ from controller.service.membership import MembershipHandlers
 from controller.service.notifier import BrokerNotifier
 from controller.service.requests import AsyncHandler, guarded
 from controller.service.scheduler import ElectionScheduler
+from controller.service.static_topics import StaticTopicHandlers
 from controller.service.sync_state import SyncStateHandlers
 from controller.service.tasks import BackgroundTasks
 from controller.service.topics_routes import TopicRouteHandlers
@@ -60,6 +61,7 @@ _WRITES = frozenset(
         ControllerCode.AUTH_CREATE_ACL,
         ControllerCode.AUTH_UPDATE_ACL,
         ControllerCode.AUTH_DELETE_ACL,
+        ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC,
     }
 )
 """Requests whose decisions append to the Raft log: answered SYSTEM_BUSY at once while the
@@ -153,6 +155,7 @@ class ControllerService:
             now_ms,
             timeout=timeout,
         )
+        self.static_topics = StaticTopicHandlers(manager, gate, committer)
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
         self.auth = AuthHandlers(manager, gate, committer, auth_key)
 
@@ -191,6 +194,8 @@ class ControllerService:
             ControllerCode.AUTH_DELETE_ACL: self.auth.delete_acl,
             ControllerCode.AUTH_LIST_ACL: self.auth.list_acl,
             ControllerCode.AUTH_SYNC_USERS: self.auth.sync_users,
+            ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC: self.static_topics.create,
+            ControllerCode.GET_STATIC_TOPIC_MAPPING: self.static_topics.mapping,
         }
         for code, handler in handlers.items():
             if code in _WRITES:

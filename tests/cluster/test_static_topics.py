@@ -1,0 +1,101 @@
+"""Static topics against real processes: three controllers, two broker groups of one broker.
+
+The mapping is created through rmqctl (UPDATE_AND_CREATE_STATIC_TOPIC on the active
+controller), its physical queues reach the groups' routes, bad requests are refused with one
+line, and after kill -9 of the controller leader the new leader answers the same mapping.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from rmqctl.cli import cli
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+
+def rmqctl(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def as_json(addresses: str, *args: str) -> Any:
+    code, out, err = rmqctl("--json", args[0], "-a", addresses, *args[1:])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def has_master(addresses: str, group: str) -> bool:
+    code, out, _ = rmqctl("--json", "getSyncStateSet", "-a", addresses, "-b", group)
+    return code == 0 and json.loads(out).get("masterBrokerId") is not None
+
+
+def test_a_static_topic_is_created_refused_when_bad_and_survives_the_controller_leader(
+    cluster: Cluster,
+) -> None:
+    addrs = cluster.controller_addresses
+    cluster.add_group("broker-a", 1)
+    cluster.add_group("broker-b", 1)
+    for group in ("broker-a", "broker-b"):
+        wait_until(
+            lambda g=group: has_master(addrs, g),
+            f"{group} has a master",
+            30,
+            interval=0.2,
+            on_timeout=cluster.logs,
+        )
+
+    created = as_json(addrs, "updateStaticTopic", "-t", "Orders", "-q", "4")
+    placed = [
+        (q["items"][0]["brokerName"], q["items"][0]["physicalQueue"]) for q in created["queues"]
+    ]
+    assert placed == [("broker-a", 0), ("broker-b", 0), ("broker-a", 1), ("broker-b", 1)]
+    assert all(q["items"][0]["logicalEnd"] is None for q in created["queues"])
+    assert as_json(addrs, "staticTopicMapping", "-t", "Orders") == created
+
+    # The physical queues are topics of the groups: their brokers got them, the route shows them.
+    def routed() -> bool:
+        code, out, _ = rmqctl("--json", "topicRoute", "-a", addrs, "-t", "Orders")
+        if code != 0:
+            return False
+        brokers = {b["brokerName"]: b for b in json.loads(out)["brokers"]}
+        return {n: b["queues"] for n, b in brokers.items()} == {
+            "broker-a": 2,
+            "broker-b": 2,
+        } and all(b["masterAddress"] for b in brokers.values())
+
+    wait_until(
+        routed, "the physical queues in the route", 20, interval=0.2, on_timeout=cluster.logs
+    )
+
+    for args, line in [
+        (("-t", "Orders", "-q", "5"), "static topic Orders already exists with 4 queues"),
+        (("-t", "Orders2", "-q", "2", "-b", "broker-z"), "broker group broker-z does not exist"),
+        (("-t", "bad name", "-q", "2"), "topic may hold letters"),
+    ]:
+        code, out, err = rmqctl("updateStaticTopic", "-a", addrs, *args)
+        assert code == 1 and out == "" and len(err.splitlines()) == 1 and line in err, (args, err)
+    code, _, err = rmqctl("staticTopicMapping", "-a", addrs, "-t", "Orders2")
+    assert code == 1 and "Orders2 is not a static topic" in err and len(err.splitlines()) == 1
+
+    leader_id = as_json(addrs, "getControllerMetaData")["leaderId"]
+    leader = next(c for c in cluster.controllers if c.node_id == leader_id)
+    leader.kill9()
+    others = ";".join(c.address for c in cluster.controllers if c is not leader)
+
+    def new_leader() -> bool:
+        code, out, _ = rmqctl("--json", "getControllerMetaData", "-a", others)
+        return code == 0 and json.loads(out)["leaderId"] not in (None, leader_id)
+
+    wait_until(new_leader, "a new controller leader", 30, interval=0.2, on_timeout=cluster.logs)
+    assert as_json(others, "staticTopicMapping", "-t", "Orders") == created
+    # The new leader decides on the same state: the same create is a no-op, another refused.
+    assert as_json(others, "updateStaticTopic", "-t", "Orders", "-q", "4") == created
+    code, _, err = rmqctl("updateStaticTopic", "-a", others, "-t", "Orders", "-q", "3")
+    assert code == 1 and "already exists with 4 queues" in err
