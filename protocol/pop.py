@@ -312,33 +312,22 @@ def encode_revive_record(record: ReviveRecord) -> bytes:
         if len(record.secret) != HANDLE_KEY_BYTES:
             raise ValueError(f"a handle key is {HANDLE_KEY_BYTES} bytes")
         return bytes([KIND_KEY]) + record.secret
-    if isinstance(record, Checkpoint):
+    if isinstance(record, (Checkpoint, OrderlyCheckpoint)):
         if not 0 < record.count <= MAX_POP_BATCH:
             raise ValueError(f"a checkpoint covers 1..{MAX_POP_BATCH} offsets")
-        bitmap = _bitmap(record.start, record.count, record.popped)
+        kind, maps = KIND_CHECKPOINT, [record.popped]
+        if isinstance(record, OrderlyCheckpoint):
+            if set(record.popped) & set(record.passed):
+                raise ValueError("an offset is both handed out and passed over")
+            kind, maps = KIND_ORDERLY_CHECKPOINT, [record.popped, record.passed]
         return (
-            bytes([KIND_CHECKPOINT])
+            bytes([kind])
             + _name(record.group, "group")
             + _name(record.topic, "topic")
             + _CK_FIXED.pack(
                 record.queue_id, record.start, record.count, record.pop_ms, record.invisible_ms
             )
-            + bytes(bitmap)
-        )
-    if isinstance(record, OrderlyCheckpoint):
-        if not 0 < record.count <= MAX_POP_BATCH:
-            raise ValueError(f"a checkpoint covers 1..{MAX_POP_BATCH} offsets")
-        if set(record.popped) & set(record.passed):
-            raise ValueError("an offset is both handed out and passed over")
-        return (
-            bytes([KIND_ORDERLY_CHECKPOINT])
-            + _name(record.group, "group")
-            + _name(record.topic, "topic")
-            + _CK_FIXED.pack(
-                record.queue_id, record.start, record.count, record.pop_ms, record.invisible_ms
-            )
-            + bytes(_bitmap(record.start, record.count, record.popped))
-            + bytes(_bitmap(record.start, record.count, record.passed))
+            + b"".join(bytes(_bitmap(record.start, record.count, m)) for m in maps)
         )
     if isinstance(record, Ack):
         return _pairs(KIND_ACK, record.keys)
