@@ -102,6 +102,11 @@ _Rule = Callable[[Mapping[str, Scalar], bytes | None, str], tuple[Check, ...]]
 _ROUTE: _Rule = lambda h, b, c: (_topic(h, PUB, SUB, GET),)  # noqa: E731
 _CREATE_TOPIC: _Rule = lambda h, b, c: (_topic(h, CREATE, UPDATE),)  # noqa: E731
 _ANY: _Rule = lambda h, b, c: ANY_USER  # noqa: E731
+_SUB_TOPIC_AND_GROUP: _Rule = lambda h, b, c: (  # noqa: E731
+    _topic(h, SUB),
+    _group(_text(h, "consumerGroup"), SUB),
+)
+_SUB_GROUP: _Rule = lambda h, b, c: (_group(_text(h, "consumerGroup"), SUB),)  # noqa: E731
 
 
 def _cluster(c: str, *actions: Action) -> Check:
@@ -112,7 +117,7 @@ def _heartbeat(h: Mapping[str, Scalar], b: bytes | None, c: str) -> tuple[Check,
     group = _text(h, "consumerGroup")
     if not group:  # a producer's heartbeat
         return ANY_USER
-    return (_topic(h, SUB), _group(group, SUB))
+    return _SUB_TOPIC_AND_GROUP(h, b, c)
 
 
 def _consume_stats(h: Mapping[str, Scalar], b: bytes | None, c: str) -> tuple[Check, ...]:
@@ -124,36 +129,20 @@ _BROKER: Final[dict[int, _Rule]] = {
     RequestCode.SEND_MESSAGE: lambda h, b, c: (_topic(h, PUB),),
     RequestCode.SEND_BATCH_MESSAGE: lambda h, b, c: (_topic(h, PUB),),
     RequestCode.RECALL_MESSAGE: lambda h, b, c: (_topic(h, PUB),),
-    RequestCode.PULL_MESSAGE: lambda h, b, c: (
-        _topic(h, SUB),
-        _group(_text(h, "consumerGroup"), SUB),
-    ),
-    RequestCode.POP_MESSAGE: lambda h, b, c: (
-        _topic(h, SUB),
-        _group(_text(h, "consumerGroup"), SUB),
-    ),
-    RequestCode.QUERY_CONSUMER_OFFSET: lambda h, b, c: (
-        _topic(h, SUB),
-        _group(_text(h, "consumerGroup"), SUB),
-    ),
-    RequestCode.UPDATE_CONSUMER_OFFSET: lambda h, b, c: (
-        _topic(h, SUB),
-        _group(_text(h, "consumerGroup"), SUB),
-    ),
+    RequestCode.PULL_MESSAGE: _SUB_TOPIC_AND_GROUP,
+    RequestCode.POP_MESSAGE: _SUB_TOPIC_AND_GROUP,
+    RequestCode.QUERY_CONSUMER_OFFSET: _SUB_TOPIC_AND_GROUP,
+    RequestCode.UPDATE_CONSUMER_OFFSET: _SUB_TOPIC_AND_GROUP,
     RequestCode.HEART_BEAT: _heartbeat,
     RequestCode.GET_MIN_OFFSET: lambda h, b, c: (_topic(h, SUB),),
     RequestCode.GET_MAX_OFFSET: lambda h, b, c: (_topic(h, SUB),),
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: lambda h, b, c: (_topic(h, SUB),),
-    RequestCode.ACK_MESSAGE: lambda h, b, c: (_group(_text(h, "consumerGroup"), SUB),),
-    RequestCode.BATCH_ACK_MESSAGE: lambda h, b, c: (_group(_text(h, "consumerGroup"), SUB),),
-    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: lambda h, b, c: (
-        _group(_text(h, "consumerGroup"), SUB),
-    ),
+    RequestCode.ACK_MESSAGE: _SUB_GROUP,
+    RequestCode.BATCH_ACK_MESSAGE: _SUB_GROUP,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _SUB_GROUP,
     RequestCode.CONSUMER_SEND_MSG_BACK: lambda h, b, c: (_group(_text(h, "group"), SUB),),
-    RequestCode.UNREGISTER_CLIENT: lambda h, b, c: (_group(_text(h, "consumerGroup"), SUB),),
-    RequestCode.GET_CONSUMER_LIST_BY_GROUP: lambda h, b, c: (
-        _group(_text(h, "consumerGroup"), SUB),
-    ),
+    RequestCode.UNREGISTER_CLIENT: _SUB_GROUP,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _SUB_GROUP,
     RequestCode.UPDATE_AND_CREATE_TOPIC: _CREATE_TOPIC,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: lambda h, b, c: (
         _group(_body_group(b), CREATE, UPDATE),
