@@ -531,7 +531,9 @@ class Producer:
         return await self._enter_lane(topic, route, item)
 
     def _lane_of(self, topic: str, route: TopicRoute, group: str) -> _LaneKey:
-        queues = route.queues  # sorted by (broker name, queue id), masters or not
+        # A static topic's message groups hash over its logical queues (each on its newest
+        # item), so a group keeps its logical queue when that queue moves to another group.
+        queues = route.logical_queues or route.queues  # else sorted, masters or not
         if not queues:
             raise NoRouteError(f"topic {topic!r} has no queue")
         mq = group_queue(group, queues)

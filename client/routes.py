@@ -37,14 +37,20 @@ class BrokerRoute:
     master_address: str | None
     slaves: tuple[str, ...]
     queues: int
+    #: a static topic's queues sends may go to (its logical queues' newest open items on this
+    #: group); None: every queue
+    write_queues: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "brokerName": self.broker_name,
             "masterAddress": self.master_address,
             "slaves": list(self.slaves),
             "queues": self.queues,
         }
+        if self.write_queues is not None:
+            doc["writeQueues"] = list(self.write_queues)
+        return doc
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,6 +59,9 @@ class TopicRoute:
 
     topic: str
     brokers: tuple[BrokerRoute, ...]
+    #: a static topic's logical queues, by logical id: the (group, physical queue) of each one's
+    #: newest mapping item (docs/static-topics.md); () for an ordinary topic
+    logical_queues: tuple[MessageQueue, ...] = ()
     #: every (broker, queue) pair, sorted: what consumers allocate among themselves
     queues: tuple[MessageQueue, ...] = field(init=False)
     #: (queue, master address) for every queue whose group has a master: where sends may go
@@ -63,8 +72,14 @@ class TopicRoute:
         brokers = tuple(sorted(self.brokers, key=lambda b: b.broker_name))
         masters = {b.broker_name: b.master_address for b in brokers if b.master_address}
         queues = tuple(MessageQueue(b.broker_name, q) for b in brokers for q in range(b.queues))
+        allowed = {
+            b.broker_name: frozenset(b.write_queues) for b in brokers if b.write_queues is not None
+        }
         writable = tuple(
-            (mq, masters[mq.broker_name]) for mq in queues if mq.broker_name in masters
+            (mq, masters[mq.broker_name])
+            for mq in queues
+            if mq.broker_name in masters
+            and (mq.broker_name not in allowed or mq.queue_id in allowed[mq.broker_name])
         )
         object.__setattr__(self, "brokers", brokers)
         object.__setattr__(self, "queues", queues)
@@ -99,7 +114,13 @@ class TopicRoute:
         return dict(self._masters)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "brokers": [b.to_dict() for b in self.brokers]}
+        doc: dict[str, Any] = {"topic": self.topic, "brokers": [b.to_dict() for b in self.brokers]}
+        if self.logical_queues:
+            doc["logicalQueues"] = [
+                {"queueId": i, "brokerName": mq.broker_name, "physicalQueue": mq.queue_id}
+                for i, mq in enumerate(self.logical_queues)
+            ]
+        return doc
 
 
 @dataclass(slots=True, frozen=True)
@@ -141,10 +162,17 @@ def parse_route(frame: Frame) -> TopicRoute:
                 master_address=str(b["masterAddress"]) if b.get("masterAddress") else None,
                 slaves=tuple(str(s) for s in b.get("slaves") or ()),
                 queues=int(b["queues"]),
+                write_queues=None
+                if b.get("writeQueues") is None
+                else tuple(int(q) for q in b["writeQueues"]),
             )
             for b in doc["brokers"]
         )
-        return TopicRoute(topic=str(doc["topic"]), brokers=brokers)
+        logical = tuple(
+            MessageQueue(str(q["brokerName"]), int(q["physicalQueue"]))
+            for q in doc.get("logicalQueues") or ()
+        )
+        return TopicRoute(topic=str(doc["topic"]), brokers=brokers, logical_queues=logical)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ClientError(f"malformed route body: {exc!r}") from None
 

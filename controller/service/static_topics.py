@@ -77,3 +77,27 @@ class StaticTopicHandlers:
         if found is None:
             raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"{topic} is not a static topic")
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, found)))
+
+
+def static_route(doc: dict[str, Any], mapping: StaticTopicMapping) -> dict[str, Any]:
+    """A static topic's GET_ROUTEINFO_BY_TOPIC document: the groups' route plus, per logical
+    queue, the group and physical queue of its newest item (``logicalQueues``), and per group the
+    physical queues sends may go to (``writeQueues``: newest items that are open; a queue whose
+    move is in progress is writable nowhere until its new item exists)."""
+    logical = []
+    writable: dict[str, list[int]] = {}
+    for queue_id, items in enumerate(mapping):
+        last = items[-1]
+        logical.append(
+            {
+                "queueId": queue_id,
+                "brokerName": last.broker_name,
+                "physicalQueue": last.physical_queue,
+            }
+        )
+        if last.logical_end is None:
+            writable.setdefault(last.broker_name, []).append(last.physical_queue)
+    brokers = [
+        {**b, "writeQueues": sorted(writable.get(b["brokerName"], ()))} for b in doc["brokers"]
+    ]
+    return {**doc, "brokers": brokers, "logicalQueues": logical}

@@ -23,6 +23,7 @@ from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
 from controller.service.notifier import BrokerNotifier
 from controller.service.requests import Refused, refuse, unpack_body
+from controller.service.static_topics import static_route
 from controller.service.tasks import BackgroundTasks
 from protocol.codes import ResponseCode
 from protocol.fields import opt_str, req_int, req_str
@@ -134,6 +135,9 @@ class TopicRouteHandlers:
         )
         if doc is None:
             raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        mapping = self.manager.static_topic(topic)
+        if mapping is not None:
+            doc = static_route(doc, mapping)
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
 
     async def get_cluster_info(self, conn: Connection, req: Frame) -> Frame:

@@ -1,18 +1,21 @@
 """Static topics against real processes: three controllers, two broker groups of one broker.
 
 The mapping is created through rmqctl (UPDATE_AND_CREATE_STATIC_TOPIC on the active
-controller), its physical queues reach the groups' routes, bad requests are refused with one
-line, and after kill -9 of the controller leader the new leader answers the same mapping.
+controller), its physical queues reach the groups' routes, the SDK producer sends through the
+static topic to each logical queue's newest item, bad requests are refused with one line, and after kill -9 of the controller leader the new leader answers the same mapping.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from client import Producer
+from client.routes import MessageQueue, TopicRoute
 from rmqctl.cli import cli
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until
@@ -73,6 +76,16 @@ def test_a_static_topic_is_created_refused_when_bad_and_survives_the_controller_
     wait_until(
         routed, "the physical queues in the route", 20, interval=0.2, on_timeout=cluster.logs
     )
+
+    # The SDK producer, unchanged, sends to each logical queue's newest item.
+    async def send_all() -> tuple[list[tuple[str, int]], TopicRoute]:
+        async with Producer(addrs, retries=4) as producer:
+            sent = [await producer.send("Orders", f"m-{i}".encode()) for i in range(8)]
+            return [(r.broker_name, r.queue_id) for r in sent], await producer.routes.get("Orders")
+
+    landed, route = asyncio.run(send_all())
+    assert route.logical_queues == tuple(MessageQueue(n, q) for n, q in placed)
+    assert set(landed) == set(placed)  # round-robin over the 4 logical queues
 
     for args, line in [
         (("-t", "Orders", "-q", "5"), "static topic Orders already exists with 4 queues"),
