@@ -31,7 +31,7 @@ ratios to the first.
 
 Phases 1 and 2 also print a slave's CPU seconds per 100k messages and the load average (the
 rates are only comparable at similar loads; CPU per message much less depends on them).
-``--spy DIR`` records the master and that slave with py-spy during phases 1 and 2 and prints
+``--spy DIR`` records the master and that slave with py-spy during phases 1, 2 and 3 and prints
 their top functions (bench/profile_summary.py); ``--only-produce`` stops after phase 3.
 
     python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
@@ -589,7 +589,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 ours_rate = await produce_single(conn, args.messages, body, pid, slave_pid)
             with spying(args.spy, "p2", pids):
                 await produce_batch(conn, args.messages, body, pid, slave_pid)
-            ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids)
+            with spying(args.spy, "p3", pids):
+                ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids)
             conn.close()
             report_unexpected(
                 await master_epoch(boot) - epoch0,
@@ -718,7 +719,7 @@ def main() -> None:
         "--spy",
         type=Path,
         metavar="DIR",
-        help="py-spy record the master and one slave during phases 1 and 2 into DIR and print "
+        help="py-spy record the master and one slave during phases 1, 2 and 3 into DIR and print "
         "their top functions (bench/profile_summary.py folds the files again)",
     )
     p.add_argument(
