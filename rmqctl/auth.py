@@ -16,14 +16,12 @@ from typing import Any
 import click
 import msgpack
 
-from client.bootstrap import Bootstrap
 from protocol.acl import AclError, check_secret, check_username, make_rule, resource_pattern
 from protocol.acl import user_type as parse_user_type
 from protocol.codes import ControllerCode
 from protocol.remoting import Frame, Scalar
-from remoting.client import ConnectionPool
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
-from rmqctl.controller import TIMEOUT, _body
+from rmqctl.controller_calls import answer_body, call_controllers
 
 SUPER_USER_ONLY = (
     "With authentication on (auth_enabled) only a super user may do this: give its "
@@ -59,11 +57,7 @@ async def _send(
     """One request to the controllers (the leader for a change); the secret, if any, travels in
     the msgpack body, never in a header."""
     packed = None if body is None else msgpack.packb(dict(body), use_bin_type=True)
-    pool = ConnectionPool(TIMEOUT)
-    try:
-        return await Bootstrap(addresses, pool, TIMEOUT).call(code, header, packed, timeout=TIMEOUT)
-    finally:
-        pool.close()
+    return await call_controllers(addresses, code, header, packed)
 
 
 def _user_human(doc: Mapping[str, Any]) -> str:
@@ -204,7 +198,7 @@ def list_user(settings: Settings, addresses: str, prefix: str) -> None:
 
 
 def _list_doc(resp: Frame, key: str) -> dict[str, Any]:
-    raw = _body(resp, key)
+    raw = answer_body(resp, key)
     if not isinstance(raw, dict) or not isinstance(raw.get(key), list):
         raise CommandError(f"malformed {key} answer")
     return {key: raw[key]}

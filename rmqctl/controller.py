@@ -13,39 +13,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import click
-import msgpack
 
-from client.bootstrap import Bootstrap, describe_failure, parse_addresses
+from client.bootstrap import describe_failure, parse_addresses
 from client.errors import ClientError
 from protocol.codes import ControllerCode, RequestCode
-from protocol.remoting import Frame, Scalar
+from protocol.remoting import Scalar
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
+from rmqctl.controller_calls import TIMEOUT, answer_body, call_controllers
 
-TIMEOUT = 5.0
 MEMBERSHIP_TIMEOUT = 20.0
 METADATA_KEYS = ("group", "leaderId", "leaderAddress", "term", "peers")
-
-
-def _body(frame: Frame, what: str) -> Any:
-    try:
-        return msgpack.unpackb(frame.body or b"\x80", raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise ClientError(f"malformed {what} answer: {type(exc).__name__}") from None
-
-
-async def _call(
-    addresses: str,
-    code: int,
-    header: Mapping[str, Scalar] | None = None,
-    timeout: float = TIMEOUT,
-) -> Frame:
-    pool = ConnectionPool(timeout)
-    try:
-        return await Bootstrap(addresses, pool, timeout).call(code, header, timeout=timeout)
-    finally:
-        pool.close()
 
 
 def _metadata_doc(raw: Any) -> dict[str, Any]:
@@ -94,10 +73,10 @@ def _sync_state_human(doc: Mapping[str, Any]) -> str:
 
 
 async def _sync_state(addresses: str, broker_name: str) -> dict[str, Any]:
-    resp = await _call(
+    resp = await call_controllers(
         addresses, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {"brokerName": broker_name}
     )
-    doc = _body(resp, "sync state")
+    doc = answer_body(resp, "sync state")
     if not isinstance(doc, dict):
         raise ClientError("malformed sync state answer")
     return doc
@@ -118,8 +97,9 @@ def get_controller_metadata(settings: Settings, addresses: str) -> None:
     """
 
     async def work() -> Any:
-        return _body(
-            await _call(addresses, RequestCode.CONTROLLER_GET_METADATA_INFO), "controller metadata"
+        return answer_body(
+            await call_controllers(addresses, RequestCode.CONTROLLER_GET_METADATA_INFO),
+            "controller metadata",
         )
 
     raw = run(work())
@@ -167,7 +147,7 @@ def elect_master(
         if broker_id is not None:
             header["brokerId"] = broker_id
             header["designateElect"] = True
-        await _call(addresses, RequestCode.CONTROLLER_ELECT_MASTER, header)
+        await call_controllers(addresses, RequestCode.CONTROLLER_ELECT_MASTER, header)
         return await _sync_state(addresses, broker_name)
 
     doc = run(work())
@@ -187,10 +167,10 @@ def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> No
     """
 
     async def work() -> list[dict[str, Any]]:
-        resp = await _call(
+        resp = await call_controllers(
             addresses, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": broker_name}
         )
-        info = _body(resp, "replica info")
+        info = answer_body(resp, "replica info")
         replicas = info.get("replicas") if isinstance(info, dict) else None
         if not isinstance(replicas, list):
             raise ClientError("the controller did not list the group's replicas")
@@ -223,7 +203,7 @@ async def _epoch_cache(pool: ConnectionPool, replica: Mapping[str, Any]) -> dict
         return doc | {"error": str(exc)}
     except RemotingError as exc:
         return doc | {"error": describe_failure(exc)}
-    body = _body(resp, "epoch cache")
+    body = answer_body(resp, "epoch cache")
     if not isinstance(body, dict):
         return doc | {"error": "malformed epoch cache answer"}
     for key in ("role", "maxOffset", "confirmOffset", "epochs"):
@@ -291,7 +271,7 @@ def clean_broker_metadata(
         }
         if cluster:
             header["clusterName"] = cluster
-        await _call(addresses, RequestCode.CLEAN_BROKER_DATA, header)
+        await call_controllers(addresses, RequestCode.CLEAN_BROKER_DATA, header)
 
     run(work())
     emit(settings, {"ok": True}, lambda: f"cleaned {broker_name} {';'.join(ids) or '(all)'}")
@@ -318,7 +298,7 @@ def get_controller_config(settings: Settings, addresses: str) -> None:
             return {"error": describe_failure(exc)}
         finally:
             pool.close()
-        doc = _body(resp, "controller config")
+        doc = answer_body(resp, "controller config")
         return doc if isinstance(doc, dict) else {"error": "malformed answer"}
 
     async def work() -> dict[str, dict[str, Any]]:
@@ -349,8 +329,8 @@ node_id_option = click.option("--id", "node_id", required=True, metavar="nX", he
 
 def _membership(settings: Settings, addresses: str, code: int, header: dict[str, Scalar]) -> None:
     async def work() -> Any:
-        resp = await _call(addresses, code, header, timeout=MEMBERSHIP_TIMEOUT)
-        return _body(resp, "controller metadata")
+        resp = await call_controllers(addresses, code, header, timeout=MEMBERSHIP_TIMEOUT)
+        return answer_body(resp, "controller metadata")
 
     raw = run(work())
     emit(settings, _metadata_doc(raw), lambda: _metadata_human(raw))

@@ -15,7 +15,7 @@ from client.errors import ClientError
 from protocol.codes import ControllerCode
 from protocol.remoting import Scalar
 from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, table
-from rmqctl.controller import _body, _call
+from rmqctl.controller_calls import answer_body, call_controllers
 
 topic_option = click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
 
@@ -91,8 +91,10 @@ def update_static_topic(
         header: dict[str, Scalar] = {"topic": topic, "queues": queues}
         if broker_names:
             header["brokerNames"] = broker_names
-        resp = await _call(addresses, ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC, header)
-        return _mapping(_body(resp, "static topic"))
+        resp = await call_controllers(
+            addresses, ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC, header
+        )
+        return _mapping(answer_body(resp, "static topic"))
 
     doc = run(work())
     emit(settings, doc, lambda: _mapping_human(doc))
@@ -110,8 +112,10 @@ def static_topic_mapping(settings: Settings, addresses: str, topic: str) -> None
     """
 
     async def work() -> dict[str, Any]:
-        resp = await _call(addresses, ControllerCode.GET_STATIC_TOPIC_MAPPING, {"topic": topic})
-        return _mapping(_body(resp, "static topic mapping"))
+        resp = await call_controllers(
+            addresses, ControllerCode.GET_STATIC_TOPIC_MAPPING, {"topic": topic}
+        )
+        return _mapping(answer_body(resp, "static topic mapping"))
 
     doc = run(work())
     emit(settings, doc, lambda: _mapping_human(doc))
