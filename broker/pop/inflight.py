@@ -22,7 +22,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from broker.pop.orderly import OrderState
-from protocol.pop import Checkpoint, OrderlyCheckpoint
+from protocol.pop import Ack, Change, Checkpoint, OrderlyCheckpoint, Revived, ReviveRecord
 from protocol.pop_snapshot import PopSnapshot
 
 __all__ = ["Entry", "PopRefused", "PopState", "Refusal"]
@@ -97,6 +97,20 @@ class PopState:
         """Which message a FIFO consumer group may take next, per queue."""
 
     # -- records -------------------------------------------------------------------------------
+    def apply(self, offset: int, record: ReviveRecord) -> None:
+        """Replay one revive log record, read at CommitLog ``offset``, without the master's
+        checks (a replica's and a restart's way); a handle key changes nothing here."""
+        if isinstance(record, Checkpoint | OrderlyCheckpoint):
+            self.checkpoint(offset, record)
+        elif isinstance(record, Ack):
+            for key in record.keys:
+                self.ack(key)
+        elif isinstance(record, Change):
+            self.change((record.checkpoint, record.queue_offset), record.deadline_ms)
+        elif isinstance(record, Revived):
+            for key in record.keys:
+                self.revived(key)
+
     def checkpoint(self, ck_id: int, ck: Checkpoint | OrderlyCheckpoint) -> list[Entry]:
         """A POP handed out ``ck.popped``; ``ck_id`` is its record's CommitLog offset."""
         key = (ck.group, ck.topic, ck.queue_id)

@@ -54,7 +54,6 @@ from protocol.pop import (
     Change,
     Checkpoint,
     HandleKey,
-    OrderlyCheckpoint,
     ReceiptHandle,
     Revived,
     ReviveRecord,
@@ -270,16 +269,8 @@ class PopService:
         if isinstance(record, HandleKey):
             if self.key is None:
                 self.key = record
-        elif isinstance(record, Checkpoint | OrderlyCheckpoint):
-            state.checkpoint(offset, record)
-        elif isinstance(record, Ack):
-            for key in record.keys:
-                state.ack(key)
-        elif isinstance(record, Change):
-            state.change((record.checkpoint, record.queue_offset), record.deadline_ms)
-        elif isinstance(record, Revived):
-            for key in record.keys:
-                state.revived(key)
+        else:
+            state.apply(offset, record)
 
     # -- writes ----------------------------------------------------------------------------------
     def _append(self, record: ReviveRecord) -> PutResult:

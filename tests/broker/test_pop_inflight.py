@@ -100,16 +100,7 @@ def test_acked_entries_leave_the_deadline_heap_long_before_their_deadline() -> N
 def apply(state: PopState, log: list[tuple[int, ReviveRecord]]) -> PopState:
     """A replica's replay of revive-log records."""
     for ck_id, record in log:
-        if isinstance(record, Checkpoint):
-            state.checkpoint(ck_id, record)
-        elif isinstance(record, Ack):
-            for key in record.keys:
-                state.ack(key)
-        elif isinstance(record, Change):
-            state.change((record.checkpoint, record.queue_offset), record.deadline_ms)
-        elif isinstance(record, Revived):
-            for key in record.keys:
-                state.revived(key)
+        state.apply(ck_id, record)
     return state
 
 

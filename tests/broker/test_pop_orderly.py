@@ -110,16 +110,7 @@ def unexpired(state: PopState, now: int) -> dict[tuple[int, int], int]:
 def replay(records: list[tuple[int, ReviveRecord]], state: PopState | None = None) -> PopState:
     state = PopState() if state is None else state
     for ck_id, record in records:
-        if isinstance(record, OrderlyCheckpoint):
-            state.checkpoint(ck_id, record)
-        elif isinstance(record, Ack):
-            for key in record.keys:
-                state.ack(key)
-        elif isinstance(record, Change):
-            state.change((record.checkpoint, record.queue_offset), record.deadline_ms)
-        elif isinstance(record, Revived):
-            for key in record.keys:
-                state.revived(key)
+        state.apply(ck_id, record)
     return state
 
 
