@@ -31,19 +31,17 @@ from protocol.ha import SlaveHandshake, encode_slave_handshake
 from protocol.remoting import Frame, Header, Scalar
 from protocol.request_auth import NONCE, RequestSigner
 from protocol.request_permissions import SUPER_ONLY_CONTROLLER_CODES
-from remoting.client import ConnectionPool, RemotingClient, signer_for, wall_ms
+from remoting.client import RemotingClient, signer_for, wall_ms
 from remoting.errors import ResponseError
-from remoting.failover import AddressFailover
+from tests.cluster.secured import ROOT, WINDOW_MS, admin_call, create_root, secured_cluster
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-ROOT = Credentials("root", "root-Secret-4242")
 APP = Credentials("app", "app-Secret-4242")
 READER = Credentials("reader", "reader-Secret-42")
-WINDOW_MS = 30_000
 
 
 class Secured:
@@ -56,14 +54,7 @@ class Secured:
     async def admin(
         self, code: int, header: Mapping[str, Scalar], doc: dict[str, Any] | None = None
     ) -> Frame:
-        """One request to the controllers (the leader for a change), signed by ROOT; a
-        refusal raises ResponseError."""
-        body = None if doc is None else msgpack.packb(doc, use_bin_type=True)
-        controllers = AddressFailover(self.addresses, ConnectionPool(3.0, ROOT), 3.0)
-        try:
-            return await controllers.call(code, header, body)
-        finally:
-            controllers.pool.close()
+        return await admin_call(self.addresses, code, header, doc)
 
     async def sync_state(self) -> dict[str, Any]:
         header = {"brokerName": "broker-a"}
@@ -98,27 +89,10 @@ class Secured:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    tmp = tmp_path_factory.mktemp("auth")
-    key = tmp / "auth.key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    key.chmod(0o600)
-    settings = (
-        f'auth_key_file = "{key}"\nauth_enabled = true\nauth_timestamp_window_ms = {WINDOW_MS}\n'
-    )
-    controller_config = tmp / "controller-auth.toml"
-    controller_config.write_text(settings)
-    cluster = Cluster(tmp)
-    for c in cluster.controllers:
-        c.argv += ["--config", str(controller_config)]
+    cluster, key, settings = secured_cluster(tmp_path_factory.mktemp("auth"))
     try:
         cluster.start_controllers()
-        # The first super user, created as the cluster itself (the operator holds the key).
-        done = rmqctl(
-            "-a", cluster.controller_addresses, "--auth-key-file", str(key),
-            "createUser", "-u", ROOT.access_key, "-p", ROOT.secret_key, "-t", "Super",
-            timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr + cluster.logs()
+        create_root(cluster, key)
         group = cluster.add_group(
             "broker-a", replicas=2, config=settings + "auth_refresh_interval_ms = 1000\n"
         )

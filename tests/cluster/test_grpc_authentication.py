@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 import urllib.request
@@ -21,7 +20,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
-import msgpack
 import pytest
 
 from client import Credentials
@@ -33,18 +31,16 @@ from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
-from remoting.failover import AddressFailover
+from tests.cluster.secured import ROOT, WINDOW_MS, admin_call, create_root, secured_cluster
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.official_client import client_env, run_script
-from tests.support.procs import free_port, rmqctl
+from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-ROOT = Credentials("root", "root-Secret-4242")
 FULL = Credentials("full", "full-Secret-4242")  # pub and sub on A, sub on group g
 APP = Credentials("app", "app-Secret-4242")  # pub on A only
-WINDOW_MS = 30_000
 
 
 class SecuredGrpc:
@@ -58,14 +54,7 @@ class SecuredGrpc:
     async def admin(
         self, code: int, header: dict[str, Scalar], doc: dict[str, Any] | None = None
     ) -> Frame:
-        body = None if doc is None else msgpack.packb(doc, use_bin_type=True)
-        controllers = AddressFailover(
-            self.cluster.controller_addresses, ConnectionPool(3.0, ROOT), 3.0
-        )
-        try:
-            return await controllers.call(code, header, body)
-        finally:
-            controllers.pool.close()
+        return await admin_call(self.cluster.controller_addresses, code, header, doc)
 
     async def max_offset(self, topic: str) -> int:
         pool = ConnectionPool(3.0, ROOT)
@@ -100,26 +89,10 @@ class SecuredGrpc:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredGrpc]:
-    tmp = tmp_path_factory.mktemp("grpc-auth")
-    key = tmp / "auth.key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    key.chmod(0o600)
-    settings = (
-        f'auth_key_file = "{key}"\nauth_enabled = true\nauth_timestamp_window_ms = {WINDOW_MS}\n'
-    )
-    controller_config = tmp / "controller-auth.toml"
-    controller_config.write_text(settings)
-    cluster = Cluster(tmp)
-    for c in cluster.controllers:
-        c.argv += ["--config", str(controller_config)]
+    cluster, key, settings = secured_cluster(tmp_path_factory.mktemp("grpc-auth"))
     try:
         cluster.start_controllers()
-        done = rmqctl(
-            "-a", cluster.controller_addresses, "--auth-key-file", str(key),
-            "createUser", "-u", ROOT.access_key, "-p", ROOT.secret_key, "-t", "Super",
-            timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr + cluster.logs()
+        create_root(cluster, key)
         port, metrics = free_port(), free_port()
         (broker,) = cluster.add_group(
             "broker-a",
