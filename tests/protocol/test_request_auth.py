@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+
+import msgpack
 import pytest
 
 from protocol.codes import RequestCode
@@ -194,3 +199,48 @@ def test_cluster_credentials_are_derived_alike_and_not_a_username() -> None:
 
     with pytest.raises(AclError):
         check_username(CLUSTER_ACCESS_KEY)
+
+
+@pytest.mark.parametrize("secret_chars", [8, 44, 64, 65, 256])
+def test_the_signature_is_hmac_sha256_of_the_documented_string(secret_chars: int) -> None:
+    """The signer's prepared key (protocol.request_auth.SigningKey) against the library's HMAC
+    over the string to sign built as docs/protocol.md spells it, for secrets shorter than,
+    equal to and longer than SHA-256's 64-byte block (a longer key is hashed first)."""
+    creds = Credentials("alice", "".join(chr(33 + i % 94) for i in range(secret_chars)))
+    body = bytes(range(256)) * 3
+    header = RequestSigner(creds, "p1").sign(11, FLAG_ONEWAY, {"topic": "A", "b": 2}, body, NOW)
+    fields = sorted([name, value] for name, value in header.items() if name != SIGNATURE)
+    string = msgpack.packb(
+        ["RMQ1-HMAC-SHA256", 11, True, fields, hashlib.sha256(body).digest()], use_bin_type=True
+    )
+    mac = hmac.digest(creds.secret_key.encode(), string, "sha256")
+    assert header[SIGNATURE] == base64.b64encode(mac).decode()
+    secrets = {"alice": creds.secret_key}
+    verdict = verify(
+        11,
+        FLAG_ONEWAY,
+        header,
+        body,
+        secret_of=secrets.get,
+        now_ms=NOW,
+        window_ms=WINDOW,
+        nonces=NonceCache(WINDOW),
+    )
+    assert verdict.ok
+
+
+def test_a_signature_spelled_otherwise_is_a_bad_signature() -> None:
+    """Only the one base64 spelling of the MAC is accepted: no padding, line breaks, other
+    trailing bits or non-ASCII text (each a bad signature, never an exception)."""
+    good = signed()
+    sig = str(good[SIGNATURE])
+    # The last character's 2 low bits are padding, zero in the one spelling (A, E, ..., 8):
+    # the next character decodes to the same 32 bytes.
+    assert base64.b64decode(sig[:-2] + chr(ord(sig[-2]) + 1) + "=") == base64.b64decode(sig)
+    other_bits = sig[:-2] + chr(ord(sig[-2]) + 1) + "="
+    for spelled in (sig.rstrip("="), sig + "\n", other_bits, sig[:-1] + "é", ""):
+        header = dict(good)
+        header[SIGNATURE] = spelled
+        verdict = check(header)
+        assert verdict.reason == BAD_SIGNATURE, spelled
+    assert check(dict(good)).ok
