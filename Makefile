@@ -2,12 +2,14 @@
 #   make run / make demo   the daemons and rmqctl only (the project, no extras)
 #   make pipeline-deps     the spark extra on top (rmq-pipeline, the Spark data source)
 #   make test, lint, ...   everything: the dev and spark extras
+#   make bench             the bench extra on top (nats-py, py-spy)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 DEV_STAMP := $(VENV)/.installed-dev
+BENCH_STAMP := $(VENV)/.installed-bench
 # pip's own output (a line per package, progress bars on a terminal) shows the install moving.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check
 
@@ -37,6 +39,11 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[dev,spark]'
 	touch $@ $(SPARK_STAMP) $(RUN_STAMP)
 
+$(BENCH_STAMP): pyproject.toml | $(BIN)/python
+	@echo "== installing the project with its dev, spark and bench extras into $(VENV)"
+	$(PIP) -e '.[dev,spark,bench]'
+	touch $@ $(DEV_STAMP) $(SPARK_STAMP) $(RUN_STAMP)
+
 run: $(RUN_STAMP)  ## start a local cluster on loopback, in the foreground; Ctrl-C stops it
 	$(BIN)/python deploy/local_cluster.py
 
@@ -52,7 +59,7 @@ lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline
 
-bench: $(DEV_STAMP)  ## benchmarks: figures and ratios, never asserted
+bench: $(BENCH_STAMP)  ## benchmarks: figures and ratios, never asserted
 	$(BIN)/python bench/run.py
 
 soak: $(DEV_STAMP)  ## long soaks and big simulations

@@ -11,9 +11,8 @@ Measures, against real controller processes in a temporary directory:
   3. failover: rounds of kill -9 of the leader, each timed from the kill until a new leader
      has committed and answered a write; the killed controller is restarted from its disk and
      caught up before the next round,
-  4. PySyncObj side by side when it can be installed (``pip install pysyncobj`` into this
-     interpreter's environment at bench time, never a project dependency): three nodes as
-     processes on loopback with a replicated dict and its journal file, the same 1 KiB puts
+  4. PySyncObj side by side (the project's ``bench`` extra, which ``make bench`` installs):
+     three nodes as processes on loopback with a replicated dict and its journal file, the same 1 KiB puts
      driven through its own API inside the leader's process, at our window and at 16 times it
      (PySyncObj batches appends every 0.1 s, so its throughput grows with the window), then
      one at a time. PySyncObj never fsyncs its journal, so the comparison favours it.
@@ -47,7 +46,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -491,23 +489,13 @@ async def bench_controller(args: argparse.Namespace, tmp: Path) -> float | None:
 
 
 def ensure_pysyncobj() -> bool:
+    """True if pysyncobj (the ``bench`` extra that ``make bench`` installs) is importable."""
     if importlib.util.find_spec("pysyncobj") is not None:
         return True
     print(
-        f"pysyncobj is not installed: installing it into {sys.prefix} for this benchmark "
-        f"(pip install pysyncobj; not a project dependency)",
-        flush=True,
+        "no pysyncobj (`make bench` installs it): the PySyncObj comparison is skipped", flush=True
     )
-    status = subprocess.call(
-        [sys.executable, "-m", "pip", "install", "-q", "pysyncobj"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    importlib.invalidate_caches()
-    if status != 0 or importlib.util.find_spec("pysyncobj") is None:
-        print("pysyncobj could not be installed; the PySyncObj comparison is skipped", flush=True)
-        return False
-    return True
+    return False
 
 
 def pysyncobj_throughput(store: Any, value: bytes, n: int, window: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ Measures and prints (nothing is asserted):
   beyond one per SIGSTOP round, controller leader changes (Raft terms) over the same spans.
 Each figure is printed with its ratio to the issue's target. NATS JetStream R3 (bench/nats_peer.py)
 then runs on the same machine with the same payload, after our cluster is stopped, where
-``nats-server`` is installed (its client nats-py is pip-installed at bench time if missing): 64 in
+``nats-server`` is installed (its client nats-py comes with the ``bench`` extra that ``make bench`` installs): 64 in
 flight and one at a time (JetStream has no batch publish), with ratios ours / NATS. Otherwise the
 line says it was skipped; ``--no-peer`` skips it.
 
