@@ -18,6 +18,7 @@ from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
 Key = tuple[str, int, int]
@@ -135,6 +136,16 @@ async def settings_on(address: str, group: str) -> dict[str, Any] | None:
         return msgpack.unpackb(resp.body) if resp.code == ResponseCode.SUCCESS else None
     finally:
         conn.close()
+
+
+def add_grpc_group(cluster: Cluster, replicas: int = 3) -> list[int]:
+    """Add broker-a with ``replicas`` brokers, each with a gRPC endpoint on a port of its own;
+    the ports, in the order of the group's brokers (of ``cluster.brokers`` for a first group)."""
+    ports = [free_port() for _ in range(replicas)]
+    cluster.add_group(
+        "broker-a", replicas, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
+    )
+    return ports
 
 
 async def start_group_with_topic(cluster: Cluster, boot: Bootstrap, topic: str) -> str:

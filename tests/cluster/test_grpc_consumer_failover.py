@@ -15,10 +15,15 @@ import pytest
 
 from client import Producer
 from client.bootstrap import Bootstrap
-from tests.cluster.support import create_topic, full_sync_state_set, new_master, node_at
+from tests.cluster.support import (
+    add_grpc_group,
+    create_topic,
+    full_sync_state_set,
+    new_master,
+    node_at,
+)
 from tests.support.cluster import Cluster
 from tests.support.official_client import StreamingClient
-from tests.support.procs import free_port
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
@@ -72,10 +77,7 @@ finally:
 async def test_consumption_resumes_on_the_new_master_and_no_acked_message_comes_back(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    ports = [free_port() for _ in range(3)]
-    cluster.add_group(
-        "broker-a", 3, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
-    )
+    ports = add_grpc_group(cluster)
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     sent: dict[str, str] = {}
     try:

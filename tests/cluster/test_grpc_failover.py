@@ -15,10 +15,15 @@ import pytest
 
 from client import Consumer
 from client.bootstrap import Bootstrap
-from tests.cluster.support import create_topic, full_sync_state_set, new_master, node_at
+from tests.cluster.support import (
+    add_grpc_group,
+    create_topic,
+    full_sync_state_set,
+    new_master,
+    node_at,
+)
 from tests.support.cluster import Cluster
 from tests.support.official_client import StreamingClient
-from tests.support.procs import free_port
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -54,10 +59,7 @@ finally:
 async def test_sends_resume_on_the_new_master_and_nothing_acknowledged_is_lost(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    ports = [free_port() for _ in range(3)]
-    cluster.add_group(
-        "broker-a", 3, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
-    )
+    ports = add_grpc_group(cluster)
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
         old = (await full_sync_state_set(boot, cluster))["masterAddress"]

@@ -20,6 +20,7 @@ from controller.metadata.results import Replica, ReplicaInfo
 from controller.metrics import ControllerMetrics
 from protocol.codes import ResponseCode
 from protocol.message import Message
+from tests.broker.support import running, small_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,19 +43,8 @@ class StandInHA:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    cfg = BrokerConfig(
-        listen="127.0.0.1:0",
-        data_dir=tmp_path / "broker-a",
-        metrics_port=0,
-        commitlog_segment_bytes=1 << 20,
-        consumequeue_segment_entries=1024,
-    )
-    b = Broker(cfg)
-    await b.start()
-    try:
+    async with running(small_config(tmp_path, listen="127.0.0.1:0")) as b:
         yield b
-    finally:
-        await b.stop()
 
 
 def samples(registry: CollectorRegistry) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
