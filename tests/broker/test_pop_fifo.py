@@ -10,7 +10,6 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,6 +25,7 @@ from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.message import Message
 from tests.broker.support import figure, running, small_config
+from tests.support.messages import dead_lettered
 from tests.support.wait import wait_until_async
 
 GROUP = "Fifo"
@@ -125,11 +125,7 @@ async def test_a_message_that_keeps_failing_goes_to_the_dlq_and_its_group_goes_o
         assert seen.index(("a1", 1)) > seen.index(("a0", 2))
         assert [x for x in seen if x[0].startswith("b")] == [("b0", 1), ("b1", 1), ("b2", 1)]
         async with Admin(address) as admin:
-
-            async def parked() -> list[dict[str, Any]]:
-                return (await admin.query_dlq(GROUP)).get("broker-a", [])
-
-            (dead,) = await wait_until_async(parked, "a0 in %DLQ%Fifo", 20, interval=0.1)
+            (dead,) = await dead_lettered(admin, GROUP, "a0 in %DLQ%Fifo", 20, interval=0.1)
         assert dead["originMsgId"] == first[0].msg_id and dead["reconsumeTimes"] == 1
         assert figure(broker, "rmq_broker_dlq_messages_total", group=GROUP, topic="T") == 1
         # a0's first expiry handed it out again in place; its second sent it to the DLQ.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from client.admin import Admin
 from client.simple_consumer import SimpleConsumer
 from protocol.message import Message
 from tests.broker.support import figure, running, small_config
+from tests.support.messages import dead_lettered
 from tests.support.wait import wait_until_async
 
 
@@ -68,10 +68,7 @@ async def test_past_retry_max_times_a_pop_delivery_goes_to_the_dlq(broker: Broke
             second = await consumer.receive(1, invisible_duration=1, wait=10)
             assert [(m.attempt, m.origin_msg_id) for m in second] == [(2, first[0].msg_id)]
 
-            async def parked() -> list[dict[str, Any]]:
-                return (await admin.query_dlq("D")).get("broker-a", [])
-
-            (dead,) = await wait_until_async(parked, "the message in %DLQ%D", 20, interval=0.1)
+            (dead,) = await dead_lettered(admin, "D", "the message in %DLQ%D", 20, interval=0.1)
             assert dead["originMsgId"] == first[0].msg_id and dead["reconsumeTimes"] == 1
             assert figure(broker, "rmq_broker_dlq_messages_total", group="D", topic="One") == 1
             # Parked, it is not delivered again.

@@ -18,7 +18,7 @@ from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.progress import ProgressAdmin
 from client.simple_consumer import PopMessage
-from tests.support.messages import fill
+from tests.support.messages import dead_lettered, fill
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
@@ -152,11 +152,7 @@ async def test_past_retry_max_times_a_failing_message_goes_to_the_dlq(broker: Br
         task = asyncio.ensure_future(member.process(fail))
         try:
             async with Admin(broker.address) as admin:
-
-                async def parked() -> list[dict[str, Any]]:
-                    return (await admin.query_dlq("D")).get("broker-a", [])
-
-                (dead,) = await wait_until_async(parked, "the message in %DLQ%D", 30)
+                (dead,) = await dead_lettered(admin, "D", "the message in %DLQ%D", 30)
         finally:
             await _stop([task])
     assert dead["originMsgId"] == poison and seen == [1, 2]

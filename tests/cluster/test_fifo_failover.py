@@ -26,6 +26,7 @@ from client.routes import MessageQueue
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue
 from tests.cluster.support import new_master, node_at, start_fifo_group
 from tests.support.cluster import Cluster
+from tests.support.messages import dead_lettered
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -114,11 +115,7 @@ async def run_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
                     on_timeout=cluster.logs,
                 )
                 async with Admin(addresses) as admin:
-
-                    async def parked() -> list[dict[str, Any]]:
-                        return (await admin.query_dlq(GROUP)).get("broker-a", [])
-
-                    dead = await wait_until_async(parked, "the poison message in the DLQ", 30)
+                    dead = await dead_lettered(admin, GROUP, "the poison message in the DLQ", 30)
             finally:
                 processing.cancel()
                 sending.cancel()

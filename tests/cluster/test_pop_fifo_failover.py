@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import ResponseCode
 from tests.cluster.support import new_master, node_at, start_fifo_group
 from tests.support.cluster import Cluster
+from tests.support.messages import dead_lettered
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -150,11 +150,7 @@ async def run_pop_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
             all_acked, "every message acked", 120, interval=0.1, on_timeout=cluster.logs
         )
         async with Admin(addresses) as admin:
-
-            async def parked() -> list[dict[str, Any]]:
-                return (await admin.query_dlq(GROUP)).get("broker-a", [])
-
-            dead = await wait_until_async(parked, "the poison message in the DLQ", 60)
+            dead = await dead_lettered(admin, GROUP, "the poison message in the DLQ", 60)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

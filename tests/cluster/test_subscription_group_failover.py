@@ -16,6 +16,7 @@ from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
 from tests.cluster.support import full_sync_state_set, new_master, node_at, settings_on
 from tests.support.cluster import Cluster
+from tests.support.messages import dead_lettered
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -71,12 +72,13 @@ async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
     async with Admin(addresses) as admin, Consumer(addresses, "G", "T", **FAST) as consumer:
         task = asyncio.ensure_future(consumer.process(fail))
         try:
-
-            async def parked() -> list[dict[str, Any]]:
-                return (await admin.query_dlq("G")).get("broker-a", [])
-
-            (dead,) = await wait_until_async(
-                parked, "the nacked message in the DLQ", 30, interval=0.2, on_timeout=cluster.logs
+            (dead,) = await dead_lettered(
+                admin,
+                "G",
+                "the nacked message in the DLQ",
+                30,
+                interval=0.2,
+                on_timeout=cluster.logs,
             )
         finally:
             task.cancel()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from client.admin import Admin
 from client.producer import Producer
+from tests.support.wait import wait_until_async
 
 
 async def fill(address: str, topic: str, n: int, queues: int = 2) -> list[str]:
@@ -18,3 +21,21 @@ async def fill(address: str, topic: str, n: int, queues: int = 2) -> list[str]:
             *(producer.send(topic, f"m{i}".encode(), keys=f"k{i}") for i in range(n))
         )
     return [r.msg_id for r in results]
+
+
+async def dead_lettered(
+    admin: Admin,
+    group: str,
+    what: str,
+    timeout: float,
+    *,
+    interval: float = 0.01,
+    on_timeout: Callable[[], str] | None = None,
+) -> list[dict[str, Any]]:
+    """Wait until broker-a's ``%DLQ%<group>`` holds messages (QUERY_DLQ_MESSAGES through
+    ``admin``), as :func:`tests.support.wait.wait_until_async` waits; those messages."""
+
+    async def parked() -> list[dict[str, Any]]:
+        return (await admin.query_dlq(group)).get("broker-a", [])
+
+    return await wait_until_async(parked, what, timeout, interval=interval, on_timeout=on_timeout)
