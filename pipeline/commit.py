@@ -12,6 +12,7 @@ from client.routes import MessageQueue
 from pipeline.errors import PipelineError, describe
 from pipeline.loop import SyncLoop
 from pipeline.replicas import topic_route
+from pipeline.tls import ClientTls, context_of
 from protocol.codes import ResponseCode
 from protocol.pull import ConsumerOffsetUpdate
 from protocol.request_auth import Credentials
@@ -26,8 +27,9 @@ async def _commit_async(
     offsets: Mapping[MessageQueue, int],
     timeout: float,
     credentials: Credentials | None,
+    tls: ClientTls | None,
 ) -> list[str]:
-    pool = ConnectionPool(timeout, credentials)
+    pool = ConnectionPool(timeout, credentials, context_of(tls))
     failures: list[str] = []
     try:
         route = await topic_route(Bootstrap(controllers, pool, timeout), controllers, topic)
@@ -63,11 +65,14 @@ def commit_offsets(
     offsets: Mapping[MessageQueue, int],
     timeout: float,
     credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
 ) -> list[str]:
     """Commit ``offsets`` (next offset per queue) as ``group``'s at each group's master;
     returns what failed (a failed commit is repaired by the next one: offsets only grow)."""
     try:
         with SyncLoop() as loop:
-            return loop.run(_commit_async(controllers, topic, group, offsets, timeout, credentials))
+            return loop.run(
+                _commit_async(controllers, topic, group, offsets, timeout, credentials, tls)
+            )
     except PipelineError as exc:
         return [describe(exc)]

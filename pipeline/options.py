@@ -21,6 +21,8 @@ case-insensitive map).
 | ``sendDeadlineMs`` | write | 10000 | how long a batch may keep being retried after retriable failures (covers a failover) |
 | ``sendRetries`` | write | none | at most this many further attempts of a batch (none: the deadline alone decides) |
 | ``accessKey``, ``secretKey`` | both | none | a user's credentials: every request is signed (a cluster with authentication on); both or neither |
+| ``tls`` | both | ``false`` | connect over TLS (a cluster with ``tls_enabled``), the servers checked against the system's CAs or ``caFile`` |
+| ``caFile`` | both | none | PEM CA certificates the servers' certificates must chain to; implies ``tls`` (the path must exist on every executor) |
 
 Also for reads: ``topics`` (comma-separated) or ``topicPattern`` instead of ``topic``,
 ``startingTimestamp`` / ``endingTimestamp`` (ms, every queue),
@@ -44,6 +46,7 @@ from client import Credentials
 from client.bootstrap import parse_addresses
 from pipeline.errors import OptionError
 from pipeline.offsets import ByTimestamp, PerTopic, PositionSpec, parse_spec, parse_timestamps
+from pipeline.tls import ClientTls
 
 #: every option a read takes (batch and streaming; some are for one mode only)
 READ_OPTIONS: tuple[str, ...] = (
@@ -72,6 +75,8 @@ READ_OPTIONS: tuple[str, ...] = (
     "requestTimeoutMs",
     "accessKey",
     "secretKey",
+    "tls",
+    "caFile",
 )
 #: every option a write takes
 WRITE_OPTIONS: tuple[str, ...] = (
@@ -84,6 +89,8 @@ WRITE_OPTIONS: tuple[str, ...] = (
     "requestTimeoutMs",
     "accessKey",
     "secretKey",
+    "tls",
+    "caFile",
 )
 #: options Spark itself adds (``load(path)``/``save(path)``; a streaming sink's checkpoint)
 SPARK_OPTIONS: tuple[str, ...] = ("path", "checkpointLocation")
@@ -223,6 +230,21 @@ def credentials_option(options: Mapping[str, str]) -> Credentials | None:
     return Credentials(access, secret) if access else None
 
 
+def tls_option(options: Mapping[str, str]) -> ClientTls | None:
+    """``tls`` (true/false) and ``caFile`` (a CA bundle's path; implies ``tls``). The file is
+    read when a connection is made (on the driver first), not here."""
+    raw_ca = get_option(options, "caFile")
+    ca_file = str(raw_ca).strip() if raw_ca is not None else ""
+    if raw_ca is not None and not ca_file:
+        raise OptionError("option caFile must be the path of a PEM CA file, not empty")
+    enabled = bool_option(options, "tls", bool(ca_file))
+    if ca_file and not enabled:
+        raise OptionError(
+            "options tls=false and caFile disagree: caFile turns TLS on (drop tls, or caFile)"
+        )
+    return ClientTls(ca_file or None) if enabled else None
+
+
 def controllers_option(options: Mapping[str, str]) -> str:
     raw = get_option(options, "controllers")
     if raw is None or not parse_addresses(raw):
@@ -318,6 +340,8 @@ class ReadOptions:
     topic_pattern: str | None = None
     #: ``accessKey`` and ``secretKey``: every request is signed (a cluster with auth_enabled)
     credentials: Credentials | None = None
+    #: ``tls`` and ``caFile``: every connection over TLS (a cluster with tls_enabled)
+    tls: ClientTls | None = None
 
     @property
     def multi(self) -> bool:
@@ -388,6 +412,7 @@ class ReadOptions:
             include_properties=include,
             group_id=group_id,
             credentials=credentials_option(options),
+            tls=tls_option(options),
         )
 
 
@@ -401,6 +426,7 @@ class WriteOptions:
     send_deadline: float
     request_timeout: float
     credentials: Credentials | None = None
+    tls: ClientTls | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -414,4 +440,5 @@ class WriteOptions:
             send_deadline=req_int_option(options, "sendDeadlineMs", 10_000, 100) / 1000,
             request_timeout=req_int_option(options, "requestTimeoutMs", 5_000, 100) / 1000,
             credentials=credentials_option(options),
+            tls=tls_option(options),
         )

@@ -50,6 +50,7 @@ def _pull_settings(opts: ReadOptions) -> PullSettings:
         read_timeout=opts.read_timeout,
         request_timeout=opts.request_timeout,
         credentials=opts.credentials,
+        tls=opts.tls,
     )
 
 
@@ -119,7 +120,11 @@ def topics_of(opts: ReadOptions) -> list[str]:
     if opts.topic_pattern is None:
         return list(opts.topics)
     return matching_topics(
-        opts.controllers, re.compile(opts.topic_pattern), opts.request_timeout, opts.credentials
+        opts.controllers,
+        re.compile(opts.topic_pattern),
+        opts.request_timeout,
+        opts.credentials,
+        opts.tls,
     )
 
 
@@ -158,7 +163,7 @@ def resolve_position(
     else:
         assert one.every is not None
         times = {mq: one.every for mq in snap.bounds}
-    return offsets_for_times(snap, topic, times, opts.request_timeout, opts.credentials)
+    return offsets_for_times(snap, topic, times, opts.request_timeout, opts.credentials, opts.tls)
 
 
 def check_named_topics(opts: ReadOptions, topics: list[str]) -> None:
@@ -171,7 +176,7 @@ def check_named_topics(opts: ReadOptions, topics: list[str]) -> None:
 
 def snapshot_of(opts: ReadOptions, topic: str) -> Snapshot:
     """The route and queue bounds of one topic a read names."""
-    return snapshot(opts.controllers, topic, opts.request_timeout, opts.credentials)
+    return snapshot(opts.controllers, topic, opts.request_timeout, opts.credentials, opts.tls)
 
 
 def unanswered(snap: Snapshot) -> str:

@@ -25,6 +25,7 @@ from client.routes import MessageQueue, TopicRoute
 from pipeline.errors import PipelineError, UnknownTopicError, WriteError, describe
 from pipeline.loop import SyncLoop
 from pipeline.replicas import topic_route
+from pipeline.tls import ClientTls, context_of
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Scalar
 from protocol.request_auth import Credentials
@@ -91,10 +92,11 @@ class QueueSender:
         deadline: float,
         timeout: float,
         credentials: Credentials | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self._controllers = controllers
         self._loop = SyncLoop()
-        self._pool = ConnectionPool(timeout, credentials)
+        self._pool = ConnectionPool(timeout, credentials, context_of(tls))
         self._bootstrap = Bootstrap(controllers, self._pool, timeout)
         self._timeout = timeout
         self._deadline = deadline

@@ -21,6 +21,7 @@ from client.routes import TopicRoute
 from pipeline.errors import DataLossError, PipelineError, ReadError, UnknownTopicError, describe
 from pipeline.loop import SyncLoop
 from pipeline.replicas import replica_addresses, topic_route
+from pipeline.tls import ClientTls, context_of
 from protocol.pull import (
     AnswerError,
     PullCorrupt,
@@ -70,6 +71,8 @@ class PullSettings:
     """pulls in flight at once (the next ones are asked for while one is decoded)"""
     credentials: Credentials | None = None
     """signs every request (options accessKey and secretKey)"""
+    tls: ClientTls | None = None
+    """every connection over TLS (options tls and caFile)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +105,9 @@ class RangeReader:
         self.pos = qr.start  # next offset to deliver
         self.lost = 0  # messages skipped as lost (failOnDataLoss false)
         self._batch = max(1, settings.batch_size)
-        self._pool = ConnectionPool(settings.request_timeout, settings.credentials)
+        self._pool = ConnectionPool(
+            settings.request_timeout, settings.credentials, context_of(settings.tls)
+        )
         self._bootstrap = Bootstrap(qr.controllers, self._pool, settings.request_timeout)
         self._route: TopicRoute | None = None
         self._replica = 0

@@ -7,6 +7,9 @@ from client.errors import ClientError, TopicNotFoundError, UnreachableError
 from client.routes import TopicRoute, fetch_route
 from pipeline.errors import PipelineError, UnknownTopicError
 
+#: how a port with TLS on answers a plaintext connection (remoting.failover's wording)
+_CLOSED_UNANSWERED = "closed the connection without answering"
+
 
 async def topic_route(bootstrap: Bootstrap, controllers: str, topic: str) -> TopicRoute:
     try:
@@ -14,7 +17,10 @@ async def topic_route(bootstrap: Bootstrap, controllers: str, topic: str) -> Top
     except TopicNotFoundError:
         raise UnknownTopicError(f"topic {topic!r} does not exist (asked {controllers})") from None
     except UnreachableError as exc:
-        raise PipelineError(f"controllers unreachable: {exc}") from None
+        hint = ""
+        if bootstrap.pool.tls is None and _CLOSED_UNANSWERED in str(exc):
+            hint = " (a port with TLS on closes plaintext connections: set option tls or caFile)"
+        raise PipelineError(f"controllers unreachable: {exc}{hint}") from None
     except ClientError as exc:
         raise PipelineError(f"cannot get the route of topic {topic!r}: {exc}") from None
 

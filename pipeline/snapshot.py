@@ -14,6 +14,7 @@ from pipeline.errors import PipelineError, describe
 from pipeline.loop import SyncLoop
 from pipeline.offsets import QueueBounds
 from pipeline.replicas import replica_addresses, topic_route
+from pipeline.tls import ClientTls, context_of
 from protocol.codes import RequestCode
 from protocol.pull import AnswerError, MaxOffsetQuery, MinOffsetQuery, decode_offset
 from protocol.request_auth import Credentials
@@ -57,9 +58,13 @@ async def _group_bounds(
 
 
 async def snapshot_async(
-    controllers: str, topic: str, timeout: float, credentials: Credentials | None = None
+    controllers: str,
+    topic: str,
+    timeout: float,
+    credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
 ) -> Snapshot:
-    pool = ConnectionPool(timeout, credentials)
+    pool = ConnectionPool(timeout, credentials, context_of(tls))
     try:
         bootstrap = Bootstrap(controllers, pool, timeout)
         route = await topic_route(bootstrap, controllers, topic)
@@ -88,12 +93,16 @@ async def snapshot_async(
 
 
 def snapshot(
-    controllers: str, topic: str, timeout: float, credentials: Credentials | None = None
+    controllers: str,
+    topic: str,
+    timeout: float,
+    credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
 ) -> Snapshot:
     """The route and queue bounds of ``topic`` (raises :class:`PipelineError` for an unknown
     topic or unreachable controllers; unreachable groups are listed in ``missing``)."""
     with SyncLoop() as loop:
-        return loop.run(snapshot_async(controllers, topic, timeout, credentials))
+        return loop.run(snapshot_async(controllers, topic, timeout, credentials, tls))
 
 
 async def _search_group(
@@ -131,12 +140,13 @@ def offsets_for_times(
     times: dict[MessageQueue, int],
     timeout: float,
     credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
 ) -> dict[MessageQueue, int]:
     """Per queue, the first offset stored at or after its timestamp (ms), clamped to the
     queue's retained, committed range: the queue's end when no message is that recent."""
 
     async def go() -> dict[MessageQueue, int]:
-        pool = ConnectionPool(timeout, credentials)
+        pool = ConnectionPool(timeout, credentials, context_of(tls))
         try:
             by_group: dict[str, dict[int, int]] = {}
             for mq, ts in times.items():

@@ -227,6 +227,7 @@ class RmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offsets,
                 self.opts.request_timeout,
                 self.opts.credentials,
+                self.opts.tls,
             )
         ]
         if failures:

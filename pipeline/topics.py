@@ -13,6 +13,7 @@ from client.bootstrap import parse_addresses
 from client.errors import ClientError
 from pipeline.errors import PipelineError, describe
 from pipeline.loop import SyncLoop
+from pipeline.tls import ClientTls, context_of
 from protocol.codes import RequestCode
 from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
@@ -23,17 +24,17 @@ _SYSTEM = ("%", "rmq_sys_", "SCHEDULE_TOPIC", "RMQ_SYS_")
 
 
 async def _list_async(
-    controllers: str, timeout: float, credentials: Credentials | None
+    controllers: str, timeout: float, credentials: Credentials | None, tls: ClientTls | None
 ) -> set[str]:
     try:
-        async with Admin(controllers, timeout, credentials) as admin:
+        async with Admin(controllers, timeout, credentials, context_of(tls)) as admin:
             info = await admin.cluster_info()
         masters = sorted({b.address for members in info.values() for b in members if b.is_master})
     except (ClientError, RemotingError):
         masters = []
     # Development mode: the "controllers" are a lone broker, which answers for itself.
     addresses = masters or parse_addresses(controllers)
-    pool = ConnectionPool(timeout, credentials)
+    pool = ConnectionPool(timeout, credentials, context_of(tls))
     try:
 
         async def one(address: str) -> set[str] | str:
@@ -61,8 +62,9 @@ def matching_topics(
     pattern: re.Pattern[str],
     timeout: float,
     credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
 ) -> list[str]:
     """The cluster's topics whose whole name matches ``pattern`` (system topics left out)."""
     with SyncLoop() as loop:
-        names = loop.run(_list_async(controllers, timeout, credentials))
+        names = loop.run(_list_async(controllers, timeout, credentials, tls))
     return sorted(n for n in names if pattern.fullmatch(n) and not n.startswith(_SYSTEM))

@@ -90,7 +90,7 @@ def writer_setup(options: Any, schema: StructType) -> WriteSetup:
         )
     if opts.topic is not None:
         # An unknown topic (or credentials the cluster refuses): fail now.
-        snapshot(opts.controllers, opts.topic, opts.request_timeout, opts.credentials)
+        snapshot(opts.controllers, opts.topic, opts.request_timeout, opts.credentials, opts.tls)
     return setup
 
 
@@ -114,6 +114,7 @@ def write_batches(setup: WriteSetup, batches: Iterator[pa.RecordBatch]) -> RmqCo
         deadline=opts.send_deadline,
         timeout=opts.request_timeout,
         credentials=opts.credentials,
+        tls=opts.tls,
     )
     seen = 0
     pending: dict[tuple[str, MessageQueue | None], tuple[list[dict[str, Any]], list[int]]] = {}

@@ -4,6 +4,8 @@ session, no broker)."""
 from __future__ import annotations
 
 import json
+import ssl
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +16,10 @@ from pipeline.cli import short_error
 from pipeline.errors import OptionError
 from pipeline.options import ReadOptions, WriteOptions
 from pipeline.rows import RecordDecodeError, arrow_schema, message_schema, scan, to_batch
+from pipeline.tls import ClientTls, context_of
 from pipeline.traffic import rebalance_plan
 from protocol.message import Message, RecordEncoder, encode_blank, iter_records
+from tests.support.tls import make_ca
 
 A0, A1, A10, B0 = (
     MessageQueue("broker-a", 0),
@@ -92,7 +96,7 @@ def test_option_names_are_checked_with_the_nearest_suggested() -> None:
     with pytest.raises(OptionError, match=r"unknown option 'startingOffset'.*startingOffsets\?"):
         ReadOptions.parse({**base, "startingOffset": "latest"})
     with pytest.raises(
-        OptionError, match=r"unknown option 'zzz'.*the options are accessKey, controllers"
+        OptionError, match=r"unknown option 'zzz'.*the options are accessKey, caFile, controllers"
     ):
         ReadOptions.parse({**base, "zzz": "1"})
     with pytest.raises(OptionError, match=r"'batchsise'.*did you mean batchSize"):
@@ -128,6 +132,45 @@ def test_option_names_are_checked_with_the_nearest_suggested() -> None:
     for options, mode, message in cases:
         with pytest.raises(OptionError, match=message):
             ReadOptions.parse(options, mode)  # type: ignore[arg-type]
+
+
+def test_tls_options_are_checked_on_the_driver(tmp_path: Path) -> None:
+    """``tls`` and ``caFile``: parsed for reads and writes, caFile implies TLS, contradictions
+    and bad values name the option, misspellings get the nearest name, the options pickle (they
+    travel to the tasks) and a CA file that cannot be read fails when the context is built."""
+    import pickle
+
+    base = {"controllers": "127.0.0.1:9876", "topic": "T"}
+    assert ReadOptions.parse(base).tls is None
+    assert ReadOptions.parse({**base, "tls": "false"}).tls is None
+    assert ReadOptions.parse({**base, "tls": "true"}).tls == ClientTls(None)
+    ca = tmp_path / "ca.crt"
+    read = ReadOptions.parse({**base, "cafile": f" {ca} "})  # Spark lower-cases the names
+    assert read.tls == ClientTls(str(ca))
+    assert WriteOptions.parse({**base, "caFile": str(ca), "tls": "TRUE"}).tls == ClientTls(str(ca))
+    assert pickle.loads(pickle.dumps(read)) == read
+    cases = [
+        ({**base, "tls": "maybe"}, r"option tls must be true or false, not 'maybe'"),
+        ({**base, "tls": "false", "caFile": str(ca)}, r"tls=false and caFile disagree"),
+        ({**base, "caFile": "  "}, r"option caFile must be the path of a PEM CA file"),
+        ({**base, "caFiles": str(ca)}, r"unknown option 'caFiles'.*did you mean caFile\?"),
+        ({**base, "tsl": "true"}, r"unknown option 'tsl'.*did you mean tls\?"),
+    ]
+    for options, message in cases:
+        with pytest.raises(OptionError, match=message):
+            ReadOptions.parse(options)
+        with pytest.raises(OptionError, match=message):
+            WriteOptions.parse(options)
+    # The file is read where a connection pool is made (the driver's snapshot comes first).
+    with pytest.raises(OptionError, match=r"option caFile: cannot read CA file .*ca.crt"):
+        context_of(read.tls)
+    ca.write_text("not a certificate\n")
+    with pytest.raises(OptionError, match=r"option caFile: CA file .*ca.crt"):
+        context_of(read.tls)
+    make_ca(tmp_path / "pki").ca.replace(ca)
+    context = context_of(read.tls)
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname and context_of(None) is None
 
 
 def test_offsets_behind_latest_from_a_progress_report() -> None:

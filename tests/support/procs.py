@@ -154,8 +154,9 @@ def broker_argv(
     name: str = "broker-a",
     extra: list[str] | None = None,
     segment_bytes: int = TEST_SEGMENT_BYTES,
+    extra_toml: str = "",
 ) -> list[str]:
-    config = small_segments_config(data_dir.parent, name, segment_bytes=segment_bytes)
+    config = small_segments_config(data_dir.parent, name, extra_toml, segment_bytes=segment_bytes)
     return [
         sys.executable, "-m", "broker",
         "--config", str(config),
@@ -177,12 +178,18 @@ class BrokerProc(Daemon):
         extra: list[str] | None = None,
         port: int | None = None,
         segment_bytes: int = TEST_SEGMENT_BYTES,
+        extra_toml: str = "",
     ) -> None:
         self.port = port or free_port()
         self.data_dir = tmp / name
         self.address = f"127.0.0.1:{self.port}"
         argv = broker_argv(
-            self.port, self.data_dir, name=name, extra=extra, segment_bytes=segment_bytes
+            self.port,
+            self.data_dir,
+            name=name,
+            extra=extra,
+            segment_bytes=segment_bytes,
+            extra_toml=extra_toml,
         )
         super().__init__(name, argv, tmp / f"{name}.log")
 
