@@ -70,3 +70,26 @@ def test_cached_decisions_follow_a_changed_user() -> None:
     lan = User("lan", UserType.NORMAL, (make_rule("Topic:A", ["pub"], "allow", ["10.0.0.0/8"]),))
     assert cache.decide(lan, send_a, "10.9.9.9", "c").allowed
     assert not cache.decide(lan, send_a, "192.168.1.1", "c").allowed
+
+
+@pytest.mark.parametrize(
+    ("code", "field"),
+    [
+        (RequestCode.PULL_MESSAGE, "topic"),
+        (RequestCode.PULL_MESSAGE, "consumerGroup"),
+        (RequestCode.CONSUMER_SEND_MSG_BACK, "group"),
+    ],
+)
+def test_every_field_the_rules_read_keys_the_cached_decision(code: int, field: str) -> None:
+    """A request differing from a cached one only in a field a permission rule reads gets its
+    own decision, never the cached one."""
+    user = User(
+        "app",
+        UserType.NORMAL,
+        (make_rule("Topic:A", ["sub"], "allow"), make_rule("Group:g", ["sub"], "allow")),
+    )
+    header = {"topic": "A", "consumerGroup": "g", "group": "g"}
+    cache = DecisionCache()
+    assert cache.decide(user, request(code, 1, dict(header)), "10.0.0.1", "c").allowed
+    other = request(code, 2, {**header, field: "other"})
+    assert not cache.decide(user, other, "10.0.0.1", "c").allowed
