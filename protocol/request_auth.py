@@ -207,6 +207,13 @@ def _refused(reason: str, detail: str, username: str | None = None) -> Verdict:
     return Verdict(username, reason, detail)
 
 
+@functools.lru_cache(maxsize=1024)
+def _accepted(username: str) -> Verdict:
+    """The (immutable) verdict accepting ``username``'s requests, made once per user: a frozen
+    dataclass costs more to build than the rest of the nonce check."""
+    return Verdict(username, None, "verified")
+
+
 class _UserNonces:
     __slots__ = ("floor_ms", "order", "seen")
 
@@ -325,7 +332,7 @@ def verify(
     replay = nonces.admit(access_key, nonce, ts, now_ms)
     if replay is not None:
         return _refused(REPLAYED, replay, access_key)
-    return Verdict(access_key, None, "verified")
+    return _accepted(access_key)
 
 
 def _is_base64(text: str) -> bool:
