@@ -7,6 +7,8 @@ properties, bornTimestamp, 1 KiB body). Prints microseconds per request for:
   - verifying (the server: the same, the nonce cache, the window) and the permission decision
     for a normal user with a few rules (protocol/request_permissions.py), computed and as the
     broker takes it from its cache of recent decisions (broker/auth/guard.py);
+  - the broker's whole guard as its server calls it per request (remoting/auth.py: clock,
+    verify, signature fields removed, user look-up, cached decision);
 and the ratio of sign + verify + decide to the codec's cost. The end-to-end figure is P1 of
 bench/ha_bench.py with ``--auth both`` (the same produce phase on a cluster without and with
 authentication, ratio printed). Nothing is asserted.
@@ -25,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -32,8 +35,16 @@ from broker.auth.guard import DecisionCache
 from protocol.acl import User, UserType, make_rule
 from protocol.codes import RequestCode
 from protocol.remoting import Header, decode_payload, encode_frame, request
-from protocol.request_auth import Credentials, NonceCache, RequestSigner, verify
+from protocol.request_auth import (
+    Credentials,
+    NonceCache,
+    RequestSigner,
+    cluster_credentials,
+    verify,
+)
 from protocol.request_permissions import authorize, broker_checks
+from remoting.auth import RequestGuard
+from remoting.server import Connection
 
 TARGET_OVERHEAD = 0.20  # the bound on P1, here as a share of the codec's cost
 
@@ -135,6 +146,46 @@ def main() -> None:
 
     cached = best_of(rounds, n, cached_round)
 
+    # The whole server-side check as the broker's RemotingServer calls it on each request:
+    # its clock, verify, the signature fields removed, the user looked up, the cached decision.
+    class Directory:
+        def secret(self, username: str) -> str | None:
+            return creds.secret_key if username == user.username else None
+
+        def user(self, username: str) -> User | None:
+            return user if username == user.username else None
+
+    class Peer:
+        peer = "10.1.2.3:40112"
+
+    clock = [now]
+    guard_cache = DecisionCache()
+    guard = RequestGuard(
+        Directory(),
+        lambda u, r, h: guard_cache.decide(u, r, h, "DefaultCluster"),
+        cluster=cluster_credentials(b"k" * 32),
+        window_ms=60_000,
+        server="broker",
+        clock_ms=lambda: clock[0],
+    )
+    conn = cast(Connection, Peer())
+    later = now + rounds * n  # newer than every request verified above: no replay
+    frames = [
+        [
+            request(code, i, signer.sign(code, 0, header(), body, later + r * n + i), body)
+            for i in range(n)
+        ]
+        for r in range(rounds)
+    ]
+
+    def guard_round(r: int) -> None:
+        for i, frame in enumerate(frames[r]):
+            clock[0] = later + r * n + i
+            if guard(conn, frame) is not None:
+                raise SystemExit("the guard refused a request")
+
+    guarded = best_of(rounds, n, guard_round)
+
     total = sign + check + cached
     print(
         f"SEND_MESSAGE requests, {args.size} B body, 6 header fields: the fastest of {rounds} "
@@ -146,6 +197,7 @@ def main() -> None:
     print(f"verify incl. nonce cache (server) {check * 1e6:7.2f} us/request")
     print(f"permission decision (server)      {decide * 1e6:7.2f} us/request")
     print(f"  the broker's, from its cache    {cached * 1e6:7.2f} us/request")
+    print(f"the broker's whole guard (server) {guarded * 1e6:7.2f} us/request (remoting/auth.py)")
     print(
         f"sign + verify + cached decision   {total * 1e6:7.2f} us/request = "
         f"{total / codec:.2f}x the codec; at 25,000 requests/s "
