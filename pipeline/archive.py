@@ -36,6 +36,8 @@ class ArchiveSpec:
     #: None: read what is there now and stop (Trigger.AvailableNow); else a processing-time
     #: interval such as "30 seconds", running until stopped
     interval: str | None = None
+    #: the source options of every connection: accessKey/secretKey, tls/caFile (checked)
+    connection: tuple[tuple[str, str], ...] = ()
 
 
 def start_archive(spark: SparkSession, spec: ArchiveSpec) -> StreamingQuery:
@@ -48,6 +50,7 @@ def start_archive(spark: SparkSession, spec: ArchiveSpec) -> StreamingQuery:
         .option("topic", spec.topic)
         .option("startingOffsets", spec.starting_offsets)
         .option("failOnDataLoss", str(spec.fail_on_data_loss).lower())
+        .options(**dict(spec.connection))
     )
     if spec.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(spec.max_offsets_per_trigger))

@@ -6,7 +6,9 @@
     rmq-pipeline traffic -a ADDRS -t TOPIC [-t TOPIC ...] [--output DIR] [--threshold 5000]
 
 Both run on ``local[*]`` by default; ``--master`` picks another (``spark://...``, ``yarn``, ...),
-``--conf key=value`` sets Spark options. Under spark-submit (``spark-submit [--master URL]
+``--conf key=value`` sets Spark options. A secured cluster: ``--access-key``/``--secret-key``
+(or ``$RMQ_ACCESS_KEY``/``$RMQ_SECRET_KEY``) sign every request, ``--tls``/``--ca-file`` connect
+over TLS; they go to the pre-check, the jobs' own requests and the ``rmq`` source's options. Under spark-submit (``spark-submit [--master URL]
 pipeline/cli.py archive ...``) spark-submit's master and conf are used.
 
 Like a good command-line tool: the controllers and topics are checked before Spark starts; the
@@ -32,9 +34,15 @@ import structlog
 from pipeline.archive import ArchiveSpec, run_archive
 from pipeline.errors import OptionError, PipelineError
 from pipeline.offsets import parse_spec
+from pipeline.options import credentials_option, tls_option
 from pipeline.traffic import DEFAULT_THRESHOLD, TrafficSpec, run_traffic
 
 ADDRESSES_ENV = "RMQ_PIPELINE_CONTROLLERS"
+#: the same variables rmqctl reads
+ACCESS_KEY_ENV = "RMQ_ACCESS_KEY"
+SECRET_KEY_ENV = "RMQ_SECRET_KEY"
+TLS_ENV = "RMQ_TLS"
+CA_FILE_ENV = "RMQ_CA_FILE"
 
 
 @dataclass(slots=True)
@@ -42,6 +50,8 @@ class Settings:
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
     verbose: bool = False
+    #: the ``rmq`` source options of every connection (accessKey/secretKey, tls/caFile)
+    connection: dict[str, str] = field(default_factory=dict)
 
 
 pass_settings = click.make_pass_decorator(Settings, ensure=True)
@@ -121,13 +131,54 @@ def _conf(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) 
     help="Log the pipeline's progress and Spark's warnings to stderr; on failure, the full "
     "detail (stacks) before the one-line error.",
 )
+@click.option(
+    "--access-key",
+    envvar=ACCESS_KEY_ENV,
+    metavar="NAME",
+    help=f"Sign every request as this user (default ${ACCESS_KEY_ENV}).",
+)
+@click.option(
+    "--secret-key",
+    envvar=SECRET_KEY_ENV,
+    metavar="SECRET",
+    help=f"The user's secret key (default ${SECRET_KEY_ENV}; a flag shows in ps: prefer the "
+    "variable).",
+)
+@click.option(
+    "--tls",
+    is_flag=True,
+    envvar=TLS_ENV,
+    help="Connect over TLS (a cluster with tls_enabled), checking the servers' certificates "
+    f"against --ca-file or the system's CAs (default ${TLS_ENV}).",
+)
+@click.option(
+    "--ca-file",
+    envvar=CA_FILE_ENV,
+    metavar="FILE",
+    help="PEM CA certificates the servers' certificates must chain to; implies --tls; the "
+    f"path must exist on every Spark executor too (default ${CA_FILE_ENV}).",
+)
 @click.pass_context
-def cli(ctx: click.Context, master: str | None, conf: dict[str, str], verbose: bool) -> None:
-    """The data pipeline jobs on Spark (archive, traffic)."""
+def cli(
+    ctx: click.Context,
+    master: str | None,
+    conf: dict[str, str],
+    verbose: bool,
+    access_key: str | None,
+    secret_key: str | None,
+    tls: bool,
+    ca_file: str | None,
+) -> None:
+    """The data pipeline jobs on Spark (archive, traffic).
+
+    A cluster with authentication on needs --access-key and --secret-key (every request
+    signed), one with TLS on --tls or --ca-file: they apply to both jobs.
+    """
     settings = ctx.ensure_object(Settings)
     settings.master = master
     settings.conf = conf
     settings.verbose = verbose
+    settings.connection = connection_options(access_key, secret_key, tls, ca_file)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -138,6 +189,45 @@ def cli(ctx: click.Context, master: str | None, conf: dict[str, str], verbose: b
             logging.INFO if verbose else logging.WARNING
         ),
     )
+
+
+def connection_options(
+    access_key: str | None, secret_key: str | None, tls: bool, ca_file: str | None
+) -> dict[str, str]:
+    """The ``rmq`` source options for the flags, checked as the source checks them."""
+    if bool(access_key) != bool(secret_key):
+        raise click.UsageError(
+            f"give both --access-key and --secret-key (or ${ACCESS_KEY_ENV} and "
+            f"${SECRET_KEY_ENV}), not one"
+        )
+    if ca_file is not None and not ca_file.strip():
+        raise click.BadParameter(
+            "must be the path of a PEM CA file, not empty", param_hint="--ca-file"
+        )
+    options: dict[str, str] = {}
+    if access_key and secret_key:
+        options.update(accessKey=access_key, secretKey=secret_key)
+    if tls or ca_file:
+        options["tls"] = "true"
+    if ca_file:
+        options["caFile"] = ca_file.strip()
+    try:
+        credentials_option(options)
+        tls_option(options)
+    except OptionError as exc:
+        raise click.UsageError(_flag_words(str(exc))) from None
+    return options
+
+
+def _flag_words(message: str) -> str:
+    """An error the ``rmq`` source words with its option names, with the flags' instead."""
+    for option, flag in (
+        ("set option tls or caFile", "use --tls or --ca-file"),
+        ("option caFile", "--ca-file"),
+        ("options accessKey and secretKey", "--access-key and --secret-key"),
+    ):
+        message = message.replace(option, flag)
+    return message
 
 
 def controllers_option(func: Any) -> Any:
@@ -153,16 +243,18 @@ def controllers_option(func: Any) -> Any:
 
 def _precheck(settings: Settings, controllers: str, topics: tuple[str, ...]) -> None:
     """Before Spark starts (tens of seconds): the spark extra is there, the controllers answer
-    and every topic exists."""
+    (over TLS and signed as the flags say) and every topic exists."""
     from pipeline.session import spark_session_class
     from pipeline.snapshot import snapshot
 
     try:
         spark_session_class()
+        credentials = credentials_option(settings.connection)
+        tls = tls_option(settings.connection)
         for topic in topics:
-            snapshot(controllers, topic, 5.0)
+            snapshot(controllers, topic, 5.0, credentials, tls)
     except PipelineError as exc:
-        raise JobError(str(exc), exc, settings.verbose) from None
+        raise JobError(_flag_words(str(exc)), exc, settings.verbose) from None
 
 
 def _session(settings: Settings, app: str) -> Any:
@@ -240,6 +332,7 @@ def archive_command(
         max_offsets_per_trigger=max_offsets_per_trigger,
         fail_on_data_loss=fail_on_data_loss,
         interval=interval,
+        connection=tuple(settings.connection.items()),
     )
     _precheck(settings, controllers, (topic,))
     spark = _session(settings, f"rmq-archive-{topic}")
@@ -309,6 +402,7 @@ def traffic_command(
         starting_offsets=starting_offsets,
         ending_offsets=ending_offsets,
         threshold=threshold,
+        connection=tuple(settings.connection.items()),
     )
     _precheck(settings, controllers, spec.topics)
     spark = _session(settings, "rmq-traffic")

@@ -22,10 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from client import Credentials
 from client.admin import Admin
 from client.errors import ClientError
 from pipeline.loop import SyncLoop
+from pipeline.options import credentials_option, tls_option
 from pipeline.snapshot import snapshot
+from pipeline.tls import ClientTls, context_of
 from remoting.errors import RemotingError
 
 if TYPE_CHECKING:
@@ -43,6 +46,8 @@ class TrafficSpec:
     starting_offsets: str = "earliest"
     ending_offsets: str = "latest"
     threshold: float = DEFAULT_THRESHOLD
+    #: the source options of every connection: accessKey/secretKey, tls/caFile (checked)
+    connection: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,7 @@ def read_topics(spark: SparkSession, spec: TrafficSpec) -> DataFrame:
         .option("topic", topic)
         .option("startingOffsets", spec.starting_offsets)
         .option("endingOffsets", spec.ending_offsets)
+        .options(**dict(spec.connection))
         .load()
         .select("topic", "brokerName", "queueId", "storeTimestamp")
         for topic in spec.topics
@@ -134,11 +140,16 @@ def peak_rates(hourly: DataFrame) -> dict[tuple[str, str], float]:
     return {(r["topic"], r["brokerName"]): float(r["peak"]) / HOUR for r in peaks}
 
 
-def broker_groups(controllers: str, timeout: float = 5.0) -> list[str]:
+def broker_groups(
+    controllers: str,
+    timeout: float = 5.0,
+    credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
+) -> list[str]:
     """Every broker group of the cluster(s) the controllers know."""
 
     async def ask() -> list[str]:
-        async with Admin(controllers, timeout) as admin:
+        async with Admin(controllers, timeout, credentials, context_of(tls)) as admin:
             info = await admin.cluster_info()
         return sorted({b.broker_name for members in info.values() for b in members})
 
@@ -149,11 +160,16 @@ def broker_groups(controllers: str, timeout: float = 5.0) -> list[str]:
         return []
 
 
-def topic_queues(controllers: str, topics: Sequence[str]) -> dict[tuple[str, str], int]:
+def topic_queues(
+    controllers: str,
+    topics: Sequence[str],
+    credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
+) -> dict[tuple[str, str], int]:
     """(topic, broker group) -> queue count, from the routes."""
     out: dict[tuple[str, str], int] = {}
     for topic in topics:
-        route = snapshot(controllers, topic, 5.0).route
+        route = snapshot(controllers, topic, 5.0, credentials, tls).route
         for b in route.brokers:
             out[(topic, b.broker_name)] = b.queues
     return out
@@ -241,10 +257,12 @@ def run_traffic(spark: SparkSession, spec: TrafficSpec) -> TrafficReport:
     hourly = per_hour_with_peaks(df, ("topic", "brokerName", "queueId")).cache()
     topics_hourly = per_hour_with_peaks(df, ("topic",))
     daily = per_window(df, DAY, "day")
+    options = dict(spec.connection)
+    credentials, tls = credentials_option(options), tls_option(options)
     plan = rebalance_plan(
         peak_rates(hourly),
-        broker_groups(spec.controllers),
-        topic_queues(spec.controllers, spec.topics),
+        broker_groups(spec.controllers, 5.0, credentials, tls),
+        topic_queues(spec.controllers, spec.topics, credentials, tls),
         spec.threshold,
     )
     return TrafficReport(hourly=hourly, topics_hourly=topics_hourly, daily=daily, plan=plan)

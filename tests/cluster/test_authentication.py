@@ -436,3 +436,27 @@ def test_a_slave_without_the_cluster_key_gets_nothing_from_the_ha_port(secured: 
                 received += chunk
             assert received == b"", f"{first}: the master sent {len(received)} bytes"
     assert '"unauthenticated"' in node.log() or "unauthenticated" in node.log()
+
+
+def test_rmq_pipeline_signs_its_precheck(secured: Secured) -> None:
+    """``rmq-pipeline`` with $RMQ_ACCESS_KEY/$RMQ_SECRET_KEY (or the flags) signs its pre-check:
+    signed, the unknown topic is what stops it; unsigned, the refusal. No Spark starts."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    job = ["traffic", "-a", secured.addresses, "-t", "NoSuchTopic"]
+    runner = CliRunner(env=dict.fromkeys(("RMQ_ACCESS_KEY", "RMQ_SECRET_KEY")))
+    keys = {"RMQ_ACCESS_KEY": ROOT.access_key, "RMQ_SECRET_KEY": ROOT.secret_key}
+    for args, env in (
+        (job, keys),
+        (["--access-key", ROOT.access_key, "--secret-key", ROOT.secret_key, *job], {}),
+    ):
+        done = runner.invoke(cli, args, env=env)
+        assert done.exit_code == 1, done.output
+        assert done.output.startswith("rmq-pipeline: topic 'NoSuchTopic' does not exist"), (
+            done.output
+        )
+    done = runner.invoke(cli, job)
+    assert done.exit_code == 1 and "unsigned" in done.output, done.output

@@ -121,3 +121,30 @@ def test_write_read_and_commit_over_tls_and_plaintext_fails_clearly(
     # A CA file missing on the driver names the option.
     with pytest.raises(Exception, match=r"option caFile: cannot read CA file"):
         plain.option("caFile", str(tmp_path / "missing.crt")).load().count()
+
+
+def test_rmq_pipeline_flags_reach_the_precheck_over_tls(tls_broker: BrokerProc, pki: Pki) -> None:
+    """``rmq-pipeline --ca-file`` (or ``$RMQ_CA_FILE``) reaches the TLS port in its pre-check:
+    an unknown topic is reported as such; without the flag the job stops there, one line naming
+    the flags. No Spark starts either way."""
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    job = ["traffic", "-a", tls_broker.address, "-t", "NoSuchTopic"]
+    runner = CliRunner()
+    for args, env in (
+        (["--ca-file", str(pki.ca), *job], {}),
+        (job, {"RMQ_CA_FILE": str(pki.ca)}),
+    ):
+        done = runner.invoke(cli, args, env=env)
+        assert done.exit_code == 1, done.output
+        assert done.output == (
+            f"rmq-pipeline: topic 'NoSuchTopic' does not exist (asked {tls_broker.address})\n"
+        )
+    done = runner.invoke(cli, job, env={"RMQ_CA_FILE": None})
+    assert done.exit_code == 1, done.output
+    assert done.output.startswith("rmq-pipeline: controllers unreachable: ")
+    assert done.output.endswith(
+        "(a port with TLS on closes plaintext connections: use --tls or --ca-file)\n"
+    )

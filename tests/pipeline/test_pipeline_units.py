@@ -449,3 +449,56 @@ def test_a_rows_message_group_is_carried_as_the_messages_group() -> None:
         items([""], pa.string())
     with pytest.raises(WriteError, match=r"row 11 has a bad messageGroup: .* exceeds the limit"):
         items(["g" * 129], pa.string())
+
+
+def test_cli_connection_flags_reach_every_job_as_source_options(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from client import Credentials
+    from pipeline import cli as cli_module
+    from pipeline.archive import ArchiveSpec
+    from pipeline.cli import cli
+
+    specs: list[Any] = []
+
+    def job(_spark: Any, spec: Any) -> Any:
+        specs.append(spec)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cli_module, "_precheck", lambda *args: None)
+    monkeypatch.setattr(cli_module, "_session", lambda *args: None)
+    monkeypatch.setattr(cli_module, "run_archive", job)
+    monkeypatch.setattr(cli_module, "run_traffic", job)
+    runner = CliRunner(env=dict.fromkeys(("RMQ_TLS", "RMQ_CA_FILE", "RMQ_SECRET_KEY")))
+    archive = ["archive", "-a", "127.0.0.1:1", "-t", "T", "--output", "o", "--checkpoint", "c"]
+    traffic = ["traffic", "-a", "127.0.0.1:1", "-t", "T"]
+    env = {"RMQ_ACCESS_KEY": "app", "RMQ_SECRET_KEY": "app-secret"}
+    ca = str(tmp_path / "ca.pem")
+    for args in (archive, traffic):
+        done = runner.invoke(cli, ["--ca-file", ca, *args], env=env)
+        assert done.output == "rmq-pipeline: stop here\n", done.output
+    assert isinstance(specs[0], ArchiveSpec)
+    for spec in specs:
+        options = dict(spec.connection)
+        assert options == {
+            "accessKey": "app",
+            "secretKey": "app-secret",
+            "tls": "true",
+            "caFile": ca,
+        }
+        read = ReadOptions.parse({"controllers": "127.0.0.1:1", "topic": "T", **options})
+        assert read.credentials == Credentials("app", "app-secret")
+        assert read.tls == ClientTls(ca)
+    runner.invoke(cli, ["--tls", *traffic], env={"RMQ_ACCESS_KEY": None})
+    assert dict(specs[-1].connection) == {"tls": "true"}
+    runner.invoke(cli, traffic, env={"RMQ_ACCESS_KEY": None})
+    assert specs[-1].connection == ()
+
+    half = runner.invoke(cli, traffic, env={"RMQ_ACCESS_KEY": "app"})
+    assert half.exit_code == 2
+    assert "give both --access-key and --secret-key" in half.output
+    empty = runner.invoke(cli, ["--ca-file", " ", *traffic])
+    assert empty.exit_code == 2 and "--ca-file" in empty.output and "not empty" in empty.output
+    assert len(specs) == 4  # the bad flags stopped before any job
