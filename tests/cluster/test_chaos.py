@@ -13,7 +13,7 @@ every log. Sends that failed are counted per fault and printed; a lone kill or f
 master, a slave or the controller leader in a healthy group must fail none (the producer's send
 deadline covers a failover).
 
-``make test`` runs two short seeds; ``make soak`` runs many seeds of 16 to 30 faults. A failure
+``make test`` runs one short seed; ``make soak`` runs another and many seeds of 16 to 30 faults. A failure
 prints its seed, the schedule and the command that replays it; CHAOS_TRACE=1 also prints each
 broker's role and each controller's answer for the group as they change.
 """
@@ -420,13 +420,14 @@ async def check(cluster: Cluster, boot: Bootstrap, plan: list[Fault], history: H
     print(f"replicas byte-identical up to the confirm offset {confirm}", flush=True)
 
 
-# Two seeds whose schedules together hit the master, a slave and the controller leader with both
-# kill and freeze, alone and in pairs.
-SHORT_SEEDS = (7, 21)
+# The seed make test runs: its seven faults hit the master, a slave and the controller leader
+# with both kill and freeze, alone and in pairs (checked below). Seed 21, which make test ran
+# beside it until the suite neared its 15 minutes, covers the same and runs under make soak.
+SHORT_SEEDS = (7,)
 SHORT_FAULTS = 7
 
 
-@pytest.mark.parametrize("seed", SHORT_SEEDS)
+@pytest.mark.parametrize("seed", [*SHORT_SEEDS, pytest.param(21, marks=pytest.mark.soak)])
 async def test_chaos_short(tmp_path: Path, seed: int) -> None:
     await run_chaos(tmp_path, seed, SHORT_FAULTS)
 
