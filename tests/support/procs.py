@@ -165,6 +165,11 @@ def broker_argv(
         "--data-dir", str(data_dir),
         "--metrics-port", "0",
         "--log-format", "json",
+        # Their defaults, listen port + 1 and + 2, may be taken by another process's ephemeral
+        # port (a Spark JVM's, say): an HA port of its own, and gRPC off unless ``extra`` turns
+        # it on (the last --grpc-listen wins).
+        "--ha-port", str(free_port()),
+        "--grpc-listen", "0",
         *(extra or []),
     ]  # fmt: skip
 
