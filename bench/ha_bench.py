@@ -543,7 +543,9 @@ async def security_comparison(args: argparse.Namespace) -> None:
             conn = await producer_connection(broker_a)
             print(f"security {name}" + (" (mutual TLS inside the cluster)" if tls else ""))
             p1[name] = await produce_single(conn, args.messages, body, pid, slave_pid)
-            p3[name] = await produce_one_at_a_time(conn, args.one_at_a_time, body)
+            p3[name] = await produce_one_at_a_time(
+                conn, args.one_at_a_time, body, {"master": pid, "slave": slave_pid}
+            )
             conn.close()
             if args.catchup_mib:
                 catchup[name] = await catch_up(

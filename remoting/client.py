@@ -28,6 +28,7 @@ from protocol.remoting import (
 )
 from protocol.request_auth import Credentials, RequestSigner
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
+from remoting.read_buffer import CopyingProtocol
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -104,7 +105,7 @@ def _expire(fut: asyncio.Future[Frame]) -> None:
         fut.set_exception(_Expired())
 
 
-class _ClientProtocol(asyncio.Protocol):
+class _ClientProtocol(CopyingProtocol):
     def __init__(self, conn: RemotingClient) -> None:
         self._conn = conn
 

@@ -64,6 +64,7 @@ from protocol.remoting import (
     response,
 )
 from remoting.ports import bind_listeners
+from remoting.read_buffer import CopyingProtocol
 
 log = structlog.get_logger(__name__)
 
@@ -135,7 +136,7 @@ def error_response(req: Frame, code: int, remark: str) -> Frame:
     return response(req, code, {"remark": remark})
 
 
-class Connection(asyncio.Protocol):
+class Connection(CopyingProtocol):
     """One accepted connection."""
 
     def __init__(self, server: RemotingServer) -> None:

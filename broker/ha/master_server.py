@@ -53,6 +53,7 @@ from broker.ha.master_conn import MasterConnection
 from broker.ha.refusals import DUPLICATE_ID, UNAUTHENTICATED, Refusal, RefusalLog
 from protocol import ha_auth
 from protocol.ha import Buffer, EpochEntry
+from remoting.read_buffer import CopyingProtocol
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
@@ -117,7 +118,7 @@ class StoreMasterLog:
         return end
 
 
-class _SlaveLink(asyncio.Protocol):
+class _SlaveLink(CopyingProtocol):
     """One slave's socket on the master."""
 
     def __init__(self, server: MasterServer) -> None:

@@ -78,6 +78,7 @@ from broker.ha.config import HAConfig
 from broker.ha.slave_conn import SlaveConnection
 from broker.ha.truncation import EpochNotNamed, TruncationDecision
 from protocol import ha_auth
+from remoting.read_buffer import CopyingProtocol
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
 
@@ -156,7 +157,7 @@ MASTER_CLOSED: Final = "connection closed by the master"
 or steps down)."""
 
 
-class _MasterLink(asyncio.Protocol):
+class _MasterLink(CopyingProtocol):
     """The socket to the master: chunks go to ``inline`` while the task is idle and nothing is
     queued; otherwise they queue up until the task takes them."""
 
