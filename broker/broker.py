@@ -30,6 +30,7 @@ from broker.processors.replication import ReplicationProcessor
 from broker.processors.route import RouteProcessor
 from broker.processors.send import SendProcessor
 from broker.processors.send_back import SendBackProcessor
+from broker.processors.static_queues import StaticQueueProcessor
 from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
@@ -110,6 +111,7 @@ class Broker:
         self.admin = AdminProcessor(self.ctx)
         for processor in (
             SendProcessor(self.ctx),
+            StaticQueueProcessor(self.ctx),
             PullProcessor(self.ctx),
             self.admin,
             ClientProcessor(self.ctx),

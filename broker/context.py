@@ -20,6 +20,7 @@ from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.pop.service import PopService
 from broker.role import RoleCell, RoleState
+from broker.sealed_queues import SealedQueues
 from broker.timer.service import TimerService
 from broker.transaction.service import TransactionService
 from daemon.auth_key import load_auth_key
@@ -74,6 +75,8 @@ class BrokerContext:
         self.topic_listeners: list[Callable[[], None]] = []
         self.ha: HAService | None = None
         self._queue_counters: dict[str, itertools.count[int]] = {}
+        self.sealed = SealedQueues()
+        """Static topic queues sealed or being sealed here: sends to them are refused."""
         self.timer = TimerService(self)
         """Scheduled delivery (broker.timer): ``put_at`` appends a message due later."""
         self.pop = PopService(self)

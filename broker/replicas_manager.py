@@ -86,15 +86,26 @@ class GroupInfo:
     master_epoch: int
     sync_state_set: frozenset[int]
     sync_state_set_epoch: int
+    sealed_queues: frozenset[tuple[str, int]] = frozenset()
+    """The group's static topic queues whose items are sealed (``sealedQueues``)."""
 
     @classmethod
     def from_frame(cls, frame: Frame) -> GroupInfo:
         h = frame.header
         members: list[int] = []
+        sealed: set[tuple[str, int]] = set()
         if frame.body:
             doc = msgpack.unpackb(frame.body)
             if isinstance(doc, dict):
                 members = [int(m) for m in doc.get("syncStateSet") or []]
+                for pair in doc.get("sealedQueues") or []:
+                    if (
+                        isinstance(pair, list)
+                        and len(pair) == 2
+                        and isinstance(pair[0], str)
+                        and type(pair[1]) is int
+                    ):
+                        sealed.add((pair[0], pair[1]))
         master_id = h.get("masterBrokerId")
         address = h.get("masterAddress")
         return cls(
@@ -103,6 +114,7 @@ class GroupInfo:
             master_epoch=int(h.get("masterEpoch") or 0),
             sync_state_set=frozenset(members),
             sync_state_set_epoch=int(h.get("syncStateSetEpoch") or 0),
+            sealed_queues=frozenset(sealed),
         )
 
 
@@ -609,6 +621,10 @@ class ReplicasManager:
         self._poll_now.set()
 
     async def apply(self, info: GroupInfo) -> None:
+        # Sealed static topic queues first: an answer naming this broker master reflects every
+        # seal committed before its election, and it must refuse those queues from its first
+        # write (sealed items never reopen, so even a stale answer's are true).
+        self.ctx.sealed.learn(info.sealed_queues)
         if self.identity is None or self._stopping:
             return
         async with self._apply_lock:

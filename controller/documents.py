@@ -2,7 +2,9 @@
 
 - a group's metadata, "like 1003": header ``masterBrokerId`` (-1: none), ``masterAddress``
   ("" when none), ``masterEpoch``, ``syncStateSetEpoch``; body
-  ``{"syncStateSet": [ids], "replicas": [{"brokerId", "address", "inSync"}]}``;
+  ``{"syncStateSet": [ids], "replicas": [{"brokerId", "address", "inSync"}]}`` and, in the
+  answers to the group's brokers, ``"sealedQueues": [[topic, physical queue], ...]`` (static
+  topic items sealed on the group, when there are any);
 - the getSyncStateSet document of docs/controller.md (GET_SYNC_STATE_DATA's body);
 - NOTIFY_BROKER_ROLE_CHANGED's header and body.
 """
@@ -36,16 +38,21 @@ def group_header(
     }
 
 
-def group_body(sync_state_set: Iterable[int], replicas: Iterable[Replica] = ()) -> bytes:
-    packed: bytes = msgpack.packb(
-        {
-            "syncStateSet": sorted(sync_state_set),
-            "replicas": [
-                {"brokerId": r.broker_id, "address": r.address, "inSync": r.in_sync}
-                for r in replicas
-            ],
-        }
-    )
+def group_body(
+    sync_state_set: Iterable[int],
+    replicas: Iterable[Replica] = (),
+    sealed_queues: Iterable[tuple[str, int]] = (),
+) -> bytes:
+    doc: dict[str, Any] = {
+        "syncStateSet": sorted(sync_state_set),
+        "replicas": [
+            {"brokerId": r.broker_id, "address": r.address, "inSync": r.in_sync} for r in replicas
+        ],
+    }
+    sealed = [[topic, queue] for topic, queue in sealed_queues]
+    if sealed:
+        doc["sealedQueues"] = sealed
+    packed: bytes = msgpack.packb(doc)
     return packed
 
 
@@ -58,8 +65,8 @@ def info_header(info: ReplicaInfo) -> Header:
     )
 
 
-def info_body(info: ReplicaInfo) -> bytes:
-    return group_body(info.sync_state_set, info.replicas)
+def info_body(info: ReplicaInfo, sealed_queues: Iterable[tuple[str, int]] = ()) -> bytes:
+    return group_body(info.sync_state_set, info.replicas, sealed_queues)
 
 
 def sync_state_document(info: ReplicaInfo, alive: Callable[[str, int], bool]) -> dict[str, Any]:

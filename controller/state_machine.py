@@ -21,6 +21,7 @@ from controller.metadata import (
     EventDecodeError,
     PutAcl,
     PutUser,
+    RemapQueueItem,
     ReplicasInfoManager,
     SealQueueItem,
     UpdateTopic,
@@ -55,7 +56,14 @@ class MetadataStateMachine:
             log.error("undecodable metadata event skipped", index=index, error=str(exc))
             return Applied(code=ResponseCode.CONTROLLER_INVALID_REQUEST, remark=str(exc))
         if isinstance(
-            event, PutUser | DeleteUser | PutAcl | CreateStaticTopic | SealQueueItem | AddQueueItem
+            event,
+            PutUser
+            | DeleteUser
+            | PutAcl
+            | CreateStaticTopic
+            | SealQueueItem
+            | AddQueueItem
+            | RemapQueueItem,
         ):
             return self.manager.apply(event)
         name = event.broker_name

@@ -60,6 +60,8 @@ class RequestCode(IntEnum):
     # Our own: a consumer group's dead-letter queue (issue 11).
     QUERY_DLQ_MESSAGES = 5200
     RESEND_DLQ_MESSAGES = 5201
+    # Our own: a re-map fences a static topic's physical queue on its master (static-topics.md).
+    FENCE_STATIC_QUEUE = 5122
 
 
 class ControllerCode(IntEnum):
@@ -89,6 +91,7 @@ class ControllerCode(IntEnum):
     # Static topics (docs/static-topics.md): RocketMQ's number for the create, ours for the read.
     UPDATE_AND_CREATE_STATIC_TOPIC = 513
     GET_STATIC_TOPIC_MAPPING = 5120
+    REMAP_STATIC_TOPIC = 5121
 
 
 class ResponseCode(IntEnum):

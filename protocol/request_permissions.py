@@ -192,6 +192,7 @@ SUPER_ONLY_CONTROLLER_CODES: Final = frozenset(
         ControllerCode.ADD_CONTROLLER,
         ControllerCode.REMOVE_CONTROLLER,
         ControllerCode.TRANSFER_CONTROLLER_LEADER,
+        ControllerCode.REMAP_STATIC_TOPIC,
     }
 )
 """The operator's admin commands on the controllers (documentation and tests; any code absent

@@ -30,7 +30,7 @@ from rmqctl.group import get_sub_group, query_dlq, resend_dlq, update_sub_group
 from rmqctl.lookup import query_msg_by_id, query_msg_by_key, query_msg_by_offset
 from rmqctl.message import consume_message, recall_message, send_message
 from rmqctl.progress import consumer_connection, consumer_progress
-from rmqctl.static_topic import static_topic_mapping, update_static_topic
+from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
 from rmqctl.topic import topic_route, update_topic
 
 COMMANDS: list[click.Command] = [
@@ -38,6 +38,7 @@ COMMANDS: list[click.Command] = [
     topic_route,
     update_static_topic,
     static_topic_mapping,
+    remap_static_topic,
     cluster_list,
     send_message,
     consume_message,

@@ -1,12 +1,15 @@
-"""Static topic commands: updateStaticTopic, staticTopicMapping (docs/static-topics.md).
+"""Static topic commands: updateStaticTopic, staticTopicMapping, remapStaticTopic
+(docs/static-topics.md).
 
-Both talk to the controllers (following CONTROLLER_NOT_LEADER to the leader); a static topic's
+They talk to the controllers (following CONTROLLER_NOT_LEADER to the leader); a static topic's
 logical queues and their mapping items live in the controllers' replicated state.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,7 +17,15 @@ import click
 from client.errors import ClientError
 from protocol.codes import ControllerCode
 from protocol.remoting import Scalar
-from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, table
+from rmqctl.common import (
+    CommandError,
+    Settings,
+    addresses_option,
+    emit,
+    pass_settings,
+    run,
+    table,
+)
 from rmqctl.controller_calls import answer_body, call_controllers
 
 topic_option = click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
@@ -116,6 +127,112 @@ def static_topic_mapping(settings: Settings, addresses: str, topic: str) -> None
             addresses, ControllerCode.GET_STATIC_TOPIC_MAPPING, {"topic": topic}
         )
         return _mapping(answer_body(resp, "static topic mapping"))
+
+    doc = run(work())
+    emit(settings, doc, lambda: _mapping_human(doc))
+
+
+Move = tuple[str, int, str]
+"""(topic, logical queue, target broker group)."""
+
+
+def read_plan(path: str) -> list[Move]:
+    """A plan file: a JSON list of {"topic", "queue", "target"}; CommandError (one line) when it
+    is not one."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CommandError(f"cannot read plan {path}: {exc}") from None
+    if not isinstance(doc, list) or not doc:
+        raise CommandError(f"plan {path} must be a non-empty JSON list of moves")
+    moves: list[Move] = []
+    for n, entry in enumerate(doc, 1):
+        ok = (
+            isinstance(entry, dict)
+            and set(entry) == {"topic", "queue", "target"}
+            and isinstance(entry["topic"], str)
+            and type(entry["queue"]) is int
+            and isinstance(entry["target"], str)
+        )
+        if not ok:
+            raise CommandError(
+                f'plan {path}: move {n} must be {{"topic": str, "queue": int, '
+                f'"target": str}}, not {json.dumps(entry)}'
+            )
+        moves.append((entry["topic"], entry["queue"], entry["target"]))
+    return moves
+
+
+@click.command(
+    "remapStaticTopic", short_help="Move a static topic's logical queue to another broker group."
+)
+@addresses_option
+@click.option("-t", "--topic", default=None, metavar="TOPIC", help="Static topic name.")
+@click.option(
+    "-q",
+    "--queue",
+    type=click.IntRange(0, 1023),
+    default=None,
+    metavar="QUEUE",
+    help="Logical queue id.",
+)
+@click.option("-b", "--broker-name", default=None, metavar="GROUP", help="Target broker group.")
+@click.option(
+    "--plan",
+    "plan_file",
+    default=None,
+    metavar="FILE",
+    help='Apply a plan instead: a JSON list of {"topic", "queue", "target"}, one move at a '
+    "time, stopping at the first refusal.",
+)
+@pass_settings
+def remap_static_topic(
+    settings: Settings,
+    addresses: str,
+    topic: str | None,
+    queue: int | None,
+    broker_name: str | None,
+    plan_file: str | None,
+) -> None:
+    """Move logical queue QUEUE of a static topic to broker group GROUP without copying data.
+
+    The controller leader fences the queue on its current group's master (no send accepted
+    there from then on; everything accepted is replicated to its SyncStateSet), then commits
+    in one Raft entry the old item sealed at its max offset and a new item on GROUP starting
+    at that logical offset. Producers follow the route to the new item; old messages stay
+    readable where they are. Refused with one line, nothing changed: an unknown or ordinary
+    topic, a queue out of range, an unknown group or one without a master, the group already
+    holding the queue, a move of it in progress, or a source master that cannot be fenced.
+
+    Prints the topic's mapping after the move (with --plan: after the last move). Needs a
+    super user when authentication is on.
+    """
+    single = (topic, queue, broker_name)
+    if plan_file is not None:
+        if any(v is not None for v in single):
+            raise CommandError("give either --plan or -t/-q/-b, not both")
+        moves = read_plan(plan_file)
+    elif any(v is None for v in single):
+        raise CommandError("-t TOPIC, -q QUEUE and -b GROUP are required (or --plan FILE)")
+    else:
+        assert topic is not None and queue is not None and broker_name is not None
+        moves = [(topic, queue, broker_name)]
+
+    async def work() -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        for n, (t, q, target) in enumerate(moves, 1):
+            header: dict[str, Scalar] = {"topic": t, "queueId": q, "brokerName": target}
+            try:
+                resp = await call_controllers(addresses, ControllerCode.REMAP_STATIC_TOPIC, header)
+                doc = _mapping(answer_body(resp, "static topic mapping"))
+            except ClientError as exc:
+                if len(moves) == 1:
+                    raise
+                raise ClientError(
+                    f"move {n} of {len(moves)} ({t} queue {q} -> {target}) refused after "
+                    f"{n - 1} applied: {exc}"
+                ) from None
+        return doc
 
     doc = run(work())
     emit(settings, doc, lambda: _mapping_human(doc))

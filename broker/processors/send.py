@@ -125,11 +125,22 @@ class SendProcessor:
             queue_id = (
                 group_queue_index(group, tc.queues) if group else ctx.next_queue(topic, tc.queues)
             )
+            if ctx.sealed.has_closed(topic) and not group:
+                queue_id = _open_queue(ctx, topic, tc.queues, queue_id)
         elif queue_id >= tc.queues:
             return self._error(
                 req,
                 ResponseCode.QUEUE_NOT_EXIST,
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
+            )
+        if ctx.sealed.has_closed(topic) and ctx.sealed.closed(topic, queue_id, time.monotonic()):
+            # A static topic's item sealed (or being sealed) here: the queue moved to another
+            # group. Retriable: the producer refreshes its route and sends to the new item.
+            return self._error(
+                req,
+                ResponseCode.QUEUE_NOT_EXIST,
+                f"queue {queue_id} of {topic} is sealed: it moved to another broker group; "
+                "refresh the route",
             )
         limit = ctx.cfg.max_message_bytes
         body_bytes = 0
@@ -276,6 +287,18 @@ class _PendingAnswer(DeferredAnswer):
             self.answer(self.resp)
         else:
             self.answer(proc._error(self.req, code, remark))
+
+
+def _open_queue(ctx: BrokerContext, topic: str, queues: int, first: int) -> int:
+    """The broker's pick for a topic with sealed queues: the next queue from ``first`` that is
+    not closed (``first`` itself when all are: the send is then refused)."""
+    now = time.monotonic()
+    queue_id = first
+    for _ in range(queues):
+        if not ctx.sealed.closed(topic, queue_id, now):
+            return queue_id
+        queue_id = ctx.next_queue(topic, queues)
+    return first
 
 
 def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:

@@ -55,6 +55,7 @@ from controller.metadata.events import (
     EventDecodeError,
     PutAcl,
     PutUser,
+    RemapQueueItem,
     SealQueueItem,
     UpdateBrokerAddress,
     UpdateTopic,
@@ -79,7 +80,7 @@ from controller.metadata.scheduler import ElectRequest, elections_needed
 from controller.metadata.snapshot import SnapshotError
 from controller.metadata.state import ReplicasInfoManager
 from controller.metadata.static_topic import LogicalQueue, MappingError, MappingItem
-from controller.metadata.static_topics import StaticTopicMapping
+from controller.metadata.static_topics import RemapPlan, StaticTopicMapping
 
 __all__ = [
     "AddQueueItem",
@@ -110,6 +111,8 @@ __all__ = [
     "PutAcl",
     "PutUser",
     "RegisterBrokerResponse",
+    "RemapPlan",
+    "RemapQueueItem",
     "Replica",
     "ReplicaInfo",
     "ReplicasInfoManager",

@@ -25,9 +25,12 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
     [11, topic, queue_id, generation, logical_end]                        SealQueueItem
     [12, topic, queue_id, generation, broker_name, physical_queue,
         physical_start]                                                   AddQueueItem
+    [13, topic, queue_id, generation, logical_end, source_master_epoch,
+        broker_name, physical_queue]                                      RemapQueueItem
 
 The static topic events (docs/static-topics.md) carry a logical queue's newest ``generation``
-they were decided at; applying them is a compare-and-set on it.
+they were decided at; applying them is a compare-and-set on it. RemapQueueItem (a whole re-map
+in one entry) also carries the master epoch of the group it leaves, checked the same way.
 
 The user events carry the user's ``version`` they were decided at (0: the user must not exist
 yet); applying them is a compare-and-set on it, as for the epochs of the group events.
@@ -66,6 +69,7 @@ TAG_PUT_ACL: Final = 9
 TAG_CREATE_STATIC_TOPIC: Final = 10
 TAG_SEAL_QUEUE_ITEM: Final = 11
 TAG_ADD_QUEUE_ITEM: Final = 12
+TAG_REMAP_QUEUE_ITEM: Final = 13
 MAX_SEALED_BYTES: Final = 1024
 
 
@@ -416,8 +420,33 @@ class AddQueueItem:
         check_epoch("physical_start", self.physical_start)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemapQueueItem:
+    """A whole re-map in one entry: logical queue ``queue_id``'s newest item (still of
+    ``generation``, still open, on a group whose master is still at ``source_master_epoch``)
+    is sealed at ``logical_end`` and the queue continues on ``broker_name``'s
+    ``physical_queue`` from physical offset 0, generation + 1."""
+
+    topic: str
+    queue_id: int
+    generation: int
+    logical_end: int
+    source_master_epoch: int
+    broker_name: str
+    physical_queue: int
+
+    def __post_init__(self) -> None:
+        check_topic("topic", self.topic)
+        check_physical_queue("queue_id", self.queue_id)
+        check_epoch("generation", self.generation)
+        check_epoch("logical_end", self.logical_end)
+        check_epoch("source_master_epoch", self.source_master_epoch)
+        check_name("broker_name", self.broker_name)
+        check_physical_queue("physical_queue", self.physical_queue)
+
+
 AuthEvent = PutUser | DeleteUser | PutAcl
-StaticTopicEvent = CreateStaticTopic | SealQueueItem | AddQueueItem
+StaticTopicEvent = CreateStaticTopic | SealQueueItem | AddQueueItem | RemapQueueItem
 
 Event = (
     ApplyBrokerId
@@ -432,6 +461,7 @@ Event = (
     | CreateStaticTopic
     | SealQueueItem
     | AddQueueItem
+    | RemapQueueItem
 )
 
 
@@ -530,6 +560,17 @@ def encode_event(event: Event) -> bytes:
                 event.broker_name,
                 event.physical_queue,
                 event.physical_start,
+            ]
+        case RemapQueueItem():
+            fields = [
+                TAG_REMAP_QUEUE_ITEM,
+                event.topic,
+                event.queue_id,
+                event.generation,
+                event.logical_end,
+                event.source_master_epoch,
+                event.broker_name,
+                event.physical_queue,
             ]
         case _:
             raise TypeError(f"not an event: {type(event).__name__}")
@@ -687,6 +728,18 @@ def _build(fields: list[Any]) -> Event:
             broker_name=broker_name,
             physical_queue=physical_queue,
             physical_start=physical_start,
+        )
+    if tag == TAG_REMAP_QUEUE_ITEM:
+        _arity(fields, 8, "RemapQueueItem")
+        _, topic, queue_id, generation, end, epoch, broker_name, physical_queue = fields
+        return RemapQueueItem(
+            topic=topic,
+            queue_id=queue_id,
+            generation=generation,
+            logical_end=end,
+            source_master_epoch=epoch,
+            broker_name=broker_name,
+            physical_queue=physical_queue,
         )
     raise ValueError(f"unknown event tag {tag}")
 

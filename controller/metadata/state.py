@@ -33,6 +33,7 @@ from controller.metadata.events import (
     Event,
     PutAcl,
     PutUser,
+    RemapQueueItem,
     SealQueueItem,
     UpdateBrokerAddress,
     UpdateTopic,
@@ -76,7 +77,7 @@ from controller.metadata.snapshot import (
     encode_groups,
 )
 from controller.metadata.static_topic import MappingItem
-from controller.metadata.static_topics import StaticTopicMapping, StaticTopicTable
+from controller.metadata.static_topics import RemapPlan, StaticTopicMapping, StaticTopicTable
 from protocol.codes import ResponseCode as RC
 
 
@@ -551,6 +552,33 @@ class ReplicasInfoManager:
             )
         return self.static_topics.add_item(topic, queue_id, target, group.topics.get(topic, 0))
 
+    def plan_remap(self, topic: str, queue_id: int, target: str) -> Decision[RemapPlan]:
+        """REMAP_STATIC_TOPIC, before the fence: may ``topic``'s queue move to ``target`` now?
+        Refused for an ordinary topic, an unknown one, a queue out of range, an unknown target
+        or one without a master, the group that holds it, a move in progress, a source group
+        without a master (see StaticTopicTable.plan_remap)."""
+        if topic not in self.static_topics and self.topic_queues(topic):
+            return rejected(RC.TOPIC_NOT_EXIST, f"{topic} is not a static topic")
+        masters = {
+            name: (group.master_epoch if group.master_broker_id is not None else None)
+            for name, group in self._groups.items()
+        }
+        return self.static_topics.plan_remap(topic, queue_id, target, masters)
+
+    def remap_queue(self, plan: RemapPlan, physical_max: int) -> Decision[MappingItem]:
+        """REMAP_STATIC_TOPIC, after the fence reported ``physical_max``: the commit's events."""
+        group = self._groups.get(plan.target)
+        if group is None:
+            return rejected(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                f"broker group {plan.target} does not exist",
+            )
+        return self.static_topics.remap(plan, physical_max, group.topics.get(plan.topic, 0))
+
+    def sealed_queues(self, broker_name: str) -> list[tuple[str, int]]:
+        """The group's static topic queues whose items are sealed (see SealedQueues, broker)."""
+        return self.static_topics.sealed_on(broker_name)
+
     # Apply -------------------------------------------------------------------------------------
 
     def apply(self, event: Event) -> Applied:
@@ -594,6 +622,19 @@ class ReplicasInfoManager:
             case PutUser() | DeleteUser() | PutAcl():
                 return self.auth.apply(event)
             case CreateStaticTopic() | SealQueueItem() | AddQueueItem():
+                return self.static_topics.apply(event, self._groups.keys())
+            case RemapQueueItem():
+                # The fence was set on the source group's master at this epoch: a master
+                # elected since may have taken sends past the reported end; nothing moves.
+                source = self.static_topics.source_of(event)
+                held = self._groups.get(source) if source is not None else None
+                if held is not None and held.master_epoch != event.source_master_epoch:
+                    return fail(
+                        RC.CONTROLLER_FENCED_MASTER_EPOCH,
+                        f"the master of {source} changed during the move of {event.topic} "
+                        f"queue {event.queue_id} (epoch {event.source_master_epoch}, now "
+                        f"{held.master_epoch}); nothing moved",
+                    )
                 return self.static_topics.apply(event, self._groups.keys())
             case UpdateTopic():
                 group = self._groups.get(event.broker_name)

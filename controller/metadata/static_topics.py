@@ -9,11 +9,13 @@ every controller and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from controller.metadata.events import (
     AddQueueItem,
     CreateStaticTopic,
     Event,
+    RemapQueueItem,
     SealQueueItem,
     StaticTopicEvent,
     UpdateTopic,
@@ -39,6 +41,21 @@ from protocol.codes import ResponseCode as RC
 
 StaticTopicMapping = tuple[LogicalQueue, ...]
 """A static topic's logical queues, by queue id."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemapPlan:
+    """A re-map the controllers may carry out: what to fence where, decided on applied state."""
+
+    topic: str
+    queue_id: int
+    generation: int
+    """The newest item's generation (the compare-and-set of the commit)."""
+    source: str
+    source_queue: int
+    source_epoch: int
+    """The source group's master epoch: the fence goes to that master, the commit checks it."""
+    target: str
 
 
 def placements(queues: int, groups: Sequence[str]) -> tuple[tuple[str, int], ...]:
@@ -189,6 +206,99 @@ class StaticTopicTable:
         )
         return Decision(events=events, response=item)
 
+    def plan_remap(
+        self, topic: str, queue_id: int, target: str, masters: Mapping[str, int | None]
+    ) -> Decision[RemapPlan]:
+        """Whether ``topic``'s queue ``queue_id`` may move to ``target`` now. ``masters``: every
+        known group's master epoch (None: the group has no master). No events: the caller
+        fences the source queue, then commits :meth:`remap`."""
+        if not isinstance(target, str) or not target:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, "a target broker group is required")
+        items = self._queue(topic, queue_id)
+        if isinstance(items, Applied):
+            return rejected(items.code, items.remark)
+        last = newest(items)
+        where = f"{topic} queue {queue_id}"
+        if last.sealed:
+            return rejected(RC.BAD_REQUEST, f"a move of {where} is in progress")
+        if target not in masters:
+            return rejected(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST, f"broker group {target} does not exist"
+            )
+        if target == last.broker_name:
+            return rejected(RC.BAD_REQUEST, f"{where} is already on broker group {target}")
+        if masters[target] is None:
+            return rejected(
+                RC.CONTROLLER_MASTER_NOT_AVAILABLE, f"broker group {target} has no master"
+            )
+        epoch = masters.get(last.broker_name)
+        if epoch is None:
+            return rejected(
+                RC.CONTROLLER_MASTER_NOT_AVAILABLE,
+                f"broker group {last.broker_name} (holding {where}) has no master",
+            )
+        plan = RemapPlan(
+            topic=topic,
+            queue_id=queue_id,
+            generation=last.generation,
+            source=last.broker_name,
+            source_queue=last.physical_queue,
+            source_epoch=epoch,
+            target=target,
+        )
+        return Decision(response=plan)
+
+    def remap(
+        self, plan: RemapPlan, physical_max: int, target_queues: int
+    ) -> Decision[MappingItem]:
+        """Commit ``plan`` once the source master is fenced at ``physical_max`` (the physical
+        queue's max offset there): the UpdateTopic that adds physical queue ``target_queues``
+        on the target, then one RemapQueueItem that seals the old item and appends the new one
+        (both or neither). The response is the new item."""
+        items = self._queue(plan.topic, plan.queue_id)
+        if isinstance(items, Applied):
+            return rejected(items.code, items.remark)
+        where = f"{plan.topic} queue {plan.queue_id}"
+        try:
+            end = seal_end(items, plan.generation, physical_max)
+            check_physical_queue("physical_queue", target_queues)
+            item = MappingItem(
+                broker_name=plan.target,
+                physical_queue=target_queues,
+                logical_start=end,
+                physical_start=0,
+                generation=plan.generation + 1,
+            )
+            check_new_item(sealed(items, end), item)
+        except (MappingError, TypeError, ValueError) as exc:
+            return rejected(RC.BAD_REQUEST, f"{where}: {exc}")
+        events: tuple[Event, ...] = (
+            UpdateTopic(broker_name=plan.target, topic=plan.topic, queues=target_queues + 1),
+            RemapQueueItem(
+                topic=plan.topic,
+                queue_id=plan.queue_id,
+                generation=plan.generation,
+                logical_end=end,
+                source_master_epoch=plan.source_epoch,
+                broker_name=plan.target,
+                physical_queue=target_queues,
+            ),
+        )
+        return Decision(events=events, response=item)
+
+    def sealed_on(self, broker_name: str) -> list[tuple[str, int]]:
+        """The (topic, physical queue) pairs of ``broker_name`` whose items are sealed: sends
+        there are refused by the group's brokers."""
+        return sorted(
+            {
+                (topic, item.physical_queue)
+                for topic, mapping in self._topics.items()
+                for items in mapping
+                for item in items
+                if item.broker_name == broker_name and item.sealed
+            }
+        )
+
     # Apply -------------------------------------------------------------------------------------
 
     def apply(self, event: StaticTopicEvent, groups: Collection[str]) -> Applied:
@@ -247,8 +357,46 @@ class StaticTopicTable:
                     return fail(RC.BAD_REQUEST, f"{event.topic} queue {event.queue_id}: {exc}")
                 self._replace(event.topic, event.queue_id, appended(items, item))
                 return APPLIED
+            case RemapQueueItem():
+                return self._apply_remap(event, groups)
             case _:
                 raise TypeError(f"not a static topic event: {type(event).__name__}")
+
+    def source_of(self, event: RemapQueueItem) -> str | None:
+        """The group a re-map leaves: its queue's newest item's (None: no such queue)."""
+        items = self._queue(event.topic, event.queue_id)
+        return None if isinstance(items, Applied) else newest(items).broker_name
+
+    def _apply_remap(self, event: RemapQueueItem, groups: Collection[str]) -> Applied:
+        """Seal and append in one step (the source master epoch is checked by the caller)."""
+        items = self._queue(event.topic, event.queue_id)
+        if isinstance(items, Applied):
+            return items
+        if event.broker_name not in groups:
+            return fail(
+                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
+                f"broker group {event.broker_name} does not exist",
+            )
+        last = newest(items)
+        try:
+            end = seal_end(
+                items,
+                event.generation,
+                last.physical_start + (event.logical_end - last.logical_start),
+            )
+            closed = sealed(items, end)
+            item = MappingItem(
+                broker_name=event.broker_name,
+                physical_queue=event.physical_queue,
+                logical_start=end,
+                physical_start=0,
+                generation=event.generation + 1,
+            )
+            check_new_item(closed, item)
+        except (MappingError, ValueError) as exc:
+            return fail(RC.BAD_REQUEST, f"{event.topic} queue {event.queue_id}: {exc}")
+        self._replace(event.topic, event.queue_id, appended(closed, item))
+        return APPLIED
 
     def _replace(self, topic: str, queue_id: int, items: LogicalQueue) -> None:
         mapping = self._topics[topic]

@@ -28,7 +28,7 @@ Modules, one concern each:
 - heartbeats.py: BROKER_HEARTBEAT and liveness;
 - elections.py: ELECT_MASTER and the controller-triggered elections;
 - sync_state.py: AlterSyncStateSet and GetSyncStateData;
-- static_topics.py: static topics, their creation (513) and mapping (5120);
+- static_topics.py: static topics, their creation (513), mapping (5120) and re-map (5121);
 - topics_routes.py: route registrations, routes, topics;
 - membership.py: controller membership and the controllers' own metadata;
 - scheduler.py: the election scan;

@@ -139,7 +139,11 @@ class BrokerHandlers:
         )
         header["brokerId"] = r.broker_id
         info = self.manager.replica_info(name)
-        body = group_body(r.sync_state_set, info.replicas if info is not None else ())
+        body = group_body(
+            r.sync_state_set,
+            info.replicas if info is not None else (),
+            self.manager.sealed_queues(name),
+        )
         return response(req, ResponseCode.SUCCESS, header, body)
 
     async def clean_broker_data(self, conn: Connection, req: Frame) -> Frame:
@@ -177,4 +181,5 @@ class BrokerHandlers:
         d = self.manager.get_replica_info(name)
         if not d.ok or d.response is None:
             raise refuse(d)
-        return response(req, ResponseCode.SUCCESS, info_header(d.response), info_body(d.response))
+        body = info_body(d.response, self.manager.sealed_queues(name))
+        return response(req, ResponseCode.SUCCESS, info_header(d.response), body)

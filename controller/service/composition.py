@@ -62,6 +62,7 @@ _WRITES = frozenset(
         ControllerCode.AUTH_UPDATE_ACL,
         ControllerCode.AUTH_DELETE_ACL,
         ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC,
+        ControllerCode.REMAP_STATIC_TOPIC,
     }
 )
 """Requests whose decisions append to the Raft log: answered SYSTEM_BUSY at once while the
@@ -155,7 +156,7 @@ class ControllerService:
             now_ms,
             timeout=timeout,
         )
-        self.static_topics = StaticTopicHandlers(manager, gate, committer)
+        self.static_topics = StaticTopicHandlers(manager, gate, committer, self.pool, timeout)
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
         self.auth = AuthHandlers(manager, gate, committer, auth_key)
 
@@ -196,6 +197,7 @@ class ControllerService:
             ControllerCode.AUTH_SYNC_USERS: self.auth.sync_users,
             ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC: self.static_topics.create,
             ControllerCode.GET_STATIC_TOPIC_MAPPING: self.static_topics.mapping,
+            ControllerCode.REMAP_STATIC_TOPIC: self.static_topics.remap,
         }
         for code, handler in handlers.items():
             if code in _WRITES:

@@ -66,7 +66,9 @@ class ElectionHandlers:
         header = info_header(info)
         if settled.remark and not settled.ok:
             header["remark"] = settled.remark
-        return response(req, settled.code, header, info_body(info))
+        return response(
+            req, settled.code, header, info_body(info, self.manager.sealed_queues(name))
+        )
 
     async def elect(self, broker_name: str, reason: str) -> None:
         """A controller-triggered election of ``broker_name``'s master (the scan's)."""

@@ -1,25 +1,42 @@
-"""Static topics on the controllers: UPDATE_AND_CREATE_STATIC_TOPIC (513) committed by the active
-controller, GET_STATIC_TOPIC_MAPPING (5120) from any controller's applied state.
+"""Static topics on the controllers: UPDATE_AND_CREATE_STATIC_TOPIC (513) and REMAP_STATIC_TOPIC
+(5121) committed by the active controller, GET_STATIC_TOPIC_MAPPING (5120) from any controller's
+applied state.
 
 The mapping lives in the metadata state machine (:mod:`controller.metadata.static_topics`); the
 create's decision also creates the physical queues as ordinary topics on the groups (UpdateTopic
 events), which the group's brokers then get pushed like any topic.
+
+A re-map (docs/static-topics.md, "Re-mapping a queue"): decide on applied state, fence the
+physical queue on the source group's master (FENCE_STATIC_QUEUE, which answers the queue's max
+offset once every SyncStateSet member has everything the master accepted), then commit the
+target's UpdateTopic and one RemapQueueItem (a compare-and-set on the queue's generation and the
+source master's epoch). One move per queue at a time on this controller.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgpack
+import structlog
 
-from controller.metadata import MappingItem, ReplicasInfoManager, StaticTopicMapping
+from controller.metadata import MappingItem, RemapPlan, ReplicasInfoManager, StaticTopicMapping
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
 from controller.service.requests import Refused, refuse
-from protocol.codes import ResponseCode
+from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.fields import opt_str, req_int, req_str
 from protocol.remoting import Frame, response
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
 from remoting.server import Connection
+
+log = structlog.get_logger(__name__)
+
+FENCE_MS = 30_000
+"""How long a source master refuses sends to a queue being moved without hearing the seal: far
+longer than a commit may take (the request timeout), far shorter than forever."""
 
 
 def item_doc(item: MappingItem) -> dict[str, Any]:
@@ -46,11 +63,20 @@ def mapping_doc(topic: str, mapping: StaticTopicMapping) -> dict[str, Any]:
 
 class StaticTopicHandlers:
     def __init__(
-        self, manager: ReplicasInfoManager, gate: LeadershipGate, committer: DecisionCommitter
+        self,
+        manager: ReplicasInfoManager,
+        gate: LeadershipGate,
+        committer: DecisionCommitter,
+        pool: ConnectionPool | None = None,
+        timeout: float = 3.0,
     ) -> None:
         self.manager = manager
         self.gate = gate
         self.committer = committer
+        self.pool = pool
+        self.timeout = timeout
+        self._moving: set[tuple[str, int]] = set()
+        """Queues this controller is moving now (a second move of one is refused)."""
 
     async def create(self, conn: Connection, req: Frame) -> Frame:
         """Header ``topic``, ``queues``, ``brokerNames`` (';'-separated, optional: every group
@@ -67,6 +93,113 @@ class StaticTopicHandlers:
         return response(
             req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, d.response))
         )
+
+    async def remap(self, conn: Connection, req: Frame) -> Frame:
+        """Header ``topic``, ``queueId``, ``brokerName`` (the target group). Answered with the
+        topic's mapping once the move is committed; refused with one line and nothing changed
+        otherwise (see the module doc)."""
+        await self.gate.require_active()
+        h = req.header
+        topic = req_str(h, "topic")
+        queue_id = req_int(h, "queueId")
+        target = req_str(h, "brokerName")
+        key = (topic, queue_id)
+        if key in self._moving:
+            raise Refused(
+                ResponseCode.BAD_REQUEST, f"a move of {topic} queue {queue_id} is in progress"
+            )
+        planned = self.manager.plan_remap(topic, queue_id, target)
+        if not planned.ok or planned.response is None:
+            raise refuse(planned)
+        self._moving.add(key)
+        try:
+            item = await self._move(planned.response)
+        finally:
+            self._moving.discard(key)
+        log.info(
+            "static topic queue moved",
+            topic=topic,
+            queue_id=queue_id,
+            target=target,
+            logical_start=item.logical_start,
+            generation=item.generation,
+        )
+        found = self.manager.static_topic(topic)
+        assert found is not None
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, found)))
+
+    async def _move(self, plan: RemapPlan) -> MappingItem:
+        physical_max = await self._fence(plan)
+        d = self.manager.remap_queue(plan, physical_max)
+        if not d.ok:
+            await self._release(plan)
+            raise refuse(d)
+        # An uncertain commit (leader lost, timeout) leaves the fence: the entry may still
+        # commit, and the fence's deadline outlives any commit of it.
+        settled = await self.committer.settle(d)
+        if not settled.ok or settled.response is None:
+            await self._release(plan)
+            raise refuse(settled)
+        return settled.response
+
+    async def _fence(self, plan: RemapPlan) -> int:
+        """FENCE_STATIC_QUEUE on the source master: the physical queue's max offset there."""
+        info = self.manager.replica_info(plan.source)
+        address = info.master_address if info is not None else None
+        where = f"{plan.topic} queue {plan.queue_id}"
+        if info is None or not address or info.master_epoch != plan.source_epoch:
+            raise Refused(
+                ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
+                f"cannot fence {where}: broker group {plan.source} has no master; nothing moved",
+            )
+        header = {
+            "topic": plan.topic,
+            "queueId": plan.source_queue,
+            "masterEpoch": plan.source_epoch,
+            "fenceMillis": FENCE_MS,
+        }
+        try:
+            resp = await self._call(address, header, max(self.timeout, 5.0))
+        except (RemotingError, OSError, TimeoutError) as exc:
+            raise Refused(
+                ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
+                f"cannot fence {where} on the master of {plan.source} ({address}): {exc}; "
+                "nothing moved",
+            ) from None
+        offset = resp.header.get("maxOffset")
+        if resp.code != ResponseCode.SUCCESS or type(offset) is not int:
+            remark = resp.header.get("remark") or code_name(resp.code)
+            raise Refused(
+                ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
+                f"the master of {plan.source} ({address}) refused to fence {where}: {remark}; "
+                "nothing moved",
+            )
+        return offset
+
+    async def _release(self, plan: RemapPlan) -> None:
+        """Best effort: the move was refused, the source master may take sends there again."""
+        info = self.manager.replica_info(plan.source)
+        if info is None or not info.master_address:
+            return
+        header = {"topic": plan.topic, "queueId": plan.source_queue, "release": True}
+        try:
+            await self._call(info.master_address, header, self.timeout)
+        except (RemotingError, OSError, TimeoutError) as exc:
+            log.info(
+                "fence release failed (it expires)", address=info.master_address, error=str(exc)
+            )
+
+    async def _call(self, address: str, header: dict[str, Any], timeout: float) -> Frame:
+        if self.pool is None:
+            raise RemotingError("no connection pool to reach brokers")
+        try:
+            conn = await self.pool.get(address)
+            return await asyncio.wait_for(
+                conn.request(RequestCode.FENCE_STATIC_QUEUE, header, None, timeout), timeout + 1
+            )
+        except (RemotingError, OSError, TimeoutError):
+            self.pool.drop(address)
+            raise
 
     async def mapping(self, conn: Connection, req: Frame) -> Frame:
         """Header ``topic``: its mapping, from this controller's applied state (after a read

@@ -71,7 +71,7 @@ def test_deny_wins_and_source_ranges_count() -> None:
 
 
 def test_admin_and_unknown_requests_need_a_super_user() -> None:
-    for code in (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, 99999):
+    for code in (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.FENCE_STATIC_QUEUE, 99999):
         assert not on_broker(PUB_A, code, {})
         assert on_broker(ADMIN, code, {})
     group_admin = User("g", UserType.NORMAL, (make_rule("Group:g", ["create"], "allow"),))

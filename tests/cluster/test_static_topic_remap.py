@@ -1,0 +1,261 @@
+"""Re-mapping a static topic queue against real processes: three controllers, broker-a (master
+and slave, all-ack) and broker-b (one broker).
+
+An SDK producer sends without pause while ``rmqctl remapStaticTopic`` moves logical queue 1 from
+broker-a to broker-b: every acknowledged message is stored (read back by a consumer) on
+broker-a's physical queue below the seal or on broker-b's new one; the mapping shows the sealed
+item and the new one with no gap; later sends never reach the sealed queue; a raw send there is
+refused, by the fenced master and, after kill -9 of it, by the new master too. Bad moves (and a
+plan file that stops at its first refusal) are refused with one line and change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from client import Producer
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from protocol.codes import RequestCode, ResponseCode
+from remoting.client import RemotingClient
+from rmqctl.cli import cli
+from tests.cluster.support import Key, consume_all, new_master, sync_state
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until, wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "Moving"
+
+
+def rmqctl(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def mapping(addrs: str) -> Any:
+    code, out, err = rmqctl("--json", "staticTopicMapping", "-a", addrs, "-t", TOPIC)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def mapping_everywhere(cluster: Cluster) -> Any:
+    """The mapping once every controller answers the same one (followers answer what they
+    applied), else None."""
+    docs = []
+    for c in cluster.controllers:
+        code, out, _ = rmqctl("--json", "staticTopicMapping", "-a", c.address, "-t", TOPIC)
+        if code != 0:
+            return None
+        docs.append(json.loads(out))
+    return docs[0] if all(d == docs[0] for d in docs) else None
+
+
+def items(doc: Any, queue: int) -> list[tuple[str, int, int, int | None]]:
+    return [
+        (i["brokerName"], i["physicalQueue"], i["logicalStart"], i["logicalEnd"])
+        for i in doc["queues"][queue]["items"]
+    ]
+
+
+async def master_of(boot: Bootstrap, cluster: Cluster, group: str, size: int) -> str:
+    async def ready() -> str | None:
+        doc = await sync_state(boot, group)
+        ok = doc and doc.get("masterAddress") and len(doc["syncStateSet"]) == size
+        return str(doc["masterAddress"]) if ok and doc else None
+
+    address: str = await wait_until_async(
+        ready, f"{group} master with {size} in sync", 60, interval=0.2, on_timeout=cluster.logs
+    )
+    return address
+
+
+async def send_to(address: str, queue: int) -> tuple[int, str]:
+    conn = await RemotingClient.connect(address)
+    try:
+        resp = await conn.request(
+            RequestCode.SEND_MESSAGE, {"topic": TOPIC, "queueId": queue}, b"raw", 10
+        )
+        return resp.code, str(resp.header.get("remark") or "")
+    finally:
+        conn.close()
+
+
+def test_a_queue_moves_under_load_and_bad_moves_change_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    addrs = cluster.controller_addresses
+    cluster.add_group("broker-a", 2)
+    cluster.add_group("broker-b", 1)
+    asyncio.run(scenario(cluster, addrs, tmp_path))
+
+
+async def scenario(cluster: Cluster, addrs: str, tmp_path: Path) -> None:
+    boot = Bootstrap(addrs, timeout=2.0)
+    try:
+        master_a = await master_of(boot, cluster, "broker-a", 2)
+        await master_of(boot, cluster, "broker-b", 1)
+        code, _, err = await asyncio.to_thread(
+            rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
+        )
+        assert code == 0, err
+        code, _, err = await asyncio.to_thread(
+            rmqctl, "updateTopic", "-a", addrs, "-t", "Plain", "-q", "2"
+        )
+        assert code == 0, err
+
+        # Bad moves: one line each, nothing changed.
+        before = await wait_until_async(
+            lambda: asyncio.to_thread(mapping_everywhere, cluster), "the mapping everywhere", 10
+        )
+        plan = tmp_path / "plan.json"
+        plan.write_text('[{"topic": "Moving", "queue": 0}]')
+        for args, line in [
+            (("-t", "Nope", "-q", "0", "-b", "broker-b"), "static topic Nope does not exist"),
+            (("-t", "Plain", "-q", "0", "-b", "broker-b"), "Plain is not a static topic"),
+            (("-t", TOPIC, "-q", "5", "-b", "broker-b"), "has queues 0 to 1, not 5"),
+            (("-t", TOPIC, "-q", "0", "-b", "broker-z"), "broker group broker-z does not exist"),
+            (("-t", TOPIC, "-q", "0", "-b", "broker-a"), "already on broker group broker-a"),
+            (("-t", TOPIC, "-q", "0"), "-t TOPIC, -q QUEUE and -b GROUP are required"),
+            (("--plan", str(plan)), "move 1 must be"),
+        ]:
+            code, out, err = await asyncio.to_thread(rmqctl, "remapStaticTopic", "-a", addrs, *args)
+            assert code == 1 and out == "" and len(err.splitlines()) == 1, (args, err)
+            assert line in err, (args, err)
+        assert await asyncio.to_thread(mapping, addrs) == before
+
+        # A producer sends without pause while queue 1 moves.
+        acked: list[Key] = []
+        stop = asyncio.Event()
+
+        async def produce() -> None:
+            async with Producer(addrs, retries=6) as producer:
+                n = 0
+                while not stop.is_set():
+                    try:
+                        r = await producer.send(TOPIC, f"m-{n}".encode())
+                    except ClientError:
+                        continue  # not acknowledged: nothing to find
+                    acked.append((r.broker_name, r.queue_id, r.queue_offset))
+                    n += 1
+
+        sending = asyncio.create_task(produce())
+        await wait_until_async(lambda: len(acked) >= 30, "sends before the move", 30, interval=0.05)
+        code, out, err = await asyncio.to_thread(
+            rmqctl, "--json", "remapStaticTopic", "-a", addrs,
+            "-t", TOPIC, "-q", "1", "-b", "broker-b",
+        )  # fmt: skip
+        assert code == 0, err + cluster.logs()
+        moved = json.loads(out)
+        queue1 = items(moved, 1)
+        assert len(queue1) == 2
+        (old_group, old_queue, old_start, seal), (new_group, new_queue, new_start, new_end) = queue1
+        assert (old_group, old_queue, old_start) == ("broker-a", 1, 0)
+        assert seal is not None and seal > 0
+        assert (new_group, new_queue, new_start, new_end) == ("broker-b", 0, seal, None)
+        assert items(moved, 0) == [("broker-a", 0, 0, None)]
+        # Every controller applies it (a follower answers from what it has applied).
+        settled = await wait_until_async(
+            lambda: asyncio.to_thread(mapping_everywhere, cluster), "the mapping everywhere", 10
+        )
+        assert settled == moved
+        marker = len(acked)
+
+        def reached_b() -> bool:
+            return any(k[0] == "broker-b" for k in acked[marker:])
+
+        await wait_until_async(reached_b, "sends on broker-b", 30, interval=0.05)
+        await wait_until_async(lambda: len(acked) >= marker + 30, "sends after", 30, interval=0.05)
+        stop.set()
+        await sending
+
+        # Every acknowledged message: below the seal on broker-a's queue 1, or elsewhere live.
+        on_old = [k for k in acked if k[:2] == ("broker-a", 1)]
+        assert on_old and all(k[2] < seal for k in on_old)
+        assert {k[:2] for k in acked} <= {("broker-a", 0), ("broker-a", 1), ("broker-b", 0)}
+        # After the commit the route keeps producers off the sealed queue.
+        assert all(k[:2] != ("broker-a", 1) for k in acked[marker:])
+        stored = await consume_all(addrs, TOPIC, set(acked))
+        missing = set(acked) - set(stored)
+        assert not missing, sorted(missing)[:10]
+        assert all(k[2] < seal for k in stored if k[:2] == ("broker-a", 1))
+
+        # The sealed queue refuses sends: on the fenced master, and on a new master after it.
+        code, remark = await send_to(master_a, 1)
+        assert code == ResponseCode.QUEUE_NOT_EXIST and "sealed" in remark, remark
+        assert (await send_to(master_a, 0))[0] == ResponseCode.SUCCESS
+        again = await asyncio.to_thread(
+            rmqctl, "remapStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "1", "-b", "broker-b"
+        )
+        assert again[0] == 1 and "already on broker group broker-b" in again[2]
+
+        node = next(b for b in cluster.brokers if b.address == master_a)
+        node.kill9()
+        doc = await new_master(boot, cluster, master_a)
+        successor = str(doc["masterAddress"])
+
+        async def refused_there() -> tuple[int, str] | None:
+            result = await send_to(successor, 1)
+            waiting = (ResponseCode.MASTER_FENCED, ResponseCode.NOT_MASTER)
+            return result if result[0] not in waiting else None
+
+        code, remark = await wait_until_async(
+            refused_there, "the new master answers", 30, interval=0.2, on_timeout=cluster.logs
+        )
+        assert code == ResponseCode.QUEUE_NOT_EXIST and "sealed" in remark, (code, remark)
+        assert (await send_to(successor, 0))[0] == ResponseCode.SUCCESS  # it takes writes
+        assert await asyncio.to_thread(mapping, addrs) == moved
+    finally:
+        boot.close()
+
+
+def test_a_plan_applies_moves_in_order_and_stops_at_the_first_refusal(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    addrs = cluster.controller_addresses
+    cluster.add_group("broker-a", 1)
+    cluster.add_group("broker-b", 1)
+
+    async def masters() -> None:
+        boot = Bootstrap(addrs, timeout=2.0)
+        try:
+            await master_of(boot, cluster, "broker-a", 1)
+            await master_of(boot, cluster, "broker-b", 1)
+        finally:
+            boot.close()
+
+    asyncio.run(masters())
+    code, _, err = rmqctl("updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "3")
+    assert code == 0, err
+    # Queues 0 and 2 start on broker-a, 1 on broker-b.
+    plan = tmp_path / "plan.json"
+    moves = [
+        {"topic": TOPIC, "queue": 0, "target": "broker-b"},
+        {"topic": TOPIC, "queue": 1, "target": "broker-a"},
+        {"topic": TOPIC, "queue": 2, "target": "broker-a"},  # already there: refused
+        {"topic": TOPIC, "queue": 1, "target": "broker-b"},  # never tried
+    ]
+    plan.write_text(json.dumps(moves))
+    code, out, err = rmqctl("remapStaticTopic", "-a", addrs, "--plan", str(plan))
+    assert code == 1 and out == "" and len(err.splitlines()) == 1, err
+    assert "move 3 of 4 (Moving queue 2 -> broker-a) refused after 2 applied" in err, err
+    assert "already on broker group broker-a" in err
+    doc = mapping(addrs)
+    assert [i[0] for i in items(doc, 0)] == ["broker-a", "broker-b"]
+    assert [i[0] for i in items(doc, 1)] == ["broker-b", "broker-a"]
+    assert [i[0] for i in items(doc, 2)] == ["broker-a"]
+
+    def routed() -> bool:
+        code, out, _ = rmqctl("--json", "topicRoute", "-a", addrs, "-t", TOPIC)
+        if code != 0:
+            return False
+        writable = {b["brokerName"]: b.get("writeQueues") for b in json.loads(out)["brokers"]}
+        return writable == {"broker-a": [1, 2], "broker-b": [1]}
+
+    wait_until(routed, "the route's write queues", 20, interval=0.2, on_timeout=cluster.logs)
