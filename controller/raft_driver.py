@@ -4,7 +4,11 @@ It carries out what the core decides (controller/raft/README.md, "The driver loo
 
 - time: a 100 ms tick timer; ticks that fell due while the loop was busy are fed in a row,
   interleaved with the messages that arrived meanwhile in the order of their times (a tick
-  that fell due before a message arrived is fed before it, one due after it, after it);
+  that fell due before a message arrived is fed before it, one due after it, after it). A tick
+  that comes more than ``LATE_TICK_S`` late means the process (or the whole machine) stood
+  still: the ticks it missed are fed as one stall (``RaftNode.tick_after_stall``), which
+  shortens a leader's lease but runs no follower's election clock, so a stall of the whole
+  host does not start an election;
 - the leader lease: :meth:`RaftDriver.holds_lease` turns the core's lease (in ticks) into
   time counted from when the core's latest tick fell due, so a leader that was frozen (SIGSTOP)
   or starved knows at once, before the ticks it missed are fed, that its lease is gone;
@@ -248,6 +252,9 @@ class RaftDriver:
         self._unreachable: set[NodeId] = set()
         self._requests: list[Callable[[], None]] = []
         self._ticks_due = 0
+        self._stalled_ticks = 0
+        """Ticks that fell due while the process stood still (its tick came more than
+        ``LATE_TICK_S`` late): fed to the core as one stall before the next tick."""
         self._tick_interval = cfg.tick_ms / 1000
         self._next_tick_due = 0.0
         """Loop time at which the first of ``_ticks_due`` fell due."""
@@ -486,9 +493,15 @@ class RaftDriver:
         while True:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             now = loop.time()
-            if now - next_at > LATE_TICK_S:
-                self._report_late(now - next_at)
-            due = 1 + int((now - next_at) // interval)
+            late = now - next_at
+            due = 1 + int(late // interval)
+            if late > LATE_TICK_S:
+                self._report_late(late)
+                # The process stood still: all but the latest of these ticks are fed as one
+                # stall (RaftNode.tick_after_stall), the latest as a tick falling due then.
+                self._stalled_ticks += due - 1
+                next_at += (due - 1) * interval
+                due = 1
             if not self._ticks_due:
                 self._next_tick_due = next_at
             next_at += due * interval
@@ -497,8 +510,8 @@ class RaftDriver:
 
     def _report_late(self, late: float) -> None:
         """A tick fell due ``late`` seconds before the loop ran it (the process starved, a long
-        turn of its loop): logged, at most once every 10 s, since followers elect another leader
-        once the leader is silent for the election timeout (300-600 ms by default)."""
+        turn of its loop, the machine stood still): logged, at most once every 10 s. The ticks
+        it missed are fed as a stall (see the module's docstring)."""
         now = time.monotonic()
         if now - self._late_reported_at < 10.0:
             return
@@ -550,7 +563,11 @@ class RaftDriver:
         node = self.node
         interval = self._tick_interval
         while self._ticks_due and (until is None or self._next_tick_due <= until):
-            node.tick()
+            if self._stalled_ticks:
+                node.tick_after_stall(self._stalled_ticks)
+                self._stalled_ticks = 0
+            else:
+                node.tick()
             self._last_tick_due = self._next_tick_due
             self._next_tick_due += interval
             self._ticks_due -= 1

@@ -170,6 +170,25 @@ class RaftNode:
             self._election_elapsed = 0
             self._hup(transfer=False)
 
+    def tick_after_stall(self, stalled: int) -> None:
+        """``stalled`` ticks passed in which this node could neither hear nor speak (its process
+        or its machine stood still: the driver's tick came that late), then one ordinary tick.
+
+        The stall counts as time for what must hold in real time: a leader's lease
+        (:meth:`lease_remaining`) shrinks by it. It does not count as silence of the others:
+        their messages could not be read either. So a follower's election clock does not run
+        during it (a whole-machine stall of a few hundred ms starts no election; as a follower
+        also grants no vote while that clock is below ``election_ticks_min``, this only waits
+        longer), and a leader starts its check-quorum window over, with every follower to be
+        heard from again within it. A dead leader is still replaced: by a follower that did not
+        stall, or one election timeout later."""
+        if stalled > 0:
+            self._now += stalled
+            if self._leader is not None:
+                self._election_elapsed = 0
+                self._leader.after_stall()
+        self.tick()
+
     def step(self, m: Message) -> bool:
         """Feed one message from a peer. Returns False when the message was dropped unseen:
         it is for another node, comes from a node this node does not listen to (see

@@ -230,6 +230,13 @@ class Leader:
             self._bcast_heartbeat()
             self._maybe_transfer_to_preferred()
 
+    def after_stall(self) -> None:
+        """The node stood still (see :meth:`RaftNode.tick_after_stall`): the next quorum check
+        counts only followers heard from after it."""
+        me = self.node.id
+        for member, pr in self.progress.items():
+            pr.recent_active = member == me
+
     def on_persisted(self, index: int) -> None:
         """The leader's own log is durable up to ``index``: it counts towards the quorum."""
         pr = self.progress.get(self.node.id)

@@ -86,6 +86,9 @@ class SimOptions:
     preferred_leader: bool
     safety_ticks: int
     liveness_ticks: int
+    stall_rate: float = 0.0
+    """Per step: the chance that one node, or every node at once (a whole-host stall), stands
+    still for 3 to 12 ticks, then resumes through ``RaftNode.tick_after_stall``."""
 
     @classmethod
     def from_seed(
@@ -114,6 +117,8 @@ class SimOptions:
             preferred_leader=rng.random() < 0.2,
             safety_ticks=safety_ticks,
             liveness_ticks=150,
+            # From a generator of its own, so the draws above stay what they were per seed.
+            stall_rate=random.Random(seed * 7 + 3).choice((0.0, 0.001, 0.003)),
         )
         if not options.faults_configured():
             # A schedule always injects something: when the draw left every fault off (about
@@ -130,6 +135,7 @@ class SimOptions:
             "duplicated": self.duplicate > 0,
             "reordered": self.max_delay > 1,
             "crashes": self.crash_rate > 0,
+            "stalls": self.stall_rate > 0,
         }
         return tuple(kind for kind, on in kinds.items() if on)
 
@@ -145,6 +151,7 @@ class Faults:
     cut: int = 0  # messages dropped by a partition
     crashes: int = 0
     torn_writes: int = 0  # crashes that left a part of the Ready in flight on disk
+    stalls: int = 0  # a node or every node stood still for a while
 
     def missing(self, kinds: tuple[str, ...]) -> list[str]:
         return [kind for kind in kinds if getattr(self, kind) == 0]
@@ -185,6 +192,13 @@ class SimNode:
     phase: int = 0
     restart_at: int = 0
     last_role: Role = Role.FOLLOWER
+    stalled_until: int = 0
+    """Step at which a stalled node resumes (it neither ticks, reads nor sends before)."""
+    missed_ticks: int = 0
+    """Ticks that fell due during the current stall."""
+
+    def stalled(self, now: int) -> bool:
+        return self.stalled_until > now
 
 
 class Checker:
@@ -233,8 +247,11 @@ class Checker:
         """A leader lease means no other leader: while a node holds one, nobody leads a later
         term (a crashed node's lease ends with it)."""
         nodes = [sn.node for sn in alive if sn.node is not None]
+        missed = {sn.id: sn.missed_ticks for sn in alive}
         for holder in nodes:
-            if holder.lease_remaining() <= 0:
+            # A stalled leader's lease runs on in real time (the driver's holds_lease): the
+            # ticks it missed so far are gone from it.
+            if holder.lease_remaining() - missed[holder.id] <= 0:
                 continue
             for other in nodes:
                 if other.role is Role.LEADER and other.term > holder.term:
@@ -327,6 +344,10 @@ class Simulation:
             options = SimOptions.from_seed(options)
         self.options = options
         self.rng = random.Random(options.seed * 7919 + 1)
+        self.stall_rng = random.Random(options.seed * 7919 + 2)
+        """Stalls draw from their own generator: a seed without them runs as it always did."""
+        self.first_stall_at = self.stall_rng.randint(1, options.safety_ticks * STEPS_PER_TICK // 2)
+        """A schedule with stalls has one by then at the latest."""
         self.now = 0
         self.seq = 0
         self.inflight: list[tuple[int, int, Message]] = []
@@ -386,6 +407,7 @@ class Simulation:
             self.checker.restored(sn, snapshot)
         sn.persisting = None
         sn.last_role = Role.FOLLOWER
+        sn.stalled_until = sn.missed_ticks = 0
         self.checker.node_started(sn)
 
     def _crash(self, sn: SimNode) -> None:
@@ -429,6 +451,9 @@ class Simulation:
                 self.injected.cut += 1
                 continue
             if target is None or target.node is None:
+                continue
+            if target.stalled(self.now):  # it sits in the socket until the node resumes
+                heapq.heappush(self.inflight, (target.stalled_until, seq, m))
                 continue
             link = (m.src, m.dst)
             if seq < self.delivered_seq.get(link, 0):
@@ -514,6 +539,26 @@ class Simulation:
     def _alive(self) -> list[SimNode]:
         return [sn for sn in self.nodes.values() if sn.node is not None]
 
+    def _stall(self) -> None:
+        """One node, or every node (the whole host), stands still for 3 to 12 ticks."""
+        alive = [sn for sn in self._alive() if not sn.stalled(self.now)]
+        if not alive:
+            return
+        rng = self.stall_rng
+        chosen = alive if rng.random() < 0.5 else [rng.choice(alive)]
+        until = self.now + rng.randint(3, 12) * STEPS_PER_TICK
+        for sn in chosen:
+            sn.stalled_until = until
+        self.injected.stalls += 1
+
+    def _resume(self, sn: SimNode) -> None:
+        """The stall is over: the driver feeds the ticks it missed as one stall (the last of
+        them as an ordinary tick), before the messages that waited in its socket."""
+        assert sn.node is not None
+        if sn.missed_ticks:
+            sn.node.tick_after_stall(sn.missed_ticks - 1)
+        sn.missed_ticks = 0
+
     def _leader(self) -> SimNode | None:
         """The leader of the highest term among live nodes, if any."""
         best: SimNode | None = None
@@ -527,7 +572,8 @@ class Simulation:
     def _workload(self) -> None:
         o = self.options
         rng = self.rng
-        alive = self._alive() if self.workload else []
+        # A stalled node takes no request (requests wait in its socket).
+        alive = [sn for sn in self._alive() if not sn.stalled(self.now)] if self.workload else []
         if alive and rng.random() < o.propose_rate:
             sn = rng.choice(alive)
             assert sn.node is not None
@@ -564,6 +610,10 @@ class Simulation:
             self._crash(rng.choice(busy if busy and rng.random() < 0.5 else alive))
         if rng.random() < o.partition_rate:
             self._partition()
+        if o.stall_rate and (
+            self.stall_rng.random() < o.stall_rate or self.now == self.first_stall_at
+        ):
+            self._stall()
 
     def _change_membership(self, leader: SimNode) -> None:
         node = leader.node
@@ -588,6 +638,9 @@ class Simulation:
         self.now += 1
         if self.blocked and self.now >= self.heal_at:
             self.blocked.clear()
+        for sn in self.nodes.values():
+            if sn.node is not None and sn.stalled_until == self.now:
+                self._resume(sn)
         self._deliver_due()
         for sn in self.nodes.values():
             if sn.node is None:
@@ -595,10 +648,13 @@ class Simulation:
                     self._start(sn)
                 continue
             if (self.now + sn.phase) % STEPS_PER_TICK == 0:
-                sn.node.tick()
+                if sn.stalled(self.now):
+                    sn.missed_ticks += 1
+                else:
+                    sn.node.tick()
         self._workload()
         for sn in self.nodes.values():
-            if sn.node is not None:
+            if sn.node is not None and not sn.stalled(self.now):
                 self._drive(sn)
         for sn in self.nodes.values():
             if sn.node is not None:

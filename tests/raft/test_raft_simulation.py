@@ -53,6 +53,7 @@ def test_a_run_missing_its_faults_fails_the_check() -> None:
         max_delay=1,
         crash_rate=0.0,
         partition_rate=0.0,
+        stall_rate=0.0,
     )
     result = Simulation(quiet).run()
     assert result.faults == Faults()
@@ -64,11 +65,14 @@ def test_a_run_missing_its_faults_fails_the_check() -> None:
 
 def test_the_workload_exercises_every_feature() -> None:
     totals = {"leaders": 0, "crashes": 0, "conf_changes": 0, "snapshots_installed": 0, "reads": 0}
+    stalls = 0
     for seed in range(20):
         result = Simulation(SimOptions.from_seed(seed, safety_ticks=200)).run()
         for key in totals:
             totals[key] += getattr(result, key)
+        stalls += result.faults.stalls
     assert all(value > 0 for value in totals.values()), totals
+    assert stalls > 0  # nodes and whole groups standing still (RaftNode.tick_after_stall)
 
 
 SOAK_START = int(os.environ.get("RAFT_SOAK_START", "1000"))
