@@ -259,3 +259,128 @@ def test_a_plan_applies_moves_in_order_and_stops_at_the_first_refusal(
         return writable == {"broker-a": [1, 2], "broker-b": [1]}
 
     wait_until(routed, "the route's write queues", 20, interval=0.2, on_timeout=cluster.logs)
+
+
+def chained(doc: Any) -> bool:
+    """Every logical queue's items start at 0 and each where the one before it was sealed."""
+    for q in doc["queues"]:
+        start = 0
+        for n, i in enumerate(q["items"]):
+            if i["logicalStart"] != start or i["generation"] != q["items"][0]["generation"] + n:
+                return False
+            start = i["logicalEnd"]
+            if start is None and n != len(q["items"]) - 1:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("kill_after", [0.0, 0.02])
+def test_kill9_of_the_source_master_during_a_move_leaves_the_old_or_the_new_mapping(
+    cluster: Cluster, kill_after: float
+) -> None:
+    """The kill lands before the fence (the move is refused, the retry moves it from the new
+    master) or between the fence and the answer (moved, or refused when the new master's
+    election committed first): either way one mapping, no gap, nothing past the seal."""
+    addrs = cluster.controller_addresses
+    cluster.add_group("broker-a", 2)
+    cluster.add_group("broker-b", 1)
+    asyncio.run(kill_during_move(cluster, addrs, kill_after))
+
+
+async def kill_during_move(cluster: Cluster, addrs: str, kill_after: float) -> None:
+    boot = Bootstrap(addrs, timeout=2.0)
+    try:
+        master_a = await master_of(boot, cluster, "broker-a", 2)
+        await master_of(boot, cluster, "broker-b", 1)
+        code, _, err = await asyncio.to_thread(
+            rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
+        )
+        assert code == 0, err
+        acked: list[Key] = []
+        stop = asyncio.Event()
+
+        async def produce() -> None:
+            async with Producer(addrs, retries=8) as producer:
+                n = 0
+                while not stop.is_set():
+                    try:
+                        r = await producer.send(TOPIC, f"m-{n}".encode())
+                    except ClientError:
+                        continue
+                    acked.append((r.broker_name, r.queue_id, r.queue_offset))
+                    n += 1
+
+        sending = asyncio.create_task(produce())
+        await wait_until_async(lambda: len(acked) >= 30, "sends before the move", 30)
+        move = asyncio.create_task(
+            asyncio.to_thread(
+                rmqctl, "--json", "remapStaticTopic", "-a", addrs,
+                "-t", TOPIC, "-q", "1", "-b", "broker-b",
+            )
+        )  # fmt: skip
+        await asyncio.sleep(kill_after)
+        node = next(b for b in cluster.brokers if b.address == master_a)
+        node.kill9()
+        code, out, err = await move
+        await new_master(boot, cluster, master_a)
+        doc = await wait_until_async(
+            lambda: asyncio.to_thread(mapping_everywhere, cluster), "the mapping everywhere", 20
+        )
+        assert chained(doc), doc
+        queue1 = items(doc, 1)
+        if code == 0:  # moved: the old item sealed, the new one on broker-b
+            assert json.loads(out) == doc
+            assert [i[0] for i in queue1] == ["broker-a", "broker-b"]
+        else:  # not moved: one line, the old item still open
+            assert len(err.splitlines()) == 1, err
+            assert "nothing moved" in err or "has no master" in err, err
+            assert queue1 == [("broker-a", 1, 0, None)]
+            code, out, err = await asyncio.to_thread(
+                rmqctl, "--json", "remapStaticTopic", "-a", addrs,
+                "-t", TOPIC, "-q", "1", "-b", "broker-b",
+            )  # fmt: skip
+            assert code == 0, err  # the retry moves it, from the new master
+            doc = json.loads(out)
+            queue1 = items(doc, 1)
+        seal = queue1[0][3]
+        assert seal is not None and queue1[1][:3] == ("broker-b", 0, seal)
+        marker = len(acked)
+        await wait_until_async(
+            lambda: any(k[0] == "broker-b" for k in acked[marker:]), "sends on broker-b", 30
+        )
+        stop.set()
+        await sending
+        stored = await consume_all(addrs, TOPIC, set(acked))
+        missing = set(acked) - set(stored)
+        assert not missing, sorted(missing)[:10]
+        # No message stored past the seal on the old item, acknowledged or not.
+        assert all(k[2] < seal for k in stored if k[:2] == ("broker-a", 1)), seal
+
+        # broker-b loses its only broker: no move to it, and none off it.
+        only_b = next(b for b in cluster.brokers if b.broker_name == "broker-b")
+        only_b.kill9()
+
+        async def masterless() -> bool:
+            state = await sync_state(boot, "broker-b")
+            return bool(state) and not (state or {}).get("masterAddress")
+
+        await wait_until_async(
+            masterless, "broker-b without a master", 30, interval=0.2, on_timeout=cluster.logs
+        )
+
+        def refused(queue: str, target: str, line: str) -> bool:
+            code, _, err = rmqctl(
+                "remapStaticTopic", "-a", addrs, "-t", TOPIC, "-q", queue, "-b", target
+            )
+            assert code == 1 and len(err.splitlines()) == 1, err
+            return line in err
+
+        assert await asyncio.to_thread(
+            refused, "0", "broker-b", "broker group broker-b has no master"
+        )
+        assert await asyncio.to_thread(
+            refused, "1", "broker-a", "broker group broker-b (holding Moving queue 1) has no master"
+        )
+        assert await asyncio.to_thread(mapping_everywhere, cluster) == doc
+    finally:
+        boot.close()
