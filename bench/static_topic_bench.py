@@ -1,0 +1,175 @@
+"""Static topics (``make bench ONLY=static_topic``): how long a queue move keeps a logical queue
+from taking sends, and what a static topic costs a producer.
+
+3 controllers, broker-a (2 replicas, all-ack) and broker-b (1 broker). Figures:
+
+- **remap to first write**: an SDK producer sends without pause (CONCURRENCY sends in flight)
+  to a static topic of 2 logical queues; ``rmqctl remapStaticTopic`` (run as a process, as an
+  operator does) moves queue 1 to the other group, back and forth MOVES times. Measured from
+  the command's start to the first acknowledged send on the new item (the target group's new
+  physical queue), and the command's own wall time. Target: under 1 s.
+- **send throughput**: the same producer for SECONDS each against an ordinary topic and a
+  static topic with the same queues on the same groups; the static/ordinary ratio. Target:
+  within 10 %.
+
+Prints numbers and ratios against the targets, never asserts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from client import Producer
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from tests.cluster.support import sync_state
+from tests.support.cluster import Cluster
+from tests.support.procs import rmqctl
+from tests.support.wait import wait_until_async
+
+MOVES = 6
+CONCURRENCY = 8
+SECONDS = 5.0
+REMAP_TARGET_S = 1.0
+THROUGHPUT_TARGET = 0.90
+
+
+async def masters(boot: Bootstrap) -> None:
+    for group, size in (("broker-a", 2), ("broker-b", 1)):
+
+        async def ready(group: str = group, size: int = size) -> bool:
+            doc = await sync_state(boot, group)
+            return bool(doc and doc.get("masterAddress") and len(doc["syncStateSet"]) == size)
+
+        await wait_until_async(ready, f"{group} master", 60, interval=0.2)
+
+
+class Load:
+    """CONCURRENCY senders on one topic; every acknowledged send's (group, queue, time)."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.acked: list[tuple[str, int, float]] = []
+        self.stop = False
+
+    async def _one(self) -> None:
+        n = 0
+        while not self.stop:
+            try:
+                r = await self.producer.send(self.topic, b"x" * 256)
+            except ClientError:
+                continue
+            self.acked.append((r.broker_name, r.queue_id, time.monotonic()))
+            n += 1
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._one() for _ in range(CONCURRENCY)))
+
+
+def remap(addrs: str, topic: str, queue: int, target: str) -> tuple[float, dict[str, object]]:
+    t = time.monotonic()
+    proc = rmqctl("--json", "remapStaticTopic", "-a", addrs, "-t", topic, "-q", str(queue),
+                  "-b", target)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip())
+    return t, json.loads(proc.stdout)
+
+
+async def remap_figures(addrs: str) -> None:
+    topic = "MovingBench"
+    proc = rmqctl("updateStaticTopic", "-a", addrs, "-t", topic, "-q", "2", "-b", "broker-a")
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip())
+    first: list[float] = []
+    command: list[float] = []
+    async with Producer(addrs, retries=8, route_refresh_interval=30.0) as producer:
+        load = Load(producer, topic)
+        task = asyncio.create_task(load.run())
+        await wait_until_async(lambda: len(load.acked) >= 200, "load", 30, interval=0.05)
+        target = "broker-b"
+        for _ in range(MOVES):
+            start, doc = await asyncio.to_thread(remap, addrs, topic, 1, target)
+            done = time.monotonic()
+            newest = doc["queues"][1]["items"][-1]  # type: ignore[index]
+            where = (newest["brokerName"], newest["physicalQueue"])
+
+            def landed(where: tuple[str, int] = where, start: float = start) -> float | None:
+                hits = [t for g, q, t in load.acked if (g, q) == where and t >= start]
+                return min(hits) if hits else None
+
+            at = await wait_until_async(landed, "a send on the new item", 30, interval=0.01)
+            first.append(at - start)
+            command.append(done - start)
+            target = "broker-a" if target == "broker-b" else "broker-b"
+            await asyncio.sleep(0.5)
+        load.stop = True
+        await task
+    p50 = statistics.median(first)
+    print(
+        f"remap -> first write on the new item ({MOVES} moves under load): p50 {p50 * 1000:.0f} "
+        f"ms, max {max(first) * 1000:.0f} ms (target < {REMAP_TARGET_S * 1000:.0f} ms: "
+        f"{'met' if max(first) < REMAP_TARGET_S else 'MISSED'}); rmqctl command p50 "
+        f"{statistics.median(command) * 1000:.0f} ms (a process start included)"
+    )
+
+
+async def throughput(addrs: str, topic: str) -> float:
+    async with Producer(addrs, retries=4) as producer:
+        load = Load(producer, topic)
+        task = asyncio.create_task(load.run())
+        await wait_until_async(lambda: len(load.acked) >= 100, "warm-up", 30, interval=0.05)
+        start, count = time.monotonic(), len(load.acked)
+        await asyncio.sleep(SECONDS)
+        rate = (len(load.acked) - count) / (time.monotonic() - start)
+        load.stop = True
+        await task
+    return rate
+
+
+async def run(tmp: Path) -> None:
+    cluster = Cluster(tmp)
+    try:
+        cluster.start_controllers()
+        cluster.add_group("broker-a", 2)
+        cluster.add_group("broker-b", 1)
+        addrs = cluster.controller_addresses
+        boot = Bootstrap(addrs, timeout=2.0)
+        try:
+            await masters(boot)
+        finally:
+            boot.close()
+        await remap_figures(addrs)
+        for args in (
+            ("updateStaticTopic", "-t", "StaticRate", "-q", "8"),
+            ("updateTopic", "-t", "PlainRate", "-q", "4"),
+        ):
+            proc = rmqctl(args[0], "-a", addrs, *args[1:])
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr.strip())
+        plain = await throughput(addrs, "PlainRate")
+        static = await throughput(addrs, "StaticRate")
+        ratio = static / plain if plain else 0.0
+        print(
+            f"send throughput, {CONCURRENCY} in flight, {SECONDS:.0f} s each: ordinary "
+            f"{plain:.0f} msg/s, static {static:.0f} msg/s, ratio {ratio:.2f} (target >= "
+            f"{THROUGHPUT_TARGET:.2f}: {'met' if ratio >= THROUGHPUT_TARGET else 'MISSED'})"
+        )
+    finally:
+        cluster.stop()
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="static-topic-bench-") as tmp:
+        asyncio.run(run(Path(tmp)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
