@@ -21,8 +21,9 @@ from click.testing import CliRunner
 
 from client import Producer
 from client.bootstrap import Bootstrap
-from client.errors import ClientError
-from protocol.codes import RequestCode, ResponseCode
+from client.errors import BrokerError, ClientError
+from protocol.codes import ControllerCode, RequestCode, ResponseCode
+from protocol.remoting import Scalar
 from remoting.client import RemotingClient
 from rmqctl.cli import cli
 from tests.cluster.support import Key, consume_all, new_master, sync_state
@@ -259,6 +260,35 @@ def test_a_plan_applies_moves_in_order_and_stops_at_the_first_refusal(
         return writable == {"broker-a": [1, 2], "broker-b": [1]}
 
     wait_until(routed, "the route's write queues", 20, interval=0.2, on_timeout=cluster.logs)
+
+    # Two moves of one queue at once: one is done, the other refused (while the first runs, or
+    # after it, as the queue is then on broker-b); one new item.
+    async def twice() -> list[str]:
+        boot = Bootstrap(addrs, timeout=10.0)
+        header: dict[str, Scalar] = {"topic": TOPIC, "queueId": 2, "brokerName": "broker-b"}
+
+        async def move() -> str:
+            try:
+                await boot.call(ControllerCode.REMAP_STATIC_TOPIC, header)
+            except BrokerError as exc:
+                return exc.remark
+            return "moved"
+
+        try:
+            return list(await asyncio.gather(move(), move()))
+        finally:
+            boot.close()
+
+    outcomes = sorted(asyncio.run(twice()))
+    assert outcomes[-1] == "moved" and outcomes[0] != "moved", outcomes
+    assert (
+        "a move of Moving queue 2 is in progress" in outcomes[0]
+        or "already on broker group broker-b" in outcomes[0]
+    ), outcomes
+    after = wait_until(
+        lambda: mapping_everywhere(cluster), "the mapping everywhere", 10, interval=0.2
+    )
+    assert [i[0] for i in items(after, 2)] == ["broker-a", "broker-b"]
 
 
 def chained(doc: Any) -> bool:
