@@ -9,7 +9,8 @@ Judging a broker dead is reserved to the active controller, and only after a gra
 of the default and every known broker's timeout) during which :meth:`expired` reports nothing and
 :meth:`declared_dead` says yes only for a broker whose connection to this controller closed. So
 a table that is stale (filled during an earlier leadership) or empty (a fresh leader) never
-triggers an election. ``is_alive`` stays honest throughout: only a recent heartbeat makes a
+triggers an election. :meth:`stood_still` starts the same window after the controller itself
+could not listen for a while (its loop ran late). ``is_alive`` stays honest throughout: only a recent heartbeat makes a
 broker alive, so elections during the grace period pick among brokers known to be alive.
 
 Time is an int of milliseconds passed in by the caller (a monotonic clock); no clock is read here.
@@ -88,6 +89,18 @@ class BrokerLiveTable:
         self._grace_until_ms = now_ms + max([self._default_timeout_ms, *timeouts])
         for entry in self._entries.values():
             entry.reported = False  # a previous leadership's verdicts are not ours
+
+    def stood_still(self, now_ms: int) -> None:
+        """This controller could not hear anyone for a while (its scan came late: its process
+        or its whole host stood still). Silence up to now is no evidence against a broker, so
+        the grace period starts again, as for a newly active controller; the heartbeats that
+        waited in the sockets meanwhile arrive within it. Safe for fencing: the controller only
+        judges later than it would have."""
+        if not self._active:
+            return
+        timeouts = [e.info.timeout_ms for e in self._entries.values()]
+        grace_end = now_ms + max([self._default_timeout_ms, *timeouts])
+        self._grace_until_ms = max(self._grace_until_ms, grace_end)
 
     def became_standby(self) -> None:
         """This controller is no longer the active one: it judges nobody."""

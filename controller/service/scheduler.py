@@ -2,7 +2,9 @@
 turned inactive or alive, this controller became active).
 
 One pass expires soft state, refreshes the group and liveness metrics and, on the active
-controller, starts the elections ``elections_needed`` asks for, one at a time per group.
+controller, starts the elections ``elections_needed`` asks for, one at a time per group. A scan
+that comes more than ``STOOD_STILL_S`` late first restarts the brokers' grace period: the
+controller could not hear their heartbeats meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from controller.service.elections import ElectionHandlers
 from controller.service.tasks import BackgroundTasks
 
 log = structlog.get_logger(__name__)
+
+STOOD_STILL_S = 0.2
+"""A scan this late means the process (or its host) stood still: see ``stood_still``."""
 
 
 class ElectionScheduler:
@@ -47,6 +52,7 @@ class ElectionScheduler:
         self.now_ms = now_ms
         self._in_flight: set[str] = set()
         self._scan_now = asyncio.Event()
+        self._stood_still_logged_ms = -(10**9)
 
     def wake(self) -> None:
         """Scan at once."""
@@ -57,16 +63,29 @@ class ElectionScheduler:
         loop = asyncio.get_running_loop()
         while True:
             # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that races a wake-up.
+            due = loop.time() + interval
             timer = loop.call_later(interval, self._scan_now.set)
             try:
                 await self._scan_now.wait()
             finally:
                 timer.cancel()
             self._scan_now.clear()
+            late = loop.time() - due
             try:
+                if late > STOOD_STILL_S:
+                    self.stood_still(late)
                 self.scan()
             except Exception:
                 log.exception("controller scan failed")
+
+    def stood_still(self, late_s: float) -> None:
+        """The scan came ``late_s`` late: this controller could not listen meanwhile, so it
+        judges no broker by that silence (``BrokerLiveTable.stood_still``)."""
+        now = self.now_ms()
+        self.live.stood_still(now)
+        if self.driver.active and now - self._stood_still_logged_ms >= 10_000:
+            self._stood_still_logged_ms = now  # at most every 10 s, like ``raft tick late``
+            log.info("controller stood still", late_ms=round(late_s * 1000))
 
     def scan(self) -> None:
         """One pass: expire soft state, refresh metrics, start the elections needed."""

@@ -1,12 +1,15 @@
-"""A stall of the whole host (every controller process stands still at once) starts no
-controller election (issue 17's 10-minute soak: the controllers' Raft term went from 2 to 14
+"""A stall of the whole host (every process stands still at once) starts no controller election
+and no master election (issue 17's 10-minute soak: the controllers' Raft term went from 2 to 14
 over stalls of 200-635 ms that every process on the machine logged at the same instants, and
 each election briefly fenced the master).
 
 Before the fix every controller fed the core the ticks it missed in a row on resuming, before
 reading the messages that queued meanwhile: a stall past the election timeout (300-600 ms) made
 the followers campaign. Now missed ticks are a stall (``RaftNode.tick_after_stall``): the
-leader's lease counts it, no follower's election clock does.
+leader's lease counts it, no follower's election clock does. Likewise the active controller
+judged every broker dead by the silence of its own stall (a scan right after it found every
+heartbeat older than the broker timeout) and elected a new master; a scan that comes late now
+restarts the brokers' grace period (``BrokerLiveTable.stood_still``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import time
 
 import pytest
 
+from client.bootstrap import Bootstrap
+from client.producer import Producer
+from tests.cluster.support import create_topic, full_sync_state_set, sync_state
 from tests.controller.support import agreed_leader, metadata
 from tests.support.cluster import Cluster
 
@@ -49,3 +55,30 @@ async def test_a_stall_of_every_controller_starts_no_election(cluster: Cluster) 
             await asyncio.sleep(0.1)
         assert {s[0] for s in seen} == {leader}, f"round {round_}: leaders {seen}"
         assert set().union(*(s[1] for s in seen)) == before, f"round {round_}: terms {seen}"
+
+
+async def test_a_stall_of_the_whole_host_elects_no_new_master(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    cluster.add_group("broker-a", 3)
+    doc = await full_sync_state_set(boot, cluster)
+    master, epoch = doc["masterAddress"], doc["masterEpoch"]
+    await create_topic(boot, master, "stall")
+    async with Producer(cluster.controller_addresses) as producer:
+        await producer.send("stall", b"before")
+        everyone = [*cluster.controllers, *cluster.brokers]
+        for round_ in range(2):
+            for d in everyone:
+                d.signal(signal.SIGSTOP)
+            await asyncio.sleep(1.5)  # past the brokers' 1 s timeout; the stall's length
+            for d in everyone:
+                d.signal(signal.SIGCONT)
+            seen = []
+            deadline = time.monotonic() + 3.0  # sampled over three broker timeouts after it
+            while time.monotonic() < deadline:
+                now = await sync_state(boot)
+                if now is not None:
+                    seen.append((now["masterAddress"], now["masterEpoch"]))
+                await asyncio.sleep(0.1)
+            assert seen and set(seen) == {(master, epoch)}, f"round {round_}: {seen}"
+            await producer.send("stall", b"after %d" % round_)  # the master takes writes

@@ -204,3 +204,25 @@ def test_an_older_timestamp_never_moves_the_last_heartbeat_back() -> None:
 def test_the_default_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError):
         BrokerLiveTable(default_timeout_ms=0)
+
+
+def test_a_controller_that_stood_still_judges_nobody_by_that_silence() -> None:
+    """Its scan came late (its process or host stood still): the heartbeats that waited in the
+    sockets meanwhile get a grace period to arrive, as after becoming active."""
+    table = active_table()
+    beat(table, 1, 2000)
+    beat(table, 2, 2000, connection_id=7)
+    table.stood_still(3600)  # the host stood still from about 2100 to 3600
+    assert table.expired(3600) == [] and not table.declared_dead(G, 1, 3600)
+    assert not table.is_alive(G, 1, 3600)  # liveness itself stays honest
+    beat(table, 1, 3650)  # its next heartbeat, read after the stall
+    assert table.on_connection_closed(7) == [(G, 2)]  # a closed connection still counts at once
+    assert table.declared_dead(G, 2, 3700)
+    assert table.expired(4600) == [] and table.expired(4601) == []  # 1 alive, 2 reported
+    assert table.declared_dead(G, 1, 4651) and table.expired(4651) == [(G, 1)]
+
+
+def test_a_standby_controller_that_stood_still_starts_no_grace() -> None:
+    table = BrokerLiveTable(default_timeout_ms=1000)
+    table.stood_still(500)
+    assert not table.in_grace(600)
