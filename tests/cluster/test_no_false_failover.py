@@ -52,6 +52,24 @@ def late_heartbeats(cluster: Cluster) -> list[int]:
     return gaps
 
 
+def stalls_logged(cluster: Cluster) -> str:
+    """What the daemons logged of standing still (each line at most every 10 s per process):
+    how many stalls the run went through, and the longest a controller's Raft tick came late."""
+    counts = {"raft tick late": 0, "controller stood still": 0, "controller heartbeat late": 0}
+    longest = 0
+    for daemon in [*cluster.controllers, *cluster.brokers]:
+        for line in daemon.log_path.read_text(errors="replace").splitlines():
+            for event in counts:
+                if event in line:
+                    counts[event] += 1
+                    if event == "raft tick late":
+                        with contextlib.suppress(ValueError, KeyError):
+                            longest = max(longest, int(json.loads(line)["late_ms"]))
+    return ", ".join(f"{event}: {n}" for event, n in counts.items()) + (
+        f" (the latest tick {longest} ms)"
+    )
+
+
 def raft_soak(tmp: Path, index: int) -> Daemon:
     argv = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "soak",
@@ -108,6 +126,7 @@ async def test_a_busy_cluster_elects_no_master_and_no_controller_leader(
         f"heartbeats heard late (more than half the timeout after the previous one): "
         f"{len(gaps)}, the longest gap {max(gaps, default=0)} ms"
     )
+    print(f"stalls logged: {stalls_logged(cluster)}")
     assert (after["masterAddress"], after["masterEpoch"]) == (master, epoch), after
     assert await controller_term(cluster) == term
     assert sent > 0
