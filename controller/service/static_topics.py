@@ -147,10 +147,16 @@ class StaticTopicHandlers:
         info = self.manager.replica_info(plan.source)
         address = info.master_address if info is not None else None
         where = f"{plan.topic} queue {plan.queue_id}"
-        if info is None or not address or info.master_epoch != plan.source_epoch:
+        if info is None or not address:
             raise Refused(
                 ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
                 f"cannot fence {where}: broker group {plan.source} has no master; nothing moved",
+            )
+        if info.master_epoch != plan.source_epoch:
+            raise Refused(
+                ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
+                f"the master of {plan.source} changed (epoch {plan.source_epoch}, now "
+                f"{info.master_epoch}) before {where} was fenced; nothing moved",
             )
         header = {
             "topic": plan.topic,
