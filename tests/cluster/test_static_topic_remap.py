@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from click.testing import CliRunner
 
@@ -27,7 +28,9 @@ from client.errors import BrokerError, ClientError
 from protocol.codes import ControllerCode, RequestCode, ResponseCode
 from protocol.remoting import Scalar
 from remoting.client import RemotingClient
+from remoting.errors import ResponseError
 from rmqctl.cli import cli
+from tests.cluster.secured import admin_call, create_root, secured_cluster
 from tests.cluster.support import Key, consume_all, new_master, sync_state
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until, wait_until_async
@@ -462,3 +465,55 @@ async def kill_during_move(cluster: Cluster, addrs: str, victim: str, kill_after
         assert await asyncio.to_thread(mapping_everywhere, cluster) == doc
     finally:
         boot.close()
+
+
+def test_with_authentication_a_super_user_moves_a_queue_and_the_fence_needs_one(
+    tmp_path: Path,
+) -> None:
+    """The controller fences the source queue with the cluster's own signature; the broker
+    refuses an unsigned FENCE_STATIC_QUEUE (and the controllers refuse a non-super user's move,
+    tests/cluster/test_authentication.py)."""
+    cluster, key, settings = secured_cluster(tmp_path)
+    try:
+        cluster.start_controllers()
+        create_root(cluster, key)
+        cluster.add_group("broker-a", 1, config=settings)
+        cluster.add_group("broker-b", 1, config=settings)
+        asyncio.run(secured_move(cluster, cluster.controller_addresses))
+    finally:
+        cluster.stop()
+
+
+async def secured_move(cluster: Cluster, addrs: str) -> None:
+    async def master(group: str) -> str | None:
+        try:
+            resp = await admin_call(
+                addrs, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {"brokerName": group}
+            )
+        except ResponseError:
+            return None
+        address = msgpack.unpackb(resp.body or b"\x80").get("masterAddress")
+        return str(address) if address else None
+
+    master_a = await wait_until_async(
+        lambda: master("broker-a"), "broker-a master", 60, interval=0.2, on_timeout=cluster.logs
+    )
+    await wait_until_async(
+        lambda: master("broker-b"), "broker-b master", 60, interval=0.2, on_timeout=cluster.logs
+    )
+    header: dict[str, Scalar] = {"topic": TOPIC, "queues": 2, "brokerNames": "broker-a"}
+    await admin_call(addrs, ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC, header)
+    resp = await admin_call(
+        addrs,
+        ControllerCode.REMAP_STATIC_TOPIC,
+        {"topic": TOPIC, "queueId": 1, "brokerName": "broker-b"},
+    )
+    doc = msgpack.unpackb(resp.body or b"\x80")
+    assert [i[0] for i in items(doc, 1)] == ["broker-a", "broker-b"]
+    conn = await RemotingClient.connect(master_a)
+    try:
+        fence = {"topic": TOPIC, "queueId": 0, "masterEpoch": 1}
+        refused = await conn.request(RequestCode.FENCE_STATIC_QUEUE, fence, None, 5.0)
+        assert refused.code == ResponseCode.NO_PERMISSION, refused.header
+    finally:
+        conn.close()
