@@ -45,6 +45,20 @@ def rmqctl(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+async def produce_until(stop: asyncio.Event, addrs: str, acked: list[Key], retries: int) -> None:
+    """An SDK producer sending to TOPIC without pause until ``stop``: each acknowledged send's
+    (group, physical queue, offset) goes to ``acked``."""
+    async with Producer(addrs, retries=retries) as producer:
+        n = 0
+        while not stop.is_set():
+            try:
+                r = await producer.send(TOPIC, f"m-{n}".encode())
+            except ClientError:
+                continue  # not acknowledged: nothing to find
+            acked.append((r.broker_name, r.queue_id, r.queue_offset))
+            n += 1
+
+
 def mapping(addrs: str) -> Any:
     code, out, err = rmqctl("--json", "staticTopicMapping", "-a", addrs, "-t", TOPIC)
     assert code == 0, err
@@ -141,19 +155,7 @@ async def scenario(cluster: Cluster, addrs: str, tmp_path: Path) -> None:
         # A producer sends without pause while queue 1 moves.
         acked: list[Key] = []
         stop = asyncio.Event()
-
-        async def produce() -> None:
-            async with Producer(addrs, retries=6) as producer:
-                n = 0
-                while not stop.is_set():
-                    try:
-                        r = await producer.send(TOPIC, f"m-{n}".encode())
-                    except ClientError:
-                        continue  # not acknowledged: nothing to find
-                    acked.append((r.broker_name, r.queue_id, r.queue_offset))
-                    n += 1
-
-        sending = asyncio.create_task(produce())
+        sending = asyncio.create_task(produce_until(stop, addrs, acked, retries=6))
         await wait_until_async(lambda: len(acked) >= 30, "sends before the move", 30, interval=0.05)
         code, out, err = await asyncio.to_thread(
             rmqctl, "--json", "remapStaticTopic", "-a", addrs,
@@ -351,19 +353,7 @@ async def kill_during_move(cluster: Cluster, addrs: str, victim: str, kill_after
         assert code == 0, err
         acked: list[Key] = []
         stop = asyncio.Event()
-
-        async def produce() -> None:
-            async with Producer(addrs, retries=8) as producer:
-                n = 0
-                while not stop.is_set():
-                    try:
-                        r = await producer.send(TOPIC, f"m-{n}".encode())
-                    except ClientError:
-                        continue
-                    acked.append((r.broker_name, r.queue_id, r.queue_offset))
-                    n += 1
-
-        sending = asyncio.create_task(produce())
+        sending = asyncio.create_task(produce_until(stop, addrs, acked, retries=8))
         await wait_until_async(lambda: len(acked) >= 30, "sends before the move", 30)
         leader = await asyncio.to_thread(controller_leader, cluster)
         move = asyncio.create_task(
