@@ -321,13 +321,8 @@ class StaticTopicTable:
                 items = self._queue(event.topic, event.queue_id)
                 if isinstance(items, Applied):
                     return items
-                last = newest(items)
                 try:
-                    end = seal_end(
-                        items,
-                        event.generation,
-                        last.physical_start + (event.logical_end - last.logical_start),
-                    )
+                    end = _seal_at(items, event.generation, event.logical_end)
                 except (MappingError, ValueError) as exc:
                     return fail(RC.BAD_REQUEST, f"{event.topic} queue {event.queue_id}: {exc}")
                 self._replace(event.topic, event.queue_id, sealed(items, end))
@@ -337,10 +332,7 @@ class StaticTopicTable:
                 if isinstance(items, Applied):
                     return items
                 if event.broker_name not in groups:
-                    return fail(
-                        RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
-                        f"broker group {event.broker_name} does not exist",
-                    )
+                    return _no_group(event.broker_name)
                 last = newest(items)
                 try:
                     item = MappingItem(
@@ -373,17 +365,9 @@ class StaticTopicTable:
         if isinstance(items, Applied):
             return items
         if event.broker_name not in groups:
-            return fail(
-                RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,
-                f"broker group {event.broker_name} does not exist",
-            )
-        last = newest(items)
+            return _no_group(event.broker_name)
         try:
-            end = seal_end(
-                items,
-                event.generation,
-                last.physical_start + (event.logical_end - last.logical_start),
-            )
+            end = _seal_at(items, event.generation, event.logical_end)
             closed = sealed(items, end)
             item = MappingItem(
                 broker_name=event.broker_name,
@@ -401,3 +385,15 @@ class StaticTopicTable:
     def _replace(self, topic: str, queue_id: int, items: LogicalQueue) -> None:
         mapping = self._topics[topic]
         self._topics[topic] = (*mapping[:queue_id], items, *mapping[queue_id + 1 :])
+
+
+def _seal_at(items: LogicalQueue, generation: int, logical_end: int) -> int:
+    """The newest item's seal at ``logical_end``, checked by ``seal_end`` (raises as it does)."""
+    last = newest(items)
+    return seal_end(items, generation, last.physical_start + (logical_end - last.logical_start))
+
+
+def _no_group(broker_name: str) -> Applied:
+    return fail(
+        RC.CONTROLLER_BROKER_METADATA_NOT_EXIST, f"broker group {broker_name} does not exist"
+    )
