@@ -42,7 +42,7 @@ async def test_a_stall_of_every_controller_starts_no_election(cluster: Cluster) 
     leader = await agreed_leader(addresses)
     before = await terms(cluster)
     assert len(before) == 1, before
-    for round_ in range(3):
+    for round_ in range(2):
         for c in cluster.controllers:
             c.signal(signal.SIGSTOP)
         await asyncio.sleep(STALL_S)  # the stall's length, not a wait for a condition
@@ -67,18 +67,17 @@ async def test_a_stall_of_the_whole_host_elects_no_new_master(
     async with Producer(cluster.controller_addresses) as producer:
         await producer.send("stall", b"before")
         everyone = [*cluster.controllers, *cluster.brokers]
-        for round_ in range(2):
-            for d in everyone:
-                d.signal(signal.SIGSTOP)
-            await asyncio.sleep(1.5)  # past the brokers' 1 s timeout; the stall's length
-            for d in everyone:
-                d.signal(signal.SIGCONT)
-            seen = []
-            deadline = time.monotonic() + 3.0  # sampled over three broker timeouts after it
-            while time.monotonic() < deadline:
-                now = await sync_state(boot)
-                if now is not None:
-                    seen.append((now["masterAddress"], now["masterEpoch"]))
-                await asyncio.sleep(0.1)
-            assert seen and set(seen) == {(master, epoch)}, f"round {round_}: {seen}"
-            await producer.send("stall", b"after %d" % round_)  # the master takes writes
+        for d in everyone:
+            d.signal(signal.SIGSTOP)
+        await asyncio.sleep(1.5)  # past the brokers' 1 s timeout; the stall's length
+        for d in everyone:
+            d.signal(signal.SIGCONT)
+        seen = []
+        deadline = time.monotonic() + 3.0  # sampled over three broker timeouts after it
+        while time.monotonic() < deadline:
+            now = await sync_state(boot)
+            if now is not None:
+                seen.append((now["masterAddress"], now["masterEpoch"]))
+            await asyncio.sleep(0.1)
+        assert seen and set(seen) == {(master, epoch)}, seen
+        await producer.send("stall", b"after")  # the master takes writes
