@@ -84,9 +84,8 @@ class BrokerLiveTable:
 
     def became_active(self, now_ms: int) -> None:
         """This controller just became the active one: start the grace period."""
-        timeouts = [e.info.timeout_ms for e in self._entries.values()]
         self._active = True
-        self._grace_until_ms = now_ms + max([self._default_timeout_ms, *timeouts])
+        self._grace_until_ms = self._grace_end(now_ms)
         for entry in self._entries.values():
             entry.reported = False  # a previous leadership's verdicts are not ours
 
@@ -96,11 +95,13 @@ class BrokerLiveTable:
         the grace period starts again, as for a newly active controller; the heartbeats that
         waited in the sockets meanwhile arrive within it. Safe for fencing: the controller only
         judges later than it would have."""
-        if not self._active:
-            return
+        if self._active:
+            self._grace_until_ms = max(self._grace_until_ms, self._grace_end(now_ms))
+
+    def _grace_end(self, now_ms: int) -> int:
+        """A grace period from ``now_ms``: the longest broker timeout (default or known)."""
         timeouts = [e.info.timeout_ms for e in self._entries.values()]
-        grace_end = now_ms + max([self._default_timeout_ms, *timeouts])
-        self._grace_until_ms = max(self._grace_until_ms, grace_end)
+        return now_ms + max([self._default_timeout_ms, *timeouts])
 
     def became_standby(self) -> None:
         """This controller is no longer the active one: it judges nobody."""

@@ -186,7 +186,7 @@ class RaftNode:
             self._now += stalled
             if self._leader is not None:
                 self._election_elapsed = 0
-                self._leader.after_stall()
+                self._leader.restart_quorum_window()
         self.tick()
 
     def step(self, m: Message) -> bool:

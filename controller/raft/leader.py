@@ -223,16 +223,15 @@ class Leader:
             if cfg.check_quorum and not self._quorum_active():
                 node.step_down()
                 return
-            for member, pr in self.progress.items():
-                pr.recent_active = member == node.id
+            self.restart_quorum_window()
         if self.heartbeat_elapsed >= cfg.heartbeat_ticks:
             self.heartbeat_elapsed = 0
             self._bcast_heartbeat()
             self._maybe_transfer_to_preferred()
 
-    def after_stall(self) -> None:
-        """The node stood still (see :meth:`RaftNode.tick_after_stall`): the next quorum check
-        counts only followers heard from after it."""
+    def restart_quorum_window(self) -> None:
+        """The next quorum check counts only the followers heard from after now: called at each
+        check, and after the node stood still (:meth:`RaftNode.tick_after_stall`)."""
         me = self.node.id
         for member, pr in self.progress.items():
             pr.recent_active = member == me
