@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import Callable
 
 import msgpack
@@ -132,6 +133,9 @@ class ControllerProxies:
         self.lost_answer: Frame | None = None
         self._conns: set[asyncio.StreamWriter] = set()
         self.drop_polls = True
+        self.ended: list[str] = []
+        """Why each proxied connection ended before :meth:`close`, for failure messages."""
+        self._closing = False
 
     async def start(self) -> ControllerProxies:
         for target in self.targets:
@@ -146,6 +150,7 @@ class ControllerProxies:
         return self
 
     async def close(self) -> None:
+        self._closing = True
         for server in self._servers:
             server.close()
         for w in list(self._conns):
@@ -211,7 +216,12 @@ class ControllerProxies:
 
         tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done if not self._closing else ():
+                side = "broker->controller" if t is tasks[0] else "controller->broker"
+                exc = t.exception()
+                why = "EOF" if exc is None else repr(exc)
+                self.ended.append(f"{time.time():.3f} {target} {side}: {why}")
         except (Exception, asyncio.CancelledError):
             pass  # the proxy is closing
         finally:

@@ -126,6 +126,23 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
     await wait_until_async(routed, f"topic {topic} in the controllers' routes", 20, interval=0.1)
 
 
+async def takes_writes(address: str) -> bool:
+    """Whether the broker at ``address`` holds itself master with a write lease (not fenced):
+    what it says, which can trail what the controllers decided by a poll."""
+    try:
+        conn = await RemotingClient.connect(address, timeout=2.0)
+    except RemotingError:
+        return False
+    try:
+        resp = await conn.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}, None, 2.0)
+    except RemotingError:
+        return False
+    finally:
+        conn.close()
+    doc = msgpack.unpackb(resp.body or b"\x80") if resp.code == ResponseCode.SUCCESS else {}
+    return doc.get("role") == "MASTER" and not doc.get("fenced")
+
+
 async def settings_on(address: str, group: str) -> dict[str, Any] | None:
     """The consumer group settings one broker holds for ``group``, None when it has none."""
     conn = await RemotingClient.connect(address, timeout=2.0)

@@ -48,6 +48,7 @@ from tests.cluster.support import (
     node_at,
     raw_send,
     sync_state,
+    takes_writes,
 )
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import free_port, port_open
@@ -224,9 +225,17 @@ async def lose_an_expansion_answer(
         master = broker(0)
         await full_sync_state_set(boot, cluster, size=1)
         await create_topic(boot, master.address, TOPIC)
+        # The controllers' answer can come before the broker's own poll tells it it is master.
+        await wait_until_async(
+            lambda: takes_writes(master.address),
+            "the master to take writes",
+            10,
+            interval=0.05,
+            on_timeout=lambda: f"proxied connections ended: {proxies.ended}\n{cluster.logs()}",
+        )
         conn = await RemotingClient.connect(master.address)
         acked = await send_batch(conn, "before", 10)
-        assert len(acked) == 10
+        assert len(acked) == 10, f"proxied connections ended: {proxies.ended}\n{cluster.logs()}"
 
         holder: list[BrokerNode] = []
 
