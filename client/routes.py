@@ -19,8 +19,14 @@ from client.bootstrap import Bootstrap
 from client.errors import BrokerError, ClientError, TopicNotFoundError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame
+from protocol.static_topic import LogicalQueue, item_doc, parse_queue
 
 log = logs.get_logger(__name__)
+
+LOGICAL_BROKER = "%LOGICAL%"
+"""The broker name of a static topic's logical queues as consumers allocate and own them
+(``MessageQueue(LOGICAL_BROKER, logical queue id)``): no broker group has it (``%`` is not
+allowed in broker names), so it never collides with a physical queue."""
 
 
 @dataclass(slots=True, frozen=True, order=True)
@@ -62,6 +68,9 @@ class TopicRoute:
     #: a static topic's logical queues, by logical id: the (group, physical queue) of each one's
     #: newest mapping item (docs/static-topics.md); () for an ordinary topic
     logical_queues: tuple[MessageQueue, ...] = ()
+    #: a static topic's logical queues, by logical id: every mapping item, oldest first (what
+    #: logical reads translate with); () for an ordinary topic or a route without items
+    mapping: tuple[LogicalQueue, ...] = ()
     #: every (broker, queue) pair, sorted: what consumers allocate among themselves
     queues: tuple[MessageQueue, ...] = field(init=False)
     #: (queue, master address) for every queue whose group has a master: where sends may go
@@ -85,6 +94,13 @@ class TopicRoute:
         object.__setattr__(self, "queues", queues)
         object.__setattr__(self, "writable", writable)
         object.__setattr__(self, "_masters", masters)
+
+    def consume_queues(self) -> tuple[MessageQueue, ...]:
+        """What a consumer group's members share out: a static topic's logical queues
+        (``MessageQueue(LOGICAL_BROKER, i)``, read across their items), else :attr:`queues`."""
+        if self.mapping:
+            return tuple(MessageQueue(LOGICAL_BROKER, i) for i in range(len(self.mapping)))
+        return self.queues
 
     def master_address(self, broker_name: str) -> str | None:
         return self._masters.get(broker_name)
@@ -120,6 +136,8 @@ class TopicRoute:
                 {"queueId": i, "brokerName": mq.broker_name, "physicalQueue": mq.queue_id}
                 for i, mq in enumerate(self.logical_queues)
             ]
+            for entry, items in zip(doc["logicalQueues"], self.mapping, strict=False):
+                entry["items"] = [item_doc(i) for i in items]
         return doc
 
 
@@ -168,11 +186,18 @@ def parse_route(frame: Frame) -> TopicRoute:
             )
             for b in doc["brokers"]
         )
+        entries = doc.get("logicalQueues") or ()
         logical = tuple(
-            MessageQueue(str(q["brokerName"]), int(q["physicalQueue"]))
-            for q in doc.get("logicalQueues") or ()
+            MessageQueue(str(q["brokerName"]), int(q["physicalQueue"])) for q in entries
         )
-        return TopicRoute(topic=str(doc["topic"]), brokers=brokers, logical_queues=logical)
+        mapping = (
+            tuple(parse_queue(q["items"]) for q in entries)
+            if entries and all("items" in q for q in entries)
+            else ()
+        )
+        return TopicRoute(
+            topic=str(doc["topic"]), brokers=brokers, logical_queues=logical, mapping=mapping
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ClientError(f"malformed route body: {exc!r}") from None
 

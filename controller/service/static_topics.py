@@ -28,6 +28,7 @@ from controller.service.requests import Refused, refuse
 from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.fields import opt_str, req_int, req_str
 from protocol.remoting import Frame, response
+from protocol.static_topic import item_doc
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 from remoting.server import Connection
@@ -37,17 +38,6 @@ log = structlog.get_logger(__name__)
 FENCE_MS = 30_000
 """How long a source master refuses sends to a queue being moved without hearing the seal: far
 longer than a commit may take (the request timeout), far shorter than forever."""
-
-
-def item_doc(item: MappingItem) -> dict[str, Any]:
-    return {
-        "brokerName": item.broker_name,
-        "physicalQueue": item.physical_queue,
-        "logicalStart": item.logical_start,
-        "physicalStart": item.physical_start,
-        "generation": item.generation,
-        "logicalEnd": item.logical_end,
-    }
 
 
 def mapping_doc(topic: str, mapping: StaticTopicMapping) -> dict[str, Any]:
@@ -220,7 +210,8 @@ class StaticTopicHandlers:
 
 def static_route(doc: dict[str, Any], mapping: StaticTopicMapping) -> dict[str, Any]:
     """A static topic's GET_ROUTEINFO_BY_TOPIC document: the groups' route plus, per logical
-    queue, the group and physical queue of its newest item (``logicalQueues``), and per group the
+    queue, the group and physical queue of its newest item and all its items, oldest first
+    (``logicalQueues``: readers translate logical offsets with them), and per group the
     physical queues sends may go to (``writeQueues``: newest items that are open; a queue whose
     move is in progress is writable nowhere until its new item exists)."""
     logical = []
@@ -232,6 +223,7 @@ def static_route(doc: dict[str, Any], mapping: StaticTopicMapping) -> dict[str, 
                 "queueId": queue_id,
                 "brokerName": last.broker_name,
                 "physicalQueue": last.physical_queue,
+                "items": [item_doc(i) for i in items],
             }
         )
         if last.logical_end is None:

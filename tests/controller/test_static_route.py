@@ -4,11 +4,14 @@ newest items; the client parses it and the producer's queue choices follow it.""
 from __future__ import annotations
 
 import msgpack
+import pytest
 
-from client.routes import MessageQueue, TopicRoute, parse_route
+from client.errors import ClientError
+from client.routes import LOGICAL_BROKER, MessageQueue, TopicRoute, parse_route
 from controller.metadata import ReplicasInfoManager
 from controller.service.static_topics import static_route
 from protocol.remoting import KIND_RESPONSE, Frame
+from protocol.static_topic import item_doc
 from tests.metadata.support import commit, elect, register_group
 
 
@@ -68,7 +71,24 @@ def test_sends_go_to_open_newest_items_only_and_groups_hash_over_logical_queues(
         "queueId": 1,
         "brokerName": "broker-b",
         "physicalQueue": 0,
+        "items": [item_doc(i) for i in after.mapping[1]],
     }
+    # Readers get every item of each logical queue: queue 1 is sealed on broker-a at 10, then
+    # goes on at broker-b's physical 0; consumers share out the logical queues.
+    old, new = after.mapping[1]
+    assert (old.broker_name, old.physical_queue, old.logical_end) == ("broker-a", 1, 10)
+    assert (new.broker_name, new.physical_queue, new.logical_start) == ("broker-b", 0, 10)
+    assert after.consume_queues() == tuple(MessageQueue(LOGICAL_BROKER, q) for q in range(3))
+    assert parsed(after.to_dict()) == after
+
+
+def test_a_route_with_broken_items_is_refused() -> None:
+    doc = static_doc(manager())
+    entries = doc["logicalQueues"]
+    assert isinstance(entries, list)
+    entries[0]["items"][0]["logicalStart"] = 3
+    with pytest.raises(ClientError, match="malformed route"):
+        parsed(doc)
 
 
 def test_an_ordinary_route_is_unchanged() -> None:
@@ -77,3 +97,4 @@ def test_an_ordinary_route_is_unchanged() -> None:
     assert route.logical_queues == ()
     assert len(route.writable) == 4
     assert route.to_dict() == doc
+    assert route.consume_queues() == route.queues

@@ -1,0 +1,153 @@
+"""Logical reads of static topics, pure: where a reader at a logical offset pulls, the
+positions a group commits for a consumed logical offset and the offset it resumes from, and the
+wire form of mapping items.
+
+The property test re-maps a queue at random physical offsets, then reads the whole logical range
+the way the SDK consumer does (pull the item :func:`read_at` names, stop at a sealed item's
+physical end, translate back with :func:`logical_of`) and checks every logical offset comes once,
+in order; and that committing any logical offset and resuming gives it back.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.static_topic import (
+    LogicalQueue,
+    MappingError,
+    MappingItem,
+    commit_points,
+    item_doc,
+    logical_max,
+    logical_of,
+    parse_queue,
+    read_at,
+    resume_offset,
+)
+
+
+def item(
+    broker: str, queue: int, start: int, gen: int, end: int | None, physical_start: int = 0
+) -> MappingItem:
+    return MappingItem(
+        broker_name=broker,
+        physical_queue=queue,
+        logical_start=start,
+        physical_start=physical_start,
+        generation=gen,
+        logical_end=end,
+    )
+
+
+MOVED: LogicalQueue = (
+    item("broker-a", 1, 0, 0, 5),
+    item("broker-b", 0, 5, 1, 12),
+    item("broker-a", 2, 12, 2, None),
+)
+
+
+def test_read_at_names_the_item_and_physical_offset() -> None:
+    assert read_at(MOVED, 0) == (MOVED[0], 0)
+    assert read_at(MOVED, 4) == (MOVED[0], 4)
+    assert read_at(MOVED, 5) == (MOVED[1], 0)
+    assert read_at(MOVED, 11) == (MOVED[1], 6)
+    assert read_at(MOVED, 12) == (MOVED[2], 0)
+    assert read_at(MOVED, 1000) == (MOVED[2], 988)
+    with pytest.raises(MappingError):
+        read_at(MOVED, -1)
+
+
+def test_a_move_in_progress_has_nothing_to_read_at_the_seal_and_nothing_past_it() -> None:
+    moving = (item("broker-a", 0, 0, 0, 7),)
+    assert read_at(moving, 6) == (moving[0], 6)
+    assert read_at(moving, 7) is None
+    with pytest.raises(MappingError):
+        read_at(moving, 8)
+
+
+def test_logical_of_clamps_to_the_item() -> None:
+    old = item("broker-a", 0, 0, 0, 5, physical_start=10)
+    assert logical_of(old, 12) == 2
+    assert logical_of(old, 3) == 0  # before the item's start (retention moved the queue on)
+    assert logical_of(old, 99) == 5  # past a sealed end (a message appended after the seal)
+    assert logical_of(MOVED[2], 7) == 19
+
+
+def test_commit_points_close_every_item_the_reader_passed() -> None:
+    assert commit_points(MOVED, 3) == [(MOVED[0], 3)]
+    assert commit_points(MOVED, 5) == [(MOVED[1], 0), (MOVED[0], 5)]
+    assert commit_points(MOVED, 14) == [(MOVED[2], 2), (MOVED[1], 7), (MOVED[0], 5)]
+
+
+def test_resume_from_the_newest_item_with_a_committed_offset() -> None:
+    assert resume_offset(MOVED, {}) is None
+    assert resume_offset(MOVED, {0: 5}) == 5
+    assert resume_offset(MOVED, {0: 5, 1: 3}) == 8
+    assert resume_offset(MOVED, {0: 5, 1: 7, 2: 4}) == 16
+    # An old item's offset past its end (a late message there) stops at the end.
+    assert resume_offset(MOVED, {0: 9}) == 5
+
+
+def test_logical_max_is_the_newest_items_max_translated() -> None:
+    assert logical_max(MOVED, 0) == 12
+    assert logical_max(MOVED, 30) == 42
+    assert logical_max((item("broker-a", 0, 0, 0, 7),), 9) == 7
+
+
+def test_items_round_trip_the_wire_and_bad_documents_are_refused() -> None:
+    docs = [item_doc(i) for i in MOVED]
+    assert parse_queue(docs) == MOVED
+    with pytest.raises(ValueError, match="non-empty"):
+        parse_queue([])
+    with pytest.raises(ValueError, match="no generation"):
+        parse_queue([{k: v for k, v in docs[0].items() if k != "generation"}])
+    with pytest.raises(ValueError, match="not where the previous one ends"):
+        parse_queue([docs[0], {**docs[1], "logicalStart": 6}])
+    with pytest.raises(ValueError, match="physical_queue"):
+        parse_queue([{**docs[0], "physicalQueue": "x"}])
+    with pytest.raises(ValueError, match="map"):
+        parse_queue([3])
+
+
+@st.composite
+def moved_queues(draw: st.DrawFn) -> tuple[LogicalQueue, int]:
+    """A queue re-mapped a few times, and the newest item's physical max offset."""
+    items: list[MappingItem] = []
+    start = 0
+    for gen in range(draw(st.integers(0, 5))):
+        physical_start = draw(st.integers(0, 4))
+        count = draw(st.integers(0, 6))
+        items.append(item(f"b{gen % 3}", gen, start, gen, start + count, physical_start))
+        start += count
+    gen = len(items)
+    items.append(item(f"b{gen % 3}", gen, start, gen, None))
+    return tuple(items), draw(st.integers(0, 6))
+
+
+@settings(max_examples=200, deadline=None)
+@given(moved_queues())
+def test_reading_a_moved_queue_yields_every_logical_offset_once_in_order(
+    case: tuple[LogicalQueue, int],
+) -> None:
+    items, newest_max = case
+    end = logical_max(items, newest_max)
+    seen: list[int] = []
+    logical = 0
+    while logical < end:
+        where = read_at(items, logical)
+        assert where is not None
+        it, physical = where
+        # The broker holds physical offsets up to the item's end (the newest: its max).
+        stop = it.physical_end()
+        if stop is None:
+            stop = newest_max
+        batch = list(range(physical, stop))
+        assert batch, "a reader never stalls inside the mapped range"
+        seen.extend(logical_of(it, p) for p in batch)
+        logical = logical_of(it, stop)
+    assert seen == list(range(end))
+    for consumed in range(end + 1):
+        committed = {i.generation: p for i, p in commit_points(items, consumed)}
+        assert resume_offset(items, committed) == consumed
