@@ -27,6 +27,11 @@ group's ``retryMaxTimes`` (or ``max_reconsume_times``); then it is sent back to 
 and the queue goes on. Nothing of its queue after it is committed or handled meanwhile; other
 queues keep flowing.
 
+Static topics (docs/static-topics.md): the members share out the logical queues and read each
+across its mapping items (:mod:`client.pull`); messages show logical queue ids and offsets, and
+the group's logical offsets are committed as physical offsets on the items read, so they survive
+re-mapping.
+
 POP mode (``pop=True``, :mod:`client.pop_consumer`): no rebalance and no queue ownership; any
 number of members share every queue of the topic through POP requests, each message acked once
 consumed (the rule above) and a nacked one brought back by the broker through the retry topic.
@@ -57,7 +62,7 @@ from client.errors import BrokerError, ClientError, ClosedError, NoRouteError, T
 from client.message import ReceivedMessage
 from client.pop_consumer import PopDelivery
 from client.pull import Puller, QueueState
-from client.routes import MessageQueue, RouteCache, TopicRoute
+from client.routes import LOGICAL_BROKER, MessageQueue, RouteCache, TopicRoute
 from client.simple_consumer import SimpleConsumer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import parse_tag_expression
@@ -74,6 +79,7 @@ from protocol.retry import (
     parse_delay_levels,
     retry_topic,
 )
+from protocol.static_topic import commit_points
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -462,7 +468,7 @@ class Consumer:
                 await self.routes.refresh(sub.topic)
 
     def _hold(self, sub: _Subscription, msg: ReceivedMessage) -> None:
-        state = sub.owned.get(MessageQueue(msg.broker_name, msg.queue_id))
+        state = sub.owned.get(_queue_of(msg))
         if state is not None and (state.hold is None or msg.queue_offset < state.hold):
             state.hold = msg.queue_offset
 
@@ -490,12 +496,12 @@ class Consumer:
             failed: list[tuple[ReceivedMessage, str]] = []
             # FIFO: queues blocked by a failed message in this batch -> its offset; their later
             # messages of the batch are not handled (they come again after it).
-            blocked: dict[tuple[str, str, int], int] = {}
-            fifo_states: dict[tuple[str, str, int], QueueState | None] = {}
+            blocked: dict[tuple[str, MessageQueue], int] = {}
+            fifo_states: dict[tuple[str, MessageQueue], QueueState | None] = {}
             state: QueueState | None = None
             for msg in msgs:
                 if self.fifo is not None:
-                    where = (msg.stored_topic, msg.broker_name, msg.queue_id)
+                    where = (msg.stored_topic, _queue_of(msg))
                     if blocked and msg.queue_offset >= blocked.get(where, msg.queue_offset + 1):
                         continue
                     if where in fifo_states:
@@ -517,9 +523,7 @@ class Consumer:
                     if self.fifo is None:
                         failed.append((msg, reason))
                     elif not await self._fifo_failed(msg, reason):
-                        blocked[(msg.stored_topic, msg.broker_name, msg.queue_id)] = (
-                            msg.queue_offset
-                        )
+                        blocked[(msg.stored_topic, _queue_of(msg))] = msg.queue_offset
                 else:
                     if state is not None and state.fifo_offset is not None:
                         self._fifo_passed(msg)
@@ -529,7 +533,7 @@ class Consumer:
     # internals: FIFO groups ----------------------------------------------------------------
     def _state_of(self, msg: ReceivedMessage) -> tuple[_Subscription, QueueState | None]:
         sub = self._retry if msg.stored_topic == self.retry_topic else self._main
-        return sub, sub.owned.get(MessageQueue(msg.broker_name, msg.queue_id))
+        return sub, sub.owned.get(_queue_of(msg))
 
     async def _fifo_failed(self, msg: ReceivedMessage, reason: str) -> bool:
         """A message of a FIFO group failed. False: its queue is rewound to it and it comes
@@ -646,12 +650,51 @@ class Consumer:
             # Nothing retried was consumed here yet: the group keeps no position in its retry
             # topic until it has one (a new owner starts from the earliest retry either way).
             return
+        if mq.broker_name == LOGICAL_BROKER:
+            await self._commit_logical(sub, state, offset)
+            return
         update = ConsumerOffsetUpdate(
             group=self.group, topic=sub.topic, queue_id=mq.queue_id, offset=offset
         )
         await sub.caller.call(
             mq.broker_name, update.code, update.header(), timeout=self.request_timeout
         )
+        state.committed = offset
+
+    async def _commit_logical(self, sub: _Subscription, state: QueueState, offset: int) -> None:
+        """A static topic's logical offset, committed as physical offsets on the items it
+        reached (:func:`commit_points`: the item holding it, and every older item at its end),
+        each on its own group, so the group's position survives re-mapping and every broker's
+        lag of the items read is 0. Raises the first failure after trying every item."""
+        route = self.routes.peek(sub.topic) or await self.routes.get(sub.topic)
+        queue = state.mq.queue_id
+        if queue >= len(route.mapping):
+            raise ClientError(f"the route of {sub.topic} has no logical queue {queue}")
+        points = [
+            (item, physical)
+            for item, physical in commit_points(route.mapping[queue], offset)
+            if state.item_commits.get(item.generation) != physical
+        ]
+
+        async def one(broker: str, physical_queue: int, physical: int) -> None:
+            update = ConsumerOffsetUpdate(
+                group=self.group, topic=sub.topic, queue_id=physical_queue, offset=physical
+            )
+            await sub.caller.call(
+                broker, update.code, update.header(), timeout=self.request_timeout
+            )
+
+        results = await asyncio.gather(
+            *(one(i.broker_name, i.physical_queue, p) for i, p in points), return_exceptions=True
+        )
+        failure: BaseException | None = None
+        for (item, physical), result in zip(points, results, strict=True):
+            if isinstance(result, BaseException):
+                failure = failure or result
+            else:
+                state.item_commits[item.generation] = physical
+        if failure is not None:
+            raise failure
         state.committed = offset
 
     async def commit(self) -> None:
@@ -778,7 +821,7 @@ class Consumer:
             return
         async with self._rebalance_lock:
             owned = sub.owned
-            mine = set(allocate_averagely(route.queues, members, self.client_id))
+            mine = set(allocate_averagely(route.consume_queues(), members, self.client_id))
             gone = [s for mq, s in owned.items() if mq not in mine]
             added = sorted(mq for mq in mine if mq not in owned)
             if not gone and not added:
@@ -856,6 +899,14 @@ def _owned(state: QueueState | None) -> bool:
 
 def _alive(state: QueueState) -> bool:
     return not state.dropped
+
+
+def _queue_of(msg: ReceivedMessage) -> MessageQueue:
+    """The queue a message was read from as the consumer owns it (a static topic's logical
+    queue, or its physical queue)."""
+    if msg.logical_queue is not None:
+        return MessageQueue(LOGICAL_BROKER, msg.logical_queue)
+    return MessageQueue(msg.broker_name, msg.queue_id)
 
 
 def _name(mq: MessageQueue) -> str:

@@ -96,13 +96,26 @@ class ReceivedMessage:
     A retried message (a copy the broker re-published to the group's retry topic after a
     nack) shows the topic it was first published to as :attr:`topic`, and how many times it
     was retried as :attr:`reconsume_times`; :attr:`stored_topic` is where this copy is stored.
+
+    A message of a static topic read by logical queue (docs/static-topics.md) shows its logical
+    queue and logical offset as :attr:`queue_id` and :attr:`queue_offset`; :attr:`broker_name`,
+    :attr:`physical_queue_id` and :attr:`physical_queue_offset` say where it is stored.
     """
 
-    __slots__ = ("broker_name", "record")
+    __slots__ = ("broker_name", "logical_offset", "logical_queue", "record")
 
-    def __init__(self, record: MessageRecord, broker_name: str) -> None:
+    def __init__(
+        self,
+        record: MessageRecord,
+        broker_name: str,
+        logical_queue: int | None = None,
+        logical_offset: int | None = None,
+    ) -> None:
         self.record = record
         self.broker_name = broker_name
+        #: a static topic's logical queue and offset (None: read by physical queue)
+        self.logical_queue = logical_queue
+        self.logical_offset = logical_offset
 
     @property
     def msg_id(self) -> str:
@@ -138,10 +151,22 @@ class ReceivedMessage:
 
     @property
     def queue_id(self) -> int:
-        return self.record.queue_id
+        """The queue it was read from: the logical queue of a static topic read by logical
+        queue, else the physical queue."""
+        return self.record.queue_id if self.logical_queue is None else self.logical_queue
 
     @property
     def queue_offset(self) -> int:
+        """Its offset in :attr:`queue_id` (logical or physical, like the queue)."""
+        return self.record.queue_offset if self.logical_offset is None else self.logical_offset
+
+    @property
+    def physical_queue_id(self) -> int:
+        """The queue it is stored in on :attr:`broker_name`."""
+        return self.record.queue_id
+
+    @property
+    def physical_queue_offset(self) -> int:
         return self.record.queue_offset
 
     @property

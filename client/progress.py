@@ -17,7 +17,7 @@ topic it consumes elsewhere is asked for that topic by name, so its messages cou
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from client.allocate import allocate_averagely
@@ -32,6 +32,7 @@ from protocol.consume_stats import (
     decode_connections,
 )
 from protocol.remoting import Frame, Scalar
+from protocol.static_topic import LogicalQueue
 from remoting.errors import RemotingError, ResponseError
 
 
@@ -102,7 +103,7 @@ def allocation(
 ) -> dict[str, list[MessageQueue]]:
     """client id -> the queues it holds, computed as every member computes its own share: the
     consumer (client.consumer) gives :func:`allocate_averagely` the sorted (broker, queue) list
-    of its topic and the group's sorted member ids."""
+    of its topic (a static topic's logical queues) and the group's sorted member ids."""
     ids = sorted(m.client_id for m in members)
     return {
         m.client_id: allocate_averagely(sorted(queues_by_topic.get(m.topic, ())), ids, m.client_id)
@@ -196,9 +197,24 @@ class ProgressAdmin(BootstrapClient):
         out: dict[str, list[MessageQueue]] = {}
         for topic in sorted(set(topics)):
             try:
-                out[topic] = list((await fetch_route(self.bootstrap, topic)).queues)
+                out[topic] = list((await fetch_route(self.bootstrap, topic)).consume_queues())
             except BrokerError:
                 out[topic] = []
+        return out
+
+    async def mappings(self, topics: Iterable[str]) -> dict[str, tuple[LogicalQueue, ...]]:
+        """topic -> its logical queues' mapping items, for the static topics among ``topics``
+        (from their routes; a topic whose route cannot be read is taken as ordinary)."""
+        out: dict[str, tuple[LogicalQueue, ...]] = {}
+        for topic in sorted(set(topics)):
+            if topic.startswith("%"):
+                continue  # retry and dead-letter topics are never static
+            try:
+                route = await fetch_route(self.bootstrap, topic)
+            except ClientError:
+                continue
+            if route.mapping:
+                out[topic] = route.mapping
         return out
 
     async def _call(self, target: BrokerTarget, code: int, header: dict[str, Scalar]) -> Frame:

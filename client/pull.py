@@ -11,7 +11,7 @@ from client.brokers import MasterCaller, error_of
 from client.buffer import MessageBuffer
 from client.errors import BrokerError, ClientError, CorruptMessageError
 from client.message import ReceivedMessage
-from client.routes import MessageQueue, RouteCache
+from client.routes import LOGICAL_BROKER, MessageQueue, RouteCache
 from protocol.codes import ResponseCode
 from protocol.message import RecordError, iter_records
 from protocol.pull import (
@@ -28,17 +28,37 @@ from protocol.pull import (
     decode_offset,
     decode_pull_answer,
 )
+from protocol.static_topic import (
+    LogicalQueue,
+    MappingError,
+    MappingItem,
+    logical_max,
+    logical_of,
+    newest,
+    read_at,
+    resume_offset,
+)
 from remoting.errors import RemotingError
 
 log = logs.get_logger(__name__)
 
 START_FROM = ("earliest", "latest")
 
+ROUTE_RECHECK = 1.0
+"""A logical queue that found nothing new on its newest item looks at the route again when it
+is older than this many seconds (the item may have been sealed and continued elsewhere)."""
+MOVE_WAIT = 0.2
+"""A logical queue at the end of a sealed newest item (a move between its two steps) looks for
+the next item this often."""
+
 
 class QueueState:
     """A queue the consumer owns (RocketMQ's ProcessQueue): where pulls and consumption are.
 
-    Offsets are queue offsets; ``None`` until the start offset is known.
+    Offsets are queue offsets; ``None`` until the start offset is known. For a static topic's
+    logical queue (``mq.broker_name`` is :data:`client.routes.LOGICAL_BROKER`) they are logical
+    offsets, and ``item_commits`` holds the physical offset last committed on each item, by
+    generation.
     """
 
     __slots__ = (
@@ -50,6 +70,7 @@ class QueueState:
         "fifo_offset",
         "fifo_retries",
         "hold",
+        "item_commits",
         "mq",
         "next_offset",
         "pulled",
@@ -83,6 +104,7 @@ class QueueState:
         #: how many times it was retried in place
         self.fifo_offset: int | None = None
         self.fifo_retries = 0
+        self.item_commits: dict[int, int] = {}
 
     def ack(self, offset: int) -> None:
         """Messages below ``offset`` are consumed (never moves backwards, nor past ``hold``)."""
@@ -184,6 +206,9 @@ class Puller:
     async def run(self, state: QueueState) -> None:
         """Pull until the queue is dropped (or the task cancelled)."""
         mq = state.mq
+        if mq.broker_name == LOGICAL_BROKER:
+            await self._run_logical(state)
+            return
         broker = mq.broker_name
         timeout = self.suspend_ms / 1000 + self.request_timeout
         backoff = 0.0
@@ -241,17 +266,157 @@ class Puller:
             with contextlib.suppress(ClientError):
                 await self.routes.refresh(self.topic)
 
-    def _corrupt(self, state: QueueState, answer: PullCorrupt) -> None:
+    async def _items(self, queue: int) -> LogicalQueue:
+        route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
+        if queue >= len(route.mapping):
+            raise ClientError(f"the route of {self.topic} has no logical queue {queue}")
+        return route.mapping[queue]
+
+    async def logical_start_offset(self, items: LogicalQueue) -> int:
+        """The group's logical offset in a static topic's logical queue, read back from the
+        newest item with a committed offset (:func:`resume_offset`); else logical 0 (the
+        earliest: a pull there moves on past what retention deleted) or the logical max."""
+        for item in reversed(items):
+            query = ConsumerOffsetQuery(
+                group=self.group, topic=self.topic, queue_id=item.physical_queue
+            )
+            broker = item.broker_name
+            resp = await self.caller.request(
+                broker, query.code, query.header(), timeout=self.request_timeout
+            )
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                raise error_of(resp, self.caller.address(broker))
+            try:
+                committed = decode_offset(resp)
+            except AnswerError as exc:
+                raise BrokerError(resp.code, str(exc)) from None
+            found = resume_offset(items, {item.generation: committed})
+            assert found is not None
+            return found
+        if self.start_from == "earliest":
+            return 0
+        last = newest(items)
+        bound = MaxOffsetQuery(topic=self.topic, queue_id=last.physical_queue)
+        resp = await self.caller.call(
+            last.broker_name, bound.code, bound.header(), timeout=self.request_timeout
+        )
+        try:
+            return logical_max(items, decode_offset(resp))
+        except AnswerError as exc:
+            raise BrokerError(resp.code, str(exc)) from None
+
+    async def _run_logical(self, state: QueueState) -> None:
+        """Pull a static topic's logical queue: at logical offset L, pull the item holding it
+        from L's physical offset there, never past a sealed item's physical end, and hand the
+        messages on with their logical offsets; at a sealed item's end go on with the next item
+        (docs/static-topics.md, "Logical reads")."""
+        queue = state.mq.queue_id
+        timeout = self.suspend_ms / 1000 + self.request_timeout
+        backoff = 0.0
+        where = f"{self.topic} logical queue {queue}"
+        while not state.dropped:
+            failure: Exception
+            try:
+                items = await self._items(queue)
+                if state.next_offset is None:
+                    start = await self.logical_start_offset(items)
+                    state.next_offset = state.pulled = state.consumed = start
+                try:
+                    found = read_at(items, state.next_offset)
+                except MappingError:
+                    found = None  # past the items this route knows: a newer route has more
+                if found is None:
+                    await asyncio.sleep(MOVE_WAIT)
+                    await self.routes.refresh(self.topic)
+                    continue
+                item, physical = found
+                broker = item.broker_name
+                pull = PullRequest(
+                    group=self.group,
+                    topic=self.topic,
+                    queue_id=item.physical_queue,
+                    offset=physical,
+                    max_count=self.batch_size,
+                    max_bytes=self.max_bytes,
+                    suspend_ms=self.suspend_ms,
+                    subscription=self.subscription,
+                )
+                resp = await self.caller.request(broker, pull.code, pull.header(), None, timeout)
+                try:
+                    answer = decode_pull_answer(resp)
+                except AnswerError as exc:
+                    raise BrokerError(resp.code, str(exc)) from None
+                if isinstance(answer, PullFound):
+                    batch = self._logical_batch(item, queue, answer.body)
+                    state.next_offset = logical_of(item, answer.next_offset)
+                    backoff = 0.0
+                    if batch and not state.dropped:
+                        state.pulled = state.next_offset
+                        await self.buffer.put(state, batch)
+                    continue
+                if isinstance(answer, PullNotFound):
+                    if answer.next_offset is not None:
+                        state.next_offset = logical_of(item, answer.next_offset)
+                    backoff = 0.0
+                    if item is newest(items) and self.routes.age(self.topic) > ROUTE_RECHECK:
+                        await self.routes.refresh(self.topic)  # sealed and moved meanwhile?
+                    continue
+                if isinstance(answer, PullOffsetMoved):
+                    self._offset_moved(state, logical_of(item, answer.next_offset))
+                    continue
+                if isinstance(answer, PullRetry):
+                    continue
+                if isinstance(answer, PullCorrupt):
+                    self._corrupt(state, answer, item)
+                    return
+                failure = error_of(resp, self.caller.address(broker))
+            except (RemotingError, ClientError, RecordError) as exc:
+                failure = exc
+            if backoff == 0.0:
+                log.warning("pull failed", queue=where, error=str(failure))
+            backoff = min(max(backoff * 2, 0.05), self.max_backoff)
+            await asyncio.sleep(backoff)
+            with contextlib.suppress(ClientError):
+                await self.routes.refresh(self.topic)
+
+    def _logical_batch(
+        self, item: MappingItem, queue: int, body: bytes | None
+    ) -> list[ReceivedMessage]:
+        """The records of one pull on ``item`` with their logical offsets; a record past a
+        sealed item's end (none is accepted there after the seal) is not part of the queue."""
+        if not body:
+            return []
+        end = item.physical_end()
+        broker = item.broker_name
+        return [
+            ReceivedMessage(r, broker, queue, logical_of(item, r.queue_offset))
+            for r in iter_records(body)
+            if end is None or r.queue_offset < end
+        ]
+
+    def _corrupt(
+        self, state: QueueState, answer: PullCorrupt, item: MappingItem | None = None
+    ) -> None:
         """The broker cannot read the message at ``state.next_offset``: asking again gets the
         same answer, so pulling this queue stops and the failure goes to the application."""
         mq = state.mq
+        broker, queue_id = (
+            (mq.broker_name, mq.queue_id)
+            if item is None
+            else (item.broker_name, item.physical_queue)
+        )
+        offset = state.next_offset if state.next_offset is not None else -1
+        if item is not None and offset >= 0:
+            offset = item.physical_start + (offset - item.logical_start)
         state.failure = corrupt_error(
             answer,
-            broker_name=mq.broker_name,
+            broker_name=broker,
             topic=self.topic,
-            queue_id=mq.queue_id,
-            queue_offset=state.next_offset if state.next_offset is not None else -1,
-            address=self.caller.address(mq.broker_name),
+            queue_id=queue_id,
+            queue_offset=offset,
+            address=self.caller.address(broker),
         )
         # Raised to the application by Consumer.receive; a warning for its logs (and rmqctl -v).
         log.warning(

@@ -296,6 +296,11 @@ class RouteCache:
         finally:
             self._inflight.pop(topic, None)
 
+    def age(self, topic: str) -> float:
+        """Seconds since the topic's route was last fetched (infinite: never)."""
+        fetched = self._fetched_at.get(topic)
+        return float("inf") if fetched is None else time.monotonic() - fetched
+
     def forget(self, topic: str) -> None:
         self._routes.pop(topic, None)
         self._fetched_at.pop(topic, None)

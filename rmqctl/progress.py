@@ -14,6 +14,7 @@ import click
 
 from client.progress import BrokerAnswer, Member, ProgressAdmin, allocation
 from client.routes import MessageQueue
+from protocol.static_topic import LogicalQueue, logical_max, resume_offset
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
 
 
@@ -30,6 +31,9 @@ class ProgressRow:
     lag: int
     last_consume_ms: int | None
     inflight: int = 0
+    #: a static topic's logical queue (``queue_id``), its offsets logical and ``broker_name``
+    #: the group of its newest item
+    logical: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +46,7 @@ class ProgressRow:
             "lag": self.lag,
             "lastConsumeMs": self.last_consume_ms,
             "popInflight": self.inflight,
+            "logical": self.logical,
         }
 
 
@@ -65,6 +70,62 @@ def progress_rows(answers: Sequence[BrokerAnswer]) -> list[ProgressRow]:
         for q in queues
     ]
     return sorted(rows, key=lambda r: (r.group, r.topic, r.broker_name, r.queue_id))
+
+
+def logical_rows(
+    rows: Sequence[ProgressRow], mappings: dict[str, tuple[LogicalQueue, ...]]
+) -> list[ProgressRow]:
+    """``rows`` with each static topic's physical rows (its items' queues, as the brokers
+    report them) folded into one row per logical queue: max offset the newest item's max
+    translated, consumer offset the group's logical offset (read back from the newest item with
+    a committed offset, the way a consumer resumes), lag the difference (the items' lags summed
+    while the group committed nowhere). Physical queues no item maps are left out; other topics'
+    rows stay as they are. Sorted like :func:`progress_rows`."""
+    out = [r for r in rows if r.topic not in mappings]
+    physical = {
+        (r.group, r.topic, r.broker_name, r.queue_id): r for r in rows if r.topic in mappings
+    }
+    groups = sorted({(r.group, r.topic) for r in rows if r.topic in mappings})
+    for group, topic in groups:
+        for queue_id, items in enumerate(mappings[topic]):
+            found = [
+                (item, physical.get((group, topic, item.broker_name, item.physical_queue)))
+                for item in items
+            ]
+            last = found[-1][1]
+            if last is None:
+                continue  # the newest item's group did not answer (reported as a failure)
+            max_offset = logical_max(items, last.max_offset)
+            committed = resume_offset(
+                items,
+                {
+                    item.generation: r.consumer_offset
+                    for item, r in found
+                    if r is not None and r.consumer_offset is not None
+                },
+            )
+            answered = [r for _, r in found if r is not None]
+            lag = (
+                sum(r.lag for r in answered)
+                if committed is None
+                else max(0, max_offset - committed)
+            )
+            times = [r.last_consume_ms for r in answered if r.last_consume_ms]
+            out.append(
+                ProgressRow(
+                    group,
+                    topic,
+                    items[-1].broker_name,
+                    queue_id,
+                    max_offset,
+                    committed,
+                    lag,
+                    max(times) if times else None,
+                    sum(r.inflight for r in answered),
+                    logical=True,
+                )
+            )
+    return sorted(out, key=lambda r: (r.group, r.topic, r.broker_name, r.queue_id))
 
 
 def group_totals(rows: Sequence[ProgressRow]) -> dict[str, tuple[int, int]]:
@@ -110,7 +171,7 @@ def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]
         [
             [
                 r.topic,
-                r.broker_name,
+                f"{r.broker_name} (logical)" if r.logical else r.broker_name,
                 r.queue_id,
                 r.max_offset,
                 "-" if r.consumer_offset is None else r.consumer_offset,
@@ -160,20 +221,29 @@ def consumer_progress(
     when it has none (a note says so). Exit status 1 for an unknown group, or when a broker
     group could not be asked (the others' figures are printed first).
 
+    A static topic (docs/static-topics.md) shows one row per logical queue, its broker name the
+    group of the queue's newest item marked "(logical)": max offset, consumer offset and lag are
+    logical, across every item of the queue (--json: "logical": true).
+
     Prints {"group", "topic", "queues": [{"group", "topic", "brokerName", "queueId",
-    "maxOffset", "consumerOffset", "lag", "lastConsumeMs", "popInflight"}], "totalLag", "notes"}; without -g
+    "maxOffset", "consumerOffset", "lag", "lastConsumeMs", "popInflight", "logical"}],
+    "totalLag", "notes"}; without -g
     {"groups": [{"group", "queues", "totalLag"}], "notes"}.
     """
 
-    async def work() -> list[BrokerAnswer]:
+    async def work() -> tuple[list[BrokerAnswer], dict[str, tuple[LogicalQueue, ...]]]:
         async with ProgressAdmin(addresses) as admin:
-            return await admin.consume_stats(group, topic)
+            answers = await admin.consume_stats(group, topic)
+            topics = {
+                q.topic for a in answers if a.stats for qs in a.stats.groups.values() for q in qs
+            }
+            return answers, await admin.mappings(topics)
 
-    answers = run(work())
+    answers, mappings = run(work())
     failures = _failures(answers)
     if len(failures) == len(answers):
         raise CommandError("; ".join(failures))
-    rows = progress_rows(answers)
+    rows = logical_rows(progress_rows(answers), mappings)
     notes = source_notes(answers)
     if group is None:
         totals = group_totals(rows)

@@ -240,9 +240,9 @@ async def consume_all(
     async with Consumer(addresses, f"checker-{time.monotonic_ns()}", topic) as consumer:
         while not expect <= set(received) and time.monotonic() < deadline:
             for m in await consumer.receive(timeout=1.0):
-                received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
+                received[(m.broker_name, m.physical_queue_id, m.physical_queue_offset)] = m.body
         # A little longer: anything served beyond what was expected must show up too.
         with contextlib.suppress(TimeoutError):
             for m in await asyncio.wait_for(consumer.receive(timeout=1.0), 3):
-                received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
+                received[(m.broker_name, m.physical_queue_id, m.physical_queue_offset)] = m.body
     return received

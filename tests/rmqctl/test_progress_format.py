@@ -20,11 +20,13 @@ from client.progress import (
 )
 from client.routes import ClusterBroker, MessageQueue
 from protocol.consume_stats import ConsumerConnection, ConsumeStats, QueueStats
+from protocol.static_topic import MappingItem
 from rmqctl.cli import cli
 from rmqctl.progress import (
     format_time,
     group_totals,
     groups_table,
+    logical_rows,
     progress_rows,
     progress_table,
     queue_ranges,
@@ -147,3 +149,63 @@ def test_an_unreachable_cluster_is_one_line_and_exit_1(args: list[str]) -> None:
     result = CliRunner().invoke(cli, [*args, "-a", addr], catch_exceptions=False)
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == f"rmqctl: cannot reach any of {addr}: connection refused\n"
+
+
+def test_a_static_topics_rows_fold_into_logical_queues() -> None:
+    moved = (
+        MappingItem(
+            broker_name="broker-a",
+            physical_queue=1,
+            logical_start=0,
+            physical_start=0,
+            generation=0,
+            logical_end=10,
+        ),
+        MappingItem(
+            broker_name="broker-b",
+            physical_queue=0,
+            logical_start=10,
+            physical_start=0,
+            generation=1,
+        ),
+    )
+    stays = (
+        MappingItem(
+            broker_name="broker-a",
+            physical_queue=0,
+            logical_start=0,
+            physical_start=0,
+            generation=0,
+        ),
+    )
+    answers = [
+        answer(
+            "broker-a",
+            {
+                "g": (
+                    QueueStats("S", 0, 0, 7, 7, T0),
+                    QueueStats("S", 1, 0, 10, 10, T0),
+                    QueueStats("T", 0, 0, 4, 1, T0),
+                )
+            },
+        ),
+        answer("broker-b", {"g": (QueueStats("S", 0, 0, 6, 2, T0 + 5),)}),
+    ]
+    rows = logical_rows(progress_rows(answers), {"S": (stays, moved)})
+    assert [
+        (r.topic, r.broker_name, r.queue_id, r.max_offset, r.consumer_offset, r.lag, r.logical)
+        for r in rows
+    ] == [
+        ("S", "broker-a", 0, 7, 7, 0, True),
+        ("S", "broker-b", 1, 16, 12, 4, True),
+        ("T", "broker-a", 0, 4, 1, 3, False),
+    ]
+    assert rows[1].last_consume_ms == T0 + 5
+    assert "broker-b (logical)" in progress_table("g", rows, [])
+    # The group never committed: every retained message of every item is lag.
+    fresh = [
+        answer("broker-a", {"g": (QueueStats("S", 1, 3, 10, None, None),)}),
+        answer("broker-b", {"g": (QueueStats("S", 0, 0, 6, None, None),)}),
+    ]
+    (row,) = [r for r in logical_rows(progress_rows(fresh), {"S": (stays, moved)})]
+    assert (row.queue_id, row.max_offset, row.consumer_offset, row.lag) == (1, 16, None, 13)

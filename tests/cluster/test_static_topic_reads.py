@@ -1,0 +1,199 @@
+"""Logical reads of a static topic against real processes: three controllers, broker-a and
+broker-b (one broker each).
+
+An SDK producer and an SDK consumer run while ``rmqctl remapStaticTopic`` moves logical queue 1
+from broker-a to broker-b: the consumer reads queue 1 from broker-a up to the seal, then from
+broker-b, and gets every acknowledged message once, with logical offsets 0, 1, 2, ... per logical
+queue (the ones on broker-b: the seal plus their physical offset). The group's lag
+(``rmqctl consumerProgress``) is logical, one row per logical queue, and returns to 0. A
+consumer of the same group started after the move resumes from the group's logical offsets: it
+gets exactly the messages sent while no member ran, on from where the first one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from client import Consumer, Producer
+from client.bootstrap import Bootstrap
+from client.errors import ClientError
+from client.message import ReceivedMessage
+from rmqctl.cli import cli
+from tests.cluster.support import sync_state
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "Readings"
+GROUP = "readers"
+
+
+def rmqctl(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def consumer(addrs: str) -> Consumer:
+    return Consumer(
+        addrs,
+        GROUP,
+        TOPIC,
+        suspend_ms=500,
+        commit_interval=0.2,
+        heartbeat_interval=0.5,
+        route_refresh_interval=2.0,
+    )
+
+
+async def consume_until(stop: asyncio.Event, c: Consumer, got: list[ReceivedMessage]) -> None:
+    while not stop.is_set():
+        got.extend(await c.receive(timeout=0.3))
+
+
+async def produce(stop: asyncio.Event, addrs: str, acked: list[str]) -> None:
+    async with Producer(addrs, retries=6) as producer:
+        n = 0
+        while not stop.is_set():
+            body = f"m-{n}"
+            n += 1
+            try:
+                await producer.send(TOPIC, body.encode())
+            except ClientError:
+                continue
+            acked.append(body)
+
+
+def check_logical_order(got: list[ReceivedMessage], start: dict[int, int]) -> dict[int, int]:
+    """Per logical queue, the offsets come once each, in order, from ``start`` (0 when absent)
+    with no gap; returns each queue's next offset."""
+    by_queue: dict[int, list[int]] = defaultdict(list)
+    for m in got:
+        assert m.logical_queue is not None and m.logical_offset == m.queue_offset
+        by_queue[m.queue_id].append(m.queue_offset)
+    nxt = dict(start)
+    for queue, offsets in by_queue.items():
+        first = start.get(queue, 0)
+        assert offsets == list(range(first, first + len(offsets))), (queue, offsets[:20])
+        nxt[queue] = first + len(offsets)
+    return nxt
+
+
+async def progress(addrs: str) -> Any:
+    code, out, _ = await asyncio.to_thread(
+        rmqctl, "--json", "consumerProgress", "-a", addrs, "-g", GROUP, "-t", TOPIC
+    )
+    return json.loads(out) if code == 0 else None
+
+
+def test_a_consumer_reads_across_a_move_by_logical_offset_and_resumes(cluster: Cluster) -> None:
+    addrs = cluster.controller_addresses
+    cluster.add_group("broker-a", 1)
+    cluster.add_group("broker-b", 1)
+    asyncio.run(scenario(cluster, addrs))
+
+
+async def scenario(cluster: Cluster, addrs: str) -> None:
+    boot = Bootstrap(addrs, timeout=2.0)
+    try:
+        for group in ("broker-a", "broker-b"):
+
+            async def ready(g: str = group) -> bool:
+                doc = await sync_state(boot, g)
+                return bool(doc and doc.get("masterAddress"))
+
+            await wait_until_async(
+                ready, f"{group} master", 60, interval=0.2, on_timeout=cluster.logs
+            )
+    finally:
+        boot.close()
+    code, _, err = await asyncio.to_thread(
+        rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
+    )
+    assert code == 0, err
+
+    acked: list[str] = []
+    got: list[ReceivedMessage] = []
+    stop_sending, stop_reading = asyncio.Event(), asyncio.Event()
+    first = consumer(addrs)
+    await first.start()
+    reading = asyncio.create_task(consume_until(stop_reading, first, got))
+    sending = asyncio.create_task(produce(stop_sending, addrs, acked))
+    try:
+        await wait_until_async(lambda: len(got) >= 30, "reads before the move", 30, interval=0.05)
+        code, out, err = await asyncio.to_thread(
+            rmqctl, "--json", "remapStaticTopic", "-a", addrs,
+            "-t", TOPIC, "-q", "1", "-b", "broker-b",
+        )  # fmt: skip
+        assert code == 0, err + cluster.logs()
+        old, new = json.loads(out)["queues"][1]["items"]
+        seal = old["logicalEnd"]
+        assert (new["brokerName"], new["logicalStart"]) == ("broker-b", seal)
+
+        def read_on_b() -> bool:
+            return sum(m.broker_name == "broker-b" for m in got) >= 20
+
+        await wait_until_async(
+            read_on_b, "reads from broker-b", 30, interval=0.05, on_timeout=cluster.logs
+        )
+        stop_sending.set()
+        await sending
+        await wait_until_async(
+            lambda: set(acked) <= {m.body.decode() for m in got}, "every acked message read", 30
+        )
+        # Once more than a commit interval: nothing more may come (no duplicates, no late ones).
+        await asyncio.sleep(1.0)
+    finally:
+        stop_sending.set()
+        stop_reading.set()
+        await asyncio.gather(sending, reading, return_exceptions=True)
+
+    bodies = [m.body.decode() for m in got]
+    assert len(bodies) == len(set(bodies)), "a message was read twice"
+    assert set(acked) <= set(bodies)
+    nxt = check_logical_order(got, {})
+    for m in got:
+        if m.queue_id == 1 and m.broker_name == "broker-b":
+            assert m.queue_offset == seal + m.physical_queue_offset
+        elif m.queue_id == 1:
+            assert m.queue_offset == m.physical_queue_offset < seal
+
+    # The group's lag is logical, per logical queue, and comes back to 0.
+    async def caught_up() -> Any:
+        doc = await progress(addrs)
+        return doc if doc and doc["totalLag"] == 0 and len(doc["queues"]) == 2 else None
+
+    doc = await wait_until_async(caught_up, "lag back to 0", 30, interval=0.3)
+    rows = {q["queueId"]: q for q in doc["queues"]}
+    assert all(q["logical"] for q in rows.values())
+    assert rows[1]["brokerName"] == "broker-b"
+    assert rows[1]["maxOffset"] == rows[1]["consumerOffset"] == nxt[1]
+    assert rows[0]["maxOffset"] == rows[0]["consumerOffset"] == nxt[0]
+    await first.close()
+
+    # Sent while no member runs, then read by a new member from the group's logical offsets.
+    async with Producer(addrs) as producer:
+        later = {f"later-{i}" for i in range(20)}
+        for body in sorted(later):
+            await producer.send(TOPIC, body.encode())
+    resumed: list[ReceivedMessage] = []
+    async with consumer(addrs) as second:
+
+        def all_later() -> bool:
+            return later <= {m.body.decode() for m in resumed}
+
+        async def read_some() -> bool:
+            resumed.extend(await second.receive(timeout=0.3))
+            return all_later()
+
+        await wait_until_async(read_some, "the later messages", 30, interval=0.0)
+        resumed.extend(await second.receive(timeout=1.0))
+    assert {m.body.decode() for m in resumed} == later
+    check_logical_order(resumed, nxt)
+    assert {m.broker_name for m in resumed if m.queue_id == 1} == {"broker-b"}
