@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from client.bootstrap import Bootstrap
 from client.routes import MessageQueue
 from pipeline.errors import PipelineError, describe
+from pipeline.logical import physical_commits
 from pipeline.loop import SyncLoop
 from pipeline.replicas import topic_route
 from pipeline.tls import ClientTls, context_of
@@ -33,6 +34,8 @@ async def _commit_async(
     failures: list[str] = []
     try:
         route = await topic_route(Bootstrap(controllers, pool, timeout), controllers, topic)
+        if route.mapping:  # a static topic's logical offsets, as consumers commit them
+            offsets = physical_commits(route.mapping, offsets)
 
         async def one(mq: MessageQueue, offset: int) -> None:
             address = route.master_address(mq.broker_name)

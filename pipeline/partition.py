@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
+from client.routes import LOGICAL_BROKER
 from pipeline import offsets as ofs
 from pipeline.errors import ReadError
+from pipeline.logical import logical_view
 from pipeline.options import ReadOptions
 from pipeline.range_reader import PullSettings, QueueRange, read_range
 from pipeline.rows import RecordDecodeError, arrow_schema, scan, to_batch
-from pipeline.snapshot import Snapshot, offsets_for_times, snapshot
+from pipeline.snapshot import Snapshot, offsets_for_times, route_of, snapshot
 from pipeline.topics import matching_topics
+from protocol.static_topic import LogicalQueue, physical_ranges
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,7 +62,23 @@ def read_partition(
     qr: QueueRange, opts: ReadOptions, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one queue range (what ``read()`` yields): pull bodies are gathered
-    until ``rowsPerBatch`` records, then decoded together."""
+    until ``rowsPerBatch`` records, then decoded together. A static topic's logical range is
+    read as the physical ranges of the items it spans, its rows shown by logical queue."""
+    if qr.broker != LOGICAL_BROKER:
+        yield from _read_physical(qr, opts, schema)
+        return
+    mapping = mapping_of(opts, qr.topic)
+    if qr.queue_id >= len(mapping):
+        raise ReadError(f"{qr.name}: the topic has no logical queue {qr.queue_id} now")
+    for item, lo, hi in physical_ranges(mapping[qr.queue_id], qr.start, qr.end):
+        part = replace(qr, broker=item.broker_name, queue_id=item.physical_queue, start=lo, end=hi)
+        for batch in _read_physical(part, opts, schema):
+            yield logical_view(batch, qr.topic, item.broker_name, mapping)
+
+
+def _read_physical(
+    qr: QueueRange, opts: ReadOptions, schema: StructType
+) -> Iterator[pa.RecordBatch]:
     pa_schema = arrow_schema(schema)
     bodies: list[bytes] = []
     positions: list[int] = []
@@ -172,6 +192,13 @@ def check_named_topics(opts: ReadOptions, topics: list[str]) -> None:
         if isinstance(spec, ofs.PerTopic):
             option = f"{kind}OffsetsByTimestamp" if spec.timestamps else f"{kind}Offsets"
             spec.check_topics(topics, option)
+
+
+def mapping_of(opts: ReadOptions, topic: str) -> tuple[LogicalQueue, ...]:
+    """A static topic's mapping items from its route (task side)."""
+    return route_of(
+        opts.controllers, topic, opts.request_timeout, opts.credentials, opts.tls
+    ).mapping
 
 
 def snapshot_of(opts: ReadOptions, topic: str) -> Snapshot:

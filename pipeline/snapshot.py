@@ -1,6 +1,7 @@
 """A topic's route and, per queue, the first retained offset and the end of the committed
 messages (GET_MAX_OFFSET with ``committed``: up to the confirm offset), each group asked at its
-master or, while it has none, at a slave (driver side: planning reads)."""
+master or, while it has none, at a slave (driver side: planning reads). A static topic's queues
+are its logical queues (:mod:`pipeline.logical`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from client.bootstrap import Bootstrap
 from client.routes import MessageQueue, TopicRoute
 from pipeline.errors import PipelineError, describe
+from pipeline.logical import logical_bounds
 from pipeline.loop import SyncLoop
 from pipeline.offsets import QueueBounds
 from pipeline.replicas import replica_addresses, topic_route
@@ -18,18 +20,22 @@ from pipeline.tls import ClientTls, context_of
 from protocol.codes import RequestCode
 from protocol.pull import AnswerError, MaxOffsetQuery, MinOffsetQuery, decode_offset
 from protocol.request_auth import Credentials
+from protocol.static_topic import LogicalQueue, logical_of
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
 
 @dataclass(slots=True)
 class Snapshot:
-    """A topic's route and the bounds of every queue whose group answered."""
+    """A topic's route and the bounds of every queue whose group answered (a static topic's:
+    of its logical queues, ``MessageQueue(LOGICAL_BROKER, q)``)."""
 
     route: TopicRoute
     bounds: dict[MessageQueue, QueueBounds]
     #: broker group -> why its queues are missing from ``bounds``
     missing: dict[str, str] = field(default_factory=dict)
+    #: a static topic's physical queues' bounds (empty for an ordinary topic)
+    physical: dict[MessageQueue, QueueBounds] = field(default_factory=dict)
 
 
 async def _group_bounds(
@@ -87,6 +93,9 @@ async def snapshot_async(
                 continue
             for queue_id, b in result.items():
                 snap.bounds[MessageQueue(name, queue_id)] = b
+        if route.mapping:
+            snap.physical = snap.bounds
+            snap.bounds = logical_bounds(route.mapping, snap.physical)
         return snap
     finally:
         pool.close()
@@ -103,6 +112,26 @@ def snapshot(
     topic or unreachable controllers; unreachable groups are listed in ``missing``)."""
     with SyncLoop() as loop:
         return loop.run(snapshot_async(controllers, topic, timeout, credentials, tls))
+
+
+def route_of(
+    controllers: str,
+    topic: str,
+    timeout: float,
+    credentials: Credentials | None = None,
+    tls: ClientTls | None = None,
+) -> TopicRoute:
+    """``topic``'s route from the controllers (raises :class:`PipelineError`)."""
+
+    async def go() -> TopicRoute:
+        pool = ConnectionPool(timeout, credentials, context_of(tls))
+        try:
+            return await topic_route(Bootstrap(controllers, pool, timeout), controllers, topic)
+        finally:
+            pool.close()
+
+    with SyncLoop() as loop:
+        return loop.run(go())
 
 
 async def _search_group(
@@ -143,26 +172,56 @@ def offsets_for_times(
     tls: ClientTls | None = None,
 ) -> dict[MessageQueue, int]:
     """Per queue, the first offset stored at or after its timestamp (ms), clamped to the
-    queue's retained, committed range: the queue's end when no message is that recent."""
+    queue's retained, committed range: the queue's end when no message is that recent. A static
+    topic's logical queue: the first such message in its oldest item that has one."""
+
+    mapping = snap.route.mapping
 
     async def go() -> dict[MessageQueue, int]:
         pool = ConnectionPool(timeout, credentials, context_of(tls))
         try:
+            wanted = dict(times)
+            if mapping:  # every item of each logical queue is searched
+                wanted = {
+                    MessageQueue(item.broker_name, item.physical_queue): ts
+                    for mq, ts in times.items()
+                    for item in mapping[mq.queue_id]
+                }
             by_group: dict[str, dict[int, int]] = {}
-            for mq, ts in times.items():
+            for mq, ts in wanted.items():
                 by_group.setdefault(mq.broker_name, {})[mq.queue_id] = ts
-            out: dict[MessageQueue, int] = {}
+            found: dict[MessageQueue, int] = {}
             for name, queue_times in sorted(by_group.items()):
-                found = await _search_group(
+                answers = await _search_group(
                     pool, topic, replica_addresses(snap.route, name), queue_times, timeout
                 )
-                for queue_id, offset in found.items():
-                    mq = MessageQueue(name, queue_id)
-                    b = snap.bounds[mq]
-                    out[mq] = min(max(offset, b.min_offset), b.max_offset)
+                for queue_id, offset in answers.items():
+                    found[MessageQueue(name, queue_id)] = offset
+            out: dict[MessageQueue, int] = {}
+            for mq in times:
+                b = snap.bounds[mq]
+                offset = found[mq] if not mapping else _logical_found(mapping, mq, found, b)
+                out[mq] = min(max(offset, b.min_offset), b.max_offset)
             return out
         finally:
             pool.close()
 
     with SyncLoop() as loop:
         return loop.run(go())
+
+
+def _logical_found(
+    mapping: tuple[LogicalQueue, ...],
+    mq: MessageQueue,
+    found: dict[MessageQueue, int],
+    bounds: QueueBounds,
+) -> int:
+    """A logical queue's answer from its items' answers (each the first physical offset at or
+    after the time, or the item's end when none is): the first item, oldest first, whose answer
+    lies inside it; the queue's end when none does."""
+    for item in mapping[mq.queue_id]:
+        physical = found[MessageQueue(item.broker_name, item.physical_queue)]
+        end = item.physical_end()
+        if end is None or physical < end:
+            return logical_of(item, physical)
+    return bounds.max_offset

@@ -11,7 +11,10 @@ directory (a store a broker holds open may be read, but its tail is then a movin
 
 Options: ``path`` (the store directory or its ``commitlog`` directory; also ``load(path)``),
 ``topic`` (only this topic), ``brokerName`` (the ``brokerName`` column; default the directory's
-name), ``committedOnly`` (only records below the confirm offset in the store's checkpoint: what
+name), ``staticTopicMapping`` (a file with a static topic's mapping as
+``rmqctl --json staticTopicMapping -t TOPIC`` prints it: that topic's records are shown by
+logical queue and logical offset, and its records in no item of this broker group are left out;
+:mod:`pipeline.logical`), ``committedOnly`` (only records below the confirm offset in the store's checkpoint: what
 consumers could have seen, the part replicas must agree on), ``corruptRecords`` (``fail``, the
 default, or ``stop``: end the segment at a bad record, as recovery would), ``rowsPerBatch``.
 
@@ -20,6 +23,7 @@ The schema is ``rmq``'s plus physicalOffset, size, bornHost and storeHost.
 
 from __future__ import annotations
 
+import json
 import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pipeline.errors import OptionError, StoreReadError
+from pipeline.logical import logical_view
 from pipeline.options import bool_option, get_option, req_int_option, topic_option
 from pipeline.rows import (
     RecordDecodeError,
@@ -40,6 +45,7 @@ from pipeline.rows import (
     scan,
     to_batch,
 )
+from protocol.static_topic import LogicalQueue, parse_queue
 from storage.checkpoint import load_checkpoint
 from storage.errors import StoreError
 from storage.segment import parse_segment_name
@@ -60,6 +66,8 @@ class StoreOptions:
     committed_only: bool
     corrupt: str
     rows_per_batch: int
+    #: a static topic and its logical queues' items (option staticTopicMapping), or None
+    static: tuple[str, tuple[LogicalQueue, ...]] | None = None
 
     @classmethod
     def parse(cls, options: Any) -> StoreOptions:
@@ -85,7 +93,31 @@ class StoreOptions:
             committed_only=bool_option(options, "committedOnly", False),
             corrupt=corrupt,
             rows_per_batch=req_int_option(options, "rowsPerBatch", 4096, 1),
+            static=_static_mapping(get_option(options, "staticTopicMapping")),
         )
+
+
+def _static_mapping(raw: object) -> tuple[str, tuple[LogicalQueue, ...]] | None:
+    """Option staticTopicMapping: the file ``rmqctl --json staticTopicMapping`` wrote."""
+    if not raw:
+        return None
+    path = Path(str(raw)).expanduser()
+    try:
+        doc = json.loads(path.read_text())
+        topic = doc["topic"]
+        queues = sorted(doc["queues"], key=lambda q: q["queueId"])
+        if not isinstance(topic, str) or [q["queueId"] for q in queues] != list(range(len(queues))):
+            raise ValueError("expected a topic and queues 0 to N-1")
+        return topic, tuple(parse_queue(q["items"]) for q in queues)
+    except OSError as exc:
+        raise OptionError(
+            f"option staticTopicMapping: cannot read {path}: {exc.strerror or exc}"
+        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise OptionError(
+            f"option staticTopicMapping: {path} is not a static topic mapping "
+            f"(rmqctl --json staticTopicMapping -t TOPIC): {exc!r}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +220,9 @@ def read_segment(seg: Segment, opts: StoreOptions, schema: pa.Schema) -> Iterato
                             region, rebased[: exc.index], schema, opts.broker_name,
                             only_topic=opts.topic,
                         )  # fmt: skip
+                    if opts.static is not None:
+                        topic, mapping = opts.static
+                        batch = logical_view(batch, topic, opts.broker_name, mapping)
                     if batch.num_rows and (error is None or opts.corrupt == "stop"):
                         yield batch
                 if error is not None:

@@ -199,6 +199,22 @@ def logical_max(items: Sequence[MappingItem], physical_max: int) -> int:
     return logical_of(newest(items), physical_max)
 
 
+def physical_ranges(
+    items: Sequence[MappingItem], start: int, end: int
+) -> list[tuple[MappingItem, int, int]]:
+    """The logical range [``start``, ``end``) as physical ranges (item, first, end exclusive),
+    oldest item first, leaving out items it does not reach. A range below the queue's logical
+    max translates the same under every later mapping (a re-map seals at or past that max)."""
+    out = []
+    for item in items:
+        lo = max(start, item.logical_start)
+        hi = end if item.logical_end is None else min(end, item.logical_end)
+        if lo < hi:
+            delta = item.physical_start - item.logical_start
+            out.append((item, lo + delta, hi + delta))
+    return out
+
+
 def item_doc(item: MappingItem) -> dict[str, Any]:
     """An item on the wire (routes, GET_STATIC_TOPIC_MAPPING), docs/protocol.md."""
     return {

@@ -8,6 +8,10 @@ queue (the ones on broker-b: the seal plus their physical offset). The group's l
 (``rmqctl consumerProgress``) is logical, one row per logical queue, and returns to 0. A
 consumer of the same group started after the move resumes from the group's logical offsets: it
 gets exactly the messages sent while no member ran, on from where the first one stopped.
+
+The ``rmq`` source (its reader, as a Spark task runs it) reads the topic by logical queue: the
+same (logical queue, logical offset, body) as the consumers, also from a store time on; and
+``rmqstore`` on the two groups' store directories, given the mapping, together shows the same.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,14 +97,75 @@ async def progress(addrs: str) -> Any:
     return json.loads(out) if code == 0 else None
 
 
-def test_a_consumer_reads_across_a_move_by_logical_offset_and_resumes(cluster: Cluster) -> None:
+Row = tuple[int, int, bytes]
+
+
+def test_a_consumer_reads_across_a_move_by_logical_offset_and_resumes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     addrs = cluster.controller_addresses
     cluster.add_group("broker-a", 1)
     cluster.add_group("broker-b", 1)
-    asyncio.run(scenario(cluster, addrs))
+    everything, later, later_from = asyncio.run(scenario(cluster, addrs))
+    pipeline_reads(cluster, addrs, tmp_path, everything, later, later_from)
 
 
-async def scenario(cluster: Cluster, addrs: str) -> None:
+def pipeline_reads(
+    cluster: Cluster,
+    addrs: str,
+    tmp_path: Path,
+    everything: set[Row],
+    later: set[Row],
+    later_from: int,
+) -> None:
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    from pipeline.batch_reader import RmqBatchReader
+    from pipeline.options import ReadOptions
+    from pipeline.rows import message_schema
+    from pipeline.store import RmqStoreReader, StoreOptions
+
+    def rows(reader: RmqBatchReader | RmqStoreReader) -> list[Row]:
+        return [
+            (r["queueId"], r["queueOffset"], r["body"])
+            for part in reader.partitions()
+            for batch in reader.read(part)
+            for r in batch.to_pylist()
+        ]
+
+    source = rows(
+        RmqBatchReader(
+            ReadOptions.parse({"controllers": addrs, "topic": TOPIC, "minPartitions": "3"}),
+            message_schema(),
+        )
+    )
+    assert len(source) == len(set(source)) and set(source) == everything
+    since = rows(
+        RmqBatchReader(
+            ReadOptions.parse(
+                {"controllers": addrs, "topic": TOPIC, "startingTimestamp": str(later_from)}
+            ),
+            message_schema(),
+        )
+    )
+    assert set(since) == later
+
+    code, out, err = rmqctl("--json", "staticTopicMapping", "-a", addrs, "-t", TOPIC)
+    assert code == 0, err
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(out)
+    stored: list[Row] = []
+    for node in cluster.brokers:
+        options = {
+            "path": str(node.data_dir),
+            "brokerName": node.broker_name,
+            "topic": TOPIC,
+            "staticTopicMapping": str(mapping),
+        }
+        stored += rows(RmqStoreReader(StoreOptions.parse(options), message_schema(store=True)))
+    assert len(stored) == len(set(stored)) and set(stored) == everything
+
+
+async def scenario(cluster: Cluster, addrs: str) -> tuple[set[Row], set[Row], int]:
     boot = Bootstrap(addrs, timeout=2.0)
     try:
         for group in ("broker-a", "broker-b"):
@@ -197,3 +263,9 @@ async def scenario(cluster: Cluster, addrs: str) -> None:
     assert {m.body.decode() for m in resumed} == later
     check_logical_order(resumed, nxt)
     assert {m.broker_name for m in resumed if m.queue_id == 1} == {"broker-b"}
+    everything = {(m.queue_id, m.queue_offset, m.body) for m in [*got, *resumed]}
+    return (
+        everything,
+        {(m.queue_id, m.queue_offset, m.body) for m in resumed},
+        min(m.store_timestamp for m in resumed),
+    )

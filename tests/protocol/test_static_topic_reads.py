@@ -23,6 +23,7 @@ from protocol.static_topic import (
     logical_max,
     logical_of,
     parse_queue,
+    physical_ranges,
     read_at,
     resume_offset,
 )
@@ -88,6 +89,14 @@ def test_resume_from_the_newest_item_with_a_committed_offset() -> None:
     assert resume_offset(MOVED, {0: 5, 1: 7, 2: 4}) == 16
     # An old item's offset past its end (a late message there) stops at the end.
     assert resume_offset(MOVED, {0: 9}) == 5
+
+
+def test_a_logical_range_splits_into_the_items_physical_ranges() -> None:
+    assert physical_ranges(MOVED, 2, 4) == [(MOVED[0], 2, 4)]
+    assert physical_ranges(MOVED, 3, 14) == [(MOVED[0], 3, 5), (MOVED[1], 0, 7), (MOVED[2], 0, 2)]
+    assert physical_ranges(MOVED, 5, 5) == []
+    shifted = (item("broker-a", 0, 0, 0, 4, physical_start=10), item("broker-b", 0, 4, 1, None))
+    assert physical_ranges(shifted, 1, 6) == [(shifted[0], 11, 14), (shifted[1], 0, 2)]
 
 
 def test_logical_max_is_the_newest_items_max_translated() -> None:
