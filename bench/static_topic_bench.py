@@ -11,6 +11,10 @@ from taking sends, and what a static topic costs a producer.
 - **send throughput**: the same producer for SECONDS each against an ordinary topic and a
   static topic with the same queues on the same groups; the static/ordinary ratio. Target:
   within 10 %.
+- **consume throughput**: a new consumer group reads each of those two topics from the start
+  (what the send runs stored), the static one by logical queue (docs/static-topics.md, "Logical
+  reads"); messages per second from the first message to the last, and the static/ordinary
+  ratio. Target: within 10 %.
 
 Prints numbers and ratios against the targets, never asserts.
 """
@@ -25,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from client import Producer
+from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from tests.cluster.support import sync_state
@@ -120,7 +124,22 @@ async def remap_figures(addrs: str) -> None:
     )
 
 
-async def throughput(addrs: str, topic: str) -> float:
+async def consume_rate(addrs: str, topic: str, stored: int) -> float:
+    """Messages per second a new group reads ``topic``'s ``stored`` messages at."""
+    async with Consumer(addrs, f"bench-{topic}", topic) as consumer:
+        first = await consumer.receive(timeout=30.0)
+        start, count = time.monotonic(), len(first)
+        deadline = start + 120.0
+        while count < stored and time.monotonic() < deadline:
+            count += len(await consumer.receive(timeout=1.0))
+        elapsed = time.monotonic() - start
+    if count < stored:
+        print(f"  {topic}: only {count} of {stored} messages read in 120 s")
+    return (count - len(first)) / elapsed if elapsed > 0 else 0.0
+
+
+async def throughput(addrs: str, topic: str) -> tuple[float, int]:
+    """Acknowledged sends per second over SECONDS, and how many the topic got in all."""
     async with Producer(addrs, retries=4) as producer:
         load = Load(producer, topic)
         task = asyncio.create_task(load.run())
@@ -130,7 +149,7 @@ async def throughput(addrs: str, topic: str) -> float:
         rate = (len(load.acked) - count) / (time.monotonic() - start)
         load.stop = True
         await task
-    return rate
+    return rate, len(load.acked)
 
 
 async def run(tmp: Path) -> None:
@@ -153,13 +172,22 @@ async def run(tmp: Path) -> None:
             proc = rmqctl(args[0], "-a", addrs, *args[1:])
             if proc.returncode != 0:
                 raise RuntimeError(proc.stderr.strip())
-        plain = await throughput(addrs, "PlainRate")
-        static = await throughput(addrs, "StaticRate")
+        plain, plain_stored = await throughput(addrs, "PlainRate")
+        static, static_stored = await throughput(addrs, "StaticRate")
         ratio = static / plain if plain else 0.0
         print(
             f"send throughput, {CONCURRENCY} in flight, {SECONDS:.0f} s each: ordinary "
             f"{plain:.0f} msg/s, static {static:.0f} msg/s, ratio {ratio:.2f} (target >= "
             f"{THROUGHPUT_TARGET:.2f}: {'met' if ratio >= THROUGHPUT_TARGET else 'MISSED'})"
+        )
+        plain_read = await consume_rate(addrs, "PlainRate", plain_stored)
+        static_read = await consume_rate(addrs, "StaticRate", static_stored)
+        ratio = static_read / plain_read if plain_read else 0.0
+        print(
+            f"consume throughput, a new group from the start ({plain_stored} and {static_stored} "
+            f"messages): ordinary {plain_read:.0f} msg/s, static {static_read:.0f} msg/s, ratio "
+            f"{ratio:.2f} (target >= {THROUGHPUT_TARGET:.2f}: "
+            f"{'met' if ratio >= THROUGHPUT_TARGET else 'MISSED'})"
         )
     finally:
         cluster.stop()
