@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from client.progress import BrokerAnswer, Member, ProgressAdmin, allocation
-from client.routes import MessageQueue
+from client.routes import LOGICAL_BROKER, MessageQueue
 from protocol.static_topic import LogicalQueue, logical_max, resume_offset
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
 
@@ -275,7 +275,8 @@ def consumer_progress(
 
 
 def queue_ranges(queues: Sequence[MessageQueue]) -> str:
-    """``broker-a:0-3, broker-b:5`` for a sorted queue list; ``-`` when empty."""
+    """``broker-a:0-3, broker-b:5`` for a sorted queue list (a static topic's logical queues:
+    ``logical:0-3``); ``-`` when empty."""
     if not queues:
         return "-"
     parts: list[str] = []
@@ -293,7 +294,8 @@ def queue_ranges(queues: Sequence[MessageQueue]) -> str:
             spans.append(str(start) if start == prev else f"{start}-{prev}")
             if qid is not None:
                 start = prev = qid
-        parts.append(f"{broker}:{','.join(spans)}")
+        label = "logical" if broker == LOGICAL_BROKER else broker
+        parts.append(f"{label}:{','.join(spans)}")
     return ", ".join(parts)
 
 

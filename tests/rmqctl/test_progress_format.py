@@ -18,7 +18,7 @@ from client.progress import (
     merge_members,
     pick_targets,
 )
-from client.routes import ClusterBroker, MessageQueue
+from client.routes import LOGICAL_BROKER, ClusterBroker, MessageQueue
 from protocol.consume_stats import ConsumerConnection, ConsumeStats, QueueStats
 from protocol.static_topic import MappingItem
 from rmqctl.cli import cli
@@ -134,6 +134,7 @@ def test_queue_ranges_and_times() -> None:
     qs = [MessageQueue("broker-a", q) for q in (0, 1, 2, 5, 7, 8)] + [MessageQueue("broker-b", 3)]
     assert queue_ranges(qs) == "broker-a:0-2,5,7-8, broker-b:3"
     assert queue_ranges([]) == "-"
+    assert queue_ranges([MessageQueue(LOGICAL_BROKER, q) for q in (0, 1, 3)]) == "logical:0-1,3"
     assert format_time(None) == "-" and format_time(0) == "-"
     assert format_time(T0) == "2023-11-14 22:13:20"
 
