@@ -1,0 +1,151 @@
+"""A static topic read by Spark (the shared local[2] session) after one of its queues moved:
+three controllers, broker-a and broker-b (one broker each), logical queue 1 moved from broker-a
+to broker-b between two rounds of sends.
+
+A batch read shows each message once, by logical queue and logical offset (0, 1, 2, ... per
+queue, queue 1's second round on broker-b from the seal on); a streaming query with
+``groupId`` reads the same, checkpoints logical offsets and commits them as the group's, so
+``rmqctl consumerProgress`` shows the query's logical lag at 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+
+from click.testing import CliRunner
+
+from client import Producer
+from client.bootstrap import Bootstrap
+from rmqctl.cli import cli
+from tests.cluster.support import sync_state
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until, wait_until_async
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
+
+TOPIC = "SparkStatic"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        c.start_controllers()
+        c.add_group("broker-a", 1)
+        c.add_group("broker-b", 1)
+        yield c
+    finally:
+        c.stop()  # every daemon by its PID
+
+
+def rmqctl(*args: str) -> tuple[int, str]:
+    done = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return done.exit_code, done.stdout + done.stderr
+
+
+async def fill(cluster: Cluster) -> tuple[set[bytes], int]:
+    """Two rounds of 30 sends with queue 1 moved in between; the bodies and the seal."""
+    addrs = cluster.controller_addresses
+    boot = Bootstrap(addrs, timeout=2.0)
+    try:
+        for group in ("broker-a", "broker-b"):
+
+            async def ready(g: str = group) -> bool:
+                doc = await sync_state(boot, g)
+                return bool(doc and doc.get("masterAddress"))
+
+            await wait_until_async(
+                ready, f"{group} master", 60, interval=0.2, on_timeout=cluster.logs
+            )
+    finally:
+        boot.close()
+    code, out = await asyncio.to_thread(
+        rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
+    )
+    assert code == 0, out
+    bodies: set[bytes] = set()
+
+    async def send(first: int) -> None:
+        async with Producer(addrs, retries=6) as producer:
+            for n in range(first, first + 30):
+                body = f"s-{n}".encode()
+                await producer.send(TOPIC, body)
+                bodies.add(body)
+
+    await send(0)
+    code, out = await asyncio.to_thread(
+        rmqctl, "--json", "remapStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "1", "-b", "broker-b"
+    )
+    assert code == 0, out
+    seal = int(json.loads(out)["queues"][1]["items"][0]["logicalEnd"])
+    await send(30)
+    return bodies, seal
+
+
+def check_rows(rows: list[Any], bodies: set[bytes], seal: int) -> None:
+    assert sorted(bytes(r["body"]) for r in rows) == sorted(bodies)
+    by_queue: dict[int, list[int]] = defaultdict(list)
+    for r in rows:
+        by_queue[r["queueId"]].append(r["queueOffset"])
+        moved = r["queueId"] == 1 and r["queueOffset"] >= seal
+        assert r["brokerName"] == ("broker-b" if moved else "broker-a"), r
+    assert sorted(by_queue) == [0, 1]
+    for offsets in by_queue.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+    assert len(by_queue[1]) > seal > 0
+
+
+def test_spark_reads_a_moved_static_topic_by_logical_queue(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    addrs = cluster.controller_addresses
+    bodies, seal = asyncio.run(fill(cluster))
+
+    def read() -> Any:
+        return spark.read.format("rmq").option("controllers", addrs).option("topic", TOPIC)
+
+    check_rows(read().load().collect(), bodies, seal)
+
+    query = (
+        spark.readStream.format("rmq")
+        .option("controllers", addrs)
+        .option("topic", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("groupId", "spark-static")
+        .load()
+        .writeStream.format("memory")
+        .queryName("static_memory")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert not query.isActive and query.exception() is None
+    check_rows(spark.sql("select * from static_memory").collect(), bodies, seal)
+    end = json.loads([p for p in query.recentProgress if p["numInputRows"]][-1]["sources"][0]
+                     ["endOffset"])  # fmt: skip
+    assert sum(end["%LOGICAL%"].values()) == len(bodies)
+
+    def caught_up() -> Any:
+        code, out = rmqctl(
+            "--json", "consumerProgress", "-a", addrs, "-g", "spark-static", "-t", TOPIC
+        )
+        doc = json.loads(out) if code == 0 else None
+        return doc if doc and doc["totalLag"] == 0 and len(doc["queues"]) == 2 else None
+
+    doc = wait_until(caught_up, "the query's logical offsets committed", 30, interval=0.3)
+    assert {(q["queueId"], q["consumerOffset"], q["logical"]) for q in doc["queues"]} == {
+        (int(q), o, True) for q, o in end["%LOGICAL%"].items()
+    }
