@@ -205,17 +205,17 @@ class ProgressAdmin(BootstrapClient):
     async def mappings(self, topics: Iterable[str]) -> dict[str, tuple[LogicalQueue, ...]]:
         """topic -> its logical queues' mapping items, for the static topics among ``topics``
         (from their routes; a topic whose route cannot be read is taken as ordinary)."""
-        out: dict[str, tuple[LogicalQueue, ...]] = {}
-        for topic in sorted(set(topics)):
-            if topic.startswith("%"):
-                continue  # retry and dead-letter topics are never static
+
+        async def one(topic: str) -> tuple[LogicalQueue, ...]:
             try:
-                route = await fetch_route(self.bootstrap, topic)
+                return (await fetch_route(self.bootstrap, topic)).mapping
             except ClientError:
-                continue
-            if route.mapping:
-                out[topic] = route.mapping
-        return out
+                return ()
+
+        # Retry and dead-letter topics are never static.
+        names = sorted(t for t in set(topics) if not t.startswith("%"))
+        found = await asyncio.gather(*(one(t) for t in names))
+        return {t: m for t, m in zip(names, found, strict=True) if m}
 
     async def _call(self, target: BrokerTarget, code: int, header: dict[str, Scalar]) -> Frame:
         where = f"{target.broker_name} ({target.address})"
