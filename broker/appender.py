@@ -53,6 +53,8 @@ class Appender:
             self.ha.notify_appended()
         counts = self._metrics.topic(topic)
         counts.messages_in += result.count
+        queues = counts.queues_in
+        queues[queue_id] = queues.get(queue_id, 0) + result.count
         counts.bytes_in += body_bytes
         return result
 

@@ -188,6 +188,18 @@ class BrokerConfig:
         "the controller declares a silent broker dead after this; a master that cannot reach the controller this long fences itself",
         at_least(100),
     )
+    traffic_window_ms: int = field(
+        60_000,
+        "the traffic report sent with every heartbeat gives messages put per second over this "
+        "long (the controllers place topics and re-balance queues by it)",
+        at_least(100),
+    )
+    traffic_report_topics: int = field(
+        32,
+        "the traffic report names this many of the busiest topics, per queue (the total counts "
+        "every topic)",
+        between(0, 256),
+    )
     replica_info_poll_interval_ms: int = field(
         1000, "how often the group's metadata is polled from the controller", at_least(50)
     )

@@ -67,10 +67,12 @@ TIMER_LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0
 class TopicCounts:
     """One topic's traffic, added to in place on the hot path."""
 
-    __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
+    __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out", "queues_in")
 
     def __init__(self) -> None:
         self.messages_in = 0
+        self.queues_in: dict[int, int] = {}
+        """Messages stored per queue id (the traffic report's counters, broker.traffic_meter)."""
         self.bytes_in = 0
         """Message body bytes stored."""
         self.messages_out = 0
@@ -91,6 +93,11 @@ class TopicTraffic:
         if counts is None:
             counts = self.by_topic[topic] = TopicCounts()
         return counts
+
+    def queue_totals(self) -> dict[str, dict[int, int]]:
+        """Messages stored so far per topic and queue, copied (safe from another thread: each
+        copy is one step under the interpreter lock)."""
+        return {topic: c.queues_in.copy() for topic, c in list(self.by_topic.items())}
 
 
 class ReplicationView(Protocol):

@@ -49,6 +49,7 @@ from broker.identity import (
     establish_identity,
     reestablish_identity,
 )
+from broker.traffic_meter import TrafficMeter
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Header
 from protocol.retry import RetryConfigError, config_from_dict
@@ -135,6 +136,8 @@ class ReplicasManager:
         )
         # Registration and heartbeats: on a thread of their own (broker.controller_link).
         self.link = ControllerLink(self.cfg.controller_addresses, ctx.cluster_credentials)
+        # Messages put per second, sent with every heartbeat (sampled on the link's thread).
+        self.traffic = TrafficMeter(self.cfg.traffic_window_ms, self.cfg.traffic_report_topics)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.identity: BrokerIdentity | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -359,9 +362,15 @@ class ReplicasManager:
                 "heartbeatTimeoutMillis": self.cfg.broker_heartbeat_timeout_ms,
             }
             sent = monotonic()
+            now_ms = int(sent * 1000)
+            if self.traffic.due(now_ms):
+                self.traffic.observe(now_ms, self.ctx.metrics.traffic.queue_totals())
             try:
                 resp = await self.link.heartbeats.call(
-                    RequestCode.BROKER_HEARTBEAT, header, timeout=min(timeout, 2.0)
+                    RequestCode.BROKER_HEARTBEAT,
+                    header,
+                    self.traffic.report().encode(),
+                    timeout=min(timeout, 2.0),
                 )
                 # The controller heard us no earlier than ``sent``: a lease counted from there
                 # ends before the controller's own timeout for us does.

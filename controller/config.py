@@ -167,6 +167,31 @@ class ControllerConfig:
     notify_timeout_ms: int = field(
         1000, "timeout of one NOTIFY_BROKER_ROLE_CHANGED push to a broker", at_least(10)
     )
+    rebalance_enabled: bool = field(
+        False,
+        "the automatic re-balance: the active controller moves static topic queues from the "
+        "busiest broker group to the idlest, one at a time, while their traffic spread stays "
+        "above rebalance_threshold (docs/operations.md)",
+    )
+    rebalance_threshold: float = field(
+        5000.0,
+        "msg/s: groups whose traffic (messages put per second) differs by at most this are "
+        "balanced; also rmqctl rebalancePlan's default",
+        at_least(0),
+    )
+    rebalance_hold_ms: int = field(
+        600_000,
+        "the spread must stay above rebalance_threshold this long before a move (and again "
+        "after each move, once the brokers' figures show it)",
+        at_least(0),
+    )
+    rebalance_interval_ms: int = field(
+        5000, "how often the active controller checks the traffic spread", at_least(100)
+    )
+    rebalance_dry_run: bool = field(
+        False,
+        "with rebalance_enabled: log the plan (and count it) instead of moving queues",
+    )
     max_frame_bytes: int = field(
         16 * 1024 * 1024,
         "largest remoting frame accepted; larger closes the connection",

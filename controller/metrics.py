@@ -145,6 +145,31 @@ class ControllerMetrics(RaftObserver):
             "Connections closed because incomplete frames exceeded max_partial_frame_bytes",
             registry=r,
         )
+        self.group_traffic = Gauge(
+            "rmq_controller_group_traffic_msg_per_sec",
+            "Messages put per second on each broker group with a master, from its brokers' "
+            "heartbeats (active controller)",
+            ["broker_name"],
+            registry=r,
+        )
+        self.rebalance_imbalance = Gauge(
+            "rmq_controller_rebalance_imbalance_msg_per_sec",
+            "Traffic spread between the busiest and the idlest broker group (active controller)",
+            registry=r,
+        )
+        self.rebalance_moves = Counter(
+            "rmq_controller_rebalance_moves_total",
+            "Queue moves of the automatic re-balance, by result (done, refused)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("done", "refused"):  # exported at zero: rate() sees the first one
+            self.rebalance_moves.labels(result=result)
+        self.rebalance_dry_run_plans = Counter(
+            "rmq_controller_rebalance_dry_run_plans_total",
+            "Plans the automatic re-balance logged instead of applying (rebalance_dry_run)",
+            registry=r,
+        )
         self.auth_refused = Counter(
             "rmq_controller_auth_refused_total",
             "Requests refused NO_PERMISSION with authentication on, by reason (unsigned, "

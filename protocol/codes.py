@@ -92,6 +92,9 @@ class ControllerCode(IntEnum):
     UPDATE_AND_CREATE_STATIC_TOPIC = 513
     GET_STATIC_TOPIC_MAPPING = 5120
     REMAP_STATIC_TOPIC = 5121
+    # Ours: traffic the active controller heard with heartbeats, and the re-balance plan.
+    GET_BROKER_TRAFFIC = 5123
+    GET_REBALANCE_PLAN = 5124
 
 
 class ResponseCode(IntEnum):

@@ -30,6 +30,7 @@ from rmqctl.group import get_sub_group, query_dlq, resend_dlq, update_sub_group
 from rmqctl.lookup import query_msg_by_id, query_msg_by_key, query_msg_by_offset
 from rmqctl.message import consume_message, recall_message, send_message
 from rmqctl.progress import consumer_connection, consumer_progress
+from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
 from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
 from rmqctl.topic import topic_route, update_topic
 
@@ -39,6 +40,9 @@ COMMANDS: list[click.Command] = [
     update_static_topic,
     static_topic_mapping,
     remap_static_topic,
+    broker_traffic,
+    rebalance_plan,
+    rebalance_apply,
     cluster_list,
     send_message,
     consume_message,

@@ -86,22 +86,40 @@ def _mapping_human(doc: Mapping[str, Any]) -> str:
     help="Broker groups to spread the queues over, ';'-separated (default: every group with "
     "a master).",
 )
+@click.option(
+    "-g",
+    "--groups",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Spread over the N broker groups with a master and the least recent traffic (messages "
+    "put per second, from the brokers' heartbeats) instead.",
+)
 @pass_settings
 def update_static_topic(
-    settings: Settings, addresses: str, topic: str, queues: int, broker_names: str
+    settings: Settings,
+    addresses: str,
+    topic: str,
+    queues: int,
+    broker_names: str,
+    groups: int | None,
 ) -> None:
-    """Create a static topic of N logical queues, spread round-robin over the broker groups; each
-    queue starts as one mapping item (group, physical queue) at logical offset 0. Asking again
-    with the same N changes nothing; another N, an ordinary topic of that name, or an unknown
-    group is refused.
+    """Create a static topic of N logical queues, spread round-robin over the broker groups (or,
+    with -g, over the least loaded ones); each queue starts as one mapping item (group, physical
+    queue) at logical offset 0. Asking again with the same N changes nothing; another N, an
+    ordinary topic of that name, or an unknown group is refused.
 
     Prints the staticTopicMapping document.
     """
+    if groups is not None and broker_names:
+        raise CommandError("give -b NAMES or -g N, not both")
 
     async def work() -> dict[str, Any]:
         header: dict[str, Scalar] = {"topic": topic, "queues": queues}
         if broker_names:
             header["brokerNames"] = broker_names
+        if groups is not None:
+            header["placeGroups"] = groups
         resp = await call_controllers(
             addresses, ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC, header
         )

@@ -5,8 +5,21 @@ from __future__ import annotations
 import click
 
 from client.admin import Admin
+from client.errors import ClientError
 from client.routes import TopicRoute
-from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, table
+from protocol.codes import ControllerCode, RequestCode
+from protocol.rebalance import least_loaded
+from protocol.remoting import Scalar
+from rmqctl.common import (
+    CommandError,
+    Settings,
+    addresses_option,
+    emit,
+    pass_settings,
+    run,
+    table,
+)
+from rmqctl.controller_calls import answer_body, call_controllers
 
 
 @click.command("updateTopic", short_help="Create or update a topic on the master brokers.")
@@ -28,16 +41,35 @@ from rmqctl.common import Settings, addresses_option, emit, pass_settings, run, 
     metavar="CLUSTER",
     help="Create on this cluster's masters only (default: every cluster).",
 )
+@click.option(
+    "-g",
+    "--groups",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Create on the N broker groups with a master and the least recent traffic (messages "
+    "put per second, from the brokers' heartbeats) instead.",
+)
 @pass_settings
 def update_topic(
-    settings: Settings, addresses: str, topic: str, queues: int, cluster: str | None
+    settings: Settings,
+    addresses: str,
+    topic: str,
+    queues: int,
+    cluster: str | None,
+    groups: int | None,
 ) -> None:
-    """Create or update a topic on every master broker (of one cluster with -c).
+    """Create or update a topic on every master broker (of one cluster with -c), or with -g N
+    on the N broker groups with the least recent traffic (placement by traffic).
 
     Prints {"topic", "queues", "brokers": [names]}.
     """
+    if groups is not None and cluster is not None:
+        raise CommandError("give -c CLUSTER or -g N, not both")
 
     async def work() -> list[str]:
+        if groups is not None:
+            return await place_topic(addresses, topic, queues, groups)
         async with Admin(addresses) as admin:
             return await admin.create_topic(topic, queues, cluster)
 
@@ -74,3 +106,21 @@ def _route_table(route: TopicRoute) -> str:
         for b in route.brokers
     ]
     return f"Topic: {route.topic}\n" + table(["Broker Name", "Master", "Slaves", "Queues"], rows)
+
+
+async def place_topic(addresses: str, topic: str, queues: int, count: int) -> list[str]:
+    """Create ``topic`` on the ``count`` groups with a master and the least traffic, through
+    the controllers (UPDATE_AND_CREATE_TOPIC per group, as a broker forwards it)."""
+    resp = await call_controllers(addresses, ControllerCode.GET_BROKER_TRAFFIC)
+    doc = answer_body(resp, "traffic")
+    try:
+        loads = {g["brokerName"]: float(g["msgPerSec"]) for g in doc["groups"] if g["master"]}
+    except (KeyError, TypeError, ValueError):
+        raise ClientError("malformed traffic answer") from None
+    if count > len(loads):
+        raise ClientError(f"cannot place on {count} broker groups: {len(loads)} have a master")
+    names = least_loaded(loads, count)
+    for name in names:
+        header: dict[str, Scalar] = {"topic": topic, "queues": queues, "brokerName": name}
+        await call_controllers(addresses, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+    return names

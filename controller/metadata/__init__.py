@@ -13,6 +13,9 @@ decisions out.
 - scheduler.py: which groups need an election now;
 - static_topic.py: static topics' logical queues as mapping items, offset translation and
   re-map checks; static_topics.py: StaticTopicTable, their decisions and apply;
+- traffic.py: TrafficTable, the brokers' traffic reports (soft state, like liveness);
+  rebalance.py: the static topics' queues with their rates for the planner
+  (protocol/rebalance.py) and the automatic re-balance's timing;
 - auth.py: AuthTable, the users and their access rules (the model and the decision function
   live in protocol/acl.py, shared with the brokers);
 - results.py: decisions, apply outcomes and response shapes; group.py and snapshot.py: the

@@ -29,6 +29,7 @@ Modules, one concern each:
 - elections.py: ELECT_MASTER and the controller-triggered elections;
 - sync_state.py: AlterSyncStateSet and GetSyncStateData;
 - static_topics.py: static topics, their creation (513), mapping (5120) and re-map (5121);
+- rebalance.py: traffic (5123), the re-balance plan (5124), placement, the automatic mode;
 - topics_routes.py: route registrations, routes, topics;
 - membership.py: controller membership and the controllers' own metadata;
 - scheduler.py: the election scan;

@@ -15,6 +15,7 @@ import structlog
 
 from controller.config import ControllerConfig
 from controller.metadata import BrokerBindings, BrokerLiveTable
+from controller.metadata.traffic import TrafficTable
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.routes import RouteTable
@@ -28,6 +29,7 @@ from controller.service.gate import LeadershipGate
 from controller.service.heartbeats import HeartbeatHandler
 from controller.service.membership import MembershipHandlers
 from controller.service.notifier import BrokerNotifier
+from controller.service.rebalance import Rebalancer, TrafficView
 from controller.service.requests import AsyncHandler, guarded
 from controller.service.scheduler import ElectionScheduler
 from controller.service.static_topics import StaticTopicHandlers
@@ -100,6 +102,7 @@ class ControllerService:
         self.connections = ConnectionIds()
         self.tasks = BackgroundTasks()
         self._scan_task: asyncio.Task[None] | None = None
+        self._rebalance_task: asyncio.Task[None] | None = None
         timeout = cfg.request_timeout_ms / 1000
         now_ms = self.now_ms
 
@@ -131,6 +134,10 @@ class ControllerService:
             metrics,
             now_ms,
         )
+        self.traffic = TrafficTable()
+        self.traffic_view = TrafficView(
+            manager, self.traffic, now_ms, cfg.broker_heartbeat_timeout_max_ms
+        )
         self.heartbeats = HeartbeatHandler(
             cfg,
             driver,
@@ -142,6 +149,7 @@ class ControllerService:
             metrics,
             now_ms,
             self.scheduler.wake,
+            self.traffic,
         )
         self.sync_state = SyncStateHandlers(manager, self.live, gate, committer, now_ms)
         self.topics = TopicRouteHandlers(
@@ -156,11 +164,17 @@ class ControllerService:
             now_ms,
             timeout=timeout,
         )
-        self.static_topics = StaticTopicHandlers(manager, gate, committer, self.pool, timeout)
+        self.static_topics = StaticTopicHandlers(
+            manager, gate, committer, self.pool, timeout, self.traffic_view.least_loaded
+        )
+        self.rebalancer = Rebalancer(
+            cfg, driver, gate, self.traffic_view, self.static_topics, metrics
+        )
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
         self.auth = AuthHandlers(manager, gate, committer, auth_key)
 
         driver.on_active_change.append(self.heartbeats.active_changed)
+        driver.on_active_change.append(self.rebalancer.active_changed)
         state_machine.on_master_changed.append(self.notifier.master_changed)
         state_machine.on_cleaned.append(self._cleaned)
         state_machine.on_topic_changed.append(self.topics.topic_changed)
@@ -198,6 +212,8 @@ class ControllerService:
             ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC: self.static_topics.create,
             ControllerCode.GET_STATIC_TOPIC_MAPPING: self.static_topics.mapping,
             ControllerCode.REMAP_STATIC_TOPIC: self.static_topics.remap,
+            ControllerCode.GET_BROKER_TRAFFIC: self.rebalancer.get_traffic,
+            ControllerCode.GET_REBALANCE_PLAN: self.rebalancer.get_plan,
         }
         for code, handler in handlers.items():
             if code in _WRITES:
@@ -234,13 +250,15 @@ class ControllerService:
 
     async def start(self) -> None:
         self._scan_task = asyncio.create_task(self.scheduler.run(), name="controller-scan")
+        self._rebalance_task = asyncio.create_task(self.rebalancer.run(), name="rebalance")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._scan_task, *self.tasks.running()) if t is not None]
+        running = (self._scan_task, self._rebalance_task, *self.tasks.running())
+        tasks = [t for t in running if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._scan_task = None
+        self._scan_task = self._rebalance_task = None
         self.pool.close()
 
     def now_ms(self) -> int:
@@ -268,5 +286,6 @@ class ControllerService:
 
     def _cleaned(self, broker_name: str, broker_ids: frozenset[int] | None) -> None:
         self.live.forget(broker_name, broker_ids)
+        self.traffic.forget(broker_name, broker_ids)
         self.routes.forget(broker_name, broker_ids)
         self.bindings.forget(broker_name, broker_ids)

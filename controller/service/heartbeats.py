@@ -23,6 +23,7 @@ import structlog
 from controller.config import ControllerConfig
 from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoManager
 from controller.metadata.events import MAX_ID
+from controller.metadata.traffic import TrafficTable
 from controller.metrics import ControllerMetrics
 from controller.raft import Role
 from controller.raft_driver import RaftDriver
@@ -32,6 +33,7 @@ from controller.service.requests import Refused, bounded, count, refusal
 from protocol.codes import ResponseCode
 from protocol.fields import opt_str, req_int, req_str
 from protocol.remoting import Frame, response
+from protocol.traffic import TrafficError, decode_report
 from remoting.server import Connection, error_response
 
 log = structlog.get_logger(__name__)
@@ -50,6 +52,7 @@ class HeartbeatHandler:
         metrics: ControllerMetrics | None,
         now_ms: Callable[[], int],
         wake_scan: Callable[[], None],
+        traffic: TrafficTable | None = None,
     ) -> None:
         self.cfg = cfg
         self.driver = driver
@@ -61,6 +64,8 @@ class HeartbeatHandler:
         self.metrics = metrics
         self.now_ms = now_ms
         self.wake_scan = wake_scan
+        self.traffic = traffic
+        self._bad_reports: dict[tuple[str, int], str] = {}
         self._active_since_ms: int | None = None
         """When this controller last became active (gaps are measured within one leadership)."""
 
@@ -130,6 +135,8 @@ class HeartbeatHandler:
             timeout_ms=max(timeout_ms, 0),
             connection_id=self.connections.of(conn),
         )
+        if req.body and self.traffic is not None:
+            self._traffic_report(name, broker_id, req.body, now_ms)
         if revived:
             log.info("broker alive", broker_name=name, broker_id=broker_id)
             self.wake_scan()
@@ -156,6 +163,25 @@ class HeartbeatHandler:
                 "authDigest": self.manager.auth.digest(),
             },
         )
+
+    def _traffic_report(self, name: str, broker_id: int, body: bytes, now_ms: int) -> None:
+        """The body's traffic report into the table; a malformed one is dropped (the heartbeat
+        still counts: liveness never depends on a measurement) and logged once per change."""
+        assert self.traffic is not None
+        try:
+            report = decode_report(body)
+        except TrafficError as exc:
+            if self._bad_reports.get((name, broker_id)) != str(exc):
+                self._bad_reports[(name, broker_id)] = str(exc)
+                log.warning(
+                    "broker traffic report dropped",
+                    broker_name=name,
+                    broker_id=broker_id,
+                    error=str(exc),
+                )
+            return
+        self._bad_reports.pop((name, broker_id), None)
+        self.traffic.on_report(name, broker_id, report, now_ms)
 
     def _check_gap(self, broker_name: str, broker_id: int, now_ms: int) -> None:
         """Log a heartbeat heard more than half the broker's timeout after its previous one."""

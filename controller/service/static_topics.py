@@ -16,6 +16,7 @@ source master's epoch). One move per queue at a time on this controller.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -26,7 +27,7 @@ from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
 from controller.service.requests import Refused, refuse
 from protocol.codes import RequestCode, ResponseCode, code_name
-from protocol.fields import opt_str, req_int, req_str
+from protocol.fields import opt_int, opt_str, req_int, req_str
 from protocol.remoting import Frame, response
 from protocol.static_topic import item_doc
 from remoting.client import ConnectionPool
@@ -59,8 +60,11 @@ class StaticTopicHandlers:
         committer: DecisionCommitter,
         pool: ConnectionPool | None = None,
         timeout: float = 3.0,
+        least_loaded: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.manager = manager
+        self.least_loaded = least_loaded
+        """The N broker groups with a master and the least traffic (placement by traffic)."""
         self.gate = gate
         self.committer = committer
         self.pool = pool
@@ -70,11 +74,17 @@ class StaticTopicHandlers:
 
     async def create(self, conn: Connection, req: Frame) -> Frame:
         """Header ``topic``, ``queues``, ``brokerNames`` (';'-separated, optional: every group
-        with a master). Answered with the mapping once its events are applied."""
+        with a master) or ``placeGroups`` (that many groups with a master, the least traffic
+        first). Answered with the mapping once its events are applied."""
         await self.gate.require_active()
         h = req.header
         topic = req_str(h, "topic")
         names = [n for n in opt_str(h, "brokerNames").split(";") if n]
+        place = opt_int(h, "placeGroups", 0)
+        if place and names:
+            raise Refused(ResponseCode.BAD_REQUEST, "give brokerNames or placeGroups, not both")
+        if place and self.manager.static_topic(topic) is None:
+            names = self._place(place)
         d = await self.committer.settle(
             self.manager.create_static_topic(topic, req_int(h, "queues"), names)
         )
@@ -91,8 +101,14 @@ class StaticTopicHandlers:
         await self.gate.require_active()
         h = req.header
         topic = req_str(h, "topic")
-        queue_id = req_int(h, "queueId")
-        target = req_str(h, "brokerName")
+        await self.move(topic, req_int(h, "queueId"), req_str(h, "brokerName"))
+        found = self.manager.static_topic(topic)
+        assert found is not None
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, found)))
+
+    async def move(self, topic: str, queue_id: int, target: str) -> MappingItem:
+        """One move (REMAP_STATIC_TOPIC, or the automatic re-balance): the new item once it is
+        committed; Refused with one line and nothing changed otherwise."""
         key = (topic, queue_id)
         if key in self._moving:
             raise Refused(
@@ -114,9 +130,16 @@ class StaticTopicHandlers:
             logical_start=item.logical_start,
             generation=item.generation,
         )
-        found = self.manager.static_topic(topic)
-        assert found is not None
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, found)))
+        return item
+
+    def _place(self, count: int) -> list[str]:
+        with_master = [i.broker_name for i in self.manager.replica_infos() if i.master_address]
+        if not 1 <= count <= len(with_master) or self.least_loaded is None:
+            raise Refused(
+                ResponseCode.BAD_REQUEST,
+                f"cannot place on {count} broker groups: {len(with_master)} have a master",
+            )
+        return self.least_loaded(count)
 
     async def _move(self, plan: RemapPlan) -> MappingItem:
         physical_max = await self._fence(plan)

@@ -1,0 +1,208 @@
+"""Traffic on the active controller: the brokers' reports (heard with their heartbeats), the
+traffic (GET_BROKER_TRAFFIC, 5123) and re-balance plan (GET_REBALANCE_PLAN, 5124) requests,
+placement of new topics, and the optional automatic mode.
+
+The plan is :mod:`controller.metadata.rebalance`'s, on the groups that have a master (the only
+ones a queue can move to) and the static topics' newest items. The automatic mode
+(``rebalance_enabled``) checks every ``rebalance_interval_ms``: once the spread has stayed above
+``rebalance_threshold`` for ``rebalance_hold_ms``, it carries out the plan's first move (one
+REMAP_STATIC_TOPIC, the same fence and commit as ``rmqctl remapStaticTopic``), then waits for the
+brokers' figures to show it (their traffic window) and for the imbalance to hold again before
+the next: at most one move at a time, each on fresh figures. With ``rebalance_dry_run`` it logs
+the plan instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import structlog
+
+from controller.config import ControllerConfig
+from controller.metadata import ReplicasInfoManager
+from controller.metadata.rebalance import ImbalanceWatch, queue_traffic
+from controller.metadata.traffic import GroupTraffic, TrafficTable, loads
+from controller.metrics import ControllerMetrics
+from controller.raft_driver import RaftDriver
+from controller.service.gate import LeadershipGate
+from controller.service.requests import Refused
+from controller.service.static_topics import StaticTopicHandlers
+from protocol.codes import ResponseCode
+from protocol.rebalance import Plan, least_loaded, plan_moves
+from protocol.remoting import Frame, response
+from remoting.server import Connection
+
+log = structlog.get_logger(__name__)
+
+LIVE_RATE = "msg/s put, over the brokers' traffic window"
+
+
+class TrafficView:
+    """The groups with a master and their traffic now (reports older than ``max_age_ms`` no
+    longer count)."""
+
+    def __init__(
+        self,
+        manager: ReplicasInfoManager,
+        table: TrafficTable,
+        now_ms: Callable[[], int],
+        max_age_ms: int,
+    ) -> None:
+        self.manager = manager
+        self.table = table
+        self.now_ms = now_ms
+        self.max_age_ms = max_age_ms
+
+    def groups(self) -> tuple[list[str], dict[str, GroupTraffic]]:
+        names = [i.broker_name for i in self.manager.replica_infos() if i.master_address]
+        return names, self.table.groups(self.now_ms(), self.max_age_ms)
+
+    def least_loaded(self, count: int) -> list[str]:
+        names, traffic = self.groups()
+        return least_loaded(loads(traffic, names), count)
+
+    def plan(self, threshold: float) -> tuple[Plan, int]:
+        """The plan now, and the longest traffic window of the groups (ms)."""
+        names, traffic = self.groups()
+        queues = []
+        static = set()
+        for topic in self.manager.static_topics:
+            mapping = self.manager.static_topic(topic)
+            assert mapping is not None
+            static.add(topic)
+            queues += queue_traffic(topic, mapping, traffic)
+        ordinary = {
+            (topic, group): rate
+            for group, t in traffic.items()
+            for topic, rate in t.topics.items()
+            if topic not in static
+        }
+        window = max((t.window_ms for t in traffic.values()), default=0)
+        return plan_moves(loads(traffic, names), queues, ordinary, threshold, LIVE_RATE), window
+
+    def doc(self) -> dict[str, Any]:
+        """GET_BROKER_TRAFFIC's document (and ``rmqctl brokerTraffic``'s)."""
+        names, traffic = self.groups()
+        groups = []
+        for name in sorted(set(names) | set(traffic)):
+            t = traffic.get(name, GroupTraffic())
+            groups.append(
+                {
+                    "brokerName": name,
+                    "master": name in names,
+                    "msgPerSec": round(t.msg_per_sec, 3),
+                    "windowMs": t.window_ms,
+                    "topics": {
+                        topic: {
+                            "msgPerSec": round(rate, 3),
+                            "queues": {
+                                str(q): round(r, 3) for q, r in sorted(t.queues[topic].items())
+                            },
+                        }
+                        for topic, rate in sorted(t.topics.items(), key=lambda x: -x[1])
+                    },
+                }
+            )
+        return {"groups": groups}
+
+
+class Rebalancer:
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        driver: RaftDriver,
+        gate: LeadershipGate,
+        view: TrafficView,
+        static_topics: StaticTopicHandlers,
+        metrics: ControllerMetrics | None,
+    ) -> None:
+        self.cfg = cfg
+        self.driver = driver
+        self.gate = gate
+        self.view = view
+        self.static_topics = static_topics
+        self.metrics = metrics
+        self.watch = ImbalanceWatch(cfg.rebalance_hold_ms)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def get_traffic(self, conn: Connection, req: Frame) -> Frame:
+        """GET_BROKER_TRAFFIC: every group's traffic as the active controller heard it."""
+        await self.gate.require_active()
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(self.view.doc()))
+
+    async def get_plan(self, conn: Connection, req: Frame) -> Frame:
+        """GET_REBALANCE_PLAN: header ``threshold`` (msg/s, optional: the configured one)."""
+        await self.gate.require_active()
+        raw = req.header.get("threshold")
+        if raw is None:
+            threshold = self.cfg.rebalance_threshold
+        elif isinstance(raw, int | float | str) and not isinstance(raw, bool):
+            try:
+                threshold = float(raw)
+            except ValueError:
+                threshold = -1.0
+            if not threshold >= 0:  # also NaN
+                raise Refused(
+                    ResponseCode.CONTROLLER_INVALID_REQUEST,
+                    f"threshold must be a number >= 0, not {raw!r}",
+                )
+        else:
+            raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "threshold must be a number")
+        plan, _ = self.view.plan(threshold)
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(plan.doc()))
+
+    # --- the automatic mode --------------------------------------------------------------------
+
+    def active_changed(self, active: bool) -> None:
+        """Driver listener: a controller starts over (reports and the imbalance's duration)."""
+        self.view.table.clear()
+        self.watch.reset()
+
+    async def run(self) -> None:
+        interval = self.cfg.rebalance_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            if self.driver.active:
+                try:
+                    await self.step()
+                except Exception:  # one bad round must not end the loop
+                    log.exception("re-balance check failed")
+
+    async def step(self) -> None:
+        """One check: the imbalance now, and a move (or a dry-run plan) when it is time."""
+        now = self.view.now_ms()
+        plan, window_ms = self.view.plan(self.cfg.rebalance_threshold)
+        if self.metrics is not None:
+            self.metrics.rebalance_imbalance.set(plan.spread_before)
+            for name, load in plan.before.items():
+                self.metrics.group_traffic.labels(broker_name=name).set(load)
+        if not self.cfg.rebalance_enabled or not self.watch.observe(now, plan.rebalance):
+            return
+        if self.cfg.rebalance_dry_run or not plan.moves:
+            if self.metrics is not None and self.cfg.rebalance_dry_run:
+                self.metrics.rebalance_dry_run_plans.inc()
+            log.info(
+                "re-balance plan (dry run)" if self.cfg.rebalance_dry_run else "re-balance stuck",
+                spread=round(plan.spread_before, 3),
+                moves=[m.doc() for m in plan.moves],
+                reason=plan.reason or None,
+            )
+            self.watch.acted(now, self.cfg.rebalance_hold_ms)
+            return
+        move = plan.moves[0]
+        result = "done"
+        try:
+            await self.static_topics.move(move.topic, move.queue, move.target)
+        except Refused as refused:
+            result = "refused"
+            log.warning("re-balance move refused", move=move.doc(), reason=refused.remark)
+        else:
+            log.info("re-balance move done", move=move.doc(), spread=round(plan.spread_before, 3))
+        if self.metrics is not None:
+            self.metrics.rebalance_moves.labels(result=result).inc()
+        # The next decision waits for figures that show this move: a whole traffic window.
+        self.watch.acted(self.view.now_ms(), max(window_ms, self.cfg.rebalance_interval_ms))

@@ -1,0 +1,103 @@
+"""TrafficMeter (broker/traffic_meter.py) and the report's codec (protocol/traffic.py): rates
+from the broker's put counters, time as an input."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import pytest
+
+from broker.metrics import TopicTraffic
+from broker.traffic_meter import TrafficMeter
+from protocol.traffic import (
+    MAX_QUEUES,
+    MAX_TOPICS,
+    TopicRate,
+    TrafficError,
+    TrafficReport,
+    decode_report,
+)
+
+
+def test_rates_over_the_window_from_the_counters() -> None:
+    meter = TrafficMeter(window_ms=10_000, top_topics=8)
+    assert meter.sample_ms == 1000
+    meter.observe(0, {"orders": {0: 0}})
+    assert meter.report() == TrafficReport(10_000, 0.0)  # one sample: no rate yet
+    meter.observe(500, {"orders": {0: 999}})  # not due: ignored
+    meter.observe(2000, {"orders": {0: 100, 1: 40}, "logs": {0: 10}})
+    r = meter.report()
+    assert r.msg_per_sec == pytest.approx(75.0)
+    assert r.topics["orders"] == TopicRate(70.0, {0: 50.0, 1: 20.0})
+    assert r.topics["logs"] == TopicRate(5.0, {0: 5.0})
+
+
+def test_old_samples_leave_the_window() -> None:
+    meter = TrafficMeter(window_ms=10_000, top_topics=8)
+    for t in range(0, 31):  # 100 msg/s for 20 s, then idle for 10 s
+        meter.observe(t * 1000, {"t": {0: min(t, 20) * 100}})
+    # The window is the last 10 s: idle, so the topic is gone from the report.
+    assert meter.report().msg_per_sec == 0.0 and meter.report().topics == {}
+    assert len(meter._samples) <= 12  # bounded, whatever ran before
+
+
+def test_only_the_busiest_topics_are_named_the_total_counts_all() -> None:
+    meter = TrafficMeter(window_ms=1000, top_topics=2)
+    meter.observe(0, {})
+    meter.observe(1000, {"a": {0: 10}, "b": {0: 30}, "c": {0: 20}, "d": {0: 20}})
+    r = meter.report()
+    assert list(r.topics) == ["b", "c"]  # ties by name
+    assert r.msg_per_sec == 80.0
+
+
+def test_put_counters_feed_the_meter() -> None:
+    traffic = TopicTraffic()
+    traffic.get("t").queues_in[3] = 7
+    totals = traffic.queue_totals()
+    traffic.get("t").queues_in[3] = 9
+    assert totals == {"t": {3: 7}}  # a copy
+
+
+def test_report_round_trips() -> None:
+    r = TrafficReport(60_000, 12.5, {"t": TopicRate(12.5, {0: 10.0, 5: 2.5})})
+    assert decode_report(r.encode()) == r
+
+
+@pytest.mark.parametrize(
+    ("doc", "error"),
+    [
+        ([], "must be a map"),
+        ({"windowMs": 0, "msgPerSec": 1}, "windowMs"),
+        ({"windowMs": 1, "msgPerSec": -1}, "msgPerSec must be a finite number >= 0"),
+        ({"windowMs": 1, "msgPerSec": math.inf}, "finite"),
+        ({"windowMs": 1, "msgPerSec": True}, "must be a number"),
+        ({"windowMs": 1, "msgPerSec": 1, "topics": []}, "topics must be a map"),
+        (
+            {"windowMs": 1, "msgPerSec": 1, "topics": {f"t{i}": {} for i in range(MAX_TOPICS + 1)}},
+            "at most",
+        ),
+        ({"windowMs": 1, "msgPerSec": 1, "topics": {"t": 1}}, "topic names to"),
+        (
+            {"windowMs": 1, "msgPerSec": 1, "topics": {"t": {"msgPerSec": 1, "queues": {-1: 1}}}},
+            "queue ids",
+        ),
+        (
+            {
+                "windowMs": 1,
+                "msgPerSec": 1,
+                "topics": {"t": {"msgPerSec": 1, "queues": {MAX_QUEUES: 1}}},
+            },
+            "queue ids",
+        ),
+        ({"windowMs": 1, "msgPerSec": 1, "topics": {"t": {"queues": {}}}}, "t msgPerSec"),
+    ],
+)
+def test_malformed_reports_are_refused(doc: object, error: str) -> None:
+    with pytest.raises(TrafficError, match=error):
+        decode_report(msgpack.packb(doc))
+
+
+def test_garbage_is_refused() -> None:
+    with pytest.raises(TrafficError, match="not msgpack"):
+        decode_report(b"\xc1\xc1")

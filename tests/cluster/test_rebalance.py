@@ -1,0 +1,216 @@
+"""Placement and re-balancing by traffic against real processes: three controllers with the
+automatic mode on, broker-a, then broker-b joining.
+
+A producer keeps a static topic of four queues busy on broker-a (about 100 msg/s); the brokers
+report their traffic with their heartbeats. When broker-b joins, new topics go to it (the least
+loaded group), and the active controller moves the busy topic's queues there, one at a time,
+each on figures that show the previous move, until the spread is within the threshold. Bad plans
+are refused with one line and change nothing; a good one applies; every acknowledged message is
+still consumed (the SDK consumer reads each logical queue across its items).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from client import Producer
+from client.errors import ClientError
+from rmqctl.cli import cli
+from tests.cluster.support import Key, consume_all
+from tests.support.cluster import Cluster
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "Busy"
+THRESHOLD = 20.0
+RATE = 100.0
+"""Messages per second the producer aims at: the four queues' 25 msg/s each balance with two
+on each group; one move leaves a spread of 50, above the threshold."""
+
+CONTROLLER_TOML = f"""
+rebalance_enabled = true
+rebalance_threshold = {THRESHOLD}
+rebalance_hold_ms = 1500
+rebalance_interval_ms = 300
+"""
+BROKER_TOML = "traffic_window_ms = 2000\n"
+
+
+def rmqctl(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def as_json(addrs: str, *args: str) -> Any:
+    code, out, err = rmqctl("--json", args[0], "-a", addrs, *args[1:])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def newest_groups(addrs: str, topic: str = TOPIC) -> list[str]:
+    doc = as_json(addrs, "staticTopicMapping", "-t", topic)
+    return [q["items"][-1]["brokerName"] for q in doc["queues"]]
+
+
+def has_master(addrs: str, group: str) -> bool:
+    code, out, _ = rmqctl("--json", "getSyncStateSet", "-a", addrs, "-b", group)
+    return code == 0 and json.loads(out).get("masterBrokerId") is not None
+
+
+def moves_logged(cluster: Cluster) -> list[dict[str, Any]]:
+    """The automatic mode's moves, from the controllers' logs, in time order."""
+    found = []
+    for c in cluster.controllers:
+        for line in c.log().splitlines():
+            if '"re-balance move' in line:
+                found.append(json.loads(line))
+    return sorted(found, key=lambda e: str(e.get("timestamp")))
+
+
+async def produce(stop: asyncio.Event, addrs: str, acked: list[Key]) -> None:
+    """About RATE sends per second to TOPIC until ``stop``; acknowledged ones go to ``acked``."""
+    async with Producer(addrs, retries=6) as producer:
+        start = time.monotonic()
+        n = 0
+        while not stop.is_set():
+            try:
+                r = await producer.send(TOPIC, f"m-{n}".encode())
+                acked.append((r.broker_name, r.queue_id, r.queue_offset))
+            except ClientError:
+                pass  # not acknowledged: nothing to find
+            n += 1
+            await asyncio.sleep(max(0.0, start + n / RATE - time.monotonic()))
+
+
+def refused(addrs: str, plan: Path, doc: Any, error: str) -> None:
+    plan.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    code, out, err = rmqctl("rebalanceApply", "-a", addrs, "--plan", str(plan))
+    assert code == 1 and out == "", (code, out, err)
+    assert err.count("\n") == 1 and error in err, err
+
+
+def test_a_new_group_takes_new_topics_and_busy_queues_until_balanced(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    config = tmp_path / "controller.toml"
+    config.write_text(CONTROLLER_TOML)
+    for c in cluster.controllers:
+        c.argv += ["--config", str(config)]
+    try:
+        cluster.start_controllers()
+        asyncio.run(scenario(cluster, cluster.controller_addresses, tmp_path))
+    finally:
+        cluster.stop()
+
+
+async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
+    def run(*args: str) -> Any:
+        return asyncio.to_thread(as_json, addrs, *args)
+
+    cluster.add_group("broker-a", 1, config=BROKER_TOML)
+    await wait_until_async(
+        lambda: asyncio.to_thread(has_master, addrs, "broker-a"),
+        "broker-a's master",
+        30,
+        interval=0.2,
+    )
+    await run("updateStaticTopic", "-t", TOPIC, "-q", "4")
+    await run("updateTopic", "-t", "Plain", "-q", "2", "-g", "1")
+    assert await asyncio.to_thread(newest_groups, addrs) == ["broker-a"] * 4
+    one = await run("rebalancePlan")
+    assert one["moves"] == [] and one["reason"] == "fewer than two broker groups with a master"
+
+    # Bad plans: refused with one line before anything moves.
+    plan = tmp / "plan.json"
+    move = {"topic": TOPIC, "queue": 0, "from": "broker-a", "to": "broker-a"}
+    for doc, error in [
+        ("{not json", "cannot read plan"),
+        ([move], "must be a rebalancePlan document"),
+        ({"moves": [{**move, "queue": "0"}]}, 'move 1 must have "topic": str, "queue": int'),
+        ({"moves": [move, move]}, "moves Busy queue 0 again"),
+        ({"moves": [{**move, "topic": "Nope"}]}, "topic Nope does not exist"),
+        ({"moves": [{**move, "topic": "Plain"}]}, "Plain is not a static topic"),
+        ({"moves": [{**move, "queue": 9}]}, "has queues 0 to 3"),
+        ({"moves": [{**move, "from": "broker-z"}]}, "is on broker-a now, not broker-z"),
+        ({"moves": [{**move, "to": "broker-z"}]}, "broker group broker-z does not exist"),
+        ({"moves": [move]}, "Busy queue 0 is already on broker group broker-a"),
+    ]:
+        await asyncio.to_thread(refused, addrs, plan, doc, error)
+    assert await asyncio.to_thread(newest_groups, addrs) == ["broker-a"] * 4
+
+    stop = asyncio.Event()
+    acked: list[Key] = []
+    sending = asyncio.create_task(produce(stop, addrs, acked))
+    try:
+
+        async def busy() -> bool:
+            doc = await run("brokerTraffic")
+            a = [g for g in doc["groups"] if g["brokerName"] == "broker-a"]
+            # Above 3x the threshold: one move leaves more than the threshold, two balance it.
+            return bool(a) and a[0]["topics"].get(TOPIC, {}).get("msgPerSec", 0) > 3 * THRESHOLD
+
+        await wait_until_async(busy, "broker-a's traffic report", 30, interval=0.3)
+
+        cluster.add_group("broker-b", 1, config=BROKER_TOML)
+        await wait_until_async(
+            lambda: asyncio.to_thread(has_master, addrs, "broker-b"),
+            "broker-b's master",
+            30,
+            interval=0.2,
+        )
+        # New topics go to the group with the least traffic: broker-b (not yet at a's level).
+        fresh = await run("updateStaticTopic", "-t", "Fresh", "-q", "2", "-g", "1")
+        assert {i["brokerName"] for q in fresh["queues"] for i in q["items"]} == {"broker-b"}
+        placed = await run("updateTopic", "-t", "Plain2", "-q", "2", "-g", "1")
+        assert placed["brokers"] == ["broker-b"]
+
+        async def balanced() -> list[str] | None:
+            groups = await asyncio.to_thread(newest_groups, addrs)
+            plan = await run("rebalancePlan")
+            ok = groups.count("broker-b") == 2 and not plan["rebalance"]
+            return groups if ok else None
+
+        groups = await wait_until_async(
+            balanced, "the automatic re-balance", 40, interval=0.5, on_timeout=cluster.logs
+        )
+    finally:
+        stop.set()
+        await sending
+    moved = groups.count("broker-b")
+    logged = moves_logged(cluster)
+    done = [e for e in logged if e["event"] == "re-balance move done"]
+    assert len(done) == moved == 2, logged
+    assert all(e["move"]["to"] == "broker-b" for e in done)
+    # One at a time, each decided on figures that showed the one before.
+    spreads = [e["spread"] for e in done]
+    assert spreads == sorted(spreads, reverse=True) and len(set(spreads)) == len(spreads)
+
+    # Idle now: a plan written by hand applies, one move; applied again it is stale.
+    async def idle() -> bool:
+        doc = await run("brokerTraffic")
+        return all(g["msgPerSec"] == 0 for g in doc["groups"])
+
+    await wait_until_async(idle, "the traffic to settle", 20, interval=0.5)
+    queue = groups.index("broker-b")
+    move = {"topic": TOPIC, "queue": queue, "from": "broker-b", "to": "broker-a"}
+    plan.write_text(json.dumps({"moves": [move]}))
+    code, out, err = await asyncio.to_thread(
+        rmqctl, "--json", "rebalanceApply", "-a", addrs, "--plan", str(plan)
+    )
+    assert code == 0, err
+    assert json.loads(out) == {"applied": 1, "moves": [move]}
+    assert (await asyncio.to_thread(newest_groups, addrs))[queue] == "broker-a"
+    await asyncio.to_thread(refused, addrs, plan, {"moves": [move]}, "the plan is stale")
+
+    # Every acknowledged message is consumed, from where it was stored (three moves later).
+    expect = set(acked)
+    assert len(expect) == len(acked) > 0
+    received = await consume_all(addrs, TOPIC, expect, timeout=40)
+    assert expect <= set(received), sorted(expect - set(received))[:10]
