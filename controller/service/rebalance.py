@@ -161,6 +161,9 @@ class Rebalancer:
         """Driver listener: a controller starts over (reports and the imbalance's duration)."""
         self.view.table.clear()
         self.watch.reset()
+        if self.metrics is not None and not active:  # the active controller's figures only
+            self.metrics.rebalance_imbalance.set(0)
+            self.metrics.group_traffic.clear()
 
     async def run(self) -> None:
         interval = self.cfg.rebalance_interval_ms / 1000
@@ -178,6 +181,7 @@ class Rebalancer:
         plan, window_ms = self.view.plan(self.cfg.rebalance_threshold)
         if self.metrics is not None:
             self.metrics.rebalance_imbalance.set(plan.spread_before)
+            self.metrics.group_traffic.clear()  # a group that lost its master drops out
             for name, load in plan.before.items():
                 self.metrics.group_traffic.labels(broker_name=name).set(load)
         if not self.cfg.rebalance_enabled or not self.watch.observe(now, plan.rebalance):

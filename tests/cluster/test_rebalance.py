@@ -198,6 +198,37 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
         return all(g["msgPerSec"] == 0 for g in doc["groups"])
 
     await wait_until_async(idle, "the traffic to settle", 20, interval=0.5)
+    # The traffic job's plan (topics moved whole) as queue moves; a bad one refused.
+    job = {
+        "rebalance": True,
+        "threshold": 5000.0,
+        "rate": "peak hourly msg/s",
+        "groupsBefore": {"broker-a": 9000.0, "broker-b": 0.0},
+        "groupsAfter": {"broker-a": 10.0, "broker-b": 8990.0},
+        "moves": [
+            {"topic": TOPIC, "msgPerSec": 8990.0, "from": ["broker-a"], "to": "broker-b"},
+            {"topic": "Plain", "msgPerSec": 10.0, "from": ["broker-a"], "to": "broker-b"},
+        ],
+    }
+    job_file = tmp / "traffic-plan.json"
+    job_file.write_text(json.dumps(job))
+    from_job = await run("rebalancePlan", "--from", str(job_file))
+    on_a = [i for i, g in enumerate(groups) if g == "broker-a"]
+    assert [(m["queue"], m["from"], m["to"]) for m in from_job["moves"]] == [
+        (i, "broker-a", "broker-b") for i in on_a
+    ]
+    assert [(u["topic"], u["brokerName"]) for u in from_job["unmovable"]] == [("Plain", "broker-a")]
+    job["moves"][0]["topic"] = "Nope"
+    job_file.write_text(json.dumps(job))
+    code, out, err = await asyncio.to_thread(
+        rmqctl, "rebalancePlan", "-a", addrs, "--from", str(job_file)
+    )
+    assert code == 1 and err.count("\n") == 1 and "topic Nope does not exist" in err, err
+    code, out, err = await asyncio.to_thread(
+        rmqctl, "updateStaticTopic", "-a", addrs, "-t", "Three", "-q", "2", "-g", "3"
+    )
+    assert code == 1 and "cannot place on 3 broker groups: 2 have a master" in err, err
+
     queue = groups.index("broker-b")
     move = {"topic": TOPIC, "queue": queue, "from": "broker-b", "to": "broker-a"}
     plan.write_text(json.dumps({"moves": [move]}))

@@ -465,7 +465,8 @@ class FakeBroker:
             header["registerCheckCode"] = self.register_code if code is None else code
         return await self.call(1003, header)
 
-    async def heartbeat(self) -> Any:
+    async def heartbeat(self, body: bytes | None = None) -> Any:
+        """BROKER_HEARTBEAT; ``body``: a traffic report (protocol/traffic.py), or anything."""
         return await self.call(
             904,
             {
@@ -479,6 +480,7 @@ class FakeBroker:
                 "electionPriority": self.priority,
                 "heartbeatTimeoutMillis": self.timeout_ms,
             },
+            body,
         )
 
     def start_heartbeats(self, interval: float = 0.1) -> None:
