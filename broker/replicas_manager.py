@@ -369,7 +369,7 @@ class ReplicasManager:
                 resp = await self.link.heartbeats.call(
                     RequestCode.BROKER_HEARTBEAT,
                     header,
-                    self.traffic.report().encode(),
+                    self.traffic.body(),
                     timeout=min(timeout, 2.0),
                 )
                 # The controller heard us no earlier than ``sent``: a lease counted from there

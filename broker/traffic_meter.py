@@ -21,7 +21,7 @@ SAMPLES_PER_WINDOW = 10
 
 
 class TrafficMeter:
-    __slots__ = ("_report", "_samples", "sample_ms", "top_topics", "window_ms")
+    __slots__ = ("_body", "_report", "_samples", "sample_ms", "top_topics", "window_ms")
 
     def __init__(self, window_ms: int, top_topics: int) -> None:
         self.window_ms = window_ms
@@ -29,6 +29,7 @@ class TrafficMeter:
         self.sample_ms = max(window_ms // SAMPLES_PER_WINDOW, 1)
         self._samples: deque[tuple[int, Totals]] = deque()
         self._report = TrafficReport(window_ms, 0.0)
+        self._body = self._report.encode()
 
     def due(self, now_ms: int) -> bool:
         """Should the caller read the counters for a sample now?"""
@@ -44,10 +45,15 @@ class TrafficMeter:
         while len(samples) > 2 and samples[1][0] <= start:
             samples.popleft()
         self._report = self._rates()
+        self._body = self._report.encode()
 
     def report(self) -> TrafficReport:
         """The rates as of the last sample (zero until two samples exist)."""
         return self._report
+
+    def body(self) -> bytes:
+        """:meth:`report` encoded (once per sample, not per heartbeat)."""
+        return self._body
 
     def _rates(self) -> TrafficReport:
         if len(self._samples) < 2:

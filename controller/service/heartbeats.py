@@ -33,7 +33,7 @@ from controller.service.requests import Refused, bounded, count, refusal
 from protocol.codes import ResponseCode
 from protocol.fields import opt_str, req_int, req_str
 from protocol.remoting import Frame, response
-from protocol.traffic import TrafficError, decode_report
+from protocol.traffic import TrafficError, TrafficReport, decode_report
 from remoting.server import Connection, error_response
 
 log = structlog.get_logger(__name__)
@@ -65,7 +65,8 @@ class HeartbeatHandler:
         self.now_ms = now_ms
         self.wake_scan = wake_scan
         self.traffic = traffic
-        self._bad_reports: dict[tuple[str, int], str] = {}
+        self._heard: dict[tuple[str, int], tuple[bytes, TrafficReport | str]] = {}
+        """Each broker's last report body, decoded (or why it was dropped)."""
         self._active_since_ms: int | None = None
         """When this controller last became active (gaps are measured within one leadership)."""
 
@@ -165,23 +166,29 @@ class HeartbeatHandler:
         )
 
     def _traffic_report(self, name: str, broker_id: int, body: bytes, now_ms: int) -> None:
-        """The body's traffic report into the table; a malformed one is dropped (the heartbeat
-        still counts: liveness never depends on a measurement) and logged once per change."""
+        """The body's traffic report into the table. A broker re-sends the same bytes until its
+        next sample, so a body equal to the last one is not decoded again. A malformed one is
+        dropped (the heartbeat still counts: liveness never depends on a measurement) and
+        logged once."""
         assert self.traffic is not None
-        try:
-            report = decode_report(body)
-        except TrafficError as exc:
-            if self._bad_reports.get((name, broker_id)) != str(exc):
-                self._bad_reports[(name, broker_id)] = str(exc)
+        key = (name, broker_id)
+        last = self._heard.get(key)
+        if last is not None and last[0] == body:
+            decoded = last[1]
+        else:
+            try:
+                decoded = decode_report(body)
+            except TrafficError as exc:
+                decoded = str(exc)
                 log.warning(
                     "broker traffic report dropped",
                     broker_name=name,
                     broker_id=broker_id,
-                    error=str(exc),
+                    error=decoded,
                 )
-            return
-        self._bad_reports.pop((name, broker_id), None)
-        self.traffic.on_report(name, broker_id, report, now_ms)
+            self._heard[key] = (body, decoded)
+        if isinstance(decoded, TrafficReport):
+            self.traffic.on_report(name, broker_id, decoded, now_ms)
 
     def _check_gap(self, broker_name: str, broker_id: int, now_ms: int) -> None:
         """Log a heartbeat heard more than half the broker's timeout after its previous one."""

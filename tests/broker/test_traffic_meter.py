@@ -31,6 +31,7 @@ def test_rates_over_the_window_from_the_counters() -> None:
     assert r.msg_per_sec == pytest.approx(75.0)
     assert r.topics["orders"] == TopicRate(70.0, {0: 50.0, 1: 20.0})
     assert r.topics["logs"] == TopicRate(5.0, {0: 5.0})
+    assert decode_report(meter.body()) == r
 
 
 def test_old_samples_leave_the_window() -> None:
