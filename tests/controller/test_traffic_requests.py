@@ -92,3 +92,60 @@ async def test_reports_are_kept_bad_ones_dropped_and_plans_and_placement_use_the
         assert {q["items"][0]["brokerName"] for q in mapping["queues"]} == {"broker-a"}
     finally:
         await broker.stop()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+async def test_the_automatic_mode_logs_a_dry_run_plan_or_counts_a_refused_move(
+    tmp_path: Path, dry_run: bool
+) -> None:
+    """broker-a carries a static topic's 100 msg/s, broker-b nothing. In dry run the active
+    controller counts plans and moves nothing; otherwise it tries the plan's first move, which
+    these fake brokers cannot fence (no FENCE_STATIC_QUEUE handler): counted as refused, and
+    the mapping is unchanged either way."""
+    cluster = await ServiceCluster(
+        tmp_path,
+        rebalance_enabled=True,
+        rebalance_dry_run=dry_run,
+        rebalance_threshold=10.0,
+        rebalance_hold_ms=200,
+        rebalance_interval_ms=100,
+    ).start()
+    brokers = [
+        await FakeBroker(cluster.addresses, name).start() for name in ("broker-a", "broker-b")
+    ]
+    try:
+        for b in brokers:
+            await b.join()
+            b.start_heartbeats()
+        leader = await cluster.leader()
+        for b in brokers:
+
+            async def has_master(name: str = b.broker_name) -> bool:
+                return bool((await replica_info(cluster.addresses, name))["masterBrokerId"] != -1)
+
+            await wait_until_async(has_master, "a first master", 10, interval=0.02)
+        header = {"topic": "Busy", "queues": 4, "brokerNames": "broker-a"}
+        created = await brokers[0].call(ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC, header)
+        report = TrafficReport(
+            1000, 100.0, {"Busy": TopicRate(100.0, dict.fromkeys(range(4), 25.0))}
+        )
+        metrics = leader.metrics
+        counter = (
+            metrics.rebalance_dry_run_plans
+            if dry_run
+            else metrics.rebalance_moves.labels(result="refused")
+        )
+
+        async def acted() -> bool:
+            await brokers[0].heartbeat(report.encode())
+            return bool(counter._value.get() >= 1)
+
+        await wait_until_async(acted, "the automatic mode to act", 15, interval=0.1)
+        assert metrics.rebalance_imbalance._value.get() == 100.0
+        assert metrics.rebalance_moves.labels(result="done")._value.get() == 0
+        mapping = await brokers[0].call(ControllerCode.GET_STATIC_TOPIC_MAPPING, {"topic": "Busy"})
+        assert mapping.body == created.body
+    finally:
+        for b in brokers:
+            await b.stop()
+        await cluster.stop()
