@@ -210,16 +210,15 @@ def rebalance_plan(
         return _doc(answer_body(resp, "re-balance plan"), "re-balance plan")
 
     async def from_job() -> dict[str, Any]:
+        moves = job.get("moves") if isinstance(job, dict) else None
         topics = sorted(
-            {m["topic"] for m in job.get("moves", []) if isinstance(m, dict)}
-            if isinstance(job, dict) and isinstance(job.get("moves"), list)
+            {m["topic"] for m in moves if isinstance(m, dict) and isinstance(m.get("topic"), str)}
+            if isinstance(moves, list)
             else set()
         )
         static: dict[str, list[str | None]] = {}
         ordinary: set[str] = set()
         for topic in topics:
-            if not isinstance(topic, str):
-                continue
             kind = await _topic_kind(addresses, topic)
             if kind is None:
                 ordinary.add(topic)

@@ -44,3 +44,24 @@ def test_a_plan_file_is_read_whole(tmp_path: Path) -> None:
     path.write_text(json.dumps({"moves": [{**move, "queue": True}]}))
     with pytest.raises(CommandError, match='move 1 must have "topic": str, "queue": int'):
         read_moves(str(path))
+
+
+@pytest.mark.parametrize(
+    ("doc", "error"),
+    [
+        ("[1,", "cannot read traffic job plan"),
+        ("[]", 'not a traffic job plan (a JSON object with "moves")'),
+        ('{"moves": [{"to": "b"}], "threshold": 1, "groupsBefore": {}}', "move 1 must be"),
+        ('{"moves": [], "threshold": "x", "groupsBefore": {}}', '"threshold" and "groupsBefore"'),
+    ],
+)
+def test_a_malformed_traffic_job_plan_is_one_line(tmp_path: Path, doc: str, error: str) -> None:
+    from click.testing import CliRunner
+
+    from rmqctl.cli import cli
+
+    path = tmp_path / "plan.json"
+    path.write_text(doc)
+    result = CliRunner().invoke(cli, ["rebalancePlan", "-a", "127.0.0.1:1", "--from", str(path)])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and error in result.stderr, result.stderr
