@@ -193,6 +193,8 @@ SUPER_ONLY_CONTROLLER_CODES: Final = frozenset(
         ControllerCode.REMOVE_CONTROLLER,
         ControllerCode.TRANSFER_CONTROLLER_LEADER,
         ControllerCode.REMAP_STATIC_TOPIC,
+        ControllerCode.GET_BROKER_TRAFFIC,
+        ControllerCode.GET_REBALANCE_PLAN,
     }
 )
 """The operator's admin commands on the controllers (documentation and tests; any code absent
