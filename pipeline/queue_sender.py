@@ -41,7 +41,12 @@ def queue_for(group: bytes, queues: list[MessageQueue]) -> MessageQueue:
 
 
 def all_queues(route: TopicRoute) -> list[MessageQueue]:
-    """Every queue of the route, writable or not (a group between masters keeps its queues)."""
+    """Every queue of the route, writable or not (a group between masters keeps its queues); a
+    static topic's: its logical queues' newest items in logical order, as the SDK producer
+    hashes message groups (a group keeps its logical queue when that queue moves, and no group
+    goes to a sealed item)."""
+    if route.logical_queues:
+        return list(route.logical_queues)
     return sorted(MessageQueue(b.broker_name, q) for b in route.brokers for q in range(b.queues))
 
 

@@ -5,13 +5,15 @@ to broker-b between two rounds of sends.
 A batch read shows each message once, by logical queue and logical offset (0, 1, 2, ... per
 queue, queue 1's second round on broker-b from the seal on); a streaming query with
 ``groupId`` reads the same, checkpoints logical offsets and commits them as the group's, so
-``rmqctl consumerProgress`` shows the query's logical lag at 0.
+``rmqctl consumerProgress`` shows the query's logical lag at 0. A write with message groups
+hashes them over the logical queues, as the SDK producer does (none to the sealed item).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,3 +151,17 @@ def test_spark_reads_a_moved_static_topic_by_logical_queue(
     assert {(q["queueId"], q["consumerOffset"], q["logical"]) for q in doc["queues"]} == {
         (int(q), o, True) for q, o in end["%LOGICAL%"].items()
     }
+
+    # Message groups go to the logical queue the SDK producer picks for them. Before the fix
+    # they were hashed over every physical queue of the route: the sealed item, and queues no
+    # item maps (the first send can make broker-a create the topic with its default count),
+    # where 14 of these 16 were acknowledged and never read by logical queue.
+    groups = [f"g{i}" for i in range(8)]
+    spark.createDataFrame(
+        [(f"w-{g}-{n}", g) for g in groups for n in range(2)], "body string, messageGroup string"
+    ).write.format("rmq").option("controllers", addrs).option("topic", TOPIC).mode("append").save()
+    written = [r for r in read().load().collect() if bytes(r["body"]).startswith(b"w-")]
+    assert len(written) == 2 * len(groups)
+    for r in written:
+        group = bytes(r["body"]).decode().split("-")[1]
+        assert r["queueId"] == zlib.crc32(group.encode()) % 2, r
