@@ -148,6 +148,9 @@ class ReplicasManager:
         self._routes_dirty = asyncio.Event()
         self._stopping = False
         self._poll_now = asyncio.Event()
+        self._refresh_waiters: list[Callable[[], None]] = []
+        """Called after the next poll (one that starts after they were added)."""
+        ha.set_replicas_refresher(self.refresh_replicas)
         self._register_lock = asyncio.Lock()
         self._claims: dict[tuple[int, str, int], str] = {}
         """Role changes pushed since the last poll: (master id, address, epoch) -> sender."""
@@ -426,6 +429,7 @@ class ReplicasManager:
             except TimeoutError:
                 pass
             self._poll_now.clear()
+            waiters, self._refresh_waiters = self._refresh_waiters, []
             try:
                 await self._poll_once()
                 failed = None
@@ -435,6 +439,14 @@ class ReplicasManager:
                 failed = f"{type(exc).__name__}: {exc}"
                 if failed != last_failure:  # one line per distinct failure, not one a second
                     log.error("applying the controllers' metadata failed", error=failed)
+            finally:
+                for done in waiters:
+                    try:
+                        done()
+                    except Exception as exc:  # one listener's fault must not stop the polls
+                        log.error(
+                            "after-poll callback failed", error=f"{type(exc).__name__}: {exc}"
+                        )
             last_failure = failed
             # However many pushes arrive, the controllers are asked at most this often.
             await asyncio.sleep(PUSH_POLL_MIN_INTERVAL_S)
@@ -616,6 +628,12 @@ class ReplicasManager:
             log.error("copying the master's subscription groups failed", error=str(exc))
 
     # -- role changes --------------------------------------------------------------------------
+    def refresh_replicas(self, done: Callable[[], None]) -> None:
+        """The HA master met a slave it does not know yet: poll now, and call ``done`` once that
+        poll (one started after this call) handed the controllers' answer over, or failed."""
+        self._refresh_waiters.append(done)
+        self._poll_now.set()
+
     def on_role_notification(self, frame: Frame, sender: str = "?") -> None:
         """NOTIFY_BROKER_ROLE_CHANGED: a hint that the group's metadata changed, from whoever
         connected (the active controller, or anyone): poll the controllers now, apply only what

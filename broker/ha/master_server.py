@@ -24,6 +24,14 @@ to those that were sent nothing for ``confirm_push_delay_ms`` (a busy stream car
 offset in its transfers, and is not doubled by them), re-checking every ``confirm_push_delay_ms``
 until each has it.
 
+Slaves it does not know yet. The master admits only the replicas the controllers list, as it
+last heard them; a slave that registered since (a new replica, or one back at a new address)
+would be refused until the master's next poll. So a handshake refused only for that
+(:attr:`~broker.ha.refusals.Refusal.unknown_yet`) is *held*: what the connection had to do next
+waits, the server asks for a fresh answer (``refresh_replicas``, the ReplicasManager's poll) and
+decides once more when it was handed over, or after ``_REFRESH_BOUND_S``; only then is the peer
+refused, counted and logged. A held connection buffers at most ``_HELD_BYTES`` from the peer.
+
 Roles. The server listens for the broker's whole life; connections are accepted only between
 :meth:`MasterServer.start_serving` and :meth:`MasterServer.stop_serving` (a slave broker closes
 them at once). Stopping aborts every connection: buffered views of the CommitLog are dropped
@@ -43,6 +51,7 @@ import structlog
 
 from broker.ha.actions import (
     CloseConnection,
+    MasterAction,
     SendBytes,
     SlaveAcked,
     SlaveRegistered,
@@ -50,7 +59,7 @@ from broker.ha.actions import (
 )
 from broker.ha.config import HAConfig
 from broker.ha.master_conn import MasterConnection
-from broker.ha.refusals import DUPLICATE_ID, UNAUTHENTICATED, Refusal, RefusalLog
+from broker.ha.refusals import DUPLICATE_ID, MALFORMED, UNAUTHENTICATED, Refusal, RefusalLog
 from protocol import ha_auth
 from protocol.ha import Buffer, EpochEntry
 from remoting.read_buffer import CopyingProtocol
@@ -60,6 +69,16 @@ from storage.store import MessageStore
 __all__ = ["MasterServer", "SlaveEvents", "StoreMasterLog"]
 
 log = structlog.get_logger(__name__)
+
+_REFRESH_BOUND_S = 2.0
+"""How long a held handshake waits for the controllers' fresh list of replicas."""
+_HELD_BYTES = 64 * 1024
+"""What a held connection buffers from its peer (a slave waits for the master's handshake reply
+before it acks: a few bytes at most)."""
+
+RefreshReplicas = Callable[[Callable[[], None]], None]
+"""``refresh(done)``: ask the controllers for the group's replicas now; ``done()`` once an answer
+asked for after the call was handed to the HA service (or that request failed)."""
 
 _GATHER_PARTS = 64
 """A pump gathers headers and bodies into one ``writelines`` up to this many parts or
@@ -141,6 +160,11 @@ class _SlaveLink(CopyingProtocol):
         self._challenge: bytes | None = None
         """With authentication on: this connection's nonce, until the peer's answer verified."""
         self._pending = b""
+        self._held: list[MasterAction] | None = None
+        """While the handshake waits for the controllers' fresh list: what was to follow it."""
+        self._held_data = bytearray()
+        self.rechecked = False
+        """The handshake was decided on a fresh list (no second wait)."""
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -168,18 +192,31 @@ class _SlaveLink(CopyingProtocol):
         if self.closed:
             return
         self.last_recv_ms = self._server.now_ms()
+        if self._held is not None:
+            self._held_data += data
+            if len(self._held_data) > _HELD_BYTES:
+                self._server.refuse(
+                    self, MALFORMED, f"{len(self._held_data)} bytes sent before the handshake reply"
+                )
+            return
         if self._challenge is not None:
             data = self._authenticate(data)
             if not data:
                 return
-        log_view = self._server.master_log
-        for action in self.conn.receive_data(data, log_view):
+        self._carry_out(self.conn.receive_data(data, self._server.master_log))
+
+    def _carry_out(self, actions: list[MasterAction]) -> None:
+        for i, action in enumerate(actions):
             match action:
                 case SendBytes(data=out):
                     self._write(out)
                 case SlaveRegistered(handshake=hs):
                     self.broker_id = hs.broker_id
-                    if not self._server.register(self, hs.address, hs.async_learner):
+                    verdict = self._server.register(self, hs.address, hs.async_learner)
+                    if verdict is None:
+                        self._held = actions[i + 1 :]
+                        return
+                    if not verdict:
                         return
                 case StreamingStarted():
                     self.streaming = True
@@ -192,6 +229,17 @@ class _SlaveLink(CopyingProtocol):
                     else:
                         self._server.refuse(self, refusal, reason)
                     return
+
+    def resume(self, admitted: bool) -> None:
+        """The held handshake was decided: carry on with what followed it, or (refused: the
+        server closed it) drop it."""
+        held, self._held = self._held, None
+        data, self._held_data = bytes(self._held_data), bytearray()
+        if held is None or not admitted or self.closed:
+            return
+        self._carry_out(held)
+        if data and not self.closed and self._held is None:
+            self.data_received(data)
 
     def _authenticate(self, data: bytes) -> bytes:
         """Collect the answer to the challenge; once whole and verified, send this master's
@@ -346,6 +394,8 @@ class MasterServer:
         self._master_id: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.refusals = RefusalLog()
+        self.refresh_replicas: RefreshReplicas | None = None
+        """Set by the broker's ReplicasManager (none without controllers)."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -404,9 +454,11 @@ class MasterServer:
         self._links.add(link)
         return True
 
-    def register(self, link: _SlaveLink, address: str, async_learner: bool) -> bool:
-        """Admit a slave that handshook, or close it (False). A broker id has one live
-        connection at a time: a second one is refused until the first is lost (and reported)."""
+    def register(self, link: _SlaveLink, address: str, async_learner: bool) -> bool | None:
+        """Admit a slave that handshook (True), or close it (False), or hold it (None) until the
+        controllers' fresh list of replicas decides (see the module docstring). A broker id has
+        one live connection at a time: a second one is refused until the first is lost (and
+        reported)."""
         broker_id = link.broker_id
         assert broker_id is not None
         old = self._by_id.get(broker_id)
@@ -421,6 +473,11 @@ class MasterServer:
             )
             return False
         refused = self.events.slave_connected(broker_id, address, async_learner)
+        refresh = self.refresh_replicas
+        if refused is not None and refused.unknown_yet and refresh and not link.rechecked:
+            link.rechecked = True
+            self._decide_on_fresh_replicas(link, refresh, address, async_learner)
+            return None
         if refused is not None and refused.reason is not None:
             self.refuse(link, refused.reason, refused.detail)
             return False
@@ -436,6 +493,29 @@ class MasterServer:
             async_learner=async_learner,
         )
         return True
+
+    def _decide_on_fresh_replicas(
+        self, link: _SlaveLink, refresh: RefreshReplicas, address: str, async_learner: bool
+    ) -> None:
+        """Register ``link`` again once the controllers' fresh answer is in, or after
+        ``_REFRESH_BOUND_S`` (whichever first), and resume or close it."""
+        decided = False
+
+        def decide() -> None:
+            nonlocal decided
+            if decided:
+                return
+            decided = True
+            bound.cancel()
+            if link.closed:
+                return
+            if not self._serving:
+                link.close("not master any more", error=False)
+                return
+            link.resume(self.register(link, address, async_learner) is True)
+
+        bound = self.loop.call_later(_REFRESH_BOUND_S, decide)
+        refresh(decide)
 
     def refuse(self, link: _SlaveLink, refusal: str, detail: str) -> None:
         """Close ``link``, which broke rule ``refusal`` (:mod:`broker.ha.refusals`): counted,

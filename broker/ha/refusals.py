@@ -58,10 +58,13 @@ _MAX_KEYS: Final = 1024
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """A peer refused: ``reason`` is one of :data:`REASONS` (None when it is not the peer's
-    fault, e.g. this broker is no longer master: closed, not counted); ``detail`` says why."""
+    fault, e.g. this broker is no longer master: closed, not counted); ``detail`` says why.
+    ``unknown_yet``: refused only by the controllers' list of replicas as this broker last
+    heard it, which a newer answer may change (a slave that registered since)."""
 
     reason: str | None
     detail: str
+    unknown_yet: bool = False
 
     def __str__(self) -> str:
         return self.detail

@@ -71,7 +71,7 @@ from typing import Any
 import structlog
 
 from broker.ha.config import HAConfig
-from broker.ha.master_server import MasterServer
+from broker.ha.master_server import MasterServer, RefreshReplicas
 from broker.ha.refusals import Refusal
 from broker.ha.role_change import plan_master_epochs
 from broker.ha.slave_client import AppendReplicated, SlaveClient, SlaveState
@@ -406,6 +406,12 @@ class HAService:
             return False
         self._after_change()
         return True
+
+    def set_replicas_refresher(self, refresh: RefreshReplicas) -> None:
+        """How the master asks the controllers for the group's replicas at once, when a slave it
+        does not know yet shakes hands (:mod:`broker.ha.master_server`): the answer comes back
+        through :meth:`set_registered_replicas`."""
+        self._server.refresh_replicas = refresh
 
     def set_registered_replicas(self, replicas: Mapping[int, str]) -> None:
         """The group's registered replicas (broker id -> broker address) as the controllers list

@@ -264,6 +264,7 @@ class SyncState:
                 NOT_A_REPLICA,
                 f"broker id {broker_id} (claiming {address or 'no address'}) {where} with the "
                 "controllers for this group",
+                unknown_yet=True,
             )
         p = self._progress(broker_id, now_ms)
         if p.connected:
