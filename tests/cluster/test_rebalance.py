@@ -60,6 +60,17 @@ def newest_groups(addrs: str, topic: str = TOPIC) -> list[str]:
     return [q["items"][-1]["brokerName"] for q in doc["queues"]]
 
 
+def settled_groups(cluster: Cluster) -> list[str] | None:
+    """newest_groups once every controller answers the same, else None."""
+    seen = []
+    for c in cluster.controllers:
+        code, out, _ = rmqctl("--json", "staticTopicMapping", "-a", c.address, "-t", TOPIC)
+        if code != 0:
+            return None  # not applied there yet
+        seen.append([q["items"][-1]["brokerName"] for q in json.loads(out)["queues"]])
+    return seen[0] if all(g == seen[0] for g in seen) else None
+
+
 def has_master(addrs: str, group: str) -> bool:
     code, out, _ = rmqctl("--json", "getSyncStateSet", "-a", addrs, "-b", group)
     return code == 0 and json.loads(out).get("masterBrokerId") is not None
@@ -123,7 +134,13 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
     )
     await run("updateStaticTopic", "-t", TOPIC, "-q", "4")
     await run("updateTopic", "-t", "Plain", "-q", "2", "-g", "1")
-    assert await asyncio.to_thread(newest_groups, addrs) == ["broker-a"] * 4
+    # Every controller applied the create (a follower answers mappings from what it applied).
+    assert (
+        await wait_until_async(
+            lambda: asyncio.to_thread(settled_groups, cluster), "the topic everywhere", 10
+        )
+        == ["broker-a"] * 4
+    )
     one = await run("rebalancePlan")
     assert one["moves"] == [] and one["reason"] == "fewer than two broker groups with a master"
 
@@ -237,7 +254,14 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
     )
     assert code == 0, err
     assert json.loads(out) == {"applied": 1, "moves": [move]}
-    assert (await asyncio.to_thread(newest_groups, addrs))[queue] == "broker-a"
+    # Every controller applied it (a follower answers mappings from what it applied).
+    await wait_until_async(
+        lambda: asyncio.to_thread(settled_groups, cluster),
+        "the move on every controller",
+        10,
+        interval=0.1,
+    )
+    assert (await asyncio.to_thread(settled_groups, cluster))[queue] == "broker-a"
     await asyncio.to_thread(refused, addrs, plan, {"moves": [move]}, "the plan is stale")
 
     # Every acknowledged message is consumed, from where it was stored (three moves later).
