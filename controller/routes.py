@@ -113,6 +113,7 @@ class RouteTable:
         *,
         known: Mapping[str, int] | None = None,
         accept: Accept = _accept_all,
+        only_known: bool = False,
     ) -> dict[str, Any] | None:
         """The GET_ROUTEINFO_BY_TOPIC document, or None when the topic is unknown.
 
@@ -122,11 +123,15 @@ class RouteTable:
         ``slaves`` are the other registered brokers of the group; the master is the state
         machine's (one that died is named until the controllers clear it). A known group with
         neither has no master and no slaves: "no master now", which clients retry.
+
+        ``only_known`` (a static topic): the groups and queue counts are the known ones only; a
+        larger count or another group a broker registered (a topic it created itself on a send)
+        is not routed to.
         """
         known = known or {}
         groups: dict[str, list[Registration]] = {name: [] for name in known}
         for reg in self.registrations(now_ms, accept):
-            if topic in reg.topics:
+            if topic in reg.topics and (not only_known or reg.broker_name in known):
                 groups.setdefault(reg.broker_name, []).append(reg)
         if not groups:
             return None
@@ -136,7 +141,8 @@ class RouteTable:
             master_id, master_address = masters(name)
             by_master = [r for r in regs if r.broker_id == master_id]
             counts = [known[name]] if name in known else []
-            counts += [r.topics[topic] for r in (by_master or regs)]
+            if not only_known:
+                counts += [r.topics[topic] for r in (by_master or regs)]
             queues = max(counts)
             slaves = sorted(r.address for r in regs if r.broker_id != master_id)
             brokers.append(

@@ -504,7 +504,12 @@ class ReplicasInfoManager:
                 RC.CONTROLLER_INVALID_REQUEST,
                 f"broker set {broker_name} belongs to cluster {group.cluster}, not {cluster}",
             )
+        response = UpdateTopicResponse(broker_name=broker_name, topic=topic, queues=queues)
         if topic in self.static_topics:
+            if group.topics.get(topic) == queues:
+                # The controllers' own push of the physical queues, which a broker in controller
+                # mode forwards back before creating them: it changes nothing.
+                return Decision(response=response)
             return rejected(
                 RC.BAD_REQUEST,
                 f"topic {topic} is static: its queues are placed by updateStaticTopic",
@@ -512,7 +517,6 @@ class ReplicasInfoManager:
         check = _check_topic_update(group, topic, queues)
         if not check.ok:
             return rejected(check.code, check.remark)
-        response = UpdateTopicResponse(broker_name=broker_name, topic=topic, queues=queues)
         if group.topics.get(topic) == queues:
             return Decision(response=response)
         event = UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)

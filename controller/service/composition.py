@@ -165,7 +165,13 @@ class ControllerService:
             timeout=timeout,
         )
         self.static_topics = StaticTopicHandlers(
-            manager, gate, committer, self.pool, timeout, self.traffic_view.least_loaded
+            manager,
+            gate,
+            committer,
+            self.pool,
+            timeout,
+            self.traffic_view.least_loaded,
+            self.notifier,
         )
         self.rebalancer = Rebalancer(
             cfg, driver, gate, self.traffic_view, self.static_topics, metrics

@@ -86,26 +86,37 @@ class BrokerNotifier:
     ) -> None:
         """UPDATE_AND_CREATE_TOPIC to each broker (best effort). A broker in controller mode
         forwards it back to the controllers, where it changes nothing, and then creates it."""
+        await asyncio.gather(
+            *(
+                self.push_topic(a, t, q, timeout)
+                for a in addresses
+                for t, q in sorted(topics.items())
+            )
+        )
 
-        async def push(address: str, topic: str, queues: int) -> None:
-            try:
-                conn = await self.pool.get(address)
-                resp = await conn.request(
-                    RequestCode.UPDATE_AND_CREATE_TOPIC,
-                    {"topic": topic, "queues": queues},
-                    None,
-                    timeout,
-                )
-                if resp.code != ResponseCode.SUCCESS:
-                    log.info(
-                        "topic push refused",
-                        address=address,
-                        topic=topic,
-                        code=code_name(resp.code),
-                        remark=resp.header.get("remark"),
-                    )
-            except (RemotingError, OSError, ValueError) as exc:
-                log.debug("topic push failed", address=address, topic=topic, error=str(exc))
-                self.pool.drop(address)
-
-        await asyncio.gather(*(push(a, t, q) for a in addresses for t, q in sorted(topics.items())))
+    async def push_topic(self, address: str, topic: str, queues: int, timeout: float) -> str | None:
+        """UPDATE_AND_CREATE_TOPIC of ``topic`` with ``queues`` queues to one broker: None once
+        it has them, else why not (refused, unreachable)."""
+        try:
+            conn = await self.pool.get(address)
+            resp = await conn.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {"topic": topic, "queues": queues},
+                None,
+                timeout,
+            )
+        except (RemotingError, OSError, ValueError) as exc:
+            log.debug("topic push failed", address=address, topic=topic, error=str(exc))
+            self.pool.drop(address)
+            return f"unreachable: {exc}"
+        if resp.code != ResponseCode.SUCCESS:
+            remark = resp.header.get("remark")
+            log.info(
+                "topic push refused",
+                address=address,
+                topic=topic,
+                code=code_name(resp.code),
+                remark=remark,
+            )
+            return f"refused: {remark or code_name(resp.code)}"
+        return None

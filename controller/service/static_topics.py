@@ -16,7 +16,7 @@ source master's epoch). One move per queue at a time on this controller.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import msgpack
@@ -25,6 +25,7 @@ import structlog
 from controller.metadata import MappingItem, RemapPlan, ReplicasInfoManager, StaticTopicMapping
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
+from controller.service.notifier import BrokerNotifier
 from controller.service.requests import Refused, refuse
 from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.fields import opt_int, opt_str, req_int, req_str
@@ -61,8 +62,11 @@ class StaticTopicHandlers:
         pool: ConnectionPool | None = None,
         timeout: float = 3.0,
         least_loaded: Callable[[int], list[str]] | None = None,
+        notifier: BrokerNotifier | None = None,
     ) -> None:
         self.manager = manager
+        self.notifier = notifier
+        """Hands the groups' masters the physical queues before 513 and 5121 answer."""
         self.least_loaded = least_loaded
         """The N broker groups with a master and the least traffic (placement by traffic)."""
         self.gate = gate
@@ -90,9 +94,40 @@ class StaticTopicHandlers:
         )
         if not d.ok or d.response is None:
             raise refuse(d)
+        groups = {item.broker_name for items in d.response for item in items}
+        missing = await self.hand_queues(topic, groups)
+        if missing:
+            raise Refused(
+                ResponseCode.SYSTEM_ERROR,
+                f"static topic {topic} is created, but {'; '.join(missing)}: run the same "
+                "command again to hand them the queues",
+            )
         return response(
             req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, d.response))
         )
+
+    async def hand_queues(self, topic: str, groups: Collection[str]) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC of ``topic``'s physical queues to the masters of ``groups``,
+        awaited: once this returns [], a send there finds them (a broker that has not heard of
+        a topic creates it with its default queue count, queues no logical reader sees). A
+        group without a master is skipped (a new master gets its group's topics before it
+        hears it is master). Returns what failed, one phrase per group."""
+        if self.notifier is None:
+            return []
+        pushes = []
+        for name in sorted(groups):
+            info = self.manager.replica_info(name)
+            queues = self.manager.group_topics(name).get(topic)
+            if info is not None and info.master_address and queues:
+                pushes.append((name, info.master_address, queues))
+        results = await asyncio.gather(
+            *(self.notifier.push_topic(a, topic, q, self.timeout) for _, a, q in pushes)
+        )
+        return [
+            f"the master of {name} ({address}) did not take its queues ({why})"
+            for (name, address, _), why in zip(pushes, results, strict=True)
+            if why is not None
+        ]
 
     async def remap(self, conn: Connection, req: Frame) -> Frame:
         """Header ``topic``, ``queueId``, ``brokerName`` (the target group). Answered with the
@@ -153,6 +188,9 @@ class StaticTopicHandlers:
         if not settled.ok or settled.response is None:
             await self._release(plan)
             raise refuse(settled)
+        for missing in await self.hand_queues(plan.topic, [plan.target]):
+            # The move is done; the push is retried when the target's brokers register.
+            log.warning("static topic queue moved, target not ready", problem=missing)
         return settled.response
 
     async def _fence(self, plan: RemapPlan) -> int:

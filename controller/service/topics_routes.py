@@ -126,16 +126,17 @@ class TopicRouteHandlers:
     async def get_route(self, conn: Connection, req: Frame) -> Frame:
         topic = req_str(req.header, "topic")
         await self.gate.route_view()
+        mapping = self.manager.static_topic(topic)
         doc = self.routes.route(
             topic,
             self.master_of,
             self.now_ms(),
             known=self.manager.topic_queues(topic),
             accept=self._accept(),
+            only_known=mapping is not None,
         )
         if doc is None:
             raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
-        mapping = self.manager.static_topic(topic)
         if mapping is not None:
             doc = static_route(doc, mapping)
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))

@@ -396,6 +396,9 @@ class FakeBroker:
         self.notifications: list[dict[str, Any]] = []
         self.server.register(1008, self._on_notify)
         self.server.register(1007, self._on_epoch_cache)
+        self.server.register(17, self._on_update_topic)
+        self.topics: dict[str, int] = {}
+        """What the controllers pushed (UPDATE_AND_CREATE_TOPIC): topic -> queues."""
         self.address = ""
         self.broker_id = -1
         self.epoch = 0
@@ -409,6 +412,12 @@ class FakeBroker:
 
         body = msgpack.unpackb(frame.body) if frame.body else {}
         self.notifications.append({**frame.header, **body})
+        return response(frame, 0)
+
+    def _on_update_topic(self, conn: Any, frame: Any) -> Any:
+        from protocol.remoting import response
+
+        self.topics[frame.header["topic"]] = frame.header["queues"]
         return response(frame, 0)
 
     def _on_epoch_cache(self, conn: Any, frame: Any) -> Any:

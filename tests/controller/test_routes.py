@@ -82,6 +82,15 @@ def test_a_known_topic_keeps_its_groups_with_no_broker_registered() -> None:
     ]
 
 
+def test_a_static_topics_route_has_only_the_known_groups_and_counts() -> None:
+    # A broker that created the topic itself on a send (its default 8 queues), or a group the
+    # mapping does not use, is not routed to: the controllers' counts are the static topic's.
+    assert table().route("T", masters, 600, known={"a": 2}, only_known=True) == {
+        "topic": "T",
+        "brokers": [{"brokerName": "a", "masterAddress": "h:1", "slaves": ["h:2"], "queues": 2}],
+    }
+
+
 def test_registrations_the_state_machine_does_not_vouch_for_are_ignored() -> None:
     def accept(broker_name: str, broker_id: int, address: str) -> bool:
         return (broker_name, broker_id, address) != ("a", 2, "h:2")

@@ -69,6 +69,14 @@ def test_create_refusals_change_nothing() -> None:
     assert other.code == RC.BAD_REQUEST and "already exists with 2 queues" in other.remark
     ordinary = m.update_topic(None, "broker-a", "T", 4)
     assert ordinary.code == RC.BAD_REQUEST and "is static" in ordinary.remark
+    # The controllers' own push of the physical queues comes back from a controller-mode broker
+    # before it creates them: accepted, as it changes nothing. Any other count is refused.
+    same = m.update_topic(None, "broker-b", "T", 2)
+    assert same.ok and same.events == () and same.response is not None
+    other_group = m.update_topic(None, "broker-a", "T", 2)
+    assert other_group.code == RC.BAD_REQUEST and "is static" in other_group.remark
+    grow = m.update_topic(None, "broker-b", "T", 3)
+    assert grow.code == RC.BAD_REQUEST and "is static" in grow.remark
     empty = ReplicasInfoManager()
     d = empty.create_static_topic("T", 2)
     assert d.code == RC.CONTROLLER_BROKER_METADATA_NOT_EXIST
