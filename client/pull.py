@@ -19,6 +19,7 @@ from protocol.pull import (
     ConsumerOffsetQuery,
     MaxOffsetQuery,
     MinOffsetQuery,
+    PullAnswer,
     PullCorrupt,
     PullFound,
     PullNotFound,
@@ -28,6 +29,7 @@ from protocol.pull import (
     decode_offset,
     decode_pull_answer,
 )
+from protocol.remoting import Frame
 from protocol.static_topic import (
     LogicalQueue,
     MappingError,
@@ -218,21 +220,7 @@ class Puller:
                 if state.next_offset is None:
                     start = await self.start_offset(mq)
                     state.next_offset = state.pulled = state.consumed = start
-                pull = PullRequest(
-                    group=self.group,
-                    topic=self.topic,
-                    queue_id=mq.queue_id,
-                    offset=state.next_offset,
-                    max_count=self.batch_size,
-                    max_bytes=self.max_bytes,
-                    suspend_ms=self.suspend_ms,
-                    subscription=self.subscription,
-                )
-                resp = await self.caller.request(broker, pull.code, pull.header(), None, timeout)
-                try:
-                    answer = decode_pull_answer(resp)
-                except AnswerError as exc:
-                    raise BrokerError(resp.code, str(exc)) from None
+                resp, answer = await self._pull(broker, mq.queue_id, state.next_offset, timeout)
                 if isinstance(answer, PullFound):
                     body = answer.body
                     batch = [ReceivedMessage(r, broker) for r in iter_records(body)] if body else []
@@ -258,13 +246,38 @@ class Puller:
                 failure = error_of(resp, self.caller.address(broker))
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
-            # An error: back off, and look again where the group's master is.
-            if backoff == 0.0:
-                log.warning("pull failed", queue=f"{broker}/{mq.queue_id}", error=str(failure))
-            backoff = min(max(backoff * 2, 0.05), self.max_backoff)
-            await asyncio.sleep(backoff)
-            with contextlib.suppress(ClientError):
-                await self.routes.refresh(self.topic)
+            backoff = await self._back_off(backoff, f"{broker}/{mq.queue_id}", failure)
+
+    async def _pull(
+        self, broker: str, queue_id: int, offset: int, timeout: float
+    ) -> tuple[Frame, PullAnswer]:
+        """One long-polling pull of a physical queue: the response and what it says."""
+        pull = PullRequest(
+            group=self.group,
+            topic=self.topic,
+            queue_id=queue_id,
+            offset=offset,
+            max_count=self.batch_size,
+            max_bytes=self.max_bytes,
+            suspend_ms=self.suspend_ms,
+            subscription=self.subscription,
+        )
+        resp = await self.caller.request(broker, pull.code, pull.header(), None, timeout)
+        try:
+            return resp, decode_pull_answer(resp)
+        except AnswerError as exc:
+            raise BrokerError(resp.code, str(exc)) from None
+
+    async def _back_off(self, backoff: float, where: str, failure: Exception) -> float:
+        """After a failed pull: log the first of a run, wait (doubling up to ``max_backoff``)
+        and look again where the group's master is; the next wait."""
+        if backoff == 0.0:
+            log.warning("pull failed", queue=where, error=str(failure))
+        backoff = min(max(backoff * 2, 0.05), self.max_backoff)
+        await asyncio.sleep(backoff)
+        with contextlib.suppress(ClientError):
+            await self.routes.refresh(self.topic)
+        return backoff
 
     async def _items(self, queue: int) -> LogicalQueue:
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
@@ -333,21 +346,7 @@ class Puller:
                     continue
                 item, physical = found
                 broker = item.broker_name
-                pull = PullRequest(
-                    group=self.group,
-                    topic=self.topic,
-                    queue_id=item.physical_queue,
-                    offset=physical,
-                    max_count=self.batch_size,
-                    max_bytes=self.max_bytes,
-                    suspend_ms=self.suspend_ms,
-                    subscription=self.subscription,
-                )
-                resp = await self.caller.request(broker, pull.code, pull.header(), None, timeout)
-                try:
-                    answer = decode_pull_answer(resp)
-                except AnswerError as exc:
-                    raise BrokerError(resp.code, str(exc)) from None
+                resp, answer = await self._pull(broker, item.physical_queue, physical, timeout)
                 if isinstance(answer, PullFound):
                     batch = self._logical_batch(item, queue, answer.body)
                     state.next_offset = logical_of(item, answer.next_offset)
@@ -374,12 +373,7 @@ class Puller:
                 failure = error_of(resp, self.caller.address(broker))
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
-            if backoff == 0.0:
-                log.warning("pull failed", queue=where, error=str(failure))
-            backoff = min(max(backoff * 2, 0.05), self.max_backoff)
-            await asyncio.sleep(backoff)
-            with contextlib.suppress(ClientError):
-                await self.routes.refresh(self.topic)
+            backoff = await self._back_off(backoff, where, failure)
 
     def _logical_batch(
         self, item: MappingItem, queue: int, body: bytes | None
