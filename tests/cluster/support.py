@@ -54,9 +54,11 @@ async def full_sync_state_set(
     return doc
 
 
-async def new_master(boot: Bootstrap, cluster: Cluster, old: str) -> dict[str, Any]:
+async def new_master(
+    boot: Bootstrap, cluster: Cluster, old: str, group: str = "broker-a"
+) -> dict[str, Any]:
     async def changed() -> dict[str, Any] | None:
-        doc = await sync_state(boot)
+        doc = await sync_state(boot, group)
         ok = doc and doc.get("masterAddress") not in (None, "", old)
         return doc if ok else None
 

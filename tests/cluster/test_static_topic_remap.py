@@ -318,6 +318,7 @@ def chained(doc: Any) -> bool:
     [
         ("source master", 0.0),
         ("source master", 0.02),
+        ("target master", 0.0),
         ("controller leader", 0.0),
     ],
 )
@@ -326,12 +327,14 @@ def test_kill9_during_a_move_leaves_the_old_or_the_new_mapping(
 ) -> None:
     """kill -9 of the source group's master, before the fence (the move is refused, the retry
     moves it from the new master) or between the fence and the answer (moved, or refused when
-    the new master's election committed first); or of the controller leader while it moves the
-    queue (the entry commits or not; a retry finishes it). Either way one mapping, no gap,
-    nothing stored past the seal, every acknowledged message read back."""
+    the new master's election committed first); of the target group's master while the queue
+    moves to it (moved, sends wait for its successor; or refused, and a retry moves it there);
+    or of the controller leader while it moves the queue (the entry commits or not; a retry
+    finishes it). Either way one mapping, no gap, nothing stored past the seal, every
+    acknowledged message read back."""
     addrs = cluster.controller_addresses
     cluster.add_group("broker-a", 2)
-    cluster.add_group("broker-b", 1)
+    cluster.add_group("broker-b", 2 if victim == "target master" else 1)
     asyncio.run(kill_during_move(cluster, addrs, victim, kill_after))
 
 
@@ -346,7 +349,8 @@ async def kill_during_move(cluster: Cluster, addrs: str, victim: str, kill_after
     boot = Bootstrap(addrs, timeout=2.0)
     try:
         master_a = await master_of(boot, cluster, "broker-a", 2)
-        await master_of(boot, cluster, "broker-b", 1)
+        size_b = 2 if victim == "target master" else 1
+        master_b = await master_of(boot, cluster, "broker-b", size_b)
         code, _, err = await asyncio.to_thread(
             rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
         )
@@ -368,6 +372,11 @@ async def kill_during_move(cluster: Cluster, addrs: str, victim: str, kill_after
             node.kill9()
             code, out, err = await move
             await new_master(boot, cluster, master_a)
+        elif victim == "target master":
+            node = next(b for b in cluster.brokers if b.address == master_b)
+            node.kill9()
+            code, out, err = await move
+            await new_master(boot, cluster, master_b, "broker-b")
         else:
             leader.kill9()
             code, out, err = await move
@@ -390,7 +399,7 @@ async def kill_during_move(cluster: Cluster, addrs: str, victim: str, kill_after
             assert moved and json.loads(out) == doc
         else:  # one line; after a source master's death, nothing moved
             assert len(err.splitlines()) == 1, err
-            if victim == "source master":
+            if victim in ("source master", "target master"):
                 assert not moved and ("nothing moved" in err or "has no master" in err), err
             else:  # the leader died before the answer: rmqctl asked the next leader
                 assert moved == ("already on broker group broker-b" in err), err
@@ -404,7 +413,10 @@ async def kill_during_move(cluster: Cluster, addrs: str, victim: str, kill_after
                 )  # fmt: skip
                 if code == 0:
                     return json.loads(out)
-                assert "nothing moved" in err or "not the active controller" in err, err
+                assert any(
+                    why in err
+                    for why in ("nothing moved", "not the active controller", "has no master")
+                ), err
                 return None
 
             doc = await wait_until_async(
@@ -427,6 +439,8 @@ async def kill_during_move(cluster: Cluster, addrs: str, victim: str, kill_after
         # No message stored past the seal on the old item, acknowledged or not.
         assert all(k[2] < seal for k in stored if k[:2] == ("broker-a", 1)), seal
 
+        if victim == "target master":
+            return  # broker-b has a second broker; the rest is about a group without one
         # broker-b loses its only broker: no move to it, and none off it.
         only_b = next(b for b in cluster.brokers if b.broker_name == "broker-b")
         only_b.kill9()
