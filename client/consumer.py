@@ -663,9 +663,10 @@ class Consumer:
 
     async def _commit_logical(self, sub: _Subscription, state: QueueState, offset: int) -> None:
         """A static topic's logical offset, committed as physical offsets on the items it
-        reached (:func:`commit_points`: the item holding it, and every older item at its end),
-        each on its own group, so the group's position survives re-mapping and every broker's
-        lag of the items read is 0. Raises the first failure after trying every item."""
+        (:func:`commit_points`: the item holding it, every older item at its end, every newer
+        one at its start), each on its own group, so the group's position survives re-mapping
+        (and the drop of an old item by retention) and every broker's lag of the items read is
+        0. Raises the first failure after trying every item."""
         route = self.routes.peek(sub.topic) or await self.routes.get(sub.topic)
         queue = state.mq.queue_id
         if queue >= len(route.mapping):

@@ -34,6 +34,7 @@ from protocol.static_topic import (
     LogicalQueue,
     MappingError,
     MappingItem,
+    first_offset,
     logical_max,
     logical_of,
     newest,
@@ -286,9 +287,11 @@ class Puller:
         return route.mapping[queue]
 
     async def logical_start_offset(self, items: LogicalQueue) -> int:
-        """The group's logical offset in a static topic's logical queue, read back from the
-        newest item with a committed offset (:func:`resume_offset`); else logical 0 (the
-        earliest: a pull there moves on past what retention deleted) or the logical max."""
+        """The group's logical offset in a static topic's logical queue, read back from its
+        committed offsets on the items, newest first, up to the first past its item's start
+        (:func:`resume_offset`); else the first mapped offset (the earliest: a pull there moves
+        on past what retention deleted) or the logical max."""
+        committed: dict[int, int] = {}
         for item in reversed(items):
             query = ConsumerOffsetQuery(
                 group=self.group, topic=self.topic, queue_id=item.physical_queue
@@ -302,14 +305,16 @@ class Puller:
             if resp.code != ResponseCode.SUCCESS:
                 raise error_of(resp, self.caller.address(broker))
             try:
-                committed = decode_offset(resp)
+                committed[item.generation] = offset = decode_offset(resp)
             except AnswerError as exc:
                 raise BrokerError(resp.code, str(exc)) from None
-            found = resume_offset(items, {item.generation: committed})
-            assert found is not None
+            if logical_of(item, offset) > item.logical_start:
+                break
+        found = resume_offset(items, committed)
+        if found is not None:
             return found
         if self.start_from == "earliest":
-            return 0
+            return first_offset(items)
         last = newest(items)
         bound = MaxOffsetQuery(topic=self.topic, queue_id=last.physical_queue)
         resp = await self.caller.call(
@@ -336,6 +341,10 @@ class Puller:
                 if state.next_offset is None:
                     start = await self.logical_start_offset(items)
                     state.next_offset = state.pulled = state.consumed = start
+                if state.next_offset < first_offset(items):
+                    # Retention deleted the item it was in and the item was dropped: go on
+                    # from the first remaining one, as past a queue's min offset.
+                    self._offset_moved(state, first_offset(items))
                 try:
                     found = read_at(items, state.next_offset)
                 except MappingError:

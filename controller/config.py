@@ -167,6 +167,12 @@ class ControllerConfig:
     notify_timeout_ms: int = field(
         1000, "timeout of one NOTIFY_BROKER_ROLE_CHANGED push to a broker", at_least(10)
     )
+    static_item_check_interval_ms: int = field(
+        60_000,
+        "how often the active controller asks the groups whether retention deleted a static "
+        "topic's old (sealed) items, and drops those from the mapping",
+        at_least(100),
+    )
     rebalance_enabled: bool = field(
         False,
         "the automatic re-balance: the active controller moves static topic queues from the "

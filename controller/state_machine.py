@@ -18,6 +18,7 @@ from controller.metadata import (
     CleanBrokerData,
     CreateStaticTopic,
     DeleteUser,
+    DropQueueItem,
     EventDecodeError,
     PutAcl,
     PutUser,
@@ -63,7 +64,8 @@ class MetadataStateMachine:
             | CreateStaticTopic
             | SealQueueItem
             | AddQueueItem
-            | RemapQueueItem,
+            | RemapQueueItem
+            | DropQueueItem,
         ):
             return self.manager.apply(event)
         name = event.broker_name

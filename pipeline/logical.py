@@ -52,7 +52,8 @@ def physical_commits(
     mapping: Sequence[LogicalQueue], offsets: Mapping[MessageQueue, int]
 ) -> dict[MessageQueue, int]:
     """Logical offsets as the physical offsets a consumer group commits for them (the SDK
-    consumer's :func:`commit_points`: the item holding each, older items at their end)."""
+    consumer's :func:`commit_points`: the item holding each, older items at their end, newer
+    ones at their start)."""
     out: dict[MessageQueue, int] = {}
     for mq, offset in offsets.items():
         if mq.broker_name != LOGICAL_BROKER:

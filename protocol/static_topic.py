@@ -10,20 +10,24 @@ newest is open (``logical_end`` None) or, while a re-map is between its two step
 
 Invariants of one logical queue (:func:`queue_problems`):
 
-- the first item starts at logical 0, generations ascend by one from the first;
+- generations ascend by one from the first; the item of generation 0 starts at logical 0 (an
+  older item whose data retention deleted is dropped, so the first remaining one may start
+  later: at the dropped one's end);
 - each item starts where the previous one was sealed (no gap, no overlap);
 - every item but the newest is sealed.
 
-So the mapped logical range is [0, newest.logical_end) or [0, ∞), and translation
-(:func:`to_physical`, :func:`to_logical`) is a bijection between it and the union of the items'
-physical ranges.
+So the mapped logical range is [first.logical_start, newest.logical_end) or
+[first.logical_start, ∞), and translation (:func:`to_physical`, :func:`to_logical`) is a
+bijection between it and the union of the items' physical ranges. A reader below the first
+item's start (its position was in a dropped item) goes on from that start (:func:`first_offset`).
 
 Reading (docs/static-topics.md, "Logical reads"): a reader at logical offset ``L`` pulls the
 item :func:`read_at` names, from the physical offset it gives, never past a sealed item's
 physical end; the positions a consumer group commits for a consumed logical offset are physical
-offsets on every item it reached (:func:`commit_points`), and the logical offset it resumes from
-is read back from the newest item that has one (:func:`resume_offset`). Every physical queue of a
-static topic belongs to exactly one item, so these positions never collide.
+offsets on every item (:func:`commit_points`: those it passed at their end, the one holding it,
+newer ones at their start), and the logical offset it resumes from is read back from them
+(:func:`resume_offset`). Every physical queue of a static topic belongs to exactly one item, so
+these positions never collide.
 
 Plain functions on frozen values: no I/O, no clock.
 """
@@ -104,8 +108,8 @@ def queue_problems(items: Sequence[MappingItem]) -> list[str]:
     if not items:
         return ["a logical queue has at least one item"]
     problems: list[str] = []
-    if items[0].logical_start != 0:
-        problems.append("the first item must start at logical offset 0")
+    if items[0].generation == 0 and items[0].logical_start != 0:
+        problems.append("the item of generation 0 must start at logical offset 0")
     for before, after in pairwise(items):
         if before.logical_end is None:
             problems.append(f"item of generation {before.generation} is not the newest: sealed")
@@ -121,6 +125,11 @@ def queue_problems(items: Sequence[MappingItem]) -> list[str]:
 
 def newest(items: Sequence[MappingItem]) -> MappingItem:
     return items[-1]
+
+
+def first_offset(items: Sequence[MappingItem]) -> int:
+    """The first mapped logical offset: 0, or later once older items were dropped."""
+    return items[0].logical_start
 
 
 def to_physical(items: Sequence[MappingItem], logical: int) -> tuple[MappingItem, int]:
@@ -171,26 +180,35 @@ def read_at(items: Sequence[MappingItem], logical: int) -> tuple[MappingItem, in
 
 def commit_points(items: Sequence[MappingItem], logical: int) -> list[tuple[MappingItem, int]]:
     """The physical offsets that record "every message below logical ``logical`` is consumed":
-    each item starting at or before it gets ``logical`` translated there, or its physical end
-    when the item ends before ``logical``. Newest item first."""
+    each item gets ``logical`` translated there, clamped to the item: its physical end when it
+    ends before ``logical``, its physical start when it starts after (so a group whose position
+    is in an item that is later dropped still has one on the next). Newest item first."""
     points = []
     for item in reversed(items):
-        if item.logical_start > logical:
-            continue
-        end = logical if item.logical_end is None else min(logical, item.logical_end)
+        end = max(logical, item.logical_start)
+        if item.logical_end is not None:
+            end = min(end, item.logical_end)
         points.append((item, item.physical_start + (end - item.logical_start)))
     return points
 
 
 def resume_offset(items: Sequence[MappingItem], committed: Mapping[int, int]) -> int | None:
-    """The logical offset a group resumes from: from the newest item (by generation) with a
-    committed physical offset in ``committed`` (generation -> offset), clamped to the item; None
-    when no item has one."""
+    """The logical offset a group resumes from, given its committed physical offsets in
+    ``committed`` (generation -> offset, those it has; each clamped to its item): the newest
+    item's whose offset is past the item's start, else the oldest item's that has one (a
+    position at an item's start, or on the first remaining item after older ones were
+    dropped); None when no item has one. Reading newest first, the first offset past its
+    item's start decides: the older items need not be asked."""
+    oldest: int | None = None
     for item in reversed(items):
         physical = committed.get(item.generation)
-        if physical is not None:
-            return logical_of(item, physical)
-    return None
+        if physical is None:
+            continue
+        logical = logical_of(item, physical)
+        if logical > item.logical_start:
+            return logical
+        oldest = logical
+    return oldest
 
 
 def logical_max(items: Sequence[MappingItem], physical_max: int) -> int:

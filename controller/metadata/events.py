@@ -27,10 +27,12 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
         physical_start]                                                   AddQueueItem
     [13, topic, queue_id, generation, logical_end, source_master_epoch,
         broker_name, physical_queue]                                      RemapQueueItem
+    [14, topic, queue_id, generation]                                     DropQueueItem
 
 The static topic events (docs/static-topics.md) carry a logical queue's newest ``generation``
 they were decided at; applying them is a compare-and-set on it. RemapQueueItem (a whole re-map
 in one entry) also carries the master epoch of the group it leaves, checked the same way.
+DropQueueItem carries the ``generation`` of the oldest item it drops (sealed, not the newest).
 
 The user events carry the user's ``version`` they were decided at (0: the user must not exist
 yet); applying them is a compare-and-set on it, as for the epochs of the group events.
@@ -70,6 +72,7 @@ TAG_CREATE_STATIC_TOPIC: Final = 10
 TAG_SEAL_QUEUE_ITEM: Final = 11
 TAG_ADD_QUEUE_ITEM: Final = 12
 TAG_REMAP_QUEUE_ITEM: Final = 13
+TAG_DROP_QUEUE_ITEM: Final = 14
 MAX_SEALED_BYTES: Final = 1024
 
 
@@ -445,8 +448,23 @@ class RemapQueueItem:
         check_physical_queue("physical_queue", self.physical_queue)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropQueueItem:
+    """Logical queue ``queue_id``'s oldest item, still of ``generation`` and not the newest, is
+    dropped: retention deleted its data (docs/static-topics.md, "Retention of old items")."""
+
+    topic: str
+    queue_id: int
+    generation: int
+
+    def __post_init__(self) -> None:
+        check_topic("topic", self.topic)
+        check_physical_queue("queue_id", self.queue_id)
+        check_epoch("generation", self.generation)
+
+
 AuthEvent = PutUser | DeleteUser | PutAcl
-StaticTopicEvent = CreateStaticTopic | SealQueueItem | AddQueueItem | RemapQueueItem
+StaticTopicEvent = CreateStaticTopic | SealQueueItem | AddQueueItem | RemapQueueItem | DropQueueItem
 
 Event = (
     ApplyBrokerId
@@ -462,6 +480,7 @@ Event = (
     | SealQueueItem
     | AddQueueItem
     | RemapQueueItem
+    | DropQueueItem
 )
 
 
@@ -572,6 +591,8 @@ def encode_event(event: Event) -> bytes:
                 event.broker_name,
                 event.physical_queue,
             ]
+        case DropQueueItem():
+            fields = [TAG_DROP_QUEUE_ITEM, event.topic, event.queue_id, event.generation]
         case _:
             raise TypeError(f"not an event: {type(event).__name__}")
     packed: bytes = msgpack.packb(fields, use_bin_type=True)
@@ -741,6 +762,10 @@ def _build(fields: list[Any]) -> Event:
             broker_name=broker_name,
             physical_queue=physical_queue,
         )
+    if tag == TAG_DROP_QUEUE_ITEM:
+        _arity(fields, 4, "DropQueueItem")
+        _, topic, queue_id, generation = fields
+        return DropQueueItem(topic=topic, queue_id=queue_id, generation=generation)
     raise ValueError(f"unknown event tag {tag}")
 
 

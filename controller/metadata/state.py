@@ -29,6 +29,7 @@ from controller.metadata.events import (
     CleanBrokerData,
     CreateStaticTopic,
     DeleteUser,
+    DropQueueItem,
     ElectMaster,
     Event,
     PutAcl,
@@ -463,6 +464,10 @@ class ReplicasInfoManager:
                 return rejected(
                     invalid, f"broker ids {unknown} of {broker_name} are not registered"
                 )
+        whole = ids is None or ids >= group.brokers.keys()
+        mapped = self.static_topics.mapped_on(broker_name) if whole else []
+        if mapped:
+            return rejected(invalid, _still_mapped(broker_name, mapped))
         # A living broker is never cleaned, whatever the request says: its data would be
         # forgotten while it serves, and the group left without a master it cannot rejoin.
         for broker_id in sorted(group.brokers if ids is None else ids):
@@ -579,6 +584,15 @@ class ReplicasInfoManager:
             )
         return self.static_topics.remap(plan, physical_max, group.topics.get(plan.topic, 0))
 
+    def droppable_items(self) -> list[tuple[str, int, MappingItem]]:
+        """Each static topic queue's oldest item when it is not the newest (retention may have
+        deleted it): (topic, queue id, item)."""
+        return self.static_topics.droppable()
+
+    def drop_queue_item(self, topic: str, queue_id: int, generation: int) -> Decision[MappingItem]:
+        """Drop a static topic queue's oldest item (its data was deleted by retention)."""
+        return self.static_topics.drop_item(topic, queue_id, generation)
+
     def sealed_queues(self, broker_name: str) -> list[tuple[str, int]]:
         """The group's static topic queues whose items are sealed (see SealedQueues, broker)."""
         return self.static_topics.sealed_on(broker_name)
@@ -625,7 +639,7 @@ class ReplicasInfoManager:
                 return self._apply_clean(event)
             case PutUser() | DeleteUser() | PutAcl():
                 return self.auth.apply(event)
-            case CreateStaticTopic() | SealQueueItem() | AddQueueItem():
+            case CreateStaticTopic() | SealQueueItem() | AddQueueItem() | DropQueueItem():
                 return self.static_topics.apply(event, self._groups.keys())
             case RemapQueueItem():
                 # The fence was set on the source group's master at this epoch: a master
@@ -676,6 +690,13 @@ class ReplicasInfoManager:
                 RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
                 f"broker set {event.broker_name} does not exist",
             )
+        whole = event.broker_ids is None or event.broker_ids >= group.brokers.keys()
+        mapped = self.static_topics.mapped_on(event.broker_name) if whole else []
+        if mapped:
+            return fail(
+                RC.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+                _still_mapped(event.broker_name, mapped),
+            )
         if event.broker_ids is None:
             del self._groups[event.broker_name]
             return APPLIED
@@ -724,3 +745,15 @@ class ReplicasInfoManager:
                 problems.append(f"{name}: group is filed under another name")
             problems.extend(group.invariant_violations())
         return problems
+
+
+def _still_mapped(broker_name: str, mapped: Sequence[tuple[str, int]]) -> str:
+    """CLEAN_BROKER_DATA of a whole group that static topic items are mapped to: refused (its
+    items would point at a group that no longer exists)."""
+    topic, queue_id = mapped[0]
+    more = f" and {len(mapped) - 1} more" if len(mapped) > 1 else ""
+    return (
+        f"broker set {broker_name} holds static topic items ({topic} queue {queue_id}{more}): "
+        "move those queues to another group (remapStaticTopic) and wait until retention drops "
+        "the old items"
+    )

@@ -62,6 +62,7 @@ __all__ = [
     "sealed",
     "to_logical",
     "to_physical",
+    "without_oldest",
 ]
 
 
@@ -136,3 +137,17 @@ def check_new_item(items: Sequence[MappingItem], item: MappingItem) -> None:
 
 def appended(items: Sequence[MappingItem], item: MappingItem) -> LogicalQueue:
     return (*items, item)
+
+
+def without_oldest(items: Sequence[MappingItem], generation: int) -> LogicalQueue:
+    """The queue with its oldest item, of ``generation``, dropped (retention deleted its data).
+    MappingError when the oldest item is another generation or the only (the newest) one: a
+    queue always keeps its newest item, and a sealed one is never reopened."""
+    oldest = items[0]
+    if oldest.generation != generation:
+        raise MappingError(
+            f"generation {generation} is not the oldest item (generation {oldest.generation})"
+        )
+    if len(items) == 1:
+        raise MappingError("the newest item is never dropped")
+    return tuple(items[1:])

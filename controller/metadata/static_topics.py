@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from controller.metadata.events import (
     AddQueueItem,
     CreateStaticTopic,
+    DropQueueItem,
     Event,
     RemapQueueItem,
     SealQueueItem,
@@ -36,6 +37,7 @@ from controller.metadata.static_topic import (
     newest,
     seal_end,
     sealed,
+    without_oldest,
 )
 from protocol.codes import ResponseCode as RC
 
@@ -299,6 +301,41 @@ class StaticTopicTable:
             }
         )
 
+    def droppable(self) -> list[tuple[str, int, MappingItem]]:
+        """Each logical queue's oldest item when it is not the newest (so it is sealed): the
+        items retention may have deleted, as (topic, queue id, item)."""
+        return [
+            (topic, queue_id, items[0])
+            for topic, mapping in sorted(self._topics.items())
+            for queue_id, items in enumerate(mapping)
+            if len(items) > 1
+        ]
+
+    def drop_item(self, topic: str, queue_id: int, generation: int) -> Decision[MappingItem]:
+        """Drop ``topic``'s queue ``queue_id``'s oldest item, of ``generation``, once its group's
+        min offset of its physical queue reached the item's physical end (the caller asked).
+        The response is the dropped item."""
+        items = self._queue(topic, queue_id)
+        if isinstance(items, Applied):
+            return rejected(items.code, items.remark)
+        try:
+            without_oldest(items, generation)
+        except MappingError as exc:
+            return rejected(RC.BAD_REQUEST, f"{topic} queue {queue_id}: {exc}")
+        event = DropQueueItem(topic=topic, queue_id=queue_id, generation=generation)
+        return Decision(events=(event,), response=items[0])
+
+    def mapped_on(self, broker_name: str) -> list[tuple[str, int]]:
+        """The (topic, logical queue) pairs with an item on ``broker_name``."""
+        return sorted(
+            {
+                (topic, queue_id)
+                for topic, mapping in self._topics.items()
+                for queue_id, items in enumerate(mapping)
+                if any(item.broker_name == broker_name for item in items)
+            }
+        )
+
     # Apply -------------------------------------------------------------------------------------
 
     def apply(self, event: StaticTopicEvent, groups: Collection[str]) -> Applied:
@@ -351,6 +388,16 @@ class StaticTopicTable:
                 return APPLIED
             case RemapQueueItem():
                 return self._apply_remap(event, groups)
+            case DropQueueItem():
+                items = self._queue(event.topic, event.queue_id)
+                if isinstance(items, Applied):
+                    return items
+                try:
+                    kept = without_oldest(items, event.generation)
+                except MappingError as exc:
+                    return fail(RC.BAD_REQUEST, f"{event.topic} queue {event.queue_id}: {exc}")
+                self._replace(event.topic, event.queue_id, kept)
+                return APPLIED
             case _:
                 raise TypeError(f"not a static topic event: {type(event).__name__}")
 

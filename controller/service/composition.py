@@ -32,6 +32,7 @@ from controller.service.notifier import BrokerNotifier
 from controller.service.rebalance import Rebalancer, TrafficView
 from controller.service.requests import AsyncHandler, guarded
 from controller.service.scheduler import ElectionScheduler
+from controller.service.static_retention import StaticItemRetention
 from controller.service.static_topics import StaticTopicHandlers
 from controller.service.sync_state import SyncStateHandlers
 from controller.service.tasks import BackgroundTasks
@@ -103,6 +104,7 @@ class ControllerService:
         self.tasks = BackgroundTasks()
         self._scan_task: asyncio.Task[None] | None = None
         self._rebalance_task: asyncio.Task[None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
         timeout = cfg.request_timeout_ms / 1000
         now_ms = self.now_ms
 
@@ -175,6 +177,9 @@ class ControllerService:
         )
         self.rebalancer = Rebalancer(
             cfg, driver, gate, self.traffic_view, self.static_topics, metrics
+        )
+        self.static_retention = StaticItemRetention(
+            cfg, driver, manager, committer, self.pool, timeout
         )
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
         self.auth = AuthHandlers(manager, gate, committer, auth_key)
@@ -257,14 +262,22 @@ class ControllerService:
     async def start(self) -> None:
         self._scan_task = asyncio.create_task(self.scheduler.run(), name="controller-scan")
         self._rebalance_task = asyncio.create_task(self.rebalancer.run(), name="rebalance")
+        self._retention_task = asyncio.create_task(
+            self.static_retention.run(), name="static-item-retention"
+        )
 
     async def stop(self) -> None:
-        running = (self._scan_task, self._rebalance_task, *self.tasks.running())
+        running = (
+            self._scan_task,
+            self._rebalance_task,
+            self._retention_task,
+            *self.tasks.running(),
+        )
         tasks = [t for t in running if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._scan_task = self._rebalance_task = None
+        self._scan_task = self._rebalance_task = self._retention_task = None
         self.pool.close()
 
     def now_ms(self) -> int:

@@ -77,18 +77,25 @@ def test_logical_of_clamps_to_the_item() -> None:
 
 
 def test_commit_points_close_every_item_the_reader_passed() -> None:
-    assert commit_points(MOVED, 3) == [(MOVED[0], 3)]
-    assert commit_points(MOVED, 5) == [(MOVED[1], 0), (MOVED[0], 5)]
+    # Items it has not reached get their start: the group has a position there too.
+    assert commit_points(MOVED, 3) == [(MOVED[2], 0), (MOVED[1], 0), (MOVED[0], 3)]
+    assert commit_points(MOVED, 5) == [(MOVED[2], 0), (MOVED[1], 0), (MOVED[0], 5)]
     assert commit_points(MOVED, 14) == [(MOVED[2], 2), (MOVED[1], 7), (MOVED[0], 5)]
 
 
-def test_resume_from_the_newest_item_with_a_committed_offset() -> None:
+def test_resume_from_the_newest_item_with_a_committed_offset_past_its_start() -> None:
     assert resume_offset(MOVED, {}) is None
     assert resume_offset(MOVED, {0: 5}) == 5
     assert resume_offset(MOVED, {0: 5, 1: 3}) == 8
     assert resume_offset(MOVED, {0: 5, 1: 7, 2: 4}) == 16
     # An old item's offset past its end (a late message there) stops at the end.
     assert resume_offset(MOVED, {0: 9}) == 5
+    # Newer items at their start: the item holding the offset decides.
+    assert resume_offset(MOVED, {0: 3, 1: 0, 2: 0}) == 3
+    assert resume_offset(MOVED, {0: 0, 1: 0, 2: 0}) == 0
+    # Item 0 dropped (retention deleted it) while the group was in it: the first remaining
+    # item's start.
+    assert resume_offset(MOVED[1:], {1: 0, 2: 0}) == 5
 
 
 def test_a_logical_range_splits_into_the_items_physical_ranges() -> None:
