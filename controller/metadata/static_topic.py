@@ -1,27 +1,12 @@
-"""Static topics: logical queues as sequences of mapping items, and offset translation.
+"""Static topics: the re-map steps the controllers' state machine applies to a logical queue.
 
-A static topic has N logical queues. Each logical queue is a sequence of mapping items, oldest
-first; an item says "logical offsets from ``logical_start`` on live in physical queue
-``physical_queue`` of broker group ``broker_name``, where logical ``logical_start`` is physical
-``physical_start``". Every item but the newest is sealed at ``logical_end`` (exclusive); the
-newest is open (``logical_end`` None) or, while a re-map is between its two steps, sealed too.
-
-Invariants of one logical queue (:func:`queue_problems`):
-
-- the first item starts at logical 0, generations ascend by one from the first;
-- each item starts where the previous one was sealed (no gap, no overlap);
-- every item but the newest is sealed.
-
-So the mapped logical range is [0, newest.logical_end) or [0, ∞), and translation
-(:func:`to_physical`, :func:`to_logical`) is a bijection between it and the union of the items'
-physical ranges.
+The model (mapping items, their invariants) and the translation between logical and physical
+offsets live in :mod:`protocol.static_topic`, which clients and the pipeline read with too; this
+module re-exports them.
 
 A re-map is two events: seal the newest item at the physical max offset the group reports
 (:func:`seal_end`), then append the item on the target group starting at that logical offset
 (:func:`check_new_item`). Between them the queue has a move in progress and takes no other seal.
-
-The model and the translation live in :mod:`protocol.static_topic` (clients and the pipeline
-read with them); this module adds the re-map steps the controllers' state machine applies.
 
 Plain functions on frozen values: no I/O, no clock.
 """
