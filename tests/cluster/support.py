@@ -68,6 +68,21 @@ async def new_master(
     return doc
 
 
+async def group_masters(boot: Bootstrap, cluster: Cluster, *groups: str) -> dict[str, str]:
+    """Each group's master address, once the controllers name one."""
+    masters: dict[str, str] = {}
+    for group in groups:
+
+        async def master(g: str = group) -> str | None:
+            doc = await sync_state(boot, g)
+            return str(doc["masterAddress"]) if doc and doc.get("masterAddress") else None
+
+        masters[group] = await wait_until_async(
+            master, f"{group} master", 60, interval=0.2, on_timeout=cluster.logs
+        )
+    return masters
+
+
 def node_at(cluster: Cluster, address: str) -> BrokerNode:
     return next(b for b in cluster.brokers if b.address == address)
 

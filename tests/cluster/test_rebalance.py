@@ -110,10 +110,7 @@ def refused(addrs: str, plan: Path, doc: Any, error: str) -> None:
 
 def test_a_new_group_takes_new_topics_and_busy_queues_until_balanced(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
-    config = tmp_path / "controller.toml"
-    config.write_text(CONTROLLER_TOML)
-    for c in cluster.controllers:
-        c.argv += ["--config", str(config)]
+    cluster.configure_controllers(CONTROLLER_TOML)
     try:
         cluster.start_controllers()
         asyncio.run(scenario(cluster, cluster.controller_addresses, tmp_path))

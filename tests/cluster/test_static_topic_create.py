@@ -23,9 +23,8 @@ from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from rmqctl.cli import cli
-from tests.cluster.support import sync_state
+from tests.cluster.support import group_masters
 from tests.support.cluster import Cluster
-from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -64,17 +63,8 @@ async def send_anywhere(address: str) -> tuple[int, dict[str, int]]:
 
 async def scenario(cluster: Cluster, addrs: str) -> None:
     boot = Bootstrap(addrs, timeout=2.0)
-    masters: dict[str, str] = {}
     try:
-        for group in ("broker-a", "broker-b"):
-
-            async def master(g: str = group) -> str | None:
-                doc = await sync_state(boot, g)
-                return str(doc["masterAddress"]) if doc and doc.get("masterAddress") else None
-
-            masters[group] = await wait_until_async(
-                master, f"{group} master", 60, interval=0.2, on_timeout=cluster.logs
-            )
+        masters = await group_masters(boot, cluster, "broker-a", "broker-b")
     finally:
         boot.close()
 

@@ -29,7 +29,7 @@ from protocol.pull import ConsumerOffsetUpdate
 from protocol.static_topic import commit_points, parse_queue
 from remoting.client import RemotingClient
 from rmqctl.cli import cli
-from tests.cluster.support import sync_state
+from tests.cluster.support import group_masters
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -50,10 +50,7 @@ def test_retention_drops_an_old_item_and_a_group_behind_it_reads_what_remains(
     tmp_path: Path,
 ) -> None:
     cluster = Cluster(tmp_path)
-    config = tmp_path / "controller.toml"
-    config.write_text(CONTROLLER_TOML)
-    for c in cluster.controllers:
-        c.argv += ["--config", str(config)]
+    cluster.configure_controllers(CONTROLLER_TOML)
     try:
         cluster.start_controllers()
         cluster.add_group("broker-a", 1, config=SMALL_RETENTION, segment_bytes=64 * 1024)
@@ -74,17 +71,8 @@ async def call(address: str, code: int, header: dict[str, Any], body: bytes | No
 
 async def scenario(cluster: Cluster, addrs: str) -> None:
     boot = Bootstrap(addrs, timeout=2.0)
-    masters: dict[str, str] = {}
     try:
-        for group in ("broker-a", "broker-b"):
-
-            async def master(g: str = group) -> str | None:
-                doc = await sync_state(boot, g)
-                return str(doc["masterAddress"]) if doc and doc.get("masterAddress") else None
-
-            masters[group] = await wait_until_async(
-                master, f"{group} master", 60, interval=0.2, on_timeout=cluster.logs
-            )
+        masters = await group_masters(boot, cluster, "broker-a", "broker-b")
     finally:
         boot.close()
 

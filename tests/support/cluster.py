@@ -116,6 +116,13 @@ class Cluster:
         self.controller_addresses = ";".join(c.address for c in self.controllers)
         self.brokers: list[BrokerNode] = []
 
+    def configure_controllers(self, toml: str) -> None:
+        """Every controller reads ``toml`` (before :meth:`start_controllers`)."""
+        config = self.tmp / "controller.toml"
+        config.write_text(toml)
+        for c in self.controllers:
+            c.argv += ["--config", str(config)]
+
     def start_controllers(self) -> None:
         for c in self.controllers:
             c.start()
