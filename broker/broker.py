@@ -34,6 +34,7 @@ from broker.processors.static_queues import StaticQueueProcessor
 from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
+from broker.static_forward import StaticForwarder
 from daemon.metrics import serve_metrics
 from protocol.codes import RequestCode
 from protocol.ha_auth import ha_key
@@ -164,6 +165,9 @@ class Broker:
             self.ha.add_confirm_listener(lambda _offset: self.ctx.waiters.notify_all())
             self.replicas = ReplicasManager(self.ctx, self.ha)
             self.ctx.topic_listeners.append(self.replicas.topics_changed)
+            self.ctx.timer.forward = StaticForwarder(
+                self.replicas.controllers, self.replicas.pool, cfg.broker_name
+            ).forward
             if ctx.cluster_credentials is not None and ctx.auth_key is not None:
                 self.users = BrokerUsers(
                     ctx.auth_key,

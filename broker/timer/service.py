@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import structlog
 
+from broker.static_forward import ForwardError
 from broker.timer.records import (
     RESERVED_PROPERTIES,
     Delivered,
@@ -64,6 +66,12 @@ from storage.small_file import read_atomic, write_atomic
 from storage.store import PutResult
 from storage.timer.request import requested_delivery_ms
 from storage.timer.wheel import InvalidDeliveryTimeError, TimerEntry, TimingWheel, WheelConfig
+
+Forward = Callable[[Message, str, int], Awaitable[str]]
+"""``forward(message, topic, physical_queue)``: :meth:`broker.static_forward.StaticForwarder.forward`."""
+
+FORWARD_RETRY_S: Final = 1.0
+"""After a message due on a moved queue could not be sent on: the wait before trying again."""
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
@@ -140,6 +148,12 @@ class TimerService:
         self._sleep_until = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._msg_id_host = cfg.listen
+        self.forward: Forward | None = None
+        """How a message due on a static topic queue that moved away is stored on the queue's
+        newest item (:mod:`broker.static_forward`); None without controllers."""
+        self._forwarding: set[TimerEntry] = set()
+        self._forwarded: set[TimerEntry] = set()
+        """Entries whose message the newest item's group acknowledged: delivered."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -562,6 +576,11 @@ class TimerService:
             metrics.timer_unreadable.inc(unreadable)
         failed: set[TimerEntry] = set()
         for (topic, queue_id), (run_entries, batch) in runs.items():
+            waiting = self._moved_away(topic, queue_id, run_entries, batch)
+            if waiting is not None:
+                failed.update(waiting)
+                metrics.timer_delivered.inc(len(run_entries) - len(waiting))
+                continue
             try:
                 result = appender.put(topic, queue_id, batch, sum(len(m.body) for m in batch))
             except StoreError as exc:
@@ -600,6 +619,58 @@ class TimerService:
         self._delivered_ahead = ahead
         self._inflight = [e for e in entries if e in failed]
         return False
+
+    def _moved_away(
+        self, topic: str, queue_id: int, entries: list[TimerEntry], batch: list[Message]
+    ) -> set[TimerEntry] | None:
+        """None when ``topic``/``queue_id`` takes appends here. Else it is a static topic's
+        queue that moved to another group (sealed) or is moving (fenced), and appending here
+        would put the messages past its seal, where no logical reader looks: the entries not
+        delivered yet. A fenced queue's wait (the move commits or its fence lapses); a sealed
+        one's are sent on to the queue's newest item, and delivered once acknowledged there."""
+        sealed = self.ctx.sealed
+        if not sealed.has_closed(topic) or not sealed.closed(topic, queue_id, time.monotonic()):
+            return None
+        forward = self.forward
+        if forward is None or (topic, queue_id) not in sealed.sealed():
+            return set(entries)
+        waiting: set[TimerEntry] = set()
+        for entry, msg in zip(entries, batch, strict=True):
+            if entry in self._forwarded:
+                self._forwarded.discard(entry)
+                continue
+            waiting.add(entry)
+            if entry not in self._forwarding:
+                self._forwarding.add(entry)
+                task = asyncio.get_running_loop().create_task(
+                    self._forward(forward, entry, msg, topic, queue_id)
+                )
+                self._tasks.append(task)
+                task.add_done_callback(self._forget_task)
+        return waiting
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
+
+    async def _forward(
+        self, forward: Forward, entry: TimerEntry, msg: Message, topic: str, queue_id: int
+    ) -> None:
+        try:
+            await forward(msg, topic, queue_id)
+        except ForwardError as exc:
+            log.warning(
+                "scheduled message due on a moved queue not sent on yet; retrying",
+                topic=topic,
+                queue_id=queue_id,
+                error=str(exc),
+            )
+            await asyncio.sleep(FORWARD_RETRY_S)
+        else:
+            self._forwarded.add(entry)
+            self._wake.set()
+        finally:
+            self._forwarding.discard(entry)
 
     def _delivery(self, entry: TimerEntry) -> tuple[Message, str, int] | None:
         """The real message of ``entry`` and its topic and queue, read back from its CommitLog
