@@ -30,6 +30,7 @@ from rmqctl.common import (
     table,
 )
 from rmqctl.controller_calls import answer_body, call_controllers
+from rmqctl.static_topic import apply_moves, read_json_file
 
 
 def _doc(raw: Any, what: str) -> dict[str, Any]:
@@ -108,13 +109,6 @@ def _plan_human(doc: Mapping[str, Any]) -> str:
             )
         )
     return "\n".join(lines)
-
-
-def _read_json(path: str, what: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CommandError(f"cannot read {what} {path}: {exc}") from None
 
 
 async def _topic_kind(addresses: str, topic: str) -> list[str | None] | None:
@@ -200,7 +194,7 @@ def rebalance_plan(
             "--threshold applies to the live figures; the traffic job's plan has its own "
             "(rmq-pipeline traffic --threshold)"
         )
-    job = _read_json(from_file, "traffic job plan") if from_file is not None else None
+    job = read_json_file(from_file, "traffic job plan") if from_file is not None else None
 
     async def live() -> dict[str, Any]:
         header: dict[str, Scalar] = {}
@@ -244,7 +238,7 @@ Move = tuple[str, int, str, str]
 
 def read_moves(path: str) -> list[Move]:
     """The moves of a rebalancePlan document; CommandError (one line) when it is not one."""
-    doc = _read_json(path, "plan")
+    doc = read_json_file(path, "plan")
     if not isinstance(doc, dict) or not isinstance(doc.get("moves"), list):
         raise CommandError(
             f'plan {path} must be a rebalancePlan document (a JSON object with "moves")'
@@ -338,15 +332,7 @@ def rebalance_apply(settings: Settings, addresses: str, plan_file: str) -> None:
 
     async def work() -> int:
         await check_moves(addresses, moves)
-        for n, (topic, queue, _, target) in enumerate(moves, 1):
-            header: dict[str, Scalar] = {"topic": topic, "queueId": queue, "brokerName": target}
-            try:
-                await call_controllers(addresses, ControllerCode.REMAP_STATIC_TOPIC, header)
-            except ClientError as exc:
-                raise ClientError(
-                    f"move {n} of {len(moves)} ({topic} queue {queue} -> {target}) refused "
-                    f"after {n - 1} applied: {exc}"
-                ) from None
+        await apply_moves(addresses, [(t, q, target) for t, q, _, target in moves])
         return len(moves)
 
     applied = run(work())

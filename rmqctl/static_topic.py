@@ -8,7 +8,7 @@ logical queues and their mapping items live in the controllers' replicated state
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,13 +154,18 @@ Move = tuple[str, int, str]
 """(topic, logical queue, target broker group)."""
 
 
+def read_json_file(path: str, what: str) -> Any:
+    """The JSON document in ``path``; CommandError (one line) when it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CommandError(f"cannot read {what} {path}: {exc}") from None
+
+
 def read_plan(path: str) -> list[Move]:
     """A plan file: a JSON list of {"topic", "queue", "target"}; CommandError (one line) when it
     is not one."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CommandError(f"cannot read plan {path}: {exc}") from None
+    doc = read_json_file(path, "plan")
     if not isinstance(doc, list) or not doc:
         raise CommandError(f"plan {path} must be a non-empty JSON list of moves")
     moves: list[Move] = []
@@ -236,21 +241,27 @@ def remap_static_topic(
         assert topic is not None and queue is not None and broker_name is not None
         moves = [(topic, queue, broker_name)]
 
-    async def work() -> dict[str, Any]:
-        doc: dict[str, Any] = {}
-        for n, (t, q, target) in enumerate(moves, 1):
-            header: dict[str, Scalar] = {"topic": t, "queueId": q, "brokerName": target}
-            try:
-                resp = await call_controllers(addresses, ControllerCode.REMAP_STATIC_TOPIC, header)
-                doc = _mapping(answer_body(resp, "static topic mapping"))
-            except ClientError as exc:
-                if len(moves) == 1:
-                    raise
-                raise ClientError(
-                    f"move {n} of {len(moves)} ({t} queue {q} -> {target}) refused after "
-                    f"{n - 1} applied: {exc}"
-                ) from None
-        return doc
-
-    doc = run(work())
+    doc = run(apply_moves(addresses, moves, lone_refusal_as_is=True))
     emit(settings, doc, lambda: _mapping_human(doc))
+
+
+async def apply_moves(
+    addresses: str, moves: Sequence[Move], *, lone_refusal_as_is: bool = False
+) -> dict[str, Any]:
+    """REMAP_STATIC_TOPIC for each move, one at a time, in order; the topic's mapping after the
+    last. The first refusal stops them, as ``move N of M (T queue Q -> G) refused after K
+    applied: ...`` (with ``lone_refusal_as_is``, a plan of one move's refusal as it came)."""
+    doc: dict[str, Any] = {}
+    for n, (t, q, target) in enumerate(moves, 1):
+        header: dict[str, Scalar] = {"topic": t, "queueId": q, "brokerName": target}
+        try:
+            resp = await call_controllers(addresses, ControllerCode.REMAP_STATIC_TOPIC, header)
+            doc = _mapping(answer_body(resp, "static topic mapping"))
+        except ClientError as exc:
+            if lone_refusal_as_is and len(moves) == 1:
+                raise
+            raise ClientError(
+                f"move {n} of {len(moves)} ({t} queue {q} -> {target}) refused after "
+                f"{n - 1} applied: {exc}"
+            ) from None
+    return doc
