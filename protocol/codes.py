@@ -62,6 +62,9 @@ class RequestCode(IntEnum):
     RESEND_DLQ_MESSAGES = 5201
     # Our own: a re-map fences a static topic's physical queue on its master (static-topics.md).
     FENCE_STATIC_QUEUE = 5122
+    # Our own, served by brokers and controllers with authentication on: a signed request that
+    # authenticates the rest of its TLS connection (docs/protocol.md, "Sessions over TLS").
+    AUTHENTICATE = 5112
 
 
 class ControllerCode(IntEnum):

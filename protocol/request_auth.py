@@ -68,7 +68,21 @@ BAD_SIGNATURE: Final = "bad_signature"
 EXPIRED: Final = "expired"
 REPLAYED: Final = "replayed"
 DENIED: Final = "denied"
-REASONS: Final = (UNSIGNED, MALFORMED, UNKNOWN_USER, BAD_SIGNATURE, EXPIRED, REPLAYED, DENIED)
+SESSION: Final = "session"
+REASONS: Final = (
+    UNSIGNED,
+    MALFORMED,
+    UNKNOWN_USER,
+    BAD_SIGNATURE,
+    EXPIRED,
+    REPLAYED,
+    DENIED,
+    SESSION,
+)
+
+CHANNEL_BINDING: Final = "ChannelBinding"
+"""The AUTHENTICATE request's header field: base64 of the TLS connection's ``tls-unique``
+channel binding as the client sees it (covered by the signature like every header field)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +355,33 @@ def _is_base64(text: str) -> bool:
     except (binascii.Error, ValueError):
         return False
     return True
+
+
+def channel_binding_field(binding: bytes) -> str:
+    """The ChannelBinding field's value for a connection's ``tls-unique`` bytes."""
+    return base64.b64encode(binding).decode()
+
+
+def session_refusal(header: Mapping[str, Scalar], binding: bytes | None) -> str | None:
+    """Why a verified AUTHENTICATE request may not open a session on its connection, or None.
+
+    ``binding`` is the server's own ``tls-unique`` of the connection (None: not TLS). The
+    client's field must name the same TLS connection: a signed AUTHENTICATE captured or relayed
+    by a man in the middle (a client that does not check the server's certificate) names the
+    client's connection to the middle, never the middle's connection to the server.
+    """
+    if binding is None:
+        return "sessions need TLS; over plain TCP every request is signed"
+    value = header.get(CHANNEL_BINDING)
+    if not isinstance(value, str):
+        return f"{CHANNEL_BINDING} (base64 of the connection's tls-unique) is missing"
+    expected = channel_binding_field(binding).encode()
+    if not hmac.compare_digest(value.encode("utf-8", "surrogatepass"), expected):
+        return (
+            f"{CHANNEL_BINDING} does not name this TLS connection (a TLS-terminating proxy "
+            "between client and server, or a relayed request)"
+        )
+    return None
 
 
 def strip_auth_fields(header: Header) -> None:

@@ -11,6 +11,14 @@ many were not logged since), so a client retrying in a loop cannot flood the log
 
 The cluster's own processes sign with :func:`protocol.request_auth.cluster_credentials` and count
 as a super user.
+
+Sessions over TLS: a signed AUTHENTICATE request whose ChannelBinding names its own TLS
+connection (:func:`protocol.request_auth.session_refusal`) makes the guard remember its user on
+that connection; the connection's later requests may come unsigned and count as that user's. A
+request that is signed anyway is verified as always. Each session request looks the user up
+again (deleted: ``unknown_user``; new rules apply at once); when the user's secret is no longer
+the one the session was opened with, the request is refused (``session``) and the connection
+closed after the answer, so the client connects and authenticates again with what it holds now.
 """
 
 from __future__ import annotations
@@ -21,15 +29,18 @@ from typing import Final, Protocol
 import structlog
 
 from protocol.acl import Decision, User, UserType
-from protocol.codes import ResponseCode
-from protocol.remoting import Frame
+from protocol.codes import RequestCode, ResponseCode
+from protocol.remoting import Frame, response
 from protocol.request_auth import (
+    ACCESS_KEY,
     CLUSTER_ACCESS_KEY,
     DEFAULT_MAX_NONCES_PER_USER,
     DENIED,
+    SESSION,
     UNKNOWN_USER,
     Credentials,
     NonceCache,
+    session_refusal,
     strip_auth_fields,
     verify,
 )
@@ -82,6 +93,30 @@ def source_host(conn: Connection) -> str:
     return conn.peer.rpartition(":")[0] or conn.peer
 
 
+SESSION_ATTR: Final = "auth_session"
+"""The key of a connection's :class:`Session` in its ``attrs``."""
+
+
+class Session:
+    """Who authenticated a TLS connection, and with which secret."""
+
+    __slots__ = ("secret", "username")
+
+    def __init__(self, username: str, secret: str) -> None:
+        self.username = username
+        self.secret = secret
+
+
+def tls_unique(conn: Connection) -> bytes | None:
+    """The connection's ``tls-unique`` channel binding (None: not a TLS connection)."""
+    tr = conn.transport
+    ssl_object = None if tr is None else tr.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return None
+    binding: bytes | None = ssl_object.get_channel_binding("tls-unique")
+    return binding
+
+
 class RequestGuard:
     def __init__(
         self,
@@ -116,7 +151,11 @@ class RequestGuard:
         return self._directory.user(username)
 
     def __call__(self, conn: Connection, req: Frame) -> Frame | None:
-        """None: the request may go to its handler; else the refusal to answer."""
+        """None: the request may go to its handler; else the answer to send instead (a refusal,
+        or the answer to AUTHENTICATE)."""
+        session: Session | None = conn.attrs.get(SESSION_ATTR)
+        if session is not None and ACCESS_KEY not in req.header:
+            return self._in_session(conn, req, session)
         now = self._clock_ms()
         verdict = verify(
             req.code,
@@ -131,6 +170,8 @@ class RequestGuard:
         if verdict.reason is not None:
             return self._refuse(conn, req, verdict.reason, verdict.detail, verdict.username, now)
         username = verdict.username or ""
+        if req.code == RequestCode.AUTHENTICATE:
+            return self._open_session(conn, req, username, now)
         strip_auth_fields(req.header)
         user = self._user(username)
         if user is None:  # deleted between the two look-ups
@@ -140,6 +181,46 @@ class RequestGuard:
         if not decision.allowed:
             return self._refuse(conn, req, DENIED, decision.reason, username, now)
         return None
+
+    def _in_session(self, conn: Connection, req: Frame, session: Session) -> Frame | None:
+        """An unsigned request on an authenticated connection."""
+        name = session.username
+        if req.code == RequestCode.AUTHENTICATE:
+            return response(req, ResponseCode.SUCCESS, {"remark": f"authenticated as {name}"})
+        secret = self._secret(name)
+        user = self._user(name)
+        if secret is None or user is None:
+            return self._refuse(
+                conn, req, UNKNOWN_USER, f"unknown user {name}", name, self._clock_ms()
+            )
+        if secret != session.secret:
+            del conn.attrs[SESSION_ATTR]
+            refusal = self._refuse(
+                conn,
+                req,
+                SESSION,
+                f"the secret of {name} changed since this connection authenticated; connect again",
+                name,
+                self._clock_ms(),
+            )
+            conn.close_after_answers()
+            return refusal
+        decision = self._authorize(user, req, source_host(conn))
+        if not decision.allowed:
+            return self._refuse(conn, req, DENIED, decision.reason, name, self._clock_ms())
+        return None
+
+    def _open_session(self, conn: Connection, req: Frame, username: str, now: int) -> Frame:
+        """A verified AUTHENTICATE: bind ``username`` to the connection, or say why not."""
+        why = session_refusal(req.header, tls_unique(conn))
+        secret = self._secret(username)
+        if why is None and secret is None:
+            why = f"unknown user {username}"
+        if why is not None or secret is None:
+            return self._refuse(conn, req, SESSION, why or "", username, now)
+        conn.attrs[SESSION_ATTR] = Session(username, secret)
+        log.debug("session opened", server=self._server, peer=conn.peer, user=username)
+        return response(req, ResponseCode.SUCCESS, {"remark": f"authenticated as {username}"})
 
     def _refuse(
         self,

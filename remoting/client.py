@@ -3,6 +3,10 @@
 On close every pending request fails with :class:`ConnectionClosedError`, the cause chained.
 With a :class:`~protocol.request_auth.RequestSigner` every request is signed as it is written
 (:func:`signer_for` makes one from credentials); a pool gives its signer to every connection.
+Over TLS, a connection with a signer first sends one signed AUTHENTICATE bound to the TLS
+connection; when the server accepts it, the connection's requests go unsigned from then on (the
+server knows who is at the other end: docs/protocol.md, "Sessions over TLS"). Otherwise (plain
+TCP, a server with authentication off or without sessions, a refusal) every request is signed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import cast
 
-from protocol.codes import ResponseCode
+from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
     FLAG_ONEWAY,
@@ -26,7 +30,12 @@ from protocol.remoting import (
     encode_frame,
     request,
 )
-from protocol.request_auth import Credentials, RequestSigner
+from protocol.request_auth import (
+    CHANNEL_BINDING,
+    Credentials,
+    RequestSigner,
+    channel_binding_field,
+)
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
 from remoting.read_buffer import CopyingProtocol
 
@@ -148,6 +157,8 @@ class RemotingClient:
         self._out: list[bytes] = []
         self._answered = False  # a whole frame arrived on this connection
         self.closed_event = asyncio.Event()
+        self.session = False
+        """The server authenticated this TLS connection: requests go unsigned."""
 
     @classmethod
     async def connect(
@@ -180,7 +191,24 @@ class RemotingClient:
             )
         except (TimeoutError, OSError) as exc:
             raise ConnectError(f"cannot connect to {address}: {exc or 'timeout'}") from exc
+        if signer is not None and context is not None:
+            await conn._open_session(timeout)
         return conn
+
+    async def _open_session(self, timeout: float) -> None:
+        """Authenticate this TLS connection once (see the module docstring)."""
+        tr = self._transport
+        ssl_object = None if tr is None else tr.get_extra_info("ssl_object")
+        binding = None if ssl_object is None else ssl_object.get_channel_binding("tls-unique")
+        if binding is None:
+            return
+        header: dict[str, Scalar] = {CHANNEL_BINDING: channel_binding_field(binding)}
+        try:
+            resp = await self.request(RequestCode.AUTHENTICATE, header, timeout=timeout)
+        except (RequestTimeoutError, ConnectionClosedError) as exc:
+            self.close()
+            raise ConnectError(f"cannot connect to {self.address}: {exc}") from exc
+        self.session = resp.code == ResponseCode.SUCCESS
 
     @property
     def is_closed(self) -> bool:
@@ -207,7 +235,7 @@ class RemotingClient:
         try:
             if not self._writable.is_set():
                 await self._writable.wait()
-            if self.signer is not None:  # signed as late as possible: a fresh Timestamp
+            if self.signer is not None and not self.session:  # as late as possible: fresh
                 header = self.signer.sign(code, 0, header, body, wall_ms())
             self._write(encode_frame(request(code, opaque, header, body)))
             return await fut
@@ -238,7 +266,7 @@ class RemotingClient:
     ) -> None:
         if self._closed or self._transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is closed")
-        if self.signer is not None:
+        if self.signer is not None and not self.session:
             header = self.signer.sign(code, FLAG_ONEWAY, header, body, wall_ms())
         self._transport.write(
             encode_frame(request(code, next(self._opaque), header, body, oneway=True))

@@ -53,7 +53,7 @@ from typing import Any, cast
 
 import structlog
 
-from protocol.codes import ResponseCode
+from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -108,8 +108,10 @@ HandlerResult = (
 )
 Handler = Callable[["Connection", Frame], HandlerResult]
 Guard = Callable[["Connection", Frame], Frame | None]
-"""Runs before the handler of every request: None lets it through, a frame is the refusal
-(not sent for a oneway request). :class:`remoting.auth.RequestGuard` is the one in use."""
+"""Runs before the handler of every request: None lets it through, a frame is the answer instead
+(a refusal; not sent for a oneway request). :class:`remoting.auth.RequestGuard` is the one in
+use. AUTHENTICATE has no handler: it reaches the guard, whose frame answers it (a server without
+a guard, or a guard that lets it through, answers REQUEST_CODE_NOT_SUPPORTED)."""
 
 
 #: Default bound on the bytes of incomplete frames held by all connections of one server.
@@ -257,6 +259,15 @@ class Connection(CopyingProtocol):
         if self.transport is not None:
             self.transport.close()
 
+    def close_after_answers(self) -> None:
+        """Close once the answers queued in this loop turn (and the one being made) are
+        written."""
+        (self._loop or asyncio.get_running_loop()).call_soon(self._flush_and_close)
+
+    def _flush_and_close(self) -> None:
+        self._flush()
+        self.close()
+
     @property
     def declared_frame_bytes(self) -> int | None:
         """The length the incomplete frame claims, once its prefix arrived."""
@@ -286,7 +297,8 @@ class Connection(CopyingProtocol):
 
     def _dispatch(self, frame: Frame) -> None:
         handler = self._server.handlers.get(frame.code)
-        if handler is None:
+        guard = self._server.guard
+        if handler is None and (guard is None or frame.code != RequestCode.AUTHENTICATE):
             if not frame.is_oneway:
                 self.send(
                     error_response(
@@ -296,13 +308,22 @@ class Connection(CopyingProtocol):
                     )
                 )
             return
-        guard = self._server.guard
         if guard is not None:
             refused = guard(self, frame)
             if refused is not None:
                 if not frame.is_oneway:
                     self.send(refused)
                 return
+        if handler is None:  # AUTHENTICATE, let through by a guard without sessions
+            self._reply(
+                frame,
+                error_response(
+                    frame,
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    "this server does not authenticate connections",
+                ),
+            )
+            return
         try:
             result = handler(self, frame)
         except Exception as exc:  # a bad request must never take the server down

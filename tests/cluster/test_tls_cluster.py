@@ -2,7 +2,8 @@
 cluster and authentication on, against real processes: three controllers and a broker group of
 three. rmqctl creates the first user over TLS; a producer sends over TLS while the master is
 killed -9, and everything it had acknowledged is read back over TLS from the new master. A
-plaintext client, a client whose CA did not sign the servers' certificates, a client without a
+normal user's TLS connection authenticates once (a session) and its rules still hold for every
+request: pub on the topic sends, another topic and a pull are refused. A plaintext client, a client whose CA did not sign the servers' certificates, a client without a
 certificate on the HA port, and one asking the controllers for a cluster-internal request
 without a client certificate are refused. A controller reloads its certificate on SIGHUP and
 refuses to start with a world-readable key.
@@ -20,13 +21,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from client import Consumer, Credentials, Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from daemon.auth_key import load_auth_key
-from protocol.codes import RequestCode, ResponseCode
+from protocol.acl import make_rule
+from protocol.codes import ControllerCode, RequestCode, ResponseCode
+from protocol.remoting import Header
 from protocol.request_auth import cluster_credentials
 from remoting.client import ConnectionPool, RemotingClient, signer_for
 from remoting.errors import ConnectError, ConnectionClosedError, RemotingError
@@ -85,6 +89,7 @@ async def test_tls_everywhere_failover_loses_nothing_and_outsiders_are_refused(
         boot = Bootstrap(cluster.controller_addresses, ConnectionPool(2.0, ROOT, tls), 2.0)
         try:
             await run_failover(cluster, boot, tls)
+            await a_session_keeps_its_users_rules(cluster, boot, tls)
             await outsiders_are_refused(cluster, boot, pki, tls)
         finally:
             boot.close()
@@ -152,6 +157,43 @@ async def create_topic_tls(boot: Bootstrap, master: str, tls: ssl.SSLContext) ->
             return False
 
     await wait_until_async(routed, f"topic {TOPIC} routed", 20, interval=0.1)
+
+
+async def a_session_keeps_its_users_rules(
+    cluster: Cluster, boot: Bootstrap, tls: ssl.SSLContext
+) -> None:
+    app = Credentials("app", "app-Secret-4242")
+    body = msgpack.packb({"secret": app.secret_key})
+    await boot.call(ControllerCode.AUTH_CREATE_USER, {"username": app.access_key}, body)
+    rules = {"rules": [make_rule(f"Topic:{TOPIC}", ["pub"], "allow").to_doc()]}
+    await boot.call(ControllerCode.AUTH_CREATE_ACL, {"username": "app"}, msgpack.packb(rules))
+    master = (await full_sync_state_set(boot, cluster, size=2))["masterAddress"]
+
+    async def app_session() -> RemotingClient | None:
+        """A connection the master authenticated as app (its user cache follows the
+        controllers within a refresh)."""
+        conn = await RemotingClient.connect(master, signer=signer_for(app), tls=tls)
+        if conn.session:
+            return conn
+        conn.close()
+        return None
+
+    conn: RemotingClient = await wait_until_async(app_session, "a session as user app", 20)
+    try:
+        header: Header = {"topic": TOPIC, "queueId": 0, "bornTimestamp": int(time.time() * 1000)}
+        sent = await conn.request(RequestCode.SEND_MESSAGE, header, b"from a session")
+        assert sent.code == ResponseCode.SUCCESS, sent.header
+        other = await conn.request(RequestCode.SEND_MESSAGE, {**header, "topic": "Other"}, b"x")
+        assert other.code == ResponseCode.NO_PERMISSION
+        assert str(other.header["remark"]).startswith("denied: no rule of app allows pub")
+        pull: Header = {"consumerGroup": "g", "topic": TOPIC, "queueId": 0, "queueOffset": 0,
+                "maxMsgNums": 1}  # fmt: skip
+        pulled = await conn.request(RequestCode.PULL_MESSAGE, pull)
+        assert pulled.code == ResponseCode.NO_PERMISSION
+        assert str(pulled.header["remark"]).startswith("denied:")
+        assert conn.session  # all of it unsigned, in the session
+    finally:
+        conn.close()
 
 
 async def outsiders_are_refused(
