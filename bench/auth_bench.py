@@ -9,6 +9,8 @@ properties, bornTimestamp, 1 KiB body). Prints microseconds per request for:
     broker takes it from its cache of recent decisions (broker/auth/guard.py);
   - the broker's whole guard as its server calls it per request (remoting/auth.py: clock,
     verify, signature fields removed, user look-up, cached decision);
+  - the same guard for an unsigned request on a TLS connection that authenticated once (a
+    session: docs/protocol.md, "Sessions over TLS": user and secret looked up, cached decision);
 and the ratio of sign + verify + decide to the codec's cost. The end-to-end figure is P1 of
 bench/ha_bench.py with ``--auth both`` (the same produce phase on a cluster without and with
 authentication, ratio printed). Nothing is asserted.
@@ -43,7 +45,7 @@ from protocol.request_auth import (
     verify,
 )
 from protocol.request_permissions import authorize, broker_checks
-from remoting.auth import RequestGuard
+from remoting.auth import SESSION_ATTR, RequestGuard, Session
 from remoting.server import Connection
 
 TARGET_OVERHEAD = 0.20  # the bound on P1, here as a share of the codec's cost
@@ -157,6 +159,7 @@ def main() -> None:
 
     class Peer:
         peer = "10.1.2.3:40112"
+        attrs: dict[str, object] = {}
 
     clock = [now]
     guard_cache = DecisionCache()
@@ -186,6 +189,18 @@ def main() -> None:
 
     guarded = best_of(rounds, n, guard_round)
 
+    session_conn = Peer()
+    session_conn.attrs = {SESSION_ATTR: Session(user.username, creds.secret_key, "10.1.2.3")}
+    in_session = cast(Connection, session_conn)
+    plain = [request(code, i, header(), body) for i in range(n)]
+
+    def session_round(r: int) -> None:
+        for frame in plain:
+            if guard(in_session, frame) is not None:
+                raise SystemExit("the guard refused a session request")
+
+    sessioned = best_of(rounds, n, session_round)
+
     total = sign + check + cached
     print(
         f"SEND_MESSAGE requests, {args.size} B body, 6 header fields: the fastest of {rounds} "
@@ -198,6 +213,7 @@ def main() -> None:
     print(f"permission decision (server)      {decide * 1e6:7.2f} us/request")
     print(f"  the broker's, from its cache    {cached * 1e6:7.2f} us/request")
     print(f"the broker's whole guard (server) {guarded * 1e6:7.2f} us/request (remoting/auth.py)")
+    print(f"  in a TLS session, unsigned      {sessioned * 1e6:7.2f} us/request (no signing)")
     print(
         f"sign + verify + cached decision   {total * 1e6:7.2f} us/request = "
         f"{total / codec:.2f}x the codec; at 25,000 requests/s "

@@ -98,13 +98,14 @@ SESSION_ATTR: Final = "auth_session"
 
 
 class Session:
-    """Who authenticated a TLS connection, and with which secret."""
+    """Who authenticated a TLS connection, with which secret, from which host."""
 
-    __slots__ = ("secret", "username")
+    __slots__ = ("host", "secret", "username")
 
-    def __init__(self, username: str, secret: str) -> None:
+    def __init__(self, username: str, secret: str, host: str) -> None:
         self.username = username
         self.secret = secret
+        self.host = host
 
 
 def tls_unique(conn: Connection) -> bytes | None:
@@ -205,7 +206,7 @@ class RequestGuard:
             )
             conn.close_after_answers()
             return refusal
-        decision = self._authorize(user, req, source_host(conn))
+        decision = self._authorize(user, req, session.host)
         if not decision.allowed:
             return self._refuse(conn, req, DENIED, decision.reason, name, self._clock_ms())
         return None
@@ -218,7 +219,7 @@ class RequestGuard:
             why = f"unknown user {username}"
         if why is not None or secret is None:
             return self._refuse(conn, req, SESSION, why or "", username, now)
-        conn.attrs[SESSION_ATTR] = Session(username, secret)
+        conn.attrs[SESSION_ATTR] = Session(username, secret, source_host(conn))
         log.debug("session opened", server=self._server, peer=conn.peer, user=username)
         return response(req, ResponseCode.SUCCESS, {"remark": f"authenticated as {username}"})
 
