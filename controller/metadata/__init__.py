@@ -43,7 +43,9 @@ from controller.metadata.election import (
     ElectionInfo,
     ElectionResult,
     Verdict,
+    candidate_pools,
     choose_master,
+    every_candidate_alive,
     rank_candidates,
 )
 from controller.metadata.events import (
@@ -128,9 +130,11 @@ __all__ = [
     "UpdateTopic",
     "UpdateTopicResponse",
     "Verdict",
+    "candidate_pools",
     "choose_master",
     "decode_event",
     "elections_needed",
     "encode_event",
+    "every_candidate_alive",
     "rank_candidates",
 ]

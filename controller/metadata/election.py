@@ -10,6 +10,10 @@ election priority, then the lowest broker id. An alive old master among the cand
 master (a request with no designated broker, or designating the old master, gets
 MASTER_STILL_ALIVE). A designated broker must be a candidate: alive, registered, and in the
 SyncStateSet unless unclean election is enabled.
+
+``every_candidate_alive`` says when such a choice is final: every registered broker of the pool
+it is made from is alive, so no broker turning alive later could change it (the scheduler's
+test for electing during a newly active controller's grace period).
 """
 
 from __future__ import annotations
@@ -52,6 +56,48 @@ def rank_candidates(candidates: Iterable[int], alive: Mapping[int, ElectionInfo]
     return sorted(candidates, key=lambda broker_id: rank_key(broker_id, alive[broker_id]))
 
 
+def candidate_pools(
+    *,
+    sync_state_set: Set[int],
+    replicas: Set[int],
+    enable_elect_unclean_master: bool = False,
+    first_election: bool = False,
+) -> list[tuple[str, frozenset[int]]]:
+    """The registered brokers ``choose_master`` draws from, alive or not, labelled, in the
+    order it tries them: the first pool with an alive member is the one it picks from."""
+    registered = frozenset(replicas)
+    if first_election:
+        return [("replicas (first election)", registered)]
+    pools = [("SyncStateSet members", registered & frozenset(sync_state_set))]
+    if enable_elect_unclean_master:
+        pools.append(("replicas (unclean election)", registered))
+    return pools
+
+
+def every_candidate_alive(
+    *,
+    sync_state_set: Set[int],
+    replicas: Set[int],
+    alive: Mapping[int, ElectionInfo],
+    enable_elect_unclean_master: bool = False,
+    first_election: bool = False,
+) -> bool:
+    """Whether an election of a group without a master (no designated broker) would choose the
+    same whichever other registered brokers became alive: every member of the first pool with a
+    registered member is alive. Then ``choose_master`` picks from that whole pool, and a broker
+    becoming alive later could neither join it nor fill an earlier pool. False when no broker
+    could be chosen at all."""
+    for _, pool in candidate_pools(
+        sync_state_set=sync_state_set,
+        replicas=replicas,
+        enable_elect_unclean_master=enable_elect_unclean_master,
+        first_election=first_election,
+    ):
+        if pool:
+            return all(broker_id in alive for broker_id in pool)
+    return False
+
+
 def choose_master(
     *,
     sync_state_set: Set[int],
@@ -67,14 +113,15 @@ def choose_master(
     ``replicas`` are the registered ids, ``alive`` the heartbeat info of alive brokers (ids not
     registered are ignored), ``old_master`` the current master or None.
     """
-    live = frozenset(broker_id for broker_id in replicas if broker_id in alive)
-    pools: list[tuple[str, frozenset[int]]]
-    if first_election:
-        pools = [("alive replicas (first election)", live)]
-    else:
-        pools = [("alive SyncStateSet members", live & frozenset(sync_state_set))]
-        if enable_elect_unclean_master:
-            pools.append(("alive replicas (unclean election)", live))
+    pools = [
+        (f"alive {label}", frozenset(broker_id for broker_id in pool if broker_id in alive))
+        for label, pool in candidate_pools(
+            sync_state_set=sync_state_set,
+            replicas=replicas,
+            enable_elect_unclean_master=enable_elect_unclean_master,
+            first_election=first_election,
+        )
+    ]
     for label, pool in pools:
         if not pool:
             continue

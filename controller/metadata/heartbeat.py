@@ -9,9 +9,10 @@ Judging a broker dead is reserved to the active controller, and only after a gra
 of the default and every known broker's timeout) during which :meth:`expired` reports nothing and
 :meth:`declared_dead` says yes only for a broker whose connection to this controller closed. So
 a table that is stale (filled during an earlier leadership) or empty (a fresh leader) never
-triggers an election. :meth:`stood_still` starts the same window after the controller itself
-could not listen for a while (its loop ran late). ``is_alive`` stays honest throughout: only a recent heartbeat makes a
-broker alive, so elections during the grace period pick among brokers known to be alive.
+deposes a master by silence. :meth:`stood_still` starts the same window after the controller
+itself could not listen for a while (its loop ran late). ``is_alive`` stays honest throughout:
+only a recent heartbeat makes a broker alive, so an election during the grace period (of a group
+without a master, once every candidate is alive: scheduler.py) picks among brokers known alive.
 
 Time is an int of milliseconds passed in by the caller (a monotonic clock); no clock is read here.
 """

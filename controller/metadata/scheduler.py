@@ -12,8 +12,14 @@ A group needs an election when
   period after becoming active, never while standby). The election elects a successor or, with
   no candidate, clears the master so brokers learn the group has none;
 - it has no master and the election policy has a candidate (a SyncStateSet member came back, or
-  the group was never elected and a replica is alive). Not during the grace period, when the
-  table may not yet know the best candidate.
+  the group was never elected and a replica is alive). During the grace period only when the
+  table already knows every candidate (election.every_candidate_alive: every registered broker of
+  the pool the policy would pick from is alive, e.g. every replica of a group never elected):
+  then waiting could not bring a better one. Otherwise it waits for the grace period to end,
+  since a candidate that has not heartbeated to this controller yet may be the best.
+
+A broker that is not registered is no candidate, during the grace period or after it: at a
+group's first start whichever replicas registered and heartbeated first are the candidates.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
-from controller.metadata.election import Verdict, choose_master
+from controller.metadata.election import Verdict, choose_master, every_candidate_alive
 from controller.metadata.heartbeat import BrokerLiveTable
 from controller.metadata.results import ReplicaInfo
 
@@ -57,15 +63,24 @@ def elections_needed(
                     ElectRequest(broker_name=name, reason=f"master {master} is inactive")
                 )
             continue
-        if live.in_grace(now_ms):
+        replicas = frozenset(r.broker_id for r in info.replicas)
+        alive = live.election_view(name, now_ms)
+        first_election = info.master_epoch == 0
+        if live.in_grace(now_ms) and not every_candidate_alive(
+            sync_state_set=info.sync_state_set,
+            replicas=replicas,
+            alive=alive,
+            enable_elect_unclean_master=enable_elect_unclean_master,
+            first_election=first_election,
+        ):
             continue
         result = choose_master(
             sync_state_set=info.sync_state_set,
-            replicas=frozenset(r.broker_id for r in info.replicas),
+            replicas=replicas,
             old_master=None,
-            alive=live.election_view(name, now_ms),
+            alive=alive,
             enable_elect_unclean_master=enable_elect_unclean_master,
-            first_election=info.master_epoch == 0,
+            first_election=first_election,
         )
         if result.verdict is Verdict.ELECTED:
             requests.append(ElectRequest(broker_name=name, reason=f"no master; {result.reason}"))

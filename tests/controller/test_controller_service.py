@@ -48,9 +48,14 @@ async def group(cluster: ServiceCluster, name: str = "broker-a") -> dict[str, An
 
 
 async def elected_group(cluster: ServiceCluster, brokers: list[FakeBroker]) -> dict[str, Any]:
-    """Every broker joined and heart-beating, a first master elected; returns the group."""
+    """Every broker joined and heart-beating, a first master elected; returns the group.
+
+    All join before any heartbeats: a first election is held as soon as every registered
+    replica is alive, so one broker heart-beating alone would be elected before the others
+    registered (and they would learn the master from their registration, not from a push)."""
     for b in brokers:
         await b.join()
+    for b in brokers:
         b.start_heartbeats()
     await cluster.leader()
 

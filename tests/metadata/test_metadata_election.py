@@ -13,7 +13,9 @@ from controller.metadata import (
     ElectMaster,
     ReplicasInfoManager,
     Verdict,
+    candidate_pools,
     choose_master,
+    every_candidate_alive,
     rank_candidates,
 )
 from controller.metadata.election import rank_key
@@ -191,6 +193,111 @@ def test_the_elected_broker_is_a_candidate_and_none_ranks_better(
         assert result.verdict is Verdict.ELECTED and result.broker_id in pool
         best = rank_key(result.broker_id, alive[result.broker_id])
         assert all(best <= rank_key(b, alive[b]) for b in pool)
+
+
+# When a choice is final (every_candidate_alive) ---------------------------------------------------
+
+INFOS = st.builds(
+    ElectionInfo,
+    epoch=st.integers(0, 3),
+    max_offset=st.integers(0, 3),
+    election_priority=st.integers(-2, 2),
+)
+
+
+def choose_masterless(
+    alive: dict[int, ElectionInfo],
+    sync_state_set: frozenset[int],
+    replicas: frozenset[int],
+    unclean: bool,
+    first: bool,
+) -> tuple[Verdict, int | None]:
+    result = choose_master(
+        sync_state_set=sync_state_set,
+        replicas=replicas,
+        old_master=None,
+        alive=alive,
+        enable_elect_unclean_master=unclean,
+        first_election=first,
+    )
+    return result.verdict, result.broker_id
+
+
+@given(
+    st.dictionaries(st.integers(1, 6), INFOS, max_size=6),
+    st.dictionaries(st.integers(1, 6), INFOS, max_size=6),
+    st.frozensets(st.integers(1, 6), max_size=6),
+    st.frozensets(st.integers(1, 6), max_size=6),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_choice_with_every_candidate_alive_is_final(
+    alive: dict[int, ElectionInfo],
+    later: dict[int, ElectionInfo],
+    sync_state_set: frozenset[int],
+    replicas: frozenset[int],
+    unclean: bool,
+    first: bool,
+) -> None:
+    """Once every candidate is alive, brokers turning alive later (``later``: ids not alive yet,
+    with any heartbeat) cannot change the choice; while one is not, some broker turning alive
+    can (so waiting for it is not for nothing)."""
+    now = choose_masterless(alive, sync_state_set, replicas, unclean, first)
+    final = every_candidate_alive(
+        sync_state_set=sync_state_set,
+        replicas=replicas,
+        alive=alive,
+        enable_elect_unclean_master=unclean,
+        first_election=first,
+    )
+    more = {**alive, **{b: i for b, i in later.items() if b not in alive}}
+    if final:
+        assert now[0] is Verdict.ELECTED
+        assert choose_masterless(more, sync_state_set, replicas, unclean, first) == now
+        return
+    pools = candidate_pools(
+        sync_state_set=sync_state_set,
+        replicas=replicas,
+        enable_elect_unclean_master=unclean,
+        first_election=first,
+    )
+    unheard = sorted(frozenset().union(*(pool for _, pool in pools)) - alive.keys())
+    if not unheard:  # no candidate can turn alive: none at all, now or ever
+        assert now[0] is Verdict.NO_CANDIDATE
+        return
+    # A registered broker not heard yet that outranks everyone would change the choice.
+    best = ElectionInfo(epoch=99, max_offset=0, election_priority=0)
+    outcomes = {
+        choose_masterless({**alive, b: best}, sync_state_set, replicas, unclean, first)
+        for b in unheard
+    }
+    assert outcomes != {now}
+
+
+def test_every_candidate_alive_looks_at_the_pool_the_policy_picks_from() -> None:
+    def alive_enough(alive: set[int], sync_state_set: frozenset[int], **kwargs: bool) -> bool:
+        return every_candidate_alive(
+            sync_state_set=sync_state_set,
+            replicas=frozenset({1, 2, 3}),
+            alive=view(*alive),
+            **kwargs,
+        )
+
+    # A first election draws from every registered replica.
+    assert not alive_enough({1, 2}, frozenset(), first_election=True)
+    assert alive_enough({1, 2, 3}, frozenset(), first_election=True)
+    # Later ones from the SyncStateSet; an out-of-sync replica does not matter ...
+    assert alive_enough({1, 2}, frozenset({1, 2}))
+    assert not alive_enough({1, 3}, frozenset({1, 2}))
+    # ... not even with unclean elections, while a SyncStateSet member is registered.
+    assert alive_enough({1, 2}, frozenset({1, 2}), enable_elect_unclean_master=True)
+    assert not alive_enough({3}, frozenset({1, 2}), enable_elect_unclean_master=True)
+    # No registered SyncStateSet member: nobody to elect, or (unclean) any replica.
+    assert not alive_enough({1, 2, 3}, frozenset({7}))
+    assert not alive_enough({1, 2}, frozenset({7}), enable_elect_unclean_master=True)
+    assert alive_enough({1, 2, 3}, frozenset({7}), enable_elect_unclean_master=True)
+    # Nobody registered: nothing to elect.
+    assert not every_candidate_alive(sync_state_set=frozenset(), replicas=frozenset(), alive={})
 
 
 # The state machine ------------------------------------------------------------------------------

@@ -168,3 +168,124 @@ def test_the_driver_loop_converges() -> None:
     assert run(2500) == ["broker-a:SUCCESS"]
     info = manager.replica_info(GROUP)
     assert info is not None and info.master_broker_id == 3 and info.master_epoch == 3
+
+
+# A group without a master during the grace period: elected at once when every candidate is
+# known alive, else after the grace period.
+
+
+def masterless_in_sync_group() -> ReplicasInfoManager:
+    """broker-a after its master 1 was lost with nobody to replace it: no master, epoch 2,
+    SyncStateSet {1, 2} kept, replica 3 out of sync."""
+    manager = in_sync_group()
+    cleared = commit(manager, manager.elect_master(GROUP, alive_replicas={}))
+    assert cleared.code == RC.CONTROLLER_MASTER_NOT_AVAILABLE
+    info = manager.replica_info(GROUP)
+    assert info is not None and info.master_broker_id is None and info.master_epoch == 2
+    assert info.sync_state_set == frozenset({1, 2})
+    return manager
+
+
+def test_a_first_election_is_held_in_the_grace_period_once_every_replica_is_alive() -> None:
+    manager = ReplicasInfoManager()
+    register_group(manager, 3)
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 1, 10)
+    beat(table, 2, 20)
+    assert table.in_grace(20)
+    assert needed(manager, table, 20) == []  # replica 3 has not heartbeated to us yet
+    beat(table, 3, 30)
+    assert needed(manager, table, 30) == [GROUP]  # nothing left to wait for
+
+
+def test_a_first_election_waits_out_the_grace_period_for_a_replica_never_heard() -> None:
+    manager = ReplicasInfoManager()
+    register_group(manager, 3)
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    for now in (10, 500, 999):
+        beat(table, 1, now)
+        beat(table, 2, now)
+        assert needed(manager, table, now) == []
+    beat(table, 1, 1000)
+    beat(table, 2, 1000)
+    assert needed(manager, table, 1000) == [GROUP]  # grace over: among the alive ones
+
+
+def test_a_replica_whose_connection_closed_is_waited_for_in_the_grace_period() -> None:
+    manager = ReplicasInfoManager()
+    register_group(manager, 2)
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 1, 10)
+    beat(table, 2, 10)
+    table.on_connection_closed(2)
+    assert needed(manager, table, 20) == []
+    beat(table, 2, 30)  # it came back
+    assert needed(manager, table, 30) == [GROUP]
+
+
+def test_a_sole_registered_replica_is_elected_in_the_grace_period() -> None:
+    """At a group's first start the candidates are the replicas registered so far (RocketMQ's
+    behaviour too): one registered later is no candidate, in the grace period or after it."""
+    manager = ReplicasInfoManager()
+    register_group(manager, 1)
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 1, 10)
+    assert needed(manager, table, 10) == [GROUP]
+
+
+def test_a_masterless_group_is_elected_in_the_grace_period_when_its_sync_state_set_is_alive() -> (
+    None
+):
+    manager = masterless_in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(10_000)
+    beat(table, 2, 10_010)
+    beat(table, 3, 10_010)  # out of sync: no candidate, and no reason to wait either
+    assert needed(manager, table, 10_010) == []  # 1 may be the best: not heard yet
+    assert needed(manager, table, 10_010, enable_elect_unclean_master=True) == []
+    beat(table, 1, 10_020)
+    assert needed(manager, table, 10_020) == [GROUP]
+    assert needed(manager, table, 10_020, enable_elect_unclean_master=True) == [GROUP]
+
+
+def test_an_unclean_election_in_the_grace_period_waits_for_the_sync_state_set() -> None:
+    """With unclean elections on, an alive out-of-sync replica is a candidate only while no
+    SyncStateSet member is alive; one not heard yet may still be, so the grace period is
+    waited out before electing the out-of-sync replica."""
+    manager = masterless_in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 3, 10)
+    assert needed(manager, table, 999, enable_elect_unclean_master=True) == []
+    beat(table, 3, 1000)
+    assert needed(manager, table, 1000, enable_elect_unclean_master=True) == [GROUP]
+
+
+def test_a_controller_that_stood_still_elects_a_group_whose_candidates_are_all_alive() -> None:
+    manager = ReplicasInfoManager()
+    register_group(manager, 2)
+    register_group(manager, 2, name="broker-b")
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 1, 5000)
+    beat(table, 2, 5000)
+    beat(table, 1, 5000, name="broker-b")
+    table.stood_still(5000)
+    assert table.in_grace(5100)
+    assert needed(manager, table, 5100) == [GROUP]  # broker-b's replica 2 not heard: it waits
+
+
+def test_the_grace_period_still_protects_a_master_that_was_not_heard_yet() -> None:
+    """A group whose master is set is unaffected: all its other replicas alive do not make the
+    controller judge the master by silence during the grace period."""
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 2, 10)
+    beat(table, 3, 10)
+    assert needed(manager, table, 999) == []
+    assert needed(manager, table, 999, enable_elect_unclean_master=True) == []
