@@ -502,10 +502,17 @@ async def producer_connection(broker_a: GroupOfThree) -> RemotingClient:
             RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES}
         )
         if resp.code == ResponseCode.SUCCESS:
-            return conn
+            break
         if time.monotonic() > deadline:
             raise SystemExit(f"the producer user was not accepted: {resp.header}")
         await asyncio.sleep(0.1)
+    if not conn.session:
+        # Over TLS a connection opened before the broker knew the user could not authenticate
+        # once (it signs every request instead); an application's user exists before it
+        # connects, so connect again, as it would.
+        conn.close()
+        conn = await RemotingClient.connect(master, signer=signer_for(PRODUCER_USER))
+    return conn
 
 
 async def auth_comparison(args: argparse.Namespace) -> None:
