@@ -82,7 +82,7 @@ from controller.metadata.results import (
     UpdateTopicResponse,
 )
 from controller.metadata.rules import AlivePredicate
-from controller.metadata.scheduler import ElectRequest, elections_needed
+from controller.metadata.scheduler import ElectRequest, elections_needed, held_by_grace
 from controller.metadata.snapshot import SnapshotError
 from controller.metadata.state import ReplicasInfoManager
 from controller.metadata.static_topic import LogicalQueue, MappingError, MappingItem
@@ -136,5 +136,6 @@ __all__ = [
     "elections_needed",
     "encode_event",
     "every_candidate_alive",
+    "held_by_grace",
     "rank_candidates",
 ]

@@ -20,6 +20,11 @@ A group needs an election when
 
 A broker that is not registered is no candidate, during the grace period or after it: at a
 group's first start whichever replicas registered and heartbeated first are the candidates.
+
+An election someone asks for (CONTROLLER_ELECT_MASTER from a broker or an admin, naming no
+broker) is held by the same grace period (``held_by_grace``): without it a request answered
+while the master had not heartbeated to a newly active controller yet elected another master
+over one that may still hold its lease.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from dataclasses import dataclass
 
 from controller.metadata.election import Verdict, choose_master, every_candidate_alive
 from controller.metadata.heartbeat import BrokerLiveTable
-from controller.metadata.results import ReplicaInfo
+from controller.metadata.results import Decision, ReplicaInfo
+from protocol.codes import ResponseCode as RC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,25 +69,61 @@ def elections_needed(
                     ElectRequest(broker_name=name, reason=f"master {master} is inactive")
                 )
             continue
-        replicas = frozenset(r.broker_id for r in info.replicas)
-        alive = live.election_view(name, now_ms)
-        first_election = info.master_epoch == 0
-        if live.in_grace(now_ms) and not every_candidate_alive(
-            sync_state_set=info.sync_state_set,
-            replicas=replicas,
-            alive=alive,
-            enable_elect_unclean_master=enable_elect_unclean_master,
-            first_election=first_election,
-        ):
+        held = held_by_grace(
+            info, live, now_ms, enable_elect_unclean_master=enable_elect_unclean_master
+        )
+        if held is not None:
             continue
         result = choose_master(
             sync_state_set=info.sync_state_set,
-            replicas=replicas,
+            replicas=frozenset(r.broker_id for r in info.replicas),
             old_master=None,
-            alive=alive,
+            alive=live.election_view(name, now_ms),
             enable_elect_unclean_master=enable_elect_unclean_master,
-            first_election=first_election,
+            first_election=info.master_epoch == 0,
         )
         if result.verdict is Verdict.ELECTED:
             requests.append(ElectRequest(broker_name=name, reason=f"no master; {result.reason}"))
     return requests
+
+
+def held_by_grace(
+    info: ReplicaInfo,
+    live: BrokerLiveTable,
+    now_ms: int,
+    *,
+    enable_elect_unclean_master: bool = False,
+) -> Decision[ReplicaInfo] | None:
+    """The answer to an election of ``info``'s group naming no broker, asked at ``now_ms``,
+    while the grace period holds it (nothing appended); None when it may run now.
+
+    Held while the group's master has not heartbeated to this controller and is not declared
+    dead (CONTROLLER_MASTER_STILL_EXIST: it may be alive and leasing), or, for a group without
+    a master, while a candidate has not (CONTROLLER_MASTER_NOT_AVAILABLE, see module doc).
+    """
+    if not live.in_grace(now_ms):
+        return None
+    name = info.broker_name
+    master = info.master_broker_id
+    if master is not None:
+        if live.is_alive(name, master, now_ms) or live.declared_dead(name, master, now_ms):
+            return None  # the policy keeps an alive master; a closed connection is dead
+        return Decision(
+            code=RC.CONTROLLER_MASTER_STILL_EXIST,
+            remark=f"master {master} may still be alive: not heard yet in the grace period "
+            "of a newly active controller",
+            response=info,
+        )
+    if every_candidate_alive(
+        sync_state_set=info.sync_state_set,
+        replicas=frozenset(r.broker_id for r in info.replicas),
+        alive=live.election_view(name, now_ms),
+        enable_elect_unclean_master=enable_elect_unclean_master,
+        first_election=info.master_epoch == 0,
+    ):
+        return None
+    return Decision(
+        code=RC.CONTROLLER_MASTER_NOT_AVAILABLE,
+        remark="not every candidate heard yet in the grace period of a newly active controller",
+        response=info,
+    )

@@ -1,6 +1,7 @@
 """Master elections: CONTROLLER_ELECT_MASTER (1002) asked by a broker or an admin, and the
 elections the scan starts (:mod:`controller.service.scheduler`). The policy is
-``ReplicasInfoManager.elect_master``'s; each outcome is counted in
+``ReplicasInfoManager.elect_master``'s, and one that names no broker waits like the scan's
+during a newly active controller's grace period (``held_by_grace``); each outcome is counted in
 ``rmq_controller_master_elections_total``.
 """
 
@@ -13,7 +14,7 @@ import structlog
 
 from controller.config import ControllerConfig
 from controller.documents import info_body, info_header
-from controller.metadata import BrokerLiveTable, Decision, ReplicasInfoManager
+from controller.metadata import BrokerLiveTable, Decision, ReplicasInfoManager, held_by_grace
 from controller.metrics import ControllerMetrics
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
@@ -52,11 +53,25 @@ class ElectionHandlers:
         designated: int | None = None
         if opt_bool(h, "designateElect"):
             designated = req_int(h, "brokerId")
-        d = self.manager.elect_master(
-            name,
-            alive_replicas=self.live.election_view(name, self.now_ms()),
-            designated_broker_id=designated,
-            enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+        now = self.now_ms()
+        info = self.manager.replica_info(name)
+        held = None
+        if designated is None and info is not None:
+            held = held_by_grace(
+                info,
+                self.live,
+                now,
+                enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+            )
+        d = (
+            held
+            if held is not None
+            else self.manager.elect_master(
+                name,
+                alive_replicas=self.live.election_view(name, now),
+                designated_broker_id=designated,
+                enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+            )
         )
         settled = await self.committer.settle(d)
         self._count(name, settled, "admin" if designated is not None else "request")

@@ -202,6 +202,43 @@ async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judgin
         await c.stop()
 
 
+async def test_an_election_asked_for_in_the_grace_period_keeps_a_master_not_heard_yet(
+    tmp_path: Path,
+) -> None:
+    """An ElectMaster naming no broker (``rmqctl electMaster -b``, or a broker that saw no
+    master) answered by a newly active controller that has not heard the master yet must not
+    elect another over it, any more than the scan may: the master may be alive and still hold
+    its write lease. Before, it elected the slave at once."""
+    c = ServiceCluster(tmp_path, broker_heartbeat_timeout_ms=5000)  # a grace period of 5 s
+    await c.start()
+    made = [await FakeBroker(c.addresses).start() for _ in range(2)]
+    try:
+        info = await elected_group(c, made)
+        master = made[info["masterBrokerId"] - 1]
+        slave = next(b for b in made if b is not master)
+        await master.alter([1, 2], 1, info["syncStateSetEpoch"])
+        old = await c.leader()
+        await master.stop_heartbeats()  # the next leader will not hear it; its connection stays
+        await c.stop_node(old.cfg.id)
+        new = await c.leader()
+
+        def slave_heard() -> bool:
+            return bool(
+                new.service.live.is_alive("broker-a", slave.broker_id, new.service.now_ms())
+            )
+
+        await wait_until_async(slave_heard, "the new leader to hear the slave", 10, interval=0.02)
+        with pytest.raises(BrokerError) as asked:
+            await slave.call(RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": "broker-a"})
+        assert new.service.live.in_grace(new.service.now_ms())  # answered within the grace
+        assert asked.value.code == ResponseCode.CONTROLLER_MASTER_STILL_EXIST, asked.value
+        assert (await group(c))["masterBrokerId"] == master.broker_id
+    finally:
+        for b in made:
+            await b.stop()
+        await c.stop()
+
+
 async def test_alter_sync_state_set_is_validated_over_the_wire(
     cluster: ServiceCluster, brokers: list[FakeBroker]
 ) -> None:

@@ -7,6 +7,7 @@ from controller.metadata import (
     ElectRequest,
     ReplicasInfoManager,
     elections_needed,
+    held_by_grace,
 )
 from protocol.codes import ResponseCode as RC
 from tests.metadata.support import GROUP, alive_all, commit, group_with_master, register_group
@@ -289,3 +290,49 @@ def test_the_grace_period_still_protects_a_master_that_was_not_heard_yet() -> No
     beat(table, 3, 10)
     assert needed(manager, table, 999) == []
     assert needed(manager, table, 999, enable_elect_unclean_master=True) == []
+
+
+def held_code(manager: ReplicasInfoManager, table: BrokerLiveTable, now_ms: int) -> RC | None:
+    info = manager.replica_info(GROUP)
+    assert info is not None
+    held = held_by_grace(info, table, now_ms)
+    if held is None:
+        return None
+    assert held.response == info and not held.events  # the group as it is, nothing appended
+    return held.code
+
+
+def test_an_election_asked_for_in_the_grace_period_waits_like_the_scans() -> None:
+    """CONTROLLER_ELECT_MASTER naming no broker: held while the master was not heard (it may be
+    alive) or, without a master, while a candidate was not; free once heard, or dead by a
+    closed connection, or after the grace period."""
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 2, 10)
+    assert held_code(manager, table, 10) == RC.CONTROLLER_MASTER_STILL_EXIST
+    beat(table, 1, 20)
+    assert held_code(manager, table, 20) is None  # alive: the policy keeps it
+    table.became_active(2000)  # a new leadership: 1 not heard since (its entry is stale)
+    beat(table, 2, 2010)
+    assert held_code(manager, table, 2010) == RC.CONTROLLER_MASTER_STILL_EXIST
+    beat(table, 2, 3000)
+    assert held_code(manager, table, 3000) is None  # the grace period is over
+    table.became_active(4000)
+    beat(table, 1, 4010)
+    table.on_connection_closed(1)
+    assert held_code(manager, table, 4020) is None  # dead at once
+
+    masterless = masterless_in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    beat(table, 2, 10)
+    assert held_code(masterless, table, 10) == RC.CONTROLLER_MASTER_NOT_AVAILABLE
+    beat(table, 1, 20)
+    assert held_code(masterless, table, 20) is None
+
+
+def test_a_standby_controller_holds_nothing_it_would_not_answer() -> None:
+    manager = in_sync_group()
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    assert held_code(manager, table, 10) is None  # not active: the leadership gate refuses
