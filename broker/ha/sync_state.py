@@ -464,20 +464,27 @@ class SyncState:
 
 
 EXPECTED_NOT_ALIVE_REFUSALS: Final = 3
-"""How many times in a row an expansion may be refused as naming a replica the controllers do not
-hear yet before the refusal is a warning (:class:`NotAliveRefusals`)."""
+"""How many times in a row a proposal may be refused as naming a replica the controllers do not
+hear (yet, or any more) before the refusal is a warning (:class:`NotAliveRefusals`)."""
 
 
 class NotAliveRefusals:
     """Tells a refusal of a proposed SyncStateSet that a healthy group sees (logged at info) from
     one that signals trouble (a warning).
 
-    Two such refusals, both "not alive": a shrink that still names a second slave lost since (two
-    slaves stopped together: ``outdated``), and an expansion sent before the joining slave's first
-    heartbeat reached the active controller (a slave catches up over HA faster than the
-    controllers hear it at start-up, more so on a loaded host). The expansion is sent again every
-    ``propose_retry_ms``; refused more than :data:`EXPECTED_NOT_ALIVE_REFUSALS` times in a row,
-    the controllers do not hear a slave this master does, which is worth a warning."""
+    Such refusals, all "not alive", come from the master's view of its slaves lagging the
+    controllers' for a moment:
+
+    - a shrink that still names a second slave lost since (two slaves stopped together), whether
+      the master noticed that loss already (``outdated``) or not yet: the controllers hear a
+      slave's controller connection close a little before the master's HA connection to it does;
+    - an expansion sent before the joining slave's first heartbeat reached the active controller
+      (a slave catches up over HA faster than the controllers hear it at start-up, more so on a
+      loaded host).
+
+    A refused proposal is sent again every ``propose_retry_ms``; refused more than
+    :data:`EXPECTED_NOT_ALIVE_REFUSALS` times in a row (and not outdated), the controllers do not
+    hear a slave this master does, which is worth a warning."""
 
     __slots__ = ("_count", "_last")
 
@@ -497,7 +504,7 @@ class NotAliveRefusals:
         self._last = proposal
         if outdated:
             return True
-        return proposal > members and self._count <= EXPECTED_NOT_ALIVE_REFUSALS
+        return self._count <= EXPECTED_NOT_ALIVE_REFUSALS
 
     def accepted(self) -> None:
         """A proposal went through (or was refused for another reason): the streak ends."""
