@@ -7,6 +7,7 @@ when the test fails. Waits poll a condition against a deadline; there are no bar
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 _handed_out: set[int] = set()
+_random = random.Random()  # seeded from the OS: concurrent test processes pick apart
 
 
 def rmqctl(
@@ -38,14 +40,52 @@ def rmqctl(
     return proc
 
 
+_LOWEST_PORT = 12_000
+"""Where the ports :func:`free_port` hands out start."""
+
+
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> range:
+    """The kernel's range of source ports for outgoing connections (Linux's default if it cannot
+    be read)."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32_768, 60_999
+    return range(low, high + 1)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A port free now and not handed out before in this process (the kernel may offer a port
-    again as soon as it is released, before the daemon it was meant for has bound it)."""
+    """A port free now, below the kernel's range of source ports, and not handed out before in
+    this process.
+
+    Below that range because a port taken from it (binding port 0) may be picked again by the
+    kernel as the source port of any process's outgoing connection between the moment it is
+    handed out and the moment the daemon binds it, or while that daemon is down in a restart:
+    then the daemon cannot bind it ("Address already in use"); on a busy machine starting many
+    clusters that happened. Outgoing connections never take a port below the range, so only
+    another listener could, and a random pick from thousands of ports makes that unlikely."""
+    ephemeral = ephemeral_ports()
+    top = min(ephemeral.start, 65_536)
+    if top - _LOWEST_PORT < 2_000:  # an unusual range leaves too few ports below it
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _handed_out:
+        port = _random.randrange(_LOWEST_PORT, top)
+        if port not in _handed_out and _bindable(port):
             _handed_out.add(port)
             return port
 
