@@ -157,11 +157,11 @@ class Cluster:
             )
             for i in range(replicas)
         ]
+        self.brokers += group  # before any can fail to start: stop() ends every one started
         for b in group:
             b.start()
         for b in group:
             wait_until(lambda b=b: self._listening(b), f"{b.name} to listen", 30)
-        self.brokers += group
         return group
 
     @staticmethod
