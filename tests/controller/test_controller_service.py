@@ -66,6 +66,18 @@ async def elected_group(cluster: ServiceCluster, brokers: list[FakeBroker]) -> d
     return await wait_until_async(has_master, "a first master", 10, interval=0.02)
 
 
+async def master_with_slave_in_sync(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> tuple[FakeBroker, FakeBroker]:
+    """A group of two elected (:func:`elected_group`), its SyncStateSet grown to both:
+    (master, slave)."""
+    info = await elected_group(cluster, brokers)
+    master = brokers[info["masterBrokerId"] - 1]
+    slave = next(b for b in brokers if b is not master)
+    await master.alter([1, 2], 1, info["syncStateSetEpoch"])
+    return master, slave
+
+
 async def test_apply_broker_id_is_a_compare_and_set_on_the_register_code(
     cluster: ServiceCluster,
 ) -> None:
@@ -173,10 +185,7 @@ async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judgin
     await c.start()
     made = [await FakeBroker(c.addresses).start() for _ in range(2)]
     try:
-        info = await elected_group(c, made)
-        master = made[info["masterBrokerId"] - 1]
-        slave = next(b for b in made if b is not master)
-        await master.alter([1, 2], 1, info["syncStateSetEpoch"])
+        master, slave = await master_with_slave_in_sync(c, made)
         old = await c.leader()
         # The master dies together with the active controller; the slave keeps beating.
         await master.stop_heartbeats()
@@ -213,10 +222,7 @@ async def test_an_election_asked_for_in_the_grace_period_keeps_a_master_not_hear
     await c.start()
     made = [await FakeBroker(c.addresses).start() for _ in range(2)]
     try:
-        info = await elected_group(c, made)
-        master = made[info["masterBrokerId"] - 1]
-        slave = next(b for b in made if b is not master)
-        await master.alter([1, 2], 1, info["syncStateSetEpoch"])
+        master, slave = await master_with_slave_in_sync(c, made)
         old = await c.leader()
         await master.stop_heartbeats()  # the next leader will not hear it; its connection stays
         await c.stop_node(old.cfg.id)

@@ -31,6 +31,21 @@ def beat(table: BrokerLiveTable, broker_id: int, now_ms: int, *, name: str = GRO
     )
 
 
+def active_table() -> BrokerLiveTable:
+    """The live table of a controller that became active at 0: in its grace period until
+    TIMEOUT."""
+    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
+    table.became_active(0)
+    return table
+
+
+def registered(replicas: int) -> ReplicasInfoManager:
+    """A group of ``replicas`` registered brokers, never elected."""
+    manager = ReplicasInfoManager()
+    register_group(manager, replicas)
+    return manager
+
+
 def needed(
     manager: ReplicasInfoManager, table: BrokerLiveTable, now_ms: int, **kwargs: object
 ) -> list[str]:
@@ -56,8 +71,7 @@ def test_a_standby_controller_schedules_nothing() -> None:
 
 def test_an_alive_master_needs_no_election() -> None:
     manager = in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     for broker_id in (1, 2, 3):
         beat(table, broker_id, 1500)
     assert needed(manager, table, 2000) == []
@@ -65,8 +79,7 @@ def test_an_alive_master_needs_no_election() -> None:
 
 def test_a_master_that_timed_out_needs_an_election() -> None:
     manager = in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 1, 1000)
     beat(table, 2, 2500)
     assert table.expired(2001) == [(GROUP, 1)]
@@ -87,8 +100,7 @@ def test_an_unheard_master_is_not_judged_during_the_grace_period() -> None:
 
 def test_a_master_whose_connection_closed_is_elected_away_even_in_grace() -> None:
     manager = in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 1, 100)
     beat(table, 2, 100)
     table.on_connection_closed(1)
@@ -97,8 +109,7 @@ def test_a_master_whose_connection_closed_is_elected_away_even_in_grace() -> Non
 
 def test_a_masterless_group_is_elected_when_a_sync_state_set_member_is_alive() -> None:
     manager = in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 3, 1500)  # out of sync only
     assert (
         commit(
@@ -113,10 +124,8 @@ def test_a_masterless_group_is_elected_when_a_sync_state_set_member_is_alive() -
 
 
 def test_a_masterless_group_waits_for_the_grace_period() -> None:
-    manager = ReplicasInfoManager()
-    register_group(manager, 2)
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    manager = registered(2)
+    table = active_table()
     beat(table, 1, 10)
     assert needed(manager, table, 999) == []
     beat(table, 1, 1000)
@@ -124,20 +133,16 @@ def test_a_masterless_group_waits_for_the_grace_period() -> None:
 
 
 def test_a_group_with_nobody_alive_and_no_master_needs_nothing() -> None:
-    manager = ReplicasInfoManager()
-    register_group(manager, 2)
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    manager = registered(2)
+    table = active_table()
     assert needed(manager, table, 5000) == []
 
 
 def test_the_driver_loop_converges() -> None:
     """Scheduler -> elect_master -> commit, as the driver runs it, until nothing is needed."""
-    manager = ReplicasInfoManager()
-    register_group(manager, 3)
+    manager = registered(3)
     register_group(manager, 2, name="broker-b")
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
 
     def run(now_ms: int) -> list[str]:
         elected = []
@@ -188,10 +193,8 @@ def masterless_in_sync_group() -> ReplicasInfoManager:
 
 
 def test_a_first_election_is_held_in_the_grace_period_once_every_replica_is_alive() -> None:
-    manager = ReplicasInfoManager()
-    register_group(manager, 3)
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    manager = registered(3)
+    table = active_table()
     beat(table, 1, 10)
     beat(table, 2, 20)
     assert table.in_grace(20)
@@ -201,10 +204,8 @@ def test_a_first_election_is_held_in_the_grace_period_once_every_replica_is_aliv
 
 
 def test_a_first_election_waits_out_the_grace_period_for_a_replica_never_heard() -> None:
-    manager = ReplicasInfoManager()
-    register_group(manager, 3)
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    manager = registered(3)
+    table = active_table()
     for now in (10, 500, 999):
         beat(table, 1, now)
         beat(table, 2, now)
@@ -215,10 +216,8 @@ def test_a_first_election_waits_out_the_grace_period_for_a_replica_never_heard()
 
 
 def test_a_replica_whose_connection_closed_is_waited_for_in_the_grace_period() -> None:
-    manager = ReplicasInfoManager()
-    register_group(manager, 2)
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    manager = registered(2)
+    table = active_table()
     beat(table, 1, 10)
     beat(table, 2, 10)
     table.on_connection_closed(2)
@@ -230,10 +229,8 @@ def test_a_replica_whose_connection_closed_is_waited_for_in_the_grace_period() -
 def test_a_sole_registered_replica_is_elected_in_the_grace_period() -> None:
     """At a group's first start the candidates are the replicas registered so far (RocketMQ's
     behaviour too): one registered later is no candidate, in the grace period or after it."""
-    manager = ReplicasInfoManager()
-    register_group(manager, 1)
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    manager = registered(1)
+    table = active_table()
     beat(table, 1, 10)
     assert needed(manager, table, 10) == [GROUP]
 
@@ -258,8 +255,7 @@ def test_an_unclean_election_in_the_grace_period_waits_for_the_sync_state_set() 
     SyncStateSet member is alive; one not heard yet may still be, so the grace period is
     waited out before electing the out-of-sync replica."""
     manager = masterless_in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 3, 10)
     assert needed(manager, table, 999, enable_elect_unclean_master=True) == []
     beat(table, 3, 1000)
@@ -267,11 +263,9 @@ def test_an_unclean_election_in_the_grace_period_waits_for_the_sync_state_set() 
 
 
 def test_a_controller_that_stood_still_elects_a_group_whose_candidates_are_all_alive() -> None:
-    manager = ReplicasInfoManager()
-    register_group(manager, 2)
+    manager = registered(2)
     register_group(manager, 2, name="broker-b")
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 1, 5000)
     beat(table, 2, 5000)
     beat(table, 1, 5000, name="broker-b")
@@ -284,8 +278,7 @@ def test_the_grace_period_still_protects_a_master_that_was_not_heard_yet() -> No
     """A group whose master is set is unaffected: all its other replicas alive do not make the
     controller judge the master by silence during the grace period."""
     manager = in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 2, 10)
     beat(table, 3, 10)
     assert needed(manager, table, 999) == []
@@ -307,8 +300,7 @@ def test_an_election_asked_for_in_the_grace_period_waits_like_the_scans() -> Non
     alive) or, without a master, while a candidate was not; free once heard, or dead by a
     closed connection, or after the grace period."""
     manager = in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 2, 10)
     assert held_code(manager, table, 10) == RC.CONTROLLER_MASTER_STILL_EXIST
     beat(table, 1, 20)
@@ -324,8 +316,7 @@ def test_an_election_asked_for_in_the_grace_period_waits_like_the_scans() -> Non
     assert held_code(manager, table, 4020) is None  # dead at once
 
     masterless = masterless_in_sync_group()
-    table = BrokerLiveTable(default_timeout_ms=TIMEOUT)
-    table.became_active(0)
+    table = active_table()
     beat(table, 2, 10)
     assert held_code(masterless, table, 10) == RC.CONTROLLER_MASTER_NOT_AVAILABLE
     beat(table, 1, 20)
