@@ -26,8 +26,10 @@ signed, the produce phases as a normal user with pub on the topic. ``--auth both
 phase 1 on a cluster without and then with authentication and prints the ratio (the issue's
 target: within 20%). ``--security on`` runs everything with authentication and TLS on every port
 (mutual TLS inside the cluster, a test CA made with the openssl CLI); ``--security both`` runs
-phases 1 and 3 and the catch-up without security, with TLS only, and with both, and prints the
-ratios to the first.
+phases 1 and 3 without security, with TLS only, and with both, on a fresh cluster each time,
+``--rounds`` times in a rotated order (a lone send's latency moves by 10-20% from one cluster to
+the next on a small machine, so one cluster per mode compares luck as much as cost), then prints
+each mode's medians and their ratios to the first; the catch-up runs in the first round.
 
 Phases 1 and 2 also print a slave's CPU seconds per 100k messages and the load average (the
 rates are only comparable at similar loads; CPU per message much less depends on them).
@@ -35,7 +37,8 @@ rates are only comparable at similar loads; CPU per message much less depends on
 their top functions (bench/profile_summary.py); ``--only-produce`` stops after phase 3.
 
     python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
-        [--profile] [--auth off|on|both] [--security off|on|both] [--only-produce] [--spy DIR]
+        [--profile] [--auth off|on|both] [--security off|on|both] [--rounds R] [--only-produce]
+        [--spy DIR]
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import contextlib
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -534,34 +538,56 @@ async def auth_comparison(args: argparse.Namespace) -> None:
 
 
 async def security_comparison(args: argparse.Namespace) -> None:
-    """Phases 1 and 3 and the catch-up on a cluster without security, then with TLS only, then
-    with authentication and TLS (mutual TLS inside the cluster on both): the ratios to the
-    first."""
+    """Phases 1 and 3 on a cluster without security, with TLS only, and with authentication and
+    TLS (mutual TLS inside the cluster on both), ``--rounds`` times, each round in a rotated
+    order, and the ratios of each mode's medians to those without security. The catch-up
+    (``--catchup-mib``) runs in the first round only."""
     body = payload(args.size)
     modes = {"off": (False, False), "TLS only": (False, True), "authentication + TLS": (True, True)}
-    p1: dict[str, float] = {}
-    p3: dict[str, float] = {}
+    names = list(modes)
+    p1: dict[str, list[float]] = {name: [] for name in names}
+    p3: dict[str, list[float]] = {name: [] for name in names}
     catchup: dict[str, float] = {}
-    for name, (auth, tls) in modes.items():
-        async with group_of_three("rmq-ha-bench-", auth=auth, tls=tls) as broker_a:
-            cluster, master = broker_a.cluster, broker_a.master
-            pid = node_at(cluster, master).pid
-            slave_pid = next(b.pid for b in cluster.brokers if b.address != master)
-            conn = await producer_connection(broker_a)
-            print(f"security {name}" + (" (mutual TLS inside the cluster)" if tls else ""))
-            p1[name] = await produce_single(conn, args.messages, body, pid, slave_pid)
-            p3[name] = await produce_one_at_a_time(
-                conn, args.one_at_a_time, body, {"master": pid, "slave": slave_pid}
-            )
-            conn.close()
-            if args.catchup_mib:
-                catchup[name] = await catch_up(
-                    cluster, broker_a.boot, master, args.catchup_mib, body
+    for rnd in range(args.rounds):
+        for name in names[rnd % 3 :] + names[: rnd % 3]:
+            auth, tls = modes[name]
+            async with group_of_three("rmq-ha-bench-", auth=auth, tls=tls) as broker_a:
+                cluster, master = broker_a.cluster, broker_a.master
+                pid = node_at(cluster, master).pid
+                slave_pid = next(b.pid for b in cluster.brokers if b.address != master)
+                conn = await producer_connection(broker_a)
+                print(
+                    f"round {rnd + 1}/{args.rounds}, security {name}"
+                    + (" (mutual TLS inside the cluster)" if tls else "")
                 )
-    for name in list(modes)[1:]:
+                p1[name].append(await produce_single(conn, args.messages, body, pid, slave_pid))
+                p3[name].append(
+                    await produce_one_at_a_time(
+                        conn, args.one_at_a_time, body, {"master": pid, "slave": slave_pid}
+                    )
+                )
+                conn.close()
+                if args.catchup_mib and rnd == 0:
+                    catchup[name] = await catch_up(
+                        cluster, broker_a.boot, master, args.catchup_mib, body
+                    )
+    rounds = f"median of {args.rounds} rounds" if args.rounds > 1 else "one round"
+    for name in names:
         print(
-            f"{name} / off: P1 {p1[name] / p1['off']:.2f} (target: at least 0.80), "
-            f"P3 p50 {p3[name] / p3['off']:.2f} (target: at most 1.20)"
+            f"{name}: P1 {statistics.median(p1[name]):,.0f} msg/s, "
+            f"P3 p50 {statistics.median(p3[name]):.3f} ms ({rounds}; P3 p50 per round: "
+            + " ".join(f"{v:.3f}" for v in p3[name])
+            + ")",
+            flush=True,
+        )
+    for name in names[1:]:
+        per_round = " ".join(f"{a / b:.2f}" for a, b in zip(p3[name], p3["off"], strict=True))
+        print(
+            f"{name} / off ({rounds}): "
+            f"P1 {statistics.median(p1[name]) / statistics.median(p1['off']):.2f} "
+            "(target: at least 0.80), "
+            f"P3 p50 {statistics.median(p3[name]) / statistics.median(p3['off']):.2f} "
+            f"(target: at most 1.20; each round: {per_round})"
             + (f", catch-up {catchup[name] / catchup['off']:.2f}" if catchup else "")
             + f"  {_load()}",
             flush=True,
@@ -746,6 +772,13 @@ def main() -> None:
         default="off",
         help="authentication and TLS on every port (mutual TLS inside the cluster); both: "
         "phases 1 and 3 and the catch-up (--catchup-mib) without and with, and the ratios",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="with --security both: clusters per mode, each round in a rotated order; the ratios "
+        "compare the medians (the catch-up runs in the first round only)",
     )
     args = p.parse_args()
     run_async(lambda: main_async(args))
