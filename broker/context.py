@@ -19,7 +19,7 @@ from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.pop.service import PopService
-from broker.role import RoleCell, RoleState
+from broker.role import RoleCell, RoleState, fence_remark
 from broker.sealed_queues import SealedQueues
 from broker.timer.service import TimerService
 from broker.transaction.service import TransactionService
@@ -119,11 +119,11 @@ class BrokerContext:
             return
         # ``role.fenced`` (for logs and metrics) is this same lease seen from the heartbeat
         # loop; the lease itself is the check.
-        if time.monotonic() > role.lease_expires:
+        now = time.monotonic()
+        if now > role.lease_expires:
             raise WriteRefused(
                 ResponseCode.MASTER_FENCED,
-                f"master {self.cfg.listen} of {self.cfg.broker_name} is fenced: the active "
-                f"controller has not answered for {self.cfg.broker_heartbeat_timeout_ms} ms",
+                fence_remark(self.cfg.listen, self.cfg.broker_name, role.lease_expires, now),
             )
         ha = self.ha
         if ha is not None and not ha.has_min_in_sync_replicas(self.cfg.min_in_sync_replicas):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-__all__ = ["RoleCell", "RoleState"]
+__all__ = ["RoleCell", "RoleState", "fence_remark"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,3 +76,18 @@ class RoleCell:
             )
             self._state = new
         return new
+
+
+def fence_remark(master: str, group: str, lease_expires: float, now: float) -> str:
+    """The remark of a write refused with MASTER_FENCED: the master's write lease, renewed by each
+    heartbeat the active controller answers, ran out at ``lease_expires`` (monotonic seconds), or
+    was never granted (0.0: no heartbeat of this broker answered since it started)."""
+    if lease_expires == 0.0:
+        return (
+            f"master {master} of {group} is fenced: the active controller has answered none of "
+            "its heartbeats since it started"
+        )
+    return (
+        f"master {master} of {group} is fenced: its write lease, renewed by each heartbeat the "
+        f"active controller answers, ran out {max(0.0, now - lease_expires) * 1000:.0f} ms ago"
+    )
