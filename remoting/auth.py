@@ -184,10 +184,9 @@ class RequestGuard:
         return None
 
     def _in_session(self, conn: Connection, req: Frame, session: Session) -> Frame | None:
-        """An unsigned request on an authenticated connection."""
+        """An unsigned request on an authenticated connection (an unsigned AUTHENTICATE asks
+        who the connection is: answered once the user and secret are checked like any other)."""
         name = session.username
-        if req.code == RequestCode.AUTHENTICATE:
-            return response(req, ResponseCode.SUCCESS, {"remark": f"authenticated as {name}"})
         secret = self._secret(name)
         user = self._user(name)
         if secret is None or user is None:
@@ -206,6 +205,8 @@ class RequestGuard:
             )
             conn.close_after_answers()
             return refusal
+        if req.code == RequestCode.AUTHENTICATE:
+            return response(req, ResponseCode.SUCCESS, {"remark": f"authenticated as {name}"})
         decision = self._authorize(user, req, session.host)
         if not decision.allowed:
             return self._refuse(conn, req, DENIED, decision.reason, name, self._clock_ms())
