@@ -35,12 +35,16 @@ import structlog
 from protocol.codes import ControllerCode, ResponseCode
 from protocol.remoting import Frame
 from protocol.request_auth import ACCESS_KEY, CLUSTER_ACCESS_KEY
+from remoting.auth import RefusalLogThrottle, source_host
+from remoting.client import wall_ms
 from remoting.server import Connection, Guard, error_response
 
 log = structlog.get_logger(__name__)
 
 #: The refusal's remark on a shared port, without a client certificate.
 NO_CLIENT_CERT: Final = "client certificate required"
+#: Its reason, in the refusal metrics and the log.
+NO_CLIENT_CERT_REASON: Final = "no_client_cert"
 
 
 class TlsError(ValueError):
@@ -189,28 +193,44 @@ def has_client_cert(conn: Connection) -> bool:
 
 class ClientCertGate:
     """The guard of a shared port with ``tls_verify_client``: a cluster-internal request (a code
-    in ``internal_codes``, RAFT_MESSAGE, or one signed as the cluster) from a connection without
-    a verified client certificate is refused NO_PERMISSION; everything else goes on to ``inner``
-    (the authentication guard, if any)."""
+    in ``internal_codes``, RAFT_MESSAGE, or one signed as the cluster, AUTHENTICATE included) from
+    a connection without a verified client certificate is refused NO_PERMISSION, counted
+    (``on_refused("no_client_cert")``) and logged at most once per source host per minute, as the
+    authentication guard's refusals are; everything else goes on to ``inner`` (the
+    authentication guard, if any)."""
 
     def __init__(
         self,
         inner: Guard | None,
         internal_codes: Iterable[int] = (),
         on_refused: Callable[[str], None] | None = None,
+        clock_ms: Callable[[], int] = wall_ms,
     ) -> None:
         self.inner = inner
         self._internal = frozenset(int(c) for c in internal_codes) | {
             int(ControllerCode.RAFT_MESSAGE)
         }
         self._on_refused = on_refused
+        self._clock_ms = clock_ms
+        self._throttle = RefusalLogThrottle()
 
     def __call__(self, conn: Connection, req: Frame) -> Frame | None:
         if (
             req.code in self._internal or req.header.get(ACCESS_KEY) == CLUSTER_ACCESS_KEY
         ) and not has_client_cert(conn):
             if self._on_refused is not None:
-                self._on_refused("no_client_cert")
+                self._on_refused(NO_CLIENT_CERT_REASON)
+            unlogged = self._throttle.record(source_host(conn), self._clock_ms())
+            if unlogged is not None:
+                log.warning(
+                    "request refused",
+                    peer=conn.peer,
+                    code=req.code,
+                    user=req.header.get(ACCESS_KEY),
+                    reason=NO_CLIENT_CERT_REASON,
+                    detail=NO_CLIENT_CERT,
+                    not_logged_since=unlogged,
+                )
             return error_response(req, ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
         if self.inner is None:
             return None

@@ -593,40 +593,45 @@ async def test_a_cluster_session_on_a_shared_port_needs_a_client_certificate(
     await s.start()
     anonymous = client_context(pki.ca)
     member = client_context(pki.ca, *pki.issue("member"))
+    logs: list[dict[str, object]] = []
     try:
-        cluster_no_cert = await RemotingClient.connect(
-            s.address, signer=signer_for(CLUSTER), tls=anonymous
-        )
-        alice_no_cert = await RemotingClient.connect(
-            s.address, signer=signer_for(ALICE), tls=anonymous
-        )
-        cluster_member = await RemotingClient.connect(
-            s.address, signer=signer_for(CLUSTER), tls=member
-        )
-        try:
-            assert not cluster_no_cert.session
-            # Asked for by hand with the right binding: refused all the same.
-            hand = authenticate(CLUSTER, binding_of(cluster_no_cert))
-            resp = await cluster_no_cert.request(RequestCode.AUTHENTICATE, hand)
-            assert (resp.code, remark(resp)) == (ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
-            for code in (internal, RequestCode.SEND_MESSAGE):
-                resp = await cluster_no_cert.request(code, {"topic": "B"}, b"x")
-                assert remark(resp) == NO_CLIENT_CERT  # signed as the cluster: gated
-            assert alice_no_cert.session
-            resp = await alice_no_cert.request(internal, {"topic": "A"}, b"x")
-            assert (resp.code, remark(resp)) == (ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
-            resp = await alice_no_cert.request(RequestCode.SEND_MESSAGE, {"topic": "A"}, b"x")
-            assert resp.code == ResponseCode.SUCCESS
-            assert cluster_member.session
-            for code in (internal, RequestCode.SEND_MESSAGE):
-                resp = await cluster_member.request(code, {"topic": "B"}, b"x")
+        with structlog.testing.capture_logs() as logs:
+            cluster_no_cert = await RemotingClient.connect(
+                s.address, signer=signer_for(CLUSTER), tls=anonymous
+            )
+            alice_no_cert = await RemotingClient.connect(
+                s.address, signer=signer_for(ALICE), tls=anonymous
+            )
+            cluster_member = await RemotingClient.connect(
+                s.address, signer=signer_for(CLUSTER), tls=member
+            )
+            try:
+                assert not cluster_no_cert.session
+                # Asked for by hand with the right binding: refused all the same.
+                hand = authenticate(CLUSTER, binding_of(cluster_no_cert))
+                resp = await cluster_no_cert.request(RequestCode.AUTHENTICATE, hand)
+                assert (resp.code, remark(resp)) == (ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
+                for code in (internal, RequestCode.SEND_MESSAGE):
+                    resp = await cluster_no_cert.request(code, {"topic": "B"}, b"x")
+                    assert remark(resp) == NO_CLIENT_CERT  # signed as the cluster: gated
+                assert alice_no_cert.session
+                resp = await alice_no_cert.request(internal, {"topic": "A"}, b"x")
+                assert (resp.code, remark(resp)) == (ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
+                resp = await alice_no_cert.request(RequestCode.SEND_MESSAGE, {"topic": "A"}, b"x")
                 assert resp.code == ResponseCode.SUCCESS
-        finally:
-            for c in (cluster_no_cert, alice_no_cert, cluster_member):
-                c.close()
+                assert cluster_member.session
+                for code in (internal, RequestCode.SEND_MESSAGE):
+                    resp = await cluster_member.request(code, {"topic": "B"}, b"x")
+                    assert resp.code == ResponseCode.SUCCESS
+            finally:
+                for c in (cluster_no_cert, alice_no_cert, cluster_member):
+                    c.close()
     finally:
         await s.server.stop()
     assert s.refused == ["no_client_cert"] * 5
+    # Counted each time, logged once for the source host (as the guard's own refusals).
+    refusals = [e for e in logs if e["event"] == "request refused"]
+    assert [(e["reason"], e["user"]) for e in refusals] == [("no_client_cert", "rmq:cluster")]
     # The gate kept every request of the cluster without a certificate from the guard.
     assert s.signed == [True, True, False, False, False]
     assert s.handled == [{"topic": "A"}, {"topic": "B"}, {"topic": "B"}]
