@@ -1,23 +1,26 @@
-"""TLS on every port with a test CA (made here with the openssl CLI), mutual TLS inside the
-cluster and authentication on, against real processes: three controllers and a broker group of
-three. rmqctl creates the first user over TLS; a producer sends over TLS while the master is
-killed -9, and everything it had acknowledged is read back over TLS from the new master. A
-normal user's TLS connection authenticates once (a session) and its rules still hold for every
-request: pub on the topic sends, another topic and a pull are refused. A plaintext client, a client whose CA did not sign the servers' certificates, a client without a
-certificate on the HA port, and one asking the controllers for a cluster-internal request
-without a client certificate are refused. A controller reloads its certificate on SIGHUP and
-refuses to start with a world-readable key.
+"""TLS on every port with a test CA (made here with the openssl CLI), mutual TLS inside the cluster
+and authentication on, against real processes: three controllers and a broker group of three.
+rmqctl creates the first user over TLS; a producer sends over TLS while the master is killed -9,
+and everything it had acknowledged is read back over TLS from the new master. A normal user's
+TLS connection authenticates once (a session) and its rules still hold for every request: pub on
+the topic sends, another topic and a pull are refused; its AUTHENTICATE sent on another
+connection is refused and counted. A plaintext client, a client whose CA did not sign the
+servers' certificates, a client without a certificate on the HA port, and one asking the
+controllers for a cluster-internal request without a client certificate are refused. A
+controller reloads its certificate on SIGHUP and refuses to start with a world-readable key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import ssl
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,17 @@ from daemon.auth_key import load_auth_key
 from protocol.acl import make_rule
 from protocol.codes import ControllerCode, RequestCode, ResponseCode
 from protocol.remoting import Header
-from protocol.request_auth import cluster_credentials
-from remoting.client import ConnectionPool, RemotingClient, signer_for
+from protocol.request_auth import (
+    CHANNEL_BINDING,
+    RequestSigner,
+    channel_binding_field,
+    cluster_credentials,
+)
+from remoting.client import ConnectionPool, RemotingClient, signer_for, wall_ms
 from remoting.errors import ConnectError, ConnectionClosedError, RemotingError
 from remoting.tls import NO_CLIENT_CERT, client_context
 from tests.cluster.support import full_sync_state_set, new_master
-from tests.support.cluster import Cluster, ControllerNode
+from tests.support.cluster import BrokerNode, Cluster, ControllerNode
 from tests.support.procs import free_port, port_open, rmqctl
 from tests.support.tls import make_ca
 from tests.support.wait import wait_until_async
@@ -85,7 +93,12 @@ async def test_tls_everywhere_failover_loses_nothing_and_outsiders_are_refused(
                        "listUser")  # fmt: skip
         assert plain.returncode == 1 and plain.stderr.count("\n") == 1, plain.stderr
 
-        cluster.add_group("broker-a", 3, config=settings + "auth_refresh_interval_ms = 1000\n")
+        cluster.add_group(
+            "broker-a",
+            3,
+            config=settings + "auth_refresh_interval_ms = 1000\n",
+            per_broker=[["--metrics-port", str(free_port())] for _ in range(3)],
+        )
         boot = Bootstrap(cluster.controller_addresses, ConnectionPool(2.0, ROOT, tls), 2.0)
         try:
             await run_failover(cluster, boot, tls)
@@ -192,8 +205,47 @@ async def a_session_keeps_its_users_rules(
         assert pulled.code == ResponseCode.NO_PERMISSION
         assert str(pulled.header["remark"]).startswith("denied:")
         assert conn.session  # all of it unsigned, in the session
+        # app's AUTHENTICATE naming this connection, sent on another: refused 'session', counted
+        # by the master, which goes on serving both connections.
+        node = next(b for b in cluster.brokers if b.address == master)
+        before = refusals(node).get("session", 0.0)
+        stolen = RequestSigner(app, "stolen").sign(
+            RequestCode.AUTHENTICATE, 0, {CHANNEL_BINDING: binding_of(conn)}, None, wall_ms()
+        )
+        other_conn = await RemotingClient.connect(master, tls=tls)
+        try:
+            resp = await other_conn.request(RequestCode.AUTHENTICATE, stolen)
+            assert resp.code == ResponseCode.NO_PERMISSION
+            assert str(resp.header["remark"]).startswith(f"session: {CHANNEL_BINDING} does not")
+            resp = await other_conn.request(RequestCode.SEND_MESSAGE, header, b"x")
+            assert str(resp.header["remark"]).startswith("unsigned:")
+        finally:
+            other_conn.close()
+        assert refusals(node).get("session", 0.0) == before + 1
+        sent = await conn.request(RequestCode.SEND_MESSAGE, header, b"still in its session")
+        assert sent.code == ResponseCode.SUCCESS, sent.header
     finally:
         conn.close()
+
+
+def binding_of(conn: RemotingClient) -> str:
+    """The ChannelBinding naming ``conn``'s TLS connection."""
+    tr = conn._transport
+    assert tr is not None
+    return channel_binding_field(tr.get_extra_info("ssl_object").get_channel_binding("tls-unique"))
+
+
+def refusals(node: BrokerNode) -> dict[str, float]:
+    """reason -> rmq_broker_auth_refused_total from ``node``'s /metrics."""
+    port = node.argv[len(node.argv) - 1 - node.argv[::-1].index("--metrics-port") + 1]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rmq_broker_auth_refused_total{"):
+            reason = re.search(r'reason="([a-z_]+)"', line)
+            assert reason, line
+            out[reason.group(1)] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 async def outsiders_are_refused(
