@@ -16,7 +16,6 @@ import asyncio
 import json
 import re
 import subprocess
-import urllib.request
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from protocol.pull import ConsumerOffsetUpdate
 from remoting.client import RemotingClient
 from tests.cluster.support import sync_state
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.metrics import metrics_port, scrape
 from tests.support.procs import free_port
 from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until_async
@@ -61,22 +61,10 @@ def rmqctl_json(cluster: Cluster, *args: str) -> Any:
     return json.loads(proc.stdout)
 
 
-def metrics_port(node: BrokerNode) -> int:
-    """The port the fixture gave it (the last --metrics-port on its command line wins)."""
-    last = len(node.argv) - 1 - node.argv[::-1].index("--metrics-port")
-    return int(node.argv[last + 1])
-
-
-def scrape(node: BrokerNode) -> str:
-    """node's /metrics text."""
-    url = f"http://127.0.0.1:{metrics_port(node)}/metrics"
-    return str(urllib.request.urlopen(url, timeout=10).read().decode())
-
-
 def scrape_lag(node: BrokerNode) -> dict[tuple[str, str], float]:
     """(group, topic) -> rmq_consumer_group_lag as node's /metrics serves it."""
     out = {}
-    for line in scrape(node).splitlines():
+    for line in scrape(metrics_port(node)).splitlines():
         if line.startswith("rmq_consumer_group_lag{"):
             group = re.search(r'group="([^"]*)"', line)
             topic = re.search(r'topic="([^"]*)"', line)
@@ -233,7 +221,7 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
             assert lags[("slow", TOPIC)] == by_broker(slow["queues"], "slow")[name]
             assert lags[("fast", TOPIC)] == 0
             # served without prometheus_client's per-series <name>_created gauges
-            assert [ln for ln in scrape(node).splitlines() if "_created" in ln] == []
+            assert [ln for ln in scrape(metrics_port(node)).splitlines() if "_created" in ln] == []
         slave_a = next(
             b
             for b in cluster.brokers

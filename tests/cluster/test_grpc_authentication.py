@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -33,6 +31,7 @@ from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
 from tests.cluster.secured import ROOT, WINDOW_MS, admin_call, create_root, secured_cluster
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.metrics import by_reason, scrape
 from tests.support.official_client import client_env, run_script
 from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
@@ -71,15 +70,7 @@ class SecuredGrpc:
 
     def refusals(self) -> dict[str, float]:
         """reason -> rmq_broker_auth_refused_total from the broker's /metrics."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        text = urllib.request.urlopen(url, timeout=10).read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line.startswith("rmq_broker_auth_refused_total{"):
-                reason = re.search(r'reason="([a-z_]+)"', line)
-                assert reason, line
-                out[reason.group(1)] = float(line.rsplit(" ", 1)[1])
-        return out
+        return by_reason(scrape(self.metrics_port), "rmq_broker_auth_refused_total")
 
     def run(self, script: str, *args: str, timeout: float = 90) -> str:
         """``script`` (the official client) in a process of its own; its last stdout line."""

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 import signal
 import ssl
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from remoting.errors import ConnectError, ConnectionClosedError, RemotingError
 from remoting.tls import NO_CLIENT_CERT, client_context
 from tests.cluster.support import full_sync_state_set, new_master
 from tests.support.cluster import BrokerNode, Cluster, ControllerNode
+from tests.support.metrics import by_reason, metrics_port, scrape
 from tests.support.procs import free_port, port_open, rmqctl
 from tests.support.tls import make_ca
 from tests.support.wait import wait_until_async
@@ -208,7 +207,7 @@ async def a_session_keeps_its_users_rules(
         # app's AUTHENTICATE naming this connection, sent on another: refused 'session', counted
         # by the master, which goes on serving both connections.
         node = next(b for b in cluster.brokers if b.address == master)
-        before = refusals(node).get("session", 0.0)
+        before = session_refusals(node)
         stolen = RequestSigner(app, "stolen").sign(
             RequestCode.AUTHENTICATE, 0, {CHANNEL_BINDING: binding_of(conn)}, None, wall_ms()
         )
@@ -221,7 +220,7 @@ async def a_session_keeps_its_users_rules(
             assert str(resp.header["remark"]).startswith("unsigned:")
         finally:
             other_conn.close()
-        assert refusals(node).get("session", 0.0) == before + 1
+        assert session_refusals(node) == before + 1
         sent = await conn.request(RequestCode.SEND_MESSAGE, header, b"still in its session")
         assert sent.code == ResponseCode.SUCCESS, sent.header
     finally:
@@ -235,17 +234,10 @@ def binding_of(conn: RemotingClient) -> str:
     return channel_binding_field(tr.get_extra_info("ssl_object").get_channel_binding("tls-unique"))
 
 
-def refusals(node: BrokerNode) -> dict[str, float]:
-    """reason -> rmq_broker_auth_refused_total from ``node``'s /metrics."""
-    port = node.argv[len(node.argv) - 1 - node.argv[::-1].index("--metrics-port") + 1]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("rmq_broker_auth_refused_total{"):
-            reason = re.search(r'reason="([a-z_]+)"', line)
-            assert reason, line
-            out[reason.group(1)] = float(line.rsplit(" ", 1)[1])
-    return out
+def session_refusals(node: BrokerNode) -> float:
+    """rmq_broker_auth_refused_total{reason="session"} from ``node``'s /metrics."""
+    text = scrape(metrics_port(node))
+    return by_reason(text, "rmq_broker_auth_refused_total").get("session", 0.0)
 
 
 async def outsiders_are_refused(
