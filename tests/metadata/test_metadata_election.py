@@ -38,6 +38,7 @@ def choose(
     alive: dict[int, ElectionInfo],
     *,
     sync_state_set: frozenset[int] = ALL,
+    replicas: frozenset[int] = ALL,
     old_master: int | None = None,
     designated: int | None = None,
     unclean: bool = False,
@@ -45,7 +46,7 @@ def choose(
 ) -> tuple[Verdict, int | None]:
     result = choose_master(
         sync_state_set=sync_state_set,
-        replicas=ALL,
+        replicas=replicas,
         old_master=old_master,
         alive=alive,
         designated=designated,
@@ -205,24 +206,6 @@ INFOS = st.builds(
 )
 
 
-def choose_masterless(
-    alive: dict[int, ElectionInfo],
-    sync_state_set: frozenset[int],
-    replicas: frozenset[int],
-    unclean: bool,
-    first: bool,
-) -> tuple[Verdict, int | None]:
-    result = choose_master(
-        sync_state_set=sync_state_set,
-        replicas=replicas,
-        old_master=None,
-        alive=alive,
-        enable_elect_unclean_master=unclean,
-        first_election=first,
-    )
-    return result.verdict, result.broker_id
-
-
 @given(
     st.dictionaries(st.integers(1, 6), INFOS, max_size=6),
     st.dictionaries(st.integers(1, 6), INFOS, max_size=6),
@@ -242,7 +225,9 @@ def test_a_choice_with_every_candidate_alive_is_final(
     """Once every candidate is alive, brokers turning alive later (``later``: ids not alive yet,
     with any heartbeat) cannot change the choice; while one is not, some broker turning alive
     can (so waiting for it is not for nothing)."""
-    now = choose_masterless(alive, sync_state_set, replicas, unclean, first)
+    now = choose(
+        alive, sync_state_set=sync_state_set, replicas=replicas, unclean=unclean, first=first
+    )
     final = every_candidate_alive(
         sync_state_set=sync_state_set,
         replicas=replicas,
@@ -253,7 +238,12 @@ def test_a_choice_with_every_candidate_alive_is_final(
     more = {**alive, **{b: i for b, i in later.items() if b not in alive}}
     if final:
         assert now[0] is Verdict.ELECTED
-        assert choose_masterless(more, sync_state_set, replicas, unclean, first) == now
+        assert (
+            choose(
+                more, sync_state_set=sync_state_set, replicas=replicas, unclean=unclean, first=first
+            )
+            == now
+        )
         return
     pools = candidate_pools(
         sync_state_set=sync_state_set,
@@ -268,7 +258,13 @@ def test_a_choice_with_every_candidate_alive_is_final(
     # A registered broker not heard yet that outranks everyone would change the choice.
     best = ElectionInfo(epoch=99, max_offset=0, election_priority=0)
     outcomes = {
-        choose_masterless({**alive, b: best}, sync_state_set, replicas, unclean, first)
+        choose(
+            {**alive, b: best},
+            sync_state_set=sync_state_set,
+            replicas=replicas,
+            unclean=unclean,
+            first=first,
+        )
         for b in unheard
     }
     assert outcomes != {now}
