@@ -517,7 +517,6 @@ class HAService:
                 expected = self._not_alive.refused(
                     proposal,
                     exc.code == ResponseCode.CONTROLLER_BROKER_NOT_ALIVE,
-                    members=sync.members,
                     outdated=sync.outdated(proposal),
                 )
                 level = log.info if expected else log.warning

@@ -492,11 +492,9 @@ class NotAliveRefusals:
         self._last: frozenset[int] = frozenset()
         self._count = 0
 
-    def refused(
-        self, proposal: frozenset[int], not_alive: bool, *, members: frozenset[int], outdated: bool
-    ) -> bool:
+    def refused(self, proposal: frozenset[int], not_alive: bool, *, outdated: bool) -> bool:
         """A settled refusal of ``proposal`` (``not_alive``: the controllers' reason); whether it
-        is expected. ``members``: the set in force; ``outdated``: :meth:`SyncState.outdated`."""
+        is expected. ``outdated``: :meth:`SyncState.outdated`."""
         if not not_alive:
             self.accepted()
             return False

@@ -207,31 +207,31 @@ def test_an_expansion_refused_as_not_alive_is_expected_a_few_times_in_a_row_then
     # At start-up a slave can catch up over HA before its first heartbeat reaches the active
     # controller: the first refusals of the expansion are expected (info); a streak is not.
     refusals = NotAliveRefusals()
-    members, grown = frozenset({1}), frozenset({1, 2})
+    grown = frozenset({1, 2})
     verdicts = [
-        refusals.refused(grown, True, members=members, outdated=False)
+        refusals.refused(grown, True, outdated=False)
         for _ in range(EXPECTED_NOT_ALIVE_REFUSALS + 1)
     ]
     assert verdicts == [True] * EXPECTED_NOT_ALIVE_REFUSALS + [False]
     refusals.accepted()  # the streak ends with an accepted proposal
-    assert refusals.refused(grown, True, members=members, outdated=False)
+    assert refusals.refused(grown, True, outdated=False)
 
 
 def test_a_refusal_for_another_reason_is_not_expected_a_lagging_shrink_is_at_first() -> None:
     refusals = NotAliveRefusals()
-    members, grown = frozenset({1, 2, 3}), frozenset({1, 2, 3, 4})
-    assert not refusals.refused(grown, False, members=members, outdated=False)
+    grown = frozenset({1, 2, 3, 4})
+    assert not refusals.refused(grown, False, outdated=False)
     # Two slaves stop together and the controllers hear the second go before the master does:
     # the shrink dropping the first still names it. Expected at first, a warning as a streak.
     shrunk = frozenset({1, 2})
     verdicts = [
-        refusals.refused(shrunk, True, members=members, outdated=False)
+        refusals.refused(shrunk, True, outdated=False)
         for _ in range(EXPECTED_NOT_ALIVE_REFUSALS + 1)
     ]
     assert verdicts == [True] * EXPECTED_NOT_ALIVE_REFUSALS + [False]
     # Once the master noticed the second loss too, the refusal is outdated: always expected.
-    assert refusals.refused(shrunk, True, members=members, outdated=True)
+    assert refusals.refused(shrunk, True, outdated=True)
     # A different proposal starts its own streak.
     for _ in range(EXPECTED_NOT_ALIVE_REFUSALS):
-        assert refusals.refused(grown, True, members=members, outdated=False)
-    assert refusals.refused(frozenset({1, 2, 4}), True, members=members, outdated=False)
+        assert refusals.refused(grown, True, outdated=False)
+    assert refusals.refused(frozenset({1, 2, 4}), True, outdated=False)
