@@ -44,6 +44,7 @@ from protocol.request_auth import (
     strip_auth_fields,
     verify,
 )
+from remoting.channel_binding import tls_unique
 from remoting.client import wall_ms
 from remoting.server import Connection, error_response
 
@@ -106,16 +107,6 @@ class Session:
         self.username = username
         self.secret = secret
         self.host = host
-
-
-def tls_unique(conn: Connection) -> bytes | None:
-    """The connection's ``tls-unique`` channel binding (None: not a TLS connection)."""
-    tr = conn.transport
-    ssl_object = None if tr is None else tr.get_extra_info("ssl_object")
-    if ssl_object is None:
-        return None
-    binding: bytes | None = ssl_object.get_channel_binding("tls-unique")
-    return binding
 
 
 class RequestGuard:
@@ -214,12 +205,12 @@ class RequestGuard:
 
     def _open_session(self, conn: Connection, req: Frame, username: str, now: int) -> Frame:
         """A verified AUTHENTICATE: bind ``username`` to the connection, or say why not."""
-        why = session_refusal(req.header, tls_unique(conn))
+        why = session_refusal(req.header, tls_unique(conn.transport))
+        if why is not None:
+            return self._refuse(conn, req, SESSION, why, username, now)
         secret = self._secret(username)
-        if why is None and secret is None:
-            why = f"unknown user {username}"
-        if why is not None or secret is None:
-            return self._refuse(conn, req, SESSION, why or "", username, now)
+        if secret is None:  # deleted since it was verified
+            return self._refuse(conn, req, SESSION, f"unknown user {username}", username, now)
         conn.attrs[SESSION_ATTR] = Session(username, secret, source_host(conn))
         log.debug("session opened", server=self._server, peer=conn.peer, user=username)
         return response(req, ResponseCode.SUCCESS, {"remark": f"authenticated as {username}"})

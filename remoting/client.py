@@ -36,6 +36,7 @@ from protocol.request_auth import (
     RequestSigner,
     channel_binding_field,
 )
+from remoting.channel_binding import tls_unique
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
 from remoting.read_buffer import CopyingProtocol
 
@@ -197,9 +198,7 @@ class RemotingClient:
 
     async def _open_session(self, timeout: float) -> None:
         """Authenticate this TLS connection once (see the module docstring)."""
-        tr = self._transport
-        ssl_object = None if tr is None else tr.get_extra_info("ssl_object")
-        binding = None if ssl_object is None else ssl_object.get_channel_binding("tls-unique")
+        binding = self.tls_unique
         if binding is None:
             return
         header: dict[str, Scalar] = {CHANNEL_BINDING: channel_binding_field(binding)}
@@ -209,6 +208,11 @@ class RemotingClient:
             self.close()
             raise ConnectError(f"cannot connect to {self.address}: {exc}") from exc
         self.session = resp.code == ResponseCode.SUCCESS
+
+    @property
+    def tls_unique(self) -> bytes | None:
+        """The connection's ``tls-unique`` channel binding (None: not TLS)."""
+        return tls_unique(self._transport)
 
     @property
     def is_closed(self) -> bool:

@@ -229,9 +229,9 @@ async def a_session_keeps_its_users_rules(
 
 def binding_of(conn: RemotingClient) -> str:
     """The ChannelBinding naming ``conn``'s TLS connection."""
-    tr = conn._transport
-    assert tr is not None
-    return channel_binding_field(tr.get_extra_info("ssl_object").get_channel_binding("tls-unique"))
+    binding = conn.tls_unique
+    assert binding is not None
+    return channel_binding_field(binding)
 
 
 def session_refusals(node: BrokerNode) -> float:

@@ -182,11 +182,8 @@ async def test_an_authenticate_naming_another_connection_is_refused(
     first = await RemotingClient.connect(served.address, tls=client_tls)
     second = await RemotingClient.connect(served.address, tls=client_tls)
     try:
-        tr = first._transport
-        assert tr is not None
-        binding = tr.get_extra_info("ssl_object").get_channel_binding("tls-unique")
         signer = RequestSigner(ALICE, "test")
-        header = {CHANNEL_BINDING: channel_binding_field(binding)}
+        header = {CHANNEL_BINDING: binding_of(first)}
         signed = signer.sign(RequestCode.AUTHENTICATE, 0, header, None, wall_ms())
         resp = await second.request(RequestCode.AUTHENTICATE, signed)
         assert resp.code == ResponseCode.NO_PERMISSION
@@ -301,10 +298,8 @@ async def test_a_server_without_authentication_serves_a_client_with_credentials(
 
 def binding_of(conn: RemotingClient) -> str:
     """The ChannelBinding field naming ``conn``'s TLS connection (as its client sees it)."""
-    tr = conn._transport
-    assert tr is not None
-    binding = tr.get_extra_info("ssl_object").get_channel_binding("tls-unique")
-    assert isinstance(binding, bytes)
+    binding = conn.tls_unique
+    assert binding is not None
     return channel_binding_field(binding)
 
 
