@@ -185,7 +185,7 @@ class Broker:
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
         if files is not None and files.verify_client:
             self.server.guard = ClientCertGate(
-                self.server.guard, INTERNAL_CODES, self.metrics.auth_refusal
+                self.server.guard, INTERNAL_CODES, self.metrics.auth_refusal, server="broker"
             )
         self.server.on_open.append(self._opened)
         self.server.on_close.append(self._closed)

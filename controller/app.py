@@ -99,6 +99,7 @@ class Controller:
                 self.server.guard,
                 INTERNAL_CODES,
                 lambda reason: refused.labels(reason=reason).inc(),
+                server="controller",
             )
         self.metrics_port: int | None = None
 

@@ -90,6 +90,36 @@ class RefusalLogThrottle:
         return 0 if last is None else last[1]
 
 
+class RefusalLog:
+    """One server's refusals: each one counted (``on_refused(reason)``) and logged as ``event``
+    at most once per source host per window (:class:`RefusalLogThrottle`), saying how many from
+    that host went unlogged since. The request guards of the remoting and gRPC ports and the
+    client-certificate gate each keep one."""
+
+    __slots__ = ("_event", "_on_refused", "_throttle")
+
+    def __init__(
+        self,
+        event: str,
+        on_refused: Callable[[str], None] | None = None,
+        window_ms: int = LOG_WINDOW_MS,
+    ) -> None:
+        self._event = event
+        self._on_refused = on_refused
+        self._throttle = RefusalLogThrottle(window_ms)
+
+    def record(self, host: str, now_ms: int, reason: str, detail: str, **fields: object) -> None:
+        """A refusal from ``host`` at ``now_ms``; ``fields`` (peer, user, ...) go into the log
+        line before the reason."""
+        if self._on_refused is not None:
+            self._on_refused(reason)
+        unlogged = self._throttle.record(host, now_ms)
+        if unlogged is not None:
+            log.warning(
+                self._event, **fields, reason=reason, detail=detail, not_logged_since=unlogged
+            )
+
+
 def source_host(conn: Connection) -> str:
     return conn.peer.rpartition(":")[0] or conn.peer
 
@@ -127,10 +157,9 @@ class RequestGuard:
         self._cluster_secret = cluster.secret_key
         self._window_ms = window_ms
         self._server = server
-        self._on_refused = on_refused
         self._clock_ms = clock_ms
         self._nonces = NonceCache(window_ms, max_nonces_per_user)
-        self._throttle = RefusalLogThrottle()
+        self._refusals = RefusalLog("request refused", on_refused)
 
     def _secret(self, username: str) -> str | None:
         if username == CLUSTER_ACCESS_KEY:
@@ -224,19 +253,14 @@ class RequestGuard:
         username: str | None,
         now_ms: int,
     ) -> Frame:
-        if self._on_refused is not None:
-            self._on_refused(reason)
-        host = source_host(conn)
-        unlogged = self._throttle.record(host, now_ms)
-        if unlogged is not None:
-            log.warning(
-                "request refused",
-                server=self._server,
-                peer=conn.peer,
-                code=req.code,
-                user=username,
-                reason=reason,
-                detail=detail,
-                not_logged_since=unlogged,
-            )
+        self._refusals.record(
+            source_host(conn),
+            now_ms,
+            reason,
+            detail,
+            server=self._server,
+            peer=conn.peer,
+            code=req.code,
+            user=username,
+        )
         return error_response(req, ResponseCode.NO_PERMISSION, f"{reason}: {detail}")

@@ -35,7 +35,7 @@ import structlog
 from protocol.codes import ControllerCode, ResponseCode
 from protocol.remoting import Frame
 from protocol.request_auth import ACCESS_KEY, CLUSTER_ACCESS_KEY
-from remoting.auth import RefusalLogThrottle, source_host
+from remoting.auth import RefusalLog, source_host
 from remoting.client import wall_ms
 from remoting.server import Connection, Guard, error_response
 
@@ -195,9 +195,9 @@ class ClientCertGate:
     """The guard of a shared port with ``tls_verify_client``: a cluster-internal request (a code
     in ``internal_codes``, RAFT_MESSAGE, or one signed as the cluster, AUTHENTICATE included) from
     a connection without a verified client certificate is refused NO_PERMISSION, counted
-    (``on_refused("no_client_cert")``) and logged at most once per source host per minute, as the
-    authentication guard's refusals are; everything else goes on to ``inner`` (the
-    authentication guard, if any)."""
+    (``on_refused("no_client_cert")``) and logged at most once per source host per minute with
+    ``server``'s name, as the authentication guard's refusals are (:class:`RefusalLog`);
+    everything else goes on to ``inner`` (the authentication guard, if any)."""
 
     def __init__(
         self,
@@ -205,32 +205,31 @@ class ClientCertGate:
         internal_codes: Iterable[int] = (),
         on_refused: Callable[[str], None] | None = None,
         clock_ms: Callable[[], int] = wall_ms,
+        *,
+        server: str = "",
     ) -> None:
         self.inner = inner
         self._internal = frozenset(int(c) for c in internal_codes) | {
             int(ControllerCode.RAFT_MESSAGE)
         }
-        self._on_refused = on_refused
+        self._server = server
         self._clock_ms = clock_ms
-        self._throttle = RefusalLogThrottle()
+        self._refusals = RefusalLog("request refused", on_refused)
 
     def __call__(self, conn: Connection, req: Frame) -> Frame | None:
         if (
             req.code in self._internal or req.header.get(ACCESS_KEY) == CLUSTER_ACCESS_KEY
         ) and not has_client_cert(conn):
-            if self._on_refused is not None:
-                self._on_refused(NO_CLIENT_CERT_REASON)
-            unlogged = self._throttle.record(source_host(conn), self._clock_ms())
-            if unlogged is not None:
-                log.warning(
-                    "request refused",
-                    peer=conn.peer,
-                    code=req.code,
-                    user=req.header.get(ACCESS_KEY),
-                    reason=NO_CLIENT_CERT_REASON,
-                    detail=NO_CLIENT_CERT,
-                    not_logged_since=unlogged,
-                )
+            self._refusals.record(
+                source_host(conn),
+                self._clock_ms(),
+                NO_CLIENT_CERT_REASON,
+                NO_CLIENT_CERT,
+                server=self._server,
+                peer=conn.peer,
+                code=req.code,
+                user=req.header.get(ACCESS_KEY),
+            )
             return error_response(req, ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
         if self.inner is None:
             return None

@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-import structlog
-
 from broker.grpc.permissions import rpc_checks, settings_checks
 from broker.grpc.translate import Refused
 from protocol.acl import User
@@ -33,10 +31,8 @@ from protocol.grpc_auth import AUTHORIZATION_HEADER, DATE_TIME_HEADER, verify_au
 from protocol.request_auth import DENIED, UNKNOWN_USER
 from protocol.request_permissions import Check, authorize
 from protocol.rocketmq_v2 import definition_pb2 as pb
-from remoting.auth import RefusalLogThrottle, UserDirectory
+from remoting.auth import RefusalLog, UserDirectory
 from remoting.client import wall_ms
-
-log = structlog.get_logger(__name__)
 
 NAMESPACE_HEADER: Final = "x-mq-namespace"
 
@@ -84,9 +80,8 @@ class CallGuard:
     ) -> None:
         self._directory = directory
         self._window_ms = window_ms
-        self._on_refused = on_refused
         self._clock_ms = clock_ms
-        self._throttle = RefusalLogThrottle()
+        self._refusals = RefusalLog("grpc call refused", on_refused)
 
     def authenticate(self, method: str, context: Any) -> User:
         """The verified user of the call; :class:`Refused` (UNAUTHORIZED) otherwise."""
@@ -141,18 +136,13 @@ class CallGuard:
         detail: str,
         username: str | None,
     ) -> Refused:
-        if self._on_refused is not None:
-            self._on_refused(reason)
-        host = source_host(context)
-        unlogged = self._throttle.record(host, self._clock_ms())
-        if unlogged is not None:
-            log.warning(
-                "grpc call refused",
-                method=method,
-                peer=str(context.peer() or ""),
-                user=username,
-                reason=reason,
-                detail=detail,
-                not_logged_since=unlogged,
-            )
+        self._refusals.record(
+            source_host(context),
+            self._clock_ms(),
+            reason,
+            detail,
+            method=method,
+            peer=str(context.peer() or ""),
+            user=username,
+        )
         return Refused(code, f"{reason}: {detail}")
