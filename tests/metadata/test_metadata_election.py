@@ -225,48 +225,23 @@ def test_a_choice_with_every_candidate_alive_is_final(
     """Once every candidate is alive, brokers turning alive later (``later``: ids not alive yet,
     with any heartbeat) cannot change the choice; while one is not, some broker turning alive
     can (so waiting for it is not for nothing)."""
-    now = choose(
-        alive, sync_state_set=sync_state_set, replicas=replicas, unclean=unclean, first=first
-    )
-    final = every_candidate_alive(
-        sync_state_set=sync_state_set,
-        replicas=replicas,
-        alive=alive,
-        enable_elect_unclean_master=unclean,
-        first_election=first,
-    )
+    group = {"sync_state_set": sync_state_set, "replicas": replicas}
+    policy = {**group, "enable_elect_unclean_master": unclean, "first_election": first}
+    now = choose(alive, **group, unclean=unclean, first=first)
+    final = every_candidate_alive(alive=alive, **policy)
     more = {**alive, **{b: i for b, i in later.items() if b not in alive}}
     if final:
         assert now[0] is Verdict.ELECTED
-        assert (
-            choose(
-                more, sync_state_set=sync_state_set, replicas=replicas, unclean=unclean, first=first
-            )
-            == now
-        )
+        assert choose(more, **group, unclean=unclean, first=first) == now
         return
-    pools = candidate_pools(
-        sync_state_set=sync_state_set,
-        replicas=replicas,
-        enable_elect_unclean_master=unclean,
-        first_election=first,
-    )
+    pools = candidate_pools(**policy)
     unheard = sorted(frozenset().union(*(pool for _, pool in pools)) - alive.keys())
     if not unheard:  # no candidate can turn alive: none at all, now or ever
         assert now[0] is Verdict.NO_CANDIDATE
         return
     # A registered broker not heard yet that outranks everyone would change the choice.
     best = ElectionInfo(epoch=99, max_offset=0, election_priority=0)
-    outcomes = {
-        choose(
-            {**alive, b: best},
-            sync_state_set=sync_state_set,
-            replicas=replicas,
-            unclean=unclean,
-            first=first,
-        )
-        for b in unheard
-    }
+    outcomes = {choose({**alive, b: best}, **group, unclean=unclean, first=first) for b in unheard}
     assert outcomes != {now}
 
 
