@@ -11,13 +11,15 @@ import shutil
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
+import structlog
 
 from broker.config import BrokerConfig
 from daemon.config import ConfigError
 from protocol.codes import ControllerCode, RequestCode, ResponseCode
-from protocol.remoting import Frame, response
+from protocol.remoting import Frame, request, response
 from protocol.request_auth import cluster_credentials
 from remoting.client import RemotingClient, signer_for
 from remoting.errors import ConnectError, ConnectionClosedError, RemotingError
@@ -268,3 +270,24 @@ async def test_reload_serves_new_connections_with_the_new_certificate(
         assert tls.reloads == 1
     finally:
         await served.server.stop()
+
+
+def test_a_gate_refusal_is_counted_each_time_and_logged_once_with_its_server() -> None:
+    class Plain:  # a connection without a client certificate
+        peer = "10.0.0.7:40000"
+        transport = None
+        attrs: dict[str, object] = {}
+
+    counted: list[str] = []
+    gate = ClientCertGate(
+        None, [RequestCode.CONTROLLER_REGISTER_BROKER], counted.append, lambda: 0, server="broker"
+    )
+    req = request(RequestCode.CONTROLLER_REGISTER_BROKER, 1, {}, None)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            refused = gate(cast(Connection, Plain()), req)
+            assert refused is not None and refused.code == ResponseCode.NO_PERMISSION
+    assert counted == ["no_client_cert"] * 3
+    assert [(e["event"], e["server"], e["reason"]) for e in logs] == [
+        ("request refused", "broker", "no_client_cert")
+    ]
