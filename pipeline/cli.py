@@ -14,8 +14,9 @@ pipeline/cli.py archive ...``) spark-submit's master and conf are used.
 Like a good command-line tool: the controllers and topics are checked before Spark starts; the
 result (JSON) is all that goes to stdout, Spark's log and progress bar are off (``--verbose``:
 Spark's warnings and the pipeline's log on stderr); a failure is one line on stderr,
-``rmq-pipeline: <what is wrong>``, with exit status 1 (2 for a usage error), and no Java or
-Python stack unless ``--verbose``.
+``rmq-pipeline: <what is wrong>``, with exit status 1 (2 for a usage error, and for a job where
+the spark extra is not installed: the line names what is missing and ``make pipeline-deps``), and
+no Java or Python stack unless ``--verbose``.
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ def cli(
     A cluster with authentication on needs --access-key and --secret-key (every request
     signed), one with TLS on --tls or --ca-file: they apply to both jobs.
     """
+    if ctx.invoked_subcommand is not None:
+        require_spark_extra()
     settings = ctx.ensure_object(Settings)
     settings.master = master
     settings.conf = conf
@@ -189,6 +192,26 @@ def cli(
             logging.INFO if verbose else logging.WARNING
         ),
     )
+
+
+class MissingExtra(click.ClickException):
+    """The spark extra is not installed: a refused start, one line and exit status 2."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"rmq-pipeline: {self.format_message()}", err=True)
+
+
+def require_spark_extra() -> None:
+    """Before a job parses its options or imports anything of Spark's: pyspark, pyarrow and
+    numpy are there, else one line naming what is missing and ``make pipeline-deps``."""
+    from pipeline.session import spark_session_class
+
+    try:
+        spark_session_class()
+    except PipelineError as exc:
+        raise MissingExtra(str(exc)) from None
 
 
 def connection_options(
@@ -242,13 +265,12 @@ def controllers_option(func: Any) -> Any:
 
 
 def _precheck(settings: Settings, controllers: str, topics: tuple[str, ...]) -> None:
-    """Before Spark starts (tens of seconds): the spark extra is there, the controllers answer
-    (over TLS and signed as the flags say) and every topic exists."""
-    from pipeline.session import spark_session_class
+    """Before Spark starts (tens of seconds): the controllers answer (over TLS and signed as
+    the flags say) and every topic exists (the spark extra was checked before the job's options
+    were parsed: :func:`require_spark_extra`)."""
     from pipeline.snapshot import snapshot
 
     try:
-        spark_session_class()
         credentials = credentials_option(settings.connection)
         tls = tls_option(settings.connection)
         for topic in topics:

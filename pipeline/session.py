@@ -22,8 +22,10 @@ def under_spark_submit() -> bool:
 
 def spark_session_class() -> type[SparkSession]:
     """pyspark's SparkSession, or a :class:`PipelineError` saying how to install the spark
-    extra (pyarrow too: Spark's Python data sources need it)."""
+    extra (numpy and pyarrow too: the source's readers and Spark's Python data sources need
+    them)."""
     try:
+        import numpy  # noqa: F401 - the source's readers need it: say so now
         import pyarrow  # noqa: F401 - Spark's Python data sources need it: say so now
         from pyspark.sql import SparkSession
     except ImportError as exc:

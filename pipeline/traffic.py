@@ -27,7 +27,6 @@ from client.admin import Admin
 from client.errors import ClientError
 from pipeline.loop import SyncLoop
 from pipeline.options import credentials_option, tls_option
-from pipeline.snapshot import snapshot
 from pipeline.tls import ClientTls, context_of
 from remoting.errors import RemotingError
 
@@ -167,6 +166,10 @@ def topic_queues(
     tls: ClientTls | None = None,
 ) -> dict[tuple[str, str], int]:
     """(topic, broker group) -> queue count, from the routes."""
+    # here, not at the top: the snapshot needs numpy (pipeline.logical), and rmq-pipeline
+    # imports this module before it checks that the spark extra is installed
+    from pipeline.snapshot import snapshot
+
     out: dict[tuple[str, str], int] = {}
     for topic in topics:
         route = snapshot(controllers, topic, 5.0, credentials, tls).route
