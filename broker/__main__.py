@@ -67,8 +67,9 @@ async def serve(cfg: BrokerConfig) -> int:
 @click.option("--listen", help="host:port serving clients.")
 @click.option(
     "--grpc-listen",
-    help="host:port serving the official RocketMQ 5 clients' gRPC protocol "
-    "(default: listen port + 2); 0 turns it off.",
+    help="host:port serving the official RocketMQ 5 clients' gRPC protocol in plaintext "
+    "(default: listen port + 2); 0 turns it off; off with tls_enabled unless the TOML key "
+    "grpc_plaintext_with_tls is true.",
 )
 @click.option(
     "--grpc-tls-listen",

@@ -365,6 +365,19 @@ class Broker:
         if plain is not None:
             self.grpc_port = self.grpc.port
             ctx.grpc_endpoints["plain"] = f"{plain[0]}:{self.grpc.port}"
+            if self.users is not None:
+                log.warning(
+                    "plaintext gRPC port with authentication on",
+                    grpc_port=self.grpc_port,
+                    why=(
+                        "the official clients sign only the date-time, without a nonce: a call "
+                        "on this port can be read and replayed within auth_timestamp_window_ms"
+                    ),
+                    fix=(
+                        "serve gRPC over TLS (grpc_tls_listen) and turn this port off "
+                        "(grpc_listen = 0; with tls_enabled: without grpc_plaintext_with_tls)"
+                    ),
+                )
         if tls is not None:
             self.grpc_tls_port = self.grpc.tls_port
             ctx.grpc_endpoints["tls"] = f"{tls[0]}:{self.grpc.tls_port}"

@@ -30,7 +30,9 @@ class BrokerConfig:
     ha_port: int | None = field(None, "port serving slaves (default: listen port + 1)", port)
     grpc_listen: str | None = field(
         None,
-        "host:port serving the gRPC protocol of the official RocketMQ 5 clients (default: the listen host, listen port + 2); 0 turns it off",
+        "host:port serving the gRPC protocol of the official RocketMQ 5 clients in plaintext "
+        "(default: the listen host, listen port + 2); 0 turns it off; off with tls_enabled "
+        "unless grpc_plaintext_with_tls",
         grpc_address,
     )
     grpc_tls_listen: str | None = field(
@@ -65,6 +67,13 @@ class BrokerConfig:
         "with tls_enabled: mutual TLS inside the cluster: the HA port refuses a peer without a "
         "certificate of tls_ca_file; on the client port a controller's pushes need one (clients "
         "need none)",
+    )
+    grpc_plaintext_with_tls: bool = field(
+        False,
+        "with tls_enabled: serve plaintext gRPC on grpc_listen as well (off by default: the "
+        "official clients sign only the date-time, without a nonce, so a call on a plaintext "
+        "port can be read and replayed within auth_timestamp_window_ms; grpc_tls_listen is the "
+        "gRPC port of a broker with tls_enabled)",
     )
     controllers: str = field(
         "", "controller addresses separated by ';' (empty: run alone as master)", address_list
@@ -281,6 +290,28 @@ class BrokerConfig:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
         if self.grpc_tls_listen is not None and (self.tls_cert is None or self.tls_key is None):
             raise ConfigError("config key 'grpc_tls_listen' needs tls_cert and tls_key")
+        if (
+            self.tls_enabled
+            and not self.grpc_plaintext_with_tls
+            and self.grpc_listen
+            not in (
+                None,
+                "0",
+            )
+        ):
+            raise ConfigError(
+                "config key 'grpc_listen' serves plaintext gRPC, off with tls_enabled: set "
+                "grpc_plaintext_with_tls = true to serve it anyway, or serve gRPC over TLS on "
+                "grpc_tls_listen"
+            )
+        plain = self.grpc_endpoint
+        if plain is not None and self.grpc_tls_listen is not None:
+            tls_host, _, tls_port = self.grpc_tls_listen.rpartition(":")
+            if plain == (tls_host, int(tls_port)) and plain[1] != 0:
+                raise ConfigError(
+                    f"config key 'grpc_tls_listen': {self.grpc_tls_listen} is also the plaintext "
+                    "gRPC port (grpc_listen, default listen port + 2): give them different ports"
+                )
         try:
             self.tls_files  # noqa: B018 - checks the files
         except TlsError as exc:
@@ -321,7 +352,10 @@ class BrokerConfig:
 
     @property
     def grpc_endpoint(self) -> tuple[str, int] | None:
-        """Where the gRPC endpoint listens; None when it is off."""
+        """Where the plaintext gRPC endpoint listens; None when it is off (``grpc_listen`` 0,
+        or ``tls_enabled`` without ``grpc_plaintext_with_tls``)."""
+        if self.tls_enabled and not self.grpc_plaintext_with_tls:
+            return None
         if self.grpc_listen is None:
             return self.listen_host, self.listen_port + 2
         if self.grpc_listen == "0":

@@ -130,6 +130,9 @@ def broker_file(index: int, group: str) -> tuple[Path, str]:
         "election_priority": priority,
         "log_format": "json",
         "min_in_sync_replicas": 2,
+        # With tls_enabled the official clients' gRPC is served over TLS only, on the port
+        # the plaintext one has without TLS (listen port + 2).
+        "grpc_tls_listen": f"{HOSTS[index]}:{listen + 2}",
         **SECURITY,
     }
     header = file_header(f"rmq-broker {group}: one of its three replicas.", group, index)
@@ -141,6 +144,10 @@ def broker_file(index: int, group: str) -> tuple[Path, str]:
             "writes instead of acknowledging what one disk holds."
         ),
         "log_format": "journald stores the JSON lines (journalctl -u rmq-broker@NAME -o cat).",
+        "grpc_tls_listen": (
+            "The official clients connect here over TLS (their endpoint: this address, TLS "
+            "on). With tls_enabled no plaintext gRPC port is served (grpc_plaintext_with_tls)."
+        ),
         **SECURITY_NOTES,
     }
     return HERE / f"host{index + 1}" / f"{group}.toml", render(BrokerConfig, values, header, notes)

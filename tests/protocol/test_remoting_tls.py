@@ -137,6 +137,29 @@ def test_a_broker_with_tls_and_a_world_readable_key_refuses_its_config(
     assert BrokerConfig(tls_enabled=True, tls_cert=node[0], tls_key=key).tls_files is not None
 
 
+def test_tls_enabled_turns_the_plaintext_grpc_port_off_unless_the_operator_says_so(
+    node: tuple[Path, Path],
+) -> None:
+    cert, key = node
+    tls = {"tls_enabled": True, "tls_cert": cert, "tls_key": key}
+    assert BrokerConfig().grpc_endpoint == ("127.0.0.1", 10913)  # TLS off: as before
+    assert BrokerConfig(**tls).grpc_endpoint is None
+    assert BrokerConfig(**tls, grpc_listen="0").grpc_endpoint is None
+    assert BrokerConfig(**tls, grpc_plaintext_with_tls=True).grpc_endpoint == (
+        "127.0.0.1",
+        10913,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^config key 'grpc_listen' serves plaintext gRPC, off with tls_enabled: set "
+        r"grpc_plaintext_with_tls = true to serve it anyway, or serve gRPC over TLS on "
+        r"grpc_tls_listen$",
+    ):
+        BrokerConfig(**tls, grpc_listen="127.0.0.1:7000")
+    with pytest.raises(ConfigError, match=r"127.0.0.1:10913 is also the plaintext gRPC port"):
+        BrokerConfig(**tls, grpc_plaintext_with_tls=True, grpc_tls_listen="127.0.0.1:10913")
+
+
 # --- serving -----------------------------------------------------------------------------------
 
 
