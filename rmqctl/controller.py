@@ -121,7 +121,9 @@ def get_sync_state_set(settings: Settings, addresses: str, broker_name: str) -> 
     emit(settings, doc, lambda: _sync_state_human(doc))
 
 
-@click.command("electMaster", short_help="Elect a broker group's master (optionally a given one).")
+@click.command(
+    "electMaster", short_help="Move a broker group's master (to a given broker, or the best other)."
+)
 @addresses_option
 @broker_name_option
 @click.option(
@@ -130,14 +132,19 @@ def get_sync_state_set(settings: Settings, addresses: str, broker_name: str) -> 
     type=int,
     default=None,
     metavar="ID",
-    help="The broker to make master (default: the controller's choice).",
+    help="The broker to make master (default: the controller's choice, the best alive "
+    "SyncStateSet member other than the current master).",
 )
 @pass_settings
 def elect_master(
     settings: Settings, addresses: str, broker_name: str, broker_id: int | None
 ) -> None:
-    """Run an election for a broker group; with -i the named broker must be a candidate
-    (alive, and in the SyncStateSet unless unclean election is enabled).
+    """Run an election for a broker group. With -i the named broker must be a candidate
+    (alive, and in the SyncStateSet unless unclean election is enabled). Without -i it is a
+    planned switch: the controller moves an alive master's role to the best alive SyncStateSet
+    member other than it (highest epoch, then most data, then lowest election_priority), and
+    fails naming why when there is none (the master stays); a group without a live master gets
+    the best candidate.
 
     Prints the getSyncStateSet document after the election.
     """
@@ -147,6 +154,8 @@ def elect_master(
         if broker_id is not None:
             header["brokerId"] = broker_id
             header["designateElect"] = True
+        else:
+            header["plannedSwitch"] = True
         await call_controllers(addresses, RequestCode.CONTROLLER_ELECT_MASTER, header)
         return await _sync_state(addresses, broker_name)
 

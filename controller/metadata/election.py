@@ -11,6 +11,13 @@ master (a request with no designated broker, or designating the old master, gets
 MASTER_STILL_ALIVE). A designated broker must be a candidate: alive, registered, and in the
 SyncStateSet unless unclean election is enabled.
 
+A planned switch (an operator's election naming no broker: ``rmqctl electMaster`` without
+``-i``) moves an alive master's role to the best alive SyncStateSet member other than it, by
+the same ordering; never to a replica outside the SyncStateSet, whatever
+``enable_elect_unclean_master`` says (a planned switch loses nothing). With no such member it
+fails (NO_SWITCH_CANDIDATE) and the master stays. A group whose master is not alive, or has
+none, is elected as by any other request.
+
 ``every_candidate_alive`` says when such a choice is final: every registered broker of the pool
 it is made from is alive, so no broker turning alive later could change it (the scheduler's
 test for electing during a newly active controller's grace period).
@@ -37,6 +44,7 @@ class Verdict(Enum):
     MASTER_STILL_ALIVE = "master still alive"
     NO_CANDIDATE = "no candidate"
     DESIGNATED_INVALID = "designated broker is not a candidate"
+    NO_SWITCH_CANDIDATE = "no other in-sync replica to switch to"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,12 +115,23 @@ def choose_master(
     designated: int | None = None,
     enable_elect_unclean_master: bool = False,
     first_election: bool = False,
+    planned: bool = False,
 ) -> ElectionResult:
     """Pick the group's master.
 
     ``replicas`` are the registered ids, ``alive`` the heartbeat info of alive brokers (ids not
-    registered are ignored), ``old_master`` the current master or None.
+    registered are ignored), ``old_master`` the current master or None. ``planned`` (without
+    ``designated``): an alive master gives way to the best alive SyncStateSet member other
+    than it (module doc).
     """
+    if (
+        planned
+        and designated is None
+        and old_master is not None
+        and old_master in replicas
+        and old_master in alive
+    ):
+        return _switch(sync_state_set, replicas, old_master, alive)
     pools = [
         (f"alive {label}", frozenset(broker_id for broker_id in pool if broker_id in alive))
         for label, pool in candidate_pools(
@@ -158,6 +177,35 @@ def choose_master(
     unclean = first_election or enable_elect_unclean_master
     what = "alive replica" if unclean else "alive SyncStateSet member"
     return ElectionResult(verdict=Verdict.NO_CANDIDATE, reason=f"no {what} to elect")
+
+
+def _switch(
+    sync_state_set: Set[int],
+    replicas: Set[int],
+    old_master: int,
+    alive: Mapping[int, ElectionInfo],
+) -> ElectionResult:
+    """A planned switch away from the alive ``old_master``."""
+    in_sync = sorted((frozenset(sync_state_set) & frozenset(replicas)) - {old_master})
+    pool = [broker_id for broker_id in in_sync if broker_id in alive]
+    if pool:
+        best = rank_candidates(pool, alive)[0]
+        return ElectionResult(
+            verdict=Verdict.ELECTED,
+            broker_id=best,
+            reason=f"planned switch from master {old_master}: best of the alive SyncStateSet "
+            f"members other than it {pool}",
+        )
+    if in_sync:
+        why = f"SyncStateSet members {in_sync} are not alive"
+    else:
+        members = sorted(frozenset(sync_state_set) & frozenset(replicas))
+        why = f"the SyncStateSet is {members}: the master alone"
+    return ElectionResult(
+        verdict=Verdict.NO_SWITCH_CANDIDATE,
+        broker_id=old_master,
+        reason=f"no in-sync replica to switch master {old_master} to: {why}; the master stays",
+    )
 
 
 MAX_EPOCH = 2**63 - 1

@@ -368,18 +368,21 @@ class ReplicasInfoManager:
         alive_replicas: Mapping[int, ElectionInfo],
         designated_broker_id: int | None = None,
         enable_elect_unclean_master: bool = False,
+        planned: bool = False,
     ) -> Decision[ReplicaInfo]:
         """CONTROLLER_ELECT_MASTER, from a broker, the controller itself, or an admin.
 
         ``alive_replicas`` maps the group's alive broker ids to their last heartbeat
-        (BrokerLiveTable.election_view); ``designated_broker_id`` is the admin's choice.
+        (BrokerLiveTable.election_view); ``designated_broker_id`` is the admin's choice;
+        ``planned`` an admin's election naming no broker (a planned switch, election.py).
 
         - unknown group: 2010, nothing appended;
         - a new master (policy of election.py): SUCCESS, ElectMaster appended, the response is
           the group after it (masterEpoch + 1, SyncStateSet = {new master});
-        - the current master is alive and not displaced by a designation: 2011 with the
-          current metadata, nothing appended;
-        - the designated broker is not a candidate: 2012, nothing appended;
+        - the current master is alive and not displaced by a designation or a planned switch:
+          2011 with the current metadata, nothing appended;
+        - the designated broker is not a candidate, or a planned switch has no alive
+          SyncStateSet member other than the master: 2012 naming why, nothing appended;
         - no candidate: 2004 (CONTROLLER_MASTER_NOT_AVAILABLE). If the group still names a
           master, an ElectMaster that clears it is appended (masterEpoch + 1, SyncStateSet
           kept, as RocketMQ does) so brokers learn the group has no master; the response is the
@@ -401,12 +404,13 @@ class ReplicasInfoManager:
             designated=designated_broker_id,
             enable_elect_unclean_master=enable_elect_unclean_master,
             first_election=group.first_election,
+            planned=planned,
         )
         if result.verdict is Verdict.MASTER_STILL_ALIVE:
             return Decision(
                 code=RC.CONTROLLER_MASTER_STILL_EXIST, remark=result.reason, response=group.info()
             )
-        if result.verdict is Verdict.DESIGNATED_INVALID:
+        if result.verdict in (Verdict.DESIGNATED_INVALID, Verdict.NO_SWITCH_CANDIDATE):
             return rejected(RC.CONTROLLER_ELECT_MASTER_FAILED, result.reason)
         if result.verdict is Verdict.NO_CANDIDATE and group.master_broker_id is None:
             return Decision(

@@ -1,7 +1,8 @@
-"""Master elections: CONTROLLER_ELECT_MASTER (1002) asked by a broker or an admin, and the
-elections the scan starts (:mod:`controller.service.scheduler`). The policy is
-``ReplicasInfoManager.elect_master``'s, and one that names no broker waits like the scan's
-during a newly active controller's grace period (``held_by_grace``); each outcome is counted in
+"""Master elections: CONTROLLER_ELECT_MASTER (1002) asked by a broker or an admin (naming a
+broker with ``designateElect``, or a planned switch with ``plannedSwitch``), and the elections the
+scan starts (:mod:`controller.service.scheduler`). The policy is
+``ReplicasInfoManager.elect_master``'s, and one that names no broker (a planned switch too)
+waits like the scan's during a newly active controller's grace period (``held_by_grace``); each outcome is counted in
 ``rmq_controller_master_elections_total``.
 """
 
@@ -53,6 +54,8 @@ class ElectionHandlers:
         designated: int | None = None
         if opt_bool(h, "designateElect"):
             designated = req_int(h, "brokerId")
+        # an operator's election naming no broker: a planned switch away from an alive master
+        planned = designated is None and opt_bool(h, "plannedSwitch")
         now = self.now_ms()
         info = self.manager.replica_info(name)
         held = None
@@ -71,10 +74,12 @@ class ElectionHandlers:
                 alive_replicas=self.live.election_view(name, now),
                 designated_broker_id=designated,
                 enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+                planned=planned,
             )
         )
         settled = await self.committer.settle(d)
-        self._count(name, settled, "admin" if designated is not None else "request")
+        admin = designated is not None or planned
+        self._count(name, settled, "admin" if admin else "request")
         info = settled.response
         if info is None:
             raise refuse(settled)

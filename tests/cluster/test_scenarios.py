@@ -34,6 +34,7 @@ from tests.cluster.support import (
     node_at,
     raw_send,
     sync_state,
+    takes_writes,
 )
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.wait import wait_until_async
@@ -239,6 +240,61 @@ async def test_operator_elect_master_moves_mastership_only_to_an_in_sync_broker(
         assert "Traceback" not in refused.stderr
         d = await sync_state(boot)
         assert d is not None and d["masterBrokerId"] == ids[target.address]
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
+
+
+async def test_operator_elect_master_without_an_id_switches_to_the_best_other_in_sync_broker(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    """``rmqctl electMaster -b G`` (no -i) is a planned switch: the controllers move an alive
+    master's role to the best other SyncStateSet member. Before, it answered
+    CONTROLLER_MASTER_STILL_EXIST (2011) and nothing moved. With the master alone in sync it
+    fails naming why and the master stays."""
+    doc, old = await start_group(cluster, boot, "ha_max_time_slave_not_catchup_ms = 1500\n")
+    async with producer_for(cluster) as producer:
+        acked = await send_all(producer, [f"m-{i}".encode() for i in range(10)])
+    done = await asyncio.to_thread(rmqctl, cluster, "electMaster", "-b", "broker-a")
+    assert done.returncode == 0, done.stderr
+    elected = json.loads(done.stdout)
+    assert elected["masterBrokerId"] != doc["masterBrokerId"]
+    assert elected["masterBrokerId"] in doc["syncStateSet"]
+    assert elected["masterAddress"] != old.address
+    assert elected["masterEpoch"] == doc["masterEpoch"] + 1
+    new = node_at(cluster, elected["masterAddress"])
+    await wait_until_async(
+        lambda: takes_writes(new.address), "the new master to take writes", 30, interval=0.1
+    )
+
+    # Back in sync under the new master; then both slaves frozen until they are shrunk out.
+    doc = await full_sync_state_set(boot, cluster)
+    assert doc["masterBrokerId"] == elected["masterBrokerId"]
+    async with producer_for(cluster) as producer:
+        await send_all(producer, [f"n-{i}".encode() for i in range(10)], acked)
+        for slave in slaves_of(cluster, doc):
+            slave.signal(signal.SIGSTOP)
+        await send_all(producer, [f"o-{i}".encode() for i in range(3)], acked)
+
+        async def master_alone() -> bool:
+            d = await sync_state(boot)
+            return bool(d and d["syncStateSet"] == [elected["masterBrokerId"]])
+
+        await wait_until_async(
+            master_alone, "the frozen slaves shrunk out", 20, interval=0.1, on_timeout=cluster.logs
+        )
+    refused = await asyncio.to_thread(rmqctl, cluster, "electMaster", "-b", "broker-a")
+    master_id = elected["masterBrokerId"]
+    assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert (
+        f"no in-sync replica to switch master {master_id} to: the SyncStateSet is "
+        f"[{master_id}]: the master alone; the master stays"
+    ) in refused.stderr
+    after = await sync_state(boot)
+    assert after is not None
+    assert (after["masterBrokerId"], after["masterEpoch"]) == (master_id, elected["masterEpoch"])
+    for slave in slaves_of(cluster, doc):
+        slave.signal(signal.SIGCONT)
     received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
     assert {k: received.get(k) for k in acked} == acked
 

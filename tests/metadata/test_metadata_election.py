@@ -43,6 +43,7 @@ def choose(
     designated: int | None = None,
     unclean: bool = False,
     first: bool = False,
+    planned: bool = False,
 ) -> tuple[Verdict, int | None]:
     result = choose_master(
         sync_state_set=sync_state_set,
@@ -52,6 +53,7 @@ def choose(
         designated=designated,
         enable_elect_unclean_master=unclean,
         first_election=first,
+        planned=planned,
     )
     return result.verdict, result.broker_id
 
@@ -145,6 +147,73 @@ def test_unclean_election_accepts_a_designated_out_of_sync_broker() -> None:
     assert choose(alive, sync_state_set=frozenset({1, 2}), designated=4, unclean=True) == (
         Verdict.ELECTED,
         4,
+    )
+
+
+def test_a_planned_switch_moves_an_alive_master_to_the_best_other_in_sync_member() -> None:
+    # 1 is the master and ranks best; 4 ranks better than 3 but is out of sync.
+    alive = {1: info(2, 999), 2: info(2, 100), 3: info(2, 300), 4: info(2, 5000)}
+    in_sync = frozenset({1, 2, 3})
+    assert choose(alive, sync_state_set=in_sync, old_master=1, planned=True) == (
+        Verdict.ELECTED,
+        3,
+    )
+    # by the same ordering: the lower election priority when epoch and offset are equal
+    alive = {1: info(2, 300), 2: info(2, 300, 1), 3: info(2, 300, 5)}
+    assert choose(alive, sync_state_set=in_sync, old_master=1, planned=True) == (
+        Verdict.ELECTED,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sync_state_set", "alive_ids", "reason"),
+    [
+        (
+            frozenset({1}),
+            {1, 2, 3},
+            "no in-sync replica to switch master 1 to: the SyncStateSet is [1]: the master "
+            "alone; the master stays",
+        ),
+        (
+            frozenset({1, 2, 3}),
+            {1, 4},
+            "no in-sync replica to switch master 1 to: SyncStateSet members [2, 3] are not "
+            "alive; the master stays",
+        ),
+    ],
+)
+def test_a_planned_switch_with_no_other_alive_in_sync_member_fails_naming_why(
+    sync_state_set: frozenset[int], alive_ids: set[int], reason: str
+) -> None:
+    for unclean in (False, True):  # never to an out-of-sync replica, even with unclean on
+        result = choose_master(
+            sync_state_set=sync_state_set,
+            replicas=ALL,
+            old_master=1,
+            alive={i: info() for i in alive_ids},
+            enable_elect_unclean_master=unclean,
+            planned=True,
+        )
+        assert (result.verdict, result.broker_id, result.reason) == (
+            Verdict.NO_SWITCH_CANDIDATE,
+            1,
+            reason,
+        )
+
+
+def test_a_planned_switch_of_a_group_without_an_alive_master_is_an_election() -> None:
+    alive = {2: info(1, 10), 3: info(1, 20)}
+    assert choose(alive, old_master=1, planned=True) == (Verdict.ELECTED, 3)
+    assert choose(alive, old_master=None, planned=True) == (Verdict.ELECTED, 3)
+    assert choose({4: info()}, sync_state_set=frozenset({1, 2}), old_master=1, planned=True) == (
+        Verdict.NO_CANDIDATE,
+        None,
+    )
+    # a designated broker is the operator's choice, planned or not
+    assert choose(view(1, 2, 3), old_master=1, designated=2, planned=True) == (
+        Verdict.ELECTED,
+        2,
     )
 
 
@@ -271,6 +340,33 @@ def test_every_candidate_alive_looks_at_the_pool_the_policy_picks_from() -> None
     assert not every_candidate_alive(sync_state_set=frozenset(), replicas=frozenset(), alive={})
 
 
+@given(
+    st.dictionaries(st.integers(1, 6), INFOS, max_size=6),
+    st.frozensets(st.integers(1, 6), max_size=6),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_a_planned_switch_from_an_alive_master_picks_the_best_other_in_sync_broker(
+    alive: dict[int, ElectionInfo], sync_state_set: frozenset[int], old: int, unclean: bool
+) -> None:
+    alive = {**alive, old: alive.get(old, ElectionInfo(epoch=0, max_offset=0, election_priority=0))}
+    result = choose_master(
+        sync_state_set=sync_state_set | {old},
+        replicas=frozenset(range(1, 7)),
+        old_master=old,
+        alive=alive,
+        enable_elect_unclean_master=unclean,
+        planned=True,
+    )
+    pool = (sync_state_set & alive.keys()) - {old}
+    if not pool:
+        assert (result.verdict, result.broker_id) == (Verdict.NO_SWITCH_CANDIDATE, old)
+    else:
+        assert result.verdict is Verdict.ELECTED and result.broker_id in pool
+        best = rank_key(result.broker_id, alive[result.broker_id])
+        assert all(best <= rank_key(b, alive[b]) for b in pool)
+
+
 # The state machine ------------------------------------------------------------------------------
 
 
@@ -394,6 +490,34 @@ def test_an_admin_naming_an_out_of_sync_or_dead_broker_is_refused_2012() -> None
     # Unclean election lets the admin pick the out-of-sync one.
     unclean = elect(manager, [1, 2, 3], designated_broker_id=3, enable_elect_unclean_master=True)
     assert unclean.code == RC.SUCCESS
+
+
+def test_an_admin_planned_switch_moves_mastership_to_the_best_other_in_sync_broker() -> None:
+    manager = group_with_master()
+    expand(manager, {1, 2, 3})
+    alive = {1: info(1, 500), 2: info(1, 400), 3: info(1, 450)}
+    reply = commit(manager, manager.elect_master(GROUP, alive_replicas=alive, planned=True))
+    assert reply.code == RC.SUCCESS, reply.remark
+    assert reply.response is not None
+    assert reply.response.master_broker_id == 3 and reply.response.master_epoch == 2
+    assert reply.response.sync_state_set == frozenset({3})
+
+
+def test_an_admin_planned_switch_with_the_master_alone_in_sync_is_refused_2012() -> None:
+    manager = group_with_master()  # SyncStateSet {1}
+    before = manager.snapshot()
+    decision = manager.elect_master(GROUP, alive_replicas=view(1, 2, 3), planned=True)
+    assert decision.code == RC.CONTROLLER_ELECT_MASTER_FAILED
+    assert decision.remark == (
+        "no in-sync replica to switch master 1 to: the SyncStateSet is [1]: the master alone; "
+        "the master stays"
+    )
+    assert decision.events == ()
+    assert manager.snapshot() == before
+    # A broker's own election request (not planned) still leaves an alive master alone.
+    assert manager.elect_master(GROUP, alive_replicas=view(1, 2, 3)).code == (
+        RC.CONTROLLER_MASTER_STILL_EXIST
+    )
 
 
 def test_an_admin_naming_the_current_alive_master_gets_2011() -> None:
