@@ -26,7 +26,7 @@ from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.message import Message
 from tests.broker.support import figure, running, small_config
 from tests.support.messages import dead_lettered
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 GROUP = "Fifo"
 
@@ -79,7 +79,8 @@ async def test_a_message_group_waits_for_its_ack_while_others_flow(broker: Broke
         assert await c2.receive(16, invisible_duration=30, wait=0.5) == []
         # b0 acked: a member waiting in a long poll is woken with b1.
         waiting = asyncio.ensure_future(c2.receive(16, invisible_duration=30, wait=30))
-        await asyncio.sleep(0.2)
+        await wait_until_async(lambda: broker.ctx.waiters.waiting == 1, "c2's POP long-polling")
+        await stays_async(lambda: not waiting.done(), 0.2, "c2's long poll unanswered")
         await c1.ack(first[1])
         b1 = await asyncio.wait_for(waiting, 15)
         assert names(b1) == ["b1"]

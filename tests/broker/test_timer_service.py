@@ -4,7 +4,6 @@ they cannot be used)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import errno
 import os
@@ -18,7 +17,7 @@ from broker.config import BrokerConfig
 from protocol.message import Message, decode_record
 from protocol.timer import PROP_TIMER_OUT_MS, PROP_TIMER_SOURCE_OFFSET, PROP_UNIQ_KEY
 from storage.timer.wheel import InvalidDeliveryTimeError
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 
 def config(tmp_path: Path, **extra: object) -> BrokerConfig:
@@ -127,6 +126,9 @@ async def test_a_delivery_append_that_fails_is_retried_and_delivered_once(
         assert wheel is not None
         mark = wheel.delivered
 
+        def delivered() -> tuple[int, int]:
+            return ctx.store.queue_max_offset("D", 0), ctx.store.queue_max_offset("D", 1)
+
         def no_space(fd: int, offset: int, length: int) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
@@ -140,16 +142,28 @@ async def test_a_delivery_append_that_fails_is_retried_and_delivered_once(
                 "deliveries held back by the full disk",
                 10,
             )
-            await asyncio.sleep(0.3)  # a few more failed rounds
-            assert ctx.store.queue_max_offset("D", 0) == ctx.store.queue_max_offset("D", 1) == 0
-            assert wheel.delivered == mark  # the mark stays before the failed entries
+            # A few more failed rounds: nothing lands, and the mark stays before the entries.
+            await stays_async(
+                lambda: delivered() == (0, 0) and wheel.delivered == mark,
+                0.3,
+                f"D empty and the wheel's mark at {mark}",
+                on_failure=lambda: f"D/0, D/1: {delivered()}, mark {wheel.delivered}",
+            )
         await wait_until_async(
             lambda: ctx.store.queue_max_offset("D", 0) + ctx.store.queue_max_offset("D", 1) == 3,
             "the deliveries once there is space",
             10,
         )
-        await asyncio.sleep(0.3)
-        assert ctx.store.queue_max_offset("D", 0) == 2 and ctx.store.queue_max_offset("D", 1) == 1
-        assert timer.pending_count == 0 and wheel.delivered > mark
+        await wait_until_async(
+            lambda: timer.pending_count == 0 and wheel.delivered > mark,
+            "nothing pending and the mark past the delivered entries",
+            10,
+        )
+        await stays_async(
+            lambda: delivered() == (2, 1),
+            0.3,
+            "each delivered once (2 in D/0, 1 in D/1)",
+            on_failure=lambda: f"D/0, D/1: {delivered()}",
+        )
     finally:
         await broker.stop()

@@ -15,7 +15,7 @@ from client.producer import Producer
 from client.routes import MessageQueue
 from tests.client import receiving
 from tests.client.fakebroker import FakeCluster
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 FAST: dict[str, Any] = {
     "heartbeat_interval": 0.1,
@@ -190,9 +190,13 @@ async def test_small_buffer_bounds_what_is_pulled_ahead(cluster: FakeCluster) ->
         bootstrap(cluster), "g1", "T", buffer_size=16, pull_batch_size=8, **FAST
     ) as c:
         await wait_until_async(lambda: len(c._buffer) >= 16, "a full buffer", 10)
-        await asyncio.sleep(0.2)
         # Full: every puller waits; at most one batch per queue past the capacity.
-        assert len(c._buffer) <= 16 + 8 * 8
+        await stays_async(
+            lambda: len(c._buffer) <= 16 + 8 * 8,
+            0.3,
+            "at most 16 + 8 * 8 messages buffered",
+            on_failure=lambda: f"{len(c._buffer)} buffered",
+        )
         got = await receive_until(c, lambda g: len(g) >= 400)
     assert len({where(m) for m in got}) == 400
 

@@ -27,7 +27,7 @@ from protocol.ha import (
     encode_slave_handshake,
 )
 from tests.ha.test_ha_driver_support import FAST, Node, all_gets, commitlog, in_step
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 Scenario = Callable[[list[Node]], Awaitable[None]]
 SCENARIOS: list[tuple[Scenario, HAConfig]] = []
@@ -190,10 +190,18 @@ async def confirm_offset_waits_while_a_member_is_disconnected(nodes: list[Node])
     await wait_until_async(lambda: a.proposer.proposals[-1] == {1, 2}, "shrink proposed")
     r = a.put(10)
     await wait_until_async(lambda: b.store.max_offset == r.end_offset, "2 has the new bytes")
-    await asyncio.sleep(0.1)  # acks and heartbeats go round; nothing may move
-    assert a.ha.confirm_offset == before
-    assert a.store.confirm_offset == before
-    assert b.ha.confirm_offset == before  # the slave's consumers see no more either
+
+    # Acks and heartbeats (every 50 ms) go round; nothing may move, on the slave either (its
+    # consumers see no more).
+    def offsets() -> tuple[int, int, int]:
+        return a.ha.confirm_offset, a.store.confirm_offset, b.ha.confirm_offset
+
+    await stays_async(
+        lambda: offsets() == (before, before, before),
+        0.3,
+        f"the confirm offsets (master's HA, master's store, slave's) at {before}",
+        on_failure=lambda: f"now {offsets()}",
+    )
     assert not await a.ha.wait_for_replicas(r.end_offset, 0.1)
     waiter = asyncio.ensure_future(a.ha.wait_for_replicas(r.end_offset, 5.0))
     a.proposer.gate.set()  # the shrink is accepted
@@ -308,9 +316,12 @@ async def a_slave_refuses_a_master_with_no_common_epoch_and_stays_suspended(
     assert client is not None and client.suspended_reason is not None
     assert "no epoch in common" in client.suspended_reason
     before = commitlog(b.store)
-    await asyncio.sleep(0.1)
-    assert commitlog(b.store) == before  # nothing truncated, no retries
-    assert client.handshakes == 1
+    await stays_async(
+        lambda: commitlog(b.store) == before and client.handshakes == 1,
+        0.3,
+        "the suspended slave's CommitLog as it was and one handshake (no truncation, no retry)",
+        on_failure=lambda: f"handshakes {client.handshakes}",
+    )
     b.ha.retry_replication()
     await wait_until_async(lambda: client.handshakes == 2, "tried again")
     await wait_until_async(lambda: b.ha.slave_state is SlaveState.SUSPENDED, "refused again")

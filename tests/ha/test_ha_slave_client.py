@@ -26,7 +26,7 @@ from protocol.ha import (
     encode_slave_ack,
 )
 from tests.ha.test_ha_driver_support import FAST, Node, commitlog, in_step
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 QUICK = dataclasses.replace(FAST, connection_idle_timeout_ms=300, reconnect_min_ms=10)
 
@@ -138,9 +138,12 @@ async def test_heartbeats_handled_inline_keep_the_connection(slave: Node) -> Non
         client = slave.ha.slave_client
         assert client is not None
         await wait_until_async(lambda: client.bytes_received > 36 * 10, "heartbeats flowing")
-        await asyncio.sleep(1.0)  # over three idle timeouts, all inline
-        assert master.sessions == 1
-        assert client.last_error is None
+        await stays_async(  # over three idle timeouts, all inline
+            lambda: master.sessions == 1 and client.last_error is None,
+            1.0,
+            "one session and no error",
+            on_failure=lambda: f"sessions {master.sessions}, last error {client.last_error!r}",
+        )
     finally:
         await master.stop()
 

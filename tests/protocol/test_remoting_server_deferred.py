@@ -13,7 +13,7 @@ from protocol.codes import ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
 from remoting.server import Connection, DeferredAnswer, RemotingServer, ServerLimits
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 PARKED = 100  # answered by a future the test completes
 CORO = 101  # answered by a coroutine
@@ -165,8 +165,12 @@ async def test_pending_futures_count_against_the_inflight_limit(
     assert conn.inflight == 3
     for opaque in (4, 5, 6):  # the server stopped reading: these wait in the socket
         peer.send(PARKED, opaque)
-    await asyncio.sleep(0.05)
-    assert len(p.parked) == 3, "reading should pause at the in-flight limit"
+    await stays_async(
+        lambda: len(p.parked) == 3,
+        0.2,
+        "reading paused at the in-flight limit (3 parked)",
+        on_failure=lambda: f"parked: {sorted(p.parked)}",
+    )
     p.answer(1)
     await wait_until_async(lambda: len(p.parked) == 6, "reading resumes after one answer")
     for opaque in range(2, 7):
@@ -187,8 +191,8 @@ async def test_closing_with_pending_futures_releases_them(parking: tuple[Parking
     )
     assert conn.inflight == 0
     assert all(f.cancelled() for f in p.parked.values())
-    await asyncio.sleep(0.01)  # the cancelled futures' callbacks ran: nothing written, no error
-    assert conn.inflight == 0
+    # The cancelled futures' callbacks run: nothing counted again, no error.
+    await stays_async(lambda: conn.inflight == 0, 0.1, "no request in flight on the closed conn")
 
 
 async def test_a_future_completed_before_it_is_returned_is_answered() -> None:
@@ -245,8 +249,7 @@ async def test_deferred_answers_go_out_when_answered_and_count_as_in_flight(
     conn = await defer(p, peer, 1, 2, 3)
     assert conn.inflight == 3 and all(d.pending for d in p.deferred.values())
     peer.send(DEFERRED, 4)  # the server stopped reading at the limit: this one waits
-    await asyncio.sleep(0.05)
-    assert 4 not in p.deferred
+    await stays_async(lambda: 4 not in p.deferred, 0.2, "request 4 unread (at the limit)")
     p.deferred[2].answer(ok(2, order=1))
     assert not p.deferred[2].pending
     assert [f.opaque for f in await peer.read(1)] == [2]
