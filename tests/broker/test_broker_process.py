@@ -13,8 +13,9 @@ import pytest
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from remoting.client import RemotingClient
+from tests.cluster.support import pulls_waiting
 from tests.support.procs import BrokerProc
-from tests.support.wait import wait_until
+from tests.support.wait import stays_async, wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -72,8 +73,12 @@ async def test_long_poll_wakes_when_a_message_lands(broker: BrokerProc) -> None:
     try:
         await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "LP", "queues": 1})
         waiting = asyncio.create_task(pull(conn, "LP", 0, 0, suspend_ms=20_000))
-        await asyncio.sleep(0.2)  # let the pull park; the assertion below does not depend on it
-        assert not waiting.done()
+
+        async def parked() -> bool:
+            return await pulls_waiting(broker.address) == 1
+
+        await wait_until_async(parked, "the pull parked in the broker's long poll", 10)
+        await stays_async(lambda: not waiting.done(), 0.2, "the parked pull unanswered")
         await send(other, "LP", b"wake up")
         resp = await asyncio.wait_for(waiting, 10)  # far below the 20 s suspend: it was woken
         assert resp.code == ResponseCode.SUCCESS

@@ -18,7 +18,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame
 from remoting.client import RemotingClient
 from tests.support.procs import free_port
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 SLAVES = (2, 3)
 
@@ -98,8 +98,9 @@ async def test_a_send_is_answered_once_every_member_acked(master: Master) -> Non
         tasks = [await send(master, client, i) for i in range(5)]
         assert master.parked() == 5
         master.ack(2)
-        await asyncio.sleep(0.02)
-        assert not any(t.done() for t in tasks), "one slave's ack is not enough"
+        await stays_async(
+            lambda: not any(t.done() for t in tasks), 0.1, "one slave's ack answering no send"
+        )
         master.ack(3)
         frames = await asyncio.gather(*tasks)
         assert all(f.code == ResponseCode.SUCCESS for f in frames)
@@ -118,8 +119,7 @@ async def test_acks_release_sends_up_to_the_confirm_offset_only(master: Master) 
         second = await send(master, client, 1)
         master.ack(2, 3, offset=middle)
         assert (await first).code == ResponseCode.SUCCESS
-        await asyncio.sleep(0.02)
-        assert not second.done()
+        await stays_async(lambda: not second.done(), 0.1, "the second send unanswered")
         master.ack(2, 3)
         assert (await second).code == ResponseCode.SUCCESS
     finally:
@@ -182,8 +182,7 @@ async def test_sync_flush_and_all_ack_together(tmp_path: Path) -> None:
             await wait_until_async(
                 lambda: service.flushed_offset >= m.max_offset, "the send flushed", 5
             )
-            await asyncio.sleep(0.02)
-            assert not task.done(), "flushed but not acked"
+            await stays_async(lambda: not task.done(), 0.1, "a flushed, unacked send unanswered")
             m.ack(2, 3)
             assert (await task).code == ResponseCode.SUCCESS
             task = await send(m, client, 1)

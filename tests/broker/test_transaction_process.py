@@ -6,7 +6,6 @@ id, the opposite of a resolution and a send to the system topics are refused, st
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -30,7 +29,7 @@ from protocol.remoting import Scalar
 from protocol.transaction import COMMIT_TYPE, HALF_TOPIC, PROP_HALF_OFFSET
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc, Daemon, small_segments_config
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -165,7 +164,7 @@ async def test_a_new_producer_of_the_group_answers_the_check_back(
         return TransactionStatus.COMMIT if check.keys == "keep" else TransactionStatus.ROLLBACK
 
     async with TransactionProducer(broker.address, "PG", checker, topics=["T"]) as again:
-        await asyncio.wait_for(_until(lambda: again.checks_answered >= 2), 30)
+        await wait_until_async(lambda: again.checks_answered >= 2, "two checks answered", 30)
         assert {c.transaction_id for c in asked} == {keep_id, drop_id}
         assert {c.topic for c in asked} == {"T"}
         got = await _consume(broker.address, "C", 1, 1.5)
@@ -210,9 +209,3 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 
 def _result(half: list[str]) -> SendResult:
     return SendResult(msg_id=half[1], broker_name=half[2], queue_id=0, queue_offset=0)
-
-
-async def _until(cond: object) -> None:
-    assert callable(cond)
-    while not cond():
-        await asyncio.sleep(0.05)
