@@ -4,7 +4,9 @@ Each host is a namespace with one veth leg on a bridge in the root namespace and
 a /24 of its own (10.<a>.<b>.0/24, picked per run). A partition of host X from addresses Y is a
 blackhole route for Y inside X: X can neither send to Y nor answer Y, so TCP between them stops
 in both directions while X still reaches everyone else. Needs root and iproute2 (``ip``);
-:func:`available` tells whether this machine allows it.
+:func:`available` tells whether this machine allows it, and :func:`require` skips a test where it
+does not, except under CI (``CI=true``), where it fails: .ci/run installs iproute2 and runs as
+root, so a test that cannot make namespaces there is a broken set-up, not a pass.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+
+import pytest
 
 
 def _ip(*args: str, netns: str | None = None) -> None:
@@ -35,6 +39,20 @@ def available() -> str | None:
         return f"cannot create a network namespace: {exc}"
     _ip("netns", "del", probe)
     return None
+
+
+def require() -> None:
+    """Return when namespaces can be made here; else skip the calling test, or fail it under
+    CI (``$CI`` set, as .ci/run's callers set it)."""
+    why = available()
+    if why is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(
+            f"no network namespaces here: {why}. CI must run these tests: .ci/run installs "
+            "iproute2; run it as root, with CAP_SYS_ADMIN and CAP_NET_ADMIN"
+        )
+    pytest.skip(f"no network namespaces here: {why}")
 
 
 @dataclass
