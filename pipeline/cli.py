@@ -246,6 +246,7 @@ def _flag_words(message: str) -> str:
     """An error the ``rmq`` source words with its option names, with the flags' instead."""
     for option, flag in (
         ("set option tls or caFile", "use --tls or --ca-file"),
+        ("drop options tls and caFile", "drop --tls and --ca-file"),
         ("option caFile", "--ca-file"),
         ("options accessKey and secretKey", "--access-key and --secret-key"),
     ):

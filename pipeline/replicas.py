@@ -7,7 +7,8 @@ from client.errors import ClientError, TopicNotFoundError, UnreachableError
 from client.routes import TopicRoute, fetch_route
 from pipeline.errors import PipelineError, UnknownTopicError
 
-#: how a port with TLS on answers a plaintext connection (remoting.failover's wording)
+#: how a port with TLS on answers a plaintext connection (remoting.failover's wording), when
+#: the client could not tell that the port speaks TLS (it says so otherwise)
 _CLOSED_UNANSWERED = "closed the connection without answering"
 
 

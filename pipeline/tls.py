@@ -12,6 +12,7 @@ from pathlib import Path
 from ssl import SSLContext
 
 from pipeline.errors import OptionError
+from remoting.client import advise_tls
 from remoting.tls import TlsError, client_context
 
 
@@ -32,5 +33,8 @@ class ClientTls:
 
 
 def context_of(tls: ClientTls | None) -> SSLContext | None:
-    """The context for a connection pool (None: plaintext)."""
+    """The context for a connection pool (None: plaintext). Every pool of the source and sink
+    is made with it: a connection that reaches a port speaking the other protocol says how to
+    fix it with the options' names (rmq-pipeline words them as its flags)."""
+    advise_tls("set option tls or caFile", "drop options tls and caFile")
     return tls.context() if tls is not None else None

@@ -39,6 +39,7 @@ from protocol.request_auth import (
 from remoting.channel_binding import tls_unique
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
 from remoting.read_buffer import CopyingProtocol
+from remoting.tls_probe import speaks_tls
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -68,6 +69,17 @@ def use_tls(tls: TlsSource | None) -> None:
     the ports it connects to serve TLS then)."""
     global _process_tls
     _process_tls = tls
+
+
+_tls_advice = ("pass tls=remoting.tls.client_context(CA file)", "connect without tls")
+
+
+def advise_tls(use: str, drop: str) -> None:
+    """How this program's user turns TLS on and off (rmqctl: its flags), said when a plaintext
+    connection reached a port that speaks TLS, ``this port speaks TLS (<use>)``, and when a TLS
+    one reached a plaintext port, ``this port does not speak TLS (<drop>)``."""
+    global _tls_advice
+    _tls_advice = (use, drop)
 
 
 def _tls_context(tls: TlsSource | None) -> ssl.SSLContext | None:
@@ -157,6 +169,9 @@ class RemotingClient:
         self.on_request: RequestHandler | None = None
         self._out: list[bytes] = []
         self._answered = False  # a whole frame arrived on this connection
+        self._tls = False  # connected over TLS
+        self._closing = False  # closed by this side (close()), not by the peer
+        self._tls_port: asyncio.Task[bool] | None = None  # the probe, once per connection
         self.closed_event = asyncio.Event()
         self.session = False
         """The server authenticated this TLS connection: requests go unsigned."""
@@ -191,7 +206,15 @@ class RemotingClient:
                 timeout,
             )
         except (TimeoutError, OSError) as exc:
-            raise ConnectError(f"cannot connect to {address}: {exc or 'timeout'}") from exc
+            cause: BaseException = exc
+            if (
+                context is not None
+                and isinstance(exc, ConnectionResetError | ConnectionAbortedError | ssl.SSLEOFError)
+                and not await speaks_tls(host, port, min(timeout, 2.0))
+            ):  # the handshake's ClientHello read as a frame: a plaintext port hung up
+                cause = ProtocolError(f"this port does not speak TLS ({_tls_advice[1]})")
+            raise ConnectError(f"cannot connect to {address}: {cause or 'timeout'}") from cause
+        conn._tls = context is not None
         if signer is not None and context is not None:
             await conn._open_session(timeout)
         return conn
@@ -243,6 +266,10 @@ class RemotingClient:
                 header = self.signer.sign(code, 0, header, body, wall_ms())
             self._write(encode_frame(request(code, opaque, header, body)))
             return await fut
+        except ConnectionClosedError as exc:
+            if await self._closed_by_a_tls_port(timeout):
+                raise ConnectionClosedError(str(exc)) from self._close_cause
+            raise
         except _Expired:
             raise RequestTimeoutError(
                 f"request {int(code)} to {self.address} timed out after {timeout:g}s"
@@ -250,6 +277,19 @@ class RemotingClient:
         finally:
             timer.cancel()
             self._pending.pop(opaque, None)
+
+    async def _closed_by_a_tls_port(self, timeout: float) -> bool:
+        """Was this plaintext connection closed, unanswered, by a port that speaks TLS? Then
+        the close's cause says so (asked once per connection: :mod:`remoting.tls_probe`)."""
+        if self._tls or self._answered or self._closing:
+            return False
+        if self._tls_port is None:
+            host, port = split_address(self.address)
+            self._tls_port = asyncio.ensure_future(speaks_tls(host, port, min(timeout, 2.0)))
+        if not await asyncio.shield(self._tls_port):
+            return False
+        self._close_cause = ProtocolError(f"this port speaks TLS ({_tls_advice[0]})")
+        return True
 
     async def call(
         self,
@@ -296,6 +336,7 @@ class RemotingClient:
             self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def close(self) -> None:
+        self._closing = True
         if self._transport is not None:
             self._transport.close()
         self._lost(None)

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import structlog
 
-from remoting.client import use_credentials, use_tls
+from remoting.client import advise_tls, use_credentials, use_tls
 from remoting.tls import TlsError, client_context
 from rmqctl import auth
 from rmqctl import controller as ctl
@@ -180,6 +180,7 @@ def cli(
     settings.addresses = addresses
     _configure_logging(verbose)
     use_credentials(resolve_credentials(access_key, secret_key, credentials_file, auth_key_file))
+    advise_tls("use --tls, or --ca-file with a private CA", "drop --tls and --ca-file")
     if (cert is None) != (key is None):
         raise click.UsageError("give both --cert and --key")
     if tls or ca_file is not None or cert is not None:

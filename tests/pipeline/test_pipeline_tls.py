@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
 
 TOPIC = "SparkTls"
-PLAINTEXT_HINT = r"set option tls or caFile"
+PLAINTEXT_HINT = r"this port speaks TLS \(set option tls or caFile\)"
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,8 @@ def test_write_read_and_commit_over_tls_and_plaintext_fails_clearly(
 
     wait_until(lambda: committed() == 40, "the group's offsets committed over TLS", 30)
 
-    # Without tls, the TLS port closes the connection: a clear error on the driver, no hang.
+    # Without tls, the TLS port closes the connection, and the client finds it speaks TLS: a
+    # clear error on the driver, no hang.
     plain = spark.read.format("rmq").option("controllers", address).option("topic", TOPIC)
     with pytest.raises(Exception, match=rf"controllers unreachable: .*{PLAINTEXT_HINT}"):
         plain.load().count()
@@ -145,6 +146,4 @@ def test_rmq_pipeline_flags_reach_the_precheck_over_tls(tls_broker: BrokerProc, 
     done = runner.invoke(cli, job, env={"RMQ_CA_FILE": None})
     assert done.exit_code == 1, done.output
     assert done.output.startswith("rmq-pipeline: controllers unreachable: ")
-    assert done.output.endswith(
-        "(a port with TLS on closes plaintext connections: use --tls or --ca-file)\n"
-    )
+    assert done.output.endswith(": this port speaks TLS (use --tls or --ca-file)\n")
