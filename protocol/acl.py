@@ -203,6 +203,10 @@ class Rule:
             return False
         return not self.sources or any(source in net for net in self.sources)
 
+    def matches_but_source(self, resource: Resource, act: Action) -> bool:
+        """The rule names the resource and the action, and limits the source addresses."""
+        return bool(self.sources) and act in self.actions and self.resource.matches(resource)
+
     def to_doc(self) -> dict[str, Any]:
         """The rule as a request/answer document (and its snapshot form)."""
         return {
@@ -285,17 +289,28 @@ def decide(user: User | None, resource: Resource, act: Action, source_ip: str) -
     except ValueError:
         return Decision(False, f"source address {source_ip!r} is not an IP address")
     allow: Rule | None = None
+    elsewhere: Rule | None = None  # an allow rule that matches but for the source address
     for rule in user.rules:
         if not rule.matches(resource, act, source):
+            if rule.effect is Effect.ALLOW and rule.matches_but_source(resource, act):
+                elsewhere = elsewhere or rule
             continue
         if rule.effect is Effect.DENY:
+            where = f" from {source}" if rule.sources else ""
             return Decision(
-                False, f"{act.value} on {_text(resource)} denied by rule {rule.resource}"
+                False, f"{act.value} on {_text(resource)}{where} denied by rule {rule.resource}"
             )
         allow = allow or rule
     if allow is not None:
         return Decision(True, f"{act.value} on {_text(resource)} allowed by rule {allow.resource}")
-    return Decision(False, f"no rule of {user.username} allows {act.value} on {_text(resource)}")
+    refused = f"no rule of {user.username} allows {act.value} on {_text(resource)}"
+    if elsewhere is not None:  # the rule is there, the client is not where it allows
+        ranges = ", ".join(str(net) for net in elsewhere.sources)
+        return Decision(
+            False,
+            f"{refused} from {source} (rule {elsewhere.resource} allows it from {ranges} only)",
+        )
+    return Decision(False, refused)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -319,6 +319,34 @@ async def test_a_rule_change_reaches_the_broker(secured: Secured) -> None:
         await secured.admin(ControllerCode.AUTH_DELETE_ACL, app, {"resources": ["Topic:B"]})
 
 
+async def test_a_refusal_by_a_rules_source_range_names_the_address_seen(
+    secured: Secured,
+) -> None:
+    """pub on A from 10.0.0.0/8 only, and the client on 127.0.0.1: rmqctl prints the broker's
+    remark, which names the address the broker saw and the ranges the rule allows."""
+    ranged = Credentials("ranged", "ranged-Secret-42")
+    rule = make_rule("Topic:A", ["pub"], "allow", ["10.0.0.0/8"])
+    await secured.admin(ControllerCode.AUTH_CREATE_USER, {"username": ranged.access_key},
+                        {"secret": ranged.secret_key})  # fmt: skip
+    await secured.admin(ControllerCode.AUTH_CREATE_ACL, {"username": ranged.access_key},
+                        {"rules": [rule.to_doc()]})  # fmt: skip
+    master = await secured.master()
+
+    async def known() -> bool:  # refused for its rule, no longer as an unknown user
+        resp = await call(master, ranged, RequestCode.SEND_MESSAGE, {"topic": "A"}, b"x")
+        return str(resp.header.get("remark")).startswith("denied:")
+
+    await wait_until_async(known, "the broker to know user ranged", 20)
+    done = await asyncio.to_thread(
+        secured.ctl, ranged, "sendMessage", "-t", "A", "-p", "from loopback", ok=False
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "denied: no rule of ranged allows pub on Topic:A from 127.0.0.1 (rule Topic:A allows it "
+        "from 10.0.0.0/8 only)\n"
+    ) in done.stderr, done.stderr
+
+
 async def _is(probe: Any, code: int) -> bool:
     return bool(await probe() == code)
 

@@ -119,6 +119,27 @@ def test_source_ranges_limit_a_rule() -> None:
     assert not decide(alice, topic("a"), Action.PUB, "::1").allowed
 
 
+def test_a_refusal_by_a_rules_source_range_names_the_address_seen() -> None:
+    rule = make_rule("Topic:a*", ["pub"], "allow", ["10.0.0.0/8", "2001:db8::/32"])
+    deny = make_rule("Topic:b", ["pub"], "deny", ["192.168.0.0/16"])
+    alice = User("alice", UserType.NORMAL, (rule, deny, make_rule("Topic:b", ["pub"], "allow")))
+    assert decide(alice, topic("a1"), Action.PUB, "11.0.0.1").reason == (
+        "no rule of alice allows pub on Topic:a1 from 11.0.0.1 (rule Topic:a* allows it from "
+        "10.0.0.0/8, 2001:db8::/32 only)"
+    )
+    assert decide(alice, topic("a1"), Action.PUB, "::1").reason.endswith(
+        "from ::1 (rule Topic:a* allows it from 10.0.0.0/8, 2001:db8::/32 only)"
+    )
+    assert decide(alice, topic("b"), Action.PUB, "192.168.1.2").reason == (
+        "pub on Topic:b from 192.168.1.2 denied by rule Topic:b"
+    )
+    assert decide(alice, topic("b"), Action.PUB, "10.1.1.1").allowed
+    # Not a matter of source: no address named.
+    assert decide(alice, topic("a1"), Action.SUB, "11.0.0.1").reason == (
+        "no rule of alice allows sub on Topic:a1"
+    )
+
+
 def test_merge_replaces_the_rule_on_the_same_pattern() -> None:
     first = make_rule("Topic:b", ["pub"], "allow")
     second = make_rule("Topic:a", ["sub"], "allow")
