@@ -9,7 +9,9 @@ Delivery is at least once. A message counts as consumed once it was handed to th
 the application asked for more (the next ``receive()`` or the next iteration), or closed the
 consumer normally. Consumed offsets are committed every ``commit_interval``, when a queue is given
 to another member, and on close; a queue's new owner starts from its committed offset, so a
-handover may repeat messages but never skips one.
+handover may repeat messages but never skips one. With a tag ``filter`` the entries the broker
+passed over count as consumed too (the pull answers' next offsets cover them): the committed
+offset moves past them and the group's lag falls to 0 (:meth:`client.pull.QueueState.passed`).
 
 Retry: instead of letting a message count as consumed, the application can :meth:`Consumer.nack`
 it (or raise in the handler of :meth:`Consumer.process`). The message goes back to its broker,
@@ -594,7 +596,7 @@ class Consumer:
         await asyncio.sleep(delay)
         if state.dropped:
             return
-        state.next_offset = state.pulled = offset
+        state.start_at(offset)
         await sub.puller.run(state)
 
     async def _nack_batch(self, failed: list[tuple[ReceivedMessage, str]]) -> None:

@@ -74,6 +74,7 @@ class QueueState:
         "fifo_retries",
         "hold",
         "item_commits",
+        "last_end",
         "mq",
         "next_offset",
         "pulled",
@@ -87,8 +88,12 @@ class QueueState:
         self.topic = topic
         #: where the next pull starts
         self.next_offset: int | None = None
-        #: the offset after the last batch put into the buffer
+        #: where the pulls got to: past the last batch put into the buffer, and past the
+        #: entries a tag filter passed over after it (:meth:`passed`)
         self.pulled: int | None = None
+        #: the offset after the last message put into the buffer (None: none since the start
+        #: offset was set); only entries the filter passed over lie between it and ``pulled``
+        self.last_end: int | None = None
         #: every message below this offset was handed to the application and confirmed
         self.consumed: int | None = None
         #: the offset the broker last acknowledged as this group's committed offset
@@ -109,9 +114,40 @@ class QueueState:
         self.fifo_retries = 0
         self.item_commits: dict[int, int] = {}
 
+    def start_at(self, offset: int) -> None:
+        """Pull from ``offset`` on, nothing pulled yet (the start offset, or a rewind)."""
+        self.next_offset = self.pulled = offset
+        self.last_end = None
+
+    def took(self, end: int, pulled: int) -> None:
+        """A batch ending before ``end`` goes into the buffer; its pull answered ``pulled``
+        as the next offset (further than ``end`` when a tag filter passed over entries)."""
+        self.last_end = end
+        self.pulled = pulled
+
+    def passed(self, offset: int) -> None:
+        """A pull moved on to ``offset`` with no message to hand out (a tag filter passed over
+        the entries in between, as RocketMQ's nextBeginOffset does). With nothing of the queue
+        waiting in the buffer or the application, they count as consumed now; else when the
+        last message delivered before them is (:meth:`ack`)."""
+        self.next_offset = offset
+        if self.pulled is None or offset <= self.pulled:
+            return
+        idle = self.consumed is not None and self.consumed == self.pulled
+        self.pulled = offset
+        if idle:
+            self._advance(offset)
+
     def ack(self, offset: int) -> None:
-        """Messages below ``offset`` are consumed (never moves backwards, nor past ``hold``)."""
+        """Messages below ``offset`` are consumed (never moves backwards, nor past ``hold``).
+        When that is the last message put into the buffer, so are the entries the filter passed
+        over after it (up to ``pulled``)."""
         self.acked = True
+        if offset == self.last_end and self.pulled is not None:
+            offset = max(offset, self.pulled)
+        self._advance(offset)
+
+    def _advance(self, offset: int) -> None:
         if self.hold is not None and offset > self.hold:
             offset = self.hold
         if self.consumed is None or offset > self.consumed:
@@ -225,15 +261,19 @@ class Puller:
                 if isinstance(answer, PullFound):
                     body = answer.body
                     batch = [ReceivedMessage(r, broker) for r in iter_records(body)] if body else []
-                    state.next_offset = answer.next_offset
                     backoff = 0.0
-                    if batch and not state.dropped:
-                        state.pulled = answer.next_offset
+                    if state.dropped:
+                        continue
+                    if batch:
+                        state.next_offset = answer.next_offset
+                        state.took(batch[-1].queue_offset + 1, answer.next_offset)
                         await self.buffer.put(state, batch)
+                    else:
+                        state.passed(answer.next_offset)
                     continue
                 if isinstance(answer, PullNotFound):
-                    if answer.next_offset is not None:
-                        state.next_offset = answer.next_offset
+                    if answer.next_offset is not None and not state.dropped:
+                        state.passed(answer.next_offset)
                     backoff = 0.0
                     continue
                 if isinstance(answer, PullOffsetMoved):
@@ -358,15 +398,20 @@ class Puller:
                 resp, answer = await self._pull(broker, item.physical_queue, physical, timeout)
                 if isinstance(answer, PullFound):
                     batch = self._logical_batch(item, queue, answer.body)
-                    state.next_offset = logical_of(item, answer.next_offset)
+                    nxt = logical_of(item, answer.next_offset)
                     backoff = 0.0
-                    if batch and not state.dropped:
-                        state.pulled = state.next_offset
+                    if state.dropped:
+                        continue
+                    if batch:
+                        state.next_offset = nxt
+                        state.took(batch[-1].queue_offset + 1, nxt)
                         await self.buffer.put(state, batch)
+                    else:
+                        state.passed(nxt)
                     continue
                 if isinstance(answer, PullNotFound):
-                    if answer.next_offset is not None:
-                        state.next_offset = logical_of(item, answer.next_offset)
+                    if answer.next_offset is not None and not state.dropped:
+                        state.passed(logical_of(item, answer.next_offset))
                     backoff = 0.0
                     if item is newest(items) and self.routes.age(self.topic) > ROUTE_RECHECK:
                         await self.routes.refresh(self.topic)  # sealed and moved meanwhile?
@@ -440,4 +485,4 @@ class Puller:
             # offset may follow the pull position (forwards past expired messages, or backwards
             # when the broker holds fewer messages than we had seen).
             state.consumed = nxt
-        state.next_offset = state.pulled = nxt
+        state.start_at(nxt)

@@ -227,7 +227,8 @@ def decode_offset(frame: Frame) -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PullFound:
     """``count`` records from the requested offset on, in ``body``; the next pull starts at
-    ``next_offset`` (past the records, or further when the broker skipped a gap)."""
+    ``next_offset`` (past the records, or further when the broker skipped a gap or a tag filter
+    passed over entries: a consumer commits up to it once the records are consumed)."""
 
     next_offset: int
     count: int
@@ -237,7 +238,8 @@ class PullFound:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PullNotFound:
     """Nothing at the requested offset before the suspend timeout; ``next_offset`` is where to
-    ask again when the broker said so."""
+    ask again when the broker said so (past the entries a tag filter passed over meanwhile:
+    they count as consumed, as those passed over by a :class:`PullFound`)."""
 
     next_offset: int | None = None
 

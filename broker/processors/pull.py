@@ -1,5 +1,5 @@
 """PULL_MESSAGE with long polling: a pull that finds nothing waits until a message lands in its
-queue or its suspend timeout passes."""
+queue (with a tag filter, one that matches) or its suspend timeout passes."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class PullProcessor:
                 ResponseCode.QUEUE_NOT_EXIST,
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
-        resp = self._read(req, topic, queue_id, offset, max_count, max_bytes, tag_filter)
+        resp, _ = self._read(req, topic, queue_id, offset, max_count, max_bytes, tag_filter)
         if resp is not None or suspend_ms == 0:
             return resp if resp is not None else self._not_found(req, topic, queue_id, offset)
         return self._wait_and_read(
@@ -69,6 +69,11 @@ class PullProcessor:
         suspend_ms: int,
         tag_filter: TagFilter | None,
     ) -> Frame:
+        """Wait for a message at ``offset`` (the queue's end). With ``tag_filter`` the arrivals
+        that do not match are passed over while waiting (the wait goes on past them, as
+        RocketMQ's held pulls wake only for a matching message); answered at the timeout,
+        PULL_NOT_FOUND's ``nextBeginOffset`` is past them, so the consumer's offset covers
+        them."""
         ctx = self.ctx
         ctx.metrics.pull_waits.inc()
         loop_deadline = ctx.now_ms() + suspend_ms
@@ -81,7 +86,9 @@ class PullProcessor:
                 await ctx.waiters.wait(topic, queue_id, remaining / 1000)
             finally:
                 ctx.metrics.pulls_waiting.dec()
-            resp = self._read(req, topic, queue_id, offset, max_count, max_bytes, tag_filter)
+            resp, offset = self._read(
+                req, topic, queue_id, offset, max_count, max_bytes, tag_filter, waiting=True
+            )
             if resp is not None:
                 return resp
         return self._not_found(req, topic, queue_id, offset)
@@ -95,15 +102,21 @@ class PullProcessor:
         max_count: int,
         max_bytes: int,
         tag_filter: TagFilter | None = None,
-    ) -> Frame | None:
-        """A response when there is something to say now; None when the pull should wait.
+        *,
+        waiting: bool = False,
+    ) -> tuple[Frame | None, int]:
+        """A response when there is something to say now, else None (the pull should wait);
+        and the offset a read for this pull goes on from.
 
         With ``tag_filter`` the store passes over the entries whose ConsumeQueue tag hash
         cannot match (their records are not read), looking at up to :data:`FILTER_SCAN`
         entries per read, and the records it returns are confirmed on their tags (two tags may
         share a hash). A read that kept nothing reads on (up to :data:`FILTER_READS` times),
         and answers SUCCESS with ``count`` 0 and ``nextBeginOffset`` past what it looked at
-        when none matched: the consumer moves on and never stalls on a run of other tags."""
+        when none matched: the consumer moves on (and commits past those entries) and never
+        stalls on a run of other tags. ``waiting`` (a long poll woken by new messages): when
+        none matched up to the end of what may be served, no answer yet, and the offset past
+        them to wait at."""
         ctx = self.ctx
         hashes = None if tag_filter is None else tag_filter.hashes
         visible = ctx.visible_offset()
@@ -123,6 +136,8 @@ class PullProcessor:
                     hashes,
                     FILTER_SCAN,
                 )
+                if waiting and more.status is GetStatus.NO_MATCHED_MESSAGE:
+                    return None, res.next_offset
                 if more.status is not GetStatus.FOUND:
                     break
                 res = more
@@ -140,18 +155,18 @@ class PullProcessor:
             counts = ctx.metrics.topic(topic)
             counts.messages_out += res.count
             counts.bytes_out += len(res.body)
-            return response(req, ResponseCode.SUCCESS, header, res.body)
+            return response(req, ResponseCode.SUCCESS, header, res.body), res.next_offset
         if status is GetStatus.NO_MATCHED_MESSAGE or (
             status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
         ):
-            return None
+            return None, offset
         if status is GetStatus.CORRUPT:
             header["physicalOffset"] = res.corrupt_offset
             header["remark"] = (
                 f"queue {topic}:{queue_id}, offset {offset} cannot be read (commitlog offset "
                 f"{res.corrupt_offset}): {res.reason}"
             )
-            return response(req, ResponseCode.MESSAGE_CORRUPT, header)
+            return response(req, ResponseCode.MESSAGE_CORRUPT, header), offset
         if status is GetStatus.OFFSET_TOO_SMALL:
             header["nextBeginOffset"] = res.min_offset
         elif status in (GetStatus.OFFSET_OVERFLOW, GetStatus.NO_MESSAGE_IN_QUEUE):
@@ -165,7 +180,7 @@ class PullProcessor:
         header["remark"] = (
             f"offset {offset} is not in the queue, which holds {held} ({status.name})"
         )
-        return response(req, ResponseCode.PULL_OFFSET_MOVED, header)
+        return response(req, ResponseCode.PULL_OFFSET_MOVED, header), offset
 
     def _not_found(self, req: Frame, topic: str, queue_id: int, offset: int) -> Frame:
         store = self.ctx.store

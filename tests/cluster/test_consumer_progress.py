@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import subprocess
 from typing import Any
 
@@ -31,7 +30,7 @@ from protocol.pull import ConsumerOffsetUpdate
 from remoting.client import RemotingClient
 from tests.cluster.support import sync_state
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.metrics import metrics_port, scrape
+from tests.support.metrics import group_lag, metrics_port, scrape
 from tests.support.procs import free_port
 from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until_async
@@ -63,14 +62,7 @@ def rmqctl_json(cluster: Cluster, *args: str) -> Any:
 
 def scrape_lag(node: BrokerNode) -> dict[tuple[str, str], float]:
     """(group, topic) -> rmq_consumer_group_lag as node's /metrics serves it."""
-    out = {}
-    for line in scrape(metrics_port(node)).splitlines():
-        if line.startswith("rmq_consumer_group_lag{"):
-            group = re.search(r'group="([^"]*)"', line)
-            topic = re.search(r'topic="([^"]*)"', line)
-            assert group and topic, line
-            out[(group.group(1), topic.group(1))] = float(line.rsplit(" ", 1)[1])
-    return out
+    return group_lag(scrape(metrics_port(node)))
 
 
 async def stats_at(address: str, group: str) -> ConsumeStats:

@@ -1,5 +1,5 @@
-"""Reading a daemon's /metrics in tests: the port a test gave it, the text, and one counter's
-values by ``reason``."""
+"""Reading a daemon's /metrics in tests: the port a test gave it, the text, one counter's
+values by ``reason``, and the consumer groups' lag."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import urllib.request
 
 from tests.support.cluster import BrokerNode
 
-__all__ = ["by_reason", "metrics_port", "scrape"]
+__all__ = ["by_reason", "group_lag", "metrics_port", "scrape"]
 
 
 def metrics_port(node: BrokerNode) -> int:
@@ -31,4 +31,16 @@ def by_reason(text: str, metric: str) -> dict[str, float]:
             reason = re.search(r'reason="([a-z_]+)"', line)
             assert reason, line
             out[reason.group(1)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def group_lag(text: str) -> dict[tuple[str, str], float]:
+    """(group, topic) -> ``rmq_consumer_group_lag`` in ``text``."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rmq_consumer_group_lag{"):
+            group = re.search(r'group="([^"]*)"', line)
+            topic = re.search(r'topic="([^"]*)"', line)
+            assert group and topic, line
+            out[(group.group(1), topic.group(1))] = float(line.rsplit(" ", 1)[1])
     return out
