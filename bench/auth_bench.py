@@ -33,6 +33,7 @@ from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from broker.auth.guard import DecisionCache
 from protocol.acl import User, UserType, make_rule
 from protocol.codes import RequestCode
@@ -79,7 +80,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=20_000, help="requests per round")
     p.add_argument("--rounds", type=int, default=5, help="the fastest round is reported")
     p.add_argument("--size", type=int, default=1024)
-    args = p.parse_args()
+    args = smoke.parse_args(p, requests=300, rounds=2)
     n, rounds, body = args.requests, args.rounds, b"x" * args.size
     creds = Credentials("orders-app", "orders-app-Secret-42")
     signer = RequestSigner(creds, "bench")

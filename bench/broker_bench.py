@@ -29,7 +29,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import sdk_phases
+from bench import sdk_phases, smoke
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from remoting.client import RemotingClient
@@ -282,7 +282,7 @@ def main() -> None:
         default=600_000,
         help="extra messages stored before reading memory (total about 1M)",
     )
-    args = p.parse_args()
+    args = smoke.parse_args(p, messages=300, sdk_messages=300, one_at_a_time=50, hold=0)
     run_async(lambda: main_async(args))
 
 

@@ -16,6 +16,7 @@ Targets: a scrape under 100 ms and the confirm-trailing lag table under 200 ms f
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import sys
@@ -25,6 +26,9 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import smoke
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.consumer_stats import lag_by_group_topic
@@ -60,9 +64,9 @@ def ms(samples: list[float]) -> str:
     return f"p50 {statistics.median(samples) * 1000:.1f} ms, max {max(samples) * 1000:.1f} ms"
 
 
-async def timed_on_loop(b: Broker) -> list[float]:
+async def timed_on_loop(b: Broker, rounds: int) -> list[float]:
     out = []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         t = time.perf_counter()
         lag_by_group_topic(b.ctx)
         out.append(time.perf_counter() - t)
@@ -70,7 +74,7 @@ async def timed_on_loop(b: Broker) -> list[float]:
     return out
 
 
-async def run(data: Path) -> None:
+async def run(data: Path, topics: int, queues_per_topic: int, rounds: int) -> None:
     cfg = BrokerConfig(
         listen="127.0.0.1:0",
         data_dir=data,
@@ -83,20 +87,20 @@ async def run(data: Path) -> None:
     try:
         ctx = b.ctx
         body = [Message(topic="x", body=b"x" * 64) for _ in range(PER_QUEUE)]
-        for t in range(TOPICS):
+        for t in range(topics):
             topic = f"T{t}"
-            ctx.create_topic(topic, QUEUES)
-            for q in range(QUEUES):
+            ctx.create_topic(topic, queues_per_topic)
+            for q in range(queues_per_topic):
                 ctx.store.put(topic, q, body, now_ms=1_700_000_000_000)
                 for g in range(GROUPS):
                     ctx.offsets.commit(f"G{g}", topic, q, g % PER_QUEUE, 1_700_000_000_000)
-        queues = TOPICS * QUEUES
+        queues = topics * queues_per_topic
         print(f"{queues} queues x {GROUPS} groups, {PER_QUEUE} messages per queue")
 
-        confirmed = await timed_on_loop(b)
+        confirmed = await timed_on_loop(b, rounds)
         print(f"lag table, every last message confirmed:  {ms(confirmed)}")
         scrapes = []
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             t = time.perf_counter()
             text = await asyncio.to_thread(generate_latest, b.metrics.registry)
             scrapes.append(time.perf_counter() - t)
@@ -105,7 +109,7 @@ async def run(data: Path) -> None:
         print(f"whole /metrics scrape ({series} lag series):  {ms(scrapes)}")
 
         ctx.ha = TrailingConfirm(ctx.store.max_offset // 2)  # type: ignore[assignment]
-        trailing = await timed_on_loop(b)
+        trailing = await timed_on_loop(b, rounds)
         ctx.ha = None
         trailing_p50 = statistics.median(trailing) * 1000
         print(f"lag table, confirm offset trailing:       {ms(trailing)}")
@@ -113,7 +117,7 @@ async def run(data: Path) -> None:
         conn = await RemotingClient.connect(f"127.0.0.1:{b.port}", timeout=5.0)
         try:
             answers = []
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 t = time.perf_counter()
                 frame = await conn.call(
                     RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G1"}, None, 30.0
@@ -133,8 +137,15 @@ async def run(data: Path) -> None:
 
 
 def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--topics", type=int, default=TOPICS)
+    p.add_argument("--queues", type=int, default=QUEUES, help="queues per topic")
+    p.add_argument("--rounds", type=int, default=ROUNDS, help="timings per figure")
+    args = smoke.parse_args(p, topics=4, queues=8, rounds=3)
     with tempfile.TemporaryDirectory(prefix="consumer-lag-bench-") as tmp:
-        asyncio.run(run(Path(tmp) / "broker"))
+        asyncio.run(run(Path(tmp) / "broker", args.topics, args.queues, args.rounds))
     return 0
 
 

@@ -57,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from controller.config import ControllerConfig
 from controller.metadata import ApplyBrokerId, encode_event
 from protocol.codes import RequestCode, ResponseCode
@@ -677,7 +678,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pso-dir", default="", help=argparse.SUPPRESS)
     p.add_argument("--pso-result", default="", help=argparse.SUPPRESS)
     p.add_argument("--pso-windows", default="", help=argparse.SUPPRESS)
-    return p.parse_args()
+    return smoke.parse_args(
+        p,
+        entries=300,
+        inflight=64,
+        connections=2,
+        flood=300,
+        latency=50,
+        kills=1,
+        only="controller",
+    )
 
 
 def main() -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from bench.broker_bench import run_async
 from bench.group_of_three import FAST_CONSUMER, group_of_three, payload
 from client import Consumer, Producer
@@ -102,7 +103,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--groups", type=int, default=1_000)
     parser.add_argument("--size", type=int, default=1024)
-    run_async(lambda: main_async(parser.parse_args()))
+    args = smoke.parse_args(parser, messages=300, groups=20)
+    run_async(lambda: main_async(args))
 
 
 if __name__ == "__main__":

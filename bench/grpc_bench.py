@@ -46,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import smoke
 from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.group_of_three import GroupOfThree, group_of_three, payload
 from bench.pop_bench import pop, produce
@@ -58,6 +59,7 @@ TARGET = 0.5
 TOPIC = "GrpcBench"
 RECV_TOPIC = "GrpcBenchRecv"
 SDK_RECV_TOPIC = "GrpcBenchSdkRecv"
+SDK_RECV_GROUP = "GrpcBenchSdkRecv"
 
 _OFFICIAL = r"""
 import json, sys, threading, time
@@ -269,7 +271,7 @@ async def run_phases(
             recv = await official.next()
             if recv["phase"] == "recv-go":
                 recv = await official.next()
-            sdk_rate, _again = await pop(g.addresses, SDK_RECV_TOPIC, n, 4)
+            sdk_rate, _again = await pop(g.addresses, SDK_RECV_TOPIC, SDK_RECV_GROUP, n, 4)
             print(f"SDK   POP receive + ack (4 members): {sdk_rate:>8,.0f} msg/s", flush=True)
             if not recv.get("available"):
                 print(
@@ -294,7 +296,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=1024)
-    run_async(lambda: main_async(parser.parse_args()))
+    args = smoke.parse_args(parser, messages=300)
+    run_async(lambda: main_async(args))
 
 
 if __name__ == "__main__":

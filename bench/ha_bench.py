@@ -62,7 +62,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import sdk_phases
+from bench import sdk_phases, smoke
 from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.group_of_three import GroupOfThree, group_of_three, payload
 from bench.nats_peer import run_nats_r3
@@ -780,7 +780,9 @@ def main() -> None:
         help="with --security both: clusters per mode, each round in a rotated order; the ratios "
         "compare the medians (the catch-up runs in the first round only)",
     )
-    args = p.parse_args()
+    args = smoke.parse_args(
+        p, messages=300, one_at_a_time=50, catchup_mib=1, kills=1, stops=1, no_peer=True
+    )
     run_async(lambda: main_async(args))
 
 

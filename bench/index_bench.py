@@ -32,6 +32,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from bench.broker_bench import cpu_seconds, pct, run_async
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import Message
@@ -231,7 +232,7 @@ def main() -> None:
     p.add_argument("--lookups", type=int, default=5000, help="random keys looked up")
     p.add_argument("--dir", default=None, help="where the indexed store goes (default: $TMPDIR)")
     p.add_argument("--only", choices=("sends", "lookups"), default=None)
-    args = p.parse_args()
+    args = smoke.parse_args(p, messages=300, rounds=1, indexed=2_000, lookups=100)
     if args.only != "lookups":
         bench_sends(args)
     if args.only != "sends":

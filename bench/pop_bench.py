@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import smoke
 from bench.broker_bench import cpu_seconds, run_async
 from bench.fifo_bench import consume as fifo_consume
 from bench.fifo_bench import produce as fifo_produce
@@ -267,7 +268,8 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=4)
     parser.add_argument("--transactions", type=int, default=5_000)
     parser.add_argument("--groups", type=int, default=1_000)
-    run_async(lambda: main_async(parser.parse_args()))
+    args = smoke.parse_args(parser, messages=300, transactions=200, groups=20)
+    run_async(lambda: main_async(args))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import smoke
 from bench.broker_bench import rss_anon_mib, run_async
 from bench.pop_bench import produce
 from broker.broker import Broker
@@ -169,7 +170,7 @@ def main() -> None:
     p.add_argument("--acked", type=int, default=1_000_000, help="rebuild: messages acked")
     p.add_argument("--inflight", type=int, default=100_000, help="rebuild: in flight")
     p.add_argument("--ack-batch", type=int, default=32, help="rebuild: keys per ack record")
-    args = p.parse_args()
+    args = smoke.parse_args(p, messages=300, acked=2_000, inflight=300)
     if args.only in (None, "memory"):
         run_async(lambda: memory(args.messages, args.members))
     if args.only in (None, "rebuild"):

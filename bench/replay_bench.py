@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from protocol.message import Message
 from storage.store import MessageStore, StoreConfig
 
@@ -44,7 +45,7 @@ def main() -> None:
     parser.add_argument("--chunk-kib", type=int, default=1024, help="bytes per append_raw")
     parser.add_argument("--segment-mib", type=int, default=1024, help="CommitLog segment size")
     parser.add_argument("--keys", action="store_true", help="a distinct key per message")
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, records=640, segment_mib=64)
 
     with tempfile.TemporaryDirectory(prefix="replay-bench-") as tmp:
         config = {"commitlog_segment_bytes": args.segment_mib << 20}

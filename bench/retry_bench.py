@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from bench.broker_bench import run_async
 from bench.group_of_three import FAST_CONSUMER, group_of_three, payload
 from client import Consumer, Producer
@@ -148,7 +149,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--delay", default="0s", help="the group's back-off, e.g. 0s or 1s")
-    run_async(lambda: main_async(parser.parse_args()))
+    args = smoke.parse_args(parser, messages=200)
+    run_async(lambda: main_async(args))
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@ from taking sends, and what a static topic costs a producer.
 
 - **remap to first write**: an SDK producer sends without pause (CONCURRENCY sends in flight)
   to a static topic of 2 logical queues; ``rmqctl remapStaticTopic`` (run as a process, as an
-  operator does) moves queue 1 to the other group, back and forth MOVES times. Measured from
+  operator does) moves queue 1 to the other group, back and forth MOVES times (``--moves``). Measured from
   the command's start to the first acknowledged send on the new item (the target group's new
   physical queue), and the command's own wall time. Target: under 1 s.
-- **send throughput**: the same producer for SECONDS each against an ordinary topic and a
+- **send throughput**: the same producer for SECONDS each (``--seconds``) against an ordinary topic and a
   static topic with the same queues on the same groups; the static/ordinary ratio. Target:
   within 10 %.
 - **consume throughput**: a new consumer group reads each of those two topics from the start
@@ -21,6 +21,7 @@ Prints numbers and ratios against the targets, never asserts.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -29,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import smoke
 from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
@@ -86,7 +90,7 @@ def remap(addrs: str, topic: str, queue: int, target: str) -> tuple[float, dict[
     return t, json.loads(proc.stdout)
 
 
-async def remap_figures(addrs: str) -> None:
+async def remap_figures(addrs: str, moves: int) -> None:
     topic = "MovingBench"
     proc = rmqctl("updateStaticTopic", "-a", addrs, "-t", topic, "-q", "2", "-b", "broker-a")
     if proc.returncode != 0:
@@ -98,7 +102,7 @@ async def remap_figures(addrs: str) -> None:
         task = asyncio.create_task(load.run())
         await wait_until_async(lambda: len(load.acked) >= 200, "load", 30, interval=0.05)
         target = "broker-b"
-        for _ in range(MOVES):
+        for _ in range(moves):
             start, doc = await asyncio.to_thread(remap, addrs, topic, 1, target)
             done = time.monotonic()
             newest = doc["queues"][1]["items"][-1]  # type: ignore[index]
@@ -117,7 +121,7 @@ async def remap_figures(addrs: str) -> None:
         await task
     p50 = statistics.median(first)
     print(
-        f"remap -> first write on the new item ({MOVES} moves under load): p50 {p50 * 1000:.0f} "
+        f"remap -> first write on the new item ({moves} moves under load): p50 {p50 * 1000:.0f} "
         f"ms, max {max(first) * 1000:.0f} ms (target < {REMAP_TARGET_S * 1000:.0f} ms: "
         f"{'met' if max(first) < REMAP_TARGET_S else 'MISSED'}); rmqctl command p50 "
         f"{statistics.median(command) * 1000:.0f} ms (a process start included)"
@@ -138,21 +142,21 @@ async def consume_rate(addrs: str, topic: str, stored: int) -> float:
     return (count - len(first)) / elapsed if elapsed > 0 else 0.0
 
 
-async def throughput(addrs: str, topic: str) -> tuple[float, int]:
-    """Acknowledged sends per second over SECONDS, and how many the topic got in all."""
+async def throughput(addrs: str, topic: str, seconds: float) -> tuple[float, int]:
+    """Acknowledged sends per second over ``seconds``, and how many the topic got in all."""
     async with Producer(addrs, retries=4) as producer:
         load = Load(producer, topic)
         task = asyncio.create_task(load.run())
         await wait_until_async(lambda: len(load.acked) >= 100, "warm-up", 30, interval=0.05)
         start, count = time.monotonic(), len(load.acked)
-        await asyncio.sleep(SECONDS)
+        await asyncio.sleep(seconds)
         rate = (len(load.acked) - count) / (time.monotonic() - start)
         load.stop = True
         await task
     return rate, len(load.acked)
 
 
-async def run(tmp: Path) -> None:
+async def run(tmp: Path, moves: int, seconds: float) -> None:
     cluster = Cluster(tmp)
     try:
         cluster.start_controllers()
@@ -164,7 +168,7 @@ async def run(tmp: Path) -> None:
             await masters(boot)
         finally:
             boot.close()
-        await remap_figures(addrs)
+        await remap_figures(addrs, moves)
         for args in (
             ("updateStaticTopic", "-t", "StaticRate", "-q", "8"),
             ("updateTopic", "-t", "PlainRate", "-q", "4"),
@@ -172,11 +176,11 @@ async def run(tmp: Path) -> None:
             proc = rmqctl(args[0], "-a", addrs, *args[1:])
             if proc.returncode != 0:
                 raise RuntimeError(proc.stderr.strip())
-        plain, plain_stored = await throughput(addrs, "PlainRate")
-        static, static_stored = await throughput(addrs, "StaticRate")
+        plain, plain_stored = await throughput(addrs, "PlainRate", seconds)
+        static, static_stored = await throughput(addrs, "StaticRate", seconds)
         ratio = static / plain if plain else 0.0
         print(
-            f"send throughput, {CONCURRENCY} in flight, {SECONDS:.0f} s each: ordinary "
+            f"send throughput, {CONCURRENCY} in flight, {seconds:.0f} s each: ordinary "
             f"{plain:.0f} msg/s, static {static:.0f} msg/s, ratio {ratio:.2f} (target >= "
             f"{THROUGHPUT_TARGET:.2f}: {'met' if ratio >= THROUGHPUT_TARGET else 'MISSED'})"
         )
@@ -194,8 +198,14 @@ async def run(tmp: Path) -> None:
 
 
 def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--moves", type=int, default=MOVES, help="remaps of queue 1 under load")
+    p.add_argument("--seconds", type=float, default=SECONDS, help="of each send throughput run")
+    args = smoke.parse_args(p, moves=2, seconds=1.0)
     with tempfile.TemporaryDirectory(prefix="static-topic-bench-") as tmp:
-        asyncio.run(run(Path(tmp)))
+        asyncio.run(run(Path(tmp), args.moves, args.seconds))
     return 0
 
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import smoke
 from protocol.message import Message
 from storage.store import GetStatus, MessageStore, StoreConfig
 
@@ -24,7 +28,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--get-batch", type=int, default=32)
     parser.add_argument("--queues", type=int, default=4)
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, messages=640)
 
     with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
         store = MessageStore(StoreConfig(data_dir=Path(tmp) / "master"))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import smoke
 from protocol.filter import TagFilter, filter_records, parse_tag_expression
 from protocol.message import Message
 from storage.store import GetStatus, MessageStore, StoreConfig
@@ -51,7 +52,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=100, help="1 message in N matches")
     parser.add_argument("--batch", type=int, default=32, help="records a read serves")
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, messages=500, every=10, rounds=1)
     wanted = parse_tag_expression("Match")
     if wanted is None:
         raise SystemExit("the tag expression parsed as '*'")

@@ -11,7 +11,7 @@ Real processes on loopback, production segment size, flush async, 1 KiB messages
   2. 1,000,000 messages scheduled 1 hour ahead: the master's RssAnon (memory outside the page
      cache) before and after, and its timer's pending gauge.
 
-    python bench/timer_bench.py [--messages N] [--far N] [--size B]
+    python bench/timer_bench.py [--messages N] [--max-delay S] [--far N] [--size B]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from bench.broker_bench import cpu_seconds, pct, rss_anon_mib, run_async
 from bench.group_of_three import group_of_three, payload
 from client import Consumer
@@ -115,7 +116,7 @@ async def near_phase(cluster: Cluster, master: str, args: argparse.Namespace, bo
                     break
 
     def due() -> int:
-        return int(time.time() * 1000) + rng.randint(1000, 10_000)
+        return int(time.time() * 1000) + rng.randint(1000, args.max_delay * 1000)
 
     consumer = asyncio.create_task(consume())
     await asyncio.sleep(2.0)  # the consumer has its queues before the first delivery
@@ -127,7 +128,7 @@ async def near_phase(cluster: Cluster, master: str, args: argparse.Namespace, bo
     first_due = start + 1.0  # the earliest a delivery can be
     deliver_rate = received / (received_at[-1] - first_due) if received_at else float("nan")
     print(
-        f"scheduled (1-10 s ahead), written:  {write_rate:>9,.0f} msg/s "
+        f"scheduled (1-{args.max_delay} s ahead), written:  {write_rate:>9,.0f} msg/s "
         f"({count:,} in {end - start:.1f} s)  ratio to target {write_rate / TARGET_RATE:.2f}",
         flush=True,
     )
@@ -211,10 +212,11 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--messages", type=int, default=200_000, help="scheduled 1-10 s ahead")
+    p.add_argument("--messages", type=int, default=200_000, help="scheduled 1-MAX_DELAY s ahead")
+    p.add_argument("--max-delay", type=int, default=10, help="seconds, the longest near delay")
     p.add_argument("--far", type=int, default=1_000_000, help="scheduled 1 hour ahead")
     p.add_argument("--size", type=int, default=1024)
-    args = p.parse_args()
+    args = smoke.parse_args(p, messages=300, far=300, max_delay=2)
     run_async(lambda: main_async(args))
 
 

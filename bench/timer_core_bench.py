@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import smoke
 from storage.timer.wheel import DAY_MS, TimingWheel, WheelConfig
 
 T0 = 1_700_000_000_000
@@ -33,7 +37,7 @@ def main() -> None:
     parser.add_argument("--far", type=int, default=200_000)
     parser.add_argument("--step-ms", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    args, _ = parser.parse_known_args()
+    args = smoke.parse_args(parser, near=300, far=300)
     rng = random.Random(args.seed)
     config = WheelConfig()
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import smoke
 from bench.broker_bench import run_async
 from bench.group_of_three import group_of_three, payload
 from client import Producer
@@ -109,7 +110,8 @@ def main() -> None:
     parser.add_argument("--transactions", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--concurrency", type=int, default=64)
-    run_async(lambda: main_async(parser.parse_args()))
+    args = smoke.parse_args(parser, transactions=300, concurrency=16)
+    run_async(lambda: main_async(args))
 
 
 if __name__ == "__main__":

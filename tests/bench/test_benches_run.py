@@ -1,0 +1,160 @@
+"""Every benchmark still runs: each ``bench/*_bench.py`` once in its tiny mode (``--smoke``,
+bench/smoke.py: a few hundred messages, short phases, no peers), as ``make bench`` starts it, a
+process of its own.
+
+Checked: exit status 0, no traceback, and the figure lines it always prints (FIGURES). Timings
+are never asserted; the figures of a tiny run mean nothing. A new bench is picked up by the glob
+and fails here until its figure lines are in FIGURES.
+
+On failure the bench's whole process group (its daemons, the official client's process, Spark's
+JVM) is ended, and the command line and the output's tail are shown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import ROOT
+from tests.support.wait import wait_until
+
+BENCH = ROOT / "bench"
+BENCHES = sorted(p.name for p in BENCH.glob("*_bench.py"))
+
+TIMEOUT = 240.0
+"""Seconds a tiny run may take on a loaded 2-core machine (the slowest, pipeline_bench with its
+Spark session, takes about 40 s alone); below pytest's own timeout, so the group is ended here."""
+
+NUMBER = r"[\d,]+(?:\.\d+)?"
+
+FIGURES: dict[str, tuple[str, ...]] = {
+    "auth_bench.py": (rf"^sign \+ verify \+ cached decision +{NUMBER} us/request",),
+    "broker_bench.py": (
+        rf"^consume \(pull, decode\) +{NUMBER} msg/s",
+        rf"^SDK send, one at a time \(1 broker\): p50 auto-batch on {NUMBER} ms",
+        rf"^broker memory outside the page cache \(RssAnon\) holding {NUMBER} messages: "
+        rf"{NUMBER} MiB",
+    ),
+    "consumer_lag_bench.py": (
+        rf"^GET_CONSUME_STATS for one group \({NUMBER} bytes\): p50 {NUMBER} ms",
+        rf"^scrape p50 {NUMBER} ms vs target",
+    ),
+    "controller_bench.py": (
+        rf"^load shedding: {NUMBER} in flight",
+        rf"^commit latency \(one at a time, {NUMBER} writes\): p50 +{NUMBER} ms",
+        rf"^failover over {NUMBER} kills .*: p50 +{NUMBER} ms",
+    ),
+    "fifo_bench.py": (rf"^consume plain +{NUMBER} msg/s +FIFO group +{NUMBER} msg/s",),
+    "grpc_bench.py": (
+        rf"^gRPC  send, 64 in flight \(official client\): +{NUMBER} msg/s",
+        rf"^SDK   POP receive \+ ack \(4 members\): +{NUMBER} msg/s",
+        rf"^gRPC  SimpleConsumer receive \+ ack \(1 member\): +{NUMBER} msg/s",
+    ),
+    "ha_bench.py": (
+        rf"^produce, one at a time, all-ack R3 p50 {NUMBER} ms",
+        rf"^SDK send, one at a time R3: p50 auto-batch on {NUMBER} ms",
+        rf"^catch-up of a slave {NUMBER} MiB behind: {NUMBER} MiB/s",
+        rf"^failover, kill -9 of the master .* p50 {NUMBER} s",
+        rf"^failover, SIGSTOP of the master .* p50 {NUMBER} s",
+        r"^NATS JetStream R3: skipped \(--no-peer\)",
+    ),
+    "index_bench.py": (
+        rf"^single sends \(64 in flight\) +index on +{NUMBER} msg/s",
+        rf"^over loopback \(QUERY_MESSAGE\) +{NUMBER} random keys +p50 {NUMBER} ms",
+    ),
+    "pipeline_bench.py": (
+        rf"^filled {NUMBER} x {NUMBER} B",
+        # the spark extra is part of make test's venv; without it the Spark phases are skipped
+        rf"^rmq -> rmq streaming +{NUMBER} msg/s|^the Spark phases are skipped: ",
+    ),
+    "pop_bench.py": (
+        rf"^POP receive \+ ack \(4 SimpleConsumers\) +{NUMBER} msg/s",
+        rf"^FIFO POP receive \+ ack \(4 members\) +{NUMBER} msg/s",
+        rf"^transactional send \+ commit +{NUMBER} transactions/s",
+    ),
+    "pop_state_bench.py": (
+        rf"^memory: {NUMBER} popped and acked",
+        rf"^rebuild: from the snapshot: in-flight set built in {NUMBER} s",
+    ),
+    "replay_bench.py": (rf"^  per CPU second: {NUMBER} MiB/s",),
+    "retry_bench.py": (
+        rf"^process +{NUMBER} nacks in +{NUMBER} s",
+        rf"^batched +{NUMBER} nacks in +{NUMBER} s",
+    ),
+    "static_topic_bench.py": (
+        rf"^remap -> first write on the new item \({NUMBER} moves under load\): p50 {NUMBER} ms",
+        rf"^consume throughput, .*: ordinary {NUMBER} msg/s, static {NUMBER} msg/s",
+    ),
+    "store_bench.py": (rf"^replay \(read_raw \+ append_raw, 1 MiB chunks\): {NUMBER} msgs/s",),
+    "tag_filter_bench.py": (rf"^ratio \(hash / records\): {NUMBER}x",),
+    "timer_bench.py": (
+        rf"^scheduled, delivered and consumed: +{NUMBER} msg/s",
+        rf"^{NUMBER} scheduled 1 h ahead in {NUMBER} s",
+    ),
+    "timer_core_bench.py": (rf"^far buckets loaded from disk and drained .*: {NUMBER} entries/s",),
+    "txn_bench.py": (rf"^  commits alone: +{NUMBER} commits/s",),
+}
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def end_group(pgid: int) -> None:
+    """SIGKILL whatever is left of the bench's process group (its leader's id)."""
+    if group_alive(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+        wait_until(lambda: not group_alive(pgid), f"process group {pgid} to end", 30)
+
+
+def test_every_bench_has_its_figures() -> None:
+    assert BENCHES, f"no bench/*_bench.py under {BENCH}"
+    assert sorted(FIGURES) == BENCHES, "FIGURES names the lines each bench always prints"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", BENCHES)
+def test_bench_runs_in_its_tiny_mode(name: str, tmp_path: Path) -> None:
+    argv = [sys.executable, str(BENCH / name), "--smoke"]
+    # Its temp dirs under the test's: whatever a failed run leaves is cleaned with it.
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: the daemons it starts are in it
+    )
+    ran = f"{' '.join(argv)} (cwd {ROOT}, TMPDIR={tmp_path})"
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        end_group(proc.pid)
+        out, _ = proc.communicate()
+        pytest.fail(f"{ran} did not finish in {TIMEOUT:g} s; output's tail:\n{out[-6000:]}")
+    except BaseException:
+        end_group(proc.pid)
+        raise
+    try:
+        assert proc.returncode == 0, f"{ran} exited with status {proc.returncode}"
+        assert "Traceback (most recent call last)" not in out, f"{ran} printed a traceback"
+        missing = [p for p in FIGURES.get(name, ()) if not re.search(p, out, re.MULTILINE)]
+        assert not missing, f"{ran} printed no line matching {missing}"
+        assert name in FIGURES, f"{name}: add the figure lines it always prints to FIGURES"
+        # It ended what it started: no daemon of it is left running.
+        wait_until(lambda: not group_alive(proc.pid), f"{name}'s processes to end", 30)
+    except AssertionError as exc:
+        end_group(proc.pid)
+        raise AssertionError(f"{exc}\noutput's tail:\n{out[-6000:]}") from None
