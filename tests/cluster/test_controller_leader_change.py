@@ -19,7 +19,6 @@ demotion (clearing a master moves the epoch on).
 from __future__ import annotations
 
 import asyncio
-import time
 
 import msgpack
 import pytest
@@ -31,7 +30,7 @@ from tests.cluster.test_chaos import ask
 from tests.controller.support import agreed_leader
 from tests.support.cluster import Cluster
 from tests.support.procs import port_open
-from tests.support.wait import wait_until
+from tests.support.wait import stays_async, wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -48,13 +47,21 @@ async def test_master_keeps_its_role_when_the_controller_leader_dies(
     await asyncio.sleep(0.4)  # the fault's length, not a wait for a condition
     leader.start()
     wait_until(lambda: port_open(leader.port), "the old leader to listen again", 30)
-    roles = []
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the master's role, sampled through the leader change
+    roles: list[str] = []
+
+    async def still_master() -> bool:
         resp = await ask(master.address, RequestCode.GET_BROKER_RUNTIME_INFO)
         assert resp is not None and resp.code == ResponseCode.SUCCESS
         roles.append(msgpack.unpackb(resp.body)["role"])
-        await asyncio.sleep(0.2)
+        return roles[-1] == "MASTER"
+
+    # The master's role, sampled through the leader change.
+    await stays_async(
+        still_master,
+        10,
+        f"{master.name} saying it is MASTER",
+        interval=0.2,
+        on_failure=lambda: f"the controllers' master said: {roles}",
+    )
     doc = await full_sync_state_set(boot, cluster)
     assert doc["masterAddress"] == master.address
-    assert set(roles) == {"MASTER"}, f"the controllers' master said: {roles}"

@@ -33,7 +33,7 @@ from client.message import ReceivedMessage
 from rmqctl.cli import cli
 from tests.cluster.support import sync_state
 from tests.support.cluster import Cluster
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -214,8 +214,13 @@ async def scenario(cluster: Cluster, addrs: str) -> tuple[set[Row], set[Row], in
         await wait_until_async(
             lambda: set(acked) <= {m.body.decode() for m in got}, "every acked message read", 30
         )
-        # Once more than a commit interval: nothing more may come (no duplicates, no late ones).
-        await asyncio.sleep(1.0)
+
+        # For more than a commit interval nothing may come again (no duplicates).
+        def read_once() -> bool:
+            bodies = [m.body.decode() for m in got]
+            return len(bodies) == len(set(bodies))
+
+        await stays_async(read_once, 1.0, "every message read once", interval=0.05)
     finally:
         stop_sending.set()
         stop_reading.set()

@@ -15,7 +15,7 @@ from client.errors import BrokerError, ClientError
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from tests.controller.support import FakeBroker, ServiceCluster, replica_info
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 
 @pytest.fixture
@@ -542,14 +542,22 @@ async def test_a_leader_without_its_lease_refuses_heartbeats_but_counts_them(
     monkeypatch.setattr(leader.driver, "holds_lease", lambda: False)
     with pytest.raises(ClientError, match="holds no leader lease confirmed by a quorum"):
         await master.heartbeat()
-    deadline = asyncio.get_running_loop().time() + 3.0
-    while asyncio.get_running_loop().time() < deadline:  # throughout, not once at the end
+    master_then = (before["masterBrokerId"], before["masterEpoch"])
+
+    seen: list[tuple[int, int]] = []
+
+    async def nothing_moves() -> bool:  # throughout, not once at the end
         assert all(alive(leader, b) for b in made)
         doc = await group(cluster)
-        assert (doc["masterBrokerId"], doc["masterEpoch"]) == (
-            before["masterBrokerId"],
-            before["masterEpoch"],
-        )
-        await asyncio.sleep(0.1)
+        seen.append((doc["masterBrokerId"], doc["masterEpoch"]))
+        return seen[-1] == master_then
+
+    await stays_async(
+        nothing_moves,
+        3.0,
+        f"the master (id, epoch) at {master_then}",
+        interval=0.1,
+        on_failure=lambda: f"now {seen[-1]}",
+    )
     monkeypatch.undo()
     assert (await master.heartbeat()).header["masterBrokerId"] == master.broker_id

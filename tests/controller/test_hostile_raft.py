@@ -33,7 +33,7 @@ from tests.controller.support import (
     agreed_leader,
     metadata,
 )
-from tests.support.wait import wait_until, wait_until_async
+from tests.support.wait import stays_async, wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -118,14 +118,19 @@ def all_alive(cluster: ControllerCluster) -> bool:
 
 
 async def stays_up(cluster: ControllerCluster, seconds: float) -> None:
-    loop = asyncio.get_running_loop()
-    until = loop.time() + seconds
-    while loop.time() < until:
-        dead = [p.name for p in cluster.procs.values() if not p.alive()]
-        assert not dead, f"{dead} exited:\n" + "\n".join(
-            p.log()[-2000:] for p in cluster.procs.values() if not p.alive()
-        )
-        await asyncio.sleep(0.1)
+    def dead() -> list[str]:
+        return [p.name for p in cluster.procs.values() if not p.alive()]
+
+    await stays_async(
+        lambda: not dead(),
+        seconds,
+        "every controller running",
+        interval=0.1,
+        on_failure=lambda: (
+            f"{dead()} exited:\n"
+            + "\n".join(p.log()[-2000:] for p in cluster.procs.values() if not p.alive())
+        ),
+    )
 
 
 # --- item 2: a forged heartbeat with term 2^64-1 -----------------------------------------------
