@@ -1,5 +1,5 @@
-"""Message lookup: by message id, by key, by queue offset (what ``rmqctl queryMsgById``,
-``queryMsgByKey`` and ``queryMsgByOffset`` use).
+"""Message lookup: by message id, by unique key, by key, by queue offset (what ``rmqctl
+queryMsgById``, ``queryMsgByUniqueKey``, ``queryMsgByKey`` and ``queryMsgByOffset`` use).
 
 ::
 
@@ -7,30 +7,78 @@
         found = await lookup.by_key("orders", "order-1")
         msg = await lookup.by_id(found[0].msg_id)
 
-A message id carries the store host and CommitLog offset of the message (see
-:func:`protocol.message.parse_msg_id`): :meth:`Lookup.by_id` asks that host, and when it does
-not answer (a dead master) every other broker, whose replicated CommitLog holds the same record
-at the same offset. :meth:`Lookup.by_key` asks every broker group of the topic (its master, else
-a slave) through the key index. Brokers answer committed messages only.
+A message has two ids. The offset id (``SendResult.msg_id``, ``Message ID`` in rmqctl) carries
+the store host and CommitLog offset of the message (see :func:`protocol.message.parse_msg_id`):
+:meth:`Lookup.by_id` asks that host, and when it does not answer (a dead master) every other
+broker, whose replicated CommitLog holds the same record at the same offset. The unique key is
+the id a client gave the message before sending it, stored as its ``UNIQ_KEY`` property: the id
+the official RocketMQ clients show (34 hex digits from the RocketMQ 5 clients, 32 from the
+classic ones, which look like an offset id). The key index holds it beside the message's keys,
+per topic: :meth:`Lookup.by_unique_key` asks every broker group of the topic, or, without a
+topic, every topic of every broker group; :meth:`Lookup.by_id` takes either form, as mqadmin's
+queryMsgById falls back to the unique key. :meth:`Lookup.by_key` asks every broker group of the
+topic (its master, else a slave) through the key index. Brokers answer committed messages only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgpack
+
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
-from client.routes import TopicRoute, fetch_cluster_info, fetch_route
+from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import MessageRecord, RecordError, iter_records, parse_msg_id
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
 from protocol.remoting import Frame, Header
+from protocol.request_permissions import DLQ_PREFIX, RETRY_PREFIX
+from protocol.timer import PROP_UNIQ_KEY
 from remoting.errors import RemotingError, ResponseError
 
 LOOKUP_GROUP: Final = "rmq_lookup"
 """The consumer group a queue-offset lookup pulls as (it commits nothing)."""
+
+UNIQUE_KEYS_PER_GROUP: Final = 64
+"""At most this many messages with one unique key per broker group and topic (a send retried
+after a lost answer stores a message twice; more is not one message)."""
+
+_HEX: Final = re.compile(r"[0-9A-Fa-f]{16,64}")
+_INTERNAL_TOPIC_PREFIX: Final = "rmq_sys_"
+"""The brokers' own topics (timer, POP, transactions): a search of every topic skips them."""
+_SEARCH_CONCURRENCY: Final = 16
+
+NOT_AN_ID: Final = (
+    "not a message id: {id!r} (an offset id, 32 hex digits: store host and offset; or a "
+    "unique key, the hex id a client gave the message: UNIQ_KEY)"
+)
+
+
+def offset_id_form(msg_id: str) -> tuple[str, int] | None:
+    """(store host, CommitLog offset) when ``msg_id`` has the offset id's form, else None (a
+    negative offset is no offset id's: the classic clients' unique keys often read as one)."""
+    try:
+        host, offset = parse_msg_id(msg_id)
+    except RecordError:
+        return None
+    return (host, offset) if offset >= 0 else None
+
+
+def unique_key_form(msg_id: str) -> str | None:
+    """``msg_id`` as the unique key the clients store (upper-case hex) when it has that form
+    (hex, 16 to 64 digits: the RocketMQ 5 clients' 34, the classic clients' 32), else None."""
+    return msg_id.upper() if _HEX.fullmatch(msg_id) else None
+
+
+def _copies_last(m: FoundMessage) -> tuple[bool, int, str, int]:
+    """Sort key: messages in their own topic before retry and dead-letter copies, then oldest
+    first."""
+    copy = m.record.topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
+    return (copy, m.record.store_timestamp, m.broker_name, m.record.physical_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,17 +132,41 @@ class Lookup(BootstrapClient):
 
     # -- by id ---------------------------------------------------------------------------------
 
-    async def by_id(self, msg_id: str) -> FoundMessage:
-        """The message with ``msg_id``; raises :class:`ClientError` for a malformed id or when
-        no broker holds it (committed)."""
-        try:
-            host, offset = parse_msg_id(msg_id.strip())
-        except RecordError:
-            raise ClientError(
-                f"not a message id: {msg_id!r} (32 hex digits: store host and offset)"
-            ) from None
-        wanted = msg_id.strip().upper()
+    async def by_id(self, msg_id: str, topic: str | None = None) -> FoundMessage:
+        """The message with ``msg_id``, an offset id or a unique key (module doc): an offset id
+        is looked up by its offset, then, not found there, as a unique key (a classic client's
+        unique key has the offset id's form); a unique key through the key index, in ``topic``
+        when given, else in every topic. Of several messages with one unique key, the first
+        of :meth:`by_unique_key`. Raises :class:`ClientError` for a malformed id or when no
+        broker holds it (committed)."""
+        text = msg_id.strip()
+        located = offset_id_form(text)
+        key = unique_key_form(text)
+        if located is None and key is None:
+            raise ClientError(NOT_AN_ID.format(id=msg_id))
         reasons: list[str] = []
+        if located is not None:
+            found = await self._by_offset_id(text.upper(), *located, reasons)
+            if found is not None:
+                return found
+        assert key is not None  # an offset id is hex too
+        failures: list[str] = []
+        try:
+            matches = await self.by_unique_key(key, topic, errors=failures)
+        except ClientError as exc:
+            reasons.append(f"as a unique key: {exc}")
+        else:
+            if matches:
+                return matches[0]
+            where = f"in topic {topic}" if topic else "in any topic"
+            reasons.append(f"no message has unique key {key} {where}")
+            reasons.extend(failures)
+        why = "; ".join(dict.fromkeys(reasons))
+        raise ClientError(f"message {text.upper()} not found: {why}")
+
+    async def _by_offset_id(
+        self, wanted: str, host: str, offset: int, reasons: list[str]
+    ) -> FoundMessage | None:
         found = await self._view(host, "", offset, wanted, reasons)
         if found is not None:
             return found
@@ -110,8 +182,9 @@ class Lookup(BootstrapClient):
             found = await self._view(b.address, b.broker_name, offset, wanted, reasons)
             if found is not None:
                 return found
-        why = "; ".join(dict.fromkeys(reasons)) or "no broker to ask"
-        raise ClientError(f"message {wanted} not found: {why}")
+        if not others and not reasons:
+            reasons.append("no broker to ask")
+        return None
 
     async def _view(
         self, address: str, name: str, offset: int, wanted: str, reasons: list[str]
@@ -141,6 +214,90 @@ class Lookup(BootstrapClient):
                 if b.address == address:
                     return b.broker_name
         return ""
+
+    # -- by unique key -------------------------------------------------------------------------
+
+    async def by_unique_key(
+        self, key: str, topic: str | None = None, *, errors: list[str] | None = None
+    ) -> list[FoundMessage]:
+        """The messages whose unique key (``UNIQ_KEY``) is ``key``, through the key index: in
+        ``topic`` on every broker group of it, or without a topic in every topic of every
+        broker group (the brokers' internal ``rmq_sys_`` topics aside); messages in their own
+        topic first, then retry and dead-letter copies, oldest first. Raises
+        :class:`ClientError` as :meth:`by_key` does; what groups that could not answer said
+        is appended to ``errors`` (if given)."""
+        key = key.strip()
+        if not key:
+            raise ClientError("the unique key must not be empty")
+        if topic is not None:
+            found = await self.by_key(topic, key, max_num=UNIQUE_KEYS_PER_GROUP, errors=errors)
+        else:
+            found = await self._everywhere(key, errors)
+        found = [m for m in found if m.record.properties.get(PROP_UNIQ_KEY) == key]
+        found.sort(key=_copies_last)
+        return found
+
+    async def _everywhere(self, key: str, errors: list[str] | None) -> list[FoundMessage]:
+        groups: dict[str, list[ClusterBroker]] = {}
+        for brokers in (await fetch_cluster_info(self.bootstrap)).values():
+            for b in brokers:
+                groups.setdefault(b.broker_name, []).append(b)
+        if not groups:
+            raise ClientError("no broker group to ask")
+        limit = asyncio.Semaphore(_SEARCH_CONCURRENCY)
+        answers = await asyncio.gather(
+            *(self._search_group(name, members, key, limit) for name, members in groups.items())
+        )
+        found = [m for messages, _ in answers for m in messages]
+        failures = [error for _, error in answers if error is not None]
+        if not found and failures:
+            raise ClientError("; ".join(failures))
+        if errors is not None:
+            errors.extend(failures)
+        return found
+
+    async def _search_group(
+        self, name: str, members: list[ClusterBroker], key: str, limit: asyncio.Semaphore
+    ) -> tuple[list[FoundMessage], str | None]:
+        """Every topic one broker group holds, asked of its master, else a slave."""
+        reasons: list[str] = []
+        for b in sorted(members, key=lambda b: (not b.is_master, b.broker_id)):
+            try:
+                frame = await self._call(b.address, RequestCode.GET_ALL_TOPIC_CONFIG, {})
+                topics = msgpack.unpackb(frame.body or b"\x80", raw=False)
+            except ResponseError as exc:
+                reasons.append(f"{b.address}: {BrokerError(exc.code, exc.remark)}")
+                continue
+            except RemotingError as exc:
+                reasons.append(f"{b.address}: {describe_failure(exc)}")
+                continue
+            except ValueError as exc:
+                reasons.append(f"{b.address}: malformed topic list: {exc}")
+                continue
+            names = sorted(
+                str(t)
+                for t in (topics if isinstance(topics, dict) else {})
+                if not str(t).startswith(_INTERNAL_TOPIC_PREFIX)
+            )
+
+            async def one(topic: str, address: str = b.address) -> list[FoundMessage] | str:
+                header: Header = {"topic": topic, "key": key, "maxNum": UNIQUE_KEYS_PER_GROUP}
+                async with limit:
+                    try:
+                        answer = await self._call(address, RequestCode.QUERY_MESSAGE, header)
+                    except ResponseError as exc:
+                        if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                            return []
+                        return f"{address}: {exc.remark or BrokerError(exc.code, exc.remark)}"
+                    except RemotingError as exc:
+                        return f"{address}: {describe_failure(exc)}"
+                return [FoundMessage(r, name, address) for r in _records(answer.body, address)]
+
+            results = await asyncio.gather(*(one(t) for t in names))
+            found = [m for r in results if not isinstance(r, str) for m in r]
+            failed = list(dict.fromkeys(r for r in results if isinstance(r, str)))
+            return found, f"broker group {name}: {'; '.join(failed)}" if failed else None
+        return [], f"broker group {name} did not answer ({'; '.join(reasons)})"
 
     # -- by key --------------------------------------------------------------------------------
 

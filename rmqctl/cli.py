@@ -27,7 +27,12 @@ from rmqctl.credentials import (
     resolve_credentials,
 )
 from rmqctl.group import get_sub_group, query_dlq, resend_dlq, update_sub_group
-from rmqctl.lookup import query_msg_by_id, query_msg_by_key, query_msg_by_offset
+from rmqctl.lookup import (
+    query_msg_by_id,
+    query_msg_by_key,
+    query_msg_by_offset,
+    query_msg_by_unique_key,
+)
 from rmqctl.message import consume_message, recall_message, send_message
 from rmqctl.progress import consumer_connection, consumer_progress
 from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
@@ -49,6 +54,7 @@ COMMANDS: list[click.Command] = [
     consumer_progress,
     consumer_connection,
     query_msg_by_id,
+    query_msg_by_unique_key,
     query_msg_by_key,
     query_msg_by_offset,
     recall_message,

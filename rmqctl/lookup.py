@@ -1,4 +1,5 @@
-"""Message lookup commands: queryMsgById, queryMsgByKey, queryMsgByOffset (mqadmin's names)."""
+"""Message lookup commands: queryMsgById, queryMsgByUniqueKey, queryMsgByKey, queryMsgByOffset
+(mqadmin's names)."""
 
 from __future__ import annotations
 
@@ -63,25 +64,88 @@ def _show(
     emit(settings, doc, human)
 
 
-@click.command("queryMsgById", short_help="Show the message with a message id.")
+@click.command("queryMsgById", short_help="Show the message with a message id (either form).")
 @addresses_option
-@click.option("-i", "--msg-id", "msg_id", required=True, metavar="MSGID", help="Message id.")
+@click.option(
+    "-i",
+    "--msg-id",
+    "msg_id",
+    required=True,
+    metavar="MSGID",
+    help="Message id: the offset id, or the unique key (UNIQ_KEY) a client shows.",
+)
+@click.option(
+    "-t",
+    "--topic",
+    default=None,
+    metavar="TOPIC",
+    help="The message's topic, for a unique key (default: search every topic).",
+)
 @_body_option
 @pass_settings
-def query_msg_by_id(settings: Settings, addresses: str, msg_id: str, show_body: bool) -> None:
+def query_msg_by_id(
+    settings: Settings, addresses: str, msg_id: str, topic: str | None, show_body: bool
+) -> None:
     """Show the message with MSGID: properties, store time, store host (and body with --body).
 
-    The id carries the store host and CommitLog offset; when that broker is gone its replicas
-    answer. Committed messages only. Prints the message's fields as one JSON document with
-    --json.
+    MSGID is either form a message has. The offset id (rmqctl's and the SDK's "Message ID", 32
+    hex digits) carries the store host and CommitLog offset; when that broker is gone its
+    replicas answer. The unique key is the id the client gave the message (the id the official
+    RocketMQ clients show: 34 hex digits from RocketMQ 5 clients, 32 from classic ones), stored
+    as its UNIQ_KEY property: it is found through the key index, in TOPIC with -t, else in every
+    topic (slower); an id of the offset form not found by its offset is tried as a unique key
+    too. Committed messages only. Prints the message's fields as one JSON document with --json.
     """
 
     async def work() -> FoundMessage:
         async with Lookup(addresses) as lookup:
-            return await lookup.by_id(msg_id)
+            return await lookup.by_id(msg_id, topic)
 
     found = run(work())
     _show(settings, [found], show_body, found.to_dict(body=show_body))
+
+
+@click.command("queryMsgByUniqueKey", short_help="Show a topic's messages with a unique key.")
+@addresses_option
+@click.option(
+    "-i",
+    "--msg-id",
+    "msg_id",
+    required=True,
+    metavar="MSGID",
+    help="The unique key (UNIQ_KEY): the message id a client shows.",
+)
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@_body_option
+@pass_settings
+def query_msg_by_unique_key(
+    settings: Settings, addresses: str, msg_id: str, topic: str, show_body: bool
+) -> None:
+    """Show the messages of TOPIC whose unique key (UNIQ_KEY property) is MSGID, through the
+    key index on every broker group of the topic (its master, else a slave); usually one (a
+    send retried after a lost answer can store two), retry and dead-letter copies last.
+
+    The unique key is the id the client gave the message: the id the official RocketMQ
+    clients show. Committed messages only. Finding nothing is an error (exit status 1).
+    Prints {"topic", "msgId", "messages": [...]} with --json.
+    """
+    key = msg_id.strip()
+    errors: list[str] = []
+
+    async def work() -> list[FoundMessage]:
+        async with Lookup(addresses) as lookup:
+            return await lookup.by_unique_key(key, topic, errors=errors)
+
+    found = run(work())
+    if not found:
+        raise CommandError(
+            f"no message with unique key {key!r} in topic {topic!r}"
+            + (f" ({'; '.join(errors)})" if errors else "")
+        )
+    doc = {"topic": topic, "msgId": key, "messages": [m.to_dict(body=show_body) for m in found]}
+    _show(settings, found, show_body, doc)
+    if errors:
+        raise CommandError("; ".join(errors))
 
 
 @click.command("queryMsgByKey", short_help="Find a topic's messages by key.")

@@ -136,3 +136,36 @@ def test_lookups_round_trip_and_the_index_survives_restarts_deletion_and_corrupt
     assert by_key(a, "all") == ids + [r.msg_id for r in more]
     doc = ok_json("queryMsgById", "-a", a, "-i", more[2].msg_id, "--body")
     assert isinstance(doc, dict) and doc["body"] == "body-2"
+
+
+def test_query_by_id_takes_a_classic_clients_unique_key_shaped_like_an_offset_id(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    """A classic RocketMQ client's unique key has our offset id's 32 hex digits: not found at
+    the offset it seems to name, queryMsgById tries it as a unique key (as mqadmin falls back),
+    with or without -t. Before, it answered 'not found'."""
+    broker = broker_factory(tmp_path).start_and_wait()
+    a = broker.address
+    ok_json("updateTopic", "-a", a, "-t", "T", "-q", "2")
+    uniq = "7F0000010000000021B2C3D4000A0001"  # ip, pid, class loader, time, counter
+
+    async def work() -> SendResult:
+        async with Producer(a) as p:
+            await p.send("T", b"before")
+            return await p.send("T", b"classic", properties={"UNIQ_KEY": uniq})
+
+    sent = asyncio.run(work())
+    for extra in ([], ["-t", "T"]):
+        doc = ok_json("queryMsgById", "-a", a, "-i", uniq, *extra, "--body")
+        assert isinstance(doc, dict)
+        assert (doc["msgId"], doc["body"], doc["properties"]["UNIQ_KEY"]) == (
+            sent.msg_id,
+            "classic",
+            uniq,
+        )
+    doc = ok_json("queryMsgByUniqueKey", "-a", a, "-i", uniq, "-t", "T")
+    assert isinstance(doc, dict) and [m["msgId"] for m in doc["messages"]] == [sent.msg_id]
+    one_line_error(
+        rmqctl("queryMsgById", "-a", a, "-i", uniq[:-1] + "2"),
+        f"message {uniq[:-1]}2 not found: ",
+    )
