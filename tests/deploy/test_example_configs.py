@@ -77,6 +77,12 @@ def test_layout_three_controllers_two_groups_of_three_masters_spread(security: P
             assert set(b.controller_addresses) == addresses
             assert b.min_in_sync_replicas == 2
             ports += [b.listen_port, b.effective_ha_port, b.metrics_port]
+            # gRPC over TLS only: no plaintext gRPC port beside TLS (grpc_plaintext_with_tls).
+            assert b.grpc_endpoint is None, f"{host.name}: {b.broker_name} serves plaintext gRPC"
+            assert b.grpc_tls_listen is not None
+            tls_host, _, tls_port = b.grpc_tls_listen.rpartition(":")
+            assert tls_host == ip, f"{host.name}: {b.broker_name}'s gRPC TLS port on another host"
+            ports.append(int(tls_port))
             if b.election_priority == 0:
                 preferred[b.broker_name] = host.name
         assert len(ports) == len(set(ports)), f"{host.name}: two daemons share a port"
