@@ -177,7 +177,7 @@ async def test_a_filtered_group_commits_past_what_its_filter_passes_over(cluster
     # rmqctl consumeMessage --filter (an SDK consumer for --timeout seconds).
     cli = rmqctl(
         cluster, "--json", "consumeMessage", "-t", TOPIC, "-g", "cli", "--filter", MATCH,
-        "--timeout", "8",
+        "--timeout", "10",
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     lines = [json.loads(line) for line in cli.stdout.splitlines()]
@@ -189,7 +189,7 @@ async def test_a_filtered_group_commits_past_what_its_filter_passes_over(cluster
     # POP: the group's consume offset moves past the filtered entries too.
     pop = rmqctl(
         cluster, "--json", "consumeMessage", "-t", TOPIC, "-g", "popper", "--pop",
-        "--filter", MATCH, "--timeout", "8",
+        "--filter", MATCH, "--timeout", "10",
     )  # fmt: skip
     assert pop.returncode == 0, pop.stderr
     lines = [json.loads(line) for line in pop.stdout.splitlines()]
