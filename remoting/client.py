@@ -283,6 +283,8 @@ class RemotingClient:
         the close's cause says so (asked once per connection: :mod:`remoting.tls_probe`)."""
         if self._tls or self._answered or self._closing:
             return False
+        if isinstance(self._close_cause, ProtocolError):  # its first bytes told already
+            return False
         if self._tls_port is None:
             host, port = split_address(self.address)
             self._tls_port = asyncio.ensure_future(speaks_tls(host, port, min(timeout, 2.0)))
