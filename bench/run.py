@@ -1,6 +1,8 @@
 """``make bench``: run every benchmark (``bench/*_bench.py``) in turn and print its figures.
 
-``make bench ONLY=broker`` runs the benchmarks whose file name contains ``broker``.
+``make bench ONLY=broker`` runs the benchmarks whose file name contains ``broker``. Arguments are
+passed to every benchmark: ``python bench/run.py --smoke`` runs each in its tiny mode
+(bench/smoke.py), as ``make test`` does (tests/bench/test_benches_run.py).
 """
 
 from __future__ import annotations
