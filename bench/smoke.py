@@ -3,25 +3,18 @@
 ``python bench/<name>_bench.py --smoke`` runs the whole bench once with a few hundred messages,
 short phases and no peers (NATS JetStream, PySyncObj, py-spy, which it skips): every phase runs
 and prints its figures, but the figures mean nothing. It is how ``make test`` checks that each
-bench still runs (tests/bench/test_benches_run.py); ``python bench/run.py --smoke`` runs them all so.
-Flags given beside ``--smoke`` win over its tiny settings.
+bench still runs (tests/bench/test_benches_run.py); ``python bench/run.py --smoke`` runs them
+all so. Flags given beside ``--smoke`` win over its tiny settings.
 
-A bench declares its tiny settings with :func:`parse_args`; the few settings that are not flags
-(module constants) it reads from :func:`enabled` instead.
+A bench declares its tiny settings, as flags of its own, with :func:`parse_args`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 FLAG = "--smoke"
-
-
-def enabled(argv: list[str] | None = None) -> bool:
-    """True when the bench was started with ``--smoke``."""
-    return FLAG in (sys.argv[1:] if argv is None else argv)
 
 
 def parse_args(
@@ -33,7 +26,9 @@ def parse_args(
     unknown = sorted(set(tiny) - dests)
     if unknown:
         raise ValueError(f"tiny settings for no flag of this bench: {unknown}")
-    shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in tiny.items())
+    shown = ", ".join(
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in tiny.items()
+    )
     parser.add_argument(
         FLAG,
         action="store_true",
