@@ -7,6 +7,10 @@ The snippets name the addresses ``make run`` listens on (controllers ``127.0.0.1
 each with its cluster's address and refuses a snippet that still names another address after
 that, so no snippet reaches a cluster of ``make run`` on this host.
 
+The ``rmqctl`` lines of the pages' shell blocks are parsed by rmqctl's own command line (every
+command and option exists and takes the value given), without running them: many need a
+second cluster, a file or a secret of the reader's.
+
 A snippet passes when it exits with status 0 within 90 s and writes nothing to stderr (the SDK
 logs warnings and errors there). A block that cannot run against such a cluster says so on its fence line, with the reason:
 ```` ```python not-run: <why> ````. GitHub shows the block as Python all the same.
@@ -16,15 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
 from client.bootstrap import Bootstrap
+from rmqctl.cli import cli
+from rmqctl.common import Settings
 from tests.cluster.support import create_topic, group_masters
 from tests.support.cluster import Cluster
 from tests.support.procs import free_port
@@ -39,6 +48,8 @@ GRPC_ENDPOINT = "127.0.0.1:10913"
 TOPICS = ("TopicTest", "Orders", "orders")
 """The topics the snippets use (the README's `rmqctl updateTopic` lines create them)."""
 SNIPPET_TIMEOUT = 90
+SHELL_BLOCK = re.compile(r"^```(?:sh|bash|shell)[^\n]*\n(?P<code>.*?)^```\s*$", re.S | re.M)
+RMQCTL_LINE = re.compile(r"^(?:\S*/)?rmqctl\s")
 
 
 @dataclass(frozen=True)
@@ -145,3 +156,42 @@ def test_the_snippet_runs_as_pasted(snippet: Snippet, local: LocalCluster, tmp_p
         f"{local.cluster.logs()[-4000:]}"
     )
     assert not done.stderr, f"{snippet.where} ran but logged:\n{done.stderr[-3000:]}"
+
+
+def rmqctl_lines(pages: list[Path] = PAGES) -> list[tuple[str, str]]:
+    """(page:line, command) for every rmqctl line of the pages' shell blocks, its comment cut."""
+    found: list[tuple[str, str]] = []
+    for page in pages:
+        text = page.read_text()
+        for m in SHELL_BLOCK.finditer(text):
+            first = text.count("\n", 0, m.start("code")) + 1
+            for offset, line in enumerate(m["code"].replace("\\\n", "  ").splitlines()):
+                command = line.split(" #")[0].strip()
+                if RMQCTL_LINE.match(command):
+                    found.append((f"{page.relative_to(ROOT)}:{first + offset}", command))
+    return found
+
+
+RMQCTL_LINES = rmqctl_lines()
+
+
+def test_the_pages_have_rmqctl_lines() -> None:
+    assert len(RMQCTL_LINES) >= 50, RMQCTL_LINES
+
+
+@pytest.mark.parametrize(("where", "command"), RMQCTL_LINES, ids=[w for w, _ in RMQCTL_LINES])
+def test_the_rmqctl_line_parses(where: str, command: str) -> None:
+    """``[...]`` marks optional parts: they are parsed as given. A prompt (createUser's
+    secret) reads a typed answer."""
+    argv = [a for a in (word.strip("[]") for word in shlex.split(command)[1:]) if a]
+    at = next((i for i, a in enumerate(argv) if a in cli.commands), None)
+    assert at is not None, f"{where}: no rmqctl command in {command!r}"
+    try:
+        with CliRunner().isolation(input="a-secret\na-secret\n"):
+            ctx = cli.make_context("rmqctl", argv[: at + 1], obj=Settings(addresses=CONTROLLERS[0]))
+            cli.commands[argv[at]].make_context(argv[at], argv[at + 1 :], parent=ctx)
+    except click.exceptions.Exit:
+        pass  # --help, --version
+    except (click.ClickException, click.exceptions.Abort) as exc:
+        message = exc.format_message() if isinstance(exc, click.ClickException) else "aborted"
+        raise AssertionError(f"{where}: rmqctl refuses {command!r}: {message}") from exc
