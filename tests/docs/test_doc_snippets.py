@@ -132,6 +132,7 @@ def test_the_pages_have_python_snippets_and_few_are_not_run() -> None:
     assert len(skipped) <= 5, skipped
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.where)
 def test_the_snippet_runs_as_pasted(snippet: Snippet, local: LocalCluster, tmp_path: Path) -> None:
     if snippet.not_run:
