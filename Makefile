@@ -44,8 +44,8 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[dev,spark,bench]'
 	touch $@ $(DEV_STAMP) $(SPARK_STAMP) $(RUN_STAMP)
 
-run: $(RUN_STAMP)  ## start a local cluster on loopback, in the foreground; Ctrl-C stops it
-	$(BIN)/python deploy/local_cluster.py
+run: $(RUN_STAMP)  ## start a local cluster on loopback, in the foreground (SECURE=1: auth and TLS); Ctrl-C stops it
+	$(BIN)/python deploy/local_cluster.py $(if $(filter 1 yes true,$(SECURE)),--secure)
 
 demo: $(RUN_STAMP)  ## a failover to watch, on its own cluster under var/demo
 	$(BIN)/python deploy/demo.py

@@ -28,6 +28,7 @@ from local_cluster import (
     CONTROLLER_ADDRESSES,
     PYTHON_M,
     ROOT,
+    LaunchRefused,
     LocalCluster,
     broker_address,
     broker_process_name,
@@ -153,10 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-config", type=Path, help="TOML file every broker reads first")
     args = parser.parse_args(argv)
     var: Path = args.var
-    shutil.rmtree(var, ignore_errors=True)  # the demo's own directory: every run starts empty
     cluster = LocalCluster(
         var, broker_config=args.broker_config, log_format="json", log_dir=var / "logs"
     )
+    try:
+        # Before anything else: with `make run` up, its ports are taken, and the demo would
+        # otherwise talk to that cluster.
+        cluster.prepare()
+    except LaunchRefused as exc:
+        print(f"demo: {exc}", file=sys.stderr, flush=True)
+        return 2
+    shutil.rmtree(var, ignore_errors=True)  # the demo's own directory: every run starts empty
 
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # unwinds into the finally below, which stops every daemon

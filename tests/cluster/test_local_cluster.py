@@ -1,8 +1,9 @@
 """``make run`` and ``make demo`` as an operator runs them: the launcher on its fixed loopback
 ports (README.md), with a temp data directory and small segments.
 
-These use the embedded ports (9858-9878, 10911-10932, 9200-9202, 9300-9302), so they fail, with
-the port named, if a developer's ``make run`` is up on this machine.
+These use the embedded ports (9858-9878, 10911-10933, 9200-9202, 9300-9302), so they fail, with
+the port named, if a developer's ``make run`` is up on this machine. Every daemon a launcher
+started is ended by its PID (from the launcher's table) when a test ends, whatever happened.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,15 +20,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.metrics import scrape
 from tests.support.procs import ROOT, port_open, small_segments_config
-from tests.support.wait import wait_until
+from tests.support.wait import stays, wait_until
 
 pytestmark = pytest.mark.multiprocess
 
 # rmqctl of this tree (the virtualenv's console script may belong to another checkout).
 RMQCTL = [sys.executable, "-m", "rmqctl"]
 ADDRESSES = "127.0.0.1:9878;127.0.0.1:9868;127.0.0.1:9858"
-PORTS = [9878, 9868, 9858, 10911, 10912, 10921, 10922, 10931, 10932]
+PORTS = [9878, 9868, 9858, 10911, 10912, 10921, 10922, 10931, 10932, 9200, 9201, 9202]
+PORTS += [9300, 9301, 9302]
+LAUNCHER = ROOT / "deploy" / "local_cluster.py"
 
 
 @pytest.fixture
@@ -35,34 +40,97 @@ def free_embedded_ports() -> None:
     assert not busy, f"ports {busy} are in use (is `make run` up?); these tests need them"
 
 
-def rmqctl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, RMQCTL_ADDRESSES=ADDRESSES)
+def rmqctl(
+    *args: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, RMQCTL_ADDRESSES=ADDRESSES, **(env or {}))
     return subprocess.run(
         [*RMQCTL, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
 
 
-@pytest.fixture
-def launcher(tmp_path: Path, free_embedded_ports: None) -> Iterator[subprocess.Popen[str]]:
-    config = small_segments_config(tmp_path, "broker")
-    argv = [
-        sys.executable, str(ROOT / "deploy" / "local_cluster.py"),
-        "--var", str(tmp_path / "var"), "--broker-config", str(config),
-    ]  # fmt: skip
-    log = (tmp_path / "launcher.log").open("w")
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
-    log.close()
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
     try:
-        yield proc
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class Launchers:
+    """The launchers a test starts (``make run`` as ``deploy/local_cluster.py``), each with its
+    log; at the end each is stopped with Ctrl-C, and every daemon any of them listed in its
+    table (or that a test added to ``pids``) is killed by PID if still there."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.config = small_segments_config(tmp_path, "broker")
+        self.procs: list[subprocess.Popen[str]] = []
+        self.pids: set[int] = set()
+
+    def argv(self, var: str = "var", *extra: str) -> list[str]:
+        return [
+            sys.executable, str(LAUNCHER),
+            "--var", str(self.tmp_path / var), "--broker-config", str(self.config), *extra,
+        ]  # fmt: skip
+
+    def start(
+        self, log_name: str = "launcher.log", *extra: str, var: str = "var"
+    ) -> subprocess.Popen[str]:
+        log = (self.tmp_path / log_name).open("w")
+        proc = subprocess.Popen(
+            self.argv(var, *extra),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,  # the console: a line "r" restarts the dead daemons
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def ready(self, log_name: str = "launcher.log", timeout: float = 90) -> list[list[str]]:
+        """The launcher's table once printed; its daemons' PIDs join ``pids``."""
+        log = self.tmp_path / log_name
+
+        def text() -> str:
+            return log.read_text() if log.exists() else ""
+
+        rows = wait_until(
+            lambda: ready_table(text()), "make run's table of processes", timeout,
+            interval=0.3, on_timeout=lambda: text()[-4000:],
+        )  # fmt: skip
+        self.pids.update(int(r[1]) for r in rows[1:])
+        return rows
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for pid in self.pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def launchers(tmp_path: Path, free_embedded_ports: None) -> Iterator[Launchers]:
+    started = Launchers(tmp_path)
+    try:
+        yield started
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                # The launcher's children are in their own sessions: end it and them by PID.
-                proc.kill()
-                proc.wait()
+        started.stop()
+
+
+@pytest.fixture
+def launcher(launchers: Launchers) -> subprocess.Popen[str]:
+    return launchers.start()
 
 
 # What make run prints of its daemons: every line prefixed with one of these names.
@@ -93,6 +161,21 @@ def ready_table(out: str) -> list[list[str]] | None:
     return [re.split(r"\s{2,}", line.strip()) for line in lines]
 
 
+def sync_state() -> dict[str, object] | None:
+    done = rmqctl("--json", "getSyncStateSet", "-b", "broker-a")
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def own_role(metrics_port: int) -> str | None:
+    """A broker's role as it says itself on its metrics port (None: no answer)."""
+    try:
+        text = scrape(metrics_port)
+    except OSError:
+        return None
+    found = re.search(r'^rmq_broker_role\{[^}]*role="(\w+)"\} 1\.0$', text, re.M)
+    return found.group(1) if found else None
+
+
 def full_sync_state_set() -> bool:
     done = rmqctl("--json", "getSyncStateSet", "-b", "broker-a")
     if done.returncode != 0:
@@ -102,25 +185,23 @@ def full_sync_state_set() -> bool:
 
 
 def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
-    launcher: subprocess.Popen[str], tmp_path: Path
+    launcher: subprocess.Popen[str], launchers: Launchers, tmp_path: Path
 ) -> None:
     """make run's console: the table once a master is elected, the README's commands, every
     daemon line prefixed with its process, and no warning from start to Ctrl-C."""
     log = tmp_path / "launcher.log"
-    rows = wait_until(
-        lambda: ready_table(log.read_text()), "make run's table of processes", 60, interval=0.3
-    )
-    assert rows[0] == ["process", "address", "broker id", "role", "metrics port"]
+    rows = launchers.ready()
+    assert rows[0] == ["process", "pid", "address", "broker id", "role", "metrics port"]
     assert [r[0] for r in rows[1:]] == PROCESSES
-    roles = [r[3] for r in rows[1:]]
+    roles = [r[4] for r in rows[1:]]
     assert sorted(roles[:3]) == [
         "controller, follower",
         "controller, follower",
         "controller, leader",
     ]
     assert sorted(roles[3:]) == ["master", "slave", "slave"]
-    assert sorted(r[2] for r in rows[4:]) == ["1", "2", "3"]  # the broker ids
-    master_metrics = next(r[4] for r in rows[1:] if r[3] == "master")
+    assert sorted(r[3] for r in rows[4:]) == ["1", "2", "3"]  # the broker ids
+    master_metrics = next(r[5] for r in rows[1:] if r[4] == "master")
     # The commands to try are the README's, but for the metrics port: the master's.
     printed = log.read_text().split("Try, in another terminal:\n\n", 1)[1].split("\n\n", 1)[0]
     readme = readme_hints()
@@ -149,7 +230,7 @@ def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
     assert out.rstrip().endswith("local cluster stopped")
     # One line says the cluster is open (no authentication, no TLS) and how to close it.
     notice = [line for line in out.splitlines() if line.startswith("Security off:")]
-    assert len(notice) == 1 and "auth_enabled and tls_enabled" in notice[0], notice
+    assert len(notice) == 1 and "make run SECURE=1" in notice[0], notice
     daemon_lines = [line for line in out.splitlines() if DAEMON_LINE.match(line)]
     names = {m.group(1) for line in daemon_lines if (m := DAEMON_LINE.match(line))}
     assert names == set(PROCESSES)  # every daemon logged, each line named
@@ -189,3 +270,196 @@ def test_make_demo_fails_over_and_loses_nothing(tmp_path: Path, free_embedded_po
     assert demo.returncode == 0, out[-4000:]
     assert "consumed 200 distinct messages of 200 acknowledged" in out
     assert "first acknowledged write after" in out
+
+
+def test_a_daemon_killed_under_make_run_is_reported_and_restarted_on_request(
+    launcher: subprocess.Popen[str], launchers: Launchers, tmp_path: Path
+) -> None:
+    """kill -9 of the master under make run: the launcher says so and keeps the others running,
+    they elect a new master and serve, a second make run and make demo refuse to start on the
+    ports in use (naming the port and its process), and "r" + Enter on the launcher's console
+    brings the killed broker back, as a slave."""
+    log = tmp_path / "launcher.log"
+    rows = launchers.ready()
+    by_name = {r[0]: r for r in rows[1:]}
+
+    # A second launcher, and the demo, on the same ports: one line, exit status 2.
+    second = subprocess.run(
+        launchers.argv("var2"), cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert second.stdout == ""
+    assert re.fullmatch(
+        rf"local cluster: port 9878 \(controller n0\) is in use by PID {by_name['n0'][1]} "
+        r"\(.*-m controller --id n0 .*\): is another `make run` or `make demo` up\? "
+        r"Stop it first\n",
+        second.stderr,
+    ), second.stderr
+    demo = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "demo.py"), "--var", str(tmp_path / "demo")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert demo.returncode == 2, demo.stdout + demo.stderr
+    assert demo.stderr.startswith("demo: port 9878 (controller n0) is in use by PID "), demo.stderr
+    assert rmqctl("topicRoute", "-t", "DemoTopic").returncode != 0  # it touched nothing
+
+    wait_until(full_sync_state_set, "a master with three replicas in sync", 60, interval=0.3)
+    assert rmqctl("updateTopic", "-t", "TopicTest", "-q", "4").returncode == 0
+    wait_until(
+        lambda: rmqctl("topicRoute", "-t", "TopicTest").returncode == 0, "the topic route", 30
+    )
+    master = next(r for r in rows[1:] if r[4] == "master")
+    os.kill(int(master[1]), signal.SIGKILL)
+
+    wait_until(
+        lambda: f"local cluster: {master[0]} exited with status -9 (SIGKILL); the others keep "
+        "running. Type r and Enter to restart every dead daemon" in log.read_text(),
+        "the launcher to report the death", 30,
+    )  # fmt: skip
+    new = wait_until(
+        lambda: (d := sync_state()) and d["masterAddress"] not in ("", master[2]) and d,
+        "a new master", 60, interval=0.3,
+    )  # fmt: skip
+    assert launcher.poll() is None, log.read_text()[-3000:]
+    new_name = next(r[0] for r in rows[1:] if r[2] == new["masterAddress"])
+    wait_until(
+        lambda: f"local cluster: broker-a's master is {new_name} at epoch {new['masterEpoch']}"
+        in log.read_text(),
+        "the launcher to tell the new master", 30,
+    )  # fmt: skip
+    sent = wait_until(
+        lambda: (d := rmqctl("--json", "sendMessage", "-t", "TopicTest", "-p", "after"))
+        .returncode == 0 and d,
+        "a send acknowledged by the new master", 30, interval=0.3,
+    )  # fmt: skip
+    assert json.loads(sent.stdout)["sent"] == 1
+    for name in ("n0", "n1", "n2", *(r[0] for r in rows[4:] if r[0] != master[0])):
+        assert alive(int(by_name[name][1])), f"{name} is gone"
+
+    assert launcher.stdin is not None
+    launcher.stdin.write("r\n")
+    launcher.stdin.flush()
+    restarted = wait_until(
+        lambda: re.search(rf"local cluster: restarting {master[0]} \(PID (\d+)\)", log.read_text()),
+        "the launcher to restart the killed broker", 30,
+    )  # fmt: skip
+    launchers.pids.add(int(restarted.group(1)))
+    wait_until(full_sync_state_set, "the old master back in the SyncStateSet", 90, interval=0.3)
+    assert sync_state()["masterAddress"] == new["masterAddress"]  # type: ignore[index]
+    wait_until(
+        lambda: own_role(int(master[5])) == "slave", "the old master to say it is a slave", 30
+    )
+    # Ctrl-C stops every daemon, the restarted one included.
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=40) == 0
+    assert not [p for p in launchers.pids if alive(p)]
+
+
+def daemon_pids(rows: list[list[str]]) -> list[int]:
+    return [int(r[1]) for r in rows[1:]]
+
+
+def children(pid: int) -> list[int]:
+    """The PIDs whose parent is ``pid``, from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def is_broker(pid: int) -> bool:
+    try:
+        return b"\0broker\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_the_daemons_die_with_a_killed_launcher_and_the_next_table_waits_for_the_brokers(
+    launchers: Launchers, tmp_path: Path
+) -> None:
+    """kill -9 of make run ends its daemons (the kernel's parent-death signal). The next make
+    run on that data prints its table only once every broker says of itself the role the table
+    gives it: the controllers remember the master from before the crash and answer with it at
+    once, while the brokers are still starting (here held stopped with SIGSTOP, as a broker
+    with much to recover is held by its recovery)."""
+    first = launchers.start()
+    pids = daemon_pids(launchers.ready())
+    wait_until(full_sync_state_set, "a master with three replicas in sync", 60, interval=0.3)
+    first.kill()
+    first.wait()
+    wait_until(
+        lambda: not [p for p in pids if alive(p)], "every daemon to die with the launcher", 20,
+        on_timeout=lambda: f"still running: {[p for p in pids if alive(p)]}",
+    )  # fmt: skip
+
+    second = launchers.start("second.log")
+    log = tmp_path / "second.log"
+    held: set[int] = set()
+    try:
+
+        def hold_brokers() -> bool:
+            for pid in children(second.pid):
+                if pid not in held and is_broker(pid):
+                    os.kill(pid, signal.SIGSTOP)
+                    held.add(pid)
+                    launchers.pids.add(pid)
+            return len(held) == 3
+
+        wait_until(hold_brokers, "the three brokers to start", 60, interval=0.01)
+        # What the controllers answer, with every broker still held: a master, all in sync.
+        wait_until(full_sync_state_set, "the controllers to name the old master", 60)
+        stays(
+            lambda: ready_table(log.read_text()) is None,
+            5,
+            "no table while no broker has said anything",
+            interval=0.2,
+            on_failure=lambda: log.read_text()[-3000:],
+        )
+    finally:
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
+    rows = launchers.ready("second.log")
+    out = log.read_text().split("\nLocal cluster ready:", 1)[0]
+    for name, _pid, _address, _bid, role, _metrics in rows[4:]:
+        said = re.findall(rf"^{re.escape(name)}\s+\| .*\] becoming (master|slave) ", out, re.M)
+        assert said and said[-1] == role, (
+            f"the table shows {name} as {role}; before it, the broker said {said or 'nothing'}"
+        )
+
+
+def test_ctrl_c_on_make_run_piped_to_tee_stops_every_daemon(
+    launchers: Launchers, tmp_path: Path
+) -> None:
+    """``make run 2>&1 | tee run.log``, then Ctrl-C: the terminal's SIGINT goes to the whole
+    pipeline, tee dies with it and the launcher's stdout is a broken pipe; the launcher still
+    stops every daemon, cleanly (no abort marker left)."""
+    log = tmp_path / "launcher.log"
+    command = " ".join(map(shlex.quote, launchers.argv())) + f" 2>&1 | tee {shlex.quote(str(log))}"
+    shell = subprocess.Popen(
+        ["bash", "-c", command],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        pids = daemon_pids(launchers.ready())
+        os.killpg(shell.pid, signal.SIGINT)  # what Ctrl-C does
+        shell.wait(timeout=60)
+        wait_until(
+            lambda: not [p for p in pids if alive(p)], "every daemon to stop", 30,
+            on_timeout=lambda: f"still running: {[p for p in pids if alive(p)]}",
+        )  # fmt: skip
+        for i in range(3):
+            assert not (tmp_path / "var" / f"broker-a-{i}" / "abort").exists(), (
+                f"broker-a-{i} was not stopped cleanly"
+            )
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()
