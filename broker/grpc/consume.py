@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
@@ -57,6 +58,15 @@ def _now_ms() -> int:
 def _remark(frame: Frame) -> str:
     remark = frame.header.get("remark")
     return remark if isinstance(remark, str) else ""
+
+
+@dataclass(slots=True)
+class _Popped:
+    """The messages one receive popped, until its answer is written whole."""
+
+    group: str
+    handles: list[str]
+    written: bool = False
 
 
 class ConsumeService:
@@ -141,6 +151,12 @@ class ConsumeService:
                 # The client went away (or its deadline passed) while the POP waited: what it
                 # hands out now reaches nobody. Give that back to the group at once rather
                 # than after its invisible time.
+                log.info(
+                    "grpc: receive cancelled during its long poll; what its POP hands out is "
+                    "handed back",
+                    group=plan.group,
+                    client=client_id,
+                )
                 pop.add_done_callback(lambda done: self._hand_back_popped(done, plan.group))
                 raise
             messages = self._received(resp, plan, client_id)
@@ -150,6 +166,12 @@ class ConsumeService:
         if not messages:
             yield rpc.ReceiveMessageResponse(status=_status(pb.MESSAGE_NOT_FOUND, "no new message"))
             return
+        # The client may be gone by now although the POP came back first: its cancel reaches
+        # this loop after the answer did, and then fails (or cancels) a write below, which
+        # leaves this generator at a yield for good. The call's end, however it ends, says
+        # whether the whole answer was written; if not, the messages are handed back.
+        popped = _Popped(plan.group, [m.system_properties.receipt_handle for m in messages])
+        context.add_done_callback(lambda _context: self._call_ended(popped))
         yield rpc.ReceiveMessageResponse(status=_status(pb.OK, "OK"))
         for message in messages:
             yield rpc.ReceiveMessageResponse(message=message)
@@ -157,6 +179,16 @@ class ConsumeService:
         yield rpc.ReceiveMessageResponse(
             delivery_timestamp=Timestamp(seconds=now // 1000, nanos=(now % 1000) * 1_000_000)
         )
+        popped.written = True
+
+    def _call_ended(self, popped: _Popped) -> None:
+        if not popped.written:
+            log.info(
+                "grpc: a receive ended before its messages were written; they are handed back",
+                group=popped.group,
+                count=len(popped.handles),
+            )
+            self._chore(self._hand_back(popped.group, popped.handles))
 
     def _hand_back_popped(self, pop: asyncio.Future[Frame], group: str) -> None:
         if pop.cancelled() or pop.exception() is not None:
@@ -165,16 +197,24 @@ class ConsumeService:
         if resp.code != ResponseCode.SUCCESS:
             return
         handles = str(resp.header.get("receiptHandles", "")).split()
-        task = asyncio.ensure_future(self._hand_back(group, handles))
+        self._chore(self._hand_back(group, handles))
+
+    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 
     async def _hand_back(self, group: str, handles: list[str]) -> None:
+        """Make what a receive popped but did not deliver visible to the group again at once
+        (a push consumer's hold on it ends too)."""
         for handle in handles:
-            try:
-                await self._change(group, handle, _HANDED_BACK_INVISIBLE_MS)
-            except Refused as exc:
-                log.info("grpc: popped message not handed back", group=group, error=exc.message)
+            async with self._lock(handle):
+                current = self.held.current(handle)
+                self._release(handle)
+                try:
+                    await self._change(group, current, _HANDED_BACK_INVISIBLE_MS)
+                except Refused as exc:
+                    log.info("grpc: popped message not handed back", group=group, error=exc.message)
         log.info(
             "grpc: a cancelled receive's messages handed back", group=group, count=len(handles)
         )

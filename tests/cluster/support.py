@@ -160,6 +160,18 @@ async def takes_writes(address: str) -> bool:
     return doc.get("role") == "MASTER" and not doc.get("fenced")
 
 
+async def pulls_waiting(address: str) -> int:
+    """How many pulls and POPs the broker at ``address`` holds in long polling now (its
+    runtime info's ``pullsWaiting``)."""
+    conn = await RemotingClient.connect(address, timeout=2.0)
+    try:
+        resp = await conn.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}, None, 2.0)
+    finally:
+        conn.close()
+    assert resp.code == ResponseCode.SUCCESS, resp
+    return int(msgpack.unpackb(resp.body or b"\x80")["pullsWaiting"])
+
+
 async def settings_on(address: str, group: str) -> dict[str, Any] | None:
     """The consumer group settings one broker holds for ``group``, None when it has none."""
     conn = await RemotingClient.connect(address, timeout=2.0)

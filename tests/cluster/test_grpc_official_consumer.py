@@ -6,14 +6,16 @@ group's retry delay) and acks it all; bad input is answered with a status and th
 serving; the endpoint renews a push consumer's deliveries while it holds them.
 
 The official client runs in a process of its own with HOME in the test's temp dir (it writes
-its logs there). One broker (standalone, gRPC on) serves the whole module."""
+its logs there). One broker (standalone, gRPC on) serves the module; the cancelled receive's
+test, which counts the broker's long polls, has one of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
+from tests.cluster.support import pulls_waiting
 from tests.support.official_client import run_to_end
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until_async
@@ -441,6 +444,9 @@ class _Context:
     def time_remaining() -> float:
         return 10.0
 
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        """The call never ends here: the test drives the answer to its end itself."""
+
 
 async def test_push_deliveries_are_renewed_while_held_and_handed_back_at_termination(
     broker: BrokerProc, endpoint: str, monkeypatch: pytest.MonkeyPatch
@@ -505,11 +511,40 @@ async def test_push_deliveries_are_renewed_while_held_and_handed_back_at_termina
         await sdk.ack(got[0])
 
 
+@pytest.fixture
+async def lone_endpoint(tmp_path: Path) -> AsyncIterator[tuple[BrokerProc, str]]:
+    """A broker of its own (gRPC on), so that the long polls it counts are the test's alone."""
+    grpc_port = free_port()
+    proc = BrokerProc(tmp_path, extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"])
+    try:
+        proc.start_and_wait()
+        async with Admin(proc.address) as admin:
+            await admin.create_topic(TOPIC, 2)
+        yield proc, f"127.0.0.1:{grpc_port}"
+    finally:
+        proc.stop()
+
+
+def _logged(proc: BrokerProc, event: str, group: str) -> list[dict[str, Any]]:
+    """The broker's JSON log lines whose event starts with ``event`` and that name ``group``."""
+    out = []
+    for line in proc.log().splitlines():
+        if event in line:
+            doc = json.loads(line)
+            if str(doc.get("event", "")).startswith(event) and doc.get("group") == group:
+                out.append(doc)
+    return out
+
+
 async def test_a_message_popped_for_a_receive_the_client_cancelled_comes_back_at_once(
-    broker: BrokerProc, endpoint: str
+    lone_endpoint: tuple[BrokerProc, str],
 ) -> None:
     """A client that goes away during the long poll: the message the broker hands out after that
-    is given back to the group (hidden 1 s), not hidden for the receive's 60 s."""
+    is given back to the group (hidden 1 s), not hidden for the receive's 60 s. Each step waits
+    on the broker: its POP long-polling for the receive, the endpoint seeing the cancel, and
+    handing the message back (a cancel that reaches the endpoint only after the POP came back
+    is tests/cluster/test_grpc_receive_cancel.py)."""
+    broker, endpoint = lone_endpoint
     group = "grpc-cancel"
     tag = pb.FilterExpression(type=pb.TAG, expression="TagX")
     async with grpc.aio.insecure_channel(endpoint) as channel:
@@ -523,10 +558,25 @@ async def test_a_message_popped_for_a_receive_the_client_cancelled_comes_back_at
             long_polling_timeout={"seconds": 10},
         )
         call = stub.ReceiveMessage(request, timeout=20)
-        await asyncio.sleep(1)  # the POP is long-polling at the broker
+
+        async def long_polling() -> bool:
+            return await pulls_waiting(broker.address) == 1
+
+        await wait_until_async(long_polling, "the receive's POP to long-poll at the broker", 10)
         call.cancel()
+        await wait_until_async(
+            lambda: _logged(broker, "grpc: receive cancelled during its long poll", group),
+            "the endpoint to see the receive cancelled",
+            10,
+        )
         async with Producer(broker.address) as producer:
             sent = await producer.send(TOPIC, b"cancelled-1", tags="TagX")
+        handed = await wait_until_async(
+            lambda: _logged(broker, "grpc: a cancelled receive's messages handed back", group),
+            "the endpoint to hand the popped message back",
+            10,
+        )
+        assert [doc.get("count") for doc in handed] == [1], handed
         answers = await _receive(
             stub, group, filter_expression=tag, invisible_duration={"seconds": 30},
             long_polling_timeout={"seconds": 10},
