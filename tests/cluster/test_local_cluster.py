@@ -13,6 +13,8 @@ import os
 import re
 import shlex
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -43,7 +45,7 @@ def free_embedded_ports() -> None:
 def rmqctl(
     *args: str, timeout: float = 30, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, RMQCTL_ADDRESSES=ADDRESSES, **(env or {}))
+    env = {**os.environ, "RMQCTL_ADDRESSES": ADDRESSES, **(env or {})}
     return subprocess.run(
         [*RMQCTL, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
@@ -67,6 +69,7 @@ class Launchers:
         self.tmp_path = tmp_path
         self.config = small_segments_config(tmp_path, "broker")
         self.procs: list[subprocess.Popen[str]] = []
+        self.by_log: dict[str, subprocess.Popen[str]] = {}
         self.pids: set[int] = set()
 
     def argv(self, var: str = "var", *extra: str) -> list[str]:
@@ -79,7 +82,7 @@ class Launchers:
         self, log_name: str = "launcher.log", *extra: str, var: str = "var"
     ) -> subprocess.Popen[str]:
         log = (self.tmp_path / log_name).open("w")
-        proc = subprocess.Popen(
+        proc = self.by_log[log_name] = subprocess.Popen(
             self.argv(var, *extra),
             cwd=ROOT,
             stdin=subprocess.PIPE,  # the console: a line "r" restarts the dead daemons
@@ -98,8 +101,14 @@ class Launchers:
         def text() -> str:
             return log.read_text() if log.exists() else ""
 
+        def table() -> list[list[str]] | None:
+            proc = self.by_log.get(log_name)  # None: a launcher the test started itself
+            code = proc.poll() if proc is not None else None
+            assert code is None, f"the launcher exited with status {code}:\n{text()[-4000:]}"
+            return ready_table(text())
+
         rows = wait_until(
-            lambda: ready_table(text()), "make run's table of processes", timeout,
+            table, "make run's table of processes", timeout,
             interval=0.3, on_timeout=lambda: text()[-4000:],
         )  # fmt: skip
         self.pids.update(int(r[1]) for r in rows[1:])
@@ -463,3 +472,79 @@ def test_ctrl_c_on_make_run_piped_to_tee_stops_every_daemon(
         if shell.poll() is None:
             os.killpg(shell.pid, signal.SIGKILL)
             shell.wait()
+
+
+def exported(env_file: Path) -> dict[str, str]:
+    """The variables a shell ``source`` of ``env_file`` exports."""
+    found = re.findall(r'^export (\w+)="([^"]*)"$', env_file.read_text(), re.M)
+    return dict(found)
+
+
+def tls_handshake(port: int, ca: Path, alpn: list[str] | None = None) -> str:
+    """The TLS version a server on ``port`` speaks, its certificate checked against ``ca``."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if alpn:
+        context.set_alpn_protocols(alpn)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        return str(tls.version())
+
+
+def test_make_run_secure_has_tls_and_authentication_on_every_port(
+    launchers: Launchers, tmp_path: Path
+) -> None:
+    """make run SECURE=1: TLS on every port, a super user whose credentials file (and the CA)
+    var/secure/env hands to rmqctl, which then creates a topic, sends and consumes; rmqctl
+    without the credentials, or without TLS, is refused."""
+    launcher = launchers.start("launcher.log", "--secure")
+    rows = launchers.ready()
+    out = (tmp_path / "launcher.log").read_text()
+    secure = tmp_path / "var" / "secure"
+    assert [line for line in out.splitlines() if line.startswith("Security on:")] == [
+        f"Security on: authentication and TLS (mutual inside the cluster) on every port but "
+        f"the metrics ports; the super user's credentials in {secure / 'admin.toml'}, the CA "
+        f"in {secure / 'tls' / 'ca.crt'}."
+    ]
+    assert f"  source {secure / 'env'}   # secure mode:" in out
+    assert (secure / "admin.toml").stat().st_mode & 0o077 == 0
+    env = exported(secure / "env")
+    assert env == {
+        "RMQCTL_ADDRESSES": ADDRESSES,
+        "RMQ_CREDENTIALS_FILE": str(secure / "admin.toml"),
+        "RMQ_CA_FILE": str(secure / "tls" / "ca.crt"),
+    }
+    ca = secure / "tls" / "ca.crt"
+    for port in (9878, 9868, 9858, 10911, 10912, 10921, 10922, 10931, 10932):
+        assert tls_handshake(port, ca).startswith("TLSv1."), port
+    for port in (10913, 10923, 10933):  # gRPC, over TLS only
+        assert tls_handshake(port, ca, ["h2"]).startswith("TLSv1."), port
+
+    def as_admin(*args: str) -> subprocess.CompletedProcess[str]:
+        return rmqctl(*args, env=env)
+
+    assert [r[4] for r in rows[4:]].count("master") == 1
+    made = as_admin("updateTopic", "-t", "SecureTopic", "-q", "2")
+    assert made.returncode == 0, made.stderr
+    wait_until(lambda: as_admin("topicRoute", "-t", "SecureTopic").returncode == 0, "the route", 30)
+    sent = as_admin("--json", "sendMessage", "-t", "SecureTopic", "-p", "secret", "--count", "5")
+    assert sent.returncode == 0, sent.stderr
+    got = as_admin(
+        "--json", "consumeMessage", "-t", "SecureTopic", "-g", "g", "--count", "5",
+        "--timeout", "20",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert [json.loads(line)["body"] for line in got.stdout.splitlines()] == ["secret"] * 5
+
+    anonymous = rmqctl(
+        "sendMessage", "-t", "SecureTopic", "-p", "x", env=dict(env, RMQ_CREDENTIALS_FILE="")
+    )
+    assert anonymous.returncode == 1
+    assert "NO_PERMISSION (16)" in anonymous.stderr and "unsigned" in anonymous.stderr
+    plaintext = rmqctl("sendMessage", "-t", "SecureTopic", "-p", "x", env=dict(env, RMQ_CA_FILE=""))
+    assert plaintext.returncode == 1, plaintext.stdout
+    assert "Traceback" not in plaintext.stderr
+
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=40) == 0
