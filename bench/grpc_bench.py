@@ -28,10 +28,11 @@ whole core to itself. On the broker, grpcio's asyncio server is the cost: a serv
 answers SendMessage with a constant used 0.25 ms of CPU per RPC under the same 64-in-flight load
 (uvloop), about what the master spends per gRPC send here, against 0.05 ms for a SEND_MESSAGE
 over remoting. Receive + ack: our POP SimpleConsumer 4,916 msg/s, the official SimpleConsumer 269
-msg/s (one member, one synchronous ack per message). Again on 2026-11-29 (load average 1.5 to 3,
-two runs; the receive phase had stopped with a TypeError since pop_bench.pop took a group): our
-POP SimpleConsumer 6,525-6,737 msg/s, the official SimpleConsumer 448-578 msg/s (0.07-0.09 of
-ours) at 63-67 s client CPU per 100k.
+msg/s (one member, one synchronous ack per message). Again on 2026-11-29 (load average 1.5 to 4;
+the receive phase had stopped with a TypeError since pop_bench.pop took a group), our POP
+SimpleConsumer timed to its last ack (it used to run to the other members' last empty long
+poll, up to 1 s more): 18,383-19,271 msg/s; the official SimpleConsumer 448-578 msg/s (four
+runs; 0.03 of ours) at 63-67 s client CPU per 100k.
 
     python bench/grpc_bench.py [--messages N] [--size BYTES]
 """
