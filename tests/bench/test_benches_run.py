@@ -12,6 +12,7 @@ JVM) is ended, and the command line and the output's tail are shown.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -102,19 +103,26 @@ FIGURES: dict[str, tuple[str, ...]] = {
 }
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def group_alive(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` still running (zombies, ended but not yet reaped by
+    whoever inherited them, do not count)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            alive.append(int(stat.parent.name))
+    return alive
 
 
-def end_group(pgid: int) -> None:
-    """SIGKILL whatever is left of the bench's process group (its leader's id)."""
-    if group_alive(pgid):
-        os.killpg(pgid, signal.SIGKILL)
-        wait_until(lambda: not group_alive(pgid), f"process group {pgid} to end", 30)
+def end_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the bench and whatever is left of its process group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    wait_until(lambda: not group_alive(proc.pid), f"process group {proc.pid} to end", 30)
 
 
 def test_every_bench_has_its_figures() -> None:
@@ -141,11 +149,11 @@ def test_bench_runs_in_its_tiny_mode(name: str, tmp_path: Path) -> None:
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        end_group(proc.pid)
+        end_group(proc)
         out, _ = proc.communicate()
         pytest.fail(f"{ran} did not finish in {TIMEOUT:g} s; output's tail:\n{out[-6000:]}")
     except BaseException:
-        end_group(proc.pid)
+        end_group(proc)
         raise
     try:
         assert proc.returncode == 0, f"{ran} exited with status {proc.returncode}"
@@ -156,5 +164,5 @@ def test_bench_runs_in_its_tiny_mode(name: str, tmp_path: Path) -> None:
         # It ended what it started: no daemon of it is left running.
         wait_until(lambda: not group_alive(proc.pid), f"{name}'s processes to end", 30)
     except AssertionError as exc:
-        end_group(proc.pid)
+        end_group(proc)
         raise AssertionError(f"{exc}\noutput's tail:\n{out[-6000:]}") from None
