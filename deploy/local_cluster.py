@@ -36,7 +36,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -177,11 +176,12 @@ def die_with_this_process() -> Callable[[], None] | None:
     return preexec
 
 
-@dataclass(frozen=True)
 class Security:
-    """The files of secure mode, under ``<var>/secure``."""
+    """The files of secure mode, under ``<var>/secure``. (A plain class: tests load this file
+    with importlib, outside sys.modules, where a dataclass cannot be made.)"""
 
-    dir: Path
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
 
     @property
     def auth_key(self) -> Path:
