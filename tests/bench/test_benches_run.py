@@ -6,6 +6,9 @@ Checked: exit status 0, no traceback, and the figure lines it always prints (FIG
 are never asserted; the figures of a tiny run mean nothing. A new bench is picked up by the glob
 and fails here until its figure lines are in FIGURES.
 
+Cost: the 20 benches together 2 min on the shared 2-core machine at load average 2 to 4 (3 min
+20 s at 5 to 10), most of it pipeline_bench's Spark session (35 s) and ha_bench (20 s).
+
 On failure the bench's whole process group (its daemons, the official client's process, Spark's
 JVM) is ended, and the command line and the output's tail are shown.
 """
