@@ -725,11 +725,17 @@ def read_requests(stream: IO[str], requests: queue.Queue[str]) -> threading.Thre
     daemons: the parent-death signal follows the thread that started a child)."""
 
     def read() -> None:
-        try:
-            for line in stream:
-                requests.put(line.strip())
-        except (OSError, ValueError):
-            pass
+        while True:
+            try:
+                line = stream.readline()
+            except OSError:  # EIO: a background job reading its terminal (SIGTTIN ignored)
+                time.sleep(1.0)
+                continue
+            except ValueError:  # closed
+                return
+            if not line:  # end of input: nobody will type
+                return
+            requests.put(line.strip())
 
     thread = threading.Thread(target=read, name="console-input", daemon=True)
     thread.start()
@@ -811,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, stop)  # the terminal closed
+    # In the background (make run &) a read of the terminal would stop the whole launcher;
+    # ignored, the read fails instead and is tried again until it runs in the foreground.
+    signal.signal(signal.SIGTTIN, signal.SIG_IGN)
     console.say(banner(var, security))
     requests: queue.Queue[str] = queue.Queue()
     read_requests(sys.stdin, requests)
@@ -820,6 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     reminded = False
     dead: set[str] = set()
     watching = False  # after a death or a restart: until the group's state is told
+    watch_since = 0.0
     last_state = ""
     next_look = 0.0
     try:
@@ -830,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, code in cluster.exited():
                 if name not in dead:
                     dead.add(name)
-                    watching = True
+                    watching, watch_since = True, time.monotonic()
                     console.say(death_text(name, code))
             while not requests.empty():
                 typed = requests.get()
@@ -846,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
                     pid = cluster.children[name].pid
                     console.say(f"local cluster: restarting {name} (PID {pid})")
                 dead.clear()
-                watching = True
+                watching, watch_since = True, time.monotonic()
             now = time.monotonic()
             pids = {n: p.pid for n, p in cluster.children.items() if p.poll() is None}
             if not ready:
@@ -863,7 +873,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"`rmqctl getSyncStateSet -b {BROKER_GROUP}` shows where it stands"
                     )
             elif watching and now >= next_look:
-                next_look = now + 1.0
+                # Every second for a minute, then every 5 s (a group that cannot elect).
+                next_look = now + (1.0 if now - watch_since < 60 else 5.0)
                 live = [i for i in range(len(BROKERS)) if broker_process_name(i) in pids]
                 state = group_state(live, cluster.rmqctl_args)
                 if state is not None and state[0] != last_state:

@@ -548,3 +548,50 @@ def test_make_run_secure_has_tls_and_authentication_on_every_port(
 
     launcher.send_signal(signal.SIGINT)
     assert launcher.wait(timeout=40) == 0
+
+
+# A terminal of its own with the launcher as a background job in it (``make run &``): this
+# process leads a new session whose controlling terminal is a fresh pty, and starts the launcher
+# in a process group of its own, so the launcher is not the terminal's foreground group.
+BACKGROUND_JOB = """
+import fcntl, os, subprocess, sys, termios
+_master, terminal = os.openpty()
+os.setsid()
+fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+with open(sys.argv[1], "w") as log:
+    job = subprocess.Popen(sys.argv[2:], stdin=terminal, stdout=log, stderr=log, process_group=0)
+print(job.pid, flush=True)
+sys.exit(job.wait())
+"""
+
+
+def test_make_run_in_the_background_of_a_terminal_keeps_running(
+    launchers: Launchers, tmp_path: Path
+) -> None:
+    """``make run &``: the launcher reads its console for "r" + Enter; a background job that reads
+    its terminal is stopped by SIGTTIN, and with it the table and the handling of deaths. It
+    runs on (the read fails and is tried again), and Ctrl-C's SIGINT still stops it."""
+    shell = subprocess.Popen(
+        [sys.executable, "-c", BACKGROUND_JOB, str(tmp_path / "launcher.log"), *launchers.argv()],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    job = 0
+    try:
+        assert shell.stdout is not None
+        job = int(shell.stdout.readline())
+        rows = launchers.ready(timeout=60)
+        assert alive(job), "the launcher exited"
+        state = Path(f"/proc/{job}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state != "T", "the launcher is stopped"
+        os.kill(job, signal.SIGINT)
+        assert shell.wait(timeout=60) == 0
+        assert not [p for p in daemon_pids(rows) if alive(p)]
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+        if job and alive(job):
+            os.kill(job, signal.SIGKILL)
