@@ -4,7 +4,9 @@ Starts three controllers and one broker group of three replicas (the ``make run`
 messages with ``rmqctl``, kills the master with SIGKILL, shows the controllers electing a new
 one from the SyncStateSet and the producer carrying on, brings the old master back (it truncates
 to the consistent point and rejoins as a slave), then consumes every message. Each step prints
-the ``rmqctl`` command it runs, so an operator sees exactly what they would type.
+the ``rmqctl`` command it runs, so an operator sees exactly what they would type. It uses the
+ports of ``make run``: while one is up (or anything else holds one of them) it refuses to start,
+exit status 2, with one line naming the port and the process holding it.
 """
 
 from __future__ import annotations
