@@ -709,6 +709,8 @@ def ready_text(
 
 def death_text(name: str, code: int) -> str:
     how = f"status {code}"
+    if code == 2:  # a daemon's refused start: a restart refuses the same way until fixed
+        how += " (it refused to start: its last line above says why)"
     if code < 0:
         try:
             how += f" ({signal.Signals(-code).name})"
@@ -743,7 +745,10 @@ def read_requests(stream: IO[str], requests: queue.Queue[str]) -> threading.Thre
 
 
 def create_super_user(
-    security: Security, timeout: float = 60.0, say: Callable[[str], None] = print
+    security: Security,
+    timeout: float = 60.0,
+    say: Callable[[str], None] = print,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> None:
     """Create the super user ``admin`` as the cluster (once: an existing credentials file is
     kept) and write its credentials file and the env file rmqctl's variables come from."""
@@ -760,6 +765,8 @@ def create_super_user(
                 done = rmqctl(*update, options=security.cluster_rmqctl_args())
             if done is not None and done.returncode == 0:
                 break
+            if stopping():  # Ctrl-C while the controllers were not answering yet
+                return
             if time.monotonic() >= deadline:
                 why = done.stderr.strip() if done is not None else "timed out"
                 raise LaunchRefused(f"could not create the super user admin: {why}")
@@ -835,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start()
         if security is not None:
-            create_super_user(security, say=console.say)
+            create_super_user(security, say=console.say, stopping=lambda: stopping)
         while not stopping:
             for name, code in cluster.exited():
                 if name not in dead:
