@@ -19,12 +19,13 @@ from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.pop.service import PopService
-from broker.role import RoleCell, RoleState, fence_remark
+from broker.role import RoleCell, RoleState
 from broker.sealed_queues import SealedQueues
 from broker.timer.service import TimerService
 from broker.transaction.service import TransactionService
+from broker.write_gate import WriteGate
+from broker.write_gate import WriteRefused as WriteRefused  # the processors' import
 from daemon.auth_key import load_auth_key
-from protocol.codes import ResponseCode
 from protocol.request_auth import Credentials, cluster_credentials
 from storage.config_files import (
     ConsumerOffsetStore,
@@ -34,13 +35,6 @@ from storage.config_files import (
     TopicConfigStore,
 )
 from storage.store import MessageStore, PutResult
-
-
-class WriteRefused(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 class BrokerContext:
@@ -72,6 +66,14 @@ class BrokerContext:
                 master_address="" if self.controller_mode else cfg.listen,
             )
         )
+        self.gate = WriteGate(
+            self.role_cell,
+            listen=cfg.listen,
+            broker_name=cfg.broker_name,
+            controller_mode=self.controller_mode,
+            min_in_sync_replicas=cfg.min_in_sync_replicas,
+        )
+        """Whether a write may be taken now (:mod:`broker.write_gate`)."""
         self.topic_listeners: list[Callable[[], None]] = []
         self.ha: HAService | None = None
         self._queue_counters: dict[str, itertools.count[int]] = {}
@@ -93,6 +95,7 @@ class BrokerContext:
         """Controller mode: replication (set once, before the broker serves)."""
         self.ha = ha
         self.appender.ha = ha
+        self.gate.replicas = ha
 
     @property
     def role(self) -> RoleState:
@@ -109,29 +112,9 @@ class BrokerContext:
 
     # -- writes --------------------------------------------------------------------------------
     def check_writable(self) -> None:
-        role = self.role
-        if not role.is_master:
-            raise WriteRefused(
-                ResponseCode.NOT_MASTER,
-                f"broker {self.cfg.listen} is not the master of {self.cfg.broker_name}",
-            )
-        if not self.controller_mode:
-            return
-        # ``role.fenced`` (for logs and metrics) is this same lease seen from the heartbeat
-        # loop; the lease itself is the check.
-        now = time.monotonic()
-        if now > role.lease_expires:
-            raise WriteRefused(
-                ResponseCode.MASTER_FENCED,
-                fence_remark(self.cfg.listen, self.cfg.broker_name, role.lease_expires, now),
-            )
-        ha = self.ha
-        if ha is not None and not ha.has_min_in_sync_replicas(self.cfg.min_in_sync_replicas):
-            raise WriteRefused(
-                ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
-                f"the SyncStateSet of {self.cfg.broker_name} has fewer than "
-                f"min_in_sync_replicas = {self.cfg.min_in_sync_replicas} brokers",
-            )
+        """Raises :class:`~broker.write_gate.WriteRefused` when this broker may not take a write
+        now (:meth:`broker.write_gate.WriteGate.check_writable`)."""
+        self.gate.check_writable()
 
     def create_topic(self, topic: str, queues: int) -> TopicConfig:
         tc = self.topics.update(topic, queues)

@@ -519,13 +519,7 @@ class TimerService:
 
     def _writable(self) -> bool:
         """Whether this broker may append deliveries now (master with a valid write lease)."""
-        from broker.context import WriteRefused  # the context imports this module
-
-        try:
-            self.ctx.check_writable()
-        except WriteRefused:
-            return False
-        return True
+        return self.ctx.gate.writable()
 
     def _next_wait(self) -> float:
         """Seconds until the next delivery round (0: now)."""
