@@ -1,0 +1,169 @@
+"""Log output that is not read never stops a daemon (daemon/logs.py): a controller whose log
+pipe lost its reader, or is full and unread, stops cleanly on SIGTERM (its Raft log closed,
+exit status 0); and the writer's own behaviour on a real pipe (lines whole and in order, a
+full queue drops and counts, a broken pipe discards, nothing raises or blocks the caller).
+
+A controller used to exit 1 on the ``BrokenPipeError`` of its ``stopping`` line, before
+closing its Raft log, once ``make run``'s launcher was killed -9; with a full pipe it blocked
+its event loop on a log line and did not stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.logs import LogWriter
+from tests.controller.support import ControllerProc
+from tests.support.pipes import LogPipe
+from tests.support.procs import free_port
+from tests.support.wait import wait_until
+
+STOP_DEADLINE = 15.0
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[tuple[ControllerProc, LogPipe]]:
+    port = free_port()
+    proc = ControllerProc(tmp_path, "n0", port, f"n0-127.0.0.1:{port}")
+    pipe = LogPipe(proc)
+    try:
+        yield proc, pipe
+    finally:
+        pipe.close()
+
+
+@pytest.mark.multiprocess
+def test_a_controller_whose_log_reader_died_stops_cleanly(
+    controller: tuple[ControllerProc, LogPipe],
+) -> None:
+    proc, pipe = controller
+    pipe.start()
+    pipe.wait_ready()
+    pipe.close_read_end()  # the launcher died: every further write is EPIPE
+    proc.signal(signal.SIGTERM)
+    assert pipe.exit_status(STOP_DEADLINE) == 0
+
+
+@pytest.mark.multiprocess
+def test_a_controller_whose_log_pipe_is_full_serves_and_stops_cleanly(
+    controller: tuple[ControllerProc, LogPipe],
+) -> None:
+    proc, pipe = controller
+    assert pipe.fill() > 0
+    pipe.start()
+    pipe.wait_ready()  # its start-up lines did not fit: it serves anyway
+    proc.signal(signal.SIGTERM)
+    assert pipe.exit_status(STOP_DEADLINE) == 0
+
+
+class Pipe:
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+
+    def fill(self) -> None:
+        os.set_blocking(self.w, False)
+        try:
+            while True:
+                os.write(self.w, b"x" * 4096)
+        except BlockingIOError:
+            pass
+        os.set_blocking(self.w, True)
+
+    def drain(self) -> bytes:
+        os.set_blocking(self.r, False)
+        out = b""
+        try:
+            while chunk := os.read(self.r, 65536):
+                out += chunk
+        except BlockingIOError:
+            pass
+        return out
+
+    def close(self) -> None:
+        for fd in (self.r, self.w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def pipe() -> Iterator[Pipe]:
+    p = Pipe()
+    yield p
+    p.close()
+
+
+def test_lines_are_written_whole_and_in_order(pipe: Pipe) -> None:
+    writer = LogWriter(pipe.w)
+    for i in range(1000):
+        writer.write(f"line {i}")
+    assert writer.flush(10)
+    assert pipe.drain().decode().splitlines() == [f"line {i}" for i in range(1000)]
+
+
+def test_a_full_pipe_blocks_no_caller_and_drops_past_the_queue_then_says_how_many(
+    pipe: Pipe,
+) -> None:
+    reports: list[int] = []
+    writer = LogWriter(pipe.w, capacity=10, on_dropped=reports.append)
+    pipe.fill()
+    started = time.monotonic()
+    for i in range(100):  # the writer thread is stuck on the full pipe: nothing waits for it
+        writer.write(f"line {i}")
+    assert time.monotonic() - started < 1.0
+    assert not writer.flush(0.1)  # nobody reads
+    assert writer.dropped > 0
+    out = b""
+
+    def all_out() -> bool:
+        nonlocal out
+        out += pipe.drain()
+        return writer.flush(0) and bool(reports)
+
+    wait_until(all_out, "the queued lines written and the drop reported")
+    lines = out.lstrip(b"x").decode().splitlines()
+    numbers = [int(line.removeprefix("line ")) for line in lines]
+    assert numbers == sorted(numbers) and numbers[0] == 0
+    assert reports == [100 - len(lines)]  # every line is written whole, or counted dropped
+
+
+def test_a_broken_pipe_discards_and_never_raises(pipe: Pipe) -> None:
+    writer = LogWriter(pipe.w)
+    writer.write("first")
+    assert writer.flush(10)
+    os.close(pipe.r)
+    for i in range(100):
+        writer.write(f"line {i}")  # raised BrokenPipeError with print() on a broken stream
+    assert writer.flush(10)
+    assert writer.broken
+
+
+def test_many_threads_write_whole_lines(pipe: Pipe) -> None:
+    writer = LogWriter(pipe.w)
+
+    def lines_of(t: int) -> None:
+        for i in range(50):
+            writer.write(f"{t} {'y' * 5000} {i}")  # longer than PIPE_BUF (4096)
+
+    threads = [threading.Thread(target=lines_of, args=(t,)) for t in range(4)]
+    out = b""
+    for t in threads:
+        t.start()
+
+    def done() -> bool:
+        nonlocal out
+        out += pipe.drain()
+        return not any(t.is_alive() for t in threads) and writer.flush(0)
+
+    wait_until(done, "every thread's lines written")
+    out += pipe.drain()
+    lines = out.decode().splitlines()
+    assert len(lines) == 200
+    assert all(len(line.split(" ")) == 3 for line in lines)
