@@ -17,8 +17,13 @@ from pipeline.loop import SyncLoop
 from pipeline.offsets import QueueBounds
 from pipeline.replicas import replica_addresses, topic_route
 from pipeline.tls import ClientTls, context_of
-from protocol.codes import RequestCode
-from protocol.pull import AnswerError, MaxOffsetQuery, MinOffsetQuery, decode_offset
+from protocol.pull import (
+    AnswerError,
+    MaxOffsetQuery,
+    MinOffsetQuery,
+    OffsetSearch,
+    decode_offset,
+)
 from protocol.request_auth import Credentials
 from protocol.static_topic import LogicalQueue, logical_of
 from remoting.client import ConnectionPool
@@ -149,10 +154,8 @@ async def _search_group(
             conn = await pool.get(address)
 
             async def one(queue_id: int, ts: int, conn: Any = conn) -> int:
-                header = {"topic": topic, "queueId": queue_id, "timestamp": ts}
-                answer = await conn.call(
-                    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header, None, timeout
-                )
+                search = OffsetSearch(topic=topic, queue_id=queue_id, timestamp=ts)
+                answer = await conn.call(search.code, search.header(), None, timeout)
                 return decode_offset(answer)
 
             ids = sorted(times)

@@ -45,3 +45,15 @@ def opt_int(header: Mapping[str, Scalar], name: str, default: int) -> int:
     if type(value) is not int:
         raise FieldError(f"header field {name!r} must be an integer")
     return value
+
+
+def opt_bool(header: Mapping[str, Scalar], name: str, default: bool = False) -> bool:
+    value = header.get(name, default)
+    if not isinstance(value, bool):
+        raise FieldError(f"header field {name!r} must be a boolean")
+    return value
+
+
+def opt_int_or_none(header: Mapping[str, Scalar], name: str) -> int | None:
+    """An integer field that may be left out (None then)."""
+    return None if header.get(name) is None else req_int(header, name)

@@ -10,10 +10,17 @@ Requests (header fields, no body; ``?`` marks a field that may be left out)::
     UPDATE_CONSUMER_OFFSET 15  consumerGroup, topic, queueId, commitOffset
     GET_MAX_OFFSET 30          topic, queueId, committed?
     GET_MIN_OFFSET 31          topic, queueId
+    SEARCH_OFFSET_BY_TIMESTAMP 29  topic, queueId, timestamp
+    GET_ALL_CONSUMER_OFFSET 43 withTimes?
+
+Each request is a frozen dataclass: ``encode()`` gives its header and body, ``parse(header,
+body)`` reads one back and checks its fields (a bad one raises
+:class:`~protocol.fields.FieldError`, answered BAD_REQUEST); ``header()`` is ``encode()``'s
+header.
 
 Pull answers, by response code (the body of SUCCESS holds ``count`` message records back to
 back, see :mod:`protocol.message`; the broker also sends ``minOffset`` and ``maxOffset``, which
-no reader needs)::
+which readers may look at but never compare)::
 
     SUCCESS 0                  nextBeginOffset, count; body     -> PullFound
     PULL_NOT_FOUND 19          nextBeginOffset?                 -> PullNotFound
@@ -34,19 +41,30 @@ reader's to judge).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
+from protocol.fields import (
+    FieldError,
+    opt_bool,
+    opt_int,
+    opt_int_or_none,
+    opt_str,
+    req_int,
+    req_str,
+)
+from protocol.filter import FilterError, parse_tag_expression
 from protocol.remoting import Frame, Header, Scalar
 
 __all__ = [
+    "AllConsumerOffsetsQuery",
     "AnswerError",
     "ConsumerOffsetQuery",
     "ConsumerOffsetUpdate",
     "MaxOffsetQuery",
     "MinOffsetQuery",
+    "OffsetSearch",
     "PullAnswer",
     "PullCorrupt",
     "PullFound",
@@ -102,17 +120,25 @@ class PullRequest:
             header["subscription"] = self.subscription
         return header
 
+    def encode(self) -> tuple[Header, bytes | None]:
+        return self.header(), None
+
     @classmethod
-    def parse(cls, header: Mapping[str, Scalar]) -> PullRequest:
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> PullRequest:
+        subscription = opt_str(header, "subscription", "*") or "*"
+        try:
+            parse_tag_expression(subscription)
+        except FilterError as exc:
+            raise FieldError(f"subscription: {exc}") from None
         return cls(
             group=req_str(header, "consumerGroup"),
             topic=req_str(header, "topic"),
             queue_id=req_int(header, "queueId"),
             offset=req_int(header, "queueOffset"),
             max_count=opt_int(header, "maxMsgNums", 32),
-            max_bytes=_opt_int(header, "maxBytes"),
+            max_bytes=opt_int_or_none(header, "maxBytes"),
             suspend_ms=opt_int(header, "suspendTimeoutMillis", 0),
-            subscription=opt_str(header, "subscription", "*") or "*",
+            subscription=subscription,
         )
 
 
@@ -128,8 +154,11 @@ class MinOffsetQuery:
     def header(self) -> Header:
         return {"topic": self.topic, "queueId": self.queue_id}
 
+    def encode(self) -> tuple[Header, bytes | None]:
+        return self.header(), None
+
     @classmethod
-    def parse(cls, header: Mapping[str, Scalar]) -> MinOffsetQuery:
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> MinOffsetQuery:
         return cls(topic=req_str(header, "topic"), queue_id=req_int(header, "queueId"))
 
 
@@ -150,13 +179,64 @@ class MaxOffsetQuery:
             header["committed"] = True
         return header
 
+    def encode(self) -> tuple[Header, bytes | None]:
+        return self.header(), None
+
     @classmethod
-    def parse(cls, header: Mapping[str, Scalar]) -> MaxOffsetQuery:
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> MaxOffsetQuery:
         return cls(
             topic=req_str(header, "topic"),
             queue_id=req_int(header, "queueId"),
-            committed=_opt_bool(header, "committed"),
+            committed=opt_bool(header, "committed"),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetSearch:
+    """SEARCH_OFFSET_BY_TIMESTAMP: the first offset of the queue stored at or after
+    ``timestamp`` (epoch ms)."""
+
+    code: ClassVar[RequestCode] = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+
+    topic: str
+    queue_id: int
+    timestamp: int
+
+    def header(self) -> Header:
+        return {"topic": self.topic, "queueId": self.queue_id, "timestamp": self.timestamp}
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return self.header(), None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> OffsetSearch:
+        return cls(
+            topic=req_str(header, "topic"),
+            queue_id=req_int(header, "queueId"),
+            timestamp=req_int(header, "timestamp"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllConsumerOffsetsQuery:
+    """GET_ALL_CONSUMER_OFFSET: every committed consumer offset (slaves copy them); with
+    ``with_times`` also when each last moved."""
+
+    code: ClassVar[RequestCode] = RequestCode.GET_ALL_CONSUMER_OFFSET
+
+    with_times: bool = False
+
+    def header(self) -> Header:
+        return {"withTimes": True} if self.with_times else {}
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return self.header(), None
+
+    @classmethod
+    def parse(
+        cls, header: Mapping[str, Scalar], body: bytes | None = None
+    ) -> AllConsumerOffsetsQuery:
+        return cls(with_times=opt_bool(header, "withTimes"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,8 +252,11 @@ class ConsumerOffsetQuery:
     def header(self) -> Header:
         return {"consumerGroup": self.group, "topic": self.topic, "queueId": self.queue_id}
 
+    def encode(self) -> tuple[Header, bytes | None]:
+        return self.header(), None
+
     @classmethod
-    def parse(cls, header: Mapping[str, Scalar]) -> ConsumerOffsetQuery:
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerOffsetQuery:
         return cls(
             group=req_str(header, "consumerGroup"),
             topic=req_str(header, "topic"),
@@ -200,13 +283,19 @@ class ConsumerOffsetUpdate:
             "commitOffset": self.offset,
         }
 
+    def encode(self) -> tuple[Header, bytes | None]:
+        return self.header(), None
+
     @classmethod
-    def parse(cls, header: Mapping[str, Scalar]) -> ConsumerOffsetUpdate:
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerOffsetUpdate:
+        offset = req_int(header, "commitOffset")
+        if offset < 0:
+            raise FieldError("commitOffset must be >= 0")
         return cls(
             group=req_str(header, "consumerGroup"),
             topic=req_str(header, "topic"),
             queue_id=req_int(header, "queueId"),
-            offset=req_int(header, "commitOffset"),
+            offset=offset,
         )
 
 
@@ -224,6 +313,13 @@ def decode_offset(frame: Frame) -> int:
 # -- pull answers -----------------------------------------------------------------------------
 
 
+def _bound() -> int | None:
+    """The queue's first retained offset or its end as the broker saw them when it answered
+    (``minOffset``, ``maxOffset``): said when known, never compared (two answers that say the
+    same are equal whatever the queue held meanwhile)."""
+    return field(default=None, compare=False)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PullFound:
     """``count`` records from the requested offset on, in ``body``; the next pull starts at
@@ -233,6 +329,8 @@ class PullFound:
     next_offset: int
     count: int
     body: bytes
+    min_offset: int | None = _bound()
+    max_offset: int | None = _bound()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,6 +340,8 @@ class PullNotFound:
     they count as consumed, as those passed over by a :class:`PullFound`)."""
 
     next_offset: int | None = None
+    min_offset: int | None = _bound()
+    max_offset: int | None = _bound()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,6 +356,8 @@ class PullOffsetMoved:
 
     next_offset: int
     remark: str = ""
+    min_offset: int | None = _bound()
+    max_offset: int | None = _bound()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,6 +368,10 @@ class PullCorrupt:
 
     physical_offset: int | None = None
     remark: str = ""
+    next_offset: int | None = field(default=None, compare=False)
+    """The requested offset, when the broker said (it moves no consumer)."""
+    min_offset: int | None = _bound()
+    max_offset: int | None = _bound()
 
     def reason(self, topic: str, queue_id: int, offset: int) -> str:
         """The broker's explanation, or one naming the queue and offset when it gave none."""
@@ -287,48 +393,65 @@ def decode_pull_answer(frame: Frame) -> PullAnswer:
     """What a PULL_MESSAGE answer says (raises :class:`AnswerError` for a missing field)."""
     code = frame.code
     header = frame.header
+    low, high = _maybe_int(header, "minOffset"), _maybe_int(header, "maxOffset")
     if code == ResponseCode.SUCCESS:
         return PullFound(
             next_offset=_int(header, "nextBeginOffset"),
             count=_int(header, "count"),
             body=frame.body or b"",
+            min_offset=low,
+            max_offset=high,
         )
     if code == ResponseCode.PULL_NOT_FOUND:
-        nxt = header.get("nextBeginOffset")
-        return PullNotFound(next_offset=nxt if type(nxt) is int else None)
+        nxt = _maybe_int(header, "nextBeginOffset")
+        return PullNotFound(next_offset=nxt, min_offset=low, max_offset=high)
     if code == ResponseCode.PULL_RETRY_IMMEDIATELY:
         return PullRetry()
     if code == ResponseCode.PULL_OFFSET_MOVED:
-        return PullOffsetMoved(next_offset=_int(header, "nextBeginOffset"), remark=_remark(header))
+        return PullOffsetMoved(
+            next_offset=_int(header, "nextBeginOffset"),
+            remark=_remark(header),
+            min_offset=low,
+            max_offset=high,
+        )
     if code == ResponseCode.MESSAGE_CORRUPT:
-        physical = header.get("physicalOffset")
         return PullCorrupt(
-            physical_offset=physical if type(physical) is int else None, remark=_remark(header)
+            physical_offset=_maybe_int(header, "physicalOffset"),
+            remark=_remark(header),
+            next_offset=_maybe_int(header, "nextBeginOffset"),
+            min_offset=low,
+            max_offset=high,
         )
     return PullRefused(code=code, remark=_remark(header))
 
 
 def encode_pull_answer(answer: PullAnswer) -> tuple[int, Header, bytes | None]:
-    """The response code, header and body that say ``answer`` (what a broker sends)."""
+    """The response code, header and body that say ``answer`` (what a broker sends): header
+    fields in the order ``nextBeginOffset``, ``minOffset``, ``maxOffset``, then those of the
+    code."""
     header: Header = {}
-    if isinstance(answer, PullFound):
-        header = {"nextBeginOffset": answer.next_offset, "count": answer.count}
-        return ResponseCode.SUCCESS, header, answer.body
-    if isinstance(answer, PullNotFound):
-        if answer.next_offset is not None:
-            header["nextBeginOffset"] = answer.next_offset
-        return ResponseCode.PULL_NOT_FOUND, header, None
     if isinstance(answer, PullRetry):
         return ResponseCode.PULL_RETRY_IMMEDIATELY, header, None
-    if isinstance(answer, PullOffsetMoved):
+    if isinstance(answer, PullRefused):
+        if answer.remark:
+            header["remark"] = answer.remark
+        return answer.code, header, None
+    if answer.next_offset is not None:
         header["nextBeginOffset"] = answer.next_offset
-        code: int = ResponseCode.PULL_OFFSET_MOVED
-    elif isinstance(answer, PullCorrupt):
+    if answer.min_offset is not None:
+        header["minOffset"] = answer.min_offset
+    if answer.max_offset is not None:
+        header["maxOffset"] = answer.max_offset
+    if isinstance(answer, PullFound):
+        header["count"] = answer.count
+        return ResponseCode.SUCCESS, header, answer.body
+    if isinstance(answer, PullNotFound):
+        return ResponseCode.PULL_NOT_FOUND, header, None
+    code: int = ResponseCode.PULL_OFFSET_MOVED
+    if isinstance(answer, PullCorrupt):
         if answer.physical_offset is not None:
             header["physicalOffset"] = answer.physical_offset
         code = ResponseCode.MESSAGE_CORRUPT
-    else:
-        code = answer.code
     if answer.remark:
         header["remark"] = answer.remark
     return code, header, None
@@ -341,15 +464,9 @@ def _int(header: Mapping[str, Scalar], name: str) -> int:
     return value
 
 
-def _opt_int(header: Mapping[str, Scalar], name: str) -> int | None:
-    return None if header.get(name) is None else req_int(header, name)
-
-
-def _opt_bool(header: Mapping[str, Scalar], name: str) -> bool:
-    value = header.get(name, False)
-    if not isinstance(value, bool):
-        raise FieldError(f"header field {name!r} must be a boolean")
-    return value
+def _maybe_int(header: Mapping[str, Scalar], name: str) -> int | None:
+    value = header.get(name)
+    return value if type(value) is int else None
 
 
 def _remark(header: Mapping[str, Scalar]) -> str:

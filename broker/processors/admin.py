@@ -13,7 +13,16 @@ import msgpack
 
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, req_int, req_str
+from protocol.fields import FieldError, opt_int, req_str
+from protocol.pull import (
+    AllConsumerOffsetsQuery,
+    ConsumerOffsetQuery,
+    ConsumerOffsetUpdate,
+    MaxOffsetQuery,
+    MinOffsetQuery,
+    OffsetSearch,
+    offset_answer,
+)
 from protocol.remoting import Frame, Scalar, response
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
@@ -113,24 +122,15 @@ class AdminProcessor:
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(body))
 
     def query_offset(self, conn: Connection, req: Frame) -> Frame:
-        h = req.header
-        offset = self.ctx.offsets.query(
-            req_str(h, "consumerGroup"), req_str(h, "topic"), req_int(h, "queueId")
-        )
+        query = ConsumerOffsetQuery.parse(req.header, req.body)
+        offset = self.ctx.offsets.query(query.group, query.topic, query.queue_id)
         if offset is None:
             return error_response(req, ResponseCode.QUERY_NOT_FOUND, "no committed offset")
-        return response(req, ResponseCode.SUCCESS, {"offset": offset})
+        return response(req, ResponseCode.SUCCESS, offset_answer(offset))
 
     def update_offset(self, conn: Connection, req: Frame) -> Frame:
-        h = req.header
-        offset = req_int(h, "commitOffset")
-        if offset < 0:
-            raise FieldError("commitOffset must be >= 0")
-        group, topic, queue_id = (
-            req_str(h, "consumerGroup"),
-            req_str(h, "topic"),
-            req_int(h, "queueId"),
-        )
+        update = ConsumerOffsetUpdate.parse(req.header, req.body)
+        group, topic, queue_id, offset = update.group, update.topic, update.queue_id, update.offset
         offsets = self.ctx.offsets
         # The last consume time is when the offset last moved (a repeated commit keeps it).
         moved = offsets.query(group, topic, queue_id) != offset
@@ -138,44 +138,37 @@ class AdminProcessor:
         return response(req, ResponseCode.SUCCESS)
 
     def min_offset(self, conn: Connection, req: Frame) -> Frame:
-        topic, queue_id = req_str(req.header, "topic"), req_int(req.header, "queueId")
-        return response(
-            req, ResponseCode.SUCCESS, {"offset": self.ctx.store.queue_min_offset(topic, queue_id)}
-        )
+        query = MinOffsetQuery.parse(req.header, req.body)
+        offset = self.ctx.store.queue_min_offset(query.topic, query.queue_id)
+        return response(req, ResponseCode.SUCCESS, offset_answer(offset))
 
     def max_offset(self, conn: Connection, req: Frame) -> Frame:
-        topic, queue_id = req_str(req.header, "topic"), req_int(req.header, "queueId")
+        query = MaxOffsetQuery.parse(req.header, req.body)
+        topic, queue_id = query.topic, query.queue_id
         store = self.ctx.store
-        committed = req.header.get("committed", False)
-        if not isinstance(committed, bool):
-            raise FieldError("header field 'committed' must be a boolean")
-        if committed:
+        if query.committed:
             # Only what consumers may read: records up to the confirm offset (RocketMQ 5's
             # GetMaxOffsetRequestHeader.committed).
             offset = store.queue_visible_max_offset(topic, queue_id, self.ctx.visible_offset())
         else:
             offset = store.queue_max_offset(topic, queue_id)
-        return response(req, ResponseCode.SUCCESS, {"offset": offset})
+        return response(req, ResponseCode.SUCCESS, offset_answer(offset))
 
     def search_offset(self, conn: Connection, req: Frame) -> Frame:
-        h = req.header
-        offset = self.ctx.store.offset_by_timestamp(
-            req_str(h, "topic"), req_int(h, "queueId"), req_int(h, "timestamp")
-        )
-        return response(req, ResponseCode.SUCCESS, {"offset": offset})
+        search = OffsetSearch.parse(req.header, req.body)
+        offset = self.ctx.store.offset_by_timestamp(search.topic, search.queue_id, search.timestamp)
+        return response(req, ResponseCode.SUCCESS, offset_answer(offset))
 
     def all_offsets(self, conn: Connection, req: Frame) -> Frame:
         """Every committed consumer offset: ``{group: {topic: {queueId: offset}}}`` (slaves copy
         it). With header ``withTimes`` true the body is ``{"offsets": that, "lastConsumeMs":
         the same shape of epoch ms}`` and the answer's header says ``withTimes`` true."""
         offsets = self.ctx.offsets
-        with_times = req.header.get("withTimes", False)
-        if not isinstance(with_times, bool):
-            raise FieldError("header field 'withTimes' must be a boolean")
-        if not with_times:
+        query = AllConsumerOffsetsQuery.parse(req.header, req.body)
+        if not query.with_times:
             return response(req, ResponseCode.SUCCESS, None, msgpack.packb(offsets.snapshot()))
         body = {"offsets": offsets.snapshot(), "lastConsumeMs": offsets.snapshot_times()}
-        return response(req, ResponseCode.SUCCESS, {"withTimes": True}, msgpack.packb(body))
+        return response(req, ResponseCode.SUCCESS, query.header(), msgpack.packb(body))
 
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:
         ctx = self.ctx

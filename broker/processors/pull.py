@@ -7,9 +7,17 @@ from collections.abc import Awaitable
 
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
-from protocol.filter import FilterError, TagFilter, filter_records, parse_tag_expression
-from protocol.remoting import Frame, Header, response
+from protocol.filter import TagFilter, filter_records, parse_tag_expression
+from protocol.pull import (
+    PullAnswer,
+    PullCorrupt,
+    PullFound,
+    PullNotFound,
+    PullOffsetMoved,
+    PullRequest,
+    encode_pull_answer,
+)
+from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.store import GetStatus
 
@@ -27,19 +35,14 @@ class PullProcessor:
         server.register(RequestCode.PULL_MESSAGE, self.pull)
 
     def pull(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        h = req.header
-        req_str(h, "consumerGroup")
-        topic = req_str(h, "topic")
-        queue_id = req_int(h, "queueId")
-        offset = req_int(h, "queueOffset")
+        pull = PullRequest.parse(req.header, req.body)
+        topic, queue_id, offset = pull.topic, pull.queue_id, pull.offset
         cfg = self.ctx.cfg
-        max_count = max(1, min(opt_int(h, "maxMsgNums", 32), cfg.max_pull_batch))
-        max_bytes = max(1, min(opt_int(h, "maxBytes", cfg.max_pull_bytes), cfg.max_pull_bytes))
-        suspend_ms = max(0, min(opt_int(h, "suspendTimeoutMillis", 0), cfg.max_pull_suspend_ms))
-        try:
-            tag_filter = parse_tag_expression(opt_str(h, "subscription", "*"))
-        except FilterError as exc:
-            raise FieldError(f"subscription: {exc}") from None
+        max_count = max(1, min(pull.max_count, cfg.max_pull_batch))
+        asked_bytes = cfg.max_pull_bytes if pull.max_bytes is None else pull.max_bytes
+        max_bytes = max(1, min(asked_bytes, cfg.max_pull_bytes))
+        suspend_ms = max(0, min(pull.suspend_ms, cfg.max_pull_suspend_ms))
+        tag_filter = parse_tag_expression(pull.subscription)
         tc = self.ctx.topics.get(topic)
         if tc is None:
             return error_response(
@@ -144,49 +147,61 @@ class PullProcessor:
                 body, count = filter_records(res.body, tag_filter)
                 reads += 1
             res.body, res.count = body, count
-        header: Header = {
-            "nextBeginOffset": res.next_offset,
-            "minOffset": res.min_offset,
-            "maxOffset": res.max_offset,
-        }
+        low, high = res.min_offset, res.max_offset
         status = res.status
         if status is GetStatus.FOUND:
-            header["count"] = res.count
             counts = ctx.metrics.topic(topic)
             counts.messages_out += res.count
             counts.bytes_out += len(res.body)
-            return response(req, ResponseCode.SUCCESS, header, res.body), res.next_offset
+            found = PullFound(
+                next_offset=res.next_offset,
+                count=res.count,
+                body=res.body,
+                min_offset=low,
+                max_offset=high,
+            )
+            return _answer(req, found), res.next_offset
         if status is GetStatus.NO_MATCHED_MESSAGE or (
             status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
         ):
             return None, offset
         if status is GetStatus.CORRUPT:
-            header["physicalOffset"] = res.corrupt_offset
-            header["remark"] = (
-                f"queue {topic}:{queue_id}, offset {offset} cannot be read (commitlog offset "
-                f"{res.corrupt_offset}): {res.reason}"
+            corrupt = PullCorrupt(
+                physical_offset=res.corrupt_offset,
+                remark=(
+                    f"queue {topic}:{queue_id}, offset {offset} cannot be read (commitlog "
+                    f"offset {res.corrupt_offset}): {res.reason}"
+                ),
+                next_offset=res.next_offset,
+                min_offset=low,
+                max_offset=high,
             )
-            return response(req, ResponseCode.MESSAGE_CORRUPT, header), offset
+            return _answer(req, corrupt), offset
+        next_offset = res.next_offset
         if status is GetStatus.OFFSET_TOO_SMALL:
-            header["nextBeginOffset"] = res.min_offset
+            next_offset = low
         elif status in (GetStatus.OFFSET_OVERFLOW, GetStatus.NO_MESSAGE_IN_QUEUE):
-            header["nextBeginOffset"] = res.max_offset
+            next_offset = high
         # max_offset is the next offset to be written: the readable ones end just before it.
-        held = (
-            f"offsets {res.min_offset}..{res.max_offset - 1}"
-            if res.max_offset > res.min_offset
-            else f"no message, next offset {res.max_offset}"
+        held = f"offsets {low}..{high - 1}" if high > low else f"no message, next offset {high}"
+        moved = PullOffsetMoved(
+            next_offset=next_offset,
+            remark=f"offset {offset} is not in the queue, which holds {held} ({status.name})",
+            min_offset=low,
+            max_offset=high,
         )
-        header["remark"] = (
-            f"offset {offset} is not in the queue, which holds {held} ({status.name})"
-        )
-        return response(req, ResponseCode.PULL_OFFSET_MOVED, header), offset
+        return _answer(req, moved), offset
 
     def _not_found(self, req: Frame, topic: str, queue_id: int, offset: int) -> Frame:
         store = self.ctx.store
-        header = {
-            "nextBeginOffset": offset,
-            "minOffset": store.queue_min_offset(topic, queue_id),
-            "maxOffset": store.queue_max_offset(topic, queue_id),
-        }
-        return response(req, ResponseCode.PULL_NOT_FOUND, header)
+        not_found = PullNotFound(
+            next_offset=offset,
+            min_offset=store.queue_min_offset(topic, queue_id),
+            max_offset=store.queue_max_offset(topic, queue_id),
+        )
+        return _answer(req, not_found)
+
+
+def _answer(req: Frame, answer: PullAnswer) -> Frame:
+    code, header, body = encode_pull_answer(answer)
+    return response(req, code, header, body)

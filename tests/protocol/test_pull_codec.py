@@ -50,7 +50,13 @@ requests = st.one_of(
     st.builds(MinOffsetQuery, topic=names, queue_id=ints),
     st.builds(MaxOffsetQuery, topic=names, queue_id=ints, committed=st.booleans()),
     st.builds(ConsumerOffsetQuery, group=names, topic=names, queue_id=ints),
-    st.builds(ConsumerOffsetUpdate, group=names, topic=names, queue_id=ints, offset=ints),
+    st.builds(
+        ConsumerOffsetUpdate,
+        group=names,
+        topic=names,
+        queue_id=ints,
+        offset=st.integers(0, 2**63 - 1),
+    ),
 )
 
 answers = st.one_of(
