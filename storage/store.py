@@ -17,7 +17,6 @@ blocks on anything but local disk.
 from __future__ import annotations
 
 import contextlib
-import enum
 import errno
 import fcntl
 import os
@@ -25,7 +24,6 @@ import shutil
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +33,9 @@ import structlog
 
 from protocol.message import (
     BLANK_MAGIC,
-    DISPATCH_HEAD,
     HEAD_SIZE,
     MAX_PROPERTIES_BYTES,
     MESSAGE_MAGIC,
-    MIN_RECORD_SIZE,
     Message,
     RecordEncoder,
     encode_properties,
@@ -47,16 +43,17 @@ from protocol.message import (
     peek_prefix,
     tag_hash,
 )
-from storage import retention
+from storage import queue_read, retention
 from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from storage.commitlog import CommitLog
-from storage.consumequeue import ENTRY, ConsumeQueue
-from storage.dispatch import BLANK_MIN, Replayer, Scan, store_timestamp
+from storage.corruption import Corruption
+from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
 from storage.index.lookup import Found, MessageNotFoundError, find_by_key, read_message
 from storage.index.service import IndexConfig, KeyIndex
+from storage.queue_read import GetResult, GetStatus
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
-from storage.recovery import Damage, recover, walk
+from storage.recovery import Damage, recover
 from storage.segment import Segment
 from storage.small_file import fsync_dir
 from storage.tracker import FileTracker
@@ -77,17 +74,6 @@ __all__ = [
 _U32: Final = struct.Struct(">I")
 _U16: Final = struct.Struct(">H")
 _CACHE_LIMIT: Final = 4096
-CORRUPTION_KINDS: Final = (
-    "read",
-    "recovery_quarantined",
-    "recovery_cut",
-    "segment_short",
-    "consumequeue_rebuilt",
-)
-"""read: a record a read found failing its CRC (once per offset); recovery_quarantined: a
-damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the end of the log
-(copied aside); segment_short: CommitLog bytes missing before a segment's start (zero-filled);
-consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record."""
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
@@ -137,22 +123,6 @@ class StoreConfig:
         )
 
 
-class GetStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    """Nothing (visible) at the offset yet: it is the queue's max offset, or past what may be
-    served (``max_physical_offset``)."""
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    """Below the queue's min offset (deleted by retention); ``next_offset`` is the min."""
-    OFFSET_OVERFLOW = "OFFSET_OVERFLOW"
-    """Past the queue's max offset; ``next_offset`` is the max."""
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-    """The queue never held a message."""
-    CORRUPT = "CORRUPT"
-    """The record at the offset cannot be read (it fails its CRC, or its bytes were lost):
-    ``corrupt_offset`` names its CommitLog offset; ``next_offset`` is the offset asked for."""
-
-
 @dataclass(slots=True)
 class PutResult:
     queue_id: int
@@ -163,22 +133,6 @@ class PutResult:
     end_offset: int
     """CommitLog write position after this put (what sync flush / replica acks wait for)."""
     store_timestamp: int
-
-
-@dataclass(slots=True)
-class GetResult:
-    status: GetStatus
-    next_offset: int
-    """Queue offset to ask for next."""
-    min_offset: int
-    max_offset: int
-    body: bytes
-    """Records back to back, exactly as stored (``protocol.message.iter_records`` decodes it)."""
-    count: int
-    corrupt_offset: int = -1
-    """CORRUPT: the CommitLog offset of the record that cannot be read."""
-    reason: str = ""
-    """CORRUPT: why."""
 
 
 def _write_file(seg: Segment, rel: int, data: bytes) -> None:
@@ -223,12 +177,10 @@ class MessageStore:
         self._hosts: dict[str, bytes] = {}
         self._tag_props: dict[tuple[str, str], tuple[bytes, int]] = {}
         self._confirm = 0
-        self.damaged: list[Damage] = []
-        """CommitLog ranges recovery found unreadable and kept in place (reads fail there)."""
-        self.corruption: dict[str, int] = dict.fromkeys(CORRUPTION_KINDS, 0)
-        """Corruption found, by kind (see :data:`CORRUPTION_KINDS`): the broker's metric."""
-        self._reported: set[int] = set()
-        self._rebuilt: set[tuple[str, int]] = set()
+        self._corruption = Corruption(self._commitlog, self._queues)
+        self.corruption: dict[str, int] = self._corruption.counts
+        """Corruption found, by kind (see :data:`storage.corruption.CORRUPTION_KINDS`): the broker's metric."""
+        self._rebuilt = self._corruption.rebuilt
         self.truncate_listeners: list[Callable[[int], None]] = []
         """Called with the new end after :meth:`truncate` cut records (indexes built from the
         CommitLog, such as the broker's timer, drop what was cut)."""
@@ -236,6 +188,15 @@ class MessageStore:
             KeyIndex(config.index_config()) if config.index_enable else None
         )
         """The key index (None when ``index_enable`` is off)."""
+
+    @property
+    def damaged(self) -> list[Damage]:
+        """CommitLog ranges recovery found unreadable and kept in place (reads fail there)."""
+        return self._corruption.damaged
+
+    @damaged.setter
+    def damaged(self, ranges: list[Damage]) -> None:
+        self._corruption.damaged = ranges
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -288,7 +249,9 @@ class MessageStore:
         )
         for queue in self._queues:
             if queue.holes:
-                self._rebuild_queue(queue, queue.holes[0], "is unwritten inside the queue")
+                self._corruption.rebuild_queue(
+                    queue, queue.holes[0], "is unwritten inside the queue"
+                )
         self.damaged = [d for d in result.damaged if not d.cut]
         self.corruption["segment_short"] += len(self._commitlog.repaired)
         self.corruption["recovery_quarantined"] += len(self.damaged)
@@ -578,194 +541,38 @@ class MessageStore:
         caller confirms on each record's tags (two tags may share a hash)."""
         self._check_open()
         queue = self._queues.get(topic, queue_id)
-        if queue is None or queue.max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0, b"", 0)
+        early = queue_read.bounds(queue, offset)
+        if early is not None:
+            return early
+        assert queue is not None  # bounds() answers for a queue that does not exist
+        read = queue_read.scan(
+            queue,
+            self._commitlog,
+            offset,
+            max_count,
+            max_bytes,
+            max_physical_offset,
+            tag_hashes,
+            scan,
+        )
         lo, hi = queue.min_offset, queue.max_offset
-        if offset < lo:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi, b"", 0)
-        if offset == hi:
+        if read.count or read.next_offset > offset:  # served, or passed over non-matching ones
+            return GetResult(GetStatus.FOUND, read.next_offset, lo, hi, read.body, read.count)
+        if read.problem is None:
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi, b"", 0)
-        if offset > hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW, hi, lo, hi, b"", 0)
-
-        commitlog = self._commitlog
-        cl_min = commitlog.min_offset
-        cl_max = commitlog.write_pos
-        visible = cl_max if max_physical_offset is None else min(cl_max, max_physical_offset)
-        topic_raw = topic.encode()
-        topic_field = _U16.pack(len(topic_raw)) + topic_raw  # how the record's tail starts
-        field_len = len(topic_field)
-        head = DISPATCH_HEAD.unpack_from
-        crc32 = zlib.crc32
-        parts: list[bytes] = []
-        count = total = 0
-        seg: Segment | None = None
-        run_start = run_end = 0
-        problem = ""  # "crc": the record fails its CRC; "entry": the entry points at no record
-        # No record is smaller than MIN_RECORD_SIZE: never read more entries than can be served.
-        wanted = max(1, min(max_count, max_bytes // MIN_RECORD_SIZE + 1))
-        entries = wanted if tag_hashes is None else max(wanted, scan)
-        index = offset - 1  # the queue offset of the entry looked at
-        for physical, size, tags in ENTRY.iter_unpack(queue.read(offset, entries)):
-            index += 1
-            end = physical + size
-            if tag_hashes is not None:
-                if count == wanted or end > visible:
-                    # Never pass over an entry not replicated yet: a new master may reuse its
-                    # queue offset for another message.
-                    break
-                if tags not in tag_hashes:
-                    continue
-            if size < MIN_RECORD_SIZE or physical < cl_min or end > cl_max:
-                problem = "entry"
-                break
-            if end > visible or (count and total + size > max_bytes):
-                break
-            rseg = seg
-            if rseg is None or physical < rseg.start or end > rseg.end:
-                rseg = commitlog.segment_at(physical)
-                if rseg is None or end > rseg.end:
-                    problem = "entry"
-                    break
-            # Serve only records that verify: the entry's size and position, the CRC, and the
-            # queue (id, offset, topic) the record says it belongs to.
-            view = rseg.view
-            rel = physical - rseg.start
-            rsize, magic, crc, rqueue, roffset, rphysical, _ts, blen = head(view, rel)
-            if rsize != size or magic != MESSAGE_MAGIC or rphysical != physical:
-                problem = "entry"
-                break
-            if crc32(view[rel + 12 : rel + size]) != crc:
-                problem = "crc"
-                break
-            at = rel + HEAD_SIZE + blen
-            if (
-                rqueue != queue_id
-                or roffset != index
-                or at + field_len > rel + size
-                or view[at : at + field_len] != topic_field
-            ):
-                problem = "entry"
-                break
-            if rseg is not seg or physical != run_end:
-                if count and seg is not None:
-                    parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
-                seg = rseg
-                run_start = physical
-            run_end = end
-            count += 1
-            total += size
-        else:
-            index += 1  # every entry looked at was taken or passed over
-        if count and seg is not None:
-            parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
-        if count:
-            body = parts[0] if len(parts) == 1 else b"".join(parts)
-            return GetResult(GetStatus.FOUND, index, lo, hi, body, count)
-        if index > offset:  # passed over entries that do not match, nothing served
-            return GetResult(GetStatus.FOUND, index, lo, hi, b"", 0)
-        if not problem:
-            return GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi, b"", 0)
-        physical, size, _tags = queue.entry(offset)
-        if problem == "crc":
-            return self._corrupt(topic, queue_id, offset, lo, hi, physical, "CRC mismatch")
-        if size > 0 and physical < cl_min:
-            # Retention deleted the records under this entry: the queue starts later.
-            queue.delete_below(cl_min)
-            new_lo = queue.min_offset
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, new_lo, new_lo, hi, b"", 0)
-        damage = self._damage_at(physical)
-        if damage is not None:
-            why = f"in {damage.size} damaged bytes from offset {damage.offset}: {damage.reason}"
-            return self._corrupt(topic, queue_id, offset, lo, hi, physical, why)
-        if queue.key not in self._rebuilt:
-            # The entry (not the CommitLog) is wrong: rebuild the queue from the CommitLog
-            # (once per queue while the store is open) and read again.
-            self._rebuild_queue(queue, offset, "pointed at no record of this queue")
-            return self.get(
-                topic, queue_id, offset, max_count, max_bytes, max_physical_offset, tag_hashes, scan
-            )
-        return self._corrupt(
-            topic, queue_id, offset, lo, hi, physical, "no record of this queue at the offset"
-        )
-
-    def _damage_at(self, physical: int) -> Damage | None:
-        for damage in self.damaged:
-            if damage.offset <= physical < damage.offset + damage.size:
-                return damage
-        return None
-
-    def _corrupt(
-        self, topic: str, queue_id: int, offset: int, lo: int, hi: int, physical: int, why: str
-    ) -> GetResult:
-        """The answer for a record that cannot be read; reported once per CommitLog offset."""
-        if physical not in self._reported:
-            self._reported.add(physical)
-            self.corruption["read"] += 1
-            log.error(
-                f"commitlog record at offset {physical} unreadable ({why}): "
-                f"{topic}:{queue_id} queue offset {offset} cannot be served",
-                offset=physical,
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=offset,
-                reason=why,
-            )
-        return GetResult(GetStatus.CORRUPT, offset, lo, hi, b"", 0, physical, why)
-
-    def _rebuild_queue(self, queue: ConsumeQueue, offset: int, why: str) -> None:
-        """Rewrite ``queue``'s entries from its min offset by scanning the whole CommitLog with
-        the replay scan (records lost to damage get entries pointing at the damage)."""
-        key = queue.key
-        self._rebuilt.add(key)
-        commitlog = self._commitlog
-        replayer = Replayer(ConsumeQueues(self._queues.root, 1, FileTracker()))  # scratch
-        first: int | None = None
-        physicals: list[int] = []
-        sizes: list[int] = []
-        hashes: list[int] = []
-
-        def collect(_seg: Segment, scan: Scan) -> None:
-            nonlocal first
-            run = scan.queues.get(key)
-            if run is None:
-                return
-            if first is None:
-                first = run.first
-            elif run.first != first + len(physicals):
-                return  # cannot happen: the scan checks that a queue continues
-            physicals.extend(run.physical_offsets)
-            sizes.extend(run.sizes)
-            hashes.extend(run.tag_hashes)
-
-        walk(
-            commitlog,
-            replayer,
-            0,
-            dispatch_from=commitlog.min_offset,
-            durable=commitlog.write_pos,
-            on_scan=collect,
-            copy=False,
-        )
-        before = queue.max_offset
-        if first is None:
-            log.error(
-                f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}, and the "
-                "commitlog holds no record of this queue: not rebuilt",
-            )
-            return
-        skip = max(0, queue.min_offset - first)
-        start = first + skip
-        queue.truncate_to(start)
-        queue.reserve(start, len(physicals) - skip)
-        queue.append(start, physicals[skip:], sizes[skip:], hashes[skip:])
-        self.corruption["consumequeue_rebuilt"] += 1
-        log.error(
-            f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}; rebuilt "
-            f"from the commitlog (offsets {start}..{queue.max_offset}, was ..{before})",
-            topic=queue.topic,
-            queue_id=queue.queue_id,
-            queue_offset=offset,
+        answer = self._corruption.unreadable(queue, offset, read.problem)
+        if answer is not None:
+            return answer
+        # The queue was rebuilt from the CommitLog: read it again.
+        return self.get(
+            topic,
+            queue_id,
+            offset,
+            max_count,
+            max_bytes,
+            max_physical_offset,
+            tag_hashes,
+            scan,
         )
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:

@@ -1,0 +1,159 @@
+"""What the store knows of its damage, and what a read answers at an entry it cannot serve.
+
+A read (``storage.queue_read.scan``) that stops at an entry it cannot serve hands the entry to
+:meth:`Corruption.unreadable`, which tells the cases apart:
+
+- the record fails its CRC: CORRUPT (reported once per CommitLog offset);
+- retention deleted the records under the entry: the queue starts later (OFFSET_TOO_SMALL at
+  its new min offset);
+- the entry points into a range recovery kept as damaged: CORRUPT, naming the damage;
+- otherwise the entry itself is wrong: the queue is rebuilt from the CommitLog (once per queue
+  while the store is open) and the caller reads again; a second time it is CORRUPT.
+
+The counters (:data:`CORRUPTION_KINDS`) are the broker's metric.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import structlog
+
+from storage.commitlog import CommitLog
+from storage.consumequeue import ConsumeQueue
+from storage.dispatch import Replayer, Scan
+from storage.queue_read import GetResult, GetStatus, Problem
+from storage.queues import ConsumeQueues
+from storage.recovery import Damage, walk
+from storage.segment import Segment
+from storage.tracker import FileTracker
+
+CORRUPTION_KINDS: Final = (
+    "read",
+    "recovery_quarantined",
+    "recovery_cut",
+    "segment_short",
+    "consumequeue_rebuilt",
+)
+"""read: a record a read found failing its CRC (once per offset); recovery_quarantined: a
+damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the end of the log
+(copied aside); segment_short: CommitLog bytes missing before a segment's start (zero-filled);
+consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record."""
+
+log = structlog.get_logger(__name__)
+
+
+class Corruption:
+    def __init__(self, commitlog: CommitLog, queues: ConsumeQueues) -> None:
+        self._commitlog = commitlog
+        self._queues = queues
+        self.counts: dict[str, int] = dict.fromkeys(CORRUPTION_KINDS, 0)
+        """Corruption found, by kind (see :data:`CORRUPTION_KINDS`)."""
+        self.damaged: list[Damage] = []
+        """CommitLog ranges recovery found unreadable and kept in place (reads fail there)."""
+        self.reported: set[int] = set()
+        """CommitLog offsets whose unreadable record was logged (once each)."""
+        self.rebuilt: set[tuple[str, int]] = set()
+        """Queues rebuilt while the store is open (a wrong entry rebuilds its queue once)."""
+
+    def unreadable(self, queue: ConsumeQueue, offset: int, problem: Problem) -> GetResult | None:
+        """The answer for the entry at queue ``offset`` that a read could not serve; None when
+        the queue was rebuilt from the CommitLog and is to be read again."""
+        physical, size, _tags = queue.entry(offset)
+        if problem is Problem.CRC:
+            return self.corrupt(queue, offset, physical, "CRC mismatch")
+        cl_min = self._commitlog.min_offset
+        if size > 0 and physical < cl_min:
+            # Retention deleted the records under this entry: the queue starts later.
+            queue.delete_below(cl_min)
+            new_lo = queue.min_offset
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, new_lo, new_lo, queue.max_offset, b"", 0)
+        damage = self.damage_at(physical)
+        if damage is not None:
+            why = f"in {damage.size} damaged bytes from offset {damage.offset}: {damage.reason}"
+            return self.corrupt(queue, offset, physical, why)
+        if queue.key not in self.rebuilt:
+            # The entry (not the CommitLog) is wrong: rebuild the queue from the CommitLog
+            # (once per queue while the store is open) and read again.
+            self.rebuild_queue(queue, offset, "pointed at no record of this queue")
+            return None
+        return self.corrupt(queue, offset, physical, "no record of this queue at the offset")
+
+    def damage_at(self, physical: int) -> Damage | None:
+        for damage in self.damaged:
+            if damage.offset <= physical < damage.offset + damage.size:
+                return damage
+        return None
+
+    def corrupt(self, queue: ConsumeQueue, offset: int, physical: int, why: str) -> GetResult:
+        """The answer for a record that cannot be read; reported once per CommitLog offset."""
+        topic, queue_id = queue.key
+        if physical not in self.reported:
+            self.reported.add(physical)
+            self.counts["read"] += 1
+            log.error(
+                f"commitlog record at offset {physical} unreadable ({why}): "
+                f"{topic}:{queue_id} queue offset {offset} cannot be served",
+                offset=physical,
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=offset,
+                reason=why,
+            )
+        lo, hi = queue.min_offset, queue.max_offset
+        return GetResult(GetStatus.CORRUPT, offset, lo, hi, b"", 0, physical, why)
+
+    def rebuild_queue(self, queue: ConsumeQueue, offset: int, why: str) -> None:
+        """Rewrite ``queue``'s entries from its min offset by scanning the whole CommitLog with
+        the replay scan (records lost to damage get entries pointing at the damage)."""
+        key = queue.key
+        self.rebuilt.add(key)
+        commitlog = self._commitlog
+        replayer = Replayer(ConsumeQueues(self._queues.root, 1, FileTracker()))  # scratch
+        first: int | None = None
+        physicals: list[int] = []
+        sizes: list[int] = []
+        hashes: list[int] = []
+
+        def collect(_seg: Segment, scan: Scan) -> None:
+            nonlocal first
+            run = scan.queues.get(key)
+            if run is None:
+                return
+            if first is None:
+                first = run.first
+            elif run.first != first + len(physicals):
+                return  # cannot happen: the scan checks that a queue continues
+            physicals.extend(run.physical_offsets)
+            sizes.extend(run.sizes)
+            hashes.extend(run.tag_hashes)
+
+        walk(
+            commitlog,
+            replayer,
+            0,
+            dispatch_from=commitlog.min_offset,
+            durable=commitlog.write_pos,
+            on_scan=collect,
+            copy=False,
+        )
+        before = queue.max_offset
+        if first is None:
+            log.error(
+                f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}, and the "
+                "commitlog holds no record of this queue: not rebuilt",
+            )
+            return
+        skip = max(0, queue.min_offset - first)
+        start = first + skip
+        queue.truncate_to(start)
+        queue.reserve(start, len(physicals) - skip)
+        queue.append(start, physicals[skip:], sizes[skip:], hashes[skip:])
+        self.counts["consumequeue_rebuilt"] += 1
+        log.error(
+            f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}; rebuilt "
+            f"from the commitlog (offsets {start}..{queue.max_offset}, was ..{before})",
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            queue_offset=offset,
+        )
