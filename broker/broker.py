@@ -11,9 +11,9 @@ import structlog
 
 from broker.auth.guard import broker_guard
 from broker.auth.users import BrokerUsers
+from broker.compose import compose
 from broker.config import BrokerConfig
 from broker.consumer_stats import LagAtScrape
-from broker.context import BrokerContext
 from broker.ha.config import HAConfig
 from broker.ha.service import HAService
 from broker.identity import IdentityError, check_identity_files
@@ -86,7 +86,7 @@ class Broker:
     def __init__(self, cfg: BrokerConfig) -> None:
         self.cfg = cfg
         self.metrics = BrokerMetrics(cfg.cluster, cfg.broker_name)
-        self.ctx = BrokerContext(cfg, self.metrics)
+        self.ctx = compose(cfg, self.metrics)
         ctx = self.ctx
         self.consumer_lag = LagAtScrape(ctx)
         self.metrics.bind(

@@ -1,7 +1,9 @@
 """What request processors share: config, store, topics, offsets, groups, waiters, metrics.
 
 Role-dependent rules (may this broker take writes, how far may consumers read, must a send wait
-for replicas) are answered here so processors stay the same in every mode.
+for replicas) are answered here so processors stay the same in every mode. The POP, timer and
+transaction services are built on it by the composition root (:mod:`broker.compose`), each
+seeing it through a narrow Protocol of its own; this module imports none of them but for types.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from broker.appender import Appender
 from broker.config import BrokerConfig
@@ -18,11 +21,8 @@ from broker.ha.service import HAService
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
-from broker.pop.service import PopService
 from broker.role import RoleCell, RoleState
 from broker.sealed_queues import SealedQueues
-from broker.timer.service import TimerService
-from broker.transaction.service import TransactionService
 from broker.write_gate import WriteGate
 from broker.write_gate import WriteRefused as WriteRefused  # the processors' import
 from daemon.auth_key import load_auth_key
@@ -36,8 +36,21 @@ from storage.config_files import (
 )
 from storage.store import MessageStore, PutResult
 
+if TYPE_CHECKING:
+    from broker.pop.service import PopService
+    from broker.timer.service import TimerService
+    from broker.transaction.service import TransactionService
+
 
 class BrokerContext:
+    timer: TimerService
+    """Scheduled delivery (broker.timer): ``put_at`` appends a message due later. Built on
+    this context by the composition root (:func:`broker.compose.compose`)."""
+    pop: PopService
+    """POP consumption (broker.pop): the in-flight set and its revive log."""
+    transactions: TransactionService
+    """Transactional messages (broker.transaction): open halves, commits, check-backs."""
+
     def __init__(self, cfg: BrokerConfig, metrics: BrokerMetrics) -> None:
         self.cfg = cfg
         self.metrics = metrics
@@ -79,12 +92,6 @@ class BrokerContext:
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self.sealed = SealedQueues()
         """Static topic queues sealed or being sealed here: sends to them are refused."""
-        self.timer = TimerService(self)
-        """Scheduled delivery (broker.timer): ``put_at`` appends a message due later."""
-        self.pop = PopService(self)
-        """POP consumption (broker.pop): the in-flight set and its revive log."""
-        self.transactions = TransactionService(self)
-        """Transactional messages (broker.transaction): open halves, commits, check-backs."""
         self.grpc_endpoints: dict[str, str] = {}
         """Where this broker serves the gRPC protocol: ``plain`` and ``tls`` -> host:port (set
         once they listen; GET_BROKER_RUNTIME_INFO tells other brokers' gRPC endpoints)."""

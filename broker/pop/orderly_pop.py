@@ -7,30 +7,41 @@ applies it in the same synchronous step, then reads the records handed out back 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import structlog
 
+from broker.pop.message import PopMessage
 from broker.pop.orderly import OrderlyQueue
 from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.filter import TagFilter
 from protocol.message import DISPATCH_HEAD, RecordError, decode_record
-from protocol.pop import HandleKey, ReceiptHandle, encode_handle
+from protocol.pop import HandleKey, ReceiptHandle, ReviveRecord, encode_handle
 from protocol.retry import DeadLetter, SubscriptionGroupConfig, next_step
 from storage.store import GetStatus, PutResult
 
 if TYPE_CHECKING:
-    from broker.context import BrokerContext
+    from broker.pop.host import PopHost
     from broker.pop.inflight import PopState
-    from broker.pop.service import PopMessage, PopService
 
-__all__ = ["exhausted", "max_attempts", "pop_orderly"]
+__all__ = ["PopQueues", "exhausted", "max_attempts", "pop_orderly"]
 
 log = structlog.get_logger(__name__)
 
 _READ_BATCH: Final = 256
 _READS: Final = 8
 """Most read-ahead rounds of one POP of one queue (while what was read is all blocked)."""
+
+
+class PopQueues(Protocol):
+    """What FIFO POP uses of the POP service (:class:`broker.pop.service.PopService`)."""
+
+    @property
+    def host(self) -> PopHost: ...
+
+    def pop_offset(self, state: PopState, group: str, topic: str, queue_id: int) -> int: ...
+
+    def append(self, record: ReviveRecord) -> PutResult: ...
 
 
 def max_attempts(config: SubscriptionGroupConfig) -> int:
@@ -45,7 +56,7 @@ def exhausted(config: SubscriptionGroupConfig, attempts: int) -> bool:
 
 
 def pop_orderly(
-    service: PopService,
+    service: PopQueues,
     state: PopState,
     key: HandleKey,
     group: str,
@@ -58,14 +69,12 @@ def pop_orderly(
 ) -> tuple[list[PopMessage], PutResult | None]:
     """Hand out up to ``want`` messages of one queue to a FIFO group; the checkpoint's append
     (None: nothing handed out or passed over)."""
-    from broker.pop.service import PopMessage
-
-    ctx = service.ctx
+    host = service.host
     q = (group, topic, queue_id)
     oq = state.order.queue(q)
     if oq is None:
         oq = state.order.open_queue(q, service.pop_offset(state, group, topic, queue_id))
-    limit = max_attempts(ctx.sub_groups.get(group))
+    limit = max_attempts(host.sub_groups.get(group))
     accepts = None if tag_filter is None else tag_filter.matches
     # The store passes over the entries whose ConsumeQueue tag hash cannot match without
     # reading their records; the order state passes them over for good (docs/pop.md).
@@ -74,7 +83,7 @@ def pop_orderly(
     for _ in range(_READS):
         sel = oq.select(now, want, limit, accepts)
         for _ in range(_READS):
-            if len(sel.handed) >= want or not _read_ahead(ctx, oq, hashes):
+            if len(sel.handed) >= want or not _read_ahead(host, oq, hashes):
                 break
             sel = oq.select(now, want, limit, accepts)
         ck = sel.checkpoint(q, oq.low, now, invisible_ms)
@@ -83,7 +92,7 @@ def pop_orderly(
         result = service.append(ck)
         ck_id = result.physical_offsets[0]
         state.checkpoint(ck_id, ck)
-        ctx.offsets.commit(group, topic, queue_id, oq.low, now)
+        host.offsets.commit(group, topic, queue_id, oq.low, now)
         if sel.passed:
             log.debug(
                 "fifo pop passed over", group=group, queue=f"{topic}:{queue_id}", n=len(sel.passed)
@@ -94,9 +103,9 @@ def pop_orderly(
         # past it, read on (as a POP of a non-FIFO group reads a queue up to 8 times).
     else:
         return [], result
-    raws = _records(ctx, topic, queue_id, [o for o, _ in sel.handed])
+    raws = _records(host, topic, queue_id, [o for o, _ in sel.handed])
     out: list[PopMessage] = []
-    name = ctx.cfg.broker_name
+    name = host.cfg.broker_name
     for offset, attempt in sel.handed:
         raw = raws.get(offset)
         if raw is None:  # gone since it was read (retention): its deadline passes, it expires
@@ -104,14 +113,14 @@ def pop_orderly(
         handle = ReceiptHandle(name, group, topic, queue_id, offset, now, invisible_ms, ck_id)
         out.append(PopMessage(offset, raw, encode_handle(handle, key), attempt))
     if out:
-        ctx.metrics.popped(group, topic, len(out))
-        counts = ctx.metrics.topic(topic)
+        host.metrics.popped(group, topic, len(out))
+        counts = host.metrics.topic(topic)
         counts.messages_out += len(out)
         counts.bytes_out += sum(len(m.raw) for m in out)
     return out, result
 
 
-def _read_ahead(ctx: BrokerContext, oq: OrderlyQueue, hashes: frozenset[int] | None) -> bool:
+def _read_ahead(host: PopHost, oq: OrderlyQueue, hashes: frozenset[int] | None) -> bool:
     """Learn the next records of the queue past the frontier; False when nothing was read.
     With ``hashes`` (a tag filter's), the entries whose tag hash is none of them are learned
     without reading their records, as records to pass over (up to the window's room a read)."""
@@ -120,13 +129,13 @@ def _read_ahead(ctx: BrokerContext, oq: OrderlyQueue, hashes: frozenset[int] | N
         return False
     _, topic, queue_id = oq.key
     start = oq.frontier
-    visible = ctx.visible_offset()
-    res = ctx.store.get(
+    visible = host.visible_offset()
+    res = host.store.get(
         topic,
         queue_id,
         start,
         min(room, _READ_BATCH),
-        ctx.cfg.max_pull_bytes,
+        host.cfg.max_pull_bytes,
         visible,
         hashes,
         room,
@@ -180,15 +189,15 @@ def _hash_filtered(oq: OrderlyQueue, end: int) -> None:
         oq.learn(offset, None, None)
 
 
-def _records(ctx: BrokerContext, topic: str, queue_id: int, offsets: list[int]) -> dict[int, bytes]:
+def _records(host: PopHost, topic: str, queue_id: int, offsets: list[int]) -> dict[int, bytes]:
     """The stored bytes of ``offsets`` of a queue (ascending), read in as few spans as fit."""
     want = sorted(offsets)
     out: dict[int, bytes] = {}
     i = 0
     while i < len(want):
         start = want[i]
-        res = ctx.store.get(
-            topic, queue_id, start, want[-1] + 1 - start, ctx.cfg.max_pull_bytes, None
+        res = host.store.get(
+            topic, queue_id, start, want[-1] + 1 - start, host.cfg.max_pull_bytes, None
         )
         if res.status is not GetStatus.FOUND:
             i += 1

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import structlog
 
+from broker.pop.host import PopHost
 from broker.pop.inflight import Entry, PopRefused, PopState, Refusal
+from broker.pop.message import PopMessage
 from broker.pop.orderly_pop import exhausted, pop_orderly
 from broker.system_topic import read_system_topic
 from protocol.filter import TagFilter
@@ -84,9 +85,6 @@ from protocol.retry import (
 )
 from storage.store import GetStatus, PutResult
 
-if TYPE_CHECKING:
-    from broker.context import BrokerContext
-
 __all__ = ["PopMessage", "PopService"]
 
 log = structlog.get_logger(__name__)
@@ -100,17 +98,6 @@ _FILTER_SCAN: Final = MAX_POP_BATCH
 """ConsumeQueue entries one filtered read looks at (at most a checkpoint's range)."""
 
 
-@dataclass(slots=True)
-class PopMessage:
-    """One message handed out: its stored bytes, its receipt handle and attempt number."""
-
-    queue_offset: int
-    raw: bytes
-    """The record's bytes as stored (the answer's body carries them)."""
-    handle: str
-    attempt: int
-
-
 def attempt_of(record: MessageRecord, group: str) -> int:
     """1 for a message read from its own topic; its reconsume count + 1 from the retry topic."""
     if record.topic == retry_topic(group):
@@ -121,8 +108,8 @@ def attempt_of(record: MessageRecord, group: str) -> int:
 class PopService:
     """POP deliveries of one broker. Loop thread only."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
+    def __init__(self, host: PopHost) -> None:
+        self.host = host
         self.state: PopState | None = None
         self._epoch = -1
         """The master epoch the state was built in: a new term rebuilds it from the log."""
@@ -151,8 +138,8 @@ class PopService:
 
     def ready(self) -> PopState:
         """The in-flight set, built from the revive log when this master has none yet. The
-        caller checked that this broker is master (``ctx.check_writable``)."""
-        epoch = self.ctx.role.master_epoch
+        caller checked that this broker is master (``check_writable``)."""
+        epoch = self.host.gate.role.master_epoch
         state = self.state
         if state is None or epoch != self._epoch:
             state = self.state = self._rebuild()
@@ -168,7 +155,7 @@ class PopService:
     def _rebuild(self) -> PopState:
         """Take the last complete snapshot of the set, if any, and apply the revive log's
         records that follow it in order (the whole log without one)."""
-        store = self.ctx.store
+        store = self.host.store
         snap = self._last_snapshot()
         if snap is None:
             state = PopState()
@@ -204,7 +191,7 @@ class PopService:
     def _last_snapshot(self) -> PopSnapshot | None:
         """The last complete snapshot of the set (None: none, or it cannot be read: the
         whole revive log is replayed then)."""
-        store = self.ctx.store
+        store = self.host.store
         end = store.queue_max_offset(SNAPSHOT_TOPIC, 0)
         if end == 0:
             return None
@@ -223,7 +210,7 @@ class PopService:
             return None
 
     def _snapshot_parts(self, start: int, end: int) -> list[SnapshotPart]:
-        store = self.ctx.store
+        store = self.host.store
         parts: list[SnapshotPart] = []
         offset = start
         while offset < end:
@@ -237,7 +224,7 @@ class PopService:
     def snapshot_if_due(self, state: PopState) -> bool:
         """Write a snapshot of the set once ``pop_snapshot_records`` revive-log records were
         appended or replayed since the last one; True when it wrote one."""
-        every = self.ctx.cfg.pop_snapshot_records
+        every = self.host.cfg.pop_snapshot_records
         if every <= 0 or self._since_snapshot < every:
             return False
         self.write_snapshot(state)
@@ -246,14 +233,14 @@ class PopService:
     def write_snapshot(self, state: PopState) -> None:
         """Append the set as it stands to :data:`~protocol.pop_snapshot.SNAPSHOT_TOPIC`, one
         record per part, in one synchronous step (no revive record comes in between)."""
-        ctx = self.ctx
-        replay_from = ctx.store.queue_max_offset(REVIVE_TOPIC, 0)
+        host = self.host
+        replay_from = host.store.queue_max_offset(REVIVE_TOPIC, 0)
         bodies = encode_snapshot(
             state.snapshot(replay_from, None if self.key is None else self.key.secret)
         )
-        ctx.ensure_system_topic(SNAPSHOT_TOPIC)
+        host.ensure_system_topic(SNAPSHOT_TOPIC)
         for body in bodies:
-            ctx.appender.put(
+            host.appender.put(
                 SNAPSHOT_TOPIC, 0, [Message(topic=SNAPSHOT_TOPIC, body=body)], len(body)
             )
         self._since_snapshot = 0
@@ -274,10 +261,10 @@ class PopService:
 
     # -- writes ----------------------------------------------------------------------------------
     def _append(self, record: ReviveRecord) -> PutResult:
-        ctx = self.ctx
-        ctx.ensure_system_topic(REVIVE_TOPIC)
+        host = self.host
+        host.ensure_system_topic(REVIVE_TOPIC)
         body = encode_revive_record(record)
-        result = ctx.appender.put(
+        result = host.appender.put(
             REVIVE_TOPIC, 0, [Message(topic=REVIVE_TOPIC, body=body)], len(body)
         )
         self._since_snapshot += 1
@@ -300,7 +287,7 @@ class PopService:
     ) -> list[tuple[str, int]]:
         """The queues a POP reads, in the order it tries them: one queue, or every queue of the
         topic from a rotating start, and the group's retry queue."""
-        ctx = self.ctx
+        host = self.host
         if queue_id >= 0:
             out = [(topic, queue_id)]
         else:
@@ -308,10 +295,10 @@ class PopService:
             start = self._rotate % queues
             out = [(topic, (start + i) % queues) for i in range(queues)]
         retry = retry_topic(group)
-        config = ctx.sub_groups.get(group)
+        config = host.sub_groups.get(group)
         # A FIFO group retries in place: nothing of its goes to the retry topic.
         if (
-            ctx.topics.get(retry) is not None
+            host.topics.get(retry) is not None
             and config.consume_retry
             and not config.consume_orderly
         ):
@@ -338,16 +325,16 @@ class PopService:
         the records it returns are confirmed here. A queue is read up to
         :data:`_FILTER_READS` times per POP while everything read was filtered out (or
         unreadable: a record that fails its CRC is passed over and logged)."""
-        ctx = self.ctx
+        host = self.host
         state = self.ready()
         key, last = self.handle_key()
         out: list[PopMessage] = []
-        visible = ctx.visible_offset()
+        visible = host.visible_offset()
         retry = retry_topic(group)
-        max_bytes = ctx.cfg.max_pull_bytes
-        broker_name = ctx.cfg.broker_name
-        orderly = ctx.sub_groups.get(group).consume_orderly
-        get = ctx.store.get
+        max_bytes = host.cfg.max_pull_bytes
+        broker_name = host.cfg.broker_name
+        orderly = host.sub_groups.get(group).consume_orderly
+        get = host.store.get
         # The store passes over entries whose ConsumeQueue tag hash cannot match without
         # reading their records; the records it returns are confirmed on their tags below.
         hashes = None if tag_filter is None else tag_filter.hashes
@@ -379,7 +366,7 @@ class PopService:
                     ck = Checkpoint(group, topic, queue_id, start, 1, (), now, invisible_ms)
                     last = self._append(ck)
                     state.checkpoint(last.physical_offsets[0], ck)
-                    ctx.offsets.commit(group, topic, queue_id, start + 1, now)
+                    host.offsets.commit(group, topic, queue_id, start + 1, now)
                     log.error(
                         "pop passed over an unreadable message",
                         group=group,
@@ -418,11 +405,11 @@ class PopService:
                 last = self._append(ck)
                 ck_id = last.physical_offsets[0]
                 state.checkpoint(ck_id, ck)
-                ctx.offsets.commit(group, topic, queue_id, end, now)
+                host.offsets.commit(group, topic, queue_id, end, now)
                 if not picked:
                     continue  # all filtered out: the range is passed, read on
-                ctx.metrics.popped(group, topic, len(picked))
-                counts = ctx.metrics.topic(topic)
+                host.metrics.popped(group, topic, len(picked))
+                counts = host.metrics.topic(topic)
                 counts.messages_out += len(picked)
                 counts.bytes_out += sum(len(raw) for _, raw, _ in picked)
                 for offset, raw, attempt in picked:
@@ -442,16 +429,16 @@ class PopService:
         from_log = state.pop_offset(group, topic, queue_id)
         if from_log is not None:  # the replicated checkpoints decide (docs/pop.md)
             return from_log
-        committed = self.ctx.offsets.query(group, topic, queue_id)
+        committed = self.host.offsets.query(group, topic, queue_id)
         if committed is not None:
             return committed
-        return self.ctx.store.queue_min_offset(topic, queue_id)
+        return self.host.store.queue_min_offset(topic, queue_id)
 
     # -- ack and change -----------------------------------------------------------------------------
     def decode(self, text: str) -> ReceiptHandle:
         """Raises :class:`~protocol.pop.HandleError`."""
         self.ready()
-        return decode_handle(text, self.key, self.ctx.cfg.broker_name)
+        return decode_handle(text, self.key, self.host.cfg.broker_name)
 
     def ack(self, handle: ReceiptHandle, group: str, now: int) -> PutResult | None:
         """Ack one delivery; None when it was acked already. Raises :class:`PopRefused`."""
@@ -462,10 +449,10 @@ class PopService:
         result = self._append(Ack((handle.key,)))
         state.ack(handle.key)
         if entry.orderly:  # its message group goes on: wake the POPs waiting on its queue
-            self.ctx.waiters.notify(entry.topic, entry.queue_id)
-        self.ctx.metrics.pop_ack_latency.observe(max(0, now - handle.pop_ms) / 1000)
+            self.host.waiters.notify(entry.topic, entry.queue_id)
+        self.host.metrics.pop_ack_latency.observe(max(0, now - handle.pop_ms) / 1000)
         self.acks += 1
-        self.ctx.metrics.pop_acked(group)
+        self.host.metrics.pop_acked(group)
         return result
 
     def ack_many(
@@ -496,10 +483,10 @@ class PopService:
         for key in keys:
             state.ack(key)
         for topic, queue_id in woken:
-            self.ctx.waiters.notify(topic, queue_id)
-        self.ctx.metrics.pop_acked(group, len(keys))
+            self.host.waiters.notify(topic, queue_id)
+        self.host.metrics.pop_acked(group, len(keys))
         for seconds in latency:
-            self.ctx.metrics.pop_ack_latency.observe(seconds)
+            self.host.metrics.pop_ack_latency.observe(seconds)
         self.acks += len(keys)
         return outcome, result
 
@@ -534,29 +521,29 @@ class PopService:
 
     # -- revive ------------------------------------------------------------------------------------
     async def _revive_loop(self) -> None:
-        ctx = self.ctx
+        host = self.host
         while True:
             timeout = _REVIVE_IDLE_S
             try:
-                if not ctx.role.is_master:
+                if not host.gate.role.is_master:
                     self._drop()
-                    ctx.metrics.pop_inflight_now({})
-                    ctx.metrics.fifo_blocked_now({})
+                    host.metrics.pop_inflight_now({})
+                    host.metrics.fifo_blocked_now({})
                 else:
-                    ctx.check_writable()
+                    host.gate.check_writable()
                     state = self.ready()
-                    busy = self.revive_due(state, ctx.now_ms()) >= _REVIVE_BATCH
+                    busy = self.revive_due(state, host.now_ms()) >= _REVIVE_BATCH
                     self.snapshot_if_due(state)
-                    ctx.metrics.pop_inflight_now(state.groups())
-                    now = ctx.now_ms()
+                    host.metrics.pop_inflight_now(state.groups())
+                    now = host.now_ms()
                     if now - self._blocked_at >= _BLOCKED_EVERY_MS:  # it walks the deliveries
                         self._blocked_at = now
-                        ctx.metrics.fifo_blocked_now(state.order.blocked_groups())
+                        host.metrics.fifo_blocked_now(state.order.blocked_groups())
                     nxt = state.next_deadline()
                     if busy:
                         timeout = 0.0
                     elif nxt is not None:
-                        timeout = max(0.0, min(timeout, (nxt - ctx.now_ms()) / 1000))
+                        timeout = max(0.0, min(timeout, (nxt - host.now_ms()) / 1000))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a refused write (fenced, disk full): try again later
@@ -584,12 +571,12 @@ class PopService:
             for entry in due:
                 if entry.orderly:
                     attempts = state.order.attempts(entry.key) or 1
-                    if not exhausted(self.ctx.sub_groups.get(entry.group), attempts):
+                    if not exhausted(self.host.sub_groups.get(entry.group), attempts):
                         # A FIFO delivery is handed out again in place, by the next POP.
                         state.expire(entry.key)
-                        self.ctx.waiters.notify(entry.topic, entry.queue_id)
+                        self.host.waiters.notify(entry.topic, entry.queue_id)
                         self.revived += 1
-                        self.ctx.metrics.pop_redelivered(entry.group, entry.topic)
+                        self.host.metrics.pop_redelivered(entry.group, entry.topic)
                         continue
                     self._republish(entry, DeadLetter(attempts - 1))
                 else:
@@ -610,8 +597,8 @@ class PopService:
     def _republish(self, entry: Entry, step: Retry | DeadLetter | None = None) -> None:
         """Re-publish an entry's message to the retry topic or the DLQ (``step`` given: a
         FIFO delivery past its attempts, to the DLQ), or log that it is gone."""
-        ctx = self.ctx
-        res = ctx.store.get(entry.topic, entry.queue_id, entry.queue_offset, 1, 1 << 26, None)
+        host = self.host
+        res = host.store.get(entry.topic, entry.queue_id, entry.queue_offset, 1, 1 << 26, None)
         if res.status is not GetStatus.FOUND:
             log.warning(
                 "pop revive: message gone (retention), not redelivered",
@@ -633,7 +620,7 @@ class PopService:
             else entry.topic
         )
         if step is None:
-            step = next_step(ctx.sub_groups.get(group), reconsume_times(props))
+            step = next_step(host.sub_groups.get(group), reconsume_times(props))
         new_props = sent_back_properties(
             props,
             origin_topic=origin,
@@ -642,14 +629,14 @@ class PopService:
             reason="invisible time passed without an ack",
         )
         topic = dlq_topic(group) if isinstance(step, DeadLetter) else retry_topic(group)
-        ctx.ensure_system_topic(topic)
+        host.ensure_system_topic(topic)
         copy = message_copy(record, topic, new_props)
-        ctx.appender.put(topic, 0, [copy], len(record.body))
+        host.appender.put(topic, 0, [copy], len(record.body))
         if entry.orderly:
-            ctx.waiters.notify(entry.topic, entry.queue_id)  # its message group goes on
+            host.waiters.notify(entry.topic, entry.queue_id)  # its message group goes on
         if isinstance(step, DeadLetter):
             self.dead_lettered += 1
-            ctx.metrics.dead_letter(group, origin)
+            host.metrics.dead_letter(group, origin)
         else:
             self.revived += 1
-            ctx.metrics.pop_redelivered(group, origin)
+            host.metrics.pop_redelivered(group, origin)

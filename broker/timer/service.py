@@ -26,11 +26,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import structlog
 
 from broker.static_forward import ForwardError
+from broker.timer.host import TimerHost
 from broker.timer.records import (
     RESERVED_PROPERTIES,
     Delivered,
@@ -72,9 +73,6 @@ Forward = Callable[[Message, str, int], Awaitable[str]]
 
 FORWARD_RETRY_S: Final = 1.0
 """After a message due on a moved queue could not be sent on: the wait before trying again."""
-
-if TYPE_CHECKING:
-    from broker.context import BrokerContext
 
 __all__ = ["RecallError", "TimerService"]
 
@@ -128,9 +126,9 @@ def reserved_property(msg: Message) -> str | None:
 class TimerService:
     """Scheduled messages of one broker. Loop thread only."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
-        cfg = ctx.cfg
+    def __init__(self, host: TimerHost) -> None:
+        self.host = host
+        cfg = host.cfg
         self.enabled = cfg.timer_enable
         self.directory: Path = cfg.data_dir / "timer"
         self.config = WheelConfig(
@@ -161,7 +159,7 @@ class TimerService:
         """Open the wheel and replay the CommitLog into it (after the store recovered)."""
         if not self.enabled:
             return
-        store = self.ctx.store
+        store = self.host.store
         geometry = self._geometry_changed()
         if geometry is not None:
             self._rebuild(geometry)
@@ -263,7 +261,7 @@ class TimerService:
 
     def _rebuild(self, why: str) -> None:
         """Throw the timer state away and index the whole CommitLog again."""
-        store = self.ctx.store
+        store = self.host.store
         log.warning("rebuilding the timer from the CommitLog", reason=why)
         if self.wheel is not None:
             self.wheel.log.close()
@@ -282,7 +280,7 @@ class TimerService:
         """Index the CommitLog from ``start`` to its end. Bytes it cannot read (a damaged range
         recovery kept, a segment whose start was lost) are skipped to the next segment, with a
         warning: scheduled messages stored there cannot be delivered anyway."""
-        store = self.ctx.store
+        store = self.host.store
         pos = start
         end = store.max_offset
         while pos < end:
@@ -390,7 +388,7 @@ class TimerService:
             for msg, due in zip(messages, dues, strict=True)
         ]
         body_bytes = sum(len(m.body) for m in stored)
-        result = self.ctx.appender.put(TIMER_TOPIC, 0, stored, body_bytes)
+        result = self.host.appender.put(TIMER_TOPIC, 0, stored, body_bytes)
         earliest: int | None = None
         end = result.end_offset
         offsets = result.physical_offsets
@@ -400,7 +398,7 @@ class TimerService:
             if entry is not None and (earliest is None or entry.due_ms < earliest):
                 earliest = entry.due_ms
         self._last_event_end = end
-        self.ctx.metrics.timer_scheduled.inc(len(stored))
+        self.host.metrics.timer_scheduled.inc(len(stored))
         if earliest is not None and (earliest < self._sleep_until or not self._sleep_until):
             self._wake.set()
         return result
@@ -472,14 +470,14 @@ class TimerService:
                 PROP_REAL_TOPIC: topic,
             },
         )
-        result = self.ctx.appender.put(TIMER_TOPIC, 0, [marker], len(_RECALL_BODY))
+        result = self.host.appender.put(TIMER_TOPIC, 0, [marker], len(_RECALL_BODY))
         wheel.cancel(due, offset, result.store_timestamp, source_end=result.end_offset)
         self._last_event_end = result.end_offset
-        self.ctx.metrics.timer_recalled.inc()
+        self.host.metrics.timer_recalled.inc()
         return result
 
     def _read_scheduled(self, offset: int) -> MessageRecord | None:
-        store = self.ctx.store
+        store = self.host.store
         if not store.min_offset <= offset < store.max_offset:
             return None
         try:
@@ -519,12 +517,12 @@ class TimerService:
 
     def _writable(self) -> bool:
         """Whether this broker may append deliveries now (master with a valid write lease)."""
-        return self.ctx.gate.writable()
+        return self.host.gate.writable()
 
     def _next_wait(self) -> float:
         """Seconds until the next delivery round (0: now)."""
         wheel = self.wheel
-        if wheel is None or not self.ctx.role.is_master:
+        if wheel is None or not self.host.gate.role.is_master:
             self._sleep_until = 0
             return 0.1
         if self._inflight:
@@ -551,8 +549,8 @@ class TimerService:
         self._inflight = []
         if not entries:
             return True
-        metrics = self.ctx.metrics
-        appender = self.ctx.appender
+        metrics = self.host.metrics
+        appender = self.host.appender
         runs: dict[tuple[str, int], tuple[list[TimerEntry], list[Message]]] = {}
         unreadable = 0
         for entry in entries:
@@ -622,7 +620,7 @@ class TimerService:
         would put the messages past its seal, where no logical reader looks: the entries not
         delivered yet. A fenced queue's wait (the move commits or its fence lapses); a sealed
         one's are sent on to the queue's newest item, and delivered once acknowledged there."""
-        sealed = self.ctx.sealed
+        sealed = self.host.sealed
         if not sealed.has_closed(topic) or not sealed.closed(topic, queue_id, time.monotonic()):
             return None
         forward = self.forward
@@ -692,7 +690,7 @@ class TimerService:
     # -- progress ---------------------------------------------------------------------------------------
 
     async def _progress_loop(self) -> None:
-        interval = self.ctx.cfg.timer_flush_interval_ms / 1000
+        interval = self.host.cfg.timer_flush_interval_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
@@ -724,13 +722,13 @@ class TimerService:
         wheel = self.wheel
         assert wheel is not None
         if self._snapshot is None or force:
-            self._snapshot = _Snapshot(wheel.delivered, self.ctx.store.max_offset)
+            self._snapshot = _Snapshot(wheel.delivered, self.host.store.max_offset)
 
     def _durable(self, end: int) -> bool:
-        ctx = self.ctx
-        if ctx.service.flushed_offset < end:
+        host = self.host
+        if host.service.flushed_offset < end:
             return False
-        visible = ctx.visible_offset()
+        visible = host.visible_offset()
         return visible is None or visible >= end
 
     def _save_if_durable(self) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from broker.system_topic import read_system_topic
+from broker.transaction.host import TransactionHost
 from broker.transaction.state import Half, TransactionState
 from protocol.codes import RequestCode
 from protocol.message import Message, MessageRecord, RecordError, message_copy
@@ -53,7 +54,6 @@ from storage.errors import StoreError
 from storage.store import PutResult
 
 if TYPE_CHECKING:
-    from broker.context import BrokerContext
     from remoting.server import Connection
 
 __all__ = ["EndOutcome", "TransactionService"]
@@ -87,8 +87,8 @@ class _Producer:
 class TransactionService:
     """Transactions of one broker. Loop thread only."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
+    def __init__(self, host: TransactionHost) -> None:
+        self.host = host
         self.state: TransactionState | None = None
         self._epoch = -1
         self._producers: dict[str, dict[str, _Producer]] = {}
@@ -110,7 +110,7 @@ class TransactionService:
     def ready(self) -> TransactionState:
         """The open transactions, built from the CommitLog when this master has none yet. The
         caller checked that this broker is master."""
-        epoch = self.ctx.role.master_epoch
+        epoch = self.host.gate.role.master_epoch
         state = self.state
         if state is None or epoch != self._epoch:
             state = self.state = self._rebuild()
@@ -124,7 +124,7 @@ class TransactionService:
 
     # -- producers ---------------------------------------------------------------------------------
     def producer_heartbeat(self, group: str, client_id: str, conn: Connection) -> None:
-        self._producers.setdefault(group, {})[client_id] = _Producer(conn, self.ctx.now_ms())
+        self._producers.setdefault(group, {})[client_id] = _Producer(conn, self.host.now_ms())
 
     def connection_closed(self, conn: Connection) -> None:
         for group, members in list(self._producers.items()):
@@ -137,7 +137,7 @@ class TransactionService:
         members = self._producers.get(group)
         if not members:
             return None
-        expiry = self.ctx.cfg.client_expiry_ms
+        expiry = self.host.cfg.client_expiry_ms
         for _cid, p in sorted(members.items(), key=lambda kv: kv[0]):
             if now - p.last_heartbeat_ms <= expiry and not p.conn.closed:
                 return p.conn
@@ -145,9 +145,9 @@ class TransactionService:
 
     # -- rebuild -------------------------------------------------------------------------------------
     def _rebuild(self) -> TransactionState:
-        cfg = self.ctx.cfg
+        cfg = self.host.cfg
         state = TransactionState(cfg.transaction_check_first_ms, cfg.transaction_check_interval_ms)
-        halves = list(read_system_topic(self.ctx.store, HALF_TOPIC))
+        halves = list(read_system_topic(self.host.store, HALF_TOPIC))
         for record in halves:
             half = _half_of(record)
             if half is None:
@@ -155,7 +155,7 @@ class TransactionService:
                 continue
             state.half(half)
         ops = 0
-        for record in read_system_topic(self.ctx.store, OP_TOPIC):
+        for record in read_system_topic(self.host.store, OP_TOPIC):
             try:
                 state.op(record.physical_offset, decode_op(record.body))
                 ops += 1
@@ -170,7 +170,7 @@ class TransactionService:
             open=state.open_count(),
         )
         self._repair_last_commit(state)
-        self.ctx.metrics.transactions_open_now(state.open_count())
+        self.host.metrics.transactions_open_now(state.open_count())
         self._wake.set()
         return state
 
@@ -188,7 +188,7 @@ class TransactionService:
                     return
             except RecordError:
                 pass
-        if not self.ctx.role.is_master:
+        if not self.host.gate.role.is_master:
             return
         log.warning(
             "transaction commit without its visible copy: appending it",
@@ -198,15 +198,15 @@ class TransactionService:
         try:
             # The commit op again, then the copy: the pair is adjacent once more, so the next
             # master finds the copy right after the log's last commit op.
-            op = Op(OpKind.COMMIT, half_offset, self.ctx.now_ms())
-            self.ctx.store.read_message(half_offset)
+            op = Op(OpKind.COMMIT, half_offset, self.host.now_ms())
+            self.host.store.read_message(half_offset)
             state.op(self._append_op(op).physical_offsets[0], op)
             self._append_copy(half_offset)
         except (StoreError, ValueError) as exc:
             log.error("transaction copy not appended", half_offset=half_offset, error=str(exc))
 
     def _record_after(self, offset: int) -> MessageRecord | None:
-        store = self.ctx.store
+        store = self.host.store
         try:
             nxt = offset + store.read_message(offset).record.size
         except StoreError:
@@ -231,10 +231,10 @@ class TransactionService:
         a send without producer group or transaction id, :class:`StoreError`)."""
         props = half_properties(msg.properties, topic, queue_id)
         state = self.ready()
-        ctx = self.ctx
-        ctx.ensure_system_topic(HALF_TOPIC)
+        host = self.host
+        host.ensure_system_topic(HALF_TOPIC)
         half = message_copy(msg, HALF_TOPIC, props)
-        result = ctx.appender.put(HALF_TOPIC, 0, [half], len(msg.body))
+        result = host.appender.put(HALF_TOPIC, 0, [half], len(msg.body))
         state.half(
             Half(
                 result.physical_offsets[0],
@@ -243,25 +243,25 @@ class TransactionService:
                 result.store_timestamp,
             )
         )
-        ctx.metrics.transaction_opened()
-        ctx.metrics.transactions_open_now(state.open_count())
+        host.metrics.transaction_opened()
+        host.metrics.transactions_open_now(state.open_count())
         return result
 
     def _append_op(self, op: Op) -> PutResult:
-        ctx = self.ctx
-        ctx.ensure_system_topic(OP_TOPIC)
+        host = self.host
+        host.ensure_system_topic(OP_TOPIC)
         body = encode_op(op)
-        return ctx.appender.put(OP_TOPIC, 0, [Message(topic=OP_TOPIC, body=body)], len(body))
+        return host.appender.put(OP_TOPIC, 0, [Message(topic=OP_TOPIC, body=body)], len(body))
 
     def _append_copy(self, half_offset: int) -> PutResult:
-        ctx = self.ctx
-        record = ctx.store.read_message(half_offset).record
+        host = self.host
+        record = host.store.read_message(half_offset).record
         topic, queue_id, props = real_properties(record.properties, half_offset)
-        tc = ctx.topics.get(topic)
+        tc = host.topics.get(topic)
         if tc is None:
-            tc = ctx.create_topic(topic, max(ctx.cfg.default_topic_queues, queue_id + 1))
+            tc = host.create_topic(topic, max(host.cfg.default_topic_queues, queue_id + 1))
         copy = message_copy(record, topic, props)
-        return ctx.appender.put(topic, queue_id % tc.queues, [copy], len(record.body))
+        return host.appender.put(topic, queue_id % tc.queues, [copy], len(record.body))
 
     def end(
         self, group: str, transaction_id: str, half_offset: int | None, kind: OpKind | None
@@ -279,34 +279,34 @@ class TransactionService:
             return EndOutcome(True, state.resolution(found), already=True)
         if kind is None:
             return EndOutcome(True, None)
-        ctx = self.ctx
-        now = ctx.now_ms()
+        host = self.host
+        now = host.now_ms()
         op = Op(kind, found, now)
         if kind is OpKind.COMMIT:
             # Read the half before writing anything: a half lost to retention fails cleanly.
-            ctx.store.read_message(found)
+            host.store.read_message(found)
             op_result = self._append_op(op)
             state.op(op_result.physical_offsets[0], op)
             result = self._append_copy(found)
-            ctx.metrics.transaction_resolved(kind)
+            host.metrics.transaction_resolved(kind)
         else:
             result = self._append_op(op)
             state.op(result.physical_offsets[0], op)
-            ctx.metrics.transaction_resolved(kind)
-        ctx.metrics.transactions_open_now(state.open_count())
+            host.metrics.transaction_resolved(kind)
+        host.metrics.transactions_open_now(state.open_count())
         return EndOutcome(True, kind, result=result)
 
     # -- check-back --------------------------------------------------------------------------------
     async def _check_loop(self) -> None:
-        ctx = self.ctx
+        host = self.host
         while True:
-            timeout = min(_IDLE_S, ctx.cfg.transaction_check_interval_ms / 1000)
+            timeout = min(_IDLE_S, host.cfg.transaction_check_interval_ms / 1000)
             try:
-                if not ctx.role.is_master:
+                if not host.gate.role.is_master:
                     self._drop()
                 else:
-                    ctx.check_writable()
-                    self.check_due(self.ready(), ctx.now_ms())
+                    host.gate.check_writable()
+                    self.check_due(self.ready(), host.now_ms())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a refused write (fenced, disk full): try again later
@@ -329,14 +329,14 @@ class TransactionService:
             for half in due[done:]:  # a write failed: try these again later
                 state.later(half, now + _RETRY_LATER_MS)
             if due:
-                self.ctx.metrics.transactions_open_now(state.open_count())
+                self.host.metrics.transactions_open_now(state.open_count())
         return done
 
     def _check_one(self, state: TransactionState, half: Half, now: int) -> None:
-        if half.checks >= self.ctx.cfg.transaction_check_max:
+        if half.checks >= self.host.cfg.transaction_check_max:
             op = Op(OpKind.DISCARD, half.offset, now)
             state.op(self._append_op(op).physical_offsets[0], op)
-            self.ctx.metrics.transaction_resolved(OpKind.DISCARD)
+            self.host.metrics.transaction_resolved(OpKind.DISCARD)
             log.warning(
                 "transaction discarded: unresolved after the maximum number of checks",
                 half_offset=half.offset,
@@ -348,7 +348,7 @@ class TransactionService:
         sent = self._send_check(half, now)
         op = Op(OpKind.CHECK, half.offset, now)
         state.op(self._append_op(op).physical_offsets[0], op)
-        self.ctx.metrics.transaction_checked(sent)
+        self.host.metrics.transaction_checked(sent)
 
     def _send_check(self, half: Half, now: int) -> bool:
         conn = self._live_producer(half.group, now)
@@ -360,7 +360,7 @@ class TransactionService:
             )
             return False
         try:
-            raw = self.ctx.store.read_message(half.offset).raw
+            raw = self.host.store.read_message(half.offset).raw
         except StoreError as exc:
             log.warning(
                 "transaction half unreadable for a check", half_offset=half.offset, error=str(exc)
@@ -370,7 +370,7 @@ class TransactionService:
             "producerGroup": half.group,
             "transactionId": half.transaction_id,
             "commitLogOffset": half.offset,
-            "brokerName": self.ctx.cfg.broker_name,
+            "brokerName": self.host.cfg.broker_name,
         }
         conn.send(
             request(
