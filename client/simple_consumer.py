@@ -33,7 +33,17 @@ from client.brokers import MasterCaller, error_of
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
 from client.message import ReceivedMessage
 from client.routes import RouteCache
+from protocol.broker_requests.pop import (
+    AckRequest,
+    BatchAckAnswer,
+    BatchAckRequest,
+    ChangeInvisibleRequest,
+    InvisibleChanged,
+    PopFound,
+    PopRequest,
+)
 from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import FieldError
 from protocol.filter import parse_tag_expression
 from protocol.message import MessageRecord, iter_records
 from protocol.remoting import Frame, Header
@@ -75,13 +85,12 @@ class PopMessage(ReceivedMessage):
 def decode_pop_answer(frame: Frame, broker_name: str) -> list[PopMessage]:
     """The messages of a POP answer (SUCCESS); raises :class:`ClientError` when the handles
     do not match the records."""
-    h = frame.header
-    handles_text, attempts_text = h.get("receiptHandles"), h.get("attempts")
-    if not isinstance(handles_text, str) or not isinstance(attempts_text, str):
-        raise ClientError("POP answer lacks receiptHandles / attempts")
-    handles = handles_text.split()
-    attempts = [int(a) for a in attempts_text.split()]
-    records = list(iter_records(frame.body or b""))
+    try:
+        found = PopFound.parse(frame.header, frame.body)
+    except FieldError as exc:
+        raise ClientError(f"POP answer lacks receiptHandles / attempts: {exc}") from None
+    handles, attempts = found.receipt_handles, found.attempts
+    records = list(iter_records(found.body))
     if not len(records) == len(handles) == len(attempts):
         raise ClientError(
             f"POP answer holds {len(records)} records, {len(handles)} handles, "
@@ -178,17 +187,17 @@ class SimpleConsumer:
     ) -> list[PopMessage]:
         """One POP of any queue of broker group ``broker_name``, long-polling up to
         ``poll_ms``; an empty list when nothing came (or the group had no master to answer)."""
-        header: Header = {
-            "consumerGroup": self.group,
-            "topic": self.topic,
-            "queueId": -1,
-            "maxMsgNums": max_messages,
-            "invisibleTime": invisible_ms,
-            "pollTime": poll_ms,
-            "expressionType": "TAG",
-            "exp": self.filter,
-        }
-        resp = await self._request(broker_name, RequestCode.POP_MESSAGE, header, poll_ms / 1000)
+        pop = PopRequest(
+            group=self.group,
+            topic=self.topic,
+            queue_id=-1,
+            max_count=max_messages,
+            invisible_ms=invisible_ms,
+            poll_ms=poll_ms,
+            expression=self.filter,
+        )
+        header, _ = pop.encode()
+        resp = await self._request(broker_name, pop.code, header, poll_ms / 1000)
         if resp is None or resp.code == ResponseCode.PULL_NOT_FOUND:
             return []
         if resp.code != ResponseCode.SUCCESS:
@@ -229,8 +238,8 @@ class SimpleConsumer:
     async def ack(self, msg: PopMessage) -> None:
         """Ack ``msg``: it is not delivered again. Raises :class:`BrokerError` with
         RECEIPT_HANDLE_EXPIRED when its invisible time passed (it will be delivered again)."""
-        header: Header = {"consumerGroup": self.group, "receiptHandle": msg.receipt_handle}
-        resp = await self._request(msg.broker_name, RequestCode.ACK_MESSAGE, header)
+        ack = AckRequest(group=self.group, receipt_handle=msg.receipt_handle)
+        resp = await self._request(msg.broker_name, ack.code, ack.encode()[0])
         assert resp is not None
         if resp.code != ResponseCode.SUCCESS:
             raise error_of(resp, self._caller.address(msg.broker_name))
@@ -246,22 +255,24 @@ class SimpleConsumer:
         async def one(broker_name: str, idx: list[int]) -> None:
             for first in range(0, len(idx), 1024):
                 part = idx[first : first + 1024]
-                header: Header = {
-                    "consumerGroup": self.group,
-                    "receiptHandles": " ".join(msgs[i].receipt_handle for i in part),
-                }
-                resp = await self._request(broker_name, RequestCode.BATCH_ACK_MESSAGE, header)
+                batch = BatchAckRequest(
+                    group=self.group, receipt_handles=tuple(msgs[i].receipt_handle for i in part)
+                )
+                resp = await self._request(broker_name, batch.code, batch.encode()[0])
                 assert resp is not None
                 address = self._caller.address(broker_name)
                 if resp.code != ResponseCode.SUCCESS:
                     raise error_of(resp, address)
-                results = str(resp.header.get("results", "")).split()
+                try:
+                    answer = BatchAckAnswer.parse(resp.header, resp.body)
+                except FieldError as exc:
+                    raise ClientError(f"batch ack answer: {exc}") from None
+                results = answer.results
                 if len(results) != len(part):
                     raise ClientError(f"batch ack answered {len(results)} results for {len(part)}")
-                remark = str(resp.header.get("remark", ""))
                 for i, code in zip(part, results, strict=True):
-                    if int(code) != ResponseCode.SUCCESS:
-                        out[i] = BrokerError(int(code), remark, address)
+                    if code != ResponseCode.SUCCESS:
+                        out[i] = BrokerError(code, answer.remark, address)
 
         await asyncio.gather(*(one(b, idx) for b, idx in by_broker.items()))
         return out
@@ -269,18 +280,17 @@ class SimpleConsumer:
     async def change_invisible_duration(self, msg: PopMessage, seconds: float) -> None:
         """Hide ``msg`` for ``seconds`` from now (extend while working on it, or nack with a
         delay); ``msg`` takes the new receipt handle the broker answers with."""
-        header: Header = {
-            "consumerGroup": self.group,
-            "receiptHandle": msg.receipt_handle,
-            "invisibleTime": int(seconds * 1000),
-        }
-        resp = await self._request(
-            msg.broker_name, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header
+        change = ChangeInvisibleRequest(
+            group=self.group, receipt_handle=msg.receipt_handle, invisible_ms=int(seconds * 1000)
         )
+        resp = await self._request(msg.broker_name, change.code, change.encode()[0])
         assert resp is not None
         if resp.code != ResponseCode.SUCCESS:
             raise error_of(resp, self._caller.address(msg.broker_name))
-        handle = resp.header.get("receiptHandle")
-        if not isinstance(handle, str):
-            raise ClientError("change of invisible time answered without a receipt handle")
-        msg.receipt_handle = handle
+        try:
+            changed = InvisibleChanged.parse(resp.header, resp.body)
+        except FieldError:
+            raise ClientError(
+                "change of invisible time answered without a receipt handle"
+            ) from None
+        msg.receipt_handle = changed.receipt_handle

@@ -31,32 +31,23 @@ from broker.context import BrokerContext, WriteRefused
 from broker.durable_wait import wait_durable
 from broker.pop.inflight import PopRefused, Refusal
 from broker.pop.service import PopMessage, PopService
+from protocol.broker_requests.pop import (
+    AckRequest,
+    BatchAckAnswer,
+    BatchAckRequest,
+    ChangeInvisibleRequest,
+    InvisibleChanged,
+    PopFound,
+    PopRequest,
+)
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
-from protocol.filter import FilterError, TagFilter, parse_tag_expression
+from protocol.filter import TagFilter, parse_tag_expression
 from protocol.pop import MAX_POP_BATCH, HandleError, ReceiptHandle
 from protocol.remoting import Frame, Header, response
-from protocol.retry import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    group_error,
-    retry_topic,
-)
+from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import StoreError
 from storage.store import PutResult
-
-MIN_INVISIBLE_MS = 1_000
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
-
-
-def _invisible(header: Header) -> int:
-    ms = req_int(header, "invisibleTime")
-    if not MIN_INVISIBLE_MS <= ms <= MAX_INVISIBLE_MS:
-        raise FieldError(
-            f"invisibleTime must be {MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS} ms, not {ms}"
-        )
-    return ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +63,6 @@ class _PopAsk:
     tag_filter: TagFilter | None
 
 
-def _group(header: Header) -> str:
-    group = req_str(header, "consumerGroup")
-    bad = group_error(group)
-    if bad is not None:
-        raise FieldError(bad)
-    return group
-
-
 class PopProcessor:
     def __init__(self, ctx: BrokerContext, service: PopService) -> None:
         self.ctx = ctx
@@ -93,22 +76,11 @@ class PopProcessor:
 
     # -- POP -----------------------------------------------------------------------------------
     def pop(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        h = req.header
-        group = _group(h)
-        topic = req_str(h, "topic")
-        queue_id = opt_int(h, "queueId", -1)
-        max_count = max(
-            1, min(req_int(h, "maxMsgNums"), MAX_POP_BATCH, self.ctx.cfg.max_pull_batch)
-        )
-        invisible = _invisible(h)
-        expression_type = opt_str(h, "expressionType", "TAG")
-        if expression_type.upper() != "TAG":
-            raise FieldError(f"expressionType {expression_type!r} is not supported (only TAG)")
-        try:
-            tag_filter = parse_tag_expression(opt_str(h, "exp", "*"))
-        except FilterError as exc:
-            raise FieldError(str(exc)) from None
-        poll_ms = max(0, min(opt_int(h, "pollTime", 0), self.ctx.cfg.max_pull_suspend_ms))
+        pop = PopRequest.parse(req.header, req.body)
+        group, topic, queue_id, invisible = pop.group, pop.topic, pop.queue_id, pop.invisible_ms
+        max_count = max(1, min(pop.max_count, MAX_POP_BATCH, self.ctx.cfg.max_pull_batch))
+        tag_filter = parse_tag_expression(pop.expression)
+        poll_ms = max(0, min(pop.poll_ms, self.ctx.cfg.max_pull_suspend_ms))
         # System topics in either case (ours are rmq_sys_..., RocketMQ's transaction topics
         # RMQ_SYS_TRANS_...: a POP there would hand out half messages).
         if topic.lower().startswith("rmq_sys_") or topic.startswith(
@@ -199,19 +171,18 @@ class PopProcessor:
 
     @staticmethod
     def _found(req: Frame, got: list[PopMessage]) -> Frame:
-        body = b"".join(m.raw for m in got)
-        header: Header = {
-            "count": len(got),
-            "receiptHandles": " ".join(m.handle for m in got),
-            "attempts": " ".join(str(m.attempt) for m in got),
-        }
-        return response(req, ResponseCode.SUCCESS, header, body)
+        found = PopFound(
+            receipt_handles=tuple(m.handle for m in got),
+            attempts=tuple(m.attempt for m in got),
+            body=b"".join(m.raw for m in got),
+        )
+        return response(req, ResponseCode.SUCCESS, *found.encode())
 
     # -- ack / change ----------------------------------------------------------------------------
-    def _handle(self, req: Frame, group: str) -> ReceiptHandle | Frame:
+    def _handle(self, req: Frame, group: str, text: str) -> ReceiptHandle | Frame:
         try:
             self.ctx.check_writable()
-            handle = self.service.decode(req_str(req.header, "receiptHandle"))
+            handle = self.service.decode(text)
         except WriteRefused as exc:
             return error_response(req, exc.code, exc.remark)
         except HandleError as exc:
@@ -225,8 +196,9 @@ class PopProcessor:
         return handle
 
     def ack(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        group = _group(req.header)
-        handle = self._handle(req, group)
+        ack = AckRequest.parse(req.header, req.body)
+        group = ack.group
+        handle = self._handle(req, group, ack.receipt_handle)
         if isinstance(handle, Frame):
             return handle
         try:
@@ -240,10 +212,8 @@ class PopProcessor:
         return self._answer(req, result, {})
 
     def batch_ack(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        group = _group(req.header)
-        texts = req_str(req.header, "receiptHandles").split()
-        if not 0 < len(texts) <= MAX_POP_BATCH:
-            raise FieldError(f"receiptHandles must hold 1..{MAX_POP_BATCH} handles")
+        batch = BatchAckRequest.parse(req.header, req.body)
+        group, texts = batch.group, batch.receipt_handles
         try:
             self.ctx.check_writable()
         except WriteRefused as exc:
@@ -273,17 +243,15 @@ class PopProcessor:
             if refused is not None:
                 codes[i] = _refusal_code(refused.reason)
                 remarks.append(f"#{i}: {refused}")
-        header: Header = {"results": " ".join(str(c) for c in codes)}
-        if remarks:
-            header["remark"] = "; ".join(remarks)[:4096]
+        header, _ = BatchAckAnswer(results=tuple(codes), remark="; ".join(remarks)[:4096]).encode()
         if result is None:
             return response(req, ResponseCode.SUCCESS, header)
         return self._answer(req, result, header)
 
     def change(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        group = _group(req.header)
-        invisible = _invisible(req.header)
-        handle = self._handle(req, group)
+        change = ChangeInvisibleRequest.parse(req.header, req.body)
+        group, invisible = change.group, change.invisible_ms
+        handle = self._handle(req, group, change.receipt_handle)
         if isinstance(handle, Frame):
             return handle
         try:
@@ -292,7 +260,7 @@ class PopProcessor:
             return error_response(req, _refusal_code(exc.reason), str(exc))
         except StoreError as exc:
             return error_response(req, ResponseCode.SYSTEM_ERROR, f"change not recorded: {exc}")
-        return self._answer(req, result, {"receiptHandle": new})
+        return self._answer(req, result, InvisibleChanged(receipt_handle=new).encode()[0])
 
     def _answer(self, req: Frame, result: PutResult, header: Header) -> Frame | Awaitable[Frame]:
         return _when_durable(self.ctx, req, result, response(req, ResponseCode.SUCCESS, header))

@@ -16,8 +16,8 @@ import structlog
 
 from broker.context import BrokerContext, WriteRefused
 from broker.timer.service import RecallError
+from protocol.broker_requests.recall import Recalled, RecallRequest
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import req_str
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import DiskFullError, StoreError
@@ -34,8 +34,8 @@ class RecallProcessor:
 
     def recall(self, conn: Connection, req: Frame) -> Frame | asyncio.Future[Frame]:
         ctx = self.ctx
-        topic = req_str(req.header, "topic")
-        msg_id = req_str(req.header, "msgId")
+        recall = RecallRequest.parse(req.header, req.body)
+        topic, msg_id = recall.topic, recall.msg_id
         try:
             ctx.check_writable()
             result = ctx.timer.recall(topic, msg_id)
@@ -47,7 +47,7 @@ class RecallProcessor:
             log.error("recall failed", topic=topic, msg_id=msg_id, error=str(exc))
             return error_response(req, ResponseCode.SYSTEM_ERROR, str(exc))
         log.info("scheduled message recalled", topic=topic, msg_id=msg_id)
-        resp = response(req, ResponseCode.SUCCESS, {"msgId": msg_id})
+        resp = response(req, ResponseCode.SUCCESS, *Recalled(msg_id=msg_id).encode())
         if not ctx.needs_wait(result):
             return resp
         fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()

@@ -5,12 +5,26 @@ not move by accident (a deliberate change rewrites the golden bytes here, with t
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Protocol, Self
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.broker_requests.pop import (
+    MAX_INVISIBLE_MS,
+    MIN_INVISIBLE_MS,
+    AckRequest,
+    BatchAckAnswer,
+    BatchAckRequest,
+    ChangeInvisibleRequest,
+    InvisibleChanged,
+    PopFound,
+    PopRequest,
+)
+from protocol.broker_requests.recall import Recalled, RecallRequest
+from protocol.fields import FieldError
 from protocol.pull import (
     AllConsumerOffsetsQuery,
     ConsumerOffsetQuery,
@@ -36,6 +50,9 @@ names = st.text(min_size=1, max_size=20)
 ints = st.integers(-(2**63), 2**63 - 1)
 naturals = st.integers(0, 2**63 - 1)
 tag_expressions = st.sampled_from(["*", "TagA", "TagA || TagB", " TagC "])
+groups = st.from_regex(r"[A-Za-z0-9_|.\-]{1,40}", fullmatch=True)
+handles = st.from_regex(r"[A-Za-z0-9_\-]{1,60}", fullmatch=True)
+invisible = st.integers(MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
 
 STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     PullRequest: st.builds(
@@ -57,6 +74,45 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     MaxOffsetQuery: st.builds(MaxOffsetQuery, topic=names, queue_id=ints, committed=st.booleans()),
     OffsetSearch: st.builds(OffsetSearch, topic=names, queue_id=ints, timestamp=ints),
     AllConsumerOffsetsQuery: st.builds(AllConsumerOffsetsQuery, with_times=st.booleans()),
+    PopRequest: st.builds(
+        PopRequest,
+        group=groups,
+        topic=names,
+        queue_id=ints,
+        max_count=ints,
+        invisible_ms=invisible,
+        poll_ms=ints,
+        expression_type=st.sampled_from(["TAG", "tag"]),
+        expression=tag_expressions,
+    ),
+    AckRequest: st.builds(AckRequest, group=groups, receipt_handle=names),
+    BatchAckRequest: st.builds(
+        BatchAckRequest,
+        group=groups,
+        receipt_handles=st.lists(handles, min_size=1, max_size=1024).map(tuple),
+    ),
+    ChangeInvisibleRequest: st.builds(
+        ChangeInvisibleRequest, group=groups, receipt_handle=names, invisible_ms=invisible
+    ),
+    RecallRequest: st.builds(RecallRequest, topic=names, msg_id=names),
+}
+
+ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
+    PopFound: st.lists(st.tuples(handles, st.integers(0, 2**31)), max_size=40).flatmap(
+        lambda got: st.builds(
+            PopFound,
+            receipt_handles=st.just(tuple(h for h, _ in got)),
+            attempts=st.just(tuple(a for _, a in got)),
+            body=st.binary(max_size=64),
+        )
+    ),
+    BatchAckAnswer: st.builds(
+        BatchAckAnswer,
+        results=st.lists(st.integers(0, 2**31), max_size=1024).map(tuple),
+        remark=st.text(max_size=40),
+    ),
+    InvisibleChanged: st.builds(InvisibleChanged, receipt_handle=names),
+    Recalled: st.builds(Recalled, msg_id=names),
 }
 
 GOLDEN: list[tuple[Any, str]] = [
@@ -99,6 +155,40 @@ GOLDEN: list[tuple[Any, str]] = [
         "6800c0",
     ),
     (AllConsumerOffsetsQuery(with_times=True), "0000001296002b010081a97769746854696d6573c3c0"),
+    (
+        PopRequest(
+            group="g",
+            topic="T",
+            queue_id=-1,
+            max_count=32,
+            invisible_ms=30_000,
+            poll_ms=1000,
+            expression="TagA || TagB",
+        ),
+        "000000799600ce00030d72010088ad636f6e73756d657247726f7570a167a5746f706963a154a771756575"
+        "654964ffaa6d61784d73674e756d7320ad696e76697369626c6554696d65cd7530a8706f6c6c54696d65cd"
+        "03e8ae65787072657373696f6e54797065a3544147a3657870ac54616741207c7c2054616742c0",
+    ),
+    (
+        AckRequest(group="g", receipt_handle="h1"),
+        "0000002c9600ce00030d73010082ad636f6e73756d657247726f7570a167ad7265636569707448616e646c"
+        "65a26831c0",
+    ),
+    (
+        BatchAckRequest(group="g", receipt_handles=("h1", "h2")),
+        "000000309600ce00030dd7010082ad636f6e73756d657247726f7570a167ae7265636569707448616e646c"
+        "6573a56831206832c0",
+    ),
+    (
+        ChangeInvisibleRequest(group="g", receipt_handle="h1", invisible_ms=5000),
+        "0000003d9600ce00030d75010083ad636f6e73756d657247726f7570a167ad7265636569707448616e646c"
+        "65a26831ad696e76697369626c6554696d65cd1388c0",
+    ),
+    (
+        RecallRequest(topic="T", msg_id="7F00000100002A9F0000000000000040"),
+        "000000399600cd01d6010082a5746f706963a154a56d73674964d92037463030303030313030303032413946"
+        "30303030303030303030303030303430c0",
+    ),
 ]
 
 
@@ -128,3 +218,67 @@ def test_the_wire_bytes_of_each_request_stay_put(typed: Any, golden: str) -> Non
 def test_every_typed_request_has_a_golden_frame() -> None:
     assert {type(typed) for typed, _ in GOLDEN} == set(STRATEGIES)
     assert len({cls.code for cls in STRATEGIES}) == len(STRATEGIES)
+
+
+@pytest.mark.parametrize("cls", list(ANSWERS), ids=lambda cls: cls.__name__)
+def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
+    @given(ANSWERS[cls])
+    def round_trip(answer: Any) -> None:
+        header, body = answer.encode()
+        (frame,) = FrameDecoder().feed(encode_frame(request(1, 1, header, body)))
+        assert cls.parse(frame.header, frame.body) == answer
+
+    round_trip()
+
+
+@pytest.mark.parametrize(
+    ("cls", "header", "message"),
+    [
+        (PopRequest, {"topic": "T", "maxMsgNums": 1, "invisibleTime": 5000}, "'consumerGroup'"),
+        (
+            PopRequest,
+            {"consumerGroup": "a b", "topic": "T", "maxMsgNums": 1, "invisibleTime": 5000},
+            "may hold only letters",
+        ),
+        (
+            PopRequest,
+            {"consumerGroup": "g", "topic": "T", "maxMsgNums": 1, "invisibleTime": 999},
+            "invisibleTime must be 1000..43200000 ms, not 999",
+        ),
+        (
+            PopRequest,
+            {"consumerGroup": "g", "topic": "T", "maxMsgNums": 1, "invisibleTime": 5000}
+            | {"expressionType": "SQL92"},
+            "expressionType 'SQL92' is not supported",
+        ),
+        (
+            PopRequest,
+            {"consumerGroup": "g", "topic": "T", "maxMsgNums": 1, "invisibleTime": 5000}
+            | {"exp": "A ||"},
+            "empty tag",
+        ),
+        (BatchAckRequest, {"consumerGroup": "g", "receiptHandles": "  "}, "1..1024 handles"),
+        (
+            ChangeInvisibleRequest,
+            {"consumerGroup": "g", "receiptHandle": "h", "invisibleTime": "5s"},
+            "'invisibleTime' must be an integer",
+        ),
+        (RecallRequest, {"topic": "T"}, "'msgId'"),
+        (
+            PullRequest,
+            {"consumerGroup": "g", "topic": "T", "queueId": 0, "queueOffset": 0}
+            | {"subscription": "A || "},
+            "subscription: ",
+        ),
+        (
+            ConsumerOffsetUpdate,
+            {"consumerGroup": "g", "topic": "T", "queueId": 0, "commitOffset": -1},
+            "commitOffset must be >= 0",
+        ),
+    ],
+)
+def test_a_bad_field_raises_one_field_error_naming_it(
+    cls: type[Any], header: dict[str, Scalar], message: str
+) -> None:
+    with pytest.raises(FieldError, match=re.escape(message)):
+        cls.parse(header, None)
