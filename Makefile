@@ -57,7 +57,7 @@ lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-logo
-	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline
+	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline bench
 
 bench: $(BENCH_STAMP)  ## benchmarks: figures and ratios, never asserted
 	$(BIN)/python bench/run.py

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import sdk_phases, smoke
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
+from protocol.remoting import Header
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
 
@@ -160,7 +161,7 @@ async def bench_consume(conn: RemotingClient, queues: int, expected: int, pid: i
         nonlocal total, nbytes
         offset = 0
         while True:
-            header = {
+            header: Header = {
                 "consumerGroup": "bench",
                 "topic": "Bench",
                 "queueId": qid,
@@ -244,7 +245,7 @@ async def bench_sdk(address: str, pid: int, body: bytes, args: argparse.Namespac
     print(f"SDK send, 64 in flight, auto-batch on/off: {rates[True] / rates[False]:.2f}")
     lat = await sdk_phases.one_at_a_time(address, "Bench", args.one_at_a_time, body)
     print(sdk_phases.line_one_at_a_time("(1 broker)", lat), flush=True)
-    return 2 * (args.sdk_messages + 1) + 2 * (len(lat[True]) + 1)
+    return int(2 * (args.sdk_messages + 1) + 2 * (len(lat[True]) + 1))
 
 
 async def bench_batch_quiet(conn: RemotingClient, body: bytes, n: int, queues: int) -> None:

@@ -87,8 +87,8 @@ async def run(data: Path, topics: int, queues_per_topic: int, rounds: int) -> No
     try:
         ctx = b.ctx
         body = [Message(topic="x", body=b"x" * 64) for _ in range(PER_QUEUE)]
-        for t in range(topics):
-            topic = f"T{t}"
+        for i in range(topics):
+            topic = f"T{i}"
             ctx.create_topic(topic, queues_per_topic)
             for q in range(queues_per_topic):
                 ctx.store.put(topic, q, body, now_ms=1_700_000_000_000)

@@ -292,7 +292,7 @@ async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, bod
 
     await asyncio.gather(*(worker() for _ in range(8)))
     conn.close()
-    target = (await epoch_cache(master))["maxOffset"]
+    target = int((await epoch_cache(master))["maxOffset"])
     slave.start()
     t_start = time.perf_counter()
     base: int | None = None

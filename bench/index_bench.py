@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import random
 import shutil
@@ -103,8 +104,8 @@ def bench_sends(args: argparse.Namespace) -> None:
                     try:
                         c0 = cpu_seconds(broker.pid)
                         rate = run_async(
-                            lambda b=broker, k=batch: send_phase(
-                                b.address, args.messages, args.size, 8, k
+                            functools.partial(
+                                send_phase, broker.address, args.messages, args.size, 8, batch
                             )
                         )
                         used = (cpu_seconds(broker.pid) - c0) / args.messages * 100_000

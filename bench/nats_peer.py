@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -59,7 +60,7 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def stop_processes(procs: list[subprocess.Popen]) -> None:
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM each process started here, then SIGKILL whichever is still alive after 5 s."""
     for p in procs:
         if p.poll() is None:
@@ -75,7 +76,9 @@ def stop_processes(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-def start_cluster(tmp: Path, procs: list[subprocess.Popen]) -> tuple[list[str], dict[str, int]]:
+def start_cluster(
+    tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> tuple[list[str], dict[str, int]]:
     """Start three clustered JetStream servers; returns client URLs and server name -> PID."""
     ports = free_ports(6)
     client_ports, cluster_ports = ports[:3], ports[3:]
@@ -118,7 +121,7 @@ def start_cluster(tmp: Path, procs: list[subprocess.Popen]) -> tuple[list[str], 
     return urls, pids
 
 
-async def wait_listening(urls: list[str], procs: list[subprocess.Popen], tmp: Path) -> None:
+async def wait_listening(urls: list[str], procs: list[subprocess.Popen[bytes]], tmp: Path) -> None:
     """Wait until every server accepts TCP connections on its client port."""
     deadline = time.monotonic() + READY_DEADLINE_S
     for url in urls:
@@ -136,8 +139,10 @@ async def wait_listening(urls: list[str], procs: list[subprocess.Popen], tmp: Pa
                 await asyncio.sleep(0.05)
 
 
-async def create_stream(nc, procs: list[subprocess.Popen], tmp: Path):
-    """Create the R3 stream, retrying until the meta leader is elected (deadline 60 s)."""
+async def create_stream(nc: Any, procs: list[subprocess.Popen[bytes]], tmp: Path) -> Any:
+    """Create the R3 stream, retrying until the meta leader is elected (deadline 60 s); returns
+    its stream info. ``nc``: a connected ``nats.aio.client.Client`` (nats-py, the bench extra,
+    is not in every venv: typed Any)."""
     from nats.js.api import StorageType, StreamConfig
 
     config = StreamConfig(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE, num_replicas=3)
@@ -170,7 +175,7 @@ async def create_stream(nc, procs: list[subprocess.Popen], tmp: Path):
 async def measure(
     urls: list[str],
     pids: dict[str, int],
-    procs,
+    procs: list[subprocess.Popen[bytes]],
     tmp: Path,
     body: bytes,
     messages: int,
@@ -240,7 +245,7 @@ async def run_nats_r3(
         return None
     if body is None:
         body = (b"x" * size)[:size]
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="rmq-nats-peer-") as tmp:
         try:
             urls, pids = start_cluster(Path(tmp), procs)

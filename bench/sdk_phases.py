@@ -104,7 +104,8 @@ async def in_flight(
     """``n`` sends, ``inflight`` at once; ``server_pid``: the broker (master) whose CPU to
     count."""
     lat: list[float] = []
-    async with _Counting(bootstrap, auto_batch=auto_batch) as p:
+    p = _Counting(bootstrap, auto_batch=auto_batch)
+    async with p:
         await p.send(topic, b"warm-up")  # route cached, connection open
         p.requests = 0
         counter = iter(range(n))

@@ -113,6 +113,7 @@ async def remap_figures(addrs: str, moves: int) -> None:
                 return min(hits) if hits else None
 
             at = await wait_until_async(landed, "a send on the new item", 30, interval=0.01)
+            assert at is not None  # wait_until_async returns a truthy value
             first.append(at - start)
             command.append(done - start)
             target = "broker-a" if target == "broker-b" else "broker-b"

@@ -33,6 +33,7 @@ from bench.broker_bench import cpu_seconds, pct, rss_anon_mib, run_async
 from bench.group_of_three import group_of_three, payload
 from client import Consumer
 from protocol.codes import RequestCode, ResponseCode
+from protocol.remoting import Header
 from protocol.timer import PROP_TIMER_DELIVER_MS, PROP_TIMER_OUT_MS
 from remoting.client import RemotingClient
 from tests.cluster.support import node_at
@@ -64,7 +65,7 @@ async def write(
             items = [
                 {"body": body, "properties": {PROP_TIMER_DELIVER_MS: str(due())}} for _ in range(n)
             ]
-            header = {"topic": TOPIC, "queueId": (lo // BATCH + k) % QUEUES}
+            header: Header = {"topic": TOPIC, "queueId": (lo // BATCH + k) % QUEUES}
             resp = await conn.request(
                 RequestCode.SEND_BATCH_MESSAGE, header, msgpack.packb(items), 60
             )
