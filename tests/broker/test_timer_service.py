@@ -167,3 +167,67 @@ async def test_a_delivery_append_that_fails_is_retried_and_delivered_once(
         )
     finally:
         await broker.stop()
+
+
+async def test_put_send_admits_a_send_against_one_clock_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """put_send: what the send path asks of the timer, in one call. A broker-only property or
+    a delivery time past the maximum delay refuses the whole send with nothing stored; a send
+    asking for no time is left to the caller (None); a mixed one stores the ordinary messages
+    as usual and the others under the timer topic, every offset in the order given. The clock
+    is read once per send: the relative delay and the due time count from the same instant."""
+    import broker.timer.service as timer_service
+    from broker.timer.schedule import ScheduleRefused
+
+    readings: list[int] = []
+
+    def clock() -> int:
+        readings.append(now_ms())
+        return readings[-1]
+
+    monkeypatch.setattr(timer_service, "now_ms", clock)
+    broker = Broker(config(tmp_path, timer_max_delay_ms=60_000))
+    await broker.start()
+    try:
+        ctx = broker.ctx
+        store = ctx.store
+        timer = ctx.timer
+        ctx.create_topic("T", 1)
+        plain = Message(topic="T", body=b"now")
+        refused = {
+            "reserved": [plain, Message(topic="T", body=b"x", properties={PROP_TIMER_OUT_MS: "1"})],
+            "too far": [
+                plain,
+                Message(topic="T", body=b"y", properties={"TIMER_DELAY_MS": "120000"}),
+            ],
+        }
+        for why, messages in refused.items():
+            before = store.max_offset
+            with pytest.raises(ScheduleRefused) as exc:
+                timer.put_send("T", 0, messages)
+            assert store.max_offset == before, why  # nothing stored
+            expected = "is reserved" if why == "reserved" else "invalid delivery time"
+            assert expected in exc.value.remark
+        assert timer.put_send("T", 0, [plain]) is None
+        assert store.max_offset == 0  # left to the caller
+
+        readings.clear()
+        later = Message(topic="T", body=b"later", properties={"TIMER_DELAY_MS": "300"})
+        result = timer.put_send("T", 0, [plain, later, plain])
+        assert len(readings) == 1  # one clock reading for the whole send
+        assert result is not None and result.count == 3 and result.first_queue_offset == 0
+        assert store.queue_max_offset("T", 0) == 2  # the two ordinary ones, at once
+        scheduled = decode_record(store.read_raw(result.physical_offsets[1], 1), 0)
+        assert int(scheduled.properties[PROP_TIMER_OUT_MS]) == readings[0] + 300
+        assert timer.pending_count == 1
+
+        async def delivered() -> bool:
+            return store.queue_max_offset("T", 0) == 3
+
+        await wait_until_async(delivered, "the scheduled message delivered", 10)
+        record = decode_record(store.get("T", 0, 2, 1, 1 << 20).body)
+        assert record.body == b"later"
+        assert int(record.properties[PROP_TIMER_SOURCE_OFFSET]) == result.physical_offsets[1]
+    finally:
+        await broker.stop()
