@@ -59,8 +59,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import smoke
 from controller.config import ControllerConfig
-from controller.metadata import ApplyBrokerId, encode_event
-from protocol.codes import RequestCode, ResponseCode
+from controller.metadata import ApplyBrokerId as ApplyBrokerIdEvent
+from controller.metadata import encode_event
+from protocol.codes import ResponseCode
+from protocol.controller_requests.brokers import ApplyBrokerId
+from protocol.controller_requests.groups import GetReplicaInfo
 from protocol.remoting import Frame
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
@@ -110,11 +113,11 @@ def ms(seconds: float) -> str:
 # --- the controller's write path ---------------------------------------------------------------
 
 
-def apply_header(size: int, group: str = GROUP) -> dict[str, Any]:
-    """An APPLY_BROKER_ID header whose Raft entry (the encoded event) is ``size`` bytes."""
+def apply_header(size: int, group: str = GROUP) -> ApplyBrokerId:
+    """An APPLY_BROKER_ID request whose Raft entry (the encoded event) is ``size`` bytes."""
 
     def entry_bytes(code: str) -> int:
-        event = ApplyBrokerId(
+        event = ApplyBrokerIdEvent(
             cluster=CLUSTER, broker_name=group, broker_id=1, register_code=code, address=ADDRESS
         )
         return len(encode_event(event))
@@ -123,22 +126,22 @@ def apply_header(size: int, group: str = GROUP) -> dict[str, Any]:
     code = "c" * max(0, size - fixed)
     while entry_bytes(code) > size and code:  # msgpack's string header grows with the length
         code = code[:-1]
-    return {
-        "clusterName": CLUSTER,
-        "brokerName": group,
-        "appliedBrokerId": 1,
-        "registerCheckCode": code,
-        "brokerAddress": ADDRESS,
-    }
+    return ApplyBrokerId(
+        cluster=CLUSTER,
+        broker_name=group,
+        broker_id=1,
+        register_check_code=code,
+        broker_address=ADDRESS,
+    )
 
 
-def entry_size(header: dict[str, Any]) -> int:
-    event = ApplyBrokerId(
-        cluster=header["clusterName"],
-        broker_name=header["brokerName"],
-        broker_id=header["appliedBrokerId"],
-        register_code=header["registerCheckCode"],
-        address=header["brokerAddress"],
+def entry_size(header: ApplyBrokerId) -> int:
+    event = ApplyBrokerIdEvent(
+        cluster=header.cluster,
+        broker_name=header.broker_name,
+        broker_id=header.broker_id,
+        register_code=header.register_check_code,
+        address=header.broker_address,
     )
     return len(encode_event(event))
 
@@ -147,11 +150,11 @@ class WriteFailed(Exception):
     pass
 
 
-async def write(conn: RemotingClient, header: dict[str, Any], timeout: float = 5.0) -> Frame:
-    return await conn.request(RequestCode.CONTROLLER_APPLY_BROKER_ID, header, timeout=timeout)
+async def write(conn: RemotingClient, header: ApplyBrokerId, timeout: float = 5.0) -> Frame:
+    return await conn.request(header.code, *header.encode(), timeout=timeout)
 
 
-async def write_ok(conn: RemotingClient, header: dict[str, Any]) -> None:
+async def write_ok(conn: RemotingClient, header: ApplyBrokerId) -> None:
     """One write that must succeed (SYSTEM_BUSY is retried)."""
     for _ in range(100):
         resp = await write(conn, header)
@@ -231,7 +234,7 @@ async def leader_and_term(cluster: ControllerCluster) -> tuple[str, int]:
 
 
 async def bench_throughput(
-    cluster: ControllerCluster, header: dict[str, Any], n: int, inflight: int, connections: int
+    cluster: ControllerCluster, header: ApplyBrokerId, n: int, inflight: int, connections: int
 ) -> float:
     link = LeaderLink(cluster, connections)
     before = await leader_and_term(cluster)
@@ -326,7 +329,7 @@ async def bench_throughput(
     return rate
 
 
-async def bench_latency(address: str, header: dict[str, Any], n: int) -> list[float]:
+async def bench_latency(address: str, header: ApplyBrokerId, n: int) -> list[float]:
     conn = await RemotingClient.connect(address)
     lat: list[float] = []
     try:
@@ -349,7 +352,7 @@ async def bench_latency(address: str, header: dict[str, Any], n: int) -> list[fl
 # --- failover ----------------------------------------------------------------------------------
 
 
-async def first_write_after_kill(survivors: list[str], header: dict[str, Any]) -> str:
+async def first_write_after_kill(survivors: list[str], header: ApplyBrokerId) -> str:
     """Keep writing to every survivor until one answers SUCCESS; returns its address."""
     won: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
@@ -390,9 +393,8 @@ async def caught_up(proc: ControllerProc, group: str, timeout: float = 60.0) -> 
         try:
             conn = await RemotingClient.connect(proc.address, 0.5)
             try:
-                resp = await conn.request(
-                    RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": group}, timeout=2.0
-                )
+                ask = GetReplicaInfo(broker_name=group)
+                resp = await conn.request(ask.code, *ask.encode(), timeout=2.0)
             finally:
                 conn.close()
             if resp.code == ResponseCode.SUCCESS:
@@ -404,7 +406,7 @@ async def caught_up(proc: ControllerProc, group: str, timeout: float = 60.0) -> 
         await asyncio.sleep(0.05)
 
 
-async def bench_failover(cluster: ControllerCluster, header: dict[str, Any], kills: int) -> None:
+async def bench_failover(cluster: ControllerCluster, header: ApplyBrokerId, kills: int) -> None:
     procs = list(cluster.procs.values())
     took: list[float] = []
     for round_no in range(1, kills + 1):
@@ -431,7 +433,7 @@ async def bench_failover(cluster: ControllerCluster, header: dict[str, Any], kil
             await write_ok(conn, marker)
         finally:
             conn.close()
-        await caught_up(victim, marker["brokerName"])
+        await caught_up(victim, marker.broker_name)
     print(
         f"failover over {kills} kills (kill -9 to a new leader's committed write): "
         f"p50 {ms(percentile(took, 0.5))}  p90 {ms(percentile(took, 0.9))}  max {ms(max(took))}; "

@@ -51,6 +51,19 @@ from broker.identity import (
 )
 from broker.traffic_meter import TrafficMeter
 from protocol.codes import RequestCode, ResponseCode
+from protocol.controller_requests.brokers import (
+    ApplyBrokerId,
+    GetNextBrokerId,
+    NextBrokerIdAnswer,
+    RegisterBroker,
+)
+from protocol.controller_requests.groups import (
+    AlterSyncStateSet,
+    AlterSyncStateSetAnswer,
+    ElectMaster,
+    GetReplicaInfo,
+)
+from protocol.controller_requests.heartbeats import BrokerHeartbeat
 from protocol.remoting import Frame, Header
 from protocol.retry import RetryConfigError, config_from_dict
 from remoting.client import ConnectionPool
@@ -212,21 +225,19 @@ class ReplicasManager:
 
     # -- controller calls ----------------------------------------------------------------------
     async def _get_next_broker_id(self) -> int:
-        resp = await self.controllers.call(
-            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
-            {"clusterName": self.cfg.cluster, "brokerName": self.cfg.broker_name},
-        )
-        return int(resp.header["nextBrokerId"])  # type: ignore[arg-type]
+        ask = GetNextBrokerId(cluster=self.cfg.cluster, broker_name=self.cfg.broker_name)
+        resp = await self.controllers.call(ask.code, *ask.encode())
+        return NextBrokerIdAnswer.parse(resp.header, resp.body).next_broker_id
 
     async def _apply_broker_id(self, broker_id: int, code: str) -> None:
-        header: Header = {
-            "clusterName": self.cfg.cluster,
-            "brokerName": self.cfg.broker_name,
-            "appliedBrokerId": broker_id,
-            "registerCheckCode": code,
-        }
+        ask = ApplyBrokerId(
+            cluster=self.cfg.cluster,
+            broker_name=self.cfg.broker_name,
+            broker_id=broker_id,
+            register_check_code=code,
+        )
         try:
-            await self.controllers.call(RequestCode.CONTROLLER_APPLY_BROKER_ID, header)
+            await self.controllers.call(ask.code, *ask.encode())
         except ResponseError as exc:
             if exc.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID:
                 raise BrokerIdConflictError(str(exc)) from None
@@ -255,16 +266,14 @@ class ReplicasManager:
             try:
                 # On the link: the controllers take heartbeats only from the connection that
                 # registered the broker.
-                return await self.link.call(
-                    RequestCode.CONTROLLER_REGISTER_BROKER,
-                    {
-                        "clusterName": self.cfg.cluster,
-                        "brokerName": self.cfg.broker_name,
-                        "brokerId": self.identity.broker_id,
-                        "brokerAddress": self.cfg.listen,
-                        "registerCheckCode": self.identity.register_code,
-                    },
+                ask = RegisterBroker(
+                    cluster=self.cfg.cluster,
+                    broker_name=self.cfg.broker_name,
+                    broker_id=self.identity.broker_id,
+                    broker_address=self.cfg.listen,
+                    register_check_code=self.identity.register_code,
                 )
+                return await self.link.call(ask.code, *ask.encode())
             except ResponseError as exc:
                 if exc.code not in lost or attempt:
                     log.warning("register with controller failed", error=str(exc))
@@ -303,26 +312,23 @@ class ReplicasManager:
 
     async def alter_sync_state_set(self, members: frozenset[int]) -> int:
         """The HAService's proposer: AlterSyncStateSet; returns the new syncStateSetEpoch."""
-        epoch = self.ha.master_epoch
-        body = msgpack.packb(
-            {"syncStateSet": sorted(members), "syncStateSetEpoch": self.ha.sync_state_set_epoch}
+        ss_epoch = self.ha.sync_state_set_epoch
+        if ss_epoch is None:  # no longer master: the HAService drops this proposal's outcome
+            raise RuntimeError("not master any more: no SyncStateSet to change")
+        ask = AlterSyncStateSet(
+            broker_name=self.cfg.broker_name,
+            master_broker_id=self.broker_id,
+            master_epoch=self.ha.master_epoch or 0,
+            sync_state_set=members,
+            sync_state_set_epoch=ss_epoch,
         )
-        resp = await self.controllers.call(
-            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
-            {
-                "brokerName": self.cfg.broker_name,
-                "masterBrokerId": self.broker_id,
-                "masterEpoch": epoch or 0,
-            },
-            body,
-        )
-        return int(resp.header["syncStateSetEpoch"])  # type: ignore[arg-type]
+        resp = await self.controllers.call(ask.code, *ask.encode())
+        return AlterSyncStateSetAnswer.parse(resp.header, resp.body).sync_state_set_epoch
 
     async def _request_election(self) -> None:
         try:
-            resp = await self.controllers.call(
-                RequestCode.CONTROLLER_ELECT_MASTER, {"brokerName": self.cfg.broker_name}
-            )
+            ask = ElectMaster(broker_name=self.cfg.broker_name)
+            resp = await self.controllers.call(ask.code, *ask.encode())
         except ResponseError as exc:
             if exc.code not in (
                 ResponseCode.CONTROLLER_MASTER_STILL_EXIST,
@@ -353,27 +359,25 @@ class ReplicasManager:
         while True:
             registered = False
             store = self.ctx.store
-            header: Header = {
-                "clusterName": self.cfg.cluster,
-                "brokerName": self.cfg.broker_name,
-                "brokerId": self.broker_id,
-                "brokerAddress": self.cfg.listen,
-                "epoch": self.ha.epoch_file.last_epoch() or 0,
-                "maxOffset": store.max_offset,
-                "confirmOffset": store.confirm_offset,
-                "electionPriority": self.cfg.election_priority,
-                "heartbeatTimeoutMillis": self.cfg.broker_heartbeat_timeout_ms,
-            }
             sent = monotonic()
             now_ms = int(sent * 1000)
             if self.traffic.due(now_ms):
                 self.traffic.observe(now_ms, self.ctx.metrics.traffic.queue_totals())
+            beat = BrokerHeartbeat(
+                cluster=self.cfg.cluster,
+                broker_name=self.cfg.broker_name,
+                broker_id=self.broker_id,
+                broker_address=self.cfg.listen,
+                epoch=self.ha.epoch_file.last_epoch() or 0,
+                max_offset=store.max_offset,
+                confirm_offset=store.confirm_offset,
+                election_priority=self.cfg.election_priority,
+                heartbeat_timeout_ms=self.cfg.broker_heartbeat_timeout_ms,
+                traffic_report=self.traffic.body(),
+            )
             try:
                 resp = await self.link.heartbeats.call(
-                    RequestCode.BROKER_HEARTBEAT,
-                    header,
-                    self.traffic.body(),
-                    timeout=min(timeout, 2.0),
+                    beat.code, *beat.encode(), timeout=min(timeout, 2.0)
                 )
                 # The controller heard us no earlier than ``sent``: a lease counted from there
                 # ends before the controller's own timeout for us does.
@@ -454,9 +458,8 @@ class ReplicasManager:
     async def _poll_once(self) -> None:
         claims, self._claims = self._claims, {}
         try:
-            resp = await self.controllers.call(
-                RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.cfg.broker_name}
-            )
+            ask = GetReplicaInfo(broker_name=self.cfg.broker_name)
+            resp = await self.controllers.call(ask.code, *ask.encode())
         except ResponseError as exc:
             if exc.code in (
                 ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,

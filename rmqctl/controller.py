@@ -17,6 +17,13 @@ import click
 from client.bootstrap import describe_failure, parse_addresses
 from client.errors import ClientError
 from protocol.codes import ControllerCode, RequestCode
+from protocol.controller_requests.brokers import CleanBrokerData
+from protocol.controller_requests.groups import (
+    ElectMaster,
+    GetMetadataInfo,
+    GetReplicaInfo,
+    GetSyncStateData,
+)
 from protocol.remoting import Scalar
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
@@ -73,9 +80,8 @@ def _sync_state_human(doc: Mapping[str, Any]) -> str:
 
 
 async def _sync_state(addresses: str, broker_name: str) -> dict[str, Any]:
-    resp = await call_controllers(
-        addresses, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {"brokerName": broker_name}
-    )
+    ask = GetSyncStateData(broker_name=broker_name)
+    resp = await call_controllers(addresses, ask.code, *ask.encode())
     doc = answer_body(resp, "sync state")
     if not isinstance(doc, dict):
         raise ClientError("malformed sync state answer")
@@ -97,9 +103,9 @@ def get_controller_metadata(settings: Settings, addresses: str) -> None:
     """
 
     async def work() -> Any:
+        ask = GetMetadataInfo()
         return answer_body(
-            await call_controllers(addresses, RequestCode.CONTROLLER_GET_METADATA_INFO),
-            "controller metadata",
+            await call_controllers(addresses, ask.code, *ask.encode()), "controller metadata"
         )
 
     raw = run(work())
@@ -150,13 +156,10 @@ def elect_master(
     """
 
     async def work() -> dict[str, Any]:
-        header: dict[str, Scalar] = {"brokerName": broker_name}
-        if broker_id is not None:
-            header["brokerId"] = broker_id
-            header["designateElect"] = True
-        else:
-            header["plannedSwitch"] = True
-        await call_controllers(addresses, RequestCode.CONTROLLER_ELECT_MASTER, header)
+        ask = ElectMaster(
+            broker_name=broker_name, designated=broker_id, planned_switch=broker_id is None
+        )
+        await call_controllers(addresses, ask.code, *ask.encode())
         return await _sync_state(addresses, broker_name)
 
     doc = run(work())
@@ -176,9 +179,8 @@ def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> No
     """
 
     async def work() -> list[dict[str, Any]]:
-        resp = await call_controllers(
-            addresses, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": broker_name}
-        )
+        ask = GetReplicaInfo(broker_name=broker_name)
+        resp = await call_controllers(addresses, ask.code, *ask.encode())
         info = answer_body(resp, "replica info")
         replicas = info.get("replicas") if isinstance(info, dict) else None
         if not isinstance(replicas, list):
@@ -273,14 +275,13 @@ def clean_broker_metadata(
         raise click.BadParameter("must be broker ids separated by ';'", param_hint="-i")
 
     async def work() -> None:
-        header: dict[str, Scalar] = {
-            "brokerName": broker_name,
-            "brokerIds": ";".join(ids),
-            "cleanLivingBroker": clean_living_broker,
-        }
-        if cluster:
-            header["clusterName"] = cluster
-        await call_controllers(addresses, RequestCode.CLEAN_BROKER_DATA, header)
+        ask = CleanBrokerData(
+            broker_name=broker_name,
+            cluster=cluster or None,
+            broker_ids=frozenset(int(i) for i in ids) or None,
+            clean_living_broker=clean_living_broker,
+        )
+        await call_controllers(addresses, ask.code, *ask.encode())
 
     run(work())
     emit(settings, {"ok": True}, lambda: f"cleaned {broker_name} {';'.join(ids) or '(all)'}")

@@ -18,6 +18,7 @@ import click
 
 from client.errors import BrokerError, ClientError
 from protocol.codes import ControllerCode, RequestCode, ResponseCode
+from protocol.controller_requests.groups import GetReplicaInfo
 from protocol.rebalance import PlanError, plan_from_job
 from protocol.remoting import Scalar
 from rmqctl.common import (
@@ -294,9 +295,8 @@ async def check_moves(addresses: str, moves: Sequence[Move]) -> None:
             )
         if target not in groups:
             try:
-                await call_controllers(
-                    addresses, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": target}
-                )
+                ask = GetReplicaInfo(broker_name=target)
+                await call_controllers(addresses, ask.code, *ask.encode())
                 groups[target] = True
             except BrokerError as exc:
                 if exc.code != ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:

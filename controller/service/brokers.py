@@ -18,9 +18,16 @@ from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoMan
 from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, opt_bool, refuse
+from controller.service.requests import Refused, refuse
 from protocol.codes import ResponseCode
-from protocol.fields import opt_str, req_int, req_str
+from protocol.controller_requests.brokers import (
+    ApplyBrokerId,
+    CleanBrokerData,
+    GetNextBrokerId,
+    NextBrokerIdAnswer,
+    RegisterBroker,
+)
+from protocol.controller_requests.groups import GetReplicaInfo
 from protocol.remoting import Frame, response
 from remoting.server import Connection
 
@@ -50,21 +57,22 @@ class BrokerHandlers:
 
     async def get_next_broker_id(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        h = req.header
-        d = self.manager.get_next_broker_id(req_str(h, "clusterName"), req_str(h, "brokerName"))
+        ask = GetNextBrokerId.parse(req.header, req.body)
+        d = self.manager.get_next_broker_id(ask.cluster, ask.broker_name)
         if not d.ok or d.response is None:
             raise refuse(d)
-        return response(req, ResponseCode.SUCCESS, {"nextBrokerId": d.response.next_broker_id})
+        header, body = NextBrokerIdAnswer(next_broker_id=d.response.next_broker_id).encode()
+        return response(req, ResponseCode.SUCCESS, header, body)
 
     async def apply_broker_id(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        h = req.header
+        ask = ApplyBrokerId.parse(req.header, req.body)
         d = self.manager.apply_broker_id(
-            req_str(h, "clusterName"),
-            req_str(h, "brokerName"),
-            req_int(h, "appliedBrokerId"),
-            opt_str(h, "registerCheckCode"),
-            opt_str(h, "brokerAddress"),
+            ask.cluster,
+            ask.broker_name,
+            ask.broker_id,
+            ask.register_check_code,
+            ask.broker_address,
         )
         d = await self.committer.settle(d)
         if not d.ok:
@@ -76,10 +84,10 @@ class BrokerHandlers:
         another connection may take it over only with the register code or once the holder is
         gone, so a forged registration cannot move a live broker's address."""
         await self.gate.require_active()
-        h = req.header
-        name = req_str(h, "brokerName")
-        broker_id = req_int(h, "brokerId")
-        code = opt_str(h, "registerCheckCode") or None
+        ask = RegisterBroker.parse(req.header, req.body)
+        name = ask.broker_name
+        broker_id = ask.broker_id
+        code = ask.register_check_code
         heard = self.live.alive_predicate(self.now_ms())
 
         def alive(group: str, member: int) -> bool:
@@ -89,10 +97,10 @@ class BrokerHandlers:
             return (group, member) == (name, broker_id) or heard(group, member)
 
         d = self.manager.register_broker(
-            req_str(h, "clusterName"),
+            ask.cluster,
             name,
             broker_id,
-            req_str(h, "brokerAddress"),
+            ask.broker_address,
             alive=alive,
             register_code=code,
         )
@@ -148,27 +156,15 @@ class BrokerHandlers:
 
     async def clean_broker_data(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        h = req.header
-        ids_text = opt_str(h, "brokerIds")
-        ids: set[int] = set()
-        for part in ids_text.split(";"):
-            part = part.strip()
-            if not part:
-                continue
-            if not part.lstrip("-").isdigit():
-                raise Refused(
-                    ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
-                    f"brokerIds must be ids separated by ';', not {ids_text!r}",
-                )
-            ids.add(int(part))
+        ask = CleanBrokerData.parse(req.header, req.body)
         now = self.now_ms()
         d = self.manager.clean_broker_data(
-            opt_str(h, "clusterName") or None,
-            req_str(h, "brokerName"),
-            frozenset(ids) or None,
+            ask.cluster,
+            ask.broker_name,
+            ask.broker_ids,
             # Alive unless declared dead: a new leader in its grace period cleans nobody.
             alive=lambda name, broker_id: not self.live.declared_dead(name, broker_id, now),
-            clean_living_broker=opt_bool(h, "cleanLivingBroker"),
+            clean_living_broker=ask.clean_living_broker,
         )
         d = await self.committer.settle(d)
         if not d.ok:
@@ -176,7 +172,7 @@ class BrokerHandlers:
         return response(req, ResponseCode.SUCCESS)
 
     async def get_replica_info(self, conn: Connection, req: Frame) -> Frame:
-        name = req_str(req.header, "brokerName")
+        name = GetReplicaInfo.parse(req.header, req.body).broker_name
         await self.gate.read_view()
         d = self.manager.get_replica_info(name)
         if not d.ok or d.response is None:

@@ -19,9 +19,9 @@ from controller.metadata import BrokerLiveTable, Decision, ReplicasInfoManager, 
 from controller.metrics import ControllerMetrics
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, opt_bool, refuse
+from controller.service.requests import Refused, refuse
 from protocol.codes import code_name
-from protocol.fields import req_int, req_str
+from protocol.controller_requests.groups import ElectMaster
 from protocol.remoting import Frame, response
 from remoting.server import Connection
 
@@ -49,13 +49,11 @@ class ElectionHandlers:
 
     async def elect_master(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        h = req.header
-        name = req_str(h, "brokerName")
-        designated: int | None = None
-        if opt_bool(h, "designateElect"):
-            designated = req_int(h, "brokerId")
+        ask = ElectMaster.parse(req.header, req.body)
+        name = ask.broker_name
+        designated = ask.designated
         # an operator's election naming no broker: a planned switch away from an alive master
-        planned = designated is None and opt_bool(h, "plannedSwitch")
+        planned = ask.planned_switch
         now = self.now_ms()
         info = self.manager.replica_info(name)
         held = None

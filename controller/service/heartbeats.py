@@ -22,16 +22,16 @@ import structlog
 
 from controller.config import ControllerConfig
 from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoManager
-from controller.metadata.events import MAX_ID
 from controller.metadata.traffic import TrafficTable
 from controller.metrics import ControllerMetrics
 from controller.raft import Role
 from controller.raft_driver import RaftDriver
 from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, bounded, count, refusal
+from controller.service.requests import Refused, count, refusal
 from protocol.codes import ResponseCode
-from protocol.fields import opt_str, req_int, req_str
+from protocol.controller_requests.base import InvalidRequest
+from protocol.controller_requests.heartbeats import BrokerHeartbeat
 from protocol.remoting import Frame, response
 from protocol.traffic import TrafficError, TrafficReport, decode_report
 from remoting.server import Connection, error_response
@@ -76,6 +76,8 @@ class HeartbeatHandler:
             resp = self._heartbeat(conn, req)
         except Refused as refused:
             resp = refusal(req, refused)
+        except InvalidRequest as exc:
+            resp = refusal(req, Refused(exc.code, str(exc)))
         count(self.metrics, req, resp)
         return resp
 
@@ -87,19 +89,12 @@ class HeartbeatHandler:
         leased = self.driver.holds_lease()
         if not leased and self.driver.role is not Role.LEADER:
             self.gate.require_lease()  # a follower: refused with the leader's address
-        h = req.header
-        name = req_str(h, "brokerName")
-        broker_id = req_int(h, "brokerId")
-        figures = {
-            key: bounded(h, key, 0, MAX_ID)
-            for key in ("epoch", "maxOffset", "confirmOffset", "electionPriority")
-        }
+        beat = BrokerHeartbeat.parse(req.header, req.body)
+        name = beat.broker_name
+        broker_id = beat.broker_id
         # A broker may ask for its own timeout, within the configured bound: a huge one must
         # not keep a dead broker (and its master role) alive.
-        timeout_ms = min(
-            bounded(h, "heartbeatTimeoutMillis", -MAX_ID, MAX_ID),
-            self.cfg.broker_heartbeat_timeout_max_ms,
-        )
+        timeout_ms = min(beat.heartbeat_timeout_ms, self.cfg.broker_heartbeat_timeout_max_ms)
         info = self.manager.replica_info(name)
         unknown = info is None or all(r.broker_id != broker_id for r in info.replicas)
         if unknown and self.driver.active:  # a new leader's applied state may still be behind
@@ -124,20 +119,20 @@ class HeartbeatHandler:
         now_ms = self.now_ms()
         self._check_gap(name, broker_id, now_ms)
         revived = self.live.on_heartbeat(
-            cluster=opt_str(h, "clusterName"),
+            cluster=beat.cluster,
             broker_name=name,
             broker_id=broker_id,
-            address=opt_str(h, "brokerAddress"),
+            address=beat.broker_address,
             now_ms=now_ms,
-            epoch=figures["epoch"],
-            max_offset=figures["maxOffset"],
-            confirm_offset=figures["confirmOffset"],
-            election_priority=figures["electionPriority"],
+            epoch=beat.epoch,
+            max_offset=beat.max_offset,
+            confirm_offset=beat.confirm_offset,
+            election_priority=beat.election_priority,
             timeout_ms=max(timeout_ms, 0),
             connection_id=self.connections.of(conn),
         )
-        if req.body and self.traffic is not None:
-            self._traffic_report(name, broker_id, req.body, now_ms)
+        if beat.traffic_report is not None and self.traffic is not None:
+            self._traffic_report(name, broker_id, beat.traffic_report, now_ms)
         if revived:
             log.info("broker alive", broker_name=name, broker_id=broker_id)
             self.wake_scan()

@@ -1,13 +1,16 @@
-"""Request decoding and answers shared by every handler of the controller service.
+"""Answers shared by every handler of the controller service.
 
-A handler raises :class:`Refused` anywhere to answer at once with a code and a remark;
-:func:`guarded` turns that (and a stopping driver) into the response and counts every answer
-in ``rmq_controller_requests_total``.
+Handlers decode their requests with the typed codecs of :mod:`protocol.controller_requests`. A
+handler raises :class:`Refused` anywhere to answer at once with a code and a remark;
+:func:`guarded` turns that, a request the codec refused (:class:`InvalidRequest`, with its code)
+and a stopping driver into the response and counts every answer in
+``rmq_controller_requests_total``. A missing or mistyped header field (a plain ``FieldError``) is
+answered BAD_REQUEST by the remoting server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -16,8 +19,8 @@ from controller.metadata import Decision
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import DriverStopped
 from protocol.codes import ControllerCode, RequestCode, ResponseCode, code_name
-from protocol.fields import FieldError, opt_int
-from protocol.remoting import Frame, Header, Scalar, response
+from protocol.controller_requests.base import InvalidRequest
+from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, error_response
 
 AsyncHandler = Callable[[Connection, Frame], Awaitable[Frame]]
@@ -42,15 +45,6 @@ def refusal(req: Frame, refused: Refused) -> Frame:
     return response(req, refused.code, {"remark": refused.remark, **refused.header})
 
 
-def opt_bool(header: Mapping[str, Scalar], name: str) -> bool:
-    value = header.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise FieldError(f"header field {name!r} must be true or false")
-    return value
-
-
 def unpack_body(req: Frame) -> dict[str, Any]:
     if not req.body:
         return {}
@@ -63,22 +57,6 @@ def unpack_body(req: Frame) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "body must be a map")
     return doc
-
-
-def id_list(value: Any, what: str) -> frozenset[int]:
-    if not isinstance(value, list) or not all(type(v) is int for v in value):
-        raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, f"{what} must be a list of ints")
-    return frozenset(value)
-
-
-def bounded(header: Mapping[str, Scalar], name: str, lo: int, hi: int) -> int:
-    """An optional int header field (0 when absent) that must lie in [lo, hi]."""
-    value = opt_int(header, name, 0)
-    if not lo <= value <= hi:
-        raise Refused(
-            ResponseCode.CONTROLLER_INVALID_REQUEST, f"{name} must be in [{lo}, {hi}], not {value}"
-        )
-    return value
 
 
 def count(metrics: ControllerMetrics | None, req: Frame, resp: Frame) -> None:
@@ -102,6 +80,8 @@ def guarded(handler: AsyncHandler, metrics: ControllerMetrics | None) -> AsyncHa
             resp = await handler(conn, req)
         except Refused as refused:
             resp = refusal(req, refused)
+        except InvalidRequest as exc:
+            resp = refusal(req, Refused(exc.code, str(exc)))
         except DriverStopped:
             resp = error_response(req, ResponseCode.SERVICE_NOT_AVAILABLE, "controller is stopping")
         count(metrics, req, resp)

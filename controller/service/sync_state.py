@@ -12,9 +12,13 @@ from controller.documents import sync_state_document
 from controller.metadata import BrokerLiveTable, ReplicasInfoManager
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, id_list, refuse, unpack_body
+from controller.service.requests import Refused, refuse
 from protocol.codes import ResponseCode
-from protocol.fields import req_int, req_str
+from protocol.controller_requests.groups import (
+    AlterSyncStateSet,
+    AlterSyncStateSetAnswer,
+    GetSyncStateData,
+)
 from protocol.remoting import Frame, response
 from remoting.server import Connection
 
@@ -36,36 +40,27 @@ class SyncStateHandlers:
 
     async def alter_sync_state_set(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        h = req.header
-        body = unpack_body(req)
-        if "syncStateSet" not in body:
-            raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "body needs syncStateSet")
-        members = id_list(body["syncStateSet"], "syncStateSet")
-        ss_epoch = body.get("syncStateSetEpoch")
-        if type(ss_epoch) is not int:
-            raise Refused(
-                ResponseCode.CONTROLLER_INVALID_REQUEST, "body needs syncStateSetEpoch (int)"
-            )
+        ask = AlterSyncStateSet.parse(req.header, req.body)
         await self.gate.barrier()  # "the set already is this one" is answered from current state
         d = self.manager.alter_sync_state_set(
-            req_str(h, "brokerName"),
-            req_int(h, "masterBrokerId"),
-            req_int(h, "masterEpoch"),
-            members,
-            ss_epoch,
+            ask.broker_name,
+            ask.master_broker_id,
+            ask.master_epoch,
+            ask.sync_state_set,
+            ask.sync_state_set_epoch,
             self.live.alive_predicate(self.now_ms()),
         )
         d = await self.committer.settle(d)
         if not d.ok or d.response is None:
             raise refuse(d)
         r = d.response
-        packed: bytes = msgpack.packb({"syncStateSet": sorted(r.sync_state_set)})
-        return response(
-            req, ResponseCode.SUCCESS, {"syncStateSetEpoch": r.sync_state_set_epoch}, packed
-        )
+        header, body = AlterSyncStateSetAnswer(
+            sync_state_set=r.sync_state_set, sync_state_set_epoch=r.sync_state_set_epoch
+        ).encode()
+        return response(req, ResponseCode.SUCCESS, header, body)
 
     async def get_sync_state_data(self, conn: Connection, req: Frame) -> Frame:
-        name = req_str(req.header, "brokerName")
+        name = GetSyncStateData.parse(req.header, req.body).broker_name
         await self.gate.require_active()  # liveness is known to the active controller only
         await self.gate.barrier()
         found = self.manager.get_sync_state_data([name]).response or {}

@@ -1,0 +1,68 @@
+"""What every controller request codec shares: the error for a value the controller refuses
+(:class:`InvalidRequest`, a :class:`~protocol.fields.FieldError` that names the response code),
+boolean header fields, msgpack bodies and id lists. Pure: no sockets, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import msgpack
+
+from protocol import fields
+from protocol.codes import ResponseCode
+from protocol.fields import FieldError
+from protocol.remoting import Header, Scalar
+
+__all__ = ["ControllerRequest", "InvalidRequest", "id_list", "opt_bool", "pack_map", "unpack_map"]
+
+
+class InvalidRequest(FieldError):
+    """A field of the right type whose value the controller refuses, or a body that does not
+    decode: answered with ``code`` (CONTROLLER_INVALID_REQUEST unless the request says
+    otherwise) and the message as remark. A missing or mistyped header field raises a plain
+    :class:`FieldError` (BAD_REQUEST)."""
+
+    def __init__(self, message: str, code: int = ResponseCode.CONTROLLER_INVALID_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def opt_bool(header: Mapping[str, Scalar], name: str) -> bool:
+    """An optional boolean header field, false when absent or nil (the controllers have always
+    read a nil flag as absent; :func:`protocol.fields.opt_bool` refuses it)."""
+    return header.get(name) is not None and fields.opt_bool(header, name)
+
+
+def unpack_map(body: bytes | None) -> dict[str, Any]:
+    """A msgpack map body ({} when there is none)."""
+    if not body:
+        return {}
+    try:
+        doc = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise InvalidRequest(f"undecodable body: {type(exc).__name__}") from None
+    if not isinstance(doc, dict):
+        raise InvalidRequest("body must be a map")
+    return doc
+
+
+def pack_map(doc: Mapping[str, Any]) -> bytes:
+    packed: bytes = msgpack.packb(dict(doc))
+    return packed
+
+
+def id_list(value: Any, what: str) -> frozenset[int]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise InvalidRequest(f"{what} must be a list of ints")
+    return frozenset(value)
+
+
+class ControllerRequest(Protocol):
+    """What a caller needs of any request codec here: its code and its wire form."""
+
+    @property
+    def code(self) -> int: ...
+
+    def encode(self) -> tuple[Header, bytes | None]: ...

@@ -1,0 +1,191 @@
+"""A broker group's master and SyncStateSet: elections, the set's changes and the reads of a
+group's metadata (docs/protocol.md, "Controller requests").
+
+Requests (``?`` marks a field that may be left out)::
+
+    CONTROLLER_ELECT_MASTER 1002         header brokerName, designateElect? (bool) with brokerId
+                                         (the designated broker), plannedSwitch? (bool)
+    CONTROLLER_ALTER_SYNC_STATE_SET 1001 header brokerName, masterBrokerId, masterEpoch;
+                                         body {"syncStateSet": [ids], "syncStateSetEpoch": n}
+    CONTROLLER_GET_REPLICA_INFO 1004     header brokerName
+    CONTROLLER_GET_SYNC_STATE_DATA 1006  header brokerName
+    CONTROLLER_GET_METADATA_INFO 1005    nothing
+
+Answers: 1001's SUCCESS is :class:`AlterSyncStateSetAnswer` (header ``syncStateSetEpoch``, body
+``{"syncStateSet": [ids]}``); 1002 and 1004 answer the group's metadata (controller/documents.py),
+1006 and 1005 a document in the body.
+
+``brokerId`` without ``designateElect`` only names the asker: it is not read. A missing or
+mistyped header field raises :class:`~protocol.fields.FieldError`; a body that does not decode
+or lacks a field raises :class:`~protocol.controller_requests.base.InvalidRequest`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from protocol.codes import RequestCode
+from protocol.controller_requests.base import (
+    InvalidRequest,
+    id_list,
+    opt_bool,
+    pack_map,
+    unpack_map,
+)
+from protocol.fields import FieldError, req_int, req_str
+from protocol.remoting import Header, Scalar
+
+__all__ = [
+    "AlterSyncStateSet",
+    "AlterSyncStateSetAnswer",
+    "ElectMaster",
+    "GetMetadataInfo",
+    "GetReplicaInfo",
+    "GetSyncStateData",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectMaster:
+    """CONTROLLER_ELECT_MASTER: a broker's request (neither field set), an operator's naming a
+    broker (``designated``), or an operator's planned switch away from an alive master."""
+
+    code: ClassVar[RequestCode] = RequestCode.CONTROLLER_ELECT_MASTER
+
+    broker_name: str
+    designated: int | None = None
+    planned_switch: bool = False
+    """Only without ``designated`` (a designated election is no planned switch)."""
+
+    def __post_init__(self) -> None:
+        if self.designated is not None and self.planned_switch:
+            raise FieldError("an election names a broker or is a planned switch, not both")
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {"brokerName": self.broker_name}
+        if self.designated is not None:
+            header["brokerId"] = self.designated
+            header["designateElect"] = True
+        if self.planned_switch:
+            header["plannedSwitch"] = True
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ElectMaster:
+        name = req_str(header, "brokerName")
+        if opt_bool(header, "designateElect"):
+            return cls(broker_name=name, designated=req_int(header, "brokerId"))
+        return cls(broker_name=name, planned_switch=opt_bool(header, "plannedSwitch"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterSyncStateSet:
+    """CONTROLLER_ALTER_SYNC_STATE_SET: the master of ``master_epoch`` proposes
+    ``sync_state_set`` in place of the set of ``sync_state_set_epoch``."""
+
+    code: ClassVar[RequestCode] = RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET
+
+    broker_name: str
+    master_broker_id: int
+    master_epoch: int
+    sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {
+            "brokerName": self.broker_name,
+            "masterBrokerId": self.master_broker_id,
+            "masterEpoch": self.master_epoch,
+        }
+        body = pack_map(
+            {
+                "syncStateSet": sorted(self.sync_state_set),
+                "syncStateSetEpoch": self.sync_state_set_epoch,
+            }
+        )
+        return header, body
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> AlterSyncStateSet:
+        doc = unpack_map(body)
+        if "syncStateSet" not in doc:
+            raise InvalidRequest("body needs syncStateSet")
+        members = id_list(doc["syncStateSet"], "syncStateSet")
+        ss_epoch = doc.get("syncStateSetEpoch")
+        if type(ss_epoch) is not int:
+            raise InvalidRequest("body needs syncStateSetEpoch (int)")
+        return cls(
+            broker_name=req_str(header, "brokerName"),
+            master_broker_id=req_int(header, "masterBrokerId"),
+            master_epoch=req_int(header, "masterEpoch"),
+            sync_state_set=members,
+            sync_state_set_epoch=ss_epoch,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterSyncStateSetAnswer:
+    """CONTROLLER_ALTER_SYNC_STATE_SET's SUCCESS: the set now and its epoch."""
+
+    sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        body = pack_map({"syncStateSet": sorted(self.sync_state_set)})
+        return {"syncStateSetEpoch": self.sync_state_set_epoch}, body
+
+    @classmethod
+    def parse(
+        cls, header: Mapping[str, Scalar], body: bytes | None = None
+    ) -> AlterSyncStateSetAnswer:
+        doc = unpack_map(body)
+        return cls(
+            sync_state_set=id_list(doc.get("syncStateSet"), "syncStateSet"),
+            sync_state_set_epoch=req_int(header, "syncStateSetEpoch"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _GroupQuery:
+    broker_name: str
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {"brokerName": self.broker_name}, None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetReplicaInfo(_GroupQuery):
+    """CONTROLLER_GET_REPLICA_INFO: the group's metadata (any controller)."""
+
+    code: ClassVar[RequestCode] = RequestCode.CONTROLLER_GET_REPLICA_INFO
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GetReplicaInfo:
+        return cls(broker_name=req_str(header, "brokerName"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetSyncStateData(_GroupQuery):
+    """CONTROLLER_GET_SYNC_STATE_DATA: the getSyncStateSet document (the active controller)."""
+
+    code: ClassVar[RequestCode] = RequestCode.CONTROLLER_GET_SYNC_STATE_DATA
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GetSyncStateData:
+        return cls(broker_name=req_str(header, "brokerName"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetMetadataInfo:
+    """CONTROLLER_GET_METADATA_INFO: the controller group's document (no fields)."""
+
+    code: ClassVar[RequestCode] = RequestCode.CONTROLLER_GET_METADATA_INFO
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GetMetadataInfo:
+        return cls()

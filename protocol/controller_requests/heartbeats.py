@@ -1,0 +1,94 @@
+"""BROKER_HEARTBEAT (904): a broker's liveness and figures to the controllers (docs/protocol.md,
+"Controller requests").
+
+Request::
+
+    header  clusterName?, brokerName, brokerId, brokerAddress?, epoch?, maxOffset?,
+            confirmOffset?, electionPriority?, heartbeatTimeoutMillis? (0: the controller's
+            default; absent figures count as 0)
+    body    the broker's traffic report (protocol/traffic.py), optional, carried as bytes: the
+            controller decodes it only when it changed, and a malformed one never costs the
+            heartbeat
+
+The answer's header is ``masterBrokerId``, ``masterEpoch``, ``heartbeatTimeoutMillis`` and
+``authDigest``.
+
+A missing or mistyped field raises :class:`~protocol.fields.FieldError`; a figure outside
+[0, 2^63-1] (the timeout: outside [-(2^63-1), 2^63-1]) raises
+:class:`~protocol.controller_requests.base.InvalidRequest` (CONTROLLER_INVALID_REQUEST).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Final
+
+from protocol.codes import RequestCode
+from protocol.controller_requests.base import InvalidRequest
+from protocol.fields import opt_int, opt_str, req_int, req_str
+from protocol.remoting import Header, Scalar
+
+__all__ = ["MAX_FIGURE", "BrokerHeartbeat"]
+
+MAX_FIGURE: Final = 2**63 - 1
+"""The largest epoch, offset or priority a heartbeat may carry (the metadata's MAX_ID)."""
+
+
+def _bounded(header: Mapping[str, Scalar], name: str, lo: int, hi: int) -> int:
+    value = opt_int(header, name, 0)
+    if not lo <= value <= hi:
+        raise InvalidRequest(f"{name} must be in [{lo}, {hi}], not {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerHeartbeat:
+    """BROKER_HEARTBEAT: ``broker_id`` of ``broker_name`` is alive, with these figures."""
+
+    code: ClassVar[RequestCode] = RequestCode.BROKER_HEARTBEAT
+
+    broker_name: str
+    broker_id: int
+    cluster: str = ""
+    broker_address: str = ""
+    epoch: int = 0
+    max_offset: int = 0
+    confirm_offset: int = 0
+    election_priority: int = 0
+    heartbeat_timeout_ms: int = 0
+    """The timeout the broker asks to be held to (0 or less: the controller's default)."""
+    traffic_report: bytes | None = None
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {
+            "clusterName": self.cluster,
+            "brokerName": self.broker_name,
+            "brokerId": self.broker_id,
+            "brokerAddress": self.broker_address,
+            "epoch": self.epoch,
+            "maxOffset": self.max_offset,
+            "confirmOffset": self.confirm_offset,
+            "electionPriority": self.election_priority,
+            "heartbeatTimeoutMillis": self.heartbeat_timeout_ms,
+        }
+        return header, self.traffic_report
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> BrokerHeartbeat:
+        name = req_str(header, "brokerName")
+        broker_id = req_int(header, "brokerId")
+        return cls(
+            broker_name=name,
+            broker_id=broker_id,
+            epoch=_bounded(header, "epoch", 0, MAX_FIGURE),
+            max_offset=_bounded(header, "maxOffset", 0, MAX_FIGURE),
+            confirm_offset=_bounded(header, "confirmOffset", 0, MAX_FIGURE),
+            election_priority=_bounded(header, "electionPriority", 0, MAX_FIGURE),
+            heartbeat_timeout_ms=_bounded(
+                header, "heartbeatTimeoutMillis", -MAX_FIGURE, MAX_FIGURE
+            ),
+            cluster=opt_str(header, "clusterName"),
+            broker_address=opt_str(header, "brokerAddress"),
+            traffic_report=body or None,
+        )
