@@ -290,12 +290,17 @@ def _fill(run: QueueRun, count: int, damage: tuple[int, int] | None) -> None:
     run.tag_hashes.extend([0] * count)
 
 
-def next_record(buf: Buffer, base: int, pos: int, segment_end: int) -> int | None:
+def next_record(
+    buf: Buffer, base: int, pos: int, segment_end: int, search_end: int | None = None
+) -> int | None:
     """The position (relative) of the first valid record or blank tail after ``pos`` in one
     segment's ``buf``: where reading resumes past damaged bytes. None if there is none.
 
     A record is recognised by its magic, its CRC and the CommitLog offset it carries, so bytes
-    of a damaged record are not mistaken for one."""
+    of a damaged record are not mistaken for one. ``search_end`` bounds where a record's header
+    is looked for (the end of what was ever written: recovery does not search a pre-allocated
+    segment's unwritten tail)."""
+    limit = segment_end if search_end is None else min(search_end, segment_end)
     view = memoryview(buf).cast("B")
     obj = view.obj
     # Search the mapping (or bytes) itself: copying a whole segment to search it would cost more.
@@ -307,7 +312,7 @@ def next_record(buf: Buffer, base: int, pos: int, segment_end: int) -> int | Non
     blank_at: int | None = None
     probe = pos + 1
     while True:
-        found = raw.find(_BLANK_MAGIC_RAW, probe + 4, segment_end)
+        found = raw.find(_BLANK_MAGIC_RAW, probe + 4, limit)
         if found < 0:
             break
         at = found - 4
@@ -317,9 +322,7 @@ def next_record(buf: Buffer, base: int, pos: int, segment_end: int) -> int | Non
         probe = at + 1
     probe = pos + 1
     while True:
-        found = raw.find(
-            _MESSAGE_MAGIC_RAW, probe + 4, segment_end if blank_at is None else blank_at
-        )
+        found = raw.find(_MESSAGE_MAGIC_RAW, probe + 4, limit if blank_at is None else blank_at)
         if found < 0:
             return blank_at
         at = found - 4

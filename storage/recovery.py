@@ -80,6 +80,9 @@ class Walk:
     end: int | None = None
     reason: str | None = None
     damaged: list[Damage] = field(default_factory=list)
+    written_end: int | None = None
+    """With ``end``: below this offset the segment holding ``end`` may hold data past it
+    (bytes from there on were never written: nothing to zero there)."""
 
 
 def quarantine_dir(commitlog: CommitLog) -> Path:
@@ -101,13 +104,7 @@ def quarantine(
     they are all zero; with ``trim`` without the zeros that end them: a segment's unwritten
     tail) and describe them; the CommitLog itself is not changed."""
     view = seg.view
-    nonzero_end = lo
-    for a in range(lo, hi, _COPY_CHUNK):
-        b = min(a + _COPY_CHUNK, hi)
-        chunk = bytes(view[a:b])
-        stripped = chunk.rstrip(b"\0")
-        if stripped:
-            nonzero_end = a + len(stripped)
+    nonzero_end = seg.nonzero_end(lo, hi)
     target: Path | None = None
     if nonzero_end > lo and not trim:
         nonzero_end = hi
@@ -116,8 +113,12 @@ def quarantine(
         directory.mkdir(exist_ok=True)
         target = directory / f"commitlog-{segment_name(seg.start + lo)}-{hi - lo}"
         with target.open("wb") as f:
-            for a in range(lo, nonzero_end, _COPY_CHUNK):
-                f.write(view[a : min(a + _COPY_CHUNK, nonzero_end)])
+            # The copy has the holes of the segment: only its data ranges are read and written.
+            for start, stop in seg.data_ranges(lo, nonzero_end):
+                f.seek(start - lo)
+                for a in range(start, stop, _COPY_CHUNK):
+                    f.write(view[a : min(a + _COPY_CHUNK, stop)])
+            f.truncate(nonzero_end - lo)
             f.flush()
             os.fsync(f.fileno())  # durable before the caller cuts the log
         fsync_dir(directory)
@@ -162,16 +163,23 @@ def walk(
                 break
             reason = scan.error.reason if scan.error is not None else "unwritten (zero) bytes"
             torn = seg.start + pos >= durable
-            resume = None if torn else next_record(seg.view, seg.start, pos, seg.size)
+            # Past the first bad or blank record, only what was ever written is read: the rest
+            # of a pre-allocated segment is a hole (never written), see Segment.data_ranges.
+            written = _written_end(seg, pos)
+            resume = None if torn else next_record(seg.view, seg.start, pos, seg.size, written)
             later = [s for s in segments[i + 1 :] if any(bytes(s.view[:8]))]
             if torn or (resume is None and not later):
                 # The end of the log: a torn write past the durable offset, or damage at the
                 # end of durable data. Whatever is cut is copied aside first.
                 found.end = seg.start + pos
+                # A write that did not reach the disk whole (a power loss writes pages back in
+                # any order) can leave later records or garbage past zeros: they are cut (copied
+                # aside first), so that no later recovery takes stale records for new ones.
+                found.written_end = seg.start + written
                 # Zeros right at the flushed offset: the end a clean stop leaves (nothing to
-                # copy; not reading the rest of the segment keeps a clean start fast).
+                # copy).
                 at_flush = scan.error is None and found.end == durable
-                hi = pos if at_flush else _data_end(seg, pos)
+                hi = pos if at_flush else seg.nonzero_end(pos, written)
                 if hi > pos:
                     found.damaged.append(
                         quarantine(commitlog, seg, pos, hi, reason, cut=True, copy=copy)
@@ -179,7 +187,7 @@ def walk(
                 for s in later:
                     what = f"after the cut at {found.end}"
                     found.damaged.append(
-                        quarantine(commitlog, s, 0, _data_end(s, 0), what, cut=True, copy=copy)
+                        quarantine(commitlog, s, 0, _data_end(s), what, cut=True, copy=copy)
                     )
                 if scan.error is not None or hi > pos or later:
                     found.reason = reason
@@ -196,15 +204,16 @@ def walk(
     return found
 
 
-def _data_end(seg: Segment, pos: int) -> int:
-    """Where the last non-zero byte at or after ``pos`` ends (relative)."""
-    end = pos
-    for a in range(pos, seg.size, _COPY_CHUNK):
-        b = min(a + _COPY_CHUNK, seg.size)
-        stripped = bytes(seg.view[a:b]).rstrip(b"\0")
-        if stripped:
-            end = a + len(stripped)
-    return end
+def _written_end(seg: Segment, pos: int) -> int:
+    """Where the last range at or after ``pos`` that may hold data ends (relative); ``pos`` when
+    the rest of the segment is a hole (never written)."""
+    ranges = seg.data_ranges(pos, seg.size)
+    return ranges[-1][1] if ranges else pos
+
+
+def _data_end(seg: Segment) -> int:
+    """Where the last non-zero byte of ``seg`` ends (relative)."""
+    return seg.nonzero_end(0, seg.size)
 
 
 def recover(
@@ -267,8 +276,10 @@ def recover(
 
     # After a clean stop with a checkpoint at the end found, bytes past it are zero by
     # construction; otherwise anything may lie past the cut.
+    # Otherwise the walk found where written bytes may end (nothing past it is read or zeroed).
     verified_clean = clean and reason is None and end == trusted
-    removed, touched = commitlog.truncate(end, dirty_end=end if verified_clean else None)
+    dirty_end = end if verified_clean else found.written_end
+    removed, touched = commitlog.truncate(end, dirty_end=dirty_end)
     if reason is None and removed:
         reason = "data after an unwritten (zero) gap"
     if reason is not None:

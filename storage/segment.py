@@ -138,12 +138,58 @@ class Segment:
         """Zero bytes [lo, hi) (relative); only pages holding data are written. True if any did."""
         view = self.view
         changed = False
-        for a in range(lo, hi, _CHUNK):
-            b = min(a + _CHUNK, hi)
-            if bytes(view[a:b]) != _ZEROS[: b - a]:
-                view[a:b] = _ZEROS[: b - a]
-                changed = True
+        for start, stop in self.data_ranges(lo, self.nonzero_end(lo, hi)):  # holes are zeros
+            for a in range(start, stop, _CHUNK):
+                b = min(a + _CHUNK, stop)
+                if bytes(view[a:b]) != _ZEROS[: b - a]:
+                    view[a:b] = _ZEROS[: b - a]
+                    changed = True
         return changed
+
+    def data_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The ranges of [lo, hi) (relative) that may hold data, in order: the file system's
+        ``SEEK_DATA``/``SEEK_HOLE`` answer, whose holes read as zeros by definition. A
+        pre-allocated segment's never-written tail is such a hole (an unwritten extent: ext4, XFS,
+        btrfs, tmpfs); what was written through the mapping (even zeros, even not yet written
+        back) is data. Where the file system cannot tell, all of [lo, hi)."""
+        if hi <= lo:
+            return []
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return [(lo, hi)]
+        try:
+            return _data_ranges(fd, lo, hi)
+        finally:
+            os.close(fd)
+
+    def nonzero_end(self, lo: int, hi: int) -> int:
+        """Where the last non-zero byte of [lo, hi) (relative) ends; ``lo`` if there is none.
+        Reads only :meth:`data_ranges`, from the end back to the first non-zero chunk, through
+        the file (``pread``: no page faults on the mapping, no copies of it)."""
+        if hi <= lo:
+            return lo
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            fd = -1
+        full = bytearray(_CHUNK)
+        try:
+            ranges = _data_ranges(fd, lo, hi) if fd >= 0 else [(lo, hi)]
+            for start, stop in reversed(ranges):
+                b = stop
+                while b > start:
+                    a = max(start, b - _CHUNK)
+                    chunk = full if b - a == _CHUNK else bytearray(b - a)
+                    if fd < 0 or _pread_into(fd, chunk, a) != b - a:
+                        chunk[:] = self.view[a:b]  # the file is gone, short or failing
+                    if chunk != (_ZEROS if chunk is full else _ZEROS[: b - a]):  # memcmp
+                        return a + len(chunk.rstrip(b"\0"))
+                    b = a
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return lo
 
     def populate(self, lo: int, hi: int) -> bool:
         """Pre-fault pages [lo, hi) (relative) writable, so the writer does not take the page
@@ -177,6 +223,34 @@ class Segment:
     def rfind(self, sub: bytes, lo: int, hi: int) -> int:
         """Position of the last ``sub`` lying entirely inside [lo, hi), or -1."""
         return self._mm.rfind(sub, lo, hi)
+
+
+def _pread_into(fd: int, buf: bytearray, pos: int) -> int:
+    try:
+        return os.preadv(fd, [buf], pos)
+    except OSError:
+        return -1
+
+
+def _data_ranges(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    ranges: list[tuple[int, int]] = []
+    pos = lo
+    try:
+        while pos < hi:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: nothing but a hole from pos on
+                    ranges.append((pos, hi))  # SEEK_DATA not supported: all of it
+                break
+            if data >= hi:
+                break
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), hi)
+            ranges.append((data, hole))
+            pos = hole
+    except OSError:
+        return [(lo, hi)]
+    return ranges
 
 
 def _allocation_error(path: Path, size: int, exc: OSError) -> StoreError:
