@@ -26,9 +26,10 @@ from typing import Any
 
 import msgpack
 
-from broker.context import BrokerContext, WriteRefused
+from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.stored_record import visible_record_at
+from broker.write_gate import WriteRefused
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, opt_str
 from protocol.message import MessageRecord, MsgIdMaker, RecordError, iter_records, message_copy

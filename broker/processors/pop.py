@@ -27,10 +27,11 @@ import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
-from broker.context import BrokerContext, WriteRefused
+from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.pop.inflight import PopRefused, Refusal
 from broker.pop.service import PopMessage, PopService
+from broker.write_gate import WriteRefused
 from protocol.broker_requests.pop import (
     AckRequest,
     BatchAckAnswer,

@@ -14,8 +14,9 @@ import asyncio
 
 import structlog
 
-from broker.context import BrokerContext, WriteRefused
+from broker.context import BrokerContext
 from broker.timer.service import RecallError
+from broker.write_gate import WriteRefused
 from protocol.broker_requests.recall import Recalled, RecallRequest
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import structlog
 
-from broker.context import BrokerContext, WriteRefused
+from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.stored_record import visible_record_at
+from broker.write_gate import WriteRefused
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import opt_int, opt_str, req_int, req_str
 from protocol.message import MsgIdMaker, message_copy

@@ -18,9 +18,10 @@ from collections.abc import Awaitable
 
 import structlog
 
-from broker.context import BrokerContext, WriteRefused
+from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.transaction.service import EndOutcome, TransactionService
+from broker.write_gate import WriteRefused
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError, opt_int, req_int, req_str
 from protocol.remoting import Frame, response
