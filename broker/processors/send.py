@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import time
 
-import msgpack
 import structlog
 
 from broker.context import BrokerContext, WriteRefused
 from broker.timer.service import reserved_property
+from protocol.broker_requests.send import (
+    SendAnswer,
+    SendBatchAnswer,
+    SendBatchRequest,
+    SendRequest,
+)
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, opt_str, req_str
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
 from protocol.message import Message, MsgIdMaker, decode_properties
-from protocol.remoting import Frame, Header, response
+from protocol.remoting import Frame, response
 from protocol.timer import REQUEST_PROPERTIES
 from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
 from remoting.server import Connection, DeferredAnswer, RemotingServer, error_response
@@ -44,53 +48,48 @@ class SendProcessor:
     # -- handlers ------------------------------------------------------------------------------
     def send_message(self, conn: Connection, req: Frame) -> Frame | DeferredAnswer:
         start = time.perf_counter()
-        h = req.header
-        topic = req_str(h, "topic")
-        body = req.body
+        send = SendRequest.parse(req.header, req.body)
+        topic, body = send.topic, send.body
         if not body:
             return self._error(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
-        if len(h) == 2 and "queueId" in h:  # topic (read above) and queueId: nothing optional
-            msg = Message(topic=topic, body=body, born_host=conn.peer)
-        else:
-            props_raw = opt_str(h, "properties")
-            msg = Message(
-                topic=topic,
-                body=body,
-                keys=opt_str(h, "keys"),
-                tags=opt_str(h, "tags"),
-                properties=decode_properties(props_raw.encode()) if props_raw else {},
-                flag=opt_int(h, "flag", 0),
-                born_timestamp=opt_int(h, "bornTimestamp", 0),
-                born_host=opt_str(h, "bornHost") or conn.peer,
-            )
-        result = self._put(req, topic, opt_int(h, "queueId", -1), [msg])
+        props = send.properties
+        msg = Message(
+            topic=topic,
+            body=body,
+            keys=send.keys,
+            tags=send.tags,
+            properties=decode_properties(props.encode()) if props else {},
+            flag=send.flag,
+            born_timestamp=send.born_timestamp,
+            born_host=send.born_host or conn.peer,
+        )
+        result = self._put(req, topic, send.queue_id, [msg])
         if isinstance(result, Frame):
             return result
-        header: Header = {
-            "msgId": self._msg_id(result.physical_offsets[0]),
-            "queueId": result.queue_id,
-            "queueOffset": result.first_queue_offset,
-            "brokerName": self.ctx.cfg.broker_name,
-        }
-        return self._answer(req, result, response(req, ResponseCode.SUCCESS, header), start)
+        answer = SendAnswer(
+            msg_id=self._msg_id(result.physical_offsets[0]),
+            queue_id=result.queue_id,
+            queue_offset=result.first_queue_offset,
+            broker_name=self.ctx.cfg.broker_name,
+        )
+        resp = response(req, ResponseCode.SUCCESS, *answer.encode())
+        return self._answer(req, result, resp, start)
 
     def send_batch(self, conn: Connection, req: Frame) -> Frame | DeferredAnswer:
         start = time.perf_counter()
-        h = req.header
-        topic = req_str(h, "topic")
-        messages = _decode_batch(topic, req.body, conn.peer)
-        result = self._put(req, topic, opt_int(h, "queueId", -1), messages)
+        batch = SendBatchRequest.parse(req.header, req.body, born_host=conn.peer)
+        result = self._put(req, batch.topic, batch.queue_id, list(batch.messages))
         if isinstance(result, Frame):
             return result
         make_id = self._msg_id
-        ids = [make_id(off) for off in result.physical_offsets]
-        header: Header = {
-            "queueId": result.queue_id,
-            "queueOffset": result.first_queue_offset,
-            "count": result.count,
-            "brokerName": self.ctx.cfg.broker_name,
-        }
-        resp = response(req, ResponseCode.SUCCESS, header, msgpack.packb(ids))
+        answer = SendBatchAnswer(
+            queue_id=result.queue_id,
+            queue_offset=result.first_queue_offset,
+            count=result.count,
+            broker_name=self.ctx.cfg.broker_name,
+            msg_ids=tuple(make_id(off) for off in result.physical_offsets),
+        )
+        resp = response(req, ResponseCode.SUCCESS, *answer.encode())
         return self._answer(req, result, resp, start)
 
     # -- shared --------------------------------------------------------------------------------
@@ -299,52 +298,6 @@ def _open_queue(ctx: BrokerContext, topic: str, queues: int, first: int) -> int:
             return queue_id
         queue_id = ctx.next_queue(topic, queues)
     return first
-
-
-def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:
-    if not body:
-        raise FieldError("batch body is empty")
-    try:
-        items = msgpack.unpackb(body, raw=False)
-    except Exception:
-        raise FieldError("batch body is not msgpack") from None
-    if not isinstance(items, list) or not items:
-        raise FieldError("batch body must be a non-empty array")
-    messages: list[Message] = []
-    append = messages.append
-    for item in items:
-        if not isinstance(item, dict):
-            raise FieldError("batch entry is not a map")
-        mbody = item.get("body")
-        if not isinstance(mbody, bytes) or not mbody:
-            raise FieldError("batch entry needs a non-empty binary 'body'")
-        if len(item) == 1:  # a body only: the common case, nothing optional to check
-            append(Message(topic=topic, body=mbody, born_host=peer))
-            continue
-        props = item.get("properties") or {}
-        keys = item.get("keys") or ""
-        tags = item.get("tags") or ""
-        born = item.get("bornTimestamp") or 0
-        if (
-            not isinstance(props, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items())
-            or not isinstance(keys, str)
-            or not isinstance(tags, str)
-            or type(born) is not int
-        ):
-            raise FieldError("batch entry has a mistyped keys, tags, properties or bornTimestamp")
-        append(
-            Message(
-                topic=topic,
-                body=mbody,
-                keys=keys,
-                tags=tags,
-                properties=props,
-                born_timestamp=born,
-                born_host=peer,
-            )
-        )
-    return messages
 
 
 def _message_group_refusal(messages: list[Message]) -> str | None:

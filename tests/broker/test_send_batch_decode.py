@@ -6,9 +6,14 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from broker.processors.send import _decode_batch
+from protocol.broker_requests.send import SendBatchRequest
 from protocol.fields import FieldError
 from protocol.message import Message
+
+
+def _decode_batch(topic: str, body: bytes | None, peer: str) -> list[Message]:
+    """What the broker's SEND_BATCH_MESSAGE stores for ``body`` (the codec's parse)."""
+    return list(SendBatchRequest.parse({"topic": topic}, body, born_host=peer).messages)
 
 
 def test_body_only_and_full_entries() -> None:

@@ -24,7 +24,14 @@ from protocol.broker_requests.pop import (
     PopRequest,
 )
 from protocol.broker_requests.recall import Recalled, RecallRequest
+from protocol.broker_requests.send import (
+    SendAnswer,
+    SendBatchAnswer,
+    SendBatchRequest,
+    SendRequest,
+)
 from protocol.fields import FieldError
+from protocol.message import Message
 from protocol.pull import (
     AllConsumerOffsetsQuery,
     ConsumerOffsetQuery,
@@ -95,6 +102,40 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         ChangeInvisibleRequest, group=groups, receipt_handle=names, invisible_ms=invisible
     ),
     RecallRequest: st.builds(RecallRequest, topic=names, msg_id=names),
+    SendRequest: st.builds(
+        SendRequest,
+        topic=names,
+        body=st.binary(max_size=64),
+        queue_id=ints,
+        keys=st.text(max_size=20),
+        tags=st.text(max_size=20),
+        properties=st.text(max_size=40),
+        flag=ints,
+        born_timestamp=ints,
+        born_host=st.text(max_size=20),
+    ),
+    SendBatchRequest: names.flatmap(
+        lambda topic: st.builds(
+            SendBatchRequest,
+            topic=st.just(topic),
+            queue_id=ints,
+            messages=st.lists(
+                st.builds(
+                    Message,
+                    topic=st.just(topic),
+                    body=st.binary(min_size=1, max_size=32),
+                    keys=st.text(max_size=10),
+                    tags=st.text(max_size=10),
+                    properties=st.dictionaries(
+                        st.text(max_size=8), st.text(max_size=8), max_size=3
+                    ),
+                    born_timestamp=ints,
+                ),
+                min_size=1,
+                max_size=20,
+            ).map(tuple),
+        )
+    ),
 }
 
 ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
@@ -113,6 +154,17 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     InvisibleChanged: st.builds(InvisibleChanged, receipt_handle=names),
     Recalled: st.builds(Recalled, msg_id=names),
+    SendAnswer: st.builds(
+        SendAnswer, msg_id=names, queue_id=ints, queue_offset=ints, broker_name=names
+    ),
+    SendBatchAnswer: st.builds(
+        SendBatchAnswer,
+        queue_id=ints,
+        queue_offset=ints,
+        count=ints,
+        broker_name=names,
+        msg_ids=st.lists(names, max_size=20).map(tuple),
+    ),
 }
 
 GOLDEN: list[tuple[Any, str]] = [
@@ -189,6 +241,41 @@ GOLDEN: list[tuple[Any, str]] = [
         "000000399600cd01d6010082a5746f706963a154a56d73674964d92037463030303030313030303032413946"
         "30303030303030303030303030303430c0",
     ),
+    (
+        SendRequest(
+            topic="T",
+            body=b"hello",
+            queue_id=3,
+            keys="k1",
+            tags="TagA",
+            properties="a\x01b\x02",
+            born_timestamp=1_700_000_000_000,
+            born_host="10.0.0.1:5000",
+        ),
+        "0000006e96000a010087a5746f706963a154a77175657565496403ad626f726e54696d657374616d70cf00"
+        "00018bcfe56800a46b657973a26b31a474616773a454616741aa70726f70657274696573a461016202a862"
+        "6f726e486f7374ad31302e302e302e313a35303030c40568656c6c6f",
+    ),
+    (
+        SendBatchRequest(
+            topic="T",
+            queue_id=1,
+            messages=(
+                Message(topic="T", body=b"a"),
+                Message(
+                    topic="T",
+                    body=b"b",
+                    keys="k",
+                    tags="t",
+                    properties={"p": "v"},
+                    born_timestamp=7,
+                ),
+            ),
+        ),
+        "0000005b9600cd0140010082a5746f706963a154a77175657565496401c4409281a4626f6479c4016185a4"
+        "626f6479c40162ad626f726e54696d657374616d7007a46b657973a16ba474616773a174aa70726f706572"
+        "7469657381a170a176",
+    ),
 ]
 
 
@@ -264,6 +351,9 @@ def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
             "'invisibleTime' must be an integer",
         ),
         (RecallRequest, {"topic": "T"}, "'msgId'"),
+        (SendRequest, {"topic": "T", "queueId": "1"}, "'queueId' must be an integer"),
+        (SendRequest, {"topic": "T", "queueId": 1, "flag": 1.5}, "'flag' must be an integer"),
+        (SendBatchRequest, {"topic": "T"}, "batch body is empty"),
         (
             PullRequest,
             {"consumerGroup": "g", "topic": "T", "queueId": 0, "queueOffset": 0}
