@@ -64,7 +64,8 @@ from protocol.controller_requests.groups import (
     GetReplicaInfo,
 )
 from protocol.controller_requests.heartbeats import BrokerHeartbeat
-from protocol.remoting import Frame, Header
+from protocol.controller_requests.topics import RegisterRoutes
+from protocol.remoting import Frame
 from protocol.retry import RetryConfigError, config_from_dict
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError, UnreachableError
@@ -546,18 +547,18 @@ class ReplicasManager:
                 # A slave may hold a topic's messages before its config arrives from the master
                 # (or with the master gone for good): route what it can serve all the same.
                 self.ctx.adopt_store_topics()
-            topics = {name: tc.queues for name, tc in self.ctx.topics.all().items()}
-            header: Header = {
-                "clusterName": self.cfg.cluster,
-                "brokerName": self.cfg.broker_name,
-                "brokerId": self.broker_id,
-                "brokerAddress": self.cfg.listen,
-            }
-            body = msgpack.packb({"topics": topics})
+            ask = RegisterRoutes(
+                cluster=self.cfg.cluster,
+                broker_name=self.cfg.broker_name,
+                broker_id=self.broker_id,
+                broker_address=self.cfg.listen,
+                topics={name: tc.queues for name, tc in self.ctx.topics.all().items()},
+            )
+            header, body = ask.encode()
             for address in self.cfg.controller_addresses:
                 try:
                     conn = await self.pool.get(address)
-                    await conn.request(RequestCode.REGISTER_BROKER, header, body, timeout=2.0)
+                    await conn.request(ask.code, header, body, timeout=2.0)
                 except RemotingError:
                     pass
 

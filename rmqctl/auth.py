@@ -14,12 +14,21 @@ from collections.abc import Mapping
 from typing import Any
 
 import click
-import msgpack
 
 from protocol.acl import AclError, check_secret, check_username, make_rule, resource_pattern
 from protocol.acl import user_type as parse_user_type
-from protocol.codes import ControllerCode
-from protocol.remoting import Frame, Scalar
+from protocol.controller_requests.base import ControllerRequest
+from protocol.controller_requests.users import (
+    CreateAcl,
+    CreateUser,
+    DeleteAcl,
+    DeleteUser,
+    ListAcl,
+    ListUsers,
+    UpdateAcl,
+    UpdateUser,
+)
+from protocol.remoting import Frame
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
 from rmqctl.controller_calls import answer_body, call_controllers
 
@@ -51,13 +60,10 @@ def _split(value: str | None) -> list[str]:
     return [p.strip() for p in (value or "").split(",") if p.strip()]
 
 
-async def _send(
-    addresses: str, code: int, header: Mapping[str, Scalar], body: Mapping[str, Any] | None = None
-) -> Frame:
+async def _send(addresses: str, ask: ControllerRequest) -> Frame:
     """One request to the controllers (the leader for a change); the secret, if any, travels in
     the msgpack body, never in a header."""
-    packed = None if body is None else msgpack.packb(dict(body), use_bin_type=True)
-    return await call_controllers(addresses, code, header, packed)
+    return await call_controllers(addresses, ask.code, *ask.encode())
 
 
 def _user_human(doc: Mapping[str, Any]) -> str:
@@ -123,8 +129,7 @@ def create_user(
     _checked(check_username, username)
     _checked(check_secret, password)
     kind = _checked(parse_user_type, user_type or "normal")
-    header: dict[str, Scalar] = {"username": username, "userType": kind.value}
-    resp = run(_send(addresses, ControllerCode.AUTH_CREATE_USER, header, {"secret": password}))
+    resp = run(_send(addresses, CreateUser(username=username, user_type=kind, secret=password)))
     doc = _header(resp)
     emit(settings, doc, lambda: f"created {_user_human(doc)}")
 
@@ -149,14 +154,10 @@ def update_user(
     _checked(check_username, username)
     if password is None and user_type is None:
         raise CommandError("nothing to update: give -p SECRET and/or -t TYPE")
-    header: dict[str, Scalar] = {"username": username}
-    if user_type is not None:
-        header["userType"] = _checked(parse_user_type, user_type).value
-    body = None
+    kind = None if user_type is None else _checked(parse_user_type, user_type)
     if password is not None:
         _checked(check_secret, password)
-        body = {"secret": password}
-    resp = run(_send(addresses, ControllerCode.AUTH_UPDATE_USER, header, body))
+    resp = run(_send(addresses, UpdateUser(username=username, user_type=kind, secret=password)))
     doc = _header(resp)
     emit(settings, doc, lambda: f"updated {_user_human(doc)}")
 
@@ -171,7 +172,7 @@ def delete_user(settings: Settings, addresses: str, username: str) -> None:
     Prints {"username", "userType", "version"} of the deleted user.
     """
     _checked(check_username, username)
-    resp = run(_send(addresses, ControllerCode.AUTH_DELETE_USER, {"username": username}))
+    resp = run(_send(addresses, DeleteUser(username=username)))
     doc = _header(resp)
     emit(settings, doc, lambda: f"deleted {_user_human(doc)}")
 
@@ -185,7 +186,7 @@ def list_user(settings: Settings, addresses: str, prefix: str) -> None:
 
     Prints {"users": [{"username", "userType", "version"}]}.
     """
-    resp = run(_send(addresses, ControllerCode.AUTH_LIST_USER, {"filter": prefix}))
+    resp = run(_send(addresses, ListUsers(prefix=prefix)))
     doc = _list_doc(resp, "users")
     emit(
         settings,
@@ -252,7 +253,7 @@ def _rule_options(func: Any) -> Any:
 def _put_acl(
     settings: Settings,
     addresses: str,
-    code: int,
+    kind: type[CreateAcl] | type[UpdateAcl],
     verb: str,
     subject: str,
     resources: str,
@@ -264,10 +265,10 @@ def _put_acl(
     names = _split(resources)
     if not names:
         raise CommandError("no resource given (-r)")
-    rules = [
-        _checked(make_rule, r, _split(actions), decision, _split(source_ip)).to_doc() for r in names
-    ]
-    resp = run(_send(addresses, code, {"username": username}, {"rules": rules}))
+    rules = tuple(
+        _checked(make_rule, r, _split(actions), decision, _split(source_ip)) for r in names
+    )
+    resp = run(_send(addresses, kind(username=username, rules=rules)))
     doc = _header(resp)
     doc["rules"] = _list_doc(resp, "rules")["rules"]
     emit(settings, doc, lambda: f"{verb} {len(rules)} rule(s) of {username}")
@@ -295,7 +296,7 @@ def create_acl(
     _put_acl(
         settings,
         addresses,
-        ControllerCode.AUTH_CREATE_ACL,
+        CreateAcl,
         "created",
         subject,
         resources,
@@ -326,7 +327,7 @@ def update_acl(
     _put_acl(
         settings,
         addresses,
-        ControllerCode.AUTH_UPDATE_ACL,
+        UpdateAcl,
         "updated",
         subject,
         resources,
@@ -349,18 +350,12 @@ def delete_acl(settings: Settings, addresses: str, subject: str, resources: str 
     Prints {"username", "userType", "version", "rules": [the rules left]}.
     """
     username = _subject(subject)
-    patterns = [str(_checked(resource_pattern, r)) for r in _split(resources)]
-    resp = run(
-        _send(
-            addresses,
-            ControllerCode.AUTH_DELETE_ACL,
-            {"username": username},
-            {"resources": patterns},
-        )
-    )
+    patterns = tuple(_checked(resource_pattern, r) for r in _split(resources))
+    resp = run(_send(addresses, DeleteAcl(username=username, resources=patterns)))
     doc = _header(resp)
     doc["rules"] = _list_doc(resp, "rules")["rules"]
-    emit(settings, doc, lambda: f"deleted {', '.join(patterns) or 'all'} rules of {username}")
+    named = ", ".join(str(p) for p in patterns)
+    emit(settings, doc, lambda: f"deleted {named or 'all'} rules of {username}")
 
 
 @click.command("listAcl", short_help="List users' rules.")
@@ -376,10 +371,8 @@ def list_acl(settings: Settings, addresses: str, subject: str | None, resource: 
     Prints {"acls": [{"username", "userType", "version", "rules": [{"resource", "actions",
     "decision", "sources"}]}]}.
     """
-    header: dict[str, Scalar] = {"resource": resource}
-    if subject:
-        header["username"] = _subject(subject)
-    doc = _list_doc(run(_send(addresses, ControllerCode.AUTH_LIST_ACL, header)), "acls")
+    ask = ListAcl(username=_subject(subject) if subject else None, resource=resource)
+    doc = _list_doc(run(_send(addresses, ask)), "acls")
     emit(settings, doc, lambda: _acl_human(doc["acls"]))
 
 

@@ -16,7 +16,8 @@ import click
 
 from client.bootstrap import describe_failure, parse_addresses
 from client.errors import ClientError
-from protocol.codes import ControllerCode, RequestCode
+from protocol.codes import RequestCode
+from protocol.controller_requests.base import ControllerRequest
 from protocol.controller_requests.brokers import CleanBrokerData
 from protocol.controller_requests.groups import (
     ElectMaster,
@@ -24,7 +25,12 @@ from protocol.controller_requests.groups import (
     GetReplicaInfo,
     GetSyncStateData,
 )
-from protocol.remoting import Scalar
+from protocol.controller_requests.membership import (
+    AddController,
+    ControllerConfigQuery,
+    RemoveController,
+    TransferLeader,
+)
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
@@ -301,7 +307,8 @@ def get_controller_config(settings: Settings, addresses: str) -> None:
         pool = ConnectionPool(TIMEOUT)
         try:
             conn = await pool.get(address)
-            resp = await conn.call(ControllerCode.GET_CONTROLLER_CONFIG, timeout=TIMEOUT)
+            ask = ControllerConfigQuery()
+            resp = await conn.call(ask.code, *ask.encode(), timeout=TIMEOUT)
         except ResponseError as exc:
             return {"error": str(exc)}
         except (RemotingError, ValueError) as exc:
@@ -337,9 +344,11 @@ def get_controller_config(settings: Settings, addresses: str) -> None:
 node_id_option = click.option("--id", "node_id", required=True, metavar="nX", help="Node id.")
 
 
-def _membership(settings: Settings, addresses: str, code: int, header: dict[str, Scalar]) -> None:
+def _membership(settings: Settings, addresses: str, ask: ControllerRequest) -> None:
     async def work() -> Any:
-        resp = await call_controllers(addresses, code, header, timeout=MEMBERSHIP_TIMEOUT)
+        resp = await call_controllers(
+            addresses, ask.code, *ask.encode(), timeout=MEMBERSHIP_TIMEOUT
+        )
         return answer_body(resp, "controller metadata")
 
     raw = run(work())
@@ -354,9 +363,7 @@ def _membership(settings: Settings, addresses: str, code: int, header: dict[str,
 def add_controller(settings: Settings, addresses: str, node_id: str, address: str) -> None:
     """Add a controller (started with --join) as a learner; the leader promotes it to voter
     once it has caught up. Prints the getControllerMetaData document afterwards."""
-    _membership(
-        settings, addresses, ControllerCode.ADD_CONTROLLER, {"id": node_id, "address": address}
-    )
+    _membership(settings, addresses, AddController(node_id=node_id, address=address))
 
 
 @click.command("removeController", short_help="Remove a controller from the Raft group.")
@@ -366,7 +373,7 @@ def add_controller(settings: Settings, addresses: str, node_id: str, address: st
 def remove_controller(settings: Settings, addresses: str, node_id: str) -> None:
     """Remove a controller from the Raft group (stop its process afterwards). Prints the
     getControllerMetaData document afterwards."""
-    _membership(settings, addresses, ControllerCode.REMOVE_CONTROLLER, {"id": node_id})
+    _membership(settings, addresses, RemoveController(node_id=node_id))
 
 
 @click.command("transferControllerLeader", short_help="Hand Raft leadership to a controller.")
@@ -376,4 +383,4 @@ def remove_controller(settings: Settings, addresses: str, node_id: str) -> None:
 def transfer_controller_leader(settings: Settings, addresses: str, node_id: str) -> None:
     """Make the named voter the leader (the active controller) once it has caught up.
     Prints the getControllerMetaData document afterwards."""
-    _membership(settings, addresses, ControllerCode.TRANSFER_CONTROLLER_LEADER, {"id": node_id})
+    _membership(settings, addresses, TransferLeader(node_id=node_id))

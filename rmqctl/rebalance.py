@@ -17,10 +17,12 @@ from typing import Any
 import click
 
 from client.errors import BrokerError, ClientError
-from protocol.codes import ControllerCode, RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.controller_requests.groups import GetReplicaInfo
+from protocol.controller_requests.rebalance import RebalancePlanQuery, TrafficQuery
+from protocol.controller_requests.static_topics import StaticTopicMappingQuery
+from protocol.controller_requests.topics import RouteQuery
 from protocol.rebalance import PlanError, plan_from_job
-from protocol.remoting import Scalar
 from rmqctl.common import (
     CommandError,
     Settings,
@@ -57,7 +59,8 @@ def broker_traffic(settings: Settings, addresses: str) -> None:
     """
 
     async def work() -> dict[str, Any]:
-        resp = await call_controllers(addresses, ControllerCode.GET_BROKER_TRAFFIC)
+        ask = TrafficQuery()
+        resp = await call_controllers(addresses, ask.code, *ask.encode())
         return _doc(answer_body(resp, "traffic"), "traffic")
 
     doc = run(work())
@@ -116,14 +119,14 @@ async def _topic_kind(addresses: str, topic: str) -> list[str | None] | None:
     """Per logical queue the group of its newest item (None: moving) for a static topic; None
     for an ordinary topic; ClientError "topic T does not exist" for neither."""
     try:
-        resp = await call_controllers(
-            addresses, ControllerCode.GET_STATIC_TOPIC_MAPPING, {"topic": topic}
-        )
+        mapping = StaticTopicMappingQuery(topic=topic)
+        resp = await call_controllers(addresses, mapping.code, *mapping.encode())
     except BrokerError as exc:
         if exc.code != ResponseCode.TOPIC_NOT_EXIST:
             raise
         try:
-            await call_controllers(addresses, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            route = RouteQuery(topic=topic)
+            await call_controllers(addresses, route.code, *route.encode())
         except BrokerError as missing:
             if missing.code == ResponseCode.TOPIC_NOT_EXIST:
                 raise ClientError(f"topic {topic} does not exist") from None
@@ -198,10 +201,8 @@ def rebalance_plan(
     job = read_json_file(from_file, "traffic job plan") if from_file is not None else None
 
     async def live() -> dict[str, Any]:
-        header: dict[str, Scalar] = {}
-        if threshold is not None:
-            header["threshold"] = threshold
-        resp = await call_controllers(addresses, ControllerCode.GET_REBALANCE_PLAN, header)
+        ask = RebalancePlanQuery(threshold=threshold)
+        resp = await call_controllers(addresses, ask.code, *ask.encode())
         return _doc(answer_body(resp, "re-balance plan"), "re-balance plan")
 
     async def from_job() -> dict[str, Any]:

@@ -15,8 +15,11 @@ from typing import Any
 import click
 
 from client.errors import ClientError
-from protocol.codes import ControllerCode
-from protocol.remoting import Scalar
+from protocol.controller_requests.static_topics import (
+    CreateStaticTopic,
+    RemapStaticTopic,
+    StaticTopicMappingQuery,
+)
 from rmqctl.common import (
     CommandError,
     Settings,
@@ -115,14 +118,13 @@ def update_static_topic(
         raise CommandError("give -b NAMES or -g N, not both")
 
     async def work() -> dict[str, Any]:
-        header: dict[str, Scalar] = {"topic": topic, "queues": queues}
-        if broker_names:
-            header["brokerNames"] = broker_names
-        if groups is not None:
-            header["placeGroups"] = groups
-        resp = await call_controllers(
-            addresses, ControllerCode.UPDATE_AND_CREATE_STATIC_TOPIC, header
+        ask = CreateStaticTopic(
+            topic=topic,
+            queues=queues,
+            broker_names=tuple(n for n in broker_names.split(";") if n),
+            place_groups=groups or 0,
         )
+        resp = await call_controllers(addresses, ask.code, *ask.encode())
         return _mapping(answer_body(resp, "static topic"))
 
     doc = run(work())
@@ -141,9 +143,8 @@ def static_topic_mapping(settings: Settings, addresses: str, topic: str) -> None
     """
 
     async def work() -> dict[str, Any]:
-        resp = await call_controllers(
-            addresses, ControllerCode.GET_STATIC_TOPIC_MAPPING, {"topic": topic}
-        )
+        ask = StaticTopicMappingQuery(topic=topic)
+        resp = await call_controllers(addresses, ask.code, *ask.encode())
         return _mapping(answer_body(resp, "static topic mapping"))
 
     doc = run(work())
@@ -253,9 +254,9 @@ async def apply_moves(
     applied: ...`` (with ``lone_refusal_as_is``, a plan of one move's refusal as it came)."""
     doc: dict[str, Any] = {}
     for n, (t, q, target) in enumerate(moves, 1):
-        header: dict[str, Scalar] = {"topic": t, "queueId": q, "brokerName": target}
+        ask = RemapStaticTopic(topic=t, queue_id=q, broker_name=target)
         try:
-            resp = await call_controllers(addresses, ControllerCode.REMAP_STATIC_TOPIC, header)
+            resp = await call_controllers(addresses, ask.code, *ask.encode())
             doc = _mapping(answer_body(resp, "static topic mapping"))
         except ClientError as exc:
             if lone_refusal_as_is and len(moves) == 1:

@@ -7,9 +7,9 @@ import click
 from client.admin import Admin
 from client.errors import ClientError
 from client.routes import TopicRoute
-from protocol.codes import ControllerCode, RequestCode
+from protocol.controller_requests.rebalance import TrafficQuery
+from protocol.controller_requests.topics import UpdateTopic
 from protocol.rebalance import least_loaded
-from protocol.remoting import Scalar
 from rmqctl.common import (
     CommandError,
     Settings,
@@ -111,7 +111,8 @@ def _route_table(route: TopicRoute) -> str:
 async def place_topic(addresses: str, topic: str, queues: int, count: int) -> list[str]:
     """Create ``topic`` on the ``count`` groups with a master and the least traffic, through
     the controllers (UPDATE_AND_CREATE_TOPIC per group, as a broker forwards it)."""
-    resp = await call_controllers(addresses, ControllerCode.GET_BROKER_TRAFFIC)
+    traffic = TrafficQuery()
+    resp = await call_controllers(addresses, traffic.code, *traffic.encode())
     doc = answer_body(resp, "traffic")
     try:
         loads = {g["brokerName"]: float(g["msgPerSec"]) for g in doc["groups"] if g["master"]}
@@ -121,6 +122,6 @@ async def place_topic(addresses: str, topic: str, queues: int, count: int) -> li
         raise ClientError(f"cannot place on {count} broker groups: {len(loads)} have a master")
     names = least_loaded(loads, count)
     for name in names:
-        header: dict[str, Scalar] = {"topic": topic, "queues": queues, "brokerName": name}
-        await call_controllers(addresses, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        ask = UpdateTopic(topic=topic, queues=queues, broker_name=name)
+        await call_controllers(addresses, ask.code, *ask.encode())
     return names

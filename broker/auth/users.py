@@ -19,7 +19,7 @@ import msgpack
 import structlog
 
 from protocol.acl import AclError, User, rule_from_doc, user_type
-from protocol.codes import ControllerCode
+from protocol.controller_requests.users import SyncUsers
 from protocol.sealing import SealError, unseal
 from remoting.errors import RemotingError
 from remoting.failover import AddressFailover
@@ -103,9 +103,8 @@ class BrokerUsers:
 
     async def refresh(self) -> bool:
         """One fetch; True when the table changed."""
-        resp = await self._controllers.call(
-            ControllerCode.AUTH_SYNC_USERS, {"digest": self.digest}, timeout=3.0
-        )
+        ask = SyncUsers(digest=self.digest)
+        resp = await self._controllers.call(ask.code, *ask.encode(), timeout=3.0)
         digest = resp.header.get("digest")
         if not isinstance(digest, str):
             raise UsersError("answer lacks the digest")

@@ -13,6 +13,7 @@ import msgpack
 
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
+from protocol.controller_requests.topics import UpdateTopic
 from protocol.fields import FieldError, opt_int, req_str
 from protocol.pull import (
     AllConsumerOffsetsQuery,
@@ -23,7 +24,7 @@ from protocol.pull import (
     OffsetSearch,
     offset_answer,
 )
-from protocol.remoting import Frame, Scalar, response
+from protocol.remoting import Frame, response
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from remoting.failover import AddressFailover
@@ -95,14 +96,11 @@ class AdminProcessor:
                 ConnectionPool(CONTROLLER_TIMEOUT, self.ctx.cluster_credentials),
                 CONTROLLER_TIMEOUT,
             )
-        header: dict[str, Scalar] = {
-            "topic": topic,
-            "queues": queues,
-            "clusterName": cfg.cluster,
-            "brokerName": cfg.broker_name,
-        }
+        ask = UpdateTopic(
+            topic=topic, queues=queues, cluster=cfg.cluster, broker_name=cfg.broker_name
+        )
         try:
-            await self._controllers.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+            await self._controllers.call(ask.code, *ask.encode())
         except ResponseError as exc:
             if exc.code in _CONTROLLERS_BUSY:
                 return (

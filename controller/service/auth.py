@@ -26,29 +26,28 @@ from controller.metadata import ReplicasInfoManager
 from controller.metadata.auth import UserView
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, refuse, unpack_body
+from controller.service.requests import Refused, refuse
 from protocol.acl import (
-    AclError,
-    Rule,
     User,
     UserType,
-    resource_pattern,
-    rule_from_doc,
-    user_type,
 )
 from protocol.codes import ResponseCode
-from protocol.fields import opt_str, req_str
+from protocol.controller_requests.users import (
+    CreateAcl,
+    CreateUser,
+    DeleteAcl,
+    DeleteUser,
+    ListAcl,
+    ListUsers,
+    SyncUsers,
+    UpdateAcl,
+    UpdateUser,
+)
 from protocol.remoting import Frame, response
 from protocol.sealing import NONCE_BYTES, SealError, key_id, seal, unseal
 from remoting.server import Connection
 
 log = structlog.get_logger(__name__)
-
-MAX_RULES_PER_REQUEST = 256
-
-
-def _invalid(message: str) -> Refused:
-    return Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, message)
 
 
 def user_doc(view: UserView, *, rules: bool = False) -> dict[str, Any]:
@@ -60,36 +59,6 @@ def user_doc(view: UserView, *, rules: bool = False) -> dict[str, Any]:
     if rules:
         doc["rules"] = [rule.to_doc() for rule in view.rules]
     return doc
-
-
-def _rules(body: dict[str, Any]) -> list[Rule]:
-    raw = body.get("rules")
-    if not isinstance(raw, list) or not raw:
-        raise _invalid("body must carry a non-empty list of rules")
-    if len(raw) > MAX_RULES_PER_REQUEST:
-        raise _invalid(f"at most {MAX_RULES_PER_REQUEST} rules per request")
-    try:
-        return [rule_from_doc(doc) for doc in raw]
-    except AclError as exc:
-        raise _invalid(str(exc)) from None
-
-
-def _secret(body: dict[str, Any], *, required: bool) -> str | None:
-    secret = body.get("secret")
-    if secret is None and not required:
-        return None
-    if not isinstance(secret, str):
-        raise _invalid("body must carry the secret as a string")
-    return secret
-
-
-def _type(value: str | None) -> UserType | None:
-    if value is None or value == "":
-        return None
-    try:
-        return user_type(value)
-    except AclError as exc:
-        raise _invalid(str(exc)) from None
 
 
 class ControllerUsers:
@@ -165,36 +134,35 @@ class AuthHandlers:
         await self.gate.require_active()
         if self.auth_key is None:
             raise self._no_key()
-        username = req_str(req.header, "username")
-        kind = _type(opt_str(req.header, "userType")) or UserType.NORMAL
-        secret = _secret(unpack_body(req), required=True)
-        assert secret is not None
-        d = self.manager.auth.create_user(username, secret, kind, self._seal)
+        ask = CreateUser.parse(req.header, req.body)
+        username = ask.username
+        kind = ask.user_type or UserType.NORMAL
+        d = self.manager.auth.create_user(username, ask.secret, kind, self._seal)
         resp = await self._commit_user(req, d)
         log.info("user created", username=username, user_type=kind.value)
         return resp
 
     async def update_user(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        username = req_str(req.header, "username")
-        kind = _type(opt_str(req.header, "userType"))
-        secret = _secret(unpack_body(req), required=False)
+        ask = UpdateUser.parse(req.header, req.body)
+        username = ask.username
+        secret = ask.secret
         if secret is not None and self.auth_key is None:
             raise self._no_key()
-        d = self.manager.auth.update_user(username, secret, kind, self._seal)
+        d = self.manager.auth.update_user(username, secret, ask.user_type, self._seal)
         resp = await self._commit_user(req, d)
         log.info("user updated", username=username, secret_changed=secret is not None)
         return resp
 
     async def delete_user(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        username = req_str(req.header, "username")
+        username = DeleteUser.parse(req.header, req.body).username
         resp = await self._commit_user(req, self.manager.auth.delete_user(username))
         log.info("user deleted", username=username)
         return resp
 
     async def list_users(self, conn: Connection, req: Frame) -> Frame:
-        prefix = opt_str(req.header, "filter") or ""
+        prefix = ListUsers.parse(req.header, req.body).prefix
         await self.gate.read_view()
         users = [user_doc(v) for v in self.manager.auth.list_users(prefix)]
         return response(req, ResponseCode.SUCCESS, None, _pack({"users": users}))
@@ -202,15 +170,18 @@ class AuthHandlers:
     # --- access rules --------------------------------------------------------------------------
 
     async def create_acl(self, conn: Connection, req: Frame) -> Frame:
-        return await self._put_acl(req, create=True)
+        return await self._put_acl(req, CreateAcl, create=True)
 
     async def update_acl(self, conn: Connection, req: Frame) -> Frame:
-        return await self._put_acl(req, create=False)
+        return await self._put_acl(req, UpdateAcl, create=False)
 
-    async def _put_acl(self, req: Frame, *, create: bool) -> Frame:
+    async def _put_acl(
+        self, req: Frame, kind: type[CreateAcl] | type[UpdateAcl], *, create: bool
+    ) -> Frame:
         await self.gate.require_active()
-        username = req_str(req.header, "username")
-        rules = _rules(unpack_body(req))
+        ask = kind.parse(req.header, req.body)
+        username = ask.username
+        rules = list(ask.rules)
         d = self.manager.auth.put_acl(username, rules, create=create)
         resp = await self._commit_user(req, d, rules=True)
         log.info(
@@ -222,14 +193,9 @@ class AuthHandlers:
 
     async def delete_acl(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        username = req_str(req.header, "username")
-        raw = unpack_body(req).get("resources") or []
-        if not isinstance(raw, list):
-            raise _invalid("resources must be a list")
-        try:
-            patterns = [resource_pattern(r) for r in raw]
-        except AclError as exc:
-            raise _invalid(str(exc)) from None
+        ask = DeleteAcl.parse(req.header, req.body)
+        username = ask.username
+        patterns = list(ask.resources)
         d = self.manager.auth.delete_acl(username, patterns)
         resp = await self._commit_user(req, d, rules=True)
         log.info("acl deleted", username=username, resources=[str(p) for p in patterns] or "all")
@@ -239,7 +205,7 @@ class AuthHandlers:
         """AUTH_SYNC_USERS: header ``digest`` (what the broker holds, optional). Answers header
         ``digest`` and ``unchanged`` (true: no body); otherwise body ``{"users": [{"username",
         "userType", "sealedSecret" (bin), "version", "rules"}]}``."""
-        known = opt_str(req.header, "digest") or ""
+        known = SyncUsers.parse(req.header, req.body).digest
         await self.gate.read_view()
         table = self.manager.auth
         digest = table.digest()
@@ -263,10 +229,9 @@ class AuthHandlers:
         )
 
     async def list_acl(self, conn: Connection, req: Frame) -> Frame:
-        username = opt_str(req.header, "username") or None
-        resource = opt_str(req.header, "resource") or ""
+        ask = ListAcl.parse(req.header, req.body)
         await self.gate.read_view()
-        views = self.manager.auth.list_acl(username, resource)
+        views = self.manager.auth.list_acl(ask.username, ask.resource)
         acls = [user_doc(v, rules=True) for v in views]
         return response(req, ResponseCode.SUCCESS, None, _pack({"acls": acls}))
 

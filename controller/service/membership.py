@@ -18,7 +18,11 @@ from controller.raft_driver import NotLeaderError, ProposalLost, RaftDriver
 from controller.service.gate import LeadershipGate
 from controller.service.requests import Refused
 from protocol.codes import ResponseCode
-from protocol.fields import req_str
+from protocol.controller_requests.membership import (
+    AddController,
+    RemoveController,
+    TransferLeader,
+)
 from protocol.remoting import Frame, response
 from remoting.server import Connection
 
@@ -71,22 +75,22 @@ class MembershipHandlers:
 
     async def add_controller(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        node_id = req_str(req.header, "id")
-        address = req_str(req.header, "address")
+        ask = AddController.parse(req.header, req.body)
+        node_id, address = ask.node_id, ask.address
         # A joining node catches up before it is promoted: allow it more than one write.
         timeout = max(10.0, 3 * self.timeout)
         return await self._membership(req, self.driver.add_member(node_id, address, timeout))
 
     async def remove_controller(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        node_id = req_str(req.header, "id")
+        node_id = RemoveController.parse(req.header, req.body).node_id
         if node_id not in self.driver.conf_state.members():
             raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, f"{node_id} is not a member")
         return await self._membership(req, self.driver.remove_member(node_id, self.timeout))
 
     async def transfer_leader(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
-        target = req_str(req.header, "id")
+        target = TransferLeader.parse(req.header, req.body).node_id
         return await self._membership(
             req, self.driver.transfer_leadership(target, max(self.timeout, 5.0))
         )

@@ -31,6 +31,7 @@ from controller.service.gate import LeadershipGate
 from controller.service.requests import Refused
 from controller.service.static_topics import StaticTopicHandlers
 from protocol.codes import ResponseCode
+from protocol.controller_requests.rebalance import RebalancePlanQuery, TrafficQuery
 from protocol.rebalance import Plan, least_loaded, plan_moves
 from protocol.remoting import Frame, response
 from remoting.server import Connection
@@ -132,26 +133,14 @@ class Rebalancer:
     async def get_traffic(self, conn: Connection, req: Frame) -> Frame:
         """GET_BROKER_TRAFFIC: every group's traffic as the active controller heard it."""
         await self.gate.require_active()
+        TrafficQuery.parse(req.header, req.body)
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(self.view.doc()))
 
     async def get_plan(self, conn: Connection, req: Frame) -> Frame:
         """GET_REBALANCE_PLAN: header ``threshold`` (msg/s, optional: the configured one)."""
         await self.gate.require_active()
-        raw = req.header.get("threshold")
-        if raw is None:
-            threshold = self.cfg.rebalance_threshold
-        elif isinstance(raw, int | float | str) and not isinstance(raw, bool):
-            try:
-                threshold = float(raw)
-            except ValueError:
-                threshold = -1.0
-            if not threshold >= 0:  # also NaN
-                raise Refused(
-                    ResponseCode.CONTROLLER_INVALID_REQUEST,
-                    f"threshold must be a number >= 0, not {raw!r}",
-                )
-        else:
-            raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "threshold must be a number")
+        asked = RebalancePlanQuery.parse(req.header, req.body).threshold
+        threshold = self.cfg.rebalance_threshold if asked is None else asked
         plan, _ = self.view.plan(threshold)
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(plan.doc()))
 

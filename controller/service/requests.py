@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgpack
-
 from controller.metadata import Decision
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import DriverStopped
@@ -43,20 +41,6 @@ def refuse(decision: Decision[Any]) -> Refused:
 
 def refusal(req: Frame, refused: Refused) -> Frame:
     return response(req, refused.code, {"remark": refused.remark, **refused.header})
-
-
-def unpack_body(req: Frame) -> dict[str, Any]:
-    if not req.body:
-        return {}
-    try:
-        doc = msgpack.unpackb(req.body, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise Refused(
-            ResponseCode.CONTROLLER_INVALID_REQUEST, f"undecodable body: {type(exc).__name__}"
-        ) from None
-    if not isinstance(doc, dict):
-        raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, "body must be a map")
-    return doc
 
 
 def count(metrics: ControllerMetrics | None, req: Frame, resp: Frame) -> None:

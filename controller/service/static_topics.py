@@ -28,7 +28,11 @@ from controller.service.gate import LeadershipGate
 from controller.service.notifier import BrokerNotifier
 from controller.service.requests import Refused, refuse
 from protocol.codes import RequestCode, ResponseCode, code_name
-from protocol.fields import opt_int, opt_str, req_int, req_str
+from protocol.controller_requests.static_topics import (
+    CreateStaticTopic,
+    RemapStaticTopic,
+    StaticTopicMappingQuery,
+)
 from protocol.remoting import Frame, response
 from protocol.static_topic import item_doc
 from remoting.client import ConnectionPool
@@ -81,17 +85,12 @@ class StaticTopicHandlers:
         with a master) or ``placeGroups`` (that many groups with a master, the least traffic
         first). Answered with the mapping once its events are applied."""
         await self.gate.require_active()
-        h = req.header
-        topic = req_str(h, "topic")
-        names = [n for n in opt_str(h, "brokerNames").split(";") if n]
-        place = opt_int(h, "placeGroups", 0)
-        if place and names:
-            raise Refused(ResponseCode.BAD_REQUEST, "give brokerNames or placeGroups, not both")
-        if place and self.manager.static_topic(topic) is None:
-            names = self._place(place)
-        d = await self.committer.settle(
-            self.manager.create_static_topic(topic, req_int(h, "queues"), names)
-        )
+        ask = CreateStaticTopic.parse(req.header, req.body)
+        topic = ask.topic
+        names = list(ask.broker_names)
+        if ask.place_groups and self.manager.static_topic(topic) is None:
+            names = self._place(ask.place_groups)
+        d = await self.committer.settle(self.manager.create_static_topic(topic, ask.queues, names))
         if not d.ok or d.response is None:
             raise refuse(d)
         groups = {item.broker_name for items in d.response for item in items}
@@ -134,9 +133,9 @@ class StaticTopicHandlers:
         topic's mapping once the move is committed; refused with one line and nothing changed
         otherwise (see the module doc)."""
         await self.gate.require_active()
-        h = req.header
-        topic = req_str(h, "topic")
-        await self.move(topic, req_int(h, "queueId"), req_str(h, "brokerName"))
+        ask = RemapStaticTopic.parse(req.header, req.body)
+        topic = ask.topic
+        await self.move(topic, ask.queue_id, ask.broker_name)
         found = self.manager.static_topic(topic)
         assert found is not None
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, found)))
@@ -261,7 +260,7 @@ class StaticTopicHandlers:
     async def mapping(self, conn: Connection, req: Frame) -> Frame:
         """Header ``topic``: its mapping, from this controller's applied state (after a read
         barrier on the leader); TOPIC_NOT_EXIST when it is not a static topic."""
-        topic = req_str(req.header, "topic")
+        topic = StaticTopicMappingQuery.parse(req.header, req.body).topic
         await self.gate.route_view()
         found = self.manager.static_topic(topic)
         if found is None:

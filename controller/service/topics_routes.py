@@ -22,11 +22,17 @@ from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
 from controller.service.notifier import BrokerNotifier
-from controller.service.requests import Refused, refuse, unpack_body
+from controller.service.requests import Refused, refuse
 from controller.service.static_topics import static_route
 from controller.service.tasks import BackgroundTasks
 from protocol.codes import ResponseCode
-from protocol.fields import opt_str, req_int, req_str
+from protocol.controller_requests.topics import (
+    ClusterInfoQuery,
+    RegisterRoutes,
+    RouteQuery,
+    TopicUpdated,
+    UpdateTopic,
+)
 from protocol.remoting import Frame, response
 from remoting.server import Connection
 
@@ -84,13 +90,8 @@ class TopicRouteHandlers:
         return accept
 
     async def register_routes(self, conn: Connection, req: Frame) -> Frame:
-        h = req.header
-        body = unpack_body(req)
-        topics = body.get("topics") or {}
-        if not isinstance(topics, dict):
-            raise Refused(
-                ResponseCode.CONTROLLER_INVALID_REQUEST, "topics must map names to queue counts"
-            )
+        ask = RegisterRoutes.parse(req.header, req.body)
+        topics = ask.topics
         for topic, queues in topics.items():
             # Routes are built from these: a name or count no broker could have is refused,
             # never handed to clients (a huge count would make them build huge routes).
@@ -99,9 +100,9 @@ class TopicRouteHandlers:
                 check_queues(f"queues of {topic}", queues)
             except (TypeError, ValueError) as exc:
                 raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
-        name = req_str(h, "brokerName")
-        broker_id = req_int(h, "brokerId")
-        address = req_str(h, "brokerAddress")
+        name = ask.broker_name
+        broker_id = ask.broker_id
+        address = ask.broker_address
         info = self.manager.replica_info(name)
         recorded = info.address_of(broker_id) if info is not None else None
         if recorded and recorded != address:
@@ -111,7 +112,7 @@ class TopicRouteHandlers:
                 f"broker {broker_id} of {name} serves on {recorded}, not {address}",
             )
         self.routes.register(
-            cluster=req_str(h, "clusterName"),
+            cluster=ask.cluster,
             broker_name=name,
             broker_id=broker_id,
             address=address,
@@ -124,7 +125,7 @@ class TopicRouteHandlers:
         return response(req, ResponseCode.SUCCESS)
 
     async def get_route(self, conn: Connection, req: Frame) -> Frame:
-        topic = req_str(req.header, "topic")
+        topic = RouteQuery.parse(req.header, req.body).topic
         await self.gate.route_view()
         mapping = self.manager.static_topic(topic)
         doc = self.routes.route(
@@ -142,6 +143,7 @@ class TopicRouteHandlers:
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
 
     async def get_cluster_info(self, conn: Connection, req: Frame) -> Frame:
+        ClusterInfoQuery.parse(req.header, req.body)
         await self.gate.route_view()
         doc = self.routes.cluster_info(self.master_of, self.now_ms(), self._accept())
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
@@ -153,22 +155,16 @@ class TopicRouteHandlers:
         answered once the UpdateTopic event is applied, so the topic outlives the group's master;
         the group's brokers then get it pushed (``topic_changed``)."""
         await self.gate.require_active()
-        h = req.header
-        d = self.manager.update_topic(
-            opt_str(h, "clusterName") or None,
-            req_str(h, "brokerName"),
-            req_str(h, "topic"),
-            req_int(h, "queues"),
-        )
+        ask = UpdateTopic.parse(req.header, req.body)
+        d = self.manager.update_topic(ask.cluster, ask.broker_name, ask.topic, ask.queues)
         d = await self.committer.settle(d)
         if not d.ok or d.response is None:
             raise refuse(d)
         r = d.response
-        return response(
-            req,
-            ResponseCode.SUCCESS,
-            {"topic": r.topic, "queues": r.queues, "brokerName": r.broker_name},
-        )
+        header, body = TopicUpdated(
+            topic=r.topic, queues=r.queues, broker_name=r.broker_name
+        ).encode()
+        return response(req, ResponseCode.SUCCESS, header, body)
 
     def topic_changed(self, broker_name: str, topic: str) -> None:
         """State machine listener: UpdateTopic applied; the active controller pushes it."""

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.acl import UserType, make_rule, resource_pattern
 from protocol.codes import ResponseCode
 from protocol.controller_requests.base import InvalidRequest
 from protocol.controller_requests.brokers import (
@@ -30,6 +31,37 @@ from protocol.controller_requests.groups import (
     GetSyncStateData,
 )
 from protocol.controller_requests.heartbeats import MAX_FIGURE, BrokerHeartbeat
+from protocol.controller_requests.membership import (
+    AddController,
+    ControllerConfigQuery,
+    RemoveController,
+    TransferLeader,
+)
+from protocol.controller_requests.rebalance import RebalancePlanQuery, TrafficQuery
+from protocol.controller_requests.static_topics import (
+    CreateStaticTopic,
+    RemapStaticTopic,
+    StaticTopicMappingQuery,
+)
+from protocol.controller_requests.topics import (
+    ClusterInfoQuery,
+    RegisterRoutes,
+    RouteQuery,
+    TopicUpdated,
+    UpdateTopic,
+)
+from protocol.controller_requests.users import (
+    MAX_RULES_PER_REQUEST,
+    CreateAcl,
+    CreateUser,
+    DeleteAcl,
+    DeleteUser,
+    ListAcl,
+    ListUsers,
+    SyncUsers,
+    UpdateAcl,
+    UpdateUser,
+)
 from protocol.fields import FieldError
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request
 
@@ -38,6 +70,16 @@ texts = st.text(max_size=20)
 ints = st.integers(-(2**63), 2**63 - 1)
 ids = st.integers(0, 2**31)
 figures = st.integers(0, MAX_FIGURE)
+user_types = st.none() | st.sampled_from(UserType)
+patterns = st.sampled_from(["Topic:orders", "Topic:ord*", "Group:g1", "Group:*", "Cluster:*"])
+rules = st.builds(
+    make_rule,
+    patterns,
+    st.sets(st.sampled_from(["pub", "sub", "create", "get", "admin"]), min_size=1),
+    st.sampled_from(["allow", "deny"]),
+    st.lists(st.sampled_from(["10.0.0.0/8", "::1/128", "192.168.1.7"]), max_size=3),
+)
+rule_lists = st.lists(rules, min_size=1, max_size=4).map(tuple)
 id_sets = st.frozensets(ids, max_size=5)
 
 requests = st.one_of(
@@ -92,11 +134,56 @@ requests = st.one_of(
         heartbeat_timeout_ms=st.integers(-MAX_FIGURE, MAX_FIGURE),
         traffic_report=st.none() | st.binary(min_size=1, max_size=40),
     ),
+    st.builds(
+        RegisterRoutes,
+        cluster=names,
+        broker_name=names,
+        broker_id=ints,
+        broker_address=names,
+        topics=st.dictionaries(names, ints, max_size=4),
+    ),
+    st.builds(RouteQuery, topic=names),
+    st.just(ClusterInfoQuery()),
+    st.builds(UpdateTopic, broker_name=names, topic=names, queues=ints, cluster=st.none() | names),
+    st.builds(CreateUser, username=names, secret=texts, user_type=user_types),
+    st.builds(UpdateUser, username=names, secret=st.none() | texts, user_type=user_types),
+    st.builds(DeleteUser, username=names),
+    st.builds(ListUsers, prefix=texts),
+    st.builds(CreateAcl, username=names, rules=rule_lists),
+    st.builds(UpdateAcl, username=names, rules=rule_lists),
+    st.builds(
+        DeleteAcl,
+        username=names,
+        resources=st.lists(patterns.map(resource_pattern), max_size=3).map(tuple),
+    ),
+    st.builds(ListAcl, username=st.none() | names, resource=texts),
+    st.builds(SyncUsers, digest=texts),
+    st.builds(
+        CreateStaticTopic,
+        topic=names,
+        queues=ints,
+        broker_names=st.lists(st.text(min_size=1, max_size=8).filter(lambda n: ";" not in n)).map(
+            tuple
+        ),
+    ),
+    st.builds(CreateStaticTopic, topic=names, queues=ints, place_groups=ints),
+    st.builds(StaticTopicMappingQuery, topic=names),
+    st.builds(RemapStaticTopic, topic=names, queue_id=ints, broker_name=names),
+    st.just(TrafficQuery()),
+    st.builds(
+        RebalancePlanQuery,
+        threshold=st.none() | st.floats(min_value=0, allow_nan=False, allow_infinity=True),
+    ),
+    st.builds(AddController, node_id=names, address=names),
+    st.builds(RemoveController, node_id=names),
+    st.builds(TransferLeader, node_id=names),
+    st.just(ControllerConfigQuery()),
 )
 
 answers = st.one_of(
     st.builds(NextBrokerIdAnswer, next_broker_id=ints),
     st.builds(AlterSyncStateSetAnswer, sync_state_set=id_sets, sync_state_set_epoch=ints),
+    st.builds(TopicUpdated, topic=names, queues=ints, broker_name=names),
 )
 
 
@@ -190,6 +277,91 @@ GOLDEN: list[tuple[Any, str]] = [
         "6803a96d61784f6666736574cd1000ad636f6e6669726d4f6666736574cd0800b0656c656374696f6e5072"
         "696f7269747900b668656172746265617454696d656f75744d696c6c6973cd0bb8c40180",
     ),
+    (
+        RegisterRoutes(
+            cluster="c1",
+            broker_name="g1",
+            broker_id=2,
+            broker_address="127.0.0.1:10911",
+            topics={"T1": 4},
+        ),
+        "0000005a960067070084ab636c75737465724e616d65a26331aa62726f6b65724e616d65a26731a862726f"
+        "6b6572496402ad62726f6b657241646472657373af3132372e302e302e313a3130393131c40d81a6746f70"
+        "69637381a2543104",
+    ),
+    (RouteQuery(topic="T1"), "00000010960069070081a5746f706963a25431c0"),
+    (ClusterInfoQuery(), "0000000796006a070080c0"),
+    (
+        UpdateTopic(topic="T1", queues=4, cluster="c1", broker_name="g1"),
+        "00000035960011070084a5746f706963a25431a671756575657304ab636c75737465724e616d65a26331aa"
+        "62726f6b65724e616d65a26731c0",
+    ),
+    (
+        CreateUser(username="alice", user_type=UserType.NORMAL, secret="s3cret-key"),
+        "0000003c9600cd0bb9070082a8757365726e616d65a5616c696365a87573657254797065a66e6f726d616c"
+        "c41381a6736563726574aa7333637265742d6b6579",
+    ),
+    (
+        UpdateUser(username="alice", user_type=UserType.SUPER, secret="s3cret-key"),
+        "0000003b9600cd0bba070082a8757365726e616d65a5616c696365a87573657254797065a57375706572c4"
+        "1381a6736563726574aa7333637265742d6b6579",
+    ),
+    (DeleteUser(username="alice"), "000000189600cd0bbb070081a8757365726e616d65a5616c696365c0"),
+    (ListUsers(prefix="al"), "000000139600cd0bbd070081a666696c746572a2616cc0"),
+    (
+        CreateAcl(
+            username="alice",
+            rules=(make_rule("Topic:orders", ["pub", "sub"], "allow", ["10.0.0.0/8"]),),
+        ),
+        "0000006c9600cd0bbe070081a8757365726e616d65a5616c696365c45381a572756c65739184a87265736f"
+        "75726365ac546f7069633a6f7264657273a7616374696f6e7392a3707562a3737562a86465636973696f6e"
+        "a5616c6c6f77a7736f757263657391aa31302e302e302e302f38",
+    ),
+    (
+        UpdateAcl(
+            username="alice",
+            rules=(make_rule("Topic:orders", ["pub", "sub"], "allow", ["10.0.0.0/8"]),),
+        ),
+        "0000006c9600cd0bbf070081a8757365726e616d65a5616c696365c45381a572756c65739184a87265736f"
+        "75726365ac546f7069633a6f7264657273a7616374696f6e7392a3707562a3737562a86465636973696f6e"
+        "a5616c6c6f77a7736f757263657391aa31302e302e302e302f38",
+    ),
+    (
+        DeleteAcl(
+            username="alice",
+            resources=(resource_pattern("Topic:orders"), resource_pattern("Group:g*")),
+        ),
+        "0000003b9600cd0bc0070081a8757365726e616d65a5616c696365c42281a97265736f757263657392ac54"
+        "6f7069633a6f7264657273a847726f75703a672a",
+    ),
+    (
+        ListAcl(username="alice", resource="Topic"),
+        "000000279600cd0bc2070082a87265736f75726365a5546f706963a8757365726e616d65a5616c696365c0",
+    ),
+    (SyncUsers(digest="abc"), "000000149600cd13f6070081a6646967657374a3616263c0"),
+    (
+        CreateStaticTopic(topic="S1", queues=8, broker_names=("g1", "g2")),
+        "0000002c9600cd0201070083a5746f706963a25331a671756575657308ab62726f6b65724e616d6573a567"
+        "313b6732c0",
+    ),
+    (StaticTopicMappingQuery(topic="S1"), "000000129600cd1400070081a5746f706963a25331c0"),
+    (
+        RemapStaticTopic(topic="S1", queue_id=3, broker_name="g2"),
+        "000000299600cd1401070083a5746f706963a25331a77175657565496403aa62726f6b65724e616d65a267"
+        "32c0",
+    ),
+    (TrafficQuery(), "000000099600cd1403070080c0"),
+    (
+        RebalancePlanQuery(threshold=12.5),
+        "0000001c9600cd1404070081a97468726573686f6c64cb4029000000000000c0",
+    ),
+    (
+        AddController(node_id="n4", address="127.0.0.1:9880"),
+        "000000269600cd13ed070082a26964a26e34a761646472657373ae3132372e302e302e313a39383830c0",
+    ),
+    (RemoveController(node_id="n4"), "0000000f9600cd13ee070081a26964a26e34c0"),
+    (TransferLeader(node_id="n2"), "0000000f9600cd13ef070081a26964a26e32c0"),
+    (ControllerConfigQuery(), "000000099600cd03f2070080c0"),
 ]
 
 
@@ -291,3 +463,82 @@ def test_heartbeat_figures_are_bounded_like_the_metadata_ids() -> None:
         BrokerHeartbeat.parse({**header, "heartbeatTimeoutMillis": -(2**63)})
     with pytest.raises(FieldError, match="'epoch' must be an integer"):
         BrokerHeartbeat.parse({**header, "epoch": "3"})
+
+
+@pytest.mark.parametrize(
+    ("topics", "message"),
+    [
+        ([1], "topics must map names to queue counts"),
+        ({1: 4}, "topic must be a string, not int"),
+        ({"T": "4"}, "queues of T must be an integer, not str"),
+    ],
+)
+def test_registered_topics_must_map_names_to_counts(topics: Any, message: str) -> None:
+    header = {"clusterName": "c", "brokerName": "g", "brokerId": 1, "brokerAddress": "a:1"}
+    with pytest.raises(InvalidRequest, match=message):
+        RegisterRoutes.parse(header, msgpack.packb({"topics": topics}))
+    assert RegisterRoutes.parse(header).topics == {}
+
+
+def _packed(doc: Any) -> bytes:
+    packed: bytes = msgpack.packb(doc)
+    return packed
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "message"),
+    [
+        (CreateUser.parse, None, "body must carry the secret as a string"),
+        (CreateUser.parse, _packed({"secret": 1}), "body must carry the secret as a string"),
+        (UpdateUser.parse, _packed({"secret": b"x"}), "body must carry the secret as a string"),
+        (CreateAcl.parse, None, "non-empty list of rules"),
+        (UpdateAcl.parse, _packed({"rules": []}), "non-empty list of rules"),
+        (
+            CreateAcl.parse,
+            _packed({"rules": [{}] * (MAX_RULES_PER_REQUEST + 1)}),
+            f"at most {MAX_RULES_PER_REQUEST} rules",
+        ),
+        (CreateAcl.parse, _packed({"rules": [{"resource": "Topic:a"}]}), "actions and sources"),
+        (DeleteAcl.parse, _packed({"resources": "Topic:a"}), "resources must be a list"),
+        (DeleteAcl.parse, _packed({"resources": ["Queue:a"]}), "resource type"),
+    ],
+)
+def test_bad_user_and_rule_bodies_are_invalid_requests(parse: Any, body: Any, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message) as info:
+        parse({"username": "alice"}, body)
+    assert info.value.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+
+
+def test_a_user_type_is_super_or_normal() -> None:
+    body = _packed({"secret": "s3cret-key"})
+    assert CreateUser.parse({"username": "a", "userType": ""}, body).user_type is None
+    with pytest.raises(InvalidRequest, match="user type"):
+        CreateUser.parse({"username": "a", "userType": "root"}, body)
+    assert DeleteAcl.parse({"username": "a"}) == DeleteAcl(username="a")
+
+
+def test_a_static_topic_names_its_groups_or_how_many_to_place_on_not_both() -> None:
+    with pytest.raises(InvalidRequest, match="not both") as info:
+        CreateStaticTopic.parse({"topic": "S", "queues": 2, "brokerNames": "g1", "placeGroups": 1})
+    assert info.value.code == ResponseCode.BAD_REQUEST
+    with pytest.raises(InvalidRequest, match="not both"):
+        CreateStaticTopic(topic="S", queues=2, broker_names=("g1",), place_groups=1)
+    parsed = CreateStaticTopic.parse({"topic": "S", "queues": 2, "brokerNames": "g1;;g2;"})
+    assert parsed.broker_names == ("g1", "g2")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (-1, "threshold must be a number >= 0, not -1"),
+        ("fast", "threshold must be a number >= 0, not 'fast'"),
+        ("nan", "threshold must be a number >= 0, not 'nan'"),
+        (True, "threshold must be a number$"),
+    ],
+)
+def test_a_rebalance_threshold_is_a_number_of_at_least_zero(raw: Any, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message) as info:
+        RebalancePlanQuery.parse({"threshold": raw})
+    assert info.value.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+    assert RebalancePlanQuery.parse({"threshold": "2.5"}) == RebalancePlanQuery(threshold=2.5)
+    assert RebalancePlanQuery.parse({"threshold": 3}) == RebalancePlanQuery(threshold=3.0)
