@@ -10,6 +10,10 @@ import msgpack
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
+from protocol.broker_requests.subscription_groups import (
+    SubscriptionGroupQuery,
+    SubscriptionGroupUpdate,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Scalar
 from protocol.retry import RetryConfigError, config_from_dict
@@ -114,12 +118,8 @@ class Admin(BootstrapClient):
         except RetryConfigError as exc:
             raise ClientError(str(exc)) from None
         masters = await self._brokers(broker_name)
-        answers = await self._each(
-            masters,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-            {},
-            msgpack.packb(settings),
-        )
+        update = SubscriptionGroupUpdate(settings=settings)
+        answers = await self._each(masters, update.code, *update.encode())
         return _bodies(answers, f"updating subscription group {settings.get('groupName')!r}")
 
     async def get_sub_group(
@@ -128,9 +128,8 @@ class Admin(BootstrapClient):
         """A group's retry settings on every broker group (None where it is not configured,
         i.e. has the defaults)."""
         targets = await self._brokers(broker_name, reads=True)
-        answers = await self._each(
-            targets, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}
-        )
+        query = SubscriptionGroupQuery(group=group)
+        answers = await self._each(targets, query.code, *query.encode())
         out: dict[str, dict[str, Any] | None] = {}
         errors = []
         for name, answer in answers.items():

@@ -32,6 +32,7 @@ import msgpack
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
+from protocol.broker_requests.query import END_OF_TIME, QueryMessage, ViewMessage
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import MessageRecord, RecordError, iter_records, parse_msg_id
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
@@ -190,7 +191,8 @@ class Lookup(BootstrapClient):
         self, address: str, name: str, offset: int, wanted: str, reasons: list[str]
     ) -> FoundMessage | None:
         try:
-            frame = await self._call(address, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+            view = ViewMessage(offset=offset)
+            frame = await self._call(address, view.code, view.encode()[0])
         except ResponseError as exc:
             reasons.append(exc.remark or str(exc))
             return None
@@ -281,10 +283,10 @@ class Lookup(BootstrapClient):
             )
 
             async def one(topic: str, address: str = b.address) -> list[FoundMessage] | str:
-                header: Header = {"topic": topic, "key": key, "maxNum": UNIQUE_KEYS_PER_GROUP}
+                query = QueryMessage(topic=topic, key=key, max_num=UNIQUE_KEYS_PER_GROUP)
                 async with limit:
                     try:
-                        answer = await self._call(address, RequestCode.QUERY_MESSAGE, header)
+                        answer = await self._call(address, query.code, query.encode()[0])
                     except ResponseError as exc:
                         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
                             return []
@@ -322,13 +324,15 @@ class Lookup(BootstrapClient):
         if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
             raise ClientError(f"the range begins ({begin_ms}) after it ends ({end_ms})")
         route = await fetch_route(self.bootstrap, topic)
-        header: Header = {"topic": topic, "key": key, "maxNum": max_num}
-        if begin_ms is not None:
-            header["beginTimestamp"] = begin_ms
-        if end_ms is not None:
-            header["endTimestamp"] = end_ms
+        query = QueryMessage(
+            topic=topic,
+            key=key,
+            max_num=max_num,
+            begin_ms=0 if begin_ms is None else begin_ms,
+            end_ms=END_OF_TIME if end_ms is None else end_ms,
+        )
         groups = [b.broker_name for b in route.brokers]
-        answers = await asyncio.gather(*(self._query_group(route, g, header) for g in groups))
+        answers = await asyncio.gather(*(self._query_group(route, g, query) for g in groups))
         found: list[FoundMessage] = []
         failures: list[str] = []
         for messages, error in answers:
@@ -345,7 +349,7 @@ class Lookup(BootstrapClient):
         return found
 
     async def _query_group(
-        self, route: TopicRoute, group: str, header: Header
+        self, route: TopicRoute, group: str, query: QueryMessage
     ) -> tuple[list[FoundMessage], str | None]:
         """One group's answer: its master's, else the first slave's that answers."""
         brokers = {b.broker_name: b for b in route.brokers}
@@ -354,7 +358,7 @@ class Lookup(BootstrapClient):
         reasons: list[str] = []
         for address in addresses:
             try:
-                frame = await self._call(address, RequestCode.QUERY_MESSAGE, header)
+                frame = await self._call(address, query.code, query.encode()[0])
             except ResponseError as exc:
                 if exc.code == ResponseCode.TOPIC_NOT_EXIST:
                     return [], None  # the topic has no queue in this group

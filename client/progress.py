@@ -24,7 +24,7 @@ from client.allocate import allocate_averagely
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, MessageQueue, fetch_cluster_info, fetch_route
-from protocol.codes import RequestCode
+from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
 from protocol.consume_stats import (
     ConsumerConnection,
     ConsumeStats,
@@ -124,15 +124,11 @@ class ProgressAdmin(BootstrapClient):
         self, group: str | None = None, topic: str | None = None
     ) -> list[BrokerAnswer]:
         """GET_CONSUME_STATS of every broker group, sorted by broker name."""
-        header: dict[str, Scalar] = {}
-        if group:
-            header["consumerGroup"] = group
-        if topic:
-            header["topic"] = topic
+        query = ConsumeStatsQuery(group=group or None, topic=topic or None)
 
         async def one(target: BrokerTarget) -> BrokerAnswer:
             try:
-                frame = await self._call(target, RequestCode.GET_CONSUME_STATS, header)
+                frame = await self._call(target, query.code, query.encode()[0])
                 return BrokerAnswer(target, stats=ConsumeStats.decode(frame.body))
             except (ClientError, StatsError) as exc:
                 return BrokerAnswer(target, error=str(exc))
@@ -160,10 +156,10 @@ class ProgressAdmin(BootstrapClient):
                 rows = list(groups.get(name, ()))
                 missing = sorted(wanted - {q.topic for q in rows})
                 for t in missing:
-                    header: dict[str, Scalar] = {"consumerGroup": name, "topic": t}
+                    one_topic = ConsumeStatsQuery(group=name, topic=t)
                     try:
                         frame = await self._call(
-                            answer.target, RequestCode.GET_CONSUME_STATS, header
+                            answer.target, one_topic.code, one_topic.encode()[0]
                         )
                         rows.extend(ConsumeStats.decode(frame.body).groups.get(name, ()))
                     except (ClientError, StatsError) as exc:
@@ -181,9 +177,9 @@ class ProgressAdmin(BootstrapClient):
         errors: dict[str, str] = {}
 
         async def one(target: BrokerTarget) -> None:
-            header: dict[str, Scalar] = {"consumerGroup": group}
+            query = ConsumerConnectionsQuery(group=group)
             try:
-                frame = await self._call(target, RequestCode.GET_CONSUMER_CONNECTION_LIST, header)
+                frame = await self._call(target, query.code, query.encode()[0])
                 answers[target.broker_name] = decode_connections(frame.body)
             except (ClientError, StatsError) as exc:
                 errors[target.broker_name] = str(exc)

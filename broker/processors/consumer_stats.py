@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from broker.consumer_stats import queue_stats
 from broker.context import BrokerContext
+from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
 from protocol.codes import RequestCode, ResponseCode
 from protocol.consume_stats import ConsumerConnection, ConsumeStats, encode_connections
-from protocol.fields import opt_str, req_str
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer
 
@@ -21,8 +21,8 @@ class ConsumerStatsProcessor:
         server.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.connections)
 
     def consume_stats(self, conn: Connection, req: Frame) -> Frame:
-        group = opt_str(req.header, "consumerGroup") or None
-        topic = opt_str(req.header, "topic") or None
+        query = ConsumeStatsQuery.parse(req.header, req.body)
+        group, topic = query.group, query.topic
         ctx = self.ctx
         stats = ConsumeStats(
             broker_name=ctx.cfg.broker_name,
@@ -33,7 +33,7 @@ class ConsumerStatsProcessor:
         return response(req, ResponseCode.SUCCESS, None, stats.encode())
 
     def connections(self, conn: Connection, req: Frame) -> Frame:
-        group = req_str(req.header, "consumerGroup")
+        group = ConsumerConnectionsQuery.parse(req.header, req.body).group
         members = [
             ConsumerConnection(m.client_id, m.address, m.topic, m.last_seen_ms)
             for m in self.ctx.groups.live(group, self.ctx.now_ms())

@@ -9,18 +9,13 @@ decodes them: properties, store time, store host, body).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Final
 
 from broker.context import BrokerContext
+from protocol.broker_requests.query import MessagesFound, QueryMessage, ViewMessage
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, req_int, req_str
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.store import MessageNotFoundError, StoreError
-
-DEFAULT_MAX_NUM: Final = 64
-MAX_NUM: Final = 1024
-END_OF_TIME: Final = (1 << 63) - 1
 
 
 def _when(ms: int) -> str:
@@ -40,18 +35,8 @@ class QueryProcessor:
         of time), maxNum (default 64, at most 1024). Answers SUCCESS with ``count`` records
         (``truncated`` when the byte limit cut them), TOPIC_NOT_EXIST, BAD_REQUEST, or
         QUERY_NOT_FOUND when no index covers the range (or the index is off)."""
-        h = req.header
-        topic = req_str(h, "topic")
-        key = req_str(h, "key")
-        begin = opt_int(h, "beginTimestamp", 0)
-        end = opt_int(h, "endTimestamp", END_OF_TIME)
-        max_num = opt_int(h, "maxNum", DEFAULT_MAX_NUM)
-        if begin < 0 or end < 0:
-            raise FieldError("beginTimestamp and endTimestamp must be >= 0")
-        if begin > end:
-            raise FieldError(f"beginTimestamp {begin} is after endTimestamp {end}")
-        if not 1 <= max_num <= MAX_NUM:
-            raise FieldError(f"maxNum must be 1..{MAX_NUM}")
+        query = QueryMessage.parse(req.header, req.body)
+        topic, key, begin, end = query.topic, query.key, query.begin_ms, query.end_ms
         ctx = self.ctx
         if ctx.topics.get(topic) is None:
             return error_response(
@@ -67,7 +52,7 @@ class QueryProcessor:
                 f"oldest message was stored at {_when(oldest)}",
             )
         try:
-            found = store.query_by_key(topic, key, begin, end, max_num, ctx.visible_offset())
+            found = store.query_by_key(topic, key, begin, end, query.max_num, ctx.visible_offset())
         except StoreError as exc:
             return error_response(req, ResponseCode.QUERY_NOT_FOUND, str(exc))
         parts: list[bytes] = []
@@ -79,15 +64,15 @@ class QueryProcessor:
             parts.append(hit.raw)
             size += len(hit.raw)
         parts.reverse()
-        header = {"count": len(parts), "truncated": len(parts) < len(found)}
-        return response(req, ResponseCode.SUCCESS, header, b"".join(parts))
+        answer = MessagesFound(
+            count=len(parts), body=b"".join(parts), truncated=len(parts) < len(found)
+        )
+        return response(req, ResponseCode.SUCCESS, *answer.encode())
 
     def view_message(self, conn: Connection, req: Frame) -> Frame:
         """Header: offset (the CommitLog offset a message id carries). Answers SUCCESS with the
         record, or QUERY_NOT_FOUND saying why there is none."""
-        offset = req_int(req.header, "offset")
-        if offset < 0:
-            raise FieldError("offset must be >= 0")
+        offset = ViewMessage.parse(req.header, req.body).offset
         ctx = self.ctx
         try:
             hit = ctx.store.read_message(offset, ctx.visible_offset())
@@ -97,4 +82,4 @@ class QueryProcessor:
                 ResponseCode.QUERY_NOT_FOUND,
                 f"{ctx.cfg.broker_name} at {ctx.cfg.listen}: {exc}",
             )
-        return response(req, ResponseCode.SUCCESS, {"count": 1}, hit.raw)
+        return response(req, ResponseCode.SUCCESS, *MessagesFound(count=1, body=hit.raw).encode())

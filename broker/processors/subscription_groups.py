@@ -9,13 +9,14 @@ current value. A bad key or value is answered BAD_REQUEST and nothing is stored.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgpack
 
 from broker.context import BrokerContext
+from protocol.broker_requests.subscription_groups import (
+    SubscriptionGroupQuery,
+    SubscriptionGroupUpdate,
+)
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, req_str
 from protocol.remoting import Frame, response
 from protocol.retry import RetryConfigError
 from remoting.server import Connection, RemotingServer, error_response
@@ -40,7 +41,7 @@ class SubscriptionGroupProcessor:
                 f"broker {ctx.cfg.listen} is not the master of {ctx.cfg.broker_name}: "
                 "update subscription groups on the master (slaves copy them)",
             )
-        doc = _body_map(req)
+        doc = dict(SubscriptionGroupUpdate.parse(req.header, req.body).settings)
         try:
             config = ctx.sub_groups.update(doc)
         except RetryConfigError as exc:
@@ -50,7 +51,7 @@ class SubscriptionGroupProcessor:
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(config.to_dict()))
 
     def get_one(self, conn: Connection, req: Frame) -> Frame:
-        group = req_str(req.header, "group")
+        group = SubscriptionGroupQuery.parse(req.header, req.body).group
         config = self.ctx.sub_groups.configured(group)
         if config is None:
             return error_response(
@@ -70,15 +71,3 @@ class SubscriptionGroupProcessor:
             "dlqResent": ctx.dlq_resent.snapshot(),
         }
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(body))
-
-
-def _body_map(req: Frame) -> dict[str, Any]:
-    if not req.body:
-        raise FieldError("the request body must be a msgpack map of the group's settings")
-    try:
-        doc = msgpack.unpackb(req.body, raw=False)
-    except Exception:
-        raise FieldError("the request body is not msgpack") from None
-    if not isinstance(doc, dict) or not all(isinstance(k, str) for k in doc):
-        raise FieldError("the request body must be a msgpack map with string keys")
-    return doc

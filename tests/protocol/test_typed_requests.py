@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
 from protocol.broker_requests.pop import (
     MAX_INVISIBLE_MS,
     MIN_INVISIBLE_MS,
@@ -23,12 +24,17 @@ from protocol.broker_requests.pop import (
     PopFound,
     PopRequest,
 )
+from protocol.broker_requests.query import MAX_NUM, MessagesFound, QueryMessage, ViewMessage
 from protocol.broker_requests.recall import Recalled, RecallRequest
 from protocol.broker_requests.send import (
     SendAnswer,
     SendBatchAnswer,
     SendBatchRequest,
     SendRequest,
+)
+from protocol.broker_requests.subscription_groups import (
+    SubscriptionGroupQuery,
+    SubscriptionGroupUpdate,
 )
 from protocol.fields import FieldError
 from protocol.message import Message
@@ -136,6 +142,28 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
             ).map(tuple),
         )
     ),
+    QueryMessage: st.tuples(naturals, naturals).flatmap(
+        lambda span: st.builds(
+            QueryMessage,
+            topic=names,
+            key=names,
+            begin_ms=st.just(min(span)),
+            end_ms=st.just(max(span)),
+            max_num=st.integers(1, MAX_NUM),
+        )
+    ),
+    ViewMessage: st.builds(ViewMessage, offset=naturals),
+    ConsumeStatsQuery: st.builds(
+        ConsumeStatsQuery, group=st.one_of(st.none(), names), topic=st.one_of(st.none(), names)
+    ),
+    ConsumerConnectionsQuery: st.builds(ConsumerConnectionsQuery, group=names),
+    SubscriptionGroupUpdate: st.builds(
+        SubscriptionGroupUpdate,
+        settings=st.dictionaries(
+            names, st.one_of(st.integers(0, 2**31), st.text(max_size=10), st.booleans()), min_size=1
+        ),
+    ),
+    SubscriptionGroupQuery: st.builds(SubscriptionGroupQuery, group=names),
 }
 
 ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
@@ -154,6 +182,12 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     InvisibleChanged: st.builds(InvisibleChanged, receipt_handle=names),
     Recalled: st.builds(Recalled, msg_id=names),
+    MessagesFound: st.builds(
+        MessagesFound,
+        count=naturals,
+        body=st.binary(max_size=64),
+        truncated=st.one_of(st.none(), st.booleans()),
+    ),
     SendAnswer: st.builds(
         SendAnswer, msg_id=names, queue_id=ints, queue_offset=ints, broker_name=names
     ),
@@ -276,6 +310,27 @@ GOLDEN: list[tuple[Any, str]] = [
         "626f6479c40162ad626f726e54696d657374616d7007a46b657973a16ba474616773a174aa70726f706572"
         "7469657381a170a176",
     ),
+    (
+        QueryMessage(
+            topic="T", key="k1", begin_ms=1_700_000_000_000, end_ms=1_700_000_060_000, max_num=64
+        ),
+        "0000004c96000c010085a5746f706963a154a36b6579a26b31a66d61784e756d40ae626567696e54696d65"
+        "7374616d70cf0000018bcfe56800ac656e6454696d657374616d70cf0000018bcfe65260c0",
+    ),
+    (ViewMessage(offset=4096), "00000011960021010081a66f6666736574cd1000c0"),
+    (
+        ConsumeStatsQuery(group="g", topic="T"),
+        "000000209600ccd0010082ad636f6e73756d657247726f7570a167a5746f706963a154c0",
+    ),
+    (
+        ConsumerConnectionsQuery(group="g"),
+        "000000189600cccb010081ad636f6e73756d657247726f7570a167c0",
+    ),
+    (
+        SubscriptionGroupUpdate(settings={"groupName": "g", "retryMaxTimes": 3}),
+        "000000259600ccc8010080c41c82a967726f75704e616d65a167ad72657472794d617854696d657303",
+    ),
+    (SubscriptionGroupQuery(group="g"), "000000119600cd0160010081a567726f7570a167c0"),
 ]
 
 
@@ -354,6 +409,15 @@ def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
         (SendRequest, {"topic": "T", "queueId": "1"}, "'queueId' must be an integer"),
         (SendRequest, {"topic": "T", "queueId": 1, "flag": 1.5}, "'flag' must be an integer"),
         (SendBatchRequest, {"topic": "T"}, "batch body is empty"),
+        (QueryMessage, {"topic": "T", "key": "k", "maxNum": 0}, "maxNum must be 1..1024"),
+        (
+            QueryMessage,
+            {"topic": "T", "key": "k", "beginTimestamp": 9, "endTimestamp": 8},
+            "beginTimestamp 9 is after endTimestamp 8",
+        ),
+        (ViewMessage, {"offset": -1}, "offset must be >= 0"),
+        (SubscriptionGroupUpdate, {}, "must be a msgpack map of the group's settings"),
+        (SubscriptionGroupQuery, {}, "'group'"),
         (
             PullRequest,
             {"consumerGroup": "g", "topic": "T", "queueId": 0, "queueOffset": 0}

@@ -1,0 +1,114 @@
+"""QUERY_MESSAGE (by key, through the key index) and VIEW_MESSAGE_BY_ID (by CommitLog offset,
+which a message id carries): requests and their SUCCESS answer. Pure: no sockets, no clock.
+
+Requests (header fields; ``?`` may be left out)::
+
+    QUERY_MESSAGE 12         topic, key, beginTimestamp? (ms, 0), endTimestamp? (ms, the end
+                             of time), maxNum? (64, at most 1024)
+    VIEW_MESSAGE_BY_ID 33    offset (>= 0)
+
+Both answer SUCCESS with ``count`` records back to back in the body, exactly as stored
+(:func:`protocol.message.iter_records`), and a query ``truncated`` when the byte limit cut
+them (:class:`MessagesFound`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Final
+
+from protocol.codes import RequestCode
+from protocol.fields import FieldError, opt_bool, opt_int, req_int, req_str
+from protocol.remoting import Header, Scalar
+
+__all__ = [
+    "DEFAULT_MAX_NUM",
+    "END_OF_TIME",
+    "MAX_NUM",
+    "MessagesFound",
+    "QueryMessage",
+    "ViewMessage",
+]
+
+DEFAULT_MAX_NUM: Final = 64
+MAX_NUM: Final = 1024
+END_OF_TIME: Final = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryMessage:
+    """QUERY_MESSAGE: up to ``max_num`` messages of ``topic`` with ``key`` stored between
+    ``begin_ms`` and ``end_ms``."""
+
+    code: ClassVar[RequestCode] = RequestCode.QUERY_MESSAGE
+
+    topic: str
+    key: str
+    begin_ms: int = 0
+    end_ms: int = END_OF_TIME
+    max_num: int = DEFAULT_MAX_NUM
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {"topic": self.topic, "key": self.key, "maxNum": self.max_num}
+        if self.begin_ms:
+            header["beginTimestamp"] = self.begin_ms
+        if self.end_ms != END_OF_TIME:
+            header["endTimestamp"] = self.end_ms
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> QueryMessage:
+        topic = req_str(header, "topic")
+        key = req_str(header, "key")
+        begin = opt_int(header, "beginTimestamp", 0)
+        end = opt_int(header, "endTimestamp", END_OF_TIME)
+        max_num = opt_int(header, "maxNum", DEFAULT_MAX_NUM)
+        if begin < 0 or end < 0:
+            raise FieldError("beginTimestamp and endTimestamp must be >= 0")
+        if begin > end:
+            raise FieldError(f"beginTimestamp {begin} is after endTimestamp {end}")
+        if not 1 <= max_num <= MAX_NUM:
+            raise FieldError(f"maxNum must be 1..{MAX_NUM}")
+        return cls(topic=topic, key=key, begin_ms=begin, end_ms=end, max_num=max_num)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ViewMessage:
+    """VIEW_MESSAGE_BY_ID: the record at CommitLog ``offset``."""
+
+    code: ClassVar[RequestCode] = RequestCode.VIEW_MESSAGE_BY_ID
+
+    offset: int
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {"offset": self.offset}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ViewMessage:
+        offset = req_int(header, "offset")
+        if offset < 0:
+            raise FieldError("offset must be >= 0")
+        return cls(offset=offset)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagesFound:
+    """SUCCESS of a query or a view: ``count`` records in ``body``; a query's ``truncated``
+    says whether the broker's byte limit left older ones out (None: a view, which does not
+    say)."""
+
+    count: int
+    body: bytes
+    truncated: bool | None = None
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {"count": self.count}
+        if self.truncated is not None:
+            header["truncated"] = self.truncated
+        return header, self.body
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> MessagesFound:
+        truncated = None if header.get("truncated") is None else opt_bool(header, "truncated")
+        return cls(count=req_int(header, "count"), body=body or b"", truncated=truncated)
