@@ -1,29 +1,131 @@
-"""The broker's composition root: the context, then the services built on it.
+"""The broker's composition root: the context, then the services built beside it.
 
 Each service is given a narrow Protocol of what it uses of the broker (its package's ``host``
 module: :class:`~broker.timer.host.TimerHost`, :class:`~broker.pop.host.PopHost`,
-:class:`~broker.transaction.host.TransactionHost`), never the context's type, so the services
-do not import the context and the context does not build them: no import circle, and
-``broker.pop``, ``broker.timer`` and ``broker.transaction`` stay apart (the ``independence``
-contract of pyproject.toml). The context keeps a reference to each for the request processors.
+:class:`~broker.transaction.host.TransactionHost`), filled here with those parts of the context
+and nothing else: a service holds its own host, never the context. So the services do not import
+the context and the context does not build them: no import circle, and ``broker.pop``,
+``broker.timer`` and ``broker.transaction`` stay apart (the ``independence`` contract of
+pyproject.toml). The context keeps a reference to each service for the request processors.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.appender import Appender
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
+from broker.long_polling import PullWaiters
+from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.pop.service import PopService
+from broker.sealed_queues import SealedQueues
 from broker.timer.service import TimerService
 from broker.transaction.service import TransactionService
+from broker.write_gate import WriteGate
+from storage.config_files import (
+    ConsumerOffsetStore,
+    SubscriptionGroupStore,
+    TopicConfig,
+    TopicConfigStore,
+)
+from storage.store import MessageStore
 
 __all__ = ["compose"]
+
+
+@dataclass(frozen=True, slots=True)
+class _TimerHost:
+    """:class:`~broker.timer.host.TimerHost` from the context's parts."""
+
+    cfg: BrokerConfig
+    store: MessageStore
+    appender: Appender
+    gate: WriteGate
+    sealed: SealedQueues
+    service: MessageStoreService
+    metrics: BrokerMetrics
+    visible_offset: Callable[[], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _PopHost:
+    """:class:`~broker.pop.host.PopHost` from the context's parts."""
+
+    cfg: BrokerConfig
+    store: MessageStore
+    appender: Appender
+    gate: WriteGate
+    topics: TopicConfigStore
+    sub_groups: SubscriptionGroupStore
+    offsets: ConsumerOffsetStore
+    waiters: PullWaiters
+    metrics: BrokerMetrics
+    ensure_system_topic: Callable[[str], TopicConfig]
+    visible_offset: Callable[[], int | None]
+    now_ms: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _TransactionHost:
+    """:class:`~broker.transaction.host.TransactionHost` from the context's parts."""
+
+    cfg: BrokerConfig
+    store: MessageStore
+    appender: Appender
+    gate: WriteGate
+    topics: TopicConfigStore
+    metrics: BrokerMetrics
+    ensure_system_topic: Callable[[str], TopicConfig]
+    create_topic: Callable[[str, int], TopicConfig]
+    now_ms: Callable[[], int]
 
 
 def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
     """The broker's context with its services built and attached."""
     ctx = BrokerContext(cfg, metrics)
-    ctx.timer = TimerService(ctx)
-    ctx.pop = PopService(ctx)
-    ctx.transactions = TransactionService(ctx)
+    ctx.timer = TimerService(
+        _TimerHost(
+            cfg=cfg,
+            store=ctx.store,
+            appender=ctx.appender,
+            gate=ctx.gate,
+            sealed=ctx.sealed,
+            service=ctx.service,
+            metrics=metrics,
+            # Bound methods: how far consumers may read follows replication once attached.
+            visible_offset=ctx.visible_offset,
+        )
+    )
+    ctx.pop = PopService(
+        _PopHost(
+            cfg=cfg,
+            store=ctx.store,
+            appender=ctx.appender,
+            gate=ctx.gate,
+            topics=ctx.topics,
+            sub_groups=ctx.sub_groups,
+            offsets=ctx.offsets,
+            waiters=ctx.waiters,
+            metrics=metrics,
+            ensure_system_topic=ctx.ensure_system_topic,
+            visible_offset=ctx.visible_offset,
+            now_ms=ctx.now_ms,
+        )
+    )
+    ctx.transactions = TransactionService(
+        _TransactionHost(
+            cfg=cfg,
+            store=ctx.store,
+            appender=ctx.appender,
+            gate=ctx.gate,
+            topics=ctx.topics,
+            metrics=metrics,
+            ensure_system_topic=ctx.ensure_system_topic,
+            create_topic=ctx.create_topic,
+            now_ms=ctx.now_ms,
+        )
+    )
     return ctx

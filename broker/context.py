@@ -2,8 +2,9 @@
 
 Role-dependent rules (may this broker take writes, how far may consumers read, must a send wait
 for replicas) are answered here so processors stay the same in every mode. The POP, timer and
-transaction services are built on it by the composition root (:mod:`broker.compose`), each
-seeing it through a narrow Protocol of its own; this module imports none of them but for types.
+transaction services are built beside it by the composition root (:mod:`broker.compose`), each
+given only the parts of it that it uses (a narrow Protocol of its own); this module imports none
+of them but for types.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 class BrokerContext:
     timer: TimerService
-    """Scheduled delivery (broker.timer): ``put_at`` appends a message due later. Built on
+    """Scheduled delivery (broker.timer): ``put_at`` appends a message due later. Built beside
     this context by the composition root (:func:`broker.compose.compose`)."""
     pop: PopService
     """POP consumption (broker.pop): the in-flight set and its revive log."""

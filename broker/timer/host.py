@@ -1,7 +1,7 @@
 """What the timer service uses of its broker: the one thing it is given (a leaf module).
 
-The composition root (:mod:`broker.compose`) builds the service with the broker's context, which
-has these members; the service sees no more of it than this.
+The composition root (:mod:`broker.compose`) fills it with these parts of the broker's context
+and nothing more: the service never holds the context.
 """
 
 from __future__ import annotations
