@@ -25,7 +25,6 @@ from broker.metrics import BrokerMetrics
 from broker.role import RoleCell, RoleState
 from broker.sealed_queues import SealedQueues
 from broker.write_gate import WriteGate
-from broker.write_gate import WriteRefused as WriteRefused  # the processors' import
 from daemon.auth_key import load_auth_key
 from protocol.request_auth import Credentials, cluster_credentials
 from storage.config_files import (

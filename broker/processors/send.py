@@ -12,8 +12,9 @@ import time
 
 import structlog
 
-from broker.context import BrokerContext, WriteRefused
+from broker.context import BrokerContext
 from broker.timer.service import reserved_property
+from broker.write_gate import WriteRefused
 from protocol.broker_requests.send import (
     SendAnswer,
     SendBatchAnswer,
