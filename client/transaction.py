@@ -33,6 +33,8 @@ from client import logs
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError, SendError
 from client.message import SendResult
 from client.producer import RETRIABLE_CODES, Producer
+from protocol.broker_requests.clients import Heartbeat
+from protocol.broker_requests.transaction import EndTransaction
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import RecordError, decode_record, parse_msg_id
 from protocol.remoting import Frame, Scalar
@@ -208,12 +210,12 @@ class TransactionProducer:
         a failover until ``end_deadline``. True when this call resolved it."""
         if self._closed:
             raise ClosedError("transactional producer is closed")
-        header: dict[str, Scalar] = {
-            "producerGroup": self.group,
-            "transactionId": txn.transaction_id,
-            "commitLogOffset": txn.half_offset,
-            "commitOrRollback": status.value,
-        }
+        header, _ = EndTransaction(
+            group=self.group,
+            transaction_id=txn.transaction_id,
+            offset=txn.half_offset,
+            commit_or_rollback=status.value,
+        ).encode()
         deadline = time.monotonic() + self.end_deadline
         routes = self.producer.routes
         last: Exception | None = None
@@ -278,7 +280,7 @@ class TransactionProducer:
                 if b.master_address:
                     addresses.add(b.master_address)
                 addresses.update(b.slaves)
-        beat: dict[str, Scalar] = {"clientId": self.client_id, "producerGroup": self.group}
+        beat, _ = Heartbeat(group=self.group, client_id=self.client_id, producer=True).encode()
         beats = await asyncio.gather(*(self._beat(a, beat) for a in sorted(addresses)))
         return ok and all(beats)
 
@@ -329,13 +331,13 @@ class TransactionProducer:
         except Exception as exc:
             log.warning("transaction checker failed", transaction_id=txn_id, error=repr(exc))
             status = TransactionStatus.UNKNOWN
-        header: dict[str, Scalar] = {
-            "producerGroup": self.group,
-            "transactionId": txn_id,
-            "commitLogOffset": offset,
-            "commitOrRollback": status.value,
-            "fromTransactionCheck": True,
-        }
+        header, _ = EndTransaction(
+            group=self.group,
+            transaction_id=txn_id,
+            offset=offset,
+            commit_or_rollback=status.value,
+            from_check=True,
+        ).encode()
         try:
             resp = await conn.request(
                 RequestCode.END_TRANSACTION, header, None, self.request_timeout

@@ -14,9 +14,14 @@ import msgpack
 import structlog
 
 from broker.context import BrokerContext
+from protocol.broker_requests.clients import (
+    ConsumerListQuery,
+    Heartbeat,
+    HeartbeatAnswer,
+    UnregisterClient,
+)
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import opt_str, req_str
-from protocol.remoting import Frame, Header, response
+from protocol.remoting import Frame, response
 from protocol.retry import format_delay_levels, group_error, retry_topic
 from remoting.server import Connection, RemotingServer
 from storage.errors import StoreError
@@ -35,18 +40,14 @@ class ClientProcessor:
         server.on_close.append(self._connection_closed)
 
     def heartbeat(self, conn: Connection, req: Frame) -> Frame:
-        h = req.header
+        beat = Heartbeat.parse(req.header, req.body)
         ctx = self.ctx
-        if "consumerGroup" not in h and "producerGroup" in h:
+        if beat.producer:
             # A transactional producer: its connection is where check-backs go.
-            ctx.transactions.producer_heartbeat(
-                req_str(h, "producerGroup"), req_str(h, "clientId"), conn
-            )
+            ctx.transactions.producer_heartbeat(beat.group, beat.client_id, conn)
             return response(req, ResponseCode.SUCCESS)
-        group = req_str(h, "consumerGroup")
-        ctx.groups.heartbeat(
-            group, req_str(h, "clientId"), opt_str(h, "topic"), ctx.now_ms(), id(conn), conn.peer
-        )
+        group = beat.group
+        ctx.groups.heartbeat(group, beat.client_id, beat.topic, ctx.now_ms(), id(conn), conn.peer)
         config = ctx.sub_groups.get(group)
         # A FIFO group retries in place: its members do not read the retry topic.
         consume_retry = config.consume_retry and not config.consume_orderly
@@ -60,21 +61,22 @@ class ClientProcessor:
                 ctx.ensure_system_topic(retry_topic(group))
             except StoreError as exc:
                 log.error("creating the retry topic failed", group=group, error=str(exc))
-        header: Header = {"consumeRetry": consume_retry}
-        if config.consume_orderly:
-            header["consumeOrderly"] = True
-            header["retryMaxTimes"] = config.retry_max_times
-            header["retryDelays"] = format_delay_levels(config.retry_delays_ms)
-        return response(req, ResponseCode.SUCCESS, header)
+        orderly = config.consume_orderly
+        answer = HeartbeatAnswer(
+            consume_retry=consume_retry,
+            orderly=orderly,
+            retry_max_times=config.retry_max_times if orderly else None,
+            retry_delays=format_delay_levels(config.retry_delays_ms) if orderly else None,
+        )
+        return response(req, ResponseCode.SUCCESS, *answer.encode())
 
     def unregister(self, conn: Connection, req: Frame) -> Frame:
-        self.ctx.groups.unregister(
-            req_str(req.header, "consumerGroup"), req_str(req.header, "clientId")
-        )
+        leave = UnregisterClient.parse(req.header, req.body)
+        self.ctx.groups.unregister(leave.group, leave.client_id)
         return response(req, ResponseCode.SUCCESS)
 
     def members(self, conn: Connection, req: Frame) -> Frame:
-        group = req_str(req.header, "consumerGroup")
+        group = ConsumerListQuery.parse(req.header, req.body).group
         return response(
             req,
             ResponseCode.SUCCESS,

@@ -22,10 +22,10 @@ from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.transaction.service import EndOutcome, TransactionService
 from broker.write_gate import WriteRefused
+from protocol.broker_requests.transaction import EndTransaction, TransactionEnded
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, req_int, req_str
 from protocol.remoting import Frame, response
-from protocol.transaction import OpKind, resolution_of
+from protocol.transaction import OpKind
 from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import DiskFullError, StoreError
 from storage.store import MessageNotFoundError
@@ -42,15 +42,9 @@ class TransactionProcessor:
         server.register(RequestCode.END_TRANSACTION, self.end)
 
     def end(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        h = req.header
-        group = req_str(h, "producerGroup")
-        txn_id = req_str(h, "transactionId")
-        offset = opt_int(h, "commitLogOffset", -1)
-        try:
-            kind = resolution_of(req_int(h, "commitOrRollback"))
-        except ValueError as exc:
-            raise FieldError(str(exc)) from None
-        from_check = h.get("fromTransactionCheck") is True
+        ask = EndTransaction.parse(req.header, req.body)
+        group, txn_id, offset, kind = ask.group, ask.transaction_id, ask.offset, ask.resolution
+        from_check = ask.from_check
         try:
             self.ctx.check_writable()
         except WriteRefused as refused:
@@ -93,14 +87,11 @@ class TransactionProcessor:
                 ResponseCode.TRANSACTION_ALREADY_RESOLVED,
                 f"transaction {txn_id!r} was {_past(done)} already",
             )
-        resp = response(
-            req,
-            ResponseCode.SUCCESS,
-            {
-                "state": outcome.resolution.name if outcome.resolution is not None else "OPEN",
-                "already": outcome.already,
-            },
+        ended = TransactionEnded(
+            state=outcome.resolution.name if outcome.resolution is not None else "OPEN",
+            already=outcome.already,
         )
+        resp = response(req, ResponseCode.SUCCESS, *ended.encode())
         if outcome.result is None:
             return resp
         return self._durable(req, resp, outcome)

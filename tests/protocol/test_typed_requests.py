@@ -12,6 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.broker_requests.clients import (
+    ConsumerListQuery,
+    Heartbeat,
+    HeartbeatAnswer,
+    UnregisterClient,
+)
 from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
 from protocol.broker_requests.pop import (
     MAX_INVISIBLE_MS,
@@ -36,6 +42,7 @@ from protocol.broker_requests.subscription_groups import (
     SubscriptionGroupQuery,
     SubscriptionGroupUpdate,
 )
+from protocol.broker_requests.transaction import EndTransaction, TransactionEnded
 from protocol.fields import FieldError
 from protocol.message import Message
 from protocol.pull import (
@@ -164,6 +171,20 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         ),
     ),
     SubscriptionGroupQuery: st.builds(SubscriptionGroupQuery, group=names),
+    Heartbeat: st.one_of(
+        st.builds(Heartbeat, group=names, client_id=names, topic=st.text(max_size=20)),
+        st.builds(Heartbeat, group=names, client_id=names, producer=st.just(True)),
+    ),
+    UnregisterClient: st.builds(UnregisterClient, group=names, client_id=names),
+    ConsumerListQuery: st.builds(ConsumerListQuery, group=names),
+    EndTransaction: st.builds(
+        EndTransaction,
+        group=names,
+        transaction_id=names,
+        offset=ints,
+        commit_or_rollback=st.sampled_from([0, 8, 12]),
+        from_check=st.booleans(),
+    ),
 }
 
 ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
@@ -182,6 +203,21 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     InvisibleChanged: st.builds(InvisibleChanged, receipt_handle=names),
     Recalled: st.builds(Recalled, msg_id=names),
+    HeartbeatAnswer: st.one_of(
+        st.builds(HeartbeatAnswer, consume_retry=st.booleans()),
+        st.builds(
+            HeartbeatAnswer,
+            consume_retry=st.booleans(),
+            orderly=st.just(True),
+            retry_max_times=st.one_of(st.none(), st.integers(0, 2**31)),
+            retry_delays=st.one_of(st.none(), st.text(max_size=20)),
+        ),
+    ),
+    TransactionEnded: st.builds(
+        TransactionEnded,
+        state=st.sampled_from(["COMMIT", "ROLLBACK", "OPEN"]),
+        already=st.booleans(),
+    ),
     MessagesFound: st.builds(
         MessagesFound,
         count=naturals,
@@ -331,6 +367,28 @@ GOLDEN: list[tuple[Any, str]] = [
         "000000259600ccc8010080c41c82a967726f75704e616d65a167ad72657472794d617854696d657303",
     ),
     (SubscriptionGroupQuery(group="g"), "000000119600cd0160010081a567726f7570a167c0"),
+    (
+        Heartbeat(group="g", client_id="c1", topic="T"),
+        "0000002b960022010083a8636c69656e744964a26331ad636f6e73756d657247726f7570a167a5746f7069"
+        "63a154c0",
+    ),
+    (
+        Heartbeat(group="pg", client_id="c1", producer=True),
+        "00000024960022010082a8636c69656e744964a26331ad70726f647563657247726f7570a27067c0",
+    ),
+    (
+        UnregisterClient(group="g", client_id="c1"),
+        "00000023960023010082a8636c69656e744964a26331ad636f6e73756d657247726f7570a167c0",
+    ),
+    (ConsumerListQuery(group="g"), "00000017960026010081ad636f6e73756d657247726f7570a167c0"),
+    (
+        EndTransaction(
+            group="pg", transaction_id="tx1", offset=1024, commit_or_rollback=8, from_check=True
+        ),
+        "00000065960025010085ad70726f647563657247726f7570a27067ad7472616e73616374696f6e4964a374"
+        "7831af636f6d6d69744c6f674f6666736574cd0400b0636f6d6d69744f72526f6c6c6261636b08b466726f"
+        "6d5472616e73616374696f6e436865636bc3c0",
+    ),
 ]
 
 
@@ -418,6 +476,13 @@ def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
         (ViewMessage, {"offset": -1}, "offset must be >= 0"),
         (SubscriptionGroupUpdate, {}, "must be a msgpack map of the group's settings"),
         (SubscriptionGroupQuery, {}, "'group'"),
+        (Heartbeat, {"producerGroup": "pg"}, "'clientId'"),
+        (Heartbeat, {"clientId": "c"}, "'consumerGroup'"),
+        (
+            EndTransaction,
+            {"producerGroup": "pg", "transactionId": "t", "commitOrRollback": 3},
+            "commitOrRollback must be 8 (commit), 12 (rollback) or 0 (unknown), not 3",
+        ),
         (
             PullRequest,
             {"consumerGroup": "g", "topic": "T", "queueId": 0, "queueOffset": 0}

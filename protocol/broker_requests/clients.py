@@ -1,0 +1,133 @@
+"""HEART_BEAT, UNREGISTER_CLIENT and GET_CONSUMER_LIST_BY_GROUP: group membership for
+client-side rebalance, and the connections of transactional producers (docs/protocol.md,
+docs/transactions.md). Pure: no sockets, no clock.
+
+Requests (header fields; ``?`` may be left out)::
+
+    HEART_BEAT 34                    consumerGroup, clientId, topic?   (a consumer)
+                                     producerGroup, clientId           (a transactional
+                                                                        producer: no
+                                                                        consumerGroup)
+    UNREGISTER_CLIENT 35             consumerGroup, clientId
+    GET_CONSUMER_LIST_BY_GROUP 38    consumerGroup
+
+A heartbeat's SUCCESS (:class:`HeartbeatAnswer`) says ``consumeRetry`` (whether the member
+reads the group's retry topic) and, for a FIFO group, ``consumeOrderly``, ``retryMaxTimes``
+and ``retryDelays``; a producer's has no fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from protocol.codes import RequestCode
+from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_str
+from protocol.remoting import Header, Scalar
+
+__all__ = ["ConsumerListQuery", "Heartbeat", "HeartbeatAnswer", "UnregisterClient"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    """HEART_BEAT: ``client_id`` is alive in consumer group ``group`` (consuming ``topic``),
+    or, with ``producer``, in transactional producer group ``group`` (its connection is where
+    the broker's check-backs go)."""
+
+    code: ClassVar[RequestCode] = RequestCode.HEART_BEAT
+
+    group: str
+    client_id: str
+    topic: str = ""
+    producer: bool = False
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        if self.producer:
+            return {"clientId": self.client_id, "producerGroup": self.group}, None
+        header: Header = {"clientId": self.client_id, "consumerGroup": self.group}
+        if self.topic:
+            header["topic"] = self.topic
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> Heartbeat:
+        if "consumerGroup" not in header and "producerGroup" in header:
+            return cls(
+                group=req_str(header, "producerGroup"),
+                client_id=req_str(header, "clientId"),
+                producer=True,
+            )
+        return cls(
+            group=req_str(header, "consumerGroup"),
+            client_id=req_str(header, "clientId"),
+            topic=opt_str(header, "topic"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatAnswer:
+    """A consumer heartbeat's SUCCESS: whether the member reads the group's retry topic, and
+    for a FIFO group (``orderly``) how it retries in place."""
+
+    consume_retry: bool
+    orderly: bool = False
+    retry_max_times: int | None = None
+    retry_delays: str | None = None
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {"consumeRetry": self.consume_retry}
+        if self.orderly:
+            header["consumeOrderly"] = True
+            if self.retry_max_times is not None:
+                header["retryMaxTimes"] = self.retry_max_times
+            if self.retry_delays is not None:
+                header["retryDelays"] = self.retry_delays
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> HeartbeatAnswer:
+        orderly = opt_bool(header, "consumeOrderly")
+        delays = header.get("retryDelays")
+        if delays is not None and not isinstance(delays, str):
+            raise FieldError("header field 'retryDelays' must be a string")
+        return cls(
+            consume_retry=opt_bool(header, "consumeRetry", True),
+            orderly=orderly,
+            retry_max_times=opt_int_or_none(header, "retryMaxTimes") if orderly else None,
+            retry_delays=delays if orderly else None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnregisterClient:
+    """UNREGISTER_CLIENT: ``client_id`` leaves consumer group ``group``."""
+
+    code: ClassVar[RequestCode] = RequestCode.UNREGISTER_CLIENT
+
+    group: str
+    client_id: str
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {"clientId": self.client_id, "consumerGroup": self.group}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> UnregisterClient:
+        return cls(group=req_str(header, "consumerGroup"), client_id=req_str(header, "clientId"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerListQuery:
+    """GET_CONSUMER_LIST_BY_GROUP: the client ids of ``group``'s live members (a msgpack
+    array in the answer's body)."""
+
+    code: ClassVar[RequestCode] = RequestCode.GET_CONSUMER_LIST_BY_GROUP
+
+    group: str
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {"consumerGroup": self.group}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerListQuery:
+        return cls(group=req_str(header, "consumerGroup"))
