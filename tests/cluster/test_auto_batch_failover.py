@@ -19,6 +19,9 @@ from client import Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.message import SendResult
+from client.routes import MessageQueue
+from protocol.codes import RequestCode
+from protocol.remoting import Frame
 from tests.cluster.support import (
     consume_all,
     new_master,
@@ -35,13 +38,23 @@ IN_FLIGHT = 64
 
 
 class CountingProducer(Producer):
-    """Counts the batch requests it sends (each attempt of each gathered batch)."""
+    """Counts the gathered batches it sends (SEND_BATCH_MESSAGE requests handed to its router,
+    each retried there until it succeeds or its deadline passes)."""
 
     batches = 0
 
-    async def _send_batch_of(self, *args: Any, **kwargs: Any) -> list[SendResult]:
-        self.batches += 1
-        return await super()._send_batch_of(*args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        send = self._router.send
+
+        async def counting(
+            topic: str, code: int, *rest: Any, **kw: Any
+        ) -> tuple[Frame, MessageQueue]:
+            if code == RequestCode.SEND_BATCH_MESSAGE:
+                self.batches += 1
+            return await send(topic, code, *rest, **kw)
+
+        self._router.send = counting  # type: ignore[method-assign]
 
 
 async def test_no_acknowledged_message_is_lost_when_the_master_dies_mid_batch(

@@ -1,0 +1,211 @@
+"""Sending gathered messages: alone (SEND_MESSAGE) or as one SEND_BATCH_MESSAGE, each message
+settled with its own result or error (:class:`BatchSender`), and reading the answers.
+
+Used by the producer's auto-batching (``client/auto_batch.py``) and its FIFO lanes
+(``client/fifo_send.py``): they decide what leaves together, this sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgpack
+
+from client.errors import BrokerError, ClientError, ClosedError, SendError, TopicNotFoundError
+from client.message import SendResult
+from client.routes import MessageQueue
+from client.routing_retry import SendRouter, Target
+from protocol.codes import RequestCode
+from protocol.remoting import Frame, Scalar
+
+# Room left in a frame for its header and msgpack framing.
+FRAME_OVERHEAD = 64 * 1024
+# What a gathered message adds to a batch body besides its body, keys, tags and properties.
+_ITEM_OVERHEAD = 48
+
+
+class Gathered:
+    """One ``send()`` on the auto-batching path: what goes on the wire alone or in a batch."""
+
+    __slots__ = ("at", "body", "deadline", "fut", "group", "header", "properties", "queue")
+
+    def __init__(
+        self,
+        header: dict[str, Scalar],
+        body: bytes,
+        properties: Mapping[str, str] | None,
+        at: int | None,
+        deadline: float,
+        queue: Target | None,
+        group: str | None = None,
+    ) -> None:
+        self.header = header
+        self.body = body
+        self.properties = properties
+        self.at = at
+        self.deadline = deadline
+        # The queue chosen when it was sent (None: no route yet): its first attempt goes there
+        # if it leaves alone.
+        self.queue = queue
+        #: its FIFO message group: it goes to the group's queue, through the queue's lane
+        self.group = group
+        self.fut: asyncio.Future[SendResult] | None = None
+
+    def batch_item(self) -> dict[str, Any]:
+        h = self.header
+        item: dict[str, Any] = {"body": self.body, "bornTimestamp": h["bornTimestamp"]}
+        if "keys" in h:
+            item["keys"] = h["keys"]
+        if "tags" in h:
+            item["tags"] = h["tags"]
+        if self.properties:
+            item["properties"] = dict(self.properties)
+        return item
+
+    def settle(self, result: SendResult | None, error: BaseException | None = None) -> None:
+        fut = self.fut
+        if fut is None or fut.done():  # its sender gave up (cancelled) meanwhile
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]
+
+
+def item_size(item: Gathered) -> int:
+    """What a gathered message adds to a batch request."""
+    size = len(item.body) + _ITEM_OVERHEAD
+    header = item.header
+    if "keys" in header or "tags" in header or item.properties:
+        size += len(str(header.get("keys", ""))) + len(str(header.get("tags", "")))
+        size += sum(len(k) + len(v) for k, v in (item.properties or {}).items())
+    return size
+
+
+class BatchSender:
+    """Sends gathered messages through ``router`` and settles each one."""
+
+    def __init__(self, router: SendRouter) -> None:
+        self._router = router
+
+    async def send_alone(self, topic: str, item: Gathered, first: Target | None) -> SendResult:
+        resp, mq = await self._router.send(
+            topic,
+            RequestCode.SEND_MESSAGE,
+            item.header,
+            item.body,
+            item.deadline,
+            first,
+            group=item.group,
+        )
+        return single_result(resp, mq, item.at)
+
+    async def _send_batch_of(
+        self, topic: str, items: list[Gathered], first: Target | None
+    ) -> list[SendResult]:
+        body: bytes = msgpack.packb([it.batch_item() for it in items], use_bin_type=True)
+        header: dict[str, Scalar] = {"topic": topic, "queueId": 0}
+        deadline = min(it.deadline for it in items)
+        resp, mq = await self._router.send(
+            topic,
+            RequestCode.SEND_BATCH_MESSAGE,
+            header,
+            body,
+            deadline,
+            first,
+            group=items[0].group,
+        )
+        return batch_results(resp, mq, [it.at for it in items])
+
+    async def deliver(self, topic: str, batch: list[Gathered], first: Target | None) -> None:
+        """Send ``batch`` as one request, retried as a batch until each one's deadline (a
+        message-group batch only to its group's queue); settle each message's future with its
+        own result or error. A batch refused for good is sent again message by message (one
+        after the other for message groups, to keep their order)."""
+        try:
+            items = [it for it in batch if it.fut is None or not it.fut.done()]
+            while items:
+                try:
+                    if len(items) == 1:
+                        results = [await self.send_alone(topic, items[0], first)]
+                    else:
+                        results = await self._send_batch_of(topic, items, first)
+                except SendError as exc:  # every attempt failed until the oldest's deadline
+                    now = time.monotonic()
+                    if self._router.retries is not None or self._router.closed:
+                        expired, items = items, []
+                    else:
+                        expired = [it for it in items if it.deadline <= now]
+                        items = [it for it in items if it.deadline > now]
+                    for it in expired:
+                        it.settle(None, exc)
+                    first = None
+                except (TopicNotFoundError, ClosedError) as exc:
+                    for it in items:
+                        it.settle(None, exc)
+                    return
+                except BrokerError:  # refused for good: find out which, message by message
+                    if len(items) == 1:
+                        raise
+                    if items[0].group is not None:
+                        for it in items:
+                            await self._settle_alone(topic, it)
+                    else:
+                        await asyncio.gather(*(self._settle_alone(topic, it) for it in items))
+                    return
+                else:
+                    for it, result in zip(items, results, strict=True):
+                        it.settle(result)
+                    return
+        except BaseException as exc:  # a malformed answer, or this task cancelled
+            for it in batch:
+                if isinstance(exc, Exception):
+                    it.settle(None, exc)
+                else:
+                    it.settle(None, ClosedError("the producer stopped sending this batch"))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _settle_alone(self, topic: str, item: Gathered) -> None:
+        try:
+            item.settle(await self.send_alone(topic, item, None))
+        except Exception as exc:
+            item.settle(None, exc)
+
+
+def single_result(resp: Frame, mq: MessageQueue, at: int | None) -> SendResult:
+    """The result of a SUCCESS answer to SEND_MESSAGE."""
+    h = resp.header
+    try:
+        return SendResult(
+            str(h["msgId"]), mq.broker_name, int(h["queueId"] or 0), int(h["queueOffset"] or 0), at
+        )
+    except (KeyError, TypeError, ValueError):
+        raise ClientError(f"malformed send response from {mq.broker_name}: {h}") from None
+
+
+def batch_results(resp: Frame, mq: MessageQueue, times: Sequence[int | None]) -> list[SendResult]:
+    """The results of a SUCCESS answer to SEND_BATCH_MESSAGE, in the order sent: the broker
+    answers one message id per message (body) and the queue offset of the first message that
+    is not scheduled (header); the others that are not follow it one by one, and scheduled
+    ones (``times`` not None) have -1."""
+    h = resp.header
+    try:
+        ids = msgpack.unpackb(resp.body or b"", raw=False)
+        queue_id = int(h["queueId"] or 0)
+        offset = int(h["queueOffset"] or 0)
+        if not isinstance(ids, list) or len(ids) != len(times):
+            raise ValueError("message id count does not match the batch")
+        results: list[SendResult] = []
+        for msg_id, at in zip(ids, times, strict=True):
+            if at is None:
+                results.append(SendResult(str(msg_id), mq.broker_name, queue_id, offset))
+                offset += 1
+            else:
+                results.append(SendResult(str(msg_id), mq.broker_name, queue_id, -1, at))
+        return results
+    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+        raise ClientError(f"malformed batch response from {mq.broker_name}: {exc}") from None
