@@ -13,7 +13,7 @@ from collections.abc import Callable
 import structlog
 
 from controller.config import ControllerConfig
-from controller.documents import group_body, group_header, info_body, info_header
+from controller.documents import group_metadata, metadata_answer
 from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoManager
 from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
@@ -139,19 +139,17 @@ class BrokerHandlers:
             raise refuse(d)
         self.bindings.bind(name, broker_id, cid, self.now_ms())
         r = d.response
-        header = group_header(
+        info = self.manager.replica_info(name)
+        header, body = metadata_answer(
             master_broker_id=r.master_broker_id,
             master_address=r.master_address,
             master_epoch=r.master_epoch,
             sync_state_set_epoch=r.sync_state_set_epoch,
-        )
-        header["brokerId"] = r.broker_id
-        info = self.manager.replica_info(name)
-        body = group_body(
-            r.sync_state_set,
-            info.replicas if info is not None else (),
-            self.manager.sealed_queues(name),
-        )
+            sync_state_set=r.sync_state_set,
+            replicas=info.replicas if info is not None else (),
+            sealed_queues=self.manager.sealed_queues(name),
+            broker_id=r.broker_id,
+        ).encode()
         return response(req, ResponseCode.SUCCESS, header, body)
 
     async def clean_broker_data(self, conn: Connection, req: Frame) -> Frame:
@@ -177,5 +175,5 @@ class BrokerHandlers:
         d = self.manager.get_replica_info(name)
         if not d.ok or d.response is None:
             raise refuse(d)
-        body = info_body(d.response, self.manager.sealed_queues(name))
-        return response(req, ResponseCode.SUCCESS, info_header(d.response), body)
+        header, body = group_metadata(d.response, self.manager.sealed_queues(name)).encode()
+        return response(req, ResponseCode.SUCCESS, header, body)

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from controller.config import ControllerConfig
-from controller.documents import info_body, info_header
+from controller.documents import group_metadata
 from controller.metadata import BrokerLiveTable, Decision, ReplicasInfoManager, held_by_grace
 from controller.metrics import ControllerMetrics
 from controller.service.commit import DecisionCommitter
@@ -81,12 +81,12 @@ class ElectionHandlers:
         info = settled.response
         if info is None:
             raise refuse(settled)
-        header = info_header(info)
-        if settled.remark and not settled.ok:
-            header["remark"] = settled.remark
-        return response(
-            req, settled.code, header, info_body(info, self.manager.sealed_queues(name))
-        )
+        header, body = group_metadata(
+            info,
+            self.manager.sealed_queues(name),
+            remark=None if settled.ok else settled.remark,
+        ).encode()
+        return response(req, settled.code, header, body)
 
     async def elect(self, broker_name: str, reason: str) -> None:
         """A controller-triggered election of ``broker_name``'s master (the scan's)."""

@@ -15,7 +15,7 @@ from controller.raft import Role
 from controller.raft_driver import NotLeaderError, RaftDriver
 from controller.service.requests import Refused
 from protocol.codes import ResponseCode
-from protocol.remoting import Header
+from protocol.controller_requests.base import NotLeader
 
 
 class LeadershipGate:
@@ -25,13 +25,14 @@ class LeadershipGate:
 
     def redirect(self) -> Refused:
         lead = self.driver.lead
-        header: Header = {}
         address = self.driver.leader_address
         if lead is not None and lead != self.driver.id and address:
-            header["leaderAddress"] = address
+            answer = NotLeader(leader_address=address)
             remark = f"{self.driver.id} is not the active controller; the leader is {lead}"
         else:
+            answer = NotLeader()
             remark = f"{self.driver.id} is not the active controller; no leader known"
+        header, _ = answer.encode()
         return Refused(ResponseCode.CONTROLLER_NOT_LEADER, remark, header)
 
     async def require_active(self) -> None:

@@ -6,6 +6,7 @@ boolean header fields, msgpack bodies and id lists. Pure: no sockets, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgpack
@@ -15,7 +16,15 @@ from protocol.codes import ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import Header, Scalar
 
-__all__ = ["ControllerRequest", "InvalidRequest", "id_list", "opt_bool", "pack_map", "unpack_map"]
+__all__ = [
+    "ControllerRequest",
+    "InvalidRequest",
+    "NotLeader",
+    "id_list",
+    "opt_bool",
+    "pack_map",
+    "unpack_map",
+]
 
 
 class InvalidRequest(FieldError):
@@ -66,3 +75,23 @@ class ControllerRequest(Protocol):
     def code(self) -> int: ...
 
     def encode(self) -> tuple[Header, bytes | None]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotLeader:
+    """The header of CONTROLLER_NOT_LEADER (2007), a follower's answer to what only the active
+    controller answers: ``leaderAddress`` when it knows the leader (tried next by the
+    failover), besides the remark."""
+
+    leader_address: str | None = None
+    """None: no leader known (not sent; an empty one counts as not sent)."""
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {}
+        if self.leader_address:
+            header["leaderAddress"] = self.leader_address
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> NotLeader:
+        return cls(leader_address=fields.opt_str(header, "leaderAddress") or None)

@@ -12,8 +12,9 @@ Requests (``?`` marks a field that may be left out)::
     CONTROLLER_GET_METADATA_INFO 1005    nothing
 
 Answers: 1001's SUCCESS is :class:`AlterSyncStateSetAnswer` (header ``syncStateSetEpoch``, body
-``{"syncStateSet": [ids]}``); 1002 and 1004 answer the group's metadata (controller/documents.py),
-1006 and 1005 a document in the body.
+``{"syncStateSet": [ids]}``); 1002, 1004 and 1003 (brokers.py) answer the group's metadata,
+:class:`GroupMetadata`, also the header and body of NOTIFY_BROKER_ROLE_CHANGED; 1006 and 1005 a
+document in the body.
 
 ``brokerId`` without ``designateElect`` only names the asker: it is not read. A missing or
 mistyped header field raises :class:`~protocol.fields.FieldError`; a body that does not decode
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Final
 
 from protocol.codes import RequestCode
 from protocol.controller_requests.base import (
@@ -34,17 +35,23 @@ from protocol.controller_requests.base import (
     pack_map,
     unpack_map,
 )
-from protocol.fields import FieldError, req_int, req_str
+from protocol.fields import FieldError, opt_int_or_none, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
 __all__ = [
+    "NO_MASTER",
     "AlterSyncStateSet",
     "AlterSyncStateSetAnswer",
     "ElectMaster",
     "GetMetadataInfo",
     "GetReplicaInfo",
     "GetSyncStateData",
+    "GroupMetadata",
+    "ReplicaEntry",
 ]
+
+NO_MASTER: Final = -1
+"""``masterBrokerId`` of a group without a master."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,3 +196,104 @@ class GetMetadataInfo:
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GetMetadataInfo:
         return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEntry:
+    """One registered broker of a group, in :class:`GroupMetadata`."""
+
+    broker_id: int
+    address: str
+    in_sync: bool
+
+
+def _replica(doc: Any) -> ReplicaEntry:
+    if not isinstance(doc, dict):
+        raise FieldError("a replica must be a map")
+    broker_id, address, in_sync = doc.get("brokerId"), doc.get("address"), doc.get("inSync")
+    if type(broker_id) is not int or not isinstance(address, str) or type(in_sync) is not bool:
+        raise FieldError("a replica needs brokerId (int), address (text) and inSync (bool)")
+    return ReplicaEntry(broker_id, address, in_sync)
+
+
+def _sealed(doc: Any) -> tuple[str, int]:
+    if not (isinstance(doc, list) and len(doc) == 2):
+        raise FieldError("a sealed queue must be [topic, queue]")
+    topic, queue = doc
+    if not isinstance(topic, str) or type(queue) is not int:
+        raise FieldError("a sealed queue must be [topic (text), queue (int)]")
+    return topic, queue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMetadata:
+    """A group's metadata: the answer of CONTROLLER_REGISTER_BROKER (with ``broker_id``, the
+    registered one), CONTROLLER_ELECT_MASTER (with a ``remark`` when it is not SUCCESS) and
+    CONTROLLER_GET_REPLICA_INFO.
+
+    Header ``masterBrokerId`` (-1: none), ``masterAddress`` ("" while there is no master),
+    ``masterEpoch``, ``syncStateSetEpoch``, then ``brokerId`` and ``remark`` when set; body
+    ``{"syncStateSet": [ids], "replicas": [{"brokerId", "address", "inSync"}]}`` plus
+    ``"sealedQueues": [[topic, physical queue], ...]`` when some are sealed."""
+
+    master_broker_id: int | None
+    """None: no master (-1 on the wire)."""
+    master_address: str = ""
+    """Empty while there is no master."""
+    master_epoch: int
+    sync_state_set_epoch: int
+    sync_state_set: frozenset[int] = frozenset()
+    replicas: tuple[ReplicaEntry, ...] = ()
+    sealed_queues: tuple[tuple[str, int], ...] = ()
+    broker_id: int | None = None
+    remark: str | None = None
+    """None: not sent (an empty one counts as not sent)."""
+
+    def __post_init__(self) -> None:
+        if self.master_broker_id == NO_MASTER:
+            raise FieldError(f"master_broker_id {NO_MASTER} means no master: give None")
+        if self.master_broker_id is None and self.master_address:
+            raise FieldError("a group without a master has no master address")
+
+    def encode(self) -> tuple[Header, bytes]:
+        master = self.master_broker_id
+        header: Header = {
+            "masterBrokerId": NO_MASTER if master is None else master,
+            "masterAddress": self.master_address,
+            "masterEpoch": self.master_epoch,
+            "syncStateSetEpoch": self.sync_state_set_epoch,
+        }
+        if self.broker_id is not None:
+            header["brokerId"] = self.broker_id
+        if self.remark:
+            header["remark"] = self.remark
+        doc: dict[str, Any] = {
+            "syncStateSet": sorted(self.sync_state_set),
+            "replicas": [
+                {"brokerId": r.broker_id, "address": r.address, "inSync": r.in_sync}
+                for r in self.replicas
+            ],
+        }
+        if self.sealed_queues:
+            doc["sealedQueues"] = [[topic, queue] for topic, queue in self.sealed_queues]
+        return header, pack_map(doc)
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GroupMetadata:
+        master = req_int(header, "masterBrokerId")
+        doc = unpack_map(body)
+        replicas = doc.get("replicas", [])
+        sealed = doc.get("sealedQueues", [])
+        if not isinstance(replicas, list) or not isinstance(sealed, list):
+            raise FieldError("replicas and sealedQueues must be lists")
+        return cls(
+            master_broker_id=None if master == NO_MASTER else master,
+            master_address=opt_str(header, "masterAddress"),
+            master_epoch=req_int(header, "masterEpoch"),
+            sync_state_set_epoch=req_int(header, "syncStateSetEpoch"),
+            sync_state_set=id_list(doc.get("syncStateSet") or [], "syncStateSet"),
+            replicas=tuple(_replica(r) for r in replicas),
+            sealed_queues=tuple(_sealed(q) for q in sealed),
+            broker_id=opt_int_or_none(header, "brokerId"),
+            remark=opt_str(header, "remark") or None,
+        )

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from protocol.acl import UserType, make_rule, resource_pattern
 from protocol.codes import ResponseCode
-from protocol.controller_requests.base import InvalidRequest
+from protocol.controller_requests.base import InvalidRequest, NotLeader
 from protocol.controller_requests.brokers import (
     ApplyBrokerId,
     CleanBrokerData,
@@ -29,6 +29,8 @@ from protocol.controller_requests.groups import (
     GetMetadataInfo,
     GetReplicaInfo,
     GetSyncStateData,
+    GroupMetadata,
+    ReplicaEntry,
 )
 from protocol.controller_requests.heartbeats import MAX_FIGURE, BrokerHeartbeat
 from protocol.controller_requests.membership import (
@@ -63,7 +65,7 @@ from protocol.controller_requests.users import (
     UpdateUser,
 )
 from protocol.fields import FieldError
-from protocol.remoting import Frame, FrameDecoder, encode_frame, request
+from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
 
 names = st.text(min_size=1, max_size=20)
 texts = st.text(max_size=20)
@@ -184,6 +186,24 @@ answers = st.one_of(
     st.builds(NextBrokerIdAnswer, next_broker_id=ints),
     st.builds(AlterSyncStateSetAnswer, sync_state_set=id_sets, sync_state_set_epoch=ints),
     st.builds(TopicUpdated, topic=names, queues=ints, broker_name=names),
+    st.builds(NotLeader, leader_address=st.none() | names),
+    st.one_of(
+        st.builds(GroupMetadata, master_broker_id=st.none(), master_address=st.just("")),
+        st.builds(GroupMetadata, master_broker_id=ids, master_address=texts),
+    ).flatmap(
+        lambda g: st.builds(
+            GroupMetadata,
+            master_broker_id=st.just(g.master_broker_id),
+            master_address=st.just(g.master_address),
+            master_epoch=ints,
+            sync_state_set_epoch=ints,
+            sync_state_set=id_sets,
+            replicas=st.lists(st.builds(ReplicaEntry, ints, texts, st.booleans())).map(tuple),
+            sealed_queues=st.lists(st.tuples(texts, ints), max_size=3).map(tuple),
+            broker_id=st.none() | ints,
+            remark=st.none() | names,
+        )
+    ),
 )
 
 
@@ -542,3 +562,73 @@ def test_a_rebalance_threshold_is_a_number_of_at_least_zero(raw: Any, message: s
     assert info.value.code == ResponseCode.CONTROLLER_INVALID_REQUEST
     assert RebalancePlanQuery.parse({"threshold": "2.5"}) == RebalancePlanQuery(threshold=2.5)
     assert RebalancePlanQuery.parse({"threshold": 3}) == RebalancePlanQuery(threshold=3.0)
+
+
+def _group_answer_bytes(code: int, request_code: int, answer: GroupMetadata) -> str:
+    return encode_frame(response(request(request_code, 7), code, *answer.encode())).hex()
+
+
+def test_a_group_metadata_answer_encodes_to_the_same_bytes() -> None:
+    # built from controller/documents.py's group_header and group_body before the codec
+    registered = GroupMetadata(
+        master_broker_id=1,
+        master_address="127.0.0.1:10911",
+        master_epoch=3,
+        sync_state_set_epoch=4,
+        sync_state_set=frozenset({2, 1}),
+        replicas=(
+            ReplicaEntry(1, "127.0.0.1:10911", True),
+            ReplicaEntry(2, "127.0.0.1:10921", False),
+        ),
+        sealed_queues=(("S1", 0),),
+        broker_id=2,
+    )
+    assert _group_answer_bytes(0, 1003, registered) == (
+        "000000e4960100070085ae6d617374657242726f6b6572496401ad6d617374657241646472657373af3132"
+        "372e302e302e313a3130393131ab6d617374657245706f636803b173796e63537461746553657445706f63"
+        "6804a862726f6b6572496402c48483ac73796e635374617465536574920102a87265706c696361739283a8"
+        "62726f6b6572496401a761646472657373af3132372e302e302e313a3130393131a6696e53796e63c383a8"
+        "62726f6b6572496402a761646472657373af3132372e302e302e313a3130393231a6696e53796e63c2ac73"
+        "65616c65645175657565739192a2533100"
+    )
+    refused = GroupMetadata(
+        master_broker_id=None,
+        master_epoch=3,
+        sync_state_set_epoch=4,
+        remark="no candidate",
+    )
+    assert _group_answer_bytes(2004, 1002, refused) == (
+        "000000769601cd07d4070085ae6d617374657242726f6b65724964ffad6d617374657241646472657373a0"
+        "ab6d617374657245706f636803b173796e63537461746553657445706f636804a672656d61726bac6e6f20"
+        "63616e646964617465c41982ac73796e63537461746553657490a87265706c6963617390"
+    )
+    with pytest.raises(FieldError, match="no master address"):
+        GroupMetadata(
+            master_broker_id=None, master_address="a:1", master_epoch=0, sync_state_set_epoch=0
+        )
+    with pytest.raises(FieldError, match="give None"):
+        GroupMetadata(master_broker_id=-1, master_epoch=0, sync_state_set_epoch=0)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"replicas": [{"brokerId": "1", "address": "a", "inSync": True}]},
+        {"replicas": [{"brokerId": 1, "address": "a"}]},
+        {"replicas": {}},
+        {"sealedQueues": [["S1"]]},
+        {"sealedQueues": [[1, 0]]},
+    ],
+)
+def test_a_malformed_group_metadata_answer_raises_field_error(body: dict[str, Any]) -> None:
+    header = {"masterBrokerId": -1, "masterEpoch": 0, "syncStateSetEpoch": 0}
+    with pytest.raises(FieldError):
+        GroupMetadata.parse(header, msgpack.packb(body))
+
+
+def test_not_leader_names_the_leader_only_when_known() -> None:
+    assert NotLeader().encode() == ({}, None)
+    assert NotLeader(leader_address="127.0.0.1:9878").encode() == (
+        {"leaderAddress": "127.0.0.1:9878"},
+        None,
+    )
