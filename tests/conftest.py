@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+import remoting.client as client_mod
 from tests.support.procs import BrokerProc
 
 
@@ -17,6 +18,17 @@ def _fresh_structlog() -> Iterator[None]:
     later test's capture_logs sees every level."""
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_client_settings() -> Iterator[None]:
+    """In-process CLIs (rmqctl through CliRunner, the pipeline's options) set the remoting
+    client's process-wide settings: the credentials and TLS context every new connection takes,
+    and the TLS advice an error gives (rmqctl's flags instead of the SDK's ``tls`` argument).
+    Put them back after each test so a later test sees the SDK's defaults."""
+    saved = (client_mod._process_credentials, client_mod._process_tls, client_mod._tls_advice)
+    yield
+    client_mod._process_credentials, client_mod._process_tls, client_mod._tls_advice = saved
 
 
 @pytest.fixture
