@@ -19,7 +19,7 @@ from controller.raft_driver import RaftDriver
 from controller.service.tasks import BackgroundTasks
 from protocol.codes import RequestCode, ResponseCode, code_name
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError
+from remoting.errors import RemotingError, ResponseError
 
 log = structlog.get_logger(__name__)
 
@@ -99,24 +99,23 @@ class BrokerNotifier:
         it has them, else why not (refused, unreachable)."""
         try:
             conn = await self.pool.get(address)
-            resp = await conn.request(
+            await conn.call(
                 RequestCode.UPDATE_AND_CREATE_TOPIC,
                 {"topic": topic, "queues": queues},
                 None,
                 timeout,
             )
-        except (RemotingError, OSError, ValueError) as exc:
-            log.debug("topic push failed", address=address, topic=topic, error=str(exc))
-            self.pool.drop(address)
-            return f"unreachable: {exc}"
-        if resp.code != ResponseCode.SUCCESS:
-            remark = resp.header.get("remark")
+        except ResponseError as refused:  # answered: the connection is fine
             log.info(
                 "topic push refused",
                 address=address,
                 topic=topic,
-                code=code_name(resp.code),
-                remark=remark,
+                code=code_name(refused.code),
+                remark=refused.remark,
             )
-            return f"refused: {remark or code_name(resp.code)}"
+            return f"refused: {refused.remark or code_name(refused.code)}"
+        except (RemotingError, OSError, ValueError) as exc:
+            log.debug("topic push failed", address=address, topic=topic, error=str(exc))
+            self.pool.drop(address)
+            return f"unreachable: {exc}"
         return None
