@@ -238,7 +238,9 @@ class Security:
         ]  # fmt: skip
 
 
-def make_security_files(security: Security, broker_config: Path | None) -> list[str]:
+def make_security_files(
+    security: Security, broker_config: Path | None, controller_config: Path | None = None
+) -> list[str]:
     """The auth key, CA and certificate (``deploy/security.sh``, which keeps any that exist),
     then the daemons' config files: what security.sh printed."""
     argv = [
@@ -253,10 +255,12 @@ def make_security_files(security: Security, broker_config: Path | None) -> list[
     )
     if done.returncode != 0:
         raise LaunchRefused(f"deploy/security.sh failed: {done.stderr.strip()}")
-    security.controller_config.write_text(security.settings())
     # The security keys first: keys after a [table] of the operator's file would land in it.
-    extra = broker_config.read_text() if broker_config is not None else ""
-    security.broker_config.write_text(security.settings() + extra)
+    for merged, extra in (
+        (security.controller_config, controller_config),
+        (security.broker_config, broker_config),
+    ):
+        merged.write_text(security.settings() + (extra.read_text() if extra is not None else ""))
     return done.stdout.splitlines()
 
 
@@ -272,6 +276,7 @@ class LocalCluster:
         var: Path,
         *,
         broker_config: Path | None = None,
+        controller_config: Path | None = None,
         log_format: str = "console",
         log_dir: Path | None = None,
         console: Console | None = None,
@@ -284,6 +289,7 @@ class LocalCluster:
         self.log_dir = log_dir
         self.console = console
         self.broker_config = broker_config
+        self.controller_config = controller_config
         self.log_format = log_format
         self.security = security
         self.children: dict[str, subprocess.Popen[bytes]] = {}
@@ -295,9 +301,10 @@ class LocalCluster:
         return self.security.cluster_rmqctl_args() if self.security is not None else []
 
     def controller_argv(self, index: int, node_id: str) -> list[str]:
-        config = (
-            ["--config", str(self.security.controller_config)] if self.security is not None else []
-        )
+        if self.security is not None:
+            config = ["--config", str(self.security.controller_config)]
+        else:
+            config = ["--config", str(self.controller_config)] if self.controller_config else []
         return [
             *PYTHON_M, "controller",
             *config,
@@ -344,7 +351,7 @@ class LocalCluster:
         self.var.mkdir(parents=True, exist_ok=True)
         if self.security is None:
             return []
-        return make_security_files(self.security, self.broker_config)
+        return make_security_files(self.security, self.broker_config, self.controller_config)
 
     def start(self, name: str | None = None, *, controllers_first: float = 15.0) -> None:
         """Start every daemon (or the one named) that is not running. Starting them all, the
@@ -790,6 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--var", type=Path, default=VAR, help="data directory (default ./var)")
     parser.add_argument("--broker-config", type=Path, help="TOML file every broker reads first")
+    parser.add_argument(
+        "--controller-config", type=Path, help="TOML file every controller reads first"
+    )
     parser.add_argument("--log-format", default="console", choices=["console", "json"])
     parser.add_argument(
         "--secure",
@@ -805,6 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(
         var,
         broker_config=args.broker_config,
+        controller_config=args.controller_config,
         log_format=args.log_format,
         console=console,
         security=security,

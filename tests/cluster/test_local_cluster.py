@@ -406,7 +406,14 @@ def test_the_daemons_die_with_a_killed_launcher_and_the_next_table_waits_for_the
         on_timeout=lambda: f"still running: {[p for p in pids if alive(p)]}",
     )  # fmt: skip
 
-    second = launchers.start("second.log")
+    # The controllers keep naming the master while no broker heartbeats for as long as their
+    # grace period lasts (one broker heartbeat timeout, 1 s by default): long enough here for
+    # the check below to see it on a loaded host too.
+    patient = tmp_path / "patient-controllers.toml"
+    patient.write_text(
+        "broker_heartbeat_timeout_ms = 60000\nbroker_heartbeat_timeout_max_ms = 60000\n"
+    )
+    second = launchers.start("second.log", "--controller-config", str(patient))
     log = tmp_path / "second.log"
     held: set[int] = set()
     try:
