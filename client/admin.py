@@ -10,6 +10,7 @@ import msgpack
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
+from protocol.broker_requests.dlq import DlqQuery, DlqResend
 from protocol.broker_requests.subscription_groups import (
     SubscriptionGroupQuery,
     SubscriptionGroupUpdate,
@@ -152,11 +153,8 @@ class Admin(BootstrapClient):
         """The messages of ``group``'s DLQ, per broker group (oldest first, at most
         ``max_count`` each)."""
         targets = await self._brokers(broker_name, reads=True)
-        answers = await self._each(
-            targets,
-            RequestCode.QUERY_DLQ_MESSAGES,
-            {"consumerGroup": group, "maxCount": max_count},
-        )
+        query = DlqQuery(group=group, max_count=max_count)
+        answers = await self._each(targets, query.code, *query.encode())
         docs = _bodies(answers, f"querying the DLQ of {group!r}")
         return {name: list(doc.get("messages") or []) for name, doc in docs.items()}
 
@@ -166,12 +164,8 @@ class Admin(BootstrapClient):
         """Re-send ``group``'s DLQ messages (all not re-sent before, or the one ``msg_id``) to
         their original topics; broker name -> ``{"resent": [...], "skipped": [...]}``."""
         masters = await self._brokers(broker_name)
-        header: dict[str, Scalar] = {"consumerGroup": group}
-        if msg_id:
-            header["msgId"] = msg_id
-        else:
-            header["all"] = True
-        answers = await self._each(masters, RequestCode.RESEND_DLQ_MESSAGES, header)
+        resend = DlqResend(group=group, msg_id=msg_id or None)
+        answers = await self._each(masters, resend.code, *resend.encode())
         if msg_id:
             # The id names one record; only the group that holds it finds it.
             found = {n: a for n, a in answers.items() if isinstance(a, Frame)}

@@ -30,8 +30,9 @@ from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.stored_record import visible_record_at
 from broker.write_gate import WriteRefused
+from protocol.broker_requests.dlq import MAX_QUERY, DlqQuery, DlqResend
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import FieldError, opt_int, opt_str
+from protocol.fields import FieldError
 from protocol.message import MessageRecord, MsgIdMaker, RecordError, iter_records, message_copy
 from protocol.message import parse_msg_id as parse_id
 from protocol.remoting import Frame, response
@@ -39,7 +40,6 @@ from protocol.retry import (
     PROP_FAILURE_REASON,
     dlq_origin_topic,
     dlq_topic,
-    group_error,
     origin_message_id,
     reconsume_times,
     resent_properties,
@@ -48,8 +48,6 @@ from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import StoreError
 from storage.store import GetStatus, PutResult
 
-MAX_QUERY = 10_000
-DEFAULT_QUERY = 1000
 _READ_BATCH = 256
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -66,14 +64,10 @@ class DeadLetterProcessor:
 
     # -- QUERY_DLQ_MESSAGES --------------------------------------------------------------------
     def query(self, conn: Connection, req: Frame) -> Frame:
-        h = req.header
-        group = _group(h.get("consumerGroup"))
+        query = DlqQuery.parse(req.header, req.body)
+        group, start, max_count = query.group, query.offset, query.max_count
         topic = dlq_topic(group)
         store = self.ctx.store
-        start = opt_int(h, "offset", -1)
-        max_count = opt_int(h, "maxCount", DEFAULT_QUERY)
-        if not 1 <= max_count <= MAX_QUERY:
-            raise FieldError(f"maxCount must be 1..{MAX_QUERY}")
         if start < 0:
             start = store.queue_min_offset(topic, 0)
         out: list[dict[str, Any]] = []
@@ -124,14 +118,8 @@ class DeadLetterProcessor:
 
     # -- RESEND_DLQ_MESSAGES -------------------------------------------------------------------
     async def resend(self, conn: Connection, req: Frame) -> Frame:
-        h = req.header
-        group = _group(h.get("consumerGroup"))
-        msg_id = opt_str(h, "msgId")
-        resend_all = h.get("all", False)
-        if not isinstance(resend_all, bool):
-            raise FieldError("header field 'all' must be a boolean")
-        if bool(msg_id) == resend_all:
-            raise FieldError("give exactly one of msgId and all = true")
+        resend = DlqResend.parse(req.header, req.body)
+        group, msg_id = resend.group, resend.msg_id
         ctx = self.ctx
         try:
             ctx.check_writable()
@@ -210,12 +198,3 @@ class DeadLetterProcessor:
                 ctx.metrics.resent_from_dlq(group, topic, count)
         body = {"resent": resent, "skipped": skipped}
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(body))
-
-
-def _group(value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise FieldError("header field 'consumerGroup' must be a non-empty string")
-    bad = group_error(value)
-    if bad is not None:
-        raise FieldError(bad)
-    return value

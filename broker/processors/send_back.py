@@ -24,10 +24,10 @@ from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.stored_record import visible_record_at
 from broker.write_gate import WriteRefused
+from protocol.broker_requests.send_back import SendBack, SentBack
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import opt_int, opt_str, req_int, req_str
 from protocol.message import MsgIdMaker, message_copy
-from protocol.remoting import Frame, Header, response
+from protocol.remoting import Frame, response
 from protocol.retry import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROP_RETRY_TOPIC,
@@ -36,7 +36,6 @@ from protocol.retry import (
     Retry,
     clip_reason,
     dlq_topic,
-    group_error,
     next_step,
     origin_message_id,
     reconsume_times,
@@ -62,15 +61,9 @@ class SendBackProcessor:
 
     async def send_back(self, conn: Connection, req: Frame) -> Frame:
         ctx = self.ctx
-        h = req.header
-        group = req_str(h, "group")
-        offset = req_int(h, "offset")
-        origin_topic = req_str(h, "originTopic")
-        reason = clip_reason(opt_str(h, "reason"))
-        client_max = opt_int(h, "maxReconsumeTimes", -1)
-        bad_group = group_error(group)
-        if bad_group is not None:
-            return error_response(req, ResponseCode.BAD_REQUEST, bad_group)
+        back = SendBack.parse(req.header, req.body)
+        group, offset, origin_topic = back.group, back.offset, back.origin_topic
+        reason = clip_reason(back.reason)
         if ctx.groups.member_on(group, id(conn), ctx.now_ms()) is None:
             return error_response(
                 req,
@@ -100,7 +93,7 @@ class SendBackProcessor:
         config = ctx.sub_groups.get(group)
         reconsumed = reconsume_times(record.properties)
         step: Retry | DeadLetter = (
-            next_step(config, reconsumed, client_max if client_max >= 0 else None)
+            next_step(config, reconsumed, back.max_reconsume_times)
             if config.consume_retry and not config.consume_orderly
             # Nobody reads the retry topic, or a FIFO group (its members retry in place and
             # send a message back only past its retries): park it at once.
@@ -113,7 +106,7 @@ class SendBackProcessor:
             step=step,
             reason=reason,
         )
-        header: Header = {"reconsumeTimes": step.count, "deadLetter": isinstance(step, DeadLetter)}
+        deliver_ms: int | None = None
         try:
             if isinstance(step, DeadLetter):
                 topic = dlq_topic(group)
@@ -126,7 +119,6 @@ class SendBackProcessor:
                 ctx.ensure_system_topic(topic)
                 deliver_ms = ctx.now_ms() + step.delay_ms
                 result = ctx.timer.put_at(message_copy(record, topic, props), topic, 0, deliver_ms)
-                header["deliverAtMs"] = deliver_ms
         except InvalidDeliveryTimeError as exc:  # timer_enable = false, or a short max delay
             return error_response(
                 req,
@@ -141,22 +133,35 @@ class SendBackProcessor:
         except StoreError as exc:
             log.error("send back failed", group=group, error=str(exc))
             return error_response(req, ResponseCode.SYSTEM_ERROR, f"not stored: {exc}")
-        return await self._answer(req, result, header, topic, group, origin_topic)
+        return await self._answer(req, result, step, deliver_ms, topic, group, origin_topic)
 
     async def _answer(
-        self, req: Frame, result: PutResult, header: Header, topic: str, group: str, origin: str
+        self,
+        req: Frame,
+        result: PutResult,
+        step: Retry | DeadLetter,
+        deliver_ms: int | None,
+        topic: str,
+        group: str,
+        origin: str,
     ) -> Frame:
         ctx = self.ctx
         code, remark = await wait_durable(ctx, result)
         if code != ResponseCode.SUCCESS:
             return error_response(req, code, remark)
-        if header["deadLetter"]:
+        dead = isinstance(step, DeadLetter)
+        if dead:
             ctx.metrics.dead_letter(group, origin)
         else:
             ctx.metrics.consumer_retry(group, origin)
-        header["topic"] = topic
-        header["msgId"] = self._msg_id(result.physical_offsets[0])
-        return response(req, ResponseCode.SUCCESS, header)
+        sent = SentBack(
+            reconsume_times=step.count,
+            dead_letter=dead,
+            deliver_at_ms=deliver_ms,
+            topic=topic,
+            msg_id=self._msg_id(result.physical_offsets[0]),
+        )
+        return response(req, ResponseCode.SUCCESS, *sent.encode())
 
 
 def _origin_topic(stored_topic: str, properties: dict[str, str], group: str) -> str | None:

@@ -15,13 +15,11 @@ from __future__ import annotations
 import time
 
 from broker.context import BrokerContext
+from protocol.broker_requests.static_queues import FenceStaticQueue, QueueFenced
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import opt_int, req_int, req_str
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.queues import queue_id_error, topic_error
-
-MAX_FENCE_MS = 600_000
 
 
 class StaticQueueProcessor:
@@ -33,18 +31,12 @@ class StaticQueueProcessor:
 
     async def fence(self, conn: Connection, req: Frame) -> Frame:
         ctx = self.ctx
-        h = req.header
-        topic = req_str(h, "topic")
-        queue_id = req_int(h, "queueId")
-        if h.get("release") is True:
+        fence = FenceStaticQueue.parse(req.header, req.body)
+        topic, queue_id = fence.topic, fence.queue_id
+        if fence.release:
             ctx.sealed.unfence(topic, queue_id)
             return response(req, ResponseCode.SUCCESS)
-        epoch = req_int(h, "masterEpoch")
-        fence_ms = opt_int(h, "fenceMillis", 30_000)
-        if not 0 < fence_ms <= MAX_FENCE_MS:
-            return error_response(
-                req, ResponseCode.BAD_REQUEST, f"fenceMillis must be in 1..{MAX_FENCE_MS}"
-            )
+        epoch, fence_ms = fence.master_epoch, fence.fence_ms
         role = ctx.role
         if not role.is_master or role.master_epoch != epoch:
             return error_response(
@@ -82,8 +74,7 @@ class StaticQueueProcessor:
                 ResponseCode.NOT_MASTER,
                 f"broker {ctx.cfg.listen} stopped being the master of {ctx.cfg.broker_name}",
             )
-        return response(
-            req,
-            ResponseCode.SUCCESS,
-            {"maxOffset": ctx.store.queue_max_offset(topic, queue_id), "masterEpoch": epoch},
+        fenced = QueueFenced(
+            max_offset=ctx.store.queue_max_offset(topic, queue_id), master_epoch=epoch
         )
+        return response(req, ResponseCode.SUCCESS, *fenced.encode())

@@ -4,3 +4,22 @@ its request ``code``, ``encode()`` (its header and body) and the classmethod ``p
 body)``, which checks every field and raises :class:`~protocol.fields.FieldError` (answered
 BAD_REQUEST) for a bad one. Pure: no sockets, no clock.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from protocol.fields import FieldError, req_str
+from protocol.remoting import Scalar
+from protocol.retry import group_error
+
+__all__ = ["req_group"]
+
+
+def req_group(header: Mapping[str, Scalar], name: str = "consumerGroup") -> str:
+    """A consumer group's name (it also names the group's retry and DLQ topics)."""
+    group = req_str(header, name)
+    bad = group_error(group)
+    if bad is not None:
+        raise FieldError(bad)
+    return group

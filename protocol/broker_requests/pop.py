@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from protocol.broker_requests import req_group
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
 from protocol.filter import FilterError, parse_tag_expression
 from protocol.pop import MAX_POP_BATCH
 from protocol.remoting import Header, Scalar
-from protocol.retry import group_error
 
 __all__ = [
     "MAX_INVISIBLE_MS",
@@ -46,14 +46,6 @@ __all__ = [
 
 MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
-
-
-def _group(header: Mapping[str, Scalar]) -> str:
-    group = req_str(header, "consumerGroup")
-    bad = group_error(group)
-    if bad is not None:
-        raise FieldError(bad)
-    return group
 
 
 def _invisible(header: Mapping[str, Scalar]) -> int:
@@ -98,7 +90,7 @@ class PopRequest:
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> PopRequest:
-        group = _group(header)
+        group = req_group(header)
         topic = req_str(header, "topic")
         queue_id = opt_int(header, "queueId", -1)
         max_count = req_int(header, "maxMsgNums")
@@ -137,7 +129,7 @@ class AckRequest:
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> AckRequest:
-        return cls(group=_group(header), receipt_handle=req_str(header, "receiptHandle"))
+        return cls(group=req_group(header), receipt_handle=req_str(header, "receiptHandle"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,7 +150,7 @@ class BatchAckRequest:
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> BatchAckRequest:
-        group = _group(header)
+        group = req_group(header)
         handles = tuple(req_str(header, "receiptHandles").split())
         if not 0 < len(handles) <= MAX_POP_BATCH:
             raise FieldError(f"receiptHandles must hold 1..{MAX_POP_BATCH} handles")
@@ -188,7 +180,7 @@ class ChangeInvisibleRequest:
     def parse(
         cls, header: Mapping[str, Scalar], body: bytes | None = None
     ) -> ChangeInvisibleRequest:
-        group = _group(header)
+        group = req_group(header)
         invisible = _invisible(header)
         return cls(
             group=group, receipt_handle=req_str(header, "receiptHandle"), invisible_ms=invisible

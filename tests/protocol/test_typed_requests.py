@@ -19,6 +19,7 @@ from protocol.broker_requests.clients import (
     UnregisterClient,
 )
 from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
+from protocol.broker_requests.dlq import MAX_QUERY, DlqQuery, DlqResend
 from protocol.broker_requests.pop import (
     MAX_INVISIBLE_MS,
     MIN_INVISIBLE_MS,
@@ -38,6 +39,8 @@ from protocol.broker_requests.send import (
     SendBatchRequest,
     SendRequest,
 )
+from protocol.broker_requests.send_back import SendBack, SentBack
+from protocol.broker_requests.static_queues import MAX_FENCE_MS, FenceStaticQueue, QueueFenced
 from protocol.broker_requests.subscription_groups import (
     SubscriptionGroupQuery,
     SubscriptionGroupUpdate,
@@ -185,6 +188,32 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         commit_or_rollback=st.sampled_from([0, 8, 12]),
         from_check=st.booleans(),
     ),
+    DlqQuery: st.builds(
+        DlqQuery,
+        group=groups,
+        offset=st.integers(-1, 2**63 - 1),
+        max_count=st.integers(1, MAX_QUERY),
+    ),
+    DlqResend: st.builds(DlqResend, group=groups, msg_id=st.one_of(st.none(), names)),
+    SendBack: st.builds(
+        SendBack,
+        group=groups,
+        offset=ints,
+        origin_topic=names,
+        origin_msg_id=st.text(max_size=20),
+        reason=st.text(max_size=20),
+        max_reconsume_times=st.one_of(st.none(), st.integers(0, 2**31)),
+    ),
+    FenceStaticQueue: st.one_of(
+        st.builds(
+            FenceStaticQueue,
+            topic=names,
+            queue_id=ints,
+            master_epoch=ints,
+            fence_ms=st.integers(1, MAX_FENCE_MS),
+        ),
+        st.builds(FenceStaticQueue, topic=names, queue_id=ints, release=st.just(True)),
+    ),
 }
 
 ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
@@ -218,6 +247,15 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
         state=st.sampled_from(["COMMIT", "ROLLBACK", "OPEN"]),
         already=st.booleans(),
     ),
+    SentBack: st.builds(
+        SentBack,
+        reconsume_times=ints,
+        dead_letter=st.booleans(),
+        topic=names,
+        msg_id=names,
+        deliver_at_ms=st.one_of(st.none(), ints),
+    ),
+    QueueFenced: st.builds(QueueFenced, max_offset=ints, master_epoch=ints),
     MessagesFound: st.builds(
         MessagesFound,
         count=naturals,
@@ -389,6 +427,41 @@ GOLDEN: list[tuple[Any, str]] = [
         "7831af636f6d6d69744c6f674f6666736574cd0400b0636f6d6d69744f72526f6c6c6261636b08b466726f"
         "6d5472616e73616374696f6e436865636bc3c0",
     ),
+    (
+        DlqQuery(group="g", max_count=100),
+        "000000239600cd1450010082ad636f6e73756d657247726f7570a167a86d6178436f756e7464c0",
+    ),
+    (
+        DlqResend(group="g", msg_id="7F00000100002A9F0000000000000040"),
+        "000000419600cd1451010082ad636f6e73756d657247726f7570a167a56d73674964d920374630303030303130"
+        "3030303241394630303030303030303030303030303430c0",
+    ),
+    (
+        DlqResend(group="g"),
+        "0000001e9600cd1451010082ad636f6e73756d657247726f7570a167a3616c6cc3c0",
+    ),
+    (
+        SendBack(
+            group="g",
+            offset=4096,
+            origin_topic="T",
+            origin_msg_id="id1",
+            reason="boom",
+            max_reconsume_times=3,
+        ),
+        "00000056960024010086a567726f7570a167a66f6666736574cd1000ab6f726967696e546f706963a154ab"
+        "6f726967696e4d73674964a3696431a6726561736f6ea4626f6f6db16d61785265636f6e73756d6554696d"
+        "657303c0",
+    ),
+    (
+        FenceStaticQueue(topic="T", queue_id=1, master_epoch=2, fence_ms=30_000),
+        "000000369600cd1402010084a5746f706963a154a77175657565496401ab6d617374657245706f636802ab"
+        "66656e63654d696c6c6973cd7530c0",
+    ),
+    (
+        FenceStaticQueue(topic="T", queue_id=1, release=True),
+        "000000239600cd1402010083a5746f706963a154a77175657565496401a772656c65617365c3c0",
+    ),
 ]
 
 
@@ -477,6 +550,15 @@ def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
         (SubscriptionGroupUpdate, {}, "must be a msgpack map of the group's settings"),
         (SubscriptionGroupQuery, {}, "'group'"),
         (Heartbeat, {"producerGroup": "pg"}, "'clientId'"),
+        (DlqQuery, {"consumerGroup": "g", "maxCount": 0}, "maxCount must be 1..10000"),
+        (DlqResend, {"consumerGroup": "g"}, "give exactly one of msgId and all = true"),
+        (DlqResend, {"consumerGroup": "g", "all": 1}, "'all' must be a boolean"),
+        (SendBack, {"group": "g g", "offset": 1, "originTopic": "T"}, "may hold only letters"),
+        (
+            FenceStaticQueue,
+            {"topic": "T", "queueId": 1, "masterEpoch": 2, "fenceMillis": 0},
+            "fenceMillis must be in 1..600000",
+        ),
         (Heartbeat, {"clientId": "c"}, "'consumerGroup'"),
         (
             EndTransaction,
