@@ -10,12 +10,13 @@ import msgpack
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
+from protocol.broker_requests.admin import CreateTopic
 from protocol.broker_requests.dlq import DlqQuery, DlqResend
 from protocol.broker_requests.subscription_groups import (
     SubscriptionGroupQuery,
     SubscriptionGroupUpdate,
 )
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.remoting import Frame, Scalar
 from protocol.retry import RetryConfigError, config_from_dict
 from remoting.errors import RemotingError, ResponseError
@@ -44,12 +45,13 @@ class Admin(BootstrapClient):
         masters = {b.broker_name: b.address for bs in clusters.values() for b in bs if b.is_master}
         if not masters:
             raise ClientError("no master broker found to create the topic on")
-        header: dict[str, Scalar] = {"topic": topic, "queues": queues}
+        create = CreateTopic(topic=topic, queues=queues)
+        header, _ = create.encode()
 
         async def one(name: str, address: str) -> str | None:
             try:
                 conn = await self._pool.get(address)
-                await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header, None, self.timeout)
+                await conn.call(create.code, header, None, self.timeout)
             except ResponseError as exc:
                 return f"{name} ({address}): {BrokerError(exc.code, exc.remark)}"
             except RemotingError as exc:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import msgpack
 
 from broker.context import BrokerContext
+from protocol.broker_requests.admin import CreateTopic, TopicCreated
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller_requests.topics import UpdateTopic
-from protocol.fields import FieldError, opt_int, req_str
 from protocol.pull import (
     AllConsumerOffsetsQuery,
     ConsumerOffsetQuery,
@@ -30,7 +30,6 @@ from remoting.errors import RemotingError, ResponseError
 from remoting.failover import AddressFailover
 from remoting.server import Connection, RemotingServer, error_response
 
-MAX_QUEUES = 1024
 CONTROLLER_TIMEOUT = 3.0
 # Controller answers that mean "not now" (no leader yet, not committed in time): a client of
 # this broker is told to retry, never handed a controller-only code.
@@ -66,12 +65,9 @@ class AdminProcessor:
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self.all_offsets)
 
     async def update_topic(self, conn: Connection, req: Frame) -> Frame:
-        topic = req_str(req.header, "topic")
-        queues = opt_int(req.header, "queues", self.ctx.cfg.default_topic_queues)
-        if not 1 <= queues <= MAX_QUEUES:
-            raise FieldError(f"queues must be 1..{MAX_QUEUES}")
-        if not _valid_topic(topic):
-            raise FieldError("topic may hold letters, digits, '-', '_' and '%' (at most 127)")
+        create = CreateTopic.parse(req.header, req.body)
+        topic = create.topic
+        queues = self.ctx.cfg.default_topic_queues if create.queues is None else create.queues
         tc = self.ctx.topics.get(topic)
         if tc is not None and queues < tc.queues:
             return error_response(
@@ -84,7 +80,8 @@ class AdminProcessor:
             if refused is not None:
                 return error_response(req, *refused)
         tc = self.ctx.create_topic(topic, queues)
-        return response(req, ResponseCode.SUCCESS, {"topic": tc.topic, "queues": tc.queues})
+        created = TopicCreated(topic=tc.topic, queues=tc.queues)
+        return response(req, ResponseCode.SUCCESS, *created.encode())
 
     async def _commit_with_controllers(self, topic: str, queues: int) -> tuple[int, str] | None:
         """UPDATE_AND_CREATE_TOPIC on the controllers for this broker's group: None once they
@@ -193,7 +190,3 @@ class AdminProcessor:
             "grpcTlsEndpoint": ctx.grpc_endpoints.get("tls"),
         }
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(info))
-
-
-def _valid_topic(topic: str) -> bool:
-    return 0 < len(topic) <= 127 and all(c.isalnum() or c in "-_%" for c in topic)

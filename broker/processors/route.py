@@ -7,7 +7,7 @@ import msgpack
 
 from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
-from protocol.fields import req_str
+from protocol.controller_requests.topics import RouteQuery
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 
@@ -21,7 +21,7 @@ class RouteProcessor:
         server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.cluster)
 
     def route(self, conn: Connection, req: Frame) -> Frame:
-        topic = req_str(req.header, "topic")
+        topic = RouteQuery.parse(req.header, req.body).topic
         tc = self.ctx.topics.get(topic)
         if tc is None:
             return error_response(req, ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")

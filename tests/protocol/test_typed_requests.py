@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.broker_requests.admin import MAX_QUEUES, CreateTopic, TopicCreated
 from protocol.broker_requests.clients import (
     ConsumerListQuery,
     Heartbeat,
@@ -188,6 +189,11 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         commit_or_rollback=st.sampled_from([0, 8, 12]),
         from_check=st.booleans(),
     ),
+    CreateTopic: st.builds(
+        CreateTopic,
+        topic=st.from_regex(r"[A-Za-z0-9_%\-]{1,127}", fullmatch=True),
+        queues=st.one_of(st.none(), st.integers(1, MAX_QUEUES)),
+    ),
     DlqQuery: st.builds(
         DlqQuery,
         group=groups,
@@ -247,6 +253,7 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
         state=st.sampled_from(["COMMIT", "ROLLBACK", "OPEN"]),
         already=st.booleans(),
     ),
+    TopicCreated: st.builds(TopicCreated, topic=names, queues=ints),
     SentBack: st.builds(
         SentBack,
         reconsume_times=ints,
@@ -427,6 +434,7 @@ GOLDEN: list[tuple[Any, str]] = [
         "7831af636f6d6d69744c6f674f6666736574cd0400b0636f6d6d69744f72526f6c6c6261636b08b466726f"
         "6d5472616e73616374696f6e436865636bc3c0",
     ),
+    (CreateTopic(topic="T", queues=8), "00000017960011010082a5746f706963a154a671756575657308c0"),
     (
         DlqQuery(group="g", max_count=100),
         "000000239600cd1450010082ad636f6e73756d657247726f7570a167a86d6178436f756e7464c0",
@@ -551,6 +559,8 @@ def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
         (SubscriptionGroupQuery, {}, "'group'"),
         (Heartbeat, {"producerGroup": "pg"}, "'clientId'"),
         (DlqQuery, {"consumerGroup": "g", "maxCount": 0}, "maxCount must be 1..10000"),
+        (CreateTopic, {"topic": "T", "queues": 1025}, "queues must be 1..1024"),
+        (CreateTopic, {"topic": "a b"}, "topic may hold letters, digits"),
         (DlqResend, {"consumerGroup": "g"}, "give exactly one of msgId and all = true"),
         (DlqResend, {"consumerGroup": "g", "all": 1}, "'all' must be a boolean"),
         (SendBack, {"group": "g g", "offset": 1, "originTopic": "T"}, "may hold only letters"),
