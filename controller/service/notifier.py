@@ -17,6 +17,7 @@ from controller.metadata import ReplicaInfo, ReplicasInfoManager
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.service.tasks import BackgroundTasks
+from protocol.broker_requests.admin import CreateTopic
 from protocol.codes import RequestCode, ResponseCode, code_name
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
@@ -99,12 +100,8 @@ class BrokerNotifier:
         it has them, else why not (refused, unreachable)."""
         try:
             conn = await self.pool.get(address)
-            await conn.call(
-                RequestCode.UPDATE_AND_CREATE_TOPIC,
-                {"topic": topic, "queues": queues},
-                None,
-                timeout,
-            )
+            push = CreateTopic(topic=topic, queues=queues)
+            await conn.call(push.code, *push.encode(), timeout)
         except ResponseError as refused:  # answered: the connection is fine
             log.info(
                 "topic push refused",

@@ -27,16 +27,18 @@ from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
 from controller.service.notifier import BrokerNotifier
 from controller.service.requests import Refused, refuse
-from protocol.codes import RequestCode, ResponseCode, code_name
+from protocol.broker_requests.static_queues import FenceStaticQueue, QueueFenced
+from protocol.codes import ResponseCode, code_name
 from protocol.controller_requests.static_topics import (
     CreateStaticTopic,
     RemapStaticTopic,
     StaticTopicMappingQuery,
 )
+from protocol.fields import FieldError
 from protocol.remoting import Frame, response
 from protocol.static_topic import item_doc
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError
+from remoting.errors import RemotingError, ResponseError
 from remoting.server import Connection
 
 log = structlog.get_logger(__name__)
@@ -208,51 +210,62 @@ class StaticTopicHandlers:
                 f"the master of {plan.source} changed (epoch {plan.source_epoch}, now "
                 f"{info.master_epoch}) before {where} was fenced; nothing moved",
             )
-        header = {
-            "topic": plan.topic,
-            "queueId": plan.source_queue,
-            "masterEpoch": plan.source_epoch,
-            "fenceMillis": FENCE_MS,
-        }
+        fence = FenceStaticQueue(
+            topic=plan.topic,
+            queue_id=plan.source_queue,
+            master_epoch=plan.source_epoch,
+            fence_ms=FENCE_MS,
+        )
+
+        def refused(why: str) -> Refused:
+            return Refused(
+                ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
+                f"the master of {plan.source} ({address}) refused to fence {where}: {why}; "
+                "nothing moved",
+            )
+
         try:
-            resp = await self._call(address, header, max(self.timeout, 5.0))
+            resp = await self._call(address, fence, max(self.timeout, 5.0))
+        except ResponseError as exc:
+            raise refused(exc.remark or code_name(exc.code)) from None
         except (RemotingError, OSError, TimeoutError) as exc:
             raise Refused(
                 ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
                 f"cannot fence {where} on the master of {plan.source} ({address}): {exc}; "
                 "nothing moved",
             ) from None
-        offset = resp.header.get("maxOffset")
-        if resp.code != ResponseCode.SUCCESS or type(offset) is not int:
-            remark = resp.header.get("remark") or code_name(resp.code)
-            raise Refused(
-                ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
-                f"the master of {plan.source} ({address}) refused to fence {where}: {remark}; "
-                "nothing moved",
-            )
-        return offset
+        try:
+            return QueueFenced.parse(resp.header, resp.body).max_offset
+        except FieldError:
+            raise refused(code_name(resp.code)) from None
 
     async def _release(self, plan: RemapPlan) -> None:
         """Best effort: the move was refused, the source master may take sends there again."""
         info = self.manager.replica_info(plan.source)
         if info is None or not info.master_address:
             return
-        header = {"topic": plan.topic, "queueId": plan.source_queue, "release": True}
+        release = FenceStaticQueue(topic=plan.topic, queue_id=plan.source_queue, release=True)
         try:
-            await self._call(info.master_address, header, self.timeout)
+            await self._call(info.master_address, release, self.timeout)
+        except ResponseError:
+            pass  # refused (not master, no fence): nothing to release here
         except (RemotingError, OSError, TimeoutError) as exc:
             log.info(
                 "fence release failed (it expires)", address=info.master_address, error=str(exc)
             )
 
-    async def _call(self, address: str, header: dict[str, Any], timeout: float) -> Frame:
+    async def _call(self, address: str, fence: FenceStaticQueue, timeout: float) -> Frame:
+        """FENCE_STATIC_QUEUE to a master; a refusal raises ResponseError (the connection
+        stays), anything else that fails drops the connection."""
         if self.pool is None:
             raise RemotingError("no connection pool to reach brokers")
         try:
             conn = await self.pool.get(address)
             return await asyncio.wait_for(
-                conn.request(RequestCode.FENCE_STATIC_QUEUE, header, None, timeout), timeout + 1
+                conn.call(fence.code, *fence.encode(), timeout), timeout + 1
             )
+        except ResponseError:
+            raise
         except (RemotingError, OSError, TimeoutError):
             self.pool.drop(address)
             raise

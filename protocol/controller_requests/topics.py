@@ -82,7 +82,8 @@ class RegisterRoutes:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouteQuery:
-    """GET_ROUTEINFO_BY_TOPIC to the controllers: the topic's route."""
+    """GET_ROUTEINFO_BY_TOPIC: the topic's route, from the controllers or (a lone broker's
+    own topics) a broker: the same request to both."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_ROUTEINFO_BY_TOPIC
 
@@ -98,7 +99,8 @@ class RouteQuery:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterInfoQuery:
-    """GET_BROKER_CLUSTER_INFO to the controllers: every group and its brokers (no fields)."""
+    """GET_BROKER_CLUSTER_INFO: every group and its brokers (no fields), from the controllers
+    or a broker."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_CLUSTER_INFO
 
