@@ -13,6 +13,7 @@
 from client.allocate import allocate_averagely
 from client.bootstrap import Bootstrap, parse_addresses
 from client.consumer import Consumer
+from client.credentials import CredentialsFileError, read_credentials_file
 from client.errors import (
     BrokerError,
     ClientError,
@@ -43,6 +44,7 @@ __all__ = [
     "ClusterBroker",
     "Consumer",
     "Credentials",
+    "CredentialsFileError",
     "Message",
     "MessageQueue",
     "NoRouteError",
@@ -62,4 +64,5 @@ __all__ = [
     "UnreachableError",
     "allocate_averagely",
     "parse_addresses",
+    "read_credentials_file",
 ]

@@ -2,8 +2,9 @@
 
 ``--access-key`` / ``--secret-key`` (or ``$RMQ_ACCESS_KEY`` / ``$RMQ_SECRET_KEY``), or
 ``--credentials-file FILE`` (or ``$RMQ_CREDENTIALS_FILE``): a TOML file with ``access_key`` and
-``secret_key``, readable by its owner only. A flag on the command line is visible to other users
-of the host (``ps``): prefer the environment or the file. With credentials every request rmqctl
+``secret_key``, readable by its owner only, read by the SDK's ``client.read_credentials_file``
+(applications read the same file). A flag on the command line is visible to other users of the
+host (``ps``): prefer the environment or the file. With credentials every request rmqctl
 sends is signed (docs/protocol.md, "Authentication"); without, nothing is signed.
 
 ``--auth-key-file FILE`` signs as the cluster itself, with the credentials derived from the
@@ -13,9 +14,10 @@ authentication on, from a host that holds the key.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
+from client.credentials import CredentialsFileError
+from client.credentials import read_credentials_file as client_read_credentials_file
 from protocol.request_auth import Credentials, cluster_credentials
 from protocol.sealing import SealError
 from rmqctl.common import CommandError
@@ -26,23 +28,11 @@ CREDENTIALS_FILE_ENV = "RMQ_CREDENTIALS_FILE"
 
 
 def read_credentials_file(path: Path) -> Credentials:
+    """The SDK's reader (client.read_credentials_file), its refusal as rmqctl's one line."""
     try:
-        mode = path.stat().st_mode
-        text = path.read_text()
-    except OSError as exc:
-        raise CommandError(f"credentials file {path}: {exc.strerror}") from None
-    if mode & 0o077:
-        raise CommandError(
-            f"credentials file {path} may be read by others (mode {mode & 0o777:o}); chmod 600 it"
-        )
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise CommandError(f"credentials file {path}: {exc}") from None
-    access, secret = doc.get("access_key"), doc.get("secret_key")
-    if not isinstance(access, str) or not isinstance(secret, str) or not access or not secret:
-        raise CommandError(f"credentials file {path} needs access_key and secret_key strings")
-    return Credentials(access, secret)
+        return client_read_credentials_file(path)
+    except CredentialsFileError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def read_auth_key_file(path: Path) -> Credentials:
