@@ -23,12 +23,11 @@ acked ones written as one ack record.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from broker.context import BrokerContext
-from broker.durable_wait import wait_durable
+from broker.durable_wait import DurableAnswer, answer_when_durable, wait_durable
 from broker.pop.inflight import PopRefused, Refusal
 from broker.pop.service import PopMessage, PopService
 from broker.write_gate import WriteRefused
@@ -76,7 +75,7 @@ class PopProcessor:
         server.register(RequestCode.BATCH_ACK_MESSAGE, self.batch_ack)
 
     # -- POP -----------------------------------------------------------------------------------
-    def pop(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+    def pop(self, conn: Connection, req: Frame) -> Frame | DurableAnswer | Awaitable[Frame]:
         pop = PopRequest.parse(req.header, req.body)
         group, topic, queue_id, invisible = pop.group, pop.topic, pop.queue_id, pop.invisible_ms
         max_count = max(1, min(pop.max_count, MAX_POP_BATCH, self.ctx.cfg.max_pull_batch))
@@ -117,7 +116,7 @@ class PopProcessor:
                 if got
                 else response(req, ResponseCode.PULL_NOT_FOUND, {"remark": "no message"})
             )
-            return _when_durable(ctx, req, last, found, "POP checkpoint not durable")
+            return answer_when_durable(ctx, last, req, found, "POP checkpoint not durable")
         return self._long_poll(req, ask, deadline, last, candidates)
 
     def _try_pop(
@@ -196,7 +195,7 @@ class PopProcessor:
             )
         return handle
 
-    def ack(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+    def ack(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         ack = AckRequest.parse(req.header, req.body)
         group = ack.group
         handle = self._handle(req, group, ack.receipt_handle)
@@ -212,7 +211,7 @@ class PopProcessor:
             return response(req, ResponseCode.SUCCESS, {"remark": "acked already"})
         return self._answer(req, result, {})
 
-    def batch_ack(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+    def batch_ack(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         batch = BatchAckRequest.parse(req.header, req.body)
         group, texts = batch.group, batch.receipt_handles
         try:
@@ -249,7 +248,7 @@ class PopProcessor:
             return response(req, ResponseCode.SUCCESS, header)
         return self._answer(req, result, header)
 
-    def change(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+    def change(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         change = ChangeInvisibleRequest.parse(req.header, req.body)
         group, invisible = change.group, change.invisible_ms
         handle = self._handle(req, group, change.receipt_handle)
@@ -263,30 +262,10 @@ class PopProcessor:
             return error_response(req, ResponseCode.SYSTEM_ERROR, f"change not recorded: {exc}")
         return self._answer(req, result, InvisibleChanged(receipt_handle=new).encode()[0])
 
-    def _answer(self, req: Frame, result: PutResult, header: Header) -> Frame | Awaitable[Frame]:
-        return _when_durable(self.ctx, req, result, response(req, ResponseCode.SUCCESS, header))
-
-
-def _when_durable(
-    ctx: BrokerContext, req: Frame, result: PutResult | None, answer: Frame, what: str = ""
-) -> Frame | Awaitable[Frame]:
-    """``answer`` once ``result`` is as durable as a send must be: at once when there is
-    nothing to wait for, else a future the remoting server completes the request with (no
-    task per request), resolved to the error answer when durability failed."""
-    if result is None or not ctx.needs_wait(result):
-        return answer
-    fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
-
-    def done(code: int, remark: str) -> None:
-        if fut.done():
-            return
-        if code == ResponseCode.SUCCESS:
-            fut.set_result(answer)
-        else:
-            fut.set_result(error_response(req, code, f"{what}: {remark}" if what else remark))
-
-    ctx.when_durable(result, done)
-    return fut
+    def _answer(self, req: Frame, result: PutResult, header: Header) -> Frame | DurableAnswer:
+        return answer_when_durable(
+            self.ctx, result, req, response(req, ResponseCode.SUCCESS, header)
+        )
 
 
 def _refusal_code(reason: Refusal) -> int:

@@ -10,11 +10,10 @@ QUERY_NOT_FOUND (unknown id, or already delivered or recalled), NOT_MASTER / MAS
 
 from __future__ import annotations
 
-import asyncio
-
 import structlog
 
 from broker.context import BrokerContext
+from broker.durable_wait import DurableAnswer, answer_when_durable
 from broker.timer.service import RecallError
 from broker.write_gate import WriteRefused
 from protocol.broker_requests.recall import Recalled, RecallRequest
@@ -33,7 +32,7 @@ class RecallProcessor:
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.RECALL_MESSAGE, self.recall)
 
-    def recall(self, conn: Connection, req: Frame) -> Frame | asyncio.Future[Frame]:
+    def recall(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         ctx = self.ctx
         recall = RecallRequest.parse(req.header, req.body)
         topic, msg_id = recall.topic, recall.msg_id
@@ -49,15 +48,4 @@ class RecallProcessor:
             return error_response(req, ResponseCode.SYSTEM_ERROR, str(exc))
         log.info("scheduled message recalled", topic=topic, msg_id=msg_id)
         resp = response(req, ResponseCode.SUCCESS, *Recalled(msg_id=msg_id).encode())
-        if not ctx.needs_wait(result):
-            return resp
-        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
-
-        def done(code: int, remark: str) -> None:
-            if not fut.done():
-                fut.set_result(
-                    resp if code == ResponseCode.SUCCESS else error_response(req, code, remark)
-                )
-
-        ctx.when_durable(result, done)
-        return fut
+        return answer_when_durable(ctx, result, req, resp)

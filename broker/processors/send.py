@@ -1,7 +1,7 @@
 """SEND_MESSAGE and SEND_BATCH_MESSAGE: validate, append once, answer (after the flush if sync,
 after every SyncStateSet member's ack with all-ack).
 
-A send that must wait returns a :class:`~remoting.server.DeferredAnswer` that the wait's callback
+A send that must wait returns a :class:`~broker.durable_wait.DurableAnswer` that the wait's callback
 answers; the remoting server writes the answer right then (no future, no task, no callback
 scheduled per send).
 """
@@ -13,6 +13,7 @@ import time
 import structlog
 
 from broker.context import BrokerContext
+from broker.durable_wait import DurableAnswer, defer_until_durable
 from broker.timer.service import reserved_property
 from broker.write_gate import WriteRefused
 from protocol.broker_requests.send import (
@@ -257,36 +258,29 @@ class SendProcessor:
         if not ctx.needs_wait(result):
             ctx.metrics.send_latency.observe(time.perf_counter() - start)
             return resp
-        pending = _PendingAnswer(self, req, resp, start)
-        ctx.when_durable(result, pending.done)
-        return pending
+        return defer_until_durable(ctx, result, _SendAnswer(self, req, resp, start))
 
     def _error(self, req: Frame, code: int, remark: str) -> Frame:
         self.ctx.metrics.send_error(code)
         return error_response(req, code, remark)
 
 
-class _PendingAnswer(DeferredAnswer):
-    """A send waiting for its flush or replicas: answered when the wait ends."""
+class _SendAnswer(DurableAnswer):
+    """A send waiting for its flush or replicas: answered when the wait ends, its latency
+    (and a failure) counted then."""
 
-    __slots__ = ("proc", "req", "resp", "start")
+    __slots__ = ("proc", "start")
 
     def __init__(self, proc: SendProcessor, req: Frame, resp: Frame, start: float) -> None:
-        super().__init__()
+        super().__init__(req, resp)
         self.proc = proc
-        self.req = req
-        self.resp = resp
         self.start = start
 
-    def done(self, code: int, remark: str) -> None:
-        proc = self.proc
-        proc.ctx.metrics.send_latency.observe(time.perf_counter() - self.start)
-        if not self.pending:  # the connection closed meanwhile
-            return
-        if code == ResponseCode.SUCCESS:
-            self.answer(self.resp)
-        else:
-            self.answer(proc._error(self.req, code, remark))
+    def settled(self, code: int, remark: str) -> None:
+        metrics = self.proc.ctx.metrics
+        metrics.send_latency.observe(time.perf_counter() - self.start)
+        if code != ResponseCode.SUCCESS and self.pending:
+            metrics.send_error(code)
 
 
 def _open_queue(ctx: BrokerContext, topic: str, queues: int, first: int) -> int:

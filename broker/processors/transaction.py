@@ -14,13 +14,11 @@ then.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-
 import structlog
 
 from broker.context import BrokerContext
-from broker.durable_wait import wait_durable
-from broker.transaction.service import EndOutcome, TransactionService
+from broker.durable_wait import DurableAnswer, answer_when_durable
+from broker.transaction.service import TransactionService
 from broker.write_gate import WriteRefused
 from protocol.broker_requests.transaction import EndTransaction, TransactionEnded
 from protocol.codes import RequestCode, ResponseCode
@@ -41,7 +39,7 @@ class TransactionProcessor:
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.END_TRANSACTION, self.end)
 
-    def end(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
+    def end(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         ask = EndTransaction.parse(req.header, req.body)
         group, txn_id, offset, kind = ask.group, ask.transaction_id, ask.offset, ask.resolution
         from_check = ask.from_check
@@ -92,16 +90,7 @@ class TransactionProcessor:
             already=outcome.already,
         )
         resp = response(req, ResponseCode.SUCCESS, *ended.encode())
-        if outcome.result is None:
-            return resp
-        return self._durable(req, resp, outcome)
-
-    async def _durable(self, req: Frame, resp: Frame, outcome: EndOutcome) -> Frame:
-        assert outcome.result is not None
-        code, remark = await wait_durable(self.ctx, outcome.result)
-        if code != ResponseCode.SUCCESS:
-            return error_response(req, code, remark)
-        return resp
+        return answer_when_durable(self.ctx, outcome.result, req, resp)
 
 
 def _past(outcome: str) -> str:
