@@ -71,6 +71,7 @@ from client import Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from protocol.codes import RequestCode, ResponseCode
+from protocol.controller_requests.topics import RouteQuery
 from protocol.request_auth import Credentials
 from remoting.client import RemotingClient, signer_for
 from remoting.errors import RemotingError
@@ -371,9 +372,8 @@ async def watch_failover(boot: Bootstrap, old: str, since: float, marks: Milesto
                     marks.writable = time.perf_counter() - since
             if marks.routed != marks.routed:
                 try:
-                    route = await boot.call(
-                        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}, timeout=2.0
-                    )
+                    ask = RouteQuery(topic=TOPIC)
+                    route = await boot.call(ask.code, *ask.encode(), timeout=2.0)
                     if new.encode() in (route.body or b""):
                         marks.routed = time.perf_counter() - since
                 except (ClientError, RemotingError):

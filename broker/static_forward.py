@@ -19,6 +19,7 @@ import msgpack
 
 from broker.timer.records import RESERVED_PROPERTIES
 from protocol.codes import RequestCode, ResponseCode
+from protocol.controller_requests.topics import RouteQuery
 from protocol.message import Message, encode_properties
 from protocol.remoting import Header
 from protocol.static_topic import newest, parse_queue
@@ -44,9 +45,8 @@ class StaticForwarder:
         """Store ``msg`` on the newest item of the logical queue that holds ``physical_queue``
         of this group; the group it went to. :class:`ForwardError` when it was not stored."""
         try:
-            frame = await self.controllers.call(
-                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=FORWARD_TIMEOUT_S
-            )
+            ask = RouteQuery(topic=topic)
+            frame = await self.controllers.call(ask.code, *ask.encode(), timeout=FORWARD_TIMEOUT_S)
             route: Any = msgpack.unpackb(frame.body or b"\x80", raw=False)
         except Exception as exc:  # any failure to learn the route: not forwarded now
             raise ForwardError(f"route of {topic} unavailable: {exc}") from None

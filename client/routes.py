@@ -17,7 +17,8 @@ import msgpack
 from client import logs
 from client.bootstrap import Bootstrap
 from client.errors import BrokerError, ClientError, TopicNotFoundError
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
+from protocol.controller_requests.topics import ClusterInfoQuery, RouteQuery
 from protocol.remoting import Frame
 from protocol.static_topic import LogicalQueue, item_doc, parse_queue
 
@@ -225,7 +226,8 @@ def parse_cluster_info(frame: Frame) -> dict[str, list[ClusterBroker]]:
 async def fetch_route(bootstrap: Bootstrap, topic: str) -> TopicRoute:
     """Ask the bootstrap addresses for a topic's route (no caching)."""
     try:
-        resp = await bootstrap.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        ask = RouteQuery(topic=topic)
+        resp = await bootstrap.call(ask.code, *ask.encode())
     except BrokerError as exc:
         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
             raise TopicNotFoundError(topic, exc.address) from None
@@ -234,7 +236,8 @@ async def fetch_route(bootstrap: Bootstrap, topic: str) -> TopicRoute:
 
 
 async def fetch_cluster_info(bootstrap: Bootstrap) -> dict[str, list[ClusterBroker]]:
-    return parse_cluster_info(await bootstrap.call(RequestCode.GET_BROKER_CLUSTER_INFO))
+    ask = ClusterInfoQuery()
+    return parse_cluster_info(await bootstrap.call(ask.code, *ask.encode()))
 
 
 class RouteCache:

@@ -35,6 +35,7 @@ from broker.grpc.translate import (
     transaction_group,
 )
 from protocol.codes import RequestCode, ResponseCode
+from protocol.controller_requests.topics import RouteQuery
 from protocol.remoting import Frame, Scalar
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
@@ -197,7 +198,8 @@ class Publisher:
 
     async def _master_of(self, topic: str, broker_name: str) -> str:
         try:
-            frame = await self.routes.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            ask = RouteQuery(topic=topic)
+            frame = await self.routes.call(ask.code, *ask.encode())
             route: Any = msgpack.unpackb(frame.body or b"", raw=False)
             for b in route.get("brokers") or ():
                 if b.get("brokerName") == broker_name and b.get("masterAddress"):

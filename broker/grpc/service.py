@@ -39,7 +39,8 @@ from broker.grpc.translate import (
     status_code,
 )
 from protocol.acl import User
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
+from protocol.controller_requests.topics import RouteQuery
 from protocol.request_auth import Credentials
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
@@ -127,7 +128,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return rpc.QueryRouteResponse(status=_status(pb.ILLEGAL_TOPIC, "topic is empty"))
         try:
             no_namespace(request.topic, "topic")
-            frame = await self.routes.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            ask = RouteQuery(topic=topic)
+            frame = await self.routes.call(ask.code, *ask.encode())
             route = msgpack.unpackb(frame.body or b"", raw=False)
             tls = _over_tls(context)
             endpoints = {
