@@ -9,6 +9,11 @@ Layout under ``data_dir``::
     abort                                                   present while the store is open
     lock                                                    flock'ed by the process that owns it
 
+A put sizes its batch and encodes the records with ``storage.queue_write``; a get checks the
+requested offset and scans the ConsumeQueue with ``storage.queue_read``, and an entry it cannot
+serve is ``storage.corruption``'s to answer. This module holds the files, their lifecycle
+(open, recovery, close), flushing and checkpoints, retention and the replicas' raw path.
+
 Threading: every method runs on the broker's event-loop thread except :meth:`MessageStore.flush`,
 which one worker thread may run concurrently with :meth:`put` and :meth:`get`. Nothing here
 blocks on anything but local disk.
@@ -27,21 +32,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 import structlog
 
 from protocol.message import (
     BLANK_MAGIC,
     HEAD_SIZE,
-    MAX_PROPERTIES_BYTES,
     MESSAGE_MAGIC,
     Message,
     RecordEncoder,
-    encode_properties,
-    pack_host,
     peek_prefix,
-    tag_hash,
 )
 from storage import queue_read, retention
 from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -52,6 +53,7 @@ from storage.errors import DiskFullError, MessageTooLargeError, StoreError
 from storage.index.lookup import Found, MessageNotFoundError, find_by_key, read_message
 from storage.index.service import IndexConfig, KeyIndex
 from storage.queue_read import GetResult, GetStatus
+from storage.queue_write import RecordSizer, encode_batch
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
 from storage.recovery import Damage, recover
 from storage.segment import Segment
@@ -73,9 +75,6 @@ __all__ = [
 
 _U32: Final = struct.Struct(">I")
 _U16: Final = struct.Struct(">H")
-_CACHE_LIMIT: Final = 4096
-_K = TypeVar("_K")
-_V = TypeVar("_V")
 
 log = structlog.get_logger(__name__)
 
@@ -174,8 +173,7 @@ class MessageStore:
         self._checkpointed: tuple[int, int] | None = None
         self._lock_fd: int | None = None
         self._open = False
-        self._hosts: dict[str, bytes] = {}
-        self._tag_props: dict[tuple[str, str], tuple[bytes, int]] = {}
+        self._sizer = RecordSizer(config.max_message_bytes)
         self._confirm = 0
         self._corruption = Corruption(self._commitlog, self._queues)
         self.corruption: dict[str, int] = self._corruption.counts
@@ -420,100 +418,28 @@ class MessageStore:
             first = 0 if queue is None else queue.max_offset
             return PutResult(queue_id, first, 0, [], commitlog.write_pos, now_ms)
         topic_raw = topic.encode()
-        fixed = HEAD_SIZE + 4 + len(topic_raw)
-        limit = self.config.max_message_bytes
-        hosts = self._hosts
-        tag_props = self._tag_props
-        props_list: list[bytes] = []
-        host_list: list[bytes] = []
-        sizes: list[int] = []
-        hashes: list[int] = []
-        total = 0
-        for msg in messages:
-            if msg.properties:
-                props_raw = encode_properties(msg.all_properties())
-                if len(props_raw) > MAX_PROPERTIES_BYTES:
-                    raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
-                tags_hash = tag_hash(msg.tags)
-            else:
-                # Most messages carry only keys and tags: their encoding repeats.
-                cached = tag_props.get((msg.keys, msg.tags))
-                if cached is None:
-                    cached = self._encode_keys_tags(msg)
-                props_raw, tags_hash = cached
-            size = fixed + len(msg.body) + len(props_raw)
-            if size > limit:
-                raise MessageTooLargeError(f"a {size}-byte record exceeds {limit} bytes")
-            host = hosts.get(msg.born_host)
-            if host is None:
-                host = self._remember(hosts, msg.born_host, pack_host(msg.born_host))
-            props_list.append(props_raw)
-            host_list.append(host)
-            sizes.append(size)
-            hashes.append(tags_hash)
-            total += size
-
-        if total + BLANK_MIN > commitlog.segment_bytes:
+        batch = self._sizer.size(topic_raw, messages)
+        if batch.total + BLANK_MIN > commitlog.segment_bytes:
             raise MessageTooLargeError(
-                f"a {total}-byte batch does not fit in a {commitlog.segment_bytes}-byte segment"
+                f"a {batch.total}-byte batch does not fit in a {commitlog.segment_bytes}-byte segment"
             )
         if queue is None:
             queue = self._queues.get_or_create(topic, queue_id)
         first = queue.max_offset
         try:
             queue.reserve(first, len(messages))
-            seg, rel = commitlog.reserve(total)
+            seg, rel = commitlog.reserve(batch.total)
         except StoreError:
             self._queues.forget_if_unused(queue)
             raise
-        base = seg.start
-        start_rel = rel
-        view = seg.view
-        encode = self._encoder.encode_into
-        physical_offsets: list[int] = []
-        try:
-            for i, msg in enumerate(messages):
-                physical = base + rel
-                rel += encode(
-                    view,
-                    rel,
-                    topic_raw=topic_raw,
-                    props_raw=props_list[i],
-                    body=msg.body,
-                    queue_id=queue_id,
-                    queue_offset=first + i,
-                    physical_offset=physical,
-                    flag=msg.flag,
-                    born_timestamp=msg.born_timestamp,
-                    store_timestamp=now_ms,
-                    born_host_raw=host_list[i],
-                )
-                physical_offsets.append(physical)
-        except (struct.error, TypeError, ValueError) as exc:
-            # A field out of range: leave no record past the write position.
-            seg.zero(start_rel, rel + sizes[len(physical_offsets)])
-            raise StoreError(f"message cannot be encoded: {exc}") from exc
-        queue.append(first, physical_offsets, sizes, hashes)
-        end = base + rel
+        physical_offsets, end = encode_batch(
+            self._encoder, seg, rel, topic_raw, queue_id, first, messages, batch, now_ms
+        )
+        queue.append(first, physical_offsets, batch.sizes, batch.tag_hashes)
         commitlog.advance(end, seg, now_ms)
         if self.index is not None:
             self.index.add_put(commitlog, topic_raw, messages, physical_offsets, now_ms)
         return PutResult(queue_id, first, len(messages), physical_offsets, end, now_ms)
-
-    def _encode_keys_tags(self, msg: Message) -> tuple[bytes, int]:
-        props_raw = encode_properties(msg.all_properties())
-        if len(props_raw) > MAX_PROPERTIES_BYTES:
-            raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
-        return self._remember(
-            self._tag_props, (msg.keys, msg.tags), (props_raw, tag_hash(msg.tags))
-        )
-
-    @staticmethod
-    def _remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        cache[key] = value
-        return value
 
     # -- reading ---------------------------------------------------------------------------
 

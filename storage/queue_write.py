@@ -1,0 +1,143 @@
+"""Writing a batch to a queue: the two steps of ``MessageStore.put`` that do not touch the queue.
+
+1. :meth:`RecordSizer.size`: each message's encoded properties, born host, record size and tag
+   hash, checked against the limits before anything is reserved (a message over
+   ``max_message_bytes`` or properties over ``MAX_PROPERTIES_BYTES`` raise
+   :class:`MessageTooLargeError`, having written nothing). Most messages carry only keys and
+   tags, so those encodings and the packed hosts are cached.
+2. :func:`encode_batch`: the records encoded into the reserved bytes of a CommitLog segment;
+   a field out of range leaves no record past the write position.
+
+Reserving the queue offsets and the CommitLog bytes, and advancing both, stay the store's.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
+
+from protocol.message import (
+    HEAD_SIZE,
+    MAX_PROPERTIES_BYTES,
+    Message,
+    RecordEncoder,
+    encode_properties,
+    pack_host,
+    tag_hash,
+)
+from storage.errors import MessageTooLargeError, StoreError
+from storage.segment import Segment
+
+_CACHE_LIMIT: Final = 4096
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+@dataclass(slots=True)
+class SizedBatch:
+    """What :func:`encode_batch` needs of each message, in order, and the batch's size."""
+
+    props: list[bytes] = field(default_factory=list)
+    hosts: list[bytes] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    tag_hashes: list[int] = field(default_factory=list)
+    total: int = 0
+
+
+class RecordSizer:
+    def __init__(self, max_message_bytes: int) -> None:
+        self._limit = max_message_bytes
+        self._hosts: dict[str, bytes] = {}
+        self._tag_props: dict[tuple[str, str], tuple[bytes, int]] = {}
+
+    def size(self, topic_raw: bytes, messages: Sequence[Message]) -> SizedBatch:
+        """Each message's encoded parts and record size; raises :class:`MessageTooLargeError`
+        for one over the limits."""
+        fixed = HEAD_SIZE + 4 + len(topic_raw)
+        limit = self._limit
+        hosts = self._hosts
+        tag_props = self._tag_props
+        batch = SizedBatch()
+        for msg in messages:
+            if msg.properties:
+                props_raw = encode_properties(msg.all_properties())
+                if len(props_raw) > MAX_PROPERTIES_BYTES:
+                    raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
+                tags_hash = tag_hash(msg.tags)
+            else:
+                # Most messages carry only keys and tags: their encoding repeats.
+                cached = tag_props.get((msg.keys, msg.tags))
+                if cached is None:
+                    cached = self._encode_keys_tags(msg)
+                props_raw, tags_hash = cached
+            size = fixed + len(msg.body) + len(props_raw)
+            if size > limit:
+                raise MessageTooLargeError(f"a {size}-byte record exceeds {limit} bytes")
+            host = hosts.get(msg.born_host)
+            if host is None:
+                host = _remember(hosts, msg.born_host, pack_host(msg.born_host))
+            batch.props.append(props_raw)
+            batch.hosts.append(host)
+            batch.sizes.append(size)
+            batch.tag_hashes.append(tags_hash)
+            batch.total += size
+        return batch
+
+    def _encode_keys_tags(self, msg: Message) -> tuple[bytes, int]:
+        props_raw = encode_properties(msg.all_properties())
+        if len(props_raw) > MAX_PROPERTIES_BYTES:
+            raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
+        return _remember(self._tag_props, (msg.keys, msg.tags), (props_raw, tag_hash(msg.tags)))
+
+
+def encode_batch(
+    encoder: RecordEncoder,
+    seg: Segment,
+    rel: int,
+    topic_raw: bytes,
+    queue_id: int,
+    first: int,
+    messages: Sequence[Message],
+    batch: SizedBatch,
+    now_ms: int,
+) -> tuple[list[int], int]:
+    """Encode ``messages`` (queue offsets from ``first``) at ``rel`` in ``seg``, where
+    ``batch.total`` bytes were reserved; returns each record's CommitLog offset and the end.
+    Raises :class:`StoreError` for a field out of range, with those bytes zeroed again."""
+    base = seg.start
+    start_rel = rel
+    view = seg.view
+    encode = encoder.encode_into
+    physical_offsets: list[int] = []
+    try:
+        for i, msg in enumerate(messages):
+            physical = base + rel
+            rel += encode(
+                view,
+                rel,
+                topic_raw=topic_raw,
+                props_raw=batch.props[i],
+                body=msg.body,
+                queue_id=queue_id,
+                queue_offset=first + i,
+                physical_offset=physical,
+                flag=msg.flag,
+                born_timestamp=msg.born_timestamp,
+                store_timestamp=now_ms,
+                born_host_raw=batch.hosts[i],
+            )
+            physical_offsets.append(physical)
+    except (struct.error, TypeError, ValueError) as exc:
+        # A field out of range: leave no record past the write position.
+        seg.zero(start_rel, rel + batch.sizes[len(physical_offsets)])
+        raise StoreError(f"message cannot be encoded: {exc}") from exc
+    return physical_offsets, base + rel
