@@ -21,8 +21,8 @@ from client.message import ReceivedMessage
 from client.pull import QueueState
 from client.routes import RouteCache
 from client.subscription import Subscription, queue_name, queue_of
-from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import Scalar
+from protocol.broker_requests.send_back import SendBack
+from protocol.codes import ResponseCode
 from protocol.retry import (
     DeadLetter,
     Retry,
@@ -96,22 +96,22 @@ class ConsumeRetry:
     ) -> None:
         """CONSUMER_SEND_MSG_BACK for ``msg``, retried until ``nack_deadline``."""
         sub = self._sub_of(msg)
-        header: dict[str, Scalar] = {
-            "group": self.group,
-            "offset": msg.record.physical_offset,
-            "originTopic": msg.topic,
-            "originMsgId": msg.origin_msg_id,
-            "reason": clip_reason(reason),
-        }
-        if max_reconsume_times is not None:
-            header["maxReconsumeTimes"] = max_reconsume_times
+        back = SendBack(
+            group=self.group,
+            offset=msg.record.physical_offset,
+            origin_topic=msg.topic,
+            origin_msg_id=msg.origin_msg_id,
+            reason=clip_reason(reason),
+            max_reconsume_times=max_reconsume_times,
+        )
+        header, _ = back.encode()
         deadline = time.monotonic() + self.nack_deadline
         backoff = 0.05
         while True:
             try:
                 await sub.caller.call(
                     msg.broker_name,
-                    RequestCode.CONSUMER_SEND_MSG_BACK,
+                    back.code,
                     header,
                     timeout=self.request_timeout,
                 )

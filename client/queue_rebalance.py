@@ -27,8 +27,9 @@ from client.offset_commit import OffsetCommitter
 from client.pull import QueueState
 from client.routes import RouteCache, TopicRoute
 from client.subscription import Subscription, queue_name
+from protocol.broker_requests.clients import ConsumerListQuery, Heartbeat, UnregisterClient
 from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import Frame, Scalar
+from protocol.remoting import Frame, Header, Scalar
 from protocol.retry import SubscriptionGroupConfig, parse_delay_levels
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -105,7 +106,7 @@ class GroupRebalancer:
         members, rebalance."""
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
         groups = sorted(route.read_addresses().items())
-        beat = {"clientId": self.client_id, "consumerGroup": self.group, "topic": self.topic}
+        beat, _ = Heartbeat(group=self.group, client_id=self.client_id, topic=self.topic).encode()
         self._retry_off.clear()
         self._fifo_answers = {}
         results = await asyncio.gather(
@@ -166,7 +167,7 @@ class GroupRebalancer:
         except TopicNotFoundError:
             return None
 
-    async def _heartbeat(self, address: str, header: dict[str, str]) -> bool:
+    async def _heartbeat(self, address: str, header: Header) -> bool:
         conn = await self._pool.get(address)
         if conn.on_request is None:
             conn.on_request = self._on_broker_request
@@ -178,11 +179,9 @@ class GroupRebalancer:
         return resp.code == ResponseCode.SUCCESS
 
     async def _member_list(self, broker_name: str) -> list[str]:
+        members = ConsumerListQuery(group=self.group)
         resp = await self._main.caller.call(
-            broker_name,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-            {"consumerGroup": self.group},
-            timeout=self.request_timeout,
+            broker_name, members.code, members.encode()[0], timeout=self.request_timeout
         )
         ids: Any = msgpack.unpackb(resp.body or b"\x90", raw=False)
         if not isinstance(ids, list):
@@ -234,11 +233,12 @@ class GroupRebalancer:
         route = self.routes.peek(self.topic)
         if route is None:
             return
-        header = {"clientId": self.client_id, "consumerGroup": self.group}
+        leave = UnregisterClient(group=self.group, client_id=self.client_id)
+        header, _ = leave.encode()
 
         async def one(address: str) -> None:
             conn = await self._pool.get(address)
-            await conn.request(RequestCode.UNREGISTER_CLIENT, header, None, self.request_timeout)
+            await conn.request(leave.code, header, None, self.request_timeout)
 
         await asyncio.gather(
             *(one(a) for a in route.read_addresses().values()), return_exceptions=True

@@ -11,9 +11,9 @@ from client.bootstrap import Bootstrap
 from client.errors import ClientError, NoRouteError, SendError
 from client.routes import TopicRoute, fetch_cluster_info
 from client.routing_retry import CONNECTION_ERRORS, RETRIABLE_CODES, SendRouter, broker_error
-from protocol.codes import RequestCode, ResponseCode
+from protocol.broker_requests.recall import RecallRequest
+from protocol.codes import ResponseCode
 from protocol.message import RecordError, parse_msg_id
-from protocol.remoting import Scalar
 
 
 class Recaller:
@@ -34,7 +34,8 @@ class Recaller:
                 f"not a message id: {msg_id!r} (32 hex digits: store host and offset)"
             ) from None
         deadline = time.monotonic() + router.send_deadline
-        header: dict[str, Scalar] = {"topic": topic, "msgId": msg_id}
+        recall = RecallRequest(topic=topic, msg_id=msg_id)
+        header, _ = recall.encode()
         last: Exception | None = None
         fresh = False
         while time.monotonic() < deadline:
@@ -51,7 +52,7 @@ class Recaller:
                     try:
                         conn = await router.connect(address, deadline)
                         timeout = router.attempt_timeout(deadline)
-                        resp = await conn.request(RequestCode.RECALL_MESSAGE, header, None, timeout)
+                        resp = await conn.request(recall.code, header, None, timeout)
                     except CONNECTION_ERRORS as exc:
                         last = exc
                     else:

@@ -13,6 +13,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from protocol.codes import RequestCode
+from protocol.pull import AllConsumerOffsetsQuery
 from protocol.remoting import Frame
 from protocol.retry import RetryConfigError, config_from_dict
 from remoting.client import ConnectionPool
@@ -47,9 +48,8 @@ class SlaveConfigSync:
             try:
                 conn = await self.pool.get(role.master_address)
                 topics = await conn.call(RequestCode.GET_ALL_TOPIC_CONFIG, timeout=3.0)
-                offsets = await conn.call(
-                    RequestCode.GET_ALL_CONSUMER_OFFSET, {"withTimes": True}, timeout=3.0
-                )
+                every = AllConsumerOffsetsQuery(with_times=True)
+                offsets = await conn.call(every.code, every.encode()[0], timeout=3.0)
             except RemotingError:
                 continue
             if self._copy_topics(topics):
