@@ -11,8 +11,9 @@ Layout under ``data_dir``::
 
 A put sizes its batch and encodes the records with ``storage.queue_write``; a get checks the
 requested offset and scans the ConsumeQueue with ``storage.queue_read``, and an entry it cannot
-serve is ``storage.corruption``'s to answer. This module holds the files, their lifecycle
-(open, recovery, close), flushing and checkpoints, retention and the replicas' raw path.
+serve is ``storage.corruption``'s to answer; the replicas' raw bytes are read, checked and
+written by ``storage.replica_bytes``. This module holds the files, their lifecycle (open,
+recovery, close), flushing and checkpoints, and retention, and composes the rest.
 
 Threading: every method runs on the broker's event-loop thread except :meth:`MessageStore.flush`,
 which one worker thread may run concurrently with :meth:`put` and :meth:`get`. Nothing here
@@ -22,7 +23,6 @@ blocks on anything but local disk.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import shutil
@@ -37,7 +37,6 @@ from typing import Final
 import structlog
 
 from protocol.message import (
-    BLANK_MAGIC,
     HEAD_SIZE,
     MESSAGE_MAGIC,
     Message,
@@ -56,7 +55,7 @@ from storage.queue_read import GetResult, GetStatus
 from storage.queue_write import RecordSizer, encode_batch
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
 from storage.recovery import Damage, recover
-from storage.segment import Segment
+from storage.replica_bytes import append_end, is_record_boundary, whole_records, write_file
 from storage.small_file import fsync_dir
 from storage.tracker import FileTracker
 
@@ -132,27 +131,6 @@ class PutResult:
     end_offset: int
     """CommitLog write position after this put (what sync flush / replica acks wait for)."""
     store_timestamp: int
-
-
-def _write_file(seg: Segment, rel: int, data: bytes) -> None:
-    """Write ``data`` at ``rel`` in ``seg`` through the file rather than the mapping (the same
-    page cache, so the mapping sees it at once; ``Segment.fsync`` makes it durable): a page
-    written whole by ``pwrite`` is neither faulted in nor zeroed first, which makes a replica's
-    1 MiB appends to fresh pages far cheaper. On an I/O error nothing is left past the write
-    position."""
-    try:
-        fd = os.open(seg.path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            done = 0
-            while done < len(data):
-                done += os.pwrite(fd, memoryview(data)[done:], rel + done)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        seg.zero(rel, rel + len(data))
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(f"no space to write {seg.path}: {exc}") from exc
-        raise StoreError(f"cannot write {seg.path}: {exc}") from exc
 
 
 class MessageStore:
@@ -665,32 +643,7 @@ class MessageStore:
         The view aliases the mapped segment: use it (send it) before the next retention or
         truncation, and do not keep it."""
         self._check_open()
-        commitlog = self._commitlog
-        if offset == commitlog.write_pos:
-            return memoryview(b"")
-        if not commitlog.min_offset <= offset < commitlog.write_pos:
-            raise StoreError(
-                f"offset {offset} outside the commitlog "
-                f"[{commitlog.min_offset}, {commitlog.write_pos})"
-            )
-        seg = commitlog.segment_at(offset)
-        if seg is None:
-            raise StoreError(f"no commitlog segment holds offset {offset}")
-        view = seg.view
-        start = offset - seg.start
-        limit = min(seg.end, commitlog.write_pos) - seg.start
-        pos = start
-        unpack = _U32.unpack_from
-        while pos < limit:
-            (size,) = unpack(view, pos)
-            if size < 8 or pos + size > limit:
-                if pos == start:
-                    raise StoreError(f"offset {offset} is not at a record")
-                break
-            if pos > start and pos + size - start > max_bytes:
-                break
-            pos += size
-        return view[start:pos]
+        return whole_records(self._commitlog, offset, max_bytes)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append CommitLog bytes as a master wrote them (whole records and blank tails within
@@ -699,18 +652,11 @@ class MessageStore:
         dispatched by the same code recovery uses. Returns the new ``max_offset``."""
         self._check_open()
         commitlog = self._commitlog
-        if offset != commitlog.write_pos:
-            raise StoreError(f"append at {offset} but the commitlog ends at {commitlog.write_pos}")
         # One copy of a view makes the records' slices plain bytes, cheaper to hash and compare.
         raw = data if isinstance(data, bytes) else bytes(data)
+        seg_end = append_end(commitlog, offset, len(raw))
         if not raw:
             return offset
-        last = commitlog.segments[-1] if commitlog.segments else None
-        seg_end = (
-            last.end if last is not None and offset < last.end else offset + commitlog.segment_bytes
-        )
-        if offset + len(raw) > seg_end:
-            raise StoreError(f"appended data crosses the segment end at {seg_end}")
         replayer = Replayer(self._queues)
         scan = replayer.scan(
             raw,
@@ -725,7 +671,7 @@ class MessageStore:
         # Reserve everything first, so a full disk leaves nothing half-written.
         replayer.reserve(scan)
         seg = commitlog.writable_segment()
-        _write_file(seg, offset - seg.start, raw)
+        write_file(seg, offset - seg.start, raw)
         replayer.apply(scan)
         commitlog.advance(offset + len(raw), seg, scan.newest)
         if self.index is not None:
@@ -742,11 +688,8 @@ class MessageStore:
             raise StoreError(
                 f"cannot truncate to {offset}: the commitlog is [{commitlog.min_offset}, {end}]"
             )
-        seg = commitlog.segment_at(offset)
-        if offset < end and seg is not None:
-            magic = peek_prefix(seg.view, offset - seg.start)[1]
-            if magic not in (MESSAGE_MAGIC, BLANK_MAGIC):
-                raise StoreError(f"cannot truncate to {offset}: not a record boundary")
+        if not is_record_boundary(commitlog, offset):
+            raise StoreError(f"cannot truncate to {offset}: not a record boundary")
         with self._flush_lock:
             _, touched = commitlog.truncate(offset, dirty_end=end)
             for seg_ in touched:
