@@ -18,7 +18,9 @@ from client.errors import BrokerError, ClientError, ClosedError, SendError, Topi
 from client.message import SendResult
 from client.routes import MessageQueue
 from client.routing_retry import SendRouter, Target
+from protocol.broker_requests.send import SendAnswer, SendBatchAnswer
 from protocol.codes import RequestCode
+from protocol.fields import FieldError
 from protocol.remoting import Frame, Scalar
 
 # Room left in a frame for its header and msgpack framing.
@@ -178,13 +180,11 @@ class BatchSender:
 
 def single_result(resp: Frame, mq: MessageQueue, at: int | None) -> SendResult:
     """The result of a SUCCESS answer to SEND_MESSAGE."""
-    h = resp.header
     try:
-        return SendResult(
-            str(h["msgId"]), mq.broker_name, int(h["queueId"] or 0), int(h["queueOffset"] or 0), at
-        )
-    except (KeyError, TypeError, ValueError):
-        raise ClientError(f"malformed send response from {mq.broker_name}: {h}") from None
+        sent = SendAnswer.parse(resp.header, resp.body)
+    except FieldError as exc:
+        raise ClientError(f"malformed send response from {mq.broker_name}: {exc}") from None
+    return SendResult(sent.msg_id, mq.broker_name, sent.queue_id, sent.queue_offset, at)
 
 
 def batch_results(resp: Frame, mq: MessageQueue, times: Sequence[int | None]) -> list[SendResult]:
@@ -192,20 +192,18 @@ def batch_results(resp: Frame, mq: MessageQueue, times: Sequence[int | None]) ->
     answers one message id per message (body) and the queue offset of the first message that
     is not scheduled (header); the others that are not follow it one by one, and scheduled
     ones (``times`` not None) have -1."""
-    h = resp.header
     try:
-        ids = msgpack.unpackb(resp.body or b"", raw=False)
-        queue_id = int(h["queueId"] or 0)
-        offset = int(h["queueOffset"] or 0)
-        if not isinstance(ids, list) or len(ids) != len(times):
-            raise ValueError("message id count does not match the batch")
-        results: list[SendResult] = []
-        for msg_id, at in zip(ids, times, strict=True):
-            if at is None:
-                results.append(SendResult(str(msg_id), mq.broker_name, queue_id, offset))
-                offset += 1
-            else:
-                results.append(SendResult(str(msg_id), mq.broker_name, queue_id, -1, at))
-        return results
-    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+        sent = SendBatchAnswer.parse(resp.header, resp.body)
+        if len(sent.msg_ids) != len(times):
+            raise FieldError("message id count does not match the batch")
+    except FieldError as exc:
         raise ClientError(f"malformed batch response from {mq.broker_name}: {exc}") from None
+    queue_id, offset = sent.queue_id, sent.queue_offset
+    results: list[SendResult] = []
+    for msg_id, at in zip(sent.msg_ids, times, strict=True):
+        if at is None:
+            results.append(SendResult(msg_id, mq.broker_name, queue_id, offset))
+            offset += 1
+        else:
+            results.append(SendResult(msg_id, mq.broker_name, queue_id, -1, at))
+    return results
