@@ -37,9 +37,6 @@ import asyncio
 import ssl
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import msgpack
 
 from client.auto_batch import AutoBatcher
 from client.batch_send import FRAME_OVERHEAD, BatchSender, batch_results, single_result
@@ -57,10 +54,12 @@ from client.message import (
 from client.recall import Recaller
 from client.routes import RouteCache
 from client.routing_retry import RETRIABLE_CODES, SendRouter
+from protocol.broker_requests.send import SendBatchRequest, SendRequest
 from protocol.codes import RequestCode
 from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
+from protocol.message import Message as WireMessage
 from protocol.message import encode_properties
-from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, Scalar
+from protocol.remoting import DEFAULT_MAX_FRAME_BYTES
 from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 
@@ -263,18 +262,21 @@ class Producer:
                 raise ClientError("a message with a message group cannot be scheduled")
             properties = {**(properties or {}), PROP_MESSAGE_GROUP: message_group}
         born = time.time_ns() // 1_000_000
-        header: dict[str, Scalar] = {"topic": topic, "queueId": 0, "bornTimestamp": born}
-        if keys:
-            header["keys"] = keys
-        if tags:
-            header["tags"] = tags
         timer_props, at = delivery_properties(deliver_at, delay, born)
         if timer_props:
             properties = {**(properties or {}), **timer_props}
-        if properties:
-            header["properties"] = encode_properties(properties).decode()
-            if at is None:  # scheduled through properties given directly?
-                at = asked_delivery_time(properties, born)
+        if properties and at is None:  # scheduled through properties given directly?
+            at = asked_delivery_time(properties, born)
+        # The router sets queueId for each attempt; the batcher and the FIFO lanes read it.
+        header, _ = SendRequest(
+            topic=topic,
+            body=body,
+            queue_id=0,
+            keys=keys or "",
+            tags=tags or "",
+            properties=encode_properties(properties).decode() if properties else "",
+            born_timestamp=born,
+        ).encode()
         if message_group is not None:
             if at is not None:
                 raise ClientError("a message with a message group cannot be scheduled")
@@ -320,14 +322,9 @@ class Producer:
                 for task in sends:
                     task.cancel()
         born = time.time_ns() // 1_000_000
-        items: list[dict[str, Any]] = []
+        items: list[WireMessage] = []
         times: list[int | None] = []
         for m in messages:
-            item: dict[str, Any] = {"body": m.body, "bornTimestamp": born}
-            if m.keys:
-                item["keys"] = m.keys
-            if m.tags:
-                item["tags"] = m.tags
             props = dict(m.properties)
             timer_props, at = delivery_properties(
                 getattr(m, "deliver_at", None), getattr(m, "delay", None), born
@@ -336,14 +333,22 @@ class Producer:
             if at is None:
                 at = asked_delivery_time(props, born)
             times.append(at)
-            if props:
-                item["properties"] = props
-            items.append(item)
-        body: bytes = msgpack.packb(items, use_bin_type=True)
+            items.append(
+                WireMessage(
+                    topic=topic,
+                    body=m.body,
+                    keys=m.keys or "",
+                    tags=m.tags or "",
+                    properties=props,
+                    born_timestamp=born,
+                )
+            )
+        batch = SendBatchRequest(topic=topic, queue_id=0, messages=tuple(items))
+        header, body = batch.encode()
+        assert body is not None
         if len(body) > DEFAULT_MAX_FRAME_BYTES - FRAME_OVERHEAD:
             raise ClientError(f"batch of {len(body)} bytes is too large for one request")
-        header: dict[str, Scalar] = {"topic": topic, "queueId": 0}
-        resp, mq = await self._router.send(topic, RequestCode.SEND_BATCH_MESSAGE, header, body)
+        resp, mq = await self._router.send(topic, batch.code, header, body)
         return batch_results(resp, mq, times)
 
     async def recall(self, topic: str, msg_id: str) -> None:
