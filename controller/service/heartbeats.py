@@ -31,7 +31,7 @@ from controller.service.gate import LeadershipGate
 from controller.service.requests import Refused, count, refusal
 from protocol.codes import ResponseCode
 from protocol.controller_requests.base import InvalidRequest
-from protocol.controller_requests.heartbeats import BrokerHeartbeat
+from protocol.controller_requests.heartbeats import BrokerHeartbeat, HeartbeatAnswer
 from protocol.remoting import Frame, response
 from protocol.traffic import TrafficError, TrafficReport, decode_report
 from remoting.server import Connection, error_response
@@ -141,24 +141,16 @@ class HeartbeatHandler:
         # Who is master, at which epoch: a broker renews its write lease only on an answer
         # that names it master at its own epoch (a deposed master, thawed or healed, must not
         # take writes on the strength of a heartbeat that was merely answered).
-        master = -1
-        epoch = 0
-        if info is not None:
-            master = -1 if info.master_broker_id is None else info.master_broker_id
-            epoch = info.master_epoch
         # And the timeout this controller holds the broker to: its lease may not outlive it.
         held_ms = timeout_ms if timeout_ms > 0 else self.cfg.broker_heartbeat_timeout_ms
-        return response(
-            req,
-            ResponseCode.SUCCESS,
-            {
-                "masterBrokerId": master,
-                "masterEpoch": epoch,
-                "heartbeatTimeoutMillis": held_ms,
-                # Users and rules changed: the broker fetches them again (AUTH_SYNC_USERS).
-                "authDigest": self.manager.auth.digest(),
-            },
-        )
+        header, body = HeartbeatAnswer(
+            master_broker_id=None if info is None else info.master_broker_id,
+            master_epoch=0 if info is None else info.master_epoch,
+            heartbeat_timeout_ms=held_ms,
+            # Users and rules changed: the broker fetches them again (AUTH_SYNC_USERS).
+            auth_digest=self.manager.auth.digest(),
+        ).encode()
+        return response(req, ResponseCode.SUCCESS, header, body)
 
     def _traffic_report(self, name: str, broker_id: int, body: bytes, now_ms: int) -> None:
         """The body's traffic report into the table. A broker re-sends the same bytes until its

@@ -10,8 +10,8 @@ Request::
             controller decodes it only when it changed, and a malformed one never costs the
             heartbeat
 
-The answer's header is ``masterBrokerId``, ``masterEpoch``, ``heartbeatTimeoutMillis`` and
-``authDigest``.
+The answer's header is ``masterBrokerId`` (-1: none), ``masterEpoch``, ``heartbeatTimeoutMillis``
+(the timeout the controller holds the broker to) and ``authDigest`` (:class:`HeartbeatAnswer`).
 
 A missing or mistyped field raises :class:`~protocol.fields.FieldError`; a figure outside
 [0, 2^63-1] (the timeout: outside [-(2^63-1), 2^63-1]) raises
@@ -26,10 +26,11 @@ from typing import ClassVar, Final
 
 from protocol.codes import RequestCode
 from protocol.controller_requests.base import InvalidRequest
-from protocol.fields import opt_int, opt_str, req_int, req_str
+from protocol.controller_requests.groups import NO_MASTER
+from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
-__all__ = ["MAX_FIGURE", "BrokerHeartbeat"]
+__all__ = ["MAX_FIGURE", "BrokerHeartbeat", "HeartbeatAnswer"]
 
 MAX_FIGURE: Final = 2**63 - 1
 """The largest epoch, offset or priority a heartbeat may carry (the metadata's MAX_ID)."""
@@ -91,4 +92,42 @@ class BrokerHeartbeat:
             cluster=opt_str(header, "clusterName"),
             broker_address=opt_str(header, "brokerAddress"),
             traffic_report=body or None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatAnswer:
+    """BROKER_HEARTBEAT's SUCCESS: who is the group's master at which epoch (a broker renews its
+    write lease only on an answer naming it master at its own epoch), for how long the
+    controller holds the broker alive, and the digest of the users and rules (a change makes
+    the broker fetch them again, AUTH_SYNC_USERS)."""
+
+    master_broker_id: int | None
+    """None: no master (-1 on the wire)."""
+    master_epoch: int
+    heartbeat_timeout_ms: int
+    auth_digest: str
+
+    def __post_init__(self) -> None:
+        if self.master_broker_id == NO_MASTER:
+            raise FieldError(f"master_broker_id {NO_MASTER} means no master: give None")
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        master = self.master_broker_id
+        header: Header = {
+            "masterBrokerId": NO_MASTER if master is None else master,
+            "masterEpoch": self.master_epoch,
+            "heartbeatTimeoutMillis": self.heartbeat_timeout_ms,
+            "authDigest": self.auth_digest,
+        }
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> HeartbeatAnswer:
+        master = req_int(header, "masterBrokerId")
+        return cls(
+            master_broker_id=None if master == NO_MASTER else master,
+            master_epoch=req_int(header, "masterEpoch"),
+            heartbeat_timeout_ms=req_int(header, "heartbeatTimeoutMillis"),
+            auth_digest=opt_str(header, "authDigest"),
         )

@@ -32,7 +32,7 @@ from protocol.controller_requests.groups import (
     GroupMetadata,
     ReplicaEntry,
 )
-from protocol.controller_requests.heartbeats import MAX_FIGURE, BrokerHeartbeat
+from protocol.controller_requests.heartbeats import MAX_FIGURE, BrokerHeartbeat, HeartbeatAnswer
 from protocol.controller_requests.membership import (
     AddController,
     ControllerConfigQuery,
@@ -187,6 +187,13 @@ answers = st.one_of(
     st.builds(AlterSyncStateSetAnswer, sync_state_set=id_sets, sync_state_set_epoch=ints),
     st.builds(TopicUpdated, topic=names, queues=ints, broker_name=names),
     st.builds(NotLeader, leader_address=st.none() | names),
+    st.builds(
+        HeartbeatAnswer,
+        master_broker_id=st.none() | ids,
+        master_epoch=ints,
+        heartbeat_timeout_ms=ints,
+        auth_digest=texts,
+    ),
     st.one_of(
         st.builds(GroupMetadata, master_broker_id=st.none(), master_address=st.just("")),
         st.builds(GroupMetadata, master_broker_id=ids, master_address=texts),
@@ -631,4 +638,22 @@ def test_not_leader_names_the_leader_only_when_known() -> None:
     assert NotLeader(leader_address="127.0.0.1:9878").encode() == (
         {"leaderAddress": "127.0.0.1:9878"},
         None,
+    )
+
+
+def test_a_heartbeat_answer_encodes_to_the_same_bytes() -> None:
+    # the header heartbeats.py wrote by hand before the codec
+    named = HeartbeatAnswer(
+        master_broker_id=1, master_epoch=3, heartbeat_timeout_ms=3000, auth_digest="d1"
+    )
+    assert encode_frame(response(request(904, 7), 0, *named.encode())).hex() == (
+        "0000004c960100070084ae6d617374657242726f6b6572496401ab6d617374657245706f636803b6686561"
+        "72746265617454696d656f75744d696c6c6973cd0bb8aa61757468446967657374a26431c0"
+    )
+    none = HeartbeatAnswer(
+        master_broker_id=None, master_epoch=0, heartbeat_timeout_ms=3000, auth_digest=""
+    )
+    assert encode_frame(response(request(904, 7), 0, *none.encode())).hex() == (
+        "0000004a960100070084ae6d617374657242726f6b65724964ffab6d617374657245706f636800b6686561"
+        "72746265617454696d656f75744d696c6c6973cd0bb8aa61757468446967657374a0c0"
     )
