@@ -18,10 +18,10 @@ from typing import Any
 import msgpack
 
 from broker.timer.records import RESERVED_PROPERTIES
-from protocol.codes import RequestCode, ResponseCode
+from protocol.broker_requests.send import SendRequest
+from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery
 from protocol.message import Message, encode_properties
-from protocol.remoting import Header
 from protocol.static_topic import newest, parse_queue
 from remoting.client import ConnectionPool
 from remoting.failover import AddressFailover
@@ -59,19 +59,20 @@ class StaticForwarder:
         master = masters.get(target[0])
         if not isinstance(master, str) or not master:
             raise ForwardError(f"broker group {target[0]} of {topic} has no master right now")
-        header: Header = {
-            "topic": topic,
-            "queueId": target[1],
-            "properties": encode_properties(
+        send = SendRequest(
+            topic=topic,
+            body=msg.body,
+            queue_id=target[1],
+            properties=encode_properties(
                 {k: v for k, v in msg.all_properties().items() if k not in RESERVED_PROPERTIES}
             ).decode(),
-            "flag": msg.flag,
-            "bornTimestamp": msg.born_timestamp,
-            "bornHost": msg.born_host,
-        }
+            flag=msg.flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+        )
         try:
             conn = await self.pool.get(master)
-            resp = await conn.request(RequestCode.SEND_MESSAGE, header, msg.body, FORWARD_TIMEOUT_S)
+            resp = await conn.request(send.code, *send.encode(), FORWARD_TIMEOUT_S)
         except Exception as exc:
             raise ForwardError(f"sending to {master} failed: {exc}") from None
         if resp.code != ResponseCode.SUCCESS:
