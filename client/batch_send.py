@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import msgpack
 
 from client.errors import BrokerError, ClientError, ClosedError, SendError, TopicNotFoundError
 from client.message import SendResult
 from client.routes import MessageQueue
 from client.routing_retry import SendRouter, Target
-from protocol.broker_requests.send import SendAnswer, SendBatchAnswer
+from protocol.broker_requests.send import SendAnswer, SendBatchAnswer, SendBatchRequest
 from protocol.codes import RequestCode
 from protocol.fields import FieldError
+from protocol.message import Message as WireMessage
 from protocol.remoting import Frame, Scalar
 
 # Room left in a frame for its header and msgpack framing.
@@ -56,16 +54,19 @@ class Gathered:
         self.group = group
         self.fut: asyncio.Future[SendResult] | None = None
 
-    def batch_item(self) -> dict[str, Any]:
+    def batch_message(self, topic: str) -> WireMessage:
+        """This message as an entry of a SEND_BATCH_MESSAGE."""
         h = self.header
-        item: dict[str, Any] = {"body": self.body, "bornTimestamp": h["bornTimestamp"]}
-        if "keys" in h:
-            item["keys"] = h["keys"]
-        if "tags" in h:
-            item["tags"] = h["tags"]
-        if self.properties:
-            item["properties"] = dict(self.properties)
-        return item
+        born = h["bornTimestamp"]
+        keys, tags = h.get("keys", ""), h.get("tags", "")
+        return WireMessage(
+            topic=topic,
+            body=self.body,
+            keys=keys if isinstance(keys, str) else "",
+            tags=tags if isinstance(tags, str) else "",
+            properties=dict(self.properties) if self.properties else {},
+            born_timestamp=born if isinstance(born, int) else 0,
+        )
 
     def settle(self, result: SendResult | None, error: BaseException | None = None) -> None:
         fut = self.fut
@@ -108,12 +109,14 @@ class BatchSender:
     async def _send_batch_of(
         self, topic: str, items: list[Gathered], first: Target | None
     ) -> list[SendResult]:
-        body: bytes = msgpack.packb([it.batch_item() for it in items], use_bin_type=True)
-        header: dict[str, Scalar] = {"topic": topic, "queueId": 0}
+        batch = SendBatchRequest(
+            topic=topic, queue_id=0, messages=tuple(it.batch_message(topic) for it in items)
+        )
+        header, body = batch.encode()
         deadline = min(it.deadline for it in items)
         resp, mq = await self._router.send(
             topic,
-            RequestCode.SEND_BATCH_MESSAGE,
+            batch.code,
             header,
             body,
             deadline,

@@ -345,7 +345,6 @@ class Producer:
             )
         batch = SendBatchRequest(topic=topic, queue_id=0, messages=tuple(items))
         header, body = batch.encode()
-        assert body is not None
         if len(body) > DEFAULT_MAX_FRAME_BYTES - FRAME_OVERHEAD:
             raise ClientError(f"batch of {len(body)} bytes is too large for one request")
         resp, mq = await self._router.send(topic, batch.code, header, body)

@@ -101,7 +101,7 @@ class SendBatchRequest:
     queue_id: int = -1
     messages: tuple[Message, ...]
 
-    def encode(self) -> tuple[Header, bytes | None]:
+    def encode(self) -> tuple[Header, bytes]:
         items: list[dict[str, Any]] = []
         for m in self.messages:
             item: dict[str, Any] = {"body": m.body}
