@@ -79,13 +79,16 @@ async def run_process(addresses: str, topic: str, group: str, tally: Tally) -> N
         tally.returned()
 
     async with Consumer(addresses, group, topic, **FAST_CONSUMER) as consumer:
-        original_nack = consumer.nack
+        # process() nacks through the consumer's queue delivery (client/queue_delivery.py), not
+        # through Consumer.nack: count the nacks answered there.
+        delivery = consumer._delivery
+        original_nack = delivery.nack
 
         async def counted(msg: ReceivedMessage, reason: str = "") -> None:
             await original_nack(msg, reason)
             tally.nack_answered()
 
-        consumer.nack = counted  # type: ignore[method-assign]
+        delivery.nack = counted  # type: ignore[method-assign]
         task = asyncio.ensure_future(consumer.process(handler))
         try:
             await asyncio.wait_for(tally.done.wait(), 600)
