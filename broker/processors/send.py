@@ -14,7 +14,7 @@ import structlog
 
 from broker.context import BrokerContext
 from broker.durable_wait import DurableAnswer, defer_until_durable
-from broker.timer.service import reserved_property
+from broker.timer.schedule import ScheduleRefused
 from broker.write_gate import WriteRefused
 from protocol.broker_requests.send import (
     SendAnswer,
@@ -31,7 +31,6 @@ from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
 from remoting.server import Connection, DeferredAnswer, RemotingServer, error_response
 from storage.queues import topic_error
 from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
-from storage.timer.wheel import InvalidDeliveryTimeError
 
 log = structlog.get_logger(__name__)
 
@@ -151,7 +150,7 @@ class SendProcessor:
                 half = self._transactional(req, topic, queue_id, messages)
                 if half is not None:
                     return half
-                scheduled = self._scheduled(req, topic, queue_id, messages, body_bytes)
+                scheduled = self._scheduled(req, topic, queue_id, messages)
                 if scheduled is not None:
                     return scheduled
             result = ctx.appender.put(topic, queue_id, messages, body_bytes)
@@ -191,54 +190,16 @@ class SendProcessor:
             return self._error(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
 
     def _scheduled(
-        self, req: Frame, topic: str, queue_id: int, messages: list[Message], body_bytes: int
+        self, req: Frame, topic: str, queue_id: int, messages: list[Message]
     ) -> PutResult | Frame | None:
-        """Messages of a send with properties: refuse the broker's own timer properties, and
-        store those asking for a delivery time under the timer topic (the rest as usual).
-        None: nothing scheduled, store them all as usual.
-
-        The result of a send with scheduled messages lists every record's offset in the order
-        given (their message ids; a scheduled one's recalls it) and ``first_queue_offset`` of
-        the ordinary ones (-1 if none: a scheduled message has no queue offset until its
-        delivery)."""
-        timer = self.ctx.timer
-        for m in messages:
-            reserved = reserved_property(m)
-            if reserved is not None:
-                return self._error(
-                    req,
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"property {reserved} is reserved for the broker's scheduled delivery",
-                )
+        """Messages of a send with properties: those asking for a delivery time are stored
+        under the timer topic, the rest as usual, all admitted against one clock reading by
+        the timer service (:meth:`~broker.timer.service.TimerService.put_send`); a refused send
+        stores nothing. None: nothing scheduled, store them all as usual."""
         try:
-            asked = timer.requested(messages, int(time.time_ns() // 1_000_000))
-        except InvalidDeliveryTimeError as exc:
-            return self._error(req, ResponseCode.MESSAGE_ILLEGAL, f"invalid delivery time: {exc}")
-        if all(a is None for a in asked):
-            return None
-        later = [m for m, a in zip(messages, asked, strict=True) if a is not None]
-        times = [a for a in asked if a is not None]
-        now_ones = [m for m, a in zip(messages, asked, strict=True) if a is None]
-        plain: PutResult | None = None
-        if now_ones:
-            plain = self.ctx.appender.put(
-                topic, queue_id, now_ones, sum(len(m.body) for m in now_ones)
-            )
-        try:
-            result = timer.put_scheduled(topic, queue_id, later, times)
-        except InvalidDeliveryTimeError as exc:  # checked above; the clock moved past a bound
-            return self._error(req, ResponseCode.MESSAGE_ILLEGAL, f"invalid delivery time: {exc}")
-        plain_offsets = iter(plain.physical_offsets if plain is not None else ())
-        timer_offsets = iter(result.physical_offsets)
-        offsets = [next(timer_offsets) if a is not None else next(plain_offsets) for a in asked]
-        return PutResult(
-            queue_id=queue_id,
-            first_queue_offset=plain.first_queue_offset if plain is not None else -1,
-            count=len(messages),
-            physical_offsets=offsets,
-            end_offset=result.end_offset,
-            store_timestamp=result.store_timestamp,
-        )
+            return self.ctx.timer.put_send(topic, queue_id, messages)
+        except ScheduleRefused as exc:
+            return self._error(req, ResponseCode.MESSAGE_ILLEGAL, exc.remark)
 
     def _answer(
         self, req: Frame, result: PutResult, resp: Frame, start: float

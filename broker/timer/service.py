@@ -48,7 +48,6 @@ from protocol.message import Message, RecordError
 from protocol.timer import TIMER_TOPIC
 from storage.errors import StoreError
 from storage.store import PutResult
-from storage.timer.request import requested_delivery_ms
 from storage.timer.wheel import InvalidDeliveryTimeError, TimingWheel, WheelConfig
 
 __all__ = [
@@ -268,17 +267,6 @@ class TimerService:
         """The due time a message asking for ``requested_ms`` at ``now`` gets; raises
         :class:`InvalidDeliveryTimeError` when it is negative or beyond the maximum delay."""
         return due_for(self.wheel, self.config, requested_ms, now)
-
-    def requested(self, messages: list[Message], now: int) -> list[int | None]:
-        """The delivery time each message asks for (None: none); raises
-        :class:`InvalidDeliveryTimeError` for a malformed, negative or too distant one."""
-        out: list[int | None] = []
-        for msg in messages:
-            asked = requested_delivery_ms(msg.properties, now) if msg.properties else None
-            if asked is not None:
-                self.due_for(asked, now)
-            out.append(asked)
-        return out
 
     def put_send(self, topic: str, queue_id: int, messages: list[Message]) -> PutResult | None:
         """A send's messages to ``topic``/``queue_id``, admitted against one clock reading
