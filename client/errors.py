@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from client.logs import SdkLogger
 from protocol.codes import ResponseCode, code_name
 
 
@@ -75,3 +78,16 @@ class CorruptMessageError(BrokerError):
         super().__init__(ResponseCode.MESSAGE_CORRUPT, reason, address)
         where = f" at {address}" if address else ""
         self.args = (f"broker {broker_name}{where}: {reason}",)
+
+
+def report_nack_outcomes(
+    log: SdkLogger, msg_ids: Iterable[str], outcomes: Iterable[object]
+) -> None:
+    """After a batch of nacks run together (``asyncio.gather(..., return_exceptions=True)``):
+    log each nack that failed with a :class:`ClientError` (its message comes back later
+    anyway) and raise any other exception."""
+    for msg_id, outcome in zip(msg_ids, outcomes, strict=True):
+        if isinstance(outcome, ClientError):
+            log.error("nack failed", msg_id=msg_id, error=str(outcome))
+        elif isinstance(outcome, BaseException):
+            raise outcome

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from client import logs
-from client.errors import BrokerError, ClientError, ClosedError
+from client.errors import BrokerError, ClientError, ClosedError, report_nack_outcomes
 from client.message import ReceivedMessage
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import ResponseCode
@@ -228,11 +228,7 @@ class PopDelivery:
                 outcomes = await asyncio.gather(
                     *(self.nack(m, reason) for m, reason in failed), return_exceptions=True
                 )
-                for (msg, _), outcome in zip(failed, outcomes, strict=True):
-                    if isinstance(outcome, ClientError):
-                        log.error("nack failed", msg_id=msg.msg_id, error=str(outcome))
-                    elif isinstance(outcome, BaseException):
-                        raise outcome
+                report_nack_outcomes(log, (msg.msg_id for msg, _ in failed), outcomes)
 
     # -- internals: acks -----------------------------------------------------------------------
     def _settle(self, count: int) -> None:

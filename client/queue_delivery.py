@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from client import logs
 from client.buffer import MessageBuffer
 from client.consume_retry import ConsumeRetry
-from client.errors import ClientError, ClosedError
+from client.errors import ClosedError, report_nack_outcomes
 from client.message import ReceivedMessage
 from client.pull import QueueState
 from client.routes import MessageQueue
@@ -160,11 +160,7 @@ class QueueDelivery:
                     self._retrier.hold(msg)
                 task.cancel()
             raise
-        for (msg, _), outcome in zip(failed, results, strict=True):
-            if isinstance(outcome, ClientError):
-                log.error("nack failed", msg_id=msg.msg_id, error=str(outcome))
-            elif isinstance(outcome, BaseException):
-                raise outcome
+        report_nack_outcomes(log, (msg.msg_id for msg, _ in failed), results)
 
     def queue_failed(self, state: QueueState) -> None:
         """Pulling ``state``'s queue stopped for good: the next receive raises its failure."""
