@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import sdk_phases, smoke
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
-from protocol.remoting import Header
+from protocol.pull import PullFound, PullRequest, decode_pull_answer
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
 
@@ -161,21 +161,16 @@ async def bench_consume(conn: RemotingClient, queues: int, expected: int, pid: i
         nonlocal total, nbytes
         offset = 0
         while True:
-            header: Header = {
-                "consumerGroup": "bench",
-                "topic": "Bench",
-                "queueId": qid,
-                "queueOffset": offset,
-                "maxMsgNums": 256,
-            }
-            resp = await conn.request(RequestCode.PULL_MESSAGE, header, timeout=30)
-            if resp.code != ResponseCode.SUCCESS:
+            pull = PullRequest(
+                group="bench", topic="Bench", queue_id=qid, offset=offset, max_count=256
+            )
+            answer = decode_pull_answer(await conn.request(pull.code, pull.header(), timeout=30))
+            if not isinstance(answer, PullFound):
                 return
-            body = resp.body or b""
-            for rec in iter_records(body):
+            for rec in iter_records(answer.body):
                 total += 1
                 nbytes += len(rec.body)
-            offset = int(resp.header["nextBeginOffset"])  # type: ignore[arg-type]
+            offset = answer.next_offset
 
     cpu0, t0, c0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
     await asyncio.gather(*(drain(q) for q in range(queues)))

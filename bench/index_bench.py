@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import smoke
 from bench.broker_bench import cpu_seconds, pct, run_async
+from protocol.broker_requests.query import MessagesFound, QueryMessage
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import Message
 from remoting.client import RemotingClient
@@ -201,11 +202,10 @@ async def over_the_wire(tmp: Path, args: argparse.Namespace) -> None:
         for _ in range(args.lookups):
             key = f"key-{rng.randrange(args.indexed)}"
             t1 = time.perf_counter()
-            resp = await conn.request(
-                RequestCode.QUERY_MESSAGE, {"topic": TOPIC, "key": key, "maxNum": 64}
-            )
+            query = QueryMessage(topic=TOPIC, key=key, max_num=64)
+            resp = await conn.request(query.code, *query.encode())
             lat.append(time.perf_counter() - t1)
-            if resp.code != ResponseCode.SUCCESS or resp.header.get("count") != 1:
+            if resp.code != ResponseCode.SUCCESS or MessagesFound.parse(resp.header).count != 1:
                 raise SystemExit(f"{key}: {resp.code} {resp.header}")
         conn.close()
         report("over loopback (QUERY_MESSAGE)", lat)
