@@ -127,6 +127,13 @@ class DriverCluster:
         for node in self.nodes.values():
             await node.stop()
 
+    async def __aenter__(self) -> DriverCluster:
+        """Started; stopped when the ``async with`` block ends (also on a failure)."""
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     def add_node(self, node_id: str) -> DriverNode:
         self.addresses[node_id] = f"127.0.0.1:{free_port()}"
         node = DriverNode(self, node_id, join=True)
@@ -356,6 +363,13 @@ class ServiceCluster:
     async def stop(self) -> None:
         for node_id in list(self.nodes):
             await self.stop_node(node_id)
+
+    async def __aenter__(self) -> ServiceCluster:
+        """Started; stopped when the ``async with`` block ends (also on a failure)."""
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def leader(self, timeout: float = 10.0) -> Any:
         def agreed() -> bool:

@@ -23,12 +23,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[ServiceCluster]:
     key = tmp_path / "auth.key"
     key.write_bytes(os.urandom(24).hex().encode())
     key.chmod(0o600)
-    c = ServiceCluster(tmp_path, auth_key_file=str(key))
-    await c.start()
-    try:
+    async with ServiceCluster(tmp_path, auth_key_file=str(key)) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def pack(doc: Any) -> bytes:

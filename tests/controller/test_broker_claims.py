@@ -15,12 +15,8 @@ from tests.controller.support import FakeBroker, ServiceCluster
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ServiceCluster]:
-    c = ServiceCluster(tmp_path, broker_heartbeat_timeout_max_ms=5000)
-    await c.start()
-    try:
+    async with ServiceCluster(tmp_path, broker_heartbeat_timeout_max_ms=5000) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 @pytest.fixture

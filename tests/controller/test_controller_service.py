@@ -20,12 +20,8 @@ from tests.support.wait import stays_async, wait_until_async
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ServiceCluster]:
-    c = ServiceCluster(tmp_path)
-    await c.start()
-    try:
+    async with ServiceCluster(tmp_path) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 @pytest.fixture

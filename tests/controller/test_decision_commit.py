@@ -18,12 +18,8 @@ GROUP = "broker-multi"
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ServiceCluster]:
-    c = ServiceCluster(tmp_path)
-    await c.start()
-    try:
+    async with ServiceCluster(tmp_path) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def apply_id(broker_id: int, code: str) -> ApplyBrokerId:

@@ -16,12 +16,8 @@ from tests.support.wait import wait_until_async
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[DriverCluster]:
-    c = DriverCluster(tmp_path)
-    await c.start()
-    try:
+    async with DriverCluster(tmp_path) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def test_three_nodes_elect_one_leader_and_proposals_commit_everywhere(
