@@ -190,13 +190,7 @@ class ControllerProc(Daemon):
 
     def start_and_wait(self, timeout: float = 30.0) -> ControllerProc:
         self.start()
-
-        def ready() -> bool:
-            if not self.alive():
-                raise AssertionError(f"{self.name} exited early:\n{self.log()[-3000:]}")
-            return port_open(self.port)
-
-        wait_until(ready, f"{self.name} to listen on {self.port}", timeout)
+        wait_until(lambda: _listening(self), f"{self.name} to listen on {self.port}", timeout)
         return self
 
 
