@@ -2,11 +2,12 @@
 
 Each service is given a narrow Protocol of what it uses of the broker (its package's ``host``
 module: :class:`~broker.timer.host.TimerHost`, :class:`~broker.pop.host.PopHost`,
-:class:`~broker.transaction.host.TransactionHost`), filled here with those parts of the context
+:class:`~broker.transaction.host.TransactionHost`, :class:`~broker.send.host.SendHost`), filled here with those parts of the context
 and nothing else: a service holds its own host, never the context. So the services do not import
 the context and the context does not build them: no import circle, and ``broker.pop``,
 ``broker.timer`` and ``broker.transaction`` stay apart (the ``independence`` contract of
-pyproject.toml). The context keeps a reference to each service for the request processors.
+pyproject.toml; the send service is given the timer's and the transaction service's ways in as
+callables, so it imports neither). The context keeps a reference to each service for the request processors.
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ from dataclasses import dataclass
 from broker.appender import Appender
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
+from broker.durable import DurableDone
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.pop.service import PopService
 from broker.sealed_queues import SealedQueues
+from broker.send.service import SendService
 from broker.timer.service import TimerService
 from broker.transaction.service import TransactionService
 from broker.write_gate import WriteGate
+from protocol.message import Message
 from storage.config_files import (
     ConsumerOffsetStore,
     SubscriptionGroupStore,
     TopicConfig,
     TopicConfigStore,
 )
-from storage.store import MessageStore
+from storage.store import MessageStore, PutResult
 
 __all__ = ["compose"]
 
@@ -83,6 +87,25 @@ class _TransactionHost:
     now_ms: Callable[[], int]
 
 
+@dataclass(frozen=True, slots=True)
+class _SendHost:
+    """:class:`~broker.send.host.SendHost` from the context's parts and the timer's and the
+    transaction service's ways in."""
+
+    cfg: BrokerConfig
+    gate: WriteGate
+    topics: TopicConfigStore
+    sealed: SealedQueues
+    appender: Appender
+    metrics: BrokerMetrics
+    create_topic: Callable[[str, int], TopicConfig]
+    next_queue: Callable[[str, int], int]
+    put_scheduled_send: Callable[[str, int, list[Message]], PutResult | None]
+    put_half: Callable[[str, int, Message], PutResult]
+    needs_wait: Callable[[PutResult], bool]
+    when_durable: Callable[[PutResult, DurableDone], None]
+
+
 def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
     """The broker's context with its services built and attached."""
     ctx = BrokerContext(cfg, metrics)
@@ -126,6 +149,22 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             ensure_system_topic=ctx.ensure_system_topic,
             create_topic=ctx.create_topic,
             now_ms=ctx.now_ms,
+        )
+    )
+    ctx.sends = SendService(
+        _SendHost(
+            cfg=cfg,
+            gate=ctx.gate,
+            topics=ctx.topics,
+            sealed=ctx.sealed,
+            appender=ctx.appender,
+            metrics=metrics,
+            create_topic=ctx.create_topic,
+            next_queue=ctx.next_queue,
+            put_scheduled_send=ctx.timer.put_send,
+            put_half=ctx.transactions.put_half,
+            needs_wait=ctx.needs_wait,
+            when_durable=ctx.when_durable,
         )
     )
     return ctx

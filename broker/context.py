@@ -38,6 +38,7 @@ from storage.store import MessageStore, PutResult
 
 if TYPE_CHECKING:
     from broker.pop.service import PopService
+    from broker.send.service import SendService
     from broker.timer.service import TimerService
     from broker.transaction.service import TransactionService
 
@@ -50,6 +51,8 @@ class BrokerContext:
     """POP consumption (broker.pop): the in-flight set and its revive log."""
     transactions: TransactionService
     """Transactional messages (broker.transaction): open halves, commits, check-backs."""
+    sends: SendService
+    """The send path of every front (broker.send): admission, storing, the send figures."""
 
     def __init__(self, cfg: BrokerConfig, metrics: BrokerMetrics) -> None:
         self.cfg = cfg

@@ -1,0 +1,220 @@
+"""The send path every front calls: admission, storing, durability and the send figures.
+
+:meth:`SendService.put` decides whether a send may be stored and stores it: the write gate, the
+topic (checked, or created with ``auto_create_topic``), the queue (the broker's pick for a FIFO
+message group or the next open queue; a sealed queue of a static topic refused), the body sizes,
+the message groups, a transactional send as a half message, delivery times admitted by the
+timer against one clock reading. One call is one send, all or nothing: a refusal
+(:class:`SendRefused`) stores nothing. The remoting processor (:mod:`broker.processors.send`)
+answers SEND_MESSAGE and SEND_BATCH_MESSAGE with it; the gRPC front calls it in-process when this
+broker is its group's master (:mod:`broker.grpc.produce`), awaiting :meth:`SendService.durable`.
+
+Every refusal is counted (``rmq_broker_send_errors_total``), every stored send's latency is
+observed once its answer is due (``rmq_broker_send_latency_seconds``), whichever front asked.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from broker.durable_wait import wait_durable
+from broker.send.host import SendHost
+from broker.timer.schedule import ScheduleRefused
+from broker.write_gate import WriteRefused
+from protocol.codes import ResponseCode
+from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
+from protocol.message import Message, MsgIdMaker
+from protocol.timer import REQUEST_PROPERTIES
+from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
+from storage.queues import topic_error
+from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
+
+__all__ = ["SendRefused", "SendService"]
+
+log = structlog.get_logger(__name__)
+
+_TRANSACTION_TOPICS = frozenset((HALF_TOPIC, OP_TOPIC))
+
+
+class SendRefused(Exception):
+    """A send not stored (or stored but not durable in time): the response code and remark to
+    answer with. Counted already."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class SendService:
+    """Stores sends for every front. Loop thread only."""
+
+    def __init__(self, host: SendHost) -> None:
+        self.host = host
+        self.broker_name = host.cfg.broker_name
+        self.msg_id = MsgIdMaker(host.cfg.listen)
+        """The message id of the record at a CommitLog offset (what a send answers)."""
+
+    # -- storing -------------------------------------------------------------------------------
+    def put(self, topic: str, queue_id: int, messages: list[Message]) -> PutResult:
+        """Store one send (``queue_id`` -1: the broker picks); raises :class:`SendRefused`
+        with nothing stored."""
+        try:
+            return self._put(topic, queue_id, messages)
+        except SendRefused as refused:
+            self.count_refusal(refused.code)
+            raise
+
+    def _put(self, topic: str, queue_id: int, messages: list[Message]) -> PutResult:
+        host = self.host
+        try:
+            host.gate.check_writable()
+        except WriteRefused as refused:
+            raise SendRefused(refused.code, refused.remark) from None
+        if topic in _TRANSACTION_TOPICS:
+            raise SendRefused(ResponseCode.NO_PERMISSION, f"topic {topic} is the broker's own")
+        tc = host.topics.get(topic)
+        if tc is None:
+            # Known topics were checked when created; an unknown name is checked before it can
+            # name a topic config or a ConsumeQueue directory.
+            bad_name = topic_error(topic)
+            if bad_name is not None:
+                raise SendRefused(ResponseCode.BAD_REQUEST, bad_name)
+            if not host.cfg.auto_create_topic:
+                raise SendRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
+            tc = host.create_topic(topic, host.cfg.default_topic_queues)
+        sealed = host.sealed
+        if queue_id < 0:
+            # The broker picks: a FIFO message group always its group's queue (the gRPC
+            # clients choose the broker group, not the queue), anything else the next queue.
+            group = messages[0].properties.get(PROP_MESSAGE_GROUP) if messages else None
+            queue_id = (
+                group_queue_index(group, tc.queues) if group else host.next_queue(topic, tc.queues)
+            )
+            if sealed.has_closed(topic) and not group:
+                queue_id = self._open_queue(topic, tc.queues, queue_id)
+        elif queue_id >= tc.queues:
+            raise SendRefused(
+                ResponseCode.QUEUE_NOT_EXIST,
+                f"queueId {queue_id} out of range 0..{tc.queues - 1}",
+            )
+        if sealed.has_closed(topic) and sealed.closed(topic, queue_id, time.monotonic()):
+            # A static topic's item sealed (or being sealed) here: the queue moved to another
+            # group. Retriable: the producer refreshes its route and sends to the new item.
+            raise SendRefused(
+                ResponseCode.QUEUE_NOT_EXIST,
+                f"queue {queue_id} of {topic} is sealed: it moved to another broker group; "
+                "refresh the route",
+            )
+        limit = host.cfg.max_message_bytes
+        body_bytes = 0
+        for m in messages:
+            size = len(m.body)
+            if size > limit:
+                raise SendRefused(
+                    ResponseCode.MESSAGE_ILLEGAL, f"message body of {size} bytes exceeds {limit}"
+                )
+            body_bytes += size
+        try:
+            if any(m.properties for m in messages):  # only these can ask for a delivery time
+                bad_group = _message_group_refusal(messages)
+                if bad_group is not None:
+                    raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, bad_group)
+                special = self._transactional(topic, queue_id, messages)
+                if special is None:
+                    special = self._scheduled(topic, queue_id, messages)
+                if special is not None:
+                    return special
+            return host.appender.put(topic, queue_id, messages, body_bytes)
+        except DiskFullError as exc:
+            log.error("send failed: disk full", topic=topic, error=str(exc))
+            raise SendRefused(ResponseCode.DISK_FULL, f"disk full: {exc}") from None
+        except MessageTooLargeError as exc:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        except StoreError as exc:
+            log.error("send failed", topic=topic, error=str(exc))
+            raise SendRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+
+    def _transactional(
+        self, topic: str, queue_id: int, messages: list[Message]
+    ) -> PutResult | None:
+        """A transactional send (``TRAN_MSG=true``): store it as a half message
+        (docs/transactions.md). None: no message of the send is transactional."""
+        if not any(is_transactional(m.properties) for m in messages):
+            return None
+        if len(messages) != 1:
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a transactional message is sent alone, not in a batch",
+            )
+        msg = messages[0]
+        if any(p in msg.properties for p in REQUEST_PROPERTIES):
+            raise SendRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a transactional message cannot have a delivery time",
+            )
+        try:
+            return self.host.put_half(topic, queue_id, msg)
+        except ValueError as exc:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+
+    def _scheduled(self, topic: str, queue_id: int, messages: list[Message]) -> PutResult | None:
+        """Messages of a send with properties: those asking for a delivery time are stored
+        under the timer topic, the rest as usual, all admitted against one clock reading by
+        the timer service (:meth:`~broker.timer.service.TimerService.put_send`); a refused send
+        stores nothing. None: nothing scheduled, store them all as usual."""
+        try:
+            return self.host.put_scheduled_send(topic, queue_id, messages)
+        except ScheduleRefused as exc:
+            raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, exc.remark) from None
+
+    def _open_queue(self, topic: str, queues: int, first: int) -> int:
+        """The broker's pick for a topic with sealed queues: the next queue from ``first`` that
+        is not closed (``first`` itself when all are: the send is then refused)."""
+        host = self.host
+        now = time.monotonic()
+        queue_id = first
+        for _ in range(queues):
+            if not host.sealed.closed(topic, queue_id, now):
+                return queue_id
+            queue_id = host.next_queue(topic, queues)
+        return first
+
+    def count_refusal(self, code: int) -> None:
+        """A send a front refused before calling :meth:`put` (counted as its refusals are)."""
+        self.host.metrics.send_error(code)
+
+    # -- answering -----------------------------------------------------------------------------
+    def settled(self, start: float, code: int) -> None:
+        """A stored send's answer is due (``code``: SUCCESS, or why durability failed): its
+        latency since ``start`` (``time.perf_counter()``) observed, a failure counted."""
+        metrics = self.host.metrics
+        metrics.send_latency.observe(time.perf_counter() - start)
+        if code != ResponseCode.SUCCESS:
+            metrics.send_error(code)
+
+    async def durable(self, result: PutResult, start: float) -> None:
+        """Wait until a stored send is as durable as its answer must be (the flush, the
+        replicas' acks: :func:`broker.durable_wait.wait_durable`); raises
+        :class:`SendRefused` when it did not become so in time. Settles the send."""
+        host = self.host
+        if not host.needs_wait(result):
+            self.settled(start, ResponseCode.SUCCESS)
+            return
+        code, remark = await wait_durable(host, result)
+        self.settled(start, code)
+        if code != ResponseCode.SUCCESS:
+            raise SendRefused(code, remark)
+
+
+def _message_group_refusal(messages: list[Message]) -> str | None:
+    """Why a message's FIFO group (``__SHARDINGKEY``) cannot be stored; None: all can."""
+    for m in messages:
+        group = m.properties.get(PROP_MESSAGE_GROUP)
+        if group is not None:
+            why = message_group_error(group)
+            if why is not None:
+                return f"property {PROP_MESSAGE_GROUP}: {why}"
+    return None
