@@ -86,3 +86,12 @@ def group_with_master(count: int = 3, master: int = 1) -> ReplicasInfoManager:
     elected = elect(manager, [master])
     assert elected.code == RC.SUCCESS, elected.remark
     return manager
+
+
+def two_groups() -> ReplicasInfoManager:
+    """broker-a and broker-b, one broker each (id 1), each elected master."""
+    m = ReplicasInfoManager()
+    for name in ("broker-a", "broker-b"):
+        register_group(m, 1, name)
+        elect(m, [1], name)
+    return m

@@ -36,15 +36,7 @@ from protocol.static_topic import (
     resume_offset,
     to_physical,
 )
-from tests.metadata.support import alive_none, commit, elect, register_group
-
-
-def two_groups() -> ReplicasInfoManager:
-    m = ReplicasInfoManager()
-    for name in ("broker-a", "broker-b"):
-        register_group(m, 1, name)
-        elect(m, [1], name)
-    return m
+from tests.metadata.support import alive_none, commit, two_groups
 
 
 def moved_twice() -> ReplicasInfoManager:

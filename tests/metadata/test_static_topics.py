@@ -18,15 +18,7 @@ from controller.metadata import (
 )
 from controller.metadata.static_topic import to_physical
 from protocol.codes import ResponseCode as RC
-from tests.metadata.support import commit, elect, register_group
-
-
-def two_groups() -> ReplicasInfoManager:
-    m = ReplicasInfoManager()
-    for name in ("broker-a", "broker-b"):
-        register_group(m, 1, name)
-        elect(m, [1], name)
-    return m
+from tests.metadata.support import commit, register_group, two_groups
 
 
 def test_create_spreads_logical_queues_over_the_groups_with_a_master() -> None:
