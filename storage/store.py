@@ -12,8 +12,10 @@ Layout under ``data_dir``::
 A put sizes its batch and encodes the records with ``storage.queue_write``; a get checks the
 requested offset and scans the ConsumeQueue with ``storage.queue_read``, and an entry it cannot
 serve is ``storage.corruption``'s to answer; the replicas' raw bytes are read, checked and
-written by ``storage.replica_bytes``. This module holds the files, their lifecycle (open,
-recovery, close), flushing and checkpoints, and retention, and composes the rest.
+written by ``storage.replica_bytes``. The files' lifecycle (open with recovery, flush and
+checkpoint, durable truncation, close) is ``storage.store_files``'s and the configuration is
+``storage.store_config``'s. This module holds the appends and reads, the lookups and retention,
+and composes the rest.
 
 Threading: every method runs on the broker's event-loop thread except :meth:`MessageStore.flush`,
 which one worker thread may run concurrently with :meth:`put` and :meth:`get`. Nothing here
@@ -22,42 +24,28 @@ blocks on anything but local disk.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
-import shutil
-import struct
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Final
 
 import structlog
 
 from protocol.message import (
-    HEAD_SIZE,
     MESSAGE_MAGIC,
     Message,
     RecordEncoder,
     peek_prefix,
 )
 from storage import queue_read, retention
-from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from storage.commitlog import CommitLog
-from storage.corruption import Corruption
 from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
 from storage.index.lookup import Found, MessageNotFoundError, find_by_key, read_message
-from storage.index.service import IndexConfig, KeyIndex
 from storage.queue_read import GetResult, GetStatus
 from storage.queue_write import RecordSizer, encode_batch
-from storage.queues import ConsumeQueues, queue_id_error, topic_error
-from storage.recovery import Damage, recover
-from storage.replica_bytes import append_end, is_record_boundary, whole_records, write_file
-from storage.small_file import fsync_dir
-from storage.tracker import FileTracker
+from storage.queues import queue_id_error, topic_error
+from storage.recovery import Damage
+from storage.replica_bytes import append_end, whole_records, write_file
+from storage.store_config import StoreConfig
+from storage.store_files import StoreFiles
 
 __all__ = [
     "DiskFullError",
@@ -72,53 +60,8 @@ __all__ = [
     "StoreError",
 ]
 
-_U32: Final = struct.Struct(">I")
-_U16: Final = struct.Struct(">H")
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(kw_only=True)
-class StoreConfig:
-    data_dir: Path
-    store_host: str = "127.0.0.1:10911"
-    """Goes into every record's storeHost (and so into message ids)."""
-    commitlog_segment_bytes: int = 1 << 30
-    consumequeue_segment_entries: int = 300_000
-    """Entries (20 bytes each) per ConsumeQueue segment file."""
-    retention_hours: float = 72.0
-    disk_max_used_ratio: float = 0.85
-    """Above this, retention deletes the oldest segments even if they are young."""
-    max_message_bytes: int = 4 * 1024 * 1024
-    """Largest encoded record accepted by :meth:`MessageStore.put`."""
-    warm_ahead_bytes: int = 64 * 1024 * 1024
-    """flush() pre-faults this much of the segment past the write position (0: off)."""
-    index_enable: bool = True
-    """Keep the key index (``storage.index``): lookups of messages by key."""
-    index_slots: int = 250_000
-    index_max_entries: int = 1_000_000
-    index_file_span_ms: int = 3_600_000
-
-    def validate(self) -> None:
-        if self.commitlog_segment_bytes < 4096:
-            raise StoreError("commitlog_segment_bytes must be at least 4096")
-        if self.consumequeue_segment_entries < 1:
-            raise StoreError("consumequeue_segment_entries must be at least 1")
-        if self.retention_hours <= 0:
-            raise StoreError("retention_hours must be positive")
-        if not 0 < self.disk_max_used_ratio <= 1:
-            raise StoreError("disk_max_used_ratio must be in (0, 1]")
-        if self.max_message_bytes < HEAD_SIZE:
-            raise StoreError(f"max_message_bytes must be at least {HEAD_SIZE}")
-        self.index_config().validate()
-
-    def index_config(self) -> IndexConfig:
-        return IndexConfig(
-            directory=Path(self.data_dir) / "index",
-            slot_count=self.index_slots,
-            max_entries=self.index_max_entries,
-            file_span_ms=self.index_file_span_ms,
-        )
 
 
 @dataclass(slots=True)
@@ -137,32 +80,20 @@ class MessageStore:
     def __init__(self, config: StoreConfig) -> None:
         config.validate()
         self.config = config
-        self._dir = Path(config.data_dir)
+        self._files = files = StoreFiles(config)
+        self._dir = files.directory
         self._encoder = RecordEncoder(config.store_host)
-        self._flush_lock = threading.Lock()
-        self._tracker = FileTracker()
-        self._commitlog = CommitLog(
-            self._dir / "commitlog", config.commitlog_segment_bytes, self._tracker
-        )
-        self._queues = ConsumeQueues(
-            self._dir / "consumequeue", config.consumequeue_segment_entries, self._tracker
-        )
-        self._flushed = 0
-        self._checkpointed: tuple[int, int] | None = None
-        self._lock_fd: int | None = None
-        self._open = False
+        self._commitlog = files.commitlog
+        self._queues = files.queues
         self._sizer = RecordSizer(config.max_message_bytes)
-        self._confirm = 0
-        self._corruption = Corruption(self._commitlog, self._queues)
+        self._corruption = files.corruption
         self.corruption: dict[str, int] = self._corruption.counts
         """Corruption found, by kind (see :data:`storage.corruption.CORRUPTION_KINDS`): the broker's metric."""
         self._rebuilt = self._corruption.rebuilt
         self.truncate_listeners: list[Callable[[int], None]] = []
         """Called with the new end after :meth:`truncate` cut records (indexes built from the
         CommitLog, such as the broker's timer, drop what was cut)."""
-        self.index: KeyIndex | None = (
-            KeyIndex(config.index_config()) if config.index_enable else None
-        )
+        self.index = files.index
         """The key index (None when ``index_enable`` is off)."""
 
     @property
@@ -174,134 +105,18 @@ class MessageStore:
     def damaged(self, ranges: list[Damage]) -> None:
         self._corruption.damaged = ranges
 
-    # -- paths -----------------------------------------------------------------------------
-
-    @property
-    def _checkpoint_path(self) -> Path:
-        return self._dir / "checkpoint"
-
-    @property
-    def _abort_path(self) -> Path:
-        return self._dir / "abort"
-
     # -- lifecycle -------------------------------------------------------------------------
 
     def open(self) -> None:
         """Load and recover the store; any truncation is durable before this returns."""
-        if self._open:
-            raise StoreError("store is already open")
-        self._dir.mkdir(parents=True, exist_ok=True)
-        self._lock_dir()
-        try:
-            self._open_locked()
-        except BaseException:
-            if self.index is not None:
-                self.index.close()
-            self._commitlog.close()
-            self._queues.close()
-            self._unlock_dir()
-            raise
-        self._open = True
-
-    def _open_locked(self) -> None:
-        for sub in ("commitlog", "consumequeue"):
-            (self._dir / sub).mkdir(exist_ok=True)
-        fsync_dir(self._dir)
-        self._commitlog.load()
-        try:
-            checkpoint = load_checkpoint(self._checkpoint_path)
-        except StoreError as exc:
-            log.warning(f"ignoring the checkpoint: {exc}; validating the whole commitlog")
-            checkpoint = None
-        unclean = self._abort_path.exists()
-        if unclean:
-            log.warning("store was not closed cleanly: recovering", data_dir=str(self._dir))
-        repaired = bool(self._commitlog.repaired)
-        result = recover(
-            self._commitlog,
-            self._queues,
-            checkpoint=checkpoint,
-            clean=not unclean and not repaired and checkpoint is not None,
-        )
-        for queue in self._queues:
-            if queue.holes:
-                self._corruption.rebuild_queue(
-                    queue, queue.holes[0], "is unwritten inside the queue"
-                )
-        self.damaged = [d for d in result.damaged if not d.cut]
-        self.corruption["segment_short"] += len(self._commitlog.repaired)
-        self.corruption["recovery_quarantined"] += len(self.damaged)
-        self.corruption["recovery_cut"] += len(result.damaged) - len(self.damaged)
-        self._queues.delete_below(self._commitlog.min_offset)
-        # Recovered bytes may exist only in the page cache: make them durable before serving.
-        synced = {*self._commitlog.segments_between(result.scanned_from, result.end)}
-        for seg in synced.union(result.touched):
-            seg.fsync()
-        self._sync_tracked()
-        fsync_dir(self._commitlog.directory)
-        self._flushed = result.end
-        self._confirm = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
-        self._write_checkpoint(force=True)
-        self._open_index()
-        self._abort_path.touch()
-        fsync_dir(self._dir)
-
-    def _open_index(self) -> None:
-        """Load the key index and index what it lacks (or, with the index off, remove its files:
-        turned on again later, it is rebuilt rather than trusted across the gap)."""
-        if self.index is None:
-            directory = self.config.index_config().directory
-            if directory.exists():
-                shutil.rmtree(directory)
-                log.info("index_enable is off: key index files removed")
-            return
-        began = time.monotonic()
-        try:
-            indexed = self.index.open(self._commitlog)
-        except (StoreError, OSError) as exc:  # the messages are fine; lookups by key lag
-            log.error(f"key index not opened: {exc}; it is rebuilt on the next write")
-            return
-        stats = self.index.stats()
-        if indexed or stats.rebuilt_files:
-            log.info(
-                f"key index: {indexed} commitlog bytes indexed on open",
-                files=stats.files,
-                rebuilt_files=stats.rebuilt_files,
-                seconds=round(time.monotonic() - began, 3),
-            )
+        self._files.open()
 
     def close(self) -> None:
         """Flush everything, write the checkpoint and remove the abort marker (a clean stop)."""
-        if not self._open:
-            return
-        self.flush()
-        with self._flush_lock:
-            self._write_checkpoint(force=True)
-            self._open = False
-        self._abort_path.unlink(missing_ok=True)
-        fsync_dir(self._dir)
-        if self.index is not None:
-            self.index.close()
-        self._commitlog.close()
-        self._queues.close()
-        self._unlock_dir()
-
-    def _lock_dir(self) -> None:
-        fd = os.open(self._dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise StoreError(f"{self._dir} is in use by another store") from None
-        self._lock_fd = fd
-
-    def _unlock_dir(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._files.close()
 
     def _check_open(self) -> None:
-        if not self._open:
+        if not self._files.is_open:
             raise StoreError("store is not open")
 
     # -- offsets ---------------------------------------------------------------------------
@@ -318,7 +133,7 @@ class MessageStore:
 
     @property
     def flushed_offset(self) -> int:
-        return self._flushed
+        return self._files.flushed
 
     def commitlog_segments(self) -> list[tuple[int, int]]:
         """(start, end) offsets of each CommitLog segment file, oldest first (the last one may
@@ -329,15 +144,13 @@ class MessageStore:
     def confirm_offset(self) -> int:
         """Replication confirm offset (what every SyncStateSet member has; consumers read up to
         it); persisted in the checkpoint. Never above :attr:`max_offset`."""
-        return self._confirm
+        return self._files.confirm
 
     @confirm_offset.setter
     def confirm_offset(self, offset: int) -> None:
         """Raise the confirm offset to ``offset``, clamped at :attr:`max_offset`. It never moves
         back here (a lower value is ignored): only :meth:`truncate` lowers it, with the log."""
-        offset = min(offset, self._commitlog.write_pos)
-        if offset > self._confirm:
-            self._confirm = offset
+        self._files.raise_confirm(offset)
 
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get(topic, queue_id)
@@ -559,41 +372,7 @@ class MessageStore:
         CommitLog offset now durable (the write position when the flush started).
 
         Safe to run in one worker thread while the event-loop thread puts and gets."""
-        with self._flush_lock:
-            if not self._open:
-                return self._flushed
-            target = self._commitlog.write_pos
-            for seg in self._commitlog.segments_between(self._flushed, target):
-                seg.fsync()
-            self._sync_tracked()
-            self._flushed = max(self._flushed, target)
-            self._write_checkpoint()
-            self._commitlog.warm(target, self.config.warm_ahead_bytes)
-            return target
-
-    def _sync_tracked(self) -> None:
-        files, dirs = self._tracker.take()
-        for seg in files:
-            seg.fsync()
-        for directory in dirs:
-            with contextlib.suppress(FileNotFoundError):
-                fsync_dir(directory)
-
-    def _write_checkpoint(self, *, force: bool = False) -> None:
-        """Persist (flushed offset, confirm offset); caller holds the flush lock or is opening."""
-        state = (self._flushed, self._confirm)
-        if not force and state == self._checkpointed:
-            return
-        save_checkpoint(
-            self._checkpoint_path,
-            Checkpoint(
-                flushed_offset=self._flushed,
-                dispatched_offset=self._flushed,
-                confirm_offset=self._confirm,
-                timestamp_ms=time.time_ns() // 1_000_000,
-            ),
-        )
-        self._checkpointed = state
+        return self._files.flush()
 
     # -- retention -------------------------------------------------------------------------
 
@@ -682,27 +461,7 @@ class MessageStore:
         """Durably cut the CommitLog, the ConsumeQueues and their max offsets back to
         ``offset`` (a record boundary); ``confirm_offset`` is lowered to it if above."""
         self._check_open()
-        commitlog = self._commitlog
-        end = commitlog.write_pos
-        if not commitlog.min_offset <= offset <= end:
-            raise StoreError(
-                f"cannot truncate to {offset}: the commitlog is [{commitlog.min_offset}, {end}]"
-            )
-        if not is_record_boundary(commitlog, offset):
-            raise StoreError(f"cannot truncate to {offset}: not a record boundary")
-        with self._flush_lock:
-            _, touched = commitlog.truncate(offset, dirty_end=end)
-            for seg_ in touched:
-                seg_.fsync()
-            self._queues.truncate_physical(offset)
-            self._sync_tracked()
-            fsync_dir(commitlog.directory)
-            self._flushed = min(self._flushed, offset)
-            self._confirm = min(self._confirm, offset)
-            self._write_checkpoint(force=True)
-        self.damaged = [d for d in self.damaged if d.offset < offset]  # cut with the log
-        if self.index is not None:
-            self.index.truncate(offset, commitlog)
+        end = self._files.cut(offset)
         if offset < end:
             log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
             for listener in self.truncate_listeners:

@@ -1,0 +1,60 @@
+"""What a broker's message store is configured with (``StoreConfig``), and its checks.
+
+The broker builds it from its own config (``broker/message_service.py``); tools and benches
+build it directly. :meth:`StoreConfig.validate` raises :class:`~storage.errors.StoreError` naming the
+first field out of range; :class:`storage.store.MessageStore` calls it before touching a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.message import HEAD_SIZE
+from storage.errors import StoreError
+from storage.index.service import IndexConfig
+
+__all__ = ["StoreConfig"]
+
+
+@dataclass(kw_only=True)
+class StoreConfig:
+    data_dir: Path
+    store_host: str = "127.0.0.1:10911"
+    """Goes into every record's storeHost (and so into message ids)."""
+    commitlog_segment_bytes: int = 1 << 30
+    consumequeue_segment_entries: int = 300_000
+    """Entries (20 bytes each) per ConsumeQueue segment file."""
+    retention_hours: float = 72.0
+    disk_max_used_ratio: float = 0.85
+    """Above this, retention deletes the oldest segments even if they are young."""
+    max_message_bytes: int = 4 * 1024 * 1024
+    """Largest encoded record accepted by :meth:`storage.store.MessageStore.put`."""
+    warm_ahead_bytes: int = 64 * 1024 * 1024
+    """flush() pre-faults this much of the segment past the write position (0: off)."""
+    index_enable: bool = True
+    """Keep the key index (``storage.index``): lookups of messages by key."""
+    index_slots: int = 250_000
+    index_max_entries: int = 1_000_000
+    index_file_span_ms: int = 3_600_000
+
+    def validate(self) -> None:
+        if self.commitlog_segment_bytes < 4096:
+            raise StoreError("commitlog_segment_bytes must be at least 4096")
+        if self.consumequeue_segment_entries < 1:
+            raise StoreError("consumequeue_segment_entries must be at least 1")
+        if self.retention_hours <= 0:
+            raise StoreError("retention_hours must be positive")
+        if not 0 < self.disk_max_used_ratio <= 1:
+            raise StoreError("disk_max_used_ratio must be in (0, 1]")
+        if self.max_message_bytes < HEAD_SIZE:
+            raise StoreError(f"max_message_bytes must be at least {HEAD_SIZE}")
+        self.index_config().validate()
+
+    def index_config(self) -> IndexConfig:
+        return IndexConfig(
+            directory=Path(self.data_dir) / "index",
+            slot_count=self.index_slots,
+            max_entries=self.index_max_entries,
+            file_span_ms=self.index_file_span_ms,
+        )

@@ -1,0 +1,280 @@
+"""The message store's files as a whole: who owns the directory, opening it, and what is durable.
+
+:class:`StoreFiles` holds the CommitLog, the ConsumeQueues and the key index of one
+``data_dir`` through their lifecycle, and the two offsets the checkpoint persists:
+
+- :meth:`~StoreFiles.open` takes the directory's ``lock`` (one store per directory), loads the
+  CommitLog, brings it and the ConsumeQueues back into agreement (``storage.recovery``; queues
+  with unwritten entries are rebuilt by ``storage.corruption``), counts what recovery found, makes
+  every recovered byte durable, writes the checkpoint, opens the key index and leaves the
+  ``abort`` marker that tells the next open whether this one ended cleanly;
+- :meth:`~StoreFiles.flush` fsyncs the CommitLog, then the ConsumeQueues, then writes the
+  checkpoint (flushed and confirm offsets);
+- :meth:`~StoreFiles.cut` durably truncates the CommitLog and the ConsumeQueues to a record
+  boundary, lowering the offsets with them;
+- :meth:`~StoreFiles.close` flushes, writes the checkpoint and removes the abort marker.
+
+:class:`storage.store.MessageStore` composes it with the appends and reads. Threading: as the
+store's: :meth:`~StoreFiles.flush` may run in one worker thread while the event-loop thread
+appends, reads and runs everything else; the flush lock orders it against close and cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import structlog
+
+from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from storage.commitlog import CommitLog
+from storage.corruption import Corruption
+from storage.errors import StoreError
+from storage.index.service import KeyIndex
+from storage.queues import ConsumeQueues
+from storage.recovery import recover
+from storage.replica_bytes import is_record_boundary
+from storage.small_file import fsync_dir
+from storage.store_config import StoreConfig
+from storage.tracker import FileTracker
+
+__all__ = ["StoreFiles"]
+
+log = structlog.get_logger(__name__)
+
+
+class StoreFiles:
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.directory = Path(config.data_dir)
+        self.tracker = FileTracker()
+        self.commitlog = CommitLog(
+            self.directory / "commitlog", config.commitlog_segment_bytes, self.tracker
+        )
+        self.queues = ConsumeQueues(
+            self.directory / "consumequeue", config.consumequeue_segment_entries, self.tracker
+        )
+        self.corruption = Corruption(self.commitlog, self.queues)
+        self.index: KeyIndex | None = (
+            KeyIndex(config.index_config()) if config.index_enable else None
+        )
+        """The key index (None when ``index_enable`` is off)."""
+        self.is_open = False
+        self.flushed = 0
+        """CommitLog offset known durable (fsynced)."""
+        self.confirm = 0
+        """Replication confirm offset; never above the CommitLog's write position."""
+        self._flush_lock = threading.Lock()
+        self._checkpointed: tuple[int, int] | None = None
+        self._lock_fd: int | None = None
+
+    # -- paths -----------------------------------------------------------------------------
+
+    @property
+    def _checkpoint_path(self) -> Path:
+        return self.directory / "checkpoint"
+
+    @property
+    def _abort_path(self) -> Path:
+        return self.directory / "abort"
+
+    # -- open and close --------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Load and recover the files; any truncation is durable before this returns."""
+        if self.is_open:
+            raise StoreError("store is already open")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_dir()
+        try:
+            self._open_locked()
+        except BaseException:
+            if self.index is not None:
+                self.index.close()
+            self.commitlog.close()
+            self.queues.close()
+            self._unlock_dir()
+            raise
+        self.is_open = True
+
+    def _open_locked(self) -> None:
+        for sub in ("commitlog", "consumequeue"):
+            (self.directory / sub).mkdir(exist_ok=True)
+        fsync_dir(self.directory)
+        self.commitlog.load()
+        try:
+            checkpoint = load_checkpoint(self._checkpoint_path)
+        except StoreError as exc:
+            log.warning(f"ignoring the checkpoint: {exc}; validating the whole commitlog")
+            checkpoint = None
+        unclean = self._abort_path.exists()
+        if unclean:
+            log.warning("store was not closed cleanly: recovering", data_dir=str(self.directory))
+        repaired = bool(self.commitlog.repaired)
+        result = recover(
+            self.commitlog,
+            self.queues,
+            checkpoint=checkpoint,
+            clean=not unclean and not repaired and checkpoint is not None,
+        )
+        corruption = self.corruption
+        for queue in self.queues:
+            if queue.holes:
+                corruption.rebuild_queue(queue, queue.holes[0], "is unwritten inside the queue")
+        corruption.damaged = [d for d in result.damaged if not d.cut]
+        counts = corruption.counts
+        counts["segment_short"] += len(self.commitlog.repaired)
+        counts["recovery_quarantined"] += len(corruption.damaged)
+        counts["recovery_cut"] += len(result.damaged) - len(corruption.damaged)
+        self.queues.delete_below(self.commitlog.min_offset)
+        # Recovered bytes may exist only in the page cache: make them durable before serving.
+        synced = {*self.commitlog.segments_between(result.scanned_from, result.end)}
+        for seg in synced.union(result.touched):
+            seg.fsync()
+        self._sync_tracked()
+        fsync_dir(self.commitlog.directory)
+        self.flushed = result.end
+        self.confirm = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
+        self._write_checkpoint(force=True)
+        self._open_index()
+        self._abort_path.touch()
+        fsync_dir(self.directory)
+
+    def _open_index(self) -> None:
+        """Load the key index and index what it lacks (or, with the index off, remove its files:
+        turned on again later, it is rebuilt rather than trusted across the gap)."""
+        if self.index is None:
+            directory = self.config.index_config().directory
+            if directory.exists():
+                shutil.rmtree(directory)
+                log.info("index_enable is off: key index files removed")
+            return
+        began = time.monotonic()
+        try:
+            indexed = self.index.open(self.commitlog)
+        except (StoreError, OSError) as exc:  # the messages are fine; lookups by key lag
+            log.error(f"key index not opened: {exc}; it is rebuilt on the next write")
+            return
+        stats = self.index.stats()
+        if indexed or stats.rebuilt_files:
+            log.info(
+                f"key index: {indexed} commitlog bytes indexed on open",
+                files=stats.files,
+                rebuilt_files=stats.rebuilt_files,
+                seconds=round(time.monotonic() - began, 3),
+            )
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint and remove the abort marker (a clean stop)."""
+        if not self.is_open:
+            return
+        self.flush()
+        with self._flush_lock:
+            self._write_checkpoint(force=True)
+            self.is_open = False
+        self._abort_path.unlink(missing_ok=True)
+        fsync_dir(self.directory)
+        if self.index is not None:
+            self.index.close()
+        self.commitlog.close()
+        self.queues.close()
+        self._unlock_dir()
+
+    def _lock_dir(self) -> None:
+        fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreError(f"{self.directory} is in use by another store") from None
+        self._lock_fd = fd
+
+    def _unlock_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- durability ------------------------------------------------------------------------
+
+    def raise_confirm(self, offset: int) -> None:
+        """Raise the confirm offset to ``offset``, clamped at the CommitLog's write position. It
+        never moves back here (a lower value is ignored): only :meth:`cut` lowers it."""
+        offset = min(offset, self.commitlog.write_pos)
+        if offset > self.confirm:
+            self.confirm = offset
+
+    def flush(self) -> int:
+        """fsync the CommitLog, then the ConsumeQueues, then write the checkpoint; returns the
+        CommitLog offset now durable (the write position when the flush started).
+
+        Safe to run in one worker thread while the event-loop thread puts and gets."""
+        with self._flush_lock:
+            if not self.is_open:
+                return self.flushed
+            target = self.commitlog.write_pos
+            for seg in self.commitlog.segments_between(self.flushed, target):
+                seg.fsync()
+            self._sync_tracked()
+            self.flushed = max(self.flushed, target)
+            self._write_checkpoint()
+            self.commitlog.warm(target, self.config.warm_ahead_bytes)
+            return target
+
+    def cut(self, offset: int) -> int:
+        """Durably cut the CommitLog, the ConsumeQueues and their max offsets back to ``offset``
+        (a record boundary), lowering the flushed and confirm offsets to it if above, dropping
+        the damaged ranges and key index entries past it. Returns the write position before."""
+        commitlog = self.commitlog
+        end = commitlog.write_pos
+        if not commitlog.min_offset <= offset <= end:
+            raise StoreError(
+                f"cannot truncate to {offset}: the commitlog is [{commitlog.min_offset}, {end}]"
+            )
+        if not is_record_boundary(commitlog, offset):
+            raise StoreError(f"cannot truncate to {offset}: not a record boundary")
+        with self._flush_lock:
+            _, touched = commitlog.truncate(offset, dirty_end=end)
+            for seg_ in touched:
+                seg_.fsync()
+            self.queues.truncate_physical(offset)
+            self._sync_tracked()
+            fsync_dir(commitlog.directory)
+            self.flushed = min(self.flushed, offset)
+            self.confirm = min(self.confirm, offset)
+            self._write_checkpoint(force=True)
+        corruption = self.corruption
+        corruption.damaged = [
+            d for d in corruption.damaged if d.offset < offset
+        ]  # cut with the log
+        if self.index is not None:
+            self.index.truncate(offset, commitlog)
+        return end
+
+    def _sync_tracked(self) -> None:
+        files, dirs = self.tracker.take()
+        for seg in files:
+            seg.fsync()
+        for directory in dirs:
+            with contextlib.suppress(FileNotFoundError):
+                fsync_dir(directory)
+
+    def _write_checkpoint(self, *, force: bool = False) -> None:
+        """Persist (flushed offset, confirm offset); caller holds the flush lock or is opening."""
+        state = (self.flushed, self.confirm)
+        if not force and state == self._checkpointed:
+            return
+        save_checkpoint(
+            self._checkpoint_path,
+            Checkpoint(
+                flushed_offset=self.flushed,
+                dispatched_offset=self.flushed,
+                confirm_offset=self.confirm,
+                timestamp_ms=time.time_ns() // 1_000_000,
+            ),
+        )
+        self._checkpointed = state
