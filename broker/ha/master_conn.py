@@ -58,6 +58,7 @@ from broker.ha.batch import (
     next_batch,
     record_aligned_length,
 )
+from broker.ha.conn_states import ConnectionStates
 from broker.ha.refusals import ACK_OUT_OF_RANGE, MALFORMED, NO_HANDSHAKE
 from protocol.ha import (
     Buffer,
@@ -132,7 +133,7 @@ class MasterLogState:
     last_file_start: int = 0
 
 
-class MasterConnection:
+class MasterConnection(ConnectionStates):
     """One slave's connection, seen from the master."""
 
     __slots__ = (
@@ -142,27 +143,22 @@ class MasterConnection:
         "_max_batch",
         "_next",
         "_start",
-        "_state",
-        "close_reason",
     )
+
+    transitions = TRANSITIONS
 
     def __init__(self, *, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> None:
         if max_batch_bytes <= 0:
             raise ValueError("max_batch_bytes must be positive")
+        super().__init__(S.HANDSHAKE)
         self._max_batch = max_batch_bytes
         self._decoder = SlaveStreamDecoder()
-        self._state = S.HANDSHAKE
         self._handshake: SlaveHandshake | None = None
         self._start: int | None = None  # where streaming started
         self._next: int | None = None  # the next offset to send
         self._acked: int | None = None  # the slave's last ack
-        self.close_reason: str | None = None
 
     # ---------------------------------------------------------------- state
-
-    @property
-    def state(self) -> HAConnectionState:
-        return self._state
 
     @property
     def handshake(self) -> SlaveHandshake | None:
@@ -181,18 +177,6 @@ class MasterConnection:
     def next_offset(self) -> int | None:
         """The next offset to send (None until the slave's first ack)."""
         return self._next
-
-    def _move(self, event: str) -> None:
-        nxt = TRANSITIONS.get((self._state, event))
-        if nxt is None:
-            raise ProtocolError(f"{event} is not allowed in state {self._state.name}")
-        self._state = nxt
-
-    def close(self, reason: str = "closed") -> None:
-        """The connection is gone; every later call is a no-op."""
-        if self.close_reason is None:
-            self.close_reason = reason
-        self._state = S.SHUTDOWN
 
     # ---------------------------------------------------------------- input
 

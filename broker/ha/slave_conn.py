@@ -52,6 +52,7 @@ from broker.ha.actions import (
     TruncateLog,
     UpdateConfirmOffset,
 )
+from broker.ha.conn_states import ConnectionStates
 from broker.ha.truncation import (
     BelowConfirmOffset,
     ConsistentPoint,
@@ -94,7 +95,7 @@ TRANSITIONS: Final[Mapping[tuple[HAConnectionState, str], HAConnectionState]] = 
 """(state, event) -> next state; a message in any other state is a protocol error."""
 
 
-class SlaveConnection:
+class SlaveConnection(ConnectionStates):
     """One connection to the master, seen from the slave."""
 
     __slots__ = (
@@ -107,11 +108,11 @@ class SlaveConnection:
         "_handshake",
         "_master",
         "_max",
-        "_state",
-        "close_reason",
         "decision",
         "named_epoch",
     )
+
+    transitions = TRANSITIONS
 
     def __init__(
         self,
@@ -127,6 +128,7 @@ class SlaveConnection:
         """``named_epoch``: the epoch the controllers named the master for (None: unchecked);
         the driver raises it when the controllers name the same master again at a newer epoch.
         ``allow_below_confirm``: the operator lets the handshake cut below the confirm offset."""
+        super().__init__(S.READY)
         self.named_epoch = named_epoch
         self._allow_below_confirm = allow_below_confirm
         self._floor = 0
@@ -137,20 +139,14 @@ class SlaveConnection:
             async_learner=async_learner,
         )
         self._decoder = MasterStreamDecoder(max_body_bytes)
-        self._state = S.READY
         self._entries: list[EpochEntry] = []
         self._max = 0
         self._fresh = False  # the log is empty: the first transfer may start anywhere
         self._confirm: int | None = None
         self._master: MasterHandshake | None = None
         self.decision: TruncationDecision | None = None
-        self.close_reason: str | None = None
 
     # ---------------------------------------------------------------- state
-
-    @property
-    def state(self) -> HAConnectionState:
-        return self._state
 
     @property
     def max_offset(self) -> int:
@@ -170,18 +166,6 @@ class SlaveConnection:
     def master_handshake(self) -> MasterHandshake | None:
         """The master's reply (its epoch, max offset and history at handshake time)."""
         return self._master
-
-    def _move(self, event: str) -> None:
-        nxt = TRANSITIONS.get((self._state, event))
-        if nxt is None:
-            raise ProtocolError(f"{event} is not allowed in state {self._state.name}")
-        self._state = nxt
-
-    def close(self, reason: str = "closed") -> None:
-        """The connection is gone; later input is ignored."""
-        if self.close_reason is None:
-            self.close_reason = reason
-        self._state = S.SHUTDOWN
 
     # ---------------------------------------------------------------- input
 
