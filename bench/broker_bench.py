@@ -224,22 +224,17 @@ async def main_async(args: argparse.Namespace) -> None:
 
 async def bench_sdk(address: str, pid: int, body: bytes, args: argparse.Namespace) -> int:
     """The SDK phases (auto-batching on, then off; lone sends interleaved): messages sent."""
-    rates = {}
-    for auto in (True, False):
-        r = await sdk_phases.in_flight(
-            address,
-            "Bench",
-            args.sdk_messages,
-            body,
-            auto_batch=auto,
-            profile=args.profile and auto,
-            server_pid=pid,
-        )
-        rates[auto] = r.rate
-        print(sdk_phases.line_in_flight("1 broker", auto, r, TARGETS["single"]), flush=True)
-    print(f"SDK send, 64 in flight, auto-batch on/off: {rates[True] / rates[False]:.2f}")
-    lat = await sdk_phases.one_at_a_time(address, "Bench", args.one_at_a_time, body)
-    print(sdk_phases.line_one_at_a_time("(1 broker)", lat), flush=True)
+    _, lat = await sdk_phases.both_modes(
+        address,
+        "Bench",
+        body,
+        messages=args.sdk_messages,
+        lone=args.one_at_a_time,
+        where=("1 broker", "(1 broker)"),
+        target=TARGETS["single"],
+        profile=args.profile,
+        server_pid=pid,
+    )
     return int(2 * (args.sdk_messages + 1) + 2 * (len(lat[True]) + 1))
 
 

@@ -672,22 +672,17 @@ async def sdk_bench(
 ) -> tuple[float, float]:
     """The SDK phases: (msg/s with 64 in flight and auto-batching on, its lone sends' p50 ms)."""
     await sdk_phases.wait_routed(bootstrap, TOPIC)
-    rates = {}
-    for auto in (True, False):
-        r = await sdk_phases.in_flight(
-            bootstrap,
-            TOPIC,
-            args.messages,
-            body,
-            auto_batch=auto,
-            profile=args.profile and auto,
-            server_pid=pid,
-        )
-        rates[auto] = r.rate
-        print(sdk_phases.line_in_flight("R3", auto, r, TARGETS["single"]), flush=True)
-    print(f"SDK send, 64 in flight, auto-batch on/off: {rates[True] / rates[False]:.2f}")
-    lat = await sdk_phases.one_at_a_time(bootstrap, TOPIC, args.one_at_a_time, body)
-    print(sdk_phases.line_one_at_a_time("R3", lat), flush=True)
+    rates, lat = await sdk_phases.both_modes(
+        bootstrap,
+        TOPIC,
+        body,
+        messages=args.messages,
+        lone=args.one_at_a_time,
+        where=("R3", "R3"),
+        target=TARGETS["single"],
+        profile=args.profile,
+        server_pid=pid,
+    )
     return rates[True], sdk_phases.pct(lat[True], 0.5)
 
 

@@ -182,3 +182,39 @@ def line_one_at_a_time(where: str, lat: dict[bool, list[float]]) -> str:
         f" (on/off {on / off:.2f}); p99 on {pct(lat[True], 0.99):.3f} ms,"
         f" off {pct(lat[False], 0.99):.3f} ms ({len(lat[True])} sends each)"
     )
+
+
+async def both_modes(
+    bootstrap: str,
+    topic: str,
+    body: bytes,
+    *,
+    messages: int,
+    lone: int,
+    where: tuple[str, str],
+    target: float | None,
+    profile: bool = False,
+    server_pid: int | None = None,
+) -> tuple[dict[bool, float], dict[bool, list[float]]]:
+    """The SDK phases as the benches run them, each line printed as it is measured: ``messages``
+    sends with 64 in flight, auto-batching on then off (``profile``: the on run under cProfile),
+    their on/off ratio, then ``lone`` sends one at a time, the modes interleaved. ``where``
+    names the setup in the in-flight lines and in the one-at-a-time line. Returns msg/s per
+    mode and the lone sends' latencies (ms) per mode."""
+    rates: dict[bool, float] = {}
+    for auto in (True, False):
+        r = await in_flight(
+            bootstrap,
+            topic,
+            messages,
+            body,
+            auto_batch=auto,
+            profile=profile and auto,
+            server_pid=server_pid,
+        )
+        rates[auto] = r.rate
+        print(line_in_flight(where[0], auto, r, target), flush=True)
+    print(f"SDK send, 64 in flight, auto-batch on/off: {rates[True] / rates[False]:.2f}")
+    lat = await one_at_a_time(bootstrap, topic, lone, body)
+    print(line_one_at_a_time(where[1], lat), flush=True)
+    return rates, lat
