@@ -33,7 +33,7 @@ from bench import sdk_phases, smoke
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
-from remoting.client import RemotingClient
+from remoting.client import DEFAULT_TIMEOUT, RemotingClient
 from tests.support.procs import BrokerProc
 
 T = TypeVar("T")
@@ -89,26 +89,43 @@ def report(
     print(line, flush=True)
 
 
-async def bench_single(
-    conn: RemotingClient, n: int, body: bytes, inflight: int, pid: int, queues: int
-) -> None:
+async def send_requests(
+    conn: RemotingClient,
+    code: int,
+    topic: str,
+    queues: int,
+    payload: bytes,
+    requests: int,
+    workers: int,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    failed: str = "send failed",
+) -> list[float]:
+    """``requests`` requests of ``code`` (SEND_MESSAGE or SEND_BATCH_MESSAGE, ``payload`` the
+    body) to ``topic``'s ``queues`` queues in turn, from ``workers`` concurrent loops over one
+    connection: each one's latency (s). A refused one ends the bench, saying ``failed``."""
     lat: list[float] = []
-    sem = asyncio.Semaphore(inflight)
-    counter = iter(range(n))
+    counter = iter(range(requests))
 
     async def worker() -> None:
         for i in counter:
             t0 = time.perf_counter()
-            async with sem:
-                resp = await conn.request(
-                    RequestCode.SEND_MESSAGE, {"topic": "Bench", "queueId": i % queues}, body
-                )
+            resp = await conn.request(
+                code, {"topic": topic, "queueId": i % queues}, payload, timeout
+            )
             if resp.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"send failed: {resp.code} {resp.header}")
+                raise SystemExit(f"{failed}: {resp.code} {resp.header}")
             lat.append(time.perf_counter() - t0)
 
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return lat
+
+
+async def bench_single(
+    conn: RemotingClient, n: int, body: bytes, inflight: int, pid: int, queues: int
+) -> None:
     cpu0, t0, c0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
-    await asyncio.gather(*(worker() for _ in range(inflight)))
+    lat = await send_requests(conn, RequestCode.SEND_MESSAGE, "Bench", queues, body, n, inflight)
     dt = time.perf_counter() - t0
     report(
         "single sends (64 in flight)",
@@ -125,22 +142,18 @@ async def bench_batch(
     conn: RemotingClient, n: int, body: bytes, batch: int, pid: int, queues: int
 ) -> None:
     payload = msgpack.packb([{"body": body}] * batch)
-    lat: list[float] = []
     requests = n // batch
-    counter = iter(range(requests))
-
-    async def worker() -> None:
-        for i in counter:
-            t0 = time.perf_counter()
-            resp = await conn.request(
-                RequestCode.SEND_BATCH_MESSAGE, {"topic": "Bench", "queueId": i % queues}, payload
-            )
-            if resp.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"batch send failed: {resp.code} {resp.header}")
-            lat.append(time.perf_counter() - t0)
-
     cpu0, t0, c0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
-    await asyncio.gather(*(worker() for _ in range(8)))
+    lat = await send_requests(
+        conn,
+        RequestCode.SEND_BATCH_MESSAGE,
+        "Bench",
+        queues,
+        payload,
+        requests,
+        8,
+        failed="batch send failed",
+    )
     dt = time.perf_counter() - t0
     report(
         "batch sends (64 per request)",

@@ -63,7 +63,7 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sdk_phases, smoke
-from bench.broker_bench import cpu_seconds, pct, run_async
+from bench.broker_bench import cpu_seconds, pct, run_async, send_requests
 from bench.group_of_three import GroupOfThree, group_of_three, payload
 from bench.nats_peer import run_nats_r3
 from bench.profile_summary import fold, format_table
@@ -110,21 +110,10 @@ async def _drive(
 ) -> tuple[float, list[float], float, float]:
     """``requests`` requests of ``code`` from ``workers`` concurrent loops over one connection:
     (seconds, latencies, the master's CPU seconds, a slave's CPU seconds or 0)."""
-    lat: list[float] = []
-    counter = iter(range(requests))
-
-    async def worker() -> None:
-        for i in counter:
-            t0 = time.perf_counter()
-            resp = await conn.request(code, {"topic": TOPIC, "queueId": i % QUEUES}, payload, 30)
-            if resp.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"send failed: {resp.code} {resp.header}")
-            lat.append(time.perf_counter() - t0)
-
     scpu0 = cpu_seconds(slave_pid) if slave_pid else 0.0
     calls0 = {p: syscalls(p) for p in (pid, slave_pid) if p}
     cpu0, t0, client0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
-    await asyncio.gather(*(worker() for _ in range(workers)))
+    lat = await send_requests(conn, code, TOPIC, QUEUES, payload, requests, workers, timeout=30)
     dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     _SYSCALLS["client CPU"] = (round((time.process_time() - client0) * 1e6), 0)
     for p, (r0, w0) in calls0.items():
