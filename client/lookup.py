@@ -27,13 +27,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgpack
-
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
+from protocol.broker_requests.admin import AllTopicsQuery, TopicTable
 from protocol.broker_requests.query import END_OF_TIME, QueryMessage, ViewMessage
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.message import MessageRecord, RecordError, iter_records, parse_msg_id
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
 from protocol.remoting import Frame, Header
@@ -265,8 +264,9 @@ class Lookup(BootstrapClient):
         reasons: list[str] = []
         for b in sorted(members, key=lambda b: (not b.is_master, b.broker_id)):
             try:
-                frame = await self._call(b.address, RequestCode.GET_ALL_TOPIC_CONFIG, {})
-                topics = msgpack.unpackb(frame.body or b"\x80", raw=False)
+                every = AllTopicsQuery()
+                frame = await self._call(b.address, every.code, every.encode()[0])
+                topics = TopicTable.parse(frame.header, frame.body).queues
             except ResponseError as exc:
                 reasons.append(f"{b.address}: {BrokerError(exc.code, exc.remark)}")
                 continue
@@ -276,11 +276,7 @@ class Lookup(BootstrapClient):
             except ValueError as exc:
                 reasons.append(f"{b.address}: malformed topic list: {exc}")
                 continue
-            names = sorted(
-                str(t)
-                for t in (topics if isinstance(topics, dict) else {})
-                if not str(t).startswith(_INTERNAL_TOPIC_PREFIX)
-            )
+            names = sorted(t for t in topics if not t.startswith(_INTERNAL_TOPIC_PREFIX))
 
             async def one(topic: str, address: str = b.address) -> list[FoundMessage] | str:
                 query = QueryMessage(topic=topic, key=key, max_num=UNIQUE_KEYS_PER_GROUP)

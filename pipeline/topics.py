@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import re
 
-import msgpack
-
 from client.admin import Admin
 from client.bootstrap import parse_addresses
 from client.errors import ClientError
 from pipeline.errors import PipelineError, describe
 from pipeline.loop import SyncLoop
 from pipeline.tls import ClientTls, context_of
-from protocol.codes import RequestCode
+from protocol.broker_requests.admin import AllTopicsQuery, TopicTable
 from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -40,11 +38,12 @@ async def _list_async(
         async def one(address: str) -> set[str] | str:
             try:
                 conn = await pool.get(address)
-                answer = await conn.call(RequestCode.GET_ALL_TOPIC_CONFIG, None, None, timeout)
-                doc = msgpack.unpackb(answer.body or b"\x80", raw=False)
+                every = AllTopicsQuery()
+                answer = await conn.call(every.code, *every.encode(), timeout)
+                table = TopicTable.parse(answer.header, answer.body)
             except (RemotingError, ValueError) as exc:
                 return f"{address}: {describe(exc)}"
-            return {str(name) for name in doc} if isinstance(doc, dict) else set()
+            return set(table.queues)
 
         found = await asyncio.gather(*(one(a) for a in addresses))
     finally:

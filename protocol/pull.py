@@ -11,7 +11,10 @@ Requests (header fields, no body; ``?`` marks a field that may be left out)::
     GET_MAX_OFFSET 30          topic, queueId, committed?
     GET_MIN_OFFSET 31          topic, queueId
     SEARCH_OFFSET_BY_TIMESTAMP 29  topic, queueId, timestamp
-    GET_ALL_CONSUMER_OFFSET 43 withTimes?
+    GET_ALL_CONSUMER_OFFSET 43 withTimes?; SUCCESS's body is the msgpack map
+                               {group: {topic: {queueId: offset}}}, with withTimes
+                               {"offsets": that, "lastConsumeMs": the same shape of epoch
+                               ms} and the header withTimes true (ConsumerOffsetTable)
 
 Each request is a frozen dataclass: ``encode()`` gives its header and body, ``parse(header,
 body)`` reads one back and checks its fields (a bad one raises
@@ -44,6 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import (
     FieldError,
@@ -61,6 +65,7 @@ __all__ = [
     "AllConsumerOffsetsQuery",
     "AnswerError",
     "ConsumerOffsetQuery",
+    "ConsumerOffsetTable",
     "ConsumerOffsetUpdate",
     "MaxOffsetQuery",
     "MinOffsetQuery",
@@ -237,6 +242,55 @@ class AllConsumerOffsetsQuery:
         cls, header: Mapping[str, Scalar], body: bytes | None = None
     ) -> AllConsumerOffsetsQuery:
         return cls(with_times=opt_bool(header, "withTimes"))
+
+
+OffsetTable = Mapping[str, Mapping[str, Mapping[int, int]]]
+"""group -> topic -> queue id -> offset (or epoch ms)."""
+
+
+def _offset_table(doc: object, what: str) -> dict[str, dict[str, dict[int, int]]]:
+    def bad() -> FieldError:
+        return FieldError(f"{what} must map group -> topic -> queue id -> integer")
+
+    if not isinstance(doc, dict):
+        raise bad()
+    table: dict[str, dict[str, dict[int, int]]] = {}
+    for group, by_topic in doc.items():
+        if not isinstance(group, str) or not isinstance(by_topic, dict):
+            raise bad()
+        topics = table[group] = {}
+        for topic, by_queue in by_topic.items():
+            if not isinstance(topic, str) or not isinstance(by_queue, dict):
+                raise bad()
+            if not all(type(q) is int and type(v) is int for q, v in by_queue.items()):
+                raise bad()
+            topics[topic] = by_queue
+    return table
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerOffsetTable:
+    """GET_ALL_CONSUMER_OFFSET's SUCCESS: every committed offset and, when asked for, when each
+    last moved (``last_consume_ms`` None: not sent, header ``withTimes`` absent)."""
+
+    offsets: OffsetTable
+    last_consume_ms: OffsetTable | None = None
+
+    def encode(self) -> tuple[Header, bytes]:
+        if self.last_consume_ms is None:
+            return {}, pack_map(self.offsets)
+        body = {"offsets": self.offsets, "lastConsumeMs": self.last_consume_ms}
+        return {"withTimes": True}, pack_map(body)
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerOffsetTable:
+        doc = body_map(body, "consumer offset table")
+        if not opt_bool(header, "withTimes"):
+            return cls(offsets=_offset_table(doc, "the table"))
+        return cls(
+            offsets=_offset_table(doc.get("offsets") or {}, "offsets"),
+            last_consume_ms=_offset_table(doc.get("lastConsumeMs") or {}, "lastConsumeMs"),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ import click
 
 from client.bootstrap import describe_failure, parse_addresses
 from client.errors import ClientError
-from protocol.codes import RequestCode
+from protocol.broker_requests.runtime import EpochCache, EpochCacheQuery
 from protocol.controller_requests.base import ControllerRequest
 from protocol.controller_requests.brokers import CleanBrokerData
 from protocol.controller_requests.groups import (
@@ -31,6 +31,7 @@ from protocol.controller_requests.membership import (
     RemoveController,
     TransferLeader,
 )
+from protocol.fields import FieldError
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
@@ -215,18 +216,21 @@ async def _epoch_cache(pool: ConnectionPool, replica: Mapping[str, Any]) -> dict
         return doc | {"error": "no address registered"}
     try:
         conn = await pool.get(address)
-        resp = await conn.call(RequestCode.GET_BROKER_EPOCH_CACHE, timeout=TIMEOUT)
+        ask = EpochCacheQuery()
+        resp = await conn.call(ask.code, *ask.encode(), timeout=TIMEOUT)
+        cache = EpochCache.parse(resp.header, resp.body)
     except ResponseError as exc:
         return doc | {"error": str(exc)}
     except RemotingError as exc:
         return doc | {"error": describe_failure(exc)}
-    body = answer_body(resp, "epoch cache")
-    if not isinstance(body, dict):
-        return doc | {"error": "malformed epoch cache answer"}
-    for key in ("role", "maxOffset", "confirmOffset", "epochs"):
-        if key in body:
-            doc[key] = body[key]
-    return doc
+    except FieldError as exc:
+        return doc | {"error": f"malformed epoch cache answer: {exc}"}
+    return doc | {
+        "role": "MASTER" if cache.master else "SLAVE",
+        "maxOffset": cache.max_offset,
+        "confirmOffset": cache.confirm_offset,
+        "epochs": [e.to_dict() for e in cache.epochs],
+    }
 
 
 def _epochs_human(docs: list[dict[str, Any]]) -> str:

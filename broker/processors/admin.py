@@ -9,15 +9,15 @@ same request to every broker of the group; it changes nothing there and creates 
 
 from __future__ import annotations
 
-import msgpack
-
 from broker.context import BrokerContext
-from protocol.broker_requests.admin import CreateTopic, TopicCreated
+from protocol.broker_requests.admin import AllTopicsQuery, CreateTopic, TopicCreated, TopicTable
+from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller_requests.topics import UpdateTopic
 from protocol.pull import (
     AllConsumerOffsetsQuery,
     ConsumerOffsetQuery,
+    ConsumerOffsetTable,
     ConsumerOffsetUpdate,
     MaxOffsetQuery,
     MinOffsetQuery,
@@ -113,8 +113,9 @@ class AdminProcessor:
         return None
 
     def all_topics(self, conn: Connection, req: Frame) -> Frame:
-        body = {name: {"queues": tc.queues} for name, tc in self.ctx.topics.all().items()}
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(body))
+        AllTopicsQuery.parse(req.header, req.body)
+        table = TopicTable(queues={name: tc.queues for name, tc in self.ctx.topics.all().items()})
+        return response(req, ResponseCode.SUCCESS, *table.encode())
 
     def query_offset(self, conn: Connection, req: Frame) -> Frame:
         query = ConsumerOffsetQuery.parse(req.header, req.body)
@@ -160,33 +161,33 @@ class AdminProcessor:
         the same shape of epoch ms}`` and the answer's header says ``withTimes`` true."""
         offsets = self.ctx.offsets
         query = AllConsumerOffsetsQuery.parse(req.header, req.body)
-        if not query.with_times:
-            return response(req, ResponseCode.SUCCESS, None, msgpack.packb(offsets.snapshot()))
-        body = {"offsets": offsets.snapshot(), "lastConsumeMs": offsets.snapshot_times()}
-        return response(req, ResponseCode.SUCCESS, query.header(), msgpack.packb(body))
+        times = offsets.snapshot_times() if query.with_times else None
+        table = ConsumerOffsetTable(offsets=offsets.snapshot(), last_consume_ms=times)
+        return response(req, ResponseCode.SUCCESS, *table.encode())
 
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:
+        RuntimeInfoQuery.parse(req.header, req.body)
         ctx = self.ctx
         store = ctx.store
         role = ctx.role
-        info = {
-            "brokerName": ctx.cfg.broker_name,
-            "cluster": ctx.cfg.cluster,
-            "address": ctx.cfg.listen,
-            "brokerId": role.broker_id,
-            "role": "MASTER" if role.is_master else "SLAVE",
-            "masterEpoch": role.master_epoch,
-            "maxOffset": store.max_offset,
-            "minOffset": store.min_offset,
-            "flushedOffset": ctx.service.flushed_offset,
-            "confirmOffset": ctx.ha.confirm_offset if ctx.ha is not None else store.confirm_offset,
-            "haAddress": ctx.ha.address if ctx.ha is not None else None,
-            "fenced": role.fenced,
-            "topics": len(ctx.topics.all()),
-            "connections": ctx.connections(),
-            "pullsWaiting": ctx.waiters.waiting,
-            "timerPending": ctx.timer.pending_count,
-            "grpcEndpoint": ctx.grpc_endpoints.get("plain"),
-            "grpcTlsEndpoint": ctx.grpc_endpoints.get("tls"),
-        }
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(info))
+        info = RuntimeInfo(
+            broker_name=ctx.cfg.broker_name,
+            cluster=ctx.cfg.cluster,
+            address=ctx.cfg.listen,
+            broker_id=role.broker_id,
+            master=role.is_master,
+            master_epoch=role.master_epoch,
+            max_offset=store.max_offset,
+            min_offset=store.min_offset,
+            flushed_offset=ctx.service.flushed_offset,
+            confirm_offset=ctx.ha.confirm_offset if ctx.ha is not None else store.confirm_offset,
+            ha_address=ctx.ha.address if ctx.ha is not None else None,
+            fenced=role.fenced,
+            topics=len(ctx.topics.all()),
+            connections=ctx.connections(),
+            pulls_waiting=ctx.waiters.waiting,
+            timer_pending=ctx.timer.pending_count,
+            grpc_endpoint=ctx.grpc_endpoints.get("plain"),
+            grpc_tls_endpoint=ctx.grpc_endpoints.get("tls"),
+        )
+        return response(req, ResponseCode.SUCCESS, *info.encode())

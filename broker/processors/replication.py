@@ -3,10 +3,9 @@ controllers, never applied as such) and its epoch cache."""
 
 from __future__ import annotations
 
-import msgpack
-
 from broker.context import BrokerContext
 from broker.replicas_manager import ReplicasManager
+from protocol.broker_requests.runtime import EpochCache, EpochCacheQuery, EpochSpan
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
@@ -31,23 +30,24 @@ class ReplicationProcessor:
         return response(req, ResponseCode.SUCCESS)
 
     def epoch_cache(self, conn: Connection, req: Frame) -> Frame:
+        EpochCacheQuery.parse(req.header, req.body)
         ctx = self.ctx
         store = ctx.store
-        epochs: list[dict[str, int]] = []
+        epochs: tuple[EpochSpan, ...] = ()
         confirm = store.confirm_offset
         if ctx.ha is not None:
             confirm = ctx.ha.confirm_offset
-            epochs = [
-                {"epoch": e.epoch, "startOffset": e.start_offset, "endOffset": e.end_offset}
+            epochs = tuple(
+                EpochSpan(e.epoch, e.start_offset, e.end_offset)
                 for e in ctx.ha.epoch_file.entries_with_end(store.max_offset)
-            ]
+            )
         role = ctx.role
-        doc = {
-            "brokerId": role.broker_id,
-            "address": ctx.cfg.listen,
-            "role": "MASTER" if role.is_master else "SLAVE",
-            "maxOffset": store.max_offset,
-            "confirmOffset": confirm,
-            "epochs": epochs,
-        }
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+        cache = EpochCache(
+            broker_id=role.broker_id,
+            address=ctx.cfg.listen,
+            master=role.is_master,
+            max_offset=store.max_offset,
+            confirm_offset=confirm,
+            epochs=epochs,
+        )
+        return response(req, ResponseCode.SUCCESS, *cache.encode())

@@ -13,7 +13,9 @@ import msgpack
 
 from broker.context import BrokerContext
 from protocol.broker_requests.subscription_groups import (
+    AllSubscriptionGroupsQuery,
     SubscriptionGroupQuery,
+    SubscriptionGroupTable,
     SubscriptionGroupUpdate,
 )
 from protocol.codes import RequestCode, ResponseCode
@@ -65,9 +67,10 @@ class SubscriptionGroupProcessor:
     def get_all(self, conn: Connection, req: Frame) -> Frame:
         """``{"subscriptionGroupTable": {group: settings}, "dlqResent": {group: [offsets]}}``
         (slaves copy both)."""
+        AllSubscriptionGroupsQuery.parse(req.header, req.body)
         ctx = self.ctx
-        body = {
-            "subscriptionGroupTable": {g: c.to_dict() for g, c in ctx.sub_groups.all().items()},
-            "dlqResent": ctx.dlq_resent.snapshot(),
-        }
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(body))
+        table = SubscriptionGroupTable(
+            groups={g: c.to_dict() for g, c in ctx.sub_groups.all().items()},
+            dlq_resent={g: tuple(o) for g, o in ctx.dlq_resent.snapshot().items()},
+        )
+        return response(req, ResponseCode.SUCCESS, *table.encode())

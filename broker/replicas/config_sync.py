@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import msgpack
 import structlog
 
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
-from protocol.codes import RequestCode
-from protocol.pull import AllConsumerOffsetsQuery
+from protocol.broker_requests.admin import AllTopicsQuery, TopicTable
+from protocol.broker_requests.subscription_groups import (
+    AllSubscriptionGroupsQuery,
+    SubscriptionGroupTable,
+)
+from protocol.fields import FieldError
+from protocol.pull import AllConsumerOffsetsQuery, ConsumerOffsetTable
 from protocol.remoting import Frame
 from protocol.retry import RetryConfigError, config_from_dict
 from remoting.client import ConnectionPool
@@ -47,62 +51,61 @@ class SlaveConfigSync:
                 continue
             try:
                 conn = await self.pool.get(role.master_address)
-                topics = await conn.call(RequestCode.GET_ALL_TOPIC_CONFIG, timeout=3.0)
-                every = AllConsumerOffsetsQuery(with_times=True)
-                offsets = await conn.call(every.code, every.encode()[0], timeout=3.0)
+                every_topic = AllTopicsQuery()
+                topics = await conn.call(every_topic.code, *every_topic.encode(), timeout=3.0)
+                every_offset = AllConsumerOffsetsQuery(with_times=True)
+                offsets = await conn.call(every_offset.code, *every_offset.encode(), timeout=3.0)
             except RemotingError:
                 continue
-            if self._copy_topics(topics):
+            try:
+                topics_changed = self._copy_topics(TopicTable.parse(topics.header, topics.body))
+            except FieldError as exc:  # a malformed table: nothing taken from it
+                log.warning("master's topic table unreadable", error=str(exc))
+                topics_changed = False
+            if topics_changed:
                 # Register at once: should the master die now, the controllers' routes still
                 # list the topic on this group through the slaves.
                 self._topics_changed()
             try:
-                self._copy_offsets(offsets)
-            except (AttributeError, TypeError, ValueError) as exc:  # a malformed table
+                self._copy_offsets(ConsumerOffsetTable.parse(offsets.header, offsets.body))
+            except FieldError as exc:  # a malformed table: nothing taken from it
                 log.warning("master's consumer offsets unreadable", error=str(exc))
             try:
-                groups = await conn.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, timeout=3.0)
+                every_group = AllSubscriptionGroupsQuery()
+                groups = await conn.call(every_group.code, *every_group.encode(), timeout=3.0)
             except RemotingError:  # gone meanwhile, or a master from before the request existed
                 continue
             self._copy_subscription_groups(groups)
 
-    def _copy_topics(self, answer: Frame) -> bool:
+    def _copy_topics(self, table: TopicTable) -> bool:
         """Take the master's topics' queue counts; True when one was added or resized."""
         changed = False
-        for name, doc in (msgpack.unpackb(answer.body or b"\x80") or {}).items():
+        for name, queues in table.queues.items():
             current = self.ctx.topics.get(name)
-            queues = int(doc.get("queues", 0))
             if queues and (current is None or current.queues != queues):
                 self.ctx.topics.update(name, queues)
                 changed = True
         return changed
 
-    def _copy_offsets(self, answer: Frame) -> None:
+    def _copy_offsets(self, table: ConsumerOffsetTable) -> None:
         """Take the master's consumer offsets and their last consume times (a master that does
         not send times, ``withTimes`` absent, leaves this slave's times as they are)."""
-        doc = msgpack.unpackb(answer.body or b"\x80", strict_map_key=False) or {}
-        if answer.header.get("withTimes") is True:
-            table, times = doc.get("offsets") or {}, doc.get("lastConsumeMs") or {}
-        else:
-            table, times = doc, {}
-        for group, by_topic in table.items():
+        times = table.last_consume_ms or {}
+        for group, by_topic in table.offsets.items():
             for topic, by_queue in by_topic.items():
                 topic_times = times.get(group, {}).get(topic, {})
                 for queue_id, offset in by_queue.items():
-                    at = topic_times.get(queue_id)
                     self.ctx.offsets.commit(
-                        group, topic, int(queue_id), int(offset), None if at is None else int(at)
+                        group, topic, queue_id, offset, topic_times.get(queue_id)
                     )
 
     def _copy_subscription_groups(self, frame: Frame) -> None:
         """Store the master's subscription groups and resend marks (a bad entry is logged and
         skipped: the master checked it, so it means a version mismatch, not input to trust)."""
         try:
-            doc = msgpack.unpackb(frame.body or b"\x80", raw=False)
-            table = doc.get("subscriptionGroupTable") or {}
-            resent = doc.get("dlqResent") or {}
-            for entry in table.values():
+            table = SubscriptionGroupTable.parse(frame.header, frame.body)
+            for entry in table.groups.values():
                 self.ctx.sub_groups.put(config_from_dict(entry))
-            self.ctx.dlq_resent.merge(resent)
-        except (RetryConfigError, StoreError, ValueError, TypeError, AttributeError) as exc:
+            self.ctx.dlq_resent.merge({g: list(o) for g, o in table.dlq_resent.items()})
+        except (RetryConfigError, StoreError, FieldError) as exc:
             log.error("copying the master's subscription groups failed", error=str(exc))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import msgpack
 import structlog
 
 from broker.config import BrokerConfig
@@ -20,7 +19,8 @@ from broker.context import BrokerContext
 from broker.ha.service import HARole, HAService
 from broker.replicas.group_info import NO_MASTER, GroupInfo, registered_replicas
 from broker.role import RoleCell
-from protocol.codes import RequestCode
+from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
+from protocol.fields import FieldError
 from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -144,12 +144,12 @@ class Roles:
     async def _master_ha_address(self, master_address: str) -> str | None:
         try:
             conn = await self.pool.get(master_address)
-            resp = await conn.call(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2.0)
-        except RemotingError as exc:
+            ask = RuntimeInfoQuery()
+            resp = await conn.call(ask.code, *ask.encode(), timeout=2.0)
+            address = RuntimeInfo.parse(resp.header, resp.body).ha_address
+        except (RemotingError, FieldError) as exc:
             log.warning(
                 "cannot ask the master for its HA address", master=master_address, error=str(exc)
             )
             return None
-        doc = msgpack.unpackb(resp.body or b"\x80")
-        address = doc.get("haAddress") if isinstance(doc, dict) else None
-        return address if isinstance(address, str) and address else None
+        return address or None

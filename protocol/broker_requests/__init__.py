@@ -8,12 +8,15 @@ BAD_REQUEST) for a bad one. Pure: no sockets, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
+
+import msgpack
 
 from protocol.fields import FieldError, req_str
 from protocol.remoting import Scalar
 from protocol.retry import group_error
 
-__all__ = ["req_group"]
+__all__ = ["body_map", "pack_map", "req_group"]
 
 
 def req_group(header: Mapping[str, Scalar], name: str = "consumerGroup") -> str:
@@ -23,3 +26,23 @@ def req_group(header: Mapping[str, Scalar], name: str = "consumerGroup") -> str:
     if bad is not None:
         raise FieldError(bad)
     return group
+
+
+def body_map(body: bytes | None, what: str) -> dict[Any, Any]:
+    """A msgpack map body (an answer's document; none reads as ``{}``): ``what`` names it in
+    the :class:`~protocol.fields.FieldError` that garbage or another type raises."""
+    if not body:
+        return {}
+    try:
+        doc = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise FieldError(f"malformed {what}: {type(exc).__name__}") from None
+    if not isinstance(doc, dict):
+        raise FieldError(f"malformed {what}: not a map")
+    return doc
+
+
+def pack_map(doc: Mapping[Any, Any]) -> bytes:
+    """A msgpack map body."""
+    packed: bytes = msgpack.packb(dict(doc))
+    return packed

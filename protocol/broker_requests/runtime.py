@@ -1,0 +1,230 @@
+"""A broker's own figures: GET_BROKER_RUNTIME_INFO (28) and GET_BROKER_EPOCH_CACHE (1007), both
+without fields, answered with a msgpack map (docs/protocol.md). Pure: no sockets, no clock.
+
+GET_BROKER_RUNTIME_INFO's SUCCESS (:class:`RuntimeInfo`)::
+
+    {"brokerName", "cluster", "address", "brokerId", "role": "MASTER" | "SLAVE", "masterEpoch",
+     "maxOffset", "minOffset", "flushedOffset", "confirmOffset", "haAddress" (nil: no HA),
+     "fenced", "topics", "connections", "pullsWaiting", "timerPending",
+     "grpcEndpoint", "grpcTlsEndpoint" (nil: not listening)}
+
+Readers take what they know: a key left out reads as its default (a broker of an earlier
+version sends no ``timerPending`` nor gRPC endpoints; a test's stand-in master only its
+``haAddress``), a key of the wrong type raises :class:`~protocol.fields.FieldError`.
+
+GET_BROKER_EPOCH_CACHE's SUCCESS (:class:`EpochCache`)::
+
+    {"brokerId", "address", "role", "maxOffset", "confirmOffset",
+     "epochs": [{"epoch", "startOffset", "endOffset"}, ...]}
+
+every key required (the answer has had them all since the request exists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from protocol.broker_requests import body_map, pack_map
+from protocol.codes import RequestCode
+from protocol.fields import FieldError
+from protocol.remoting import Header, Scalar
+
+__all__ = ["EpochCache", "EpochCacheQuery", "EpochSpan", "RuntimeInfo", "RuntimeInfoQuery"]
+
+_T = TypeVar("_T")
+
+_ROLES = {"MASTER": True, "SLAVE": False}
+
+
+def _role(doc: Mapping[str, Any], *, default: str | None = None) -> bool:
+    role = doc.get("role", default)
+    if role not in _ROLES:
+        raise FieldError("'role' must be MASTER or SLAVE")
+    return _ROLES[role]
+
+
+def _int(doc: Mapping[str, Any], name: str, default: int | None = None) -> int:
+    value = doc.get(name, default)
+    if type(value) is not int:
+        raise FieldError(f"{name!r} must be an integer")
+    return value
+
+
+def _opt(doc: Mapping[str, Any], name: str, kind: type[_T]) -> _T | None:
+    value = doc.get(name)
+    if value is not None and type(value) is not kind:
+        raise FieldError(f"{name!r} must be {kind.__name__} or nil")
+    return value
+
+
+def _with_default(doc: Mapping[str, Any], name: str, default: _T) -> _T:
+    value = doc.get(name, default)
+    if type(value) is not type(default):
+        raise FieldError(f"{name!r} must be {type(default).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeInfoQuery:
+    """GET_BROKER_RUNTIME_INFO: the broker's role, offsets, load and endpoints (no fields)."""
+
+    code: ClassVar[RequestCode] = RequestCode.GET_BROKER_RUNTIME_INFO
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RuntimeInfoQuery:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeInfo:
+    """GET_BROKER_RUNTIME_INFO's SUCCESS. Every field has the default a reader assumes when the
+    answering broker leaves it out."""
+
+    broker_name: str = ""
+    cluster: str = ""
+    address: str = ""
+    broker_id: int = 0
+    master: bool = False
+    """``role``: MASTER (true) or SLAVE."""
+    master_epoch: int = 0
+    max_offset: int = 0
+    min_offset: int = 0
+    flushed_offset: int = 0
+    confirm_offset: int = 0
+    ha_address: str | None = None
+    """Where the HA master listens (None: no HA service)."""
+    fenced: bool = False
+    topics: int = 0
+    connections: int = 0
+    pulls_waiting: int = 0
+    timer_pending: int = 0
+    grpc_endpoint: str | None = None
+    grpc_tls_endpoint: str | None = None
+
+    def encode(self) -> tuple[Header, bytes]:
+        return {}, pack_map(
+            {
+                "brokerName": self.broker_name,
+                "cluster": self.cluster,
+                "address": self.address,
+                "brokerId": self.broker_id,
+                "role": "MASTER" if self.master else "SLAVE",
+                "masterEpoch": self.master_epoch,
+                "maxOffset": self.max_offset,
+                "minOffset": self.min_offset,
+                "flushedOffset": self.flushed_offset,
+                "confirmOffset": self.confirm_offset,
+                "haAddress": self.ha_address,
+                "fenced": self.fenced,
+                "topics": self.topics,
+                "connections": self.connections,
+                "pullsWaiting": self.pulls_waiting,
+                "timerPending": self.timer_pending,
+                "grpcEndpoint": self.grpc_endpoint,
+                "grpcTlsEndpoint": self.grpc_tls_endpoint,
+            }
+        )
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RuntimeInfo:
+        doc = body_map(body, "runtime info")
+        return cls(
+            broker_name=_with_default(doc, "brokerName", ""),
+            cluster=_with_default(doc, "cluster", ""),
+            address=_with_default(doc, "address", ""),
+            broker_id=_int(doc, "brokerId", 0),
+            master=_role(doc, default="SLAVE"),
+            master_epoch=_int(doc, "masterEpoch", 0),
+            max_offset=_int(doc, "maxOffset", 0),
+            min_offset=_int(doc, "minOffset", 0),
+            flushed_offset=_int(doc, "flushedOffset", 0),
+            confirm_offset=_int(doc, "confirmOffset", 0),
+            ha_address=_opt(doc, "haAddress", str),
+            fenced=_with_default(doc, "fenced", False),
+            topics=_int(doc, "topics", 0),
+            connections=_int(doc, "connections", 0),
+            pulls_waiting=_int(doc, "pullsWaiting", 0),
+            timer_pending=_int(doc, "timerPending", 0),
+            grpc_endpoint=_opt(doc, "grpcEndpoint", str),
+            grpc_tls_endpoint=_opt(doc, "grpcTlsEndpoint", str),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochCacheQuery:
+    """GET_BROKER_EPOCH_CACHE: the broker's epoch entries and offsets (no fields)."""
+
+    code: ClassVar[RequestCode] = RequestCode.GET_BROKER_EPOCH_CACHE
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> EpochCacheQuery:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class EpochSpan:
+    """One entry of a broker's epoch file: the CommitLog offsets ``epoch`` wrote."""
+
+    epoch: int
+    start_offset: int
+    end_offset: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "startOffset": self.start_offset, "endOffset": self.end_offset}
+
+
+def _span(doc: Any) -> EpochSpan:
+    if not isinstance(doc, dict):
+        raise FieldError("an epoch entry must be a map")
+    return EpochSpan(_int(doc, "epoch"), _int(doc, "startOffset"), _int(doc, "endOffset"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochCache:
+    """GET_BROKER_EPOCH_CACHE's SUCCESS: who answers, its offsets and its epoch entries (none
+    without an HA service)."""
+
+    broker_id: int
+    address: str
+    master: bool
+    """``role``: MASTER (true) or SLAVE."""
+    max_offset: int
+    confirm_offset: int
+    epochs: tuple[EpochSpan, ...] = ()
+
+    def encode(self) -> tuple[Header, bytes]:
+        return {}, pack_map(
+            {
+                "brokerId": self.broker_id,
+                "address": self.address,
+                "role": "MASTER" if self.master else "SLAVE",
+                "maxOffset": self.max_offset,
+                "confirmOffset": self.confirm_offset,
+                "epochs": [e.to_dict() for e in self.epochs],
+            }
+        )
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> EpochCache:
+        doc = body_map(body, "epoch cache")
+        address, epochs = doc.get("address"), doc.get("epochs")
+        if not isinstance(address, str):
+            raise FieldError("'address' must be text")
+        if not isinstance(epochs, list):
+            raise FieldError("'epochs' must be a list")
+        return cls(
+            broker_id=_int(doc, "brokerId"),
+            address=address,
+            master=_role(doc),
+            max_offset=_int(doc, "maxOffset"),
+            confirm_offset=_int(doc, "confirmOffset"),
+            epochs=tuple(map(_span, epochs)),
+        )
