@@ -196,55 +196,57 @@ def spying(spy: Path | None, phase: str, pids: dict[str, int]) -> Iterator[None]
             print(format_table(fold(path.read_text()), 20, f"{role}, {phase}: "), flush=True)
 
 
-async def produce_single(
-    conn: RemotingClient, n: int, body: bytes, pid: int, slave_pid: int | None = None
+def _print_produce(
+    what: str,
+    p50: str,
+    target: str,
+    sent: int,
+    size: int,
+    phase: tuple[float, list[float], float, float],
+    slave_pid: int | None,
 ) -> float:
-    dt, lat, cpu, scpu = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid)
-    rate = n / dt
+    """Prints the line of a produce phase that sent ``sent`` messages of ``size`` bytes
+    (``phase``: what :func:`_drive` measured; ``p50`` names a request's latency, ``target`` the
+    phase's entry in TARGETS); returns msg/s."""
+    dt, lat, cpu, scpu = phase
+    rate = sent / dt
     print(
-        f"produce, 64 in flight, all-ack R3  {rate:>9,.0f} msg/s {n * len(body) / dt / 1e6:6.1f} MB/s"
-        f"  p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
-        f"  master CPU {cpu / n * 100_000:5.2f} s/100k  {ratio('single', rate)}"
-        + (f"  slave CPU {scpu / n * 100_000:5.2f} s/100k  {_load()}" if slave_pid else "")
-        + _syscalls_line(n),
+        f"produce, {what} {rate:>9,.0f} msg/s {sent * size / dt / 1e6:6.1f} MB/s"
+        f"  {p50} {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
+        f"  master CPU {cpu / sent * 100_000:5.2f} s/100k  {ratio(target, rate)}"
+        + (f"  slave CPU {scpu / sent * 100_000:5.2f} s/100k  {_load()}" if slave_pid else "")
+        + _syscalls_line(sent),
         flush=True,
     )
     return rate
+
+
+async def produce_single(
+    conn: RemotingClient, n: int, body: bytes, pid: int, slave_pid: int | None = None
+) -> float:
+    phase = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid)
+    return _print_produce(
+        "64 in flight, all-ack R3 ", "p50", "single", n, len(body), phase, slave_pid
+    )
 
 
 async def produce_batch(
     conn: RemotingClient, n: int, body: bytes, pid: int, slave_pid: int | None = None
 ) -> None:
     payload = msgpack.packb([{"body": body}] * 64)
-    dt, lat, cpu, scpu = await _drive(
-        conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid
-    )
+    phase = await _drive(conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid)
     sent = (n // 64) * 64
-    rate = sent / dt
-    print(
-        f"produce, batches of 64, all-ack R3 {rate:>9,.0f} msg/s {sent * len(body) / dt / 1e6:6.1f} MB/s"
-        f"  batch p50 {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
-        f"  master CPU {cpu / sent * 100_000:5.2f} s/100k  {ratio('batch', rate)}"
-        + (f"  slave CPU {scpu / sent * 100_000:5.2f} s/100k  {_load()}" if slave_pid else "")
-        + _syscalls_line(sent),
-        flush=True,
+    _print_produce(
+        "batches of 64, all-ack R3", "batch p50", "batch", sent, len(body), phase, slave_pid
     )
 
 
 async def produce_one_at_a_time(
     conn: RemotingClient, n: int, body: bytes, pids: dict[str, int] | None = None
 ) -> float:
-    lat = []
     cpu0 = {role: cpu_seconds(p) for role, p in (pids or {}).items()}
     client0 = time.process_time()
-    for i in range(n):
-        t0 = time.perf_counter()
-        resp = await conn.request(
-            RequestCode.SEND_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, body, 30
-        )
-        if resp.code != ResponseCode.SUCCESS:
-            raise SystemExit(f"send failed: {resp.code} {resp.header}")
-        lat.append(time.perf_counter() - t0)
+    lat = await send_requests(conn, RequestCode.SEND_MESSAGE, TOPIC, QUEUES, body, n, 1, timeout=30)
     p50 = pct(lat, 0.5) * 1000
     print(
         f"produce, one at a time, all-ack R3 p50 {p50:.3f} ms  p99 {pct(lat, 0.99) * 1000:.3f} ms"
