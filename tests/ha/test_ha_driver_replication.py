@@ -26,7 +26,14 @@ from protocol.ha import (
     encode_slave_ack,
     encode_slave_handshake,
 )
-from tests.ha.test_ha_driver_support import FAST, Node, all_gets, commitlog, in_step
+from tests.ha.test_ha_driver_support import (
+    FAST,
+    Node,
+    all_gets,
+    commitlog,
+    in_step,
+    in_sync_group,
+)
 from tests.support.wait import stays_async, wait_until_async
 
 Scenario = Callable[[list[Node]], Awaitable[None]]
@@ -138,10 +145,7 @@ async def min_in_sync_replicas(nodes: list[Node]) -> None:
 @scenario()
 async def a_lost_slave_is_shrunk_and_rejoins_when_caught_up(nodes: list[Node]) -> None:
     a, b, c = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    await c.slave_of(a, 1)
-    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
+    await in_sync_group(a, b, c)
     a.put(50)
     await wait_until_async(lambda: in_step(a, b, c), "replicated")
     await c.close()  # its connection drops
@@ -159,9 +163,7 @@ async def a_lost_slave_is_shrunk_and_rejoins_when_caught_up(nodes: list[Node]) -
 @scenario(dataclasses.replace(FAST, max_time_slave_not_catchup_ms=300))
 async def a_frozen_slave_is_shrunk_after_the_timeout_and_expanded_back(nodes: list[Node]) -> None:
     a, b, _ = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
+    await in_sync_group(a, b, what="slave in the set")
     client = b.ha.slave_client
     assert client is not None and client._transport is not None
     client._transport.pause_reading()  # frozen: connected, but reads and acks nothing
@@ -178,10 +180,7 @@ async def a_frozen_slave_is_shrunk_after_the_timeout_and_expanded_back(nodes: li
 @scenario()
 async def confirm_offset_waits_while_a_member_is_disconnected(nodes: list[Node]) -> None:
     a, b, c = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    await c.slave_of(a, 1)
-    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
+    await in_sync_group(a, b, c)
     a.put(10)
     await wait_until_async(lambda: a.ha.confirm_offset == a.store.max_offset, "confirmed")
     before = a.ha.confirm_offset
@@ -215,9 +214,7 @@ async def a_rejected_shrink_keeps_the_confirm_offset_and_is_retried(
     nodes: list[Node],
 ) -> None:
     a, b, _ = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "in the set")
+    await in_sync_group(a, b, what="in the set")
     a.proposer.reject = True
     await b.ha.stop()
     r = a.put(5)
@@ -231,10 +228,7 @@ async def a_rejected_shrink_keeps_the_confirm_offset_and_is_retried(
 @scenario()
 async def failover_truncates_the_old_masters_unreplicated_tail(nodes: list[Node]) -> None:
     a, b, c = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    await c.slave_of(a, 1)
-    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2, 3}, "full set")
+    await in_sync_group(a, b, c)
     r = a.put(120, tag=1)
     assert await a.ha.wait_for_replicas(r.end_offset, 5.0)
     common = r.end_offset
@@ -398,9 +392,7 @@ async def a_slow_slave_blocks_neither_writes_nor_other_slaves(nodes: list[Node])
 @scenario()
 async def garbage_on_the_ha_port_closes_that_connection_only(nodes: list[Node]) -> None:
     a, b, _ = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    await wait_until_async(lambda: a.ha.in_sync_members() == {1, 2}, "slave in the set")
+    await in_sync_group(a, b, what="slave in the set")
     host, port = split_address(a.ha.address)
     for junk in (b"GET / HTTP/1.1\r\n\r\n", b"\x00\x00\x00\x01" + b"\xff" * 66, b"\x00" * 4):
         reader, writer = await asyncio.open_connection(host, port)

@@ -13,6 +13,7 @@ from broker.ha.service import HAService
 from protocol.message import Message
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore, PutResult, StoreConfig
+from tests.support.wait import wait_until_async
 
 SEGMENT = 256 * 1024
 TOPICS = ("t", "orders")
@@ -115,6 +116,16 @@ class Node:
     async def close(self) -> None:
         await self.ha.stop()
         self.store.close()
+
+
+async def in_sync_group(master: Node, *slaves: Node, what: str = "full set") -> None:
+    """``master`` made master at epoch 1 and ``slaves`` its slaves, once all of them are in its
+    SyncStateSet (``what``: the wait's name)."""
+    await master.master(1)
+    for slave in slaves:
+        await slave.slave_of(master, 1)
+    members = {master.broker_id, *(slave.broker_id for slave in slaves)}
+    await wait_until_async(lambda: master.ha.in_sync_members() == members, what)
 
 
 def commitlog(store: MessageStore) -> bytes:
