@@ -76,7 +76,7 @@ class StaticForwarder:
         except Exception as exc:
             raise ForwardError(f"sending to {master} failed: {exc}") from None
         if resp.code != ResponseCode.SUCCESS:
-            raise ForwardError(f"{master} refused: {resp.header.get('remark') or resp.code}")
+            raise ForwardError(f"{master} refused: {resp.remark or resp.code}")
         return target[0]
 
     def _newest_item(self, route: Any, topic: str, physical_queue: int) -> tuple[str, int]:

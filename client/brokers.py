@@ -54,10 +54,5 @@ class MasterCaller:
         conn = await self.connection(broker_name)
         resp = await conn.request(code, header, body, timeout)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_of(resp, conn.address)
+            raise BrokerError.of(resp, conn.address)
         return resp
-
-
-def error_of(resp: Frame, address: str) -> BrokerError:
-    remark = resp.header.get("remark")
-    return BrokerError(resp.code, remark if isinstance(remark, str) else "", address)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from client.logs import SdkLogger
 from protocol.codes import ResponseCode, code_name
+from protocol.remoting import Frame
 
 
 class ClientError(Exception):
@@ -32,6 +33,11 @@ class BrokerError(ClientError):
         where = f" from {address}" if address else ""
         text = f"{code_name(code)} ({code}){where}"
         super().__init__(f"{text}: {remark}" if remark else text)
+
+    @classmethod
+    def of(cls, answer: Frame, address: str = "") -> BrokerError:
+        """The error of an answer that is not SUCCESS, from ``address``."""
+        return BrokerError(answer.code, answer.remark, address)
 
 
 class TopicNotFoundError(BrokerError):

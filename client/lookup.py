@@ -411,8 +411,7 @@ class Lookup(BootstrapClient):
                 records = _records(answer.body, address)
                 if records and records[0].queue_offset == offset:
                     return FoundMessage(records[0], broker_name, address)
-            remark = frame.header.get("remark")
-            detail = f": {remark}" if isinstance(remark, str) and remark else ""
+            detail = f": {frame.remark}" if frame.remark else ""
             raise ClientError(
                 f"no committed message at offset {offset} of {topic}:{queue_id} on "
                 f"{broker_name}{detail}"

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Callable
 
 from client import logs
-from client.brokers import MasterCaller, error_of
+from client.brokers import MasterCaller
 from client.buffer import MessageBuffer
 from client.errors import BrokerError, ClientError, CorruptMessageError
 from client.message import ReceivedMessage
@@ -236,7 +236,7 @@ class Puller:
                 broker, bound.code, bound.header(), timeout=self.request_timeout
             )
         elif resp.code != ResponseCode.SUCCESS:
-            raise error_of(resp, self.caller.address(broker))
+            raise BrokerError.of(resp, self.caller.address(broker))
         try:
             return decode_offset(resp)
         except AnswerError as exc:
@@ -284,7 +284,7 @@ class Puller:
                 if isinstance(answer, PullCorrupt):
                     self._corrupt(state, answer)
                     return
-                failure = error_of(resp, self.caller.address(broker))
+                failure = BrokerError.of(resp, self.caller.address(broker))
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
             backoff = await self._back_off(backoff, f"{broker}/{mq.queue_id}", failure)
@@ -343,7 +343,7 @@ class Puller:
             if resp.code == ResponseCode.QUERY_NOT_FOUND:
                 continue
             if resp.code != ResponseCode.SUCCESS:
-                raise error_of(resp, self.caller.address(broker))
+                raise BrokerError.of(resp, self.caller.address(broker))
             try:
                 committed[item.generation] = offset = decode_offset(resp)
             except AnswerError as exc:
@@ -424,7 +424,7 @@ class Puller:
                 if isinstance(answer, PullCorrupt):
                     self._corrupt(state, answer, item)
                     return
-                failure = error_of(resp, self.caller.address(broker))
+                failure = BrokerError.of(resp, self.caller.address(broker))
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
             backoff = await self._back_off(backoff, where, failure)

@@ -8,9 +8,9 @@ import asyncio
 import time
 
 from client.bootstrap import Bootstrap
-from client.errors import ClientError, NoRouteError, SendError
+from client.errors import BrokerError, ClientError, NoRouteError, SendError
 from client.routes import TopicRoute, fetch_cluster_info
-from client.routing_retry import CONNECTION_ERRORS, RETRIABLE_CODES, SendRouter, broker_error
+from client.routing_retry import CONNECTION_ERRORS, RETRIABLE_CODES, SendRouter
 from protocol.broker_requests.recall import RecallRequest
 from protocol.codes import ResponseCode
 from protocol.message import RecordError, parse_msg_id
@@ -58,7 +58,7 @@ class Recaller:
                     else:
                         if resp.code == ResponseCode.SUCCESS:
                             return
-                        error = broker_error(resp, address)
+                        error = BrokerError.of(resp, address)
                         if resp.code not in RETRIABLE_CODES:
                             raise error
                         last = error

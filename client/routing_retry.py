@@ -76,12 +76,6 @@ def group_lane(topic: str, route: TopicRoute, group: str) -> LaneKey:
     return (topic, mq.broker_name, mq.queue_id)
 
 
-def broker_error(resp: Frame, address: str) -> BrokerError:
-    """The :class:`BrokerError` of an answer that is not SUCCESS."""
-    remark = resp.header.get("remark")
-    return BrokerError(resp.code, remark if isinstance(remark, str) else "", address)
-
-
 class SendRouter:
     """Picks the queue of each attempt (round-robin, skipping broker groups that failed
     recently), looks routes up, connects, and retries retriable failures until a deadline.
@@ -279,7 +273,7 @@ class SendRouter:
                         return resp, mq
                     if rcode == ResponseCode.TOPIC_NOT_EXIST:
                         raise TopicNotFoundError(topic, address)
-                    error = broker_error(resp, address)
+                    error = BrokerError.of(resp, address)
                     if rcode not in RETRIABLE_CODES:
                         raise error
                     last = error

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from client import logs
 from client.bootstrap import Bootstrap
-from client.brokers import MasterCaller, error_of
+from client.brokers import MasterCaller
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
 from client.message import ReceivedMessage
 from client.routes import RouteCache
@@ -201,7 +201,7 @@ class SimpleConsumer:
         if resp is None or resp.code == ResponseCode.PULL_NOT_FOUND:
             return []
         if resp.code != ResponseCode.SUCCESS:
-            raise error_of(resp, self._caller.address(broker_name))
+            raise BrokerError.of(resp, self._caller.address(broker_name))
         return decode_pop_answer(resp, broker_name)
 
     async def _request(
@@ -220,7 +220,7 @@ class SimpleConsumer:
             else:
                 if resp.code not in _MOVED:
                     return resp
-                last = error_of(resp, self._caller.address(broker_name))
+                last = BrokerError.of(resp, self._caller.address(broker_name))
             if attempt + 1 < _ATTEMPTS:
                 await asyncio.sleep(0.2 * (attempt + 1))
                 try:
@@ -242,7 +242,7 @@ class SimpleConsumer:
         resp = await self._request(msg.broker_name, ack.code, ack.encode()[0])
         assert resp is not None
         if resp.code != ResponseCode.SUCCESS:
-            raise error_of(resp, self._caller.address(msg.broker_name))
+            raise BrokerError.of(resp, self._caller.address(msg.broker_name))
 
     async def ack_many(self, msgs: list[PopMessage]) -> list[BrokerError | None]:
         """Ack several messages, one request (and one record) per broker group; returns per
@@ -262,7 +262,7 @@ class SimpleConsumer:
                 assert resp is not None
                 address = self._caller.address(broker_name)
                 if resp.code != ResponseCode.SUCCESS:
-                    raise error_of(resp, address)
+                    raise BrokerError.of(resp, address)
                 try:
                     answer = BatchAckAnswer.parse(resp.header, resp.body)
                 except FieldError as exc:
@@ -286,7 +286,7 @@ class SimpleConsumer:
         resp = await self._request(msg.broker_name, change.code, change.encode()[0])
         assert resp is not None
         if resp.code != ResponseCode.SUCCESS:
-            raise error_of(resp, self._caller.address(msg.broker_name))
+            raise BrokerError.of(resp, self._caller.address(msg.broker_name))
         try:
             changed = InvisibleChanged.parse(resp.header, resp.body)
         except FieldError:

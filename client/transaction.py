@@ -237,8 +237,7 @@ class TransactionProducer:
             else:
                 if resp.code == ResponseCode.SUCCESS:
                     return resp.header.get("already") is not True
-                remark = resp.header.get("remark")
-                error = BrokerError(resp.code, remark if isinstance(remark, str) else "", address)
+                error = BrokerError.of(resp, address)
                 if resp.code not in RETRIABLE_CODES:
                     raise error
                 last = error
@@ -351,5 +350,5 @@ class TransactionProducer:
                 "transaction check answer refused",
                 transaction_id=txn_id,
                 code=resp.code,
-                remark=resp.header.get("remark"),
+                remark=resp.remark,
             )

@@ -52,8 +52,7 @@ async def _commit_async(
                 failures.append(f"{mq.broker_name}/{mq.queue_id} at {address}: {describe(exc)}")
                 return
             if resp.code != ResponseCode.SUCCESS:
-                remark = resp.header.get("remark")
-                failures.append(f"{mq.broker_name}/{mq.queue_id} at {address}: {remark}")
+                failures.append(f"{mq.broker_name}/{mq.queue_id} at {address}: {resp.remark}")
 
         await asyncio.gather(*(one(mq, off) for mq, off in sorted(offsets.items())))
     finally:

@@ -220,8 +220,7 @@ class QueueSender:
                 if resp.code == ResponseCode.SUCCESS:
                     h = resp.header
                     return target.broker_name, int(h["queueId"] or 0), int(h["queueOffset"] or 0)
-                remark = resp.header.get("remark")
-                what = f"{address} answered {ResponseCode(resp.code).name}: {remark}"
+                what = f"{address} answered {ResponseCode(resp.code).name}: {resp.remark}"
                 if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                     raise UnknownTopicError(f"topic {topic!r} does not exist ({what})")
                 if resp.code not in RETRIABLE_CODES:

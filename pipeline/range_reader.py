@@ -257,8 +257,7 @@ class RangeReader:
             self._drop_inflight()
             self._data_lost(offset + 1, str(error), "message unreadable, skipping")
             return None
-        remark = resp.header.get("remark")
-        raise _Retry(f"pull answered {resp.code}: {remark}")
+        raise _Retry(f"pull answered {resp.code}: {resp.remark}")
 
 
 def read_range(qr: QueueRange, settings: PullSettings) -> Iterator[Chunk]:

@@ -56,6 +56,13 @@ class Frame:
     body: bytes | None = None
 
     @property
+    def remark(self) -> str:
+        """An answer's ``remark`` (why it is not SUCCESS): "" when it has none, or none that
+        is text."""
+        remark = self.header.get("remark")
+        return remark if isinstance(remark, str) else ""
+
+    @property
     def is_request(self) -> bool:
         return self.kind == KIND_REQUEST
 

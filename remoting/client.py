@@ -303,8 +303,7 @@ class RemotingClient:
         """Like :meth:`request`, but a non-success response raises :class:`ResponseError`."""
         resp = await self.request(code, header, body, timeout)
         if resp.code != ResponseCode.SUCCESS:
-            remark = resp.header.get("remark")
-            raise ResponseError(resp.code, remark if isinstance(remark, str) else "", self.address)
+            raise ResponseError.of(resp, self.address)
         return resp
 
     def send_oneway(

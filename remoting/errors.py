@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from protocol.codes import code_name
+from protocol.remoting import Frame
 
 
 class RemotingError(Exception):
@@ -34,6 +35,11 @@ class ResponseError(RemotingError):
             if remark
             else f"{code_name(code)} ({code}){where}"
         )
+
+    @classmethod
+    def of(cls, answer: Frame, address: str = "") -> ResponseError:
+        """The error of an answer that is not SUCCESS, from ``address``."""
+        return cls(answer.code, answer.remark, address)
 
 
 class UnreachableError(RemotingError):

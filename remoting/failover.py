@@ -171,8 +171,7 @@ class AddressFailover:
             if resp.code == ResponseCode.SUCCESS:
                 self._preferred = address
                 return resp
-            remark = resp.header.get("remark")
-            error = ResponseError(resp.code, remark if isinstance(remark, str) else "", address)
+            error = ResponseError.of(resp, address)
             if resp.code not in _TRY_NEXT:
                 raise error
             last_error = error
