@@ -53,7 +53,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from protocol.remoting import ProtocolError
 from protocol.rocketmq_remoting.codes import LanguageCode
@@ -465,23 +465,27 @@ class FrameSplitter:
         frames: list[bytes] = []
         pos = 0
         end = len(buf)
-        while end - pos >= 4:
-            (length,) = _I32.unpack_from(buf, pos)
-            if length + 4 > self._max:
-                self._fail(f"frame of {length + 4} bytes exceeds the limit of {self._max}")
-            if length < 4:
-                self._fail(f"frame length {length} leaves no room for the header length")
-            if end - pos - 4 < length:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + length]))
-            pos += 4 + length
+        error = None
+        with memoryview(buf) as view:  # one copy per frame, out of the buffer
+            while end - pos >= 4:
+                (length,) = _I32.unpack_from(buf, pos)
+                if length + 4 > self._max:
+                    error = f"frame of {length + 4} bytes exceeds the limit of {self._max}"
+                elif length < 4:
+                    error = f"frame length {length} leaves no room for the header length"
+                if error is not None or end - pos - 4 < length:
+                    break
+                frames.append(bytes(view[pos + 4 : pos + 4 + length]))
+                pos += 4 + length
+        if error is not None:
+            self._fail(error)
         if pos == end:
             self._buf = bytearray()  # do not keep a large frame's capacity
         elif pos:
             del buf[:pos]
         return frames
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str) -> NoReturn:
         self._failed = reason
         self._buf = bytearray()
         raise RemotingFrameError(reason)

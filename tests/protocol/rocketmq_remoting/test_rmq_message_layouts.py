@@ -77,6 +77,7 @@ plain = st.text(
 )
 
 
+@settings(deadline=None)
 @given(st.dictionaries(plain, plain, max_size=8))
 def test_properties_round_trip(props: dict[str, str]) -> None:
     assert decode_properties(encode_properties(props)) == props
@@ -181,7 +182,7 @@ int32 = st.integers(-(2**31), 2**31 - 1)
 int64 = st.integers(-(2**63), 2**63 - 1)
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(
     st.builds(
         StoredMessage,
@@ -230,7 +231,7 @@ def test_bad_stored_messages() -> None:
     assert "topic of the message at 0 is not UTF-8" in _layout_error(bytes(bad_topic))
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_stored_garbage_raises_only_layout_errors(raw: bytes) -> None:
     try:
@@ -259,6 +260,7 @@ def test_batch_golden_decodes_and_reencodes() -> None:
     assert encode_batch(messages) == BATCH
 
 
+@settings(deadline=None)
 @given(
     st.lists(
         st.builds(
@@ -285,7 +287,7 @@ def test_bad_batches() -> None:
         decode_batch(BATCH[:21] + b"\x00\x09" + BATCH[23:30])
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_batch_garbage_raises_only_layout_errors(raw: bytes) -> None:
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.rocketmq_remoting.codes import VERSION_V3_4_9, VERSION_V4_9_4
@@ -109,6 +109,7 @@ def test_quote_integer_keys_touches_only_keys() -> None:
 names = st.text(min_size=1, max_size=12)
 
 
+@settings(deadline=None)
 @given(
     st.lists(
         st.builds(
