@@ -6,23 +6,19 @@ record (so every replica cancels it from the CommitLog too) and cancels it in it
 answers once the recall record is as durable as a send (all-ack waits for the replicas).
 Refusals: BAD_REQUEST (malformed id), MESSAGE_ILLEGAL (not a scheduled message of that topic),
 QUERY_NOT_FOUND (unknown id, or already delivered or recalled), NOT_MASTER / MASTER_FENCED.
+The decisions are :func:`broker.recall_scheduled.recall_scheduled`'s.
 """
 
 from __future__ import annotations
 
-import structlog
-
 from broker.context import BrokerContext
 from broker.durable_wait import DurableAnswer, answer_when_durable
-from broker.timer.service import RecallError
-from broker.write_gate import WriteRefused
+from broker.recall_scheduled import recall_scheduled
+from broker.timer.recall import RecallError
 from protocol.broker_requests.recall import Recalled, RecallRequest
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
-from storage.errors import DiskFullError, StoreError
-
-log = structlog.get_logger(__name__)
 
 
 class RecallProcessor:
@@ -35,17 +31,9 @@ class RecallProcessor:
     def recall(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         ctx = self.ctx
         recall = RecallRequest.parse(req.header, req.body)
-        topic, msg_id = recall.topic, recall.msg_id
         try:
-            ctx.check_writable()
-            result = ctx.timer.recall(topic, msg_id)
-        except (WriteRefused, RecallError) as refused:
+            result = recall_scheduled(ctx.gate, ctx.timer, recall.topic, recall.msg_id)
+        except RecallError as refused:
             return error_response(req, refused.code, refused.remark)
-        except DiskFullError as exc:
-            return error_response(req, ResponseCode.DISK_FULL, f"disk full: {exc}")
-        except StoreError as exc:
-            log.error("recall failed", topic=topic, msg_id=msg_id, error=str(exc))
-            return error_response(req, ResponseCode.SYSTEM_ERROR, str(exc))
-        log.info("scheduled message recalled", topic=topic, msg_id=msg_id)
-        resp = response(req, ResponseCode.SUCCESS, *Recalled(msg_id=msg_id).encode())
+        resp = response(req, ResponseCode.SUCCESS, *Recalled(msg_id=recall.msg_id).encode())
         return answer_when_durable(ctx, result, req, resp)
