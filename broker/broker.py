@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -322,7 +323,10 @@ class Broker:
         cfg = self.cfg
         # Imported here so a broker with the endpoint off never loads grpcio.
         from broker.grpc.access import CallGuard
+        from broker.grpc.here import Here
         from broker.grpc.service import GrpcEndpoint, MessagingService
+        from broker.recall_scheduled import recall_scheduled
+        from broker.transaction.ending import end_transaction
 
         local = f"{cfg.listen_host}:{self.port}"
         ctx = self.ctx
@@ -348,6 +352,15 @@ class Broker:
                     window_ms=cfg.auth_timestamp_window_ms,
                     on_refused=self.metrics.auth_refusal,
                 )
+            ),
+            # While this broker is the master, sends, transaction ends and recalls are served
+            # in-process by the code the remoting processors call.
+            here=Here(
+                is_master=lambda: ctx.role.is_master,
+                sends=ctx.sends,
+                end_transaction=partial(end_transaction, ctx.transactions),
+                recall=partial(recall_scheduled, ctx.gate, ctx.timer),
+                durability=ctx,
             ),
         )
         tls = None

@@ -1,12 +1,19 @@
 """The producer's RPCs of the gRPC endpoint: SendMessage, EndTransaction, RecallMessage.
 
-Each becomes the broker's own remoting request to the master of this broker's group (this
-broker itself when it is the master, over a loopback connection), so every check, wait and
-metric of the remoting path applies unchanged:
+* SendMessage: its messages (:func:`broker.grpc.translate.send_request`: FIFO through
+  ``__SHARDINGKEY``, delay through ``__STARTDELIVERTIME``, a transaction as a half message of
+  producer group ``GRPC_TX_<topic>``) are one send, all or nothing, as SEND_BATCH_MESSAGE is:
+  one topic, one type and one message group for all of them, every entry answered with the same
+  status. When this broker is its group's master, the send service is called in-process
+  (:mod:`broker.grpc.here`: the code the remoting processor runs, with its checks, metrics and
+  durability wait); otherwise the send goes to the master as SEND_MESSAGE (10) for one message,
+  SEND_BATCH_MESSAGE (320) for more (their born host is then this broker).
 
-* SendMessage -> SEND_MESSAGE (10), one per message (:func:`broker.grpc.translate.send_request`:
-  FIFO through ``__SHARDINGKEY``, delay through ``__STARTDELIVERTIME``, a transaction as a half
-  message of producer group ``GRPC_TX_<topic>``);
+EndTransaction and RecallMessage call the broker's own code in-process too when this broker is
+the master (of the recall handle's group, for a recall): the functions END_TRANSACTION's and
+RECALL_MESSAGE's processors call, then the same durability wait. Otherwise they become the
+broker's own remoting requests to the master:
+
 * EndTransaction -> END_TRANSACTION (37) with the half's offset from the transaction id the send
   answered;
 * RecallMessage -> RECALL_MESSAGE to the master of the broker group the recall handle names
@@ -18,14 +25,18 @@ group as its endpoints, so they keep sending through a failover without a new ro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
 import structlog
 
+from broker.durable_wait import wait_durable
+from broker.grpc.here import Here
 from broker.grpc.translate import (
     Refused,
+    SendRequest,
     half_offset_of,
     no_namespace,
     parse_recall_handle,
@@ -34,8 +45,14 @@ from broker.grpc.translate import (
     status_code,
     transaction_group,
 )
+from broker.send.service import SendRefused, SendService
+from broker.timer.recall import RecallError
+from broker.transaction.ending import EndRefused
+from protocol.broker_requests.send import SendAnswer, SendBatchAnswer, SendBatchRequest
+from protocol.broker_requests.transaction import EndTransaction
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller_requests.topics import RouteQuery
+from protocol.fields import FieldError
 from protocol.remoting import Frame, Scalar
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
@@ -43,6 +60,7 @@ from protocol.transaction import COMMIT_TYPE, NOT_TYPE, ROLLBACK_TYPE
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from remoting.failover import AddressFailover, describe_failure
+from storage.store import PutResult
 
 log = structlog.get_logger(__name__)
 
@@ -71,13 +89,21 @@ class Publisher:
         master_address: Callable[[], str],
         broker_name: str,
         max_body_bytes: int,
+        here: Here | None = None,
     ) -> None:
+        """``here``: this broker's services, called in-process while it is the master (None:
+        every send goes over the network)."""
         self.pool = pool
         self.routes = routes
         self.master_address = master_address
         """The remoting address of this broker group's master ("" while there is none)."""
         self.broker_name = broker_name
         self.max_body_bytes = max_body_bytes
+        self.here = here
+        self.in_process = 0
+        """SendMessage requests served by calling the send service in-process."""
+        self.forwarded = 0
+        """SendMessage requests sent to the master over the network."""
 
     async def _request(
         self, code: int, header: dict[str, Scalar], body: bytes | None, address: str = ""
@@ -101,45 +127,81 @@ class Publisher:
 
     # -- SendMessage ---------------------------------------------------------------------------
     async def send(self, request: rpc.SendMessageRequest, peer: str) -> rpc.SendMessageResponse:
-        if not request.messages:
+        """The request's messages as one send, all or nothing: every entry answers the same
+        status (the first refusal when one is refused, and then nothing is stored)."""
+        count = len(request.messages)
+        if not count:
             return rpc.SendMessageResponse(status=status(pb.BAD_REQUEST, "no message to send"))
-        entries = [await self._send_one(m, peer) for m in request.messages]
-        first = entries[0].status
-        if any(e.status.code != first.code for e in entries):
-            first = status(pb.MULTIPLE_RESULTS, "the messages had different results")
-        return rpc.SendMessageResponse(status=first, entries=entries)
-
-    async def _send_one(self, msg: pb.Message, peer: str) -> rpc.SendResultEntry:
         try:
-            send = send_request(msg, peer, self.max_body_bytes)
+            sends = [send_request(m, peer, self.max_body_bytes) for m in request.messages]
+            if count > 1:
+                _one_batch(sends)
         except Refused as exc:
-            return rpc.SendResultEntry(
-                status=status(exc.code, exc.message),
-                message_id=msg.system_properties.message_id,
-            )
+            return self._refused(request, status(exc.code, exc.message))
+        here = self.here
+        if here is not None and here.is_master():
+            self.in_process += 1
+            return await self._send_here(here.sends, sends, request)
+        self.forwarded += 1
+        return await self._forward(sends, request)
+
+    async def _send_here(
+        self, service: SendService, sends: list[SendRequest], request: rpc.SendMessageRequest
+    ) -> rpc.SendMessageResponse:
+        """This broker is the master: the send service in-process, the one the remoting
+        processor calls (every check, metric, wait, timer admission and half message alike)."""
+        start = time.perf_counter()
         try:
-            resp = await self._request(RequestCode.SEND_MESSAGE, dict(send.header), send.body)
+            result = service.put(sends[0].message.topic, -1, [s.message for s in sends])
+            await service.durable(result, start)
+        except SendRefused as refused:
+            return self._refused(request, status(status_code(refused.code), refused.remark))
+        make_id = service.msg_id
+        ids = [make_id(offset) for offset in result.physical_offsets]
+        return _sent(sends, ids, result.first_queue_offset, service.broker_name)
+
+    async def _forward(
+        self, sends: list[SendRequest], request: rpc.SendMessageRequest
+    ) -> rpc.SendMessageResponse:
+        """A slave's endpoint: SEND_MESSAGE (one message) or SEND_BATCH_MESSAGE to the master."""
+        try:
+            if len(sends) == 1:
+                one = sends[0]
+                resp = await self._request(RequestCode.SEND_MESSAGE, dict(one.header), one.body)
+            else:
+                batch = SendBatchRequest(
+                    topic=sends[0].message.topic, messages=tuple(s.message for s in sends)
+                )
+                resp = await self._request(batch.code, *batch.encode())
         except (RemotingError, _NoMaster) as exc:
-            return rpc.SendResultEntry(status=self._unavailable(exc), message_id=send.message_id)
+            return self._refused(request, self._unavailable(exc))
         if resp.code != ResponseCode.SUCCESS:
-            remark = resp.header.get("remark")
-            return rpc.SendResultEntry(
-                status=status(status_code(resp.code), str(remark or "")),
-                message_id=send.message_id,
-            )
-        h = resp.header
-        offset = h.get("queueOffset")
-        msg_id = str(h.get("msgId") or "")
-        entry = rpc.SendResultEntry(
-            status=status(pb.OK),
-            message_id=send.message_id,
-            offset=offset if isinstance(offset, int) else -1,
-        )
-        if send.kind == pb.TRANSACTION:
-            entry.transaction_id = msg_id
-        elif send.kind == pb.DELAY and entry.offset < 0:  # scheduled: recallable until due
-            entry.recall_handle = recall_handle(str(h.get("brokerName") or ""), msg_id)
-        return entry
+            remark = str(resp.header.get("remark") or "")
+            return self._refused(request, status(status_code(resp.code), remark))
+        try:
+            if len(sends) == 1:
+                one_answer = SendAnswer.parse(resp.header)
+                ids = [one_answer.msg_id]
+                first, broker = one_answer.queue_offset, one_answer.broker_name
+            else:
+                answer = SendBatchAnswer.parse(resp.header, resp.body)
+                ids = list(answer.msg_ids)
+                first, broker = answer.queue_offset, answer.broker_name
+        except FieldError as exc:
+            why = status(pb.INTERNAL_ERROR, f"the master's send answer: {exc}")
+            return self._refused(request, why)
+        if len(ids) != len(sends):
+            why = status(pb.INTERNAL_ERROR, "the master answered a wrong number of message ids")
+            return self._refused(request, why)
+        return _sent(sends, ids, first, broker)
+
+    @staticmethod
+    def _refused(request: rpc.SendMessageRequest, why: pb.Status) -> rpc.SendMessageResponse:
+        entries = [
+            rpc.SendResultEntry(status=why, message_id=m.system_properties.message_id)
+            for m in request.messages
+        ]
+        return rpc.SendMessageResponse(status=why, entries=entries)
 
     # -- EndTransaction --------------------------------------------------------------------------
     async def end_transaction(
@@ -155,12 +217,27 @@ class Publisher:
             offset = half_offset_of(request.transaction_id)
         except Refused as exc:
             return rpc.EndTransactionResponse(status=status(exc.code, exc.message))
+        ask = EndTransaction(
+            group=transaction_group(topic),
+            transaction_id=request.message_id,
+            offset=offset,
+            commit_or_rollback=_RESOLUTIONS.get(request.resolution, NOT_TYPE),
+            from_check=request.source == pb.SOURCE_SERVER_CHECK,
+        )
+        here = self.here
+        if here is not None and here.is_master():
+            try:
+                ended = here.end_transaction(ask)
+            except EndRefused as refused:
+                why = status(status_code(refused.code), refused.remark)
+                return rpc.EndTransactionResponse(status=why)
+            return rpc.EndTransactionResponse(status=await _durable(here, ended.result))
         header: dict[str, Scalar] = {
-            "producerGroup": transaction_group(topic),
-            "transactionId": request.message_id,
+            "producerGroup": ask.group,
+            "transactionId": ask.transaction_id,
             "commitLogOffset": offset,
-            "commitOrRollback": _RESOLUTIONS.get(request.resolution, NOT_TYPE),
-            "fromTransactionCheck": request.source == pb.SOURCE_SERVER_CHECK,
+            "commitOrRollback": ask.commit_or_rollback,
+            "fromTransactionCheck": ask.from_check,
         }
         try:
             resp = await self._request(RequestCode.END_TRANSACTION, header, None)
@@ -179,6 +256,9 @@ class Publisher:
                 raise Refused(pb.ILLEGAL_TOPIC, "topic is empty")
             no_namespace(request.topic, "topic")
             broker_name, msg_id = parse_recall_handle(request.recall_handle)
+            here = self.here
+            if broker_name == self.broker_name and here is not None and here.is_master():
+                return await self._recall_here(here, topic, msg_id)
             address = (
                 self.master_address()
                 if broker_name == self.broker_name
@@ -195,6 +275,20 @@ class Publisher:
             remark = str(resp.header.get("remark") or "")
             return rpc.RecallMessageResponse(status=status(status_code(resp.code), remark))
         return rpc.RecallMessageResponse(status=status(pb.OK), message_id=msg_id)
+
+    @staticmethod
+    async def _recall_here(here: Here, topic: str, msg_id: str) -> rpc.RecallMessageResponse:
+        """This broker is the master of the handle's group: the timer's recall in-process, the
+        one RECALL_MESSAGE's processor calls."""
+        try:
+            result = here.recall(topic, msg_id)
+        except RecallError as refused:
+            why = status(status_code(refused.code), refused.remark)
+            return rpc.RecallMessageResponse(status=why)
+        done = await _durable(here, result)
+        if done.code != pb.OK:
+            return rpc.RecallMessageResponse(status=done)
+        return rpc.RecallMessageResponse(status=done, message_id=msg_id)
 
     async def _master_of(self, topic: str, broker_name: str) -> str:
         try:
@@ -213,3 +307,63 @@ class Publisher:
         raise Refused(
             pb.NOT_FOUND, f"broker group {broker_name} of topic {topic} has no master right now"
         )
+
+
+async def _durable(here: Here, result: PutResult | None) -> pb.Status:
+    """OK once ``result`` (None: nothing written) is as durable as a send must be, else why
+    not (:func:`broker.durable_wait.wait_durable`, the wait every writer answers after)."""
+    if result is not None:
+        code, remark = await wait_durable(here.durability, result)
+        if code != ResponseCode.SUCCESS:
+            return status(status_code(code), remark)
+    return status(pb.OK)
+
+
+def _one_batch(sends: list[SendRequest]) -> None:
+    """:class:`Refused` unless the messages can be stored as one batch: one topic, one type,
+    one message group (what the official clients send together)."""
+    first = sends[0]
+    for other in sends[1:]:
+        if other.message.topic != first.message.topic:
+            raise Refused(
+                pb.BAD_REQUEST,
+                "the messages of one SendMessage are stored as one batch: they must have one "
+                f"topic, not {first.message.topic!r} and {other.message.topic!r}",
+            )
+        if other.kind != first.kind:
+            raise Refused(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "the messages of one SendMessage are stored as one batch: they must have one "
+                f"type, not {pb.MessageType.Name(first.kind)} and "
+                f"{pb.MessageType.Name(other.kind)}",
+            )
+        if other.group != first.group:
+            raise Refused(
+                pb.ILLEGAL_MESSAGE_GROUP,
+                "the messages of one SendMessage are stored as one batch: they must have one "
+                f"message group, not {first.group!r} and {other.group!r}",
+            )
+
+
+def _sent(
+    sends: list[SendRequest], ids: list[str], first_offset: int, broker_name: str
+) -> rpc.SendMessageResponse:
+    """Every entry OK: its message id, its queue offset (the batch's first plus its place;
+    -1 for a scheduled message, which has none until delivered), the transaction id of a half
+    message, the recall handle of a scheduled one. A batch of delay messages of which some were
+    due already (stored at once) has offset -1 and a recall handle in every entry: recalling
+    one stored at once is refused."""
+    entries = []
+    scheduled = first_offset < 0 or (len(sends) > 1 and sends[0].kind == pb.DELAY)
+    for i, (send, msg_id) in enumerate(zip(sends, ids, strict=True)):
+        entry = rpc.SendResultEntry(
+            status=status(pb.OK),
+            message_id=send.message_id,
+            offset=-1 if scheduled else first_offset + i,
+        )
+        if send.kind == pb.TRANSACTION:
+            entry.transaction_id = msg_id
+        elif send.kind == pb.DELAY and scheduled:  # recallable until due
+            entry.recall_handle = recall_handle(broker_name, msg_id)
+        entries.append(entry)
+    return rpc.SendMessageResponse(status=status(pb.OK), entries=entries)

@@ -1,7 +1,8 @@
 """The gRPC endpoint: ``apache.rocketmq.v2.MessagingService`` on grpcio's asyncio server.
 
 A thin front end, like RocketMQ's proxy: each RPC is translated (:mod:`broker.grpc.translate`)
-into the broker's own requests and delegated: QueryRoute asks the controllers (or a lone broker
+into the broker's own requests and delegated (a SendMessage to the send service in-process while
+this broker is its group's master: :mod:`broker.grpc.here`): QueryRoute asks the controllers (or a lone broker
 itself) for the topic's route and the brokers for their gRPC endpoints
 (:mod:`broker.grpc.endpoints`); the producer's RPCs go to :mod:`broker.grpc.produce`; Telemetry
 to :mod:`broker.grpc.telemetry`; the consumer's (POP) to :mod:`broker.grpc.consume`. RPCs not
@@ -28,6 +29,7 @@ from broker.grpc.access import CallGuard, check_namespace_header
 from broker.grpc.consume import ConsumeService
 from broker.grpc.delivery import CONSUMER_TYPES
 from broker.grpc.endpoints import EndpointBook
+from broker.grpc.here import Here
 from broker.grpc.produce import Publisher
 from broker.grpc.produce import status as _status
 from broker.grpc.telemetry import TelemetryHub
@@ -77,10 +79,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         *,
         credentials: Credentials | None = None,
         guard: CallGuard | None = None,
+        here: Here | None = None,
     ) -> None:
         """``credentials``: what the endpoint's requests to the brokers and controllers sign
         with (the cluster's, with authentication on; None: unsigned). ``guard``: checks every
-        call's signature and permissions (None: authentication off, every call anonymous)."""
+        call's signature and permissions (None: authentication off, every call anonymous).
+        ``here``: this broker's services, called in-process while it is its group's master
+        (None: every call goes over the network)."""
         self.local_address = local_address
         self.max_body_bytes = max_body_bytes
         self.guard = guard
@@ -88,7 +93,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.routes = AddressFailover(route_addresses, self.pool)
         self.endpoints = EndpointBook(self.pool, local_address)
         master = master_address or (lambda: local_address)
-        self.publisher = Publisher(self.pool, self.routes, master, broker_name, max_body_bytes)
+        self.publisher = Publisher(
+            self.pool, self.routes, master, broker_name, max_body_bytes, here
+        )
         self.telemetry = TelemetryHub(self.pool, local_address, master, max_body_bytes)
         self.consume = ConsumeService(self.pool, local_address, master, broker_name)
         self.telemetry.on_subscription = self.consume.subscription_settings

@@ -1,4 +1,4 @@
-"""Pure translation between the gRPC protocol's messages and the broker's remoting requests.
+"""Pure translation between the gRPC protocol's messages and the broker's requests and messages.
 
 No I/O here: the service (:mod:`broker.grpc.service`) calls these on what it receives and sends.
 """
@@ -16,6 +16,7 @@ from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import (
     PROP_KEYS,
     PROP_TAGS,
+    Message,
     RecordError,
     encode_properties,
     parse_msg_id,
@@ -101,14 +102,43 @@ def transaction_group(topic: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SendRequest:
-    """One message of a SendMessageRequest as the broker's SEND_MESSAGE (10) takes it."""
+    """One message of a SendMessageRequest as the broker stores it: the send service takes
+    :attr:`message` in-process, SEND_MESSAGE (10) takes :attr:`header` and :attr:`body`."""
 
     message_id: str
-    header: dict[str, str | int]
-    body: bytes
+    message: Message
+    """The message as the broker stores it (topic, body, tags, keys, properties, born time and
+    host)."""
     kind: int
     """Its MessageType (NORMAL, FIFO, DELAY or TRANSACTION), inferred when the client left it
     unspecified."""
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def group(self) -> str | None:
+        """Its FIFO message group (None: not a FIFO message)."""
+        return self.message.properties.get(PROP_MESSAGE_GROUP)
+
+    @property
+    def header(self) -> dict[str, str | int]:
+        """The SEND_MESSAGE header (queueId -1: the broker picks)."""
+        m = self.message
+        header: dict[str, str | int] = {
+            "topic": m.topic,
+            "queueId": -1,
+            "properties": encode_properties(m.properties).decode(),
+            "bornHost": m.born_host,
+        }
+        if m.tags:
+            header["tags"] = m.tags
+        if m.keys:
+            header["keys"] = m.keys
+        if m.born_timestamp:
+            header["bornTimestamp"] = m.born_timestamp
+        return header
 
 
 def _kind_of(sysp: pb.SystemProperties) -> int:
@@ -159,7 +189,8 @@ def _body_of(msg: pb.Message, max_body_bytes: int) -> bytes:
 
 
 def send_request(msg: pb.Message, peer: str, max_body_bytes: int) -> SendRequest:
-    """The SEND_MESSAGE request for one gRPC message; :class:`Refused` for a bad one."""
+    """One gRPC message as the broker stores it (``peer``: where it was born); :class:`Refused`
+    for a bad one."""
     sysp = msg.system_properties
     topic = msg.topic.name
     if not topic:
@@ -189,20 +220,17 @@ def send_request(msg: pb.Message, peer: str, max_body_bytes: int) -> SendRequest
         props[PROP_TRANSACTION_PREPARED] = "true"
         props[PROP_PRODUCER_GROUP] = transaction_group(topic)
         props[PROP_TRANSACTION_ID] = sysp.message_id
-    header: dict[str, str | int] = {
-        "topic": topic,
-        "queueId": -1,
-        "properties": encode_properties(props).decode(),
-        "bornHost": peer,
-    }
-    if sysp.HasField("tag"):
-        header["tags"] = sysp.tag
-    if sysp.keys:
-        header["keys"] = " ".join(sysp.keys)
     born = sysp.born_timestamp
-    if born.seconds or born.nanos:
-        header["bornTimestamp"] = born.seconds * 1000 + born.nanos // 1_000_000
-    return SendRequest(sysp.message_id, header, body, kind)
+    message = Message(
+        topic=topic,
+        body=body,
+        keys=" ".join(sysp.keys),
+        tags=sysp.tag,
+        properties=props,
+        born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000,
+        born_host=peer,
+    )
+    return SendRequest(sysp.message_id, message, kind)
 
 
 # -- handles the client keeps -------------------------------------------------------------------
