@@ -1,0 +1,546 @@
+"""The custom headers of the classic clients' broker requests: typed, read from and written to a
+frame's ``extFields`` (issue 27 item 3). Pure: no sockets, no clock.
+
+Every value in ``extFields`` is a string; Java writes each non-null header field with
+``toString()`` and reads it back with ``Integer.parseInt``, ``Long.parseLong`` and
+``Boolean.parseBoolean`` (only ``"true"``, in any case, is true). A field RocketMQ marks
+``@CFNotNull`` is required here too. A missing or malformed field raises :class:`HeaderError`
+naming it; the request gets an error answer and the connection stays.
+
+Field names (``?``: may be left out)::
+
+    SEND_MESSAGE 10            producerGroup topic defaultTopic defaultTopicQueueNums queueId
+                               sysFlag bornTimestamp flag properties? reconsumeTimes? unitMode?
+                               batch? maxReconsumeTimes? (brokerName? as bname)
+    SEND_MESSAGE_V2 310        the same under one-letter names, a..n (SEND_V2_NAMES);
+    SEND_BATCH_MESSAGE 320     Java clients send V2 names with m (batch) true
+      answer                   msgId queueId queueOffset transactionId? batchUniqId?
+    PULL_MESSAGE 11            consumerGroup topic queueId queueOffset maxMsgNums sysFlag
+                               commitOffset suspendTimeoutMillis subscription? subVersion
+                               expressionType? maxMsgBytes?
+      answer                   suggestWhichBrokerId nextBeginOffset minOffset maxOffset
+    QUERY_CONSUMER_OFFSET 14   consumerGroup topic queueId setZeroIfNotFound?; answer offset
+    UPDATE_CONSUMER_OFFSET 15  consumerGroup topic queueId commitOffset
+    SEARCH_OFFSET_BY_TIMESTAMP 29  topic queueId timestamp boundaryType?; answer offset
+    GET_MAX_OFFSET 30, GET_MIN_OFFSET 31  topic queueId; answer offset
+    UNREGISTER_CLIENT 35       clientID producerGroup? consumerGroup?
+    CONSUMER_SEND_MSG_BACK 36  offset group delayLevel originMsgId? originTopic?
+                               maxReconsumeTimes?
+    END_TRANSACTION 37         topic? producerGroup tranStateTableOffset commitLogOffset
+                               commitOrRollback fromTransactionCheck? msgId transactionId?
+    GET_CONSUMER_LIST_BY_GROUP 38, NOTIFY_CONSUMER_IDS_CHANGED 40  consumerGroup
+    CHECK_TRANSACTION_STATE 39 topic? tranStateTableOffset commitLogOffset msgId?
+                               transactionId? offsetMsgId?
+    QUERY_MESSAGE 12           topic key maxNum beginTimestamp endTimestamp;
+      answer                   indexLastUpdateTimestamp indexLastUpdatePhyoffset
+    VIEW_MESSAGE_BY_ID 33      topic? offset (the CommitLog offset from the message id)
+
+Java 5.x clients add their RPC header's fields (``bname``, ``ns``, ``nsd``, ``oway``); readers
+ignore fields they do not know. ``commitOrRollback`` takes the message sysFlag's transaction
+values (:data:`TRANSACTION_NOT_TYPE` and the others below); PULL_MESSAGE's ``sysFlag`` holds
+:class:`PullSysFlag` bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import IntFlag
+from typing import Final, NamedTuple
+
+__all__ = [
+    "SEND_V2_NAMES",
+    "TRANSACTION_COMMIT_TYPE",
+    "TRANSACTION_NOT_TYPE",
+    "TRANSACTION_PREPARED_TYPE",
+    "TRANSACTION_ROLLBACK_TYPE",
+    "CheckTransactionStateHeader",
+    "ConsumerSendMsgBackHeader",
+    "EndTransactionHeader",
+    "GroupHeader",
+    "HeaderError",
+    "PullMessageHeader",
+    "PullMessageResponseHeader",
+    "PullSysFlag",
+    "QueryConsumerOffsetHeader",
+    "QueryMessageHeader",
+    "QueueHeader",
+    "SearchOffsetHeader",
+    "SendMessageHeader",
+    "SendMessageResponseHeader",
+    "UnregisterClientHeader",
+    "UpdateConsumerOffsetHeader",
+    "ViewMessageHeader",
+    "offset_answer",
+]
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+TRANSACTION_NOT_TYPE: Final = 0
+TRANSACTION_PREPARED_TYPE: Final = 0x1 << 2
+TRANSACTION_COMMIT_TYPE: Final = 0x2 << 2
+TRANSACTION_ROLLBACK_TYPE: Final = 0x3 << 2
+
+SEND_V2_NAMES: Final = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+"""SendMessageRequestHeaderV2's one-letter names and the V1 names they stand for."""
+_SEND_V1_NAMES: Final = {long: short for short, long in SEND_V2_NAMES.items()}
+
+
+class HeaderError(ValueError):
+    """A header field is missing or malformed; the message names it."""
+
+
+class PullSysFlag(IntFlag):
+    COMMIT_OFFSET = 0x1
+    """The request carries the consumer's offset to commit (``commitOffset``)."""
+    SUSPEND = 0x1 << 1
+    """Hold the request up to ``suspendTimeoutMillis`` when there is nothing to read."""
+    SUBSCRIPTION = 0x1 << 2
+    """The request carries its subscription (``subscription``, ``expressionType``)."""
+    CLASS_FILTER = 0x1 << 3
+    LITE_PULL = 0x1 << 4
+
+
+# -- field readers ---------------------------------------------------------------------------
+
+
+def _str(fields: Mapping[str, str], name: str) -> str:
+    value = fields.get(name)
+    if value is None:
+        raise HeaderError(f"header field {name} is missing")
+    return value
+
+
+def _num(fields: Mapping[str, str], name: str, bounds: tuple[int, int]) -> int:
+    text = _str(fields, name)
+    try:
+        value = int(text)
+    except ValueError:
+        raise HeaderError(f"header field {name} is not an integer: {text!r}") from None
+    if not bounds[0] <= value <= bounds[1]:
+        raise HeaderError(f"header field {name} {value} is out of range")
+    return value
+
+
+def _int(fields: Mapping[str, str], name: str) -> int:
+    return _num(fields, name, _INT32)
+
+
+def _long(fields: Mapping[str, str], name: str) -> int:
+    return _num(fields, name, _INT64)
+
+
+def _opt_int(fields: Mapping[str, str], name: str) -> int | None:
+    return None if fields.get(name) is None else _num(fields, name, _INT32)
+
+
+def _opt_bool(fields: Mapping[str, str], name: str) -> bool:
+    value = fields.get(name)
+    return value is not None and value.lower() == "true"
+
+
+def _put(out: dict[str, str], name: str, value: object) -> None:
+    if value is not None:
+        out[name] = "true" if value is True else "false" if value is False else str(value)
+
+
+# -- send ------------------------------------------------------------------------------------
+
+
+class SendMessageHeader(NamedTuple):
+    """SEND_MESSAGE's header, or SEND_MESSAGE_V2's / SEND_BATCH_MESSAGE's under short names."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str = ""
+    reconsume_times: int | None = None
+    unit_mode: bool = False
+    batch: bool = False
+    max_reconsume_times: int | None = None
+    broker_name: str | None = None
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str], *, short_names: bool) -> SendMessageHeader:
+        """Read the V2 one-letter names when ``short_names`` (codes 310 and 320), else the
+        long names of SEND_MESSAGE (10)."""
+        if short_names:
+            fields = {SEND_V2_NAMES.get(k, k): v for k, v in fields.items()}
+        broker = fields.get("brokerName") if short_names else fields.get("bname")
+        return cls(
+            producer_group=_str(fields, "producerGroup"),
+            topic=_str(fields, "topic"),
+            default_topic=_str(fields, "defaultTopic"),
+            default_topic_queue_nums=_int(fields, "defaultTopicQueueNums"),
+            queue_id=_int(fields, "queueId"),
+            sys_flag=_int(fields, "sysFlag"),
+            born_timestamp=_long(fields, "bornTimestamp"),
+            flag=_int(fields, "flag"),
+            properties=fields.get("properties") or "",
+            reconsume_times=_opt_int(fields, "reconsumeTimes"),
+            unit_mode=_opt_bool(fields, "unitMode"),
+            batch=_opt_bool(fields, "batch"),
+            max_reconsume_times=_opt_int(fields, "maxReconsumeTimes"),
+            broker_name=broker,
+        )
+
+    def ext_fields(self, *, short_names: bool) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, value in (
+            ("producerGroup", self.producer_group),
+            ("topic", self.topic),
+            ("defaultTopic", self.default_topic),
+            ("defaultTopicQueueNums", self.default_topic_queue_nums),
+            ("queueId", self.queue_id),
+            ("sysFlag", self.sys_flag),
+            ("bornTimestamp", self.born_timestamp),
+            ("flag", self.flag),
+            ("properties", self.properties or None),
+            ("reconsumeTimes", self.reconsume_times),
+            ("unitMode", self.unit_mode),
+            ("batch", self.batch),
+            ("maxReconsumeTimes", self.max_reconsume_times),
+        ):
+            _put(out, _SEND_V1_NAMES[name] if short_names else name, value)
+        _put(out, "n" if short_names else "bname", self.broker_name)
+        return out
+
+
+class SendMessageResponseHeader(NamedTuple):
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+    batch_uniq_id: str | None = None
+
+    def ext_fields(self) -> dict[str, str]:
+        out = {"msgId": self.msg_id, "queueId": str(self.queue_id)}
+        out["queueOffset"] = str(self.queue_offset)
+        _put(out, "transactionId", self.transaction_id)
+        _put(out, "batchUniqId", self.batch_uniq_id)
+        return out
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> SendMessageResponseHeader:
+        return cls(
+            msg_id=_str(fields, "msgId"),
+            queue_id=_int(fields, "queueId"),
+            queue_offset=_long(fields, "queueOffset"),
+            transaction_id=fields.get("transactionId"),
+            batch_uniq_id=fields.get("batchUniqId"),
+        )
+
+
+# -- pull ------------------------------------------------------------------------------------
+
+
+class PullMessageHeader(NamedTuple):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: PullSysFlag
+    commit_offset: int
+    suspend_timeout_millis: int
+    sub_version: int
+    subscription: str | None = None
+    expression_type: str | None = None
+    max_msg_bytes: int | None = None
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> PullMessageHeader:
+        return cls(
+            consumer_group=_str(fields, "consumerGroup"),
+            topic=_str(fields, "topic"),
+            queue_id=_int(fields, "queueId"),
+            queue_offset=_long(fields, "queueOffset"),
+            max_msg_nums=_int(fields, "maxMsgNums"),
+            sys_flag=PullSysFlag(_num(fields, "sysFlag", (0, _INT32[1]))),
+            commit_offset=_long(fields, "commitOffset"),
+            suspend_timeout_millis=_long(fields, "suspendTimeoutMillis"),
+            sub_version=_long(fields, "subVersion"),
+            subscription=fields.get("subscription"),
+            expression_type=fields.get("expressionType"),
+            max_msg_bytes=_opt_int(fields, "maxMsgBytes"),
+        )
+
+    def ext_fields(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, value in (
+            ("consumerGroup", self.consumer_group),
+            ("topic", self.topic),
+            ("queueId", self.queue_id),
+            ("queueOffset", self.queue_offset),
+            ("maxMsgNums", self.max_msg_nums),
+            ("sysFlag", int(self.sys_flag)),
+            ("commitOffset", self.commit_offset),
+            ("suspendTimeoutMillis", self.suspend_timeout_millis),
+            ("subscription", self.subscription),
+            ("subVersion", self.sub_version),
+            ("expressionType", self.expression_type),
+            ("maxMsgBytes", self.max_msg_bytes),
+        ):
+            _put(out, name, value)
+        return out
+
+
+class PullMessageResponseHeader(NamedTuple):
+    suggest_which_broker_id: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+    def ext_fields(self) -> dict[str, str]:
+        return {
+            "suggestWhichBrokerId": str(self.suggest_which_broker_id),
+            "nextBeginOffset": str(self.next_begin_offset),
+            "minOffset": str(self.min_offset),
+            "maxOffset": str(self.max_offset),
+        }
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> PullMessageResponseHeader:
+        return cls(
+            suggest_which_broker_id=_long(fields, "suggestWhichBrokerId"),
+            next_begin_offset=_long(fields, "nextBeginOffset"),
+            min_offset=_long(fields, "minOffset"),
+            max_offset=_long(fields, "maxOffset"),
+        )
+
+
+# -- offsets ---------------------------------------------------------------------------------
+
+
+class QueueHeader(NamedTuple):
+    """GET_MAX_OFFSET's and GET_MIN_OFFSET's header."""
+
+    topic: str
+    queue_id: int
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> QueueHeader:
+        return cls(topic=_str(fields, "topic"), queue_id=_int(fields, "queueId"))
+
+
+class QueryConsumerOffsetHeader(NamedTuple):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    set_zero_if_not_found: bool | None = None
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> QueryConsumerOffsetHeader:
+        zero = fields.get("setZeroIfNotFound")
+        return cls(
+            consumer_group=_str(fields, "consumerGroup"),
+            topic=_str(fields, "topic"),
+            queue_id=_int(fields, "queueId"),
+            set_zero_if_not_found=None if zero is None else zero.lower() == "true",
+        )
+
+
+class UpdateConsumerOffsetHeader(NamedTuple):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> UpdateConsumerOffsetHeader:
+        return cls(
+            consumer_group=_str(fields, "consumerGroup"),
+            topic=_str(fields, "topic"),
+            queue_id=_int(fields, "queueId"),
+            commit_offset=_long(fields, "commitOffset"),
+        )
+
+
+class SearchOffsetHeader(NamedTuple):
+    topic: str
+    queue_id: int
+    timestamp: int
+    boundary_type: str | None = None
+    """``LOWER`` (the default) or ``UPPER``: the first or the last message stored at the time."""
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> SearchOffsetHeader:
+        return cls(
+            topic=_str(fields, "topic"),
+            queue_id=_int(fields, "queueId"),
+            timestamp=_long(fields, "timestamp"),
+            boundary_type=fields.get("boundaryType"),
+        )
+
+
+def offset_answer(offset: int) -> dict[str, str]:
+    """The answer header of QUERY_CONSUMER_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET and
+    GET_MIN_OFFSET."""
+    return {"offset": str(offset)}
+
+
+# -- clients, retries, transactions, queries -------------------------------------------------
+
+
+class GroupHeader(NamedTuple):
+    """GET_CONSUMER_LIST_BY_GROUP's and NOTIFY_CONSUMER_IDS_CHANGED's header."""
+
+    consumer_group: str
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> GroupHeader:
+        return cls(consumer_group=_str(fields, "consumerGroup"))
+
+    def ext_fields(self) -> dict[str, str]:
+        return {"consumerGroup": self.consumer_group}
+
+
+class UnregisterClientHeader(NamedTuple):
+    client_id: str
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> UnregisterClientHeader:
+        return cls(
+            client_id=_str(fields, "clientID"),
+            producer_group=fields.get("producerGroup"),
+            consumer_group=fields.get("consumerGroup"),
+        )
+
+
+class ConsumerSendMsgBackHeader(NamedTuple):
+    offset: int
+    """The CommitLog offset of the message that failed."""
+    group: str
+    delay_level: int
+    """-1: straight to the DLQ; 0: the broker picks from the reconsume count; n: level n."""
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    max_reconsume_times: int | None = None
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> ConsumerSendMsgBackHeader:
+        return cls(
+            offset=_long(fields, "offset"),
+            group=_str(fields, "group"),
+            delay_level=_int(fields, "delayLevel"),
+            origin_msg_id=fields.get("originMsgId"),
+            origin_topic=fields.get("originTopic"),
+            max_reconsume_times=_opt_int(fields, "maxReconsumeTimes"),
+        )
+
+
+class EndTransactionHeader(NamedTuple):
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    msg_id: str
+    topic: str | None = None
+    from_transaction_check: bool = False
+    transaction_id: str | None = None
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> EndTransactionHeader:
+        return cls(
+            producer_group=_str(fields, "producerGroup"),
+            tran_state_table_offset=_long(fields, "tranStateTableOffset"),
+            commit_log_offset=_long(fields, "commitLogOffset"),
+            commit_or_rollback=_int(fields, "commitOrRollback"),
+            msg_id=_str(fields, "msgId"),
+            topic=fields.get("topic"),
+            from_transaction_check=_opt_bool(fields, "fromTransactionCheck"),
+            transaction_id=fields.get("transactionId"),
+        )
+
+
+class CheckTransactionStateHeader(NamedTuple):
+    """Broker to producer: what became of the half message at ``commit_log_offset``?"""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    topic: str | None = None
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+
+    def ext_fields(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, value in (
+            ("topic", self.topic),
+            ("tranStateTableOffset", self.tran_state_table_offset),
+            ("commitLogOffset", self.commit_log_offset),
+            ("msgId", self.msg_id),
+            ("transactionId", self.transaction_id),
+            ("offsetMsgId", self.offset_msg_id),
+        ):
+            _put(out, name, value)
+        return out
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> CheckTransactionStateHeader:
+        return cls(
+            tran_state_table_offset=_long(fields, "tranStateTableOffset"),
+            commit_log_offset=_long(fields, "commitLogOffset"),
+            topic=fields.get("topic"),
+            msg_id=fields.get("msgId"),
+            transaction_id=fields.get("transactionId"),
+            offset_msg_id=fields.get("offsetMsgId"),
+        )
+
+
+class QueryMessageHeader(NamedTuple):
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    end_timestamp: int
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> QueryMessageHeader:
+        return cls(
+            topic=_str(fields, "topic"),
+            key=_str(fields, "key"),
+            max_num=_int(fields, "maxNum"),
+            begin_timestamp=_long(fields, "beginTimestamp"),
+            end_timestamp=_long(fields, "endTimestamp"),
+        )
+
+    @staticmethod
+    def answer(
+        index_last_update_timestamp: int, index_last_update_phyoffset: int
+    ) -> dict[str, str]:
+        return {
+            "indexLastUpdateTimestamp": str(index_last_update_timestamp),
+            "indexLastUpdatePhyoffset": str(index_last_update_phyoffset),
+        }
+
+
+class ViewMessageHeader(NamedTuple):
+    offset: int
+    topic: str | None = None
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> ViewMessageHeader:
+        return cls(offset=_long(fields, "offset"), topic=fields.get("topic"))
