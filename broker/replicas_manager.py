@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import structlog
+
 from broker.context import BrokerContext
 from broker.controller_link import ControllerLink
 from broker.ha.service import HAService
@@ -45,9 +47,12 @@ from broker.replicas.roles import Roles
 from broker.replicas.routes import RouteRegistration
 from broker.traffic_meter import TrafficMeter
 from protocol.controller_requests.groups import AlterSyncStateSet, AlterSyncStateSetAnswer
+from protocol.fields import FieldError
 from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.failover import AddressFailover
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["NO_MASTER", "GroupInfo", "ReplicasManager", "electing"]
 
@@ -184,6 +189,12 @@ class ReplicasManager:
         # heartbeats only, so only an answered heartbeat may extend the write lease.
         async with self.registration.lock:
             resp = await self.registration.register()
-        if resp is not None:
-            self.roles.hand_replicas_to_ha(resp)
-            await self.roles.apply(GroupInfo.from_frame(resp))
+        if resp is None:
+            return
+        try:
+            info = GroupInfo.from_frame(resp)
+        except FieldError as exc:  # nothing applied: the poll asks again
+            log.warning("malformed registration answer", error=str(exc))
+            return
+        self.roles.hand_replicas_to_ha(info)
+        await self.roles.apply(info)

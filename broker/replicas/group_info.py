@@ -1,16 +1,17 @@
 """What the controllers answer about this broker's group (GET_REPLICA_INFO, REGISTER,
 ELECT_MASTER, and the content of a NOTIFY_BROKER_ROLE_CHANGED push): the master, its epoch, the
-SyncStateSet, sealed static topic queues, and the registered replicas."""
+SyncStateSet, sealed static topic queues, and the registered replicas, read with the one codec
+(:class:`protocol.controller_requests.groups.GroupMetadata`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-import msgpack
-
+from protocol.controller_requests.groups import NO_MASTER, GroupMetadata
 from protocol.remoting import Frame
 
-NO_MASTER = -1
+__all__ = ["NO_MASTER", "GroupInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,62 +19,31 @@ class GroupInfo:
     """What the controller says of this broker's group."""
 
     master_broker_id: int
+    """:data:`NO_MASTER` while there is none."""
     master_address: str
     master_epoch: int
     sync_state_set: frozenset[int]
     sync_state_set_epoch: int
     sealed_queues: frozenset[tuple[str, int]] = frozenset()
     """The group's static topic queues whose items are sealed (``sealedQueues``)."""
+    replicas: Mapping[int, str] = field(default_factory=dict)
+    """The replicas the controllers list for the group, broker id -> address (the HA master
+    counts only these, at these addresses)."""
+
+    @classmethod
+    def of(cls, meta: GroupMetadata) -> GroupInfo:
+        return cls(
+            master_broker_id=NO_MASTER if meta.master_broker_id is None else meta.master_broker_id,
+            master_address=meta.master_address,
+            master_epoch=meta.master_epoch,
+            sync_state_set=meta.sync_state_set,
+            sync_state_set_epoch=meta.sync_state_set_epoch,
+            sealed_queues=frozenset(meta.sealed_queues),
+            replicas={r.broker_id: r.address for r in meta.replicas},
+        )
 
     @classmethod
     def from_frame(cls, frame: Frame) -> GroupInfo:
-        h = frame.header
-        members: list[int] = []
-        sealed: set[tuple[str, int]] = set()
-        if frame.body:
-            doc = msgpack.unpackb(frame.body)
-            if isinstance(doc, dict):
-                members = [int(m) for m in doc.get("syncStateSet") or []]
-                for pair in doc.get("sealedQueues") or []:
-                    if (
-                        isinstance(pair, list)
-                        and len(pair) == 2
-                        and isinstance(pair[0], str)
-                        and type(pair[1]) is int
-                    ):
-                        sealed.add((pair[0], pair[1]))
-        master_id = h.get("masterBrokerId")
-        address = h.get("masterAddress")
-        return cls(
-            master_broker_id=int(master_id) if isinstance(master_id, int) else NO_MASTER,
-            master_address=address if isinstance(address, str) else "",
-            master_epoch=int(h.get("masterEpoch") or 0),
-            sync_state_set=frozenset(members),
-            sync_state_set_epoch=int(h.get("syncStateSetEpoch") or 0),
-            sealed_queues=frozenset(sealed),
-        )
-
-
-def registered_replicas(resp: Frame) -> dict[int, str] | None:
-    """The replicas the controllers list for the group, broker id -> address; None when the
-    answer has no list. The HA master counts only these, at these addresses."""
-    doc = msgpack.unpackb(resp.body) if resp.body else None
-    replicas = doc.get("replicas") if isinstance(doc, dict) else None
-    if not isinstance(replicas, list):
-        return None
-    return {
-        int(r["brokerId"]): str(r.get("address") or "")
-        for r in replicas
-        if isinstance(r, dict) and isinstance(r.get("brokerId"), int)
-    }
-
-
-def known_replicas(resp: Frame) -> set[int] | None:
-    """The broker ids the controller lists for the group; None when the answer has no list."""
-    if not resp.body:
-        return None
-    doc = msgpack.unpackb(resp.body)
-    replicas = doc.get("replicas") if isinstance(doc, dict) else None
-    if not isinstance(replicas, list):
-        return None
-    return {int(r["brokerId"]) for r in replicas if isinstance(r, dict) and "brokerId" in r}
+        """Raises :class:`~protocol.fields.FieldError` for a malformed answer (nothing of it
+        is applied then; the poll asks again)."""
+        return cls.of(GroupMetadata.parse(frame.header, frame.body))

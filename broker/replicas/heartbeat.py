@@ -21,7 +21,8 @@ from broker.ha.service import HAService
 from broker.replicas.lease import FencingLease, monotonic
 from broker.traffic_meter import TrafficMeter
 from protocol.codes import ResponseCode
-from protocol.controller_requests.heartbeats import BrokerHeartbeat
+from protocol.controller_requests.heartbeats import BrokerHeartbeat, HeartbeatAnswer
+from protocol.fields import FieldError
 from remoting.errors import RemotingError, ResponseError
 
 log = structlog.get_logger(__name__)
@@ -106,18 +107,20 @@ class Heartbeats:
                     # Back after a silence (frozen, partitioned): the controllers may have
                     # dropped our route registration with our liveness; register at once.
                     self.on_main(self._topics_changed)
-                if self.lease.answered(sent, resp, self._broker_id()):
+                answer = HeartbeatAnswer.parse(resp.header, resp.body)
+                if self.lease.answered(sent, answer, self._broker_id()):
                     self.on_main(self._poll_now)
-                digest = resp.header.get("authDigest")
                 on_digest = self._on_auth_digest()
-                if on_digest is not None and isinstance(digest, str):
-                    self.on_main(functools.partial(on_digest, digest))
+                if on_digest is not None and answer.auth_digest is not None:
+                    self.on_main(functools.partial(on_digest, answer.auth_digest))
             except ResponseError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
                     await self._register_from_link()
                     registered = True
             except RemotingError:
                 pass
+            except FieldError as exc:  # nothing taken from it: the lease is not renewed
+                log.warning("malformed heartbeat answer", error=str(exc))
             self.lease.check(monotonic())
             if registered and not again:
                 # A new active controller wanted our registration: heartbeat it at once (once),

@@ -18,7 +18,7 @@ import time
 import structlog
 
 from broker.role import RoleCell
-from protocol.remoting import Frame
+from protocol.controller_requests.heartbeats import HeartbeatAnswer
 
 log = structlog.get_logger(__name__)
 
@@ -34,19 +34,20 @@ class FencingLease:
         self.last_contact = monotonic()
         """When the last heartbeat the active controller answered was sent."""
 
-    def answered(self, at: float, resp: Frame, broker_id: int) -> bool:
+    def answered(self, at: float, answer: HeartbeatAnswer, broker_id: int) -> bool:
         """An answer from the active controller to a heartbeat sent at ``at``: renew the lease,
         unless this broker takes writes and the answer names another master or a newer epoch.
         A deposed master (frozen, partitioned) whose heartbeat is answered again must not write
-        on that lease until it learned its new role: True then (the caller polls at once)."""
+        on that lease until it learned its new role: True then (the caller polls at once). An
+        answer that names no one (a controller of an earlier version) renews it, for the
+        broker's own timeout unless the answer tells the controller's."""
         role = self._role.current
-        master = resp.header.get("masterBrokerId")
-        epoch = resp.header.get("masterEpoch")
-        named = isinstance(master, int) and isinstance(epoch, int)
+        master, epoch = answer.master_broker_id, answer.master_epoch
+        named = epoch is not None
         if role.is_master and named and (master, epoch) != (broker_id, role.master_epoch):
             return True
-        held = resp.header.get("heartbeatTimeoutMillis")
-        self.renew(at, held if isinstance(held, int) and held > 0 else None)
+        held = answer.heartbeat_timeout_ms
+        self.renew(at, held if held > 0 else None)
         return False
 
     def renew(self, at: float, held_ms: int | None = None) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from broker.config import BrokerConfig
-from broker.replicas.group_info import NO_MASTER, GroupInfo, known_replicas
+from broker.replicas.group_info import NO_MASTER, GroupInfo
 from broker.replicas.roles import Roles
 from protocol.codes import ResponseCode
 from protocol.controller_requests.groups import ElectMaster, GetReplicaInfo
@@ -122,9 +122,8 @@ class MetadataPoll:
             return
         info = GroupInfo.from_frame(resp)
         self._check_claims(claims, info)
-        known = known_replicas(resp)
-        self.roles.hand_replicas_to_ha(resp)
-        if known is not None and self._broker_id() not in known:
+        self.roles.hand_replicas_to_ha(info)
+        if self._broker_id() not in info.replicas:
             await self._register()  # the controller lost us (e.g. cleaned)
             return
         await self.roles.apply(info)
@@ -144,8 +143,9 @@ class MetadataPoll:
             return
         except RemotingError:
             return
-        self.roles.hand_replicas_to_ha(resp)
-        await self.roles.apply(GroupInfo.from_frame(resp))
+        info = GroupInfo.from_frame(resp)
+        self.roles.hand_replicas_to_ha(info)
+        await self.roles.apply(info)
 
     def _check_claims(self, claims: dict[Claim, str], info: GroupInfo) -> None:
         """Log (once per claim) the pushed role changes the controllers' answer contradicts."""

@@ -17,11 +17,10 @@ import structlog
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.ha.service import HARole, HAService
-from broker.replicas.group_info import NO_MASTER, GroupInfo, registered_replicas
+from broker.replicas.group_info import NO_MASTER, GroupInfo
 from broker.role import RoleCell
 from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
 from protocol.fields import FieldError
-from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
@@ -60,11 +59,9 @@ class Roles:
         self._seen_epoch = 0
         self._slave_of = None
 
-    def hand_replicas_to_ha(self, resp: Frame) -> None:
+    def hand_replicas_to_ha(self, info: GroupInfo) -> None:
         """The HA master counts only the replicas the controllers list, at their addresses."""
-        replicas = registered_replicas(resp)
-        if replicas is not None:
-            self.ha.set_registered_replicas(replicas)
+        self.ha.set_registered_replicas(info.replicas)
 
     async def apply(self, info: GroupInfo) -> None:
         # Sealed static topic queues first: an answer naming this broker master reflects every

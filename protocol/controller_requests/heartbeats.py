@@ -11,7 +11,8 @@ Request::
             heartbeat
 
 The answer's header is ``masterBrokerId`` (-1: none), ``masterEpoch``, ``heartbeatTimeoutMillis``
-(the timeout the controller holds the broker to) and ``authDigest`` (:class:`HeartbeatAnswer`).
+(the timeout the controller holds the broker to) and ``authDigest`` (:class:`HeartbeatAnswer`,
+which reads an earlier controller's answer without some of them).
 
 A missing or mistyped field raises :class:`~protocol.fields.FieldError`; a figure outside
 [0, 2^63-1] (the timeout: outside [-(2^63-1), 2^63-1]) raises
@@ -27,7 +28,7 @@ from typing import ClassVar, Final
 from protocol.codes import RequestCode
 from protocol.controller_requests.base import InvalidRequest
 from protocol.controller_requests.groups import NO_MASTER
-from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
+from protocol.fields import FieldError, opt_int, opt_int_or_none, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
 __all__ = ["MAX_FIGURE", "BrokerHeartbeat", "HeartbeatAnswer"]
@@ -100,13 +101,21 @@ class HeartbeatAnswer:
     """BROKER_HEARTBEAT's SUCCESS: who is the group's master at which epoch (a broker renews its
     write lease only on an answer naming it master at its own epoch), for how long the
     controller holds the broker alive, and the digest of the users and rules (a change makes
-    the broker fetch them again, AUTH_SYNC_USERS)."""
+    the broker fetch them again, AUTH_SYNC_USERS).
+
+    Controllers of earlier versions answered with less, and a broker must still read them (it
+    may be upgraded first): a field they left out parses as "not told" (``master_epoch`` and
+    ``auth_digest`` None, ``heartbeat_timeout_ms`` 0) and is left out again by :meth:`encode`.
+    """
 
     master_broker_id: int | None
-    """None: no master (-1 on the wire)."""
-    master_epoch: int
-    heartbeat_timeout_ms: int
-    auth_digest: str
+    """None: no master (-1 on the wire, also when the answer does not name one)."""
+    master_epoch: int | None
+    """None: not told (a controller before answers named the master): the answer names no one."""
+    heartbeat_timeout_ms: int = 0
+    """0: not told (a controller before it capped the timeout): the broker's own applies."""
+    auth_digest: str | None = None
+    """None: not told."""
 
     def __post_init__(self) -> None:
         if self.master_broker_id == NO_MASTER:
@@ -114,20 +123,23 @@ class HeartbeatAnswer:
 
     def encode(self) -> tuple[Header, bytes | None]:
         master = self.master_broker_id
-        header: Header = {
-            "masterBrokerId": NO_MASTER if master is None else master,
-            "masterEpoch": self.master_epoch,
-            "heartbeatTimeoutMillis": self.heartbeat_timeout_ms,
-            "authDigest": self.auth_digest,
-        }
+        header: Header = {"masterBrokerId": NO_MASTER if master is None else master}
+        if self.master_epoch is not None:
+            header["masterEpoch"] = self.master_epoch
+        header["heartbeatTimeoutMillis"] = self.heartbeat_timeout_ms
+        if self.auth_digest is not None:
+            header["authDigest"] = self.auth_digest
         return header, None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> HeartbeatAnswer:
-        master = req_int(header, "masterBrokerId")
+        master = opt_int(header, "masterBrokerId", NO_MASTER)
+        digest = header.get("authDigest")
+        if digest is not None and not isinstance(digest, str):
+            raise FieldError("'authDigest' must be a string")
         return cls(
             master_broker_id=None if master == NO_MASTER else master,
-            master_epoch=req_int(header, "masterEpoch"),
-            heartbeat_timeout_ms=req_int(header, "heartbeatTimeoutMillis"),
-            auth_digest=opt_str(header, "authDigest"),
+            master_epoch=opt_int_or_none(header, "masterEpoch"),
+            heartbeat_timeout_ms=opt_int(header, "heartbeatTimeoutMillis", 0),
+            auth_digest=digest,
         )

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from broker.replicas.lease import FencingLease
 from broker.role import RoleCell, RoleState
-from protocol.remoting import Frame
+from protocol.controller_requests.heartbeats import HeartbeatAnswer
 
 
-def answer(**header: int) -> Frame:
-    return Frame(kind=1, code=0, opaque=1, header=dict(header))
+def answer(**header: int) -> HeartbeatAnswer:
+    return HeartbeatAnswer.parse(header)
 
 
 def master_cell() -> RoleCell:
@@ -37,6 +37,16 @@ def test_an_answer_naming_another_master_or_epoch_renews_nothing() -> None:
     assert lease.answered(60.0, answer(masterBrokerId=1, masterEpoch=4), 1)
     assert cell.current.lease_expires == 51.0
     assert lease.last_contact == 50.0
+
+
+def test_an_earlier_controllers_answer_renews_for_the_brokers_own_timeout() -> None:
+    # Before answers named the master and capped the timeout (a broker upgraded first).
+    cell = master_cell()
+    lease = FencingLease(cell, heartbeat_timeout_ms=1000)
+    assert not lease.answered(20.0, answer(), 1)
+    assert cell.current.lease_expires == 21.0
+    assert not lease.answered(30.0, answer(masterBrokerId=2), 1)
+    assert cell.current.lease_expires == 31.0
 
 
 def test_a_slave_renews_whatever_master_the_answer_names() -> None:

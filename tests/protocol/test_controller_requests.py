@@ -190,9 +190,9 @@ answers = st.one_of(
     st.builds(
         HeartbeatAnswer,
         master_broker_id=st.none() | ids,
-        master_epoch=ints,
+        master_epoch=st.none() | ints,
         heartbeat_timeout_ms=ints,
-        auth_digest=texts,
+        auth_digest=st.none() | texts,
     ),
     st.one_of(
         st.builds(GroupMetadata, master_broker_id=st.none(), master_address=st.just("")),
@@ -639,6 +639,17 @@ def test_not_leader_names_the_leader_only_when_known() -> None:
         {"leaderAddress": "127.0.0.1:9878"},
         None,
     )
+
+
+def test_an_earlier_controllers_heartbeat_answer_parses_as_not_told() -> None:
+    # Answers before they named the master (efd9bdb), capped the timeout (cd26151) and carried
+    # the users' digest: a broker upgraded before its controllers still reads them.
+    assert HeartbeatAnswer.parse({}) == HeartbeatAnswer(master_broker_id=None, master_epoch=None)
+    assert HeartbeatAnswer.parse({"masterBrokerId": 1, "masterEpoch": 3}) == HeartbeatAnswer(
+        master_broker_id=1, master_epoch=3, heartbeat_timeout_ms=0, auth_digest=None
+    )
+    with pytest.raises(FieldError, match="'authDigest' must be a string"):
+        HeartbeatAnswer.parse({"authDigest": 5})
 
 
 def test_a_heartbeat_answer_encodes_to_the_same_bytes() -> None:
