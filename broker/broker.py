@@ -353,13 +353,14 @@ class Broker:
                     on_refused=self.metrics.auth_refusal,
                 )
             ),
-            # While this broker is the master, sends, transaction ends and recalls are served
-            # in-process by the code the remoting processors call.
+            # While this broker is the master, sends, transaction ends, recalls, acks and changes
+            # of invisible time are served in-process by the code the remoting processors call.
             here=Here(
                 is_master=lambda: ctx.role.is_master,
                 sends=ctx.sends,
                 end_transaction=partial(end_transaction, ctx.transactions),
                 recall=partial(recall_scheduled, ctx.gate, ctx.timer),
+                pop=ctx.pop,
                 durability=ctx,
             ),
         )

@@ -6,7 +6,10 @@ Each RPC becomes the broker's own requests (POP_MESSAGE, BATCH_ACK_MESSAGE,
 CHANGE_MESSAGE_INVISIBLETIME, CONSUMER_SEND_MSG_BACK, HEART_BEAT, UNREGISTER_CLIENT,
 GET_SUBSCRIPTIONGROUP_CONFIG) to this broker group's master (this broker itself, over a loopback
 connection, when it is the master; a slave's endpoint hands them to its master), so every
-check, wait and metric of the remoting path applies. Checking and translating is in
+check, wait and metric of the remoting path applies. Acks and changes of invisible time (also
+those of a renewal, a hand-back and a forward to the DLQ) call :mod:`broker.pop.acks` in-process
+instead when this broker is the master: the code the POP processor calls, then the same
+durability wait. Checking and translating is in
 :mod:`broker.grpc.delivery`, the consumers this endpoint knows in :mod:`broker.grpc.consumers`.
 """
 
@@ -22,10 +25,13 @@ import msgpack
 import structlog
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from broker.durable_wait import wait_durable
 from broker.grpc import delivery
 from broker.grpc.consumers import Clients, Held, RenewTable
+from broker.grpc.here import Here
 from broker.grpc.telemetry import client_id_of
 from broker.grpc.translate import Refused, no_namespace, status_code
+from broker.pop.acks import HandleRefused, ack_batch, change_invisible
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import RecordError, iter_records
 from protocol.pop import HandleError, peek_handle
@@ -36,6 +42,7 @@ from protocol.rocketmq_v2 import service_pb2 as rpc
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 from remoting.failover import describe_failure
+from storage.store import PutResult
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +67,22 @@ def _remark(frame: Frame) -> str:
     return remark if isinstance(remark, str) else ""
 
 
+def _handle_refused(code: int, remark: str, what: str) -> Refused:
+    """An ack's or a change's refusal (the broker's response code) as the client's status."""
+    return Refused(
+        delivery.handle_code(code, status_code(code)), remark or f"{what} refused ({code})"
+    )
+
+
+async def _durable(here: Here, result: PutResult | None, what: str) -> None:
+    """Once ``result`` (None: nothing written) is as durable as a send must be; else
+    :class:`Refused`, as the remoting answer's error would be."""
+    if result is not None:
+        code, remark = await wait_durable(here.durability, result)
+        if code != ResponseCode.SUCCESS:
+            raise _handle_refused(code, remark, what)
+
+
 @dataclass(slots=True)
 class _Popped:
     """The messages one receive popped, until its answer is written whole."""
@@ -78,12 +101,18 @@ class ConsumeService:
         local_address: str,
         master_address: Callable[[], str],
         broker_name: str,
+        here: Here | None = None,
     ) -> None:
+        """``here``: this broker's services; acks and changes of invisible time call them
+        in-process while it is the master (None: every request goes over the network)."""
         self.pool = pool
         self.local_address = local_address
         self.master_address = master_address
         """The remoting address of this broker group's master ("" while there is none)."""
         self.broker_name = broker_name
+        self.here = here
+        self.in_process = 0
+        """Acks and changes of invisible time served in-process."""
         self.clients = Clients()
         self.held = RenewTable()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -301,18 +330,27 @@ class ConsumeService:
         asked: list[int],
         statuses: list[pb.Status],
     ) -> None:
-        header: Header = {
-            "consumerGroup": group,
-            "receiptHandles": " ".join(self.held.current(h) for h in originals),
-        }
-        resp = await self._call(RequestCode.BATCH_ACK_MESSAGE, header)
-        if resp.code != ResponseCode.SUCCESS:
-            code = delivery.handle_code(resp.code, status_code(resp.code))
-            raise Refused(code, _remark(resp) or f"ack refused ({resp.code})")
-        results = str(resp.header.get("results", "")).split()
+        handles = [self.held.current(h) for h in originals]
+        here = self.here
+        if here is not None and here.is_master():
+            self.in_process += 1
+            try:
+                acked = ack_batch(here.pop, group, handles)
+            except HandleRefused as refused:
+                raise _handle_refused(refused.code, refused.remark, "ack") from None
+            await _durable(here, acked.result, "ack")
+            results: list[Any] = list(acked.codes)
+            remark = acked.remark
+        else:
+            header: Header = {"consumerGroup": group, "receiptHandles": " ".join(handles)}
+            resp = await self._call(RequestCode.BATCH_ACK_MESSAGE, header)
+            if resp.code != ResponseCode.SUCCESS:
+                raise _handle_refused(resp.code, _remark(resp), "ack")
+            results = str(resp.header.get("results", "")).split()
+            remark = _remark(resp)
         if len(results) != len(asked):
             raise Refused(pb.INTERNAL_ERROR, "batch ack answered a wrong number of results")
-        whys = delivery.batch_remarks(_remark(resp), len(asked))
+        whys = delivery.batch_remarks(remark, len(asked))
         for j, (i, result) in enumerate(zip(asked, results, strict=True)):
             code = int(result)
             if code == ResponseCode.SUCCESS:
@@ -348,15 +386,24 @@ class ConsumeService:
     async def _change(self, group: str, handle: str, ms: int) -> str:
         """CHANGE_MESSAGE_INVISIBLETIME: the new handle. Below the broker's 1 s it hides the
         message for 1 s (a nack that wants it back at once)."""
+        invisible = max(delivery.MIN_INVISIBLE_MS, ms)
+        here = self.here
+        if here is not None and here.is_master():
+            self.in_process += 1
+            try:
+                changed, result = change_invisible(here.pop, group, handle, invisible)
+            except HandleRefused as refused:
+                raise _handle_refused(refused.code, refused.remark, "change") from None
+            await _durable(here, result, "change")
+            return changed
         header: Header = {
             "consumerGroup": group,
             "receiptHandle": handle,
-            "invisibleTime": max(delivery.MIN_INVISIBLE_MS, ms),
+            "invisibleTime": invisible,
         }
         resp = await self._call(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header)
         if resp.code != ResponseCode.SUCCESS:
-            code = delivery.handle_code(resp.code, status_code(resp.code))
-            raise Refused(code, _remark(resp) or f"change refused ({resp.code})")
+            raise _handle_refused(resp.code, _remark(resp), "change")
         new = resp.header.get("receiptHandle")
         if not isinstance(new, str):
             raise Refused(pb.INTERNAL_ERROR, "change answered without a receipt handle")

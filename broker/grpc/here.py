@@ -4,7 +4,10 @@ While this broker is its group's master, the endpoint serves a SendMessage by ca
 service the remoting processor calls (:class:`broker.send.service.SendService`): the same checks,
 metrics, durability wait, timer admission and half messages, without a loopback connection and
 without encoding and decoding a remoting request. EndTransaction and RecallMessage likewise call
-what END_TRANSACTION's and RECALL_MESSAGE's processors call. A slave's endpoint (and one of a broker with no
+what END_TRANSACTION's and RECALL_MESSAGE's processors call, AckMessage and
+ChangeInvisibleDuration what the POP processor's acks and changes call (:mod:`broker.pop.acks`).
+ReceiveMessage (its POP, with long polling) and the consumers' heartbeats still reach the master
+as remoting requests, over a loopback connection when that is this broker. A slave's endpoint (and one of a broker with no
 role yet) forwards over the network to its master, as before.
 
 Authorization is the endpoint's own (:mod:`broker.grpc.access`) on both paths: what it forwards
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.durable_wait import Durability
+from broker.pop.service import PopService
 from broker.send.service import SendService
 from broker.transaction.ending import Ended
 from protocol.broker_requests.transaction import EndTransaction
@@ -38,5 +42,8 @@ class Here:
     """:func:`broker.transaction.ending.end_transaction` of this broker's transactions."""
     recall: Callable[[str, str], PutResult]
     """(topic, message id): :func:`broker.recall_scheduled.recall_scheduled` of this broker."""
+    pop: PopService
+    """POP consumption: the endpoint's acks and changes of invisible time
+    (:mod:`broker.pop.acks`)."""
     durability: Durability
     """How a write becomes as durable as a send must be (the broker's context)."""

@@ -97,7 +97,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self.pool, self.routes, master, broker_name, max_body_bytes, here
         )
         self.telemetry = TelemetryHub(self.pool, local_address, master, max_body_bytes)
-        self.consume = ConsumeService(self.pool, local_address, master, broker_name)
+        self.consume = ConsumeService(self.pool, local_address, master, broker_name, here)
         self.telemetry.on_subscription = self.consume.subscription_settings
 
     @property

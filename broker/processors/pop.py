@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from broker.context import BrokerContext
 from broker.durable_wait import DurableAnswer, answer_when_durable, wait_durable
-from broker.pop.inflight import PopRefused, Refusal
+from broker.pop.acks import HandleRefused, ack_batch, ack_one, change_invisible
 from broker.pop.service import PopMessage, PopService
 from broker.write_gate import WriteRefused
 from protocol.broker_requests.pop import (
@@ -42,7 +42,7 @@ from protocol.broker_requests.pop import (
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.filter import TagFilter, parse_tag_expression
-from protocol.pop import MAX_POP_BATCH, HandleError, ReceiptHandle
+from protocol.pop import MAX_POP_BATCH
 from protocol.remoting import Frame, Header, response
 from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from remoting.server import Connection, RemotingServer, error_response
@@ -178,97 +178,39 @@ class PopProcessor:
         )
         return response(req, ResponseCode.SUCCESS, *found.encode())
 
-    # -- ack / change ----------------------------------------------------------------------------
-    def _handle(self, req: Frame, group: str, text: str) -> ReceiptHandle | Frame:
-        try:
-            self.ctx.check_writable()
-            handle = self.service.decode(text)
-        except WriteRefused as exc:
-            return error_response(req, exc.code, exc.remark)
-        except HandleError as exc:
-            return error_response(req, ResponseCode.RECEIPT_HANDLE_INVALID, str(exc))
-        if handle.group != group:
-            return error_response(
-                req,
-                ResponseCode.RECEIPT_HANDLE_INVALID,
-                f"receipt handle belongs to consumer group {handle.group}, not {group}",
-            )
-        return handle
-
+    # -- ack / change: broker/pop/acks.py decides ----------------------------------------------
     def ack(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         ack = AckRequest.parse(req.header, req.body)
-        group = ack.group
-        handle = self._handle(req, group, ack.receipt_handle)
-        if isinstance(handle, Frame):
-            return handle
         try:
-            result = self.service.ack(handle, group, self.ctx.now_ms())
-        except PopRefused as exc:
-            return error_response(req, _refusal_code(exc.reason), str(exc))
-        except StoreError as exc:
-            return error_response(req, ResponseCode.SYSTEM_ERROR, f"ack not recorded: {exc}")
+            result = ack_one(self.service, ack.group, ack.receipt_handle)
+        except HandleRefused as refused:
+            return error_response(req, refused.code, refused.remark)
         if result is None:
             return response(req, ResponseCode.SUCCESS, {"remark": "acked already"})
         return self._answer(req, result, {})
 
     def batch_ack(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         batch = BatchAckRequest.parse(req.header, req.body)
-        group, texts = batch.group, batch.receipt_handles
         try:
-            self.ctx.check_writable()
-        except WriteRefused as exc:
-            return error_response(req, exc.code, exc.remark)
-        codes: list[int] = [ResponseCode.SUCCESS] * len(texts)
-        remarks: list[str] = []
-        handles: list[ReceiptHandle] = []
-        where: list[int] = []
-        for i, text in enumerate(texts):
-            try:
-                handle = self.service.decode(text)
-            except HandleError as exc:
-                codes[i] = ResponseCode.RECEIPT_HANDLE_INVALID
-                remarks.append(f"#{i}: {exc}")
-                continue
-            if handle.group != group:
-                codes[i] = ResponseCode.RECEIPT_HANDLE_INVALID
-                remarks.append(f"#{i}: receipt handle belongs to consumer group {handle.group}")
-                continue
-            handles.append(handle)
-            where.append(i)
-        try:
-            outcome, result = self.service.ack_many(handles, group, self.ctx.now_ms())
-        except StoreError as exc:
-            return error_response(req, ResponseCode.SYSTEM_ERROR, f"acks not recorded: {exc}")
-        for i, refused in zip(where, outcome, strict=True):
-            if refused is not None:
-                codes[i] = _refusal_code(refused.reason)
-                remarks.append(f"#{i}: {refused}")
-        header, _ = BatchAckAnswer(results=tuple(codes), remark="; ".join(remarks)[:4096]).encode()
-        if result is None:
+            acked = ack_batch(self.service, batch.group, batch.receipt_handles)
+        except HandleRefused as refused:
+            return error_response(req, refused.code, refused.remark)
+        header, _ = BatchAckAnswer(results=acked.codes, remark=acked.remark).encode()
+        if acked.result is None:
             return response(req, ResponseCode.SUCCESS, header)
-        return self._answer(req, result, header)
+        return self._answer(req, acked.result, header)
 
     def change(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         change = ChangeInvisibleRequest.parse(req.header, req.body)
-        group, invisible = change.group, change.invisible_ms
-        handle = self._handle(req, group, change.receipt_handle)
-        if isinstance(handle, Frame):
-            return handle
         try:
-            new, result = self.service.change(handle, group, invisible, self.ctx.now_ms())
-        except PopRefused as exc:
-            return error_response(req, _refusal_code(exc.reason), str(exc))
-        except StoreError as exc:
-            return error_response(req, ResponseCode.SYSTEM_ERROR, f"change not recorded: {exc}")
+            new, result = change_invisible(
+                self.service, change.group, change.receipt_handle, change.invisible_ms
+            )
+        except HandleRefused as refused:
+            return error_response(req, refused.code, refused.remark)
         return self._answer(req, result, InvisibleChanged(receipt_handle=new).encode()[0])
 
     def _answer(self, req: Frame, result: PutResult, header: Header) -> Frame | DurableAnswer:
         return answer_when_durable(
             self.ctx, result, req, response(req, ResponseCode.SUCCESS, header)
         )
-
-
-def _refusal_code(reason: Refusal) -> int:
-    if reason is Refusal.OTHER_GROUP:
-        return ResponseCode.RECEIPT_HANDLE_INVALID
-    return ResponseCode.RECEIPT_HANDLE_EXPIRED

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
@@ -187,3 +188,46 @@ async def test_a_master_ends_transactions_and_recalls_in_process(a: Broker) -> N
         assert twice.status.code == pb.NOT_FOUND, twice
     assert sum(_stored(a).values()) == 1  # the committed message
     assert a.ctx.open_connections == 0
+
+
+async def test_a_master_acks_and_changes_invisible_time_in_process(a: Broker) -> None:
+    sent = await _send(a, _message(0), _message(1))
+    assert sent.status.code == pb.OK, sent
+    pop, group = a.ctx.pop, "InProcessGroup"
+    candidates = pop.candidates(group, TOPIC, -1, QUEUES)
+    got, _ = pop.pop(group, candidates, 2, 60_000, a.ctx.now_ms())
+    assert len(got) == 2
+    resource = pb.Resource(name=group)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{a.grpc_port}") as channel:
+        stub = MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+        changed = await stub.ChangeInvisibleDuration(
+            rpc.ChangeInvisibleDurationRequest(
+                group=resource,
+                topic=pb.Resource(name=TOPIC),
+                receipt_handle=got[1].handle,
+                invisible_duration=Duration(seconds=30),
+                message_id="id-1",
+            ),
+            timeout=10,
+        )
+        assert changed.status.code == pb.OK, changed
+        acked = await stub.AckMessage(
+            rpc.AckMessageRequest(
+                group=resource,
+                topic=pb.Resource(name=TOPIC),
+                entries=[
+                    rpc.AckMessageEntry(message_id="id-0", receipt_handle=got[0].handle),
+                    # the old handle of the changed delivery: no longer in flight
+                    rpc.AckMessageEntry(message_id="id-1", receipt_handle=got[1].handle),
+                    rpc.AckMessageEntry(message_id="id-1", receipt_handle=changed.receipt_handle),
+                ],
+            ),
+            timeout=10,
+        )
+        assert [e.status.code for e in acked.entries] == [
+            pb.OK,
+            pb.INVALID_RECEIPT_HANDLE,
+            pb.OK,
+        ], acked
+    assert a.ctx.open_connections == 0
+    assert a.grpc is not None and a.grpc.service.consume.in_process == 2
