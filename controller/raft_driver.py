@@ -8,7 +8,8 @@ It carries out what the core decides (controller/raft/README.md, "The driver loo
   that comes more than ``LATE_TICK_S`` late means the process (or the whole machine) stood
   still: the ticks it missed are fed as one stall (``RaftNode.tick_after_stall``), which
   shortens a leader's lease but runs no follower's election clock, so a stall of the whole
-  host does not start an election;
+  host does not start an election. When ticks fall due and how they are fed is
+  :class:`controller.raft_ticks.TickSchedule`'s (time an input); this module sleeps and wakes;
 - the leader lease: :meth:`RaftDriver.holds_lease` turns the core's lease (in ticks) into
   time counted from when the core's latest tick fell due, so a leader that was frozen (SIGSTOP)
   or starved knows at once, before the ticks it missed are fed, that its lease is gone;
@@ -68,6 +69,7 @@ from controller.raft import (
     bootstrap,
     decode_conf_change,
 )
+from controller.raft_ticks import LATE_TICK_S, TickSchedule
 from controller.transport import PeerTransport
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES
 from protocol.request_auth import Credentials
@@ -76,12 +78,6 @@ from storage.raftlog import DiskStorage
 log = structlog.get_logger(__name__)
 
 _SNAPSHOT_VERSION = 1
-
-LATE_TICK_S = 0.2
-"""A tick that fell due this long before the loop ran it is logged (``raft tick late``)."""
-
-LEASE_DRIFT_MARGIN = 0.05
-"""The share of the lease given up for clock rate differences between controllers."""
 
 
 class StateMachine(Protocol):
@@ -251,15 +247,8 @@ class RaftDriver:
         """Messages with the loop time they arrived at."""
         self._unreachable: set[NodeId] = set()
         self._requests: list[Callable[[], None]] = []
-        self._ticks_due = 0
-        self._stalled_ticks = 0
-        """Ticks that fell due while the process stood still (its tick came more than
-        ``LATE_TICK_S`` late): fed to the core as one stall before the next tick."""
-        self._tick_interval = cfg.tick_ms / 1000
-        self._next_tick_due = 0.0
-        """Loop time at which the first of ``_ticks_due`` fell due."""
-        self._last_tick_due = 0.0
-        """Loop time at which the latest tick fed to the core fell due (set by ``start``)."""
+        self._ticks = TickSchedule(cfg.tick_ms / 1000, 0.0)
+        """When ticks fall due (started again by ``start``, from the loop's time then)."""
         self._dropped_from: dict[NodeId, float] = {}
         self._late_reported_at = -60.0
         self._wake = asyncio.Event()
@@ -276,7 +265,7 @@ class RaftDriver:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._last_tick_due = loop.time()
+        self._ticks = TickSchedule(self._ticks.interval, loop.time())
         self.failure = loop.create_future()
         self.transport.start()
         self._tasks = [
@@ -471,9 +460,7 @@ class RaftDriver:
         ticks = self.node.lease_remaining()
         if ticks <= 0:
             return False
-        interval = self._tick_interval
-        margin = self.node.config.lease_ticks * interval * LEASE_DRIFT_MARGIN
-        ends = self._last_tick_due + ticks * interval - margin
+        ends = self._ticks.lease_end(ticks, self.node.config.lease_ticks)
         return asyncio.get_running_loop().time() < ends
 
     @property
@@ -488,24 +475,12 @@ class RaftDriver:
 
     async def _ticker(self) -> None:
         loop = asyncio.get_running_loop()
-        interval = self._tick_interval
-        next_at = self._last_tick_due + interval
+        ticks = self._ticks
         while True:
-            await asyncio.sleep(max(0.0, next_at - loop.time()))
-            now = loop.time()
-            late = now - next_at
-            due = 1 + int(late // interval)
+            await asyncio.sleep(max(0.0, ticks.wake_at - loop.time()))
+            late = ticks.fell_due(loop.time())
             if late > LATE_TICK_S:
                 self._report_late(late)
-                # The process stood still: all but the latest of these ticks are fed as one
-                # stall (RaftNode.tick_after_stall), the latest as a tick falling due then.
-                self._stalled_ticks += due - 1
-                next_at += (due - 1) * interval
-                due = 1
-            if not self._ticks_due:
-                self._next_tick_due = next_at
-            next_at += due * interval
-            self._ticks_due += due
             self._wake.set()
 
     def _report_late(self, late: float) -> None:
@@ -545,10 +520,10 @@ class RaftDriver:
         if self._inbox:
             inbox, self._inbox = self._inbox, []
             for arrived, message in inbox:
-                self._feed_ticks(arrived)
+                self._ticks.feed(node, arrived)
                 if not node.step(message):
                     self._dropped(message)
-        self._feed_ticks(None)
+        self._ticks.feed(node, None)
         if self._unreachable:
             peers, self._unreachable = self._unreachable, set()
             for peer in peers:
@@ -557,20 +532,6 @@ class RaftDriver:
             requests, self._requests = self._requests, []
             for call in requests:
                 call()
-
-    def _feed_ticks(self, until: float | None) -> None:
-        """Feed the core the ticks that fell due up to ``until`` (all of them: None)."""
-        node = self.node
-        interval = self._tick_interval
-        while self._ticks_due and (until is None or self._next_tick_due <= until):
-            if self._stalled_ticks:
-                node.tick_after_stall(self._stalled_ticks)
-                self._stalled_ticks = 0
-            else:
-                node.tick()
-            self._last_tick_due = self._next_tick_due
-            self._next_tick_due += interval
-            self._ticks_due -= 1
 
     def _dropped(self, message: Message) -> None:
         """The core dropped a message unseen (a stranger, a term out of range, a TimeoutNow
