@@ -191,11 +191,11 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 
 def _decode_json_header(raw: memoryview) -> RemotingCommand:
     try:
-        text = bytes(raw).decode("utf-8")
+        text = str(raw, "utf-8")
     except UnicodeDecodeError:
         raise RemotingFrameError("JSON header is not UTF-8") from None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = _JSON_DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise RemotingFrameError(f"JSON header does not parse: {exc}") from None
     if type(obj) is not dict:
@@ -216,6 +216,12 @@ def _decode_json_header(raw: memoryview) -> RemotingCommand:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+# One decoder and one encoder for every frame: json.loads and json.dumps with an argument
+# build a new one per call.
+_JSON_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+_JSON_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _json_kind(value: object) -> str:
@@ -244,6 +250,7 @@ def _json_int32(obj: dict[str, Any], name: str) -> int:
 
 
 _LANGUAGE_BY_NAME: Final = {member.name: int(member) for member in LanguageCode}
+_LANGUAGE_NAME: Final = {int(member): member.name for member in LanguageCode}
 
 
 def _json_language(value: object) -> int:
@@ -271,6 +278,8 @@ def _json_ext_fields(value: object) -> dict[str, str]:
         raise RemotingFrameError(
             f"JSON header field extFields is {_json_kind(value)}, not an object"
         )
+    if set(map(type, value.values())) <= {str}:
+        return value  # what Java writes: strings only
     fields: dict[str, str] = {}
     for key, item in value.items():
         kind = type(item)
@@ -313,12 +322,7 @@ def _decode_binary_header(raw: memoryview) -> RemotingCommand:
         raise RemotingFrameError(
             f"binary header has {size - end} bytes after its extFields (header length {size})"
         )
-    fields: dict[str, str] = {}
-    entries = raw[:end]
-    while pos < end:
-        key_raw, pos = _read_blob(entries, pos, _I16, "extFields key")
-        value_raw, pos = _read_blob(entries, pos, _I32, "extFields value")
-        fields[_utf8(key_raw, "extFields key")] = _utf8(value_raw, "extFields value")
+    fields = _binary_ext_fields(bytes(raw[pos:end]))
     return RemotingCommand(
         code=code,
         language=language,
@@ -329,6 +333,41 @@ def _decode_binary_header(raw: memoryview) -> RemotingCommand:
         ext_fields=fields,
         serialize_type=SerializeType.ROCKETMQ,
     )
+
+
+def _binary_ext_fields(entries: bytes) -> dict[str, str]:
+    """The binary header's extFields entries (the per-frame loop, kept tight)."""
+    fields: dict[str, str] = {}
+    unpack_key_len = _I16.unpack_from
+    unpack_value_len = _I32.unpack_from
+    end = len(entries)
+    i = 0
+    while i < end:
+        if i + 2 > end:
+            raise RemotingFrameError(
+                f"truncated binary header: extFields key length cut off at {i}"
+            )
+        (n,) = unpack_key_len(entries, i)
+        i += 2
+        if n < 0 or i + n + 4 > end:
+            raise RemotingFrameError(
+                f"truncated binary header: extFields key of {n} bytes and its value length "
+                f"at {i}, {end - i} bytes left"
+            )
+        key = entries[i : i + n]
+        i += n
+        (n,) = unpack_value_len(entries, i)
+        i += 4
+        if n < 0 or i + n > end:
+            raise RemotingFrameError(
+                f"truncated binary header: extFields value of {n} bytes at {i}, {end - i} left"
+            )
+        try:
+            fields[key.decode()] = entries[i : i + n].decode()
+        except UnicodeDecodeError:
+            raise RemotingFrameError("binary header extFields entry is not UTF-8") from None
+        i += n
+    return fields
 
 
 def _read_blob(raw: memoryview, pos: int, length: struct.Struct, what: str) -> tuple[bytes, int]:
@@ -361,10 +400,14 @@ def encode_command(cmd: RemotingCommand) -> bytes:
     field, a binary header code or version outside int16, a frame over 16 MiB): a local
     mistake, not the peer's.
     """
-    for name in ("code", "version", "opaque", "flag"):
-        value = getattr(cmd, name)
-        if not _INT32_MIN <= value <= _INT32_MAX:
-            raise ValueError(f"{name} {value} is outside int32")
+    lo, hi = _INT32_MIN, _INT32_MAX
+    if not (lo <= cmd.code <= hi and lo <= cmd.version <= hi and lo <= cmd.opaque <= hi) or not (
+        lo <= cmd.flag <= hi
+    ):
+        for name in ("code", "version", "opaque", "flag"):
+            value = getattr(cmd, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} {value} is outside int32")
     if not 0 <= cmd.language <= 0xFF:
         raise ValueError(f"language {cmd.language} is not a byte")
     if cmd.serialize_type == SerializeType.ROCKETMQ:
@@ -387,16 +430,13 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     if cmd.ext_fields:
         obj["extFields"] = cmd.ext_fields
     obj["flag"] = cmd.flag
-    try:
-        obj["language"] = LanguageCode(cmd.language).name
-    except ValueError:
-        obj["language"] = cmd.language
+    obj["language"] = _LANGUAGE_NAME.get(cmd.language, cmd.language)
     obj["opaque"] = cmd.opaque
     if cmd.remark is not None:
         obj["remark"] = cmd.remark
     obj["serializeTypeCurrentRPC"] = "JSON"
     obj["version"] = cmd.version
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _JSON_ENCODER.encode(obj).encode("utf-8")
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:

@@ -99,6 +99,10 @@ SEND_V2_NAMES: Final = {
 }
 """SendMessageRequestHeaderV2's one-letter names and the V1 names they stand for."""
 _SEND_V1_NAMES: Final = {long: short for short, long in SEND_V2_NAMES.items()}
+_SEND_SHORT_KEYS: Final = tuple(SEND_V2_NAMES)
+_SEND_LONG_KEYS: Final = (*(v for k, v in SEND_V2_NAMES.items() if k != "n"), "bname")
+"""The send header's fields in SendMessageHeader's order, as each variant names them (SEND_MESSAGE
+has no brokerName field of its own: 5.x clients send it as the RPC header's ``bname``)."""
 
 
 class HeaderError(ValueError):
@@ -184,9 +188,47 @@ class SendMessageHeader(NamedTuple):
     def parse(cls, fields: Mapping[str, str], *, short_names: bool) -> SendMessageHeader:
         """Read the V2 one-letter names when ``short_names`` (codes 310 and 320), else the
         long names of SEND_MESSAGE (10)."""
-        if short_names:
+        # The send path's fast read: direct lookups, one try. Anything it does not take (a
+        # missing or malformed field, a number out of range) is read again by the checked
+        # reader below, which names the field.
+        n = _SEND_SHORT_KEYS if short_names else _SEND_LONG_KEYS
+        g = fields.get
+        try:
+            header = cls(
+                fields[n[0]],
+                fields[n[1]],
+                fields[n[2]],
+                int(fields[n[3]]),
+                int(fields[n[4]]),
+                int(fields[n[5]]),
+                int(fields[n[6]]),
+                int(fields[n[7]]),
+                g(n[8]) or "",
+                None if (v := g(n[9])) is None else int(v),
+                (v := g(n[10])) is not None and v.lower() == "true",  # unitMode, k
+                (v := g(n[12])) is not None and v.lower() == "true",  # batch, m
+                None if (v := g(n[11])) is None else int(v),  # maxReconsumeTimes, l
+                g(n[13]),
+            )
+        except (KeyError, ValueError):
+            return cls._parse_checked(fields, n)
+        lo, hi = _INT32
+        if (
+            lo <= header.default_topic_queue_nums <= hi
+            and lo <= header.queue_id <= hi
+            and lo <= header.sys_flag <= hi
+            and lo <= header.flag <= hi
+            and _INT64[0] <= header.born_timestamp <= _INT64[1]
+            and (header.reconsume_times is None or lo <= header.reconsume_times <= hi)
+            and (header.max_reconsume_times is None or lo <= header.max_reconsume_times <= hi)
+        ):
+            return header
+        return cls._parse_checked(fields, n)
+
+    @classmethod
+    def _parse_checked(cls, fields: Mapping[str, str], n: tuple[str, ...]) -> SendMessageHeader:
+        if n is _SEND_SHORT_KEYS:
             fields = {SEND_V2_NAMES.get(k, k): v for k, v in fields.items()}
-        broker = fields.get("brokerName") if short_names else fields.get("bname")
         return cls(
             producer_group=_str(fields, "producerGroup"),
             topic=_str(fields, "topic"),
@@ -201,7 +243,7 @@ class SendMessageHeader(NamedTuple):
             unit_mode=_opt_bool(fields, "unitMode"),
             batch=_opt_bool(fields, "batch"),
             max_reconsume_times=_opt_int(fields, "maxReconsumeTimes"),
-            broker_name=broker,
+            broker_name=fields.get("brokerName" if n is _SEND_SHORT_KEYS else "bname"),
         )
 
     def ext_fields(self, *, short_names: bool) -> dict[str, str]:

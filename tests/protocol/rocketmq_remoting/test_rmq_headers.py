@@ -270,6 +270,23 @@ def test_send_header_missing_fields_name_the_long_name() -> None:
         SendMessageHeader.parse({"b": "T"}, short_names=True)
 
 
+@pytest.mark.parametrize(
+    ("changes", "what"),
+    [
+        ({"e": "x"}, "queueId is not an integer: 'x'"),
+        ({"g": str(2**63)}, f"bornTimestamp {2**63} is out of range"),
+        ({"j": "2147483648"}, "reconsumeTimes 2147483648 is out of range"),
+        ({"l": "many"}, "maxReconsumeTimes is not an integer"),
+    ],
+)
+def test_send_header_malformed_fields_name_the_long_name(
+    changes: dict[str, str], what: str
+) -> None:
+    fields = decode_frame(ALI_ONS_SEND_V2[4:]).ext_fields
+    with pytest.raises(HeaderError, match=what):
+        SendMessageHeader.parse({**fields, **changes}, short_names=True)
+
+
 def test_offset_headers() -> None:
     assert QueueHeader.parse({"topic": "T", "queueId": "3"}) == QueueHeader("T", 3)
     assert QueryConsumerOffsetHeader.parse(
