@@ -12,14 +12,14 @@ are let in: every user is unknown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Any
 
-import msgpack
 import structlog
 
-from protocol.acl import AclError, User, rule_from_doc, user_type
-from protocol.controller_requests.users import SyncUsers
+from protocol.acl import User
+from protocol.controller_requests.users import SealedUser, SyncUsers, SyncUsersAnswer, sealed_users
+from protocol.fields import FieldError
 from protocol.sealing import SealError, unseal
 from remoting.errors import RemotingError
 from remoting.failover import AddressFailover
@@ -32,36 +32,27 @@ class UsersError(ValueError):
 
 
 def decode_users(body: bytes | None, auth_key: bytes) -> dict[str, tuple[User, str | None]]:
-    """username -> (user, secret) from an AUTH_SYNC_USERS body; a secret that does not unseal
-    under ``auth_key`` (another key) is None: that user cannot sign in here."""
+    """username -> (user, secret) from an AUTH_SYNC_USERS body (:func:`unseal_users`)."""
     try:
-        doc = msgpack.unpackb(body or b"", raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise UsersError(f"undecodable users body: {type(exc).__name__}") from None
-    raw = doc.get("users") if isinstance(doc, dict) else None
-    if not isinstance(raw, list):
-        raise UsersError("users body lacks a list of users")
-    users: dict[str, tuple[User, str | None]] = {}
-    for item in raw:
-        if not isinstance(item, Mapping):
-            raise UsersError("a user must be a map")
-        name, sealed, rules = item.get("username"), item.get("sealedSecret"), item.get("rules")
-        if (
-            not isinstance(name, str)
-            or not isinstance(sealed, bytes)
-            or not isinstance(rules, list)
-        ):
-            raise UsersError("a user needs username, sealedSecret and rules")
+        return unseal_users(sealed_users(body), auth_key)
+    except FieldError as exc:
+        raise UsersError(str(exc)) from None
+
+
+def unseal_users(
+    users: Iterable[SealedUser], auth_key: bytes
+) -> dict[str, tuple[User, str | None]]:
+    """username -> (user, secret); a secret that does not unseal under ``auth_key`` (another
+    key) is None: that user cannot sign in here."""
+    table: dict[str, tuple[User, str | None]] = {}
+    for sealed in users:
+        name = sealed.user.username
         try:
-            user = User(name, user_type(item.get("userType")), tuple(map(rule_from_doc, rules)))
-        except AclError as exc:
-            raise UsersError(f"user {name}: {exc}") from None
-        try:
-            secret: str | None = unseal(auth_key, sealed, name.encode()).decode()
+            secret: str | None = unseal(auth_key, sealed.sealed_secret, name.encode()).decode()
         except (SealError, UnicodeDecodeError):
             secret = None
-        users[name] = (user, secret)
-    return users
+        table[name] = (sealed.user, secret)
+    return table
 
 
 class BrokerUsers:
@@ -105,14 +96,15 @@ class BrokerUsers:
         """One fetch; True when the table changed."""
         ask = SyncUsers(digest=self.digest)
         resp = await self._controllers.call(ask.code, *ask.encode(), timeout=3.0)
-        digest = resp.header.get("digest")
-        if not isinstance(digest, str):
-            raise UsersError("answer lacks the digest")
-        if resp.header.get("unchanged") is True:
+        try:
+            answer = SyncUsersAnswer.parse(resp.header, resp.body)
+        except FieldError as exc:
+            raise UsersError(str(exc)) from None
+        if answer.users is None:
             self.loaded = True
             return False
-        self._users = decode_users(resp.body, self._key)
-        self.digest = digest
+        self._users = unseal_users(answer.users, self._key)
+        self.digest = answer.digest
         if not self.loaded:
             log.info("users loaded from the controllers", users=len(self._users))
         self.loaded = True

@@ -14,6 +14,10 @@ Requests (``?`` marks a field that may be left out)::
     AUTH_LIST_ACL 3010      header username?, resource? (only rules whose pattern contains it)
     AUTH_SYNC_USERS 5110    header digest? (the table the broker holds)
 
+AUTH_SYNC_USERS's SUCCESS (:class:`SyncUsersAnswer`): header ``digest`` and ``unchanged`` (true:
+the broker holds this table already, no body); otherwise body ``{"users": [{"username",
+"userType", "sealedSecret" (bin, sealed under the cluster's auth key), "version", "rules"}]}``.
+
 A missing or mistyped header field raises :class:`~protocol.fields.FieldError`; a user type, a
 secret, a rule or a resource pattern the ACL rules refuse, or a body that does not decode,
 raises :class:`~protocol.controller_requests.base.InvalidRequest` (CONTROLLER_INVALID_REQUEST)
@@ -26,10 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+import msgpack
+
 from protocol.acl import (
     AclError,
     ResourcePattern,
     Rule,
+    User,
     UserType,
     resource_pattern,
     rule_from_doc,
@@ -37,7 +44,7 @@ from protocol.acl import (
 )
 from protocol.codes import ControllerCode
 from protocol.controller_requests.base import InvalidRequest, pack_map, unpack_map
-from protocol.fields import opt_str, req_str
+from protocol.fields import FieldError, opt_bool, opt_str, req_str
 from protocol.remoting import Header, Scalar
 
 __all__ = [
@@ -48,7 +55,9 @@ __all__ = [
     "DeleteUser",
     "ListAcl",
     "ListUsers",
+    "SealedUser",
     "SyncUsers",
+    "SyncUsersAnswer",
     "UpdateAcl",
     "UpdateUser",
 ]
@@ -267,3 +276,77 @@ class SyncUsers:
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> SyncUsers:
         return cls(digest=opt_str(header, "digest"))
+
+
+@dataclass(frozen=True, slots=True)
+class SealedUser:
+    """A user of AUTH_SYNC_USERS's table: what a decision needs, and its secret sealed under
+    the cluster's auth key (:mod:`protocol.sealing`; only a holder of the key unseals it)."""
+
+    user: User
+    sealed_secret: bytes
+    version: int = 0
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "username": self.user.username,
+            "userType": self.user.type.value,
+            "sealedSecret": self.sealed_secret,
+            "version": self.version,
+            "rules": [rule.to_doc() for rule in self.user.rules],
+        }
+
+
+def sealed_users(body: bytes | None) -> tuple[SealedUser, ...]:
+    """The users of AUTH_SYNC_USERS's body; :class:`~protocol.fields.FieldError` naming what is
+    wrong (a rule or user type the ACL rules refuse: with the user's name)."""
+    try:
+        doc = msgpack.unpackb(body or b"", raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise FieldError(f"undecodable users body: {type(exc).__name__}") from None
+    raw = doc.get("users") if isinstance(doc, dict) else None
+    if not isinstance(raw, list):
+        raise FieldError("users body lacks a list of users")
+    users: list[SealedUser] = []
+    for item in raw:
+        if not isinstance(item, Mapping):
+            raise FieldError("a user must be a map")
+        name, sealed, rules = item.get("username"), item.get("sealedSecret"), item.get("rules")
+        version = item.get("version", 0)
+        if (
+            not isinstance(name, str)
+            or not isinstance(sealed, bytes)
+            or not isinstance(rules, list)
+            or type(version) is not int
+        ):
+            raise FieldError("a user needs username, sealedSecret and rules")
+        try:
+            user = User(name, user_type(item.get("userType")), tuple(map(rule_from_doc, rules)))
+        except AclError as exc:
+            raise FieldError(f"user {name}: {exc}") from None
+        users.append(SealedUser(user, sealed, version))
+    return tuple(users)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncUsersAnswer:
+    """AUTH_SYNC_USERS's SUCCESS: the table's ``digest`` and its users, None when the broker
+    holds that table already (``unchanged``)."""
+
+    digest: str
+    users: tuple[SealedUser, ...] | None = None
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        if self.users is None:
+            return {"digest": self.digest, "unchanged": True}, None
+        body = pack_map({"users": [u.to_doc() for u in self.users]})
+        return {"digest": self.digest, "unchanged": False}, body
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> SyncUsersAnswer:
+        digest = header.get("digest")
+        if not isinstance(digest, str):
+            raise FieldError("answer lacks the digest")
+        if header.get("unchanged") is not None and opt_bool(header, "unchanged"):
+            return cls(digest=digest)
+        return cls(digest=digest, users=sealed_users(body))
