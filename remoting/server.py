@@ -37,7 +37,13 @@ total fits, with one logged line each, and counts it (``on_drop`` callbacks, rea
 ``partial_frame_budget``).
 
 A frame that cannot be decoded, or one longer than ``max_frame_bytes``, closes the connection with
-one logged line (reason ``bad_frame``). A handler that raises answers SYSTEM_ERROR (or BAD_REQUEST for a FieldError); the
+one logged line (reason ``bad_frame``).
+
+A second door: with :attr:`RemotingServer.second_door` set, the first bytes of each connection
+decide which protocol it speaks (:meth:`SecondDoor.sniff`); a connection of the other protocol is
+handed to the door's session (:meth:`SecondDoor.open`), whose decoder replaces ours (same bad-frame
+closing and incomplete-frame budget) and which handles the decoded commands itself. The brokers and
+controllers serve RocketMQ's own remoting protocol this way (:mod:`remoting.classic_door`). A handler that raises answers SYSTEM_ERROR (or BAD_REQUEST for a FieldError); the
 process keeps serving everyone else.
 """
 
@@ -49,7 +55,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -114,6 +120,41 @@ use. AUTHENTICATE has no handler: it reaches the guard, whose frame answers it (
 a guard, or a guard that lets it through, answers REQUEST_CODE_NOT_SUPPORTED)."""
 
 
+class DoorDecoder(Protocol):
+    """A second door's stream decoder: :class:`protocol.remoting.FrameDecoder`'s interface."""
+
+    @property
+    def buffered(self) -> int: ...
+
+    @property
+    def declared(self) -> int | None: ...
+
+    def clear(self) -> None: ...
+
+    def feed(self, data: bytes) -> list[Any]: ...
+
+
+class DoorSession(Protocol):
+    """One connection of the second door's protocol: decodes its frames and handles them."""
+
+    @property
+    def decoder(self) -> DoorDecoder: ...
+
+    def handle(self, commands: list[Any]) -> None: ...
+
+    def closed(self) -> None: ...
+
+
+class SecondDoor(Protocol):
+    """Another protocol served on the same port, told apart by a connection's first bytes."""
+
+    def sniff(self, prefix: bytes) -> bool | None:
+        """True: the other protocol; False: ours; None: more bytes are needed."""
+        ...
+
+    def open(self, conn: Connection) -> DoorSession: ...
+
+
 #: Default bound on the bytes of incomplete frames held by all connections of one server.
 DEFAULT_MAX_PARTIAL_FRAME_BYTES = 4 * DEFAULT_MAX_FRAME_BYTES
 
@@ -143,7 +184,10 @@ class Connection(CopyingProtocol):
 
     def __init__(self, server: RemotingServer) -> None:
         self._server = server
-        self._decoder = FrameDecoder(server.limits.max_frame_bytes)
+        self._decoder: DoorDecoder | FrameDecoder = FrameDecoder(server.limits.max_frame_bytes)
+        self._door: DoorSession | None = None
+        self._sniffed = server.second_door is None
+        self._head = b""
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.inflight = 0
@@ -171,6 +215,10 @@ class Connection(CopyingProtocol):
         self._server._opened(self)
 
     def data_received(self, data: bytes) -> None:
+        if not self._sniffed:
+            data = self._sniff(data)
+            if not data:
+                return
         decoder = self._decoder
         try:
             frames = decoder.feed(data)
@@ -182,10 +230,30 @@ class Connection(CopyingProtocol):
         held = decoder.buffered
         if held or self.partial_bytes:  # small frames arrive whole: nothing to account
             self._server._partial(self, held)
+        if self._door is not None:
+            if frames:
+                self._door.handle(frames)
+            return
         if self._backlog:  # frames of an earlier read are still waiting: keep the order
             self._backlog.extend(frames)
             return
         self._handle(frames)
+
+    def _sniff(self, data: bytes) -> bytes:
+        """The bytes to decode once the first ones told the protocol (b"": not yet)."""
+        door = self._server.second_door
+        assert door is not None
+        head = self._head + data if self._head else data
+        verdict = door.sniff(head)
+        if verdict is None:
+            self._head = head
+            return b""
+        self._sniffed = True
+        self._head = b""
+        if verdict:
+            self._door = door.open(self)
+            self._decoder = self._door.decoder
+        return head
 
     def _handle(self, frames: list[Frame]) -> None:
         """Dispatch up to ``max_frames_per_turn`` frames now, the rest in later loop turns."""
@@ -214,6 +282,8 @@ class Connection(CopyingProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._release_partial()
+        if self._door is not None:
+            self._door.closed()
         for task in list(self._tasks):
             task.cancel()
         # Pending futures no longer count; cancelling them tells whoever completes them.
@@ -411,6 +481,8 @@ class RemotingServer:
         self.name = name
         self.handlers: dict[int, Handler] = {}
         self.guard: Guard | None = None
+        #: Another protocol served on this port (None: ours only); see :class:`SecondDoor`.
+        self.second_door: SecondDoor | None = None
         self.connections: set[Connection] = set()
         self._servers: list[asyncio.Server] = []
         self._socks: list[socket.socket] = []
