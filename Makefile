@@ -50,8 +50,12 @@ run: $(RUN_STAMP)  ## start a local cluster on loopback, in the foreground (SECU
 demo: $(RUN_STAMP)  ## a failover to watch, on its own cluster under var/demo
 	$(BIN)/python deploy/demo.py
 
-test: $(DEV_STAMP)  ## the test suite (soak tests excluded)
-	$(BIN)/python -m pytest -q
+# make test's parallel workers (pytest-xdist): most tests wait on daemons (start-up, elections,
+# failovers), so more workers than cores pay; TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 4
+
+test: $(DEV_STAMP)  ## the test suite (soak tests excluded) on TEST_WORKERS parallel workers
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]) and mypy
 	$(BIN)/ruff check .
@@ -62,8 +66,8 @@ lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]
 bench: $(BENCH_STAMP)  ## benchmarks: figures and ratios, never asserted
 	$(BIN)/python bench/run.py
 
-soak: $(DEV_STAMP)  ## long soaks and big simulations
-	$(BIN)/python -m pytest -q -m soak
+soak: $(DEV_STAMP)  ## long soaks and big simulations, one at a time (some load the CPU on purpose)
+	$(BIN)/python -m pytest -q -m soak -n 0
 
 PROTOS := protocol/rocketmq_v2/definition.proto protocol/rocketmq_v2/service.proto
 

@@ -1,4 +1,13 @@
-"""Shared fixtures. Multi-process fixtures end every daemon they start by PID, pass or fail."""
+"""Shared fixtures. Multi-process fixtures end every daemon they start by PID, pass or fail.
+
+The suite runs on parallel workers (pytest-xdist, ``--dist loadgroup``: pyproject's addopts).
+Tests that must not be split across workers share an ``xdist_group``: a module's own mark (the
+fixed ports of ``make run``: tests/cluster/test_local_cluster.py), or one given here at
+collection: every test of the Spark session on one worker (its JVM starts once), and the tests of
+a module with a module-scoped fixture on one worker (the fixture, often a cluster, starts once).
+The groups reach xdist's scheduler through tests/support/xdist_groups.py (pytest 9.2 lost
+loadgroup's own way).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,39 @@ import structlog
 
 import remoting.client as client_mod
 from tests.support.procs import BrokerProc
+
+SPARK_GROUP = "spark"
+"""The xdist group of every test that uses the session's ``spark`` (tests/pipeline/conftest.py)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+        from tests.support.xdist_groups import XdistGroups
+
+        config.pluginmanager.register(XdistGroups(), "rmq-xdist-groups")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test that shares an expensive fixture with others an xdist group (module doc):
+    ``spark`` for the session's SparkSession, else its module's path for a module-scoped
+    fixture. A test that has a group of its own keeps it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if "spark" in info.names_closure:
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+            continue
+        scopes = {defs[-1].scope for defs in info.name2fixturedefs.values() if defs}
+        if scopes & {"module", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if hasattr(config, "workerinput"):
+        from tests.support.xdist_groups import write_groups
+
+        write_groups(config, items)
 
 
 @pytest.fixture(autouse=True)

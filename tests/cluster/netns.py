@@ -11,6 +11,7 @@ root, so a test that cannot make namespaces there is a broken set-up, not a pass
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -55,18 +56,28 @@ def require() -> None:
     pytest.skip(f"no network namespaces here: {why}")
 
 
+_made = itertools.count()
+"""HostNets made by this process: each names its namespaces and links anew."""
+
+
 @dataclass
 class HostNet:
-    """A bridge and namespaces named after this process, removed by :meth:`close`."""
+    """A bridge and namespaces named after this process and the count of HostNets it made
+    before, removed by :meth:`close`.
+
+    Not after the process alone: the kernel destroys a deleted namespace, and the veth legs in
+    it, in the background, so the next test of this process (a pytest-xdist worker runs many in
+    a row) could not make its ``rv<tag>10`` yet ("RTNETLINK answers: File exists")."""
 
     hosts: dict[str, str] = field(default_factory=dict)  # namespace -> address
-    _tag: str = field(default_factory=lambda: f"{os.getpid() % 100000}")
+    _tag: str = ""
     _bridge: str = ""
     _subnet: str = ""
 
     def __post_init__(self) -> None:
         pid = os.getpid()
-        self._subnet = f"10.{200 + pid % 50}.{(pid // 50) % 250}"
+        self._tag = f"{pid % 100000}x{next(_made) % 100}"  # "rvi", tag, index: 13 of 15 bytes
+        self._subnet = f"10.{200 + pid % 50}.{(pid // 50) % 250}"  # free again once closed
         self._bridge = f"rmqbr{self._tag}"
         _ip("link", "add", self._bridge, "type", "bridge")
         _ip("addr", "add", f"{self._subnet}.1/24", "dev", self._bridge)

@@ -26,7 +26,8 @@ from tests.support.metrics import scrape
 from tests.support.procs import ROOT, port_open, small_segments_config
 from tests.support.wait import stays, wait_until
 
-pytestmark = pytest.mark.multiprocess
+# One group: the tests share the fixed ports, so they run one after another on one worker.
+pytestmark = [pytest.mark.multiprocess, pytest.mark.xdist_group("fixed-ports")]
 
 # rmqctl of this tree (the virtualenv's console script may belong to another checkout).
 RMQCTL = [sys.executable, "-m", "rmqctl"]

@@ -244,6 +244,11 @@ def secure_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
         cluster.stop()
 
 
+pytestmark = pytest.mark.xdist_group("tests/docs/test_doc_snippets.py")
+"""One worker runs the module: its two clusters (module-scoped, reached through
+``request.getfixturevalue``) start once."""
+
+
 def test_the_pages_have_python_snippets_and_few_are_not_run() -> None:
     assert len(SNIPPETS) >= 15, [s.where for s in SNIPPETS]
     assert [s.where for s in SNIPPETS if s.secure], "no secure-mode snippet left to run"

@@ -63,9 +63,24 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def worker_share(low: int, top: int) -> range:
+    """This test process's share of the ports ``[low, top)``: under pytest-xdist each worker
+    (``$PYTEST_XDIST_WORKER`` gw0, gw1, ... of ``$PYTEST_XDIST_WORKER_COUNT``) gets a slice of
+    its own, so two workers never hand out the same port; otherwise all of them."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return range(low, top)
+    index, workers = int(worker[2:]), int(count)
+    if not 0 <= index < workers:
+        return range(low, top)
+    size = (top - low) // workers
+    return range(low + index * size, low + (index + 1) * size)
+
+
 def free_port() -> int:
-    """A port free now, below the kernel's range of source ports, and not handed out before in
-    this process.
+    """A port free now, below the kernel's range of source ports, in this worker's share of them
+    (:func:`worker_share`), and not handed out before in this process.
 
     Below that range because a port taken from it (binding port 0) may be picked again by the
     kernel as the source port of any process's outgoing connection between the moment it is
@@ -83,8 +98,12 @@ def free_port() -> int:
             if port not in _handed_out:
                 _handed_out.add(port)
                 return port
+    share = worker_share(_LOWEST_PORT, top)
+    if len(_handed_out) > len(share) // 2:
+        # A long run: forget the ports of tests long finished (one still bound is not bindable).
+        _handed_out.clear()
     while True:
-        port = _random.randrange(_LOWEST_PORT, top)
+        port = _random.randrange(share.start, share.stop)
         if port not in _handed_out and _bindable(port):
             _handed_out.add(port)
             return port
