@@ -27,9 +27,15 @@ from client.offset_commit import OffsetCommitter
 from client.pull import QueueState
 from client.routes import RouteCache, TopicRoute
 from client.subscription import Subscription, queue_name
-from protocol.broker_requests.clients import ConsumerListQuery, Heartbeat, UnregisterClient
+from protocol.broker_requests.clients import (
+    ConsumerListQuery,
+    Heartbeat,
+    HeartbeatAnswer,
+    UnregisterClient,
+)
 from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import Frame, Header, Scalar
+from protocol.fields import FieldError
+from protocol.remoting import Frame, Header
 from protocol.retry import SubscriptionGroupConfig, parse_delay_levels
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -172,11 +178,17 @@ class GroupRebalancer:
         if conn.on_request is None:
             conn.on_request = self._on_broker_request
         resp = await conn.request(RequestCode.HEART_BEAT, header, None, self.request_timeout)
-        if resp.header.get("consumeRetry") is False:
+        if resp.code != ResponseCode.SUCCESS:
+            return False
+        try:
+            answer = HeartbeatAnswer.parse(resp.header, resp.body)
+        except FieldError as exc:  # counted as not answered: its members are not asked
+            log.warning("malformed heartbeat answer", broker=address, error=str(exc))
+            return False
+        if not answer.consume_retry:
             self._retry_off.add(address)
-        if resp.code == ResponseCode.SUCCESS:
-            self._fifo_answers[address] = fifo_config(self.group, resp.header)
-        return resp.code == ResponseCode.SUCCESS
+        self._fifo_answers[address] = fifo_config(self.group, answer)
+        return True
 
     async def _member_list(self, broker_name: str) -> list[str]:
         members = ConsumerListQuery(group=self.group)
@@ -245,20 +257,20 @@ class GroupRebalancer:
         )
 
 
-def fifo_config(group: str, header: dict[str, Scalar]) -> SubscriptionGroupConfig | None:
-    """The group's FIFO settings from a heartbeat answer (None: not a FIFO group)."""
-    if header.get("consumeOrderly") is not True:
+def fifo_config(group: str, answer: HeartbeatAnswer) -> SubscriptionGroupConfig | None:
+    """The group's FIFO settings from a heartbeat answer (None: not a FIFO group); a setting
+    out of range reads as its default."""
+    if not answer.orderly:
         return None
-    times = header.get("retryMaxTimes")
-    delays = header.get("retryDelays")
+    times, delays = answer.retry_max_times, answer.retry_delays
     try:
-        levels = parse_delay_levels(delays) if isinstance(delays, str) else None
+        levels = parse_delay_levels(delays) if delays is not None else None
     except ValueError:
         levels = None
     base = SubscriptionGroupConfig(group)
     return SubscriptionGroupConfig(
         group,
-        times if isinstance(times, int) and times >= 0 else base.retry_max_times,
+        times if times is not None and times >= 0 else base.retry_max_times,
         levels or base.retry_delays_ms,
         False,
         True,

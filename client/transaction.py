@@ -34,8 +34,13 @@ from client.errors import BrokerError, ClientError, ClosedError, NoRouteError, S
 from client.message import SendResult
 from client.producer import RETRIABLE_CODES, Producer
 from protocol.broker_requests.clients import Heartbeat
-from protocol.broker_requests.transaction import EndTransaction
+from protocol.broker_requests.transaction import (
+    CheckTransactionState,
+    EndTransaction,
+    TransactionEnded,
+)
 from protocol.codes import RequestCode, ResponseCode
+from protocol.fields import FieldError
 from protocol.message import RecordError, decode_record, parse_msg_id
 from protocol.remoting import Frame, Scalar
 from protocol.transaction import (
@@ -210,12 +215,13 @@ class TransactionProducer:
         a failover until ``end_deadline``. True when this call resolved it."""
         if self._closed:
             raise ClosedError("transactional producer is closed")
-        header, _ = EndTransaction(
+        ask = EndTransaction(
             group=self.group,
             transaction_id=txn.transaction_id,
             offset=txn.half_offset,
             commit_or_rollback=status.value,
-        ).encode()
+        )
+        header, _ = ask.encode()
         deadline = time.monotonic() + self.end_deadline
         routes = self.producer.routes
         last: Exception | None = None
@@ -229,14 +235,19 @@ class TransactionProducer:
                     raise NoRouteError(f"broker group {broker} has no master")
                 conn = await self._conn(address)
                 timeout = max(min(self.request_timeout, deadline - time.monotonic()), 0.001)
-                resp = await conn.request(RequestCode.END_TRANSACTION, header, None, timeout)
+                resp = await conn.request(ask.code, header, None, timeout)
             except (ClientError, RemotingError) as exc:
                 if isinstance(exc, BrokerError) and exc.code not in RETRIABLE_CODES:
                     raise
                 last = exc
             else:
                 if resp.code == ResponseCode.SUCCESS:
-                    return resp.header.get("already") is not True
+                    try:
+                        return not TransactionEnded.parse(resp.header, resp.body).already
+                    except FieldError as exc:
+                        raise ClientError(
+                            f"malformed END_TRANSACTION answer from {address}: {exc}"
+                        ) from None
                 error = BrokerError.of(resp, address)
                 if resp.code not in RETRIABLE_CODES:
                     raise error
@@ -293,25 +304,24 @@ class TransactionProducer:
         return resp.code == ResponseCode.SUCCESS
 
     def _on_request(self, conn: RemotingClient, frame: Frame) -> None:
-        if frame.code != RequestCode.CHECK_TRANSACTION_STATE or self._closed:
+        if frame.code != CheckTransactionState.code or self._closed:
             return
         task = asyncio.ensure_future(self._answer_check(conn, frame))
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
 
     async def _answer_check(self, conn: RemotingClient, frame: Frame) -> None:
-        h = frame.header
         try:
-            record = decode_record(frame.body or b"")
+            asked = CheckTransactionState.parse(frame.header, frame.body)
+            record = decode_record(asked.half)
             props = record.properties
-            offset = h.get("commitLogOffset")
+            offset = asked.offset
             txn_id = props.get(PROP_TRANSACTION_ID, "")
-            if type(offset) is not int or not txn_id or h.get("producerGroup") != self.group:
-                raise RecordError("check-back without offset, transaction id or our group")
-        except RecordError as exc:
+            if not txn_id or asked.group != self.group:
+                raise RecordError("check-back without transaction id or not of our group")
+        except (FieldError, RecordError) as exc:
             log.warning("malformed transaction check ignored", error=str(exc))
             return
-        broker = h.get("brokerName")
         check = TransactionCheck(
             transaction_id=txn_id,
             topic=props.get(PROP_REAL_TOPIC, HALF_TOPIC),
@@ -319,7 +329,7 @@ class TransactionProducer:
             keys=record.keys,
             tags=record.tags,
             properties=props,
-            broker_name=broker if isinstance(broker, str) else "",
+            broker_name=asked.broker_name,
             half_offset=offset,
         )
         try:
@@ -330,17 +340,15 @@ class TransactionProducer:
         except Exception as exc:
             log.warning("transaction checker failed", transaction_id=txn_id, error=repr(exc))
             status = TransactionStatus.UNKNOWN
-        header, _ = EndTransaction(
+        ask = EndTransaction(
             group=self.group,
             transaction_id=txn_id,
             offset=offset,
             commit_or_rollback=status.value,
             from_check=True,
-        ).encode()
+        )
         try:
-            resp = await conn.request(
-                RequestCode.END_TRANSACTION, header, None, self.request_timeout
-            )
+            resp = await conn.request(ask.code, *ask.encode(), self.request_timeout)
         except (ClientError, RemotingError) as exc:
             log.warning("transaction check answer failed", transaction_id=txn_id, error=str(exc))
             return

@@ -6,6 +6,11 @@ Request header: ``producerGroup``, ``transactionId``, ``commitLogOffset``? (the 
 ``ROLLBACK_TYPE`` or ``NOT_TYPE``: unknown), ``fromTransactionCheck``? (true: the answer to a
 check-back). SUCCESS answers ``state`` (COMMIT, ROLLBACK or OPEN) and ``already`` (it was
 resolved before).
+
+CHECK_TRANSACTION_STATE (39), oneway from a master to a producer of the group
+(:class:`CheckTransactionState`): header ``producerGroup``, ``transactionId``,
+``commitLogOffset`` (the half message's), ``brokerName``; body the half message's record
+(:mod:`protocol.message`). The producer answers with END_TRANSACTION ``fromTransactionCheck``.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from protocol.codes import RequestCode
-from protocol.fields import FieldError, opt_int, req_int, req_str
+from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 from protocol.transaction import OpKind, resolution_of
 
-__all__ = ["EndTransaction", "TransactionEnded"]
+__all__ = ["CheckTransactionState", "EndTransaction", "TransactionEnded"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,3 +92,41 @@ class TransactionEnded:
         if not isinstance(already, bool):
             raise FieldError("header field 'already' must be a boolean")
         return cls(state=req_str(header, "state"), already=already)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckTransactionState:
+    """CHECK_TRANSACTION_STATE: is transaction ``transaction_id`` of ``group``, whose half
+    message is ``half`` (its record's bytes) at CommitLog ``offset`` of ``broker_name``, to be
+    committed or rolled back?"""
+
+    code: ClassVar[RequestCode] = RequestCode.CHECK_TRANSACTION_STATE
+
+    group: str
+    transaction_id: str = ""
+    offset: int
+    broker_name: str = ""
+    half: bytes
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {
+            "producerGroup": self.group,
+            "transactionId": self.transaction_id,
+            "commitLogOffset": self.offset,
+            "brokerName": self.broker_name,
+        }
+        return header, self.half
+
+    @classmethod
+    def parse(
+        cls, header: Mapping[str, Scalar], body: bytes | None = None
+    ) -> CheckTransactionState:
+        if not body:
+            raise FieldError("a check-back carries its half message")
+        return cls(
+            group=req_str(header, "producerGroup"),
+            transaction_id=opt_str(header, "transactionId"),
+            offset=req_int(header, "commitLogOffset"),
+            broker_name=opt_str(header, "brokerName"),
+            half=body,
+        )

@@ -62,7 +62,11 @@ from protocol.broker_requests.subscription_groups import (
     SubscriptionGroupTable,
     SubscriptionGroupUpdate,
 )
-from protocol.broker_requests.transaction import EndTransaction, TransactionEnded
+from protocol.broker_requests.transaction import (
+    CheckTransactionState,
+    EndTransaction,
+    TransactionEnded,
+)
 from protocol.fields import FieldError
 from protocol.message import Message
 from protocol.pull import (
@@ -236,6 +240,14 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
             fence_ms=st.integers(1, MAX_FENCE_MS),
         ),
         st.builds(FenceStaticQueue, topic=names, queue_id=ints, release=st.just(True)),
+    ),
+    CheckTransactionState: st.builds(
+        CheckTransactionState,
+        group=names,
+        transaction_id=st.text(max_size=20),
+        offset=ints,
+        broker_name=st.text(max_size=20),
+        half=st.binary(min_size=1, max_size=64),
     ),
     AllTopicsQuery: st.just(AllTopicsQuery()),
     AllSubscriptionGroupsQuery: st.just(AllSubscriptionGroupsQuery()),
@@ -540,6 +552,14 @@ GOLDEN: list[tuple[Any, str]] = [
         FenceStaticQueue(topic="T", queue_id=1, release=True),
         "000000239600cd1402010083a5746f706963a154a77175657565496401a772656c65617365c3c0",
     ),
+    (
+        CheckTransactionState(
+            group="pg", transaction_id="t1", offset=4096, broker_name="broker-a", half=b"rec"
+        ),
+        "00000054960027010084ad70726f647563657247726f7570a27067ad7472616e73616374696f6e4964a2"
+        "7431af636f6d6d69744c6f674f6666736574cd1000aa62726f6b65724e616d65a862726f6b65722d61c4"
+        "03726563",
+    ),
     (AllTopicsQuery(), "00000007960015010080c0"),
     (AllSubscriptionGroupsQuery(), "000000089600ccc9010080c0"),
     (RuntimeInfoQuery(), "0000000796001c010080c0"),
@@ -729,6 +749,7 @@ def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
             "beginTimestamp 9 is after endTimestamp 8",
         ),
         (ViewMessage, {"offset": -1}, "offset must be >= 0"),
+        (CheckTransactionState, {"producerGroup": "pg", "commitLogOffset": 1}, "half message"),
         (SubscriptionGroupUpdate, {}, "must be a msgpack map of the group's settings"),
         (SubscriptionGroupQuery, {}, "'group'"),
         (Heartbeat, {"producerGroup": "pg"}, "'clientId'"),
