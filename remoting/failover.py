@@ -19,6 +19,8 @@ import socket
 from collections.abc import Mapping, Sequence
 
 from protocol.codes import ResponseCode
+from protocol.controller_requests.base import NotLeader
+from protocol.fields import FieldError
 from protocol.remoting import Frame, ProtocolError, Scalar
 from remoting.client import DEFAULT_TIMEOUT, ConnectionPool
 from remoting.errors import (
@@ -177,8 +179,8 @@ class AddressFailover:
             last_error = error
             reasons.append(str(error))
             if resp.code == ResponseCode.CONTROLLER_NOT_LEADER:
-                leader = resp.header.get("leaderAddress")
-                if isinstance(leader, str) and leader and leader not in tried:
+                leader = _leader_named(resp)
+                if leader is not None and leader not in tried:
                     order.insert(0, leader)
         # One reason for every address that could not be asked: said once. Several: each with
         # its address (answers name theirs already).
@@ -193,3 +195,12 @@ class AddressFailover:
         """Close the connections, when the pool is ours (not shared with a producer/consumer)."""
         if self._owns_pool:
             self.pool.close()
+
+
+def _leader_named(answer: Frame) -> str | None:
+    """The leader a follower's CONTROLLER_NOT_LEADER names (:class:`NotLeader`); None when it
+    names none, or none that is text (then the next address is tried, as for none)."""
+    try:
+        return NotLeader.parse(answer.header, answer.body).leader_address
+    except FieldError:
+        return None

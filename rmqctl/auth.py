@@ -27,7 +27,9 @@ from protocol.controller_requests.users import (
     ListUsers,
     UpdateAcl,
     UpdateUser,
+    UserAnswer,
 )
+from protocol.fields import FieldError
 from protocol.remoting import Frame
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
 from rmqctl.controller_calls import answer_body, call_controllers
@@ -89,8 +91,11 @@ def _acl_human(acls: list[Mapping[str, Any]]) -> str:
 
 
 def _header(frame: Frame) -> dict[str, Any]:
-    keys = ("username", "userType", "version")
-    return {key: frame.header.get(key) for key in keys}
+    """The user an answer names (:class:`UserAnswer`), as printed."""
+    try:
+        return UserAnswer.parse(frame.header, frame.body).to_doc()
+    except FieldError as exc:
+        raise CommandError(f"malformed answer from the controllers: {exc}") from None
 
 
 # Users -----------------------------------------------------------------------------------------

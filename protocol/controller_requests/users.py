@@ -14,6 +14,10 @@ Requests (``?`` marks a field that may be left out)::
     AUTH_LIST_ACL 3010      header username?, resource? (only rules whose pattern contains it)
     AUTH_SYNC_USERS 5110    header digest? (the table the broker holds)
 
+The user requests' SUCCESS (creating, changing or deleting a user or its rules) names the user in
+the header (:class:`UserAnswer`): ``username``, ``userType``, ``version``; the ACL requests add
+the user's rules now, body ``{"rules": [rule, ...]}``.
+
 AUTH_SYNC_USERS's SUCCESS (:class:`SyncUsersAnswer`): header ``digest`` and ``unchanged`` (true:
 the broker holds this table already, no body); otherwise body ``{"users": [{"username",
 "userType", "sealedSecret" (bin, sealed under the cluster's auth key), "version", "rules"}]}``.
@@ -44,7 +48,7 @@ from protocol.acl import (
 )
 from protocol.codes import ControllerCode
 from protocol.controller_requests.base import InvalidRequest, pack_map, unpack_map
-from protocol.fields import FieldError, opt_bool, opt_str, req_str
+from protocol.fields import FieldError, opt_bool, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "SyncUsersAnswer",
     "UpdateAcl",
     "UpdateUser",
+    "UserAnswer",
 ]
 
 MAX_RULES_PER_REQUEST: Final = 256
@@ -330,8 +335,12 @@ def sealed_users(body: bytes | None) -> tuple[SealedUser, ...]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SyncUsersAnswer:
-    """AUTH_SYNC_USERS's SUCCESS: the table's ``digest`` and its users, None when the broker
-    holds that table already (``unchanged``)."""
+    """The user requests' SUCCESS (creating, changing or deleting a user or its rules) names the user in
+    the header (:class:`UserAnswer`): ``username``, ``userType``, ``version``; the ACL requests add
+    the user's rules now, body ``{"rules": [rule, ...]}``.
+
+    AUTH_SYNC_USERS's SUCCESS: the table's ``digest`` and its users, None when the broker
+        holds that table already (``unchanged``)."""
 
     digest: str
     users: tuple[SealedUser, ...] | None = None
@@ -350,3 +359,34 @@ class SyncUsersAnswer:
         if header.get("unchanged") is not None and opt_bool(header, "unchanged"):
             return cls(digest=digest)
         return cls(digest=digest, users=sealed_users(body))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserAnswer:
+    """The header of a user request's SUCCESS: the user as it now is (or was, deleted)."""
+
+    username: str
+    user_type: UserType
+    version: int
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {
+            "username": self.username,
+            "userType": self.user_type.value,
+            "version": self.version,
+        }
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> UserAnswer:
+        try:
+            kind = user_type(header.get("userType"))
+        except AclError as exc:
+            raise FieldError(str(exc)) from None
+        return cls(
+            username=req_str(header, "username"), user_type=kind, version=req_int(header, "version")
+        )
+
+    def to_doc(self) -> dict[str, Any]:
+        """What rmqctl prints of it."""
+        return dict(self.encode()[0])

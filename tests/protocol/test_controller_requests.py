@@ -65,6 +65,7 @@ from protocol.controller_requests.users import (
     SyncUsersAnswer,
     UpdateAcl,
     UpdateUser,
+    UserAnswer,
 )
 from protocol.fields import FieldError
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
@@ -185,6 +186,7 @@ requests = st.one_of(
 )
 
 answers = st.one_of(
+    st.builds(UserAnswer, username=names, user_type=st.sampled_from(UserType), version=ints),
     st.builds(
         SyncUsersAnswer,
         digest=texts,
@@ -724,3 +726,14 @@ def test_a_malformed_users_table_raises_field_error(
 ) -> None:
     with pytest.raises(FieldError, match=message):
         SyncUsersAnswer.parse(header, body)
+
+
+def test_a_user_answer_encodes_to_the_same_bytes() -> None:
+    # the header controller/service/auth.py's user_doc writes by hand
+    user = UserAnswer(username="alice", user_type=UserType.NORMAL, version=2)
+    assert encode_frame(response(request(3001, 7), 0, *user.encode())).hex() == (
+        "0000002f960100070083a8757365726e616d65a5616c696365a87573657254797065a66e6f726d616ca7"
+        "76657273696f6e02c0"
+    )
+    with pytest.raises(FieldError, match="unknown user type"):
+        UserAnswer.parse({"username": "alice", "userType": "root", "version": 2})
