@@ -12,6 +12,7 @@ import structlog
 
 from broker.auth.guard import broker_guard
 from broker.auth.users import BrokerUsers
+from broker.classic import classic_door
 from broker.compose import compose
 from broker.config import BrokerConfig
 from broker.consumer_stats import LagAtScrape
@@ -111,10 +112,11 @@ class Broker:
             name="broker",
         )
         self.admin = AdminProcessor(self.ctx)
+        pull = PullProcessor(self.ctx)
         for processor in (
             SendProcessor(self.ctx),
             StaticQueueProcessor(self.ctx),
-            PullProcessor(self.ctx),
+            pull,
             self.admin,
             ClientProcessor(self.ctx),
             RouteProcessor(self.ctx),
@@ -128,6 +130,8 @@ class Broker:
             TransactionProcessor(self.ctx, self.ctx.transactions),
         ):
             processor.register(self.server)
+        # RocketMQ's classic clients on the same port, told apart on their first bytes.
+        self.server.second_door = classic_door(self.ctx, pull)
         files = cfg.tls_files
         self.tls = DaemonTls(files) if files is not None else None
         tls = self.tls

@@ -6,6 +6,7 @@ import structlog
 
 from controller.config import ControllerConfig
 from controller.metrics import ControllerMetrics
+from controller.nameserver import NameServerDoor
 from controller.raft_driver import DriverConfig, RaftDriver
 from controller.service import ControllerService
 from controller.state_machine import MetadataStateMachine
@@ -13,6 +14,7 @@ from daemon.auth_key import load_auth_key
 from daemon.metrics import serve_metrics
 from protocol.codes import ControllerCode, RequestCode
 from protocol.request_auth import Credentials, cluster_credentials
+from remoting.classic_door import ClassicDoor
 from remoting.client import use_tls
 from remoting.ports import check_port_free
 from remoting.server import RemotingServer, ServerLimits
@@ -91,6 +93,10 @@ class Controller:
         self.server.register(ControllerCode.RAFT_MESSAGE, self.driver.handle_raft_frame)
         self.service = ControllerService(cfg, self.driver, self.state_machine, self.metrics)
         self.service.register(self.server)
+        # RocketMQ's classic clients find the NameServer requests here too (docs/protocol.md).
+        self.classic = ClassicDoor("controller", cfg.max_frame_bytes)
+        NameServerDoor(self.service.topics).register(self.classic)
+        self.server.second_door = self.classic
         files = cfg.tls_files
         self.tls = DaemonTls(files) if files is not None else None
         if self.tls is not None and files is not None and files.verify_client:

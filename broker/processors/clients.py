@@ -46,28 +46,7 @@ class ClientProcessor:
             # A transactional producer: its connection is where check-backs go.
             ctx.transactions.producer_heartbeat(beat.group, beat.client_id, conn)
             return response(req, ResponseCode.SUCCESS)
-        group = beat.group
-        ctx.groups.heartbeat(group, beat.client_id, beat.topic, ctx.now_ms(), id(conn), conn.peer)
-        config = ctx.sub_groups.get(group)
-        # A FIFO group retries in place: its members do not read the retry topic.
-        consume_retry = config.consume_retry and not config.consume_orderly
-        if (
-            consume_retry
-            and ctx.role.is_master
-            and ctx.topics.get(retry_topic(group)) is None
-            and group_error(group) is None
-        ):
-            try:
-                ctx.ensure_system_topic(retry_topic(group))
-            except StoreError as exc:
-                log.error("creating the retry topic failed", group=group, error=str(exc))
-        orderly = config.consume_orderly
-        answer = HeartbeatAnswer(
-            consume_retry=consume_retry,
-            orderly=orderly,
-            retry_max_times=config.retry_max_times if orderly else None,
-            retry_delays=format_delay_levels(config.retry_delays_ms) if orderly else None,
-        )
+        answer = consumer_heartbeat(ctx, beat.group, beat.client_id, beat.topic, conn)
         return response(req, ResponseCode.SUCCESS, *answer.encode())
 
     def unregister(self, conn: Connection, req: Frame) -> Frame:
@@ -87,3 +66,32 @@ class ClientProcessor:
     def _connection_closed(self, conn: Connection) -> None:
         self.ctx.groups.connection_closed(id(conn))
         self.ctx.transactions.connection_closed(conn)
+
+
+def consumer_heartbeat(
+    ctx: BrokerContext, group: str, client_id: str, topic: str, conn: Connection
+) -> HeartbeatAnswer:
+    """A consumer's heartbeat, whichever front it came through: the member recorded, the
+    group's retry topic created on a master when the group consumes retries; what the member
+    is told (retries, orderly)."""
+    ctx.groups.heartbeat(group, client_id, topic, ctx.now_ms(), id(conn), conn.peer)
+    config = ctx.sub_groups.get(group)
+    # A FIFO group retries in place: its members do not read the retry topic.
+    consume_retry = config.consume_retry and not config.consume_orderly
+    if (
+        consume_retry
+        and ctx.role.is_master
+        and ctx.topics.get(retry_topic(group)) is None
+        and group_error(group) is None
+    ):
+        try:
+            ctx.ensure_system_topic(retry_topic(group))
+        except StoreError as exc:
+            log.error("creating the retry topic failed", group=group, error=str(exc))
+    orderly = config.consume_orderly
+    return HeartbeatAnswer(
+        consume_retry=consume_retry,
+        orderly=orderly,
+        retry_max_times=config.retry_max_times if orderly else None,
+        retry_delays=format_delay_levels(config.retry_delays_ms) if orderly else None,
+    )

@@ -14,11 +14,13 @@ from protocol.pull import (
     PullFound,
     PullNotFound,
     PullOffsetMoved,
+    PullRefused,
     PullRequest,
+    PullRetry,
     encode_pull_answer,
 )
 from protocol.remoting import Frame, response
-from remoting.server import Connection, RemotingServer, error_response
+from remoting.server import Connection, RemotingServer
 from storage.store import GetStatus
 
 FILTER_READS = 8
@@ -35,7 +37,15 @@ class PullProcessor:
         server.register(RequestCode.PULL_MESSAGE, self.pull)
 
     def pull(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        pull = PullRequest.parse(req.header, req.body)
+        result = self.answer(PullRequest.parse(req.header, req.body))
+        if isinstance(result, _ANSWERS):
+            return _answer(req, result)
+        return _answer_later(req, result)
+
+    def answer(self, pull: PullRequest) -> PullAnswer | Awaitable[PullAnswer]:
+        """The answer to ``pull`` now, or an awaitable of it when it waits for a message (long
+        polling). Every front's pulls come here: RocketMQ's classic door too
+        (:mod:`broker.classic.pull`)."""
         topic, queue_id, offset = pull.topic, pull.queue_id, pull.offset
         cfg = self.ctx.cfg
         max_count = max(1, min(pull.max_count, cfg.max_pull_batch))
@@ -45,25 +55,23 @@ class PullProcessor:
         tag_filter = parse_tag_expression(pull.subscription)
         tc = self.ctx.topics.get(topic)
         if tc is None:
-            return error_response(
-                req, ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist"
+            return PullRefused(
+                code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} does not exist"
             )
         if not 0 <= queue_id < tc.queues:
-            return error_response(
-                req,
-                ResponseCode.QUEUE_NOT_EXIST,
-                f"queueId {queue_id} out of range 0..{tc.queues - 1}",
+            return PullRefused(
+                code=ResponseCode.QUEUE_NOT_EXIST,
+                remark=f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
-        resp, _ = self._read(req, topic, queue_id, offset, max_count, max_bytes, tag_filter)
+        resp, _ = self._read(topic, queue_id, offset, max_count, max_bytes, tag_filter)
         if resp is not None or suspend_ms == 0:
-            return resp if resp is not None else self._not_found(req, topic, queue_id, offset)
+            return resp if resp is not None else self._not_found(topic, queue_id, offset)
         return self._wait_and_read(
-            req, topic, queue_id, offset, max_count, max_bytes, suspend_ms, tag_filter
+            topic, queue_id, offset, max_count, max_bytes, suspend_ms, tag_filter
         )
 
     async def _wait_and_read(
         self,
-        req: Frame,
         topic: str,
         queue_id: int,
         offset: int,
@@ -71,7 +79,7 @@ class PullProcessor:
         max_bytes: int,
         suspend_ms: int,
         tag_filter: TagFilter | None,
-    ) -> Frame:
+    ) -> PullAnswer:
         """Wait for a message at ``offset`` (the queue's end). With ``tag_filter`` the arrivals
         that do not match are passed over while waiting (the wait goes on past them, as
         RocketMQ's held pulls wake only for a matching message); answered at the timeout,
@@ -90,15 +98,14 @@ class PullProcessor:
             finally:
                 ctx.metrics.pulls_waiting.dec()
             resp, offset = self._read(
-                req, topic, queue_id, offset, max_count, max_bytes, tag_filter, waiting=True
+                topic, queue_id, offset, max_count, max_bytes, tag_filter, waiting=True
             )
             if resp is not None:
                 return resp
-        return self._not_found(req, topic, queue_id, offset)
+        return self._not_found(topic, queue_id, offset)
 
     def _read(
         self,
-        req: Frame,
         topic: str,
         queue_id: int,
         offset: int,
@@ -107,7 +114,7 @@ class PullProcessor:
         tag_filter: TagFilter | None = None,
         *,
         waiting: bool = False,
-    ) -> tuple[Frame | None, int]:
+    ) -> tuple[PullAnswer | None, int]:
         """A response when there is something to say now, else None (the pull should wait);
         and the offset a read for this pull goes on from.
 
@@ -160,7 +167,7 @@ class PullProcessor:
                 min_offset=low,
                 max_offset=high,
             )
-            return _answer(req, found), res.next_offset
+            return found, res.next_offset
         if status is GetStatus.NO_MATCHED_MESSAGE or (
             status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
         ):
@@ -176,7 +183,7 @@ class PullProcessor:
                 min_offset=low,
                 max_offset=high,
             )
-            return _answer(req, corrupt), offset
+            return corrupt, offset
         next_offset = res.next_offset
         if status is GetStatus.OFFSET_TOO_SMALL:
             next_offset = low
@@ -190,16 +197,23 @@ class PullProcessor:
             min_offset=low,
             max_offset=high,
         )
-        return _answer(req, moved), offset
+        return moved, offset
 
-    def _not_found(self, req: Frame, topic: str, queue_id: int, offset: int) -> Frame:
+    def _not_found(self, topic: str, queue_id: int, offset: int) -> PullAnswer:
         store = self.ctx.store
         not_found = PullNotFound(
             next_offset=offset,
             min_offset=store.queue_min_offset(topic, queue_id),
             max_offset=store.queue_max_offset(topic, queue_id),
         )
-        return _answer(req, not_found)
+        return not_found
+
+
+_ANSWERS = (PullFound, PullNotFound, PullRetry, PullOffsetMoved, PullCorrupt, PullRefused)
+
+
+async def _answer_later(req: Frame, later: Awaitable[PullAnswer]) -> Frame:
+    return _answer(req, await later)
 
 
 def _answer(req: Frame, answer: PullAnswer) -> Frame:

@@ -10,6 +10,7 @@ group gets the missing ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgpack
 import structlog
@@ -126,6 +127,13 @@ class TopicRouteHandlers:
 
     async def get_route(self, conn: Connection, req: Frame) -> Frame:
         topic = RouteQuery.parse(req.header, req.body).topic
+        doc = await self.route_doc(topic)
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    async def route_doc(self, topic: str) -> dict[str, Any]:
+        """GET_ROUTE's document (a static topic's with its logical queues); raises
+        :class:`Refused` (TOPIC_NOT_EXIST) for a topic no group serves. The NameServer door
+        (:mod:`controller.nameserver`) answers from it too."""
         await self.gate.route_view()
         mapping = self.manager.static_topic(topic)
         doc = self.routes.route(
@@ -140,13 +148,29 @@ class TopicRouteHandlers:
             raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
         if mapping is not None:
             doc = static_route(doc, mapping)
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+        return doc
 
     async def get_cluster_info(self, conn: Connection, req: Frame) -> Frame:
         ClusterInfoQuery.parse(req.header, req.body)
-        await self.gate.route_view()
-        doc = self.routes.cluster_info(self.master_of, self.now_ms(), self._accept())
+        doc = await self.cluster_doc()
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+
+    async def cluster_doc(self) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_INFO's document: every live registered broker and its role."""
+        await self.gate.route_view()
+        return self.routes.cluster_info(self.master_of, self.now_ms(), self._accept())
+
+    async def topic_names(self) -> list[str]:
+        """Every topic a live registration lists or the controllers created, sorted."""
+        await self.gate.route_view()
+        names = {
+            t
+            for reg in self.routes.registrations(self.now_ms(), self._accept())
+            for t in reg.topics
+        }
+        for info in self.manager.replica_infos():
+            names.update(self.manager.group_topics(info.broker_name))
+        return sorted(names)
 
     # --- topics ----------------------------------------------------------------------------
 

@@ -1,0 +1,36 @@
+"""The classic door: RocketMQ's own remoting protocol on the broker's client port.
+
+Classic RocketMQ clients (Java 4.x, rocketmq-client-go, the Node.js ``ali-ons``) reach this
+broker at the address the controllers' NameServer door routes them to: its client port, which
+tells their connections from ours on the first bytes (:mod:`remoting.classic_door`). The
+processors here only translate: the typed RocketMQ header
+(:mod:`protocol.rocketmq_remoting.headers`) to the broker's own services (the send service, the
+pull path with its long polling, the consumer groups and offsets), and their result to
+RocketMQ's answer. docs/protocol.md lists the codes served and what they map to; every other
+code answers REQUEST_CODE_NOT_SUPPORTED (3) naming it.
+"""
+
+from __future__ import annotations
+
+from broker.classic.clients import ClassicClients
+from broker.classic.offsets import ClassicOffsets
+from broker.classic.pull import ClassicPull
+from broker.classic.send import ClassicSend
+from broker.context import BrokerContext
+from broker.processors.pull import PullProcessor
+from remoting.classic_door import ClassicDoor
+
+__all__ = ["classic_door"]
+
+
+def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
+    """The broker's classic door with its processors registered."""
+    door = ClassicDoor("broker", ctx.cfg.max_frame_bytes)
+    for processor in (
+        ClassicClients(ctx),
+        ClassicSend(ctx),
+        ClassicPull(ctx, pull),
+        ClassicOffsets(ctx),
+    ):
+        processor.register(door)
+    return door

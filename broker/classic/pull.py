@@ -1,0 +1,168 @@
+"""PULL_MESSAGE (11) of classic consumers: the broker's own pull path
+(:meth:`broker.processors.pull.PullProcessor.answer`: its limits, tag filter and long polling
+with the request's suspend timeout), its answer said RocketMQ's way.
+
+- the header's ``subscription`` (a TAG expression; SQL92 is refused) filters as ours does;
+- sysFlag's commit-offset bit commits ``commitOffset`` for the group first, as RocketMQ's
+  broker does for its master; sysFlag's suspend bit allows the long poll (else it answers at
+  once);
+- the body is RocketMQ's stored-message layout (V1 records for topics under 128 bytes), rebuilt
+  from our records: same queue and CommitLog offsets, timestamps, hosts, flag and properties
+  (tags and keys among them); sysFlag 0 (bodies are stored uncompressed) and reconsumeTimes from
+  ``RECONSUME_TIME`` when a retry carries it, else 0;
+- ``suggestWhichBrokerId`` is 0: pull from the master (a slave serves what it has replicated
+  as well, but classic consumers are sent to the master).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from broker.classic.codes import classic_code
+from broker.context import BrokerContext
+from broker.processors.pull import PullProcessor
+from protocol.filter import FilterError
+from protocol.message import RecordError, iter_records
+from protocol.pull import (
+    PullAnswer,
+    PullCorrupt,
+    PullFound,
+    PullNotFound,
+    PullOffsetMoved,
+    PullRefused,
+    PullRequest,
+    PullRetry,
+)
+from protocol.retry import PROP_RECONSUME_TIME
+from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
+from protocol.rocketmq_remoting.frame import RemotingCommand, make_response
+from protocol.rocketmq_remoting.headers import (
+    PullMessageHeader,
+    PullMessageResponseHeader,
+    PullSysFlag,
+)
+from protocol.rocketmq_remoting.message_decoder import StoredMessage, encode_stored_messages
+from remoting.classic_door import ClassicDoor, ClassicRefusal, ClassicSession
+
+__all__ = ["ClassicPull", "classic_pull_body"]
+
+_MASTER_ID = 0
+
+
+def classic_pull_body(body: bytes) -> bytes:
+    """Our records back to back (a pull's body) in RocketMQ's stored-message layout."""
+    out = []
+    for rec in iter_records(body):
+        props = rec.properties
+        times = props.get(PROP_RECONSUME_TIME, "0")
+        out.append(
+            StoredMessage(
+                topic=rec.topic,
+                body=rec.body,
+                queue_id=rec.queue_id,
+                queue_offset=rec.queue_offset,
+                physical_offset=rec.physical_offset,
+                properties=props,
+                flag=rec.flag,
+                born_timestamp=rec.born_timestamp,
+                born_host=rec.born_host,
+                store_timestamp=rec.store_timestamp,
+                store_host=rec.store_host,
+                reconsume_times=int(times) if times.isdigit() else 0,
+            )
+        )
+    return encode_stored_messages(out)
+
+
+class ClassicPull:
+    def __init__(self, ctx: BrokerContext, pull: PullProcessor) -> None:
+        self.ctx = ctx
+        self.pull_path = pull
+
+    def register(self, door: ClassicDoor) -> None:
+        door.register(RequestCode.PULL_MESSAGE, self.pull)
+
+    def pull(
+        self, session: ClassicSession, req: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        h = PullMessageHeader.parse(req.ext_fields)
+        if h.expression_type not in (None, "", "TAG"):
+            raise ClassicRefusal(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"expression type {h.expression_type} is not supported; TAG is",
+            )
+        if h.sys_flag & PullSysFlag.COMMIT_OFFSET and h.commit_offset >= 0:
+            self._commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        ask = PullRequest(
+            group=h.consumer_group,
+            topic=h.topic,
+            queue_id=h.queue_id,
+            offset=h.queue_offset,
+            max_count=h.max_msg_nums,
+            max_bytes=h.max_msg_bytes,
+            suspend_ms=h.suspend_timeout_millis if h.sys_flag & PullSysFlag.SUSPEND else 0,
+            subscription=(h.subscription or "*").strip() or "*",
+        )
+        try:
+            result = self.pull_path.answer(ask)
+        except FilterError as exc:
+            raise ClassicRefusal(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"subscription: {exc}"
+            ) from None
+        if isinstance(result, Awaitable):
+            return self._later(req, h, result)
+        return self._answer(req, h, result)
+
+    async def _later(
+        self, req: RemotingCommand, h: PullMessageHeader, result: Awaitable[PullAnswer]
+    ) -> RemotingCommand:
+        return self._answer(req, h, await result)
+
+    def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        offsets = self.ctx.offsets
+        if offsets.query(group, topic, queue_id) != offset:
+            offsets.commit(group, topic, queue_id, offset, self.ctx.now_ms())
+
+    def _answer(
+        self, req: RemotingCommand, h: PullMessageHeader, answer: PullAnswer
+    ) -> RemotingCommand:
+        if isinstance(answer, PullRefused):
+            raise ClassicRefusal(classic_code(answer.code), answer.remark)
+        if isinstance(answer, PullRetry):
+            return make_response(req, ResponseCode.PULL_RETRY_IMMEDIATELY)
+        if isinstance(answer, PullCorrupt):
+            raise ClassicRefusal(
+                ResponseCode.SYSTEM_ERROR, answer.reason(h.topic, h.queue_id, h.queue_offset)
+            )
+        store = self.ctx.store
+        low = answer.min_offset
+        high = answer.max_offset
+        if low is None:
+            low = store.queue_min_offset(h.topic, h.queue_id)
+        if high is None:
+            high = store.queue_max_offset(h.topic, h.queue_id)
+        next_offset = answer.next_offset
+        if next_offset is None:
+            next_offset = h.queue_offset
+        header = PullMessageResponseHeader(
+            suggest_which_broker_id=_MASTER_ID,
+            next_begin_offset=next_offset,
+            min_offset=low,
+            max_offset=high,
+        ).ext_fields()
+        if isinstance(answer, PullFound):
+            try:
+                body = classic_pull_body(answer.body)
+            except (RecordError, ValueError) as exc:
+                raise ClassicRefusal(
+                    ResponseCode.SYSTEM_ERROR, f"records at {h.topic}:{h.queue_id}: {exc}"
+                ) from None
+            if not body:  # a tag filter passed over everything it read
+                return make_response(req, ResponseCode.PULL_NOT_FOUND, ext_fields=header)
+            return make_response(req, ResponseCode.SUCCESS, ext_fields=header, body=body)
+        if isinstance(answer, PullNotFound):
+            return make_response(req, ResponseCode.PULL_NOT_FOUND, ext_fields=header)
+        assert isinstance(answer, PullOffsetMoved)
+        return make_response(
+            req, ResponseCode.PULL_OFFSET_MOVED, ext_fields=header, remark=answer.remark
+        )

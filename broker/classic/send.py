@@ -1,0 +1,156 @@
+"""SEND_MESSAGE (10, long field names), SEND_MESSAGE_V2 (310, one-letter names) and
+SEND_BATCH_MESSAGE (320, the batch body) of classic producers: one call of the send service
+(:meth:`broker.send.service.SendService.put`, where every decision is), answered once the send
+is as durable as the broker's own answers wait for (:meth:`SendService.durable`).
+
+What is translated on the way in, the rest of the properties kept as they came:
+
+- ``TAGS`` and ``KEYS`` become the message's tags (the tag filter's hash) and keys (the key
+  index);
+- ``DELAY`` (a delay level 1..18 of RocketMQ's default table, 1s .. 2h) becomes our timer's
+  ``TIMER_DELAY_MS``; ``__STARTDELIVERTIME`` (epoch ms) reaches the timer as it is;
+- ``__SHARDING_KEY`` (what ali-ons names the sharding key) becomes our FIFO message group
+  ``__SHARDINGKEY``, which RocketMQ's Java client already uses;
+- a body the client compressed (sysFlag bit 0) is inflated: stored records have no sysFlag, so
+  pulls serve bodies uncompressed.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Final
+
+from broker.classic.codes import classic_code
+from broker.context import BrokerContext
+from broker.send.service import SendRefused, SendService
+from protocol.fifo import PROP_MESSAGE_GROUP
+from protocol.message import PROP_KEYS, PROP_TAGS, Message
+from protocol.retry import parse_delay_levels
+from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
+from protocol.rocketmq_remoting.frame import RemotingCommand, make_response
+from protocol.rocketmq_remoting.headers import SendMessageHeader, SendMessageResponseHeader
+from protocol.rocketmq_remoting.message_decoder import decode_batch
+from protocol.rocketmq_remoting.properties import decode_properties
+from protocol.timer import PROP_TIMER_DELAY_MS
+from remoting.classic_door import ClassicDoor, ClassicRefusal, ClassicSession
+
+__all__ = ["CLASSIC_DELAY_LEVELS_MS", "ClassicSend", "classic_message"]
+
+CLASSIC_DELAY_LEVELS_MS: Final = parse_delay_levels(
+    "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+)
+"""RocketMQ's default ``messageDelayLevel``: level n (from 1) waits the n-th of these."""
+
+PROP_DELAY: Final = "DELAY"
+PROP_SHARDING_KEY_ALIONS: Final = "__SHARDING_KEY"
+SYSFLAG_COMPRESSED: Final = 0x1
+
+
+def classic_message(
+    topic: str, body: bytes, properties: dict[str, str], flag: int, born_ms: int, peer: str
+) -> Message:
+    """A classic producer's message as the broker stores it (see the module docstring)."""
+    tags = properties.pop(PROP_TAGS, "")
+    keys = properties.pop(PROP_KEYS, "")
+    level = properties.pop(PROP_DELAY, None)
+    if level is not None:
+        try:
+            n = int(level)
+        except ValueError:
+            raise ClassicRefusal(
+                ResponseCode.MESSAGE_ILLEGAL, f"property DELAY {level!r} is not a delay level"
+            ) from None
+        if n > 0:
+            delay = CLASSIC_DELAY_LEVELS_MS[min(n, len(CLASSIC_DELAY_LEVELS_MS)) - 1]
+            properties.setdefault(PROP_TIMER_DELAY_MS, str(delay))
+    sharding = properties.pop(PROP_SHARDING_KEY_ALIONS, None)
+    if sharding:
+        properties.setdefault(PROP_MESSAGE_GROUP, sharding)
+    return Message(
+        topic=topic,
+        body=body,
+        keys=keys,
+        tags=tags,
+        properties=properties,
+        flag=flag,
+        born_timestamp=born_ms,
+        born_host=peer,
+    )
+
+
+def _inflate(body: bytes, sys_flag: int) -> bytes:
+    if not sys_flag & SYSFLAG_COMPRESSED:
+        return body
+    try:
+        return zlib.decompress(body)
+    except zlib.error as exc:
+        raise ClassicRefusal(
+            ResponseCode.MESSAGE_ILLEGAL, f"compressed body does not inflate: {exc}"
+        ) from None
+
+
+class ClassicSend:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.service: SendService = ctx.sends
+
+    def register(self, door: ClassicDoor) -> None:
+        door.register(RequestCode.SEND_MESSAGE, self.send_message)
+        door.register(RequestCode.SEND_MESSAGE_V2, self.send_message_v2)
+        door.register(RequestCode.SEND_BATCH_MESSAGE, self.send_batch)
+
+    async def send_message(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
+        return await self._send(
+            session, req, SendMessageHeader.parse(req.ext_fields, short_names=False)
+        )
+
+    async def send_message_v2(
+        self, session: ClassicSession, req: RemotingCommand
+    ) -> RemotingCommand:
+        return await self._send(
+            session, req, SendMessageHeader.parse(req.ext_fields, short_names=True)
+        )
+
+    async def send_batch(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
+        h = SendMessageHeader.parse(req.ext_fields, short_names=True)
+        messages = [
+            classic_message(
+                h.topic,
+                _inflate(m.body, h.sys_flag),
+                dict(m.properties),
+                m.flag,
+                h.born_timestamp,
+                session.peer,
+            )
+            for m in decode_batch(req.body)
+        ]
+        return await self._put(req, h, messages)
+
+    async def _send(
+        self, session: ClassicSession, req: RemotingCommand, h: SendMessageHeader
+    ) -> RemotingCommand:
+        if not req.body:
+            self.service.count_refusal(ResponseCode.MESSAGE_ILLEGAL)
+            raise ClassicRefusal(ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
+        props = decode_properties(h.properties) if h.properties else {}
+        msg = classic_message(
+            h.topic, _inflate(req.body, h.sys_flag), props, h.flag, h.born_timestamp, session.peer
+        )
+        return await self._put(req, h, [msg])
+
+    async def _put(
+        self, req: RemotingCommand, h: SendMessageHeader, messages: list[Message]
+    ) -> RemotingCommand:
+        start = time.perf_counter()
+        service = self.service
+        try:
+            result = service.put(h.topic, h.queue_id, messages)
+            await service.durable(result, start)
+        except SendRefused as refused:
+            raise ClassicRefusal(classic_code(refused.code), refused.remark) from None
+        answer = SendMessageResponseHeader(
+            msg_id=",".join(service.msg_id(off) for off in result.physical_offsets),
+            queue_id=result.queue_id,
+            queue_offset=result.first_queue_offset,
+        )
+        return make_response(req, ResponseCode.SUCCESS, ext_fields=answer.ext_fields())

@@ -1,0 +1,171 @@
+"""The classic door: RocketMQ's own remoting protocol on a port that serves ours.
+
+A :class:`ClassicDoor` is a :class:`remoting.server.SecondDoor`: a connection whose first frame
+has a serialize type of 0 or 1 after its length (:func:`protocol.rocketmq_remoting.frame.sniff`;
+ours has a msgpack array header there) is served by a :class:`ClassicSession`, which decodes
+RocketMQ frames (:class:`~protocol.rocketmq_remoting.frame.CommandDecoder`) and hands each
+request to the handler registered for its code. A handler gets ``(session, command)`` and
+returns the answer, None (no answer), or an awaitable of either (run as a task, cancelled when
+the connection closes). Answers go out in the serialize type of their request.
+
+- a code without a handler answers REQUEST_CODE_NOT_SUPPORTED (3) with a remark naming it;
+- a handler's :class:`ClassicRefusal` answers its code and remark; a ValueError (a header field
+  missing or malformed: :class:`~protocol.rocketmq_remoting.headers.HeaderError`, a body that
+  does not parse) answers SYSTEM_ERROR with its message, as RocketMQ does; anything else is
+  logged and answers SYSTEM_ERROR;
+- a frame that does not decode closes the connection with one logged line (the server's
+  ``bad_frame`` handling: the session's decoder stands in for ours).
+
+The daemon decides the handlers: the controllers answer the NameServer requests
+(:mod:`controller.nameserver`), the brokers the producer and consumer requests
+(:mod:`broker.classic`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from protocol.rocketmq_remoting.codes import ResponseCode
+from protocol.rocketmq_remoting.frame import (
+    CommandDecoder,
+    RemotingCommand,
+    encode_command,
+    make_response,
+    sniff,
+)
+from remoting.server import Connection
+
+__all__ = ["ClassicDoor", "ClassicHandler", "ClassicRefusal", "ClassicSession"]
+
+log = structlog.get_logger(__name__)
+
+ClassicResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+ClassicHandler = Callable[["ClassicSession", RemotingCommand], ClassicResult]
+
+
+class ClassicRefusal(Exception):
+    """A request answered with an error code and remark."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class ClassicDoor:
+    """The handlers by request code, and the sessions of the connections that speak it."""
+
+    def __init__(self, name: str, max_frame_bytes: int) -> None:
+        self.name = name
+        self.max_frame_bytes = max_frame_bytes
+        self.handlers: dict[int, ClassicHandler] = {}
+        self.sessions: set[ClassicSession] = set()
+        self.on_close: list[Callable[[ClassicSession], None]] = []
+
+    def register(self, code: int, handler: ClassicHandler) -> None:
+        self.handlers[int(code)] = handler
+
+    def sniff(self, prefix: bytes) -> bool | None:
+        return sniff(prefix)
+
+    def open(self, conn: Connection) -> ClassicSession:
+        session = ClassicSession(self, conn)
+        self.sessions.add(session)
+        return session
+
+
+class ClassicSession:
+    """One connection speaking RocketMQ's remoting protocol."""
+
+    def __init__(self, door: ClassicDoor, conn: Connection) -> None:
+        self.door = door
+        self.conn = conn
+        self.decoder = CommandDecoder(min(door.max_frame_bytes, 16 * 1024 * 1024))
+        self.attrs: dict[str, Any] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def peer(self) -> str:
+        return self.conn.peer
+
+    def handle(self, commands: list[RemotingCommand]) -> None:
+        for cmd in commands:
+            if self.conn.closed:
+                return
+            if cmd.is_response:
+                continue  # no request of ours is outstanding
+            self._dispatch(cmd)
+
+    def closed(self) -> None:
+        self.door.sessions.discard(self)
+        for task in list(self._tasks):
+            task.cancel()
+        for cb in self.door.on_close:
+            cb(self)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        transport = self.conn.transport
+        if transport is not None and not self.conn.closed:
+            transport.write(encode_command(cmd))
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        handler = self.door.handlers.get(cmd.code)
+        if handler is None:
+            self._reply(
+                cmd,
+                make_response(
+                    cmd,
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    remark=f"request code {cmd.code} is not supported by this "
+                    f"{self.door.name}'s RocketMQ remoting door",
+                ),
+            )
+            return
+        try:
+            result = handler(self, cmd)
+        except Exception as exc:
+            self._reply(cmd, self._failure(cmd, exc))
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(self._await(cmd, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._reply(cmd, result)
+
+    async def _await(self, cmd: RemotingCommand, result: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            answer = await result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            answer = self._failure(cmd, exc)
+        self._reply(cmd, answer)
+
+    def _reply(self, cmd: RemotingCommand, answer: RemotingCommand | None) -> None:
+        if answer is None or cmd.is_oneway:
+            return
+        try:
+            self.send(answer)
+        except ValueError as exc:  # an answer we cannot encode: our bug, said as one
+            self.send(self._failure(cmd, exc))
+
+    def _failure(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if isinstance(exc, ClassicRefusal):
+            return make_response(cmd, exc.code, remark=exc.remark)
+        if isinstance(exc, ValueError):
+            return make_response(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        log.error(
+            "classic request failed",
+            door=self.door.name,
+            code=cmd.code,
+            peer=self.peer,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )
+        return make_response(cmd, ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")

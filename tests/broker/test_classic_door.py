@@ -1,0 +1,222 @@
+"""RocketMQ's remoting protocol on a real broker's client port (the classic door): frames
+built from the published layouts, over a raw socket, beside our own protocol on the same port.
+
+A send (binary and JSON headers) and a pull of it back in the stored-message layout; the offset
+requests; and bad input: an unknown code answers REQUEST_CODE_NOT_SUPPORTED naming it and the
+connection stays; a pull of a queue that does not exist answers a clear error; a serialize type
+of 7, a JSON header that is not an object, a header length past its frame and a 20 MiB frame
+close the connection with a logged reason, and the broker keeps serving both protocols."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+
+from protocol.codes import RequestCode as OurCode
+from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
+from protocol.rocketmq_remoting.frame import (
+    CommandDecoder,
+    RemotingCommand,
+    SerializeType,
+    encode_command,
+)
+from protocol.rocketmq_remoting.headers import SendMessageHeader
+from protocol.rocketmq_remoting.message_decoder import decode_stored_messages
+from protocol.rocketmq_remoting.properties import encode_properties
+from remoting.client import RemotingClient
+from tests.support.procs import BrokerProc
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "ClassicT"
+
+
+class Raw:
+    """One raw connection speaking RocketMQ's protocol."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.decoder = CommandDecoder()
+        self.opaque = 0
+
+    @classmethod
+    async def open(cls, broker: BrokerProc) -> Raw:
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+        return cls(reader, writer)
+
+    async def call(
+        self,
+        code: int,
+        fields: dict[str, str],
+        body: bytes = b"",
+        kind: SerializeType = SerializeType.JSON,
+    ) -> RemotingCommand:
+        self.opaque += 1
+        cmd = RemotingCommand(
+            code=code, version=401, opaque=self.opaque, ext_fields=fields, body=body,
+            serialize_type=kind,
+        )  # fmt: skip
+        self.writer.write(encode_command(cmd))
+        while True:
+            data = await asyncio.wait_for(self.reader.read(65536), 10)
+            assert data, "the broker closed the connection"
+            for answer in self.decoder.feed(data):
+                assert answer.is_response and answer.opaque == self.opaque
+                assert answer.serialize_type == kind  # answered in the request's type
+                return answer
+
+    async def closed_after(self, raw: bytes) -> bool:
+        self.writer.write(raw)
+        data = await asyncio.wait_for(self.reader.read(65536), 10)
+        return data == b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _send_header(queue_id: int, props: dict[str, str]) -> SendMessageHeader:
+    return SendMessageHeader(
+        producer_group="PG", topic=TOPIC, default_topic="TBW102", default_topic_queue_nums=4,
+        queue_id=queue_id, sys_flag=0, born_timestamp=1_700_000_000_000, flag=3,
+        properties=encode_properties(props),
+    )  # fmt: skip
+
+
+async def _create_topic(broker: BrokerProc) -> None:
+    conn = await RemotingClient.connect(broker.address)
+    try:
+        await conn.call(OurCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": 2})
+    finally:
+        conn.close()
+
+
+async def test_a_classic_send_is_pulled_back_in_the_stored_message_layout(
+    broker: BrokerProc,
+) -> None:
+    await _create_topic(broker)
+    raw = await Raw.open(broker)
+    try:
+        props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ID1", "color": "red"}
+        binary = await raw.call(
+            RequestCode.SEND_MESSAGE,
+            _send_header(1, props).ext_fields(short_names=False),
+            b"hello",
+            SerializeType.ROCKETMQ,
+        )
+        assert binary.code == ResponseCode.SUCCESS, binary.remark
+        assert (binary.ext_fields["queueId"], binary.ext_fields["queueOffset"]) == ("1", "0")
+        v2 = await raw.call(
+            RequestCode.SEND_MESSAGE_V2,
+            _send_header(1, {"TAGS": "TagB"}).ext_fields(short_names=True),
+            b"world",
+        )
+        assert v2.code == ResponseCode.SUCCESS and v2.ext_fields["queueOffset"] == "1", v2.remark
+
+        pull_fields = {
+            "consumerGroup": "CG", "topic": TOPIC, "queueId": "1", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
+            "suspendTimeoutMillis": "1000", "subscription": "TagA", "subVersion": "0",
+        }  # fmt: skip
+        pulled = await raw.call(RequestCode.PULL_MESSAGE, pull_fields)
+        assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+        assert pulled.ext_fields["suggestWhichBrokerId"] == "0"
+        assert pulled.ext_fields["maxOffset"] == "2"
+        (msg,) = decode_stored_messages(pulled.body)  # the tag filter left TagB out
+        assert (msg.topic, msg.body, msg.queue_id, msg.queue_offset, msg.flag) == (
+            TOPIC, b"hello", 1, 0, 3,
+        )  # fmt: skip
+        assert msg.msg_id == binary.ext_fields["msgId"]
+        assert msg.born_timestamp == 1_700_000_000_000
+        assert {k: msg.properties[k] for k in props} == props
+
+        # A long poll at the end of the queue waits, then answers PULL_NOT_FOUND.
+        pull_fields.update(queueOffset="2", subscription="*")
+        waited = await raw.call(RequestCode.PULL_MESSAGE, pull_fields)
+        assert waited.code == ResponseCode.PULL_NOT_FOUND
+        assert waited.ext_fields["nextBeginOffset"] == "2"
+
+        offsets = {"consumerGroup": "CG", "topic": TOPIC, "queueId": "1"}
+        none = await raw.call(RequestCode.QUERY_CONSUMER_OFFSET, offsets)
+        assert (none.code, none.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")
+        update = await raw.call(
+            RequestCode.UPDATE_CONSUMER_OFFSET, {**offsets, "commitOffset": "2"}
+        )
+        assert update.code == ResponseCode.SUCCESS
+        query = await raw.call(RequestCode.QUERY_CONSUMER_OFFSET, offsets)
+        assert query.ext_fields["offset"] == "2"
+        queue = {"topic": TOPIC, "queueId": "1"}
+        high = await raw.call(RequestCode.GET_MAX_OFFSET, queue)
+        low = await raw.call(RequestCode.GET_MIN_OFFSET, queue)
+        assert (low.ext_fields["offset"], high.ext_fields["offset"]) == ("0", "2")
+        at = await raw.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**queue, "timestamp": "0"})
+        assert (at.code, at.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")
+    finally:
+        raw.close()
+
+
+async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: BrokerProc) -> None:
+    await _create_topic(broker)
+    raw = await Raw.open(broker)
+    try:
+        unknown = await raw.call(999, {})
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        assert "999" in (unknown.remark or "")
+        admin = await raw.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG"})
+        assert admin.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, admin.remark
+        missing = await raw.call(RequestCode.SEND_MESSAGE_V2, {"b": TOPIC}, b"x")
+        assert missing.code == ResponseCode.SYSTEM_ERROR and "producerGroup" in (
+            missing.remark or ""
+        )
+        bad_queue = {
+            "consumerGroup": "CG",
+            "topic": TOPIC,
+            "queueId": "9",
+            "queueOffset": "0",
+            "maxMsgNums": "1",
+            "sysFlag": "0",
+            "commitOffset": "0",
+            "suspendTimeoutMillis": "0",
+            "subVersion": "0",
+        }
+        no_queue = await raw.call(RequestCode.PULL_MESSAGE, bad_queue)
+        assert no_queue.code == ResponseCode.SYSTEM_ERROR
+        assert "queueId 9 out of range" in (no_queue.remark or "")
+        # The connection still serves after those.
+        ok = await raw.call(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
+        assert ok.code == ResponseCode.SUCCESS
+    finally:
+        raw.close()
+
+    bad_frames = {
+        "serialize type 7": struct.pack(">iI", 8, (7 << 24) | 4) + b"{}  ",
+        "a JSON header that is not an object": struct.pack(">iI", 7, 3) + b"[1]",
+        "a header length past the frame": struct.pack(">iI", 8, 100) + b"{}  ",
+        "a 20 MiB frame": struct.pack(">iI", 20 * 1024 * 1024, 2) + b"{}",
+    }
+    for what, frame in bad_frames.items():
+        raw = await Raw.open(broker)
+        try:
+            assert await raw.closed_after(frame), what
+        finally:
+            raw.close()
+    wait_until(
+        lambda: broker.log().count("closing connection: bad frame") >= len(bad_frames),
+        "the broker to log each bad frame",
+        10,
+    )
+    # The broker keeps serving both doors.
+    raw = await Raw.open(broker)
+    try:
+        ok = await raw.call(RequestCode.GET_MIN_OFFSET, {"topic": TOPIC, "queueId": "0"})
+        assert ok.code == ResponseCode.SUCCESS
+    finally:
+        raw.close()
+    ours = await RemotingClient.connect(broker.address)
+    try:
+        sent = await ours.call(OurCode.SEND_MESSAGE, {"topic": TOPIC, "queueId": 0}, b"ours")
+        assert sent.header["queueOffset"] == 0
+    finally:
+        ours.close()
