@@ -9,12 +9,8 @@ skipped, except under CI=true, where that is a failure (.ci/run installs them)."
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +18,7 @@ import pytest
 
 from client.admin import Admin
 from client.simple_consumer import PopMessage, SimpleConsumer
-from tests.support.official_client import client_env, run_to_end
+from tests.support.official_client import client_env, npm_modules, run_to_end
 from tests.support.procs import ROOT, BrokerProc, free_port
 from tests.support.wait import wait_until_async
 
@@ -30,46 +26,6 @@ pytestmark = pytest.mark.multiprocess
 
 TOPIC = "GrpcNodeTopic"
 PACKAGE = ROOT / "tests" / "nodejs"
-
-
-def _node_modules() -> Path:
-    """node_modules with the lockfile's packages (npm ci into a cache dir, once)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        why = "node and npm are needed for the official Node.js client"
-        if os.environ.get("CI"):
-            pytest.fail(f"{why} (.ci/run installs them)")
-        pytest.skip(why)
-    lock = (PACKAGE / "package-lock.json").read_bytes()
-    home = Path(tempfile.gettempdir()) / f"rmq-test-nodejs-{hashlib.sha256(lock).hexdigest()[:16]}"
-    home.mkdir(exist_ok=True)
-    done = home / "node_modules" / ".rmq-installed"
-    with open(home / ".lock", "w") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)  # one install at a time on this machine
-        if not done.exists():
-            for name in ("package.json", "package-lock.json"):
-                shutil.copy(PACKAGE / name, home / name)
-            run = subprocess.run(
-                [
-                    npm,
-                    "ci",
-                    "--ignore-scripts",
-                    "--no-audit",
-                    "--no-fund",
-                    "--cache",
-                    str(home / ".npm"),
-                ],
-                cwd=home,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                env={**os.environ, "HOME": str(home)},
-            )
-            assert run.returncode == 0, (
-                f"npm ci failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
-            )
-            done.touch()
-    return home / "node_modules"
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +42,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
 
 
 async def test_nodejs_producer_and_simple_consumer(broker: BrokerProc, tmp_path: Path) -> None:
-    modules = _node_modules()
+    modules = npm_modules(PACKAGE, "the official Node.js client")
     async with Admin(broker.address) as admin:
         await admin.create_topic(TOPIC, 2)
     endpoint = f"127.0.0.1:{broker.grpc_port}"  # type: ignore[attr-defined]

@@ -5,14 +5,21 @@ HOME, and nothing of the developer's environment reaches them but what is named 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+import pytest
 
 PATH = "/usr/bin:/bin"
 
@@ -123,3 +130,48 @@ class StreamingClient:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def npm_modules(package: Path, what: str) -> Path:
+    """node_modules with the packages of ``package``'s lockfile (``npm ci --ignore-scripts``
+    into a cache directory named by the lockfile's hash, once per machine). Without node or
+    npm the test is skipped, except under CI=true, where that is a failure."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        why = f"node and npm are needed for {what}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why} (.ci/run installs them)")
+        pytest.skip(why)
+    lock = (package / "package-lock.json").read_bytes()
+    home = (
+        Path(tempfile.gettempdir())
+        / f"rmq-test-{package.name}-{hashlib.sha256(lock).hexdigest()[:16]}"
+    )
+    home.mkdir(exist_ok=True)
+    done = home / "node_modules" / ".rmq-installed"
+    with open(home / ".lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # one install at a time on this machine
+        if not done.exists():
+            for name in ("package.json", "package-lock.json"):
+                shutil.copy(package / name, home / name)
+            run = subprocess.run(
+                [
+                    npm,
+                    "ci",
+                    "--ignore-scripts",
+                    "--no-audit",
+                    "--no-fund",
+                    "--cache",
+                    str(home / ".npm"),
+                ],
+                cwd=home,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "HOME": str(home)},
+            )
+            assert run.returncode == 0, (
+                f"npm ci failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+            )
+            done.touch()
+    return home / "node_modules"

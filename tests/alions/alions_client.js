@@ -1,0 +1,74 @@
+'use strict';
+// The classic Node.js client ali-ons against a cluster: its nameSrv is a controller's address.
+//   node alions_client.js produce NAMESRV TOPIC COUNT
+//     sends COUNT messages (tags TagA/TagB in turn, key key-<i>, user property seq=<i>);
+//     prints {"sent": [{msgId, queueId, queueOffset, key}]}
+//   node alions_client.js consume NAMESRV TOPIC GROUP COUNT
+//     a push consumer of GROUP from the first offset, until COUNT messages arrived and their
+//     offsets were committed; prints {"received": [{body, tags, keys, seq, msgId, queueId,
+//     queueOffset}]}
+// Its last stdout line is the JSON; ali-ons' own log goes to stderr.
+const { Producer, Consumer, Message } = require('ali-ons');
+
+const [mode, nameSrv, topic, ...rest] = process.argv.slice(2);
+// nameSrv given: ali-ons never asks the HTTP address service, but it insists on a client.
+const httpclient = { request() { throw new Error('no HTTP name server lookup in this test'); } };
+const logger = {
+  info() {}, debug() {}, log() {},
+  warn(...args) { console.error('WARN', ...args); },
+  error(...args) { console.error('ERROR', ...args); },
+};
+
+async function produce(count) {
+  const producer = new Producer({ httpclient, nameSrv, producerGroup: 'alions-producer', logger });
+  await producer.ready();
+  const sent = [];
+  for (let i = 0; i < count; i++) {
+    const msg = new Message(topic, i % 2 === 0 ? 'TagA' : 'TagB', Buffer.from(`alions-${i}`));
+    msg.keys = [ `key-${i}` ];
+    msg.properties.seq = String(i);
+    const result = await producer.send(msg);
+    if (result.sendStatus !== 'SEND_OK') throw new Error(`send ${i}: ${result.sendStatus}`);
+    sent.push({ msgId: result.msgId, queueId: Number(result.messageQueue.queueId),
+      queueOffset: result.queueOffset, key: `key-${i}` });
+  }
+  await producer.close();
+  return { sent };
+}
+
+async function consume(group, count) {
+  const consumer = new Consumer({
+    httpclient, nameSrv, consumerGroup: group, logger,
+    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+    persistConsumerOffsetInterval: 500,
+    brokerSuspendMaxTimeMillis: 2000,
+    consumerTimeoutMillisWhenSuspend: 5000,
+    rebalanceInterval: 1000,
+  });
+  const received = [];
+  let done;
+  const all = new Promise(resolve => { done = resolve; });
+  consumer.subscribe(topic, '*', async msg => {
+    received.push({ body: msg.body.toString(), tags: msg.tags, keys: msg.keys, seq: msg.properties.seq,
+      msgId: msg.msgId, queueId: Number(msg.queueId), queueOffset: Number(msg.queueOffset) });
+    if (received.length >= count) done();
+  });
+  await consumer.ready();
+  await all;
+  // The offsets go to the broker every persistConsumerOffsetInterval and when it closes.
+  await new Promise(resolve => setTimeout(resolve, 1500));
+  await consumer.close();
+  return { received };
+}
+
+(async () => {
+  let out;
+  if (mode === 'produce') out = await produce(Number(rest[0]));
+  else if (mode === 'consume') out = await consume(rest[0], Number(rest[1]));
+  else throw new Error(`unknown mode ${mode}`);
+  process.stdout.write(JSON.stringify(out) + '\n');
+  process.exit(0);
+})().catch(err => {
+  console.error(err && err.stack || err);
+  process.exit(1);
+});

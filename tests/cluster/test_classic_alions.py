@@ -1,0 +1,135 @@
+"""The classic RocketMQ Node.js client ``ali-ons`` (npm, installed from tests/alions' lockfile
+with ``npm ci --ignore-scripts``) produces and consumes through RocketMQ's own remoting
+protocol against a real cluster: its ``nameSrv`` is a controller (the NameServer door answers
+its route requests), its producer and push consumer speak to the brokers' client ports (the
+classic door, told apart from our protocol on the first bytes).
+
+The producer sends with tags, keys and a user property; a push consumer of a new group reads
+them all from the first offset and commits its offsets; our SDK reads the same messages, field
+by field, and a consumer of our SDK in the ali-ons group starts after what ali-ons committed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.admin import Admin
+from client.consumer import Consumer
+from client.errors import ClientError
+from client.message import ReceivedMessage
+from client.producer import Producer
+from tests.support.cluster import Cluster
+from tests.support.official_client import client_env, npm_modules, run_to_end
+from tests.support.procs import ROOT
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+PACKAGE = ROOT / "tests" / "alions"
+TOPIC = "AlionsTopic"
+GROUP = "alions-group"
+COUNT = 12
+
+
+@pytest.fixture
+def classic(cluster: Cluster) -> Iterator[Cluster]:
+    cluster.add_group("broker-a", replicas=2)
+    yield cluster
+
+
+async def _create_topic(cluster: Cluster, topic: str, queues: int) -> None:
+    async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
+
+        async def created() -> bool:
+            try:
+                return bool(await admin.create_topic(topic, queues))
+            except ClientError:
+                return False
+
+        await wait_until_async(created, f"topic {topic} to be created", 30, interval=0.2)
+
+
+async def _alions(cluster: Cluster, tmp: Path, *args: str) -> dict[str, Any]:
+    modules = npm_modules(PACKAGE, "the ali-ons client")
+    name_srv = cluster.controllers[0].address
+    return await run_to_end(
+        [
+            str(shutil.which("node")),
+            str(PACKAGE / "alions_client.js"),
+            args[0],
+            name_srv,
+            *args[1:],
+        ],
+        tmp,
+        env=client_env(tmp, PATH=os.environ.get("PATH", ""), NODE_PATH=str(modules)),
+        timeout=120,
+    )
+
+
+async def test_alions_produces_and_consumes_through_the_classic_door(
+    classic: Cluster, tmp_path: Path
+) -> None:
+    await _create_topic(classic, TOPIC, 4)
+    produced = await _alions(classic, tmp_path, "produce", TOPIC, str(COUNT))
+    sent = produced["sent"]
+    assert len(sent) == COUNT
+    # The broker picked no queue: ali-ons spread them over the route's four.
+    assert {s["queueId"] for s in sent} == {0, 1, 2, 3}, sent
+
+    consumed = await _alions(classic, tmp_path, "consume", TOPIC, GROUP, str(COUNT))
+    received = consumed["received"]
+    assert sorted(m["body"] for m in received) == sorted(f"alions-{i}" for i in range(COUNT))
+    for m in received:
+        i = int(m["body"].rsplit("-", 1)[1])
+        assert (m["tags"], m["keys"], m["seq"]) == (
+            "TagA" if i % 2 == 0 else "TagB",
+            f"key-{i}",
+            str(i),
+        )
+    by_key = {s["key"]: s for s in sent}
+    for m in received:
+        s = by_key[m["keys"]]
+        assert (m["queueId"], m["queueOffset"]) == (s["queueId"], s["queueOffset"]), (m, s)
+
+    # Our SDK reads the same messages, body, tags, keys and user property intact.
+    got: dict[str, ReceivedMessage] = {}
+    async with Consumer(classic.controller_addresses, "sdk-reader", TOPIC) as consumer:
+
+        async def read_all() -> bool:
+            for r in await consumer.receive(timeout=0.5):
+                got[r.body.decode()] = r
+            return len(got) >= COUNT
+
+        await wait_until_async(
+            read_all, "our SDK to read ali-ons' messages", 30, on_timeout=classic.logs
+        )
+    assert sorted(got) == sorted(f"alions-{i}" for i in range(COUNT))
+    for body, r in got.items():
+        i = int(body.rsplit("-", 1)[1])
+        assert (r.tags, r.keys, r.properties["seq"]) == (
+            "TagA" if i % 2 == 0 else "TagB",
+            f"key-{i}",
+            str(i),
+        )
+        s = by_key[f"key-{i}"]
+        assert (r.queue_id, r.queue_offset) == (s["queueId"], s["queueOffset"])
+
+    # ali-ons committed its offsets: our SDK's consumer of its group starts after them.
+    async with Producer(classic.controller_addresses) as producer:
+        await producer.send(TOPIC, b"after-alions")
+    after: list[bytes] = []
+    async with Consumer(classic.controller_addresses, GROUP, TOPIC) as consumer:
+
+        async def read_sentinel() -> bool:
+            after.extend(r.body for r in await consumer.receive(timeout=0.5))
+            return b"after-alions" in after
+
+        await wait_until_async(
+            read_sentinel, "the SDK consumer of the ali-ons group", 30, on_timeout=classic.logs
+        )
+    assert after == [b"after-alions"], after
