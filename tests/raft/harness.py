@@ -14,6 +14,7 @@ from dataclasses import replace
 import msgpack
 
 from controller.raft import (
+    AppendEntries,
     Entry,
     EntryType,
     HardState,
@@ -22,6 +23,7 @@ from controller.raft import (
     RaftConfig,
     RaftNode,
     ReadState,
+    Ready,
     Role,
     bootstrap,
 )
@@ -135,14 +137,7 @@ class Cluster:
         machine = self.machines[node_id]
         out: list[Message] = []
         while (rd := node.ready()) is not None:
-            out.extend(rd.messages)
-            storage.save(
-                hard_state=rd.hard_state,
-                entries=rd.entries,
-                snapshot=rd.snapshot,
-                compaction=rd.compaction,
-            )
-            out.extend(rd.persisted_messages)
+            out.extend(persist(storage, rd))
             if rd.snapshot is not None:
                 machine.restore(rd.snapshot.data)
             for entry in rd.committed_entries:
@@ -228,6 +223,19 @@ def with_term(m: Message, term: int) -> Message:
     return replace(m, term=term)
 
 
+def persist(storage: MemoryStorage, rd: Ready) -> list[Message]:
+    """What a driver does first with a Ready: save its hard state, entries, snapshot and
+    compaction at once; return its messages in send order (those that may leave before the
+    save, then those that wait for it)."""
+    storage.save(
+        hard_state=rd.hard_state,
+        entries=rd.entries,
+        snapshot=rd.snapshot,
+        compaction=rd.compaction,
+    )
+    return [*rd.messages, *rd.persisted_messages]
+
+
 def drain(node: RaftNode) -> list[Message]:
     """Persist and advance every Ready of a lone node (its storage must be a MemoryStorage);
     return every message it would send, in order."""
@@ -235,16 +243,23 @@ def drain(node: RaftNode) -> list[Message]:
     storage = node.storage
     assert isinstance(storage, MemoryStorage)
     while (rd := node.ready()) is not None:
-        out.extend(rd.messages)
-        storage.save(
-            hard_state=rd.hard_state,
-            entries=rd.entries,
-            snapshot=rd.snapshot,
-            compaction=rd.compaction,
-        )
-        out.extend(rd.persisted_messages)
+        out.extend(persist(storage, rd))
         node.advance(rd)
     return out
+
+
+def append_to_n2(entry: Entry) -> AppendEntries:
+    """n1, leader at term 2, appends ``entry`` (index 2) to n2 right after the committed
+    bootstrap entry (index 1, term 1): what a :func:`make_node` follower at term 2 accepts."""
+    return AppendEntries(
+        src="n1",
+        dst="n2",
+        term=2,
+        prev_log_index=1,
+        prev_log_term=1,
+        commit=1,
+        entries=(entry,),
+    )
 
 
 def make_node(

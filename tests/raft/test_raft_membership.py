@@ -19,7 +19,7 @@ from controller.raft import (
     decode_conf_change,
     encode_conf_change,
 )
-from tests.raft.harness import Cluster, drain, make_node
+from tests.raft.harness import Cluster, append_to_n2, drain, make_node
 
 
 def add_learner(c: Cluster, leader: str, node_id: str, context: bytes = b"") -> int:
@@ -151,17 +151,7 @@ def test_4_new_leader_waits_for_a_commit_in_its_term() -> None:
 def test_4_configuration_takes_effect_when_appended_and_reverts_when_truncated() -> None:
     follower = make_node("n2", term=2)
     cc = encode_conf_change(ConfChange.add_learner("n4"))
-    follower.step(
-        AppendEntries(
-            src="n1",
-            dst="n2",
-            term=2,
-            prev_log_index=1,
-            prev_log_term=1,
-            commit=1,
-            entries=(Entry(term=2, index=2, type=EntryType.CONF_CHANGE, data=cc),),
-        )
-    )
+    follower.step(append_to_n2(Entry(term=2, index=2, type=EntryType.CONF_CHANGE, data=cc)))
     assert follower.conf_state.learners == ("n4",)  # in use before it commits
     follower.step(
         AppendEntries(

@@ -22,7 +22,7 @@ from controller.raft import (
     bootstrap,
 )
 from storage.raftlog import DiskStorage, MemoryStorage
-from tests.raft.harness import drain, make_node
+from tests.raft.harness import append_to_n2, drain, make_node
 
 
 def solo() -> RaftNode:
@@ -79,17 +79,7 @@ def test_leader_counts_its_own_entries_only_once_durable() -> None:
 
 def test_follower_acks_leave_only_after_persistence() -> None:
     node = make_node("n2", term=2)
-    node.step(
-        AppendEntries(
-            src="n1",
-            dst="n2",
-            term=2,
-            prev_log_index=1,
-            prev_log_term=1,
-            commit=1,
-            entries=(Entry(term=2, index=2, data=b"a"),),
-        )
-    )
+    node.step(append_to_n2(Entry(term=2, index=2, data=b"a")))
     rd = node.ready()
     assert rd is not None
     assert [type(m) for m in rd.persisted_messages] == [AppendResponse]
@@ -113,17 +103,7 @@ def test_committed_entries_are_handed_out_once_and_applied_moves_on_advance() ->
 
 def test_commit_only_hard_state_change_needs_no_sync() -> None:
     node = make_node("n2", term=2)
-    node.step(
-        AppendEntries(
-            src="n1",
-            dst="n2",
-            term=2,
-            prev_log_index=1,
-            prev_log_term=1,
-            commit=1,
-            entries=(Entry(term=2, index=2, data=b"a"),),
-        )
-    )
+    node.step(append_to_n2(Entry(term=2, index=2, data=b"a")))
     drain(node)
     from controller.raft import Heartbeat
 
