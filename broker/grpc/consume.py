@@ -31,7 +31,7 @@ from broker.grpc.consumers import Clients, Held, RenewTable
 from broker.grpc.here import Here
 from broker.grpc.telemetry import client_id_of
 from broker.grpc.translate import Refused, no_namespace, status_code
-from broker.pop.acks import HandleRefused, ack_batch, change_invisible
+from broker.pop.acks import HandleRefused, ack_batch, ack_one, change_invisible
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import RecordError, iter_records
 from protocol.pop import HandleError, peek_handle
@@ -431,20 +431,37 @@ class ConsumeService:
                 handle = await self._change(group, self.held.current(original), 60_000)
                 self._release(original)
                 await self._send_to_dlq(request, group, topic, handle, client_id_of(context))
-                resp = await self._call(
-                    RequestCode.ACK_MESSAGE, {"consumerGroup": group, "receiptHandle": handle}
-                )
-                if resp.code != ResponseCode.SUCCESS:
+                not_acked = await self._ack_one(group, handle)
+                if not_acked:
                     log.warning(
                         "grpc: a message forwarded to the DLQ was not acked (it comes back once)",
                         group=group,
-                        error=_remark(resp),
+                        error=not_acked,
                     )
         except Refused as exc:
             return rpc.ForwardMessageToDeadLetterQueueResponse(
                 status=_status(exc.code, exc.message)
             )
         return rpc.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.OK, "OK"))
+
+    async def _ack_one(self, group: str, handle: str) -> str:
+        """ACK_MESSAGE (in-process on the master): "" once acked, else why not."""
+        here = self.here
+        if here is not None and here.is_master():
+            self.in_process += 1
+            try:
+                await _durable(here, ack_one(here.pop, group, handle), "ack")
+            except HandleRefused as refused:
+                return refused.remark or f"ack refused ({refused.code})"
+            except Refused as exc:
+                return exc.message
+            return ""
+        resp = await self._call(
+            RequestCode.ACK_MESSAGE, {"consumerGroup": group, "receiptHandle": handle}
+        )
+        if resp.code == ResponseCode.SUCCESS:
+            return ""
+        return _remark(resp) or f"ack refused ({resp.code})"
 
     async def _send_to_dlq(
         self,
