@@ -446,9 +446,17 @@ async def test_hostile_ha_peers_are_refused_closed_counted_and_logged_once(
             reason: figures.get(f'rmq_broker_ha_refused_total{{reason="{reason}"}}')
             for reason in ("no_handshake", "not_a_replica", "ack_out_of_range", "duplicate_id")
         } == {"no_handshake": 20, "not_a_replica": 21, "ack_out_of_range": 1, "duplicate_id": 1}
-        lines = [line for line in master.log().splitlines() if "HA" in line]
-        refused = [line for line in lines if "refused an HA peer" in line]
-        closing = [line for line in lines if "closing HA connection" in line]
+
+        def refused_and_closing() -> tuple[list[str], list[str]]:
+            lines = [line for line in master.log().splitlines() if "HA" in line]
+            refused = [line for line in lines if "refused an HA peer" in line]
+            return refused, [line for line in lines if "closing HA connection" in line]
+
+        # The counters move at once; the log lines follow from the daemon's writer thread.
+        await wait_until_async(
+            lambda: len(refused_and_closing()[0]) >= 4, "the refusals in the master's log", 10
+        )
+        refused, closing = refused_and_closing()
         assert len(refused) == 4 and not closing, "\n".join(refused + closing)
 
         # The real path is untouched: the master alone acknowledges and confirms new writes.
