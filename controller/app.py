@@ -14,7 +14,7 @@ from daemon.auth_key import load_auth_key
 from daemon.metrics import serve_metrics
 from protocol.codes import ControllerCode, RequestCode
 from protocol.request_auth import Credentials, cluster_credentials
-from remoting.classic_door import ClassicDoor
+from remoting.classic_door import ClassicDoor, auth_refusal
 from remoting.client import use_tls
 from remoting.ports import check_port_free
 from remoting.server import RemotingServer, ServerLimits
@@ -94,7 +94,9 @@ class Controller:
         self.service = ControllerService(cfg, self.driver, self.state_machine, self.metrics)
         self.service.register(self.server)
         # RocketMQ's classic clients find the NameServer requests here too (docs/protocol.md).
-        self.classic = ClassicDoor("controller", cfg.max_frame_bytes)
+        self.classic = ClassicDoor(
+            "controller", cfg.max_frame_bytes, refusal=auth_refusal(cfg.auth_enabled)
+        )
         NameServerDoor(self.service.topics).register(self.classic)
         self.server.second_door = self.classic
         files = cfg.tls_files

@@ -13,6 +13,9 @@ the connection closes). Answers go out in the serialize type of their request.
   missing or malformed: :class:`~protocol.rocketmq_remoting.headers.HeaderError`, a body that
   does not parse) answers SYSTEM_ERROR with its message, as RocketMQ does; anything else is
   logged and answers SYSTEM_ERROR;
+- with ``refusal`` set (the daemon has authentication on), every request answers
+  NO_PERMISSION (16) with it: RocketMQ's ACL signature is not checked yet, and nothing may
+  pass unauthenticated;
 - a frame that does not decode closes the connection with one logged line (the server's
   ``bad_frame`` handling: the session's decoder stands in for ours).
 
@@ -40,7 +43,7 @@ from protocol.rocketmq_remoting.frame import (
 )
 from remoting.server import Connection
 
-__all__ = ["ClassicDoor", "ClassicHandler", "ClassicRefusal", "ClassicSession"]
+__all__ = ["ClassicDoor", "ClassicHandler", "ClassicRefusal", "ClassicSession", "auth_refusal"]
 
 log = structlog.get_logger(__name__)
 
@@ -57,12 +60,25 @@ class ClassicRefusal(Exception):
         self.remark = remark
 
 
+def auth_refusal(auth_enabled: bool) -> str | None:
+    """The refusal of a daemon with authentication on (None: off)."""
+    if not auth_enabled:
+        return None
+    return (
+        "authentication is on and this cluster does not check RocketMQ's ACL signature yet: "
+        "use our SDK or the gRPC front with credentials"
+    )
+
+
 class ClassicDoor:
     """The handlers by request code, and the sessions of the connections that speak it."""
 
-    def __init__(self, name: str, max_frame_bytes: int) -> None:
+    def __init__(self, name: str, max_frame_bytes: int, *, refusal: str | None = None) -> None:
         self.name = name
         self.max_frame_bytes = max_frame_bytes
+        self.refusal = refusal
+        """When set, every request answers NO_PERMISSION (16) with it (authentication is on and
+        RocketMQ's ACL signature is not checked yet: nothing may pass unauthenticated)."""
         self.handlers: dict[int, ClassicHandler] = {}
         self.sessions: set[ClassicSession] = set()
         self.on_close: list[Callable[[ClassicSession], None]] = []
@@ -114,6 +130,11 @@ class ClassicSession:
             transport.write(encode_command(cmd))
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
+        if self.door.refusal is not None:
+            self._reply(
+                cmd, make_response(cmd, ResponseCode.NO_PERMISSION, remark=self.door.refusal)
+            )
+            return
         handler = self.door.handlers.get(cmd.code)
         if handler is None:
             self._reply(

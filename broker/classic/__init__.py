@@ -18,14 +18,16 @@ from broker.classic.pull import ClassicPull
 from broker.classic.send import ClassicSend
 from broker.context import BrokerContext
 from broker.processors.pull import PullProcessor
-from remoting.classic_door import ClassicDoor
+from remoting.classic_door import ClassicDoor, auth_refusal
 
 __all__ = ["classic_door"]
 
 
 def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
     """The broker's classic door with its processors registered."""
-    door = ClassicDoor("broker", ctx.cfg.max_frame_bytes)
+    door = ClassicDoor(
+        "broker", ctx.cfg.max_frame_bytes, refusal=auth_refusal(ctx.cfg.auth_enabled)
+    )
     for processor in (
         ClassicClients(ctx),
         ClassicSend(ctx),

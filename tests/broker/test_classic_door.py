@@ -9,7 +9,6 @@ close the connection with a logged reason, and the broker keeps serving both pro
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import pytest
@@ -17,64 +16,19 @@ import pytest
 from protocol.codes import RequestCode as OurCode
 from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
 from protocol.rocketmq_remoting.frame import (
-    CommandDecoder,
-    RemotingCommand,
     SerializeType,
-    encode_command,
 )
 from protocol.rocketmq_remoting.headers import SendMessageHeader
 from protocol.rocketmq_remoting.message_decoder import decode_stored_messages
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
+from tests.support.classic import Raw
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "ClassicT"
-
-
-class Raw:
-    """One raw connection speaking RocketMQ's protocol."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.decoder = CommandDecoder()
-        self.opaque = 0
-
-    @classmethod
-    async def open(cls, broker: BrokerProc) -> Raw:
-        reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
-        return cls(reader, writer)
-
-    async def call(
-        self,
-        code: int,
-        fields: dict[str, str],
-        body: bytes = b"",
-        kind: SerializeType = SerializeType.JSON,
-    ) -> RemotingCommand:
-        self.opaque += 1
-        cmd = RemotingCommand(
-            code=code, version=401, opaque=self.opaque, ext_fields=fields, body=body,
-            serialize_type=kind,
-        )  # fmt: skip
-        self.writer.write(encode_command(cmd))
-        while True:
-            data = await asyncio.wait_for(self.reader.read(65536), 10)
-            assert data, "the broker closed the connection"
-            for answer in self.decoder.feed(data):
-                assert answer.is_response and answer.opaque == self.opaque
-                assert answer.serialize_type == kind  # answered in the request's type
-                return answer
-
-    async def closed_after(self, raw: bytes) -> bool:
-        self.writer.write(raw)
-        data = await asyncio.wait_for(self.reader.read(65536), 10)
-        return data == b""
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def _send_header(queue_id: int, props: dict[str, str]) -> SendMessageHeader:
@@ -97,7 +51,7 @@ async def test_a_classic_send_is_pulled_back_in_the_stored_message_layout(
     broker: BrokerProc,
 ) -> None:
     await _create_topic(broker)
-    raw = await Raw.open(broker)
+    raw = await Raw.open(broker.port)
     try:
         props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ID1", "color": "red"}
         binary = await raw.call(
@@ -159,7 +113,7 @@ async def test_a_classic_send_is_pulled_back_in_the_stored_message_layout(
 
 async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: BrokerProc) -> None:
     await _create_topic(broker)
-    raw = await Raw.open(broker)
+    raw = await Raw.open(broker.port)
     try:
         unknown = await raw.call(999, {})
         assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
@@ -197,7 +151,7 @@ async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: B
         "a 20 MiB frame": struct.pack(">iI", 20 * 1024 * 1024, 2) + b"{}",
     }
     for what, frame in bad_frames.items():
-        raw = await Raw.open(broker)
+        raw = await Raw.open(broker.port)
         try:
             assert await raw.closed_after(frame), what
         finally:
@@ -208,7 +162,7 @@ async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: B
         10,
     )
     # The broker keeps serving both doors.
-    raw = await Raw.open(broker)
+    raw = await Raw.open(broker.port)
     try:
         ok = await raw.call(RequestCode.GET_MIN_OFFSET, {"topic": TOPIC, "queueId": "0"})
         assert ok.code == ResponseCode.SUCCESS
