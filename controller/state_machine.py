@@ -13,21 +13,14 @@ from collections.abc import Callable
 import structlog
 
 from controller.metadata import (
-    AddQueueItem,
     Applied,
     CleanBrokerData,
-    CreateStaticTopic,
-    DeleteUser,
-    DropQueueItem,
     EventDecodeError,
-    PutAcl,
-    PutUser,
-    RemapQueueItem,
     ReplicasInfoManager,
-    SealQueueItem,
     UpdateTopic,
     decode_event,
 )
+from controller.metadata.events import AuthEvent, StaticTopicEvent
 from protocol.codes import ResponseCode
 
 log = structlog.get_logger(__name__)
@@ -56,17 +49,7 @@ class MetadataStateMachine:
             # Never proposed by a correct controller; skipped identically everywhere.
             log.error("undecodable metadata event skipped", index=index, error=str(exc))
             return Applied(code=ResponseCode.CONTROLLER_INVALID_REQUEST, remark=str(exc))
-        if isinstance(
-            event,
-            PutUser
-            | DeleteUser
-            | PutAcl
-            | CreateStaticTopic
-            | SealQueueItem
-            | AddQueueItem
-            | RemapQueueItem
-            | DropQueueItem,
-        ):
+        if isinstance(event, AuthEvent | StaticTopicEvent):
             return self.manager.apply(event)
         name = event.broker_name
         before = self.manager.replica_info(name)

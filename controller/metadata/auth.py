@@ -141,6 +141,18 @@ class AuthTable:
 
     # Requests ----------------------------------------------------------------------------------
 
+    def _known(self, username: str) -> UserRecord | Decision[UserView]:
+        """The user's record, or the refusal a request naming ``username`` gets: a malformed name
+        (CONTROLLER_INVALID_REQUEST) or no such user (USER_NOT_EXIST)."""
+        try:
+            check_username(username)
+        except AclError as exc:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        record = self._users.get(username)
+        if record is None:
+            return rejected(RC.USER_NOT_EXIST, f"user {username} does not exist")
+        return record
+
     def create_user(
         self, username: str, secret: str, kind: UserType, seal: Sealer
     ) -> Decision[UserView]:
@@ -190,13 +202,9 @@ class AuthTable:
 
     def delete_user(self, username: str) -> Decision[UserView]:
         """Forget the user and its rules."""
-        try:
-            check_username(username)
-        except AclError as exc:
-            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
-        record = self._users.get(username)
-        if record is None:
-            return rejected(RC.USER_NOT_EXIST, f"user {username} does not exist")
+        record = self._known(username)
+        if isinstance(record, Decision):
+            return record
         event = DeleteUser(username=username, version=record.version)
         return Decision(events=(event,), response=_view(record))
 
@@ -249,13 +257,9 @@ class AuthTable:
         self, username: str, resources: Sequence[ResourcePattern] = ()
     ) -> Decision[UserView]:
         """DELETE_ACL: the user's rules on ``resources``, or all its rules when none is named."""
-        try:
-            check_username(username)
-        except AclError as exc:
-            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
-        record = self._users.get(username)
-        if record is None:
-            return rejected(RC.USER_NOT_EXIST, f"user {username} does not exist")
+        record = self._known(username)
+        if isinstance(record, Decision):
+            return record
         have = {str(r.resource) for r in record.rules}
         drop = {str(p) for p in resources} or have
         absent = sorted(drop - have)
