@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,6 +113,13 @@ def open_disk(path: Path) -> DiskStorage:
     return DiskStorage.open(path, segment_bytes=256)
 
 
+def written(path: Path, **saved: Any) -> None:
+    """A disk log at ``path`` that saved ``saved`` (DiskStorage.save's arguments), closed."""
+    store = open_disk(path)
+    store.save(**saved)
+    store.close()
+
+
 def segments(path: Path) -> list[Path]:
     return sorted((path / "log").glob("*.log"))
 
@@ -139,9 +147,7 @@ def test_segments_roll_and_are_named_by_first_index(tmp_path: Path) -> None:
 
 
 def test_torn_tail_is_truncated(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 6))
-    store.close()
+    written(tmp_path, entries=entries(1, 6))
     last = segments(tmp_path)[-1]
     with open(last, "ab") as f:
         f.write(encode_entry(Entry(term=1, index=6, data=b"z" * 50))[:-7])  # a torn write
@@ -156,9 +162,7 @@ def test_torn_tail_is_truncated(tmp_path: Path) -> None:
 
 
 def test_corrupt_crc_mid_log_truncates_from_there(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 41))
-    store.close()
+    written(tmp_path, entries=entries(1, 41))
     files = segments(tmp_path)
     victim = files[1]
     first = int(victim.name.split(".")[0])
@@ -174,9 +178,7 @@ def test_corrupt_crc_mid_log_truncates_from_there(tmp_path: Path) -> None:
 
 
 def test_bad_segment_magic_drops_it_and_everything_after(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 41))
-    store.close()
+    written(tmp_path, entries=entries(1, 41))
     files = segments(tmp_path)
     with open(files[2], "r+b") as f:
         f.write(b"GARBAGE!")
@@ -223,9 +225,7 @@ def test_snapshot_install_survives_reopen(tmp_path: Path) -> None:
 
 
 def test_log_that_does_not_continue_the_snapshot_is_discarded(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 11, term=1))
-    store.close()
+    written(tmp_path, entries=entries(1, 11, term=1))
     # A crash after the snapshot file landed but before the old log was deleted, where the old
     # log disagrees with the snapshot at its index.
     (tmp_path / "snap" / "00000000000000000005-00000000000000000009.snap").write_bytes(
@@ -243,9 +243,7 @@ def test_corrupt_snapshot_falls_back_to_an_older_one(tmp_path: Path) -> None:
     store.close()
     older = tmp_path / "snap" / "00000000000000000010-00000000000000000001.snap"
     keep = older.read_bytes()
-    store = open_disk(tmp_path)
-    store.save(compaction=snap(20, 1))
-    store.close()
+    written(tmp_path, compaction=snap(20, 1))
     older.write_bytes(keep)  # as if deleting it had not reached the disk
     newer = tmp_path / "snap" / "00000000000000000020-00000000000000000001.snap"
     newer.write_bytes(newer.read_bytes()[:-1] + b"\x00")
@@ -287,9 +285,7 @@ def test_commit_only_change_is_written_lazily(tmp_path: Path) -> None:
 
 
 def test_corrupt_hard_state_refuses_to_start(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(hard_state=HardState(term=2, vote="n1", commit=0))
-    store.close()
+    written(tmp_path, hard_state=HardState(term=2, vote="n1", commit=0))
     path = tmp_path / "hardstate"
     path.write_bytes(path.read_bytes()[:-1] + b"\xff")
     with pytest.raises(CorruptStorage):
@@ -354,9 +350,7 @@ def _tree(path: Path) -> dict[str, bytes]:
 
 
 def test_damage_below_the_commit_index_refuses_and_changes_nothing(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 61), hard_state=HardState(term=2, vote="n0", commit=60))
-    store.close()
+    written(tmp_path, entries=entries(1, 61), hard_state=HardState(term=2, vote="n0", commit=60))
     files = segments(tmp_path)
     victim = files[len(files) // 2]
     first = int(victim.name.split(".")[0])
@@ -378,18 +372,14 @@ def test_damage_below_the_commit_index_refuses_and_changes_nothing(tmp_path: Pat
 
 
 def test_a_missing_tail_segment_below_the_commit_index_refuses(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 41), hard_state=HardState(term=2, vote="n0", commit=40))
-    store.close()
+    written(tmp_path, entries=entries(1, 41), hard_state=HardState(term=2, vote="n0", commit=40))
     segments(tmp_path)[-1].unlink()
     with pytest.raises(CorruptStorage, match="committed"):
         open_disk(tmp_path)
 
 
 def test_a_torn_tail_past_the_commit_index_is_still_repaired(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 11), hard_state=HardState(term=2, vote="n0", commit=8))
-    store.close()
+    written(tmp_path, entries=entries(1, 11), hard_state=HardState(term=2, vote="n0", commit=8))
     last = segments(tmp_path)[-1]
     raw = last.read_bytes()
     last.write_bytes(raw[:-5])  # entry 10 torn: never acknowledged, never committed here
@@ -400,9 +390,7 @@ def test_a_torn_tail_past_the_commit_index_is_still_repaired(tmp_path: Path) -> 
 
 
 def test_a_term_that_cannot_be_incremented_refuses_to_start(tmp_path: Path) -> None:
-    store = open_disk(tmp_path)
-    store.save(hard_state=HardState(term=(1 << 64) - 1, vote=None, commit=0))
-    store.close()
+    written(tmp_path, hard_state=HardState(term=(1 << 64) - 1, vote=None, commit=0))
     with pytest.raises(CorruptStorage, match="cannot be incremented"):
         open_disk(tmp_path)
 
@@ -410,9 +398,7 @@ def test_a_term_that_cannot_be_incremented_refuses_to_start(tmp_path: Path) -> N
 def test_the_operator_may_accept_the_loss_explicitly(tmp_path: Path) -> None:
     from storage.raftlog.repair import main as repair
 
-    store = open_disk(tmp_path)
-    store.save(entries=entries(1, 41), hard_state=HardState(term=2, vote="n0", commit=40))
-    store.close()
+    written(tmp_path, entries=entries(1, 41), hard_state=HardState(term=2, vote="n0", commit=40))
     files = segments(tmp_path)
     victim = files[1]
     first = int(victim.name.split(".")[0])
