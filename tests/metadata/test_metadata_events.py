@@ -72,20 +72,16 @@ def test_every_event_round_trips_through_the_codec(event: Event) -> None:
 
 
 def test_equal_events_encode_to_equal_bytes_whatever_the_set_order() -> None:
-    a = AlterSyncStateSet(
-        broker_name="b",
-        master_broker_id=1,
-        master_epoch=2,
-        sync_state_set_epoch=3,
-        new_sync_state_set=frozenset([3, 1, 2, 100, 7]),
-    )
-    b = AlterSyncStateSet(
-        broker_name="b",
-        master_broker_id=1,
-        master_epoch=2,
-        sync_state_set_epoch=3,
-        new_sync_state_set=frozenset([7, 100, 2, 1, 3]),
-    )
+    def alter(members: list[int]) -> AlterSyncStateSet:
+        return AlterSyncStateSet(
+            broker_name="b",
+            master_broker_id=1,
+            master_epoch=2,
+            sync_state_set_epoch=3,
+            new_sync_state_set=frozenset(members),
+        )
+
+    a, b = alter([3, 1, 2, 100, 7]), alter([7, 100, 2, 1, 3])
     assert encode_event(a) == encode_event(b)
     assert msgpack.unpackb(encode_event(a))[-1] == [1, 2, 3, 7, 100]
 
