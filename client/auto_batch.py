@@ -17,8 +17,7 @@ from client.accumulator import Accumulator
 from client.batch_send import BatchSender, Gathered, item_size, single_result
 from client.message import SendResult
 from client.routing_retry import SendRouter, Target
-from protocol.codes import RequestCode
-from protocol.remoting import Scalar
+from protocol.broker_requests.send import SendRequest
 
 # Requests that were not full when they left, in flight at once per (topic, broker group): the
 # second lets a batch fill while the first is answered (1 and 4 measured slower, bench/).
@@ -51,8 +50,7 @@ class AutoBatcher:
     async def send(
         self,
         topic: str,
-        header: dict[str, Scalar],
-        body: bytes,
+        request: SendRequest,
         properties: Mapping[str, str] | None,
         at: int | None,
     ) -> SendResult:
@@ -60,14 +58,12 @@ class AutoBatcher:
         first, key, acc = self._accumulator_for(topic)
         if acc.try_alone():  # the idle case: exactly what a send without auto-batching does
             try:
-                resp, mq = await self._router.send(
-                    topic, RequestCode.SEND_MESSAGE, header, body, None, first
-                )
+                resp, mq = await self._router.send(topic, request.code, request, None, first)
             finally:
                 if acc.done(1):  # sends were gathered meanwhile
                     asyncio.get_running_loop().call_soon(self._drain, key, acc)
             return single_result(resp, mq, at)
-        return await self._gather(topic, header, body, properties, at, first, key, acc)
+        return await self._gather(topic, request, properties, at, first, key, acc)
 
     def _accumulator_for(self, topic: str) -> tuple[Target | None, _Key, Accumulator[Gathered]]:
         """The queue a new send of ``topic`` would go to alone (None: no route yet, or no
@@ -89,8 +85,7 @@ class AutoBatcher:
     async def _gather(
         self,
         topic: str,
-        header: dict[str, Scalar],
-        body: bytes,
+        request: SendRequest,
         properties: Mapping[str, str] | None,
         at: int | None,
         first: Target | None,
@@ -101,7 +96,7 @@ class AutoBatcher:
         client/accumulator.py); its future settles with its own result or error."""
         self._router.check_open()
         deadline = time.monotonic() + self._router.send_deadline
-        item = Gathered(header, body, properties, at, deadline, first)
+        item = Gathered(request, properties, at, deadline, first)
         size = item_size(item)
         batches = acc.add(item, size)
         if batches and batches[-1][0] is item and len(batches[-1]) == 1:

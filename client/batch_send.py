@@ -15,11 +15,15 @@ from client.errors import BrokerError, ClientError, ClosedError, SendError, Topi
 from client.message import SendResult
 from client.routes import MessageQueue
 from client.routing_retry import SendRouter, Target
-from protocol.broker_requests.send import SendAnswer, SendBatchAnswer, SendBatchRequest
-from protocol.codes import RequestCode
+from protocol.broker_requests.send import (
+    SendAnswer,
+    SendBatchAnswer,
+    SendBatchRequest,
+    SendRequest,
+)
 from protocol.fields import FieldError
 from protocol.message import Message as WireMessage
-from protocol.remoting import Frame, Scalar
+from protocol.remoting import Frame
 
 # Room left in a frame for its header and msgpack framing.
 FRAME_OVERHEAD = 64 * 1024
@@ -30,20 +34,18 @@ _ITEM_OVERHEAD = 48
 class Gathered:
     """One ``send()`` on the auto-batching path: what goes on the wire alone or in a batch."""
 
-    __slots__ = ("at", "body", "deadline", "fut", "group", "header", "properties", "queue")
+    __slots__ = ("at", "deadline", "fut", "group", "properties", "queue", "request")
 
     def __init__(
         self,
-        header: dict[str, Scalar],
-        body: bytes,
+        request: SendRequest,
         properties: Mapping[str, str] | None,
         at: int | None,
         deadline: float,
         queue: Target | None,
         group: str | None = None,
     ) -> None:
-        self.header = header
-        self.body = body
+        self.request = request
         self.properties = properties
         self.at = at
         self.deadline = deadline
@@ -56,16 +58,14 @@ class Gathered:
 
     def batch_message(self, topic: str) -> WireMessage:
         """This message as an entry of a SEND_BATCH_MESSAGE."""
-        h = self.header
-        born = h["bornTimestamp"]
-        keys, tags = h.get("keys", ""), h.get("tags", "")
+        req = self.request
         return WireMessage(
             topic=topic,
-            body=self.body,
-            keys=keys if isinstance(keys, str) else "",
-            tags=tags if isinstance(tags, str) else "",
+            body=req.body,
+            keys=req.keys,
+            tags=req.tags,
             properties=dict(self.properties) if self.properties else {},
-            born_timestamp=born if isinstance(born, int) else 0,
+            born_timestamp=req.born_timestamp,
         )
 
     def settle(self, result: SendResult | None, error: BaseException | None = None) -> None:
@@ -80,10 +80,10 @@ class Gathered:
 
 def item_size(item: Gathered) -> int:
     """What a gathered message adds to a batch request."""
-    size = len(item.body) + _ITEM_OVERHEAD
-    header = item.header
-    if "keys" in header or "tags" in header or item.properties:
-        size += len(str(header.get("keys", ""))) + len(str(header.get("tags", "")))
+    req = item.request
+    size = len(req.body) + _ITEM_OVERHEAD
+    if req.keys or req.tags or item.properties:
+        size += len(req.keys) + len(req.tags)
         size += sum(len(k) + len(v) for k, v in (item.properties or {}).items())
     return size
 
@@ -95,14 +95,9 @@ class BatchSender:
         self._router = router
 
     async def send_alone(self, topic: str, item: Gathered, first: Target | None) -> SendResult:
+        req = item.request
         resp, mq = await self._router.send(
-            topic,
-            RequestCode.SEND_MESSAGE,
-            item.header,
-            item.body,
-            item.deadline,
-            first,
-            group=item.group,
+            topic, req.code, req, item.deadline, first, group=item.group
         )
         return single_result(resp, mq, item.at)
 
@@ -111,17 +106,10 @@ class BatchSender:
     ) -> list[SendResult]:
         batch = SendBatchRequest(
             topic=topic, queue_id=0, messages=tuple(it.batch_message(topic) for it in items)
-        )
-        header, body = batch.encode()
+        ).pack()
         deadline = min(it.deadline for it in items)
         resp, mq = await self._router.send(
-            topic,
-            batch.code,
-            header,
-            body,
-            deadline,
-            first,
-            group=items[0].group,
+            topic, batch.code, batch, deadline, first, group=items[0].group
         )
         return batch_results(resp, mq, [it.at for it in items])
 

@@ -18,7 +18,7 @@ from client.lane import OrderedLane
 from client.message import SendResult
 from client.routes import TopicRoute
 from client.routing_retry import LaneKey, SendRouter, group_lane
-from protocol.remoting import Scalar
+from protocol.broker_requests.send import SendRequest
 
 
 class FifoSender:
@@ -40,8 +40,7 @@ class FifoSender:
     async def send(
         self,
         topic: str,
-        header: dict[str, Scalar],
-        body: bytes,
+        request: SendRequest,
         properties: Mapping[str, str],
         group: str,
     ) -> SendResult:
@@ -50,7 +49,7 @@ class FifoSender:
         router = self._router
         router.check_open()
         deadline = time.monotonic() + router.send_deadline
-        item = Gathered(header, body, properties, None, deadline, None, group)
+        item = Gathered(request, properties, None, deadline, None, group)
         route = router.routes.peek(topic)
         wait = self._route_waits.get(topic)
         if route is None or wait is not None:

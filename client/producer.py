@@ -55,7 +55,6 @@ from client.recall import Recaller
 from client.routes import RouteCache
 from client.routing_retry import RETRIABLE_CODES, SendRouter
 from protocol.broker_requests.send import SendBatchRequest, SendRequest
-from protocol.codes import RequestCode
 from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import Message as WireMessage
 from protocol.message import encode_properties
@@ -267,8 +266,8 @@ class Producer:
             properties = {**(properties or {}), **timer_props}
         if properties and at is None:  # scheduled through properties given directly?
             at = asked_delivery_time(properties, born)
-        # The router sets queueId for each attempt; the batcher and the FIFO lanes read it.
-        header, _ = SendRequest(
+        # Each attempt sends it to the queue the router picks (SendRequest.to_queue).
+        request = SendRequest(
             topic=topic,
             body=body,
             queue_id=0,
@@ -276,14 +275,14 @@ class Producer:
             tags=tags or "",
             properties=encode_properties(properties).decode() if properties else "",
             born_timestamp=born,
-        ).encode()
+        )
         if message_group is not None:
             if at is not None:
                 raise ClientError("a message with a message group cannot be scheduled")
-            return await self._fifo.send(topic, header, body, properties or {}, message_group)
+            return await self._fifo.send(topic, request, properties or {}, message_group)
         if self.auto_batch:
-            return await self._batcher.send(topic, header, body, properties, at)
-        resp, mq = await self._router.send(topic, RequestCode.SEND_MESSAGE, header, body)
+            return await self._batcher.send(topic, request, properties, at)
+        resp, mq = await self._router.send(topic, request.code, request)
         return single_result(resp, mq, at)
 
     async def send_batch(self, topic: str, messages: Sequence[OutgoingMessage]) -> list[SendResult]:
@@ -343,11 +342,10 @@ class Producer:
                     born_timestamp=born,
                 )
             )
-        batch = SendBatchRequest(topic=topic, queue_id=0, messages=tuple(items))
-        header, body = batch.encode()
-        if len(body) > DEFAULT_MAX_FRAME_BYTES - FRAME_OVERHEAD:
-            raise ClientError(f"batch of {len(body)} bytes is too large for one request")
-        resp, mq = await self._router.send(topic, batch.code, header, body)
+        batch = SendBatchRequest(topic=topic, queue_id=0, messages=tuple(items)).pack()
+        if len(batch.body) > DEFAULT_MAX_FRAME_BYTES - FRAME_OVERHEAD:
+            raise ClientError(f"batch of {len(batch.body)} bytes is too large for one request")
+        resp, mq = await self._router.send(topic, batch.code, batch)
         return batch_results(resp, mq, times)
 
     async def recall(self, topic: str, msg_id: str) -> None:

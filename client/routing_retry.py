@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Protocol
 
 from client.bootstrap import Bootstrap
 from client.errors import (
@@ -29,7 +30,7 @@ from client.errors import (
 from client.routes import MessageQueue, RouteCache, TopicRoute
 from protocol.codes import ResponseCode
 from protocol.fifo import group_queue
-from protocol.remoting import Frame, Scalar
+from protocol.remoting import Frame, Header
 from remoting.client import ConnectionPool, RemotingClient
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError
 
@@ -62,6 +63,16 @@ ROUTE_WATCH_AFTER = 0.25
 ROUTE_WATCH_INTERVAL = 0.1
 
 Target = tuple[MessageQueue, str]  # a queue chosen for a send, and its master's address
+
+
+class QueueRequest(Protocol):
+    """A request for one queue of a topic, sent to another on a retry: a SEND_MESSAGE
+    (:class:`~protocol.broker_requests.send.SendRequest`) or a packed SEND_BATCH_MESSAGE
+    (:class:`~protocol.broker_requests.send.PackedBatch`)."""
+
+    def to_queue(self, queue_id: int) -> tuple[Header, bytes | None]: ...
+
+
 LaneKey = tuple[str, str, int]  # (topic, broker group, queue id) of a message group's queue
 
 
@@ -212,14 +223,14 @@ class SendRouter:
         self,
         topic: str,
         code: int,
-        header: dict[str, Scalar],
-        body: bytes,
+        request: QueueRequest,
         deadline: float | None = None,
         first: Target | None = None,
         *,
         group: str | None = None,
     ) -> tuple[Frame, MessageQueue]:
-        """Send one request, retried until ``deadline`` (default: ``send_deadline`` from now);
+        """Send ``request`` (of request code ``code``) to the queue each attempt picks, retried
+        until ``deadline`` (default: ``send_deadline`` from now);
         ``first``: the queue of the first attempt, chosen by the caller. With a message
         ``group``, every attempt goes to the group's queue in the route of the moment."""
         self.check_open()
@@ -247,7 +258,7 @@ class SendRouter:
             except NoRouteError as exc:  # a route with no master, or no route yet
                 last = exc
             else:
-                header["queueId"] = mq.queue_id
+                header, body = request.to_queue(mq.queue_id)
                 try:
                     conn = self._conns.get(address)
                     if conn is None or conn.is_closed:

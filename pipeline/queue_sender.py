@@ -26,8 +26,9 @@ from pipeline.errors import PipelineError, UnknownTopicError, WriteError, descri
 from pipeline.loop import SyncLoop
 from pipeline.replicas import topic_route
 from pipeline.tls import ClientTls, context_of
-from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import Scalar
+from protocol.broker_requests.send import PackedBatch, SendBatchAnswer
+from protocol.codes import ResponseCode
+from protocol.fields import FieldError
 from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -215,11 +216,14 @@ class QueueSender:
                 assert target is not None
                 conn = await self._pool.get(address)
                 timeout = max(min(self._timeout, deadline - time.monotonic()), 0.001)
-                header: dict[str, Scalar] = {"topic": topic, "queueId": target.queue_id}
-                resp = await conn.request(RequestCode.SEND_BATCH_MESSAGE, header, body, timeout)
+                batch = PackedBatch(topic, body)
+                resp = await conn.request(batch.code, *batch.to_queue(target.queue_id), timeout)
                 if resp.code == ResponseCode.SUCCESS:
-                    h = resp.header
-                    return target.broker_name, int(h["queueId"] or 0), int(h["queueOffset"] or 0)
+                    try:
+                        sent = SendBatchAnswer.parse(resp.header, resp.body)
+                    except FieldError as exc:  # stored, unreadably answered: never sent again
+                        raise WriteError(f"malformed batch answer from {address}: {exc}") from None
+                    return target.broker_name, sent.queue_id, sent.queue_offset
                 what = f"{address} answered {ResponseCode(resp.code).name}: {resp.remark}"
                 if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                     raise UnknownTopicError(f"topic {topic!r} does not exist ({what})")

@@ -34,7 +34,7 @@ from protocol.remoting import Header, Scalar
 
 _new_tuple = tuple.__new__
 
-__all__ = ["SendAnswer", "SendBatchAnswer", "SendBatchRequest", "SendRequest"]
+__all__ = ["PackedBatch", "SendAnswer", "SendBatchAnswer", "SendBatchRequest", "SendRequest"]
 
 
 class _SendFields(NamedTuple):
@@ -95,6 +95,12 @@ class SendRequest(_SendFields):
             header["bornHost"] = self.born_host
         return header, self.body
 
+    def to_queue(self, queue_id: int) -> tuple[Header, bytes | None]:
+        """The wire form of this request for queue ``queue_id`` (a sender's attempt there)."""
+        header, body = self.encode()
+        header["queueId"] = queue_id
+        return header, body
+
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> SendRequest:
         topic = req_str(header, "topic")
@@ -115,6 +121,24 @@ class SendRequest(_SendFields):
         )
 
 
+class _PackedFields(NamedTuple):
+    topic: str
+    body: bytes
+
+
+class PackedBatch(_PackedFields):
+    """A SEND_BATCH_MESSAGE whose body is packed already (:meth:`SendBatchRequest.pack`, or a
+    sender packing its own maps of the fields :meth:`SendBatchRequest.encode` writes, as the
+    pipeline's writer does): sent to one queue or another without packing it again."""
+
+    __slots__ = ()
+
+    code: ClassVar[RequestCode] = RequestCode.SEND_BATCH_MESSAGE
+
+    def to_queue(self, queue_id: int) -> tuple[Header, bytes]:
+        return {"topic": self.topic, "queueId": queue_id}, self.body
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendBatchRequest:
     """SEND_BATCH_MESSAGE: messages for one queue of ``topic`` (-1: the broker picks), stored
@@ -128,6 +152,10 @@ class SendBatchRequest:
     messages: tuple[Message, ...]
 
     def encode(self) -> tuple[Header, bytes]:
+        return self.pack().to_queue(self.queue_id)
+
+    def pack(self) -> PackedBatch:
+        """The batch with its body packed once, to send to one queue or another."""
         items: list[dict[str, Any]] = []
         for m in self.messages:
             item: dict[str, Any] = {"body": m.body}
@@ -141,7 +169,7 @@ class SendBatchRequest:
                 item["properties"] = m.properties
             items.append(item)
         body: bytes = msgpack.packb(items, use_bin_type=True)
-        return {"topic": self.topic, "queueId": self.queue_id}, body
+        return PackedBatch(self.topic, body)
 
     @classmethod
     def parse(

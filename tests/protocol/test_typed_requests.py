@@ -6,6 +6,7 @@ not move by accident (a deliberate change rewrites the golden bytes here, with t
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, ClassVar, Protocol, Self
 
 import msgpack
@@ -49,6 +50,7 @@ from protocol.broker_requests.runtime import (
     RuntimeInfoQuery,
 )
 from protocol.broker_requests.send import (
+    PackedBatch,
     SendAnswer,
     SendBatchAnswer,
     SendBatchRequest,
@@ -688,6 +690,19 @@ def test_a_bad_document_answer_raises_one_field_error(
 ) -> None:
     with pytest.raises(FieldError, match=re.escape(message)):
         cls.parse({}, body)
+
+
+@given(STRATEGIES[SendRequest], STRATEGIES[SendBatchRequest], ints)
+def test_a_send_sent_to_another_queue_is_that_queues_request(
+    send: SendRequest, batch: SendBatchRequest, queue_id: int
+) -> None:
+    # The SDK's router sends each attempt to the queue it picks (SendRequest.to_queue), a batch
+    # packed once (PackedBatch, also the pipeline writer's): the same frame as the request built
+    # for that queue.
+    assert send.to_queue(queue_id) == send._replace(queue_id=queue_id).encode()
+    packed = batch.pack()
+    assert isinstance(packed, PackedBatch) and packed.code == SendBatchRequest.code
+    assert packed.to_queue(queue_id) == replace(batch, queue_id=queue_id).encode()
 
 
 def test_every_typed_request_has_a_golden_frame() -> None:
