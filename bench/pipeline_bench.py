@@ -238,20 +238,19 @@ def main() -> int:
         f"spark {spark.version}, master {args.master} ({parallelism} cores), best of {args.repeat}"
     )
     ceiling = n / results["parquet -> noop (ceiling)"]
+
+    def line(name: str, secs: float, ratio: str) -> None:
+        rate = n / secs
+        print(
+            f"{name:<28} {rate:>10,.0f} msg/s {n * args.size / secs / 1e6:>8.1f} MB/s"
+            f"  {secs:6.1f} s  {ratio}",
+            flush=True,
+        )
+
     for name, secs in results.items():
-        rate = n / secs
-        print(
-            f"{name:<28} {rate:>10,.0f} msg/s {n * args.size / secs / 1e6:>8.1f} MB/s"
-            f"  {secs:6.1f} s  ratio to ceiling {rate / ceiling:.2f}",
-            flush=True,
-        )
+        line(name, secs, f"ratio to ceiling {n / secs / ceiling:.2f}")
     for name, secs in writes.items():
-        rate = n / secs
-        print(
-            f"{name:<28} {rate:>10,.0f} msg/s {n * args.size / secs / 1e6:>8.1f} MB/s"
-            f"  {secs:6.1f} s  ratio to target {WRITE_TARGET:,.0f} msg/s {rate / WRITE_TARGET:.2f}",
-            flush=True,
-        )
+        line(name, secs, f"ratio to target {WRITE_TARGET:,.0f} msg/s {n / secs / WRITE_TARGET:.2f}")
     return 0
 
 
