@@ -23,7 +23,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from protocol.codes import ControllerCode, RequestCode, ResponseCode
+from protocol.codes import ControllerCode, ResponseCode
+from protocol.controller_requests.brokers import RegisterBroker
+from protocol.controller_requests.heartbeats import BrokerHeartbeat
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request
 from storage.raftlog.framing import scan_segment
 from tests.controller.support import (
@@ -83,29 +85,24 @@ def read_response(sock: socket.socket, timeout: float) -> Frame:
 
 
 def heartbeat_frame(broker: FakeBroker, opaque: int) -> bytes:
-    header = {
-        "clusterName": broker.cluster,
-        "brokerName": broker.broker_name,
-        "brokerId": broker.broker_id,
-        "brokerAddress": broker.address,
-        "epoch": 0,
-        "maxOffset": 0,
-        "confirmOffset": 0,
-        "electionPriority": 0,
-        "heartbeatTimeoutMillis": 0,
-    }
-    return encode_frame(request(RequestCode.BROKER_HEARTBEAT, opaque, header))
+    beat = BrokerHeartbeat(
+        cluster=broker.cluster,
+        broker_name=broker.broker_name,
+        broker_id=broker.broker_id,
+        broker_address=broker.address,
+    )
+    return encode_frame(request(beat.code, opaque, *beat.encode()))
 
 
 def register_frame(broker: FakeBroker, opaque: int) -> bytes:
-    header = {
-        "clusterName": broker.cluster,
-        "brokerName": broker.broker_name,
-        "brokerId": broker.broker_id,
-        "brokerAddress": broker.address,
-        "registerCheckCode": broker.register_code,
-    }
-    return encode_frame(request(RequestCode.CONTROLLER_REGISTER_BROKER, opaque, header))
+    register = RegisterBroker(
+        cluster=broker.cluster,
+        broker_name=broker.broker_name,
+        broker_id=broker.broker_id,
+        broker_address=broker.address,
+        register_check_code=broker.register_code,
+    )
+    return encode_frame(request(register.code, opaque, *register.encode()))
 
 
 async def terms(cluster: ControllerCluster) -> dict[str, int]:
