@@ -376,6 +376,19 @@ def test_local_construction_checks_fields() -> None:
 # --------------------------------------------------------------------------- fuzz
 
 
+def feed_garbage(
+    dec: MasterStreamDecoder | SlaveStreamDecoder, data: bytes, chunk: int, bound: int
+) -> None:
+    """Feeds ``data`` to ``dec`` ``chunk`` bytes at a time: it never buffers more than ``bound``
+    bytes, and the only error it may raise is ProtocolError (which ends the feeding)."""
+    try:
+        for i in range(0, len(data), chunk):
+            dec.feed(data[i : i + chunk])
+            assert dec.buffered <= bound
+    except ProtocolError:
+        pass
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prefix=st.sampled_from([b"", REPLY_RAW, REPLY_RAW + encode_master_transfer(TRANSFER)]),
@@ -385,14 +398,12 @@ def test_local_construction_checks_fields() -> None:
 def test_garbage_to_the_slave_only_raises_protocol_error(
     prefix: bytes, garbage: bytes, chunk: int
 ) -> None:
-    data = prefix + garbage
-    dec = MasterStreamDecoder(max_body_bytes=1024)
-    try:
-        for i in range(0, len(data), chunk):
-            dec.feed(data[i : i + chunk])
-            assert dec.buffered <= TRANSFER_HEADER_SIZE + 1024
-    except ProtocolError:
-        pass
+    feed_garbage(
+        MasterStreamDecoder(max_body_bytes=1024),
+        prefix + garbage,
+        chunk,
+        TRANSFER_HEADER_SIZE + 1024,
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -404,14 +415,7 @@ def test_garbage_to_the_slave_only_raises_protocol_error(
 def test_garbage_to_the_master_only_raises_protocol_error(
     prefix: bytes, garbage: bytes, chunk: int
 ) -> None:
-    data = prefix + garbage
-    dec = SlaveStreamDecoder()
-    try:
-        for i in range(0, len(data), chunk):
-            dec.feed(data[i : i + chunk])
-            assert dec.buffered <= SLAVE_HANDSHAKE_SIZE
-    except ProtocolError:
-        pass
+    feed_garbage(SlaveStreamDecoder(), prefix + garbage, chunk, SLAVE_HANDSHAKE_SIZE)
 
 
 @settings(max_examples=200, deadline=None)
