@@ -156,12 +156,19 @@ def test_an_expansion_whose_answer_is_lost_keeps_counting_the_union() -> None:
     assert t.next_proposal(now_ms=10 + RETRY + 6) == {1}
 
 
-def test_a_newer_set_learnt_from_the_controllers_settles_an_unknown_outcome() -> None:
+def expanding_to_2() -> tuple[SyncState, frozenset[int]]:
+    """A master alone in its set whose slave 2 caught up at once: the tracker and the expansion
+    it proposes."""
     t = tracker(members={1})
     connect(t, 2)
     t.slave_acked(2, 0, master_max_offset=0, now_ms=0)
     proposal = t.next_proposal(now_ms=0)
     assert proposal is not None
+    return t, proposal
+
+
+def test_a_newer_set_learnt_from_the_controllers_settles_an_unknown_outcome() -> None:
+    t, proposal = expanding_to_2()
     t.proposal_unknown(proposal, now_ms=1)
     assert not t.set_members({1}, 1, now_ms=2)  # the same epoch settles nothing
     assert t.outcome_unknown
@@ -170,11 +177,7 @@ def test_a_newer_set_learnt_from_the_controllers_settles_an_unknown_outcome() ->
 
 
 def test_an_answer_for_an_older_attempt_does_not_settle_the_current_one() -> None:
-    t = tracker(members={1})
-    connect(t, 2)
-    t.slave_acked(2, 0, master_max_offset=0, now_ms=0)
-    proposal = t.next_proposal(now_ms=0)
-    assert proposal is not None
+    t, proposal = expanding_to_2()
     first = t.attempt
     t.proposal_unknown(proposal, now_ms=1, attempt=first)
     assert t.next_proposal(now_ms=1 + RETRY) == proposal
