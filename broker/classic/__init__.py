@@ -16,6 +16,7 @@ from broker.classic.clients import ClassicClients
 from broker.classic.offsets import ClassicOffsets
 from broker.classic.pull import ClassicPull
 from broker.classic.send import ClassicSend
+from broker.classic.send_back import ClassicSendBack
 from broker.context import BrokerContext
 from broker.processors.pull import PullProcessor
 from remoting.classic_door import ClassicDoor, auth_refusal
@@ -33,6 +34,7 @@ def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
         ClassicSend(ctx),
         ClassicPull(ctx, pull),
         ClassicOffsets(ctx),
+        ClassicSendBack(ctx),
     ):
         processor.register(door)
     return door

@@ -3,6 +3,11 @@
 //   node alions_client.js produce NAMESRV TOPIC COUNT
 //     sends COUNT messages (tags TagA/TagB in turn, key key-<i>, user property seq=<i>);
 //     prints {"sent": [{msgId, queueId, queueOffset, key}]}
+//   node alions_client.js fail NAMESRV TOPIC GROUP COUNT MAX
+//     a push consumer whose handler fails every message (maxReconsumeTimes MAX): each comes back
+//     through CONSUMER_SEND_MSG_BACK and the group's retry topic until its retries are used up;
+//     waits until each of COUNT messages was delivered MAX + 1 times; prints {"deliveries":
+//     [{body, reconsumeTimes, topic, keys}]}
 //   node alions_client.js consume NAMESRV TOPIC GROUP COUNT
 //     a push consumer of GROUP from the first offset, until COUNT messages arrived and their
 //     offsets were committed; prints {"received": [{body, tags, keys, seq, msgId, queueId,
@@ -61,10 +66,41 @@ async function consume(group, count) {
   return { received };
 }
 
+async function fail(group, count, max) {
+  const consumer = new Consumer({
+    httpclient, nameSrv, consumerGroup: group, logger,
+    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+    maxReconsumeTimes: max,
+    persistConsumerOffsetInterval: 500,
+    pollNameServerInteval: 1000,
+    heartbeatBrokerInterval: 1000,
+    brokerSuspendMaxTimeMillis: 2000,
+    consumerTimeoutMillisWhenSuspend: 5000,
+    rebalanceInterval: 1000,
+  });
+  consumer.on('error', () => {}); // each failure is reported here: expected
+  const deliveries = [];
+  const seen = new Map();
+  let done;
+  const all = new Promise(resolve => { done = resolve; });
+  consumer.subscribe(topic, '*', async msg => {
+    const body = msg.body.toString();
+    deliveries.push({ body, reconsumeTimes: msg.reconsumeTimes, topic: msg.topic, keys: msg.keys });
+    seen.set(body, (seen.get(body) || 0) + 1);
+    if (seen.size >= count && [ ...seen.values() ].every(n => n >= max + 1)) setTimeout(done, 1500);
+    throw new Error(`failing ${body} on purpose`);
+  });
+  await consumer.ready();
+  await all;
+  await consumer.close();
+  return { deliveries };
+}
+
 (async () => {
   let out;
   if (mode === 'produce') out = await produce(Number(rest[0]));
   else if (mode === 'consume') out = await consume(rest[0], Number(rest[1]));
+  else if (mode === 'fail') out = await fail(rest[0], Number(rest[1]), Number(rest[2]));
   else throw new Error(`unknown mode ${mode}`);
   process.stdout.write(JSON.stringify(out) + '\n');
   process.exit(0);

@@ -133,3 +133,42 @@ async def test_alions_produces_and_consumes_through_the_classic_door(
             read_sentinel, "the SDK consumer of the ali-ons group", 30, on_timeout=classic.logs
         )
     assert after == [b"after-alions"], after
+
+
+async def test_alions_failures_come_back_as_retries_and_reach_the_dlq(
+    classic: Cluster, tmp_path: Path
+) -> None:
+    topic, group, count, max_retries = "AlionsRetryTopic", "alions-failing", 2, 2
+    await _create_topic(classic, topic, 1)
+    async with Admin(classic.controller_addresses, timeout=2.0) as admin:
+        await admin.update_sub_group({"groupName": group, "retryDelays": "1s"})
+    produced = await _alions(classic, tmp_path, "produce", topic, str(count))
+    assert len(produced["sent"]) == count
+    failed = await _alions(classic, tmp_path, "fail", topic, group, str(count), str(max_retries))
+    by_body: dict[str, list[dict[str, Any]]] = {}
+    for d in failed["deliveries"]:
+        by_body.setdefault(d["body"], []).append(d)
+    assert sorted(by_body) == [f"alions-{i}" for i in range(count)]
+    for body, ds in by_body.items():
+        # The first delivery, then one per retry; ali-ons shows a retry under its first topic.
+        assert [d["reconsumeTimes"] for d in ds[: max_retries + 1]] == [0, 1, 2], ds
+        assert {d["topic"] for d in ds} == {topic} and {d["keys"] for d in ds} == {
+            f"key-{body[7:]}"
+        }
+
+    # Past its retries each message went to the group's DLQ: the original, retried twice.
+    async with Admin(classic.controller_addresses, timeout=2.0) as admin:
+
+        async def dead() -> list[dict[str, Any]]:
+            found = await admin.query_dlq(group)
+            messages = [m for ms in found.values() for m in ms]
+            return messages if len(messages) >= count else []
+
+        messages = await wait_until_async(
+            dead, "both messages in the DLQ", 30, on_timeout=classic.logs
+        )
+    assert isinstance(messages, list)
+    assert sorted(m["originMsgId"] for m in messages) == sorted(
+        s["msgId"] for s in produced["sent"]
+    )
+    assert {(m["originTopic"], m["reconsumeTimes"]) for m in messages} == {(topic, max_retries)}
