@@ -33,6 +33,7 @@ from tests.ha.test_ha_driver_support import (
     commitlog,
     in_step,
     in_sync_group,
+    replicated,
 )
 from tests.support.wait import stays_async, wait_until_async
 
@@ -268,10 +269,7 @@ async def failover_truncates_the_old_masters_unreplicated_tail(nodes: list[Node]
 @scenario()
 async def becoming_master_again_of_the_same_epoch_changes_nothing(nodes: list[Node]) -> None:
     a, b, _ = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    a.put(30)
-    await wait_until_async(lambda: in_step(a, b), "replicated")
+    await replicated(a, b, 30)
     await a.ha.become_master(1, {1, 2}, 7, 1)  # a repeated notification with a newer set
     assert a.epochs.entries() == (EpochEntry(epoch=1, start_offset=0),)
     assert a.ha.role is HARole.MASTER
@@ -436,10 +434,7 @@ async def a_slave_broker_refuses_ha_connections(nodes: list[Node]) -> None:
 @scenario()
 async def a_slave_reconnects_after_the_master_restarts(nodes: list[Node]) -> None:
     a, b, _ = nodes
-    await a.master(1)
-    await b.slave_of(a, 1)
-    a.put(20)
-    await wait_until_async(lambda: in_step(a, b), "replicated")
+    await replicated(a, b, 20)
     _, port = split_address(a.ha.address)
     await a.close()
     a2 = await Node.start(a.path, 1, dataclasses.replace(FAST, listen_port=port))

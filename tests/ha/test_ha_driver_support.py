@@ -128,6 +128,15 @@ async def in_sync_group(master: Node, *slaves: Node, what: str = "full set") -> 
     await wait_until_async(lambda: master.ha.in_sync_members() == members, what)
 
 
+async def replicated(master: Node, slave: Node, count: int) -> None:
+    """``master`` made master at epoch 1, ``slave`` its slave, ``count`` messages put on the
+    master; returns once the slave holds them."""
+    await master.master(1)
+    await slave.slave_of(master, 1)
+    master.put(count)
+    await wait_until_async(lambda: in_step(master, slave), "replicated")
+
+
 def commitlog(store: MessageStore) -> bytes:
     out = bytearray()
     pos = store.min_offset
