@@ -5,8 +5,10 @@ its route requests), its producer and push consumer speak to the brokers' client
 classic door, told apart from our protocol on the first bytes).
 
 The producer sends with tags, keys and a user property; a push consumer of a new group reads
-them all from the first offset and commits its offsets; our SDK reads the same messages, field
-by field, and a consumer of our SDK in the ali-ons group starts after what ali-ons committed."""
+them all from the first offset (and our SDK's, sent the other way round) and commits its
+offsets; our SDK reads the same messages, field by field, and a consumer of our SDK in the
+ali-ons group starts after what ali-ons committed. A consumer that fails every message gets each
+back through CONSUMER_SEND_MSG_BACK and the retry topic until it lands in the group's DLQ."""
 
 from __future__ import annotations
 
@@ -81,8 +83,25 @@ async def test_alions_produces_and_consumes_through_the_classic_door(
     # The broker picked no queue: ali-ons spread them over the route's four.
     assert {s["queueId"] for s in sent} == {0, 1, 2, 3}, sent
 
-    consumed = await _alions(classic, tmp_path, "consume", TOPIC, GROUP, str(COUNT))
-    received = consumed["received"]
+    # And the other way round: what our SDK sends, ali-ons reads with its tags, keys, property.
+    async with Producer(classic.controller_addresses) as producer:
+        for i in range(2):
+            await producer.send(
+                TOPIC,
+                f"sdk-{i}".encode(),
+                keys=f"sdk-key-{i}",
+                tags="TagS",
+                properties={"seq": f"s{i}"},
+            )
+
+    consumed = await _alions(classic, tmp_path, "consume", TOPIC, GROUP, str(COUNT + 2))
+    from_sdk = sorted(
+        (m for m in consumed["received"] if m["body"].startswith("sdk-")), key=lambda m: m["body"]
+    )
+    assert [(m["body"], m["tags"], m["keys"], m["seq"]) for m in from_sdk] == [
+        (f"sdk-{i}", "TagS", f"sdk-key-{i}", f"s{i}") for i in range(2)
+    ], consumed
+    received = [m for m in consumed["received"] if not m["body"].startswith("sdk-")]
     assert sorted(m["body"] for m in received) == sorted(f"alions-{i}" for i in range(COUNT))
     for m in received:
         i = int(m["body"].rsplit("-", 1)[1])
@@ -102,7 +121,8 @@ async def test_alions_produces_and_consumes_through_the_classic_door(
 
         async def read_all() -> bool:
             for r in await consumer.receive(timeout=0.5):
-                got[r.body.decode()] = r
+                if r.body.startswith(b"alions-"):
+                    got[r.body.decode()] = r
             return len(got) >= COUNT
 
         await wait_until_async(
