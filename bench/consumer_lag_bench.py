@@ -35,6 +35,7 @@ from broker.consumer_stats import lag_by_group_topic
 from protocol.codes import RequestCode
 from protocol.message import Message
 from remoting.client import RemotingClient
+from tests.broker.support import ConfirmedUpTo
 
 TOPICS = 128
 QUEUES = 32
@@ -43,21 +44,6 @@ PER_QUEUE = 4
 ROUNDS = 15
 SCRAPE_TARGET_MS = 100.0
 TRAILING_TARGET_MS = 200.0
-
-
-class TrailingConfirm:
-    """A stand-in HA service whose confirm offset trails the last messages."""
-
-    slave_state = None
-
-    def __init__(self, confirm_offset: int) -> None:
-        self.confirm_offset = confirm_offset
-
-    def slave_acks(self) -> dict[int, int]:
-        return {}
-
-    def in_sync_members(self) -> frozenset[int]:
-        return frozenset({1})
 
 
 def ms(samples: list[float]) -> str:
@@ -108,7 +94,7 @@ async def run(data: Path, topics: int, queues_per_topic: int, rounds: int) -> No
         scrape_p50 = statistics.median(scrapes) * 1000
         print(f"whole /metrics scrape ({series} lag series):  {ms(scrapes)}")
 
-        ctx.ha = TrailingConfirm(ctx.store.max_offset // 2)  # type: ignore[assignment]
+        ctx.ha = ConfirmedUpTo(ctx.store.max_offset // 2)  # type: ignore[assignment]
         trailing = await timed_on_loop(b, rounds)
         ctx.ha = None
         trailing_p50 = statistics.median(trailing) * 1000

@@ -51,3 +51,22 @@ def figure(b: Broker, name: str, **labels: str) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 total += s.value
     return total
+
+
+class ConfirmedUpTo:
+    """A stand-in HA service of a master alone in its SyncStateSet: consumers may read up to
+    ``confirm_offset``."""
+
+    slave_state = None
+
+    def __init__(self, confirm_offset: int) -> None:
+        self.confirm_offset = confirm_offset
+
+    def slave_acks(self) -> dict[int, int]:
+        return {}
+
+    def in_sync_members(self) -> frozenset[int]:
+        return frozenset({1})
+
+    def refused_counts(self) -> dict[str, int]:
+        return {}

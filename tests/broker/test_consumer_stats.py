@@ -20,28 +20,9 @@ from protocol.consume_stats import ConsumeStats, decode_connections
 from protocol.message import Message
 from protocol.remoting import Scalar
 from remoting.client import RemotingClient
-from tests.broker.support import running, small_config
+from tests.broker.support import ConfirmedUpTo, running, small_config
 
 NOW = 1_700_000_000_000
-
-
-class ConfirmedUpTo:
-    """A stand-in HA service of a master alone in its SyncStateSet: consumers may read up to
-    ``confirm_offset``."""
-
-    slave_state = None
-
-    def __init__(self, confirm_offset: int) -> None:
-        self.confirm_offset = confirm_offset
-
-    def slave_acks(self) -> dict[int, int]:
-        return {}
-
-    def in_sync_members(self) -> frozenset[int]:
-        return frozenset({1})
-
-    def refused_counts(self) -> dict[str, int]:
-        return {}
 
 
 @pytest.fixture
