@@ -8,6 +8,10 @@
 //     through CONSUMER_SEND_MSG_BACK and the group's retry topic until its retries are used up;
 //     waits until each of COUNT messages was delivered MAX + 1 times; prints {"deliveries":
 //     [{body, reconsumeTimes, topic, keys}]}
+//   node alions_client.js share NAMESRV TOPIC GROUP COUNT
+//     two push consumers of GROUP (instances a and b) share the topic's queues; COUNT messages
+//     are sent, then b leaves and COUNT more are sent; prints {"first": {a: [queueIds], b:
+//     [...]}, "second": {a: [...], b: [...]}, "bodies": [every body received]}
 //   node alions_client.js consume NAMESRV TOPIC GROUP COUNT
 //     a push consumer of GROUP from the first offset, until COUNT messages arrived and their
 //     offsets were committed; prints {"received": [{body, tags, keys, seq, msgId, queueId,
@@ -96,10 +100,60 @@ async function fail(group, count, max) {
   return { deliveries };
 }
 
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+async function until(condition, what, ms) {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+async function share(group, count) {
+  const options = name => ({
+    httpclient, nameSrv, consumerGroup: group, logger, instanceName: name,
+    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+    persistConsumerOffsetInterval: 500,
+    heartbeatBrokerInterval: 1000,
+    brokerSuspendMaxTimeMillis: 1000,
+    consumerTimeoutMillisWhenSuspend: 5000,
+    rebalanceInterval: 1000,
+  });
+  let phase = 'first';
+  const seen = { first: { a: new Set(), b: new Set() }, second: { a: new Set(), b: new Set() } };
+  const bodies = new Set();
+  const consumers = {};
+  for (const name of [ 'a', 'b' ]) {
+    consumers[name] = new Consumer(options(name));
+    consumers[name].subscribe(topic, '*', async msg => {
+      seen[phase][name].add(Number(msg.queueId));
+      bodies.add(msg.body.toString());
+    });
+    await consumers[name].ready();
+  }
+  const producer = new Producer({ httpclient, nameSrv, producerGroup: 'alions-share', logger });
+  await producer.ready();
+  // Both members are in the group's list once each one's rebalance gave it queues.
+  await sleep(3000);
+  for (let i = 0; i < count; i++) await producer.send(new Message(topic, 'T', Buffer.from(`one-${i}`)));
+  await until(() => [ ...bodies ].filter(b => b.startsWith('one-')).length >= count, 'the first batch', 30000);
+  await consumers.b.close();
+  await sleep(3000); // a's rebalance takes b's queues
+  phase = 'second';
+  for (let i = 0; i < count; i++) await producer.send(new Message(topic, 'T', Buffer.from(`two-${i}`)));
+  await until(() => [ ...bodies ].filter(b => b.startsWith('two-')).length >= count, 'the second batch', 30000);
+  await consumers.a.close();
+  await producer.close();
+  const lists = p => ({ a: [ ...seen[p].a ].sort(), b: [ ...seen[p].b ].sort() });
+  return { first: lists('first'), second: lists('second'), bodies: [ ...bodies ].sort() };
+}
+
 (async () => {
   let out;
   if (mode === 'produce') out = await produce(Number(rest[0]));
   else if (mode === 'consume') out = await consume(rest[0], Number(rest[1]));
+  else if (mode === 'share') out = await share(rest[0], Number(rest[1]));
   else if (mode === 'fail') out = await fail(rest[0], Number(rest[1]), Number(rest[2]));
   else throw new Error(`unknown mode ${mode}`);
   process.stdout.write(JSON.stringify(out) + '\n');

@@ -192,3 +192,20 @@ async def test_alions_failures_come_back_as_retries_and_reach_the_dlq(
         s["msgId"] for s in produced["sent"]
     )
     assert {(m["originTopic"], m["reconsumeTimes"]) for m in messages} == {(topic, max_retries)}
+
+
+async def test_two_alions_consumers_share_the_queues_and_rebalance_when_one_leaves(
+    classic: Cluster, tmp_path: Path
+) -> None:
+    topic, group, count = "AlionsShareTopic", "alions-sharing", 16
+    await _create_topic(classic, topic, 4)
+    result = await _alions(classic, tmp_path, "share", topic, group, str(count))
+    first, second = result["first"], result["second"]
+    # Both members got queues of their own (the member list of GET_CONSUMER_LIST_BY_GROUP).
+    assert first["a"] and first["b"], result
+    assert not set(first["a"]) & set(first["b"]), result
+    assert set(first["a"]) | set(first["b"]) == {0, 1, 2, 3}, result
+    # b left (UNREGISTER_CLIENT, its connection closed): a reads every queue.
+    assert second["a"] == [0, 1, 2, 3] and second["b"] == [], result
+    want = sorted([f"one-{i}" for i in range(count)] + [f"two-{i}" for i in range(count)])
+    assert result["bodies"] == want
