@@ -13,10 +13,14 @@ One broker group of 3 in controller mode (all-ack, flush async), each broker wit
   otherwise).
 
 Printed: messages per second, the client's own CPU seconds per 100k messages (the official
-client runs in a process of its own; ours in this one), the master's CPU seconds per 100k, and
-the ratio gRPC / SDK against the issue's target of 0.5. The official client is given the
-master's gRPC endpoint; the route it gets lists all three brokers, and it writes through the
-first of them in address order (a slave hands the writes to the master). Nothing is asserted.
+client runs in a process of its own; ours in this one), the master's CPU seconds per 100k (and
+per send; for the official client's sends also the two slaves' together), and the ratio gRPC /
+SDK against the issue's target of 0.5. The official client is given the master's gRPC endpoint,
+but the route it gets lists all three brokers and it writes through the first of them in
+address order (it sorts them): ``--through master`` (the default) moves the group's master to
+that broker before the phases (an election naming it), so its writes are served in-process by
+the master's send service; ``--through slave`` makes that broker a slave, whose endpoint hands
+each write to the master as SEND_MESSAGE. Nothing is asserted.
 
 Measured (10,000 messages a phase, shared 2-core machine at load average 6, two runs): SDK
 5,131-11,868 msg/s (auto-batch on; off 4,948-5,496) at 2.3-2.4 s master CPU per 100k; the
@@ -34,7 +38,21 @@ SimpleConsumer timed to its last ack (it used to run to the other members' last 
 poll, up to 1 s more): 18,383-19,271 msg/s; the official SimpleConsumer 448-578 msg/s (four
 runs; 0.03 of ours) at 63-67 s client CPU per 100k.
 
-    python bench/grpc_bench.py [--messages N] [--size BYTES]
+Issue 26 (2026-11-29), master CPU per official-client send, 64 in flight, 10,000 messages,
+``--through master``, runs of the code before (0b9a3e0: each send a SEND_MESSAGE over a loopback
+connection to the broker itself) and after (the send service in-process) taken in turn, load
+average 9-13 on the shared 2 cores: before 0.763, 0.795, 0.755 ms a send (757-800 msg/s, p50
+76-81 ms); after 0.617, 0.624, 0.633 ms (836-940 msg/s, p50 61-68 ms): 0.14 ms (18%) less, the
+slaves unchanged (29-33 s/100k together). ``--through slave`` (the forward path, the same
+before and after; load 12-22): before 0.301 and 0.229 ms a send at the master, after 0.259 and
+0.236, the slaves 66-83 s/100k together. The master's CPU depends on which endpoint the client
+writes through: before ``--through`` a run measured whichever broker's port sorted first. The
+figures of 24-26 s/100k above (and 22.5-24.8 at 0b9a3e0, load 1-4) are those of runs through a
+slave (0.23-0.27 ms a send with ``--through slave``), where the master only stores a forwarded
+SEND_MESSAGE; through the master, grpcio's server and the official client's protocol cost the
+master about 0.6 ms a send.
+
+    python bench/grpc_bench.py [--messages N] [--size BYTES] [--through master|slave]
 """
 
 from __future__ import annotations
@@ -57,7 +75,8 @@ from bench.pop_bench import pop, produce
 from bench.sdk_phases import in_flight, wait_routed
 from client import Producer
 from client.admin import Admin
-from tests.support.procs import free_port
+from tests.cluster.support import full_sync_state_set, new_master
+from tests.support.procs import free_port, rmqctl
 
 TARGET = 0.5
 TOPIC = "GrpcBench"
@@ -174,11 +193,17 @@ async def main_async(args: argparse.Namespace) -> None:
     ports = [free_port() for _ in range(3)]
     per_broker = [["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
     async with group_of_three("rmq-grpc-bench-", per_broker) as g:
-        master = next(b for b in g.cluster.brokers if b.address == g.master)
+        # The official client sorts a route's endpoints and writes through the first: the
+        # master's, or a slave's that hands the writes on, as --through asks.
+        first = min(range(3), key=lambda i: f"127.0.0.1:{ports[i]}")
+        via = g.cluster.brokers[first].address
+        master_address = await _place_master(g, via, args.through == "master")
+        master = next(b for b in g.cluster.brokers if b.address == master_address)
         endpoint = f"127.0.0.1:{ports[g.cluster.brokers.index(master)]}"
         print(
-            f"3 controllers, broker-a x3 (master {g.master}, gRPC {endpoint}), all-ack, "
-            f"flush async, {args.size} B messages, {n:,} messages a phase, 8 queues",
+            f"3 controllers, broker-a x3 (master {master_address}, gRPC {endpoint}), all-ack, "
+            f"flush async, {args.size} B messages, {n:,} messages a phase, 8 queues; the "
+            f"official client writes through the {args.through}'s gRPC endpoint",
             flush=True,
         )
         async with Admin(g.addresses) as admin:
@@ -187,6 +212,27 @@ async def main_async(args: argparse.Namespace) -> None:
         for topic in (TOPIC, RECV_TOPIC, SDK_RECV_TOPIC):
             await wait_routed(g.addresses, topic)
         await run_phases(g, master.pid, endpoint, n, body, args.size)
+
+
+async def _place_master(g: GroupOfThree, via: str, master_is_via: bool) -> str:
+    """Move the group's master (an election, then all three in sync again) so that it is
+    ``via`` (``master_is_via``) or is not; returns the master's address."""
+    if (g.master == via) == master_is_via:
+        return g.master
+    state = rmqctl("--json", "getSyncStateSet", "-a", g.addresses, "-b", "broker-a")
+    replicas = json.loads(state.stdout)["replicas"]
+    wanted = next(r for r in replicas if (r["address"] == via) == master_is_via)
+    elect = ["-a", g.addresses, "-b", "broker-a", "-i", str(wanted["brokerId"])]
+    print(f"moving the master from {g.master} to {wanted['address']}", flush=True)
+    done = rmqctl("electMaster", *elect)
+    if done.returncode != 0:
+        raise SystemExit(f"electMaster failed: {done.stderr.strip()}")
+    await new_master(g.boot, g.cluster, g.master)
+    doc = await full_sync_state_set(g.boot, g.cluster, timeout=120)
+    address = str(doc["masterAddress"])
+    if (address == via) != master_is_via:
+        raise SystemExit(f"the master is {address}, not as wanted (through {via})")
+    return address
 
 
 async def run_phases(
@@ -238,16 +284,21 @@ async def run_phases(
         official = Official(proc)
         try:
             await official.next()  # warmed up, about to send
+            slave_pids = [b.pid for b in g.cluster.brokers if b.pid != master_pid]
             s0 = cpu_seconds(master_pid)
+            slaves0 = sum(cpu_seconds(pid) for pid in slave_pids)
             official.go()
             sent = await official.next()
             master_cpu = cpu_seconds(master_pid) - s0
+            slaves_cpu = sum(cpu_seconds(pid) for pid in slave_pids) - slaves0
             one = await official.next()
             rate = sent["rate"]
             print(
                 f"gRPC  send, 64 in flight (official client): {rate:>8,.0f} msg/s"
                 f"  p50 {sent['p50']:6.2f} ms  client CPU {per_100k(sent['cpu']):5.1f} s/100k"
                 f"  master CPU {per_100k(master_cpu):5.1f} s/100k"
+                f" ({master_cpu / n * 1000:.3f} ms a send)"
+                f"  slaves' CPU {per_100k(slaves_cpu):5.1f} s/100k"
                 + (f"  ({sent['failed']} failed: {sent['error']})" if sent["failed"] else ""),
                 flush=True,
             )
@@ -300,6 +351,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument(
+        "--through",
+        choices=("master", "slave"),
+        default="master",
+        help="whose gRPC endpoint the official client writes through: the master's (served "
+        "in-process) or a slave's (handed to the master over the network); the group's master "
+        "is moved to make it so",
+    )
     args = smoke.parse_args(parser, messages=300)
     run_async(lambda: main_async(args))
 
