@@ -291,6 +291,13 @@ class NonceCache:
         return None
 
 
+def claimed_signer(header: Mapping[str, Scalar]) -> str | None:
+    """The access key a request says it is signed with, not verified: None when it is unsigned
+    or the field is not text."""
+    access_key = header.get(ACCESS_KEY)
+    return access_key if isinstance(access_key, str) else None
+
+
 def verify(
     code: int,
     flags: int,

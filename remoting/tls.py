@@ -34,7 +34,7 @@ import structlog
 
 from protocol.codes import ControllerCode, ResponseCode
 from protocol.remoting import Frame
-from protocol.request_auth import ACCESS_KEY, CLUSTER_ACCESS_KEY
+from protocol.request_auth import CLUSTER_ACCESS_KEY, claimed_signer
 from remoting.auth import RefusalLog, source_host
 from remoting.client import wall_ms
 from remoting.server import Connection, Guard, error_response
@@ -217,9 +217,10 @@ class ClientCertGate:
         self._refusals = RefusalLog("request refused", on_refused)
 
     def __call__(self, conn: Connection, req: Frame) -> Frame | None:
-        if (
-            req.code in self._internal or req.header.get(ACCESS_KEY) == CLUSTER_ACCESS_KEY
-        ) and not has_client_cert(conn):
+        signer = claimed_signer(req.header)
+        if (req.code in self._internal or signer == CLUSTER_ACCESS_KEY) and not has_client_cert(
+            conn
+        ):
             self._refusals.record(
                 source_host(conn),
                 self._clock_ms(),
@@ -228,7 +229,7 @@ class ClientCertGate:
                 server=self._server,
                 peer=conn.peer,
                 code=req.code,
-                user=req.header.get(ACCESS_KEY),
+                user=signer,
             )
             return error_response(req, ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
         if self.inner is None:
