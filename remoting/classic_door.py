@@ -35,6 +35,7 @@ import structlog
 
 from protocol.rocketmq_remoting.codes import ResponseCode
 from protocol.rocketmq_remoting.frame import (
+    FLAG_ONEWAY,
     CommandDecoder,
     RemotingCommand,
     encode_command,
@@ -104,6 +105,7 @@ class ClassicSession:
         self.decoder = CommandDecoder(min(door.max_frame_bytes, 16 * 1024 * 1024))
         self.attrs: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._opaque = 0
 
     @property
     def peer(self) -> str:
@@ -123,6 +125,18 @@ class ClassicSession:
             task.cancel()
         for cb in self.door.on_close:
             cb(self)
+
+    def request(self, code: int, ext_fields: dict[str, str], *, oneway: bool) -> None:
+        """Send a request to the client (only oneway ones: no answer is awaited)."""
+        self._opaque += 1
+        self.send(
+            RemotingCommand(
+                code=code,
+                opaque=self._opaque,
+                flag=FLAG_ONEWAY if oneway else 0,
+                ext_fields=ext_fields,
+            )
+        )
 
     def send(self, cmd: RemotingCommand) -> None:
         transport = self.conn.transport

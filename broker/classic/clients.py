@@ -7,6 +7,13 @@ topic (the member's topic is the first of them); a member leaves when it unregis
 connection closes (the server's ``on_close``, as for our clients) or when it falls silent.
 Producer entries are accepted and not recorded: transaction check-backs to classic producers
 (CHECK_TRANSACTION_STATE) are not served yet.
+
+When a classic member joins or leaves a group (a heartbeat of a new member, UNREGISTER_CLIENT,
+its connection closing), the group's members on the classic door are told at once with a oneway
+NOTIFY_CONSUMER_IDS_CHANGED (40), as RocketMQ's broker does, so they rebalance now rather than at
+their next periodic rebalance (ali-ons ignores it and rebalances periodically; the Java and Go
+clients act on it). Changes made by our own clients' members are not pushed: classic members see
+them at their periodic rebalance.
 """
 
 from __future__ import annotations
@@ -28,34 +35,57 @@ class ClassicClients:
         self.ctx = ctx
 
     def register(self, door: ClassicDoor) -> None:
+        self.door = door
+        door.on_close.append(self._closed)
         door.register(RequestCode.HEART_BEAT, self.heartbeat)
         door.register(RequestCode.UNREGISTER_CLIENT, self.unregister)
         door.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.members)
 
     def heartbeat(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         beat = decode_heartbeat(req.body)
+        ctx = self.ctx
         for consumer in beat.consumers:
+            group = consumer.group_name
+            known = beat.client_id in ctx.groups.members(group, ctx.now_ms())
             topics = [
                 s.topic
                 for s in consumer.subscriptions
                 if not s.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
             ]
             consumer_heartbeat(
-                self.ctx,
-                consumer.group_name,
+                ctx,
+                group,
                 beat.client_id,
                 topics[0] if topics else "",
                 session.conn,
             )
+            if not known:
+                self.notify(group)
         return make_response(req, ResponseCode.SUCCESS)
 
     def unregister(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         leave = UnregisterClientHeader.parse(req.ext_fields)
-        if leave.consumer_group:
-            self.ctx.groups.unregister(leave.consumer_group, leave.client_id)
+        if leave.consumer_group and self.ctx.groups.unregister(
+            leave.consumer_group, leave.client_id
+        ):
+            self.notify(leave.consumer_group)
         return make_response(req, ResponseCode.SUCCESS)
 
     def members(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         group = GroupHeader.parse(req.ext_fields).consumer_group
         ids = self.ctx.groups.members(group, self.ctx.now_ms())
         return make_response(req, ResponseCode.SUCCESS, body=encode_consumer_list(ids))
+
+    def notify(self, group: str) -> None:
+        """Tell the group's members on the classic door that its member list changed."""
+        sessions = {id(session.conn): session for session in self.door.sessions}
+        header = GroupHeader(consumer_group=group).ext_fields()
+        for member in self.ctx.groups.live(group, self.ctx.now_ms()):
+            session = sessions.get(member.connection_id)
+            if session is not None:
+                session.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, header, oneway=True)
+
+    def _closed(self, session: ClassicSession) -> None:
+        # Before the server's own on_close (which finds nothing left then): the groups it left.
+        for group in sorted({g for g, _ in self.ctx.groups.connection_closed(id(session.conn))}):
+            self.notify(group)

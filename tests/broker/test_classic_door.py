@@ -9,6 +9,7 @@ close the connection with a logged reason, and the broker keeps serving both pro
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -174,3 +175,51 @@ async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: B
         assert sent.header["queueOffset"] == 0
     finally:
         ours.close()
+
+
+def _heartbeat(client_id: str, group: str) -> bytes:
+    return json.dumps(
+        {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}],
+                }
+            ],
+            "producerDataSet": [],
+        }
+    ).encode()
+
+
+async def test_members_are_told_when_their_group_changes(broker: BrokerProc) -> None:
+    await _create_topic(broker)
+    first, second = await Raw.open(broker.port), await Raw.open(broker.port)
+    try:
+        joined = await first.call(RequestCode.HEART_BEAT, {}, _heartbeat("c1", "G"))
+        assert joined.code == ResponseCode.SUCCESS
+        own = await first.next_request()  # every member is told, the one that joined too
+        assert own.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+        await second.call(RequestCode.HEART_BEAT, {}, _heartbeat("c2", "G"))
+        told = await first.next_request()
+        assert (told.code, told.ext_fields, told.is_oneway) == (
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+            {"consumerGroup": "G"},
+            True,
+        )
+        members = await first.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
+        assert sorted(json.loads(members.body)["consumerIdList"]) == ["c1", "c2"]
+        # Heartbeats of known members change nothing: no notification for them.
+        await second.call(RequestCode.HEART_BEAT, {}, _heartbeat("c2", "G"))
+        second.close()  # leaving by closing the connection
+        told = await first.next_request()
+        assert told.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+        assert first.requests == []  # one for each join, one for the leave
+        members = await first.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
+        assert json.loads(members.body)["consumerIdList"] == ["c1"]
+    finally:
+        first.close()
+        second.close()

@@ -14,12 +14,15 @@ from protocol.rocketmq_remoting.frame import (
 
 
 class Raw:
-    """One raw connection speaking RocketMQ's protocol."""
+    """One raw connection speaking RocketMQ's protocol. Requests the server sends meanwhile
+    (NOTIFY_CONSUMER_IDS_CHANGED) are kept in :attr:`requests`."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.decoder = CommandDecoder()
         self.opaque = 0
+        self.requests: list[RemotingCommand] = []
+        self._answers: list[RemotingCommand] = []
 
     @classmethod
     async def open(cls, port: int, host: str = "127.0.0.1") -> Raw:
@@ -40,13 +43,24 @@ class Raw:
             serialize_type=kind,
         )  # fmt: skip
         self.writer.write(encode_command(cmd))
-        while True:
-            data = await asyncio.wait_for(self.reader.read(65536), 10)
-            assert data, "the broker closed the connection"
-            for answer in self.decoder.feed(data):
-                assert answer.is_response and answer.opaque == self.opaque
-                assert answer.serialize_type == kind  # answered in the request's type
-                return answer
+        while not self._answers:
+            await self._read()
+        answer = self._answers.pop(0)
+        assert answer.opaque == self.opaque
+        assert answer.serialize_type == kind  # answered in the request's type
+        return answer
+
+    async def next_request(self) -> RemotingCommand:
+        """The next request the server sends (waits up to 10 s)."""
+        while not self.requests:
+            await self._read()
+        return self.requests.pop(0)
+
+    async def _read(self) -> None:
+        data = await asyncio.wait_for(self.reader.read(65536), 10)
+        assert data, "the broker closed the connection"
+        for cmd in self.decoder.feed(data):
+            (self._answers if cmd.is_response else self.requests).append(cmd)
 
     async def closed_after(self, raw: bytes) -> bool:
         self.writer.write(raw)
