@@ -338,6 +338,12 @@ class Connection(CopyingProtocol):
         self._flush()
         self.close()
 
+    def add_inflight(self, n: int) -> None:
+        """A second door's session took on ``n`` requests to answer later (negative: answered
+        them); reading pauses at ``max_inflight`` as for ours."""
+        self.inflight += n
+        self._update_reading()
+
     @property
     def declared_frame_bytes(self) -> int | None:
         """The length the incomplete frame claims, once its prefix arrived."""
