@@ -169,9 +169,15 @@ class ClassicSession:
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(self._await(cmd, result))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._task_done)
+            self.conn.add_inflight(1)  # reading pauses at the server's max_inflight
         else:
             self._reply(cmd, result)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not self.conn.closed:
+            self.conn.add_inflight(-1)
 
     async def _await(self, cmd: RemotingCommand, result: Awaitable[RemotingCommand | None]) -> None:
         try:

@@ -1,0 +1,70 @@
+"""The classic door's requests count against a connection's ``max_inflight`` as ours do: with
+that many awaiting their answer (long polls), the server stops reading the connection, and a
+later request is read (and answered) only once one of them is answered. A real server on a
+loopback socket, in the test's loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from protocol.rocketmq_remoting.frame import (
+    CommandDecoder,
+    RemotingCommand,
+    encode_command,
+    make_response,
+)
+from remoting.classic_door import ClassicDoor, ClassicSession
+from remoting.server import RemotingServer, ServerLimits
+
+SLOW, FAST = 1001, 1002
+
+
+async def test_awaited_classic_requests_hold_back_reading_at_max_inflight() -> None:
+    server = RemotingServer(ServerLimits(max_inflight=2), name="test")
+    door = ClassicDoor("test", 1 << 20)
+    release = asyncio.Event()
+
+    async def slow(session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        return make_response(req, 0, remark="slow")
+
+    def fast(session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
+        return make_response(req, 0, remark="fast")
+
+    door.register(SLOW, slow)
+    door.register(FAST, fast)
+    server.second_door = door
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    decoder = CommandDecoder()
+    try:
+        for opaque in (1, 2):
+            writer.write(encode_command(RemotingCommand(code=SLOW, opaque=opaque)))
+            await writer.drain()
+            await asyncio.sleep(0.1)  # a read of its own
+        (conn,) = server.connections
+        assert conn.inflight == 2
+        writer.write(encode_command(RemotingCommand(code=FAST, opaque=3)))
+        await writer.drain()
+        # Not read while two requests await their answers: nothing comes back.
+        assert await _answers(reader, decoder, 0.5) == []
+        release.set()
+        got: list[tuple[int, str | None]] = []
+        while len(got) < 3:
+            got += await _answers(reader, decoder, 5)
+        assert sorted(got) == [(1, "slow"), (2, "slow"), (3, "fast")]
+        assert conn.inflight == 0
+    finally:
+        writer.close()
+        await server.stop()
+
+
+async def _answers(
+    reader: asyncio.StreamReader, decoder: CommandDecoder, timeout: float
+) -> list[tuple[int, str | None]]:
+    try:
+        data = await asyncio.wait_for(reader.read(65536), timeout)
+    except TimeoutError:
+        return []
+    assert data
+    return [(c.opaque, c.remark) for c in decoder.feed(data)]
