@@ -15,6 +15,7 @@ from __future__ import annotations
 from broker.classic.clients import ClassicClients
 from broker.classic.offsets import ClassicOffsets
 from broker.classic.pull import ClassicPull
+from broker.classic.query import ClassicQuery
 from broker.classic.send import ClassicSend
 from broker.classic.send_back import ClassicSendBack
 from broker.context import BrokerContext
@@ -35,6 +36,7 @@ def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
         ClassicPull(ctx, pull),
         ClassicOffsets(ctx),
         ClassicSendBack(ctx),
+        ClassicQuery(ctx),
     ):
         processor.register(door)
     return door

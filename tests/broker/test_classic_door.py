@@ -106,6 +106,23 @@ async def test_a_classic_send_is_pulled_back_in_the_stored_message_layout(
         high = await raw.call(RequestCode.GET_MAX_OFFSET, queue)
         low = await raw.call(RequestCode.GET_MIN_OFFSET, queue)
         assert (low.ext_fields["offset"], high.ext_fields["offset"]) == ("0", "2")
+        by_key = {
+            "topic": TOPIC, "key": "k2", "maxNum": "32", "beginTimestamp": "0",
+            "endTimestamp": str(2**62),
+        }  # fmt: skip
+        keyed = await raw.call(RequestCode.QUERY_MESSAGE, by_key)
+        assert keyed.code == ResponseCode.SUCCESS, keyed.remark
+        assert [m.body for m in decode_stored_messages(keyed.body)] == [b"hello"]
+        nobody = await raw.call(RequestCode.QUERY_MESSAGE, {**by_key, "key": "nobody"})
+        assert nobody.code == ResponseCode.QUERY_NOT_FOUND
+        viewed = await raw.call(
+            RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(msg.physical_offset)}
+        )
+        assert decode_stored_messages(viewed.body) == [msg]
+        inside = await raw.call(
+            RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(msg.physical_offset + 1)}
+        )
+        assert inside.code == ResponseCode.SYSTEM_ERROR and inside.remark
         at = await raw.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**queue, "timestamp": "0"})
         assert (at.code, at.ext_fields["offset"]) == (ResponseCode.SUCCESS, "0")
     finally:
