@@ -12,6 +12,9 @@
 //     two push consumers of GROUP (instances a and b) share the topic's queues; COUNT messages
 //     are sent, then b leaves and COUNT more are sent; prints {"first": {a: [queueIds], b:
 //     [...]}, "second": {a: [...], b: [...]}, "bodies": [every body received]}
+//   node alions_client.js keep-sending NAMESRV TOPIC COUNT
+//     sends COUNT messages one at a time, each again until acknowledged (a master may die
+//     meanwhile), printing "acked <i>" as each is; then {"acked": [{body, msgId}], "errors": n}
 //   node alions_client.js consume NAMESRV TOPIC GROUP COUNT
 //     a push consumer of GROUP from the first offset, until COUNT messages arrived and their
 //     offsets were committed; prints {"received": [{body, tags, keys, seq, msgId, queueId,
@@ -43,6 +46,36 @@ async function produce(count) {
   }
   await producer.close();
   return { sent };
+}
+
+async function keepSending(count) {
+  const producer = new Producer({
+    httpclient, nameSrv, producerGroup: 'alions-keep', logger,
+    pollNameServerInteval: 500, sendMsgTimeout: 2000,
+  });
+  producer.on('error', () => {});
+  await producer.ready();
+  const acked = [];
+  let errors = 0;
+  for (let i = 0; i < count; i++) {
+    const deadline = Date.now() + 60000;
+    for (;;) {
+      try {
+        const result = await producer.send(new Message(topic, 'K', Buffer.from(`keep-${i}`)));
+        if (result.sendStatus === 'SEND_OK') {
+          acked.push({ body: `keep-${i}`, msgId: result.msgId });
+          process.stdout.write(`acked ${i}\n`);
+          break;
+        }
+      } catch (err) {
+        errors++;
+      }
+      if (Date.now() > deadline) throw new Error(`keep-${i} not acknowledged in 60 s`);
+      await new Promise(resolve => setTimeout(resolve, 200));
+    }
+  }
+  await producer.close();
+  return { acked, errors };
 }
 
 async function consume(group, count) {
@@ -153,6 +186,7 @@ async function share(group, count) {
   let out;
   if (mode === 'produce') out = await produce(Number(rest[0]));
   else if (mode === 'consume') out = await consume(rest[0], Number(rest[1]));
+  else if (mode === 'keep-sending') out = await keepSending(Number(rest[0]));
   else if (mode === 'share') out = await share(rest[0], Number(rest[1]));
   else if (mode === 'fail') out = await fail(rest[0], Number(rest[1]), Number(rest[2]));
   else throw new Error(`unknown mode ${mode}`);

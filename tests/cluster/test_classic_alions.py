@@ -12,8 +12,6 @@ back through CONSUMER_SEND_MSG_BACK and the retry topic until it lands in the gr
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,17 +20,14 @@ import pytest
 
 from client.admin import Admin
 from client.consumer import Consumer
-from client.errors import ClientError
 from client.message import ReceivedMessage
 from client.producer import Producer
+from tests.support.alions import create_topic, run_alions
 from tests.support.cluster import Cluster
-from tests.support.official_client import client_env, npm_modules, run_to_end
-from tests.support.procs import ROOT
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-PACKAGE = ROOT / "tests" / "alions"
 TOPIC = "AlionsTopic"
 GROUP = "alions-group"
 COUNT = 12
@@ -44,40 +39,11 @@ def classic(cluster: Cluster) -> Iterator[Cluster]:
     yield cluster
 
 
-async def _create_topic(cluster: Cluster, topic: str, queues: int) -> None:
-    async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
-
-        async def created() -> bool:
-            try:
-                return bool(await admin.create_topic(topic, queues))
-            except ClientError:
-                return False
-
-        await wait_until_async(created, f"topic {topic} to be created", 30, interval=0.2)
-
-
-async def _alions(cluster: Cluster, tmp: Path, *args: str) -> dict[str, Any]:
-    modules = npm_modules(PACKAGE, "the ali-ons client")
-    name_srv = cluster.controllers[0].address
-    return await run_to_end(
-        [
-            str(shutil.which("node")),
-            str(PACKAGE / "alions_client.js"),
-            args[0],
-            name_srv,
-            *args[1:],
-        ],
-        tmp,
-        env=client_env(tmp, PATH=os.environ.get("PATH", ""), NODE_PATH=str(modules)),
-        timeout=120,
-    )
-
-
 async def test_alions_produces_and_consumes_through_the_classic_door(
     classic: Cluster, tmp_path: Path
 ) -> None:
-    await _create_topic(classic, TOPIC, 4)
-    produced = await _alions(classic, tmp_path, "produce", TOPIC, str(COUNT))
+    await create_topic(classic, TOPIC, 4)
+    produced = await run_alions(classic, tmp_path, "produce", TOPIC, str(COUNT))
     sent = produced["sent"]
     assert len(sent) == COUNT
     # The broker picked no queue: ali-ons spread them over the route's four.
@@ -94,7 +60,7 @@ async def test_alions_produces_and_consumes_through_the_classic_door(
                 properties={"seq": f"s{i}"},
             )
 
-    consumed = await _alions(classic, tmp_path, "consume", TOPIC, GROUP, str(COUNT + 2))
+    consumed = await run_alions(classic, tmp_path, "consume", TOPIC, GROUP, str(COUNT + 2))
     from_sdk = sorted(
         (m for m in consumed["received"] if m["body"].startswith("sdk-")), key=lambda m: m["body"]
     )
@@ -159,12 +125,12 @@ async def test_alions_failures_come_back_as_retries_and_reach_the_dlq(
     classic: Cluster, tmp_path: Path
 ) -> None:
     topic, group, count, max_retries = "AlionsRetryTopic", "alions-failing", 2, 2
-    await _create_topic(classic, topic, 1)
+    await create_topic(classic, topic, 1)
     async with Admin(classic.controller_addresses, timeout=2.0) as admin:
         await admin.update_sub_group({"groupName": group, "retryDelays": "1s"})
-    produced = await _alions(classic, tmp_path, "produce", topic, str(count))
+    produced = await run_alions(classic, tmp_path, "produce", topic, str(count))
     assert len(produced["sent"]) == count
-    failed = await _alions(classic, tmp_path, "fail", topic, group, str(count), str(max_retries))
+    failed = await run_alions(classic, tmp_path, "fail", topic, group, str(count), str(max_retries))
     by_body: dict[str, list[dict[str, Any]]] = {}
     for d in failed["deliveries"]:
         by_body.setdefault(d["body"], []).append(d)
@@ -198,8 +164,8 @@ async def test_two_alions_consumers_share_the_queues_and_rebalance_when_one_leav
     classic: Cluster, tmp_path: Path
 ) -> None:
     topic, group, count = "AlionsShareTopic", "alions-sharing", 16
-    await _create_topic(classic, topic, 4)
-    result = await _alions(classic, tmp_path, "share", topic, group, str(count))
+    await create_topic(classic, topic, 4)
+    result = await run_alions(classic, tmp_path, "share", topic, group, str(count))
     first, second = result["first"], result["second"]
     # Both members got queues of their own (the member list of GET_CONSUMER_LIST_BY_GROUP).
     assert first["a"] and first["b"], result
