@@ -18,6 +18,8 @@ import msgpack
 
 from controller.raft_driver import DriverConfig, RaftDriver
 from protocol.codes import ControllerCode
+from protocol.controller_requests.brokers import RegisterBroker
+from protocol.controller_requests.heartbeats import BrokerHeartbeat
 from remoting.server import RemotingServer
 from tests.support.procs import Daemon, free_port, port_open
 from tests.support.wait import wait_until, wait_until_async
@@ -472,32 +474,38 @@ class FakeBroker:
     async def register(self, code: str | None = None, *, send_code: bool = True) -> Any:
         """CONTROLLER_REGISTER_BROKER with ``registerCheckCode`` (``code``, by default this
         broker's own, as a real broker sends it); none at all with ``send_code=False``."""
-        header = {
-            "clusterName": self.cluster,
-            "brokerName": self.broker_name,
-            "brokerId": self.broker_id,
-            "brokerAddress": self.address,
+        registration = self.registration(code, send_code=send_code)
+        return await self.call(registration.code, *registration.encode())
+
+    def identity(self) -> dict[str, Any]:
+        """The fields naming this broker in its registration and heartbeats."""
+        return {
+            "cluster": self.cluster,
+            "broker_name": self.broker_name,
+            "broker_id": self.broker_id,
+            "broker_address": self.address,
         }
-        if send_code:
-            header["registerCheckCode"] = self.register_code if code is None else code
-        return await self.call(1003, header)
+
+    def registration(self, code: str | None = None, *, send_code: bool = True) -> RegisterBroker:
+        """The CONTROLLER_REGISTER_BROKER :meth:`register` sends."""
+        sent = (self.register_code if code is None else code) if send_code else None
+        return RegisterBroker(**self.identity(), register_check_code=sent)
 
     async def heartbeat(self, body: bytes | None = None) -> Any:
         """BROKER_HEARTBEAT; ``body``: a traffic report (protocol/traffic.py), or anything."""
-        return await self.call(
-            904,
-            {
-                "clusterName": self.cluster,
-                "brokerName": self.broker_name,
-                "brokerId": self.broker_id,
-                "brokerAddress": self.address,
-                "epoch": self.epoch,
-                "maxOffset": self.max_offset,
-                "confirmOffset": self.max_offset,
-                "electionPriority": self.priority,
-                "heartbeatTimeoutMillis": self.timeout_ms,
-            },
-            body,
+        beat = self.beat(body)
+        return await self.call(beat.code, *beat.encode())
+
+    def beat(self, body: bytes | None = None) -> BrokerHeartbeat:
+        """The BROKER_HEARTBEAT :meth:`heartbeat` sends: this broker's figures."""
+        return BrokerHeartbeat(
+            **self.identity(),
+            epoch=self.epoch,
+            max_offset=self.max_offset,
+            confirm_offset=self.max_offset,
+            election_priority=self.priority,
+            heartbeat_timeout_ms=self.timeout_ms,
+            traffic_report=body,
         )
 
     def start_heartbeats(self, interval: float = 0.1) -> None:

@@ -84,25 +84,8 @@ def read_response(sock: socket.socket, timeout: float) -> Frame:
             return frames[0]
 
 
-def heartbeat_frame(broker: FakeBroker, opaque: int) -> bytes:
-    beat = BrokerHeartbeat(
-        cluster=broker.cluster,
-        broker_name=broker.broker_name,
-        broker_id=broker.broker_id,
-        broker_address=broker.address,
-    )
-    return encode_frame(request(beat.code, opaque, *beat.encode()))
-
-
-def register_frame(broker: FakeBroker, opaque: int) -> bytes:
-    register = RegisterBroker(
-        cluster=broker.cluster,
-        broker_name=broker.broker_name,
-        broker_id=broker.broker_id,
-        broker_address=broker.address,
-        register_check_code=broker.register_code,
-    )
-    return encode_frame(request(register.code, opaque, *register.encode()))
+def frame(req: BrokerHeartbeat | RegisterBroker, opaque: int) -> bytes:
+    return encode_frame(request(req.code, opaque, *req.encode()))
 
 
 async def terms(cluster: ControllerCluster) -> dict[str, int]:
@@ -212,7 +195,7 @@ async def test_a_thawed_deposed_leader_never_answers_a_broker_heartbeat(
         await broker.join()
         # This connection speaks for the broker (a heartbeat counts only on the connection
         # that registered it), as the broker's own connection to the leader would.
-        sock.sendall(register_frame(broker, 1))
+        sock.sendall(frame(broker.registration(), 1))
         registered = read_response(sock, 10.0)
         assert registered.code == ResponseCode.SUCCESS, registered.header
         # While it leads under a lease, the leader answers the heartbeat on this connection.
@@ -221,7 +204,7 @@ async def test_a_thawed_deposed_leader_never_answers_a_broker_heartbeat(
         def answered() -> bool:
             nonlocal opaque
             opaque += 1
-            sock.sendall(heartbeat_frame(broker, opaque))
+            sock.sendall(frame(broker.beat(), opaque))
             return read_response(sock, 5.0).code == ResponseCode.SUCCESS
 
         wait_until(answered, "the leader to answer a broker heartbeat", 10, interval=0.05)
@@ -233,7 +216,7 @@ async def test_a_thawed_deposed_leader_never_answers_a_broker_heartbeat(
             assert new != old
             # The heartbeat waits in the frozen process's socket: the first thing it reads
             # after SIGCONT, before any of the ticks it missed or the new leader's messages.
-            sock.sendall(heartbeat_frame(broker, 1000))
+            sock.sendall(frame(broker.beat(), 1000))
         finally:
             proc.signal(signal.SIGCONT)
         resp = read_response(sock, 10.0)
@@ -255,7 +238,7 @@ async def test_a_thawed_deposed_leader_never_answers_a_broker_heartbeat(
             interval=0.05,
             on_timeout=lambda: f"{old} did not follow {new}: {seen[-1]}",
         )
-        sock.sendall(heartbeat_frame(broker, 1001))
+        sock.sendall(frame(broker.beat(), 1001))
         assert read_response(sock, 5.0).code == ResponseCode.CONTROLLER_NOT_LEADER
     finally:
         sock.close()
