@@ -46,9 +46,12 @@ from broker.replicas.registration import Registration, electing
 from broker.replicas.roles import Roles
 from broker.replicas.routes import RouteRegistration
 from broker.traffic_meter import TrafficMeter
-from protocol.controller_requests.groups import AlterSyncStateSet, AlterSyncStateSetAnswer
+from protocol.controller_requests.groups import (
+    AlterSyncStateSet,
+    AlterSyncStateSetAnswer,
+    RoleChanged,
+)
 from protocol.fields import FieldError
-from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.failover import AddressFailover
 
@@ -150,11 +153,11 @@ class ReplicasManager:
         poll (one started after this call) handed the controllers' answer over, or failed."""
         self.poll.refresh(done)
 
-    def on_role_notification(self, frame: Frame, sender: str = "?") -> None:
+    def on_role_notification(self, pushed: RoleChanged | None, sender: str = "?") -> None:
         """NOTIFY_BROKER_ROLE_CHANGED: a hint that the group's metadata changed, from whoever
         connected (the active controller, or anyone): poll the controllers now, apply only what
         they answer. The claim is kept to be checked against that answer."""
-        self.poll.on_push(frame, sender)
+        self.poll.on_push(pushed, sender)
 
     async def apply(self, info: GroupInfo) -> None:
         await self.roles.apply(info)

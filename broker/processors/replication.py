@@ -7,6 +7,8 @@ from broker.context import BrokerContext
 from broker.replicas_manager import ReplicasManager
 from protocol.broker_requests.runtime import EpochCache, EpochCacheQuery, EpochSpan
 from protocol.codes import RequestCode, ResponseCode
+from protocol.controller_requests.groups import RoleChanged
+from protocol.fields import FieldError
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 
@@ -26,7 +28,11 @@ class ReplicationProcessor:
                 req, ResponseCode.BAD_REQUEST, "this broker runs without controllers"
             )
         # Anyone who can connect can send this: it only makes the broker ask the controllers.
-        self.replicas.on_role_notification(req, conn.peer)
+        try:
+            pushed: RoleChanged | None = RoleChanged.parse(req.header, req.body)
+        except FieldError:  # a malformed hint is still only a hint: poll all the same
+            pushed = None
+        self.replicas.on_role_notification(pushed, conn.peer)
         return response(req, ResponseCode.SUCCESS)
 
     def epoch_cache(self, conn: Connection, req: Frame) -> Frame:

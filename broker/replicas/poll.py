@@ -17,8 +17,7 @@ from broker.config import BrokerConfig
 from broker.replicas.group_info import NO_MASTER, GroupInfo
 from broker.replicas.roles import Roles
 from protocol.codes import ResponseCode
-from protocol.controller_requests.groups import ElectMaster, GetReplicaInfo
-from protocol.remoting import Frame
+from protocol.controller_requests.groups import ElectMaster, GetReplicaInfo, RoleChanged
 from remoting.errors import RemotingError, ResponseError
 from remoting.failover import AddressFailover
 
@@ -64,13 +63,11 @@ class MetadataPoll:
         self._refresh_waiters.append(done)
         self.now.set()
 
-    def on_push(self, frame: Frame, sender: str) -> None:
-        """A NOTIFY_BROKER_ROLE_CHANGED: poll now; keep the claim to check against the answer."""
-        try:
-            info = GroupInfo.from_frame(frame)
-        except Exception:  # a malformed hint is still only a hint
-            info = None
-        if info is not None and len(self._claims) < 64:
+    def on_push(self, pushed: RoleChanged | None, sender: str) -> None:
+        """A NOTIFY_BROKER_ROLE_CHANGED (None: a malformed one, still a hint): poll now; keep
+        the claim to check against the answer."""
+        if pushed is not None and len(self._claims) < 64:
+            info = GroupInfo.of(pushed.metadata)
             claim = (info.master_broker_id, info.master_address, info.master_epoch)
             self._claims.setdefault(claim, sender)
         self.now.set()

@@ -10,6 +10,8 @@ Requests (``?`` marks a field that may be left out)::
     CONTROLLER_GET_REPLICA_INFO 1004     header brokerName
     CONTROLLER_GET_SYNC_STATE_DATA 1006  header brokerName
     CONTROLLER_GET_METADATA_INFO 1005    nothing
+    NOTIFY_BROKER_ROLE_CHANGED 1008      to a broker: header brokerName and the group's
+                                         metadata's, body its metadata's (RoleChanged)
 
 Answers: 1001's SUCCESS is :class:`AlterSyncStateSetAnswer` (header ``syncStateSetEpoch``, body
 ``{"syncStateSet": [ids]}``); 1002, 1004 and 1003 (brokers.py) answer the group's metadata,
@@ -48,6 +50,7 @@ __all__ = [
     "GetSyncStateData",
     "GroupMetadata",
     "ReplicaEntry",
+    "RoleChanged",
 ]
 
 NO_MASTER: Final = -1
@@ -296,4 +299,26 @@ class GroupMetadata:
             sealed_queues=tuple(_sealed(q) for q in sealed),
             broker_id=opt_int_or_none(header, "brokerId"),
             remark=opt_str(header, "remark") or None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleChanged:
+    """NOTIFY_BROKER_ROLE_CHANGED: a controller's push to each broker of ``broker_name`` after
+    its master changed, carrying the group's metadata (a broker takes it as a hint to ask the
+    controllers, never as the answer itself)."""
+
+    code: ClassVar[RequestCode] = RequestCode.NOTIFY_BROKER_ROLE_CHANGED
+
+    broker_name: str
+    metadata: GroupMetadata
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header, body = self.metadata.encode()
+        return {"brokerName": self.broker_name, **header}, body
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RoleChanged:
+        return cls(
+            broker_name=req_str(header, "brokerName"), metadata=GroupMetadata.parse(header, body)
         )

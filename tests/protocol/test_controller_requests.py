@@ -31,6 +31,7 @@ from protocol.controller_requests.groups import (
     GetSyncStateData,
     GroupMetadata,
     ReplicaEntry,
+    RoleChanged,
 )
 from protocol.controller_requests.heartbeats import MAX_FIGURE, BrokerHeartbeat, HeartbeatAnswer
 from protocol.controller_requests.membership import (
@@ -178,6 +179,20 @@ requests = st.one_of(
     st.builds(
         RebalancePlanQuery,
         threshold=st.none() | st.floats(min_value=0, allow_nan=False, allow_infinity=True),
+    ),
+    st.builds(
+        RoleChanged,
+        broker_name=names,
+        metadata=st.builds(
+            GroupMetadata,
+            master_broker_id=ids,
+            master_address=texts,
+            master_epoch=ints,
+            sync_state_set_epoch=ints,
+            sync_state_set=id_sets,
+            replicas=st.lists(st.builds(ReplicaEntry, ints, texts, st.booleans())).map(tuple),
+            sealed_queues=st.lists(st.tuples(texts, ints), max_size=3).map(tuple),
+        ),
     ),
     st.builds(AddController, node_id=names, address=names),
     st.builds(RemoveController, node_id=names),
@@ -407,6 +422,25 @@ GOLDEN: list[tuple[Any, str]] = [
     (RemoveController(node_id="n4"), "0000000f9600cd13ee070081a26964a26e34c0"),
     (TransferLeader(node_id="n2"), "0000000f9600cd13ef070081a26964a26e32c0"),
     (ControllerConfigQuery(), "000000099600cd03f2070080c0"),
+    (
+        # controller/documents.py's role_notification: brokerName, then the metadata's header
+        RoleChanged(
+            broker_name="g1",
+            metadata=GroupMetadata(
+                master_broker_id=1,
+                master_address="127.0.0.1:10911",
+                master_epoch=3,
+                sync_state_set_epoch=4,
+                sync_state_set=frozenset({1}),
+                replicas=(ReplicaEntry(1, "127.0.0.1:10911", True),),
+            ),
+        ),
+        "000000ab9600cd03f0070085aa62726f6b65724e616d65a26731ae6d617374657242726f6b6572496401"
+        "ad6d617374657241646472657373af3132372e302e302e313a3130393131ab6d617374657245706f6368"
+        "03b173796e63537461746553657445706f636804c44582ac73796e6353746174655365749101a87265706c"
+        "696361739183a862726f6b6572496401a761646472657373af3132372e302e302e313a3130393131a669"
+        "6e53796e63c3",
+    ),
 ]
 
 
