@@ -13,6 +13,7 @@ code answers REQUEST_CODE_NOT_SUPPORTED (3) naming it.
 from __future__ import annotations
 
 from broker.classic.clients import ClassicClients
+from broker.classic.locks import ClassicLocks
 from broker.classic.offsets import ClassicOffsets
 from broker.classic.pull import ClassicPull
 from broker.classic.query import ClassicQuery
@@ -37,6 +38,7 @@ def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
         ClassicOffsets(ctx),
         ClassicSendBack(ctx),
         ClassicQuery(ctx),
+        ClassicLocks(ctx),
     ):
         processor.register(door)
     return door
