@@ -20,7 +20,11 @@ from protocol.rocketmq_remoting.frame import (
     SerializeType,
 )
 from protocol.rocketmq_remoting.headers import SendMessageHeader
-from protocol.rocketmq_remoting.message_decoder import decode_stored_messages
+from protocol.rocketmq_remoting.message_decoder import (
+    BatchMessage,
+    decode_stored_messages,
+    encode_batch,
+)
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
 from tests.support.classic import Raw
@@ -69,6 +73,33 @@ async def test_a_classic_send_is_pulled_back_in_the_stored_message_layout(
             b"world",
         )
         assert v2.code == ResponseCode.SUCCESS and v2.ext_fields["queueOffset"] == "1", v2.remark
+
+        batch = encode_batch(
+            [
+                BatchMessage(body=b"b0", properties={"TAGS": "TagC", "KEYS": "kb0"}),
+                BatchMessage(body=b"b1", properties={"TAGS": "TagC", "KEYS": "kb1"}, flag=7),
+            ]
+        )
+        batched = await raw.call(
+            RequestCode.SEND_BATCH_MESSAGE,
+            _send_header(0, {}).ext_fields(short_names=True),
+            batch,
+        )
+        assert batched.code == ResponseCode.SUCCESS, batched.remark
+        assert (batched.ext_fields["queueId"], batched.ext_fields["queueOffset"]) == ("0", "0")
+        assert len(batched.ext_fields["msgId"].split(",")) == 2
+        queue0 = {
+            "consumerGroup": "CG", "topic": TOPIC, "queueId": "0", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+            "suspendTimeoutMillis": "0", "subVersion": "0",
+        }  # fmt: skip
+        both = await raw.call(RequestCode.PULL_MESSAGE, queue0)
+        assert [
+            (m.body, m.properties["KEYS"], m.flag) for m in decode_stored_messages(both.body)
+        ] == [
+            (b"b0", "kb0", 0),
+            (b"b1", "kb1", 7),
+        ]
 
         pull_fields = {
             "consumerGroup": "CG", "topic": TOPIC, "queueId": "1", "queueOffset": "0",
