@@ -14,9 +14,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
-
-import msgpack
 
 from client import logs
 from client.allocate import allocate_averagely
@@ -28,6 +25,7 @@ from client.pull import QueueState
 from client.routes import RouteCache, TopicRoute
 from client.subscription import Subscription, queue_name
 from protocol.broker_requests.clients import (
+    ConsumerList,
     ConsumerListQuery,
     Heartbeat,
     HeartbeatAnswer,
@@ -195,10 +193,10 @@ class GroupRebalancer:
         resp = await self._main.caller.call(
             broker_name, members.code, members.encode()[0], timeout=self.request_timeout
         )
-        ids: Any = msgpack.unpackb(resp.body or b"\x90", raw=False)
-        if not isinstance(ids, list):
-            raise ClientError("malformed consumer list")
-        return sorted(str(i) for i in ids)
+        try:
+            return sorted(ConsumerList.parse(resp.header, resp.body).client_ids)
+        except FieldError as exc:
+            raise ClientError(f"malformed consumer list: {exc}") from None
 
     def _on_broker_request(self, frame: Frame) -> None:
         if frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:

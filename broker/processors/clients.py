@@ -10,11 +10,11 @@ answer's ``consumeRetry`` tells the member whether to read it. For a FIFO group
 
 from __future__ import annotations
 
-import msgpack
 import structlog
 
 from broker.context import BrokerContext
 from protocol.broker_requests.clients import (
+    ConsumerList,
     ConsumerListQuery,
     Heartbeat,
     HeartbeatAnswer,
@@ -56,12 +56,8 @@ class ClientProcessor:
 
     def members(self, conn: Connection, req: Frame) -> Frame:
         group = ConsumerListQuery.parse(req.header, req.body).group
-        return response(
-            req,
-            ResponseCode.SUCCESS,
-            None,
-            msgpack.packb(self.ctx.groups.members(group, self.ctx.now_ms())),
-        )
+        members = ConsumerList(client_ids=tuple(self.ctx.groups.members(group, self.ctx.now_ms())))
+        return response(req, ResponseCode.SUCCESS, *members.encode())
 
     def _connection_closed(self, conn: Connection) -> None:
         self.ctx.groups.connection_closed(id(conn))

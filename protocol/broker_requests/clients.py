@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+import msgpack
+
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_str
 from protocol.remoting import Header, Scalar
 
-__all__ = ["ConsumerListQuery", "Heartbeat", "HeartbeatAnswer", "UnregisterClient"]
+__all__ = ["ConsumerList", "ConsumerListQuery", "Heartbeat", "HeartbeatAnswer", "UnregisterClient"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,3 +133,25 @@ class ConsumerListQuery:
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerListQuery:
         return cls(group=req_str(header, "consumerGroup"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerList:
+    """GET_CONSUMER_LIST_BY_GROUP's SUCCESS: the client ids of the group's live members, the
+    body's msgpack array."""
+
+    client_ids: tuple[str, ...]
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        body: bytes = msgpack.packb(list(self.client_ids))
+        return {}, body
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerList:
+        try:
+            ids = msgpack.unpackb(body or b"\x90", raw=False)
+        except Exception:  # msgpack raises several unrelated types on garbage
+            raise FieldError("consumer list is not msgpack") from None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise FieldError("consumer list must be an array of client ids")
+        return cls(client_ids=tuple(ids))

@@ -22,6 +22,7 @@ from protocol.broker_requests.admin import (
     TopicTable,
 )
 from protocol.broker_requests.clients import (
+    ConsumerList,
     ConsumerListQuery,
     Heartbeat,
     HeartbeatAnswer,
@@ -320,6 +321,7 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
         msg_ids=st.lists(names, max_size=20).map(tuple),
     ),
     TopicTable: st.builds(TopicTable, queues=st.dictionaries(names, ints, max_size=10)),
+    ConsumerList: st.builds(ConsumerList, client_ids=st.lists(names, max_size=10).map(tuple)),
     SubscriptionGroupTable: st.builds(
         SubscriptionGroupTable,
         groups=st.dictionaries(
@@ -570,6 +572,7 @@ GOLDEN: list[tuple[Any, str]] = [
 # The answers whose body is a document, as the broker wrote it by hand before its typed answer
 # (the same msgpack map, keys in the same order), framed like a request of code 1.
 GOLDEN_ANSWERS: list[tuple[Any, str]] = [
+    (ConsumerList(client_ids=("c1", "c2")), "0000000f960001010080c40792a26331a26332"),
     (
         TopicTable(queues={"T": 8, "%RETRY%g": 1}),
         "00000026960001010080c41e82a15481a671756575657308a8255245545259256781a671756575657301",
