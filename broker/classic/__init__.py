@@ -19,6 +19,7 @@ from broker.classic.pull import ClassicPull
 from broker.classic.query import ClassicQuery
 from broker.classic.send import ClassicSend
 from broker.classic.send_back import ClassicSendBack
+from broker.classic.transaction import ClassicTransactions
 from broker.context import BrokerContext
 from broker.processors.pull import PullProcessor
 from remoting.classic_door import ClassicDoor, auth_refusal
@@ -39,6 +40,7 @@ def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
         ClassicSendBack(ctx),
         ClassicQuery(ctx),
         ClassicLocks(ctx),
+        ClassicTransactions(ctx),
     ):
         processor.register(door)
     return door

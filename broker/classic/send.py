@@ -12,7 +12,10 @@ What is translated on the way in, the rest of the properties kept as they came:
 - ``__SHARDING_KEY`` (what ali-ons names the sharding key) becomes our FIFO message group
   ``__SHARDINGKEY``, which RocketMQ's Java client already uses;
 - a body the client compressed (sysFlag bit 0) is inflated: stored records have no sysFlag, so
-  pulls serve bodies uncompressed.
+  pulls serve bodies uncompressed;
+- a transactional send (``TRAN_MSG`` true, with ``PGROUP``) is stored as a half message whose
+  transaction id is its ``UNIQ_KEY`` (the Java client's ``transactionId``; END_TRANSACTION
+  names it so); the answer carries it as ``transactionId``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from protocol.rocketmq_remoting.frame import RemotingCommand, make_response
 from protocol.rocketmq_remoting.headers import SendMessageHeader, SendMessageResponseHeader
 from protocol.rocketmq_remoting.message_decoder import decode_batch
 from protocol.rocketmq_remoting.properties import decode_properties
-from protocol.timer import PROP_TIMER_DELAY_MS
+from protocol.timer import PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY
+from protocol.transaction import PROP_TRANSACTION_ID, is_transactional
 from remoting.classic_door import ClassicDoor, ClassicRefusal, ClassicSession
 
 __all__ = ["CLASSIC_DELAY_LEVELS_MS", "ClassicSend", "classic_message"]
@@ -64,6 +68,9 @@ def classic_message(
         if n > 0:
             delay = CLASSIC_DELAY_LEVELS_MS[min(n, len(CLASSIC_DELAY_LEVELS_MS)) - 1]
             properties.setdefault(PROP_TIMER_DELAY_MS, str(delay))
+    if is_transactional(properties) and PROP_UNIQ_KEY in properties:
+        # The classic producer's transaction id is its half message's UNIQ_KEY.
+        properties.setdefault(PROP_TRANSACTION_ID, properties[PROP_UNIQ_KEY])
     sharding = properties.pop(PROP_SHARDING_KEY_ALIONS, None)
     if sharding:
         properties.setdefault(PROP_MESSAGE_GROUP, sharding)
@@ -152,5 +159,6 @@ class ClassicSend:
             msg_id=",".join(service.msg_id(off) for off in result.physical_offsets),
             queue_id=result.queue_id,
             queue_offset=result.first_queue_offset,
+            transaction_id=messages[0].properties.get(PROP_TRANSACTION_ID),
         )
         return make_response(req, ResponseCode.SUCCESS, ext_fields=answer.ext_fields())

@@ -15,6 +15,7 @@ import struct
 import pytest
 
 from protocol.codes import RequestCode as OurCode
+from protocol.message import parse_msg_id
 from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
 from protocol.rocketmq_remoting.frame import (
     SerializeType,
@@ -271,3 +272,38 @@ async def test_members_are_told_when_their_group_changes(broker: BrokerProc) -> 
     finally:
         first.close()
         second.close()
+
+
+async def test_a_classic_transaction_is_ended_by_its_uniq_key(broker: BrokerProc) -> None:
+    await _create_topic(broker)
+    raw = await Raw.open(broker.port)
+    try:
+        props = {"TRAN_MSG": "true", "PGROUP": "PG", "UNIQ_KEY": "TX1", "TAGS": "TagT"}
+        half = await raw.call(
+            RequestCode.SEND_MESSAGE_V2, _send_header(1, props).ext_fields(short_names=True), b"tx"
+        )
+        assert half.code == ResponseCode.SUCCESS, half.remark
+        assert half.ext_fields["transactionId"] == "TX1"
+        pull = {
+            "consumerGroup": "CG", "topic": TOPIC, "queueId": "1", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+            "suspendTimeoutMillis": "0", "subVersion": "0",
+        }  # fmt: skip
+        hidden = await raw.call(RequestCode.PULL_MESSAGE, pull)
+        assert hidden.code == ResponseCode.PULL_NOT_FOUND  # a half is not consumable
+        _, offset = parse_msg_id(half.ext_fields["msgId"])
+        end = {
+            "producerGroup": "PG", "tranStateTableOffset": "0", "commitLogOffset": str(offset),
+            "commitOrRollback": "8", "msgId": half.ext_fields["msgId"], "transactionId": "TX1",
+        }  # fmt: skip
+        committed = await raw.call(RequestCode.END_TRANSACTION, end)
+        assert committed.code == ResponseCode.SUCCESS, committed.remark
+        shown = await raw.call(RequestCode.PULL_MESSAGE, pull)
+        assert [m.body for m in decode_stored_messages(shown.body)] == [b"tx"]
+        rolled = await raw.call(RequestCode.END_TRANSACTION, {**end, "commitOrRollback": "12"})
+        assert rolled.code == ResponseCode.SYSTEM_ERROR
+        assert "committed already" in (rolled.remark or "")
+        other = await raw.call(RequestCode.END_TRANSACTION, {**end, "transactionId": "TX9"})
+        assert other.code == ResponseCode.SYSTEM_ERROR and "TX9" in (other.remark or "")
+    finally:
+        raw.close()
