@@ -125,6 +125,31 @@ async def route_has_master(boot: Bootstrap) -> bool:
     )
 
 
+async def routed(boot: Bootstrap, topic: str) -> bool:
+    """Whether the controllers route ``topic`` (GET_ROUTEINFO_BY_TOPIC answers)."""
+    try:
+        await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=2.0)
+        return True
+    except (ClientError, RemotingError):
+        return False
+
+
+async def wait_routed(addresses: str, topic: str, timeout: float = 20) -> None:
+    """Until the controllers at ``addresses`` route ``topic``. A master registers a topic it
+    just created soon after, not before it answers: a producer asking for the route in between
+    gets TOPIC_NOT_EXIST (not retried)."""
+    boot = Bootstrap(addresses, timeout=2.0)
+    try:
+        await wait_until_async(
+            lambda: routed(boot, topic),
+            f"topic {topic} in the controllers' routes",
+            timeout,
+            interval=0.1,
+        )
+    finally:
+        boot.close()
+
+
 async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4) -> None:
     """Create ``topic`` on ``master`` and wait until the controllers route it."""
     conn = await RemotingClient.connect(master)
@@ -132,15 +157,9 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
         await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "queues": queues})
     finally:
         conn.close()
-
-    async def routed() -> bool:
-        try:
-            await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=2.0)
-            return True
-        except (ClientError, RemotingError):
-            return False
-
-    await wait_until_async(routed, f"topic {topic} in the controllers' routes", 20, interval=0.1)
+    await wait_until_async(
+        lambda: routed(boot, topic), f"topic {topic} in the controllers' routes", 20, interval=0.1
+    )
 
 
 async def takes_writes(address: str) -> bool:
@@ -251,21 +270,7 @@ async def consume_all(
     re-register it); the consumer starts once they do."""
     received: dict[Key, bytes] = {}
     deadline = time.monotonic() + timeout
-    boot = Bootstrap(addresses, timeout=2.0)
-
-    async def routed() -> bool:
-        try:
-            await boot.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=2.0)
-            return True
-        except (ClientError, RemotingError):
-            return False
-
-    try:
-        await wait_until_async(
-            routed, f"topic {topic} routed again", deadline - time.monotonic(), interval=0.1
-        )
-    finally:
-        boot.close()
+    await wait_routed(addresses, topic, deadline - time.monotonic())
     async with Consumer(addresses, f"checker-{time.monotonic_ns()}", topic) as consumer:
         while not expect <= set(received) and time.monotonic() < deadline:
             for m in await consumer.receive(timeout=1.0):

@@ -16,7 +16,7 @@ from client import Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.simple_consumer import PopMessage, SimpleConsumer
-from tests.cluster.support import full_sync_state_set, new_master, node_at
+from tests.cluster.support import full_sync_state_set, new_master, node_at, wait_routed
 from tests.support.cluster import BrokerNode, Cluster
 
 pytestmark = pytest.mark.multiprocess
@@ -43,6 +43,7 @@ async def _failover_redelivers_exactly_the_unacked(
     addresses = cluster.controller_addresses
     async with Admin(addresses) as admin:
         await admin.create_topic("T", 2)
+    await wait_routed(addresses, "T")
     async with Producer(addresses, send_deadline=30) as producer:
         sent = await asyncio.gather(*(producer.send("T", f"m{i}".encode()) for i in range(n)))
     ids = {r.msg_id for r in sent}

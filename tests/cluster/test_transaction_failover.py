@@ -17,7 +17,7 @@ from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.simple_consumer import SimpleConsumer
 from client.transaction import TransactionCheck, TransactionProducer, TransactionStatus
-from tests.cluster.support import full_sync_state_set, new_master, node_at
+from tests.cluster.support import full_sync_state_set, new_master, node_at, wait_routed
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.multiprocess
@@ -39,6 +39,7 @@ async def test_commit_after_failover_is_visible_exactly_once(
     addresses = cluster.controller_addresses
     async with Admin(addresses) as admin:
         await admin.create_topic("T", 2)
+    await wait_routed(addresses, "T")
 
     def checker(check: TransactionCheck) -> TransactionStatus:
         body = check.body.decode()
