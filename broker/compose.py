@@ -2,7 +2,8 @@
 
 Each service is given a narrow Protocol of what it uses of the broker (its package's ``host``
 module: :class:`~broker.timer.host.TimerHost`, :class:`~broker.pop.host.PopHost`,
-:class:`~broker.transaction.host.TransactionHost`, :class:`~broker.send.host.SendHost`), filled here with those parts of the context
+:class:`~broker.transaction.host.TransactionHost`, :class:`~broker.send.host.SendHost`,
+:class:`~broker.pull.host.PullHost`), filled here with those parts of the context
 and nothing else: a service holds its own host, never the context. So the services do not import
 the context and the context does not build them: no import circle, and ``broker.pop``,
 ``broker.timer`` and ``broker.transaction`` stay apart (the ``independence`` contract of
@@ -23,6 +24,7 @@ from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.pop.service import PopService
+from broker.pull.service import PullService
 from broker.sealed_queues import SealedQueues
 from broker.send.service import SendService
 from broker.timer.service import TimerService
@@ -68,6 +70,20 @@ class _PopHost:
     waiters: PullWaiters
     metrics: BrokerMetrics
     ensure_system_topic: Callable[[str], TopicConfig]
+    visible_offset: Callable[[], int | None]
+    now_ms: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _PullHost:
+    """:class:`~broker.pull.host.PullHost` from the context's parts."""
+
+    cfg: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigStore
+    offsets: ConsumerOffsetStore
+    waiters: PullWaiters
+    metrics: BrokerMetrics
     visible_offset: Callable[[], int | None]
     now_ms: Callable[[], int]
 
@@ -134,6 +150,18 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             waiters=ctx.waiters,
             metrics=metrics,
             ensure_system_topic=ctx.ensure_system_topic,
+            visible_offset=ctx.visible_offset,
+            now_ms=ctx.now_ms,
+        )
+    )
+    ctx.pulls = PullService(
+        _PullHost(
+            cfg=cfg,
+            store=ctx.store,
+            topics=ctx.topics,
+            offsets=ctx.offsets,
+            waiters=ctx.waiters,
+            metrics=metrics,
             visible_offset=ctx.visible_offset,
             now_ms=ctx.now_ms,
         )

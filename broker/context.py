@@ -38,6 +38,7 @@ from storage.store import MessageStore, PutResult
 
 if TYPE_CHECKING:
     from broker.pop.service import PopService
+    from broker.pull.service import PullService
     from broker.send.service import SendService
     from broker.timer.service import TimerService
     from broker.transaction.service import TransactionService
@@ -53,6 +54,8 @@ class BrokerContext:
     """Transactional messages (broker.transaction): open halves, commits, check-backs."""
     sends: SendService
     """The send path of every front (broker.send): admission, storing, the send figures."""
+    pulls: PullService
+    """The pull path of every front (broker.pull): limits, filter, offsets, long polling."""
 
     def __init__(self, cfg: BrokerConfig, metrics: BrokerMetrics) -> None:
         self.cfg = cfg

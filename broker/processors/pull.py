@@ -1,13 +1,13 @@
-"""PULL_MESSAGE with long polling: a pull that finds nothing waits until a message lands in its
-queue (with a tag filter, one that matches) or its suspend timeout passes."""
+"""PULL_MESSAGE: the typed request to the pull service (:mod:`broker.pull.service`: limits, tag
+filter, offset rules, long polling), its typed answer to the wire."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 
 from broker.context import BrokerContext
-from protocol.codes import RequestCode, ResponseCode
-from protocol.filter import TagFilter, filter_records, parse_tag_expression
+from broker.pull.service import PullService
+from protocol.codes import RequestCode
 from protocol.pull import (
     PullAnswer,
     PullCorrupt,
@@ -21,192 +21,25 @@ from protocol.pull import (
 )
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer
-from storage.store import GetStatus
-
-FILTER_READS = 8
-"""Most reads of one pull while everything read fails its tag filter."""
-FILTER_SCAN = 1024
-"""ConsumeQueue entries one filtered read looks at (their tag hashes; only matches are read)."""
 
 
 class PullProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
-        self.ctx = ctx
+        self.service: PullService = ctx.pulls
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.PULL_MESSAGE, self.pull)
 
     def pull(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
-        result = self.answer(PullRequest.parse(req.header, req.body))
+        result = self.service.answer(PullRequest.parse(req.header, req.body))
         if isinstance(result, _ANSWERS):
             return _answer(req, result)
         return _answer_later(req, result)
 
     def answer(self, pull: PullRequest) -> PullAnswer | Awaitable[PullAnswer]:
-        """The answer to ``pull`` now, or an awaitable of it when it waits for a message (long
-        polling). Every front's pulls come here: RocketMQ's classic door too
-        (:mod:`broker.classic.pull`)."""
-        topic, queue_id, offset = pull.topic, pull.queue_id, pull.offset
-        cfg = self.ctx.cfg
-        max_count = max(1, min(pull.max_count, cfg.max_pull_batch))
-        asked_bytes = cfg.max_pull_bytes if pull.max_bytes is None else pull.max_bytes
-        max_bytes = max(1, min(asked_bytes, cfg.max_pull_bytes))
-        suspend_ms = max(0, min(pull.suspend_ms, cfg.max_pull_suspend_ms))
-        tag_filter = parse_tag_expression(pull.subscription)
-        tc = self.ctx.topics.get(topic)
-        if tc is None:
-            return PullRefused(
-                code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} does not exist"
-            )
-        if not 0 <= queue_id < tc.queues:
-            return PullRefused(
-                code=ResponseCode.QUEUE_NOT_EXIST,
-                remark=f"queueId {queue_id} out of range 0..{tc.queues - 1}",
-            )
-        resp, _ = self._read(topic, queue_id, offset, max_count, max_bytes, tag_filter)
-        if resp is not None or suspend_ms == 0:
-            return resp if resp is not None else self._not_found(topic, queue_id, offset)
-        return self._wait_and_read(
-            topic, queue_id, offset, max_count, max_bytes, suspend_ms, tag_filter
-        )
-
-    async def _wait_and_read(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        max_bytes: int,
-        suspend_ms: int,
-        tag_filter: TagFilter | None,
-    ) -> PullAnswer:
-        """Wait for a message at ``offset`` (the queue's end). With ``tag_filter`` the arrivals
-        that do not match are passed over while waiting (the wait goes on past them, as
-        RocketMQ's held pulls wake only for a matching message); answered at the timeout,
-        PULL_NOT_FOUND's ``nextBeginOffset`` is past them, so the consumer's offset covers
-        them."""
-        ctx = self.ctx
-        ctx.metrics.pull_waits.inc()
-        loop_deadline = ctx.now_ms() + suspend_ms
-        while True:
-            remaining = loop_deadline - ctx.now_ms()
-            if remaining <= 0:
-                break
-            ctx.metrics.pulls_waiting.inc()
-            try:
-                await ctx.waiters.wait(topic, queue_id, remaining / 1000)
-            finally:
-                ctx.metrics.pulls_waiting.dec()
-            resp, offset = self._read(
-                topic, queue_id, offset, max_count, max_bytes, tag_filter, waiting=True
-            )
-            if resp is not None:
-                return resp
-        return self._not_found(topic, queue_id, offset)
-
-    def _read(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        max_bytes: int,
-        tag_filter: TagFilter | None = None,
-        *,
-        waiting: bool = False,
-    ) -> tuple[PullAnswer | None, int]:
-        """A response when there is something to say now, else None (the pull should wait);
-        and the offset a read for this pull goes on from.
-
-        With ``tag_filter`` the store passes over the entries whose ConsumeQueue tag hash
-        cannot match (their records are not read), looking at up to :data:`FILTER_SCAN`
-        entries per read, and the records it returns are confirmed on their tags (two tags may
-        share a hash). A read that kept nothing reads on (up to :data:`FILTER_READS` times),
-        and answers SUCCESS with ``count`` 0 and ``nextBeginOffset`` past what it looked at
-        when none matched: the consumer moves on (and commits past those entries) and never
-        stalls on a run of other tags. ``waiting`` (a long poll woken by new messages): when
-        none matched up to the end of what may be served, no answer yet, and the offset past
-        them to wait at."""
-        ctx = self.ctx
-        hashes = None if tag_filter is None else tag_filter.hashes
-        visible = ctx.visible_offset()
-        get = ctx.store.get
-        res = get(topic, queue_id, offset, max_count, max_bytes, visible, hashes, FILTER_SCAN)
-        if tag_filter is not None and res.status is GetStatus.FOUND:
-            body, count = filter_records(res.body, tag_filter)
-            reads = 1
-            while not count and reads < FILTER_READS:
-                more = get(
-                    topic,
-                    queue_id,
-                    res.next_offset,
-                    max_count,
-                    max_bytes,
-                    visible,
-                    hashes,
-                    FILTER_SCAN,
-                )
-                if waiting and more.status is GetStatus.NO_MATCHED_MESSAGE:
-                    return None, res.next_offset
-                if more.status is not GetStatus.FOUND:
-                    break
-                res = more
-                body, count = filter_records(res.body, tag_filter)
-                reads += 1
-            res.body, res.count = body, count
-        low, high = res.min_offset, res.max_offset
-        status = res.status
-        if status is GetStatus.FOUND:
-            counts = ctx.metrics.topic(topic)
-            counts.messages_out += res.count
-            counts.bytes_out += len(res.body)
-            found = PullFound(
-                next_offset=res.next_offset,
-                count=res.count,
-                body=res.body,
-                min_offset=low,
-                max_offset=high,
-            )
-            return found, res.next_offset
-        if status is GetStatus.NO_MATCHED_MESSAGE or (
-            status is GetStatus.NO_MESSAGE_IN_QUEUE and offset == 0
-        ):
-            return None, offset
-        if status is GetStatus.CORRUPT:
-            corrupt = PullCorrupt(
-                physical_offset=res.corrupt_offset,
-                remark=(
-                    f"queue {topic}:{queue_id}, offset {offset} cannot be read (commitlog "
-                    f"offset {res.corrupt_offset}): {res.reason}"
-                ),
-                next_offset=res.next_offset,
-                min_offset=low,
-                max_offset=high,
-            )
-            return corrupt, offset
-        next_offset = res.next_offset
-        if status is GetStatus.OFFSET_TOO_SMALL:
-            next_offset = low
-        elif status in (GetStatus.OFFSET_OVERFLOW, GetStatus.NO_MESSAGE_IN_QUEUE):
-            next_offset = high
-        # max_offset is the next offset to be written: the readable ones end just before it.
-        held = f"offsets {low}..{high - 1}" if high > low else f"no message, next offset {high}"
-        moved = PullOffsetMoved(
-            next_offset=next_offset,
-            remark=f"offset {offset} is not in the queue, which holds {held} ({status.name})",
-            min_offset=low,
-            max_offset=high,
-        )
-        return moved, offset
-
-    def _not_found(self, topic: str, queue_id: int, offset: int) -> PullAnswer:
-        store = self.ctx.store
-        not_found = PullNotFound(
-            next_offset=offset,
-            min_offset=store.queue_min_offset(topic, queue_id),
-            max_offset=store.queue_max_offset(topic, queue_id),
-        )
-        return not_found
+        """:meth:`broker.pull.service.PullService.answer` (what the classic door called before
+        the service; it may call the service itself)."""
+        return self.service.answer(pull)
 
 
 _ANSWERS = (PullFound, PullNotFound, PullRetry, PullOffsetMoved, PullCorrupt, PullRefused)

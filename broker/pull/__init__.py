@@ -1,0 +1,1 @@
+"""The pull path of every front (:mod:`broker.pull.service`)."""
