@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,9 @@ import structlog
 
 from broker.config import BrokerConfig
 from daemon import cli as daemon_cli
-from daemon import gc_tuning, systemd
-from daemon.signals import on_reload, wait_for_stop_signal
+from daemon import systemd
 
-
-def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
-    return daemon_cli.load_config(BrokerConfig, config_file, overrides)
+load_config = functools.partial(daemon_cli.load_config, BrokerConfig)
 
 
 async def serve(cfg: BrokerConfig) -> int:
@@ -41,14 +39,9 @@ async def serve(cfg: BrokerConfig) -> int:
         await broker.stop()
         return 2
     except Exception as exc:
-        log.error("broker failed to start", error=f"{type(exc).__name__}: {exc}")
-        await broker.stop()
-        return 1
-    # Full collections pause every thread, the controller link's heartbeats included.
-    gc_tuning.tune_for_latency()
+        return await daemon_cli.start_failed(log, "broker", broker, exc)
     serving = f"serving {cfg.broker_name} on {cfg.listen_host}:{broker.port}"
-    on_reload(broker.reload)
-    sig = await wait_for_stop_signal(lambda: systemd.ready(serving))
+    sig = await daemon_cli.serve_until_stopped(broker, serving)
     log.info("stopping", signal=sig)
     systemd.stopping(f"stopping on {sig}")
     await broker.stop()
@@ -56,12 +49,7 @@ async def serve(cfg: BrokerConfig) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML config file; flags override it.",
-)
+@daemon_cli.config_option
 @click.option("--cluster", help="Cluster name.")
 @click.option("--broker-name", help="Broker group name.")
 @click.option("--listen", help="host:port serving clients.")
@@ -97,11 +85,7 @@ async def serve(cfg: BrokerConfig) -> int:
 @click.option("--election-priority", type=int, help="Lower wins among equally up-to-date replicas.")
 @click.option("--flush", type=click.Choice(["async", "sync"]), help="Flush mode.")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), help="Log format.")
-@click.option(
-    "--print-config-reference",
-    is_flag=True,
-    help="Print every config key as a Markdown table and exit.",
-)
+@daemon_cli.reference_option
 def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:
     """Run a broker: CommitLog and ConsumeQueues, serving producers and consumers."""
     daemon_cli.main("rmq-broker", BrokerConfig, config_file, print_config_reference, flags, serve)

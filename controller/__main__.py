@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,10 @@ import structlog
 
 from controller.config import ControllerConfig
 from daemon import cli as daemon_cli
-from daemon import gc_tuning, systemd
-from daemon.signals import on_reload, wait_for_stop_signal
+from daemon import systemd
 from storage.raftlog import CorruptStorage
 
-
-def load_config(config_file: Path | None, overrides: dict[str, Any]) -> ControllerConfig:
-    return daemon_cli.load_config(ControllerConfig, config_file, overrides)
+load_config = functools.partial(daemon_cli.load_config, ControllerConfig)
 
 
 async def serve(cfg: ControllerConfig) -> int:
@@ -41,13 +39,9 @@ async def serve(cfg: ControllerConfig) -> int:
     try:
         await controller.start()
     except Exception as exc:
-        log.error("controller failed to start", error=f"{type(exc).__name__}: {exc}")
-        await controller.stop()
-        return 1
-    gc_tuning.tune_for_latency()
+        return await daemon_cli.start_failed(log, "controller", controller, exc)
     serving = f"serving controller {cfg.id} on {cfg.address}"
-    on_reload(controller.reload)
-    stop = asyncio.ensure_future(wait_for_stop_signal(lambda: systemd.ready(serving)))
+    stop = asyncio.ensure_future(daemon_cli.serve_until_stopped(controller, serving))
     failed = controller.driver.failure
     waiting: list[asyncio.Future[Any]] = [stop, failed]
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
@@ -64,12 +58,7 @@ async def serve(cfg: ControllerConfig) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="TOML config file; flags override it.",
-)
+@daemon_cli.config_option
 @click.option("--id", "id", help="This controller's node id (one of --peers).")
 @click.option("--peers", help='Controllers as "id-host:port;..." (this node serves on its own).')
 @click.option(
@@ -90,11 +79,7 @@ async def serve(cfg: ControllerConfig) -> int:
     default=None,
     help="Start empty and wait to be added with rmqctl addController.",
 )
-@click.option(
-    "--print-config-reference",
-    is_flag=True,
-    help="Print every config key as a Markdown table and exit.",
-)
+@daemon_cli.reference_option
 def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:
     """Run a controller: a Raft member serving broker metadata, elections and routes."""
     daemon_cli.main(

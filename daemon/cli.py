@@ -10,9 +10,10 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from daemon import gc_tuning, systemd
 from daemon.config import ConfigError, build, load_toml, reference
 from daemon.logs import setup_logging
-from daemon.signals import run
+from daemon.signals import on_reload, run, wait_for_stop_signal
 
 C = TypeVar("C")
 
@@ -25,6 +26,43 @@ class LoggingConfig(Protocol):
 
 
 L = TypeVar("L", bound=LoggingConfig)
+
+
+# The options every daemon's command line has, first and last (a click decorator can be reused:
+# each use makes its own Option).
+config_option = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="TOML config file; flags override it.",
+)
+reference_option = click.option(
+    "--print-config-reference",
+    is_flag=True,
+    help="Print every config key as a Markdown table and exit.",
+)
+
+
+class Daemon(Protocol):
+    async def stop(self) -> None: ...
+    def reload(self) -> None: ...
+
+
+async def start_failed(log: Any, what: str, daemon: Daemon, exc: Exception) -> int:
+    """A daemon's start raised what it did not expect: one error line, what had started is
+    stopped, exit status 1."""
+    log.error(f"{what} failed to start", error=f"{type(exc).__name__}: {exc}")
+    await daemon.stop()
+    return 1
+
+
+async def serve_until_stopped(daemon: Daemon, status: str) -> str:
+    """A started daemon serves until SIGTERM or SIGINT, whose name is returned: full collections
+    made rare (they pause every thread, heartbeats included), SIGHUP reloads, and systemd is told
+    it is ready (with ``status``) once the stop signals are handled."""
+    gc_tuning.tune_for_latency()
+    on_reload(daemon.reload)
+    return await wait_for_stop_signal(lambda: systemd.ready(status))
 
 
 def load_config(cls: type[C], config_file: Path | None, overrides: dict[str, Any]) -> C:
