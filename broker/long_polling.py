@@ -15,23 +15,7 @@ class PullWaiters:
 
     async def wait(self, topic: str, queue_id: int, timeout: float) -> bool:
         """Wait until :meth:`notify` for this queue or ``timeout``; True when woken."""
-        key = (topic, queue_id)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(key, []).append(fut)
-        self.waiting += 1
-        try:
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            self.waiting -= 1
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                with contextlib.suppress(ValueError):
-                    waiters.remove(fut)
-                if not waiters:
-                    del self._waiters[key]
+        return await self.wait_any([(topic, queue_id)], timeout)
 
     async def wait_any(self, keys: list[tuple[str, int]], timeout: float) -> bool:
         """Wait until :meth:`notify` for any of ``keys`` or ``timeout``; True when woken (a POP
