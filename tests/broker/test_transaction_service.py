@@ -33,6 +33,30 @@ def _copies(broker: Broker, topic: str) -> list[str]:
     return out
 
 
+def _config(tmp_path: Path, check_max: int = 15) -> BrokerConfig:
+    """A lone broker whose own check loop checks nothing (its first check is 10 minutes away)."""
+    return BrokerConfig(
+        listen="127.0.0.1:0",
+        data_dir=tmp_path / "b",
+        metrics_port=0,
+        transaction_check_first_ms=600_000,
+        transaction_check_interval_ms=1000,
+        transaction_check_max=check_max,
+    )
+
+
+def _put_halves(broker: Broker, count: int) -> list[int]:
+    """Topic T and ``count`` halves in it of producer group PG (tx0, tx1...): their offsets."""
+    broker.ctx.create_topic("T", 1)
+    service = broker.ctx.transactions
+    offsets = []
+    for i in range(count):
+        props = {PROP_PRODUCER_GROUP: "PG", PROP_TRANSACTION_ID: f"tx{i}"}
+        result = service.put_half("T", 0, Message(topic="T", body=b"b", properties=props))
+        offsets.append(result.physical_offsets[0])
+    return offsets
+
+
 async def test_a_commit_cut_off_before_its_copy_is_completed_once(tmp_path: Path) -> None:
     cfg = BrokerConfig(listen="127.0.0.1:0", data_dir=tmp_path / "b", metrics_port=0)
     broker = Broker(cfg)
@@ -66,25 +90,11 @@ async def test_a_commit_cut_off_before_its_copy_is_completed_once(tmp_path: Path
 
 
 async def test_metrics_follow_opens_resolutions_checks_and_discards(tmp_path: Path) -> None:
-    cfg = BrokerConfig(
-        listen="127.0.0.1:0",
-        data_dir=tmp_path / "b",
-        metrics_port=0,
-        transaction_check_first_ms=600_000,  # the broker's own loop checks nothing
-        transaction_check_interval_ms=1000,
-        transaction_check_max=1,
-    )
-    broker = Broker(cfg)
+    broker = Broker(_config(tmp_path, check_max=1))
     await broker.start()
     try:
-        ctx = broker.ctx
-        ctx.create_topic("T", 1)
-        service = ctx.transactions
-        offsets = []
-        for i in range(3):
-            props = {PROP_PRODUCER_GROUP: "PG", PROP_TRANSACTION_ID: f"tx{i}"}
-            result = service.put_half("T", 0, Message(topic="T", body=b"b", properties=props))
-            offsets.append(result.physical_offsets[0])
+        service = broker.ctx.transactions
+        offsets = _put_halves(broker, 3)
         assert figure(broker, "rmq_broker_transactions_opened_total") == 3
         assert figure(broker, "rmq_broker_transactions_open") == 3
         service.end("PG", "tx0", offsets[0], OpKind.COMMIT)
@@ -107,23 +117,12 @@ async def test_metrics_follow_opens_resolutions_checks_and_discards(tmp_path: Pa
 
 
 async def test_a_restarted_broker_replays_its_transactions(tmp_path: Path) -> None:
-    cfg = BrokerConfig(
-        listen="127.0.0.1:0",
-        data_dir=tmp_path / "b",
-        metrics_port=0,
-        transaction_check_first_ms=600_000,  # the broker's own loop checks nothing
-        transaction_check_interval_ms=1000,
-    )
-    offsets = []
+    cfg = _config(tmp_path)
     broker = Broker(cfg)
     await broker.start()
     try:
-        broker.ctx.create_topic("T", 1)
         service = broker.ctx.transactions
-        for i in range(3):
-            props = {PROP_PRODUCER_GROUP: "PG", PROP_TRANSACTION_ID: f"tx{i}"}
-            result = service.put_half("T", 0, Message(topic="T", body=b"b", properties=props))
-            offsets.append(result.physical_offsets[0])
+        offsets = _put_halves(broker, 3)
         service.end("PG", "tx0", offsets[0], OpKind.COMMIT)
         service.end("PG", "tx1", offsets[1], OpKind.ROLLBACK)
         service.check_due(service.ready(), int(time.time() * 1000) + 700_000)
