@@ -112,11 +112,10 @@ class Broker:
             name="broker",
         )
         self.admin = AdminProcessor(self.ctx)
-        pull = PullProcessor(self.ctx)
         for processor in (
             SendProcessor(self.ctx),
             StaticQueueProcessor(self.ctx),
-            pull,
+            PullProcessor(self.ctx),
             self.admin,
             ClientProcessor(self.ctx),
             RouteProcessor(self.ctx),
@@ -131,7 +130,7 @@ class Broker:
         ):
             processor.register(self.server)
         # RocketMQ's classic clients on the same port, told apart on their first bytes.
-        self.server.second_door = classic_door(self.ctx, pull)
+        self.server.second_door = classic_door(self.ctx)
         files = cfg.tls_files
         self.tls = DaemonTls(files) if files is not None else None
         tls = self.tls

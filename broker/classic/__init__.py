@@ -21,13 +21,12 @@ from broker.classic.send import ClassicSend
 from broker.classic.send_back import ClassicSendBack
 from broker.classic.transaction import ClassicTransactions
 from broker.context import BrokerContext
-from broker.processors.pull import PullProcessor
 from remoting.classic_door import ClassicDoor, auth_refusal
 
 __all__ = ["classic_door"]
 
 
-def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
+def classic_door(ctx: BrokerContext) -> ClassicDoor:
     """The broker's classic door with its processors registered."""
     door = ClassicDoor(
         "broker", ctx.cfg.max_frame_bytes, refusal=auth_refusal(ctx.cfg.auth_enabled)
@@ -35,7 +34,7 @@ def classic_door(ctx: BrokerContext, pull: PullProcessor) -> ClassicDoor:
     for processor in (
         ClassicClients(ctx),
         ClassicSend(ctx),
-        ClassicPull(ctx, pull),
+        ClassicPull(ctx),
         ClassicOffsets(ctx),
         ClassicSendBack(ctx),
         ClassicQuery(ctx),

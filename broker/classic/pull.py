@@ -1,6 +1,6 @@
 """PULL_MESSAGE (11) of classic consumers: the broker's own pull path
-(:meth:`broker.processors.pull.PullProcessor.answer`: its limits, tag filter and long polling
-with the request's suspend timeout), its answer said RocketMQ's way.
+(:meth:`broker.pull.service.PullService.answer`: its limits, tag filter and long polling with
+the request's suspend timeout), its answer said RocketMQ's way.
 
 - the header's ``subscription`` (a TAG expression; SQL92 is refused) filters as ours does;
 - sysFlag's commit-offset bit commits ``commitOffset`` for the group first, as RocketMQ's
@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 
 from broker.classic.codes import classic_code
 from broker.context import BrokerContext
-from broker.processors.pull import PullProcessor
+from broker.pull.service import PullService
 from protocol.filter import FilterError
 from protocol.message import RecordError, iter_records
 from protocol.pull import (
@@ -75,9 +75,9 @@ def classic_pull_body(body: bytes) -> bytes:
 
 
 class ClassicPull:
-    def __init__(self, ctx: BrokerContext, pull: PullProcessor) -> None:
+    def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.pull_path = pull
+        self.service: PullService = ctx.pulls
 
     def register(self, door: ClassicDoor) -> None:
         door.register(RequestCode.PULL_MESSAGE, self.pull)
@@ -92,7 +92,7 @@ class ClassicPull:
                 f"expression type {h.expression_type} is not supported; TAG is",
             )
         if h.sys_flag & PullSysFlag.COMMIT_OFFSET and h.commit_offset >= 0:
-            self._commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+            self.service.commit_first(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         ask = PullRequest(
             group=h.consumer_group,
             topic=h.topic,
@@ -104,7 +104,7 @@ class ClassicPull:
             subscription=(h.subscription or "*").strip() or "*",
         )
         try:
-            result = self.pull_path.answer(ask)
+            result = self.service.answer(ask)
         except FilterError as exc:
             raise ClassicRefusal(
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"subscription: {exc}"
@@ -118,30 +118,22 @@ class ClassicPull:
     ) -> RemotingCommand:
         return self._answer(req, h, await result)
 
-    def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        offsets = self.ctx.offsets
-        if offsets.query(group, topic, queue_id) != offset:
-            offsets.commit(group, topic, queue_id, offset, self.ctx.now_ms())
-
     def _answer(
         self, req: RemotingCommand, h: PullMessageHeader, answer: PullAnswer
     ) -> RemotingCommand:
         if isinstance(answer, PullRefused):
             raise ClassicRefusal(classic_code(answer.code), answer.remark)
-        if isinstance(answer, PullRetry):
-            return make_response(req, ResponseCode.PULL_RETRY_IMMEDIATELY)
         if isinstance(answer, PullCorrupt):
             raise ClassicRefusal(
                 ResponseCode.SYSTEM_ERROR, answer.reason(h.topic, h.queue_id, h.queue_offset)
             )
-        store = self.ctx.store
-        low = answer.min_offset
-        high = answer.max_offset
-        if low is None:
-            low = store.queue_min_offset(h.topic, h.queue_id)
-        if high is None:
-            high = store.queue_max_offset(h.topic, h.queue_id)
-        next_offset = answer.next_offset
+        low = None if isinstance(answer, PullRetry) else answer.min_offset
+        high = None if isinstance(answer, PullRetry) else answer.max_offset
+        if low is None or high is None:
+            low, high = self.service.bounds(h.topic, h.queue_id)
+        # Every answer a client decodes carries the four fields (the Java client requires them,
+        # PULL_RETRY_IMMEDIATELY's too).
+        next_offset = None if isinstance(answer, PullRetry) else answer.next_offset
         if next_offset is None:
             next_offset = h.queue_offset
         header = PullMessageResponseHeader(
@@ -162,6 +154,8 @@ class ClassicPull:
             return make_response(req, ResponseCode.SUCCESS, ext_fields=header, body=body)
         if isinstance(answer, PullNotFound):
             return make_response(req, ResponseCode.PULL_NOT_FOUND, ext_fields=header)
+        if isinstance(answer, PullRetry):
+            return make_response(req, ResponseCode.PULL_RETRY_IMMEDIATELY, ext_fields=header)
         assert isinstance(answer, PullOffsetMoved)
         return make_response(
             req, ResponseCode.PULL_OFFSET_MOVED, ext_fields=header, remark=answer.remark
