@@ -1,11 +1,6 @@
-"""A broker whose log output is a pipe stops cleanly on SIGTERM however that pipe is (daemon/logs.py).
-
-- The reader is gone (``make run``'s launcher was killed -9): the broker used to exit 1 on the
-  ``BrokenPipeError`` of its ``stopping`` log line, before its clean stop, leaving the abort
-  marker (its next start recovered as after a crash).
-- The pipe is full and nobody reads it: the broker used to block its event loop on the first
-  log line that did not fit, and not stop on SIGTERM.
-- Read again, the full pipe gets every line, whole, in order.
+"""A broker whose log pipe was full and unread, read again, gets every line, whole, in order
+(daemon/logs.py). A broker or controller whose log pipe lost its reader, or is full and unread,
+stopping cleanly on SIGTERM: tests/deploy/test_daemon_log_pipe.py.
 """
 
 from __future__ import annotations
@@ -34,31 +29,6 @@ def broker(tmp_path: Path) -> Iterator[tuple[BrokerProc, LogPipe]]:
         yield proc, pipe
     finally:
         pipe.close()
-
-
-def test_a_broker_whose_log_reader_died_stops_cleanly(
-    broker: tuple[BrokerProc, LogPipe],
-) -> None:
-    proc, pipe = broker
-    pipe.start()
-    pipe.wait_ready()
-    pipe.close_read_end()  # the launcher died: every further write is EPIPE
-    assert (proc.data_dir / "abort").exists()
-    proc.signal(signal.SIGTERM)
-    assert pipe.exit_status(STOP_DEADLINE) == 0
-    assert not (proc.data_dir / "abort").exists(), "the broker did not stop cleanly"
-
-
-def test_a_broker_whose_log_pipe_is_full_serves_and_stops_cleanly(
-    broker: tuple[BrokerProc, LogPipe],
-) -> None:
-    proc, pipe = broker
-    assert pipe.fill() > 0
-    pipe.start()
-    pipe.wait_ready()  # its start-up lines did not fit: it serves anyway
-    proc.signal(signal.SIGTERM)
-    assert pipe.exit_status(STOP_DEADLINE) == 0
-    assert not (proc.data_dir / "abort").exists(), "the broker did not stop cleanly"
 
 
 def test_a_broker_whose_full_log_pipe_is_read_again_writes_its_lines_whole(

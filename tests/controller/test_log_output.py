@@ -1,65 +1,19 @@
-"""Log output that is not read never stops a daemon (daemon/logs.py): a controller whose log
-pipe lost its reader, or is full and unread, stops cleanly on SIGTERM (its Raft log closed,
-exit status 0); and the writer's own behaviour on a real pipe (lines whole and in order, a
-full queue drops and counts, a broken pipe discards, nothing raises or blocks the caller).
-
-A controller used to exit 1 on the ``BrokenPipeError`` of its ``stopping`` line, before
-closing its Raft log, once ``make run``'s launcher was killed -9; with a full pipe it blocked
-its event loop on a log line and did not stop on SIGTERM."""
+"""Log output that is not read never stops a daemon (daemon/logs.py): the writer's own
+behaviour on a real pipe (lines whole and in order, a full queue drops and counts, a broken pipe
+discards, nothing raises or blocks the caller). A controller or broker whose log pipe lost its
+reader, or is full and unread, stopping cleanly on SIGTERM: tests/deploy/test_daemon_log_pipe.py."""
 
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from daemon.logs import LogWriter
-from tests.controller.support import ControllerProc
-from tests.support.pipes import LogPipe
-from tests.support.procs import free_port
 from tests.support.wait import wait_until
-
-STOP_DEADLINE = 15.0
-
-
-@pytest.fixture
-def controller(tmp_path: Path) -> Iterator[tuple[ControllerProc, LogPipe]]:
-    port = free_port()
-    proc = ControllerProc(tmp_path, "n0", port, f"n0-127.0.0.1:{port}")
-    pipe = LogPipe(proc)
-    try:
-        yield proc, pipe
-    finally:
-        pipe.close()
-
-
-@pytest.mark.multiprocess
-def test_a_controller_whose_log_reader_died_stops_cleanly(
-    controller: tuple[ControllerProc, LogPipe],
-) -> None:
-    proc, pipe = controller
-    pipe.start()
-    pipe.wait_ready()
-    pipe.close_read_end()  # the launcher died: every further write is EPIPE
-    proc.signal(signal.SIGTERM)
-    assert pipe.exit_status(STOP_DEADLINE) == 0
-
-
-@pytest.mark.multiprocess
-def test_a_controller_whose_log_pipe_is_full_serves_and_stops_cleanly(
-    controller: tuple[ControllerProc, LogPipe],
-) -> None:
-    proc, pipe = controller
-    assert pipe.fill() > 0
-    pipe.start()
-    pipe.wait_ready()  # its start-up lines did not fit: it serves anyway
-    proc.signal(signal.SIGTERM)
-    assert pipe.exit_status(STOP_DEADLINE) == 0
 
 
 class Pipe:
