@@ -3,7 +3,7 @@
 Each service is given a narrow Protocol of what it uses of the broker (its package's ``host``
 module: :class:`~broker.timer.host.TimerHost`, :class:`~broker.pop.host.PopHost`,
 :class:`~broker.transaction.host.TransactionHost`, :class:`~broker.send.host.SendHost`,
-:class:`~broker.pull.host.PullHost`), filled here with those parts of the context
+:class:`~broker.pull.host.PullHost`, :class:`~broker.dlq.host.DeadLetterHost`), filled here with those parts of the context
 and nothing else: a service holds its own host, never the context. So the services do not import
 the context and the context does not build them: no import circle, and ``broker.pop``,
 ``broker.timer`` and ``broker.transaction`` stay apart (the ``independence`` contract of
@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from broker.appender import Appender
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
+from broker.dlq.service import DeadLetterService
 from broker.durable import DurableDone
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
@@ -27,12 +29,14 @@ from broker.pop.service import PopService
 from broker.pull.service import PullService
 from broker.sealed_queues import SealedQueues
 from broker.send.service import SendService
+from broker.stored_record import visible_record_at
 from broker.timer.service import TimerService
 from broker.transaction.service import TransactionService
 from broker.write_gate import WriteGate
-from protocol.message import Message
+from protocol.message import Message, MessageRecord
 from storage.config_files import (
     ConsumerOffsetStore,
+    DlqResendLedger,
     SubscriptionGroupStore,
     TopicConfig,
     TopicConfigStore,
@@ -86,6 +90,24 @@ class _PullHost:
     metrics: BrokerMetrics
     visible_offset: Callable[[], int | None]
     now_ms: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _DeadLetterHost:
+    """:class:`~broker.dlq.host.DeadLetterHost` from the context's parts."""
+
+    cfg: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigStore
+    gate: WriteGate
+    appender: Appender
+    dlq_resent: DlqResendLedger
+    metrics: BrokerMetrics
+    visible_offset: Callable[[], int | None]
+    record_at: Callable[[int], MessageRecord | None]
+    next_queue: Callable[[str, int], int]
+    needs_wait: Callable[[PutResult], bool]
+    when_durable: Callable[[PutResult, DurableDone], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +186,22 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             metrics=metrics,
             visible_offset=ctx.visible_offset,
             now_ms=ctx.now_ms,
+        )
+    )
+    ctx.dead_letters = DeadLetterService(
+        _DeadLetterHost(
+            cfg=cfg,
+            store=ctx.store,
+            topics=ctx.topics,
+            gate=ctx.gate,
+            appender=ctx.appender,
+            dlq_resent=ctx.dlq_resent,
+            metrics=metrics,
+            visible_offset=ctx.visible_offset,
+            record_at=partial(visible_record_at, ctx),
+            next_queue=ctx.next_queue,
+            needs_wait=ctx.needs_wait,
+            when_durable=ctx.when_durable,
         )
     )
     ctx.transactions = TransactionService(

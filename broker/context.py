@@ -37,6 +37,7 @@ from storage.config_files import (
 from storage.store import MessageStore, PutResult
 
 if TYPE_CHECKING:
+    from broker.dlq.service import DeadLetterService
     from broker.pop.service import PopService
     from broker.pull.service import PullService
     from broker.send.service import SendService
@@ -56,6 +57,8 @@ class BrokerContext:
     """The send path of every front (broker.send): admission, storing, the send figures."""
     pulls: PullService
     """The pull path of every front (broker.pull): limits, filter, offsets, long polling."""
+    dead_letters: DeadLetterService
+    """Consumer groups' dead-letter queues (broker.dlq): listed and re-sent."""
 
     def __init__(self, cfg: BrokerConfig, metrics: BrokerMetrics) -> None:
         self.cfg = cfg
