@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.auth_key import load_auth_key
 from daemon.config import address, address_list, at_least, between, choice, field, port
 from remoting.tls import TlsError, TlsFiles, files_from_config
 
@@ -284,7 +283,7 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         # Cross-key rules, reported the same way as a bad single key.
-        from daemon.config import ConfigError
+        from daemon.config import ConfigError, check_tls_and_auth_key
 
         if self.max_partial_frame_bytes < self.max_frame_bytes:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
@@ -312,19 +311,11 @@ class BrokerConfig:
                     f"config key 'grpc_tls_listen': {self.grpc_tls_listen} is also the plaintext "
                     "gRPC port (grpc_listen, default listen port + 2): give them different ports"
                 )
-        try:
-            self.tls_files  # noqa: B018 - checks the files
-        except TlsError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.auth_enabled and self.auth_key_file is None:
-            raise ConfigError("config key 'auth_enabled' needs auth_key_file")
+        check_tls_and_auth_key(
+            lambda: self.tls_files, TlsError, self.auth_enabled, self.auth_key_file
+        )
         if self.auth_enabled and not self.controller_addresses:
             raise ConfigError("config key 'auth_enabled' needs controllers (users come from them)")
-        if self.auth_key_file is not None:
-            try:
-                load_auth_key(self.auth_key_file)
-            except ValueError as exc:
-                raise ConfigError(f"config key 'auth_key_file': {exc}") from None
 
     @property
     def tls_files(self) -> TlsFiles | None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.auth_key import load_auth_key
 from daemon.config import at_least, between, choice, field, port
 from remoting.tls import TlsError, TlsFiles, files_from_config
 
@@ -256,7 +255,7 @@ class ControllerConfig:
 
     def __post_init__(self) -> None:
         # Cross-key rules, reported the same way as a bad single key.
-        from daemon.config import ConfigError
+        from daemon.config import ConfigError, check_tls_and_auth_key
 
         peers = parse_peers(self.peers)
         if self.id not in peers:
@@ -274,17 +273,9 @@ class ControllerConfig:
             raise ConfigError("config key 'preferred_leader' must be a node id")
         if self.max_partial_frame_bytes < self.max_frame_bytes:
             raise ConfigError("config key 'max_partial_frame_bytes' must be >= max_frame_bytes")
-        try:
-            self.tls_files  # noqa: B018 - checks the files
-        except TlsError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.auth_enabled and self.auth_key_file is None:
-            raise ConfigError("config key 'auth_enabled' needs auth_key_file")
-        if self.auth_key_file is not None:
-            try:
-                load_auth_key(self.auth_key_file)
-            except ValueError as exc:
-                raise ConfigError(f"config key 'auth_key_file': {exc}") from None
+        check_tls_and_auth_key(
+            lambda: self.tls_files, TlsError, self.auth_enabled, self.auth_key_file
+        )
 
     @property
     def tls_files(self) -> TlsFiles | None:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from daemon.auth_key import load_auth_key
+
 T = TypeVar("T")
 
 
@@ -110,6 +112,28 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             return Path(value)
         raise ConfigError(f"config key {key!r} must be a path, got {value!r}")
     raise ConfigError(f"config key {key!r} has an unsupported type")
+
+
+def check_tls_and_auth_key(
+    tls_files: Callable[[], object],
+    tls_error: type[Exception],
+    auth_enabled: bool,
+    auth_key_file: Path | None,
+) -> None:
+    """A daemon's cross-key rules for its secrets, in this order: its TLS files load
+    (``tls_files()`` raises ``tls_error`` naming the key and the fault), ``auth_enabled`` needs
+    ``auth_key_file``, and that file holds a usable key. Raises :class:`ConfigError`."""
+    try:
+        tls_files()
+    except tls_error as exc:
+        raise ConfigError(str(exc)) from None
+    if auth_enabled and auth_key_file is None:
+        raise ConfigError("config key 'auth_enabled' needs auth_key_file")
+    if auth_key_file is not None:
+        try:
+            load_auth_key(auth_key_file)
+        except ValueError as exc:
+            raise ConfigError(f"config key 'auth_key_file': {exc}") from None
 
 
 def load_toml(path: Path) -> dict[str, Any]:
