@@ -24,6 +24,8 @@ from protocol.controller_requests.groups import (
     GetMetadataInfo,
     GetReplicaInfo,
     GetSyncStateData,
+    GroupMetadata,
+    ReplicaEntry,
 )
 from protocol.controller_requests.membership import (
     AddController,
@@ -188,10 +190,10 @@ def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> No
     async def work() -> list[dict[str, Any]]:
         ask = GetReplicaInfo(broker_name=broker_name)
         resp = await call_controllers(addresses, ask.code, *ask.encode())
-        info = answer_body(resp, "replica info")
-        replicas = info.get("replicas") if isinstance(info, dict) else None
-        if not isinstance(replicas, list):
-            raise ClientError("the controller did not list the group's replicas")
+        try:
+            replicas = GroupMetadata.parse(resp.header, resp.body).replicas
+        except FieldError as exc:
+            raise ClientError(f"malformed replica info answer: {exc}") from None
         pool = ConnectionPool(TIMEOUT)
         try:
             return list(await asyncio.gather(*(_epoch_cache(pool, r) for r in replicas)))
@@ -202,17 +204,17 @@ def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> No
     emit(settings, docs, lambda: _epochs_human(docs))
 
 
-async def _epoch_cache(pool: ConnectionPool, replica: Mapping[str, Any]) -> dict[str, Any]:
+async def _epoch_cache(pool: ConnectionPool, replica: ReplicaEntry) -> dict[str, Any]:
+    address = replica.address
     doc: dict[str, Any] = {
-        "brokerId": replica.get("brokerId"),
-        "address": replica.get("address"),
+        "brokerId": replica.broker_id,
+        "address": address,
         "role": None,
         "maxOffset": None,
         "confirmOffset": None,
         "epochs": [],
     }
-    address = replica.get("address")
-    if not isinstance(address, str) or not address:
+    if not address:
         return doc | {"error": "no address registered"}
     try:
         conn = await pool.get(address)
