@@ -7,7 +7,7 @@ broker's context and nothing more: the service never holds the context.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from broker.appender import Appender
 from broker.config import BrokerConfig
@@ -15,7 +15,9 @@ from broker.metrics import BrokerMetrics
 from broker.write_gate import WriteGate
 from storage.store import MessageStore
 
-__all__ = ["ServiceHost"]
+__all__ = ["PerMasterEpoch", "ServiceHost"]
+
+S = TypeVar("S")
 
 
 class ServiceHost(Protocol):
@@ -36,3 +38,27 @@ class ServiceHost(Protocol):
 
     @property
     def metrics(self) -> BrokerMetrics: ...
+
+
+class PerMasterEpoch(Generic[S]):
+    """A service whose in-memory state (POP's in-flight set, the open transactions) belongs to
+    one master epoch: built from the log by ``_rebuild`` the first time this master needs it,
+    and again under a new epoch (the master before may have written records this one never
+    applied)."""
+
+    host: ServiceHost
+    state: S | None
+    _epoch: int
+
+    def ready(self) -> S:
+        """The state, built from the log when this master has none yet. The caller checked that
+        this broker is master (``check_writable``)."""
+        epoch = self.host.gate.role.master_epoch
+        state = self.state
+        if state is None or epoch != self._epoch:
+            state = self.state = self._rebuild()
+            self._epoch = epoch
+        return state
+
+    def _rebuild(self) -> S:
+        raise NotImplementedError

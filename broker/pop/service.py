@@ -35,6 +35,7 @@ from broker.pop.host import PopHost
 from broker.pop.inflight import Entry, PopRefused, PopState, Refusal
 from broker.pop.message import PopMessage
 from broker.pop.orderly_pop import exhausted, pop_orderly
+from broker.service_host import PerMasterEpoch
 from broker.system_topic import read_system_topic
 from protocol.filter import TagFilter
 from protocol.message import (
@@ -105,11 +106,11 @@ def attempt_of(record: MessageRecord, group: str) -> int:
     return 1
 
 
-class PopService:
+class PopService(PerMasterEpoch[PopState]):
     """POP deliveries of one broker. Loop thread only."""
 
     def __init__(self, host: PopHost) -> None:
-        self.host = host
+        self.host: PopHost = host
         self.state: PopState | None = None
         self._epoch = -1
         """The master epoch the state was built in: a new term rebuilds it from the log."""
@@ -135,16 +136,6 @@ class PopService:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-
-    def ready(self) -> PopState:
-        """The in-flight set, built from the revive log when this master has none yet. The
-        caller checked that this broker is master (``check_writable``)."""
-        epoch = self.host.gate.role.master_epoch
-        state = self.state
-        if state is None or epoch != self._epoch:
-            state = self.state = self._rebuild()
-            self._epoch = epoch
-        return state
 
     def _drop(self) -> None:
         if self.state is not None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final
 
 import structlog
 
+from broker.service_host import PerMasterEpoch
 from broker.system_topic import read_system_topic
 from broker.transaction.host import TransactionHost
 from broker.transaction.state import Half, TransactionState
@@ -84,11 +85,11 @@ class _Producer:
     last_heartbeat_ms: int
 
 
-class TransactionService:
+class TransactionService(PerMasterEpoch[TransactionState]):
     """Transactions of one broker. Loop thread only."""
 
     def __init__(self, host: TransactionHost) -> None:
-        self.host = host
+        self.host: TransactionHost = host
         self.state: TransactionState | None = None
         self._epoch = -1
         self._producers: dict[str, dict[str, _Producer]] = {}
@@ -106,16 +107,6 @@ class TransactionService:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-
-    def ready(self) -> TransactionState:
-        """The open transactions, built from the CommitLog when this master has none yet. The
-        caller checked that this broker is master."""
-        epoch = self.host.gate.role.master_epoch
-        state = self.state
-        if state is None or epoch != self._epoch:
-            state = self.state = self._rebuild()
-            self._epoch = epoch
-        return state
 
     def _drop(self) -> None:
         if self.state is not None:
