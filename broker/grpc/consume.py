@@ -6,10 +6,10 @@ Each RPC becomes the broker's own requests (POP_MESSAGE, BATCH_ACK_MESSAGE,
 CHANGE_MESSAGE_INVISIBLETIME, CONSUMER_SEND_MSG_BACK, HEART_BEAT, UNREGISTER_CLIENT,
 GET_SUBSCRIPTIONGROUP_CONFIG) to this broker group's master (this broker itself, over a loopback
 connection, when it is the master; a slave's endpoint hands them to its master), so every
-check, wait and metric of the remoting path applies. Acks and changes of invisible time (also
-those of a renewal, a hand-back and a forward to the DLQ) call :mod:`broker.pop.acks` in-process
-instead when this broker is the master: the code the POP processor calls, then the same
-durability wait. Checking and translating is in
+check, wait and metric of the remoting path applies. A receive's POP (with its long polling),
+acks and changes of invisible time (also those of a renewal, a hand-back and a forward to the
+DLQ) call :mod:`broker.pop.receive` and :mod:`broker.pop.acks` in-process instead when this
+broker is the master: the code the POP processor calls, then the same durability wait. Checking and translating is in
 :mod:`broker.grpc.delivery`, the consumers this endpoint knows in :mod:`broker.grpc.consumers`.
 """
 
@@ -32,8 +32,11 @@ from broker.grpc.here import Here
 from broker.grpc.telemetry import client_id_of
 from broker.grpc.translate import Refused, no_namespace, status_code
 from broker.pop.acks import HandleRefused, ack_batch, ack_one, change_invisible
+from broker.pop.message import PopMessage
+from broker.pop.receive import NOT_DURABLE, PopDenied, Popped, pop_messages
+from protocol.broker_requests.pop import PopRequest
 from protocol.codes import RequestCode, ResponseCode
-from protocol.message import RecordError, iter_records
+from protocol.message import MessageRecord, RecordError, decode_record, iter_records
 from protocol.pop import HandleError, peek_handle
 from protocol.remoting import Frame, Header
 from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_from_dict
@@ -74,6 +77,16 @@ def _handle_refused(code: int, remark: str, what: str) -> Refused:
     )
 
 
+def _pop_refused(code: int, remark: str) -> Refused:
+    """A POP's refusal (the broker's response code) as the client's status."""
+    codes: dict[int, int] = {
+        ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
+        ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
+        ResponseCode.QUEUE_NOT_EXIST: pb.BAD_REQUEST,
+    }
+    return Refused(codes.get(code, status_code(code)), remark)
+
+
 async def _durable(here: Here, result: PutResult | None, what: str) -> None:
     """Once ``result`` (None: nothing written) is as durable as a send must be; else
     :class:`Refused`, as the remoting answer's error would be."""
@@ -112,7 +125,7 @@ class ConsumeService:
         self.broker_name = broker_name
         self.here = here
         self.in_process = 0
-        """Acks and changes of invisible time served in-process."""
+        """Receives, acks and changes of invisible time served in-process."""
         self.clients = Clients()
         self.held = RenewTable()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -161,19 +174,7 @@ class ConsumeService:
             if client_id:
                 self._started()
                 self.clients.seen(client_id, plan.group, _now_ms())
-            header: Header = {
-                "consumerGroup": plan.group,
-                "topic": plan.topic,
-                "queueId": -1,
-                "maxMsgNums": plan.batch,
-                "invisibleTime": plan.invisible_ms,
-                "pollTime": plan.poll_ms,
-                "expressionType": "TAG",
-                "exp": plan.expression,
-            }
-            pop = asyncio.ensure_future(
-                self._call(RequestCode.POP_MESSAGE, header, plan.poll_ms / 1000 + _TIMEOUT_S)
-            )
+            pop = asyncio.ensure_future(self._pop(plan))
             try:
                 resp = await asyncio.shield(pop)
             except asyncio.CancelledError:
@@ -210,6 +211,37 @@ class ConsumeService:
         )
         popped.written = True
 
+    async def _pop(self, plan: delivery.ReceivePlan) -> Frame | list[PopMessage]:
+        """The receive's POP: in-process while this broker is the master (what it handed out,
+        durable), else POP_MESSAGE to the master (its answer)."""
+        here = self.here
+        request = PopRequest(
+            group=plan.group,
+            topic=plan.topic,
+            queue_id=-1,
+            max_count=plan.batch,
+            invisible_ms=plan.invisible_ms,
+            poll_ms=plan.poll_ms,
+            expression=plan.expression,
+        )
+        if here is None or not here.is_master():
+            header, _ = request.encode()
+            return await self._call(
+                RequestCode.POP_MESSAGE, header, plan.poll_ms / 1000 + _TIMEOUT_S
+            )
+        self.in_process += 1
+        try:
+            popped = pop_messages(here.pop, here.durability, request)
+            if not isinstance(popped, Popped):
+                popped = await popped
+        except PopDenied as denied:
+            raise _pop_refused(denied.code, denied.remark) from None
+        if popped.last is not None:
+            code, remark = await wait_durable(here.durability, popped.last)
+            if code != ResponseCode.SUCCESS:
+                raise _pop_refused(code, f"{NOT_DURABLE}: {remark}")
+        return popped.messages
+
     def _call_ended(self, popped: _Popped) -> None:
         if not popped.written:
             log.info(
@@ -219,13 +251,18 @@ class ConsumeService:
             )
             self._chore(self._hand_back(popped.group, popped.handles))
 
-    def _hand_back_popped(self, pop: asyncio.Future[Frame], group: str) -> None:
+    def _hand_back_popped(self, pop: asyncio.Future[Frame | list[PopMessage]], group: str) -> None:
         if pop.cancelled() or pop.exception() is not None:
             return
         resp = pop.result()
-        if resp.code != ResponseCode.SUCCESS:
-            return
-        handles = str(resp.header.get("receiptHandles", "")).split()
+        if isinstance(resp, list):
+            handles = [m.handle for m in resp]
+            if not handles:
+                return
+        else:
+            if resp.code != ResponseCode.SUCCESS:
+                return
+            handles = str(resp.header.get("receiptHandles", "")).split()
         self._chore(self._hand_back(group, handles))
 
     def _chore(self, work: Coroutine[Any, Any, None]) -> None:
@@ -249,23 +286,27 @@ class ConsumeService:
         )
 
     def _received(
-        self, resp: Frame, plan: delivery.ReceivePlan, client_id: str
+        self, resp: Frame | list[PopMessage], plan: delivery.ReceivePlan, client_id: str
     ) -> list[pb.Message]:
-        if resp.code == ResponseCode.PULL_NOT_FOUND:
-            return []
-        if resp.code != ResponseCode.SUCCESS:
-            codes: dict[int, int] = {
-                ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
-                ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
-                ResponseCode.QUEUE_NOT_EXIST: pb.BAD_REQUEST,
-            }
-            raise Refused(codes.get(resp.code, status_code(resp.code)), _remark(resp))
-        handles = str(resp.header.get("receiptHandles", "")).split()
-        attempts = str(resp.header.get("attempts", "")).split()
-        try:
-            records = list(iter_records(resp.body or b""))
-        except RecordError as exc:
-            raise Refused(pb.INTERNAL_ERROR, f"POP answer does not decode: {exc}") from None
+        records: list[MessageRecord]
+        if isinstance(resp, list):
+            handles = [m.handle for m in resp]
+            attempts = [str(m.attempt) for m in resp]
+            try:
+                records = [decode_record(m.raw) for m in resp]
+            except RecordError as exc:
+                raise Refused(pb.INTERNAL_ERROR, f"POP answer does not decode: {exc}") from None
+        else:
+            if resp.code == ResponseCode.PULL_NOT_FOUND:
+                return []
+            if resp.code != ResponseCode.SUCCESS:
+                raise _pop_refused(resp.code, _remark(resp))
+            handles = str(resp.header.get("receiptHandles", "")).split()
+            attempts = str(resp.header.get("attempts", "")).split()
+            try:
+                records = list(iter_records(resp.body or b""))
+            except RecordError as exc:
+                raise Refused(pb.INTERNAL_ERROR, f"POP answer does not decode: {exc}") from None
         if not len(records) == len(handles) == len(attempts):
             raise Refused(pb.INTERNAL_ERROR, "POP answer: records, handles and attempts differ")
         now = _now_ms()

@@ -4,10 +4,10 @@ While this broker is its group's master, the endpoint serves a SendMessage by ca
 service the remoting processor calls (:class:`broker.send.service.SendService`): the same checks,
 metrics, durability wait, timer admission and half messages, without a loopback connection and
 without encoding and decoding a remoting request. EndTransaction and RecallMessage likewise call
-what END_TRANSACTION's and RECALL_MESSAGE's processors call, AckMessage and
-ChangeInvisibleDuration what the POP processor's acks and changes call (:mod:`broker.pop.acks`).
-ReceiveMessage (its POP, with long polling) and the consumers' heartbeats still reach the master
-as remoting requests, over a loopback connection when that is this broker. A slave's endpoint (and one of a broker with no
+what END_TRANSACTION's and RECALL_MESSAGE's processors call, ReceiveMessage (its POP, with long
+polling), AckMessage and ChangeInvisibleDuration what the POP processor calls
+(:mod:`broker.pop.receive`, :mod:`broker.pop.acks`). The consumers' heartbeats still reach the
+master as remoting requests, over a loopback connection when that is this broker. A slave's endpoint (and one of a broker with no
 role yet) forwards over the network to its master, as before.
 
 Authorization is the endpoint's own (:mod:`broker.grpc.access`) on both paths: what it forwards
@@ -43,7 +43,7 @@ class Here:
     recall: Callable[[str, str], PutResult]
     """(topic, message id): :func:`broker.recall_scheduled.recall_scheduled` of this broker."""
     pop: PopService
-    """POP consumption: the endpoint's acks and changes of invisible time
-    (:mod:`broker.pop.acks`)."""
+    """POP consumption: the endpoint's receives, acks and changes of invisible time
+    (:mod:`broker.pop.receive`, :mod:`broker.pop.acks`)."""
     durability: Durability
     """How a write becomes as durable as a send must be (the broker's context)."""
