@@ -6,12 +6,15 @@ classic door, told apart from our protocol on the first bytes).
 
 The producer sends with tags, keys and a user property; a push consumer of a new group reads
 them all from the first offset (and our SDK's, sent the other way round) and commits its
-offsets; our SDK reads the same messages, field by field, and a consumer of our SDK in the
-ali-ons group starts after what ali-ons committed. A consumer that fails every message gets each
-back through CONSUMER_SEND_MSG_BACK and the retry topic until it lands in the group's DLQ."""
+offsets; our SDK reads the same messages, field by field, rmqctl finds one by its key, and a
+consumer of our SDK in the ali-ons group starts after what ali-ons committed. A consumer that
+fails every message gets each back through CONSUMER_SEND_MSG_BACK and the retry topic until it
+lands in the group's DLQ; two consumers of one group share the queues and rebalance."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from client.message import ReceivedMessage
 from client.producer import Producer
 from tests.support.alions import create_topic, run_alions
 from tests.support.cluster import Cluster
+from tests.support.procs import rmqctl
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -104,6 +108,18 @@ async def test_alions_produces_and_consumes_through_the_classic_door(
         )
         s = by_key[f"key-{i}"]
         assert (r.queue_id, r.queue_offset) == (s["queueId"], s["queueOffset"])
+
+    # rmqctl finds one by its key, with ali-ons' message id.
+    found = await asyncio.to_thread(
+        rmqctl, "--json", "queryMsgByKey", "-a", classic.controller_addresses, "-t", TOPIC,
+        "-k", "key-3", "--body",
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    (hit,) = json.loads(found.stdout)["messages"]
+    assert hit["msgId"] == by_key["key-3"]["msgId"]
+    assert (hit["body"], hit["tags"], hit["keys"], hit["properties"]["seq"]) == (
+        "alions-3", "TagB", "key-3", "3",
+    )  # fmt: skip
 
     # ali-ons committed its offsets: our SDK's consumer of its group starts after them.
     async with Producer(classic.controller_addresses) as producer:
