@@ -1,51 +1,31 @@
-"""What the dead-letter service uses of its broker: the one thing it is given (a leaf module).
-
-The composition root (:mod:`broker.compose`) fills it with these parts of the broker's context
-and nothing more: the service never holds the context.
-"""
+"""What the dead-letter service uses of its broker: the one thing it is given (a leaf module),
+the :class:`~broker.service_host.ServiceHost` every service gets and what the DLQ needs
+besides."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from broker.appender import Appender
-from broker.config import BrokerConfig
 from broker.durable import DurableDone
-from broker.metrics import BrokerMetrics
-from broker.write_gate import WriteGate
+from broker.service_host import ServiceHost
 from protocol.message import MessageRecord
 from storage.config_files import DlqResendLedger, TopicConfigStore
-from storage.store import MessageStore, PutResult
+from storage.store import PutResult
 
 __all__ = ["DeadLetterHost"]
 
 
-class DeadLetterHost(Protocol):
+class DeadLetterHost(ServiceHost, Protocol):
     """The store it reads the DLQ from (up to what consumers may see, and one record by its
     CommitLog offset), the resend ledger, the write gate a resend asks, the topics and the
     appender the copies go through, how a write becomes durable, its figures and its
     settings."""
 
     @property
-    def cfg(self) -> BrokerConfig: ...
-
-    @property
-    def store(self) -> MessageStore: ...
-
-    @property
     def topics(self) -> TopicConfigStore: ...
 
     @property
-    def gate(self) -> WriteGate: ...
-
-    @property
-    def appender(self) -> Appender: ...
-
-    @property
     def dlq_resent(self) -> DlqResendLedger: ...
-
-    @property
-    def metrics(self) -> BrokerMetrics: ...
 
     def visible_offset(self) -> int | None: ...
 
