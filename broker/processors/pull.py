@@ -36,11 +36,6 @@ class PullProcessor:
             return _answer(req, result)
         return _answer_later(req, result)
 
-    def answer(self, pull: PullRequest) -> PullAnswer | Awaitable[PullAnswer]:
-        """:meth:`broker.pull.service.PullService.answer` (what the classic door called before
-        the service; it may call the service itself)."""
-        return self.service.answer(pull)
-
 
 _ANSWERS = (PullFound, PullNotFound, PullRetry, PullOffsetMoved, PullCorrupt, PullRefused)
 
