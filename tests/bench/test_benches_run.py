@@ -28,6 +28,11 @@ import pytest
 from tests.support.procs import ROOT
 from tests.support.wait import wait_until
 
+pytestmark = pytest.mark.xdist_group("benches")
+"""One worker runs the benches one after another, as before the suite ran on parallel workers:
+each takes what CPU it can get and some allocate production-size (1 GiB) segments, so several at
+once crowd the timing-sensitive tests and the disk (a tiny broker_bench failed 'disk full')."""
+
 BENCH = ROOT / "bench"
 BENCHES = sorted(p.name for p in BENCH.glob("*_bench.py"))
 
