@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import msgpack
 
@@ -17,12 +17,15 @@ from protocol.fields import FieldError
 from protocol.remoting import Header, Scalar
 
 __all__ = [
+    "BrokerFields",
     "ControllerRequest",
     "InvalidRequest",
     "NotLeader",
+    "broker_header",
     "id_list",
     "opt_bool",
     "pack_map",
+    "req_broker",
     "unpack_map",
 ]
 
@@ -42,6 +45,37 @@ def opt_bool(header: Mapping[str, Scalar], name: str) -> bool:
     """An optional boolean header field, false when absent or nil (the controllers have always
     read a nil flag as absent; :func:`protocol.fields.opt_bool` refuses it)."""
     return header.get(name) is not None and fields.opt_bool(header, name)
+
+
+def broker_header(cluster: str, broker_name: str, broker_id: int, broker_address: str) -> Header:
+    """The four fields that name a broker, in the order REGISTER_BROKER,
+    CONTROLLER_REGISTER_BROKER and BROKER_HEARTBEAT send them (a request adds its own after)."""
+    return {
+        "clusterName": cluster,
+        "brokerName": broker_name,
+        "brokerId": broker_id,
+        "brokerAddress": broker_address,
+    }
+
+
+class BrokerFields(TypedDict):
+    """The fields of :func:`broker_header`, as the request dataclasses name them."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    broker_address: str
+
+
+def req_broker(header: Mapping[str, Scalar]) -> BrokerFields:
+    """The four fields of :func:`broker_header`, each required (keyword arguments of the
+    request's class)."""
+    return {
+        "cluster": fields.req_str(header, "clusterName"),
+        "broker_name": fields.req_str(header, "brokerName"),
+        "broker_id": fields.req_int(header, "brokerId"),
+        "broker_address": fields.req_str(header, "brokerAddress"),
+    }
 
 
 def unpack_map(body: bytes | None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.controller_requests.base import InvalidRequest, opt_bool
+from protocol.controller_requests.base import InvalidRequest, broker_header, opt_bool, req_broker
 from protocol.fields import opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
@@ -121,12 +121,7 @@ class RegisterBroker:
     """None: not sent (an empty one counts as not sent)."""
 
     def encode(self) -> tuple[Header, bytes | None]:
-        header: Header = {
-            "clusterName": self.cluster,
-            "brokerName": self.broker_name,
-            "brokerId": self.broker_id,
-            "brokerAddress": self.broker_address,
-        }
+        header = broker_header(self.cluster, self.broker_name, self.broker_id, self.broker_address)
         if self.register_check_code is not None:
             header["registerCheckCode"] = self.register_check_code
         return header, None
@@ -134,10 +129,7 @@ class RegisterBroker:
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RegisterBroker:
         return cls(
-            cluster=req_str(header, "clusterName"),
-            broker_name=req_str(header, "brokerName"),
-            broker_id=req_int(header, "brokerId"),
-            broker_address=req_str(header, "brokerAddress"),
+            **req_broker(header),
             register_check_code=opt_str(header, "registerCheckCode") or None,
         )
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from protocol.codes import RequestCode
-from protocol.controller_requests.base import InvalidRequest
+from protocol.controller_requests.base import InvalidRequest, broker_header
 from protocol.controller_requests.groups import NO_MASTER
 from protocol.fields import FieldError, opt_int, opt_int_or_none, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
@@ -63,17 +63,16 @@ class BrokerHeartbeat:
     traffic_report: bytes | None = None
 
     def encode(self) -> tuple[Header, bytes | None]:
-        header: Header = {
-            "clusterName": self.cluster,
-            "brokerName": self.broker_name,
-            "brokerId": self.broker_id,
-            "brokerAddress": self.broker_address,
-            "epoch": self.epoch,
-            "maxOffset": self.max_offset,
-            "confirmOffset": self.confirm_offset,
-            "electionPriority": self.election_priority,
-            "heartbeatTimeoutMillis": self.heartbeat_timeout_ms,
-        }
+        header = broker_header(self.cluster, self.broker_name, self.broker_id, self.broker_address)
+        header.update(
+            {
+                "epoch": self.epoch,
+                "maxOffset": self.max_offset,
+                "confirmOffset": self.confirm_offset,
+                "electionPriority": self.election_priority,
+                "heartbeatTimeoutMillis": self.heartbeat_timeout_ms,
+            }
+        )
         return header, self.traffic_report
 
     @classmethod

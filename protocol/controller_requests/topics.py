@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from protocol.codes import RequestCode
-from protocol.controller_requests.base import InvalidRequest, pack_map, unpack_map
+from protocol.controller_requests.base import (
+    InvalidRequest,
+    broker_header,
+    pack_map,
+    req_broker,
+    unpack_map,
+)
 from protocol.fields import opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
@@ -60,24 +66,13 @@ class RegisterRoutes:
     topics: dict[str, int] = field(default_factory=dict)
 
     def encode(self) -> tuple[Header, bytes | None]:
-        header: Header = {
-            "clusterName": self.cluster,
-            "brokerName": self.broker_name,
-            "brokerId": self.broker_id,
-            "brokerAddress": self.broker_address,
-        }
+        header = broker_header(self.cluster, self.broker_name, self.broker_id, self.broker_address)
         return header, pack_map({"topics": self.topics})
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RegisterRoutes:
         topics = _topics(unpack_map(body).get("topics") or {})
-        return cls(
-            cluster=req_str(header, "clusterName"),
-            broker_name=req_str(header, "brokerName"),
-            broker_id=req_int(header, "brokerId"),
-            broker_address=req_str(header, "brokerAddress"),
-            topics=topics,
-        )
+        return cls(**req_broker(header), topics=topics)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
