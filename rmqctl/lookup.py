@@ -64,6 +64,21 @@ def _show(
     emit(settings, doc, human)
 
 
+def _show_found(
+    settings: Settings,
+    found: list[FoundMessage],
+    show_body: bool,
+    doc: dict[str, Any],
+    errors: list[str],
+) -> None:
+    """Show the messages of a search (under ``doc``'s "messages"), then raise the groups that
+    could not be asked: found elsewhere, their messages may be missing."""
+    doc["messages"] = [m.to_dict(body=show_body) for m in found]
+    _show(settings, found, show_body, doc)
+    if errors:
+        raise CommandError("; ".join(errors))
+
+
 @click.command("queryMsgById", short_help="Show the message with a message id (either form).")
 @addresses_option
 @click.option(
@@ -142,10 +157,7 @@ def query_msg_by_unique_key(
             f"no message with unique key {key!r} in topic {topic!r}"
             + (f" ({'; '.join(errors)})" if errors else "")
         )
-    doc = {"topic": topic, "msgId": key, "messages": [m.to_dict(body=show_body) for m in found]}
-    _show(settings, found, show_body, doc)
-    if errors:
-        raise CommandError("; ".join(errors))
+    _show_found(settings, found, show_body, {"topic": topic, "msgId": key}, errors)
 
 
 @click.command("queryMsgByKey", short_help="Find a topic's messages by key.")
@@ -209,11 +221,7 @@ def query_msg_by_key(
     found = run(work())
     if not found:
         raise CommandError(f"no message with key {key!r} in topic {topic!r}")
-    doc = {"topic": topic, "key": key, "messages": [m.to_dict(body=show_body) for m in found]}
-    _show(settings, found, show_body, doc)
-    if errors:
-        # Found elsewhere, but a group could not be asked: its messages may be missing.
-        raise CommandError("; ".join(errors))
+    _show_found(settings, found, show_body, {"topic": topic, "key": key}, errors)
 
 
 @click.command("queryMsgByOffset", short_help="Show the message at a queue offset.")
