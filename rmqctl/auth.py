@@ -100,6 +100,13 @@ def _header(frame: Frame) -> dict[str, Any]:
 
 # Users -----------------------------------------------------------------------------------------
 
+
+def _change_user(settings: Settings, addresses: str, ask: ControllerRequest, verb: str) -> None:
+    """Send a change of a user and print the user the answer names ("``verb`` user ...")."""
+    doc = _header(run(_send(addresses, ask)))
+    emit(settings, doc, lambda: f"{verb} {_user_human(doc)}")
+
+
 username_option = click.option("-u", "--username", required=True, metavar="NAME", help="Username.")
 user_type_option = click.option(
     "-t",
@@ -134,9 +141,12 @@ def create_user(
     _checked(check_username, username)
     _checked(check_secret, password)
     kind = _checked(parse_user_type, user_type or "normal")
-    resp = run(_send(addresses, CreateUser(username=username, user_type=kind, secret=password)))
-    doc = _header(resp)
-    emit(settings, doc, lambda: f"created {_user_human(doc)}")
+    _change_user(
+        settings,
+        addresses,
+        CreateUser(username=username, user_type=kind, secret=password),
+        "created",
+    )
 
 
 @click.command("updateUser", short_help="Change a user's secret or type.")
@@ -162,9 +172,12 @@ def update_user(
     kind = None if user_type is None else _checked(parse_user_type, user_type)
     if password is not None:
         _checked(check_secret, password)
-    resp = run(_send(addresses, UpdateUser(username=username, user_type=kind, secret=password)))
-    doc = _header(resp)
-    emit(settings, doc, lambda: f"updated {_user_human(doc)}")
+    _change_user(
+        settings,
+        addresses,
+        UpdateUser(username=username, user_type=kind, secret=password),
+        "updated",
+    )
 
 
 @click.command("deleteUser", short_help="Delete a user and its rules.")
@@ -177,9 +190,7 @@ def delete_user(settings: Settings, addresses: str, username: str) -> None:
     Prints {"username", "userType", "version"} of the deleted user.
     """
     _checked(check_username, username)
-    resp = run(_send(addresses, DeleteUser(username=username)))
-    doc = _header(resp)
-    emit(settings, doc, lambda: f"deleted {_user_human(doc)}")
+    _change_user(settings, addresses, DeleteUser(username=username), "deleted")
 
 
 @click.command("listUser", short_help="List users (never their secrets).")
