@@ -43,9 +43,9 @@ values (:data:`TRANSACTION_NOT_TYPE` and the others below); PULL_MESSAGE's ``sys
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import IntFlag
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 __all__ = [
     "SEND_V2_NAMES",
@@ -158,6 +158,29 @@ def _opt_bool(fields: Mapping[str, str], name: str) -> bool:
     return value is not None and value.lower() == "true"
 
 
+def _opt_str(fields: Mapping[str, str], name: str) -> str | None:
+    return fields.get(name)
+
+
+def _opt_bool_or_none(fields: Mapping[str, str], name: str) -> bool | None:
+    value = fields.get(name)
+    return None if value is None else value.lower() == "true"
+
+
+def _pull_sys_flag(fields: Mapping[str, str], name: str) -> PullSysFlag:
+    return PullSysFlag(_num(fields, name, (0, _INT32[1])))
+
+
+_Fields = tuple[tuple[str, str, Callable[[Mapping[str, str], str], object]], ...]
+"""A header's fields: (attribute, field name, reader), in the order they are read."""
+
+
+def _read(fields: Mapping[str, str], table: _Fields) -> dict[str, Any]:
+    """The header's attributes, each read by its reader in the table's order (so the first
+    missing or malformed field is the one named)."""
+    return {attr: read(fields, name) for attr, name, read in table}
+
+
 def _put(out: dict[str, str], name: str, value: object) -> None:
     if value is not None:
         out[name] = "true" if value is True else "false" if value is False else str(value)
@@ -268,6 +291,15 @@ class SendMessageHeader(NamedTuple):
         return out
 
 
+_SEND_MESSAGE_RESPONSE_HEADER: Final[_Fields] = (
+    ("msg_id", "msgId", _str),
+    ("queue_id", "queueId", _int),
+    ("queue_offset", "queueOffset", _long),
+    ("transaction_id", "transactionId", _opt_str),
+    ("batch_uniq_id", "batchUniqId", _opt_str),
+)
+
+
 class SendMessageResponseHeader(NamedTuple):
     msg_id: str
     queue_id: int
@@ -284,16 +316,26 @@ class SendMessageResponseHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> SendMessageResponseHeader:
-        return cls(
-            msg_id=_str(fields, "msgId"),
-            queue_id=_int(fields, "queueId"),
-            queue_offset=_long(fields, "queueOffset"),
-            transaction_id=fields.get("transactionId"),
-            batch_uniq_id=fields.get("batchUniqId"),
-        )
+        return cls(**_read(fields, _SEND_MESSAGE_RESPONSE_HEADER))
 
 
 # -- pull ------------------------------------------------------------------------------------
+
+
+_PULL_MESSAGE_HEADER: Final[_Fields] = (
+    ("consumer_group", "consumerGroup", _str),
+    ("topic", "topic", _str),
+    ("queue_id", "queueId", _int),
+    ("queue_offset", "queueOffset", _long),
+    ("max_msg_nums", "maxMsgNums", _int),
+    ("sys_flag", "sysFlag", _pull_sys_flag),
+    ("commit_offset", "commitOffset", _long),
+    ("suspend_timeout_millis", "suspendTimeoutMillis", _long),
+    ("sub_version", "subVersion", _long),
+    ("subscription", "subscription", _opt_str),
+    ("expression_type", "expressionType", _opt_str),
+    ("max_msg_bytes", "maxMsgBytes", _opt_int),
+)
 
 
 class PullMessageHeader(NamedTuple):
@@ -312,20 +354,7 @@ class PullMessageHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> PullMessageHeader:
-        return cls(
-            consumer_group=_str(fields, "consumerGroup"),
-            topic=_str(fields, "topic"),
-            queue_id=_int(fields, "queueId"),
-            queue_offset=_long(fields, "queueOffset"),
-            max_msg_nums=_int(fields, "maxMsgNums"),
-            sys_flag=PullSysFlag(_num(fields, "sysFlag", (0, _INT32[1]))),
-            commit_offset=_long(fields, "commitOffset"),
-            suspend_timeout_millis=_long(fields, "suspendTimeoutMillis"),
-            sub_version=_long(fields, "subVersion"),
-            subscription=fields.get("subscription"),
-            expression_type=fields.get("expressionType"),
-            max_msg_bytes=_opt_int(fields, "maxMsgBytes"),
-        )
+        return cls(**_read(fields, _PULL_MESSAGE_HEADER))
 
     def ext_fields(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -347,6 +376,14 @@ class PullMessageHeader(NamedTuple):
         return out
 
 
+_PULL_MESSAGE_RESPONSE_HEADER: Final[_Fields] = (
+    ("suggest_which_broker_id", "suggestWhichBrokerId", _long),
+    ("next_begin_offset", "nextBeginOffset", _long),
+    ("min_offset", "minOffset", _long),
+    ("max_offset", "maxOffset", _long),
+)
+
+
 class PullMessageResponseHeader(NamedTuple):
     suggest_which_broker_id: int
     next_begin_offset: int
@@ -363,12 +400,7 @@ class PullMessageResponseHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> PullMessageResponseHeader:
-        return cls(
-            suggest_which_broker_id=_long(fields, "suggestWhichBrokerId"),
-            next_begin_offset=_long(fields, "nextBeginOffset"),
-            min_offset=_long(fields, "minOffset"),
-            max_offset=_long(fields, "maxOffset"),
-        )
+        return cls(**_read(fields, _PULL_MESSAGE_RESPONSE_HEADER))
 
 
 # -- offsets ---------------------------------------------------------------------------------
@@ -385,6 +417,14 @@ class QueueHeader(NamedTuple):
         return cls(topic=_str(fields, "topic"), queue_id=_int(fields, "queueId"))
 
 
+_QUERY_CONSUMER_OFFSET_HEADER: Final[_Fields] = (
+    ("consumer_group", "consumerGroup", _str),
+    ("topic", "topic", _str),
+    ("queue_id", "queueId", _int),
+    ("set_zero_if_not_found", "setZeroIfNotFound", _opt_bool_or_none),
+)
+
+
 class QueryConsumerOffsetHeader(NamedTuple):
     consumer_group: str
     topic: str
@@ -393,13 +433,15 @@ class QueryConsumerOffsetHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> QueryConsumerOffsetHeader:
-        zero = fields.get("setZeroIfNotFound")
-        return cls(
-            consumer_group=_str(fields, "consumerGroup"),
-            topic=_str(fields, "topic"),
-            queue_id=_int(fields, "queueId"),
-            set_zero_if_not_found=None if zero is None else zero.lower() == "true",
-        )
+        return cls(**_read(fields, _QUERY_CONSUMER_OFFSET_HEADER))
+
+
+_UPDATE_CONSUMER_OFFSET_HEADER: Final[_Fields] = (
+    ("consumer_group", "consumerGroup", _str),
+    ("topic", "topic", _str),
+    ("queue_id", "queueId", _int),
+    ("commit_offset", "commitOffset", _long),
+)
 
 
 class UpdateConsumerOffsetHeader(NamedTuple):
@@ -410,12 +452,15 @@ class UpdateConsumerOffsetHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> UpdateConsumerOffsetHeader:
-        return cls(
-            consumer_group=_str(fields, "consumerGroup"),
-            topic=_str(fields, "topic"),
-            queue_id=_int(fields, "queueId"),
-            commit_offset=_long(fields, "commitOffset"),
-        )
+        return cls(**_read(fields, _UPDATE_CONSUMER_OFFSET_HEADER))
+
+
+_SEARCH_OFFSET_HEADER: Final[_Fields] = (
+    ("topic", "topic", _str),
+    ("queue_id", "queueId", _int),
+    ("timestamp", "timestamp", _long),
+    ("boundary_type", "boundaryType", _opt_str),
+)
 
 
 class SearchOffsetHeader(NamedTuple):
@@ -427,12 +472,7 @@ class SearchOffsetHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> SearchOffsetHeader:
-        return cls(
-            topic=_str(fields, "topic"),
-            queue_id=_int(fields, "queueId"),
-            timestamp=_long(fields, "timestamp"),
-            boundary_type=fields.get("boundaryType"),
-        )
+        return cls(**_read(fields, _SEARCH_OFFSET_HEADER))
 
 
 def offset_answer(offset: int) -> dict[str, str]:
@@ -457,6 +497,13 @@ class GroupHeader(NamedTuple):
         return {"consumerGroup": self.consumer_group}
 
 
+_UNREGISTER_CLIENT_HEADER: Final[_Fields] = (
+    ("client_id", "clientID", _str),
+    ("producer_group", "producerGroup", _opt_str),
+    ("consumer_group", "consumerGroup", _opt_str),
+)
+
+
 class UnregisterClientHeader(NamedTuple):
     client_id: str
     producer_group: str | None = None
@@ -464,11 +511,17 @@ class UnregisterClientHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> UnregisterClientHeader:
-        return cls(
-            client_id=_str(fields, "clientID"),
-            producer_group=fields.get("producerGroup"),
-            consumer_group=fields.get("consumerGroup"),
-        )
+        return cls(**_read(fields, _UNREGISTER_CLIENT_HEADER))
+
+
+_CONSUMER_SEND_MSG_BACK_HEADER: Final[_Fields] = (
+    ("offset", "offset", _long),
+    ("group", "group", _str),
+    ("delay_level", "delayLevel", _int),
+    ("origin_msg_id", "originMsgId", _opt_str),
+    ("origin_topic", "originTopic", _opt_str),
+    ("max_reconsume_times", "maxReconsumeTimes", _opt_int),
+)
 
 
 class ConsumerSendMsgBackHeader(NamedTuple):
@@ -483,14 +536,19 @@ class ConsumerSendMsgBackHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> ConsumerSendMsgBackHeader:
-        return cls(
-            offset=_long(fields, "offset"),
-            group=_str(fields, "group"),
-            delay_level=_int(fields, "delayLevel"),
-            origin_msg_id=fields.get("originMsgId"),
-            origin_topic=fields.get("originTopic"),
-            max_reconsume_times=_opt_int(fields, "maxReconsumeTimes"),
-        )
+        return cls(**_read(fields, _CONSUMER_SEND_MSG_BACK_HEADER))
+
+
+_END_TRANSACTION_HEADER: Final[_Fields] = (
+    ("producer_group", "producerGroup", _str),
+    ("tran_state_table_offset", "tranStateTableOffset", _long),
+    ("commit_log_offset", "commitLogOffset", _long),
+    ("commit_or_rollback", "commitOrRollback", _int),
+    ("msg_id", "msgId", _str),
+    ("topic", "topic", _opt_str),
+    ("from_transaction_check", "fromTransactionCheck", _opt_bool),
+    ("transaction_id", "transactionId", _opt_str),
+)
 
 
 class EndTransactionHeader(NamedTuple):
@@ -505,16 +563,17 @@ class EndTransactionHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> EndTransactionHeader:
-        return cls(
-            producer_group=_str(fields, "producerGroup"),
-            tran_state_table_offset=_long(fields, "tranStateTableOffset"),
-            commit_log_offset=_long(fields, "commitLogOffset"),
-            commit_or_rollback=_int(fields, "commitOrRollback"),
-            msg_id=_str(fields, "msgId"),
-            topic=fields.get("topic"),
-            from_transaction_check=_opt_bool(fields, "fromTransactionCheck"),
-            transaction_id=fields.get("transactionId"),
-        )
+        return cls(**_read(fields, _END_TRANSACTION_HEADER))
+
+
+_CHECK_TRANSACTION_STATE_HEADER: Final[_Fields] = (
+    ("tran_state_table_offset", "tranStateTableOffset", _long),
+    ("commit_log_offset", "commitLogOffset", _long),
+    ("topic", "topic", _opt_str),
+    ("msg_id", "msgId", _opt_str),
+    ("transaction_id", "transactionId", _opt_str),
+    ("offset_msg_id", "offsetMsgId", _opt_str),
+)
 
 
 class CheckTransactionStateHeader(NamedTuple):
@@ -542,14 +601,16 @@ class CheckTransactionStateHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> CheckTransactionStateHeader:
-        return cls(
-            tran_state_table_offset=_long(fields, "tranStateTableOffset"),
-            commit_log_offset=_long(fields, "commitLogOffset"),
-            topic=fields.get("topic"),
-            msg_id=fields.get("msgId"),
-            transaction_id=fields.get("transactionId"),
-            offset_msg_id=fields.get("offsetMsgId"),
-        )
+        return cls(**_read(fields, _CHECK_TRANSACTION_STATE_HEADER))
+
+
+_QUERY_MESSAGE_HEADER: Final[_Fields] = (
+    ("topic", "topic", _str),
+    ("key", "key", _str),
+    ("max_num", "maxNum", _int),
+    ("begin_timestamp", "beginTimestamp", _long),
+    ("end_timestamp", "endTimestamp", _long),
+)
 
 
 class QueryMessageHeader(NamedTuple):
@@ -561,13 +622,7 @@ class QueryMessageHeader(NamedTuple):
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> QueryMessageHeader:
-        return cls(
-            topic=_str(fields, "topic"),
-            key=_str(fields, "key"),
-            max_num=_int(fields, "maxNum"),
-            begin_timestamp=_long(fields, "beginTimestamp"),
-            end_timestamp=_long(fields, "endTimestamp"),
-        )
+        return cls(**_read(fields, _QUERY_MESSAGE_HEADER))
 
     @staticmethod
     def answer(
