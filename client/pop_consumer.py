@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 
 from client import logs
 from client.errors import BrokerError, ClientError, ClosedError, report_nack_outcomes
+from client.handout import Handout
 from client.message import ReceivedMessage
 from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import ResponseCode
@@ -89,12 +90,10 @@ class PopDelivery:
         self.in_flight = 0
         """Messages popped (or asked for) and not acked, nacked or dropped yet."""
         self._reserved = 0
-        # What the application was last given, as in the queue-bound consumer: the messages,
-        # how many it holds (handed), how many of them it confirmed (confirmed), how many are
-        # settled (acked or dropped), and those never to ack (nacked, or abandoned in process).
-        self._delivered: list[PopMessage] = []
-        self._handed = 0
-        self._confirmed = 0
+        # What the application was last given (as in the queue-bound consumer), how many of
+        # those messages are settled (acked or dropped), and those never to ack (nacked, or
+        # abandoned in process).
+        self._out: Handout[PopMessage] = Handout()
         self._settled = 0
         self._skip: set[PopMessage] = set()
         self._started = False
@@ -134,7 +133,7 @@ class PopDelivery:
                 await task
         self._fetchers.clear()
         if self._started:
-            self._settle(self._handed if commit_delivered else self._confirmed)
+            self._settle(self._out.handed if commit_delivered else self._out.confirmed)
             if self._acks:
                 await asyncio.gather(*self._acks, return_exceptions=True)
         # Popped, never handed out (or handed and not confirmed): back after the invisible time.
@@ -145,14 +144,13 @@ class PopDelivery:
     async def receive(self, timeout: float | None, max_messages: int) -> list[PopMessage]:
         if not self._started:
             raise ClosedError("consumer is not started")
-        self._settle(self._handed)
-        self._confirmed = self._handed
-        if self._handed < len(self._delivered):
-            rest = self._delivered[self._handed : self._handed + max_messages]
-            self._handed += len(rest)
+        out = self._out
+        self._settle(out.confirm())
+        rest = out.rest(max_messages)
+        if rest is not None:
             return rest
-        self._delivered = []
-        self._handed = self._confirmed = self._settled = 0
+        out.clear()
+        self._settled = 0
         self._skip.clear()
         if self._closed:
             return []
@@ -163,24 +161,17 @@ class PopDelivery:
         if self._closed or not self._ready:
             return []
         ready = self._ready
-        msgs = [ready.popleft() for _ in range(min(max_messages, len(ready)))]
-        self._delivered = msgs
-        self._handed = len(msgs)
-        return msgs
+        return out.deliver([ready.popleft() for _ in range(min(max_messages, len(ready)))])
 
     async def next(self, poll: float) -> PopMessage | None:
         """The next message for iteration; None once closed."""
-        pos = self._handed
-        delivered = self._delivered
-        if pos < len(delivered):
-            self._confirmed = pos
-            self._handed = pos + 1
-            return delivered[pos]
+        msg = self._out.next()
+        if msg is not None:
+            return msg
         while not self._closed:
             msgs = await self.receive(poll, 1 << 30)
             if msgs:
-                self._handed = 1
-                return msgs[0]
+                return self._out.first(msgs)
         return None
 
     async def nack(self, msg: ReceivedMessage, reason: str = "") -> None:
@@ -234,7 +225,7 @@ class PopDelivery:
     def _settle(self, count: int) -> None:
         """The first ``count`` delivered messages are done: ack those not nacked (in the
         background, one batch ack per broker group)."""
-        done = self._delivered[self._settled : count]
+        done = self._out.delivered[self._settled : count]
         if not done:
             return
         self._settled = count

@@ -17,6 +17,7 @@ from client import logs
 from client.buffer import MessageBuffer
 from client.consume_retry import ConsumeRetry
 from client.errors import ClosedError, report_nack_outcomes
+from client.handout import Handout
 from client.message import ReceivedMessage
 from client.pull import QueueState
 from client.routes import MessageQueue
@@ -52,28 +53,22 @@ class QueueDelivery:
         self._closed = closed
         # Queues whose pulling stopped for good, their failures not raised yet (receive raises).
         self._failures: list[QueueState] = []
-        # What the application was last given: the batches, how many messages of them it holds
-        # (handed) and how many of those it has confirmed by asking for more (confirmed).
+        # What the application was last given: the batches and their messages.
         self._delivered_batches: list[Batch] = []
-        self._delivered: list[ReceivedMessage] = []
-        self._handed = 0
-        self._confirmed = 0
+        self._out: Handout[ReceivedMessage] = Handout()
 
     async def receive(self, timeout: float | None, max_messages: int) -> list[ReceivedMessage]:
         """See :meth:`client.consumer.Consumer.receive`."""
         if not self._started():
             raise ClosedError("consumer is not started")
-        self._ack(self._handed)
-        self._confirmed = self._handed
+        out = self._out
+        self._ack(out.confirm())
         self._raise_failure()
-        if self._handed < len(self._delivered):
-            # The rest of a batch that iteration had not reached yet.
-            rest = self._delivered[self._handed : self._handed + max_messages]
-            self._handed += len(rest)
+        rest = out.rest(max_messages)  # of a batch that iteration had not reached yet
+        if rest is not None:
             return rest
         self._delivered_batches = []
-        self._delivered = []
-        self._handed = self._confirmed = 0
+        out.clear()
         if self._closed() or not await self._buffer.wait(timeout):
             self._raise_failure()
             return []
@@ -82,25 +77,19 @@ class QueueDelivery:
             return []
         self._delivered_batches = batches
         msgs = batches[0][1] if len(batches) == 1 else [m for _, b in batches for m in b]
-        self._delivered = msgs
-        self._handed = len(msgs)
-        return msgs
+        return out.deliver(msgs)
 
     async def next(self, interval: float) -> ReceivedMessage | None:
         """The next message (None: the consumer is closed), waiting ``interval`` at a time."""
-        pos = self._handed
-        delivered = self._delivered
-        if pos < len(delivered):
-            self._confirmed = pos
-            self._handed = pos + 1
-            return delivered[pos]
+        msg = self._out.next()
+        if msg is not None:
+            return msg
         while True:
             if self._closed():
                 return None
             msgs = await self.receive(interval, 1024)
             if msgs:
-                self._handed = 1
-                return msgs[0]
+                return self._out.first(msgs)
 
     async def nack(self, msg: ReceivedMessage, reason: str) -> None:
         """See :meth:`client.consumer.Consumer.nack`."""
@@ -182,12 +171,12 @@ class QueueDelivery:
 
     def confirm(self) -> None:
         """What the application confirmed (by asking for more) counts as consumed."""
-        self._ack(self._confirmed)
+        self._ack(self._out.confirmed)
 
     def closing(self, commit_delivered: bool) -> None:
         """The consumer closes: with ``commit_delivered`` every message handed out counts as
         consumed, else only what was confirmed."""
-        self._ack(self._handed if commit_delivered else self._confirmed)
+        self._ack(self._out.handed if commit_delivered else self._out.confirmed)
 
     def _ack(self, count: int) -> None:
         """The first ``count`` delivered messages are consumed."""
