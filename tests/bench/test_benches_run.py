@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.alions import PACKAGE as ALIONS
+from tests.support.official_client import npm_modules
 from tests.support.procs import ROOT
 from tests.support.wait import wait_until
 
@@ -49,6 +51,12 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^SDK send, one at a time \(1 broker\): p50 auto-batch on {NUMBER} ms",
         rf"^broker memory outside the page cache \(RssAnon\) holding {NUMBER} messages: "
         rf"{NUMBER} MiB",
+    ),
+    "classic_bench.py": (
+        rf"^SDK     send, 64 in flight \(auto-batch off\): +{NUMBER} msg/s",
+        rf"^ali-ons send, 64 in flight \(classic door\): +{NUMBER} msg/s",
+        rf"^ali-ons send, one at a time: p50 {NUMBER} ms",
+        rf"^ratio master CPU a send, classic door / our protocol: (?:{NUMBER}|n/a) ",
     ),
     "consumer_lag_bench.py": (
         rf"^GET_CONSUME_STATS for one group \({NUMBER} bytes\): p50 {NUMBER} ms",
@@ -110,6 +118,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "txn_bench.py": (rf"^  commits alone: +{NUMBER} commits/s",),
 }
 
+NODE: dict[str, Path] = {"classic_bench.py": ALIONS}
+"""Benches that drive a Node.js client (its package directory): without node and npm they are
+skipped, under CI=true failed, as the other tests of that client are (npm_modules)."""
+
 
 def group_alive(pgid: int) -> list[int]:
     """The processes of group ``pgid`` still running (zombies, ended but not yet reaped by
@@ -144,6 +156,8 @@ def test_bench_runs_in_its_tiny_mode(name: str, tmp_path: Path) -> None:
     argv = [sys.executable, str(BENCH / name), "--smoke"]
     # Its temp dirs under the test's: whatever a failed run leaves is cleaned with it.
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    if name in NODE:  # installed once per machine, not under the bench's TMPDIR
+        env["NODE_PATH"] = str(npm_modules(NODE[name], f"{name}'s Node.js client"))
     proc = subprocess.Popen(
         argv,
         cwd=ROOT,
