@@ -44,10 +44,20 @@ from protocol.rocketmq_remoting.frame import (
 )
 from remoting.server import Connection
 
-__all__ = ["ClassicDoor", "ClassicHandler", "ClassicRefusal", "ClassicSession", "auth_refusal"]
+__all__ = [
+    "ClassicAnswer",
+    "ClassicDoor",
+    "ClassicHandler",
+    "ClassicRefusal",
+    "ClassicSession",
+    "auth_refusal",
+]
 
 log = structlog.get_logger(__name__)
 
+ClassicAnswer = RemotingCommand | asyncio.Future[RemotingCommand | None]
+"""What a handler that answers from a callback returns: the answer, or a future of it (no task
+per request; the session cancels it when the connection closes)."""
 ClassicResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 ClassicHandler = Callable[["ClassicSession", RemotingCommand], ClassicResult]
 
@@ -105,6 +115,7 @@ class ClassicSession:
         self.decoder = CommandDecoder(min(door.max_frame_bytes, 16 * 1024 * 1024))
         self.attrs: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._futures: dict[asyncio.Future[RemotingCommand | None], RemotingCommand] = {}
         self._opaque = 0
 
     @property
@@ -123,6 +134,9 @@ class ClassicSession:
         self.door.sessions.discard(self)
         for task in list(self._tasks):
             task.cancel()
+        futures, self._futures = self._futures, {}
+        for fut in futures:
+            fut.cancel()
         for cb in self.door.on_close:
             cb(self)
 
@@ -139,9 +153,10 @@ class ClassicSession:
         )
 
     def send(self, cmd: RemotingCommand) -> None:
-        transport = self.conn.transport
-        if transport is not None and not self.conn.closed:
-            transport.write(encode_command(cmd))
+        """Queue ``cmd``: what is queued in one loop turn goes out in one write (the
+        connection's :meth:`~remoting.server.Connection.send_bytes`)."""
+        if not self.conn.closed:
+            self.conn.send_bytes(encode_command(cmd))
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         if self.door.refusal is not None:
@@ -166,7 +181,11 @@ class ClassicSession:
         except Exception as exc:
             self._reply(cmd, self._failure(cmd, exc))
             return
-        if inspect.isawaitable(result):
+        if isinstance(result, asyncio.Future):
+            self._futures[result] = cmd
+            result.add_done_callback(self._future_done)
+            self.conn.add_inflight(1)
+        elif inspect.isawaitable(result):
             task = asyncio.ensure_future(self._await(cmd, result))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
@@ -178,6 +197,22 @@ class ClassicSession:
         self._tasks.discard(task)
         if not self.conn.closed:
             self.conn.add_inflight(-1)
+
+    def _future_done(self, fut: asyncio.Future[RemotingCommand | None]) -> None:
+        cmd = self._futures.pop(fut, None)
+        if cmd is None:  # the connection closed first and cancelled it
+            return
+        self.conn.add_inflight(-1)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            self._reply(cmd, fut.result())
+        else:
+            self._reply(
+                cmd,
+                self._failure(cmd, exc if isinstance(exc, Exception) else RuntimeError(repr(exc))),
+            )
 
     async def _await(self, cmd: RemotingCommand, result: Awaitable[RemotingCommand | None]) -> None:
         try:

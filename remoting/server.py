@@ -309,11 +309,16 @@ class Connection(CopyingProtocol):
     # API --------------------------------------------------------------------------------------
     def send(self, frame: Frame) -> None:
         """Queue a frame; every frame queued in one loop iteration goes out in one write."""
+        self.send_bytes(encode_frame(frame))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Queue an encoded frame (a second door's: :meth:`send` for our own frames); it goes
+        out in the same write as the rest queued in this loop iteration."""
         if self.transport is None or self.closed:
             return
         if not self._out:
             (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
-        self._out.append(encode_frame(frame))
+        self._out.append(data)
 
     def _flush(self) -> None:
         out = self._out

@@ -20,6 +20,7 @@ What is translated on the way in, the rest of the properties kept as they came:
 
 from __future__ import annotations
 
+import asyncio
 import time
 import zlib
 from typing import Final
@@ -37,7 +38,7 @@ from protocol.rocketmq_remoting.message_decoder import decode_batch
 from protocol.rocketmq_remoting.properties import decode_properties
 from protocol.timer import PROP_TIMER_DELAY_MS, PROP_UNIQ_KEY
 from protocol.transaction import PROP_TRANSACTION_ID, is_transactional
-from remoting.classic_door import ClassicDoor, ClassicRefusal, ClassicSession
+from remoting.classic_door import ClassicAnswer, ClassicDoor, ClassicRefusal, ClassicSession
 
 __all__ = ["CLASSIC_DELAY_LEVELS_MS", "ClassicSend", "classic_message"]
 
@@ -106,19 +107,13 @@ class ClassicSend:
         door.register(RequestCode.SEND_MESSAGE_V2, self.send_message_v2)
         door.register(RequestCode.SEND_BATCH_MESSAGE, self.send_batch)
 
-    async def send_message(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
-        return await self._send(
-            session, req, SendMessageHeader.parse(req.ext_fields, short_names=False)
-        )
+    def send_message(self, session: ClassicSession, req: RemotingCommand) -> ClassicAnswer:
+        return self._send(session, req, SendMessageHeader.parse(req.ext_fields, short_names=False))
 
-    async def send_message_v2(
-        self, session: ClassicSession, req: RemotingCommand
-    ) -> RemotingCommand:
-        return await self._send(
-            session, req, SendMessageHeader.parse(req.ext_fields, short_names=True)
-        )
+    def send_message_v2(self, session: ClassicSession, req: RemotingCommand) -> ClassicAnswer:
+        return self._send(session, req, SendMessageHeader.parse(req.ext_fields, short_names=True))
 
-    async def send_batch(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
+    def send_batch(self, session: ClassicSession, req: RemotingCommand) -> ClassicAnswer:
         h = SendMessageHeader.parse(req.ext_fields, short_names=True)
         messages = [
             classic_message(
@@ -131,11 +126,11 @@ class ClassicSend:
             )
             for m in decode_batch(req.body)
         ]
-        return await self._put(req, h, messages)
+        return self._put(req, h, messages)
 
-    async def _send(
+    def _send(
         self, session: ClassicSession, req: RemotingCommand, h: SendMessageHeader
-    ) -> RemotingCommand:
+    ) -> ClassicAnswer:
         if not req.body:
             self.service.count_refusal(ResponseCode.MESSAGE_ILLEGAL)
             raise ClassicRefusal(ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
@@ -143,16 +138,17 @@ class ClassicSend:
         msg = classic_message(
             h.topic, _inflate(req.body, h.sys_flag), props, h.flag, h.born_timestamp, session.peer
         )
-        return await self._put(req, h, [msg])
+        return self._put(req, h, [msg])
 
-    async def _put(
+    def _put(
         self, req: RemotingCommand, h: SendMessageHeader, messages: list[Message]
-    ) -> RemotingCommand:
+    ) -> ClassicAnswer:
+        """The answer at once when the send needs no wait, else a future of it set when the
+        durability wait ends (a callback: no task per send, as our own door answers)."""
         start = time.perf_counter()
         service = self.service
         try:
             result = service.put(h.topic, h.queue_id, messages)
-            await service.durable(result, start)
         except SendRefused as refused:
             raise ClassicRefusal(classic_code(refused.code), refused.remark) from None
         answer = SendMessageResponseHeader(
@@ -161,4 +157,22 @@ class ClassicSend:
             queue_offset=result.first_queue_offset,
             transaction_id=messages[0].properties.get(PROP_TRANSACTION_ID),
         )
-        return make_response(req, ResponseCode.SUCCESS, ext_fields=answer.ext_fields())
+        resp = make_response(req, ResponseCode.SUCCESS, ext_fields=answer.ext_fields())
+        now: list[RemotingCommand] = []  # the answer, when it was settled before we return
+        later: asyncio.Future[RemotingCommand | None] | None = None
+
+        def done(code: int, remark: str) -> None:
+            if code == ResponseCode.SUCCESS:
+                answered = resp
+            else:
+                answered = make_response(req, classic_code(code), remark=remark)
+            if later is None:
+                now.append(answered)
+            elif not later.done():  # not cancelled by the connection's close
+                later.set_result(answered)
+
+        service.when_durable(result, start, done)
+        if now:
+            return now[0]
+        later = asyncio.get_running_loop().create_future()
+        return later

@@ -16,6 +16,7 @@ observed once its answer is due (``rmq_broker_send_latency_seconds``), whichever
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -194,6 +195,25 @@ class SendService:
         metrics.send_latency.observe(time.perf_counter() - start)
         if code != ResponseCode.SUCCESS:
             metrics.send_error(code)
+
+    def when_durable(
+        self, result: PutResult, start: float, done: Callable[[int, str], None]
+    ) -> None:
+        """Call ``done(code, remark)`` once a stored send is as durable as its answer must be
+        (at once when there is nothing to wait for; SUCCESS, or why durability failed), the
+        send settled first: :meth:`durable` without a coroutine, for a front that answers
+        from a callback."""
+        host = self.host
+        if not host.needs_wait(result):
+            self.settled(start, ResponseCode.SUCCESS)
+            done(ResponseCode.SUCCESS, "")
+            return
+
+        def finished(code: int, remark: str) -> None:
+            self.settled(start, code)
+            done(code, remark)
+
+        host.when_durable(result, finished)
 
     async def durable(self, result: PutResult, start: float) -> None:
         """Wait until a stored send is as durable as its answer must be (the flush, the

@@ -13,8 +13,9 @@ from protocol.rocketmq_remoting.frame import (
     encode_command,
     make_response,
 )
-from remoting.classic_door import ClassicDoor, ClassicSession
+from remoting.classic_door import ClassicAnswer, ClassicDoor, ClassicSession
 from remoting.server import RemotingServer, ServerLimits
+from tests.support.wait import wait_until_async
 
 SLOW, FAST = 1001, 1002
 
@@ -68,3 +69,48 @@ async def _answers(
         return []
     assert data
     return [(c.opaque, c.remark) for c in decoder.feed(data)]
+
+
+async def test_a_future_answer_counts_in_flight_goes_out_when_set_and_is_cancelled_on_close() -> (
+    None
+):
+    """A handler that answers from a callback returns a future (the classic send does, from
+    the durability wait): it is in flight until set, its answer is written then, and a
+    connection that closes first cancels it (nothing written, no error)."""
+    server = RemotingServer(ServerLimits(max_inflight=8), name="test")
+    door = ClassicDoor("test", 1 << 20)
+    futures: list[asyncio.Future[RemotingCommand | None]] = []
+
+    def later(session: ClassicSession, req: RemotingCommand) -> ClassicAnswer:
+        fut: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+        futures.append(fut)
+        return fut
+
+    door.register(SLOW, later)
+    server.second_door = door
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    decoder = CommandDecoder()
+    try:
+        writer.write(encode_command(RemotingCommand(code=SLOW, opaque=7)))
+        await writer.drain()
+        await wait_until_async(lambda: len(futures) == 1, "the request handled", 5)
+        (conn,) = server.connections
+        assert conn.inflight == 1
+        assert await _answers(reader, decoder, 0.3) == []  # not answered before it is set
+        req = RemotingCommand(code=SLOW, opaque=7)
+        futures[0].set_result(make_response(req, 0, remark="durable"))
+        assert await _answers(reader, decoder, 5) == [(7, "durable")]
+        assert conn.inflight == 0
+
+        writer.write(encode_command(RemotingCommand(code=SLOW, opaque=8)))
+        await writer.drain()
+        await wait_until_async(lambda: len(futures) == 2, "the second request handled", 5)
+        writer.close()
+        await wait_until_async(
+            lambda: futures[1].cancelled(), "the future cancelled by the close", 5
+        )
+        assert not server.connections
+    finally:
+        writer.close()
+        await server.stop()
