@@ -13,6 +13,7 @@ import structlog
 from broker.auth.guard import broker_guard
 from broker.auth.users import BrokerUsers
 from broker.classic import classic_door
+from broker.classic.auth import classic_authorizer
 from broker.compose import compose
 from broker.config import BrokerConfig
 from broker.consumer_stats import LagAtScrape
@@ -130,7 +131,7 @@ class Broker:
         ):
             processor.register(self.server)
         # RocketMQ's classic clients on the same port, told apart on their first bytes.
-        self.server.second_door = classic_door(self.ctx)
+        classic = self.server.second_door = classic_door(self.ctx, self.admin)
         files = cfg.tls_files
         self.tls = DaemonTls(files) if files is not None else None
         tls = self.tls
@@ -186,6 +187,7 @@ class Broker:
                     cfg.auth_timestamp_window_ms,
                     self.metrics,
                 )
+                classic.authorizer = classic_authorizer(self.users, cfg.cluster, self.metrics)
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
         if files is not None and files.verify_client:
             self.server.guard = ClientCertGate(

@@ -13,9 +13,11 @@ the connection closes). Answers go out in the serialize type of their request.
   missing or malformed: :class:`~protocol.rocketmq_remoting.headers.HeaderError`, a body that
   does not parse) answers SYSTEM_ERROR with its message, as RocketMQ does; anything else is
   logged and answers SYSTEM_ERROR;
-- with ``refusal`` set (the daemon has authentication on), every request answers
-  NO_PERMISSION (16) with it: RocketMQ's ACL signature is not checked yet, and nothing may
-  pass unauthenticated;
+- with ``authorizer`` set (the broker with authentication on: :mod:`broker.classic.auth`),
+  each request passes it first: a remark it returns answers NO_PERMISSION (16) with it
+  (RocketMQ's ACL signature or the user's rules refused it);
+- else with ``refusal`` set (a daemon with authentication on that checks no signature), every
+  request answers NO_PERMISSION (16) with it: nothing may pass unauthenticated;
 - a frame that does not decode closes the connection with one logged line (the server's
   ``bad_frame`` handling: the session's decoder stands in for ours).
 
@@ -46,6 +48,7 @@ from remoting.server import Connection
 
 __all__ = [
     "ClassicAnswer",
+    "ClassicAuthorizer",
     "ClassicDoor",
     "ClassicHandler",
     "ClassicRefusal",
@@ -60,6 +63,8 @@ ClassicAnswer = RemotingCommand | asyncio.Future[RemotingCommand | None]
 per request; the session cancels it when the connection closes)."""
 ClassicResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 ClassicHandler = Callable[["ClassicSession", RemotingCommand], ClassicResult]
+ClassicAuthorizer = Callable[["ClassicSession", RemotingCommand], str | None]
+"""(session, request) -> why it is refused (answered NO_PERMISSION), None: it passes."""
 
 
 class ClassicRefusal(Exception):
@@ -89,7 +94,9 @@ class ClassicDoor:
         self.max_frame_bytes = max_frame_bytes
         self.refusal = refusal
         """When set, every request answers NO_PERMISSION (16) with it (authentication is on and
-        RocketMQ's ACL signature is not checked yet: nothing may pass unauthenticated)."""
+        no ``authorizer`` checks RocketMQ's ACL signature: nothing may pass unauthenticated)."""
+        self.authorizer: ClassicAuthorizer | None = None
+        """When set, every request passes it before its handler (it replaces ``refusal``)."""
         self.handlers: dict[int, ClassicHandler] = {}
         self.sessions: set[ClassicSession] = set()
         self.on_close: list[Callable[[ClassicSession], None]] = []
@@ -159,10 +166,11 @@ class ClassicSession:
             self.conn.send_bytes(encode_command(cmd))
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
-        if self.door.refusal is not None:
-            self._reply(
-                cmd, make_response(cmd, ResponseCode.NO_PERMISSION, remark=self.door.refusal)
-            )
+        refusal = (
+            self.door.refusal if self.door.authorizer is None else self.door.authorizer(self, cmd)
+        )
+        if refusal is not None:
+            self._reply(cmd, make_response(cmd, ResponseCode.NO_PERMISSION, remark=refusal))
             return
         handler = self.door.handlers.get(cmd.code)
         if handler is None:
