@@ -68,7 +68,7 @@ def signature_refusal(
     if not access_key or not given:
         return (
             "unsigned",
-            "authentication is on: sign the request with RocketMQ's ACL (extFields AccessKey "
+            "authentication is on and the request has no RocketMQ ACL signature (extFields AccessKey "
             "and Signature; the access key is a user's name, the secret key its secret)",
         )
     secret = secret_of(access_key)
