@@ -131,7 +131,7 @@ class Broker:
         ):
             processor.register(self.server)
         # RocketMQ's classic clients on the same port, told apart on their first bytes.
-        classic = self.server.second_door = classic_door(self.ctx)
+        classic = self.server.second_door = classic_door(self.ctx, self.admin)
         files = cfg.tls_files
         self.tls = DaemonTls(files) if files is not None else None
         tls = self.tls

@@ -74,7 +74,7 @@ def lag_by_group_topic(ctx: BrokerContext) -> dict[tuple[str, str], int]:
         for topic in topics:
             queues = bounds.get(topic)
             if queues is None:
-                queues = bounds[topic] = _bounds(ctx, topic)
+                queues = bounds[topic] = queue_bounds(ctx, topic)
             if not queues:
                 continue  # not (or no longer) a topic here
             offsets = by_topic.get(topic, {})
@@ -85,7 +85,7 @@ def lag_by_group_topic(ctx: BrokerContext) -> dict[tuple[str, str], int]:
     return totals
 
 
-def _bounds(ctx: BrokerContext, topic: str) -> list[tuple[int, int]]:
+def queue_bounds(ctx: BrokerContext, topic: str) -> list[tuple[int, int]]:
     """(min offset, max offset a consumer can read) of each queue of ``topic`` here."""
     config = ctx.topics.get(topic)
     if config is None:

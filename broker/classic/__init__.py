@@ -12,6 +12,7 @@ code answers REQUEST_CODE_NOT_SUPPORTED (3) naming it.
 
 from __future__ import annotations
 
+from broker.classic.admin import ClassicAdmin
 from broker.classic.clients import ClassicClients
 from broker.classic.locks import ClassicLocks
 from broker.classic.offsets import ClassicOffsets
@@ -21,13 +22,15 @@ from broker.classic.send import ClassicSend
 from broker.classic.send_back import ClassicSendBack
 from broker.classic.transaction import ClassicTransactions
 from broker.context import BrokerContext
+from broker.processors.admin import AdminProcessor
 from remoting.classic_door import ClassicDoor, auth_refusal
 
 __all__ = ["classic_door"]
 
 
-def classic_door(ctx: BrokerContext) -> ClassicDoor:
-    """The broker's classic door with its processors registered."""
+def classic_door(ctx: BrokerContext, admin: AdminProcessor) -> ClassicDoor:
+    """The broker's classic door with its processors registered (``admin``: our door's, whose
+    topic creation both doors use)."""
     door = ClassicDoor(
         "broker", ctx.cfg.max_frame_bytes, refusal=auth_refusal(ctx.cfg.auth_enabled)
     )
@@ -40,6 +43,7 @@ def classic_door(ctx: BrokerContext) -> ClassicDoor:
         ClassicQuery(ctx),
         ClassicLocks(ctx),
         ClassicTransactions(ctx),
+        ClassicAdmin(ctx, admin),
     ):
         processor.register(door)
     return door

@@ -29,6 +29,7 @@ from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from remoting.failover import AddressFailover
 from remoting.server import Connection, RemotingServer, error_response
+from storage.config_files import TopicConfig
 
 CONTROLLER_TIMEOUT = 3.0
 # Controller answers that mean "not now" (no leader yet, not committed in time): a client of
@@ -66,22 +67,28 @@ class AdminProcessor:
 
     async def update_topic(self, conn: Connection, req: Frame) -> Frame:
         create = CreateTopic.parse(req.header, req.body)
-        topic = create.topic
-        queues = self.ctx.cfg.default_topic_queues if create.queues is None else create.queues
+        outcome = await self.create_topic(create.topic, create.queues)
+        if not isinstance(outcome, TopicConfig):
+            return error_response(req, *outcome)
+        created = TopicCreated(topic=outcome.topic, queues=outcome.queues)
+        return response(req, ResponseCode.SUCCESS, *created.encode())
+
+    async def create_topic(self, topic: str, queues: int | None) -> TopicConfig | tuple[int, str]:
+        """Create or grow ``topic`` (``queues`` None: the default count), through the
+        controllers in controller mode: its config, or the code and remark to answer (nothing
+        created then). Both doors' UPDATE_AND_CREATE_TOPIC."""
+        count = self.ctx.cfg.default_topic_queues if queues is None else queues
         tc = self.ctx.topics.get(topic)
-        if tc is not None and queues < tc.queues:
-            return error_response(
-                req,
+        if tc is not None and count < tc.queues:
+            return (
                 ResponseCode.BAD_REQUEST,
                 f"topic {topic} has {tc.queues} queues; shrinking is not supported",
             )
         if self.ctx.controller_mode:
-            refused = await self._commit_with_controllers(topic, queues)
+            refused = await self._commit_with_controllers(topic, count)
             if refused is not None:
-                return error_response(req, *refused)
-        tc = self.ctx.create_topic(topic, queues)
-        created = TopicCreated(topic=tc.topic, queues=tc.queues)
-        return response(req, ResponseCode.SUCCESS, *created.encode())
+                return refused
+        return self.ctx.create_topic(topic, count)
 
     async def _commit_with_controllers(self, topic: str, queues: int) -> tuple[int, str] | None:
         """UPDATE_AND_CREATE_TOPIC on the controllers for this broker's group: None once they
@@ -167,27 +174,30 @@ class AdminProcessor:
 
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:
         RuntimeInfoQuery.parse(req.header, req.body)
-        ctx = self.ctx
-        store = ctx.store
-        role = ctx.role
-        info = RuntimeInfo(
-            broker_name=ctx.cfg.broker_name,
-            cluster=ctx.cfg.cluster,
-            address=ctx.cfg.listen,
-            broker_id=role.broker_id,
-            master=role.is_master,
-            master_epoch=role.master_epoch,
-            max_offset=store.max_offset,
-            min_offset=store.min_offset,
-            flushed_offset=ctx.service.flushed_offset,
-            confirm_offset=ctx.ha.confirm_offset if ctx.ha is not None else store.confirm_offset,
-            ha_address=ctx.ha.address if ctx.ha is not None else None,
-            fenced=role.fenced,
-            topics=len(ctx.topics.all()),
-            connections=ctx.connections(),
-            pulls_waiting=ctx.waiters.waiting,
-            timer_pending=ctx.timer.pending_count,
-            grpc_endpoint=ctx.grpc_endpoints.get("plain"),
-            grpc_tls_endpoint=ctx.grpc_endpoints.get("tls"),
-        )
-        return response(req, ResponseCode.SUCCESS, *info.encode())
+        return response(req, ResponseCode.SUCCESS, *runtime_info(self.ctx).encode())
+
+
+def runtime_info(ctx: BrokerContext) -> RuntimeInfo:
+    """The broker's role, offsets, load and endpoints (both doors' GET_BROKER_RUNTIME_INFO)."""
+    store = ctx.store
+    role = ctx.role
+    return RuntimeInfo(
+        broker_name=ctx.cfg.broker_name,
+        cluster=ctx.cfg.cluster,
+        address=ctx.cfg.listen,
+        broker_id=role.broker_id,
+        master=role.is_master,
+        master_epoch=role.master_epoch,
+        max_offset=store.max_offset,
+        min_offset=store.min_offset,
+        flushed_offset=ctx.service.flushed_offset,
+        confirm_offset=ctx.ha.confirm_offset if ctx.ha is not None else store.confirm_offset,
+        ha_address=ctx.ha.address if ctx.ha is not None else None,
+        fenced=role.fenced,
+        topics=len(ctx.topics.all()),
+        connections=ctx.connections(),
+        pulls_waiting=ctx.waiters.waiting,
+        timer_pending=ctx.timer.pending_count,
+        grpc_endpoint=ctx.grpc_endpoints.get("plain"),
+        grpc_tls_endpoint=ctx.grpc_endpoints.get("tls"),
+    )

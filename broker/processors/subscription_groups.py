@@ -9,6 +9,8 @@ current value. A bad key or value is answered BAD_REQUEST and nothing is stored.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 
 from broker.context import BrokerContext
@@ -20,7 +22,7 @@ from protocol.broker_requests.subscription_groups import (
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
-from protocol.retry import RetryConfigError
+from protocol.retry import RetryConfigError, SubscriptionGroupConfig
 from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import StoreError
 
@@ -35,22 +37,11 @@ class SubscriptionGroupProcessor:
         server.register(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, self.get_one)
 
     def update(self, conn: Connection, req: Frame) -> Frame:
-        ctx = self.ctx
-        if not ctx.role.is_master:
-            return error_response(
-                req,
-                ResponseCode.NOT_MASTER,
-                f"broker {ctx.cfg.listen} is not the master of {ctx.cfg.broker_name}: "
-                "update subscription groups on the master (slaves copy them)",
-            )
         doc = dict(SubscriptionGroupUpdate.parse(req.header, req.body).settings)
-        try:
-            config = ctx.sub_groups.update(doc)
-        except RetryConfigError as exc:
-            return error_response(req, ResponseCode.BAD_REQUEST, str(exc))
-        except StoreError as exc:
-            return error_response(req, ResponseCode.SYSTEM_ERROR, f"not stored: {exc}")
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(config.to_dict()))
+        outcome = update_group(self.ctx, doc)
+        if not isinstance(outcome, SubscriptionGroupConfig):
+            return error_response(req, *outcome)
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(outcome.to_dict()))
 
     def get_one(self, conn: Connection, req: Frame) -> Frame:
         group = SubscriptionGroupQuery.parse(req.header, req.body).group
@@ -74,3 +65,22 @@ class SubscriptionGroupProcessor:
             dlq_resent={g: tuple(o) for g, o in ctx.dlq_resent.snapshot().items()},
         )
         return response(req, ResponseCode.SUCCESS, *table.encode())
+
+
+def update_group(
+    ctx: BrokerContext, doc: dict[str, Any]
+) -> SubscriptionGroupConfig | tuple[int, str]:
+    """Store a group's settings on the master (both doors' UPDATE_AND_CREATE_SUBSCRIPTIONGROUP):
+    the stored settings, or the code and remark to answer (nothing stored then)."""
+    if not ctx.role.is_master:
+        return (
+            ResponseCode.NOT_MASTER,
+            f"broker {ctx.cfg.listen} is not the master of {ctx.cfg.broker_name}: "
+            "update subscription groups on the master (slaves copy them)",
+        )
+    try:
+        return ctx.sub_groups.update(doc)
+    except RetryConfigError as exc:
+        return ResponseCode.BAD_REQUEST, str(exc)
+    except StoreError as exc:
+        return ResponseCode.SYSTEM_ERROR, f"not stored: {exc}"

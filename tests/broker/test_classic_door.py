@@ -168,7 +168,7 @@ async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: B
         unknown = await raw.call(999, {})
         assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         assert "999" in (unknown.remark or "")
-        admin = await raw.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG"})
+        admin = await raw.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC})
         assert admin.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, admin.remark
         missing = await raw.call(RequestCode.SEND_MESSAGE_V2, {"b": TOPIC}, b"x")
         assert missing.code == ResponseCode.SYSTEM_ERROR and "producerGroup" in (
