@@ -6,6 +6,7 @@ checked against what our own door says."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -18,6 +19,7 @@ from protocol.rocketmq_remoting.frame import SerializeType
 from protocol.rocketmq_remoting.headers import SendMessageHeader
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
+from tests.broker.test_send_waits import start_master
 from tests.support.classic import Raw
 from tests.support.procs import BrokerProc
 
@@ -187,3 +189,21 @@ async def test_subscription_groups_on_the_classic_door(broker: BrokerProc) -> No
     finally:
         raw.close()
         ours.close()
+
+
+async def test_a_classic_topic_needs_the_controllers_in_controller_mode(tmp_path: Path) -> None:
+    """The classic door creates topics as ours does: with the controllers unreachable the
+    answer is retriable (SERVICE_NOT_AVAILABLE) and nothing is created, even on a master."""
+    master = await start_master(tmp_path)  # controllers = 127.0.0.1:1: nobody listens there
+    raw = await Raw.open(int(master.address.rsplit(":", 1)[1]))
+    try:
+        create = {"topic": "Orders", "readQueueNums": "4", "writeQueueNums": "4"}
+        refused = await raw.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create)
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE, refused.remark
+        assert refused.remark is not None and "topic Orders not created" in refused.remark
+        assert master.broker.ctx.topics.get("Orders") is None
+        listed = await raw.call(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+        assert "Orders" not in json.loads(listed.body)["topicConfigTable"]
+    finally:
+        raw.close()
+        await master.broker.stop()
