@@ -9,11 +9,14 @@ from controller.metrics import ControllerMetrics
 from controller.nameserver import NameServerDoor
 from controller.raft_driver import DriverConfig, RaftDriver
 from controller.service import ControllerService
+from controller.service.auth import ControllerUsers
 from controller.state_machine import MetadataStateMachine
 from daemon.auth_key import load_auth_key
 from daemon.metrics import serve_metrics
 from protocol.codes import ControllerCode, RequestCode
 from protocol.request_auth import Credentials, cluster_credentials
+from protocol.rocketmq_remoting.acl import nameserver_checks
+from remoting.classic_auth import classic_authorizer
 from remoting.classic_door import ClassicDoor, auth_refusal
 from remoting.client import use_tls
 from remoting.ports import check_port_free
@@ -98,6 +101,14 @@ class Controller:
             "controller", cfg.max_frame_bytes, refusal=auth_refusal(cfg.auth_enabled)
         )
         NameServerDoor(self.service.topics).register(self.classic)
+        if self.service.auth_key is not None and self.service.cluster_credentials is not None:
+            # with authentication on: RocketMQ's ACL signature, then our controllers' rules
+            metrics = self.metrics
+            self.classic.authorizer = classic_authorizer(
+                ControllerUsers(self.service.manager, self.service.auth_key),
+                lambda cmd: nameserver_checks(cmd.code, cmd.ext_fields, cmd.body),
+                lambda reason: metrics.auth_refused.labels(reason=reason).inc(),
+            )
         self.server.second_door = self.classic
         files = cfg.tls_files
         self.tls = DaemonTls(files) if files is not None else None

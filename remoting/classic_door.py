@@ -13,7 +13,7 @@ the connection closes). Answers go out in the serialize type of their request.
   missing or malformed: :class:`~protocol.rocketmq_remoting.headers.HeaderError`, a body that
   does not parse) answers SYSTEM_ERROR with its message, as RocketMQ does; anything else is
   logged and answers SYSTEM_ERROR;
-- with ``authorizer`` set (the broker with authentication on: :mod:`broker.classic.auth`),
+- with ``authorizer`` set (authentication on: :mod:`remoting.classic_auth`),
   each request passes it first: a remark it returns answers NO_PERMISSION (16) with it
   (RocketMQ's ACL signature or the user's rules refused it);
 - else with ``refusal`` set (a daemon with authentication on that checks no signature), every

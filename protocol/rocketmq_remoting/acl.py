@@ -27,7 +27,14 @@ from typing import Final
 
 from protocol.acl import Action, Resource, ResourceType
 from protocol.remoting import KIND_REQUEST, Frame
-from protocol.request_permissions import ANY_USER, Check, Checks, broker_checks, topic_resource
+from protocol.request_permissions import (
+    ANY_USER,
+    Check,
+    Checks,
+    broker_checks,
+    controller_checks,
+    topic_resource,
+)
 from protocol.rocketmq_remoting.codes import RequestCode
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "SECURITY_TOKEN",
     "SIGNATURE",
     "classic_checks",
+    "nameserver_checks",
     "sign",
     "signature_refusal",
     "signing_content",
@@ -152,3 +160,12 @@ def classic_checks(
         return rule(ext_fields, body)
     frame = Frame(kind=KIND_REQUEST, code=code, opaque=0, header=dict(ext_fields), body=body)
     return broker_checks(frame, cluster)
+
+
+def nameserver_checks(code: int, ext_fields: Mapping[str, str], body: bytes | None) -> Checks:
+    """The checks of a NameServer request on the controllers: our controllers' own table
+    (:func:`~protocol.request_permissions.controller_checks`): the route query needs pub, sub
+    or get on the topic, the cluster's brokers any user, the topic list (no code of ours) a
+    super user."""
+    frame = Frame(kind=KIND_REQUEST, code=code, opaque=0, header=dict(ext_fields), body=body)
+    return controller_checks(frame, "")

@@ -149,3 +149,33 @@ async def test_signed_requests_are_checked_against_our_users(
         assert await max_offset(raw, "AclB") == 0
     finally:
         raw.close()
+
+
+async def test_the_nameserver_door_checks_the_signature_and_our_route_rule(
+    secured: tuple[Cluster, BrokerNode],
+) -> None:
+    cluster, _ = secured
+    raw = await Raw.open(cluster.controllers[0].port)
+    try:
+        route = RequestCode.GET_ROUTEINFO_BY_TOPIC
+
+        async def routed() -> bool:  # a follower answers once it applied the user
+            answer = await raw.call(route, signed({"topic": "AclA"}, b"", APP))
+            return answer.code == ResponseCode.SUCCESS
+
+        await wait_until_async(routed, "a signed route query for AclA", 30)
+        # pub on AclA suffices for its route; nothing on AclB refuses it
+        refused(await raw.call(route, signed({"topic": "AclB"}, b"", APP)),
+                "no rule of classic-app allows pub on Topic:AclB")  # fmt: skip
+        refused(await raw.call(route, {"topic": "AclA"}), "no RocketMQ ACL signature")
+        wrong = Credentials(APP.access_key, "not-the-secret")
+        refused(await raw.call(route, signed({"topic": "AclA"}, b"", wrong)), "does not match")
+        # the cluster's brokers: any user; the topic list: a super user
+        cluster_info = await raw.call(RequestCode.GET_BROKER_CLUSTER_INFO, signed({}, b"", APP))
+        assert cluster_info.code == ResponseCode.SUCCESS, cluster_info.remark
+        topics = RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+        refused(await raw.call(topics, signed({}, b"", APP)), "needs a super user")
+        listed = await raw.call(topics, signed({}, b"", ROOT))
+        assert listed.code == ResponseCode.SUCCESS, listed.remark
+    finally:
+        raw.close()

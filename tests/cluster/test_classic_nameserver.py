@@ -1,9 +1,9 @@
 """The NameServer door on real controllers: RocketMQ's route, cluster and topic-list requests
 answered from the route service, in the JSON the classic clients parse (fastjson's bare integer
 broker ids for old client versions, standard JSON for 4.9.4 on); with authentication on, the
-controllers' classic door refuses every request and the brokers' every unsigned one
-(NO_PERMISSION, the remark says why) instead of serving it unauthenticated (signed requests to
-the brokers: tests/cluster/test_classic_acl.py)."""
+classic doors of controllers and brokers refuse every unsigned request (NO_PERMISSION, the
+remark says why) instead of serving it unauthenticated (signed requests:
+tests/cluster/test_classic_acl.py)."""
 
 from __future__ import annotations
 
