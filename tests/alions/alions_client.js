@@ -19,12 +19,16 @@
 //     a push consumer of GROUP from the first offset, until COUNT messages arrived and their
 //     offsets were committed; prints {"received": [{body, tags, keys, seq, msgId, queueId,
 //     queueOffset}]}
-// Its last stdout line is the JSON; ali-ons' own log goes to stderr.
+// Its last stdout line is the JSON; ali-ons' own log goes to stderr. With ALIONS_ACCESS_KEY and
+// ALIONS_SECRET_KEY set, producers and consumers sign their requests (RocketMQ's ACL 1.0).
 const { Producer, Consumer, Message } = require('ali-ons');
 
 const [mode, nameSrv, topic, ...rest] = process.argv.slice(2);
 // nameSrv given: ali-ons never asks the HTTP address service, but it insists on a client.
 const httpclient = { request() { throw new Error('no HTTP name server lookup in this test'); } };
+const keys = process.env.ALIONS_ACCESS_KEY
+  ? { accessKey: process.env.ALIONS_ACCESS_KEY, secretKey: process.env.ALIONS_SECRET_KEY }
+  : {};
 const logger = {
   info() {}, debug() {}, log() {},
   warn(...args) { console.error('WARN', ...args); },
@@ -32,7 +36,7 @@ const logger = {
 };
 
 async function produce(count) {
-  const producer = new Producer({ httpclient, nameSrv, producerGroup: 'alions-producer', logger });
+  const producer = new Producer({ ...keys, httpclient, nameSrv, producerGroup: 'alions-producer', logger });
   await producer.ready();
   const sent = [];
   for (let i = 0; i < count; i++) {
@@ -50,7 +54,7 @@ async function produce(count) {
 
 async function keepSending(count) {
   const producer = new Producer({
-    httpclient, nameSrv, producerGroup: 'alions-keep', logger,
+    ...keys, httpclient, nameSrv, producerGroup: 'alions-keep', logger,
     pollNameServerInteval: 500, sendMsgTimeout: 2000,
   });
   producer.on('error', () => {});
@@ -80,7 +84,7 @@ async function keepSending(count) {
 
 async function consume(group, count) {
   const consumer = new Consumer({
-    httpclient, nameSrv, consumerGroup: group, logger,
+    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
     consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
     persistConsumerOffsetInterval: 500,
     brokerSuspendMaxTimeMillis: 2000,
@@ -105,7 +109,7 @@ async function consume(group, count) {
 
 async function fail(group, count, max) {
   const consumer = new Consumer({
-    httpclient, nameSrv, consumerGroup: group, logger,
+    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
     consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
     maxReconsumeTimes: max,
     persistConsumerOffsetInterval: 500,
@@ -145,7 +149,7 @@ async function until(condition, what, ms) {
 
 async function share(group, count) {
   const options = name => ({
-    httpclient, nameSrv, consumerGroup: group, logger, instanceName: name,
+    ...keys, httpclient, nameSrv, consumerGroup: group, logger, instanceName: name,
     consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
     persistConsumerOffsetInterval: 500,
     heartbeatBrokerInterval: 1000,
@@ -165,7 +169,7 @@ async function share(group, count) {
     });
     await consumers[name].ready();
   }
-  const producer = new Producer({ httpclient, nameSrv, producerGroup: 'alions-share', logger });
+  const producer = new Producer({ ...keys, httpclient, nameSrv, producerGroup: 'alions-share', logger });
   await producer.ready();
   // Both members are in the group's list once each one's rebalance gave it queues.
   await sleep(3000);

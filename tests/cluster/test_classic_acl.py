@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,14 +24,18 @@ from protocol.rocketmq_remoting.headers import SendMessageHeader
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.errors import ResponseError
 from tests.cluster.secured import ROOT, admin_call, create_root, secured_cluster
+from tests.support.alions import SCRIPT, alions_env, node
 from tests.support.classic import Raw
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.official_client import run_to_end
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
 APP = Credentials("classic-app", "classic-Secret-4242")
 """pub on Topic:AclA only."""
+NODE_APP = Credentials("alions-app", "alions-Secret-4242")
+"""pub and sub on Topic:AclNode, sub on Group:alions-acl."""
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,16 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
             rule = make_rule("Topic:AclA", ["pub"], "allow").to_doc()
             await admin_call(addresses, ControllerCode.AUTH_CREATE_ACL,
                              {"username": APP.access_key}, {"rules": [rule]})  # fmt: skip
-            for topic in ("AclA", "AclB"):
+            await admin_call(addresses, ControllerCode.AUTH_CREATE_USER,
+                             {"username": NODE_APP.access_key},
+                             {"secret": NODE_APP.secret_key})  # fmt: skip
+            rules = [
+                make_rule("Topic:AclNode", ["pub", "sub"], "allow").to_doc(),
+                make_rule("Group:alions-acl", ["sub"], "allow").to_doc(),
+            ]
+            await admin_call(addresses, ControllerCode.AUTH_CREATE_ACL,
+                             {"username": NODE_APP.access_key}, {"rules": rules})  # fmt: skip
+            for topic in ("AclA", "AclB", "AclNode"):
                 header = {"topic": topic, "queues": 1, "brokerName": "broker-a"}
 
                 async def created(h: dict[str, str | int] = header) -> bool:
@@ -179,3 +193,54 @@ async def test_the_nameserver_door_checks_the_signature_and_our_route_rule(
         assert listed.code == ResponseCode.SUCCESS, listed.remark
     finally:
         raw.close()
+
+
+async def test_alions_signs_with_an_access_key_and_is_refused_without(
+    secured: tuple[Cluster, BrokerNode], tmp_path: Path
+) -> None:
+    cluster, broker = secured
+    name_srv = cluster.controllers[0].address
+    raw = await Raw.open(broker.port)
+    try:
+
+        async def known() -> bool:  # the broker's users follow the controllers'
+            fields = signed({"topic": "AclNode", "queueId": "0"}, b"", NODE_APP)
+            answer = await raw.call(RequestCode.GET_MAX_OFFSET, fields)
+            return answer.code == ResponseCode.SUCCESS
+
+        await wait_until_async(known, "the broker to know user alions-app", 30)
+    finally:
+        raw.close()
+    env = alions_env(tmp_path)
+    signed_env = {
+        **env,
+        "ALIONS_ACCESS_KEY": NODE_APP.access_key,
+        "ALIONS_SECRET_KEY": NODE_APP.secret_key,
+    }
+    argv = [node(), str(SCRIPT)]
+    produced = await run_to_end(
+        [*argv, "produce", name_srv, "AclNode", "4"], tmp_path, env=signed_env, timeout=120
+    )
+    assert len(produced["sent"]) == 4
+    consumed = await run_to_end(
+        [*argv, "consume", name_srv, "AclNode", "alions-acl", "4"],
+        tmp_path,
+        env=signed_env,
+        timeout=120,
+    )
+    bodies = sorted(m["body"] for m in consumed["received"])
+    assert bodies == [f"alions-{i}" for i in range(4)]
+
+    # Without keys its route query is refused (NO_PERMISSION) and the send fails.
+    proc = await asyncio.create_subprocess_exec(
+        *argv, "produce", name_srv, "AclNode", "1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode != 0
+    assert "ACL signature" in err.decode(), err.decode()[-2000:]
