@@ -34,10 +34,23 @@ from broker.grpc.translate import Refused, no_namespace, status_code
 from broker.pop.acks import HandleRefused, ack_batch, ack_one, change_invisible
 from broker.pop.message import PopMessage
 from broker.pop.receive import NOT_DURABLE, PopDenied, Popped, pop_messages
-from protocol.broker_requests.pop import PopRequest
-from protocol.codes import RequestCode, ResponseCode
+from protocol.broker_requests.clients import Heartbeat, UnregisterClient
+from protocol.broker_requests.pop import (
+    AckRequest,
+    BatchAckAnswer,
+    BatchAckRequest,
+    ChangeInvisibleRequest,
+    InvisibleChanged,
+    PopFound,
+    PopRequest,
+)
+from protocol.broker_requests.send_back import SendBack
+from protocol.broker_requests.subscription_groups import SubscriptionGroupQuery
+from protocol.codes import ResponseCode
+from protocol.fields import FieldError
 from protocol.message import MessageRecord, RecordError, decode_record, iter_records
 from protocol.pop import HandleError, peek_handle
+from protocol.pull import AnswerError, PullFound, PullRequest, decode_pull_answer
 from protocol.remoting import Frame, Header
 from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_from_dict
 from protocol.rocketmq_v2 import definition_pb2 as pb
@@ -63,11 +76,6 @@ def _status(code: int, message: str) -> pb.Status:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _remark(frame: Frame) -> str:
-    remark = frame.header.get("remark")
-    return remark if isinstance(remark, str) else ""
 
 
 def _handle_refused(code: int, remark: str, what: str) -> Refused:
@@ -142,24 +150,28 @@ class ConsumeService:
             self._task = asyncio.create_task(self._tend(), name="grpc-consumers")
 
     # -- requests to the broker ------------------------------------------------------------------
-    async def _request(self, address: str, code: int, header: Header, timeout: float) -> Frame:
+    async def _request(
+        self, address: str, code: int, header: Header, body: bytes | None, timeout: float
+    ) -> Frame:
         try:
             conn = await self.pool.get(address)
-            return await conn.request(code, header, None, timeout)
+            return await conn.request(code, header, body, timeout)
         except RemotingError as exc:
             self.pool.drop(address)
             raise Refused(
                 pb.INTERNAL_ERROR, f"broker {address} unavailable: {describe_failure(exc)}"
             ) from None
 
-    async def _call(self, code: int, header: Header, timeout: float = _TIMEOUT_S) -> Frame:
+    async def _call(
+        self, code: int, header: Header, body: bytes | None = None, timeout: float = _TIMEOUT_S
+    ) -> Frame:
         """``code`` at this broker group's master (this broker when it is the master)."""
         master = self.master_address()
         if not master:
             raise Refused(
                 pb.HA_NOT_AVAILABLE, f"broker group {self.broker_name} has no master right now"
             )
-        return await self._request(master, code, header, timeout)
+        return await self._request(master, code, header, body, timeout)
 
     # -- ReceiveMessage -----------------------------------------------------------------------------
     async def receive(
@@ -225,10 +237,8 @@ class ConsumeService:
             expression=plan.expression,
         )
         if here is None or not here.is_master():
-            header, _ = request.encode()
-            return await self._call(
-                RequestCode.POP_MESSAGE, header, plan.poll_ms / 1000 + _TIMEOUT_S
-            )
+            header, _ = request.encode()  # POP has no body
+            return await self._call(request.code, header, timeout=plan.poll_ms / 1000 + _TIMEOUT_S)
         self.in_process += 1
         try:
             popped = pop_messages(here.pop, here.durability, request)
@@ -262,7 +272,10 @@ class ConsumeService:
         else:
             if resp.code != ResponseCode.SUCCESS:
                 return
-            handles = str(resp.header.get("receiptHandles", "")).split()
+            try:
+                handles = list(PopFound.parse(resp.header, resp.body).receipt_handles)
+            except FieldError:
+                return  # an answer that names no handles: nothing to hand back
         self._chore(self._hand_back(group, handles))
 
     def _chore(self, work: Coroutine[Any, Any, None]) -> None:
@@ -300,12 +313,13 @@ class ConsumeService:
             if resp.code == ResponseCode.PULL_NOT_FOUND:
                 return []
             if resp.code != ResponseCode.SUCCESS:
-                raise _pop_refused(resp.code, _remark(resp))
-            handles = str(resp.header.get("receiptHandles", "")).split()
-            attempts = str(resp.header.get("attempts", "")).split()
+                raise _pop_refused(resp.code, resp.remark)
             try:
-                records = list(iter_records(resp.body or b""))
-            except RecordError as exc:
+                found = PopFound.parse(resp.header, resp.body)
+                handles = list(found.receipt_handles)
+                attempts = [str(a) for a in found.attempts]
+                records = list(iter_records(found.body))
+            except (FieldError, RecordError) as exc:
                 raise Refused(pb.INTERNAL_ERROR, f"POP answer does not decode: {exc}") from None
         if not len(records) == len(handles) == len(attempts):
             raise Refused(pb.INTERNAL_ERROR, "POP answer: records, handles and attempts differ")
@@ -383,12 +397,15 @@ class ConsumeService:
             results: list[Any] = list(acked.codes)
             remark = acked.remark
         else:
-            header: Header = {"consumerGroup": group, "receiptHandles": " ".join(handles)}
-            resp = await self._call(RequestCode.BATCH_ACK_MESSAGE, header)
+            ask = BatchAckRequest(group=group, receipt_handles=tuple(handles))
+            resp = await self._call(ask.code, *ask.encode())
             if resp.code != ResponseCode.SUCCESS:
-                raise _handle_refused(resp.code, _remark(resp), "ack")
-            results = str(resp.header.get("results", "")).split()
-            remark = _remark(resp)
+                raise _handle_refused(resp.code, resp.remark, "ack")
+            try:
+                answer = BatchAckAnswer.parse(resp.header)
+            except FieldError as exc:
+                raise Refused(pb.INTERNAL_ERROR, f"batch ack answer: {exc}") from None
+            results, remark = list(answer.results), answer.remark
         if len(results) != len(asked):
             raise Refused(pb.INTERNAL_ERROR, "batch ack answered a wrong number of results")
         whys = delivery.batch_remarks(remark, len(asked))
@@ -437,18 +454,14 @@ class ConsumeService:
                 raise _handle_refused(refused.code, refused.remark, "change") from None
             await _durable(here, result, "change")
             return changed
-        header: Header = {
-            "consumerGroup": group,
-            "receiptHandle": handle,
-            "invisibleTime": invisible,
-        }
-        resp = await self._call(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header)
+        ask = ChangeInvisibleRequest(group=group, receipt_handle=handle, invisible_ms=invisible)
+        resp = await self._call(ask.code, *ask.encode())
         if resp.code != ResponseCode.SUCCESS:
-            raise _handle_refused(resp.code, _remark(resp), "change")
-        new = resp.header.get("receiptHandle")
-        if not isinstance(new, str):
-            raise Refused(pb.INTERNAL_ERROR, "change answered without a receipt handle")
-        return new
+            raise _handle_refused(resp.code, resp.remark, "change")
+        try:
+            return InvisibleChanged.parse(resp.header).receipt_handle
+        except FieldError:
+            raise Refused(pb.INTERNAL_ERROR, "change answered without a receipt handle") from None
 
     # -- ForwardMessageToDeadLetterQueue ---------------------------------------------------------
     async def forward_to_dead_letter_queue(
@@ -497,12 +510,11 @@ class ConsumeService:
             except Refused as exc:
                 return exc.message
             return ""
-        resp = await self._call(
-            RequestCode.ACK_MESSAGE, {"consumerGroup": group, "receiptHandle": handle}
-        )
+        ack = AckRequest(group=group, receipt_handle=handle)
+        resp = await self._call(ack.code, *ack.encode())
         if resp.code == ResponseCode.SUCCESS:
             return ""
-        return _remark(resp) or f"ack refused ({resp.code})"
+        return resp.remark or f"ack refused ({resp.code})"
 
     async def _send_to_dlq(
         self,
@@ -516,37 +528,40 @@ class ConsumeService:
             where = peek_handle(handle)  # the broker accepted it just now
         except HandleError as exc:
             raise Refused(pb.INTERNAL_ERROR, f"the broker's new handle: {exc}") from None
-        pull: Header = {
-            "consumerGroup": group,
-            "topic": where.topic,
-            "queueId": where.queue_id,
-            "queueOffset": where.queue_offset,
-            "maxMsgNums": 1,
-        }
-        resp = await self._call(RequestCode.PULL_MESSAGE, pull)
-        records = list(iter_records(resp.body or b"")) if resp.code == ResponseCode.SUCCESS else []
+        pull = PullRequest(
+            group=group,
+            topic=where.topic,
+            queue_id=where.queue_id,
+            offset=where.queue_offset,
+            max_count=1,
+        )
+        try:
+            found = decode_pull_answer(await self._call(pull.code, *pull.encode()))
+            records = list(iter_records(found.body)) if isinstance(found, PullFound) else []
+        except (AnswerError, RecordError):
+            records = []
         if not records or records[0].queue_offset != where.queue_offset:
             raise Refused(
                 pb.MESSAGE_NOT_FOUND,
                 f"message {where.topic}:{where.queue_id}@{where.queue_offset} is gone",
             )
         member = client_id or f"grpc-{self.local_address}"
-        beat: Header = {"clientId": member, "consumerGroup": group, "topic": topic}
-        await self._call(RequestCode.HEART_BEAT, beat)
-        back: Header = {
-            "group": group,
-            "offset": records[0].physical_offset,
-            "originTopic": topic,
-            "originMsgId": request.message_id,
-            "maxReconsumeTimes": 0,
-            "reason": (
+        beat = Heartbeat(group=group, client_id=member, topic=topic)
+        await self._call(beat.code, *beat.encode())
+        back = SendBack(
+            group=group,
+            offset=records[0].physical_offset,
+            origin_topic=topic,
+            origin_msg_id=request.message_id,
+            max_reconsume_times=0,
+            reason=(
                 f"forwarded to the DLQ by the client after {request.delivery_attempt} of "
                 f"{request.max_delivery_attempts} delivery attempts"
             ),
-        }
-        resp = await self._call(RequestCode.CONSUMER_SEND_MSG_BACK, back)
+        )
+        resp = await self._call(back.code, *back.encode())
         if resp.code != ResponseCode.SUCCESS:
-            raise Refused(status_code(resp.code), _remark(resp))
+            raise Refused(status_code(resp.code), resp.remark)
 
     # -- QueryAssignment ------------------------------------------------------------------------
     @staticmethod
@@ -579,10 +594,10 @@ class ConsumeService:
         return rpc.HeartbeatResponse(status=_status(pb.OK, "OK"))
 
     async def _beat(self, client_id: str, group: str, topic: str) -> None:
-        header: Header = {"clientId": client_id, "consumerGroup": group, "topic": topic}
-        resp = await self._call(RequestCode.HEART_BEAT, header)
+        beat = Heartbeat(group=group, client_id=client_id, topic=topic)
+        resp = await self._call(beat.code, *beat.encode())
         if resp.code != ResponseCode.SUCCESS:
-            raise Refused(status_code(resp.code), _remark(resp))
+            raise Refused(status_code(resp.code), resp.remark)
 
     async def terminated(
         self, request: rpc.NotifyClientTerminationRequest, context: Any
@@ -602,9 +617,8 @@ class ConsumeService:
                     pass  # acked meanwhile, or already back: nothing to hand back
         if client_id:
             try:
-                await self._call(
-                    RequestCode.UNREGISTER_CLIENT, {"clientId": client_id, "consumerGroup": group}
-                )
+                leave = UnregisterClient(group=group, client_id=client_id)
+                await self._call(leave.code, *leave.encode())
             except Refused as exc:
                 return rpc.NotifyClientTerminationResponse(status=_status(exc.code, exc.message))
         return rpc.NotifyClientTerminationResponse(status=_status(pb.OK, "OK"))
@@ -628,12 +642,8 @@ class ConsumeService:
 
     async def _group_config(self, group: str) -> SubscriptionGroupConfig:
         try:
-            resp = await self._request(
-                self.local_address,
-                RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
-                {"group": group},
-                _TIMEOUT_S,
-            )
+            query = SubscriptionGroupQuery(group=group)
+            resp = await self._request(self.local_address, query.code, *query.encode(), _TIMEOUT_S)
             if resp.code == ResponseCode.SUCCESS:
                 doc = msgpack.unpackb(resp.body or b"", raw=False)
                 if isinstance(doc, Mapping):

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import msgpack
 import structlog
 
-from protocol.codes import RequestCode
+from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
 from protocol.remoting import Frame
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -90,10 +89,10 @@ class EndpointBook:
             return known
         try:
             resp = await asyncio.wait_for(self._ask(address), ASK_TIMEOUT_S)
-            info = msgpack.unpackb(resp.body or b"", raw=False)
+            info = RuntimeInfo.parse(resp.header, resp.body)
             fresh = BrokerEndpoints(
-                _endpoint(info.get("grpcEndpoint"), address),
-                _endpoint(info.get("grpcTlsEndpoint"), address),
+                _endpoint(info.grpc_endpoint, address),
+                _endpoint(info.grpc_tls_endpoint, address),
                 now,
             )
         except (RemotingError, TimeoutError, ValueError, TypeError, AttributeError) as exc:
@@ -109,4 +108,5 @@ class EndpointBook:
 
     async def _ask(self, address: str) -> Frame:
         conn = await self.pool.get(address)
-        return await conn.call(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=ASK_TIMEOUT_S)
+        ask = RuntimeInfoQuery()
+        return await conn.call(ask.code, *ask.encode(), timeout=ASK_TIMEOUT_S)

@@ -48,9 +48,10 @@ from broker.grpc.translate import (
 from broker.send.service import SendRefused, SendService
 from broker.timer.recall import RecallError
 from broker.transaction.ending import EndRefused
+from protocol.broker_requests.recall import RecallRequest
 from protocol.broker_requests.send import SendAnswer, SendBatchAnswer, SendBatchRequest
 from protocol.broker_requests.transaction import EndTransaction
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery
 from protocol.fields import FieldError
 from protocol.remoting import Frame, Scalar
@@ -167,7 +168,8 @@ class Publisher:
         try:
             if len(sends) == 1:
                 one = sends[0]
-                resp = await self._request(RequestCode.SEND_MESSAGE, dict(one.header), one.body)
+                wire = one.wire
+                resp = await self._request(wire.code, *wire.encode())
             else:
                 batch = SendBatchRequest(
                     topic=sends[0].message.topic, messages=tuple(s.message for s in sends)
@@ -176,7 +178,7 @@ class Publisher:
         except (RemotingError, _NoMaster) as exc:
             return self._refused(request, self._unavailable(exc))
         if resp.code != ResponseCode.SUCCESS:
-            remark = str(resp.header.get("remark") or "")
+            remark = resp.remark
             return self._refused(request, status(status_code(resp.code), remark))
         try:
             if len(sends) == 1:
@@ -232,19 +234,12 @@ class Publisher:
                 why = status(status_code(refused.code), refused.remark)
                 return rpc.EndTransactionResponse(status=why)
             return rpc.EndTransactionResponse(status=await _durable(here, ended.result))
-        header: dict[str, Scalar] = {
-            "producerGroup": ask.group,
-            "transactionId": ask.transaction_id,
-            "commitLogOffset": offset,
-            "commitOrRollback": ask.commit_or_rollback,
-            "fromTransactionCheck": ask.from_check,
-        }
         try:
-            resp = await self._request(RequestCode.END_TRANSACTION, header, None)
+            resp = await self._request(ask.code, *ask.encode())
         except (RemotingError, _NoMaster) as exc:
             return rpc.EndTransactionResponse(status=self._unavailable(exc))
         if resp.code != ResponseCode.SUCCESS:
-            remark = str(resp.header.get("remark") or "")
+            remark = resp.remark
             return rpc.EndTransactionResponse(status=status(status_code(resp.code), remark))
         return rpc.EndTransactionResponse(status=status(pb.OK))
 
@@ -266,13 +261,13 @@ class Publisher:
             )
         except Refused as exc:
             return rpc.RecallMessageResponse(status=status(exc.code, exc.message))
-        header: dict[str, Scalar] = {"topic": topic, "msgId": msg_id}
+        recall = RecallRequest(topic=topic, msg_id=msg_id)
         try:
-            resp = await self._request(RequestCode.RECALL_MESSAGE, header, None, address)
+            resp = await self._request(recall.code, *recall.encode(), address)
         except (RemotingError, _NoMaster) as exc:
             return rpc.RecallMessageResponse(status=self._unavailable(exc))
         if resp.code != ResponseCode.SUCCESS:
-            remark = str(resp.header.get("remark") or "")
+            remark = resp.remark
             return rpc.RecallMessageResponse(status=status(status_code(resp.code), remark))
         return rpc.RecallMessageResponse(status=status(pb.OK), message_id=msg_id)
 

@@ -28,7 +28,10 @@ from google.protobuf.duration_pb2 import Duration
 from broker.grpc.delivery import SYSTEM_PROPERTIES, body_md5
 from broker.grpc.produce import status
 from broker.grpc.translate import Refused, no_namespace_in_settings, transaction_group
+from protocol.broker_requests.clients import Heartbeat
+from protocol.broker_requests.transaction import CheckTransactionState
 from protocol.codes import RequestCode
+from protocol.fields import FieldError
 from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.message import (
     PROP_KEYS,
@@ -38,7 +41,7 @@ from protocol.message import (
     decode_record,
     make_msg_id,
 )
-from protocol.remoting import Frame, Scalar
+from protocol.remoting import Frame
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.timer import PROP_REAL_TOPIC, PROP_UNIQ_KEY
@@ -230,8 +233,8 @@ class TelemetryHub:
             if conn.on_request is None:
                 conn.on_request = self._on_request
             for group in sorted(groups):
-                beat: dict[str, Scalar] = {"clientId": self.relay_id, "producerGroup": group}
-                await conn.request(RequestCode.HEART_BEAT, beat, None, _HEARTBEAT_TIMEOUT_S)
+                beat = Heartbeat(group=group, client_id=self.relay_id, producer=True)
+                await conn.request(beat.code, *beat.encode(), _HEARTBEAT_TIMEOUT_S)
         except RemotingError as exc:
             self.pool.drop(address)
             log.debug("transaction producer heartbeat failed", address=address, error=str(exc))
@@ -239,15 +242,12 @@ class TelemetryHub:
     def _on_request(self, frame: Frame) -> None:
         if frame.code != RequestCode.CHECK_TRANSACTION_STATE:
             return
-        h = frame.header
-        group = h.get("producerGroup")
-        offset = h.get("commitLogOffset")
         try:
-            record = decode_record(frame.body or b"")
-            if not isinstance(group, str) or type(offset) is not int:
-                raise RecordError("check-back without producer group or offset")
+            check = CheckTransactionState.parse(frame.header, frame.body)
+            group, offset = check.group, check.offset
+            record = decode_record(check.half)
             message = half_message(record)
-        except RecordError as exc:
+        except (FieldError, RecordError) as exc:
             log.warning("malformed transaction check-back ignored", error=str(exc))
             return
         live = sorted((s for s in self._sessions if group in s.groups), key=lambda s: s.client_id)

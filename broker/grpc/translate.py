@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from protocol.broker_requests.send import SendRequest as WireSend
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import (
@@ -21,6 +22,7 @@ from protocol.message import (
     encode_properties,
     parse_msg_id,
 )
+from protocol.remoting import Header
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.timer import (
     PROP_REAL_QUEUE_ID,
@@ -123,22 +125,24 @@ class SendRequest:
         return self.message.properties.get(PROP_MESSAGE_GROUP)
 
     @property
-    def header(self) -> dict[str, str | int]:
-        """The SEND_MESSAGE header (queueId -1: the broker picks)."""
+    def wire(self) -> WireSend:
+        """The SEND_MESSAGE request (queueId -1: the broker picks) a slave's endpoint forwards
+        to its master."""
         m = self.message
-        header: dict[str, str | int] = {
-            "topic": m.topic,
-            "queueId": -1,
-            "properties": encode_properties(m.properties).decode(),
-            "bornHost": m.born_host,
-        }
-        if m.tags:
-            header["tags"] = m.tags
-        if m.keys:
-            header["keys"] = m.keys
-        if m.born_timestamp:
-            header["bornTimestamp"] = m.born_timestamp
-        return header
+        return WireSend(
+            topic=m.topic,
+            body=m.body,
+            keys=m.keys,
+            tags=m.tags,
+            properties=encode_properties(m.properties).decode(),
+            born_timestamp=m.born_timestamp,
+            born_host=m.born_host,
+        )
+
+    @property
+    def header(self) -> Header:
+        """:attr:`wire`'s header."""
+        return self.wire.encode()[0]
 
 
 def _kind_of(sysp: pb.SystemProperties) -> int:
