@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Self
 
 from protocol.codes import RequestCode
 from protocol.controller_requests.base import (
@@ -164,6 +164,10 @@ class _GroupQuery:
     def encode(self) -> tuple[Header, bytes | None]:
         return {"brokerName": self.broker_name}, None
 
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> Self:
+        return cls(broker_name=req_str(header, "brokerName"))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetReplicaInfo(_GroupQuery):
@@ -171,20 +175,12 @@ class GetReplicaInfo(_GroupQuery):
 
     code: ClassVar[RequestCode] = RequestCode.CONTROLLER_GET_REPLICA_INFO
 
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GetReplicaInfo:
-        return cls(broker_name=req_str(header, "brokerName"))
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetSyncStateData(_GroupQuery):
     """CONTROLLER_GET_SYNC_STATE_DATA: the getSyncStateSet document (the active controller)."""
 
     code: ClassVar[RequestCode] = RequestCode.CONTROLLER_GET_SYNC_STATE_DATA
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GetSyncStateData:
-        return cls(broker_name=req_str(header, "brokerName"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
