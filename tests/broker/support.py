@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -39,6 +40,35 @@ async def running(cfg: BrokerConfig) -> AsyncIterator[Broker]:
         yield b
     finally:
         await b.stop()
+
+
+BrokerFixture = Callable[..., AsyncIterator[Broker]]
+
+
+def grpc_master_and_slave(topic: str, queues: int) -> tuple[BrokerFixture, BrokerFixture]:
+    """Fixtures ``a`` and ``b`` for a module, each a broker in this event loop with a real gRPC
+    port and ``queues`` queues by default: ``a``, a lone master holding ``topic``, and ``b``, a
+    lone broker told it is a slave of ``a`` (its role swapped as the controllers would). A
+    module takes them as ``a, b = grpc_master_and_slave(TOPIC, QUEUES)``."""
+
+    def config(tmp_path: Path, name: str) -> BrokerConfig:
+        return small_config(
+            tmp_path / name, grpc_listen=f"127.0.0.1:{free_port()}", default_topic_queues=queues
+        )
+
+    @pytest.fixture
+    async def a(tmp_path: Path) -> AsyncIterator[Broker]:
+        async with running(config(tmp_path, "a")) as broker:
+            broker.ctx.create_topic(topic, queues)
+            yield broker
+
+    @pytest.fixture
+    async def b(tmp_path: Path, a: Broker) -> AsyncIterator[Broker]:
+        async with running(config(tmp_path, "b")) as broker:
+            broker.ctx.role_cell.swap(is_master=False, master_address=a.cfg.listen)
+            yield broker
+
+    return a, b
 
 
 def figure(b: Broker, name: str, **labels: str) -> float:

@@ -9,48 +9,23 @@ a lone broker told it is a slave of ``a`` (its role swapped as the controllers w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
-import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from broker.broker import Broker
-from broker.config import BrokerConfig
 from broker.grpc.consume import ConsumeService
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
-from tests.broker.support import running, small_config
-from tests.support.procs import free_port
+from tests.broker.support import grpc_master_and_slave
 from tests.support.wait import wait_until_async
 
 TOPIC = "ReceiveInProcess"
 GROUP = "ReceiveInProcessGroup"
 QUEUES = 2
 
-
-def _config(tmp_path: Path, name: str) -> BrokerConfig:
-    return small_config(
-        tmp_path / name,
-        grpc_listen=f"127.0.0.1:{free_port()}",
-        default_topic_queues=QUEUES,
-    )
-
-
-@pytest.fixture
-async def a(tmp_path: Path) -> AsyncIterator[Broker]:
-    async with running(_config(tmp_path, "a")) as broker:
-        broker.ctx.create_topic(TOPIC, QUEUES)
-        yield broker
-
-
-@pytest.fixture
-async def b(tmp_path: Path, a: Broker) -> AsyncIterator[Broker]:
-    async with running(_config(tmp_path, "b")) as broker:
-        broker.ctx.role_cell.swap(is_master=False, master_address=a.cfg.listen)
-        yield broker
+a, b = grpc_master_and_slave(TOPIC, QUEUES)
 
 
 def _consume(broker: Broker) -> ConsumeService:
