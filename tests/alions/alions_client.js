@@ -15,6 +15,11 @@
 //   node alions_client.js keep-sending NAMESRV TOPIC COUNT
 //     sends COUNT messages one at a time, each again until acknowledged (a master may die
 //     meanwhile), printing "acked <i>" as each is; then {"acked": [{body, msgId}], "errors": n}
+//   node alions_client.js keep-sending-and-consuming NAMESRV TOPIC GROUP COUNT
+//     as keep-sending, with a push consumer of GROUP (from the first offset) running all along,
+//     printing "got <body>" as each arrives; once every message is acknowledged, waits until the
+//     consumer got each of them (60 s at most); then {"acked": [...], "errors": n, "received":
+//     [every body, in arrival order, duplicates kept]}
 //   node alions_client.js consume NAMESRV TOPIC GROUP COUNT
 //     a push consumer of GROUP from the first offset, until COUNT messages arrived and their
 //     offsets were committed; prints {"received": [{body, tags, keys, seq, msgId, queueId,
@@ -52,13 +57,17 @@ async function produce(count) {
   return { sent };
 }
 
-async function keepSending(count) {
+function keepProducer(group) {
   const producer = new Producer({
-    ...keys, httpclient, nameSrv, producerGroup: 'alions-keep', logger,
+    ...keys, httpclient, nameSrv, producerGroup: group, logger,
     pollNameServerInteval: 500, sendMsgTimeout: 2000,
   });
   producer.on('error', () => {});
-  await producer.ready();
+  return producer;
+}
+
+// Sends keep-0 .. keep-<count - 1>, each again until acknowledged (60 s each at most).
+async function sendAll(producer, count) {
   const acked = [];
   let errors = 0;
   for (let i = 0; i < count; i++) {
@@ -78,8 +87,46 @@ async function keepSending(count) {
       await new Promise(resolve => setTimeout(resolve, 200));
     }
   }
-  await producer.close();
   return { acked, errors };
+}
+
+async function keepSending(count) {
+  const producer = keepProducer('alions-keep');
+  await producer.ready();
+  const out = await sendAll(producer, count);
+  await producer.close();
+  return out;
+}
+
+async function keepSendingAndConsuming(group, count) {
+  const consumer = new Consumer({
+    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
+    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+    persistConsumerOffsetInterval: 500,
+    pollNameServerInteval: 500,
+    heartbeatBrokerInterval: 1000,
+    brokerSuspendMaxTimeMillis: 1000,
+    consumerTimeoutMillisWhenSuspend: 3000,
+    rebalanceInterval: 1000,
+  });
+  consumer.on('error', () => {}); // pulls from the dead master fail until the route moves
+  const received = [];
+  consumer.subscribe(topic, '*', async msg => {
+    const body = msg.body.toString();
+    received.push(body);
+    process.stdout.write(`got ${body}\n`);
+  });
+  await consumer.ready();
+  const producer = keepProducer('alions-keep-both');
+  await producer.ready();
+  const out = await sendAll(producer, count);
+  const got = () => new Set(received);
+  await until(() => out.acked.every(a => got().has(a.body)), 'every acknowledged message', 60000);
+  // The consumer first: the two share ali-ons' client, whose errors (a route query for the
+  // group's retry topic, say) go to the producer too, and a closed producer has no listener.
+  await consumer.close();
+  await producer.close();
+  return { ...out, received };
 }
 
 async function consume(group, count) {
@@ -191,6 +238,9 @@ async function share(group, count) {
   if (mode === 'produce') out = await produce(Number(rest[0]));
   else if (mode === 'consume') out = await consume(rest[0], Number(rest[1]));
   else if (mode === 'keep-sending') out = await keepSending(Number(rest[0]));
+  else if (mode === 'keep-sending-and-consuming') {
+    out = await keepSendingAndConsuming(rest[0], Number(rest[1]));
+  }
   else if (mode === 'share') out = await share(rest[0], Number(rest[1]));
   else if (mode === 'fail') out = await fail(rest[0], Number(rest[1]), Number(rest[2]));
   else throw new Error(`unknown mode ${mode}`);
