@@ -147,7 +147,9 @@ class ClassicSession:
         for cb in self.door.on_close:
             cb(self)
 
-    def request(self, code: int, ext_fields: dict[str, str], *, oneway: bool) -> None:
+    def request(
+        self, code: int, ext_fields: dict[str, str], *, oneway: bool, body: bytes = b""
+    ) -> None:
         """Send a request to the client (only oneway ones: no answer is awaited)."""
         self._opaque += 1
         self.send(
@@ -156,6 +158,7 @@ class ClassicSession:
                 opaque=self._opaque,
                 flag=FLAG_ONEWAY if oneway else 0,
                 ext_fields=ext_fields,
+                body=body,
             )
         )
 

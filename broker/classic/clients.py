@@ -5,8 +5,9 @@ consumer_heartbeat`), so members of either door rebalance among one list.
 A heartbeat's consumer entry joins its group once per subscribed topic that is not a retry
 topic (the member's topic is the first of them); a member leaves when it unregisters, when its
 connection closes (the server's ``on_close``, as for our clients) or when it falls silent.
-Producer entries are accepted and not recorded: transaction check-backs to classic producers
-(CHECK_TRANSACTION_STATE) are not served yet.
+A producer entry registers the session with the transaction service as a producer of its group
+(RocketMQ's CLIENT_INNER_PRODUCER excepted), so its group's check-backs reach it as
+CHECK_TRANSACTION_STATE (:func:`broker.classic.transaction.send_check_back`).
 
 When a classic member joins or leaves a group (a heartbeat of a new member, UNREGISTER_CLIENT,
 its connection closing), the group's members on the classic door are told at once with a oneway
@@ -18,6 +19,9 @@ them at their periodic rebalance.
 
 from __future__ import annotations
 
+from functools import partial
+
+from broker.classic.transaction import send_check_back
 from broker.context import BrokerContext
 from broker.processors.clients import consumer_heartbeat
 from protocol.retry import RETRY_GROUP_TOPIC_PREFIX
@@ -28,6 +32,9 @@ from protocol.rocketmq_remoting.headers import GroupHeader, UnregisterClientHead
 from remoting.classic_door import ClassicDoor, ClassicSession
 
 __all__ = ["ClassicClients"]
+
+INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+"""The group RocketMQ's clients send their consumers' retries with: no transactions."""
 
 
 class ClassicClients:
@@ -44,6 +51,10 @@ class ClassicClients:
     def heartbeat(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         beat = decode_heartbeat(req.body)
         ctx = self.ctx
+        for group in beat.producer_groups:
+            if group != INNER_PRODUCER_GROUP:
+                relay = partial(send_check_back, session)
+                ctx.transactions.producer_heartbeat(group, beat.client_id, session.conn, relay)
         for consumer in beat.consumers:
             group = consumer.group_name
             known = beat.client_id in ctx.groups.members(group, ctx.now_ms())

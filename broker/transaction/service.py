@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -57,7 +58,7 @@ from storage.store import PutResult
 if TYPE_CHECKING:
     from remoting.server import Connection
 
-__all__ = ["EndOutcome", "TransactionService"]
+__all__ = ["CheckRelay", "EndOutcome", "TransactionService"]
 
 log = structlog.get_logger(__name__)
 
@@ -79,10 +80,16 @@ class EndOutcome:
     group: str = ""
 
 
+CheckRelay = Callable[[Half, bytes], None]
+"""Sends the check-back of a half (and its record's bytes) to a producer that speaks another
+door's protocol (the classic door's CHECK_TRANSACTION_STATE); without one, our own request."""
+
+
 @dataclass(slots=True)
 class _Producer:
     conn: Connection
     last_heartbeat_ms: int
+    relay: CheckRelay | None = None
 
 
 class TransactionService(PerMasterEpoch[TransactionState]):
@@ -114,8 +121,12 @@ class TransactionService(PerMasterEpoch[TransactionState]):
         self.state = None
 
     # -- producers ---------------------------------------------------------------------------------
-    def producer_heartbeat(self, group: str, client_id: str, conn: Connection) -> None:
-        self._producers.setdefault(group, {})[client_id] = _Producer(conn, self.host.now_ms())
+    def producer_heartbeat(
+        self, group: str, client_id: str, conn: Connection, relay: CheckRelay | None = None
+    ) -> None:
+        self._producers.setdefault(group, {})[client_id] = _Producer(
+            conn, self.host.now_ms(), relay
+        )
 
     def connection_closed(self, conn: Connection) -> None:
         for group, members in list(self._producers.items()):
@@ -124,14 +135,14 @@ class TransactionService(PerMasterEpoch[TransactionState]):
             if not members:
                 del self._producers[group]
 
-    def _live_producer(self, group: str, now: int) -> Connection | None:
+    def _live_producer(self, group: str, now: int) -> _Producer | None:
         members = self._producers.get(group)
         if not members:
             return None
         expiry = self.host.cfg.client_expiry_ms
         for _cid, p in sorted(members.items(), key=lambda kv: kv[0]):
             if now - p.last_heartbeat_ms <= expiry and not p.conn.closed:
-                return p.conn
+                return p
         return None
 
     # -- rebuild -------------------------------------------------------------------------------------
@@ -342,8 +353,8 @@ class TransactionService(PerMasterEpoch[TransactionState]):
         self.host.metrics.transaction_checked(sent)
 
     def _send_check(self, half: Half, now: int) -> bool:
-        conn = self._live_producer(half.group, now)
-        if conn is None:
+        producer = self._live_producer(half.group, now)
+        if producer is None:
             log.info(
                 "transaction check due but no producer of the group is connected",
                 producer_group=half.group,
@@ -357,13 +368,16 @@ class TransactionService(PerMasterEpoch[TransactionState]):
                 "transaction half unreadable for a check", half_offset=half.offset, error=str(exc)
             )
             return False
+        if producer.relay is not None:
+            producer.relay(half, raw)
+            return True
         header: dict[str, Scalar] = {
             "producerGroup": half.group,
             "transactionId": half.transaction_id,
             "commitLogOffset": half.offset,
             "brokerName": self.host.cfg.broker_name,
         }
-        conn.send(
+        producer.conn.send(
             request(
                 RequestCode.CHECK_TRANSACTION_STATE, next(self._opaque), header, raw, oneway=True
             )
