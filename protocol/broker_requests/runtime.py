@@ -28,7 +28,7 @@ from typing import Any, ClassVar, TypeVar
 
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
-from protocol.fields import FieldError
+from protocol.fields import FieldError, NoFields
 from protocol.remoting import Header, Scalar
 
 __all__ = ["EpochCache", "EpochCacheQuery", "EpochSpan", "RuntimeInfo", "RuntimeInfoQuery"]
@@ -67,17 +67,10 @@ def _with_default(doc: Mapping[str, Any], name: str, default: _T) -> _T:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RuntimeInfoQuery:
+class RuntimeInfoQuery(NoFields):
     """GET_BROKER_RUNTIME_INFO: the broker's role, offsets, load and endpoints (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_RUNTIME_INFO
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RuntimeInfoQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,17 +149,10 @@ class RuntimeInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EpochCacheQuery:
+class EpochCacheQuery(NoFields):
     """GET_BROKER_EPOCH_CACHE: the broker's epoch entries and offsets (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_EPOCH_CACHE
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> EpochCacheQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True)
