@@ -10,8 +10,10 @@ the request's suspend timeout), its answer said RocketMQ's way.
   from our records: same queue and CommitLog offsets, timestamps, hosts, flag and properties
   (tags and keys among them); sysFlag 0 (bodies are stored uncompressed) and reconsumeTimes from
   ``RECONSUME_TIME`` when a retry carries it, else 0;
-- ``suggestWhichBrokerId`` is 0: pull from the master (a slave serves what it has replicated
-  as well, but classic consumers are sent to the master).
+- ``suggestWhichBrokerId`` is 0 (pull from the master) while the group has a master; a slave
+  that knows no master (the group is between masters) suggests itself, as the NameServer lists
+  it (its broker id, 1 for id 0), so a consumer keeps reading what it has replicated until a
+  master is back.
 """
 
 from __future__ import annotations
@@ -118,6 +120,13 @@ class ClassicPull:
     ) -> RemotingCommand:
         return self._answer(req, h, await result)
 
+    def _suggested_broker(self) -> int:
+        """Where the consumer should pull next (module doc)."""
+        role = self.ctx.role
+        if role.is_master or role.master_address:
+            return _MASTER_ID
+        return role.broker_id or 1
+
     def _answer(
         self, req: RemotingCommand, h: PullMessageHeader, answer: PullAnswer
     ) -> RemotingCommand:
@@ -137,7 +146,7 @@ class ClassicPull:
         if next_offset is None:
             next_offset = h.queue_offset
         header = PullMessageResponseHeader(
-            suggest_which_broker_id=_MASTER_ID,
+            suggest_which_broker_id=self._suggested_broker(),
             next_begin_offset=next_offset,
             min_offset=low,
             max_offset=high,

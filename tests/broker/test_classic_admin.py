@@ -207,3 +207,32 @@ async def test_a_classic_topic_needs_the_controllers_in_controller_mode(tmp_path
     finally:
         raw.close()
         await master.broker.stop()
+
+
+async def test_a_slave_between_masters_suggests_itself_to_classic_pulls(tmp_path: Path) -> None:
+    """suggestWhichBrokerId: 0 (the master) while the group has one, as seen by a master and
+    by a slave that knows its master; a slave that knows no master suggests its own broker id
+    (as the NameServer lists it), so a classic consumer keeps reading from it meanwhile."""
+    node = await start_master(tmp_path)
+    ctx = node.broker.ctx
+    ctx.create_topic("T", 4)
+    raw = await Raw.open(int(node.address.rsplit(":", 1)[1]))
+    pull = {
+        "consumerGroup": "CG", "topic": "T", "queueId": "0", "queueOffset": "0",
+        "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+        "suspendTimeoutMillis": "0", "subVersion": "0",
+    }  # fmt: skip
+
+    async def suggested() -> str:
+        answer = await raw.call(RequestCode.PULL_MESSAGE, pull)
+        return answer.ext_fields["suggestWhichBrokerId"]
+
+    try:
+        assert await suggested() == "0"  # the master itself
+        ctx.role_cell.swap(is_master=False, broker_id=2, master_address="127.0.0.1:1")
+        assert await suggested() == "0"  # a slave whose group has a master
+        ctx.role_cell.swap(master_address="")
+        assert await suggested() == "2"  # no master: this slave
+    finally:
+        raw.close()
+        await node.broker.stop()
