@@ -1,16 +1,14 @@
 """Typed access to request header fields.
 
 A request with a missing or mistyped field raises :class:`FieldError`; servers answer it with
-BAD_REQUEST and keep the connection. :class:`NoFields` is the codec of a request with no fields.
+BAD_REQUEST and keep the connection.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Self
 
-from protocol.remoting import Header, Scalar
+from protocol.remoting import Scalar
 
 
 class FieldError(ValueError):
@@ -59,16 +57,3 @@ def opt_bool(header: Mapping[str, Scalar], name: str, default: bool = False) -> 
 def opt_int_or_none(header: Mapping[str, Scalar], name: str) -> int | None:
     """An integer field that may be left out (None then)."""
     return None if header.get(name) is None else req_int(header, name)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NoFields:
-    """The codec of a request with no header fields and no body (a query of everything): a
-    subclass adds its ``code``. ``parse`` ignores what the header holds."""
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> Self:
-        return cls()

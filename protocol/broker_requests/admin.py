@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final
 
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
-from protocol.fields import FieldError, NoFields, opt_int_or_none, req_int, req_str
+from protocol.fields import FieldError, opt_int_or_none, req_int, req_str
 from protocol.remoting import Header, Scalar
 
 __all__ = ["MAX_QUEUES", "AllTopicsQuery", "CreateTopic", "TopicCreated", "TopicTable"]
@@ -75,10 +75,17 @@ class TopicCreated:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AllTopicsQuery(NoFields):
+class AllTopicsQuery:
     """GET_ALL_TOPIC_CONFIG: every topic the broker holds, with its queues (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_ALL_TOPIC_CONFIG
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> AllTopicsQuery:
+        return cls()
 
 
 def _queues(name: Any, doc: Any) -> tuple[str, int]:

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, TypeVar
 
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
-from protocol.fields import FieldError, NoFields
+from protocol.fields import FieldError
 from protocol.remoting import Header, Scalar
 
 __all__ = ["EpochCache", "EpochCacheQuery", "EpochSpan", "RuntimeInfo", "RuntimeInfoQuery"]
@@ -67,10 +67,17 @@ def _with_default(doc: Mapping[str, Any], name: str, default: _T) -> _T:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RuntimeInfoQuery(NoFields):
+class RuntimeInfoQuery:
     """GET_BROKER_RUNTIME_INFO: the broker's role, offsets, load and endpoints (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_RUNTIME_INFO
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RuntimeInfoQuery:
+        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,10 +156,17 @@ class RuntimeInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EpochCacheQuery(NoFields):
+class EpochCacheQuery:
     """GET_BROKER_EPOCH_CACHE: the broker's epoch entries and offsets (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_EPOCH_CACHE
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> EpochCacheQuery:
+        return cls()
 
 
 @dataclass(frozen=True, slots=True)

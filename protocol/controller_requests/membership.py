@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from protocol.codes import ControllerCode
-from protocol.fields import NoFields, req_str
+from protocol.fields import req_str
 from protocol.remoting import Header, Scalar
 
 __all__ = ["AddController", "ControllerConfigQuery", "RemoveController", "TransferLeader"]
@@ -71,7 +71,16 @@ class TransferLeader(_NodeRequest):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ControllerConfigQuery(NoFields):
+class ControllerConfigQuery:
     """GET_CONTROLLER_CONFIG: the answering controller's configuration (no fields)."""
 
     code: ClassVar[ControllerCode] = ControllerCode.GET_CONTROLLER_CONFIG
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(
+        cls, header: Mapping[str, Scalar], body: bytes | None = None
+    ) -> ControllerConfigQuery:
+        return cls()

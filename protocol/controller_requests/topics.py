@@ -34,7 +34,7 @@ from protocol.controller_requests.base import (
     req_broker,
     unpack_map,
 )
-from protocol.fields import NoFields, opt_str, req_int, req_str
+from protocol.fields import opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
 __all__ = ["ClusterInfoQuery", "RegisterRoutes", "RouteQuery", "TopicUpdated", "UpdateTopic"]
@@ -93,11 +93,18 @@ class RouteQuery:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterInfoQuery(NoFields):
+class ClusterInfoQuery:
     """GET_BROKER_CLUSTER_INFO: every group and its brokers (no fields), from the controllers
     or a broker."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_CLUSTER_INFO
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ClusterInfoQuery:
+        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
