@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar
 
 from protocol.codes import ControllerCode
 from protocol.fields import req_str
@@ -43,8 +43,10 @@ class AddController:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _NodeRequest:
-    """A request that names one controller: ``node_id`` as ``id``."""
+class RemoveController:
+    """REMOVE_CONTROLLER: ``node_id`` leaves the group."""
+
+    code: ClassVar[ControllerCode] = ControllerCode.REMOVE_CONTROLLER
 
     node_id: str
 
@@ -52,22 +54,24 @@ class _NodeRequest:
         return {"id": self.node_id}, None
 
     @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> Self:
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RemoveController:
         return cls(node_id=req_str(header, "id"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RemoveController(_NodeRequest):
-    """REMOVE_CONTROLLER: ``node_id`` leaves the group."""
-
-    code: ClassVar[ControllerCode] = ControllerCode.REMOVE_CONTROLLER
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransferLeader(_NodeRequest):
+class TransferLeader:
     """TRANSFER_CONTROLLER_LEADER: the voter ``node_id`` becomes the leader."""
 
     code: ClassVar[ControllerCode] = ControllerCode.TRANSFER_CONTROLLER_LEADER
+
+    node_id: str
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {"id": self.node_id}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TransferLeader:
+        return cls(node_id=req_str(header, "id"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
