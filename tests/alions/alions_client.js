@@ -8,9 +8,10 @@
 //     through CONSUMER_SEND_MSG_BACK and the group's retry topic until its retries are used up;
 //     waits until each of COUNT messages was delivered MAX + 1 times; prints {"deliveries":
 //     [{body, reconsumeTimes, topic, keys}]}
-//   node alions_client.js share NAMESRV TOPIC GROUP COUNT
-//     two push consumers of GROUP (instances a and b) share the topic's queues; COUNT messages
-//     are sent, then b leaves and COUNT more are sent; prints {"first": {a: [queueIds], b:
+//   node alions_client.js share NAMESRV TOPIC GROUP COUNT QUEUES
+//     two push consumers of GROUP (instances a and b) share the topic's QUEUES queues; once
+//     each pulls queues of its own COUNT messages are sent, then b leaves and, once a pulls
+//     every queue, COUNT more are sent; prints {"first": {a: [queueIds], b:
 //     [...]}, "second": {a: [...], b: [...]}, "bodies": [every body received]}
 //   node alions_client.js keep-sending NAMESRV TOPIC COUNT
 //     sends COUNT messages one at a time, each again until acknowledged (a master may die
@@ -194,7 +195,7 @@ async function until(condition, what, ms) {
   }
 }
 
-async function share(group, count) {
+async function share(group, count, queues) {
   const options = name => ({
     ...keys, httpclient, nameSrv, consumerGroup: group, logger, instanceName: name,
     consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
@@ -218,12 +219,21 @@ async function share(group, count) {
   }
   const producer = new Producer({ ...keys, httpclient, nameSrv, producerGroup: 'alions-share', logger });
   await producer.ready();
-  // Both members are in the group's list once each one's rebalance gave it queues.
-  await sleep(3000);
+  // The queues of the topic a member pulls: what its rebalance gave it.
+  const held = name => [ ...consumers[name].processQueueTable.values() ]
+    .filter(item => item.messageQueue.topic === topic)
+    .map(item => Number(item.messageQueue.queueId));
+  const split = () => {
+    const a = held('a');
+    const b = held('b');
+    return a.length > 0 && b.length > 0 && new Set([ ...a, ...b ]).size === queues &&
+      a.length + b.length === queues;
+  };
+  await until(split, 'both members pulling queues of their own', 30000);
   for (let i = 0; i < count; i++) await producer.send(new Message(topic, 'T', Buffer.from(`one-${i}`)));
   await until(() => [ ...bodies ].filter(b => b.startsWith('one-')).length >= count, 'the first batch', 30000);
   await consumers.b.close();
-  await sleep(3000); // a's rebalance takes b's queues
+  await until(() => held('a').length === queues, "a's rebalance taking b's queues", 30000);
   phase = 'second';
   for (let i = 0; i < count; i++) await producer.send(new Message(topic, 'T', Buffer.from(`two-${i}`)));
   await until(() => [ ...bodies ].filter(b => b.startsWith('two-')).length >= count, 'the second batch', 30000);
@@ -241,7 +251,7 @@ async function share(group, count) {
   else if (mode === 'keep-sending-and-consuming') {
     out = await keepSendingAndConsuming(rest[0], Number(rest[1]));
   }
-  else if (mode === 'share') out = await share(rest[0], Number(rest[1]));
+  else if (mode === 'share') out = await share(rest[0], Number(rest[1]), Number(rest[2]));
   else if (mode === 'fail') out = await fail(rest[0], Number(rest[1]), Number(rest[2]));
   else throw new Error(`unknown mode ${mode}`);
   process.stdout.write(JSON.stringify(out) + '\n');

@@ -179,9 +179,9 @@ async def test_alions_failures_come_back_as_retries_and_reach_the_dlq(
 async def test_two_alions_consumers_share_the_queues_and_rebalance_when_one_leaves(
     classic: Cluster, tmp_path: Path
 ) -> None:
-    topic, group, count = "AlionsShareTopic", "alions-sharing", 16
-    await create_topic(classic, topic, 4)
-    result = await run_alions(classic, tmp_path, "share", topic, group, str(count))
+    topic, group, count, queues = "AlionsShareTopic", "alions-sharing", 16, 4
+    await create_topic(classic, topic, queues)
+    result = await run_alions(classic, tmp_path, "share", topic, group, str(count), str(queues))
     first, second = result["first"], result["second"]
     # Both members got queues of their own (the member list of GET_CONSUMER_LIST_BY_GROUP).
     assert first["a"] and first["b"], result
