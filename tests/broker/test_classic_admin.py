@@ -20,30 +20,12 @@ from protocol.rocketmq_remoting.headers import SendMessageHeader
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
 from tests.broker.test_send_waits import start_master
-from tests.support.classic import Raw
+from tests.support.classic import Raw, consumer_heartbeat
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "AdminT"
-
-
-def _heartbeat(client_id: str, group: str) -> bytes:
-    return json.dumps(
-        {
-            "clientID": client_id,
-            "consumerDataSet": [
-                {
-                    "groupName": group,
-                    "consumeType": "CONSUME_PASSIVELY",
-                    "messageModel": "CLUSTERING",
-                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}],
-                }
-            ],
-            "producerDataSet": [],
-        }
-    ).encode()
 
 
 async def test_topics_are_created_and_listed_on_the_classic_door(broker: BrokerProc) -> None:
@@ -133,7 +115,7 @@ async def test_stats_and_connections_on_the_classic_door(broker: BrokerProc) -> 
 
         absent = await raw.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "G"})
         assert absent.code == ResponseCode.CONSUMER_NOT_ONLINE
-        joined = await raw.call(RequestCode.HEART_BEAT, {}, _heartbeat("c1@1", "G"))
+        joined = await raw.call(RequestCode.HEART_BEAT, {}, consumer_heartbeat("c1@1", "G", TOPIC))
         assert joined.code == ResponseCode.SUCCESS
         conns = await raw.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "G"})
         assert conns.code == ResponseCode.SUCCESS, conns.remark

@@ -28,7 +28,7 @@ from protocol.rocketmq_remoting.message_decoder import (
 )
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
-from tests.support.classic import Raw
+from tests.support.classic import Raw, consumer_heartbeat
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
@@ -226,33 +226,15 @@ async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: B
         ours.close()
 
 
-def _heartbeat(client_id: str, group: str) -> bytes:
-    return json.dumps(
-        {
-            "clientID": client_id,
-            "consumerDataSet": [
-                {
-                    "groupName": group,
-                    "consumeType": "CONSUME_PASSIVELY",
-                    "messageModel": "CLUSTERING",
-                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}],
-                }
-            ],
-            "producerDataSet": [],
-        }
-    ).encode()
-
-
 async def test_members_are_told_when_their_group_changes(broker: BrokerProc) -> None:
     await _create_topic(broker)
     first, second = await Raw.open(broker.port), await Raw.open(broker.port)
     try:
-        joined = await first.call(RequestCode.HEART_BEAT, {}, _heartbeat("c1", "G"))
+        joined = await first.call(RequestCode.HEART_BEAT, {}, consumer_heartbeat("c1", "G", TOPIC))
         assert joined.code == ResponseCode.SUCCESS
         own = await first.next_request()  # every member is told, the one that joined too
         assert own.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
-        await second.call(RequestCode.HEART_BEAT, {}, _heartbeat("c2", "G"))
+        await second.call(RequestCode.HEART_BEAT, {}, consumer_heartbeat("c2", "G", TOPIC))
         told = await first.next_request()
         assert (told.code, told.ext_fields, told.is_oneway) == (
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
@@ -262,7 +244,7 @@ async def test_members_are_told_when_their_group_changes(broker: BrokerProc) -> 
         members = await first.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
         assert sorted(json.loads(members.body)["consumerIdList"]) == ["c1", "c2"]
         # Heartbeats of known members change nothing: no notification for them.
-        await second.call(RequestCode.HEART_BEAT, {}, _heartbeat("c2", "G"))
+        await second.call(RequestCode.HEART_BEAT, {}, consumer_heartbeat("c2", "G", TOPIC))
         second.close()  # leaving by closing the connection
         told = await first.next_request()
         assert told.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED

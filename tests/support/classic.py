@@ -4,6 +4,7 @@ send frames built from the published layouts."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from protocol.rocketmq_remoting.frame import (
     CommandDecoder,
@@ -69,3 +70,23 @@ class Raw:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def consumer_heartbeat(client_id: str, group: str, topic: str) -> bytes:
+    """A classic HEART_BEAT body: ``client_id`` consumes every tag of ``topic`` in ``group``
+    (push, clustering), no producer group."""
+    return json.dumps(
+        {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "subscriptionDataSet": [{"topic": topic, "subString": "*"}],
+                }
+            ],
+            "producerDataSet": [],
+        }
+    ).encode()
