@@ -212,8 +212,9 @@ class Broker:
         tls = self.tls
         if tls is not None:  # every port of the cluster serves TLS: connect to them over it
             use_tls(lambda: tls.client)
-        # Every port first: a port in use must be found before anything is written.
-        self.port = self.server.bind(cfg.listen_host, cfg.listen_port)
+        # Every port first: a port in use must be found before anything is written. The other
+        # ports are checked before the client port is taken, so a broker that refuses to start
+        # for a port never accepted a connection on its client port.
         if self.ha is not None:
             check_port_free(cfg.listen_host, cfg.effective_ha_port, "HA")
         check_port_free(cfg.listen_host, cfg.metrics_port, "metrics")
@@ -226,6 +227,7 @@ class Broker:
             for pem in (cfg.tls_cert, cfg.tls_key):
                 if pem is not None and not pem.is_file():
                     raise StartRefused(f"gRPC TLS: {pem} is not a readable file")
+        self.port = self.server.bind(cfg.listen_host, cfg.listen_port)
         check_data_dir(cfg.data_dir)
         try:
             claim_data_dir(cfg.data_dir, DataDirOwner(cfg.cluster, cfg.broker_name))

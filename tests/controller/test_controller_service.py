@@ -511,8 +511,15 @@ async def test_metrics_describe_raft_and_the_broker_groups(
         "rmq_controller_requests_total",
     ):
         assert f"\n{name}" in text, name
-    pushed = re.search(r'rmq_controller_role_notifications_total\{result="ok"\} (\S+)', text)
-    assert pushed is not None and float(pushed.group(1)) >= 2
+
+    # Counted when a push's answer comes back, which may trail the broker's receipt of it.
+    def pushes_answered() -> float:
+        now = generate_latest(leader.metrics.registry).decode()
+        pushed = re.search(r'rmq_controller_role_notifications_total\{result="ok"\} (\S+)', now)
+        assert pushed is not None
+        return float(pushed.group(1))
+
+    await wait_until_async(lambda: pushes_answered() >= 2, "both role pushes answered", 5)
     follower = cluster.followers()[0]
     assert "rmq_controller_active 0.0" in generate_latest(follower.metrics.registry).decode()
 
