@@ -42,7 +42,12 @@ async def test_awaited_classic_requests_hold_back_reading_at_max_inflight() -> N
         for opaque in (1, 2):
             writer.write(encode_command(RemotingCommand(code=SLOW, opaque=opaque)))
             await writer.drain()
-            await asyncio.sleep(0.1)  # a read of its own
+            # each read on its own: the next is written once this one is in flight
+            await wait_until_async(
+                lambda n=opaque: [c.inflight for c in server.connections] == [n],
+                f"request {opaque} in flight",
+                5,
+            )
         (conn,) = server.connections
         assert conn.inflight == 2
         writer.write(encode_command(RemotingCommand(code=FAST, opaque=3)))
