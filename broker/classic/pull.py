@@ -24,7 +24,7 @@ from broker.classic.codes import classic_code
 from broker.context import BrokerContext
 from broker.pull.service import PullService
 from protocol.filter import FilterError
-from protocol.message import RecordError, iter_records
+from protocol.message import MessageRecord, RecordError, iter_records
 from protocol.pull import (
     PullAnswer,
     PullCorrupt,
@@ -46,30 +46,42 @@ from protocol.rocketmq_remoting.headers import (
 from protocol.rocketmq_remoting.message_decoder import StoredMessage, encode_stored_messages
 from remoting.classic_door import ClassicDoor, ClassicRefusal, ClassicSession
 
-__all__ = ["ClassicPull", "classic_pull_body"]
+__all__ = ["ClassicPull", "classic_pull_body", "stored_message"]
 
 _MASTER_ID = 0
+
+
+def stored_message(
+    rec: MessageRecord, *, topic: str, queue_id: int, reconsume_times: int = 0
+) -> StoredMessage:
+    """Our record in RocketMQ's stored-message form, under ``topic`` and ``queue_id`` (a half
+    message's check-back names its real ones)."""
+    return StoredMessage(
+        topic=topic,
+        body=rec.body,
+        queue_id=queue_id,
+        queue_offset=rec.queue_offset,
+        physical_offset=rec.physical_offset,
+        properties=rec.properties,
+        flag=rec.flag,
+        born_timestamp=rec.born_timestamp,
+        born_host=rec.born_host,
+        store_timestamp=rec.store_timestamp,
+        store_host=rec.store_host,
+        reconsume_times=reconsume_times,
+    )
 
 
 def classic_pull_body(body: bytes) -> bytes:
     """Our records back to back (a pull's body) in RocketMQ's stored-message layout."""
     out = []
     for rec in iter_records(body):
-        props = rec.properties
-        times = props.get(PROP_RECONSUME_TIME, "0")
+        times = rec.properties.get(PROP_RECONSUME_TIME, "0")
         out.append(
-            StoredMessage(
+            stored_message(
+                rec,
                 topic=rec.topic,
-                body=rec.body,
                 queue_id=rec.queue_id,
-                queue_offset=rec.queue_offset,
-                physical_offset=rec.physical_offset,
-                properties=props,
-                flag=rec.flag,
-                born_timestamp=rec.born_timestamp,
-                born_host=rec.born_host,
-                store_timestamp=rec.store_timestamp,
-                store_host=rec.store_host,
                 reconsume_times=int(times) if times.isdigit() else 0,
             )
         )

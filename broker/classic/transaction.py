@@ -20,6 +20,7 @@ producer answers with END_TRANSACTION (above), ``fromTransactionCheck`` true.
 from __future__ import annotations
 
 from broker.classic.codes import classic_code
+from broker.classic.pull import stored_message
 from broker.context import BrokerContext
 from broker.durable_wait import wait_durable
 from broker.transaction.ending import EndRefused, end_transaction
@@ -29,7 +30,7 @@ from protocol.message import decode_record
 from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
 from protocol.rocketmq_remoting.frame import RemotingCommand, make_response
 from protocol.rocketmq_remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
-from protocol.rocketmq_remoting.message_decoder import StoredMessage, encode_stored_messages
+from protocol.rocketmq_remoting.message_decoder import encode_stored_messages
 from protocol.transaction import PROP_REAL_QUEUE_ID, PROP_REAL_TOPIC
 from remoting.classic_door import ClassicDoor, ClassicRefusal, ClassicSession
 
@@ -41,18 +42,10 @@ def send_check_back(session: ClassicSession, half: Half, raw: bytes) -> None:
     rec = decode_record(raw)
     props = rec.properties
     real_queue = props.get(PROP_REAL_QUEUE_ID, "")
-    stored = StoredMessage(
+    stored = stored_message(
+        rec,
         topic=props.get(PROP_REAL_TOPIC) or rec.topic,
-        body=rec.body,
         queue_id=int(real_queue) if real_queue.isdigit() else rec.queue_id,
-        queue_offset=rec.queue_offset,
-        physical_offset=rec.physical_offset,
-        properties=props,
-        flag=rec.flag,
-        born_timestamp=rec.born_timestamp,
-        born_host=rec.born_host,
-        store_timestamp=rec.store_timestamp,
-        store_host=rec.store_host,
     )
     header = CheckTransactionStateHeader(
         tran_state_table_offset=rec.queue_offset,
