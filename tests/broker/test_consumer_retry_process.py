@@ -22,17 +22,11 @@ from protocol.message import parse_msg_id
 from protocol.retry import PROP_DLQ_RESENT_FROM, PROP_ORIGIN_MESSAGE_ID
 from remoting.client import RemotingClient
 from tests.client import receiving
+from tests.support.messages import FAST_CONSUMER
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "commit_interval": 0.2,
-    "suspend_ms": 500,
-    "route_refresh_interval": 1.0,
-}
 
 
 async def dlq(admin: Admin, group: str) -> list[dict[str, Any]]:
@@ -58,7 +52,7 @@ async def test_a_failing_message_is_retried_on_the_back_off_schedule_then_dead_l
             if not working:
                 raise ValueError(f"attempt {len(attempts)}")
 
-        async with Consumer(broker.address, "G", "T", **FAST) as consumer:
+        async with Consumer(broker.address, "G", "T", **FAST_CONSUMER) as consumer:
             task = asyncio.ensure_future(consumer.process(handle))
             try:
                 (parked,) = await wait_until_async(
@@ -113,7 +107,7 @@ async def test_a_nack_past_the_retries_parks_the_message_and_resend_brings_it_ba
             failures.append(msg)
             raise ValueError("cannot parse order")
 
-        async with Consumer(broker.address, "G", "T", **FAST) as consumer:
+        async with Consumer(broker.address, "G", "T", **FAST_CONSUMER) as consumer:
             task = asyncio.ensure_future(consumer.process(fail))
             try:
                 await wait_until_async(
@@ -130,7 +124,7 @@ async def test_a_nack_past_the_retries_parks_the_message_and_resend_brings_it_ba
         assert [m.msg_id for m in failures] == [sent.msg_id]
 
         # The DLQ is a topic like any other.
-        async with Consumer(broker.address, "reader", "%DLQ%G", **FAST) as reader:
+        async with Consumer(broker.address, "reader", "%DLQ%G", **FAST_CONSUMER) as reader:
             (copy,) = await receiving.receive_until(reader, lambda got: len(got) >= 1, 20)
         assert copy.body == b"poison" and copy.keys == "k1"
         assert copy.properties["app"] == "x"
@@ -151,7 +145,7 @@ async def test_a_nack_past_the_retries_parks_the_message_and_resend_brings_it_ba
         assert after["resent"] is True
 
         # A working handler of the same group consumes the re-sent copy from T.
-        async with Consumer(broker.address, "G", "T", **FAST) as consumer:
+        async with Consumer(broker.address, "G", "T", **FAST_CONSUMER) as consumer:
             got = await receiving.receive_until(
                 consumer, lambda got: any(m.body == b"poison" for m in got), 20
             )
@@ -267,7 +261,7 @@ async def test_a_group_that_stops_consuming_retries_parks_nacks_at_once(
 ) -> None:
     async with Admin(broker.address) as admin, Producer(broker.address) as producer:
         await admin.create_topic("T", 1)
-        async with Consumer(broker.address, "H", "T", **FAST) as consumer:
+        async with Consumer(broker.address, "H", "T", **FAST_CONSUMER) as consumer:
             # By default the group reads its retry topic (created at its first heartbeat).
             await wait_until_async(lambda: consumer.retry_owned, "H to read %RETRY%H", 20)
             await admin.update_sub_group({"groupName": "H", "consumeRetryEnable": False})

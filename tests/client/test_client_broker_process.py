@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,17 +13,11 @@ from client.consumer import Consumer
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from tests.client import receiving
+from tests.support.messages import FAST_CONSUMER
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "commit_interval": 0.2,
-    "suspend_ms": 500,
-    "route_refresh_interval": 1.0,
-}
 
 
 async def create_topic(broker: BrokerProc, topic: str, queues: int = 4) -> None:
@@ -65,7 +58,7 @@ async def test_every_produced_message_is_consumed_with_its_body_and_offset(
 ) -> None:
     await create_topic(broker, "T")
     sent = await produce(broker, "T", 500, "m")
-    async with Consumer(broker.address, "g", "T", **FAST) as c:
+    async with Consumer(broker.address, "g", "T", **FAST_CONSUMER) as c:
         got = await receive_until(c, lambda g: len({m.body for m in g}) >= len(sent))
     assert {m.body: key(m) for m in got} == sent
     by_body = {m.body: m for m in got}
@@ -77,10 +70,10 @@ async def test_every_produced_message_is_consumed_with_its_body_and_offset(
 async def test_offsets_resume_after_a_consumer_restart(broker: BrokerProc) -> None:
     await create_topic(broker, "T")
     first = await produce(broker, "T", 100, "a")
-    async with Consumer(broker.address, "g", "T", **FAST) as c:
+    async with Consumer(broker.address, "g", "T", **FAST_CONSUMER) as c:
         await receive_until(c, lambda g: len(g) >= len(first))
     second = await produce(broker, "T", 50, "b")
-    async with Consumer(broker.address, "g", "T", **FAST) as c:
+    async with Consumer(broker.address, "g", "T", **FAST_CONSUMER) as c:
         got = await receive_until(c, lambda g: len(g) >= len(second))
         assert await c.receive(1.0) == []
     assert {m.body: key(m) for m in got} == second
@@ -90,8 +83,8 @@ async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
     broker: BrokerProc,
 ) -> None:
     await create_topic(broker, "T", queues=8)
-    c1 = Consumer(broker.address, "g", "T", client_id="c1", **FAST)
-    c2 = Consumer(broker.address, "g", "T", client_id="c2", **FAST)
+    c1 = Consumer(broker.address, "g", "T", client_id="c1", **FAST_CONSUMER)
+    c2 = Consumer(broker.address, "g", "T", client_id="c2", **FAST_CONSUMER)
     try:
         await c1.start()
         await wait_until_async(lambda: len(c1.owned) == 8, "c1 to own eight queues", 20)
@@ -118,7 +111,7 @@ async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
 async def test_latest_skips_what_was_stored_before_the_group_existed(broker: BrokerProc) -> None:
     await create_topic(broker, "T")
     await produce(broker, "T", 30, "old")
-    async with Consumer(broker.address, "late", "T", start_from="latest", **FAST) as c:
+    async with Consumer(broker.address, "late", "T", start_from="latest", **FAST_CONSUMER) as c:
         await wait_until_async(
             lambda: len(c.owned) == 4 and all(s.next_offset is not None for s in c.owned.values()),
             "every queue owned with its start offset",
@@ -136,7 +129,7 @@ async def test_producer_and_consumer_ride_through_a_broker_kill_and_restart(
     await create_topic(b, "T")
     async with (
         Producer(b.address, retries=3, send_timeout=2) as p,
-        Consumer(b.address, "g", "T", **FAST) as c,
+        Consumer(b.address, "g", "T", **FAST_CONSUMER) as c,
     ):
         before = [await p.send("T", f"before-{i}".encode()) for i in range(20)]
         await receive_until(c, lambda g: len(g) >= len(before))

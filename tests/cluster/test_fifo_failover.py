@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,7 +25,7 @@ from client.routes import MessageQueue
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue
 from tests.cluster.support import new_master, node_at, start_fifo_group
 from tests.support.cluster import Cluster
-from tests.support.messages import dead_lettered
+from tests.support.messages import FAST_CONSUMER, dead_lettered
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -34,12 +33,6 @@ pytestmark = pytest.mark.multiprocess
 TOPIC = "FifoTopic"
 GROUP = "FifoGroup"
 POISON = ("g0", 10)  # always fails: to the DLQ after the retries
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "commit_interval": 0.2,
-    "suspend_ms": 500,
-    "route_refresh_interval": 1.0,
-}
 
 
 async def run_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
@@ -75,7 +68,7 @@ async def run_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
         sent = 0
         async with (
             Producer(addresses, send_deadline=30) as producer,
-            Consumer(addresses, GROUP, TOPIC, **FAST) as consumer,
+            Consumer(addresses, GROUP, TOPIC, **FAST_CONSUMER) as consumer,
         ):
             processing = asyncio.ensure_future(consumer.process(handle))
 

@@ -6,7 +6,6 @@ then the DLQ)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -16,17 +15,10 @@ from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
 from tests.cluster.support import full_sync_state_set, new_master, node_at, settings_on
 from tests.support.cluster import Cluster
-from tests.support.messages import dead_lettered
+from tests.support.messages import FAST_CONSUMER, dead_lettered
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-FAST: dict[str, Any] = {
-    "heartbeat_interval": 0.2,
-    "commit_interval": 0.2,
-    "suspend_ms": 500,
-    "route_refresh_interval": 1.0,
-}
 
 
 @pytest.fixture
@@ -69,7 +61,10 @@ async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
         failed.append(msg)
         raise RuntimeError("no")
 
-    async with Admin(addresses) as admin, Consumer(addresses, "G", "T", **FAST) as consumer:
+    async with (
+        Admin(addresses) as admin,
+        Consumer(addresses, "G", "T", **FAST_CONSUMER) as consumer,
+    ):
         task = asyncio.ensure_future(consumer.process(fail))
         try:
             (dead,) = await dead_lettered(

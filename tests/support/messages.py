@@ -10,6 +10,16 @@ from client.admin import Admin
 from client.producer import Producer
 from tests.support.wait import wait_until_async
 
+FAST_CONSUMER: dict[str, Any] = {
+    "heartbeat_interval": 0.2,
+    "commit_interval": 0.2,
+    "suspend_ms": 500,
+    "route_refresh_interval": 1.0,
+}
+"""Keyword arguments of :class:`client.consumer.Consumer` for tests against real broker
+processes: heartbeats, offset commits and route refreshes within a second, long polls of half a
+second."""
+
 
 async def fill(address: str, topic: str, n: int, queues: int = 2) -> list[str]:
     """Create ``topic`` with ``queues`` queues on the broker at ``address`` and send it ``n``
