@@ -91,11 +91,13 @@ COMMANDS: list[click.Command] = [
 )
 @click.option(
     "-a",
+    "-n",
     "--addresses",
     "addresses",
     envvar=ADDRESSES_ENV,
     metavar="ADDRS",
-    help=f"Controller addresses (or a lone broker's), ';'-separated; default ${ADDRESSES_ENV}.",
+    help="Controller addresses (or a lone broker's), ';'-separated; -n is mqadmin's name for "
+    f"it; default ${ADDRESSES_ENV}.",
 )
 @click.option(
     "-v", "--verbose", is_flag=True, help="Log the SDK's warnings and progress to stderr."

@@ -8,12 +8,14 @@ their work in a coroutine run by :func:`run`, and print through :func:`emit`. Fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -63,8 +65,9 @@ def _resolve_addresses(ctx: click.Context, param: click.Parameter, value: str | 
 
 
 def addresses_option(func: F) -> F:
-    """``-a ADDRS`` (controller or broker addresses, ``;``-separated, any may be down), and
-    ``--json`` also accepted after the command name."""
+    """``-a ADDRS`` (controller or broker addresses, ``;``-separated, any may be down; ``-n``,
+    mqadmin's name server flag, is the same option), and ``--json`` also accepted after the
+    command name."""
     func = click.option(
         "--json",
         is_flag=True,
@@ -74,13 +77,14 @@ def addresses_option(func: F) -> F:
     )(func)
     return click.option(
         "-a",
+        "-n",
         "--addresses",
         "addresses",
         callback=_resolve_addresses,
         metavar="ADDRS",
         help=(
-            "Controller addresses, or a lone broker's, separated by ';' (any may be down). "
-            f"Default: the global -a, then ${ADDRESSES_ENV}."
+            "Controller addresses, or a lone broker's, separated by ';' (any may be down); -n "
+            f"is mqadmin's name for it. Default: the global -a, then ${ADDRESSES_ENV}."
         ),
     )(func)
 
@@ -151,6 +155,74 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
     )
+
+
+def draws_progress(stream: TextIO) -> bool:
+    """Whether a spinner or progress bar may be drawn on ``stream``: only on a terminal (not a
+    pipe, a file, or ``TERM=dumb``), so scripts reading stderr see only the error lines."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream
+        return False
+    return tty and os.environ.get("TERM") != "dumb"
+
+
+class Spinner:
+    """A spinner on stderr saying what a command waits for (``| waiting for messages of T``),
+    drawn only when stderr is a terminal (:func:`draws_progress`); otherwise it does nothing.
+
+    ::
+
+        async with Spinner("searching every broker group of orders") as spinner:
+            ...
+            spinner.clear()       # before writing to stdout on the same terminal
+            spinner.say("...")    # a new text (redrawn with the next frame)
+    """
+
+    FRAMES = "|/-\\"
+    INTERVAL = 0.1
+
+    def __init__(self, what: str, stream: TextIO | None = None) -> None:
+        self.what = what
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = draws_progress(self.stream)
+        self._task: asyncio.Task[None] | None = None
+        self._drawn = False
+
+    def say(self, what: str) -> None:
+        self.what = what
+
+    def clear(self) -> None:
+        """Erase the spinner's line (it comes back with the next frame)."""
+        if self._drawn:
+            self._write("\r\x1b[K")
+            self._drawn = False
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.write(text)
+            self.stream.flush()
+
+    async def _spin(self) -> None:
+        frame = 0
+        while True:
+            self._write(f"\r\x1b[K{self.FRAMES[frame % len(self.FRAMES)]} {self.what} ")
+            self._drawn = True
+            frame += 1
+            await asyncio.sleep(self.INTERVAL)
+
+    async def __aenter__(self) -> Spinner:
+        if self.enabled:
+            self._task = asyncio.create_task(self._spin())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.clear()
 
 
 def stdout_closed() -> None:

@@ -24,6 +24,7 @@ from protocol.filter import FilterError, parse_tag_expression
 from protocol.message import PROP_KEYS, PROP_TAGS
 from rmqctl.common import (
     Settings,
+    Spinner,
     TimeType,
     addresses_option,
     emit,
@@ -417,30 +418,36 @@ async def _consume_pop(
     consumer = SimpleConsumer(addresses, group, topic, filter=tag_filter)
     printed = 0
     closed = False
+    spinner = Spinner(_waiting_for(topic, group, 0, pop=True))
     try:
         await consumer.start()
         if not settings.json:
             click.echo(_HUMAN_HEADER)
-        while not stop.is_set() and (count is None or printed < count):
-            wait = 0.5
-            if deadline is not None:
-                wait = min(wait, deadline - loop.time())
-                if wait <= 0:
+        async with spinner:
+            while not stop.is_set() and (count is None or printed < count):
+                wait = 0.5
+                if deadline is not None:
+                    wait = min(wait, deadline - loop.time())
+                    if wait <= 0:
+                        break
+                want = 32 if count is None else min(32, count - printed)
+                msgs = await consumer.receive(want, invisible_duration=invisible, wait=wait)
+                if not msgs:
+                    continue
+                lines = "\n".join(
+                    _pop_json_line(m) if settings.json else _human_line(m) for m in msgs
+                )
+                spinner.clear()
+                try:
+                    sys.stdout.write(lines + "\n")
+                    sys.stdout.flush()
+                except BrokenPipeError:
+                    stdout_closed()
+                    closed = True
                     break
-            want = 32 if count is None else min(32, count - printed)
-            msgs = await consumer.receive(want, invisible_duration=invisible, wait=wait)
-            if not msgs:
-                continue
-            lines = "\n".join(_pop_json_line(m) if settings.json else _human_line(m) for m in msgs)
-            try:
-                sys.stdout.write(lines + "\n")
-                sys.stdout.flush()
-            except BrokenPipeError:
-                stdout_closed()
-                closed = True
-                break
-            await asyncio.gather(*(consumer.ack(m) for m in msgs))
-            printed += len(msgs)
+                await asyncio.gather(*(consumer.ack(m) for m in msgs))
+                printed += len(msgs)
+                spinner.say(_waiting_for(topic, group, printed, pop=True))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -448,6 +455,14 @@ async def _consume_pop(
         await consumer.close()
     if count is not None and printed < count and not closed:
         click.echo(f"{printed} of {count} received in {loop.time() - started:.1f} s", err=True)
+
+
+def _waiting_for(topic: str, group: str, printed: int, *, pop: bool) -> str:
+    """What consumeMessage's spinner says: ``waiting for messages of T as group G by POP
+    (3 received; Ctrl-C to stop)``."""
+    how = " by POP" if pop else ""
+    so_far = f"{printed} received; " if printed else ""
+    return f"waiting for messages of {topic} as group {group}{how} ({so_far}Ctrl-C to stop)"
 
 
 def _pop_json_line(m: PopMessage) -> str:
@@ -474,29 +489,35 @@ async def _consume(
     consumer = Consumer(addresses, group, topic, start_from=start_from, filter=tag_filter)
     printed = 0
     closed = False
+    # A bounded wait (--timeout) ends by itself; an open-ended one says what it waits for.
+    spinner = Spinner(_waiting_for(topic, group, 0, pop=False))
+    spinner.enabled = spinner.enabled and timeout is None
     try:
         await consumer.start()
         if not settings.json:
             click.echo(_HUMAN_HEADER)
-        while not stop.is_set() and (count is None or printed < count):
-            wait = 0.25
-            if deadline is not None:
-                wait = min(wait, deadline - loop.time())
-                if wait <= 0:
+        async with spinner:
+            while not stop.is_set() and (count is None or printed < count):
+                wait = 0.25
+                if deadline is not None:
+                    wait = min(wait, deadline - loop.time())
+                    if wait <= 0:
+                        break
+                want = 1024 if count is None else count - printed
+                msgs = await consumer.receive(wait, max_messages=want)
+                if not msgs:
+                    continue
+                lines = "\n".join(_json_line(m) if settings.json else _human_line(m) for m in msgs)
+                spinner.clear()
+                try:
+                    sys.stdout.write(lines + "\n")
+                    sys.stdout.flush()
+                except BrokenPipeError:
+                    stdout_closed()
+                    closed = True
                     break
-            want = 1024 if count is None else count - printed
-            msgs = await consumer.receive(wait, max_messages=want)
-            if not msgs:
-                continue
-            lines = "\n".join(_json_line(m) if settings.json else _human_line(m) for m in msgs)
-            try:
-                sys.stdout.write(lines + "\n")
-                sys.stdout.flush()
-            except BrokenPipeError:
-                stdout_closed()
-                closed = True
-                break
-            printed += len(msgs)
+                printed += len(msgs)
+                spinner.say(_waiting_for(topic, group, printed, pop=False))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

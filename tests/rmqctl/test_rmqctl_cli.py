@@ -54,7 +54,7 @@ def test_help_lists_every_command() -> None:
     for command in COMMANDS:
         assert command.name in out
         sub_code, sub_out, _ = invoke(str(command.name), "--help")
-        assert sub_code == 0 and "-a, --addresses ADDRS" in sub_out
+        assert sub_code == 0 and "-a, -n, --addresses ADDRS" in sub_out
 
 
 def test_update_topic_creates_on_every_master_and_prints_its_document(
