@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from client import Producer
 from client.errors import ClientError
-from rmqctl.cli import cli
 from tests.cluster.support import Key, consume_all
+from tests.support.cli import has_master, rmqctl, rmqctl_json
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -44,19 +43,8 @@ rebalance_interval_ms = 300
 BROKER_TOML = "traffic_window_ms = 2000\n"
 
 
-def rmqctl(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
-def as_json(addrs: str, *args: str) -> Any:
-    code, out, err = rmqctl("--json", args[0], "-a", addrs, *args[1:])
-    assert code == 0, err
-    return json.loads(out)
-
-
 def newest_groups(addrs: str, topic: str = TOPIC) -> list[str]:
-    doc = as_json(addrs, "staticTopicMapping", "-t", topic)
+    doc = rmqctl_json(addrs, "staticTopicMapping", "-t", topic)
     return [q["items"][-1]["brokerName"] for q in doc["queues"]]
 
 
@@ -69,11 +57,6 @@ def settled_groups(cluster: Cluster) -> list[str] | None:
             return None  # not applied there yet
         seen.append([q["items"][-1]["brokerName"] for q in json.loads(out)["queues"]])
     return seen[0] if all(g == seen[0] for g in seen) else None
-
-
-def has_master(addrs: str, group: str) -> bool:
-    code, out, _ = rmqctl("--json", "getSyncStateSet", "-a", addrs, "-b", group)
-    return code == 0 and json.loads(out).get("masterBrokerId") is not None
 
 
 def moves_logged(cluster: Cluster) -> list[dict[str, Any]]:
@@ -120,7 +103,7 @@ def test_a_new_group_takes_new_topics_and_busy_queues_until_balanced(tmp_path: P
 
 async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
     def run(*args: str) -> Any:
-        return asyncio.to_thread(as_json, addrs, *args)
+        return asyncio.to_thread(rmqctl_json, addrs, *args)
 
     cluster.add_group("broker-a", 1, config=BROKER_TOML)
     await wait_until_async(

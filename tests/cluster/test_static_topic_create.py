@@ -17,23 +17,17 @@ import json
 
 import msgpack
 import pytest
-from click.testing import CliRunner
 
 from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from rmqctl.cli import cli
 from tests.cluster.support import group_masters
+from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "Fresh"
-
-
-def rmqctl(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_the_masters_have_the_physical_queues_when_the_static_topic_commands_answer(

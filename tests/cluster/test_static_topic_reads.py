@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.message import ReceivedMessage
-from rmqctl.cli import cli
 from tests.cluster.support import sync_state
+from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import stays_async, wait_until_async
 
@@ -39,11 +38,6 @@ pytestmark = pytest.mark.multiprocess
 
 TOPIC = "Readings"
 GROUP = "readers"
-
-
-def rmqctl(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def consumer(addrs: str) -> Consumer:

@@ -20,7 +20,6 @@ from typing import Any
 
 import msgpack
 import pytest
-from click.testing import CliRunner
 
 from client import Producer
 from client.bootstrap import Bootstrap
@@ -29,20 +28,15 @@ from protocol.codes import ControllerCode, RequestCode, ResponseCode
 from protocol.remoting import Scalar
 from remoting.client import RemotingClient
 from remoting.errors import ResponseError
-from rmqctl.cli import cli
 from tests.cluster.secured import admin_call, create_root, secured_cluster
 from tests.cluster.support import Key, consume_all, new_master, sync_state
+from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "Moving"
-
-
-def rmqctl(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 async def produce_until(stop: asyncio.Event, addrs: str, acked: list[Key], retries: int) -> None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from client import Consumer, Producer
 from client.bootstrap import Bootstrap
@@ -28,8 +27,8 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.pull import ConsumerOffsetUpdate
 from protocol.static_topic import commit_points, parse_queue
 from remoting.client import RemotingClient
-from rmqctl.cli import cli
 from tests.cluster.support import group_masters
+from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -39,11 +38,6 @@ TOPIC = "Kept"
 GROUP = "behind"
 CONTROLLER_TOML = "static_item_check_interval_ms = 300\n"
 SMALL_RETENTION = "retention_hours = 0.0001\nretention_check_interval_ms = 100\n"
-
-
-def rmqctl(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_retention_drops_an_old_item_and_a_group_behind_it_reads_what_remains(

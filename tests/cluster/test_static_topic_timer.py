@@ -13,7 +13,6 @@ import asyncio
 import time
 
 import pytest
-from click.testing import CliRunner
 
 from client import Consumer
 from client.bootstrap import Bootstrap
@@ -22,8 +21,8 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.message import encode_properties
 from protocol.timer import PROP_TIMER_DELIVER_MS
 from remoting.client import RemotingClient
-from rmqctl.cli import cli
 from tests.cluster.support import group_masters
+from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -31,11 +30,6 @@ pytestmark = pytest.mark.multiprocess
 
 TOPIC = "Reminders"
 DELAY_MS = 4000
-
-
-def rmqctl(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_a_scheduled_message_due_after_its_queue_moved_is_read_on_the_new_item(

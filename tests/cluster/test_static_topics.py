@@ -9,34 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from client import Producer
 from client.routes import MessageQueue, TopicRoute
-from rmqctl.cli import cli
+from tests.support.cli import has_master, rmqctl, rmqctl_json
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
-
-
-def rmqctl(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
-def as_json(addresses: str, *args: str) -> Any:
-    code, out, err = rmqctl("--json", args[0], "-a", addresses, *args[1:])
-    assert code == 0, err
-    return json.loads(out)
-
-
-def has_master(addresses: str, group: str) -> bool:
-    code, out, _ = rmqctl("--json", "getSyncStateSet", "-a", addresses, "-b", group)
-    return code == 0 and json.loads(out).get("masterBrokerId") is not None
 
 
 def test_a_static_topic_is_created_refused_when_bad_and_survives_the_controller_leader(
@@ -54,13 +36,13 @@ def test_a_static_topic_is_created_refused_when_bad_and_survives_the_controller_
             on_timeout=cluster.logs,
         )
 
-    created = as_json(addrs, "updateStaticTopic", "-t", "Orders", "-q", "4")
+    created = rmqctl_json(addrs, "updateStaticTopic", "-t", "Orders", "-q", "4")
     placed = [
         (q["items"][0]["brokerName"], q["items"][0]["physicalQueue"]) for q in created["queues"]
     ]
     assert placed == [("broker-a", 0), ("broker-b", 0), ("broker-a", 1), ("broker-b", 1)]
     assert all(q["items"][0]["logicalEnd"] is None for q in created["queues"])
-    assert as_json(addrs, "staticTopicMapping", "-t", "Orders") == created
+    assert rmqctl_json(addrs, "staticTopicMapping", "-t", "Orders") == created
 
     # The physical queues are topics of the groups: their brokers got them, the route shows them.
     def routed() -> bool:
@@ -97,7 +79,7 @@ def test_a_static_topic_is_created_refused_when_bad_and_survives_the_controller_
     code, _, err = rmqctl("staticTopicMapping", "-a", addrs, "-t", "Orders2")
     assert code == 1 and "Orders2 is not a static topic" in err and len(err.splitlines()) == 1
 
-    leader_id = as_json(addrs, "getControllerMetaData")["leaderId"]
+    leader_id = rmqctl_json(addrs, "getControllerMetaData")["leaderId"]
     leader = next(c for c in cluster.controllers if c.node_id == leader_id)
     leader.kill9()
     others = ";".join(c.address for c in cluster.controllers if c is not leader)
@@ -107,8 +89,8 @@ def test_a_static_topic_is_created_refused_when_bad_and_survives_the_controller_
         return code == 0 and json.loads(out)["leaderId"] not in (None, leader_id)
 
     wait_until(new_leader, "a new controller leader", 30, interval=0.2, on_timeout=cluster.logs)
-    assert as_json(others, "staticTopicMapping", "-t", "Orders") == created
+    assert rmqctl_json(others, "staticTopicMapping", "-t", "Orders") == created
     # The new leader decides on the same state: the same create is a no-op, another refused.
-    assert as_json(others, "updateStaticTopic", "-t", "Orders", "-q", "4") == created
+    assert rmqctl_json(others, "updateStaticTopic", "-t", "Orders", "-q", "4") == created
     code, _, err = rmqctl("updateStaticTopic", "-a", others, "-t", "Orders", "-q", "3")
     assert code == 1 and "already exists with 4 queues" in err

@@ -1,0 +1,31 @@
+"""rmqctl run inside the test process (click's CliRunner), for the multi-process tests that
+drive a cluster through the CLI: the same commands, exit codes and output as ``python -m rmqctl``
+(tests/support/procs.py ``rmqctl``), without a Python start each."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from click.testing import CliRunner
+
+from rmqctl.cli import cli
+
+
+def rmqctl(*args: str) -> tuple[int, str, str]:
+    """``rmqctl *args`` in this process: (exit code, stdout, stderr)."""
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def rmqctl_json(addresses: str, command: str, *args: str) -> Any:
+    """``rmqctl --json <command> -a <addresses> *args``, which must succeed: its JSON answer."""
+    code, out, err = rmqctl("--json", command, "-a", addresses, *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def has_master(addresses: str, group: str) -> bool:
+    """Whether the controllers at ``addresses`` name a master of ``group`` (getSyncStateSet)."""
+    code, out, _ = rmqctl("--json", "getSyncStateSet", "-a", addresses, "-b", group)
+    return code == 0 and json.loads(out).get("masterBrokerId") is not None
