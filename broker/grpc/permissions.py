@@ -3,9 +3,12 @@
 
 - pub on the topic: SendMessage (every message's topic), RecallMessage, EndTransaction;
 - sub on the topic and on the group: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
-  ForwardMessageToDeadLetterQueue, QueryAssignment;
-- sub on the group: a consumer's Heartbeat and NotifyClientTermination (what remoting's
-  HEART_BEAT and UNREGISTER_CLIENT of a consumer need; a producer's need nothing more);
+  ForwardMessageToDeadLetterQueue, QueryAssignment, PullMessage, UpdateOffset, GetOffset (as
+  remoting's PULL_MESSAGE and QUERY/UPDATE_CONSUMER_OFFSET);
+- sub on the topic: QueryOffset (as GET_MIN/MAX_OFFSET and SEARCH_OFFSET_BY_TIMESTAMP);
+- sub on the group: a consumer's (push, simple or pull) Heartbeat and NotifyClientTermination
+  (what remoting's HEART_BEAT and UNREGISTER_CLIENT of a consumer need; a producer's need
+  nothing more);
 - any known user: QueryRoute, a producer's Heartbeat, the opening of a Telemetry stream (as
   remoting treats metadata reads).
 
@@ -41,7 +44,7 @@ def _consumer(topic: pb.Resource, group: pb.Resource) -> tuple[Check, ...]:
     return (Check(topic_resource(topic.name), (SUB,)), _group(group.name))
 
 
-_CONSUMER_TYPES: Final = frozenset({pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER})
+_CONSUMER_TYPES: Final = frozenset({pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER})
 
 _RULES: Final[dict[str, Callable[[Any], tuple[Check, ...]]]] = {
     "SendMessage": lambda r: _topics((m.topic.name for m in r.messages), PUB),
@@ -52,6 +55,10 @@ _RULES: Final[dict[str, Callable[[Any], tuple[Check, ...]]]] = {
     "ChangeInvisibleDuration": lambda r: _consumer(r.topic, r.group),
     "ForwardMessageToDeadLetterQueue": lambda r: _consumer(r.topic, r.group),
     "QueryAssignment": lambda r: _consumer(r.topic, r.group),
+    "PullMessage": lambda r: _consumer(r.message_queue.topic, r.group),
+    "UpdateOffset": lambda r: _consumer(r.message_queue.topic, r.group),
+    "GetOffset": lambda r: _consumer(r.message_queue.topic, r.group),
+    "QueryOffset": lambda r: _topics((r.message_queue.topic.name,), SUB),
     "Heartbeat": lambda r: (_group(r.group.name),) if r.client_type in _CONSUMER_TYPES else (),
     "NotifyClientTermination": lambda r: (_group(r.group.name),) if r.group.name else (),
     "QueryRoute": lambda r: ANY_USER,

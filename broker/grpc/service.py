@@ -5,7 +5,8 @@ into the broker's own requests and delegated (a SendMessage to the send service 
 this broker is its group's master: :mod:`broker.grpc.here`): QueryRoute asks the controllers (or a lone broker
 itself) for the topic's route and the brokers for their gRPC endpoints
 (:mod:`broker.grpc.endpoints`); the producer's RPCs go to :mod:`broker.grpc.produce`; Telemetry
-to :mod:`broker.grpc.telemetry`; the consumer's (POP) to :mod:`broker.grpc.consume`. RPCs not
+to :mod:`broker.grpc.telemetry`; the consumer's (POP) to :mod:`broker.grpc.consume`, the pull
+consumer's (PullMessage and the offsets) to :mod:`broker.grpc.pull`. RPCs not
 served answer gRPC UNIMPLEMENTED (grpcio's default
 for a method the servicer does not override).
 
@@ -32,6 +33,7 @@ from broker.grpc.endpoints import EndpointBook
 from broker.grpc.here import Here
 from broker.grpc.produce import Publisher
 from broker.grpc.produce import status as _status
+from broker.grpc.pull import PullFront
 from broker.grpc.telemetry import TelemetryHub
 from broker.grpc.translate import (
     Refused,
@@ -99,6 +101,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.telemetry = TelemetryHub(self.pool, local_address, master, max_body_bytes)
         self.consume = ConsumeService(self.pool, local_address, master, broker_name, here)
         self.telemetry.on_subscription = self.consume.subscription_settings
+        self.pulls = PullFront(self.pool, local_address, master, broker_name)
 
     @property
     def own_endpoint(self) -> tuple[str, int] | None:
@@ -231,6 +234,31 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             rpc.QueryRouteRequest(topic=request.topic, endpoints=request.endpoints), context
         )
         return self.consume.query_assignment(request, route)
+
+    # -- pull consumption: broker/grpc/pull.py ------------------------------------------------
+    async def PullMessage(
+        self, request: rpc.PullMessageRequest, context: Any
+    ) -> AsyncIterator[rpc.PullMessageResponse]:
+        if (refusal := self._refusal("PullMessage", request, context)) is not None:
+            yield rpc.PullMessageResponse(status=refusal)
+            return
+        async for response in self.pulls.pull(request, context):
+            yield response
+
+    async def UpdateOffset(self, request: rpc.UpdateOffsetRequest, context: Any) -> Any:
+        if (refusal := self._refusal("UpdateOffset", request, context)) is not None:
+            return rpc.UpdateOffsetResponse(status=refusal)
+        return await self.pulls.update_offset(request)
+
+    async def GetOffset(self, request: rpc.GetOffsetRequest, context: Any) -> Any:
+        if (refusal := self._refusal("GetOffset", request, context)) is not None:
+            return rpc.GetOffsetResponse(status=refusal)
+        return await self.pulls.get_offset(request)
+
+    async def QueryOffset(self, request: rpc.QueryOffsetRequest, context: Any) -> Any:
+        if (refusal := self._refusal("QueryOffset", request, context)) is not None:
+            return rpc.QueryOffsetResponse(status=refusal)
+        return await self.pulls.query_offset(request)
 
     async def Telemetry(
         self, request_iterator: AsyncIterator[rpc.TelemetryCommand], context: Any

@@ -37,6 +37,16 @@ def _message(topic: str) -> pb.Message:
         ("ForwardMessageToDeadLetterQueue",
          rpc.ForwardMessageToDeadLetterQueueRequest(group=G, topic=A), CONSUMER),
         ("QueryAssignment", rpc.QueryAssignmentRequest(group=G, topic=A), CONSUMER),
+        ("PullMessage",
+         rpc.PullMessageRequest(group=G, message_queue=pb.MessageQueue(topic=A)), CONSUMER),
+        ("UpdateOffset",
+         rpc.UpdateOffsetRequest(group=G, message_queue=pb.MessageQueue(topic=A)), CONSUMER),
+        ("GetOffset",
+         rpc.GetOffsetRequest(group=G, message_queue=pb.MessageQueue(topic=A)), CONSUMER),
+        ("QueryOffset", rpc.QueryOffsetRequest(message_queue=pb.MessageQueue(topic=A)),
+         ["Topic:A sub"]),
+        ("Heartbeat", rpc.HeartbeatRequest(client_type=pb.PULL_CONSUMER, group=G),
+         ["Group:g sub"]),
         # A retry topic is its group's.
         ("AckMessage", rpc.AckMessageRequest(group=G, topic=pb.Resource(name="%RETRY%g")),
          ["Group:g sub", "Group:g sub"]),
@@ -65,7 +75,7 @@ def test_every_served_rpc_has_a_rule() -> None:
     }
     assert served == METHODS
     with pytest.raises(KeyError):
-        rpc_checks("PullMessage", None)
+        rpc_checks("SyncLiteSubscription", None)
 
 
 def test_settings_need_pub_on_published_topics_and_sub_on_the_subscription() -> None:
