@@ -15,6 +15,7 @@ import structlog
 from controller.metadata import (
     Applied,
     CleanBrokerData,
+    DeleteTopic,
     EventDecodeError,
     ReplicasInfoManager,
     UpdateTopic,
@@ -49,7 +50,7 @@ class MetadataStateMachine:
             # Never proposed by a correct controller; skipped identically everywhere.
             log.error("undecodable metadata event skipped", index=index, error=str(exc))
             return Applied(code=ResponseCode.CONTROLLER_INVALID_REQUEST, remark=str(exc))
-        if isinstance(event, AuthEvent | StaticTopicEvent):
+        if isinstance(event, AuthEvent | StaticTopicEvent | DeleteTopic):
             return self.manager.apply(event)
         name = event.broker_name
         before = self.manager.replica_info(name)

@@ -35,8 +35,13 @@ class RequestCode(IntEnum):
     GET_BROKER_CLUSTER_INFO = 106
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    GET_TOPIC_STATS_INFO = 202
     GET_CONSUMER_CONNECTION_LIST = 203
+    DELETE_SUBSCRIPTIONGROUP = 207
     GET_CONSUME_STATS = 208
+    DELETE_TOPIC_IN_BROKER = 215
+    DELETE_TOPIC_IN_NAMESRV = 216
+    GET_TOPICS_BY_CLUSTER = 224
     SEND_BATCH_MESSAGE = 320
     GET_SUBSCRIPTIONGROUP_CONFIG = 352
     RECALL_MESSAGE = 470
@@ -168,6 +173,10 @@ class ResponseCode(IntEnum):
     USER_ALREADY_EXISTS = 5041
     ACL_NOT_EXIST = 5042
     ACL_ALREADY_EXISTS = 5043
+    # deleteTopic/deleteSubGroup (issue 28): a producer connected to a broker sends to the
+    # topic (--force deletes it anyway); a system topic or group, which the brokers need.
+    TOPIC_IN_USE = 5055
+    SYSTEM_RESOURCE = 5056
 
 
 def code_name(code: int) -> str:

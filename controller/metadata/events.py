@@ -28,6 +28,7 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
     [13, topic, queue_id, generation, logical_end, source_master_epoch,
         broker_name, physical_queue]                                      RemapQueueItem
     [14, topic, queue_id, generation]                                     DropQueueItem
+    [15, topic]                                                           DeleteTopic
 
 The static topic events (docs/static-topics.md) carry a logical queue's newest ``generation``
 they were decided at; applying them is a compare-and-set on it. RemapQueueItem (a whole re-map
@@ -73,6 +74,7 @@ TAG_SEAL_QUEUE_ITEM: Final = 11
 TAG_ADD_QUEUE_ITEM: Final = 12
 TAG_REMAP_QUEUE_ITEM: Final = 13
 TAG_DROP_QUEUE_ITEM: Final = 14
+TAG_DELETE_TOPIC: Final = 15
 MAX_SEALED_BYTES: Final = 1024
 
 
@@ -301,6 +303,19 @@ class UpdateTopic:
         check_queues("queues", self.queues)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopic:
+    """Forget ``topic`` on every group that has it and, for a static topic, its mapping
+    items. Applies when some group has the topic or it is static; otherwise it is rejected
+    (TOPIC_NOT_EXIST) and changes nothing. The brokers' copies (topic config, ConsumeQueues)
+    are deleted by the active controller once this is applied (docs/operations.md)."""
+
+    topic: str
+
+    def __post_init__(self) -> None:
+        check_topic("topic", self.topic)
+
+
 def _check_user_fields(username: object, version: object) -> None:
     try:
         check_username(username)
@@ -481,6 +496,7 @@ Event = (
     | AddQueueItem
     | RemapQueueItem
     | DropQueueItem
+    | DeleteTopic
 )
 
 
@@ -593,6 +609,8 @@ def encode_event(event: Event) -> bytes:
             ]
         case DropQueueItem():
             fields = [TAG_DROP_QUEUE_ITEM, event.topic, event.queue_id, event.generation]
+        case DeleteTopic():
+            fields = [TAG_DELETE_TOPIC, event.topic]
         case _:
             raise TypeError(f"not an event: {type(event).__name__}")
     packed: bytes = msgpack.packb(fields, use_bin_type=True)
@@ -766,6 +784,9 @@ def _build(fields: list[Any]) -> Event:
         _arity(fields, 4, "DropQueueItem")
         _, topic, queue_id, generation = fields
         return DropQueueItem(topic=topic, queue_id=queue_id, generation=generation)
+    if tag == TAG_DELETE_TOPIC:
+        _arity(fields, 2, "DeleteTopic")
+        return DeleteTopic(topic=fields[1])
     raise ValueError(f"unknown event tag {tag}")
 
 

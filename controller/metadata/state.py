@@ -28,6 +28,7 @@ from controller.metadata.events import (
     ApplyBrokerId,
     CleanBrokerData,
     CreateStaticTopic,
+    DeleteTopic,
     DeleteUser,
     DropQueueItem,
     ElectMaster,
@@ -80,6 +81,7 @@ from controller.metadata.snapshot import (
 from controller.metadata.static_topic import MappingItem
 from controller.metadata.static_topics import RemapPlan, StaticTopicMapping, StaticTopicTable
 from protocol.codes import ResponseCode as RC
+from protocol.topic_admin import topic_delete_refusal
 
 
 class _BadRequest(Exception):
@@ -531,6 +533,25 @@ class ReplicasInfoManager:
         event = UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)
         return Decision(events=(event,), response=response)
 
+    def delete_topic(self, topic: str) -> Decision[dict[str, int]]:
+        """DELETE_TOPIC_IN_NAMESRV (rmqctl deleteTopic): forget ``topic`` on every group.
+
+        CONTROLLER_INVALID_REQUEST for a bad name, SYSTEM_RESOURCE for a system topic or a
+        group's retry or dead-letter topic, TOPIC_NOT_EXIST when no group has it and it is not
+        static. The response: the groups that had it and its queue count on each (a static
+        topic's: its physical queues)."""
+        try:
+            _field(check_topic, "topic", topic)
+        except _BadRequest as exc:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
+        refusal = topic_delete_refusal(topic)
+        if refusal is not None:
+            return rejected(RC.SYSTEM_RESOURCE, refusal)
+        had = self.topic_queues(topic)
+        if not had and topic not in self.static_topics:
+            return rejected(RC.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
+        return Decision(events=(DeleteTopic(topic=topic),), response=had)
+
     def create_static_topic(
         self, topic: str, queues: int, broker_names: Sequence[str] = ()
     ) -> Decision[StaticTopicMapping]:
@@ -658,6 +679,14 @@ class ReplicasInfoManager:
                         f"{held.master_epoch}); nothing moved",
                     )
                 return self.static_topics.apply(event, self._groups.keys())
+            case DeleteTopic():
+                had = [g for g in self._groups.values() if event.topic in g.topics]
+                if not had and event.topic not in self.static_topics:
+                    return fail(RC.TOPIC_NOT_EXIST, f"topic {event.topic} does not exist")
+                for group in had:
+                    del group.topics[event.topic]
+                self.static_topics.remove(event.topic)
+                return APPLIED
             case UpdateTopic():
                 group = self._groups.get(event.broker_name)
                 if group is None:

@@ -91,6 +91,10 @@ class StaticTopicTable:
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._topics))
 
+    def remove(self, topic: str) -> None:
+        """Forget a static topic and all its mapping items (DeleteTopic); no-op when absent."""
+        self._topics.pop(topic, None)
+
     def records(self) -> dict[str, StaticTopicMapping]:
         return {t: self._topics[t] for t in sorted(self._topics)}
 

@@ -9,9 +9,15 @@ Requests (``?`` marks a field that may be left out)::
     UPDATE_AND_CREATE_TOPIC 17   header topic, queues, clusterName?, brokerName (the controllers'
                                  form: the group the topic goes to; a broker's own 17 has no
                                  brokerName)
+    DELETE_TOPIC_IN_NAMESRV 216  header topic, force? (deleteTopic: everywhere)
+    DELETE_SUBSCRIPTIONGROUP 207 header groupName, removeDlq? (deleteSubGroup: on every broker)
+    GET_TOPICS_BY_CLUSTER 224    header clusterName? (topicList)
 
 Answers: 17's SUCCESS is :class:`TopicUpdated` (header ``topic``, ``queues``, ``brokerName``); 103
-answers an empty SUCCESS, 105 and 106 a document in the body.
+answers an empty SUCCESS, 105 and 106 a document in the body. 216 and 207 answer
+:class:`DeleteReport` (body ``{"name", "brokers": [[brokerName, address, code, remark], ...]}``,
+one row per broker the delete was pushed to, code 0 when it deleted); 224 answers
+:class:`TopicList` (body ``{"topics": [[topic, cluster, {brokerName: queues}], ...]}``, by name).
 
 A missing or mistyped header field raises :class:`~protocol.fields.FieldError`; a body that does
 not decode, or topics that are not names mapped to counts, raise
@@ -34,10 +40,23 @@ from protocol.controller_requests.base import (
     req_broker,
     unpack_map,
 )
-from protocol.fields import opt_str, req_int, req_str
+from protocol.fields import FieldError, opt_bool, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 
-__all__ = ["ClusterInfoQuery", "RegisterRoutes", "RouteQuery", "TopicUpdated", "UpdateTopic"]
+__all__ = [
+    "BrokerOutcome",
+    "ClusterInfoQuery",
+    "DeleteReport",
+    "DeleteSubGroup",
+    "DeleteTopic",
+    "RegisterRoutes",
+    "RouteQuery",
+    "TopicEntry",
+    "TopicList",
+    "TopicListQuery",
+    "TopicUpdated",
+    "UpdateTopic",
+]
 
 
 def _topics(value: Any) -> dict[str, int]:
@@ -154,3 +173,142 @@ class TopicUpdated:
             queues=req_int(header, "queues"),
             broker_name=req_str(header, "brokerName"),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopic:
+    """DELETE_TOPIC_IN_NAMESRV to the controllers (rmqctl deleteTopic): forget ``topic`` in
+    the replicated metadata, then delete it on every broker of every group (``force``: even
+    while a producer sends to it)."""
+
+    code: ClassVar[RequestCode] = RequestCode.DELETE_TOPIC_IN_NAMESRV
+
+    topic: str
+    force: bool = False
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {"topic": self.topic}
+        if self.force:
+            header["force"] = True
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> DeleteTopic:
+        return cls(topic=req_str(header, "topic"), force=opt_bool(header, "force"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteSubGroup:
+    """DELETE_SUBSCRIPTIONGROUP to the controllers (rmqctl deleteSubGroup): delete the group on
+    every broker of every group (settings, offsets, retry topic; its dead-letter topic too with
+    ``remove_dlq``)."""
+
+    code: ClassVar[RequestCode] = RequestCode.DELETE_SUBSCRIPTIONGROUP
+
+    group: str
+    remove_dlq: bool = False
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {"groupName": self.group}
+        if self.remove_dlq:
+            header["removeDlq"] = True
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> DeleteSubGroup:
+        return cls(group=req_str(header, "groupName"), remove_dlq=opt_bool(header, "removeDlq"))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerOutcome:
+    """What one broker answered a pushed delete: ``code`` 0 when it deleted."""
+
+    broker_name: str
+    address: str
+    code: int
+    remark: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteReport:
+    """The answer of 216 and 207 on the controllers: the topic or group, and each broker's."""
+
+    name: str
+    brokers: tuple[BrokerOutcome, ...] = ()
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        rows = [[b.broker_name, b.address, b.code, b.remark] for b in self.brokers]
+        return {}, pack_map({"name": self.name, "brokers": rows})
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> DeleteReport:
+        doc = unpack_map(body)
+        name, rows = doc.get("name"), doc.get("brokers")
+        if not isinstance(name, str) or not isinstance(rows, list):
+            raise FieldError("a delete report has a name and a list of brokers")
+        brokers: list[BrokerOutcome] = []
+        for row in rows:
+            if not (
+                isinstance(row, list)
+                and len(row) == 4
+                and isinstance(row[0], str)
+                and isinstance(row[1], str)
+                and type(row[2]) is int
+                and isinstance(row[3], str)
+            ):
+                raise FieldError("a broker's outcome is [brokerName, address, code, remark]")
+            brokers.append(BrokerOutcome(*row))
+        return cls(name=name, brokers=tuple(brokers))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicListQuery:
+    """GET_TOPICS_BY_CLUSTER: every topic (of one cluster when ``cluster`` is given)."""
+
+    code: ClassVar[RequestCode] = RequestCode.GET_TOPICS_BY_CLUSTER
+
+    cluster: str | None = None
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return ({"clusterName": self.cluster} if self.cluster else {}), None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicListQuery:
+        return cls(cluster=opt_str(header, "clusterName") or None)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicEntry:
+    """One topic of one cluster and its queue count on each broker group that has it."""
+
+    topic: str
+    cluster: str
+    queues: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicList:
+    """GET_TOPICS_BY_CLUSTER's SUCCESS, by topic name then cluster."""
+
+    topics: tuple[TopicEntry, ...] = ()
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        rows = [[t.topic, t.cluster, dict(sorted(t.queues.items()))] for t in self.topics]
+        return {}, pack_map({"topics": rows})
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicList:
+        rows = unpack_map(body).get("topics")
+        if not isinstance(rows, list):
+            raise FieldError("topics must be a list")
+        out: list[TopicEntry] = []
+        for row in rows:
+            if not (
+                isinstance(row, list)
+                and len(row) == 3
+                and isinstance(row[0], str)
+                and isinstance(row[1], str)
+            ):
+                raise FieldError("a topic entry is [topic, cluster, {brokerName: queues}]")
+            out.append(TopicEntry(row[0], row[1], _topics(row[2])))
+        return cls(topics=tuple(out))

@@ -13,6 +13,7 @@ from controller.metadata import (
     AlterSyncStateSet,
     ApplyBrokerId,
     CleanBrokerData,
+    DeleteTopic,
     ElectMaster,
     Event,
     EventDecodeError,
@@ -61,6 +62,7 @@ events: st.SearchStrategy[Event] = st.one_of(
         topic=st.text(alphabet="abcXYZ019-_%", min_size=1, max_size=127),
         queues=st.integers(1, 1024),
     ),
+    st.builds(DeleteTopic, topic=st.text(alphabet="abcXYZ019-_%", min_size=1, max_size=127)),
 )
 
 

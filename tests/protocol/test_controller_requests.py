@@ -47,9 +47,16 @@ from protocol.controller_requests.static_topics import (
     StaticTopicMappingQuery,
 )
 from protocol.controller_requests.topics import (
+    BrokerOutcome,
     ClusterInfoQuery,
+    DeleteReport,
+    DeleteSubGroup,
+    DeleteTopic,
     RegisterRoutes,
     RouteQuery,
+    TopicEntry,
+    TopicList,
+    TopicListQuery,
     TopicUpdated,
     UpdateTopic,
 )
@@ -151,6 +158,9 @@ requests = st.one_of(
     st.builds(RouteQuery, topic=names),
     st.just(ClusterInfoQuery()),
     st.builds(UpdateTopic, broker_name=names, topic=names, queues=ints, cluster=st.none() | names),
+    st.builds(DeleteTopic, topic=names, force=st.booleans()),
+    st.builds(DeleteSubGroup, group=names, remove_dlq=st.booleans()),
+    st.builds(TopicListQuery, cluster=st.none() | names),
     st.builds(CreateUser, username=names, secret=texts, user_type=user_types),
     st.builds(UpdateUser, username=names, secret=st.none() | texts, user_type=user_types),
     st.builds(DeleteUser, username=names),
@@ -219,6 +229,20 @@ answers = st.one_of(
     st.builds(NextBrokerIdAnswer, next_broker_id=ints),
     st.builds(AlterSyncStateSetAnswer, sync_state_set=id_sets, sync_state_set_epoch=ints),
     st.builds(TopicUpdated, topic=names, queues=ints, broker_name=names),
+    st.builds(
+        DeleteReport,
+        name=names,
+        brokers=st.lists(st.builds(BrokerOutcome, names, texts, ints, texts), max_size=3).map(
+            tuple
+        ),
+    ),
+    st.builds(
+        TopicList,
+        topics=st.lists(
+            st.builds(TopicEntry, names, names, st.dictionaries(names, ints, max_size=3)),
+            max_size=3,
+        ).map(tuple),
+    ),
     st.builds(NotLeader, leader_address=st.none() | names),
     st.builds(
         HeartbeatAnswer,
@@ -356,6 +380,15 @@ GOLDEN: list[tuple[Any, str]] = [
         "00000035960011070084a5746f706963a25431a671756575657304ab636c75737465724e616d65a26331aa"
         "62726f6b65724e616d65a26731c0",
     ),
+    (
+        DeleteTopic(topic="T1", force=True),
+        "000000189600ccd8070082a5746f706963a25431a5666f726365c3c0",
+    ),
+    (
+        DeleteSubGroup(group="g1", remove_dlq=True),
+        "000000209600cccf070082a967726f75704e616d65a26731a972656d6f7665446c71c3c0",
+    ),
+    (TopicListQuery(cluster="c1"), "000000179600cce0070081ab636c75737465724e616d65a26331c0"),
     (
         CreateUser(username="alice", user_type=UserType.NORMAL, secret="s3cret-key"),
         "0000003c9600cd0bb9070082a8757365726e616d65a5616c696365a87573657254797065a66e6f726d616c"
