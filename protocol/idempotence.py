@@ -1,0 +1,550 @@
+"""Idempotent producers: the fields a send carries, the broker's check, and its snapshots
+(docs/idempotence.md). Pure: no clock (times are arguments), no sockets.
+
+A producer with an id from the controllers (and an epoch that rises each time the same id is
+taken up again) numbers its requests per (topic, queue): each SEND_MESSAGE or
+SEND_BATCH_MESSAGE to a queue carries the next ``sequence`` of that queue in three header
+fields, ``producerId``, ``producerEpoch`` and ``sequence`` (:class:`ProducerSeq`); a retry of
+the request carries the same three. The broker stores them in every record of the request as
+the property :data:`PROP_PRODUCER_SEQ`, ``"<id>.<epoch>.<sequence>.<index>.<count>"`` (the
+record's place in its request and the request's size), so a slave holds them and a new master
+rebuilds the state below from the records themselves.
+
+The check (:class:`ProducerStates`), per (producer id, topic, queue): the last :data:`WINDOW`
+requests stored, each with its sequence and where it went (:class:`StoredBatch`), and the
+*floor*, the highest sequence that fell out of the window. A request whose sequence is in the
+window is a retry of a stored one: answered with the stored offsets, nothing stored again. A
+sequence above the floor that is not in the window was never stored (every stored one above the
+floor is in the window): stored now, even past a gap (an earlier request still being retried,
+or given up by its producer; counted). A sequence at or below the floor that is not in the
+window cannot be told apart (:attr:`Verdict.TOO_OLD`, refused): a producer that keeps at most
+:data:`WINDOW` requests in flight per queue never sends one. An epoch below the producer's
+highest is fenced (:attr:`Verdict.FENCED`): an older incarnation of a restarted producer. A
+higher epoch starts the producer's windows afresh.
+
+Memory is bounded: a producer idle for ``expiry_ms`` is forgotten (:meth:`ProducerStates.expire`),
+and beyond ``max_windows`` (producer, queue) windows the least recently used producers are.
+A forgotten producer's next request is stored as new.
+
+Snapshots (:func:`encode_snapshot`): the whole state as it stands after CommitLog offset
+``covered``, one msgpack document cut into parts of at most :data:`PART_BYTES`, each a record
+of queue 0 of :data:`SNAPSHOT_TOPIC`: ``>qHH`` (covered, part index, part count) then its slice.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final
+
+import msgpack
+
+from protocol.fields import FieldError
+from protocol.message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    MessageRecord,
+    RecordError,
+    decode_record,
+)
+
+__all__ = [
+    "MAX_EPOCH",
+    "MAX_PRODUCER_ID",
+    "MAX_SEQUENCE",
+    "PART_BYTES",
+    "PROP_PRODUCER_SEQ",
+    "SNAPSHOT_TOPIC",
+    "WINDOW",
+    "Decision",
+    "ProducerSeq",
+    "ProducerStates",
+    "RecordSeq",
+    "SnapshotPart",
+    "StoredBatch",
+    "Verdict",
+    "decode_snapshot",
+    "decode_snapshot_part",
+    "encode_snapshot",
+    "parse_record_seq",
+    "record_seq_value",
+    "sequenced_records",
+]
+
+PROP_PRODUCER_SEQ: Final = "__PSEQ"
+"""The record property holding a stored request's producer id, epoch, sequence, and the
+record's index in the request and the request's count. Written by the broker only: a send that
+carries it among its properties has it replaced (or removed, when the send has no fields)."""
+
+WINDOW: Final = 8
+"""Requests remembered per (producer, topic, queue); a producer keeps at most this many in
+flight per queue (Kafka keeps 5 batches; 8 lets 64 single sends in flight over 8 queues)."""
+
+MAX_PRODUCER_ID: Final = 2**63 - 1
+MAX_EPOCH: Final = 2**31 - 1
+MAX_SEQUENCE: Final = 2**63 - 1
+
+SNAPSHOT_TOPIC: Final = "rmq_sys_PRODUCER_SNAPSHOT"
+PART_BYTES: Final = 1024 * 1024
+_PART_HEAD: Final = struct.Struct(">qHH")
+_SNAPSHOT_VERSION: Final = 1
+_NEEDLE: Final = PROP_PRODUCER_SEQ.encode() + b"\x01"
+_PREFIX: Final = struct.Struct(">II")
+
+_HEADER_FIELDS: Final = ("producerId", "producerEpoch", "sequence")
+
+
+# -- what a send carries ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSeq:
+    """A request's producer id, epoch and sequence (per topic and queue)."""
+
+    producer_id: int
+    epoch: int
+    sequence: int
+
+    def __post_init__(self) -> None:
+        for name, value, top in (
+            ("producerId", self.producer_id, MAX_PRODUCER_ID),
+            ("producerEpoch", self.epoch, MAX_EPOCH),
+            ("sequence", self.sequence, MAX_SEQUENCE),
+        ):
+            if type(value) is not int or not 0 <= value <= top:
+                raise FieldError(f"header field {name!r} must be an integer in 0..{top}")
+
+    def add_to(self, header: dict[str, Any]) -> None:
+        """Write the three header fields into ``header``."""
+        header["producerId"] = self.producer_id
+        header["producerEpoch"] = self.epoch
+        header["sequence"] = self.sequence
+
+    @classmethod
+    def parse(cls, header: Mapping[str, object]) -> ProducerSeq | None:
+        """The fields of a request header: None when it has none of them; a
+        :class:`FieldError` when it has some but not all, or a bad value."""
+        pid = header.get("producerId")
+        epoch = header.get("producerEpoch")
+        seq = header.get("sequence")
+        if pid is None and epoch is None and seq is None:
+            return None
+        if pid is None or epoch is None or seq is None:
+            raise FieldError(
+                "an idempotent send carries all of producerId, producerEpoch and sequence"
+            )
+        return cls(pid, epoch, seq)  # type: ignore[arg-type]  # __post_init__ checks
+
+
+def record_seq_value(seq: ProducerSeq, index: int, count: int) -> str:
+    """The :data:`PROP_PRODUCER_SEQ` value of record ``index`` of a request of ``count``."""
+    return f"{seq.producer_id}.{seq.epoch}.{seq.sequence}.{index}.{count}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSeq:
+    """What a stored record's :data:`PROP_PRODUCER_SEQ` says."""
+
+    seq: ProducerSeq
+    index: int
+    count: int
+
+
+def parse_record_seq(value: str) -> RecordSeq:
+    """Read a :data:`PROP_PRODUCER_SEQ` value; :class:`RecordError` when malformed."""
+    parts = value.split(".")
+    if len(parts) != 5 or not all(p.isdigit() and p.isascii() for p in parts):
+        raise RecordError(f"malformed {PROP_PRODUCER_SEQ} {value[:64]!r}")
+    pid, epoch, sequence, index, count = (int(p) for p in parts)
+    try:
+        seq = ProducerSeq(pid, epoch, sequence)
+    except FieldError as exc:
+        raise RecordError(f"{PROP_PRODUCER_SEQ}: {exc}") from None
+    if not 0 <= index < count:
+        raise RecordError(f"{PROP_PRODUCER_SEQ}: index {index} not below count {count}")
+    return RecordSeq(seq, index, count)
+
+
+def sequenced_records(buf: bytes | memoryview) -> Iterator[MessageRecord]:
+    """The records of a run of CommitLog bytes (whole records and blank tails) that carry
+    :data:`PROP_PRODUCER_SEQ`: one ``find`` per record skips the others without decoding them.
+    Raises :class:`RecordError` for bytes that are not records."""
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    pos = 0
+    end = len(data)
+    find = data.find
+    while pos < end:
+        if end - pos < 8:
+            raise RecordError(f"trailing {end - pos} bytes at {pos}")
+        size, magic = _PREFIX.unpack_from(data, pos)
+        if magic != MESSAGE_MAGIC and magic != BLANK_MAGIC:
+            raise RecordError(f"bad magic {magic:#x} at {pos}")
+        if size < 8 or pos + size > end:
+            raise RecordError(f"bad record size {size} at {pos}")
+        if magic == MESSAGE_MAGIC and find(_NEEDLE, pos, pos + size) >= 0:
+            yield decode_record(data, pos)
+        pos += size
+
+
+# -- the broker's check -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StoredBatch:
+    """A stored request: its sequence and where its records went, as its answer gives them.
+    ``physical_offsets`` is in request order; -1 where a rebuilt batch lacks a record (the log
+    holds a prefix of it: a failover cut it)."""
+
+    sequence: int
+    queue_id: int
+    first_queue_offset: int
+    physical_offsets: list[int]
+    end_offset: int
+    store_timestamp: int
+
+    @property
+    def missing(self) -> list[int]:
+        """Indexes of the request's records the log does not hold."""
+        return [i for i, off in enumerate(self.physical_offsets) if off < 0]
+
+
+class Verdict(Enum):
+    NEW = "new"
+    """Never stored: store it."""
+    DUPLICATE = "duplicate"
+    """A retry of a stored request: answer its offsets, store nothing."""
+    PARTIAL = "partial"
+    """A retry of a request the log holds only part of: store the missing records."""
+    FENCED = "fenced"
+    """The producer's epoch is older than one already seen: refused for good."""
+    TOO_OLD = "too_old"
+    """Below the window: cannot tell whether it was stored; refused for good."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    batch: StoredBatch | None = None
+    """The stored request (DUPLICATE, PARTIAL)."""
+    gap: bool = False
+    """NEW past a gap: sequences between the highest stored and this one are not stored."""
+    reason: str = ""
+
+
+_NEW: Final = Decision(Verdict.NEW)
+_NEW_GAP: Final = Decision(Verdict.NEW, gap=True)
+
+QueueKey = tuple[str, int]
+
+
+class _Window:
+    """The last requests stored for one (producer, topic, queue), ascending by sequence."""
+
+    __slots__ = ("batches", "floor")
+
+    def __init__(self, floor: int = -1) -> None:
+        self.batches: list[StoredBatch] = []
+        self.floor = floor
+        """The highest sequence that fell out of the window (-1: none)."""
+
+    def find(self, sequence: int) -> StoredBatch | None:
+        for b in reversed(self.batches):  # a retry is usually of a recent one
+            if b.sequence == sequence:
+                return b
+            if b.sequence < sequence:
+                return None
+        return None
+
+    def insert(self, batch: StoredBatch, size: int) -> None:
+        batches = self.batches
+        i = len(batches)
+        while i > 0 and batches[i - 1].sequence > batch.sequence:
+            i -= 1
+        batches.insert(i, batch)
+        while len(batches) > size:
+            self.floor = max(self.floor, batches.pop(0).sequence)
+
+
+class _Producer:
+    __slots__ = ("epoch", "last_ms", "windows")
+
+    def __init__(self, epoch: int, last_ms: int) -> None:
+        self.epoch = epoch
+        self.last_ms = last_ms
+        self.windows: dict[QueueKey, _Window] = {}
+
+
+class ProducerStates:
+    """The broker's idempotence state: per producer its epoch and, per (topic, queue), its
+    window. Not thread-safe; time comes in as arguments (ms)."""
+
+    def __init__(self, *, expiry_ms: int, max_windows: int, window: int = WINDOW) -> None:
+        if expiry_ms <= 0 or max_windows <= 0 or window <= 0:
+            raise ValueError("expiry_ms, max_windows and window must be > 0")
+        self.expiry_ms = expiry_ms
+        self.max_windows = max_windows
+        self.window = window
+        self._producers: OrderedDict[int, _Producer] = OrderedDict()
+        """By last use, least recent first."""
+        self._windows = 0
+        self.expired = 0
+        """Producers forgotten so far (idle, or over ``max_windows``)."""
+
+    # -- reading -------------------------------------------------------------------------------
+    @property
+    def producers(self) -> int:
+        return len(self._producers)
+
+    @property
+    def windows(self) -> int:
+        return self._windows
+
+    def epoch_of(self, producer_id: int) -> int | None:
+        p = self._producers.get(producer_id)
+        return None if p is None else p.epoch
+
+    def check(self, topic: str, queue_id: int, seq: ProducerSeq) -> Decision:
+        """What to do with a request of ``seq`` to ``topic``/``queue_id``. Changes nothing."""
+        p = self._producers.get(seq.producer_id)
+        if p is None:
+            return _NEW
+        if seq.epoch < p.epoch:
+            return Decision(
+                Verdict.FENCED,
+                reason=(
+                    f"producer {seq.producer_id} epoch {seq.epoch} is fenced: epoch {p.epoch} "
+                    "of the same producer id sent since (a newer incarnation took it up)"
+                ),
+            )
+        if seq.epoch > p.epoch:
+            return _NEW
+        w = p.windows.get((topic, queue_id))
+        if w is None:
+            return _NEW
+        found = w.find(seq.sequence)
+        if found is not None:
+            verdict = Verdict.PARTIAL if found.missing else Verdict.DUPLICATE
+            return Decision(verdict, found)
+        if seq.sequence <= w.floor:
+            return Decision(
+                Verdict.TOO_OLD,
+                reason=(
+                    f"sequence {seq.sequence} of producer {seq.producer_id} on {topic}/{queue_id} "
+                    f"is older than the last {self.window} requests this broker remembers: it "
+                    "cannot tell whether it was stored"
+                ),
+            )
+        top = w.batches[-1].sequence if w.batches else w.floor
+        return _NEW_GAP if seq.sequence > top + 1 else _NEW
+
+    # -- changing ------------------------------------------------------------------------------
+    def stored(
+        self, topic: str, queue_id: int, seq: ProducerSeq, batch: StoredBatch, now_ms: int
+    ) -> None:
+        """A request checked NEW was stored as ``batch`` (PARTIAL: ``batch`` is the same
+        object, completed by the caller: only the use is noted)."""
+        w = self._window(topic, queue_id, seq, now_ms)
+        if w is None:
+            return
+        if w.find(batch.sequence) is None:
+            w.insert(batch, self.window)
+        self._trim()
+
+    def replayed(
+        self,
+        topic: str,
+        queue_id: int,
+        rseq: RecordSeq,
+        *,
+        physical_offset: int,
+        size: int,
+        queue_offset: int,
+        store_timestamp: int,
+    ) -> None:
+        """A record of a stored request, read back from the log (``queue_offset`` -1: it
+        has none in the request's queue, a scheduled message). Records of one request may come
+        in any order; a record of an epoch older than its producer's is ignored."""
+        seq = rseq.seq
+        w = self._window(topic, queue_id, seq, store_timestamp)
+        if w is None:
+            return
+        b = w.find(seq.sequence)
+        if b is None:
+            if seq.sequence <= w.floor:
+                return  # fell out of the window already
+            b = StoredBatch(seq.sequence, queue_id, -1, [-1] * rseq.count, 0, store_timestamp)
+            w.insert(b, self.window)
+            self._trim()
+        if rseq.count != len(b.physical_offsets):
+            return  # a record that contradicts its request's others: keep the first word
+        b.physical_offsets[rseq.index] = physical_offset
+        b.end_offset = max(b.end_offset, physical_offset + size)
+        if queue_offset >= 0 and (b.first_queue_offset < 0 or queue_offset < b.first_queue_offset):
+            b.first_queue_offset = queue_offset
+
+    def _window(self, topic: str, queue_id: int, seq: ProducerSeq, now_ms: int) -> _Window | None:
+        producers = self._producers
+        p = producers.get(seq.producer_id)
+        if p is None:
+            p = producers[seq.producer_id] = _Producer(seq.epoch, now_ms)
+        elif seq.epoch < p.epoch:
+            return None
+        else:
+            if seq.epoch > p.epoch:
+                self._windows -= len(p.windows)
+                p.windows = {}
+                p.epoch = seq.epoch
+            if now_ms > p.last_ms:
+                p.last_ms = now_ms
+            producers.move_to_end(seq.producer_id)
+        key = (topic, queue_id)
+        w = p.windows.get(key)
+        if w is None:
+            w = p.windows[key] = _Window()
+            self._windows += 1
+        return w
+
+    def _trim(self) -> None:
+        producers = self._producers
+        while self._windows > self.max_windows and len(producers) > 1:
+            _pid, p = producers.popitem(last=False)
+            self._windows -= len(p.windows)
+            self.expired += 1
+
+    def expire(self, now_ms: int) -> int:
+        """Forget producers unused for ``expiry_ms`` by ``now_ms``; returns how many."""
+        producers = self._producers
+        limit = now_ms - self.expiry_ms
+        n = 0
+        while producers:
+            pid, p = next(iter(producers.items()))
+            if p.last_ms > limit:
+                break
+            del producers[pid]
+            self._windows -= len(p.windows)
+            n += 1
+        self.expired += n
+        return n
+
+    # -- snapshots -----------------------------------------------------------------------------
+    def to_document(self) -> list[Any]:
+        """The state as plain lists (for :func:`encode_snapshot`), least recently used first."""
+        out: list[Any] = []
+        for pid, p in self._producers.items():
+            windows = [
+                [
+                    topic,
+                    qid,
+                    w.floor,
+                    [
+                        [
+                            b.sequence,
+                            b.queue_id,
+                            b.first_queue_offset,
+                            b.physical_offsets,
+                            b.end_offset,
+                            b.store_timestamp,
+                        ]
+                        for b in w.batches
+                    ],
+                ]
+                for (topic, qid), w in p.windows.items()
+            ]
+            out.append([pid, p.epoch, p.last_ms, windows])
+        return out
+
+    @classmethod
+    def from_document(
+        cls, doc: object, *, expiry_ms: int, max_windows: int, window: int = WINDOW
+    ) -> ProducerStates:
+        """The state :meth:`to_document` wrote; :class:`ValueError` for anything else."""
+        states = cls(expiry_ms=expiry_ms, max_windows=max_windows, window=window)
+        if not isinstance(doc, list | tuple):
+            raise ValueError("producer states: not a list")
+        try:
+            for pid, epoch, last_ms, windows in doc:
+                ProducerSeq(pid, epoch, 0)
+                _int(last_ms)
+                p = _Producer(epoch, last_ms)
+                for topic, qid, floor, batches in windows:
+                    if not isinstance(topic, str):
+                        raise ValueError("topic is not a string")
+                    w = _Window(_int(floor))
+                    for seq, bqid, fqo, offs, end, ts in batches:
+                        if not isinstance(offs, list | tuple):
+                            raise ValueError("offsets are not a list")
+                        w.batches.append(
+                            StoredBatch(
+                                _int(seq),
+                                _int(bqid),
+                                _int(fqo),
+                                [_int(o) for o in offs],
+                                _int(end),
+                                _int(ts),
+                            )
+                        )
+                    w.batches.sort(key=lambda b: b.sequence)
+                    p.windows[(topic, _int(qid))] = w
+                    states._windows += 1
+                states._producers[pid] = p
+        except (TypeError, FieldError) as exc:
+            raise ValueError(f"producer states: {exc}") from None
+        return states
+
+
+def _int(value: object) -> int:
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not an integer")
+    return value
+
+
+# -- snapshot records ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPart:
+    covered: int
+    """The CommitLog offset the state stands after."""
+    index: int
+    count: int
+    data: bytes
+
+
+def encode_snapshot(covered: int, document: list[Any]) -> list[bytes]:
+    """The record bodies of a snapshot of :meth:`ProducerStates.to_document`."""
+    doc: bytes = msgpack.packb([_SNAPSHOT_VERSION, document], use_bin_type=True)
+    chunks = [doc[i : i + PART_BYTES] for i in range(0, len(doc), PART_BYTES)] or [b""]
+    if len(chunks) > 0xFFFF:
+        raise ValueError("producer state snapshot too large")
+    n = len(chunks)
+    return [_PART_HEAD.pack(covered, i, n) + c for i, c in enumerate(chunks)]
+
+
+def decode_snapshot_part(body: bytes) -> SnapshotPart:
+    if len(body) < _PART_HEAD.size:
+        raise RecordError("producer snapshot part too short")
+    covered, index, count = _PART_HEAD.unpack_from(body)
+    if covered < 0 or not 0 <= index < count:
+        raise RecordError("producer snapshot part header out of range")
+    return SnapshotPart(covered, index, count, body[_PART_HEAD.size :])
+
+
+def decode_snapshot(parts: list[SnapshotPart]) -> tuple[int, object]:
+    """(covered, document) of a snapshot's parts, in order; :class:`RecordError` when they are
+    not one whole snapshot."""
+    if not parts or len(parts) != parts[0].count:
+        raise RecordError("producer snapshot incomplete")
+    covered = parts[0].covered
+    for i, part in enumerate(parts):
+        if part.index != i or part.covered != covered or part.count != len(parts):
+            raise RecordError("producer snapshot parts do not belong together")
+    try:
+        doc = msgpack.unpackb(b"".join(p.data for p in parts), raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise RecordError(f"producer snapshot unreadable: {exc}") from None
+    if not isinstance(doc, list) or len(doc) != 2 or doc[0] != _SNAPSHOT_VERSION:
+        raise RecordError("producer snapshot of an unknown version")
+    return covered, doc[1]

@@ -1,0 +1,287 @@
+"""The idempotence core (protocol/idempotence.py): header fields, record values, the window
+check, epochs, expiry, rebuild from records and snapshots; a model-based property test."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.fields import FieldError
+from protocol.idempotence import (
+    PART_BYTES,
+    PROP_PRODUCER_SEQ,
+    WINDOW,
+    ProducerSeq,
+    ProducerStates,
+    RecordSeq,
+    StoredBatch,
+    Verdict,
+    decode_snapshot,
+    decode_snapshot_part,
+    encode_snapshot,
+    parse_record_seq,
+    record_seq_value,
+    sequenced_records,
+)
+from protocol.message import Message, RecordEncoder, RecordError, encode_blank
+
+T = "orders"
+
+
+def states(**kw: int) -> ProducerStates:
+    return ProducerStates(
+        expiry_ms=kw.get("expiry_ms", 60_000), max_windows=kw.get("max_windows", 1000)
+    )
+
+
+def batch(seq: int, offset: int, n: int = 1, queue_id: int = 0) -> StoredBatch:
+    return StoredBatch(seq, queue_id, seq, [offset + i for i in range(n)], offset + n, 1)
+
+
+def store(s: ProducerStates, seq: ProducerSeq, offset: int, now: int = 0, q: int = 0) -> None:
+    assert s.check(T, q, seq).verdict is Verdict.NEW
+    s.stored(T, q, seq, batch(seq.sequence, offset, queue_id=q), now)
+
+
+# -- fields ------------------------------------------------------------------------------------
+
+
+def test_header_fields_round_trip_and_absent() -> None:
+    seq = ProducerSeq(7, 2, 41)
+    header: dict[str, object] = {"topic": T}
+    seq.add_to(header)
+    assert ProducerSeq.parse(header) == seq
+    assert ProducerSeq.parse({"topic": T}) is None
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"producerId": 1, "producerEpoch": 0},  # sequence missing
+        {"producerId": 1, "sequence": 0},
+        {"producerId": -1, "producerEpoch": 0, "sequence": 0},
+        {"producerId": 1, "producerEpoch": 2**31, "sequence": 0},
+        {"producerId": 1, "producerEpoch": 0, "sequence": -5},
+        {"producerId": "1", "producerEpoch": 0, "sequence": 0},
+        {"producerId": 1, "producerEpoch": True, "sequence": 0},
+    ],
+)
+def test_bad_header_fields_are_one_field_error(header: dict[str, object]) -> None:
+    with pytest.raises(FieldError):
+        ProducerSeq.parse(header)
+
+
+def test_record_value_round_trip_and_bad_values() -> None:
+    seq = ProducerSeq(9, 1, 100)
+    assert parse_record_seq(record_seq_value(seq, 2, 3)) == RecordSeq(seq, 2, 3)
+    for bad in (
+        "",
+        "1.2.3.4",
+        "1.2.3.4.5.6",
+        "1.2.3.3.3",
+        "a.b.c.d.e",
+        "1.-2.3.0.1",
+        "\u0661.0.0.0.1",
+    ):
+        with pytest.raises(RecordError):
+            parse_record_seq(bad)
+
+
+# -- the check ---------------------------------------------------------------------------------
+
+
+def test_retry_of_a_stored_request_is_a_duplicate_with_its_offsets() -> None:
+    s = states()
+    store(s, ProducerSeq(1, 0, 0), 100)
+    store(s, ProducerSeq(1, 0, 1), 200)
+    d = s.check(T, 0, ProducerSeq(1, 0, 0))
+    assert d.verdict is Verdict.DUPLICATE
+    assert d.batch is not None and d.batch.physical_offsets == [100]
+    # another queue, another topic, another producer: separate sequences
+    assert s.check(T, 1, ProducerSeq(1, 0, 0)).verdict is Verdict.NEW
+    assert s.check("other", 0, ProducerSeq(1, 0, 0)).verdict is Verdict.NEW
+    assert s.check(T, 0, ProducerSeq(2, 0, 0)).verdict is Verdict.NEW
+
+
+def test_a_gap_is_stored_and_counted_and_the_missing_sequence_still_fits() -> None:
+    s = states()
+    store(s, ProducerSeq(1, 0, 0), 0)
+    d = s.check(T, 0, ProducerSeq(1, 0, 3))
+    assert d.verdict is Verdict.NEW and d.gap
+    s.stored(T, 0, ProducerSeq(1, 0, 3), batch(3, 30), 0)
+    # 1 and 2 were never stored: a late retry of them is new, once
+    store(s, ProducerSeq(1, 0, 2), 40)
+    assert s.check(T, 0, ProducerSeq(1, 0, 2)).verdict is Verdict.DUPLICATE
+    assert s.check(T, 0, ProducerSeq(1, 0, 1)).verdict is Verdict.NEW
+    assert not s.check(T, 0, ProducerSeq(1, 0, 4)).gap
+
+
+def test_below_the_window_is_too_old() -> None:
+    s = states()
+    for i in range(WINDOW + 2):
+        store(s, ProducerSeq(1, 0, i), i * 10)
+    # 0 and 1 fell out: cannot tell
+    d = s.check(T, 0, ProducerSeq(1, 0, 1))
+    assert d.verdict is Verdict.TOO_OLD and "older than the last" in d.reason
+    assert s.check(T, 0, ProducerSeq(1, 0, 2)).verdict is Verdict.DUPLICATE
+
+
+def test_older_epoch_is_fenced_newer_epoch_starts_afresh() -> None:
+    s = states()
+    store(s, ProducerSeq(1, 3, 0), 0)
+    store(s, ProducerSeq(1, 3, 1), 10)
+    d = s.check(T, 0, ProducerSeq(1, 2, 5))
+    assert d.verdict is Verdict.FENCED and "fenced" in d.reason
+    # the restarted producer (epoch 4) starts at 0 again: new, not a duplicate
+    assert s.check(T, 0, ProducerSeq(1, 4, 0)).verdict is Verdict.NEW
+    store(s, ProducerSeq(1, 4, 0), 20)
+    assert s.epoch_of(1) == 4
+    assert s.check(T, 0, ProducerSeq(1, 3, 1)).verdict is Verdict.FENCED
+    assert s.check(T, 0, ProducerSeq(1, 4, 0)).verdict is Verdict.DUPLICATE
+
+
+def test_idle_producers_expire_and_windows_are_capped() -> None:
+    s = states(expiry_ms=1000, max_windows=3)
+    store(s, ProducerSeq(1, 0, 0), 0, now=0)
+    store(s, ProducerSeq(2, 0, 0), 0, now=500)
+    assert s.expire(1000) == 1  # producer 1 idle for 1000 ms
+    assert s.producers == 1 and s.check(T, 0, ProducerSeq(1, 0, 0)).verdict is Verdict.NEW
+    store(s, ProducerSeq(3, 0, 0), 0, now=600, q=0)
+    store(s, ProducerSeq(3, 0, 0), 0, now=600, q=1)
+    store(s, ProducerSeq(4, 0, 0), 0, now=700)  # 4 windows > 3: the least recently used goes
+    assert s.windows == 3 and s.epoch_of(2) is None and s.expired == 2
+
+
+def test_replayed_records_rebuild_the_window_partial_batches_included() -> None:
+    s = states()
+    seq = ProducerSeq(5, 1, 7)
+    # a batch of three whose middle record the log does not hold (a failover cut it)
+    for index, off, qoff in ((2, 300, 12), (0, 100, 10)):
+        s.replayed(
+            T,
+            0,
+            RecordSeq(seq, index, 3),
+            physical_offset=off,
+            size=50,
+            queue_offset=qoff,
+            store_timestamp=9,
+        )
+    d = s.check(T, 0, seq)
+    assert d.verdict is Verdict.PARTIAL and d.batch is not None
+    assert d.batch.missing == [1]
+    assert d.batch.first_queue_offset == 10 and d.batch.end_offset == 350
+    s.replayed(
+        T, 0, RecordSeq(seq, 1, 3), physical_offset=200, size=50, queue_offset=11, store_timestamp=9
+    )
+    assert s.check(T, 0, seq).verdict is Verdict.DUPLICATE
+    # an older epoch's record read later is ignored
+    s.replayed(
+        T,
+        0,
+        RecordSeq(ProducerSeq(5, 0, 99), 0, 1),
+        physical_offset=400,
+        size=50,
+        queue_offset=13,
+        store_timestamp=9,
+    )
+    assert s.check(T, 0, ProducerSeq(5, 0, 99)).verdict is Verdict.FENCED
+
+
+def test_snapshot_round_trip_and_parts() -> None:
+    s = states()
+    for pid in range(3):
+        for i in range(WINDOW + 1):
+            store(s, ProducerSeq(pid, 1, i), i, now=pid)
+    bodies = encode_snapshot(4096, s.to_document())
+    covered, doc = decode_snapshot([decode_snapshot_part(b) for b in bodies])
+    assert covered == 4096
+    t = ProducerStates.from_document(doc, expiry_ms=60_000, max_windows=1000)
+    assert t.to_document() == s.to_document()
+    assert t.check(T, 0, ProducerSeq(1, 1, 0)).verdict is Verdict.TOO_OLD
+    assert t.check(T, 0, ProducerSeq(1, 1, WINDOW)).verdict is Verdict.DUPLICATE
+    # a large document spans parts; a missing part is refused
+    big = [[1, 0, 0, [["x" * 1000, q, -1, []] for q in range(1500)]]]
+    parts = [decode_snapshot_part(b) for b in encode_snapshot(1, big)]
+    assert len(parts) == 2 and all(len(p.data) <= PART_BYTES for p in parts)
+    with pytest.raises(RecordError):
+        decode_snapshot(parts[:1])
+    with pytest.raises(ValueError):
+        ProducerStates.from_document([[1, 0]], expiry_ms=1, max_windows=1)
+
+
+def test_sequenced_records_skips_records_without_the_property() -> None:
+    enc = RecordEncoder("127.0.0.1:10911")
+    plain = enc.encode(
+        Message(topic=T, body=b"a"),
+        queue_id=0,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=1,
+    )
+    seqd = enc.encode(
+        Message(topic=T, body=b"b", properties={PROP_PRODUCER_SEQ: "1.0.0.0.1"}),
+        queue_id=0,
+        queue_offset=1,
+        physical_offset=len(plain),
+        store_timestamp=1,
+    )
+    buf = plain + seqd + encode_blank(16)
+    found = list(sequenced_records(buf))
+    assert [r.body for r in found] == [b"b"]
+    with pytest.raises(RecordError):
+        list(sequenced_records(buf + b"\x00\x00"))
+
+
+def test_a_full_window_of_lost_answers_is_answered_from_the_window() -> None:
+    s = states()
+    seqs = [ProducerSeq(1, 0, i) for i in range(WINDOW)]
+    for i, seq in enumerate(seqs):
+        store(s, seq, i * 10)
+    assert [s.check(T, 0, seq).verdict for seq in seqs] == [Verdict.DUPLICATE] * WINDOW
+
+
+# -- the property: a producer within the window never stores twice, never loses a send -------
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from((0, 0, 0, 0, 2, 2, 2, 2, 1, 3)), st.integers(0, 20)),
+        min_size=1,
+        max_size=300,
+    )
+)
+def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) -> None:
+    """A producer with at most WINDOW requests in flight on one queue; each step sends a new
+    request, delivers an attempt of a pending one (stored, or a lost answer), or gives one up.
+    The broker's answers match a model that remembers everything: a retry of a stored request
+    is a duplicate, anything else is new, and nothing in flight is ever too old."""
+    s = states()
+    pending: list[int] = []
+    stored: set[int] = set()
+    next_seq = 0
+    offset = 0
+    for op, pick in ops:
+        if op == 0 and len(pending) < WINDOW:
+            pending.append(next_seq)
+            next_seq += 1
+            continue
+        if not pending:
+            continue
+        seq_no = pending[pick % len(pending)]
+        if op == 3:  # the producer gives up on it (its deadline passed)
+            pending.remove(seq_no)
+            continue
+        seq = ProducerSeq(1, 0, seq_no)
+        d = s.check(T, 0, seq)
+        if seq_no in stored:
+            assert d.verdict is Verdict.DUPLICATE, (seq_no, d)
+        else:
+            assert d.verdict is Verdict.NEW, (seq_no, d)
+            s.stored(T, 0, seq, batch(seq_no, offset), 0)
+            stored.add(seq_no)
+            offset += 1
+        if op == 1:  # answered: done
+            pending.remove(seq_no)
+        # op 2: the answer was lost; it stays pending and is retried later
