@@ -5,14 +5,15 @@ coroutine (run as a task), over a real socket."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import pytest
 
 from protocol.codes import ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
-from remoting.server import Connection, DeferredAnswer, RemotingServer, ServerLimits
+from remoting.server import Connection, DeferredAnswer, Handler, RemotingServer, ServerLimits
 from tests.support.wait import stays_async, wait_until_async
 
 PARKED = 100  # answered by a future the test completes
@@ -83,6 +84,10 @@ class Peer:
         self.writer.close()
 
 
+Hold = Callable[[Parking, Peer, int, int], Awaitable[Connection]]
+"""Sends requests on a peer and waits until the server holds them (:func:`park`, :func:`defer`)."""
+
+
 @pytest.fixture
 async def parking() -> AsyncIterator[tuple[Parking, int]]:
     p = Parking(ServerLimits(max_inflight=3))
@@ -98,13 +103,26 @@ async def connect(port: int) -> Peer:
     return Peer(reader, writer)
 
 
+async def held(
+    p: Parking,
+    peer: Peer,
+    code: int,
+    table: Mapping[int, object],
+    what: str,
+    opaques: Sequence[int],
+) -> Connection:
+    """Send ``code`` requests and wait until their handler put them in ``table``; their
+    connection."""
+    want = len(table) + len(opaques)
+    for opaque in opaques:
+        peer.send(code, opaque)
+    await wait_until_async(lambda: len(table) == want, f"{want} {what} requests")
+    return p.conns[0]
+
+
 async def park(p: Parking, peer: Peer, *opaques: int) -> Connection:
     """Send PARKED requests and wait until the handler parked them; their connection."""
-    want = len(p.parked) + len(opaques)
-    for opaque in opaques:
-        peer.send(PARKED, opaque)
-    await wait_until_async(lambda: len(p.parked) == want, f"{want} parked requests")
-    return p.conns[0]
+    return await held(p, peer, PARKED, p.parked, "parked", opaques)
 
 
 async def finish(peer: Peer, conn: Connection) -> None:
@@ -180,39 +198,55 @@ async def test_pending_futures_count_against_the_inflight_limit(
     await finish(peer, conn)
 
 
-async def test_closing_with_pending_futures_releases_them(parking: tuple[Parking, int]) -> None:
-    p, port = parking
+async def closed_with_two_held(p: Parking, port: int, hold: Hold) -> Connection:
+    """Two requests held by ``hold`` (:func:`park` or :func:`defer`), then the peer closes: the
+    connection, once the server saw the close and nothing is in flight."""
     peer = await connect(port)
-    conn = await park(p, peer, 1, 2)
+    conn = await hold(p, peer, 1, 2)
     assert conn.inflight == 2
     peer.close()
     await wait_until_async(
         lambda: conn.closed and conn not in p.server.connections, "the server to see it"
     )
     assert conn.inflight == 0
+    return conn
+
+
+async def test_closing_with_pending_futures_releases_them(parking: tuple[Parking, int]) -> None:
+    p, port = parking
+    conn = await closed_with_two_held(p, port, park)
     assert all(f.cancelled() for f in p.parked.values())
     # The cancelled futures' callbacks run: nothing counted again, no error.
     await stays_async(lambda: conn.inflight == 0, 0.1, "no request in flight on the closed conn")
 
 
-async def test_a_future_completed_before_it_is_returned_is_answered() -> None:
+@contextlib.asynccontextmanager
+async def answered_once(code: int, handler: Handler) -> AsyncIterator[tuple[RemotingServer, Frame]]:
+    """A server with ``handler`` alone (for ``code``), a peer that sent it one request (opaque
+    7): the server, still open, and the answer the peer read. Both closed after."""
     server = RemotingServer(name="test")
+    server.register(code, handler)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        peer = await connect(port)
+        try:
+            peer.send(code, 7)
+            (frame,) = await peer.read(1)
+            yield server, frame
+        finally:
+            peer.close()
+    finally:
+        await server.stop()
 
+
+async def test_a_future_completed_before_it_is_returned_is_answered() -> None:
     def ready(conn: Connection, req: Frame) -> asyncio.Future[Frame | None]:
         fut: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
         fut.set_result(response(req, ResponseCode.SUCCESS, {"ready": 1}))
         return fut
 
-    server.register(PARKED, ready)
-    port = await server.start("127.0.0.1", 0)
-    try:
-        peer = await connect(port)
-        peer.send(PARKED, 7)
-        (frame,) = await peer.read(1)
+    async with answered_once(PARKED, ready) as (_, frame):
         assert frame.opaque == 7 and frame.header == {"ready": 1}
-        peer.close()
-    finally:
-        await server.stop()
 
 
 async def test_an_answer_that_cannot_be_encoded_is_answered_as_a_system_error(
@@ -230,11 +264,8 @@ async def test_an_answer_that_cannot_be_encoded_is_answered_as_a_system_error(
 
 
 async def defer(p: Parking, peer: Peer, *opaques: int) -> Connection:
-    want = len(p.deferred) + len(opaques)
-    for opaque in opaques:
-        peer.send(DEFERRED, opaque)
-    await wait_until_async(lambda: len(p.deferred) == want, f"{want} deferred requests")
-    return p.conns[0]
+    """Send DEFERRED requests and wait until the handler deferred them; their connection."""
+    return await held(p, peer, DEFERRED, p.deferred, "deferred", opaques)
 
 
 def ok(opaque: int, **header: str | int) -> Frame:
@@ -263,36 +294,19 @@ async def test_deferred_answers_go_out_when_answered_and_count_as_in_flight(
 
 
 async def test_a_deferred_answer_answered_before_it_is_returned_is_written() -> None:
-    server = RemotingServer(name="test")
-
     def ready(conn: Connection, req: Frame) -> DeferredAnswer:
         d = DeferredAnswer()
         d.answer(response(req, ResponseCode.SUCCESS, {"ready": 1}))
         return d
 
-    server.register(DEFERRED, ready)
-    port = await server.start("127.0.0.1", 0)
-    try:
-        peer = await connect(port)
-        peer.send(DEFERRED, 7)
-        (frame,) = await peer.read(1)
+    async with answered_once(DEFERRED, ready) as (server, frame):
         assert frame.opaque == 7 and frame.header == {"ready": 1}
         assert server.connections and next(iter(server.connections)).inflight == 0
-        peer.close()
-    finally:
-        await server.stop()
 
 
 async def test_closing_with_deferred_answers_drops_them(parking: tuple[Parking, int]) -> None:
     p, port = parking
-    peer = await connect(port)
-    conn = await defer(p, peer, 1, 2)
-    assert conn.inflight == 2
-    peer.close()
-    await wait_until_async(
-        lambda: conn.closed and conn not in p.server.connections, "the server to see it"
-    )
-    assert conn.inflight == 0
+    conn = await closed_with_two_held(p, port, defer)
     assert not any(d.pending for d in p.deferred.values())
     p.deferred[1].answer(ok(1))  # too late: nothing written, nothing counted, no error
     assert conn.inflight == 0
