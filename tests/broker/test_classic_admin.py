@@ -20,7 +20,7 @@ from protocol.rocketmq_remoting.headers import SendMessageHeader
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
 from tests.broker.test_send_waits import start_master
-from tests.support.classic import Raw, consumer_heartbeat
+from tests.support.classic import Raw, consumer_heartbeat, pull_header
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
@@ -199,11 +199,7 @@ async def test_a_slave_between_masters_suggests_itself_to_classic_pulls(tmp_path
     ctx = node.broker.ctx
     ctx.create_topic("T", 4)
     raw = await Raw.open(int(node.address.rsplit(":", 1)[1]))
-    pull = {
-        "consumerGroup": "CG", "topic": "T", "queueId": "0", "queueOffset": "0",
-        "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
-        "suspendTimeoutMillis": "0", "subVersion": "0",
-    }  # fmt: skip
+    pull = pull_header("T", 0)
 
     async def suggested() -> str:
         answer = await raw.call(RequestCode.PULL_MESSAGE, pull)

@@ -28,7 +28,7 @@ from protocol.rocketmq_remoting.message_decoder import (
 )
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
-from tests.support.classic import Raw, consumer_heartbeat
+from tests.support.classic import Raw, consumer_heartbeat, pull_header
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
@@ -89,12 +89,7 @@ async def test_a_classic_send_is_pulled_back_in_the_stored_message_layout(
         assert batched.code == ResponseCode.SUCCESS, batched.remark
         assert (batched.ext_fields["queueId"], batched.ext_fields["queueOffset"]) == ("0", "0")
         assert len(batched.ext_fields["msgId"].split(",")) == 2
-        queue0 = {
-            "consumerGroup": "CG", "topic": TOPIC, "queueId": "0", "queueOffset": "0",
-            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
-            "suspendTimeoutMillis": "0", "subVersion": "0",
-        }  # fmt: skip
-        both = await raw.call(RequestCode.PULL_MESSAGE, queue0)
+        both = await raw.call(RequestCode.PULL_MESSAGE, pull_header(TOPIC, 0))
         assert [
             (m.body, m.properties["KEYS"], m.flag) for m in decode_stored_messages(both.body)
         ] == [
@@ -102,11 +97,9 @@ async def test_a_classic_send_is_pulled_back_in_the_stored_message_layout(
             (b"b1", "kb1", 7),
         ]
 
-        pull_fields = {
-            "consumerGroup": "CG", "topic": TOPIC, "queueId": "1", "queueOffset": "0",
-            "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
-            "suspendTimeoutMillis": "1000", "subscription": "TagA", "subVersion": "0",
-        }  # fmt: skip
+        pull_fields = pull_header(
+            TOPIC, 1, sysFlag="2", suspendTimeoutMillis="1000", subscription="TagA"
+        )
         pulled = await raw.call(RequestCode.PULL_MESSAGE, pull_fields)
         assert pulled.code == ResponseCode.SUCCESS, pulled.remark
         assert pulled.ext_fields["suggestWhichBrokerId"] == "0"
@@ -174,17 +167,7 @@ async def test_bad_classic_input_gets_a_clear_answer_or_a_logged_close(broker: B
         assert missing.code == ResponseCode.SYSTEM_ERROR and "producerGroup" in (
             missing.remark or ""
         )
-        bad_queue = {
-            "consumerGroup": "CG",
-            "topic": TOPIC,
-            "queueId": "9",
-            "queueOffset": "0",
-            "maxMsgNums": "1",
-            "sysFlag": "0",
-            "commitOffset": "0",
-            "suspendTimeoutMillis": "0",
-            "subVersion": "0",
-        }
+        bad_queue = pull_header(TOPIC, 9, maxMsgNums="1")
         no_queue = await raw.call(RequestCode.PULL_MESSAGE, bad_queue)
         assert no_queue.code == ResponseCode.SYSTEM_ERROR
         assert "queueId 9 out of range" in (no_queue.remark or "")
@@ -266,11 +249,7 @@ async def test_a_classic_transaction_is_ended_by_its_uniq_key(broker: BrokerProc
         )
         assert half.code == ResponseCode.SUCCESS, half.remark
         assert half.ext_fields["transactionId"] == "TX1"
-        pull = {
-            "consumerGroup": "CG", "topic": TOPIC, "queueId": "1", "queueOffset": "0",
-            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
-            "suspendTimeoutMillis": "0", "subVersion": "0",
-        }  # fmt: skip
+        pull = pull_header(TOPIC, 1)
         hidden = await raw.call(RequestCode.PULL_MESSAGE, pull)
         assert hidden.code == ResponseCode.PULL_NOT_FOUND  # a half is not consumable
         _, offset = parse_msg_id(half.ext_fields["msgId"])

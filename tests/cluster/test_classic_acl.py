@@ -25,7 +25,7 @@ from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.errors import ResponseError
 from tests.cluster.secured import ROOT, admin_call, create_root, secured_cluster
 from tests.support.alions import SCRIPT, alions_env, node
-from tests.support.classic import Raw
+from tests.support.classic import Raw, pull_header
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.official_client import run_to_end
 from tests.support.wait import wait_until_async
@@ -150,11 +150,7 @@ async def test_signed_requests_are_checked_against_our_users(
         # Signed, but no pub on AclB; no sub on AclA for a pull.
         refused(await raw.call(send, signed(send_fields("AclB"), b"x", APP), b"x"),
                 "no rule of classic-app allows pub on Topic:AclB")  # fmt: skip
-        pull = {
-            "consumerGroup": "g1", "topic": "AclA", "queueId": "0", "queueOffset": "0",
-            "maxMsgNums": "1", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
-            "subVersion": "0",
-        }  # fmt: skip
+        pull = pull_header("AclA", 0, consumerGroup="g1", maxMsgNums="1")
         refused(await raw.call(RequestCode.PULL_MESSAGE, signed(pull, b"", APP)),
                 "allows sub on Topic:AclA")  # fmt: skip
 

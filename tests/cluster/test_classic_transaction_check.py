@@ -19,7 +19,7 @@ from protocol.rocketmq_remoting.headers import CheckTransactionStateHeader, Send
 from protocol.rocketmq_remoting.message_decoder import decode_stored_messages
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
-from tests.support.classic import Raw
+from tests.support.classic import Raw, pull_header
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
@@ -83,12 +83,7 @@ async def test_a_classic_producer_gets_the_check_back_and_its_answer_commits(
         }  # fmt: skip
         committed = await raw.call(RequestCode.END_TRANSACTION, end)
         assert committed.code == ResponseCode.SUCCESS, committed.remark
-        pull = {
-            "consumerGroup": "CG", "topic": TOPIC, "queueId": "1", "queueOffset": "0",
-            "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
-            "suspendTimeoutMillis": "0", "subVersion": "0",
-        }  # fmt: skip
-        shown = await raw.call(RequestCode.PULL_MESSAGE, pull)
+        shown = await raw.call(RequestCode.PULL_MESSAGE, pull_header(TOPIC, 1))
         assert [m.body for m in decode_stored_messages(shown.body)] == [b"tx"]
     finally:
         raw.close()

@@ -90,3 +90,14 @@ def consumer_heartbeat(client_id: str, group: str, topic: str) -> bytes:
             "producerDataSet": [],
         }
     ).encode()
+
+
+def pull_header(topic: str, queue_id: int, **fields: str) -> dict[str, str]:
+    """A classic PULL_MESSAGE header: group CG reads ``queue_id`` of ``topic`` from offset 0, up
+    to 32 messages, no flags, no long poll; ``fields`` (by their wire names) replace or add."""
+    return {
+        "consumerGroup": "CG", "topic": topic, "queueId": str(queue_id), "queueOffset": "0",
+        "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+        "suspendTimeoutMillis": "0", "subVersion": "0",
+        **fields,
+    }  # fmt: skip
