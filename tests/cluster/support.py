@@ -83,6 +83,16 @@ async def group_masters(boot: Bootstrap, cluster: Cluster, *groups: str) -> dict
     return masters
 
 
+async def masters_of(cluster: Cluster, *groups: str) -> dict[str, str]:
+    """:func:`group_masters` through a bootstrap of its own on the cluster's controllers,
+    closed after."""
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        return await group_masters(boot, cluster, *groups)
+    finally:
+        boot.close()
+
+
 def node_at(cluster: Cluster, address: str) -> BrokerNode:
     return next(b for b in cluster.brokers if b.address == address)
 

@@ -18,10 +18,9 @@ import json
 import msgpack
 import pytest
 
-from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.cluster.support import group_masters
+from tests.cluster.support import masters_of
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 
@@ -56,11 +55,7 @@ async def send_anywhere(address: str) -> tuple[int, dict[str, int]]:
 
 
 async def scenario(cluster: Cluster, addrs: str) -> None:
-    boot = Bootstrap(addrs, timeout=2.0)
-    try:
-        masters = await group_masters(boot, cluster, "broker-a", "broker-b")
-    finally:
-        boot.close()
+    masters = await masters_of(cluster, "broker-a", "broker-b")
 
     async def route() -> dict[str, int]:
         code, out, err = await asyncio.to_thread(

@@ -21,13 +21,12 @@ from typing import Any
 import pytest
 
 from client import Consumer, Producer
-from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
 from protocol.codes import RequestCode, ResponseCode
 from protocol.pull import ConsumerOffsetUpdate
 from protocol.static_topic import commit_points, parse_queue
 from remoting.client import RemotingClient
-from tests.cluster.support import group_masters
+from tests.cluster.support import masters_of
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -64,11 +63,7 @@ async def call(address: str, code: int, header: dict[str, Any], body: bytes | No
 
 
 async def scenario(cluster: Cluster, addrs: str) -> None:
-    boot = Bootstrap(addrs, timeout=2.0)
-    try:
-        masters = await group_masters(boot, cluster, "broker-a", "broker-b")
-    finally:
-        boot.close()
+    masters = await masters_of(cluster, "broker-a", "broker-b")
 
     def mapping() -> Any:
         code, out, err = rmqctl("--json", "staticTopicMapping", "-a", addrs, "-t", TOPIC)

@@ -15,13 +15,12 @@ import time
 import pytest
 
 from client import Consumer
-from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import encode_properties
 from protocol.timer import PROP_TIMER_DELIVER_MS
 from remoting.client import RemotingClient
-from tests.cluster.support import group_masters
+from tests.cluster.support import masters_of
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -42,11 +41,7 @@ def test_a_scheduled_message_due_after_its_queue_moved_is_read_on_the_new_item(
 
 
 async def scenario(cluster: Cluster, addrs: str) -> None:
-    boot = Bootstrap(addrs, timeout=2.0)
-    try:
-        masters = await group_masters(boot, cluster, "broker-a", "broker-b")
-    finally:
-        boot.close()
+    masters = await masters_of(cluster, "broker-a", "broker-b")
     code, _, err = await asyncio.to_thread(
         rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
     )
