@@ -17,8 +17,10 @@ window is a retry of a stored one: answered with the stored offsets, nothing sto
 sequence above the floor that is not in the window was never stored (every stored one above the
 floor is in the window): stored now, even past a gap (an earlier request still being retried,
 or given up by its producer; counted). A sequence at or below the floor that is not in the
-window cannot be told apart (:attr:`Verdict.TOO_OLD`, refused): a producer that keeps at most
-:data:`WINDOW` requests in flight per queue never sends one. An epoch below the producer's
+window cannot be told apart (:attr:`Verdict.TOO_OLD`, refused): a producer never sends one if
+the requests it has in flight on a queue span at most :data:`WINDOW` sequences (a new request
+waits while the oldest one still unanswered is :data:`WINDOW` behind it; a bound on their
+count alone is not enough, since requests answered after the oldest stay in the window). An epoch below the producer's
 highest is fenced (:attr:`Verdict.FENCED`): an older incarnation of a restarted producer. A
 higher epoch starts the producer's windows afresh.
 
@@ -80,8 +82,9 @@ record's index in the request and the request's count. Written by the broker onl
 carries it among its properties has it replaced (or removed, when the send has no fields)."""
 
 WINDOW: Final = 8
-"""Requests remembered per (producer, topic, queue); a producer keeps at most this many in
-flight per queue (Kafka keeps 5 batches; 8 lets 64 single sends in flight over 8 queues)."""
+"""Requests remembered per (producer, topic, queue); a producer's requests in flight on a queue
+span at most this many sequences (Kafka keeps 5 batches; 8 lets 64 single sends be in flight
+over 8 queues)."""
 
 MAX_PRODUCER_ID: Final = 2**63 - 1
 MAX_EPOCH: Final = 2**31 - 1

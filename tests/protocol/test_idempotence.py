@@ -253,7 +253,9 @@ def test_a_full_window_of_lost_answers_is_answered_from_the_window() -> None:
     )
 )
 def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) -> None:
-    """A producer with at most WINDOW requests in flight on one queue; each step sends a new
+    """A producer whose requests in flight on one queue span at most WINDOW sequences (a new
+    one waits while the oldest still pending is WINDOW behind: a count alone is not enough,
+    as the requests answered after the oldest stay in the window); each step sends a new
     request, delivers an attempt of a pending one (stored, or a lost answer), or gives one up.
     The broker's answers match a model that remembers everything: a retry of a stored request
     is a duplicate, anything else is new, and nothing in flight is ever too old."""
@@ -263,7 +265,7 @@ def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) 
     next_seq = 0
     offset = 0
     for op, pick in ops:
-        if op == 0 and len(pending) < WINDOW:
+        if op == 0 and (not pending or next_seq - min(pending) < WINDOW):
             pending.append(next_seq)
             next_seq += 1
             continue
