@@ -25,6 +25,7 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.dlq import DeadLetterProcessor
+from broker.processors.offset_reset import OffsetResetProcessor
 from broker.processors.pop import PopProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
@@ -128,10 +129,12 @@ class Broker:
             DeadLetterProcessor(self.ctx),
             PopProcessor(self.ctx, self.ctx.pop),
             TransactionProcessor(self.ctx, self.ctx.transactions),
+            resets := OffsetResetProcessor(self.ctx),
         ):
             processor.register(self.server)
         # RocketMQ's classic clients on the same port, told apart on their first bytes.
         classic = self.server.second_door = classic_door(self.ctx, self.admin)
+        resets.foreign = lambda: {id(s.conn) for s in classic.sessions}
         files = cfg.tls_files
         self.tls = DaemonTls(files) if files is not None else None
         tls = self.tls

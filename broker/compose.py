@@ -25,6 +25,7 @@ from broker.durable import DurableDone
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
+from broker.offset_resets import PendingResets
 from broker.pop.service import PopService
 from broker.pull.service import PullService
 from broker.sealed_queues import SealedQueues
@@ -72,6 +73,7 @@ class _PopHost:
     sub_groups: SubscriptionGroupStore
     offsets: ConsumerOffsetStore
     waiters: PullWaiters
+    offset_resets: PendingResets
     metrics: BrokerMetrics
     ensure_system_topic: Callable[[str], TopicConfig]
     visible_offset: Callable[[], int | None]
@@ -87,6 +89,7 @@ class _PullHost:
     topics: TopicConfigStore
     offsets: ConsumerOffsetStore
     waiters: PullWaiters
+    offset_resets: PendingResets
     metrics: BrokerMetrics
     visible_offset: Callable[[], int | None]
     now_ms: Callable[[], int]
@@ -136,6 +139,8 @@ class _SendHost:
     sealed: SealedQueues
     appender: Appender
     metrics: BrokerMetrics
+    store: MessageStore
+    ensure_system_topic: Callable[[str], TopicConfig]
     create_topic: Callable[[str, int], TopicConfig]
     next_queue: Callable[[str, int], int]
     put_scheduled_send: Callable[[str, int, list[Message]], PutResult | None]
@@ -170,6 +175,7 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             sub_groups=ctx.sub_groups,
             offsets=ctx.offsets,
             waiters=ctx.waiters,
+            offset_resets=ctx.offset_resets,
             metrics=metrics,
             ensure_system_topic=ctx.ensure_system_topic,
             visible_offset=ctx.visible_offset,
@@ -183,6 +189,7 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             topics=ctx.topics,
             offsets=ctx.offsets,
             waiters=ctx.waiters,
+            offset_resets=ctx.offset_resets,
             metrics=metrics,
             visible_offset=ctx.visible_offset,
             now_ms=ctx.now_ms,
@@ -225,6 +232,8 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             sealed=ctx.sealed,
             appender=ctx.appender,
             metrics=metrics,
+            store=ctx.store,
+            ensure_system_topic=ctx.ensure_system_topic,
             create_topic=ctx.create_topic,
             next_queue=ctx.next_queue,
             put_scheduled_send=ctx.timer.put_send,

@@ -22,6 +22,7 @@ from broker.ha.service import HAService
 from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
+from broker.offset_resets import PendingResets
 from broker.role import RoleCell, RoleState
 from broker.sealed_queues import SealedQueues
 from broker.write_gate import WriteGate
@@ -77,6 +78,8 @@ class BrokerContext:
         self.dlq_resent = DlqResendLedger(cfg.data_dir)
         self.groups = ConsumerGroups(cfg.client_expiry_ms)
         self.waiters = PullWaiters()
+        self.offset_resets = PendingResets()
+        """Offsets reset for groups' next reads (:mod:`broker.offset_resets`)."""
         self.appender = Appender(self.service.store, self.waiters, metrics)
         """Every write to the CommitLog goes through it (broker.appender)."""
         self.controller_mode = bool(cfg.controller_addresses)

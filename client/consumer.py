@@ -64,6 +64,7 @@ from client.consume_retry import ConsumeRetry
 from client.errors import ClientError, ClosedError
 from client.message import ReceivedMessage
 from client.offset_commit import OffsetCommitter
+from client.offset_reset import OffsetResetter, ResetReport
 from client.pop_consumer import PopDelivery
 from client.pull import Puller, QueueState
 from client.queue_delivery import Handler, QueueDelivery
@@ -419,6 +420,43 @@ class Consumer:
         POP mode, acks go out as messages are consumed and this does nothing)."""
         self._delivery.confirm()
         await self._committer.commit_all([*self.owned.values(), *self.retry_owned.values()])
+
+    async def seek(self, topic: str, queue: MessageQueue, offset: int) -> ResetReport:
+        """Move the group's offset of one queue of ``topic`` (the consumer's topic or its
+        group's retry topic) to ``offset``, for every member: the queue's master commits it and
+        tells the group's members, and whichever member reads the queue drops what it pulled
+        of it and goes on from ``offset`` (this member before this returns). An offset past
+        the queue's end or before its first retained message is kept within them (the
+        report's ``outcome`` says ``max`` or ``min``). A static topic's queue is a logical
+        queue (``MessageQueue(LOGICAL_BROKER, id)``) and ``offset`` a logical offset. In POP
+        mode the group's next POP of the queue reads from there.
+
+        Needs update (or admin) on the group when authentication is on. Raises
+        :class:`ClientError` when a master refuses or cannot be reached."""
+        if not self._started:
+            raise ClosedError("consumer is not started")
+        report = await self._resetter().to_offset(self.group, topic, queue, offset)
+        await self._rebalancer.resets_applied()
+        return report
+
+    async def seek_to_time(
+        self, timestamp_ms: int, topic: str | None = None, *, force: bool = True
+    ) -> ResetReport:
+        """Move the group's offsets of every queue of ``topic`` (default: the consumer's) to
+        the first message stored at or after ``timestamp_ms`` (epoch ms), as :meth:`seek`
+        does for one queue. A time before a queue's first retained message moves it there
+        (``outcome`` ``min``); a time in the future is refused. Without ``force`` a queue
+        whose committed offset is already before that time keeps it (``kept``)."""
+        if not self._started:
+            raise ClosedError("consumer is not started")
+        report = await self._resetter().by_time(
+            self.group, topic or self.topic, timestamp_ms, force=force
+        )
+        await self._rebalancer.resets_applied()
+        return report
+
+    def _resetter(self) -> OffsetResetter:
+        return OffsetResetter(self._pool, self.routes.get, self.request_timeout)
 
     async def _commit_loop(self) -> None:
         while True:

@@ -6,6 +6,12 @@ list, and takes its slice of the sorted (broker, queue) list
 (:func:`client.allocate.allocate_averagely`) of its topic and of its group's retry topic: a
 queue it gains gets a pull task, a queue it loses is committed and given away. The heartbeat
 answers also say whether the group is a FIFO group and whether it consumes retries.
+
+When a master says the group's offsets were reset (RESET_CONSUMER_CLIENT_OFFSET: an operator's
+resetOffsetByTime or skipAccumulatedMessage, or a member's seek), each owned queue it names is
+taken afresh from the new offset: what was pulled of it and not consumed yet is dropped, and
+the new offset is committed at the next commit. A static topic's logical queue whose items it
+names is taken afresh from the group's committed offsets on its items.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from client.errors import ClientError, TopicNotFoundError
 from client.message import ReceivedMessage
 from client.offset_commit import OffsetCommitter
 from client.pull import QueueState
-from client.routes import RouteCache, TopicRoute
+from client.routes import LOGICAL_BROKER, MessageQueue, RouteCache, TopicRoute
 from client.subscription import Subscription, queue_name
 from protocol.broker_requests.clients import (
     ConsumerList,
@@ -31,6 +37,7 @@ from protocol.broker_requests.clients import (
     HeartbeatAnswer,
     UnregisterClient,
 )
+from protocol.broker_requests.offsets import ResetNotice
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import Frame, Header
@@ -93,6 +100,7 @@ class GroupRebalancer:
         self.members: list[str] = []
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
+        self._resets: set[asyncio.Task[None]] = set()
 
     async def loop(self) -> None:
         """Heartbeat and rebalance every ``heartbeat_interval``, or when woken."""
@@ -201,6 +209,62 @@ class GroupRebalancer:
     def _on_broker_request(self, frame: Frame) -> None:
         if frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._wake.set()
+        elif frame.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            try:
+                notice = ResetNotice.parse(frame.header, frame.body)
+            except FieldError as exc:
+                log.warning("malformed offset reset notice", error=str(exc))
+                return
+            if notice.group != self.group:
+                return
+            task = asyncio.ensure_future(self.reset(notice))
+            self._resets.add(task)
+            task.add_done_callback(self._resets.discard)
+
+    async def resets_applied(self) -> None:
+        """Wait until the reset notices received so far are applied."""
+        while self._resets:
+            await asyncio.gather(*self._resets, return_exceptions=True)
+
+    async def reset(self, notice: ResetNotice) -> None:
+        """Take afresh each owned queue of ``notice`` from its new offset (see the module
+        docstring)."""
+        async with self._lock:
+            if self._closed():
+                return
+            for sub in (self._main, self._retry):
+                if sub.topic != notice.topic:
+                    continue
+                route = self.routes.peek(sub.topic)
+                for mq, state in list(sub.owned.items()):
+                    if mq.broker_name == LOGICAL_BROKER:
+                        items = route.mapping[mq.queue_id] if route is not None else ()
+                        if any(
+                            i.broker_name == notice.broker_name
+                            and i.physical_queue in notice.offsets
+                            for i in items
+                        ):
+                            self._restart(sub, state, None)
+                    elif mq.broker_name == notice.broker_name and mq.queue_id in notice.offsets:
+                        self._restart(sub, state, notice.offsets[mq.queue_id])
+            log.info(
+                "offsets reset",
+                group=self.group,
+                topic=notice.topic,
+                broker=notice.broker_name,
+                offsets=notice.offsets,
+            )
+
+    def _restart(self, sub: Subscription, state: QueueState, offset: int | None) -> None:
+        """Drop ``state`` and read its queue again from ``offset`` (None: from the group's
+        committed offsets)."""
+        mq: MessageQueue = state.mq
+        self._give_away(sub, state)
+        fresh = QueueState(mq, sub.topic)
+        if offset is not None:
+            fresh.next_offset = fresh.pulled = fresh.consumed = offset
+        fresh.task = asyncio.ensure_future(sub.puller.run(fresh))
+        sub.owned[mq] = fresh
 
     async def _rebalance(self, sub: Subscription, route: TopicRoute, members: list[str]) -> None:
         if self._closed():

@@ -39,6 +39,9 @@ class RequestCode(IntEnum):
     GET_CONSUMER_CONNECTION_LIST = 203
     DELETE_SUBSCRIPTIONGROUP = 207
     GET_CONSUME_STATS = 208
+    # Offsets moved by an operator while the group's members run (docs/operations.md).
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_TOPICS_BY_CLUSTER = 224

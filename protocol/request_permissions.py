@@ -17,7 +17,8 @@ Broker requests (``broker_checks``):
   the group: ACK/BATCH_ACK/CHANGE_MESSAGE_INVISIBLETIME, CONSUMER_SEND_MSG_BACK,
   UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP;
 - create or update on the topic: UPDATE_AND_CREATE_TOPIC; on the group:
-  UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; update or admin on the group: RESEND_DLQ_MESSAGES;
+  UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; update or admin on the group: RESEND_DLQ_MESSAGES,
+  INVOKE_BROKER_TO_RESET_OFFSET;
 - get: QUERY_MESSAGE (sub also does), GET_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUMER_CONNECTION_LIST,
   GET_CONSUME_STATS, QUERY_DLQ_MESSAGES on the group; VIEW_MESSAGE_BY_ID and the full tables
   (GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET) on the
@@ -149,6 +150,9 @@ _BROKER: Final[dict[int, _Rule]] = {
     ),
     RequestCode.RESEND_DLQ_MESSAGES: lambda h, b, c: (
         _group(_text(h, "consumerGroup"), UPDATE, ADMIN),
+    ),
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: lambda h, b, c: (
+        _group(_text(h, "group"), UPDATE, ADMIN),
     ),
     RequestCode.QUERY_MESSAGE: lambda h, b, c: (_topic(h, GET, SUB),),
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: lambda h, b, c: (_group(_text(h, "group"), GET),),

@@ -34,6 +34,7 @@ from rmqctl.lookup import (
     query_msg_by_unique_key,
 )
 from rmqctl.message import consume_message, recall_message, send_message
+from rmqctl.offsets import reset_offset_by_time, skip_accumulated_message
 from rmqctl.progress import consumer_connection, consumer_progress
 from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
 from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
@@ -53,6 +54,8 @@ COMMANDS: list[click.Command] = [
     consume_message,
     consumer_progress,
     consumer_connection,
+    reset_offset_by_time,
+    skip_accumulated_message,
     query_msg_by_id,
     query_msg_by_unique_key,
     query_msg_by_key,

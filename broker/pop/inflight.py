@@ -308,6 +308,11 @@ class PopState:
     def get(self, key: Key) -> Entry | None:
         return self._entries.get(key)
 
+    def reset_pop_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """The group's next POP of the queue reads from ``offset`` (an operator's reset; the
+        deliveries in flight stay: acked, or revived at their deadline)."""
+        self._pop_offsets[(group, topic, queue_id)] = offset
+
     def pop_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """Where the group's next POP of the queue starts, as far as checkpoints say."""
         return self._pop_offsets.get((group, topic, queue_id))

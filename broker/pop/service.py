@@ -417,6 +417,10 @@ class PopService(PerMasterEpoch[PopState]):
         message for a group that never consumed it. The consume offset is only a fallback: a
         slave copies it from its master on a timer, so it may run ahead of the checkpoints the
         slave holds, and trusting it after a failover could skip messages no one received."""
+        reset = self.host.offset_resets.take(group, topic, queue_id)
+        if reset is not None:  # an operator reset the group's offset (broker.offset_resets)
+            state.reset_pop_offset(group, topic, queue_id, reset)
+            return reset
         from_log = state.pop_offset(group, topic, queue_id)
         if from_log is not None:  # the replicated checkpoints decide (docs/pop.md)
             return from_log

@@ -11,6 +11,7 @@ from typing import Protocol
 from broker.config import BrokerConfig
 from broker.long_polling import PullWaiters
 from broker.metrics import BrokerMetrics
+from broker.offset_resets import PendingResets
 from storage.config_files import ConsumerOffsetStore, TopicConfigStore
 from storage.store import MessageStore
 
@@ -36,6 +37,9 @@ class PullHost(Protocol):
 
     @property
     def waiters(self) -> PullWaiters: ...
+
+    @property
+    def offset_resets(self) -> PendingResets: ...
 
     @property
     def metrics(self) -> BrokerMetrics: ...

