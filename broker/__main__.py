@@ -16,13 +16,13 @@ from daemon import systemd
 load_config = functools.partial(daemon_cli.load_config, BrokerConfig)
 
 
-async def serve(cfg: BrokerConfig) -> int:
+async def serve(cfg: BrokerConfig, config_file: Path | None = None) -> int:
     from broker.broker import Broker, StartRefused
     from remoting.ports import PortUnavailable
 
     log = structlog.get_logger("broker")
     try:
-        broker = Broker(cfg)
+        broker = Broker(cfg, config_file)
     except StartRefused as exc:
         click.echo(f"rmq-broker: cannot start: {exc}", err=True)
         return 2
@@ -88,7 +88,9 @@ async def serve(cfg: BrokerConfig) -> int:
 @daemon_cli.reference_option
 def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:
     """Run a broker: CommitLog and ConsumeQueues, serving producers and consumers."""
-    daemon_cli.main("rmq-broker", BrokerConfig, config_file, print_config_reference, flags, serve)
+    # Live config changes (rmqctl updateBrokerConfig) are written to the file the config came from.
+    run = functools.partial(serve, config_file=config_file)
+    daemon_cli.main("rmq-broker", BrokerConfig, config_file, print_config_reference, flags, run)
 
 
 if __name__ == "__main__":

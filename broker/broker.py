@@ -20,8 +20,10 @@ from broker.consumer_stats import LagAtScrape
 from broker.ha.config import HAConfig
 from broker.ha.service import HAService
 from broker.identity import IdentityError, check_identity_files
+from broker.live_config import LiveConfig
 from broker.metrics import BrokerMetrics, BrokerReadings
 from broker.processors.admin import AdminProcessor
+from broker.processors.broker_config import BrokerConfigProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.dlq import DeadLetterProcessor
@@ -39,6 +41,7 @@ from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
 from broker.static_forward import StaticForwarder
+from daemon.logs import set_level as set_log_level
 from daemon.metrics import serve_metrics
 from protocol.codes import RequestCode
 from protocol.ha_auth import ha_key
@@ -87,7 +90,9 @@ INTERNAL_CODES = (RequestCode.NOTIFY_BROKER_ROLE_CHANGED,)
 
 
 class Broker:
-    def __init__(self, cfg: BrokerConfig) -> None:
+    def __init__(self, cfg: BrokerConfig, config_file: Path | None = None) -> None:
+        """``config_file``: the TOML file ``cfg`` was read from, where live config changes are
+        written (None: they are not kept over a restart)."""
         self.cfg = cfg
         self.metrics = BrokerMetrics(cfg.cluster, cfg.broker_name)
         self.ctx = compose(cfg, self.metrics)
@@ -192,6 +197,9 @@ class Broker:
                 )
                 classic.authorizer = classic_authorizer(self.users, cfg.cluster, self.metrics)
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
+        self.live_config = LiveConfig(cfg, config_file)
+        self._follow_live_config(self.live_config)
+        BrokerConfigProcessor(self.live_config).register(self.server)
         if files is not None and files.verify_client:
             self.server.guard = ClientCertGate(
                 self.server.guard, INTERNAL_CODES, self.metrics.auth_refusal, server="broker"
@@ -205,6 +213,36 @@ class Broker:
         self.grpc: GrpcEndpoint | None = None
         self.grpc_port: int | None = None
         self.grpc_tls_port: int | None = None
+
+    def _follow_live_config(self, live: LiveConfig) -> None:
+        """The parts that copied a live key's value when they were built follow its changes
+        (the others read ``cfg`` at each use)."""
+        store = self.ctx.store
+
+        def retention_hours(value: float) -> None:
+            store.config.retention_hours = value
+
+        def disk_max_used_ratio(value: float) -> None:
+            store.config.disk_max_used_ratio = value
+
+        def max_message_bytes(value: int) -> None:
+            store.set_max_message_bytes(value)
+            if self.grpc is not None:
+                service = self.grpc.service
+                service.max_body_bytes = value
+                service.publisher.max_body_bytes = value
+                service.telemetry.max_body_bytes = value
+
+        def auth_refresh(value: int) -> None:
+            if self.users is not None:
+                self.users.set_interval(value / 1000)
+
+        live.on_change("log_level", set_log_level)
+        live.on_change("retention_hours", retention_hours)
+        live.on_change("disk_max_used_ratio", disk_max_used_ratio)
+        live.on_change("max_message_bytes", max_message_bytes)
+        live.on_change("client_expiry_ms", self.ctx.groups.set_expiry_ms)
+        live.on_change("auth_refresh_interval_ms", auth_refresh)
 
     def reload(self) -> None:
         """SIGHUP: read the TLS files again (new connections use them)."""

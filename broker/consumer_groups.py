@@ -24,6 +24,10 @@ class ConsumerGroups:
         self._expiry_ms = expiry_ms
         self._groups: dict[str, dict[str, Member]] = {}
 
+    def set_expiry_ms(self, expiry_ms: int) -> None:
+        """A member silent for longer than ``expiry_ms`` leaves, from the next check on."""
+        self._expiry_ms = expiry_ms
+
     def heartbeat(
         self,
         group: str,

@@ -95,9 +95,9 @@ class MessageStoreService:
         return durable
 
     async def _flush_loop(self) -> None:
-        interval = self.cfg.flush_interval_ms / 1000
         sync = self.cfg.flush == "sync"
         while True:
+            interval = self.cfg.flush_interval_ms / 1000  # a live change: the next period
             try:
                 if sync:
                     await self._flush_wanted.wait()
@@ -114,9 +114,8 @@ class MessageStoreService:
                 await asyncio.sleep(interval)
 
     async def _retention_loop(self) -> None:
-        interval = self.cfg.retention_check_interval_ms / 1000
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.cfg.retention_check_interval_ms / 1000)
             try:
                 usage = shutil.disk_usage(self.cfg.data_dir)
                 ratio = usage.used / usage.total if usage.total else 0.0

@@ -157,12 +157,32 @@ def build(cls: type[T], file_values: Mapping[str, Any], overrides: Mapping[str, 
                 raise ConfigError(f"unknown config key {key!r}")
             values[key] = _coerce(key, raw, hints[key])
     for key, value in values.items():
-        check: Check | None = fields[key].metadata.get("check")
-        if check is not None and check.validate is not None and value is not None:
-            problem = check.validate(value)
-            if problem:
-                raise ConfigError(f"config key {key!r} {problem}, got {value!r}")
+        _validate(fields[key], value)
     return cls(**values)
+
+
+def _validate(f: dataclasses.Field[Any], value: Any) -> None:
+    check: Check | None = f.metadata.get("check")
+    if check is not None and check.validate is not None and value is not None:
+        problem = check.validate(value)
+        if problem:
+            raise ConfigError(f"config key {f.name!r} {problem}, got {value!r}")
+
+
+def check_key(cls: type[Any], key: str, raw: Any) -> Any:
+    """One key's value read and checked as :func:`build` does at start-up (a daemon's live
+    change of a key): the value, or :class:`ConfigError` naming the key."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if key not in fields:
+        raise ConfigError(f"unknown config key {key!r}")
+    value = _coerce(key, raw, typing.get_type_hints(cls)[key])
+    _validate(fields[key], value)
+    return value
+
+
+def key_type(cls: type[Any], key: str) -> type:
+    """The scalar type of ``cls``'s config key ``key`` (int for ``int | None``)."""
+    return _base_type(typing.get_type_hints(cls)[key])[0]
 
 
 def reference(cls: type[Any]) -> list[tuple[str, str, Any, str]]:

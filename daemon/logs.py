@@ -166,6 +166,36 @@ def _flush_at_exit() -> None:
         _writer.flush(EXIT_FLUSH_SECONDS)
 
 
+_METHOD_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+_level = logging.INFO
+
+
+def set_level(level: str) -> None:
+    """Log from ``level`` (debug, info, warning, error) on, from now on: structlog's loggers and
+    the standard library's (a broker's live ``log_level`` change)."""
+    global _level
+    _level = getattr(logging, level.upper(), logging.INFO)
+    logging.getLogger().setLevel(_level)
+
+
+def _below_level(
+    _logger: object, method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    if _METHOD_LEVELS.get(method, logging.CRITICAL) < _level:
+        raise structlog.DropEvent
+    return event
+
+
 def setup_logging(fmt: str = "auto", level: str = "info") -> None:
     """Configure structlog and the standard library's logging to one stream (stderr), written
     by a :class:`LogWriter`."""
@@ -177,7 +207,9 @@ def setup_logging(fmt: str = "auto", level: str = "info") -> None:
         else structlog.dev.ConsoleRenderer(colors=False)
     )
     lvl = getattr(logging, level.upper(), logging.INFO)
+    set_level(level)
     processors: list[structlog.typing.Processor] = [
+        _below_level,
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -192,7 +224,9 @@ def setup_logging(fmt: str = "auto", level: str = "info") -> None:
     writer = _writer
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        # Every level reaches _below_level, which drops what is under the level now: loggers
+        # cached on first use keep their class, so a filtering class could not change level.
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         logger_factory=lambda *_args: _WriterLogger(writer),
         cache_logger_on_first_use=True,
     )

@@ -16,6 +16,8 @@ class RequestCode(IntEnum):
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
     GET_ALL_TOPIC_CONFIG = 21
+    UPDATE_BROKER_CONFIG = 25
+    GET_BROKER_CONFIG = 26
     GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
@@ -37,8 +39,10 @@ class RequestCode(IntEnum):
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202
     GET_CONSUMER_CONNECTION_LIST = 203
+    GET_PRODUCER_CONNECTION_LIST = 204
     DELETE_SUBSCRIPTIONGROUP = 207
     GET_CONSUME_STATS = 208
+    VIEW_BROKER_STATS_DATA = 315
     # Offsets moved by an operator while the group's members run (docs/operations.md).
     RESET_CONSUMER_CLIENT_OFFSET = 220
     INVOKE_BROKER_TO_RESET_OFFSET = 222
@@ -176,6 +180,13 @@ class ResponseCode(IntEnum):
     USER_ALREADY_EXISTS = 5041
     ACL_NOT_EXIST = 5042
     ACL_ALREADY_EXISTS = 5043
+    # UPDATE_BROKER_CONFIG (issue 28): nothing changed. The key is not a config key; it is
+    # read only at start-up (the remark says why); its value is refused as at start-up; the
+    # broker's config file could not be rewritten.
+    CONFIG_KEY_UNKNOWN = 5060
+    CONFIG_KEY_NEEDS_RESTART = 5061
+    CONFIG_VALUE_INVALID = 5062
+    CONFIG_NOT_PERSISTED = 5063
     # deleteTopic/deleteSubGroup (issue 28): a producer connected to a broker sends to the
     # topic (--force deletes it anyway); a system topic or group, which the brokers need.
     TOPIC_IN_USE = 5055

@@ -17,6 +17,7 @@ import structlog
 from remoting.client import advise_tls, use_credentials, use_tls
 from remoting.tls import TlsError, client_context
 from rmqctl import auth
+from rmqctl import broker_admin
 from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
@@ -50,6 +51,8 @@ COMMANDS: list[click.Command] = [
     rebalance_plan,
     rebalance_apply,
     cluster_list,
+    broker_admin.get_broker_config,
+    broker_admin.update_broker_config,
     send_message,
     consume_message,
     consumer_progress,

@@ -24,7 +24,7 @@ blocks on anything but local disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -189,6 +189,18 @@ class MessageStore:
 
     def topics(self) -> list[str]:
         return self._queues.topics()
+
+    def retire_topic(self, topic: str, at_least: Mapping[int, int] | None = None) -> dict[int, int]:
+        """Delete ``topic``'s ConsumeQueues (deleteTopic; the CommitLog keeps its records until
+        retention). A queue of that name created later starts empty where the old one ended,
+        at least at ``at_least``'s offset (see :meth:`storage.queues.ConsumeQueues.retire_topic`).
+        Returns where each queue ended, by queue id."""
+        self._check_open()
+        return self._queues.retire_topic(topic, at_least or {})
+
+    def was_retired(self, topic: str) -> bool:
+        """Was a topic of this name deleted here (:meth:`retire_topic`)?"""
+        return self._queues.was_retired(topic)
 
     # -- writing ---------------------------------------------------------------------------
 

@@ -68,6 +68,10 @@ class BrokerUsers:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
+    def set_interval(self, interval_s: float) -> None:
+        """Refresh every ``interval_s`` from the refresh now waiting on."""
+        self._interval = interval_s
+
     # UserDirectory ------------------------------------------------------------------------------
     def secret(self, username: str) -> str | None:
         entry = self._users.get(username)

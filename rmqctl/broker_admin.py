@@ -1,0 +1,286 @@
+"""Broker commands: brokerStatus, getBrokerConfig, updateBrokerConfig.
+
+A command names its brokers with ``-b ADDR`` (one broker) or ``-c CLUSTER`` (every broker of
+the cluster, masters and slaves, as the controllers given with ``-a`` list them). Each broker is
+asked on its own; one that cannot be asked or refuses is reported (its line, ``"error"`` in
+``--json``) after the others' answers, and the exit status is then 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from client.admin import Admin
+from client.bootstrap import describe_failure
+from client.errors import BrokerError, ClientError
+from protocol.broker_requests.broker_config import (
+    BrokerConfigChanged,
+    BrokerConfigQuery,
+    BrokerConfigTable,
+    UpdateBrokerConfig,
+)
+from protocol.fields import FieldError
+from protocol.remoting import Frame, Header
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError, ResponseError
+from rmqctl.common import (
+    CommandError,
+    Settings,
+    _json_after_command,
+    emit,
+    pass_settings,
+    run,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+A = TypeVar("A")
+
+TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRef:
+    """A broker to ask: its address, and its name and id when the controllers listed it."""
+
+    address: str
+    broker_name: str = ""
+    broker_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"brokerName": self.broker_name, "brokerId": self.broker_id, "address": self.address}
+
+    def label(self) -> str:
+        if not self.broker_name:
+            return self.address
+        return f"{self.broker_name} (id {self.broker_id}) {self.address}"
+
+
+def broker_options(func: F) -> F:
+    """``-b ADDR`` or ``-c CLUSTER`` (with ``-a``: the controllers listing the cluster), and
+    ``--json`` also accepted after the command name."""
+    for option in (
+        click.option(
+            "--json",
+            is_flag=True,
+            expose_value=False,
+            callback=_json_after_command,
+            help="Same as the global --json.",
+        ),
+        click.option(
+            "-a",
+            "-n",
+            "--addresses",
+            "addresses",
+            default=None,
+            metavar="ADDRS",
+            help="Controller addresses, ';'-separated, that list -c's brokers; -n is mqadmin's "
+            "name for it (default: the global -a).",
+        ),
+        click.option(
+            "-c", "--cluster", default=None, metavar="CLUSTER", help="Every broker of a cluster."
+        ),
+        click.option(
+            "-b", "--broker-addr", "broker_addr", default=None, metavar="ADDR", help="A broker."
+        ),
+    ):
+        func = option(func)
+    return func
+
+
+async def targets(
+    addresses: str | None, broker_addr: str | None, cluster: str | None
+) -> list[BrokerRef]:
+    """The brokers ``-b`` or ``-c`` name, sorted by (broker name, id)."""
+    if broker_addr is not None:
+        return [BrokerRef(broker_addr)]
+    assert cluster is not None
+    if not addresses:
+        raise ClientError("-c needs the controllers' addresses: give -a (or $RMQCTL_ADDRESSES)")
+    async with Admin(addresses) as admin:
+        clusters = await admin.cluster_info()
+    if cluster not in clusters:
+        known = ", ".join(sorted(clusters)) or "none"
+        raise ClientError(f"cluster {cluster!r} not found (known: {known})")
+    brokers = sorted(clusters[cluster], key=lambda b: (b.broker_name, b.broker_id))
+    return [BrokerRef(b.address, b.broker_name, b.broker_id) for b in brokers]
+
+
+def chosen(
+    settings: Settings, addresses: str | None, broker_addr: str | None, cluster: str | None
+) -> str | None:
+    """Check that exactly one of -b and -c is given (a usage error, exit 2, otherwise); the
+    controllers' addresses for -c."""
+    if (broker_addr is None) == (cluster is None):
+        raise click.UsageError("give one of -b ADDR (a broker) or -c CLUSTER (all its brokers)")
+    return addresses or settings.addresses
+
+
+async def ask_each(
+    brokers: Sequence[BrokerRef],
+    code: int,
+    header: Header,
+    body: bytes | None,
+    read: Callable[[Frame], A],
+) -> list[A | str]:
+    """Send one request to every broker at once: each answer read by ``read``, or the one-line
+    reason it failed."""
+    pool = ConnectionPool(TIMEOUT)
+
+    async def one(ref: BrokerRef) -> A | str:
+        try:
+            conn = await pool.get(ref.address)
+            return read(await conn.call(code, header, body, TIMEOUT))
+        except ResponseError as exc:
+            return str(BrokerError(exc.code, exc.remark))
+        except RemotingError as exc:
+            return describe_failure(exc)
+        except FieldError as exc:
+            return f"malformed answer: {exc}"
+
+    try:
+        return list(await asyncio.gather(*(one(b) for b in brokers)))
+    finally:
+        pool.close()
+
+
+def failures(brokers: Sequence[BrokerRef], answers: Sequence[object]) -> list[str]:
+    return [
+        f"{b.label()}: {a}" for b, a in zip(brokers, answers, strict=True) if isinstance(a, str)
+    ]
+
+
+def _value_text(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@click.command("getBrokerConfig", short_help="Show a broker's configuration (-b or -c).")
+@broker_options
+@pass_settings
+def get_broker_config(
+    settings: Settings, addresses: str | None, broker_addr: str | None, cluster: str | None
+) -> None:
+    """Show every config key of a broker (-b ADDR) or of every broker of a cluster (-c CLUSTER,
+    listed by the controllers of -a) with its value now: what the broker read at start-up,
+    with the changes updateBrokerConfig made since. Keys marked "live" can be changed without a
+    restart (docs/config-reference.md). Exit status 1 when a broker could not be asked (the
+    others are printed first).
+
+    Prints {"brokers": [{"brokerName", "brokerId", "address", "configFile", "liveKeys",
+    "config": {key: value}}]}; a broker that failed has "error" instead of its figures.
+    """
+    controllers = chosen(settings, addresses, broker_addr, cluster)
+
+    async def work() -> tuple[list[BrokerRef], list[BrokerConfigTable | str]]:
+        brokers = await targets(controllers, broker_addr, cluster)
+        ask = BrokerConfigQuery()
+
+        def read(resp: Frame) -> BrokerConfigTable:
+            return BrokerConfigTable.parse(resp.header, resp.body)
+
+        return brokers, await ask_each(brokers, ask.code, *ask.encode(), read)
+
+    brokers, answers = run(work())
+    docs: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for ref, answer in zip(brokers, answers, strict=True):
+        if isinstance(answer, str):
+            docs.append(ref.to_dict() | {"error": answer})
+            continue
+        docs.append(
+            ref.to_dict()
+            | {
+                "configFile": answer.config_file,
+                "liveKeys": list(answer.live_keys),
+                "config": dict(answer.config),
+            }
+        )
+        lines.append(f"# {ref.label()}, config file: {answer.config_file or '(none)'}")
+        width = max((len(k) for k in answer.config), default=0)
+        live = set(answer.live_keys)
+        for key in sorted(answer.config):
+            mark = "  (live)" if key in live else ""
+            lines.append(f"{key.ljust(width)} = {_value_text(answer.config[key])}{mark}")
+    emit(settings, {"brokers": docs}, lambda: "\n".join(lines))
+    failed = failures(brokers, answers)
+    if failed:
+        raise CommandError("; ".join(failed))
+
+
+@click.command(
+    "updateBrokerConfig", short_help="Change a broker's config key live (-b or -c, -k, -v)."
+)
+@broker_options
+@click.option("-k", "--key", required=True, metavar="KEY", help="Config key (TOML name).")
+@click.option("-v", "--value", required=True, metavar="VALUE", help="Its new value.")
+@pass_settings
+def update_broker_config(
+    settings: Settings,
+    addresses: str | None,
+    broker_addr: str | None,
+    cluster: str | None,
+    key: str,
+    value: str,
+) -> None:
+    """Change a config key of a broker (-b ADDR) or of every broker of a cluster (-c CLUSTER)
+    while it runs, and write it to the broker's config file so a restart keeps it (only the
+    key's line is rewritten, with a comment saying when and what it was; a broker started
+    without --config applies it and says a restart forgets it).
+
+    Only the keys docs/config-reference.md lists as live can change (getBrokerConfig marks
+    them); another key is refused naming it and why it needs a restart, an unknown key is
+    refused, and the value is checked as at start-up. With authentication on, only a super user
+    may change a broker's config (NO_PERMISSION with the reason otherwise). A refusal changes
+    nothing on that broker; exit status 1 when any broker refused or could not be asked.
+
+    Prints {"key", "value", "brokers": [{"brokerName", "brokerId", "address", "old", "new",
+    "persisted", "configFile"}]}; a broker that failed has "error" instead.
+    """
+    controllers = chosen(settings, addresses, broker_addr, cluster)
+
+    async def work() -> tuple[list[BrokerRef], list[BrokerConfigChanged | str]]:
+        brokers = await targets(controllers, broker_addr, cluster)
+        ask = UpdateBrokerConfig(key=key, value=value)
+
+        def read(resp: Frame) -> BrokerConfigChanged:
+            return BrokerConfigChanged.parse(resp.header, resp.body)
+
+        return brokers, await ask_each(brokers, ask.code, *ask.encode(), read)
+
+    brokers, answers = run(work())
+    docs: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for ref, answer in zip(brokers, answers, strict=True):
+        if isinstance(answer, str):
+            docs.append(ref.to_dict() | {"error": answer})
+            continue
+        docs.append(
+            ref.to_dict()
+            | {
+                "old": answer.old,
+                "new": answer.new,
+                "persisted": answer.persisted,
+                "configFile": answer.config_file,
+            }
+        )
+        where = (
+            f"written to {answer.config_file}"
+            if answer.persisted
+            else "not written: the broker runs without --config, a restart forgets it"
+        )
+        lines.append(
+            f"{ref.label()}: {key} {_value_text(answer.old)} -> {_value_text(answer.new)} ({where})"
+        )
+    failed = failures(brokers, answers)
+    if lines or not failed:
+        emit(settings, {"key": key, "value": value, "brokers": docs}, lambda: "\n".join(lines))
+    if failed:
+        raise CommandError("; ".join(failed))

@@ -1,0 +1,216 @@
+"""rmqctl's broker commands against real broker processes (issue 28 item 3): getBrokerConfig and
+updateBrokerConfig (a live key takes effect at once and survives a restart; restart-only,
+unknown and invalid keys and a user without permission are refused and change nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.errors import BrokerError
+from client.producer import Producer
+from protocol.codes import ResponseCode
+from tests.cluster.secured import ROOT, create_root, secured_cluster
+from tests.support.cluster import BrokerNode, Cluster
+from tests.support.procs import BrokerProc, rmqctl
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+
+def ok_json(*args: str, env: dict[str, str] | None = None) -> Any:
+    done = rmqctl("--json", *args, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def refused(*args: str, env: dict[str, str] | None = None, status: int = 1) -> str:
+    """The one line rmqctl writes for a refusal (exit ``status``)."""
+    done = rmqctl(*args, env=env)
+    assert done.returncode == status, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 or status == 2, done.stderr
+    return done.stderr
+
+
+def config_file(broker: BrokerProc) -> Path:
+    return broker.data_dir.parent / f"{broker.name}-test.toml"
+
+
+async def send(address: str, size: int) -> None:
+    async with Producer(address) as producer:
+        await producer.send("T", b"x" * size)
+
+
+def send_refused(address: str, size: int) -> BrokerError:
+    with pytest.raises(BrokerError) as refusal:
+        asyncio.run(send(address, size))
+    return refusal.value
+
+
+def test_a_live_key_takes_effect_at_once_and_survives_a_restart(broker: BrokerProc) -> None:
+    a = broker.address
+    ok_json("updateTopic", "-a", a, "-t", "T", "-q", "1")
+    asyncio.run(send(a, 3000))
+    before = config_file(broker).read_text()
+
+    changed = ok_json("updateBrokerConfig", "-b", a, "-k", "max_message_bytes", "-v", "2048")
+    (one,) = changed["brokers"]
+    assert (changed["key"], one["old"], one["new"], one["persisted"]) == (
+        "max_message_bytes",
+        4 * 1024 * 1024,
+        2048,
+        True,
+    )
+    assert one["configFile"] == str(config_file(broker).resolve())
+    # Live: the next send over the limit is refused, one under it is stored.
+    refusal = send_refused(a, 3000)
+    assert refusal.code == ResponseCode.MESSAGE_ILLEGAL and "exceeds 2048" in refusal.remark
+    asyncio.run(send(a, 1000))
+    # Written to the config file: one line added, the others as they were.
+    after = config_file(broker).read_text()
+    added = [line for line in after.splitlines() if line not in before.splitlines()]
+    assert len(added) == 1 and added[0].startswith("max_message_bytes = 2048  # set live by")
+    assert "(was 4194304)" in added[0]
+
+    broker.stop()
+    broker.start_and_wait()
+    (shown,) = ok_json("getBrokerConfig", "-b", a)["brokers"]
+    assert shown["config"]["max_message_bytes"] == 2048
+    assert "max_message_bytes" in shown["liveKeys"] and "listen" not in shown["liveKeys"]
+    assert send_refused(a, 3000).code == ResponseCode.MESSAGE_ILLEGAL
+
+    # A second change rewrites the same line (the file keeps one line for the key).
+    ok_json("updateBrokerConfig", "-b", a, "-k", "max_message_bytes", "-v", "8192")
+    asyncio.run(send(a, 3000))
+    text = config_file(broker).read_text()
+    assert text.count("max_message_bytes") == 1 and "max_message_bytes = 8192" in text
+
+
+def test_log_level_changes_live(broker: BrokerProc) -> None:
+    # The broker logs each change at warning after applying it: at error the change of
+    # max_pull_batch to 10 is not logged; back at info, the next change is.
+    a = broker.address
+    ok_json("updateBrokerConfig", "-b", a, "-k", "log_level", "-v", "error")
+    ok_json("updateBrokerConfig", "-b", a, "-k", "max_pull_batch", "-v", "10")
+    ok_json("updateBrokerConfig", "-b", a, "-k", "log_level", "-v", "info")
+    ok_json("updateBrokerConfig", "-b", a, "-k", "max_pull_batch", "-v", "11")
+
+    def changes() -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in broker.log().splitlines() if line.startswith("{")]
+        return [d for d in lines if d.get("event") == "config changed live"]
+
+    wait_until(lambda: any(d["new"] == 11 for d in changes()), "the change to 11 logged", 10)
+    assert [(d["key"], d["new"]) for d in changes()] == [
+        ("log_level", "info"),
+        ("max_pull_batch", 11),
+    ]
+
+
+def test_refused_changes_name_the_key_and_change_nothing(broker: BrokerProc) -> None:
+    a = broker.address
+    before = config_file(broker).read_bytes()
+    restart = refused("updateBrokerConfig", "-b", a, "-k", "listen", "-v", "127.0.0.1:1")
+    assert "CONFIG_KEY_NEEDS_RESTART" in restart and "'listen' needs a restart" in restart
+    assert "port" in restart  # why
+    segment = refused("updateBrokerConfig", "-b", a, "-k", "commitlog_segment_bytes", "-v", "1")
+    assert "'commitlog_segment_bytes' needs a restart" in segment
+    unknown = refused("updateBrokerConfig", "-b", a, "-k", "flush_intervall_ms", "-v", "5")
+    assert "CONFIG_KEY_UNKNOWN" in unknown and "'flush_intervall_ms'" in unknown
+    # Values are checked as at start-up: the same words as a bad config file's.
+    low = refused("updateBrokerConfig", "-b", a, "-k", "flush_interval_ms", "-v", "0")
+    assert "CONFIG_VALUE_INVALID" in low and "'flush_interval_ms' must be >= 1, got 0" in low
+    word = refused("updateBrokerConfig", "-b", a, "-k", "log_level", "-v", "loud")
+    assert "must be one of debug, info, warning, error" in word
+    typed = refused("updateBrokerConfig", "-b", a, "-k", "max_pull_batch", "-v", "many")
+    assert "'max_pull_batch' must be an integer" in typed
+    # Neither -b nor -c (or both): a usage error.
+    refused("updateBrokerConfig", "-k", "log_level", "-v", "debug", status=2)
+    refused("getBrokerConfig", "-b", a, "-c", "DefaultCluster", status=2)
+    assert config_file(broker).read_bytes() == before
+    (shown,) = ok_json("getBrokerConfig", "-b", a)["brokers"]
+    assert shown["config"]["flush_interval_ms"] == 500
+    assert shown["config"]["log_level"] == "info"
+
+
+def test_a_broker_without_a_config_file_changes_live_and_says_a_restart_forgets(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    proc = broker_factory(tmp_path)
+    config_at = proc.argv.index("--config")
+    del proc.argv[config_at : config_at + 2]
+    proc.start_and_wait()
+    changed = ok_json("updateBrokerConfig", "-b", proc.address, "-k", "max_pull_batch", "-v", "7")
+    (one,) = changed["brokers"]
+    assert (one["new"], one["persisted"], one["configFile"]) == (7, False, None)
+    human = rmqctl("updateBrokerConfig", "-b", proc.address, "-k", "max_pull_batch", "-v", "8")
+    assert human.returncode == 0 and "a restart forgets it" in human.stdout
+
+
+# -- with authentication on, across a cluster (-c) ------------------------------------------------
+
+NORMAL = ("ops-reader", "reader-Secret-4242")
+
+
+def signed(access_key: str, secret_key: str) -> dict[str, str]:
+    return {**os.environ, "RMQ_ACCESS_KEY": access_key, "RMQ_SECRET_KEY": secret_key}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, list[BrokerNode]]]:
+    cluster, key, settings = secured_cluster(tmp_path_factory.mktemp("broker-admin"))
+    try:
+        cluster.start_controllers()
+        create_root(cluster, key)
+        group = cluster.add_group("broker-a", replicas=2, config=settings)
+        root = signed(ROOT.access_key, ROOT.secret_key)
+        ok_json(
+            "-a", cluster.controller_addresses, "createUser", "-u", NORMAL[0], "-p", NORMAL[1],
+            env=root,
+        )  # fmt: skip
+
+        def both_listed() -> bool:
+            done = rmqctl("--json", "-a", cluster.controller_addresses, "clusterList", env=root)
+            if done.returncode != 0:
+                return False
+            brokers = json.loads(done.stdout)["clusters"].get("DefaultCluster", [])
+            return len(brokers) == 2
+
+        wait_until(both_listed, "both brokers listed", 60, on_timeout=cluster.logs)
+        yield cluster, group
+    finally:
+        cluster.stop()
+
+
+def test_without_permission_a_change_is_refused_and_changes_nothing(
+    secured: tuple[Cluster, list[BrokerNode]],
+) -> None:
+    cluster, group = secured
+    addresses = cluster.controller_addresses
+    before = [b.config_path.read_bytes() for b in group]
+    why = refused(
+        "updateBrokerConfig", "-a", addresses, "-c", "DefaultCluster",
+        "-k", "max_pull_batch", "-v", "9", env=signed(*NORMAL),
+    )  # fmt: skip
+    assert "NO_PERMISSION" in why and NORMAL[0] in why
+    assert [b.config_path.read_bytes() for b in group] == before
+    root = signed(ROOT.access_key, ROOT.secret_key)
+    shown = ok_json("getBrokerConfig", "-a", addresses, "-c", "DefaultCluster", env=root)
+    assert [b["config"]["max_pull_batch"] for b in shown["brokers"]] == [256, 256]
+
+    # A super user changes every broker of the cluster, each written to its own file.
+    changed = ok_json(
+        "updateBrokerConfig", "-a", addresses, "-c", "DefaultCluster",
+        "-k", "max_pull_batch", "-v", "9", env=root,
+    )  # fmt: skip
+    assert sorted(b["address"] for b in changed["brokers"]) == sorted(b.address for b in group)
+    assert all(b["new"] == 9 and b["persisted"] for b in changed["brokers"])
+    for b in group:
+        assert "max_pull_batch = 9  # set live" in b.config_path.read_text()
