@@ -11,6 +11,7 @@ endpoint must forward what it is sent to ``a``'s remoting port.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -125,41 +126,30 @@ async def test_a_master_ends_transactions_and_recalls_in_process(a: Broker) -> N
         stub = MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
         sent = await stub.SendMessage(rpc.SendMessageRequest(messages=[half]), timeout=10)
         assert sent.status.code == pb.OK, sent
-        ended = await stub.EndTransaction(
-            rpc.EndTransactionRequest(
+
+        def end(resolution: pb.TransactionResolution) -> Awaitable[rpc.EndTransactionResponse]:
+            request = rpc.EndTransactionRequest(
                 topic=pb.Resource(name=TOPIC),
                 message_id="id-1",
                 transaction_id=sent.entries[0].transaction_id,
-                resolution=pb.COMMIT,
-            ),
-            timeout=10,
-        )
+                resolution=resolution,
+            )
+            return stub.EndTransaction(request, timeout=10)  # type: ignore[no-any-return]
+
+        ended = await end(pb.COMMIT)
         assert ended.status.code == pb.OK, ended
         # Again, the other way: the in-process path refuses as END_TRANSACTION does.
-        again = await stub.EndTransaction(
-            rpc.EndTransactionRequest(
-                topic=pb.Resource(name=TOPIC),
-                message_id="id-1",
-                transaction_id=sent.entries[0].transaction_id,
-                resolution=pb.ROLLBACK,
-            ),
-            timeout=10,
-        )
+        again = await end(pb.ROLLBACK)
         assert again.status.code == pb.BAD_REQUEST, again
         assert "committed already" in again.status.message
         scheduled = await stub.SendMessage(rpc.SendMessageRequest(messages=[later]), timeout=10)
         assert scheduled.status.code == pb.OK, scheduled
         handle = scheduled.entries[0].recall_handle
         assert handle
-        recalled = await stub.RecallMessage(
-            rpc.RecallMessageRequest(topic=pb.Resource(name=TOPIC), recall_handle=handle),
-            timeout=10,
-        )
+        recall = rpc.RecallMessageRequest(topic=pb.Resource(name=TOPIC), recall_handle=handle)
+        recalled = await stub.RecallMessage(recall, timeout=10)
         assert recalled.status.code == pb.OK, recalled
-        twice = await stub.RecallMessage(
-            rpc.RecallMessageRequest(topic=pb.Resource(name=TOPIC), recall_handle=handle),
-            timeout=10,
-        )
+        twice = await stub.RecallMessage(recall, timeout=10)
         assert twice.status.code == pb.NOT_FOUND, twice
     assert sum(_stored(a).values()) == 1  # the committed message
     assert a.ctx.open_connections == 0
