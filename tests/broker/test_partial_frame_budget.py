@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,8 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.support.procs import BrokerProc, Daemon, free_port, port_open
+from tests.support.cluster import ControllerNode, lone_controller
+from tests.support.procs import BrokerProc, Daemon
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
@@ -73,26 +73,9 @@ def stall_mid_frame(port: int) -> Iterator[socket.socket | None]:
 
 
 @pytest.fixture
-def controller(tmp_path: Path) -> Iterator[Daemon]:
-    port = free_port()
-    config = tmp_path / "controller.toml"
-    config.write_text(LIMITS_TOML)
-    argv = [
-        sys.executable, "-m", "controller",
-        "--config", str(config),
-        "--id", "n0",
-        "--peers", f"n0-127.0.0.1:{port}",
-        "--data-dir", str(tmp_path / "controller-n0"),
-        "--metrics-port", "0",
-        "--log-format", "json",
-    ]  # fmt: skip
-    d = Daemon("controller-n0", argv, tmp_path / "controller-n0.log").start()
-    d.port = port  # type: ignore[attr-defined]
-    try:
-        wait_until(lambda: d.alive() and port_open(port), "the controller to listen", 30)
-        yield d
-    finally:
-        d.stop()
+def controller(tmp_path: Path) -> Iterator[ControllerNode]:
+    with lone_controller(tmp_path, LIMITS_TOML) as c:
+        yield c
 
 
 @pytest.fixture
@@ -147,5 +130,7 @@ async def test_stalled_frames_stay_within_the_broker_budget(broker_with_limits: 
     await check_budget_holds(broker_with_limits, broker_with_limits.port, "broker")
 
 
-async def test_stalled_frames_stay_within_the_controller_budget(controller: Daemon) -> None:
-    await check_budget_holds(controller, controller.port, "controller")  # type: ignore[attr-defined]
+async def test_stalled_frames_stay_within_the_controller_budget(
+    controller: ControllerNode,
+) -> None:
+    await check_budget_holds(controller, controller.port, "controller")

@@ -18,7 +18,7 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.support.cluster import ControllerNode
+from tests.support.cluster import ControllerNode, lone_controller
 from tests.support.procs import BrokerProc, Daemon, free_port, port_open
 from tests.support.wait import wait_until
 
@@ -44,14 +44,8 @@ def refusal_line(d: Daemon) -> str:
 
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[ControllerNode]:
-    port = free_port()
-    c = ControllerNode(tmp_path, "n0", port, f"n0-127.0.0.1:{port}")
-    c.start()
-    try:
-        wait_until(lambda: c.alive() and port_open(port), "the controller to listen", 30)
+    with lone_controller(tmp_path) as c:
         yield c
-    finally:
-        c.stop()
 
 
 async def send_one(address: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from daemon import systemd
+from tests.support.cluster import ControllerNode
 from tests.support.procs import BrokerProc, Daemon, free_port, port_open
 
 
@@ -122,14 +122,6 @@ def test_controller_reports_ready_and_stopping(
 ) -> None:
     sock, name = abstract_socket
     port = free_port()
-    argv = [
-        sys.executable, "-m", "controller",
-        "--id", "n0",
-        "--peers", f"n0-127.0.0.1:{port}",
-        "--data-dir", str(tmp_path / "controller-n0"),
-        "--metrics-port", "0",
-        "--log-format", "json",
-    ]  # fmt: skip
-    env = {"NOTIFY_SOCKET": name, "PATH": os.environ.get("PATH", "")}
-    controller = Daemon("controller-n0", argv, tmp_path / "controller-n0.log", env=env)
+    controller = ControllerNode(tmp_path, "n0", port, f"n0-127.0.0.1:{port}")
+    controller.env = {"NOTIFY_SOCKET": name, "PATH": os.environ.get("PATH", "")}
     ready_then_stopping(controller, port, sock)

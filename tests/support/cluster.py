@@ -7,8 +7,9 @@ its PID when the cluster stops, also when a test fails.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.support.procs import (
@@ -45,6 +46,24 @@ class ControllerNode(Daemon):
             "--log-format", "json",
         ]  # fmt: skip
         super().__init__(f"controller-{node_id}", argv, tmp / f"controller-{node_id}.log")
+
+
+@contextlib.contextmanager
+def lone_controller(tmp: Path, toml: str = "") -> Iterator[ControllerNode]:
+    """One controller (node n0, a Raft group of one) on a free port, once it listens; stopped
+    by its PID after. ``toml``: its config file's text, if any."""
+    port = free_port()
+    c = ControllerNode(tmp, "n0", port, f"n0-127.0.0.1:{port}")
+    if toml:
+        config = tmp / "controller.toml"
+        config.write_text(toml)
+        c.argv += ["--config", str(config)]
+    c.start()
+    try:
+        wait_until(lambda: c.alive() and port_open(port), "the controller to listen", 30)
+        yield c
+    finally:
+        c.stop()
 
 
 class BrokerNode(Daemon):
