@@ -10,11 +10,15 @@ from typing import Any
 
 import msgpack
 
-from client import Consumer
+from client import Consumer, Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
+from client.simple_consumer import PopMessage, SimpleConsumer
 from protocol.codes import RequestCode, ResponseCode
+from protocol.rocketmq_v2 import definition_pb2 as pb
+from protocol.rocketmq_v2 import service_pb2 as rpc
+from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from tests.support.cluster import BrokerNode, Cluster
@@ -135,6 +139,17 @@ async def route_has_master(boot: Bootstrap) -> bool:
     )
 
 
+async def wait_route_has_master(boot: Bootstrap, cluster: Cluster) -> None:
+    """Wait (30 s at most) until the controllers route some master: the brokers registered."""
+    await wait_until_async(
+        lambda: route_has_master(boot),
+        "brokers registered for routes",
+        30,
+        interval=0.1,
+        on_timeout=cluster.logs,
+    )
+
+
 async def routed(boot: Bootstrap, topic: str) -> bool:
     """Whether the controllers route ``topic`` (GET_ROUTEINFO_BY_TOPIC answers)."""
     try:
@@ -199,6 +214,42 @@ async def pulls_waiting(address: str) -> int:
         conn.close()
     assert resp.code == ResponseCode.SUCCESS, resp
     return int(msgpack.unpackb(resp.body or b"\x80")["pullsWaiting"])
+
+
+async def long_polling_receive(
+    stub: MessagingServiceStub, broker: str, group: str, topic: str, tag: str
+) -> Any:
+    """A gRPC ReceiveMessage of ``group`` for up to 16 messages of ``topic`` tagged ``tag``
+    (hidden 60 s, a 10 s long poll, a 20 s deadline), once its POP long-polls at the broker at
+    ``broker``: the call."""
+    request = rpc.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression=tag),
+        batch_size=16,
+        invisible_duration={"seconds": 60},
+        long_polling_timeout={"seconds": 10},
+    )
+    call = stub.ReceiveMessage(request, timeout=20)
+
+    async def long_polling() -> bool:
+        return await pulls_waiting(broker) == 1
+
+    await wait_until_async(long_polling, "the receive's POP to long-poll at the broker", 10)
+    return call
+
+
+async def receive_some(sdk: SimpleConsumer, what: str, timeout: float = 20) -> list[PopMessage]:
+    """What ``sdk`` receives (16 at most, hidden 30 s) once it receives anything: ``what``
+    names it in the timeout's error."""
+    got: list[PopMessage] = []
+
+    async def back() -> bool:
+        got.extend(await sdk.receive(16, invisible_duration=30, wait=1))
+        return bool(got)
+
+    await wait_until_async(back, what, timeout)
+    return got
 
 
 async def settings_on(address: str, group: str) -> dict[str, Any] | None:
@@ -289,4 +340,32 @@ async def consume_all(
         with contextlib.suppress(TimeoutError):
             for m in await asyncio.wait_for(consumer.receive(timeout=1.0), 3):
                 received[(m.broker_name, m.physical_queue_id, m.physical_queue_offset)] = m.body
+    return received
+
+
+async def send_acked(
+    producer: Producer, topic: str, numbers: range, acked: dict[Key, bytes]
+) -> None:
+    """Send ``m-<i>`` to ``topic`` for each i in ``numbers``, one after the other; each
+    acknowledged send goes into ``acked`` (where it was stored -> body). A send that fails is
+    not acknowledged: it may or may not survive, and is not checked."""
+    for i in numbers:
+        body = f"m-{i}".encode()
+        try:
+            r = await producer.send(topic, body)
+        except ClientError:
+            continue
+        acked[(r.broker_name, r.queue_id, r.queue_offset)] = body
+
+
+async def receive_acked(
+    consumer: Consumer, acked: dict[Key, bytes], timeout: float = 60
+) -> dict[Key, bytes]:
+    """What ``consumer`` receives (where it was stored -> body) until every key of ``acked`` is
+    among it or ``timeout`` s have passed."""
+    received: dict[Key, bytes] = {}
+    deadline = time.monotonic() + timeout
+    while not set(acked) <= set(received) and time.monotonic() < deadline:
+        for m in await consumer.receive(timeout=1.0):
+            received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
     return received

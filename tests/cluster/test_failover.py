@@ -9,19 +9,20 @@ CommitLogs are byte-identical up to the confirm offset.
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 
 from client import Consumer, Producer
 from client.bootstrap import Bootstrap
-from client.errors import ClientError
 from tests.cluster.support import (
     assert_replicas_identical,
     create_topic,
-    route_has_master,
+    receive_acked,
+    send_acked,
     sync_state,
+    wait_route_has_master,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -58,13 +59,7 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
         first_master, first_epoch = doc["masterAddress"], doc["masterEpoch"]
         first_id = doc["masterBrokerId"]
         assert sorted(r["brokerId"] for r in doc["replicas"]) == [1, 2, 3]
-        await wait_until_async(
-            lambda: route_has_master(boot),
-            "brokers registered for routes",
-            30,
-            interval=0.1,
-            on_timeout=cluster.logs,
-        )
+        await wait_route_has_master(boot, cluster)
 
         acked: dict[tuple[str, int, int], bytes] = {}
         async with Producer(
@@ -72,14 +67,8 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
         ) as producer:
             await create_topic(boot, first_master, TOPIC)
 
-            async def send_range(lo: int, hi: int) -> None:
-                for i in range(lo, hi):
-                    body = f"m-{i}".encode()
-                    try:
-                        r = await producer.send(TOPIC, body)
-                    except ClientError:
-                        continue  # not acknowledged: may or may not survive, not checked
-                    acked[(r.broker_name, r.queue_id, r.queue_offset)] = body
+            def send_range(lo: int, hi: int) -> Awaitable[None]:
+                return send_acked(producer, TOPIC, range(lo, hi), acked)
 
             await asyncio.gather(*(send_range(w * 100, w * 100 + 100) for w in range(4)))
             master = next(b for b in cluster.brokers if b.address == first_master)
@@ -112,12 +101,8 @@ async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: C
         assert addresses[first_id] == master.address != first_master
         assert sorted(addresses) == [1, 2, 3]
 
-        received: dict[tuple[str, int, int], bytes] = {}
         async with Consumer(cluster.controller_addresses, "checker", TOPIC) as consumer:
-            deadline = time.monotonic() + 60
-            while not set(acked) <= set(received) and time.monotonic() < deadline:
-                for m in await consumer.receive(timeout=1.0):
-                    received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
+            received = await receive_acked(consumer, acked)
         missing = [k for k in acked if received.get(k) != acked[k]]
         assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
         assert len(acked) > 600

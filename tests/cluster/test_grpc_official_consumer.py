@@ -33,7 +33,7 @@ from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
-from tests.cluster.support import pulls_waiting
+from tests.cluster.support import long_polling_receive, receive_some
 from tests.support.official_client import run_to_end
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until_async
@@ -500,13 +500,7 @@ async def test_push_deliveries_are_renewed_while_held_and_handed_back_at_termina
         pool.close()
 
     async with SimpleConsumer(broker.address, group, TOPIC, filter="TagN") as sdk:
-        got: list[Any] = []
-
-        async def back() -> bool:
-            got.extend(await sdk.receive(16, invisible_duration=30, wait=1))
-            return bool(got)
-
-        await wait_until_async(back, "the terminated client's message to come back", 20)
+        got = await receive_some(sdk, "the terminated client's message to come back")
         assert [(m.body, m.attempt) for m in got] == [(held.body, 2)]
         await sdk.ack(got[0])
 
@@ -549,20 +543,7 @@ async def test_a_message_popped_for_a_receive_the_client_cancelled_comes_back_at
     tag = pb.FilterExpression(type=pb.TAG, expression="TagX")
     async with grpc.aio.insecure_channel(endpoint) as channel:
         stub = MessagingServiceStub(channel)
-        request = rpc.ReceiveMessageRequest(
-            group=pb.Resource(name=group),
-            message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
-            filter_expression=tag,
-            batch_size=16,
-            invisible_duration={"seconds": 60},
-            long_polling_timeout={"seconds": 10},
-        )
-        call = stub.ReceiveMessage(request, timeout=20)
-
-        async def long_polling() -> bool:
-            return await pulls_waiting(broker.address) == 1
-
-        await wait_until_async(long_polling, "the receive's POP to long-poll at the broker", 10)
+        call = await long_polling_receive(stub, broker.address, group, TOPIC, "TagX")
         call.cancel()
         await wait_until_async(
             lambda: _logged(broker, "grpc: receive cancelled during its long poll", group),

@@ -22,10 +22,9 @@ from broker.grpc.service import GrpcEndpoint, MessagingService
 from client.admin import Admin
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
-from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
-from tests.cluster.support import pulls_waiting
+from tests.cluster.support import long_polling_receive, receive_some
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
@@ -74,20 +73,7 @@ async def test_a_receive_cancelled_after_its_pop_came_back_hands_the_message_bac
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{endpoint.port}") as channel:
             stub = MessagingServiceStub(channel)
-            request = rpc.ReceiveMessageRequest(
-                group=pb.Resource(name=GROUP),
-                message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
-                filter_expression=pb.FilterExpression(type=pb.TAG, expression="TagL"),
-                batch_size=16,
-                invisible_duration={"seconds": 60},
-                long_polling_timeout={"seconds": 10},
-            )
-            call = stub.ReceiveMessage(request, timeout=20)
-
-            async def long_polling() -> bool:
-                return await pulls_waiting(broker.address) == 1
-
-            await wait_until_async(long_polling, "the receive's POP to long-poll", 10)
+            call = await long_polling_receive(stub, broker.address, GROUP, TOPIC, "TagL")
             async with Producer(broker.address) as producer:
                 sent = await producer.send(TOPIC, b"late-cancel-1", tags="TagL")
             await wait_until_async(
@@ -97,14 +83,8 @@ async def test_a_receive_cancelled_after_its_pop_came_back_hands_the_message_bac
             assert await call.code() == grpc.StatusCode.CANCELLED
 
         async with SimpleConsumer(broker.address, GROUP, TOPIC, filter="TagL") as sdk:
-            got: list[Any] = []
-
-            async def back() -> bool:
-                got.extend(await sdk.receive(16, invisible_duration=30, wait=1))
-                return bool(got)
-
             # Hidden 1 s when handed back; for the receive's 60 s when not.
-            await wait_until_async(back, "the message the cancelled receive popped", 20)
+            got = await receive_some(sdk, "the message the cancelled receive popped")
             assert [(m.origin_msg_id, m.body, m.attempt) for m in got] == [
                 (sent.msg_id, b"late-cancel-1", 2)
             ]

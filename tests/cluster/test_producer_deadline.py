@@ -37,7 +37,7 @@ from tests.cluster.support import (
     full_sync_state_set,
     new_master,
     node_at,
-    route_has_master,
+    wait_route_has_master,
 )
 from tests.controller.support import agreed_leader
 from tests.support.cluster import Cluster
@@ -103,13 +103,7 @@ async def test_sends_started_during_a_fault_succeed(tmp_path: Path, fault: str) 
         cluster.start_controllers()
         cluster.add_group("broker-a", 2, config=config)
         master = (await full_sync_state_set(boot, cluster, size=2))["masterAddress"]
-        await wait_until_async(
-            lambda: route_has_master(boot),
-            "brokers registered for routes",
-            30,
-            interval=0.1,
-            on_timeout=cluster.logs,
-        )
+        await wait_route_has_master(boot, cluster)
         await create_topic(boot, master, TOPIC)
 
         sends: list[tuple[float, float]] = []  # (started, took) of every acknowledged send

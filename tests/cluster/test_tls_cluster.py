@@ -19,6 +19,7 @@ import signal
 import ssl
 import subprocess
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from protocol.request_auth import (
 from remoting.client import ConnectionPool, RemotingClient, signer_for, wall_ms
 from remoting.errors import ConnectError, ConnectionClosedError, RemotingError
 from remoting.tls import NO_CLIENT_CERT, client_context
-from tests.cluster.support import full_sync_state_set, new_master
+from tests.cluster.support import full_sync_state_set, new_master, receive_acked, send_acked
 from tests.support.cluster import BrokerNode, Cluster, ControllerNode
 from tests.support.metrics import by_reason, metrics_port, scrape
 from tests.support.procs import free_port, port_open, rmqctl
@@ -123,14 +124,8 @@ async def run_failover(cluster: Cluster, boot: Bootstrap, tls: ssl.SSLContext) -
         tls=tls,
     ) as producer:
 
-        async def send_range(lo: int, hi: int) -> None:
-            for i in range(lo, hi):
-                body = f"m-{i}".encode()
-                try:
-                    r = await producer.send(TOPIC, body)
-                except ClientError:
-                    continue  # not acknowledged: may or may not survive, not checked
-                acked[(r.broker_name, r.queue_id, r.queue_offset)] = body
+        def send_range(lo: int, hi: int) -> Awaitable[None]:
+            return send_acked(producer, TOPIC, range(lo, hi), acked)
 
         senders = asyncio.gather(*(send_range(w * 150, w * 150 + 150) for w in range(4)))
         await wait_until_async(lambda: len(acked) >= 100, "100 acknowledged sends", 30)
@@ -142,14 +137,10 @@ async def run_failover(cluster: Cluster, boot: Bootstrap, tls: ssl.SSLContext) -
         await asyncio.gather(*(send_range(1000 + w * 50, 1000 + w * 50 + 50) for w in range(4)))
     assert len(acked) > 400
 
-    received: dict[tuple[str, int, int], bytes] = {}
     async with Consumer(
         cluster.controller_addresses, "tls-checker", TOPIC, credentials=ROOT, tls=tls
     ) as consumer:
-        deadline = time.monotonic() + 60
-        while not set(acked) <= set(received) and time.monotonic() < deadline:
-            for m in await consumer.receive(timeout=1.0):
-                received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
+        received = await receive_acked(consumer, acked)
     missing = [k for k in acked if received.get(k) != acked[k]]
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
 
