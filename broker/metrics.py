@@ -133,6 +133,20 @@ class FastHistogram:
         return out
 
 
+class _CounterFn(Collector):
+    """A counter read from a function at scrape time."""
+
+    def __init__(self, name: str, doc: str, labels: dict[str, str], fn: Callable[[], float]):
+        self._family = (name, doc, list(labels), list(labels.values()))
+        self._fn = fn
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        name, doc, names, values = self._family
+        family = CounterMetricFamily(name, doc, labels=names)
+        family.add_metric(values, float(self._fn()))
+        yield family
+
+
 class _HotPathCollector(Collector):
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._m = metrics
@@ -393,6 +407,10 @@ class BrokerMetrics:
         g = Gauge(name, doc, list(self._labels), registry=self._inner)
         g.labels(**self._labels).set_function(fn)
         self._gauges[name] = g
+
+    def counter_fn(self, name: str, doc: str, fn: Callable[[], float]) -> None:
+        """A counter ``<name>_total`` read from ``fn`` at scrape time."""
+        self._inner.register(_CounterFn(name, doc, self._labels, fn))
 
     def topic(self, topic: str) -> TopicCounts:
         """The topic's traffic counts, to add to in place."""

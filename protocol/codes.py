@@ -77,6 +77,9 @@ class RequestCode(IntEnum):
     # Our own, served by brokers and controllers with authentication on: a signed request that
     # authenticates the rest of its TLS connection (docs/protocol.md, "Sessions over TLS").
     AUTHENTICATE = 5112
+    # Our own: a damaged CommitLog record's bytes fetched from a replica (docs/protocol.md,
+    # "Repairing a record"; issue 31).
+    REPAIR_RECORD = 5190
 
 
 class ControllerCode(IntEnum):
@@ -192,6 +195,12 @@ class ResponseCode(IntEnum):
     TOPIC_IN_USE = 5055
     SYSTEM_RESOURCE = 5056
 
+    # REPAIR_RECORD (issue 31): this replica's own copy of the range is not whole intact
+    # records (it fails its CRC, or the range is not on this replica).
+    RECORD_NOT_INTACT = 5080
+    # REPAIR_RECORD: this replica's epoch at the offset is not the asker's, or ends before the
+    # range does (its bytes there may differ).
+    EPOCH_NOT_COVERING = 5081
 
 def code_name(code: int) -> str:
     """A readable name for a response code, the number itself when unknown."""

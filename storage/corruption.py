@@ -7,18 +7,26 @@ A read (``storage.queue_read.scan``) that stops at an entry it cannot serve hand
 - retention deleted the records under the entry: the queue starts later (OFFSET_TOO_SMALL at
   its new min offset);
 - the entry points into a range recovery kept as damaged: CORRUPT, naming the damage;
+- the record's own header is damaged (its size, magic or offset field does not hold) while the
+  broker can fetch records from a replica (:attr:`Corruption.repairable`): CORRUPT, so that
+  the broker repairs it, unless a repair of that offset was refused (:meth:`repair_refused`);
 - otherwise the entry itself is wrong: the queue is rebuilt from the CommitLog (once per queue
   while the store is open) and the caller reads again; a second time it is CORRUPT.
+
+Every CORRUPT answer carries the record's CommitLog offset and its size as the entry says: what
+the broker asks a replica for (``MessageStore.repair``).
 
 The counters (:data:`CORRUPTION_KINDS`) are the broker's metric.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 import structlog
 
+from protocol.message import RecordError, check_record
 from storage.commitlog import CommitLog
 from storage.consumequeue import ConsumeQueue
 from storage.dispatch import Replayer, Scan
@@ -55,13 +63,22 @@ class Corruption:
         """CommitLog offsets whose unreadable record was logged (once each)."""
         self.rebuilt: set[tuple[str, int]] = set()
         """Queues rebuilt while the store is open (a wrong entry rebuilds its queue once)."""
+        self.repairable = False
+        """The broker can fetch damaged records from a replica: a record whose header does not
+        hold is answered CORRUPT (to be repaired) before its queue is taken for wrong."""
+        self.sizes: dict[int, int] = {}
+        """The size of each record a read found unreadable, by CommitLog offset, as its
+        ConsumeQueue entry says (what a repair fetches)."""
+        self.refused: set[int] = set()
+        """CommitLog offsets whose repair no replica could make (their queue is rebuilt, as
+        without replicas, when the header does not hold)."""
 
     def unreadable(self, queue: ConsumeQueue, offset: int, problem: Problem) -> GetResult | None:
         """The answer for the entry at queue ``offset`` that a read could not serve; None when
         the queue was rebuilt from the CommitLog and is to be read again."""
         physical, size, _tags = queue.entry(offset)
         if problem is Problem.CRC:
-            return self.corrupt(queue, offset, physical, "CRC mismatch")
+            return self.corrupt(queue, offset, physical, "CRC mismatch", size)
         cl_min = self._commitlog.min_offset
         if size > 0 and physical < cl_min:
             # Retention deleted the records under this entry: the queue starts later.
@@ -71,7 +88,11 @@ class Corruption:
         damage = self.damage_at(physical)
         if damage is not None:
             why = f"in {damage.size} damaged bytes from offset {damage.offset}: {damage.reason}"
-            return self.corrupt(queue, offset, physical, why)
+            return self.corrupt(queue, offset, physical, why, size)
+        if self.repairable and physical not in self.refused:
+            header = self.header_problem(physical, size)
+            if header is not None:
+                return self.corrupt(queue, offset, physical, header, size)
         if queue.key not in self.rebuilt:
             # The entry (not the CommitLog) is wrong: rebuild the queue from the CommitLog
             # (once per queue while the store is open) and read again.
@@ -85,9 +106,58 @@ class Corruption:
                 return damage
         return None
 
-    def corrupt(self, queue: ConsumeQueue, offset: int, physical: int, why: str) -> GetResult:
+    def header_problem(self, physical: int, size: int) -> str | None:
+        """Why the bytes at CommitLog ``physical`` are not an intact record within ``size``
+        bytes (a damaged header); None when they are one (of any size: then the entry is what
+        is wrong), or the range is not in the log."""
+        commitlog = self._commitlog
+        seg = commitlog.segment_at(physical)
+        end = physical + size
+        if (
+            seg is None
+            or physical < commitlog.min_offset
+            or end > min(seg.end, commitlog.write_pos)
+        ):
+            return None
+        rel = physical - seg.start
+        try:
+            check_record(seg.view, rel, rel + size)
+        except RecordError as exc:
+            return f"record header damaged ({str(exc).rsplit(' at ', 1)[0]})"
+        return None
+
+    def repair_refused(self, physical: int) -> None:
+        """No replica could repair the record at ``physical``: reads take its entry for wrong
+        (rebuilding the queue once) when its header does not hold, as without replicas."""
+        self.refused.add(physical)
+
+    def repaired(self, offset: int, size: int) -> None:
+        """``size`` bytes from ``offset`` were written back intact: they are no longer damage,
+        and a failure there is reported again."""
+        end = offset + size
+        kept: list[Damage] = []
+        for d in self.damaged:
+            d_end = d.offset + d.size
+            if d_end <= offset or d.offset >= end:
+                kept.append(d)
+                continue
+            if d.offset < offset:
+                kept.append(replace(d, size=offset - d.offset))
+            if d_end > end:
+                kept.append(replace(d, offset=end, size=d_end - end))
+        self.damaged = kept
+        for at in [at for at in self.sizes if offset <= at < end]:
+            del self.sizes[at]
+            self.reported.discard(at)
+            self.refused.discard(at)
+
+    def corrupt(
+        self, queue: ConsumeQueue, offset: int, physical: int, why: str, size: int = 0
+    ) -> GetResult:
         """The answer for a record that cannot be read; reported once per CommitLog offset."""
         topic, queue_id = queue.key
+        if size > 0:
+            self.sizes[physical] = size
         if physical not in self.reported:
             self.reported.add(physical)
             self.counts["read"] += 1
@@ -101,7 +171,7 @@ class Corruption:
                 reason=why,
             )
         lo, hi = queue.min_offset, queue.max_offset
-        return GetResult(GetStatus.CORRUPT, offset, lo, hi, b"", 0, physical, why)
+        return GetResult(GetStatus.CORRUPT, offset, lo, hi, b"", 0, physical, why, size)
 
     def rebuild_queue(self, queue: ConsumeQueue, offset: int, why: str) -> None:
         """Rewrite ``queue``'s entries from its min offset by scanning the whole CommitLog with

@@ -59,6 +59,9 @@ class GetResult:
     """CORRUPT: the CommitLog offset of the record that cannot be read."""
     reason: str = ""
     """CORRUPT: why."""
+    corrupt_size: int = 0
+    """CORRUPT: the record's size as its ConsumeQueue entry says (what a repair fetches from a
+    replica, ``MessageStore.repair``)."""
 
 
 class Problem(enum.Enum):

@@ -24,11 +24,13 @@ blocks on anything but local disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
+from protocol.broker_requests.repair import intact_records
 from protocol.message import (
     MESSAGE_MAGIC,
     Message,
@@ -44,6 +46,7 @@ from storage.queue_write import RecordSizer, encode_batch
 from storage.queues import queue_id_error, topic_error
 from storage.recovery import Damage
 from storage.replica_bytes import append_end, whole_records, write_file
+from storage.segment import Segment
 from storage.store_config import StoreConfig
 from storage.store_files import StoreFiles
 
@@ -56,12 +59,25 @@ __all__ = [
     "MessageStore",
     "MessageTooLargeError",
     "PutResult",
+    "Repairer",
     "StoreConfig",
     "StoreError",
 ]
 
 
 log = structlog.get_logger(__name__)
+
+
+class Repairer(Protocol):
+    """Fetches the record at a CommitLog offset that a read found unreadable from another
+    replica and writes it back (:meth:`MessageStore.repair`); ``start`` gives what to await
+    before reading again, or None when no repair is worth trying now."""
+
+    def start(self, offset: int) -> Awaitable[object] | None: ...
+
+    def explain(self, offset: int) -> str:
+        """What was tried to repair the record at ``offset`` ("" when nothing failed)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -95,6 +111,7 @@ class MessageStore:
         CommitLog, such as the broker's timer, drop what was cut)."""
         self.index = files.index
         """The key index (None when ``index_enable`` is off)."""
+        self._repairer: Repairer | None = None
 
     @property
     def damaged(self) -> list[Damage]:
@@ -474,6 +491,72 @@ class MessageStore:
         ``offset`` (a record boundary); ``confirm_offset`` is lowered to it if above."""
         self._check_open()
         end = self._files.cut(offset)
+    # -- repair from a replica (issue 31) ---------------------------------------------------
+
+    @property
+    def repairer(self) -> Repairer | None:
+        """Who fetches damaged records from a replica (the broker's, set in controller mode):
+        a reader that gets CORRUPT calls its ``start`` with the offset. While set, a read that
+        meets a record whose header does not hold answers CORRUPT instead of rebuilding its
+        queue at once (``storage.corruption``)."""
+        return self._repairer
+
+    @repairer.setter
+    def repairer(self, repairer: Repairer | None) -> None:
+        self._repairer = repairer
+        self._corruption.repairable = repairer is not None
+
+    def record_bytes(self, offset: int, size: int) -> bytes:
+        """A copy of the ``size`` CommitLog bytes at ``offset`` (within one segment, below the
+        write position); raises :class:`StoreError` when they are not all there."""
+        self._check_open()
+        seg = self._span(offset, size)
+        rel = offset - seg.start
+        return bytes(seg.view[rel : rel + size])
+
+    def repair(self, offset: int, raw: bytes) -> Callable[[], None]:
+        """Write ``raw`` over the CommitLog bytes at ``offset`` in place (same position, same
+        length): whole records that pass their CRC and name their own offsets, or
+        :class:`StoreError` and nothing written. The range is no longer counted as damaged.
+        Returns what makes the write durable (an fsync of the segment: run it off the loop)."""
+        self._check_open()
+        problem = intact_records(raw, offset)
+        if problem is not None:
+            raise StoreError(
+                f"refusing to write back offsets {offset}..{offset + len(raw)}: {problem}"
+            )
+        seg = self._span(offset, len(raw))
+        rel = offset - seg.start
+        seg.view[rel : rel + len(raw)] = raw
+        self._corruption.repaired(offset, len(raw))
+        return seg.fsync
+
+    def unreadable_size(self, offset: int) -> int | None:
+        """The size of the record at CommitLog ``offset`` that a read found unreadable (as its
+        ConsumeQueue entry says); None when no read did (or it was repaired since)."""
+        return self._corruption.sizes.get(offset)
+
+    def repair_refused(self, offset: int) -> None:
+        """No replica could repair the record at ``offset``: reads go on as without replicas
+        (a record whose header does not hold has its queue rebuilt once)."""
+        self._corruption.repair_refused(offset)
+
+    def _span(self, offset: int, size: int) -> Segment:
+        commitlog = self._commitlog
+        seg = commitlog.segment_at(offset)
+        end = offset + size
+        if (
+            size <= 0
+            or seg is None
+            or offset < commitlog.min_offset
+            or end > min(seg.end, commitlog.write_pos)
+        ):
+            raise StoreError(
+                f"commitlog offsets {offset}..{end} are not within one segment of "
+                f"[{commitlog.min_offset}, {commitlog.write_pos})"
+            )
+        return seg
+
         if offset < end:
             log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
             for listener in self.truncate_listeners:

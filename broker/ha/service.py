@@ -78,6 +78,7 @@ from broker.ha.slave_client import AppendReplicated, SlaveClient, SlaveState
 from broker.ha.sync_state import NotAliveRefusals, SyncState
 from broker.offset_waiters import Done, OffsetWaiters, future_waiter
 from protocol.codes import ResponseCode
+from protocol.ha import EpochRange
 from remoting.errors import ResponseError
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore
@@ -412,6 +413,20 @@ class HAService:
         does not know yet shakes hands (:mod:`broker.ha.master_server`): the answer comes back
         through :meth:`set_registered_replicas`."""
         self._server.refresh_replicas = refresh
+
+    @property
+    def registered_replicas(self) -> Mapping[int, str]:
+        """The group's replicas as the controllers last listed them (broker id -> address):
+        where a damaged record is fetched from (``broker.repair``)."""
+        return dict(self._replicas or {})
+
+    def epoch_at(self, offset: int) -> EpochRange | None:
+        """This broker's epoch entry holding CommitLog ``offset``, its end capped at the max
+        offset; None when no entry does (below the first, at or past the max offset)."""
+        for entry in self.epoch_file.entries_with_end(self.store.max_offset):
+            if entry.start_offset <= offset < entry.end_offset:
+                return entry
+        return None
 
     def set_registered_replicas(self, replicas: Mapping[int, str]) -> None:
         """The group's registered replicas (broker id -> broker address) as the controllers list

@@ -1,9 +1,11 @@
 """Controller mode requests a broker answers: role-change pushes (a hint to poll the
-controllers, never applied as such) and its epoch cache."""
+controllers, never applied as such), its epoch cache, and another replica's REPAIR_RECORD
+(:mod:`broker.repair.answer`)."""
 
 from __future__ import annotations
 
 from broker.context import BrokerContext
+from broker.repair.answer import RepairProcessor
 from broker.replicas_manager import ReplicasManager
 from protocol.broker_requests.runtime import EpochCache, EpochCacheQuery, EpochSpan
 from protocol.codes import RequestCode, ResponseCode
@@ -21,6 +23,7 @@ class ReplicationProcessor:
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.role_changed)
         server.register(RequestCode.GET_BROKER_EPOCH_CACHE, self.epoch_cache)
+        RepairProcessor(self.ctx.store, lambda: self.ctx.ha).register(server)
 
     def role_changed(self, conn: Connection, req: Frame) -> Frame:
         if self.replicas is None:

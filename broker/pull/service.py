@@ -43,10 +43,14 @@ class PullService:
     def __init__(self, host: PullHost) -> None:
         self.host = host
 
-    def answer(self, pull: PullRequest) -> PullAnswer | Awaitable[PullAnswer]:
+    def answer(
+        self, pull: PullRequest, *, repair: bool = True
+    ) -> PullAnswer | Awaitable[PullAnswer]:
         """The answer to ``pull`` now, or an awaitable of it when it waits for a message (long
-        polling). Raises :class:`~protocol.filter.FilterError` for a subscription that is not
-        a tag expression (a parsed :class:`PullRequest` was checked already)."""
+        polling) or for the repair of a record that failed its checks (from another replica,
+        ``MessageStore.repairer``; not with ``repair`` false). Raises
+        :class:`~protocol.filter.FilterError` for a subscription that is not a tag expression
+        (a parsed :class:`PullRequest` was checked already)."""
         topic, queue_id, offset = pull.topic, pull.queue_id, pull.offset
         cfg = self.host.cfg
         max_count = max(1, min(pull.max_count, cfg.max_pull_batch))
@@ -68,6 +72,11 @@ class PullService:
         if reset is not None and reset != offset:
             return self._reset(topic, queue_id, reset)
         resp, _ = self._read(topic, queue_id, offset, max_count, max_bytes, tag_filter)
+        if isinstance(resp, PullCorrupt) and repair and resp.physical_offset is not None:
+            repairer = self.host.store.repairer
+            repairing = None if repairer is None else repairer.start(resp.physical_offset)
+            if repairing is not None:
+                return self._after_repair(repairing, pull)
         if resp is not None or suspend_ms == 0:
             return resp if resp is not None else self._not_found(topic, queue_id, offset)
         return self._wait_and_read(
@@ -84,6 +93,13 @@ class PullService:
             min_offset=low,
             max_offset=high,
         )
+
+    async def _after_repair(self, repairing: Awaitable[object], pull: PullRequest) -> PullAnswer:
+        """The first record of ``pull`` failed its checks and is being repaired: the answer
+        read once that ends (the record, or CORRUPT saying what was tried)."""
+        await repairing
+        answer = self.answer(pull, repair=False)
+        return await answer if isinstance(answer, Awaitable) else answer
 
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """The queue's first retained offset and its end now (an answer that did not say them,
@@ -210,7 +226,7 @@ class PullService:
                 physical_offset=res.corrupt_offset,
                 remark=(
                     f"queue {topic}:{queue_id}, offset {offset} cannot be read (commitlog "
-                    f"offset {res.corrupt_offset}): {res.reason}"
+                    f"offset {res.corrupt_offset}): {res.reason}" + self._tried(res.corrupt_offset)
                 ),
                 next_offset=res.next_offset,
                 min_offset=low,
@@ -231,6 +247,11 @@ class PullService:
             max_offset=high,
         )
         return moved, offset
+
+    def _tried(self, physical: int) -> str:
+        repairer = self.host.store.repairer
+        tried = "" if repairer is None else repairer.explain(physical)
+        return f"; {tried}" if tried else ""
 
     def _not_found(self, topic: str, queue_id: int, offset: int) -> PullAnswer:
         low, high = self.bounds(topic, queue_id)
