@@ -151,6 +151,9 @@ def _read_ahead(host: PopHost, oq: OrderlyQueue, hashes: frozenset[int] | None) 
         oq.skip_to(res.next_offset)
         return True
     if res.status is GetStatus.CORRUPT:
+        repairer = host.store.repairer
+        if repairer is not None and repairer.start(res.corrupt_offset) is not None:
+            return False  # being fetched from another replica: read on the next POP
         log.error(
             "pop passed over an unreadable message",
             group=oq.key[0],

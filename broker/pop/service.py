@@ -352,8 +352,11 @@ class PopService(PerMasterEpoch[PopState]):
                         topic, queue_id, start, want, max_bytes, visible, hashes, _FILTER_SCAN
                     )
                 if res.status is GetStatus.CORRUPT:
-                    # The store logged and counted it; POP passes over it rather than stop the
-                    # queue for every member of the group (a pull stops with MESSAGE_CORRUPT).
+                    if self.repairing(res.corrupt_offset):
+                        break  # being fetched from another replica: read on the next POP
+                    # The store logged and counted it, and no replica had it intact: POP passes
+                    # over it rather than stop the queue for every member of the group (a pull
+                    # stops with MESSAGE_CORRUPT).
                     ck = Checkpoint(group, topic, queue_id, start, 1, (), now, invisible_ms)
                     last = self._append(ck)
                     state.checkpoint(last.physical_offsets[0], ck)
@@ -410,6 +413,12 @@ class PopService(PerMasterEpoch[PopState]):
                     out.append(PopMessage(offset, raw, encode_handle(handle, key), attempt))
                 break
         return out, last
+
+    def repairing(self, offset: int) -> bool:
+        """Whether the unreadable record at CommitLog ``offset`` is being repaired from another
+        replica now (started here when worth trying): then it is not passed over."""
+        repairer = self.host.store.repairer
+        return repairer is not None and repairer.start(offset) is not None
 
     def pop_offset(self, state: PopState, group: str, topic: str, queue_id: int) -> int:
         """Where the group's next POP of a queue reads: the end of its last checkpoint there;

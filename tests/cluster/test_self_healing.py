@@ -147,3 +147,29 @@ async def test_a_body_byte_flipped_on_the_master_is_repaired_from_a_replica(
     assert re.search(
         rf"record at offset {damaged_at} \(\d+ bytes\) repaired from broker", repaired[0]
     )
+
+
+async def test_a_damaged_size_field_on_the_master_is_repaired_not_truncated(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # The record's size field flipped: recovery cannot walk past it by its size; it keeps the
+    # damaged range in place (valid records follow) and reads of it fetch it from a replica.
+    ids, ports, bodies, physical = await group_with_messages(cluster, boot)
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    victim = node_at(cluster, doc["masterAddress"])
+    port = ports[cluster.brokers.index(victim)]
+    damaged_at = physical[DAMAGED]
+    victim.stop()
+    await new_master(boot, cluster, victim.address)
+    flip(victim, damaged_at + 1)  # the size field's second byte: 64 KiB more
+    assert not record_intact(victim, damaged_at)
+    victim.restart()
+    await make_master(cluster, boot, victim, ids[victim.address])
+
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
+
+    assert len(received) == COUNT, f"{len(received)} of {COUNT} read:\n{cluster.logs()}"
+    assert received == bodies
+    assert record_intact(victim, damaged_at)
+    assert metric(victim, port, "rmq_broker_records_repaired_total") == 1
+    assert "truncated" not in victim.log()
