@@ -256,6 +256,24 @@ class BrokerConfig:
         "check-backs of an unresolved transaction before it is discarded (logged and counted)",
         at_least(0),
     )
+    producer_expiry_ms: int = field(
+        86_400_000,
+        "an idempotent producer that sent nothing for this long is forgotten: a retry of its "
+        "older sends is then stored again (docs/idempotence.md)",
+        at_least(1000),
+    )
+    producer_max_windows: int = field(
+        100_000,
+        "(idempotent producer, queue) pairs whose last sequences the master keeps (about 1.5 "
+        "KiB each with single sends); beyond it the least recently used producers are forgotten",
+        at_least(1),
+    )
+    producer_snapshot_bytes: int = field(
+        64 * 1024 * 1024,
+        "the master writes the idempotent producers' state into the CommitLog after this many "
+        "bytes of log, so a new master reads at most about this much to rebuild it",
+        at_least(1024 * 1024),
+    )
 
     auth_enabled: bool = field(
         False,

@@ -194,6 +194,12 @@ class ResponseCode(IntEnum):
     # topic (--force deletes it anyway); a system topic or group, which the brokers need.
     TOPIC_IN_USE = 5055
     SYSTEM_RESOURCE = 5056
+    # Idempotent producers (issue 29, docs/idempotence.md): a send of an epoch older than one
+    # the producer id sent with since (a newer incarnation took the id up); a sequence below
+    # the last requests the broker remembers for the producer and queue (it cannot tell
+    # whether it was stored). Nothing stored; neither is retriable.
+    PRODUCER_FENCED = 5075
+    SEQUENCE_TOO_OLD = 5076
 
     # REPAIR_RECORD (issue 31): this replica's own copy of the range is not whole intact
     # records (it fails its CRC, or the range is not on this replica).

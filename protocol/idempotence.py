@@ -48,6 +48,7 @@ from protocol.fields import FieldError
 from protocol.message import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
+    PROP_PRODUCER_SEQ,
     MessageRecord,
     RecordError,
     decode_record,
@@ -76,10 +77,9 @@ __all__ = [
     "sequenced_records",
 ]
 
-PROP_PRODUCER_SEQ: Final = "__PSEQ"
-"""The record property holding a stored request's producer id, epoch, sequence, and the
-record's index in the request and the request's count. Written by the broker only: a send that
-carries it among its properties has it replaced (or removed, when the send has no fields)."""
+# PROP_PRODUCER_SEQ (``__PSEQ``, defined in protocol/message.py so record copies can drop it):
+# written by the broker only; a send that carries it among its properties has it replaced (or
+# removed, when the send has no fields).
 
 WINDOW: Final = 8
 """Requests remembered per (producer, topic, queue); a producer's requests in flight on a queue

@@ -44,6 +44,8 @@ MAX_PROPERTIES_BYTES: Final = 0xFFFF
 MAX_TOPIC_BYTES: Final = 0xFFFF
 PROP_KEYS: Final = "KEYS"
 PROP_TAGS: Final = "TAGS"
+PROP_PRODUCER_SEQ: Final = "__PSEQ"
+"""An idempotent producer's request a record was stored by (protocol/idempotence.py)."""
 
 _HEAD = struct.Struct(">IIIiiqqqq8s8sI")
 DISPATCH_HEAD: Final = struct.Struct(">IIIi4xqq8xq16xI")
@@ -342,7 +344,12 @@ class RecordEncoder:
 def message_copy(src: Message | MessageRecord, topic: str, properties: dict[str, str]) -> Message:
     """A new message for ``topic`` with ``properties`` and ``src``'s body, keys, tags, flag and
     birth (timestamp and host): what the broker stores when it re-publishes a message under
-    another topic (retry, dead letter, scheduled, transaction half and commit, DLQ re-send)."""
+    another topic (retry, dead letter, scheduled, transaction half and commit, DLQ re-send).
+
+    A copy of a stored record drops :data:`PROP_PRODUCER_SEQ`: it is no send of the producer's
+    (a message with a delivery time or a half is copied from the send itself, and keeps it)."""
+    if PROP_PRODUCER_SEQ in properties and isinstance(src, MessageRecord):
+        properties = {k: v for k, v in properties.items() if k != PROP_PRODUCER_SEQ}
     return Message(
         topic=topic,
         body=src.body,

@@ -44,7 +44,9 @@ class SendProcessor:
             return error_response(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
         service = self.service
         try:
-            result = service.put(send.topic, send.queue_id, [send.message(conn.peer)])
+            result = service.put(
+                send.topic, send.queue_id, [send.message(conn.peer)], send.producer
+            )
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
         answer = SendAnswer(  # positional: a send's hot path (msg_id, queue, offset, broker)
@@ -61,7 +63,7 @@ class SendProcessor:
         batch = SendBatchRequest.parse(req.header, req.body, born_host=conn.peer)
         service = self.service
         try:
-            result = service.put(batch.topic, batch.queue_id, list(batch.messages))
+            result = service.put(batch.topic, batch.queue_id, list(batch.messages), batch.producer)
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
         make_id = service.msg_id

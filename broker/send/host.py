@@ -17,7 +17,7 @@ from broker.sealed_queues import SealedQueues
 from broker.write_gate import WriteGate
 from protocol.message import Message
 from storage.config_files import TopicConfig, TopicConfigStore
-from storage.store import PutResult
+from storage.store import MessageStore, PutResult
 
 __all__ = ["SendHost"]
 
@@ -26,7 +26,8 @@ class SendHost(Protocol):
     """The write gate every send asks first, the topics it lands in (created on the fly with
     ``auto_create_topic``), the sealed queues of static topics, the appender, the timer's and
     the transaction service's ways in (a send with a delivery time, a half message), how a
-    write becomes durable, its figures and its settings."""
+    write becomes durable, its figures and its settings; the store and a system topic for the
+    idempotent producers' state and its snapshots."""
 
     @property
     def cfg(self) -> BrokerConfig: ...
@@ -42,6 +43,13 @@ class SendHost(Protocol):
 
     @property
     def appender(self) -> Appender: ...
+
+    @property
+    def store(self) -> MessageStore:
+        """Read to rebuild the idempotent producers' state (docs/idempotence.md)."""
+        ...
+
+    def ensure_system_topic(self, topic: str) -> TopicConfig: ...
 
     @property
     def metrics(self) -> BrokerMetrics: ...

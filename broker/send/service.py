@@ -22,10 +22,12 @@ import structlog
 
 from broker.durable_wait import wait_durable
 from broker.send.host import SendHost
+from broker.send.idempotence import ProducerSequences, batch_of, result_of
 from broker.timer.schedule import ScheduleRefused
 from broker.write_gate import WriteRefused
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
+from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, Verdict, record_seq_value
 from protocol.message import Message, MsgIdMaker
 from protocol.timer import REQUEST_PROPERTIES
 from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
@@ -57,23 +59,34 @@ class SendService:
         self.broker_name = host.cfg.broker_name
         self.msg_id = MsgIdMaker(host.cfg.listen)
         """The message id of the record at a CommitLog offset (what a send answers)."""
+        self.sequences = ProducerSequences(host)
+        """The idempotent producers' sequences (docs/idempotence.md)."""
 
     # -- storing -------------------------------------------------------------------------------
-    def put(self, topic: str, queue_id: int, messages: list[Message]) -> PutResult:
+    def put(
+        self, topic: str, queue_id: int, messages: list[Message], seq: ProducerSeq | None = None
+    ) -> PutResult:
         """Store one send (``queue_id`` -1: the broker picks); raises :class:`SendRefused`
-        with nothing stored."""
+        with nothing stored. With ``seq`` (an idempotent producer's request) a retry of a
+        request stored before answers its offsets and stores nothing."""
         try:
-            return self._put(topic, queue_id, messages)
+            return self._put(topic, queue_id, messages, seq)
         except SendRefused as refused:
             self.count_refusal(refused.code)
             raise
 
-    def _put(self, topic: str, queue_id: int, messages: list[Message]) -> PutResult:
+    def _put(
+        self, topic: str, queue_id: int, messages: list[Message], seq: ProducerSeq | None
+    ) -> PutResult:
         host = self.host
         try:
             host.gate.check_writable()
         except WriteRefused as refused:
             raise SendRefused(refused.code, refused.remark) from None
+        if seq is not None and queue_id < 0:
+            raise SendRefused(
+                ResponseCode.BAD_REQUEST, "an idempotent send names its queue (queueId >= 0)"
+            )
         if topic in _TRANSACTION_TOPICS:
             raise SendRefused(ResponseCode.NO_PERMISSION, f"topic {topic} is the broker's own")
         tc = host.topics.get(topic)
@@ -101,6 +114,10 @@ class SendService:
                 ResponseCode.QUEUE_NOT_EXIST,
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
+        if seq is not None:
+            retried = self._retried(topic, queue_id, messages, seq)
+            if retried is not None:
+                return retried
         if sealed.has_closed(topic) and sealed.closed(topic, queue_id, time.monotonic()):
             # A static topic's item sealed (or being sealed) here: the queue moved to another
             # group. Retriable: the producer refreshes its route and sends to the new item.
@@ -118,8 +135,27 @@ class SendService:
                     ResponseCode.MESSAGE_ILLEGAL, f"message body of {size} bytes exceeds {limit}"
                 )
             body_bytes += size
+        own = any(m.properties for m in messages)  # only these can ask for a delivery time
+        if seq is not None:
+            self.sequences.stamp(messages, seq)
+        elif own:
+            _drop_sequences(messages)
+        result = self._store(topic, queue_id, messages, body_bytes, own)
+        if seq is not None:
+            self.sequences.stored(topic, queue_id, seq, batch_of(seq.sequence, result))
+        return result
+
+    def _store(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: list[Message],
+        body_bytes: int,
+        has_properties: bool,
+    ) -> PutResult:
+        host = self.host
         try:
-            if any(m.properties for m in messages):  # only these can ask for a delivery time
+            if has_properties:  # of the sender's, not the sequence alone
                 bad_group = _message_group_refusal(messages)
                 if bad_group is not None:
                     raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, bad_group)
@@ -137,6 +173,62 @@ class SendService:
         except StoreError as exc:
             log.error("send failed", topic=topic, error=str(exc))
             raise SendRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+
+    def _retried(
+        self, topic: str, queue_id: int, messages: list[Message], seq: ProducerSeq
+    ) -> PutResult | None:
+        """The answer to a retry of a request stored before (its offsets; the records of it a
+        failover cut off stored now); None: a new request. Raises :class:`SendRefused` for a
+        fenced epoch, a sequence too old to tell, a sequence reused for another request."""
+        sequences = self.sequences
+        state = sequences.ready()
+        decision = state.check(topic, queue_id, seq)
+        verdict = decision.verdict
+        if verdict is Verdict.NEW:
+            if decision.gap:
+                sequences.gaps += 1
+            return None
+        if verdict is Verdict.FENCED:
+            raise SendRefused(ResponseCode.PRODUCER_FENCED, decision.reason)
+        if verdict is Verdict.TOO_OLD:
+            raise SendRefused(ResponseCode.SEQUENCE_TOO_OLD, decision.reason)
+        batch = decision.batch
+        assert batch is not None
+        if len(batch.physical_offsets) != len(messages):
+            raise SendRefused(
+                ResponseCode.BAD_REQUEST,
+                f"sequence {seq.sequence} of producer {seq.producer_id} on {topic}/{queue_id} "
+                f"was stored with {len(batch.physical_offsets)} message(s), not {len(messages)}",
+            )
+        if verdict is Verdict.PARTIAL:
+            missing = batch.missing
+            rest = [messages[i] for i in missing]
+            n = len(messages)
+            for i, m in zip(missing, rest, strict=True):
+                props = m.properties
+                if not props:
+                    props = m.properties = {}
+                props[PROP_PRODUCER_SEQ] = record_seq_value(seq, i, n)
+            own = any(len(m.properties) > 1 for m in rest)
+            result = self._store(topic, queue_id, rest, sum(len(m.body) for m in rest), own)
+            for i, off in zip(missing, result.physical_offsets, strict=True):
+                batch.physical_offsets[i] = off
+            batch.end_offset = max(batch.end_offset, result.end_offset)
+            if batch.first_queue_offset < 0:
+                batch.first_queue_offset = result.first_queue_offset
+            sequences.partial_repairs += 1
+            log.warning(
+                "retry of a request the log held only part of: the rest stored",
+                topic=topic,
+                queue_id=queue_id,
+                producer_id=seq.producer_id,
+                sequence=seq.sequence,
+                stored=len(missing),
+            )
+            sequences.stored(topic, queue_id, seq, batch)
+        else:
+            sequences.duplicates += 1
+        return result_of(batch)
 
     def _transactional(
         self, topic: str, queue_id: int, messages: list[Message]
@@ -227,6 +319,15 @@ class SendService:
         self.settled(start, code)
         if code != ResponseCode.SUCCESS:
             raise SendRefused(code, remark)
+
+
+def _drop_sequences(messages: list[Message]) -> None:
+    """A send without the fields cannot carry their property (a consumed message re-sent with
+    its properties, say): it is the broker's to write."""
+    for m in messages:
+        props = m.properties
+        if props and PROP_PRODUCER_SEQ in props:
+            del props[PROP_PRODUCER_SEQ]
 
 
 def _message_group_refusal(messages: list[Message]) -> str | None:

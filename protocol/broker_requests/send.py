@@ -5,10 +5,14 @@ Requests (header fields; ``?`` may be left out)::
 
     SEND_MESSAGE 10          topic, queueId? (-1: the broker picks), keys?, tags?,
                              properties? (the record's property text), flag?,
-                             bornTimestamp?, bornHost?; body: the message body
-    SEND_BATCH_MESSAGE 320   topic, queueId?; body: a msgpack array of maps, each with a
-                             non-empty binary ``body`` and keys?, tags?, properties? (a map of
-                             strings), bornTimestamp?
+                             bornTimestamp?, bornHost?, producerId? producerEpoch? sequence?;
+                             body: the message body
+    SEND_BATCH_MESSAGE 320   topic, queueId?, producerId? producerEpoch? sequence?; body: a
+                             msgpack array of maps, each with a non-empty binary ``body`` and
+                             keys?, tags?, properties? (a map of strings), bornTimestamp?
+
+``producerId``, ``producerEpoch`` and ``sequence`` come all three or none: an idempotent
+producer's request (:class:`~protocol.idempotence.ProducerSeq`, docs/idempotence.md).
 
 SUCCESS answers: a send's ``msgId``, ``queueId``, ``queueOffset``, ``brokerName``
 (:class:`SendAnswer`); a batch's ``queueId``, ``queueOffset`` (of its first message),
@@ -29,6 +33,7 @@ import msgpack
 
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
+from protocol.idempotence import ProducerSeq
 from protocol.message import Message, decode_properties
 from protocol.remoting import Header, Scalar
 
@@ -47,6 +52,7 @@ class _SendFields(NamedTuple):
     flag: int = 0
     born_timestamp: int = 0
     born_host: str = ""
+    producer: ProducerSeq | None = None
 
 
 class SendRequest(_SendFields):
@@ -65,7 +71,7 @@ class SendRequest(_SendFields):
     def message(self, peer: str) -> Message:
         """The message as the broker stores it; born at ``peer`` unless the request says
         (``bornHost``)."""
-        topic, body, _, keys, tags, props, flag, born, host = self
+        topic, body, _, keys, tags, props, flag, born, host, _producer = self
         if keys or tags or props or flag or born or host:
             return Message(
                 topic=topic,
@@ -93,6 +99,8 @@ class SendRequest(_SendFields):
             header["flag"] = self.flag
         if self.born_host:
             header["bornHost"] = self.born_host
+        if self.producer is not None:
+            self.producer.add_to(header)
         return header, self.body
 
     def to_queue(self, queue_id: int) -> tuple[Header, bytes | None]:
@@ -107,7 +115,7 @@ class SendRequest(_SendFields):
         if len(header) == 2:  # topic and queueId, nothing optional: the common case
             queue_id = header.get("queueId")
             if type(queue_id) is int:
-                return _new_tuple(cls, (topic, body or b"", queue_id, "", "", "", 0, 0, ""))
+                return _new_tuple(cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", None))
         return cls(
             topic=topic,
             body=body or b"",
@@ -118,6 +126,7 @@ class SendRequest(_SendFields):
             flag=opt_int(header, "flag", 0),
             born_timestamp=opt_int(header, "bornTimestamp", 0),
             born_host=opt_str(header, "bornHost"),
+            producer=ProducerSeq.parse(header),
         )
 
 
@@ -150,9 +159,13 @@ class SendBatchRequest:
     topic: str
     queue_id: int = -1
     messages: tuple[Message, ...]
+    producer: ProducerSeq | None = None
 
     def encode(self) -> tuple[Header, bytes]:
-        return self.pack().to_queue(self.queue_id)
+        header, body = self.pack().to_queue(self.queue_id)
+        if self.producer is not None:
+            self.producer.add_to(header)
+        return header, body
 
     def pack(self) -> PackedBatch:
         """The batch with its body packed once, to send to one queue or another."""
@@ -180,6 +193,7 @@ class SendBatchRequest:
             topic=topic,
             queue_id=opt_int(header, "queueId", -1),
             messages=_decode_batch(topic, body, born_host),
+            producer=ProducerSeq.parse(header),
         )
 
 

@@ -71,6 +71,7 @@ from protocol.broker_requests.transaction import (
     TransactionEnded,
 )
 from protocol.fields import FieldError
+from protocol.idempotence import MAX_EPOCH, ProducerSeq
 from protocol.message import Message
 from protocol.pull import (
     AllConsumerOffsetsQuery,
@@ -101,6 +102,7 @@ tag_expressions = st.sampled_from(["*", "TagA", "TagA || TagB", " TagC "])
 groups = st.from_regex(r"[A-Za-z0-9_|.\-]{1,40}", fullmatch=True)
 handles = st.from_regex(r"[A-Za-z0-9_\-]{1,60}", fullmatch=True)
 invisible = st.integers(MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+producers = st.none() | st.builds(ProducerSeq, naturals, st.integers(0, MAX_EPOCH), naturals)
 
 STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     PullRequest: st.builds(
@@ -154,12 +156,14 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         flag=ints,
         born_timestamp=ints,
         born_host=st.text(max_size=20),
+        producer=producers,
     ),
     SendBatchRequest: names.flatmap(
         lambda topic: st.builds(
             SendBatchRequest,
             topic=st.just(topic),
             queue_id=ints,
+            producer=producers,
             messages=st.lists(
                 st.builds(
                     Message,
@@ -701,11 +705,12 @@ def test_a_send_sent_to_another_queue_is_that_queues_request(
 ) -> None:
     # The SDK's router sends each attempt to the queue it picks (SendRequest.to_queue), a batch
     # packed once (PackedBatch, also the pipeline writer's): the same frame as the request built
-    # for that queue.
+    # for that queue. An idempotent producer's fields are not packed: the router adds them
+    # to each attempt's header (the sequence is the queue's).
     assert send.to_queue(queue_id) == send._replace(queue_id=queue_id).encode()
     packed = batch.pack()
     assert isinstance(packed, PackedBatch) and packed.code == SendBatchRequest.code
-    assert packed.to_queue(queue_id) == replace(batch, queue_id=queue_id).encode()
+    assert packed.to_queue(queue_id) == replace(batch, queue_id=queue_id, producer=None).encode()
 
 
 def test_every_typed_request_has_a_golden_frame() -> None:

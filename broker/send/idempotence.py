@@ -1,0 +1,287 @@
+"""The master's idempotence state: the driver of :class:`~protocol.idempotence.ProducerStates`
+(docs/idempotence.md).
+
+* **Where it comes from.** Every record of an idempotent send carries
+  :data:`~protocol.idempotence.PROP_PRODUCER_SEQ` (written by :meth:`ProducerSequences.stamp`),
+  so the state is a function of the CommitLog. A master builds it when it first needs it in its
+  master epoch (:class:`~broker.service_host.PerMasterEpoch`): the last whole snapshot in queue 0
+  of :data:`~protocol.idempotence.SNAPSHOT_TOPIC`, then every sequenced record after the
+  CommitLog offset that snapshot covers. Slaves hold the same records and snapshots (replicated
+  like any message), so a new master knows what its predecessor stored.
+* **Snapshots.** Once :attr:`~broker.config.BrokerConfig.producer_snapshot_bytes` of CommitLog
+  were written since the last one, the master appends the whole state (after a send, on the
+  loop thread): a rebuild reads at most about that much log.
+* **Memory.** Producers idle for ``producer_expiry_ms`` are forgotten (checked at most once a
+  second, after a send), and so are the least recently used beyond ``producer_max_windows``
+  (producer, queue) windows.
+
+Scheduled messages and half messages are stored under the timer's and the transactions'
+topics: their records name the queue the send was for in ``REAL_TOPIC`` / ``REAL_QID``, which
+is the queue their sequence counts in. The copies the broker makes of stored records later (a
+delivery, a commit, a retry, a dead letter) lose the property
+(:func:`protocol.message.message_copy`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final, Protocol
+
+import structlog
+
+from broker.service_host import PerMasterEpoch, ServiceHost
+from protocol.idempotence import (
+    PROP_PRODUCER_SEQ,
+    SNAPSHOT_TOPIC,
+    ProducerSeq,
+    ProducerStates,
+    SnapshotPart,
+    StoredBatch,
+    decode_snapshot,
+    decode_snapshot_part,
+    encode_snapshot,
+    parse_record_seq,
+    record_seq_value,
+    sequenced_records,
+)
+from protocol.message import Message, MessageRecord, RecordError, iter_records
+from protocol.timer import PROP_REAL_QUEUE_ID, PROP_REAL_TOPIC, TIMER_TOPIC
+from protocol.transaction import HALF_TOPIC
+from storage.config_files import TopicConfig
+from storage.errors import StoreError
+from storage.store import GetStatus, PutResult
+
+__all__ = ["IdempotenceHost", "ProducerSequences", "batch_of", "result_of"]
+
+log = structlog.get_logger(__name__)
+
+_SCAN_BYTES: Final = 4 * 1024 * 1024
+_EXPIRE_EVERY_MS: Final = 1000
+_SNAPSHOT_SEARCH: Final = 8
+"""Snapshots looked at, newest first, for a whole one (a failover can cut the last)."""
+_REAL_QUEUE_TOPICS: Final = frozenset((TIMER_TOPIC, HALF_TOPIC))
+
+
+class IdempotenceHost(ServiceHost, Protocol):
+    def ensure_system_topic(self, topic: str) -> TopicConfig: ...
+
+
+def batch_of(sequence: int, result: PutResult) -> StoredBatch:
+    """What the window keeps of a stored request."""
+    return StoredBatch(
+        sequence,
+        result.queue_id,
+        result.first_queue_offset,
+        list(result.physical_offsets),
+        result.end_offset,
+        result.store_timestamp,
+    )
+
+
+def result_of(batch: StoredBatch) -> PutResult:
+    """The answer of a stored request again (its offsets; nothing stored)."""
+    return PutResult(
+        batch.queue_id,
+        batch.first_queue_offset,
+        len(batch.physical_offsets),
+        list(batch.physical_offsets),
+        batch.end_offset,
+        batch.store_timestamp,
+    )
+
+
+class ProducerSequences(PerMasterEpoch[ProducerStates]):
+    """The idempotence state of one broker, built per master epoch. Loop thread only."""
+
+    def __init__(self, host: IdempotenceHost) -> None:
+        self.host: IdempotenceHost = host
+        self.state: ProducerStates | None = None
+        self._epoch = -1
+        self._snapshot_at = 0
+        """CommitLog offset the last snapshot covered (or the rebuild started from)."""
+        self._expire_at = 0
+        self.duplicates = 0
+        self.gaps = 0
+        self.partial_repairs = 0
+        host.metrics.gauge_fn(
+            "rmq_broker_idempotent_producers",
+            "Idempotent producers whose sequences this broker keeps (master only)",
+            lambda: 0 if self.state is None else self.state.producers,
+        )
+        host.metrics.gauge_fn(
+            "rmq_broker_idempotent_windows",
+            "(producer, queue) windows of sequences this broker keeps (master only)",
+            lambda: 0 if self.state is None else self.state.windows,
+        )
+
+    # -- the send path -----------------------------------------------------------------------
+    @staticmethod
+    def stamp(messages: list[Message], seq: ProducerSeq) -> None:
+        """Write the request's sequence into each of its messages (before storing them)."""
+        n = len(messages)
+        for i, m in enumerate(messages):
+            props = m.properties
+            if not props:
+                props = m.properties = {}
+            props[PROP_PRODUCER_SEQ] = record_seq_value(seq, i, n)
+
+    def stored(self, topic: str, queue_id: int, seq: ProducerSeq, batch: StoredBatch) -> None:
+        """A request was stored as ``batch``: remember it; a snapshot or an expiry if due."""
+        state = self.state
+        if state is None:
+            return
+        now = _now_ms()
+        state.stored(topic, queue_id, seq, batch, now)
+        if now >= self._expire_at:
+            self._expire_at = now + _EXPIRE_EVERY_MS
+            gone = state.expire(now)
+            if gone:
+                log.info("idle idempotent producers forgotten", producers=gone)
+        store = self.host.store
+        if store.max_offset - self._snapshot_at >= self.host.cfg.producer_snapshot_bytes:
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        """Append the whole state, as it stands after the CommitLog's end, to the snapshot
+        topic (master only; an error is logged, the next send tries again)."""
+        state = self.state
+        host = self.host
+        if state is None:
+            return
+        covered = host.store.max_offset
+        try:
+            bodies = encode_snapshot(covered, state.to_document())
+            host.ensure_system_topic(SNAPSHOT_TOPIC)
+            messages = [Message(topic=SNAPSHOT_TOPIC, body=b) for b in bodies]
+            host.appender.put(SNAPSHOT_TOPIC, 0, messages, sum(len(b) for b in bodies))
+        except (StoreError, ValueError) as exc:
+            log.error("producer state snapshot not written", error=str(exc))
+            return
+        self._snapshot_at = covered
+        log.debug("producer state snapshot written", covered=covered, parts=len(bodies))
+
+    # -- rebuild -------------------------------------------------------------------------------
+    def _rebuild(self) -> ProducerStates:
+        cfg = self.host.cfg
+        store = self.host.store
+        started = time.perf_counter()
+        found = self._last_snapshot()
+        state: ProducerStates | None = None
+        start = store.min_offset
+        if found is not None:
+            covered, doc = found
+            try:
+                state = ProducerStates.from_document(
+                    doc, expiry_ms=cfg.producer_expiry_ms, max_windows=cfg.producer_max_windows
+                )
+                start = max(covered, start)
+            except ValueError as exc:
+                log.error(
+                    "producer state snapshot unreadable: reading the whole log", error=str(exc)
+                )
+        if state is None:
+            state = ProducerStates(
+                expiry_ms=cfg.producer_expiry_ms, max_windows=cfg.producer_max_windows
+            )
+        records = self._replay(state, start, store.max_offset)
+        state.expire(_now_ms())
+        self._snapshot_at = start
+        log.info(
+            "idempotent producer state built from the CommitLog",
+            snapshot=found is not None,
+            scanned_from=start,
+            scanned_bytes=store.max_offset - start,
+            records=records,
+            producers=state.producers,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        return state
+
+    def _replay(self, state: ProducerStates, start: int, end: int) -> int:
+        store = self.host.store
+        offset = start
+        records = 0
+        while offset < end:
+            try:
+                raw = store.read_raw(offset, _SCAN_BYTES)
+            except StoreError as exc:
+                log.error("producer state: CommitLog unreadable", offset=offset, error=str(exc))
+                break
+            if not raw:
+                break
+            try:
+                for record in sequenced_records(raw):
+                    records += 1
+                    _replay_record(state, record)
+            except RecordError as exc:
+                log.error(
+                    "producer state: bad bytes in the CommitLog", offset=offset, error=str(exc)
+                )
+            offset += len(raw)
+        return records
+
+    def _last_snapshot(self) -> tuple[int, object] | None:
+        """(covered, document) of the newest whole snapshot; None when there is none."""
+        store = self.host.store
+        end = store.queue_max_offset(SNAPSHOT_TOPIC, 0)
+        low = store.queue_min_offset(SNAPSHOT_TOPIC, 0)
+        for _ in range(_SNAPSHOT_SEARCH):
+            if end <= low:
+                return None
+            last = self._read_parts(end - 1, 1)
+            if not last:
+                return None
+            first = end - 1 - last[0].index
+            parts = self._read_parts(first, last[0].index + 1) if first >= low else []
+            try:
+                if parts and last[0].index + 1 == last[0].count:
+                    return decode_snapshot(parts)
+            except RecordError as exc:
+                log.error("producer state snapshot skipped", queue_offset=first, error=str(exc))
+            end = first
+        return None
+
+    def _read_parts(self, offset: int, count: int) -> list[SnapshotPart]:
+        store = self.host.store
+        out: list[SnapshotPart] = []
+        while len(out) < count:
+            res = store.get(SNAPSHOT_TOPIC, 0, offset, count - len(out), 64 * 1024 * 1024)
+            if res.status is not GetStatus.FOUND:
+                return out
+            try:
+                out.extend(decode_snapshot_part(r.body) for r in iter_records(res.body))
+            except RecordError as exc:
+                log.error("producer state snapshot part unreadable", error=str(exc))
+                return []
+            offset = res.next_offset
+        return out[:count]
+
+
+def _replay_record(state: ProducerStates, record: MessageRecord) -> None:
+    try:
+        props = record.properties
+        rseq = parse_record_seq(props[PROP_PRODUCER_SEQ])
+        topic = record.topic
+        queue_id = record.queue_id
+        queue_offset = record.queue_offset
+        if topic in _REAL_QUEUE_TOPICS:
+            if topic == TIMER_TOPIC:
+                queue_offset = -1
+            topic = props[PROP_REAL_TOPIC]
+            queue_id = int(props[PROP_REAL_QUEUE_ID])
+    except (RecordError, KeyError, ValueError) as exc:
+        log.error("producer state: record skipped", offset=record.physical_offset, error=str(exc))
+        return
+    state.replayed(
+        topic,
+        queue_id,
+        rseq,
+        physical_offset=record.physical_offset,
+        size=record.size,
+        queue_offset=queue_offset,
+        store_timestamp=record.store_timestamp,
+    )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,184 @@
+"""Idempotent sends against a real broker process (issue 29, docs/idempotence.md): a retry of a
+stored request answers its offsets and stores nothing, also after a kill -9 and restart (the
+state rebuilt from the records, and from a snapshot); bad input is refused with one clear
+error and stores nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from protocol.codes import RequestCode, ResponseCode
+from protocol.idempotence import PROP_PRODUCER_SEQ, WINDOW
+from protocol.message import MessageRecord, encode_properties, iter_records
+from protocol.remoting import Frame, Scalar
+from remoting.client import RemotingClient
+from tests.support.procs import BrokerProc
+
+pytestmark = pytest.mark.multiprocess
+
+T = "idem"
+
+
+def seq_fields(pid: int, epoch: int, seq: int) -> dict[str, int]:
+    return {"producerId": pid, "producerEpoch": epoch, "sequence": seq}
+
+
+async def send(
+    conn: RemotingClient, body: bytes, pid: int, epoch: int, seq: int, queue: int = 0, **extra: str
+) -> Frame:
+    header: dict[str, Scalar] = {"topic": T, "queueId": queue, **seq_fields(pid, epoch, seq)}
+    header.update(extra)
+    return await conn.request(RequestCode.SEND_MESSAGE, header, body)
+
+
+async def pull_all(conn: RemotingClient, queue: int = 0) -> list[MessageRecord]:
+    resp = await conn.request(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "c",
+            "topic": T,
+            "queueId": queue,
+            "queueOffset": 0,
+            "maxMsgNums": 1000,
+            "suspendTimeoutMillis": 0,
+        },
+    )
+    if resp.code != ResponseCode.SUCCESS:
+        return []
+    return list(iter_records(resp.body or b""))
+
+
+async def test_a_retry_answers_the_stored_offsets_and_stores_nothing(broker: BrokerProc) -> None:
+    conn = await RemotingClient.connect(broker.address)
+    try:
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 2})
+        first = await send(conn, b"a", 7, 0, 0)
+        assert first.code == ResponseCode.SUCCESS, first.header
+        again = await send(conn, b"a", 7, 0, 0)
+        assert again.code == ResponseCode.SUCCESS, again.header
+        assert again.header == first.header  # msgId, queue, offset
+        # the same sequence on another queue is another request
+        other = await send(conn, b"q1", 7, 0, 0, queue=1)
+        assert other.code == ResponseCode.SUCCESS and other.header["queueId"] == 1
+        # a batch and its retry
+        batch = msgpack.packb([{"body": b"b1"}, {"body": b"b2"}, {"body": b"b3"}])
+        header: dict[str, Scalar] = {"topic": T, "queueId": 0, **seq_fields(7, 0, 1)}
+        b1 = await conn.request(RequestCode.SEND_BATCH_MESSAGE, header, batch)
+        b2 = await conn.request(RequestCode.SEND_BATCH_MESSAGE, header, batch)
+        assert b1.code == b2.code == ResponseCode.SUCCESS
+        assert (b1.header, b1.body) == (b2.header, b2.body)
+        records = await pull_all(conn)
+        assert [r.body for r in records] == [b"a", b"b1", b"b2", b"b3"]
+        assert records[0].properties[PROP_PRODUCER_SEQ] == "7.0.0.0.1"
+        assert records[3].properties[PROP_PRODUCER_SEQ] == "7.0.1.2.3"
+    finally:
+        conn.close()
+
+
+async def test_bad_input_is_refused_and_stores_nothing(broker: BrokerProc) -> None:
+    conn = await RemotingClient.connect(broker.address)
+    try:
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 1})
+        assert (await send(conn, b"e3", 9, 3, 0)).code == ResponseCode.SUCCESS
+        # a stale epoch of the same producer id is fenced
+        stale = await send(conn, b"e2", 9, 2, 0)
+        assert stale.code == ResponseCode.PRODUCER_FENCED, stale.header
+        assert "fenced" in str(stale.header.get("remark"))
+        # a sequence that jumps is stored (an earlier request may still come) ...
+        assert (await send(conn, b"jump", 9, 3, 5)).code == ResponseCode.SUCCESS
+        # ... and one far below a full window cannot be told apart
+        for s in range(6, 6 + WINDOW):
+            assert (await send(conn, b"w%d" % s, 9, 3, s)).code == ResponseCode.SUCCESS
+        old = await send(conn, b"old", 9, 3, 1)
+        assert old.code == ResponseCode.SEQUENCE_TOO_OLD, old.header
+        # some of the fields but not all, a bad value, the broker's pick of the queue
+        partial = await conn.request(
+            RequestCode.SEND_MESSAGE,
+            {"topic": T, "queueId": 0, "producerId": 9, "sequence": 99},
+            b"x",
+        )
+        assert partial.code == ResponseCode.BAD_REQUEST, partial.header
+        negative = await send(conn, b"x", 9, 3, -1)
+        assert negative.code == ResponseCode.BAD_REQUEST, negative.header
+        pick = await send(conn, b"x", 9, 3, 100, queue=-1)
+        assert pick.code == ResponseCode.BAD_REQUEST, pick.header
+        # a sequence reused for a request of another size
+        batch = msgpack.packb([{"body": b"1"}, {"body": b"2"}])
+        reuse = await conn.request(
+            RequestCode.SEND_BATCH_MESSAGE,
+            {"topic": T, "queueId": 0, **seq_fields(9, 3, 6 + WINDOW - 1)},
+            batch,
+        )
+        assert reuse.code == ResponseCode.BAD_REQUEST, reuse.header
+        # a send without the fields cannot bring the property in
+        forged = await conn.request(
+            RequestCode.SEND_MESSAGE,
+            {
+                "topic": T,
+                "queueId": 0,
+                "properties": encode_properties(
+                    {PROP_PRODUCER_SEQ: "1.0.0.0.1", "k": "v"}
+                ).decode(),
+            },
+            b"forged",
+        )
+        assert forged.code == ResponseCode.SUCCESS
+        records = await pull_all(conn)
+        assert [r.body for r in records] == [
+            b"e3",
+            b"jump",
+            *(b"w%d" % s for s in range(6, 6 + WINDOW)),
+            b"forged",
+        ]
+        assert PROP_PRODUCER_SEQ not in records[-1].properties
+        assert records[-1].properties["k"] == "v"
+    finally:
+        conn.close()
+    assert broker.alive()
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["from-records", "from-snapshot"])
+async def test_a_restarted_broker_answers_retries_of_what_it_stored(
+    tmp_path: Path, snapshot: bool
+) -> None:
+    """kill -9 and restart: the state is rebuilt from the CommitLog's records (and from the
+    last snapshot, with 1 MiB between snapshots, and records after it)."""
+    toml = "producer_snapshot_bytes = 1048576\n" if snapshot else ""
+    proc = BrokerProc(tmp_path, extra_toml=toml).start_and_wait()
+    try:
+        conn = await RemotingClient.connect(proc.address)
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 1})
+        answers = {}
+        big = b"x" * 64 * 1024
+        count = 40 if snapshot else 3  # 2.5 MiB: two snapshots, then records after them
+        for s in range(count):
+            resp = await send(conn, big if snapshot else b"m%d" % s, 11, 0, s)
+            assert resp.code == ResponseCode.SUCCESS
+            answers[s] = resp.header
+        conn.close()
+        proc.kill9()
+        proc.stop()
+        proc.start_and_wait()
+        conn = await RemotingClient.connect(proc.address)
+        try:
+            for s in range(count - WINDOW if count > WINDOW else 0, count):
+                again = await send(conn, big if snapshot else b"m%d" % s, 11, 0, s)
+                assert again.code == ResponseCode.SUCCESS, again.header
+                assert again.header == answers[s]
+            assert len(await pull_all(conn)) == count
+        finally:
+            conn.close()
+        built = [
+            json.loads(line)
+            for line in proc.log().splitlines()
+            if "idempotent producer state built from the CommitLog" in line
+        ]
+        assert built and built[-1]["snapshot"] is snapshot, built
+        if snapshot:  # only the records after the last snapshot were read
+            assert built[-1]["scanned_from"] > 0, built
+    finally:
+        proc.stop()
