@@ -81,6 +81,12 @@ async def create_topic(cluster: Cluster) -> None:
         )
         assert created == ["broker-a", "broker-b"]
 
+        async def routed() -> bool:  # so producers spread the messages over both groups
+            route = await admin.topic_route(TOPIC)
+            return len(route.master_addresses()) == 2 and len(route.queues) == 8
+
+        await wait_until_async(routed, "the route to name both masters", 60, interval=0.2)
+
 
 async def send(cluster: Cluster, bodies: list[str]) -> None:
     async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
@@ -199,6 +205,72 @@ async def test_a_running_group_reset_to_a_time_receives_exactly_the_messages_sin
     finally:
         for m in members:
             await m.close()
+
+    # Refusals: one line, exit status 1, nothing changed.
+    future = str(int(time.time() * 1000) + 3_600_000)
+    code, out, err = await rmqctl(
+        cluster, "resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", future
+    )
+    assert code == 1 and "is in the future" in err and len(err.strip().splitlines()) == 1, err
+    code, out, err = await rmqctl(
+        cluster, "resetOffsetByTime", "-g", "nobody", "-t", TOPIC, "-s", "now"
+    )
+    assert code == 1 and "has no offset of ResetTopic" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert await lag(cluster, GROUP) == 0
+    # A time before the first message: every queue to its min, and said so.
+    code, out, err = await rmqctl(
+        cluster, "resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "-1h"
+    )
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines() if line.startswith("broker-")]
+    held = [r for r in rows if int(r[5]) > 0]  # an empty queue has no first message to be before
+    assert held and all(r[6] == "min" and r[3] == "0" for r in held), out
+    assert out.count("reset to its min offset 0") == len(held), out
+    assert await lag(cluster, GROUP) == 2 * HALF
+
+
+async def test_skip_makes_the_lag_0_at_once_and_the_members_drop_the_backlog(
+    cluster: Cluster,
+) -> None:
+    await create_topic(cluster)
+    member = Member(cluster, "skipper", "s0")
+    member.paused = True  # it pulls into its buffer; the application takes nothing yet
+    try:
+        await member.start()
+        await wait_until_async(
+            lambda: len(member.consumer.owned) == 8, "the member to own the 8 queues", 60
+        )
+        backlog = [f"backlog-{i}" for i in range(300)]
+        await send(cluster, backlog)
+        await wait_until_async(
+            _is(cluster, "skipper", 300), "a backlog of 300", 30, on_timeout=cluster.logs
+        )
+        code, out, err = await rmqctl(
+            cluster, "--json", "skipAccumulatedMessage", "-g", "skipper", "-t", TOPIC
+        )
+        assert code == 0, err
+        assert await lag(cluster, "skipper") == 0  # at once
+        doc = json.loads(out)
+        assert doc["timestamp"] == -1 and all(q["offset"] == q["max"] for q in doc["queues"])
+        assert sum(q["offset"] - q["previous"] for q in doc["queues"]) == 300
+        after = [f"after-{i}" for i in range(5)]
+        await send(cluster, after)
+        member.paused = False
+        await wait_until_async(
+            lambda: len(member.got) >= 5, "the member to receive the new messages", 30
+        )
+        await wait_until_async(_is(cluster, "skipper", 0), "the lag to be 0", 30)
+        assert sorted(b for _, b in member.got) == sorted(after), "nothing of the backlog"
+    finally:
+        await member.close()
+
+
+def _is(cluster: Cluster, group: str, value: int) -> Any:
+    async def check() -> bool:
+        return await lag(cluster, group) == value
+
+    return check
 
 
 def _is_zero(cluster: Cluster, group: str) -> Any:

@@ -1,0 +1,174 @@
+"""INVOKE_BROKER_TO_RESET_OFFSET against a real lone broker (docs/operations.md, "Resetting
+offsets"): the refusals change nothing and say why; a time before the first message resets to
+the min and says so; without isForce a queue only moves back; a pull at the old offset (what a
+classic client that ignores the notice sends) answers PULL_OFFSET_MOVED to the reset offset;
+a POP group's next POP reads from the reset offset while its deliveries in flight can still be
+acked."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from client.producer import Producer
+from client.simple_consumer import SimpleConsumer
+from protocol.broker_requests.offsets import OffsetsReset, ResetOffset
+from protocol.codes import ResponseCode
+from protocol.pull import (
+    ConsumerOffsetQuery,
+    ConsumerOffsetUpdate,
+    PullOffsetMoved,
+    PullRequest,
+    decode_offset,
+    decode_pull_answer,
+)
+from remoting.client import RemotingClient
+from tests.support.messages import fill
+from tests.support.procs import BrokerProc
+from tests.support.wait import wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+TOPIC = "T"
+
+
+async def _reset(conn: RemotingClient, ask: ResetOffset) -> OffsetsReset:
+    frame = await conn.call(ask.code, *ask.encode(), 5)
+    return OffsetsReset.parse(frame.header, frame.body)
+
+
+async def _committed(conn: RemotingClient, group: str, queue: int) -> int | None:
+    query = ConsumerOffsetQuery(group=group, topic=TOPIC, queue_id=queue)
+    frame = await conn.request(query.code, query.header(), None, 5)
+    if frame.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    return decode_offset(frame)
+
+
+async def _commit(conn: RemotingClient, group: str, queue: int, offset: int) -> None:
+    update = ConsumerOffsetUpdate(group=group, topic=TOPIC, queue_id=queue, offset=offset)
+    await conn.call(update.code, update.header(), None, 5)
+
+
+async def test_refusals_change_nothing_and_say_why(broker: BrokerProc) -> None:
+    await fill(broker.address, TOPIC, 10)
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        await _commit(conn, "g", 0, 3)
+        future = int(time.time() * 1000) + 60_000
+        cases = [
+            (
+                ResetOffset(topic=TOPIC, group="g", timestamp=future),
+                ResponseCode.BAD_REQUEST,
+                "is in the future",
+            ),
+            (
+                ResetOffset(topic="Nope", group="g"),
+                ResponseCode.TOPIC_NOT_EXIST,
+                "topic Nope does not exist",
+            ),
+            (
+                ResetOffset(topic=TOPIC, group="g", queue_id=2, offset=0),
+                ResponseCode.QUEUE_NOT_EXIST,
+                "queueId 2 out of range 0..1",
+            ),
+            (
+                ResetOffset(topic=TOPIC, group="nobody", timestamp=0),
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                "has no offset of T",
+            ),
+        ]
+        for ask, code, remark in cases:
+            frame = await conn.request(ask.code, *ask.encode(), 5)
+            assert frame.code == code, (ask, frame)
+            assert remark in str(frame.header.get("remark")), frame.header
+        assert await _committed(conn, "g", 0) == 3
+        assert await _committed(conn, "g", 1) is None
+        assert await _committed(conn, "nobody", 0) is None
+    finally:
+        conn.close()
+
+
+async def test_a_time_before_the_first_message_resets_to_the_min_and_says_so(
+    broker: BrokerProc,
+) -> None:
+    await fill(broker.address, TOPIC, 10)
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        await _commit(conn, "g", 0, 4)
+        await _commit(conn, "g", 1, 5)
+        answer = await _reset(conn, ResetOffset(topic=TOPIC, group="g", timestamp=0))
+        assert {q: (r.offset, r.previous, r.outcome) for q, r in answer.queues.items()} == {
+            0: (0, 4, "min"),
+            1: (0, 5, "min"),
+        }
+        assert await _committed(conn, "g", 0) == 0
+    finally:
+        conn.close()
+
+
+async def test_without_force_a_queue_only_moves_back(broker: BrokerProc) -> None:
+    await fill(broker.address, TOPIC, 5, queues=1)
+    middle = int(time.time() * 1000) + 1
+    await wait_until_async(lambda: time.time() * 1000 > middle + 1, "the clock to pass it")
+    async with Producer(broker.address) as producer:
+        for i in range(5):
+            await producer.send(TOPIC, f"late{i}".encode())
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        await _commit(conn, "ahead", 0, 8)
+        await _commit(conn, "behind", 0, 2)
+        for group, expected in (("ahead", (5, 8, "reset")), ("behind", (2, 2, "kept"))):
+            answer = await _reset(conn, ResetOffset(topic=TOPIC, group=group, timestamp=middle))
+            r = answer.queues[0]
+            assert (r.offset, r.previous, r.outcome) == expected, group
+            assert await _committed(conn, group, 0) == expected[0]
+        forced = ResetOffset(topic=TOPIC, group="behind", timestamp=middle, force=True)
+        assert (await _reset(conn, forced)).queues[0].offset == 5
+        skip = await _reset(conn, ResetOffset(topic=TOPIC, group="behind", force=True))
+        assert (skip.queues[0].offset, skip.queues[0].outcome) == (10, "reset")
+        seek = ResetOffset(topic=TOPIC, group="behind", queue_id=0, offset=99)
+        assert (await _reset(conn, seek)).queues[0].outcome == "max"
+    finally:
+        conn.close()
+
+
+async def test_a_pull_at_the_old_offset_is_moved_to_the_reset_offset(broker: BrokerProc) -> None:
+    await fill(broker.address, TOPIC, 10)
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        await _commit(conn, "g", 0, 5)
+        seek = ResetOffset(topic=TOPIC, group="g", queue_id=0, offset=2)
+        await _reset(conn, seek)
+        pull = PullRequest(group="g", topic=TOPIC, queue_id=0, offset=5, max_count=32)
+        answer = decode_pull_answer(await conn.request(pull.code, pull.header(), None, 5))
+        assert isinstance(answer, PullOffsetMoved) and answer.next_offset == 2
+        # Taken once: the next pull, from there, reads.
+        again = PullRequest(group="g", topic=TOPIC, queue_id=0, offset=2, max_count=32)
+        frame = await conn.request(again.code, again.header(), None, 5)
+        assert frame.code == ResponseCode.SUCCESS
+    finally:
+        conn.close()
+
+
+async def test_a_pop_group_reads_from_the_reset_offset_and_in_flight_acks_still_count(
+    broker: BrokerProc,
+) -> None:
+    await fill(broker.address, TOPIC, 10, queues=1)
+    async with SimpleConsumer(broker.address, "pg", TOPIC) as consumer:
+        first = await consumer.receive(10, invisible_duration=30, wait=1.0)
+        assert sorted(m.queue_offset for m in first) == list(range(10))
+        for m in first[:5]:
+            await consumer.ack(m)
+        conn = await RemotingClient.connect(broker.address, timeout=2.0)
+        try:
+            seek = ResetOffset(topic=TOPIC, group="pg", queue_id=0, offset=3)
+            assert (await _reset(conn, seek)).queues[0].outcome == "reset"
+        finally:
+            conn.close()
+        again = await consumer.receive(10, invisible_duration=30, wait=1.0)
+        assert sorted(m.queue_offset for m in again) == list(range(3, 10))
+        for m in [*first[5:], *again]:
+            await consumer.ack(m)  # the deliveries from before the reset are still in flight
+        assert await consumer.receive(10, invisible_duration=2, wait=0.5) == []
