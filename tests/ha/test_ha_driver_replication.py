@@ -387,28 +387,30 @@ async def a_slow_slave_blocks_neither_writes_nor_other_slaves(nodes: list[Node])
     writer.close()
 
 
+async def sent_before_close(host: str, port: int, data: bytes) -> bytes:
+    """Connect to an HA port and write ``data``: what came back before the peer closed the
+    connection (nothing when it reset it); at most 2 s."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(data)
+    try:
+        return await asyncio.wait_for(reader.read(), 2.0)
+    except ConnectionResetError:
+        return b""
+    finally:
+        writer.close()
+
+
 @scenario()
 async def garbage_on_the_ha_port_closes_that_connection_only(nodes: list[Node]) -> None:
     a, b, _ = nodes
     await in_sync_group(a, b, what="slave in the set")
     host, port = split_address(a.ha.address)
     for junk in (b"GET / HTTP/1.1\r\n\r\n", b"\x00\x00\x00\x01" + b"\xff" * 66, b"\x00" * 4):
-        reader, writer = await asyncio.open_connection(host, port)
-        writer.write(junk)
-        try:
-            leftover = await asyncio.wait_for(reader.read(), 2.0)
-        except ConnectionResetError:
-            leftover = b""
+        leftover = await sent_before_close(host, port, junk)
         assert leftover == b""  # closed by the master, nothing sent
-        writer.close()
     # A slave claiming the master's own broker id is refused too.
-    reader, writer = await asyncio.open_connection(host, port)
-    writer.write(encode_slave_handshake(SlaveHandshake(broker_id=1, address="x")))
-    try:
-        assert await asyncio.wait_for(reader.read(), 2.0) == b""
-    except ConnectionResetError:
-        pass
-    writer.close()
+    own_id = encode_slave_handshake(SlaveHandshake(broker_id=1, address="x"))
+    assert await sent_before_close(host, port, own_id) == b""
     r = a.put(20)
     assert await a.ha.wait_for_replicas(r.end_offset, 5.0)
     client = b.ha.slave_client
@@ -422,13 +424,8 @@ async def a_slave_broker_refuses_ha_connections(nodes: list[Node]) -> None:
     await a.master(1)
     await b.slave_of(a, 1)
     host, port = split_address(b.ha.address)
-    reader, writer = await asyncio.open_connection(host, port)
-    writer.write(encode_slave_handshake(SlaveHandshake(broker_id=3, address="x")))
-    try:
-        assert await asyncio.wait_for(reader.read(), 2.0) == b""
-    except ConnectionResetError:
-        pass
-    writer.close()
+    handshake = encode_slave_handshake(SlaveHandshake(broker_id=3, address="x"))
+    assert await sent_before_close(host, port, handshake) == b""
 
 
 @scenario()
