@@ -267,26 +267,44 @@ def _names(queues: Iterable[MessageQueue]) -> str:
 
 
 def split_ranges(
-    ranges: list[tuple[MessageQueue, int, int]], min_partitions: int | None
+    ranges: list[tuple[MessageQueue, int, int]],
+    min_partitions: int | None,
+    max_records: int | None = None,
 ) -> list[tuple[MessageQueue, int, int]]:
     """Split ``(queue, start, end)`` ranges so there are about ``min_partitions`` of them (the
     Kafka source's minPartitions): when there are fewer, each range is cut into a number of
     parts proportional to its size (at least one, at most one per message), in pieces whose sizes
-    differ by at most one. The pieces of a range are contiguous and cover it exactly."""
+    differ by at most one. Then (``max_records``, the Kafka source's maxRecordsPerPartition) a
+    piece of more than ``max_records`` messages is cut into the fewest equal pieces of at most
+    that many. The pieces of a range are contiguous and cover it exactly."""
     ranges = [r for r in ranges if r[1] < r[2]]
-    if min_partitions is None or len(ranges) >= min_partitions:
-        return ranges
-    total = sum(hi - lo for _, lo, hi in ranges)
+    if min_partitions is not None and len(ranges) < min_partitions:
+        total = sum(hi - lo for _, lo, hi in ranges)
+        ranges = [
+            piece
+            for mq, lo, hi in ranges
+            for piece in _cut(
+                mq, lo, hi, max(1, min(hi - lo, round((hi - lo) / total * min_partitions)))
+            )
+        ]
+    if max_records is not None:
+        ranges = [
+            piece
+            for mq, lo, hi in ranges
+            for piece in _cut(mq, lo, hi, -(-(hi - lo) // max_records))
+        ]
+    return ranges
+
+
+def _cut(mq: MessageQueue, lo: int, hi: int, parts: int) -> list[tuple[MessageQueue, int, int]]:
+    """``[lo, hi)`` in ``parts`` contiguous pieces whose sizes differ by at most one."""
+    step, extra = divmod(hi - lo, parts)
     out: list[tuple[MessageQueue, int, int]] = []
-    for mq, lo, hi in ranges:
-        size = hi - lo
-        parts = max(1, min(size, round(size / total * min_partitions)))
-        step, extra = divmod(size, parts)
-        at = lo
-        for i in range(parts):
-            nxt = at + step + (1 if i < extra else 0)
-            out.append((mq, at, nxt))
-            at = nxt
+    at = lo
+    for i in range(parts):
+        nxt = at + step + (1 if i < extra else 0)
+        out.append((mq, at, nxt))
+        at = nxt
     return out
 
 

@@ -24,11 +24,15 @@ case-insensitive map).
 | ``tls`` | both | ``false`` | connect over TLS (a cluster with ``tls_enabled``), the servers checked against the system's CAs or ``caFile`` |
 | ``caFile`` | both | none | PEM CA certificates the servers' certificates must chain to; implies ``tls`` (the path must exist on every executor) |
 
-Also for reads: ``topics`` (comma-separated) or ``topicPattern`` instead of ``topic``,
+Also for reads: ``topics`` (comma-separated), ``topicPattern`` or ``assign`` (JSON, the queues
+to read: ``{"orders": {"broker-a": [0, 1]}}``) instead of ``topic``,
 ``startingTimestamp`` / ``endingTimestamp`` (ms, every queue),
 ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (JSON, ms per queue),
-``minPartitions``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (streaming),
-``includeProperties`` (alias ``includeHeaders``). docs/pipeline.md has the full table.
+``startingOffsetsByTimestampStrategy`` (``latest``, the default, or ``error``: what a starting
+time with no message at or after it in a queue does), ``minPartitions``,
+``maxRecordsPerPartition``, ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (streaming),
+``includeProperties`` (alias ``includeHeaders``), ``timestampType`` (``born``, the default, or
+``store``: what the ``timestamp`` column holds). docs/pipeline.md has the full table.
 
 Every option name is checked: an unknown one is an :class:`OptionError` naming it and the
 nearest valid name, raised on the driver when the query is defined, before any task runs.
@@ -37,6 +41,7 @@ nearest valid name, raised on the driver when the query is defined, before any t
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -44,6 +49,7 @@ from typing import Literal
 
 from client import Credentials
 from client.bootstrap import parse_addresses
+from client.routes import MessageQueue
 from pipeline.errors import OptionError
 from pipeline.offsets import ByTimestamp, PerTopic, PositionSpec, parse_spec, parse_timestamps
 from pipeline.tls import ClientTls
@@ -54,13 +60,16 @@ READ_OPTIONS: tuple[str, ...] = (
     "topic",
     "topics",
     "topicPattern",
+    "assign",
     "startingOffsets",
     "endingOffsets",
     "startingTimestamp",
     "endingTimestamp",
     "startingOffsetsByTimestamp",
     "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "minPartitions",
+    "maxRecordsPerPartition",
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
@@ -68,6 +77,7 @@ READ_OPTIONS: tuple[str, ...] = (
     "groupId",
     "includeProperties",
     "includeHeaders",
+    "timestampType",
     "pullBatchSize",
     "pullMaxBytes",
     "rowsPerBatch",
@@ -96,6 +106,24 @@ WRITE_OPTIONS: tuple[str, ...] = (
 SPARK_OPTIONS: tuple[str, ...] = ("path", "checkpointLocation")
 #: Kafka's default maxTriggerDelay
 DEFAULT_TRIGGER_DELAY = 15 * 60.0
+#: ``assign``: topic -> the queues of it to read
+Assignment = dict[str, frozenset[MessageQueue]]
+#: ``timestampType``: what the ``timestamp`` column holds, with Kafka's numbers (the
+#: ``timestampType`` column): the producer's born time (CreateTime) or the store time
+#: (LogAppendTime)
+TIMESTAMP_TYPES: dict[str, int] = {"born": 0, "store": 1}
+
+
+def word_option(options: Mapping[str, str], name: str, words: Iterable[str], default: str) -> str:
+    """One of ``words`` (case-insensitive)."""
+    raw = get_option(options, name)
+    if raw is None or not str(raw).strip():
+        return default
+    word = str(raw).strip().lower()
+    allowed = list(words)
+    if word not in allowed:
+        raise OptionError(f"option {name} must be {' or '.join(allowed)}, not {raw!r}")
+    return word
 
 
 def check_names(options: Mapping[str, str], valid: Iterable[str], what: str) -> None:
@@ -259,14 +287,64 @@ def controllers_option(options: Mapping[str, str]) -> str:
     return ";".join(parse_addresses(raw))
 
 
+def assign_option(options: Mapping[str, str]) -> Assignment | None:
+    """``assign``: the queues to read, ``{"orders": {"broker-a": [0, 1]}}`` (Kafka's
+    ``{"orders": [0, 1]}`` with the broker group a queue id belongs to); None when not set."""
+    raw = get_option(options, "assign")
+    if raw is None:
+        return None
+    example = '{"orders": {"broker-a": [0, 1]}}'
+    try:
+        doc = json.loads(str(raw))
+    except json.JSONDecodeError as exc:
+        raise OptionError(
+            f"option assign must be a JSON object like {example}; {raw!r} is not valid JSON "
+            f"({exc.msg} at character {exc.pos})"
+        ) from None
+    if not isinstance(doc, dict) or not doc:
+        raise OptionError(f"option assign must name at least one topic, like {example}")
+    out: dict[str, frozenset[MessageQueue]] = {}
+    for topic, brokers in doc.items():
+        if not isinstance(topic, str) or not topic.strip():
+            raise OptionError(f"option assign: {topic!r} is not a topic name")
+        if not isinstance(brokers, dict) or not brokers:
+            raise OptionError(
+                f"option assign: the value for topic {topic!r} must be an object of broker "
+                f"group to queue ids like {example}, not {brokers!r}"
+            )
+        queues: set[MessageQueue] = set()
+        for broker, ids in brokers.items():
+            if not isinstance(broker, str) or not broker:
+                raise OptionError(f"option assign: {broker!r} is not a broker group name")
+            if (
+                not isinstance(ids, list)
+                or not ids
+                or not all(type(q) is int and q >= 0 for q in ids)
+            ):
+                raise OptionError(
+                    f"option assign: the queues of {topic}@{broker} must be a non-empty list of "
+                    f"queue ids >= 0, not {ids!r}"
+                )
+            queues.update(MessageQueue(broker, q) for q in ids)
+        out[topic.strip()] = frozenset(queues)
+    return out
+
+
 def subscription_option(
     options: Mapping[str, str],
 ) -> tuple[tuple[str, ...], re.Pattern[str] | None, bool]:
-    """``topic``, ``topics`` (comma-separated) or ``topicPattern`` (a regular expression a whole
-    topic name must match): exactly one. Returns (topics, pattern, several-topics form)."""
-    given = [n for n in ("topic", "topics", "topicPattern") if get_option(options, n) is not None]
+    """``topic``, ``topics`` (comma-separated), ``topicPattern`` (a regular expression a whole
+    topic name must match) or ``assign`` (JSON: topics and their queues): exactly one. Returns
+    (topics, pattern, several-topics form)."""
+    forms = ("topic", "topics", "topicPattern", "assign")
+    given = [n for n in forms if get_option(options, n) is not None]
     if len(given) > 1:
         raise OptionError(f"options {' and '.join(given)} exclude each other: set one")
+    if given == ["assign"]:
+        assigned = assign_option(options)
+        assert assigned is not None
+        topics = tuple(sorted(assigned))
+        return topics, None, len(topics) > 1
     if given == ["topics"]:
         names = [t.strip() for t in str(get_option(options, "topics")).split(",")]
         if not all(names):
@@ -287,7 +365,8 @@ def subscription_option(
     if topic is None:
         raise OptionError(
             'option topic is required (e.g. .option("topic", "orders")), or topics (a '
-            "comma-separated list) or topicPattern (a regular expression)"
+            "comma-separated list), topicPattern (a regular expression) or assign (JSON: "
+            "topics and their queues)"
         )
     return (topic,), None, False
 
@@ -342,6 +421,15 @@ class ReadOptions:
     credentials: Credentials | None = None
     #: ``tls`` and ``caFile``: every connection over TLS (a cluster with tls_enabled)
     tls: ClientTls | None = None
+    #: ``assign``: only these queues of each topic are read (None: every queue)
+    assign: Assignment | None = None
+    #: ``startingOffsetsByTimestampStrategy``: a starting time with no message at or after it
+    #: in a queue starts at the queue's end (``latest``) or fails the query (``error``)
+    by_timestamp_strategy: Literal["latest", "error"] = "latest"
+    #: ``maxRecordsPerPartition``: no Spark partition reads more messages than this
+    max_records_per_partition: int | None = None
+    #: ``timestampType``: 0 the ``timestamp`` column is the born time, 1 the store time
+    timestamp_type: int = 0
 
     @property
     def multi(self) -> bool:
@@ -386,6 +474,9 @@ class ReadOptions:
             raise OptionError(
                 "option groupId is for streaming queries only (a batch read commits nothing)"
             )
+        strategy = word_option(
+            options, "startingOffsetsByTimestampStrategy", ("latest", "error"), "latest"
+        )
         include = bool_option(options, "includeProperties", True)
         if get_option(options, "includeHeaders") is not None:
             alias = bool_option(options, "includeHeaders", True)
@@ -413,6 +504,12 @@ class ReadOptions:
             group_id=group_id,
             credentials=credentials_option(options),
             tls=tls_option(options),
+            assign=assign_option(options),
+            by_timestamp_strategy="error" if strategy == "error" else "latest",
+            max_records_per_partition=int_option(options, "maxRecordsPerPartition", None, 1),
+            timestamp_type=TIMESTAMP_TYPES[
+                word_option(options, "timestampType", TIMESTAMP_TYPES, "born")
+            ],
         )
 
 

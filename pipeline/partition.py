@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 
 from client.routes import LOGICAL_BROKER
 from pipeline import offsets as ofs
-from pipeline.errors import ReadError
+from pipeline.errors import OptionError, PipelineError, ReadError
 from pipeline.logical import logical_view
 from pipeline.options import ReadOptions
 from pipeline.range_reader import PullSettings, QueueRange, read_range
@@ -89,7 +89,13 @@ def _read_physical(
         buf = bodies[0] if len(bodies) == 1 else b"".join(bodies)
         try:
             return to_batch(
-                buf, positions, pa_schema, qr.broker, topic=qr.topic, expect_offset=first
+                buf,
+                positions,
+                pa_schema,
+                qr.broker,
+                topic=qr.topic,
+                expect_offset=first,
+                timestamp_type=opts.timestamp_type,
             )
         except RecordDecodeError as exc:
             raise ReadError(f"{qr.name}: bad record in a pull answer: {exc}") from None
@@ -121,13 +127,15 @@ def plan_partitions(
     opts: ReadOptions, start: ofs.TopicOffsets, end: ofs.TopicOffsets
 ) -> list[InputPartition]:
     """One partition per queue whose range holds messages (more with ``minPartitions``: big
-    ranges are split, the budget shared over every topic read); a queue missing from ``start``
+    ranges are split, the budget shared over every topic read; with ``maxRecordsPerPartition``
+    no partition holds more messages than that); a queue missing from ``start``
     (new since the last batch) contributes nothing yet."""
     flat_end = ofs.flatten(end)
     flat_start = ofs.flatten(start)
     ranges = [(k, flat_start.get(k, flat_end[k]), flat_end[k]) for k in sorted(flat_end)]
     parts: list[InputPartition] = []
-    for key, lo, hi in ofs.split_ranges(ranges, opts.min_partitions):
+    pieces = ofs.split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
+    for key, lo, hi in pieces:
         topic, mq = ofs.unflatten_key(key)
         parts.append(
             RangePartition(QueueRange(opts.controllers, topic, mq.broker_name, mq.queue_id, lo, hi))
@@ -183,7 +191,17 @@ def resolve_position(
     else:
         assert one.every is not None
         times = {mq: one.every for mq in snap.bounds}
-    return offsets_for_times(snap, topic, times, opts.request_timeout, opts.credentials, opts.tls)
+    found = offsets_for_times(snap, topic, times, opts.request_timeout, opts.credentials, opts.tls)
+    if kind == "starting" and opts.by_timestamp_strategy == "error":
+        # The search answers a queue's end when no message is stored at or after the time.
+        late = sorted(mq for mq, at in found.items() if at >= snap.bounds[mq].max_offset)
+        if late:
+            raise PipelineError(
+                f"topic {topic!r}: no message stored at or after the starting time in "
+                f"{ofs.describe_queues(late)} (startingOffsetsByTimestampStrategy=error; "
+                "'latest' starts such queues at their end)"
+            )
+    return found
 
 
 def check_named_topics(opts: ReadOptions, topics: list[str]) -> None:
@@ -202,8 +220,26 @@ def mapping_of(opts: ReadOptions, topic: str) -> tuple[LogicalQueue, ...]:
 
 
 def snapshot_of(opts: ReadOptions, topic: str) -> Snapshot:
-    """The route and queue bounds of one topic a read names."""
-    return snapshot(opts.controllers, topic, opts.request_timeout, opts.credentials, opts.tls)
+    """The route and queue bounds of one topic a read names (with ``assign``: of its assigned
+    queues only; one the topic does not have is an :class:`OptionError`)."""
+    snap = snapshot(opts.controllers, topic, opts.request_timeout, opts.credentials, opts.tls)
+    if opts.assign is None:
+        return snap
+    wanted = opts.assign.get(topic, frozenset())
+    unknown = sorted(
+        mq for mq in wanted if mq not in snap.bounds and mq.broker_name not in snap.missing
+    )
+    if unknown:
+        raise OptionError(
+            f"option assign names {ofs.describe_queues(unknown)}, not a queue of topic "
+            f"{topic!r} (its queues: {ofs.describe_queues(snap.bounds)})"
+        )
+    brokers = {mq.broker_name for mq in wanted}
+    return replace(
+        snap,
+        bounds={mq: b for mq, b in snap.bounds.items() if mq in wanted},
+        missing={name: why for name, why in snap.missing.items() if name in brokers},
+    )
 
 
 def unanswered(snap: Snapshot) -> str:

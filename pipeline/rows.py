@@ -1,8 +1,11 @@
 """The schema of the ``rmq`` and ``rmqstore`` sources, and records decoded into Arrow batches.
 
 docs/pipeline.md: topic, brokerName, queueId, queueOffset, msgId, keys, tags, body (binary),
-properties (map), bornTimestamp, storeTimestamp. Keys and tags are null when the message has none;
-``properties`` holds the application's properties (keys and tags have their own columns).
+properties (map), bornTimestamp, storeTimestamp, and the Kafka source's timestamp and
+timestampType (0: ``timestamp`` is the born time, Kafka's CreateTime; 1: the store time,
+LogAppendTime; the read option ``timestampType`` picks). Keys and tags are null when the message
+has none; ``properties`` holds the application's properties (keys and tags have their own
+columns).
 Timestamps are Spark timestamps (UTC) from the broker's milliseconds.
 
 ``rmqstore`` adds what an audit of a CommitLog needs: physicalOffset, size, bornHost, storeHost.
@@ -77,6 +80,8 @@ def message_schema(*, store: bool = False, properties: bool = True) -> StructTyp
         StructField("properties", MapType(StringType(), StringType(), True), False),
         StructField("bornTimestamp", TimestampType(), False),
         StructField("storeTimestamp", TimestampType(), False),
+        StructField("timestamp", TimestampType(), False),
+        StructField("timestampType", IntegerType(), False),
     ]
     if not properties:
         fields = [f for f in fields if f.name != "properties"]
@@ -179,12 +184,14 @@ def to_batch(
     topic: str | None = None,
     only_topic: str | None = None,
     expect_offset: int | None = None,
+    timestamp_type: int = 0,
 ) -> pa.RecordBatch:
     """One Arrow batch of the (scanned) records at ``positions`` of ``buf``.
 
     ``topic``: every record must be of this topic (a queue's records); ``only_topic``: keep only
     that topic's records (a CommitLog's); ``expect_offset``: the records must carry consecutive
-    queue offsets from it. The ``rmqstore`` columns are added when ``schema`` has them.
+    queue offsets from it; ``timestamp_type``: what the ``timestamp`` column holds (0 the born
+    time, 1 the store time). The ``rmqstore`` columns are added when ``schema`` has them.
     Raises :class:`RecordDecodeError` for a record whose layout does not hold together.
     ``buf`` is bytes, not an mmap: numpy's view of it would keep an mmap from closing.
     """
@@ -267,8 +274,10 @@ def to_batch(
         tags,
         body,
         *([] if props is None else [props]),
-        pa.array(field(_BORN_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
-        pa.array(field(_STORE_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
+        born_ts := pa.array(field(_BORN_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
+        store_ts := pa.array(field(_STORE_TS, 8, ">i8") * 1000, pa.int64()).cast(ts_type),
+        store_ts if timestamp_type else born_ts,
+        pa.array(np.full(n, timestamp_type, dtype=np.int32), pa.int32()),
     ]
     if "physicalOffset" in schema.names:  # rmqstore
         columns += [

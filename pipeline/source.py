@@ -1,7 +1,8 @@
 """The ``rmq`` data source: topics as Spark DataFrames, batch and streaming, read and write.
 
 Reading plans one Spark partition per (broker group, queue) range with data (``minPartitions``
-splits big ranges), over one topic, a ``topics`` list or every topic matching ``topicPattern``.
+splits big ranges, ``maxRecordsPerPartition`` caps them), over one topic, a ``topics`` list,
+every topic matching ``topicPattern`` or the queues ``assign`` names.
 Ranges end at the committed end of each queue (the confirm offset), so a range is never
 truncated away by a failover, and a replayed range yields exactly the same messages. Everything a
 task needs travels in its partition (:class:`~pipeline.partition.RangePartition`); readers and
@@ -19,7 +20,7 @@ offsets are committed at the brokers as that consumer group's.
 
 Writing goes through PySpark's Arrow writers: each task turns its record batches into
 SEND_BATCH_MESSAGE batches; a ``messageGroup`` column picks the queue by hash and keeps a group's
-order. It is at-least-once: a task that fails reports how many of its rows were acknowledged
+order, a ``queue`` column names it. It is at-least-once: a task that fails reports how many of its rows were acknowledged
 (they stay in the topic) and Spark's retry of the task sends them again.
 
 :class:`RmqDataSource` is the format; its readers and writers are :mod:`pipeline.batch_reader`,

@@ -5,7 +5,9 @@ Rows with a ``messageGroup`` carry it as their message group (``__SHARDINGKEY``,
 consumers and the official clients read) and go to the queue the group's hash picks
 (:func:`pipeline.queue_sender.queue_for`), one batch per queue in flight and retried on that
 queue, so one group's messages keep the order they had in the task's partition; rows without one
-are spread over the writable queues. It is at-least-once: a task that fails reports how many of
+are spread over the writable queues. A ``queue`` column (an index into the topic's queues, or
+``broker/queueId``) names a row's queue outright, as Kafka's ``partition`` column does; the row
+keeps its message group. It is at-least-once: a task that fails reports how many of
 its rows were acknowledged (they stay in the topic) and Spark's retry of the task sends them
 again.
 """
@@ -18,10 +20,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import WriterCommitMessage
-from pyspark.sql.types import BinaryType, MapType, StringType, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from client.routes import MessageQueue
 from pipeline.errors import OptionError, WriteError
+from pipeline.offsets import describe_queues
 from pipeline.options import WriteOptions
 from pipeline.queue_sender import QueueSender, encode_items, queue_for
 from pipeline.snapshot import snapshot
@@ -46,6 +58,8 @@ class WriteSetup:
     topic: int
     #: the message group column (-1: absent): picks the queue by hash
     group: int = -1
+    #: the queue column (-1: absent): an explicit queue, which wins over the group's hash
+    queue: int = -1
 
 
 def writer_setup(options: Any, schema: StructType) -> WriteSetup:
@@ -83,6 +97,7 @@ def writer_setup(options: Any, schema: StructType) -> WriteSetup:
         properties=properties,
         topic=column("topic", StringType),
         group=column("messageGroup", StringType, BinaryType),
+        queue=column("queue", IntegerType, LongType, ShortType, ByteType, StringType),
     )
     if opts.topic is None and setup.topic < 0:
         raise OptionError(
@@ -127,14 +142,18 @@ def write_batches(setup: WriteSetup, batches: Iterator[pa.RecordBatch]) -> RmqCo
     try:
         try:
             for batch in batches:
-                for topic, group, item in _items(setup, batch, seen):
+                for topic, group, chosen, item in _items(setup, batch, seen):
                     seen += 1
                     queue = None
-                    if group is not None:
+                    if group is not None or chosen is not None:
                         known = queues.get(topic)
                         if known is None:
                             known = queues[topic] = sender.queues(topic)
-                        queue = queue_for(group, known)
+                        if chosen is not None:
+                            queue = explicit_queue(chosen, known, topic, seen)
+                        else:
+                            assert group is not None
+                            queue = queue_for(group, known)
                     key = (topic, queue)
                     items, size = pending.setdefault(key, ([], [0]))
                     items.append(item)
@@ -160,10 +179,38 @@ def write_batches(setup: WriteSetup, batches: Iterator[pa.RecordBatch]) -> RmqCo
     )
 
 
+def explicit_queue(
+    chosen: int | str, queues: list[MessageQueue], topic: str, number: int
+) -> MessageQueue:
+    """Row ``number``'s ``queue`` column: an index into the topic's queues in (broker group,
+    queue id) order (the order message groups hash over; a static topic's logical queues), or
+    ``broker/queueId`` text naming one. :class:`WriteError` for a queue the topic lacks."""
+    if isinstance(chosen, str):
+        broker, sep, qid = chosen.strip().rpartition("/")
+        found = [
+            mq
+            for mq in queues
+            if sep and qid.isdigit() and (mq.broker_name, mq.queue_id) == (broker, int(qid))
+        ]
+        if not found:
+            raise WriteError(
+                f"row {number} has queue {chosen!r}, not a queue of topic {topic!r} (its "
+                f"queues: {describe_queues(queues)}; or give the index 0..{len(queues) - 1})"
+            )
+        return found[0]
+    if not 0 <= chosen < len(queues):
+        raise WriteError(
+            f"row {number} has queue {chosen}, topic {topic!r} has {len(queues)} queues "
+            f"(0..{len(queues) - 1}: {describe_queues(queues)}, in that order)"
+        )
+    return queues[chosen]
+
+
 def _items(
     setup: WriteSetup, batch: pa.RecordBatch, before: int
-) -> Iterator[tuple[str, bytes | None, dict[str, Any]]]:
-    """(topic, message group as bytes or None, the message map) of every row of ``batch``."""
+) -> Iterator[tuple[str, bytes | None, int | str | None, dict[str, Any]]]:
+    """(topic, message group as bytes or None, the ``queue`` column's value or None, the message
+    map) of every row of ``batch``."""
     n = batch.num_rows
     if n == 0:
         return
@@ -174,7 +221,7 @@ def _items(
 
     bodies = column(setup.body)
     keys, tags, props = column(setup.keys), column(setup.tags), column(setup.properties)
-    topics, groups = column(setup.topic), column(setup.group)
+    topics, groups, chosen = column(setup.topic), column(setup.group), column(setup.queue)
     default_topic = setup.opts.topic
     for i in range(n):
         body = bodies[i]
@@ -200,7 +247,7 @@ def _items(
             name = _group_name(group, number)
             item.setdefault("properties", {})[PROP_MESSAGE_GROUP] = name
             group = name.encode()
-        yield topic, group, item
+        yield topic, group, chosen[i], item
 
 
 def _group_name(group: str | bytes, number: int) -> str:

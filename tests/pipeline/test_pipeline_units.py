@@ -96,7 +96,8 @@ def test_option_names_are_checked_with_the_nearest_suggested() -> None:
     with pytest.raises(OptionError, match=r"unknown option 'startingOffset'.*startingOffsets\?"):
         ReadOptions.parse({**base, "startingOffset": "latest"})
     with pytest.raises(
-        OptionError, match=r"unknown option 'zzz'.*the options are accessKey, caFile, controllers"
+        OptionError,
+        match=r"unknown option 'zzz'.*the options are accessKey, assign, caFile, controllers",
     ):
         ReadOptions.parse({**base, "zzz": "1"})
     with pytest.raises(OptionError, match=r"'batchsise'.*did you mean batchSize"):
@@ -419,7 +420,7 @@ def test_a_rows_message_group_is_carried_as_the_messages_group() -> None:
     from pipeline.errors import WriteError
     from pipeline.write import WriteSetup, _items
 
-    def items(groups: list[Any], group_type: Any) -> list[tuple[str, bytes | None, Any]]:
+    def items(groups: list[Any], group_type: Any) -> list[tuple[str, bytes | None, Any, Any]]:
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array([f"m{i}" for i in range(len(groups))]),
@@ -435,14 +436,14 @@ def test_a_rows_message_group_is_carried_as_the_messages_group() -> None:
         return list(_items(WriteSetup(options, 0, True, -1, -1, 1, -1, 2), batch, 10))
 
     got = items(["order-1", None, "order-2"], pa.string())
-    assert [(topic, group) for topic, group, _ in got] == [
+    assert [(topic, group) for topic, group, _, _ in got] == [
         ("T", b"order-1"), ("T", None), ("T", b"order-2")
     ]  # fmt: skip
-    assert [item.get("properties") for _, _, item in got] == [
+    assert [item.get("properties") for _, _, _, item in got] == [
         {"color": "red", "__SHARDINGKEY": "order-1"}, None, {"__SHARDINGKEY": "order-2"}
     ]  # fmt: skip
     binary = items([b"order-1", "g\u00e9".encode()], pa.binary())
-    assert [item["properties"]["__SHARDINGKEY"] for _, _, item in binary] == ["order-1", "g\u00e9"]
+    assert [item["properties"]["__SHARDINGKEY"] for *_, item in binary] == ["order-1", "g\u00e9"]
     with pytest.raises(WriteError, match="row 12 has a messageGroup that is not UTF-8"):
         items([b"ok", b"\xff\xfe"], pa.binary())
     with pytest.raises(WriteError, match=r"row 11 has a bad messageGroup: .* must not be empty"):
