@@ -6,6 +6,8 @@ loopback socket, in the test's loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from protocol.rocketmq_remoting.frame import (
     CommandDecoder,
@@ -13,16 +15,37 @@ from protocol.rocketmq_remoting.frame import (
     encode_command,
     make_response,
 )
-from remoting.classic_door import ClassicAnswer, ClassicDoor, ClassicSession
+from remoting.classic_door import ClassicAnswer, ClassicDoor, ClassicHandler, ClassicSession
 from remoting.server import RemotingServer, ServerLimits
 from tests.support.wait import wait_until_async
 
 SLOW, FAST = 1001, 1002
 
 
-async def test_awaited_classic_requests_hold_back_reading_at_max_inflight() -> None:
-    server = RemotingServer(ServerLimits(max_inflight=2), name="test")
+Door = tuple[RemotingServer, asyncio.StreamReader, asyncio.StreamWriter, CommandDecoder]
+
+
+@contextlib.asynccontextmanager
+async def classic_door(
+    max_inflight: int, handlers: dict[int, ClassicHandler]
+) -> AsyncIterator[Door]:
+    """A server whose classic door serves ``handlers`` (code -> handler), and a connection to
+    it: (server, reader, writer, the connection's decoder). Both closed after."""
+    server = RemotingServer(ServerLimits(max_inflight=max_inflight), name="test")
     door = ClassicDoor("test", 1 << 20)
+    for code, handler in handlers.items():
+        door.register(code, handler)
+    server.second_door = door
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield server, reader, writer, CommandDecoder()
+    finally:
+        writer.close()
+        await server.stop()
+
+
+async def test_awaited_classic_requests_hold_back_reading_at_max_inflight() -> None:
     release = asyncio.Event()
 
     async def slow(session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
@@ -32,13 +55,7 @@ async def test_awaited_classic_requests_hold_back_reading_at_max_inflight() -> N
     def fast(session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         return make_response(req, 0, remark="fast")
 
-    door.register(SLOW, slow)
-    door.register(FAST, fast)
-    server.second_door = door
-    port = await server.start("127.0.0.1", 0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    decoder = CommandDecoder()
-    try:
+    async with classic_door(2, {SLOW: slow, FAST: fast}) as (server, reader, writer, decoder):
         for opaque in (1, 2):
             writer.write(encode_command(RemotingCommand(code=SLOW, opaque=opaque)))
             await writer.drain()
@@ -60,9 +77,6 @@ async def test_awaited_classic_requests_hold_back_reading_at_max_inflight() -> N
             got += await _answers(reader, decoder, 5)
         assert sorted(got) == [(1, "slow"), (2, "slow"), (3, "fast")]
         assert conn.inflight == 0
-    finally:
-        writer.close()
-        await server.stop()
 
 
 async def _answers(
@@ -82,8 +96,6 @@ async def test_a_future_answer_counts_in_flight_goes_out_when_set_and_is_cancell
     """A handler that answers from a callback returns a future (the classic send does, from
     the durability wait): it is in flight until set, its answer is written then, and a
     connection that closes first cancels it (nothing written, no error)."""
-    server = RemotingServer(ServerLimits(max_inflight=8), name="test")
-    door = ClassicDoor("test", 1 << 20)
     futures: list[asyncio.Future[RemotingCommand | None]] = []
 
     def later(session: ClassicSession, req: RemotingCommand) -> ClassicAnswer:
@@ -91,12 +103,7 @@ async def test_a_future_answer_counts_in_flight_goes_out_when_set_and_is_cancell
         futures.append(fut)
         return fut
 
-    door.register(SLOW, later)
-    server.second_door = door
-    port = await server.start("127.0.0.1", 0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    decoder = CommandDecoder()
-    try:
+    async with classic_door(8, {SLOW: later}) as (server, reader, writer, decoder):
         writer.write(encode_command(RemotingCommand(code=SLOW, opaque=7)))
         await writer.drain()
         await wait_until_async(lambda: len(futures) == 1, "the request handled", 5)
@@ -116,6 +123,3 @@ async def test_a_future_answer_counts_in_flight_goes_out_when_set_and_is_cancell
             lambda: futures[1].cancelled(), "the future cancelled by the close", 5
         )
         assert not server.connections
-    finally:
-        writer.close()
-        await server.stop()
