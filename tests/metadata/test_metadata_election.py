@@ -246,22 +246,18 @@ def test_the_elected_broker_is_a_candidate_and_none_ranks_better(
     alive: dict[int, ElectionInfo], sync_state_set: frozenset[int], old: int | None, unclean: bool
 ) -> None:
     replicas = frozenset(range(1, 7))
-    result = choose_master(
-        sync_state_set=sync_state_set,
-        replicas=replicas,
-        old_master=old,
-        alive=alive,
-        enable_elect_unclean_master=unclean,
+    verdict, chosen = choose(
+        alive, sync_state_set=sync_state_set, replicas=replicas, old_master=old, unclean=unclean
     )
     in_sync = sync_state_set & alive.keys()
     pool = in_sync if in_sync or not unclean else frozenset(alive)
     if not pool:
-        assert result.verdict is Verdict.NO_CANDIDATE
+        assert verdict is Verdict.NO_CANDIDATE
     elif old in pool:
-        assert (result.verdict, result.broker_id) == (Verdict.MASTER_STILL_ALIVE, old)
+        assert (verdict, chosen) == (Verdict.MASTER_STILL_ALIVE, old)
     else:
-        assert result.verdict is Verdict.ELECTED and result.broker_id in pool
-        best = rank_key(result.broker_id, alive[result.broker_id])
+        assert verdict is Verdict.ELECTED and chosen in pool
+        best = rank_key(chosen, alive[chosen])
         assert all(best <= rank_key(b, alive[b]) for b in pool)
 
 
