@@ -135,12 +135,19 @@ async def test_a_new_group_from_latest_skips_older_messages(cluster: FakeCluster
     assert {m.body for m in got} == set(sent)
 
 
+def two_members(cluster: FakeCluster) -> tuple[Consumer, Consumer]:
+    """Members c1 and c2 of group g on topic T, not started."""
+    boot = bootstrap(cluster)
+    return (
+        Consumer(boot, "g", "T", client_id="c1", **FAST),
+        Consumer(boot, "g", "T", client_id="c2", **FAST),
+    )
+
+
 async def test_two_members_split_the_queues_and_a_leaver_hands_its_queues_over(
     cluster: FakeCluster,
 ) -> None:
-    boot = bootstrap(cluster)
-    c1 = Consumer(boot, "g", "T", client_id="c1", **FAST)
-    c2 = Consumer(boot, "g", "T", client_id="c2", **FAST)
+    c1, c2 = two_members(cluster)
     all_queues = {MessageQueue(b, q) for b in ("broker-a", "broker-b") for q in range(4)}
     try:
         await c1.start()
@@ -167,9 +174,7 @@ async def test_two_members_split_the_queues_and_a_leaver_hands_its_queues_over(
 async def test_a_member_that_stops_heartbeating_loses_its_queues_to_the_others(
     cluster: FakeCluster,
 ) -> None:
-    boot = bootstrap(cluster)
-    c1 = Consumer(boot, "g", "T", client_id="c1", **FAST)
-    c2 = Consumer(boot, "g", "T", client_id="c2", **FAST)
+    c1, c2 = two_members(cluster)
     try:
         await c1.start()
         await c2.start()
