@@ -5,9 +5,11 @@ Each RPC becomes one of the broker's own requests (:mod:`protocol.pull`): PULL_M
 UPDATE_CONSUMER_OFFSET, QUERY_CONSUMER_OFFSET, GET_MIN_OFFSET, GET_MAX_OFFSET (committed: what
 consumers may read) and SEARCH_OFFSET_BY_TIMESTAMP, so every check, limit, long poll and metric
 of the remoting path applies. They go to this broker group's master; while the group has none
-(between masters), reads (pulls, offset queries) are served by this broker itself from what it
-replicated, as a classic consumer reads a slave then, and a commit is refused
-HA_NOT_AVAILABLE (a slave's offsets are copies of its master's, overwritten at the next sync).
+(between masters), or its master does not answer, reads (pulls, offset queries) are served by
+this broker itself from what it replicated (up to its confirm offset: the same messages at the
+same offsets, perhaps fewer), as a classic consumer reads a slave then. A commit goes to the
+master only: with none it is refused HA_NOT_AVAILABLE (a slave's offsets are copies of its
+master's, overwritten at the next sync).
 
 The answers are read as the clients read them: a PullMessage stream holds a ``status``, the
 messages and a ``next_offset`` (where the next pull starts); ``MESSAGE_NOT_FOUND`` (nothing new
@@ -127,10 +129,20 @@ class PullFront:
             ) from None
 
     async def _read(self, code: int, header: Header, timeout: float = _TIMEOUT_S) -> Frame:
-        """A read at the group's master, or at this broker while the group has none."""
-        return await self._request(
-            self.master_address() or self.local_address, code, header, timeout
-        )
+        """A read at the group's master; at this broker while the group has none, or when the
+        master does not answer (dead before the controllers elected another)."""
+        master = self.master_address()
+        if master and master != self.local_address:
+            try:
+                return await self._request(master, code, header, timeout)
+            except Refused as exc:
+                log.info(
+                    "grpc: master unreachable, read from this broker",
+                    master=master,
+                    code=code,
+                    error=exc.message,
+                )
+        return await self._request(self.local_address, code, header, timeout)
 
     async def _offset(self, code: int, header: Header) -> int:
         resp = await self._read(code, header)

@@ -13,6 +13,7 @@ the group never committed."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 from client import Producer
 from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
-from protocol.pull import ConsumerOffsetQuery, decode_offset
+from protocol.pull import ConsumerOffsetQuery, MaxOffsetQuery, decode_offset
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from tests.cluster.support import (
@@ -117,8 +118,13 @@ def drain(mq, offset, stop_at):
         if status == "MESSAGE_NOT_FOUND" and offset >= stop_at:
             return got, offset, statuses
 
+def listed():
+    # mode slave: the queues as a client cached them from an earlier route
+    return [pb.MessageQueue(topic=pb.Resource(name=topic), id=int(q), permission=pb.READ_WRITE,
+                            broker=pb.Broker(name="broker-a", id=0)) for q in extra["ends"]]
+
 out = {}
-for mq in queues():
+for mq in (listed() if mode == "slave" else queues()):
     q = {}
     if mode == "read":
         q["before"] = get(mq)
@@ -136,6 +142,10 @@ for mq in queues():
         q["got"], q["next"], _ = drain(mq, offset, query(mq, pb.END))
         q["update"] = update(mq, q["next"])
         q["after"] = get(mq)
+    elif mode == "slave":
+        q["start"] = get(mq)
+        q["got"], q["next"], _ = drain(mq, 0, extra["ends"][str(mq.id)])
+        q["update"] = update(mq, q["next"])
     out[mq.id] = q
 print(json.dumps(out))
 """
@@ -167,6 +177,20 @@ async def _committed_on(address: str, queue_id: int) -> int | None:
         return None
     try:
         resp = await conn.request(RequestCode.QUERY_CONSUMER_OFFSET, ask.header(), None, 2.0)
+    finally:
+        conn.close()
+    return decode_offset(resp) if resp.code == ResponseCode.SUCCESS else None
+
+
+async def _visible_on(address: str, queue_id: int) -> int | None:
+    """What pulls may read of one queue at the broker at ``address`` (its committed end)."""
+    ask = MaxOffsetQuery(topic=TOPIC, queue_id=queue_id, committed=True)
+    try:
+        conn = await RemotingClient.connect(address, timeout=2.0)
+    except RemotingError:
+        return None
+    try:
+        resp = await conn.request(ask.code, ask.header(), None, 2.0)
     finally:
         conn.close()
     return decode_offset(resp) if resp.code == ResponseCode.SUCCESS else None
@@ -263,3 +287,41 @@ async def test_offsets_and_pulls_carry_on_after_a_master_change(
             assert await _committed_on(new, qid) == q["next"]
     finally:
         boot.close()
+
+
+async def test_a_slave_serves_pulls_while_its_dead_master_is_not_replaced(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The master is killed while the controllers are frozen (no new master, and the slaves
+    still name the dead one): a slave's endpoint answers GetOffset with its copy of the commit
+    and the pulls with every message it replicated, in order; a commit is refused (the master
+    is unreachable) and the client can commit again later."""
+    ports = add_grpc_group(cluster)
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        old = (await full_sync_state_set(boot, cluster))["masterAddress"]
+        await create_topic(boot, old, TOPIC, 2)
+        first = await _send(cluster, "first", 40)
+        index = {b.address: i for i, b in enumerate(cluster.brokers)}
+        committed = await _client(tmp_path, "read", ports[index[old]], {"ts": 0})
+        later = await _send(cluster, "later", 20)
+        ends = {str(q): len(rows) for q, rows in _by_queue({**first, **later}).items()}
+        slave = next(b.address for b in cluster.brokers if b.address != old)
+        for qid, end in ends.items():
+
+            async def caught_up(q: int = int(qid), e: int = end) -> bool:
+                got = await _visible_on(slave, q), await _committed_on(slave, q)
+                return got == (e, committed[str(q)]["next"])
+
+            await wait_until_async(caught_up, f"{slave} replicates queue {qid}", 30)
+    finally:
+        boot.close()
+    for controller in cluster.controllers:
+        controller.signal(signal.SIGSTOP)  # the cluster fixture thaws them
+    node_at(cluster, old).kill9()
+    answer = await _client(tmp_path, "slave", ports[index[slave]], {"ends": ends})
+    every = _by_queue({**first, **later})
+    for qid, q in answer.items():
+        assert q["start"] == ["OK", committed[qid]["next"]]
+        assert [(m["offset"], m["body"]) for m in q["got"]] == every[int(qid)]
+        assert q["update"] == "INTERNAL_ERROR"
