@@ -222,6 +222,12 @@ class BrokerConfig:
     consumer_offset_persist_interval_ms: int = field(
         5_000, "how often consumer offsets are written to disk", at_least(100)
     )
+    scrub_bytes_per_s: int = field(
+        8 << 20,
+        "CommitLog bytes a second the background scrub re-reads and checks, repairing damaged "
+        "records from the group's replicas (docs/operations.md, \"Corrupt files\"); 0 turns it off",
+        at_least(0),
+    )
     timer_enable: bool = field(
         True,
         "accept and deliver scheduled messages (a delivery time or delay); set it alike on every replica of a group (a slave with it off cannot deliver after a failover)",

@@ -42,11 +42,13 @@ CORRUPTION_KINDS: Final = (
     "recovery_cut",
     "segment_short",
     "consumequeue_rebuilt",
+    "scrub",
 )
 """read: a record a read found failing its CRC (once per offset); recovery_quarantined: a
 damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the end of the log
 (copied aside); segment_short: CommitLog bytes missing before a segment's start (zero-filled);
-consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record."""
+consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record; scrub:
+a CommitLog record the background scrub found failing its checks (once per offset)."""
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +127,21 @@ class Corruption:
         except RecordError as exc:
             return f"record header damaged ({str(exc).rsplit(' at ', 1)[0]})"
         return None
+
+    def scrubbed(self, offset: int, size: int) -> None:
+        """The scrub found the ``size`` bytes at ``offset`` damaged: counted and logged once per
+        offset, and known by their size for a repair."""
+        self.sizes[offset] = size
+        if offset in self.reported:
+            return
+        self.reported.add(offset)
+        self.counts["scrub"] += 1
+        log.error(
+            f"commitlog damaged: {size} bytes at offset {offset} fail their checks (found by the "
+            "scrub)",
+            offset=offset,
+            size=size,
+        )
 
     def repair_refused(self, physical: int) -> None:
         """No replica could repair the record at ``physical``: reads take its entry for wrong

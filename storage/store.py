@@ -46,6 +46,7 @@ from storage.queue_write import RecordSizer, encode_batch
 from storage.queues import queue_id_error, topic_error
 from storage.recovery import Damage
 from storage.replica_bytes import append_end, whole_records, write_file
+from storage.scrub import Scrub, ScrubStep
 from storage.segment import Segment
 from storage.store_config import StoreConfig
 from storage.store_files import StoreFiles
@@ -112,6 +113,7 @@ class MessageStore:
         self.index = files.index
         """The key index (None when ``index_enable`` is off)."""
         self._repairer: Repairer | None = None
+        self._scrub = Scrub(self._commitlog, self._dir)
 
     @property
     def damaged(self) -> list[Damage]:
@@ -127,6 +129,7 @@ class MessageStore:
     def open(self) -> None:
         """Load and recover the store; any truncation is durable before this returns."""
         self._files.open()
+        self._scrub.load()
 
     def close(self) -> None:
         """Flush everything, write the checkpoint and remove the abort marker (a clean stop)."""
@@ -486,11 +489,6 @@ class MessageStore:
             self.index.catch_up(commitlog)
         return commitlog.write_pos
 
-    def truncate(self, offset: int) -> None:
-        """Durably cut the CommitLog, the ConsumeQueues and their max offsets back to
-        ``offset`` (a record boundary); ``confirm_offset`` is lowered to it if above."""
-        self._check_open()
-        end = self._files.cut(offset)
     # -- repair from a replica (issue 31) ---------------------------------------------------
 
     @property
@@ -545,6 +543,34 @@ class MessageStore:
         commitlog = self._commitlog
         seg = commitlog.segment_at(offset)
         end = offset + size
+    def scrub(self, max_bytes: int) -> ScrubStep:
+        """Check the next ``max_bytes`` of flushed CommitLog records (``storage.scrub``); the
+        damage found is counted (``scrub``, once per offset) and, like a read's, handed to
+        :attr:`repairer` by its offset (:meth:`unreadable_size`)."""
+        self._check_open()
+        step = self._scrub.step(self._files.flushed, max_bytes)
+        for offset, size in step.damage:
+            self._corruption.scrubbed(offset, size)
+        return step
+
+    def save_scrub(self) -> None:
+        """Keep the scrub's position durably (a restart carries on from it)."""
+        self._scrub.save()
+
+    @property
+    def scrub_position(self) -> tuple[int, int]:
+        """(CommitLog offset the scrub reads next, passes it ended)."""
+        return self._scrub.position, self._scrub.passes
+
+    def unrepaired(self) -> list[tuple[int, int]]:
+        """The damage this store knows of and holds still (CommitLog offset, size), oldest
+        first: records reads or the scrub found unreadable, ranges recovery kept in place."""
+        ranges = dict(self._corruption.sizes)
+        for d in self._corruption.damaged:
+            ranges.setdefault(d.offset, d.size)
+        floor = self._commitlog.min_offset
+        return sorted((o, n) for o, n in ranges.items() if o >= floor)
+
         if (
             size <= 0
             or seg is None
@@ -561,3 +587,8 @@ class MessageStore:
             log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
             for listener in self.truncate_listeners:
                 listener(offset)
+    def truncate(self, offset: int) -> None:
+        """Durably cut the CommitLog, the ConsumeQueues and their max offsets back to
+        ``offset`` (a record boundary); ``confirm_offset`` is lowered to it if above."""
+        self._check_open()
+        end = self._files.cut(offset)

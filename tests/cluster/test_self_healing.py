@@ -173,3 +173,39 @@ async def test_a_damaged_size_field_on_the_master_is_repaired_not_truncated(
     assert record_intact(victim, damaged_at)
     assert metric(victim, port, "rmq_broker_records_repaired_total") == 1
     assert "truncated" not in victim.log()
+
+
+async def test_a_slave_scrubs_and_repairs_its_copy_then_serves_everything_after_a_kill(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # Nothing reads the slave's copy: its scrub finds the flipped byte within one pass and has
+    # it repaired from the master; with the master (and the other slave) killed, it is the one
+    # copy left, and every message reads back from it.
+    _, ports, bodies, physical = await group_with_messages(cluster, boot)
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    master = node_at(cluster, doc["masterAddress"])
+    victim, other = (b for b in cluster.brokers if b is not master)
+    port = ports[cluster.brokers.index(victim)]
+    damaged_at = physical[DAMAGED]
+    victim.stop()
+    flip(victim, damaged_at + HEAD_SIZE + 5)
+    victim.restart()
+    await full_sync_state_set(boot, cluster, size=3)
+
+    def scrub_repaired() -> bool:
+        return metric(victim, port, "rmq_broker_scrub_repaired_total") >= 1
+
+    await wait_until_async(
+        lambda: asyncio.to_thread(scrub_repaired), "the slave's scrub to repair", 60
+    )
+    assert record_intact(victim, damaged_at)
+    assert metric(victim, port, "rmq_broker_scrub_damage_found_total") == 1
+    assert metric(victim, port, "rmq_broker_records_repaired_total") == 1
+    assert metric(victim, port, "rmq_broker_scrub_unrepairable_total") == 0
+
+    other.kill9()
+    master.kill9()
+    await new_master(boot, cluster, master.address)
+    assert (await sync_state(boot) or {}).get("masterAddress") == victim.address
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
+    assert received == bodies

@@ -1,0 +1,92 @@
+"""The background scrub (issue 31): the broker re-reads its flushed CommitLog records at
+``scrub_bytes_per_s`` (0: off, read at every tick so a change applies at once), checks each one
+(``MessageStore.scrub``, ``storage.scrub``) and has what fails repaired from the group's replicas
+(:class:`~broker.repair.fetch.RecordRepair`), before a consumer meets it. Its position is saved
+every :data:`SAVE_EVERY_S` and at the end of each pass, so a restart carries on from there.
+
+Counted in :attr:`Scrubber.counts` (the metrics ``rmq_broker_scrub_*_total``): bytes scrubbed,
+damage found, repaired, unrepairable (no replica holds it intact: the damage stays, reads of it
+answer MESSAGE_CORRUPT, and the alert ``RmqUnrepairableDamage`` fires).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Final
+
+import structlog
+
+from broker.repair.fetch import RecordRepair
+from storage.errors import StoreError
+from storage.store import MessageStore
+
+__all__ = ["SCRUB_KINDS", "Scrubber"]
+
+log = structlog.get_logger(__name__)
+
+TICK_S: Final = 0.1
+"""How often a slice is read: a slice is ``scrub_bytes_per_s * TICK_S`` bytes."""
+SAVE_EVERY_S: Final = 10.0
+SCRUB_KINDS: Final = ("bytes", "damage_found", "repaired", "unrepairable")
+
+
+class Scrubber:
+    """Loop thread only."""
+
+    def __init__(
+        self, store: MessageStore, repair: RecordRepair | None, rate: Callable[[], int]
+    ) -> None:
+        self._store = store
+        self._repair = repair
+        self._rate = rate
+        self.counts: dict[str, int] = dict.fromkeys(SCRUB_KINDS, 0)
+        """Bytes read; damage found, repaired and unrepairable, each once per offset."""
+        self._found: set[int] = set()
+        self._unrepairable: set[int] = set()
+
+    async def run(self) -> None:
+        saved_at = time.monotonic()
+        credit = 0.0
+        while True:
+            await asyncio.sleep(TICK_S)
+            rate = self._rate()
+            if rate <= 0:
+                credit = 0.0
+                continue
+            credit = min(credit + rate * TICK_S, rate * 1.0)
+            if credit < 1:
+                continue
+            try:
+                step = self._store.scrub(int(credit))
+            except StoreError:  # the store closed under us (stopping)
+                return
+            credit -= step.scanned
+            self.counts["bytes"] += step.scanned
+            for offset, size in step.damage:
+                await self._handle(offset, size)
+            now = time.monotonic()
+            if step.wrapped or now - saved_at >= SAVE_EVERY_S:
+                saved_at = now
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, self._store.save_scrub)
+                except (OSError, StoreError) as exc:
+                    log.warning("scrub position not saved", error=str(exc))
+            if step.wrapped:
+                position, passes = self._store.scrub_position
+                log.info("scrub pass ended", passes=passes, position=position)
+
+    async def _handle(self, offset: int, size: int) -> None:
+        if offset not in self._found:
+            self._found.add(offset)
+            self.counts["damage_found"] += 1
+        repairing = None if self._repair is None else self._repair.start(offset)
+        repaired = repairing is not None and (await repairing).ok
+        if repaired:
+            self._found.discard(offset)
+            self._unrepairable.discard(offset)
+            self.counts["repaired"] += 1
+        elif offset not in self._unrepairable:
+            self._unrepairable.add(offset)
+            self.counts["unrepairable"] += 1
