@@ -128,7 +128,9 @@ class BatchSender:
                         results = await self._send_batch_of(topic, items, first)
                 except SendError as exc:  # every attempt failed until the oldest's deadline
                     now = time.monotonic()
-                    if self._router.retries is not None or self._router.closed:
+                    if self._router.retries is not None or self._router.closed or exc.maybe_stored:
+                        # maybe_stored: the batch may be stored (an idempotent producer's retries
+                        # stayed on its queue); a later subset would be another request
                         expired, items = items, []
                     else:
                         expired = [it for it in items if it.deadline <= now]

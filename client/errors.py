@@ -53,7 +53,11 @@ class NoRouteError(ClientError):
 
 
 class SendError(ClientError):
-    """A send failed after its retries; ``__cause__`` holds the last failure."""
+    """A send failed after its retries; ``__cause__`` holds the last failure.
+    ``maybe_stored``: an idempotent producer's attempt may have been stored (its retries stayed
+    on that queue); a request sent again as another one could then be stored twice."""
+
+    maybe_stored: bool = False
 
 
 class ClosedError(ClientError):

@@ -27,6 +27,12 @@ FIFO message groups (``message_group=``): a send goes to the queue its group has
 flight, sends in call order; driven by ``client/fifo_send.py``), and its retries go only to the
 group's queue (docs/fifo.md).
 
+Idempotence (``idempotent``, on by default; docs/idempotence.md): before its first send the
+producer takes a producer id and epoch from the controllers (``client/producer_identity.py``),
+and every request carries them with the sequence of its queue (``client/sequencer.py``), so the
+broker, and after a failover its successor, stores a retried request once. A request that may
+have been stored is retried only on its queue.
+
 Recalling a scheduled message: ``client/recall.py``. This module builds the requests from the
 application's arguments and hands them to those parts.
 """
@@ -34,9 +40,11 @@ application's arguments and hands them to those parts.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from client.auto_batch import AutoBatcher
 from client.batch_send import FRAME_OVERHEAD, BatchSender, batch_results, single_result
@@ -51,9 +59,11 @@ from client.message import (
     asked_delivery_time,
     delivery_properties,
 )
+from client.producer_identity import acquire_identity
 from client.recall import Recaller
 from client.routes import RouteCache
 from client.routing_retry import RETRIABLE_CODES, SendRouter
+from client.sequencer import Sequencer
 from protocol.broker_requests.send import SendBatchRequest, SendRequest
 from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import Message as WireMessage
@@ -100,6 +110,13 @@ class Producer:
     - ``tls``: an ``ssl.SSLContext`` (``remoting.tls.client_context(ca_file)`` makes one):
       every connection goes over TLS, the brokers' and controllers' certificates checked
       against its CA (a cluster with ``tls_enabled``). The same keyword on the classes above.
+    - ``idempotent``: every request carries this producer's id, epoch and the sequence of its
+      queue, so a retry of a request the broker stored (an answer lost, a timeout, a failover)
+      is not stored again (docs/idempotence.md; the id is taken from the controllers before
+      the first send). False: no fields, today's at-least-once retries.
+    - ``producer_id_file``: a file keeping the producer id across restarts (created on first
+      use): the id is taken up again at a higher epoch, and the brokers refuse what an earlier
+      incarnation of it still sends (PRODUCER_FENCED). Without it each start is a new producer.
     """
 
     def __init__(
@@ -120,6 +137,8 @@ class Producer:
         linger_ms: float = 0.0,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        idempotent: bool = True,
+        producer_id_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if retries is not None and retries < 0:
             raise ValueError("retries must be >= 0 (or None)")
@@ -135,6 +154,12 @@ class Producer:
         self.max_message_bytes = max_message_bytes
         self._pool = ConnectionPool(connect_timeout, credentials, tls)
         bootstrap_ = Bootstrap(bootstrap, self._pool, connect_timeout)
+        self._bootstrap = bootstrap_
+        self.idempotent = idempotent
+        self.producer_id_file = Path(producer_id_file) if producer_id_file is not None else None
+        if self.producer_id_file is not None and not idempotent:
+            raise ValueError("producer_id_file needs idempotent=True")
+        self._identity: asyncio.Future[None] | None = None
         self.routes = RouteCache(bootstrap_, refresh_interval=route_refresh_interval)
         self._router = SendRouter(
             self._pool,
@@ -185,6 +210,36 @@ class Producer:
     @property
     def fault_isolation(self) -> float:
         return self._router.fault_isolation
+
+    @property
+    def producer_id(self) -> int | None:
+        """The idempotent producer's id (None before its first send, or not idempotent)."""
+        seqr = self._router.sequencer
+        return None if seqr is None else seqr.producer_id
+
+    @property
+    def producer_epoch(self) -> int | None:
+        seqr = self._router.sequencer
+        return None if seqr is None else seqr.epoch
+
+    async def _identify(self) -> None:
+        """Take the producer id and epoch (once; concurrent first sends wait for the same
+        request, a failed one is tried again by the next send)."""
+        fut = self._identity
+        if fut is None:
+            fut = self._identity = asyncio.ensure_future(self._acquire())
+        try:
+            await asyncio.shield(fut)
+        except Exception:
+            if self._identity is fut:
+                self._identity = None
+            raise
+
+    async def _acquire(self) -> None:
+        pid, epoch = await acquire_identity(
+            self._bootstrap, self.producer_id_file, self._router.send_deadline
+        )
+        self._router.sequencer = Sequencer(pid, epoch)
 
     async def start(self) -> None:
         """Start background route refreshes. No request is sent until the first send."""
@@ -248,6 +303,9 @@ class Producer:
         Raises :class:`TopicNotFoundError` (never retried), :class:`BrokerError` for another
         definitive refusal, :class:`SendError` when every attempt failed.
         """
+        if self.idempotent and self._router.sequencer is None:
+            self._router.check_open()
+            await self._identify()
         if len(body) > self.max_message_bytes:
             raise ClientError(
                 f"message body of {len(body)} bytes exceeds max_message_bytes "
@@ -299,6 +357,9 @@ class Producer:
         """
         if not messages:
             return []
+        if self.idempotent and self._router.sequencer is None:
+            self._router.check_open()
+            await self._identify()
         if any(getattr(m, "message_group", None) is not None for m in messages):
             sends = [
                 asyncio.ensure_future(

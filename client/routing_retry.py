@@ -9,6 +9,11 @@ master for its group, the connection to the old one is closed and the attempt re
 once (a frozen master keeps its connections open; only the route tells it was replaced).
 
 A request of a FIFO message group goes only to the group's queue (:func:`group_lane`).
+
+An idempotent producer's request (``sequencer`` set, docs/idempotence.md) carries the queue's
+sequence (``client/sequencer.py``); once an attempt may have been stored (no answer, a cut
+connection, a flush or replica timeout: :data:`NOT_STORED_CODES` are the refusals that store
+nothing) its retries go only to that queue, at its group's master of the moment.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from client.errors import (
     UnreachableError,
 )
 from client.routes import MessageQueue, RouteCache, TopicRoute
+from client.sequencer import Lane, Sequencer
 from protocol.codes import ResponseCode
 from protocol.fifo import group_queue
 from protocol.remoting import Frame, Header
@@ -55,6 +61,21 @@ RETRIABLE_ROUTE_CODES = RETRIABLE_CODES | {
     ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
     ResponseCode.CONTROLLER_NOT_LEADER,
 }
+
+#: Retriable answers given before anything was stored: an idempotent request may move to
+#: another queue after them (after the others it stays on its queue, see SendRouter.send).
+NOT_STORED_CODES = frozenset(
+    {
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.DISK_FULL,
+        ResponseCode.NOT_MASTER,
+        ResponseCode.MASTER_FENCED,
+        ResponseCode.TOO_MANY_IN_FLIGHT,
+        ResponseCode.QUEUE_NOT_EXIST,
+        ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
+    }
+)
 
 CONNECTION_ERRORS = (ConnectError, ConnectionClosedError, RequestTimeoutError)
 #: An attempt unanswered this long (seconds) has the route watched while it waits, every
@@ -124,6 +145,9 @@ class SendRouter:
         self._faulty: dict[str, float] = {}
         self.started = False
         self.closed = False
+        self.sequencer: Sequencer | None = None
+        """An idempotent producer's sequences (set once its identity is known)."""
+        self._lane_waits: dict[Lane, list[asyncio.Future[None]]] = {}
 
     def check_open(self) -> None:
         """Raise :class:`ClosedError` unless the producer is started and not closed."""
@@ -156,6 +180,47 @@ class SendRouter:
         if address is None:
             raise NoRouteError(f"broker group {broker} of message group {group!r} has no master")
         return MessageQueue(broker, queue_id), address
+
+    @staticmethod
+    def _pinned_target(route: TopicRoute, mq: MessageQueue) -> Target:
+        """Queue ``mq`` at its group's master in ``route`` (an idempotent request that may
+        have been stored there); a :class:`NoRouteError` while the group has no master."""
+        address = route.master_address(mq.broker_name)
+        if address is None:
+            raise NoRouteError(f"broker group {mq.broker_name} has no master")
+        return mq, address
+
+    async def _sequence(self, lane: Lane, deadline: float) -> int:
+        """The next sequence of ``lane``, waiting (until ``deadline``) while the lane has a
+        window's worth in flight."""
+        seqr = self.sequencer
+        assert seqr is not None
+        while True:
+            seq = seqr.take(lane)
+            if seq is not None:
+                return seq
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NoRouteError(f"queue {lane[2]} of {lane[1]} has a window of sends in flight")
+            fut = asyncio.get_running_loop().create_future()
+            self._lane_waits.setdefault(lane, []).append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                waits = self._lane_waits.get(lane)
+                if waits is not None and fut in waits:
+                    waits.remove(fut)
+                    if not waits:
+                        del self._lane_waits[lane]
+
+    def _release(self, lane: Lane, seq: int) -> None:
+        seqr = self.sequencer
+        if seqr is not None and seqr.release(lane, seq):
+            for fut in self._lane_waits.pop(lane, ()):
+                if not fut.done():
+                    fut.set_result(None)
 
     def select(self, route: TopicRoute, avoid: set[str] | None) -> Target:
         """The next writable queue round-robin, skipping broker groups in ``avoid`` if possible."""
@@ -242,77 +307,111 @@ class SendRouter:
         last: Exception | None = None
         max_attempts = None if self.retries is None else self.retries + 1
         attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if first is not None:
-                    mq, address = first
-                    first = None
-                else:
-                    if route is None:
-                        route = await self.route(topic, deadline, fresh=False, first=attempt == 1)
-                    if group is None:
-                        mq, address = self.select(route, avoid)
-                    else:
-                        mq, address = self._group_target(route, group)
-            except NoRouteError as exc:  # a route with no master, or no route yet
-                last = exc
-            else:
-                header, body = request.to_queue(mq.queue_id)
+        seqr = self.sequencer
+        held: tuple[Lane, int] | None = None  # the lane and sequence this request holds
+        pinned: MessageQueue | None = None  # an attempt there may have been stored
+        try:
+            while True:
+                attempt += 1
                 try:
-                    conn = self._conns.get(address)
-                    if conn is None or conn.is_closed:
-                        conn = await self.connect(address, deadline)
-                    timeout = self.attempt_timeout(deadline)
-                    watch: list[asyncio.Task[None]] = []
-                    timer = asyncio.get_running_loop().call_later(
-                        ROUTE_WATCH_AFTER, self._watch_route, watch, conn, topic, mq.broker_name
-                    )
-                    try:
-                        resp = await conn.request(code, header, body, timeout)
-                    finally:
-                        timer.cancel()
-                        if watch:
-                            watch[0].cancel()
-                except CONNECTION_ERRORS as exc:
+                    if pinned is not None:
+                        if route is None:
+                            route = await self.route(topic, deadline, fresh=True)
+                        mq, address = self._pinned_target(route, pinned)
+                    elif first is not None:
+                        mq, address = first
+                        first = None
+                    else:
+                        if route is None:
+                            route = await self.route(
+                                topic, deadline, fresh=False, first=attempt == 1
+                            )
+                        if group is None:
+                            mq, address = self.select(route, avoid)
+                        else:
+                            mq, address = self._group_target(route, group)
+                    header, body = request.to_queue(mq.queue_id)
+                    if seqr is not None:
+                        lane = (topic, mq.broker_name, mq.queue_id)
+                        if held is None or held[0] != lane:
+                            if held is not None:  # refused before stored there: a gap
+                                self._release(*held)
+                                held = None
+                            held = (lane, await self._sequence(lane, deadline))
+                        seqr.fields(held[1]).add_to(header)
+                except NoRouteError as exc:  # a route with no master, or no route yet
                     last = exc
                 else:
-                    rcode = resp.code
-                    if rcode == ResponseCode.SUCCESS:
-                        if self._faulty:
-                            self._faulty.pop(mq.broker_name, None)
-                        return resp, mq
-                    if rcode == ResponseCode.TOPIC_NOT_EXIST:
-                        raise TopicNotFoundError(topic, address)
-                    error = BrokerError.of(resp, address)
-                    if rcode not in RETRIABLE_CODES:
-                        raise error
-                    last = error
-                if avoid is None:
-                    avoid = set()
-                avoid.add(mq.broker_name)
-                if self.fault_isolation > 0:
-                    self._faulty[mq.broker_name] = time.monotonic() + self.fault_isolation
-            if self.closed:
-                raise ClosedError("producer is closed") from last
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (max_attempts is not None and attempt >= max_attempts):
-                break
-            if route is None or not route.writable or group is not None:
-                stuck = True  # nowhere (else) to send: give the controllers time to elect
-            else:  # every group of the route failed this send
-                stuck = avoid is not None and {b.broker_name for b in route.brokers} <= avoid
-            if self.retry_backoff > 0 and stuck:
-                await asyncio.sleep(min(self.retry_backoff * 2 ** (attempt - 1), 1.0, remaining))
-            if route is not None:  # else the next attempt looks it up
-                try:
-                    route = await self.route(topic, deadline, fresh=True)
-                except NoRouteError:
-                    pass  # keep the old route; ``last`` says why the last attempt failed
+                    try:
+                        conn = self._conns.get(address)
+                        if conn is None or conn.is_closed:
+                            conn = await self.connect(address, deadline)
+                        timeout = self.attempt_timeout(deadline)
+                        watch: list[asyncio.Task[None]] = []
+                        timer = asyncio.get_running_loop().call_later(
+                            ROUTE_WATCH_AFTER,
+                            self._watch_route,
+                            watch,
+                            conn,
+                            topic,
+                            mq.broker_name,
+                        )
+                        try:
+                            resp = await conn.request(code, header, body, timeout)
+                        finally:
+                            timer.cancel()
+                            if watch:
+                                watch[0].cancel()
+                    except CONNECTION_ERRORS as exc:
+                        last = exc
+                        if seqr is not None and not isinstance(exc, ConnectError):
+                            pinned = mq  # sent, unanswered: it may have been stored
+                    else:
+                        rcode = resp.code
+                        if rcode == ResponseCode.SUCCESS:
+                            if self._faulty:
+                                self._faulty.pop(mq.broker_name, None)
+                            return resp, mq
+                        if rcode == ResponseCode.TOPIC_NOT_EXIST:
+                            raise TopicNotFoundError(topic, address)
+                        error = BrokerError.of(resp, address)
+                        if rcode not in RETRIABLE_CODES:
+                            raise error
+                        last = error
+                        if seqr is not None and rcode not in NOT_STORED_CODES:
+                            pinned = mq  # stored, not yet durable as asked
+                    if avoid is None:
+                        avoid = set()
+                    avoid.add(mq.broker_name)
+                    if self.fault_isolation > 0:
+                        self._faulty[mq.broker_name] = time.monotonic() + self.fault_isolation
+                if self.closed:
+                    raise ClosedError("producer is closed") from last
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (max_attempts is not None and attempt >= max_attempts):
+                    break
+                if route is None or not route.writable or group is not None or pinned:
+                    stuck = True  # nowhere (else) to send: give the controllers time to elect
+                else:  # every group of the route failed this send
+                    stuck = avoid is not None and {b.broker_name for b in route.brokers} <= avoid
+                if self.retry_backoff > 0 and stuck:
+                    await asyncio.sleep(
+                        min(self.retry_backoff * 2 ** (attempt - 1), 1.0, remaining)
+                    )
+                if route is not None:  # else the next attempt looks it up
+                    try:
+                        route = await self.route(topic, deadline, fresh=True)
+                    except NoRouteError:
+                        pass  # keep the old route; ``last`` says why the last attempt failed
+        finally:
+            if held is not None:
+                self._release(*held)
         elapsed = time.monotonic() - start
-        raise SendError(
+        failed = SendError(
             f"send to topic {topic!r} failed after {attempt} attempt(s) in {elapsed:.1f}s: {last}"
-        ) from last
+        )
+        failed.maybe_stored = pinned is not None
+        raise failed from last
 
     def _watch_route(
         self, watch: list[asyncio.Task[None]], conn: RemotingClient, topic: str, broker_name: str

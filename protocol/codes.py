@@ -72,6 +72,9 @@ class RequestCode(IntEnum):
     # Our own: a consumer group's dead-letter queue (issue 11).
     QUERY_DLQ_MESSAGES = 5200
     RESEND_DLQ_MESSAGES = 5201
+    # Our own: an idempotent producer's id and epoch from the controllers (issue 29,
+    # docs/idempotence.md).
+    CONTROLLER_GET_PRODUCER_ID = 5180
     # Our own: a re-map fences a static topic's physical queue on its master (static-topics.md).
     FENCE_STATIC_QUEUE = 5122
     # Our own, served by brokers and controllers with authentication on: a signed request that
