@@ -12,6 +12,7 @@ import structlog
 
 from broker.auth.guard import broker_guard
 from broker.auth.users import BrokerUsers
+from broker.broker_stats import counters
 from broker.classic import classic_door
 from broker.classic.auth import classic_authorizer
 from broker.compose import compose
@@ -24,6 +25,7 @@ from broker.live_config import LiveConfig
 from broker.metrics import BrokerMetrics, BrokerReadings
 from broker.processors.admin import AdminProcessor
 from broker.processors.broker_config import BrokerConfigProcessor
+from broker.processors.broker_stats import BrokerStatsProcessor
 from broker.processors.clients import ClientProcessor
 from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.dlq import DeadLetterProcessor
@@ -200,6 +202,7 @@ class Broker:
         self.live_config = LiveConfig(cfg, config_file)
         self._follow_live_config(self.live_config)
         BrokerConfigProcessor(self.live_config).register(self.server)
+        BrokerStatsProcessor(self.ctx).register(self.server)
         if files is not None and files.verify_client:
             self.server.guard = ClientCertGate(
                 self.server.guard, INTERNAL_CODES, self.metrics.auth_refusal, server="broker"
@@ -481,6 +484,7 @@ class Broker:
         while True:
             await asyncio.sleep(min(1.0, interval))
             self.ctx.groups.expire(self.ctx.now_ms())
+            self._sample_stats()
             store = self.ctx.store
             if self.ha is None:
                 store.confirm_offset = store.max_offset  # a lone master confirms what it stores
@@ -492,6 +496,11 @@ class Broker:
                     log.error(
                         "persisting consumer offsets failed", error=f"{type(exc).__name__}: {exc}"
                     )
+
+    def _sample_stats(self) -> None:
+        stats, now = self.ctx.stats, self.ctx.now_ms()
+        if stats.due(now):
+            stats.observe(now, counters(self.metrics.traffic.by_topic, self.ctx.offsets.snapshot()))
 
     async def _propose_sync_state_set(self, members: frozenset[int]) -> int:
         assert self.replicas is not None

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.appender import Appender
+from broker.broker_stats import BrokerStats
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
 from broker.durable import SUCCESS, BothDone, DurableDone, flush_timeout, slave_timeout
@@ -107,6 +108,8 @@ class BrokerContext:
         self.grpc_endpoints: dict[str, str] = {}
         """Where this broker serves the gRPC protocol: ``plain`` and ``tls`` -> host:port (set
         once they listen; GET_BROKER_RUNTIME_INFO tells other brokers' gRPC endpoints)."""
+        self.stats = BrokerStats()
+        """Recent rates per topic and group (brokerStatus, statsAll), sampled by the broker."""
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set
 

@@ -22,7 +22,8 @@ Broker requests (``broker_checks``):
 - get: QUERY_MESSAGE (sub also does), GET_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUMER_CONNECTION_LIST,
   GET_CONSUME_STATS, QUERY_DLQ_MESSAGES on the group; VIEW_MESSAGE_BY_ID and the full tables
   (GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET) and
-  GET_BROKER_CONFIG on the cluster (UPDATE_BROKER_CONFIG: super users only);
+  GET_BROKER_CONFIG and VIEW_BROKER_STATS_DATA on the cluster (UPDATE_BROKER_CONFIG: super
+  users only);
 - pub, sub or get on the topic: GET_ROUTEINFO_BY_TOPIC;
 - any authenticated user: HEART_BEAT (producer), END_TRANSACTION, GET_BROKER_CLUSTER_INFO,
   GET_BROKER_RUNTIME_INFO, GET_BROKER_EPOCH_CACHE.
@@ -166,6 +167,7 @@ _BROKER: Final[dict[int, _Rule]] = {
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.GET_ALL_CONSUMER_OFFSET: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.GET_BROKER_CONFIG: lambda h, b, c: (_cluster(c, GET),),
+    RequestCode.VIEW_BROKER_STATS_DATA: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.GET_ROUTEINFO_BY_TOPIC: _ROUTE,
     RequestCode.END_TRANSACTION: _ANY,
     RequestCode.GET_BROKER_CLUSTER_INFO: _ANY,

@@ -16,8 +16,7 @@ import structlog
 
 from remoting.client import advise_tls, use_credentials, use_tls
 from remoting.tls import TlsError, client_context
-from rmqctl import auth
-from rmqctl import broker_admin
+from rmqctl import auth, broker_admin, broker_stats
 from rmqctl import controller as ctl
 from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
@@ -51,8 +50,12 @@ COMMANDS: list[click.Command] = [
     rebalance_plan,
     rebalance_apply,
     cluster_list,
+    broker_admin.broker_status,
     broker_admin.get_broker_config,
     broker_admin.update_broker_config,
+    broker_stats.stats_all,
+    broker_stats.cluster_rt,
+    broker_stats.check_msg_send_rt,
     send_message,
     consume_message,
     consumer_progress,

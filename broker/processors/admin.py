@@ -9,6 +9,8 @@ same request to every broker of the group; it changes nothing there and creates 
 
 from __future__ import annotations
 
+import shutil
+
 from broker.context import BrokerContext
 from protocol.broker_requests.admin import AllTopicsQuery, CreateTopic, TopicCreated, TopicTable
 from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
@@ -181,6 +183,14 @@ def runtime_info(ctx: BrokerContext) -> RuntimeInfo:
     """The broker's role, offsets, load and endpoints (both doors' GET_BROKER_RUNTIME_INFO)."""
     store = ctx.store
     role = ctx.role
+    rates, totals = ctx.stats.rates(), ctx.stats.latest
+    pop = ctx.pop.state if role.is_master else None
+    next_due = ctx.timer.wheel.next_due_ms() if ctx.timer.wheel is not None else None
+    try:
+        disk = shutil.disk_usage(ctx.cfg.data_dir)
+        disk_ratio: float | None = disk.used / disk.total if disk.total else None
+    except OSError:
+        disk_ratio = None
     return RuntimeInfo(
         broker_name=ctx.cfg.broker_name,
         cluster=ctx.cfg.cluster,
@@ -200,4 +210,12 @@ def runtime_info(ctx: BrokerContext) -> RuntimeInfo:
         timer_pending=ctx.timer.pending_count,
         grpc_endpoint=ctx.grpc_endpoints.get("plain"),
         grpc_tls_endpoint=ctx.grpc_endpoints.get("tls"),
+        put_tps=rates.put_tps,
+        get_tps=rates.get_tps,
+        stats_window_ms=rates.window_ms,
+        put_total=sum(totals.put.values()),
+        get_total=sum(totals.got.values()),
+        commitlog_disk_ratio=disk_ratio,
+        pop_inflight=pop.inflight() if pop is not None else 0,
+        timer_overdue_ms=max(0, ctx.now_ms() - next_due) if next_due is not None else 0,
     )

@@ -1,16 +1,23 @@
-"""A broker's own figures: GET_BROKER_RUNTIME_INFO (28) and GET_BROKER_EPOCH_CACHE (1007), both
-without fields, answered with a msgpack map (docs/protocol.md). Pure: no sockets, no clock.
+"""A broker's own figures: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_EPOCH_CACHE (1007) and
+VIEW_BROKER_STATS_DATA (315, :class:`StatsData`), all without fields, answered with a msgpack
+map (docs/protocol.md). Pure: no sockets, no clock.
 
 GET_BROKER_RUNTIME_INFO's SUCCESS (:class:`RuntimeInfo`)::
 
     {"brokerName", "cluster", "address", "brokerId", "role": "MASTER" | "SLAVE", "masterEpoch",
      "maxOffset", "minOffset", "flushedOffset", "confirmOffset", "haAddress" (nil: no HA),
      "fenced", "topics", "connections", "pullsWaiting", "timerPending",
-     "grpcEndpoint", "grpcTlsEndpoint" (nil: not listening)}
+     "grpcEndpoint", "grpcTlsEndpoint" (nil: not listening),
+     "putTps", "getTps" (float: messages stored and served per second over "statsWindowMs"),
+     "putTotal", "getTotal" (since the broker started), "commitLogDiskRatio" (float: used
+     share of the data directory's disk), "pageCacheLockMs" (nil: not measured), "popInflight"
+     (POP deliveries not yet acked, on a master), "timerOverdueMs" (how late the earliest due
+     scheduled message is; 0: none overdue)}
 
 Readers take what they know: a key left out reads as its default (a broker of an earlier
-version sends no ``timerPending`` nor gRPC endpoints; a test's stand-in master only its
-``haAddress``), a key of the wrong type raises :class:`~protocol.fields.FieldError`.
+version sends no ``timerPending``, gRPC endpoints nor the figures from ``putTps`` on; a test's
+stand-in master only its ``haAddress``), a key of the wrong type raises
+:class:`~protocol.fields.FieldError`.
 
 GET_BROKER_EPOCH_CACHE's SUCCESS (:class:`EpochCache`)::
 
@@ -31,7 +38,17 @@ from protocol.codes import RequestCode
 from protocol.fields import FieldError
 from protocol.remoting import Header, Scalar
 
-__all__ = ["EpochCache", "EpochCacheQuery", "EpochSpan", "RuntimeInfo", "RuntimeInfoQuery"]
+__all__ = [
+    "EpochCache",
+    "EpochCacheQuery",
+    "EpochSpan",
+    "GroupStats",
+    "RuntimeInfo",
+    "RuntimeInfoQuery",
+    "StatsData",
+    "StatsQuery",
+    "TopicStats",
+]
 
 _T = TypeVar("_T")
 
@@ -105,6 +122,17 @@ class RuntimeInfo:
     timer_pending: int = 0
     grpc_endpoint: str | None = None
     grpc_tls_endpoint: str | None = None
+    put_tps: float = 0.0
+    get_tps: float = 0.0
+    stats_window_ms: int = 0
+    """The span ``put_tps`` and ``get_tps`` are measured over (0: not yet two samples)."""
+    put_total: int = 0
+    get_total: int = 0
+    commitlog_disk_ratio: float | None = None
+    page_cache_lock_ms: float | None = None
+    """None: not measured (this broker does not hold a lock around page cache writes)."""
+    pop_inflight: int = 0
+    timer_overdue_ms: int = 0
 
     def encode(self) -> tuple[Header, bytes]:
         return {}, pack_map(
@@ -127,6 +155,15 @@ class RuntimeInfo:
                 "timerPending": self.timer_pending,
                 "grpcEndpoint": self.grpc_endpoint,
                 "grpcTlsEndpoint": self.grpc_tls_endpoint,
+                "putTps": self.put_tps,
+                "getTps": self.get_tps,
+                "statsWindowMs": self.stats_window_ms,
+                "putTotal": self.put_total,
+                "getTotal": self.get_total,
+                "commitLogDiskRatio": self.commitlog_disk_ratio,
+                "pageCacheLockMs": self.page_cache_lock_ms,
+                "popInflight": self.pop_inflight,
+                "timerOverdueMs": self.timer_overdue_ms,
             }
         )
 
@@ -152,6 +189,15 @@ class RuntimeInfo:
             timer_pending=_int(doc, "timerPending", 0),
             grpc_endpoint=_opt(doc, "grpcEndpoint", str),
             grpc_tls_endpoint=_opt(doc, "grpcTlsEndpoint", str),
+            put_tps=_with_default(doc, "putTps", 0.0),
+            get_tps=_with_default(doc, "getTps", 0.0),
+            stats_window_ms=_int(doc, "statsWindowMs", 0),
+            put_total=_int(doc, "putTotal", 0),
+            get_total=_int(doc, "getTotal", 0),
+            commitlog_disk_ratio=_opt(doc, "commitLogDiskRatio", float),
+            page_cache_lock_ms=_opt(doc, "pageCacheLockMs", float),
+            pop_inflight=_int(doc, "popInflight", 0),
+            timer_overdue_ms=_int(doc, "timerOverdueMs", 0),
         )
 
 
@@ -227,4 +273,117 @@ class EpochCache:
             max_offset=_int(doc, "maxOffset"),
             confirm_offset=_int(doc, "confirmOffset"),
             epochs=tuple(map(_span, epochs)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatsQuery:
+    """VIEW_BROKER_STATS_DATA (RocketMQ's 315): this broker's rates per topic and consumer
+    group, all of them (no fields; RocketMQ's asks for one statistic at a time)."""
+
+    code: ClassVar[RequestCode] = RequestCode.VIEW_BROKER_STATS_DATA
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        return {}, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> StatsQuery:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """One topic's messages stored and served: per second over the window, and in total since
+    the broker started."""
+
+    topic: str
+    put_tps: float
+    get_tps: float
+    put_total: int
+    get_total: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "putTps": self.put_tps,
+            "getTps": self.get_tps,
+            "putTotal": self.put_total,
+            "getTotal": self.get_total,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """A consumer group's committed offsets on a topic's queues here, moved per second."""
+
+    group: str
+    topic: str
+    consume_tps: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "topic": self.topic, "consumeTps": self.consume_tps}
+
+
+def _float(doc: Mapping[str, Any], name: str) -> float:
+    value = doc.get(name)
+    if type(value) is not float:
+        raise FieldError(f"{name!r} must be a float")
+    return value
+
+
+def _text(doc: Mapping[str, Any], name: str) -> str:
+    value = doc.get(name)
+    if not isinstance(value, str):
+        raise FieldError(f"{name!r} must be text")
+    return value
+
+
+def _maps(doc: Mapping[str, Any], name: str) -> list[dict[Any, Any]]:
+    items = doc.get(name, [])
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise FieldError(f"{name!r} must be a list of maps")
+    return items
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatsData:
+    """VIEW_BROKER_STATS_DATA's SUCCESS::
+
+        {"windowMs", "topics": [{"topic", "putTps", "getTps", "putTotal", "getTotal"}],
+         "groups": [{"group", "topic", "consumeTps"}]}
+
+    ``windowMs`` 0: the broker has not two samples yet (every rate 0)."""
+
+    window_ms: int = 0
+    topics: tuple[TopicStats, ...] = ()
+    groups: tuple[GroupStats, ...] = ()
+
+    def encode(self) -> tuple[Header, bytes]:
+        return {}, pack_map(
+            {
+                "windowMs": self.window_ms,
+                "topics": [t.to_dict() for t in self.topics],
+                "groups": [g.to_dict() for g in self.groups],
+            }
+        )
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> StatsData:
+        doc = body_map(body, "stats data")
+        return cls(
+            window_ms=_int(doc, "windowMs", 0),
+            topics=tuple(
+                TopicStats(
+                    _text(t, "topic"),
+                    _float(t, "putTps"),
+                    _float(t, "getTps"),
+                    _int(t, "putTotal"),
+                    _int(t, "getTotal"),
+                )
+                for t in _maps(doc, "topics")
+            ),
+            groups=tuple(
+                GroupStats(_text(g, "group"), _text(g, "topic"), _float(g, "consumeTps"))
+                for g in _maps(doc, "groups")
+            ),
         )

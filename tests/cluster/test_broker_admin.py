@@ -1,6 +1,7 @@
 """rmqctl's broker commands against real broker processes (issue 28 item 3): getBrokerConfig and
 updateBrokerConfig (a live key takes effect at once and survives a restart; restart-only,
-unknown and invalid keys and a user without permission are refused and change nothing)."""
+unknown and invalid keys and a user without permission are refused and change nothing),
+brokerStatus, statsAll, checkMsgSendRT and clusterRT."""
 
 from __future__ import annotations
 
@@ -214,3 +215,83 @@ def test_without_permission_a_change_is_refused_and_changes_nothing(
     assert all(b["new"] == 9 and b["persisted"] for b in changed["brokers"])
     for b in group:
         assert "max_pull_batch = 9  # set live" in b.config_path.read_text()
+
+
+def test_broker_status_of_a_cluster_lists_every_replica(
+    secured: tuple[Cluster, list[BrokerNode]],
+) -> None:
+    cluster, group = secured
+    root = signed(ROOT.access_key, ROOT.secret_key)
+
+    def roles() -> list[str]:
+        shown = ok_json("brokerStatus", "-a", cluster.controller_addresses, "-c",
+                        "DefaultCluster", env=root)  # fmt: skip
+        assert sorted(b["address"] for b in shown["brokers"]) == sorted(b.address for b in group)
+        return sorted(b["role"] for b in shown["brokers"])
+
+    wait_until(lambda: roles() == ["MASTER", "SLAVE"], "a master and a slave", 30)
+
+
+# -- brokerStatus, statsAll, checkMsgSendRT, clusterRT ---------------------------------------------
+
+
+def test_broker_status_and_stats_all_show_what_was_put_and_consumed(broker: BrokerProc) -> None:
+    a = broker.address
+    ok_json("updateTopic", "-a", a, "-t", "T", "-q", "2")
+    ok_json("sendMessage", "-a", a, "-t", "T", "-p", "m", "--count", "200")
+    consumed = rmqctl(
+        "--json", "consumeMessage", "-a", a, "-t", "T", "-g", "G", "--count", "200",
+        "--timeout", "45",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+
+    def status() -> dict[str, Any]:
+        (doc,) = ok_json("brokerStatus", "-b", a)["brokers"]
+        assert isinstance(doc, dict)
+        return doc
+
+    # The rates come from samples a second apart: wait for a window holding the traffic.
+    wait_until(
+        lambda: status()["statsWindowMs"] > 0 and status()["getTotal"] >= 200,
+        "the broker to have sampled the traffic",
+        20,
+    )
+    doc = status()
+    assert (doc["role"], doc["putTotal"], doc["address"]) == ("MASTER", 200, a)
+    assert doc["maxOffset"] > doc["minOffset"] == 0 and doc["confirmOffset"] == doc["maxOffset"]
+    assert 0 < doc["commitLogDiskRatio"] < 1
+    assert doc["pageCacheLockMs"] is None and doc["popInflight"] == 0
+    assert doc["putTps"] >= 0 and doc["timerOverdueMs"] == 0
+    human = rmqctl("brokerStatus", "-b", a)
+    assert human.returncode == 0 and "pageCacheLockMs" in human.stdout
+    assert "not measured" in human.stdout
+
+    def topic_t() -> dict[str, Any]:
+        docs = ok_json("statsAll", "-a", a, "-t", "T")["topics"]
+        assert [d["topic"] for d in docs] == ["T"]
+        return dict(docs[0])
+
+    wait_until(lambda: topic_t()["groups"] != [], "group G's offsets sampled", 20)
+    t = topic_t()
+    assert (t["putTotal"], t["getTotal"] >= 200) == (200, True)
+    assert [g["group"] for g in t["groups"]] == ["G"]
+    table = rmqctl("statsAll", "-a", a)
+    assert table.returncode == 0 and "Consumer Group" in table.stdout and "G" in table.stdout
+
+
+def test_send_round_trips_per_broker_group(broker: BrokerProc) -> None:
+    a = broker.address
+    ok_json("updateTopic", "-a", a, "-t", "T", "-q", "2")
+    rt = ok_json("checkMsgSendRT", "-a", a, "-t", "T", "--amount", "20", "-s", "64")
+    (one,) = rt["brokers"]
+    assert (rt["topic"], one["brokerName"], one["sent"], one["failed"]) == ("T", "broker-a", 20, 0)
+    assert 0 < one["avgRtMs"] <= one["p99RtMs"] <= one["maxRtMs"]
+    missing = refused("checkMsgSendRT", "-a", a, "-t", "Nope", "--amount", "1")
+    assert "TOPIC_NOT_EXIST" in missing and "Nope" in missing
+
+    cluster = ok_json("clusterRT", "-a", a, "--amount", "10")
+    (probe,) = cluster["brokers"]
+    assert (cluster["topic"], probe["sent"], probe["failed"]) == ("rmqctl_rt_probe", 10, 0)
+    route = ok_json("topicRoute", "-a", a, "-t", "rmqctl_rt_probe")
+    assert [b["brokerName"] for b in route["brokers"]] == ["broker-a"]
+    refused("clusterRT", "-a", a, "-c", "NoSuchCluster", "--amount", "1")
