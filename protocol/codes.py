@@ -50,6 +50,8 @@ class RequestCode(IntEnum):
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_TOPICS_BY_CLUSTER = 224
     SEND_BATCH_MESSAGE = 320
+    # RocketMQ's: rmqctl resendMessage; the broker delivers one message to a consumer group.
+    CONSUME_MESSAGE_DIRECTLY = 309
     GET_SUBSCRIPTIONGROUP_CONFIG = 352
     RECALL_MESSAGE = 470
     BROKER_HEARTBEAT = 904
@@ -75,6 +77,8 @@ class RequestCode(IntEnum):
     # Our own: an idempotent producer's id and epoch from the controllers (issue 29,
     # docs/idempotence.md).
     CONTROLLER_GET_PRODUCER_ID = 5180
+    # Our own: a queue's messages stored in a time range (rmqctl queryMsgByTime, printMsg).
+    QUERY_MESSAGE_BY_TIME = 5160
     # Our own: a re-map fences a static topic's physical queue on its master (static-topics.md).
     FENCE_STATIC_QUEUE = 5122
     # Our own, served by brokers and controllers with authentication on: a signed request that
@@ -186,6 +190,11 @@ class ResponseCode(IntEnum):
     USER_ALREADY_EXISTS = 5041
     ACL_NOT_EXIST = 5042
     ACL_ALREADY_EXISTS = 5043
+    # CONSUME_MESSAGE_DIRECTLY (rmqctl resendMessage, issue 28): the group has no live member
+    # here (or not the client named, or none subscribes to the message's topic); the group
+    # does not read its retry topic (a FIFO group, consumeRetry off). Nothing was stored.
+    CONSUMER_NOT_ONLINE = 5065
+    GROUP_READS_NO_RETRY = 5066
     # UPDATE_BROKER_CONFIG (issue 28): nothing changed. The key is not a config key; it is
     # read only at start-up (the remark says why); its value is refused as at start-up; the
     # broker's config file could not be rewritten.

@@ -18,9 +18,9 @@ Broker requests (``broker_checks``):
   UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP;
 - create or update on the topic: UPDATE_AND_CREATE_TOPIC; on the group:
   UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; update or admin on the group: RESEND_DLQ_MESSAGES,
-  INVOKE_BROKER_TO_RESET_OFFSET;
-- get: QUERY_MESSAGE (sub also does), GET_SUBSCRIPTIONGROUP_CONFIG, GET_CONSUMER_CONNECTION_LIST,
-  GET_CONSUME_STATS, QUERY_DLQ_MESSAGES on the group; VIEW_MESSAGE_BY_ID and the full tables
+  INVOKE_BROKER_TO_RESET_OFFSET, CONSUME_MESSAGE_DIRECTLY;
+- get: QUERY_MESSAGE and QUERY_MESSAGE_BY_TIME (sub also does), GET_SUBSCRIPTIONGROUP_CONFIG,
+  GET_CONSUMER_CONNECTION_LIST, GET_CONSUME_STATS, QUERY_DLQ_MESSAGES on the group; VIEW_MESSAGE_BY_ID and the full tables
   (GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET) and
   GET_BROKER_CONFIG and VIEW_BROKER_STATS_DATA on the cluster (UPDATE_BROKER_CONFIG: super
   users only);
@@ -152,10 +152,14 @@ _BROKER: Final[dict[int, _Rule]] = {
     RequestCode.RESEND_DLQ_MESSAGES: lambda h, b, c: (
         _group(_text(h, "consumerGroup"), UPDATE, ADMIN),
     ),
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: lambda h, b, c: (
+        _group(_text(h, "consumerGroup"), UPDATE, ADMIN),
+    ),
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: lambda h, b, c: (
         _group(_text(h, "group"), UPDATE, ADMIN),
     ),
     RequestCode.QUERY_MESSAGE: lambda h, b, c: (_topic(h, GET, SUB),),
+    RequestCode.QUERY_MESSAGE_BY_TIME: lambda h, b, c: (_topic(h, GET, SUB),),
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: lambda h, b, c: (_group(_text(h, "group"), GET),),
     RequestCode.GET_CONSUMER_CONNECTION_LIST: lambda h, b, c: (
         _group(_text(h, "consumerGroup"), GET),

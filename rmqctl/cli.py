@@ -34,9 +34,11 @@ from rmqctl.lookup import (
     query_msg_by_unique_key,
 )
 from rmqctl.message import consume_message, recall_message, send_message
+from rmqctl.message_range import print_msg, query_msg_by_time
 from rmqctl.offsets import reset_offset_by_time, skip_accumulated_message
 from rmqctl.progress import consumer_connection, consumer_progress
 from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
+from rmqctl.resend import resend_message
 from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
 from rmqctl.topic import topic_route, update_topic
 
@@ -66,6 +68,9 @@ COMMANDS: list[click.Command] = [
     query_msg_by_unique_key,
     query_msg_by_key,
     query_msg_by_offset,
+    query_msg_by_time,
+    print_msg,
+    resend_message,
     recall_message,
     update_sub_group,
     get_sub_group,

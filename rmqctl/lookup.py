@@ -14,6 +14,7 @@ from client.lookup import FoundMessage, Lookup
 from rmqctl.common import (
     CommandError,
     Settings,
+    Spinner,
     TimeType,
     addresses_option,
     emit,
@@ -113,7 +114,8 @@ def query_msg_by_id(
     """
 
     async def work() -> FoundMessage:
-        async with Lookup(addresses) as lookup:
+        where = f"in {topic}" if topic else "at its store host, else in every topic"
+        async with Spinner(f"looking for message {msg_id} {where}"), Lookup(addresses) as lookup:
             return await lookup.by_id(msg_id, topic)
 
     found = run(work())
@@ -148,7 +150,8 @@ def query_msg_by_unique_key(
     errors: list[str] = []
 
     async def work() -> list[FoundMessage]:
-        async with Lookup(addresses) as lookup:
+        what = f"searching the key index of every broker group of {topic} for {key}"
+        async with Spinner(what), Lookup(addresses) as lookup:
             return await lookup.by_unique_key(key, topic, errors=errors)
 
     found = run(work())
@@ -165,27 +168,30 @@ def query_msg_by_unique_key(
 @click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
 @click.option("-k", "--key", required=True, metavar="KEY", help="Message key (or UNIQ_KEY).")
 @click.option(
+    "-b",
     "--begin",
     "begin_ms",
     type=TimeType(),
     default=None,
-    help="Stored at or after TIME (ms or ISO-8601).",
+    help="Stored at or after TIME (ms or ISO-8601; mqadmin's -b).",
 )
 @click.option(
+    "-e",
     "--end",
     "end_ms",
     type=TimeType(),
     default=None,
-    help="Stored at or before TIME (ms or ISO-8601).",
+    help="Stored at or before TIME (ms or ISO-8601; mqadmin's -e).",
 )
 @click.option(
+    "-m",
     "--max",
     "max_num",
     type=click.IntRange(1, 1024),
     default=64,
     show_default=True,
     metavar="N",
-    help="At most N messages per broker group (the newest).",
+    help="At most N messages per broker group (the newest; mqadmin's -m).",
 )
 @_body_option
 @pass_settings
@@ -213,7 +219,8 @@ def query_msg_by_key(
     errors: list[str] = []
 
     async def work() -> list[FoundMessage]:
-        async with Lookup(addresses) as lookup:
+        what = f"searching the key index of every broker group of {topic} for {key}"
+        async with Spinner(what), Lookup(addresses) as lookup:
             return await lookup.by_key(
                 topic, key, begin_ms=begin_ms, end_ms=end_ms, max_num=max_num, errors=errors
             )

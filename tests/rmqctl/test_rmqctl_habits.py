@@ -41,13 +41,13 @@ def test_completion_scripts_for_bash_and_zsh_are_produced() -> None:
         env=_env(_RMQCTL_COMPLETE="bash_complete", COMP_WORDS="rmqctl queryMsgBy", COMP_CWORD="1")
     )
     assert words.returncode == 0, words.stderr
-    assert {"plain,queryMsgById", "plain,queryMsgByKey", "plain,queryMsgByOffset"} <= set(
+    assert {"plain,queryMsgById", "plain,queryMsgByKey", "plain,queryMsgByTime"} <= set(
         words.stdout.split()
     )
     flags = rmqctl(
         env=_env(
             _RMQCTL_COMPLETE="bash_complete",
-            COMP_WORDS="rmqctl queryMsgByKey --",
+            COMP_WORDS="rmqctl queryMsgByTime --",
             COMP_CWORD="2",
         )
     )
