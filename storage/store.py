@@ -534,15 +534,6 @@ class MessageStore:
         ConsumeQueue entry says); None when no read did (or it was repaired since)."""
         return self._corruption.sizes.get(offset)
 
-    def repair_refused(self, offset: int) -> None:
-        """No replica could repair the record at ``offset``: reads go on as without replicas
-        (a record whose header does not hold has its queue rebuilt once)."""
-        self._corruption.repair_refused(offset)
-
-    def _span(self, offset: int, size: int) -> Segment:
-        commitlog = self._commitlog
-        seg = commitlog.segment_at(offset)
-        end = offset + size
     def scrub(self, max_bytes: int) -> ScrubStep:
         """Check the next ``max_bytes`` of flushed CommitLog records (``storage.scrub``); the
         damage found is counted (``scrub``, once per offset) and, like a read's, handed to
@@ -571,6 +562,15 @@ class MessageStore:
         floor = self._commitlog.min_offset
         return sorted((o, n) for o, n in ranges.items() if o >= floor)
 
+    def repair_refused(self, offset: int) -> None:
+        """No replica could repair the record at ``offset``: reads go on as without replicas
+        (a record whose header does not hold has its queue rebuilt once)."""
+        self._corruption.repair_refused(offset)
+
+    def _span(self, offset: int, size: int) -> Segment:
+        commitlog = self._commitlog
+        seg = commitlog.segment_at(offset)
+        end = offset + size
         if (
             size <= 0
             or seg is None
@@ -583,12 +583,12 @@ class MessageStore:
             )
         return seg
 
-        if offset < end:
-            log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
-            for listener in self.truncate_listeners:
-                listener(offset)
     def truncate(self, offset: int) -> None:
         """Durably cut the CommitLog, the ConsumeQueues and their max offsets back to
         ``offset`` (a record boundary); ``confirm_offset`` is lowered to it if above."""
         self._check_open()
         end = self._files.cut(offset)
+        if offset < end:
+            log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
+            for listener in self.truncate_listeners:
+                listener(offset)
