@@ -31,7 +31,7 @@ __all__ = ["Appender"]
 class Appender:
     """Stores, then notifies HA, wakes pull waiters and counts metrics; loop thread only."""
 
-    __slots__ = ("_metrics", "_store", "_waiters", "ha", "replicated_listeners")
+    __slots__ = ("_metrics", "_store", "_waiters", "ha", "last_put_ms", "replicated_listeners")
 
     def __init__(self, store: MessageStore, waiters: PullWaiters, metrics: BrokerMetrics) -> None:
         self._store = store
@@ -41,6 +41,9 @@ class Appender:
         """The HA service to tell of every append (controller mode), set once at start-up."""
         self.replicated_listeners: list[Callable[[int, bytes | memoryview], None]] = []
         """Called with (offset, bytes) after each replicated append (the timer indexes them)."""
+        self.last_put_ms: dict[str, int] = {}
+        """When each topic last took a put here (epoch ms): deleteTopic's sign of a live
+        producer (:mod:`broker.processors.topic_admin`)."""
 
     def put(
         self, topic: str, queue_id: int, messages: Sequence[Message], body_bytes: int
@@ -49,6 +52,7 @@ class Appender:
         CommitLog append, stamped now; returns where they went."""
         result = self._store.put(topic, queue_id, messages, time.time_ns() // 1_000_000)
         self._waiters.notify(topic, queue_id)
+        self.last_put_ms[topic] = result.store_timestamp
         if self.ha is not None:
             self.ha.notify_appended()
         counts = self._metrics.topic(topic)

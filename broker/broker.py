@@ -40,6 +40,7 @@ from broker.processors.send import SendProcessor
 from broker.processors.send_back import SendBackProcessor
 from broker.processors.static_queues import StaticQueueProcessor
 from broker.processors.subscription_groups import SubscriptionGroupProcessor
+from broker.processors.topic_admin import TopicAdminProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.replicas_manager import ReplicasManager
 from broker.static_forward import StaticForwarder
@@ -132,6 +133,7 @@ class Broker:
             QueryProcessor(self.ctx),
             RecallProcessor(self.ctx),
             SubscriptionGroupProcessor(self.ctx),
+            TopicAdminProcessor(self.ctx),
             SendBackProcessor(self.ctx),
             DeadLetterProcessor(self.ctx),
             PopProcessor(self.ctx, self.ctx.pop),

@@ -234,7 +234,7 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             metrics=metrics,
             store=ctx.store,
             ensure_system_topic=ctx.ensure_system_topic,
-            create_topic=ctx.create_topic,
+            create_topic=ctx.create_topic_on_send,
             next_queue=ctx.next_queue,
             put_scheduled_send=ctx.timer.put_send,
             put_half=ctx.transactions.put_half,

@@ -18,6 +18,7 @@ from broker.appender import Appender
 from broker.broker_stats import BrokerStats
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
+from broker.deletions import Deletions
 from broker.durable import SUCCESS, BothDone, DurableDone, flush_timeout, slave_timeout
 from broker.ha.service import HAService
 from broker.long_polling import PullWaiters
@@ -26,8 +27,10 @@ from broker.metrics import BrokerMetrics
 from broker.offset_resets import PendingResets
 from broker.role import RoleCell, RoleState
 from broker.sealed_queues import SealedQueues
+from broker.send.service import SendRefused
 from broker.write_gate import WriteGate
 from daemon.auth_key import load_auth_key
+from protocol.codes import ResponseCode
 from protocol.request_auth import Credentials, cluster_credentials
 from storage.config_files import (
     ConsumerOffsetStore,
@@ -101,6 +104,9 @@ class BrokerContext:
         )
         """Whether a write may be taken now (:mod:`broker.write_gate`)."""
         self.topic_listeners: list[Callable[[], None]] = []
+        self.deletions = Deletions()
+        """Topics and groups deleted here (deleteTopic, deleteSubGroup): a slave's copy of
+        its master's tables skips names deleted while the copy was on its way."""
         self.ha: HAService | None = None
         self._queue_counters: dict[str, itertools.count[int]] = {}
         self.sealed = SealedQueues()
@@ -143,6 +149,16 @@ class BrokerContext:
         for listener in self.topic_listeners:
             listener()
         return tc
+
+    def create_topic_on_send(self, topic: str, queues: int) -> TopicConfig:
+        """``auto_create_topic``'s creation by a send: refused with TOPIC_NOT_EXIST for the
+        name of a topic deleted here (deleteTopic), which only updateTopic creates again."""
+        if self.store.was_retired(topic):
+            raise SendRefused(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic {topic} does not exist (it was deleted; updateTopic creates it again)",
+            )
+        return self.create_topic(topic, queues)
 
     def ensure_system_topic(self, topic: str) -> TopicConfig:
         """A group's retry or DLQ topic, created with one queue (RocketMQ's default) when

@@ -17,7 +17,7 @@ clock or does I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 MasterLookup = Callable[[str], tuple[int | None, str | None]]
@@ -85,6 +85,13 @@ class RouteTable:
         for key in [k for k in self._regs if k[0] == broker_name]:
             if broker_ids is None or key[1] in broker_ids:
                 del self._regs[key]
+
+    def drop_topic(self, topic: str) -> None:
+        """A deleted topic leaves every registration now (brokers register again without it)."""
+        for key, reg in list(self._regs.items()):
+            if topic in reg.topics:
+                topics = {t: q for t, q in reg.topics.items() if t != topic}
+                self._regs[key] = replace(reg, topics=topics)
 
     def expire(self, now_ms: int) -> list[tuple[str, int]]:
         """Drop registrations older than the expiry; returns their keys, sorted."""

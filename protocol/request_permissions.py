@@ -25,10 +25,15 @@ Broker requests (``broker_checks``):
   GET_BROKER_CONFIG and VIEW_BROKER_STATS_DATA on the cluster (UPDATE_BROKER_CONFIG: super
   users only);
 - pub, sub or get on the topic: GET_ROUTEINFO_BY_TOPIC;
+- delete on the topic: DELETE_TOPIC_IN_BROKER; on the group: DELETE_SUBSCRIPTIONGROUP; get or
+  sub on the topic: GET_TOPIC_STATS_INFO;
 - any authenticated user: HEART_BEAT (producer), END_TRANSACTION, GET_BROKER_CLUSTER_INFO,
   GET_BROKER_RUNTIME_INFO, GET_BROKER_EPOCH_CACHE.
 
 Controller requests (``controller_checks``): the route query and topic creation as on a broker;
+deleteTopic (DELETE_TOPIC_IN_NAMESRV) with delete on the topic, deleteSubGroup
+(DELETE_SUBSCRIPTIONGROUP) with delete on the group, topicList (GET_TOPICS_BY_CLUSTER) with get
+on the cluster;
 the read-only metadata (GET_BROKER_CLUSTER_INFO, CONTROLLER_GET_REPLICA_INFO,
 CONTROLLER_GET_METADATA_INFO, CONTROLLER_GET_SYNC_STATE_DATA) to any authenticated user;
 everything else, electMaster, cleanBrokerMetadata, the user and ACL commands, membership changes
@@ -97,6 +102,7 @@ def _body_group(body: bytes | None) -> str:
 
 PUB, SUB, GET = Action.PUB, Action.SUB, Action.GET
 CREATE, UPDATE, ADMIN = Action.CREATE, Action.UPDATE, Action.ADMIN
+DELETE = Action.DELETE
 
 _Rule = Callable[[Mapping[str, Scalar], bytes | None, str], tuple[Check, ...]]
 """(header, body, cluster name) -> the checks."""
@@ -104,6 +110,8 @@ _Rule = Callable[[Mapping[str, Scalar], bytes | None, str], tuple[Check, ...]]
 _ROUTE: _Rule = lambda h, b, c: (_topic(h, PUB, SUB, GET),)  # noqa: E731
 _CREATE_TOPIC: _Rule = lambda h, b, c: (_topic(h, CREATE, UPDATE),)  # noqa: E731
 _ANY: _Rule = lambda h, b, c: ANY_USER  # noqa: E731
+_DELETE_TOPIC: _Rule = lambda h, b, c: (_topic(h, DELETE),)  # noqa: E731
+_DELETE_GROUP: _Rule = lambda h, b, c: (_group(_text(h, "groupName"), DELETE),)  # noqa: E731
 _SUB_TOPIC_AND_GROUP: _Rule = lambda h, b, c: (  # noqa: E731
     _topic(h, SUB),
     _group(_text(h, "consumerGroup"), SUB),
@@ -173,6 +181,9 @@ _BROKER: Final[dict[int, _Rule]] = {
     RequestCode.GET_BROKER_CONFIG: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.VIEW_BROKER_STATS_DATA: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.GET_ROUTEINFO_BY_TOPIC: _ROUTE,
+    RequestCode.DELETE_TOPIC_IN_BROKER: _DELETE_TOPIC,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: _DELETE_GROUP,
+    RequestCode.GET_TOPIC_STATS_INFO: lambda h, b, c: (_topic(h, GET, SUB),),
     RequestCode.END_TRANSACTION: _ANY,
     RequestCode.GET_BROKER_CLUSTER_INFO: _ANY,
     RequestCode.GET_BROKER_RUNTIME_INFO: _ANY,
@@ -182,6 +193,9 @@ _BROKER: Final[dict[int, _Rule]] = {
 _CONTROLLER: Final[dict[int, _Rule]] = {
     RequestCode.GET_ROUTEINFO_BY_TOPIC: _ROUTE,
     RequestCode.UPDATE_AND_CREATE_TOPIC: _CREATE_TOPIC,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV: _DELETE_TOPIC,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: _DELETE_GROUP,
+    RequestCode.GET_TOPICS_BY_CLUSTER: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.GET_BROKER_CLUSTER_INFO: _ANY,
     RequestCode.CONTROLLER_GET_REPLICA_INFO: _ANY,
     RequestCode.CONTROLLER_GET_METADATA_INFO: _ANY,

@@ -3,8 +3,8 @@
 
 Requests (``?`` marks a field that may be left out)::
 
-    DELETE_TOPIC_IN_BROKER 215     header topic, force?; body? {"retireAt": {queueId: next
-                                   queue offset}} (the group master's own marks)
+    DELETE_TOPIC_IN_BROKER 215     header topic, force?, dryRun?; body? {"retireAt": {queueId:
+                                   next queue offset}} (the group master's own marks)
     DELETE_SUBSCRIPTIONGROUP 207   header groupName, removeDlq?
     GET_TOPIC_STATS_INFO 202       header topic
 
@@ -99,7 +99,8 @@ def _str_keys(table: Mapping[int, int]) -> dict[str, int]:
 class DeleteTopicInBroker:
     """DELETE_TOPIC_IN_BROKER: delete ``topic``'s config, ConsumeQueues and offsets here.
 
-    ``force`` deletes it even while a producer connected to this broker sends to it.
+    ``force`` deletes it even while a producer sends to it here; ``dry_run`` only answers
+    whether it would (the controllers ask every master before they commit a delete).
     ``retire_at`` (from the controllers, the group's master's answer) raises where this
     replica's queues are marked to end, so records of the old topic it receives later are not
     dispatched."""
@@ -109,11 +110,14 @@ class DeleteTopicInBroker:
     topic: str
     force: bool = False
     retire_at: dict[int, int] = field(default_factory=dict)
+    dry_run: bool = False
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {"topic": self.topic}
         if self.force:
             header["force"] = True
+        if self.dry_run:
+            header["dryRun"] = True
         body = pack_map({"retireAt": _str_keys(self.retire_at)}) if self.retire_at else None
         return header, body
 
@@ -124,6 +128,7 @@ class DeleteTopicInBroker:
             topic=req_str(header, "topic"),
             force=opt_bool(header, "force"),
             retire_at=_offset_map(retire, "retireAt"),
+            dry_run=opt_bool(header, "dryRun"),
         )
 
 

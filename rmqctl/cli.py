@@ -41,10 +41,14 @@ from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
 from rmqctl.resend import resend_message
 from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
 from rmqctl.topic import topic_route, update_topic
+from rmqctl.topic_admin import delete_sub_group, delete_topic, topic_list, topic_status
 
 COMMANDS: list[click.Command] = [
     update_topic,
     topic_route,
+    topic_list,
+    topic_status,
+    delete_topic,
     update_static_topic,
     static_topic_mapping,
     remap_static_topic,
@@ -74,6 +78,7 @@ COMMANDS: list[click.Command] = [
     recall_message,
     update_sub_group,
     get_sub_group,
+    delete_sub_group,
     query_dlq,
     resend_dlq,
     ctl.get_controller_metadata,

@@ -101,6 +101,7 @@ class TopicConfigStore:
         return config
 
     def delete(self, topic: str) -> None:
+        """Forget ``topic`` (persisted at once); a no-op for an unknown one."""
         if topic not in self._topics:
             return
         topics = {name: cfg for name, cfg in self._topics.items() if name != topic}
@@ -154,6 +155,29 @@ class ConsumerOffsetStore:
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get(group, {}).get(topic, {}).get(queue_id)
+
+    def delete_topic(self, topic: str) -> bool:
+        """Forget every group's offsets on ``topic`` (deleteTopic); True when any existed."""
+        with self._lock:
+            found = False
+            for table in (self._offsets, self._times):
+                for group in list(table):
+                    if table[group].pop(topic, None) is not None:
+                        found = True
+                        if not table[group]:
+                            del table[group]
+            if found:
+                self._version += 1
+        return found
+
+    def delete_group(self, group: str) -> bool:
+        """Forget ``group``'s offsets on every topic (deleteSubGroup); True when any existed."""
+        with self._lock:
+            found = self._offsets.pop(group, None) is not None
+            self._times.pop(group, None)
+            if found:
+                self._version += 1
+        return found
 
     def last_consume_ms(self, group: str, topic: str, queue_id: int) -> int | None:
         """When the group's offset on this queue last moved (epoch ms), None when unknown."""
@@ -256,6 +280,15 @@ class SubscriptionGroupStore:
         self.put(config)
         return config
 
+    def delete(self, group: str) -> bool:
+        """Forget the group's settings (deleteSubGroup); False when it had none."""
+        if group not in self._groups:
+            return False
+        groups = {g: c for g, c in self._groups.items() if g != group}
+        _dump_json(self.path, "groups", {g: c.to_dict() for g, c in sorted(groups.items())})
+        self._groups = groups
+        return True
+
     def put(self, config: SubscriptionGroupConfig) -> bool:
         """Store ``config``; False when it was already stored as is."""
         if self._groups.get(config.group) == config:
@@ -294,6 +327,13 @@ class DlqResendLedger:
         resent = {**self._resent, group: self._resent.get(group, set()) | new}
         self._persist(resent)
         self._resent = resent
+
+    def forget(self, group: str) -> None:
+        """Drop the group's marks (its dead-letter topic was deleted)."""
+        if group in self._resent:
+            resent = {g: o for g, o in self._resent.items() if g != group}
+            self._persist(resent)
+            self._resent = resent
 
     def snapshot(self) -> dict[str, list[int]]:
         return {group: sorted(offsets) for group, offsets in self._resent.items()}

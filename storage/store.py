@@ -174,11 +174,15 @@ class MessageStore:
 
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get(topic, queue_id)
-        return 0 if queue is None else queue.max_offset
+        if queue is None:  # none yet: a deleted topic's queue name starts where it ended
+            return self._queues.retired_next(topic, queue_id)
+        return queue.max_offset
 
     def queue_min_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.get(topic, queue_id)
-        return 0 if queue is None else queue.min_offset
+        if queue is None:  # none yet: a deleted topic's queue name starts where it ended
+            return self._queues.retired_next(topic, queue_id)
+        return queue.min_offset
 
     def queue_visible_max_offset(
         self, topic: str, queue_id: int, max_physical_offset: int | None

@@ -1,6 +1,8 @@
 """A slave copies its master's topic config, consumer offsets, subscription groups and DLQ
 resend ledger (every ``slave_config_sync_interval_ms``), so a new master serves the same
-topics, groups resume near where they were and retry with the same settings."""
+topics, groups resume near where they were and retry with the same settings. A topic or group
+deleted here while the master's answer was on its way is not taken from it (the answer may
+predate the delete: ``BrokerContext.deletions``)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class SlaveConfigSync:
             role = self.ctx.role
             if role.is_master or not role.master_address:
                 continue
+            mark = self.ctx.deletions.count
             try:
                 conn = await self.pool.get(role.master_address)
                 every_topic = AllTopicsQuery()
@@ -58,7 +61,9 @@ class SlaveConfigSync:
             except RemotingError:
                 continue
             try:
-                topics_changed = self._copy_topics(TopicTable.parse(topics.header, topics.body))
+                topics_changed = self._copy_topics(
+                    TopicTable.parse(topics.header, topics.body), mark
+                )
             except FieldError as exc:  # a malformed table: nothing taken from it
                 log.warning("master's topic table unreadable", error=str(exc))
                 topics_changed = False
@@ -67,7 +72,8 @@ class SlaveConfigSync:
                 # list the topic on this group through the slaves.
                 self._topics_changed()
             try:
-                self._copy_offsets(ConsumerOffsetTable.parse(offsets.header, offsets.body))
+                table = ConsumerOffsetTable.parse(offsets.header, offsets.body)
+                self._copy_offsets(table, mark)
             except FieldError as exc:  # a malformed table: nothing taken from it
                 log.warning("master's consumer offsets unreadable", error=str(exc))
             try:
@@ -75,37 +81,52 @@ class SlaveConfigSync:
                 groups = await conn.call(every_group.code, *every_group.encode(), timeout=3.0)
             except RemotingError:  # gone meanwhile, or a master from before the request existed
                 continue
-            self._copy_subscription_groups(groups)
+            self._copy_subscription_groups(groups, mark)
 
-    def _copy_topics(self, table: TopicTable) -> bool:
+    def _copy_topics(self, table: TopicTable, mark: int) -> bool:
         """Take the master's topics' queue counts; True when one was added or resized."""
         changed = False
+        deletions = self.ctx.deletions
         for name, queues in table.queues.items():
+            if deletions.topic_since(name, mark):
+                continue
             current = self.ctx.topics.get(name)
             if queues and (current is None or current.queues != queues):
                 self.ctx.topics.update(name, queues)
                 changed = True
         return changed
 
-    def _copy_offsets(self, table: ConsumerOffsetTable) -> None:
+    def _copy_offsets(self, table: ConsumerOffsetTable, mark: int) -> None:
         """Take the master's consumer offsets and their last consume times (a master that does
         not send times, ``withTimes`` absent, leaves this slave's times as they are)."""
         times = table.last_consume_ms or {}
+        deletions = self.ctx.deletions
         for group, by_topic in table.offsets.items():
+            if deletions.group_since(group, mark):
+                continue
             for topic, by_queue in by_topic.items():
+                if deletions.topic_since(topic, mark):
+                    continue
                 topic_times = times.get(group, {}).get(topic, {})
                 for queue_id, offset in by_queue.items():
                     self.ctx.offsets.commit(
                         group, topic, queue_id, offset, topic_times.get(queue_id)
                     )
 
-    def _copy_subscription_groups(self, frame: Frame) -> None:
+    def _copy_subscription_groups(self, frame: Frame, mark: int) -> None:
         """Store the master's subscription groups and resend marks (a bad entry is logged and
         skipped: the master checked it, so it means a version mismatch, not input to trust)."""
         try:
             table = SubscriptionGroupTable.parse(frame.header, frame.body)
-            for entry in table.groups.values():
-                self.ctx.sub_groups.put(config_from_dict(entry))
-            self.ctx.dlq_resent.merge({g: list(o) for g, o in table.dlq_resent.items()})
+            for name, entry in table.groups.items():
+                if not self.ctx.deletions.group_since(name, mark):
+                    self.ctx.sub_groups.put(config_from_dict(entry))
+            self.ctx.dlq_resent.merge(
+                {
+                    g: list(o)
+                    for g, o in table.dlq_resent.items()
+                    if not self.ctx.deletions.group_since(g, mark)
+                }
+            )
         except (RetryConfigError, StoreError, FieldError) as exc:
             log.error("copying the master's subscription groups failed", error=str(exc))

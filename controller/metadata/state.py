@@ -552,6 +552,14 @@ class ReplicasInfoManager:
             return rejected(RC.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
         return Decision(events=(DeleteTopic(topic=topic),), response=had)
 
+    def delete_group_topics(self, topics: Sequence[str]) -> Decision[list[str]]:
+        """DELETE_SUBSCRIPTIONGROUP (rmqctl deleteSubGroup): a DeleteTopic for each of a
+        consumer group's own topics (``%RETRY%``, ``%DLQ%``) that the metadata holds (created
+        by updateTopic; brokers create them on their own too), so no broker is handed them
+        again. The response: the topics it deletes."""
+        held = [t for t in topics if self.topic_queues(t) or t in self.static_topics]
+        return Decision(events=tuple(DeleteTopic(topic=t) for t in held), response=held)
+
     def create_static_topic(
         self, topic: str, queues: int, broker_names: Sequence[str] = ()
     ) -> Decision[StaticTopicMapping]:

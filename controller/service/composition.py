@@ -36,6 +36,7 @@ from controller.service.static_retention import StaticItemRetention
 from controller.service.static_topics import StaticTopicHandlers
 from controller.service.sync_state import SyncStateHandlers
 from controller.service.tasks import BackgroundTasks
+from controller.service.topic_admin import TopicAdminHandlers
 from controller.service.topics_routes import TopicRouteHandlers
 from controller.state_machine import MetadataStateMachine
 from daemon.auth_key import load_auth_key
@@ -58,6 +59,7 @@ _WRITES = frozenset(
         RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
         RequestCode.CLEAN_BROKER_DATA,
         RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
         ControllerCode.AUTH_CREATE_USER,
         ControllerCode.AUTH_UPDATE_USER,
         ControllerCode.AUTH_DELETE_USER,
@@ -166,6 +168,16 @@ class ControllerService:
             now_ms,
             timeout=timeout,
         )
+        self.topic_admin = TopicAdminHandlers(
+            manager,
+            self.routes,
+            self.topics,
+            gate,
+            committer,
+            self.pool,
+            now_ms,
+            timeout=timeout,
+        )
         self.static_topics = StaticTopicHandlers(
             manager,
             gate,
@@ -207,6 +219,9 @@ class ControllerService:
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.topics.get_route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.topics.get_cluster_info,
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.topics.update_topic,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.topic_admin.delete_topic,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.topic_admin.delete_group,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.topic_admin.topic_list,
             ControllerCode.GET_CONTROLLER_CONFIG: self.membership.get_controller_config,
             ControllerCode.ADD_CONTROLLER: self.membership.add_controller,
             ControllerCode.REMOVE_CONTROLLER: self.membership.remove_controller,

@@ -102,3 +102,14 @@ def test_the_event_has_one_encoding() -> None:
 def test_malformed_delete_events_raise_event_decode_error(fields: list[object]) -> None:
     with pytest.raises(EventDecodeError):
         decode_event(msgpack.packb(fields, use_bin_type=True))
+
+
+def test_a_groups_own_topics_go_only_when_the_metadata_holds_them() -> None:
+    m = group_with_master()
+    commit(m, m.update_topic(CLUSTER, GROUP, "%DLQ%g1", 1))
+    none = m.delete_group_topics(["%RETRY%g1"])
+    assert none.ok and none.events == () and none.response == []
+    both = m.delete_group_topics(["%RETRY%g1", "%DLQ%g1"])
+    assert both.events == (DeleteTopic(topic="%DLQ%g1"),) and both.response == ["%DLQ%g1"]
+    assert commit(m, both).ok
+    assert m.topic_queues("%DLQ%g1") == {}

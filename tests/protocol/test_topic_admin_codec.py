@@ -41,6 +41,7 @@ requests = st.one_of(
         topic=topics,
         force=st.booleans(),
         retire_at=st.dictionaries(queue_ids, offsets, max_size=4),
+        dry_run=st.booleans(),
     ),
     st.builds(DeleteGroupInBroker, group=groups, remove_dlq=st.booleans()),
     st.builds(TopicStatsQuery, topic=topics),
@@ -86,6 +87,10 @@ def test_every_answer_round_trips_through_a_frame(answer: Any) -> None:
             "000000209600cccf070082a967726f75704e616d65a26731a972656d6f7665446c71c3c0",
         ),
         (TopicStatsQuery(topic="T1"), "000000119600ccca070081a5746f706963a25431c0"),
+        (
+            DeleteTopicInBroker(topic="T1", dry_run=True),
+            "000000199600ccd7070082a5746f706963a25431a664727952756ec3c0",
+        ),
     ],
 )
 def test_a_fixed_request_encodes_to_the_same_bytes(req: Any, wire: str) -> None:

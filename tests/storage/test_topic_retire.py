@@ -41,7 +41,9 @@ def test_a_deleted_topic_loses_its_queues_and_starts_empty_where_it_ended(tmp_pa
     assert store.retire_topic(T) == {0: 5, 3: 2}
     assert T not in store.topics()
     assert not [p for p in (tmp_path / "m" / "consumequeue" / T).rglob("*") if p.is_file()]
-    assert store.queue_max_offset(T, 0) == 0
+    # No queue yet: its offsets read where the old one ended (a consumer starts there).
+    assert (store.queue_min_offset(T, 0), store.queue_max_offset(T, 0)) == (5, 5)
+    assert store.queue_ids(T) == []
     assert store.max_offset == end  # the CommitLog keeps the bytes
     assert bodies(store, "Kept") == [b"kept0", b"kept1", b"kept2"]
     assert store.was_retired(T) and not store.was_retired("Kept")
@@ -106,6 +108,6 @@ def test_a_replica_that_missed_the_delete_still_follows_the_queue(tmp_path: Path
     assert replica.queue_max_offset(T, 0) == 4
     # Its delete, late, then takes the old entries away and keeps the new one's position.
     replica.retire_topic(T, {0: 3})
-    assert replica.queue_max_offset(T, 0) == 0
+    assert replica.queue_ids(T) == [] and replica.queue_max_offset(T, 0) == 4
     master.close()
     replica.close()
