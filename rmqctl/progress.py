@@ -34,19 +34,24 @@ class ProgressRow:
     #: a static topic's logical queue (``queue_id``), its offsets logical and ``broker_name``
     #: the group of its newest item
     logical: bool = False
+    #: the queue's broker group has no master and no slave answered: listed from the route,
+    #: its figures unknown (offsets and lag None in --json, "?" in the table, not in totals)
+    no_master: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        known = not self.no_master
         return {
             "group": self.group,
             "topic": self.topic,
             "brokerName": self.broker_name,
             "queueId": self.queue_id,
-            "maxOffset": self.max_offset,
+            "maxOffset": self.max_offset if known else None,
             "consumerOffset": self.consumer_offset,
-            "lag": self.lag,
+            "lag": self.lag if known else None,
             "lastConsumeMs": self.last_consume_ms,
             "popInflight": self.inflight,
             "logical": self.logical,
+            "noMaster": self.no_master,
         }
 
 
@@ -128,6 +133,35 @@ def logical_rows(
     return sorted(out, key=lambda r: (r.group, r.topic, r.broker_name, r.queue_id))
 
 
+def masterless_rows(
+    group: str,
+    queues_by_topic: dict[str, list[MessageQueue]],
+    answered: set[str],
+    errors: dict[str, str],
+) -> tuple[list[ProgressRow], list[str]]:
+    """The queues of the topics ``group`` consumes (from their routes) on broker groups that did
+    not answer (not in ``answered``: no master, and no slave could be asked), as rows without
+    figures, and one note per such broker group (``errors``: broker name -> why it was not
+    asked; a group missing there has no broker registered at all). A static topic's logical
+    queues are left to the logical rows."""
+    rows = [
+        ProgressRow(group, topic, mq.broker_name, mq.queue_id, 0, None, 0, None, no_master=True)
+        for topic, queues in sorted(queues_by_topic.items())
+        for mq in queues
+        if mq.broker_name not in answered and mq.broker_name != LOGICAL_BROKER
+    ]
+    notes = []
+    for name in sorted({r.broker_name for r in rows}):
+        mine = [r for r in rows if r.broker_name == name]
+        why = errors.get(name, "none of its brokers is registered with the controllers")
+        topics = ", ".join(sorted({r.topic for r in mine}))
+        notes.append(
+            f"{name}: no master, and no slave could be asked ({why}): its {len(mine)} queues "
+            f"of {topics} are listed without figures"
+        )
+    return rows, notes
+
+
 def group_totals(rows: Sequence[ProgressRow]) -> dict[str, tuple[int, int]]:
     """group -> (total lag, queues), sorted by group."""
     totals: dict[str, tuple[int, int]] = {}
@@ -157,6 +191,10 @@ def source_notes(answers: Sequence[BrokerAnswer]) -> list[str]:
 
 def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]) -> str:
     pop = any(r.inflight for r in rows)  # a POP group: its in-flight messages per queue
+
+    def unknown_or(r: ProgressRow, value: object) -> object:
+        return "?" if r.no_master else value
+
     body = table(
         [
             "Topic",
@@ -173,9 +211,9 @@ def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]
                 r.topic,
                 f"{r.broker_name} (logical)" if r.logical else r.broker_name,
                 r.queue_id,
-                r.max_offset,
-                "-" if r.consumer_offset is None else r.consumer_offset,
-                r.lag,
+                unknown_or(r, r.max_offset),
+                unknown_or(r, "-" if r.consumer_offset is None else r.consumer_offset),
+                unknown_or(r, r.lag),
                 *([r.inflight] if pop else []),
                 format_time(r.last_consume_ms),
             ]
@@ -183,7 +221,13 @@ def progress_table(group: str, rows: Sequence[ProgressRow], notes: Sequence[str]
         ],
     )
     total = sum(r.lag for r in rows)
-    lines = [f"Consumer group: {group}", body, f"Total lag: {total} ({len(rows)} queues)"]
+    blind = sum(1 for r in rows if r.no_master)
+    unknown = f"; {blind} without figures, see the notes" if blind else ""
+    lines = [
+        f"Consumer group: {group}",
+        body,
+        f"Total lag: {total} ({len(rows)} queues{unknown})",
+    ]
     return "\n".join([*lines, *(f"Note: {n}" for n in notes)])
 
 
@@ -221,30 +265,50 @@ def consumer_progress(
     when it has none (a note says so). Exit status 1 for an unknown group, or when a broker
     group could not be asked (the others' figures are printed first).
 
+    The queues of a broker group with no master where no slave could be asked either are listed
+    from the topic's route with "?" for their figures and a note saying why (--json: "noMaster":
+    true, offsets and lag null); the total leaves them out and the exit status is 1.
+
     A static topic (docs/static-topics.md) shows one row per logical queue, its broker name the
     group of the queue's newest item marked "(logical)": max offset, consumer offset and lag are
     logical, across every item of the queue (--json: "logical": true).
 
     Prints {"group", "topic", "queues": [{"group", "topic", "brokerName", "queueId",
-    "maxOffset", "consumerOffset", "lag", "lastConsumeMs", "popInflight", "logical"}],
+    "maxOffset", "consumerOffset", "lag", "lastConsumeMs", "popInflight", "logical",
+    "noMaster"}],
     "totalLag", "notes"}; without -g
     {"groups": [{"group", "queues", "totalLag"}], "notes"}.
     """
 
-    async def work() -> tuple[list[BrokerAnswer], dict[str, tuple[LogicalQueue, ...]]]:
+    async def work() -> tuple[
+        list[BrokerAnswer], dict[str, tuple[LogicalQueue, ...]], dict[str, list[MessageQueue]]
+    ]:
         async with ProgressAdmin(addresses) as admin:
             answers = await admin.consume_stats(group, topic)
             topics = {
                 q.topic for a in answers if a.stats for qs in a.stats.groups.values() for q in qs
             }
-            return answers, await admin.mappings(topics)
+            # With -g: the routes say which queues live on broker groups that did not answer.
+            wanted = topics | ({topic} if topic else set())
+            routed = await admin.queues(sorted(wanted)) if group is not None else {}
+            return answers, await admin.mappings(topics), routed
 
-    answers, mappings = run(work())
+    answers, mappings, routed = run(work())
     failures = _failures(answers)
     if len(failures) == len(answers):
         raise CommandError("; ".join(failures))
     rows = logical_rows(progress_rows(answers), mappings)
     notes = source_notes(answers)
+    if group is not None and rows:
+        answered = {a.target.broker_name for a in answers if a.stats is not None}
+        errors = {a.target.broker_name: a.error for a in answers if a.error is not None}
+        blind, more = masterless_rows(group, routed, answered, errors)
+        rows = sorted([*rows, *blind], key=lambda r: (r.group, r.topic, r.broker_name, r.queue_id))
+        notes = [*notes, *more]
+        failures += [
+            f"broker group {name}: none of its brokers is registered with the controllers"
+            for name in sorted({r.broker_name for r in blind} - set(errors))
+        ]
     if group is None:
         totals = group_totals(rows)
         doc: dict[str, Any] = {
