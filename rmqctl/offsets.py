@@ -12,7 +12,7 @@ from typing import Any, Final
 import click
 
 from client.offset_reset import OffsetAdmin, ResetReport
-from protocol.broker_requests.offsets import TO_MAX
+from protocol.broker_requests.offsets import FUTURE_SLACK_MS, TO_MAX
 from rmqctl.common import (
     CommandError,
     Settings,
@@ -24,10 +24,6 @@ from rmqctl.common import (
     table,
     utc_iso,
 )
-
-FUTURE_SLACK_MS: Final = 1000
-"""A time up to this far ahead of this host's clock is taken as now (the brokers allow as
-much for their own clocks)."""
 
 _RELATIVE = re.compile(r"-(\d+)(ms|s|m|h|d)")
 _UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Final
 
 import structlog
 
 from broker.context import BrokerContext
 from protocol.broker_requests.offsets import (
+    FUTURE_SLACK_MS,
     TO_MAX,
     OffsetsReset,
     Outcome,
@@ -45,13 +45,9 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, request, response
 from remoting.server import Connection, RemotingServer, error_response
 
-__all__ = ["FUTURE_SLACK_MS", "OffsetResetProcessor", "reset_offsets"]
+__all__ = ["OffsetResetProcessor", "reset_offsets"]
 
 log = structlog.get_logger(__name__)
-
-FUTURE_SLACK_MS: Final = 1000
-"""A time up to this far past the broker's clock is taken as now (rmqctl's ``now`` read on
-another host); further is refused as in the future."""
 
 
 def _iso(ms: int) -> str:

@@ -39,6 +39,7 @@ from protocol.fields import FieldError, opt_bool, opt_int, opt_int_or_none, req_
 from protocol.remoting import Header, Scalar
 
 __all__ = [
+    "FUTURE_SLACK_MS",
     "OUTCOMES",
     "TO_MAX",
     "OffsetsReset",
@@ -49,6 +50,9 @@ __all__ = [
 
 TO_MAX: Final = -1
 """The timestamp that means each queue's end (skipAccumulatedMessage)."""
+FUTURE_SLACK_MS: Final = 1000
+"""A time up to this far past the clock that checks it is taken as now (``now`` read on another
+host); further is refused as in the future (by rmqctl, and by the broker on its clock)."""
 
 Outcome = Literal["reset", "kept", "min", "max"]
 OUTCOMES: Final[tuple[Outcome, ...]] = ("reset", "kept", "min", "max")

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from client.consumer import Consumer
+from client.errors import ClientError
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
 from protocol.broker_requests.offsets import OffsetsReset, ResetOffset
@@ -172,3 +174,30 @@ async def test_a_pop_group_reads_from_the_reset_offset_and_in_flight_acks_still_
         for m in [*first[5:], *again]:
             await consumer.ack(m)  # the deliveries from before the reset are still in flight
         assert await consumer.receive(10, invisible_duration=2, wait=0.5) == []
+
+
+async def test_consumer_seek_and_seek_to_time_move_the_running_member(broker: BrokerProc) -> None:
+    await fill(broker.address, TOPIC, 10, queues=1)
+    async with Consumer(broker.address, "sk", TOPIC, commit_interval=0.2) as consumer:
+        got: list[int] = []
+
+        async def received(n: int) -> bool:
+            got.extend(m.queue_offset for m in await consumer.receive(timeout=0.2))
+            return len(got) >= n
+
+        await wait_until_async(lambda: received(10), "the 10 messages", 20)
+        assert got == list(range(10))
+        queue = next(iter(consumer.owned))
+        report = await consumer.seek(TOPIC, queue, 7)
+        assert report.queues[queue].offset == 7 and report.notified == 1
+        got.clear()
+        await wait_until_async(lambda: received(3), "the messages from offset 7", 20)
+        assert got == [7, 8, 9]
+        report = await consumer.seek_to_time(0)
+        assert report.queues[queue].outcome == "min"
+        got.clear()
+        await wait_until_async(lambda: received(10), "the 10 messages again", 20)
+        assert got == list(range(10))
+        future = int(time.time() * 1000) + 60_000
+        with pytest.raises(ClientError, match="is in the future"):
+            await consumer.seek_to_time(future)

@@ -27,8 +27,10 @@ import pytest
 
 from client import Consumer, Producer
 from client.admin import Admin
+from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.progress import ProgressAdmin
+from tests.cluster.support import sync_state
 from tests.support.cluster import Cluster
 from tests.support.procs import ROOT
 from tests.support.wait import wait_until_async
@@ -102,9 +104,9 @@ async def lag(cluster: Cluster, group: str) -> int:
 class Member:
     """A running member that records what it receives and when."""
 
-    def __init__(self, cluster: Cluster, group: str, name: str) -> None:
+    def __init__(self, cluster: Cluster, group: str, name: str, topic: str = TOPIC) -> None:
         self.consumer = Consumer(
-            cluster.controller_addresses, group, TOPIC, client_id=name, commit_interval=0.2
+            cluster.controller_addresses, group, topic, client_id=name, commit_interval=0.2
         )
         self.got: list[tuple[float, str]] = []
         self.paused = False
@@ -278,3 +280,79 @@ def _is_zero(cluster: Cluster, group: str) -> Any:
         return await lag(cluster, group) == 0
 
     return check
+
+
+async def test_a_static_topic_resets_by_logical_offset_across_a_move(cluster: Cluster) -> None:
+    static = "StaticReset"
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        for name in ("broker-a", "broker-b"):
+
+            async def ready(g: str = name) -> bool:
+                doc = await sync_state(boot, g)
+                return bool(doc and doc.get("masterAddress"))
+
+            await wait_until_async(ready, f"{name} master", 60, on_timeout=cluster.logs)
+    finally:
+        boot.close()
+    code, _, err = await rmqctl(
+        cluster, "updateStaticTopic", "-t", static, "-q", "2", "-b", "broker-a"
+    )
+    assert code == 0, err
+    member = Member(cluster, "statics", "st0", static)
+
+    def received() -> set[str]:
+        return {body for _, body in member.got}
+
+    async def sent(bodies: list[str]) -> None:
+        async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
+            for body in bodies:
+                await producer.send(static, body.encode())
+
+    async def logical_lag_is_0() -> bool:
+        code, out, _ = await rmqctl(
+            cluster, "--json", "consumerProgress", "-g", "statics", "-t", static
+        )
+        return code == 0 and json.loads(out)["totalLag"] == 0
+
+    await member.start()
+    try:
+        early = [f"early-{i}" for i in range(20)]
+        await sent(early)
+        middle = int(time.time() * 1000) + 1
+        await wait_until_async(lambda: time.time() * 1000 > middle + 1, "the clock to pass it")
+        late = [f"late-{i}" for i in range(20)]
+        await sent(late)
+        await wait_until_async(lambda: received() >= {*early, *late}, "the first 40", 60)
+        code, _, err = await rmqctl(
+            cluster, "remapStaticTopic", "-t", static, "-q", "1", "-b", "broker-b"
+        )
+        assert code == 0, err
+        moved = [f"moved-{i}" for i in range(20)]
+        await sent(moved)
+        since = {*late, *moved}
+        await wait_until_async(lambda: received() >= {*early, *since}, "all 60", 60)
+        await wait_until_async(
+            logical_lag_is_0, "the group's lag to be 0", 30, on_timeout=cluster.logs
+        )
+        seen = len(member.got)
+        code, out, err = await rmqctl(
+            cluster, "--json", "resetOffsetByTime", "-g", "statics", "-t", static, "-s", str(middle)
+        )
+        assert code == 0, err
+        doc = json.loads(out)
+        assert [q["brokerName"] for q in doc["queues"]] == ["%LOGICAL%", "%LOGICAL%"], doc
+        assert sum(q["offset"] for q in doc["queues"]) == len(early)
+
+        def again() -> list[str]:
+            return [body for _, body in member.got[seen:]]
+
+        await wait_until_async(
+            lambda: set(again()) >= since, "the messages since the time again", 60
+        )
+        await wait_until_async(
+            logical_lag_is_0, "the group's lag to be 0 again", 30, on_timeout=cluster.logs
+        )
+        assert sorted(again()) == sorted(since), "exactly the messages stored since the time"
+    finally:
+        await member.close()

@@ -87,7 +87,8 @@ def back(cls: type[Any], data: bytes) -> Any:
 @given(resets)
 def test_a_reset_request_round_trips_through_a_frame(ask: ResetOffset) -> None:
     (frame,) = FrameDecoder().feed(wire(ask.code, ask))
-    assert frame.code == RequestCode.INVOKE_BROKER_TO_RESET_OFFSET == 222
+    assert frame.code == RequestCode.INVOKE_BROKER_TO_RESET_OFFSET
+    assert RequestCode.INVOKE_BROKER_TO_RESET_OFFSET.value == 222  # RocketMQ's number
     assert ResetOffset.parse(frame.header, frame.body) == ask
 
 
@@ -99,7 +100,8 @@ def test_a_reset_answer_round_trips_through_a_frame(answer: OffsetsReset) -> Non
 @given(notices)
 def test_a_reset_notice_round_trips_through_a_frame(notice: ResetNotice) -> None:
     (frame,) = FrameDecoder().feed(wire(notice.code, notice))
-    assert frame.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET == 220
+    assert frame.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET
+    assert RequestCode.RESET_CONSUMER_CLIENT_OFFSET.value == 220  # RocketMQ's number
     assert ResetNotice.parse(frame.header, frame.body) == notice
 
 
