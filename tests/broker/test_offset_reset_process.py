@@ -7,6 +7,7 @@ acked."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from client.errors import ClientError
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
 from protocol.broker_requests.offsets import OffsetsReset, ResetOffset
+from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
 from protocol.codes import ResponseCode
 from protocol.pull import (
     ConsumerOffsetQuery,
@@ -25,7 +27,10 @@ from protocol.pull import (
     decode_offset,
     decode_pull_answer,
 )
+from protocol.rocketmq_remoting.codes import RequestCode as ClassicCode
+from protocol.rocketmq_remoting.codes import ResponseCode as ClassicResponse
 from remoting.client import RemotingClient
+from tests.support.classic import Raw, pull_header
 from tests.support.messages import fill
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
@@ -201,3 +206,37 @@ async def test_consumer_seek_and_seek_to_time_move_the_running_member(broker: Br
         future = int(time.time() * 1000) + 60_000
         with pytest.raises(ClientError, match="is in the future"):
             await consumer.seek_to_time(future)
+
+
+async def test_a_classic_pull_parked_at_the_end_is_moved_at_once(broker: BrokerProc) -> None:
+    await fill(broker.address, TOPIC, 10, queues=1)
+    raw = await Raw.open(broker.port)
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        await _commit(conn, "CG", 0, 10)
+        parked = asyncio.ensure_future(
+            raw.call(
+                ClassicCode.PULL_MESSAGE,
+                pull_header(TOPIC, 0, queueOffset="10", sysFlag="2", suspendTimeoutMillis="15000"),
+            )
+        )
+        await wait_until_async(
+            lambda: broker_waiting(conn), "the classic pull to park at the queue's end", 10
+        )
+        started = time.monotonic()
+        await _reset(conn, ResetOffset(topic=TOPIC, group="CG", queue_id=0, offset=4))
+        moved = await asyncio.wait_for(parked, 5)
+        assert time.monotonic() - started < 5  # not at its 15 s suspend timeout
+        assert moved.code == ClassicResponse.PULL_OFFSET_MOVED, moved.remark
+        assert moved.ext_fields["nextBeginOffset"] == "4"
+        again = await raw.call(ClassicCode.PULL_MESSAGE, pull_header(TOPIC, 0, queueOffset="4"))
+        assert again.code == ClassicResponse.SUCCESS, again.remark
+        assert again.ext_fields["nextBeginOffset"] == "10"
+    finally:
+        raw.close()
+        conn.close()
+
+
+async def broker_waiting(conn: RemotingClient) -> bool:
+    frame = await conn.call(RuntimeInfoQuery.code, *RuntimeInfoQuery().encode(), 5)
+    return RuntimeInfo.parse(frame.header, frame.body).pulls_waiting > 0
