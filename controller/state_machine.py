@@ -21,7 +21,7 @@ from controller.metadata import (
     UpdateTopic,
     decode_event,
 )
-from controller.metadata.events import AuthEvent, StaticTopicEvent
+from controller.metadata.events import AuthEvent, IssueProducerId, StaticTopicEvent
 from protocol.codes import ResponseCode
 
 log = structlog.get_logger(__name__)
@@ -50,7 +50,7 @@ class MetadataStateMachine:
             # Never proposed by a correct controller; skipped identically everywhere.
             log.error("undecodable metadata event skipped", index=index, error=str(exc))
             return Applied(code=ResponseCode.CONTROLLER_INVALID_REQUEST, remark=str(exc))
-        if isinstance(event, AuthEvent | StaticTopicEvent | DeleteTopic):
+        if isinstance(event, AuthEvent | StaticTopicEvent | DeleteTopic | IssueProducerId):
             return self.manager.apply(event)
         name = event.broker_name
         before = self.manager.replica_info(name)

@@ -35,7 +35,8 @@ deleteTopic (DELETE_TOPIC_IN_NAMESRV) with delete on the topic, deleteSubGroup
 (DELETE_SUBSCRIPTIONGROUP) with delete on the group, topicList (GET_TOPICS_BY_CLUSTER) with get
 on the cluster;
 the read-only metadata (GET_BROKER_CLUSTER_INFO, CONTROLLER_GET_REPLICA_INFO,
-CONTROLLER_GET_METADATA_INFO, CONTROLLER_GET_SYNC_STATE_DATA) to any authenticated user;
+CONTROLLER_GET_METADATA_INFO, CONTROLLER_GET_SYNC_STATE_DATA) and an idempotent producer's id
+(CONTROLLER_GET_PRODUCER_ID) to any authenticated user;
 everything else, electMaster, cleanBrokerMetadata, the user and ACL commands, membership changes
 and the brokers' own requests included, to super users only.
 """
@@ -200,6 +201,7 @@ _CONTROLLER: Final[dict[int, _Rule]] = {
     RequestCode.CONTROLLER_GET_REPLICA_INFO: _ANY,
     RequestCode.CONTROLLER_GET_METADATA_INFO: _ANY,
     RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: _ANY,
+    RequestCode.CONTROLLER_GET_PRODUCER_ID: _ANY,
 }
 
 SUPER_ONLY_CONTROLLER_CODES: Final = frozenset(

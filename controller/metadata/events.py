@@ -29,11 +29,16 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
         broker_name, physical_queue]                                      RemapQueueItem
     [14, topic, queue_id, generation]                                     DropQueueItem
     [15, topic]                                                           DeleteTopic
+    [16, producer_id, epoch]                                              IssueProducerId
 
 The static topic events (docs/static-topics.md) carry a logical queue's newest ``generation``
 they were decided at; applying them is a compare-and-set on it. RemapQueueItem (a whole re-map
 in one entry) also carries the master epoch of the group it leaves, checked the same way.
 DropQueueItem carries the ``generation`` of the oldest item it drops (sealed, not the newest).
+
+IssueProducerId (docs/idempotence.md) issues the next producer id (``epoch`` 0: it must be the
+state's next id) or takes up an issued id at the state's next producer epoch; applying it is a
+compare-and-set on that counter.
 
 The user events carry the user's ``version`` they were decided at (0: the user must not exist
 yet); applying them is a compare-and-set on it, as for the epochs of the group events.
@@ -75,6 +80,10 @@ TAG_ADD_QUEUE_ITEM: Final = 12
 TAG_REMAP_QUEUE_ITEM: Final = 13
 TAG_DROP_QUEUE_ITEM: Final = 14
 TAG_DELETE_TOPIC: Final = 15
+TAG_ISSUE_PRODUCER_ID: Final = 16
+FIRST_PRODUCER_ID: Final = 1
+FIRST_PRODUCER_EPOCH: Final = 1
+MAX_PRODUCER_EPOCH: Final = 2**31 - 1
 MAX_SEALED_BYTES: Final = 1024
 
 
@@ -316,6 +325,21 @@ class DeleteTopic:
         check_topic("topic", self.topic)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IssueProducerId:
+    """Issue ``producer_id`` at ``epoch`` to an idempotent producer: with epoch 0 a new id (the
+    state's next one), else an id issued before at the state's next producer epoch."""
+
+    producer_id: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        if type(self.producer_id) is not int or not FIRST_PRODUCER_ID <= self.producer_id <= MAX_ID:
+            raise ValueError(f"producer_id must be an integer in {FIRST_PRODUCER_ID}..{MAX_ID}")
+        if type(self.epoch) is not int or not 0 <= self.epoch <= MAX_PRODUCER_EPOCH:
+            raise ValueError(f"epoch must be an integer in 0..{MAX_PRODUCER_EPOCH}")
+
+
 def _check_user_fields(username: object, version: object) -> None:
     try:
         check_username(username)
@@ -497,6 +521,7 @@ Event = (
     | RemapQueueItem
     | DropQueueItem
     | DeleteTopic
+    | IssueProducerId
 )
 
 
@@ -611,6 +636,8 @@ def encode_event(event: Event) -> bytes:
             fields = [TAG_DROP_QUEUE_ITEM, event.topic, event.queue_id, event.generation]
         case DeleteTopic():
             fields = [TAG_DELETE_TOPIC, event.topic]
+        case IssueProducerId():
+            fields = [TAG_ISSUE_PRODUCER_ID, event.producer_id, event.epoch]
         case _:
             raise TypeError(f"not an event: {type(event).__name__}")
     packed: bytes = msgpack.packb(fields, use_bin_type=True)
@@ -787,6 +814,9 @@ def _build(fields: list[Any]) -> Event:
     if tag == TAG_DELETE_TOPIC:
         _arity(fields, 2, "DeleteTopic")
         return DeleteTopic(topic=fields[1])
+    if tag == TAG_ISSUE_PRODUCER_ID:
+        _arity(fields, 3, "IssueProducerId")
+        return IssueProducerId(producer_id=fields[1], epoch=fields[2])
     raise ValueError(f"unknown event tag {tag}")
 
 

@@ -13,10 +13,13 @@ Layout: one msgpack array, groups ascending by broker name, ids ascending::
     static = [topic, [[item, ...], ...]]             (one array of items per logical queue)
     item = [broker_name, physical_queue, logical_start, physical_start, generation,
             logical_end | nil]
+    ["rmq-metadata", 5, [group, ...], [user, ...], [static, ...],
+        [next_producer_id, next_producer_epoch]]                        (version 5)
 
 Version 2 adds each group's topics (ascending by name); version 3 adds the users (ascending by
 name; secrets sealed only) and their rules; version 4 adds the static topics (ascending by
-name) and their logical queues' mapping items (:mod:`controller.metadata.static_topic`). A state is written in the lowest version that holds
+name) and their logical queues' mapping items (:mod:`controller.metadata.static_topic`);
+version 5 the idempotent producers' counters (docs/idempotence.md). A state is written in the lowest version that holds
 it (no users: version 2, or 1 without topics, byte for byte what older controllers wrote), and
 every version is read, so a controller restarts on a snapshot written before topics or users
 existed.
@@ -35,6 +38,10 @@ import msgpack
 
 from controller.metadata.auth import UserRecord
 from controller.metadata.events import (
+    FIRST_PRODUCER_EPOCH,
+    FIRST_PRODUCER_ID,
+    MAX_ID,
+    MAX_PRODUCER_EPOCH,
     MAX_SEALED_BYTES,
     check_broker_id,
     check_epoch,
@@ -50,6 +57,7 @@ from controller.metadata.static_topic import LogicalQueue, MappingItem, queue_pr
 from protocol.acl import AclError, check_username, user_type
 
 SNAPSHOT_MAGIC: Final = "rmq-metadata"
+SNAPSHOT_VERSION_PRODUCERS: Final = 5
 SNAPSHOT_VERSION_STATIC: Final = 4
 SNAPSHOT_VERSION_USERS: Final = 3
 SNAPSHOT_VERSION: Final = 2
@@ -67,11 +75,15 @@ def encode_groups(
     groups: Mapping[str, BrokerGroup],
     users: Sequence[UserRecord] = (),
     static_topics: StaticTopics | None = None,
+    producers: tuple[int, int] = (FIRST_PRODUCER_ID, FIRST_PRODUCER_EPOCH),
 ) -> bytes:
     """The snapshot of ``groups``, ``users`` (ascending by name, as AuthTable.records gives
-    them) and ``static_topics``."""
+    them), ``static_topics`` and the producer counters (next id, next epoch)."""
     statics = static_topics or {}
-    with_topics = bool(users) or bool(statics) or any(g.topics for g in groups.values())
+    with_producers = producers != (FIRST_PRODUCER_ID, FIRST_PRODUCER_EPOCH)
+    with_topics = (
+        bool(users) or bool(statics) or with_producers or any(g.topics for g in groups.values())
+    )
     body: list[Any] = []
     for name in sorted(groups):
         g = groups[name]
@@ -91,7 +103,7 @@ def encode_groups(
         if with_topics:
             fields.append([[topic, g.topics[topic]] for topic in sorted(g.topics)])
         body.append(fields)
-    if users or statics:
+    if users or statics or with_producers:
         user_body = [
             [
                 u.username,
@@ -103,7 +115,7 @@ def encode_groups(
             for u in users
         ]
         doc: list[Any] = [SNAPSHOT_MAGIC, SNAPSHOT_VERSION_USERS, body, user_body]
-        if statics:
+        if statics or with_producers:
             doc[1] = SNAPSHOT_VERSION_STATIC
             doc.append(
                 [
@@ -111,6 +123,9 @@ def encode_groups(
                     for topic in sorted(statics)
                 ]
             )
+        if with_producers:
+            doc[1] = SNAPSHOT_VERSION_PRODUCERS
+            doc.append(list(producers))
     else:
         version = SNAPSHOT_VERSION if with_topics else SNAPSHOT_VERSION_NO_TOPICS
         doc = [SNAPSHOT_MAGIC, version, body]
@@ -145,7 +160,10 @@ def decode_static_topics(data: bytes) -> dict[str, tuple[LogicalQueue, ...]]:
     """The static topics of a snapshot ({} before version 4); SnapshotError on bad bytes."""
     obj = _unpack(data)
     try:
-        if not isinstance(obj, list) or len(obj) != 5 or obj[1] != SNAPSHOT_VERSION_STATIC:
+        if not isinstance(obj, list) or (len(obj), obj[1:2]) not in (
+            (5, [SNAPSHOT_VERSION_STATIC]),
+            (6, [SNAPSHOT_VERSION_PRODUCERS]),
+        ):
             return {}
         topics: dict[str, tuple[LogicalQueue, ...]] = {}
         previous: str | None = None
@@ -166,6 +184,26 @@ def decode_static_topics(data: bytes) -> dict[str, tuple[LogicalQueue, ...]]:
                     raise ValueError(f"{topic} queue {queue_id}: {'; '.join(problems)}")
             topics[topic] = queues
         return topics
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError(f"invalid snapshot: {exc}") from None
+
+
+def decode_producers(data: bytes) -> tuple[int, int]:
+    """The producer counters (next id, next epoch) of a snapshot (the first ones before
+    version 5); SnapshotError on bad bytes."""
+    obj = _unpack(data)
+    try:
+        if not isinstance(obj, list) or len(obj) != 6 or obj[1] != SNAPSHOT_VERSION_PRODUCERS:
+            return FIRST_PRODUCER_ID, FIRST_PRODUCER_EPOCH
+        next_id, next_epoch = _array("producers", obj[5], 2)
+        if type(next_id) is not int or not FIRST_PRODUCER_ID <= next_id <= MAX_ID:
+            raise ValueError("next producer id out of range")
+        if (
+            type(next_epoch) is not int
+            or not FIRST_PRODUCER_EPOCH <= next_epoch <= MAX_PRODUCER_EPOCH + 1
+        ):
+            raise ValueError("next producer epoch out of range")
+        return next_id, next_epoch
     except (TypeError, ValueError) as exc:
         raise SnapshotError(f"invalid snapshot: {exc}") from None
 
@@ -209,6 +247,7 @@ def decode_users(data: bytes) -> list[UserRecord]:
         if not isinstance(obj, list) or obj[1:2] not in (
             [SNAPSHOT_VERSION_USERS],
             [SNAPSHOT_VERSION_STATIC],
+            [SNAPSHOT_VERSION_PRODUCERS],
         ):
             return []
         users = [_user(v) for v in _array("users", obj[3])]
@@ -249,7 +288,12 @@ def _topics(value: object) -> dict[str, int]:
 
 
 def _group(value: object, version: int) -> BrokerGroup:
-    with_topics = version in (SNAPSHOT_VERSION, SNAPSHOT_VERSION_USERS, SNAPSHOT_VERSION_STATIC)
+    with_topics = version in (
+        SNAPSHOT_VERSION,
+        SNAPSHOT_VERSION_USERS,
+        SNAPSHOT_VERSION_STATIC,
+        SNAPSHOT_VERSION_PRODUCERS,
+    )
     fields = _array("group", value, 9 if with_topics else 8)
     name = check_name("broker_name", fields[0])
     cluster = check_name("cluster", fields[1])
@@ -300,6 +344,8 @@ def decode_groups(data: bytes) -> dict[str, BrokerGroup]:
             if version == SNAPSHOT_VERSION_USERS
             else 2
             if version == SNAPSHOT_VERSION_STATIC
+            else 3
+            if version == SNAPSHOT_VERSION_PRODUCERS
             else 0
         )
         magic, version, body = _array("snapshot", head[:3] if extra else head, 3)
@@ -312,6 +358,7 @@ def decode_groups(data: bytes) -> dict[str, BrokerGroup]:
             SNAPSHOT_VERSION,
             SNAPSHOT_VERSION_USERS,
             SNAPSHOT_VERSION_STATIC,
+            SNAPSHOT_VERSION_PRODUCERS,
         ):
             raise ValueError(f"unsupported snapshot version {version!r}")
         groups: dict[str, BrokerGroup] = {}

@@ -23,6 +23,10 @@ from controller.metadata.auth import AuthTable
 from controller.metadata.election import ElectionInfo, Verdict, choose_master, next_master_epoch
 from controller.metadata.events import (
     FIRST_BROKER_ID,
+    FIRST_PRODUCER_EPOCH,
+    FIRST_PRODUCER_ID,
+    MAX_PRODUCER_EPOCH,
+    IssueProducerId,
     AddQueueItem,
     AlterSyncStateSet,
     ApplyBrokerId,
@@ -74,6 +78,7 @@ from controller.metadata.rules import (
 )
 from controller.metadata.snapshot import (
     decode_groups,
+    decode_producers,
     decode_static_topics,
     decode_users,
     encode_groups,
@@ -111,12 +116,16 @@ class ReplicasInfoManager:
     master, masterEpoch, SyncStateSet, syncStateSetEpoch; and the users and their rules
     (``auth``, :mod:`controller.metadata.auth`)."""
 
-    __slots__ = ("_groups", "auth", "static_topics")
+    __slots__ = ("_groups", "auth", "next_producer_epoch", "next_producer_id", "static_topics")
 
     def __init__(self) -> None:
         self._groups: dict[str, BrokerGroup] = {}
         self.auth = AuthTable()
         self.static_topics = StaticTopicTable()
+        self.next_producer_id = FIRST_PRODUCER_ID
+        """The id the next new idempotent producer gets (docs/idempotence.md)."""
+        self.next_producer_epoch = FIRST_PRODUCER_EPOCH
+        """The epoch the next producer that takes its id up again gets."""
 
     # Reads -------------------------------------------------------------------------------------
 
@@ -145,6 +154,25 @@ class ReplicasInfoManager:
             response=NextBrokerIdResponse(
                 cluster=cluster, broker_name=broker_name, next_broker_id=next_id
             )
+        )
+
+    def get_producer_id(self, producer_id: int | None) -> Decision[tuple[int, int]]:
+        """CONTROLLER_GET_PRODUCER_ID: a new producer id at epoch 0, or ``producer_id`` (issued
+        before) at the next producer epoch; the response is (id, epoch). An id never issued is
+        CONTROLLER_INVALID_REQUEST."""
+        if producer_id is None:
+            pid, epoch = self.next_producer_id, 0
+        elif not FIRST_PRODUCER_ID <= producer_id < self.next_producer_id:
+            return rejected(
+                RC.CONTROLLER_INVALID_REQUEST,
+                f"producer id {producer_id} was never issued by the controllers",
+            )
+        elif self.next_producer_epoch > MAX_PRODUCER_EPOCH:
+            return rejected(RC.CONTROLLER_INVALID_REQUEST, "producer epochs are used up")
+        else:
+            pid, epoch = producer_id, self.next_producer_epoch
+        return Decision(
+            events=(IssueProducerId(producer_id=pid, epoch=epoch),), response=(pid, epoch)
         )
 
     def get_replica_info(self, broker_name: str) -> Decision[ReplicaInfo]:
@@ -695,6 +723,8 @@ class ReplicasInfoManager:
                     del group.topics[event.topic]
                 self.static_topics.remove(event.topic)
                 return APPLIED
+            case IssueProducerId():
+                return self._issue_producer_id(event)
             case UpdateTopic():
                 group = self._groups.get(event.broker_name)
                 if group is None:
@@ -708,6 +738,23 @@ class ReplicasInfoManager:
                 return check
             case _:
                 raise TypeError(f"not an event: {type(event).__name__}")
+
+    def _issue_producer_id(self, event: IssueProducerId) -> Applied:
+        if event.epoch == 0:
+            if event.producer_id != self.next_producer_id:
+                return fail(
+                    RC.CONTROLLER_INVALID_REQUEST,
+                    f"producer id {event.producer_id} was issued already: ask again",
+                )
+            self.next_producer_id += 1
+            return APPLIED
+        if event.producer_id >= self.next_producer_id or event.epoch != self.next_producer_epoch:
+            return fail(
+                RC.CONTROLLER_INVALID_REQUEST,
+                f"producer epoch {event.epoch} was issued already: ask again",
+            )
+        self.next_producer_epoch += 1
+        return APPLIED
 
     def _apply_broker_id(self, event: ApplyBrokerId) -> Applied:
         group = self._groups.get(event.broker_name)
@@ -760,14 +807,21 @@ class ReplicasInfoManager:
 
     def snapshot(self) -> bytes:
         """The whole state as bytes; equal states give equal bytes."""
-        return encode_groups(self._groups, self.auth.records(), self.static_topics.records())
+        return encode_groups(
+            self._groups,
+            self.auth.records(),
+            self.static_topics.records(),
+            (self.next_producer_id, self.next_producer_epoch),
+        )
 
     def restore(self, data: bytes) -> None:
         """Replace the whole state with a snapshot's; SnapshotError (state untouched) if invalid."""
         groups = decode_groups(data)
         users = decode_users(data)
         statics = decode_static_topics(data)
+        producers = decode_producers(data)
         self._groups = groups
+        self.next_producer_id, self.next_producer_epoch = producers
         self.static_topics = StaticTopicTable(statics)
         self.auth = AuthTable({u.username: u for u in users})
 

@@ -28,6 +28,7 @@ from controller.service.elections import ElectionHandlers
 from controller.service.gate import LeadershipGate
 from controller.service.heartbeats import HeartbeatHandler
 from controller.service.membership import MembershipHandlers
+from controller.service.producers import ProducerIdHandlers
 from controller.service.notifier import BrokerNotifier
 from controller.service.rebalance import Rebalancer, TrafficView
 from controller.service.requests import AsyncHandler, guarded
@@ -195,6 +196,7 @@ class ControllerService:
         )
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
         self.auth = AuthHandlers(manager, gate, committer, auth_key)
+        self.producers = ProducerIdHandlers(manager, gate, committer)
 
         driver.on_active_change.append(self.heartbeats.active_changed)
         driver.on_active_change.append(self.rebalancer.active_changed)
@@ -207,6 +209,7 @@ class ControllerService:
     def register(self, server: RemotingServer) -> None:
         handlers: dict[int, AsyncHandler] = {
             RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self.brokers.get_next_broker_id,
+            RequestCode.CONTROLLER_GET_PRODUCER_ID: self.producers.get_producer_id,
             RequestCode.CONTROLLER_APPLY_BROKER_ID: self.brokers.apply_broker_id,
             RequestCode.CONTROLLER_REGISTER_BROKER: self.brokers.register_broker,
             RequestCode.CONTROLLER_ELECT_MASTER: self.elections.elect_master,
