@@ -22,7 +22,8 @@ def test_new_ids_are_consecutive_and_never_repeat() -> None:
     issued = []
     for _ in range(3):
         d = m.get_producer_id(None)
-        assert d.ok and d.events == (IssueProducerId(producer_id=d.response[0], epoch=0),)
+        assert d.ok and d.response is not None
+        assert d.events == (IssueProducerId(producer_id=d.response[0], epoch=0),)
         assert commit(m, d).ok
         issued.append(d.response)
     assert issued == [(1, 0), (2, 0), (3, 0)]
