@@ -68,8 +68,11 @@ def test_assign_reads_only_the_named_queues(spark: SparkSession, shared_broker: 
         },
         "stream",
     )
-    start = RmqStreamReader(opts, message_schema()).initialOffset()
+    stream = RmqStreamReader(opts, message_schema())
+    start = stream.initialOffset()
     assert start == {"broker-a": {"0": 0, "2": 0}}
+    ends = {str(q): sum(1 for s in sent if s.queue_id == q) for q in (0, 2)}
+    assert stream.latestOffset(start, stream.getDefaultReadLimit()) == {"broker-a": ends}
 
     with NoJobs(spark, "bad-assign") as group:
         with pytest.raises(Exception, match=r"assign names broker-a/7, not a queue of topic"):
