@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from broker.deletions import Deletions
 from broker.replicas.config_sync import SlaveConfigSync
 from broker.role import RoleState
 from protocol.broker_requests.subscription_groups import SubscriptionGroupTable
@@ -66,6 +67,7 @@ async def test_a_malformed_topic_table_is_skipped_and_the_copy_goes_on(tmp_path:
         offsets=ConsumerOffsetStore(tmp_path),
         sub_groups=SubscriptionGroupStore(tmp_path),
         dlq_resent=DlqResendLedger(tmp_path),
+        deletions=Deletions(),
     )
     cfg: Any = SimpleNamespace(slave_config_sync_interval_ms=20)
     changed: list[bool] = []
