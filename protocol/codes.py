@@ -190,6 +190,9 @@ class ResponseCode(IntEnum):
     USER_ALREADY_EXISTS = 5041
     ACL_NOT_EXIST = 5042
     ACL_ALREADY_EXISTS = 5043
+    # INVOKE_BROKER_TO_RESET_OFFSET (issue 28): a reset this broker cannot apply while the
+    # group runs (a FIFO group consumed by POP keeps its queues' order state). Nothing changed.
+    OFFSET_RESET_REFUSED = 5050
     # CONSUME_MESSAGE_DIRECTLY (rmqctl resendMessage, issue 28): the group has no live member
     # here (or not the client named, or none subscribes to the message's topic); the group
     # does not read its retry topic (a FIFO group, consumeRetry off). Nothing was stored.

@@ -20,7 +20,8 @@ offset is already before the target keeps it (a reset by time then only rewinds,
 
 Refusals change nothing: not the master (NOT_MASTER), an unknown topic or queue, a time in the
 future (BAD_REQUEST; :data:`FUTURE_SLACK_MS` of clock difference allowed), a group that has no
-offset of the topic here and no live member (SUBSCRIPTION_GROUP_NOT_EXIST). The permission
+offset of the topic here and no live member (SUBSCRIPTION_GROUP_NOT_EXIST), a FIFO group that
+consumed the topic by POP here (OFFSET_RESET_REFUSED: its order state decides where it reads). The permission
 (update or admin on the group) is the remoting guard's (protocol.request_permissions).
 """
 
@@ -91,6 +92,17 @@ def reset_offsets(
             f"group {group} has no offset of {topic} on {name} and no live member: "
             "nothing to reset",
         )
+    if ctx.sub_groups.get(group).consume_orderly:
+        # A FIFO group consumed by POP: its queues' order state (what is out, what blocks)
+        # decides where its POPs read, not an offset; RocketMQ clears it, ours is replicated
+        # through the revive log and not reset here.
+        order = ctx.pop.ready().order
+        if any(order.queue((group, topic, q)) is not None for q in queues):
+            return (
+                ResponseCode.OFFSET_RESET_REFUSED,
+                f"group {group} consumes {topic} in order by POP (a FIFO group): its order "
+                f"state on {name} is not reset while it runs; nothing reset",
+            )
     store = ctx.store
     done: dict[int, QueueReset] = {}
     for q in queues:

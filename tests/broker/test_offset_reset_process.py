@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from client.admin import Admin
 from client.consumer import Consumer
 from client.errors import ClientError
 from client.producer import Producer
@@ -240,3 +241,23 @@ async def test_a_classic_pull_parked_at_the_end_is_moved_at_once(broker: BrokerP
 async def broker_waiting(conn: RemotingClient) -> bool:
     frame = await conn.call(RuntimeInfoQuery.code, *RuntimeInfoQuery().encode(), 5)
     return RuntimeInfo.parse(frame.header, frame.body).pulls_waiting > 0
+
+
+async def test_a_fifo_group_consumed_by_pop_is_refused_and_keeps_its_offsets(
+    broker: BrokerProc,
+) -> None:
+    await fill(broker.address, TOPIC, 4, queues=1)
+    async with Admin(broker.address) as admin:
+        await admin.update_sub_group({"groupName": "fifo", "consumeMessageOrderly": True})
+    async with SimpleConsumer(broker.address, "fifo", TOPIC) as consumer:
+        assert await consumer.receive(4, invisible_duration=30, wait=1.0)
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        before = await _committed(conn, "fifo", 0)
+        ask = ResetOffset(topic=TOPIC, group="fifo", queue_id=0, offset=0)
+        frame = await conn.request(ask.code, *ask.encode(), 5)
+        assert frame.code == ResponseCode.OFFSET_RESET_REFUSED, frame.header
+        assert "in order by POP" in str(frame.header.get("remark"))
+        assert await _committed(conn, "fifo", 0) == before
+    finally:
+        conn.close()
