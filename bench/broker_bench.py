@@ -33,6 +33,7 @@ from bench import sdk_phases, smoke
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
+from protocol.remoting import Scalar
 from remoting.client import DEFAULT_TIMEOUT, RemotingClient
 from tests.support.procs import BrokerProc
 
@@ -100,19 +101,25 @@ async def send_requests(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     failed: str = "send failed",
+    producer_id: int | None = None,
 ) -> list[float]:
     """``requests`` requests of ``code`` (SEND_MESSAGE or SEND_BATCH_MESSAGE, ``payload`` the
     body) to ``topic``'s ``queues`` queues in turn, from ``workers`` concurrent loops over one
-    connection: each one's latency (s). A refused one ends the bench, saying ``failed``."""
+    connection: each one's latency (s). A refused one ends the bench, saying ``failed``.
+    ``producer_id``: as an idempotent producer (docs/idempotence.md), epoch 0, each queue's
+    requests numbered from 0 in the order sent."""
     lat: list[float] = []
     counter = iter(range(requests))
 
     async def worker() -> None:
         for i in counter:
             t0 = time.perf_counter()
-            resp = await conn.request(
-                code, {"topic": topic, "queueId": i % queues}, payload, timeout
-            )
+            header: dict[str, Scalar] = {"topic": topic, "queueId": i % queues}
+            if producer_id is not None:
+                header["producerId"] = producer_id
+                header["producerEpoch"] = 0
+                header["sequence"] = i // queues
+            resp = await conn.request(code, header, payload, timeout)
             if resp.code != ResponseCode.SUCCESS:
                 raise SystemExit(f"{failed}: {resp.code} {resp.header}")
             lat.append(time.perf_counter() - t0)

@@ -107,13 +107,17 @@ async def _drive(
     workers: int,
     pid: int,
     slave_pid: int | None = None,
+    producer_id: int | None = None,
 ) -> tuple[float, list[float], float, float]:
     """``requests`` requests of ``code`` from ``workers`` concurrent loops over one connection:
-    (seconds, latencies, the master's CPU seconds, a slave's CPU seconds or 0)."""
+    (seconds, latencies, the master's CPU seconds, a slave's CPU seconds or 0); with
+    ``producer_id``, as an idempotent producer."""
     scpu0 = cpu_seconds(slave_pid) if slave_pid else 0.0
     calls0 = {p: syscalls(p) for p in (pid, slave_pid) if p}
     cpu0, t0, client0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
-    lat = await send_requests(conn, code, TOPIC, QUEUES, payload, requests, workers, timeout=30)
+    lat = await send_requests(
+        conn, code, TOPIC, QUEUES, payload, requests, workers, timeout=30, producer_id=producer_id
+    )
     dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     _SYSCALLS["client CPU"] = (round((time.process_time() - client0) * 1e6), 0)
     for p, (r0, w0) in calls0.items():
@@ -222,31 +226,57 @@ def _print_produce(
 
 
 async def produce_single(
-    conn: RemotingClient, n: int, body: bytes, pid: int, slave_pid: int | None = None
+    conn: RemotingClient,
+    n: int,
+    body: bytes,
+    pid: int,
+    slave_pid: int | None = None,
+    producer_id: int | None = None,
 ) -> float:
-    phase = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid)
+    phase = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid, producer_id)
     return _print_produce(
         "64 in flight, all-ack R3 ", "p50", "single", n, len(body), phase, slave_pid
     )
 
 
 async def produce_batch(
-    conn: RemotingClient, n: int, body: bytes, pid: int, slave_pid: int | None = None
-) -> None:
+    conn: RemotingClient,
+    n: int,
+    body: bytes,
+    pid: int,
+    slave_pid: int | None = None,
+    producer_id: int | None = None,
+) -> float:
     payload = msgpack.packb([{"body": body}] * 64)
-    phase = await _drive(conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid)
+    phase = await _drive(
+        conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid, producer_id
+    )
     sent = (n // 64) * 64
-    _print_produce(
+    return _print_produce(
         "batches of 64, all-ack R3", "batch p50", "batch", sent, len(body), phase, slave_pid
     )
 
 
 async def produce_one_at_a_time(
-    conn: RemotingClient, n: int, body: bytes, pids: dict[str, int] | None = None
+    conn: RemotingClient,
+    n: int,
+    body: bytes,
+    pids: dict[str, int] | None = None,
+    producer_id: int | None = None,
 ) -> float:
     cpu0 = {role: cpu_seconds(p) for role, p in (pids or {}).items()}
     client0 = time.process_time()
-    lat = await send_requests(conn, RequestCode.SEND_MESSAGE, TOPIC, QUEUES, body, n, 1, timeout=30)
+    lat = await send_requests(
+        conn,
+        RequestCode.SEND_MESSAGE,
+        TOPIC,
+        QUEUES,
+        body,
+        n,
+        1,
+        timeout=30,
+        producer_id=producer_id,
+    )
     p50 = pct(lat, 0.5) * 1000
     print(
         f"produce, one at a time, all-ack R3 p50 {p50:.3f} ms  p99 {pct(lat, 0.99) * 1000:.3f} ms"
@@ -528,6 +558,55 @@ async def auth_comparison(args: argparse.Namespace) -> None:
     )
 
 
+async def idempotence_comparison(args: argparse.Namespace) -> None:
+    """The three produce phases without and with idempotent producers' fields (issue 29,
+    docs/idempotence.md) on one cluster, alternating off and on for ``--rounds`` rounds (the
+    order rotated each round): each line, then the medians' ratios (target: within 5%)."""
+    body = payload(args.size)
+    results: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
+    async with group_of_three("rmq-ha-bench-") as broker_a:
+        pid = node_at(broker_a.cluster, broker_a.master).pid
+        slave_pid = next(b.pid for b in broker_a.cluster.brokers if b.address != broker_a.master)
+        pids = {"master": pid, "slave": slave_pid}
+        conn = await producer_connection(broker_a)
+        print(
+            f"3 controllers, broker-a x3, all-ack, flush async, {args.size} B messages, "
+            f"{args.messages:,} per produce phase, {args.rounds} rounds; {_load()}",
+            flush=True,
+        )
+        producer_ids = iter(range(1, 1_000_000))
+        for r in range(args.rounds):
+            for on in (False, True) if r % 2 == 0 else (True, False):
+                print(f"round {r + 1}, idempotence {'on' if on else 'off'}:", flush=True)
+
+                def ident() -> int | None:
+                    return next(producer_ids) if on else None  # noqa: B023
+
+                single = await produce_single(conn, args.messages, body, pid, slave_pid, ident())
+                batch = await produce_batch(conn, args.messages, body, pid, slave_pid, ident())
+                p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids, ident())
+                results[on].append((single, batch, p50))
+        conn.close()
+
+    def median(on: bool, i: int) -> float:
+        values = sorted(x[i] for x in results[on])
+        return values[len(values) // 2]
+
+    for i, name, higher in (
+        (0, "64 in flight", True),
+        (1, "batches of 64", True),
+        (2, "one at a time p50", False),
+    ):
+        without, with_ = median(False, i), median(True, i)
+        ratio_ = with_ / without if higher else without / with_
+        print(
+            f"idempotence on / off, {name}: {with_:,.3f} / {without:,.3f} = {ratio_:.3f} "
+            "(1.0 = as fast; target at least 0.95)",
+            flush=True,
+        )
+    print(f"after: {_load()}", flush=True)
+
+
 async def security_comparison(args: argparse.Namespace) -> None:
     """Phases 1 and 3 on a cluster without security, with TLS only, and with authentication and
     TLS (mutual TLS inside the cluster on both), ``--rounds`` times, each round in a rotated
@@ -586,6 +665,9 @@ async def security_comparison(args: argparse.Namespace) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    if args.idempotent == "both":
+        await idempotence_comparison(args)
+        return
     if args.auth == "both":
         await auth_comparison(args)
         return
@@ -758,6 +840,13 @@ def main() -> None:
         default="off",
         help="authentication and TLS on every port (mutual TLS inside the cluster); both: "
         "phases 1 and 3 and the catch-up (--catchup-mib) without and with, and the ratios",
+    )
+    p.add_argument(
+        "--idempotent",
+        choices=("off", "both"),
+        default="off",
+        help="both: the three produce phases without and with idempotent producers' fields "
+        "(docs/idempotence.md), alternating on one cluster for --rounds rounds, and the ratios",
     )
     p.add_argument(
         "--rounds",
