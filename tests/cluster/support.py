@@ -97,6 +97,33 @@ async def masters_of(cluster: Cluster, *groups: str) -> dict[str, str]:
         boot.close()
 
 
+def with_one_group(replicas: int, config: str = "") -> Any:
+    """A module's ``cluster`` fixture (``cluster = with_one_group(2)``): the controllers of
+    tests/cluster/conftest.py's ``cluster`` with one group, broker-a, of ``replicas`` brokers
+    that read ``config`` (TOML)."""
+    import pytest  # here, not at the top: bench/ imports this module outside pytest
+
+    @pytest.fixture(name="cluster")
+    def one_group(cluster: Cluster) -> Cluster:
+        cluster.add_group("broker-a", replicas, config=config)
+        return cluster
+
+    return one_group
+
+
+def two_groups(cluster: Cluster, a: int = 1, b: int = 1) -> str:
+    """Start broker-a with ``a`` brokers and broker-b with ``b``: the controllers' addresses."""
+    cluster.add_group("broker-a", a)
+    cluster.add_group("broker-b", b)
+    return cluster.controller_addresses
+
+
+async def synced_master(boot: Bootstrap, cluster: Cluster, size: int = 3) -> BrokerNode:
+    """The group's master once it has ``size`` replicas in sync (:func:`full_sync_state_set`)."""
+    doc = await full_sync_state_set(boot, cluster, size=size)
+    return node_at(cluster, doc["masterAddress"])
+
+
 def node_at(cluster: Cluster, address: str) -> BrokerNode:
     return next(b for b in cluster.brokers if b.address == address)
 

@@ -25,7 +25,7 @@ import pytest
 
 from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
-from tests.cluster.support import full_sync_state_set, node_at
+from tests.cluster.support import full_sync_state_set, synced_master
 from tests.cluster.test_chaos import ask
 from tests.controller.support import agreed_leader
 from tests.support.cluster import Cluster
@@ -39,8 +39,7 @@ async def test_master_keeps_its_role_when_the_controller_leader_dies(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
     cluster.add_group("broker-a", 3)
-    doc = await full_sync_state_set(boot, cluster)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster)
     leader_id = await agreed_leader([c.address for c in cluster.controllers])
     leader = next(c for c in cluster.controllers if c.node_id == leader_id)
     leader.kill9()

@@ -23,6 +23,7 @@ from tests.cluster.support import (
     send_acked,
     sync_state,
     wait_route_has_master,
+    with_one_group,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -32,11 +33,7 @@ pytestmark = pytest.mark.multiprocess
 TOPIC = "FailoverTopic"
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    """The shared controllers (tests/cluster/conftest.py) with one group of 3 brokers."""
-    cluster.add_group("broker-a", 3)
-    return cluster
+cluster = with_one_group(3)
 
 
 async def test_master_killed_under_load_loses_no_acknowledged_message(cluster: Cluster) -> None:

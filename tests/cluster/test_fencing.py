@@ -16,7 +16,11 @@ import pytest
 
 from client import Producer
 from client.bootstrap import Bootstrap
-from tests.cluster.support import create_topic, full_sync_state_set, node_at, sync_state
+from tests.cluster.support import (
+    create_topic,
+    sync_state,
+    synced_master,
+)
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.multiprocess
@@ -31,8 +35,7 @@ async def test_a_send_waiting_on_a_frozen_master_goes_to_the_new_master(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
     cluster.add_group("broker-a", 3)
-    doc = await full_sync_state_set(boot, cluster)
-    old = node_at(cluster, doc["masterAddress"])
+    old = await synced_master(boot, cluster)
     await create_topic(boot, old.address, TOPIC)
     async with Producer(
         cluster.controller_addresses, send_timeout=SEND_TIMEOUT, send_deadline=2 * SEND_TIMEOUT

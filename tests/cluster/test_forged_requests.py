@@ -18,7 +18,7 @@ import pytest
 from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.cluster.support import full_sync_state_set, node_at, sync_state
+from tests.cluster.support import full_sync_state_set, node_at, sync_state, with_one_group
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -28,11 +28,7 @@ GROUP = "broker-a"
 FAKE_ADDRESS = "127.0.0.1:1"
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    """The shared controllers (tests/cluster/conftest.py) with one group of 2 brokers."""
-    cluster.add_group(GROUP, 2)
-    return cluster
+cluster = with_one_group(2)
 
 
 async def forger(cluster: Cluster) -> list[RemotingClient]:

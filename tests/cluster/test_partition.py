@@ -29,8 +29,8 @@ from tests.cluster.support import (
     create_topic,
     full_sync_state_set,
     new_master,
-    node_at,
     raw_send,
+    synced_master,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -61,8 +61,7 @@ async def test_a_master_partitioned_from_the_controllers_loses_no_acknowledged_w
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     conn: RemotingClient | None = None
     try:
-        doc = await full_sync_state_set(boot, cluster)
-        old = node_at(cluster, doc["masterAddress"])
+        old = await synced_master(boot, cluster)
         await create_topic(boot, old.address, TOPIC)
         acked: dict[Key, bytes] = {}
         after_cut: list[int] = []

@@ -16,16 +16,19 @@ from client import Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.simple_consumer import PopMessage, SimpleConsumer
-from tests.cluster.support import full_sync_state_set, new_master, node_at, wait_routed
+from tests.cluster.support import (
+    new_master,
+    node_at,
+    synced_master,
+    wait_routed,
+    with_one_group,
+)
 from tests.support.cluster import BrokerNode, Cluster
 
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    cluster.add_group("broker-a", 2)
-    return cluster
+cluster = with_one_group(2)
 
 
 async def _failover_redelivers_exactly_the_unacked(
@@ -38,8 +41,7 @@ async def _failover_redelivers_exactly_the_unacked(
     """Pop ``n`` (hidden for ``invisible`` s, long enough to ack half of them), ack every
     other one, (``settle`` the master,) kill -9 the master; the new master must redeliver
     exactly the unacked half. Returns the new master."""
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=2)
     addresses = cluster.controller_addresses
     async with Admin(addresses) as admin:
         await admin.create_topic("T", 2)

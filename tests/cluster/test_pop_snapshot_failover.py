@@ -16,7 +16,7 @@ import pytest
 from client import Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
-from tests.cluster.support import wait_routed
+from tests.cluster.support import wait_routed, with_one_group
 from tests.cluster.test_pop_failover import _failover_redelivers_exactly_the_unacked
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.wait import wait_until
@@ -36,10 +36,7 @@ def events(node: BrokerNode, event: str) -> list[dict[str, Any]]:
     return [e for e in out if isinstance(e, dict) and e.get("event") == event]
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    cluster.add_group("broker-a", 2, config="pop_snapshot_records = 1\n")
-    return cluster
+cluster = with_one_group(2, "pop_snapshot_records = 1\n")
 
 
 async def test_failover_after_a_snapshot_redelivers_exactly_the_unacked(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from client.bootstrap import Bootstrap
-from tests.cluster.support import full_sync_state_set, node_at, takes_writes
+from tests.cluster.support import full_sync_state_set, synced_master, takes_writes
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import free_port, port_open
 from tests.support.wait import wait_until, wait_until_async
@@ -38,8 +38,7 @@ async def test_a_slave_that_registers_between_two_polls_of_the_master_is_admitte
     cluster.add_group(
         "broker-a", 1, config=SLOW_POLLS, per_broker=[["--metrics-port", str(metrics)]]
     )
-    doc = await full_sync_state_set(boot, cluster, size=1)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=1)
     await wait_until_async(lambda: takes_writes(master.address), "the master to take writes", 20)
 
     slave = BrokerNode(tmp_path, "broker-a", 1, cluster.controller_addresses, [], SLOW_POLLS)

@@ -20,7 +20,7 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.cluster.support import masters_of
+from tests.cluster.support import masters_of, two_groups
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 
@@ -32,9 +32,7 @@ TOPIC = "Fresh"
 def test_the_masters_have_the_physical_queues_when_the_static_topic_commands_answer(
     cluster: Cluster,
 ) -> None:
-    cluster.add_group("broker-a", 1)
-    cluster.add_group("broker-b", 1)
-    asyncio.run(scenario(cluster, cluster.controller_addresses))
+    asyncio.run(scenario(cluster, two_groups(cluster)))
 
 
 async def send_anywhere(address: str) -> tuple[int, dict[str, int]]:

@@ -26,10 +26,9 @@ from typing import Any
 import pytest
 
 from client import Consumer, Producer
-from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.message import ReceivedMessage
-from tests.cluster.support import sync_state
+from tests.cluster.support import masters_of, two_groups
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import stays_async, wait_until_async
@@ -98,9 +97,7 @@ Row = tuple[int, int, bytes]
 def test_a_consumer_reads_across_a_move_by_logical_offset_and_resumes(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    addrs = cluster.controller_addresses
-    cluster.add_group("broker-a", 1)
-    cluster.add_group("broker-b", 1)
+    addrs = two_groups(cluster)
     everything, later, later_from = asyncio.run(scenario(cluster, addrs))
     pipeline_reads(cluster, addrs, tmp_path, everything, later, later_from)
 
@@ -161,19 +158,7 @@ def pipeline_reads(
 
 
 async def scenario(cluster: Cluster, addrs: str) -> tuple[set[Row], set[Row], int]:
-    boot = Bootstrap(addrs, timeout=2.0)
-    try:
-        for group in ("broker-a", "broker-b"):
-
-            async def ready(g: str = group) -> bool:
-                doc = await sync_state(boot, g)
-                return bool(doc and doc.get("masterAddress"))
-
-            await wait_until_async(
-                ready, f"{group} master", 60, interval=0.2, on_timeout=cluster.logs
-            )
-    finally:
-        boot.close()
+    await masters_of(cluster, "broker-a", "broker-b")
     code, _, err = await asyncio.to_thread(
         rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
     )

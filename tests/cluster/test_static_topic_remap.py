@@ -29,7 +29,7 @@ from protocol.remoting import Scalar
 from remoting.client import RemotingClient
 from remoting.errors import ResponseError
 from tests.cluster.secured import admin_call, create_root, secured_cluster
-from tests.cluster.support import Key, consume_all, new_master, sync_state
+from tests.cluster.support import Key, consume_all, new_master, sync_state, two_groups
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until, wait_until_async
@@ -106,9 +106,7 @@ async def send_to(address: str, queue: int) -> tuple[int, str]:
 def test_a_queue_moves_under_load_and_bad_moves_change_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    addrs = cluster.controller_addresses
-    cluster.add_group("broker-a", 2)
-    cluster.add_group("broker-b", 1)
+    addrs = two_groups(cluster, 2)
     asyncio.run(scenario(cluster, addrs, tmp_path))
 
 
@@ -222,9 +220,7 @@ async def scenario(cluster: Cluster, addrs: str, tmp_path: Path) -> None:
 def test_a_plan_applies_moves_in_order_and_stops_at_the_first_refusal(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    addrs = cluster.controller_addresses
-    cluster.add_group("broker-a", 1)
-    cluster.add_group("broker-b", 1)
+    addrs = two_groups(cluster)
 
     async def masters() -> None:
         boot = Bootstrap(addrs, timeout=2.0)
@@ -326,9 +322,7 @@ def test_kill9_during_a_move_leaves_the_old_or_the_new_mapping(
     or of the controller leader while it moves the queue (the entry commits or not; a retry
     finishes it). Either way one mapping, no gap, nothing stored past the seal, every
     acknowledged message read back."""
-    addrs = cluster.controller_addresses
-    cluster.add_group("broker-a", 2)
-    cluster.add_group("broker-b", 2 if victim == "target master" else 1)
+    addrs = two_groups(cluster, 2, 2 if victim == "target master" else 1)
     asyncio.run(kill_during_move(cluster, addrs, victim, kill_after))
 
 

@@ -20,7 +20,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.message import encode_properties
 from protocol.timer import PROP_TIMER_DELIVER_MS
 from remoting.client import RemotingClient
-from tests.cluster.support import masters_of
+from tests.cluster.support import masters_of, two_groups
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -34,9 +34,7 @@ DELAY_MS = 4000
 def test_a_scheduled_message_due_after_its_queue_moved_is_read_on_the_new_item(
     cluster: Cluster,
 ) -> None:
-    addrs = cluster.controller_addresses
-    cluster.add_group("broker-a", 1)
-    cluster.add_group("broker-b", 1)
+    addrs = two_groups(cluster)
     asyncio.run(scenario(cluster, addrs))
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from client import Producer
 from client.routes import MessageQueue, TopicRoute
+from tests.cluster.support import two_groups
 from tests.support.cli import has_master, rmqctl, rmqctl_json
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until
@@ -24,9 +25,7 @@ pytestmark = pytest.mark.multiprocess
 def test_a_static_topic_is_created_refused_when_bad_and_survives_the_controller_leader(
     cluster: Cluster,
 ) -> None:
-    addrs = cluster.controller_addresses
-    cluster.add_group("broker-a", 1)
-    cluster.add_group("broker-b", 1)
+    addrs = two_groups(cluster)
     for group in ("broker-a", "broker-b"):
         wait_until(
             lambda g=group: has_master(addrs, g),

@@ -13,7 +13,12 @@ from client import Consumer, Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
-from tests.cluster.support import full_sync_state_set, new_master, node_at, settings_on
+from tests.cluster.support import (
+    new_master,
+    settings_on,
+    synced_master,
+    with_one_group,
+)
 from tests.support.cluster import Cluster
 from tests.support.messages import FAST_CONSUMER, dead_lettered
 from tests.support.wait import wait_until_async
@@ -21,18 +26,13 @@ from tests.support.wait import wait_until_async
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    """The shared controllers with one group of 2 brokers."""
-    cluster.add_group("broker-a", 2)
-    return cluster
+cluster = with_one_group(2)
 
 
 async def test_group_settings_reach_the_slave_and_the_new_master_applies_them(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=2)
     (slave,) = [b for b in cluster.brokers if b is not master]
     addresses = cluster.controller_addresses
     async with Admin(addresses) as admin:

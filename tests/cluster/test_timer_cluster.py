@@ -21,7 +21,13 @@ from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.message import Message, ReceivedMessage
 from protocol.timer import PROP_TIMER_OUT_MS, PROP_TIMER_SOURCE_OFFSET, PROP_UNIQ_KEY
-from tests.cluster.support import create_topic, full_sync_state_set, new_master, node_at
+from tests.cluster.support import (
+    create_topic,
+    full_sync_state_set,
+    new_master,
+    node_at,
+    with_one_group,
+)
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -55,10 +61,7 @@ class Delivered:
         )
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    cluster.add_group("broker-a", 3)
-    return cluster
+cluster = with_one_group(3)
 
 
 async def schedule(

@@ -18,7 +18,14 @@ from client.bootstrap import Bootstrap
 from client.errors import ClientError, TopicNotFoundError
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
-from tests.cluster.support import consume_all, full_sync_state_set, new_master, node_at, sync_state
+from tests.cluster.support import (
+    consume_all,
+    full_sync_state_set,
+    new_master,
+    sync_state,
+    synced_master,
+    with_one_group,
+)
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -27,11 +34,7 @@ pytestmark = pytest.mark.multiprocess
 GROUP = "broker-a"
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    """The shared controllers (tests/cluster/conftest.py) with one group of 2 brokers."""
-    cluster.add_group(GROUP, 2)
-    return cluster
+cluster = with_one_group(2)
 
 
 async def create_on(address: str, topic: str, queues: int) -> None:
@@ -68,8 +71,7 @@ async def topic_queues_on(address: str, topic: str) -> int | None:
 async def test_a_topic_created_just_before_its_master_dies_survives_the_failover(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=2)
     await create_on(master.address, "Fresh", 3)
     master.kill9()  # at once: the slave's once-a-second copy of the topic configs never ran
     after = await new_master(boot, cluster, master.address)

@@ -17,7 +17,12 @@ from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.simple_consumer import SimpleConsumer
 from client.transaction import TransactionCheck, TransactionProducer, TransactionStatus
-from tests.cluster.support import full_sync_state_set, new_master, node_at, wait_routed
+from tests.cluster.support import (
+    new_master,
+    synced_master,
+    wait_routed,
+    with_one_group,
+)
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.multiprocess
@@ -25,17 +30,13 @@ pytestmark = pytest.mark.multiprocess
 CONFIG = "transaction_check_first_ms = 4000\ntransaction_check_interval_ms = 2000\n"
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    cluster.add_group("broker-a", 3, config=CONFIG)
-    return cluster
+cluster = with_one_group(3, CONFIG)
 
 
 async def test_commit_after_failover_is_visible_exactly_once(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=3)
     addresses = cluster.controller_addresses
     async with Admin(addresses) as admin:
         await admin.create_topic("T", 2)
