@@ -15,9 +15,9 @@ import pytest
 from client.admin import Admin
 from client.consumer import Consumer
 from client.errors import ClientError
+from tests.cluster.support import add_grpc_group
 from tests.support.cluster import Cluster
 from tests.support.official_client import run_script
-from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
 # rocketmq-python-client is a dev dependency (pyproject): make test installs it, so this runs.
@@ -53,8 +53,7 @@ print(json.dumps(sent))
 async def test_official_producer_sends_and_our_consumer_reads_every_field(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    grpc_port = free_port()
-    cluster.add_group("broker-a", 1, extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"])
+    (grpc_port,) = add_grpc_group(cluster, 1)
     async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
 
         async def created() -> bool:

@@ -101,17 +101,20 @@ def test_a_new_group_takes_new_topics_and_busy_queues_until_balanced(tmp_path: P
         cluster.stop()
 
 
+async def add_group_with_master(cluster: Cluster, addrs: str, name: str) -> None:
+    """Start group ``name`` (one broker, BROKER_TOML) and wait until the controllers at
+    ``addrs`` name its master."""
+    cluster.add_group(name, 1, config=BROKER_TOML)
+    await wait_until_async(
+        lambda: asyncio.to_thread(has_master, addrs, name), f"{name}'s master", 30, interval=0.2
+    )
+
+
 async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
     def run(*args: str) -> Any:
         return asyncio.to_thread(rmqctl_json, addrs, *args)
 
-    cluster.add_group("broker-a", 1, config=BROKER_TOML)
-    await wait_until_async(
-        lambda: asyncio.to_thread(has_master, addrs, "broker-a"),
-        "broker-a's master",
-        30,
-        interval=0.2,
-    )
+    await add_group_with_master(cluster, addrs, "broker-a")
     await run("updateStaticTopic", "-t", TOPIC, "-q", "4")
     await run("updateTopic", "-t", "Plain", "-q", "2", "-g", "1")
     # Every controller applied the create (a follower answers mappings from what it applied).
@@ -155,13 +158,7 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
 
         await wait_until_async(busy, "broker-a's traffic report", 30, interval=0.3)
 
-        cluster.add_group("broker-b", 1, config=BROKER_TOML)
-        await wait_until_async(
-            lambda: asyncio.to_thread(has_master, addrs, "broker-b"),
-            "broker-b's master",
-            30,
-            interval=0.2,
-        )
+        await add_group_with_master(cluster, addrs, "broker-b")
         # New topics go to the group with the least traffic: broker-b (not yet at a's level).
         fresh = await run("updateStaticTopic", "-t", "Fresh", "-q", "2", "-g", "1")
         assert {i["brokerName"] for q in fresh["queues"] for i in q["items"]} == {"broker-b"}

@@ -17,9 +17,10 @@ import pytest
 
 from client.admin import Admin
 from client.errors import ClientError
+from tests.cluster.support import add_grpc_group
 from tests.support.cluster import Cluster
 from tests.support.official_client import run_script
-from tests.support.procs import free_port, rmqctl
+from tests.support.procs import rmqctl
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -66,8 +67,7 @@ def one_line_error(args: list[str], needle: str) -> None:
 async def test_a_message_is_found_by_the_official_clients_id_and_by_its_offset_id(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    grpc_port = free_port()
-    cluster.add_group("broker-a", 1, extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"])
+    (grpc_port,) = add_grpc_group(cluster, 1)
     async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
         for topic in (TOPIC, OTHER):
 
