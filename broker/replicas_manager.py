@@ -103,6 +103,7 @@ class ReplicasManager:
             poll_now=self.poll.now.set,
             topics_changed=self.topics_changed,
             on_auth_digest=lambda: self.on_auth_digest,
+            damaged=lambda: self.scrubber.damaged_records,
         )
         self.config_sync = SlaveConfigSync(cfg, ctx, self.pool, self.topics_changed)
         self._tasks: list[asyncio.Task[None]] = []

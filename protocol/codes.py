@@ -87,6 +87,9 @@ class RequestCode(IntEnum):
     # Our own: a damaged CommitLog record's bytes fetched from a replica (docs/protocol.md,
     # "Repairing a record"; issue 31).
     REPAIR_RECORD = 5190
+    # Our own: reads of a queue pass over a message no replica can read (rmqctl
+    # skipCorruptMessage; issue 31).
+    SKIP_CORRUPT_MESSAGE = 5191
 
 
 class ControllerCode(IntEnum):
@@ -222,6 +225,8 @@ class ResponseCode(IntEnum):
     # REPAIR_RECORD: this replica's epoch at the offset is not the asker's, or ends before the
     # range does (its bytes there may differ).
     EPOCH_NOT_COVERING = 5081
+    # SKIP_CORRUPT_MESSAGE: this replica reads the message intact (nothing skipped).
+    RECORD_READABLE = 5082
 
 def code_name(code: int) -> str:
     """A readable name for a response code, the number itself when unknown."""

@@ -38,6 +38,7 @@ from rmqctl.message_range import print_msg, query_msg_by_time
 from rmqctl.offsets import reset_offset_by_time, skip_accumulated_message
 from rmqctl.progress import consumer_connection, consumer_progress
 from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
+from rmqctl.repair import skip_corrupt_message
 from rmqctl.resend import resend_message
 from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
 from rmqctl.topic import topic_route, update_topic
@@ -85,6 +86,7 @@ COMMANDS: list[click.Command] = [
     ctl.get_sync_state_set,
     ctl.elect_master,
     ctl.get_broker_epoch,
+    skip_corrupt_message,
     ctl.clean_broker_metadata,
     ctl.get_controller_config,
     ctl.add_controller,

@@ -150,23 +150,35 @@ def get_sync_state_set(settings: Settings, addresses: str, broker_name: str) -> 
     help="The broker to make master (default: the controller's choice, the best alive "
     "SyncStateSet member other than the current master).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With -i: elect the broker even though it reports CommitLog damage no replica could "
+    "repair (its reads of those records fail).",
+)
 @pass_settings
 def elect_master(
-    settings: Settings, addresses: str, broker_name: str, broker_id: int | None
+    settings: Settings, addresses: str, broker_name: str, broker_id: int | None, force: bool
 ) -> None:
     """Run an election for a broker group. With -i the named broker must be a candidate
-    (alive, and in the SyncStateSet unless unclean election is enabled). Without -i it is a
-    planned switch: the controller moves an alive master's role to the best alive SyncStateSet
-    member other than it (highest epoch, then most data, then lowest election_priority), and
-    fails naming why when there is none (the master stays); a group without a live master gets
-    the best candidate.
+    (alive, and in the SyncStateSet unless unclean election is enabled), and one that reports
+    damaged CommitLog records it could not repair is refused, saying so, unless --force. Without
+    -i it is a planned switch: the controller moves an alive master's role to the best alive
+    SyncStateSet member other than it (one without unrepaired damage first, then highest
+    epoch, then most data, then lowest election_priority), and fails naming why when there is
+    none (the master stays); a group without a live master gets the best candidate.
 
     Prints the getSyncStateSet document after the election.
     """
 
     async def work() -> dict[str, Any]:
+        if force and broker_id is None:
+            raise click.UsageError("--force needs -i: only an election naming a broker is forced")
         ask = ElectMaster(
-            broker_name=broker_name, designated=broker_id, planned_switch=broker_id is None
+            broker_name=broker_name,
+            designated=broker_id,
+            planned_switch=broker_id is None,
+            force=force,
         )
         await call_controllers(addresses, ask.code, *ask.encode())
         return await _sync_state(addresses, broker_name)

@@ -3,6 +3,9 @@
 A read (``storage.queue_read.scan``) that stops at an entry it cannot serve hands the entry to
 :meth:`Corruption.unreadable`, which tells the cases apart:
 
+- an operator skipped the message (``rmqctl skipCorruptMessage``, :meth:`Corruption.skip`): the
+  read passes over it (FOUND with no record, ``next_offset`` past it, as a tag filter passes
+  over a message), once per read;
 - the record fails its CRC: CORRUPT (reported once per CommitLog offset);
 - retention deleted the records under the entry: the queue starts later (OFFSET_TOO_SMALL at
   its new min offset);
@@ -22,6 +25,7 @@ The counters (:data:`CORRUPTION_KINDS`) are the broker's metric.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Final
 
 import structlog
@@ -34,6 +38,7 @@ from storage.queue_read import GetResult, GetStatus, Problem
 from storage.queues import ConsumeQueues
 from storage.recovery import Damage, walk
 from storage.segment import Segment
+from storage.small_file import read_atomic, write_atomic
 from storage.tracker import FileTracker
 
 CORRUPTION_KINDS: Final = (
@@ -43,12 +48,14 @@ CORRUPTION_KINDS: Final = (
     "segment_short",
     "consumequeue_rebuilt",
     "scrub",
+    "skipped",
 )
 """read: a record a read found failing its CRC (once per offset); recovery_quarantined: a
 damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the end of the log
 (copied aside); segment_short: CommitLog bytes missing before a segment's start (zero-filled);
 consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record; scrub:
-a CommitLog record the background scrub found failing its checks (once per offset)."""
+a CommitLog record the background scrub found failing its checks (once per offset); skipped: a
+message an operator gave up (rmqctl skipCorruptMessage), reads pass over it."""
 
 log = structlog.get_logger(__name__)
 
@@ -71,6 +78,10 @@ class Corruption:
         self.sizes: dict[int, int] = {}
         """The size of each record a read found unreadable, by CommitLog offset, as its
         ConsumeQueue entry says (what a repair fetches)."""
+        self.skipped: set[tuple[str, int, int]] = set()
+        """(topic, queue id, queue offset) of the messages reads pass over (:meth:`skip`); kept
+        in :attr:`skipped_file`."""
+        self.skipped_file: Path | None = None
         self.refused: set[int] = set()
         """CommitLog offsets whose repair no replica could make (their queue is rebuilt, as
         without replicas, when the header does not hold)."""
@@ -79,6 +90,9 @@ class Corruption:
         """The answer for the entry at queue ``offset`` that a read could not serve; None when
         the queue was rebuilt from the CommitLog and is to be read again."""
         physical, size, _tags = queue.entry(offset)
+        if (*queue.key, offset) in self.skipped:
+            lo, hi = queue.min_offset, queue.max_offset
+            return GetResult(GetStatus.FOUND, offset + 1, lo, hi, b"", 0)
         if problem is Problem.CRC:
             return self.corrupt(queue, offset, physical, "CRC mismatch", size)
         cl_min = self._commitlog.min_offset
@@ -141,6 +155,38 @@ class Corruption:
             "scrub)",
             offset=offset,
             size=size,
+        )
+
+    def load_skipped(self, path: Path) -> None:
+        """Read the skipped messages kept in ``path`` (none when it does not exist)."""
+        self.skipped_file = path
+        raw = read_atomic(path)
+        if raw is None:
+            return
+        for line in raw.decode().splitlines():
+            topic, _, rest = line.rpartition(" ")
+            topic, _, queue_id = topic.rpartition(" ")
+            if topic and queue_id.isdigit() and rest.isdigit():
+                self.skipped.add((topic, int(queue_id), int(rest)))
+
+    def skip(self, topic: str, queue_id: int, queue_offset: int, physical: int) -> None:
+        """Reads of ``topic``:``queue_id`` pass over the message at ``queue_offset`` from now on
+        (kept durably first); counted (``skipped``) and logged."""
+        key = (topic, queue_id, queue_offset)
+        if key in self.skipped:
+            return
+        lines = sorted(f"{t} {q} {o}" for t, q, o in {*self.skipped, key})
+        if self.skipped_file is not None:
+            write_atomic(self.skipped_file, "\n".join(lines).encode())
+        self.skipped.add(key)
+        self.counts["skipped"] += 1
+        log.error(
+            f"{topic}:{queue_id} queue offset {queue_offset} (commitlog offset {physical}) "
+            "skipped by an operator: reads pass over it",
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            offset=physical,
         )
 
     def repair_refused(self, physical: int) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 import structlog
 
@@ -60,6 +60,7 @@ __all__ = [
     "MessageStore",
     "MessageTooLargeError",
     "PutResult",
+    "RecordReadable",
     "Repairer",
     "StoreConfig",
     "StoreError",
@@ -67,6 +68,14 @@ __all__ = [
 
 
 log = structlog.get_logger(__name__)
+
+
+SKIPPED_FILE: Final = "skipped"
+"""Under the data directory: the messages reads pass over (``rmqctl skipCorruptMessage``)."""
+
+
+class RecordReadable(StoreError):
+    """A skip asked for a message this store reads intact."""
 
 
 class Repairer(Protocol):
@@ -130,6 +139,7 @@ class MessageStore:
         """Load and recover the store; any truncation is durable before this returns."""
         self._files.open()
         self._scrub.load()
+        self._corruption.load_skipped(self._dir / SKIPPED_FILE)
 
     def close(self) -> None:
         """Flush everything, write the checkpoint and remove the abort marker (a clean stop)."""
@@ -565,6 +575,26 @@ class MessageStore:
             ranges.setdefault(d.offset, d.size)
         floor = self._commitlog.min_offset
         return sorted((o, n) for o, n in ranges.items() if o >= floor)
+
+    def skip_corrupt(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Reads of the queue pass over the message at ``queue_offset`` from now on (an
+        operator's ``rmqctl skipCorruptMessage``: no replica can read it); returns its
+        CommitLog offset. Raises :class:`RecordReadable` when this store reads it, and
+        :class:`StoreError` when the queue has no message there."""
+        self._check_open()
+        queue = self._queues.get(topic, queue_id)
+        if queue is None or not queue.min_offset <= queue_offset < queue.max_offset:
+            raise StoreError(f"{topic}:{queue_id} holds no message at queue offset {queue_offset}")
+        physical = queue.entry(queue_offset)[0]
+        if (topic, queue_id, queue_offset) not in self._corruption.skipped:
+            res = self.get(topic, queue_id, queue_offset, 1, 1)
+            if res.status is not GetStatus.CORRUPT or res.next_offset != queue_offset:
+                raise RecordReadable(
+                    f"{topic}:{queue_id} queue offset {queue_offset} (commitlog offset "
+                    f"{physical}) is readable here: nothing skipped"
+                )
+        self._corruption.skip(topic, queue_id, queue_offset, physical)
+        return physical
 
     def repair_refused(self, offset: int) -> None:
         """No replica could repair the record at ``offset``: reads go on as without replicas

@@ -226,7 +226,9 @@ class PullService:
                 physical_offset=res.corrupt_offset,
                 remark=(
                     f"queue {topic}:{queue_id}, offset {offset} cannot be read (commitlog "
-                    f"offset {res.corrupt_offset}): {res.reason}" + self._tried(res.corrupt_offset)
+                    f"offset {res.corrupt_offset}): {res.reason}"
+                    + self._tried(res.corrupt_offset)
+                    + self._way_past(topic, queue_id, offset)
                 ),
                 next_offset=res.next_offset,
                 min_offset=low,
@@ -250,8 +252,17 @@ class PullService:
 
     def _tried(self, physical: int) -> str:
         repairer = self.host.store.repairer
-        tried = "" if repairer is None else repairer.explain(physical)
+        if repairer is None:
+            return "; no other replica to repair it from (a broker without controllers)"
+        tried = repairer.explain(physical)
         return f"; {tried}" if tried else ""
+
+    @staticmethod
+    def _way_past(topic: str, queue_id: int, offset: int) -> str:
+        return (
+            f"; to read on past it: rmqctl skipCorruptMessage -t {topic} -q {queue_id} "
+            f"-o {offset} (or move the group's offset past it)"
+        )
 
     def _not_found(self, topic: str, queue_id: int, offset: int) -> PullAnswer:
         low, high = self.bounds(topic, queue_id)

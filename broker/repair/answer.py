@@ -2,6 +2,9 @@
 offset (``protocol.broker_requests.repair``). Answered only from this replica's own copy, when it
 is whole records that pass their CRC, and when this replica's epoch entry at the offset is the
 asker's epoch and covers the whole range (then the bytes are the ones that epoch's master wrote).
+
+SKIP_CORRUPT_MESSAGE's too: an operator gives up a message this replica cannot read
+(``MessageStore.skip_corrupt``); one it reads intact is not skipped (RECORD_READABLE).
 """
 
 from __future__ import annotations
@@ -9,13 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from broker.ha.service import HAService
-from protocol.broker_requests.repair import RepairedRecord, RepairRecord, intact_records
+from protocol.broker_requests.repair import (
+    RepairedRecord,
+    RepairRecord,
+    SkipCorruptMessage,
+    intact_records,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import StoreError
-from storage.store import MessageStore
+from storage.store import MessageStore, RecordReadable
 
 __all__ = ["RepairProcessor"]
 
@@ -27,6 +35,20 @@ class RepairProcessor:
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.REPAIR_RECORD, self.answer)
+        server.register(RequestCode.SKIP_CORRUPT_MESSAGE, self.skip)
+
+    def skip(self, conn: Connection, req: Frame) -> Frame:
+        try:
+            ask = SkipCorruptMessage.parse(req.header, req.body)
+        except FieldError as exc:
+            return error_response(req, ResponseCode.BAD_REQUEST, str(exc))
+        try:
+            physical = self._store.skip_corrupt(ask.topic, ask.queue_id, ask.queue_offset)
+        except RecordReadable as exc:
+            return error_response(req, ResponseCode.RECORD_READABLE, str(exc))
+        except StoreError as exc:
+            return error_response(req, ResponseCode.QUEUE_NOT_EXIST, str(exc))
+        return response(req, ResponseCode.SUCCESS, {"physicalOffset": physical})
 
     def answer(self, conn: Connection, req: Frame) -> Frame:
         try:

@@ -45,12 +45,16 @@ class Scrubber:
         """Bytes read; damage found, repaired and unrepairable, each once per offset."""
         self._found: set[int] = set()
         self._unrepairable: set[int] = set()
+        self.damaged_records = 0
+        """The damaged CommitLog records the store holds unrepaired (``unrepaired()``), kept
+        every tick for the heartbeats (read on their thread) and the controllers' elections."""
 
     async def run(self) -> None:
         saved_at = time.monotonic()
         credit = 0.0
         while True:
             await asyncio.sleep(TICK_S)
+            self.damaged_records = len(self._store.unrepaired())
             rate = self._rate()
             if rate <= 0:
                 credit = 0.0

@@ -49,7 +49,10 @@ class Heartbeats:
         poll_now: Callable[[], None],
         topics_changed: Callable[[], None],
         on_auth_digest: Callable[[], Callable[[str], None] | None],
+        damaged: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``damaged``: the damaged CommitLog records this broker holds unrepaired (read on the
+        heartbeat thread: a plain int the loop keeps, ``Scrubber.damaged_records``)."""
         self.cfg = cfg
         self.ctx = ctx
         self.ha = ha
@@ -61,6 +64,7 @@ class Heartbeats:
         self._poll_now = poll_now
         self._topics_changed = topics_changed
         self._on_auth_digest = on_auth_digest
+        self._damaged = damaged
         self.loop: asyncio.AbstractEventLoop | None = None
         """The broker's main loop (set when the manager starts)."""
 
@@ -83,6 +87,7 @@ class Heartbeats:
             election_priority=self.cfg.election_priority,
             heartbeat_timeout_ms=self.cfg.broker_heartbeat_timeout_ms,
             traffic_report=self.traffic.body(),
+            damaged_records=self._damaged(),
         )
 
     async def run(self) -> None:

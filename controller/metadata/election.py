@@ -5,11 +5,16 @@ Candidates are the alive members of the SyncStateSet. Only when none is alive, a
 SyncStateSet first, then all replicas). Before a group's first election its SyncStateSet is empty
 and nothing was ever replicated under a master, so every alive replica is a clean candidate.
 
-Among candidates the best is the highest epoch, then the highest max offset, then the LOWEST
-election priority, then the lowest broker id. An alive old master among the candidates stays
+Among candidates the best is one without unrepaired damage (a replica reports with its
+heartbeats the damaged CommitLog records it holds that no other replica could repair, issue 31:
+every SyncStateSet member holds every acknowledged message, so an intact one loses nothing), then
+the highest epoch, then the highest max offset, then the LOWEST election priority, then the
+lowest broker id. An alive old master among the candidates stays
 master (a request with no designated broker, or designating the old master, gets
 MASTER_STILL_ALIVE). A designated broker must be a candidate: alive, registered, and in the
-SyncStateSet unless unclean election is enabled.
+SyncStateSet unless unclean election is enabled; and one that reports damage is not a
+candidate (DESIGNATED_INVALID, saying so): an operator who forces it (``rmqctl electMaster
+--force``) has the controller leave its damage out of the view it elects from.
 
 A planned switch (an operator's election naming no broker: ``rmqctl electMaster`` without
 ``-i``) moves an alive master's role to the best alive SyncStateSet member other than it, by
@@ -37,6 +42,8 @@ class ElectionInfo:
     epoch: int
     max_offset: int
     election_priority: int
+    damaged: int = 0
+    """Damaged CommitLog records it holds that no replica could repair (0: none known)."""
 
 
 class Verdict(Enum):
@@ -54,9 +61,9 @@ class ElectionResult:
     reason: str = ""
 
 
-def rank_key(broker_id: int, info: ElectionInfo) -> tuple[int, int, int, int]:
+def rank_key(broker_id: int, info: ElectionInfo) -> tuple[bool, int, int, int, int]:
     """Sort key: the best candidate sorts first."""
-    return (-info.epoch, -info.max_offset, info.election_priority, broker_id)
+    return (info.damaged > 0, -info.epoch, -info.max_offset, info.election_priority, broker_id)
 
 
 def rank_candidates(candidates: Iterable[int], alive: Mapping[int, ElectionInfo]) -> list[int]:
@@ -152,6 +159,15 @@ def choose_master(
             )
         if designated is not None:
             if designated in pool:
+                damaged = alive[designated].damaged
+                if damaged:
+                    return ElectionResult(
+                        verdict=Verdict.DESIGNATED_INVALID,
+                        broker_id=designated,
+                        reason=f"designated broker {designated} holds {damaged} damaged "
+                        "CommitLog records no replica could repair (its log says which); elect "
+                        "it anyway with --force",
+                    )
                 return ElectionResult(
                     verdict=Verdict.ELECTED,
                     broker_id=designated,

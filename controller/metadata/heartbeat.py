@@ -46,6 +46,8 @@ class BrokerLiveInfo:
     timeout_ms: int
     connection_id: int
     last_heartbeat_ms: int
+    damaged: int = 0
+    """Damaged CommitLog records it reports holding unrepaired (issue 31)."""
 
     def deadline_ms(self) -> int:
         """The last instant at which the broker is still alive by its timeout."""
@@ -53,7 +55,10 @@ class BrokerLiveInfo:
 
     def election_info(self) -> ElectionInfo:
         return ElectionInfo(
-            epoch=self.epoch, max_offset=self.max_offset, election_priority=self.election_priority
+            epoch=self.epoch,
+            max_offset=self.max_offset,
+            election_priority=self.election_priority,
+            damaged=self.damaged,
         )
 
 
@@ -128,6 +133,7 @@ class BrokerLiveTable:
         election_priority: int,
         timeout_ms: int,
         connection_id: int,
+        damaged: int = 0,
     ) -> bool:
         """Record a heartbeat. True when the broker just became alive (new, expired or closed)."""
         key = (broker_name, broker_id)
@@ -148,6 +154,7 @@ class BrokerLiveTable:
             timeout_ms=timeout_ms if timeout_ms > 0 else self._default_timeout_ms,
             connection_id=connection_id,
             last_heartbeat_ms=now_ms,
+            damaged=damaged,
         )
         self._entries[key] = _Entry(info=info)
         self._by_connection.setdefault(connection_id, set()).add(key)

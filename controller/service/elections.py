@@ -9,6 +9,7 @@ waits like the scan's during a newly active controller's grace period (``held_by
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -55,6 +56,10 @@ class ElectionHandlers:
         # an operator's election naming no broker: a planned switch away from an alive master
         planned = ask.planned_switch
         now = self.now_ms()
+        alive = self.live.election_view(name, now)
+        if ask.force and designated in alive:
+            # The operator knows the broker reports damage no replica could repair: elect it.
+            alive[designated] = replace(alive[designated], damaged=0)
         info = self.manager.replica_info(name)
         held = None
         if designated is None and info is not None:
@@ -69,7 +74,7 @@ class ElectionHandlers:
             if held is not None
             else self.manager.elect_master(
                 name,
-                alive_replicas=self.live.election_view(name, now),
+                alive_replicas=alive,
                 designated_broker_id=designated,
                 enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
                 planned=planned,

@@ -130,6 +130,7 @@ class HeartbeatHandler:
             election_priority=beat.election_priority,
             timeout_ms=max(timeout_ms, 0),
             connection_id=self.connections.of(conn),
+            damaged=beat.damaged_records,
         )
         if beat.traffic_report is not None and self.traffic is not None:
             self._traffic_report(name, broker_id, beat.traffic_report, now_ms)

@@ -1,6 +1,7 @@
 """REPAIR_RECORD (5190): a broker whose copy of a CommitLog range fails its checks fetches that
-range from another replica of its group (issue 31, docs/protocol.md "Repairing a record").
-Pure: no sockets, no clock.
+range from another replica of its group; SKIP_CORRUPT_MESSAGE (5191): an operator gives up a
+message no replica holds intact (issue 31, docs/protocol.md "Repairing a record"). Pure: no
+sockets, no clock.
 
 Request (header fields)::
 
@@ -14,6 +15,11 @@ Answers::
                          ``size`` bytes at ``offset``: whole records, each passing its CRC
     RECORD_NOT_INTACT    (5080) the replica's own copy is not whole intact records there
     EPOCH_NOT_COVERING   (5081) the replica's epoch at ``offset`` is another, or ends first
+
+SKIP_CORRUPT_MESSAGE (header topic, queueId, queueOffset; rmqctl skipCorruptMessage) to each
+replica of the group: SUCCESS (header ``physicalOffset``) once reads of that queue pass over the
+message (kept over restarts); RECORD_READABLE (5082) when this replica reads it intact (nothing
+skipped: it serves it); QUEUE_NOT_EXIST when the queue has no message at that offset.
 
 The replica answers only with what passes :func:`intact_records` on its own copy and when its
 epoch entry at ``offset`` is the asker's and covers the whole range (the same epoch wrote the
@@ -30,11 +36,17 @@ from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from protocol.codes import RequestCode
-from protocol.fields import FieldError, req_int
+from protocol.fields import FieldError, req_int, req_str
 from protocol.message import DISPATCH_HEAD, RecordError, check_record
 from protocol.remoting import Header, Scalar
 
-__all__ = ["MAX_REPAIR_BYTES", "RepairRecord", "RepairedRecord", "intact_records"]
+__all__ = [
+    "MAX_REPAIR_BYTES",
+    "RepairRecord",
+    "RepairedRecord",
+    "SkipCorruptMessage",
+    "intact_records",
+]
 
 MAX_REPAIR_BYTES: Final = 64 << 20
 """The most bytes one request may ask for (a damaged range is fetched record by record when
@@ -127,3 +139,32 @@ class RepairedRecord:
         if len(self.raw) != size:
             return f"{len(self.raw)} bytes answered for {size}"
         return intact_records(self.raw, offset)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkipCorruptMessage:
+    """SKIP_CORRUPT_MESSAGE: reads of ``topic``:``queue_id`` pass over the message at
+    ``queue_offset``, which no replica can read."""
+
+    code: ClassVar[RequestCode] = RequestCode.SKIP_CORRUPT_MESSAGE
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        header: Header = {
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "queueOffset": self.queue_offset,
+        }
+        return header, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> SkipCorruptMessage:
+        topic = req_str(header, "topic")
+        queue_id = req_int(header, "queueId")
+        queue_offset = req_int(header, "queueOffset")
+        if queue_id < 0 or queue_offset < 0:
+            raise FieldError("queueId and queueOffset must be >= 0")
+        return cls(topic=topic, queue_id=queue_id, queue_offset=queue_offset)

@@ -68,16 +68,23 @@ class ElectMaster:
     designated: int | None = None
     planned_switch: bool = False
     """Only without ``designated`` (a designated election is no planned switch)."""
+    force: bool = False
+    """With ``designated``: elect it even when it reports unrepaired damage (``force``, sent
+    only when true; issue 31)."""
 
     def __post_init__(self) -> None:
         if self.designated is not None and self.planned_switch:
             raise FieldError("an election names a broker or is a planned switch, not both")
+        if self.force and self.designated is None:
+            raise FieldError("only an election naming a broker can be forced")
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {"brokerName": self.broker_name}
         if self.designated is not None:
             header["brokerId"] = self.designated
             header["designateElect"] = True
+        if self.force:
+            header["force"] = True
         if self.planned_switch:
             header["plannedSwitch"] = True
         return header, None
@@ -86,7 +93,11 @@ class ElectMaster:
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ElectMaster:
         name = req_str(header, "brokerName")
         if opt_bool(header, "designateElect"):
-            return cls(broker_name=name, designated=req_int(header, "brokerId"))
+            return cls(
+                broker_name=name,
+                designated=req_int(header, "brokerId"),
+                force=opt_bool(header, "force"),
+            )
         return cls(broker_name=name, planned_switch=opt_bool(header, "plannedSwitch"))
 
 

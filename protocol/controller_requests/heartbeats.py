@@ -5,7 +5,9 @@ Request::
 
     header  clusterName?, brokerName, brokerId, brokerAddress?, epoch?, maxOffset?,
             confirmOffset?, electionPriority?, heartbeatTimeoutMillis? (0: the controller's
-            default; absent figures count as 0)
+            default; absent figures count as 0), damagedRecords? (CommitLog records the broker
+            holds damaged and no replica could repair, issue 31; sent only when not 0: the
+            controllers prefer a candidate without)
     body    the broker's traffic report (protocol/traffic.py), optional, carried as bytes: the
             controller decodes it only when it changed, and a malformed one never costs the
             heartbeat
@@ -61,6 +63,8 @@ class BrokerHeartbeat:
     heartbeat_timeout_ms: int = 0
     """The timeout the broker asks to be held to (0 or less: the controller's default)."""
     traffic_report: bytes | None = None
+    damaged_records: int = 0
+    """Damaged CommitLog records the broker holds unrepaired (left out of the header at 0)."""
 
     def encode(self) -> tuple[Header, bytes | None]:
         header = broker_header(self.cluster, self.broker_name, self.broker_id, self.broker_address)
@@ -73,6 +77,8 @@ class BrokerHeartbeat:
                 "heartbeatTimeoutMillis": self.heartbeat_timeout_ms,
             }
         )
+        if self.damaged_records:
+            header["damagedRecords"] = self.damaged_records
         return header, self.traffic_report
 
     @classmethod
@@ -92,6 +98,7 @@ class BrokerHeartbeat:
             cluster=opt_str(header, "clusterName"),
             broker_address=opt_str(header, "brokerAddress"),
             traffic_report=body or None,
+            damaged_records=_bounded(header, "damagedRecords", 0, MAX_FIGURE),
         )
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from client import Producer
+from client import Consumer, Producer
 from client.bootstrap import Bootstrap
+from client.errors import CorruptMessageError
 from protocol.message import HEAD_SIZE, check_record, parse_msg_id
 from tests.cluster.support import (
     Key,
@@ -209,3 +210,71 @@ async def test_a_slave_scrubs_and_repairs_its_copy_then_serves_everything_after_
     assert (await sync_state(boot) or {}).get("masterAddress") == victim.address
     received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
     assert received == bodies
+
+
+def corrupt_kind(port: int, kind: str) -> float:
+    for line in scrape(port).splitlines():
+        if line.startswith("rmq_broker_corrupt_data_total{") and f'kind="{kind}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_the_same_record_damaged_on_all_three_blocks_until_skipped(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # No intact copy anywhere: the queue stays blocked at the record with one line naming it,
+    # what was tried and the way past; every replica reports the damage, so an operator's
+    # election of a slave says so and needs --force; skipCorruptMessage moves reads past it.
+    ids, ports, bodies, physical = await group_with_messages(cluster, boot)
+    damaged_at = physical[DAMAGED]
+    for node in cluster.brokers:
+        node.stop()
+    for node in cluster.brokers:
+        flip(node, damaged_at + HEAD_SIZE + 5)
+    for node in cluster.brokers:
+        node.restart()
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    master = node_at(cluster, doc["masterAddress"])
+
+    def every_scrub_gave_up() -> bool:
+        return all(
+            metric(b, p, "rmq_broker_scrub_unrepairable_total") >= 1
+            for b, p in zip(cluster.brokers, ports, strict=True)
+        )
+
+    await wait_until_async(
+        lambda: asyncio.to_thread(every_scrub_gave_up), "every replica's scrub to give up", 60
+    )
+
+    async with Consumer(cluster.controller_addresses, "blocked", TOPIC) as consumer:
+        with pytest.raises(CorruptMessageError) as caught:
+            for _ in range(60):
+                await consumer.receive(timeout=1.0)
+    error = caught.value
+    assert (error.queue_id, error.queue_offset, error.physical_offset) == (0, DAMAGED, damaged_at)
+    line = str(error)
+    assert "\n" not in line
+    assert (
+        f"queue {TOPIC}:0, offset {DAMAGED} cannot be read (commitlog offset {damaged_at})" in line
+    )
+    assert "no intact copy on another replica (broker" in line and "RECORD_NOT_INTACT" in line
+    assert f"rmqctl skipCorruptMessage -t {TOPIC} -q 0 -o {DAMAGED}" in line
+
+    slave = next(b for b in cluster.brokers if b is not master)
+    ctl = ("electMaster", "-a", cluster.controller_addresses, "-b", "broker-a")
+    code, _, err = await asyncio.to_thread(rmqctl, *ctl, "-i", str(ids[slave.address]))
+    assert code == 1 and "damaged CommitLog records" in err and "--force" in err, err
+    code, _, err = await asyncio.to_thread(rmqctl, *ctl, "-i", str(ids[slave.address]), "--force")
+    assert code == 0, err
+
+    code, out, err = await asyncio.to_thread(
+        rmqctl, "--json", "skipCorruptMessage", "-a", cluster.controller_addresses,
+        "-t", TOPIC, "-q", "0", "-o", str(DAMAGED),
+    )  # fmt: skip
+    assert code == 0, err
+    assert [row["result"] for row in json.loads(out)] == ["skipped"] * 3
+    expect = {k: v for k, v in bodies.items() if k[2] != DAMAGED}
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(expect), timeout=90)
+    assert received == expect
+    port = ports[cluster.brokers.index(slave)]
+    assert corrupt_kind(port, "skipped") == 1

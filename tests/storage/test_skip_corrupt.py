@@ -1,0 +1,46 @@
+"""An operator gives up a message no replica can read (MessageStore.skip_corrupt, issue 31):
+reads pass over it, kept over a restart; a readable message is not skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from protocol.message import HEAD_SIZE, iter_records
+from storage.store import GetStatus, RecordReadable, StoreError
+from tests.storage.support import TOPIC, messages, open_store
+
+
+def test_a_skipped_message_is_passed_over_also_after_a_restart(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    put = store.put(TOPIC, 0, messages(10, 200), 1_700_000_000_000)
+    store.flush()
+    with pytest.raises(RecordReadable, match="readable here: nothing skipped"):
+        store.skip_corrupt(TOPIC, 0, 4)
+    with pytest.raises(StoreError, match="holds no message at queue offset 10"):
+        store.skip_corrupt(TOPIC, 0, 10)
+    seg = sorted((tmp_path / "commitlog").iterdir())[0]
+    with seg.open("r+b") as f:
+        f.seek(put.physical_offsets[4] + HEAD_SIZE + 3)
+        byte = f.read(1)[0]
+        f.seek(put.physical_offsets[4] + HEAD_SIZE + 3)
+        f.write(bytes([byte ^ 1]))
+    assert store.get(TOPIC, 0, 4, 10, 1 << 20).status is GetStatus.CORRUPT
+    assert store.skip_corrupt(TOPIC, 0, 4) == put.physical_offsets[4]
+    assert store.corruption["skipped"] == 1
+
+    def read_all() -> list[int]:
+        got, offset = [], 0
+        while offset < 10:
+            res = store.get(TOPIC, 0, offset, 10, 1 << 20)
+            assert res.status is GetStatus.FOUND
+            got += [r.queue_offset for r in iter_records(res.body)]
+            offset = res.next_offset
+        return got
+
+    assert read_all() == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    store.close()
+    store = open_store(tmp_path)
+    assert read_all() == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    store.close()
