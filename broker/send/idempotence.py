@@ -101,8 +101,39 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         """CommitLog offset the last snapshot covered (or the rebuild started from)."""
         self._expire_at = 0
         self.duplicates = 0
+        """Retries answered from the window (nothing stored)."""
         self.gaps = 0
+        """Requests stored past a gap in their queue's sequences."""
         self.partial_repairs = 0
+        """Retries of a request a failover cut short: its missing records stored."""
+        self._expired_before = 0
+        metrics = host.metrics
+        for name, doc, read in (
+            (
+                "rmq_broker_idempotent_duplicates",
+                "Retries of idempotent producers' stored sends answered with the stored offsets, "
+                "nothing stored again",
+                lambda: self.duplicates,
+            ),
+            (
+                "rmq_broker_idempotent_gaps",
+                "Idempotent sends stored past a gap in their queue's sequences (an earlier send "
+                "not stored yet, or given up)",
+                lambda: self.gaps,
+            ),
+            (
+                "rmq_broker_idempotent_partial_repairs",
+                "Retries of a batch a failover cut short: its missing records stored",
+                lambda: self.partial_repairs,
+            ),
+            (
+                "rmq_broker_idempotent_producers_expired",
+                "Idempotent producers forgotten: idle for producer_expiry_ms, or the least "
+                "recently used beyond producer_max_windows",
+                lambda: self.expired,
+            ),
+        ):
+            metrics.counter_fn(name, doc, read)
         host.metrics.gauge_fn(
             "rmq_broker_idempotent_producers",
             "Idempotent producers whose sequences this broker keeps (master only)",
@@ -113,6 +144,11 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
             "(producer, queue) windows of sequences this broker keeps (master only)",
             lambda: 0 if self.state is None else self.state.windows,
         )
+
+    @property
+    def expired(self) -> int:
+        """Producers forgotten since start, in every state this broker built."""
+        return self._expired_before + (0 if self.state is None else self.state.expired)
 
     # -- the send path -----------------------------------------------------------------------
     @staticmethod
@@ -162,6 +198,8 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
 
     # -- rebuild -------------------------------------------------------------------------------
     def _rebuild(self) -> ProducerStates:
+        if self.state is not None:
+            self._expired_before += self.state.expired
         cfg = self.host.cfg
         store = self.host.store
         started = time.perf_counter()

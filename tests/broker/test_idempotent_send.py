@@ -15,8 +15,11 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.idempotence import PROP_PRODUCER_SEQ, WINDOW
 from protocol.message import MessageRecord, encode_properties, iter_records
 from protocol.remoting import Frame, Scalar
+from protocol.timer import PROP_TIMER_DELAY_MS
+from protocol.transaction import PROP_PRODUCER_GROUP, PROP_TRANSACTION_ID, PROP_TRANSACTION_PREPARED
 from remoting.client import RemotingClient
 from tests.support.procs import BrokerProc
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -180,5 +183,53 @@ async def test_a_restarted_broker_answers_retries_of_what_it_stored(
         assert built and built[-1]["snapshot"] is snapshot, built
         if snapshot:  # only the records after the last snapshot were read
             assert built[-1]["scanned_from"] > 0, built
+    finally:
+        proc.stop()
+
+
+async def test_half_and_scheduled_messages_are_deduplicated_also_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A transactional half and a scheduled message are stored under the broker's own topics:
+    their retries still count in the queue they were sent to (REAL_TOPIC/REAL_QID), before and
+    after a kill -9; the delivered copy of a scheduled message carries no __PSEQ."""
+    proc = BrokerProc(tmp_path).start_and_wait()
+    try:
+        conn = await RemotingClient.connect(proc.address)
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 1})
+        half = encode_properties(
+            {PROP_TRANSACTION_PREPARED: "true", PROP_PRODUCER_GROUP: "g", PROP_TRANSACTION_ID: "t1"}
+        ).decode()
+        later = encode_properties({PROP_TIMER_DELAY_MS: "600000"}).decode()
+        soon = encode_properties({PROP_TIMER_DELAY_MS: "500"}).decode()
+        sends = [(b"half", half, 0), (b"later", later, 1), (b"soon", soon, 2)]
+        first = {}
+        for body, props, s in sends:
+            resp = await send(conn, body, 21, 0, s, properties=props)
+            assert resp.code == ResponseCode.SUCCESS, resp.header
+            again = await send(conn, body, 21, 0, s, properties=props)
+            assert again.header == resp.header
+            first[s] = resp.header
+
+        async def delivered() -> list[MessageRecord] | None:
+            records = await pull_all(conn)
+            return records if [r.body for r in records] == [b"soon"] else None
+
+        records = await wait_until_async(delivered, "the scheduled message delivered", 30)
+        assert records is not None
+        assert PROP_PRODUCER_SEQ not in records[0].properties
+        conn.close()
+        proc.kill9()
+        proc.stop()
+        proc.start_and_wait()
+        conn = await RemotingClient.connect(proc.address)
+        try:
+            for body, props, s in sends:
+                again = await send(conn, body, 21, 0, s, properties=props)
+                assert again.code == ResponseCode.SUCCESS, again.header
+                assert again.header["msgId"] == first[s]["msgId"], (body, again.header)
+            assert [r.body for r in await pull_all(conn)] == [b"soon"]
+        finally:
+            conn.close()
     finally:
         proc.stop()
