@@ -29,6 +29,11 @@ from broker.ha.slave_conn import SlaveConnection
 from protocol.ha import EpochEntry, MasterStreamDecoder, MasterTransfer
 
 
+def H(*pairs: tuple[int, int]) -> tuple[EpochEntry, ...]:
+    """An epoch history from (epoch, start offset) pairs."""
+    return tuple(EpochEntry(epoch=e, start_offset=s) for e, s in pairs)
+
+
 @dataclass
 class Node:
     broker_id: int

@@ -9,11 +9,7 @@ from hypothesis import strategies as st
 from broker.ha.batch import Batch, epoch_at, next_batch, record_aligned_length
 from protocol.ha import EpochEntry
 from protocol.message import Message, RecordEncoder, encode_blank
-
-
-def H(*pairs: tuple[int, int]) -> tuple[EpochEntry, ...]:
-    return tuple(EpochEntry(epoch=e, start_offset=s) for e, s in pairs)
-
+from tests.ha.ha_harness import H
 
 ENTRIES = H((1, 0), (2, 100), (3, 100), (4, 250))
 

@@ -41,13 +41,9 @@ from protocol.ha import (
     encode_slave_handshake,
 )
 from protocol.message import Message, RecordEncoder, encode_blank
-from tests.ha.ha_harness import Link, Node
+from tests.ha.ha_harness import H, Link, Node
 
 S = HAConnectionState
-
-
-def H(*pairs: tuple[int, int]) -> tuple[EpochEntry, ...]:
-    return tuple(EpochEntry(epoch=e, start_offset=s) for e, s in pairs)
 
 
 def log_state(

@@ -27,12 +27,9 @@ from protocol.ha import (
     encode_master_handshake,
     encode_master_transfer,
 )
+from tests.ha.ha_harness import H
 
 INT32_MAX = 2**31 - 1
-
-
-def H(*pairs: tuple[int, int]) -> tuple[EpochEntry, ...]:
-    return tuple(EpochEntry(epoch=e, start_offset=s) for e, s in pairs)
 
 
 def decide(
