@@ -82,8 +82,9 @@ class BrokerContext:
         self.dlq_resent = DlqResendLedger(cfg.data_dir)
         self.groups = ConsumerGroups(cfg.client_expiry_ms)
         self.waiters = PullWaiters()
-        self.offset_resets = PendingResets()
-        """Offsets reset for groups' next reads (:mod:`broker.offset_resets`)."""
+        self.offset_resets = PendingResets(lambda: self.role.master_epoch)
+        """Offsets reset for groups' next reads (:mod:`broker.offset_resets`), in this master's
+        epoch."""
         self.appender = Appender(self.service.store, self.waiters, metrics)
         """Every write to the CommitLog goes through it (broker.appender)."""
         self.controller_mode = bool(cfg.controller_addresses)
