@@ -58,6 +58,7 @@ LIVE_KEYS: dict[str, str] = {
     "slave_ack_timeout_ms": "from the next send waiting for its replicas",
     "transaction_check_max": "at the next check-back",
     "auth_refresh_interval_ms": "after the refresh now waiting (auth_enabled)",
+    "scrub_bytes_per_s": "from the scrub's next slice (a tenth of a second)",
 }
 """The keys UPDATE_BROKER_CONFIG changes while the broker runs, and when each takes effect."""
 
