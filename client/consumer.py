@@ -34,6 +34,11 @@ across its mapping items (:mod:`client.pull`); messages show logical queue ids a
 the group's logical offsets are committed as physical offsets on the items read, so they survive
 re-mapping.
 
+Offsets moved while the group runs (rmqctl resetOffsetByTime and skipAccumulatedMessage,
+:meth:`Consumer.seek`, :meth:`Consumer.seek_to_time`): each master tells the members, and a
+member drops what it pulled of the queues reset and not consumed yet and pulls from the new
+offsets (:mod:`client.queue_rebalance`, docs/operations.md "Resetting offsets").
+
 POP mode (``pop=True``, :mod:`client.pop_consumer`): no rebalance and no queue ownership; any
 number of members share every queue of the topic through POP requests, each message acked once
 consumed (the rule above) and a nacked one brought back by the broker through the retry topic.
