@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +14,27 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.deletions import Deletions
+from storage.config_files import (
+    ConsumerOffsetStore,
+    DlqResendLedger,
+    SubscriptionGroupStore,
+    TopicConfigStore,
+)
 from tests.support.procs import free_port
+
+
+def config_sync_context(tmp_path: Path, **more: Any) -> Any:
+    """What SlaveConfigSync reads of a broker's context: its topic, offset, subscription group
+    and DLQ-resend stores in ``tmp_path`` and its Deletions; ``more`` besides (its role)."""
+    return SimpleNamespace(
+        topics=TopicConfigStore(tmp_path),
+        offsets=ConsumerOffsetStore(tmp_path),
+        sub_groups=SubscriptionGroupStore(tmp_path),
+        dlq_resent=DlqResendLedger(tmp_path),
+        deletions=Deletions(),
+        **more,
+    )
 
 
 def small_config(tmp_path: Path, listen: str | None = None, **settings: Any) -> BrokerConfig:

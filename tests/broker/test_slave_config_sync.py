@@ -9,7 +9,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from broker.deletions import Deletions
 from broker.replicas.config_sync import SlaveConfigSync
 from broker.role import RoleState
 from protocol.broker_requests.subscription_groups import SubscriptionGroupTable
@@ -18,12 +17,7 @@ from protocol.pull import ConsumerOffsetTable
 from protocol.remoting import Frame, response
 from remoting.client import ConnectionPool
 from remoting.server import Connection, RemotingServer
-from storage.config_files import (
-    ConsumerOffsetStore,
-    DlqResendLedger,
-    SubscriptionGroupStore,
-    TopicConfigStore,
-)
+from tests.broker.support import config_sync_context
 from tests.support.wait import wait_until_async
 
 
@@ -61,13 +55,8 @@ async def test_a_malformed_topic_table_is_skipped_and_the_copy_goes_on(tmp_path:
     master = Master()
     port = await master.server.start("127.0.0.1", 0)
     pool = ConnectionPool(2.0)
-    ctx: Any = SimpleNamespace(
-        role=RoleState(is_master=False, master_address=f"127.0.0.1:{port}"),
-        topics=TopicConfigStore(tmp_path),
-        offsets=ConsumerOffsetStore(tmp_path),
-        sub_groups=SubscriptionGroupStore(tmp_path),
-        dlq_resent=DlqResendLedger(tmp_path),
-        deletions=Deletions(),
+    ctx = config_sync_context(
+        tmp_path, role=RoleState(is_master=False, master_address=f"127.0.0.1:{port}")
     )
     cfg: Any = SimpleNamespace(slave_config_sync_interval_ms=20)
     changed: list[bool] = []
