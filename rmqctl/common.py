@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -142,10 +143,34 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def emit(settings: Settings, doc: Any, human: Callable[[], str]) -> None:
     """Print ``doc`` as one JSON document with ``--json``, else the human rendering."""
-    if settings.json:
-        click.echo(json.dumps(doc))
-    else:
-        click.echo(human())
+    write_stdout((json.dumps(doc) if settings.json else human()) + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout, every byte of it.
+
+    With ``PYTHONUNBUFFERED`` set (``python -u``) ``sys.stdout`` writes straight to the file
+    descriptor, and one ``write(2)`` may take only part of a large document (a pipe's 64 KiB,
+    when the descriptor is non-blocking or the call is interrupted): ``sys.stdout.write`` then
+    drops the rest silently and the reader gets a cut document with exit status 0. The bytes
+    are written here until none is left, waiting for the pipe when it is full. A stream with no
+    descriptor (click's test runner) gets a plain write."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        stream.write(text)
+        stream.flush()
+        return
+    stream.flush()
+    data = memoryview(text.encode(stream.encoding or "utf-8", stream.errors or "strict"))
+    while data:
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        data = data[written:]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -33,6 +33,7 @@ from rmqctl.common import (
     stdout_closed,
     table,
     utc_iso,
+    write_stdout,
 )
 
 # Sends in flight at once for --count.
@@ -439,8 +440,7 @@ async def _consume_pop(
                 )
                 spinner.clear()
                 try:
-                    sys.stdout.write(lines + "\n")
-                    sys.stdout.flush()
+                    write_stdout(lines + "\n")
                 except BrokenPipeError:
                     stdout_closed()
                     closed = True
@@ -510,8 +510,7 @@ async def _consume(
                 lines = "\n".join(_json_line(m) if settings.json else _human_line(m) for m in msgs)
                 spinner.clear()
                 try:
-                    sys.stdout.write(lines + "\n")
-                    sys.stdout.flush()
+                    write_stdout(lines + "\n")
                 except BrokenPipeError:
                     stdout_closed()
                     closed = True
