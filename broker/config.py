@@ -280,6 +280,22 @@ class BrokerConfig:
         "bytes of log, so a new master reads at most about this much to rebuild it",
         at_least(1024 * 1024),
     )
+    uniq_key_window_topics: str = field(
+        "",
+        "comma-separated topics with a duplicate window on UNIQ_KEY for clients that cannot "
+        "send idempotent producers' fields (the official gRPC clients, classic clients): a "
+        "retry of a send stored within uniq_key_window_ms is answered with its offsets, "
+        "nothing stored; empty: off (docs/idempotence.md)",
+    )
+    uniq_key_window_ms: int = field(
+        120_000, "how long the UNIQ_KEY duplicate window remembers a send", at_least(1000)
+    )
+    uniq_key_window_max: int = field(
+        100_000,
+        "sends the UNIQ_KEY duplicate window remembers at most (about 250 bytes each; the "
+        "oldest are forgotten first)",
+        at_least(1),
+    )
 
     auth_enabled: bool = field(
         False,

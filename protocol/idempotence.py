@@ -68,6 +68,7 @@ __all__ = [
     "RecordSeq",
     "SnapshotPart",
     "StoredBatch",
+    "UniqKeyWindow",
     "Verdict",
     "decode_snapshot",
     "decode_snapshot_part",
@@ -551,3 +552,54 @@ def decode_snapshot(parts: list[SnapshotPart]) -> tuple[int, object]:
     if not isinstance(doc, list) or len(doc) != 2 or doc[0] != _SNAPSHOT_VERSION:
         raise RecordError("producer snapshot of an unknown version")
     return covered, doc[1]
+
+
+# -- the UNIQ_KEY duplicate window (clients that cannot send the fields) -----------------------
+
+
+class UniqKeyWindow:
+    """Per topic, the requests stored in the last ``window_ms`` by their messages' unique keys
+    (``UNIQ_KEY``, which the official gRPC clients and the classic clients keep across their
+    retries), as NATS JetStream's ``duplicate_window``: a request whose keys were stored within
+    the window is answered with the stored offsets. At most ``max_entries`` (the oldest go
+    first); an entry costs about 200 bytes plus its keys. Time comes in as arguments (ms)."""
+
+    def __init__(self, *, window_ms: int, max_entries: int) -> None:
+        if window_ms <= 0 or max_entries <= 0:
+            raise ValueError("window_ms and max_entries must be > 0")
+        self.window_ms = window_ms
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str], tuple[int, StoredBatch]] = OrderedDict()
+        """(topic, keys) -> (stored at, batch), oldest first."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key_of(uniq_keys: list[str]) -> str | None:
+        """The window's key of a request's messages' unique keys; None when one has none."""
+        if not uniq_keys or not all(uniq_keys):
+            return None
+        return uniq_keys[0] if len(uniq_keys) == 1 else "\x00".join(uniq_keys)
+
+    def get(self, topic: str, key: str, now_ms: int) -> StoredBatch | None:
+        self.expire(now_ms)
+        found = self._entries.get((topic, key))
+        return None if found is None else found[1]
+
+    def put(self, topic: str, key: str, batch: StoredBatch, now_ms: int) -> None:
+        entries = self._entries
+        entries[(topic, key)] = (now_ms, batch)
+        entries.move_to_end((topic, key))
+        while len(entries) > self.max_entries:
+            entries.popitem(last=False)
+        self.expire(now_ms)
+
+    def expire(self, now_ms: int) -> None:
+        entries = self._entries
+        limit = now_ms - self.window_ms
+        while entries:
+            stored_at = next(iter(entries.values()))[0]
+            if stored_at > limit:
+                break
+            entries.popitem(last=False)

@@ -23,6 +23,7 @@ import structlog
 from broker.durable_wait import wait_durable
 from broker.send.host import SendHost
 from broker.send.idempotence import ProducerSequences, batch_of, result_of
+from broker.send.uniq_window import UniqKeyDedup
 from broker.timer.schedule import ScheduleRefused
 from broker.write_gate import WriteRefused
 from protocol.codes import ResponseCode
@@ -61,6 +62,8 @@ class SendService:
         """The message id of the record at a CommitLog offset (what a send answers)."""
         self.sequences = ProducerSequences(host)
         """The idempotent producers' sequences (docs/idempotence.md)."""
+        self.uniq_keys = UniqKeyDedup(host)
+        """The optional UNIQ_KEY duplicate window (``uniq_key_window_topics``)."""
 
     # -- storing -------------------------------------------------------------------------------
     def put(
@@ -114,10 +117,17 @@ class SendService:
                 ResponseCode.QUEUE_NOT_EXIST,
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
+        uniq_key: str | None = None
         if seq is not None:
             retried = self._retried(topic, queue_id, messages, seq)
             if retried is not None:
                 return retried
+        elif self.uniq_keys.topics:
+            uniq_key = self.uniq_keys.key(topic, messages)
+            if uniq_key is not None:
+                seen = self.uniq_keys.find(topic, uniq_key)
+                if seen is not None and len(seen.physical_offsets) == len(messages):
+                    return result_of(seen)
         if sealed.has_closed(topic) and sealed.closed(topic, queue_id, time.monotonic()):
             # A static topic's item sealed (or being sealed) here: the queue moved to another
             # group. Retriable: the producer refreshes its route and sends to the new item.
@@ -143,6 +153,8 @@ class SendService:
         result = self._store(topic, queue_id, messages, body_bytes, own)
         if seq is not None:
             self.sequences.stored(topic, queue_id, seq, batch_of(seq.sequence, result))
+        elif uniq_key is not None:
+            self.uniq_keys.stored(topic, uniq_key, batch_of(-1, result))
         return result
 
     def _store(

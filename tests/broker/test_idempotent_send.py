@@ -233,3 +233,52 @@ async def test_half_and_scheduled_messages_are_deduplicated_also_after_a_restart
             conn.close()
     finally:
         proc.stop()
+
+
+async def test_the_uniq_key_window_answers_retries_of_clients_without_the_fields(
+    tmp_path: Path,
+) -> None:
+    """uniq_key_window_topics: a send without the fields whose UNIQ_KEY was stored within the
+    window is answered with the stored offsets (also after kill -9 and restart, rebuilt from
+    the records); a topic not listed keeps storing every retry."""
+    proc = BrokerProc(tmp_path, extra_toml='uniq_key_window_topics = "U"\n').start_and_wait()
+    try:
+        conn = await RemotingClient.connect(proc.address)
+        for topic in ("U", "V"):
+            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "queues": 1})
+
+        async def plain(topic: str, body: bytes, key: str) -> Frame:
+            props = encode_properties({"UNIQ_KEY": key}).decode()
+            return await conn.request(
+                RequestCode.SEND_MESSAGE,
+                {"topic": topic, "queueId": -1, "properties": props},
+                body,
+            )
+
+        first = await plain("U", b"a", "K1")
+        assert (await plain("U", b"a", "K1")).header == first.header
+        assert (await plain("U", b"b", "K2")).header != first.header
+        assert (await plain("V", b"a", "K1")).header != (await plain("V", b"a", "K1")).header
+        conn.close()
+        proc.kill9()
+        proc.stop()
+        proc.start_and_wait()
+        conn = await RemotingClient.connect(proc.address)
+        try:
+            assert (await plain("U", b"a", "K1")).header == first.header
+            resp = await conn.request(
+                RequestCode.PULL_MESSAGE,
+                {
+                    "consumerGroup": "c",
+                    "topic": "U",
+                    "queueId": 0,
+                    "queueOffset": 0,
+                    "maxMsgNums": 100,
+                    "suspendTimeoutMillis": 0,
+                },
+            )
+            assert [r.body for r in iter_records(resp.body or b"")] == [b"a", b"b"]
+        finally:
+            conn.close()
+    finally:
+        proc.stop()

@@ -287,3 +287,20 @@ def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) 
         if op == 1:  # answered: done
             pending.remove(seq_no)
         # op 2: the answer was lost; it stays pending and is retried later
+
+
+def test_uniq_key_window_remembers_for_its_window_and_its_size() -> None:
+    from protocol.idempotence import UniqKeyWindow
+
+    w = UniqKeyWindow(window_ms=1000, max_entries=2)
+    assert UniqKeyWindow.key_of(["a"]) == "a"
+    assert UniqKeyWindow.key_of(["a", "b"]) == "a\x00b"
+    assert UniqKeyWindow.key_of(["a", ""]) is None and UniqKeyWindow.key_of([]) is None
+    w.put("t", "k1", batch(0, 10), 0)
+    assert w.get("t", "k1", 999) is not None
+    assert w.get("other", "k1", 999) is None
+    assert w.get("t", "k1", 1000) is None  # the window passed
+    w.put("t", "k1", batch(0, 10), 2000)
+    w.put("t", "k2", batch(0, 20), 2001)
+    w.put("t", "k3", batch(0, 30), 2002)  # over max_entries: the oldest goes
+    assert w.get("t", "k1", 2003) is None and len(w) == 2
