@@ -214,6 +214,24 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
     )
 
 
+async def create_once_registered(cluster: Cluster, topic: str, queues: int, what: str) -> list[str]:
+    """Create ``topic`` through the controllers, retried while it is refused (its groups'
+    masters have not all registered yet; ``what`` names the wait, 30 s at most): the groups it
+    was created on."""
+    async with Admin(cluster.controller_addresses) as admin:
+
+        async def create() -> list[str] | None:
+            try:
+                return await admin.create_topic(topic, queues)
+            except ClientError:
+                return None
+
+        created: list[str] = await wait_until_async(
+            create, what, 30, interval=0.2, on_timeout=cluster.logs
+        )
+        return created
+
+
 async def takes_writes(address: str) -> bool:
     """Whether the broker at ``address`` holds itself master with a write lease (not fenced):
     what it says, which can trail what the controllers decided by a poll."""

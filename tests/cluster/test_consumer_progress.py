@@ -20,15 +20,13 @@ from typing import Any
 import pytest
 
 from client import Consumer, Producer
-from client.admin import Admin
 from client.bootstrap import Bootstrap
-from client.errors import ClientError
 from client.progress import ProgressAdmin
 from protocol.codes import RequestCode
 from protocol.consume_stats import ConsumeStats
 from protocol.pull import ConsumerOffsetUpdate
 from remoting.client import RemotingClient
-from tests.cluster.support import sync_state
+from tests.cluster.support import create_once_registered, sync_state
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.metrics import group_lag, metrics_port, scrape
 from tests.support.procs import free_port
@@ -108,18 +106,8 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
             return True
 
         await wait_until_async(groups_ready, "two groups of 2 in sync", 60, on_timeout=cluster.logs)
-        async with Admin(cluster.controller_addresses) as admin:
-
-            async def create() -> list[str] | None:
-                try:
-                    return await admin.create_topic(TOPIC, 4)
-                except ClientError:
-                    return None  # not every master registered yet
-
-            created = await wait_until_async(
-                create, "the topic on both masters", 30, interval=0.2, on_timeout=cluster.logs
-            )
-            assert created == ["broker-a", "broker-b"]
+        created = await create_once_registered(cluster, TOPIC, 4, "the topic on both masters")
+        assert created == ["broker-a", "broker-b"]
         sent: dict[str, int] = {"broker-a": 0, "broker-b": 0}
         async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
             for i in range(SENT):

@@ -22,11 +22,9 @@ from typing import Any
 import pytest
 
 from client import Consumer, Producer
-from client.admin import Admin
 from client.bootstrap import Bootstrap
-from client.errors import ClientError
 from client.message import ReceivedMessage
-from tests.cluster.support import sync_state
+from tests.cluster.support import create_once_registered, sync_state
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.metrics import group_lag, metrics_port, scrape
 from tests.support.procs import free_port
@@ -118,15 +116,7 @@ async def test_a_filtered_group_commits_past_what_its_filter_passes_over(cluster
         master = next(b for b in cluster.brokers if b.address == address)
     finally:
         boot.close()
-    async with Admin(cluster.controller_addresses) as admin:
-
-        async def create() -> list[str] | None:
-            try:
-                return await admin.create_topic(TOPIC, QUEUES)
-            except ClientError:
-                return None  # the master has not registered yet
-
-        await wait_until_async(create, "the topic", 30, interval=0.2, on_timeout=cluster.logs)
+    await create_once_registered(cluster, TOPIC, QUEUES, "the topic")
     async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
         for i in range(SENT):
             await producer.send(TOPIC, f"m-{i}".encode(), tags=tag_of(i))
