@@ -21,6 +21,9 @@
 //     printing "got <body>" as each arrives; once every message is acknowledged, waits until the
 //     consumer got each of them (60 s at most); then {"acked": [...], "errors": n, "received":
 //     [every body, in arrival order, duplicates kept]}
+//   node alions_client.js listen NAMESRV TOPIC GROUP
+//     a push consumer of GROUP (from the first offset) printing "ready" once started, then
+//     "got <body>" as each message arrives, until its stdin closes; then {"received": n}
 //   node alions_client.js consume NAMESRV TOPIC GROUP COUNT
 //     a push consumer of GROUP from the first offset, until COUNT messages arrived and their
 //     offsets were committed; prints {"received": [{body, tags, keys, seq, msgId, queueId,
@@ -155,6 +158,27 @@ async function consume(group, count) {
   return { received };
 }
 
+async function listen(group) {
+  const consumer = new Consumer({
+    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
+    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+    persistConsumerOffsetInterval: 500,
+    brokerSuspendMaxTimeMillis: 2000,
+    consumerTimeoutMillisWhenSuspend: 5000,
+    rebalanceInterval: 1000,
+  });
+  let received = 0;
+  consumer.subscribe(topic, '*', async msg => {
+    received += 1;
+    process.stdout.write(`got ${msg.body.toString()}\n`);
+  });
+  await consumer.ready();
+  process.stdout.write('ready\n');
+  await new Promise(resolve => { process.stdin.on('end', resolve); process.stdin.resume(); });
+  await consumer.close();
+  return { received };
+}
+
 async function fail(group, count, max) {
   const consumer = new Consumer({
     ...keys, httpclient, nameSrv, consumerGroup: group, logger,
@@ -247,6 +271,7 @@ async function share(group, count, queues) {
   let out;
   if (mode === 'produce') out = await produce(Number(rest[0]));
   else if (mode === 'consume') out = await consume(rest[0], Number(rest[1]));
+  else if (mode === 'listen') out = await listen(rest[0]);
   else if (mode === 'keep-sending') out = await keepSending(Number(rest[0]));
   else if (mode === 'keep-sending-and-consuming') {
     out = await keepSendingAndConsuming(rest[0], Number(rest[1]));
