@@ -44,8 +44,8 @@ _POLL = 0.2
 @click.option(
     "--force",
     is_flag=True,
-    help="Store the copy although the broker knows no live member of the group (a group of "
-    "official gRPC clients, which it does not list; or members started later).",
+    help="Store the copy although the group has no live member now: it waits in the group's "
+    "retry topic for the next member.",
 )
 @click.option(
     "--wait",

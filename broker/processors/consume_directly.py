@@ -15,7 +15,7 @@ consumed.
 Checks, in order, each a refusal that stores nothing: this broker must take writes (NOT_MASTER
 and the like); the group must have a live member here (CONSUMER_NOT_ONLINE; ``clientId``, when
 given, must be one, and some member must subscribe to the message's topic; ``force`` skips
-this, for a group whose members the broker does not list, the official gRPC clients); the
+this: the copy then waits in the retry topic for the group's next member); the
 offset id must name a visible message of a topic the group consumes here (MESSAGE_NOT_FOUND);
 the group must read its retry topic (GROUP_READS_NO_RETRY: a FIFO group, whose order a copy
 would break, or consumeRetry off). The answer comes once the copy is as durable as a send.
@@ -81,8 +81,8 @@ class ConsumeDirectlyProcessor:
         if not live and not ask.force:
             raise Refused(
                 ResponseCode.CONSUMER_NOT_ONLINE,
-                f"consumer group {group} has no live member on {name} (members of the official "
-                "gRPC clients are not listed: resend with force to store the copy anyway)",
+                f"consumer group {group} has no live member on {name} (resend with force to "
+                "store the copy for its next member)",
             )
         try:
             _, offset = parse_msg_id(ask.msg_id)
