@@ -8,7 +8,9 @@ queue and counts the topic's traffic. Replicated bytes wake no pull: on a slave 
 them only once the confirm offset covers them, and the confirm listener wakes the pulls then.
 
 Errors are the store's (:class:`~storage.errors.StoreError` and its kinds), raised having
-stored nothing; no step after the store runs then.
+stored nothing; no step after the store runs then. A put to the name of a topic deleted here
+(``rmqctl deleteTopic``) that no one created again raises :class:`TopicDeletedError` (a
+scheduled message or a transaction's commit due to it is not stored: the topic is gone).
 """
 
 from __future__ import annotations
@@ -20,21 +22,42 @@ from typing import TYPE_CHECKING
 from broker.long_polling import PullWaiters
 from broker.metrics import BrokerMetrics
 from protocol.message import Message
+from storage.config_files import TopicConfigStore
+from storage.errors import StoreError
 from storage.store import MessageStore, PutResult
 
 if TYPE_CHECKING:
     from broker.ha.service import HAService
 
-__all__ = ["Appender"]
+__all__ = ["Appender", "TopicDeletedError"]
+
+
+class TopicDeletedError(StoreError):
+    """A put to a deleted topic (:meth:`storage.store.MessageStore.was_retired`, no config)."""
 
 
 class Appender:
     """Stores, then notifies HA, wakes pull waiters and counts metrics; loop thread only."""
 
-    __slots__ = ("_metrics", "_store", "_waiters", "ha", "last_put_ms", "replicated_listeners")
+    __slots__ = (
+        "_metrics",
+        "_store",
+        "_topics",
+        "_waiters",
+        "ha",
+        "last_put_ms",
+        "replicated_listeners",
+    )
 
-    def __init__(self, store: MessageStore, waiters: PullWaiters, metrics: BrokerMetrics) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        waiters: PullWaiters,
+        metrics: BrokerMetrics,
+        topics: TopicConfigStore | None = None,
+    ) -> None:
         self._store = store
+        self._topics = topics
         self._waiters = waiters
         self._metrics = metrics
         self.ha: HAService | None = None
@@ -50,6 +73,9 @@ class Appender:
     ) -> PutResult:
         """Append ``messages`` (``body_bytes``: their bodies' total size) to one queue with one
         CommitLog append, stamped now; returns where they went."""
+        topics = self._topics
+        if topics is not None and topics.get(topic) is None and self._store.was_retired(topic):
+            raise TopicDeletedError(f"topic {topic} was deleted")
         result = self._store.put(topic, queue_id, messages, time.time_ns() // 1_000_000)
         self._waiters.notify(topic, queue_id)
         self.last_put_ms[topic] = result.store_timestamp

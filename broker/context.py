@@ -85,7 +85,7 @@ class BrokerContext:
         self.offset_resets = PendingResets(lambda: self.role.master_epoch)
         """Offsets reset for groups' next reads (:mod:`broker.offset_resets`), in this master's
         epoch."""
-        self.appender = Appender(self.service.store, self.waiters, metrics)
+        self.appender = Appender(self.service.store, self.waiters, metrics, self.topics)
         """Every write to the CommitLog goes through it (broker.appender)."""
         self.controller_mode = bool(cfg.controller_addresses)
         # In controller mode the broker takes no writes until the controller names it master.

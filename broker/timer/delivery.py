@@ -18,6 +18,7 @@ from typing import Final
 
 import structlog
 
+from broker.appender import TopicDeletedError
 from broker.static_forward import ForwardError
 from broker.timer.host import TimerHost
 from broker.timer.schedule import STRIP_ON_DELIVERY, read_scheduled
@@ -109,6 +110,17 @@ class Delivery:
                 continue
             try:
                 result = appender.put(topic, queue_id, batch, sum(len(m.body) for m in batch))
+            except TopicDeletedError:
+                # Due to a topic deleted meanwhile (rmqctl deleteTopic): dropped, not retried
+                # (a retry would hold back every later delivery).
+                log.warning(
+                    "timer delivery to a deleted topic dropped",
+                    topic=topic,
+                    queue_id=queue_id,
+                    messages=len(run_entries),
+                )
+                metrics.timer_delivered.inc(len(run_entries))
+                continue
             except StoreError as exc:
                 log.error(
                     "timer delivery append failed",

@@ -42,6 +42,7 @@ from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
+
 @pytest.fixture(name="cluster")
 def one_group(cluster: Cluster) -> Cluster:
     cluster.add_group("broker-a", 2)
@@ -267,6 +268,36 @@ async def test_a_deleted_group_loses_settings_offsets_and_retry_topic_on_every_b
         assert "%DLQ%billing" not in await topics_on(node.address)
     line = await asyncio.to_thread(refused, cluster, "deleteSubGroup", "-g", "billing")
     assert "does not exist" in line, line
+
+
+async def test_a_message_scheduled_to_a_deleted_topic_is_dropped_and_the_timer_goes_on(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    master = await synced_master(boot, cluster)
+    await create_topic(boot, master.address, "Later", 1)
+    await create_topic(boot, master.address, "After", 1)
+    async with Producer(cluster.controller_addresses) as producer:
+        await producer.send("Later", b"due after the delete", delay=3.0)
+        report = await asyncio.to_thread(
+            rmqctl_json, cluster, "deleteTopic", "-t", "Later", "--force"
+        )
+        assert all(b["deleted"] for b in report["brokers"]), report
+        await producer.send("After", b"due later", delay=4.0)
+    # The later message of another topic is delivered: the one due first, to the deleted
+    # topic, did not hold the timer back.
+    bodies: list[bytes] = []
+    async with Consumer(cluster.controller_addresses, "after-reader", "After") as consumer:
+
+        async def delivered() -> bool:
+            bodies.extend(m.body for m in await consumer.receive(timeout=1.0))
+            return bool(bodies)
+
+        await wait_until_async(delivered, "the later scheduled message", 60, interval=0.1)
+    assert bodies == [b"due later"]
+    for node in cluster.brokers:
+        assert "Later" not in await topics_on(node.address)
+        code, _ = await call(node.address, RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Later"})
+        assert code == ResponseCode.TOPIC_NOT_EXIST  # no queue was made for the dropped one
 
 
 async def test_refusals_are_one_line_and_change_nothing(cluster: Cluster, boot: Bootstrap) -> None:
