@@ -31,6 +31,7 @@ from broker.processors.consumer_stats import ConsumerStatsProcessor
 from broker.processors.dlq import DeadLetterProcessor
 from broker.processors.offset_reset import OffsetResetProcessor
 from broker.processors.pop import PopProcessor
+from broker.processors.producers import ProducerProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
 from broker.processors.recall import RecallProcessor
@@ -205,6 +206,7 @@ class Broker:
         self._follow_live_config(self.live_config)
         BrokerConfigProcessor(self.live_config).register(self.server)
         BrokerStatsProcessor(self.ctx).register(self.server)
+        ProducerProcessor(self.ctx).register(self.server)
         if files is not None and files.verify_client:
             self.server.guard = ClientCertGate(
                 self.server.guard, INTERNAL_CODES, self.metrics.auth_refusal, server="broker"

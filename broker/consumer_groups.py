@@ -9,6 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """Who a client says it is: its language and version ("" unknown), and how it reaches the
+    broker: remoting (our SDK), gRPC (the official RocketMQ 5 clients, through a broker's gRPC
+    front) or classic (RocketMQ's remoting clients)."""
+
+    language: str = ""
+    version: str = ""
+    protocol: str = "remoting"
+
+
+REMOTING_CLIENT = ClientInfo()
+"""A client of our remoting protocol that did not say its language or version."""
+
+
 @dataclass(slots=True)
 class Member:
     client_id: str
@@ -17,6 +32,7 @@ class Member:
     connection_id: int
     address: str = ""
     """The member's address as this broker saw its connection (host:port)."""
+    info: ClientInfo = REMOTING_CLIENT
 
 
 class ConsumerGroups:
@@ -36,17 +52,19 @@ class ConsumerGroups:
         now_ms: int,
         connection_id: int,
         address: str = "",
+        info: ClientInfo = REMOTING_CLIENT,
     ) -> bool:
         """Record a heartbeat; True when the client is new to the group."""
         members = self._groups.setdefault(group, {})
         member = members.get(client_id)
         if member is None:
-            members[client_id] = Member(client_id, topic, now_ms, connection_id, address)
+            members[client_id] = Member(client_id, topic, now_ms, connection_id, address, info)
             return True
         member.last_seen_ms = now_ms
         member.topic = topic
         member.connection_id = connection_id
         member.address = address
+        member.info = info
         return False
 
     def unregister(self, group: str, client_id: str) -> bool:
@@ -90,7 +108,7 @@ class ConsumerGroups:
         members = self._groups.get(group, {})
         return sorted(
             (
-                Member(m.client_id, m.topic, m.last_seen_ms, m.connection_id, m.address)
+                Member(m.client_id, m.topic, m.last_seen_ms, m.connection_id, m.address, m.info)
                 for m in members.values()
                 if now_ms - m.last_seen_ms <= self._expiry_ms
             ),

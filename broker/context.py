@@ -25,6 +25,7 @@ from broker.long_polling import PullWaiters
 from broker.message_service import MessageStoreService
 from broker.metrics import BrokerMetrics
 from broker.offset_resets import PendingResets
+from broker.producer_groups import ProducerGroups
 from broker.role import RoleCell, RoleState
 from broker.sealed_queues import SealedQueues
 from broker.send.service import SendRefused
@@ -116,6 +117,8 @@ class BrokerContext:
         """Where this broker serves the gRPC protocol: ``plain`` and ``tls`` -> host:port (set
         once they listen; GET_BROKER_RUNTIME_INFO tells other brokers' gRPC endpoints)."""
         self.stats = BrokerStats()
+        self.producers = ProducerGroups()
+        """Producer groups' live clients (producerConnection)."""
         """Recent rates per topic and group (brokerStatus, statsAll), sampled by the broker."""
         self._sync_flush = cfg.flush == "sync"
         self._all_ack = self.controller_mode and cfg.all_ack_in_sync_state_set

@@ -64,6 +64,10 @@ class Member:
     last_heartbeat_ms: int
     brokers: tuple[str, ...]
     """The broker groups that list it."""
+    language: str = ""
+    version: str = ""
+    protocol: str = ""
+    """remoting (our SDK), gRPC or classic; "" when the brokers do not say."""
 
 
 def pick_targets(clusters: dict[str, list[ClusterBroker]]) -> list[BrokerTarget]:
@@ -93,7 +97,16 @@ def merge_members(answers: dict[str, list[ConsumerConnection]]) -> list[Member]:
             if current is None or m.last_heartbeat_ms > current.last_heartbeat_ms:
                 latest[m.client_id] = m
     return [
-        Member(m.client_id, m.address, m.topic, m.last_heartbeat_ms, tuple(seen[cid]))
+        Member(
+            m.client_id,
+            m.address,
+            m.topic,
+            m.last_heartbeat_ms,
+            tuple(seen[cid]),
+            m.language,
+            m.version,
+            m.protocol,
+        )
         for cid, m in sorted(latest.items())
     ]
 

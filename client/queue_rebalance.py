@@ -25,6 +25,7 @@ from client import logs
 from client.allocate import allocate_averagely
 from client.buffer import MessageBuffer
 from client.errors import ClientError, TopicNotFoundError
+from client.identity import SDK_LANGUAGE, SDK_VERSION
 from client.message import ReceivedMessage
 from client.offset_commit import OffsetCommitter
 from client.pull import QueueState
@@ -118,7 +119,13 @@ class GroupRebalancer:
         members, rebalance."""
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
         groups = sorted(route.read_addresses().items())
-        beat, _ = Heartbeat(group=self.group, client_id=self.client_id, topic=self.topic).encode()
+        beat, _ = Heartbeat(
+            group=self.group,
+            client_id=self.client_id,
+            topic=self.topic,
+            language=SDK_LANGUAGE,
+            version=SDK_VERSION,
+        ).encode()
         self._retry_off.clear()
         self._fifo_answers = {}
         results = await asyncio.gather(

@@ -150,6 +150,11 @@ class ConsumerConnection:
     topic: str
     """The topic it subscribes to (as its last heartbeat said)."""
     last_heartbeat_ms: int
+    language: str = ""
+    """The client's language as it said ("" unknown; a broker of an earlier version)."""
+    version: str = ""
+    protocol: str = ""
+    """How it reaches the broker: remoting (our SDK), gRPC or classic ("" unknown)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -157,6 +162,9 @@ class ConsumerConnection:
             "address": self.address,
             "topic": self.topic,
             "lastHeartbeatMs": self.last_heartbeat_ms,
+            "language": self.language,
+            "version": self.version,
+            "protocol": self.protocol,
         }
 
 
@@ -179,6 +187,9 @@ def decode_connections(body: bytes | None) -> list[ConsumerConnection]:
                 address=_str(item, "address"),
                 topic=_str(item, "topic"),
                 last_heartbeat_ms=_int(item, "lastHeartbeatMs"),
+                language=_str(item, "language") if "language" in item else "",
+                version=_str(item, "version") if "version" in item else "",
+                protocol=_str(item, "protocol") if "protocol" in item else "",
             )
         )
     return out

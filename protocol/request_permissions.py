@@ -19,7 +19,7 @@ Broker requests (``broker_checks``):
 - create or update on the topic: UPDATE_AND_CREATE_TOPIC; on the group:
   UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; update or admin on the group: RESEND_DLQ_MESSAGES,
   INVOKE_BROKER_TO_RESET_OFFSET, CONSUME_MESSAGE_DIRECTLY;
-- get: QUERY_MESSAGE and QUERY_MESSAGE_BY_TIME (sub also does), GET_SUBSCRIPTIONGROUP_CONFIG,
+- get: GET_PRODUCER_CONNECTION_LIST on the producer group; QUERY_MESSAGE and QUERY_MESSAGE_BY_TIME (sub also does), GET_SUBSCRIPTIONGROUP_CONFIG,
   GET_CONSUMER_CONNECTION_LIST, GET_CONSUME_STATS, QUERY_DLQ_MESSAGES on the group; VIEW_MESSAGE_BY_ID and the full tables
   (GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET) and
   GET_BROKER_CONFIG and VIEW_BROKER_STATS_DATA on the cluster (UPDATE_BROKER_CONFIG: super
@@ -181,6 +181,9 @@ _BROKER: Final[dict[int, _Rule]] = {
     RequestCode.GET_ALL_CONSUMER_OFFSET: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.GET_BROKER_CONFIG: lambda h, b, c: (_cluster(c, GET),),
     RequestCode.VIEW_BROKER_STATS_DATA: lambda h, b, c: (_cluster(c, GET),),
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: lambda h, b, c: (
+        _group(_text(h, "producerGroup"), GET),
+    ),
     RequestCode.GET_ROUTEINFO_BY_TOPIC: _ROUTE,
     RequestCode.DELETE_TOPIC_IN_BROKER: _DELETE_TOPIC,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: _DELETE_GROUP,

@@ -36,7 +36,7 @@ from rmqctl.lookup import (
 from rmqctl.message import consume_message, recall_message, send_message
 from rmqctl.message_range import print_msg, query_msg_by_time
 from rmqctl.offsets import reset_offset_by_time, skip_accumulated_message
-from rmqctl.progress import consumer_connection, consumer_progress
+from rmqctl.progress import consumer_connection, consumer_progress, producer_connection
 from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
 from rmqctl.repair import skip_corrupt_message
 from rmqctl.resend import resend_message
@@ -67,6 +67,7 @@ COMMANDS: list[click.Command] = [
     consume_message,
     consumer_progress,
     consumer_connection,
+    producer_connection,
     reset_offset_by_time,
     skip_accumulated_message,
     query_msg_by_id,

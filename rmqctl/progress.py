@@ -1,4 +1,5 @@
-"""Consumer group commands: consumerProgress, consumerConnection.
+"""Consumer and producer group commands: consumerProgress, consumerConnection,
+producerConnection.
 
 The rendering (rows, totals, tables) is pure and unit-tested apart from the requests.
 """
@@ -12,9 +13,17 @@ from typing import Any
 
 import click
 
+from client.admin import Admin
 from client.progress import BrokerAnswer, Member, ProgressAdmin, allocation
 from client.routes import LOGICAL_BROKER, MessageQueue
+from protocol.broker_requests.producers import (
+    ProducerConnection,
+    ProducerConnections,
+    ProducerConnectionsQuery,
+)
+from protocol.remoting import Frame
 from protocol.static_topic import LogicalQueue, logical_max, resume_offset
+from rmqctl.broker_admin import BrokerRef, ask_each, failures
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
 
 
@@ -367,11 +376,23 @@ def connection_table(
     group: str, members: Sequence[Member], held: dict[str, list[MessageQueue]]
 ) -> str:
     body = table(
-        ["Client Id", "Address", "Topic", "Last Heartbeat (UTC)", "Queues"],
+        [
+            "Client Id",
+            "Address",
+            "Language",
+            "Version",
+            "Protocol",
+            "Topic",
+            "Last Heartbeat (UTC)",
+            "Queues",
+        ],
         [
             [
                 m.client_id,
                 m.address,
+                m.language or "-",
+                m.version or "-",
+                m.protocol or "-",
                 m.topic,
                 format_time(m.last_heartbeat_ms),
                 queue_ranges(held.get(m.client_id, [])),
@@ -387,8 +408,13 @@ def connection_table(
 @click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
 @pass_settings
 def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
-    """List a consumer group's live members (client id, address, subscribed topic, last
-    heartbeat) as the broker groups see them, and the queues each holds.
+    """List a consumer group's live members (client id, address, language, version, protocol,
+    subscribed topic, last heartbeat) as the broker groups see them, and the queues each holds.
+    The protocol says how the member reaches the brokers: remoting (this SDK), gRPC (the
+    official RocketMQ 5 clients, through a broker's gRPC port; the address is the client's as
+    that port saw it) or classic (RocketMQ's remoting clients; the version is RocketMQ's
+    MQVersion ordinal, e.g. 401 for 4.9.4); language and version are what the client said
+    ("-" when a broker of an earlier version does not tell).
 
     Brokers know the members but not who holds which queue: the queues are computed here the
     way every member computes its own share (the averaging allocation over the sorted member
@@ -396,8 +422,8 @@ def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
     not rebalanced yet may still hold their old queues for up to a heartbeat interval. Exit
     status 1 when the group has no live member.
 
-    Prints {"group", "members": [{"clientId", "address", "topic", "lastHeartbeatMs",
-    "brokers", "queues": [{"brokerName", "queueId"}]}]}.
+    Prints {"group", "members": [{"clientId", "address", "language", "version", "protocol",
+    "topic", "lastHeartbeatMs", "brokers", "queues": [{"brokerName", "queueId"}]}]}.
     """
 
     async def work() -> tuple[list[Member], dict[str, list[MessageQueue]], dict[str, str]]:
@@ -418,6 +444,9 @@ def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
             {
                 "clientId": m.client_id,
                 "address": m.address,
+                "language": m.language,
+                "version": m.version,
+                "protocol": m.protocol,
                 "topic": m.topic,
                 "lastHeartbeatMs": m.last_heartbeat_ms,
                 "brokers": list(m.brokers),
@@ -432,3 +461,78 @@ def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
     emit(settings, doc, lambda: connection_table(group, members, held))
     if errors:
         raise CommandError("not every broker group answered: " + "; ".join(errors.values()))
+
+
+def merge_producers(
+    brokers: Sequence[BrokerRef], answers: Sequence[ProducerConnections | str]
+) -> list[dict[str, Any]]:
+    """Every broker's list merged into one entry per client id (its latest heartbeat), with
+    the brokers that list it; sorted by client id."""
+    latest: dict[str, ProducerConnection] = {}
+    seen: dict[str, list[str]] = {}
+    for ref, answer in zip(brokers, answers, strict=True):
+        if isinstance(answer, str):
+            continue
+        for p in answer.producers:
+            seen.setdefault(p.client_id, []).append(ref.address)
+            if (
+                p.client_id not in latest
+                or p.last_heartbeat_ms > latest[p.client_id].last_heartbeat_ms
+            ):
+                latest[p.client_id] = p
+    return [latest[cid].to_wire() | {"brokers": sorted(seen[cid])} for cid in sorted(latest)]
+
+
+@click.command("producerConnection", short_help="A producer group's live clients.")
+@addresses_option
+@click.option("-g", "--group", required=True, metavar="GROUP", help="Producer group.")
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="A topic it sends to.")
+@pass_settings
+def producer_connection(settings: Settings, addresses: str, group: str, topic: str) -> None:
+    """List a producer group's live clients (client id, address, language, version, protocol,
+    last heartbeat) as the brokers of TOPIC (masters and slaves) see them.
+
+    A producer is listed while it heart-beats with its group: this SDK's transactional
+    producers (remoting), RocketMQ's classic clients (classic: every producer group they run;
+    the version is RocketMQ's MQVersion ordinal) and the transactional producers of a broker's
+    gRPC port (gRPC: one entry per gRPC port, its relay, since the official clients' producers
+    have no group). This SDK's plain producers send no heartbeat and are not listed. Exit
+    status 1 when the group has no live client on those brokers, or the topic is unknown.
+
+    Prints {"group", "topic", "producers": [{"clientId", "address", "language", "version",
+    "protocol", "lastHeartbeatMs", "brokers"}]}.
+    """
+
+    async def work() -> tuple[list[BrokerRef], list[ProducerConnections | str]]:
+        async with Admin(addresses) as admin:
+            route = await admin.topic_route(topic)
+        brokers = [
+            BrokerRef(address, b.broker_name)
+            for b in route.brokers
+            for address in ([b.master_address] if b.master_address else []) + list(b.slaves)
+        ]
+        ask = ProducerConnectionsQuery(group=group)
+
+        def read(resp: Frame) -> ProducerConnections:
+            return ProducerConnections.parse(resp.header, resp.body)
+
+        return brokers, await ask_each(brokers, ask.code, *ask.encode(), read)
+
+    brokers, answers = run(work())
+    producers = merge_producers(brokers, answers)
+    failed = failures(brokers, answers)
+    if not producers:
+        why = f" (not asked: {'; '.join(failed)})" if failed else ""
+        raise CommandError(
+            f"producer group {group!r} has no live client on the brokers of {topic!r}{why}"
+        )
+    rows = [
+        [p["clientId"], p["address"], p["language"] or "-", p["version"] or "-",
+         p["protocol"] or "-", format_time(p["lastHeartbeatMs"])]
+        for p in producers
+    ]  # fmt: skip
+    headers = ["Client Id", "Address", "Language", "Version", "Protocol", "Last Heartbeat (UTC)"]
+    doc = {"group": group, "topic": topic, "producers": producers}
+    emit(settings, doc, lambda: f"Producer group: {group}\n{table(headers, rows)}")
+    if failed:
+        raise CommandError("not every broker answered: " + "; ".join(failed))

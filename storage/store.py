@@ -238,6 +238,11 @@ class MessageStore:
 
     # -- writing ---------------------------------------------------------------------------
 
+    def set_max_message_bytes(self, limit: int) -> None:
+        """Accept records up to ``limit`` from the next put on (a broker's live config change)."""
+        self.config.max_message_bytes = limit
+        self._sizer = RecordSizer(limit)
+
     def put(self, topic: str, queue_id: int, messages: Sequence[Message], now_ms: int) -> PutResult:
         """Append a batch to one queue with one CommitLog append; returns where it went.
 

@@ -22,16 +22,26 @@ from __future__ import annotations
 from functools import partial
 
 from broker.classic.transaction import send_check_back
+from broker.consumer_groups import ClientInfo
 from broker.context import BrokerContext
 from broker.processors.clients import consumer_heartbeat
 from protocol.retry import RETRY_GROUP_TOPIC_PREFIX
 from protocol.rocketmq_remoting.bodies import decode_heartbeat, encode_consumer_list
-from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
+from protocol.rocketmq_remoting.codes import LanguageCode, RequestCode, ResponseCode
 from protocol.rocketmq_remoting.frame import RemotingCommand, make_response
 from protocol.rocketmq_remoting.headers import GroupHeader, UnregisterClientHeader
 from remoting.classic_door import ClassicDoor, ClassicSession
 
 __all__ = ["ClassicClients"]
+
+
+def language_name(code: int) -> str:
+    """A classic frame's language as RocketMQ names it (the number when unknown)."""
+    try:
+        return LanguageCode(code).name
+    except ValueError:
+        return str(code)
+
 
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 """The group RocketMQ's clients send their consumers' retries with: no transactions."""
@@ -51,10 +61,14 @@ class ClassicClients:
     def heartbeat(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         beat = decode_heartbeat(req.body)
         ctx = self.ctx
+        info = ClientInfo(language_name(req.language), str(req.version), "classic")
         for group in beat.producer_groups:
             if group != INNER_PRODUCER_GROUP:
                 relay = partial(send_check_back, session)
                 ctx.transactions.producer_heartbeat(group, beat.client_id, session.conn, relay)
+                ctx.producers.heartbeat(
+                    group, beat.client_id, ctx.now_ms(), id(session.conn), session.conn.peer, info
+                )
         for consumer in beat.consumers:
             group = consumer.group_name
             known = beat.client_id in ctx.groups.members(group, ctx.now_ms())
@@ -69,6 +83,7 @@ class ClassicClients:
                 beat.client_id,
                 topics[0] if topics else "",
                 session.conn,
+                info,
             )
             if not known:
                 self.notify(group)
@@ -98,5 +113,6 @@ class ClassicClients:
 
     def _closed(self, session: ClassicSession) -> None:
         # Before the server's own on_close (which finds nothing left then): the groups it left.
+        self.ctx.producers.connection_closed(id(session.conn))
         for group in sorted({g for g, _ in self.ctx.groups.connection_closed(id(session.conn))}):
             self.notify(group)

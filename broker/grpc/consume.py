@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import msgpack
@@ -27,7 +27,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.durable_wait import wait_durable
 from broker.grpc import delivery
-from broker.grpc.consumers import Clients, Held, RenewTable
+from broker.grpc.consumers import Clients, GrpcClient, Held, RenewTable, grpc_client
 from broker.grpc.here import Here
 from broker.grpc.telemetry import client_id_of
 from broker.grpc.translate import Refused, no_namespace, status_code
@@ -587,14 +587,21 @@ class ConsumeService:
                 raise Refused(pb.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
             self._started()
             client = self.clients.seen(client_id, group, _now_ms())
-            await self._beat(client.client_id, group, client.topic)
+            client.who = grpc_client(context)
+            await self._beat(client.client_id, group, client.topic, client.who)
             client.heartbeat_ms = _now_ms()
         except Refused as exc:
             return rpc.HeartbeatResponse(status=_status(exc.code, exc.message))
         return rpc.HeartbeatResponse(status=_status(pb.OK, "OK"))
 
-    async def _beat(self, client_id: str, group: str, topic: str) -> None:
-        beat = Heartbeat(group=group, client_id=client_id, topic=topic)
+    async def _beat(
+        self, client_id: str, group: str, topic: str, who: GrpcClient | None = None
+    ) -> None:
+        beat = Heartbeat(group=group, client_id=client_id, topic=topic, protocol="gRPC")
+        if who is not None:
+            beat = replace(
+                beat, language=who.language, version=who.version, client_address=who.address
+            )
         resp = await self._call(beat.code, *beat.encode())
         if resp.code != ResponseCode.SUCCESS:
             raise Refused(status_code(resp.code), resp.remark)
@@ -683,7 +690,7 @@ class ConsumeService:
                 self._locks.pop(held.original, None)
         for client in self.clients.heartbeat_due(now):
             try:
-                await self._beat(client.client_id, client.group, client.topic)
+                await self._beat(client.client_id, client.group, client.topic, client.who)
                 client.heartbeat_ms = now
             except Refused as exc:
                 log.warning(

@@ -15,7 +15,7 @@ to the group at its deadline, as any unacked message does).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 CLIENT_SILENT_MS: Final = 30_000
 """A client not heard from for this long (its heartbeats come every 10 s) is gone."""
@@ -28,6 +28,26 @@ MAX_HOLD_MS: Final = 3600 * 1000
 """Longest a delivery is renewed for one client."""
 
 
+@dataclass(frozen=True, slots=True)
+class GrpcClient:
+    """Who a gRPC client says it is (its ``x-mq-language`` and ``x-mq-client-version``
+    headers) and its address (host:port), for consumerConnection."""
+
+    language: str
+    version: str
+    address: str
+
+
+def grpc_client(context: Any) -> GrpcClient:
+    """The calling client's :class:`GrpcClient` ("" for a header it did not send)."""
+    headers = {k: str(v) for k, v in context.invocation_metadata() or ()}
+    peer = str(context.peer() or "")
+    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    return GrpcClient(
+        headers.get("x-mq-language", ""), headers.get("x-mq-client-version", ""), address
+    )
+
+
 @dataclass(slots=True)
 class ConsumerClient:
     client_id: str
@@ -36,6 +56,8 @@ class ConsumerClient:
     last_seen_ms: int
     heartbeat_ms: int = 0
     """When the endpoint last heart-beat it into its group on the broker (0: never)."""
+    who: GrpcClient | None = None
+    """What its last Heartbeat call said of it (the endpoint's own heartbeats repeat it)."""
 
     @property
     def topic(self) -> str:

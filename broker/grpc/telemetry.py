@@ -233,7 +233,9 @@ class TelemetryHub:
             if conn.on_request is None:
                 conn.on_request = self._on_request
             for group in sorted(groups):
-                beat = Heartbeat(group=group, client_id=self.relay_id, producer=True)
+                beat = Heartbeat(
+                    group=group, client_id=self.relay_id, producer=True, protocol="gRPC"
+                )
                 await conn.request(beat.code, *beat.encode(), _HEARTBEAT_TIMEOUT_S)
         except RemotingError as exc:
             self.pool.drop(address)

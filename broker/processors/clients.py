@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import structlog
 
+from broker.consumer_groups import REMOTING_CLIENT, ClientInfo
 from broker.context import BrokerContext
 from protocol.broker_requests.clients import (
     ConsumerList,
@@ -42,11 +43,18 @@ class ClientProcessor:
     def heartbeat(self, conn: Connection, req: Frame) -> Frame:
         beat = Heartbeat.parse(req.header, req.body)
         ctx = self.ctx
+        info = ClientInfo(beat.language, beat.version, beat.protocol or "remoting")
+        address = beat.client_address or conn.peer
         if beat.producer:
             # A transactional producer: its connection is where check-backs go.
             ctx.transactions.producer_heartbeat(beat.group, beat.client_id, conn)
+            ctx.producers.heartbeat(
+                beat.group, beat.client_id, ctx.now_ms(), id(conn), address, info
+            )
             return response(req, ResponseCode.SUCCESS)
-        answer = consumer_heartbeat(ctx, beat.group, beat.client_id, beat.topic, conn)
+        answer = consumer_heartbeat(
+            ctx, beat.group, beat.client_id, beat.topic, conn, info, address
+        )
         return response(req, ResponseCode.SUCCESS, *answer.encode())
 
     def unregister(self, conn: Connection, req: Frame) -> Frame:
@@ -61,16 +69,26 @@ class ClientProcessor:
 
     def _connection_closed(self, conn: Connection) -> None:
         self.ctx.groups.connection_closed(id(conn))
+        self.ctx.producers.connection_closed(id(conn))
         self.ctx.transactions.connection_closed(conn)
 
 
 def consumer_heartbeat(
-    ctx: BrokerContext, group: str, client_id: str, topic: str, conn: Connection
+    ctx: BrokerContext,
+    group: str,
+    client_id: str,
+    topic: str,
+    conn: Connection,
+    info: ClientInfo = REMOTING_CLIENT,
+    address: str | None = None,
 ) -> HeartbeatAnswer:
-    """A consumer's heartbeat, whichever front it came through: the member recorded, the
-    group's retry topic created on a master when the group consumes retries; what the member
-    is told (retries, orderly)."""
-    ctx.groups.heartbeat(group, client_id, topic, ctx.now_ms(), id(conn), conn.peer)
+    """A consumer's heartbeat, whichever front it came through: the member recorded (who it
+    is, its address: the connection's unless a front relays it), the group's retry topic
+    created on a master when the group consumes retries; what the member is told (retries,
+    orderly)."""
+    ctx.groups.heartbeat(
+        group, client_id, topic, ctx.now_ms(), id(conn), address or conn.peer, info
+    )
     config = ctx.sub_groups.get(group)
     # A FIFO group retries in place: its members do not read the retry topic.
     consume_retry = config.consume_retry and not config.consume_orderly

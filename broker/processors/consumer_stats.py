@@ -35,7 +35,15 @@ class ConsumerStatsProcessor:
     def connections(self, conn: Connection, req: Frame) -> Frame:
         group = ConsumerConnectionsQuery.parse(req.header, req.body).group
         members = [
-            ConsumerConnection(m.client_id, m.address, m.topic, m.last_seen_ms)
+            ConsumerConnection(
+                m.client_id,
+                m.address,
+                m.topic,
+                m.last_seen_ms,
+                m.info.language,
+                m.info.version,
+                m.info.protocol,
+            )
             for m in self.ctx.groups.live(group, self.ctx.now_ms())
         ]
         return response(req, ResponseCode.SUCCESS, None, encode_connections(members))

@@ -8,6 +8,13 @@ Requests (header fields; ``?`` may be left out)::
                                      producerGroup, clientId           (a transactional
                                                                         producer: no
                                                                         consumerGroup)
+                                     either with language?, version?, protocol?,
+                                     clientAddress? (who the client is, for
+                                     producerConnection and consumerConnection: a
+                                     front relaying its clients' heartbeats sends
+                                     theirs; left out: our SDK's remoting protocol,
+                                     language and version unknown, the connection's
+                                     address)
     UNREGISTER_CLIENT 35             consumerGroup, clientId
     GET_CONSUMER_LIST_BY_GROUP 38    consumerGroup
 
@@ -43,27 +50,40 @@ class Heartbeat:
     client_id: str
     topic: str = ""
     producer: bool = False
+    language: str = ""
+    version: str = ""
+    protocol: str = ""
+    client_address: str = ""
 
     def encode(self) -> tuple[Header, bytes | None]:
         if self.producer:
-            return {"clientId": self.client_id, "producerGroup": self.group}, None
-        header: Header = {"clientId": self.client_id, "consumerGroup": self.group}
-        if self.topic:
-            header["topic"] = self.topic
+            header: Header = {"clientId": self.client_id, "producerGroup": self.group}
+        else:
+            header = {"clientId": self.client_id, "consumerGroup": self.group}
+            if self.topic:
+                header["topic"] = self.topic
+        for name, value in (
+            ("language", self.language),
+            ("version", self.version),
+            ("protocol", self.protocol),
+            ("clientAddress", self.client_address),
+        ):
+            if value:
+                header[name] = value
         return header, None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> Heartbeat:
-        if "consumerGroup" not in header and "producerGroup" in header:
-            return cls(
-                group=req_str(header, "producerGroup"),
-                client_id=req_str(header, "clientId"),
-                producer=True,
-            )
+        producer = "consumerGroup" not in header and "producerGroup" in header
         return cls(
-            group=req_str(header, "consumerGroup"),
+            group=req_str(header, "producerGroup" if producer else "consumerGroup"),
             client_id=req_str(header, "clientId"),
-            topic=opt_str(header, "topic"),
+            topic="" if producer else opt_str(header, "topic"),
+            producer=producer,
+            language=opt_str(header, "language"),
+            version=opt_str(header, "version"),
+            protocol=opt_str(header, "protocol"),
+            client_address=opt_str(header, "clientAddress"),
         )
 
 

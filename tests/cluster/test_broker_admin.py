@@ -1,7 +1,7 @@
 """rmqctl's broker commands against real broker processes (issue 28 item 3): getBrokerConfig and
 updateBrokerConfig (a live key takes effect at once and survives a restart; restart-only,
 unknown and invalid keys and a user without permission are refused and change nothing),
-brokerStatus, statsAll, checkMsgSendRT and clusterRT."""
+brokerStatus, statsAll, checkMsgSendRT, clusterRT, producerConnection and consumerConnection."""
 
 from __future__ import annotations
 
@@ -10,17 +10,26 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any
 
+import grpc
 import pytest
 
+from client.consumer import Consumer
 from client.errors import BrokerError
+from client.identity import SDK_VERSION
 from client.producer import Producer
+from client.transaction import TransactionProducer, TransactionStatus
 from protocol.codes import ResponseCode
+from protocol.rocketmq_v2 import definition_pb2 as pb
+from protocol.rocketmq_v2 import service_pb2 as rpc
+from protocol.rocketmq_v2 import service_pb2_grpc
 from tests.cluster.secured import ROOT, create_root, secured_cluster
+from tests.support.classic import Raw, consumer_heartbeat
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import BrokerProc, rmqctl
-from tests.support.wait import wait_until
+from tests.support.procs import BrokerProc, free_port, port_open, rmqctl
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -295,3 +304,131 @@ def test_send_round_trips_per_broker_group(broker: BrokerProc) -> None:
     route = ok_json("topicRoute", "-a", a, "-t", "rmqctl_rt_probe")
     assert [b["brokerName"] for b in route["brokers"]] == ["broker-a"]
     refused("clusterRT", "-a", a, "-c", "NoSuchCluster", "--amount", "1")
+
+
+# -- producerConnection, consumerConnection --------------------------------------------------------
+
+
+def _classic_producer_heartbeat(client_id: str, group: str) -> bytes:
+    return json.dumps(
+        {"clientID": client_id, "consumerDataSet": [], "producerDataSet": [{"groupName": group}]}
+    ).encode()
+
+
+def test_connection_lists_say_each_clients_language_version_and_protocol(
+    broker: BrokerProc,
+) -> None:
+    a = broker.address
+    ok_json("updateTopic", "-a", a, "-t", "T", "-q", "2")
+
+    async def no_check(_: object) -> TransactionStatus:
+        return TransactionStatus.UNKNOWN
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], CompletedProcess[str]]:
+        raw = await Raw.open(broker.port)  # a classic (RocketMQ remoting) client, as JAVA 401
+
+        async def classic_heartbeats() -> None:
+            # Again at every look: a member silent for client_expiry_ms (10 s) leaves, and the
+            # SDK's clients may take longer than that to show up on a loaded machine.
+            for body in (
+                consumer_heartbeat("classic-c", "G", "T"),
+                _classic_producer_heartbeat("classic-p", "PG"),
+            ):
+                beat = await raw.call(34, {}, body)
+                assert beat.code == 0, beat.remark
+
+        seen: list[dict[str, Any]] = []
+        try:
+            async with (
+                Consumer(a, "G", "T", client_id="sdk-c", heartbeat_interval=0.5),
+                TransactionProducer(a, "PG", no_check, topics=["T"], heartbeat_interval=0.5),
+            ):
+
+                async def listed() -> tuple[dict[str, Any], dict[str, Any]] | None:
+                    await classic_heartbeats()
+                    cons = await asyncio.to_thread(
+                        ok_json, "consumerConnection", "-a", a, "-g", "G"
+                    )
+                    prods = await asyncio.to_thread(
+                        ok_json, "producerConnection", "-a", a, "-g", "PG", "-t", "T"
+                    )
+                    seen[:] = [cons, prods]
+                    if len(cons["members"]) == 2 and len(prods["producers"]) == 2:
+                        return cons, prods
+                    return None
+
+                found = await wait_until_async(
+                    listed, "both clients of each group listed", 30, on_timeout=lambda: str(seen)
+                )
+                assert found is not None
+                human = await asyncio.to_thread(
+                    rmqctl, "producerConnection", "-a", a, "-g", "PG", "-t", "T"
+                )
+                return (*found, human)
+        finally:
+            raw.close()
+
+    consumers, producers, human = asyncio.run(scenario())
+    who = {
+        m["clientId"]: (m["language"], m["version"], m["protocol"]) for m in consumers["members"]
+    }
+    assert who == {
+        "classic-c": ("JAVA", "401", "classic"),
+        "sdk-c": ("PYTHON", SDK_VERSION, "remoting"),
+    }
+    by_protocol = {p["protocol"]: p for p in producers["producers"]}
+    assert by_protocol["classic"]["clientId"] == "classic-p"
+    assert (by_protocol["classic"]["language"], by_protocol["classic"]["version"]) == (
+        "JAVA",
+        "401",
+    )
+    assert by_protocol["remoting"]["language"] == "PYTHON"
+    assert by_protocol["remoting"]["clientId"].startswith("PG@")
+    assert all(p["address"].startswith("127.0.0.1:") for p in producers["producers"])
+    assert producers["producers"][0]["brokers"] == [a]
+    assert human.returncode == 0 and "classic" in human.stdout and "PYTHON" in human.stdout
+    # Both closed their connections: nobody left in the group, one line and exit 1.
+    wait_until(
+        lambda: rmqctl("producerConnection", "-a", a, "-g", "PG", "-t", "T").returncode == 1,
+        "the producers gone with their connections",
+        20,
+    )
+    gone = refused("producerConnection", "-a", a, "-g", "PG", "-t", "T")
+    assert "producer group 'PG' has no live client on the brokers of 'T'" in gone
+
+
+def test_a_grpc_consumer_is_listed_with_what_its_headers_say(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    grpc_port = free_port()
+    proc = broker_factory(tmp_path, extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"])
+    proc.start_and_wait()
+    a = proc.address
+    wait_until(lambda: port_open(grpc_port), "the gRPC port to listen", 20)
+    ok_json("updateTopic", "-a", a, "-t", "T", "-q", "2")
+    metadata = (
+        ("x-mq-client-id", "grpc-c"),
+        ("x-mq-language", "JAVA"),
+        ("x-mq-client-version", "5.0.7"),
+        ("x-mq-protocol", "v2"),
+    )
+
+    async def heartbeat() -> tuple[int, str]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+            request = rpc.HeartbeatRequest(
+                group=pb.Resource(name="G"), client_type=pb.SIMPLE_CONSUMER
+            )
+            answer = await stub.Heartbeat(request, metadata=metadata, timeout=10)
+            return answer.status.code, str(answer.status.message)
+
+    code, message = asyncio.run(heartbeat())
+    assert code == pb.OK, message
+    (member,) = ok_json("consumerConnection", "-a", a, "-g", "G")["members"]
+    assert (member["clientId"], member["language"], member["version"], member["protocol"]) == (
+        "grpc-c",
+        "JAVA",
+        "5.0.7",
+        "gRPC",
+    )
+    assert member["address"].startswith("127.0.0.1:")  # as the gRPC port saw the client
