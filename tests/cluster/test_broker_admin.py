@@ -241,6 +241,25 @@ def test_broker_status_of_a_cluster_lists_every_replica(
     wait_until(lambda: roles() == ["MASTER", "SLAVE"], "a master and a slave", 30)
 
 
+def test_cluster_rt_and_stats_all_through_the_controllers(
+    secured: tuple[Cluster, list[BrokerNode]],
+) -> None:
+    cluster, group = secured
+    addresses, root = cluster.controller_addresses, signed(ROOT.access_key, ROOT.secret_key)
+    # The probe topic is created through the controllers on the group's master, then timed.
+    rt = ok_json("clusterRT", "-a", addresses, "-c", "DefaultCluster", "--amount", "5", env=root)
+    (one,) = rt["brokers"]
+    assert (one["brokerName"], one["sent"], one["failed"]) == ("broker-a", 5, 0)
+    assert one["address"] in {b.address for b in group}
+
+    def probe() -> dict[str, Any] | None:
+        docs = ok_json("statsAll", "-a", addresses, "-t", "rmqctl_rt_probe", env=root)["topics"]
+        return docs[0] if docs and docs[0]["putTotal"] >= 5 else None
+
+    counted = wait_until(probe, "the probe messages counted on the master", 20)
+    assert counted["putTotal"] == 5 and counted["groups"] == []
+
+
 # -- brokerStatus, statsAll, checkMsgSendRT, clusterRT ---------------------------------------------
 
 
