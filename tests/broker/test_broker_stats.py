@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from broker.broker_stats import SAMPLE_MS, WINDOW_MS, BrokerStats, Counters, counters
+from broker.classic.admin import runtime_table
+from protocol.broker_requests.runtime import RuntimeInfo
 
 
 def test_no_rates_before_two_samples_and_floats_with_no_topic() -> None:
@@ -39,3 +41,13 @@ class _Counts:
 def test_a_sample_adds_a_groups_offsets_over_the_topics_queues() -> None:
     sample = counters({"T": _Counts(7, 3)}, {"G": {"T": {0: 5, 1: 6}}, "H": {"T": {}}})
     assert sample == Counters(put={"T": 7}, got={"T": 3}, consumed={("G", "T"): 11, ("H", "T"): 0})
+
+
+def test_the_classic_runtime_table_has_rocketmqs_tps_and_disk_keys() -> None:
+    # mqadmin's brokerStatus and the Dashboard read these keys from the classic door.
+    info = RuntimeInfo(put_tps=12.345, get_tps=3.0, commitlog_disk_ratio=0.25, pop_inflight=2)
+    table = runtime_table(info)
+    assert (table["putTps"], table["getTransferedTps"]) == ("12.35", "3.00")
+    assert (table["commitLogDiskRatio"], table["popInflight"]) == ("0.2500", "2")
+    assert "pageCacheLockTimeMills" not in table  # not measured: left out
+    assert "commitLogDiskRatio" not in runtime_table(RuntimeInfo())
