@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
 import time
 from typing import Any
 
@@ -22,7 +24,7 @@ from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import free_port
+from tests.support.procs import free_port, rmqctl
 from tests.support.wait import wait_until_async
 
 Key = tuple[str, int, int]
@@ -212,6 +214,21 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
     await wait_until_async(
         lambda: routed(boot, topic), f"topic {topic} in the controllers' routes", 20, interval=0.1
     )
+
+
+def cluster_rmqctl(
+    cluster: Cluster, *args: str, flag: str = "-a"
+) -> subprocess.CompletedProcess[str]:
+    """``python -m rmqctl <flag> <the cluster's controllers> *args`` (tests/support/procs.py
+    ``rmqctl``); ``flag`` -a, or -n as RocketMQ's tools name the NameServer."""
+    return rmqctl(flag, cluster.controller_addresses, *args)
+
+
+def cluster_rmqctl_json(cluster: Cluster, *args: str, flag: str = "-a") -> Any:
+    """:func:`cluster_rmqctl` ``--json *args``, which must succeed: its JSON answer."""
+    proc = cluster_rmqctl(cluster, "--json", *args, flag=flag)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
 
 
 async def create_once_registered(cluster: Cluster, topic: str, queues: int, what: str) -> list[str]:

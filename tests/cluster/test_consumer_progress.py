@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from typing import Any
 
 import pytest
@@ -26,11 +25,15 @@ from protocol.codes import RequestCode
 from protocol.consume_stats import ConsumeStats
 from protocol.pull import ConsumerOffsetUpdate
 from remoting.client import RemotingClient
-from tests.cluster.support import create_once_registered, sync_state
+from tests.cluster.support import (
+    cluster_rmqctl,
+    cluster_rmqctl_json,
+    create_once_registered,
+    sync_state,
+)
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.metrics import group_lag, metrics_port, scrape
 from tests.support.procs import free_port
-from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -46,16 +49,6 @@ def cluster(cluster: Cluster) -> Cluster:
         ports = [["--metrics-port", str(free_port())] for _ in range(2)]
         cluster.add_group(name, 2, per_broker=ports)
     return cluster
-
-
-def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_rmqctl("-a", cluster.controller_addresses, *args)
-
-
-def rmqctl_json(cluster: Cluster, *args: str) -> Any:
-    proc = rmqctl(cluster, "--json", *args)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def scrape_lag(node: BrokerNode) -> dict[tuple[str, str], float]:
@@ -142,13 +135,13 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
                 30,
                 on_timeout=cluster.logs,
             )
-            doc = rmqctl_json(cluster, "consumerConnection", "-g", "idle")
+            doc = cluster_rmqctl_json(cluster, "consumerConnection", "-g", "idle")
             members = {m["clientId"]: m for m in doc["members"]}
             assert sorted(members) == ["idle-0", "idle-1"]
             assert {cid: m["queues"] for cid, m in members.items()} == owned()
             assert all(m["topic"] == TOPIC and m["address"] for m in members.values())
             assert all(m["brokers"] == ["broker-a", "broker-b"] for m in members.values())
-            human = rmqctl(cluster, "consumerConnection", "-g", "idle")
+            human = cluster_rmqctl(cluster, "consumerConnection", "-g", "idle")
             assert human.returncode == 0 and "idle-0" in human.stdout, human.stderr
         finally:
             for c in idle:
@@ -167,11 +160,11 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
                 30,
                 on_timeout=cluster.logs,
             )
-        fast = rmqctl_json(cluster, "consumerProgress", "-g", "fast")
+        fast = cluster_rmqctl_json(cluster, "consumerProgress", "-g", "fast")
         assert fast["totalLag"] == 0 and len(fast["queues"]) == 8
         assert all(q["maxOffset"] == q["consumerOffset"] for q in fast["queues"])
         assert sum(q["maxOffset"] for q in fast["queues"]) == SENT
-        slow = rmqctl_json(cluster, "consumerProgress", "-g", "slow")
+        slow = cluster_rmqctl_json(cluster, "consumerProgress", "-g", "slow")
         assert slow["totalLag"] == SENT - CONSUMED_BY_SLOW
         assert slow["notes"] == []
         consumed = {
@@ -180,13 +173,13 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
         }
         assert by_broker(slow["queues"], "slow") == {b: sent[b] - consumed[b] for b in sent}
         assert all(q["lastConsumeMs"] for q in slow["queues"] if q["consumerOffset"])
-        overview = rmqctl_json(cluster, "consumerProgress")
+        overview = cluster_rmqctl_json(cluster, "consumerProgress")
         assert {g["group"]: g["totalLag"] for g in overview["groups"]} == {
             "fast": 0,
             "slow": SENT - CONSUMED_BY_SLOW,
             "idle": SENT,
         }
-        table = rmqctl(cluster, "consumerProgress", "-g", "slow", "-t", TOPIC)
+        table = cluster_rmqctl(cluster, "consumerProgress", "-g", "slow", "-t", TOPIC)
         assert table.returncode == 0, table.stderr
         assert f"Total lag: {SENT - CONSUMED_BY_SLOW} (8 queues)" in table.stdout
 
@@ -217,19 +210,19 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
             await conn.call(update.code, update.header(), None, 5)
         finally:
             conn.close()
-        partial = rmqctl_json(cluster, "consumerProgress", "-g", "partial")
+        partial = cluster_rmqctl_json(cluster, "consumerProgress", "-g", "partial")
         assert partial["totalLag"] == SENT - 1
         assert by_broker(partial["queues"], "partial") == {
             "broker-a": sent["broker-a"] - 1,
             "broker-b": sent["broker-b"],
         }
-        overview = rmqctl_json(cluster, "consumerProgress")
+        overview = cluster_rmqctl_json(cluster, "consumerProgress")
         assert {g["group"]: g["totalLag"] for g in overview["groups"]}["partial"] == SENT - 1
 
-        unknown = rmqctl(cluster, "consumerProgress", "-g", "nobody")
+        unknown = cluster_rmqctl(cluster, "consumerProgress", "-g", "nobody")
         assert unknown.returncode == 1 and unknown.stdout == ""
         assert unknown.stderr == "rmqctl: consumer group 'nobody' not found on any broker group\n"
-        other = rmqctl(cluster, "consumerProgress", "-g", "slow", "-t", "Other")
+        other = cluster_rmqctl(cluster, "consumerProgress", "-g", "slow", "-t", "Other")
         assert other.returncode == 1 and other.stderr.count("\n") == 1, other.stderr
 
         # Failover: the slave copies offsets and times within its sync interval; wait for it,
@@ -261,7 +254,7 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
             interval=0.5,
             on_timeout=cluster.logs,
         )
-        after = rmqctl_json(cluster, "consumerProgress", "-g", "slow")
+        after = cluster_rmqctl_json(cluster, "consumerProgress", "-g", "slow")
         rows_a = [
             (q["topic"], q["queueId"], q["consumerOffset"], q["lastConsumeMs"])
             for q in after["queues"]
@@ -278,7 +271,9 @@ async def _is(value: Any, expected: int) -> bool:
 
 
 async def _rmqctl_lag(cluster: Cluster, group: str, expected: int) -> bool:
-    proc = await asyncio.to_thread(rmqctl, cluster, "--json", "consumerProgress", "-g", group)
+    proc = await asyncio.to_thread(
+        cluster_rmqctl, cluster, "--json", "consumerProgress", "-g", group
+    )
     if proc.returncode != 0:
         return False
     doc = json.loads(proc.stdout)

@@ -16,7 +16,6 @@ consumed, the group's lag is 0 in ``rmqctl consumerProgress --json`` and in the 
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 import pytest
@@ -24,11 +23,10 @@ import pytest
 from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.message import ReceivedMessage
-from tests.cluster.support import create_once_registered, sync_state
+from tests.cluster.support import cluster_rmqctl, create_once_registered, sync_state
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.metrics import group_lag, metrics_port, scrape
 from tests.support.procs import free_port
-from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import stays_async, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -53,12 +51,8 @@ def cluster(cluster: Cluster) -> Cluster:
     return cluster
 
 
-def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_rmqctl("-a", cluster.controller_addresses, *args)
-
-
 def progress(cluster: Cluster, group: str) -> dict[str, Any]:
-    proc = rmqctl(cluster, "--json", "consumerProgress", "-g", group, "-t", TOPIC)
+    proc = cluster_rmqctl(cluster, "--json", "consumerProgress", "-g", group, "-t", TOPIC)
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     return doc
@@ -165,7 +159,7 @@ async def test_a_filtered_group_commits_past_what_its_filter_passes_over(cluster
         await wait_settled(cluster, master, "sdk", again)
 
     # rmqctl consumeMessage --filter (an SDK consumer for --timeout seconds).
-    cli = rmqctl(
+    cli = cluster_rmqctl(
         cluster, "--json", "consumeMessage", "-t", TOPIC, "-g", "cli", "--filter", MATCH,
         "--timeout", "10",
     )  # fmt: skip
@@ -173,11 +167,11 @@ async def test_a_filtered_group_commits_past_what_its_filter_passes_over(cluster
     lines = [json.loads(line) for line in cli.stdout.splitlines()]
     assert len(lines) == MATCHING + 1 and {d["tags"] for d in lines} == {MATCH}
     await wait_settled(cluster, master, "cli")
-    table = rmqctl(cluster, "consumerProgress", "-g", "cli", "-t", TOPIC)
+    table = cluster_rmqctl(cluster, "consumerProgress", "-g", "cli", "-t", TOPIC)
     assert table.returncode == 0 and f"Total lag: 0 ({QUEUES} queues)" in table.stdout, table
 
     # POP: the group's consume offset moves past the filtered entries too.
-    pop = rmqctl(
+    pop = cluster_rmqctl(
         cluster, "--json", "consumeMessage", "-t", TOPIC, "-g", "popper", "--pop",
         "--filter", MATCH, "--timeout", "10",
     )  # fmt: skip

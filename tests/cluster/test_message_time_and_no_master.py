@@ -18,9 +18,13 @@ from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.lookup import Lookup
 from client.message import SendResult
-from tests.cluster.support import create_once_registered, sync_state
+from tests.cluster.support import (
+    cluster_rmqctl,
+    cluster_rmqctl_json,
+    create_once_registered,
+    sync_state,
+)
 from tests.support.cluster import Cluster
-from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -29,13 +33,11 @@ TOPIC = "TimeTopic"
 
 
 def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_rmqctl("-n", cluster.controller_addresses, *args)
+    return cluster_rmqctl(cluster, *args, flag="-n")  # RocketMQ's name for the NameServer
 
 
 def rmqctl_json(cluster: Cluster, *args: str) -> Any:
-    proc = rmqctl(cluster, "--json", *args)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return cluster_rmqctl_json(cluster, *args, flag="-n")
 
 
 async def send(cluster: Cluster, key: str, count: int) -> list[tuple[SendResult, int]]:
