@@ -19,7 +19,7 @@ import pytest
 from client.admin import Admin
 from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.support.official_client import client_env, npm_modules, run_to_end
-from tests.support.procs import ROOT, BrokerProc, free_port
+from tests.support.procs import ROOT, GrpcBrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -29,23 +29,20 @@ PACKAGE = ROOT / "tests" / "nodejs"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    grpc_port = free_port()
-    proc = BrokerProc(
-        tmp_path_factory.mktemp("grpc-node"), extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"]
-    )
-    proc.grpc_port = grpc_port  # type: ignore[attr-defined]
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcBrokerProc]:
+    proc = GrpcBrokerProc(tmp_path_factory.mktemp("grpc-node"))
     try:
-        yield proc.start_and_wait()
+        proc.start_and_wait()
+        yield proc
     finally:
         proc.stop()
 
 
-async def test_nodejs_producer_and_simple_consumer(broker: BrokerProc, tmp_path: Path) -> None:
+async def test_nodejs_producer_and_simple_consumer(broker: GrpcBrokerProc, tmp_path: Path) -> None:
     modules = npm_modules(PACKAGE, "the official Node.js client")
     async with Admin(broker.address) as admin:
         await admin.create_topic(TOPIC, 2)
-    endpoint = f"127.0.0.1:{broker.grpc_port}"  # type: ignore[attr-defined]
+    endpoint = f"127.0.0.1:{broker.grpc_port}"
     result = await run_to_end(
         [
             str(shutil.which("node")),

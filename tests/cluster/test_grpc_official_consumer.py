@@ -35,7 +35,7 @@ from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
 from tests.cluster.support import long_polling_receive, receive_some
 from tests.support.official_client import run_to_end
-from tests.support.procs import BrokerProc, free_port
+from tests.support.procs import BrokerProc, GrpcBrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -143,24 +143,20 @@ print(json.dumps({"seen": seen, "done": sorted(done), "fifo": consumer.fifo}))
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    grpc_port = free_port()
-    proc = BrokerProc(
-        tmp_path_factory.mktemp("grpc-consume"),
-        extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"],
-    )
-    proc.grpc_port = grpc_port  # type: ignore[attr-defined]
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcBrokerProc]:
+    proc = GrpcBrokerProc(tmp_path_factory.mktemp("grpc-consume"))
     try:
-        yield proc.start_and_wait()
+        proc.start_and_wait()
+        yield proc
     finally:
         proc.stop()
 
 
 @pytest.fixture
-async def endpoint(broker: BrokerProc) -> AsyncIterator[str]:
+async def endpoint(broker: GrpcBrokerProc) -> AsyncIterator[str]:
     async with Admin(broker.address) as admin:
         await admin.create_topic(TOPIC, 2)
-    yield f"127.0.0.1:{broker.grpc_port}"  # type: ignore[attr-defined]
+    yield f"127.0.0.1:{broker.grpc_port}"
 
 
 async def _official(script: str, tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -508,13 +504,12 @@ async def test_push_deliveries_are_renewed_while_held_and_handed_back_at_termina
 @pytest.fixture
 async def lone_endpoint(tmp_path: Path) -> AsyncIterator[tuple[BrokerProc, str]]:
     """A broker of its own (gRPC on), so that the long polls it counts are the test's alone."""
-    grpc_port = free_port()
-    proc = BrokerProc(tmp_path, extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"])
+    proc = GrpcBrokerProc(tmp_path)
     try:
         proc.start_and_wait()
         async with Admin(proc.address) as admin:
             await admin.create_topic(TOPIC, 2)
-        yield proc, f"127.0.0.1:{grpc_port}"
+        yield proc, f"127.0.0.1:{proc.grpc_port}"
     finally:
         proc.stop()
 

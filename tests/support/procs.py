@@ -267,3 +267,11 @@ class BrokerProc(Daemon):
 
         wait_until(ready, f"{self.name} to listen on {self.port}", timeout)
         return self
+
+
+class GrpcBrokerProc(BrokerProc):
+    """A lone broker with its gRPC endpoint on a port of its own, ``grpc_port``."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.grpc_port = free_port()
+        super().__init__(tmp, extra=["--grpc-listen", f"127.0.0.1:{self.grpc_port}"])
