@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from broker.deletions import Deletions
 from broker.replicas.config_sync import SlaveConfigSync
 from broker.role import RoleState
 from protocol.broker_requests.admin import TopicTable
@@ -19,7 +20,12 @@ from protocol.pull import ConsumerOffsetTable
 from protocol.remoting import Frame, response
 from remoting.client import ConnectionPool
 from remoting.server import Connection, RemotingServer
-from tests.broker.support import config_sync_context
+from storage.config_files import (
+    ConsumerOffsetStore,
+    DlqResendLedger,
+    SubscriptionGroupStore,
+    TopicConfigStore,
+)
 from tests.support.wait import wait_until_async
 
 
@@ -68,7 +74,13 @@ class StaleMaster:
 async def test_names_deleted_while_the_answer_was_on_its_way_are_not_copied(
     tmp_path: Path,
 ) -> None:
-    ctx = config_sync_context(tmp_path)
+    ctx: Any = SimpleNamespace(
+        topics=TopicConfigStore(tmp_path),
+        offsets=ConsumerOffsetStore(tmp_path),
+        sub_groups=SubscriptionGroupStore(tmp_path),
+        dlq_resent=DlqResendLedger(tmp_path),
+        deletions=Deletions(),
+    )
     ctx.topics.update("Gone", 2)
     ctx.offsets.commit("gone", "Kept", 0, 5)
     ctx.sub_groups.update({"groupName": "gone", "retryMaxTimes": 3})

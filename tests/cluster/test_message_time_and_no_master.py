@@ -15,16 +15,14 @@ from typing import Any
 import pytest
 
 from client import Consumer, Producer
+from client.admin import Admin
 from client.bootstrap import Bootstrap
+from client.errors import ClientError
 from client.lookup import Lookup
 from client.message import SendResult
-from tests.cluster.support import (
-    cluster_rmqctl,
-    cluster_rmqctl_json,
-    create_once_registered,
-    sync_state,
-)
+from tests.cluster.support import sync_state
 from tests.support.cluster import Cluster
+from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -33,11 +31,13 @@ TOPIC = "TimeTopic"
 
 
 def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return cluster_rmqctl(cluster, *args, flag="-n")  # RocketMQ's name for the NameServer
+    return run_rmqctl("-n", cluster.controller_addresses, *args)
 
 
 def rmqctl_json(cluster: Cluster, *args: str) -> Any:
-    return cluster_rmqctl_json(cluster, *args, flag="-n")
+    proc = rmqctl(cluster, "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
 
 
 async def send(cluster: Cluster, key: str, count: int) -> list[tuple[SendResult, int]]:
@@ -70,8 +70,16 @@ async def test_time_queries_span_both_groups_and_a_group_without_master_is_liste
             return True
 
         await wait_until_async(masters, "both groups' masters", 60, on_timeout=cluster.logs)
-        created = await create_once_registered(cluster, TOPIC, 2, "the topic on both")
-        assert created == ["broker-a", "broker-b"]
+        async with Admin(cluster.controller_addresses) as admin:
+
+            async def create() -> list[str] | None:
+                try:
+                    return await admin.create_topic(TOPIC, 2)
+                except ClientError:
+                    return None
+
+            created = await wait_until_async(create, "the topic on both", 30, interval=0.2)
+            assert created == ["broker-a", "broker-b"]
 
         before = await send(cluster, "before", 8)
         wait_until(lambda: time.time() * 1000 > max(t for _, t in before) + 2, "a new ms", 5)
