@@ -73,7 +73,6 @@ class _PopHost:
     sub_groups: SubscriptionGroupStore
     offsets: ConsumerOffsetStore
     waiters: PullWaiters
-    offset_resets: PendingResets
     metrics: BrokerMetrics
     ensure_system_topic: Callable[[str], TopicConfig]
     visible_offset: Callable[[], int | None]
@@ -175,7 +174,6 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             sub_groups=ctx.sub_groups,
             offsets=ctx.offsets,
             waiters=ctx.waiters,
-            offset_resets=ctx.offset_resets,
             metrics=metrics,
             ensure_system_topic=ctx.ensure_system_topic,
             visible_offset=ctx.visible_offset,

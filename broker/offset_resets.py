@@ -1,11 +1,11 @@
 """Offsets an operator reset, waiting for the group's next read of each queue (RocketMQ 5's
 ``resetOffsetTable``, its ``useServerSideResetOffset``): the way a reset reaches members that
 keep their own position and are not told (RocketMQ's classic clients, ali-ons: it ignores
-RESET_CONSUMER_CLIENT_OFFSET) and the POP path.
+RESET_CONSUMER_CLIENT_OFFSET). POP groups are moved through the revive log instead
+(:meth:`broker.pop.service.PopService.reset`).
 
 The next pull of the queue by the group, at another offset, is answered PULL_OFFSET_MOVED to
-the reset offset (a classic client goes on from there); the next POP of the queue by the group
-reads from it. Each reset is taken once, and only in the master epoch it was made in: the
+the reset offset (a classic client goes on from there). Each reset is taken once, and only in the master epoch it was made in: the
 group may have read on another master since (a failover and back), and a reset left over from
 then must not move it back. Held in memory by the master that took the reset (a new master does
 not have them; the committed offsets it copied do). The epoch is read through a callable, so

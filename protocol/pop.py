@@ -26,6 +26,10 @@ record, a kind byte then big-endian fields:
   a second bitmap of the offsets *passed* (filtered out or unreadable: done without a
   delivery); the offsets of the range in neither bitmap were left for later (their message
   group was blocked). Its start is the lowest offset of the queue the group had not finished.
+* ``RESET``: group, topic, queue and offset: an operator moved the group's POP offset of the
+  queue (rmqctl resetOffsetByTime, docs/operations.md); its next POP there reads from the
+  offset, whatever the checkpoints before say. Deliveries in flight stay. (A broker that does
+  not know the kind skips the record with an error logged.)
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ __all__ = [
     "HandleKey",
     "OrderlyCheckpoint",
     "ReceiptHandle",
+    "Reset",
     "ReviveRecord",
     "ReviveRecordError",
     "Revived",
@@ -78,10 +83,12 @@ KIND_ACK: Final = 3
 KIND_CHANGE: Final = 4
 KIND_REVIVED: Final = 5
 KIND_ORDERLY_CHECKPOINT: Final = 6
+KIND_RESET: Final = 7
 
 _CK_FIXED: Final = struct.Struct(">HqHqI")  # queue id, start, count, pop ms, invisible ms
 _PAIR: Final = struct.Struct(">qq")
 _CHANGE: Final = struct.Struct(">qqq")
+_RESET: Final = struct.Struct(">Hq")  # queue id, offset
 _COUNT: Final = struct.Struct(">I")
 
 
@@ -290,7 +297,17 @@ class OrderlyCheckpoint:
         return self.pop_ms + self.invisible_ms
 
 
-ReviveRecord = HandleKey | Checkpoint | OrderlyCheckpoint | Ack | Change | Revived
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """An operator moved ``group``'s POP offset of a queue to ``offset``."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+ReviveRecord = HandleKey | Checkpoint | OrderlyCheckpoint | Ack | Change | Revived | Reset
 
 
 def _bitmap(start: int, count: int, offsets: tuple[int, ...]) -> bytearray:
@@ -334,6 +351,15 @@ def encode_revive_record(record: ReviveRecord) -> bytes:
     if isinstance(record, Change):
         return bytes([KIND_CHANGE]) + _CHANGE.pack(
             record.checkpoint, record.queue_offset, record.deadline_ms
+        )
+    if isinstance(record, Reset):
+        if record.offset < 0:
+            raise ValueError("a reset offset is >= 0")
+        return (
+            bytes([KIND_RESET])
+            + _name(record.group, "group")
+            + _name(record.topic, "topic")
+            + _RESET.pack(record.queue_id, record.offset)
         )
     return _pairs(KIND_REVIVED, record.keys)
 
@@ -403,4 +429,13 @@ def decode_revive_record(body: bytes) -> ReviveRecord:
         return Change(checkpoint, offset, deadline)
     if kind == KIND_REVIVED:
         return Revived(_read_pairs(body))
+    if kind == KIND_RESET:
+        group, pos = _read_name(body, 1)
+        topic, pos = _read_name(body, pos)
+        if len(body) - pos != _RESET.size:
+            raise ReviveRecordError("reset record has the wrong size")
+        queue_id, offset = _RESET.unpack_from(body, pos)
+        if offset < 0:
+            raise ReviveRecordError(f"reset to offset {offset}")
+        return Reset(group, topic, queue_id, offset)
     raise ReviveRecordError(f"revive record kind {kind} is not known")

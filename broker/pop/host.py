@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from broker.long_polling import PullWaiters
-from broker.offset_resets import PendingResets
 from broker.service_host import ServiceHost
 from storage.config_files import (
     ConsumerOffsetStore,
@@ -35,9 +34,6 @@ class PopHost(ServiceHost, Protocol):
 
     @property
     def waiters(self) -> PullWaiters: ...
-
-    @property
-    def offset_resets(self) -> PendingResets: ...
 
     def ensure_system_topic(self, topic: str) -> TopicConfig: ...
 

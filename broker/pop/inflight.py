@@ -22,7 +22,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from broker.pop.orderly import OrderState
-from protocol.pop import Ack, Change, Checkpoint, OrderlyCheckpoint, Revived, ReviveRecord
+from protocol.pop import Ack, Change, Checkpoint, OrderlyCheckpoint, Reset, Revived, ReviveRecord
 from protocol.pop_snapshot import PopSnapshot
 
 __all__ = ["Entry", "PopRefused", "PopState", "Refusal"]
@@ -110,6 +110,8 @@ class PopState:
         elif isinstance(record, Revived):
             for key in record.keys:
                 self.revived(key)
+        elif isinstance(record, Reset):
+            self.reset_pop_offset(record.group, record.topic, record.queue_id, record.offset)
 
     def checkpoint(self, ck_id: int, ck: Checkpoint | OrderlyCheckpoint) -> list[Entry]:
         """A POP handed out ``ck.popped``; ``ck_id`` is its record's CommitLog offset."""

@@ -57,6 +57,7 @@ from protocol.pop import (
     Checkpoint,
     HandleKey,
     ReceiptHandle,
+    Reset,
     Revived,
     ReviveRecord,
     ReviveRecordError,
@@ -420,16 +421,25 @@ class PopService(PerMasterEpoch[PopState]):
         repairer = self.host.store.repairer
         return repairer is not None and repairer.start(offset) is not None
 
+    def reset(self, group: str, topic: str, queue_id: int, offset: int) -> PutResult | None:
+        """Move ``group``'s POP offset of the queue to ``offset`` (an operator's reset): a RESET
+        record in the revive log, applied now, so a new master reads from there too; the
+        deliveries in flight stay (acked, or revived at their deadline, as RocketMQ leaves
+        them). None when the group never popped the queue here: its consume offset, which the
+        caller moved, decides then. The caller checked that this broker is master."""
+        state = self.ready()
+        if state.pop_offset(group, topic, queue_id) is None:
+            return None
+        result = self._append(Reset(group, topic, queue_id, offset))
+        state.reset_pop_offset(group, topic, queue_id, offset)
+        return result
+
     def pop_offset(self, state: PopState, group: str, topic: str, queue_id: int) -> int:
         """Where the group's next POP of a queue reads: the end of its last checkpoint there;
         without one (none yet, or retention deleted them) its consume offset; the queue's first
         message for a group that never consumed it. The consume offset is only a fallback: a
         slave copies it from its master on a timer, so it may run ahead of the checkpoints the
         slave holds, and trusting it after a failover could skip messages no one received."""
-        reset = self.host.offset_resets.take(group, topic, queue_id)
-        if reset is not None:  # an operator reset the group's offset (broker.offset_resets)
-            state.reset_pop_offset(group, topic, queue_id, reset)
-            return reset
         from_log = state.pop_offset(group, topic, queue_id)
         if from_log is not None:  # the replicated checkpoints decide (docs/pop.md)
             return from_log

@@ -15,8 +15,10 @@ offset is already before the target keeps it (a reset by time then only rewinds,
   reset offset (:mod:`broker.offset_resets`), parked pulls woken for it: how RocketMQ's classic
   clients (ali-ons ignores 220) move, as RocketMQ 5's server-side reset does;
 * the group's next POP of a queue reads from the reset offset (the gRPC clients consume by
-  POP); the deliveries in flight stay: an ack still counts, an unacked one is revived at its
-  deadline through the retry topic, as RocketMQ does.
+  POP): a RESET record in the revive log (:meth:`broker.pop.service.PopService.reset`), so a
+  new master reads from there too, and the answer waits until it is as durable as a send; the
+  deliveries in flight stay: an ack still counts, an unacked one is revived at its deadline
+  through the retry topic, as RocketMQ does.
 
 Refusals change nothing: not the master (NOT_MASTER), an unknown topic or queue, a time in the
 future (BAD_REQUEST; :data:`FUTURE_SLACK_MS` of clock difference allowed), a group that has no
@@ -29,10 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import structlog
 
 from broker.context import BrokerContext
+from broker.durable_wait import DurableAnswer, answer_when_durable
 from protocol.broker_requests.offsets import (
     FUTURE_SLACK_MS,
     TO_MAX,
@@ -45,6 +49,7 @@ from protocol.broker_requests.offsets import (
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, request, response
 from remoting.server import Connection, RemotingServer, error_response
+from storage.store import PutResult
 
 __all__ = ["OffsetResetProcessor", "reset_offsets"]
 
@@ -55,11 +60,17 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def reset_offsets(
-    ctx: BrokerContext, ask: ResetOffset, now_ms: int
-) -> dict[int, QueueReset] | tuple[int, str]:
-    """Move ``ask.group``'s offsets of ``ask.topic`` here (committed, and pending for the
-    group's next reads): per queue what was done, or the code and remark of a refusal
+class Done(NamedTuple):
+    """A reset made: per queue what was done, and the last revive-log append to await."""
+
+    queues: dict[int, QueueReset]
+    last: PutResult | None
+
+
+def reset_offsets(ctx: BrokerContext, ask: ResetOffset, now_ms: int) -> Done | tuple[int, str]:
+    """Move ``ask.group``'s offsets of ``ask.topic`` here (committed, kept for the group's
+    next pulls, and its POP offsets through the revive log): per queue what was done and the
+    last revive-log append to await (None: none), or the code and remark of a refusal
     (nothing changed then)."""
     topic, group = ask.topic, ask.group
     name = ctx.cfg.broker_name
@@ -127,6 +138,10 @@ def reset_offsets(
         done[q] = QueueReset(
             offset=target, previous=previous, min_offset=low, max_offset=high, outcome=outcome
         )
+    moved = {q: r.offset for q, r in done.items() if r.outcome != "kept"}
+    last: PutResult | None = None
+    for q, offset in moved.items():  # first: the only step that may fail (the append)
+        last = ctx.pop.reset(group, topic, q, offset) or last
     for q, r in done.items():
         if r.outcome != "kept":
             offsets.commit(group, topic, q, r.offset, now_ms)
@@ -140,7 +155,7 @@ def reset_offsets(
         force=ask.force,
         queues={q: (r.previous, r.offset, r.outcome) for q, r in done.items()},
     )
-    return done
+    return Done(done, last)
 
 
 class OffsetResetProcessor:
@@ -159,15 +174,18 @@ class OffsetResetProcessor:
         self._server = server
         server.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, self.reset)
 
-    def reset(self, conn: Connection, req: Frame) -> Frame:
+    def reset(self, conn: Connection, req: Frame) -> Frame | DurableAnswer:
         ask = ResetOffset.parse(req.header, req.body)
         outcome = reset_offsets(self.ctx, ask, self.ctx.now_ms())
-        if not isinstance(outcome, dict):
+        if not isinstance(outcome, Done):
             return error_response(req, *outcome)
-        moved = {q: r.offset for q, r in outcome.items() if r.outcome != "kept"}
+        done, last = outcome
+        moved = {q: r.offset for q, r in done.items() if r.outcome != "kept"}
         notified = self.notify(ask.group, ask.topic, moved) if moved else 0
-        answer = OffsetsReset(queues=outcome, notified=notified)
-        return response(req, ResponseCode.SUCCESS, *answer.encode())
+        answer = OffsetsReset(queues=done, notified=notified)
+        resp = response(req, ResponseCode.SUCCESS, *answer.encode())
+        # A POP group's reset is answered once its revive record is as durable as a send.
+        return answer_when_durable(self.ctx, last, req, resp, "the POP offset's reset record")
 
     def notify(self, group: str, topic: str, offsets: dict[int, int]) -> int:
         """Send the group's live members on our protocol RESET_CONSUMER_CLIENT_OFFSET; how many

@@ -261,3 +261,27 @@ async def test_a_fifo_group_consumed_by_pop_is_refused_and_keeps_its_offsets(
         assert await _committed(conn, "fifo", 0) == before
     finally:
         conn.close()
+
+
+async def test_a_pop_reset_survives_a_restart_through_the_revive_log(broker: BrokerProc) -> None:
+    await fill(broker.address, TOPIC, 10, queues=1)
+    async with SimpleConsumer(broker.address, "pr", TOPIC) as consumer:
+        for m in await consumer.receive(10, invisible_duration=30, wait=1.0):
+            await consumer.ack(m)
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        await _reset(conn, ResetOffset(topic=TOPIC, group="pr", queue_id=0, offset=3))
+    finally:
+        conn.close()
+    # The in-flight set and the POP offsets are rebuilt from the revive log at the start.
+    broker.kill9()
+    broker.start_and_wait()
+    async with SimpleConsumer(broker.address, "pr", TOPIC) as consumer:
+        got: list[int] = []
+
+        async def all_since() -> bool:
+            got.extend(m.queue_offset for m in await consumer.receive(10, wait=0.5))
+            return len(got) >= 7
+
+        await wait_until_async(all_since, "the messages from offset 3", 30)
+        assert sorted(got) == list(range(3, 10))

@@ -25,6 +25,12 @@ from protocol.broker_requests.offsets import (
 )
 from protocol.codes import RequestCode
 from protocol.fields import FieldError
+from protocol.pop import (
+    Reset,
+    ReviveRecordError,
+    decode_revive_record,
+    encode_revive_record,
+)
 from protocol.remoting import FrameDecoder, Scalar, encode_frame, request
 from protocol.request_permissions import authorize, broker_checks
 
@@ -230,3 +236,35 @@ def test_a_reset_needs_update_or_admin_on_the_group_not_sub() -> None:
     other, _ = ResetOffset(topic="T", group="h", timestamp=1).encode()
     req_h = request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, 1, other)
     assert not authorize(operator, broker_checks(req_h, "DefaultCluster"), "10.0.0.1", 222).allowed
+
+
+# The revive log's RESET record (protocol/pop.py): kind 7, the group and topic as
+# length-prefixed names, then queue id (u16) and offset (i64), big-endian.
+RESET_GOLDEN = "07016701540003000000000000002a"
+
+
+def test_the_pop_reset_record_bytes_stay_put() -> None:
+    record = Reset("g", "T", 3, 42)
+    assert encode_revive_record(record).hex() == RESET_GOLDEN
+    assert decode_revive_record(bytes.fromhex(RESET_GOLDEN)) == record
+
+
+@settings(deadline=None)
+@given(groups, names, st.integers(0, 2**16 - 1), naturals)
+def test_the_pop_reset_record_round_trips(group: str, topic: str, queue: int, offset: int) -> None:
+    record = Reset(group, topic, queue, offset)
+    assert decode_revive_record(encode_revive_record(record)) == record
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (RESET_GOLDEN[:-2], "reset record has the wrong size"),
+        (RESET_GOLDEN + "00", "reset record has the wrong size"),
+        ("0701670154" + "0003" + "ffffffffffffffff", "reset to offset -1"),
+        ("0701", "truncated"),
+    ],
+)
+def test_a_bad_pop_reset_record_raises_one_error(body: str, message: str) -> None:
+    with pytest.raises(ReviveRecordError, match=re.escape(message)):
+        decode_revive_record(bytes.fromhex(body))
