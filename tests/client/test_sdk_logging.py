@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import ROOT, BrokerProc
+from tests.support.procs import ROOT, BrokerProc, started
 
 pytestmark = pytest.mark.multiprocess
 
@@ -58,11 +58,8 @@ asyncio.run(main(sys.argv[1]))
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    proc = BrokerProc(tmp_path_factory.mktemp("sdklog"))
-    try:
-        yield proc.start_and_wait()
-    finally:
-        proc.stop()
+    with started(BrokerProc(tmp_path_factory.mktemp("sdklog"))) as proc:
+        yield proc
 
 
 def run_script(broker: BrokerProc, tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:

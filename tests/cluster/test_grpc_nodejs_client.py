@@ -19,7 +19,7 @@ import pytest
 from client.admin import Admin
 from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.support.official_client import client_env, npm_modules, run_to_end
-from tests.support.procs import ROOT, GrpcBrokerProc
+from tests.support.procs import ROOT, GrpcBrokerProc, started
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -30,12 +30,8 @@ PACKAGE = ROOT / "tests" / "nodejs"
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcBrokerProc]:
-    proc = GrpcBrokerProc(tmp_path_factory.mktemp("grpc-node"))
-    try:
-        proc.start_and_wait()
+    with started(GrpcBrokerProc(tmp_path_factory.mktemp("grpc-node"))) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 async def test_nodejs_producer_and_simple_consumer(broker: GrpcBrokerProc, tmp_path: Path) -> None:

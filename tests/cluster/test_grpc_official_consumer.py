@@ -35,7 +35,7 @@ from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
 from tests.cluster.support import long_polling_receive, receive_some
 from tests.support.official_client import run_to_end
-from tests.support.procs import BrokerProc, GrpcBrokerProc
+from tests.support.procs import BrokerProc, GrpcBrokerProc, started
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -144,12 +144,8 @@ print(json.dumps({"seen": seen, "done": sorted(done), "fifo": consumer.fifo}))
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcBrokerProc]:
-    proc = GrpcBrokerProc(tmp_path_factory.mktemp("grpc-consume"))
-    try:
-        proc.start_and_wait()
+    with started(GrpcBrokerProc(tmp_path_factory.mktemp("grpc-consume"))) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
@@ -504,14 +500,10 @@ async def test_push_deliveries_are_renewed_while_held_and_handed_back_at_termina
 @pytest.fixture
 async def lone_endpoint(tmp_path: Path) -> AsyncIterator[tuple[BrokerProc, str]]:
     """A broker of its own (gRPC on), so that the long polls it counts are the test's alone."""
-    proc = GrpcBrokerProc(tmp_path)
-    try:
-        proc.start_and_wait()
+    with started(GrpcBrokerProc(tmp_path)) as proc:
         async with Admin(proc.address) as admin:
             await admin.create_topic(TOPIC, 2)
         yield proc, f"127.0.0.1:{proc.grpc_port}"
-    finally:
-        proc.stop()
 
 
 def _logged(proc: BrokerProc, event: str, group: str) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from client.simple_consumer import SimpleConsumer
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from tests.cluster.support import long_polling_receive, receive_some
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -55,11 +55,8 @@ class _AnswerHeld(MessagingService):
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    proc = BrokerProc(tmp_path_factory.mktemp("grpc-cancel"))
-    try:
-        yield proc.start_and_wait()
-    finally:
-        proc.stop()
+    with started(BrokerProc(tmp_path_factory.mktemp("grpc-cancel"))) as proc:
+        yield proc
 
 
 async def test_a_receive_cancelled_after_its_pop_came_back_hands_the_message_back(

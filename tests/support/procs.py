@@ -6,13 +6,16 @@ when the test fails. Waits poll a condition against a deadline; there are no bar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from tests.support.wait import wait_until
 
@@ -267,6 +270,19 @@ class BrokerProc(Daemon):
 
         wait_until(ready, f"{self.name} to listen on {self.port}", timeout)
         return self
+
+
+B = TypeVar("B", bound=BrokerProc)
+
+
+@contextlib.contextmanager
+def started(proc: B) -> Iterator[B]:
+    """``proc`` started and listening; stopped by its PID after, also when the test fails."""
+    try:
+        proc.start_and_wait()
+        yield proc
+    finally:
+        proc.stop()
 
 
 class GrpcBrokerProc(BrokerProc):
