@@ -129,6 +129,7 @@ class ReplicasManager:
             ("damage_found", "Damaged CommitLog records the scrub found (once per offset)"),
             ("repaired", "Damaged records the scrub found and had repaired from a replica"),
             ("unrepairable", "Damaged records the scrub found that no replica holds intact"),
+            ("index_rebuilt", "Key index files the scrub found failing their CRC, rebuilt"),
         ):
             ctx.metrics.counter_fn(
                 f"rmq_broker_scrub_{kind}", doc, partial(scrubbed.__getitem__, kind)

@@ -40,7 +40,13 @@ from protocol.message import (
 from storage import queue_read, retention
 from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
-from storage.index.lookup import Found, MessageNotFoundError, find_by_key, read_message
+from storage.index.lookup import (
+    Found,
+    MessageNotFoundError,
+    UnreadableMessageError,
+    find_by_key,
+    read_message,
+)
 from storage.queue_read import GetResult, GetStatus
 from storage.queue_write import RecordSizer, encode_batch
 from storage.queues import queue_id_error, topic_error
@@ -64,6 +70,7 @@ __all__ = [
     "Repairer",
     "StoreConfig",
     "StoreError",
+    "UnreadableMessageError",
 ]
 
 
@@ -368,12 +375,18 @@ class MessageStore:
 
     def read_message(self, offset: int, max_physical_offset: int | None = None) -> Found:
         """The message starting at CommitLog ``offset`` (a message id's offset), ending at or
-        before ``max_physical_offset``; raises :class:`MessageNotFoundError`."""
+        before ``max_physical_offset``; raises :class:`MessageNotFoundError`, and
+        :class:`UnreadableMessageError` for a record there that fails its checks (known by its
+        size for :attr:`repairer`, as a read's)."""
         self._check_open()
         visible = self._commitlog.write_pos
         if max_physical_offset is not None:
             visible = min(visible, max_physical_offset)
-        return read_message(self._commitlog, offset, visible)
+        try:
+            return read_message(self._commitlog, offset, visible)
+        except UnreadableMessageError as exc:
+            self._corruption.sizes[exc.offset] = exc.size
+            raise
 
     def query_by_key(
         self,
@@ -562,6 +575,14 @@ class MessageStore:
         for offset, size in step.damage:
             self._corruption.scrubbed(offset, size)
         return step
+
+    def check_index(self) -> str | None:
+        """Check the next sealed key index file; one that fails is rebuilt from the CommitLog
+        (``storage.index``): returns why, None when it held or the index is off."""
+        self._check_open()
+        if self.index is None:
+            return None
+        return self.index.check_sealed(self._commitlog)
 
     def save_scrub(self) -> None:
         """Keep the scrub's position durably (a restart carries on from it)."""

@@ -9,6 +9,7 @@ decodes them: properties, store time, store host, body).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 from broker.context import BrokerContext
@@ -25,7 +26,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.queue_read import GetStatus
-from storage.store import MessageNotFoundError, StoreError
+from storage.store import MessageNotFoundError, StoreError, UnreadableMessageError
 
 
 def _when(ms: int) -> str:
@@ -82,20 +83,33 @@ class QueryProcessor:
         )
         return response(req, ResponseCode.SUCCESS, *answer.encode())
 
-    def view_message(self, conn: Connection, req: Frame) -> Frame:
+    def view_message(self, conn: Connection, req: Frame) -> Frame | Awaitable[Frame]:
         """Header: offset (the CommitLog offset a message id carries). Answers SUCCESS with the
-        record, or QUERY_NOT_FOUND saying why there is none."""
-        offset = ViewMessage.parse(req.header, req.body).offset
+        record, or QUERY_NOT_FOUND saying why there is none. A record there that fails its
+        checks is repaired from another replica first when one may have it (issue 31)."""
+        return self._view(req, ViewMessage.parse(req.header, req.body).offset, repair=True)
+
+    def _view(self, req: Frame, offset: int, *, repair: bool) -> Frame | Awaitable[Frame]:
         ctx = self.ctx
         try:
             hit = ctx.store.read_message(offset, ctx.visible_offset())
         except MessageNotFoundError as exc:
+            repairer = ctx.store.repairer
+            if repair and repairer is not None and isinstance(exc, UnreadableMessageError):
+                repairing = repairer.start(offset)
+                if repairing is not None:
+                    return self._view_after(repairing, req, offset)
             return error_response(
                 req,
                 ResponseCode.QUERY_NOT_FOUND,
                 f"{ctx.cfg.broker_name} at {ctx.cfg.listen}: {exc}",
             )
         return response(req, ResponseCode.SUCCESS, *MessagesFound(count=1, body=hit.raw).encode())
+
+    async def _view_after(self, repairing: Awaitable[object], req: Frame, offset: int) -> Frame:
+        await repairing
+        answer = self._view(req, offset, repair=False)
+        return await answer if isinstance(answer, Awaitable) else answer
 
     def query_by_time(self, conn: Connection, req: Frame) -> Frame:
         """Header: topic, queueId, beginTimestamp, endTimestamp, maxNum, fromOffset

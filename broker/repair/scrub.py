@@ -2,7 +2,9 @@
 ``scrub_bytes_per_s`` (0: off, read at every tick so a change applies at once), checks each one
 (``MessageStore.scrub``, ``storage.scrub``) and has what fails repaired from the group's replicas
 (:class:`~broker.repair.fetch.RecordRepair`), before a consumer meets it. Its position is saved
-every :data:`SAVE_EVERY_S` and at the end of each pass, so a restart carries on from there.
+every :data:`SAVE_EVERY_S` and at the end of each pass, so a restart carries on from there. At
+the end of each pass one sealed key index file is checked too (in turn); one that fails is
+rebuilt from the CommitLog (``MessageStore.check_index``).
 
 Counted in :attr:`Scrubber.counts` (the metrics ``rmq_broker_scrub_*_total``): bytes scrubbed,
 damage found, repaired, unrepairable (no replica holds it intact: the damage stays, reads of it
@@ -29,7 +31,7 @@ log = structlog.get_logger(__name__)
 TICK_S: Final = 0.1
 """How often a slice is read: a slice is ``scrub_bytes_per_s * TICK_S`` bytes."""
 SAVE_EVERY_S: Final = 10.0
-SCRUB_KINDS: Final = ("bytes", "damage_found", "repaired", "unrepairable")
+SCRUB_KINDS: Final = ("bytes", "damage_found", "repaired", "unrepairable", "index_rebuilt")
 
 
 class Scrubber:
@@ -80,6 +82,8 @@ class Scrubber:
             if step.wrapped:
                 position, passes = self._store.scrub_position
                 log.info("scrub pass ended", passes=passes, position=position)
+                if self._store.check_index() is not None:  # logged by the index
+                    self.counts["index_rebuilt"] += 1
 
     async def _handle(self, offset: int, size: int) -> None:
         if offset not in self._found:

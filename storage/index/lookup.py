@@ -27,6 +27,16 @@ class MessageNotFoundError(StoreError):
     """No readable, committed message at the offset (or none matches the key)."""
 
 
+class UnreadableMessageError(MessageNotFoundError):
+    """The record at the offset is there (its size and magic hold) but fails its checks: a
+    repair from another replica may bring it back (``size`` bytes)."""
+
+    def __init__(self, message: str, offset: int, size: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.size = size
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
     """A message a lookup found: decoded, and its record's bytes as stored."""
@@ -62,7 +72,10 @@ def read_message(commitlog: CommitLog, offset: int, visible: int) -> Found:
     try:
         record = decode_record(raw)
     except (RecordError, ValueError) as exc:
-        raise MessageNotFoundError(f"no readable message at offset {offset}: {exc}") from None
+        why = f"no readable message at offset {offset}: {exc}"
+        if size >= MIN_RECORD_SIZE and len(raw) == size:
+            raise UnreadableMessageError(why, offset, size) from None
+        raise MessageNotFoundError(why) from None
     if record.physical_offset != offset:
         raise MessageNotFoundError(f"offset {offset} is not the start of a message")
     return Found(record, raw)

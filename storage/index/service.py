@@ -86,6 +86,7 @@ class KeyIndex:
         self._seeds: dict[bytes, int] = {}
         self.lagging: str | None = None
         """Why the last :meth:`catch_up` stopped short (e.g. a full disk); None when current."""
+        self._check_at = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -145,6 +146,42 @@ class KeyIndex:
         start = self.indexed_through if trusted else low
         self.catch_up(commitlog)
         return self.indexed_through - start
+
+    def check_sealed(self, commitlog: CommitLog) -> str | None:
+        """Check the next sealed file (one a call, in turn) as a start does: its header and its
+        body CRC. One that fails is dropped with every file after it and they are indexed again
+        from the CommitLog (``index file N not trusted (why): rebuilding it``, as at a start);
+        returns why, None when the file held. The broker's scrub calls it once a pass."""
+        sealed = [f for f in self._files if f.header.sealed]
+        if not sealed:
+            return None
+        self._check_at %= len(sealed)
+        f = sealed[self._check_at]
+        self._check_at += 1
+        view, size = f.segment.view, f.segment.size
+        why = ""
+        try:
+            header = fmt.decode_header(view, size)
+            if (header.begin_offset, header.end_offset) != (
+                f.header.begin_offset,
+                f.header.end_offset,
+            ):
+                why = "its header no longer says the range it covers"
+            elif fmt.body_crc(view, header.slot_count, header.entry_count) != header.body_crc:
+                why = "body CRC mismatch"
+        except fmt.IndexFormatError as exc:
+            why = str(exc)
+        if not why:
+            return None
+        keep = self._files.index(f)
+        log.warning(f"index file {f.segment.path.name} not trusted ({why}): rebuilding it")
+        for dropped in self._files[keep:]:
+            dropped.delete()
+        fsync_dir(self._dir)
+        self._files = self._files[:keep]
+        self.rebuilt_files += 1
+        self.catch_up(commitlog)
+        return why
 
     def close(self) -> None:
         """Seal nothing, but leave every file clean (header current, CRC, fsync)."""

@@ -14,7 +14,10 @@ import pytest
 from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.errors import CorruptMessageError
-from protocol.message import HEAD_SIZE, check_record, parse_msg_id
+from protocol.broker_requests.query import ViewMessage
+from protocol.codes import ResponseCode
+from protocol.message import HEAD_SIZE, check_record, iter_records, parse_msg_id
+from remoting.client import RemotingClient
 from tests.cluster.support import (
     Key,
     consume_all,
@@ -80,13 +83,19 @@ def metric(node: BrokerNode, port: int, name: str) -> float:
 
 
 async def group_with_messages(
-    cluster: Cluster, boot: Bootstrap
+    cluster: Cluster, boot: Bootstrap, *, scrub: bool = True
 ) -> tuple[dict[str, int], list[int], dict[Key, bytes], dict[int, int]]:
     """broker-a of three replicas, each with a metrics port, holding COUNT messages of TOPIC on
     one queue, all replicated; (address -> broker id, the metrics ports in the order of
-    cluster.brokers, the bodies by key, the CommitLog offset by queue offset)."""
+    cluster.brokers, the bodies by key, the CommitLog offset by queue offset). Without
+    ``scrub`` the brokers do not scrub (scrub_bytes_per_s = 0): only reads meet the damage."""
     ports = [free_port() for _ in range(3)]
-    cluster.add_group("broker-a", 3, per_broker=[["--metrics-port", str(p)] for p in ports])
+    cluster.add_group(
+        "broker-a",
+        3,
+        per_broker=[["--metrics-port", str(p)] for p in ports],
+        config="" if scrub else "scrub_bytes_per_s = 0\n",
+    )
     doc = await full_sync_state_set(boot, cluster, size=3)
     await wait_until_async(lambda: route_has_master(boot), "routes", 30, interval=0.1)
     await create_topic(boot, doc["masterAddress"], TOPIC, queues=1)
@@ -125,7 +134,7 @@ async def test_a_body_byte_flipped_on_the_master_is_repaired_from_a_replica(
     # The issue's report: one body byte of one message flipped in the master's CommitLog (the
     # broker stopped cleanly, the byte flipped, restarted, made master again); a fresh group
     # read 104 of 300 and stopped at "CRC mismatch" though both slaves held it intact.
-    ids, ports, bodies, physical = await group_with_messages(cluster, boot)
+    ids, ports, bodies, physical = await group_with_messages(cluster, boot, scrub=False)
     doc = await full_sync_state_set(boot, cluster, size=3)
     victim = node_at(cluster, doc["masterAddress"])
     port = ports[cluster.brokers.index(victim)]
@@ -155,7 +164,7 @@ async def test_a_damaged_size_field_on_the_master_is_repaired_not_truncated(
 ) -> None:
     # The record's size field flipped: recovery cannot walk past it by its size; it keeps the
     # damaged range in place (valid records follow) and reads of it fetch it from a replica.
-    ids, ports, bodies, physical = await group_with_messages(cluster, boot)
+    ids, ports, bodies, physical = await group_with_messages(cluster, boot, scrub=False)
     doc = await full_sync_state_set(boot, cluster, size=3)
     victim = node_at(cluster, doc["masterAddress"])
     port = ports[cluster.brokers.index(victim)]
@@ -278,3 +287,46 @@ async def test_the_same_record_damaged_on_all_three_blocks_until_skipped(
     assert received == expect
     port = ports[cluster.brokers.index(slave)]
     assert corrupt_kind(port, "skipped") == 1
+
+
+async def test_a_lookup_and_a_pop_consumer_get_damaged_records_repaired(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # The other reads of issue 31 item 1: a lookup by message id (VIEW_MESSAGE_BY_ID) and POP.
+    ids, ports, bodies, physical = await group_with_messages(cluster, boot, scrub=False)
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    victim = node_at(cluster, doc["masterAddress"])
+    port = ports[cluster.brokers.index(victim)]
+    looked_up, popped = physical[50], physical[150]
+    victim.stop()
+    await new_master(boot, cluster, victim.address)
+    for at in (looked_up, popped):
+        flip(victim, at + HEAD_SIZE + 5)
+    victim.restart()
+    await make_master(cluster, boot, victim, ids[victim.address])
+
+    conn = await RemotingClient.connect(victim.address, timeout=5.0)
+    try:
+        ask = ViewMessage(offset=looked_up)
+        resp = await conn.request(ask.code, *ask.encode(), timeout=30)
+    finally:
+        conn.close()
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    [record] = list(iter_records(resp.body or b""))
+    assert record.body == bodies[("broker-a", 0, 50)]
+    assert record_intact(victim, looked_up)
+
+    received: dict[Key, bytes] = {}
+    async with Consumer(
+        cluster.controller_addresses, "pop-readers", TOPIC, pop=True, suspend_ms=1000
+    ) as consumer:
+
+        async def all_popped() -> bool:
+            for m in await consumer.receive(timeout=1.0):
+                received[(m.broker_name, m.physical_queue_id, m.physical_queue_offset)] = m.body
+            return len(received) >= COUNT
+
+        await wait_until_async(all_popped, "every message popped", 90)
+    assert received == bodies
+    assert record_intact(victim, popped)
+    assert metric(victim, port, "rmq_broker_records_repaired_total") == 2
