@@ -150,8 +150,15 @@ async def ask_each(
 
 
 def failures(brokers: Sequence[BrokerRef], answers: Sequence[object]) -> list[str]:
+    """One text per distinct failure: ``broker: why``, or ``why (on broker, broker)`` when
+    several brokers failed alike (a refusal by every broker of -c reads once)."""
+    by_error: dict[str, list[str]] = {}
+    for b, a in zip(brokers, answers, strict=True):
+        if isinstance(a, str):
+            by_error.setdefault(a, []).append(b.label())
     return [
-        f"{b.label()}: {a}" for b, a in zip(brokers, answers, strict=True) if isinstance(a, str)
+        f"{labels[0]}: {error}" if len(labels) == 1 else f"{error} (on {', '.join(labels)})"
+        for error, labels in by_error.items()
     ]
 
 

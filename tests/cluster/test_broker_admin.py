@@ -210,6 +210,8 @@ def test_without_permission_a_change_is_refused_and_changes_nothing(
         "-k", "max_pull_batch", "-v", "9", env=signed(*NORMAL),
     )  # fmt: skip
     assert "NO_PERMISSION" in why and NORMAL[0] in why
+    # Both brokers refused alike: said once, naming both.
+    assert why.count("NO_PERMISSION") == 1 and all(b.address in why for b in group)
     assert [b.config_path.read_bytes() for b in group] == before
     root = signed(ROOT.access_key, ROOT.secret_key)
     shown = ok_json("getBrokerConfig", "-a", addresses, "-c", "DefaultCluster", env=root)
