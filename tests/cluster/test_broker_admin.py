@@ -453,3 +453,39 @@ def test_a_grpc_consumer_is_listed_with_what_its_headers_say(
         "gRPC",
     )
     assert member["address"].startswith("127.0.0.1:")  # as the gRPC port saw the client
+
+
+def test_client_expiry_changes_live_for_members_already_known(broker: BrokerProc) -> None:
+    # A classic member heart-beats every 2 s: with the default 10 s expiry it is always
+    # listed; once client_expiry_ms is 500 it is gone between two heartbeats.
+    a = broker.address
+    ok_json("updateTopic", "-a", a, "-t", "T", "-q", "1")
+
+    def members() -> int:
+        done = rmqctl("--json", "consumerConnection", "-a", a, "-g", "G")
+        return len(json.loads(done.stdout)["members"]) if done.returncode == 0 else 0
+
+    async def scenario() -> None:
+        raw = await Raw.open(broker.port)
+
+        async def beat() -> None:
+            while True:
+                await raw.call(34, {}, consumer_heartbeat("classic-c", "G", "T"))
+                await asyncio.sleep(2)
+
+        beating = asyncio.create_task(beat())
+        try:
+            await wait_until_async(lambda: asyncio.to_thread(members), "the member listed", 20)
+            await asyncio.to_thread(
+                ok_json, "updateBrokerConfig", "-b", a, "-k", "client_expiry_ms", "-v", "500"
+            )
+            await wait_until_async(
+                lambda: asyncio.to_thread(lambda: members() == 0),
+                "the member expired between two heartbeats",
+                30,
+            )
+        finally:
+            beating.cancel()
+            raw.close()
+
+    asyncio.run(scenario())
