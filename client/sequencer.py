@@ -41,7 +41,7 @@ class Sequencer:
     """Sequences of one producer incarnation (``producer_id``, ``epoch``)."""
 
     def __init__(self, producer_id: int, epoch: int, window: int = WINDOW) -> None:
-        ProducerSeq(producer_id, epoch, 0)  # checks them
+        ProducerSeq.checked(producer_id, epoch, 0)
         self.producer_id = producer_id
         self.epoch = epoch
         self.window = window

@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgpack
 
@@ -104,22 +104,33 @@ _HEADER_FIELDS: Final = ("producerId", "producerEpoch", "sequence")
 # -- what a send carries ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerSeq:
-    """A request's producer id, epoch and sequence (per topic and queue)."""
+class ProducerSeq(NamedTuple):
+    """A request's producer id, epoch and sequence (per topic and queue). Built from a peer's
+    values with :meth:`checked` (or :meth:`parse`), which checks their ranges."""
 
     producer_id: int
     epoch: int
     sequence: int
 
-    def __post_init__(self) -> None:
-        for name, value, top in (
-            ("producerId", self.producer_id, MAX_PRODUCER_ID),
-            ("producerEpoch", self.epoch, MAX_EPOCH),
-            ("sequence", self.sequence, MAX_SEQUENCE),
+    @classmethod
+    def checked(cls, producer_id: object, epoch: object, sequence: object) -> ProducerSeq:
+        """The three values, each an int in its range; a :class:`FieldError` otherwise."""
+        if (
+            type(producer_id) is not int
+            or type(epoch) is not int
+            or type(sequence) is not int
+            or not 0 <= producer_id <= MAX_PRODUCER_ID
+            or not 0 <= epoch <= MAX_EPOCH
+            or not 0 <= sequence <= MAX_SEQUENCE
         ):
-            if type(value) is not int or not 0 <= value <= top:
-                raise FieldError(f"header field {name!r} must be an integer in 0..{top}")
+            for name, value, top in (
+                ("producerId", producer_id, MAX_PRODUCER_ID),
+                ("producerEpoch", epoch, MAX_EPOCH),
+                ("sequence", sequence, MAX_SEQUENCE),
+            ):
+                if type(value) is not int or not 0 <= value <= top:
+                    raise FieldError(f"header field {name!r} must be an integer in 0..{top}")
+        return cls(producer_id, epoch, sequence)  # type: ignore[arg-type]  # checked above
 
     def add_to(self, header: dict[str, Any]) -> None:
         """Write the three header fields into ``header``."""
@@ -140,7 +151,7 @@ class ProducerSeq:
             raise FieldError(
                 "an idempotent send carries all of producerId, producerEpoch and sequence"
             )
-        return cls(pid, epoch, seq)  # type: ignore[arg-type]  # __post_init__ checks
+        return cls.checked(pid, epoch, seq)
 
 
 def record_seq_value(seq: ProducerSeq, index: int, count: int) -> str:
@@ -164,7 +175,7 @@ def parse_record_seq(value: str) -> RecordSeq:
         raise RecordError(f"malformed {PROP_PRODUCER_SEQ} {value[:64]!r}")
     pid, epoch, sequence, index, count = (int(p) for p in parts)
     try:
-        seq = ProducerSeq(pid, epoch, sequence)
+        seq = ProducerSeq.checked(pid, epoch, sequence)
     except FieldError as exc:
         raise RecordError(f"{PROP_PRODUCER_SEQ}: {exc}") from None
     if not 0 <= index < count:
@@ -470,7 +481,7 @@ class ProducerStates:
             raise ValueError("producer states: not a list")
         try:
             for pid, epoch, last_ms, windows in doc:
-                ProducerSeq(pid, epoch, 0)
+                ProducerSeq.checked(pid, epoch, 0)
                 _int(last_ms)
                 p = _Producer(epoch, last_ms)
                 for topic, qid, floor, batches in windows:

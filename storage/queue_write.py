@@ -21,6 +21,8 @@ from typing import Final, TypeVar
 from protocol.message import (
     HEAD_SIZE,
     MAX_PROPERTIES_BYTES,
+    PROP_KEYS,
+    PROP_TAGS,
     Message,
     RecordEncoder,
     encode_properties,
@@ -68,16 +70,26 @@ class RecordSizer:
         tag_props = self._tag_props
         batch = SizedBatch()
         for msg in messages:
-            if msg.properties:
-                props_raw = encode_properties(msg.all_properties())
+            props = msg.properties
+            if props:
+                if PROP_KEYS in props or PROP_TAGS in props:
+                    props_raw = encode_properties(msg.all_properties())
+                    tags_hash = tag_hash(msg.tags)
+                else:
+                    # The same bytes as all_properties() gives (keys and tags follow the
+                    # others), without copying the dict: every idempotent send has one.
+                    cached = tag_props.get((msg.keys, msg.tags))
+                    if cached is None:
+                        cached = self._encode_keys_tags(msg.keys, msg.tags)
+                    props_raw = encode_properties(props) + cached[0]
+                    tags_hash = cached[1]
                 if len(props_raw) > MAX_PROPERTIES_BYTES:
                     raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
-                tags_hash = tag_hash(msg.tags)
             else:
                 # Most messages carry only keys and tags: their encoding repeats.
                 cached = tag_props.get((msg.keys, msg.tags))
                 if cached is None:
-                    cached = self._encode_keys_tags(msg)
+                    cached = self._encode_keys_tags(msg.keys, msg.tags)
                 props_raw, tags_hash = cached
             size = fixed + len(msg.body) + len(props_raw)
             if size > limit:
@@ -92,11 +104,13 @@ class RecordSizer:
             batch.total += size
         return batch
 
-    def _encode_keys_tags(self, msg: Message) -> tuple[bytes, int]:
-        props_raw = encode_properties(msg.all_properties())
+    def _encode_keys_tags(self, keys: str, tags: str) -> tuple[bytes, int]:
+        props_raw = encode_properties(
+            Message(topic="", body=b"", keys=keys, tags=tags).all_properties()
+        )
         if len(props_raw) > MAX_PROPERTIES_BYTES:
             raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
-        return _remember(self._tag_props, (msg.keys, msg.tags), (props_raw, tag_hash(msg.tags)))
+        return _remember(self._tag_props, (keys, tags), (props_raw, tag_hash(tags)))
 
 
 def encode_batch(

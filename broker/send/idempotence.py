@@ -68,11 +68,13 @@ class IdempotenceHost(ServiceHost, Protocol):
 
 def batch_of(sequence: int, result: PutResult) -> StoredBatch:
     """What the window keeps of a stored request."""
+    # the result's own list: nothing changes it after the put (a rebuilt batch, the only one
+    # a retry completes, has a list of its own)
     return StoredBatch(
         sequence,
         result.queue_id,
         result.first_queue_offset,
-        list(result.physical_offsets),
+        result.physical_offsets,
         result.end_offset,
         result.store_timestamp,
     )

@@ -33,7 +33,7 @@ import msgpack
 
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
-from protocol.idempotence import ProducerSeq
+from protocol.idempotence import MAX_EPOCH, MAX_PRODUCER_ID, MAX_SEQUENCE, ProducerSeq
 from protocol.message import Message, decode_properties
 from protocol.remoting import Header, Scalar
 
@@ -112,10 +112,29 @@ class SendRequest(_SendFields):
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> SendRequest:
         topic = req_str(header, "topic")
-        if len(header) == 2:  # topic and queueId, nothing optional: the common case
+        n = len(header)
+        if n == 2 or n == 5:  # topic and queueId (and an idempotent producer's fields)
             queue_id = header.get("queueId")
             if type(queue_id) is int:
-                return _new_tuple(cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", None))
+                if n == 2:  # nothing optional: the common case
+                    return _new_tuple(
+                        cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", None)
+                    )
+                pid = header.get("producerId")
+                epoch = header.get("producerEpoch")
+                seq = header.get("sequence")
+                if (
+                    type(pid) is int
+                    and type(epoch) is int
+                    and type(seq) is int
+                    and 0 <= pid <= MAX_PRODUCER_ID
+                    and 0 <= epoch <= MAX_EPOCH
+                    and 0 <= seq <= MAX_SEQUENCE
+                ):
+                    producer = _new_tuple(ProducerSeq, (pid, epoch, seq))
+                    return _new_tuple(
+                        cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", producer)
+                    )
         return cls(
             topic=topic,
             body=body or b"",
