@@ -15,10 +15,13 @@ What a caller may rely on:
   parts that read ``cfg.<key>`` at each use see it at once) and runs the hooks registered for
   the key (:meth:`LiveConfig.on_change`), for the parts that copied the value when they were
   built. The config stays frozen for everything else: this module is the one place that sets it.
+  A hook that raises puts the old value back (config, hooks, file) and the change is refused
+  (SYSTEM_ERROR).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -231,6 +234,19 @@ class LiveConfig:
             config_file=str(self.config_file) if self.config_file is not None else None,
         )
 
+    def _apply(self, key: str, value: Any) -> None:
+        # The one place the frozen config is set (module docstring).
+        object.__setattr__(self.cfg, key, value)
+        for hook in self._hooks.get(key, ()):
+            hook(value)
+
+    def _put_back(self, key: str, old: Any, persisted: bool) -> None:
+        with contextlib.suppress(Exception):
+            self._apply(key, old)
+        if persisted and self.config_file is not None:
+            with contextlib.suppress(ConfigFileError):
+                rewrite_key(self.config_file, key, old, "put back: a live change failed")
+
     def update(self, key: str, text: str) -> BrokerConfigChanged:
         """Set ``key`` from ``text``: written to the config file, then applied. Raises
         :class:`ConfigRefused` (nothing changed)."""
@@ -258,10 +274,14 @@ class LiveConfig:
                     ResponseCode.CONFIG_NOT_PERSISTED, f"config key {key!r} not changed: {exc}"
                 ) from None
             persisted = True
-        # The one place the frozen config is set (module docstring).
-        object.__setattr__(self.cfg, key, value)
-        for hook in self._hooks.get(key, ()):
-            hook(value)
+        try:
+            self._apply(key, value)
+        except Exception as exc:  # a hook failed: put everything back, change nothing
+            self._put_back(key, old, persisted)
+            raise ConfigRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"config key {key!r} not changed: applying it failed ({type(exc).__name__}: {exc})",
+            ) from None
         return BrokerConfigChanged(
             key=key,
             old=wire_value(old),

@@ -134,3 +134,21 @@ def test_the_config_reference_lists_every_live_key_with_its_effect() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "config-reference.md").read_text()
     rows = "\n".join(f"| `{k}` | {v} |" for k, v in LIVE_KEYS.items())
     assert f"| key | takes effect |\n|---|---|\n{rows}\n\n" in doc
+
+
+def test_a_hook_that_fails_puts_everything_back(tmp_path: Path) -> None:
+    live, path = _live(tmp_path)
+    seen: list[object] = []
+
+    def hook(value: object) -> None:
+        seen.append(value)
+        if value == 250:
+            raise RuntimeError("the flusher is gone")
+
+    live.on_change("flush_interval_ms", hook)
+    with pytest.raises(ConfigRefused) as refusal:
+        live.update("flush_interval_ms", "250")
+    assert refusal.value.code == ResponseCode.SYSTEM_ERROR
+    assert "applying it failed (RuntimeError: the flusher is gone)" in refusal.value.remark
+    assert live.cfg.flush_interval_ms == 500 and seen == [250, 500]
+    assert tomllib.loads(path.read_text())["flush_interval_ms"] == 500
