@@ -72,11 +72,9 @@ class PullService:
         if reset is not None and reset != offset:
             return self._reset(topic, queue_id, reset)
         resp, _ = self._read(topic, queue_id, offset, max_count, max_bytes, tag_filter)
-        if isinstance(resp, PullCorrupt) and repair and resp.physical_offset is not None:
-            repairer = self.host.store.repairer
-            repairing = None if repairer is None else repairer.start(resp.physical_offset)
-            if repairing is not None:
-                return self._after_repair(repairing, pull)
+        repairing = self._repairing(resp) if repair else None
+        if repairing is not None:
+            return self._after_repair(repairing, pull)
         if resp is not None or suspend_ms == 0:
             return resp if resp is not None else self._not_found(topic, queue_id, offset)
         return self._wait_and_read(
@@ -93,6 +91,14 @@ class PullService:
             min_offset=low,
             max_offset=high,
         )
+
+    def _repairing(self, resp: PullAnswer | None) -> Awaitable[object] | None:
+        """When ``resp`` says a record fails its checks: its repair from another replica,
+        started or joined (``MessageStore.repairer``); None when none is worth trying."""
+        if not isinstance(resp, PullCorrupt) or resp.physical_offset is None:
+            return None
+        repairer = self.host.store.repairer
+        return None if repairer is None else repairer.start(resp.physical_offset)
 
     async def _after_repair(self, repairing: Awaitable[object], pull: PullRequest) -> PullAnswer:
         """The first record of ``pull`` failed its checks and is being repaired: the answer
@@ -149,6 +155,12 @@ class PullService:
             resp, offset = self._read(
                 topic, queue_id, offset, max_count, max_bytes, tag_filter, waiting=True
             )
+            repairing = self._repairing(resp)
+            if repairing is not None:  # what arrived fails its checks: repaired, read again
+                await repairing
+                resp, offset = self._read(
+                    topic, queue_id, offset, max_count, max_bytes, tag_filter, waiting=True
+                )
             if resp is not None:
                 return resp
         return self._not_found(topic, queue_id, offset)
