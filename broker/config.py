@@ -225,7 +225,7 @@ class BrokerConfig:
     scrub_bytes_per_s: int = field(
         8 << 20,
         "CommitLog bytes a second the background scrub re-reads and checks, repairing damaged "
-        "records from the group's replicas (docs/operations.md, \"Corrupt files\"); 0 turns it off",
+        'records from the group\'s replicas (docs/operations.md, "Corrupt files"); 0 turns it off',
         at_least(0),
     )
     timer_enable: bool = field(

@@ -228,6 +228,7 @@ class ResponseCode(IntEnum):
     # SKIP_CORRUPT_MESSAGE: this replica reads the message intact (nothing skipped).
     RECORD_READABLE = 5082
 
+
 def code_name(code: int) -> str:
     """A readable name for a response code, the number itself when unknown."""
     try:

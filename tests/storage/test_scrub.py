@@ -39,7 +39,7 @@ def scrub_all(store: MessageStore, slice_bytes: int = 4096) -> list[tuple[int, i
 def test_a_clean_log_is_passed_over_in_slices_and_a_pass_ends_at_the_flushed_offset(
     tmp_path: Path,
 ) -> None:
-    store, offsets = filled(tmp_path)
+    store, _ = filled(tmp_path)
     first = store.scrub(1000)
     assert first.damage == [] and 1000 <= first.scanned < 1000 + 400
     assert scrub_all(store) == []
