@@ -167,7 +167,10 @@ class BrokerConfig:
         at_least(0),
     )
     client_expiry_ms: int = field(
-        10_000, "a consumer silent for longer leaves its group", at_least(100)
+        10_000,
+        "a consumer silent for longer leaves its group (a classic client: 120 s, RocketMQ's "
+        "rule, or this if longer)",
+        at_least(100),
     )
     all_ack_in_sync_state_set: bool = field(
         True, "controller mode: a send waits until every SyncStateSet member has it"

@@ -1,7 +1,10 @@
 """Consumer group membership: who is in a group, for the clients' rebalance.
 
 A client is a member while it heart-beats; it leaves when it unregisters, when its connection
-closes, or when it has been silent for ``client_expiry_ms``. Time is passed in (ms).
+closes, or when it has been silent too long: our own clients (our SDK, the gRPC front's) after
+``client_expiry_ms``; classic members (RocketMQ's remoting clients, which heart-beat every 30 s)
+after :data:`CHANNEL_EXPIRED_MS`, RocketMQ's rule (or ``client_expiry_ms`` if that is longer).
+Time is passed in (ms).
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ class ClientInfo:
     version: str = ""
     protocol: str = "remoting"
 
+
+CHANNEL_EXPIRED_MS = 120_000
+"""A classic client silent this long is forgotten: RocketMQ's channelExpiredTimeout. Its clients
+(the Java client, ali-ons) heart-beat every 30 s, so ``client_expiry_ms`` (10 s) would drop them
+between two heartbeats."""
+
+CLASSIC = "classic"
+""":attr:`ClientInfo.protocol` of RocketMQ's remoting clients."""
 
 REMOTING_CLIENT = ClientInfo()
 """A client of our remoting protocol that did not say its language or version."""
@@ -41,8 +52,15 @@ class ConsumerGroups:
         self._groups: dict[str, dict[str, Member]] = {}
 
     def set_expiry_ms(self, expiry_ms: int) -> None:
-        """A member silent for longer than ``expiry_ms`` leaves, from the next check on."""
+        """A member silent for longer than ``expiry_ms`` leaves, from the next check on (a
+        classic member: :data:`CHANNEL_EXPIRED_MS` unless ``expiry_ms`` is longer)."""
         self._expiry_ms = expiry_ms
+
+    def _live(self, m: Member, now_ms: int) -> bool:
+        expiry = self._expiry_ms
+        if m.info.protocol == CLASSIC:
+            expiry = max(expiry, CHANNEL_EXPIRED_MS)
+        return now_ms - m.last_seen_ms <= expiry
 
     def heartbeat(
         self,
@@ -91,7 +109,7 @@ class ConsumerGroups:
             (group, m.client_id)
             for group, members in self._groups.items()
             for m in members.values()
-            if now_ms - m.last_seen_ms > self._expiry_ms
+            if not self._live(m, now_ms)
         ]
         for group, client_id in expired:
             self.unregister(group, client_id)
@@ -99,9 +117,7 @@ class ConsumerGroups:
 
     def members(self, group: str, now_ms: int) -> list[str]:
         members = self._groups.get(group, {})
-        return sorted(
-            m.client_id for m in members.values() if now_ms - m.last_seen_ms <= self._expiry_ms
-        )
+        return sorted(m.client_id for m in members.values() if self._live(m, now_ms))
 
     def live(self, group: str, now_ms: int) -> list[Member]:
         """The group's live members (copies), sorted by client id."""
@@ -110,7 +126,7 @@ class ConsumerGroups:
             (
                 Member(m.client_id, m.topic, m.last_seen_ms, m.connection_id, m.address, m.info)
                 for m in members.values()
-                if now_ms - m.last_seen_ms <= self._expiry_ms
+                if self._live(m, now_ms)
             ),
             key=lambda m: m.client_id,
         )
@@ -125,7 +141,7 @@ class ConsumerGroups:
     def member_on(self, group: str, connection_id: int, now_ms: int) -> str | None:
         """The id of a live member of ``group`` that heart-beats over this connection."""
         for m in self._groups.get(group, {}).values():
-            if m.connection_id == connection_id and now_ms - m.last_seen_ms <= self._expiry_ms:
+            if m.connection_id == connection_id and self._live(m, now_ms):
                 return m.client_id
         return None
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.consumer_groups import ClientInfo
+from broker.consumer_groups import CHANNEL_EXPIRED_MS, ClientInfo
 from protocol.broker_requests.producers import ProducerConnection
 
 __all__ = ["PRODUCER_EXPIRY_MS", "ProducerGroups"]
 
-PRODUCER_EXPIRY_MS = 120_000
+PRODUCER_EXPIRY_MS = CHANNEL_EXPIRED_MS
 """A producer silent this long is forgotten (RocketMQ's channelExpiredTimeout)."""
 
 

@@ -4,7 +4,9 @@ consumer_heartbeat`), so members of either door rebalance among one list.
 
 A heartbeat's consumer entry joins its group once per subscribed topic that is not a retry
 topic (the member's topic is the first of them); a member leaves when it unregisters, when its
-connection closes (the server's ``on_close``, as for our clients) or when it falls silent.
+connection closes (the server's ``on_close``, as for our clients, at once) or when it has been
+silent for 120 s (RocketMQ's channelExpiredTimeout: its clients heart-beat every 30 s;
+:data:`broker.consumer_groups.CHANNEL_EXPIRED_MS`), not after our clients' ``client_expiry_ms``.
 A producer entry registers the session with the transaction service as a producer of its group
 (RocketMQ's CLIENT_INNER_PRODUCER excepted), so its group's check-backs reach it as
 CHECK_TRANSACTION_STATE (:func:`broker.classic.transaction.send_check_back`).
@@ -22,7 +24,7 @@ from __future__ import annotations
 from functools import partial
 
 from broker.classic.transaction import send_check_back
-from broker.consumer_groups import ClientInfo
+from broker.consumer_groups import CLASSIC, ClientInfo
 from broker.context import BrokerContext
 from broker.processors.clients import consumer_heartbeat
 from protocol.retry import RETRY_GROUP_TOPIC_PREFIX
@@ -61,7 +63,7 @@ class ClassicClients:
     def heartbeat(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         beat = decode_heartbeat(req.body)
         ctx = self.ctx
-        info = ClientInfo(language_name(req.language), str(req.version), "classic")
+        info = ClientInfo(language_name(req.language), str(req.version), CLASSIC)
         for group in beat.producer_groups:
             if group != INNER_PRODUCER_GROUP:
                 relay = partial(send_check_back, session)
