@@ -595,12 +595,26 @@ class MessageStore:
 
     def unrepaired(self) -> list[tuple[int, int]]:
         """The damage this store knows of and holds still (CommitLog offset, size), oldest
-        first: records reads or the scrub found unreadable, ranges recovery kept in place."""
+        first: records reads or the scrub found unreadable, ranges recovery kept in place. A
+        range that now holds intact records is left out (a ConsumeQueue entry was what was
+        wrong, and its queue was rebuilt; or the bytes were written back meanwhile)."""
         ranges = dict(self._corruption.sizes)
         for d in self._corruption.damaged:
             ranges.setdefault(d.offset, d.size)
         floor = self._commitlog.min_offset
-        return sorted((o, n) for o, n in ranges.items() if o >= floor)
+        out = []
+        for offset, size in sorted(ranges.items()):
+            if offset < floor:
+                continue
+            try:
+                raw = self._span(offset, size)
+            except StoreError:
+                out.append((offset, size))  # not all there: damage all the same
+                continue
+            rel = offset - raw.start
+            if intact_records(raw.view[rel : rel + size], offset) is not None:
+                out.append((offset, size))
+        return out
 
     def skip_corrupt(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Reads of the queue pass over the message at ``queue_offset`` from now on (an
