@@ -662,6 +662,9 @@ class MessageStore:
         ``offset`` (a record boundary); ``confirm_offset`` is lowered to it if above."""
         self._check_open()
         end = self._files.cut(offset)
+        # The scrub goes on from a record boundary: bytes written after the cut may place their
+        # records elsewhere than the cut ones did.
+        self._scrub.position = min(self._scrub.position, offset)
         if offset < end:
             log.info(f"commitlog truncated from {end} to {offset}", offset=offset, previous=end)
             for listener in self.truncate_listeners:

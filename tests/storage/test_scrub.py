@@ -95,3 +95,17 @@ def test_the_position_is_kept_over_a_restart(tmp_path: Path) -> None:
     again = open_store(tmp_path)
     assert again.scrub_position == at
     again.close()
+
+
+def test_a_truncation_moves_the_scrub_back_to_a_record_boundary(tmp_path: Path) -> None:
+    # A slave's log cut back by HA and written again: the new records need not start where the
+    # cut ones did, so a position past the cut would read the middle of one as damage.
+    store, offsets = filled(tmp_path)
+    while store.scrub_position[0] < offsets[15]:
+        store.scrub(1000)
+    store.truncate(offsets[10])
+    assert store.scrub_position[0] == offsets[10]
+    store.put(TOPIC, 0, messages(5, 1000, prefix="new"), 1_700_000_000_001)
+    store.flush()
+    assert scrub_all(store) == []
+    store.close()
