@@ -21,7 +21,7 @@ from broker.grpc.translate import RESERVED_PROPERTIES, Refused, no_namespace
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.filter import FilterError, parse_tag_expression
-from protocol.message import PROP_KEYS, PROP_TAGS, MessageRecord, RecordError
+from protocol.message import PROP_KEYS, PROP_PRODUCER_SEQ, PROP_TAGS, MessageRecord, RecordError
 from protocol.pop import MAX_POP_BATCH
 from protocol.retry import (
     PROP_DLQ_ORIGIN_MESSAGE_ID,
@@ -71,6 +71,7 @@ CONSUMER_TYPES: Final = frozenset({pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER})
 #: Properties the broker keeps for itself or shows as system properties: never user properties
 #: of a message a client receives.
 SYSTEM_PROPERTIES: Final = RESERVED_PROPERTIES | {
+    PROP_PRODUCER_SEQ,  # an idempotent producer's request (docs/idempotence.md)
     PROP_TIMER_OUT_MS,
     PROP_TIMER_SOURCE_OFFSET,
     PROP_TIMER_ENQUEUE_MS,
