@@ -15,6 +15,10 @@ is killed, the kernel kills each daemon (a parent-death signal, Linux). Before s
 checks every port the cluster needs and refuses (exit status 2, one line naming the port and the
 process holding it) when one is taken.
 
+Each broker runs from a config file of its own, ``<var>/broker-a-<n>.toml``, made at its first
+start and kept at the next ones, so a live change (``rmqctl updateBrokerConfig``) survives a
+restart; ``--broker-config`` gives keys every broker's file takes (``deploy/daemons.py``).
+
 ``--secure`` turns on authentication and TLS on every port: it makes the auth key, a CA and a
 certificate under ``var/secure`` (``deploy/security.sh``), creates a super user and writes its
 credentials to ``var/secure/admin.toml``; ``var/secure/env`` sets the variables rmqctl reads.
@@ -77,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         f"reported and the others keep running; {RESTART_KEY} and Enter restarts the dead ones."
     )
     parser.add_argument("--var", type=Path, default=VAR, help="data directory (default ./var)")
-    parser.add_argument("--broker-config", type=Path, help="TOML file every broker reads first")
+    parser.add_argument(
+        "--broker-config",
+        type=Path,
+        help="TOML file whose keys every broker takes: each runs from its own VAR/broker-a-N.toml "
+        "(made at its first start, kept after; updateBrokerConfig writes there), which copies "
+        "this file's keys, and a key changed here later at the next start",
+    )
     parser.add_argument(
         "--controller-config", type=Path, help="TOML file every controller reads first"
     )

@@ -17,6 +17,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -603,3 +604,58 @@ def test_make_run_in_the_background_of_a_terminal_keeps_running(
             shell.wait()
         if job and alive(job):
             os.kill(job, signal.SIGKILL)
+
+
+def broker_configs() -> list[dict[str, object]]:
+    """getBrokerConfig of every broker of make run's cluster ([] if any failed)."""
+    done = rmqctl("--json", "getBrokerConfig", "-c", "DefaultCluster")
+    if done.returncode != 0:
+        return []
+    brokers: list[dict[str, object]] = json.loads(done.stdout)["brokers"]
+    return brokers
+
+
+def test_a_live_config_change_under_make_run_survives_its_restart(
+    launchers: Launchers, tmp_path: Path
+) -> None:
+    """Each of make run's brokers runs from its own file under the var dir: updateBrokerConfig
+    writes there and a second make run keeps it; a key changed meanwhile in --broker-config
+    (the shared file) is taken by every broker at that start, the live change kept."""
+    shared = launchers.config
+    shared_before = shared.read_text()
+    launcher = launchers.start()
+    launchers.ready()
+    changed = rmqctl(
+        "--json", "updateBrokerConfig", "-c", "DefaultCluster", "-k", "retention_hours", "-v", "24"
+    )
+    assert changed.returncode == 0, changed.stderr
+    own = [tmp_path / "var" / f"broker-a-{i}.toml" for i in range(3)]
+    written = sorted(
+        (b["persisted"], b["configFile"]) for b in json.loads(changed.stdout)["brokers"]
+    )
+    assert written == [(True, str(path)) for path in own]
+    assert shared.read_text() == shared_before  # the shared file is not rewritten
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=40) == 0
+
+    # Meanwhile the operator edits the shared file: every broker takes the new key.
+    shared.write_text(shared_before + "max_pull_batch = 17\n")
+    launchers.start("second.log")
+    launchers.ready("second.log")
+    wait_until(
+        lambda: len(broker_configs()) == 3,
+        "getBrokerConfig of the three brokers after make run again",
+        60,
+        interval=0.5,
+    )
+    configs = broker_configs()
+    assert sorted(str(b["configFile"]) for b in configs) == [str(path) for path in own]
+    for broker in configs:
+        config = broker["config"]
+        assert isinstance(config, dict)
+        assert config["retention_hours"] == 24.0  # the live change survived
+        assert config["max_pull_batch"] == 17  # the shared file's edit reached it
+        assert (
+            config["commitlog_segment_bytes"]
+            == tomllib.loads(shared_before)["commitlog_segment_bytes"]
+        )
