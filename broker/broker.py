@@ -43,6 +43,7 @@ from broker.processors.static_queues import StaticQueueProcessor
 from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.topic_admin import TopicAdminProcessor
 from broker.processors.transaction import TransactionProcessor
+from broker.repair.scrub import Scrubber, export_metrics
 from broker.replicas_manager import ReplicasManager
 from broker.static_forward import StaticForwarder
 from daemon.logs import set_level as set_log_level
@@ -346,6 +347,12 @@ class Broker:
         if grpc_at is not None or cfg.grpc_tls_listen is not None:
             await self._start_grpc(grpc_at)
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        if self.replicas is None:
+            # A lone broker scrubs too (the ReplicasManager runs it in controller mode): it
+            # finds damage before a consumer does, with no replica to repair it from.
+            scrubber = Scrubber(store, None, lambda: cfg.scrub_bytes_per_s)
+            export_metrics(self.metrics, scrubber)
+            self._tasks.append(asyncio.create_task(scrubber.run(), name="scrub"))
         timer.start()
         self.ctx.pop.start()
         self.ctx.transactions.start()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from functools import partial
 
 import structlog
 
@@ -39,7 +38,7 @@ from broker.controller_link import ControllerLink
 from broker.ha.service import HAService
 from broker.identity import BrokerIdentity
 from broker.repair.fetch import RecordRepair
-from broker.repair.scrub import Scrubber
+from broker.repair.scrub import Scrubber, export_metrics
 from broker.replicas.config_sync import SlaveConfigSync
 from broker.replicas.group_info import NO_MASTER, GroupInfo
 from broker.replicas.heartbeat import Heartbeats
@@ -123,17 +122,7 @@ class ReplicasManager:
             lambda: counts["unrepairable"],
         )
         self.scrubber = Scrubber(ctx.store, self.repair, lambda: cfg.scrub_bytes_per_s)
-        scrubbed = self.scrubber.counts
-        for kind, doc in (
-            ("bytes", "CommitLog bytes the background scrub read and checked"),
-            ("damage_found", "Damaged CommitLog records the scrub found (once per offset)"),
-            ("repaired", "Damaged records the scrub found and had repaired from a replica"),
-            ("unrepairable", "Damaged records the scrub found that no replica holds intact"),
-            ("index_rebuilt", "Key index files the scrub found failing their CRC, rebuilt"),
-        ):
-            ctx.metrics.counter_fn(
-                f"rmq_broker_scrub_{kind}", doc, partial(scrubbed.__getitem__, kind)
-            )
+        export_metrics(ctx.metrics, self.scrubber)
         ctx.metrics.counter_fn(
             "rmq_broker_repair_answers_refused",
             "Replicas' repair answers refused by the checks (bytes failing their CRC, another "

@@ -16,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 import structlog
 
+from broker.metrics import BrokerMetrics
 from broker.repair.fetch import RecordRepair
 from storage.errors import StoreError
 from storage.store import MessageStore
 
-__all__ = ["SCRUB_KINDS", "Scrubber"]
+__all__ = ["SCRUB_KINDS", "Scrubber", "export_metrics"]
 
 log = structlog.get_logger(__name__)
 
@@ -32,6 +34,24 @@ TICK_S: Final = 0.1
 """How often a slice is read: a slice is ``scrub_bytes_per_s * TICK_S`` bytes."""
 SAVE_EVERY_S: Final = 10.0
 SCRUB_KINDS: Final = ("bytes", "damage_found", "repaired", "unrepairable", "index_rebuilt")
+
+
+_METRIC_DOCS: Final = {
+    "bytes": "CommitLog bytes the background scrub read and checked",
+    "damage_found": "Damaged CommitLog records the scrub found (once per offset)",
+    "repaired": "Damaged records the scrub found and had repaired from a replica",
+    "unrepairable": "Damaged records the scrub found that no replica holds intact",
+    "index_rebuilt": "Key index files the scrub found failing their CRC, rebuilt",
+}
+
+
+def export_metrics(metrics: BrokerMetrics, scrubber: Scrubber) -> None:
+    """``rmq_broker_scrub_<kind>_total``, read from ``scrubber.counts`` at scrape time."""
+    counts = scrubber.counts
+    for kind in SCRUB_KINDS:
+        metrics.counter_fn(
+            f"rmq_broker_scrub_{kind}", _METRIC_DOCS[kind], partial(counts.__getitem__, kind)
+        )
 
 
 class Scrubber:

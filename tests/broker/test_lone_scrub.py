@@ -1,0 +1,59 @@
+"""A broker without controllers scrubs too (issue 31 item 2): it finds a flipped byte before a
+consumer does; with no replica to repair it from, the damage is counted as unrepairable (the
+alert's metric) and a pull of it says so, with the way past."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from protocol.codes import ResponseCode
+from tests.storage.test_store_corruption import corrupt_count, filled_then_stopped, flip, pull
+from tests.support.procs import BrokerProc, free_port
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+
+def figure(port: int, name: str) -> float:
+    """The sum of ``name``'s samples; -1 while the metrics port does not answer yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return -1.0
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_a_lone_broker_scrub_finds_damage_it_cannot_repair(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    port = free_port()
+    broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, port, kill=False)
+    config = Path(broker.argv[broker.argv.index("--config") + 1])
+    config.write_text(config.read_text().replace("scrub_bytes_per_s = 0\n", ""))  # the default
+    bad = on_disk[10]
+    flip(bad, 200)
+    since = len(broker.log())
+    broker.start_and_wait()
+
+    wait_until(
+        lambda: figure(port, "rmq_broker_scrub_unrepairable_total") == 1,
+        "the scrub to find the damage",
+        30,
+    )
+    assert figure(port, "rmq_broker_scrub_damage_found_total") == 1
+    assert corrupt_count(port, "scrub") == 1
+    assert f"commitlog damaged: {bad.size} bytes at offset {bad.physical}" in broker.log()[since:]
+    code, header, _ = await pull(broker.address, 10)
+    assert code == ResponseCode.MESSAGE_CORRUPT
+    assert header["physicalOffset"] == bad.physical
+    remark = str(header["remark"])
+    assert "no other replica to repair it from" in remark
+    assert "rmqctl skipCorruptMessage -t Damaged -q 0 -o 10" in remark
