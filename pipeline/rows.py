@@ -32,6 +32,7 @@ from protocol.message import (
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
     PROP_KEYS,
+    PROP_PRODUCER_SEQ,
     PROP_TAGS,
     unpack_host,
 )
@@ -363,7 +364,7 @@ def _properties(
                     keys[i] = v or None
                 elif k == PROP_TAGS:
                     tags[i] = v or None
-                else:
+                elif k != PROP_PRODUCER_SEQ:  # the broker's (docs/idempotence.md)
                     names.append(k)
                     values.append(v)
         counts[i + 1] = len(names) - before

@@ -96,6 +96,7 @@ class MessageRecord:
         "_born_host",
         "_props",
         "_props_raw",
+        "_pseq",
         "_store_host",
         "body",
         "born_timestamp",
@@ -137,16 +138,29 @@ class MessageRecord:
         self.body = body
         self._props_raw = properties_raw
         self._props: dict[str, str] | None = None
+        self._pseq: str | None = None
 
     @property
     def properties(self) -> dict[str, str]:
+        """The record's properties, but for :data:`PROP_PRODUCER_SEQ` (the broker's own, not
+        the message's: :attr:`producer_seq`)."""
         props = self._props
         if props is None:
             try:
-                props = self._props = decode_properties(self._props_raw)
+                props = decode_properties(self._props_raw)
             except UnicodeDecodeError:
                 raise RecordError("record properties are not UTF-8") from None
+            self._pseq = props.pop(PROP_PRODUCER_SEQ, None)
+            self._props = props
         return props
+
+    @property
+    def producer_seq(self) -> str | None:
+        """The :data:`PROP_PRODUCER_SEQ` value the record was stored with (an idempotent
+        producer's request), None without."""
+        if self._props is None:
+            self.properties  # noqa: B018  # decodes them
+        return self._pseq
 
     @property
     def born_host(self) -> str:
@@ -171,7 +185,11 @@ class MessageRecord:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageRecord):
             return NotImplemented
-        return all(getattr(self, a) == getattr(other, a) for a in self.__slots__ if a != "_props")
+        return all(
+            getattr(self, a) == getattr(other, a)
+            for a in self.__slots__
+            if a not in ("_props", "_pseq")
+        )
 
     def __repr__(self) -> str:
         return (

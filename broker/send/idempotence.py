@@ -300,7 +300,10 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
 def _replay_record(state: ProducerStates, record: MessageRecord) -> None:
     try:
         props = record.properties
-        rseq = parse_record_seq(props[PROP_PRODUCER_SEQ])
+        value = record.producer_seq
+        if value is None:
+            raise RecordError(f"{PROP_PRODUCER_SEQ} not found")
+        rseq = parse_record_seq(value)
         topic = record.topic
         queue_id = record.queue_id
         queue_offset = record.queue_offset

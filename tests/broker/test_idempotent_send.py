@@ -76,8 +76,9 @@ async def test_a_retry_answers_the_stored_offsets_and_stores_nothing(broker: Bro
         assert (b1.header, b1.body) == (b2.header, b2.body)
         records = await pull_all(conn)
         assert [r.body for r in records] == [b"a", b"b1", b"b2", b"b3"]
-        assert records[0].properties[PROP_PRODUCER_SEQ] == "7.0.0.0.1"
-        assert records[3].properties[PROP_PRODUCER_SEQ] == "7.0.1.2.3"
+        assert records[0].producer_seq == "7.0.0.0.1"
+        assert records[3].producer_seq == "7.0.1.2.3"
+        assert PROP_PRODUCER_SEQ not in records[0].properties  # the broker's, not the message's
     finally:
         conn.close()
 
@@ -138,6 +139,7 @@ async def test_bad_input_is_refused_and_stores_nothing(broker: BrokerProc) -> No
             b"forged",
         ]
         assert PROP_PRODUCER_SEQ not in records[-1].properties
+        assert records[-1].producer_seq is None
         assert records[-1].properties["k"] == "v"
     finally:
         conn.close()
@@ -217,7 +219,7 @@ async def test_half_and_scheduled_messages_are_deduplicated_also_after_a_restart
 
         records = await wait_until_async(delivered, "the scheduled message delivered", 30)
         assert records is not None
-        assert PROP_PRODUCER_SEQ not in records[0].properties
+        assert records[0].producer_seq is None  # the delivered copy is no send of the producer
         conn.close()
         proc.kill9()
         proc.stop()
