@@ -11,12 +11,14 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import select
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO, TypeVar
+from typing import Any, Final, TextIO, TypeVar
 
 import click
 
@@ -114,6 +116,43 @@ class TimeType(click.ParamType[int]):
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         return int(when.timestamp() * 1000)
+
+
+_RELATIVE = re.compile(r"-(\d+)(ms|s|m|h|d)")
+_UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_MQADMIN = re.compile(r"\d{4}-\d{2}-\d{2}#\d{2}:\d{2}:\d{2}:\d{3}")
+
+
+class PastTimeType(click.ParamType[int]):
+    """A time as an operator gives it for what was stored (resetOffsetByTime and the message
+    queries): ``now``, a time ago (``-1h``, ``-30m``, ``-90s``, ``-2d``, ``-500ms``), epoch
+    milliseconds, ISO 8601 (UTC unless it gives an offset) or mqadmin's
+    ``yyyy-MM-dd#HH:mm:ss:SSS`` (UTC). Anything else is a usage error (exit status 2)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        now = int(time.time() * 1000)
+        if text == "now":
+            return now
+        relative = _RELATIVE.fullmatch(text)
+        if relative is not None:
+            return now - int(relative.group(1)) * _UNIT_MS[relative.group(2)]
+        if _MQADMIN.fullmatch(text):
+            when = datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f").replace(tzinfo=UTC)
+            return int(when.timestamp() * 1000)
+        try:
+            return TimeType().convert(text, param, ctx)
+        except click.BadParameter:
+            self.fail(
+                f"{value!r} is not a time: give now, a time ago (-1h, -30m, -90s, -2d), epoch "
+                "milliseconds, ISO 8601 (2026-11-24T15:00:00, UTC) or yyyy-MM-dd#HH:mm:ss:SSS",
+                param,
+                ctx,
+            )
 
 
 def utc_iso(ms: int) -> str:

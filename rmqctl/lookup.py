@@ -13,9 +13,9 @@ import click
 from client.lookup import FoundMessage, Lookup
 from rmqctl.common import (
     CommandError,
+    PastTimeType,
     Settings,
     Spinner,
-    TimeType,
     addresses_option,
     emit,
     pass_settings,
@@ -171,17 +171,17 @@ def query_msg_by_unique_key(
     "-b",
     "--begin",
     "begin_ms",
-    type=TimeType(),
+    type=PastTimeType(),
     default=None,
-    help="Stored at or after TIME (ms or ISO-8601; mqadmin's -b).",
+    help="Stored at or after TIME (now, -1h, ms or ISO-8601; mqadmin's -b).",
 )
 @click.option(
     "-e",
     "--end",
     "end_ms",
-    type=TimeType(),
+    type=PastTimeType(),
     default=None,
-    help="Stored at or before TIME (ms or ISO-8601; mqadmin's -e).",
+    help="Stored at or before TIME (now, -1h, ms or ISO-8601; mqadmin's -e).",
 )
 @click.option(
     "-m",

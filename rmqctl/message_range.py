@@ -13,9 +13,9 @@ from client.message_range import QueueMessages, RangeReader
 from protocol.broker_requests.query import END_OF_TIME
 from rmqctl.common import (
     CommandError,
+    PastTimeType,
     Settings,
     Spinner,
-    TimeType,
     addresses_option,
     emit,
     pass_settings,
@@ -65,16 +65,19 @@ def message_rows(found: list[FoundMessage], show_body: bool) -> str:
     "--begin",
     "begin_ms",
     required=True,
-    type=TimeType(),
-    help="Stored at or after TIME (epoch ms or ISO 8601, UTC unless it says).",
+    type=PastTimeType(),
+    help=(
+        "Stored at or after TIME: now, a time ago (-1h, -30m, -2d), epoch ms, ISO 8601 (UTC "
+        "unless it says) or yyyy-MM-dd#HH:mm:ss:SSS."
+    ),
 )
 @click.option(
     "-e",
     "--end",
     "end_ms",
     required=True,
-    type=TimeType(),
-    help="Stored at or before TIME (epoch ms or ISO 8601).",
+    type=PastTimeType(),
+    help="Stored at or before TIME (as --begin).",
 )
 @click.option(
     "-m",
@@ -194,15 +197,15 @@ def _queue_block(q: QueueMessages, show_body: bool) -> str:
     "-b",
     "--begin",
     "begin_ms",
-    type=TimeType(),
+    type=PastTimeType(),
     default=None,
-    help="Stored at or after TIME (epoch ms or ISO 8601; default: the queue's first message).",
+    help="Stored at or after TIME (as queryMsgByTime's; default: the queue's first message).",
 )
 @click.option(
     "-e",
     "--end",
     "end_ms",
-    type=TimeType(),
+    type=PastTimeType(),
     default=None,
     help="Stored at or before TIME (default: the queue's last committed message).",
 )

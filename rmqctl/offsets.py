@@ -4,10 +4,7 @@ offsets and tells the members, which drop what they pulled and go on from there.
 
 from __future__ import annotations
 
-import re
 import time
-from datetime import UTC, datetime
-from typing import Any, Final
 
 import click
 
@@ -15,8 +12,8 @@ from client.offset_reset import OffsetAdmin, ResetReport
 from protocol.broker_requests.offsets import FUTURE_SLACK_MS, TO_MAX
 from rmqctl.common import (
     CommandError,
+    PastTimeType,
     Settings,
-    TimeType,
     addresses_option,
     emit,
     pass_settings,
@@ -24,41 +21,6 @@ from rmqctl.common import (
     table,
     utc_iso,
 )
-
-_RELATIVE = re.compile(r"-(\d+)(ms|s|m|h|d)")
-_UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_MQADMIN = re.compile(r"\d{4}-\d{2}-\d{2}#\d{2}:\d{2}:\d{2}:\d{3}")
-
-
-class ResetTimeType(click.ParamType[int]):
-    """When to reset to: ``now``, a time ago (``-1h``, ``-30m``, ``-90s``, ``-2d``, ``-500ms``),
-    epoch milliseconds, ISO 8601 (UTC unless it gives an offset) or mqadmin's
-    ``yyyy-MM-dd#HH:mm:ss:SSS`` (UTC). Anything else is a usage error (exit status 2)."""
-
-    name = "TIME"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        text = str(value).strip()
-        now = int(time.time() * 1000)
-        if text == "now":
-            return now
-        relative = _RELATIVE.fullmatch(text)
-        if relative is not None:
-            return now - int(relative.group(1)) * _UNIT_MS[relative.group(2)]
-        if _MQADMIN.fullmatch(text):
-            when = datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f").replace(tzinfo=UTC)
-            return int(when.timestamp() * 1000)
-        try:
-            return TimeType().convert(text, param, ctx)
-        except click.BadParameter:
-            self.fail(
-                f"{value!r} is not a time: give now, a time ago (-1h, -30m, -90s, -2d), epoch "
-                "milliseconds, ISO 8601 (2026-11-24T15:00:00, UTC) or yyyy-MM-dd#HH:mm:ss:SSS",
-                param,
-                ctx,
-            )
 
 
 @click.command("resetOffsetByTime", short_help="Replay or skip a consumer group from a time.")
@@ -70,7 +32,7 @@ class ResetTimeType(click.ParamType[int]):
     "--timestamp",
     "when",
     required=True,
-    type=ResetTimeType(),
+    type=PastTimeType(),
     metavar="TIME",
     help=(
         "now, a time ago (-1h, -30m, -90s, -2d), epoch ms, ISO 8601 (UTC unless it gives an "

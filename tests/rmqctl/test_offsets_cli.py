@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rmqctl.cli import cli
-from rmqctl.offsets import ResetTimeType
+from rmqctl.common import PastTimeType
 
 
 def _closed_port() -> str:
@@ -33,7 +33,7 @@ def _closed_port() -> str:
     ],
 )
 def test_absolute_times_read_as_epoch_ms(text: str, ms: int) -> None:
-    assert ResetTimeType().convert(text, None, None) == ms
+    assert PastTimeType().convert(text, None, None) == ms
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_absolute_times_read_as_epoch_ms(text: str, ms: int) -> None:
 )  # fmt: skip
 def test_relative_times_count_back_from_now(text: str, ago_ms: int) -> None:
     before = int(time.time() * 1000)
-    value = ResetTimeType().convert(text, None, None)
+    value = PastTimeType().convert(text, None, None)
     after = int(time.time() * 1000)
     assert before - ago_ms <= value <= after - ago_ms
 
@@ -51,7 +51,7 @@ def test_relative_times_count_back_from_now(text: str, ago_ms: int) -> None:
 @pytest.mark.parametrize("text", ["yesterday", "-1w", "1h", "14/11/2023", ""])
 def test_anything_else_is_a_usage_error(text: str) -> None:
     with pytest.raises(click.BadParameter, match="is not a time"):
-        ResetTimeType().convert(text, None, None)
+        PastTimeType().convert(text, None, None)
     done = CliRunner().invoke(
         cli, ["resetOffsetByTime", "-a", _closed_port(), "-g", "g", "-t", "T", "-s", text]
     )

@@ -208,7 +208,7 @@ def test_usage_errors_keep_clicks_exit_status_2() -> None:
         # Bad values caught before any I/O are usage errors like any other (these were exit 1).
         (["queryMsgByOffset", "-t", "T", "-b", "b", "-q", "0", "-o", "-1"], "'-o' / '--offset'"),
         (["queryMsgByOffset", "-t", "T", "-b", "b", "-q", "-2", "-o", "0"], "'-q' / '--queue'"),
-        (["queryMsgByKey", "-t", "T", "-k", "k", "--end", "noon"], "neither epoch milliseconds"),
+        (["queryMsgByKey", "-t", "T", "-k", "k", "--end", "noon"], "'noon' is not a time"),
         (["sendMessage", "-t", "T", "-p", "x", "--property", "color"], "'color' is not NAME=VALUE"),
         (["sendMessage", "-t", "T", "-p", "x", "--property", "=v"], "'=v' is not NAME=VALUE"),
         (["sendMessage", "-t", "T", "-p", "x", "--property", "TAGS=a"], "set with --tags"),
