@@ -46,6 +46,7 @@ class Appender:
         "_waiters",
         "ha",
         "last_put_ms",
+        "put_listeners",
         "replicated_listeners",
     )
 
@@ -64,6 +65,9 @@ class Appender:
         """The HA service to tell of every append (controller mode), set once at start-up."""
         self.replicated_listeners: list[Callable[[int, bytes | memoryview], None]] = []
         """Called with (offset, bytes) after each replicated append (the timer indexes them)."""
+        self.put_listeners: list[Callable[[str, int, Sequence[Message], PutResult], None]] = []
+        """Called with (topic, queue id, messages, result) after each put; they must not raise
+        (the message trace, :mod:`broker.trace`)."""
         self.last_put_ms: dict[str, int] = {}
         """When each topic last took a put here (epoch ms): deleteTopic's sign of a live
         producer (:mod:`broker.processors.topic_admin`)."""
@@ -86,6 +90,8 @@ class Appender:
         queues = counts.queues_in
         queues[queue_id] = queues.get(queue_id, 0) + result.count
         counts.bytes_in += body_bytes
+        for listener in self.put_listeners:
+            listener(topic, queue_id, messages, result)
         return result
 
     def append_replicated(self, offset: int, data: bytes | memoryview) -> int:

@@ -356,6 +356,8 @@ class Broker:
         timer.start()
         self.ctx.pop.start()
         self.ctx.transactions.start()
+        if self.ctx.tracer is not None:
+            self.ctx.tracer.writer.start()
         self._serving = True
         log.info(
             "broker serving",
@@ -468,6 +470,8 @@ class Broker:
         await self.ctx.timer.stop()
         await self.ctx.pop.stop()
         await self.ctx.transactions.stop()
+        if self.ctx.tracer is not None:
+            await self.ctx.tracer.writer.stop()
         if self.users is not None:
             await self.users.stop()
         if self.replicas is not None:

@@ -32,6 +32,7 @@ from broker.sealed_queues import SealedQueues
 from broker.send.service import SendService
 from broker.stored_record import visible_record_at
 from broker.timer.service import TimerService
+from broker.trace.attach import attach as attach_trace
 from broker.transaction.service import TransactionService
 from broker.write_gate import WriteGate
 from protocol.message import Message, MessageRecord
@@ -240,4 +241,17 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             when_durable=ctx.when_durable,
         )
     )
+    if cfg.trace_enabled:
+        ctx.tracer = attach_trace(
+            cfg,
+            ctx.store,
+            ctx.appender,
+            ctx.gate,
+            metrics,
+            ctx.ensure_system_topic,
+            ctx.visible_offset,
+            ctx.now_ms,
+        )
+        ctx.pop.tracer = ctx.tracer
+        ctx.transactions.tracer = ctx.tracer
     return ctx

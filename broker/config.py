@@ -300,6 +300,23 @@ class BrokerConfig:
         at_least(1),
     )
 
+    trace_enabled: bool = field(
+        False,
+        "write message traces for what this broker sees (a send stored, POP handouts, acks "
+        "and changes, retries, DLQ, recalls, transaction ends, scheduled deliveries) to "
+        "trace_topic, as RocketMQ's trace records (docs/traces.md); costs an append per batch "
+        "of records and, per POP ack, a read when the handout was not seen here",
+    )
+    trace_topic: str = field(
+        "RMQ_SYS_TRACE_TOPIC", "the topic the broker's trace records go to (RocketMQ's name)"
+    )
+    trace_buffer_records: int = field(
+        20_000,
+        "trace records held in memory before they are written; beyond it records are "
+        "dropped and counted (rmq_broker_trace_dropped_total), never delaying a send",
+        at_least(1),
+    )
+
     auth_enabled: bool = field(
         False,
         "authenticate every request (signed with a user's access key and secret, or the "

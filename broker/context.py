@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from broker.pull.service import PullService
     from broker.send.service import SendService
     from broker.timer.service import TimerService
+    from broker.trace.observer import BrokerTracer
     from broker.transaction.service import TransactionService
 
 
@@ -116,6 +117,8 @@ class BrokerContext:
         self.grpc_endpoints: dict[str, str] = {}
         """Where this broker serves the gRPC protocol: ``plain`` and ``tls`` -> host:port (set
         once they listen; GET_BROKER_RUNTIME_INFO tells other brokers' gRPC endpoints)."""
+        self.tracer: BrokerTracer | None = None
+        """With trace_enabled: the broker's message trace (:mod:`broker.trace`)."""
         self.stats = BrokerStats()
         self.producers = ProducerGroups()
         """Producer groups' live clients (producerConnection)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
@@ -89,6 +89,9 @@ from storage.store import GetStatus, PutResult
 
 __all__ = ["PopMessage", "PopService"]
 
+if TYPE_CHECKING:
+    from broker.trace.observer import BrokerTracer
+
 log = structlog.get_logger(__name__)
 
 _REVIVE_BATCH: Final = 256
@@ -127,6 +130,8 @@ class PopService(PerMasterEpoch[PopState]):
         self.acks = 0
         self.revived = 0
         self.dead_lettered = 0
+        self.tracer: BrokerTracer | None = None
+        """With trace_enabled: told of handouts, acks and changes (:mod:`broker.trace`)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -413,6 +418,8 @@ class PopService(PerMasterEpoch[PopState]):
                     )
                     out.append(PopMessage(offset, raw, encode_handle(handle, key), attempt))
                 break
+        if self.tracer is not None and out:
+            self.tracer.popped(group, out, self.decode)
         return out, last
 
     def repairing(self, offset: int) -> bool:
@@ -465,6 +472,8 @@ class PopService(PerMasterEpoch[PopState]):
         if entry.orderly:  # its message group goes on: wake the POPs waiting on its queue
             self.host.waiters.notify(entry.topic, entry.queue_id)
         self.host.metrics.pop_ack_latency.observe(max(0, now - handle.pop_ms) / 1000)
+        if self.tracer is not None:
+            self.tracer.settled(handle, now, acked=True)
         self.acks += 1
         self.host.metrics.pop_acked(group)
         return result
@@ -489,6 +498,8 @@ class PopService(PerMasterEpoch[PopState]):
             if entry is not None and handle.key not in keys:
                 keys.append(handle.key)
                 latency.append(max(0, now - handle.pop_ms) / 1000)
+                if self.tracer is not None:
+                    self.tracer.settled(handle, now, acked=True)
                 if entry.orderly:
                     woken.add((entry.topic, entry.queue_id))
         if not keys:
@@ -518,6 +529,8 @@ class PopService(PerMasterEpoch[PopState]):
             )
         deadline = now + invisible_ms
         result = self._append(Change(handle.checkpoint, handle.queue_offset, deadline))
+        if self.tracer is not None:
+            self.tracer.settled(handle, now, acked=False)
         state.change(handle.key, deadline)
         key, _ = self.handle_key()
         new = ReceiptHandle(

@@ -58,7 +58,7 @@ def end_transaction(service: TransactionService, ask: EndTransaction) -> Ended:
     except WriteRefused as refused:
         raise EndRefused(refused.code, refused.remark) from None
     try:
-        outcome = service.end(group, txn_id, offset, kind)
+        outcome = service.end(group, txn_id, offset, kind, from_check=ask.from_check)
     except MessageNotFoundError as exc:
         raise EndRefused(
             ResponseCode.TRANSACTION_NOT_FOUND,

@@ -56,6 +56,7 @@ from storage.errors import StoreError
 from storage.store import PutResult
 
 if TYPE_CHECKING:
+    from broker.trace.observer import BrokerTracer
     from remoting.server import Connection
 
 __all__ = ["CheckRelay", "EndOutcome", "TransactionService"]
@@ -104,6 +105,8 @@ class TransactionService(PerMasterEpoch[TransactionState]):
         self._opaque = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self.tracer: BrokerTracer | None = None
+        """With trace_enabled: told of each commit and rollback (:mod:`broker.trace`)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -266,7 +269,13 @@ class TransactionService(PerMasterEpoch[TransactionState]):
         return host.appender.put(topic, queue_id % tc.queues, [copy], len(record.body))
 
     def end(
-        self, group: str, transaction_id: str, half_offset: int | None, kind: OpKind | None
+        self,
+        group: str,
+        transaction_id: str,
+        half_offset: int | None,
+        kind: OpKind | None,
+        *,
+        from_check: bool = False,
     ) -> EndOutcome:
         """END_TRANSACTION (master): commit, roll back, or (``kind`` None) leave open."""
         state = self.ready()
@@ -296,6 +305,13 @@ class TransactionService(PerMasterEpoch[TransactionState]):
             state.op(result.physical_offsets[0], op)
             host.metrics.transaction_resolved(kind)
         host.metrics.transactions_open_now(state.open_count())
+        if self.tracer is not None and kind in (OpKind.COMMIT, OpKind.ROLLBACK):
+            self.tracer.transaction_ended(
+                group,
+                lambda: host.store.read_message(found).record,
+                "COMMIT_MESSAGE" if kind is OpKind.COMMIT else "ROLLBACK_MESSAGE",
+                from_check=from_check,
+            )
         return EndOutcome(True, kind, result=result)
 
     # -- check-back --------------------------------------------------------------------------------
