@@ -154,6 +154,12 @@ class BrokerConfig:
     )
     auto_create_topic: bool = field(True, "create a topic on its first send")
     max_pull_batch: int = field(256, "most messages one pull returns", at_least(1))
+    enable_property_filter: bool = field(
+        False,
+        "serve SQL92 subscriptions (filters over message properties); off by default, as "
+        "RocketMQ's enablePropertyFilter: every message read for one is evaluated, a CPU cost "
+        "per message that tag filters do not have",
+    )
     max_pull_bytes: int = field(
         4 * 1024 * 1024, "most bytes one pull returns (at least one message)", at_least(1024)
     )

@@ -33,6 +33,7 @@ from client.transaction import (
     TransactionProducer,
     TransactionStatus,
 )
+from protocol.filter import Filter, FilterError
 from protocol.request_auth import Credentials
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "Consumer",
     "Credentials",
     "CredentialsFileError",
+    "Filter",
+    "FilterError",
     "Message",
     "MessageQueue",
     "NoRouteError",

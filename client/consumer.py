@@ -77,7 +77,7 @@ from client.queue_rebalance import GroupRebalancer
 from client.routes import MessageQueue, RouteCache
 from client.simple_consumer import SimpleConsumer
 from client.subscription import Subscription
-from protocol.filter import parse_tag_expression
+from protocol.filter import TAG, Filter, as_filter
 from protocol.request_auth import Credentials
 from protocol.retry import SubscriptionGroupConfig, retry_topic
 from remoting.client import ConnectionPool
@@ -114,7 +114,7 @@ class Consumer:
         consume_retry: bool = True,
         max_reconsume_times: int | None = None,
         nack_deadline: float = 10.0,
-        filter: str = "*",
+        filter: str | Filter = "*",
         pop: bool = False,
         invisible_duration: float = 30.0,
         max_in_flight: int = 256,
@@ -144,12 +144,14 @@ class Consumer:
                 "max_reconsume_times does not apply with pop=True: set the group's "
                 "retryMaxTimes (rmqctl updateSubGroup)"
             )
-        parse_tag_expression(filter)  # raises FilterError for a bad expression
+        flt = as_filter(filter)  # raises FilterError for a bad expression, with its position
         self.group = group
         self.topic = topic
-        self.filter = filter.strip() or "*"
-        """The tag expression of the topic's subscription (the retry topic takes everything:
-        its copies passed the filter when first delivered)."""
+        self.filter = flt.expression
+        """The expression of the topic's subscription, of type :attr:`filter_type` (the retry
+        topic takes everything: its copies passed the filter when first delivered)."""
+        self.filter_type = flt.type
+        """TAG (``filter`` a string or ``Filter.tags(...)``) or SQL92 (``Filter.sql(...)``)."""
         self.client_id = client_id or default_client_id()
         self.heartbeat_interval = heartbeat_interval
         self.commit_interval = commit_interval
@@ -159,7 +161,7 @@ class Consumer:
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
         self._buffer: MessageBuffer[QueueState, ReceivedMessage] = MessageBuffer(buffer_size)
 
-        def subscription(name: str, start: str, tags: str = "*") -> Subscription:
+        def subscription(name: str, start: str, tags: str = "*", kind: str = TAG) -> Subscription:
             caller = MasterCaller(self._pool, self.routes, name)
             puller = Puller(
                 caller=caller,
@@ -174,10 +176,11 @@ class Consumer:
                 request_timeout=request_timeout,
                 on_failure=lambda state: self._delivery.queue_failed(state),
                 subscription=tags,
+                filter_type=kind,
             )
             return Subscription(name, caller, puller)
 
-        self._main = subscription(topic, start_from, self.filter)
+        self._main = subscription(topic, start_from, self.filter, self.filter_type)
         #: the group's retry topic (``%RETRY%<group>``), read beside ``topic`` when
         #: ``consume_retry``; retried messages always start from its earliest message
         self.retry_topic = retry_topic(group)
@@ -234,7 +237,7 @@ class Consumer:
                     bootstrap,
                     group,
                     topic,
-                    self.filter,
+                    flt,
                     connect_timeout=connect_timeout,
                     request_timeout=request_timeout,
                     route_refresh_interval=route_refresh_interval,

@@ -13,6 +13,7 @@ from client.errors import BrokerError, ClientError, CorruptMessageError
 from client.message import ReceivedMessage
 from client.routes import LOGICAL_BROKER, MessageQueue, RouteCache
 from protocol.codes import ResponseCode
+from protocol.filter import TAG
 from protocol.message import RecordError, iter_records
 from protocol.pull import (
     AnswerError,
@@ -46,6 +47,10 @@ from remoting.errors import RemotingError
 log = logs.get_logger(__name__)
 
 START_FROM = ("earliest", "latest")
+
+_FOR_GOOD = frozenset({ResponseCode.SQL_FILTER_DISABLED})
+"""Refusals that asking again never changes: pulling the queue stops and the next receive
+raises them (a SQL92 subscription to a broker with enable_property_filter off)."""
 
 ROUTE_RECHECK = 1.0
 """A logical queue that found nothing new on its newest item looks at the route again when it
@@ -100,8 +105,9 @@ class QueueState:
         self.committed: int | None = None
         #: set when the queue is given away; the state is dead from then on
         self.dropped = False
-        #: set when pulling stopped for good (a message the broker cannot read)
-        self.failure: CorruptMessageError | None = None
+        #: set when pulling stopped for good (a message the broker cannot read, a SQL92
+        #: subscription the broker does not serve)
+        self.failure: BrokerError | None = None
         self.task: asyncio.Task[None] | None = None
         #: a message whose nack failed: consumption never counts past it (it is delivered
         #: again from there after a restart or a handover)
@@ -201,6 +207,7 @@ class Puller:
         max_backoff: float = 3.0,
         on_failure: Callable[[QueueState], None] | None = None,
         subscription: str = "*",
+        filter_type: str = TAG,
     ) -> None:
         if start_from not in START_FROM:
             raise ValueError(f"start_from must be one of {START_FROM}, not {start_from!r}")
@@ -216,7 +223,8 @@ class Puller:
         self.request_timeout = request_timeout
         self.max_backoff = max_backoff
         self.subscription = subscription
-        """The tag expression pulls carry (``*``: every message)."""
+        """The expression pulls carry (``*``: every message), of ``filter_type``."""
+        self.filter_type = filter_type
         self.on_failure = on_failure
 
     async def start_offset(self, mq: MessageQueue) -> int:
@@ -285,6 +293,9 @@ class Puller:
                     self._corrupt(state, answer)
                     return
                 failure = BrokerError.of(resp, self.caller.address(broker))
+                if resp.code in _FOR_GOOD:
+                    self._stop(state, failure)
+                    return
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
             backoff = await self._back_off(backoff, f"{broker}/{mq.queue_id}", failure)
@@ -302,6 +313,7 @@ class Puller:
             max_bytes=self.max_bytes,
             suspend_ms=self.suspend_ms,
             subscription=self.subscription,
+            filter_type=self.filter_type,
         )
         resp = await self.caller.request(broker, pull.code, pull.header(), None, timeout)
         try:
@@ -425,6 +437,9 @@ class Puller:
                     self._corrupt(state, answer, item)
                     return
                 failure = BrokerError.of(resp, self.caller.address(broker))
+                if resp.code in _FOR_GOOD:
+                    self._stop(state, failure)
+                    return
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
             backoff = await self._back_off(backoff, where, failure)
@@ -458,7 +473,7 @@ class Puller:
         offset = state.next_offset if state.next_offset is not None else -1
         if item is not None and offset >= 0:
             offset = item.physical_start + (offset - item.logical_start)
-        state.failure = corrupt_error(
+        failure = corrupt_error(
             answer,
             broker_name=broker,
             topic=self.topic,
@@ -466,10 +481,14 @@ class Puller:
             queue_offset=offset,
             address=self.caller.address(broker),
         )
+        self._stop(state, failure)
+
+    def _stop(self, state: QueueState, failure: BrokerError) -> None:
+        """Pulling ``state``'s queue stops for good with ``failure``."""
+        mq = state.mq
+        state.failure = failure
         # Raised to the application by Consumer.receive; a warning for its logs (and rmqctl -v).
-        log.warning(
-            "pulling stopped", queue=f"{mq.broker_name}/{mq.queue_id}", error=str(state.failure)
-        )
+        log.warning("pulling stopped", queue=f"{mq.broker_name}/{mq.queue_id}", error=str(failure))
         if self.on_failure is not None:
             self.on_failure(state)
 

@@ -44,7 +44,7 @@ from protocol.broker_requests.pop import (
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.fields import FieldError
-from protocol.filter import parse_tag_expression
+from protocol.filter import Filter, as_filter
 from protocol.message import MessageRecord, iter_records
 from protocol.remoting import Frame, Header
 from protocol.request_auth import Credentials
@@ -110,7 +110,7 @@ class SimpleConsumer:
         bootstrap: str | Sequence[str],
         group: str,
         topic: str,
-        filter: str = "*",
+        filter: str | Filter = "*",
         *,
         connect_timeout: float = 3.0,
         request_timeout: float = 5.0,
@@ -120,8 +120,9 @@ class SimpleConsumer:
     ) -> None:
         self.group = group
         self.topic = topic
-        parse_tag_expression(filter)  # raises FilterError for a bad expression, before any I/O
-        self.filter = filter.strip() or "*"
+        flt = as_filter(filter)  # raises FilterError for a bad expression, before any I/O
+        self.filter = flt.expression
+        self.filter_type = flt.type
         self._pool = ConnectionPool(connect_timeout, credentials, tls)
         self._bootstrap = Bootstrap(bootstrap, self._pool, connect_timeout)
         self.routes = RouteCache(self._bootstrap, refresh_interval=route_refresh_interval)
@@ -195,6 +196,7 @@ class SimpleConsumer:
             invisible_ms=invisible_ms,
             poll_ms=poll_ms,
             expression=self.filter,
+            expression_type=self.filter_type,
         )
         header, _ = pop.encode()
         resp = await self._request(broker_name, pop.code, header, poll_ms / 1000)

@@ -227,6 +227,9 @@ class ResponseCode(IntEnum):
     EPOCH_NOT_COVERING = 5081
     # SKIP_CORRUPT_MESSAGE: this replica reads the message intact (nothing skipped).
     RECORD_READABLE = 5082
+    # A SQL92 subscription (issue 32, docs/filters.md) to a broker with enable_property_filter
+    # off (one that does not parse is BAD_REQUEST, its position and reason in the remark).
+    SQL_FILTER_DISABLED = 5085
 
 
 def code_name(code: int) -> str:

@@ -5,7 +5,8 @@ reader both build their requests and read the answers here.
 Requests (header fields, no body; ``?`` marks a field that may be left out)::
 
     PULL_MESSAGE 11            consumerGroup, topic, queueId, queueOffset, maxMsgNums,
-                               maxBytes?, suspendTimeoutMillis?, subscription? (tags)
+                               maxBytes?, suspendTimeoutMillis?, subscription? (a tag
+                               or SQL92 expression), expressionType? (TAG or SQL92)
     QUERY_CONSUMER_OFFSET 14   consumerGroup, topic, queueId
     UPDATE_CONSUMER_OFFSET 15  consumerGroup, topic, queueId, commitOffset
     GET_MAX_OFFSET 30          topic, queueId, committed?
@@ -58,7 +59,8 @@ from protocol.fields import (
     req_int,
     req_str,
 )
-from protocol.filter import FilterError, parse_tag_expression
+from protocol.filter import TAG, FilterError, parse_filter
+from protocol.filter import filter_type as read_filter_type
 from protocol.remoting import Frame, Header, Scalar
 
 __all__ = [
@@ -107,8 +109,11 @@ class PullRequest:
     max_bytes: int | None = None
     suspend_ms: int = 0
     subscription: str = "*"
-    """A tag expression (``TagA || TagB``; ``*`` everything): the broker serves only the records
-    that match and moves ``nextBeginOffset`` past the others."""
+    """A tag expression (``TagA || TagB``; ``*`` everything) or, with ``filter_type`` SQL92, a
+    SQL92 condition over the message's properties: the broker serves only the records that
+    match and moves ``nextBeginOffset`` past the others."""
+    filter_type: str = TAG
+    """TAG or SQL92 (RocketMQ's ``expressionType``; sent only when SQL92)."""
 
     def header(self) -> Header:
         header: Header = {
@@ -121,8 +126,10 @@ class PullRequest:
         if self.max_bytes is not None:
             header["maxBytes"] = self.max_bytes
         header["suspendTimeoutMillis"] = self.suspend_ms
-        if self.subscription != "*":
+        if self.subscription != "*" or self.filter_type != TAG:
             header["subscription"] = self.subscription
+        if self.filter_type != TAG:
+            header["expressionType"] = self.filter_type
         return header
 
     def encode(self) -> tuple[Header, bytes | None]:
@@ -130,9 +137,15 @@ class PullRequest:
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> PullRequest:
-        subscription = opt_str(header, "subscription", "*") or "*"
         try:
-            parse_tag_expression(subscription)
+            kind = read_filter_type(opt_str(header, "expressionType", TAG))
+        except FilterError as exc:
+            raise FieldError(f"expressionType: {exc}") from None
+        subscription = opt_str(header, "subscription", "*")
+        if kind == TAG:
+            subscription = subscription or "*"
+        try:
+            parse_filter(kind, subscription)
         except FilterError as exc:
             raise FieldError(f"subscription: {exc}") from None
         return cls(
@@ -144,6 +157,7 @@ class PullRequest:
             max_bytes=opt_int_or_none(header, "maxBytes"),
             suspend_ms=opt_int(header, "suspendTimeoutMillis", 0),
             subscription=subscription,
+            filter_type=kind,
         )
 
 

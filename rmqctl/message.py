@@ -20,7 +20,7 @@ from client.consumer import Consumer
 from client.message import ReceivedMessage, SendResult
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
-from protocol.filter import FilterError, parse_tag_expression
+from protocol.filter import Filter, FilterError
 from protocol.message import PROP_KEYS, PROP_TAGS
 from rmqctl.common import (
     Settings,
@@ -342,6 +342,14 @@ def recall_message(settings: Settings, addresses: str, topic: str, msg_id: str) 
     help="Tag expression: only messages whose tag is listed, e.g. 'TagA || TagB'.",
 )
 @click.option(
+    "--sql",
+    "sql_filter",
+    default=None,
+    metavar="EXPR",
+    help="SQL92 filter over message properties instead of --filter, e.g. "
+    "\"region = 'eu' AND amount > 100\" (the broker needs enable_property_filter = true).",
+)
+@click.option(
     "--pop",
     is_flag=True,
     help="POP consumption (no queue ownership: any number of consumers share every queue); "
@@ -365,6 +373,7 @@ def consume_message(
     timeout: float | None,
     start_from: str,
     tag_filter: str,
+    sql_filter: str | None,
     pop: bool,
     invisible_time: float,
 ) -> None:
@@ -379,24 +388,27 @@ def consume_message(
     committed before exit. Stopped before --count messages, it says "N of M received in T s"
     on stderr (exit status 0: what was printed was consumed).
 
+    --sql EXPR subscribes with a SQL92 condition over the messages' properties instead of a tag
+    expression (docs/filters.md), with or without --pop; the broker must have
+    enable_property_filter = true, else the command stops with SQL_FILTER_DISABLED.
+
     With --pop the messages are taken by POP (docs/pop.md) and acked once printed; a message
     printed but not acked (the command was killed) comes back after --invisible-time to any
     consumer of the group. --json lines then add "attempt" (1 the first time). A group new to POP starts at each queue's first message.
     For a FIFO group (updateSubGroup --fifo) a message group's next message comes only once the
     previous one was acked (docs/fifo.md).
     """
+    if sql_filter is not None and tag_filter.strip() not in ("", "*"):
+        raise click.UsageError("--sql and --filter cannot be given together")
     try:
-        parse_tag_expression(tag_filter)
+        flt = Filter.tags(tag_filter) if sql_filter is None else Filter.sql(sql_filter)
     except FilterError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--filter'") from None
+        hint = "'--filter'" if sql_filter is None else "'--sql'"
+        raise click.BadParameter(str(exc), param_hint=hint) from None
     if pop:
-        run(
-            _consume_pop(
-                settings, addresses, topic, group, count, timeout, invisible_time, tag_filter
-            )
-        )
+        run(_consume_pop(settings, addresses, topic, group, count, timeout, invisible_time, flt))
         return
-    run(_consume(settings, addresses, topic, group, count, timeout, start_from, tag_filter))
+    run(_consume(settings, addresses, topic, group, count, timeout, start_from, flt))
 
 
 async def _consume_pop(
@@ -407,7 +419,7 @@ async def _consume_pop(
     count: int | None,
     timeout: float | None,
     invisible: float,
-    tag_filter: str,
+    tag_filter: Filter,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -477,7 +489,7 @@ async def _consume(
     count: int | None,
     timeout: float | None,
     start_from: str,
-    tag_filter: str = "*",
+    tag_filter: Filter | str = "*",
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

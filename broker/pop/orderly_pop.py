@@ -14,7 +14,7 @@ import structlog
 from broker.pop.message import PopMessage
 from broker.pop.orderly import OrderlyQueue
 from protocol.fifo import PROP_MESSAGE_GROUP
-from protocol.filter import TagFilter
+from protocol.filter import MessageFilter, SqlFilter, TagFilter
 from protocol.message import DISPATCH_HEAD, RecordError, decode_record
 from protocol.pop import HandleKey, ReceiptHandle, ReviveRecord, encode_handle
 from protocol.retry import DeadLetter, SubscriptionGroupConfig, next_step
@@ -65,7 +65,7 @@ def pop_orderly(
     want: int,
     invisible_ms: int,
     now: int,
-    tag_filter: TagFilter | None,
+    tag_filter: MessageFilter | None,
 ) -> tuple[list[PopMessage], PutResult | None]:
     """Hand out up to ``want`` messages of one queue to a FIFO group; the checkpoint's append
     (None: nothing handed out or passed over)."""
@@ -75,7 +75,8 @@ def pop_orderly(
     if oq is None:
         oq = state.order.open_queue(q, service.pop_offset(state, group, topic, queue_id))
     limit = max_attempts(host.sub_groups.get(group))
-    accepts = None if tag_filter is None else tag_filter.matches
+    sql = tag_filter if isinstance(tag_filter, SqlFilter) else None
+    accepts = tag_filter.matches if isinstance(tag_filter, TagFilter) else None
     # The store passes over the entries whose ConsumeQueue tag hash cannot match without
     # reading their records; the order state passes them over for good (docs/pop.md).
     hashes = None if tag_filter is None else tag_filter.hashes
@@ -83,7 +84,7 @@ def pop_orderly(
     for _ in range(_READS):
         sel = oq.select(now, want, limit, accepts)
         for _ in range(_READS):
-            if len(sel.handed) >= want or not _read_ahead(host, oq, hashes):
+            if len(sel.handed) >= want or not _read_ahead(host, oq, hashes, sql):
                 break
             sel = oq.select(now, want, limit, accepts)
         ck = sel.checkpoint(q, oq.low, now, invisible_ms)
@@ -120,10 +121,13 @@ def pop_orderly(
     return out, result
 
 
-def _read_ahead(host: PopHost, oq: OrderlyQueue, hashes: frozenset[int] | None) -> bool:
+def _read_ahead(
+    host: PopHost, oq: OrderlyQueue, hashes: frozenset[int] | None, sql: SqlFilter | None = None
+) -> bool:
     """Learn the next records of the queue past the frontier; False when nothing was read.
     With ``hashes`` (a tag filter's), the entries whose tag hash is none of them are learned
-    without reading their records, as records to pass over (up to the window's room a read)."""
+    without reading their records, as records to pass over (up to the window's room a read).
+    With ``sql`` (a SQL92 filter), the records it rejects are learned as records to pass over."""
     room = oq.room()
     if room <= 0:
         return False
@@ -174,6 +178,9 @@ def _read_ahead(host: PopHost, oq: OrderlyQueue, hashes: frozenset[int] | None) 
         pos += size
         if hashes is not None:
             _hash_filtered(oq, offset)
+        if sql is not None and not sql.accepts_record(raw):
+            oq.learn(offset, None, None)
+            continue
         try:
             record = decode_record(raw)
             oq.learn(offset, record.properties.get(PROP_MESSAGE_GROUP), record.tags)

@@ -21,7 +21,7 @@ from broker.pop.service import PopService
 from broker.write_gate import WriteRefused
 from protocol.broker_requests.pop import PopRequest
 from protocol.codes import ResponseCode
-from protocol.filter import TagFilter, parse_tag_expression
+from protocol.filter import SQL_FILTER_OFF, MessageFilter, SqlFilter, parse_filter
 from protocol.pop import MAX_POP_BATCH
 from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from storage.errors import StoreError
@@ -62,7 +62,7 @@ class _PopAsk:
     queues: int
     max_count: int
     invisible: int
-    tag_filter: TagFilter | None
+    tag_filter: MessageFilter | None
 
 
 def pop_messages(
@@ -75,7 +75,9 @@ def pop_messages(
     cfg = host.cfg
     group, topic, queue_id, invisible = pop.group, pop.topic, pop.queue_id, pop.invisible_ms
     max_count = max(1, min(pop.max_count, MAX_POP_BATCH, cfg.max_pull_batch))
-    tag_filter = parse_tag_expression(pop.expression)
+    tag_filter = parse_filter(pop.expression_type, pop.expression)
+    if isinstance(tag_filter, SqlFilter) and not cfg.enable_property_filter:
+        raise PopDenied(ResponseCode.SQL_FILTER_DISABLED, SQL_FILTER_OFF)
     poll_ms = max(0, min(pop.poll_ms, cfg.max_pull_suspend_ms))
     # System topics in either case (ours are rmq_sys_..., RocketMQ's transaction topics
     # RMQ_SYS_TRANS_...: a POP there would hand out half messages).

@@ -37,7 +37,7 @@ from broker.pop.message import PopMessage
 from broker.pop.orderly_pop import exhausted, pop_orderly
 from broker.service_host import PerMasterEpoch
 from broker.system_topic import read_system_topic
-from protocol.filter import TagFilter
+from protocol.filter import MessageFilter
 from protocol.message import (
     DISPATCH_HEAD,
     Message,
@@ -46,7 +46,6 @@ from protocol.message import (
     decode_record,
     iter_records,
     message_copy,
-    record_tags,
 )
 from protocol.pop import (
     HANDLE_KEY_BYTES,
@@ -309,13 +308,14 @@ class PopService(PerMasterEpoch[PopState]):
         max_count: int,
         invisible_ms: int,
         now: int,
-        tag_filter: TagFilter | None = None,
+        tag_filter: MessageFilter | None = None,
     ) -> tuple[list[PopMessage], PutResult | None]:
         """Hand out up to ``max_count`` messages from ``queues`` (synchronously: the reads,
         the checkpoint appends and the in-flight set change together). Returns the messages
         and the last append to await.
 
-        With ``tag_filter`` only messages whose tags match are handed out; the others are
+        With ``tag_filter`` (tags, or SQL92 decided on each record's properties: its ``hashes``
+        are None) only messages that match are handed out; the others are
         passed over (the checkpoint's range covers them, its bitmap does not), so the group
         never receives them: the store skips them by their ConsumeQueue tag hash without
         reading their records (up to :data:`_FILTER_SCAN` entries a read), and the tags of
@@ -390,8 +390,8 @@ class PopService(PerMasterEpoch[PopState]):
                     raw = body[pos : pos + size]
                     pos += size
                     attempt = 1
-                    if tag_filter is not None and not tag_filter.matches(record_tags(raw)):
-                        continue  # a tag sharing a listed tag's hash
+                    if tag_filter is not None and not tag_filter.accepts_record(raw):
+                        continue  # a tag sharing a listed tag's hash, or SQL92's no
                     if from_retry:
                         attempt = attempt_of(decode_record(raw), group)
                     picked.append((queue_offset, raw, attempt))

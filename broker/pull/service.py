@@ -5,7 +5,7 @@ own way.
 
 The service decides everything a pull is: its limits (``max_pull_batch``, ``max_pull_bytes``,
 ``max_pull_suspend_ms``), the topic and queue checks, the store read up to what consumers may
-see with the tag filter (:data:`FILTER_SCAN`, :data:`FILTER_READS`), the offset rules (a request
+see with the tag or SQL92 filter (:data:`FILTER_SCAN`, :data:`FILTER_READS`), the offset rules (a request
 below the queue moves to its first offset, one past it to its end; a corrupt record is said, not
 skipped) and long polling (:mod:`broker.long_polling`): a pull that finds nothing waits until a
 message lands in its queue (with a tag filter, one that matches) or its suspend timeout passes.
@@ -17,7 +17,13 @@ from collections.abc import Awaitable
 
 from broker.pull.host import PullHost
 from protocol.codes import ResponseCode
-from protocol.filter import TagFilter, filter_records, parse_tag_expression
+from protocol.filter import (
+    SQL_FILTER_OFF,
+    MessageFilter,
+    SqlFilter,
+    filter_records,
+    parse_filter,
+)
 from protocol.pull import (
     PullAnswer,
     PullCorrupt,
@@ -49,15 +55,18 @@ class PullService:
         """The answer to ``pull`` now, or an awaitable of it when it waits for a message (long
         polling) or for the repair of a record that failed its checks (from another replica,
         ``MessageStore.repairer``; not with ``repair`` false). Raises
-        :class:`~protocol.filter.FilterError` for a subscription that is not a tag expression
-        (a parsed :class:`PullRequest` was checked already)."""
+        :class:`~protocol.filter.FilterError` for a subscription that does not parse (a parsed
+        :class:`PullRequest` was checked already). A SQL92 subscription is refused
+        SQL_FILTER_DISABLED unless ``enable_property_filter``."""
         topic, queue_id, offset = pull.topic, pull.queue_id, pull.offset
         cfg = self.host.cfg
         max_count = max(1, min(pull.max_count, cfg.max_pull_batch))
         asked_bytes = cfg.max_pull_bytes if pull.max_bytes is None else pull.max_bytes
         max_bytes = max(1, min(asked_bytes, cfg.max_pull_bytes))
         suspend_ms = max(0, min(pull.suspend_ms, cfg.max_pull_suspend_ms))
-        tag_filter = parse_tag_expression(pull.subscription)
+        tag_filter = parse_filter(pull.filter_type, pull.subscription)
+        if isinstance(tag_filter, SqlFilter) and not cfg.enable_property_filter:
+            return PullRefused(code=ResponseCode.SQL_FILTER_DISABLED, remark=SQL_FILTER_OFF)
         tc = self.host.topics.get(topic)
         if tc is None:
             return PullRefused(
@@ -129,7 +138,7 @@ class PullService:
         max_count: int,
         max_bytes: int,
         suspend_ms: int,
-        tag_filter: TagFilter | None,
+        tag_filter: MessageFilter | None,
     ) -> PullAnswer:
         """Wait for a message at ``offset`` (the queue's end). With ``tag_filter`` the arrivals
         that do not match are passed over while waiting (the wait goes on past them, as
@@ -172,7 +181,7 @@ class PullService:
         offset: int,
         max_count: int,
         max_bytes: int,
-        tag_filter: TagFilter | None = None,
+        tag_filter: MessageFilter | None = None,
         *,
         waiting: bool = False,
     ) -> tuple[PullAnswer | None, int]:

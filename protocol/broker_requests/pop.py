@@ -5,7 +5,7 @@ Requests (header fields; ``?`` may be left out)::
 
     POP_MESSAGE 200050      consumerGroup, topic, queueId? (-1: any), maxMsgNums,
                             invisibleTime (ms), pollTime? (ms, long polling),
-                            expressionType? ("TAG"), exp? (tag expression, default "*")
+                            expressionType? ("TAG" or "SQL92"), exp? (default "*")
     ACK_MESSAGE 200051      consumerGroup, receiptHandle
     CHANGE_MESSAGE_INVISIBLETIME 200053
                             consumerGroup, receiptHandle, invisibleTime (ms)
@@ -28,7 +28,7 @@ from typing import ClassVar
 from protocol.broker_requests import req_group
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
-from protocol.filter import FilterError, parse_tag_expression
+from protocol.filter import TAG, FilterError, filter_type, parse_filter
 from protocol.pop import MAX_POP_BATCH
 from protocol.remoting import Header, Scalar
 
@@ -61,8 +61,8 @@ def _invisible(header: Mapping[str, Scalar]) -> int:
 class PopRequest:
     """POP_MESSAGE: up to ``max_count`` messages of ``topic`` (queue ``queue_id``, -1 any) for
     ``group``, hidden from others for ``invisible_ms``; the broker waits up to ``poll_ms`` for
-    the first one. ``expression`` is a tag expression (``expression_type`` TAG, the only
-    one)."""
+    the first one. ``expression`` is a tag expression (``expression_type`` TAG) or a SQL92
+    condition over the message's properties (``expression_type`` SQL92)."""
 
     code: ClassVar[RequestCode] = RequestCode.POP_MESSAGE
 
@@ -95,12 +95,14 @@ class PopRequest:
         queue_id = opt_int(header, "queueId", -1)
         max_count = req_int(header, "maxMsgNums")
         invisible = _invisible(header)
-        expression_type = opt_str(header, "expressionType", "TAG")
-        if expression_type.upper() != "TAG":
-            raise FieldError(f"expressionType {expression_type!r} is not supported (only TAG)")
+        expression_type = opt_str(header, "expressionType", TAG)
+        try:
+            filter_type(expression_type)
+        except FilterError as exc:
+            raise FieldError(f"expressionType: {exc}") from None
         expression = opt_str(header, "exp", "*")
         try:
-            parse_tag_expression(expression)
+            parse_filter(expression_type, expression)
         except FilterError as exc:
             raise FieldError(str(exc)) from None
         return cls(

@@ -99,6 +99,7 @@ names = st.text(min_size=1, max_size=20)
 ints = st.integers(-(2**63), 2**63 - 1)
 naturals = st.integers(0, 2**63 - 1)
 tag_expressions = st.sampled_from(["*", "TagA", "TagA || TagB", " TagC "])
+sql_expressions = st.sampled_from(["a = 'x'", "region IN ('eu') AND amount > 100", "v IS TRUE"])
 groups = st.from_regex(r"[A-Za-z0-9_|.\-]{1,40}", fullmatch=True)
 handles = st.from_regex(r"[A-Za-z0-9_\-]{1,60}", fullmatch=True)
 invisible = st.integers(MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
@@ -115,6 +116,17 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         max_bytes=st.one_of(st.none(), ints),
         suspend_ms=ints,
         subscription=tag_expressions,
+    )
+    | st.builds(
+        PullRequest,
+        group=names,
+        topic=names,
+        queue_id=ints,
+        offset=ints,
+        max_count=ints,
+        suspend_ms=ints,
+        subscription=sql_expressions,
+        filter_type=st.just("SQL92"),
     ),
     ConsumerOffsetQuery: st.builds(ConsumerOffsetQuery, group=names, topic=names, queue_id=ints),
     ConsumerOffsetUpdate: st.builds(
@@ -134,6 +146,15 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         poll_ms=ints,
         expression_type=st.sampled_from(["TAG", "tag"]),
         expression=tag_expressions,
+    )
+    | st.builds(
+        PopRequest,
+        group=groups,
+        topic=names,
+        max_count=ints,
+        invisible_ms=invisible,
+        expression_type=st.sampled_from(["SQL92", "sql92"]),
+        expression=sql_expressions,
     ),
     AckRequest: st.builds(AckRequest, group=groups, receipt_handle=names),
     BatchAckRequest: st.builds(
@@ -752,8 +773,20 @@ def test_every_answer_round_trips_through_a_frame(cls: type[Any]) -> None:
         (
             PopRequest,
             {"consumerGroup": "g", "topic": "T", "maxMsgNums": 1, "invisibleTime": 5000}
-            | {"expressionType": "SQL92"},
-            "expressionType 'SQL92' is not supported",
+            | {"expressionType": "CLASS"},
+            "expressionType: unknown filter type 'CLASS' (TAG or SQL92)",
+        ),
+        (
+            PopRequest,
+            {"consumerGroup": "g", "topic": "T", "maxMsgNums": 1, "invisibleTime": 5000}
+            | {"expressionType": "SQL92", "exp": "a >"},
+            "SQL92 expression 'a >' at position 3: expected a property",
+        ),
+        (
+            PullRequest,
+            {"consumerGroup": "g", "topic": "T", "queueId": 0, "queueOffset": 0}
+            | {"maxMsgNums": 1, "expressionType": "SQL92", "subscription": "a IN (1)"},
+            "subscription: SQL92 expression 'a IN (1)' at position 6: expected a 'string'",
         ),
         (
             PopRequest,
