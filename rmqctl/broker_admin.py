@@ -58,6 +58,8 @@ class BrokerRef:
     def label(self) -> str:
         if not self.broker_name:
             return self.address
+        if self.broker_id is None:
+            return f"{self.broker_name} {self.address}"
         return f"{self.broker_name} (id {self.broker_id}) {self.address}"
 
 

@@ -249,8 +249,13 @@ def check_msg_send_rt(
     async def work() -> list[RoundTrips]:
         async with Admin(addresses) as admin:
             route = await admin.topic_route(topic)
+            try:  # the masters' ids, for the output; a user may read the route but not these
+                clusters = await admin.cluster_info()
+            except BrokerError:
+                clusters = {}
+        ids = {b.address: b.broker_id for bs in clusters.values() for b in bs}
         brokers = [
-            (BrokerRef(b.master_address, b.broker_name, 0), b.queues)
+            (BrokerRef(b.master_address, b.broker_name, ids.get(b.master_address)), b.queues)
             for b in route.brokers
             if b.master_address
         ]

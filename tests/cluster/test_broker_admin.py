@@ -254,13 +254,21 @@ def test_cluster_rt_and_stats_all_through_the_controllers(
     (one,) = rt["brokers"]
     assert (one["brokerName"], one["sent"], one["failed"]) == ("broker-a", 5, 0)
     assert one["address"] in {b.address for b in group}
+    # checkMsgSendRT names the master as clusterRT does, by its id (ours start at 1; it said 0).
+    listed = ok_json("clusterList", "-a", addresses, env=root)["clusters"]["DefaultCluster"]
+    master = {b["address"]: b["brokerId"] for b in listed}[one["address"]]
+    assert one["brokerId"] == master >= 1
+    checked = ok_json("checkMsgSendRT", "-a", addresses, "-t", "rmqctl_rt_probe", "--amount",
+                      "2", env=root)  # fmt: skip
+    (same,) = checked["brokers"]
+    assert (same["address"], same["brokerId"], same["sent"]) == (one["address"], master, 2)
 
     def probe() -> dict[str, Any] | None:
         docs = ok_json("statsAll", "-a", addresses, "-t", "rmqctl_rt_probe", env=root)["topics"]
         return docs[0] if docs and docs[0]["putTotal"] >= 5 else None
 
     counted = wait_until(probe, "the probe messages counted on the master", 20)
-    assert counted["putTotal"] == 5 and counted["groups"] == []
+    assert counted["putTotal"] == 7 and counted["groups"] == []
 
 
 # -- brokerStatus, statsAll, checkMsgSendRT, clusterRT ---------------------------------------------
