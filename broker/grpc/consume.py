@@ -91,6 +91,7 @@ def _pop_refused(code: int, remark: str) -> Refused:
         ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
         ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
         ResponseCode.QUEUE_NOT_EXIST: pb.BAD_REQUEST,
+        ResponseCode.SQL_FILTER_DISABLED: pb.UNSUPPORTED,
     }
     return Refused(codes.get(code, status_code(code)), remark)
 
@@ -235,6 +236,7 @@ class ConsumeService:
             invisible_ms=plan.invisible_ms,
             poll_ms=plan.poll_ms,
             expression=plan.expression,
+            expression_type=plan.expression_type,
         )
         if here is None or not here.is_master():
             header, _ = request.encode()  # POP has no body

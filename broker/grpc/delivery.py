@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from broker.grpc.translate import RESERVED_PROPERTIES, Refused, no_namespace
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP
-from protocol.filter import FilterError, parse_tag_expression
+from protocol.filter import SQL92, TAG, FilterError, parse_filter
 from protocol.message import PROP_KEYS, PROP_PRODUCER_SEQ, PROP_TAGS, MessageRecord, RecordError
 from protocol.pop import MAX_POP_BATCH
 from protocol.retry import (
@@ -112,23 +112,23 @@ def check_group(group: pb.Resource) -> str:
     return group.name
 
 
-def tag_expression(expression: pb.FilterExpression) -> str:
-    """The broker's tag expression for a receive's filter (``*`` when none is given). SQL92
-    filters are refused UNSUPPORTED, a malformed tag expression ILLEGAL_FILTER_EXPRESSION."""
+def filter_expression(expression: pb.FilterExpression) -> tuple[str, str]:
+    """The broker's filter type (TAG or SQL92) and expression for a receive's or pull's filter
+    (``*`` of TAG when none is given). A malformed expression, or one of an unknown type, is
+    ILLEGAL_FILTER_EXPRESSION (a SQL92 one with its position and reason); whether the broker
+    serves SQL92 (``enable_property_filter``) the broker's answer says (UNSUPPORTED)."""
     if expression.type == pb.SQL:
-        raise Refused(
-            pb.UNSUPPORTED,
-            "SQL92 filter expressions are not supported by this broker: subscribe with a TAG "
-            "expression ('*', 'TagA', 'TagA || TagB')",
-        )
-    if expression.type not in (pb.FILTER_TYPE_UNSPECIFIED, pb.TAG):
+        kind, text = SQL92, expression.expression
+    elif expression.type in (pb.FILTER_TYPE_UNSPECIFIED, pb.TAG):
+        kind, text = TAG, expression.expression.strip() or "*"
+    else:
         raise Refused(pb.ILLEGAL_FILTER_EXPRESSION, f"unknown filter type {expression.type}")
-    text = expression.expression.strip() or "*"
     try:
-        parse_tag_expression(text)
+        parse_filter(kind, text)
     except FilterError as exc:
-        raise Refused(pb.ILLEGAL_FILTER_EXPRESSION, f"tag expression {text!r}: {exc}") from None
-    return text
+        what = "" if kind == SQL92 else f"tag expression {text!r}: "
+        raise Refused(pb.ILLEGAL_FILTER_EXPRESSION, f"{what}{exc}") from None
+    return kind, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,7 @@ class ReceivePlan:
 
     group: str
     topic: str
+    expression_type: str
     expression: str
     batch: int
     invisible_ms: int
@@ -152,7 +153,7 @@ def receive_plan(request: rpc.ReceiveMessageRequest, time_remaining: float | Non
     if not topic:
         raise Refused(pb.ILLEGAL_TOPIC, "message_queue.topic is empty")
     no_namespace(request.message_queue.topic, "topic")
-    expression = tag_expression(request.filter_expression)
+    expression_type, expression = filter_expression(request.filter_expression)
     if not 0 < request.batch_size <= MAX_POP_BATCH:
         raise Refused(
             pb.BAD_REQUEST, f"batch_size must be 1..{MAX_POP_BATCH}, not {request.batch_size}"
@@ -180,7 +181,14 @@ def receive_plan(request: rpc.ReceiveMessageRequest, time_remaining: float | Non
         margin = min(2.0, 0.2 * max(0.0, time_remaining))
         poll = min(poll, max(0, int((time_remaining - margin) * 1000)))
     return ReceivePlan(
-        group, topic, expression, request.batch_size, invisible, poll, request.auto_renew
+        group,
+        topic,
+        expression_type,
+        expression,
+        request.batch_size,
+        invisible,
+        poll,
+        request.auto_renew,
     )
 
 

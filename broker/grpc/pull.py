@@ -67,6 +67,7 @@ _PULL_CODES: Final[dict[int, int]] = {
     ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
     ResponseCode.QUEUE_NOT_EXIST: pb.BAD_REQUEST,
     ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
+    ResponseCode.SQL_FILTER_DISABLED: pb.UNSUPPORTED,
 }
 
 
@@ -165,7 +166,7 @@ class PullFront:
                 raise Refused(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
             if request.batch_size < 0:
                 raise Refused(pb.BAD_REQUEST, f"batch size {request.batch_size} is negative")
-            expression = delivery.tag_expression(request.filter_expression)
+            kind, expression = delivery.filter_expression(request.filter_expression)
             poll_ms = delivery.millis(request.long_polling_timeout)
             if poll_ms < 0:
                 raise Refused(pb.ILLEGAL_POLLING_TIME, "long polling timeout is negative")
@@ -180,6 +181,7 @@ class PullFront:
                 max_count=request.batch_size or DEFAULT_BATCH,
                 suspend_ms=poll_ms,
                 subscription=expression,
+                filter_type=kind,
             )
             resp = await self._read(ask.code, ask.header(), poll_ms / 1000 + _TIMEOUT_S)
             status, messages, next_offset = self._pulled(resp, ask)

@@ -50,6 +50,14 @@ def test_a_receive_polls_no_longer_than_its_deadline_allows() -> None:
     assert receive_plan(_request(), 0.0).poll_ms == 0
 
 
+def test_a_sql_filter_is_planned_as_sql92() -> None:
+    flt = pb.FilterExpression(type=pb.SQL, expression="region = 'eu' AND amount > 100")
+    plan = receive_plan(_request(filter_expression=flt), 10.0)
+    assert (plan.expression_type, plan.expression) == ("SQL92", flt.expression)
+    plan = receive_plan(_request(filter_expression=pb.FilterExpression(expression=" A ")), 10.0)
+    assert (plan.expression_type, plan.expression) == ("TAG", "A")
+
+
 def test_push_receives_take_the_renewed_invisible_time() -> None:
     request = _request(auto_renew=True)
     request.ClearField("invisible_duration")
@@ -66,9 +74,9 @@ def test_push_receives_take_the_renewed_invisible_time() -> None:
         ({"batch_size": 5000}, pb.BAD_REQUEST, "batch_size"),
         ({"invisible_duration": Duration(nanos=5)}, pb.ILLEGAL_INVISIBLE_TIME, "1000"),
         (
-            {"filter_expression": pb.FilterExpression(type=pb.SQL, expression="a > 1")},
-            pb.UNSUPPORTED,
-            "SQL92",
+            {"filter_expression": pb.FilterExpression(type=pb.SQL, expression="a >")},
+            pb.ILLEGAL_FILTER_EXPRESSION,
+            "'a >' at position 3: expected a property",
         ),
         (
             {"filter_expression": pb.FilterExpression(type=pb.TAG, expression="A || ")},
