@@ -40,6 +40,7 @@ from protocol.controller_requests.membership import (
     RemoveController,
     TransferLeader,
 )
+from protocol.controller_requests.producers import GetProducerId
 from protocol.controller_requests.rebalance import RebalancePlanQuery, TrafficQuery
 from protocol.controller_requests.static_topics import (
     CreateStaticTopic,
@@ -444,6 +445,11 @@ GOLDEN: list[tuple[Any, str]] = [
         "32c0",
     ),
     (TrafficQuery(), "000000099600cd1403070080c0"),
+    # CONTROLLER_GET_PRODUCER_ID (5180 = cd 143c): a known id asks for a new epoch of it
+    (
+        GetProducerId(producer_id=5),
+        "000000159600cd143c070081aa70726f6475636572496405c0",
+    ),
     (
         RebalancePlanQuery(threshold=12.5),
         "0000001c9600cd1404070081a97468726573686f6c64cb4029000000000000c0",
