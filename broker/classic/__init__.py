@@ -20,6 +20,7 @@ from broker.classic.pull import ClassicPull
 from broker.classic.query import ClassicQuery
 from broker.classic.send import ClassicSend
 from broker.classic.send_back import ClassicSendBack
+from broker.classic.subscriptions import ClassicSubscriptions
 from broker.classic.transaction import ClassicTransactions
 from broker.context import BrokerContext
 from broker.processors.admin import AdminProcessor
@@ -34,10 +35,11 @@ def classic_door(ctx: BrokerContext, admin: AdminProcessor) -> ClassicDoor:
     door = ClassicDoor(
         "broker", ctx.cfg.max_frame_bytes, refusal=auth_refusal(ctx.cfg.auth_enabled)
     )
+    subscriptions = ClassicSubscriptions()
     for processor in (
-        ClassicClients(ctx),
+        ClassicClients(ctx, subscriptions),
         ClassicSend(ctx),
-        ClassicPull(ctx),
+        ClassicPull(ctx, subscriptions),
         ClassicOffsets(ctx),
         ClassicSendBack(ctx),
         ClassicQuery(ctx),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from broker.classic.subscriptions import ClassicSubscriptions
 from broker.classic.transaction import send_check_back
 from broker.consumer_groups import CLASSIC, ClientInfo
 from broker.context import BrokerContext
@@ -50,8 +51,11 @@ INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 
 
 class ClassicClients:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(
+        self, ctx: BrokerContext, subscriptions: ClassicSubscriptions | None = None
+    ) -> None:
         self.ctx = ctx
+        self.subscriptions = ClassicSubscriptions() if subscriptions is None else subscriptions
 
     def register(self, door: ClassicDoor) -> None:
         self.door = door
@@ -73,6 +77,7 @@ class ClassicClients:
                 )
         for consumer in beat.consumers:
             group = consumer.group_name
+            self.subscriptions.heard(group, list(consumer.subscriptions))
             known = beat.client_id in ctx.groups.members(group, ctx.now_ms())
             topics = [
                 s.topic

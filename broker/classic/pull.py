@@ -2,7 +2,11 @@
 (:meth:`broker.pull.service.PullService.answer`: its limits, tag filter and long polling with
 the request's suspend timeout), its answer said RocketMQ's way.
 
-- the header's ``subscription`` (a TAG expression; SQL92 is refused) filters as ours does;
+- the header's ``subscription`` filters as ours does: a TAG expression, or with
+  ``expressionType`` SQL92 a SQL92 one (when the request does not carry it, sysFlag's
+  subscription bit clear as RocketMQ's push consumers pull, the one the group's heartbeat
+  declared, :mod:`broker.classic.subscriptions`); SQL92 needs ``enable_property_filter``
+  (else SYSTEM_ERROR saying so, as RocketMQ answers);
 - sysFlag's commit-offset bit commits ``commitOffset`` for the group first, as RocketMQ's
   broker does for its master; sysFlag's suspend bit allows the long poll (else it answers at
   once);
@@ -21,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from broker.classic.codes import classic_code
+from broker.classic.subscriptions import ClassicSubscriptions
 from broker.context import BrokerContext
 from broker.pull.service import PullService
-from protocol.filter import FilterError
+from protocol.filter import SQL92, FilterError, filter_type
 from protocol.message import MessageRecord, RecordError, iter_records
 from protocol.pull import (
     PullAnswer,
@@ -89,9 +94,12 @@ def classic_pull_body(body: bytes) -> bytes:
 
 
 class ClassicPull:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(
+        self, ctx: BrokerContext, subscriptions: ClassicSubscriptions | None = None
+    ) -> None:
         self.ctx = ctx
         self.service: PullService = ctx.pulls
+        self.subscriptions = ClassicSubscriptions() if subscriptions is None else subscriptions
 
     def register(self, door: ClassicDoor) -> None:
         door.register(RequestCode.PULL_MESSAGE, self.pull)
@@ -100,11 +108,23 @@ class ClassicPull:
         self, session: ClassicSession, req: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = PullMessageHeader.parse(req.ext_fields)
-        if h.expression_type not in (None, "", "TAG"):
-            raise ClassicRefusal(
-                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                f"expression type {h.expression_type} is not supported; TAG is",
-            )
+        try:
+            kind = filter_type(h.expression_type)
+        except FilterError as exc:
+            raise ClassicRefusal(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)) from None
+        expression = (h.subscription or "*").strip() or "*"
+        if kind == SQL92:
+            heard = self.subscriptions.sql(h.consumer_group, h.topic)
+            if h.subscription:
+                expression = h.subscription
+            elif heard is not None:
+                expression = heard
+            else:
+                raise ClassicRefusal(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"group {h.consumer_group} declared no SQL92 subscription to {h.topic} in a "
+                    "heartbeat, and the pull carries none",
+                )
         if h.sys_flag & PullSysFlag.COMMIT_OFFSET and h.commit_offset >= 0:
             self.service.commit_first(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         ask = PullRequest(
@@ -115,7 +135,8 @@ class ClassicPull:
             max_count=h.max_msg_nums,
             max_bytes=h.max_msg_bytes,
             suspend_ms=h.suspend_timeout_millis if h.sys_flag & PullSysFlag.SUSPEND else 0,
-            subscription=(h.subscription or "*").strip() or "*",
+            subscription=expression,
+            filter_type=kind,
         )
         try:
             result = self.service.answer(ask)
