@@ -68,6 +68,11 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^failover over {NUMBER} kills .*: p50 +{NUMBER} ms",
     ),
     "fifo_bench.py": (rf"^consume plain +{NUMBER} msg/s +FIFO group +{NUMBER} msg/s",),
+    "filter_bench.py": (
+        rf"^unfiltered +{NUMBER} msg/s delivered",
+        rf"^SQL92 1 in 100 +{NUMBER} msg/s delivered +{NUMBER} entries/s",
+        rf"^SQL92 1 in 2 +{NUMBER} msg/s delivered",
+    ),
     "grpc_bench.py": (
         rf"^gRPC  send, 64 in flight \(official client\): +{NUMBER} msg/s",
         rf"^SDK   POP receive \+ ack \(4 members\): +{NUMBER} msg/s",
