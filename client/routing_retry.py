@@ -136,8 +136,10 @@ class SendRouter:
         self._bootstrap = bootstrap
         # The pool's live connections, looked up without a coroutine on the hot path.
         self._conns: dict[str, RemotingClient] = {}
-        #: where the next round-robin pick starts
-        self.rr = 0
+        #: where the next round-robin pick of each topic starts (per topic, as RocketMQ's
+        #: sendWhichQueue: one counter shared by topics sent to in turn would give each topic
+        #: only some of its queues)
+        self.rr: dict[str, int] = {}
         # Broker groups that failed a send recently -> until when new sends avoid them
         # (RocketMQ's latency fault tolerance, simplified): a dead group costs one failed
         # attempt per isolation period, not one per send.
@@ -228,14 +230,15 @@ class SendRouter:
         n = len(writable)
         if n == 0:
             raise NoRouteError(f"topic {route.topic!r} has no broker group with a master")
-        i = self.rr
+        topic = route.topic
+        i = self.rr.get(topic, 0)
         if avoid:
             for k in range(n):
                 choice = writable[(i + k) % n]
                 if choice[0].broker_name not in avoid:
-                    self.rr = i + k + 1
+                    self.rr[topic] = (i + k + 1) % n
                     return choice
-        self.rr = i + 1
+        self.rr[topic] = (i + 1) % n
         return writable[i % n]
 
     async def route(

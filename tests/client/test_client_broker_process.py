@@ -53,6 +53,20 @@ async def receive_until(
     return await receiving.receive_until(consumer, done, timeout, poll=0.1)
 
 
+async def test_sends_to_topics_in_turn_use_every_queue_of_each(broker: BrokerProc) -> None:
+    """Round-robin is per topic: a producer sending to two topics of two queues in turn spreads
+    each topic over both its queues (seen against make run: one counter shared by the topics
+    sent every message of the first topic to queue 0 and of the second to queue 1)."""
+    await create_topic(broker, "A", 2)
+    await create_topic(broker, "B", 2)
+    used: dict[str, list[int]] = {"A": [], "B": []}
+    async with Producer(broker.address) as p:
+        for i in range(8):
+            for topic in ("A", "B"):
+                used[topic].append((await p.send(topic, b"%d" % i)).queue_id)
+    assert used == {"A": [0, 1] * 4, "B": [0, 1] * 4}
+
+
 async def test_every_produced_message_is_consumed_with_its_body_and_offset(
     broker: BrokerProc,
 ) -> None:

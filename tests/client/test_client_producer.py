@@ -226,7 +226,7 @@ async def test_sending_to_an_unknown_topic_raises_topic_not_found(producer: Prod
 async def test_a_failed_group_is_isolated_so_later_sends_skip_it(cluster: FakeCluster) -> None:
     async with Producer(cluster.brokers["broker-a"].address, fault_isolation=30) as p:
         await p.send("T", b"warm-up")
-        p._router.rr = 4  # the next pick is broker-b queue 0
+        p._router.rr["T"] = 4  # the next pick is broker-b queue 0
         cluster.brokers["broker-b"].send_errors = [ResponseCode.SYSTEM_BUSY]
         results = [await p.send("T", b"%d" % i) for i in range(12)]
     assert {r.broker_name for r in results} == {"broker-a"}
@@ -235,7 +235,7 @@ async def test_a_failed_group_is_isolated_so_later_sends_skip_it(cluster: FakeCl
 
 async def test_without_isolation_the_failed_group_gets_its_turn_again(cluster: FakeCluster) -> None:
     async with Producer(cluster.brokers["broker-a"].address, fault_isolation=0) as p:
-        p._router.rr = 4
+        p._router.rr["T"] = 4
         await p.routes.get("T")
         cluster.brokers["broker-b"].send_errors = [ResponseCode.SYSTEM_BUSY]
         results = [await p.send("T", b"%d" % i) for i in range(12)]
