@@ -357,6 +357,8 @@ class Broker:
         self.ctx.pop.start()
         self.ctx.transactions.start()
         if self.ctx.tracer is not None:
+            if self.ctx.role_cell.current.is_master:  # clients' trace records go there too
+                self.ctx.ensure_system_topic(cfg.trace_topic)
             self.ctx.tracer.writer.start()
         self._serving = True
         log.info(

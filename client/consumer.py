@@ -77,6 +77,7 @@ from client.queue_rebalance import GroupRebalancer
 from client.routes import MessageQueue, RouteCache
 from client.simple_consumer import SimpleConsumer
 from client.subscription import Subscription
+from client.trace import ClientTracer, now_ms, traced_handler
 from protocol.filter import TAG, Filter, as_filter
 from protocol.request_auth import Credentials
 from protocol.retry import SubscriptionGroupConfig, retry_topic
@@ -121,8 +122,12 @@ class Consumer:
         nack_delay: float | None = None,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        trace: bool = False,
     ) -> None:
-        """``pop=True``: POP mode (see the module docstring and docs/pop.md). Its own settings:
+        """``trace=True`` (RocketMQ's enableMsgTrace): what this member consumes, how long it
+        took and whether it failed go to the trace topic (docs/traces.md).
+
+        ``pop=True``: POP mode (see the module docstring and docs/pop.md). Its own settings:
         ``invisible_duration`` (seconds a message stays hidden from the group once popped; not
         acked by then, it comes back), ``max_in_flight`` (messages popped and not acked or
         nacked yet, per member), ``nack_delay`` (seconds a nacked message stays hidden; None:
@@ -146,6 +151,13 @@ class Consumer:
             )
         flt = as_filter(filter)  # raises FilterError for a bad expression, with its position
         self.group = group
+        self._tracer = (
+            ClientTracer(bootstrap, producer_options={"credentials": credentials, "tls": tls})
+            if trace
+            else None
+        )
+        self._tracing: dict[str, tuple[ReceivedMessage, str, int]] = {}
+        """trace: messages received and not yet consumed -> (message, request id, when)."""
         self.topic = topic
         self.filter = flt.expression
         """The expression of the topic's subscription, of type :attr:`filter_type` (the retry
@@ -318,6 +330,10 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
+        if self._tracer is not None:
+            if commit_delivered:
+                self._trace_consumed()
+            await self._tracer.close()
         if self.pop is not None:
             await self.pop.close(commit_delivered=commit_delivered)
             self._pool.close()
@@ -367,9 +383,33 @@ class Consumer:
         """
         if not self._started:
             raise ClosedError("consumer is not started")
+        self._trace_consumed()
         if self.pop is not None:
-            return list(await self.pop.receive(timeout, max_messages))
-        return await self._delivery.receive(timeout, max_messages)
+            got: list[ReceivedMessage] = list(await self.pop.receive(timeout, max_messages))
+        else:
+            got = await self._delivery.receive(timeout, max_messages)
+        if self._tracer is not None:
+            now = now_ms()
+            for m in got:
+                attempt = getattr(m, "attempt", None) or m.reconsume_times + 1
+                request_id = self._tracer.consuming(self.group, m.record, attempt, now)
+                self._tracing[m.msg_id] = (m, request_id, now)
+        return got
+
+    def _trace_consumed(self, nacked: ReceivedMessage | None = None) -> None:
+        """trace: ``nacked`` failed; the others received before count as consumed now."""
+        tracer = self._tracer
+        if tracer is None:
+            return
+        now = now_ms()
+        if nacked is not None:
+            held = self._tracing.pop(nacked.msg_id, None)
+            if held is not None:
+                tracer.consumed(self.group, nacked.record, held[1], held[2], now, success=False)
+            return
+        for m, request_id, started in self._tracing.values():
+            tracer.consumed(self.group, m.record, request_id, started, now, success=True)
+        self._tracing.clear()
 
     def __aiter__(self) -> Consumer:
         return self
@@ -400,6 +440,7 @@ class Consumer:
         """
         if not self._started:
             raise ClosedError("consumer is not started")
+        self._trace_consumed(msg)
         if self.pop is not None:
             await self.pop.nack(msg, reason)
             return
@@ -416,6 +457,8 @@ class Consumer:
         them). In POP mode a message whose handler returns is acked, one whose handler raises
         is nacked (:meth:`nack`); cancelled, the message in hand and the rest of its batch are
         not acked and come back after their invisible time."""
+        if self._tracer is not None:
+            handler = traced_handler(self._tracer, self.group, handler)
         if self.pop is not None:
             if not self._started:
                 raise ClosedError("consumer is not started")

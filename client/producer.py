@@ -64,6 +64,7 @@ from client.recall import Recaller
 from client.routes import RouteCache
 from client.routing_retry import RETRIABLE_CODES, SendRouter
 from client.sequencer import Sequencer
+from client.trace import ClientTracer
 from protocol.broker_requests.send import SendBatchRequest, SendRequest
 from protocol.fifo import PROP_MESSAGE_GROUP, message_group_error
 from protocol.message import Message as WireMessage
@@ -139,6 +140,7 @@ class Producer:
         tls: ssl.SSLContext | None = None,
         idempotent: bool = True,
         producer_id_file: str | os.PathLike[str] | None = None,
+        trace: bool = False,
     ) -> None:
         if retries is not None and retries < 0:
             raise ValueError("retries must be >= 0 (or None)")
@@ -156,6 +158,12 @@ class Producer:
         bootstrap_ = Bootstrap(bootstrap, self._pool, connect_timeout)
         self._bootstrap = bootstrap_
         self.idempotent = idempotent
+        self._tracer = (
+            ClientTracer(bootstrap, producer_options={"credentials": credentials, "tls": tls})
+            if trace
+            else None
+        )
+        """trace=True (RocketMQ's enableMsgTrace): each send's record goes to the trace topic."""
         self.producer_id_file = Path(producer_id_file) if producer_id_file is not None else None
         if self.producer_id_file is not None and not idempotent:
             raise ValueError("producer_id_file needs idempotent=True")
@@ -253,6 +261,8 @@ class Producer:
         if self._router.closed:
             return
         self._router.closed = True
+        if self._tracer is not None:
+            await self._tracer.close()
         await self.routes.close()
         self._pool.close()
 
@@ -334,6 +344,19 @@ class Producer:
             properties=encode_properties(properties).decode() if properties else "",
             born_timestamp=born,
         )
+        result = await self._send_request(topic, request, properties, at, message_group)
+        if self._tracer is not None:
+            self._tracer.sent_result(topic, request, result, born)
+        return result
+
+    async def _send_request(
+        self,
+        topic: str,
+        request: SendRequest,
+        properties: Mapping[str, str] | None,
+        at: int | None,
+        message_group: str | None,
+    ) -> SendResult:
         if message_group is not None:
             if at is not None:
                 raise ClientError("a message with a message group cannot be scheduled")

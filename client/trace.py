@@ -8,12 +8,40 @@ time order: what ``rmqctl queryMsgTraceById`` prints. The records' format is
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
+import itertools
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
 
 from client.lookup import Lookup
-from protocol.trace import TRACE_TOPIC, TraceFormatError, TraceRecord, decode_records
+from protocol.message import MessageRecord, RecordError, parse_msg_id
+from protocol.retry import origin_message_id
+from protocol.trace import (
+    PROP_TRACE_CONTEXT,
+    TRACE_TOPIC,
+    ConsumeReturn,
+    PubRecord,
+    SubAfterRecord,
+    SubBeforeRecord,
+    TraceFormatError,
+    TraceRecord,
+    decode_records,
+    encode_records,
+    record_msg_ids,
+)
 
-__all__ = ["TraceStep", "query_trace", "timeline"]
+log = structlog.get_logger(__name__)
+
+__all__ = ["ClientTracer", "TraceStep", "query_trace", "timeline", "traced_handler"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +94,235 @@ async def query_trace(
             continue
         steps += [TraceStep(r, m.address) for r in records if r.msg_id == msg_id]
     return timeline(steps)
+
+
+# -- writing (trace=True: RocketMQ's enableMsgTrace) ---------------------------------------------
+
+BUFFER_RECORDS: Final = 10_000
+RECORDS_PER_MESSAGE: Final = 32
+_FLUSH_S: Final = 0.05
+
+
+class ClientTracer:
+    """What a client sees (a send's cost, a consumption's duration and outcome) as trace
+    records, written to the trace topic in the background by a producer of its own.
+
+    :meth:`offer` never blocks and never raises: past ``capacity`` buffered records a record is
+    dropped and counted (:attr:`dropped`), and so is a batch the trace topic refused. Loop
+    thread only."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        topic: str = TRACE_TOPIC,
+        capacity: int = BUFFER_RECORDS,
+        client_host: str = "",
+        producer_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.capacity = capacity
+        self.client_host = client_host or f"{socket.gethostname()}@{os.getpid()}"
+        self._bootstrap = bootstrap
+        self._options = dict(producer_options or {})
+        self._buffer: deque[TraceRecord] = deque()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._producer: Any = None
+        self._started = False
+        self._closing = False
+        self.written = 0
+        self.dropped = 0
+
+    def offer(self, record: TraceRecord) -> None:
+        if len(self._buffer) >= self.capacity or self._closing:
+            self.dropped += 1
+            return
+        self._buffer.append(record)
+        if self._task is None:
+            self._start()
+        elif self._wake is not None and len(self._buffer) >= RECORDS_PER_MESSAGE:
+            self._wake.set()
+
+    def _start(self) -> None:
+        from client.producer import Producer  # the tracer is part of the producer's module tree
+
+        # Not idempotent, no trace of its own: a trace message is worth one try.
+        self._producer = Producer(
+            self._bootstrap, idempotent=False, send_deadline=5.0, **self._options
+        )
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="client-trace")
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), _FLUSH_S)
+            self._wake.clear()
+            await self._flush()
+        await self._flush()
+
+    async def _flush(self) -> None:
+        buf = self._buffer
+        if buf and not self._started:
+            self._started = True
+            await self._producer.start()
+        while buf:
+            records = [buf.popleft() for _ in range(min(RECORDS_PER_MESSAGE, len(buf)))]
+            body = encode_records(records).encode()
+            try:
+                await self._producer.send(self.topic, body, keys=" ".join(record_msg_ids(records)))
+            except Exception as exc:  # never the application's error
+                self.dropped += len(records)
+                log.debug("trace records dropped", error=str(exc), records=len(records))
+                continue
+            self.written += len(records)
+
+    async def close(self) -> None:
+        """Write what is buffered (one try each; a send in progress finishes), then stop."""
+        task, self._task = self._task, None
+        self._closing = True
+        if task is not None:
+            assert self._wake is not None
+            self._wake.set()
+            try:
+                await task
+            except Exception as exc:  # never the application's error
+                log.debug("trace writer ended", error=repr(exc))
+        if self._producer is not None:
+            await self._producer.close()
+            self._producer = None
+
+    # -- what the client saw --------------------------------------------------------------------
+    def sent(
+        self,
+        *,
+        group: str,
+        topic: str,
+        body_length: int,
+        keys: str,
+        tags: str,
+        born_ms: int,
+        cost_ms: int,
+        msg_id: str = "",
+        broker: str = "",
+        queue_id: int = -1,
+        queue_offset: int = -1,
+        success: bool = True,
+    ) -> None:
+        if not msg_id:
+            return  # a failed send has no id to be found by
+        self.offer(
+            PubRecord(
+                timestamp=born_ms,
+                group=group,
+                topic=topic,
+                msg_id=msg_id,
+                tags=tags,
+                keys=keys,
+                store_host=broker,
+                body_length=body_length,
+                cost_ms=cost_ms,
+                offset_msg_id=msg_id,
+                success=success,
+                client_host=self.client_host,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+            )
+        )
+
+    def sent_result(self, topic: str, request: Any, result: Any, born_ms: int) -> None:
+        """A send (``request``: its SendRequest) answered with ``result`` (a SendResult)."""
+        try:
+            store_host = parse_msg_id(result.msg_id)[0]
+        except RecordError:
+            store_host = result.broker_name
+        self.sent(
+            group="",
+            topic=topic,
+            body_length=len(request.body),
+            keys=request.keys,
+            tags=request.tags,
+            born_ms=born_ms,
+            cost_ms=max(0, now_ms() - born_ms),
+            msg_id=result.msg_id,
+            broker=store_host,
+            queue_id=result.queue_id,
+            queue_offset=result.queue_offset,
+        )
+
+    def consuming(self, group: str, record: MessageRecord, attempt: int, now_ms: int) -> str:
+        """A message handed to the application (SubBefore); returns the request id for
+        :meth:`consumed`."""
+        props = record.properties
+        msg_id = origin_message_id(props, record.msg_id)
+        request_id = f"{self.client_host}-{next(self._ids)}"
+        self.offer(
+            SubBeforeRecord(
+                timestamp=now_ms,
+                group=group,
+                request_id=request_id,
+                msg_id=msg_id,
+                retry_times=max(0, attempt - 1),
+                keys=record.keys,
+                client_host=self.client_host,
+                traceparent=props.get(PROP_TRACE_CONTEXT, ""),
+            )
+        )
+        return request_id
+
+    def consumed(
+        self,
+        group: str,
+        record: MessageRecord,
+        request_id: str,
+        started_ms: int,
+        now_ms: int,
+        *,
+        success: bool,
+    ) -> None:
+        """The application's outcome for a message (SubAfter)."""
+        self.offer(
+            SubAfterRecord(
+                timestamp=now_ms,
+                group=group,
+                request_id=request_id,
+                msg_id=origin_message_id(record.properties, record.msg_id),
+                cost_ms=max(0, now_ms - started_ms),
+                success=success,
+                keys=record.keys,
+                context_code=ConsumeReturn.SUCCESS if success else ConsumeReturn.FAILED,
+                client_host=self.client_host,
+            )
+        )
+
+    _ids = itertools.count(1)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def traced_handler(
+    tracer: ClientTracer, group: str, handler: Callable[[Any], Awaitable[object] | object]
+) -> Callable[[Any], Awaitable[object]]:
+    """``handler`` with a SubBefore before and a SubAfter after each call (failed when it
+    raised; the exception goes on as before)."""
+
+    async def traced(msg: Any) -> object:
+        record: MessageRecord = msg.record
+        attempt = getattr(msg, "attempt", None) or msg.reconsume_times + 1
+        started = now_ms()
+        request_id = tracer.consuming(group, record, attempt, started)
+        ok = False
+        try:
+            result = handler(msg)
+            if inspect.isawaitable(result):
+                result = await result
+            ok = True
+            return result
+        finally:
+            tracer.consumed(group, record, request_id, started, now_ms(), success=ok)
+
+    return traced

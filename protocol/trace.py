@@ -48,6 +48,7 @@ __all__ = [
     "CONTENT_SEP",
     "DEFAULT_REGION",
     "FIELD_SEP",
+    "PROP_TRACE_CONTEXT",
     "SOURCE_BROKER",
     "SOURCE_CLIENT",
     "TRACE_TOPIC",
@@ -73,6 +74,9 @@ CONTENT_SEP: Final = "\x01"
 """Between the fields of one record (RocketMQ's ``TraceConstants.CONTENT_SPLITOR``)."""
 FIELD_SEP: Final = "\x02"
 """After each record (RocketMQ's ``TraceConstants.FIELD_SPLITOR``)."""
+PROP_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
+"""RocketMQ's message property for the W3C trace context (``traceparent``) of the official
+clients (their ``SystemProperties.trace_context``)."""
 DEFAULT_REGION: Final = "DefaultRegion"
 """RocketMQ's region id when none is configured."""
 SOURCE_BROKER: Final = "broker"

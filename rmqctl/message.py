@@ -20,6 +20,7 @@ from client.consumer import Consumer
 from client.message import ReceivedMessage, SendResult
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
+from client.trace import ClientTracer, now_ms
 from protocol.filter import Filter, FilterError
 from protocol.message import PROP_KEYS, PROP_TAGS
 from rmqctl.common import (
@@ -148,6 +149,12 @@ class PropertyType(click.ParamType[tuple[str, str]]):
     metavar="GROUP",
     help="FIFO message group (1..128 UTF-8 bytes): every message to the group's queue, in order.",
 )
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Write a trace record of each send to the trace topic (RocketMQ's enableMsgTrace; "
+    "queryMsgTraceById shows it).",
+)
 @pass_settings
 def send_message(
     settings: Settings,
@@ -164,6 +171,7 @@ def send_message(
     delay: float | None,
     deliver_at: int | None,
     message_group: str | None,
+    trace: bool,
 ) -> None:
     """Send a message (N times with --count) and report where each was stored.
 
@@ -198,7 +206,7 @@ def send_message(
         results: list[SendResult] = []
         with _progress(count if bar else 0) as advance:
             async with Producer(
-                addresses, send_deadline=deadline, send_timeout=attempt_timeout
+                addresses, send_deadline=deadline, send_timeout=attempt_timeout, trace=trace
             ) as producer:
                 for first in range(0, count, _WINDOW):
                     n = min(_WINDOW, count - first)
@@ -363,6 +371,12 @@ def recall_message(settings: Settings, addresses: str, topic: str, msg_id: str) 
     metavar="S",
     help="With --pop: how long a received message stays hidden from the group until acked.",
 )
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Write a trace record of each message consumed to the trace topic (RocketMQ's "
+    "enableMsgTrace; queryMsgTraceById shows it).",
+)
 @pass_settings
 def consume_message(
     settings: Settings,
@@ -376,6 +390,7 @@ def consume_message(
     sql_filter: str | None,
     pop: bool,
     invisible_time: float,
+    trace: bool,
 ) -> None:
     """Consume messages as a member of GROUP, printing each as it arrives.
 
@@ -406,9 +421,13 @@ def consume_message(
         hint = "'--filter'" if sql_filter is None else "'--sql'"
         raise click.BadParameter(str(exc), param_hint=hint) from None
     if pop:
-        run(_consume_pop(settings, addresses, topic, group, count, timeout, invisible_time, flt))
+        run(
+            _consume_pop(
+                settings, addresses, topic, group, count, timeout, invisible_time, flt, trace
+            )
+        )
         return
-    run(_consume(settings, addresses, topic, group, count, timeout, start_from, flt))
+    run(_consume(settings, addresses, topic, group, count, timeout, start_from, flt, trace))
 
 
 async def _consume_pop(
@@ -420,6 +439,7 @@ async def _consume_pop(
     timeout: float | None,
     invisible: float,
     tag_filter: Filter,
+    trace: bool = False,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -429,6 +449,7 @@ async def _consume_pop(
     started = loop.time()
     deadline = None if timeout is None else started + timeout
     consumer = SimpleConsumer(addresses, group, topic, filter=tag_filter)
+    tracer = ClientTracer(addresses) if trace else None
     printed = 0
     closed = False
     spinner = Spinner(_waiting_for(topic, group, 0, pop=True))
@@ -457,7 +478,16 @@ async def _consume_pop(
                     stdout_closed()
                     closed = True
                     break
+                now = now_ms()
+                traced = [
+                    (m, tracer.consuming(group, m.record, m.attempt, now))
+                    for m in msgs
+                    if tracer is not None
+                ]
                 await asyncio.gather(*(consumer.ack(m) for m in msgs))
+                if tracer is not None:
+                    for m, request_id in traced:
+                        tracer.consumed(group, m.record, request_id, now, now_ms(), success=True)
                 printed += len(msgs)
                 spinner.say(_waiting_for(topic, group, printed, pop=True))
     finally:
@@ -465,6 +495,8 @@ async def _consume_pop(
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
         await consumer.close()
+        if tracer is not None:
+            await tracer.close()
     if count is not None and printed < count and not closed:
         click.echo(f"{printed} of {count} received in {loop.time() - started:.1f} s", err=True)
 
@@ -490,6 +522,7 @@ async def _consume(
     timeout: float | None,
     start_from: str,
     tag_filter: Filter | str = "*",
+    trace: bool = False,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -498,7 +531,9 @@ async def _consume(
             loop.add_signal_handler(sig, stop.set)
     started = loop.time()
     deadline = None if timeout is None else started + timeout
-    consumer = Consumer(addresses, group, topic, start_from=start_from, filter=tag_filter)
+    consumer = Consumer(
+        addresses, group, topic, start_from=start_from, filter=tag_filter, trace=trace
+    )
     printed = 0
     closed = False
     # A bounded wait (--timeout) ends by itself; an open-ended one says what it waits for.

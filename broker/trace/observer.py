@@ -45,6 +45,7 @@ from protocol.timer import (
     TIMER_TOPIC,
 )
 from protocol.trace import (
+    PROP_TRACE_CONTEXT,
     SOURCE_BROKER,
     ConsumeReturn,
     EndRecord,
@@ -66,12 +67,10 @@ from protocol.transaction import (
 )
 from storage.store import PutResult
 
-__all__ = ["PROP_TRACE_CONTEXT", "BrokerTracer"]
+__all__ = ["BrokerTracer"]
 
 log = structlog.get_logger(__name__)
 
-PROP_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
-"""RocketMQ's property for the W3C trace context of the official clients (``traceparent``)."""
 _HANDED_MAX: Final = 100_000
 """Handouts whose message id and keys are remembered until their ack (else it is read)."""
 
