@@ -116,7 +116,8 @@ def stats_all(settings: Settings, addresses: str, topic: str | None) -> None:
     on every broker group's master, added up, and per consumer group of the topic how fast its
     committed offsets move (Out TPS of that group); totals count since each broker started. A
     topic no group commits offsets for shows its served rate under "-". Exit status 1 when a
-    broker group could not be asked (the others are counted and printed first).
+    broker group could not be asked (the others are counted and printed first), or no broker
+    group has the topic of -t.
 
     Prints {"topics": [{"topic", "putTps", "getTps", "putTotal", "getTotal", "groups":
     [{"group", "consumeTps"}]}], "failed": [lines]}.
@@ -137,6 +138,8 @@ def stats_all(settings: Settings, addresses: str, topic: str | None) -> None:
     rows = merge_stats([a for a in answers if isinstance(a, StatsData)])
     if topic is not None:
         rows = {t: r for t, r in rows.items() if t == topic}
+        if not rows and not failed:  # every master lists each topic it has, idle ones too
+            raise CommandError(f"no broker group has topic {topic!r}")
     docs = stats_docs(rows)
     if len(failed) < len(brokers):
         emit(settings, {"topics": docs, "failed": failed}, lambda: stats_table(docs))

@@ -316,6 +316,8 @@ def test_broker_status_and_stats_all_show_what_was_put_and_consumed(broker: Brok
     assert [g["group"] for g in t["groups"]] == ["G"]
     table = rmqctl("statsAll", "-a", a)
     assert table.returncode == 0 and "Consumer Group" in table.stdout and "G" in table.stdout
+    # An unknown topic is one line and exit status 1 (it printed an empty table, exit 0).
+    assert "no broker group has topic 'Nope'" in refused("statsAll", "-a", a, "-t", "Nope")
 
 
 def test_send_round_trips_per_broker_group(broker: BrokerProc) -> None:
