@@ -43,6 +43,7 @@ from rmqctl.resend import resend_message
 from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
 from rmqctl.topic import topic_route, update_topic
 from rmqctl.topic_admin import delete_sub_group, delete_topic, topic_list, topic_status
+from rmqctl.trace import query_msg_trace_by_id
 
 COMMANDS: list[click.Command] = [
     update_topic,
@@ -76,6 +77,7 @@ COMMANDS: list[click.Command] = [
     query_msg_by_offset,
     query_msg_by_time,
     print_msg,
+    query_msg_trace_by_id,
     resend_message,
     recall_message,
     update_sub_group,
