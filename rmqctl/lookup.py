@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -208,10 +209,11 @@ def query_msg_by_key(
     """Find the messages of TOPIC whose keys include KEY, on every broker group (its master,
     else a slave), oldest first. Committed messages only.
 
-    Times are epoch milliseconds or ISO-8601 (UTC unless an offset is given). Finding nothing
-    is an error (exit status 1), and so is a broker group that could not be asked (reported on
-    stderr after what the others returned). Prints {"topic", "key", "messages": [...]} with
-    --json.
+    Times are now, a time ago (-1h), epoch milliseconds or ISO-8601 (UTC unless an offset is
+    given). A broker group that answered --max messages may hold more: a line on stderr says
+    so ("truncated": true). Finding nothing is an error (exit status 1), and so is a broker
+    group that could not be asked (reported on stderr after what the others returned). Prints
+    {"topic", "key", "truncated", "messages": [...]} with --json.
     """
     if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
         raise CommandError(f"--begin {utc_iso(begin_ms)} is after --end {utc_iso(end_ms)}")
@@ -228,7 +230,18 @@ def query_msg_by_key(
     found = run(work())
     if not found:
         raise CommandError(f"no message with key {key!r} in topic {topic!r}")
-    _show_found(settings, found, show_body, {"topic": topic, "key": key}, errors)
+    per_group = Counter(m.broker_name for m in found)
+    capped = sorted(name for name, n in per_group.items() if n >= max_num)
+    try:
+        doc = {"topic": topic, "key": key, "truncated": bool(capped)}
+        _show_found(settings, found, show_body, doc, errors)
+    finally:
+        if capped:
+            click.echo(
+                f"rmqctl: {', '.join(capped)} answered --max {max_num} messages, the newest: "
+                "there may be more (raise --max or narrow --begin/--end)",
+                err=True,
+            )
 
 
 @click.command("queryMsgByOffset", short_help="Show the message at a queue offset.")

@@ -5,6 +5,7 @@ is corrupted, and bad input answered with one line and exit status 1."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -60,6 +61,15 @@ def test_lookups_round_trip_and_the_index_survives_restarts_deletion_and_corrupt
 
     assert by_key(a, "all") == ids
     assert by_key(a, "order-1") == ids[1::3]
+    # --max keeps each broker group's newest N and says so on stderr (it said nothing).
+    capped = rmqctl("--json", "queryMsgByKey", "-a", a, "-t", "T", "-k", "all", "--max", "5")
+    assert capped.returncode == 0, capped.stderr
+    doc = json.loads(capped.stdout)
+    assert doc["truncated"] is True and [m["msgId"] for m in doc["messages"]] == ids[-5:]
+    assert "broker-a answered --max 5 messages, the newest: there may be more" in capped.stderr
+    whole = rmqctl("--json", "queryMsgByKey", "-a", a, "-t", "T", "-k", "all")
+    assert whole.returncode == 0 and whole.stderr == ""
+    assert json.loads(whole.stdout)["truncated"] is False
     r = sent[7]
     doc = ok_json("queryMsgById", "-a", a, "-i", ids[7], "--body")
     assert isinstance(doc, dict)
