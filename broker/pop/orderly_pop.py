@@ -89,6 +89,12 @@ def pop_orderly(
             sel = oq.select(now, want, limit, accepts)
         ck = sel.checkpoint(q, oq.low, now, invisible_ms)
         if ck is None:
+            # Nothing to hand out or pass over now, but acks since the last checkpoint may have
+            # made everything below ``low`` done (the last messages acked, the rest passed over
+            # by a filter): the consume offset follows, so the group's lag reaches 0.
+            committed = host.offsets.query(group, topic, queue_id)
+            if committed is None or oq.low > committed:
+                host.offsets.commit(group, topic, queue_id, oq.low, now)
             return [], result
         result = service.append(ck)
         ck_id = result.physical_offsets[0]

@@ -98,18 +98,7 @@ async def setup(broker: BrokerProc) -> None:
 
 
 async def committed_at_end(address: str, group: str) -> bool:
-    conn = await RemotingClient.connect(address, timeout=2.0)
-    try:
-        for q in range(QUEUES):
-            mx = MaxOffsetQuery(topic=TOPIC, queue_id=q)
-            end = (await conn.request(mx.code, mx.header(), None, 5)).header["offset"]
-            cq = ConsumerOffsetQuery(group=group, topic=TOPIC, queue_id=q)
-            resp = await conn.request(cq.code, cq.header(), None, 5)
-            if resp.code != ResponseCode.SUCCESS or resp.header.get("offset") != end:
-                return False
-        return True
-    finally:
-        conn.close()
+    return await committed_at_end_of(address, group, QUEUES)
 
 
 async def test_sql92_filters_on_pull_pop_sdk_and_rmqctl(tmp_path: Path) -> None:
@@ -323,3 +312,62 @@ async def _nothing(consumer: Consumer) -> bool:
     msgs = await consumer.receive(timeout=0.2)
     assert msgs == [], [(m.queue_id, m.queue_offset, m.properties) for m in msgs]
     return True
+
+
+async def test_a_fifo_group_pops_by_sql92_in_order_and_passes_over_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A FIFO group's POP (the orderly path): only the matching messages, each message group's in
+    send order, one at a time per group; the rest are passed over for good (the consume offset
+    reaches the queue's end)."""
+    broker = BrokerProc(tmp_path, extra_toml=ON).start_and_wait()
+    try:
+        addr = broker.address
+        async with Admin(addr) as admin:
+            await admin.create_topic(TOPIC, 1)
+            await admin.update_sub_group({"groupName": "fifo", "consumeMessageOrderly": True})
+        async with Producer(addr) as producer:
+            for i in range(60):
+                group = f"g{i % 3}"
+                await producer.send(
+                    TOPIC, f"{group}-{i}".encode(), properties={"n": str(i)}, message_group=group
+                )
+        want = {
+            f"g{g}": [f"g{g}-{i}" for i in range(60) if i % 3 == g and i % 4 == 0] for g in range(3)
+        }
+        got: dict[str, list[str]] = {g: [] for g in want}
+        sql = Filter.sql(" OR ".join(f"n = {i}" for i in range(0, 60, 4)))
+        async with SimpleConsumer(addr, "fifo", TOPIC, filter=sql) as sc:
+
+            async def all_in_order() -> bool:
+                msgs = await sc.receive(32, invisible_duration=30, wait=0.5)
+                groups = [m.body.decode().split("-")[0] for m in msgs]
+                assert len(groups) == len(set(groups)), groups  # one per message group at a time
+                for m in msgs:
+                    got[m.body.decode().split("-")[0]].append(m.body.decode())
+                    await sc.ack(m)
+                return sum(map(len, got.values())) >= sum(map(len, want.values()))
+
+            await wait_until_async(all_in_order, "the matching messages in order", 60)
+            assert await sc.receive(32, invisible_duration=30, wait=0.5) == []
+        assert got == want
+        await wait_until_async(
+            lambda: committed_at_end_of(addr, "fifo", 1), "fifo's consume offset at the end", 30
+        )
+    finally:
+        broker.stop()
+
+
+async def committed_at_end_of(address: str, group: str, queues: int) -> bool:
+    conn = await RemotingClient.connect(address, timeout=2.0)
+    try:
+        for q in range(queues):
+            mx = MaxOffsetQuery(topic=TOPIC, queue_id=q)
+            end = (await conn.request(mx.code, mx.header(), None, 5)).header["offset"]
+            cq = ConsumerOffsetQuery(group=group, topic=TOPIC, queue_id=q)
+            resp = await conn.request(cq.code, cq.header(), None, 5)
+            if resp.code != ResponseCode.SUCCESS or resp.header.get("offset") != end:
+                return False
+        return True
+    finally:
+        conn.close()
