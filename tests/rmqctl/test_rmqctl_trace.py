@@ -32,11 +32,11 @@ def test_send_and_consume_with_trace_then_query_the_timeline(traced_broker: Brok
     assert sent.returncode == 0, sent.stderr
     msg_id = json.loads(sent.stdout)["results"][0]["msgId"]
     for extra in (["-g", "PULL"], ["-g", "POPG", "--pop"]):
-        got = rmqctl(
+        consumed = rmqctl(
             "--json", "consumeMessage", "-a", a, "-t", "T", "--count", "1", "--timeout", "30",
             "--trace", *extra,
         )  # fmt: skip
-        assert got.returncode == 0 and msg_id in got.stdout, got.stderr
+        assert consumed.returncode == 0 and msg_id in consumed.stdout, consumed.stderr
 
     def steps() -> list[tuple[str, str, str]]:
         q = rmqctl("--json", "queryMsgTraceById", "-a", a, "-i", msg_id)
@@ -62,12 +62,17 @@ def test_send_and_consume_with_trace_then_query_the_timeline(traced_broker: Brok
         last[:] = got
         return sorted(got) == sorted(want)
 
-    wait_until(complete, "every record of the message", 30, interval=0.3,
-               on_timeout=lambda: str(last))  # fmt: skip
-    got = steps()
-    assert got.index(("SubBefore", "PULL", "client")) < got.index(("SubAfter", "PULL", "client"))
-    assert got.index(("SubBefore", "POPG", "broker")) < got.index(("SubAfter", "POPG", "broker"))
-    assert min(got.index(("Pub", "", "client")), got.index(("Pub", "", "broker"))) == 0
+    wait_until(
+        complete, "every record of the message", 30, interval=0.3, on_timeout=lambda: str(last)
+    )
+    order = steps()
+    assert order.index(("SubBefore", "PULL", "client")) < order.index(
+        ("SubAfter", "PULL", "client")
+    )
+    assert order.index(("SubBefore", "POPG", "broker")) < order.index(
+        ("SubAfter", "POPG", "broker")
+    )
+    assert min(order.index(("Pub", "", "client")), order.index(("Pub", "", "broker"))) == 0
 
     table = rmqctl("queryMsgTraceById", "-a", a, "-i", msg_id)
     assert table.returncode == 0, table.stderr
