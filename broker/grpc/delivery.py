@@ -49,6 +49,7 @@ from protocol.timer import (
     PROP_TIMER_OUT_MS,
     PROP_TIMER_SOURCE_OFFSET,
 )
+from protocol.trace import PROP_TRACE_CONTEXT
 from protocol.transaction import (
     PROP_HALF_OFFSET,
     PROP_PRODUCER_GROUP,
@@ -72,6 +73,7 @@ CONSUMER_TYPES: Final = frozenset({pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER})
 #: of a message a client receives.
 SYSTEM_PROPERTIES: Final = RESERVED_PROPERTIES | {
     PROP_PRODUCER_SEQ,  # an idempotent producer's request (docs/idempotence.md)
+    PROP_TRACE_CONTEXT,  # system_properties.trace_context
     PROP_TIMER_OUT_MS,
     PROP_TIMER_SOURCE_OFFSET,
     PROP_TIMER_ENQUEUE_MS,
@@ -262,6 +264,9 @@ def received_message(
     message_group = props.get(PROP_MESSAGE_GROUP)
     if message_group:
         sysp.message_group = message_group
+    trace_context = props.get(PROP_TRACE_CONTEXT)
+    if trace_context:
+        sysp.trace_context = trace_context
     if PROP_DLQ_ORIGIN_TOPIC in props:
         sysp.dead_letter_queue.topic = props[PROP_DLQ_ORIGIN_TOPIC]
         sysp.dead_letter_queue.message_id = props.get(PROP_DLQ_ORIGIN_MESSAGE_ID, "")

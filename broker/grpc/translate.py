@@ -31,6 +31,7 @@ from protocol.timer import (
     PROP_UNIQ_KEY,
     REQUEST_PROPERTIES,
 )
+from protocol.trace import PROP_TRACE_CONTEXT
 from protocol.transaction import (
     PROP_HALF_OFFSET,
     PROP_PRODUCER_GROUP,
@@ -212,6 +213,8 @@ def send_request(msg: pb.Message, peer: str, max_body_bytes: int) -> SendRequest
             raise Refused(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name} is reserved")
         props[name] = value
     props[PROP_UNIQ_KEY] = sysp.message_id
+    if sysp.HasField("trace_context") and sysp.trace_context:
+        props[PROP_TRACE_CONTEXT] = sysp.trace_context  # W3C traceparent: kept, traced, shown
     if kind == pb.FIFO:
         bad = message_group_error(sysp.message_group)
         if bad is not None:
