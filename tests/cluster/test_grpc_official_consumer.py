@@ -366,9 +366,18 @@ async def test_bad_input_gets_a_status_and_forwarding_to_the_dlq(
         assert acked.status.code == pb.UNSUPPORTED, acked
         assert "configured with namespace 'prod'" in acked.status.message
         # Malformed receives.
+        # SQL92 on this broker, whose enable_property_filter is off (docs/filters.md); and a
+        # malformed SQL92 expression, refused before the broker is asked.
         sql = pb.FilterExpression(type=pb.SQL, expression="a > 1")
-        status = _status_of(await _receive(stub, group, filter_expression=sql))
-        assert status.code == pb.UNSUPPORTED and "SQL92" in status.message
+        status = _status_of(
+            await _receive(stub, group, filter_expression=sql, invisible_duration=invisible)
+        )
+        assert status.code == pb.UNSUPPORTED and "enable_property_filter" in status.message
+        bad_sql = pb.FilterExpression(type=pb.SQL, expression="a >")
+        status = _status_of(
+            await _receive(stub, group, filter_expression=bad_sql, invisible_duration=invisible)
+        )
+        assert status.code == pb.ILLEGAL_FILTER_EXPRESSION and "position 3" in status.message
         bad_tag = pb.FilterExpression(type=pb.TAG, expression="TagA ||")
         status = _status_of(
             await _receive(stub, group, filter_expression=bad_tag, invisible_duration=invisible)
