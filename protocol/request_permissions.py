@@ -243,7 +243,10 @@ def controller_checks(req: Frame, cluster: str) -> Checks:
 
 def authorize(user: User, checks: Checks, source_ip: str, code: int) -> Decision:
     """May ``user`` send a request that needs ``checks``, from ``source_ip``? Deny wins within
-    each action (:func:`protocol.acl.decide`); every check needs one allowed action."""
+    each action (:func:`protocol.acl.decide`); every check needs one allowed action. A refused
+    check of several actions gives its first action's reason and names the others that would
+    do (an operator reading "no rule allows pub" for a route lookup should not grant pub when
+    get is what they meant)."""
     if user.type is UserType.SUPER:
         return Decision(True, f"{user.username} is a super user")
     if checks is None:
@@ -257,6 +260,9 @@ def authorize(user: User, checks: Checks, source_ip: str, code: int) -> Decision
                 break
             refusal = refusal or decision
         if refusal is not None:
+            if len(check.actions) > 1:  # say which grants would do, not only the first
+                either = ", ".join(a.value for a in check.actions)
+                return Decision(False, f"{refusal.reason}; any one of {either} would do")
             return refusal
     return Decision(True, "allowed")
 

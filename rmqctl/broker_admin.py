@@ -219,8 +219,9 @@ def get_broker_config(
         for key in sorted(answer.config):
             mark = "  (live)" if key in live else ""
             lines.append(f"{key.ljust(width)} = {_value_text(answer.config[key])}{mark}")
-    emit(settings, {"brokers": docs}, lambda: "\n".join(lines))
     failed = failures(brokers, answers)
+    if lines or not failed:  # a refusal by every broker is its one line alone
+        emit(settings, {"brokers": docs}, lambda: "\n".join(lines))
     if failed:
         raise CommandError("; ".join(failed))
 

@@ -229,6 +229,23 @@ def test_without_permission_a_change_is_refused_and_changes_nothing(
         assert "max_pull_batch = 9  # set live" in b.config_path.read_text()
 
 
+def test_a_normal_users_refusals_are_one_line_naming_what_would_do(
+    secured: tuple[Cluster, list[BrokerNode]],
+) -> None:
+    """Seen against make run SECURE=1 as a user without rules: getBrokerConfig -b/-c wrote an
+    empty line on stdout before its refusal, and topicStatus (a route lookup: pub, sub or get on
+    the topic) said only 'no rule ... allows pub', as if pub were what it needs."""
+    cluster, _group = secured
+    addresses, root = cluster.controller_addresses, signed(ROOT.access_key, ROOT.secret_key)
+    ok_json("updateTopic", "-a", addresses, "-t", "Perm", "-q", "1", env=root)
+    why = refused("topicStatus", "-a", addresses, "-t", "Perm", env=signed(*NORMAL))
+    assert (
+        f"no rule of {NORMAL[0]} allows pub on Topic:Perm; any one of pub, sub, get would do"
+    ) in why
+    why = refused("getBrokerConfig", "-a", addresses, "-c", "DefaultCluster", env=signed(*NORMAL))
+    assert "NO_PERMISSION" in why and "get on Cluster:DefaultCluster" in why
+
+
 def test_broker_status_of_a_cluster_lists_every_replica(
     secured: tuple[Cluster, list[BrokerNode]],
 ) -> None:
