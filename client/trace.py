@@ -169,15 +169,26 @@ class ClientTracer:
             self._started = True
             await self._producer.start()
         while buf:
-            records = [buf.popleft() for _ in range(min(RECORDS_PER_MESSAGE, len(buf)))]
-            body = encode_records(records).encode()
-            try:
-                await self._producer.send(self.topic, body, keys=" ".join(record_msg_ids(records)))
-            except Exception as exc:  # never the application's error
-                self.dropped += len(records)
-                log.debug("trace records dropped", error=str(exc), records=len(records))
-                continue
-            self.written += len(records)
+            # Up to 8 trace messages in flight: one at a time, a loaded broker's round trip
+            # would leave records waiting behind a fast producer.
+            batches: list[list[TraceRecord]] = []
+            while buf and len(batches) < 8:
+                batches.append([buf.popleft() for _ in range(min(RECORDS_PER_MESSAGE, len(buf)))])
+            results = await asyncio.gather(
+                *(
+                    self._producer.send(
+                        self.topic, encode_records(b).encode(), keys=" ".join(record_msg_ids(b))
+                    )
+                    for b in batches
+                ),
+                return_exceptions=True,
+            )
+            for batch, result in zip(batches, results, strict=True):
+                if isinstance(result, BaseException):  # never the application's error
+                    self.dropped += len(batch)
+                    log.debug("trace records dropped", error=str(result), records=len(batch))
+                else:
+                    self.written += len(batch)
 
     async def close(self) -> None:
         """Write what is buffered (one try each; a send in progress finishes), then stop."""

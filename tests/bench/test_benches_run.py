@@ -120,6 +120,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^{NUMBER} scheduled 1 h ahead in {NUMBER} s",
     ),
     "timer_core_bench.py": (rf"^far buckets loaded from disk and drained .*: {NUMBER} entries/s",),
+    "trace_bench.py": (
+        rf"^broker trace, single sends \(64 in flight\) +trace on +{NUMBER} msg/s",
+        rf"^client trace, SDK sends \(64 in flight\) +trace on +{NUMBER} msg/s .* on/off {NUMBER}",
+    ),
     "txn_bench.py": (rf"^  commits alone: +{NUMBER} commits/s",),
 }
 
