@@ -5,9 +5,10 @@ Numbers reuse RocketMQ's where RocketMQ has them; codes of our own start at 5000
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, unique
 
 
+@unique
 class RequestCode(IntEnum):
     SEND_MESSAGE = 10
     PULL_MESSAGE = 11
@@ -92,6 +93,7 @@ class RequestCode(IntEnum):
     SKIP_CORRUPT_MESSAGE = 5191
 
 
+@unique
 class ControllerCode(IntEnum):
     """Request codes only the controllers serve, beyond :class:`RequestCode`.
 
@@ -125,6 +127,7 @@ class ControllerCode(IntEnum):
     GET_REBALANCE_PLAN = 5124
 
 
+@unique
 class ResponseCode(IntEnum):
     SUCCESS = 0
     SYSTEM_ERROR = 1

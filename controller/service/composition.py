@@ -28,8 +28,8 @@ from controller.service.elections import ElectionHandlers
 from controller.service.gate import LeadershipGate
 from controller.service.heartbeats import HeartbeatHandler
 from controller.service.membership import MembershipHandlers
-from controller.service.producers import ProducerIdHandlers
 from controller.service.notifier import BrokerNotifier
+from controller.service.producers import ProducerIdHandlers
 from controller.service.rebalance import Rebalancer, TrafficView
 from controller.service.requests import AsyncHandler, guarded
 from controller.service.scheduler import ElectionScheduler
