@@ -44,6 +44,8 @@ from functools import lru_cache
 from typing import Final
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_NESTING",
     "MAX_SQL_CHARS",
     "And",
     "Between",
@@ -68,6 +70,10 @@ __all__ = [
 
 MAX_SQL_CHARS: Final = 4096
 """The longest expression accepted (a subscription is sent with every request)."""
+MAX_NESTING: Final = 64
+"""Most parentheses and NOTs inside one another (the parser recurses on them)."""
+MAX_DEPTH: Final = 256
+"""Deepest tree accepted (AND and OR chains count: evaluation recurses on the tree)."""
 
 
 class SqlError(ValueError):
@@ -210,6 +216,12 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.toks = _lex(text)
         self.i = 0
+        self.nesting = 0
+
+    def nest(self) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise SqlError(self.peek().pos, f"parentheses and NOT nest deeper than {MAX_NESTING}")
 
     def peek(self) -> _Tok:
         return self.toks[self.i]
@@ -267,14 +279,19 @@ class _Parser:
     def not_(self) -> Node:
         if self.at_kw("NOT"):
             self.take()
-            return Not(self.not_())
+            self.nest()
+            inner = self.not_()
+            self.nesting -= 1
+            return Not(inner)
         return self.predicate()
 
     def predicate(self) -> Node:
         if self.at_op("("):
             self.take()
+            self.nest()
             node = self.or_()
             self.expect_op(")", "to close the parenthesis")
+            self.nesting -= 1
             return node
         start = self.peek()
         left = self.operand("a condition")
@@ -371,7 +388,26 @@ def parse_sql(text: str) -> Node:
     """The expression's tree. Raises :class:`SqlError` (position and reason)."""
     if len(text) > MAX_SQL_CHARS:
         raise SqlError(MAX_SQL_CHARS, f"the expression is longer than {MAX_SQL_CHARS} characters")
-    return _Parser(text).parse()
+    tree = _Parser(text).parse()
+    if _depth(tree) > MAX_DEPTH:
+        raise SqlError(
+            0, f"the expression nests deeper than {MAX_DEPTH} (AND, OR, NOT, parentheses)"
+        )
+    return tree
+
+
+def _depth(tree: Node) -> int:
+    """The tree's depth, without recursion."""
+    deepest = 0
+    stack: list[tuple[Node, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, And | Or):
+            stack += [(node.left, depth + 1), (node.right, depth + 1)]
+        elif isinstance(node, Not):
+            stack.append((node.inner, depth + 1))
+    return deepest
 
 
 # ---------------------------------------------------------------------------------- printing

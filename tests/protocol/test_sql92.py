@@ -179,6 +179,28 @@ def test_parse_errors_name_the_position_and_reason(expr: str, position: int, rea
     assert f"at position {position}" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        ("NOT " * 65 + "TRUE", "parentheses and NOT nest deeper than 64"),
+        ("NOT " * 1000 + "TRUE", "parentheses and NOT nest deeper than 64"),
+        ("(" * 65 + "TRUE" + ")" * 65, "parentheses and NOT nest deeper than 64"),
+        (" AND ".join(["TRUE"] * 300), "nests deeper than 256"),
+        (" OR ".join(["a = 1"] * 300), "nests deeper than 256"),
+    ],
+)
+def test_too_deep_is_refused_with_one_error(expr: str, reason: str) -> None:
+    # Before the limits: RecursionError out of the parser (NOT x 1000) or the evaluator.
+    with pytest.raises(SqlError, match=reason):
+        compile_filter(expr)
+
+
+def test_nesting_up_to_the_limits_parses_and_evaluates() -> None:
+    assert compile_filter("NOT " * 64 + "TRUE").matches({})
+    assert compile_filter("(" * 64 + "TRUE" + ")" * 64).matches({})
+    assert compile_filter(" AND ".join(["a = 1"] * 256)).matches({"a": "1"})
+
+
 def test_too_long_is_refused() -> None:
     with pytest.raises(SqlError, match="longer than"):
         parse_sql("a = 'x' OR " * 1000 + "TRUE")
