@@ -33,6 +33,7 @@ from broker.send.service import SendService
 from broker.stored_record import visible_record_at
 from broker.timer.service import TimerService
 from broker.trace.attach import attach as attach_trace
+from broker.trace.attach import export_metrics as export_trace_metrics
 from broker.transaction.service import TransactionService
 from broker.write_gate import WriteGate
 from protocol.message import Message, MessageRecord
@@ -247,11 +248,11 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             ctx.store,
             ctx.appender,
             ctx.gate,
-            metrics,
             ctx.ensure_system_topic,
             ctx.visible_offset,
             ctx.now_ms,
         )
         ctx.pop.tracer = ctx.tracer
         ctx.transactions.tracer = ctx.tracer
+    export_trace_metrics(metrics, ctx.tracer.writer if ctx.tracer is not None else None)
     return ctx

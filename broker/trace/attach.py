@@ -16,7 +16,7 @@ from storage.config_files import TopicConfig
 from storage.queue_read import GetStatus
 from storage.store import MessageStore
 
-__all__ = ["attach"]
+__all__ = ["attach", "export_metrics"]
 
 
 def attach(
@@ -24,7 +24,6 @@ def attach(
     store: MessageStore,
     appender: Appender,
     gate: WriteGate,
-    metrics: BrokerMetrics,
     ensure_system_topic: Callable[[str], TopicConfig],
     visible_offset: Callable[[], int | None],
     now_ms: Callable[[], int],
@@ -47,20 +46,24 @@ def attach(
     writer = TraceWriter(topic, cfg.trace_buffer_records, put, born_host=store_host, now_ms=now_ms)
     tracer = BrokerTracer(writer, store_host, now_ms, read)
     appender.put_listeners.append(tracer.on_put)
+    return tracer
+
+
+def export_metrics(metrics: BrokerMetrics, writer: TraceWriter | None) -> None:
+    """The trace's figures (0 with trace_enabled off: the same series on every broker)."""
     metrics.counter_fn(
         "rmq_broker_trace_records",
         "Trace records written to the trace topic (trace_enabled)",
-        lambda: writer.written,
+        lambda: writer.written if writer is not None else 0,
     )
     metrics.counter_fn(
         "rmq_broker_trace_dropped",
         "Trace records dropped: the buffer (trace_buffer_records) was full, or the trace "
         "topic took no append (not master, disk full)",
-        lambda: writer.dropped,
+        lambda: writer.dropped if writer is not None else 0,
     )
     metrics.gauge_fn(
         "rmq_broker_trace_buffered",
         "Trace records waiting to be written",
-        lambda: len(writer),
+        lambda: len(writer) if writer is not None else 0,
     )
-    return tracer
