@@ -106,3 +106,53 @@ async def test_with_trace_off_the_broker_writes_no_trace(tmp_path: Path) -> None
         assert broker.ctx.tracer is None
         assert broker.ctx.topics.get(TRACE_TOPIC) is None
         assert not broker.ctx.appender.put_listeners
+
+
+async def test_scheduled_recalled_and_transactional_messages_are_traced(tmp_path: Path) -> None:
+    from client.transaction import TransactionProducer, TransactionStatus
+    from protocol.trace import EndTransactionRecord, MessageType
+
+    async with running(small_config(tmp_path, trace_enabled=True)) as broker:
+        address = f"127.0.0.1:{broker.port}"
+        broker.ctx.create_topic("T", 1)
+        async with Producer(address) as producer:
+            later = await producer.send("T", b"soon", keys="s", delay=1)
+            recalled = await producer.send("T", b"never", delay=60)
+            await producer.recall("T", recalled.msg_id)
+        async with TransactionProducer(
+            address, "txg", lambda _m: TransactionStatus.UNKNOWN, topics=["T"]
+        ) as tp:
+            committed = await tp.send_transaction("T", b"c", keys="c")
+            await committed.commit()
+            rolled = await tp.send_transaction("T", b"r")
+            await rolled.rollback()
+        async with Lookup(address) as lookup:
+
+            async def kinds(msg_id: str, n: int) -> list[TraceStep] | None:
+                steps = await query_trace(lookup, msg_id)
+                return steps if len(steps) >= n else None
+
+            scheduled = await wait_until_async(
+                lambda: kinds(later.msg_id, 2), "the scheduled message delivered", 30, interval=0.2
+            )
+            gone = await wait_until_async(
+                lambda: kinds(recalled.msg_id, 2), "the recall", 20, interval=0.2
+            )
+            done = await wait_until_async(
+                lambda: kinds(committed.half.msg_id, 2), "the commit", 20, interval=0.2
+            )
+            undone = await wait_until_async(
+                lambda: kinds(rolled.half.msg_id, 2), "the rollback", 20, interval=0.2
+            )
+    pub, delivered = (s.record for s in scheduled)  # type: ignore[union-attr]
+    assert isinstance(pub, PubRecord) and pub.msg_type is MessageType.DELAY and pub.topic == "T"
+    assert isinstance(delivered, EndRecord) and delivered.kind is TraceType.DELAY
+    assert delivered.detail.startswith("0:") and delivered.keys == "s"  # queue 0, its offset
+    pub, recall = (s.record for s in gone)  # type: ignore[union-attr]
+    assert isinstance(recall, EndRecord) and recall.kind is TraceType.RECALL
+    for steps, state in ((done, "COMMIT_MESSAGE"), (undone, "ROLLBACK_MESSAGE")):
+        half, end = (s.record for s in steps)  # type: ignore[union-attr]
+        assert isinstance(half, PubRecord) and half.msg_type is MessageType.TRANS_HALF
+        assert (half.group, half.topic) == ("txg", "T")
+        assert isinstance(end, EndTransactionRecord) and end.state == state
+        assert (end.group, end.topic, end.from_check) == ("txg", "T", False)
