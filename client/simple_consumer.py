@@ -33,6 +33,7 @@ from client.brokers import MasterCaller
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
 from client.message import ReceivedMessage
 from client.routes import RouteCache
+from client.trace import ClientTracer, now_ms
 from protocol.broker_requests.pop import (
     AckRequest,
     BatchAckAnswer,
@@ -117,9 +118,19 @@ class SimpleConsumer:
         route_refresh_interval: float = 30.0,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        trace: bool = False,
     ) -> None:
+        """``trace=True`` (RocketMQ's enableMsgTrace): each message received, and its ack or
+        change of invisible time (failed), goes to the trace topic (docs/traces.md)."""
         self.group = group
         self.topic = topic
+        self._tracer = (
+            ClientTracer(bootstrap, producer_options={"credentials": credentials, "tls": tls})
+            if trace
+            else None
+        )
+        self._tracing: dict[str, tuple[str, int]] = {}
+        """trace: receipt handle -> (request id, when received) until acked or changed."""
         flt = as_filter(filter)  # raises FilterError for a bad expression, before any I/O
         self.filter = flt.expression
         self.filter_type = flt.type
@@ -141,6 +152,8 @@ class SimpleConsumer:
         if self._closed:
             return
         self._closed = True
+        if self._tracer is not None:
+            await self._tracer.close()
         await self.routes.close()
         self._pool.close()
 
@@ -157,6 +170,26 @@ class SimpleConsumer:
     ) -> list[PopMessage]:
         """Up to ``max_messages`` messages, hidden from the group for ``invisible_duration``
         seconds; waits up to ``wait`` seconds for the first (an empty list then)."""
+        got = await self._receive(max_messages, invisible_duration, wait)
+        if self._tracer is not None:
+            now = now_ms()
+            for m in got:
+                request_id = self._tracer.consuming(self.group, m.record, m.attempt, now)
+                self._tracing[m.receipt_handle] = (request_id, now)
+        return got
+
+    def _traced(self, msg: PopMessage, handle: str, *, success: bool) -> None:
+        if self._tracer is None:
+            return
+        held = self._tracing.pop(handle, None)
+        if held is not None:
+            self._tracer.consumed(
+                self.group, msg.record, held[0], held[1], now_ms(), success=success
+            )
+
+    async def _receive(
+        self, max_messages: int, invisible_duration: float, wait: float
+    ) -> list[PopMessage]:
         if self._closed:
             raise ClosedError("consumer is closed")
         route = await self.routes.get(self.topic)
@@ -245,6 +278,7 @@ class SimpleConsumer:
         assert resp is not None
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError.of(resp, self._caller.address(msg.broker_name))
+        self._traced(msg, msg.receipt_handle, success=True)
 
     async def ack_many(self, msgs: list[PopMessage]) -> list[BrokerError | None]:
         """Ack several messages, one request (and one record) per broker group; returns per
@@ -277,6 +311,9 @@ class SimpleConsumer:
                         out[i] = BrokerError(code, answer.remark, address)
 
         await asyncio.gather(*(one(b, idx) for b, idx in by_broker.items()))
+        for msg, refused in zip(msgs, out, strict=True):
+            if refused is None:
+                self._traced(msg, msg.receipt_handle, success=True)
         return out
 
     async def change_invisible_duration(self, msg: PopMessage, seconds: float) -> None:
@@ -289,6 +326,7 @@ class SimpleConsumer:
         assert resp is not None
         if resp.code != ResponseCode.SUCCESS:
             raise BrokerError.of(resp, self._caller.address(msg.broker_name))
+        self._traced(msg, msg.receipt_handle, success=False)
         try:
             changed = InvisibleChanged.parse(resp.header, resp.body)
         except FieldError:

@@ -20,7 +20,6 @@ from client.consumer import Consumer
 from client.message import ReceivedMessage, SendResult
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
-from client.trace import ClientTracer, now_ms
 from protocol.filter import Filter, FilterError
 from protocol.message import PROP_KEYS, PROP_TAGS
 from rmqctl.common import (
@@ -448,8 +447,7 @@ async def _consume_pop(
             loop.add_signal_handler(sig, stop.set)
     started = loop.time()
     deadline = None if timeout is None else started + timeout
-    consumer = SimpleConsumer(addresses, group, topic, filter=tag_filter)
-    tracer = ClientTracer(addresses) if trace else None
+    consumer = SimpleConsumer(addresses, group, topic, filter=tag_filter, trace=trace)
     printed = 0
     closed = False
     spinner = Spinner(_waiting_for(topic, group, 0, pop=True))
@@ -478,16 +476,7 @@ async def _consume_pop(
                     stdout_closed()
                     closed = True
                     break
-                now = now_ms()
-                traced = [
-                    (m, tracer.consuming(group, m.record, m.attempt, now))
-                    for m in msgs
-                    if tracer is not None
-                ]
                 await asyncio.gather(*(consumer.ack(m) for m in msgs))
-                if tracer is not None:
-                    for m, request_id in traced:
-                        tracer.consumed(group, m.record, request_id, now, now_ms(), success=True)
                 printed += len(msgs)
                 spinner.say(_waiting_for(topic, group, printed, pop=True))
     finally:
@@ -495,8 +484,6 @@ async def _consume_pop(
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
         await consumer.close()
-        if tracer is not None:
-            await tracer.close()
     if count is not None and printed < count and not closed:
         click.echo(f"{printed} of {count} received in {loop.time() - started:.1f} s", err=True)
 

@@ -9,7 +9,14 @@ from pathlib import Path
 from client import Consumer, Producer
 from client.lookup import Lookup
 from client.trace import query_trace
-from protocol.trace import SOURCE_CLIENT, TRACE_TOPIC, PubRecord, SubAfterRecord, SubBeforeRecord
+from protocol.trace import (
+    SOURCE_CLIENT,
+    TRACE_TOPIC,
+    PubRecord,
+    SubAfterRecord,
+    SubBeforeRecord,
+    TraceRecord,
+)
 from tests.broker.support import running, small_config
 from tests.support.wait import wait_until_async
 
@@ -53,3 +60,37 @@ async def test_a_traced_producer_and_consumer_write_their_records(tmp_path: Path
     assert before.request_id == after.request_id and after.cost_ms >= 0
     assert isinstance(failed[2], SubAfterRecord) and failed[2].success is False
     assert broker.ctx.tracer is None  # these came from the clients alone
+
+
+async def test_a_traced_simple_consumer_writes_receives_acks_and_changes(tmp_path: Path) -> None:
+    from client.simple_consumer import SimpleConsumer
+
+    async with running(small_config(tmp_path)) as broker:
+        address = f"127.0.0.1:{broker.port}"
+        broker.ctx.create_topic("T", 1)
+        broker.ctx.create_topic(TRACE_TOPIC, 1)
+        async with Producer(address) as producer:
+            sent = await producer.send("T", b"one")
+        async with SimpleConsumer(address, "S", "T", trace=True) as consumer:
+            [first] = await consumer.receive(1, invisible_duration=30, wait=5)
+            await consumer.change_invisible_duration(first, 1)  # a nack
+            [again] = await consumer.receive(1, invisible_duration=30, wait=15)
+            await consumer.ack(again)
+        async with Lookup(address) as lookup:
+
+            async def four() -> list[TraceRecord] | None:
+                steps = [s.record for s in await query_trace(lookup, sent.msg_id)]
+                return steps if len(steps) == 4 else None
+
+            steps = await wait_until_async(four, "four records", 20, interval=0.2)
+    assert steps is not None
+    got = [
+        (type(r).__name__, getattr(r, "retry_times", None), getattr(r, "success", None))
+        for r in steps
+    ]
+    assert got == [
+        ("SubBeforeRecord", 0, None),
+        ("SubAfterRecord", None, False),
+        ("SubBeforeRecord", 1, None),
+        ("SubAfterRecord", None, True),
+    ]
