@@ -350,7 +350,12 @@ class Broker:
         if self.replicas is None:
             # A lone broker scrubs too (the ReplicasManager runs it in controller mode): it
             # finds damage before a consumer does, with no replica to repair it from.
-            scrubber = Scrubber(store, None, lambda: cfg.scrub_bytes_per_s)
+            scrubber = Scrubber(
+                store,
+                None,
+                lambda: cfg.scrub_bytes_per_s,
+                lambda: cfg.scrub_interval_hours * 3600.0,
+            )
             export_metrics(self.metrics, scrubber)
             self._tasks.append(asyncio.create_task(scrubber.run(), name="scrub"))
         timer.start()

@@ -237,6 +237,13 @@ class BrokerConfig:
         'records from the group\'s replicas (docs/operations.md, "Corrupt files"); 0 turns it off',
         at_least(0),
     )
+    scrub_interval_hours: float = field(
+        168.0,
+        "a scrub pass starts no sooner than this after the previous one started (a week, as "
+        "Ceph's deep scrub), so an idle broker does not re-read its log over and over; a "
+        "restart starts the next pass at once; 0 runs passes back to back",
+        at_least(0.0),
+    )
     timer_enable: bool = field(
         True,
         "accept and deliver scheduled messages (a delivery time or delay); set it alike on every replica of a group (a slave with it off cannot deliver after a failover)",

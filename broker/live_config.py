@@ -62,6 +62,8 @@ LIVE_KEYS: dict[str, str] = {
     "transaction_check_max": "at the next check-back",
     "auth_refresh_interval_ms": "after the refresh now waiting (auth_enabled)",
     "scrub_bytes_per_s": "from the scrub's next slice (a tenth of a second)",
+    "scrub_interval_hours": "when the scrub, resting between passes, next looks (a tenth of "
+    "a second)",
 }
 """The keys UPDATE_BROKER_CONFIG changes while the broker runs, and when each takes effect."""
 

@@ -121,7 +121,12 @@ class ReplicasManager:
             "Repairs of a damaged CommitLog record that no replica could make",
             lambda: counts["unrepairable"],
         )
-        self.scrubber = Scrubber(ctx.store, self.repair, lambda: cfg.scrub_bytes_per_s)
+        self.scrubber = Scrubber(
+            ctx.store,
+            self.repair,
+            lambda: cfg.scrub_bytes_per_s,
+            lambda: cfg.scrub_interval_hours * 3600.0,
+        )
         export_metrics(ctx.metrics, self.scrubber)
         ctx.metrics.counter_fn(
             "rmq_broker_repair_answers_refused",

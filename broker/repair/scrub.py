@@ -4,7 +4,9 @@
 (:class:`~broker.repair.fetch.RecordRepair`), before a consumer meets it. Its position is saved
 every :data:`SAVE_EVERY_S` and at the end of each pass, so a restart carries on from there. At
 the end of each pass one sealed key index file is checked too (in turn); one that fails is
-rebuilt from the CommitLog (``MessageStore.check_index``).
+rebuilt from the CommitLog (``MessageStore.check_index``). A pass starts no sooner than
+``scrub_interval_hours`` after the previous one started: between passes the scrub rests (an idle
+broker with a small log would otherwise re-read it several times a second, for nothing).
 
 Counted in :attr:`Scrubber.counts` (the metrics ``rmq_broker_scrub_*_total``): bytes scrubbed,
 damage found, repaired, unrepairable (no replica holds it intact: the damage stays, reads of it
@@ -58,11 +60,16 @@ class Scrubber:
     """Loop thread only."""
 
     def __init__(
-        self, store: MessageStore, repair: RecordRepair | None, rate: Callable[[], int]
+        self,
+        store: MessageStore,
+        repair: RecordRepair | None,
+        rate: Callable[[], int],
+        interval_s: Callable[[], float],
     ) -> None:
         self._store = store
         self._repair = repair
         self._rate = rate
+        self._interval_s = interval_s
         self.counts: dict[str, int] = dict.fromkeys(SCRUB_KINDS, 0)
         """Bytes read; damage found, repaired and unrepairable, each once per offset."""
         self._found: set[int] = set()
@@ -72,11 +79,17 @@ class Scrubber:
         every tick for the heartbeats (read on their thread) and the controllers' elections."""
 
     async def run(self) -> None:
-        saved_at = time.monotonic()
+        saved_at = pass_began = time.monotonic()
+        resting = False
         credit = 0.0
         while True:
             await asyncio.sleep(TICK_S)
             self.damaged_records = len(self._store.unrepaired())
+            if resting:
+                if time.monotonic() - pass_began < self._interval_s():
+                    continue
+                resting = False
+                pass_began = time.monotonic()
             rate = self._rate()
             if rate <= 0:
                 credit = 0.0
@@ -101,9 +114,13 @@ class Scrubber:
                     log.warning("scrub position not saved", error=str(exc))
             if step.wrapped:
                 position, passes = self._store.scrub_position
-                log.info("scrub pass ended", passes=passes, position=position)
+                rest_s = max(0.0, self._interval_s() - (time.monotonic() - pass_began))
+                log.info(
+                    "scrub pass ended", passes=passes, position=position, next_in_s=round(rest_s)
+                )
                 if self._store.check_index() is not None:  # logged by the index
                     self.counts["index_rebuilt"] += 1
+                resting, credit = True, 0.0
 
     async def _handle(self, offset: int, size: int) -> None:
         if offset not in self._found:

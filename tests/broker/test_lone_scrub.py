@@ -12,7 +12,7 @@ import pytest
 from protocol.codes import ResponseCode
 from tests.storage.test_store_corruption import corrupt_count, filled_then_stopped, flip, pull
 from tests.support.procs import BrokerProc, free_port
-from tests.support.wait import wait_until
+from tests.support.wait import stays, wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -57,3 +57,27 @@ async def test_a_lone_broker_scrub_finds_damage_it_cannot_repair(
     remark = str(header["remark"])
     assert "no other replica to repair it from" in remark
     assert "rmqctl skipCorruptMessage -t Damaged -q 0 -o 10" in remark
+
+
+async def test_an_idle_broker_rests_between_scrub_passes(
+    broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    # Found on make run: with a small log, the scrub wrapped and began again at once, re-reading
+    # the whole log several times a second (13% of a core per idle broker, a log line a pass).
+    # A pass now starts no sooner than scrub_interval_hours (default a week) after the last.
+    port = free_port()
+    broker, _ = await filled_then_stopped(broker_factory, tmp_path, port, kill=False)
+    config = Path(broker.argv[broker.argv.index("--config") + 1])
+    config.write_text(config.read_text().replace("scrub_bytes_per_s = 0\n", ""))  # the defaults
+    since = len(broker.log())
+    broker.start_and_wait()
+
+    wait_until(lambda: "scrub pass ended" in broker.log()[since:], "the first scrub pass", 30)
+    scrubbed = figure(port, "rmq_broker_scrub_bytes_total")
+    assert scrubbed > 0
+    stays(
+        lambda: figure(port, "rmq_broker_scrub_bytes_total") == scrubbed,
+        3.0,
+        "the scrub to rest after its pass (no byte read again)",
+    )
+    assert broker.log()[since:].count("scrub pass ended") == 1
