@@ -43,7 +43,7 @@ from broker.processors.static_queues import StaticQueueProcessor
 from broker.processors.subscription_groups import SubscriptionGroupProcessor
 from broker.processors.topic_admin import TopicAdminProcessor
 from broker.processors.transaction import TransactionProcessor
-from broker.repair.scrub import Scrubber, export_metrics
+from broker.repair.scrub import Scrubber, export_metrics, export_repair_metrics
 from broker.replicas_manager import ReplicasManager
 from broker.static_forward import StaticForwarder
 from daemon.logs import set_level as set_log_level
@@ -357,6 +357,7 @@ class Broker:
                 lambda: cfg.scrub_interval_hours * 3600.0,
             )
             export_metrics(self.metrics, scrubber)
+            export_repair_metrics(self.metrics, None)
             self._tasks.append(asyncio.create_task(scrubber.run(), name="scrub"))
         timer.start()
         self.ctx.pop.start()

@@ -38,7 +38,7 @@ from broker.controller_link import ControllerLink
 from broker.ha.service import HAService
 from broker.identity import BrokerIdentity
 from broker.repair.fetch import RecordRepair
-from broker.repair.scrub import Scrubber, export_metrics
+from broker.repair.scrub import Scrubber, export_metrics, export_repair_metrics
 from broker.replicas.config_sync import SlaveConfigSync
 from broker.replicas.group_info import NO_MASTER, GroupInfo
 from broker.replicas.heartbeat import Heartbeats
@@ -110,17 +110,7 @@ class ReplicasManager:
         # Damaged records are fetched from the group's other replicas (issue 31).
         self.repair = RecordRepair(ctx.store, lambda: ha, lambda: ctx.role, lambda: self.pool)
         ctx.store.repairer = self.repair
-        counts = self.repair.counts
-        ctx.metrics.counter_fn(
-            "rmq_broker_records_repaired",
-            "CommitLog records that failed their checks, written back from another replica",
-            lambda: counts["repaired"],
-        )
-        ctx.metrics.counter_fn(
-            "rmq_broker_records_unrepairable",
-            "Repairs of a damaged CommitLog record that no replica could make",
-            lambda: counts["unrepairable"],
-        )
+        export_repair_metrics(ctx.metrics, self.repair)
         self.scrubber = Scrubber(
             ctx.store,
             self.repair,
@@ -128,12 +118,6 @@ class ReplicasManager:
             lambda: cfg.scrub_interval_hours * 3600.0,
         )
         export_metrics(ctx.metrics, self.scrubber)
-        ctx.metrics.counter_fn(
-            "rmq_broker_repair_answers_refused",
-            "Replicas' repair answers refused by the checks (bytes failing their CRC, another "
-            "epoch, an offset beyond the replica's epoch)",
-            lambda: counts["answers_refused"],
-        )
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:

@@ -28,7 +28,7 @@ from broker.repair.fetch import RecordRepair
 from storage.errors import StoreError
 from storage.store import MessageStore
 
-__all__ = ["SCRUB_KINDS", "Scrubber", "export_metrics"]
+__all__ = ["SCRUB_KINDS", "Scrubber", "export_metrics", "export_repair_metrics"]
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +45,32 @@ _METRIC_DOCS: Final = {
     "unrepairable": "Damaged records the scrub found that no replica holds intact",
     "index_rebuilt": "Key index files the scrub found failing their CRC, rebuilt",
 }
+
+
+_REPAIR_METRICS: Final = {
+    "repaired": (
+        "rmq_broker_records_repaired",
+        "CommitLog records that failed their checks, written back from another replica",
+    ),
+    "unrepairable": (
+        "rmq_broker_records_unrepairable",
+        "Repairs of a damaged CommitLog record that no replica could make",
+    ),
+    "answers_refused": (
+        "rmq_broker_repair_answers_refused",
+        "Replicas' repair answers refused by the checks (bytes failing their CRC, another "
+        "epoch, an offset beyond the replica's epoch)",
+    ),
+}
+
+
+def export_repair_metrics(metrics: BrokerMetrics, repair: RecordRepair | None) -> None:
+    """``rmq_broker_records_repaired_total`` and its two siblings, read from ``repair.counts``
+    at scrape time; 0 on a broker with no replica to repair from (``repair`` None), so every
+    broker exports the same series."""
+    counts = dict.fromkeys(_REPAIR_METRICS, 0) if repair is None else repair.counts
+    for kind, (name, doc) in _REPAIR_METRICS.items():
+        metrics.counter_fn(name, doc, partial(counts.__getitem__, kind))
 
 
 def export_metrics(metrics: BrokerMetrics, scrubber: Scrubber) -> None:
