@@ -55,10 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import ssl
-import uuid
 from collections.abc import Sequence
 
 from client import logs
@@ -67,6 +64,7 @@ from client.brokers import MasterCaller
 from client.buffer import MessageBuffer
 from client.consume_retry import ConsumeRetry
 from client.errors import ClientError, ClosedError
+from client.identity import default_client_id
 from client.message import ReceivedMessage
 from client.offset_commit import OffsetCommitter
 from client.offset_reset import OffsetResetter, ResetReport
@@ -85,11 +83,6 @@ from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
 log = logs.get_logger(__name__)
-
-
-def default_client_id() -> str:
-    """host@pid@random: unique per consumer instance, readable in member lists."""
-    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
 
 
 class Consumer:
@@ -255,6 +248,8 @@ class Consumer:
                     route_refresh_interval=route_refresh_interval,
                     credentials=credentials,
                     tls=tls,
+                    client_id=self.client_id,
+                    heartbeat_interval=heartbeat_interval,
                 ),
                 invisible_duration=invisible_duration,
                 max_in_flight=max_in_flight,

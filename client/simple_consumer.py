@@ -23,6 +23,7 @@ comes only after the previous one was acked, and a message not acked in time com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import ssl
 from collections.abc import Sequence
@@ -31,9 +32,11 @@ from client import logs
 from client.bootstrap import Bootstrap
 from client.brokers import MasterCaller
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
+from client.identity import SDK_LANGUAGE, SDK_VERSION, default_client_id
 from client.message import ReceivedMessage
 from client.routes import RouteCache
 from client.trace import ClientTracer, now_ms
+from protocol.broker_requests.clients import Heartbeat, UnregisterClient
 from protocol.broker_requests.pop import (
     AckRequest,
     BatchAckAnswer,
@@ -119,11 +122,21 @@ class SimpleConsumer:
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
         trace: bool = False,
+        client_id: str | None = None,
+        heartbeat_interval: float = 3.0,
     ) -> None:
         """``trace=True`` (RocketMQ's enableMsgTrace): each message received, and its ack or
-        change of invisible time (failed), goes to the trace topic (docs/traces.md)."""
+        change of invisible time (failed), goes to the trace topic (docs/traces.md).
+
+        While started, the consumer heart-beats its group to every broker group of the topic
+        each ``heartbeat_interval`` (as RocketMQ's POP consumers do), so the brokers list it as
+        a live member (rmqctl consumerConnection, resendMessage, an offset reset's notice), and
+        leaves the group when closed."""
         self.group = group
         self.topic = topic
+        self.client_id = client_id or default_client_id()
+        self._heartbeat_interval = heartbeat_interval
+        self._heartbeats: asyncio.Task[None] | None = None
         self._tracer = (
             ClientTracer(bootstrap, producer_options={"credentials": credentials, "tls": tls})
             if trace
@@ -147,11 +160,54 @@ class SimpleConsumer:
             raise ClosedError("consumer is closed")
         self.routes.start()
         await self.routes.get(self.topic)
+        if self._heartbeats is None:
+            self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name="pop-heartbeat")
+
+    async def _heartbeat_loop(self) -> None:
+        beat, _ = Heartbeat(
+            group=self.group,
+            client_id=self.client_id,
+            topic=self.topic,
+            language=SDK_LANGUAGE,
+            version=SDK_VERSION,
+        ).encode()
+        while True:
+            await self._to_every_group(RequestCode.HEART_BEAT, beat)
+            await asyncio.sleep(self._heartbeat_interval)
+
+    async def _to_every_group(self, code: int, header: Header) -> None:
+        """One request to every broker group of the topic (its master, or a slave while it
+        has none); failures are passed over: the next heartbeat tries again."""
+        route = self.routes.peek(self.topic)
+        if route is None:
+            return
+
+        async def one(address: str) -> None:
+            conn = await self._pool.get(address)
+            await conn.request(code, header, None, self._timeout)
+
+        results = await asyncio.gather(
+            *(one(a) for a in route.read_addresses().values()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, (ClientError, RemotingError)):
+                log.debug("POP consumer heartbeat failed", group=self.group, error=str(result))
+            elif isinstance(result, BaseException):
+                raise result
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+            leave, _ = UnregisterClient(group=self.group, client_id=self.client_id).encode()
+            with contextlib.suppress(ClientError, RemotingError, TimeoutError):
+                await asyncio.wait_for(
+                    self._to_every_group(RequestCode.UNREGISTER_CLIENT, leave), self._timeout
+                )
         if self._tracer is not None:
             await self._tracer.close()
         await self.routes.close()
