@@ -40,16 +40,16 @@ class RequestCode(IntEnum):
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202
     GET_CONSUMER_CONNECTION_LIST = 203
-    GET_PRODUCER_CONNECTION_LIST = 204
     DELETE_SUBSCRIPTIONGROUP = 207
+    GET_PRODUCER_CONNECTION_LIST = 204
     GET_CONSUME_STATS = 208
-    VIEW_BROKER_STATS_DATA = 315
-    # Offsets moved by an operator while the group's members run (docs/operations.md).
-    RESET_CONSUMER_CLIENT_OFFSET = 220
-    INVOKE_BROKER_TO_RESET_OFFSET = 222
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_TOPICS_BY_CLUSTER = 224
+    # Offsets moved by an operator while the group's members run (docs/operations.md).
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
+    VIEW_BROKER_STATS_DATA = 315
     SEND_BATCH_MESSAGE = 320
     # RocketMQ's: rmqctl resendMessage; the broker delivers one message to a consumer group.
     CONSUME_MESSAGE_DIRECTLY = 309
@@ -75,11 +75,11 @@ class RequestCode(IntEnum):
     # Our own: a consumer group's dead-letter queue (issue 11).
     QUERY_DLQ_MESSAGES = 5200
     RESEND_DLQ_MESSAGES = 5201
+    # Our own: a queue's messages stored in a time range (rmqctl queryMsgByTime, printMsg).
+    QUERY_MESSAGE_BY_TIME = 5160
     # Our own: an idempotent producer's id and epoch from the controllers (issue 29,
     # docs/idempotence.md).
     CONTROLLER_GET_PRODUCER_ID = 5180
-    # Our own: a queue's messages stored in a time range (rmqctl queryMsgByTime, printMsg).
-    QUERY_MESSAGE_BY_TIME = 5160
     # Our own: a re-map fences a static topic's physical queue on its master (static-topics.md).
     FENCE_STATIC_QUEUE = 5122
     # Our own, served by brokers and controllers with authentication on: a signed request that
@@ -204,13 +204,6 @@ class ResponseCode(IntEnum):
     # does not read its retry topic (a FIFO group, consumeRetry off). Nothing was stored.
     CONSUMER_NOT_ONLINE = 5065
     GROUP_READS_NO_RETRY = 5066
-    # UPDATE_BROKER_CONFIG (issue 28): nothing changed. The key is not a config key; it is
-    # read only at start-up (the remark says why); its value is refused as at start-up; the
-    # broker's config file could not be rewritten.
-    CONFIG_KEY_UNKNOWN = 5060
-    CONFIG_KEY_NEEDS_RESTART = 5061
-    CONFIG_VALUE_INVALID = 5062
-    CONFIG_NOT_PERSISTED = 5063
     # deleteTopic/deleteSubGroup (issue 28): a producer connected to a broker sends to the
     # topic (--force deletes it anyway); a system topic or group, which the brokers need.
     TOPIC_IN_USE = 5055
@@ -221,7 +214,13 @@ class ResponseCode(IntEnum):
     # whether it was stored). Nothing stored; neither is retriable.
     PRODUCER_FENCED = 5075
     SEQUENCE_TOO_OLD = 5076
-
+    # UPDATE_BROKER_CONFIG (issue 28): nothing changed. The key is not a config key; it is
+    # read only at start-up (the remark says why); its value is refused as at start-up; the
+    # broker's config file could not be rewritten.
+    CONFIG_KEY_UNKNOWN = 5060
+    CONFIG_KEY_NEEDS_RESTART = 5061
+    CONFIG_VALUE_INVALID = 5062
+    CONFIG_NOT_PERSISTED = 5063
     # REPAIR_RECORD (issue 31): this replica's own copy of the range is not whole intact
     # records (it fails its CRC, or the range is not on this replica).
     RECORD_NOT_INTACT = 5080
