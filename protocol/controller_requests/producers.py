@@ -64,4 +64,6 @@ class ProducerIdAnswer:
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ProducerIdAnswer:
-        return cls(producer_id=req_int(header, "producerId"), epoch=req_int(header, "producerEpoch"))
+        return cls(
+            producer_id=req_int(header, "producerId"), epoch=req_int(header, "producerEpoch")
+        )
