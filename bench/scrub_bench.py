@@ -23,7 +23,7 @@ Nothing is asserted; the load average is printed with every figure (a loaded mac
 them all: compare runs made at similar loads).
 
     python bench/scrub_bench.py [--fill-gib G] [--messages N] [--rounds R] [--idle S]
-        [--repairs K]
+        [--repairs K] [--smoke]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import smoke
 from bench.broker_bench import cpu_seconds, pct, run_async, send_requests
 from bench.group_of_three import payload
 from client.bootstrap import Bootstrap
@@ -259,4 +260,5 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--repairs", type=int, default=5)
-    run_async(lambda: main(parser.parse_args()))
+    args = smoke.parse_args(parser, fill_gib=0.01, messages=640, rounds=1, idle=0.5, repairs=1)
+    run_async(lambda: main(args))

@@ -109,6 +109,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^process +{NUMBER} nacks in +{NUMBER} s",
         rf"^batched +{NUMBER} nacks in +{NUMBER} s",
     ),
+    "scrub_bench.py": (
+        rf"^P1 medians: off {NUMBER} msg/s .*, on {NUMBER} msg/s",
+        rf"^repair: a pull of a damaged record {NUMBER} ms median",
+    ),
     "static_topic_bench.py": (
         rf"^remap -> first write on the new item \({NUMBER} moves under load\): p50 {NUMBER} ms",
         rf"^consume throughput, .*: ordinary {NUMBER} msg/s, static {NUMBER} msg/s",
