@@ -113,6 +113,23 @@ async def targets(
     return [BrokerRef(b.address, b.broker_name, b.broker_id) for b in brokers]
 
 
+async def ask_targets(
+    controllers: str | None,
+    broker_addr: str | None,
+    cluster: str | None,
+    request: BrokerConfigQuery | UpdateBrokerConfig | RuntimeInfoQuery,
+    parse: Callable[[Header, bytes | None], A],
+) -> tuple[list[BrokerRef], list[A | str]]:
+    """The brokers ``-b`` or ``-c`` name, and each one's answer to ``request`` read by
+    ``parse`` (or the one-line reason it failed)."""
+    brokers = await targets(controllers, broker_addr, cluster)
+
+    def read(resp: Frame) -> A:
+        return parse(resp.header, resp.body)
+
+    return brokers, await ask_each(brokers, request.code, *request.encode(), read)
+
+
 def chosen(
     settings: Settings, addresses: str | None, broker_addr: str | None, cluster: str | None
 ) -> str | None:
@@ -189,16 +206,9 @@ def get_broker_config(
     """
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
-    async def work() -> tuple[list[BrokerRef], list[BrokerConfigTable | str]]:
-        brokers = await targets(controllers, broker_addr, cluster)
-        ask = BrokerConfigQuery()
-
-        def read(resp: Frame) -> BrokerConfigTable:
-            return BrokerConfigTable.parse(resp.header, resp.body)
-
-        return brokers, await ask_each(brokers, ask.code, *ask.encode(), read)
-
-    brokers, answers = run(work())
+    brokers, answers = run(
+        ask_targets(controllers, broker_addr, cluster, BrokerConfigQuery(), BrokerConfigTable.parse)
+    )
     docs: list[dict[str, Any]] = []
     lines: list[str] = []
     for ref, answer in zip(brokers, answers, strict=True):
@@ -257,16 +267,10 @@ def update_broker_config(
     """
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
-    async def work() -> tuple[list[BrokerRef], list[BrokerConfigChanged | str]]:
-        brokers = await targets(controllers, broker_addr, cluster)
-        ask = UpdateBrokerConfig(key=key, value=value)
-
-        def read(resp: Frame) -> BrokerConfigChanged:
-            return BrokerConfigChanged.parse(resp.header, resp.body)
-
-        return brokers, await ask_each(brokers, ask.code, *ask.encode(), read)
-
-    brokers, answers = run(work())
+    update = UpdateBrokerConfig(key=key, value=value)
+    brokers, answers = run(
+        ask_targets(controllers, broker_addr, cluster, update, BrokerConfigChanged.parse)
+    )
     docs: list[dict[str, Any]] = []
     lines: list[str] = []
     for ref, answer in zip(brokers, answers, strict=True):
@@ -370,16 +374,9 @@ def broker_status(
     """
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
-    async def work() -> tuple[list[BrokerRef], list[RuntimeInfo | str]]:
-        brokers = await targets(controllers, broker_addr, cluster)
-        ask = RuntimeInfoQuery()
-
-        def read(resp: Frame) -> RuntimeInfo:
-            return RuntimeInfo.parse(resp.header, resp.body)
-
-        return brokers, await ask_each(brokers, ask.code, *ask.encode(), read)
-
-    brokers, answers = run(work())
+    brokers, answers = run(
+        ask_targets(controllers, broker_addr, cluster, RuntimeInfoQuery(), RuntimeInfo.parse)
+    )
     docs: list[dict[str, Any]] = []
     blocks: list[str] = []
     for ref, answer in zip(brokers, answers, strict=True):
