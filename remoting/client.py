@@ -40,6 +40,7 @@ from remoting.channel_binding import tls_unique
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
 from remoting.read_buffer import CopyingProtocol
 from remoting.tls_probe import speaks_tls
+from remoting.write_batch import WriteBatch
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -167,7 +168,7 @@ class RemotingClient:
         self._closed = False
         self._close_cause: BaseException | None = None
         self.on_request: RequestHandler | None = None
-        self._out: list[bytes] = []
+        self._batch = WriteBatch(self._send_now)
         self._answered = False  # a whole frame arrived on this connection
         self._tls = False  # connected over TLS
         self._closing = False  # closed by this side (close()), not by the peer
@@ -324,17 +325,11 @@ class RemotingClient:
 
     def _write(self, data: bytes) -> None:
         """Queue bytes; everything queued in one loop iteration goes out in one write."""
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(data)
+        self._batch.add(data, asyncio.get_running_loop())
 
-    def _flush(self) -> None:
-        out = self._out
-        if not out:
-            return
-        self._out = []
+    def _send_now(self, data: bytes) -> None:
         if self._transport is not None and not self._closed:
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._transport.write(data)
 
     def close(self) -> None:
         self._closing = True

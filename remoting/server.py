@@ -71,6 +71,7 @@ from protocol.remoting import (
 )
 from remoting.ports import bind_listeners
 from remoting.read_buffer import CopyingProtocol
+from remoting.write_batch import WriteBatch
 
 log = structlog.get_logger(__name__)
 
@@ -198,7 +199,7 @@ class Connection(CopyingProtocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[asyncio.Future[Frame | None], Frame] = {}  # future -> its request
         self._deferred: set[DeferredAnswer] = set()  # bound, not answered yet
-        self._out: list[bytes] = []
+        self._batch = WriteBatch(self._send_now)
         self._backlog: list[Frame] = []  # decoded frames left for the next loop turn
         self._loop: asyncio.AbstractEventLoop | None = None
         self.partial_bytes = 0  # bytes of an incomplete frame, as charged to the server's budget
@@ -316,17 +317,11 @@ class Connection(CopyingProtocol):
         out in the same write as the rest queued in this loop iteration."""
         if self.transport is None or self.closed:
             return
-        if not self._out:
-            (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
-        self._out.append(data)
+        self._batch.add(data, self._loop or asyncio.get_running_loop())
 
-    def _flush(self) -> None:
-        out = self._out
-        if not out:
-            return
-        self._out = []
+    def _send_now(self, data: bytes) -> None:
         if self.transport is not None and not self.closed:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.transport.write(data)
 
     def close(self) -> None:
         self.closed = True
@@ -340,7 +335,7 @@ class Connection(CopyingProtocol):
         (self._loop or asyncio.get_running_loop()).call_soon(self._flush_and_close)
 
     def _flush_and_close(self) -> None:
-        self._flush()
+        self._batch.flush()
         self.close()
 
     def add_inflight(self, n: int) -> None:
