@@ -187,7 +187,8 @@ class Producer:
 
     def stop(self) -> None:
         self.stopping.set()
-        self.thread.join(timeout=70)
+        if self.thread.ident is not None:  # started: the scenario may fail before it starts
+            self.thread.join(timeout=70)
 
 
 ACTIVE = "and on (instance) (rmq_controller_active == 1)"
@@ -242,7 +243,17 @@ def run_scenario(prom: Prometheus, cluster: Cluster, producer: Producer) -> None
         series = prom.query('up{job=~"rmq-controller|rmq-broker"}')
         return len(series) == 6 and all(s["value"][1] == "1" for s in series)
 
-    wait_until(all_up, "all six targets up", 60, interval=0.5)
+    def scrapes() -> str:
+        up = prom.query('up{job=~"rmq-controller|rmq-broker"}')
+        took = prom.query('scrape_duration_seconds{job=~"rmq-controller|rmq-broker"}')
+        targets = prom.api("targets")["activeTargets"]
+        return "\n".join(
+            [f"up {s['metric']['instance']} {s['value'][1]}" for s in up]
+            + [f"scrape took {s['metric']['instance']} {s['value'][1]} s" for s in took]
+            + [f"target {t['scrapeUrl']} {t['health']} {t['lastError']!r}" for t in targets]
+        )
+
+    wait_until(all_up, "all six targets up", 60, interval=0.5, on_timeout=scrapes)
 
     # A master was elected: its epoch, as the active controller reports it.
     epoch_expr = f'max(rmq_controller_group_master_epoch{{broker_name="{GROUP}"}} {ACTIVE})'
