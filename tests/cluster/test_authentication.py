@@ -290,7 +290,15 @@ async def test_bad_credentials_are_refused_with_the_reason(secured: Secured) -> 
     ok = await call(controller, APP, RequestCode.GET_BROKER_CLUSTER_INFO, {})
     assert ok.code == ResponseCode.SUCCESS
     # Logged once per source per minute, not once per refusal.
-    broker_log = next(b for b in secured.group if b.address == master).log()
+    # A daemon's log lines are written by a thread of their own (daemon/logs.py): the refusal's
+    # answer can reach us before its line reaches the file, so wait for the line.
+    node = next(b for b in secured.group if b.address == master)
+
+    async def logged() -> bool:
+        return '"request refused"' in node.log()
+
+    await wait_until_async(logged, "the refusal logged", 10)
+    broker_log = node.log()
     assert 1 <= broker_log.count('"request refused"') <= 2, broker_log[-3000:]
 
 
@@ -465,7 +473,13 @@ def test_a_slave_without_the_cluster_key_gets_nothing_from_the_ha_port(secured: 
                     break
                 received += chunk
             assert received == b"", f"{first}: the master sent {len(received)} bytes"
-    assert '"unauthenticated"' in node.log() or "unauthenticated" in node.log()
+    # The refusal is logged (by the log's own thread, so maybe after the close reached us).
+    wait_until(
+        lambda: '"unauthenticated"' in node.log(),
+        "the HA refusal logged",
+        10,
+        on_timeout=lambda: node.log()[-3000:],
+    )
 
 
 def test_rmq_pipeline_signs_its_precheck(secured: Secured) -> None:
