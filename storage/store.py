@@ -37,7 +37,8 @@ from protocol.message import (
     RecordEncoder,
     peek_prefix,
 )
-from storage import queue_read, retention
+from protocol.property_index import PropertyNeed
+from storage import cold_read, queue_read, retention
 from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
 from storage.index.lookup import (
@@ -130,6 +131,7 @@ class MessageStore:
         """The key index (None when ``index_enable`` is off)."""
         self._repairer: Repairer | None = None
         self._scrub = Scrub(self._commitlog, self._dir)
+        self._residency = cold_read.residency_for(lambda: self._commitlog.write_pos)
 
     @property
     def damaged(self) -> list[Damage]:
@@ -300,7 +302,7 @@ class MessageStore:
         max_count: int,
         max_bytes: int,
         max_physical_offset: int | None = None,
-        tag_hashes: frozenset[int] | None = None,
+        tag_hashes: frozenset[int] | PropertyNeed | None = None,
         scan: int = 0,
     ) -> GetResult:
         """Up to ``max_count`` records (at least one if any is available, even past
@@ -313,7 +315,9 @@ class MessageStore:
         ``max_count``): FOUND then may hold fewer records than entries passed (``count`` 0
         when none matched), ``next_offset`` is past every entry looked at, and the records'
         queue offsets have gaps. The hash only tells which records surely do not match: the
-        caller confirms on each record's tags (two tags may share a hash)."""
+        caller confirms on each record's tags (two tags may share a hash). A SQL92 filter's
+        :class:`~protocol.property_index.PropertyNeed` passes over entries the same way on their
+        property digests (``storage.filter_index``); the caller confirms on the records."""
         self._check_open()
         queue = self._queues.get(topic, queue_id)
         early = queue_read.bounds(queue, offset)
@@ -349,6 +353,35 @@ class MessageStore:
             tag_hashes,
             scan,
         )
+
+    def cold_spans(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        max_physical_offset: int | None = None,
+        tag_hashes: object = None,
+        scan: int = 0,
+    ) -> list[cold_read.ColdSpan]:
+        """The CommitLog bytes a :meth:`get` with these arguments would copy that are not in
+        the page cache (``storage.cold_read``): what to load off the event loop before it."""
+        self._check_open()
+        queue = self._queues.get(topic, queue_id)
+        if queue is None or queue_read.bounds(queue, offset) is not None:
+            return []
+        spans = cold_read.read_spans(
+            queue,
+            self._commitlog,
+            offset,
+            max_count,
+            max_bytes,
+            max_physical_offset,
+            tag_hashes,
+            scan,
+        )
+        return cold_read.cold_spans(spans, self._residency)
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose record was stored at or after ``timestamp_ms``
@@ -562,9 +595,10 @@ class MessageStore:
         return seg.fsync
 
     def unreadable_size(self, offset: int) -> int | None:
-        """The size of the record at CommitLog ``offset`` that a read found unreadable (as its
-        ConsumeQueue entry says); None when no read did (or it was repaired since)."""
-        return self._corruption.sizes.get(offset)
+        """The size of the damage known at CommitLog ``offset``: a record a read or the scrub
+        found unreadable (as its ConsumeQueue entry says), or a range recovery kept in place
+        from there; None when none is (or it was repaired since)."""
+        return self._corruption.size_of(offset)
 
     def scrub(self, max_bytes: int) -> ScrubStep:
         """Check the next ``max_bytes`` of flushed CommitLog records (``storage.scrub``); the
@@ -615,6 +649,13 @@ class MessageStore:
             if intact_records(raw.view[rel : rel + size], offset) is not None:
                 out.append((offset, size))
         return out
+
+    def unrepairable(self) -> list[tuple[int, int]]:
+        """The :meth:`unrepaired` damage whose repair no replica could make
+        (:meth:`repair_refused`, not repaired since): what the broker reports to the
+        controllers' elections."""
+        refused = self._corruption.refused
+        return [(offset, size) for offset, size in self.unrepaired() if offset in refused]
 
     def skip_corrupt(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Reads of the queue pass over the message at ``queue_offset`` from now on (an
