@@ -37,7 +37,6 @@ from protocol.message import (
     RecordEncoder,
     peek_prefix,
 )
-from protocol.property_index import PropertyNeed
 from storage import cold_read, queue_read, retention
 from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
@@ -302,7 +301,7 @@ class MessageStore:
         max_count: int,
         max_bytes: int,
         max_physical_offset: int | None = None,
-        tag_hashes: frozenset[int] | PropertyNeed | None = None,
+        tag_hashes: frozenset[int] | None = None,
         scan: int = 0,
     ) -> GetResult:
         """Up to ``max_count`` records (at least one if any is available, even past
@@ -315,9 +314,7 @@ class MessageStore:
         ``max_count``): FOUND then may hold fewer records than entries passed (``count`` 0
         when none matched), ``next_offset`` is past every entry looked at, and the records'
         queue offsets have gaps. The hash only tells which records surely do not match: the
-        caller confirms on each record's tags (two tags may share a hash). A SQL92 filter's
-        :class:`~protocol.property_index.PropertyNeed` passes over entries the same way on their
-        property digests (``storage.filter_index``); the caller confirms on the records."""
+        caller confirms on each record's tags (two tags may share a hash)."""
         self._check_open()
         queue = self._queues.get(topic, queue_id)
         early = queue_read.bounds(queue, offset)
@@ -595,10 +592,9 @@ class MessageStore:
         return seg.fsync
 
     def unreadable_size(self, offset: int) -> int | None:
-        """The size of the damage known at CommitLog ``offset``: a record a read or the scrub
-        found unreadable (as its ConsumeQueue entry says), or a range recovery kept in place
-        from there; None when none is (or it was repaired since)."""
-        return self._corruption.size_of(offset)
+        """The size of the record at CommitLog ``offset`` that a read found unreadable (as its
+        ConsumeQueue entry says); None when no read did (or it was repaired since)."""
+        return self._corruption.sizes.get(offset)
 
     def scrub(self, max_bytes: int) -> ScrubStep:
         """Check the next ``max_bytes`` of flushed CommitLog records (``storage.scrub``); the
@@ -649,13 +645,6 @@ class MessageStore:
             if intact_records(raw.view[rel : rel + size], offset) is not None:
                 out.append((offset, size))
         return out
-
-    def unrepairable(self) -> list[tuple[int, int]]:
-        """The :meth:`unrepaired` damage whose repair no replica could make
-        (:meth:`repair_refused`, not repaired since): what the broker reports to the
-        controllers' elections."""
-        refused = self._corruption.refused
-        return [(offset, size) for offset, size in self.unrepaired() if offset in refused]
 
     def skip_corrupt(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Reads of the queue pass over the message at ``queue_offset`` from now on (an
