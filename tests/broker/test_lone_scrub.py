@@ -50,7 +50,9 @@ async def test_a_lone_broker_scrub_finds_damage_it_cannot_repair(
     )
     assert figure(port, "rmq_broker_scrub_damage_found_total") == 1
     assert corrupt_count(port, "scrub") == 1
-    assert f"commitlog damaged: {bad.size} bytes at offset {bad.physical}" in broker.log()[since:]
+    line = f"commitlog damaged: {bad.size} bytes at offset {bad.physical}"
+    # Log lines are written by the daemon's log thread: the metric can come first.
+    wait_until(lambda: line in broker.log()[since:], "the damage logged", 10)
     code, header, _ = await pull(broker.address, 10)
     assert code == ResponseCode.MESSAGE_CORRUPT
     assert header["physicalOffset"] == bad.physical

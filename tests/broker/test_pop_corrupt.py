@@ -10,6 +10,7 @@ import pytest
 from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.storage.test_store_corruption import COUNT, TOPIC, filled_then_stopped, flip
 from tests.support.procs import BrokerProc, free_port
+from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -32,4 +33,11 @@ async def test_pop_passes_over_an_unreadable_record(
             if len(got) >= COUNT - 1:
                 break
     assert sorted(m.queue_offset for m in got) == [i for i in range(COUNT) if i != 10]
-    assert "pop passed over an unreadable message" in broker.log()[since:]
+    # Log lines are written by the daemon's log thread: the answers can come first.
+    await wait_until_async(
+        lambda: _logged(broker, since, "pop passed over an unreadable message"), "the log line", 10
+    )
+
+
+async def _logged(broker: BrokerProc, since: int, line: str) -> bool:
+    return line in broker.log()[since:]

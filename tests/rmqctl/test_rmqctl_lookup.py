@@ -17,6 +17,7 @@ from client.producer import Producer
 from storage.index.format import HEADER_SIZE
 from tests.rmqctl.test_rmqctl_broker_process import ok_json, rmqctl
 from tests.support.procs import BrokerProc, free_port
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -138,7 +139,8 @@ def test_lookups_round_trip_and_the_index_survives_restarts_deletion_and_corrupt
         f.write(b"\x7f\x7f\x7f")
     broker.start_and_wait()
     assert by_key(a, "all") == ids and by_key(a, "order-0") == ids[0::3]
-    assert f"index file {files[1].name} not trusted (body CRC mismatch)" in broker.log()
+    line = f"index file {files[1].name} not trusted (body CRC mismatch)"
+    wait_until(lambda: line in broker.log(), "the index file's distrust logged", 10)
     # The lookup by key after a kill -9 (the unsealed file is rebuilt).
     more = send(a, 3)
     broker.kill9()
