@@ -54,8 +54,9 @@ demo: $(RUN_STAMP)  ## a failover to watch, on its own cluster under var/demo
 # failovers), so more workers than cores pay; TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 4
 
+# Each test's time is kept in var/test-report.xml (JUnit XML), to see where the suite's time goes.
 test: $(DEV_STAMP)  ## the test suite (soak tests excluded) on TEST_WORKERS parallel workers
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --junitxml=var/test-report.xml
 
 lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]) and mypy
 	$(BIN)/ruff check .
