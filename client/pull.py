@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import functools
 from collections.abc import Callable
 
 from client import logs
@@ -51,6 +53,26 @@ START_FROM = ("earliest", "latest")
 _FOR_GOOD = frozenset({ResponseCode.SQL_FILTER_DISABLED})
 """Refusals that asking again never changes: pulling the queue stops and the next receive
 raises them (a SQL92 subscription to a broker with enable_property_filter off)."""
+
+
+class _Step(enum.Enum):
+    """What the pulling of a queue does after an answer (:meth:`Puller._take`)."""
+
+    ANSWERED = "answered"
+    AGAIN = "again"
+    STOP = "stop"
+
+
+_ANSWERED, _AGAIN, _STOP = _Step.ANSWERED, _Step.AGAIN, _Step.STOP
+
+
+def _physical_batch(body: bytes | None, broker: str) -> list[ReceivedMessage]:
+    return [ReceivedMessage(r, broker) for r in iter_records(body)] if body else []
+
+
+def _same(offset: int) -> int:
+    return offset
+
 
 ROUTE_RECHECK = 1.0
 """A logical queue that found nothing new on its newest item looks at the route again when it
@@ -266,36 +288,16 @@ class Puller:
                     start = await self.start_offset(mq)
                     state.next_offset = state.pulled = state.consumed = start
                 resp, answer = await self._pull(broker, mq.queue_id, state.next_offset, timeout)
-                if isinstance(answer, PullFound):
-                    body = answer.body
-                    batch = [ReceivedMessage(r, broker) for r in iter_records(body)] if body else []
-                    backoff = 0.0
-                    if state.dropped:
-                        continue
-                    if batch:
-                        state.next_offset = answer.next_offset
-                        state.took(batch[-1].queue_offset + 1, answer.next_offset)
-                        await self.buffer.put(state, batch)
-                    else:
-                        state.passed(answer.next_offset)
-                    continue
-                if isinstance(answer, PullNotFound):
-                    if answer.next_offset is not None and not state.dropped:
-                        state.passed(answer.next_offset)
-                    backoff = 0.0
-                    continue
-                if isinstance(answer, PullOffsetMoved):
-                    self._offset_moved(state, answer.next_offset)
-                    continue
-                if isinstance(answer, PullRetry):
-                    continue
-                if isinstance(answer, PullCorrupt):
-                    self._corrupt(state, answer)
+                step = await self._take(
+                    state, broker, resp, answer, lambda body: _physical_batch(body, broker), _same
+                )
+                if step is _STOP:
                     return
-                failure = BrokerError.of(resp, self.caller.address(broker))
-                if resp.code in _FOR_GOOD:
-                    self._stop(state, failure)
-                    return
+                if not isinstance(step, Exception):
+                    if step is _ANSWERED:
+                        backoff = 0.0
+                    continue
+                failure = step
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
             backoff = await self._back_off(backoff, f"{broker}/{mq.queue_id}", failure)
@@ -408,41 +410,75 @@ class Puller:
                 item, physical = found
                 broker = item.broker_name
                 resp, answer = await self._pull(broker, item.physical_queue, physical, timeout)
-                if isinstance(answer, PullFound):
-                    batch = self._logical_batch(item, queue, answer.body)
-                    nxt = logical_of(item, answer.next_offset)
-                    backoff = 0.0
-                    if state.dropped:
-                        continue
-                    if batch:
-                        state.next_offset = nxt
-                        state.took(batch[-1].queue_offset + 1, nxt)
-                        await self.buffer.put(state, batch)
-                    else:
-                        state.passed(nxt)
-                    continue
-                if isinstance(answer, PullNotFound):
-                    if answer.next_offset is not None and not state.dropped:
-                        state.passed(logical_of(item, answer.next_offset))
-                    backoff = 0.0
-                    if item is newest(items) and self.routes.age(self.topic) > ROUTE_RECHECK:
+                step = await self._take(
+                    state,
+                    broker,
+                    resp,
+                    answer,
+                    functools.partial(self._logical_batch, item, queue),
+                    functools.partial(logical_of, item),
+                    item,
+                )
+                if step is _STOP:
+                    return
+                if not isinstance(step, Exception):
+                    if step is _ANSWERED:
+                        backoff = 0.0
+                    if (
+                        isinstance(answer, PullNotFound)
+                        and item is newest(items)
+                        and self.routes.age(self.topic) > ROUTE_RECHECK
+                    ):
                         await self.routes.refresh(self.topic)  # sealed and moved meanwhile?
                     continue
-                if isinstance(answer, PullOffsetMoved):
-                    self._offset_moved(state, logical_of(item, answer.next_offset))
-                    continue
-                if isinstance(answer, PullRetry):
-                    continue
-                if isinstance(answer, PullCorrupt):
-                    self._corrupt(state, answer, item)
-                    return
-                failure = BrokerError.of(resp, self.caller.address(broker))
-                if resp.code in _FOR_GOOD:
-                    self._stop(state, failure)
-                    return
+                failure = step
             except (RemotingError, ClientError, RecordError) as exc:
                 failure = exc
             backoff = await self._back_off(backoff, where, failure)
+
+    async def _take(
+        self,
+        state: QueueState,
+        broker: str,
+        resp: Frame,
+        answer: PullAnswer,
+        batch_of: Callable[[bytes | None], list[ReceivedMessage]],
+        offset_of: Callable[[int], int],
+        item: MappingItem | None = None,
+    ) -> _Step | BrokerError:
+        """What one pull's answer does to the queue, for a physical queue and a logical one
+        alike (``batch_of`` reads the body's messages, ``offset_of`` turns the broker's offsets
+        into the queue's): _ANSWERED (pull again, the back-off starts over), _AGAIN (pull again
+        at once), _STOP (pulling this queue ends), or the broker's refusal to back off on."""
+        if isinstance(answer, PullFound):
+            batch = batch_of(answer.body)
+            nxt = offset_of(answer.next_offset)
+            if state.dropped:
+                return _ANSWERED
+            if batch:
+                state.next_offset = nxt
+                state.took(batch[-1].queue_offset + 1, nxt)
+                await self.buffer.put(state, batch)
+            else:
+                state.passed(nxt)
+            return _ANSWERED
+        if isinstance(answer, PullNotFound):
+            if answer.next_offset is not None and not state.dropped:
+                state.passed(offset_of(answer.next_offset))
+            return _ANSWERED
+        if isinstance(answer, PullOffsetMoved):
+            self._offset_moved(state, offset_of(answer.next_offset))
+            return _AGAIN
+        if isinstance(answer, PullRetry):
+            return _AGAIN
+        if isinstance(answer, PullCorrupt):
+            self._corrupt(state, answer, item)
+            return _STOP
+        failure = BrokerError.of(resp, self.caller.address(broker))
+        if resp.code in _FOR_GOOD:
+            self._stop(state, failure)
+            return _STOP
+        return failure
 
     def _logical_batch(
         self, item: MappingItem, queue: int, body: bytes | None
