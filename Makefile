@@ -62,7 +62,7 @@ lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-logo
-	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline bench
+	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline console bench
 
 bench: $(BENCH_STAMP)  ## benchmarks: figures and ratios, never asserted
 	$(BIN)/python bench/run.py

@@ -88,7 +88,8 @@ def _sync_state_human(doc: Mapping[str, Any]) -> str:
     return head + "\n" + table(["BID", "Address", "Role", "Alive", "InSync"], rows)
 
 
-async def _sync_state(addresses: str, broker_name: str) -> dict[str, Any]:
+async def sync_state(addresses: str, broker_name: str) -> dict[str, Any]:
+    """getSyncStateSet's document for ``broker_name``, from the controllers."""
     ask = GetSyncStateData(broker_name=broker_name)
     resp = await call_controllers(addresses, ask.code, *ask.encode())
     doc = answer_body(resp, "sync state")
@@ -132,7 +133,7 @@ def get_sync_state_set(settings: Settings, addresses: str, broker_name: str) -> 
     "syncStateSetEpoch", "syncStateSet", "replicas": [{"brokerId", "address", "alive",
     "inSync"}]}.
     """
-    doc = run(_sync_state(addresses, broker_name))
+    doc = run(sync_state(addresses, broker_name))
     emit(settings, doc, lambda: _sync_state_human(doc))
 
 
@@ -181,7 +182,7 @@ def elect_master(
             force=force,
         )
         await call_controllers(addresses, ask.code, *ask.encode())
-        return await _sync_state(addresses, broker_name)
+        return await sync_state(addresses, broker_name)
 
     doc = run(work())
     emit(settings, doc, lambda: _sync_state_human(doc))
@@ -198,25 +199,28 @@ def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> No
     [{"epoch", "startOffset", "endOffset"}]}]; a broker that cannot be reached has an
     "error" field instead of figures.
     """
-
-    async def work() -> list[dict[str, Any]]:
-        ask = GetReplicaInfo(broker_name=broker_name)
-        resp = await call_controllers(addresses, ask.code, *ask.encode())
-        try:
-            replicas = GroupMetadata.parse(resp.header, resp.body).replicas
-        except FieldError as exc:
-            raise ClientError(f"malformed replica info answer: {exc}") from None
-        pool = ConnectionPool(TIMEOUT)
-        try:
-            return list(await asyncio.gather(*(_epoch_cache(pool, r) for r in replicas)))
-        finally:
-            pool.close()
-
-    docs = run(work())
+    docs = run(replica_epochs(addresses, broker_name))
     emit(settings, docs, lambda: _epochs_human(docs))
 
 
-async def _epoch_cache(pool: ConnectionPool, replica: ReplicaEntry) -> dict[str, Any]:
+async def replica_epochs(addresses: str, broker_name: str) -> list[dict[str, Any]]:
+    """getBrokerEpoch's documents: the group's replicas from the controllers, then each
+    broker's epoch cache (:func:`epoch_cache`)."""
+    ask = GetReplicaInfo(broker_name=broker_name)
+    resp = await call_controllers(addresses, ask.code, *ask.encode())
+    try:
+        replicas = GroupMetadata.parse(resp.header, resp.body).replicas
+    except FieldError as exc:
+        raise ClientError(f"malformed replica info answer: {exc}") from None
+    pool = ConnectionPool(TIMEOUT)
+    try:
+        return list(await asyncio.gather(*(epoch_cache(pool, r) for r in replicas)))
+    finally:
+        pool.close()
+
+
+async def epoch_cache(pool: ConnectionPool, replica: ReplicaEntry) -> dict[str, Any]:
+    """One replica's getBrokerEpoch document (an "error" field when it could not be asked)."""
     address = replica.address
     doc: dict[str, Any] = {
         "brokerId": replica.broker_id,

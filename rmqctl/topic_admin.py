@@ -198,6 +198,16 @@ def failed_brokers(doc: dict[str, Any]) -> list[str]:
     ]
 
 
+async def ask_delete(addresses: str, ask: DeleteTopic | DeleteSubGroup) -> DeleteReport:
+    """deleteTopic's or deleteSubGroup's request to the controllers, and each broker's outcome."""
+    resp = await call_controllers(addresses, ask.code, *ask.encode())
+    try:
+        return DeleteReport.parse(resp.header, resp.body)
+    except FieldError as exc:
+        what = "deleteTopic" if isinstance(ask, DeleteTopic) else "deleteSubGroup"
+        raise ClientError(f"malformed {what} answer: {exc}") from None
+
+
 # --- commands ------------------------------------------------------------------------------
 
 
@@ -269,16 +279,8 @@ def delete_topic(settings: Settings, addresses: str, topic: str, force: bool) ->
     Prints {"topic", "brokers": [{"brokerName", "address", "deleted", "absent", "code",
     "remark"}]}; exits 1 when a broker could not delete it (run it again once it is back).
     """
-    ask = DeleteTopic(topic=topic, force=force)
-
-    async def work() -> DeleteReport:
-        resp = await call_controllers(addresses, ask.code, *ask.encode())
-        try:
-            return DeleteReport.parse(resp.header, resp.body)
-        except FieldError as exc:
-            raise ClientError(f"malformed deleteTopic answer: {exc}") from None
-
-    doc = delete_doc("topic", run(work()), ResponseCode.TOPIC_NOT_EXIST)
+    report = run(ask_delete(addresses, DeleteTopic(topic=topic, force=force)))
+    doc = delete_doc("topic", report, ResponseCode.TOPIC_NOT_EXIST)
     emit(settings, doc, lambda: f"Topic {topic} deleted\n" + delete_table(doc))
     failed = failed_brokers(doc)
     if failed:
@@ -304,16 +306,8 @@ def delete_sub_group(settings: Settings, addresses: str, group: str, remove_dlq:
     Prints {"group", "brokers": [{"brokerName", "address", "deleted", "absent", "code",
     "remark"}]}; exits 1 when a broker could not delete it (run it again once it is back).
     """
-    ask = DeleteSubGroup(group=group, remove_dlq=remove_dlq)
-
-    async def work() -> DeleteReport:
-        resp = await call_controllers(addresses, ask.code, *ask.encode())
-        try:
-            return DeleteReport.parse(resp.header, resp.body)
-        except FieldError as exc:
-            raise ClientError(f"malformed deleteSubGroup answer: {exc}") from None
-
-    doc = delete_doc("group", run(work()), ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+    report = run(ask_delete(addresses, DeleteSubGroup(group=group, remove_dlq=remove_dlq)))
+    doc = delete_doc("group", report, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
     emit(settings, doc, lambda: f"Consumer group {group} deleted\n" + delete_table(doc))
     failed = failed_brokers(doc)
     if failed:

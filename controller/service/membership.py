@@ -37,7 +37,8 @@ class MembershipHandlers:
         self.timeout = timeout
 
     def metadata_document(self) -> dict[str, Any]:
-        """``getControllerMetaData``'s JSON, plus ``learners`` (ids) and ``self`` (this node)."""
+        """``getControllerMetaData``'s JSON, plus ``learners`` (ids), ``self`` (this node) and
+        ``commitIndex`` (this node's Raft commit index; rmq-console shows it)."""
         driver = self.driver
         return {
             "group": self.cfg.group,
@@ -47,6 +48,7 @@ class MembershipHandlers:
             "peers": driver.member_addresses(),
             "learners": list(driver.conf_state.learners),
             "self": driver.id,
+            "commitIndex": driver.node.commit_index,
         }
 
     async def get_metadata_info(self, conn: Connection, req: Frame) -> Frame:

@@ -1,0 +1,1 @@
+"""rmq-console: the operators' web console (docs/console.md)."""

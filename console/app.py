@@ -1,0 +1,398 @@
+"""The console's web app: Starlette routes rendering Jinja2 templates, htmx for the parts that
+update themselves (the cluster page, a group's lag), served from the vendored
+``static/htmx.min.js`` (no CDN: the pages work with no internet).
+
+Every form is a POST carrying a CSRF token (double submit: the token of a SameSite=Strict,
+HttpOnly cookie, repeated in a hidden field; a POST whose field does not match is refused and
+changes nothing). Every action that changes something is logged (``console action``) with who
+did it, the cluster, what and the outcome. A cluster that cannot be reached, a refused action or
+bad input is a page saying so, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, TypeVar
+from urllib.parse import quote, urlencode
+
+import click
+import jinja2
+import structlog
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from client.admin import Admin
+from client.bootstrap import describe_failure
+from client.errors import ClientError
+from console import actions, reads
+from console.config import Settings
+from protocol.broker_requests.offsets import TO_MAX
+from remoting.errors import RemotingError
+from rmqctl.common import PastTimeType, utc_iso
+
+T = TypeVar("T")
+HERE: Final = Path(__file__).resolve().parent
+CSRF_COOKIE: Final = "rmq_console_csrf"
+CSRF_FIELD: Final = "csrf"
+
+log = structlog.get_logger("console")
+
+
+class PageError(Exception):
+    """A page that cannot be shown or an action refused: ``status`` and one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _time(ms: int | None) -> str:
+    if not ms or ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def make_app(settings: Settings) -> Starlette:
+    """The console for ``settings``' clusters."""
+    cfg = settings.config
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+    )
+    env.filters["time"] = _time
+    env.filters["q"] = lambda s: quote(str(s), safe="")
+    templates = Jinja2Templates(env=env)
+    clusters = settings.clusters
+    secure_cookie = cfg.tls_cert_file is not None
+
+    def addresses(request: Request) -> str:
+        """The controller addresses of the page's cluster (a 404 page for an unknown name)."""
+        name = request.path_params["cluster"]
+        if name not in clusters:
+            raise PageError(404, f"no cluster named {name!r} (known: {', '.join(clusters)})")
+        return clusters[name]
+
+    def render(
+        request: Request, template: str, status_code: int = 200, **values: Any
+    ) -> HTMLResponse:
+        context = {
+            "clusters": list(clusters),
+            "cluster": request.path_params.get("cluster"),
+            "csrf": request.state.csrf,
+            "csrf_field": CSRF_FIELD,
+            "notice": request.query_params.get("notice", ""),
+            "refresh": cfg.refresh_seconds,
+            "auth_note": "Authentication is off on this console: no login, and anyone who can "
+            "reach it can change the cluster.",
+            **values,
+        }
+        return templates.TemplateResponse(request, template, context, status_code=status_code)
+
+    async def form(request: Request) -> dict[str, str]:
+        """The POST's fields once its CSRF token matches the cookie's, else a 403 page."""
+        data = await request.form()
+        sent = data.get(CSRF_FIELD)
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        if not isinstance(sent, str) or not cookie or not hmac.compare_digest(sent, cookie):
+            raise PageError(
+                403, "refused: the form's CSRF token is missing or forged; nothing was changed"
+            )
+        return {k: v for k, v in data.items() if isinstance(v, str)}
+
+    async def act(
+        request: Request,
+        what: str,
+        target: str,
+        do: Awaitable[str],
+        back: str,
+    ) -> Response:
+        """Run an action, log it with who did it, and go back to ``back`` saying what it did
+        (a refusal: the error page, status 400 for bad input, 502 for the cluster's)."""
+        name = request.path_params["cluster"]
+        who = {"user": "anonymous", "remote": request.client.host if request.client else "-"}
+        try:
+            done = await do
+        except actions.Refused as exc:
+            log.warning("console action", **who, cluster=name, action=what, target=target,
+                        outcome="refused", reason=str(exc))  # fmt: skip
+            raise PageError(400, str(exc)) from None
+        except (ClientError, RemotingError) as exc:
+            reason = _why(exc)
+            log.warning("console action", **who, cluster=name, action=what, target=target,
+                        outcome="failed", reason=reason)  # fmt: skip
+            raise PageError(502, f"{what} {target} failed: {reason}") from None
+        log.info("console action", **who, cluster=name, action=what, target=target,
+                 outcome="done", result=done)  # fmt: skip
+        return RedirectResponse(f"{back}?{urlencode({'notice': done})}", status_code=303)
+
+    # --- pages ----------------------------------------------------------------------------------
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse(f"/c/{quote(next(iter(clusters)))}/cluster", status_code=303)
+
+    async def cluster_page(request: Request) -> Response:
+        addrs = addresses(request)
+        view = await _read(reads.cluster_view(addrs, cfg.request_timeout))
+        return render(request, "cluster.html", view=view, addresses=addrs)
+
+    async def cluster_live(request: Request) -> Response:
+        addrs = addresses(request)
+        view = await _read(reads.cluster_view(addrs, cfg.request_timeout))
+        return render(request, "cluster_live.html", view=view)
+
+    async def topics_page(request: Request) -> Response:
+        addrs = addresses(request)
+        kind = request.query_params.get("kind", "")
+        rows = await _read(reads.topics(addrs, cfg.request_timeout))
+        shown = [r for r in rows if not kind or r.kind == kind]
+        return render(
+            request, "topics.html", rows=shown, total=len(rows), kind=kind, kinds=reads.TOPIC_KINDS
+        )
+
+    async def topic_page(request: Request) -> Response:
+        addrs = addresses(request)
+        topic = request.path_params["topic"]
+        detail = await _read(reads.topic_detail(addrs, topic, cfg.request_timeout))
+        return render(request, "topic.html", topic=topic, **detail)
+
+    async def create_topic(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        data = await form(request)
+        topic = data.get("topic", "")
+
+        async def do() -> str:
+            queues = actions.parse_queues(data.get("queues", "8"))
+            return await actions.create_topic(addrs, topic, queues, cfg.request_timeout)
+
+        return await act(request, "create topic", topic, do(), f"/c/{quote(name)}/topics")
+
+    async def delete_topic(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        data = await form(request)
+        topic = data.get("topic", "")
+        return await act(
+            request,
+            "delete topic",
+            topic,
+            actions.delete_topic(addrs, topic),
+            f"/c/{quote(name)}/topics",
+        )
+
+    async def send_message(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        topic = request.path_params["topic"]
+        data = await form(request)
+        return await act(
+            request,
+            "send test message",
+            topic,
+            actions.send_test_message(
+                addrs,
+                topic,
+                data.get("body", ""),
+                data.get("keys", ""),
+                data.get("tag", ""),
+                cfg.request_timeout,
+            ),
+            f"/c/{quote(name)}/topics/{quote(topic, safe='')}",
+        )
+
+    async def groups_page(request: Request) -> Response:
+        addrs = addresses(request)
+        rows, notes = await _read(reads.groups(addrs, cfg.request_timeout))
+        return render(request, "groups.html", rows=rows, notes=notes)
+
+    async def group_view(request: Request) -> reads.GroupView:
+        addrs = addresses(request)
+        group = request.path_params["group"]
+        return await _read(reads.group_detail(addrs, group, cfg.request_timeout))
+
+    async def group_page(request: Request) -> Response:
+        view = await group_view(request)
+        return render(request, "group.html", view=view, now=utc_iso(_now_ms()))
+
+    async def group_live(request: Request) -> Response:
+        return render(request, "group_live.html", view=await group_view(request))
+
+    async def reset_offset(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        group = request.path_params["group"]
+        data = await form(request)
+        topic = data.get("topic", "")
+
+        async def do() -> str:
+            when = _past_time(data.get("time", ""))
+            return await actions.reset_offset(addrs, group, topic, when, cfg.request_timeout)
+
+        return await act(
+            request, "reset offset", f"{group} on {topic}", do(), _group_url(name, group)
+        )
+
+    async def skip_backlog(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        group = request.path_params["group"]
+        data = await form(request)
+        topic = data.get("topic", "")
+        return await act(
+            request,
+            "skip backlog",
+            f"{group} on {topic}",
+            actions.reset_offset(addrs, group, topic, TO_MAX, cfg.request_timeout),
+            _group_url(name, group),
+        )
+
+    async def dlq_page(request: Request) -> Response:
+        addrs = addresses(request)
+        group = request.path_params["group"]
+        found = await _read(_dlq(addrs, group, cfg.request_timeout))
+        messages = [(broker, m) for broker, ms in sorted(found.items()) for m in ms]
+        return render(request, "dlq.html", group=group, messages=messages)
+
+    async def dlq_export(request: Request) -> Response:
+        addrs = addresses(request)
+        group = request.path_params["group"]
+        found = await _read(_dlq(addrs, group, cfg.request_timeout))
+        lines = (
+            json.dumps({"brokerName": broker, **m}, default=_jsonable) + "\n"
+            for broker, ms in sorted(found.items())
+            for m in ms
+        )
+        return StreamingResponse(
+            iter(list(lines)),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="dlq-{group}.jsonl"'},
+        )
+
+    async def dlq_resend(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        group = request.path_params["group"]
+        data = await form(request)
+        msg_id = data.get("msg_id", "").strip() or None
+        return await act(
+            request,
+            "resend dead letters",
+            f"{group} {msg_id or '(all)'}",
+            actions.resend_dlq(addrs, group, msg_id, cfg.request_timeout),
+            f"{_group_url(name, group)}/dlq",
+        )
+
+    # --- errors ---------------------------------------------------------------------------------
+
+    async def page_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, PageError)
+        return _error_page(request, exc.status, exc.message)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.error(
+            "console page failed", path=request.url.path, error=f"{type(exc).__name__}: {exc}"
+        )
+        return _error_page(request, 500, "the console failed to show this page (its log says why)")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error_page(request, 404, f"no page at {request.url.path}")
+
+    def _error_page(request: Request, status: int, message: str) -> HTMLResponse:
+        if not hasattr(request.state, "csrf"):
+            request.state.csrf = ""
+        return render(request, "error.html", status, status=status, message=message)
+
+    async def csrf_cookie(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        token = request.cookies.get(CSRF_COOKIE, "")
+        fresh = len(token) < 32
+        if fresh:
+            token = secrets.token_urlsafe(32)
+        request.state.csrf = token
+        response = await call_next(request)
+        if fresh:
+            response.set_cookie(
+                CSRF_COOKIE, token, httponly=True, samesite="strict", secure=secure_cookie
+            )
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        return response
+
+    c = "/c/{cluster}"
+    routes = [
+        Route("/", home),
+        Route(f"{c}/cluster", cluster_page),
+        Route(f"{c}/cluster/live", cluster_live),
+        Route(f"{c}/topics", topics_page),
+        Route(f"{c}/topics/create", create_topic, methods=["POST"]),
+        Route(f"{c}/topics/delete", delete_topic, methods=["POST"]),
+        Route(f"{c}/topics/{{topic}}", topic_page),
+        Route(f"{c}/topics/{{topic}}/send", send_message, methods=["POST"]),
+        Route(f"{c}/groups", groups_page),
+        Route(f"{c}/groups/{{group}}", group_page),
+        Route(f"{c}/groups/{{group}}/live", group_live),
+        Route(f"{c}/groups/{{group}}/reset", reset_offset, methods=["POST"]),
+        Route(f"{c}/groups/{{group}}/skip", skip_backlog, methods=["POST"]),
+        Route(f"{c}/groups/{{group}}/dlq", dlq_page),
+        Route(f"{c}/groups/{{group}}/dlq.jsonl", dlq_export),
+        Route(f"{c}/groups/{{group}}/dlq/resend", dlq_resend, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=csrf_cookie)],
+        exception_handlers={PageError: page_error, 404: not_found, Exception: server_error},
+    )
+
+
+async def _read(work: Awaitable[T]) -> T:
+    """A read for a page; a cluster that cannot be reached or refuses is a 502 page."""
+    try:
+        return await work
+    except (ClientError, RemotingError) as exc:
+        raise PageError(502, _why(exc)) from None
+
+
+async def _dlq(addresses: str, group: str, timeout: float) -> dict[str, list[dict[str, Any]]]:
+    async with Admin(addresses, timeout) as admin:
+        return await admin.query_dlq(group)
+
+
+def _why(exc: BaseException) -> str:
+    return describe_failure(exc) if isinstance(exc, RemotingError) else str(exc)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value.hex()
+    return str(value)
+
+
+def _now_ms() -> int:
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+def _past_time(text: str) -> int:
+    """The reset form's time, read as resetOffsetByTime's -s (now, -1h, epoch ms, ISO 8601)."""
+    try:
+        return PastTimeType().convert(text.strip(), None, None)
+    except click.BadParameter as exc:
+        raise actions.Refused(exc.format_message()) from None
+
+
+def _group_url(cluster: str, group: str) -> str:
+    return f"/c/{quote(cluster)}/groups/{quote(group, safe='')}"

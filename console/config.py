@@ -1,0 +1,130 @@
+"""rmq-console's configuration: every key, its type, default and meaning.
+
+The TOML file uses these names and flags override them, read and checked as every daemon's
+(:mod:`daemon.config`: an unknown key or a bad value is one line naming it, exit status 2). One
+key is the console's own: the ``[clusters]`` table, a name for each set of controller
+addresses the console can be pointed at::
+
+    listen = "127.0.0.1:8080"
+
+    [clusters]
+    prod = "10.0.0.1:9878;10.0.0.2:9878;10.0.0.3:9878"
+    staging = "10.1.0.1:9878"
+
+``controllers`` (``--controllers``) names one cluster more, ``default``. The first cluster (in
+the file's order, ``default`` first) is the one the console opens on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from daemon.config import (
+    ConfigError,
+    address,
+    address_list,
+    at_least,
+    build,
+    choice,
+    field,
+    load_toml,
+)
+
+DEFAULT_CLUSTER: Final = "default"
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsoleConfig:
+    listen: str = field(
+        "127.0.0.1:8080",
+        "host:port of the console's web listener (HTTP, HTTPS with tls_*)",
+        address,
+    )
+    controllers: str = field(
+        "",
+        "controller addresses separated by ';' of the cluster named 'default' (the [clusters] "
+        "table names more)",
+        address_list,
+    )
+    credentials_file: Path | None = field(
+        None,
+        "TOML file with access_key and secret_key (mode 600): the console signs every request "
+        "to the clusters with them when authentication is on there",
+    )
+    tls_cert_file: Path | None = field(
+        None, "PEM certificate of the console's own listener (HTTPS); needs tls_key_file"
+    )
+    tls_key_file: Path | None = field(None, "PEM private key of tls_cert_file")
+    refresh_seconds: float = field(
+        2.0, "how often the cluster page updates itself, in seconds", at_least(0.5)
+    )
+    request_timeout: float = field(
+        5.0, "seconds the console waits for a controller or broker answer", at_least(0.1)
+    )
+    log_format: str = field(
+        "auto",
+        "auto (console on a terminal, else json), json or console",
+        choice("auto", "json", "console"),
+    )
+    log_level: str = field(
+        "info", "debug, info, warning or error", choice("debug", "info", "warning", "error")
+    )
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("config keys 'tls_cert_file' and 'tls_key_file' go together")
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+def _clusters(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise ConfigError("config key 'clusters' must be a table of name = \"addresses\"")
+    out: dict[str, str] = {}
+    for name, addresses in raw.items():
+        if not _NAME_RE.fullmatch(name):
+            raise ConfigError(
+                f"config key 'clusters': name {name!r} may hold letters, digits, '_', '.' and "
+                "'-' (at most 64)"
+            )
+        if not isinstance(addresses, str) or not addresses.strip():
+            raise ConfigError(f"config key 'clusters.{name}' must be addresses separated by ';'")
+        problem = address_list(addresses)
+        if problem:
+            raise ConfigError(f"config key 'clusters.{name}' {problem}")
+        out[name] = addresses
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The console's keys and the clusters it shows (name -> controller addresses, in order)."""
+
+    config: ConsoleConfig
+    clusters: dict[str, str]
+
+
+def load_config(config_file: Path | None, overrides: dict[str, Any]) -> Settings:
+    """The file (if any), then the non-None flags: the ``[clusters]`` table checked here, every
+    other key by :func:`daemon.config.build`. :class:`ConfigError` when there is no cluster."""
+    file_values = dict(load_toml(config_file)) if config_file else {}
+    clusters = _clusters(file_values.pop("clusters", {}))
+    config = build(ConsoleConfig, file_values, overrides)
+    if config.controllers:
+        clusters = {DEFAULT_CLUSTER: config.controllers, **clusters}
+    if not clusters:
+        raise ConfigError(
+            "no cluster to show: give --controllers (config key 'controllers') or a [clusters] "
+            "table"
+        )
+    return Settings(config, clusters)

@@ -1,0 +1,317 @@
+"""What the console's pages show, read from a cluster as rmqctl reads it: the same SDK clients
+(:mod:`client.admin`, :mod:`client.progress`) and the same admin requests (rmqctl's
+controller, topic and progress modules), never a broker's or controller's code.
+
+Every function takes the cluster's controller addresses and returns plain values the templates
+render; a cluster that cannot be reached raises :class:`client.errors.ClientError` or
+:class:`remoting.errors.RemotingError`, which the app shows as an error page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from client.admin import Admin
+from client.bootstrap import describe_failure, parse_addresses
+from client.errors import ClientError
+from client.progress import Member, ProgressAdmin, allocation
+from client.routes import ClusterBroker
+from protocol.controller_requests.groups import GetMetadataInfo
+from protocol.controller_requests.topics import TopicList, TopicListQuery
+from protocol.fields import FieldError
+from protocol.topic_admin import QueueStatus
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError, ResponseError
+from rmqctl.controller import replica_epochs, sync_state
+from rmqctl.controller_calls import answer_body, call_controllers
+from rmqctl.progress import ProgressRow, group_totals, logical_rows, progress_rows, source_notes
+from rmqctl.topic_admin import TopicAdmin
+
+#: the kinds the topics page filters by (RocketMQ Dashboard's), from the name alone
+TOPIC_KINDS: Final = ("normal", "retry", "dlq", "system")
+_SYSTEM_PREFIXES: Final = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC", "TRANS_", "RMQ_")
+
+
+def topic_kind(topic: str) -> str:
+    """normal, retry (%RETRY%group), dlq (%DLQ%group) or system (the brokers' own topics)."""
+    if topic.startswith("%RETRY%"):
+        return "retry"
+    if topic.startswith("%DLQ%"):
+        return "dlq"
+    if topic.startswith(_SYSTEM_PREFIXES) or topic.startswith("%"):
+        return "system"
+    return "normal"
+
+
+# --- the cluster page ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Replica:
+    broker_id: int
+    address: str
+    role: str
+    alive: bool
+    in_sync: bool
+    max_offset: int | None = None
+    confirm_offset: int | None = None
+    #: CommitLog bytes this replica is behind its master (None: unknown)
+    behind: int | None = None
+    epochs: str = ""
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class BrokerGroup:
+    name: str
+    cluster: str
+    master_id: int | None
+    master_address: str | None
+    master_epoch: int | None
+    sync_state_set: list[int]
+    sync_state_set_epoch: int | None
+    replicas: list[Replica] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ControllerState:
+    address: str
+    node_id: str | None = None
+    role: str = ""
+    leader_id: str | None = None
+    term: int | None = None
+    commit_index: int | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ClusterView:
+    controllers: list[ControllerState]
+    groups: list[BrokerGroup]
+
+    @property
+    def leader(self) -> ControllerState | None:
+        return next((c for c in self.controllers if c.role == "leader"), None)
+
+
+async def controller_state(address: str, timeout: float) -> ControllerState:
+    """One controller's own view (getControllerMetaData asked of it, not of the leader)."""
+    pool = ConnectionPool(timeout)
+    state = ControllerState(address)
+    try:
+        conn = await pool.get(address)
+        ask = GetMetadataInfo()
+        resp = await conn.call(ask.code, *ask.encode(), timeout=timeout)
+        doc = answer_body(resp, "controller metadata")
+    except ResponseError as exc:
+        state.error = str(exc)
+        return state
+    except (RemotingError, ValueError) as exc:
+        state.error = describe_failure(exc)
+        return state
+    except ClientError as exc:
+        state.error = str(exc)
+        return state
+    finally:
+        pool.close()
+    if not isinstance(doc, dict):
+        state.error = "malformed answer"
+        return state
+    state.node_id = doc.get("self")
+    state.leader_id = doc.get("leaderId")
+    state.term = doc.get("term")
+    state.commit_index = doc.get("commitIndex")
+    learners = set(doc.get("learners") or ())
+    if state.node_id is not None and state.node_id == state.leader_id:
+        state.role = "leader"
+    else:
+        state.role = "learner" if state.node_id in learners else "follower"
+    return state
+
+
+async def broker_group(addresses: str, name: str, cluster: str) -> BrokerGroup:
+    """A broker group's master, epochs and SyncStateSet (getSyncStateSet) and each replica's
+    CommitLog offsets and how far it is behind the master (getBrokerEpoch)."""
+    try:
+        doc, epochs = await asyncio.gather(
+            sync_state(addresses, name), replica_epochs(addresses, name)
+        )
+    except (ClientError, RemotingError) as exc:
+        return BrokerGroup(name, cluster, None, None, None, [], None, error=_why(exc))
+    master_id = doc.get("masterBrokerId")
+    by_id = {e["brokerId"]: e for e in epochs}
+    master_max = (by_id.get(master_id) or {}).get("maxOffset")
+    replicas = []
+    for r in doc.get("replicas") or ():
+        e = by_id.get(r["brokerId"], {})
+        max_offset = e.get("maxOffset")
+        behind = (
+            max(0, master_max - max_offset)
+            if isinstance(master_max, int) and isinstance(max_offset, int)
+            else None
+        )
+        replicas.append(
+            Replica(
+                broker_id=r["brokerId"],
+                address=r["address"],
+                role="MASTER" if r["brokerId"] == master_id else "SLAVE",
+                alive=bool(r.get("alive")),
+                in_sync=bool(r.get("inSync")),
+                max_offset=max_offset,
+                confirm_offset=e.get("confirmOffset"),
+                behind=behind,
+                epochs=", ".join(
+                    f"{x.get('epoch')}@{x.get('startOffset')}" for x in e.get("epochs") or ()
+                ),
+                error=e.get("error"),
+            )
+        )
+    return BrokerGroup(
+        name=name,
+        cluster=cluster,
+        master_id=master_id,
+        master_address=doc.get("masterAddress") or None,
+        master_epoch=doc.get("masterEpoch"),
+        sync_state_set=sorted(doc.get("syncStateSet") or ()),
+        sync_state_set_epoch=doc.get("syncStateSetEpoch"),
+        replicas=replicas,
+    )
+
+
+async def cluster_view(addresses: str, timeout: float) -> ClusterView:
+    """Every controller's state and every broker group the controllers route to."""
+    controllers = asyncio.gather(
+        *(controller_state(a, timeout) for a in parse_addresses(addresses))
+    )
+    async with Admin(addresses, timeout) as admin:
+        try:
+            clusters = await admin.cluster_info()
+        except (ClientError, RemotingError):
+            clusters = {}
+    names = _group_names(clusters)
+    groups = await asyncio.gather(*(broker_group(addresses, n, c) for n, c in names))
+    states = await controllers
+    if all(c.error for c in states):
+        raise ClientError(
+            "no controller answered: " + "; ".join(f"{c.address}: {c.error}" for c in states)
+        )
+    return ClusterView(list(states), list(groups))
+
+
+def _group_names(clusters: dict[str, list[ClusterBroker]]) -> list[tuple[str, str]]:
+    return sorted({(b.broker_name, name) for name, bs in clusters.items() for b in bs})
+
+
+def _why(exc: BaseException) -> str:
+    return describe_failure(exc) if isinstance(exc, RemotingError) else str(exc)
+
+
+# --- topics ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TopicRow:
+    topic: str
+    kind: str
+    cluster: str
+    queues: int
+    brokers: dict[str, int]
+    groups: list[str]
+
+
+async def topics(addresses: str, timeout: float) -> list[TopicRow]:
+    """topicList: every topic the controllers know, its queues and consumer groups."""
+    ask = TopicListQuery(cluster=None)
+    resp = await call_controllers(addresses, ask.code, *ask.encode(), timeout=timeout)
+    try:
+        listed = TopicList.parse(resp.header, resp.body)
+    except FieldError as exc:
+        raise ClientError(f"malformed topic list: {exc}") from None
+    async with TopicAdmin(addresses, timeout) as admin:
+        try:
+            groups = await admin.consumer_groups()
+        except ClientError:
+            groups = {}
+    return [
+        TopicRow(
+            t.topic,
+            topic_kind(t.topic),
+            t.cluster,
+            sum(t.queues.values()),
+            dict(t.queues),
+            groups.get(t.topic, []),
+        )
+        for t in sorted(listed.topics, key=lambda t: t.topic)
+    ]
+
+
+async def topic_detail(addresses: str, topic: str, timeout: float) -> dict[str, Any]:
+    """topicRoute and topicStatus: the route's broker groups and each queue's offsets."""
+    async with TopicAdmin(addresses, timeout) as admin:
+        route = await admin.topic_route(topic)
+        status: list[tuple[str, QueueStatus]] = await admin.topic_status(topic)
+    return {"route": route, "queues": status}
+
+
+# --- consumer groups ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class GroupRow:
+    group: str
+    lag: int
+    queues: int
+
+
+async def groups(addresses: str, timeout: float) -> tuple[list[GroupRow], list[str]]:
+    """consumerProgress without -g: every group with its total lag (most behind first), and
+    the notes (broker groups asked at a slave, or not at all)."""
+    async with ProgressAdmin(addresses, timeout) as admin:
+        answers = await admin.consume_stats(None, None)
+    notes = source_notes(answers) + [
+        f"{a.target.broker_name}: {a.error}" for a in answers if a.error is not None
+    ]
+    totals = group_totals(progress_rows(answers))
+    rows = [GroupRow(g, lag, q) for g, (lag, q) in totals.items()]
+    rows.sort(key=lambda r: (-r.lag, r.group))
+    return rows, notes
+
+
+@dataclass(slots=True)
+class GroupView:
+    group: str
+    rows: list[ProgressRow]
+    holders: dict[tuple[str, str, int], str]
+    members: list[Member]
+    notes: list[str]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(r.lag for r in self.rows if not r.no_master)
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({r.topic for r in self.rows if not r.topic.startswith("%RETRY%")})
+
+
+async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
+    """consumerProgress -g and consumerConnection: per-queue lag, the member holding each queue,
+    the live members."""
+    async with ProgressAdmin(addresses, timeout) as admin:
+        answers = await admin.consume_stats(group, None)
+        topics = {q.topic for a in answers if a.stats for qs in a.stats.groups.values() for q in qs}
+        mappings = await admin.mappings(topics)
+        members, errors = await admin.members(group)
+        held = allocation(members, await admin.queues([m.topic for m in members]))
+    rows = logical_rows(progress_rows(answers), mappings)
+    holders = {
+        (mq_topic, q.broker_name, q.queue_id): client_id
+        for client_id, queues in held.items()
+        for q in queues
+        for mq_topic in [next((m.topic for m in members if m.client_id == client_id), "")]
+    }
+    notes = source_notes(answers) + [f"{n}: {why}" for n, why in sorted(errors.items())]
+    return GroupView(group, rows, holders, members, notes)

@@ -1,0 +1,61 @@
+"""A real headless browser for the console's tests: Debian's ``chromium`` driven through
+``chromium-driver`` by Selenium. Where they are not installed the tests skip saying so; under
+CI=true they fail instead (.ci/run installs them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = ("chromium", "chromium-browser")
+DRIVER = "chromedriver"
+
+
+def require_chromium() -> tuple[str, str]:
+    """(browser, driver) paths; skips, or fails under CI=true, when either is missing."""
+    browser = next((p for p in map(shutil.which, CHROMIUM) if p), None)
+    driver = shutil.which(DRIVER)
+    if browser is None or driver is None:
+        missing = " and ".join(
+            name
+            for name, found in (("chromium", browser), ("chromium-driver", driver))
+            if not found
+        )
+        why = (
+            f"the browser tests need Debian's {missing} (apt-get install chromium chromium-driver)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why}; .ci/run installs them", pytrace=False)
+        pytest.skip(why)
+    return browser, driver
+
+
+def chromium(shots: Path) -> Iterator[object]:
+    """A headless Chromium (a Selenium WebDriver), quit after; ``shots`` is where screenshots
+    go."""
+    browser, driver_path = require_chromium()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root in a container
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        f"--user-data-dir={shots / 'chromium-profile'}",
+    ):
+        options.add_argument(arg)
+    service = Service(driver_path, log_output=str(shots / "chromedriver.log"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -1,0 +1,266 @@
+"""rmq-console in a real browser (headless Chromium through Selenium) against a real cluster:
+three controllers and broker group broker-a of two brokers as processes, and rmq-console as a
+process beside them (one of each for the module: the suite's time is short).
+
+- The cluster page shows the controllers (one leader, its term and commit index) and broker-a's
+  master and SyncStateSet as the controllers give them; after the master is killed -9 it shows
+  the new master without a reload (the page updates itself).
+- A topic created through the topics page is listed by rmqctl topicList; a test message sent
+  from its page is found by rmqctl queryMsgByKey.
+- A group's page shows its lag rise as messages are sent, and fall to 0 when skipped; a reset
+  to a time before the sends brings the lag back (the form, then the page's own update).
+- Bad input is refused with a clear message and changes nothing: a bad topic name, a reset to a
+  future time, a POST with a forged CSRF token, an unknown cluster.
+
+Screenshots of each page go to the module's temp directory (kept when a test fails).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.console.browser import chromium, require_chromium
+from tests.support.cluster import Cluster
+from tests.support.procs import Daemon, free_port, port_open, rmqctl
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.multiprocess
+
+LAG_TOPIC = "ConsoleLag"
+LAG_GROUP = "console-lag"
+
+
+class Env:
+    def __init__(self, cluster: Cluster, console: Daemon, url: str, shots: Path) -> None:
+        self.cluster = cluster
+        self.console = console
+        self.url = url
+        self.shots = shots
+
+    def ctl(self, *args: str) -> Any:
+        done = rmqctl("--json", "-a", self.cluster.controller_addresses, *args)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if done.stdout.strip() else None
+
+    def logs(self) -> str:
+        return self.cluster.logs() + f"\n--- console\n{self.console.log()[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    require_chromium()  # before starting a cluster for nothing
+    tmp = tmp_path_factory.mktemp("console")
+    cluster = Cluster(tmp)
+    port = free_port()
+    console = Daemon(
+        "console",
+        [
+            sys.executable, "-m", "console",
+            "--controllers", cluster.controller_addresses,
+            "--listen", f"127.0.0.1:{port}",
+            "--log-format", "json",
+        ],
+        tmp / "console.log",
+    )  # fmt: skip
+    try:
+        cluster.start_controllers()
+        cluster.add_group("broker-a", 2)
+        console.start()
+        wait_until(lambda: port_open(port), "the console to listen", 30, on_timeout=console.log)
+        e = Env(cluster, console, f"http://127.0.0.1:{port}", tmp)
+
+        def both_in_sync() -> bool:
+            done = rmqctl(
+                "--json", "-a", cluster.controller_addresses, "getSyncStateSet", "-b", "broker-a"
+            )
+            return done.returncode == 0 and len(json.loads(done.stdout)["syncStateSet"]) == 2
+
+        wait_until(both_in_sync, "broker-a's two brokers in sync", 60, on_timeout=cluster.logs)
+        yield e
+    finally:
+        console.stop()
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(env: Env) -> Iterator[Any]:
+    yield from chromium(env.shots)
+
+
+def shot(env: Env, browser: Any, name: str) -> None:
+    browser.save_screenshot(str(env.shots / f"{name}.png"))
+
+
+def text_of(browser: Any, css: str) -> str:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    try:
+        return str(browser.find_element("css selector", css).text)
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def post(env: Env, path: str, fields: dict[str, str], cookie: str = "") -> tuple[int, str]:
+    """A POST as another site's page or a script would make it: no browser, its own cookie."""
+    req = urllib.request.Request(
+        env.url + path,
+        data=urllib.parse.urlencode(fields).encode(),
+        headers={"Cookie": cookie} if cookie else {},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def topic_names(env: Env) -> set[str]:
+    return {t["topic"] for t in env.ctl("topicList")["topics"]}
+
+
+def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
+    env: Env, browser: Any
+) -> None:
+    browser.get(f"{env.url}/c/default/topics")
+    assert "Authentication is off" in text_of(browser, "#auth-note")
+    browser.find_element("id", "new-topic").send_keys("ConsolePageTopic")
+    queues = browser.find_element("id", "new-queues")
+    queues.clear()
+    queues.send_keys("4")
+    browser.find_element("id", "create-topic-button").click()
+    wait_until(lambda: "created" in text_of(browser, "#notice"), "the page to say created", 30)
+    assert "ConsolePageTopic" in text_of(browser, "#topics")
+    shot(env, browser, "topics")
+    assert "ConsolePageTopic" in topic_names(env)
+
+    browser.find_element("link text", "ConsolePageTopic").click()
+    wait_until(lambda: text_of(browser, "#queues"), "the topic's queues", 30)
+    browser.find_element("id", "message-keys").send_keys("order-4711")
+    browser.find_element("id", "message-body").send_keys('{"order": 4711}')
+    browser.find_element("id", "send-button").click()
+    wait_until(lambda: "sent" in text_of(browser, "#notice"), "the page to say sent", 30)
+    msg_id = text_of(browser, "#notice").split()[1]
+    shot(env, browser, "topic")
+
+    def found() -> bool:
+        done = rmqctl(
+            "--json", "-a", env.cluster.controller_addresses,
+            "queryMsgByKey", "-t", "ConsolePageTopic", "-k", "order-4711",
+        )  # fmt: skip
+        return done.returncode == 0 and msg_id in done.stdout
+
+    wait_until(found, f"queryMsgByKey to find {msg_id}", 30)
+
+
+def test_bad_input_is_refused_with_a_clear_message_and_changes_nothing(
+    env: Env, browser: Any
+) -> None:
+    before = topic_names(env)
+    browser.get(f"{env.url}/c/default/topics")
+    browser.find_element("id", "new-topic").send_keys("bad name!")
+    browser.find_element("id", "create-topic-button").click()
+    wait_until(lambda: text_of(browser, "#error"), "the error page", 30)
+    assert "bad topic 'bad name!'" in text_of(browser, "#error")
+    assert "Traceback" not in browser.page_source
+    shot(env, browser, "refused-topic")
+
+    # A POST from elsewhere: without the console's cookie, then with a cookie but a forged token.
+    status, page = post(env, "/c/default/topics/create", {"topic": "Forged", "queues": "1"})
+    assert status == 403 and "CSRF token is missing or forged" in page
+    status, page = post(
+        env,
+        "/c/default/topics/create",
+        {"topic": "Forged", "queues": "1", "csrf": "x" * 43},
+        cookie="rmq_console_csrf=" + "y" * 43,
+    )
+    assert status == 403 and "nothing was changed" in page
+    assert topic_names(env) == before
+
+    with urllib.request.urlopen(f"{env.url}/c/default/cluster", timeout=30) as resp:
+        assert resp.status == 200
+    browser.get(f"{env.url}/c/elsewhere/cluster")
+    assert "no cluster named 'elsewhere'" in text_of(browser, "#error")
+
+
+def test_group_page_shows_lag_rise_and_fall_and_resets_by_time(env: Env, browser: Any) -> None:
+    env.ctl("updateTopic", "-t", LAG_TOPIC, "-q", "2")
+    started = datetime.now(UTC).replace(microsecond=0)
+    time.sleep(1.0)  # the reset's time is whole seconds: the sends come after it
+    env.ctl("sendMessage", "-t", LAG_TOPIC, "-p", "first", "--count", "20")
+    done = rmqctl(
+        "-a", env.cluster.controller_addresses,
+        "consumeMessage", "-t", LAG_TOPIC, "-g", LAG_GROUP, "--count", "20", "--timeout", "60",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    browser.get(f"{env.url}/c/default/groups/{LAG_GROUP}")
+    wait_until(lambda: text_of(browser, "#total-lag") == "0", "lag 0 after consuming all", 30)
+    env.ctl("sendMessage", "-t", LAG_TOPIC, "-p", "more", "--count", "7")
+    # No reload: the page's own update shows the lag rise.
+    wait_until(lambda: text_of(browser, "#total-lag") == "7", "the lag to rise to 7", 30)
+    shot(env, browser, "group")
+
+    browser.find_element("id", "skip-button").click()
+    wait_until(lambda: "reset" in text_of(browser, "#notice"), "the skip's notice", 30)
+    wait_until(lambda: text_of(browser, "#total-lag") == "0", "the lag back to 0", 30)
+
+    reset_time = browser.find_element("id", "reset-time")
+    reset_time.clear()
+    reset_time.send_keys(str(int(time.time() * 1000) + 3_600_000))
+    browser.find_element("id", "reset-button").click()
+    wait_until(lambda: text_of(browser, "#error"), "the refusal", 30)
+    assert "is in the future" in text_of(browser, "#error")
+    browser.get(f"{env.url}/c/default/groups/{LAG_GROUP}")
+    wait_until(lambda: text_of(browser, "#total-lag") == "0", "lag still 0 (nothing reset)", 30)
+
+    reset_time = browser.find_element("id", "reset-time")
+    reset_time.clear()
+    reset_time.send_keys(started.isoformat())
+    browser.find_element("id", "reset-button").click()
+    wait_until(lambda: "reset" in text_of(browser, "#notice"), "the reset's notice", 30)
+    wait_until(lambda: text_of(browser, "#total-lag") == "27", "every message again behind", 30)
+
+    browser.get(f"{env.url}/c/default/groups")
+    wait_until(lambda: LAG_GROUP in text_of(browser, "#groups"), "the group listed", 30)
+    shot(env, browser, "groups")
+
+
+def test_cluster_page_shows_the_master_and_follows_a_failover_without_a_reload(
+    env: Env, browser: Any
+) -> None:
+    state = env.ctl("getSyncStateSet", "-b", "broker-a")
+    master = state["masterAddress"]
+    browser.get(f"{env.url}/c/default/cluster")
+    wait_until(lambda: master in text_of(browser, "#group-broker-a .master"), "the master", 30)
+    roles = [e.text for e in browser.find_elements("css selector", "#controllers .role")]
+    assert sorted(roles) == ["follower", "follower", "leader"], roles
+    leader = env.ctl("getControllerMetaData")
+    assert str(leader["term"]) in text_of(browser, "#controllers")
+    shot(env, browser, "cluster")
+
+    browser.execute_script("window.notReloaded = true;")
+    victim = next(b for b in env.cluster.brokers if b.address == master)
+    victim.kill9()
+    other = next(b for b in env.cluster.brokers if b is not victim)
+    started = time.monotonic()
+    wait_until(
+        lambda: other.address in text_of(browser, "#group-broker-a .master"),
+        "the page to show the new master",
+        60,
+        on_timeout=env.logs,
+    )
+    print(f"the cluster page showed the new master {time.monotonic() - started:.1f}s after kill -9")
+    assert browser.execute_script("return window.notReloaded === true;")
+    shot(env, browser, "cluster-after-failover")
