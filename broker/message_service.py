@@ -43,6 +43,7 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
         index_slots=cfg.index_slots_per_file,
         index_max_entries=cfg.index_entries_per_file,
         index_file_span_ms=cfg.index_file_span_ms,
+        filter_index=cfg.enable_property_filter,
     )
 
 

@@ -4,8 +4,10 @@ type SQL92, a condition over the message's properties (:mod:`protocol.sql92`).
 A message matches a tag filter when its ``TAGS`` property is one of the listed tags. The broker
 checks the ConsumeQueue's tag hash (:func:`protocol.message.tag_hash`, :attr:`TagFilter.hashes`)
 first, without reading the record, and confirms on the record's tags (:func:`filter_records`),
-so two tags with the same hash never mix. A SQL92 filter (:class:`SqlFilter`, ``hashes`` None)
-is decided on the record's properties, read from its tail without decoding the body.
+so two tags with the same hash never mix. A SQL92 filter (:class:`SqlFilter`) is checked first
+on the entry's property digest where the broker keeps one (its ``hashes`` is a
+:class:`~protocol.property_index.PropertyNeed`) and decided on the record's properties, read
+from its tail without decoding the body.
 :func:`parse_filter` reads a subscription of either type.
 """
 
@@ -22,6 +24,7 @@ from protocol.message import (
     record_tags,
     tag_hash,
 )
+from protocol.property_index import PropertyNeed, property_need
 from protocol.sql92 import SqlError, SqlFilterExpr, compile_filter
 
 __all__ = [
@@ -96,10 +99,12 @@ def parse_tag_expression(text: str) -> TagFilter | None:
 @dataclass(frozen=True, slots=True)
 class SqlFilter:
     """A SQL92 subscription, compiled (:func:`protocol.sql92.compile_filter`, cached by text).
-    ``hashes`` is None: the ConsumeQueue cannot decide it, every record is read."""
+    ``hashes`` is what it needs of an entry's property digest (:mod:`protocol.property_index`):
+    where the broker keeps digests beside the ConsumeQueue, entries that cannot match are passed
+    over without reading their records, as a tag filter's hashes do."""
 
     expr: SqlFilterExpr
-    hashes: None = None
+    hashes: PropertyNeed
 
     @property
     def text(self) -> str:
@@ -155,7 +160,8 @@ def parse_filter(kind: str | None, expression: str) -> MessageFilter | None:
     if filter_type(kind) == TAG:
         return parse_tag_expression(expression)
     try:
-        return SqlFilter(compile_filter(expression))
+        expr = compile_filter(expression)
+        return SqlFilter(expr, property_need(expr))
     except SqlError as exc:
         raise FilterError(f"SQL92 expression {expression!r} {exc}") from None
 

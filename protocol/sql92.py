@@ -63,6 +63,7 @@ __all__ = [
     "SqlError",
     "SqlFilterExpr",
     "StrLit",
+    "as_number",
     "compile_filter",
     "parse_sql",
     "to_sql",
@@ -466,7 +467,8 @@ _NUMBER: Final = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re
 (no NaN or Infinity, no ``_`` separators or non-ASCII digits as Python's ``float`` allows)."""
 
 
-def _as_number(value: object) -> int | float | None:
+def as_number(value: object) -> int | float | None:
+    """``value`` as a number as comparisons read it (None when it is not one)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -537,7 +539,7 @@ def _compare_fn(node: Compare) -> _Cond:
         return cond_str
 
     def cond_num(props: Props) -> bool | None:
-        a, b = _as_number(lf(props)), _as_number(rf(props))
+        a, b = as_number(lf(props)), as_number(rf(props))
         if a is None or b is None:
             return None
         return test(a, b)
@@ -560,8 +562,8 @@ def _cond_fn(node: Node) -> _Cond:
         negated = node.negated
 
         def between(props: Props) -> bool | None:
-            v = _as_number(vf(props))
-            lo, hi = _as_number(lf(props)), _as_number(hf(props))
+            v = as_number(vf(props))
+            lo, hi = as_number(lf(props)), as_number(hf(props))
             if v is None or lo is None or hi is None:
                 return None
             return (lo <= v <= hi) is not negated

@@ -10,15 +10,18 @@ Written entries always form one run ``[min_offset, max_offset)`` with zeros afte
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
 from storage.errors import StoreError
 from storage.segment import Segment, list_segment_files
 from storage.tracker import FileTracker
+
+if TYPE_CHECKING:
+    from storage.filter_index import QueueDigests
 
 ENTRY: Final = struct.Struct(">qiq")
 ENTRY_SIZE: Final = ENTRY.size
@@ -32,6 +35,8 @@ class ConsumeQueue:
     __slots__ = (
         "_first_index",
         "_tracker",
+        "appended",
+        "digests",
         "directory",
         "holes",
         "max_offset",
@@ -63,6 +68,11 @@ class ConsumeQueue:
         self.max_offset = 0
         self.holes: list[int] = []
         """Unwritten entries :meth:`load` found inside the queue (damage to rebuild)."""
+        self.appended: Callable[[ConsumeQueue, int, Sequence[int]], None] | None = None
+        """Called after :meth:`append` with the first queue offset written and the records'
+        CommitLog offsets (the property filter index, ``storage.filter_index``)."""
+        self.digests: QueueDigests | None = None
+        """The property digests of the entries, when the filter index is on."""
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic}:{self.queue_id} [{self.min_offset}, {self.max_offset}))"
@@ -244,7 +254,7 @@ class ConsumeQueue:
         """Write entries from queue offset ``first`` (space already reserved)."""
         if self.is_empty and first > self.max_offset:
             self.min_offset = self.max_offset = first
-        index = self.max_offset
+        index = written = self.max_offset
         n = len(physical_offsets)
         pack = ENTRY.pack_into
         per = self.per_segment
@@ -264,6 +274,8 @@ class ConsumeQueue:
             i += take
             index += take
         self.max_offset = index
+        if self.appended is not None:
+            self.appended(self, written, physical_offsets)
 
     # -- cutting ---------------------------------------------------------------------------
 

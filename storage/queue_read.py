@@ -5,8 +5,9 @@
 2. :func:`scan`: the ConsumeQueue entries from that offset, each verified against its CommitLog
    record (entry size and position, CRC, the queue id, queue offset and topic the record names)
    and copied out with physically adjacent records in one slice. With tag hashes, entries whose
-   hash cannot match are passed over unread; :attr:`Scanned.next_offset` is then past every
-   entry looked at, which is what a filtered consumer commits (nothing served is not "nothing
+   hash cannot match are passed over unread, and so, with a SQL92 filter's property need, are
+   entries whose property digest cannot match (``storage.filter_index``);
+   :attr:`Scanned.next_offset` is then past every entry looked at, which is what a filtered consumer commits (nothing served is not "nothing
    done"). The scan stops at the first entry it cannot serve and says why
    (:class:`Problem`); what to answer then is ``storage.corruption``'s decision.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from protocol.message import DISPATCH_HEAD, HEAD_SIZE, MESSAGE_MAGIC, MIN_RECORD_SIZE
+from protocol.property_index import PropertyNeed
 from storage.commitlog import CommitLog
 from storage.consumequeue import ENTRY, ConsumeQueue
 from storage.segment import Segment
@@ -134,14 +136,17 @@ def scan(
     max_count: int,
     max_bytes: int,
     max_physical_offset: int | None,
-    tag_hashes: frozenset[int] | None,
+    tag_hashes: frozenset[int] | PropertyNeed | None,
     entries_to_scan: int,
 ) -> Scanned:
     """Up to ``max_count`` records (at least one if any is available, even past ``max_bytes``)
     from queue ``offset``, only those ending at or before ``max_physical_offset``. With
     ``tag_hashes``, up to ``entries_to_scan`` entries (at least ``max_count``) are looked at and
     those whose hash is not in it passed over without reading their record; never one past what
-    may be served (a new master may reuse that queue offset for another message)."""
+    may be served (a new master may reuse that queue offset for another message). With a SQL92
+    filter's :class:`~protocol.property_index.PropertyNeed` instead, entries are looked at the
+    same way and those whose property digest (``storage.filter_index``) says they cannot match
+    are passed over unread; entries without a digest are read."""
     queue_id = queue.queue_id
     cl_min = commitlog.min_offset
     cl_max = commitlog.write_pos
@@ -155,6 +160,13 @@ def scan(
     # No record is smaller than MIN_RECORD_SIZE: never read more entries than can be served.
     wanted = max(1, min(max_count, max_bytes // MIN_RECORD_SIZE + 1))
     entries = wanted if tag_hashes is None else max(wanted, entries_to_scan)
+    need: PropertyNeed | None = None
+    digests = queue.digests
+    if isinstance(tag_hashes, PropertyNeed):
+        need = tag_hashes if tag_hashes.decides and digests is not None else None
+        hashes = None
+    else:
+        hashes = tag_hashes
     index = offset - 1  # the queue offset of the entry looked at
     for physical, size, tags in ENTRY.iter_unpack(queue.read(offset, entries)):
         index += 1
@@ -162,7 +174,14 @@ def scan(
         if tag_hashes is not None:
             if count == wanted or end > visible:
                 break
-            if tags not in tag_hashes:
+            if hashes is not None:
+                if tags not in hashes:
+                    continue
+            elif (
+                need is not None
+                and digests is not None
+                and not digests.may_match(index, physical, need)
+            ):
                 continue
         if size < MIN_RECORD_SIZE or physical < cl_min or end > cl_max:
             problem = Problem.ENTRY

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -56,6 +56,8 @@ class ConsumeQueues:
         self._retired_path = root.parent / "retiredQueues.json"
         self._retired: dict[str, dict[int, int]] = {}
         """Deleted topics (by name) and where each of their queues ended (next queue offset)."""
+        self.on_append: Callable[[ConsumeQueue, int, Sequence[int]], None] | None = None
+        """Given to every queue as :attr:`ConsumeQueue.appended` (the property filter index)."""
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self._queues.values()))
@@ -92,6 +94,7 @@ class ConsumeQueues:
         mark = self._retired.get(topic, {}).get(queue_id) if self._retired else None
         if mark:  # a deleted topic's queue made again: empty, where the old one ended
             queue.min_offset = queue.max_offset = mark
+        queue.appended = self.on_append
         self._queues[(topic, queue_id)] = queue
         self._by_topic.setdefault(topic, {})[queue_id] = queue
         return queue

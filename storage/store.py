@@ -37,6 +37,7 @@ from protocol.message import (
     RecordEncoder,
     peek_prefix,
 )
+from protocol.property_index import PropertyNeed
 from storage import cold_read, queue_read, retention
 from storage.dispatch import BLANK_MIN, Replayer, store_timestamp
 from storage.errors import DiskFullError, MessageTooLargeError, StoreError
@@ -301,7 +302,7 @@ class MessageStore:
         max_count: int,
         max_bytes: int,
         max_physical_offset: int | None = None,
-        tag_hashes: frozenset[int] | None = None,
+        tag_hashes: frozenset[int] | PropertyNeed | None = None,
         scan: int = 0,
     ) -> GetResult:
         """Up to ``max_count`` records (at least one if any is available, even past
@@ -314,7 +315,9 @@ class MessageStore:
         ``max_count``): FOUND then may hold fewer records than entries passed (``count`` 0
         when none matched), ``next_offset`` is past every entry looked at, and the records'
         queue offsets have gaps. The hash only tells which records surely do not match: the
-        caller confirms on each record's tags (two tags may share a hash)."""
+        caller confirms on each record's tags (two tags may share a hash). A SQL92 filter's
+        :class:`~protocol.property_index.PropertyNeed` passes over entries the same way on their
+        property digests (``storage.filter_index``); the caller confirms on the records."""
         self._check_open()
         queue = self._queues.get(topic, queue_id)
         early = queue_read.bounds(queue, offset)

@@ -37,6 +37,9 @@ class StoreConfig:
     index_slots: int = 250_000
     index_max_entries: int = 1_000_000
     index_file_span_ms: int = 3_600_000
+    filter_index: bool = False
+    """Keep the property filter index (``storage.filter_index``): a digest of each record's
+    properties beside its ConsumeQueue entry, so SQL92 filters pass over records unread."""
 
     def validate(self) -> None:
         if self.commitlog_segment_bytes < 4096:

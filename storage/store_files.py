@@ -35,6 +35,7 @@ from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from storage.commitlog import CommitLog
 from storage.corruption import Corruption
 from storage.errors import StoreError
+from storage.filter_index import FilterIndex
 from storage.index.service import KeyIndex
 from storage.queues import ConsumeQueues
 from storage.recovery import recover
@@ -59,6 +60,8 @@ class StoreFiles:
         self.queues = ConsumeQueues(
             self.directory / "consumequeue", config.consumequeue_segment_entries, self.tracker
         )
+        if config.filter_index:
+            self.queues.on_append = FilterIndex(self.commitlog).appended
         self.corruption = Corruption(self.commitlog, self.queues)
         self.index: KeyIndex | None = (
             KeyIndex(config.index_config()) if config.index_enable else None

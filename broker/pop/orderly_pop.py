@@ -17,6 +17,7 @@ from protocol.fifo import PROP_MESSAGE_GROUP
 from protocol.filter import MessageFilter, SqlFilter, TagFilter
 from protocol.message import DISPATCH_HEAD, RecordError, decode_record
 from protocol.pop import HandleKey, ReceiptHandle, ReviveRecord, encode_handle
+from protocol.property_index import PropertyNeed
 from protocol.retry import DeadLetter, SubscriptionGroupConfig, next_step
 from storage.store import GetStatus, PutResult
 
@@ -128,7 +129,10 @@ def pop_orderly(
 
 
 def _read_ahead(
-    host: PopHost, oq: OrderlyQueue, hashes: frozenset[int] | None, sql: SqlFilter | None = None
+    host: PopHost,
+    oq: OrderlyQueue,
+    hashes: frozenset[int] | PropertyNeed | None,
+    sql: SqlFilter | None = None,
 ) -> bool:
     """Learn the next records of the queue past the frontier; False when nothing was read.
     With ``hashes`` (a tag filter's), the entries whose tag hash is none of them are learned
