@@ -8,6 +8,9 @@ import socket
 import uuid
 from importlib.metadata import PackageNotFoundError, version
 
+from protocol.broker_requests.clients import Heartbeat
+from protocol.remoting import Header
+
 SDK_LANGUAGE = "PYTHON"
 
 try:
@@ -19,3 +22,18 @@ except PackageNotFoundError:  # run from a source tree that was not installed
 def default_client_id() -> str:
     """host@pid@random: unique per consumer instance, readable in member lists."""
     return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+
+
+def heartbeat(group: str, client_id: str, *, topic: str = "", producer: bool = False) -> Header:
+    """The HEART_BEAT header this SDK sends as ``client_id`` of ``group``: a consumer of
+    ``topic``, or with ``producer`` a transactional producer; with this SDK's language and
+    version."""
+    header, _ = Heartbeat(
+        group=group,
+        client_id=client_id,
+        topic=topic,
+        producer=producer,
+        language=SDK_LANGUAGE,
+        version=SDK_VERSION,
+    ).encode()
+    return header

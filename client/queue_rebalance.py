@@ -25,7 +25,7 @@ from client import logs
 from client.allocate import allocate_averagely
 from client.buffer import MessageBuffer
 from client.errors import ClientError, TopicNotFoundError
-from client.identity import SDK_LANGUAGE, SDK_VERSION
+from client.identity import heartbeat
 from client.message import ReceivedMessage
 from client.offset_commit import OffsetCommitter
 from client.pull import QueueState
@@ -34,7 +34,6 @@ from client.subscription import Subscription, queue_name
 from protocol.broker_requests.clients import (
     ConsumerList,
     ConsumerListQuery,
-    Heartbeat,
     HeartbeatAnswer,
     UnregisterClient,
 )
@@ -119,13 +118,7 @@ class GroupRebalancer:
         members, rebalance."""
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
         groups = sorted(route.read_addresses().items())
-        beat, _ = Heartbeat(
-            group=self.group,
-            client_id=self.client_id,
-            topic=self.topic,
-            language=SDK_LANGUAGE,
-            version=SDK_VERSION,
-        ).encode()
+        beat = heartbeat(self.group, self.client_id, topic=self.topic)
         self._retry_off.clear()
         self._fifo_answers = {}
         results = await asyncio.gather(

@@ -32,11 +32,11 @@ from client import logs
 from client.bootstrap import Bootstrap
 from client.brokers import MasterCaller
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError
-from client.identity import SDK_LANGUAGE, SDK_VERSION, default_client_id
+from client.identity import default_client_id, heartbeat
 from client.message import ReceivedMessage
 from client.routes import RouteCache
 from client.trace import ClientTracer, now_ms
-from protocol.broker_requests.clients import Heartbeat, UnregisterClient
+from protocol.broker_requests.clients import UnregisterClient
 from protocol.broker_requests.pop import (
     AckRequest,
     BatchAckAnswer,
@@ -164,13 +164,7 @@ class SimpleConsumer:
             self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name="pop-heartbeat")
 
     async def _heartbeat_loop(self) -> None:
-        beat, _ = Heartbeat(
-            group=self.group,
-            client_id=self.client_id,
-            topic=self.topic,
-            language=SDK_LANGUAGE,
-            version=SDK_VERSION,
-        ).encode()
+        beat = heartbeat(self.group, self.client_id, topic=self.topic)
         while True:
             await self._to_every_group(RequestCode.HEART_BEAT, beat)
             await asyncio.sleep(self._heartbeat_interval)

@@ -31,10 +31,9 @@ from typing import Any
 
 from client import logs
 from client.errors import BrokerError, ClientError, ClosedError, NoRouteError, SendError
-from client.identity import SDK_LANGUAGE, SDK_VERSION
+from client.identity import heartbeat
 from client.message import SendResult
 from client.producer import RETRIABLE_CODES, Producer
-from protocol.broker_requests.clients import Heartbeat
 from protocol.broker_requests.transaction import (
     CheckTransactionState,
     EndTransaction,
@@ -291,13 +290,7 @@ class TransactionProducer:
                 if b.master_address:
                     addresses.add(b.master_address)
                 addresses.update(b.slaves)
-        beat, _ = Heartbeat(
-            group=self.group,
-            client_id=self.client_id,
-            producer=True,
-            language=SDK_LANGUAGE,
-            version=SDK_VERSION,
-        ).encode()
+        beat = heartbeat(self.group, self.client_id, producer=True)
         beats = await asyncio.gather(*(self._beat(a, beat) for a in sorted(addresses)))
         return ok and all(beats)
 
