@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from typing import Any
 
@@ -32,7 +31,7 @@ from client.errors import ClientError
 from client.progress import ProgressAdmin
 from tests.cluster.support import sync_state
 from tests.support.cluster import Cluster
-from tests.support.procs import ROOT
+from tests.support.procs import rmqctl_async
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -51,21 +50,7 @@ def cluster(cluster: Cluster) -> Cluster:
 
 async def rmqctl(cluster: Cluster, *args: str) -> tuple[int, str, str]:
     """rmqctl as a process, without blocking this loop (the members keep running)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "rmqctl",
-        "-a",
-        cluster.controller_addresses,
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert b"Traceback" not in err, err.decode()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await rmqctl_async("-a", cluster.controller_addresses, *args)
 
 
 async def create_topic(cluster: Cluster) -> None:

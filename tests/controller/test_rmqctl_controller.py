@@ -6,9 +6,7 @@ answer GET_BROKER_EPOCH_CACHE; rmqctl runs as an asyncio subprocess so they keep
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,8 @@ from tests.controller.support import (
     agreed_leader,
     replica_info,
 )
-from tests.support.procs import ROOT, free_port, port_open
+from tests.support.procs import free_port, port_open
+from tests.support.procs import rmqctl_async as rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -40,28 +39,6 @@ def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerCl
         yield cluster.start()
     finally:
         cluster.stop()
-
-
-async def rmqctl(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "rmqctl",
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    stderr = err.decode()
-    assert "Traceback" not in stderr, stderr
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), stderr
 
 
 async def ok_json(*args: str) -> Any:

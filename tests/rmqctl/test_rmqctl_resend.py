@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
 import pytest
 
@@ -17,7 +16,8 @@ from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.producer import Producer
 from tests.rmqctl.test_rmqctl_broker_process import ok_json
-from tests.support.procs import ROOT, BrokerProc
+from tests.support import procs
+from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -25,19 +25,7 @@ pytestmark = pytest.mark.multiprocess
 
 async def rmqctl_async(*args: str) -> tuple[int, str, str]:
     """rmqctl as a subprocess without blocking the loop the consumer runs on."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "rmqctl",
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert b"Traceback" not in err, err
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await procs.rmqctl_async(*args, timeout=120)
 
 
 def refused(result: tuple[int, str, str], needle: str) -> None:

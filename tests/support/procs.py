@@ -6,6 +6,7 @@ when the test fails. Waits poll a condition against a deadline; there are no bar
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -41,6 +42,30 @@ def rmqctl(
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
+
+
+async def rmqctl_async(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+    """:func:`rmqctl` without blocking the running loop (a consumer or the cluster's members
+    keep running on it): (exit code, stdout, stderr). Killed by its PID past ``timeout``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rmqctl",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    stderr = err.decode()
+    assert "Traceback" not in stderr, stderr
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), stderr
 
 
 _LOWEST_PORT = 12_000
