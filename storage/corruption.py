@@ -189,6 +189,18 @@ class Corruption:
             offset=physical,
         )
 
+    def size_of(self, offset: int) -> int | None:
+        """The size of the damage known to start at CommitLog ``offset``: a record a read or the
+        scrub found unreadable (its size as its entry says), or a range recovery kept in place;
+        None when none is known there."""
+        size = self.sizes.get(offset)
+        if size is not None:
+            return size
+        for damage in self.damaged:
+            if damage.offset == offset:
+                return damage.size
+        return None
+
     def repair_refused(self, physical: int) -> None:
         """No replica could repair the record at ``physical``: reads take its entry for wrong
         (rebuilding the queue once) when its header does not hold, as without replicas."""
@@ -212,7 +224,7 @@ class Corruption:
         for at in [at for at in self.sizes if offset <= at < end]:
             del self.sizes[at]
             self.reported.discard(at)
-            self.refused.discard(at)
+        self.refused = {at for at in self.refused if not offset <= at < end}
 
     def corrupt(
         self, queue: ConsumeQueue, offset: int, physical: int, why: str, size: int = 0

@@ -595,9 +595,10 @@ class MessageStore:
         return seg.fsync
 
     def unreadable_size(self, offset: int) -> int | None:
-        """The size of the record at CommitLog ``offset`` that a read found unreadable (as its
-        ConsumeQueue entry says); None when no read did (or it was repaired since)."""
-        return self._corruption.sizes.get(offset)
+        """The size of the damage known at CommitLog ``offset``: a record a read or the scrub
+        found unreadable (as its ConsumeQueue entry says), or a range recovery kept in place
+        from there; None when none is (or it was repaired since)."""
+        return self._corruption.size_of(offset)
 
     def scrub(self, max_bytes: int) -> ScrubStep:
         """Check the next ``max_bytes`` of flushed CommitLog records (``storage.scrub``); the
@@ -648,6 +649,13 @@ class MessageStore:
             if intact_records(raw.view[rel : rel + size], offset) is not None:
                 out.append((offset, size))
         return out
+
+    def unrepairable(self) -> list[tuple[int, int]]:
+        """The :meth:`unrepaired` damage whose repair no replica could make
+        (:meth:`repair_refused`, not repaired since): what the broker reports to the
+        controllers' elections."""
+        refused = self._corruption.refused
+        return [(offset, size) for offset, size in self.unrepaired() if offset in refused]
 
     def skip_corrupt(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Reads of the queue pass over the message at ``queue_offset`` from now on (an

@@ -1,8 +1,10 @@
 """The asking side of a repair: a record this broker cannot read is fetched from another replica.
 
-:meth:`RecordRepair.start` is what a read calls when the store answers CORRUPT: it starts (or
-joins) the repair of that record and gives its future, or None when no repair is worth trying
-now (no replica to ask, or every replica refused it less than :data:`RETRY_AFTER_S` ago). The
+:meth:`RecordRepair.start` is what a read calls when the store answers CORRUPT, and what the scrub's
+loop calls for every damage the store knows of (``Scrubber``: found at start-up by recovery, by a
+read, by the scrub) as soon as a replica is there to ask: it starts (or joins) the repair of that
+record and gives its future, or None when no repair is worth trying now (no replica to ask, or
+every replica refused it less than :data:`RETRY_AFTER_S` ago). The
 repair asks each replica in turn with REPAIR_RECORD (the in-sync ones first on a master; the
 master first on a slave), checks every answer again (epoch, range, size, every record's CRC and
 offset: ``RepairedRecord.problem``) and writes the first good one over the damaged bytes in
@@ -83,12 +85,21 @@ class RecordRepair:
         if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
             return None
         size = self._store.unreadable_size(offset)
-        if size is None or not 0 < size <= MAX_REPAIR_BYTES:
+        if size is None or size <= 0:
+            return None
+        if size > MAX_REPAIR_BYTES:  # no request fetches it: no replica can repair it
+            tried = f"{size} bytes, more than one repair request fetches ({MAX_REPAIR_BYTES})"
+            self._gave_up(offset, size, Repaired(False, "", tried))
             return None
         task = asyncio.ensure_future(self.repair(offset, size))
         self._running[offset] = task
         task.add_done_callback(lambda _t: self._running.pop(offset, None))
         return task
+
+    def can_ask(self) -> bool:
+        """Is another replica of the group known to ask (a repair started now has one)?"""
+        ha = self._ha()
+        return ha is not None and bool(self._peers(ha))
 
     def explain(self, offset: int) -> str:
         """What the last repair of ``offset`` tried, when it failed ("" otherwise)."""
@@ -104,16 +115,23 @@ class RecordRepair:
             self._failed.pop(offset, None)
             self.counts["repaired"] += 1
         else:
-            self._failed[offset] = (time.monotonic(), outcome)
-            self.counts["unrepairable"] += 1
-            self._store.repair_refused(offset)
-            log.error(
-                f"commitlog record at offset {offset} ({size} bytes) could not be repaired: "
-                f"{outcome.tried}",
-                offset=offset,
-                size=size,
-            )
+            self._gave_up(offset, size, outcome)
         return outcome
+
+    def _gave_up(self, offset: int, size: int, outcome: Repaired) -> None:
+        """No replica could repair the ``size`` bytes at ``offset``: counted, the store told
+        (the broker reports it to elections), logged (an error the first time, then at info:
+        it is retried every :data:`RETRY_AFTER_S`)."""
+        again = offset in self._failed
+        self._failed[offset] = (time.monotonic(), outcome)
+        self.counts["unrepairable"] += 1
+        self._store.repair_refused(offset)
+        (log.info if again else log.error)(
+            f"commitlog record at offset {offset} ({size} bytes) could not be repaired: "
+            f"{outcome.tried}",
+            offset=offset,
+            size=size,
+        )
 
     def _peers(self, ha: HAService) -> list[tuple[int, str]]:
         role = self._role()

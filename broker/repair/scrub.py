@@ -1,8 +1,11 @@
 """The background scrub (issue 31): the broker re-reads its flushed CommitLog records at
 ``scrub_bytes_per_s`` (0: off, read at every tick so a change applies at once), checks each one
 (``MessageStore.scrub``, ``storage.scrub``) and has what fails repaired from the group's replicas
-(:class:`~broker.repair.fetch.RecordRepair`), before a consumer meets it. Its position is saved
-every :data:`SAVE_EVERY_S` and at the end of each pass, so a restart carries on from there. At
+(:class:`~broker.repair.fetch.RecordRepair`), before a consumer meets it. Every tick it also
+starts the repair of any damage the store knows of that no repair is running for (found at
+start-up by recovery, by a read or a replay), as soon as a replica is there to ask, whatever
+the rate (0 too). Its position is saved every :data:`SAVE_EVERY_S` and at the end of each
+pass, so a restart carries on from there. At
 the end of each pass one sealed key index file is checked too (in turn); one that fails is
 rebuilt from the CommitLog (``MessageStore.check_index``). A pass starts no sooner than
 ``scrub_interval_hours`` after the previous one started: between passes the scrub rests (an idle
@@ -101,8 +104,9 @@ class Scrubber:
         self._found: set[int] = set()
         self._unrepairable: set[int] = set()
         self.damaged_records = 0
-        """The damaged CommitLog records the store holds unrepaired (``unrepaired()``), kept
-        every tick for the heartbeats (read on their thread) and the controllers' elections."""
+        """The damaged CommitLog records the store holds that no replica could repair
+        (``unrepairable()``: a repair was tried and failed), kept every tick for the heartbeats
+        (read on their thread) and the controllers' elections."""
 
     async def run(self) -> None:
         saved_at = pass_began = time.monotonic()
@@ -110,7 +114,10 @@ class Scrubber:
         credit = 0.0
         while True:
             await asyncio.sleep(TICK_S)
-            self.damaged_records = len(self._store.unrepaired())
+            try:
+                self._heal()
+            except StoreError:  # the store closed under us (stopping)
+                return
             if resting:
                 if time.monotonic() - pass_began < self._interval_s():
                     continue
@@ -147,6 +154,18 @@ class Scrubber:
                 if self._store.check_index() is not None:  # logged by the index
                     self.counts["index_rebuilt"] += 1
                 resting, credit = True, 0.0
+
+    def _heal(self) -> None:
+        """Have every damage the store knows of repaired from a replica as soon as one is there
+        to ask, whoever found it (recovery at start-up, a read, a replay, the scrub): a repair
+        not running is started, one that failed is tried again after ``RETRY_AFTER_S``
+        (``RecordRepair.start``). Then :attr:`damaged_records` counts what no replica could
+        repair."""
+        repair = self._repair
+        if repair is not None and repair.can_ask():
+            for offset, _size in self._store.unrepaired():
+                repair.start(offset)
+        self.damaged_records = len(self._store.unrepairable())
 
     async def _handle(self, offset: int, size: int) -> None:
         if offset not in self._found:

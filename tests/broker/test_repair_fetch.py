@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from broker.repair import fetch
 from broker.repair.answer import RepairProcessor
 from broker.repair.fetch import RecordRepair
+from broker.repair.scrub import Scrubber
 from broker.role import RoleState
 from protocol.broker_requests.repair import RepairedRecord, RepairRecord
 from protocol.codes import RequestCode, ResponseCode
@@ -175,3 +177,57 @@ async def test_when_every_replica_lies_nothing_is_written(
     corrupt = damaged.get(TOPIC, 0, 3, 1, 1 << 20)
     assert corrupt.status is GetStatus.CORRUPT
     assert "no intact copy on another replica" in repair.explain(at)
+
+
+async def test_damage_recovery_found_is_repaired_from_the_first_replica_that_can(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A record damaged while the broker was stopped: its recovery finds it (the last segment's
+    # records are checked). The scrub's loop has it repaired with no read or scrub meeting it,
+    # as soon as a replica is there to ask; the count the heartbeats send the controllers'
+    # elections ("records no replica could repair") holds only a repair tried and failed.
+    (damaged, offsets), (intact, _) = [
+        (store, store.put(TOPIC, 0, messages(20, 300), 1_700_000_000_000).physical_offsets)
+        for store in (open_store(tmp_path / "damaged"), open_store(tmp_path / "intact"))
+    ]
+    at, size = offsets[5], offsets[6] - offsets[5]
+    damaged.close()
+    flip(damaged, at + HEAD_SIZE + 9)
+    damaged = open_store(tmp_path / "damaged")
+    assert damaged.unrepaired() == [(at, size)]  # recovery found it
+    liar_handler = liar(corrupt=True)
+    liar_handler.store_ref["store"] = intact  # type: ignore[attr-defined]
+    honest_ha = StubHA(intact, {})
+    honest = RepairProcessor(intact, lambda: honest_ha)  # type: ignore[arg-type,return-value]
+    liar_server, liar_at = await serve(liar_handler)
+    honest_server, honest_at = await serve(honest.answer)
+    replicas: dict[int, str] = {}
+    repair, pool = await asker(damaged, replicas)
+    scrubber = Scrubber(damaged, repair, lambda: 0, lambda: 0.0)
+    try:
+        scrubber._heal()  # no replica known: nothing tried, nothing reported
+        assert scrubber.damaged_records == 0 and damaged.unrepairable() == []
+
+        replicas[2] = liar_at  # the only replica lies: tried, failed, reported
+        scrubber._heal()
+        running = repair.start(at)
+        assert running is not None and not (await running).ok
+        scrubber._heal()
+        assert scrubber.damaged_records == 1 and damaged.unrepairable() == [(at, size)]
+
+        replicas[3] = honest_at  # retried (at once here) and repaired from the honest one
+        monkeypatch.setattr(fetch, "RETRY_AFTER_S", 0.0)
+        scrubber._heal()
+        running = repair.start(at)
+        assert running is not None and (await running).ok
+        scrubber._heal()
+    finally:
+        pool.close()
+        await liar_server.stop()
+        await honest_server.stop()
+    assert scrubber.damaged_records == 0 and damaged.unrepaired() == []
+    assert damaged.record_bytes(at, size) == intact.record_bytes(at, size)
+    # The liar (asked first) refused twice.
+    assert repair.counts == {"repaired": 1, "unrepairable": 1, "answers_refused": 2}
+    damaged.close()
+    intact.close()
