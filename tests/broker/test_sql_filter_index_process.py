@@ -52,6 +52,25 @@ async def pull_all(address: str, expression: str) -> list[int] | PullCorrupt:
         conn.close()
 
 
+def damage_record(data_dir: Path, msg_id: str, queue_offset: int) -> int:
+    """Overwrite the first body byte of the record ``msg_id`` names in the CommitLog files of
+    ``data_dir`` (checking it is queue offset ``queue_offset``), so its CRC fails; its CommitLog
+    offset."""
+    _, physical = parse_msg_id(msg_id)
+    start = physical - physical % TEST_SEGMENT_BYTES
+    fd = os.open(data_dir / "commitlog" / f"{start:020d}", os.O_RDWR)
+    try:
+        head = os.pread(fd, HEAD_SIZE, physical - start)
+        size, _m, crc, _q, offset, _p, _t, _b = DISPATCH_HEAD.unpack(head)
+        assert offset == queue_offset
+        os.pwrite(fd, b"#", physical - start + HEAD_SIZE)
+        record = os.pread(fd, size, physical - start)
+    finally:
+        os.close(fd)
+    assert zlib.crc32(record[12:]) != crc  # no read of it can serve it now
+    return physical
+
+
 def test_a_sql92_pull_passes_over_a_record_it_cannot_match_unread(tmp_path: Path) -> None:
     with started(BrokerProc(tmp_path, extra_toml="enable_property_filter = true\n")) as broker:
 
@@ -70,19 +89,7 @@ def test_a_sql92_pull_passes_over_a_record_it_cannot_match_unread(tmp_path: Path
 
         ids = asyncio.run(fill())
         # Damage message 5 (k = 5) on disk: a byte of its body, so its CRC fails.
-        _, physical = parse_msg_id(ids[5])
-        start = physical - physical % TEST_SEGMENT_BYTES
-        path = broker.data_dir / "commitlog" / f"{start:020d}"
-        fd = os.open(path, os.O_RDWR)
-        try:
-            head = os.pread(fd, HEAD_SIZE, physical - start)
-            size, _m, crc, _q, queue_offset, _p, _t, _b = DISPATCH_HEAD.unpack(head)
-            assert queue_offset == 5
-            os.pwrite(fd, b"#", physical - start + HEAD_SIZE)
-            record = os.pread(fd, size, physical - start)
-        finally:
-            os.close(fd)
-        assert zlib.crc32(record[12:]) != crc  # no read of it can serve it now
+        physical = damage_record(broker.data_dir, ids[5], 5)
 
         assert asyncio.run(pull_all(broker.address, "k = 3")) == list(range(3, SENT, 10))
         for reads_it in ("k >= 0", "k = 5"):
