@@ -225,28 +225,25 @@ def _print_produce(
     return rate
 
 
-async def produce_single(
+async def produce(
     conn: RemotingClient,
     n: int,
     body: bytes,
     pid: int,
     slave_pid: int | None = None,
     producer_id: int | None = None,
+    *,
+    batch: bool = False,
 ) -> float:
-    phase = await _drive(conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid, producer_id)
-    return _print_produce(
-        "64 in flight, all-ack R3 ", "p50", "single", n, len(body), phase, slave_pid
-    )
-
-
-async def produce_batch(
-    conn: RemotingClient,
-    n: int,
-    body: bytes,
-    pid: int,
-    slave_pid: int | None = None,
-    producer_id: int | None = None,
-) -> float:
+    """A produce phase of ``n`` messages: single sends 64 in flight, or with ``batch`` batches
+    of 64, 8 in flight. Prints its line; returns msg/s."""
+    if not batch:
+        phase = await _drive(
+            conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid, producer_id
+        )
+        return _print_produce(
+            "64 in flight, all-ack R3 ", "p50", "single", n, len(body), phase, slave_pid
+        )
     payload = msgpack.packb([{"body": body}] * 64)
     phase = await _drive(
         conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid, producer_id
@@ -549,7 +546,7 @@ async def auth_comparison(args: argparse.Namespace) -> None:
             pid = node_at(broker_a.cluster, broker_a.master).pid
             conn = await producer_connection(broker_a)
             print(f"authentication {'on' if auth else 'off'}:", flush=True)
-            rates[auth] = await produce_single(conn, args.messages, body, pid)
+            rates[auth] = await produce(conn, args.messages, body, pid)
             conn.close()
     print(
         f"P1 with authentication / without: {rates[True] / rates[False]:.2f} "
@@ -582,8 +579,10 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
                 def ident() -> int | None:
                     return next(producer_ids) if on else None  # noqa: B023
 
-                single = await produce_single(conn, args.messages, body, pid, slave_pid, ident())
-                batch = await produce_batch(conn, args.messages, body, pid, slave_pid, ident())
+                single = await produce(conn, args.messages, body, pid, slave_pid, ident())
+                batch = await produce(
+                    conn, args.messages, body, pid, slave_pid, ident(), batch=True
+                )
                 p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids, ident())
                 results[on].append((single, batch, p50))
         conn.close()
@@ -630,7 +629,7 @@ async def security_comparison(args: argparse.Namespace) -> None:
                     f"round {rnd + 1}/{args.rounds}, security {name}"
                     + (" (mutual TLS inside the cluster)" if tls else "")
                 )
-                p1[name].append(await produce_single(conn, args.messages, body, pid, slave_pid))
+                p1[name].append(await produce(conn, args.messages, body, pid, slave_pid))
                 p3[name].append(
                     await produce_one_at_a_time(
                         conn, args.one_at_a_time, body, {"master": pid, "slave": slave_pid}
@@ -694,9 +693,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 flush=True,
             )
             with spying(args.spy, "p1", pids):
-                ours_rate = await produce_single(conn, args.messages, body, pid, slave_pid)
+                ours_rate = await produce(conn, args.messages, body, pid, slave_pid)
             with spying(args.spy, "p2", pids):
-                await produce_batch(conn, args.messages, body, pid, slave_pid)
+                await produce(conn, args.messages, body, pid, slave_pid, batch=True)
             with spying(args.spy, "p3", pids):
                 ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids)
             conn.close()
