@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # pip's own output (a line per package, progress bars on a terminal) shows the install moving.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check
 
-.PHONY: run demo test lint bench soak format clean venv pipeline-deps protos
+.PHONY: run demo test lint bench soak format clean venv pipeline-deps protos console-assets
 
 venv: $(DEV_STAMP)
 
@@ -44,7 +44,7 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[dev,spark,bench]'
 	touch $@ $(DEV_STAMP) $(SPARK_STAMP) $(RUN_STAMP)
 
-run: $(RUN_STAMP)  ## start a local cluster on loopback, in the foreground (SECURE=1: auth and TLS); Ctrl-C stops it
+run: $(RUN_STAMP)  ## start a local cluster on loopback and its web console (http://127.0.0.1:8080/), in the foreground (SECURE=1: auth and TLS); Ctrl-C stops it
 	$(BIN)/python deploy/local_cluster.py $(if $(filter 1 yes true,$(SECURE)),--secure)
 
 demo: $(RUN_STAMP)  ## a failover to watch, on its own cluster under var/demo
@@ -69,6 +69,13 @@ bench: $(BENCH_STAMP)  ## benchmarks: figures and ratios, never asserted
 
 soak: $(DEV_STAMP)  ## long soaks and big simulations, one at a time (some load the CPU on purpose)
 	$(BIN)/python -m pytest -q -m soak -n 0
+
+# The console's vendored htmx, fetched again from npm exactly as console/static/package-lock.json
+# locks it (tests/console/test_console_assets.py checks the copy against the lockfile).
+console-assets:  ## refresh console/static/htmx.min.js from npm with its lockfile (npm ci)
+	tmp=$$(mktemp -d) && cp console/static/package.json console/static/package-lock.json $$tmp && \
+	(cd $$tmp && npm ci --ignore-scripts --no-audit --no-fund) && \
+	cp $$tmp/node_modules/htmx.org/dist/htmx.min.js console/static/htmx.min.js && rm -rf $$tmp
 
 PROTOS := protocol/rocketmq_v2/definition.proto protocol/rocketmq_v2/service.proto
 

@@ -18,10 +18,13 @@ from client.credentials import CredentialsFileError, read_credentials_file
 from console.app import make_app
 from console.config import ConsoleConfig, Settings, load_config
 from daemon import cli as daemon_cli
+from daemon.auth_key import load_auth_key
 from daemon.config import ConfigError
 from daemon.logs import setup_logging
 from daemon.signals import run
-from remoting.client import use_credentials
+from protocol.request_auth import cluster_credentials
+from remoting.client import use_credentials, use_tls
+from remoting.tls import TlsError, client_context
 
 
 class _Server(uvicorn.Server):
@@ -44,6 +47,9 @@ class Console:
             uvicorn.Config(
                 make_app(settings),
                 log_config=None,
+                # Its start and stop lines are the console's own (structlog); warnings and
+                # errors still show.
+                log_level="warning",
                 access_log=False,
                 ssl_certfile=str(cfg.tls_cert_file) if cfg.tls_cert_file else None,
                 ssl_keyfile=str(cfg.tls_key_file) if cfg.tls_key_file else None,
@@ -108,6 +114,26 @@ async def serve(settings: Settings) -> int:
 )
 @click.option("--listen", metavar="HOST:PORT", help="The web listener (default 127.0.0.1:8080).")
 @click.option(
+    "--auth-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Sign as the cluster itself with its auth key (as rmqctl --auth-key-file).",
+)
+@click.option(
+    "--cluster-ca-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Connect to the clusters over TLS, their certificates chaining to this PEM CA.",
+)
+@click.option(
+    "--cluster-cert-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM client certificate for clusters that ask for one (with --cluster-key-file).",
+)
+@click.option(
+    "--cluster-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="PEM private key of --cluster-cert-file.",
+)
+@click.option(
     "--credentials-file",
     type=click.Path(path_type=Path, dir_okay=False),
     help="access_key and secret_key (TOML, mode 600) to sign requests with on a cluster with "
@@ -126,7 +152,20 @@ def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -
         cfg = settings.config
         if cfg.credentials_file is not None:
             use_credentials(read_credentials_file(cfg.credentials_file))
+        if cfg.auth_key_file is not None:
+            try:
+                use_credentials(cluster_credentials(load_auth_key(cfg.auth_key_file)))
+            except ValueError as exc:
+                raise ConfigError(f"config key 'auth_key_file': {exc}") from None
+        if cfg.cluster_tls or cfg.cluster_ca_file is not None or cfg.cluster_cert_file is not None:
+            use_tls(
+                client_context(cfg.cluster_ca_file, cfg.cluster_cert_file, cfg.cluster_key_file)
+            )
     except (ConfigError, CredentialsFileError) as exc:
+        click.echo(f"rmq-console: {exc}", err=True)
+        sys.exit(2)
+    except TlsError as exc:
+        click.echo(f"rmq-console: the clusters' TLS files: {exc}", err=True)
         click.echo(f"rmq-console: {exc}", err=True)
         sys.exit(2)
     setup_logging(cfg.log_format, cfg.log_level)

@@ -55,6 +55,26 @@ class ConsoleConfig:
         "TOML file with access_key and secret_key (mode 600): the console signs every request "
         "to the clusters with them when authentication is on there",
     )
+    auth_key_file: Path | None = field(
+        None,
+        "the cluster's auth key: sign as the cluster itself (a super user), as rmqctl "
+        "--auth-key-file does, on a host that holds it (make run SECURE=1); not with "
+        "credentials_file",
+    )
+    cluster_tls: bool = field(
+        False,
+        "connect to the clusters over TLS (their tls_enabled), checking their certificates "
+        "against the system's CAs or cluster_ca_file",
+    )
+    cluster_ca_file: Path | None = field(
+        None, "PEM CA the clusters' certificates chain to (a private CA); implies cluster_tls"
+    )
+    cluster_cert_file: Path | None = field(
+        None,
+        "PEM client certificate presented to clusters that ask for one (tls_verify_client: "
+        "signing with auth_key_file); needs cluster_key_file, implies cluster_tls",
+    )
+    cluster_key_file: Path | None = field(None, "PEM private key of cluster_cert_file")
     tls_cert_file: Path | None = field(
         None, "PEM certificate of the console's own listener (HTTPS); needs tls_key_file"
     )
@@ -77,6 +97,10 @@ class ConsoleConfig:
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("config keys 'tls_cert_file' and 'tls_key_file' go together")
+        if (self.cluster_cert_file is None) != (self.cluster_key_file is None):
+            raise ConfigError("config keys 'cluster_cert_file' and 'cluster_key_file' go together")
+        if self.auth_key_file is not None and self.credentials_file is not None:
+            raise ConfigError("config keys 'auth_key_file' and 'credentials_file': give one")
 
     @property
     def host(self) -> str:

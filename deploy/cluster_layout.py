@@ -32,6 +32,8 @@ CONTROLLER_ADDRESSES = ";".join(CONTROLLERS.values())
 BROKER_GROUP = "broker-a"
 BROKERS = [(10911, 10912, 9300), (10921, 10922, 9301), (10931, 10932, 9302)]
 CONTROLLER_METRICS_BASE = 9200
+# make run's web console (rmq-console), pointed at the controllers.
+CONSOLE_LISTEN = "127.0.0.1:8080"
 
 
 class LaunchRefused(Exception):

@@ -26,6 +26,7 @@ from broker.live_config import ConfigFileError, rewrite_key
 from deploy.cluster_layout import (
     BROKER_GROUP,
     BROKERS,
+    CONSOLE_LISTEN,
     CONTROLLER_ADDRESSES,
     CONTROLLER_METRICS_BASE,
     CONTROLLER_PEERS,
@@ -133,10 +134,12 @@ class LocalCluster:
         log_dir: Path | None = None,
         console: Console | None = None,
         security: Security | None = None,
+        web_console: bool = False,
     ) -> None:
         """``log_dir``: each daemon's output goes to ``<name>.log`` there; else to ``console``
         (prefixed with the daemon's name), else to this process's own stdout and stderr.
-        ``security``: the daemons run with authentication and TLS on (its files made)."""
+        ``security``: the daemons run with authentication and TLS on (its files made).
+        ``web_console``: rmq-console runs beside them (make run), on :data:`CONSOLE_LISTEN`."""
         self.var = var
         self.log_dir = log_dir
         self.console = console
@@ -144,6 +147,7 @@ class LocalCluster:
         self.controller_config = controller_config
         self.log_format = log_format
         self.security = security
+        self.web_console = web_console
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self._pumps: list[threading.Thread] = []
 
@@ -240,10 +244,32 @@ class LocalCluster:
             "--log-format", self.log_format,
         ]  # fmt: skip
 
+    def console_argv(self) -> list[str]:
+        """rmq-console for the cluster (secure mode: signing as the cluster with its auth key,
+        over TLS; the super user's credentials file is made only once the cluster is up)."""
+        secure = (
+            [
+                "--auth-key-file", str(self.security.auth_key),
+                "--cluster-ca-file", str(self.security.ca),
+                "--cluster-cert-file", str(self.security.cert),
+                "--cluster-key-file", str(self.security.key),
+            ]
+            if self.security is not None
+            else []
+        )  # fmt: skip
+        return [
+            *PYTHON_M, "console",
+            "--controllers", CONTROLLER_ADDRESSES,
+            "--listen", CONSOLE_LISTEN,
+            *secure,
+            "--log-format", self.log_format,
+        ]  # fmt: skip
+
     def processes(self) -> list[tuple[str, list[str]]]:
         return [
             *((n, self.controller_argv(i, n)) for i, n in enumerate(CONTROLLERS)),
             *((broker_process_name(i), self.broker_argv(i)) for i in range(len(BROKERS))),
+            *([("console", self.console_argv())] if self.web_console else []),
         ]
 
     def prepare(self) -> list[str]:
@@ -269,6 +295,8 @@ class LocalCluster:
             wait_listening(CONTROLLERS.values(), controllers_first)
             for index in range(len(BROKERS)):
                 self._start_one(broker_process_name(index))
+            if self.web_console:
+                self._start_one("console")
         else:
             self._start_one(name)
 

@@ -2,9 +2,11 @@
 
 Starts the daemons of a development cluster on loopback with embedded defaults, data under
 ``./var/``, and their logs on this console, each line whole and prefixed with the daemon's name
-(``n0``, ``broker-a@10911``). Once the controllers elected a master for the broker group and
-every broker's own role agrees with them, it prints one table (process, PID, address, broker id,
-role, metrics port) and the ``rmqctl`` lines to try, the same as the README's.
+(``n0``, ``broker-a@10911``), and the web console rmq-console beside them (``console``, its URL
+``http://127.0.0.1:8080/`` printed at the start). Once the controllers elected a master for the
+broker group and every broker's own role agrees with them, it prints one table (process, PID,
+address, broker id, role, metrics port) and the ``rmqctl`` lines to try, the same as the
+README's.
 
 A daemon that dies is reported (name, exit status) and the others keep running, so a failover
 can be watched; ``r`` and Enter on this console restarts every dead daemon. The daemons die with
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deploy.cluster_layout import (
     BROKERS,
+    CONSOLE_LISTEN,
     CONTROLLER_ADDRESSES,
     PYTHON_M,
     ROOT,
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     var: Path = args.var
     security = Security(var / "secure") if args.secure else None
-    names = [name for name, _ in LocalCluster(var).processes()]
+    names = [name for name, _ in LocalCluster(var, web_console=True).processes()]
     console = Console(sys.stdout, max(len(n) for n in names))
     cluster = LocalCluster(
         var,
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         log_format=args.log_format,
         console=console,
         security=security,
+        web_console=True,
     )
     try:
         for line in cluster.prepare():
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     # ignored, the read fails instead and is tried again until it runs in the foreground.
     signal.signal(signal.SIGTTIN, signal.SIG_IGN)
     console.say(banner(var, security))
+    console.say(f"local cluster: the web console (rmq-console) serves http://{CONSOLE_LISTEN}/")
     read_requests(sys.stdin, supervisor.requests)
     return supervisor.run()
 

@@ -146,9 +146,11 @@ def launcher(launchers: Launchers) -> subprocess.Popen[str]:
 
 # What make run prints of its daemons: every line prefixed with one of these names.
 PROCESSES = ["n0", "n1", "n2", "broker-a@10911", "broker-a@10921", "broker-a@10931"]
+# ... and the web console's (rmq-console), which is not in the table of daemons.
+LOGGING = [*PROCESSES, "console"]
 DAEMON_LINE = re.compile(r"^(\S+)\s+\| ")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z \[")
-WHOLE_LINE = re.compile(r"^(n\d|broker-a@\d+)\s+\| " + TIMESTAMP.pattern)
+WHOLE_LINE = re.compile(r"^(n\d|broker-a@\d+|console)\s+\| " + TIMESTAMP.pattern)
 # A warning or worse, as the console renderer and the standard library's logging print them.
 TROUBLE = re.compile(
     r"\[(warning|error|critical|exception)\s*\]|\b(WARNING|ERROR|CRITICAL)\b|Traceback"
@@ -244,7 +246,7 @@ def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
     assert len(notice) == 1 and "make run SECURE=1" in notice[0], notice
     daemon_lines = [line for line in out.splitlines() if DAEMON_LINE.match(line)]
     names = {m.group(1) for line in daemon_lines if (m := DAEMON_LINE.match(line))}
-    assert names == set(PROCESSES)  # every daemon logged, each line named
+    assert names == set(LOGGING)  # every daemon logged, each line named
     # Each line whole: the name, one timestamp at its start, no second record glued on.
     torn = [
         line

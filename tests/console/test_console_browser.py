@@ -18,6 +18,7 @@ Screenshots of each page go to the module's temp directory (kept when a test fai
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -98,8 +99,16 @@ def browser(env: Env) -> Iterator[Any]:
     yield from chromium(env.shots)
 
 
+#: Where the README's screenshots are made (RMQ_CONSOLE_SHOTS=docs/images pytest ...).
+README_SHOTS = os.environ.get("RMQ_CONSOLE_SHOTS")
+
+
 def shot(env: Env, browser: Any, name: str) -> None:
+    """A screenshot of the page under the module's temp directory (kept when a test fails),
+    and with $RMQ_CONSOLE_SHOTS set there too, as ``console-<name>.png``."""
     browser.save_screenshot(str(env.shots / f"{name}.png"))
+    if README_SHOTS:
+        browser.save_screenshot(str(Path(README_SHOTS) / f"console-{name}.png"))
 
 
 def text_of(browser: Any, css: str) -> str:
