@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -162,10 +163,8 @@ def bench_lookups(args: argparse.Namespace) -> None:
             f"{stats.entries:,} entries",
             flush=True,
         )
-        rng = random.Random(7)
         lat: list[float] = []
-        for _ in range(args.lookups):
-            key = f"key-{rng.randrange(args.indexed)}"
+        for key in random_keys(7, args):
             t0 = time.perf_counter()
             found = store.query_by_key(TOPIC, key, 0, 1 << 62, 64)
             lat.append(time.perf_counter() - t0)
@@ -197,10 +196,8 @@ async def over_the_wire(tmp: Path, args: argparse.Namespace) -> None:
             "its start (clean stop: the index files are verified, not rebuilt)",
             flush=True,
         )
-        rng = random.Random(11)
         lat: list[float] = []
-        for _ in range(args.lookups):
-            key = f"key-{rng.randrange(args.indexed)}"
+        for key in random_keys(11, args):
             t1 = time.perf_counter()
             query = QueryMessage(topic=TOPIC, key=key, max_num=64)
             resp = await conn.request(query.code, *query.encode())
@@ -211,6 +208,14 @@ async def over_the_wire(tmp: Path, args: argparse.Namespace) -> None:
         report("over loopback (QUERY_MESSAGE)", lat)
     finally:
         broker.stop(timeout=120)
+
+
+def random_keys(seed: int, args: argparse.Namespace) -> Iterator[str]:
+    """``--lookups`` keys drawn from the ``--indexed`` messages' keys, in the order ``seed``
+    gives."""
+    rng = random.Random(seed)
+    for _ in range(args.lookups):
+        yield f"key-{rng.randrange(args.indexed)}"
 
 
 def report(name: str, lat: list[float]) -> None:

@@ -33,6 +33,7 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,6 +43,8 @@ from bench.broker_bench import rss_anon_mib, run_async
 from bench.pop_bench import produce
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.pop.inflight import PopState
+from broker.pop.service import PopService
 from client.admin import Admin
 from client.simple_consumer import SimpleConsumer
 from protocol.pop import Ack, Checkpoint
@@ -98,6 +101,14 @@ async def memory(n: int, members: int) -> None:
             broker.stop()
 
 
+def timed_rebuilds(pop: PopService) -> Iterator[tuple[PopState, float]]:
+    """Three rebuilds of the in-flight set, each with the seconds it took."""
+    for _ in range(3):
+        t0 = time.perf_counter()
+        state = pop._rebuild()
+        yield state, time.perf_counter() - t0
+
+
 async def rebuild(acked: int, inflight: int, ack_batch: int) -> None:
     with tempfile.TemporaryDirectory(prefix="pop-state-bench-") as tmp:
         cfg = BrokerConfig(
@@ -131,10 +142,7 @@ async def rebuild(acked: int, inflight: int, ack_batch: int) -> None:
                     records += 1
             written = time.perf_counter() - t0
             print(f"rebuild: {records:,} revive-log records written in {written:.1f} s", flush=True)
-            for _ in range(3):
-                t0 = time.perf_counter()
-                state = pop._rebuild()
-                dt = time.perf_counter() - t0
+            for state, dt in timed_rebuilds(pop):
                 print(
                     f"rebuild: {acked:,} acked ({ack_batch} a record) and {inflight:,} in "
                     f"flight, {records:,} records, no snapshot: in-flight set built in "
@@ -147,10 +155,7 @@ async def rebuild(acked: int, inflight: int, ack_batch: int) -> None:
             pop.write_snapshot(state)
             dt = time.perf_counter() - t0
             print(f"rebuild: snapshot of {state.inflight():,} in flight written in {dt:.2f} s")
-            for _ in range(3):
-                t0 = time.perf_counter()
-                state = pop._rebuild()
-                dt = time.perf_counter() - t0
+            for state, dt in timed_rebuilds(pop):
                 print(
                     f"rebuild: from the snapshot: in-flight set built in {dt:.2f} s "
                     f"({state.inflight():,} in flight)",
