@@ -129,6 +129,23 @@ async def make_master(cluster: Cluster, boot: Bootstrap, node: BrokerNode, broke
     await wait_until_async(serving, f"{node.name} master", 30, interval=0.1)
 
 
+async def damaged_master_restarted(
+    cluster: Cluster, boot: Bootstrap, ports: list[int], offsets: list[int], at: int
+) -> tuple[BrokerNode, int, BrokerNode]:
+    """The master stopped cleanly, another elected, the byte ``at`` into each record at CommitLog
+    ``offsets`` flipped in its copy, and restarted (a slave now): (it, its metrics port, the new
+    master)."""
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    victim = node_at(cluster, doc["masterAddress"])
+    victim.stop()
+    master = node_at(cluster, (await new_master(boot, cluster, victim.address))["masterAddress"])
+    for offset in offsets:
+        flip(victim, offset + at)
+        assert not record_intact(victim, offset)
+    victim.restart()
+    return victim, ports[cluster.brokers.index(victim)], master
+
+
 async def test_a_body_byte_flipped_on_the_master_is_repaired_from_a_replica(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
@@ -138,15 +155,10 @@ async def test_a_body_byte_flipped_on_the_master_is_repaired_from_a_replica(
     # restarted broker's recovery (which checks the last segment's records) finds it, and the
     # broker has it repaired from the master while it is a slave, before its election.
     ids, ports, bodies, physical = await group_with_messages(cluster, boot, scrub=False)
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    victim = node_at(cluster, doc["masterAddress"])
-    port = ports[cluster.brokers.index(victim)]
     damaged_at = physical[DAMAGED]
-    victim.stop()
-    await new_master(boot, cluster, victim.address)
-    flip(victim, damaged_at + HEAD_SIZE + 5)
-    assert not record_intact(victim, damaged_at)
-    victim.restart()
+    victim, port, _ = await damaged_master_restarted(
+        cluster, boot, ports, [damaged_at], HEAD_SIZE + 5
+    )
     await make_master(cluster, boot, victim, ids[victim.address])
 
     received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
@@ -168,15 +180,9 @@ async def test_a_damaged_size_field_on_the_master_is_repaired_not_truncated(
     # The record's size field flipped: recovery cannot walk past it by its size; it keeps the
     # damaged range in place (valid records follow) and has it fetched from a replica.
     ids, ports, bodies, physical = await group_with_messages(cluster, boot, scrub=False)
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    victim = node_at(cluster, doc["masterAddress"])
-    port = ports[cluster.brokers.index(victim)]
     damaged_at = physical[DAMAGED]
-    victim.stop()
-    await new_master(boot, cluster, victim.address)
-    flip(victim, damaged_at + 1)  # the size field's second byte: 64 KiB more
-    assert not record_intact(victim, damaged_at)
-    victim.restart()
+    # The size field's second byte: 64 KiB more.
+    victim, port, _ = await damaged_master_restarted(cluster, boot, ports, [damaged_at], 1)
     await make_master(cluster, boot, victim, ids[victim.address])
 
     received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
@@ -198,15 +204,10 @@ async def test_damage_a_restarted_slave_finds_at_start_up_is_repaired_before_its
     # Now the slave has them repaired from the master as soon as it can ask, before any read,
     # and its election is accepted.
     ids, ports, bodies, physical = await group_with_messages(cluster, boot, scrub=False)
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    victim = node_at(cluster, doc["masterAddress"])
-    port = ports[cluster.brokers.index(victim)]
     damaged = [physical[50], physical[150]]
-    victim.stop()
-    master = node_at(cluster, (await new_master(boot, cluster, victim.address))["masterAddress"])
-    for at in damaged:
-        flip(victim, at + HEAD_SIZE + 5)
-    victim.restart()
+    victim, port, master = await damaged_master_restarted(
+        cluster, boot, ports, damaged, HEAD_SIZE + 5
+    )
 
     def repaired_as_slave() -> bool:
         try:
