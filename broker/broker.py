@@ -485,6 +485,7 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
         await self.server.stop()
+        self.ctx.cold_reads.close()
         self.admin.close()  # its connections to the controllers (topic commits)
         if self.ha is not None:
             await self.ha.stop()

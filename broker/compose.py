@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from broker.appender import Appender
+from broker.cold_reads import ColdReads
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
 from broker.dlq.service import DeadLetterService
@@ -79,6 +80,7 @@ class _PopHost:
     ensure_system_topic: Callable[[str], TopicConfig]
     visible_offset: Callable[[], int | None]
     now_ms: Callable[[], int]
+    cold_reads: ColdReads
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,7 @@ class _PullHost:
     metrics: BrokerMetrics
     visible_offset: Callable[[], int | None]
     now_ms: Callable[[], int]
+    cold_reads: ColdReads
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +183,7 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             ensure_system_topic=ctx.ensure_system_topic,
             visible_offset=ctx.visible_offset,
             now_ms=ctx.now_ms,
+            cold_reads=ctx.cold_reads,
         )
     )
     ctx.pulls = PullService(
@@ -193,6 +197,7 @@ def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
             metrics=metrics,
             visible_offset=ctx.visible_offset,
             now_ms=ctx.now_ms,
+            cold_reads=ctx.cold_reads,
         )
     )
     ctx.dead_letters = DeadLetterService(

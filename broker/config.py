@@ -244,6 +244,14 @@ class BrokerConfig:
         "restart starts the next pass at once; 0 runs passes back to back",
         at_least(0.0),
     )
+    cold_read_bytes_per_s: int = field(
+        32 << 20,
+        "CommitLog bytes a second that pulls and POPs of records not in the page cache read, "
+        "shared by the whole broker: they are read off the event loop at this rate, so a group "
+        'catching up from the start of the log cannot stall sends (docs/architecture.md, "Cold '
+        'reads"); 0: no limit',
+        at_least(0),
+    )
     timer_enable: bool = field(
         True,
         "accept and deliver scheduled messages (a delivery time or delay); set it alike on every replica of a group (a slave with it off cannot deliver after a failover)",

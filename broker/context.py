@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from broker.appender import Appender
 from broker.broker_stats import BrokerStats
+from broker.cold_reads import ColdReads
 from broker.config import BrokerConfig
 from broker.consumer_groups import ConsumerGroups
 from broker.deletions import Deletions
@@ -119,6 +120,10 @@ class BrokerContext:
         once they listen; GET_BROKER_RUNTIME_INFO tells other brokers' gRPC endpoints)."""
         self.tracer: BrokerTracer | None = None
         """With trace_enabled: the broker's message trace (:mod:`broker.trace`)."""
+        self.cold_reads = ColdReads(lambda: cfg.cold_read_bytes_per_s)
+        """Pulls' and POPs' reads of records not in the page cache, off the loop at
+        ``cold_read_bytes_per_s`` (:mod:`broker.cold_reads`)."""
+        self.cold_reads.export_metrics(metrics)
         self.stats = BrokerStats()
         self.producers = ProducerGroups()
         """Producer groups' live clients (producerConnection)."""

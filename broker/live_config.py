@@ -64,6 +64,7 @@ LIVE_KEYS: dict[str, str] = {
     "scrub_bytes_per_s": "from the scrub's next slice (a tenth of a second)",
     "scrub_interval_hours": "when the scrub, resting between passes, next looks (a tenth of "
     "a second)",
+    "cold_read_bytes_per_s": "from the next cold read",
 }
 """The keys UPDATE_BROKER_CONFIG changes while the broker runs, and when each takes effect."""
 

@@ -36,6 +36,7 @@ from storage.segment import Segment
 
 __all__ = [
     "MEMORY_RATIO",
+    "READ_AHEAD",
     "ColdSpan",
     "DistanceResidency",
     "MincoreResidency",
@@ -48,6 +49,11 @@ __all__ = [
 MEMORY_RATIO: Final = 0.4
 """RocketMQ's ``accessMessageInMemoryMaxRatio``: the share of memory the newest CommitLog bytes
 are taken to stay cached in (the fallback rule)."""
+
+READ_AHEAD: Final = 1 << 20
+"""A cold read loads at least this much from where it starts (a group reading old messages
+reads on from there; loaded once, its next pulls find the bytes cached). The kernel's own
+readahead is off for these reads (``broker.cold_reads``)."""
 
 _PAGE: Final = mmap.PAGESIZE
 
@@ -204,10 +210,25 @@ def read_spans(
     return spans
 
 
-def cold_spans(spans: list[tuple[Segment, int, int]], residency: Residency) -> list[ColdSpan]:
-    """Those of ``spans`` not wholly in the page cache, as file ranges to load."""
-    return [
-        ColdSpan(seg.path, lo - seg.start, hi - lo)
-        for seg, lo, hi in spans
-        if not residency.resident(seg, lo, hi)
-    ]
+def cold_spans(
+    spans: list[tuple[Segment, int, int]],
+    residency: Residency,
+    write_pos: int,
+    ahead: int = READ_AHEAD,
+) -> list[ColdSpan]:
+    """Those of ``spans`` not wholly in the page cache, as file ranges to load: each from its
+    start for at least ``ahead`` bytes, within its segment and below ``write_pos`` (a span
+    within the one before it so extended is in it)."""
+    out: list[ColdSpan] = []
+    for seg, lo, hi in spans:
+        last = out[-1] if out else None
+        if last is not None and last.path == seg.path:
+            last_end = seg.start + last.position + last.size
+            if lo < last_end:
+                if hi > last_end:
+                    out[-1] = ColdSpan(seg.path, last.position, hi - seg.start - last.position)
+                continue
+        if not residency.resident(seg, lo, hi):
+            end = max(hi, min(lo + ahead, seg.end, write_pos))
+            out.append(ColdSpan(seg.path, lo - seg.start, end - lo))
+    return out

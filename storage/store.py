@@ -366,7 +366,8 @@ class MessageStore:
         scan: int = 0,
     ) -> list[cold_read.ColdSpan]:
         """The CommitLog bytes a :meth:`get` with these arguments would copy that are not in
-        the page cache (``storage.cold_read``): what to load off the event loop before it."""
+        the page cache, each with what follows it (``storage.cold_read.READ_AHEAD``): what to
+        load off the event loop before it."""
         self._check_open()
         queue = self._queues.get(topic, queue_id)
         if queue is None or queue_read.bounds(queue, offset) is not None:
@@ -381,7 +382,7 @@ class MessageStore:
             tag_hashes,
             scan,
         )
-        return cold_read.cold_spans(spans, self._residency)
+        return cold_read.cold_spans(spans, self._residency, self._commitlog.write_pos)
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose record was stored at or after ``timestamp_ms``

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.cold_reads import ColdReads
 from broker.long_polling import PullWaiters
 from broker.service_host import ServiceHost
 from storage.config_files import (
@@ -21,7 +22,10 @@ class PopHost(ServiceHost, Protocol):
     """The store it reads queues and the revive log from, the appender its records go through,
     the write gate its revive loop asks (and the role whose epoch its state belongs to), the
     topics, consumer groups and offsets it reads and moves, the waiters it wakes, how far
-    consumers may read, its figures, its settings and its clock."""
+    consumers may read, its figures, its settings, its clock and the broker's cold reads."""
+
+    @property
+    def cold_reads(self) -> ColdReads: ...
 
     @property
     def topics(self) -> TopicConfigStore: ...

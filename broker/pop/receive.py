@@ -7,7 +7,8 @@ The decisions are here: the limits (at most :data:`~protocol.pop.MAX_POP_BATCH` 
 topic (ours ``rmq_sys_...``, RocketMQ's ``RMQ_SYS_...``, a retry or DLQ topic), the topic and
 queue checks, the write gate, and long polling: a POP that found nothing waits on its queues
 and the group's retry queue (:mod:`broker.long_polling`) until messages come or ``pollTime``
-passes, each try's checkpoint durable before the next wait.
+passes, each try's checkpoint durable before the next wait. A POP whose records are not in the
+page cache first has them loaded off the loop (:mod:`broker.cold_reads`), then pops as any.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from protocol.codes import ResponseCode
 from protocol.filter import SQL_FILTER_OFF, MessageFilter, SqlFilter, parse_filter
 from protocol.pop import MAX_POP_BATCH
 from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, retry_topic
+from storage.cold_read import ColdSpan
 from storage.errors import StoreError
 from storage.store import PutResult
 
@@ -95,20 +97,56 @@ def pop_messages(
         )
     deadline = host.now_ms() + poll_ms
     ask = _PopAsk(group, topic, queue_id, tc.queues, max_count, invisible, tag_filter)
-    got, last, candidates = _try_pop(service, ask)
+    queues, cold = _cold_spans(service, ask)
+    if cold:
+        return _after_cold_read(service, durability, ask, deadline, queues, cold)
+    got, last, candidates = _try_pop(service, ask, queues)
     if got or poll_ms == 0:
         return Popped(got, last)
     return _long_poll(service, durability, ask, deadline, last, candidates)
 
 
-def _try_pop(
+def _cold_spans(
     service: PopService, ask: _PopAsk
+) -> tuple[list[tuple[str, int]] | None, list[ColdSpan]]:
+    """The queues the POP reads (None: it is refused, which it says itself) and the bytes not
+    in the page cache that it would read from them."""
+    try:
+        service.host.gate.check_writable()
+        queues = service.candidates(ask.group, ask.topic, ask.queue_id, ask.queues)
+        return queues, service.cold_spans(ask.group, queues, ask.max_count, ask.tag_filter)
+    except (WriteRefused, StoreError):
+        return None, []
+
+
+async def _after_cold_read(
+    service: PopService,
+    durability: Durability,
+    ask: _PopAsk,
+    deadline: int,
+    queues: list[tuple[str, int]] | None,
+    cold: list[ColdSpan],
+) -> Popped:
+    """Load ``cold`` off the loop, then POP ``queues`` as any (long-polling if nothing came)."""
+    await service.host.cold_reads.load(cold)
+    got, last, candidates = _try_pop(service, ask, queues)
+    if got or deadline <= service.host.now_ms():
+        await _durable(durability, last)
+        return Popped(got, None)
+    return await _long_poll(service, durability, ask, deadline, last, candidates)
+
+
+def _try_pop(
+    service: PopService, ask: _PopAsk, queues: list[tuple[str, int]] | None = None
 ) -> tuple[list[PopMessage], PutResult | None, list[tuple[str, int]]]:
-    """One POP: what it handed out, its last append and the queues it read."""
+    """One POP (of ``queues``, or of the candidates picked now): what it handed out, its last
+    append and the queues it read."""
     host = service.host
     try:
         host.gate.check_writable()
-        candidates = service.candidates(ask.group, ask.topic, ask.queue_id, ask.queues)
+        candidates = queues
+        if candidates is None:
+            candidates = service.candidates(ask.group, ask.topic, ask.queue_id, ask.queues)
         got, last = service.pop(
             ask.group, candidates, ask.max_count, ask.invisible, host.now_ms(), ask.tag_filter
         )

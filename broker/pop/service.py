@@ -84,6 +84,7 @@ from protocol.retry import (
     retry_topic,
     sent_back_properties,
 )
+from storage.cold_read import ColdSpan
 from storage.store import GetStatus, PutResult
 
 __all__ = ["PopMessage", "PopService"]
@@ -421,6 +422,43 @@ class PopService(PerMasterEpoch[PopState]):
         if self.tracer is not None and out:
             self.tracer.popped(group, out, self.decode)
         return out, last
+
+    def cold_spans(
+        self,
+        group: str,
+        queues: list[tuple[str, int]],
+        max_count: int,
+        tag_filter: MessageFilter | None = None,
+    ) -> list[ColdSpan]:
+        """The bytes not in the page cache that :meth:`pop` of ``queues`` would read first:
+        those of the first queue holding messages past the group's POP offset (a FIFO group's
+        queues are read from their own offsets and not looked at)."""
+        host = self.host
+        store = host.store
+        orderly = host.sub_groups.get(group).consume_orderly
+        retry = retry_topic(group)
+        state = self.ready()
+        hashes = None if tag_filter is None else tag_filter.hashes
+        for topic, queue_id in queues:
+            if orderly and topic != retry:
+                continue
+            start = max(
+                self.pop_offset(state, group, topic, queue_id),
+                store.queue_min_offset(topic, queue_id),
+            )
+            if start >= store.queue_max_offset(topic, queue_id):
+                continue
+            return store.cold_spans(
+                topic,
+                queue_id,
+                start,
+                max_count,
+                host.cfg.max_pull_bytes,
+                host.visible_offset(),
+                hashes,
+                _FILTER_SCAN,
+            )
+        return []
 
     def repairing(self, offset: int) -> bool:
         """Whether the unreadable record at CommitLog ``offset`` is being repaired from another

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from broker.cold_reads import ColdReads
 from broker.config import BrokerConfig
 from broker.long_polling import PullWaiters
 from broker.metrics import BrokerMetrics
@@ -21,7 +22,11 @@ __all__ = ["PullHost"]
 class PullHost(Protocol):
     """The store it reads queues from, the topics it checks a pull against, the consumer
     offsets a classic pull may commit first, the waiters its long polls park on, how far
-    consumers may read, its figures, its settings (the pull limits) and its clock."""
+    consumers may read, its figures, its settings (the pull limits), its clock and the
+    broker's cold reads (records not in the page cache, loaded off the loop first)."""
+
+    @property
+    def cold_reads(self) -> ColdReads: ...
 
     @property
     def cfg(self) -> BrokerConfig: ...

@@ -50,14 +50,17 @@ class PullService:
         self.host = host
 
     def answer(
-        self, pull: PullRequest, *, repair: bool = True
+        self, pull: PullRequest, *, repair: bool = True, loaded: bool = False
     ) -> PullAnswer | Awaitable[PullAnswer]:
         """The answer to ``pull`` now, or an awaitable of it when it waits for a message (long
         polling) or for the repair of a record that failed its checks (from another replica,
         ``MessageStore.repairer``; not with ``repair`` false). Raises
         :class:`~protocol.filter.FilterError` for a subscription that does not parse (a parsed
         :class:`PullRequest` was checked already). A SQL92 subscription is refused
-        SQL_FILTER_DISABLED unless ``enable_property_filter``."""
+        SQL_FILTER_DISABLED unless ``enable_property_filter``.
+
+        A read of records not in the page cache first loads them off the loop
+        (:mod:`broker.cold_reads`), then is answered as any (``loaded``: they were)."""
         topic, queue_id, offset = pull.topic, pull.queue_id, pull.offset
         cfg = self.host.cfg
         max_count = max(1, min(pull.max_count, cfg.max_pull_batch))
@@ -80,6 +83,14 @@ class PullService:
         reset = self.host.offset_resets.take(pull.group, topic, queue_id)
         if reset is not None and reset != offset:
             return self._reset(topic, queue_id, reset)
+        if not loaded:
+            hashes = None if tag_filter is None else tag_filter.hashes
+            visible = self.host.visible_offset()
+            cold = self.host.store.cold_spans(
+                topic, queue_id, offset, max_count, max_bytes, visible, hashes, FILTER_SCAN
+            )
+            if cold:
+                return self._after_cold_read(self.host.cold_reads.load(cold), pull, repair)
         resp, _ = self._read(topic, queue_id, offset, max_count, max_bytes, tag_filter)
         repairing = self._repairing(resp) if repair else None
         if repairing is not None:
@@ -108,6 +119,15 @@ class PullService:
             return None
         repairer = self.host.store.repairer
         return None if repairer is None else repairer.start(resp.physical_offset)
+
+    async def _after_cold_read(
+        self, loading: Awaitable[None], pull: PullRequest, repair: bool
+    ) -> PullAnswer:
+        """The records of ``pull`` were not in the page cache: the answer read once they are
+        loaded (read as any other, from the mapping)."""
+        await loading
+        answer = self.answer(pull, repair=repair, loaded=True)
+        return await answer if isinstance(answer, Awaitable) else answer
 
     async def _after_repair(self, repairing: Awaitable[object], pull: PullRequest) -> PullAnswer:
         """The first record of ``pull`` failed its checks and is being repaired: the answer

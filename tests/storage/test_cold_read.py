@@ -15,10 +15,11 @@ from storage.cold_read import (
     ColdSpan,
     DistanceResidency,
     MincoreResidency,
+    cold_spans,
     read_spans,
 )
 from storage.segment import Segment
-from tests.storage.support import TOPIC, messages, open_store
+from tests.storage.support import SEGMENT, TOPIC, messages, open_store
 
 NOW = 1_700_000_100_000
 SIZE = 32 * 1024 * 1024  # past the read-around of a fault (the device readahead, 8 MiB here)
@@ -92,15 +93,27 @@ def test_a_reads_spans_are_the_bytes_its_get_copies_and_cold_until_loaded(
             store.put(TOPIC, 1, messages(2, 1000), NOW)
         for seg in store._commitlog.segments:
             drop_cached(seg)
+        queue = store._queues.get(TOPIC, 0)
+        assert queue is not None
+        commitlog = store._commitlog
+        runs = read_spans(queue, commitlog, 5, 32, 1 << 20, None, None, 0)
+        exact = cold_spans(runs, mincore, commitlog.write_pos, ahead=0)
         spans = store.cold_spans(TOPIC, 0, 5, 32, 1 << 20)
         got = store.get(TOPIC, 0, 5, 32, 1 << 20)
         assert got.count == 32
-        assert sum(span.size for span in spans) == len(got.body)
-        # Queue 1's records lie between queue 0's runs: one span per run.
-        assert len(spans) > 1
+        # Queue 1's records lie between queue 0's runs: a span per run, adding up to the body.
+        assert len(exact) == len(runs) > 1
+        assert sum(span.size for span in exact) == len(got.body)
         first = next(iter(iter_records(got.body)))
-        seg_start = int(spans[0].path.name)
-        assert spans[0] == ColdSpan(spans[0].path, first.physical_offset - seg_start, spans[0].size)
+        seg_start = int(exact[0].path.name)
+        assert exact[0] == ColdSpan(exact[0].path, first.physical_offset - seg_start, exact[0].size)
+        # With the read-ahead: a span per segment, from the first run to the segment's end
+        # (the next segment's from its first run).
+        assert [s.path for s in spans] == list(dict.fromkeys(s.path for s in exact))
+        assert spans[0].position == exact[0].position
+        assert spans[0].position + spans[0].size == SEGMENT
+        for span in spans[1:]:
+            assert span.position + span.size in (SEGMENT, commitlog.write_pos - int(span.path.name))
         # The get read those pages through the mapping: now hot, nothing to load.
         assert store.cold_spans(TOPIC, 0, 5, 32, 1 << 20) == []
         # Past the end, or an unknown queue: nothing.
