@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import smoke
 from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.group_of_three import group_of_three, payload
-from bench.grpc_bench import Official
+from bench.grpc_bench import Official, print_sends
 from bench.ha_bench import spying
 from bench.sdk_phases import InFlight, in_flight, wait_routed
 from client import Producer
@@ -173,17 +173,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     proc.kill()
                     await proc.wait()
         per_send = master_cpu / n * 1000
-        print(
-            f"ali-ons send, 64 in flight (classic door):    {sent['rate']:>8,.0f} msg/s"
-            f"  p50 {sent['p50']:6.2f} ms  client CPU {sent['cpu'] / n * 100_000:5.1f} s/100k"
-            f"  master CPU {master_cpu / n * 100_000:5.1f} s/100k ({per_send:.3f} ms a send)"
-            + (f"  ({sent['failed']} failed: {sent['error']})" if sent["failed"] else ""),
-            flush=True,
-        )
-        print(
-            f"ali-ons send, one at a time: p50 {one['p50']:.3f} ms ({one['count']} sends)",
-            flush=True,
-        )
+        print_sends("ali-ons send", "(classic door):   ", sent, one, n, master_cpu)
         off = (sdk[False].server_cpu_per_100k or 0.0) / 100
         on = (sdk[True].server_cpu_per_100k or 0.0) / 100
         verdict = (

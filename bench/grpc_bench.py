@@ -187,6 +187,33 @@ class Official:
         self.proc.stdin.write(b"go\n")
 
 
+def print_sends(
+    who: str,
+    door: str,
+    sent: dict[str, Any],
+    one: dict[str, Any],
+    n: int,
+    master_cpu: float,
+    slaves_cpu: float | None = None,
+) -> None:
+    """The lines of an official client's ``n`` sends: 64 in flight (rate, p50, the client's and
+    the master's CPU, the slaves' when given, the failures), then one at a time (p50)."""
+    print(
+        f"{who}, 64 in flight {door} {sent['rate']:>8,.0f} msg/s"
+        f"  p50 {sent['p50']:6.2f} ms  client CPU {sent['cpu'] / n * 100_000:5.1f} s/100k"
+        f"  master CPU {master_cpu / n * 100_000:5.1f} s/100k"
+        f" ({master_cpu / n * 1000:.3f} ms a send)"
+        + (
+            f"  slaves' CPU {slaves_cpu / n * 100_000:5.1f} s/100k"
+            if slaves_cpu is not None
+            else ""
+        )
+        + (f"  ({sent['failed']} failed: {sent['error']})" if sent["failed"] else ""),
+        flush=True,
+    )
+    print(f"{who}, one at a time: p50 {one['p50']:.3f} ms ({one['count']} sends)", flush=True)
+
+
 async def main_async(args: argparse.Namespace) -> None:
     body = payload(args.size)
     n = args.messages
@@ -293,19 +320,7 @@ async def run_phases(
             slaves_cpu = sum(cpu_seconds(pid) for pid in slave_pids) - slaves0
             one = await official.next()
             rate = sent["rate"]
-            print(
-                f"gRPC  send, 64 in flight (official client): {rate:>8,.0f} msg/s"
-                f"  p50 {sent['p50']:6.2f} ms  client CPU {per_100k(sent['cpu']):5.1f} s/100k"
-                f"  master CPU {per_100k(master_cpu):5.1f} s/100k"
-                f" ({master_cpu / n * 1000:.3f} ms a send)"
-                f"  slaves' CPU {per_100k(slaves_cpu):5.1f} s/100k"
-                + (f"  ({sent['failed']} failed: {sent['error']})" if sent["failed"] else ""),
-                flush=True,
-            )
-            print(
-                f"gRPC  send, one at a time: p50 {one['p50']:.3f} ms ({one['count']} sends)",
-                flush=True,
-            )
+            print_sends("gRPC  send", "(official client):", sent, one, n, master_cpu, slaves_cpu)
             best = sdk[True].rate
             print(
                 f"ratio gRPC / SDK send (64 in flight): {rate / best:.2f} of auto-batch on, "
