@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Final
 
 import aiofiles
@@ -79,6 +80,10 @@ class ColdReads:
         self._clock = clock
         self._bucket = TokenBucket()
         self._executor: ThreadPoolExecutor | None = None
+        self._loading: dict[Path, list[tuple[int, int, asyncio.Future[None]]]] = {}
+        """File ranges being loaded now: a read starting in one waits for it instead of
+        reading (and paying for) the same bytes again (groups or queues reading the same part
+        of the log at once)."""
         self.reads = 0
         """Pulls and POPs that found cold bytes to load."""
         self.bytes = 0
@@ -108,16 +113,42 @@ class ColdReads:
         file that cannot be read is left to the read that follows to answer for."""
         self.reads += 1
         for span in spans:
-            wait = self._bucket.take(span.size, self._clock(), self._rate())
-            if wait > 0:
-                self.throttled_s += wait
-                await asyncio.sleep(wait)
+            position, end = span.position, span.position + span.size
+            while position < end:
+                covering = self._covering(span.path, position)
+                if covering is None:
+                    break
+                await asyncio.shield(covering[1])
+                position = max(position, covering[0])
+            if position >= end:
+                continue
+            size = end - position
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            ranges = self._loading.setdefault(span.path, [])
+            entry = (position, end, done)
+            ranges.append(entry)
             try:
-                await self._read(span)
+                wait = self._bucket.take(size, self._clock(), self._rate())
+                if wait > 0:
+                    self.throttled_s += wait
+                    await asyncio.sleep(wait)
+                await self._read(ColdSpan(span.path, position, size))
+                self.bytes += size
             except OSError as exc:  # deleted by retention meanwhile, or a failing disk
                 log.warning("cold read failed", path=str(span.path), error=str(exc))
                 return
-            self.bytes += span.size
+            finally:
+                ranges.remove(entry)
+                if not ranges:
+                    del self._loading[span.path]
+                done.set_result(None)
+
+    def _covering(self, path: Path, position: int) -> tuple[int, asyncio.Future[None]] | None:
+        """The end and completion of a load in flight holding ``position`` of ``path``."""
+        for lo, hi, done in self._loading.get(path, ()):
+            if lo <= position < hi:
+                return hi, done
+        return None
 
     async def _read(self, span: ColdSpan) -> None:
         if self._executor is None:

@@ -58,6 +58,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^ali-ons send, one at a time: p50 {NUMBER} ms",
         rf"^ratio master CPU a send, classic door / our protocol: (?:{NUMBER}|n/a) ",
     ),
+    "cold_read_bench.py": (
+        rf"^producer p99 with the cold reader / alone: {NUMBER} ",
+        rf"^cold reader: {NUMBER} MiB/s",
+    ),
     "consumer_lag_bench.py": (
         rf"^GET_CONSUME_STATS for one group \({NUMBER} bytes\): p50 {NUMBER} ms",
         rf"^scrape p50 {NUMBER} ms vs target",

@@ -3,6 +3,7 @@ load through aiofiles counting reads, bytes and the time it waited."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -72,5 +73,22 @@ async def test_a_load_reads_the_spans_counts_them_and_waits_for_the_bandwidth(
         # A file gone (retention deleted the segment meanwhile): logged, left to the read.
         await reads.load([ColdSpan(tmp_path / "gone", 0, 10)])
         assert (reads.reads, reads.bytes) == (3, burst + 200_000)
+    finally:
+        reads.close()
+
+
+async def test_loads_at_once_of_the_same_bytes_read_them_once(tmp_path: Path) -> None:
+    path = tmp_path / "segment"
+    path.write_bytes(os.urandom(1 << 20))
+    reads = ColdReads(lambda: 1 << 20, lambda: 0.0)  # a tenth of a second waited past the burst
+    try:
+        first = ColdSpan(path, 0, 300_000)
+        second = ColdSpan(path, 100_000, 300_000)  # its first 200,000 bytes are the first's
+        await asyncio.gather(reads.load([first]), reads.load([second]))
+        assert (reads.reads, reads.bytes) == (2, 400_000)
+        # Done: a later load reads again (whether the bytes are still cached is the store's
+        # to say, before it asks).
+        await reads.load([ColdSpan(path, 0, 1000)])
+        assert reads.bytes == 401_000
     finally:
         reads.close()
