@@ -44,21 +44,37 @@ class PerMasterEpoch(Generic[S]):
     """A service whose in-memory state (POP's in-flight set, the open transactions) belongs to
     one master epoch: built from the log by ``_rebuild`` the first time this master needs it,
     and again under a new epoch (the master before may have written records this one never
-    applied)."""
+    applied).
+
+    A rebuild passes over a record that fails its checks (``broker.system_topic``), which makes
+    the damage known to the store: the broker has it repaired from a replica (issue 31,
+    ``broker.repair``). Once damage the store knew of when the state was built is repaired, the
+    state is built again at its next need, with the repaired record."""
 
     host: ServiceHost
     state: S | None
     _epoch: int
+    _damage_at_build: frozenset[int] = frozenset()
 
     def ready(self) -> S:
-        """The state, built from the log when this master has none yet. The caller checked that
-        this broker is master (``check_writable``)."""
+        """The state, built from the log when this master has none yet (or damage its build
+        passed over was repaired since). The caller checked that this broker is master
+        (``check_writable``)."""
         epoch = self.host.gate.role.master_epoch
         state = self.state
-        if state is None or epoch != self._epoch:
+        if state is None or epoch != self._epoch or self._repaired_since_built():
             state = self.state = self._rebuild()
             self._epoch = epoch
+            self._damage_at_build = self._known_damage()
         return state
+
+    def _known_damage(self) -> frozenset[int]:
+        return frozenset(offset for offset, _size in self.host.store.unrepaired())
+
+    def _repaired_since_built(self) -> bool:
+        """Was damage the store knew of when the state was built (a record its rebuild may have
+        passed over) repaired since?"""
+        return bool(self._damage_at_build) and not self._damage_at_build <= self._known_damage()
 
     def _rebuild(self) -> S:
         raise NotImplementedError
