@@ -40,6 +40,7 @@ from console.config import Settings
 from protocol.broker_requests.offsets import TO_MAX
 from remoting.errors import RemotingError
 from rmqctl.common import PastTimeType, utc_iso
+from rmqctl.trace import TRACE_HEADERS
 
 T = TypeVar("T")
 HERE: Final = Path(__file__).resolve().parent
@@ -294,6 +295,41 @@ def make_app(settings: Settings) -> Starlette:
             f"{_group_url(name, group)}/dlq",
         )
 
+    async def messages_page(request: Request) -> Response:
+        addrs = addresses(request)
+        q = request.query_params
+        topic, key = q.get("topic", "").strip(), q.get("key", "").strip()
+        begin, end = q.get("begin", "-1h").strip() or "-1h", q.get("end", "now").strip() or "now"
+        values: dict[str, Any] = {"topic": topic, "key": key, "begin": begin, "end": end}
+        if not topic:
+            return render(request, "messages.html", found=None, **values)
+        try:
+            actions.checked_topic(topic)
+            begin_ms, end_ms = _past_time(begin), _past_time(end)
+        except actions.Refused as exc:
+            raise PageError(400, str(exc)) from None
+        if begin_ms > end_ms:
+            raise PageError(400, f"the range begins ({begin}) after it ends ({end})")
+        found, more, errors = await _read(
+            reads.find_messages(addrs, topic, key, begin_ms, end_ms, cfg.request_timeout)
+        )
+        return render(
+            request,
+            "messages.html",
+            found=found,
+            more=more,
+            errors=errors,
+            max_found=reads.MAX_FOUND,
+            **values,
+        )
+
+    async def message_page(request: Request) -> Response:
+        addrs = addresses(request)
+        msg_id = request.path_params["msg_id"]
+        topic = request.query_params.get("topic", "").strip()
+        view = await _read(reads.message(addrs, msg_id, topic, cfg.request_timeout))
+        return render(request, "message.html", view=view, trace_headers=TRACE_HEADERS)
+
     # --- errors ---------------------------------------------------------------------------------
 
     async def page_error(request: Request, exc: Exception) -> Response:
@@ -339,6 +375,8 @@ def make_app(settings: Settings) -> Starlette:
         Route(f"{c}/topics/delete", delete_topic, methods=["POST"]),
         Route(f"{c}/topics/{{topic}}", topic_page),
         Route(f"{c}/topics/{{topic}}/send", send_message, methods=["POST"]),
+        Route(f"{c}/messages", messages_page),
+        Route(f"{c}/messages/{{msg_id}}", message_page),
         Route(f"{c}/groups", groups_page),
         Route(f"{c}/groups/{{group}}", group_page),
         Route(f"{c}/groups/{{group}}/live", group_live),

@@ -10,14 +10,18 @@ render; a cluster that cannot be reached raises :class:`client.errors.ClientErro
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from client.admin import Admin
 from client.bootstrap import describe_failure, parse_addresses
 from client.errors import ClientError
+from client.lookup import FoundMessage, Lookup
+from client.message_range import RangeReader
 from client.progress import Member, ProgressAdmin, allocation
 from client.routes import ClusterBroker
+from client.trace import query_trace
 from protocol.controller_requests.groups import GetMetadataInfo
 from protocol.controller_requests.topics import TopicList, TopicListQuery
 from protocol.fields import FieldError
@@ -28,6 +32,7 @@ from rmqctl.controller import replica_epochs, sync_state
 from rmqctl.controller_calls import answer_body, call_controllers
 from rmqctl.progress import ProgressRow, group_totals, logical_rows, progress_rows, source_notes
 from rmqctl.topic_admin import TopicAdmin
+from rmqctl.trace import trace_row
 
 #: the kinds the topics page filters by (RocketMQ Dashboard's), from the name alone
 TOPIC_KINDS: Final = ("normal", "retry", "dlq", "system")
@@ -315,3 +320,87 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
     }
     notes = source_notes(answers) + [f"{n}: {why}" for n, why in sorted(errors.items())]
     return GroupView(group, rows, holders, members, notes)
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+#: at most this many messages a search shows (a time range is bounded by it)
+MAX_FOUND: Final = 100
+#: the body bytes a message's page shows
+PREVIEW_BYTES: Final = 64 * 1024
+
+
+@dataclass(slots=True)
+class MessageView:
+    found: FoundMessage
+    body_kind: str
+    body_text: str
+    trace: list[tuple[object, ...]]
+    trace_note: str
+
+
+def body_preview(body: bytes) -> tuple[str, str]:
+    """("JSON", pretty-printed) for a JSON body, ("text", text) for UTF-8 text, else ("binary",
+    hex); at most :data:`PREVIEW_BYTES` of it, saying so when cut."""
+    cut = len(body) > PREVIEW_BYTES
+    head = body[:PREVIEW_BYTES]
+    more = f"\n... ({len(body) - PREVIEW_BYTES} more bytes)" if cut else ""
+    try:
+        text = head.decode()
+    except UnicodeDecodeError:
+        if not cut:
+            return "binary", _hex(head)
+        try:  # a cut through a multi-byte character
+            text = head[:-3].decode() + head[-3:].decode(errors="ignore")
+        except UnicodeDecodeError:
+            return "binary", _hex(head) + more
+    if not cut:
+        try:
+            return "JSON", json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        except ValueError:
+            pass
+    return "text", text + more
+
+
+def _hex(data: bytes) -> str:
+    return "\n".join(f"{i:08x}  {data[i : i + 16].hex(' ')}" for i in range(0, len(data), 16))
+
+
+async def find_messages(
+    addresses: str, topic: str, key: str, begin_ms: int, end_ms: int, timeout: float
+) -> tuple[list[FoundMessage], bool, list[str]]:
+    """A topic's messages with ``key`` (queryMsgByKey), or without a key stored in the range
+    (queryMsgByTime); at most :data:`MAX_FOUND`, whether there were more, and the broker groups
+    that could not be asked."""
+    errors: list[str] = []
+    async with RangeReader(addresses, timeout) as reader:
+        if key:
+            found = await reader.by_key(
+                topic, key, begin_ms=begin_ms, end_ms=end_ms, max_num=MAX_FOUND, errors=errors
+            )
+            more = len(found) > MAX_FOUND
+            found = found[:MAX_FOUND]
+        else:
+            found, more = await reader.by_time(
+                topic, begin_ms, end_ms, max_num=MAX_FOUND, errors=errors
+            )
+    return found, more, errors
+
+
+async def message(addresses: str, msg_id: str, topic: str | None, timeout: float) -> MessageView:
+    """queryMsgById and queryMsgTraceById: the message, its body previewed, its timeline."""
+    async with Lookup(addresses, timeout) as lookup:
+        found = await lookup.by_id(msg_id, topic or None)
+        errors: list[str] = []
+        try:
+            steps = await query_trace(lookup, msg_id, errors=errors)
+        except (ClientError, RemotingError) as exc:
+            steps, errors = [], [_why(exc)]
+    kind, text = body_preview(found.record.body)
+    if steps:
+        note = "; ".join(errors)
+    else:
+        note = "no trace record (traces are off, or not written yet)" + (
+            f": {'; '.join(errors)}" if errors else ""
+        )
+    return MessageView(found, kind, text, [trace_row(s.record) for s in steps], note)

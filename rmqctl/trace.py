@@ -29,7 +29,8 @@ from rmqctl.common import (
     table,
 )
 
-_HEADERS = ("TIME (UTC)", "STEP", "GROUP", "ATTEMPT", "COST MS", "OUTCOME", "WHERE", "BY")
+#: a timeline row's columns (rmq-console's trace table has the same)
+TRACE_HEADERS = ("TIME (UTC)", "STEP", "GROUP", "ATTEMPT", "COST MS", "OUTCOME", "WHERE", "BY")
 
 
 def _when(ms: int) -> str:
@@ -53,7 +54,8 @@ def step_doc(step: TraceStep) -> dict[str, Any]:
     return doc
 
 
-def _row(r: TraceRecord) -> tuple[object, ...]:
+def trace_row(r: TraceRecord) -> tuple[object, ...]:
+    """One record as a timeline row (:data:`TRACE_HEADERS`)."""
     when = _when(r.timestamp)
     if isinstance(r, PubRecord):
         where = f"{r.topic} q{r.queue_id}@{r.queue_offset}" if r.queue_id >= 0 else r.topic
@@ -81,7 +83,7 @@ def _row(r: TraceRecord) -> tuple[object, ...]:
 
 
 def render(steps: list[TraceStep]) -> str:
-    return table(_HEADERS, [_row(s.record) for s in steps])
+    return table(TRACE_HEADERS, [trace_row(s.record) for s in steps])
 
 
 @click.command("queryMsgTraceById", short_help="Show a message's trace (its timeline).")

@@ -6,7 +6,8 @@ process beside them (one of each for the module: the suite's time is short).
   master and SyncStateSet as the controllers give them; after the master is killed -9 it shows
   the new master without a reload (the page updates itself).
 - A topic created through the topics page is listed by rmqctl topicList; a test message sent
-  from its page is found by rmqctl queryMsgByKey.
+  from its page is found by rmqctl queryMsgByKey, and on the messages page by its key: its
+  page shows its keys, its JSON body pretty-printed and its trace (the brokers' trace_enabled).
 - A group's page shows its lag rise as messages are sent, and fall to 0 when skipped; a reset
   to a time before the sends brings the lag back (the form, then the page's own update).
 - Bad input is refused with a clear message and changes nothing: a bad topic name, a reset to a
@@ -76,7 +77,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     )  # fmt: skip
     try:
         cluster.start_controllers()
-        cluster.add_group("broker-a", 2)
+        cluster.add_group("broker-a", 2, config="trace_enabled = true\n")
         console.start()
         wait_until(lambda: port_open(port), "the console to listen", 30, on_timeout=console.log)
         e = Env(cluster, console, f"http://127.0.0.1:{port}", tmp)
@@ -171,6 +172,29 @@ def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
         return done.returncode == 0 and msg_id in done.stdout
 
     wait_until(found, f"queryMsgByKey to find {msg_id}", 30)
+
+    # Found by key on the messages page, and opened: headers, the body as JSON, its trace.
+    browser.find_element("link text", "Messages").click()
+    browser.find_element("id", "find-topic").send_keys("ConsolePageTopic")
+    browser.find_element("id", "find-key").send_keys("order-4711")
+    browser.find_element("id", "find-button").click()
+    wait_until(lambda: msg_id in text_of(browser, "#found"), "the message found by key", 30)
+    shot(env, browser, "messages")
+    browser.find_element("link text", msg_id).click()
+    wait_until(lambda: text_of(browser, "#message-body"), "the message's page", 30)
+    assert text_of(browser, "#message-keys") == "order-4711"
+    assert text_of(browser, "#message-body") == '{\n  "order": 4711\n}'
+
+    # The broker's trace (trace_enabled; its records are written in batches): the send, stored.
+    def traced() -> bool:
+        if "stored" in text_of(browser, "#trace"):
+            return True
+        browser.refresh()
+        return False
+
+    wait_until(traced, "the send in the message's trace", 30, interval=1.0)
+    assert "send" in text_of(browser, "#trace")
+    shot(env, browser, "message")
 
 
 def test_bad_input_is_refused_with_a_clear_message_and_changes_nothing(
