@@ -552,7 +552,7 @@ class MessageStore:
         replayer.apply(scan)
         commitlog.advance(offset + len(raw), seg, scan.newest)
         if self.index is not None:
-            self.index.catch_up(commitlog)
+            self.index.after_append(commitlog)
         return commitlog.write_pos
 
     # -- repair from a replica (issue 31) ---------------------------------------------------
@@ -612,12 +612,22 @@ class MessageStore:
         return step
 
     def check_index(self) -> str | None:
-        """Check the next sealed key index file; one that fails is rebuilt from the CommitLog
-        (``storage.index``): returns why, None when it held or the index is off."""
+        """Check the next sealed key index file; one that fails is dropped, to be rebuilt from
+        the CommitLog in slices (:meth:`rebuild_index`; ``storage.index``): returns why, None
+        when it held or the index is off."""
         self._check_open()
         if self.index is None:
             return None
         return self.index.check_sealed(self._commitlog)
+
+    def rebuild_index(self, max_bytes: int) -> bool:
+        """Index about ``max_bytes`` more CommitLog bytes of the key index's rebuild that
+        :meth:`check_index` began; True when the index is current (or off). A lookup by key
+        meanwhile catches up whole first."""
+        self._check_open()
+        if self.index is None or not self.index.behind:
+            return True
+        return self.index.catch_up(self._commitlog, max_bytes)
 
     def save_scrub(self) -> None:
         """Keep the scrub's position durably (a restart carries on from it)."""

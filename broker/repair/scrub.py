@@ -7,7 +7,9 @@ start-up by recovery, by a read or a replay), as soon as a replica is there to a
 the rate (0 too). Its position is saved every :data:`SAVE_EVERY_S` and at the end of each
 pass, so a restart carries on from there. At
 the end of each pass one sealed key index file is checked too (in turn); one that fails is
-rebuilt from the CommitLog (``MessageStore.check_index``). A pass starts no sooner than
+rebuilt from the CommitLog (``MessageStore.check_index``), in slices of
+:data:`INDEX_SLICE_BYTES` with the loop served between them, at most :data:`INDEX_BUDGET_S`
+of each tick (``MessageStore.rebuild_index``; a lookup by key meanwhile catches up whole). A pass starts no sooner than
 ``scrub_interval_hours`` after the previous one started: between passes the scrub rests (an idle
 broker with a small log would otherwise re-read it several times a second, for nothing).
 
@@ -38,6 +40,10 @@ log = structlog.get_logger(__name__)
 TICK_S: Final = 0.1
 """How often a slice is read: a slice is ``scrub_bytes_per_s * TICK_S`` bytes."""
 SAVE_EVERY_S: Final = 10.0
+INDEX_SLICE_BYTES: Final = 1 << 20
+"""CommitLog bytes a slice of a key index rebuild indexes at once, on the loop."""
+INDEX_BUDGET_S: Final = 0.05
+"""The most of a tick a key index rebuild takes, in slices."""
 SCRUB_KINDS: Final = ("bytes", "damage_found", "repaired", "unrepairable", "index_rebuilt")
 
 
@@ -116,6 +122,7 @@ class Scrubber:
             await asyncio.sleep(TICK_S)
             try:
                 self._heal()
+                await self._rebuild_index()
             except StoreError:  # the store closed under us (stopping)
                 return
             if resting:
@@ -154,6 +161,16 @@ class Scrubber:
                 if self._store.check_index() is not None:  # logged by the index
                     self.counts["index_rebuilt"] += 1
                 resting, credit = True, 0.0
+
+    async def _rebuild_index(self) -> None:
+        """Go on with a key index rebuild ``check_index`` began: slices of
+        :data:`INDEX_SLICE_BYTES`, yielding to the loop between them, for at most
+        :data:`INDEX_BUDGET_S` a tick (the loop serves requests meanwhile)."""
+        began = time.monotonic()
+        while not self._store.rebuild_index(INDEX_SLICE_BYTES):
+            if time.monotonic() - began >= INDEX_BUDGET_S:
+                return
+            await asyncio.sleep(0)
 
     def _heal(self) -> None:
         """Have every damage the store knows of repaired from a replica as soon as one is there

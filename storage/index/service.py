@@ -6,7 +6,10 @@ Invariants (what :meth:`KeyIndex.open` restores and every other method keeps):
 - the files cover the CommitLog contiguously from at or below its min offset to
   :attr:`KeyIndex.indexed_through`; every file but the last is sealed, the last is written to;
 - :meth:`KeyIndex.catch_up` indexes every record from ``indexed_through`` to the write position,
-  so after a put, a replicated append or recovery the index is complete.
+  so after a put, a replicated append or recovery the index is complete; except while a sealed
+  file found damaged is being rebuilt in slices (:attr:`KeyIndex.behind`): puts and appends
+  leave their records to the slices, which read up to the write position, and a lookup catches
+  up whole first.
 
 Recovery trusts the longest prefix of files that verify (header CRC, FLAG_CLEAN, body CRC) and
 are contiguous from the log's start; the first file that does not (torn by a crash, corrupt,
@@ -86,6 +89,9 @@ class KeyIndex:
         self._seeds: dict[bytes, int] = {}
         self.lagging: str | None = None
         """Why the last :meth:`catch_up` stopped short (e.g. a full disk); None when current."""
+        self.behind = False
+        """A rebuild :meth:`check_sealed` began is under way, in slices (:meth:`catch_up` with
+        ``max_bytes``, off the hot path): puts and appends do not index meanwhile."""
         self._check_at = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -149,9 +155,10 @@ class KeyIndex:
 
     def check_sealed(self, commitlog: CommitLog) -> str | None:
         """Check the next sealed file (one a call, in turn) as a start does: its header and its
-        body CRC. One that fails is dropped with every file after it and they are indexed again
-        from the CommitLog (``index file N not trusted (why): rebuilding it``, as at a start);
-        returns why, None when the file held. The broker's scrub calls it once a pass."""
+        body CRC. One that fails is dropped with every file after it, to be indexed again from
+        the CommitLog (``index file N not trusted (why): rebuilding it``, as at a start) in
+        slices: :attr:`behind` until :meth:`catch_up` has read to the write position. Returns
+        why, None when the file held. The broker's scrub calls it once a pass."""
         sealed = [f for f in self._files if f.header.sealed]
         if not sealed:
             return None
@@ -180,7 +187,7 @@ class KeyIndex:
         fsync_dir(self._dir)
         self._files = self._files[:keep]
         self.rebuilt_files += 1
-        self.catch_up(commitlog)
+        self.behind = True
         return why
 
     def close(self) -> None:
@@ -200,20 +207,31 @@ class KeyIndex:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def catch_up(self, commitlog: CommitLog) -> None:
-        """Index every record from :attr:`indexed_through` to the CommitLog's write position.
-        Never raises for a write problem (the record is stored; the index lags and says why
-        in :attr:`lagging`, and the next call tries again)."""
+    def catch_up(self, commitlog: CommitLog, max_bytes: int | None = None) -> bool:
+        """Index every record from :attr:`indexed_through` to the CommitLog's write position
+        (with ``max_bytes``, the records of about that many bytes: a slice of a rebuild);
+        returns whether the index reached the write position. Never raises for a write problem
+        (the record is stored; the index lags and says why in :attr:`lagging`, and the next
+        call tries again)."""
         try:
-            self._catch_up(commitlog)
+            current = self._catch_up(commitlog, max_bytes)
         except (StoreError, OSError) as exc:
             if self.lagging is None:
                 log.error(f"key index lags at {self.indexed_through}: {exc}")
             self.lagging = str(exc)
-        else:
-            if self.lagging is not None:
-                log.info(f"key index caught up to {self.indexed_through}")
-            self.lagging = None
+            return False
+        if self.lagging is not None:
+            log.info(f"key index caught up to {self.indexed_through}")
+        self.lagging = None
+        if current and self.behind:
+            self.behind = False
+            log.info(f"key index rebuilt up to {self.indexed_through}")
+        return current
+
+    def after_append(self, commitlog: CommitLog) -> None:
+        """Index what a replicated append wrote, unless a rebuild in slices will (:attr:`behind`)."""
+        if not self.behind:
+            self.catch_up(commitlog)
 
     def _ensure_active(self, commitlog: CommitLog) -> None:
         """A file to write to: the last one unless it is sealed (or there is none)."""
@@ -222,26 +240,31 @@ class KeyIndex:
         elif self._files[-1].header.sealed:
             self._files.append(self._create(self._files[-1].end_offset))
 
-    def _catch_up(self, commitlog: CommitLog) -> None:
+    def _catch_up(self, commitlog: CommitLog, max_bytes: int | None) -> bool:
         self._ensure_active(commitlog)
         end = commitlog.write_pos
         pos = self.indexed_through
         if pos < commitlog.min_offset:
             pos = commitlog.min_offset
-        while pos < end:
+        stop = end if max_bytes is None else min(end, pos + max_bytes)
+        while pos < stop:
             seg = commitlog.segment_at(pos)
             if seg is None:
-                break
+                return True
             limit = min(end, seg.end) - seg.start
-            rel = self._index_segment(seg.view, seg.start, pos - seg.start, limit, seg.size)
+            rel = self._index_segment(
+                seg.view, seg.start, pos - seg.start, limit, seg.size, stop - seg.start
+            )
             pos = seg.start + rel
             self._files[-1].header.end_offset = pos
+        return pos >= end
 
     def _index_segment(
-        self, view: memoryview, base: int, pos: int, limit: int, seg_size: int
+        self, view: memoryview, base: int, pos: int, limit: int, seg_size: int, stop: int
     ) -> int:
-        """Index the records of one segment in ``[pos, limit)`` (relative); returns where it
-        stopped (``limit``, or the segment's end after its blank tail)."""
+        """Index the records of one segment in ``[pos, limit)`` (relative), ending at the first
+        record boundary at or past ``stop``; returns where it stopped (that boundary,
+        ``limit``, or the segment's end after its blank tail)."""
         prefix = _PREFIX.unpack_from
         head = DISPATCH_HEAD.unpack_from
         u16 = _U16.unpack_from
@@ -249,7 +272,7 @@ class KeyIndex:
         key_hash = fmt.key_hash
         files = self._files
         span = self.config.file_span_ms
-        while pos < limit:
+        while pos < limit and pos < stop:
             if limit - pos < MIN_RECORD_SIZE:
                 size, magic = prefix(view, pos) if limit - pos >= 8 else (0, 0)
                 if magic == BLANK_MAGIC:
@@ -298,6 +321,8 @@ class KeyIndex:
         ordinary (the index lags, the put began a new segment, a file would fill or span too
         long) takes :meth:`catch_up`, which reads the CommitLog."""
         files = self._files
+        if self.behind:
+            return  # the rebuild's slices read these records
         if self.lagging is not None or not files:
             self.catch_up(commitlog)
             return
