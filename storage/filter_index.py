@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from protocol.filter import record_properties
@@ -51,7 +51,7 @@ class QueueDigests:
         self.lo = array("Q")
         self.hi = array("Q")
         self.reads_saved = 0
-        """Entries passed over on their digest (what tests and the bench count)."""
+        """Entries reads passed over on their digest (``storage.queue_read.scan`` counts)."""
 
     def __len__(self) -> int:
         return len(self.physical)
@@ -77,13 +77,32 @@ class QueueDigests:
     def may_match(self, index: int, physical: int, need: PropertyNeed) -> bool:
         """False only when the entry at queue offset ``index`` (its record at CommitLog
         ``physical``) is held and its digest lacks what ``need`` asks."""
-        i = index - self.base
-        if i < 0 or i >= len(self.physical) or self.physical[i] != physical:
+        return self.tester(need)(index, physical)
+
+    def tester(self, need: PropertyNeed) -> Callable[[int, int], bool]:
+        """:meth:`may_match` for one read of the queue (the held entries bound once: a read
+        tests every entry it looks at, and the index does not change during it)."""
+        base, phys, lo, hi = self.base, self.physical, self.lo, self.hi
+        n = len(phys)
+        masks = need.masks
+        if len(masks) == 1:
+            ((m0, m1),) = masks
+
+            def one(index: int, physical: int) -> bool:
+                i = index - base
+                if 0 <= i < n and phys[i] == physical:
+                    return lo[i] & m0 == m0 and hi[i] & m1 == m1
+                return True
+
+            return one
+
+        def any_of(index: int, physical: int) -> bool:
+            i = index - base
+            if 0 <= i < n and phys[i] == physical:
+                return need.may_match(lo[i], hi[i])
             return True
-        if need.may_match(self.lo[i], self.hi[i]):
-            return True
-        self.reads_saved += 1
-        return False
+
+        return any_of
 
 
 class FilterIndex:

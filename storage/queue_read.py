@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -160,10 +161,12 @@ def scan(
     # No record is smaller than MIN_RECORD_SIZE: never read more entries than can be served.
     wanted = max(1, min(max_count, max_bytes // MIN_RECORD_SIZE + 1))
     entries = wanted if tag_hashes is None else max(wanted, entries_to_scan)
-    need: PropertyNeed | None = None
+    may_match: Callable[[int, int], bool] | None = None
     digests = queue.digests
+    saved = 0
     if isinstance(tag_hashes, PropertyNeed):
-        need = tag_hashes if tag_hashes.decides and digests is not None else None
+        if tag_hashes.decides and digests is not None:
+            may_match = digests.tester(tag_hashes)
         hashes = None
     else:
         hashes = tag_hashes
@@ -177,11 +180,8 @@ def scan(
             if hashes is not None:
                 if tags not in hashes:
                     continue
-            elif (
-                need is not None
-                and digests is not None
-                and not digests.may_match(index, physical, need)
-            ):
+            elif may_match is not None and not may_match(index, physical):
+                saved += 1
                 continue
         if size < MIN_RECORD_SIZE or physical < cl_min or end > cl_max:
             problem = Problem.ENTRY
@@ -209,5 +209,7 @@ def scan(
         index += 1  # every entry looked at was taken or passed over
     if count and seg is not None:
         parts.append(bytes(seg.view[run_start - seg.start : run_end - seg.start]))
+    if saved and digests is not None:
+        digests.reads_saved += saved
     body = parts[0] if len(parts) == 1 else b"".join(parts)
     return Scanned(body, count, index, problem)
