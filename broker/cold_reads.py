@@ -81,9 +81,9 @@ class ColdReads:
         self._bucket = TokenBucket()
         self._executor: ThreadPoolExecutor | None = None
         self._loading: dict[Path, list[tuple[int, int, asyncio.Future[None]]]] = {}
-        """File ranges being loaded now: a read starting in one waits for it instead of
-        reading (and paying for) the same bytes again (groups or queues reading the same part
-        of the log at once)."""
+        """File ranges being loaded now: a load starting in one waits for it, and one reaching
+        into one stops there, instead of reading (and paying for) the same bytes again (groups
+        or queues reading the same part of the log at once)."""
         self.reads = 0
         """Pulls and POPs that found cold bytes to load."""
         self.bytes = 0
@@ -122,6 +122,10 @@ class ColdReads:
                 position = max(position, covering[0])
             if position >= end:
                 continue
+            # Up to the next load in flight, which reads the rest.
+            end = min(
+                [end, *(lo for lo, _, _ in self._loading.get(span.path, ()) if lo > position)]
+            )
             size = end - position
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             ranges = self._loading.setdefault(span.path, [])

@@ -68,9 +68,15 @@ class ColdSpan:
 
 
 class Residency(Protocol):
-    """Whether bytes ``[lo, hi)`` (CommitLog offsets) of ``seg`` are in the page cache."""
+    """Whether bytes ``[lo, hi)`` (CommitLog offsets) of ``seg`` are in the page cache, and
+    how far from ``lo`` none is."""
 
     def resident(self, seg: Segment, lo: int, hi: int) -> bool: ...
+
+    def cold_until(self, seg: Segment, lo: int, hi: int) -> int:
+        """Where the first cached page in ``[lo, hi)`` starts (``lo`` when its own page is
+        cached), or ``hi`` when none is."""
+        ...
 
 
 class DistanceResidency:
@@ -85,6 +91,9 @@ class DistanceResidency:
 
     def resident(self, seg: Segment, lo: int, hi: int) -> bool:
         return self._write_pos() - lo <= self.limit
+
+    def cold_until(self, seg: Segment, lo: int, hi: int) -> int:
+        return max(lo, min(hi, self._write_pos() - self.limit))
 
 
 class MincoreResidency:
@@ -133,9 +142,11 @@ class MincoreResidency:
             self._addresses[seg] = address
         return address
 
-    def resident(self, seg: Segment, lo: int, hi: int) -> bool:
-        if seg.closed or hi <= lo:
-            return True  # the read itself answers for a segment gone
+    def _probe(self, seg: Segment, lo: int, hi: int) -> tuple[int, int] | None:
+        """mincore of the pages of ``[lo, hi)`` into the vector: (the first page's offset in
+        the segment, the number of pages); None when the segment is gone."""
+        if seg.closed:
+            return None  # the read itself answers for a segment gone
         rel = lo - seg.start
         first = rel - rel % _PAGE
         length = hi - seg.start - first
@@ -146,9 +157,23 @@ class MincoreResidency:
         if self._mincore(self._address(seg) + first, length, self._cvec) != 0:
             err = ctypes.get_errno()
             if err == errno.ENOMEM:  # not mapped (closed meanwhile): nothing to load
-                return True
+                return None
             raise OSError(err, f"mincore: {os.strerror(err)}")
-        return self._vec.find(0, 0, pages) < 0
+        return first, pages
+
+    def resident(self, seg: Segment, lo: int, hi: int) -> bool:
+        probed = None if hi <= lo else self._probe(seg, lo, hi)
+        return probed is None or self._vec.find(0, 0, probed[1]) < 0
+
+    def cold_until(self, seg: Segment, lo: int, hi: int) -> int:
+        probed = None if hi <= lo else self._probe(seg, lo, hi)
+        if probed is None:
+            return hi
+        first, pages = probed
+        cached = self._vec.find(1, 0, pages)  # the kernel sets bit 0 of a cached page's byte
+        if cached < 0:
+            return hi
+        return max(lo, min(hi, seg.start + first + cached * _PAGE))
 
 
 def residency_for(write_pos: Callable[[], int]) -> Residency:
@@ -217,8 +242,9 @@ def cold_spans(
     ahead: int = READ_AHEAD,
 ) -> list[ColdSpan]:
     """Those of ``spans`` not wholly in the page cache, as file ranges to load: each from its
-    start for at least ``ahead`` bytes, within its segment and below ``write_pos`` (a span
-    within the one before it so extended is in it)."""
+    start for up to ``ahead`` bytes, within its segment, below ``write_pos`` and up to the
+    first page past the span that is cached already (a span within the one before it so
+    extended is in it)."""
     out: list[ColdSpan] = []
     for seg, lo, hi in spans:
         last = out[-1] if out else None
@@ -229,6 +255,6 @@ def cold_spans(
                     out[-1] = ColdSpan(seg.path, last.position, hi - seg.start - last.position)
                 continue
         if not residency.resident(seg, lo, hi):
-            end = max(hi, min(lo + ahead, seg.end, write_pos))
+            end = max(hi, residency.cold_until(seg, hi, min(lo + ahead, seg.end, write_pos)))
             out.append(ColdSpan(seg.path, lo - seg.start, end - lo))
     return out

@@ -92,3 +92,19 @@ async def test_loads_at_once_of_the_same_bytes_read_them_once(tmp_path: Path) ->
         assert reads.bytes == 401_000
     finally:
         reads.close()
+
+
+async def test_a_load_reaching_into_one_in_flight_stops_where_it_starts(tmp_path: Path) -> None:
+    path = tmp_path / "segment"
+    path.write_bytes(os.urandom(1 << 20))
+    reads = ColdReads(lambda: 1 << 20, lambda: 0.0)
+    try:
+        ahead = ColdSpan(path, 100_000, 300_000)
+        behind = ColdSpan(path, 0, 300_000)  # its last 200,000 bytes are the first load's
+        first = asyncio.create_task(reads.load([ahead]))
+        await asyncio.sleep(0)  # the first load under way
+        await reads.load([behind])
+        await first
+        assert reads.bytes == 400_000
+    finally:
+        reads.close()

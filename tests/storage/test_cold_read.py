@@ -58,6 +58,13 @@ def test_mincore_tells_evicted_pages_from_cached_ones(
         # The mapping's read-around (the device's readahead) may have loaded more; the start of
         # the file, untouched, stays out.
         assert not mincore.resident(seg, 1000, 1000 + 4096)
+        # How far from the start nothing is cached: up to the first page read around the fault.
+        until = mincore.cold_until(seg, 1000, 1000 + SIZE)
+        assert 1000 < until <= 1000 + SIZE - 16384 and (until - 1000) % mmap.PAGESIZE == 0
+        assert not mincore.resident(seg, 1000, until)
+        assert mincore.resident(seg, until, until + 1)
+        assert mincore.cold_until(seg, 1000, 1000 + 4096) == 1000 + 4096  # none cached in it
+        assert mincore.cold_until(seg, until + 10, until + 4096) == until + 10
     finally:
         seg.close()
     # The probe released the mapping: the segment closed, and a closed one is left to the read.
@@ -70,6 +77,7 @@ def test_distance_rule_is_rocketmqs_share_of_memory() -> None:
     rule = DistanceResidency(lambda: write_pos[0], memory_bytes=1000, ratio=0.4)
     seg = Segment.__new__(Segment)  # the rule looks at offsets only
     assert rule.resident(seg, 9_600, 9_700)
+    assert rule.cold_until(seg, 9_000, 9_700) == 9_600
     assert not rule.resident(seg, 9_599, 9_700)
     write_pos[0] = 20_000
     assert not rule.resident(seg, 9_600, 9_700)
