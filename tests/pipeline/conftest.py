@@ -22,7 +22,7 @@ from client.message import SendResult
 from tests.support.procs import BrokerProc
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @pytest.fixture(scope="session")
@@ -98,6 +98,15 @@ def fill(address: str, topic: str, queues: int, count: int, **kw: Any) -> list[S
         return await produce(address, topic, count, **kw)
 
     return asyncio.run(go())
+
+
+def rmq(spark: SparkSession, address: str, topic: str, **options: str) -> DataFrame:
+    """``spark.read.format("rmq")`` of ``topic`` at the controllers (or lone broker) ``address``,
+    with ``options``."""
+    reader = spark.read.format("rmq").option("controllers", address).option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
 
 
 def small_retention_config(directory: Path) -> Path:

@@ -19,7 +19,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 from pipeline.options import ReadOptions
 from pipeline.rows import message_schema
 from pipeline.stream_reader import RmqStreamReader
-from tests.pipeline.conftest import fill, produce
+from tests.pipeline.conftest import fill, produce, rmq
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
@@ -27,13 +27,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
-
-
-def rmq(spark: SparkSession, address: str, topic: str, **options: str) -> DataFrame:
-    reader = spark.read.format("rmq").option("controllers", address).option("topic", topic)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
 
 
 class NoJobs:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 from protocol.codes import RequestCode
 from remoting.client import RemotingClient
-from tests.pipeline.conftest import fill, produce
+from tests.pipeline.conftest import fill, produce, rmq
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until
 
@@ -24,13 +24,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
-
-
-def rmq(spark: SparkSession, address: str, topic: str, **options: str) -> DataFrame:
-    reader = spark.read.format("rmq").option("controllers", address).option("topic", topic)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
 
 
 def test_batch_read_counts_contents_ranges_and_errors(
