@@ -168,16 +168,21 @@ def from_json(
     return out
 
 
+def _json(text: str, option: str, expected: str) -> Any:
+    """``text`` read as JSON; OptionError saying what ``option`` takes when it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(
+            f"{option} must be {expected}; {text!r} is not valid JSON ({exc.msg} at character "
+            f"{exc.pos})"
+        ) from None
+
+
 def parse_timestamps(text: str, option: str, *, multi: bool = False) -> Offsets | PerTopic:
     """``{"broker-a": {"0": 1700000000000}}``: a store timestamp (ms, >= 0) per queue (with
     ``multi``: per topic, then per queue)."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise OptionError(
-            f'{option} must be a JSON object like {{"broker-a": {{"0": 1700000000000}}}}; '
-            f"{text!r} is not valid JSON ({exc.msg} at character {exc.pos})"
-        ) from None
+    doc = _json(text, option, 'a JSON object like {"broker-a": {"0": 1700000000000}}')
     if multi:
         return per_topic(doc, option, timestamps=True)
     return from_json(doc, option, floor=0, value="timestamp")
@@ -197,14 +202,9 @@ def parse_spec(
     word = text.strip().lower()
     if word in ("earliest", "latest"):
         return "earliest" if word == "earliest" else "latest"
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise OptionError(
-            f"{option} must be 'earliest', 'latest' or a JSON object like "
-            f'{{"broker-a": {{"0": 42}}}}; {text!r} is not valid JSON ({exc.msg} at '
-            f"character {exc.pos})"
-        ) from None
+    doc = _json(
+        text, option, """'earliest', 'latest' or a JSON object like {"broker-a": {"0": 42}}"""
+    )
     if multi:
         return per_topic(doc, option)
     return from_json(doc, option)
