@@ -194,6 +194,9 @@ class Broker:
                     cfg.auth_refresh_interval_ms / 1000,
                 )
                 self.replicas.on_auth_digest = self.users.announced
+                # idempotent producers' ids must be ones the controllers issued
+                ctx.sends.issued.enabled = True
+                self.replicas.on_producer_id_limit = ctx.sends.issued.told
                 self.server.guard = broker_guard(
                     self.users,
                     ctx.cluster_credentials,

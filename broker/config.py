@@ -304,6 +304,13 @@ class BrokerConfig:
         "bytes of log, so a new master reads at most about this much to rebuild it",
         at_least(1024 * 1024),
     )
+    idempotence_off_topics: str = field(
+        "",
+        "comma-separated topics that take no idempotent producers' fields: a send with them "
+        "is refused (IDEMPOTENCE_OFF, 5095; the SDK sends it again without) and a retry of "
+        "a stored send is stored again; empty: idempotence on for every topic "
+        "(docs/idempotence.md)",
+    )
     uniq_key_window_topics: str = field(
         "",
         "comma-separated topics with a duplicate window on UNIQ_KEY for clients that cannot "

@@ -79,6 +79,8 @@ class ReplicasManager:
         self.traffic = TrafficMeter(cfg.traffic_window_ms, cfg.traffic_report_topics)
         self.on_auth_digest: Callable[[str], None] | None = None
         """Called with every heartbeat answer's ``authDigest`` (the users' table changed)."""
+        self.on_producer_id_limit: Callable[[int], None] | None = None
+        """Called with every heartbeat answer's ``producerIdLimit`` (idempotent producers)."""
         self.registration = Registration(
             cfg, self.controllers, self.link, role, on_new_identity=self._new_identity
         )
@@ -103,6 +105,7 @@ class ReplicasManager:
             topics_changed=self.topics_changed,
             on_auth_digest=lambda: self.on_auth_digest,
             damaged=lambda: self.scrubber.damaged_records,
+            on_producer_id_limit=lambda: self.on_producer_id_limit,
         )
         self.config_sync = SlaveConfigSync(cfg, ctx, self.pool, self.topics_changed)
         self._tasks: list[asyncio.Task[None]] = []

@@ -13,7 +13,9 @@ A request of a FIFO message group goes only to the group's queue (:func:`group_l
 An idempotent producer's request (``sequencer`` set, docs/idempotence.md) carries the queue's
 sequence (``client/sequencer.py``); once an attempt may have been stored (no answer, a cut
 connection, a flush or replica timeout: :data:`NOT_STORED_CODES` are the refusals that store
-nothing) its retries go only to that queue, at its group's master of the moment.
+nothing) its retries go only to that queue, at its group's master of the moment. A topic whose
+broker answers IDEMPOTENCE_OFF (its ``idempotence_off_topics``) gets the request again at once
+without the fields, and every later one (:attr:`SendRouter.plain_topics`).
 """
 
 from __future__ import annotations
@@ -149,6 +151,8 @@ class SendRouter:
         self.closed = False
         self.sequencer: Sequencer | None = None
         """An idempotent producer's sequences (set once its identity is known)."""
+        self.plain_topics: set[str] = set()
+        """Topics whose broker refused the fields (IDEMPOTENCE_OFF): sent without them."""
         self._lane_waits: dict[Lane, list[asyncio.Future[None]]] = {}
 
     def check_open(self) -> None:
@@ -310,7 +314,7 @@ class SendRouter:
         last: Exception | None = None
         max_attempts = None if self.retries is None else self.retries + 1
         attempt = 0
-        seqr = self.sequencer
+        seqr = self.sequencer if topic not in self.plain_topics else None
         held: tuple[Lane, int] | None = None  # the lane and sequence this request holds
         pinned: MessageQueue | None = None  # an attempt there may have been stored
         try:
@@ -378,6 +382,21 @@ class SendRouter:
                         if rcode == ResponseCode.TOPIC_NOT_EXIST:
                             raise TopicNotFoundError(topic, address)
                         error = BrokerError.of(resp, address)
+                        if (
+                            rcode == ResponseCode.IDEMPOTENCE_OFF
+                            and seqr is not None
+                            and pinned is None
+                        ):
+                            # the topic takes no fields (the broker's idempotence_off_topics):
+                            # this request and the topic's next ones go without them
+                            self.plain_topics.add(topic)
+                            seqr = None
+                            if held is not None:
+                                self._release(*held)
+                                held = None
+                            first = mq, address
+                            last = error
+                            continue
                         if rcode not in RETRIABLE_CODES:
                             raise error
                         last = error

@@ -214,6 +214,12 @@ class ResponseCode(IntEnum):
     # whether it was stored). Nothing stored; neither is retriable.
     PRODUCER_FENCED = 5075
     SEQUENCE_TOO_OLD = 5076
+    # A send with the three fields to a topic in the broker's idempotence_off_topics (the SDK
+    # sends it again without them); with authentication on, a producer id the controllers
+    # have not issued (above the highest their heartbeat answers told). Nothing stored;
+    # neither is retriable.
+    IDEMPOTENCE_OFF = 5095
+    PRODUCER_ID_NOT_ISSUED = 5096
     # UPDATE_BROKER_CONFIG (issue 28): nothing changed. The key is not a config key; it is
     # read only at start-up (the remark says why); its value is refused as at start-up; the
     # broker's config file could not be rewritten.

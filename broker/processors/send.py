@@ -10,6 +10,8 @@ scheduled per send).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from broker.context import BrokerContext
 from broker.durable_wait import DurableAnswer, defer_until_durable
@@ -22,7 +24,13 @@ from protocol.broker_requests.send import (
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
-from remoting.server import Connection, DeferredAnswer, RemotingServer, error_response
+from remoting.server import (
+    Connection,
+    DeferredAnswer,
+    HandlerResult,
+    RemotingServer,
+    error_response,
+)
 from storage.store import PutResult
 
 
@@ -36,36 +44,53 @@ class SendProcessor:
         server.register(RequestCode.SEND_BATCH_MESSAGE, self.send_batch)
 
     # -- handlers ------------------------------------------------------------------------------
-    def send_message(self, conn: Connection, req: Frame) -> Frame | DeferredAnswer:
+    def send_message(self, conn: Connection, req: Frame) -> HandlerResult:
         start = time.perf_counter()
         send = SendRequest.parse(req.header, req.body)
         if not send.body:
             self.service.count_refusal(ResponseCode.MESSAGE_ILLEGAL)
             return error_response(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
-        service = self.service
+        seq = send.producer
+        if seq is not None:
+            wait = self.service.before_sequenced(send.topic, seq)
+            if wait is not None:
+                return self._later(wait, req, start, lambda: self._put_message(conn, req, send))
         try:
-            result = service.put(
-                send.topic, send.queue_id, [send.message(conn.peer)], send.producer
-            )
+            result, resp = self._put_message(conn, req, send)
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
+        return self._answer(req, result, resp, start)
+
+    def _put_message(
+        self, conn: Connection, req: Frame, send: SendRequest
+    ) -> tuple[PutResult, Frame]:
+        service = self.service
+        result = service.put(send.topic, send.queue_id, [send.message(conn.peer)], send.producer)
         answer = SendAnswer(  # positional: a send's hot path (msg_id, queue, offset, broker)
             service.msg_id(result.physical_offsets[0]),
             result.queue_id,
             result.first_queue_offset,
             service.broker_name,
         )
-        resp = response(req, ResponseCode.SUCCESS, *answer.encode())
-        return self._answer(req, result, resp, start)
+        return result, response(req, ResponseCode.SUCCESS, *answer.encode())
 
-    def send_batch(self, conn: Connection, req: Frame) -> Frame | DeferredAnswer:
+    def send_batch(self, conn: Connection, req: Frame) -> HandlerResult:
         start = time.perf_counter()
         batch = SendBatchRequest.parse(req.header, req.body, born_host=conn.peer)
-        service = self.service
+        seq = batch.producer
+        if seq is not None:
+            wait = self.service.before_sequenced(batch.topic, seq)
+            if wait is not None:
+                return self._later(wait, req, start, lambda: self._put_batch(req, batch))
         try:
-            result = service.put(batch.topic, batch.queue_id, list(batch.messages), batch.producer)
+            result, resp = self._put_batch(req, batch)
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
+        return self._answer(req, result, resp, start)
+
+    def _put_batch(self, req: Frame, batch: SendBatchRequest) -> tuple[PutResult, Frame]:
+        service = self.service
+        result = service.put(batch.topic, batch.queue_id, list(batch.messages), batch.producer)
         make_id = service.msg_id
         answer = SendBatchAnswer(
             queue_id=result.queue_id,
@@ -74,8 +99,25 @@ class SendProcessor:
             broker_name=service.broker_name,
             msg_ids=tuple(make_id(off) for off in result.physical_offsets),
         )
-        resp = response(req, ResponseCode.SUCCESS, *answer.encode())
-        return self._answer(req, result, resp, start)
+        return result, response(req, ResponseCode.SUCCESS, *answer.encode())
+
+    async def _later(
+        self,
+        wait: Coroutine[Any, Any, None],
+        req: Frame,
+        start: float,
+        put: Callable[[], tuple[PutResult, Frame]],
+    ) -> Frame:
+        """A sequenced send that waits first (the idempotence state being built, a producer
+        id not yet known issued: :meth:`SendService.before_sequenced`), then is stored and
+        answered once durable."""
+        try:
+            await wait
+            result, resp = put()
+            await self.service.durable(result, start)
+        except SendRefused as refused:
+            return error_response(req, refused.code, refused.remark)
+        return resp
 
     # -- shared --------------------------------------------------------------------------------
     def _answer(

@@ -34,7 +34,8 @@ LATE_HEARTBEAT_S = 0.2
 class Heartbeats:
     """The heartbeat loop. ``register`` registers again on the main loop (the controllers asked
     for it: a new active controller); ``poll_now`` and ``topics_changed`` are called on the main
-    loop; ``on_auth_digest`` (read at each answer) gets the answer's ``authDigest``."""
+    loop; ``on_auth_digest`` (read at each answer) gets the answer's ``authDigest``, and
+    ``on_producer_id_limit`` its ``producerIdLimit`` (on the main loop)."""
 
     def __init__(
         self,
@@ -50,6 +51,7 @@ class Heartbeats:
         topics_changed: Callable[[], None],
         on_auth_digest: Callable[[], Callable[[str], None] | None],
         damaged: Callable[[], int] = lambda: 0,
+        on_producer_id_limit: Callable[[], Callable[[int], None] | None] = lambda: None,
     ) -> None:
         """``damaged``: the damaged CommitLog records this broker holds unrepaired (read on the
         heartbeat thread: a plain int the loop keeps, ``Scrubber.damaged_records``)."""
@@ -65,6 +67,7 @@ class Heartbeats:
         self._topics_changed = topics_changed
         self._on_auth_digest = on_auth_digest
         self._damaged = damaged
+        self._on_producer_id_limit = on_producer_id_limit
         self.loop: asyncio.AbstractEventLoop | None = None
         """The broker's main loop (set when the manager starts)."""
 
@@ -118,6 +121,9 @@ class Heartbeats:
                 on_digest = self._on_auth_digest()
                 if on_digest is not None and answer.auth_digest is not None:
                     self.on_main(functools.partial(on_digest, answer.auth_digest))
+                on_limit = self._on_producer_id_limit()
+                if on_limit is not None and answer.producer_id_limit is not None:
+                    self.on_main(functools.partial(on_limit, answer.producer_id_limit))
             except ResponseError as exc:
                 if exc.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
                     await self._register_from_link()

@@ -8,6 +8,14 @@
   of :data:`~protocol.idempotence.SNAPSHOT_TOPIC`, then every sequenced record after the
   CommitLog offset that snapshot covers. Slaves hold the same records and snapshots (replicated
   like any message), so a new master knows what its predecessor stored.
+* **Building without stalling the loop.** The remoting front awaits :meth:`ProducerSequences.built`
+  before a sequenced send when the state is not built for this master epoch: the build reads
+  the log in steps of :data:`_STEP_BYTES`, yielding to the loop between them, so the broker
+  answers everything else meanwhile (sends without the fields, pulls, heartbeats); sequenced
+  sends wait for it. :meth:`~broker.service_host.PerMasterEpoch.ready` (a caller that cannot
+  wait) still builds it in one go.
+* **Issued ids.** With authentication on, :class:`IssuedProducerIds` refuses a producer id the
+  controllers have not issued (their heartbeat answers tell the lowest they have not).
 * **Snapshots.** Once :attr:`~broker.config.BrokerConfig.producer_snapshot_bytes` of CommitLog
   were written since the last one, the master appends the whole state (after a send, on the
   loop thread): a rebuild reads at most about that much log.
@@ -24,6 +32,7 @@ delivery, a commit, a retry, a dead letter) lose the property
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Final, Protocol
 
@@ -41,7 +50,6 @@ from protocol.idempotence import (
     decode_snapshot_part,
     encode_snapshot,
     parse_record_seq,
-    record_seq_value,
     sequenced_records,
 )
 from protocol.message import Message, MessageRecord, RecordError, iter_records
@@ -51,12 +59,16 @@ from storage.config_files import TopicConfig
 from storage.errors import StoreError
 from storage.store import GetStatus, PutResult
 
-__all__ = ["IdempotenceHost", "ProducerSequences", "batch_of", "result_of"]
+__all__ = ["IdempotenceHost", "IssuedProducerIds", "ProducerSequences", "batch_of", "result_of"]
 
 log = structlog.get_logger(__name__)
 
 _SCAN_BYTES: Final = 4 * 1024 * 1024
+_STEP_BYTES: Final = 512 * 1024
+"""Log the loop reads and replays in one go while it builds the state in steps (a few ms)."""
 _EXPIRE_EVERY_MS: Final = 1000
+_ISSUE_WAIT_S: Final = 5.0
+"""How long a send with a producer id not known issued waits for the controllers' answers."""
 _SNAPSHOT_SEARCH: Final = 8
 """Snapshots looked at, newest first, for a whole one (a failover can cut the last)."""
 _REAL_QUEUE_TOPICS: Final = frozenset((TIMER_TOPIC, HALF_TOPIC))
@@ -109,6 +121,7 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         self.partial_repairs = 0
         """Retries of a request a failover cut short: its missing records stored."""
         self._expired_before = 0
+        self._building: asyncio.Task[None] | None = None
         metrics = host.metrics
         for name, doc, read in (
             (
@@ -157,11 +170,22 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
     def stamp(messages: list[Message], seq: ProducerSeq) -> None:
         """Write the request's sequence into each of its messages (before storing them)."""
         n = len(messages)
+        if n == 1:  # a single send: one format, no loop
+            m = messages[0]
+            value = f"{seq[0]}.{seq[1]}.{seq[2]}.0.1"
+            if m.properties:
+                m.properties[PROP_PRODUCER_SEQ] = value
+            else:
+                m.properties = {PROP_PRODUCER_SEQ: value}
+            return
+        prefix = f"{seq[0]}.{seq[1]}.{seq[2]}."
+        suffix = f".{n}"
         for i, m in enumerate(messages):
-            props = m.properties
-            if not props:
-                props = m.properties = {}
-            props[PROP_PRODUCER_SEQ] = record_seq_value(seq, i, n)
+            value = f"{prefix}{i}{suffix}"
+            if m.properties:
+                m.properties[PROP_PRODUCER_SEQ] = value
+            else:
+                m.properties = {PROP_PRODUCER_SEQ: value}
 
     def stored(self, topic: str, queue_id: int, seq: ProducerSeq, batch: StoredBatch) -> None:
         """A request was stored as ``batch``: remember it; a snapshot or an expiry if due."""
@@ -199,9 +223,61 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         log.debug("producer state snapshot written", covered=covered, parts=len(bodies))
 
     # -- rebuild -------------------------------------------------------------------------------
+    def built_now(self) -> bool:
+        """True when a sequenced send need not wait: the state is built for this master epoch,
+        or this broker is not master (the send is refused anyway)."""
+        role = self.host.gate.role
+        return not role.is_master or (
+            self.state is not None
+            and self._epoch == role.master_epoch
+            and not self._repaired_since_built()
+        )
+
+    async def built(self) -> None:
+        """Build the state for this master epoch in steps, the loop free between them (one
+        build for every caller waiting; it goes on when a caller is cancelled)."""
+        while not self.built_now():
+            task = self._building
+            if task is None or task.done():
+                task = self._building = asyncio.get_running_loop().create_task(
+                    self._build_in_steps(), name="idempotence-rebuild"
+                )
+            await asyncio.shield(task)
+
+    async def _build_in_steps(self) -> None:
+        role = self.host.gate.role
+        epoch = role.master_epoch
+        state, start, started, snapshot = self._begin()
+        end = self.host.store.max_offset
+        offset = start
+        records = 0
+        while offset < end:
+            offset, n = self._replay(state, offset, end, _STEP_BYTES)
+            records += n
+            await asyncio.sleep(0)
+            role = self.host.gate.role
+            if role.master_epoch != epoch or not role.is_master:
+                return  # another epoch: built again when needed
+        if self.state is not None and self._epoch == epoch and not self._repaired_since_built():
+            return  # built meanwhile by ready() (a caller that could not wait): keep that one
+        self._finish(state, start, end, started, snapshot, records)
+        self.state = state
+        self._epoch = epoch
+        self._damage_at_build = self._known_damage()
+
     def _rebuild(self) -> ProducerStates:
+        state, start, started, snapshot = self._begin()
+        end = self.host.store.max_offset
+        _, records = self._replay(state, start, end, end - start)
+        self._finish(state, start, end, started, snapshot, records)
+        return state
+
+    def _begin(self) -> tuple[ProducerStates, int, float, bool]:
+        """The state of the last whole snapshot (an empty one without), the CommitLog offset
+        to replay records from, when the build started, whether a snapshot was read."""
         if self.state is not None:
             self._expired_before += self.state.expired
+            self.state = None
         cfg = self.host.cfg
         store = self.host.store
         started = time.perf_counter()
@@ -223,32 +299,44 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
             state = ProducerStates(
                 expiry_ms=cfg.producer_expiry_ms, max_windows=cfg.producer_max_windows
             )
-        records = self._replay(state, start, store.max_offset)
+        return state, start, started, found is not None
+
+    def _finish(
+        self,
+        state: ProducerStates,
+        start: int,
+        end: int,
+        started: float,
+        snapshot: bool,
+        records: int,
+    ) -> None:
         state.expire(_now_ms())
         self._snapshot_at = start
         log.info(
             "idempotent producer state built from the CommitLog",
-            snapshot=found is not None,
+            snapshot=snapshot,
             scanned_from=start,
-            scanned_bytes=store.max_offset - start,
+            scanned_bytes=end - start,
             records=records,
             producers=state.producers,
             seconds=round(time.perf_counter() - started, 3),
         )
-        return state
 
-    def _replay(self, state: ProducerStates, start: int, end: int) -> int:
+    def _replay(self, state: ProducerStates, start: int, end: int, most: int) -> tuple[int, int]:
+        """Replay the sequenced records from ``start`` on, about ``most`` bytes of them (whole
+        reads of up to :data:`_SCAN_BYTES`) and not past ``end``; (where it stopped, records)."""
         store = self.host.store
         offset = start
+        stop = min(end, start + max(most, 1))
         records = 0
-        while offset < end:
+        while offset < stop:
             try:
-                raw = store.read_raw(offset, _SCAN_BYTES)
+                raw = store.read_raw(offset, min(_SCAN_BYTES, stop - offset))
             except StoreError as exc:
                 log.error("producer state: CommitLog unreadable", offset=offset, error=str(exc))
-                break
+                return end, records
             if not raw:
-                break
+                return end, records
             try:
                 for record in sequenced_records(raw):
                     records += 1
@@ -258,7 +346,7 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
                     "producer state: bad bytes in the CommitLog", offset=offset, error=str(exc)
                 )
             offset += len(raw)
-        return records
+        return offset, records
 
     def _last_snapshot(self) -> tuple[int, object] | None:
         """(covered, document) of the newest whole snapshot; None when there is none."""
@@ -295,6 +383,60 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
                 return []
             offset = res.next_offset
         return out[:count]
+
+
+class IssuedProducerIds:
+    """With authentication on: the lowest idempotent producer id the controllers have not
+    issued, as every heartbeat answer tells (``producerIdLimit``). Only ever raised: a
+    controller that has not yet applied the latest id (a new leader) cannot lower it.
+
+    A send with an id at or above it may be from a producer that took its id after the last
+    answer: it waits (:meth:`wait`) until an answer covers the id (let in), or until two
+    answers came after it started waiting without covering it (refused for good: an answer
+    to a heartbeat sent after the producer had its id); with no answer for
+    :data:`_ISSUE_WAIT_S` (no controller reachable) it is refused as retriable. Loop thread
+    only."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.limit = 0
+        """Ids below it were issued (0: not told yet)."""
+        self._answers = 0
+        self._changed: asyncio.Event | None = None
+
+    def told(self, limit: int) -> None:
+        """A heartbeat answer's ``producerIdLimit`` (on the loop thread)."""
+        self._answers += 1
+        if limit > self.limit:
+            self.limit = limit
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+
+    def issued(self, producer_id: int) -> bool:
+        """True when ``producer_id`` is known issued (or the check is off)."""
+        return not self.enabled or producer_id < self.limit
+
+    async def wait(self, producer_id: int) -> bool | None:
+        """True: issued; False: not issued (two answers since the call said so); None: no
+        answer came in time."""
+        deadline = time.monotonic() + _ISSUE_WAIT_S
+        first = self._answers
+        while not self.issued(producer_id):
+            if self._answers - first >= 2:
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            changed = self._changed
+            if changed is None:
+                changed = self._changed = asyncio.Event()
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except TimeoutError:
+                return None
+        return True
 
 
 def _replay_record(state: ProducerStates, record: MessageRecord) -> None:

@@ -16,13 +16,14 @@ observed once its answer is due (``rmq_broker_send_latency_seconds``), whichever
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import structlog
 
 from broker.durable_wait import wait_durable
 from broker.send.host import SendHost
-from broker.send.idempotence import ProducerSequences, batch_of, result_of
+from broker.send.idempotence import IssuedProducerIds, ProducerSequences, batch_of, result_of
 from broker.send.uniq_window import UniqKeyDedup
 from broker.timer.schedule import ScheduleRefused
 from broker.write_gate import WriteRefused
@@ -64,6 +65,44 @@ class SendService:
         """The idempotent producers' sequences (docs/idempotence.md)."""
         self.uniq_keys = UniqKeyDedup(host)
         """The optional UNIQ_KEY duplicate window (``uniq_key_window_topics``)."""
+        self.idempotence_off = frozenset(
+            t.strip() for t in host.cfg.idempotence_off_topics.split(",") if t.strip()
+        )
+        """Topics that refuse the idempotent producers' fields (``idempotence_off_topics``)."""
+        self.issued = IssuedProducerIds(enabled=False)
+        """The producer ids the controllers issued (checked with authentication on: the broker
+        enables it and hands it the heartbeat answers)."""
+
+    def before_sequenced(self, topic: str, seq: ProducerSeq) -> Coroutine[Any, Any, None] | None:
+        """What a sequenced send must wait for before :meth:`put` (None: nothing): the
+        idempotence state built for this master epoch (in steps, the loop free meanwhile), a
+        producer id not yet known issued. The coroutine raises :class:`SendRefused` (counted)
+        for an id the controllers did not issue."""
+        if topic in self.idempotence_off or (
+            self.sequences.built_now() and self.issued.issued(seq.producer_id)
+        ):
+            return None  # (a topic with idempotence off: put refuses it)
+        return self._before_sequenced(seq)
+
+    async def _before_sequenced(self, seq: ProducerSeq) -> None:
+        if not self.issued.issued(seq.producer_id):
+            known = await self.issued.wait(seq.producer_id)
+            if not known:
+                code = (
+                    ResponseCode.SERVICE_NOT_AVAILABLE
+                    if known is None
+                    else ResponseCode.PRODUCER_ID_NOT_ISSUED
+                )
+                self.count_refusal(code)
+                raise SendRefused(
+                    code,
+                    f"producer id {seq.producer_id} was not issued by the controllers (the "
+                    f"lowest not issued is {self.issued.limit})"
+                    if known is False
+                    else f"producer id {seq.producer_id}: no answer from the controllers "
+                    "to tell whether they issued it; retry",
+                )
+        await self.sequences.built()
 
     # -- storing -------------------------------------------------------------------------------
     def put(
@@ -119,6 +158,12 @@ class SendService:
             )
         uniq_key: str | None = None
         if seq is not None:
+            if topic in self.idempotence_off:
+                raise SendRefused(
+                    ResponseCode.IDEMPOTENCE_OFF,
+                    f"topic {topic} takes no idempotent producers' fields (the broker's "
+                    "idempotence_off_topics): send without producerId, producerEpoch, sequence",
+                )
             retried = self._retried(topic, queue_id, messages, seq)
             if retried is not None:
                 return retried

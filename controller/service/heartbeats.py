@@ -150,6 +150,8 @@ class HeartbeatHandler:
             heartbeat_timeout_ms=held_ms,
             # Users and rules changed: the broker fetches them again (AUTH_SYNC_USERS).
             auth_digest=self.manager.auth.digest(),
+            # The brokers refuse idempotent producer ids at or above it (with authentication).
+            producer_id_limit=self.manager.next_producer_id,
         ).encode()
         return response(req, ResponseCode.SUCCESS, header, body)
 

@@ -13,7 +13,8 @@ Request::
             heartbeat
 
 The answer's header is ``masterBrokerId`` (-1: none), ``masterEpoch``, ``heartbeatTimeoutMillis``
-(the timeout the controller holds the broker to) and ``authDigest`` (:class:`HeartbeatAnswer`,
+(the timeout the controller holds the broker to), ``authDigest`` and ``producerIdLimit`` (the
+lowest idempotent producer id the controllers have not issued yet) (:class:`HeartbeatAnswer`,
 which reads an earlier controller's answer without some of them).
 
 A missing or mistyped field raises :class:`~protocol.fields.FieldError`; a figure outside
@@ -122,6 +123,9 @@ class HeartbeatAnswer:
     """0: not told (a controller before it capped the timeout): the broker's own applies."""
     auth_digest: str | None = None
     """None: not told."""
+    producer_id_limit: int | None = None
+    """Idempotent producer ids below it were issued by the controllers, none at or above it
+    (docs/idempotence.md); None: not told."""
 
     def __post_init__(self) -> None:
         if self.master_broker_id == NO_MASTER:
@@ -135,6 +139,8 @@ class HeartbeatAnswer:
         header["heartbeatTimeoutMillis"] = self.heartbeat_timeout_ms
         if self.auth_digest is not None:
             header["authDigest"] = self.auth_digest
+        if self.producer_id_limit is not None:
+            header["producerIdLimit"] = self.producer_id_limit
         return header, None
 
     @classmethod
@@ -148,4 +154,5 @@ class HeartbeatAnswer:
             master_epoch=opt_int_or_none(header, "masterEpoch"),
             heartbeat_timeout_ms=opt_int(header, "heartbeatTimeoutMillis", 0),
             auth_digest=digest,
+            producer_id_limit=opt_int_or_none(header, "producerIdLimit"),
         )

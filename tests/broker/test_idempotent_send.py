@@ -5,12 +5,16 @@ error and stores nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
 
+from client.producer import Producer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.idempotence import PROP_PRODUCER_SEQ, WINDOW
 from protocol.message import MessageRecord, encode_properties, iter_records
@@ -282,5 +286,157 @@ async def test_the_uniq_key_window_answers_retries_of_clients_without_the_fields
             assert [r.body for r in iter_records(resp.body or b"")] == [b"a", b"b"]
         finally:
             conn.close()
+    finally:
+        proc.stop()
+
+
+async def test_a_topic_with_idempotence_off_refuses_the_fields_and_the_sdk_sends_without(
+    tmp_path: Path,
+) -> None:
+    """idempotence_off_topics: a send with the three fields to a listed topic is refused
+    (IDEMPOTENCE_OFF) and stores nothing; without them it is stored, and a retry is stored
+    again (the topic keeps at-least-once). The SDK, idempotent by default, sends such a topic's
+    messages again without the fields, and keeps sending them so."""
+    proc = BrokerProc(tmp_path, extra_toml='idempotence_off_topics = "plain"\n').start_and_wait()
+    try:
+        conn = await RemotingClient.connect(proc.address)
+        try:
+            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "plain", "queues": 1})
+            header: dict[str, Scalar] = {"topic": "plain", "queueId": 0, **seq_fields(5, 0, 0)}
+            refused = await conn.request(RequestCode.SEND_MESSAGE, header, b"x")
+            assert refused.code == ResponseCode.IDEMPOTENCE_OFF, refused.header
+            assert "idempotence_off_topics" in str(refused.header.get("remark"))
+            batch = msgpack.packb([{"body": b"b1"}, {"body": b"b2"}])
+            refused = await conn.request(RequestCode.SEND_BATCH_MESSAGE, header, batch)
+            assert refused.code == ResponseCode.IDEMPOTENCE_OFF, refused.header
+            async with Producer(proc.address, auto_batch=False) as producer:
+                sent = [await producer.send("plain", b"sdk%d" % i) for i in range(3)]
+                assert producer.idempotent and "plain" in producer._router.plain_topics
+            assert [s.queue_offset for s in sent] == [0, 1, 2]
+            plain = {"topic": "plain", "queueId": 0}
+            first = await conn.request(RequestCode.SEND_MESSAGE, plain, b"y")
+            again = await conn.request(RequestCode.SEND_MESSAGE, plain, b"y")
+            assert first.code == again.code == ResponseCode.SUCCESS
+            assert first.header["queueOffset"] != again.header["queueOffset"]
+            records = await pull_all_of(conn, "plain")
+            assert [r.body for r in records] == [b"sdk0", b"sdk1", b"sdk2", b"y", b"y"]
+            assert all(r.producer_seq is None for r in records)
+            # every other topic keeps idempotence
+            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 1})
+            one = await send(conn, b"i", 5, 0, 0)
+            assert (await send(conn, b"i", 5, 0, 0)).header == one.header
+        finally:
+            conn.close()
+    finally:
+        proc.stop()
+
+
+async def pull_all_of(conn: RemotingClient, topic: str) -> list[MessageRecord]:
+    resp = await conn.request(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "c",
+            "topic": topic,
+            "queueId": 0,
+            "queueOffset": 0,
+            "maxMsgNums": 1000,
+            "suspendTimeoutMillis": 0,
+        },
+    )
+    assert resp.code == ResponseCode.SUCCESS, resp.header
+    return list(iter_records(resp.body or b""))
+
+
+async def test_the_broker_answers_other_requests_while_it_rebuilds_the_state(
+    tmp_path: Path,
+) -> None:
+    """The rebuild after a restart reads the log in steps, the loop free between them: sends
+    without the fields are answered meanwhile, each far sooner than the whole rebuild; the
+    sequenced send that started it waits for it and is answered as the retry it is. With the
+    rebuild in one go on the loop, the other sends waited for all of it."""
+    proc = BrokerProc(
+        tmp_path, extra_toml="producer_snapshot_bytes = 1073741824\nscrub_bytes_per_s = 0\n"
+    )
+    proc.start_and_wait()
+    try:
+        conn = await RemotingClient.connect(proc.address)
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 4})
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "other", "queues": 1})
+        batch = msgpack.packb([{"body": b"r%05d" % i} for i in range(256)])
+        last: Frame | None = None
+        sends = 1600  # 409,600 sequenced records
+        for s in range(0, sends, 16):
+            answers = await asyncio.gather(
+                *(
+                    conn.request(
+                        RequestCode.SEND_BATCH_MESSAGE,
+                        {"topic": T, "queueId": q % 4, **seq_fields(900 + q, 0, s)},
+                        batch,
+                    )
+                    for q in range(16)
+                )
+            )
+            assert all(a.code == ResponseCode.SUCCESS for a in answers)
+            last = answers[-1]
+        assert last is not None
+        conn.close()
+        proc.kill9()
+        proc.stop()
+        proc.start_and_wait()
+        conn = await RemotingClient.connect(proc.address)
+        try:
+            # the store recovers (not closed cleanly) before the broker answers a send
+            opened = await conn.request(
+                RequestCode.SEND_MESSAGE, {"topic": "other", "queueId": 0}, b"o", timeout=120
+            )
+            assert opened.code == ResponseCode.SUCCESS, opened.header
+            gaps: list[float] = []
+            stop = asyncio.Event()
+
+            async def others() -> None:
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    resp = await conn.request(
+                        RequestCode.SEND_MESSAGE, {"topic": "other", "queueId": 0}, b"o", timeout=60
+                    )
+                    assert resp.code == ResponseCode.SUCCESS, resp.header
+                    gaps.append(time.perf_counter() - t0)
+
+            task = asyncio.create_task(others())
+            await wait_until_async(
+                lambda: len(gaps) >= 3, "plain sends answered", 30, on_timeout=proc.log
+            )
+            before = len(gaps)
+            t0 = time.perf_counter()
+            retry = await conn.request(
+                RequestCode.SEND_BATCH_MESSAGE,
+                {"topic": T, "queueId": 15 % 4, **seq_fields(915, 0, sends - 16)},
+                batch,
+                timeout=120,
+            )
+            waited = time.perf_counter() - t0
+            stop.set()
+            await task
+            assert retry.code == ResponseCode.SUCCESS, retry.header
+            assert (retry.header, retry.body) == (last.header, last.body)
+        finally:
+            conn.close()
+
+        def built() -> list[dict[str, Any]]:
+            return [
+                json.loads(line)
+                for line in proc.log().splitlines()
+                if "idempotent producer state built from the CommitLog" in line
+                and '"records": 0,' not in line
+            ]
+
+        rebuilt = (await wait_until_async(built, "the rebuild's log line", 30))[-1]
+        assert rebuilt["records"] == sends * 256, rebuilt
+        seconds = rebuilt["seconds"]
+        during = gaps[before:]
+        print(f"rebuild {seconds} s (the retry waited {waited:.2f} s); {len(during)} plain "
+              f"sends answered meanwhile, the slowest in {max(during):.3f} s")  # fmt: skip
+        assert seconds >= 0.3, "the log was too small to tell"
+        assert len(during) >= 3 and max(during) < seconds / 2, (seconds, during)
     finally:
         proc.stop()

@@ -761,6 +761,17 @@ def test_a_heartbeat_answer_encodes_to_the_same_bytes() -> None:
     )
 
 
+def test_a_heartbeat_answer_tells_the_lowest_producer_id_not_issued() -> None:
+    # issue 29: the brokers refuse idempotent producer ids at or above it (authentication on)
+    told = HeartbeatAnswer(master_broker_id=1, master_epoch=3, producer_id_limit=17)
+    header, _ = told.encode()
+    assert header["producerIdLimit"] == 17
+    assert HeartbeatAnswer.parse(header) == told
+    assert HeartbeatAnswer.parse({"masterBrokerId": 1}).producer_id_limit is None
+    with pytest.raises(FieldError):
+        HeartbeatAnswer.parse({"producerIdLimit": "17"})
+
+
 def test_a_users_table_answer_encodes_to_the_same_bytes() -> None:
     # the header and body controller/service/auth.py writes by hand
     rule = make_rule("Topic:A", ["pub"], "allow")
