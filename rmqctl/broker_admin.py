@@ -181,6 +181,34 @@ def failures(brokers: Sequence[BrokerRef], answers: Sequence[object]) -> list[st
     ]
 
 
+def show_each(
+    settings: Settings,
+    asked: tuple[list[BrokerRef], list[A | str]],
+    shown: Callable[[BrokerRef, A], tuple[dict[str, Any], str]],
+    head: dict[str, Any] | None = None,
+    between: str = "\n",
+) -> None:
+    """Print each broker's answer (``shown``: its document and its text) with ``head``'s keys
+    before "brokers" (a failed broker has "error" instead of its document), the texts joined
+    by ``between``; then exit 1 naming the failures, if any. A refusal by every broker is its
+    one line alone."""
+    brokers, answers = asked
+    docs: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for ref, answer in zip(brokers, answers, strict=True):
+        if isinstance(answer, str):
+            docs.append(ref.to_dict() | {"error": answer})
+            continue
+        doc, text = shown(ref, answer)
+        docs.append(doc)
+        texts.append(text)
+    failed = failures(brokers, answers)
+    if texts or not failed:
+        emit(settings, (head or {}) | {"brokers": docs}, lambda: between.join(texts))
+    if failed:
+        raise CommandError("; ".join(failed))
+
+
 def _value_text(value: object) -> str:
     if value is None:
         return "-"
@@ -206,34 +234,29 @@ def get_broker_config(
     """
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
-    brokers, answers = run(
-        ask_targets(controllers, broker_addr, cluster, BrokerConfigQuery(), BrokerConfigTable.parse)
-    )
-    docs: list[dict[str, Any]] = []
-    lines: list[str] = []
-    for ref, answer in zip(brokers, answers, strict=True):
-        if isinstance(answer, str):
-            docs.append(ref.to_dict() | {"error": answer})
-            continue
-        docs.append(
-            ref.to_dict()
-            | {
-                "configFile": answer.config_file,
-                "liveKeys": list(answer.live_keys),
-                "config": dict(answer.config),
-            }
-        )
-        lines.append(f"# {ref.label()}, config file: {answer.config_file or '(none)'}")
+    def shown(ref: BrokerRef, answer: BrokerConfigTable) -> tuple[dict[str, Any], str]:
+        doc = ref.to_dict() | {
+            "configFile": answer.config_file,
+            "liveKeys": list(answer.live_keys),
+            "config": dict(answer.config),
+        }
+        lines = [f"# {ref.label()}, config file: {answer.config_file or '(none)'}"]
         width = max((len(k) for k in answer.config), default=0)
         live = set(answer.live_keys)
         for key in sorted(answer.config):
             mark = "  (live)" if key in live else ""
             lines.append(f"{key.ljust(width)} = {_value_text(answer.config[key])}{mark}")
-    failed = failures(brokers, answers)
-    if lines or not failed:  # a refusal by every broker is its one line alone
-        emit(settings, {"brokers": docs}, lambda: "\n".join(lines))
-    if failed:
-        raise CommandError("; ".join(failed))
+        return doc, "\n".join(lines)
+
+    show_each(
+        settings,
+        run(
+            ask_targets(
+                controllers, broker_addr, cluster, BrokerConfigQuery(), BrokerConfigTable.parse
+            )
+        ),
+        shown,
+    )
 
 
 @click.command(
@@ -268,37 +291,30 @@ def update_broker_config(
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
     update = UpdateBrokerConfig(key=key, value=value)
-    brokers, answers = run(
-        ask_targets(controllers, broker_addr, cluster, update, BrokerConfigChanged.parse)
-    )
-    docs: list[dict[str, Any]] = []
-    lines: list[str] = []
-    for ref, answer in zip(brokers, answers, strict=True):
-        if isinstance(answer, str):
-            docs.append(ref.to_dict() | {"error": answer})
-            continue
-        docs.append(
-            ref.to_dict()
-            | {
-                "old": answer.old,
-                "new": answer.new,
-                "persisted": answer.persisted,
-                "configFile": answer.config_file,
-            }
-        )
+
+    def shown(ref: BrokerRef, answer: BrokerConfigChanged) -> tuple[dict[str, Any], str]:
+        doc = ref.to_dict() | {
+            "old": answer.old,
+            "new": answer.new,
+            "persisted": answer.persisted,
+            "configFile": answer.config_file,
+        }
         where = (
             f"written to {answer.config_file}"
             if answer.persisted
             else "not written: the broker runs without --config, a restart forgets it"
         )
-        lines.append(
+        line = (
             f"{ref.label()}: {key} {_value_text(answer.old)} -> {_value_text(answer.new)} ({where})"
         )
-    failed = failures(brokers, answers)
-    if lines or not failed:
-        emit(settings, {"key": key, "value": value, "brokers": docs}, lambda: "\n".join(lines))
-    if failed:
-        raise CommandError("; ".join(failed))
+        return doc, line
+
+    show_each(
+        settings,
+        run(ask_targets(controllers, broker_addr, cluster, update, BrokerConfigChanged.parse)),
+        shown,
+        head={"key": key, "value": value},
+    )
 
 
 def status_doc(info: RuntimeInfo) -> dict[str, Any]:
@@ -374,20 +390,13 @@ def broker_status(
     """
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
-    brokers, answers = run(
-        ask_targets(controllers, broker_addr, cluster, RuntimeInfoQuery(), RuntimeInfo.parse)
-    )
-    docs: list[dict[str, Any]] = []
-    blocks: list[str] = []
-    for ref, answer in zip(brokers, answers, strict=True):
-        if isinstance(answer, str):
-            docs.append(ref.to_dict() | {"error": answer})
-            continue
+    def shown(ref: BrokerRef, answer: RuntimeInfo) -> tuple[dict[str, Any], str]:
         doc = status_doc(answer)
-        docs.append(doc)
-        blocks.append("\n".join([f"# {ref.label()}", *_status_lines(doc)]))
-    failed = failures(brokers, answers)
-    if blocks or not failed:
-        emit(settings, {"brokers": docs}, lambda: "\n\n".join(blocks))
-    if failed:
-        raise CommandError("; ".join(failed))
+        return doc, "\n".join([f"# {ref.label()}", *_status_lines(doc)])
+
+    show_each(
+        settings,
+        run(ask_targets(controllers, broker_addr, cluster, RuntimeInfoQuery(), RuntimeInfo.parse)),
+        shown,
+        between="\n\n",
+    )
