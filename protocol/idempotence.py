@@ -275,6 +275,13 @@ class _Window:
 
     def insert(self, batch: StoredBatch, size: int) -> None:
         batches = self.batches
+        if not batches or batches[-1].sequence < batch.sequence:  # the usual: the next one
+            batches.append(batch)
+            if len(batches) > size:
+                dropped = batches.pop(0).sequence
+                if dropped > self.floor:
+                    self.floor = dropped
+            return
         i = len(batches)
         while i > 0 and batches[i - 1].sequence > batch.sequence:
             i -= 1
@@ -307,6 +314,9 @@ class ProducerStates:
         self._windows = 0
         self.expired = 0
         """Producers forgotten so far (idle, or over ``max_windows``)."""
+        self._checked: tuple[ProducerSeq, QueueKey, _Producer, _Window] | None = None
+        """The last :meth:`check`'s request, producer and window, when it found both: the
+        :meth:`stored` that follows it (the same send) skips their look-up."""
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -323,10 +333,11 @@ class ProducerStates:
 
     def check(self, topic: str, queue_id: int, seq: ProducerSeq) -> Decision:
         """What to do with a request of ``seq`` to ``topic``/``queue_id``. Changes nothing."""
-        p = self._producers.get(seq.producer_id)
+        pid, epoch, sequence = seq
+        p = self._producers.get(pid)
         if p is None:
             return _NEW
-        if seq.epoch < p.epoch:
+        if epoch < p.epoch:
             return Decision(
                 Verdict.FENCED,
                 reason=(
@@ -334,16 +345,21 @@ class ProducerStates:
                     "of the same producer id sent since (a newer incarnation took it up)"
                 ),
             )
-        if seq.epoch > p.epoch:
+        if epoch > p.epoch:
             return _NEW
-        w = p.windows.get((topic, queue_id))
+        key = (topic, queue_id)
+        w = p.windows.get(key)
         if w is None:
             return _NEW
-        found = w.find(seq.sequence)
+        self._checked = (seq, key, p, w)
+        batches = w.batches
+        if batches and batches[-1].sequence < sequence:  # the usual: the next request
+            return _NEW_GAP if sequence > batches[-1].sequence + 1 else _NEW
+        found = w.find(sequence)
         if found is not None:
             verdict = Verdict.PARTIAL if found.missing else Verdict.DUPLICATE
             return Decision(verdict, found)
-        if seq.sequence <= w.floor:
+        if sequence <= w.floor:
             return Decision(
                 Verdict.TOO_OLD,
                 reason=(
@@ -352,8 +368,8 @@ class ProducerStates:
                     "cannot tell whether it was stored"
                 ),
             )
-        top = w.batches[-1].sequence if w.batches else w.floor
-        return _NEW_GAP if seq.sequence > top + 1 else _NEW
+        top = batches[-1].sequence if batches else w.floor
+        return _NEW_GAP if sequence > top + 1 else _NEW
 
     # -- changing ------------------------------------------------------------------------------
     def stored(
@@ -361,12 +377,33 @@ class ProducerStates:
     ) -> None:
         """A request checked NEW was stored as ``batch`` (PARTIAL: ``batch`` is the same
         object, completed by the caller: only the use is noted)."""
-        w = self._window(topic, queue_id, seq, now_ms)
-        if w is None:
-            return
-        if w.find(batch.sequence) is None:
-            w.insert(batch, self.window)
-        self._trim()
+        checked = self._checked
+        self._checked = None
+        if (
+            checked is not None
+            and checked[0] is seq
+            and checked[1] == (topic, queue_id)
+            and self._producers.get(seq.producer_id) is checked[2]
+        ):
+            # the producer and window check() found for this request, still the ones kept
+            p = checked[2]
+            w = checked[3]
+            if now_ms > p.last_ms:
+                p.last_ms = now_ms
+            self._producers.move_to_end(seq.producer_id)
+        else:
+            found = self._window(topic, queue_id, seq, now_ms)
+            if found is None:
+                return
+            w = found
+        batches = w.batches
+        if (batches and batches[-1].sequence >= batch.sequence) and w.find(
+            batch.sequence
+        ) is not None:
+            return  # a PARTIAL request's batch, in the window already
+        w.insert(batch, self.window)
+        if self._windows > self.max_windows:
+            self._trim()
 
     def replayed(
         self,
