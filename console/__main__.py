@@ -139,6 +139,13 @@ async def serve(settings: Settings) -> int:
     help="access_key and secret_key (TOML, mode 600) to sign requests with on a cluster with "
     "authentication on.",
 )
+@click.option(
+    "--login",
+    is_flag=True,
+    default=None,
+    help="Log in with the cluster's own users (its authentication on): super users get every "
+    "action, other users read only.",
+)
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), help="Log format.")
 @daemon_cli.reference_option
 def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 import click
 import jinja2
@@ -37,7 +37,10 @@ from client.bootstrap import describe_failure
 from client.errors import ClientError
 from console import actions, reads
 from console.config import Settings
+from console.sessions import SESSION_COOKIE, LoginRefused, Session, Sessions, check_user
 from protocol.broker_requests.offsets import TO_MAX
+from protocol.request_auth import Credentials
+from remoting.client import task_credentials
 from remoting.errors import RemotingError
 from rmqctl.common import PastTimeType, utc_iso
 from rmqctl.trace import TRACE_HEADERS
@@ -46,6 +49,8 @@ T = TypeVar("T")
 HERE: Final = Path(__file__).resolve().parent
 CSRF_COOKIE: Final = "rmq_console_csrf"
 CSRF_FIELD: Final = "csrf"
+#: the pages a visitor who has not logged in may see (config key ``login``)
+LOGIN_PATHS: Final = ("login",)
 
 log = structlog.get_logger("console")
 
@@ -77,6 +82,30 @@ def make_app(settings: Settings) -> Starlette:
     templates = Jinja2Templates(env=env)
     clusters = settings.clusters
     secure_cookie = cfg.tls_cert_file is not None
+    sessions = Sessions(cfg.session_hours)
+
+    def session(request: Request) -> Session | None:
+        found: Session | None = getattr(request.state, "session", None)
+        return found
+
+    def can_change(request: Request) -> bool:
+        """Without login, anyone; with it, super users only (other users read only)."""
+        if not cfg.login:
+            return True
+        current = session(request)
+        return current is not None and current.is_super
+
+    def auth_note(request: Request) -> str:
+        if not cfg.login:
+            return (
+                "Authentication is off on this console: no login, and anyone who can reach it "
+                "can change the cluster."
+            )
+        current = session(request)
+        if current is None:
+            return "Log in with a user of this cluster."
+        role = "super user: every action" if current.is_super else "read only"
+        return f"Logged in as {current.user} ({role})."
 
     def addresses(request: Request) -> str:
         """The controller addresses of the page's cluster (a 404 page for an unknown name)."""
@@ -95,8 +124,9 @@ def make_app(settings: Settings) -> Starlette:
             "csrf_field": CSRF_FIELD,
             "notice": request.query_params.get("notice", ""),
             "refresh": cfg.refresh_seconds,
-            "auth_note": "Authentication is off on this console: no login, and anyone who can "
-            "reach it can change the cluster.",
+            "auth_note": auth_note(request),
+            "can_change": can_change(request),
+            "session": session(request),
             **values,
         }
         return templates.TemplateResponse(request, template, context, status_code=status_code)
@@ -112,6 +142,22 @@ def make_app(settings: Settings) -> Starlette:
             )
         return {k: v for k, v in data.items() if isinstance(v, str)}
 
+    async def change_form(request: Request) -> dict[str, str]:
+        """:func:`form` for an action that changes something: refused (403) for a user who
+        may not change anything here."""
+        data = await form(request)
+        if not can_change(request):
+            current = session(request)
+            who = current.user if current is not None else "nobody"
+            log.warning("console action", user=who, path=request.url.path, outcome="refused",
+                        reason="read-only user")  # fmt: skip
+            raise PageError(
+                403,
+                f"refused: {who} may only read on this console (not a super user); "
+                "nothing was changed",
+            )
+        return data
+
     async def act(
         request: Request,
         what: str,
@@ -122,7 +168,11 @@ def make_app(settings: Settings) -> Starlette:
         """Run an action, log it with who did it, and go back to ``back`` saying what it did
         (a refusal: the error page, status 400 for bad input, 502 for the cluster's)."""
         name = request.path_params["cluster"]
-        who = {"user": "anonymous", "remote": request.client.host if request.client else "-"}
+        current = session(request)
+        who = {
+            "user": current.user if current is not None else "anonymous",
+            "remote": request.client.host if request.client else "-",
+        }
         try:
             done = await do
         except actions.Refused as exc:
@@ -171,7 +221,7 @@ def make_app(settings: Settings) -> Starlette:
     async def create_topic(request: Request) -> Response:
         addrs = addresses(request)
         name = request.path_params["cluster"]
-        data = await form(request)
+        data = await change_form(request)
         topic = data.get("topic", "")
 
         async def do() -> str:
@@ -183,7 +233,7 @@ def make_app(settings: Settings) -> Starlette:
     async def delete_topic(request: Request) -> Response:
         addrs = addresses(request)
         name = request.path_params["cluster"]
-        data = await form(request)
+        data = await change_form(request)
         topic = data.get("topic", "")
         return await act(
             request,
@@ -197,7 +247,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         topic = request.path_params["topic"]
-        data = await form(request)
+        data = await change_form(request)
         return await act(
             request,
             "send test message",
@@ -234,7 +284,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         group = request.path_params["group"]
-        data = await form(request)
+        data = await change_form(request)
         topic = data.get("topic", "")
 
         async def do() -> str:
@@ -249,7 +299,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         group = request.path_params["group"]
-        data = await form(request)
+        data = await change_form(request)
         topic = data.get("topic", "")
         return await act(
             request,
@@ -285,7 +335,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         group = request.path_params["group"]
-        data = await form(request)
+        data = await change_form(request)
         msg_id = data.get("msg_id", "").strip() or None
         return await act(
             request,
@@ -350,13 +400,64 @@ def make_app(settings: Settings) -> Starlette:
             request.state.csrf = ""
         return render(request, "error.html", status, status=status, message=message)
 
+    # --- login ----------------------------------------------------------------------------------
+
+    async def login_page(request: Request) -> Response:
+        addresses(request)
+        if not cfg.login:
+            return RedirectResponse(f"/c/{quote(request.path_params['cluster'])}/cluster", 303)
+        return render(request, "login.html", error="")
+
+    async def login(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        data = await form(request)
+        user, secret = data.get("access_key", "").strip(), data.get("secret_key", "")
+        remote = request.client.host if request.client else "-"
+        try:
+            if not user or not secret:
+                raise LoginRefused("give an access key and its secret key")
+            is_super = await check_user(addrs, Credentials(user, secret), cfg.request_timeout)
+        except (ClientError, RemotingError) as exc:
+            log.warning("console login", user=user, remote=remote, cluster=name,
+                        outcome="refused", reason=_why(exc))  # fmt: skip
+            return render(request, "login.html", 401, error=_why(exc))
+        log.info("console login", user=user, remote=remote, cluster=name,
+                 role="super" if is_super else "read-only")  # fmt: skip
+        response = RedirectResponse(f"/c/{quote(name)}/cluster", status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            sessions.create(name, Credentials(user, secret), is_super),
+            httponly=True,
+            samesite="strict",
+            secure=secure_cookie,
+        )
+        return response
+
+    async def logout(request: Request) -> Response:
+        await form(request)
+        sessions.drop(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse(f"/c/{quote(request.path_params['cluster'])}/login", 303)
+        response.delete_cookie(SESSION_COOKIE)
+        return response
+
     async def csrf_cookie(request: Request, call_next: RequestResponseEndpoint) -> Response:
         token = request.cookies.get(CSRF_COOKIE, "")
         fresh = len(token) < 32
         if fresh:
             token = secrets.token_urlsafe(32)
         request.state.csrf = token
-        response = await call_next(request)
+        parts = request.url.path.split("/")
+        cluster = unquote(parts[2]) if len(parts) > 3 and parts[1] == "c" else None
+        current = sessions.get(request.cookies.get(SESSION_COOKIE))
+        if current is not None and current.cluster != cluster:
+            current = None  # a session is for the cluster it logged in to
+        request.state.session = current
+        if cfg.login and cluster in clusters and current is None and parts[3] not in LOGIN_PATHS:
+            response: Response = RedirectResponse(f"/c/{quote(cluster)}/login", status_code=303)
+        else:
+            with task_credentials(current.credentials if current is not None else None):
+                response = await call_next(request)
         if fresh:
             response.set_cookie(
                 CSRF_COOKIE, token, httponly=True, samesite="strict", secure=secure_cookie
@@ -368,6 +469,9 @@ def make_app(settings: Settings) -> Starlette:
     c = "/c/{cluster}"
     routes = [
         Route("/", home),
+        Route(f"{c}/login", login_page),
+        Route(f"{c}/login", login, methods=["POST"]),
+        Route(f"{c}/logout", logout, methods=["POST"]),
         Route(f"{c}/cluster", cluster_page),
         Route(f"{c}/cluster/live", cluster_live),
         Route(f"{c}/topics", topics_page),

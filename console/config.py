@@ -79,6 +79,13 @@ class ConsoleConfig:
         None, "PEM certificate of the console's own listener (HTTPS); needs tls_key_file"
     )
     tls_key_file: Path | None = field(None, "PEM private key of tls_cert_file")
+    login: bool = field(
+        False,
+        "log in with the cluster's own users (authentication on there): each page and action "
+        "signs with the user's credentials, so the cluster's rules decide; super users get "
+        "every action, other users read only",
+    )
+    session_hours: float = field(12.0, "a login lasts this long, in hours", at_least(0.01))
     refresh_seconds: float = field(
         2.0, "how often the cluster page updates itself, in seconds", at_least(0.5)
     )

@@ -12,11 +12,13 @@ TCP, a server with authentication off or without sessions, a refusal) every requ
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import itertools
 import os
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import cast
 
 from protocol.codes import RequestCode, ResponseCode
@@ -48,6 +50,27 @@ RequestHandler = Callable[[Frame], None]
 
 
 _process_credentials: Credentials | None = None
+
+
+_task_credentials: contextvars.ContextVar[Credentials | None] = contextvars.ContextVar(
+    "rmq_task_credentials", default=None
+)
+
+
+@contextlib.contextmanager
+def task_credentials(credentials: Credentials | None) -> Iterator[None]:
+    """Pools and connections made in this context (this task, and the tasks it starts) without
+    credentials of their own sign with ``credentials`` rather than the process's: for a server
+    acting for several users, one request each (rmq-console's logged-in users)."""
+    token = _task_credentials.set(credentials)
+    try:
+        yield
+    finally:
+        _task_credentials.reset(token)
+
+
+def _default_credentials() -> Credentials | None:
+    return _task_credentials.get() or _process_credentials
 
 
 def use_credentials(credentials: Credentials | None) -> None:
@@ -189,8 +212,8 @@ class RemotingClient:
         """Connect; requests are signed with ``signer``, or when it is None with the process's
         credentials if :func:`use_credentials` set some. Over TLS with ``tls``, or when it is
         None with the process's context if :func:`use_tls` set one."""
-        if signer is None and _process_credentials is not None:
-            signer = signer_for(_process_credentials)
+        if signer is None:
+            signer = signer_for(_default_credentials())
         conn = cls(address, max_frame_bytes, signer)
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
@@ -384,7 +407,7 @@ class ConnectionPool:
         credentials: Credentials | None = None,
         tls: TlsSource | None = None,
     ) -> None:
-        self.signer = signer_for(credentials if credentials is not None else _process_credentials)
+        self.signer = signer_for(credentials if credentials is not None else _default_credentials())
         self.tls = tls
         self._conns: dict[str, RemotingClient] = {}
         self._locks: dict[str, asyncio.Lock] = {}
