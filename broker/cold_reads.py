@@ -109,50 +109,40 @@ class ColdReads:
         )
 
     async def load(self, spans: list[ColdSpan]) -> None:
-        """Bring ``spans`` into the page cache off the loop, at the broker's cold bandwidth. A
-        file that cannot be read is left to the read that follows to answer for."""
+        """Bring ``spans`` into the page cache off the loop, at the broker's cold bandwidth;
+        the parts other loads are reading now are waited for, not read again. A file that
+        cannot be read is left to the read that follows to answer for."""
         self.reads += 1
         for span in spans:
-            position, end = span.position, span.position + span.size
-            while position < end:
-                covering = self._covering(span.path, position)
-                if covering is None:
-                    break
-                await asyncio.shield(covering[1])
-                position = max(position, covering[0])
-            if position >= end:
-                continue
-            # Up to the next load in flight, which reads the rest.
-            end = min(
-                [end, *(lo for lo, _, _ in self._loading.get(span.path, ()) if lo > position)]
-            )
-            size = end - position
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            ranges = self._loading.setdefault(span.path, [])
-            entry = (position, end, done)
-            ranges.append(entry)
+            start, end = span.position, span.position + span.size
+            others = [r for r in self._loading.get(span.path, ()) if r[0] < end and r[1] > start]
             try:
-                wait = self._bucket.take(size, self._clock(), self._rate())
-                if wait > 0:
-                    self.throttled_s += wait
-                    await asyncio.sleep(wait)
-                await self._read(ColdSpan(span.path, position, size))
-                self.bytes += size
+                for lo, hi in _gaps(start, end, others):
+                    await self._load_part(span.path, lo, hi)
             except OSError as exc:  # deleted by retention meanwhile, or a failing disk
                 log.warning("cold read failed", path=str(span.path), error=str(exc))
                 return
             finally:
-                ranges.remove(entry)
-                if not ranges:
-                    del self._loading[span.path]
-                done.set_result(None)
+                for _, _, done in others:  # the read that follows touches their bytes too
+                    await asyncio.shield(done)
 
-    def _covering(self, path: Path, position: int) -> tuple[int, asyncio.Future[None]] | None:
-        """The end and completion of a load in flight holding ``position`` of ``path``."""
-        for lo, hi, done in self._loading.get(path, ()):
-            if lo <= position < hi:
-                return hi, done
-        return None
+    async def _load_part(self, path: Path, lo: int, hi: int) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ranges = self._loading.setdefault(path, [])
+        entry = (lo, hi, done)
+        ranges.append(entry)
+        try:
+            wait = self._bucket.take(hi - lo, self._clock(), self._rate())
+            if wait > 0:
+                self.throttled_s += wait
+                await asyncio.sleep(wait)
+            await self._read(ColdSpan(path, lo, hi - lo))
+            self.bytes += hi - lo
+        finally:
+            ranges.remove(entry)
+            if not ranges:
+                del self._loading[path]
+            done.set_result(None)
 
     async def _read(self, span: ColdSpan) -> None:
         if self._executor is None:
@@ -175,3 +165,20 @@ class ColdReads:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+def _gaps(
+    start: int, end: int, taken: list[tuple[int, int, asyncio.Future[None]]]
+) -> list[tuple[int, int]]:
+    """The parts of ``[start, end)`` outside every range of ``taken``."""
+    out: list[tuple[int, int]] = []
+    at = start
+    for lo, hi, _ in sorted(taken, key=lambda r: r[0]):
+        if lo > at:
+            out.append((at, min(lo, end)))
+        at = max(at, hi)
+        if at >= end:
+            break
+    if at < end:
+        out.append((at, end))
+    return out

@@ -108,3 +108,21 @@ async def test_a_load_reaching_into_one_in_flight_stops_where_it_starts(tmp_path
         assert reads.bytes == 400_000
     finally:
         reads.close()
+
+
+async def test_a_load_reaching_into_one_in_flight_returns_once_that_one_is_done(
+    tmp_path: Path,
+) -> None:
+    # The read that follows a load touches all of its span: bytes another load was still
+    # reading would fault in on the event loop.
+    path = tmp_path / "segment"
+    path.write_bytes(os.urandom(16 << 20))
+    reads = ColdReads(lambda: 0, lambda: 0.0)  # no limit: the reads alone take time
+    try:
+        ahead = asyncio.create_task(reads.load([ColdSpan(path, 4096, (16 << 20) - 4096)]))
+        await asyncio.sleep(0)  # the first load under way
+        await reads.load([ColdSpan(path, 0, 8192)])
+        assert ahead.done()
+        assert reads.bytes == 16 << 20
+    finally:
+        reads.close()
