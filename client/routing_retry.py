@@ -344,8 +344,13 @@ class SendRouter:
                             if held is not None:  # refused before stored there: a gap
                                 self._release(*held)
                                 held = None
-                            held = (lane, await self._sequence(lane, deadline))
-                        seqr.fields(held[1]).add_to(header)
+                            taken = seqr.take(lane)  # no coroutine unless it must wait
+                            if taken is None:
+                                taken = await self._sequence(lane, deadline)
+                            held = (lane, taken)
+                        header["producerId"] = seqr.producer_id
+                        header["producerEpoch"] = seqr.epoch
+                        header["sequence"] = held[1]
                 except NoRouteError as exc:  # a route with no master, or no route yet
                     last = exc
                 else:
