@@ -23,20 +23,25 @@ from typing import Any, Final
 import structlog
 
 from client.lookup import Lookup
+from client.message import Message as ClientMessage
 from protocol.message import MessageRecord, RecordError, parse_msg_id
 from protocol.retry import origin_message_id
 from protocol.trace import (
+    DEFAULT_REGION,
     PROP_TRACE_CONTEXT,
+    SOURCE_CLIENT,
     TRACE_TOPIC,
     ConsumeReturn,
-    PubRecord,
+    MessageType,
     SubAfterRecord,
     SubBeforeRecord,
     TraceFormatError,
     TraceRecord,
     decode_records,
-    encode_records,
-    record_msg_ids,
+    encode_line,
+    encode_record,
+    pub_fields,
+    take_message,
 )
 
 log = structlog.get_logger(__name__)
@@ -101,6 +106,8 @@ async def query_trace(
 BUFFER_RECORDS: Final = 10_000
 RECORDS_PER_MESSAGE: Final = 32
 _FLUSH_S: Final = 0.05
+_REQUESTS_IN_FLIGHT: Final = 4
+_MESSAGES_PER_REQUEST: Final = 8
 
 
 class ClientTracer:
@@ -125,7 +132,8 @@ class ClientTracer:
         self.client_host = client_host or f"{socket.gethostname()}@{os.getpid()}"
         self._bootstrap = bootstrap
         self._options = dict(producer_options or {})
-        self._buffer: deque[TraceRecord] = deque()
+        self._buffer: deque[tuple[str, str]] = deque()
+        """(message id, encoded line) of each record, oldest first."""
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._producer: Any = None
@@ -134,10 +142,18 @@ class ClientTracer:
         self.written = 0
         self.dropped = 0
 
-    def offer(self, record: TraceRecord) -> None:
+    def offer(self, record: TraceRecord | tuple[str, str]) -> None:
+        """Buffer ``record`` (or its message id and encoded line), encoded once here."""
         if len(self._buffer) >= self.capacity or self._closing:
             self.dropped += 1
             return
+        if not isinstance(record, tuple):
+            try:
+                record = (record.msg_id, encode_record(record))
+            except TraceFormatError as exc:
+                self.dropped += 1
+                log.debug("trace record dropped", error=str(exc))
+                return
         self._buffer.append(record)
         if self._task is None:
             self._start()
@@ -169,26 +185,29 @@ class ClientTracer:
             self._started = True
             await self._producer.start()
         while buf:
-            # Up to 8 trace messages in flight: one at a time, a loaded broker's round trip
-            # would leave records waiting behind a fast producer.
-            batches: list[list[TraceRecord]] = []
-            while buf and len(batches) < 8:
-                batches.append([buf.popleft() for _ in range(min(RECORDS_PER_MESSAGE, len(buf)))])
+            # Up to 4 requests in flight, each one SEND_BATCH_MESSAGE of up to 8 trace messages
+            # (one append each on the broker): one message a request cost the broker a request
+            # per 32 records; one request at a time, a loaded broker's round trip would leave
+            # records waiting behind a fast producer.
+            requests: list[tuple[list[ClientMessage], int]] = []
+            while buf and len(requests) < _REQUESTS_IN_FLIGHT:
+                messages: list[ClientMessage] = []
+                records = 0
+                while buf and len(messages) < _MESSAGES_PER_REQUEST:
+                    body, keys, n = take_message(buf, RECORDS_PER_MESSAGE)
+                    messages.append(ClientMessage(body=body, keys=keys))
+                    records += n
+                requests.append((messages, records))
             results = await asyncio.gather(
-                *(
-                    self._producer.send(
-                        self.topic, encode_records(b).encode(), keys=" ".join(record_msg_ids(b))
-                    )
-                    for b in batches
-                ),
+                *(self._producer.send_batch(self.topic, m) for m, _ in requests),
                 return_exceptions=True,
             )
-            for batch, result in zip(batches, results, strict=True):
+            for (_, records), result in zip(requests, results, strict=True):
                 if isinstance(result, BaseException):  # never the application's error
-                    self.dropped += len(batch)
-                    log.debug("trace records dropped", error=str(result), records=len(batch))
+                    self.dropped += records
+                    log.debug("trace records dropped", error=str(result), records=records)
                 else:
-                    self.written += len(batch)
+                    self.written += records
 
     async def close(self) -> None:
         """Write what is buffered (one try each; a send in progress finishes), then stop."""
@@ -224,24 +243,19 @@ class ClientTracer:
     ) -> None:
         if not msg_id:
             return  # a failed send has no id to be found by
-        self.offer(
-            PubRecord(
-                timestamp=born_ms,
-                group=group,
-                topic=topic,
-                msg_id=msg_id,
-                tags=tags,
-                keys=keys,
-                store_host=broker,
-                body_length=body_length,
-                cost_ms=cost_ms,
-                offset_msg_id=msg_id,
-                success=success,
-                client_host=self.client_host,
-                queue_id=queue_id,
-                queue_offset=queue_offset,
-            )
-        )
+        try:  # encoded at once: one a send, no record object made
+            line = encode_line(
+                pub_fields(
+                    born_ms, DEFAULT_REGION, group, topic, msg_id, tags, keys, broker,
+                    body_length, cost_ms, MessageType.NORMAL, msg_id, success, self.client_host,
+                    queue_id, queue_offset, "", SOURCE_CLIENT,
+                )
+            )  # fmt: skip
+        except TraceFormatError as exc:
+            self.dropped += 1
+            log.debug("trace record dropped", error=str(exc))
+            return
+        self.offer((msg_id, line))
 
     def sent_result(self, topic: str, request: Any, result: Any, born_ms: int) -> None:
         """A send (``request``: its SendRequest) answered with ``result`` (a SendResult)."""

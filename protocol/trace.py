@@ -39,7 +39,8 @@ nacked or timed out: success false, ``costMs`` the time between the two).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Final
@@ -63,9 +64,14 @@ __all__ = [
     "TraceRecord",
     "TraceType",
     "decode_records",
+    "encode_body",
+    "encode_line",
+    "encode_record",
     "encode_records",
     "iter_records",
+    "pub_fields",
     "record_msg_ids",
+    "take_message",
 ]
 
 TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
@@ -108,6 +114,12 @@ class MessageType(IntEnum):
     ORDER = 4
 
 
+# The records are values (nothing changes one once made; hashed by their fields, a lookup shows a
+# record found twice once) but not frozen dataclasses: the broker makes one per message it
+# stores with trace_enabled, and a frozen dataclass's __init__ sets each field through
+# object.__setattr__ (PubRecord: 14.5 us against 2.6 us, on the loaded 2-core machine).
+
+
 class ConsumeReturn(IntEnum):
     """RocketMQ's ``ConsumeReturnType``, by ordinal (a SubAfter's ``contextCode``)."""
 
@@ -118,7 +130,7 @@ class ConsumeReturn(IntEnum):
     FAILED = 4
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class PubRecord:
     """A send: written by the client that sent it and by the broker that stored it."""
 
@@ -146,7 +158,7 @@ class PubRecord:
         return TraceType.PUB
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class SubBeforeRecord:
     """A message handed out to a consumer of ``group`` (attempt = ``retry_times`` + 1)."""
 
@@ -166,7 +178,7 @@ class SubBeforeRecord:
         return TraceType.SUB_BEFORE
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class SubAfterRecord:
     """The end of one delivery: acked (``success``) or nacked/timed out, ``cost_ms`` after."""
 
@@ -186,7 +198,7 @@ class SubAfterRecord:
         return TraceType.SUB_AFTER
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class EndTransactionRecord:
     """A transaction's end: ``state`` is COMMIT_MESSAGE, ROLLBACK_MESSAGE or UNKNOW."""
 
@@ -213,7 +225,7 @@ _END_TYPES: Final = frozenset({TraceType.RETRY, TraceType.DLQ, TraceType.RECALL,
 _TX_STATES: Final = frozenset({"COMMIT_MESSAGE", "ROLLBACK_MESSAGE", "UNKNOW"})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class EndRecord:
     """Ours: a message sent back for retry, to the DLQ, recalled, or scheduled (``kind``)."""
 
@@ -248,12 +260,11 @@ def _b(value: bool) -> str:
 def _fields(record: TraceRecord) -> list[str]:
     r = record
     if isinstance(r, PubRecord):
-        return [
-            "Pub", str(r.timestamp), r.region, r.group, r.topic, r.msg_id, r.tags, r.keys,
-            r.store_host, str(r.body_length), str(r.cost_ms), str(int(r.msg_type)),
-            r.offset_msg_id, _b(r.success), r.client_host,
-            str(r.queue_id), str(r.queue_offset), r.traceparent, r.source,
-        ]  # fmt: skip
+        return pub_fields(
+            r.timestamp, r.region, r.group, r.topic, r.msg_id, r.tags, r.keys, r.store_host,
+            r.body_length, r.cost_ms, r.msg_type, r.offset_msg_id, r.success, r.client_host,
+            r.queue_id, r.queue_offset, r.traceparent, r.source,
+        )  # fmt: skip
     if isinstance(r, SubBeforeRecord):
         return [
             "SubBefore", str(r.timestamp), r.region, r.group, r.request_id, r.msg_id,
@@ -276,17 +287,56 @@ def _fields(record: TraceRecord) -> list[str]:
     ]  # fmt: skip
 
 
+def pub_fields(
+    timestamp: int, region: str, group: str, topic: str, msg_id: str, tags: str, keys: str,
+    store_host: str, body_length: int, cost_ms: int, msg_type: MessageType, offset_msg_id: str,
+    success: bool, client_host: str, queue_id: int, queue_offset: int, traceparent: str,
+    source: str,
+) -> list[str]:  # fmt: skip
+    """A Pub record's fields in order (:class:`PubRecord`'s, without making one: the broker
+    encodes one per message it stores, :func:`encode_line`)."""
+    return [
+        "Pub", str(timestamp), region, group, topic, msg_id, tags, keys, store_host,
+        str(body_length), str(cost_ms), str(int(msg_type)), offset_msg_id, _b(success),
+        client_host, str(queue_id), str(queue_offset), traceparent, source,
+    ]  # fmt: skip
+
+
+def encode_line(fields: list[str]) -> str:
+    """One record's line from its fields (:func:`encode_body` joins lines). Raises
+    :class:`TraceFormatError` when a field holds a separator."""
+    line = CONTENT_SEP.join(fields)
+    # One look at the joined line, not two per field: a separator inside a field shows as one
+    # CONTENT_SEP too many, or a FIELD_SEP.
+    if line.count(CONTENT_SEP) != len(fields) - 1 or FIELD_SEP in line:
+        bad = next(f for f in fields if CONTENT_SEP in f or FIELD_SEP in f)
+        raise TraceFormatError(f"a {fields[0]} field holds a separator: {bad!r}")
+    return line
+
+
+def encode_record(record: TraceRecord) -> str:
+    """``record``'s line (raises :class:`TraceFormatError` as :func:`encode_line`)."""
+    return encode_line(_fields(record))
+
+
+def encode_body(lines: Sequence[str]) -> str:
+    """The body of a trace message holding the records of ``lines``, in order."""
+    return FIELD_SEP.join(lines) + FIELD_SEP if lines else ""
+
+
+def take_message(buffer: deque[tuple[str, str]], records: int) -> tuple[bytes, str, int]:
+    """Up to ``records`` encoded records (message id, line) taken from the front of ``buffer``
+    as one trace message: its body, its keys (the ids it traces, each once, space-separated:
+    RocketMQ's ``KEYS``, what the key index finds it by) and how many were taken."""
+    n = min(records, len(buffer))
+    taken = [buffer.popleft() for _ in range(n)]
+    body = encode_body([line for _, line in taken]).encode()
+    return body, " ".join(dict.fromkeys(i for i, _ in taken if i)), n
+
+
 def encode_records(records: Iterable[TraceRecord]) -> str:
     """The body of a trace message holding ``records``, in order."""
-    out: list[str] = []
-    for record in records:
-        fields = _fields(record)
-        for f in fields:
-            if CONTENT_SEP in f or FIELD_SEP in f:
-                raise TraceFormatError(f"a {fields[0]} field holds a separator: {f!r}")
-        out.append(CONTENT_SEP.join(fields))
-        out.append(FIELD_SEP)
-    return "".join(out)
+    return encode_body([encode_record(r) for r in records])
 
 
 def record_msg_ids(records: Iterable[TraceRecord]) -> list[str]:

@@ -45,17 +45,19 @@ from protocol.timer import (
     TIMER_TOPIC,
 )
 from protocol.trace import (
+    DEFAULT_REGION,
     PROP_TRACE_CONTEXT,
     SOURCE_BROKER,
     ConsumeReturn,
     EndRecord,
     EndTransactionRecord,
     MessageType,
-    PubRecord,
     SubAfterRecord,
     SubBeforeRecord,
     TraceRecord,
     TraceType,
+    encode_line,
+    pub_fields,
 )
 from protocol.transaction import (
     HALF_TOPIC,
@@ -103,7 +105,7 @@ class BrokerTracer:
         self._read = read
         self._handed: OrderedDict[tuple[int, int], tuple[str, str]] = OrderedDict()
 
-    def _offer(self, record: TraceRecord) -> None:
+    def _offer(self, record: TraceRecord | tuple[str, str]) -> None:
         self.writer.offer(record)
 
     # -- puts --------------------------------------------------------------------------------------
@@ -132,7 +134,7 @@ class BrokerTracer:
         offset: int,
         result: PutResult,
         i: int,
-    ) -> TraceRecord | None:
+    ) -> TraceRecord | tuple[str, str] | None:
         props = message.properties
         stored_id = self._msg_id(offset)
         msg_id = origin_message_id(props, stored_id)
@@ -202,26 +204,18 @@ class BrokerTracer:
         stored_id: str,
         now: int,
         kind: MessageType,
-    ) -> PubRecord:
+    ) -> tuple[str, str]:
+        """A Pub record, encoded at once (one per message stored: no record object made)."""
         props = message.properties
-        return PubRecord(
-            timestamp=now,
-            group=props.get(PROP_PRODUCER_GROUP, ""),
-            topic=topic,
-            msg_id=msg_id,
-            tags=message.tags,
-            keys=message.keys,
-            store_host=self.store_host,
-            body_length=len(message.body),
-            cost_ms=max(0, now - message.born_timestamp) if message.born_timestamp else 0,
-            msg_type=kind,
-            offset_msg_id=stored_id,
-            client_host=message.born_host,
-            queue_id=queue_id,
-            queue_offset=queue_offset,
-            traceparent=props.get(PROP_TRACE_CONTEXT, ""),
-            source=SOURCE_BROKER,
-        )
+        born = message.born_timestamp
+        return msg_id, encode_line(
+            pub_fields(
+                now, DEFAULT_REGION, props.get(PROP_PRODUCER_GROUP, ""), topic, msg_id,
+                message.tags, message.keys, self.store_host, len(message.body),
+                max(0, now - born) if born else 0, kind, stored_id, True, message.born_host,
+                queue_id, queue_offset, props.get(PROP_TRACE_CONTEXT, ""), SOURCE_BROKER,
+            )
+        )  # fmt: skip
 
     def _retry(self, topic: str, message: Message, msg_id: str, now: int, detail: str) -> EndRecord:
         return EndRecord(

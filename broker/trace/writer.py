@@ -23,7 +23,7 @@ from typing import Final
 import structlog
 
 from protocol.message import Message
-from protocol.trace import TraceRecord, encode_records, record_msg_ids
+from protocol.trace import TraceFormatError, TraceRecord, encode_record, take_message
 
 __all__ = ["TraceWriter"]
 
@@ -56,7 +56,8 @@ class TraceWriter:
         self._per_message = records_per_message
         self._interval = flush_interval_s
         self._now_ms = now_ms
-        self._buffer: deque[TraceRecord] = deque()
+        self._buffer: deque[tuple[str, str]] = deque()
+        """(message id, encoded line): a record is encoded once, when offered."""
         self._wake = asyncio.Event() if _has_loop() else None
         self._task: asyncio.Task[None] | None = None
         self._warned_at = -_WARN_EVERY_S
@@ -68,11 +69,20 @@ class TraceWriter:
     def __len__(self) -> int:
         return len(self._buffer)
 
-    def offer(self, record: TraceRecord) -> bool:
-        """Buffer ``record``; False (and counted) when the buffer is full. Never raises."""
+    def offer(self, record: TraceRecord | tuple[str, str]) -> bool:
+        """Buffer ``record`` (or a record already encoded: its message id and line,
+        :func:`protocol.trace.encode_line`); False (and counted) when the buffer is full or it
+        cannot be encoded. Never raises."""
         if len(self._buffer) >= self.capacity:
             self.dropped += 1
             return False
+        if not isinstance(record, tuple):
+            try:
+                record = (record.msg_id, encode_record(record))
+            except TraceFormatError as exc:
+                self.dropped += 1
+                log.warning("trace record dropped", error=str(exc))
+                return False
         self._buffer.append(record)
         if self._wake is not None and len(self._buffer) >= self._per_message:
             self._wake.set()
@@ -88,16 +98,14 @@ class TraceWriter:
         body_bytes = 0
         taken = 0
         while buf and len(messages) < MESSAGES_PER_APPEND:
-            n = min(self._per_message, len(buf))
-            records = [buf.popleft() for _ in range(n)]
+            body, keys, n = take_message(buf, self._per_message)
             taken += n
-            body = encode_records(records).encode()
             body_bytes += len(body)
             messages.append(
                 Message(
                     topic=self.topic,
                     body=body,
-                    keys=" ".join(record_msg_ids(records)),
+                    keys=keys,
                     born_timestamp=self._now_ms() if self._now_ms is not None else 0,
                     born_host=self._born_host,
                 )

@@ -80,3 +80,15 @@ async def test_the_task_writes_what_is_buffered_and_stop_flushes_the_rest() -> N
     await writer.stop()  # not running: still flushes
     assert writer.written == 2
     assert not asyncio.all_tasks() - {asyncio.current_task()}
+
+
+def test_a_record_that_cannot_be_encoded_is_dropped_when_offered() -> None:
+    log = _Log()
+    writer = TraceWriter("TT", 100, log.put)
+    bad = PubRecord(timestamp=1, group="g", topic="t", msg_id="ID1", keys="a\x01b")
+    assert not writer.offer(bad)
+    assert writer.offer(_pub(2))
+    assert writer.flush() == 1  # the writer goes on: the good record is written
+    assert (writer.dropped, writer.written) == (1, 1)
+    [(messages, _)] = log.appends
+    assert decode_records(messages[0].body) == [_pub(2)]

@@ -4,7 +4,6 @@ HOME, and nothing of the developer's environment reaches them but what is named 
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hashlib
 import json
@@ -20,6 +19,8 @@ from types import TracebackType
 from typing import Any
 
 import pytest
+
+from tests.support.procs import communicate
 
 PATH = "/usr/bin:/bin"
 
@@ -58,20 +59,10 @@ async def run_to_end(
 ) -> dict[str, Any]:
     """``argv`` run to its end in ``home`` without blocking the event loop; its last stdout
     line, a JSON object. A non-zero exit fails the test with the tails of its output."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=client_env(home) if env is None else env,
-        cwd=home,
+    code, out, err = await communicate(
+        argv, timeout, cwd=home, env=client_env(home) if env is None else env
     )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:] + out.decode()[-2000:]
+    assert code == 0, err.decode()[-3000:] + out.decode()[-2000:]
     result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
     return result
 

@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -44,17 +44,17 @@ def rmqctl(
     return proc
 
 
-async def rmqctl_async(*args: str, timeout: float = 60) -> tuple[int, str, str]:
-    """:func:`rmqctl` without blocking the running loop (a consumer or the cluster's members
-    keep running on it): (exit code, stdout, stderr). Killed by its PID past ``timeout``."""
+async def communicate(
+    argv: Sequence[str], timeout: float, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> tuple[int, bytes, bytes]:
+    """``argv`` run to its end without blocking the running loop: (exit code, stdout, stderr).
+    Killed by its PID past ``timeout`` (the wait's TimeoutError fails the test)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "rmqctl",
-        *args,
-        cwd=ROOT,
+        *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=cwd,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -62,10 +62,17 @@ async def rmqctl_async(*args: str, timeout: float = 60) -> tuple[int, str, str]:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out, err
+
+
+async def rmqctl_async(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+    """:func:`rmqctl` without blocking the running loop (a consumer or the cluster's members
+    keep running on it): (exit code, stdout, stderr). Killed by its PID past ``timeout``."""
+    code, out, err = await communicate([sys.executable, "-m", "rmqctl", *args], timeout)
     stderr = err.decode()
     assert "Traceback" not in stderr, stderr
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), stderr
+    return code, out.decode(), stderr
 
 
 _LOWEST_PORT = 12_000
