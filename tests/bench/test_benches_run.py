@@ -66,6 +66,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^GET_CONSUME_STATS for one group \({NUMBER} bytes\): p50 {NUMBER} ms",
         rf"^scrape p50 {NUMBER} ms vs target",
     ),
+    "console_bench.py": (
+        rf"^/c/default/cluster: first byte {NUMBER} ms, last byte {NUMBER} ms",
+        rf"^{NUMBER} clients refreshing the cluster page every 2 s: console CPU {NUMBER}% ",
+    ),
     "controller_bench.py": (
         rf"^load shedding: {NUMBER} in flight",
         rf"^commit latency \(one at a time, {NUMBER} writes\): p50 +{NUMBER} ms",

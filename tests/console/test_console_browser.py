@@ -10,6 +10,8 @@ process beside them (one of each for the module: the suite's time is short).
   page shows its keys, its JSON body pretty-printed and its trace (the brokers' trace_enabled).
 - A group's page shows its lag rise as messages are sent, and fall to 0 when skipped; a reset
   to a time before the sends brings the lag back (the form, then the page's own update).
+- A dead letter (a group with retryMaxTimes 0 whose handler fails) is listed on the group's DLQ
+  page, re-sent from there, and exported as JSON lines.
 - Bad input is refused with a clear message and changes nothing: a bad topic name, a reset to a
   future time, a POST with a forged CSRF token, an unknown cluster.
 
@@ -18,6 +20,7 @@ Screenshots of each page go to the module's temp directory (kept when a test fai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -32,10 +35,14 @@ from typing import Any
 
 import pytest
 
+from client import Consumer, Producer
+from client.admin import Admin
+from client.message import ReceivedMessage
 from tests.console.browser import chromium, require_chromium
 from tests.support.cluster import Cluster
+from tests.support.messages import FAST_CONSUMER
 from tests.support.procs import Daemon, free_port, port_open, rmqctl
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -268,6 +275,48 @@ def test_group_page_shows_lag_rise_and_fall_and_resets_by_time(env: Env, browser
     browser.get(f"{env.url}/c/default/groups")
     wait_until(lambda: LAG_GROUP in text_of(browser, "#groups"), "the group listed", 30)
     shot(env, browser, "groups")
+
+
+async def park_a_dead_letter(addresses: str, group: str, topic: str) -> str:
+    """A message of ``topic`` in ``group``'s DLQ (retryMaxTimes 0, a handler that fails it);
+    its id in the DLQ."""
+    async with Admin(addresses) as admin:
+        await admin.create_topic(topic, 1)
+        await admin.update_sub_group({"groupName": group, "retryMaxTimes": 0})
+        async with Producer(addresses) as producer:
+            await producer.send(topic, b"poison", keys="poison-1")
+
+        def fail(msg: ReceivedMessage) -> None:
+            raise ValueError("cannot parse order")
+
+        async def parked() -> list[dict[str, Any]]:
+            return [m for ms in (await admin.query_dlq(group)).values() for m in ms]
+
+        async with Consumer(addresses, group, topic, **FAST_CONSUMER) as consumer:
+            task = asyncio.ensure_future(consumer.process(fail))
+            try:
+                (letter,) = await wait_until_async(parked, "the message in the DLQ", 60)
+            finally:
+                task.cancel()
+    return str(letter["msgId"])
+
+
+def test_dlq_page_resends_a_dead_letter(env: Env, browser: Any) -> None:
+    msg_id = asyncio.run(
+        park_a_dead_letter(env.cluster.controller_addresses, "console-dlq", "ConsoleDlq")
+    )
+    browser.get(f"{env.url}/c/default/groups/console-dlq/dlq")
+    wait_until(lambda: msg_id in text_of(browser, "#dlq"), "the dead letter listed", 30)
+    assert "cannot parse order" in text_of(browser, "#dlq")
+    browser.find_element("css selector", "button.resend-one").click()
+    wait_until(lambda: "re-sent 1" in text_of(browser, "#notice"), "the resend's notice", 30)
+    assert "resent=True" in text_of(browser, "#dlq")
+    shot(env, browser, "dlq")
+    with urllib.request.urlopen(
+        f"{env.url}/c/default/groups/console-dlq/dlq.jsonl", timeout=30
+    ) as resp:
+        (line,) = resp.read().decode().splitlines()
+    assert json.loads(line)["msgId"] == msg_id
 
 
 def test_cluster_page_shows_the_master_and_follows_a_failover_without_a_reload(
