@@ -39,7 +39,7 @@ from protocol.trace import (
     TraceRecord,
     decode_records,
     encode_line,
-    encode_record,
+    encoded,
     pub_fields,
     take_message,
 )
@@ -147,14 +147,11 @@ class ClientTracer:
         if len(self._buffer) >= self.capacity or self._closing:
             self.dropped += 1
             return
-        if not isinstance(record, tuple):
-            try:
-                record = (record.msg_id, encode_record(record))
-            except TraceFormatError as exc:
-                self.dropped += 1
-                log.debug("trace record dropped", error=str(exc))
-                return
-        self._buffer.append(record)
+        item = encoded(record)
+        if item is None:
+            self.dropped += 1
+            return
+        self._buffer.append(item)
         if self._task is None:
             self._start()
         elif self._wake is not None and len(self._buffer) >= RECORDS_PER_MESSAGE:

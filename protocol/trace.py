@@ -68,6 +68,7 @@ __all__ = [
     "encode_line",
     "encode_record",
     "encode_records",
+    "encoded",
     "iter_records",
     "pub_fields",
     "record_msg_ids",
@@ -317,6 +318,17 @@ def encode_line(fields: list[str]) -> str:
 def encode_record(record: TraceRecord) -> str:
     """``record``'s line (raises :class:`TraceFormatError` as :func:`encode_line`)."""
     return encode_line(_fields(record))
+
+
+def encoded(record: TraceRecord | tuple[str, str]) -> tuple[str, str] | None:
+    """What a trace writer buffers of ``record``: its message id and line (a pair already is);
+    None when a field holds a separator (the writer drops it and counts it)."""
+    if isinstance(record, tuple):
+        return record
+    try:
+        return record.msg_id, encode_record(record)
+    except TraceFormatError:
+        return None
 
 
 def encode_body(lines: Sequence[str]) -> str:

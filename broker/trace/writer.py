@@ -23,7 +23,7 @@ from typing import Final
 import structlog
 
 from protocol.message import Message
-from protocol.trace import TraceFormatError, TraceRecord, encode_record, take_message
+from protocol.trace import TraceRecord, encoded, take_message
 
 __all__ = ["TraceWriter"]
 
@@ -76,14 +76,11 @@ class TraceWriter:
         if len(self._buffer) >= self.capacity:
             self.dropped += 1
             return False
-        if not isinstance(record, tuple):
-            try:
-                record = (record.msg_id, encode_record(record))
-            except TraceFormatError as exc:
-                self.dropped += 1
-                log.warning("trace record dropped", error=str(exc))
-                return False
-        self._buffer.append(record)
+        item = encoded(record)
+        if item is None:
+            self.dropped += 1
+            return False
+        self._buffer.append(item)
         if self._wake is not None and len(self._buffer) >= self._per_message:
             self._wake.set()
         return True
