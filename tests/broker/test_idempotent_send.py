@@ -59,6 +59,23 @@ async def pull_all(conn: RemotingClient, queue: int = 0) -> list[MessageRecord]:
     return list(iter_records(resp.body or b""))
 
 
+async def killed_and_restarted(proc: BrokerProc) -> RemotingClient:
+    """kill -9 the broker, start it again on its data, and a connection to it."""
+    proc.kill9()
+    proc.stop()
+    proc.start_and_wait()
+    return await RemotingClient.connect(proc.address)
+
+
+def state_builds(proc: BrokerProc) -> list[dict[str, Any]]:
+    """The broker's log lines of each idempotence state it built, oldest first."""
+    return [
+        json.loads(line)
+        for line in proc.log().splitlines()
+        if "idempotent producer state built from the CommitLog" in line
+    ]
+
+
 async def test_a_retry_answers_the_stored_offsets_and_stores_nothing(broker: BrokerProc) -> None:
     conn = await RemotingClient.connect(broker.address)
     try:
@@ -169,10 +186,7 @@ async def test_a_restarted_broker_answers_retries_of_what_it_stored(
             assert resp.code == ResponseCode.SUCCESS
             answers[s] = resp.header
         conn.close()
-        proc.kill9()
-        proc.stop()
-        proc.start_and_wait()
-        conn = await RemotingClient.connect(proc.address)
+        conn = await killed_and_restarted(proc)
         try:
             for s in range(count - WINDOW if count > WINDOW else 0, count):
                 again = await send(conn, big if snapshot else b"m%d" % s, 11, 0, s)
@@ -181,11 +195,7 @@ async def test_a_restarted_broker_answers_retries_of_what_it_stored(
             assert len(await pull_all(conn)) == count
         finally:
             conn.close()
-        built = [
-            json.loads(line)
-            for line in proc.log().splitlines()
-            if "idempotent producer state built from the CommitLog" in line
-        ]
+        built = state_builds(proc)
         assert built and built[-1]["snapshot"] is snapshot, built
         if snapshot:  # only the records after the last snapshot were read
             assert built[-1]["scanned_from"] > 0, built
@@ -225,10 +235,7 @@ async def test_half_and_scheduled_messages_are_deduplicated_also_after_a_restart
         assert records is not None
         assert records[0].producer_seq is None  # the delivered copy is no send of the producer
         conn.close()
-        proc.kill9()
-        proc.stop()
-        proc.start_and_wait()
-        conn = await RemotingClient.connect(proc.address)
+        conn = await killed_and_restarted(proc)
         try:
             for body, props, s in sends:
                 again = await send(conn, body, 21, 0, s, properties=props)
@@ -266,10 +273,7 @@ async def test_the_uniq_key_window_answers_retries_of_clients_without_the_fields
         assert (await plain("U", b"b", "K2")).header != first.header
         assert (await plain("V", b"a", "K1")).header != (await plain("V", b"a", "K1")).header
         conn.close()
-        proc.kill9()
-        proc.stop()
-        proc.start_and_wait()
-        conn = await RemotingClient.connect(proc.address)
+        conn = await killed_and_restarted(proc)
         try:
             assert (await plain("U", b"a", "K1")).header == first.header
             resp = await conn.request(
@@ -380,10 +384,7 @@ async def test_the_broker_answers_other_requests_while_it_rebuilds_the_state(
             last = answers[-1]
         assert last is not None
         conn.close()
-        proc.kill9()
-        proc.stop()
-        proc.start_and_wait()
-        conn = await RemotingClient.connect(proc.address)
+        conn = await killed_and_restarted(proc)
         try:
             # the store recovers (not closed cleanly) before the broker answers a send
             opened = await conn.request(
@@ -423,12 +424,7 @@ async def test_the_broker_answers_other_requests_while_it_rebuilds_the_state(
             conn.close()
 
         def built() -> list[dict[str, Any]]:
-            return [
-                json.loads(line)
-                for line in proc.log().splitlines()
-                if "idempotent producer state built from the CommitLog" in line
-                and '"records": 0,' not in line
-            ]
+            return [b for b in state_builds(proc) if b["records"]]
 
         rebuilt = (await wait_until_async(built, "the rebuild's log line", 30))[-1]
         assert rebuilt["records"] == sends * 256, rebuilt
