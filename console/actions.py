@@ -7,18 +7,26 @@ when it is bad, before anything is sent; it returns one line saying what was don
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from client.admin import Admin
 from client.errors import ClientError
 from client.offset_reset import OffsetAdmin
 from client.producer import Producer
+from protocol.acl import AclError, check_secret, check_username, make_rule, resource_pattern
+from protocol.acl import user_type as parse_user_type
 from protocol.broker_requests.admin import MAX_QUEUES, CreateTopic
 from protocol.broker_requests.offsets import FUTURE_SLACK_MS, TO_MAX
 from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import DeleteTopic
+from protocol.controller_requests.users import CreateAcl, CreateUser, DeleteAcl, DeleteUser
 from protocol.fields import FieldError
 from rmqctl.common import utc_iso
+from rmqctl.controller_calls import call_controllers
 from rmqctl.topic_admin import ask_delete, delete_doc, failed_brokers
+
+T = TypeVar("T")
 
 
 class Refused(ClientError):
@@ -101,3 +109,53 @@ async def resend_dlq(addresses: str, group: str, msg_id: str | None, timeout: fl
     resent = sum(len(d.get("resent") or ()) for d in done.values())
     skipped = sum(len(d.get("skipped") or ()) for d in done.values())
     return f"re-sent {resent} dead letter(s) of {group} to their topics ({skipped} skipped)"
+
+
+# --- users and rules (super users only on the cluster; rmqctl's createUser, deleteUser,
+# createAcl, deleteAcl requests) -------------------------------------------------------------
+
+
+def _acl_checked(check: Callable[..., T], *args: Any) -> T:
+    try:
+        return check(*args)
+    except AclError as exc:
+        raise Refused(str(exc)) from None
+
+
+def _names(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+async def create_user(addresses: str, username: str, secret: str, kind: str) -> str:
+    ask = CreateUser(
+        username=_acl_checked(check_username, username.strip()),
+        secret=_acl_checked(check_secret, secret),
+        user_type=_acl_checked(parse_user_type, kind) if kind else None,
+    )
+    await call_controllers(addresses, ask.code, *ask.encode())
+    return f"user {ask.username} created"
+
+
+async def delete_user(addresses: str, username: str) -> str:
+    ask = DeleteUser(username=_acl_checked(check_username, username.strip()))
+    await call_controllers(addresses, ask.code, *ask.encode())
+    return f"user {ask.username} and its rules deleted"
+
+
+async def create_rules(
+    addresses: str, username: str, resources: str, actions: str, decision: str
+) -> str:
+    names = _names(resources)
+    if not names:
+        raise Refused("no resource given (e.g. Topic:Orders, Group:*, Cluster:*)")
+    rules = tuple(_acl_checked(make_rule, r, _names(actions), decision or "allow") for r in names)
+    ask = CreateAcl(username=_acl_checked(check_username, username.strip()), rules=rules)
+    await call_controllers(addresses, ask.code, *ask.encode())
+    return f"{len(rules)} rule(s) of {ask.username} created"
+
+
+async def delete_rules(addresses: str, username: str, resources: str) -> str:
+    patterns = tuple(_acl_checked(resource_pattern, r) for r in _names(resources))
+    ask = DeleteAcl(username=_acl_checked(check_username, username.strip()), resources=patterns)
+    await call_controllers(addresses, ask.code, *ask.encode())
+    return f"{', '.join(str(p) for p in patterns) or 'all'} rules of {ask.username} deleted"

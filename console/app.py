@@ -380,6 +380,33 @@ def make_app(settings: Settings) -> Starlette:
         view = await _read(reads.message(addrs, msg_id, topic, cfg.request_timeout))
         return render(request, "message.html", view=view, trace_headers=TRACE_HEADERS)
 
+    async def users_page(request: Request) -> Response:
+        addrs = addresses(request)
+        users, acls = await _read(reads.users_and_rules(addrs, cfg.request_timeout))
+        return render(request, "users.html", users=users, acls=acls)
+
+    async def user_action(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        what = request.path_params["action"]
+        data = await change_form(request)
+        user = data.get("username", "")
+        do: Awaitable[str]
+        if what == "create-user":
+            do = actions.create_user(addrs, user, data.get("secret", ""), data.get("type", ""))
+        elif what == "delete-user":
+            do = actions.delete_user(addrs, user)
+        elif what == "create-rules":
+            do = actions.create_rules(
+                addrs, user, data.get("resources", ""), data.get("actions", ""),
+                data.get("decision", "allow"),
+            )  # fmt: skip
+        elif what == "delete-rules":
+            do = actions.delete_rules(addrs, user, data.get("resources", ""))
+        else:
+            raise PageError(404, f"no action {what!r}")
+        return await act(request, what.replace("-", " "), user, do, f"/c/{quote(name)}/users")
+
     # --- errors ---------------------------------------------------------------------------------
 
     async def page_error(request: Request, exc: Exception) -> Response:
@@ -481,6 +508,8 @@ def make_app(settings: Settings) -> Starlette:
         Route(f"{c}/topics/{{topic}}/send", send_message, methods=["POST"]),
         Route(f"{c}/messages", messages_page),
         Route(f"{c}/messages/{{msg_id}}", message_page),
+        Route(f"{c}/users", users_page),
+        Route(f"{c}/users/{{action}}", user_action, methods=["POST"]),
         Route(f"{c}/groups", groups_page),
         Route(f"{c}/groups/{{group}}", group_page),
         Route(f"{c}/groups/{{group}}/live", group_live),

@@ -24,6 +24,7 @@ from client.routes import ClusterBroker
 from client.trace import query_trace
 from protocol.controller_requests.groups import GetMetadataInfo
 from protocol.controller_requests.topics import TopicList, TopicListQuery
+from protocol.controller_requests.users import ListAcl, ListUsers
 from protocol.fields import FieldError
 from protocol.topic_admin import QueueStatus
 from remoting.client import ConnectionPool
@@ -404,3 +405,22 @@ async def message(addresses: str, msg_id: str, topic: str | None, timeout: float
             f": {'; '.join(errors)}" if errors else ""
         )
     return MessageView(found, kind, text, [trace_row(s.record) for s in steps], note)
+
+
+# --- users and rules ------------------------------------------------------------------------------
+
+
+async def users_and_rules(
+    addresses: str, timeout: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """listUser and listAcl: every user (never a secret) and every user's rules."""
+    docs = []
+    for ask in (ListUsers(), ListAcl()):
+        resp = await call_controllers(addresses, ask.code, *ask.encode(), timeout=timeout)
+        key = "users" if isinstance(ask, ListUsers) else "acls"
+        raw = answer_body(resp, key)
+        if not isinstance(raw, dict) or not isinstance(raw.get(key), list):
+            raise ClientError(f"malformed {key} answer")
+        docs.append(raw[key])
+    users, acls = docs
+    return users, acls

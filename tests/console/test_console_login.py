@@ -5,7 +5,8 @@ signing nothing of its own.
 
 - A wrong secret is refused on the login page; nothing else is shown before a login.
 - The super user sees every form and creates a topic through the page (rmqctl, signed as the
-  super user, lists it); the action is logged with the user.
+  super user, lists it); the action is logged with the user. It creates a user and gives it a
+  rule on the users page (rmqctl listAcl shows it), then deletes the user.
 - The read-only user sees the pages and no button that changes anything but its logout; a
   direct POST with its session and a valid CSRF token is refused (403) and changes nothing.
 """
@@ -149,10 +150,39 @@ def test_the_super_user_creates_a_topic_through_the_page(env: Env, browser: Any)
     assert any(a.get("user") == "root" and a.get("target") == "SecuredPageTopic" for a in actions)
 
 
+def test_the_super_user_creates_a_user_and_its_rules_and_deletes_them(
+    env: Env, browser: Any
+) -> None:
+    log_in(env, browser, ROOT.access_key, ROOT.secret_key)
+    wait_until(lambda: "Logged in as root" in text_of(browser, "#auth-note"), "the login", 30)
+    browser.get(f"{env.url}/c/default/users")
+    assert READER[0] in text_of(browser, "#users")
+    browser.find_element("id", "new-user").send_keys("console-made")
+    browser.find_element("id", "new-secret").send_keys("made-Secret-4242")
+    browser.find_element("id", "create-user-button").click()
+    wait_until(lambda: "created" in text_of(browser, "#notice"), "the user created", 30)
+    assert "made-Secret-4242" not in browser.page_source
+    browser.find_element("id", "rule-user").send_keys("console-made")
+    browser.find_element("id", "rule-resources").send_keys("Topic:Orders")
+    browser.find_element("id", "rule-actions").send_keys("pub")
+    browser.find_element("id", "create-rules-button").click()
+    wait_until(lambda: "rule(s)" in text_of(browser, "#notice"), "the rule created", 30)
+    acls = env.as_root("listAcl", "-s", "User:console-made")["acls"]
+    rules = [(r["resource"], r["actions"], r["decision"]) for a in acls for r in a["rules"]]
+    assert rules == [("Topic:Orders", ["pub"], "allow")]
+    browser.save_screenshot(str(env.shots / "users.png"))
+    row = browser.find_element("css selector", "tr[data-user='console-made'] button.delete-user")
+    row.click()
+    browser.switch_to.alert.accept()
+    wait_until(lambda: "deleted" in text_of(browser, "#notice"), "the user deleted", 30)
+    users = {u["username"] for u in env.as_root("listUser")["users"]}
+    assert "console-made" not in users and READER[0] in users
+
+
 def test_a_read_only_user_finds_no_button_that_changes_anything(env: Env, browser: Any) -> None:
     log_in(env, browser, *READER)
     wait_until(lambda: "read only" in text_of(browser, "#auth-note"), "the read-only login", 30)
-    for page in ("cluster", "topics", "topics/SecuredPageTopic"):
+    for page in ("cluster", "topics", "topics/SecuredPageTopic", "users"):
         browser.get(f"{env.url}/c/default/{page}")
         wait_until(lambda: text_of(browser, "h1"), f"the {page} page", 30)
         assert buttons(browser) == ["Log out"], (page, buttons(browser))
