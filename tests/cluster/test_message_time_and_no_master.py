@@ -7,10 +7,9 @@ with a note, instead of leaving them out (exit status 1: a group could not be as
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-import subprocess
 import time
-from typing import Any
 
 import pytest
 
@@ -20,9 +19,8 @@ from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.lookup import Lookup
 from client.message import SendResult
-from tests.cluster.support import sync_state
+from tests.cluster.support import cluster_rmqctl, cluster_rmqctl_json, sync_state
 from tests.support.cluster import Cluster
-from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -30,14 +28,8 @@ pytestmark = pytest.mark.multiprocess
 TOPIC = "TimeTopic"
 
 
-def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_rmqctl("-n", cluster.controller_addresses, *args)
-
-
-def rmqctl_json(cluster: Cluster, *args: str) -> Any:
-    proc = rmqctl(cluster, "--json", *args)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+rmqctl = functools.partial(cluster_rmqctl, flag="-n")  # -n: RocketMQ's tools' NameServer flag
+rmqctl_json = functools.partial(cluster_rmqctl_json, flag="-n")
 
 
 async def send(cluster: Cluster, key: str, count: int) -> list[tuple[SendResult, int]]:

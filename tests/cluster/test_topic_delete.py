@@ -14,8 +14,6 @@ and one group of two brokers (master and slave), rmqctl as an operator runs it.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 from typing import Any
 
 import msgpack
@@ -29,6 +27,8 @@ from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from tests.cluster.support import (
     Key,
+    cluster_rmqctl,
+    cluster_rmqctl_json,
     consume_all,
     create_topic,
     full_sync_state_set,
@@ -37,7 +37,6 @@ from tests.cluster.support import (
     takes_writes,
 )
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import rmqctl as run_rmqctl
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -54,14 +53,7 @@ async def synced_master(boot: Bootstrap, cluster: Cluster) -> BrokerNode:
     return node_at(cluster, doc["masterAddress"])
 
 
-def rmqctl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_rmqctl("-a", cluster.controller_addresses, *args)
-
-
-def rmqctl_json(cluster: Cluster, *args: str) -> Any:
-    proc = rmqctl(cluster, "--json", *args)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+rmqctl, rmqctl_json = cluster_rmqctl, cluster_rmqctl_json
 
 
 def refused(cluster: Cluster, *args: str) -> str:
