@@ -119,6 +119,32 @@ class RefusalLog:
                 self._event, **fields, reason=reason, detail=detail, not_logged_since=unlogged
             )
 
+    def refuse(
+        self,
+        conn: Connection,
+        req: Frame,
+        now_ms: int,
+        reason: str,
+        detail: str,
+        *,
+        server: str,
+        user: str | None,
+        remark: str,
+    ) -> Frame:
+        """Record the refusal of ``req`` on ``conn`` (:meth:`record`, with the server, peer,
+        request code and user) and answer it NO_PERMISSION saying ``remark``."""
+        self.record(
+            source_host(conn),
+            now_ms,
+            reason,
+            detail,
+            server=server,
+            peer=conn.peer,
+            code=req.code,
+            user=user,
+        )
+        return error_response(req, ResponseCode.NO_PERMISSION, remark)
+
 
 def source_host(conn: Connection) -> str:
     return conn.peer.rpartition(":")[0] or conn.peer
@@ -253,14 +279,13 @@ class RequestGuard:
         username: str | None,
         now_ms: int,
     ) -> Frame:
-        self._refusals.record(
-            source_host(conn),
+        return self._refusals.refuse(
+            conn,
+            req,
             now_ms,
             reason,
             detail,
             server=self._server,
-            peer=conn.peer,
-            code=req.code,
             user=username,
+            remark=f"{reason}: {detail}",
         )
-        return error_response(req, ResponseCode.NO_PERMISSION, f"{reason}: {detail}")

@@ -32,12 +32,12 @@ from typing import Final
 
 import structlog
 
-from protocol.codes import ControllerCode, ResponseCode
+from protocol.codes import ControllerCode
 from protocol.remoting import Frame
 from protocol.request_auth import CLUSTER_ACCESS_KEY, claimed_signer
-from remoting.auth import RefusalLog, source_host
+from remoting.auth import RefusalLog
 from remoting.client import wall_ms
-from remoting.server import Connection, Guard, error_response
+from remoting.server import Connection, Guard
 
 log = structlog.get_logger(__name__)
 
@@ -221,17 +221,16 @@ class ClientCertGate:
         if (req.code in self._internal or signer == CLUSTER_ACCESS_KEY) and not has_client_cert(
             conn
         ):
-            self._refusals.record(
-                source_host(conn),
+            return self._refusals.refuse(
+                conn,
+                req,
                 self._clock_ms(),
                 NO_CLIENT_CERT_REASON,
                 NO_CLIENT_CERT,
                 server=self._server,
-                peer=conn.peer,
-                code=req.code,
                 user=signer,
+                remark=NO_CLIENT_CERT,
             )
-            return error_response(req, ResponseCode.NO_PERMISSION, NO_CLIENT_CERT)
         if self.inner is None:
             return None
         return self.inner(conn, req)
