@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.support.procs import Daemon, free_port
 
 CHROMIUM = ("chromium", "chromium-browser")
 DRIVER = "chromedriver"
@@ -59,3 +64,37 @@ def chromium(shots: Path) -> Iterator[object]:
         yield driver
     finally:
         driver.quit()
+
+
+@dataclass
+class ConsoleEnv:
+    """A module's cluster, its rmq-console process, the console's URL and where screenshots
+    go (the ``env`` fixture of a browser test module; tests/console/conftest.py's ``browser``
+    takes its ``shots``)."""
+
+    cluster: Any
+    console: Daemon
+    url: str
+    shots: Path
+
+
+def console_process(tmp: Path, *args: str) -> tuple[Daemon, int]:
+    """rmq-console with ``args`` on a free port, logging JSON to ``tmp/console.log`` (not
+    started); the port."""
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "console", *args,
+        "--listen", f"127.0.0.1:{port}", "--log-format", "json",
+    ]  # fmt: skip
+    return Daemon("console", argv, tmp / "console.log"), port
+
+
+def text_of(browser: Any, css: str) -> str:
+    """The text of the first element ``css`` selects ("" when there is none, or it was just
+    replaced by the page's own update)."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    try:
+        return str(browser.find_element("css selector", css).text)
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""

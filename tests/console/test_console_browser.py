@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -38,10 +37,10 @@ import pytest
 from client import Consumer, Producer
 from client.admin import Admin
 from client.message import ReceivedMessage
-from tests.console.browser import chromium, require_chromium
+from tests.console.browser import ConsoleEnv, console_process, require_chromium, text_of
 from tests.support.cluster import Cluster
 from tests.support.messages import FAST_CONSUMER
-from tests.support.procs import Daemon, free_port, port_open, rmqctl
+from tests.support.procs import port_open, rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -50,13 +49,7 @@ LAG_TOPIC = "ConsoleLag"
 LAG_GROUP = "console-lag"
 
 
-class Env:
-    def __init__(self, cluster: Cluster, console: Daemon, url: str, shots: Path) -> None:
-        self.cluster = cluster
-        self.console = console
-        self.url = url
-        self.shots = shots
-
+class Env(ConsoleEnv):
     def ctl(self, *args: str) -> Any:
         done = rmqctl("--json", "-a", self.cluster.controller_addresses, *args)
         assert done.returncode == 0, done.stderr
@@ -71,17 +64,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     require_chromium()  # before starting a cluster for nothing
     tmp = tmp_path_factory.mktemp("console")
     cluster = Cluster(tmp)
-    port = free_port()
-    console = Daemon(
-        "console",
-        [
-            sys.executable, "-m", "console",
-            "--controllers", cluster.controller_addresses,
-            "--listen", f"127.0.0.1:{port}",
-            "--log-format", "json",
-        ],
-        tmp / "console.log",
-    )  # fmt: skip
+    console, port = console_process(tmp, "--controllers", cluster.controller_addresses)
     try:
         cluster.start_controllers()
         cluster.add_group("broker-a", 2, config="trace_enabled = true\n")
@@ -102,11 +85,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         cluster.stop()
 
 
-@pytest.fixture(scope="module")
-def browser(env: Env) -> Iterator[Any]:
-    yield from chromium(env.shots)
-
-
 #: Where the README's screenshots are made (RMQ_CONSOLE_SHOTS=docs/images pytest ...).
 README_SHOTS = os.environ.get("RMQ_CONSOLE_SHOTS")
 
@@ -117,15 +95,6 @@ def shot(env: Env, browser: Any, name: str) -> None:
     browser.save_screenshot(str(env.shots / f"{name}.png"))
     if README_SHOTS:
         browser.save_screenshot(str(Path(README_SHOTS) / f"console-{name}.png"))
-
-
-def text_of(browser: Any, css: str) -> str:
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-
-    try:
-        return str(browser.find_element("css selector", css).text)
-    except (NoSuchElementException, StaleElementReferenceException):
-        return ""
 
 
 def post(env: Env, path: str, fields: dict[str, str], cookie: str = "") -> tuple[int, str]:

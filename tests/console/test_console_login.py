@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.secured import ROOT, create_root, secured_cluster
-from tests.console.browser import chromium, require_chromium
-from tests.support.cluster import Cluster
-from tests.support.procs import Daemon, free_port, port_open, rmqctl
+from tests.console.browser import ConsoleEnv, console_process, require_chromium, text_of
+from tests.support.procs import port_open, rmqctl
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
@@ -36,13 +33,7 @@ pytestmark = pytest.mark.multiprocess
 READER = ("ops-reader", "reader-Secret-4242")
 
 
-class Env:
-    def __init__(self, cluster: Cluster, console: Daemon, url: str, shots: Path) -> None:
-        self.cluster = cluster
-        self.console = console
-        self.url = url
-        self.shots = shots
-
+class Env(ConsoleEnv):
     def as_root(self, *args: str) -> Any:
         env = {**os.environ, "RMQ_ACCESS_KEY": ROOT.access_key, "RMQ_SECRET_KEY": ROOT.secret_key}
         done = rmqctl("--json", "-a", self.cluster.controller_addresses, *args, env=env)
@@ -55,17 +46,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     require_chromium()
     tmp = tmp_path_factory.mktemp("console-login")
     cluster, key, settings = secured_cluster(tmp)
-    port = free_port()
     config = tmp / "console.toml"
     config.write_text(f'login = true\ncontrollers = "{cluster.controller_addresses}"\n')
-    console = Daemon(
-        "console",
-        [
-            sys.executable, "-m", "console", "--config", str(config),
-            "--listen", f"127.0.0.1:{port}", "--log-format", "json",
-        ],
-        tmp / "console.log",
-    )  # fmt: skip
+    console, port = console_process(tmp, "--config", str(config))
     try:
         cluster.start_controllers()
         create_root(cluster, key)
@@ -97,20 +80,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     finally:
         console.stop()
         cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(env: Env) -> Iterator[Any]:
-    yield from chromium(env.shots)
-
-
-def text_of(browser: Any, css: str) -> str:
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-
-    try:
-        return str(browser.find_element("css selector", css).text)
-    except (NoSuchElementException, StaleElementReferenceException):
-        return ""
 
 
 def log_in(env: Env, browser: Any, user: str, secret: str) -> None:
