@@ -67,3 +67,15 @@ def test_the_command_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("rmq-console: config key 'listen'"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_docs_console_md_lists_every_key_as_the_reference_prints_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "console", "--print-config-reference"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in (ROOT / "docs" / "console.md").read_text()
