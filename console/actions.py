@@ -14,12 +14,13 @@ from client.admin import Admin
 from client.errors import ClientError
 from client.offset_reset import OffsetAdmin
 from client.producer import Producer
+from client.resend import Resender
 from protocol.acl import AclError, check_secret, check_username, make_rule, resource_pattern
 from protocol.acl import user_type as parse_user_type
 from protocol.broker_requests.admin import MAX_QUEUES, CreateTopic
 from protocol.broker_requests.offsets import FUTURE_SLACK_MS, TO_MAX
 from protocol.codes import ResponseCode
-from protocol.controller_requests.topics import DeleteTopic
+from protocol.controller_requests.topics import DeleteSubGroup, DeleteTopic
 from protocol.controller_requests.users import CreateAcl, CreateUser, DeleteAcl, DeleteUser
 from protocol.fields import FieldError
 from rmqctl.common import utc_iso
@@ -159,3 +160,30 @@ async def delete_rules(addresses: str, username: str, resources: str) -> str:
     ask = DeleteAcl(username=_acl_checked(check_username, username.strip()), resources=patterns)
     await call_controllers(addresses, ask.code, *ask.encode())
     return f"{', '.join(str(p) for p in patterns) or 'all'} rules of {ask.username} deleted"
+
+
+async def resend_message(
+    addresses: str, msg_id: str, group: str, topic: str | None, timeout: float
+) -> str:
+    """resendMessage: the message delivered to ``group`` again (a copy in its retry topic)."""
+    if not group.strip():
+        raise Refused("give the consumer group to deliver the message to")
+    async with Resender(addresses, timeout) as resender:
+        _, copy = await resender.resend(msg_id, group.strip(), topic=topic or None)
+    return (
+        f"{msg_id} delivered to {group.strip()} again: copy {copy.msg_id} in {copy.topic} "
+        f"({copy.members} live member(s))"
+    )
+
+
+async def delete_group(addresses: str, group: str, remove_dlq: bool) -> str:
+    """deleteSubGroup: the group's settings, offsets and retry topic on every broker."""
+    report = await ask_delete(addresses, DeleteSubGroup(group=group, remove_dlq=remove_dlq))
+    doc = delete_doc("group", report, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+    failed = failed_brokers(doc)
+    if failed:
+        raise ClientError(
+            f"consumer group {group} is still on {', '.join(failed)}: delete it again once "
+            "they are back"
+        )
+    return f"consumer group {group} deleted" + (" with its DLQ" if remove_dlq else "")

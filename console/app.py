@@ -380,6 +380,34 @@ def make_app(settings: Settings) -> Starlette:
         view = await _read(reads.message(addrs, msg_id, topic, cfg.request_timeout))
         return render(request, "message.html", view=view, trace_headers=TRACE_HEADERS)
 
+    async def resend_message(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        msg_id = request.path_params["msg_id"]
+        data = await change_form(request)
+        group, topic = data.get("group", ""), data.get("topic", "").strip()
+        back = f"/c/{quote(name)}/messages/{quote(msg_id, safe='')}"
+        return await act(
+            request,
+            "resend message",
+            f"{msg_id} to {group}",
+            actions.resend_message(addrs, msg_id, group, topic, cfg.request_timeout),
+            back + (f"?{urlencode({'topic': topic})}" if topic else ""),
+        )
+
+    async def delete_group(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        group = request.path_params["group"]
+        data = await change_form(request)
+        return await act(
+            request,
+            "delete group",
+            group,
+            actions.delete_group(addrs, group, data.get("remove_dlq") == "yes"),
+            f"/c/{quote(name)}/groups",
+        )
+
     async def users_page(request: Request) -> Response:
         addrs = addresses(request)
         users, acls = await _read(reads.users_and_rules(addrs, cfg.request_timeout))
@@ -508,12 +536,14 @@ def make_app(settings: Settings) -> Starlette:
         Route(f"{c}/topics/{{topic}}/send", send_message, methods=["POST"]),
         Route(f"{c}/messages", messages_page),
         Route(f"{c}/messages/{{msg_id}}", message_page),
+        Route(f"{c}/messages/{{msg_id}}/resend", resend_message, methods=["POST"]),
         Route(f"{c}/users", users_page),
         Route(f"{c}/users/{{action}}", user_action, methods=["POST"]),
         Route(f"{c}/groups", groups_page),
         Route(f"{c}/groups/{{group}}", group_page),
         Route(f"{c}/groups/{{group}}/live", group_live),
         Route(f"{c}/groups/{{group}}/reset", reset_offset, methods=["POST"]),
+        Route(f"{c}/groups/{{group}}/delete", delete_group, methods=["POST"]),
         Route(f"{c}/groups/{{group}}/skip", skip_backlog, methods=["POST"]),
         Route(f"{c}/groups/{{group}}/dlq", dlq_page),
         Route(f"{c}/groups/{{group}}/dlq.jsonl", dlq_export),

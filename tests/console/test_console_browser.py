@@ -7,9 +7,11 @@ process beside them (one of each for the module: the suite's time is short).
   the new master without a reload (the page updates itself).
 - A topic created through the topics page is listed by rmqctl topicList; a test message sent
   from its page is found by rmqctl queryMsgByKey, and on the messages page by its key: its
-  page shows its keys, its JSON body pretty-printed and its trace (the brokers' trace_enabled).
+  page shows its keys, its JSON body pretty-printed and its trace (the brokers' trace_enabled);
+  delivering it again to a group with no live member shows the cluster's refusal.
 - A group's page shows its lag rise as messages are sent, and fall to 0 when skipped; a reset
-  to a time before the sends brings the lag back (the form, then the page's own update).
+  to a time before the sends brings the lag back (the form, then the page's own update); the
+  group deleted from its page is gone (rmqctl consumerProgress -g: not found).
 - A dead letter (a group with retryMaxTimes 0 whose handler fails) is listed on the group's DLQ
   page, re-sent from there, and exported as JSON lines.
 - Bad input is refused with a clear message and changes nothing: a bad topic name, a reset to a
@@ -170,6 +172,13 @@ def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
 
     wait_until(traced, "the send in the message's trace", 30, interval=1.0)
     assert "send" in text_of(browser, "#trace")
+
+    # Delivering it again to a group with no live member: the cluster's refusal, on a page.
+    browser.find_element("id", "resend-group").send_keys("nobody-home")
+    browser.find_element("id", "resend-button").click()
+    wait_until(lambda: text_of(browser, "#error"), "the refusal", 30)
+    refusal = text_of(browser, "#error")
+    assert "CONSUMER_NOT_ONLINE" in refusal and "nobody-home has no live member" in refusal
     shot(env, browser, "message")
 
 
@@ -244,6 +253,14 @@ def test_group_page_shows_lag_rise_and_fall_and_resets_by_time(env: Env, browser
     browser.get(f"{env.url}/c/default/groups")
     wait_until(lambda: LAG_GROUP in text_of(browser, "#groups"), "the group listed", 30)
     shot(env, browser, "groups")
+
+    browser.get(f"{env.url}/c/default/groups/{LAG_GROUP}")
+    browser.find_element("id", "delete-group-button").click()
+    browser.switch_to.alert.accept()
+    wait_until(lambda: "deleted" in text_of(browser, "#notice"), "the group deleted", 30)
+    assert LAG_GROUP not in text_of(browser, "#groups")
+    gone = rmqctl("-a", env.cluster.controller_addresses, "consumerProgress", "-g", LAG_GROUP)
+    assert gone.returncode == 1 and "not found" in gone.stderr, gone.stderr
 
 
 async def park_a_dead_letter(addresses: str, group: str, topic: str) -> str:
