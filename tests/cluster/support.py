@@ -23,6 +23,7 @@ from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
+from tests.support.cli import rmqctl as cli_rmqctl
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import free_port, rmqctl
 from tests.support.wait import wait_until_async
@@ -431,3 +432,18 @@ async def receive_acked(
         for m in await consumer.receive(timeout=1.0):
             received[(m.broker_name, m.queue_id, m.queue_offset)] = m.body
     return received
+
+
+async def remap_static_topic(
+    cluster: Cluster, addrs: str, topic: str, queue: int, broker: str
+) -> dict[str, Any]:
+    """``rmqctl --json remapStaticTopic`` of ``topic``'s logical ``queue`` to ``broker`` (in this
+    process, off the loop: producers and consumers keep running), which must succeed: its
+    JSON answer."""
+    code, out, err = await asyncio.to_thread(
+        cli_rmqctl, "--json", "remapStaticTopic", "-a", addrs,
+        "-t", topic, "-q", str(queue), "-b", broker,
+    )  # fmt: skip
+    assert code == 0, err + cluster.logs()
+    answer: dict[str, Any] = json.loads(out)
+    return answer

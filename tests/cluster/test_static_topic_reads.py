@@ -28,7 +28,7 @@ import pytest
 from client import Consumer, Producer
 from client.errors import ClientError
 from client.message import ReceivedMessage
-from tests.cluster.support import masters_of, two_groups
+from tests.cluster.support import masters_of, remap_static_topic, two_groups
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import stays_async, wait_until_async
@@ -173,12 +173,8 @@ async def scenario(cluster: Cluster, addrs: str) -> tuple[set[Row], set[Row], in
     sending = asyncio.create_task(produce(stop_sending, addrs, acked))
     try:
         await wait_until_async(lambda: len(got) >= 30, "reads before the move", 30, interval=0.05)
-        code, out, err = await asyncio.to_thread(
-            rmqctl, "--json", "remapStaticTopic", "-a", addrs,
-            "-t", TOPIC, "-q", "1", "-b", "broker-b",
-        )  # fmt: skip
-        assert code == 0, err + cluster.logs()
-        old, new = json.loads(out)["queues"][1]["items"]
+        moved = await remap_static_topic(cluster, addrs, TOPIC, 1, "broker-b")
+        old, new = moved["queues"][1]["items"]
         seal = old["logicalEnd"]
         assert (new["brokerName"], new["logicalStart"]) == ("broker-b", seal)
 

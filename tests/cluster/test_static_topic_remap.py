@@ -29,7 +29,14 @@ from protocol.remoting import Scalar
 from remoting.client import RemotingClient
 from remoting.errors import ResponseError
 from tests.cluster.secured import admin_call, create_root, secured_cluster
-from tests.cluster.support import Key, consume_all, new_master, sync_state, two_groups
+from tests.cluster.support import (
+    Key,
+    consume_all,
+    new_master,
+    remap_static_topic,
+    sync_state,
+    two_groups,
+)
 from tests.support.cli import rmqctl
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until, wait_until_async
@@ -149,12 +156,7 @@ async def scenario(cluster: Cluster, addrs: str, tmp_path: Path) -> None:
         stop = asyncio.Event()
         sending = asyncio.create_task(produce_until(stop, addrs, acked, retries=6))
         await wait_until_async(lambda: len(acked) >= 30, "sends before the move", 30, interval=0.05)
-        code, out, err = await asyncio.to_thread(
-            rmqctl, "--json", "remapStaticTopic", "-a", addrs,
-            "-t", TOPIC, "-q", "1", "-b", "broker-b",
-        )  # fmt: skip
-        assert code == 0, err + cluster.logs()
-        moved = json.loads(out)
+        moved = await remap_static_topic(cluster, addrs, TOPIC, 1, "broker-b")
         queue1 = items(moved, 1)
         assert len(queue1) == 2
         (old_group, old_queue, old_start, seal), (new_group, new_queue, new_start, new_end) = queue1
