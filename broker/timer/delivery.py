@@ -32,11 +32,15 @@ from protocol.timer import (
     TIMER_TOPIC,
 )
 from storage.errors import StoreError
+from storage.store import UnreadableMessageError
 from storage.timer.wheel import TimerEntry, TimingWheel
 
 __all__ = ["DELIVERY_BATCH", "FORWARD_RETRY_S", "Delivery", "Forward"]
 
 log = structlog.get_logger(__name__)
+
+REPAIRING: Final = object()
+"""What :meth:`Delivery._delivery` gives for a record being repaired from a replica."""
 
 Forward = Callable[[Message, str, int], Awaitable[str]]
 """``forward(message, topic, physical_queue)``: :meth:`broker.static_forward.StaticForwarder.forward`."""
@@ -88,11 +92,16 @@ class Delivery:
         appender = self._host.appender
         runs: dict[tuple[str, int], tuple[list[TimerEntry], list[Message]]] = {}
         unreadable = 0
+        failed: set[TimerEntry] = set()
         for entry in entries:
             built = self._delivery(entry)
+            if built is REPAIRING:  # its record is being repaired from a replica: tried again
+                failed.add(entry)
+                continue
             if built is None:  # unreadable: logged; nothing to deliver, it counts as done
                 unreadable += 1
                 continue
+            assert isinstance(built, tuple)
             msg, topic, queue_id = built
             run = runs.get((topic, queue_id))
             if run is None:
@@ -101,7 +110,6 @@ class Delivery:
             run[1].append(msg)
         if unreadable:
             metrics.timer_unreadable.inc(unreadable)
-        failed: set[TimerEntry] = set()
         for (topic, queue_id), (run_entries, batch) in runs.items():
             waiting = self._moved_away(topic, queue_id, run_entries, batch)
             if waiting is not None:
@@ -210,11 +218,30 @@ class Delivery:
         finally:
             self._forwarding.discard(entry)
 
-    def _delivery(self, entry: TimerEntry) -> tuple[Message, str, int] | None:
+    def _repairing(self, entry: TimerEntry) -> bool:
+        """Is the record of ``entry``, which failed its checks, being repaired from another
+        replica (issue 31: started or joined, ``MessageStore.repairer``)? Then the entry is
+        tried again rather than dropped as unreadable."""
+        store = self._host.store
+        repairer = store.repairer
+        if repairer is None:
+            return False
+        try:
+            store.read_message(entry.commitlog_offset)  # known as damage by its size from here
+        except UnreadableMessageError:
+            return repairer.start(entry.commitlog_offset) is not None
+        except StoreError:
+            return False
+        return False
+
+    def _delivery(self, entry: TimerEntry) -> tuple[Message, str, int] | object | None:
         """The real message of ``entry`` and its topic and queue, read back from its CommitLog
-        record; None when the record cannot be read (logged)."""
+        record; :data:`REPAIRING` when the record fails its checks and is being repaired from
+        another replica; None when it cannot be read (logged)."""
         record = read_scheduled(self._host.store, entry.commitlog_offset)
         if record is None or record.topic != TIMER_TOPIC:
+            if self._repairing(entry):
+                return REPAIRING
             log.error(
                 "scheduled message cannot be read: not delivered",
                 offset=entry.commitlog_offset,

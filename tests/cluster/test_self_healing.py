@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ TOPIC = "Rot"
 COUNT = 300
 DAMAGED = 104
 """The queue offset of the damaged message (the issue's report)."""
+SCHEDULED_DELAY_S = 15.0
+"""Room to damage a scheduled message's record before its delivery, on a loaded machine."""
 
 
 def segment_of(node: BrokerNode, offset: int) -> tuple[Path, int]:
@@ -261,6 +264,39 @@ async def test_a_slave_serving_reads_repairs_its_damaged_copy_from_the_master(
     assert metric(slave, port, "rmq_broker_records_repaired_total") == 1
     lines = [line for line in slave.log().splitlines() if "repaired from" in line]
     assert len(lines) == 1 and doc["masterAddress"] in lines[0], lines
+
+
+async def test_a_scheduled_message_whose_record_rots_on_the_master_is_delivered_intact(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # Issue 31 item 5: the timer's records are CommitLog records. The scheduled message's record
+    # rots under the running master before its time; the delivery's read of it fails its checks,
+    # has it repaired from a replica and delivers it (it was dropped as unreadable, lost).
+    _, ports, bodies, _ = await group_with_messages(cluster, boot, scrub=False)
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    master = node_at(cluster, doc["masterAddress"])
+    port = ports[cluster.brokers.index(master)]
+    body = b"scheduled, then rotten on the master " * 3
+    async with Producer(cluster.controller_addresses) as producer:
+        sent = await producer.send(TOPIC, body, delay=SCHEDULED_DELAY_S)
+    due = time.monotonic() + SCHEDULED_DELAY_S
+    at = parse_msg_id(sent.msg_id)[1]
+    slaves = [b for b in cluster.brokers if b is not master]
+    await wait_until_async(
+        lambda: all(record_intact(b, at) for b in slaves), "the slaves to hold the record", 30
+    )
+    flip(master, at + HEAD_SIZE + 5)
+    assert not record_intact(master, at)
+    assert time.monotonic() < due - 1, "too slow to damage the record before its delivery"
+
+    delivered = ("broker-a", 0, COUNT)
+    received = await consume_all(
+        cluster.controller_addresses, TOPIC, {*bodies, delivered}, timeout=90
+    )
+    assert received.get(delivered) == body, f"{sorted(received)[-3:]}:\n{cluster.logs()}"
+    assert record_intact(master, at)
+    assert metric(master, port, "rmq_broker_records_repaired_total") == 1
+    assert metric(master, port, "rmq_broker_timer_unreadable_total") == 0
 
 
 async def test_a_slave_scrubs_and_repairs_its_copy_then_serves_everything_after_a_kill(
