@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+import time
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,6 +84,17 @@ def make_app(settings: Settings) -> Starlette:
     clusters = settings.clusters
     secure_cookie = cfg.tls_cert_file is not None
     sessions = Sessions(cfg.session_hours)
+    tps = reads.TpsHistory()
+
+    async def cluster_view(request: Request) -> reads.ClusterView:
+        view = await _read(reads.cluster_view(addresses(request), cfg.request_timeout))
+        tps.record(request.path_params["cluster"], view, time.monotonic())
+        return view
+
+    def charts(request: Request, view: reads.ClusterView) -> dict[str, dict[str, str]]:
+        now = time.monotonic()
+        name = request.path_params["cluster"]
+        return {r.address: tps.chart(name, r.address, now) for g in view.groups for r in g.replicas}
 
     def session(request: Request) -> Session | None:
         found: Session | None = getattr(request.state, "session", None)
@@ -194,14 +206,15 @@ def make_app(settings: Settings) -> Starlette:
         return RedirectResponse(f"/c/{quote(next(iter(clusters)))}/cluster", status_code=303)
 
     async def cluster_page(request: Request) -> Response:
-        addrs = addresses(request)
-        view = await _read(reads.cluster_view(addrs, cfg.request_timeout))
-        return render(request, "cluster.html", view=view, addresses=addrs)
+        view = await cluster_view(request)
+        return render(
+            request, "cluster.html", view=view, addresses=addresses(request),
+            charts=charts(request, view),
+        )  # fmt: skip
 
     async def cluster_live(request: Request) -> Response:
-        addrs = addresses(request)
-        view = await _read(reads.cluster_view(addrs, cfg.request_timeout))
-        return render(request, "cluster_live.html", view=view)
+        view = await cluster_view(request)
+        return render(request, "cluster_live.html", view=view, charts=charts(request, view))
 
     async def topics_page(request: Request) -> Response:
         addrs = addresses(request)

@@ -22,6 +22,7 @@ from client.message_range import RangeReader
 from client.progress import Member, ProgressAdmin, allocation
 from client.routes import ClusterBroker
 from client.trace import query_trace
+from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
 from protocol.controller_requests.groups import GetMetadataInfo
 from protocol.controller_requests.topics import TopicList, TopicListQuery
 from protocol.controller_requests.users import ListAcl, ListUsers
@@ -29,6 +30,7 @@ from protocol.fields import FieldError
 from protocol.topic_admin import QueueStatus
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
+from rmqctl.broker_admin import BrokerRef, ask_each
 from rmqctl.controller import replica_epochs, sync_state
 from rmqctl.controller_calls import answer_body, call_controllers
 from rmqctl.progress import ProgressRow, group_totals, logical_rows, progress_rows, source_notes
@@ -67,6 +69,11 @@ class Replica:
     behind: int | None = None
     epochs: str = ""
     error: str | None = None
+    #: messages stored and served per second, and the used share of the data disk
+    #: (brokerStatus); None when the broker did not answer
+    put_tps: float | None = None
+    get_tps: float | None = None
+    disk_ratio: float | None = None
 
 
 @dataclass(slots=True)
@@ -148,6 +155,15 @@ async def broker_group(addresses: str, name: str, cluster: str) -> BrokerGroup:
     except (ClientError, RemotingError) as exc:
         return BrokerGroup(name, cluster, None, None, None, [], None, error=_why(exc))
     master_id = doc.get("masterBrokerId")
+    listed = [r for r in doc.get("replicas") or () if r.get("address")]
+    ask = RuntimeInfoQuery()
+    runtime = await ask_each(
+        [BrokerRef(r["address"]) for r in listed],
+        ask.code,
+        *ask.encode(),
+        lambda frame: RuntimeInfo.parse(frame.header, frame.body),
+    )
+    figures = {r["address"]: info for r, info in zip(listed, runtime, strict=True)}
     by_id = {e["brokerId"]: e for e in epochs}
     master_max = (by_id.get(master_id) or {}).get("maxOffset")
     replicas = []
@@ -175,6 +191,11 @@ async def broker_group(addresses: str, name: str, cluster: str) -> BrokerGroup:
                 error=e.get("error"),
             )
         )
+        info = figures.get(r["address"])
+        if isinstance(info, RuntimeInfo):
+            replicas[-1].put_tps = info.put_tps
+            replicas[-1].get_tps = info.get_tps
+            replicas[-1].disk_ratio = info.commitlog_disk_ratio
     return BrokerGroup(
         name=name,
         cluster=cluster,
@@ -213,6 +234,42 @@ def _group_names(clusters: dict[str, list[ClusterBroker]]) -> list[tuple[str, st
 
 def _why(exc: BaseException) -> str:
     return describe_failure(exc) if isinstance(exc, RemotingError) else str(exc)
+
+
+class TpsHistory:
+    """Each broker's put and get TPS as the cluster page read them, for the last hour (in the
+    console's memory: the chart starts when the console does)."""
+
+    WINDOW_S: Final = 3600.0
+
+    def __init__(self) -> None:
+        self._samples: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+
+    def record(self, cluster: str, view: ClusterView, now: float) -> None:
+        for g in view.groups:
+            for r in g.replicas:
+                if r.put_tps is None or r.get_tps is None:
+                    continue
+                series = self._samples.setdefault((cluster, r.address), [])
+                series.append((now, r.put_tps, r.get_tps))
+                while series and series[0][0] < now - self.WINDOW_S:
+                    series.pop(0)
+
+    def chart(
+        self, cluster: str, address: str, now: float, width: int = 160, height: int = 28
+    ) -> dict[str, str]:
+        """SVG polyline points of put and get TPS over the last hour, scaled to the highest."""
+        series = self._samples.get((cluster, address), [])
+        top = max((max(p, g) for _, p, g in series), default=0.0) or 1.0
+
+        def points(index: int) -> str:
+            return " ".join(
+                f"{width * (1 - (now - s[0]) / self.WINDOW_S):.1f},"
+                f"{height - height * s[index] / top:.1f}"
+                for s in series
+            )
+
+        return {"put": points(1), "get": points(2), "top": f"{top:.1f}"}
 
 
 # --- topics ---------------------------------------------------------------------------------------

@@ -316,6 +316,14 @@ def test_cluster_page_shows_the_master_and_follows_a_failover_without_a_reload(
     assert sorted(roles) == ["follower", "follower", "leader"], roles
     leader = env.ctl("getControllerMetaData")
     assert str(leader["term"]) in text_of(browser, "#controllers")
+    # brokerStatus's figures beside each replica: put TPS a number, the TPS chart drawn.
+    put = text_of(browser, "#group-broker-a .put-tps")
+    assert put.replace(".", "", 1).isdigit(), put
+    wait_until(
+        lambda: browser.find_elements("css selector", "#group-broker-a svg polyline"),
+        "the TPS chart",
+        30,
+    )
     shot(env, browser, "cluster")
 
     browser.execute_script("window.notReloaded = true;")

@@ -34,3 +34,21 @@ def test_topic_kinds() -> None:
         "dlq",
         "system",
     ]
+
+
+def test_tps_history_keeps_an_hour_and_scales_to_the_highest() -> None:
+    from console.reads import BrokerGroup, ClusterView, Replica, TpsHistory
+
+    def view(put: float, get: float) -> ClusterView:
+        r = Replica(1, "b:1", "MASTER", True, True, put_tps=put, get_tps=get)
+        return ClusterView([], [BrokerGroup("broker-a", "C", 1, "b:1", 1, [1], 1, [r])])
+
+    history = TpsHistory()
+    history.record("c", view(10.0, 5.0), now=0.0)
+    history.record("c", view(20.0, 0.0), now=1800.0)
+    history.record("c", view(40.0, 10.0), now=3700.0)  # the first sample is now past the hour
+    chart = history.chart("c", "b:1", now=3700.0, width=100, height=10)
+    assert chart["top"] == "40.0"
+    assert chart["put"] == "47.2,5.0 100.0,0.0"
+    assert chart["get"] == "47.2,10.0 100.0,7.5"
+    assert history.chart("c", "elsewhere:1", now=3700.0)["put"] == ""
