@@ -49,6 +49,7 @@ from protocol.pull import PullRequest
 from remoting.client import RemotingClient
 from storage.cold_read import MincoreResidency
 from storage.segment import Segment
+from tests.support.page_cache import evict
 from tests.support.procs import BrokerProc, free_port
 
 COLD_TOPIC = "ColdLog"
@@ -88,11 +89,7 @@ def drop_cache(data_dir: Path, how: str) -> str:
         except OSError:
             pass
     for path in (data_dir / "commitlog").iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict(path)
     return "POSIX_FADV_DONTNEED on each CommitLog file"
 
 

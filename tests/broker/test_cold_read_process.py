@@ -5,7 +5,6 @@ the event loop, while a producer's sends go on; every record it gets is intact a
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from protocol.message import iter_records
 from remoting.client import RemotingClient
 from storage.cold_read import READ_AHEAD
 from tests.broker.test_lone_scrub import figure
+from tests.support.page_cache import evict
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until
 
@@ -37,15 +37,11 @@ def body(i: int) -> bytes:
     return f"c{i}:".encode().ljust(SIZE, b"x")
 
 
-def evict(data_dir: Path) -> None:
+def evict_log(data_dir: Path) -> None:
     """Drop the CommitLog's pages from the page cache: those the broker has not mapped in (a
-    restart maps none but the few recovery touched) leave for real (POSIX_FADV_DONTNEED)."""
+    restart maps none but the few recovery touched) leave for real."""
     for path in (data_dir / "commitlog").iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict(path)
 
 
 async def fill(address: str) -> None:
@@ -125,7 +121,7 @@ async def cold_broker(broker_factory: type[BrokerProc], tmp_path: Path) -> tuple
     await fill(broker.address)
     assert broker.stop() == 0
     broker.start_and_wait()
-    evict(broker.data_dir)
+    evict_log(broker.data_dir)
     wait_until(lambda: figure(metrics, "rmq_broker_cold_reads_total") == 0, "metrics", 20)
     return broker, metrics
 

@@ -20,19 +20,10 @@ from storage.cold_read import (
 )
 from storage.segment import Segment
 from tests.storage.support import SEGMENT, TOPIC, messages, open_store
+from tests.support.page_cache import evict
 
 NOW = 1_700_000_100_000
 SIZE = 32 * 1024 * 1024  # past the read-around of a fault (the device readahead, 8 MiB here)
-
-
-def evict(path: Path) -> None:
-    """Drop the file's pages from the page cache (none may be mapped: only unmapped pages go)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
