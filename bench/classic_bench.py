@@ -52,7 +52,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -62,9 +61,7 @@ from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.group_of_three import group_of_three, payload
 from bench.grpc_bench import Official, print_sends
 from bench.ha_bench import spying
-from bench.sdk_phases import InFlight, in_flight, wait_routed
-from client import Producer
-from client.admin import Admin
+from bench.sdk_phases import InFlight, create_routed, in_flight, lone_sends
 from tests.support.alions import PACKAGE
 from tests.support.official_client import client_env, npm_modules
 
@@ -104,9 +101,7 @@ async def main_async(args: argparse.Namespace) -> None:
             f"{g.cluster.controllers[0].address}; {_load()}",
             flush=True,
         )
-        async with Admin(g.addresses) as admin:
-            await admin.create_topic(TOPIC, 8)
-        await wait_routed(g.addresses, TOPIC)
+        await create_routed(g.addresses, TOPIC)
         spy = args.spy
 
         # -- our SDK over our remoting ---------------------------------------------------------
@@ -116,13 +111,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 sdk[auto_batch] = await in_flight(
                     g.addresses, TOPIC, n, body, auto_batch=auto_batch, server_pid=master.pid
                 )
-        lone: list[float] = []
-        async with Producer(g.addresses, auto_batch=False) as p:
-            await p.send(TOPIC, b"warm-up")
-            for _ in range(max(n // 20, 50)):
-                t0 = time.perf_counter()
-                await p.send(TOPIC, body)
-                lone.append((time.perf_counter() - t0) * 1000)
+        lone = await lone_sends(g.addresses, TOPIC, body, max(n // 20, 50))
         for auto_batch in (False, True):
             r = sdk[auto_batch]
             mode = "on, default" if auto_batch else "off"

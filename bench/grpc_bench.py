@@ -62,7 +62,6 @@ import asyncio
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +71,7 @@ from bench import smoke
 from bench.broker_bench import cpu_seconds, pct, run_async
 from bench.group_of_three import GroupOfThree, group_of_three, payload
 from bench.pop_bench import pop, produce
-from bench.sdk_phases import in_flight, wait_routed
-from client import Producer
-from client.admin import Admin
+from bench.sdk_phases import create_routed, in_flight, lone_sends
 from tests.cluster.support import full_sync_state_set, new_master
 from tests.support.procs import free_port, rmqctl
 
@@ -233,11 +230,7 @@ async def main_async(args: argparse.Namespace) -> None:
             f"official client writes through the {args.through}'s gRPC endpoint",
             flush=True,
         )
-        async with Admin(g.addresses) as admin:
-            for topic in (TOPIC, RECV_TOPIC, SDK_RECV_TOPIC):
-                await admin.create_topic(topic, 8)
-        for topic in (TOPIC, RECV_TOPIC, SDK_RECV_TOPIC):
-            await wait_routed(g.addresses, topic)
+        await create_routed(g.addresses, TOPIC, RECV_TOPIC, SDK_RECV_TOPIC)
         await run_phases(g, master.pid, endpoint, n, body, args.size)
 
 
@@ -274,13 +267,7 @@ async def run_phases(
         sdk[auto_batch] = await in_flight(
             g.addresses, TOPIC, n, body, auto_batch=auto_batch, server_pid=master_pid
         )
-    lone: list[float] = []
-    async with Producer(g.addresses, auto_batch=False) as p:
-        await p.send(TOPIC, b"warm-up")
-        for _ in range(max(n // 20, 50)):
-            t0 = time.perf_counter()
-            await p.send(TOPIC, body)
-            lone.append((time.perf_counter() - t0) * 1000)
+    lone = await lone_sends(g.addresses, TOPIC, body, max(n // 20, 50))
     for auto_batch, r in sdk.items():
         mode = "on, default" if auto_batch else "off"
         print(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from client import MessageQueue, Producer
+from client.admin import Admin
 from client.errors import ClientError
 from protocol.codes import RequestCode
 from protocol.remoting import Frame
@@ -72,6 +73,16 @@ class _Counting(Producer):
             return await send(topic, code, *rest, **kw)
 
         self._router.send = counting  # type: ignore[method-assign]
+
+
+async def create_routed(addresses: str, *topics: str, queues: int = 8) -> None:
+    """Create ``topics`` (``queues`` each) through the controllers at ``addresses``, then wait
+    until a send to each succeeds."""
+    async with Admin(addresses) as admin:
+        for topic in topics:
+            await admin.create_topic(topic, queues)
+    for topic in topics:
+        await wait_routed(addresses, topic)
 
 
 async def wait_routed(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
@@ -139,6 +150,18 @@ async def in_flight(
         n / max(requests, 1),
         server,
     )
+
+
+async def lone_sends(bootstrap: str, topic: str, body: bytes, n: int) -> list[float]:
+    """Latencies (ms) of ``n`` sends one at a time, auto-batch off, after a warm-up send."""
+    lone: list[float] = []
+    async with Producer(bootstrap, auto_batch=False) as p:
+        await p.send(topic, b"warm-up")
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await p.send(topic, body)
+            lone.append((time.perf_counter() - t0) * 1000)
+    return lone
 
 
 async def one_at_a_time(bootstrap: str, topic: str, n: int, body: bytes) -> dict[bool, list[float]]:
