@@ -132,6 +132,15 @@ async def make_master(cluster: Cluster, boot: Bootstrap, node: BrokerNode, broke
     await wait_until_async(serving, f"{node.name} master", 30, interval=0.1)
 
 
+async def master_and_port(
+    cluster: Cluster, boot: Bootstrap, ports: list[int]
+) -> tuple[BrokerNode, int]:
+    """broker-a's master once its three replicas are in sync, and its metrics port."""
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    master = node_at(cluster, doc["masterAddress"])
+    return master, ports[cluster.brokers.index(master)]
+
+
 async def damaged_master_restarted(
     cluster: Cluster, boot: Bootstrap, ports: list[int], offsets: list[int], at: int
 ) -> tuple[BrokerNode, int, BrokerNode]:
@@ -273,9 +282,7 @@ async def test_a_scheduled_message_whose_record_rots_on_the_master_is_delivered_
     # rots under the running master before its time; the delivery's read of it fails its checks,
     # has it repaired from a replica and delivers it (it was dropped as unreadable, lost).
     _, ports, bodies, _ = await group_with_messages(cluster, boot, scrub=False)
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    master = node_at(cluster, doc["masterAddress"])
-    port = ports[cluster.brokers.index(master)]
+    master, port = await master_and_port(cluster, boot, ports)
     body = b"scheduled, then rotten on the master " * 3
     async with Producer(cluster.controller_addresses) as producer:
         sent = await producer.send(TOPIC, body, delay=SCHEDULED_DELAY_S)
@@ -410,9 +417,7 @@ async def test_a_lookup_and_a_pop_consumer_get_damaged_records_repaired(
     # The bytes rot under the running master (its mapped file changes; no recovery sees it), so
     # the reads are what meet the damage.
     _, ports, bodies, physical = await group_with_messages(cluster, boot, scrub=False)
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    victim = node_at(cluster, doc["masterAddress"])
-    port = ports[cluster.brokers.index(victim)]
+    victim, port = await master_and_port(cluster, boot, ports)
     looked_up, popped = physical[50], physical[150]
     for at in (looked_up, popped):
         flip(victim, at + HEAD_SIZE + 5)
