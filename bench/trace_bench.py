@@ -8,9 +8,16 @@ sending, each run alternately with the broker's ``trace_enabled`` on and off:
 * ``client trace``: the SDK's Producer, 64 sends in flight, ``trace=True`` against ``False``
   (the broker's own trace off): the client writes a Pub record per send.
 
-Prints the best throughput of each side, the on/off ratio, and the broker's CPU per message
-(less disturbed by a loaded machine than the throughput). Nothing is asserted. The figures
+Prints the best throughput of each side, the on/off ratio, the broker's CPU per message and the
+sending process's (this one: the SDK's, whose trace writer runs there), both less disturbed by a
+loaded machine than the throughput. Nothing is asserted. The figures
 depend on the machine's load, which is printed with them.
+
+Measured (--rounds 2, 2026-11-29, the shared 2-core machine at load average 22 to 34, where
+the rates swing from run to run; the tree before the trace's encode-once change, e3a7384,
+alternated with 99414a2): broker CPU a message on/off, single sends 1.27 to 1.35 before, 1.14
+to 1.23 after; batches of 64 1.70 to 1.80 before, 1.26 to 1.50 after; the SDK's trace, sender
+CPU on/off 1.99 and 2.04 before, 1.62 and 1.68 after (docs/traces.md has the table).
 
     python bench/trace_bench.py [--messages 20000] [--size 1024] [--rounds 3]
 """
@@ -75,6 +82,7 @@ def compare(
     ``client_side`` the broker's own trace stays off."""
     best = {True: 0.0, False: 0.0}
     cpu = {True: float("inf"), False: float("inf")}
+    client = {True: float("inf"), False: float("inf")}
     for _ in range(args.rounds):
         for on in (True, False):
             with tempfile.TemporaryDirectory(prefix="rmq-trace-bench-") as tmp:
@@ -82,18 +90,21 @@ def compare(
                 try:
                     if client_side:  # the operator creates the trace topic for clients
                         run_async(functools.partial(_create_topics, broker.address))
-                    c0 = cpu_seconds(broker.pid)
+                    c0, p0 = cpu_seconds(broker.pid), time.process_time()
                     rate = run_async(functools.partial(phase, broker.address, on))
                     used = (cpu_seconds(broker.pid) - c0) / args.messages * 100_000
+                    mine = (time.process_time() - p0) / args.messages * 100_000
                 finally:
                     broker.stop()
             best[on] = max(best[on], rate)
             cpu[on] = min(cpu[on], used)
+            client[on] = min(client[on], mine)
     print(
         f"{name:<36} trace on {best[True]:>8,.0f} msg/s ({cpu[True]:.2f} broker CPU s/100k)"
         f"   off {best[False]:>8,.0f} msg/s ({cpu[False]:.2f} s/100k)"
         f"   on/off {best[True] / best[False]:.3f}; broker CPU per message on/off "
-        f"{cpu[True] / cpu[False]:.3f}",
+        f"{cpu[True] / cpu[False]:.3f}; sender CPU per message on/off "
+        f"{client[True] / client[False]:.3f}",
         flush=True,
     )
 
