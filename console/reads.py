@@ -350,6 +350,8 @@ class GroupView:
     holders: dict[tuple[str, str, int], str]
     members: list[Member]
     notes: list[str]
+    #: broker name -> the group's settings there (getSubGroup; None: the defaults)
+    settings: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     @property
     def total_lag(self) -> int:
@@ -369,6 +371,11 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
         mappings = await admin.mappings(topics)
         members, errors = await admin.members(group)
         held = allocation(members, await admin.queues([m.topic for m in members]))
+    async with Admin(addresses, timeout) as settings_admin:
+        try:
+            settings = await settings_admin.get_sub_group(group)
+        except ClientError as exc:
+            settings, errors = {}, {**errors, "settings": str(exc)}
     rows = logical_rows(progress_rows(answers), mappings)
     holders = {
         (mq_topic, q.broker_name, q.queue_id): client_id
@@ -377,7 +384,7 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
         for mq_topic in [next((m.topic for m in members if m.client_id == client_id), "")]
     }
     notes = source_notes(answers) + [f"{n}: {why}" for n, why in sorted(errors.items())]
-    return GroupView(group, rows, holders, members, notes)
+    return GroupView(group, rows, holders, members, notes, settings)
 
 
 # --- messages -------------------------------------------------------------------------------------

@@ -303,6 +303,10 @@ def test_dlq_page_resends_a_dead_letter(env: Env, browser: Any) -> None:
     ) as resp:
         (line,) = resp.read().decode().splitlines()
     assert json.loads(line)["msgId"] == msg_id
+    # The group's settings (getSubGroup) on its page: retryMaxTimes 0 as set.
+    browser.get(f"{env.url}/c/default/groups/console-dlq")
+    wait_until(lambda: text_of(browser, "#settings"), "the group's settings", 30)
+    assert text_of(browser, "#settings").splitlines()[1].split()[:2] == ["broker-a", "0"]
 
 
 def test_cluster_page_shows_the_master_and_follows_a_failover_without_a_reload(
