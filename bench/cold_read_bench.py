@@ -11,17 +11,17 @@ nothing else reads the old log), real sockets on loopback:
      line says which was used, and how much of the log ``mincore`` then finds cached);
   2. the producer alone: ``--messages`` 1 KiB sends to topic Hot over one connection, 64 in
      flight: msg/s, p50, p99;
-  3. the same producer while a new consumer group pulls ColdLog from offset 0 of each queue (4
-     pullers, 32 messages a pull) until the producer is done: the producer's figures, and the
-     reader's MiB/s, with the broker's cold-read counters (cold reads, bytes, seconds
-     throttled) over the phase;
+  3. the same producer, ``--messages`` at a time, while a new consumer group pulls
+     ``--read-gib`` GiB of ColdLog from offset 0 of each queue (4 pullers, 32 messages a pull):
+     the producer's figures over all its sends, and the reader's MiB/s, with the broker's
+     cold-read counters (cold reads, bytes, seconds throttled) over the phase;
   4. the producer alone again.
 
 Printed: each phase, then the producer's p99 with the cold reader over its median p99 alone (the
 target is at most 1.5), and the reader's throughput. ``--rate`` sets ``cold_read_bytes_per_s``
 (default the key's default). Nothing is asserted; the load average is printed with every figure.
 
-    python bench/cold_read_bench.py [--fill-gib G] [--messages N] [--rate BYTES_PER_S]
+    python bench/cold_read_bench.py [--fill-gib G] [--read-gib R] [--messages N] [--rate BYTES_PER_S]
         [--segment-mib M] [--evict drop_caches|fadvise] [--smoke]
 """
 
@@ -142,36 +142,43 @@ async def fill(conn: RemotingClient, gib: float) -> int:
     return count
 
 
-async def produce(address: str, messages: int) -> tuple[float, float, float]:
-    """(msg/s, p50 ms, p99 ms) of ``messages`` 1 KiB sends, 64 in flight."""
+async def produce(
+    address: str, messages: int, until: asyncio.Task[tuple[int, int]] | None = None
+) -> tuple[float, float, float, int]:
+    """(msg/s, p50 ms, p99 ms, sends) of ``messages`` 1 KiB sends, 64 in flight; with
+    ``until``, more of them (``messages`` at a time) until it is done."""
     conn = await RemotingClient.connect(address, timeout=5.0)
+    lat: list[float] = []
     try:
         t0 = time.perf_counter()
-        lat = await send_requests(
-            conn,
-            RequestCode.SEND_MESSAGE,
-            HOT_TOPIC,
-            QUEUES,
-            payload(1024),
-            messages,
-            64,
-            timeout=60,
-        )
+        while True:
+            lat += await send_requests(
+                conn,
+                RequestCode.SEND_MESSAGE,
+                HOT_TOPIC,
+                QUEUES,
+                payload(1024),
+                messages,
+                64,
+                timeout=60,
+            )
+            if until is None or until.done():
+                break
         dt = time.perf_counter() - t0
     finally:
         conn.close()
-    return messages / dt, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3
+    return len(lat) / dt, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, len(lat)
 
 
-async def read_cold(address: str, group: str, stop: asyncio.Event) -> tuple[int, int]:
-    """Pull ColdLog from 0 of each queue until ``stop`` or its end: (bytes, messages)."""
+async def read_cold(address: str, group: str, nbytes: int) -> tuple[int, int]:
+    """Pull ColdLog from 0 of each queue until ``nbytes`` came or its end: (bytes, messages)."""
     got = [0, 0]
 
     async def puller(queue_id: int) -> None:
         conn = await RemotingClient.connect(address, timeout=5.0)
         offset = 0
         try:
-            while not stop.is_set():
+            while got[0] < nbytes:
                 ask = PullRequest(
                     group=group, topic=COLD_TOPIC, queue_id=queue_id, offset=offset, max_count=32
                 )
@@ -223,21 +230,22 @@ async def main(args: argparse.Namespace) -> None:
             alone: list[float] = []
             for phase in ("alone", "with the cold reader", "alone again"):
                 before = counters(metrics)
-                stop = asyncio.Event()
                 reader = None
-                if phase == "with the cold reader":
-                    reader = asyncio.create_task(read_cold(broker.address, "catching-up", stop))
-                    await asyncio.sleep(0.5)  # the reader under way
                 t0 = time.perf_counter()
-                rate, p50, p99 = await produce(broker.address, args.messages)
-                line = f"producer {phase}: {rate:,.0f} msg/s  p50 {p50:.2f} ms  p99 {p99:.2f} ms"
+                if phase == "with the cold reader":
+                    want = int(args.read_gib * (1 << 30))
+                    reader = asyncio.create_task(read_cold(broker.address, "catching-up", want))
+                rate, p50, p99, sent = await produce(broker.address, args.messages, reader)
+                line = (
+                    f"producer {phase}: {rate:,.0f} msg/s  p50 {p50:.2f} ms  p99 {p99:.2f} ms "
+                    f"({sent:,} sends)"
+                )
                 if reader is None:
                     alone.append(p99)
                     print(f"{line}  {load()}", flush=True)
                     continue
-                stop.set()
                 nbytes, msgs = await reader
-                dt = time.perf_counter() - t0 + 0.5
+                dt = time.perf_counter() - t0
                 after = counters(metrics)
                 with_reader = p99
                 print(
@@ -263,8 +271,15 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fill-gib", type=float, default=2.0)
-    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--rate", type=int, default=DEFAULT_RATE)
+    parser.add_argument(
+        "--read-gib",
+        type=float,
+        default=2.0,
+        help="what the cold reader reads from the start of the log (at most what was filled); "
+        "the producer sends --messages at a time until it is done",
+    )
     parser.add_argument("--segment-mib", type=int, default=1024)
     parser.add_argument(
         "--evict",
@@ -273,5 +288,7 @@ if __name__ == "__main__":
         help="drop the whole page cache where allowed (falling back to fadvise), or only the "
         "CommitLog files' pages (POSIX_FADV_DONTNEED)",
     )
-    args = smoke.parse_args(parser, fill_gib=0.01, messages=640, segment_mib=4, evict="fadvise")
+    args = smoke.parse_args(
+        parser, fill_gib=0.01, read_gib=0.005, messages=640, segment_mib=4, evict="fadvise"
+    )
     run_async(lambda: main(args))
