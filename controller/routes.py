@@ -47,6 +47,9 @@ class RouteTable:
             raise ValueError("expiry_ms must be positive")
         self.expiry_ms = expiry_ms
         self._regs: dict[tuple[str, int], Registration] = {}
+        self._by_topic: dict[str, set[tuple[str, int]]] = {}
+        """Topic -> the registrations listing it: a lookup reads only those (issue 34: it
+        sorted, expired and filtered every broker's registration per lookup)."""
 
     def __len__(self) -> int:
         return len(self._regs)
@@ -63,7 +66,9 @@ class RouteTable:
         now_ms: int,
     ) -> None:
         """Record (or refresh) a broker's registration; its topic list replaces the old one."""
-        self._regs[(broker_name, broker_id)] = Registration(
+        key = (broker_name, broker_id)
+        old = self._regs.get(key)
+        reg = Registration(
             cluster=cluster,
             broker_name=broker_name,
             broker_id=broker_id,
@@ -72,33 +77,54 @@ class RouteTable:
             connection_id=connection_id,
             at_ms=now_ms,
         )
+        self._regs[key] = reg
+        if old is not None and old.topics.keys() == reg.topics.keys():
+            return  # a refresh: same topics, same index
+        if old is not None:
+            self._unindex(key, old.topics)
+        for topic in reg.topics:
+            self._by_topic.setdefault(topic, set()).add(key)
+
+    def _unindex(self, key: tuple[str, int], topics: Mapping[str, int]) -> None:
+        for topic in topics:
+            keys = self._by_topic.get(topic)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_topic[topic]
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        self._unindex(key, self._regs.pop(key).topics)
 
     def connection_closed(self, connection_id: int) -> list[tuple[str, int]]:
         """Drop the registrations made over this connection; returns their keys, sorted."""
         gone = sorted(k for k, r in self._regs.items() if r.connection_id == connection_id)
         for key in gone:
-            del self._regs[key]
+            self._drop(key)
         return gone
 
     def forget(self, broker_name: str, broker_ids: frozenset[int] | None = None) -> None:
         """Drop a cleaned group's (or some of its brokers') registrations."""
         for key in [k for k in self._regs if k[0] == broker_name]:
             if broker_ids is None or key[1] in broker_ids:
-                del self._regs[key]
+                self._drop(key)
 
     def drop_topic(self, topic: str) -> None:
         """A deleted topic leaves every registration now (brokers register again without it)."""
-        for key, reg in list(self._regs.items()):
-            if topic in reg.topics:
-                topics = {t: q for t, q in reg.topics.items() if t != topic}
-                self._regs[key] = replace(reg, topics=topics)
+        for key in self._by_topic.pop(topic, set()):
+            reg = self._regs[key]
+            topics = {t: q for t, q in reg.topics.items() if t != topic}
+            self._regs[key] = replace(reg, topics=topics)
 
     def expire(self, now_ms: int) -> list[tuple[str, int]]:
         """Drop registrations older than the expiry; returns their keys, sorted."""
-        gone = sorted(k for k, r in self._regs.items() if now_ms - r.at_ms > self.expiry_ms)
+        gone = sorted(k for k, r in self._regs.items() if self._expired(r, now_ms))
         for key in gone:
-            del self._regs[key]
+            self._drop(key)
         return gone
+
+    def _expired(self, reg: Registration, now_ms: int) -> bool:
+        return now_ms - reg.at_ms > self.expiry_ms
 
     def get(self, broker_name: str, broker_id: int) -> Registration | None:
         return self._regs.get((broker_name, broker_id))
@@ -137,8 +163,13 @@ class RouteTable:
         """
         known = known or {}
         groups: dict[str, list[Registration]] = {name: [] for name in known}
-        for reg in self.registrations(now_ms, accept):
-            if topic in reg.topics and (not only_known or reg.broker_name in known):
+        # Only the registrations listing the topic (the index), by (broker name, broker id);
+        # an expired one is skipped here and dropped by the next expire().
+        for key in sorted(self._by_topic.get(topic, ())):
+            reg = self._regs[key]
+            if self._expired(reg, now_ms) or (only_known and reg.broker_name not in known):
+                continue
+            if accept(reg.broker_name, reg.broker_id, reg.address):
                 groups.setdefault(reg.broker_name, []).append(reg)
         if not groups:
             return None

@@ -78,14 +78,12 @@ class TopicRouteHandlers:
     def _accept(self) -> Callable[[str, int, str], bool]:
         """Which route registrations to believe: a broker id the state machine knows, at the
         address it knows (any address while its first CONTROLLER_REGISTER_BROKER is pending)."""
-        known: dict[tuple[str, int], str] = {
-            (info.broker_name, r.broker_id): r.address
-            for info in self.manager.replica_infos()
-            for r in info.replicas
-        }
+        manager = self.manager
 
         def accept(broker_name: str, broker_id: int, address: str) -> bool:
-            recorded = known.get((broker_name, broker_id))
+            # Looked up per registration asked about: a route reads a few, never every group.
+            info = manager.replica_info(broker_name)
+            recorded = None if info is None else info.address_of(broker_id)
             return recorded is not None and recorded in ("", address)
 
         return accept
