@@ -117,6 +117,11 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^process +{NUMBER} nacks in +{NUMBER} s",
         rf"^batched +{NUMBER} nacks in +{NUMBER} s",
     ),
+    "scale_bench.py": (
+        rf"^route lookup p99 \(ms\) +{NUMBER} +{NUMBER}",
+        rf"^CPU per heartbeat \(us\) +(?:{NUMBER}|nan) +(?:{NUMBER}|nan)",
+        rf"^worst growth: {NUMBER} \(.+\)$",
+    ),
     "scrub_bench.py": (
         rf"^P1 medians: off {NUMBER} msg/s .*, on {NUMBER} msg/s",
         rf"^repair: a pull of a damaged record {NUMBER} ms median",

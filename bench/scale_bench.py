@@ -1,0 +1,433 @@
+"""How the controllers' costs grow with the metadata (issue 34 item 1), printed as a growth table.
+
+Three ``rmq-controller`` processes on loopback (fsync on), as tests/controller/support.py starts
+them; per column (1x, 10x, 100x of ``--topics`` topics of 8 queues and ``--groups`` broker groups
+of 3 brokers) a fresh cluster and a load generator in this process, in coroutines, speaking the
+real requests: each simulated broker (tests/controller/support.py FakeBroker: its own connection
+and its own server for the controllers' pushes) takes its id (1012, 1013), registers (1000),
+heartbeats every 500 ms (904, what broker/replicas/heartbeat.py sends) and registers its group's
+topics (103) on every controller every 30 s; the topics are created through the controllers'
+admin request (UPDATE_AND_CREATE_TOPIC, 64 in flight; there is no batch creation), each pushed
+to its group's brokers as a real cluster does.
+
+Measured per column, on the active controller unless said:
+  route lookup          GET_ROUTEINFO_BY_TOPIC of one random topic, one at a time: p50, p99
+  route lookup x100     a client's 100 topics looked up at once on one connection: p50, p99
+  CPU per heartbeat     the active controller's utime+stime (/proc/<pid>/stat) over a window of
+                        heartbeats only, less its idle CPU (measured before any broker joined),
+                        divided by the heartbeats answered
+  RSS                   the active controller's VmRSS with all of it loaded
+  snapshot size         the newest Raft snapshot file (``snapshot_every`` 1,000 entries here, so
+                        every column has one)
+  snapshot take/install the state machine's snapshot() and restore() of that snapshot, timed in
+                        this process (the controller runs both on its event loop: this is how
+                        long the loop is held)
+  catch-up              a follower killed (-9) and restarted from its disk until its Raft commit
+                        index reaches the leader's
+  failover              kill -9 of the leader until a survivor commits a write
+
+The growth columns: ``cost x`` is the 10x (100x) figure over the 1x one; ``load x`` is the load
+the cost should grow with: the topics' factor for the totals (RSS, snapshot, catch-up), 1 for a
+per-operation cost (a lookup, a heartbeat, a failover), which should not grow at all; ``ratio``
+is cost x / load x. The last line is ``worst growth: RATIO (MEASURE)``, the largest ratio.
+Nothing is asserted: these are figures, taken on a shared machine (the load average is printed).
+
+    python bench/scale_bench.py [--topics 1000] [--groups 10] [--columns 1,10,100] [--quick]
+
+``--quick`` runs the 1x and 10x columns (under 5 minutes); ``--smoke`` a tiny run for the
+test suite. Every process started here is ended by its PID, also on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import smoke
+from bench.controller_bench import (
+    apply_header,
+    first_write_after_kill,
+    leader_address,
+    percentile,
+    process_cpu,
+    run,
+)
+from client.bootstrap import Bootstrap
+from controller.metadata import ReplicasInfoManager
+from controller.raft_driver import decode_snapshot
+from protocol.codes import ResponseCode
+from protocol.controller_requests.topics import RouteQuery, UpdateTopic
+from remoting.client import ConnectionPool, RemotingClient
+from storage.raftlog import DiskStorage
+from tests.controller.support import ControllerCluster, ControllerProc, FakeBroker, metadata
+from tests.support.wait import wait_until
+
+CLUSTER = "DefaultCluster"
+QUEUES = 8
+BROKERS_PER_GROUP = 3
+HEARTBEAT_S = 0.5
+ROUTE_REGISTER_S = 30.0
+CREATE_INFLIGHT = 64
+CONFIG = {
+    "snapshot_every": 1000,
+    "route_expiry_ms": 90_000,
+    "broker_heartbeat_timeout_max_ms": 10_000,
+}
+
+PER_OP = "per op"
+TOTAL = "total"
+
+
+@dataclass
+class Column:
+    factor: int
+    topics: int
+    groups: int
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+MEASURES: tuple[tuple[str, str, str], ...] = (
+    ("route lookup p50", "ms", PER_OP),
+    ("route lookup p99", "ms", PER_OP),
+    ("route lookup x100 p50", "ms", PER_OP),
+    ("route lookup x100 p99", "ms", PER_OP),
+    ("CPU per heartbeat", "us", PER_OP),
+    ("active controller RSS", "MiB", TOTAL),
+    ("snapshot size", "KiB", TOTAL),
+    ("snapshot take", "ms", TOTAL),
+    ("snapshot install", "ms", TOTAL),
+    ("restarted follower catch-up", "ms", TOTAL),
+    ("leader failover", "ms", PER_OP),
+)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def topic_name(i: int) -> str:
+    return f"ScaleTopic{i:06d}"
+
+
+def group_name(g: int) -> str:
+    return f"scale-{g:04d}"
+
+
+class Load:
+    """The simulated brokers of one column and their heartbeat and route loops."""
+
+    def __init__(self, controllers: str, addresses: list[str], col: Column) -> None:
+        self.controllers = controllers
+        self.addresses = addresses
+        self.col = col
+        self.brokers: list[FakeBroker] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.beats = 0
+
+    def group_topics(self, g: int) -> dict[str, int]:
+        return {topic_name(i): QUEUES for i in range(g, self.col.topics, self.col.groups)}
+
+    async def start(self) -> None:
+        sem = asyncio.Semaphore(32)
+
+        async def join(g: int) -> list[FakeBroker]:
+            # One after another in a group: each takes the group's next free id.
+            async with sem:
+                group = []
+                for b in range(BROKERS_PER_GROUP):
+                    broker = FakeBroker(
+                        self.controllers, group_name(g), cluster=CLUSTER, register_code=f"c{g}-{b}"
+                    )
+                    broker.timeout_ms = 3000
+                    await broker.start()
+                    await broker.join()
+                    group.append(broker)
+                return group
+
+        joined = await asyncio.gather(*(join(g) for g in range(self.col.groups)))
+        self.brokers = [b for group in joined for b in group]
+        for broker in self.brokers:
+            self.tasks.append(asyncio.create_task(self._beat(broker)))
+            self.tasks.append(asyncio.create_task(self._routes(broker)))
+
+    async def _beat(self, broker: FakeBroker) -> None:
+        await asyncio.sleep(random.random() * HEARTBEAT_S)  # spread as real brokers are
+        while True:
+            try:
+                resp = await broker.heartbeat()
+                if resp.code == ResponseCode.SUCCESS:
+                    self.beats += 1
+            except Exception as exc:  # an election of the controllers: register, keep beating
+                if (
+                    getattr(exc, "code", None)
+                    == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
+                ):
+                    try:
+                        await broker.register()
+                    except Exception:
+                        pass
+            await asyncio.sleep(HEARTBEAT_S)
+
+    async def _routes(self, broker: FakeBroker) -> None:
+        g = int(broker.broker_name.rsplit("-", 1)[1])
+        await asyncio.sleep(random.random() * 2.0)
+        while True:
+            for address in self.addresses:
+                try:
+                    await broker.register_routes(self.group_topics(g), address)
+                except Exception:
+                    pass  # a controller down (killed for the catch-up or failover)
+            await asyncio.sleep(ROUTE_REGISTER_S)
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*(b.stop() for b in self.brokers), return_exceptions=True)
+
+
+async def create_topics(controllers: str, col: Column) -> float:
+    """Every topic through UPDATE_AND_CREATE_TOPIC, ``CREATE_INFLIGHT`` at once; seconds."""
+    pool = ConnectionPool(5.0)
+    boot = Bootstrap(controllers, pool, timeout=10.0, busy_rounds=20)
+    queue = list(range(col.topics))
+    started = time.perf_counter()
+
+    async def worker() -> None:
+        while queue:
+            i = queue.pop()
+            ask = UpdateTopic(
+                cluster=CLUSTER,
+                broker_name=group_name(i % col.groups),
+                topic=topic_name(i),
+                queues=QUEUES,
+            )
+            await boot.call(ask.code, *ask.encode())
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(CREATE_INFLIGHT)))
+    finally:
+        pool.close()
+    return time.perf_counter() - started
+
+
+async def lookups(address: str, col: Column, n: int, batch: int) -> list[float]:
+    """``n`` lookups of ``batch`` random topics at once on one connection: each one's seconds."""
+    conn = await RemotingClient.connect(address, 2.0)
+    took: list[float] = []
+    try:
+        for _ in range(n):
+            topics = [topic_name(random.randrange(col.topics)) for _ in range(batch)]
+            t0 = time.perf_counter()
+            resps = await asyncio.gather(
+                *(
+                    conn.request(RouteQuery.code, *RouteQuery(topic=t).encode(), timeout=10.0)
+                    for t in topics
+                )
+            )
+            took.append(time.perf_counter() - t0)
+            bad = [r for r in resps if r.code != ResponseCode.SUCCESS]
+            if bad:
+                raise RuntimeError(f"route lookup failed: {bad[0].code} {bad[0].header}")
+    finally:
+        conn.close()
+    return took
+
+
+async def idle_cpu(leader: ControllerProc, seconds: float) -> float:
+    """The leader's CPU seconds per second with no broker and no client (Raft's ticks)."""
+    cpu0 = process_cpu(leader.pid)
+    await asyncio.sleep(seconds)
+    return (process_cpu(leader.pid) - cpu0) / seconds
+
+
+async def heartbeat_cpu(leader: ControllerProc, load: Load, seconds: float, idle: float) -> float:
+    """Microseconds of the leader's CPU per heartbeat answered over ``seconds``, its idle CPU
+    (``idle`` a second) taken off."""
+    beats0, cpu0, t0 = load.beats, process_cpu(leader.pid), time.perf_counter()
+    await asyncio.sleep(seconds)
+    beats, cpu = load.beats - beats0, process_cpu(leader.pid) - cpu0
+    cpu -= idle * (time.perf_counter() - t0)
+    return max(cpu, 0.0) / beats * 1e6 if beats else float("nan")
+
+
+def snapshot_figures(proc: ControllerProc, tmp: Path) -> tuple[float, float, float]:
+    """(size KiB, take ms, install ms) of ``proc``'s newest snapshot."""
+    snaps = sorted(proc.data_dir.rglob("*.snap"), key=lambda p: p.stat().st_mtime)
+    if not snaps:
+        return float("nan"), float("nan"), float("nan")
+    raft_dir = snaps[-1].parent.parent
+    copy = tmp / "snapshot-copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(raft_dir, copy)
+    storage = DiskStorage.open(copy, segment_bytes=64 * 1024 * 1024, fsync=False)
+    raw = storage.snapshot().data
+    _, data = decode_snapshot(raw)
+    manager = ReplicasInfoManager()
+    t0 = time.perf_counter()
+    manager.restore(data)
+    install = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    manager.snapshot()
+    take = time.perf_counter() - t0
+    return len(raw) / 1024, take * 1000, install * 1000
+
+
+async def commit_index(address: str) -> int:
+    doc = await metadata(address)
+    return -1 if doc is None else int(doc["commitIndex"])
+
+
+async def catch_up(follower: ControllerProc, leader: ControllerProc) -> float:
+    """kill -9 ``follower``, restart it from its disk; seconds until it has the leader's index."""
+    follower.kill9()
+    target = await commit_index(leader.address)
+    t0 = time.perf_counter()
+    follower.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    while await commit_index(follower.address) < target:
+        if loop.time() > deadline:
+            raise RuntimeError(f"{follower.name} did not catch up in 120 s")
+        await asyncio.sleep(0.01)
+    return time.perf_counter() - t0
+
+
+async def failover(cluster: ControllerCluster, leader: ControllerProc) -> float:
+    survivors = [p.address for p in cluster.procs.values() if p is not leader]
+    t0 = time.perf_counter()
+    leader.kill9()
+    await first_write_after_kill(survivors, apply_header(64, group="scale-failover"))
+    took = time.perf_counter() - t0
+    leader.start()
+    wait_until(leader.alive, f"{leader.name} to start", 10)
+    return took
+
+
+async def measure(col: Column, args: argparse.Namespace, tmp: Path) -> None:
+    cluster = ControllerCluster(tmp, config=CONFIG)
+    procs = list(cluster.procs.values())
+    load: Load | None = None
+    f = col.figures
+    try:
+        cluster.start()
+        lead = await leader_address(cluster, procs)
+        idle = await idle_cpu(next(p for p in procs if p.address == lead), args.window / 2)
+        addresses = [p.address for p in procs]
+        load = Load(cluster.addresses, addresses, col)
+        t0 = time.perf_counter()
+        await load.start()
+        joined = time.perf_counter() - t0
+        created = await create_topics(cluster.addresses, col)
+        print(
+            f"  {col.factor}x: {len(load.brokers)} brokers joined in {joined:.1f} s, "
+            f"{col.topics} topics created in {created:.1f} s "
+            f"({col.topics / created:,.0f}/s)",
+            flush=True,
+        )
+        lead = await leader_address(cluster, procs)
+        leader = next(p for p in procs if p.address == lead)
+        await asyncio.sleep(2 * HEARTBEAT_S)
+        one = await lookups(lead, col, args.lookups, 1)
+        hundred = await lookups(lead, col, max(10, args.lookups // 10), 100)
+        f["route lookup p50"] = percentile(one, 0.5) * 1000
+        f["route lookup p99"] = percentile(one, 0.99) * 1000
+        f["route lookup x100 p50"] = percentile(hundred, 0.5) * 1000
+        f["route lookup x100 p99"] = percentile(hundred, 0.99) * 1000
+        f["CPU per heartbeat"] = await heartbeat_cpu(leader, load, args.window, idle)
+        f["active controller RSS"] = rss_mib(leader.pid)
+        size, take, install = snapshot_figures(leader, tmp)
+        f["snapshot size"], f["snapshot take"], f["snapshot install"] = size, take, install
+        follower = next(p for p in procs if p is not leader)
+        f["restarted follower catch-up"] = await catch_up(follower, leader) * 1000
+        f["leader failover"] = await failover(cluster, leader) * 1000
+    finally:
+        if load is not None:
+            await load.stop()
+        cluster.stop()
+
+
+def print_table(cols: list[Column]) -> None:
+    base = cols[0]
+    head = f"{'measure':30s}" + "".join(f"{f'{c.factor}x':>12s}" for c in cols)
+    head += "".join(f"{f'{c.factor}x cost/load=ratio':>28s}" for c in cols[1:])
+    print()
+    print(
+        "load: "
+        + ", ".join(
+            f"{c.factor}x = {c.topics:,} topics of {QUEUES} queues, {c.groups} groups, "
+            f"{c.groups * BROKERS_PER_GROUP} brokers"
+            for c in cols
+        )
+    )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine)")
+    print(head)
+    worst = (0.0, "")
+    for name, unit, kind in MEASURES:
+        row = f"{name + ' (' + unit + ')':30s}"
+        row += "".join(f"{c.figures.get(name, float('nan')):12,.2f}" for c in cols)
+        for c in cols[1:]:
+            load_x = c.topics / base.topics if kind == TOTAL else 1.0
+            cost_x = c.figures.get(name, float("nan")) / base.figures.get(name, float("nan"))
+            ratio = cost_x / load_x
+            row += f"{f'{cost_x:.2f}/{load_x:g}={ratio:.2f}':>28s}"
+            if ratio == ratio and ratio > worst[0]:
+                worst = (ratio, f"{name} at {c.factor}x")
+        print(row)
+    print(f"worst growth: {worst[0]:.2f} ({worst[1]})")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--topics", type=int, default=1000, help="topics at 1x")
+    parser.add_argument("--groups", type=int, default=10, help="broker groups at 1x (3 brokers)")
+    parser.add_argument("--columns", default="1,10,100", help="load factors")
+    parser.add_argument("--quick", action="store_true", help="the 1x and 10x columns only")
+    parser.add_argument("--lookups", type=int, default=400, help="single lookups per column")
+    parser.add_argument("--window", type=float, default=10.0, help="heartbeat CPU window, s")
+    args = smoke.parse_args(parser, topics=10, groups=1, columns="1,3", lookups=40, window=2.0)
+    if args.quick:
+        args.columns = "1,10"
+    return args
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    factors = [int(x) for x in args.columns.split(",")]
+    cols = []
+    for factor in factors:
+        # The issue's broker groups: 10, 100, 700 (2,000 brokers at 3 a group... 2,100 here).
+        groups = args.groups * factor if factor <= 10 else args.groups * min(factor, 70)
+        cols.append(Column(factor, args.topics * factor, groups))
+    for col in cols:
+        tmp = Path(tempfile.mkdtemp(prefix=f"scale-{col.factor}x-"))
+        try:
+            print(f"column {col.factor}x: {col.topics:,} topics, {col.groups} groups", flush=True)
+            await measure(col, args, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print_table(cols)
+
+
+def main() -> int:
+    args = parse_args()
+    started = time.perf_counter()
+    run(lambda: main_async(args))
+    print(f"took {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
