@@ -146,6 +146,11 @@ async def serve(settings: Settings) -> int:
     help="Log in with the cluster's own users (its authentication on): super users get every "
     "action, other users read only.",
 )
+@click.option(
+    "--prometheus-url",
+    metavar="URL",
+    help="A Prometheus scraping the clusters: the cluster page shows the alerts firing there.",
+)
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), help="Log format.")
 @daemon_cli.reference_option
 def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:

@@ -11,6 +11,7 @@ bad input is a page saying so, never a stack trace.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import secrets
@@ -205,16 +206,23 @@ def make_app(settings: Settings) -> Starlette:
     async def home(request: Request) -> Response:
         return RedirectResponse(f"/c/{quote(next(iter(clusters)))}/cluster", status_code=303)
 
+    async def firing_alerts() -> reads.Alerts | None:
+        if not cfg.prometheus_url:
+            return None
+        return await reads.firing_alerts(cfg.prometheus_url, cfg.request_timeout)
+
     async def cluster_page(request: Request) -> Response:
-        view = await cluster_view(request)
+        view, alerts = await asyncio.gather(cluster_view(request), firing_alerts())
         return render(
             request, "cluster.html", view=view, addresses=addresses(request),
-            charts=charts(request, view),
+            charts=charts(request, view), alerts=alerts,
         )  # fmt: skip
 
     async def cluster_live(request: Request) -> Response:
-        view = await cluster_view(request)
-        return render(request, "cluster_live.html", view=view, charts=charts(request, view))
+        view, alerts = await asyncio.gather(cluster_view(request), firing_alerts())
+        return render(
+            request, "cluster_live.html", view=view, charts=charts(request, view), alerts=alerts
+        )
 
     async def topics_page(request: Request) -> Response:
         addrs = addresses(request)

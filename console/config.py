@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from daemon.config import (
     ConfigError,
@@ -35,6 +36,16 @@ from daemon.config import (
 
 DEFAULT_CLUSTER: Final = "default"
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def http_url(value: Any) -> str | None:
+    """Empty, or an http:// or https:// URL with a host (no query or fragment)."""
+    if value == "":
+        return None
+    parts = urlsplit(str(value))
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        return "must be an http:// or https:// URL such as http://127.0.0.1:9090"
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +97,12 @@ class ConsoleConfig:
         "every action, other users read only",
     )
     session_hours: float = field(12.0, "a login lasts this long, in hours", at_least(0.01))
+    prometheus_url: str = field(
+        "",
+        "base URL of a Prometheus scraping the clusters (http://host:9090): the cluster page "
+        "shows the alerts firing there (its /api/v1/alerts); empty: no alerts shown",
+        http_url,
+    )
     refresh_seconds: float = field(
         2.0, "how often the cluster page updates itself, in seconds", at_least(0.5)
     )

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -488,3 +490,93 @@ async def users_and_rules(
         docs.append(raw[key])
     users, acls = docs
     return users, acls
+
+
+# --- firing alerts (Prometheus) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Alert:
+    """One alert Prometheus reports firing (``GET /api/v1/alerts``)."""
+
+    name: str
+    severity: str
+    #: the labels that say where (broker_name, instance, ...), without alertname and severity
+    where: str
+    summary: str
+    since: str
+
+
+@dataclass(slots=True)
+class Alerts:
+    """The firing alerts of the Prometheus at ``url``, or why they could not be read."""
+
+    url: str
+    firing: list[Alert] = field(default_factory=list)
+    pending: int = 0
+    error: str | None = None
+
+
+def parse_alerts(url: str, doc: Any) -> Alerts:
+    """Prometheus's documented answer (``{"status": "success", "data": {"alerts": [...]}}``,
+    each alert with labels, annotations, state and activeAt): the firing ones, critical first,
+    and how many are pending."""
+    out = Alerts(url)
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        error = doc.get("error") if isinstance(doc, dict) else None
+        out.error = f"Prometheus at {url} answered no alerts: {error or 'not its API answer'}"
+        return out
+    data = doc.get("data")
+    raw = data.get("alerts") if isinstance(data, dict) else None
+    if not isinstance(raw, list):
+        out.error = f"Prometheus at {url} answered no alert list"
+        return out
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        if item.get("state") == "pending":
+            out.pending += 1
+        if item.get("state") != "firing":
+            continue
+        labels = _table(item.get("labels"))
+        notes = _table(item.get("annotations"))
+        where = ", ".join(
+            f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname", "severity")
+        )
+        out.firing.append(
+            Alert(
+                name=str(labels.get("alertname", "?")),
+                severity=str(labels.get("severity", "")),
+                where=where,
+                summary=str(notes.get("summary") or notes.get("description") or ""),
+                since=str(item.get("activeAt", ""))[:19].replace("T", " "),
+            )
+        )
+    rank = {"critical": 0, "warning": 1}
+    out.firing.sort(key=lambda a: (rank.get(a.severity, 2), a.name, a.where))
+    return out
+
+
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _get_json(url: str, timeout: float) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return json.loads(resp.read(4 << 20))
+
+
+async def firing_alerts(prometheus_url: str, timeout: float) -> Alerts:
+    """The alerts firing on the Prometheus at ``prometheus_url`` (config key prometheus_url);
+    one that cannot be reached or answers something else is an :class:`Alerts` with its error
+    (the cluster page still shows)."""
+    base = prometheus_url.rstrip("/")
+    try:
+        doc = await asyncio.to_thread(_get_json, f"{base}/api/v1/alerts", timeout)
+    except urllib.error.HTTPError as exc:
+        return Alerts(prometheus_url, error=f"Prometheus at {prometheus_url}: HTTP {exc.code}")
+    except (OSError, ValueError) as exc:
+        why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return Alerts(prometheus_url, error=f"Prometheus at {prometheus_url} did not answer: {why}")
+    return parse_alerts(prometheus_url, doc)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -40,6 +41,7 @@ from client import Consumer, Producer
 from client.admin import Admin
 from client.message import ReceivedMessage
 from tests.console.browser import ConsoleEnv, console_process, require_chromium, text_of
+from tests.deploy.test_prometheus_e2e import Prometheus, prometheus_binary
 from tests.support.cluster import Cluster
 from tests.support.messages import FAST_CONSUMER
 from tests.support.procs import port_open, rmqctl
@@ -52,6 +54,10 @@ LAG_GROUP = "console-lag"
 
 
 class Env(ConsoleEnv):
+    #: a real Prometheus with the production alert rules, the console's prometheus_url (None
+    #: where it is not installed: only the alerts test skips)
+    prometheus: Prometheus | None = None
+
     def ctl(self, *args: str) -> Any:
         done = rmqctl("--json", "-a", self.cluster.controller_addresses, *args)
         assert done.returncode == 0, done.stderr
@@ -66,13 +72,20 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     require_chromium()  # before starting a cluster for nothing
     tmp = tmp_path_factory.mktemp("console")
     cluster = Cluster(tmp)
-    console, port = console_process(tmp, "--controllers", cluster.controller_addresses)
+    # Prometheus with deploy/prometheus/rules/rmq-alerts.yml scraping no controller: the rule
+    # RmqNoActiveController fires after its 30 s, while the module's other tests run.
+    prometheus = Prometheus(tmp, [], []) if shutil.which("prometheus") else None
+    extra = ["--prometheus-url", f"http://127.0.0.1:{prometheus.port}"] if prometheus else []
+    console, port = console_process(tmp, "--controllers", cluster.controller_addresses, *extra)
     try:
+        if prometheus is not None:
+            prometheus.start()
         cluster.start_controllers()
         cluster.add_group("broker-a", 2, config="trace_enabled = true\n")
         console.start()
         wait_until(lambda: port_open(port), "the console to listen", 30, on_timeout=console.log)
         e = Env(cluster, console, f"http://127.0.0.1:{port}", tmp)
+        e.prometheus = prometheus
 
         def both_in_sync() -> bool:
             done = rmqctl(
@@ -85,6 +98,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     finally:
         console.stop()
         cluster.stop()
+        if prometheus is not None:
+            prometheus.stop()
 
 
 #: Where the README's screenshots are made (RMQ_CONSOLE_SHOTS=docs/images pytest ...).
@@ -344,3 +359,21 @@ def test_cluster_page_shows_the_master_and_follows_a_failover_without_a_reload(
     print(f"the cluster page showed the new master {time.monotonic() - started:.1f}s after kill -9")
     assert browser.execute_script("return window.notReloaded === true;")
     shot(env, browser, "cluster-after-failover")
+
+
+def test_cluster_page_shows_the_alerts_firing_in_prometheus(env: Env, browser: Any) -> None:
+    """The module's Prometheus (the production rules, no controller scraped) fires
+    RmqNoActiveController; the cluster page lists it, critical, with its summary."""
+    if env.prometheus is None:
+        prometheus_binary()  # skips where it is not installed, fails under CI
+    assert env.prometheus is not None
+    browser.get(f"{env.url}/c/default/cluster")
+    wait_until(
+        lambda: "RmqNoActiveController" in text_of(browser, "#alerts"),
+        "the firing alert on the cluster page (its rule holds for 30 s first)",
+        90,
+        on_timeout=lambda: env.prometheus.log() if env.prometheus else "",
+    )
+    row = text_of(browser, "#alerts tr.alert")
+    assert "critical" in row and "No active controller" in row, row
+    shot(env, browser, "cluster-alerts")

@@ -52,3 +52,66 @@ def test_tps_history_keeps_an_hour_and_scales_to_the_highest() -> None:
     assert chart["put"] == "47.2,5.0 100.0,0.0"
     assert chart["get"] == "47.2,10.0 100.0,7.5"
     assert history.chart("c", "elsewhere:1", now=3700.0)["put"] == ""
+
+
+#: Prometheus's documented answer to GET /api/v1/alerts (one firing, one pending)
+ALERTS_ANSWER = {
+    "status": "success",
+    "data": {
+        "alerts": [
+            {
+                "labels": {"alertname": "RmqSlaveLagHigh", "severity": "warning",
+                           "broker_name": "broker-a", "instance": "10.0.0.2:5557"},
+                "annotations": {"summary": "broker-a slave 2 is 9 MiB behind"},
+                "state": "firing",
+                "activeAt": "2026-11-29T10:02:03.123456789Z",
+                "value": "9.4e+06",
+            },
+            {
+                "labels": {"alertname": "RmqTargetDown", "severity": "warning"},
+                "annotations": {},
+                "state": "pending",
+                "activeAt": "2026-11-29T10:09:00Z",
+                "value": "0e+00",
+            },
+        ]
+    },
+}  # fmt: skip
+
+
+def test_parse_alerts_keeps_the_firing_ones_and_counts_the_pending() -> None:
+    from console.reads import Alert, parse_alerts
+
+    alerts = parse_alerts("http://p:9090", ALERTS_ANSWER)
+    assert alerts.error is None and alerts.pending == 1
+    assert alerts.firing == [
+        Alert(
+            name="RmqSlaveLagHigh",
+            severity="warning",
+            where="broker_name=broker-a, instance=10.0.0.2:5557",
+            summary="broker-a slave 2 is 9 MiB behind",
+            since="2026-11-29 10:02:03",
+        )
+    ]
+    refused = parse_alerts("http://p:9090", {"status": "error", "error": "bad"})
+    assert refused.error == "Prometheus at http://p:9090 answered no alerts: bad"
+    assert parse_alerts("http://p:9090", ["not", "it"]).error is not None
+
+
+def test_firing_alerts_from_a_prometheus_that_does_not_answer_is_an_error_not_a_raise() -> None:
+    import asyncio
+
+    from console.reads import firing_alerts
+    from tests.support.procs import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    alerts = asyncio.run(firing_alerts(url, 2.0))
+    assert alerts.firing == [] and alerts.error is not None
+    assert alerts.error.startswith(f"Prometheus at {url} did not answer:"), alerts.error
+
+
+def test_prometheus_url_is_checked() -> None:
+    from console.config import http_url
+
+    assert http_url("") is None and http_url("https://prom.example:9090/sub") is None
+    assert http_url("prom:9090") is not None and http_url("http://p:9090/?q=1") is not None
