@@ -20,8 +20,9 @@
 #      (deploy/config) turn authentication and TLS on with them. On the second and third host,
 #      copy /etc/rmq/auth.key and /etc/rmq/tls/ca.* from the first one before running this.
 #      --no-security skips the step;
-#   6. installs the units rmq-controller@.service, rmq-broker@.service, rmq.target and
-#      rmq-controllers.target into /etc/systemd/system, pointing at the environment of step 2,
+#   6. installs the units rmq-controller@.service, rmq-broker@.service, rmq.target,
+#      rmq-controllers.target and rmq-console.service (the web console, docs/console.md) into
+#      /etc/systemd/system, pointing at the environment of step 2,
 #      the docs into PREFIX/doc and an rmqctl link into /usr/local/bin;
 #   7. runs `systemctl daemon-reload` when systemd is running (never with --destdir).
 # It enables and starts nothing: docs/operations.md, "First start", does that.
@@ -132,7 +133,8 @@ if [ "$security" -eq 1 ]; then
 fi
 
 # 6. Units, docs, rmqctl.
-for unit in rmq-controller@.service rmq-broker@.service rmq.target rmq-controllers.target; do
+for unit in rmq-controller@.service rmq-broker@.service rmq.target rmq-controllers.target \
+    rmq-console.service; do
     sed -e "s#/opt/rmq/venv/#$venv/#g" \
         -e "s#/opt/rmq/doc/#$prefix/doc/#g" \
         -e "s#^User=rmq\$#User=$user#" \
@@ -156,4 +158,6 @@ cat <<EOF
 Done. Next (docs/operations.md, "First start"): edit /etc/rmq/*.toml for this host, then
   systemctl enable rmq.target rmq-controllers.target rmq-controller@<id> rmq-broker@<group>...
   systemctl start rmq.target
+and for the web console (docs/console.md): write /etc/rmq/console.toml, then
+  systemctl enable --now rmq-console
 EOF

@@ -117,6 +117,8 @@ def test_install_creates_user_directories_configs_and_units(staged: Path) -> Non
         assert installed.stat().st_mode & 0o777 == 0o640 and installed.stat().st_gid == gid
     unit = (staged / "etc/systemd/system/rmq-broker@.service").read_text()
     assert f"ExecStart={VENV}/bin/rmq-broker --config /etc/rmq/%i.toml" in unit
+    console = (staged / "etc/systemd/system/rmq-console.service").read_text()
+    assert f"ExecStart={VENV}/bin/rmq-console --config /etc/rmq/console.toml" in console
     assert os.readlink(staged / "usr/local/bin/rmqctl") == f"{VENV}/bin/rmqctl"
     # Every page of docs/, so the links between them resolve in the installed copy.
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
@@ -210,6 +212,7 @@ def test_systemd_analyze_verify_passes_on_the_installed_units(installed_units: P
         "./rmq-broker@broker-a.service",
         "./rmq.target",
         "./rmq-controllers.target",
+        "./rmq-console.service",
     ]
     result = analyze("verify", *instances, cwd=installed_units)
     # verify exits 0 on warnings (an unknown key, a bad value): any output is a failure too.
@@ -231,7 +234,10 @@ def test_systemd_analyze_verify_catches_a_broken_unit(installed_units: Path) -> 
     assert "PrivateTmpp" in output and "/nonexistent" in output
 
 
-@pytest.mark.parametrize("instance", ["rmq-controller@n0.service", "rmq-broker@broker-a.service"])
+@pytest.mark.parametrize(
+    "instance",
+    ["rmq-controller@n0.service", "rmq-broker@broker-a.service", "rmq-console.service"],
+)
 def test_exposure_stays_low(installed_units: Path, instance: str) -> None:
     result = analyze("security", "--offline=true", f"./{instance}", cwd=installed_units)
     found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
