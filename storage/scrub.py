@@ -6,9 +6,8 @@ carries on where it stood.
 
 A record checks when its magic, size and CRC hold and it names its own CommitLog offset
 (``protocol.message.check_record``, as recovery and reads check); a segment's blank tail is
-passed. What fails is damage: a record whose header holds but whose CRC does not is its size;
-one whose header does not hold runs to the next valid record (``storage.dispatch.next_record``,
-as recovery resumes). Damage is handed back, not acted on: repairing it is the broker's.
+passed. What fails is damage, running to the next valid record (``storage.dispatch.next_record``,
+as recovery resumes: a damaged size field may still look plausible). Damage is handed back, not acted on: repairing it is the broker's.
 
 Plain synchronous code over the mapped segments (the broker calls it on its loop thread, in
 slices small enough not to hold the loop); no clock.
@@ -32,9 +31,10 @@ from protocol.message import (
 from storage.commitlog import CommitLog
 from storage.dispatch import next_record
 from storage.errors import StoreError
+from storage.segment import Segment
 from storage.small_file import read_atomic, write_atomic
 
-__all__ = ["SCRUB_FILE", "Scrub", "ScrubStep"]
+__all__ = ["SCRUB_FILE", "Scrub", "ScrubStep", "check_at", "checked_records"]
 
 SCRUB_FILE: Final = "scrub"
 
@@ -95,7 +95,6 @@ class Scrub:
             if seg is None:  # deleted under us (retention): go on from the oldest
                 pos = commitlog.min_offset
                 break
-            view = seg.view
             rel = pos - seg.start
             seg_limit = min(seg.end, limit) - seg.start
             if seg_limit - rel < 8:
@@ -104,26 +103,58 @@ class Scrub:
                     pos = seg.end
                     continue
                 break
-            size, magic = peek_prefix(view, rel)
-            if magic == BLANK_MAGIC and size == seg.size - rel:
-                out.scanned += min(seg.end, limit) - pos
-                pos = min(seg.end, limit)
-                continue
-            if magic == MESSAGE_MAGIC and size >= MIN_RECORD_SIZE and rel + size <= seg_limit:
-                try:
-                    check_record(view, rel, rel + size)
-                    intact = DISPATCH_HEAD.unpack_from(view, rel)[5] == pos
-                except RecordError:
-                    intact = False
-                if not intact:
-                    out.damage.append((pos, size))
-                out.scanned += size
-                pos += size
-                continue
-            found = next_record(view, seg.start, rel, seg.size, seg_limit)
-            end = seg.start + (seg_limit if found is None else found)
-            out.damage.append((pos, end - pos))
-            out.scanned += end - pos
-            pos = end
+            extent, intact = check_at(seg, rel, seg_limit)
+            if not intact:
+                out.damage.append((pos, extent))
+            out.scanned += extent
+            pos += extent
         self.position = pos
         return out
+
+
+def checked_records(commitlog: CommitLog, offset: int, max_bytes: int) -> tuple[memoryview, int]:
+    """Whole records (and blank tails) from CommitLog ``offset`` that pass their checks
+    (:func:`check_at`), up to ``max_bytes`` (at least one), never crossing a segment end; and
+    the extent of the damage that ends them (0: none): when the first fails, the view is
+    empty and the damage starts at ``offset``. Empty at the write position; raises
+    :class:`StoreError` for an offset outside the log. The view aliases the mapped segment."""
+    if offset == commitlog.write_pos:
+        return memoryview(b""), 0
+    seg = commitlog.segment_at(offset)
+    if seg is None or not commitlog.min_offset <= offset < commitlog.write_pos:
+        raise StoreError(
+            f"offset {offset} outside the commitlog [{commitlog.min_offset}, {commitlog.write_pos})"
+        )
+    start = offset - seg.start
+    limit = min(seg.end, commitlog.write_pos) - seg.start
+    rel = start
+    while rel < limit and rel - start < max_bytes:
+        if limit - rel < 8:  # a sealed segment's tail too short for a record (zeros)
+            rel = limit
+            break
+        extent, intact = check_at(seg, rel, limit)
+        if not intact:
+            return seg.view[start:rel], extent
+        rel += extent
+    return seg.view[start:rel], 0
+
+
+def check_at(seg: Segment, rel: int, limit: int) -> tuple[int, bool]:
+    """(extent, intact) of what lies at ``rel`` in ``seg``, below ``limit`` (relative, at least
+    8 bytes past ``rel``): a segment's blank tail (to ``limit``, intact); a record that passes
+    its checks (CRC, and it names its own offset: its size, intact); else damage running to the
+    next valid record (``storage.dispatch.next_record``, as recovery resumes) or ``limit``."""
+    view = seg.view
+    size, magic = peek_prefix(view, rel)
+    if magic == BLANK_MAGIC and size == seg.size - rel:
+        return limit - rel, True
+    if magic == MESSAGE_MAGIC and size >= MIN_RECORD_SIZE and rel + size <= limit:
+        try:
+            check_record(view, rel, rel + size)
+            if DISPATCH_HEAD.unpack_from(view, rel)[5] == seg.start + rel:
+                return size, True
+        except RecordError:
+            pass
+    # Damage runs to the next valid record: a size field that fails may still look plausible.
+    found = next_record(view, seg.start, rel, seg.size, limit)
+    return (limit if found is None else found) - rel, False

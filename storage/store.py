@@ -53,7 +53,7 @@ from storage.queue_write import RecordSizer, encode_batch
 from storage.queues import queue_id_error, topic_error
 from storage.recovery import Damage
 from storage.replica_bytes import append_end, whole_records, write_file
-from storage.scrub import Scrub, ScrubStep
+from storage.scrub import Scrub, ScrubStep, checked_records
 from storage.segment import Segment
 from storage.store_config import StoreConfig
 from storage.store_files import StoreFiles
@@ -521,6 +521,18 @@ class MessageStore:
         truncation, and do not keep it."""
         self._check_open()
         return whole_records(self._commitlog, offset, max_bytes)
+
+    def read_checked(self, offset: int, max_bytes: int) -> tuple[memoryview, int]:
+        """As :meth:`read_raw`, but only records that pass their checks (CRC, size, offset),
+        and the extent of the damage that ends them (0: none; ``storage.scrub``). Damage at
+        ``offset`` itself (an empty view) is made known by its extent for :attr:`repairer` (a
+        replay, such as the timer's, passes over it and says so; a read or the scrub meeting
+        it still counts and logs it as theirs)."""
+        self._check_open()
+        view, damage = checked_records(self._commitlog, offset, max_bytes)
+        if damage and not len(view):
+            self._corruption.sizes.setdefault(offset, damage)
+        return view, damage
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         """Append CommitLog bytes as a master wrote them (whole records and blank tails within

@@ -44,12 +44,12 @@ class Progress:
         self.directory = directory
         self.config = config
         self._snapshot: _Snapshot | None = None
-        self._dispatched_saved = 0
+        self._dispatched_saved = -1  # none: the first save writes it (0 too)
 
     def reset(self) -> None:
         """The timer is rebuilt: nothing noted, nothing saved."""
         self._snapshot = None
-        self._dispatched_saved = 0
+        self._dispatched_saved = -1  # none: the first save writes it (0 too)
 
     # -- geometry --------------------------------------------------------------------------------
 

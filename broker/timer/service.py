@@ -44,6 +44,7 @@ from broker.timer.schedule import (
     scheduled_copy,
     scheduling,
 )
+from broker.timer.skipped import Skipped
 from protocol.message import Message, RecordError
 from protocol.timer import TIMER_TOPIC
 from storage.errors import StoreError
@@ -92,6 +93,7 @@ class TimerService:
         self._sleep_until = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._delivery = Delivery(host, self._appended, self._wake.set)
+        self._skipped = Skipped()
 
     @property
     def forward(self) -> Forward | None:
@@ -167,7 +169,7 @@ class TimerService:
         wheel = self.wheel
         if wheel is None:
             return
-        self._progress.note(wheel, self.host.store.max_offset, force=True)
+        self._progress.note(wheel, self._covered(), force=True)
         self._progress.save_if_durable(wheel, self._durable)
         wheel.flush()
         wheel.log.close()
@@ -192,21 +194,24 @@ class TimerService:
         shutil.rmtree(self.directory, ignore_errors=True)
         self._delivery.reset()
         self._progress.reset()
+        self._skipped.reset()
         wheel = self._open_wheel()
         self._replay(store.min_offset)
         self._last_event_end = store.max_offset
         log.info("timer rebuilt", pending=wheel.pending_count, delivered=list(wheel.delivered))
 
     def _replay(self, start: int) -> None:
-        """Index the CommitLog from ``start`` to its end. Bytes it cannot read (a damaged range
-        recovery kept, a segment whose start was lost) are skipped to the next segment, with a
-        warning: scheduled messages stored there cannot be delivered anyway."""
+        """Index the CommitLog from ``start`` to its end. A record that fails its checks is made
+        known to the store as damage (the broker has it repaired from a replica) and passed
+        over by its extent (``MessageStore.read_checked``), remembered until it is repaired
+        (:meth:`replay_repaired`). Bytes it cannot read at all (a segment whose start was lost)
+        are skipped to the next segment, with a warning."""
         store = self.host.store
         pos = start
         end = store.max_offset
         while pos < end:
             try:
-                view = store.read_raw(pos, _REPLAY_CHUNK)
+                view, damage = store.read_checked(pos, _REPLAY_CHUNK)
             except StoreError as exc:
                 nxt = next((s for s, _e in store.commitlog_segments() if s > pos), end)
                 log.warning(
@@ -218,12 +223,64 @@ class TimerService:
                 pos = nxt
                 continue
             if not len(view):
-                break
+                if not damage:
+                    break
+                self._skipped.add(pos, damage)
+                log.warning(
+                    f"timer replay passes over {damage} damaged CommitLog bytes at offset {pos}:"
+                    " their scheduled messages are indexed once they are repaired",
+                    offset=pos,
+                    size=damage,
+                )
+                pos += damage
+                continue
             try:
                 self._apply(bytes(view), pos)
             except RecordError as exc:
                 log.error("timer replay skips a chunk", offset=pos, error=str(exc))
             pos += len(view)
+
+    def replay_repaired(self) -> int:
+        """Index the scheduled messages of the spans a replay passed over whose bytes were
+        repaired since (each span once): those no later delivery or recall record names. On a
+        master an overdue one is due at once, after every entry handed out; a replica keeps
+        the master's due time (its delivery record drops it). How many were scheduled."""
+        wheel = self.wheel
+        store = self.host.store
+        scheduled = 0
+        if wheel is None:
+            return 0
+        for span in list(self._skipped.spans.values()):
+            size = span.end - span.offset
+            try:
+                view, damage = store.read_checked(span.offset, size)
+            except StoreError:
+                continue
+            if damage or len(view) < size:
+                continue  # not repaired yet
+            del self._skipped.spans[span.offset]
+            master = self.host.gate.role.is_master
+            for event in timer_events(bytes(view), span.offset):
+                if isinstance(event, Delivered):
+                    wheel.commit_key(event.due_ms, event.source_offset)
+                if not isinstance(event, Scheduled) or event.offset in span.done:
+                    continue
+                due = event.due_ms
+                if master and due <= wheel.now:
+                    due = wheel.now + 1
+                entry = wheel.schedule_late(due, event.offset, event.size)
+                if entry is None:
+                    continue
+                scheduled += 1
+                log.warning(
+                    f"timer indexes the scheduled message at CommitLog offset {event.offset}, "
+                    "which its replay passed over, now repaired",
+                    offset=event.offset,
+                    due_ms=entry.due_ms,
+                )
+        if scheduled:
+            self._wake.set()
+        return scheduled
 
     # -- dispatch ------------------------------------------------------------------------------------
 
@@ -248,6 +305,8 @@ class TimerService:
         wheel = self.wheel
         assert wheel is not None
         events: list[TimerEvent] = timer_events(buf, base)
+        if self._skipped.spans:
+            self._skipped.note(events)
         for event in events:
             if isinstance(event, Scheduled):
                 try:
@@ -374,6 +433,8 @@ class TimerService:
     async def _deliver_loop(self) -> None:
         while True:
             try:
+                if self._skipped.spans:
+                    self.replay_repaired()
                 wait = self._next_wait()
                 if wait > 0:
                     self._wake.clear()
@@ -451,7 +512,14 @@ class TimerService:
             return
         self._progress.save_if_durable(wheel, self._durable)
         wheel.flush()
-        self._progress.note(wheel, self.host.store.max_offset)
+        self._progress.note(wheel, self._covered())
+
+    def _covered(self) -> int:
+        """The CommitLog offset the timer has indexed all of: its end, or the first span a
+        replay passed over and has not replayed yet (a restart replays from there again)."""
+        end = self.host.store.max_offset
+        first = self._skipped.first()
+        return end if first is None else min(first, end)
 
     def _durable(self, end: int) -> bool:
         host = self.host

@@ -255,9 +255,25 @@ class TimingWheel:
             return None
         self._now = max(self._now, now_ms)
         entry = TimerEntry(max(deliver_at_ms, self._now), commitlog_offset, size)
-        self._append(
-            TimerKind.SCHEDULE, entry.due_ms, commitlog_offset, size, commitlog_offset + size
-        )
+        return self._add(entry)
+
+    def schedule_late(self, due_ms: int, commitlog_offset: int, size: int) -> TimerEntry | None:
+        """Index the message at ``commitlog_offset`` due at ``due_ms`` although its CommitLog
+        record lies below :attr:`indexed_through`: a replay passed over it (the record failed
+        its checks) and it was repaired since. The caller knows that no delivery or recall of
+        it followed. None when ``(due_ms, commitlog_offset)`` is at or below the progress mark
+        (the caller gives a due time after :attr:`now` for an entry that must still go out: every
+        entry handed out is due at or before it)."""
+        if commitlog_offset < 0 or size <= 0:
+            raise StoreError(f"bad CommitLog record {commitlog_offset} ({size} bytes) to schedule")
+        entry = TimerEntry(due_ms, commitlog_offset, size)
+        if entry.key <= self.delivered or commitlog_offset in self._near_index:
+            return None
+        return self._add(entry)
+
+    def _add(self, entry: TimerEntry) -> TimerEntry:
+        offset = entry.commitlog_offset
+        self._append(TimerKind.SCHEDULE, entry.due_ms, offset, entry.size, offset + entry.size)
         self._pending += 1
         if self._bucket(entry.due_ms) <= self._loaded_through:
             self._near_add(entry)
@@ -548,6 +564,11 @@ class TimingWheel:
                 if low is not None and (floor is None or low < floor):
                     floor = low
         return floor
+
+    @property
+    def now(self) -> int:
+        """The latest time the wheel was given (records' store times, delivery rounds)."""
+        return self._now
 
     @property
     def saved(self) -> tuple[int, int]:
