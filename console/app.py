@@ -199,7 +199,8 @@ def make_app(settings: Settings) -> Starlette:
             raise PageError(502, f"{what} {target} failed: {reason}") from None
         log.info("console action", **who, cluster=name, action=what, target=target,
                  outcome="done", result=done)  # fmt: skip
-        return RedirectResponse(f"{back}?{urlencode({'notice': done})}", status_code=303)
+        joint = "&" if "?" in back else "?"  # back may have its own query (?topic=)
+        return RedirectResponse(f"{back}{joint}{urlencode({'notice': done})}", status_code=303)
 
     # --- pages ----------------------------------------------------------------------------------
 

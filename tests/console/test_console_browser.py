@@ -12,6 +12,10 @@ process beside them (one of each for the module: the suite's time is short).
 - A group's page shows its lag rise as messages are sent, and fall to 0 when skipped; a reset
   to a time before the sends brings the lag back (the form, then the page's own update); the
   group deleted from its page is gone (rmqctl consumerProgress -g: not found).
+- A real SDK consumer running while the page watches: its member listed, the group's lag rising
+  as messages are sent while its handler is held and back to 0 once it runs, without a reload;
+  a message re-sent to the group from its page reaches that live member.
+- A Prometheus with the production alert rules: its firing alert listed on the cluster page.
 - A dead letter (a group with retryMaxTimes 0 whose handler fails) is listed on the group's DLQ
   page, re-sent from there, and exported as JSON lines.
 - Bad input is refused with a clear message and changes nothing: a bad topic name, a reset to a
@@ -26,6 +30,7 @@ import asyncio
 import json
 import os
 import shutil
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -276,6 +281,113 @@ def test_group_page_shows_lag_rise_and_fall_and_resets_by_time(env: Env, browser
     assert LAG_GROUP not in text_of(browser, "#groups")
     gone = rmqctl("-a", env.cluster.controller_addresses, "consumerProgress", "-g", LAG_GROUP)
     assert gone.returncode == 1 and "not found" in gone.stderr, gone.stderr
+
+
+class LiveConsumer:
+    """A real SDK consumer of ``group`` on ``topic`` running in a thread of its own (its own
+    event loop) while the browser watches; its handler waits at a gate until :meth:`open`,
+    and keeps every body it was handed."""
+
+    def __init__(self, addresses: str, group: str, topic: str) -> None:
+        self.addresses, self.group, self.topic = addresses, group, topic
+        self.bodies: list[bytes] = []
+        self.ready = threading.Event()
+        self.failed: list[BaseException] = []
+        self._loop = asyncio.new_event_loop()
+        self._gate = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._thread = threading.Thread(target=self._run, name=f"consumer-{group}", daemon=True)
+
+    def __enter__(self) -> LiveConsumer:
+        self._thread.start()
+        if not self.ready.wait(60) or self.failed:
+            raise AssertionError(f"the consumer did not start: {self.failed}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._gate.set)
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+
+    def open(self) -> None:
+        self._loop.call_soon_threadsafe(self._gate.set)
+
+    def _run(self) -> None:
+        try:
+            self._loop.run_until_complete(self._consume())
+        except BaseException as exc:
+            self.failed.append(exc)
+            self.ready.set()
+        finally:
+            self._loop.close()
+
+    async def _consume(self) -> None:
+        async def handle(msg: ReceivedMessage) -> None:
+            await self._gate.wait()
+            self.bodies.append(msg.body)
+
+        async with Consumer(self.addresses, self.group, self.topic, **FAST_CONSUMER) as consumer:
+            task = asyncio.ensure_future(consumer.process(handle))
+            self.ready.set()
+            await self._stop.wait()
+            task.cancel()
+
+
+def test_group_page_follows_a_live_consumer_and_resends_a_message_to_it(
+    env: Env, browser: Any
+) -> None:
+    """A consumer running while the page watches: its member listed, the lag rising as
+    messages are sent while its handler is held, and back to 0 once it consumes them, without
+    a reload; a message re-sent to the group from its page is delivered to the member again."""
+    topic, group = "ConsoleLive", "console-live"
+    env.ctl("updateTopic", "-t", topic, "-q", "2")
+    with LiveConsumer(env.cluster.controller_addresses, group, topic) as consumer:
+        browser.get(f"{env.url}/c/default/groups/{group}")
+        wait_until(lambda: topic in text_of(browser, "#members"), "the live member listed", 60)
+        assert "python" in text_of(browser, "#members").lower()
+        browser.execute_script("window.notReloaded = true;")
+        seen: list[int] = []
+
+        def lag_reaches(n: int) -> bool:
+            text = text_of(browser, "#total-lag")
+            if text.isdigit() and (not seen or seen[-1] != int(text)):
+                seen.append(int(text))
+            return text == str(n)
+
+        for i in range(3):  # the lag rises batch by batch while the handler is held
+            env.ctl("sendMessage", "-t", topic, "-p", f"live-{i}", "--count", "4")
+            wait_until(
+                lambda i=i: lag_reaches(4 * (i + 1)), f"the lag to rise to {4 * (i + 1)}", 30
+            )
+        shot(env, browser, "group-live-consumer")
+        consumer.open()
+        wait_until(lambda: lag_reaches(0), "the lag back to 0 as the consumer runs", 60)
+        rise = seen[: seen.index(12) + 1]
+        assert rise == sorted(rise) and {4, 8, 12} <= set(rise) and seen[-1] == 0, seen
+        assert browser.execute_script("return window.notReloaded === true;")
+        wait_until(lambda: len(consumer.bodies) == 12, "the consumer to have all 12", 30)
+
+        # Re-sent from the message's page to the group, whose member is live: it gets it again.
+        sent = env.ctl("sendMessage", "-t", topic, "-p", "resend-me", "-k", "resend-me")
+        msg_id = sent["results"][0]["msgId"]
+        wait_until(lambda: consumer.bodies.count(b"resend-me") == 1, "the first delivery", 30)
+        browser.get(f"{env.url}/c/default/messages/{msg_id}?topic={topic}")
+        browser.find_element("id", "resend-group").send_keys(group)
+        browser.find_element("id", "resend-button").click()
+        wait_until(
+            lambda: "again" in text_of(browser, "#notice"),
+            "the resend's notice",
+            30,
+            on_timeout=lambda: f"{browser.current_url}: {text_of(browser, 'main')[:500]}",
+        )
+        assert "1 live member(s)" in text_of(browser, "#notice")
+        wait_until(
+            lambda: consumer.bodies.count(b"resend-me") == 2,
+            "the live member to receive the re-sent message",
+            60,
+            on_timeout=env.logs,
+        )
+    assert not consumer.failed, consumer.failed
 
 
 async def park_a_dead_letter(addresses: str, group: str, topic: str) -> str:
