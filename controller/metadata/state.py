@@ -116,10 +116,20 @@ class ReplicasInfoManager:
     master, masterEpoch, SyncStateSet, syncStateSetEpoch; and the users and their rules
     (``auth``, :mod:`controller.metadata.auth`)."""
 
-    __slots__ = ("_groups", "auth", "next_producer_epoch", "next_producer_id", "static_topics")
+    __slots__ = (
+        "_groups",
+        "_topic_groups",
+        "auth",
+        "next_producer_epoch",
+        "next_producer_id",
+        "static_topics",
+    )
 
     def __init__(self) -> None:
         self._groups: dict[str, BrokerGroup] = {}
+        self._topic_groups: dict[str, set[str]] = {}
+        """Topic -> the groups that have it: a route lookup reads those, not every group
+        (issue 34). Kept by UpdateTopic, DeleteTopic, CleanBrokerData and restore."""
         self.auth = AuthTable()
         self.static_topics = StaticTopicTable()
         self.next_producer_id = FIRST_PRODUCER_ID
@@ -198,8 +208,7 @@ class ReplicasInfoManager:
         """The groups that have ``topic`` (UpdateTopic) and its queue count on each, by name."""
         return {
             name: self._groups[name].topics[topic]
-            for name in sorted(self._groups)
-            if topic in self._groups[name].topics
+            for name in sorted(self._topic_groups.get(topic, ()))
         }
 
     def group_topics(self, broker_name: str) -> dict[str, int]:
@@ -721,6 +730,7 @@ class ReplicasInfoManager:
                     return fail(RC.TOPIC_NOT_EXIST, f"topic {event.topic} does not exist")
                 for group in had:
                     del group.topics[event.topic]
+                self._topic_groups.pop(event.topic, None)
                 self.static_topics.remove(event.topic)
                 return APPLIED
             case IssueProducerId():
@@ -735,6 +745,7 @@ class ReplicasInfoManager:
                 check = _check_topic_update(group, event.topic, event.queues)
                 if check.ok:
                     group.topics[event.topic] = event.queues
+                    self._topic_groups.setdefault(event.topic, set()).add(event.broker_name)
                 return check
             case _:
                 raise TypeError(f"not an event: {type(event).__name__}")
@@ -771,6 +782,15 @@ class ReplicasInfoManager:
             group.next_assign_broker_id = event.broker_id + 1
         return check
 
+    def _drop_group(self, group: BrokerGroup) -> None:
+        del self._groups[group.broker_name]
+        for topic in group.topics:
+            names = self._topic_groups.get(topic)
+            if names is not None:
+                names.discard(group.broker_name)
+                if not names:
+                    del self._topic_groups[topic]
+
     def _apply_clean(self, event: CleanBrokerData) -> Applied:
         group = self._groups.get(event.broker_name)
         if group is None:
@@ -786,13 +806,13 @@ class ReplicasInfoManager:
                 _still_mapped(event.broker_name, mapped),
             )
         if event.broker_ids is None:
-            del self._groups[event.broker_name]
+            self._drop_group(group)
             return APPLIED
         removed = event.broker_ids & group.brokers.keys()
         for broker_id in removed:
             del group.brokers[broker_id]
         if not group.brokers:
-            del self._groups[event.broker_name]
+            self._drop_group(group)
             return APPLIED
         if group.master_broker_id in removed:
             group.master_broker_id = None
@@ -821,6 +841,7 @@ class ReplicasInfoManager:
         statics = decode_static_topics(data)
         producers = decode_producers(data)
         self._groups = groups
+        self._topic_groups = _topic_index(groups)
         self.next_producer_id, self.next_producer_epoch = producers
         self.static_topics = StaticTopicTable(statics)
         self.auth = AuthTable({u.username: u for u in users})
@@ -839,7 +860,18 @@ class ReplicasInfoManager:
             if group.broker_name != name:
                 problems.append(f"{name}: group is filed under another name")
             problems.extend(group.invariant_violations())
+        if self._topic_groups != _topic_index(self._groups):
+            problems.append("the topic index does not match the groups' topics")
         return problems
+
+
+def _topic_index(groups: Mapping[str, BrokerGroup]) -> dict[str, set[str]]:
+    """Topic -> the names of the groups that have it."""
+    index: dict[str, set[str]] = {}
+    for name, group in groups.items():
+        for topic in group.topics:
+            index.setdefault(topic, set()).add(name)
+    return index
 
 
 def _still_mapped(broker_name: str, mapped: Sequence[tuple[str, int]]) -> str:
