@@ -227,12 +227,35 @@ def make_app(settings: Settings) -> Starlette:
 
     async def topics_page(request: Request) -> Response:
         addrs = addresses(request)
-        kind = request.query_params.get("kind", "")
+        params = request.query_params
+        kind, name = params.get("kind", ""), params.get("q", "").strip()
+        if kind and kind not in reads.TOPIC_FILTERS:
+            known = ", ".join(reads.TOPIC_FILTERS)
+            raise PageError(400, f"no topic kind {kind!r} (kinds: {known})")
+        number = _page_number(params.get("page", "1"))
         rows = await _read(reads.topics(addrs, cfg.request_timeout))
-        shown = [r for r in rows if not kind or r.kind == kind]
+        counts = {k: sum(r.kind == k for r in rows) for k in reads.TOPIC_KINDS}
+        matching = [
+            r
+            for r in rows
+            if (not kind or r.kind == kind or kind == "static")
+            and (not name or name.lower() in r.topic.lower())
+        ]
+        if kind == "static":
+            normal = [r.topic for r in matching if r.kind == "normal"]
+            static = await _read(reads.static_topics(addrs, normal, cfg.request_timeout))
+            matching = [r for r in matching if r.topic in static]
+            counts["static"] = len(matching)
+        page = reads.Page.of(matching, number, reads.TOPICS_PER_PAGE)
+
+        def link(**change: Any) -> str:
+            query = {"kind": kind, "q": name, "page": page.number, **change}
+            return "?" + urlencode({k: v for k, v in query.items() if v and v != 1})
+
         return render(
-            request, "topics.html", rows=shown, total=len(rows), kind=kind, kinds=reads.TOPIC_KINDS
-        )
+            request, "topics.html", listing=page, total=len(rows), counts=counts, kind=kind,
+            q=name, kinds=reads.TOPIC_FILTERS, link=link,
+        )  # fmt: skip
 
     async def topic_page(request: Request) -> Response:
         addrs = addresses(request)
@@ -615,6 +638,13 @@ def _past_time(text: str) -> int:
         return PastTimeType().convert(text.strip(), None, None)
     except click.BadParameter as exc:
         raise actions.Refused(exc.format_message()) from None
+
+
+def _page_number(text: str) -> int:
+    """A page number from the URL (1 when absent); anything but a positive integer is a 400."""
+    if not text.isdigit() or int(text) < 1:
+        raise PageError(400, f"page must be a number from 1 (not {text!r})")
+    return int(text)
 
 
 def _group_url(cluster: str, group: str) -> str:

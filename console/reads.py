@@ -14,7 +14,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from client.admin import Admin
 from client.bootstrap import describe_failure, parse_addresses
@@ -39,8 +39,14 @@ from rmqctl.progress import ProgressRow, group_totals, logical_rows, progress_ro
 from rmqctl.topic_admin import TopicAdmin
 from rmqctl.trace import trace_row
 
+R = TypeVar("R")
+
 #: the kinds the topics page filters by (RocketMQ Dashboard's), from the name alone
 TOPIC_KINDS: Final = ("normal", "retry", "dlq", "system")
+#: the topics page's filters: the kinds, and static topics (their routes' logical queues). The
+#: cluster's topics carry no message type and no permission (every topic takes every type,
+#: read and write), so there is no FIFO, scheduled or transactional topic to filter by.
+TOPIC_FILTERS: Final = (*TOPIC_KINDS, "static")
 _SYSTEM_PREFIXES: Final = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC", "TRANS_", "RMQ_")
 
 
@@ -276,6 +282,32 @@ class TpsHistory:
 
 # --- topics ---------------------------------------------------------------------------------------
 
+#: rows on one page of the topics page (a cluster with thousands of topics is read in pages)
+TOPICS_PER_PAGE: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[R]):
+    """One page of ``total`` rows: ``number`` of ``pages`` (1-based), its ``rows`` and the
+    1-based positions of its first and last row (0, 0 when there is none)."""
+
+    rows: list[R]
+    number: int
+    pages: int
+    total: int
+    first: int
+    last: int
+
+    @classmethod
+    def of(cls, rows: list[R], number: int, size: int) -> Page[R]:
+        """Page ``number`` of ``rows``; past the last page, the last page."""
+        pages = max(1, -(-len(rows) // size))
+        number = min(max(1, number), pages)
+        start = (number - 1) * size
+        shown = rows[start : start + size]
+        first = start + 1 if shown else 0
+        return cls(shown, number, pages, len(rows), first, start + len(shown))
+
 
 @dataclass(slots=True)
 class TopicRow:
@@ -311,6 +343,13 @@ async def topics(addresses: str, timeout: float) -> list[TopicRow]:
         )
         for t in sorted(listed.topics, key=lambda t: t.topic)
     ]
+
+
+async def static_topics(addresses: str, topics: list[str], timeout: float) -> set[str]:
+    """The static topics among ``topics``: those whose route carries a logical queue mapping
+    (``updateStaticTopic``; one route lookup each, asked only when the page filters by it)."""
+    async with ProgressAdmin(addresses, timeout) as admin:
+        return set(await admin.mappings(topics))
 
 
 async def topic_detail(addresses: str, topic: str, timeout: float) -> dict[str, Any]:

@@ -151,8 +151,27 @@ def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
     wait_until(lambda: "created" in text_of(browser, "#notice"), "the page to say created", 30)
     assert "ConsolePageTopic" in text_of(browser, "#topics")
     shot(env, browser, "topics")
+    # Found by part of its name (any case), the only one; the page says how many match.
+    browser.find_element("id", "topic-filter").send_keys("pagetopic\n")  # Enter: no button
+    wait_until(lambda: "matching" in text_of(browser, "#topics-page"), "the filtered list", 30)
+    assert text_of(browser, "#topics-page") == "Topics 1 to 1 of 1 matching"
+    rows = browser.find_elements("css selector", "#topics tr[data-topic]")
+    assert [r.get_attribute("data-topic") for r in rows] == ["ConsolePageTopic"]
+    # A static topic (its route's logical queues): under the static filter alone, its page
+    # showing each logical queue's broker group and physical queue.
+    env.ctl("updateStaticTopic", "-t", "ConsoleStatic", "-q", "2")
+    browser.get(f"{env.url}/c/default/topics?kind=static")
+    rows = browser.find_elements("css selector", "#topics tr[data-topic]")
+    assert [r.get_attribute("data-topic") for r in rows] == ["ConsoleStatic"]
+    browser.find_element("link text", "ConsoleStatic").click()
+    wait_until(lambda: text_of(browser, "#logical-queues"), "the logical queues", 30)
+    assert text_of(browser, "#logical-queues").splitlines()[1:] == [
+        "0 broker-a 0",
+        "1 broker-a 1",
+    ], text_of(browser, "#logical-queues")
     assert "ConsolePageTopic" in topic_names(env)
 
+    browser.get(f"{env.url}/c/default/topics")
     browser.find_element("link text", "ConsolePageTopic").click()
     wait_until(lambda: text_of(browser, "#queues"), "the topic's queues", 30)
     browser.find_element("id", "message-keys").send_keys("order-4711")
@@ -228,6 +247,12 @@ def test_bad_input_is_refused_with_a_clear_message_and_changes_nothing(
 
     with urllib.request.urlopen(f"{env.url}/c/default/cluster", timeout=30) as resp:
         assert resp.status == 200
+    for query, refusal in [
+        ("page=0", "page must be a number from 1 (not '0')"),
+        ("kind=bogus", "no topic kind 'bogus'"),
+    ]:
+        browser.get(f"{env.url}/c/default/topics?{query}")
+        assert refusal in text_of(browser, "#error"), query
     browser.get(f"{env.url}/c/elsewhere/cluster")
     assert "no cluster named 'elsewhere'" in text_of(browser, "#error")
 

@@ -115,3 +115,18 @@ def test_prometheus_url_is_checked() -> None:
 
     assert http_url("") is None and http_url("https://prom.example:9090/sub") is None
     assert http_url("prom:9090") is not None and http_url("http://p:9090/?q=1") is not None
+
+
+def test_pages_of_rows() -> None:
+    from console.reads import Page
+
+    rows = list(range(1, 251))
+    first = Page.of(rows, 1, 100)
+    assert (first.rows[0], first.rows[-1], first.pages, first.first, first.last) == (
+        1, 100, 3, 1, 100,
+    )  # fmt: skip
+    last = Page.of(rows, 3, 100)
+    assert (last.rows, last.first, last.last) == (list(range(201, 251)), 201, 250)
+    assert Page.of(rows, 9, 100).number == 3  # past the end: the last page
+    empty = Page.of([], 1, 100)
+    assert (empty.rows, empty.pages, empty.first, empty.last) == ([], 1, 0, 0)
