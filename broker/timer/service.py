@@ -251,6 +251,8 @@ class TimerService:
         if wheel is None:
             return 0
         for span in list(self._skipped.spans.values()):
+            if store.unreadable_size(span.offset) is not None:
+                continue  # not repaired yet (a repair writing it back forgets the damage)
             size = span.end - span.offset
             try:
                 view, damage = store.read_checked(span.offset, size)
