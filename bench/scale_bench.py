@@ -371,9 +371,11 @@ async def measure(col: Column, args: argparse.Namespace, tmp: Path) -> None:
         f["Raft term at the end"] = float(doc.get("term", "nan"))
         print(f"  {col.factor}x figures: " + ", ".join(f"{k} {v:,.2f}" for k, v in f.items()))
     finally:
-        if load is not None:
-            await load.stop()
-        cluster.stop()
+        try:
+            if load is not None:
+                await load.stop()
+        finally:
+            cluster.stop()  # by their PIDs, also when the teardown above is interrupted
 
 
 def print_table(cols: list[Column]) -> None:
@@ -416,6 +418,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--groups", type=int, default=10, help="broker groups at 1x (3 brokers)")
     parser.add_argument("--columns", default="1,10,100", help="load factors")
     parser.add_argument("--quick", action="store_true", help="the 1x and 10x columns only")
+    parser.add_argument(
+        "--max-groups",
+        type=int,
+        default=0,
+        help="at most this many broker groups in any column (0: no cap): the topics still grow",
+    )
     parser.add_argument("--lookups", type=int, default=400, help="single lookups per column")
     parser.add_argument("--window", type=float, default=10.0, help="heartbeat CPU window, s")
     args = smoke.parse_args(parser, topics=10, groups=1, columns="1,3", lookups=40, window=2.0)
@@ -430,6 +438,8 @@ async def main_async(args: argparse.Namespace) -> None:
     for factor in factors:
         # The broker groups: 10, 100, 700 (2,000 brokers at 3 a group... 2,100 here).
         groups = args.groups * factor if factor <= 10 else args.groups * min(factor, 70)
+        if args.max_groups:
+            groups = min(groups, args.max_groups)
         cols.append(Column(factor, args.topics * factor, groups))
     for col in cols:
         tmp = Path(tempfile.mkdtemp(prefix=f"scale-{col.factor}x-"))
