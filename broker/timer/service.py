@@ -265,6 +265,11 @@ class TimerService:
             for event in timer_events(bytes(view), span.offset):
                 if isinstance(event, Delivered):
                     wheel.commit_key(event.due_ms, event.source_offset)
+                elif isinstance(event, Recalled) and event.target not in span.done:
+                    span.done.add(event.target)
+                    wheel.cancel(
+                        event.due_ms, event.target, event.store_ms, source_end=event.end, late=True
+                    )
                 if not isinstance(event, Scheduled) or event.offset in span.done:
                     continue
                 due = event.due_ms

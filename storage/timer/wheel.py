@@ -280,7 +280,13 @@ class TimingWheel:
         return entry
 
     def cancel(
-        self, deliver_at_ms: int, commitlog_offset: int, now_ms: int, *, source_end: int
+        self,
+        deliver_at_ms: int,
+        commitlog_offset: int,
+        now_ms: int,
+        *,
+        source_end: int,
+        late: bool = False,
     ) -> bool:
         """Recall the message at ``commitlog_offset`` scheduled for ``deliver_at_ms``; the
         recall itself is the CommitLog record ending at ``source_end``.
@@ -288,8 +294,10 @@ class TimingWheel:
         True when the cancel is recorded: the entry was pending in a near slot (it is gone), or
         it lies in a far bucket (it is dropped when the bucket loads). False when there is
         nothing to cancel (already delivered, never scheduled, or a replayed recall).
+        ``late``: the recall record lies below :attr:`indexed_through` but was never applied (a
+        replay passed over it, and it was repaired since: see :meth:`schedule_late`).
         """
-        if source_end <= self.indexed_through:
+        if source_end <= self.indexed_through and not late:
             return False
         self._now = max(self._now, now_ms)
         slot = self._near_index.get(commitlog_offset)

@@ -502,3 +502,26 @@ def test_oldest_offset_bounds_the_pending_entries_and_clears_once_delivered(
     reopened.save_progress()
     assert reopened.oldest_offset() is None
     reopened.close()
+
+
+def test_an_entry_scheduled_late_is_handed_out_once_and_survives_a_restart(tmp_path: Path) -> None:
+    # A replay passed over offset 100's record (damaged) and went on: 0 and 200 were indexed and
+    # 0 delivered. Once 100 is repaired the broker schedules it late, after every entry handed out
+    # (the mark is past its own due time), and a late recall of 200 cancels it.
+    wheel = TimingWheel(tmp_path, T0, SMALL)
+    wheel.schedule(T0 + 10, 0, SIZE, T0)
+    wheel.schedule(T0 + 5_000, 200, SIZE, T0)
+    assert [e.commitlog_offset for e in drain(wheel, T0 + 100)] == [0]
+    assert wheel.schedule(T0 + 5, 100, SIZE, T0) is None  # below indexed_through: a replay's
+    assert wheel.schedule_late(T0 + 5, 100, SIZE) is None  # at or below the mark: delivered
+    late = wheel.schedule_late(wheel.now + 1, 100, SIZE)
+    assert late == TimerEntry(T0 + 101, 100, SIZE)
+    assert wheel.schedule_late(wheel.now + 1, 100, SIZE) is None  # pending already
+    assert wheel.cancel(T0 + 5_000, 200, T0, source_end=150) is False  # a replayed recall
+    assert wheel.cancel(T0 + 5_000, 200, T0, source_end=150, late=True) is True
+    assert wheel.pending_count == 1
+    wheel.close()
+
+    again = TimingWheel(tmp_path, T0 + 200, SMALL)  # the late record is in the timer log
+    assert [e.commitlog_offset for e in drain(again, T0 + 10_000)] == [100]
+    again.close()
