@@ -130,7 +130,8 @@ def classify(buf: bytes, pos: int, size: int, base: int) -> TimerEvent | None:
 
 def timer_events(buf: bytes, base: int) -> list[TimerEvent]:
     """The timer events of the whole records (and blank tails) in ``buf``, which starts at
-    CommitLog offset ``base``, in log order. Records were validated when stored."""
+    CommitLog offset ``base``, in log order. The caller passes records that passed their checks
+    (a slave's appends are validated, a replay reads with ``MessageStore.read_checked``)."""
     found = buf.find(_NEEDLE)
     if found < 0:
         return []
