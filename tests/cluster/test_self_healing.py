@@ -292,16 +292,9 @@ async def test_a_scheduled_message_whose_record_rots_on_the_master_is_delivered_
     # Issue 31 item 5: the timer's records are CommitLog records. The scheduled message's record
     # rots under the running master before its time; the delivery's read of it fails its checks,
     # has it repaired from a replica and delivers it (it was dropped as unreadable, lost).
-    _, ports, bodies, _ = await group_with_messages(cluster, boot, scrub=False)
-    master, port = await master_and_port(cluster, boot, ports)
     body = b"scheduled, then rotten on the master " * 3
-    async with Producer(cluster.controller_addresses) as producer:
-        sent = await producer.send(TOPIC, body, delay=SCHEDULED_DELAY_S)
-    due = time.monotonic() + SCHEDULED_DELAY_S
-    at = parse_msg_id(sent.msg_id)[1]
-    slaves = [b for b in cluster.brokers if b is not master]
-    await wait_until_async(
-        lambda: all(record_intact(b, at) for b in slaves), "the slaves to hold the record", 30
+    _, master, port, bodies, at, due = await scheduled_and_replicated(
+        cluster, boot, body, SCHEDULED_DELAY_S
     )
     flip(master, at + HEAD_SIZE + 5)
     assert not record_intact(master, at)
@@ -315,6 +308,30 @@ async def test_a_scheduled_message_whose_record_rots_on_the_master_is_delivered_
     assert record_intact(master, at)
     assert metric(master, port, "rmq_broker_records_repaired_total") == 1
     assert metric(master, port, "rmq_broker_timer_unreadable_total") == 0
+
+
+async def scheduled_and_replicated(
+    cluster: Cluster, boot: Bootstrap, body: bytes, delay: float, after: int = 0
+) -> tuple[list[int], BrokerNode, int, dict[Key, bytes], int, float]:
+    """broker-a of three (scrub off) holding COUNT messages, then ``body`` scheduled ``delay``
+    seconds ahead and ``after`` ordinary messages, the scheduled record on both slaves: (the
+    metrics ports, the master, its port, the ordinary bodies by key, the scheduled record's
+    CommitLog offset, its due time on the monotonic clock)."""
+    _, ports, bodies, _ = await group_with_messages(cluster, boot, scrub=False)
+    master, port = await master_and_port(cluster, boot, ports)
+    async with Producer(cluster.controller_addresses) as producer:
+        sent = await producer.send(TOPIC, body, delay=delay)
+        for i in range(after):
+            text = f"after {i}".encode()
+            r = await producer.send(TOPIC, text)
+            bodies[(r.broker_name, r.queue_id, r.queue_offset)] = text
+    due = time.monotonic() + delay
+    at = parse_msg_id(sent.msg_id)[1]
+    slaves = [b for b in cluster.brokers if b is not master]
+    await wait_until_async(
+        lambda: all(record_intact(b, at) for b in slaves), "the slaves to hold the record", 30
+    )
+    return ports, master, port, bodies, at, due
 
 
 def timer_progress_unusable(node: BrokerNode) -> None:
@@ -332,19 +349,10 @@ async def test_a_scheduled_message_whose_size_field_rots_on_the_stopped_master_i
     # (made known as damage, repaired from the master while a slave) and indexes the message
     # once the bytes are back; elected master again, it delivers it once, on time. Before, the
     # replay skipped to the next segment: the message was never delivered.
-    _, ports, bodies, _ = await group_with_messages(cluster, boot, scrub=False)
-    master, _ = await master_and_port(cluster, boot, ports)
     body = b"scheduled, its size field rotten on the stopped master " * 2
-    async with Producer(cluster.controller_addresses) as producer:
-        sent = await producer.send(TOPIC, body, delay=RESTART_DELAY_S)
-        for i in range(3):  # valid records follow the damaged one: recovery keeps it in place
-            after = await producer.send(TOPIC, after_body(i))
-            bodies[(after.broker_name, after.queue_id, after.queue_offset)] = after_body(i)
-    due = time.monotonic() + RESTART_DELAY_S
-    at = parse_msg_id(sent.msg_id)[1]
-    slaves = [b for b in cluster.brokers if b is not master]
-    await wait_until_async(
-        lambda: all(record_intact(b, at) for b in slaves), "the slaves to hold the record", 30
+    # Valid records follow the damaged one: recovery keeps it in place.
+    ports, _, _, bodies, at, due = await scheduled_and_replicated(
+        cluster, boot, body, RESTART_DELAY_S, after=3
     )
     victim, port, _ = await damaged_master_restarted(
         cluster, boot, ports, [at], 1, timer_progress_unusable
@@ -364,10 +372,6 @@ async def test_a_scheduled_message_whose_size_field_rots_on_the_stopped_master_i
     assert metric(victim, port, "rmq_broker_records_repaired_total") == 1
     assert f"CommitLog offset {at}, which its replay passed over" in victim.log()
     assert metric(victim, port, "rmq_broker_timer_delivered_total") == 1
-
-
-def after_body(i: int) -> bytes:
-    return f"after {i}".encode()
 
 
 async def test_a_slave_scrubs_and_repairs_its_copy_then_serves_everything_after_a_kill(
