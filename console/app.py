@@ -213,10 +213,21 @@ def make_app(settings: Settings) -> Starlette:
         return await reads.firing_alerts(cfg.prometheus_url, cfg.request_timeout)
 
     async def cluster_page(request: Request) -> Response:
-        view, alerts = await asyncio.gather(cluster_view(request), firing_alerts())
+        asked = asyncio.ensure_future(firing_alerts())
+        try:
+            view = await cluster_view(request)
+        except PageError as exc:
+            if exc.status != 502 or not cfg.prometheus_url:
+                asked.cancel()
+                raise
+            # A cluster that cannot be reached: what Prometheus says about it matters most.
+            return render(
+                request, "error.html", exc.status, status=exc.status, message=exc.message,
+                alerts=await asked,
+            )  # fmt: skip
         return render(
             request, "cluster.html", view=view, addresses=addresses(request),
-            charts=charts(request, view), alerts=alerts,
+            charts=charts(request, view), alerts=await asked,
         )  # fmt: skip
 
     async def cluster_live(request: Request) -> Response:
