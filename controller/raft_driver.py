@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -71,6 +72,7 @@ from controller.raft import (
 )
 from controller.raft_ticks import LATE_TICK_S, TickSchedule
 from controller.transport import PeerTransport
+from daemon import gc_tuning
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES
 from protocol.request_auth import Credentials
 from storage.raftlog import DiskStorage
@@ -80,6 +82,16 @@ log = structlog.get_logger(__name__)
 _SNAPSHOT_VERSION = 1
 
 
+_Prepared = tuple[Snapshot, dict[NodeId, str], Callable[[], None]]
+"""A decoded snapshot: the snapshot, the peers' addresses, the state machine's swap."""
+
+
+def _yield_gil() -> None:
+    """From a thread decoding a snapshot: let the event loop's thread take the GIL now rather
+    than at the interpreter's next forced switch."""
+    time.sleep(0)
+
+
 class StateMachine(Protocol):
     """What the driver applies committed NORMAL entries to."""
 
@@ -87,9 +99,18 @@ class StateMachine(Protocol):
         """Apply one committed entry; the result resolves the proposal's future."""
         ...
 
-    def snapshot(self) -> bytes: ...
+    def snapshot_parts(self) -> Iterator[bytes]:
+        """The state now, copied cheaply when called, encoded in parts as it is iterated (the
+        driver gives the loop back between parts); entries applied meanwhile must not show."""
+        ...
 
-    def restore(self, data: bytes) -> None: ...
+    def prepare_restore(
+        self, data: bytes, between: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
+        """Decode a snapshot (ValueError if invalid, state untouched) in the caller's thread,
+        which may be another one, calling ``between`` now and then (between two parts); the
+        function returned swaps the state in, on the loop."""
+        ...
 
 
 class RaftObserver:
@@ -256,6 +277,10 @@ class RaftDriver:
         self._read_seq = itertools.count(1)
         self._pulse: asyncio.Future[None] | None = None
         self._compact_requested = self.storage.snapshot_meta().index
+        self._compacting: asyncio.Task[None] | None = None
+        """The snapshot being encoded in a thread, if any."""
+        self._prepared: _Prepared | None = None
+        """A snapshot from the leader decoded in a thread, for ``_restored`` to swap in."""
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
         self.failure: asyncio.Future[BaseException]
@@ -576,6 +601,9 @@ class RaftDriver:
             handler.persist(rd)  # commit only: in memory
         if rd.compaction is not None:
             self.observer.snapshot_size(len(rd.compaction.data))
+        if rd.snapshot is not None:
+            # Decoded here in a thread; handler.finish swaps it in (_restored) in one step.
+            self._prepared = await asyncio.to_thread(self._prepare_paused, rd.snapshot)
         handler.finish(rd)
         self._maybe_compact()
         if self._pulse is not None and not self._pulse.done():
@@ -665,7 +693,10 @@ class RaftDriver:
 
     def _restored(self, snapshot: Snapshot) -> None:
         """A snapshot from the leader, now durable: the state machine takes it."""
-        self._restore(snapshot)
+        prepared, self._prepared = self._prepared, None
+        if prepared is None or prepared[0] is not snapshot:
+            prepared = self._prepare_restore(snapshot)
+        self._install(prepared)
         self.observer.snapshot_size(len(snapshot.data))
         self._compact_requested = max(self._compact_requested, snapshot.index)
 
@@ -675,8 +706,27 @@ class RaftDriver:
             read.set_result(None)
 
     def _restore(self, snapshot: Snapshot) -> None:
+        self._install(self._prepare_restore(snapshot))
+
+    def _prepare_restore(
+        self, snapshot: Snapshot, between: Callable[[], None] | None = None
+    ) -> _Prepared:
+        """The decoding half of a restore: runs in a thread, touches nothing shared."""
         addresses, data = decode_snapshot(snapshot.data)
-        self.sm.restore(data)
+        return snapshot, addresses, self.sm.prepare_restore(data, between)
+
+    def _prepare_paused(self, snapshot: Snapshot) -> _Prepared:
+        """In a thread: a collection set off by the decoding's temporary lists would hold the
+        GIL (hence the loop) while it scans the whole heap."""
+        with gc_tuning.collector_paused():
+            return self._prepare_restore(snapshot, between=_yield_gil)
+
+    def _install(self, prepared: _Prepared) -> None:
+        snapshot, addresses, install = prepared
+        install()
+        # The restored state lives long: keep the collector from scanning it again and again
+        # (a full collection over it held the loop for about as long as decoding it).
+        gc.freeze()
         for node_id, address in addresses.items():
             self._set_address(node_id, address)
         self.applied = snapshot.index
@@ -686,16 +736,46 @@ class RaftDriver:
                 fut.set_exception(ProposalLost("a snapshot replaced the log; outcome unknown"))
 
     def _maybe_compact(self) -> None:
-        if self.applied - self._compact_requested < self.cfg.snapshot_every:
+        """Every ``snapshot_every`` applied entries: copy the state at the applied index on the
+        loop (cheap), encode the copy a group at a time, giving the loop back between groups, then
+        hand it to the node at that index."""
+        if (
+            self._compacting is not None
+            or self.applied - self._compact_requested < self.cfg.snapshot_every
+        ):
             return
+        index = self.applied
         addresses = self.addresses | {self.id: self.cfg.peers[self.id]}
-        data = encode_snapshot(addresses, self.sm.snapshot())
+        parts = self.sm.snapshot_parts()
+        self._compacting = asyncio.create_task(
+            self._compact(index, addresses, parts), name=f"raft-snapshot-{self.id}"
+        )
+        self._tasks.append(self._compacting)
+
+    async def _compact(
+        self, index: int, addresses: dict[NodeId, str], parts: Iterator[bytes]
+    ) -> None:
         try:
-            if self.node.compact(self.applied, data):
-                log.info("raft snapshot", index=self.applied, bytes=len(data))
-        except ValueError:
-            return
-        self._compact_requested = self.applied
+            chunks: list[bytes] = []
+            for part in parts:
+                chunks.append(part)
+                await asyncio.sleep(0)  # the loop serves everything else between two parts
+            data = encode_snapshot(addresses, b"".join(chunks))
+        finally:
+            self._compacting = None
+            with contextlib.suppress(ValueError):
+                self._tasks.remove(asyncio.current_task())  # type: ignore[arg-type]
+
+        def hand_over() -> None:
+            try:
+                if self.node.compact(index, data):
+                    log.info("raft snapshot", index=index, bytes=len(data))
+            except ValueError:
+                return
+            self._compact_requested = max(self._compact_requested, index)
+
+        if not self._stopped:
+            self._submit(hand_over)
 
 
 __all__ = [

@@ -8,7 +8,7 @@ hand a new topic to the group's brokers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import structlog
 
@@ -76,3 +76,11 @@ class MetadataStateMachine:
 
     def restore(self, data: bytes) -> None:
         self.manager.restore(data)
+
+    def snapshot_parts(self) -> Iterator[bytes]:
+        return self.manager.snapshot_parts()
+
+    def prepare_restore(
+        self, data: bytes, between: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
+        return self.manager.prepare_restore(data, between)

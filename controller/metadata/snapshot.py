@@ -30,7 +30,7 @@ a snapshot or describe a state that breaks the invariants of group.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Final
 
@@ -79,58 +79,83 @@ def encode_groups(
 ) -> bytes:
     """The snapshot of ``groups``, ``users`` (ascending by name, as AuthTable.records gives
     them), ``static_topics`` and the producer counters (next id, next epoch)."""
+    return b"".join(encode_groups_in_parts(groups, users, static_topics, producers))
+
+
+def encode_groups_in_parts(
+    groups: Mapping[str, BrokerGroup],
+    users: Sequence[UserRecord] = (),
+    static_topics: StaticTopics | None = None,
+    producers: tuple[int, int] = (FIRST_PRODUCER_ID, FIRST_PRODUCER_EPOCH),
+) -> Iterator[bytes]:
+    """:func:`encode_groups`'s bytes in parts, a group at a time (the parts of one msgpack
+    document), so that a large state is encoded in steps: the Raft driver gives the event loop
+    back between them. Lazy: pass values that do not change while it runs (a copy)."""
     statics = static_topics or {}
     with_producers = producers != (FIRST_PRODUCER_ID, FIRST_PRODUCER_EPOCH)
     with_topics = (
         bool(users) or bool(statics) or with_producers or any(g.topics for g in groups.values())
     )
-    body: list[Any] = []
-    for name in sorted(groups):
-        g = groups[name]
-        fields: list[Any] = [
-            g.broker_name,
-            g.cluster,
-            g.next_assign_broker_id,
-            g.master_broker_id,
-            g.master_epoch,
-            sorted(g.sync_state_set),
-            g.sync_state_set_epoch,
-            [
-                [broker_id, g.brokers[broker_id].address, g.brokers[broker_id].register_code]
-                for broker_id in sorted(g.brokers)
-            ],
-        ]
-        if with_topics:
-            fields.append([[topic, g.topics[topic]] for topic in sorted(g.topics)])
-        body.append(fields)
+    tail: list[Any] = []
     if users or statics or with_producers:
-        user_body = [
+        version = SNAPSHOT_VERSION_USERS
+        tail.append(
             [
-                u.username,
-                u.user_type.value,
-                u.sealed_secret,
-                u.version,
-                [rule_fields(rule) for rule in u.rules],
+                [
+                    u.username,
+                    u.user_type.value,
+                    u.sealed_secret,
+                    u.version,
+                    [rule_fields(rule) for rule in u.rules],
+                ]
+                for u in users
             ]
-            for u in users
-        ]
-        doc: list[Any] = [SNAPSHOT_MAGIC, SNAPSHOT_VERSION_USERS, body, user_body]
+        )
         if statics or with_producers:
-            doc[1] = SNAPSHOT_VERSION_STATIC
-            doc.append(
+            version = SNAPSHOT_VERSION_STATIC
+            tail.append(
                 [
                     [topic, [[_item_fields(i) for i in queue] for queue in statics[topic]]]
                     for topic in sorted(statics)
                 ]
             )
         if with_producers:
-            doc[1] = SNAPSHOT_VERSION_PRODUCERS
-            doc.append(list(producers))
+            version = SNAPSHOT_VERSION_PRODUCERS
+            tail.append(list(producers))
     else:
         version = SNAPSHOT_VERSION if with_topics else SNAPSHOT_VERSION_NO_TOPICS
-        doc = [SNAPSHOT_MAGIC, version, body]
-    packed: bytes = msgpack.packb(doc, use_bin_type=True)
-    return packed
+    packer = msgpack.Packer(use_bin_type=True)
+    yield b"".join(
+        (
+            packer.pack_array_header(3 + len(tail)),
+            packer.pack(SNAPSHOT_MAGIC),
+            packer.pack(version),
+            packer.pack_array_header(len(groups)),
+        )
+    )
+    for name in sorted(groups):
+        yield packer.pack(_group_fields(groups[name], with_topics))
+    for rest in tail:
+        yield packer.pack(rest)
+
+
+def _group_fields(g: BrokerGroup, with_topics: bool) -> list[Any]:
+    fields: list[Any] = [
+        g.broker_name,
+        g.cluster,
+        g.next_assign_broker_id,
+        g.master_broker_id,
+        g.master_epoch,
+        sorted(g.sync_state_set),
+        g.sync_state_set_epoch,
+        [
+            [broker_id, g.brokers[broker_id].address, g.brokers[broker_id].register_code]
+            for broker_id in sorted(g.brokers)
+        ],
+    ]
+    if with_topics:
+        fields.append([[topic, g.topics[topic]] for topic in sorted(g.topics)])
+    return fields
 
 
 def _item_fields(item: MappingItem) -> list[Any]:
@@ -331,7 +356,9 @@ def _group(value: object, version: int) -> BrokerGroup:
     return group
 
 
-def decode_groups(data: bytes) -> dict[str, BrokerGroup]:
+def decode_groups(data: bytes, between: Callable[[], None] | None = None) -> dict[str, BrokerGroup]:
+    """``between``: called after each group is decoded (the Raft driver, decoding in a thread,
+    hands the GIL to the event loop there)."""
     try:
         obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
@@ -369,6 +396,8 @@ def decode_groups(data: bytes) -> dict[str, BrokerGroup]:
                 raise ValueError("groups must be strictly ascending by broker name")
             previous = group.broker_name
             groups[group.broker_name] = group
+            if between is not None:
+                between()
         return groups
     except (TypeError, ValueError) as exc:
         raise SnapshotError(f"invalid snapshot: {exc}") from None

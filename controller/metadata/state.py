@@ -17,7 +17,7 @@ Nothing here does I/O or reads a clock. Not thread safe: one caller at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 
 from controller.metadata.auth import AuthTable
 from controller.metadata.election import ElectionInfo, Verdict, choose_master, next_master_epoch
@@ -82,6 +82,7 @@ from controller.metadata.snapshot import (
     decode_static_topics,
     decode_users,
     encode_groups,
+    encode_groups_in_parts,
 )
 from controller.metadata.static_topic import MappingItem
 from controller.metadata.static_topics import RemapPlan, StaticTopicMapping, StaticTopicTable
@@ -834,17 +835,46 @@ class ReplicasInfoManager:
             (self.next_producer_id, self.next_producer_epoch),
         )
 
+    def snapshot_parts(self) -> Iterator[bytes]:
+        """The state as it is now, copied without encoding it (a copy of each group; users,
+        static topics' mappings and counters are immutable values), encoded a group at a time
+        as it is iterated: the parts join into :meth:`snapshot`'s bytes of now, however many
+        events are applied here in between (a Raft snapshot encoded in steps)."""
+        groups = {name: group.copy() for name, group in self._groups.items()}
+        return encode_groups_in_parts(
+            groups,
+            self.auth.records(),
+            self.static_topics.records(),
+            (self.next_producer_id, self.next_producer_epoch),
+        )
+
     def restore(self, data: bytes) -> None:
         """Replace the whole state with a snapshot's; SnapshotError (state untouched) if invalid."""
-        groups = decode_groups(data)
+        self.prepare_restore(data)()
+
+    def prepare_restore(
+        self, data: bytes, between: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
+        """Decode and check a snapshot (SnapshotError, state untouched, if invalid) into new
+        objects nothing else sees yet, so it may run in another thread; the function returned
+        swaps them in, in one step, on the thread that applies events. ``between``: called
+        between two groups decoded."""
+        groups = decode_groups(data, between)
         users = decode_users(data)
         statics = decode_static_topics(data)
         producers = decode_producers(data)
-        self._groups = groups
-        self._topic_groups = _topic_index(groups)
-        self.next_producer_id, self.next_producer_epoch = producers
-        self.static_topics = StaticTopicTable(statics)
-        self.auth = AuthTable({u.username: u for u in users})
+        topic_groups = _topic_index(groups)
+        static_table = StaticTopicTable(statics)
+        auth = AuthTable({u.username: u for u in users})
+
+        def install() -> None:
+            self._groups = groups
+            self._topic_groups = topic_groups
+            self.next_producer_id, self.next_producer_epoch = producers
+            self.static_topics = static_table
+            self.auth = auth
+
+        return install
 
     @classmethod
     def from_snapshot(cls, data: bytes) -> ReplicasInfoManager:

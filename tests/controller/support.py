@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import random
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from controller.raft_driver import DriverConfig, RaftDriver
+from controller.raft_driver import DriverConfig, RaftDriver, StateMachine
 from protocol.codes import ControllerCode
 from protocol.controller_requests.brokers import RegisterBroker
 from protocol.controller_requests.heartbeats import BrokerHeartbeat
@@ -48,6 +49,15 @@ class KV:
     def restore(self, data: bytes) -> None:
         self.data = dict(msgpack.unpackb(data))
 
+    def snapshot_parts(self) -> Iterator[bytes]:
+        return iter([self.snapshot()])
+
+    def prepare_restore(
+        self, data: bytes, between: Callable[[], None] | None = None
+    ) -> Callable[[], None]:
+        restored = dict(msgpack.unpackb(data))
+        return lambda: setattr(self, "data", restored)
+
 
 def put(key: str, value: str) -> bytes:
     return msgpack.packb([key, value])  # type: ignore[no-any-return]
@@ -61,6 +71,7 @@ class DriverNode:
         self.id = node_id
         self.join = join
         self.kv = KV()
+        self.sm: StateMachine = self.kv
         self.server: RemotingServer | None = None
         self.driver: RaftDriver | None = None
 
@@ -76,6 +87,7 @@ class DriverNode:
     async def start(self) -> DriverNode:
         c = self.cluster
         self.kv = KV()
+        self.sm = self.kv if c.state_machine is None else c.state_machine(self.id)
         cfg = DriverConfig(
             node_id=self.id,
             peers=dict(c.addresses),
@@ -86,7 +98,7 @@ class DriverNode:
             preferred_leader=c.preferred_leader,
             **FAST,  # type: ignore[arg-type]
         )
-        self.driver = RaftDriver(cfg, self.kv, rng=random.Random(hash(self.id) & 0xFFFF))
+        self.driver = RaftDriver(cfg, self.sm, rng=random.Random(hash(self.id) & 0xFFFF))
         self.server = RemotingServer(name=self.id)
         self.server.register(ControllerCode.RAFT_MESSAGE, self.driver.handle_raft_frame)
         host, _, port = c.addresses[self.id].rpartition(":")
@@ -113,8 +125,11 @@ class DriverCluster:
         *,
         snapshot_every: int = 10_000,
         preferred_leader: str | None = None,
+        state_machine: Callable[[str], StateMachine] | None = None,
     ) -> None:
+        """``state_machine``: each node's state machine, made when it starts (default: a KV)."""
         self.tmp = tmp
+        self.state_machine = state_machine
         self.snapshot_every = snapshot_every
         self.preferred_leader = preferred_leader
         self.addresses = {i: f"127.0.0.1:{free_port()}" for i in ids}
