@@ -399,7 +399,10 @@ def print_table(cols: list[Column]) -> None:
         row += "".join(f"{c.figures.get(name, float('nan')):12,.2f}" for c in cols)
         for c in cols[1:]:
             load_x = c.topics / base.topics if kind == TOTAL else 1.0
-            cost_x = c.figures.get(name, float("nan")) / base.figures.get(name, float("nan"))
+            was = base.figures.get(name, float("nan"))
+            # A 1x figure of 0 (a CPU reading below the clock tick in --smoke's short window)
+            # gives no growth to compare: nan, left out of the worst.
+            cost_x = c.figures.get(name, float("nan")) / was if was else float("nan")
             ratio = cost_x / load_x
             row += f"{f'{cost_x:.2f}/{load_x:g}={ratio:.2f}':>28s}"
             if ratio == ratio and ratio > worst[0]:
