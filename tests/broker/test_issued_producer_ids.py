@@ -9,6 +9,7 @@ import pytest
 
 from broker.send import idempotence
 from broker.send.idempotence import IssuedProducerIds
+from tests.support.wait import stays_async
 
 
 def test_the_limit_only_rises_and_is_off_without_authentication() -> None:
@@ -25,11 +26,9 @@ async def test_a_send_waits_for_an_answer_that_covers_its_id() -> None:
     ids = IssuedProducerIds(enabled=True)
     ids.told(5)
     waiting = asyncio.ensure_future(ids.wait(7))
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
+    await stays_async(lambda: not waiting.done(), 0.05, "the send waiting", interval=0.01)
     ids.told(5)  # an answer from before the producer took its id
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
+    await stays_async(lambda: not waiting.done(), 0.05, "the send waiting", interval=0.01)
     ids.told(8)
     assert await asyncio.wait_for(waiting, 5) is True
 
