@@ -115,6 +115,9 @@ class ControllerMetrics(RaftObserver):
             ["request", "code"],
             registry=r,
         )
+        self.requests_by_codes: dict[tuple[int, int], Counter] = {}
+        """``requests``' child per (request code, response code), looked up once (requests.py
+        count: every answer, each heartbeat among them)."""
         self.proposals_in_flight = Gauge(
             "rmq_controller_proposals_in_flight",
             "Write decisions proposed to the Raft log and not yet applied (the shedding budget)",

@@ -26,6 +26,7 @@ from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
 from controller.service.elections import ElectionHandlers
 from controller.service.gate import LeadershipGate
+from controller.service.group_view import GroupView
 from controller.service.heartbeats import HeartbeatHandler
 from controller.service.membership import MembershipHandlers
 from controller.service.notifier import BrokerNotifier
@@ -94,6 +95,7 @@ class ControllerService:
         self.live = BrokerLiveTable(default_timeout_ms=cfg.broker_heartbeat_timeout_ms)
         self.bindings = BrokerBindings()
         self.routes = RouteTable(expiry_ms=cfg.route_expiry_ms)
+        self.groups = GroupView(driver, manager)
         auth_key = load_auth_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
         self.auth_key = auth_key
         self.cluster_credentials = (
@@ -138,6 +140,7 @@ class ControllerService:
             self.tasks,
             metrics,
             now_ms,
+            self.groups,
         )
         self.traffic = TrafficTable()
         self.traffic_view = TrafficView(
@@ -155,6 +158,7 @@ class ControllerService:
             now_ms,
             self.scheduler.wake,
             self.traffic,
+            self.groups,
         )
         self.sync_state = SyncStateHandlers(manager, self.live, gate, committer, now_ms)
         self.topics = TopicRouteHandlers(

@@ -28,6 +28,7 @@ from controller.raft import Role
 from controller.raft_driver import RaftDriver
 from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
+from controller.service.group_view import GroupView
 from controller.service.requests import Refused, count, refusal
 from protocol.codes import ResponseCode
 from protocol.controller_requests.base import InvalidRequest
@@ -53,6 +54,7 @@ class HeartbeatHandler:
         now_ms: Callable[[], int],
         wake_scan: Callable[[], None],
         traffic: TrafficTable | None = None,
+        view: GroupView | None = None,
     ) -> None:
         self.cfg = cfg
         self.driver = driver
@@ -65,6 +67,8 @@ class HeartbeatHandler:
         self.now_ms = now_ms
         self.wake_scan = wake_scan
         self.traffic = traffic
+        self.view = view or GroupView(driver, manager)
+        """The groups' metadata, built once per applied index: a heartbeat builds none."""
         self._heard: dict[tuple[str, int], tuple[bytes, TrafficReport | str]] = {}
         """Each broker's last report body, decoded (or why it was dropped)."""
         self._active_since_ms: int | None = None
@@ -95,7 +99,7 @@ class HeartbeatHandler:
         # A broker may ask for its own timeout, within the configured bound: a huge one must
         # not keep a dead broker (and its master role) alive.
         timeout_ms = min(beat.heartbeat_timeout_ms, self.cfg.broker_heartbeat_timeout_max_ms)
-        info = self.manager.replica_info(name)
+        info = self.view.get(name)
         unknown = info is None or all(r.broker_id != broker_id for r in info.replicas)
         if unknown and self.driver.active:  # a new leader's applied state may still be behind
             if not leased:

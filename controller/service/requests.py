@@ -45,7 +45,11 @@ def refusal(req: Frame, refused: Refused) -> Frame:
 
 def count(metrics: ControllerMetrics | None, req: Frame, resp: Frame) -> None:
     """One answer in ``rmq_controller_requests_total{request, code}``."""
-    if metrics is not None:
+    if metrics is None:
+        return
+    key = (req.code, resp.code)
+    child = metrics.requests_by_codes.get(key)
+    if child is None:  # the names and the label lookup once per pair of codes
         try:
             request = RequestCode(req.code).name
         except ValueError:
@@ -53,7 +57,9 @@ def count(metrics: ControllerMetrics | None, req: Frame, resp: Frame) -> None:
                 request = ControllerCode(req.code).name
             except ValueError:
                 request = str(req.code)
-        metrics.requests.labels(request=request, code=code_name(resp.code)).inc()
+        child = metrics.requests.labels(request=request, code=code_name(resp.code))
+        metrics.requests_by_codes[key] = child
+    child.inc()
 
 
 def guarded(handler: AsyncHandler, metrics: ControllerMetrics | None) -> AsyncHandler:

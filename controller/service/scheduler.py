@@ -1,10 +1,11 @@
 """The election scheduler: a scan every ``scan_interval_ms``, and at once when woken (a broker
 turned inactive or alive, this controller became active).
 
-One pass expires soft state, refreshes the group and liveness metrics and, on the active
-controller, starts the elections ``elections_needed`` asks for, one at a time per group. A scan
-that comes more than ``STOOD_STILL_S`` late first restarts the brokers' grace period: the
-controller could not hear their heartbeats meanwhile.
+One pass expires soft state, refreshes the group metrics (only when the metadata changed: the
+groups are read through GroupView, built once per applied index) and the liveness metric and, on
+the active controller, starts the elections ``elections_needed`` asks for, one at a time per
+group. A scan that comes more than ``STOOD_STILL_S`` late first restarts the brokers' grace
+period: the controller could not hear their heartbeats meanwhile.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import structlog
 
 from controller.config import ControllerConfig
 from controller.metadata import BrokerLiveTable, ReplicasInfoManager, elections_needed
+from controller.metadata.results import ReplicaInfo
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.routes import RouteTable
 from controller.service.elections import ElectionHandlers
+from controller.service.group_view import GroupView
 from controller.service.tasks import BackgroundTasks
 
 log = structlog.get_logger(__name__)
@@ -40,6 +43,7 @@ class ElectionScheduler:
         tasks: BackgroundTasks,
         metrics: ControllerMetrics | None,
         now_ms: Callable[[], int],
+        view: GroupView | None = None,
     ) -> None:
         self.cfg = cfg
         self.driver = driver
@@ -50,6 +54,9 @@ class ElectionScheduler:
         self.tasks = tasks
         self.metrics = metrics
         self.now_ms = now_ms
+        self.view = view or GroupView(driver, manager)
+        self._refreshed: list[ReplicaInfo] | None = None
+        """The groups the metrics were last refreshed from: unchanged, not refreshed again."""
         self._in_flight: set[str] = set()
         self._scan_now = asyncio.Event()
         self._stood_still_logged_ms = -(10**9)
@@ -91,9 +98,11 @@ class ElectionScheduler:
         """One pass: expire soft state, refresh metrics, start the elections needed."""
         now = self.now_ms()
         self.routes.expire(now)
-        groups = self.manager.replica_infos()
+        groups = self.view.infos()
         if self.metrics is not None:
-            self.metrics.refresh_groups(groups)
+            if groups is not self._refreshed:
+                self.metrics.refresh_groups(groups)
+                self._refreshed = groups
             self.metrics.route_registrations.set(len(self.routes))
         if not self.driver.active:
             if self.metrics is not None:

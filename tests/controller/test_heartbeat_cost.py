@@ -1,0 +1,86 @@
+"""What a broker heartbeat costs the active controller, by the work it does rather than by a
+timing (issue 34: a heartbeat under 50 us of CPU; the figure itself is bench/scale_bench.py's).
+
+In a quiet cluster (no Raft entry applied meanwhile) neither a heartbeat nor the election
+scheduler's scan, ten times a second over every group, builds any group's metadata again: both
+read the ReplicaInfos built the last time the applied index moved (controller/service/
+group_view.py), and the scan leaves the group gauges alone. Before, each heartbeat built its
+group's ReplicaInfo and each scan every group's, and set four labelled gauges per group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.metadata.group import BrokerGroup
+from controller.metadata.results import ReplicaInfo
+from tests.controller.support import FakeBroker, ServiceCluster
+from tests.support.wait import wait_until_async
+
+GROUPS = 12
+ROUNDS = 10
+
+
+async def test_heartbeats_and_scans_in_a_quiet_cluster_build_no_group_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with ServiceCluster(tmp_path) as cluster:
+        leader = await cluster.leader()
+        service = leader.service
+        brokers = [FakeBroker(cluster.addresses, f"cost-{g:02d}") for g in range(GROUPS)]
+        try:
+            for broker in brokers:
+                await broker.start()
+                await broker.join()
+            for broker in brokers:
+                assert (await broker.heartbeat()).code == 0
+
+            def every_group_has_a_master() -> bool:
+                infos = service.manager.replica_infos()
+                return len(infos) == GROUPS and all(i.master_broker_id is not None for i in infos)
+
+            await wait_until_async(every_group_has_a_master, "a master in every group", 20)
+
+            service.scheduler.scan()  # the infos at today's applied index, built once
+            built = 0
+            original = BrokerGroup.info
+
+            mine = set(map(id, service.manager._groups.values()))  # the leader's, not the
+            # followers' (all three controllers run in this process)
+
+            def counted(group: BrokerGroup) -> ReplicaInfo:
+                nonlocal built
+                built += id(group) in mine
+                return original(group)
+
+            monkeypatch.setattr(BrokerGroup, "info", counted)
+            gauge_sets = 0
+            refresh = service.metrics.refresh_groups
+
+            def counted_refresh(groups: Any) -> None:
+                nonlocal gauge_sets
+                gauge_sets += 1
+                refresh(groups)
+
+            monkeypatch.setattr(service.metrics, "refresh_groups", counted_refresh)
+            applied = {leader.driver.applied}
+            beats = 0
+            for _ in range(ROUNDS):
+                answers = await asyncio.gather(*(b.heartbeat() for b in brokers))
+                beats += sum(1 for a in answers if a.code == 0)
+                service.scheduler.scan()
+                applied.add(leader.driver.applied)
+            assert beats == ROUNDS * GROUPS
+            # Every group's info built again only when an entry was applied meanwhile (an
+            # election of the controllers' own, on a loaded machine); never per heartbeat or
+            # per scan.
+            moves = len(applied) - 1
+            assert built <= GROUPS * moves, (built, beats, sorted(applied))
+            assert gauge_sets <= moves, (gauge_sets, sorted(applied))
+        finally:
+            for broker in brokers:
+                await broker.stop()
