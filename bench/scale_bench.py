@@ -1,4 +1,5 @@
-"""How the controllers' costs grow with the metadata (issue 34 item 1), printed as a growth table.
+"""How the controllers' costs grow with the metadata (issue 34 item 1), printed as a growth table;
+then the brokers' (item 2: queues and consumer groups, bench/scale_broker.py).
 
 Three ``rmq-controller`` processes on loopback (fsync on), as tests/controller/support.py starts
 them; per column (1x, 10x, 100x of ``--topics`` topics of 8 queues and ``--groups`` broker groups
@@ -33,9 +34,11 @@ is cost x / load x. The last line is ``worst growth: RATIO (MEASURE)``, the larg
 Nothing is asserted: these are figures, taken on a shared machine (the load average is printed).
 
     python bench/scale_bench.py [--topics 1000] [--groups 10] [--columns 1,10,100] [--quick]
+        [--items controllers,brokers] [--broker-queues 1000] [--broker-groups 100]
 
-``--quick`` runs the 1x and 10x columns (under 5 minutes); ``--smoke`` a tiny run for the
-test suite. Every process started here is ended by its PID, also on error.
+``--quick`` runs the 1x and 10x columns; ``--smoke`` a tiny run for the test suite;
+``--items`` which items' tables (each item's table, then one ``worst growth`` line over all).
+Every process started here is ended by its PID, also on error.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import smoke
+from bench import scale_broker, smoke
 from bench.controller_bench import (
     apply_header,
     first_write_after_kill,
@@ -62,6 +65,7 @@ from bench.controller_bench import (
     process_cpu,
     run,
 )
+from bench.growth import PER_OP, Worst, print_growth, worst_line
 from client.bootstrap import Bootstrap
 from controller.metadata import ReplicasInfoManager
 from controller.raft_driver import decode_snapshot
@@ -84,8 +88,7 @@ CONFIG = {
     "broker_heartbeat_timeout_max_ms": 10_000,
 }
 
-PER_OP = "per op"
-TOTAL = "total"
+TOTAL = "topics"
 
 
 @dataclass
@@ -378,10 +381,8 @@ async def measure(col: Column, args: argparse.Namespace, tmp: Path) -> None:
             cluster.stop()  # by their PIDs, also when the teardown above is interrupted
 
 
-def print_table(cols: list[Column]) -> None:
-    base = cols[0]
-    head = f"{'measure':30s}" + "".join(f"{f'{c.factor}x':>12s}" for c in cols)
-    head += "".join(f"{f'{c.factor}x cost/load=ratio':>28s}" for c in cols[1:])
+def print_table(cols: list[Column]) -> Worst:
+    """The controllers' growth table; returns its worst ratio."""
     print()
     print(
         "load: "
@@ -392,27 +393,17 @@ def print_table(cols: list[Column]) -> None:
         )
     )
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine)")
-    print(head)
-    worst = (0.0, "")
-    for name, unit, kind in MEASURES:
-        row = f"{name + ' (' + unit + ')':30s}"
-        row += "".join(f"{c.figures.get(name, float('nan')):12,.2f}" for c in cols)
-        for c in cols[1:]:
-            load_x = c.topics / base.topics if kind == TOTAL else 1.0
-            was = base.figures.get(name, float("nan"))
-            # A 1x figure of 0 (a CPU reading below the clock tick in --smoke's short window)
-            # gives no growth to compare: nan, left out of the worst.
-            cost_x = c.figures.get(name, float("nan")) / was if was else float("nan")
-            ratio = cost_x / load_x
-            row += f"{f'{cost_x:.2f}/{load_x:g}={ratio:.2f}':>28s}"
-            if ratio == ratio and ratio > worst[0]:
-                worst = (ratio, f"{name} at {c.factor}x")
-        print(row)
+    worst = print_growth(
+        MEASURES,
+        [c.factor for c in cols],
+        [c.figures for c in cols],
+        [{TOTAL: c.topics} for c in cols],
+    )
     print(
         f"{TERM + ' (elections)':30s}"
         + "".join(f"{c.figures.get(TERM, float('nan')):12,.0f}" for c in cols)
     )
-    print(f"worst growth: {worst[0]:.2f} ({worst[1]})")
+    return worst
 
 
 def parse_args() -> argparse.Namespace:
@@ -429,7 +420,23 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--lookups", type=int, default=400, help="single lookups per column")
     parser.add_argument("--window", type=float, default=10.0, help="heartbeat CPU window, s")
-    args = smoke.parse_args(parser, topics=10, groups=1, columns="1,3", lookups=40, window=2.0)
+    parser.add_argument(
+        "--items",
+        default="controllers,brokers",
+        help="which items' tables: controllers (item 1), brokers (item 2), comma-separated",
+    )
+    scale_broker.add_args(parser)
+    args = smoke.parse_args(
+        parser,
+        topics=10,
+        groups=1,
+        columns="1,3",
+        lookups=40,
+        window=2.0,
+        broker_queues=16,
+        broker_groups=4,
+        puts=50,
+    )
     if args.quick:
         args.columns = "1,10"
     return args
@@ -437,6 +444,19 @@ def parse_args() -> argparse.Namespace:
 
 async def main_async(args: argparse.Namespace) -> None:
     factors = [int(x) for x in args.columns.split(",")]
+    items = set(args.items.split(","))
+    worsts: list[Worst] = []
+    if "controllers" in items:
+        worsts.append(await controllers(factors, args))
+    if "brokers" in items:
+        cols = scale_broker.columns(factors, args.broker_queues, args.broker_groups)
+        await scale_broker.run_columns(cols, args)
+        worsts.append(scale_broker.print_table(cols))
+    print(worst_line(worsts))
+
+
+async def controllers(factors: list[int], args: argparse.Namespace) -> Worst:
+    """Item 1's columns and table; its worst ratio."""
     cols = []
     for factor in factors:
         # The issue's broker groups: 10, 100, 700 (2,000 brokers at 3 a group... 2,100 here).
@@ -451,7 +471,7 @@ async def main_async(args: argparse.Namespace) -> None:
             await measure(col, args, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    print_table(cols)
+    return print_table(cols)
 
 
 def main() -> int:

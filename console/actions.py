@@ -1,6 +1,7 @@
 """What the console's forms change, each through the request rmqctl sends for it: updateTopic,
-deleteTopic, resetOffsetByTime, skipAccumulatedMessage, resendDlq (sendMessage's SDK producer
-for a test message). Each checks its input first and raises :class:`Refused` with one line
+deleteTopic, resetOffsetByTime, skipAccumulatedMessage, resendDlq, updateSubGroup, updateUser,
+updateAcl, updateStaticTopic and remapStaticTopic (sendMessage's SDK producer for a test
+message). Each checks its input first and raises :class:`Refused` with one line
 when it is bad, before anything is sent; it returns one line saying what was done.
 """
 
@@ -21,10 +22,19 @@ from protocol.broker_requests.admin import MAX_QUEUES, CreateTopic
 from protocol.broker_requests.offsets import FUTURE_SLACK_MS, TO_MAX
 from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import DeleteSubGroup, DeleteTopic
-from protocol.controller_requests.users import CreateAcl, CreateUser, DeleteAcl, DeleteUser
+from protocol.controller_requests.users import (
+    CreateAcl,
+    CreateUser,
+    DeleteAcl,
+    DeleteUser,
+    UpdateAcl,
+    UpdateUser,
+)
 from protocol.fields import FieldError
+from protocol.retry import MAX_RETRY_TIMES, RetryConfigError, config_from_dict
 from rmqctl.common import utc_iso
 from rmqctl.controller_calls import call_controllers
+from rmqctl.static_topic import apply_moves, create_static_topic
 from rmqctl.topic_admin import ask_delete, delete_doc, failed_brokers
 
 T = TypeVar("T")
@@ -155,6 +165,35 @@ async def create_rules(
     return f"{len(rules)} rule(s) of {ask.username} created"
 
 
+async def update_user(addresses: str, username: str, secret: str, kind: str) -> str:
+    """updateUser: a new secret (left empty: kept) and/or type."""
+    if not secret and not kind:
+        raise Refused("give a new secret or a type; nothing was changed")
+    ask = UpdateUser(
+        username=_acl_checked(check_username, username.strip()),
+        user_type=_acl_checked(parse_user_type, kind) if kind else None,
+        secret=_acl_checked(check_secret, secret) if secret else None,
+    )
+    await call_controllers(addresses, ask.code, *ask.encode())
+    changed = " and ".join(
+        w for w, on in (("secret", ask.secret), ("type", ask.user_type)) if on is not None
+    )
+    return f"user {ask.username} updated ({changed})"
+
+
+async def update_rules(
+    addresses: str, username: str, resources: str, actions: str, decision: str
+) -> str:
+    """updateAcl: each rule on ``resources`` replaced by one of ``actions`` and ``decision``."""
+    names = _names(resources)
+    if not names:
+        raise Refused("no resource given (e.g. Topic:Orders, Group:*, Cluster:*)")
+    rules = tuple(_acl_checked(make_rule, r, _names(actions), decision or "allow") for r in names)
+    ask = UpdateAcl(username=_acl_checked(check_username, username.strip()), rules=rules)
+    await call_controllers(addresses, ask.code, *ask.encode())
+    return f"{len(rules)} rule(s) of {ask.username} updated"
+
+
 async def delete_rules(addresses: str, username: str, resources: str) -> str:
     patterns = tuple(_acl_checked(resource_pattern, r) for r in _names(resources))
     ask = DeleteAcl(username=_acl_checked(check_username, username.strip()), resources=patterns)
@@ -187,3 +226,60 @@ async def delete_group(addresses: str, group: str, remove_dlq: bool) -> str:
             "they are back"
         )
     return f"consumer group {group} deleted" + (" with its DLQ" if remove_dlq else "")
+
+
+def group_settings(
+    group: str, retry_max_times: str, retry_delays: str, consume_retry: bool, fifo: bool
+) -> dict[str, object]:
+    """The settings form as updateSubGroup's document, checked as the brokers check it."""
+    text = retry_max_times.strip()
+    if not text.isdigit() or int(text) > MAX_RETRY_TIMES:
+        raise Refused(f"retry max times must be a whole number 0..{MAX_RETRY_TIMES}, not {text!r}")
+    doc: dict[str, object] = {
+        "groupName": group,
+        "retryMaxTimes": int(text),
+        "consumeRetryEnable": consume_retry,
+        "consumeMessageOrderly": fifo,
+    }
+    if retry_delays.strip():
+        doc["retryDelays"] = retry_delays.strip()
+    try:
+        config_from_dict(doc)
+    except RetryConfigError as exc:
+        raise Refused(f"bad settings for {group}: {exc}") from None
+    return doc
+
+
+async def update_group(
+    addresses: str, doc: dict[str, object], broker_name: str | None, timeout: float
+) -> str:
+    """updateSubGroup: the settings on the master of every broker group (or of one)."""
+    async with Admin(addresses, timeout) as admin:
+        stored = await admin.update_sub_group(dict(doc), broker_name or None)
+    return f"settings of {doc['groupName']} stored on {', '.join(sorted(stored))}"
+
+
+def _number(text: str, what: str, low: int, high: int) -> int:
+    if not text.strip().isdigit() or not low <= int(text) <= high:
+        raise Refused(f"{what} must be a whole number {low}..{high}, not {text.strip()!r}")
+    return int(text)
+
+
+async def create_static(addresses: str, topic: str, queues: str, brokers: str) -> str:
+    """updateStaticTopic: ``queues`` logical queues over ``brokers`` (';'- or ','-separated;
+    empty: every group with a master)."""
+    ask = checked_topic(topic)
+    count = _number(queues, "logical queues", 1, MAX_QUEUES)
+    names = tuple(n.strip() for n in brokers.replace(",", ";").split(";") if n.strip())
+    doc = await create_static_topic(addresses, ask.topic, count, names)
+    return f"static topic {ask.topic} has {len(doc['queues'])} logical queue(s)"
+
+
+async def remap_static(addresses: str, topic: str, queue: str, target: str) -> str:
+    """remapStaticTopic: logical queue ``queue`` of ``topic`` moved to broker group ``target``."""
+    ask = checked_topic(topic)
+    number = _number(queue, "logical queue", 0, MAX_QUEUES - 1)
+    if not target.strip():
+        raise Refused("give the broker group to move the queue to")
+    await apply_moves(addresses, [(ask.topic, number, target.strip())], lone_refusal_as_is=True)
+    return f"logical queue {number} of {ask.topic} moved to {target.strip()}"

@@ -16,7 +16,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -39,7 +39,17 @@ from client.bootstrap import describe_failure
 from client.errors import ClientError
 from console import actions, reads
 from console.config import Settings
-from console.sessions import SESSION_COOKIE, LoginRefused, Session, Sessions, check_user
+from console.rights import Rights
+from console.sessions import (
+    SESSION_COOKIE,
+    LoginRefused,
+    Session,
+    Sessions,
+    check_user,
+    read_rules,
+    source_ip,
+)
+from protocol.acl import User, UserType
 from protocol.broker_requests.offsets import TO_MAX
 from protocol.request_auth import Credentials
 from remoting.client import task_credentials
@@ -101,12 +111,18 @@ def make_app(settings: Settings) -> Starlette:
         found: Session | None = getattr(request.state, "session", None)
         return found
 
-    def can_change(request: Request) -> bool:
-        """Without login, anyone; with it, super users only (other users read only)."""
-        if not cfg.login:
-            return True
+    def rights(request: Request) -> Rights:
+        """Without login, anyone may do anything; with it, what the user's rules allow
+        (:mod:`console.rights`)."""
         current = session(request)
-        return current is not None and current.is_super
+        if not cfg.login:
+            return Rights(None)
+        if current is None:
+            return Rights(None, rules_known=False)
+        return current.rights
+
+    def can_change(request: Request) -> bool:
+        return rights(request).changes_anything
 
     def auth_note(request: Request) -> str:
         if not cfg.login:
@@ -117,7 +133,14 @@ def make_app(settings: Settings) -> Starlette:
         current = session(request)
         if current is None:
             return "Log in with a user of this cluster."
-        role = "super user: every action" if current.is_super else "read only"
+        if current.is_super:
+            role = "super user: every action"
+        elif current.rules is None:
+            role = "read only: the console could not read its rules"
+        elif current.rights.changes_anything:
+            role = "normal user: what its rules allow"
+        else:
+            role = "read only"
         return f"Logged in as {current.user} ({role})."
 
     def addresses(request: Request) -> str:
@@ -139,6 +162,7 @@ def make_app(settings: Settings) -> Starlette:
             "refresh": cfg.refresh_seconds,
             "auth_note": auth_note(request),
             "can_change": can_change(request),
+            "may": rights(request).may,
             "session": session(request),
             **values,
         }
@@ -155,20 +179,27 @@ def make_app(settings: Settings) -> Starlette:
             )
         return {k: v for k, v in data.items() if isinstance(v, str)}
 
-    async def change_form(request: Request) -> dict[str, str]:
-        """:func:`form` for an action that changes something: refused (403) for a user who
-        may not change anything here."""
+    async def change_form(
+        request: Request,
+        action: str,
+        named: Callable[[dict[str, str]], dict[str, str]] | None = None,
+    ) -> dict[str, str]:
+        """:func:`form` for ``action`` (:data:`console.rights.ACTIONS`) on the page's topic or
+        group (and what ``named`` takes from the form): refused (403) for a user whose rules
+        do not allow it, before anything is sent."""
         data = await form(request)
-        if not can_change(request):
-            current = session(request)
+        names = {**request.path_params, **(named(data) if named else {})}
+        current = session(request)
+        if not rights(request).changes_anything:
+            refusal: str | None = "may only read on this console (not a super user)"
+        else:
+            refusal = rights(request).refusal(action, names)
+        if refusal is not None:
             who = current.user if current is not None else "nobody"
             log.warning("console action", user=who, path=request.url.path, outcome="refused",
-                        reason="read-only user")  # fmt: skip
-            raise PageError(
-                403,
-                f"refused: {who} may only read on this console (not a super user); "
-                "nothing was changed",
-            )
+                        action=action, reason=refusal)  # fmt: skip
+            reason = refusal if refusal.startswith(who) else f"{who} {refusal}"
+            raise PageError(403, f"refused: {reason}; nothing was changed")
         return data
 
     async def act(
@@ -277,7 +308,7 @@ def make_app(settings: Settings) -> Starlette:
     async def create_topic(request: Request) -> Response:
         addrs = addresses(request)
         name = request.path_params["cluster"]
-        data = await change_form(request)
+        data = await change_form(request, "create-topic", _topic_field)
         topic = data.get("topic", "")
 
         async def do() -> str:
@@ -289,7 +320,7 @@ def make_app(settings: Settings) -> Starlette:
     async def delete_topic(request: Request) -> Response:
         addrs = addresses(request)
         name = request.path_params["cluster"]
-        data = await change_form(request)
+        data = await change_form(request, "delete-topic", _topic_field)
         topic = data.get("topic", "")
         return await act(
             request,
@@ -303,7 +334,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         topic = request.path_params["topic"]
-        data = await change_form(request)
+        data = await change_form(request, "send")
         return await act(
             request,
             "send test message",
@@ -340,7 +371,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         group = request.path_params["group"]
-        data = await change_form(request)
+        data = await change_form(request, "reset-offset")
         topic = data.get("topic", "")
 
         async def do() -> str:
@@ -355,7 +386,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         group = request.path_params["group"]
-        data = await change_form(request)
+        data = await change_form(request, "reset-offset")
         topic = data.get("topic", "")
         return await act(
             request,
@@ -391,7 +422,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         group = request.path_params["group"]
-        data = await change_form(request)
+        data = await change_form(request, "resend-dlq")
         msg_id = data.get("msg_id", "").strip() or None
         return await act(
             request,
@@ -440,7 +471,9 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         msg_id = request.path_params["msg_id"]
-        data = await change_form(request)
+        data = await change_form(
+            request, "resend-message", lambda d: {"group": d.get("group", "").strip()}
+        )
         group, topic = data.get("group", ""), data.get("topic", "").strip()
         back = f"/c/{quote(name)}/messages/{quote(msg_id, safe='')}"
         return await act(
@@ -455,7 +488,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         group = request.path_params["group"]
-        data = await change_form(request)
+        data = await change_form(request, "delete-group")
         return await act(
             request,
             "delete group",
@@ -473,7 +506,7 @@ def make_app(settings: Settings) -> Starlette:
         addrs = addresses(request)
         name = request.path_params["cluster"]
         what = request.path_params["action"]
-        data = await change_form(request)
+        data = await change_form(request, "users")
         user = data.get("username", "")
         do: Awaitable[str]
         if what == "create-user":
@@ -487,9 +520,74 @@ def make_app(settings: Settings) -> Starlette:
             )  # fmt: skip
         elif what == "delete-rules":
             do = actions.delete_rules(addrs, user, data.get("resources", ""))
+        elif what == "update-user":
+            do = actions.update_user(addrs, user, data.get("secret", ""), data.get("type", ""))
+        elif what == "update-rules":
+            do = actions.update_rules(
+                addrs, user, data.get("resources", ""), data.get("actions", ""),
+                data.get("decision", "allow"),
+            )  # fmt: skip
         else:
             raise PageError(404, f"no action {what!r}")
         return await act(request, what.replace("-", " "), user, do, f"/c/{quote(name)}/users")
+
+    async def group_settings(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        group = request.path_params["group"]
+        data = await change_form(request, "update-group")
+
+        async def do() -> str:
+            doc = actions.group_settings(
+                group,
+                data.get("retry_max_times", ""),
+                data.get("retry_delays", ""),
+                data.get("consume_retry") == "yes",
+                data.get("fifo") == "yes",
+            )
+            broker = data.get("broker", "").strip()
+            return await actions.update_group(addrs, doc, broker, cfg.request_timeout)
+
+        return await act(request, "update group settings", group, do(), _group_url(name, group))
+
+    async def static_topics_page(request: Request) -> Response:
+        addresses(request)
+        topic = request.query_params.get("topic", "").strip()
+        if topic:
+            url = (
+                f"/c/{quote(request.path_params['cluster'])}/static-topics/{quote(topic, safe='')}"
+            )
+            return RedirectResponse(url, status_code=303)
+        return render(request, "static_topic.html", topic="", mapping=None)
+
+    async def static_topic_page(request: Request) -> Response:
+        addrs = addresses(request)
+        topic = request.path_params["topic"]
+        mapping = await _read(reads.static_mapping(addrs, topic, cfg.request_timeout))
+        return render(request, "static_topic.html", topic=topic, mapping=mapping)
+
+    async def create_static_topic(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        data = await change_form(request, "create-static-topic", _topic_field)
+        topic = data.get("topic", "").strip()
+        do = actions.create_static(addrs, topic, data.get("queues", ""), data.get("brokers", ""))
+        back = f"/c/{quote(name)}/static-topics/{quote(topic, safe='')}"
+        return await act(request, "create static topic", topic, do, back)
+
+    async def remap_static_topic(request: Request) -> Response:
+        addrs = addresses(request)
+        name = request.path_params["cluster"]
+        topic = request.path_params["topic"]
+        data = await change_form(request, "remap-static-topic")
+        queue, target = data.get("queue", ""), data.get("broker", "")
+        return await act(
+            request,
+            "remap static topic",
+            f"{topic} queue {queue.strip()} to {target.strip()}",
+            actions.remap_static(addrs, topic, queue, target),
+            f"/c/{quote(name)}/static-topics/{quote(topic, safe='')}",
+        )
 
     # --- errors ---------------------------------------------------------------------------------
 
@@ -529,16 +627,21 @@ def make_app(settings: Settings) -> Starlette:
             if not user or not secret:
                 raise LoginRefused("give an access key and its secret key")
             is_super = await check_user(addrs, Credentials(user, secret), cfg.request_timeout)
+            rules = None if is_super else await read_rules(addrs, user, cfg.request_timeout)
         except (ClientError, RemotingError) as exc:
             log.warning("console login", user=user, remote=remote, cluster=name,
                         outcome="refused", reason=_why(exc))  # fmt: skip
             return render(request, "login.html", 401, error=_why(exc))
-        log.info("console login", user=user, remote=remote, cluster=name,
-                 role="super" if is_super else "read-only")  # fmt: skip
+        sid = sessions.create(name, Credentials(user, secret), is_super, rules, source_ip(addrs))
+        role = "super" if is_super else "read-only"
+        if rules is not None and Rights(User(user, UserType.NORMAL, rules)).changes_anything:
+            role = "normal"
+        log.info("console login", user=user, remote=remote, cluster=name, role=role,
+                 rules=None if rules is None else len(rules))  # fmt: skip
         response = RedirectResponse(f"/c/{quote(name)}/cluster", status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
-            sessions.create(name, Credentials(user, secret), is_super),
+            sid,
             httponly=True,
             samesite="strict",
             secure=secure_cookie,
@@ -560,9 +663,13 @@ def make_app(settings: Settings) -> Starlette:
         request.state.csrf = token
         parts = request.url.path.split("/")
         cluster = unquote(parts[2]) if len(parts) > 3 and parts[1] == "c" else None
-        current = sessions.get(request.cookies.get(SESSION_COOKIE))
+        sid = request.cookies.get(SESSION_COOKIE)
+        current = sessions.get(sid)
         if current is not None and current.cluster != cluster:
             current = None  # a session is for the cluster it logged in to
+        if current is not None and sid and current.rules_stale and cluster in clusters:
+            rules = await read_rules(clusters[cluster], current.user, cfg.request_timeout)
+            current = sessions.new_rules(sid, rules)
         request.state.session = current
         if cfg.login and cluster in clusters and current is None and parts[3] not in LOGIN_PATHS:
             response: Response = RedirectResponse(f"/c/{quote(cluster)}/login", status_code=303)
@@ -601,6 +708,11 @@ def make_app(settings: Settings) -> Starlette:
         Route(f"{c}/groups/{{group}}/reset", reset_offset, methods=["POST"]),
         Route(f"{c}/groups/{{group}}/delete", delete_group, methods=["POST"]),
         Route(f"{c}/groups/{{group}}/skip", skip_backlog, methods=["POST"]),
+        Route(f"{c}/groups/{{group}}/settings", group_settings, methods=["POST"]),
+        Route(f"{c}/static-topics", static_topics_page),
+        Route(f"{c}/static-topics/create", create_static_topic, methods=["POST"]),
+        Route(f"{c}/static-topics/{{topic}}", static_topic_page),
+        Route(f"{c}/static-topics/{{topic}}/remap", remap_static_topic, methods=["POST"]),
         Route(f"{c}/groups/{{group}}/dlq", dlq_page),
         Route(f"{c}/groups/{{group}}/dlq.jsonl", dlq_export),
         Route(f"{c}/groups/{{group}}/dlq/resend", dlq_resend, methods=["POST"]),
@@ -656,6 +768,11 @@ def _page_number(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise PageError(400, f"page must be a number from 1 (not {text!r})")
     return int(text)
+
+
+def _topic_field(data: dict[str, str]) -> dict[str, str]:
+    """The topic a form names (create, delete): what the user's rules are checked on."""
+    return {"topic": data.get("topic", "").strip()}
 
 
 def _group_url(cluster: str, group: str) -> str:

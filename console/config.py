@@ -64,7 +64,8 @@ class ConsoleConfig:
     credentials_file: Path | None = field(
         None,
         "TOML file with access_key and secret_key (mode 600): the console signs every request "
-        "to the clusters with them when authentication is on there",
+        "to the clusters with them when authentication is on there (with login: only the "
+        "reads of a logged-in user's rules, which need a super user)",
     )
     auth_key_file: Path | None = field(
         None,
@@ -94,7 +95,8 @@ class ConsoleConfig:
         False,
         "log in with the cluster's own users (authentication on there): each page and action "
         "signs with the user's credentials, so the cluster's rules decide; super users get "
-        "every action, other users read only",
+        "every action, other users what their rules allow (read with credentials_file or "
+        "auth_key_file; without them, read only)",
     )
     session_hours: float = field(12.0, "a login lasts this long, in hours", at_least(0.01))
     prometheus_url: str = field(

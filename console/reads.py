@@ -36,6 +36,7 @@ from rmqctl.broker_admin import BrokerRef, ask_each
 from rmqctl.controller import replica_epochs, sync_state
 from rmqctl.controller_calls import answer_body, call_controllers
 from rmqctl.progress import ProgressRow, group_totals, logical_rows, progress_rows, source_notes
+from rmqctl.static_topic import mapping_of
 from rmqctl.topic_admin import TopicAdmin
 from rmqctl.trace import trace_row
 
@@ -529,6 +530,40 @@ async def users_and_rules(
         docs.append(raw[key])
     users, acls = docs
     return users, acls
+
+
+@dataclass(frozen=True, slots=True)
+class MappingItem:
+    """One item of a static topic's logical queue (staticTopicMapping's row)."""
+
+    queue_id: int
+    generation: int
+    broker_name: str
+    physical_queue: int
+    logical_start: int
+    logical_end: int | None
+    physical_start: int
+
+
+async def static_mapping(addresses: str, topic: str, timeout: float) -> list[MappingItem]:
+    """staticTopicMapping: each logical queue's items, oldest first."""
+    doc = await mapping_of(addresses, topic, timeout)
+    try:
+        return [
+            MappingItem(
+                q["queueId"],
+                i["generation"],
+                i["brokerName"],
+                i["physicalQueue"],
+                i["logicalStart"],
+                i["logicalEnd"],
+                i["physicalStart"],
+            )
+            for q in doc["queues"]
+            for i in q["items"]
+        ]
+    except (KeyError, TypeError) as exc:
+        raise ClientError(f"malformed static topic mapping ({exc})") from None
 
 
 # --- firing alerts (Prometheus) -----------------------------------------------------------------

@@ -34,6 +34,7 @@ from rmqctl.common import (
     Settings,
     _json_after_command,
     emit,
+    one_cluster,
     pass_settings,
     run,
 )
@@ -106,10 +107,7 @@ async def targets(
         raise ClientError("-c needs the controllers' addresses: give -a (or $RMQCTL_ADDRESSES)")
     async with Admin(addresses) as admin:
         clusters = await admin.cluster_info()
-    if cluster not in clusters:
-        known = ", ".join(sorted(clusters)) or "none"
-        raise ClientError(f"cluster {cluster!r} not found (known: {known})")
-    brokers = sorted(clusters[cluster], key=lambda b: (b.broker_name, b.broker_id))
+    brokers = sorted(one_cluster(clusters, cluster), key=lambda b: (b.broker_name, b.broker_id))
     return [BrokerRef(b.address, b.broker_name, b.broker_id) for b in brokers]
 
 

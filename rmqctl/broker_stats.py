@@ -30,6 +30,7 @@ from rmqctl.common import (
     Settings,
     addresses_option,
     emit,
+    one_cluster,
     pass_settings,
     run,
     table,
@@ -40,10 +41,7 @@ PROBE_TOPIC = "rmqctl_rt_probe"
 
 def masters(clusters: dict[str, list[ClusterBroker]], cluster: str | None) -> list[BrokerRef]:
     """The master of every broker group (of ``cluster`` only when given), by group name."""
-    if cluster is not None and cluster not in clusters:
-        known = ", ".join(sorted(clusters)) or "none"
-        raise ClientError(f"cluster {cluster!r} not found (known: {known})")
-    chosen = [clusters[cluster]] if cluster is not None else list(clusters.values())
+    chosen = [one_cluster(clusters, cluster)] if cluster is not None else list(clusters.values())
     found = {b.broker_name: b for bs in chosen for b in bs if b.is_master}
     if not found:
         raise ClientError("no broker group has a master now")

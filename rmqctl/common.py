@@ -15,7 +15,7 @@ import re
 import select
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO, TypeVar
@@ -153,6 +153,15 @@ class PastTimeType(click.ParamType[int]):
                 param,
                 ctx,
             )
+
+
+def one_cluster(clusters: Mapping[str, T], cluster: str) -> T:
+    """``clusters[cluster]`` (the controllers' cluster list), or a :class:`ClientError` naming
+    the clusters they know (-c of a name no broker registered with)."""
+    if cluster not in clusters:
+        known = ", ".join(sorted(clusters)) or "none"
+        raise ClientError(f"cluster {cluster!r} not found (known: {known})")
+    return clusters[cluster]
 
 
 def utc_iso(ms: int) -> str:

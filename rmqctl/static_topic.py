@@ -29,7 +29,7 @@ from rmqctl.common import (
     run,
     table,
 )
-from rmqctl.controller_calls import answer_body, call_controllers
+from rmqctl.controller_calls import TIMEOUT, answer_body, call_controllers
 
 topic_option = click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
 
@@ -117,18 +117,25 @@ def update_static_topic(
     if groups is not None and broker_names:
         raise CommandError("give -b NAMES or -g N, not both")
 
-    async def work() -> dict[str, Any]:
-        ask = CreateStaticTopic(
-            topic=topic,
-            queues=queues,
-            broker_names=tuple(n for n in broker_names.split(";") if n),
-            place_groups=groups or 0,
-        )
-        resp = await call_controllers(addresses, ask.code, *ask.encode())
-        return _mapping(answer_body(resp, "static topic"))
-
-    doc = run(work())
+    names = tuple(n for n in broker_names.split(";") if n)
+    doc = run(create_static_topic(addresses, topic, queues, names, groups or 0))
     emit(settings, doc, lambda: _mapping_human(doc))
+
+
+async def create_static_topic(
+    addresses: str,
+    topic: str,
+    queues: int,
+    broker_names: Sequence[str] = (),
+    place_groups: int = 0,
+) -> dict[str, Any]:
+    """UPDATE_AND_CREATE_STATIC_TOPIC (updateStaticTopic, rmq-console): the topic's mapping
+    document after it."""
+    ask = CreateStaticTopic(
+        topic=topic, queues=queues, broker_names=tuple(broker_names), place_groups=place_groups
+    )
+    resp = await call_controllers(addresses, ask.code, *ask.encode())
+    return _mapping(answer_body(resp, "static topic"))
 
 
 @click.command("staticTopicMapping", short_help="Show a static topic's logical queues and items.")
@@ -142,13 +149,16 @@ def static_topic_mapping(settings: Settings, addresses: str, topic: str) -> None
     "logicalStart", "physicalStart", "generation", "logicalEnd" (null while open)}]}]}.
     """
 
-    async def work() -> dict[str, Any]:
-        ask = StaticTopicMappingQuery(topic=topic)
-        resp = await call_controllers(addresses, ask.code, *ask.encode())
-        return _mapping(answer_body(resp, "static topic mapping"))
-
-    doc = run(work())
+    doc = run(mapping_of(addresses, topic))
     emit(settings, doc, lambda: _mapping_human(doc))
+
+
+async def mapping_of(addresses: str, topic: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+    """GET_STATIC_TOPIC_MAPPING (staticTopicMapping, rmq-console): the topic's logical queues
+    and their items, oldest first."""
+    ask = StaticTopicMappingQuery(topic=topic)
+    resp = await call_controllers(addresses, ask.code, *ask.encode(), timeout=timeout)
+    return _mapping(answer_body(resp, "static topic mapping"))
 
 
 Move = tuple[str, int, str]

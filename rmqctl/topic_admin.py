@@ -33,6 +33,7 @@ from rmqctl.common import (
     Settings,
     addresses_option,
     emit,
+    one_cluster,
     pass_settings,
     run,
     table,
@@ -218,7 +219,8 @@ async def ask_delete(addresses: str, ask: DeleteTopic | DeleteSubGroup) -> Delet
 def topic_list(settings: Settings, addresses: str, cluster: str | None) -> None:
     """List every topic the controllers and the live brokers know (of one cluster with -c):
     its queues in all, the broker groups that hold it, and the consumer groups with an offset
-    on it (mqadmin topicList -c prints the cluster, topic and consumer group).
+    on it (mqadmin topicList -c prints the cluster, topic and consumer group). A cluster the
+    controllers do not know is refused.
 
     Prints {"topics": [{"topic", "cluster", "queues", "brokers": {name: queues},
     "consumerGroups": [names]}]}.
@@ -232,6 +234,8 @@ def topic_list(settings: Settings, addresses: str, cluster: str | None) -> None:
         except FieldError as exc:
             raise ClientError(f"malformed topic list: {exc}") from None
         async with TopicAdmin(addresses) as admin:
+            if cluster is not None and not listed.topics:  # no topic, or no such cluster
+                one_cluster(await admin.cluster_info(), cluster)
             try:
                 groups = await admin.consumer_groups()
             except ClientError:  # no broker to ask: the topics are listed all the same

@@ -123,6 +123,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "scale_bench.py": (
         rf"^route lookup p99 \(ms\) +{NUMBER} +{NUMBER}",
         rf"^CPU per heartbeat \(us\) +(?:{NUMBER}|nan) +(?:{NUMBER}|nan)",
+        rf"^startup after clean stop \(s\) +{NUMBER} +{NUMBER}",
         rf"^worst growth: {NUMBER} \(.+\)$",
     ),
     "scrub_bench.py": (

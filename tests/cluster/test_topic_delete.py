@@ -8,7 +8,8 @@ and one group of two brokers (master and slave), rmqctl as an operator runs it.
   the slave's copy of the master's tables does not bring them back, the DLQ stays unless
   --remove-dlq.
 - Refusals: a live producer without --force, system topics and groups, a group's own topics,
-  unknown names; each one line on stderr, exit 1, nothing changed.
+  unknown names (topicList -c of an unknown cluster too); each one line on stderr, exit 1,
+  nothing changed.
 """
 
 from __future__ import annotations
@@ -304,11 +305,14 @@ async def test_refusals_are_one_line_and_change_nothing(cluster: Cluster, boot: 
         (("deleteSubGroup", "-g", "NoSuchGroup"), "does not exist"),
         (("deleteSubGroup", "-g", "CID_RMQ_SYS_TRANS"), "system group"),
         (("topicStatus", "-t", "NoSuchTopic"), "NoSuchTopic"),
+        (("topicList", "-c", "NoSuchCluster"), "cluster 'NoSuchCluster' not found"),
     ]
     for args, expected in cases:
         line = await asyncio.to_thread(refused, cluster, *args)
         assert expected in line, (args, line)
     assert await topics_on(master.address) == before
+    listed = await asyncio.to_thread(rmqctl_json, cluster, "topicList", "-c", "DefaultCluster")
+    assert "Stays" in {t["topic"] for t in listed["topics"]}
 
 
 async def _true(value: bool) -> bool:

@@ -1,7 +1,8 @@
 """rmq-console with login (config key ``login``) on a cluster with authentication on, in a real
-browser: three controllers and one broker as processes, the first super user made with the
-cluster key, a read-only user (a normal user with a sub rule), and rmq-console as a process
-signing nothing of its own.
+browser: three controllers and two broker groups as processes, the first super user made with
+the cluster key, a read-only user (a normal user with a sub rule), and rmq-console as a process
+whose own credentials (the super user's, credentials_file) serve only to read a logged-in
+user's rules.
 
 - A wrong secret is refused on the login page; nothing else is shown before a login.
 - The super user sees every form and creates a topic through the page (rmqctl, signed as the
@@ -9,6 +10,12 @@ signing nothing of its own.
   rule on the users page (rmqctl listAcl shows it), then deletes the user.
 - The read-only user sees the pages and no button that changes anything but its logout; a
   direct POST with its session and a valid CSRF token is refused (403) and changes nothing.
+- A normal user allowed to send to one topic sees the send form there and nowhere else; a
+  forged POST to another topic is refused by the console (403) and by the cluster.
+- The super user edits a user's secret (the user logs in with the new one) and a rule in
+  place, a group's settings (rmqctl getSubGroup shows them), creates a static topic and moves
+  one of its logical queues (rmqctl staticTopicMapping agrees); bad values are refused with a
+  clear message and change nothing.
 """
 
 from __future__ import annotations
@@ -47,12 +54,19 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("console-login")
     cluster, key, settings = secured_cluster(tmp)
     config = tmp / "console.toml"
-    config.write_text(f'login = true\ncontrollers = "{cluster.controller_addresses}"\n')
+    own = tmp / "console-credentials.toml"
+    own.write_text(f'access_key = "{ROOT.access_key}"\nsecret_key = "{ROOT.secret_key}"\n')
+    own.chmod(0o600)
+    config.write_text(
+        f'login = true\ncontrollers = "{cluster.controller_addresses}"\n'
+        f'credentials_file = "{own}"\n'
+    )
     console, port = console_process(tmp, "--config", str(config))
     try:
         cluster.start_controllers()
         create_root(cluster, key)
         cluster.add_group("broker-a", 1, config=settings)
+        cluster.add_group("broker-b", 1, config=settings)
         console.start()
         wait_until(lambda: port_open(port), "the console to listen", 30, on_timeout=console.log)
         e = Env(cluster, console, f"http://127.0.0.1:{port}", tmp)
@@ -73,9 +87,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 env={**os.environ, "RMQ_ACCESS_KEY": ROOT.access_key,
                      "RMQ_SECRET_KEY": ROOT.secret_key},
             )  # fmt: skip
-            return done.returncode == 0 and "broker-a" in done.stdout
+            return done.returncode == 0 and all(b in done.stdout for b in ("broker-a", "broker-b"))
 
-        wait_until(listed, "broker-a registered", 60, on_timeout=cluster.logs)
+        wait_until(listed, "broker-a and broker-b registered", 60, on_timeout=cluster.logs)
         yield e
     finally:
         console.stop()
@@ -172,3 +186,202 @@ def test_a_read_only_user_finds_no_button_that_changes_anything(env: Env, browse
     assert refused.value.code == 403
     assert "ops-reader may only read" in refused.value.read().decode()
     assert "ReaderTopic" not in {t["topic"] for t in env.as_root("topicList")["topics"]}
+
+
+SENDER = ("topic-sender", "sender-Secret-4242")
+
+
+def as_user(env: Env, user: tuple[str, str], *args: str) -> Any:
+    """rmqctl signed as ``user``: the finished process."""
+    creds = {"RMQ_ACCESS_KEY": user[0], "RMQ_SECRET_KEY": user[1]}
+    return rmqctl("--json", "-a", env.cluster.controller_addresses, *args,
+                  env={**os.environ, **creds})  # fmt: skip
+
+
+def forged_post(env: Env, browser: Any, path: str, fields: dict[str, str]) -> tuple[int, str]:
+    """A POST with the browser's session and a valid CSRF token, not from a form of the page:
+    the status and the page."""
+    cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
+    req = urllib.request.Request(
+        f"{env.url}{path}",
+        data=urllib.parse.urlencode({**fields, "csrf": cookies["rmq_console_csrf"]}).encode(),
+        headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def submit(browser: Any, form: Any, values: dict[str, str]) -> None:
+    """Fill ``form``'s fields by name (replacing what is there) and submit it."""
+    for name, value in values.items():
+        field = form.find_element("css selector", f"[name='{name}']")
+        field.clear()
+        field.send_keys(value)
+    form.find_element("css selector", "button[type='submit']").click()
+
+
+def error_text(browser: Any) -> str:
+    wait_until(lambda: text_of(browser, "#error"), "the error page", 30)
+    return text_of(browser, "#error")
+
+
+def test_a_normal_user_sees_and_does_only_what_its_rules_allow(env: Env, browser: Any) -> None:
+    env.as_root("createUser", "-u", SENDER[0], "-p", SENDER[1])
+    env.as_root("createAcl", "-s", f"User:{SENDER[0]}", "-r", "Topic:*,Group:*,Cluster:*",
+                "-A", "sub,get")  # fmt: skip
+    env.as_root("createAcl", "-s", f"User:{SENDER[0]}", "-r", "Topic:RightsA", "-A", "pub")
+    for topic in ("RightsA", "RightsB"):
+        env.as_root("updateTopic", "-t", topic, "-q", "1")
+    log_in(env, browser, *SENDER)
+    wait_until(lambda: "what its rules allow" in text_of(browser, "#auth-note"), "the login", 30)
+
+    browser.get(f"{env.url}/c/default/topics/RightsA")
+    wait_until(lambda: browser.find_elements("id", "send-message"), "the send form on A", 30)
+    browser.find_element("id", "message-keys").send_keys("rights-key")
+    browser.find_element("id", "message-body").send_keys("allowed on A")
+    browser.find_element("id", "send-button").click()
+    wait_until(lambda: "sent" in text_of(browser, "#notice"), "the message sent to A", 30)
+    browser.save_screenshot(str(env.shots / "normal-user-topic-a.png"))
+
+    browser.get(f"{env.url}/c/default/topics/RightsB")
+    wait_until(lambda: text_of(browser, "#queues"), "topic B's page", 30)
+    assert not browser.find_elements("id", "send-message")
+    assert buttons(browser) == ["Log out"]
+    browser.get(f"{env.url}/c/default/topics")
+    wait_until(lambda: text_of(browser, "h1"), "the topics page", 30)
+    assert not browser.find_elements("id", "create-topic")  # no create rule
+    assert not browser.find_elements("css selector", "button.delete-topic")
+
+    status, page = forged_post(env, browser, "/c/default/topics/RightsB/send", {"body": "x"})
+    assert status == 403, page
+    assert "no rule of topic-sender allows pub on Topic:RightsB" in page
+    assert "nothing was changed" in page
+    refused = as_user(env, SENDER, "sendMessage", "-t", "RightsB", "-p", "x")
+    assert refused.returncode != 0 and "Topic:RightsB" in refused.stderr  # the cluster too
+    status, page = forged_post(env, browser, "/c/default/topics/create", {"topic": "RightsC"})
+    assert status == 403, page
+    topics = {t["topic"] for t in env.as_root("topicList")["topics"]}
+    assert "RightsC" not in topics
+    stats = env.as_root("topicStatus", "-t", "RightsB")
+    assert all(q["maxOffset"] == 0 for q in stats["queues"]), stats
+
+
+def test_the_super_user_edits_a_users_secret_and_rule_in_place(env: Env, browser: Any) -> None:
+    env.as_root("createUser", "-u", "editable", "-p", "first-Secret-4242")
+    env.as_root("createAcl", "-s", "User:editable", "-r", "Topic:Edited", "-A", "pub")
+    log_in(env, browser, ROOT.access_key, ROOT.secret_key)
+    wait_until(lambda: "Logged in as root" in text_of(browser, "#auth-note"), "the login", 30)
+    browser.get(f"{env.url}/c/default/users")
+    row = "tr[data-user='editable'] form.update-user"
+
+    # Bad input first: a secret too short is refused, nothing changes.
+    submit(browser, browser.find_element("css selector", row), {"secret": "short"})
+    assert "secret must be 8 to 256 characters" in error_text(browser)
+    assert "short" not in browser.page_source
+    browser.get(f"{env.url}/c/default/users")
+    submit(browser, browser.find_element("css selector", row), {"secret": "second-Secret-4242"})
+    wait_until(lambda: "updated" in text_of(browser, "#notice"), "the user updated", 30)
+    assert "second-Secret-4242" not in browser.page_source
+
+    rule = "tr[data-rule='editable Topic:Edited'] form.update-rule"
+    submit(browser, browser.find_element("css selector", rule), {"actions": "pub,bogus"})
+    assert "unknown action 'bogus'" in error_text(browser)
+    browser.get(f"{env.url}/c/default/users")
+    submit(browser, browser.find_element("css selector", rule), {"actions": "pub,sub"})
+    wait_until(lambda: "rule(s)" in text_of(browser, "#notice"), "the rule updated", 30)
+    acls = env.as_root("listAcl", "-s", "User:editable")["acls"]
+    rules = [(r["resource"], r["actions"], r["decision"]) for a in acls for r in a["rules"]]
+    assert rules == [("Topic:Edited", ["pub", "sub"], "allow")]
+    browser.save_screenshot(str(env.shots / "users-edit.png"))
+
+    log_in(env, browser, "editable", "first-Secret-4242")
+    wait_until(lambda: "refused" in text_of(browser, "#error"), "the old secret refused", 30)
+    log_in(env, browser, "editable", "second-Secret-4242")
+    wait_until(lambda: "Logged in as editable" in text_of(browser, "#auth-note"), "a login", 30)
+
+
+def test_the_group_page_edits_the_groups_settings(env: Env, browser: Any) -> None:
+    env.as_root("updateSubGroup", "-g", "SettingsGroup", "--retry-max-times", "3")
+    log_in(env, browser, ROOT.access_key, ROOT.secret_key)
+    wait_until(lambda: "Logged in as root" in text_of(browser, "#auth-note"), "the login", 30)
+    page = f"{env.url}/c/default/groups/SettingsGroup"
+    browser.get(page)
+    wait_until(lambda: browser.find_elements("id", "group-settings"), "the settings form", 30)
+    assert browser.find_element("id", "retry-max-times").get_attribute("value") == "3"
+
+    def stored() -> list[tuple[int, bool]]:
+        doc = env.as_root("getSubGroup", "-g", "SettingsGroup")["brokers"]
+        return [(d["retryMaxTimes"], d["consumeMessageOrderly"]) for _, d in sorted(doc.items())]
+
+    for bad, says in (
+        ("-1", "retry max times must be a whole number 0..10000"),
+        ("10001", "retry max times must be a whole number 0..10000"),
+    ):
+        submit(browser, browser.find_element("id", "group-settings"), {"retry_max_times": bad})
+        assert says in error_text(browser)
+        browser.get(page)
+    submit(browser, browser.find_element("id", "group-settings"),
+           {"retry_max_times": "3", "retry_delays": "10x"})  # fmt: skip
+    assert "bad settings for SettingsGroup" in error_text(browser)
+    assert stored() == [(3, False), (3, False)]
+
+    browser.get(page)
+    wait_until(lambda: browser.find_elements("id", "group-settings"), "the settings form", 30)
+    browser.find_element("id", "fifo").click()
+    submit(browser, browser.find_element("id", "group-settings"), {"retry_max_times": "7"})
+    wait_until(lambda: "settings of SettingsGroup" in text_of(browser, "#notice"), "saved", 30)
+    assert stored() == [(7, True), (7, True)]
+    wait_until(lambda: "7" in text_of(browser, "#settings"), "the settings table", 30)
+    browser.save_screenshot(str(env.shots / "group-settings.png"))
+
+
+def test_a_static_topic_created_and_remapped_from_the_console(env: Env, browser: Any) -> None:
+    log_in(env, browser, ROOT.access_key, ROOT.secret_key)
+    wait_until(lambda: "Logged in as root" in text_of(browser, "#auth-note"), "the login", 30)
+    browser.get(f"{env.url}/c/default/static-topics")
+    form = "create-static"
+    wait_until(lambda: browser.find_elements("id", form), "the create form", 30)
+    submit(browser, browser.find_element("id", form), {"topic": "Bad/Name", "queues": "2"})
+    assert "bad topic 'Bad/Name'" in error_text(browser)
+    browser.get(f"{env.url}/c/default/static-topics")
+    submit(browser, browser.find_element("id", form), {"topic": "ConsoleMapped", "queues": "0"})
+    assert "logical queues must be a whole number 1..1024" in error_text(browser)
+    assert "ConsoleMapped" not in {t["topic"] for t in env.as_root("topicList")["topics"]}
+
+    browser.get(f"{env.url}/c/default/static-topics")
+    submit(browser, browser.find_element("id", form),
+           {"topic": "ConsoleMapped", "queues": "2", "brokers": "broker-a"})  # fmt: skip
+    wait_until(lambda: "2 logical queue(s)" in text_of(browser, "#notice"), "created", 30)
+
+    def rows() -> list[list[str]]:
+        cells = browser.find_elements("css selector", "#mapping tr[data-queue]")
+        texts = [[c.text for c in r.find_elements("css selector", "td")] for r in cells]
+        # logical queue, broker group, physical queue of the open items (an old one sealed by
+        # a move may be dropped once it holds nothing)
+        return [[t[0], t[2], t[3]] for t in texts if t[5] == "open"]
+
+    assert rows() == [["0", "broker-a", "0"], ["1", "broker-a", "1"]]
+
+    def mapped() -> list[tuple[int, str, int]]:
+        doc = env.as_root("staticTopicMapping", "-t", "ConsoleMapped")
+        return [(q["queueId"], i["brokerName"], i["physicalQueue"])
+                for q in doc["queues"] for i in q["items"] if i["logicalEnd"] is None]  # fmt: skip
+
+    assert mapped() == [(0, "broker-a", 0), (1, "broker-a", 1)]
+    submit(browser, browser.find_element("id", "remap-static"),
+           {"queue": "1", "broker": "broker-zz"})  # fmt: skip
+    assert "broker-zz" in error_text(browser)
+    assert mapped() == [(0, "broker-a", 0), (1, "broker-a", 1)]
+
+    browser.get(f"{env.url}/c/default/static-topics?topic=ConsoleMapped")
+    submit(
+        browser, browser.find_element("id", "remap-static"), {"queue": "1", "broker": "broker-b"}
+    )
+    wait_until(lambda: "moved to broker-b" in text_of(browser, "#notice"), "the move", 60)
+    assert [r[:2] for r in rows()] == [["0", "broker-a"], ["1", "broker-b"]]
+    assert [m[:2] for m in mapped()] == [(0, "broker-a"), (1, "broker-b")]
+    browser.save_screenshot(str(env.shots / "static-topic.png"))

@@ -130,3 +130,49 @@ def test_pages_of_rows() -> None:
     assert Page.of(rows, 9, 100).number == 3  # past the end: the last page
     empty = Page.of([], 1, 100)
     assert (empty.rows, empty.pages, empty.first, empty.last) == ([], 1, 0, 0)
+
+
+def test_a_normal_users_rights_follow_its_rules_as_the_cluster_decides() -> None:
+    """console.rights: each console action as the requests it sends, decided by
+    protocol.request_permissions over the user's rules."""
+    from console.rights import Rights
+    from protocol.acl import User, UserType, make_rule
+
+    rules = (
+        make_rule("Topic:*", ["sub", "get"], "allow"),
+        make_rule("Topic:Orders", ["pub"], "allow"),
+        make_rule("Group:billing*", ["update"], "allow"),
+        make_rule("Group:billing-archive", ["update"], "deny"),
+        make_rule("Topic:Local", ["pub"], "allow", ["10.0.0.0/8"]),
+    )
+    rights = Rights(User("sender", UserType.NORMAL, rules), source_ip="192.168.1.5")
+    assert rights.may("send", topic="Orders")
+    assert not rights.may("send", topic="Payments")
+    assert rights.refusal("send", {"topic": "Payments"}) == (
+        "no rule of sender allows pub on Topic:Payments"
+    )
+    assert not rights.may("send", topic="Local")  # the console is not where the rule allows
+    assert Rights(rights.user, source_ip="10.1.2.3").may("send", topic="Local")
+    assert not rights.may("create-topic")  # no create rule on any topic: no create form
+    assert not rights.may("delete-topic", topic="Orders")
+    # group changes: update or admin on the group; resetting needs it too
+    assert rights.may("update-group", group="billing")
+    assert rights.may("reset-offset", group="billing")
+    assert rights.may("resend-dlq", group="billing")
+    assert not rights.may("delete-group", group="billing")
+    assert not rights.may("update-group", group="other")
+    assert not rights.may("update-group", group="billing-archive")  # the deny wins
+    # the super-only requests: users, static topics
+    for action in ("users", "create-static-topic", "remap-static-topic"):
+        assert not rights.may(action, topic="Orders"), action
+    assert rights.changes_anything
+
+    reader = Rights(
+        User("reader", UserType.NORMAL, (make_rule("Topic:*", ["sub", "get"], "allow"),))
+    )
+    assert not reader.changes_anything and not reader.may("send", topic="Orders")
+    unknown = Rights(User("someone", UserType.NORMAL), rules_known=False)
+    assert not unknown.changes_anything
+    assert "its rules could not be read" in (unknown.refusal("send", {"topic": "Orders"}) or "")
+    for everyone in (Rights(None), Rights(User("root", UserType.SUPER))):
+        assert everyone.may("users") and everyone.may("send", topic="Payments")

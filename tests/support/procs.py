@@ -229,7 +229,11 @@ def small_segments_config(
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text(
         f"commitlog_segment_bytes = {segment_bytes}\n"
-        f"consumequeue_segment_entries = {max(65536, segment_bytes // 128)}\n"
+        + (
+            f"consumequeue_segment_entries = {max(65536, segment_bytes // 128)}\n"
+            if "consumequeue_segment_entries" not in extra_toml
+            else ""
+        )
         # Small key index files too (the production size is 21 MB each).
         + (
             "index_entries_per_file = 65536\nindex_slots_per_file = 16384\n"

@@ -1,0 +1,412 @@
+"""How a broker group's costs grow with its queues and consumer groups (issue 34 item 2).
+
+One column per load factor of bench/scale_bench.py: 1x = ``--broker-queues`` queues (topics of 8
+queues) and ``--broker-groups`` consumer groups; 10x ten times both; the 100x column is the
+issue's 50,000 queues (50x) and 10,000 groups (100x). Each column starts a fresh cluster of real
+processes (tests/support/cluster.py: three ``rmq-controller`` and ``broker-a``, a master and a
+slave, all-ack) and drives it through the real requests:
+
+  topic creation        UPDATE_AND_CREATE_TOPIC on the master (it commits the topic with the
+                        controllers, then stores it), 16 in flight: ms per topic
+  first put in a queue  SEND_MESSAGE, 64 in flight, one connection, ``--body`` bytes, one to
+                        every queue (each creates its ConsumeQueue's first file): microseconds of
+                        wall time per message (1 / throughput)
+  put                   then ``--puts`` more over every queue in turn: the same
+  offset commit         UPDATE_CONSUMER_OFFSET of every group on the 8 queues of one topic
+                        (group g on topic g mod topics), 64 in flight: p99
+  master RSS, open fds  /proc/<pid>/status VmRSS and /proc/<pid>/fd of the master, loaded
+  ConsumeQueue files    the master's files under consumequeue/
+  consumer offsets file the master's config/consumerOffset.json once persisted
+  startup clean/kill -9 the slave stopped by SIGTERM (then by SIGKILL), started again: seconds
+                        until it answers GET_MAX_OFFSET of the last queue with the master's figure
+  slave catch-up        a third replica with an empty disk joins: seconds until its CommitLog
+                        and the last queue's max offset are the master's
+
+The brokers keep ConsumeQueue segments of ``--cq-entries`` entries (not the production 300,000:
+50,000 queues of 6 MB pre-allocated files each would be 300 GB a replica; said in
+docs/architecture.md). ``--log-gib N`` adds the log-size part (:mod:`bench.scale_log`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.growth import PER_OP, Measure, Worst, print_growth
+from client.bootstrap import Bootstrap
+from protocol.codes import RequestCode, ResponseCode
+from protocol.pull import ConsumerOffsetUpdate, MaxOffsetQuery
+from protocol.remoting import Header
+from remoting.client import RemotingClient
+from remoting.errors import RemotingError
+from tests.cluster.support import epoch_cache, full_sync_state_set, node_at
+from tests.support.cluster import BrokerNode, Cluster
+from tests.support.procs import port_open
+
+QUEUES = 8
+QUEUES_LOAD = "queues"
+GROUPS_LOAD = "groups"
+TOPIC_INFLIGHT = 16
+INFLIGHT = 64
+SEGMENT_BYTES = 64 << 20
+
+MEASURES: tuple[Measure, ...] = (
+    ("topic creation", "ms", PER_OP),
+    ("first put in a queue", "us/msg", PER_OP),
+    ("put", "us/msg", PER_OP),
+    ("offset commit p99", "ms", PER_OP),
+    ("master RSS", "MiB", QUEUES_LOAD),
+    ("master open fds", "fds", QUEUES_LOAD),
+    ("ConsumeQueue files", "files", QUEUES_LOAD),
+    ("consumer offsets file", "KiB", GROUPS_LOAD),
+    ("startup after clean stop", "s", QUEUES_LOAD),
+    ("startup after kill -9", "s", QUEUES_LOAD),
+    ("slave catch-up", "s", QUEUES_LOAD),
+)
+
+
+MASTER_CHANGES = "master changes"
+"""Not a cost: how often the master lost its role during a column (the loaded machine)."""
+
+
+LATE_ACKS = "puts the slave acked late"
+"""Not a cost: puts answered FLUSH_SLAVE_TIMEOUT (stored on the master, the slave behind)."""
+
+
+@dataclass
+class BrokerColumn:
+    factor: int
+    queues: int
+    groups: int
+    figures: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def topics(self) -> int:
+        return self.queues // QUEUES
+
+    @property
+    def loads(self) -> dict[str, float]:
+        return {QUEUES_LOAD: self.queues, GROUPS_LOAD: self.groups}
+
+
+def columns(factors: list[int], queues: int, groups: int) -> list[BrokerColumn]:
+    """The issue's sizes: queues 1k, 10k, 50k (the 100x column's queues are 50x) and consumer
+    groups 100, 1k, 10k."""
+    return [BrokerColumn(f, queues * min(f, 50), groups * f) for f in factors]
+
+
+def topic_name(i: int) -> str:
+    return f"ScaleQ{i:05d}"
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def in_flight(n: int, inflight: int, one: Callable[[int], Awaitable[None]]) -> list[float]:
+    """Run ``one(i)`` for i in range(n), ``inflight`` at once: each one's seconds."""
+    took: list[float] = []
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        for i in counter:
+            t0 = time.perf_counter()
+            await one(i)
+            took.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    return took
+
+
+class Master:
+    """The group's master and one connection to it; another one once the controllers elect
+    another (a master held past its lease on the loaded machine loses its role: counted)."""
+
+    def __init__(self, boot: Bootstrap, cluster: Cluster) -> None:
+        self.boot = boot
+        self.cluster = cluster
+        self.node: BrokerNode | None = None
+        self.conn: RemotingClient | None = None
+        self.changes = 0
+        self.late_acks = 0
+        """Puts the master stored but the slave did not acknowledge in time (FLUSH_SLAVE_TIMEOUT:
+        the slave behind on the loaded machine)."""
+        self._lock = asyncio.Lock()
+
+    async def connect(self, size: int = 2) -> RemotingClient:
+        doc = await full_sync_state_set(self.boot, self.cluster, size=size, timeout=120)
+        self.node = node_at(self.cluster, doc["masterAddress"])
+        self.conn = await RemotingClient.connect(self.node.address, 5.0)
+        return self.conn
+
+    async def call(self, code: int, header: Header, body: bytes | None = None) -> None:
+        """One request, again on the new master while this one answers that it is none."""
+        for _ in range(20):
+            conn = self.conn
+            assert conn is not None
+            try:
+                resp = await conn.request(code, header, body, 60.0)
+            except (RemotingError, OSError):
+                resp = None
+            if resp is not None and resp.code == ResponseCode.SUCCESS:
+                return
+            if resp is not None and resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT:
+                self.late_acks += 1  # stored on the master: not sent again
+                return
+            if resp is not None and resp.code not in _NOT_MASTER:
+                raise RuntimeError(f"request {code} failed: {resp.code} {resp.header}")
+            async with self._lock:
+                if self.conn is conn:  # the first worker to see it finds the new master
+                    conn.close()
+                    self.changes += 1
+                    await asyncio.sleep(1.0)
+                    await self.connect(size=1)
+        raise RuntimeError(f"request {code}: no master took it in 20 tries")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+_NOT_MASTER = frozenset(
+    {
+        ResponseCode.NOT_MASTER,
+        ResponseCode.MASTER_FENCED,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+    }
+)
+
+
+async def create_topics(master: Master, col: BrokerColumn) -> float:
+    """Every topic through UPDATE_AND_CREATE_TOPIC on the master; seconds in all."""
+
+    async def one(i: int) -> None:
+        header: Header = {"topic": topic_name(i), "queues": QUEUES}
+        await master.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+
+    t0 = time.perf_counter()
+    await in_flight(col.topics, TOPIC_INFLIGHT, one)
+    return time.perf_counter() - t0
+
+
+async def put_all(master: Master, col: BrokerColumn, puts: int, body: bytes) -> float:
+    """``puts`` messages over every queue in turn; seconds in all."""
+
+    async def one(i: int) -> None:
+        q = i % col.queues
+        header: Header = {"topic": topic_name(q // QUEUES), "queueId": q % QUEUES}
+        await master.call(RequestCode.SEND_MESSAGE, header, body)
+
+    t0 = time.perf_counter()
+    await in_flight(puts, INFLIGHT, one)
+    return time.perf_counter() - t0
+
+
+async def commit_offsets(master: Master, col: BrokerColumn) -> list[float]:
+    """Every group commits offset 1 on the 8 queues of one topic: each commit's seconds."""
+
+    async def one(i: int) -> None:
+        g, q = divmod(i, QUEUES)
+        ask = ConsumerOffsetUpdate(
+            group=f"scale-group-{g:05d}", topic=topic_name(g % col.topics), queue_id=q, offset=1
+        )
+        await master.call(ask.code, *ask.encode())
+
+    return await in_flight(col.groups * QUEUES, INFLIGHT, one)
+
+
+async def max_offset(address: str, topic: str, queue_id: int) -> int | None:
+    """GET_MAX_OFFSET of one queue on ``address``; None while it does not answer."""
+    try:
+        conn = await RemotingClient.connect(address, 1.0)
+    except OSError:
+        return None
+    try:
+        ask = MaxOffsetQuery(topic=topic, queue_id=queue_id)
+        resp = await conn.request(ask.code, *ask.encode(), 2.0)
+        return int(str(resp.header["offset"])) if resp.code == ResponseCode.SUCCESS else None
+    except Exception:
+        return None
+    finally:
+        conn.close()
+
+
+async def answers(node: BrokerNode, col: BrokerColumn, want: int, timeout: float) -> float:
+    """Seconds from now until ``node`` answers the last queue's max offset as ``want``."""
+    t0 = time.perf_counter()
+    last = col.queues - 1
+    while True:
+        if not node.alive():
+            raise RuntimeError(f"{node.name} exited:\n{node.log()[-2000:]}")
+        if port_open(node.port) and (
+            await max_offset(node.address, topic_name(last // QUEUES), last % QUEUES) == want
+        ):
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > timeout:
+            raise RuntimeError(f"{node.name} did not answer {want} in {timeout:.0f} s")
+        await asyncio.sleep(0.02)
+
+
+async def caught_up(node: BrokerNode, master: str, timeout: float) -> None:
+    """Until ``node``'s CommitLog ends where the master's does."""
+    want = int((await epoch_cache(master))["maxOffset"])
+    deadline = time.perf_counter() + timeout
+    while True:
+        try:
+            if int((await epoch_cache(node.address))["maxOffset"]) >= want:
+                return
+        except Exception:
+            pass
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"{node.name} did not catch up in {timeout:.0f} s")
+        await asyncio.sleep(0.05)
+
+
+def broker_toml(cq_entries: int) -> str:
+    return f"consumequeue_segment_entries = {cq_entries}\n"
+
+
+async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> None:
+    f = col.figures
+    cluster = Cluster(tmp)
+    boot: Bootstrap | None = None
+    target: Master | None = None
+    config = broker_toml(args.cq_entries)
+    try:
+        cluster.start_controllers()
+        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+        cluster.add_group("broker-a", 2, config=config, segment_bytes=SEGMENT_BYTES)
+        target = Master(boot, cluster)
+        await target.connect()
+        created = await create_topics(target, col)
+        f["topic creation"] = created / col.topics * 1000
+        body = os.urandom(args.body // 2).hex().encode()
+        first = await put_all(target, col, col.queues, body)
+        f["first put in a queue"] = first / col.queues * 1e6
+        puts = args.puts
+        took = await put_all(target, col, puts, body)
+        f["put"] = took / puts * 1e6
+        commits = sorted(await commit_offsets(target, col))
+        await target.connect()  # both in sync again, whichever is master now
+        master = target.node
+        assert master is not None
+        slave = next(b for b in cluster.brokers if b is not master)
+        f[MASTER_CHANGES] = target.changes
+        f[LATE_ACKS] = target.late_acks
+        f["offset commit p99"] = commits[int(0.99 * (len(commits) - 1))] * 1000
+        offsets_file = master.data_dir / "config" / "consumerOffset.json"
+        last_group = f"scale-group-{col.groups - 1:05d}".encode()
+        deadline = time.perf_counter() + 60  # persisted on its own interval: wait for it
+        while time.perf_counter() < deadline and not (
+            offsets_file.exists() and last_group in offsets_file.read_bytes()
+        ):
+            await asyncio.sleep(0.2)
+        f["consumer offsets file"] = (
+            offsets_file.stat().st_size / 1024 if offsets_file.exists() else float("nan")
+        )
+        f["master RSS"] = rss_mib(master.pid)
+        f["master open fds"] = open_fds(master.pid)
+        f["ConsumeQueue files"] = sum(
+            1 for p in (master.data_dir / "consumequeue").rglob("*") if p.is_file()
+        )
+        print(
+            f"  {col.factor}x: {col.topics:,} topics in {created:.1f} s, {col.queues:,} first "
+            f"puts at {col.queues / first:,.0f} msg/s, {puts:,} puts at {puts / took:,.0f} "
+            f"msg/s, {len(commits):,} offset commits",
+            flush=True,
+        )
+        last = col.queues - 1
+        want = await max_offset(master.address, topic_name(last // QUEUES), last % QUEUES)
+        assert want is not None and want > 0, want
+        await caught_up(slave, master.address, 120)
+        await answers(slave, col, want, 120)
+        slave.stop()
+        slave.start()
+        f["startup after clean stop"] = await answers(slave, col, want, 300)
+        slave.kill9()
+        slave.start()
+        f["startup after kill -9"] = await answers(slave, col, want, 300)
+        third = BrokerNode(
+            tmp, "broker-a", 2, cluster.controller_addresses, [], config,
+            segment_bytes=SEGMENT_BYTES,
+        )  # fmt: skip
+        cluster.brokers.append(third)
+        t0 = time.perf_counter()
+        third.start()
+        await caught_up(third, master.address, 600)
+        await answers(third, col, want, 600)
+        f["slave catch-up"] = time.perf_counter() - t0
+        print(f"  {col.factor}x figures: " + ", ".join(f"{k} {v:,.2f}" for k, v in f.items()))
+    except Exception:
+        if args.logs:
+            kept = Path(args.logs) / f"{col.factor}x"
+            kept.mkdir(parents=True, exist_ok=True)
+            for log_file in tmp.glob("*.log"):
+                shutil.copy(log_file, kept / log_file.name)
+        raise
+    finally:
+        if target is not None:
+            target.close()
+        if boot is not None:
+            boot.close()
+        cluster.stop()  # every process by its PID, also on error
+
+
+async def run_columns(cols: list[BrokerColumn], args: argparse.Namespace) -> None:
+    for col in cols:
+        tmp = Path(tempfile.mkdtemp(prefix=f"scale-broker-{col.factor}x-"))
+        try:
+            print(
+                f"brokers {col.factor}x: {col.queues:,} queues ({col.topics:,} topics), "
+                f"{col.groups:,} consumer groups",
+                flush=True,
+            )
+            try:
+                await measure(col, args, tmp)
+            except (RuntimeError, AssertionError) as exc:  # its figures stay empty
+                print(f"  {col.factor}x: {exc}", flush=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_table(cols: list[BrokerColumn]) -> Worst:
+    """The brokers' growth table; returns its worst ratio."""
+    print()
+    print(
+        "brokers: "
+        + ", ".join(f"{c.factor}x = {c.queues:,} queues, {c.groups:,} groups" for c in cols)
+        + " (load x: queues for the totals, consumer groups for the offsets file)"
+    )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine)")
+    worst = print_growth(
+        MEASURES, [c.factor for c in cols], [c.figures for c in cols], [c.loads for c in cols]
+    )
+    for name in (MASTER_CHANGES, LATE_ACKS):
+        print(f"{name:30s}" + "".join(f"{c.figures.get(name, float('nan')):12,.0f}" for c in cols))
+    return worst
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--broker-queues", type=int, default=1000, help="queues at 1x")
+    parser.add_argument("--broker-groups", type=int, default=100, help="consumer groups at 1x")
+    parser.add_argument("--puts", type=int, default=5000, help="puts at least, per column")
+    parser.add_argument("--body", type=int, default=256, help="message body bytes")
+    parser.add_argument("--logs", default="", help="keep a failed column's logs in this directory")
+    parser.add_argument(
+        "--cq-entries", type=int, default=1024, help="ConsumeQueue segment entries (20 B each)"
+    )
