@@ -416,6 +416,7 @@ class Broker:
             max_body_bytes=cfg.max_message_bytes,
             broker_name=cfg.broker_name,
             master_address=master_address,
+            check_types=cfg.topic_message_type_check,
             # With authentication on: every call verified and authorized against the users
             # cached from the controllers, then forwarded signed as the cluster.
             credentials=ctx.cluster_credentials,

@@ -153,6 +153,13 @@ class BrokerConfig:
         8, "queues of a topic created without a count", between(1, 1024)
     )
     auto_create_topic: bool = field(True, "create a topic on its first send")
+    topic_message_type_check: bool = field(
+        False,
+        "refuse a message whose type (FIFO, DELAY, TRANSACTION, NORMAL) is not its topic's "
+        "message.type (MIXED takes any); off by default, unlike RocketMQ 5's proxy "
+        "(enableTopicMessageTypeCheck true), because topics created before the attribute "
+        "existed are NORMAL and already take every type",
+    )
     max_pull_batch: int = field(256, "most messages one pull returns", at_least(1))
     enable_property_filter: bool = field(
         False,

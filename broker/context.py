@@ -34,6 +34,7 @@ from broker.write_gate import WriteGate
 from daemon.auth_key import load_auth_key
 from protocol.codes import ResponseCode
 from protocol.request_auth import Credentials, cluster_credentials
+from protocol.topic_attrs import TopicAttrs
 from storage.config_files import (
     ConsumerOffsetStore,
     DlqResendLedger,
@@ -156,8 +157,9 @@ class BrokerContext:
         now (:meth:`broker.write_gate.WriteGate.check_writable`)."""
         self.gate.check_writable()
 
-    def create_topic(self, topic: str, queues: int) -> TopicConfig:
-        tc = self.topics.update(topic, queues)
+    def create_topic(self, topic: str, queues: int, attrs: TopicAttrs | None = None) -> TopicConfig:
+        """Create or change ``topic`` (``attrs`` None: keep its permission and type)."""
+        tc = self.topics.update(topic, queues, attrs)
         for listener in self.topic_listeners:
             listener()
         return tc

@@ -32,10 +32,16 @@ class Admin(BootstrapClient):
         return await fetch_cluster_info(self.bootstrap)
 
     async def create_topic(
-        self, topic: str, queues: int = 8, cluster: str | None = None
+        self,
+        topic: str,
+        queues: int = 8,
+        cluster: str | None = None,
+        perm: int | None = None,
+        message_type: str | None = None,
     ) -> list[str]:
         """Create or update ``topic`` with ``queues`` queues on every master of ``cluster``
-        (of every cluster when None); returns the broker names, sorted."""
+        (of every cluster when None), with permission ``perm`` and ``message_type`` (None:
+        keep the topic's; a new topic's are 6 and NORMAL); returns the broker names, sorted."""
         clusters = await self.cluster_info()
         if cluster is not None:
             if cluster not in clusters:
@@ -45,7 +51,7 @@ class Admin(BootstrapClient):
         masters = {b.broker_name: b.address for bs in clusters.values() for b in bs if b.is_master}
         if not masters:
             raise ClientError("no master broker found to create the topic on")
-        create = CreateTopic(topic=topic, queues=queues)
+        create = CreateTopic(topic=topic, queues=queues, perm=perm, message_type=message_type)
         header, _ = create.encode()
 
         async def one(name: str, address: str) -> str | None:

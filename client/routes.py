@@ -21,6 +21,7 @@ from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import ClusterInfoQuery, RouteQuery
 from protocol.remoting import Frame
 from protocol.static_topic import LogicalQueue, item_doc, parse_queue
+from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 
 log = logs.get_logger(__name__)
 
@@ -38,6 +39,9 @@ class MessageQueue:
     queue_id: int
 
 
+_DEFAULT_ATTRS = TopicAttrs()
+
+
 @dataclass(slots=True, frozen=True)
 class BrokerRoute:
     broker_name: str
@@ -47,6 +51,8 @@ class BrokerRoute:
     #: a static topic's queues sends may go to (its logical queues' newest open items on this
     #: group); None: every queue
     write_queues: tuple[int, ...] | None = None
+    #: the topic's permission and message type on this group (protocol.topic_attrs)
+    attrs: TopicAttrs = _DEFAULT_ATTRS
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -55,6 +61,7 @@ class BrokerRoute:
             "slaves": list(self.slaves),
             "queues": self.queues,
         }
+        put_attrs(doc, self.attrs)  # as the controllers' route: only when not 6, NORMAL
         if self.write_queues is not None:
             doc["writeQueues"] = list(self.write_queues)
         return doc
@@ -184,6 +191,7 @@ def parse_route(frame: Frame) -> TopicRoute:
                 write_queues=None
                 if b.get("writeQueues") is None
                 else tuple(int(q) for q in b["writeQueues"]),
+                attrs=attrs_from(b),
             )
             for b in doc["brokers"]
         )

@@ -37,6 +37,7 @@ from protocol.rocketmq_remoting.route import (
     encode_topic_list,
     wants_standard_json,
 )
+from protocol.topic_attrs import DEFAULT_PERM
 from remoting.classic_door import ClassicDoor, ClassicRefusal, ClassicSession
 
 __all__ = ["NameServerDoor"]
@@ -76,7 +77,12 @@ def route_data(route: dict[str, Any], cluster: dict[str, Any]) -> TopicRouteData
             addrs[slave_id] = slave
         queues = int(b["queues"])
         queue_datas.append(
-            QueueData(broker_name=name, read_queue_nums=queues, write_queue_nums=queues)
+            QueueData(
+                broker_name=name,
+                read_queue_nums=queues,
+                write_queue_nums=queues,
+                perm=int(b.get("perm", DEFAULT_PERM)),
+            )
         )
         broker_datas.append(BrokerData(cluster=cluster_name, broker_name=name, broker_addrs=addrs))
     return TopicRouteData(queue_datas=queue_datas, broker_datas=broker_datas)

@@ -474,20 +474,6 @@ def record_tags(buf: bytes | bytearray | memoryview, pos: int = 0) -> str:
 
 def read_tail_tags(tail: bytes) -> tuple[str, str]:
     """(topic, tags) of a record from its tail (see :func:`read_tail`)."""
-    topic, text = _tail_texts(tail)
-    # Only a text holding "TAGS" can have the key: skip splitting the rest.
-    return topic, _split_properties(text).get(PROP_TAGS, "") if PROP_TAGS in text else ""
-
-
-def read_tail_properties(tail: bytes) -> tuple[str, dict[str, str]]:
-    """(topic, properties) of a record from its tail (see :func:`read_tail`), the properties
-    decoded once for a caller that needs more of them than the tags."""
-    topic, text = _tail_texts(tail)
-    return topic, _split_properties(text) if text else {}
-
-
-def _tail_texts(tail: bytes) -> tuple[str, str]:
-    """(topic, properties text) of a record tail, its lengths checked."""
     end = len(tail)
     if end < 4:
         raise RecordError("record layout does not match its size")
@@ -505,7 +491,8 @@ def _tail_texts(tail: bytes) -> tuple[str, str]:
         text = tail[props_at:].decode()
     except UnicodeDecodeError:
         raise RecordError("record properties are not UTF-8") from None
-    return topic, text
+    # Only a text holding "TAGS" can have the key: skip splitting the rest.
+    return topic, _split_properties(text).get(PROP_TAGS, "") if PROP_TAGS in text else ""
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:

@@ -8,13 +8,14 @@ groups topicList counts).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 
 from client.admin import Admin
 from client.errors import BrokerError, ClientError
+from client.routes import TopicRoute
 from protocol.codes import ResponseCode, code_name
 from protocol.controller_requests.topics import (
     BrokerOutcome,
@@ -28,6 +29,7 @@ from protocol.fields import FieldError
 from protocol.pull import AllConsumerOffsetsQuery, ConsumerOffsetTable
 from protocol.remoting import Frame
 from protocol.topic_admin import QueueStatus, TopicStats, TopicStatsQuery
+from protocol.topic_attrs import TopicAttrs, perm_text
 from rmqctl.common import (
     CommandError,
     Settings,
@@ -63,10 +65,13 @@ class TopicAdmin(Admin):
                     by_topic.setdefault(topic, set()).add(group)
         return {t: sorted(g) for t, g in by_topic.items()}
 
-    async def topic_status(self, topic: str) -> list[tuple[str, QueueStatus]]:
+    async def topic_status(
+        self, topic: str, route: TopicRoute | None = None
+    ) -> list[tuple[str, QueueStatus]]:
         """(broker name, queue status) for each queue of ``topic`` on each broker group that
-        serves it (its master, or a slave while it has none), by broker name then queue."""
-        route = await self.topic_route(topic)
+        serves it (its master, or a slave while it has none), by broker name then queue.
+        ``route``: the topic's, when the caller has it (None: asked here)."""
+        route = route or await self.topic_route(topic)
         targets = {
             b.broker_name: b.master_address or b.slaves[0]
             for b in route.brokers
@@ -108,6 +113,8 @@ def topic_list_doc(listed: TopicList, groups: dict[str, list[str]]) -> dict[str,
                 "topic": t.topic,
                 "cluster": t.cluster,
                 "queues": sum(t.queues.values()),
+                "perm": t.summary.perm,
+                "messageType": t.summary.message_type.value,
                 "brokers": t.queues,
                 "consumerGroups": groups.get(t.topic, []),
             }
@@ -122,18 +129,34 @@ def topic_list_table(doc: dict[str, Any]) -> str:
             t["cluster"],
             t["topic"],
             t["queues"],
+            perm_text(t["perm"]),
+            t["messageType"],
             len(t["brokers"]),
             len(t["consumerGroups"]),
             ", ".join(t["consumerGroups"]) or "-",
         ]
         for t in doc["topics"]
     ]
-    return table(["Cluster", "Topic", "Queues", "Brokers", "Groups", "Consumer Groups"], rows)
+    return table(
+        ["Cluster", "Topic", "Queues", "Perm", "Type", "Brokers", "Groups", "Consumer Groups"],
+        rows,
+    )
 
 
-def topic_status_doc(topic: str, rows: Sequence[tuple[str, QueueStatus]]) -> dict[str, Any]:
-    return {
-        "topic": topic,
+def topic_status_doc(
+    topic: str,
+    rows: Sequence[tuple[str, QueueStatus]],
+    attrs: Mapping[str, TopicAttrs] | None = None,
+) -> dict[str, Any]:
+    """``attrs``: the topic's permission and type on each broker group (the route's): then
+    each group is in ``brokers``, ``{name: {"perm", "messageType"}}``."""
+    doc: dict[str, Any] = {"topic": topic}
+    if attrs is not None:
+        doc["brokers"] = {
+            name: {"perm": a.perm, "messageType": a.message_type.value}
+            for name, a in sorted(attrs.items())
+        }
+    return doc | {
         "queues": [
             {
                 "brokerName": name,
@@ -158,7 +181,10 @@ def topic_status_table(doc: dict[str, Any]) -> str:
         ]
         for q in doc["queues"]
     ]
-    return f"Topic: {doc['topic']}\n" + table(
+    head = f"Topic: {doc['topic']}\n"
+    for name, a in doc.get("brokers", {}).items():
+        head += f"{name}: perm {perm_text(a['perm'])}, message type {a['messageType']}\n"
+    return head + table(
         ["Broker Name", "Queue", "Min Offset", "Max Offset", "Last Updated (UTC)"], rows
     )
 
@@ -222,8 +248,8 @@ def topic_list(settings: Settings, addresses: str, cluster: str | None) -> None:
     on it (mqadmin topicList -c prints the cluster, topic and consumer group). A cluster the
     controllers do not know is refused.
 
-    Prints {"topics": [{"topic", "cluster", "queues", "brokers": {name: queues},
-    "consumerGroups": [names]}]}.
+    Prints {"topics": [{"topic", "cluster", "queues", "perm", "messageType", "brokers": {name:
+    queues}, "consumerGroups": [names]}]}.
     """
 
     async def work() -> dict[str, Any]:
@@ -254,15 +280,18 @@ def topic_status(settings: Settings, addresses: str, topic: str) -> None:
     """Show each queue of a topic on each broker group: its min and max offset and when its
     newest message was stored.
 
-    Prints {"topic", "queues": [{"brokerName", "queueId", "minOffset", "maxOffset",
-    "lastUpdateMs"}]} (lastUpdateMs 0: the queue holds no message).
+    Prints {"topic", "brokers": {name: {"perm", "messageType"}}, "queues": [{"brokerName",
+    "queueId", "minOffset", "maxOffset", "lastUpdateMs"}]} (lastUpdateMs 0: the queue holds no
+    message).
     """
 
-    async def work() -> list[tuple[str, QueueStatus]]:
+    async def work() -> dict[str, Any]:
         async with TopicAdmin(addresses) as admin:
-            return await admin.topic_status(topic)
+            route = await admin.topic_route(topic)
+            rows = await admin.topic_status(topic, route)
+        return topic_status_doc(topic, rows, {b.broker_name: b.attrs for b in route.brokers})
 
-    doc = topic_status_doc(topic, run(work()))
+    doc = run(work())
     emit(settings, doc, lambda: topic_status_table(doc))
 
 

@@ -3,7 +3,8 @@ the DLQ resend ledger, under ``<data_dir>/config/``.
 
 All are JSON written with :func:`storage.small_file.write_atomic` (checksummed, with a ``.bak``)::
 
-    topics.json           {"version": 1, "topics": {"<topic>": {"queues": 8}}}
+    topics.json           {"version": 1, "topics": {"<topic>": {"queues": 8, "perm"?: 4,
+                           "messageType"?: "FIFO"}}}   (perm, messageType: when not 6, NORMAL)
     consumerOffset.json   {"version": 1, "offsets": {"<group>": {"<topic>": {"<queueId>": 42}}},
                            "lastConsumeMs": {"<group>": {"<topic>": {"<queueId>": 1700000000000}}}}
     subscriptionGroup.json  {"version": 1, "groups": {"<group>": {"groupName": "<group>",
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_from_dict
+from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 from storage.errors import StoreError
 from storage.queues import topic_error
 from storage.small_file import read_atomic, write_atomic
@@ -60,10 +62,15 @@ def _dump_json(path: Path, key: str, table: dict[str, Any], **extra: dict[str, A
     write_atomic(path, json.dumps(doc, sort_keys=True).encode())
 
 
+_DEFAULT_ATTRS: Final = TopicAttrs()
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     topic: str
     queues: int
+    attrs: TopicAttrs = _DEFAULT_ATTRS
+    """The topic's permission and message type (:mod:`protocol.topic_attrs`)."""
 
 
 class TopicConfigStore:
@@ -77,7 +84,7 @@ class TopicConfigStore:
         topics: dict[str, TopicConfig] = {}
         for name, entry in _load_json(self.path, "topics").items():
             try:
-                topics[name] = TopicConfig(name, int(entry["queues"]))
+                topics[name] = TopicConfig(name, int(entry["queues"]), attrs_from(entry))
             except (KeyError, TypeError, ValueError):
                 raise StoreError(f"{self.path}: bad entry for topic {name!r}") from None
         self._topics = topics
@@ -88,13 +95,18 @@ class TopicConfigStore:
     def all(self) -> dict[str, TopicConfig]:
         return dict(self._topics)
 
-    def update(self, topic: str, queues: int) -> TopicConfig:
+    def update(self, topic: str, queues: int, attrs: TopicAttrs | None = None) -> TopicConfig:
+        """Create or change ``topic`` (``attrs`` None: keep its permission and message type,
+        a new topic's the default)."""
         error = topic_error(topic)
         if error is not None:
             raise StoreError(error)
         if not 1 <= queues <= MAX_QUEUES:
             raise StoreError(f"queues must be 1..{MAX_QUEUES}")
-        config = TopicConfig(topic, queues)
+        if attrs is None:
+            current = self._topics.get(topic)
+            attrs = _DEFAULT_ATTRS if current is None else current.attrs
+        config = TopicConfig(topic, queues, attrs)
         topics = {**self._topics, topic: config}
         self._persist(topics)
         self._topics = topics
@@ -110,7 +122,9 @@ class TopicConfigStore:
 
     def _persist(self, topics: dict[str, TopicConfig]) -> None:
         _dump_json(
-            self.path, "topics", {t: {"queues": c.queues} for t, c in sorted(topics.items())}
+            self.path,
+            "topics",
+            {t: put_attrs({"queues": c.queues}, c.attrs) for t, c in sorted(topics.items())},
         )
 
 

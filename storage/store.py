@@ -546,12 +546,7 @@ class MessageStore:
         seg_end = append_end(commitlog, offset, len(raw))
         if not raw:
             return offset
-        index = self.index
-        replayer = Replayer(
-            self._queues,
-            keys=index is not None and not index.behind,
-            digests=self._queues.on_append is not None,
-        )
+        replayer = Replayer(self._queues)
         scan = replayer.scan(
             raw,
             base=offset,
@@ -568,10 +563,8 @@ class MessageStore:
         write_file(seg, offset - seg.start, raw)
         replayer.apply(scan)
         commitlog.advance(offset + len(raw), seg, scan.newest)
-        if index is not None:
-            index.add_replayed(
-                commitlog, offset, scan.key_hashes, scan.key_physicals, scan.key_stored
-            )
+        if self.index is not None:
+            self.index.after_append(commitlog)
         return commitlog.write_pos
 
     # -- repair from a replica (issue 31) ---------------------------------------------------

@@ -92,14 +92,18 @@ class ClassicAdmin:
 
     async def create_topic(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         h = CreateTopicHeader.parse(req.ext_fields)
-        outcome = await self.admin.create_topic(h.topic, h.queues)
+        outcome = await self.admin.create_topic(h.topic, h.queues, h.perm, h.message_type)
         if not isinstance(outcome, TopicConfig):
             raise ClassicRefusal(classic_code(outcome[0]), outcome[1])
         return make_response(req, ResponseCode.SUCCESS)
 
     def all_topics(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
-        queues = {name: tc.queues for name, tc in self.ctx.topics.all().items()}
-        body = encode_topic_configs(queues, timestamp_ms=self.ctx.now_ms())
+        topics = self.ctx.topics.all()
+        body = encode_topic_configs(
+            {name: tc.queues for name, tc in topics.items()},
+            timestamp_ms=self.ctx.now_ms(),
+            attrs={name: tc.attrs for name, tc in topics.items() if not tc.attrs.default},
+        )
         return make_response(req, ResponseCode.SUCCESS, body=body)
 
     def runtime_info(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:

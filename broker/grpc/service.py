@@ -82,14 +82,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         credentials: Credentials | None = None,
         guard: CallGuard | None = None,
         here: Here | None = None,
+        check_types: bool = False,
     ) -> None:
-        """``credentials``: what the endpoint's requests to the brokers and controllers sign
+        """``check_types``: the broker's ``topic_message_type_check`` (a route's queues accept
+        only their topic's message type). ``credentials``: what the endpoint's requests to the brokers and controllers sign
         with (the cluster's, with authentication on; None: unsigned). ``guard``: checks every
         call's signature and permissions (None: authentication off, every call anonymous).
         ``here``: this broker's services, called in-process while it is its group's master
         (None: every call goes over the network)."""
         self.local_address = local_address
         self.max_body_bytes = max_body_bytes
+        self.check_types = check_types
         self.guard = guard
         self.pool = ConnectionPool(credentials=credentials)
         self.routes = AddressFailover(route_addresses, self.pool)
@@ -146,7 +149,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 name: await self.endpoints.group(members, tls)
                 for name, members in group_members(route).items()
             }
-            queues = message_queues(request.topic, route, endpoints)
+            queues = message_queues(request.topic, route, endpoints, self.check_types)
         except ResponseError as exc:
             if exc.code == ResponseCode.TOPIC_NOT_EXIST:
                 return rpc.QueryRouteResponse(

@@ -31,6 +31,7 @@ from protocol.timer import (
     PROP_UNIQ_KEY,
     REQUEST_PROPERTIES,
 )
+from protocol.topic_attrs import PERM_READ, PERM_WRITE, MessageType, attrs_from
 from protocol.trace import PROP_TRACE_CONTEXT
 from protocol.transaction import (
     PROP_HALF_OFFSET,
@@ -39,9 +40,25 @@ from protocol.transaction import (
     PROP_TRANSACTION_PREPARED,
 )
 
-#: What a queue served here accepts. Our topics carry no message type (RocketMQ 5's
-#: ``message.type`` attribute): every topic takes every type the broker serves.
+#: What a queue served here accepts: every type, unless the broker checks types
+#: (``topic_message_type_check``) and the topic's ``message.type`` is not MIXED.
 ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+_PB_TYPES: Mapping[MessageType, tuple[pb.MessageType, ...]] = {
+    MessageType.NORMAL: (pb.NORMAL,),
+    MessageType.FIFO: (pb.FIFO,),
+    MessageType.DELAY: (pb.DELAY,),
+    MessageType.TRANSACTION: (pb.TRANSACTION,),
+    MessageType.MIXED: ACCEPTED_TYPES,
+}
+
+
+def queue_permission(perm: int) -> pb.Permission:
+    """PermName bits as the route's MessageQueue.permission."""
+    readable, writable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if readable and writable:
+        return pb.READ_WRITE
+    return pb.READ if readable else pb.WRITE if writable else pb.NONE
+
 
 TRANSACTION_GROUP_PREFIX = "GRPC_TX_"
 """The producer group of a transactional message sent over gRPC is this prefix and its topic:
@@ -331,12 +348,15 @@ def message_queues(
     topic: pb.Resource,
     route: Mapping[str, object],
     endpoints: Mapping[str, Sequence[tuple[str, int]]],
+    check_types: bool = False,
 ) -> list[pb.MessageQueue]:
     """The queues of a route body as QueryRoute answers them: every broker group that has a
     master and a known gRPC endpoint, as broker id 0 (the clients send only to id 0) whose
     ``Endpoints`` list the gRPC endpoints of its brokers (``endpoints``: group -> addresses).
     Any of them takes the group's writes (a slave's hands them to its master), so a client
-    connected to one that dies moves to another by itself."""
+    connected to one that dies moves to another by itself. Each queue's permission is the
+    topic's on the group; it accepts the topic's message type when ``check_types`` (the
+    broker's ``topic_message_type_check``), else every type."""
     queues: list[pb.MessageQueue] = []
     brokers = route.get("brokers")
     if not isinstance(brokers, list):
@@ -347,14 +367,21 @@ def message_queues(
         if not b.get("masterAddress") or not addresses:
             continue
         broker = pb.Broker(name=name, id=0, endpoints=grpc_endpoints(addresses))
+        try:
+            attrs = attrs_from(b)
+        except ValueError as exc:
+            raise Refused(
+                pb.INTERNAL_ERROR, f"malformed route from the controllers: {exc}"
+            ) from None
+        accepted = _PB_TYPES[attrs.message_type] if check_types else ACCEPTED_TYPES
         for qid in range(int(b["queues"])):
             queues.append(
                 pb.MessageQueue(
                     topic=topic,
                     id=qid,
-                    permission=pb.READ_WRITE,
+                    permission=queue_permission(attrs.perm),
                     broker=broker,
-                    accept_message_types=ACCEPTED_TYPES,
+                    accept_message_types=accepted,
                 )
             )
     return queues

@@ -25,6 +25,7 @@ from protocol.codes import ResponseCode
 from protocol.filter import SQL_FILTER_OFF, MessageFilter, SqlFilter, parse_filter
 from protocol.pop import MAX_POP_BATCH
 from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, retry_topic
+from protocol.topic_attrs import read_forbidden
 from storage.cold_read import ColdSpan
 from storage.errors import StoreError
 from storage.store import PutResult
@@ -90,6 +91,8 @@ def pop_messages(
     tc = host.topics.get(topic)
     if tc is None:
         raise PopDenied(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
+    if not tc.attrs.readable:
+        raise PopDenied(ResponseCode.NO_PERMISSION, read_forbidden(topic, tc.attrs.perm))
     if not -1 <= queue_id < tc.queues:
         raise PopDenied(
             ResponseCode.QUEUE_NOT_EXIST,

@@ -27,6 +27,7 @@ from protocol.pull import (
     offset_answer,
 )
 from protocol.remoting import Frame, response
+from protocol.topic_attrs import MessageType, TopicAttrs
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from remoting.failover import AddressFailover
@@ -69,14 +70,23 @@ class AdminProcessor:
 
     async def update_topic(self, conn: Connection, req: Frame) -> Frame:
         create = CreateTopic.parse(req.header, req.body)
-        outcome = await self.create_topic(create.topic, create.queues)
+        outcome = await self.create_topic(
+            create.topic, create.queues, create.perm, create.message_type
+        )
         if not isinstance(outcome, TopicConfig):
             return error_response(req, *outcome)
-        created = TopicCreated(topic=outcome.topic, queues=outcome.queues)
+        created = TopicCreated(topic=outcome.topic, queues=outcome.queues, attrs=outcome.attrs)
         return response(req, ResponseCode.SUCCESS, *created.encode())
 
-    async def create_topic(self, topic: str, queues: int | None) -> TopicConfig | tuple[int, str]:
-        """Create or grow ``topic`` (``queues`` None: the default count), through the
+    async def create_topic(
+        self,
+        topic: str,
+        queues: int | None,
+        perm: int | None = None,
+        message_type: str | None = None,
+    ) -> TopicConfig | tuple[int, str]:
+        """Create or grow ``topic`` (``queues`` None: the default count) and set its
+        permission and message type (None: keep them; checked by the caller), through the
         controllers in controller mode: its config, or the code and remark to answer (nothing
         created then). Both doors' UPDATE_AND_CREATE_TOPIC."""
         count = self.ctx.cfg.default_topic_queues if queues is None else queues
@@ -87,12 +97,19 @@ class AdminProcessor:
                 f"topic {topic} has {tc.queues} queues; shrinking is not supported",
             )
         if self.ctx.controller_mode:
-            refused = await self._commit_with_controllers(topic, count)
+            refused = await self._commit_with_controllers(topic, count, perm, message_type)
             if refused is not None:
                 return refused
-        return self.ctx.create_topic(topic, count)
+        old = TopicAttrs() if tc is None else tc.attrs
+        attrs = TopicAttrs(
+            old.perm if perm is None else perm,
+            old.message_type if message_type is None else MessageType(message_type),
+        )
+        return self.ctx.create_topic(topic, count, attrs)
 
-    async def _commit_with_controllers(self, topic: str, queues: int) -> tuple[int, str] | None:
+    async def _commit_with_controllers(
+        self, topic: str, queues: int, perm: int | None, message_type: str | None
+    ) -> tuple[int, str] | None:
         """UPDATE_AND_CREATE_TOPIC on the controllers for this broker's group: None once they
         committed it, else the code and remark to answer (nothing is created here then)."""
         cfg = self.ctx.cfg
@@ -103,7 +120,12 @@ class AdminProcessor:
                 CONTROLLER_TIMEOUT,
             )
         ask = UpdateTopic(
-            topic=topic, queues=queues, cluster=cfg.cluster, broker_name=cfg.broker_name
+            topic=topic,
+            queues=queues,
+            cluster=cfg.cluster,
+            broker_name=cfg.broker_name,
+            perm=perm,
+            message_type=message_type,
         )
         try:
             await self._controllers.call(ask.code, *ask.encode())
@@ -123,7 +145,11 @@ class AdminProcessor:
 
     def all_topics(self, conn: Connection, req: Frame) -> Frame:
         AllTopicsQuery.parse(req.header, req.body)
-        table = TopicTable(queues={name: tc.queues for name, tc in self.ctx.topics.all().items()})
+        topics = self.ctx.topics.all()
+        table = TopicTable(
+            queues={name: tc.queues for name, tc in topics.items()},
+            attrs={name: tc.attrs for name, tc in topics.items() if not tc.attrs.default},
+        )
         return response(req, ResponseCode.SUCCESS, *table.encode())
 
     def query_offset(self, conn: Connection, req: Frame) -> Frame:

@@ -33,6 +33,7 @@ from protocol.pull import (
     PullRefused,
     PullRequest,
 )
+from protocol.topic_attrs import read_forbidden
 from storage.store import GetStatus
 
 __all__ = ["FILTER_READS", "FILTER_SCAN", "PullService"]
@@ -74,6 +75,10 @@ class PullService:
         if tc is None:
             return PullRefused(
                 code=ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic} does not exist"
+            )
+        if not tc.attrs.readable:
+            return PullRefused(
+                code=ResponseCode.NO_PERMISSION, remark=read_forbidden(topic, tc.attrs.perm)
             )
         if not 0 <= queue_id < tc.queues:
             return PullRefused(

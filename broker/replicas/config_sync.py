@@ -22,9 +22,12 @@ from protocol.fields import FieldError
 from protocol.pull import AllConsumerOffsetsQuery, ConsumerOffsetTable
 from protocol.remoting import Frame
 from protocol.retry import RetryConfigError, config_from_dict
+from protocol.topic_attrs import TopicAttrs
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 from storage.errors import StoreError
+
+_DEFAULT_ATTRS = TopicAttrs()
 
 log = structlog.get_logger(__name__)
 
@@ -91,8 +94,9 @@ class SlaveConfigSync:
             if deletions.topic_since(name, mark):
                 continue
             current = self.ctx.topics.get(name)
-            if queues and (current is None or current.queues != queues):
-                self.ctx.topics.update(name, queues)
+            attrs = table.attrs.get(name, _DEFAULT_ATTRS)
+            if queues and (current is None or (current.queues, current.attrs) != (queues, attrs)):
+                self.ctx.topics.update(name, queues, attrs)
                 changed = True
         return changed
 

@@ -32,6 +32,7 @@ from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_e
 from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, Verdict, record_seq_value
 from protocol.message import Message, MsgIdMaker
 from protocol.timer import REQUEST_PROPERTIES
+from protocol.topic_attrs import TopicAttrs, message_type_of, type_refusal, write_forbidden
 from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
 from storage.queues import topic_error
 from storage.store import DiskFullError, MessageTooLargeError, PutResult, StoreError
@@ -141,6 +142,8 @@ class SendService:
             if not host.cfg.auto_create_topic:
                 raise SendRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist")
             tc = host.create_topic(topic, host.cfg.default_topic_queues)
+        if not tc.attrs.default or host.cfg.topic_message_type_check:
+            self._check_attrs(topic, tc.attrs, messages)
         sealed = host.sealed
         if queue_id < 0:
             # The broker picks: a FIFO message group always its group's queue (the gRPC
@@ -201,6 +204,18 @@ class SendService:
         elif uniq_key is not None:
             self.uniq_keys.stored(topic, uniq_key, batch_of(-1, result))
         return result
+
+    def _check_attrs(self, topic: str, attrs: TopicAttrs, messages: list[Message]) -> None:
+        """A topic without write permission refuses every send (RocketMQ's NO_PERMISSION);
+        with ``topic_message_type_check`` one whose type is not the topic's refuses a message
+        of another type (docs/operations.md, "Topic types and permissions")."""
+        if not attrs.writable:
+            raise SendRefused(ResponseCode.NO_PERMISSION, write_forbidden(topic, attrs.perm))
+        if self.host.cfg.topic_message_type_check:
+            for m in messages:
+                why = type_refusal(topic, attrs.message_type, message_type_of(m.properties))
+                if why is not None:
+                    raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, why)
 
     def _store(
         self,

@@ -16,7 +16,7 @@ id sets as strictly ascending arrays (so one event has exactly one encoding)::
     [4, broker_name, master_broker_id, master_epoch,
         sync_state_set_epoch, [broker_id, ...]]                           AlterSyncStateSet
     [5, broker_name, [broker_id, ...] | nil]                              CleanBrokerData
-    [6, broker_name, topic, queues]                                       UpdateTopic
+    [6, broker_name, topic, queues (, perm | nil, message_type | nil)]    UpdateTopic
     [7, username, user_type, sealed_secret (bin), version]                PutUser
     [8, username, version]                                                DeleteUser
     [9, username, [[resource, [action, ...], decision, [cidr, ...]], ...],
@@ -35,6 +35,10 @@ The static topic events (docs/static-topics.md) carry a logical queue's newest `
 they were decided at; applying them is a compare-and-set on it. RemapQueueItem (a whole re-map
 in one entry) also carries the master epoch of the group it leaves, checked the same way.
 DropQueueItem carries the ``generation`` of the oldest item it drops (sealed, not the newest).
+
+UpdateTopic's ``perm`` and ``message_type`` (:mod:`protocol.topic_attrs`) are written only when
+one is set (nil: keep the topic's); an UpdateTopic of four fields, as written before they
+existed, keeps them.
 
 IssueProducerId (docs/idempotence.md) issues the next producer id (``epoch`` 0: it must be the
 state's next id) or takes up an issued id at the state's next producer epoch; applying it is a
@@ -56,6 +60,7 @@ from typing import Any, Final
 import msgpack
 
 from protocol.acl import AclError, Rule, UserType, check_username, rule_from_doc, user_type
+from protocol.topic_attrs import MessageType
 
 FIRST_BROKER_ID: Final = 1
 MAX_ID: Final = 2**63 - 1
@@ -65,6 +70,7 @@ MAX_SET_SIZE: Final = 1024
 MAX_EVENT_BYTES: Final = 64 * 1024
 MAX_TOPIC_CHARS: Final = 127
 MAX_QUEUES: Final = 1024
+_MESSAGE_TYPES: Final = tuple(t.value for t in MessageType)
 
 TAG_APPLY_BROKER_ID: Final = 1
 TAG_UPDATE_BROKER_ADDRESS: Final = 2
@@ -166,6 +172,24 @@ def check_queues(what: str, value: object) -> int:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
     if not 1 <= value <= MAX_QUEUES:
         raise ValueError(f"{what} must be in [1, {MAX_QUEUES}], not {value}")
+    return value
+
+
+def check_perm(what: str, value: object) -> int:
+    """A topic's permission: an int in [0, 7] (PermName's read 4, write 2, inherit 1)."""
+    if type(value) is not int:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
+    if not 0 <= value <= 7:
+        raise ValueError(f"{what} must be in [0, 7], not {value}")
+    return value
+
+
+def check_message_type(what: str, value: object) -> str:
+    """A topic's ``message.type``: one of :class:`protocol.topic_attrs.MessageType`'s names."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    if value not in _MESSAGE_TYPES:
+        raise ValueError(f"{what} must be one of {', '.join(_MESSAGE_TYPES)}, not {value!r}")
     return value
 
 
@@ -313,11 +337,19 @@ class UpdateTopic:
     broker_name: str
     topic: str
     queues: int
+    perm: int | None = None
+    """The topic's permission on the group (PermName bits); None keeps it (new: 6)."""
+    message_type: str | None = None
+    """The topic's ``message.type``; None keeps it (new: NORMAL)."""
 
     def __post_init__(self) -> None:
         check_name("broker_name", self.broker_name)
         check_topic("topic", self.topic)
         check_queues("queues", self.queues)
+        if self.perm is not None:
+            check_perm("perm", self.perm)
+        if self.message_type is not None:
+            check_message_type("message_type", self.message_type)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -588,6 +620,8 @@ def encode_event(event: Event) -> bytes:
             ]
         case UpdateTopic():
             fields = [TAG_UPDATE_TOPIC, event.broker_name, event.topic, event.queues]
+            if event.perm is not None or event.message_type is not None:
+                fields += [event.perm, event.message_type]
         case PutUser():
             fields = [
                 TAG_PUT_USER,
@@ -749,9 +783,19 @@ def _build(fields: list[Any]) -> Event:
             broker_name=broker_name, broker_ids=_opt_ids("broker_ids", broker_ids)
         )
     if tag == TAG_UPDATE_TOPIC:
-        _arity(fields, 4, "UpdateTopic")
-        _, broker_name, topic, queues = fields
-        return UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)
+        if len(fields) != 6:
+            _arity(fields, 4, "UpdateTopic")
+        broker_name, topic, queues = fields[1:4]
+        perm, message_type = fields[4:6] if len(fields) == 6 else (None, None)
+        if perm is None and message_type is None and len(fields) == 6:
+            raise ValueError("UpdateTopic of 5 fields has neither perm nor message_type")
+        return UpdateTopic(
+            broker_name=broker_name,
+            topic=topic,
+            queues=queues,
+            perm=perm,
+            message_type=message_type,
+        )
     if tag == TAG_PUT_USER:
         _arity(fields, 5, "PutUser")
         _, username, kind, sealed, version = fields

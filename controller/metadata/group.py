@@ -15,8 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.metadata.events import FIRST_BROKER_ID, check_queues, check_topic
+from controller.metadata.events import (
+    FIRST_BROKER_ID,
+    check_message_type,
+    check_perm,
+    check_queues,
+    check_topic,
+)
 from controller.metadata.results import Replica, ReplicaInfo
+from protocol.topic_attrs import MessageType, TopicAttrs
 
 
 @dataclass(slots=True, kw_only=True)
@@ -39,6 +46,24 @@ class BrokerGroup:
     sync_state_set_epoch: int = 0
     topics: dict[str, int] = field(default_factory=dict)
     """topic -> queues on this group (UpdateTopic), so routes outlive the group's brokers"""
+    topic_attrs: dict[str, TopicAttrs] = field(default_factory=dict)
+    """topic -> its permission and message type on this group, for topics whose are not the
+    default (6, NORMAL); a topic not listed has the default"""
+
+    def attrs_of(self, topic: str) -> TopicAttrs:
+        return self.topic_attrs.get(topic, _DEFAULT_ATTRS)
+
+    def set_attrs(self, topic: str, perm: int | None, message_type: str | None) -> None:
+        """UpdateTopic's ``perm`` and ``message_type`` (None: keep the topic's)."""
+        old = self.attrs_of(topic)
+        new = TopicAttrs(
+            old.perm if perm is None else perm,
+            old.message_type if message_type is None else MessageType(message_type),
+        )
+        if new.default:
+            self.topic_attrs.pop(topic, None)
+        else:
+            self.topic_attrs[topic] = new
 
     @property
     def first_election(self) -> bool:
@@ -65,6 +90,7 @@ class BrokerGroup:
             sync_state_set=self.sync_state_set,
             sync_state_set_epoch=self.sync_state_set_epoch,
             topics=dict(self.topics),
+            topic_attrs=dict(self.topic_attrs),
         )
 
     def info(self) -> ReplicaInfo:
@@ -109,4 +135,15 @@ class BrokerGroup:
                 check_queues("queues", queues)
             except (TypeError, ValueError) as exc:
                 problems.append(f"{name}: topic {topic!r}: {exc}")
+        for topic, attrs in self.topic_attrs.items():
+            if topic not in self.topics:
+                problems.append(f"{name}: attributes of topic {topic!r} it does not have")
+            try:
+                check_perm("perm", attrs.perm)
+                check_message_type("message_type", attrs.message_type.value)
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{name}: topic {topic!r}: {exc}")
         return problems
+
+
+_DEFAULT_ATTRS = TopicAttrs()

@@ -18,6 +18,7 @@ from typing import Generic, TypeVar
 
 from controller.metadata.events import Event
 from protocol.codes import ResponseCode
+from protocol.topic_attrs import DEFAULT_PERM, MessageType
 
 R = TypeVar("R")
 
@@ -157,3 +158,5 @@ class UpdateTopicResponse:
     broker_name: str
     topic: str
     queues: int
+    perm: int = DEFAULT_PERM
+    message_type: str = MessageType.NORMAL.value

@@ -5,7 +5,7 @@ Layout: one msgpack array, groups ascending by broker name, ids ascending::
     ["rmq-metadata", version, [group, ...]]
     group = [broker_name, cluster, next_assign_broker_id, master_broker_id | nil, master_epoch,
              [sync_state_set ids], sync_state_set_epoch, [[broker_id, address, register_code], ...],
-             [[topic, queues], ...]]                                   (versions 2 and 3)
+             [[topic, queues (, perm, message_type)], ...]]           (versions 2 and 3)
     ["rmq-metadata", 3, [group, ...], [user, ...]]                    (version 3)
     user = [username, user_type, sealed_secret (bin), version,
             [[resource, [action, ...], decision, [cidr, ...]], ...]]
@@ -16,7 +16,9 @@ Layout: one msgpack array, groups ascending by broker name, ids ascending::
     ["rmq-metadata", 5, [group, ...], [user, ...], [static, ...],
         [next_producer_id, next_producer_epoch]]                        (version 5)
 
-Version 2 adds each group's topics (ascending by name); version 3 adds the users (ascending by
+Version 2 adds each group's topics (ascending by name; a topic whose permission or message type
+is not the default, 6 and NORMAL, with both: a topic of two elements, as written before they
+existed, has the default); version 3 adds the users (ascending by
 name; secrets sealed only) and their rules; version 4 adds the static topics (ascending by
 name) and their logical queues' mapping items (:mod:`controller.metadata.static_topic`);
 version 5 the idempotent producers' counters (docs/idempotence.md). A state is written in the lowest version that holds
@@ -45,7 +47,9 @@ from controller.metadata.events import (
     MAX_SEALED_BYTES,
     check_broker_id,
     check_epoch,
+    check_message_type,
     check_name,
+    check_perm,
     check_queues,
     check_text,
     check_topic,
@@ -55,6 +59,7 @@ from controller.metadata.events import (
 from controller.metadata.group import BrokerGroup, BrokerRecord
 from controller.metadata.static_topic import LogicalQueue, MappingItem, queue_problems
 from protocol.acl import AclError, check_username, user_type
+from protocol.topic_attrs import MessageType, TopicAttrs
 
 SNAPSHOT_MAGIC: Final = "rmq-metadata"
 SNAPSHOT_VERSION_PRODUCERS: Final = 5
@@ -154,8 +159,15 @@ def _group_fields(g: BrokerGroup, with_topics: bool) -> list[Any]:
         ],
     ]
     if with_topics:
-        fields.append([[topic, g.topics[topic]] for topic in sorted(g.topics)])
+        fields.append([_topic_fields(g, topic) for topic in sorted(g.topics)])
     return fields
+
+
+def _topic_fields(g: BrokerGroup, topic: str) -> list[Any]:
+    attrs = g.topic_attrs.get(topic)
+    if attrs is None:
+        return [topic, g.topics[topic]]
+    return [topic, g.topics[topic], attrs.perm, attrs.message_type.value]
 
 
 def _item_fields(item: MappingItem) -> list[Any]:
@@ -299,17 +311,28 @@ def _ascending_ids(what: str, value: object) -> list[int]:
     return ids
 
 
-def _topics(value: object) -> dict[str, int]:
+def _topics(value: object) -> tuple[dict[str, int], dict[str, TopicAttrs]]:
     topics: dict[str, int] = {}
+    attrs: dict[str, TopicAttrs] = {}
     previous: str | None = None
     for entry in _array("topics", value):
-        raw_topic, raw_queues = _array("topic", entry, 2)
-        topic = check_topic("topic", raw_topic)
+        fields = _array("topic", entry)
+        if len(fields) != 4:
+            fields = _array("topic", entry, 2)
+        topic = check_topic("topic", fields[0])
         if previous is not None and topic <= previous:
             raise ValueError("topics must be strictly ascending by name")
         previous = topic
-        topics[topic] = check_queues("queues", raw_queues)
-    return topics
+        topics[topic] = check_queues("queues", fields[1])
+        if len(fields) == 4:
+            topic_attrs = TopicAttrs(
+                check_perm("perm", fields[2]),
+                MessageType(check_message_type("message_type", fields[3])),
+            )
+            if topic_attrs.default:
+                raise ValueError(f"topic {topic}: default attributes are written as none")
+            attrs[topic] = topic_attrs
+    return topics, attrs
 
 
 def _group(value: object, version: int) -> BrokerGroup:
@@ -348,8 +371,9 @@ def _group(value: object, version: int) -> BrokerGroup:
         master_epoch=master_epoch,
         sync_state_set=sync_state_set,
         sync_state_set_epoch=sync_state_set_epoch,
-        topics=_topics(fields[8]) if with_topics else {},
     )
+    if with_topics:
+        group.topics, group.topic_attrs = _topics(fields[8])
     problems = group.invariant_violations()
     if problems:
         raise ValueError("; ".join(problems))

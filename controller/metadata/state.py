@@ -46,7 +46,9 @@ from controller.metadata.events import (
     check_broker_id,
     check_epoch,
     check_id_set,
+    check_message_type,
     check_name,
+    check_perm,
     check_queues,
     check_text,
     check_topic,
@@ -88,6 +90,7 @@ from controller.metadata.static_topic import MappingItem
 from controller.metadata.static_topics import RemapPlan, StaticTopicMapping, StaticTopicTable
 from protocol.codes import ResponseCode as RC
 from protocol.topic_admin import topic_delete_refusal
+from protocol.topic_attrs import MessageType, TopicAttrs
 
 
 class _BadRequest(Exception):
@@ -216,6 +219,12 @@ class ReplicasInfoManager:
         """The group's topics and their queue counts, by topic name ({} for an unknown group)."""
         group = self._groups.get(broker_name)
         return {} if group is None else {t: group.topics[t] for t in sorted(group.topics)}
+
+    def topic_attrs(self, broker_name: str, topic: str) -> TopicAttrs:
+        """The permission and message type of ``topic`` on a group (the default for a topic
+        or group it does not know)."""
+        group = self._groups.get(broker_name)
+        return TopicAttrs() if group is None else group.attrs_of(topic)
 
     def static_topic(self, topic: str) -> StaticTopicMapping | None:
         """A static topic's logical queues and their mapping items (None: not static)."""
@@ -528,18 +537,29 @@ class ReplicasInfoManager:
         )
 
     def update_topic(
-        self, cluster: str | None, broker_name: str, topic: str, queues: int
+        self,
+        cluster: str | None,
+        broker_name: str,
+        topic: str,
+        queues: int,
+        perm: int | None = None,
+        message_type: str | None = None,
     ) -> Decision[UpdateTopicResponse]:
-        """UPDATE_AND_CREATE_TOPIC on the controllers: create or grow ``topic`` on a group.
+        """UPDATE_AND_CREATE_TOPIC on the controllers: create or grow ``topic`` on a group, and
+        set its permission and message type (None: keep them; a new topic's are 6, NORMAL).
 
-        CONTROLLER_BROKER_METADATA_NOT_EXIST for an unknown group, INVALID_REQUEST for a bad name
-        or count or another cluster, BAD_REQUEST when it would take queues away. Nothing is
-        appended when the group already has the topic with ``queues`` queues.
+        CONTROLLER_BROKER_METADATA_NOT_EXIST for an unknown group, INVALID_REQUEST for a bad name,
+        count, permission or type or another cluster, BAD_REQUEST when it would take queues
+        away. Nothing is appended when the group already has the topic as asked.
         """
         try:
             _field(check_name, "broker_name", broker_name)
             _field(check_topic, "topic", topic)
             _field(check_queues, "queues", queues)
+            if perm is not None:
+                _field(check_perm, "perm", perm)
+            if message_type is not None:
+                _field(check_message_type, "message_type", message_type)
         except _BadRequest as exc:
             return rejected(RC.CONTROLLER_INVALID_REQUEST, str(exc))
         group = self._groups.get(broker_name)
@@ -553,12 +573,33 @@ class ReplicasInfoManager:
                 RC.CONTROLLER_INVALID_REQUEST,
                 f"broker set {broker_name} belongs to cluster {group.cluster}, not {cluster}",
             )
-        response = UpdateTopicResponse(broker_name=broker_name, topic=topic, queues=queues)
+        old = group.attrs_of(topic)
+        attrs = TopicAttrs(
+            old.perm if perm is None else perm,
+            old.message_type if message_type is None else MessageType(message_type),
+        )
+        response = UpdateTopicResponse(
+            broker_name=broker_name,
+            topic=topic,
+            queues=queues,
+            perm=attrs.perm,
+            message_type=attrs.message_type.value,
+        )
+        event = UpdateTopic(
+            broker_name=broker_name,
+            topic=topic,
+            queues=queues,
+            perm=None if attrs.perm == old.perm else attrs.perm,
+            message_type=(
+                None if attrs.message_type is old.message_type else attrs.message_type.value
+            ),
+        )
         if topic in self.static_topics:
             if group.topics.get(topic) == queues:
                 # The controllers' own push of the physical queues, which a broker in controller
-                # mode forwards back before creating them: it changes nothing.
-                return Decision(response=response)
+                # mode forwards back before creating them: it changes nothing (but the
+                # permission or type it was asked to change).
+                return Decision(events=() if attrs == old else (event,), response=response)
             return rejected(
                 RC.BAD_REQUEST,
                 f"topic {topic} is static: its queues are placed by updateStaticTopic",
@@ -566,9 +607,8 @@ class ReplicasInfoManager:
         check = _check_topic_update(group, topic, queues)
         if not check.ok:
             return rejected(check.code, check.remark)
-        if group.topics.get(topic) == queues:
+        if group.topics.get(topic) == queues and attrs == old:
             return Decision(response=response)
-        event = UpdateTopic(broker_name=broker_name, topic=topic, queues=queues)
         return Decision(events=(event,), response=response)
 
     def delete_topic(self, topic: str) -> Decision[dict[str, int]]:
@@ -731,6 +771,7 @@ class ReplicasInfoManager:
                     return fail(RC.TOPIC_NOT_EXIST, f"topic {event.topic} does not exist")
                 for group in had:
                     del group.topics[event.topic]
+                    group.topic_attrs.pop(event.topic, None)
                 self._topic_groups.pop(event.topic, None)
                 self.static_topics.remove(event.topic)
                 return APPLIED
@@ -746,6 +787,7 @@ class ReplicasInfoManager:
                 check = _check_topic_update(group, event.topic, event.queues)
                 if check.ok:
                     group.topics[event.topic] = event.queues
+                    group.set_attrs(event.topic, event.perm, event.message_type)
                     self._topic_groups.setdefault(event.topic, set()).add(event.broker_name)
                 return check
             case _:

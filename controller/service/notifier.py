@@ -19,6 +19,7 @@ from controller.raft_driver import RaftDriver
 from controller.service.tasks import BackgroundTasks
 from protocol.broker_requests.admin import CreateTopic
 from protocol.codes import RequestCode, ResponseCode, code_name
+from protocol.topic_attrs import TopicAttrs
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
@@ -63,7 +64,7 @@ class BrokerNotifier:
         if info.master_address and topics:
             # The new master gets the group's topics before it hears it is master, so it serves
             # them as created (not auto-created with default queues) from its first write on.
-            await self.push_topics([info.master_address], topics, timeout)
+            await self.push_topics(info.broker_name, [info.master_address], topics, timeout)
 
         async def push(address: str) -> None:
             try:
@@ -83,24 +84,39 @@ class BrokerNotifier:
         await asyncio.gather(*(push(a) for a in addresses))
 
     async def push_topics(
-        self, addresses: list[str], topics: Mapping[str, int], timeout: float
+        self, broker_name: str, addresses: list[str], topics: Mapping[str, int], timeout: float
     ) -> None:
-        """UPDATE_AND_CREATE_TOPIC to each broker (best effort). A broker in controller mode
-        forwards it back to the controllers, where it changes nothing, and then creates it."""
+        """UPDATE_AND_CREATE_TOPIC to each broker of the group ``broker_name`` (best effort),
+        with each topic's permission and message type. A broker in controller mode forwards it
+        back to the controllers, where it changes nothing, and then creates it."""
         await asyncio.gather(
             *(
-                self.push_topic(a, t, q, timeout)
+                self.push_topic(a, t, q, timeout, self.manager.topic_attrs(broker_name, t))
                 for a in addresses
                 for t, q in sorted(topics.items())
             )
         )
 
-    async def push_topic(self, address: str, topic: str, queues: int, timeout: float) -> str | None:
-        """UPDATE_AND_CREATE_TOPIC of ``topic`` with ``queues`` queues to one broker: None once
-        it has them, else why not (refused, unreachable)."""
+    async def push_topic(
+        self,
+        address: str,
+        topic: str,
+        queues: int,
+        timeout: float,
+        attrs: TopicAttrs | None = None,
+    ) -> str | None:
+        """UPDATE_AND_CREATE_TOPIC of ``topic`` with ``queues`` queues (and ``attrs``, when
+        given) to one broker: None once it has them, else why not (refused, unreachable)."""
         try:
             conn = await self.pool.get(address)
             push = CreateTopic(topic=topic, queues=queues)
+            if attrs is not None:
+                push = CreateTopic(
+                    topic=topic,
+                    queues=queues,
+                    perm=attrs.perm,
+                    message_type=attrs.message_type.value,
+                )
             await conn.call(push.code, *push.encode(), timeout)
         except ResponseError as refused:  # answered: the connection is fine
             log.info(

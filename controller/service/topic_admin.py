@@ -27,7 +27,7 @@ group.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -55,6 +55,7 @@ from protocol.topic_admin import (
     TopicRetired,
     group_delete_refusal,
 )
+from protocol.topic_attrs import TopicAttrs
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from remoting.server import Connection
@@ -218,6 +219,11 @@ class TopicAdminHandlers:
 
     # --- topicList -------------------------------------------------------------------------
 
+    def _attrs(self, topic: str, groups: Mapping[str, int]) -> dict[str, TopicAttrs]:
+        """The topic's permission and type on those of ``groups`` where not the default."""
+        attrs = {g: self.manager.topic_attrs(g, topic) for g in sorted(groups)}
+        return {g: a for g, a in attrs.items() if not a.default}
+
     async def topic_list(self, conn: Connection, req: Frame) -> Frame:
         """Every topic a live registration lists or the metadata holds, with its queue count on
         each group, by topic then cluster (one cluster with ``clusterName``)."""
@@ -233,7 +239,7 @@ class TopicAdminHandlers:
                 by_group = table.setdefault((topic, info.cluster), {})
                 by_group[info.broker_name] = max(by_group.get(info.broker_name, 0), queues)
         entries = tuple(
-            TopicEntry(topic, cluster, dict(sorted(groups.items())))
+            TopicEntry(topic, cluster, dict(sorted(groups.items())), self._attrs(topic, groups))
             for (topic, cluster), groups in sorted(table.items())
             if ask.cluster is None or cluster == ask.cluster
         )

@@ -35,6 +35,7 @@ from protocol.controller_requests.topics import (
     UpdateTopic,
 )
 from protocol.remoting import Frame, response
+from protocol.topic_attrs import put_attrs
 from remoting.server import Connection
 
 log = structlog.get_logger(__name__)
@@ -144,6 +145,9 @@ class TopicRouteHandlers:
         )
         if doc is None:
             raise Refused(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        for b in doc["brokers"]:
+            # The topic's permission and message type on the group, when not the default.
+            put_attrs(b, self.manager.topic_attrs(b["brokerName"], topic))
         if mapping is not None:
             doc = static_route(doc, mapping)
         return doc
@@ -178,13 +182,19 @@ class TopicRouteHandlers:
         the group's brokers then get it pushed (``topic_changed``)."""
         await self.gate.require_active()
         ask = UpdateTopic.parse(req.header, req.body)
-        d = self.manager.update_topic(ask.cluster, ask.broker_name, ask.topic, ask.queues)
+        d = self.manager.update_topic(
+            ask.cluster, ask.broker_name, ask.topic, ask.queues, ask.perm, ask.message_type
+        )
         d = await self.committer.settle(d)
         if not d.ok or d.response is None:
             raise refuse(d)
         r = d.response
         header, body = TopicUpdated(
-            topic=r.topic, queues=r.queues, broker_name=r.broker_name
+            topic=r.topic,
+            queues=r.queues,
+            broker_name=r.broker_name,
+            perm=r.perm,
+            message_type=r.message_type,
         ).encode()
         return response(req, ResponseCode.SUCCESS, header, body)
 
@@ -199,7 +209,7 @@ class TopicRouteHandlers:
         log.info("topic updated", broker_name=broker_name, topic=topic, queues=queues)
         addresses = sorted({r.address for r in info.replicas if r.address})
         self.tasks.spawn(
-            self.notifier.push_topics(addresses, {topic: queues}, self.timeout),
+            self.notifier.push_topics(broker_name, addresses, {topic: queues}, self.timeout),
             f"topic-{broker_name}-{topic}",
         )
 
@@ -217,7 +227,7 @@ class TopicRouteHandlers:
 
             async def push() -> None:
                 try:
-                    await self.notifier.push_topics([address], missing, self.timeout)
+                    await self.notifier.push_topics(broker_name, [address], missing, self.timeout)
                 finally:
                     self._reconciling.discard(key)
 

@@ -4,28 +4,39 @@ broker forwards it to the controllers in controller mode:
 sockets, no clock.
 
 UPDATE_AND_CREATE_TOPIC's header: ``topic`` (letters, digits, ``-``, ``_`` and ``%``, at most
-127), ``queues``? (1..1024; the broker's ``default_topic_queues`` when left out). SUCCESS answers
-``topic`` and ``queues`` (:class:`TopicCreated`).
+127), ``queues``? (1..1024; the broker's ``default_topic_queues`` when left out), ``perm``?
+(0..7) and ``messageType``? (:mod:`protocol.topic_attrs`; left out: keep the topic's, a new
+topic's 6 and NORMAL). SUCCESS answers ``topic`` and ``queues``, and ``perm`` and
+``messageType`` when not the default (:class:`TopicCreated`).
 
 GET_ALL_TOPIC_CONFIG (:class:`AllTopicsQuery`) has no fields; SUCCESS's body is the msgpack map
-``{topic: {"queues": n}}`` (:class:`TopicTable`; an entry without ``queues`` reads as 0, which
-a copying slave skips).
+``{topic: {"queues": n, "perm"?: p, "messageType"?: t}}`` (:class:`TopicTable`; an entry
+without ``queues`` reads as 0, which a copying slave skips; without ``perm`` or
+``messageType`` as the default).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
-from protocol.fields import FieldError, opt_int_or_none, req_int, req_str
+from protocol.fields import FieldError, opt_int_or_none, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
+from protocol.topic_attrs import (
+    TopicAttrs,
+    attrs_from,
+    parse_message_type,
+    parse_perm,
+    put_attrs,
+)
 
 __all__ = ["MAX_QUEUES", "AllTopicsQuery", "CreateTopic", "TopicCreated", "TopicTable"]
 
 MAX_QUEUES: Final = 1024
+_DEFAULT_ATTRS: Final = TopicAttrs()
 
 
 def _valid_topic(topic: str) -> bool:
@@ -41,11 +52,17 @@ class CreateTopic:
 
     topic: str
     queues: int | None = None
+    perm: int | None = None
+    message_type: str | None = None
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {"topic": self.topic}
         if self.queues is not None:
             header["queues"] = self.queues
+        if self.perm is not None:
+            header["perm"] = self.perm
+        if self.message_type is not None:
+            header["messageType"] = self.message_type
         return header, None
 
     @classmethod
@@ -56,22 +73,38 @@ class CreateTopic:
             raise FieldError(f"queues must be 1..{MAX_QUEUES}")
         if not _valid_topic(topic):
             raise FieldError("topic may hold letters, digits, '-', '_' and '%' (at most 127)")
-        return cls(topic=topic, queues=queues)
+        perm = opt_int_or_none(header, "perm")
+        kind = opt_str(header, "messageType") or None
+        try:
+            if perm is not None:
+                parse_perm(perm)
+            if kind is not None:
+                kind = parse_message_type(kind).value
+        except ValueError as exc:
+            raise FieldError(str(exc)) from None
+        return cls(topic=topic, queues=queues, perm=perm, message_type=kind)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicCreated:
-    """A broker's UPDATE_AND_CREATE_TOPIC SUCCESS: the topic and its queues now."""
+    """A broker's UPDATE_AND_CREATE_TOPIC SUCCESS: the topic, its queues, permission and
+    message type now."""
 
     topic: str
     queues: int
+    attrs: TopicAttrs = _DEFAULT_ATTRS
 
     def encode(self) -> tuple[Header, bytes | None]:
-        return {"topic": self.topic, "queues": self.queues}, None
+        header: Header = {"topic": self.topic, "queues": self.queues}
+        return put_attrs(header, self.attrs), None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicCreated:
-        return cls(topic=req_str(header, "topic"), queues=req_int(header, "queues"))
+        return cls(
+            topic=req_str(header, "topic"),
+            queues=req_int(header, "queues"),
+            attrs=_attrs_of(header, "the answer"),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +121,13 @@ class AllTopicsQuery:
         return cls()
 
 
+def _attrs_of(doc: Mapping[str, Any], where: str) -> TopicAttrs:
+    try:
+        return attrs_from(doc)
+    except ValueError as exc:
+        raise FieldError(f"{where}: {exc}") from None
+
+
 def _queues(name: Any, doc: Any) -> tuple[str, int]:
     if not isinstance(name, str) or not isinstance(doc, dict):
         raise FieldError("the topic table maps topic names to maps")
@@ -99,14 +139,23 @@ def _queues(name: Any, doc: Any) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicTable:
-    """GET_ALL_TOPIC_CONFIG's SUCCESS: topic -> its number of queues."""
+    """GET_ALL_TOPIC_CONFIG's SUCCESS: topic -> its number of queues, and the permission and
+    message type of those whose are not the default."""
 
     queues: Mapping[str, int]
+    attrs: Mapping[str, TopicAttrs] = field(default_factory=dict)
 
     def encode(self) -> tuple[Header, bytes]:
-        return {}, pack_map({name: {"queues": n} for name, n in self.queues.items()})
+        return {}, pack_map(
+            {
+                name: put_attrs({"queues": n}, self.attrs.get(name, _DEFAULT_ATTRS))
+                for name, n in self.queues.items()
+            }
+        )
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicTable:
         doc = body_map(body, "topic table")
-        return cls(queues=dict(_queues(name, entry) for name, entry in doc.items()))
+        queues = dict(_queues(name, entry) for name, entry in doc.items())
+        attrs = {name: _attrs_of(entry, f"topic {name}") for name, entry in doc.items()}
+        return cls(queues=queues, attrs={n: a for n, a in attrs.items() if not a.default})

@@ -8,16 +8,18 @@ Requests (``?`` marks a field that may be left out)::
     GET_BROKER_CLUSTER_INFO 106  nothing
     UPDATE_AND_CREATE_TOPIC 17   header topic, queues, clusterName?, brokerName (the controllers'
                                  form: the group the topic goes to; a broker's own 17 has no
-                                 brokerName)
+                                 brokerName), perm?, messageType? (left out: keep them)
     DELETE_TOPIC_IN_NAMESRV 216  header topic, force? (deleteTopic: everywhere)
     DELETE_SUBSCRIPTIONGROUP 207 header groupName, removeDlq? (deleteSubGroup: on every broker)
     GET_TOPICS_BY_CLUSTER 224    header clusterName? (topicList)
 
-Answers: 17's SUCCESS is :class:`TopicUpdated` (header ``topic``, ``queues``, ``brokerName``); 103
+Answers: 17's SUCCESS is :class:`TopicUpdated` (header ``topic``, ``queues``, ``brokerName``,
+``perm``?, ``messageType``?: the topic's now, left out by controllers before them); 103
 answers an empty SUCCESS, 105 and 106 a document in the body. 216 and 207 answer
 :class:`DeleteReport` (body ``{"name", "brokers": [[brokerName, address, code, remark], ...]}``,
 one row per broker the delete was pushed to, code 0 when it deleted); 224 answers
-:class:`TopicList` (body ``{"topics": [[topic, cluster, {brokerName: queues}], ...]}``, by name).
+:class:`TopicList` (body ``{"topics": [[topic, cluster, {brokerName: queues} (, {brokerName:
+{"perm"?, "messageType"?}}: the groups where they are not the default)], ...]}``, by name).
 
 A missing or mistyped header field raises :class:`~protocol.fields.FieldError`; a body that does
 not decode, or topics that are not names mapped to counts, raise
@@ -40,8 +42,9 @@ from protocol.controller_requests.base import (
     req_broker,
     unpack_map,
 )
-from protocol.fields import FieldError, opt_bool, opt_str, req_int, req_str
+from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
+from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 
 __all__ = [
     "BrokerOutcome",
@@ -137,13 +140,15 @@ class UpdateTopic:
     topic: str
     queues: int
     cluster: str | None = None
+    perm: int | None = None
+    message_type: str | None = None
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {"topic": self.topic, "queues": self.queues}
         if self.cluster:
             header["clusterName"] = self.cluster
         header["brokerName"] = self.broker_name
-        return header, None
+        return _with_attrs(header, self.perm, self.message_type), None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> UpdateTopic:
@@ -152,7 +157,17 @@ class UpdateTopic:
             broker_name=req_str(header, "brokerName"),
             topic=req_str(header, "topic"),
             queues=req_int(header, "queues"),
+            perm=opt_int_or_none(header, "perm"),
+            message_type=opt_str(header, "messageType") or None,
         )
+
+
+def _with_attrs(header: Header, perm: int | None, message_type: str | None) -> Header:
+    if perm is not None:
+        header["perm"] = perm
+    if message_type is not None:
+        header["messageType"] = message_type
+    return header
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,9 +177,16 @@ class TopicUpdated:
     topic: str
     queues: int
     broker_name: str
+    perm: int | None = None
+    message_type: str | None = None
 
     def encode(self) -> tuple[Header, bytes | None]:
-        return {"topic": self.topic, "queues": self.queues, "brokerName": self.broker_name}, None
+        header: Header = {
+            "topic": self.topic,
+            "queues": self.queues,
+            "brokerName": self.broker_name,
+        }
+        return _with_attrs(header, self.perm, self.message_type), None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicUpdated:
@@ -172,6 +194,8 @@ class TopicUpdated:
             topic=req_str(header, "topic"),
             queues=req_int(header, "queues"),
             broker_name=req_str(header, "brokerName"),
+            perm=opt_int_or_none(header, "perm"),
+            message_type=opt_str(header, "messageType") or None,
         )
 
 
@@ -279,11 +303,19 @@ class TopicListQuery:
 
 @dataclass(frozen=True, slots=True)
 class TopicEntry:
-    """One topic of one cluster and its queue count on each broker group that has it."""
+    """One topic of one cluster and its queue count on each broker group that has it, and its
+    permission and message type on the groups where they are not the default."""
 
     topic: str
     cluster: str
     queues: dict[str, int]
+    attrs: dict[str, TopicAttrs] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> TopicAttrs:
+        """The topic's permission and type: the first group's (by name) that has them set,
+        else the default (every group is given the same by updateTopic)."""
+        return next((self.attrs[g] for g in sorted(self.attrs)), TopicAttrs())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,7 +325,12 @@ class TopicList:
     topics: tuple[TopicEntry, ...] = ()
 
     def encode(self) -> tuple[Header, bytes | None]:
-        rows = [[t.topic, t.cluster, dict(sorted(t.queues.items()))] for t in self.topics]
+        rows: list[list[Any]] = []
+        for t in self.topics:
+            row: list[Any] = [t.topic, t.cluster, dict(sorted(t.queues.items()))]
+            if t.attrs:
+                row.append({g: put_attrs({}, a) for g, a in sorted(t.attrs.items())})
+            rows.append(row)
         return {}, pack_map({"topics": rows})
 
     @classmethod
@@ -305,10 +342,22 @@ class TopicList:
         for row in rows:
             if not (
                 isinstance(row, list)
-                and len(row) == 3
+                and len(row) in (3, 4)
                 and isinstance(row[0], str)
                 and isinstance(row[1], str)
+                and (len(row) == 3 or isinstance(row[3], dict))
             ):
-                raise FieldError("a topic entry is [topic, cluster, {brokerName: queues}]")
-            out.append(TopicEntry(row[0], row[1], _topics(row[2])))
+                raise FieldError(
+                    "a topic entry is [topic, cluster, {brokerName: queues}"
+                    "(, {brokerName: {perm?, messageType?}})]"
+                )
+            attrs: dict[str, TopicAttrs] = {}
+            for group, doc in (row[3] if len(row) == 4 else {}).items():
+                if not isinstance(group, str) or not isinstance(doc, dict):
+                    raise FieldError("a topic's attributes map group names to maps")
+                try:
+                    attrs[group] = attrs_from(doc)
+                except ValueError as exc:
+                    raise FieldError(f"topic {row[0]} on {group}: {exc}") from None
+            out.append(TopicEntry(row[0], row[1], _topics(row[2]), attrs))
         return cls(topics=tuple(out))

@@ -29,6 +29,13 @@ from typing import Any, NamedTuple
 
 from protocol.rocketmq_remoting.bodies import BodyError
 from protocol.rocketmq_remoting.headers import HeaderError
+from protocol.topic_attrs import (
+    ATTR_MESSAGE_TYPE,
+    MessageType,
+    TopicAttrs,
+    parse_attributes,
+    parse_perm,
+)
 
 __all__ = [
     "PERM_READ_WRITE",
@@ -90,6 +97,10 @@ class CreateTopicHeader(NamedTuple):
     topic: str
     queues: int | None
     """writeQueueNums (readQueueNums when only it is given); None: the broker's default."""
+    perm: int | None = None
+    """``perm`` (PermName bits); None: keep the topic's."""
+    message_type: str | None = None
+    """``attributes``' ``+message.type=...`` (mqadmin's ``-a``); None: keep the topic's."""
 
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> CreateTopicHeader:
@@ -101,7 +112,17 @@ class CreateTopicHeader(NamedTuple):
                 f"readQueueNums {read} differs from writeQueueNums {write}: "
                 "a topic here has one queue count for both"
             )
-        return cls(topic=topic, queues=write if write is not None else read)
+        try:
+            perm = parse_perm(fields["perm"]) if fields.get("perm") else None
+            attrs = parse_attributes(fields.get("attributes") or "")
+        except ValueError as exc:
+            raise HeaderError(str(exc)) from None
+        return cls(
+            topic=topic,
+            queues=write if write is not None else read,
+            perm=perm,
+            message_type=attrs.get(ATTR_MESSAGE_TYPE),
+        )
 
 
 def parse_subscription_group(body: bytes | bytearray | memoryview) -> dict[str, object]:
@@ -129,22 +150,29 @@ def encode_kv_table(table: Mapping[str, str]) -> bytes:
 
 
 def encode_topic_configs(
-    queues: Mapping[str, int], *, timestamp_ms: int, counter: int = 0
+    queues: Mapping[str, int],
+    *,
+    timestamp_ms: int,
+    counter: int = 0,
+    attrs: Mapping[str, TopicAttrs] | None = None,
 ) -> bytes:
-    """TopicConfigSerializeWrapper of topics with their queue counts (read and write alike)."""
-    table = {
-        name: {
+    """TopicConfigSerializeWrapper of topics with their queue counts (read and write alike),
+    permission and ``message.type`` attribute (``attrs``: those not the default)."""
+    table = {}
+    for name, n in sorted(queues.items()):
+        a = (attrs or {}).get(name)
+        table[name] = {
             "topicName": name,
             "readQueueNums": n,
             "writeQueueNums": n,
-            "perm": PERM_READ_WRITE,
+            "perm": PERM_READ_WRITE if a is None else a.perm,
             "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": 0,
             "order": False,
-            "attributes": {},
+            "attributes": {}
+            if a is None or a.message_type is MessageType.NORMAL
+            else {ATTR_MESSAGE_TYPE: a.message_type.value},
         }
-        for name, n in sorted(queues.items())
-    }
     doc = {"topicConfigTable": table, "dataVersion": _data_version(timestamp_ms, counter)}
     return _dumps(doc).encode()
 

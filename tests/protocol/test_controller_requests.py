@@ -78,6 +78,7 @@ from protocol.controller_requests.users import (
 )
 from protocol.fields import FieldError
 from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
+from protocol.topic_attrs import MessageType, TopicAttrs
 
 names = st.text(min_size=1, max_size=20)
 texts = st.text(max_size=20)
@@ -158,7 +159,15 @@ requests = st.one_of(
     ),
     st.builds(RouteQuery, topic=names),
     st.just(ClusterInfoQuery()),
-    st.builds(UpdateTopic, broker_name=names, topic=names, queues=ints, cluster=st.none() | names),
+    st.builds(
+        UpdateTopic,
+        broker_name=names,
+        topic=names,
+        queues=ints,
+        cluster=st.none() | names,
+        perm=st.none() | st.integers(0, 7),
+        message_type=st.none() | st.sampled_from([t.value for t in MessageType]),
+    ),
     st.builds(DeleteTopic, topic=names, force=st.booleans()),
     st.builds(DeleteSubGroup, group=names, remove_dlq=st.booleans()),
     st.builds(TopicListQuery, cluster=st.none() | names),
@@ -229,7 +238,14 @@ answers = st.one_of(
     ),
     st.builds(NextBrokerIdAnswer, next_broker_id=ints),
     st.builds(AlterSyncStateSetAnswer, sync_state_set=id_sets, sync_state_set_epoch=ints),
-    st.builds(TopicUpdated, topic=names, queues=ints, broker_name=names),
+    st.builds(
+        TopicUpdated,
+        topic=names,
+        queues=ints,
+        broker_name=names,
+        perm=st.none() | st.integers(0, 7),
+        message_type=st.none() | st.sampled_from([t.value for t in MessageType]),
+    ),
     st.builds(
         DeleteReport,
         name=names,
@@ -240,7 +256,19 @@ answers = st.one_of(
     st.builds(
         TopicList,
         topics=st.lists(
-            st.builds(TopicEntry, names, names, st.dictionaries(names, ints, max_size=3)),
+            st.builds(
+                TopicEntry,
+                names,
+                names,
+                st.dictionaries(names, ints, max_size=3),
+                st.dictionaries(
+                    names,
+                    st.builds(TopicAttrs, st.integers(0, 7), st.sampled_from(MessageType)).filter(
+                        lambda a: not a.default
+                    ),
+                    max_size=2,
+                ),
+            ),
             max_size=3,
         ).map(tuple),
     ),
@@ -488,6 +516,18 @@ def test_a_fixed_request_encodes_to_the_same_bytes(req: Any, wire: str) -> None:
     assert encode_frame(request(req.code, 7, *req.encode())).hex() == wire
     frame = through_the_wire(req.code, *req.encode())
     assert type(req).parse(frame.header, frame.body) == req
+
+
+def test_update_topic_with_a_permission_and_a_type_encodes_to_fixed_bytes() -> None:
+    """UpdateTopic's perm and messageType: two more header fields after brokerName."""
+    req = UpdateTopic(
+        topic="T1", queues=4, cluster="c1", broker_name="g1", perm=2, message_type="DELAY"
+    )
+    test_a_fixed_request_encodes_to_the_same_bytes(
+        req,
+        "0000004d960011070086a5746f706963a25431a671756575657304ab636c75737465724e616d65a26331aa"
+        "62726f6b65724e616d65a26731a47065726d02ab6d65737361676554797065a544454c4159c0",
+    )
 
 
 def test_every_controller_request_code_has_a_golden_test() -> None:

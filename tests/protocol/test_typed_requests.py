@@ -84,6 +84,7 @@ from protocol.pull import (
     PullRequest,
 )
 from protocol.remoting import FrameDecoder, Header, Scalar, encode_frame, request
+from protocol.topic_attrs import MessageType, TopicAttrs
 
 
 class Typed(Protocol):
@@ -242,6 +243,8 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         CreateTopic,
         topic=st.from_regex(r"[A-Za-z0-9_%\-]{1,127}", fullmatch=True),
         queues=st.one_of(st.none(), st.integers(1, MAX_QUEUES)),
+        perm=st.none() | st.integers(0, 7),
+        message_type=st.none() | st.sampled_from([t.value for t in MessageType]),
     ),
     DlqQuery: st.builds(
         DlqQuery,
@@ -318,7 +321,12 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
         state=st.sampled_from(["COMMIT", "ROLLBACK", "OPEN"]),
         already=st.booleans(),
     ),
-    TopicCreated: st.builds(TopicCreated, topic=names, queues=ints),
+    TopicCreated: st.builds(
+        TopicCreated,
+        topic=names,
+        queues=ints,
+        attrs=st.builds(TopicAttrs, st.integers(0, 7), st.sampled_from(MessageType)),
+    ),
     SentBack: st.builds(
         SentBack,
         reconsume_times=ints,
@@ -547,6 +555,11 @@ GOLDEN: list[tuple[Any, str]] = [
     ),
     (CreateTopic(topic="T", queues=8), "00000017960011010082a5746f706963a154a671756575657308c0"),
     (
+        CreateTopic(topic="T", queues=8, perm=4, message_type="FIFO"),
+        "0000002e960011010084a5746f706963a154a671756575657308a47065726d04ab6d657373616765547970"
+        "65a44649464fc0",
+    ),
+    (
         DlqQuery(group="g", max_count=100),
         "000000239600cd1450010082ad636f6e73756d657247726f7570a167a86d6178436f756e7464c0",
     ),
@@ -601,6 +614,11 @@ GOLDEN_ANSWERS: list[tuple[Any, str]] = [
     (
         TopicTable(queues={"T": 8, "%RETRY%g": 1}),
         "00000026960001010080c41e82a15481a671756575657308a8255245545259256781a671756575657301",
+    ),
+    (
+        TopicTable(queues={"T": 8}, attrs={"T": TopicAttrs(4, MessageType.FIFO)}),
+        "0000002b960001010080c42381a15483a671756575657308a47065726d04ab6d65737361676554797065a4"
+        "4649464f",
     ),
     (
         SubscriptionGroupTable(

@@ -89,7 +89,14 @@ def test_topic_route_and_cluster_list_json_shapes(
     assert json.loads(out) == {
         "topic": "T",
         "brokers": [
-            {"brokerName": name, "masterAddress": b.address, "slaves": [], "queues": 2}
+            {
+                "brokerName": name,
+                "masterAddress": b.address,
+                "slaves": [],
+                "queues": 2,
+                "perm": 6,
+                "messageType": "NORMAL",
+            }
             for name, b in sorted(cluster.brokers.items())
         ],
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import BrokerOutcome, DeleteReport, TopicEntry, TopicList
 from protocol.topic_admin import QueueStatus
+from protocol.topic_attrs import MessageType, TopicAttrs
 from rmqctl.topic_admin import (
     delete_doc,
     delete_table,
@@ -22,7 +23,7 @@ def test_topic_list_counts_queues_groups_and_consumer_groups() -> None:
     listed = TopicList(
         topics=(
             TopicEntry("T", "c1", {"broker-a": 4, "broker-b": 4}),
-            TopicEntry("U", "c1", {"broker-a": 1}),
+            TopicEntry("U", "c1", {"broker-a": 1}, {"broker-a": TopicAttrs(4, MessageType.FIFO)}),
         )
     )
     doc = topic_list_doc(listed, {"T": ["g1", "g2"]})
@@ -30,22 +31,27 @@ def test_topic_list_counts_queues_groups_and_consumer_groups() -> None:
         "topic": "T",
         "cluster": "c1",
         "queues": 8,
+        "perm": 6,
+        "messageType": "NORMAL",
         "brokers": {"broker-a": 4, "broker-b": 4},
         "consumerGroups": ["g1", "g2"],
     }
     assert doc["topics"][1]["consumerGroups"] == []
+    assert (doc["topics"][1]["perm"], doc["topics"][1]["messageType"]) == (4, "FIFO")
     lines = topic_list_table(doc).splitlines()
     assert lines[0].split() == [
         "Cluster",
         "Topic",
         "Queues",
+        "Perm",
+        "Type",
         "Brokers",
         "Groups",
         "Consumer",
         "Groups",
     ]
-    assert lines[1].split() == ["c1", "T", "8", "2", "2", "g1,", "g2"]
-    assert lines[2].split() == ["c1", "U", "1", "1", "0", "-"]
+    assert lines[1].split() == ["c1", "T", "8", "RW-", "NORMAL", "2", "2", "g1,", "g2"]
+    assert lines[2].split() == ["c1", "U", "1", "R--", "FIFO", "1", "0", "-"]
 
 
 def test_topic_status_shows_an_empty_queue_without_a_time() -> None:

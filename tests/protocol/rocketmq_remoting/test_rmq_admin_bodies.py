@@ -23,6 +23,7 @@ from protocol.rocketmq_remoting.admin_bodies import (
 )
 from protocol.rocketmq_remoting.bodies import BodyError
 from protocol.rocketmq_remoting.headers import HeaderError
+from protocol.topic_attrs import MessageType, TopicAttrs
 
 
 def test_kv_table() -> None:
@@ -35,6 +36,14 @@ def test_topic_configs() -> None:
         b'"perm":6,"topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false,'
         b'"attributes":{}}},"dataVersion":{"stateVersion":0,"timestamp":1700000000000,'
         b'"counter":0}}'
+    )
+    # A read-only FIFO topic: its perm and its message.type attribute, as RocketMQ writes them.
+    fifo = {"T": TopicAttrs(4, MessageType.FIFO)}
+    assert encode_topic_configs({"T": 4}, timestamp_ms=1700000000000, attrs=fifo) == (
+        b'{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":4,"writeQueueNums":4,'
+        b'"perm":4,"topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false,'
+        b'"attributes":{"message.type":"FIFO"}}},"dataVersion":{"stateVersion":0,'
+        b'"timestamp":1700000000000,"counter":0}}'
     )
 
 
@@ -81,8 +90,17 @@ def test_consumer_connection() -> None:
 
 def test_create_topic_header() -> None:
     fields = {"topic": "T", "readQueueNums": "8", "writeQueueNums": "8", "perm": "6"}
-    assert CreateTopicHeader.parse(fields) == CreateTopicHeader("T", 8)
+    assert CreateTopicHeader.parse(fields) == CreateTopicHeader("T", 8, 6)
     assert CreateTopicHeader.parse({"topic": "T"}) == CreateTopicHeader("T", None)
+    # mqadmin's -p and -a: the permission and the message.type attribute.
+    fifo = {**fields, "perm": "4", "attributes": "+message.type=FIFO"}
+    assert CreateTopicHeader.parse(fifo) == CreateTopicHeader("T", 8, 4, "FIFO")
+    with pytest.raises(HeaderError, match=r"perm '9' is not 0\.\.7"):
+        CreateTopicHeader.parse({**fields, "perm": "9"})
+    with pytest.raises(HeaderError, match="message type 'ORDERED' is not one of"):
+        CreateTopicHeader.parse({**fields, "attributes": "+message.type=ORDERED"})
+    with pytest.raises(HeaderError, match="attribute 'retention' is not known"):
+        CreateTopicHeader.parse({**fields, "attributes": "+retention=1"})
     with pytest.raises(HeaderError, match="readQueueNums 4 differs from writeQueueNums 8"):
         CreateTopicHeader.parse({**fields, "readQueueNums": "4"})
     with pytest.raises(HeaderError, match="readQueueNums 0 is out of range"):
