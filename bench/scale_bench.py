@@ -35,9 +35,11 @@ Nothing is asserted: these are figures, taken on a shared machine (the load aver
 
     python bench/scale_bench.py [--topics 1000] [--groups 10] [--columns 1,10,100] [--quick]
         [--items controllers,brokers] [--broker-queues 1000] [--broker-groups 100]
+        [--log-gib 1,10]
 
 ``--quick`` runs the 1x and 10x columns; ``--smoke`` a tiny run for the test suite;
-``--items`` which items' tables (each item's table, then one ``worst growth`` line over all).
+``--items`` which items' tables (each item's table, then one ``worst growth`` line over all);
+``--log-gib`` adds the log sizes' recovery and retention (bench/scale_log.py; not in --quick).
 Every process started here is ended by its PID, also on error.
 """
 
@@ -56,7 +58,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import scale_broker, smoke
+from bench import scale_broker, scale_log, smoke
 from bench.controller_bench import (
     apply_header,
     first_write_after_kill,
@@ -426,6 +428,7 @@ def parse_args() -> argparse.Namespace:
         help="which items' tables: controllers (item 1), brokers (item 2), comma-separated",
     )
     scale_broker.add_args(parser)
+    scale_log.add_args(parser)
     args = smoke.parse_args(
         parser,
         topics=10,
@@ -452,6 +455,9 @@ async def main_async(args: argparse.Namespace) -> None:
         cols = scale_broker.columns(factors, args.broker_queues, args.broker_groups)
         await scale_broker.run_columns(cols, args)
         worsts.append(scale_broker.print_table(cols))
+    if args.log_gib:
+        sizes = [float(x) for x in args.log_gib.split(",")]
+        worsts.append(scale_log.run(sizes, args.log_body, Path(args.log_dir)))
     print(worst_line(worsts))
 
 

@@ -46,7 +46,7 @@ from protocol.pull import ConsumerOffsetUpdate, MaxOffsetQuery
 from protocol.remoting import Header
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
-from tests.cluster.support import epoch_cache, full_sync_state_set, node_at
+from tests.cluster.support import epoch_cache, full_sync_state_set, group_masters, node_at
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import port_open
 
@@ -147,9 +147,15 @@ class Master:
         the slave behind on the loaded machine)."""
         self._lock = asyncio.Lock()
 
-    async def connect(self, size: int = 2) -> RemotingClient:
-        doc = await full_sync_state_set(self.boot, self.cluster, size=size, timeout=120)
-        self.node = node_at(self.cluster, doc["masterAddress"])
+    async def connect(self, in_sync: bool = True) -> RemotingClient:
+        """Connect to the master, once both replicas are in sync (``in_sync``) or once there
+        is one."""
+        if in_sync:
+            doc = await full_sync_state_set(self.boot, self.cluster, size=2, timeout=120)
+            address = doc["masterAddress"]
+        else:
+            address = (await group_masters(self.boot, self.cluster, "broker-a"))["broker-a"]
+        self.node = node_at(self.cluster, address)
         self.conn = await RemotingClient.connect(self.node.address, 5.0)
         return self.conn
 
@@ -174,7 +180,7 @@ class Master:
                     conn.close()
                     self.changes += 1
                     await asyncio.sleep(1.0)
-                    await self.connect(size=1)
+                    await self.connect(in_sync=False)
         raise RuntimeError(f"request {code}: no master took it in 20 tries")
 
     def close(self) -> None:
