@@ -32,6 +32,7 @@ from protocol.controller_requests.users import (
 )
 from protocol.fields import FieldError
 from protocol.retry import MAX_RETRY_TIMES, RetryConfigError, config_from_dict
+from protocol.topic_attrs import parse_message_type, parse_perm, perm_text
 from rmqctl.common import utc_iso
 from rmqctl.controller_calls import call_controllers
 from rmqctl.static_topic import apply_moves, create_static_topic
@@ -62,11 +63,35 @@ def parse_queues(text: str) -> int:
     return queues
 
 
-async def create_topic(addresses: str, topic: str, queues: int, timeout: float) -> str:
+def parse_attrs(perm: str, message_type: str) -> tuple[int | None, str | None]:
+    """The form's permission and message type (empty: keep the topic's), else
+    :class:`Refused`."""
+    try:
+        return (
+            parse_perm(perm) if perm.strip() else None,
+            parse_message_type(message_type).value if message_type.strip() else None,
+        )
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+
+
+async def create_topic(
+    addresses: str,
+    topic: str,
+    queues: int,
+    timeout: float,
+    perm: int | None = None,
+    message_type: str | None = None,
+) -> str:
     ask = checked_topic(topic, queues)
     async with Admin(addresses, timeout) as admin:
-        brokers = await admin.create_topic(ask.topic, queues)
-    return f"topic {ask.topic} created or updated with {queues} queues on {', '.join(brokers)}"
+        brokers = await admin.create_topic(ask.topic, queues, None, perm, message_type)
+    what = f"{queues} queues"
+    if perm is not None:
+        what += f", perm {perm_text(perm)}"
+    if message_type is not None:
+        what += f", message type {message_type}"
+    return f"topic {ask.topic} created or updated with {what} on {', '.join(brokers)}"
 
 
 async def delete_topic(addresses: str, topic: str) -> str:
@@ -156,8 +181,13 @@ async def delete_user(addresses: str, username: str) -> str:
 async def create_rules(
     addresses: str, username: str, resources: str, actions: str, decision: str
 ) -> str:
-    """createAcl: a rule of ``actions`` and ``decision`` on each of ``resources``."""
-    return await _put_rules(CreateAcl, addresses, username, resources, actions, decision)
+    names = _names(resources)
+    if not names:
+        raise Refused("no resource given (e.g. Topic:Orders, Group:*, Cluster:*)")
+    rules = tuple(_acl_checked(make_rule, r, _names(actions), decision or "allow") for r in names)
+    ask = CreateAcl(username=_acl_checked(check_username, username.strip()), rules=rules)
+    await call_controllers(addresses, ask.code, *ask.encode())
+    return f"{len(rules)} rule(s) of {ask.username} created"
 
 
 async def update_user(addresses: str, username: str, secret: str, kind: str) -> str:
@@ -180,25 +210,13 @@ async def update_rules(
     addresses: str, username: str, resources: str, actions: str, decision: str
 ) -> str:
     """updateAcl: each rule on ``resources`` replaced by one of ``actions`` and ``decision``."""
-    return await _put_rules(UpdateAcl, addresses, username, resources, actions, decision)
-
-
-async def _put_rules(
-    request: type[CreateAcl] | type[UpdateAcl],
-    addresses: str,
-    username: str,
-    resources: str,
-    actions: str,
-    decision: str,
-) -> str:
     names = _names(resources)
     if not names:
         raise Refused("no resource given (e.g. Topic:Orders, Group:*, Cluster:*)")
     rules = tuple(_acl_checked(make_rule, r, _names(actions), decision or "allow") for r in names)
-    ask = request(username=_acl_checked(check_username, username.strip()), rules=rules)
+    ask = UpdateAcl(username=_acl_checked(check_username, username.strip()), rules=rules)
     await call_controllers(addresses, ask.code, *ask.encode())
-    done = "created" if request is CreateAcl else "updated"
-    return f"{len(rules)} rule(s) of {ask.username} {done}"
+    return f"{len(rules)} rule(s) of {ask.username} updated"
 
 
 async def delete_rules(addresses: str, username: str, resources: str) -> str:

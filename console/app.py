@@ -52,6 +52,7 @@ from console.sessions import (
 from protocol.acl import User, UserType
 from protocol.broker_requests.offsets import TO_MAX
 from protocol.request_auth import Credentials
+from protocol.topic_attrs import MessageType, perm_text
 from remoting.client import task_credentials
 from remoting.errors import RemotingError
 from rmqctl.common import PastTimeType, utc_iso
@@ -91,6 +92,7 @@ def make_app(settings: Settings) -> Starlette:
     )
     env.filters["time"] = _time
     env.filters["q"] = lambda s: quote(str(s), safe="")
+    env.filters["perm"] = perm_text
     templates = Jinja2Templates(env=env)
     clusters = settings.clusters
     secure_cookie = cfg.tls_cert_file is not None
@@ -276,11 +278,12 @@ def make_app(settings: Settings) -> Starlette:
             raise PageError(400, f"no topic kind {kind!r} (kinds: {known})")
         number = _page_number(params.get("page", "1"))
         rows = await _read(reads.topics(addrs, cfg.request_timeout))
-        counts = {k: sum(r.kind == k for r in rows) for k in reads.TOPIC_KINDS}
+        kinds = (*reads.TOPIC_KINDS, *reads.TOPIC_TYPES)
+        counts = {k: sum(r.is_a(k) for r in rows) for k in kinds}
         matching = [
             r
             for r in rows
-            if (not kind or r.kind == kind or kind == "static")
+            if (not kind or kind == "static" or r.is_a(kind))
             and (not name or name.lower() in r.topic.lower())
         ]
         if kind == "static":
@@ -297,6 +300,7 @@ def make_app(settings: Settings) -> Starlette:
         return render(
             request, "topics.html", listing=page, total=len(rows), counts=counts, kind=kind,
             q=name, kinds=reads.TOPIC_FILTERS, link=link,
+            message_types=[t.value for t in MessageType],
         )  # fmt: skip
 
     async def topic_page(request: Request) -> Response:
@@ -313,7 +317,9 @@ def make_app(settings: Settings) -> Starlette:
 
         async def do() -> str:
             queues = actions.parse_queues(data.get("queues", "8"))
-            return await actions.create_topic(addrs, topic, queues, cfg.request_timeout)
+            perm, kind = actions.parse_attrs(data.get("perm", ""), data.get("message_type", ""))
+            timeout = cfg.request_timeout
+            return await actions.create_topic(addrs, topic, queues, timeout, perm, kind)
 
         return await act(request, "create topic", topic, do(), f"/c/{quote(name)}/topics")
 

@@ -30,6 +30,7 @@ from protocol.controller_requests.topics import TopicList, TopicListQuery
 from protocol.controller_requests.users import ListAcl, ListUsers
 from protocol.fields import FieldError
 from protocol.topic_admin import QueueStatus
+from protocol.topic_attrs import MessageType, TopicAttrs, perm_text
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from rmqctl.broker_admin import BrokerRef, ask_each
@@ -44,10 +45,16 @@ R = TypeVar("R")
 
 #: the kinds the topics page filters by (RocketMQ Dashboard's), from the name alone
 TOPIC_KINDS: Final = ("normal", "retry", "dlq", "system")
-#: the topics page's filters: the kinds, and static topics (their routes' logical queues). The
-#: cluster's topics carry no message type and no permission (every topic takes every type,
-#: read and write), so there is no FIFO, scheduled or transactional topic to filter by.
-TOPIC_FILTERS: Final = (*TOPIC_KINDS, "static")
+#: the topics page's filters by message type (the topic's ``message.type``, topicList's)
+TOPIC_TYPES: Final = {
+    "fifo": MessageType.FIFO,
+    "scheduled": MessageType.DELAY,
+    "transactional": MessageType.TRANSACTION,
+    "mixed": MessageType.MIXED,
+}
+#: the topics page's filters: the kinds, the message types, and static topics (their routes'
+#: logical queues)
+TOPIC_FILTERS: Final = (*TOPIC_KINDS, *TOPIC_TYPES, "static")
 _SYSTEM_PREFIXES: Final = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC", "TRANS_", "RMQ_")
 
 
@@ -318,6 +325,16 @@ class TopicRow:
     queues: int
     brokers: dict[str, int]
     groups: list[str]
+    attrs: TopicAttrs = field(default_factory=TopicAttrs)
+
+    @property
+    def perm(self) -> str:
+        return perm_text(self.attrs.perm)
+
+    def is_a(self, kind: str) -> bool:
+        """Whether the row is of ``kind``, a kind or a message type (TOPIC_FILTERS)."""
+        wanted = TOPIC_TYPES.get(kind)
+        return self.kind == kind if wanted is None else self.attrs.message_type is wanted
 
 
 async def topics(addresses: str, timeout: float) -> list[TopicRow]:
@@ -341,6 +358,7 @@ async def topics(addresses: str, timeout: float) -> list[TopicRow]:
             sum(t.queues.values()),
             dict(t.queues),
             groups.get(t.topic, []),
+            t.summary,
         )
         for t in sorted(listed.topics, key=lambda t: t.topic)
     ]

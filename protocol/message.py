@@ -32,7 +32,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -240,22 +240,13 @@ def make_msg_id(store_host: str, physical_offset: int) -> str:
 class MsgIdMaker:
     """Message ids for one store host, with the host packed once (the send path's version)."""
 
-    __slots__ = ("_host", "_prefix")
+    __slots__ = ("_host",)
 
     def __init__(self, store_host: str) -> None:
         self._host = pack_host(store_host)
-        self._prefix = self._host.hex().upper()
 
     def __call__(self, physical_offset: int) -> str:
         return _MSGID.pack(self._host, physical_offset).hex().upper()
-
-    def many(self, physical_offsets: Sequence[int]) -> tuple[str, ...]:
-        """The ids of a batch's records, in order: the offsets packed and made hex at once,
-        each id the host's hex and its offset's 16 digits."""
-        n = len(physical_offsets)
-        digits = struct.pack(f">{n}q", *physical_offsets).hex().upper()
-        prefix = self._prefix
-        return tuple([prefix + digits[i : i + 16] for i in range(0, 16 * n, 16)])
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:

@@ -158,6 +158,31 @@ def test_route_lists_every_group_with_a_master_as_broker_id_0_at_its_brokers_end
     assert message_queues(pb.Resource(name="T"), route, {"a": []}) == []
 
 
+def test_a_routes_queues_carry_the_topics_permission_and_type() -> None:
+    """The route's perm (PermName bits) as MessageQueue.permission; the topic's message.type as
+    the only accepted type when the broker checks types, else every type (MIXED: every)."""
+    route = {
+        "brokers": [
+            {"brokerName": "a", "masterAddress": "m:1", "queues": 1, "perm": 4},
+            {"brokerName": "b", "masterAddress": "m:2", "queues": 1, "messageType": "FIFO"},
+            {"brokerName": "c", "masterAddress": "m:3", "queues": 1, "perm": 2},
+            {"brokerName": "d", "masterAddress": "m:4", "queues": 1, "messageType": "MIXED"},
+        ]
+    }
+    endpoints = {name: [("10.0.0.1", 7000)] for name in "abcd"}
+    every = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+    checked = message_queues(pb.Resource(name="T"), route, endpoints, check_types=True)
+    assert [q.permission for q in checked] == [pb.READ, pb.READ_WRITE, pb.WRITE, pb.READ_WRITE]
+    assert [list(q.accept_message_types) for q in checked] == [
+        [pb.NORMAL],
+        [pb.FIFO],
+        [pb.NORMAL],
+        every,
+    ]
+    unchecked = message_queues(pb.Resource(name="T"), route, endpoints)
+    assert all(list(q.accept_message_types) == every for q in unchecked)
+
+
 def test_a_host_name_endpoint_is_one_domain_name_address() -> None:
     e = grpc_endpoints([("broker-a.example", 7000), ("10.0.0.3", 7001)])
     assert e.scheme == pb.DOMAIN_NAME

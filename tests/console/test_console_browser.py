@@ -45,7 +45,7 @@ import pytest
 from client import Consumer, Producer
 from client.admin import Admin
 from client.message import ReceivedMessage
-from tests.console.browser import ConsoleEnv, console_process, post_form, require_chromium, text_of
+from tests.console.browser import ConsoleEnv, console_process, require_chromium, text_of
 from tests.deploy.test_prometheus_e2e import Prometheus, prometheus_binary
 from tests.support.cluster import Cluster
 from tests.support.messages import FAST_CONSUMER
@@ -121,7 +121,17 @@ def shot(env: Env, browser: Any, name: str) -> None:
 
 def post(env: Env, path: str, fields: dict[str, str], cookie: str = "") -> tuple[int, str]:
     """A POST as another site's page or a script would make it: no browser, its own cookie."""
-    return post_form(env.url + path, fields, cookie)
+    req = urllib.request.Request(
+        env.url + path,
+        data=urllib.parse.urlencode(fields).encode(),
+        headers={"Cookie": cookie} if cookie else {},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 def topic_names(env: Env) -> set[str]:
@@ -209,6 +219,41 @@ def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
     refusal = text_of(browser, "#error")
     assert "CONSUMER_NOT_ONLINE" in refusal and "nobody-home has no live member" in refusal
     shot(env, browser, "message")
+
+
+def test_topics_page_sets_a_topics_message_type_and_permission(env: Env, browser: Any) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(f"{env.url}/c/default/topics")
+    browser.find_element("id", "new-topic").send_keys("ConsoleFifo")
+    Select(browser.find_element("id", "new-type")).select_by_value("FIFO")
+    browser.find_element("id", "create-topic-button").click()
+    wait_until(lambda: "created" in text_of(browser, "#notice"), "the page to say created", 30)
+    assert "message type FIFO" in text_of(browser, "#notice")
+    # Listed under the FIFO filter, alone, with its type; not under scheduled.
+    browser.get(f"{env.url}/c/default/topics?kind=fifo")
+    rows = browser.find_elements("css selector", "#topics tr[data-topic]")
+    assert [r.get_attribute("data-topic") for r in rows] == ["ConsoleFifo"]
+    assert text_of(browser, "#topics tr[data-topic] td.type") == "FIFO"
+    assert text_of(browser, "#topics tr[data-topic] td.perm") == "RW-"
+    shot(env, browser, "topics-fifo")
+    browser.get(f"{env.url}/c/default/topics?kind=scheduled")
+    assert not browser.find_elements("css selector", "#topics tr[data-topic]")
+    # Read only, set from the form (the type kept): rmqctl sendMessage is refused.
+    browser.get(f"{env.url}/c/default/topics")
+    browser.find_element("id", "new-topic").send_keys("ConsoleFifo")
+    Select(browser.find_element("id", "new-perm")).select_by_value("4")
+    browser.find_element("id", "create-topic-button").click()
+    wait_until(lambda: "perm R--" in text_of(browser, "#notice"), "the page to say R--", 30)
+    sent = rmqctl(
+        "-a", env.cluster.controller_addresses, "sendMessage", "-t", "ConsoleFifo", "-p", "x"
+    )
+    assert sent.returncode == 1, (sent.stdout, sent.stderr)
+    assert "the topic[ConsoleFifo] sending message is forbidden" in sent.stderr, sent.stderr
+    browser.find_element("link text", "ConsoleFifo").click()
+    wait_until(lambda: text_of(browser, "#route"), "the topic's route", 30)
+    assert [c.text for c in browser.find_elements("css selector", "#route td.type")] == ["FIFO"]
+    assert [c.text for c in browser.find_elements("css selector", "#route td.perm")] == ["4 (R--)"]
 
 
 def test_bad_input_is_refused_with_a_clear_message_and_changes_nothing(
