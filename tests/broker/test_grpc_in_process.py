@@ -21,6 +21,7 @@ from broker.grpc.produce import Publisher
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
+from protocol.topic_attrs import TopicAttrs
 from tests.broker.support import grpc_master_and_slave
 
 TOPIC = "InProcess"
@@ -115,6 +116,19 @@ async def test_one_bad_message_refuses_the_whole_send_and_stores_nothing(a: Brok
     assert refused.status.code == pb.BAD_REQUEST, refused
     assert "sent alone" in refused.status.message
     assert _stored(a) == {}
+
+
+async def test_a_read_only_topic_refuses_sends_in_process_and_forwarded(
+    a: Broker, b: Broker
+) -> None:
+    """A topic without write permission (updateTopic -p 4): the send service's NO_PERMISSION is
+    the official clients' FORBIDDEN, on the master and through a slave alike; nothing stored."""
+    a.ctx.create_topic("ReadOnly", 1, TopicAttrs(4))
+    for broker in (a, b):
+        answer = await _send(broker, _message(1, topic="ReadOnly"))
+        assert answer.status.code == pb.FORBIDDEN, answer
+        assert "the topic[ReadOnly] sending message is forbidden" in answer.status.message
+    assert a.ctx.store.queue_max_offset("ReadOnly", 0) == 0
 
 
 async def test_a_master_ends_transactions_and_recalls_in_process(a: Broker) -> None:
