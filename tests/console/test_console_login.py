@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +29,9 @@ from typing import Any
 import pytest
 
 from tests.cluster.secured import ROOT, create_root, secured_cluster
-from tests.console.browser import ConsoleEnv, console_process, require_chromium, text_of
+from tests.console.browser import ConsoleEnv, console_process, post_form, require_chromium, text_of
 from tests.support.procs import port_open, rmqctl
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -172,19 +170,11 @@ def test_a_read_only_user_finds_no_button_that_changes_anything(env: Env, browse
     browser.save_screenshot(str(env.shots / "read-only-topics.png"))
 
     # A POST as the read-only user, with its own session and a valid token: refused.
-    cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
-    req = urllib.request.Request(
-        f"{env.url}/c/default/topics/create",
-        data=urllib.parse.urlencode(
-            {"topic": "ReaderTopic", "queues": "1", "csrf": cookies["rmq_console_csrf"]}
-        ).encode(),
-        headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())},
-        method="POST",
+    status, page = forged_post(
+        env, browser, "/c/default/topics/create", {"topic": "ReaderTopic", "queues": "1"}
     )
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(req, timeout=30)
-    assert refused.value.code == 403
-    assert "ops-reader may only read" in refused.value.read().decode()
+    assert status == 403
+    assert "ops-reader may only read" in page
     assert "ReaderTopic" not in {t["topic"] for t in env.as_root("topicList")["topics"]}
 
 
@@ -202,17 +192,8 @@ def forged_post(env: Env, browser: Any, path: str, fields: dict[str, str]) -> tu
     """A POST with the browser's session and a valid CSRF token, not from a form of the page:
     the status and the page."""
     cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
-    req = urllib.request.Request(
-        f"{env.url}{path}",
-        data=urllib.parse.urlencode({**fields, "csrf": cookies["rmq_console_csrf"]}).encode(),
-        headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    cookie = "; ".join(f"{k}={v}" for k, v in cookies.items())
+    return post_form(env.url + path, {**fields, "csrf": cookies["rmq_console_csrf"]}, cookie)
 
 
 def submit(browser: Any, form: Any, values: dict[str, str]) -> None:
@@ -298,10 +279,14 @@ def test_the_super_user_edits_a_users_secret_and_rule_in_place(env: Env, browser
     assert rules == [("Topic:Edited", ["pub", "sub"], "allow")]
     browser.save_screenshot(str(env.shots / "users-edit.png"))
 
-    log_in(env, browser, "editable", "first-Secret-4242")
-    wait_until(lambda: "refused" in text_of(browser, "#error"), "the old secret refused", 30)
-    log_in(env, browser, "editable", "second-Secret-4242")
-    wait_until(lambda: "Logged in as editable" in text_of(browser, "#auth-note"), "a login", 30)
+    def logs_in(secret: str) -> bool:  # until every controller has applied the change
+        log_in(env, browser, "editable", secret)
+        answered = lambda: text_of(browser, "#error") or "Log in" not in text_of(browser, "h1")  # noqa: E731
+        wait_until(answered, "the login's answer", 30)
+        return "Logged in as editable" in text_of(browser, "#auth-note")
+
+    wait_until(lambda: not logs_in("first-Secret-4242"), "the old secret refused", 60)
+    wait_until(lambda: logs_in("second-Secret-4242"), "a login with the new secret", 60)
 
 
 def test_the_group_page_edits_the_groups_settings(env: Env, browser: Any) -> None:
@@ -385,3 +370,99 @@ def test_a_static_topic_created_and_remapped_from_the_console(env: Env, browser:
     assert [r[:2] for r in rows()] == [["0", "broker-a"], ["1", "broker-b"]]
     assert [m[:2] for m in mapped()] == [(0, "broker-a"), (1, "broker-b")]
     browser.save_screenshot(str(env.shots / "static-topic.png"))
+
+
+def test_the_new_handlers_against_the_cluster(env: Env) -> None:
+    """console.actions' and console.sessions' new work in this process against the module's
+    cluster, signed as the super user as the console signs for it: what each changes, as
+    rmqctl reads it, and bad input refused before anything is sent."""
+    import asyncio
+
+    from client.errors import ClientError
+    from console import actions, reads
+    from console.sessions import LoginRefused, check_user, read_rules
+    from protocol.request_auth import Credentials
+    from remoting.client import task_credentials, use_credentials
+
+    addrs = env.cluster.controller_addresses
+    env.as_root("createUser", "-u", "handled", "-p", "handled-Secret-1")
+    env.as_root("createAcl", "-s", "User:handled", "-r", "Group:HandlerGroup", "-A", "update")
+    env.as_root("updateSubGroup", "-g", "HandlerGroup")
+
+    async def refused(work: Any) -> str:
+        with pytest.raises(actions.Refused) as caught:
+            await work
+        return str(caught.value)
+
+    async def scenario() -> None:
+        # users and rules
+        assert "secret must be 8" in await refused(actions.update_user(addrs, "handled", "x", ""))
+        assert "give a new secret" in await refused(actions.update_user(addrs, "handled", "", ""))
+        done = await actions.update_user(addrs, "handled", "handled-Secret-2", "")
+        assert done == "user handled updated (secret)"
+
+        async def accepted(secret: str) -> bool:  # every controller applies the change
+            try:
+                return await check_user(addrs, Credentials("handled", secret), 10) is False
+            except LoginRefused:
+                return False
+
+        for _ in range(3):  # three asks: the controllers answer in turn
+            await wait_until_async(lambda: accepted("handled-Secret-2"), "the new secret", 30)
+            await wait_until_async(
+                lambda: not_(accepted("handled-Secret-1")), "the old secret refused", 30
+            )
+        bad = actions.update_rules(addrs, "handled", "Group:HandlerGroup", "update,fly", "allow")
+        assert "unknown action 'fly'" in await refused(bad)
+        await actions.update_rules(addrs, "handled", "Group:HandlerGroup", "update,get", "allow")
+        # the rules as the console reads them: with its own credentials, none without
+        assert await read_rules(addrs, "handled", 10) is None  # this process signs nothing
+        use_credentials(ROOT)
+        try:
+            with task_credentials(None):
+                rules = await read_rules(addrs, "handled", 10)
+        finally:
+            use_credentials(None)
+        assert rules is not None
+        assert [(str(r.resource), sorted(r.actions)) for r in rules] == [
+            ("Group:HandlerGroup", ["get", "update"])
+        ]
+        # a group's settings
+        with pytest.raises(actions.Refused, match="retry max times must be"):
+            actions.group_settings("HandlerGroup", "ten", "", True, False)
+        with pytest.raises(actions.Refused, match="bad settings for HandlerGroup"):
+            actions.group_settings("HandlerGroup", "2", "10s 5q", True, False)
+        doc = actions.group_settings("HandlerGroup", "2", "10s 30s", False, True)
+        done = await actions.update_group(addrs, doc, "broker-b", 10)
+        assert done == "settings of HandlerGroup stored on broker-b"
+        # a static topic
+        bad = actions.create_static(addrs, "HandlerStatic", "1025", "")
+        assert "logical queues must be a whole number 1..1024" in await refused(bad)
+        assert "bad topic" in await refused(actions.create_static(addrs, "a b", "1", ""))
+        done = await actions.create_static(addrs, "HandlerStatic", "1", "broker-b")
+        assert done == "static topic HandlerStatic has 1 logical queue(s)"
+        assert "logical queue must be" in await refused(
+            actions.remap_static(addrs, "HandlerStatic", "-1", "broker-a")
+        )
+        with pytest.raises(ClientError, match="broker-zz"):
+            await actions.remap_static(addrs, "HandlerStatic", "0", "broker-zz")
+        await actions.remap_static(addrs, "HandlerStatic", "0", "broker-a")
+        items = await reads.static_mapping(addrs, "HandlerStatic", 10)
+        assert [(i.broker_name, i.logical_end is None) for i in items][-1] == ("broker-a", True)
+
+    async def not_(work: Any) -> bool:
+        return not await work
+
+    with task_credentials(ROOT):
+        asyncio.run(scenario())
+    settings = env.as_root("getSubGroup", "-g", "HandlerGroup")["brokers"]
+    assert (settings["broker-b"]["retryMaxTimes"], settings["broker-b"]["retryDelays"]) == (
+        2,
+        "10s 30s",
+    )
+    assert settings["broker-b"]["consumeMessageOrderly"] is True
+    assert settings["broker-a"]["retryMaxTimes"] == 16  # only broker-b was asked
+    acls = env.as_root("listAcl", "-s", "User:handled")["acls"]
+    assert [(r["resource"], r["actions"]) for a in acls for r in a["rules"]] == [
+        ("Group:HandlerGroup", ["get", "update"])
+    ]
