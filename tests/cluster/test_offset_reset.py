@@ -3,10 +3,11 @@ processes: three controllers, two broker groups (one broker each), two members o
 this process, rmqctl as a process beside them (docs/operations.md, "Resetting offsets").
 
 - A group that consumed 1,000 messages is reset to a time between the first 500 and the last
-  500 sent: its running members receive exactly the last 500 again, each once, and nothing of
-  the first 500; the group's committed offsets are back at the queues' ends afterwards. The
-  test prints the figures (messages redelivered, time from the command to the first redelivered
-  message and to the last).
+  500 sent: its running members receive exactly the last 500 again, each once (each member
+  some: the messages are spread over every queue), and nothing of the first 500; the group's
+  committed offsets are back at the queues' ends afterwards. The test prints the figures
+  (pytest -s): messages consumed before, the reset time, messages received again per member,
+  time from the command to the first redelivered message and to the last.
 - skipAccumulatedMessage: a member holding a backlog in its buffer; after the command the
   group's lag is 0 at once (the masters' consume stats, read right after), the member drops
   the backlog and receives only what is sent afterwards.
@@ -29,6 +30,7 @@ from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.progress import ProgressAdmin
+from rmqctl.common import utc_iso
 from tests.cluster.support import sync_state
 from tests.support.cluster import Cluster
 from tests.support.procs import rmqctl_async
@@ -76,7 +78,11 @@ async def create_topic(cluster: Cluster) -> None:
 
 
 async def send(cluster: Cluster, bodies: list[str]) -> None:
-    async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
+    """One request per message, so the producer's round-robin spreads them over every queue
+    (batched, most of them went to one or two queues, all owned by one member)."""
+    async with Producer(
+        cluster.controller_addresses, send_deadline=30.0, auto_batch=False
+    ) as producer:
         await asyncio.gather(*(producer.send(TOPIC, b.encode()) for b in bodies))
 
 
@@ -183,9 +189,15 @@ async def test_a_running_group_reset_to_a_time_receives_exactly_the_messages_sin
         )
         redelivered = [b for _, b in again()]
         assert sorted(redelivered) == sorted(last), "exactly the messages stored since the time"
+        moved = {m.consumer.client_id: len(m.got) - seen[m.consumer.client_id] for m in members}
+        assert all(moved.values()), f"every member receives its queues' messages again: {moved}"
         times = [t for t, _ in again()]
+        by_member = ", ".join(f"{cid} {n}" for cid, n in moved.items())
         print(
-            f"\nreset figures: {len(redelivered)} messages redelivered; first "
+            f"\nreset figures: {sum(seen.values())} messages consumed by {len(members)} running "
+            f"members; reset of {len(doc['queues'])} queues to {utc_iso(middle)} ({middle} ms), "
+            f"{doc['notified']} member connections told; {len(redelivered)} messages received "
+            f"again ({by_member}); the members moved: first redelivered message "
             f"{times[0] - started:.3f} s and last {times[-1] - started:.3f} s after the command "
             f"started (it answered after {answered - started:.3f} s)"
         )
