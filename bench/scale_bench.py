@@ -1,5 +1,6 @@
 """How the controllers' costs grow with the metadata (issue 34 item 1), printed as a growth table;
-then the brokers' (item 2: queues and consumer groups, bench/scale_broker.py).
+then the brokers' (item 2: queues and consumer groups, bench/scale_broker.py), then the clients'
+(item 3: connections and a consumer group's rebalance, bench/scale_clients.py).
 
 Three ``rmq-controller`` processes on loopback (fsync on), as tests/controller/support.py starts
 them; per column (1x, 10x, 100x of ``--topics`` topics of 8 queues and ``--groups`` broker groups
@@ -34,7 +35,8 @@ is cost x / load x. The last line is ``worst growth: RATIO (MEASURE)``, the larg
 Nothing is asserted: these are figures, taken on a shared machine (the load average is printed).
 
     python bench/scale_bench.py [--topics 1000] [--groups 10] [--columns 1,10,100] [--quick]
-        [--items controllers,brokers] [--broker-queues 1000] [--broker-groups 100]
+        [--items controllers,brokers,clients] [--broker-queues 1000] [--broker-groups 100]
+        [--clients 200] [--members 10]
         [--log-gib 1,10]
 
 ``--quick`` runs the 1x and 10x columns; ``--smoke`` a tiny run for the test suite;
@@ -58,7 +60,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import scale_broker, scale_log, smoke
+from bench import scale_broker, scale_clients, scale_log, smoke
 from bench.controller_bench import (
     apply_header,
     first_write_after_kill,
@@ -424,10 +426,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--window", type=float, default=10.0, help="heartbeat CPU window, s")
     parser.add_argument(
         "--items",
-        default="controllers,brokers",
-        help="which items' tables: controllers (item 1), brokers (item 2), comma-separated",
+        default="controllers,brokers,clients",
+        help="which items' tables: controllers (item 1), brokers (item 2), clients (item 3), "
+        "comma-separated",
     )
     scale_broker.add_args(parser)
+    scale_clients.add_args(parser)
     scale_log.add_args(parser)
     args = smoke.parse_args(
         parser,
@@ -439,6 +443,8 @@ def parse_args() -> argparse.Namespace:
         broker_queues=16,
         broker_groups=4,
         puts=50,
+        clients=10,
+        members=3,
     )
     if args.quick:
         args.columns = "1,10"
@@ -455,6 +461,10 @@ async def main_async(args: argparse.Namespace) -> None:
         cols = scale_broker.columns(factors, args.broker_queues, args.broker_groups)
         await scale_broker.run_columns(cols, args)
         worsts.append(scale_broker.print_table(cols))
+    if "clients" in items:
+        client_cols = scale_clients.columns(factors, args.clients, args.members)
+        await scale_clients.run_columns(client_cols, args)
+        worsts.append(scale_clients.print_table(client_cols))
     if args.log_gib:
         sizes = [float(x) for x in args.log_gib.split(",")]
         worsts.append(scale_log.run(sizes, args.log_body, Path(args.log_dir)))

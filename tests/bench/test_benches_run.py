@@ -121,6 +121,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^route lookup p99 \(ms\) +{NUMBER} +{NUMBER}",
         rf"^CPU per heartbeat \(us\) +(?:{NUMBER}|nan) +(?:{NUMBER}|nan)",
         rf"^startup after clean stop \(s\) +{NUMBER} +{NUMBER}",
+        rf"^memory per connection \(KiB\) +{NUMBER} +{NUMBER}",
         rf"^worst growth: {NUMBER} \(.+\)$",
     ),
     "scrub_bench.py": (
