@@ -50,6 +50,9 @@ class ConsumerGroups:
     def __init__(self, expiry_ms: int) -> None:
         self._expiry_ms = expiry_ms
         self._groups: dict[str, dict[str, Member]] = {}
+        self._by_connection: dict[int, set[tuple[str, str]]] = {}
+        """connection id -> (group, client id) of the members that heart-beat over it: a closed
+        connection drops its members without a scan over every group's (issue 34)."""
 
     def set_expiry_ms(self, expiry_ms: int) -> None:
         """A member silent for longer than ``expiry_ms`` leaves, from the next check on (a
@@ -77,7 +80,11 @@ class ConsumerGroups:
         member = members.get(client_id)
         if member is None:
             members[client_id] = Member(client_id, topic, now_ms, connection_id, address, info)
+            self._by_connection.setdefault(connection_id, set()).add((group, client_id))
             return True
+        if member.connection_id != connection_id:
+            self._unindex(member.connection_id, group, client_id)
+            self._by_connection.setdefault(connection_id, set()).add((group, client_id))
         member.last_seen_ms = now_ms
         member.topic = topic
         member.connection_id = connection_id
@@ -87,19 +94,25 @@ class ConsumerGroups:
 
     def unregister(self, group: str, client_id: str) -> bool:
         members = self._groups.get(group)
-        if members is None or members.pop(client_id, None) is None:
+        member = None if members is None else members.pop(client_id, None)
+        if members is None or member is None:
             return False
+        self._unindex(member.connection_id, group, client_id)
         if not members:
             del self._groups[group]
         return True
 
+    def _unindex(self, connection_id: int, group: str, client_id: str) -> None:
+        keys = self._by_connection.get(connection_id)
+        if keys is not None:
+            keys.discard((group, client_id))
+            if not keys:
+                del self._by_connection[connection_id]
+
     def connection_closed(self, connection_id: int) -> list[tuple[str, str]]:
-        """Drop every member that heart-beat over this connection; returns (group, client)."""
-        dropped = []
-        for group, members in list(self._groups.items()):
-            for client_id, member in list(members.items()):
-                if member.connection_id == connection_id:
-                    dropped.append((group, client_id))
+        """Drop every member that heart-beat over this connection; returns (group, client),
+        sorted. Reads only that connection's members."""
+        dropped = sorted(self._by_connection.get(connection_id, ()))
         for group, client_id in dropped:
             self.unregister(group, client_id)
         return dropped

@@ -32,6 +32,9 @@ class _Producer:
 class ProducerGroups:
     def __init__(self) -> None:
         self._groups: dict[str, dict[str, _Producer]] = {}
+        self._by_connection: dict[int, set[tuple[str, str]]] = {}
+        """connection id -> (group, client id) heard over it: a closed connection drops its
+        clients without a scan over every group's (issue 34)."""
 
     def heartbeat(
         self,
@@ -42,23 +45,35 @@ class ProducerGroups:
         address: str,
         info: ClientInfo,
     ) -> None:
-        self._groups.setdefault(group, {})[client_id] = _Producer(
-            address, info, now_ms, connection_id
-        )
+        members = self._groups.setdefault(group, {})
+        old = members.get(client_id)
+        if old is not None and old.connection_id != connection_id:
+            self._unindex(old.connection_id, group, client_id)
+        members[client_id] = _Producer(address, info, now_ms, connection_id)
+        self._by_connection.setdefault(connection_id, set()).add((group, client_id))
+
+    def _unindex(self, connection_id: int, group: str, client_id: str) -> None:
+        keys = self._by_connection.get(connection_id)
+        if keys is not None:
+            keys.discard((group, client_id))
+            if not keys:
+                del self._by_connection[connection_id]
 
     def connection_closed(self, connection_id: int) -> None:
-        for group, members in list(self._groups.items()):
-            for cid in [c for c, p in members.items() if p.connection_id == connection_id]:
+        """Forget the clients heard over this connection (only those: no scan of the rest)."""
+        for group, cid in self._by_connection.pop(connection_id, set()):
+            members = self._groups.get(group)
+            if members is not None and cid in members:
                 del members[cid]
-            if not members:
-                del self._groups[group]
+                if not members:
+                    del self._groups[group]
 
     def live(self, group: str, now_ms: int) -> list[ProducerConnection]:
         """The group's clients heard from within :data:`PRODUCER_EXPIRY_MS`, by client id (the
         silent ones are forgotten)."""
         members = self._groups.get(group, {})
         for cid in [c for c, p in members.items() if now_ms - p.last_seen_ms > PRODUCER_EXPIRY_MS]:
-            del members[cid]
+            self._unindex(members.pop(cid).connection_id, group, cid)
         if not members:
             self._groups.pop(group, None)
         return [

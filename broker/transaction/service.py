@@ -101,6 +101,9 @@ class TransactionService(PerMasterEpoch[TransactionState]):
         self.state: TransactionState | None = None
         self._epoch = -1
         self._producers: dict[str, dict[str, _Producer]] = {}
+        self._by_connection: dict[int, set[tuple[str, str]]] = {}
+        """id(conn) -> (group, client id) of the producers heard over it: a closed connection
+        drops its producers without a scan over every group's (issue 34)."""
         """producer group -> client id -> its connection (from its heartbeats)."""
         self._opaque = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
@@ -127,16 +130,25 @@ class TransactionService(PerMasterEpoch[TransactionState]):
     def producer_heartbeat(
         self, group: str, client_id: str, conn: Connection, relay: CheckRelay | None = None
     ) -> None:
-        self._producers.setdefault(group, {})[client_id] = _Producer(
-            conn, self.host.now_ms(), relay
-        )
+        members = self._producers.setdefault(group, {})
+        old = members.get(client_id)
+        if old is not None and old.conn is not conn:
+            keys = self._by_connection.get(id(old.conn))
+            if keys is not None:
+                keys.discard((group, client_id))
+                if not keys:
+                    del self._by_connection[id(old.conn)]
+        members[client_id] = _Producer(conn, self.host.now_ms(), relay)
+        self._by_connection.setdefault(id(conn), set()).add((group, client_id))
 
     def connection_closed(self, conn: Connection) -> None:
-        for group, members in list(self._producers.items()):
-            for cid in [c for c, p in members.items() if p.conn is conn]:
+        """Forget the producers heard over ``conn`` (only those: no scan of the rest)."""
+        for group, cid in self._by_connection.pop(id(conn), set()):
+            members = self._producers.get(group)
+            if members is not None and cid in members and members[cid].conn is conn:
                 del members[cid]
-            if not members:
-                del self._producers[group]
+                if not members:
+                    del self._producers[group]
 
     def _live_producer(self, group: str, now: int) -> _Producer | None:
         members = self._producers.get(group)
