@@ -97,10 +97,12 @@ class Appender:
     def append_replicated(self, offset: int, data: bytes | memoryview) -> int:
         """Append CommitLog bytes as the master wrote them at ``offset`` (the store's max
         offset; see :meth:`~storage.store.MessageStore.append_raw`); returns the new max
-        offset."""
-        end = self._store.append_raw(offset, data)
+        offset. A view of the received chunk is copied once, here, for the store and the
+        listeners alike (each copied it before)."""
+        raw = data if isinstance(data, bytes) else bytes(data)
+        end = self._store.append_raw(offset, raw)
         if self.ha is not None:
             self.ha.notify_appended()
         for listener in self.replicated_listeners:
-            listener(offset, data)
+            listener(offset, raw)
         return end

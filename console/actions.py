@@ -181,13 +181,8 @@ async def delete_user(addresses: str, username: str) -> str:
 async def create_rules(
     addresses: str, username: str, resources: str, actions: str, decision: str
 ) -> str:
-    names = _names(resources)
-    if not names:
-        raise Refused("no resource given (e.g. Topic:Orders, Group:*, Cluster:*)")
-    rules = tuple(_acl_checked(make_rule, r, _names(actions), decision or "allow") for r in names)
-    ask = CreateAcl(username=_acl_checked(check_username, username.strip()), rules=rules)
-    await call_controllers(addresses, ask.code, *ask.encode())
-    return f"{len(rules)} rule(s) of {ask.username} created"
+    """createAcl: a rule of ``actions`` and ``decision`` on each of ``resources``."""
+    return await _put_rules(CreateAcl, addresses, username, resources, actions, decision)
 
 
 async def update_user(addresses: str, username: str, secret: str, kind: str) -> str:
@@ -210,13 +205,25 @@ async def update_rules(
     addresses: str, username: str, resources: str, actions: str, decision: str
 ) -> str:
     """updateAcl: each rule on ``resources`` replaced by one of ``actions`` and ``decision``."""
+    return await _put_rules(UpdateAcl, addresses, username, resources, actions, decision)
+
+
+async def _put_rules(
+    request: type[CreateAcl] | type[UpdateAcl],
+    addresses: str,
+    username: str,
+    resources: str,
+    actions: str,
+    decision: str,
+) -> str:
     names = _names(resources)
     if not names:
         raise Refused("no resource given (e.g. Topic:Orders, Group:*, Cluster:*)")
     rules = tuple(_acl_checked(make_rule, r, _names(actions), decision or "allow") for r in names)
-    ask = UpdateAcl(username=_acl_checked(check_username, username.strip()), rules=rules)
+    ask = request(username=_acl_checked(check_username, username.strip()), rules=rules)
     await call_controllers(addresses, ask.code, *ask.encode())
-    return f"{len(rules)} rule(s) of {ask.username} updated"
+    done = "created" if request is CreateAcl else "updated"
+    return f"{len(rules)} rule(s) of {ask.username} {done}"
 
 
 async def delete_rules(addresses: str, username: str, resources: str) -> str:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -240,13 +240,22 @@ def make_msg_id(store_host: str, physical_offset: int) -> str:
 class MsgIdMaker:
     """Message ids for one store host, with the host packed once (the send path's version)."""
 
-    __slots__ = ("_host",)
+    __slots__ = ("_host", "_prefix")
 
     def __init__(self, store_host: str) -> None:
         self._host = pack_host(store_host)
+        self._prefix = self._host.hex().upper()
 
     def __call__(self, physical_offset: int) -> str:
         return _MSGID.pack(self._host, physical_offset).hex().upper()
+
+    def many(self, physical_offsets: Sequence[int]) -> tuple[str, ...]:
+        """The ids of a batch's records, in order: the offsets packed and made hex at once,
+        each id the host's hex and its offset's 16 digits."""
+        n = len(physical_offsets)
+        digits = struct.pack(f">{n}q", *physical_offsets).hex().upper()
+        prefix = self._prefix
+        return tuple([prefix + digits[i : i + 16] for i in range(0, 16 * n, 16)])
 
 
 def parse_msg_id(msg_id: str) -> tuple[str, int]:
@@ -474,6 +483,20 @@ def record_tags(buf: bytes | bytearray | memoryview, pos: int = 0) -> str:
 
 def read_tail_tags(tail: bytes) -> tuple[str, str]:
     """(topic, tags) of a record from its tail (see :func:`read_tail`)."""
+    topic, text = _tail_texts(tail)
+    # Only a text holding "TAGS" can have the key: skip splitting the rest.
+    return topic, _split_properties(text).get(PROP_TAGS, "") if PROP_TAGS in text else ""
+
+
+def read_tail_properties(tail: bytes) -> tuple[str, dict[str, str]]:
+    """(topic, properties) of a record from its tail (see :func:`read_tail`), the properties
+    decoded once for a caller that needs more of them than the tags."""
+    topic, text = _tail_texts(tail)
+    return topic, _split_properties(text) if text else {}
+
+
+def _tail_texts(tail: bytes) -> tuple[str, str]:
+    """(topic, properties text) of a record tail, its lengths checked."""
     end = len(tail)
     if end < 4:
         raise RecordError("record layout does not match its size")
@@ -491,8 +514,7 @@ def read_tail_tags(tail: bytes) -> tuple[str, str]:
         text = tail[props_at:].decode()
     except UnicodeDecodeError:
         raise RecordError("record properties are not UTF-8") from None
-    # Only a text holding "TAGS" can have the key: skip splitting the rest.
-    return topic, _split_properties(text).get(PROP_TAGS, "") if PROP_TAGS in text else ""
+    return topic, text
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:

@@ -110,6 +110,34 @@ def encode_frame(frame: Frame) -> bytes:
     return _LEN.pack(len(payload)) + payload
 
 
+_BODY_HEAD8: Final = struct.Struct(">BB")
+_BODY_HEAD16: Final = struct.Struct(">BH")
+_BODY_HEAD32: Final = struct.Struct(">BI")
+
+
+def encode_frame_parts(frame: Frame) -> tuple[bytes, bytes]:
+    """:func:`encode_frame` in two parts whose concatenation is its bytes: everything up to the
+    body, and the body itself, not copied. A frame that is mostly its body (a pull's answer)
+    then costs the connection one copy of it, where it joins its writes, instead of one into
+    msgpack's buffer and one more behind the length prefix."""
+    body = frame.body
+    if not body:
+        return encode_frame(frame), b""
+    rest: bytes = msgpack.packb(
+        [frame.kind, frame.code, frame.opaque, frame.flags, frame.header], use_bin_type=True
+    )
+    n = len(body)
+    if n <= 0xFF:
+        bin_head = _BODY_HEAD8.pack(0xC4, n)
+    elif n <= 0xFFFF:
+        bin_head = _BODY_HEAD16.pack(0xC5, n)
+    else:
+        bin_head = _BODY_HEAD32.pack(0xC6, n)
+    # An array of five packed is 0x95 and its items; of six (with the body) 0x96 and the same.
+    size = len(rest) + len(bin_head) + n
+    return _LEN.pack(size) + b"\x96" + rest[1:] + bin_head, body
+
+
 def _check_frame(obj: Any) -> Frame:
     if not isinstance(obj, list) or len(obj) != 6:
         raise ProtocolError("frame is not a 6-element array")

@@ -67,6 +67,7 @@ from protocol.remoting import (
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    encode_frame_parts,
     response,
 )
 from remoting.ports import bind_listeners
@@ -158,6 +159,10 @@ class SecondDoor(Protocol):
 
 #: Default bound on the bytes of incomplete frames held by all connections of one server.
 DEFAULT_MAX_PARTIAL_FRAME_BYTES = 4 * DEFAULT_MAX_FRAME_BYTES
+SPLIT_BODY = 4096
+"""A frame whose body is at least this long is queued as its head and its body
+(:func:`~protocol.remoting.encode_frame_parts`): the body is copied once, where the writes of
+the loop's turn are joined."""
 
 #: Reasons a connection is closed by the server (``on_drop`` callbacks get one).
 DROP_BAD_FRAME = "bad_frame"
@@ -310,6 +315,12 @@ class Connection(CopyingProtocol):
     # API --------------------------------------------------------------------------------------
     def send(self, frame: Frame) -> None:
         """Queue a frame; every frame queued in one loop iteration goes out in one write."""
+        body = frame.body
+        if body is not None and len(body) >= SPLIT_BODY:
+            head, body = encode_frame_parts(frame)
+            self.send_bytes(head)
+            self.send_bytes(body)
+            return
         self.send_bytes(encode_frame(frame))
 
     def send_bytes(self, data: bytes) -> None:

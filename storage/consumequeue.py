@@ -9,7 +9,9 @@ Written entries always form one run ``[min_offset, max_offset)`` with zeros afte
 
 from __future__ import annotations
 
+import resource
 import struct
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -27,13 +29,83 @@ ENTRY: Final = struct.Struct(">qiq")
 ENTRY_SIZE: Final = ENTRY.size
 _HOLE_WINDOW: Final = 4096
 """Entries looked at past an unwritten one, to tell a damaged entry from the queue's end."""
+MAPPED_SEGMENTS: Final = 4096
+"""ConsumeQueue segments a store keeps mapped at most (:class:`SegmentMaps`), fewer where this
+process may open fewer descriptors or the kernel gives fewer memory maps (:func:`mapped_limit`)."""
 
 log = structlog.get_logger(__name__)
+
+
+def mapped_limit() -> int:
+    """:data:`MAPPED_SEGMENTS`, or a quarter of the descriptors this process may open
+    (``RLIMIT_NOFILE``) or of the kernel's memory maps (``vm.max_map_count``) when less: the
+    rest is for connections, the CommitLog and the indexes."""
+    limit = MAPPED_SEGMENTS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY:
+        limit = min(limit, soft // 4)
+    try:
+        limit = min(limit, int(Path("/proc/sys/vm/max_map_count").read_text()) // 4)
+    except (OSError, ValueError):
+        pass
+    return max(16, limit)
+
+
+class SegmentMaps:
+    """Keeps at most ``limit`` ConsumeQueue segments mapped, the ones used lately.
+
+    A mapped segment holds a file descriptor and one of the kernel's memory maps; a store with
+    a segment per queue held every one mapped, so 20,000 queues with messages took 20,000
+    descriptors (past a ``LimitNOFILE`` of 1,024 or 20,000 the next queue's first put failed)
+    and ``vm.max_map_count`` (65,530) bounded the queues. Segments open unmapped; one is mapped
+    when an entry of it is read or written, and past the limit the least lately used is
+    unmapped (second chance: a segment used since the last look is kept once more). Loop thread
+    only (the flusher fsyncs by path)."""
+
+    __slots__ = ("_mapped", "limit")
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = max(1, mapped_limit() if limit is None else limit)
+        self._mapped: OrderedDict[int, Segment] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._mapped)
+
+    def use(self, seg: Segment) -> Segment:
+        """``seg``, mapped."""
+        if not seg.mapped and not seg.closed:
+            self._make_room()
+            seg.map()
+            self._mapped[id(seg)] = seg
+        seg.referenced = True
+        return seg
+
+    def add(self, seg: Segment) -> Segment:
+        """A segment just created (mapped)."""
+        self._make_room()
+        self._mapped[id(seg)] = seg
+        seg.referenced = True
+        return seg
+
+    def _make_room(self) -> None:
+        mapped = self._mapped
+        looks = 2 * len(mapped) + 1  # a reader may hold every one: then go past the limit
+        while len(mapped) >= self.limit and looks > 0:
+            looks -= 1
+            key, seg = mapped.popitem(last=False)
+            if seg.closed or not seg.mapped:
+                continue
+            if seg.referenced:
+                seg.referenced = False
+                mapped[key] = seg
+            elif not seg.unmap():
+                mapped[key] = seg
 
 
 class ConsumeQueue:
     __slots__ = (
         "_first_index",
+        "_maps",
         "_tracker",
         "appended",
         "digests",
@@ -55,6 +127,7 @@ class ConsumeQueue:
         queue_id: int,
         entries_per_segment: int,
         tracker: FileTracker,
+        maps: SegmentMaps | None = None,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -62,6 +135,7 @@ class ConsumeQueue:
         self.per_segment = entries_per_segment
         self.segment_bytes = entries_per_segment * ENTRY_SIZE
         self._tracker = tracker
+        self._maps = SegmentMaps() if maps is None else maps
         self.segments: list[Segment] = []
         self._first_index = 0  # queue offset of segments[0]'s first entry
         self.min_offset = 0
@@ -94,7 +168,9 @@ class ConsumeQueue:
         dropped here and rebuilt by replaying the CommitLog. ``scrub`` (after an unclean stop)
         zeroes everything past the kept entries, where stray entries may have survived a crash.
         """
-        segments = [Segment.open(path, start) for start, path in list_segment_files(self.directory)]
+        segments = [
+            Segment.open_unmapped(path, start) for start, path in list_segment_files(self.directory)
+        ]
         if not segments:
             return
         size = segments[-1].size
@@ -119,7 +195,8 @@ class ConsumeQueue:
         self.segment_bytes = size
         self.per_segment = size // ENTRY_SIZE
         self._first_index = self.segments[0].start // ENTRY_SIZE
-        self.min_offset = self._first_index + _first_written(self.segments[0], self.per_segment)
+        first = self._maps.use(self.segments[0])
+        self.min_offset = self._first_index + _first_written(first, self.per_segment)
         hi_end = self._first_index + len(self.segments) * self.per_segment
         lo = self._run_end(self.min_offset, hi_end, trusted_physical)
         # An unwritten (zero) entry followed by trusted entries is not the end: it is a damaged
@@ -171,7 +248,7 @@ class ConsumeQueue:
     def _segment(self, index: int) -> Segment | None:
         n = index // self.per_segment - self._first_index // self.per_segment
         if 0 <= n < len(self.segments):
-            return self.segments[n]
+            return self._maps.use(self.segments[n])
         return None
 
     def entry(self, index: int) -> tuple[int, int, int]:
@@ -241,7 +318,7 @@ class ConsumeQueue:
                 self._tracker.mark_dir(self.directory.parent)
                 self._tracker.mark_dir(self.directory.parent.parent)
             seg = Segment.create(self.directory, start_index * ENTRY_SIZE, self.segment_bytes)
-            self.segments.append(seg)
+            self.segments.append(self._maps.add(seg))
             self._tracker.mark_dir(self.directory)
 
     def append(
@@ -294,7 +371,7 @@ class ConsumeQueue:
                 continue
             keep.append(seg)
             rel = index - seg_first
-            if rel < self.per_segment and seg.zero(rel * ENTRY_SIZE, seg.size):
+            if rel < self.per_segment and self._maps.use(seg).zero(rel * ENTRY_SIZE, seg.size):
                 changed = True
                 self._tracker.mark(seg)
         self.segments = keep

@@ -10,7 +10,9 @@ so it is one loop: each record costs one struct unpack, one CRC and one dictiona
 its tail (topic and properties, which repeat from record to record); a record continuing the
 queue of the record before it skips the per-queue lookups. Anything unusual (a blank tail,
 zeros, an invalid record, another queue) leaves the loop's fast path for code that says
-exactly what it is.
+exactly what it is. A replica's scan (``keys``, ``digests``) also gathers, from the same
+decoding of each tail, the key index's hashes and the property filter index's digests, so the
+batch is parsed once, not again by each index.
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ from protocol.message import (
     HEAD_SIZE,
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
+    PROP_TAGS,
     RecordError,
     check_record,
-    read_tail,
+    read_tail_properties,
+    read_tail_tags,
+    tag_hash,
 )
+from protocol.property_index import digest_of
 from storage.errors import CorruptRecordError
+from storage.index.format import record_keys, topic_seed
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
 
 BLANK_MIN: Final = 8
@@ -42,11 +49,15 @@ _STORE_TIMESTAMP_AT: Final = 44
 _TAIL_CACHE_LIMIT: Final = 4096
 _UNLIMITED: Final = 1 << 62
 _U32: Final = struct.Struct(">I")
+_U16: Final = struct.Struct(">H")
 _MESSAGE_MAGIC_RAW: Final = _U32.pack(MESSAGE_MAGIC)
 _BLANK_MAGIC_RAW: Final = _U32.pack(BLANK_MAGIC)
 
 Buffer = bytes | bytearray | memoryview
 QueueKey = tuple[str, int]
+Described = tuple[str, int, list[int], int, int]
+"""What a record's tail says: topic, tag hash, key index hashes, filter digest (low, high)."""
+_NO_KEYS: Final[list[int]] = []
 
 
 def record_reason(exc: RecordError) -> str:
@@ -68,6 +79,9 @@ class QueueRun:
     physical_offsets: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     tag_hashes: list[int] = field(default_factory=list)
+    digests_lo: list[int] = field(default_factory=list)
+    """The property digests of the entries (a scan with ``digests``; else empty)."""
+    digests_hi: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -88,6 +102,11 @@ class Scan:
     """Newest store timestamp of the valid records (0 if none)."""
     queues: dict[QueueKey, QueueRun]
     """The entries of the records from ``dispatch_from`` on, by queue."""
+    key_hashes: list[list[int]] = field(default_factory=list)
+    """A scan with ``keys``: the key index hashes of each record that has keys, in log order,
+    with its CommitLog offset (``key_physicals``) and store timestamp (``key_stored``)."""
+    key_physicals: list[int] = field(default_factory=list)
+    key_stored: list[int] = field(default_factory=list)
 
     @property
     def dispatched(self) -> int:
@@ -100,13 +119,18 @@ class Replayer:
     so scans may run ahead of :meth:`apply` (``append_raw`` validates a whole batch before
     writing anything; recovery applies one chunk of records at a time)."""
 
-    __slots__ = ("_damage", "_next", "_queues", "_tails")
+    __slots__ = ("_damage", "_digests", "_keys", "_next", "_queues", "_tails")
 
-    def __init__(self, queues: ConsumeQueues) -> None:
+    def __init__(self, queues: ConsumeQueues, *, keys: bool = False, digests: bool = False) -> None:
+        """With ``keys`` a scan gathers the key index's hashes of its records
+        (``Scan.key_hashes``); with ``digests`` their property filter digests, which
+        :meth:`apply` hands to the queues (else each queue reads its new records again)."""
         self._queues = queues
         self._next: dict[QueueKey, int] = {}
-        self._tails: dict[bytes, tuple[str, int]] = {}
+        self._tails: dict[bytes, Described] = {}
         self._damage: tuple[int, int] | None = None
+        self._keys = keys
+        self._digests = digests
 
     def skip_damage(self, offset: int, size: int) -> None:
         """Records were lost in CommitLog bytes ``[offset, offset + size)`` (recovery quarantined
@@ -114,6 +138,7 @@ class Replayer:
         pointing at the damage, so a reader of it gets an error naming the offset instead of the
         queue silently closing over the loss."""
         self._damage = (offset, size)
+        self._digests = False  # the filler entries' digests are read from the damage, as before
 
     def scan(
         self,
@@ -163,6 +188,11 @@ class Replayer:
             unused.sizes.append,
             unused.tag_hashes.append,
         )
+        add_lo, add_hi = unused.digests_lo.append, unused.digests_hi.append
+        digesting = self._digests
+        key_hashes: list[list[int]] = []
+        key_physicals: list[int] = []
+        key_stored: list[int] = []
         newest = 0
         pos = start
         complete = False
@@ -196,7 +226,7 @@ class Replayer:
                 described = tails.get(tail)
                 if described is None:
                     described = self._describe(tail, base + pos)
-                topic, tags_hash = described
+                topic, tags_hash, hashes, lo, hi = described
                 if queue_offset != run_next or queue_id != run_queue_id or topic != run_topic:
                     if run_topic is not None:
                         nexts[(run_topic, run_queue_id)] = run_next
@@ -209,10 +239,18 @@ class Replayer:
                     add_physical = run.physical_offsets.append
                     add_size = run.sizes.append
                     add_hash = run.tag_hashes.append
+                    add_lo, add_hi = run.digests_lo.append, run.digests_hi.append
                     run_topic, run_queue_id = topic, queue_id
                 add_physical(physical)
                 add_size(size)
                 add_hash(tags_hash)
+                if digesting:
+                    add_lo(lo)
+                    add_hi(hi)
+                if hashes:
+                    key_hashes.append(hashes)
+                    key_physicals.append(physical)
+                    key_stored.append(timestamp)
                 run_next = queue_offset + 1
                 pos = end
             else:
@@ -222,14 +260,33 @@ class Replayer:
         if run_topic is not None:
             nexts[(run_topic, run_queue_id)] = run_next
         more = error is None and not complete and stop <= pos < limit
-        return Scan(pos, complete, more, error, newest, runs)
+        return Scan(pos, complete, more, error, newest, runs, key_hashes, key_physicals, key_stored)
 
-    def _describe(self, tail: bytes, offset: int) -> tuple[str, int]:
-        """(topic, tag hash) of a record tail, remembered for the records that repeat it."""
+    def _describe(self, tail: bytes, offset: int) -> Described:
+        """What a record tail says (:data:`Described`), remembered for the records that
+        repeat it. The key hashes and the digest are those the key index
+        (``storage.index.service``) and the filter index (``storage.filter_index``) take from
+        the record when they read it themselves."""
+        lo = hi = 0
         try:
-            described = read_tail(tail)
+            if self._digests:
+                # The properties decoded once, for the tags and the digest.
+                topic, props = read_tail_properties(tail)
+                tags = props.get(PROP_TAGS, "")
+                lo, hi = digest_of(props)
+            else:
+                topic, tags = read_tail_tags(tail)
         except RecordError as exc:
             raise CorruptRecordError(offset, f"undecodable record: {exc}") from None
+        hashes = _NO_KEYS
+        if self._keys:
+            (tl,) = _U16.unpack_from(tail, 0)
+            keys = record_keys(tail[2 + tl + 2 :])
+            if keys:
+                seed = topic_seed(tail[2 : 2 + tl])
+                crc32 = zlib.crc32
+                hashes = [crc32(key, seed) for key in keys]
+        described = (topic, tag_hash(tags), hashes, lo, hi)
         tails = self._tails
         if len(tails) >= _TAIL_CACHE_LIMIT:
             tails.clear()
@@ -289,12 +346,24 @@ class Replayer:
             queue = self._queues.get_or_create(topic, queue_id)
             first = run.first + skip
             queue.reserve(first, len(run.sizes) - skip)
+            lo, hi = run.digests_lo, run.digests_hi
+            digested = len(lo) == len(run.sizes)
             if skip:
                 queue.append(
-                    first, run.physical_offsets[skip:], run.sizes[skip:], run.tag_hashes[skip:]
+                    first,
+                    run.physical_offsets[skip:],
+                    run.sizes[skip:],
+                    run.tag_hashes[skip:],
+                    (lo[skip:], hi[skip:]) if digested else None,
                 )
             else:
-                queue.append(first, run.physical_offsets, run.sizes, run.tag_hashes)
+                queue.append(
+                    first,
+                    run.physical_offsets,
+                    run.sizes,
+                    run.tag_hashes,
+                    (lo, hi) if digested else None,
+                )
 
     def _retired_entries(self, topic: str, queue_id: int, run: QueueRun) -> int:
         """How many of the run's first entries belong to a deleted topic's old queue."""

@@ -59,6 +59,12 @@ class QueueDigests:
     def put(self, first: int, physicals: Sequence[int], digests: Sequence[tuple[int, int]]) -> None:
         """Hold the digests of entries from queue offset ``first`` on (replacing any held at or
         past it: after a truncation the queue offsets are reused)."""
+        self.put_halves(first, physicals, [d[0] for d in digests], [d[1] for d in digests])
+
+    def put_halves(
+        self, first: int, physicals: Sequence[int], lo: Sequence[int], hi: Sequence[int]
+    ) -> None:
+        """:meth:`put` with the digests' halves apart (as a replica's scan gathers them)."""
         end = self.base + len(self.physical)
         if not self.physical or first < self.base or first > end:
             self.base = first
@@ -67,8 +73,8 @@ class QueueDigests:
             cut = first - self.base
             del self.physical[cut:], self.lo[cut:], self.hi[cut:]
         self.physical.extend(physicals)
-        self.lo.extend(d[0] for d in digests)
-        self.hi.extend(d[1] for d in digests)
+        self.lo.extend(lo)
+        self.hi.extend(hi)
         if len(self.physical) > PER_QUEUE:
             drop = len(self.physical) - PER_QUEUE // 2
             del self.physical[:drop], self.lo[:drop], self.hi[:drop]

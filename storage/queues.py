@@ -19,7 +19,7 @@ from typing import Final
 
 import structlog
 
-from storage.consumequeue import ConsumeQueue
+from storage.consumequeue import ConsumeQueue, SegmentMaps
 from storage.errors import StoreError
 from storage.small_file import read_atomic, write_atomic
 from storage.tracker import FileTracker
@@ -47,8 +47,17 @@ def queue_id_error(queue_id: int) -> str | None:
 
 
 class ConsumeQueues:
-    def __init__(self, root: Path, entries_per_segment: int, tracker: FileTracker) -> None:
+    def __init__(
+        self,
+        root: Path,
+        entries_per_segment: int,
+        tracker: FileTracker,
+        mapped_limit: int | None = None,
+    ) -> None:
         self.root = root
+        self.maps = SegmentMaps(mapped_limit)
+        """The queues' segments kept mapped, at most ``mapped_limit`` at once (None: as the
+        process's descriptor limit allows, :func:`storage.consumequeue.mapped_limit`)."""
         self._per_segment = entries_per_segment
         self._tracker = tracker
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -89,7 +98,12 @@ class ConsumeQueues:
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(
-            self.root / topic / str(queue_id), topic, queue_id, self._per_segment, self._tracker
+            self.root / topic / str(queue_id),
+            topic,
+            queue_id,
+            self._per_segment,
+            self._tracker,
+            self.maps,
         )
         mark = self._retired.get(topic, {}).get(queue_id) if self._retired else None
         if mark:  # a deleted topic's queue made again: empty, where the old one ended

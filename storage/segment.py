@@ -62,18 +62,67 @@ _MADV_POPULATE_WRITE: int | None = getattr(
 
 
 class Segment:
-    """One mapped file. ``view`` is a writable memoryview over the whole file."""
+    """One mapped file. ``view`` is a writable memoryview over the whole file.
 
-    __slots__ = ("_mm", "closed", "path", "size", "start", "view")
+    A mapping holds a file descriptor (Python's mmap keeps a duplicate of the one it was given)
+    and one of the kernel's memory maps (``vm.max_map_count``, 65,530 by default) for as long as
+    it lives. Stores of many small files (the ConsumeQueues, a file or more per queue) open
+    their segments unmapped (:meth:`open_unmapped`) and keep only the ones in use mapped
+    (:meth:`map`, :meth:`unmap`: ``storage.consumequeue.SegmentMaps``)."""
+
+    __slots__ = ("_mm", "closed", "mapped", "path", "referenced", "size", "start", "view")
 
     def __init__(self, path: Path, start: int, fd: int, size: int) -> None:
-        """Map ``fd`` (the mapping keeps its own duplicate; the caller closes ``fd``)."""
+        """Map ``fd`` (the mapping keeps its own duplicate; the caller closes ``fd``); with
+        ``fd`` -1, leave it unmapped until :meth:`map`."""
         self.path = path
         self.start = start
         self.size = size
-        self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.view = memoryview(self._mm)
         self.closed = False
+        self.referenced = False
+        """Used since the last look of :class:`storage.consumequeue.SegmentMaps`."""
+        self.mapped = False
+        self.view = memoryview(b"")
+        if fd >= 0:
+            self._map(fd)
+
+    def _map(self, fd: int) -> None:
+        self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self._mm)
+        self.mapped = True
+
+    @classmethod
+    def open_unmapped(cls, path: Path, start: int) -> Segment:
+        """The segment at ``path``, not mapped (no descriptor held) until :meth:`map`."""
+        size = path.stat().st_size
+        if size == 0:
+            raise StoreError(f"segment {path} is empty")
+        return cls(path, start, -1, size)
+
+    def map(self) -> None:
+        """Map the file again (a no-op while mapped or once closed)."""
+        if self.mapped or self.closed:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._map(fd)
+        finally:
+            os.close(fd)
+
+    def unmap(self) -> bool:
+        """Drop the mapping and its descriptor until :meth:`map` (the pages written through it
+        stay in the page cache and are written back as any others; :meth:`fsync` goes by the
+        path). False, still mapped, when a reader holds a slice of ``view``."""
+        if not self.mapped:
+            return True
+        try:
+            self.view.release()
+        except BufferError:
+            return False
+        self._mm.close()
+        self.view = memoryview(b"")
+        self.mapped = False
+        return True
 
     def __repr__(self) -> str:
         return f"Segment({self.path.name}, size={self.size})"
@@ -194,7 +243,7 @@ class Segment:
     def populate(self, lo: int, hi: int) -> bool:
         """Pre-fault pages [lo, hi) (relative) writable, so the writer does not take the page
         faults itself (RocketMQ's warm mapped file). False when the kernel cannot."""
-        if _MADV_POPULATE_WRITE is None or self.closed:
+        if _MADV_POPULATE_WRITE is None or self.closed or not self.mapped:
             return False
         lo -= lo % mmap.PAGESIZE
         hi = min(hi, self.size)
@@ -212,6 +261,8 @@ class Segment:
         if self.closed:
             return
         self.closed = True
+        if not self.mapped:
+            return
         with contextlib.suppress(BufferError):
             self.view.release()
         with contextlib.suppress(BufferError):

@@ -546,7 +546,12 @@ class MessageStore:
         seg_end = append_end(commitlog, offset, len(raw))
         if not raw:
             return offset
-        replayer = Replayer(self._queues)
+        index = self.index
+        replayer = Replayer(
+            self._queues,
+            keys=index is not None and not index.behind,
+            digests=self._queues.on_append is not None,
+        )
         scan = replayer.scan(
             raw,
             base=offset,
@@ -563,8 +568,10 @@ class MessageStore:
         write_file(seg, offset - seg.start, raw)
         replayer.apply(scan)
         commitlog.advance(offset + len(raw), seg, scan.newest)
-        if self.index is not None:
-            self.index.after_append(commitlog)
+        if index is not None:
+            index.add_replayed(
+                commitlog, offset, scan.key_hashes, scan.key_physicals, scan.key_stored
+            )
         return commitlog.write_pos
 
     # -- repair from a replica (issue 31) ---------------------------------------------------

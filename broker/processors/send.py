@@ -91,13 +91,12 @@ class SendProcessor:
     def _put_batch(self, req: Frame, batch: SendBatchRequest) -> tuple[PutResult, Frame]:
         service = self.service
         result = service.put(batch.topic, batch.queue_id, list(batch.messages), batch.producer)
-        make_id = service.msg_id
         answer = SendBatchAnswer(
             queue_id=result.queue_id,
             queue_offset=result.first_queue_offset,
             count=result.count,
             broker_name=service.broker_name,
-            msg_ids=tuple(make_id(off) for off in result.physical_offsets),
+            msg_ids=service.msg_id.many(result.physical_offsets),
         )
         return result, response(req, ResponseCode.SUCCESS, *answer.encode())
 

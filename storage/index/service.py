@@ -233,6 +233,66 @@ class KeyIndex:
         if not self.behind:
             self.catch_up(commitlog)
 
+    def add_replayed(
+        self,
+        commitlog: CommitLog,
+        offset: int,
+        hashes: Sequence[Sequence[int]],
+        physicals: Sequence[int],
+        stored: Sequence[int],
+    ) -> None:
+        """Index what a replicated append wrote at ``offset`` from the key hashes its scan
+        gathered (``storage.dispatch.Scan.key_hashes``, with each record's CommitLog offset and
+        store timestamp), without reading the records again: the same entries and files as
+        :meth:`catch_up` writes, records of one store timestamp (a master's put) in one
+        :meth:`IndexFile.add`. Anything out of the ordinary (the index lags or is behind, does
+        not end at ``offset``, or its last file is sealed) takes :meth:`after_append`."""
+        files = self._files
+        if (
+            self.behind
+            or self.lagging is not None
+            or not files
+            or files[-1].header.sealed
+            or files[-1].end_offset != offset
+        ):
+            self.after_append(commitlog)
+            return
+        try:
+            self._add_replayed(hashes, physicals, stored)
+        except (StoreError, OSError) as exc:
+            log.error(f"key index lags at {self.indexed_through}: {exc}")
+            self.lagging = str(exc)
+            return
+        self._files[-1].header.end_offset = commitlog.write_pos
+
+    def _add_replayed(
+        self, hashes: Sequence[Sequence[int]], physicals: Sequence[int], stored: Sequence[int]
+    ) -> None:
+        active = self._files[-1]
+        span = self.config.file_span_ms
+        group: list[int] = []  # hashes of records stored at ``group_at``, not yet added
+        group_offsets: list[int] = []
+        group_at = -1
+        for record_hashes, physical, at in zip(hashes, physicals, stored, strict=True):
+            if at != group_at and group:
+                active.add(group, group_offsets, group_at)
+                group, group_offsets = [], []
+            group_at = at
+            h = active.header
+            count = h.entry_count + len(group)
+            begin = h.begin_timestamp if h.entry_count else at
+            if count and (h.max_entries - count < len(record_hashes) or at - begin > span):
+                if group:
+                    active.add(group, group_offsets, group_at)
+                    group, group_offsets = [], []
+                active = self._roll(physical)
+                count = 0
+            take = record_hashes[: active.header.max_entries - count]
+            group.extend(take)
+            group_offsets.extend([physical] * len(take))
+        if group:
+            active.add(group, group_offsets, group_at)
+
     def _ensure_active(self, commitlog: CommitLog) -> None:
         """A file to write to: the last one unless it is sealed (or there is none)."""
         if not self._files:

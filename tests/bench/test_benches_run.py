@@ -112,7 +112,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^memory: {NUMBER} popped and acked",
         rf"^rebuild: from the snapshot: in-flight set built in {NUMBER} s",
     ),
-    "replay_bench.py": (rf"^  per CPU second: {NUMBER} MiB/s",),
+    "replay_bench.py": (
+        rf"^  per CPU second: {NUMBER} MiB/s",
+        rf"^  CPU per record: {NUMBER} us",
+    ),
     "retry_bench.py": (
         rf"^process +{NUMBER} nacks in +{NUMBER} s",
         rf"^batched +{NUMBER} nacks in +{NUMBER} s",

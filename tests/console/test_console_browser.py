@@ -45,7 +45,7 @@ import pytest
 from client import Consumer, Producer
 from client.admin import Admin
 from client.message import ReceivedMessage
-from tests.console.browser import ConsoleEnv, console_process, require_chromium, text_of
+from tests.console.browser import ConsoleEnv, console_process, post_form, require_chromium, text_of
 from tests.deploy.test_prometheus_e2e import Prometheus, prometheus_binary
 from tests.support.cluster import Cluster
 from tests.support.messages import FAST_CONSUMER
@@ -121,17 +121,7 @@ def shot(env: Env, browser: Any, name: str) -> None:
 
 def post(env: Env, path: str, fields: dict[str, str], cookie: str = "") -> tuple[int, str]:
     """A POST as another site's page or a script would make it: no browser, its own cookie."""
-    req = urllib.request.Request(
-        env.url + path,
-        data=urllib.parse.urlencode(fields).encode(),
-        headers={"Cookie": cookie} if cookie else {},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return post_form(env.url + path, fields, cookie)
 
 
 def topic_names(env: Env) -> set[str]:
