@@ -7,6 +7,7 @@ which should not grow at all). The items' worst ratios make the run's last line,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 PER_OP = "per op"
 """A measure's load for a per-operation cost (a lookup, a put): its load factor is 1."""
@@ -45,6 +46,14 @@ def print_growth(
                 worst = (ratio, f"{name} at {factors[i]}x")
         print(row)
     return worst
+
+
+def rss_mib(pid: int) -> float:
+    """Process ``pid``'s resident memory (VmRSS), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def worst_line(worsts: Sequence[Worst]) -> str:

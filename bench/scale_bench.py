@@ -69,7 +69,7 @@ from bench.controller_bench import (
     process_cpu,
     run,
 )
-from bench.growth import PER_OP, Worst, print_growth, worst_line
+from bench.growth import PER_OP, Worst, print_growth, rss_mib, worst_line
 from client.bootstrap import Bootstrap
 from controller.metadata import ReplicasInfoManager
 from controller.raft_driver import decode_snapshot
@@ -119,13 +119,6 @@ MEASURES: tuple[tuple[str, str, str], ...] = (
 TERM = "Raft term at the end"
 """Not a cost: how many elections the column saw (1 or 2 on a quiet machine; more when the
 shared machine held a controller past its election timeout)."""
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def topic_name(i: int) -> str:

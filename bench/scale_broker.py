@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.growth import PER_OP, Measure, Worst, print_growth
+from bench.growth import rss_mib as rss_mib  # bench/scale_clients.py takes it from here
 from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
 from protocol.pull import ConsumerOffsetUpdate, MaxOffsetQuery
@@ -108,13 +109,6 @@ def topic_name(i: int) -> str:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def in_flight(n: int, inflight: int, one: Callable[[int], Awaitable[None]]) -> list[float]:
