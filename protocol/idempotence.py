@@ -60,11 +60,13 @@ __all__ = [
     "MAX_SEQUENCE",
     "PART_BYTES",
     "PROP_PRODUCER_SEQ",
+    "SEQ_PROPERTY_HEAD",
     "SNAPSHOT_TOPIC",
     "WINDOW",
     "Decision",
     "ProducerSeq",
     "ProducerStates",
+    "QueueWindow",
     "RecordSeq",
     "SnapshotPart",
     "StoredBatch",
@@ -75,6 +77,7 @@ __all__ = [
     "encode_snapshot",
     "parse_record_seq",
     "record_seq_value",
+    "seq_property",
     "sequenced_records",
 ]
 
@@ -157,6 +160,18 @@ class ProducerSeq(NamedTuple):
 def record_seq_value(seq: ProducerSeq, index: int, count: int) -> str:
     """The :data:`PROP_PRODUCER_SEQ` value of record ``index`` of a request of ``count``."""
     return f"{seq.producer_id}.{seq.epoch}.{seq.sequence}.{index}.{count}"
+
+
+SEQ_PROPERTY_HEAD: Final = PROP_PRODUCER_SEQ + "\x01"
+"""What an encoded :data:`PROP_PRODUCER_SEQ` property starts with (its value and ``\x02``
+follow): :func:`seq_property`."""
+
+
+def seq_property(value: str) -> bytes:
+    """The :data:`PROP_PRODUCER_SEQ` property of ``value`` encoded as a record holds it (the
+    bytes ``encode_properties({PROP_PRODUCER_SEQ: value})`` gives): what
+    :attr:`protocol.message.Message.seq_property` carries."""
+    return f"{SEQ_PROPERTY_HEAD}{value}\x02".encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +270,7 @@ _NEW_GAP: Final = Decision(Verdict.NEW, gap=True)
 QueueKey = tuple[str, int]
 
 
-class _Window:
+class QueueWindow:
     """The last requests stored for one (producer, topic, queue), ascending by sequence."""
 
     __slots__ = ("batches", "floor")
@@ -296,7 +311,7 @@ class _Producer:
     def __init__(self, epoch: int, last_ms: int) -> None:
         self.epoch = epoch
         self.last_ms = last_ms
-        self.windows: dict[QueueKey, _Window] = {}
+        self.windows: dict[QueueKey, QueueWindow] = {}
 
 
 class ProducerStates:
@@ -314,7 +329,7 @@ class ProducerStates:
         self._windows = 0
         self.expired = 0
         """Producers forgotten so far (idle, or over ``max_windows``)."""
-        self._checked: tuple[ProducerSeq, QueueKey, _Producer, _Window] | None = None
+        self._checked: tuple[ProducerSeq, QueueKey, _Producer, QueueWindow] | None = None
         """The last :meth:`check`'s request, producer and window, when it found both: the
         :meth:`stored` that follows it (the same send) skips their look-up."""
 
@@ -371,7 +386,39 @@ class ProducerStates:
         top = batches[-1].sequence if batches else w.floor
         return _NEW_GAP if sequence > top + 1 else _NEW
 
+    def next_window(self, topic: str, queue_id: int, seq: ProducerSeq) -> QueueWindow | None:
+        """The window of ``seq``'s producer and ``topic``/``queue_id`` when ``seq`` is the
+        request right after the newest one stored there at the producer's epoch (the usual
+        send: :meth:`check` would answer NEW without a gap); then :meth:`stored_next` records
+        it once stored. None: ask :meth:`check`. Changes nothing."""
+        p = self._producers.get(seq[0])
+        if p is None or p.epoch != seq[1]:
+            return None
+        w = p.windows.get((topic, queue_id))
+        if w is None:
+            return None
+        batches = w.batches
+        if not batches or batches[-1].sequence + 1 != seq[2]:
+            return None
+        return w
+
     # -- changing ------------------------------------------------------------------------------
+    def stored_next(
+        self, window: QueueWindow, producer_id: int, batch: StoredBatch, now_ms: int
+    ) -> None:
+        """A request :meth:`next_window` gave ``window`` for was stored as ``batch`` (nothing
+        ran between: the window is still its producer's)."""
+        p = self._producers[producer_id]
+        if now_ms > p.last_ms:
+            p.last_ms = now_ms
+        self._producers.move_to_end(producer_id)
+        batches = window.batches
+        batches.append(batch)
+        if len(batches) > self.window:
+            dropped = batches.pop(0).sequence
+            if dropped > window.floor:
+                window.floor = dropped
+
     def stored(
         self, topic: str, queue_id: int, seq: ProducerSeq, batch: StoredBatch, now_ms: int
     ) -> None:
@@ -437,7 +484,9 @@ class ProducerStates:
         if queue_offset >= 0 and (b.first_queue_offset < 0 or queue_offset < b.first_queue_offset):
             b.first_queue_offset = queue_offset
 
-    def _window(self, topic: str, queue_id: int, seq: ProducerSeq, now_ms: int) -> _Window | None:
+    def _window(
+        self, topic: str, queue_id: int, seq: ProducerSeq, now_ms: int
+    ) -> QueueWindow | None:
         producers = self._producers
         p = producers.get(seq.producer_id)
         if p is None:
@@ -455,7 +504,7 @@ class ProducerStates:
         key = (topic, queue_id)
         w = p.windows.get(key)
         if w is None:
-            w = p.windows[key] = _Window()
+            w = p.windows[key] = QueueWindow()
             self._windows += 1
         return w
 
@@ -524,7 +573,7 @@ class ProducerStates:
                 for topic, qid, floor, batches in windows:
                     if not isinstance(topic, str):
                         raise ValueError("topic is not a string")
-                    w = _Window(_int(floor))
+                    w = QueueWindow(_int(floor))
                     for seq, bqid, fqo, offs, end, ts in batches:
                         if not isinstance(offs, list | tuple):
                             raise ValueError("offsets are not a list")

@@ -75,6 +75,12 @@ class Message:
     flag: int = 0
     born_timestamp: int = 0
     born_host: str = ""
+    seq_property: bytes = b""
+    """The broker's :data:`PROP_PRODUCER_SEQ` property, encoded (``__PSEQ\x01<value>\x02``):
+    set by the send path on an idempotent producer's message that has no properties of its own
+    (the others carry it in :attr:`properties`), written by ``MessageStore.put`` into the
+    record's properties before KEYS and TAGS: the same bytes as the property in the dict gives,
+    without the dict. Never sent on the wire."""
 
     def all_properties(self) -> dict[str, str]:
         props = dict(self.properties)

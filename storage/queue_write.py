@@ -71,17 +71,19 @@ class RecordSizer:
         batch = SizedBatch()
         for msg in messages:
             props = msg.properties
+            seq = msg.seq_property  # the broker's __PSEQ, encoded (idempotent sends)
             if props:
                 if PROP_KEYS in props or PROP_TAGS in props:
-                    props_raw = encode_properties(msg.all_properties())
+                    props_raw = encode_properties(msg.all_properties()) + seq
                     tags_hash = tag_hash(msg.tags)
                 else:
                     # The same bytes as all_properties() gives (keys and tags follow the
-                    # others), without copying the dict: every idempotent send has one.
+                    # others), without copying the dict.
                     cached = tag_props.get((msg.keys, msg.tags))
                     if cached is None:
                         cached = self._encode_keys_tags(msg.keys, msg.tags)
-                    props_raw = encode_properties(props) + cached[0]
+                    raw = encode_properties(props)
+                    props_raw = raw + seq + cached[0] if seq else raw + cached[0]
                     tags_hash = cached[1]
                 if len(props_raw) > MAX_PROPERTIES_BYTES:
                     raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
@@ -91,6 +93,14 @@ class RecordSizer:
                 if cached is None:
                     cached = self._encode_keys_tags(msg.keys, msg.tags)
                 props_raw, tags_hash = cached
+                if seq:
+                    # An idempotent send without properties of its own: its __PSEQ first, as
+                    # encoding the property in the dict would place it.
+                    props_raw = seq + props_raw
+                    if len(props_raw) > MAX_PROPERTIES_BYTES:
+                        raise MessageTooLargeError(
+                            f"properties exceed {MAX_PROPERTIES_BYTES} bytes"
+                        )
             size = fixed + len(msg.body) + len(props_raw)
             if size > limit:
                 raise MessageTooLargeError(f"a {size}-byte record exceeds {limit} bytes")

@@ -41,15 +41,19 @@ import structlog
 from broker.service_host import PerMasterEpoch, ServiceHost
 from protocol.idempotence import (
     PROP_PRODUCER_SEQ,
+    SEQ_PROPERTY_HEAD,
     SNAPSHOT_TOPIC,
     ProducerSeq,
     ProducerStates,
+    QueueWindow,
     SnapshotPart,
     StoredBatch,
     decode_snapshot,
     decode_snapshot_part,
     encode_snapshot,
     parse_record_seq,
+    record_seq_value,
+    seq_property,
     sequenced_records,
 )
 from protocol.message import Message, MessageRecord, RecordError, iter_records
@@ -168,24 +172,34 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
     # -- the send path -----------------------------------------------------------------------
     @staticmethod
     def stamp(messages: list[Message], seq: ProducerSeq) -> None:
-        """Write the request's sequence into each of its messages (before storing them)."""
+        """Write the request's sequence into each of its messages (before storing them): a
+        message without properties of its own gets it encoded (:attr:`Message.seq_property`,
+        no dict), one with properties in its dict, as always."""
         n = len(messages)
         if n == 1:  # a single send: one format, no loop
             m = messages[0]
-            value = f"{seq[0]}.{seq[1]}.{seq[2]}.0.1"
             if m.properties:
-                m.properties[PROP_PRODUCER_SEQ] = value
+                m.properties[PROP_PRODUCER_SEQ] = f"{seq[0]}.{seq[1]}.{seq[2]}.0.1"
             else:
-                m.properties = {PROP_PRODUCER_SEQ: value}
+                m.seq_property = f"{SEQ_PROPERTY_HEAD}{seq[0]}.{seq[1]}.{seq[2]}.0.1\x02".encode()
             return
         prefix = f"{seq[0]}.{seq[1]}.{seq[2]}."
         suffix = f".{n}"
         for i, m in enumerate(messages):
-            value = f"{prefix}{i}{suffix}"
             if m.properties:
-                m.properties[PROP_PRODUCER_SEQ] = value
+                m.properties[PROP_PRODUCER_SEQ] = f"{prefix}{i}{suffix}"
             else:
-                m.properties = {PROP_PRODUCER_SEQ: value}
+                m.seq_property = f"{SEQ_PROPERTY_HEAD}{prefix}{i}{suffix}\x02".encode()
+
+    @staticmethod
+    def stamp_record(m: Message, seq: ProducerSeq, index: int, count: int) -> None:
+        """:meth:`stamp` for record ``index`` of a request of ``count`` alone (a retry storing
+        the records a failover cut off)."""
+        value = record_seq_value(seq, index, count)
+        if m.properties:
+            m.properties[PROP_PRODUCER_SEQ] = value
+        else:
+            m.seq_property = seq_property(value)
 
     def stored(self, topic: str, queue_id: int, seq: ProducerSeq, batch: StoredBatch) -> None:
         """A request was stored as ``batch``: remember it; a snapshot or an expiry if due."""
@@ -194,13 +208,40 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
             return
         now = _now_ms()
         state.stored(topic, queue_id, seq, batch, now)
+        self._upkeep(state, now, self.host.store.max_offset)
+
+    def next_window(self, topic: str, queue_id: int, seq: ProducerSeq) -> QueueWindow | None:
+        """:meth:`ProducerStates.next_window` of the state built for this master epoch (the
+        usual send: the next request of its queue); None: the whole check
+        (:meth:`~broker.service_host.PerMasterEpoch.ready` and
+        :meth:`ProducerStates.check`)."""
+        state = self.state
+        if (
+            state is None
+            or self._epoch != self.host.gate.role.master_epoch
+            or self._damage_at_build
+        ):
+            return None
+        return state.next_window(topic, queue_id, seq)
+
+    def stored_next(self, window: QueueWindow, seq: ProducerSeq, result: PutResult) -> None:
+        """:meth:`stored` for a request :meth:`ProducerStates.next_window` found the window of
+        (the usual send), stored as ``result``: its store time is now."""
+        state = self.state
+        if state is None:
+            return
+        now = result.store_timestamp
+        state.stored_next(window, seq[0], batch_of(seq[2], result), now)
+        self._upkeep(state, now, result.end_offset)
+
+    def _upkeep(self, state: ProducerStates, now: int, log_end: int) -> None:
+        """After a send stored: idle producers expired, a snapshot written, when due."""
         if now >= self._expire_at:
             self._expire_at = now + _EXPIRE_EVERY_MS
             gone = state.expire(now)
             if gone:
                 log.info("idle idempotent producers forgotten", producers=gone)
-        store = self.host.store
-        if store.max_offset - self._snapshot_at >= self.host.cfg.producer_snapshot_bytes:
+        if log_end - self._snapshot_at >= self.host.cfg.producer_snapshot_bytes:
             self.snapshot()
 
     def snapshot(self) -> None:

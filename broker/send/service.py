@@ -29,7 +29,7 @@ from broker.timer.schedule import ScheduleRefused
 from broker.write_gate import WriteRefused
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
-from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, Verdict, record_seq_value
+from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, QueueWindow, Verdict
 from protocol.message import Message, MsgIdMaker
 from protocol.timer import REQUEST_PROPERTIES
 from protocol.topic_attrs import TopicAttrs, message_type_of, type_refusal, write_forbidden
@@ -160,6 +160,7 @@ class SendService:
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
         uniq_key: str | None = None
+        window: QueueWindow | None = None
         if seq is not None:
             if topic in self.idempotence_off:
                 raise SendRefused(
@@ -167,9 +168,11 @@ class SendService:
                     f"topic {topic} takes no idempotent producers' fields (the broker's "
                     "idempotence_off_topics): send without producerId, producerEpoch, sequence",
                 )
-            retried = self._retried(topic, queue_id, messages, seq)
-            if retried is not None:
-                return retried
+            window = self.sequences.next_window(topic, queue_id, seq)
+            if window is None:  # not merely the next request of its queue: the whole check
+                retried = self._retried(topic, queue_id, messages, seq)
+                if retried is not None:
+                    return retried
         elif self.uniq_keys.topics:
             uniq_key = self.uniq_keys.key(topic, messages)
             if uniq_key is not None:
@@ -200,7 +203,10 @@ class SendService:
             _drop_sequences(messages)
         result = self._store(topic, queue_id, messages, body_bytes, own)
         if seq is not None:
-            self.sequences.stored(topic, queue_id, seq, batch_of(seq.sequence, result))
+            if window is not None:
+                self.sequences.stored_next(window, seq, result)
+            else:
+                self.sequences.stored(topic, queue_id, seq, batch_of(seq.sequence, result))
         elif uniq_key is not None:
             self.uniq_keys.stored(topic, uniq_key, batch_of(-1, result))
         return result
@@ -276,12 +282,9 @@ class SendService:
             missing = batch.missing
             rest = [messages[i] for i in missing]
             n = len(messages)
+            own = any(m.properties for m in rest)
             for i, m in zip(missing, rest, strict=True):
-                props = m.properties
-                if not props:
-                    props = m.properties = {}
-                props[PROP_PRODUCER_SEQ] = record_seq_value(seq, i, n)
-            own = any(len(m.properties) > 1 for m in rest)
+                sequences.stamp_record(m, seq, i, n)
             result = self._store(topic, queue_id, rest, sum(len(m.body) for m in rest), own)
             for i, off in zip(missing, result.physical_offsets, strict=True):
                 batch.physical_offsets[i] = off

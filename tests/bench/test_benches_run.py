@@ -94,6 +94,11 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^failover, SIGSTOP of the master .* p50 {NUMBER} s",
         r"^NATS JetStream R3: skipped \(--no-peer\)",
     ),
+    "idempotent_put_bench.py": (
+        rf"^median CPU per put \({NUMBER} rounds of {NUMBER}\): off {NUMBER} us, on {NUMBER} us, "
+        rf"prop {NUMBER} us",
+        rf"^on - off: [+-]{NUMBER} us a put, on/off {NUMBER}",
+    ),
     "index_bench.py": (
         rf"^single sends \(64 in flight\) +index on +{NUMBER} msg/s",
         rf"^over loopback \(QUERY_MESSAGE\) +{NUMBER} random keys +p50 {NUMBER} ms",

@@ -117,6 +117,34 @@ def test_a_gap_is_stored_and_counted_and_the_missing_sequence_still_fits() -> No
     assert not s.check(T, 0, ProducerSeq(1, 0, 4)).gap
 
 
+def test_next_window_is_only_for_the_request_right_after_the_newest() -> None:
+    """The send path's fast way (:meth:`ProducerStates.next_window` and
+    :meth:`~ProducerStates.stored_next`) takes only what :meth:`~ProducerStates.check` would
+    answer NEW without a gap, and leaves the state as :meth:`~ProducerStates.stored` does."""
+    s = states()
+    assert s.next_window(T, 0, ProducerSeq(1, 0, 0)) is None  # producer unknown
+    store(s, ProducerSeq(1, 0, 0), 0)
+    assert s.next_window(T, 1, ProducerSeq(1, 0, 1)) is None  # another queue: no window yet
+    assert s.next_window(T, 0, ProducerSeq(1, 0, 0)) is None  # a retry
+    assert s.next_window(T, 0, ProducerSeq(1, 0, 2)) is None  # a gap
+    assert s.next_window(T, 0, ProducerSeq(1, 1, 1)) is None  # a newer epoch
+    for n in range(1, WINDOW + 3):
+        seq = ProducerSeq(1, 0, n)
+        w = s.next_window(T, 0, seq)
+        assert w is not None
+        d = s.check(T, 0, seq)
+        assert d.verdict is Verdict.NEW and not d.gap
+        s.stored_next(w, 1, batch(n, 10 * n), n)
+    kept = [s.check(T, 0, ProducerSeq(1, 0, n)) for n in range(WINDOW + 3)]
+    assert [d.verdict for d in kept] == [Verdict.TOO_OLD] * 3 + [Verdict.DUPLICATE] * WINDOW
+    assert [d.batch.physical_offsets for d in kept[3:] if d.batch] == [
+        [10 * n] for n in range(3, WINDOW + 3)
+    ]
+    assert s.windows == 1 and s.producers == 1
+    assert s.expire(WINDOW + 1 + 60_000) == 0  # last used at the newest stored_next
+    assert s.expire(WINDOW + 2 + 60_000) == 1
+
+
 def test_below_the_window_is_too_old() -> None:
     s = states()
     for i in range(WINDOW + 2):
@@ -276,6 +304,15 @@ def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) 
             pending.remove(seq_no)
             continue
         seq = ProducerSeq(1, 0, seq_no)
+        w = s.next_window(T, 0, seq)  # the send path's fast way first, as the broker asks
+        if w is not None:
+            assert seq_no not in stored, seq_no
+            s.stored_next(w, 1, batch(seq_no, offset), 0)
+            stored.add(seq_no)
+            offset += 1
+            if op == 1:
+                pending.remove(seq_no)
+            continue
         d = s.check(T, 0, seq)
         if seq_no in stored:
             assert d.verdict is Verdict.DUPLICATE, (seq_no, d)

@@ -1,0 +1,143 @@
+"""The broker's cost of an idempotent producer's send, without the network and the replicas
+(docs/idempotence.md, "Cost").
+
+One in-process lone broker (flush async); the send service's ``put`` (what the remoting and
+gRPC fronts call, :meth:`broker.send.service.SendService.put`) of single sends of ``--size``
+bytes to a topic of 8 queues, round robin, in three modes alternated for ``--rounds`` rounds
+in one process:
+
+* ``off``: no fields (what a send without idempotence costs);
+* ``on``: the producer id, epoch and sequence (per queue), the broker's check, the
+  ``__PSEQ`` value on the record, the window update and the kept answer;
+* ``prop``: no fields but one ordinary property (what any property costs the store).
+
+Each phase is ``--sends`` puts; its cost is the process's CPU time per put (the machine is
+shared, so wall time would count the others' work). Printed per round and as medians with
+on - off; ``--profile on`` (or ``off``) runs cProfile over one more phase of that mode and
+prints its top functions.
+
+    python bench/idempotent_put_bench.py [--rounds 5] [--sends 20000] [--size 1024]
+        [--profile on]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import smoke
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from protocol.idempotence import ProducerSeq
+from protocol.message import Message
+from tests.support.procs import free_port
+
+TOPIC = "IdemPut"
+QUEUES = 8
+MODES = ("off", "on", "prop")
+
+
+class Sender:
+    """Puts of one mode; the sequences per queue go on across phases."""
+
+    def __init__(self, broker: Broker, size: int) -> None:
+        self.sends = broker.ctx.sends
+        self.body = b"x" * size
+        self.producer_id = 4242
+        self.next_seq = [0] * QUEUES
+
+    def phase(self, mode: str, n: int) -> float:
+        """CPU seconds per put of ``n`` puts in ``mode``."""
+        body = self.body
+        if mode == "prop":
+            messages = [
+                Message(topic=TOPIC, body=body, properties={"color": "red"}) for _ in range(n)
+            ]
+        else:
+            messages = [Message(topic=TOPIC, body=body) for _ in range(n)]
+        seqs: list[ProducerSeq | None] = [None] * n
+        if mode == "on":
+            pid = self.producer_id
+            nxt = self.next_seq
+            for i in range(n):
+                q = i % QUEUES
+                seqs[i] = ProducerSeq(pid, 0, nxt[q])
+                nxt[q] += 1
+        put = self.sends.put
+        t0 = time.process_time()
+        for i in range(n):
+            put(TOPIC, i % QUEUES, [messages[i]], seqs[i])
+        return (time.process_time() - t0) / n
+
+
+async def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="idempotent-put-bench-") as tmp:
+        cfg = BrokerConfig(
+            listen=f"127.0.0.1:{free_port()}",
+            data_dir=Path(tmp) / "broker-a",
+            metrics_port=0,
+            flush="async",
+            commitlog_segment_bytes=1 << 28,
+        )
+        broker = Broker(cfg)
+        await broker.start()
+        try:
+            ctx = broker.ctx
+            ctx.topics.load()
+            ctx.create_topic(TOPIC, QUEUES)
+            await ctx.sends.sequences.built()
+            sender = Sender(broker, args.size)
+            for mode in MODES:  # warm up: caches, the first segment's pages
+                sender.phase(mode, min(args.sends, 2000))
+            figures: dict[str, list[float]] = {m: [] for m in MODES}
+            for r in range(args.rounds):
+                line = []
+                for mode in MODES:
+                    us = sender.phase(mode, args.sends) * 1e6
+                    figures[mode].append(us)
+                    line.append(f"{mode} {us:.1f}")
+                    await asyncio.sleep(0)  # the loop's own work between phases
+                print(f"round {r + 1}: " + ", ".join(line) + " us a put", flush=True)
+            med = {m: statistics.median(v) for m, v in figures.items()}
+            print(
+                f"median CPU per put ({args.rounds} rounds of {args.sends:,}): "
+                f"off {med['off']:.1f} us, on {med['on']:.1f} us, prop {med['prop']:.1f} us",
+                flush=True,
+            )
+            print(
+                f"on - off: {med['on'] - med['off']:+.1f} us a put, on/off "
+                f"{med['on'] / med['off']:.3f}; load average {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+            if args.profile:
+                prof = cProfile.Profile()
+                prof.enable()
+                sender.phase(args.profile, args.sends)
+                prof.disable()
+                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        finally:
+            await broker.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--sends", type=int, default=20_000, help="puts per phase")
+    p.add_argument("--size", type=int, default=1024, help="body bytes")
+    p.add_argument("--profile", choices=MODES, default=None, help="cProfile one more phase")
+    args = smoke.parse_args(p, rounds=1, sends=300)
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
