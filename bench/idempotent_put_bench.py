@@ -3,21 +3,21 @@
 
 One in-process lone broker (flush async); the send service's ``put`` (what the remoting and
 gRPC fronts call, :meth:`broker.send.service.SendService.put`) of single sends of ``--size``
-bytes to a topic of 8 queues, round robin, in three modes alternated for ``--rounds`` rounds
-in one process:
+bytes (``--batch N``: batches of N) to a topic of 8 queues, round robin, in three modes
+alternated for ``--rounds`` rounds in one process:
 
 * ``off``: no fields (what a send without idempotence costs);
 * ``on``: the producer id, epoch and sequence (per queue), the broker's check, the
   ``__PSEQ`` value on the record, the window update and the kept answer;
 * ``prop``: no fields but one ordinary property (what any property costs the store).
 
-Each phase is ``--sends`` puts; its cost is the process's CPU time per put (the machine is
-shared, so wall time would count the others' work). Printed per round and as medians with
+Each phase is ``--sends`` messages; its cost is the process's CPU time per message (the
+machine is shared, so wall time would count the others' work). Printed per round and as medians with
 on - off; ``--profile on`` (or ``off``) runs cProfile over one more phase of that mode and
 prints its top functions.
 
     python bench/idempotent_put_bench.py [--rounds 5] [--sends 20000] [--size 1024]
-        [--profile on]
+        [--batch 1] [--profile on]
 """
 
 from __future__ import annotations
@@ -50,21 +50,25 @@ MODES = ("off", "on", "prop")
 class Sender:
     """Puts of one mode; the sequences per queue go on across phases."""
 
-    def __init__(self, broker: Broker, size: int) -> None:
+    def __init__(self, broker: Broker, size: int, batch: int = 1) -> None:
         self.sends = broker.ctx.sends
         self.body = b"x" * size
+        self.batch = batch
         self.producer_id = 4242
         self.next_seq = [0] * QUEUES
 
     def phase(self, mode: str, n: int) -> float:
-        """CPU seconds per put of ``n`` puts in ``mode``."""
+        """CPU seconds per message of ``n`` messages in ``mode``."""
         body = self.body
+        size = self.batch
+        n = max(1, n // size)
         if mode == "prop":
             messages = [
-                Message(topic=TOPIC, body=body, properties={"color": "red"}) for _ in range(n)
+                [Message(topic=TOPIC, body=body, properties={"color": "red"}) for _ in range(size)]
+                for _ in range(n)
             ]
         else:
-            messages = [Message(topic=TOPIC, body=body) for _ in range(n)]
+            messages = [[Message(topic=TOPIC, body=body) for _ in range(size)] for _ in range(n)]
         seqs: list[ProducerSeq | None] = [None] * n
         if mode == "on":
             pid = self.producer_id
@@ -76,8 +80,8 @@ class Sender:
         put = self.sends.put
         t0 = time.process_time()
         for i in range(n):
-            put(TOPIC, i % QUEUES, [messages[i]], seqs[i])
-        return (time.process_time() - t0) / n
+            put(TOPIC, i % QUEUES, messages[i], seqs[i])
+        return (time.process_time() - t0) / (n * size)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -96,7 +100,7 @@ async def run(args: argparse.Namespace) -> None:
             ctx.topics.load()
             ctx.create_topic(TOPIC, QUEUES)
             await ctx.sends.sequences.built()
-            sender = Sender(broker, args.size)
+            sender = Sender(broker, args.size, args.batch)
             for mode in MODES:  # warm up: caches, the first segment's pages
                 sender.phase(mode, min(args.sends, 2000))
             figures: dict[str, list[float]] = {m: [] for m in MODES}
@@ -107,15 +111,16 @@ async def run(args: argparse.Namespace) -> None:
                     figures[mode].append(us)
                     line.append(f"{mode} {us:.1f}")
                     await asyncio.sleep(0)  # the loop's own work between phases
-                print(f"round {r + 1}: " + ", ".join(line) + " us a put", flush=True)
+                print(f"round {r + 1}: " + ", ".join(line) + " us a message", flush=True)
             med = {m: statistics.median(v) for m, v in figures.items()}
             print(
-                f"median CPU per put ({args.rounds} rounds of {args.sends:,}): "
+                f"median CPU per message ({args.rounds} rounds of {args.sends:,} in puts of "
+                f"{args.batch}): "
                 f"off {med['off']:.1f} us, on {med['on']:.1f} us, prop {med['prop']:.1f} us",
                 flush=True,
             )
             print(
-                f"on - off: {med['on'] - med['off']:+.1f} us a put, on/off "
+                f"on - off: {med['on'] - med['off']:+.1f} us a message, on/off "
                 f"{med['on'] / med['off']:.3f}; load average {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
@@ -132,7 +137,8 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--sends", type=int, default=20_000, help="puts per phase")
+    p.add_argument("--sends", type=int, default=20_000, help="messages per phase")
+    p.add_argument("--batch", type=int, default=1, help="messages per put")
     p.add_argument("--size", type=int, default=1024, help="body bytes")
     p.add_argument("--profile", choices=MODES, default=None, help="cProfile one more phase")
     args = smoke.parse_args(p, rounds=1, sends=300)

@@ -95,9 +95,9 @@ FIGURES: dict[str, tuple[str, ...]] = {
         r"^NATS JetStream R3: skipped \(--no-peer\)",
     ),
     "idempotent_put_bench.py": (
-        rf"^median CPU per put \({NUMBER} rounds of {NUMBER}\): off {NUMBER} us, on {NUMBER} us, "
-        rf"prop {NUMBER} us",
-        rf"^on - off: [+-]{NUMBER} us a put, on/off {NUMBER}",
+        rf"^median CPU per message \({NUMBER} rounds of {NUMBER} in puts of {NUMBER}\): "
+        rf"off {NUMBER} us, on {NUMBER} us, prop {NUMBER} us",
+        rf"^on - off: [+-]{NUMBER} us a message, on/off {NUMBER}",
     ),
     "index_bench.py": (
         rf"^single sends \(64 in flight\) +index on +{NUMBER} msg/s",
