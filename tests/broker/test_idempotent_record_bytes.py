@@ -19,7 +19,7 @@ from protocol.idempotence import (
     record_seq_value,
     seq_property,
 )
-from protocol.message import Message, decode_record, encode_properties
+from protocol.message import Message, decode_record, encode_properties, message_copy
 from storage.queue_write import RecordSizer
 from tests.storage.support import open_store
 
@@ -34,25 +34,12 @@ def dict_stamped(messages: list[Message], seq: ProducerSeq) -> list[Message]:
     for i, m in enumerate(messages):
         props = dict(m.properties)
         props[PROP_PRODUCER_SEQ] = record_seq_value(seq, i, n)
-        out.append(copy_of(m, props))
+        out.append(message_copy(m, m.topic, props))
     return out
 
 
-def copy_of(m: Message, props: dict[str, str]) -> Message:
-    return Message(
-        topic=m.topic,
-        body=m.body,
-        keys=m.keys,
-        tags=m.tags,
-        properties=props,
-        flag=m.flag,
-        born_timestamp=m.born_timestamp,
-        born_host=m.born_host,
-    )
-
-
 def stamped(messages: list[Message], seq: ProducerSeq) -> list[Message]:
-    out = [copy_of(m, dict(m.properties)) for m in messages]
+    out = [message_copy(m, m.topic, dict(m.properties)) for m in messages]
     ProducerSequences.stamp(out, seq)
     return out
 
