@@ -16,6 +16,7 @@ import contextlib
 import errno
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -255,9 +256,11 @@ class Segment:
             return False
         return True
 
-    def close(self) -> None:
+    def close(self, later: Callable[[Callable[[], None]], object] | None = None) -> None:
         """Unmap. A reader still holding a slice of ``view`` keeps the mapping alive until it lets
-        go of it (the mapping then goes with the last reference)."""
+        go of it (the mapping then goes with the last reference). ``later``: hand the unmapping
+        to it (a worker thread's submit): unmapping a deleted file frees its page cache, 1.1 s
+        for a 1 GiB CommitLog segment here, and releases the GIL while it does."""
         if self.closed:
             return
         self.closed = True
@@ -265,6 +268,12 @@ class Segment:
             return
         with contextlib.suppress(BufferError):
             self.view.release()
+        if later is None:
+            self._unmap_now()
+        else:
+            later(self._unmap_now)
+
+    def _unmap_now(self) -> None:
         with contextlib.suppress(BufferError):
             self._mm.close()
 

@@ -7,9 +7,13 @@ touched; the flusher (one worker thread) takes them with :meth:`FileTracker.take
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from storage.segment import Segment
+
+_UNMAPPER = ThreadPoolExecutor(1, thread_name_prefix="unmap")
+"""Unmaps deleted segments, one after another, off the caller's thread."""
 
 
 class FileTracker:
@@ -38,9 +42,11 @@ class FileTracker:
         return list(files), sorted(dirs, key=lambda p: len(p.parts), reverse=True)
 
     def retire(self, segment: Segment) -> None:
-        """Delete ``segment``: its file now, its mapping once no reader holds a view of it."""
+        """Delete ``segment``: its file now, its mapping once no reader holds a view of it, in
+        a worker thread (the kernel frees the deleted file's page cache as it is unmapped: a
+        second a GiB, which held the event loop of a broker deleting expired segments)."""
         segment.unlink()
-        segment.close()
+        segment.close(later=_UNMAPPER.submit)
         with self._lock:
             self._files.discard(segment)
             self._dirs.add(segment.path.parent)
