@@ -29,7 +29,9 @@ Measured per column:
                           connection: us
 
 The open-files limit is raised to its hard limit here (resource.setrlimit; the brokers started
-after inherit it) and printed: each client is a socket in this process and one in a broker.
+after inherit it) and printed: each client is a socket in this process and one in a broker, so a
+column holds at most the limit less 200 connections (said when it is cut; the rebalance round
+runs after the clients closed).
 Nothing is asserted: figures on a shared machine (the load average is printed).
 """
 
@@ -47,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.controller_bench import process_cpu
-from bench.growth import PER_OP, Measure, Worst, print_growth
-from bench.scale_broker import open_fds, rss_mib
+from bench.growth import PER_OP, Measure, Worst, print_growth, rss_mib
+from bench.scale_broker import open_fds
 from client.allocate import allocate_averagely
 from client.bootstrap import Bootstrap
 from client.identity import heartbeat
@@ -67,6 +69,8 @@ CONNECT_INFLIGHT = 200
 CLIENTS_LOAD = "clients"
 MEMBERS_LOAD = "members"
 REBALANCE_GROUP = "scale-rebalance"
+FD_MARGIN = 200
+"""Descriptors this process keeps for itself beside the clients' (controllers, files, logs)."""
 
 MEASURES: tuple[Measure, ...] = (
     ("memory per connection", "KiB", PER_OP),
@@ -259,6 +263,10 @@ async def measure(col: ClientColumn, args: argparse.Namespace, tmp: Path) -> Non
         ctl_idle = (sum(process_cpu(p) for p in ctl) - c0) / (time.perf_counter() - t0)
 
         clients = [Client(i, brokers[i % len(brokers)]) for i in range(col.clients)]
+        if col.clients > args.max_clients:  # this process's open-files limit
+            print(f"  clients {col.factor}x: {args.max_clients:,} of {col.clients:,}", flush=True)
+            col.clients = args.max_clients
+            del clients[col.clients :]
         sem = asyncio.Semaphore(CONNECT_INFLIGHT)
 
         async def connect(c: Client) -> None:
@@ -287,10 +295,6 @@ async def measure(col: ClientColumn, args: argparse.Namespace, tmp: Path) -> Non
         f["controller CPU per client"] = max(ctl_cpu, 0.0) / col.clients / took * 1e6
         routes.cancel()
 
-        round_s, done = await rebalance_round(brokers[0].address, col.members)
-        f["rebalance round"] = round_s * 1000
-        f["member list fetch"] = round_s * 1000 / (col.members + 1)
-
         open_now = sum(sockets(b.pid) for b in brokers)
         cpu0 = broker_cpu(brokers)
         for c in clients:
@@ -302,6 +306,10 @@ async def measure(col: ClientColumn, args: argparse.Namespace, tmp: Path) -> Non
 
         await wait_until_async(closed, "the brokers to close every client connection", 120)
         f["close per connection"] = (broker_cpu(brokers) - cpu0) / col.clients * 1e6
+        clients = []
+        round_s, done = await rebalance_round(brokers[0].address, col.members)
+        f["rebalance round"] = round_s * 1000
+        f["member list fetch"] = round_s * 1000 / (col.members + 1)
         print(
             f"  clients {col.factor}x: {col.clients:,} connected in {connected:.1f} s; "
             f"rebalance of {col.members + 1:,} members ({done} done); figures: "
@@ -321,7 +329,12 @@ async def measure(col: ClientColumn, args: argparse.Namespace, tmp: Path) -> Non
 
 async def run_columns(cols: list[ClientColumn], args: argparse.Namespace) -> None:
     soft, hard = raise_open_files()
-    print(f"clients: open-files limit {soft:,} (hard {hard:,})", flush=True)
+    args.max_clients = soft - FD_MARGIN
+    print(
+        f"clients: open-files limit {soft:,} (hard {hard:,}): at most {args.max_clients:,} "
+        "client connections from this process",
+        flush=True,
+    )
     for col in cols:
         tmp = Path(tempfile.mkdtemp(prefix=f"scale-clients-{col.factor}x-"))
         try:
