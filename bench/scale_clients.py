@@ -59,6 +59,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.controller_requests.topics import RouteQuery
 from protocol.remoting import Header
 from remoting.client import RemotingClient
+from remoting.errors import RemotingError
 from tests.cluster.support import sync_state
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.wait import wait_until_async
@@ -345,7 +346,7 @@ async def run_columns(cols: list[ClientColumn], args: argparse.Namespace) -> Non
             )
             try:
                 await measure(col, args, tmp)
-            except (RuntimeError, AssertionError, OSError, TimeoutError) as exc:
+            except (RuntimeError, AssertionError, OSError, TimeoutError, RemotingError) as exc:
                 print(f"  clients {col.factor}x: {exc!r}", flush=True)  # its figures stay empty
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
