@@ -250,6 +250,16 @@ def test_a_normal_user_sees_and_does_only_what_its_rules_allow(env: Env, browser
     stats = env.as_root("topicStatus", "-t", "RightsB")
     assert all(q["maxOffset"] == 0 for q in stats["queues"]), stats
 
+    # A rule given later counts once the console reads the rules again (every RULES_SECONDS).
+    env.as_root("createAcl", "-s", f"User:{SENDER[0]}", "-r", "Topic:RightsB", "-A", "pub")
+
+    def send_form_on_b() -> bool:
+        browser.get(f"{env.url}/c/default/topics/RightsB")
+        wait_until(lambda: text_of(browser, "#queues"), "topic B's page", 30)
+        return bool(browser.find_elements("id", "send-message"))
+
+    wait_until(send_form_on_b, "the send form on B once its new rule is read", 90, interval=2)
+
 
 def test_the_super_user_edits_a_users_secret_and_rule_in_place(env: Env, browser: Any) -> None:
     env.as_root("createUser", "-u", "editable", "-p", "first-Secret-4242")
