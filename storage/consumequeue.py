@@ -14,16 +14,14 @@ import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import structlog
 
 from storage.errors import StoreError
+from storage.filter_index import QueueDigests
 from storage.segment import Segment, list_segment_files
 from storage.tracker import FileTracker
-
-if TYPE_CHECKING:
-    from storage.filter_index import QueueDigests
 
 ENTRY: Final = struct.Struct(">qiq")
 ENTRY_SIZE: Final = ENTRY.size
@@ -327,8 +325,11 @@ class ConsumeQueue:
         physical_offsets: Sequence[int],
         sizes: Sequence[int],
         tag_hashes: Sequence[int],
+        digests: tuple[Sequence[int], Sequence[int]] | None = None,
     ) -> None:
-        """Write entries from queue offset ``first`` (space already reserved)."""
+        """Write entries from queue offset ``first`` (space already reserved). ``digests``:
+        the entries' property digests (low and high halves) when the caller has them (a
+        replica's scan), so the filter index does not read the records again."""
         if self.is_empty and first > self.max_offset:
             self.min_offset = self.max_offset = first
         index = written = self.max_offset
@@ -352,7 +353,13 @@ class ConsumeQueue:
             index += take
         self.max_offset = index
         if self.appended is not None:
-            self.appended(self, written, physical_offsets)
+            if digests is None:
+                self.appended(self, written, physical_offsets)
+            else:
+                held = self.digests
+                if held is None:
+                    held = self.digests = QueueDigests()
+                held.put_halves(written, physical_offsets, digests[0], digests[1])
 
     # -- cutting ---------------------------------------------------------------------------
 
