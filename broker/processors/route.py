@@ -9,6 +9,7 @@ from broker.context import BrokerContext
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller_requests.topics import RouteQuery
 from protocol.remoting import Frame, response
+from protocol.topic_attrs import put_attrs
 from remoting.server import Connection, RemotingServer, error_response
 
 
@@ -26,12 +27,13 @@ class RouteProcessor:
         if tc is None:
             return error_response(req, ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
         role = self.ctx.role
-        broker = {
+        broker: dict[str, object] = {
             "brokerName": self.ctx.cfg.broker_name,
             "masterAddress": role.master_address,
             "slaves": [] if role.is_master else [self.ctx.cfg.listen],
             "queues": tc.queues,
         }
+        put_attrs(broker, tc.attrs)  # perm and messageType, when not 6, NORMAL
         return response(
             req, ResponseCode.SUCCESS, None, msgpack.packb({"topic": topic, "brokers": [broker]})
         )

@@ -28,8 +28,21 @@ def test_topic_and_cluster_commands_describe_the_lone_broker(broker: BrokerProc)
     }
     assert ok_json("topicRoute", "-a", a, "-t", "T") == {
         "topic": "T",
-        "brokers": [{"brokerName": "broker-a", "masterAddress": a, "slaves": [], "queues": 4}],
+        "brokers": [
+            {
+                "brokerName": "broker-a",
+                "masterAddress": a,
+                "slaves": [],
+                "queues": 4,
+                "perm": 6,
+                "messageType": "NORMAL",
+            }
+        ],
     }
+    # A lone broker's own route carries the topic's permission and type too.
+    assert ok_json("updateTopic", "-a", a, "-t", "T", "-q", "4", "-p", "4")["perm"] == 4
+    (shown,) = ok_json("topicRoute", "-a", a, "-t", "T")["brokers"]
+    assert (shown["perm"], shown["messageType"]) == (4, "NORMAL")
     clusters = ok_json("clusterList", "-a", a)
     assert isinstance(clusters, dict)
     (members,) = clusters["clusters"].values()
