@@ -179,7 +179,8 @@ def extrapolation(cols: list[LogColumn]) -> str:
     parts = []
     for name, _, _ in MEASURES:
         slope = (last.figures[name] - prev.figures[name]) / (last.gib - prev.gib)
-        parts.append(f"{name} {last.figures[name] + slope * (1024 - last.gib):,.0f} s")
+        at = max(0.0, last.figures[name] + slope * (1024 - last.gib))  # noise may slope down
+        parts.append(f"{name} {at:,.0f} s")
     return f"1 TiB, on the line through {prev.gib:g} and {last.gib:g} GiB: " + ", ".join(parts)
 
 
