@@ -5,6 +5,9 @@ All are JSON written with :func:`storage.small_file.write_atomic` (checksummed, 
 
     topics.json           {"version": 1, "topics": {"<topic>": {"queues": 8, "perm"?: 4,
                            "messageType"?: "FIFO"}}}   (perm, messageType: when not 6, NORMAL)
+    topics.journal        past 256 topics, the changes since topics.json was written, a JSON
+                          line each: {"topic": "<topic>", "queues": 8, ...} or {"topic":
+                          "<topic>", "deleted": true} (plain appends, not checksummed)
     consumerOffset.json   {"version": 1, "offsets": {"<group>": {"<topic>": {"<queueId>": 42}}},
                            "lastConsumeMs": {"<group>": {"<topic>": {"<queueId>": 1700000000000}}}}
     subscriptionGroup.json  {"version": 1, "groups": {"<group>": {"groupName": "<group>",
@@ -19,18 +22,22 @@ written before it existed loads with no times.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import structlog
+
 from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_from_dict
 from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 from storage.errors import StoreError
 from storage.queues import topic_error
-from storage.small_file import read_atomic, write_atomic
+from storage.small_file import fsync_dir, read_atomic, write_atomic
 
 VERSION: Final = 1
+log = structlog.get_logger(__name__)
 MAX_QUEUES: Final = 1024
 
 
@@ -73,21 +80,71 @@ class TopicConfig:
     """The topic's permission and message type (:mod:`protocol.topic_attrs`)."""
 
 
+JOURNAL_FROM: Final = 256
+"""Topics from which a change is appended to ``topics.journal`` instead of rewriting the table."""
+
+
 class TopicConfigStore:
-    """Topics this broker serves and their queue counts; every change is persisted at once."""
+    """Topics this broker serves and their queue counts; every change is persisted at once.
+
+    Up to :data:`JOURNAL_FROM` topics a change rewrites ``topics.json`` whole. Past it a change
+    is appended to ``topics.journal`` (one JSON line, fsynced: ``{"topic", "queues", ...}`` or
+    ``{"topic", "deleted": true}``), and the table is rewritten (then the journal emptied) once
+    the journal holds as many lines as the table had topics when last written (each change
+    then costs O(1) amortised): rewriting the whole table for
+    every topic cost O(topics) a change, 47 ms at 6,250 topics, on the broker's event loop
+    (issue 34). :meth:`load` reads the table, then the journal's lines in order (a torn last
+    line, never acknowledged, is left out)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = Path(data_dir) / "config" / "topics.json"
+        self.journal = self.path.with_name("topics.journal")
         self._topics: dict[str, TopicConfig] = {}
+        self._journaled = 0
+        self._in_table = 0
+        """Topics the table held when last written (the journal is folded in at as many lines)."""
 
     def load(self) -> None:
         topics: dict[str, TopicConfig] = {}
         for name, entry in _load_json(self.path, "topics").items():
-            try:
-                topics[name] = TopicConfig(name, int(entry["queues"]), attrs_from(entry))
-            except (KeyError, TypeError, ValueError):
-                raise StoreError(f"{self.path}: bad entry for topic {name!r}") from None
+            topics[name] = self._entry(name, entry)
+        self._in_table = len(topics)
+        self._journaled = 0
+        for name, entry in self._journal_lines():
+            self._journaled += 1
+            if entry.get("deleted") is True:
+                topics.pop(name, None)
+            else:
+                topics[name] = self._entry(name, entry)
         self._topics = topics
+
+    def _entry(self, name: str, entry: Any) -> TopicConfig:
+        try:
+            return TopicConfig(name, int(entry["queues"]), attrs_from(entry))
+        except (KeyError, TypeError, ValueError):
+            raise StoreError(f"{self.path}: bad entry for topic {name!r}") from None
+
+    def _journal_lines(self) -> list[tuple[str, dict[str, Any]]]:
+        try:
+            raw = self.journal.read_bytes()
+        except FileNotFoundError:
+            return []
+        lines = raw.split(b"\n")
+        complete, torn = lines[:-1], lines[-1]  # bytes after the last newline: a torn append
+        if torn:  # cut, so that the next append starts a line of its own
+            log.warning(f"{self.journal}: a torn last line left out ({len(torn)} bytes)")
+            self._cut_journal(len(raw) - len(torn))
+        found = []
+        for number, line in enumerate(complete, 1):
+            try:
+                entry = json.loads(line)
+                name = entry["topic"]
+                if not isinstance(entry, dict) or not isinstance(name, str):
+                    raise ValueError("not a topic change")
+            except (ValueError, KeyError, TypeError):
+                raise StoreError(f"{self.journal}: line {number} is not valid") from None
+            found.append((name, entry))
+        return found
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)
@@ -107,18 +164,55 @@ class TopicConfigStore:
             current = self._topics.get(topic)
             attrs = _DEFAULT_ATTRS if current is None else current.attrs
         config = TopicConfig(topic, queues, attrs)
-        topics = {**self._topics, topic: config}
-        self._persist(topics)
-        self._topics = topics
+        self._change(topic, config, put_attrs({"topic": topic, "queues": queues}, attrs))
         return config
 
     def delete(self, topic: str) -> None:
         """Forget ``topic`` (persisted at once); a no-op for an unknown one."""
         if topic not in self._topics:
             return
-        topics = {name: cfg for name, cfg in self._topics.items() if name != topic}
-        self._persist(topics)
+        self._change(topic, None, {"topic": topic, "deleted": True})
+
+    def _change(self, topic: str, config: TopicConfig | None, line: dict[str, Any]) -> None:
+        """Persist one change (the table rewritten, or the line appended), then apply it."""
+        topics = dict(self._topics)
+        if config is None:
+            del topics[topic]
+        else:
+            topics[topic] = config
+        if len(topics) < JOURNAL_FROM or self._journaled + 1 >= self._in_table:
+            self._persist(topics)
+            self._in_table = len(topics)
+            if self._journaled:
+                self._empty_journal()
+        else:
+            self._append(json.dumps(line, sort_keys=True).encode() + b"\n")
+            self._journaled += 1
         self._topics = topics
+
+    def _append(self, data: bytes) -> None:
+        new = not self.journal.exists()
+        fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new:
+            fsync_dir(self.journal.parent)
+
+    def _empty_journal(self) -> None:
+        """After the table holding every journaled change is durable."""
+        self._cut_journal(0)
+        self._journaled = 0
+
+    def _cut_journal(self, size: int) -> None:
+        fd = os.open(self.journal, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _persist(self, topics: dict[str, TopicConfig]) -> None:
         _dump_json(
