@@ -22,17 +22,23 @@ from protocol.broker_requests.clients import (
     UnregisterClient,
 )
 from protocol.codes import RequestCode, ResponseCode
-from protocol.remoting import Frame, response
+from protocol.remoting import Frame, Header, response
 from protocol.retry import format_delay_levels, group_error, retry_topic
 from remoting.server import Connection, RemotingServer
 from storage.errors import StoreError
 
 log = structlog.get_logger(__name__)
 
+MAX_CACHED_LISTS = 4096
+"""Encoded member lists kept (one per group asked for); all dropped when full."""
+
 
 class ClientProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        self._answers: dict[str, tuple[tuple[str, ...], tuple[Header, bytes | None]]] = {}
+        """group -> its member list and that list's encoded answer: every member asks for it
+        at each rebalance (issue 34)."""
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.HEART_BEAT, self.heartbeat)
@@ -64,8 +70,13 @@ class ClientProcessor:
 
     def members(self, conn: Connection, req: Frame) -> Frame:
         group = ConsumerListQuery.parse(req.header, req.body).group
-        members = ConsumerList(client_ids=tuple(self.ctx.groups.members(group, self.ctx.now_ms())))
-        return response(req, ResponseCode.SUCCESS, *members.encode())
+        ids = self.ctx.groups.member_ids(group, self.ctx.now_ms())
+        last = self._answers.get(group)
+        if last is None or last[0] is not ids:  # the list changed: encoded once more
+            if len(self._answers) >= MAX_CACHED_LISTS:
+                self._answers.clear()
+            last = self._answers[group] = (ids, ConsumerList(client_ids=ids).encode())
+        return response(req, ResponseCode.SUCCESS, *last[1])
 
     def _connection_closed(self, conn: Connection) -> None:
         self.ctx.groups.connection_closed(id(conn))
