@@ -1,10 +1,11 @@
-"""Every broker group's ReplicaInfo, built once per applied Raft index (issue 34).
+"""Broker groups' ReplicaInfos, built again only once the applied Raft index moved (issue 34).
 
 The metadata changes only when the Raft driver applies an entry or installs a snapshot, and
 both move ``driver.applied``. So the active controller's per-heartbeat read of the broker's
-group and its scheduler's scan, ten times a second over every group, read the infos built the
-last time the index moved instead of building every group's again: a heartbeat or a scan in a
-quiet cluster builds nothing. No clock here; the index is the only key.
+group and its scheduler's scan, ten times a second over every group, read infos built at the
+current index: a heartbeat or a scan in a quiet cluster builds nothing. Each group's info is
+kept on its own (a heartbeat after a write builds its own group's, never every group's); the
+scan's list of every group is kept whole. No clock here; the index is the only key.
 """
 
 from __future__ import annotations
@@ -15,30 +16,39 @@ from controller.raft_driver import RaftDriver
 
 
 class GroupView:
-    __slots__ = ("_at", "_by_name", "_driver", "_infos", "_manager")
+    __slots__ = ("_at", "_by_name", "_driver", "_infos", "_listed", "_manager")
 
     def __init__(self, driver: RaftDriver, manager: ReplicasInfoManager) -> None:
         self._driver = driver
         self._manager = manager
         self._at = -1
         self._infos: list[ReplicaInfo] = []
-        self._by_name: dict[str, ReplicaInfo] = {}
-
-    def _current(self) -> None:
-        applied = self._driver.applied
-        if applied != self._at:
-            infos = self._manager.replica_infos()
-            self._infos = infos
-            self._by_name = {info.broker_name: info for info in infos}
-            self._at = applied
+        self._listed: dict[str, ReplicaInfo] = {}
+        """``_infos`` by broker name (a heartbeat reads its group there when it is current)."""
+        self._by_name: dict[str, tuple[int, ReplicaInfo]] = {}
 
     def infos(self) -> list[ReplicaInfo]:
         """Every group's metadata, ascending by broker name: the same list object until the
         metadata changes (callers may compare it by identity; they must not mutate it)."""
-        self._current()
+        applied = self._driver.applied
+        if applied != self._at:
+            self._infos = self._manager.replica_infos()
+            self._listed = {info.broker_name: info for info in self._infos}
+            self._at = applied
         return self._infos
 
     def get(self, broker_name: str) -> ReplicaInfo | None:
         """``broker_name``'s metadata, or None for a group the metadata does not have."""
-        self._current()
-        return self._by_name.get(broker_name)
+        applied = self._driver.applied
+        hit = self._by_name.get(broker_name)
+        if hit is not None and hit[0] == applied:
+            return hit[1]
+        if self._at == applied:
+            info = self._listed.get(broker_name)
+        else:
+            info = self._manager.replica_info(broker_name)
+        if info is None:
+            self._by_name.pop(broker_name, None)
+        else:
+            self._by_name[broker_name] = (applied, info)
+        return info
