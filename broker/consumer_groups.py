@@ -46,11 +46,24 @@ class Member:
     info: ClientInfo = REMOTING_CLIENT
 
 
+ConnectionIndex = dict[int, set[tuple[str, str]]]
+"""connection id -> the (group, client id) pairs heard over it."""
+
+
+def unindex(index: ConnectionIndex, connection_id: int, key: tuple[str, str]) -> None:
+    """``key`` out of ``index``'s entry for ``connection_id`` (the entry gone once empty)."""
+    keys = index.get(connection_id)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[connection_id]
+
+
 class ConsumerGroups:
     def __init__(self, expiry_ms: int) -> None:
         self._expiry_ms = expiry_ms
         self._groups: dict[str, dict[str, Member]] = {}
-        self._by_connection: dict[int, set[tuple[str, str]]] = {}
+        self._by_connection: ConnectionIndex = {}
         """connection id -> (group, client id) of the members that heart-beat over it: a closed
         connection drops its members without a scan over every group's (issue 34)."""
         self._lists: dict[str, tuple[int, tuple[str, ...]]] = {}
@@ -96,7 +109,7 @@ class ConsumerGroups:
         if not self._live(member, now_ms) or now_ms < member.last_seen_ms or member.info != info:
             self._lists.pop(group, None)  # back in the list, or its expiry moved earlier
         if member.connection_id != connection_id:
-            self._unindex(member.connection_id, group, client_id)
+            unindex(self._by_connection, member.connection_id, (group, client_id))
             self._by_connection.setdefault(connection_id, set()).add((group, client_id))
         member.last_seen_ms = now_ms
         member.topic = topic
@@ -110,18 +123,11 @@ class ConsumerGroups:
         member = None if members is None else members.pop(client_id, None)
         if members is None or member is None:
             return False
-        self._unindex(member.connection_id, group, client_id)
+        unindex(self._by_connection, member.connection_id, (group, client_id))
         self._lists.pop(group, None)
         if not members:
             del self._groups[group]
         return True
-
-    def _unindex(self, connection_id: int, group: str, client_id: str) -> None:
-        keys = self._by_connection.get(connection_id)
-        if keys is not None:
-            keys.discard((group, client_id))
-            if not keys:
-                del self._by_connection[connection_id]
 
     def connection_closed(self, connection_id: int) -> list[tuple[str, str]]:
         """Drop every member that heart-beat over this connection; returns (group, client),

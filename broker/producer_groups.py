@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.consumer_groups import CHANNEL_EXPIRED_MS, ClientInfo
+from broker.consumer_groups import CHANNEL_EXPIRED_MS, ClientInfo, ConnectionIndex, unindex
 from protocol.broker_requests.producers import ProducerConnection
 
 __all__ = ["PRODUCER_EXPIRY_MS", "ProducerGroups"]
@@ -32,7 +32,7 @@ class _Producer:
 class ProducerGroups:
     def __init__(self) -> None:
         self._groups: dict[str, dict[str, _Producer]] = {}
-        self._by_connection: dict[int, set[tuple[str, str]]] = {}
+        self._by_connection: ConnectionIndex = {}
         """connection id -> (group, client id) heard over it: a closed connection drops its
         clients without a scan over every group's (issue 34)."""
 
@@ -48,16 +48,9 @@ class ProducerGroups:
         members = self._groups.setdefault(group, {})
         old = members.get(client_id)
         if old is not None and old.connection_id != connection_id:
-            self._unindex(old.connection_id, group, client_id)
+            unindex(self._by_connection, old.connection_id, (group, client_id))
         members[client_id] = _Producer(address, info, now_ms, connection_id)
         self._by_connection.setdefault(connection_id, set()).add((group, client_id))
-
-    def _unindex(self, connection_id: int, group: str, client_id: str) -> None:
-        keys = self._by_connection.get(connection_id)
-        if keys is not None:
-            keys.discard((group, client_id))
-            if not keys:
-                del self._by_connection[connection_id]
 
     def connection_closed(self, connection_id: int) -> None:
         """Forget the clients heard over this connection (only those: no scan of the rest)."""
@@ -73,7 +66,7 @@ class ProducerGroups:
         silent ones are forgotten)."""
         members = self._groups.get(group, {})
         for cid in [c for c, p in members.items() if now_ms - p.last_seen_ms > PRODUCER_EXPIRY_MS]:
-            self._unindex(members.pop(cid).connection_id, group, cid)
+            unindex(self._by_connection, members.pop(cid).connection_id, (group, cid))
         if not members:
             self._groups.pop(group, None)
         return [

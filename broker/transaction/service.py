@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final
 
 import structlog
 
+from broker.consumer_groups import ConnectionIndex, unindex
 from broker.service_host import PerMasterEpoch
 from broker.system_topic import read_system_topic
 from broker.transaction.host import TransactionHost
@@ -101,7 +102,7 @@ class TransactionService(PerMasterEpoch[TransactionState]):
         self.state: TransactionState | None = None
         self._epoch = -1
         self._producers: dict[str, dict[str, _Producer]] = {}
-        self._by_connection: dict[int, set[tuple[str, str]]] = {}
+        self._by_connection: ConnectionIndex = {}
         """id(conn) -> (group, client id) of the producers heard over it: a closed connection
         drops its producers without a scan over every group's (issue 34)."""
         """producer group -> client id -> its connection (from its heartbeats)."""
@@ -133,11 +134,7 @@ class TransactionService(PerMasterEpoch[TransactionState]):
         members = self._producers.setdefault(group, {})
         old = members.get(client_id)
         if old is not None and old.conn is not conn:
-            keys = self._by_connection.get(id(old.conn))
-            if keys is not None:
-                keys.discard((group, client_id))
-                if not keys:
-                    del self._by_connection[id(old.conn)]
+            unindex(self._by_connection, id(old.conn), (group, client_id))
         members[client_id] = _Producer(conn, self.host.now_ms(), relay)
         self._by_connection.setdefault(id(conn), set()).add((group, client_id))
 
