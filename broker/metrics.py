@@ -27,6 +27,7 @@ from broker.metrics_scrape import (
     StateCollector,
     WithIdentity,
 )
+from daemon import build_info
 from protocol.codes import ResponseCode, code_name
 from protocol.transaction import OpKind
 from remoting.server import DROP_BAD_FRAME, DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer
@@ -209,6 +210,7 @@ class BrokerMetrics:
         self.cluster = cluster
         self.broker_name = broker_name
         self.registry.register(WithIdentity(self._inner, self))
+        build_info.export(self._inner, "broker", labels)
         self.readings: BrokerReadings | None = None
         r = self._inner
         self.traffic = TopicTraffic()

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from controller.metadata import ReplicaInfo
 from controller.raft import NodeId, Role
 from controller.raft_driver import RaftDriver, RaftObserver
+from daemon import build_info
 from remoting.server import DROP_PARTIAL_FRAME_BUDGET, Connection, RemotingServer
 
 FSYNC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -23,6 +24,7 @@ class ControllerMetrics(RaftObserver):
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
         ProcessCollector(registry=r)  # process_open_fds, process_max_fds, memory, CPU
+        build_info.export(r, "controller")
         self.term = Gauge("rmq_controller_raft_term", "Current Raft term", registry=r)
         self.role = Gauge(
             "rmq_controller_raft_role", "1 for this node's current Raft role", ["role"], registry=r

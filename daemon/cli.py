@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import click
+import structlog
 
-from daemon import gc_tuning, systemd
+from daemon import build_info, gc_tuning, systemd
 from daemon.config import ConfigError, build, load_toml, reference
 from daemon.logs import setup_logging
 from daemon.signals import on_reload, run, wait_for_stop_signal
@@ -96,4 +97,6 @@ def main(
         click.echo(f"{prog}: {exc}", err=True)
         sys.exit(2)
     setup_logging(cfg.log_format, cfg.log_level)
+    # Which build runs: the compiled hot modules or the pure-Python ones (docs/compiled.md).
+    structlog.get_logger(prog).info("build", **build_info.describe())
     sys.exit(run(lambda: serve(cfg)))

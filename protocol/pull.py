@@ -381,11 +381,11 @@ def decode_offset(frame: Frame) -> int:
 # -- pull answers -----------------------------------------------------------------------------
 
 
-def _bound() -> int | None:
-    """The queue's first retained offset or its end as the broker saw them when it answered
-    (``minOffset``, ``maxOffset``): said when known, never compared (two answers that say the
-    same are equal whatever the queue held meanwhile)."""
-    return field(default=None, compare=False)
+# ``min_offset`` and ``max_offset`` of the answers below: the queue's first retained offset or
+# its end as the broker saw them when it answered (``minOffset``, ``maxOffset``): said when
+# known, never compared (two answers that say the same are equal whatever the queue held
+# meanwhile). Spelled out in each class: a helper returning ``field(...)`` typed as the value
+# is a lie mypyc's compiled return check refuses (docs/compiled.md).
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -397,8 +397,8 @@ class PullFound:
     next_offset: int
     count: int
     body: bytes
-    min_offset: int | None = _bound()
-    max_offset: int | None = _bound()
+    min_offset: int | None = field(default=None, compare=False)
+    max_offset: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -408,8 +408,8 @@ class PullNotFound:
     they count as consumed, as those passed over by a :class:`PullFound`)."""
 
     next_offset: int | None = None
-    min_offset: int | None = _bound()
-    max_offset: int | None = _bound()
+    min_offset: int | None = field(default=None, compare=False)
+    max_offset: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -424,8 +424,8 @@ class PullOffsetMoved:
 
     next_offset: int
     remark: str = ""
-    min_offset: int | None = _bound()
-    max_offset: int | None = _bound()
+    min_offset: int | None = field(default=None, compare=False)
+    max_offset: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -438,8 +438,8 @@ class PullCorrupt:
     remark: str = ""
     next_offset: int | None = field(default=None, compare=False)
     """The requested offset, when the broker said (it moves no consumer)."""
-    min_offset: int | None = _bound()
-    max_offset: int | None = _bound()
+    min_offset: int | None = field(default=None, compare=False)
+    max_offset: int | None = field(default=None, compare=False)
 
     def reason(self, topic: str, queue_id: int, offset: int) -> str:
         """The broker's explanation, or one naming the queue and offset when it gave none."""

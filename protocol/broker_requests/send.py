@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import msgpack
+from mypy_extensions import mypyc_attr
 
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
@@ -55,6 +56,8 @@ class _SendFields(NamedTuple):
     producer: ProducerSeq | None = None
 
 
+# A subclass of a NamedTuple stays a Python class when compiled (docs/compiled.md).
+@mypyc_attr(native_class=False)
 class SendRequest(_SendFields):
     """SEND_MESSAGE: one message for ``topic`` (queue ``queue_id``; -1: the broker picks).
     ``properties`` is the property text as the record holds it
@@ -154,6 +157,7 @@ class _PackedFields(NamedTuple):
     body: bytes
 
 
+@mypyc_attr(native_class=False)
 class PackedBatch(_PackedFields):
     """A SEND_BATCH_MESSAGE whose body is packed already (:meth:`SendBatchRequest.pack`, or a
     sender packing its own maps of the fields :meth:`SendBatchRequest.encode` writes, as the

@@ -1,0 +1,40 @@
+"""The modules mypyc compiles, by dotted name: each one's ``.py`` is the single source (mypy
+strict checks it; the pure fallback imports it). A module is compiled with every other one here
+as one group, so they call each other natively: they are loaded all compiled or all pure, never
+mixed (rmqbuild.hook)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+COMPILED: Final[tuple[str, ...]] = (
+    # The codecs (protocol/): remoting frames, typed requests, HA headers, message records,
+    # Raft messages, POP receipt handles.
+    "protocol.fields",
+    "protocol.remoting",
+    "protocol.message",
+    "protocol.broker_requests.send",
+    "protocol.pull",
+    "protocol.ha",
+    "protocol.raft",
+    "protocol.raft_types",
+    "protocol.pop",
+    "protocol.timer",
+    # The CommitLog record encoder and parser, the ConsumeQueue dispatcher, the slave's replay.
+    "storage.dispatch",
+    "storage.queue_write",
+    "broker.ha.batch",
+    # The Raft core's hot path.
+    "controller.raft.log",
+    "controller.raft.progress",
+    # The timer wheel.
+    "storage.timer.wheel",
+)
+
+GROUP: Final = "rmq_hot"
+"""The name of the shared library holding the group's code (``rmq_hot__mypyc``)."""
+
+
+def source_path(module: str) -> str:
+    """The ``.py`` of ``module``, relative to the repository root."""
+    return module.replace(".", "/") + ".py"
