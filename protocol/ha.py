@@ -67,6 +67,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final, Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from protocol.remoting import ProtocolError
 
 __all__ = [
@@ -141,7 +143,16 @@ _HANDSHAKE: Final = int(HAConnectionState.HANDSHAKE)
 _TRANSFER_STATE: Final = int(HAConnectionState.TRANSFER)
 
 
-def _check_range(name: str, value: int, low: int, high: int) -> None:
+def _check_field(obj: object, name: str, low: int, high: int) -> None:
+    """:func:`_check_range` of ``obj``'s field ``name``, read as the object it is (compiled code
+    reading a field typed ``int`` would turn a bool into an int first)."""
+    _check_range(name, getattr(obj, name), low, high)
+
+
+def _check_range(name: str, value: object, low: int, high: int) -> None:
+    # ``value`` is an object and the classes that call this stay Python classes when compiled
+    # (mypyc_attr): compiled code converts a bool given for an int to a plain int (True to 1)
+    # at a native attribute or an int parameter, and True would pass.
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{name} must be an int, not {type(value).__name__}")
     if not low <= value <= high:
@@ -151,6 +162,7 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
 # --------------------------------------------------------------------------- epoch entries
 
 
+@mypyc_attr(native_class=False)  # see _check_range
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpochEntry:
     """Epoch ``epoch`` began at CommitLog offset ``start_offset``."""
@@ -159,8 +171,8 @@ class EpochEntry:
     start_offset: int
 
     def __post_init__(self) -> None:
-        _check_range("epoch", self.epoch, 0, INT32_MAX)
-        _check_range("start_offset", self.start_offset, 0, INT64_MAX)
+        _check_field(self, "epoch", 0, INT32_MAX)
+        _check_field(self, "start_offset", 0, INT64_MAX)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,6 +225,7 @@ def epoch_index_at(entries: Sequence[EpochEntry], offset: int) -> int:
 # --------------------------------------------------------------------------- messages
 
 
+@mypyc_attr(native_class=False)  # see _check_range
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlaveHandshake:
     """The slave's opening message: who it is and how it wants to be fed."""
@@ -223,7 +236,7 @@ class SlaveHandshake:
     async_learner: bool = False
 
     def __post_init__(self) -> None:
-        _check_range("broker_id", self.broker_id, 0, INT64_MAX)
+        _check_field(self, "broker_id", 0, INT64_MAX)
         if len(self.address.encode()) > ADDRESS_BYTES:
             raise ValueError(f"slave address {self.address!r} exceeds {ADDRESS_BYTES} bytes")
 
@@ -234,6 +247,7 @@ class SlaveHandshake:
         )
 
 
+@mypyc_attr(native_class=False)  # see _check_range
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlaveAck:
     """The slave has every CommitLog byte below ``max_offset``."""
@@ -241,9 +255,10 @@ class SlaveAck:
     max_offset: int
 
     def __post_init__(self) -> None:
-        _check_range("max_offset", self.max_offset, 0, INT64_MAX)
+        _check_field(self, "max_offset", 0, INT64_MAX)
 
 
+@mypyc_attr(native_class=False)  # see _check_range
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MasterHandshake:
     """The master's reply to a handshake: its log end, its epoch and its whole epoch history."""
@@ -253,8 +268,8 @@ class MasterHandshake:
     epoch_entries: tuple[EpochEntry, ...]
 
     def __post_init__(self) -> None:
-        _check_range("master_max_offset", self.master_max_offset, 0, INT64_MAX)
-        _check_range("master_epoch", self.master_epoch, 0, INT32_MAX)
+        _check_field(self, "master_max_offset", 0, INT64_MAX)
+        _check_field(self, "master_epoch", 0, INT32_MAX)
         entries = self.epoch_entries
         if len(entries) * ENTRY_SIZE > INT32_MAX:
             raise ValueError("too many epoch entries")
@@ -271,6 +286,7 @@ class MasterHandshake:
                 )
 
 
+@mypyc_attr(native_class=False)  # see _check_range
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MasterTransfer:
     """A batch of CommitLog bytes ``[offset, offset + len(body))`` of epoch ``epoch``.
@@ -286,10 +302,10 @@ class MasterTransfer:
     body: Buffer = field(default=b"", repr=False)
 
     def __post_init__(self) -> None:
-        _check_range("offset", self.offset, 0, INT64_MAX)
-        _check_range("epoch", self.epoch, 0, INT32_MAX)
-        _check_range("epoch_start_offset", self.epoch_start_offset, 0, self.offset)
-        _check_range("confirm_offset", self.confirm_offset, 0, INT64_MAX)
+        _check_field(self, "offset", 0, INT64_MAX)
+        _check_field(self, "epoch", 0, INT32_MAX)
+        _check_field(self, "epoch_start_offset", 0, self.offset)
+        _check_field(self, "confirm_offset", 0, INT64_MAX)
         if len(self.body) > INT32_MAX:
             raise ValueError("transfer body exceeds int32")
         if self.offset + len(self.body) > INT64_MAX:

@@ -191,11 +191,7 @@ class MessageRecord:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageRecord):
             return NotImplemented
-        return all(
-            getattr(self, a) == getattr(other, a)
-            for a in self.__slots__
-            if a not in ("_props", "_pseq")
-        )
+        return all(getattr(self, a) == getattr(other, a) for a in _COMPARED)
 
     def __repr__(self) -> str:
         return (
@@ -203,6 +199,24 @@ class MessageRecord:
             f"queue_offset={self.queue_offset}, physical_offset={self.physical_offset}, "
             f"size={self.size}, body={self.body[:32]!r})"
         )
+
+
+# What two records are equal by: every slot but the decoded-on-demand properties. Spelled out:
+# a compiled (mypyc) class has no ``__slots__`` to read at run time.
+_COMPARED: Final = (
+    "_born_host",
+    "_props_raw",
+    "_store_host",
+    "body",
+    "born_timestamp",
+    "flag",
+    "physical_offset",
+    "queue_id",
+    "queue_offset",
+    "size",
+    "store_timestamp",
+    "topic",
+)
 
 
 def encode_properties(props: Mapping[str, str]) -> bytes:
