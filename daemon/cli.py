@@ -60,7 +60,10 @@ async def start_failed(log: Any, what: str, daemon: Daemon, exc: Exception) -> i
 async def serve_until_stopped(daemon: Daemon, status: str) -> str:
     """A started daemon serves until SIGTERM or SIGINT, whose name is returned: full collections
     made rare (they pause every thread, heartbeats included), SIGHUP reloads, and systemd is told
-    it is ready (with ``status``) once the stop signals are handled."""
+    it is ready (with ``status``) once the stop signals are handled. It logs which build runs,
+    the compiled hot modules or the pure-Python ones (docs/compiled.md): here, once the daemon
+    has started, so that a daemon refusing to start prints its one line and nothing else."""
+    structlog.get_logger("daemon").info("build", **build_info.describe())
     gc_tuning.tune_for_latency()
     on_reload(daemon.reload)
     return await wait_for_stop_signal(lambda: systemd.ready(status))
@@ -97,6 +100,4 @@ def main(
         click.echo(f"{prog}: {exc}", err=True)
         sys.exit(2)
     setup_logging(cfg.log_format, cfg.log_level)
-    # Which build runs: the compiled hot modules or the pure-Python ones (docs/compiled.md).
-    structlog.get_logger(prog).info("build", **build_info.describe())
     sys.exit(run(lambda: serve(cfg)))

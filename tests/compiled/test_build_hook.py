@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry
 from daemon import build_info
 from rmqbuild import hook
 from rmqbuild.modules import COMPILED
+from tests.support.procs import BrokerProc
+from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,3 +134,19 @@ def test_the_finder_answers_only_for_the_compiled_modules(tmp_path: Path) -> Non
     spec = finder.find_spec("protocol.message")
     assert spec is not None and spec.origin is not None
     assert Path(spec.origin).is_relative_to(build)
+
+
+def test_a_started_broker_logs_which_build_it_runs(tmp_path: Path) -> None:
+    """The build line comes once the daemon has started (daemon.cli.serve_until_stopped), not
+    before its start-up checks: a broker that refuses to start prints its one line and nothing
+    else, as tests/broker/test_corrupt_files.py checks (it failed with the build line logged
+    before the refusal: 'assert 2 == 1')."""
+    broker = BrokerProc(tmp_path)
+    try:
+        broker.start_and_wait()
+        wait_until(lambda: '"event": "build"' in broker.log(), "the broker's build line", 30)
+    finally:
+        broker.stop()
+    line = next(x for x in broker.log().splitlines() if '"event": "build"' in x)
+    expected = "compiled" if build_info.compiled_modules() else "pure"
+    assert json.loads(line)["build"] == expected, line
