@@ -137,6 +137,12 @@ async def test_sends_started_during_a_fault_succeed(tmp_path: Path, fault: str) 
                     on_timeout=cluster.logs,
                 )
                 faulted = time.monotonic()
+                # One more sender, started as the fault begins (its first send runs at the
+                # inject's first await: after the kills of the restarts), so that sends start
+                # inside the fault: each of the others may have one send in flight for the whole
+                # fault (the whole group down: every send waits for its return) and then start
+                # none inside it, which the last assertion below caught in a CI run.
+                tasks.append(asyncio.create_task(sender(SENDERS)))
                 await inject(cluster, boot, master)
                 recovered = time.monotonic()
                 # Sends go through again, so those started during the fault have settled.
