@@ -358,8 +358,11 @@ def make_app(settings: Settings) -> Starlette:
 
     async def groups_page(request: Request) -> Response:
         addrs = addresses(request)
-        rows, notes = await _read(reads.groups(addrs, cfg.request_timeout))
-        return render(request, "groups.html", rows=rows, notes=notes)
+        sort = request.query_params.get("sort", "lag")
+        if sort not in reads.GROUP_SORTS:
+            sort = "lag"
+        rows, notes = await _read(reads.groups(addrs, cfg.request_timeout, sort))
+        return render(request, "groups.html", rows=rows, notes=notes, sort=sort)
 
     async def group_view(request: Request) -> reads.GroupView:
         addrs = addresses(request)

@@ -24,7 +24,7 @@ from client.message_range import RangeReader
 from client.progress import Member, ProgressAdmin, allocation
 from client.routes import ClusterBroker
 from client.trace import query_trace
-from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery
+from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery, StatsData, StatsQuery
 from protocol.controller_requests.groups import GetMetadataInfo
 from protocol.controller_requests.topics import TopicList, TopicListQuery
 from protocol.controller_requests.users import ListAcl, ListUsers
@@ -33,7 +33,8 @@ from protocol.topic_admin import QueueStatus
 from protocol.topic_attrs import MessageType, TopicAttrs, perm_text
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
-from rmqctl.broker_admin import BrokerRef, ask_each
+from rmqctl.broker_admin import BrokerRef, ask_each, failures
+from rmqctl.broker_stats import masters, merge_stats
 from rmqctl.controller import replica_epochs, sync_state
 from rmqctl.controller_calls import answer_body, call_controllers
 from rmqctl.progress import ProgressRow, group_totals, logical_rows, progress_rows, source_notes
@@ -387,19 +388,53 @@ class GroupRow:
     group: str
     lag: int
     queues: int
+    tps: float = 0.0
+    """How fast its committed offsets move, messages a second over every topic and broker
+    group (statsAll's Out TPS of the group)."""
 
 
-async def groups(addresses: str, timeout: float) -> tuple[list[GroupRow], list[str]]:
-    """consumerProgress without -g: every group with its total lag (most behind first), and
-    the notes (broker groups asked at a slave, or not at all)."""
+GROUP_SORTS: Final = ("lag", "tps", "group")
+"""The orders the groups page offers: most behind first, busiest first, by name."""
+
+
+async def consume_tps(addresses: str) -> tuple[dict[str, float], list[str]]:
+    """Each consumer group's consume TPS added up over its topics and the masters (statsAll's
+    figures), and a note per broker group that could not be asked."""
+    async with Admin(addresses) as admin:
+        brokers = masters(await admin.cluster_info(), None)
+    ask = StatsQuery()
+    answers = await ask_each(
+        brokers, ask.code, *ask.encode(), lambda frame: StatsData.parse(frame.header, frame.body)
+    )
+    tps: dict[str, float] = {}
+    for row in merge_stats([a for a in answers if isinstance(a, StatsData)]).values():
+        for group, rate in row.groups.items():
+            tps[group] = tps.get(group, 0.0) + rate
+    return tps, [f"TPS: {why}" for why in failures(brokers, answers)]
+
+
+async def groups(
+    addresses: str, timeout: float, sort: str = "lag"
+) -> tuple[list[GroupRow], list[str]]:
+    """consumerProgress without -g: every group with its total lag and its consume TPS, in the
+    order ``sort`` names (:data:`GROUP_SORTS`; most behind first by default), and the notes
+    (broker groups asked at a slave, or not at all)."""
     async with ProgressAdmin(addresses, timeout) as admin:
         answers = await admin.consume_stats(None, None)
-    notes = source_notes(answers) + [
-        f"{a.target.broker_name}: {a.error}" for a in answers if a.error is not None
-    ]
+    tps, tps_notes = await consume_tps(addresses)
+    notes = (
+        source_notes(answers)
+        + [f"{a.target.broker_name}: {a.error}" for a in answers if a.error is not None]
+        + tps_notes
+    )
     totals = group_totals(progress_rows(answers))
-    rows = [GroupRow(g, lag, q) for g, (lag, q) in totals.items()]
-    rows.sort(key=lambda r: (-r.lag, r.group))
+    rows = [GroupRow(g, lag, q, tps.get(g, 0.0)) for g, (lag, q) in totals.items()]
+    if sort == "tps":
+        rows.sort(key=lambda r: (-r.tps, r.group))
+    elif sort == "group":
+        rows.sort(key=lambda r: r.group)
+    else:
+        rows.sort(key=lambda r: (-r.lag, r.group))
     return rows, notes
 
 

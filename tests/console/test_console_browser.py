@@ -417,6 +417,28 @@ def test_group_page_follows_a_live_consumer_and_resends_a_message_to_it(
         assert browser.execute_script("return window.notReloaded === true;")
         wait_until(lambda: len(consumer.bodies) == 12, "the consumer to have all 12", 30)
 
+        # The groups list by TPS: the live group's committed offsets just moved by 12, so its
+        # consume TPS (the brokers' last 10 s) is above 0, and the rows come busiest first.
+        browser.get(f"{env.url}/c/default/groups?sort=tps")
+
+        def tps_rows() -> list[tuple[str, float]]:
+            return [
+                (
+                    row.get_attribute("data-group"),
+                    float(row.find_element("css selector", ".tps").text),
+                )
+                for row in browser.find_elements("css selector", "#groups tr[data-group]")
+            ]
+
+        def live_group_busy() -> bool:
+            browser.refresh()
+            return any(g == group and tps > 0 for g, tps in tps_rows())
+
+        wait_until(live_group_busy, "the live group's TPS above 0 on the groups page", 30)
+        rates = [tps for _, tps in tps_rows()]
+        assert rates == sorted(rates, reverse=True), rates
+        shot(env, browser, "groups-by-tps")
+
         # Re-sent from the message's page to the group, whose member is live: it gets it again.
         sent = env.ctl("sendMessage", "-t", topic, "-p", "resend-me", "-k", "resend-me")
         msg_id = sent["results"][0]["msgId"]
