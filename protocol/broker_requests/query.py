@@ -46,6 +46,29 @@ MAX_NUM: Final = 1024
 END_OF_TIME: Final = (1 << 63) - 1
 
 
+def _put_range(header: Header, begin_ms: int, end_ms: int) -> None:
+    """A query's time range into ``header``; the defaults (0, the end of time) stay off the
+    wire."""
+    if begin_ms:
+        header["beginTimestamp"] = begin_ms
+    if end_ms != END_OF_TIME:
+        header["endTimestamp"] = end_ms
+
+
+def _range_of(header: Mapping[str, Scalar]) -> tuple[int, int, int]:
+    """A query's ``beginTimestamp``, ``endTimestamp`` and ``maxNum``, checked."""
+    begin = opt_int(header, "beginTimestamp", 0)
+    end = opt_int(header, "endTimestamp", END_OF_TIME)
+    max_num = opt_int(header, "maxNum", DEFAULT_MAX_NUM)
+    if begin < 0 or end < 0:
+        raise FieldError("beginTimestamp and endTimestamp must be >= 0")
+    if begin > end:
+        raise FieldError(f"beginTimestamp {begin} is after endTimestamp {end}")
+    if not 1 <= max_num <= MAX_NUM:
+        raise FieldError(f"maxNum must be 1..{MAX_NUM}")
+    return begin, end, max_num
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueryMessage:
     """QUERY_MESSAGE: up to ``max_num`` messages of ``topic`` with ``key`` stored between
@@ -61,25 +84,14 @@ class QueryMessage:
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {"topic": self.topic, "key": self.key, "maxNum": self.max_num}
-        if self.begin_ms:
-            header["beginTimestamp"] = self.begin_ms
-        if self.end_ms != END_OF_TIME:
-            header["endTimestamp"] = self.end_ms
+        _put_range(header, self.begin_ms, self.end_ms)
         return header, None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> QueryMessage:
         topic = req_str(header, "topic")
         key = req_str(header, "key")
-        begin = opt_int(header, "beginTimestamp", 0)
-        end = opt_int(header, "endTimestamp", END_OF_TIME)
-        max_num = opt_int(header, "maxNum", DEFAULT_MAX_NUM)
-        if begin < 0 or end < 0:
-            raise FieldError("beginTimestamp and endTimestamp must be >= 0")
-        if begin > end:
-            raise FieldError(f"beginTimestamp {begin} is after endTimestamp {end}")
-        if not 1 <= max_num <= MAX_NUM:
-            raise FieldError(f"maxNum must be 1..{MAX_NUM}")
+        begin, end, max_num = _range_of(header)
         return cls(topic=topic, key=key, begin_ms=begin, end_ms=end, max_num=max_num)
 
 
@@ -142,10 +154,7 @@ class QueryMessageByTime:
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {"topic": self.topic, "queueId": self.queue_id, "maxNum": self.max_num}
-        if self.begin_ms:
-            header["beginTimestamp"] = self.begin_ms
-        if self.end_ms != END_OF_TIME:
-            header["endTimestamp"] = self.end_ms
+        _put_range(header, self.begin_ms, self.end_ms)
         if self.from_offset is not None:
             header["fromOffset"] = self.from_offset
         return header, None
@@ -154,18 +163,10 @@ class QueryMessageByTime:
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> QueryMessageByTime:
         topic = req_str(header, "topic")
         queue_id = req_int(header, "queueId")
-        begin = opt_int(header, "beginTimestamp", 0)
-        end = opt_int(header, "endTimestamp", END_OF_TIME)
-        max_num = opt_int(header, "maxNum", DEFAULT_MAX_NUM)
-        from_offset = opt_int_or_none(header, "fromOffset")
         if queue_id < 0:
             raise FieldError("queueId must be >= 0")
-        if begin < 0 or end < 0:
-            raise FieldError("beginTimestamp and endTimestamp must be >= 0")
-        if begin > end:
-            raise FieldError(f"beginTimestamp {begin} is after endTimestamp {end}")
-        if not 1 <= max_num <= MAX_NUM:
-            raise FieldError(f"maxNum must be 1..{MAX_NUM}")
+        begin, end, max_num = _range_of(header)
+        from_offset = opt_int_or_none(header, "fromOffset")
         if from_offset is not None and from_offset < 0:
             raise FieldError("fromOffset must be >= 0")
         return cls(
