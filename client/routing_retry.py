@@ -64,20 +64,13 @@ RETRIABLE_ROUTE_CODES = RETRIABLE_CODES | {
     ResponseCode.CONTROLLER_NOT_LEADER,
 }
 
-#: Retriable answers given before anything was stored: an idempotent request may move to
-#: another queue after them (after the others it stays on its queue, see SendRouter.send).
-NOT_STORED_CODES = frozenset(
-    {
-        ResponseCode.SYSTEM_BUSY,
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        ResponseCode.DISK_FULL,
-        ResponseCode.NOT_MASTER,
-        ResponseCode.MASTER_FENCED,
-        ResponseCode.TOO_MANY_IN_FLIGHT,
-        ResponseCode.QUEUE_NOT_EXIST,
-        ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
-    }
-)
+#: Retriable answers given before anything was stored (all but the flush and replica timeouts,
+#: which come after the store): an idempotent request may move to another queue after them
+#: (after the others it stays on its queue, see SendRouter.send).
+NOT_STORED_CODES = RETRIABLE_CODES - {
+    ResponseCode.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT,
+}
 
 CONNECTION_ERRORS = (ConnectError, ConnectionClosedError, RequestTimeoutError)
 #: An attempt unanswered this long (seconds) has the route watched while it waits, every
