@@ -22,9 +22,7 @@ from protocol.controller_requests.brokers import CleanBrokerData
 from protocol.controller_requests.groups import (
     ElectMaster,
     GetMetadataInfo,
-    GetReplicaInfo,
     GetSyncStateData,
-    GroupMetadata,
     ReplicaEntry,
 )
 from protocol.controller_requests.membership import (
@@ -37,7 +35,7 @@ from protocol.fields import FieldError
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
-from rmqctl.controller_calls import TIMEOUT, answer_body, call_controllers
+from rmqctl.controller_calls import TIMEOUT, answer_body, call_controllers, group_replicas
 
 MEMBERSHIP_TIMEOUT = 20.0
 METADATA_KEYS = ("group", "leaderId", "leaderAddress", "term", "peers")
@@ -206,12 +204,7 @@ def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> No
 async def replica_epochs(addresses: str, broker_name: str) -> list[dict[str, Any]]:
     """getBrokerEpoch's documents: the group's replicas from the controllers, then each
     broker's epoch cache (:func:`epoch_cache`)."""
-    ask = GetReplicaInfo(broker_name=broker_name)
-    resp = await call_controllers(addresses, ask.code, *ask.encode())
-    try:
-        replicas = GroupMetadata.parse(resp.header, resp.body).replicas
-    except FieldError as exc:
-        raise ClientError(f"malformed replica info answer: {exc}") from None
+    replicas = await group_replicas(addresses, broker_name)
     pool = ConnectionPool(TIMEOUT)
     try:
         return list(await asyncio.gather(*(epoch_cache(pool, r) for r in replicas)))

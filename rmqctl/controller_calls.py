@@ -14,6 +14,8 @@ import msgpack
 
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
+from protocol.controller_requests.groups import GetReplicaInfo, GroupMetadata, ReplicaEntry
+from protocol.fields import FieldError
 from protocol.remoting import Frame, Scalar
 from remoting.client import ConnectionPool
 
@@ -42,3 +44,13 @@ def answer_body(frame: Frame, what: str) -> Any:
         return msgpack.unpackb(frame.body or b"\x80", raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise ClientError(f"malformed {what} answer: {type(exc).__name__}") from None
+
+
+async def group_replicas(addresses: str, broker_name: str) -> tuple[ReplicaEntry, ...]:
+    """The replicas the controllers have registered for broker group ``broker_name``."""
+    ask = GetReplicaInfo(broker_name=broker_name)
+    resp = await call_controllers(addresses, ask.code, *ask.encode())
+    try:
+        return GroupMetadata.parse(resp.header, resp.body).replicas
+    except FieldError as exc:
+        raise ClientError(f"malformed replica info answer: {exc}") from None

@@ -10,15 +10,13 @@ from typing import Any
 import click
 
 from client.bootstrap import describe_failure
-from client.errors import ClientError
 from protocol.broker_requests.repair import SkipCorruptMessage
 from protocol.codes import ResponseCode, code_name
-from protocol.controller_requests.groups import GetReplicaInfo, GroupMetadata, ReplicaEntry
-from protocol.fields import FieldError
+from protocol.controller_requests.groups import ReplicaEntry
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
-from rmqctl.controller_calls import TIMEOUT, call_controllers
+from rmqctl.controller_calls import TIMEOUT, group_replicas
 
 __all__ = ["skip_corrupt_message"]
 
@@ -55,12 +53,7 @@ def skip_corrupt_message(
         raise click.UsageError("--queue-id and --offset must be >= 0")
 
     async def work() -> list[dict[str, Any]]:
-        ask = GetReplicaInfo(broker_name=broker_name)
-        resp = await call_controllers(addresses, ask.code, *ask.encode())
-        try:
-            replicas = GroupMetadata.parse(resp.header, resp.body).replicas
-        except FieldError as exc:
-            raise ClientError(f"malformed replica info answer: {exc}") from None
+        replicas = await group_replicas(addresses, broker_name)
         if not replicas:
             raise CommandError(f"broker group {broker_name} has no registered replica")
         skip = SkipCorruptMessage(topic=topic, queue_id=queue_id, queue_offset=offset)
