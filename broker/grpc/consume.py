@@ -30,7 +30,7 @@ from broker.grpc import delivery
 from broker.grpc.consumers import Clients, GrpcClient, Held, RenewTable, grpc_client
 from broker.grpc.here import Here
 from broker.grpc.telemetry import client_id_of
-from broker.grpc.translate import Refused, no_namespace, status_code
+from broker.grpc.translate import Refused, forward, no_namespace, status_code
 from broker.pop.acks import HandleRefused, ack_batch, ack_one, change_invisible
 from broker.pop.message import PopMessage
 from broker.pop.receive import NOT_DURABLE, PopDenied, Popped, pop_messages
@@ -56,8 +56,6 @@ from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_fro
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError
-from remoting.failover import describe_failure
 from storage.store import PutResult
 
 log = structlog.get_logger(__name__)
@@ -151,18 +149,6 @@ class ConsumeService:
             self._task = asyncio.create_task(self._tend(), name="grpc-consumers")
 
     # -- requests to the broker ------------------------------------------------------------------
-    async def _request(
-        self, address: str, code: int, header: Header, body: bytes | None, timeout: float
-    ) -> Frame:
-        try:
-            conn = await self.pool.get(address)
-            return await conn.request(code, header, body, timeout)
-        except RemotingError as exc:
-            self.pool.drop(address)
-            raise Refused(
-                pb.INTERNAL_ERROR, f"broker {address} unavailable: {describe_failure(exc)}"
-            ) from None
-
     async def _call(
         self, code: int, header: Header, body: bytes | None = None, timeout: float = _TIMEOUT_S
     ) -> Frame:
@@ -172,7 +158,7 @@ class ConsumeService:
             raise Refused(
                 pb.HA_NOT_AVAILABLE, f"broker group {self.broker_name} has no master right now"
             )
-        return await self._request(master, code, header, body, timeout)
+        return await forward(self.pool, master, code, header, body, timeout)
 
     # -- ReceiveMessage -----------------------------------------------------------------------------
     async def receive(
@@ -652,7 +638,9 @@ class ConsumeService:
     async def _group_config(self, group: str) -> SubscriptionGroupConfig:
         try:
             query = SubscriptionGroupQuery(group=group)
-            resp = await self._request(self.local_address, query.code, *query.encode(), _TIMEOUT_S)
+            resp = await forward(
+                self.pool, self.local_address, query.code, *query.encode(), _TIMEOUT_S
+            )
             if resp.code == ResponseCode.SUCCESS:
                 doc = msgpack.unpackb(resp.body or b"", raw=False)
                 if isinstance(doc, Mapping):

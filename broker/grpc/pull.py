@@ -27,7 +27,7 @@ from typing import Any, Final
 import structlog
 
 from broker.grpc import delivery
-from broker.grpc.translate import Refused, no_namespace, status_code
+from broker.grpc.translate import Refused, forward, no_namespace, status_code
 from protocol.codes import ResponseCode
 from protocol.message import MessageRecord, RecordError, iter_records
 from protocol.pull import (
@@ -51,8 +51,6 @@ from protocol.remoting import Frame, Header
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError
-from remoting.failover import describe_failure
 
 log = structlog.get_logger(__name__)
 
@@ -117,25 +115,13 @@ class PullFront:
         """The remoting address of this broker group's master ("" while there is none)."""
         self.broker_name = broker_name
 
-    async def _request(
-        self, address: str, code: int, header: Header, timeout: float = _TIMEOUT_S
-    ) -> Frame:
-        try:
-            conn = await self.pool.get(address)
-            return await conn.request(code, header, None, timeout)
-        except RemotingError as exc:
-            self.pool.drop(address)
-            raise Refused(
-                pb.INTERNAL_ERROR, f"broker {address} unavailable: {describe_failure(exc)}"
-            ) from None
-
     async def _read(self, code: int, header: Header, timeout: float = _TIMEOUT_S) -> Frame:
         """A read at the group's master; at this broker while the group has none, or when the
         master does not answer (dead before the controllers elected another)."""
         master = self.master_address()
         if master and master != self.local_address:
             try:
-                return await self._request(master, code, header, timeout)
+                return await forward(self.pool, master, code, header, None, timeout)
             except Refused as exc:
                 log.info(
                     "grpc: master unreachable, read from this broker",
@@ -143,7 +129,7 @@ class PullFront:
                     code=code,
                     error=exc.message,
                 )
-        return await self._request(self.local_address, code, header, timeout)
+        return await forward(self.pool, self.local_address, code, header, None, timeout)
 
     async def _offset(self, code: int, header: Header) -> int:
         resp = await self._read(code, header)
@@ -239,7 +225,7 @@ class PullFront:
             ask = ConsumerOffsetUpdate(
                 group=group, topic=topic, queue_id=queue_id, offset=request.offset
             )
-            resp = await self._request(master, ask.code, ask.header())
+            resp = await forward(self.pool, master, ask.code, ask.header(), None, _TIMEOUT_S)
             if resp.code != ResponseCode.SUCCESS:
                 raise Refused(status_code(resp.code), resp.remark or f"refused ({resp.code})")
         except Refused as exc:

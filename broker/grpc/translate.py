@@ -22,7 +22,7 @@ from protocol.message import (
     encode_properties,
     parse_msg_id,
 )
-from protocol.remoting import Header
+from protocol.remoting import Frame, Header
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.timer import (
     PROP_REAL_QUEUE_ID,
@@ -39,6 +39,9 @@ from protocol.transaction import (
     PROP_TRANSACTION_ID,
     PROP_TRANSACTION_PREPARED,
 )
+from remoting.client import ConnectionPool
+from remoting.errors import RemotingError
+from remoting.failover import describe_failure
 
 #: What a queue served here accepts: every type, unless the broker checks types
 #: (``topic_message_type_check``) and the topic's ``message.type`` is not MIXED.
@@ -90,6 +93,26 @@ class Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+async def forward(
+    pool: ConnectionPool,
+    address: str,
+    code: int,
+    header: Header,
+    body: bytes | None,
+    timeout: float,
+) -> Frame:
+    """``code`` sent to the broker at ``address`` over ``pool``; when it fails the connection is
+    dropped from the pool and the failure is :class:`Refused` (INTERNAL_ERROR)."""
+    try:
+        conn = await pool.get(address)
+        return await conn.request(code, header, body, timeout)
+    except RemotingError as exc:
+        pool.drop(address)
+        raise Refused(
+            pb.INTERNAL_ERROR, f"broker {address} unavailable: {describe_failure(exc)}"
+        ) from None
 
 
 def no_namespace(resource: pb.Resource, what: str) -> None:
