@@ -85,33 +85,30 @@ def _base_type(tp: Any) -> tuple[type, bool]:
     return tp, False
 
 
+_SCALARS: dict[Any, tuple[Callable[[Any], bool], Callable[[Any], Any], str]] = {
+    bool: (lambda v: isinstance(v, bool), bool, "true or false"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), int, "an integer"),
+    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), float, "a number"),
+    str: (lambda v: isinstance(v, str), str, "a string"),
+    Path: (lambda v: isinstance(v, str | Path), Path, "a path"),
+}
+"""Each scalar type a key may have: which values it takes, what it makes of one, and what the
+error says a value must be."""
+
+
 def _coerce(key: str, value: Any, tp: Any) -> Any:
     base, optional = _base_type(tp)
     if value is None:
         if optional:
             return None
         raise ConfigError(f"config key {key!r} must not be empty")
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"config key {key!r} must be true or false, got {value!r}")
-    if base is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"config key {key!r} must be an integer, got {value!r}")
-    if base is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"config key {key!r} must be a number, got {value!r}")
-    if base is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"config key {key!r} must be a string, got {value!r}")
-    if base is Path:
-        if isinstance(value, str | Path):
-            return Path(value)
-        raise ConfigError(f"config key {key!r} must be a path, got {value!r}")
-    raise ConfigError(f"config key {key!r} has an unsupported type")
+    scalar = _SCALARS.get(base)
+    if scalar is None:
+        raise ConfigError(f"config key {key!r} has an unsupported type")
+    takes, make, what = scalar
+    if takes(value):
+        return make(value)
+    raise ConfigError(f"config key {key!r} must be {what}, got {value!r}")
 
 
 def check_tls_and_auth_key(
