@@ -30,11 +30,11 @@ from tests.ha.test_ha_driver_support import (
     FAST,
     Node,
     all_gets,
-    commitlog,
     in_step,
     in_sync_group,
     replicated,
 )
+from tests.storage.support import commitlog_bytes
 from tests.support.wait import stays_async, wait_until_async
 
 Scenario = Callable[[list[Node]], Awaitable[None]]
@@ -64,7 +64,7 @@ def assert_replicas_equal(*nodes: Node) -> None:
     first = nodes[0]
     for other in nodes[1:]:
         assert other.store.max_offset == first.store.max_offset
-        assert commitlog(other.store) == commitlog(first.store)
+        assert commitlog_bytes(other.store) == commitlog_bytes(first.store)
         assert other.epochs.entries() == first.epochs.entries()
         assert all_gets(other.store) == all_gets(first.store)
 
@@ -262,7 +262,7 @@ async def failover_truncates_the_old_masters_unreplicated_tail(nodes: list[Node]
     await a.close()
     a2 = await Node.start(a.path, 1)
     nodes[0] = a2
-    assert commitlog(a2.store) == commitlog(b.store)
+    assert commitlog_bytes(a2.store) == commitlog_bytes(b.store)
     assert a2.epochs.entries() == b.epochs.entries()
 
 
@@ -307,9 +307,9 @@ async def a_slave_refuses_a_master_with_no_common_epoch_and_stays_suspended(
     client = b.ha.slave_client
     assert client is not None and client.suspended_reason is not None
     assert "no epoch in common" in client.suspended_reason
-    before = commitlog(b.store)
+    before = commitlog_bytes(b.store)
     await stays_async(
-        lambda: commitlog(b.store) == before and client.handshakes == 1,
+        lambda: commitlog_bytes(b.store) == before and client.handshakes == 1,
         0.3,
         "the suspended slave's CommitLog as it was and one handshake (no truncation, no retry)",
         on_failure=lambda: f"handshakes {client.handshakes}",
@@ -317,7 +317,7 @@ async def a_slave_refuses_a_master_with_no_common_epoch_and_stays_suspended(
     b.ha.retry_replication()
     await wait_until_async(lambda: client.handshakes == 2, "tried again")
     await wait_until_async(lambda: b.ha.slave_state is SlaveState.SUSPENDED, "refused again")
-    assert commitlog(b.store) == before
+    assert commitlog_bytes(b.store) == before
 
 
 @scenario()
@@ -383,7 +383,7 @@ async def a_slow_slave_blocks_neither_writes_nor_other_slaves(nodes: list[Node])
                 got += msg.body
                 writer.write(encode_slave_ack(SlaveAck(max_offset=len(got))))
     assert handshake is not None
-    assert bytes(got) == commitlog(a.store)
+    assert bytes(got) == commitlog_bytes(a.store)
     writer.close()
 
 

@@ -137,16 +137,6 @@ async def replicated(master: Node, slave: Node, count: int) -> None:
     await wait_until_async(lambda: in_step(master, slave), "replicated")
 
 
-def commitlog(store: MessageStore) -> bytes:
-    out = bytearray()
-    pos = store.min_offset
-    while pos < store.max_offset:
-        chunk = store.read_raw(pos, 1 << 20)
-        out += chunk
-        pos += len(chunk)
-    return bytes(out)
-
-
 def all_gets(store: MessageStore) -> list[tuple[object, ...]]:
     """Every queue read back through store.get, as comparable tuples."""
     out: list[tuple[object, ...]] = []

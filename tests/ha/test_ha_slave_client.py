@@ -25,7 +25,8 @@ from protocol.ha import (
     encode_master_transfer,
     encode_slave_ack,
 )
-from tests.ha.test_ha_driver_support import FAST, Node, commitlog, in_step
+from tests.ha.test_ha_driver_support import FAST, Node, in_step
+from tests.storage.support import commitlog_bytes
 from tests.support.wait import stays_async, wait_until_async
 
 QUICK = dataclasses.replace(FAST, connection_idle_timeout_ms=300, reconnect_min_ms=10)
@@ -173,7 +174,7 @@ async def test_a_store_error_met_inline_reconnects_and_catches_up(tmp_path: Path
         await wait_until_async(lambda: client.handshakes > sessions, "a new session")
         assert client.last_error is not None and "disk hiccup" in client.last_error
         await wait_until_async(lambda: in_step(a, b), "b in step again")
-        assert commitlog(b.store) == commitlog(a.store)
+        assert commitlog_bytes(b.store) == commitlog_bytes(a.store)
     finally:
         await b.close()
         await a.close()
@@ -194,7 +195,7 @@ async def test_a_new_epoch_met_mid_stream_is_recorded_before_its_bytes(tmp_path:
         await wait_until_async(lambda: in_step(a, c), "c caught up over three epochs")
         assert c.epochs.entries() == a.epochs.entries()
         assert [e.epoch for e in c.epochs.entries()] == [1, 2, 3]
-        assert commitlog(c.store) == commitlog(a.store)
+        assert commitlog_bytes(c.store) == commitlog_bytes(a.store)
         a.put(10, tag=4)  # and streaming goes on inline afterwards
         await wait_until_async(lambda: in_step(a, c), "c in step")
     finally:

@@ -27,6 +27,7 @@ from protocol.ha import EpochEntry
 from protocol.message import Message
 from storage.epoch_file import EpochFile
 from storage.store import MessageStore, StoreConfig
+from tests.storage.support import commitlog_bytes
 
 SEGMENT = 4096
 
@@ -65,13 +66,7 @@ class Broker:
         )
 
     def commitlog(self) -> bytes:
-        out = bytearray()
-        pos = self.store.min_offset
-        while pos < self.store.max_offset:
-            chunk = self.store.read_raw(pos, 1 << 20)
-            out += chunk
-            pos += len(chunk)
-        return bytes(out)
+        return commitlog_bytes(self.store)
 
 
 def replicate(master: Broker, slave: Broker) -> tuple[str | None, SlaveConnection]:

@@ -39,24 +39,22 @@ groups = st.from_regex(r"[A-Za-z0-9_|.\-]{1,40}", fullmatch=True)
 naturals = st.integers(0, 2**63 - 1)
 queue_ids = st.integers(0, 2**31 - 1)
 
+
+def reset_offsets(**queue: st.SearchStrategy[int]) -> st.SearchStrategy[ResetOffset]:
+    """ResetOffset requests of any topic, group, time and force, with ``queue``'s fields."""
+    return st.builds(
+        ResetOffset,
+        topic=names,
+        group=groups,
+        timestamp=st.one_of(st.just(TO_MAX), naturals),
+        force=st.booleans(),
+        **queue,
+    )
+
+
 resets = st.one_of(
-    st.builds(
-        ResetOffset,
-        topic=names,
-        group=groups,
-        timestamp=st.one_of(st.just(TO_MAX), naturals),
-        force=st.booleans(),
-        queue_id=st.one_of(st.just(-1), queue_ids),
-    ),
-    st.builds(
-        ResetOffset,
-        topic=names,
-        group=groups,
-        timestamp=st.one_of(st.just(TO_MAX), naturals),
-        force=st.booleans(),
-        queue_id=queue_ids,
-        offset=naturals,
-    ),
+    reset_offsets(queue_id=st.one_of(st.just(-1), queue_ids)),  # by time
+    reset_offsets(queue_id=queue_ids, offset=naturals),  # one queue to an offset
 )
 queue_resets = st.builds(
     QueueReset,
@@ -90,13 +88,19 @@ def back(cls: type[Any], data: bytes) -> Any:
     return cls.parse(frame.header, frame.body)
 
 
+def assert_round_trips_as(value: Any, code: RequestCode, rocketmq_number: int) -> None:
+    """``value`` sent in a request frame arrives under ``code`` (RocketMQ's number) and parses
+    back to itself."""
+    (frame,) = FrameDecoder().feed(wire(value.code, value))
+    assert frame.code == code
+    assert code.value == rocketmq_number
+    assert type(value).parse(frame.header, frame.body) == value
+
+
 @settings(deadline=None)  # timing is not what these check (loaded CI hosts)
 @given(resets)
 def test_a_reset_request_round_trips_through_a_frame(ask: ResetOffset) -> None:
-    (frame,) = FrameDecoder().feed(wire(ask.code, ask))
-    assert frame.code == RequestCode.INVOKE_BROKER_TO_RESET_OFFSET
-    assert RequestCode.INVOKE_BROKER_TO_RESET_OFFSET.value == 222  # RocketMQ's number
-    assert ResetOffset.parse(frame.header, frame.body) == ask
+    assert_round_trips_as(ask, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, 222)
 
 
 @settings(deadline=None)  # timing is not what these check (loaded CI hosts)
@@ -108,10 +112,7 @@ def test_a_reset_answer_round_trips_through_a_frame(answer: OffsetsReset) -> Non
 @settings(deadline=None)  # timing is not what these check (loaded CI hosts)
 @given(notices)
 def test_a_reset_notice_round_trips_through_a_frame(notice: ResetNotice) -> None:
-    (frame,) = FrameDecoder().feed(wire(notice.code, notice))
-    assert frame.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET
-    assert RequestCode.RESET_CONSUMER_CLIENT_OFFSET.value == 220  # RocketMQ's number
-    assert ResetNotice.parse(frame.header, frame.body) == notice
+    assert_round_trips_as(notice, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, 220)
 
 
 # Read by hand when written: msgpack [kind 0, code, opaque 1, flags 0, header map, body]. The

@@ -51,7 +51,10 @@ def truncation_warnings(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in logs if e["log_level"] == "warning" and "truncated at offset" in e["event"]]
 
 
-def snapshot(store: MessageStore) -> dict[tuple[str, int], list[tuple[int, int, bytes]]]:
+Snapshot = dict[tuple[str, int], list[tuple[int, int, bytes]]]
+
+
+def snapshot(store: MessageStore) -> Snapshot:
     return {
         (topic, qid): [
             (r.queue_offset, r.physical_offset, r.body) for r in read_queue(store, topic, qid)
@@ -66,12 +69,19 @@ def fill(store: MessageStore, batches: int, *, queues: int = 3, size: int = 300)
         store.put(TOPIC, i % queues, messages(4, size=size, prefix=f"b{i}-"), NOW + i)
 
 
-def test_clean_reopen_validates_only_the_last_segment(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
-    fill(store, 100)
+def filled_and_closed(data_dir: Path, batches: int) -> tuple[Snapshot, int]:
+    """A store in ``data_dir`` given ``batches`` batches (fill) and closed cleanly: what its
+    queues held (snapshot) and its CommitLog's max offset."""
+    store = open_store(data_dir)
+    fill(store, batches)
     before = snapshot(store)
     end = store.max_offset
     store.close()
+    return before, end
+
+
+def test_clean_reopen_validates_only_the_last_segment(tmp_path: Path) -> None:
+    before, end = filled_and_closed(tmp_path, 100)
     assert len(commitlog_files(tmp_path)) >= 3
     with structlog.testing.capture_logs() as logs:
         again = open_store(tmp_path)
@@ -343,10 +353,7 @@ def test_zero_gap_followed_by_data_is_cut_and_reported(tmp_path: Path) -> None:
 
 
 def test_missing_checkpoint_means_full_validation(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
-    fill(store, 60)
-    before = snapshot(store)
-    store.close()
+    before, _ = filled_and_closed(tmp_path, 60)
     for name in ("checkpoint", "checkpoint.bak"):
         (tmp_path / name).unlink(missing_ok=True)
     with structlog.testing.capture_logs() as logs:
@@ -358,11 +365,7 @@ def test_missing_checkpoint_means_full_validation(tmp_path: Path) -> None:
 
 
 def test_damage_while_every_queue_is_rebuilt_leaves_an_entry_naming_it(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
-    fill(store, 60)
-    before = snapshot(store)
-    end = store.max_offset
-    store.close()
+    before, end = filled_and_closed(tmp_path, 60)
     # The checkpoint is lost (so every ConsumeQueue entry is replayed) and a record in the first
     # segment is damaged: the records after it keep their queue offsets.
     for name in ("checkpoint", "checkpoint.bak"):
@@ -394,11 +397,7 @@ def test_damage_while_every_queue_is_rebuilt_leaves_an_entry_naming_it(tmp_path:
 
 
 def test_missing_segment_files_in_the_middle_lose_only_their_records(tmp_path: Path) -> None:
-    store = open_store(tmp_path)
-    fill(store, 150)
-    before = snapshot(store)
-    end = store.max_offset
-    store.close()
+    before, end = filled_and_closed(tmp_path, 150)
     files = commitlog_files(tmp_path)
     assert len(files) >= 4
     gone = (int(files[1].name), int(files[3].name))  # the second and third segments

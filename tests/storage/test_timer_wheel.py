@@ -59,6 +59,18 @@ def drain(wheel: TimingWheel, now_ms: int) -> list[TimerEntry]:
     return out
 
 
+def scheduled_at_random(tmp_path: Path, seed: int, count: int) -> tuple[CommitLog, TimingWheel]:
+    """A new wheel holding ``count`` entries due at random times in T0's next 10 s, and the
+    CommitLog that holds their messages."""
+    rng = random.Random(seed)
+    log = CommitLog()
+    wheel = TimingWheel(tmp_path, T0, SMALL)
+    for _ in range(count):
+        at = T0 + rng.randrange(0, 10_000)
+        wheel.schedule(at, log.add(at), SIZE, T0)
+    return log, wheel
+
+
 def test_not_before_its_time_then_exactly_at_it(tmp_path: Path) -> None:
     wheel = TimingWheel(tmp_path, T0, SMALL)
     entry = wheel.schedule(T0 + 1234, 0, SIZE, T0)
@@ -192,12 +204,7 @@ def test_cancel_survives_a_restart(tmp_path: Path) -> None:
 
 
 def test_clean_restart_delivers_every_pending_entry_exactly_once(tmp_path: Path) -> None:
-    rng = random.Random(11)
-    log = CommitLog()
-    wheel = TimingWheel(tmp_path, T0, SMALL)
-    for _ in range(2_000):
-        at = T0 + rng.randrange(0, 10_000)
-        wheel.schedule(at, log.add(at), SIZE, T0)
+    log, wheel = scheduled_at_random(tmp_path, seed=11, count=2_000)
     delivered = drain(wheel, T0 + 4_000)
     wheel.close()
     wheel = TimingWheel(tmp_path, T0 + 4_000, SMALL)
@@ -210,12 +217,7 @@ def test_clean_restart_delivers_every_pending_entry_exactly_once(tmp_path: Path)
 
 
 def test_crash_redelivers_only_after_the_saved_mark(tmp_path: Path) -> None:
-    rng = random.Random(12)
-    log = CommitLog()
-    wheel = TimingWheel(tmp_path, T0, SMALL)
-    for _ in range(2_000):
-        at = T0 + rng.randrange(0, 10_000)
-        wheel.schedule(at, log.add(at), SIZE, T0)
+    log, wheel = scheduled_at_random(tmp_path, seed=12, count=2_000)
     before = drain(wheel, T0 + 3_000)
     wheel.save_progress()
     after = drain(wheel, T0 + 6_000)  # delivered, but the mark was not saved
@@ -232,12 +234,7 @@ def test_crash_redelivers_only_after_the_saved_mark(tmp_path: Path) -> None:
 
 
 def test_torn_timer_log_is_rebuilt_by_replaying_the_commitlog(tmp_path: Path) -> None:
-    rng = random.Random(13)
-    log = CommitLog()
-    wheel = TimingWheel(tmp_path, T0, SMALL)
-    for _ in range(500):
-        at = T0 + rng.randrange(0, 10_000)
-        wheel.schedule(at, log.add(at), SIZE, T0)
+    log, wheel = scheduled_at_random(tmp_path, seed=13, count=500)
     first = drain(wheel, T0 + 2_000)
     wheel.close()
     # Flip one byte in the middle of the log.
