@@ -128,6 +128,21 @@ async def send_requests(
     return lat
 
 
+def load() -> str:
+    """The load averages, as a bench prints them beside its figures."""
+    return "load " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+async def fill_log(conn: RemotingClient, topic: str, queues: int, body: bytes, count: int) -> None:
+    """``count`` messages of ``body`` sent to ``topic``'s ``queues`` queues (16 in flight) to
+    fill the log, and a line saying how much and how fast."""
+    t0 = time.perf_counter()
+    await send_requests(conn, RequestCode.SEND_MESSAGE, topic, queues, body, count, 16, timeout=60)
+    dt = time.perf_counter() - t0
+    mib = count * len(body) / (1 << 20)
+    print(f"fill: {mib / 1024:.2f} GiB in {dt:.0f} s ({mib / dt:.0f} MiB/s), {load()}", flush=True)
+
+
 async def bench_single(
     conn: RemotingClient, n: int, body: bytes, inflight: int, pid: int, queues: int
 ) -> None:

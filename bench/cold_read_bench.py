@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import mmap
-import os
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import smoke
-from bench.broker_bench import pct, run_async, send_requests
+from bench.broker_bench import fill_log, load, pct, run_async, send_requests
 from bench.group_of_three import payload
 from broker.config import BrokerConfig
 from protocol.codes import RequestCode, ResponseCode
@@ -57,10 +56,6 @@ HOT_TOPIC = "Hot"
 QUEUES = 4
 FILL_BODY = 16 * 1024
 DEFAULT_RATE: int = BrokerConfig().cold_read_bytes_per_s
-
-
-def load() -> str:
-    return "load " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def counters(port: int) -> dict[str, float]:
@@ -125,20 +120,7 @@ async def fill(conn: RemotingClient, gib: float) -> int:
         if resp.code != ResponseCode.SUCCESS:
             raise SystemExit(f"create topic {topic}: {resp.code} {resp.remark}")
     count = max(QUEUES, int(gib * (1 << 30)) // FILL_BODY)
-    t0 = time.perf_counter()
-    await send_requests(
-        conn,
-        RequestCode.SEND_MESSAGE,
-        COLD_TOPIC,
-        QUEUES,
-        payload(FILL_BODY),
-        count,
-        16,
-        timeout=60,
-    )
-    dt = time.perf_counter() - t0
-    mib = count * FILL_BODY / (1 << 20)
-    print(f"fill: {mib / 1024:.2f} GiB in {dt:.0f} s ({mib / dt:.0f} MiB/s), {load()}", flush=True)
+    await fill_log(conn, COLD_TOPIC, QUEUES, payload(FILL_BODY), count)
     return count
 
 

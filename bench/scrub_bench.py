@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import smoke
-from bench.broker_bench import cpu_seconds, pct, run_async, send_requests
+from bench.broker_bench import cpu_seconds, fill_log, load, pct, run_async, send_requests
 from bench.group_of_three import payload
 from client.bootstrap import Bootstrap
 from protocol.codes import RequestCode, ResponseCode
@@ -57,10 +57,6 @@ TOPIC = "ScrubBench"
 QUEUES = 8
 DEFAULT_RATE = 8 << 20
 FILL_BODY = 128 * 1024
-
-
-def load() -> str:
-    return "load " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def metric(port: int, name: str) -> float:
@@ -156,22 +152,7 @@ async def main(args: argparse.Namespace) -> None:
             conn = await RemotingClient.connect(master.address, timeout=5.0)
             try:
                 fill = int(args.fill_gib * (1 << 30)) // FILL_BODY
-                t0 = time.perf_counter()
-                await send_requests(
-                    conn,
-                    RequestCode.SEND_MESSAGE,
-                    TOPIC,
-                    QUEUES,
-                    payload(FILL_BODY),
-                    fill,
-                    16,
-                    timeout=60,
-                )
-                dt = time.perf_counter() - t0
-                print(
-                    f"fill: {fill * FILL_BODY / (1 << 30):.2f} GiB in {dt:.0f} s ({fill * FILL_BODY / (1 << 20) / dt:.0f} MiB/s), {load()}",
-                    flush=True,
-                )
+                await fill_log(conn, TOPIC, QUEUES, payload(FILL_BODY), fill)
                 results: dict[str, list[tuple[float, float, float, float, float]]] = {
                     "off": [],
                     "on": [],
