@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.deletions import Deletions
+from client.admin import Admin
+from protocol.message import MessageRecord, encode_properties, pack_host
+from protocol.pull import PullRequest
+from protocol.remoting import Frame
+from protocol.rocketmq_v2 import definition_pb2 as pb
+from protocol.rocketmq_v2 import service_pb2 as rpc
+from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
+from remoting.client import RemotingClient
 from storage.config_files import (
     ConsumerOffsetStore,
     DlqResendLedger,
     SubscriptionGroupStore,
     TopicConfigStore,
 )
-from tests.support.procs import free_port
+from tests.support.metrics import scrape
+from tests.support.procs import BrokerProc, free_port
+from tests.support.wait import wait_until_async
 
 
 def config_sync_context(tmp_path: Path, **more: Any) -> Any:
@@ -121,3 +135,110 @@ class ConfirmedUpTo:
 
     def refused_counts(self) -> dict[str, int]:
         return {}
+
+
+def stored_record(topic: str, props: dict[str, str], body: bytes = b"hello") -> MessageRecord:
+    """A record of ``topic`` as the store hands it out: queue 1 offset 7, ``props``, ``body``."""
+    return MessageRecord(
+        topic=topic,
+        queue_id=1,
+        queue_offset=7,
+        physical_offset=4096,
+        size=0,
+        flag=0,
+        born_timestamp=1_700_000_000_123,
+        store_timestamp=1_700_000_000_456,
+        born_host_raw=pack_host("10.0.0.1:5000"),
+        store_host_raw=pack_host("10.0.0.2:10911"),
+        body=body,
+        properties_raw=encode_properties(props),
+    )
+
+
+async def grpc_send(broker: Broker, topic: str, *bodies: bytes, tag: str | None = None) -> None:
+    """One SendMessage of ``bodies`` to ``topic`` (ids ``id-<body>-<i>``, ``tag`` on each when
+    given) on ``broker``'s gRPC port, answered OK."""
+    messages = []
+    for i, body in enumerate(bodies):
+        m = pb.Message(topic=pb.Resource(name=topic), body=body)
+        m.system_properties.message_id = f"id-{body.decode()}-{i}"
+        if tag is not None:
+            m.system_properties.tag = tag
+        messages.append(m)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
+        stub = MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+        sent = await stub.SendMessage(rpc.SendMessageRequest(messages=messages), timeout=10)
+        assert sent.status.code == pb.OK, sent
+
+
+async def grpc_receive(
+    broker: Broker, group: str, topic: str, tags: str, poll_s: int
+) -> tuple[int, list[pb.Message]]:
+    """One ReceiveMessage on ``broker``'s gRPC port (``group``, ``topic``'s messages of the tag
+    expression ``tags``, 16 at most, invisible 30 s, long polling ``poll_s``): its status code
+    (-1 without one) and the messages."""
+    request = rpc.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression=tags),
+        batch_size=16,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=poll_s),
+    )
+    code = -1
+    got: list[pb.Message] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
+        stub = MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
+        async for answer in stub.ReceiveMessage(request, timeout=poll_s + 10):
+            if answer.HasField("status"):
+                code = answer.status.code
+            elif answer.HasField("message"):
+                got.append(answer.message)
+    return code, got
+
+
+def pulls_waiting(metrics_port: int) -> float:
+    """rmq_broker_pulls_waiting on the broker's /metrics."""
+    for line in scrape(metrics_port).splitlines():
+        if line.startswith("rmq_broker_pulls_waiting"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("rmq_broker_pulls_waiting is not served")
+
+
+@dataclasses.dataclass(frozen=True)
+class LongPolls:
+    """Raw long-polling pulls over ``conn``, each ``request`` from another offset, against a
+    broker process serving /metrics on ``metrics_port``."""
+
+    conn: RemotingClient
+    metrics_port: int
+    request: PullRequest
+
+    def pull(self, offset: int, suspend_ms: int) -> asyncio.Task[Frame]:
+        """The pull from ``offset``, waiting up to ``suspend_ms`` at the broker, on its way."""
+        req = dataclasses.replace(self.request, offset=offset, suspend_ms=suspend_ms)
+        return asyncio.ensure_future(
+            self.conn.request(req.code, req.header(), None, suspend_ms / 1000 + 10)
+        )
+
+    async def parked(self, task: asyncio.Task[Frame]) -> None:
+        """Returns once the broker holds the pull ``task`` (its only waiting pull)."""
+        await wait_until_async(
+            lambda: task.done() or pulls_waiting(self.metrics_port) == 1, "the pull to wait", 10
+        )
+        assert not task.done(), task.result().header
+
+
+@asynccontextmanager
+async def long_polls(
+    broker: BrokerProc, metrics_port: int, request: PullRequest
+) -> AsyncIterator[LongPolls]:
+    """LongPolls of ``request`` on a connection to ``broker`` (serving /metrics on
+    ``metrics_port``), once ``request``'s topic is created there with one queue."""
+    async with Admin(broker.address) as admin:
+        await admin.create_topic(request.topic, 1)
+    conn = await RemotingClient.connect(broker.address, timeout=2.0)
+    try:
+        yield LongPolls(conn, metrics_port, request)
+    finally:
+        conn.close()

@@ -23,10 +23,10 @@ from broker.grpc.delivery import (
     subscription_settings,
 )
 from broker.grpc.translate import Refused
-from protocol.message import MessageRecord, encode_properties, pack_host
 from protocol.retry import SubscriptionGroupConfig
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
+from tests.broker.support import stored_record
 
 
 def _request(**fields: object) -> rpc.ReceiveMessageRequest:
@@ -113,23 +113,6 @@ def test_a_receive_without_invisible_time_or_auto_renew_is_refused() -> None:
     assert refused.value.code == pb.ILLEGAL_INVISIBLE_TIME
 
 
-def _record(topic: str, props: dict[str, str], body: bytes = b"hello") -> MessageRecord:
-    return MessageRecord(
-        topic=topic,
-        queue_id=1,
-        queue_offset=7,
-        physical_offset=4096,
-        size=0,
-        flag=0,
-        born_timestamp=1_700_000_000_123,
-        store_timestamp=1_700_000_000_456,
-        born_host_raw=pack_host("10.0.0.1:5000"),
-        store_host_raw=pack_host("10.0.0.2:10911"),
-        body=body,
-        properties_raw=encode_properties(props),
-    )
-
-
 def test_a_record_reads_as_the_clients_expect() -> None:
     props = {
         "TAGS": "TagA",
@@ -138,7 +121,7 @@ def test_a_record_reads_as_the_clients_expect() -> None:
         "__SHARDINGKEY": "order-1",
         "color": "red",
     }
-    msg = received_message(_record("T", props), "g", "HANDLE", 1, 30_000)
+    msg = received_message(stored_record("T", props), "g", "HANDLE", 1, 30_000)
     sysp = msg.system_properties
     assert msg.topic.name == "T" and msg.body == b"hello"
     assert dict(msg.user_properties) == {"color": "red"}
@@ -164,19 +147,22 @@ def test_a_retry_copy_shows_its_first_topic_and_id_and_a_delay_its_time() -> Non
         "CONSUME_FAILURE_REASON": "invisible time passed",
         "size": "L",
     }
-    msg = received_message(_record("%RETRY%g", retry), "g", "H", 2, 1000)
+    msg = received_message(stored_record("%RETRY%g", retry), "g", "H", 2, 1000)
     assert msg.topic.name == "T" and msg.system_properties.message_id == "ID-1"
     assert dict(msg.user_properties) == {"size": "L"}
     assert msg.system_properties.delivery_attempt == 2
     # Another group's retry topic is not mapped (it is never popped for this group).
-    assert received_message(_record("%RETRY%h", retry), "g", "H", 1, 1000).topic.name == "%RETRY%h"
+    assert (
+        received_message(stored_record("%RETRY%h", retry), "g", "H", 1, 1000).topic.name
+        == "%RETRY%h"
+    )
     delayed = {"TIMER_OUT_MS": "1700000009000", "__STARTDELIVERTIME": "1700000009000"}
-    msg = received_message(_record("T", delayed), "g", "H", 1, 1000)
+    msg = received_message(stored_record("T", delayed), "g", "H", 1, 1000)
     assert msg.system_properties.message_type == pb.DELAY
     assert msg.system_properties.delivery_timestamp.ToMilliseconds() == 1_700_000_009_000
     assert dict(msg.user_properties) == {}
     # Without UNIQ_KEY (sent by our SDK) the id is the stored one.
-    plain = _record("T", {})
+    plain = stored_record("T", {})
     assert received_message(plain, "g", "H", 1, 1000).system_properties.message_id == plain.msg_id
 
 

@@ -11,9 +11,10 @@ pytest.importorskip("google.protobuf")
 
 from broker.grpc.delivery import received_message
 from broker.grpc.translate import send_request
-from protocol.message import MessageRecord, decode_properties, encode_properties, pack_host
+from protocol.message import decode_properties
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.trace import PROP_TRACE_CONTEXT
+from tests.broker.support import stored_record
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -26,21 +27,7 @@ def test_a_sends_trace_context_is_stored_and_delivered_back_as_a_system_property
     props = decode_properties(str(send_request(m, "", 1024).header["properties"]).encode())
     assert props[PROP_TRACE_CONTEXT] == TRACEPARENT
 
-    record = MessageRecord(
-        topic="T",
-        queue_id=0,
-        queue_offset=0,
-        physical_offset=0,
-        size=0,
-        flag=0,
-        born_timestamp=1,
-        store_timestamp=2,
-        born_host_raw=pack_host("10.0.0.1:5000"),
-        store_host_raw=pack_host("10.0.0.2:10911"),
-        body=b"x",
-        properties_raw=encode_properties(props),
-    )
-    out = received_message(record, "g", "H", 1, 30_000)
+    out = received_message(stored_record("T", props, b"x"), "g", "H", 1, 30_000)
     assert out.system_properties.trace_context == TRACEPARENT
     assert dict(out.user_properties) == {"color": "red"}
 

@@ -31,13 +31,19 @@ def figure(port: int, name: str) -> float:
     return total
 
 
+def scrub_at_its_defaults(broker: BrokerProc) -> None:
+    """Takes ``scrub_bytes_per_s = 0`` (no scrub) out of the stopped ``broker``'s config file:
+    it starts scrubbing with the default settings."""
+    config = Path(broker.argv[broker.argv.index("--config") + 1])
+    config.write_text(config.read_text().replace("scrub_bytes_per_s = 0\n", ""))
+
+
 async def test_a_lone_broker_scrub_finds_damage_it_cannot_repair(
     broker_factory: type[BrokerProc], tmp_path: Path
 ) -> None:
     port = free_port()
     broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, port, kill=False)
-    config = Path(broker.argv[broker.argv.index("--config") + 1])
-    config.write_text(config.read_text().replace("scrub_bytes_per_s = 0\n", ""))  # the default
+    scrub_at_its_defaults(broker)
     bad = on_disk[10]
     flip(bad, 200)
     since = len(broker.log())
@@ -69,8 +75,7 @@ async def test_an_idle_broker_rests_between_scrub_passes(
     # A pass now starts no sooner than scrub_interval_hours (default a week) after the last.
     port = free_port()
     broker, _ = await filled_then_stopped(broker_factory, tmp_path, port, kill=False)
-    config = Path(broker.argv[broker.argv.index("--config") + 1])
-    config.write_text(config.read_text().replace("scrub_bytes_per_s = 0\n", ""))  # the defaults
+    scrub_at_its_defaults(broker)
     since = len(broker.log())
     broker.start_and_wait()
 

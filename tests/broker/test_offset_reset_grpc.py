@@ -8,16 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
-from google.protobuf.duration_pb2 import Duration
-
 from broker.broker import Broker
 from protocol.broker_requests.offsets import OffsetsReset, ResetOffset
-from protocol.rocketmq_v2 import definition_pb2 as pb
-from protocol.rocketmq_v2 import service_pb2 as rpc
-from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import RemotingClient
-from tests.broker.support import grpc_master_and_slave
+from tests.broker.support import grpc_master_and_slave, grpc_receive, grpc_send
 from tests.support.wait import wait_until_async
 
 TOPIC = "ResetOverGrpc"
@@ -26,34 +20,9 @@ GROUP = "ResetOverGrpcGroup"
 a, b = grpc_master_and_slave(TOPIC, 1)
 
 
-async def _send(broker: Broker, *bodies: bytes) -> None:
-    messages = []
-    for body in bodies:
-        m = pb.Message(topic=pb.Resource(name=TOPIC), body=body)
-        m.system_properties.message_id = f"id-{body.decode()}"
-        messages.append(m)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
-        stub = MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
-        sent = await stub.SendMessage(rpc.SendMessageRequest(messages=messages), timeout=10)
-        assert sent.status.code == pb.OK, sent
-
-
 async def _receive(broker: Broker, poll_s: int) -> list[bytes]:
-    request = rpc.ReceiveMessageRequest(
-        group=pb.Resource(name=GROUP),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=16,
-        invisible_duration=Duration(seconds=30),
-        long_polling_timeout=Duration(seconds=poll_s),
-    )
-    got: list[bytes] = []
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
-        stub = MessagingServiceStub(channel)  # type: ignore[no-untyped-call]
-        async for answer in stub.ReceiveMessage(request, timeout=poll_s + 10):
-            if answer.HasField("message"):
-                got.append(answer.message.body)
-    return got
+    _, got = await grpc_receive(broker, GROUP, TOPIC, "*", poll_s)
+    return [m.body for m in got]
 
 
 async def _reset(broker: Broker, offset: int) -> OffsetsReset:
@@ -67,7 +36,7 @@ async def _reset(broker: Broker, offset: int) -> OffsetsReset:
 
 
 async def test_a_grpc_consumer_receives_from_the_reset_offset(a: Broker) -> None:
-    await _send(a, b"m0", b"m1", b"m2", b"m3")
+    await grpc_send(a, TOPIC, b"m0", b"m1", b"m2", b"m3")
     assert sorted(await _receive(a, 1)) == [b"m0", b"m1", b"m2", b"m3"]
     assert (await _reset(a, 1)).queues[0].outcome == "reset"
     assert sorted(await _receive(a, 1)) == [b"m1", b"m2", b"m3"]

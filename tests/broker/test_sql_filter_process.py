@@ -35,7 +35,7 @@ from protocol.pull import (
 )
 from protocol.remoting import Frame
 from remoting.client import RemotingClient
-from tests.support.metrics import scrape
+from tests.broker.support import long_polls
 from tests.support.procs import BrokerProc, free_port, rmqctl
 from tests.support.wait import stays_async, wait_until_async
 
@@ -99,6 +99,27 @@ async def setup(broker: BrokerProc) -> None:
 
 async def committed_at_end(address: str, group: str) -> bool:
     return await committed_at_end_of(address, group, QUEUES)
+
+
+async def raw_sql92(
+    conn: RemotingClient, group: str, pull_expression: str, pop_expression: str
+) -> tuple[Frame, Frame]:
+    """The broker's answers to a raw pull (queue 0) and a raw POP of TOPIC by ``group`` over
+    ``conn``, each with its SQL92 expression."""
+    pull = PullRequest(
+        group=group, topic=TOPIC, queue_id=0, offset=0, filter_type="SQL92",
+        subscription=pull_expression,
+    )  # fmt: skip
+    pop = PopRequest(
+        group=group, topic=TOPIC, max_count=4, invisible_ms=30_000,
+        expression_type="SQL92", expression=pop_expression,
+    )  # fmt: skip
+    pull_header, _ = pull.encode()
+    pop_header, _ = pop.encode()
+    return (
+        await conn.request(pull.code, pull_header, None, 5),
+        await conn.request(pop.code, pop_header, None, 5),
+    )
 
 
 async def test_sql92_filters_on_pull_pop_sdk_and_rmqctl(tmp_path: Path) -> None:
@@ -174,33 +195,20 @@ async def test_sql92_filters_on_pull_pop_sdk_and_rmqctl(tmp_path: Path) -> None:
         assert "at position 4: string literal is not closed" in proc.stderr
         conn = await RemotingClient.connect(addr, timeout=2.0)
         try:
-            pull = PullRequest(
-                group="raw", topic=TOPIC, queue_id=0, offset=0, filter_type="SQL92",
-                subscription="region = = 'eu'",
-            )  # fmt: skip
-            resp = await conn.request(pull.code, pull.header(), None, 5)
-            assert resp.code == ResponseCode.BAD_REQUEST, resp.header
-            assert "at position 9" in str(resp.header.get("remark")), resp.header
-            pop = PopRequest(
-                group="raw", topic=TOPIC, max_count=4, invisible_ms=30_000,
-                expression_type="SQL92", expression="region IN ()",
-            )  # fmt: skip
-            header, _ = pop.encode()
-            resp = await conn.request(pop.code, header, None, 5)
-            assert resp.code == ResponseCode.BAD_REQUEST, resp.header
-            assert "at position 11" in str(resp.header.get("remark")), resp.header
+            pulled, popped = await raw_sql92(conn, "raw", "region = = 'eu'", "region IN ()")
+            assert pulled.code == ResponseCode.BAD_REQUEST, pulled.header
+            assert "at position 9" in str(pulled.header.get("remark")), pulled.header
+            assert popped.code == ResponseCode.BAD_REQUEST, popped.header
+            assert "at position 11" in str(popped.header.get("remark")), popped.header
         finally:
             conn.close()
     finally:
         broker.stop()
 
 
-def waiting(port: int) -> float:
-    """rmq_broker_pulls_waiting on the broker's /metrics."""
-    for line in scrape(port).splitlines():
-        if line.startswith("rmq_broker_pulls_waiting"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("rmq_broker_pulls_waiting is not served")
+SQL_PULL = PullRequest(
+    group="G", topic=TOPIC, queue_id=0, offset=0, subscription="amount >= 10", filter_type="SQL92"
+)
 
 
 async def test_a_long_polling_sql_pull_passes_over_what_does_not_match(tmp_path: Path) -> None:
@@ -208,49 +216,31 @@ async def test_a_long_polling_sql_pull_passes_over_what_does_not_match(tmp_path:
     extra = ["--metrics-port", str(port)]
     broker = BrokerProc(tmp_path, extra=extra, extra_toml=ON).start_and_wait()
     try:
-        async with Admin(broker.address) as admin:
-            await admin.create_topic(TOPIC, 1)
-        conn = await RemotingClient.connect(broker.address, timeout=2.0)
-        async with Producer(broker.address) as producer:
+        async with (
+            long_polls(broker, port, SQL_PULL) as polls,
+            Producer(broker.address) as producer,
+        ):
 
             async def send(*amounts: int) -> None:
                 for a in amounts:
                     await producer.send(TOPIC, str(a).encode(), properties={"amount": str(a)})
 
-            def pull(offset: int, suspend_ms: int) -> asyncio.Task[Frame]:
-                req = PullRequest(
-                    group="G", topic=TOPIC, queue_id=0, offset=offset, suspend_ms=suspend_ms,
-                    subscription="amount >= 10", filter_type="SQL92",
-                )  # fmt: skip
-                return asyncio.ensure_future(
-                    conn.request(req.code, req.header(), None, suspend_ms / 1000 + 10)
-                )
-
-            async def parked(task: asyncio.Task[Frame]) -> None:
-                await wait_until_async(
-                    lambda: task.done() or waiting(port) == 1, "the pull to wait", 10
-                )
-                assert not task.done(), task.result().header
-
-            try:
-                await send(1, 2, 3)
-                answer = decode_pull_answer(await pull(0, 0))
-                assert answer == PullFound(next_offset=3, count=0, body=b"")
-                task = pull(3, 8000)
-                await parked(task)
-                await send(4, 5)
-                await stays_async(lambda: not task.done(), 1.5, "the pull waiting past them")
-                await send(10)
-                answer = decode_pull_answer(await asyncio.wait_for(task, 10))
-                assert isinstance(answer, PullFound) and answer.next_offset == 6
-                assert [r.body for r in iter_records(answer.body)] == [b"10"]
-                task = pull(6, 2500)
-                await parked(task)
-                await send(7)
-                resp = await asyncio.wait_for(task, 10)
-                assert decode_pull_answer(resp) == PullNotFound(next_offset=7)
-            finally:
-                conn.close()
+            await send(1, 2, 3)
+            answer = decode_pull_answer(await polls.pull(0, 0))
+            assert answer == PullFound(next_offset=3, count=0, body=b"")
+            task = polls.pull(3, 8000)
+            await polls.parked(task)
+            await send(4, 5)
+            await stays_async(lambda: not task.done(), 1.5, "the pull waiting past them")
+            await send(10)
+            answer = decode_pull_answer(await asyncio.wait_for(task, 10))
+            assert isinstance(answer, PullFound) and answer.next_offset == 6
+            assert [r.body for r in iter_records(answer.body)] == [b"10"]
+            task = polls.pull(6, 2500)
+            await polls.parked(task)
+            await send(7)
+            resp = await asyncio.wait_for(task, 10)
+            assert decode_pull_answer(resp) == PullNotFound(next_offset=7)
     finally:
         broker.stop()
 
@@ -262,20 +252,10 @@ async def test_a_broker_with_property_filters_off_refuses_sql92(tmp_path: Path) 
         addr = broker.address
         conn = await RemotingClient.connect(addr, timeout=2.0)
         try:
-            pull = PullRequest(
-                group="g", topic=TOPIC, queue_id=0, offset=0, filter_type="SQL92",
-                subscription="region = 'eu'",
-            )  # fmt: skip
-            resp = await conn.request(pull.code, pull.header(), None, 5)
-            assert resp.code == ResponseCode.SQL_FILTER_DISABLED, resp.header
-            assert "enable_property_filter" in str(resp.header.get("remark"))
-            pop = PopRequest(
-                group="g", topic=TOPIC, max_count=4, invisible_ms=30_000,
-                expression_type="SQL92", expression="region = 'eu'",
-            )  # fmt: skip
-            header, _ = pop.encode()
-            resp = await conn.request(pop.code, header, None, 5)
-            assert resp.code == ResponseCode.SQL_FILTER_DISABLED, resp.header
+            pulled, popped = await raw_sql92(conn, "g", "region = 'eu'", "region = 'eu'")
+            assert pulled.code == ResponseCode.SQL_FILTER_DISABLED, pulled.header
+            assert "enable_property_filter" in str(pulled.header.get("remark"))
+            assert popped.code == ResponseCode.SQL_FILTER_DISABLED, popped.header
             # A tag subscription is served as before.
             tags = PullRequest(group="g", topic=TOPIC, queue_id=0, offset=0, subscription="T1")
             resp = await conn.request(tags.code, tags.header(), None, 5)
