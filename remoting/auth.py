@@ -30,6 +30,7 @@ import structlog
 
 from protocol.acl import Decision, User, UserType
 from protocol.codes import RequestCode, ResponseCode
+from protocol.log_throttle import LogThrottle
 from protocol.remoting import Frame, response
 from protocol.request_auth import (
     ACCESS_KEY,
@@ -67,32 +68,9 @@ class UserDirectory(Protocol):
     def user(self, username: str) -> User | None: ...
 
 
-class RefusalLogThrottle:
-    """Decides which refusals to log: one per source host per window (time is an input)."""
-
-    __slots__ = ("_last", "_window_ms")
-
-    def __init__(self, window_ms: int = LOG_WINDOW_MS) -> None:
-        self._window_ms = window_ms
-        self._last: dict[str, tuple[int, int]] = {}
-        """host -> (when it was last logged, refusals not logged since)."""
-
-    def record(self, host: str, now_ms: int) -> int | None:
-        """None: do not log this one; else how many refusals from ``host`` were not logged
-        before it."""
-        last = self._last.get(host)
-        if last is not None and now_ms - last[0] < self._window_ms:
-            self._last[host] = (last[0], last[1] + 1)
-            return None
-        if last is None and len(self._last) >= _MAX_HOSTS:
-            self._last.clear()  # many hosts: forget them all rather than grow without bound
-        self._last[host] = (now_ms, 0)
-        return 0 if last is None else last[1]
-
-
 class RefusalLog:
     """One server's refusals: each one counted (``on_refused(reason)``) and logged as ``event``
-    at most once per source host per window (:class:`RefusalLogThrottle`), saying how many from
+    at most once per source host per window (:class:`~protocol.log_throttle.LogThrottle`), saying how many from
     that host went unlogged since. The request guards of the remoting and gRPC ports and the
     client-certificate gate each keep one."""
 
@@ -106,14 +84,14 @@ class RefusalLog:
     ) -> None:
         self._event = event
         self._on_refused = on_refused
-        self._throttle = RefusalLogThrottle(window_ms)
+        self._throttle = LogThrottle[str](window_ms, _MAX_HOSTS)
 
     def record(self, host: str, now_ms: int, reason: str, detail: str, **fields: object) -> None:
         """A refusal from ``host`` at ``now_ms``; ``fields`` (peer, user, ...) go into the log
         line before the reason."""
         if self._on_refused is not None:
             self._on_refused(reason)
-        unlogged = self._throttle.record(host, now_ms)
+        unlogged = self._throttle.admit(host, now_ms)
         if unlogged is not None:
             log.warning(
                 self._event, **fields, reason=reason, detail=detail, not_logged_since=unlogged

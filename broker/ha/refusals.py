@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from protocol.log_throttle import LogThrottle
+
 __all__ = [
     "ACK_OUT_OF_RANGE",
     "DUPLICATE_ID",
@@ -70,28 +72,19 @@ class Refusal:
         return self.detail
 
 
-class RefusalLog:
-    """Counts refusals per reason and decides which to log."""
+class RefusalLog(LogThrottle[tuple[str, str]]):
+    """Counts refusals per reason and decides which to log (one per reason and peer host in
+    every window)."""
 
-    __slots__ = ("_last", "_window_ms", "counts")
+    __slots__ = ("counts",)
 
     def __init__(self, window_ms: int = DEFAULT_LOG_WINDOW_MS) -> None:
-        self._window_ms = window_ms
+        super().__init__(window_ms, _MAX_KEYS)
         self.counts: dict[str, int] = dict.fromkeys(REASONS, 0)
         """Refusals per reason since start (every reason present, at 0 first)."""
-        self._last: dict[tuple[str, str], tuple[int, int]] = {}
-        """(reason, peer host) -> (when it was last logged, refusals not logged since)."""
 
     def record(self, reason: str, host: str, now_ms: int) -> int | None:
         """Count one refusal; None when it is not to be logged, else how many refusals of this
         reason from ``host`` went unlogged before it."""
         self.counts[reason] += 1
-        key = (reason, host)
-        last = self._last.get(key)
-        if last is not None and now_ms - last[0] < self._window_ms:
-            self._last[key] = (last[0], last[1] + 1)
-            return None
-        if last is None and len(self._last) >= _MAX_KEYS:
-            self._last.clear()  # many hosts: forget them all rather than grow without bound
-        self._last[key] = (now_ms, 0)
-        return 0 if last is None else last[1]
+        return self.admit((reason, host), now_ms)

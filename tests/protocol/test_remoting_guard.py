@@ -11,9 +11,10 @@ import structlog
 
 from protocol.acl import Decision, User, UserType
 from protocol.codes import RequestCode, ResponseCode
+from protocol.log_throttle import LogThrottle
 from protocol.remoting import Frame, Header, response
 from protocol.request_auth import Credentials, cluster_credentials
-from remoting.auth import RefusalLogThrottle, RequestGuard
+from remoting.auth import RequestGuard
 from remoting.client import RemotingClient, signer_for
 from remoting.server import Connection, RemotingServer
 from tests.support.wait import wait_until_async
@@ -107,9 +108,9 @@ async def test_a_verified_request_reaches_its_handler_without_the_signature(
 
 
 def test_the_log_throttle_says_how_many_went_unlogged() -> None:
-    throttle = RefusalLogThrottle(window_ms=60_000)
-    assert throttle.record("10.0.0.1", 0) == 0
-    assert throttle.record("10.0.0.1", 1_000) is None
-    assert throttle.record("10.0.0.2", 1_000) == 0  # per source host
-    assert throttle.record("10.0.0.1", 59_999) is None
-    assert throttle.record("10.0.0.1", 60_000) == 2
+    throttle = LogThrottle[str](window_ms=60_000, max_keys=4096)
+    assert throttle.admit("10.0.0.1", 0) == 0
+    assert throttle.admit("10.0.0.1", 1_000) is None
+    assert throttle.admit("10.0.0.2", 1_000) == 0  # per source host
+    assert throttle.admit("10.0.0.1", 59_999) is None
+    assert throttle.admit("10.0.0.1", 60_000) == 2
