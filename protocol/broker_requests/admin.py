@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Final
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int_or_none, opt_str, req_int, req_str
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 from protocol.topic_attrs import (
     TopicAttrs,
@@ -108,17 +109,10 @@ class TopicCreated:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AllTopicsQuery:
+class AllTopicsQuery(NoFields):
     """GET_ALL_TOPIC_CONFIG: every topic the broker holds, with its queues (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_ALL_TOPIC_CONFIG
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> AllTopicsQuery:
-        return cls()
 
 
 def _attrs_of(doc: Mapping[str, Any], where: str) -> TopicAttrs:

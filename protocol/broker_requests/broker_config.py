@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, req_str
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 
 __all__ = [
@@ -64,17 +65,10 @@ def _text_or_nil(doc: Mapping[str, Any], name: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerConfigQuery:
+class BrokerConfigQuery(NoFields):
     """GET_BROKER_CONFIG: every config key with its value now (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_CONFIG
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> BrokerConfigQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

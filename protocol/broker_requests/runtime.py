@@ -36,6 +36,7 @@ from typing import Any, ClassVar, TypeVar
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
 from protocol.fields import FieldError
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 
 __all__ = [
@@ -84,17 +85,10 @@ def _with_default(doc: Mapping[str, Any], name: str, default: _T) -> _T:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RuntimeInfoQuery:
+class RuntimeInfoQuery(NoFields):
     """GET_BROKER_RUNTIME_INFO: the broker's role, offsets, load and endpoints (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_RUNTIME_INFO
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RuntimeInfoQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,17 +196,10 @@ class RuntimeInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EpochCacheQuery:
+class EpochCacheQuery(NoFields):
     """GET_BROKER_EPOCH_CACHE: the broker's epoch entries and offsets (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_EPOCH_CACHE
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> EpochCacheQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,18 +264,11 @@ class EpochCache:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StatsQuery:
+class StatsQuery(NoFields):
     """VIEW_BROKER_STATS_DATA (RocketMQ's 315): this broker's rates per topic and consumer
     group, all of them (no fields; RocketMQ's asks for one statistic at a time)."""
 
     code: ClassVar[RequestCode] = RequestCode.VIEW_BROKER_STATS_DATA
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> StatsQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True)

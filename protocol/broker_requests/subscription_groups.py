@@ -27,6 +27,7 @@ import msgpack
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, req_str
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 
 __all__ = [
@@ -84,20 +85,11 @@ class SubscriptionGroupQuery:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AllSubscriptionGroupsQuery:
+class AllSubscriptionGroupsQuery(NoFields):
     """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: every configured group and the DLQ resend ledger
     (slaves copy both; no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(
-        cls, header: Mapping[str, Scalar], body: bytes | None = None
-    ) -> AllSubscriptionGroupsQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,6 +38,7 @@ from protocol.controller_requests.base import (
     unpack_map,
 )
 from protocol.fields import FieldError, opt_int_or_none, opt_str, req_int, req_str
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 
 __all__ = [
@@ -195,17 +196,10 @@ class GetSyncStateData(_GroupQuery):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GetMetadataInfo:
+class GetMetadataInfo(NoFields):
     """CONTROLLER_GET_METADATA_INFO: the controller group's document (no fields)."""
 
     code: ClassVar[RequestCode] = RequestCode.CONTROLLER_GET_METADATA_INFO
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> GetMetadataInfo:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from protocol.codes import ControllerCode
 from protocol.fields import req_str
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 
 __all__ = ["AddController", "ControllerConfigQuery", "RemoveController", "TransferLeader"]
@@ -75,16 +76,7 @@ class TransferLeader:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ControllerConfigQuery:
+class ControllerConfigQuery(NoFields):
     """GET_CONTROLLER_CONFIG: the answering controller's configuration (no fields)."""
 
     code: ClassVar[ControllerCode] = ControllerCode.GET_CONTROLLER_CONFIG
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(
-        cls, header: Mapping[str, Scalar], body: bytes | None = None
-    ) -> ControllerConfigQuery:
-        return cls()

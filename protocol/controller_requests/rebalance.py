@@ -19,23 +19,17 @@ from typing import ClassVar
 
 from protocol.codes import ControllerCode
 from protocol.controller_requests.base import InvalidRequest
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 
 __all__ = ["RebalancePlanQuery", "TrafficQuery"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TrafficQuery:
+class TrafficQuery(NoFields):
     """GET_BROKER_TRAFFIC: every group's traffic as the active controller heard it."""
 
     code: ClassVar[ControllerCode] = ControllerCode.GET_BROKER_TRAFFIC
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TrafficQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

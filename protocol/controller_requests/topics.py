@@ -43,6 +43,7 @@ from protocol.controller_requests.base import (
     unpack_map,
 )
 from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_int, req_str
+from protocol.no_fields import NoFields
 from protocol.remoting import Header, Scalar
 from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 
@@ -115,18 +116,11 @@ class RouteQuery:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterInfoQuery:
+class ClusterInfoQuery(NoFields):
     """GET_BROKER_CLUSTER_INFO: every group and its brokers (no fields), from the controllers
     or a broker."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_BROKER_CLUSTER_INFO
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ClusterInfoQuery:
-        return cls()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
