@@ -119,22 +119,23 @@ def check_text(what: str, value: object) -> str:
     return value
 
 
-def check_broker_id(what: str, value: object) -> int:
-    """A broker id: an int in [FIRST_BROKER_ID, MAX_ID] (bools are not ints here)."""
+def _check_int(what: str, value: object, low: int, high: int) -> int:
+    """An int in [low, high] (bools are not ints here)."""
     if type(value) is not int:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
-    if not FIRST_BROKER_ID <= value <= MAX_ID:
-        raise ValueError(f"{what} must be in [{FIRST_BROKER_ID}, {MAX_ID}], not {value}")
+    if not low <= value <= high:
+        raise ValueError(f"{what} must be in [{low}, {high}], not {value}")
     return value
+
+
+def check_broker_id(what: str, value: object) -> int:
+    """A broker id: an int in [FIRST_BROKER_ID, MAX_ID]."""
+    return _check_int(what, value, FIRST_BROKER_ID, MAX_ID)
 
 
 def check_epoch(what: str, value: object) -> int:
     """An epoch: an int in [0, MAX_ID]."""
-    if type(value) is not int:
-        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
-    if not 0 <= value <= MAX_ID:
-        raise ValueError(f"{what} must be in [0, {MAX_ID}], not {value}")
-    return value
+    return _check_int(what, value, 0, MAX_ID)
 
 
 def check_id_set(what: str, value: object) -> frozenset[int]:
@@ -168,20 +169,12 @@ def check_topic(what: str, value: object) -> str:
 
 def check_queues(what: str, value: object) -> int:
     """A topic's queue count on one broker group: an int in [1, MAX_QUEUES]."""
-    if type(value) is not int:
-        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
-    if not 1 <= value <= MAX_QUEUES:
-        raise ValueError(f"{what} must be in [1, {MAX_QUEUES}], not {value}")
-    return value
+    return _check_int(what, value, 1, MAX_QUEUES)
 
 
 def check_perm(what: str, value: object) -> int:
     """A topic's permission: an int in [0, 7] (PermName's read 4, write 2, inherit 1)."""
-    if type(value) is not int:
-        raise TypeError(f"{what} must be an integer, not {type(value).__name__}")
-    if not 0 <= value <= 7:
-        raise ValueError(f"{what} must be in [0, 7], not {value}")
-    return value
+    return _check_int(what, value, 0, 7)
 
 
 def check_message_type(what: str, value: object) -> str:
