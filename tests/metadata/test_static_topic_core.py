@@ -8,6 +8,8 @@ physical offsets.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -101,27 +103,16 @@ def test_remap_refusals() -> None:
         broker_name="broker-b", physical_queue=0, logical_start=2, physical_start=0, generation=1
     )
     for bad, why in [
-        (MappingItem(**{**_fields(good), "logical_start": 3}), "start at logical 2"),
-        (MappingItem(**{**_fields(good), "generation": 2}), "generation 1"),
-        (MappingItem(**{**_fields(good), "broker_name": "broker-a"}), "already on"),
-        (MappingItem(**{**_fields(good), "logical_end": 9}), "starts open"),
+        (replace(good, logical_start=3), "start at logical 2"),
+        (replace(good, generation=2), "generation 1"),
+        (replace(good, broker_name="broker-a"), "already on"),
+        (replace(good, logical_end=9), "starts open"),
     ]:
         with pytest.raises(MappingError, match=why):
             check_new_item(half, bad)
     with pytest.raises(MappingError, match="no move in progress"):
         check_new_item(items, good)
     check_new_item(half, good)
-
-
-def _fields(item: MappingItem) -> dict[str, object]:
-    return {
-        "broker_name": item.broker_name,
-        "physical_queue": item.physical_queue,
-        "logical_start": item.logical_start,
-        "physical_start": item.physical_start,
-        "generation": item.generation,
-        "logical_end": item.logical_end,
-    }
 
 
 def test_items_check_their_own_fields() -> None:
