@@ -30,8 +30,8 @@ every key required (the answer has had them all since the request exists).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Final, TypeVar
 
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
@@ -129,70 +129,66 @@ class RuntimeInfo:
     timer_overdue_ms: int = 0
 
     def encode(self) -> tuple[Header, bytes]:
-        return {}, pack_map(
-            {
-                "brokerName": self.broker_name,
-                "cluster": self.cluster,
-                "address": self.address,
-                "brokerId": self.broker_id,
-                "role": "MASTER" if self.master else "SLAVE",
-                "masterEpoch": self.master_epoch,
-                "maxOffset": self.max_offset,
-                "minOffset": self.min_offset,
-                "flushedOffset": self.flushed_offset,
-                "confirmOffset": self.confirm_offset,
-                "haAddress": self.ha_address,
-                "fenced": self.fenced,
-                "topics": self.topics,
-                "connections": self.connections,
-                "pullsWaiting": self.pulls_waiting,
-                "timerPending": self.timer_pending,
-                "grpcEndpoint": self.grpc_endpoint,
-                "grpcTlsEndpoint": self.grpc_tls_endpoint,
-                "putTps": self.put_tps,
-                "getTps": self.get_tps,
-                "statsWindowMs": self.stats_window_ms,
-                "putTotal": self.put_total,
-                "getTotal": self.get_total,
-                "commitLogDiskRatio": self.commitlog_disk_ratio,
-                "pageCacheLockMs": self.page_cache_lock_ms,
-                "popInflight": self.pop_inflight,
-                "timerOverdueMs": self.timer_overdue_ms,
-            }
-        )
+        doc = {key: getattr(self, name) for name, key in _RUNTIME_KEYS.items()}
+        doc["role"] = "MASTER" if self.master else "SLAVE"
+        return {}, pack_map(doc)
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RuntimeInfo:
         doc = body_map(body, "runtime info")
-        return cls(
-            broker_name=_with_default(doc, "brokerName", ""),
-            cluster=_with_default(doc, "cluster", ""),
-            address=_with_default(doc, "address", ""),
-            broker_id=_int(doc, "brokerId", 0),
-            master=_role(doc, default="SLAVE"),
-            master_epoch=_int(doc, "masterEpoch", 0),
-            max_offset=_int(doc, "maxOffset", 0),
-            min_offset=_int(doc, "minOffset", 0),
-            flushed_offset=_int(doc, "flushedOffset", 0),
-            confirm_offset=_int(doc, "confirmOffset", 0),
-            ha_address=_opt(doc, "haAddress", str),
-            fenced=_with_default(doc, "fenced", False),
-            topics=_int(doc, "topics", 0),
-            connections=_int(doc, "connections", 0),
-            pulls_waiting=_int(doc, "pullsWaiting", 0),
-            timer_pending=_int(doc, "timerPending", 0),
-            grpc_endpoint=_opt(doc, "grpcEndpoint", str),
-            grpc_tls_endpoint=_opt(doc, "grpcTlsEndpoint", str),
-            put_tps=_with_default(doc, "putTps", 0.0),
-            get_tps=_with_default(doc, "getTps", 0.0),
-            stats_window_ms=_int(doc, "statsWindowMs", 0),
-            put_total=_int(doc, "putTotal", 0),
-            get_total=_int(doc, "getTotal", 0),
-            commitlog_disk_ratio=_opt(doc, "commitLogDiskRatio", float),
-            page_cache_lock_ms=_opt(doc, "pageCacheLockMs", float),
-            pop_inflight=_int(doc, "popInflight", 0),
-            timer_overdue_ms=_int(doc, "timerOverdueMs", 0),
-        )
+        values: dict[str, Any] = {}
+        for f in fields(cls):  # a key left out reads as the field's default
+            key = _RUNTIME_KEYS[f.name]
+            if f.name == "master":
+                values[f.name] = _role(doc, default="SLAVE")
+            elif f.default is None:
+                values[f.name] = _opt(doc, key, _NIL_KINDS[f.name])
+            elif type(f.default) is int:
+                values[f.name] = _int(doc, key, f.default)
+            else:
+                values[f.name] = _with_default(doc, key, f.default)
+        return cls(**values)
+
+
+_RUNTIME_KEYS: Final = {
+    "broker_name": "brokerName",
+    "cluster": "cluster",
+    "address": "address",
+    "broker_id": "brokerId",
+    "master": "role",
+    "master_epoch": "masterEpoch",
+    "max_offset": "maxOffset",
+    "min_offset": "minOffset",
+    "flushed_offset": "flushedOffset",
+    "confirm_offset": "confirmOffset",
+    "ha_address": "haAddress",
+    "fenced": "fenced",
+    "topics": "topics",
+    "connections": "connections",
+    "pulls_waiting": "pullsWaiting",
+    "timer_pending": "timerPending",
+    "grpc_endpoint": "grpcEndpoint",
+    "grpc_tls_endpoint": "grpcTlsEndpoint",
+    "put_tps": "putTps",
+    "get_tps": "getTps",
+    "stats_window_ms": "statsWindowMs",
+    "put_total": "putTotal",
+    "get_total": "getTotal",
+    "commitlog_disk_ratio": "commitLogDiskRatio",
+    "page_cache_lock_ms": "pageCacheLockMs",
+    "pop_inflight": "popInflight",
+    "timer_overdue_ms": "timerOverdueMs",
+}
+"""Each field of :class:`RuntimeInfo` and its key in the answer, in the answer's order."""
+
+_NIL_KINDS: Final = {
+    "ha_address": str,
+    "grpc_endpoint": str,
+    "grpc_tls_endpoint": str,
+    "commitlog_disk_ratio": float,
+    "page_cache_lock_ms": float,
+}
+"""The fields that may be nil, and the type of a value that is not."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
