@@ -593,29 +593,20 @@ def _cond_fn(node: Node) -> _Cond:
         inner = _cond_fn(node.inner)
         return lambda props: _three_not(inner(props))
     left, right = _cond_fn(node.left), _cond_fn(node.right)
-    if isinstance(node, And):
+    # AND and OR in three-valued logic: one side at the deciding value (false for AND, true
+    # for OR) decides, the right side unread when the left does; else unknown if either is.
+    decides = not isinstance(node, And)
 
-        def and_(props: Props) -> bool | None:
-            a = left(props)
-            if a is False:
-                return False
-            b = right(props)
-            if b is False:
-                return False
-            return None if a is None or b is None else True
-
-        return and_
-
-    def or_(props: Props) -> bool | None:
+    def junction(props: Props) -> bool | None:
         a = left(props)
-        if a is True:
-            return True
+        if a is decides:
+            return decides
         b = right(props)
-        if b is True:
-            return True
-        return None if a is None or b is None else False
+        if b is decides:
+            return decides
+        return None if a is None or b is None else not decides
 
-    return or_
+    return junction
 
 
 @dataclass(frozen=True, slots=True)
