@@ -118,6 +118,14 @@ _SUB_TOPIC_AND_GROUP: _Rule = lambda h, b, c: (  # noqa: E731
     _group(_text(h, "consumerGroup"), SUB),
 )
 _SUB_GROUP: _Rule = lambda h, b, c: (_group(_text(h, "consumerGroup"), SUB),)  # noqa: E731
+_PUB_TOPIC: _Rule = lambda h, b, c: (_topic(h, PUB),)  # noqa: E731
+_SUB_TOPIC: _Rule = lambda h, b, c: (_topic(h, SUB),)  # noqa: E731
+_READ_TOPIC: _Rule = lambda h, b, c: (_topic(h, GET, SUB),)  # noqa: E731
+_GET_GROUP: _Rule = lambda h, b, c: (_group(_text(h, "consumerGroup"), GET),)  # noqa: E731
+_ADMIN_GROUP: _Rule = lambda h, b, c: (  # noqa: E731
+    _group(_text(h, "consumerGroup"), UPDATE, ADMIN),
+)
+_GET_CLUSTER: _Rule = lambda h, b, c: (_cluster(c, GET),)  # noqa: E731
 
 
 def _cluster(c: str, *actions: Action) -> Check:
@@ -137,17 +145,17 @@ def _consume_stats(h: Mapping[str, Scalar], b: bytes | None, c: str) -> tuple[Ch
 
 
 _BROKER: Final[dict[int, _Rule]] = {
-    RequestCode.SEND_MESSAGE: lambda h, b, c: (_topic(h, PUB),),
-    RequestCode.SEND_BATCH_MESSAGE: lambda h, b, c: (_topic(h, PUB),),
-    RequestCode.RECALL_MESSAGE: lambda h, b, c: (_topic(h, PUB),),
+    RequestCode.SEND_MESSAGE: _PUB_TOPIC,
+    RequestCode.SEND_BATCH_MESSAGE: _PUB_TOPIC,
+    RequestCode.RECALL_MESSAGE: _PUB_TOPIC,
     RequestCode.PULL_MESSAGE: _SUB_TOPIC_AND_GROUP,
     RequestCode.POP_MESSAGE: _SUB_TOPIC_AND_GROUP,
     RequestCode.QUERY_CONSUMER_OFFSET: _SUB_TOPIC_AND_GROUP,
     RequestCode.UPDATE_CONSUMER_OFFSET: _SUB_TOPIC_AND_GROUP,
     RequestCode.HEART_BEAT: _heartbeat,
-    RequestCode.GET_MIN_OFFSET: lambda h, b, c: (_topic(h, SUB),),
-    RequestCode.GET_MAX_OFFSET: lambda h, b, c: (_topic(h, SUB),),
-    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: lambda h, b, c: (_topic(h, SUB),),
+    RequestCode.GET_MIN_OFFSET: _SUB_TOPIC,
+    RequestCode.GET_MAX_OFFSET: _SUB_TOPIC,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: _SUB_TOPIC,
     RequestCode.ACK_MESSAGE: _SUB_GROUP,
     RequestCode.BATCH_ACK_MESSAGE: _SUB_GROUP,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _SUB_GROUP,
@@ -158,36 +166,30 @@ _BROKER: Final[dict[int, _Rule]] = {
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: lambda h, b, c: (
         _group(_body_group(b), CREATE, UPDATE),
     ),
-    RequestCode.RESEND_DLQ_MESSAGES: lambda h, b, c: (
-        _group(_text(h, "consumerGroup"), UPDATE, ADMIN),
-    ),
-    RequestCode.CONSUME_MESSAGE_DIRECTLY: lambda h, b, c: (
-        _group(_text(h, "consumerGroup"), UPDATE, ADMIN),
-    ),
+    RequestCode.RESEND_DLQ_MESSAGES: _ADMIN_GROUP,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: _ADMIN_GROUP,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: lambda h, b, c: (
         _group(_text(h, "group"), UPDATE, ADMIN),
     ),
-    RequestCode.QUERY_MESSAGE: lambda h, b, c: (_topic(h, GET, SUB),),
-    RequestCode.QUERY_MESSAGE_BY_TIME: lambda h, b, c: (_topic(h, GET, SUB),),
+    RequestCode.QUERY_MESSAGE: _READ_TOPIC,
+    RequestCode.QUERY_MESSAGE_BY_TIME: _READ_TOPIC,
     RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: lambda h, b, c: (_group(_text(h, "group"), GET),),
-    RequestCode.GET_CONSUMER_CONNECTION_LIST: lambda h, b, c: (
-        _group(_text(h, "consumerGroup"), GET),
-    ),
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _GET_GROUP,
     RequestCode.GET_CONSUME_STATS: _consume_stats,
-    RequestCode.QUERY_DLQ_MESSAGES: lambda h, b, c: (_group(_text(h, "consumerGroup"), GET),),
-    RequestCode.VIEW_MESSAGE_BY_ID: lambda h, b, c: (_cluster(c, GET),),
-    RequestCode.GET_ALL_TOPIC_CONFIG: lambda h, b, c: (_cluster(c, GET),),
-    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda h, b, c: (_cluster(c, GET),),
-    RequestCode.GET_ALL_CONSUMER_OFFSET: lambda h, b, c: (_cluster(c, GET),),
-    RequestCode.GET_BROKER_CONFIG: lambda h, b, c: (_cluster(c, GET),),
-    RequestCode.VIEW_BROKER_STATS_DATA: lambda h, b, c: (_cluster(c, GET),),
+    RequestCode.QUERY_DLQ_MESSAGES: _GET_GROUP,
+    RequestCode.VIEW_MESSAGE_BY_ID: _GET_CLUSTER,
+    RequestCode.GET_ALL_TOPIC_CONFIG: _GET_CLUSTER,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _GET_CLUSTER,
+    RequestCode.GET_ALL_CONSUMER_OFFSET: _GET_CLUSTER,
+    RequestCode.GET_BROKER_CONFIG: _GET_CLUSTER,
+    RequestCode.VIEW_BROKER_STATS_DATA: _GET_CLUSTER,
     RequestCode.GET_PRODUCER_CONNECTION_LIST: lambda h, b, c: (
         _group(_text(h, "producerGroup"), GET),
     ),
     RequestCode.GET_ROUTEINFO_BY_TOPIC: _ROUTE,
     RequestCode.DELETE_TOPIC_IN_BROKER: _DELETE_TOPIC,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: _DELETE_GROUP,
-    RequestCode.GET_TOPIC_STATS_INFO: lambda h, b, c: (_topic(h, GET, SUB),),
+    RequestCode.GET_TOPIC_STATS_INFO: _READ_TOPIC,
     RequestCode.END_TRANSACTION: _ANY,
     RequestCode.GET_BROKER_CLUSTER_INFO: _ANY,
     RequestCode.GET_BROKER_RUNTIME_INFO: _ANY,
@@ -199,7 +201,7 @@ _CONTROLLER: Final[dict[int, _Rule]] = {
     RequestCode.UPDATE_AND_CREATE_TOPIC: _CREATE_TOPIC,
     RequestCode.DELETE_TOPIC_IN_NAMESRV: _DELETE_TOPIC,
     RequestCode.DELETE_SUBSCRIPTIONGROUP: _DELETE_GROUP,
-    RequestCode.GET_TOPICS_BY_CLUSTER: lambda h, b, c: (_cluster(c, GET),),
+    RequestCode.GET_TOPICS_BY_CLUSTER: _GET_CLUSTER,
     RequestCode.GET_BROKER_CLUSTER_INFO: _ANY,
     RequestCode.CONTROLLER_GET_REPLICA_INFO: _ANY,
     RequestCode.CONTROLLER_GET_METADATA_INFO: _ANY,
