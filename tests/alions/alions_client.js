@@ -61,6 +61,21 @@ async function produce(count) {
   return { sent };
 }
 
+// A push consumer of `group` from the first offset: offsets committed every 500 ms, a pull
+// held 2 s at the broker (5 s client timeout), a rebalance every second; `options` add to or
+// replace these.
+function newConsumer(group, options = {}) {
+  return new Consumer({
+    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
+    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+    persistConsumerOffsetInterval: 500,
+    brokerSuspendMaxTimeMillis: 2000,
+    consumerTimeoutMillisWhenSuspend: 5000,
+    rebalanceInterval: 1000,
+    ...options,
+  });
+}
+
 function keepProducer(group) {
   const producer = new Producer({
     ...keys, httpclient, nameSrv, producerGroup: group, logger,
@@ -103,15 +118,11 @@ async function keepSending(count) {
 }
 
 async function keepSendingAndConsuming(group, count) {
-  const consumer = new Consumer({
-    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
-    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
-    persistConsumerOffsetInterval: 500,
+  const consumer = newConsumer(group, {
     pollNameServerInteval: 500,
     heartbeatBrokerInterval: 1000,
     brokerSuspendMaxTimeMillis: 1000,
     consumerTimeoutMillisWhenSuspend: 3000,
-    rebalanceInterval: 1000,
   });
   consumer.on('error', () => {}); // pulls from the dead master fail until the route moves
   const received = [];
@@ -134,14 +145,7 @@ async function keepSendingAndConsuming(group, count) {
 }
 
 async function consume(group, count) {
-  const consumer = new Consumer({
-    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
-    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
-    persistConsumerOffsetInterval: 500,
-    brokerSuspendMaxTimeMillis: 2000,
-    consumerTimeoutMillisWhenSuspend: 5000,
-    rebalanceInterval: 1000,
-  });
+  const consumer = newConsumer(group);
   const received = [];
   let done;
   const all = new Promise(resolve => { done = resolve; });
@@ -159,14 +163,7 @@ async function consume(group, count) {
 }
 
 async function listen(group) {
-  const consumer = new Consumer({
-    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
-    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
-    persistConsumerOffsetInterval: 500,
-    brokerSuspendMaxTimeMillis: 2000,
-    consumerTimeoutMillisWhenSuspend: 5000,
-    rebalanceInterval: 1000,
-  });
+  const consumer = newConsumer(group);
   let received = 0;
   consumer.subscribe(topic, '*', async msg => {
     received += 1;
@@ -180,16 +177,10 @@ async function listen(group) {
 }
 
 async function fail(group, count, max) {
-  const consumer = new Consumer({
-    ...keys, httpclient, nameSrv, consumerGroup: group, logger,
-    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+  const consumer = newConsumer(group, {
     maxReconsumeTimes: max,
-    persistConsumerOffsetInterval: 500,
     pollNameServerInteval: 1000,
     heartbeatBrokerInterval: 1000,
-    brokerSuspendMaxTimeMillis: 2000,
-    consumerTimeoutMillisWhenSuspend: 5000,
-    rebalanceInterval: 1000,
   });
   consumer.on('error', () => {}); // each failure is reported here: expected
   const deliveries = [];
@@ -220,21 +211,14 @@ async function until(condition, what, ms) {
 }
 
 async function share(group, count, queues) {
-  const options = name => ({
-    ...keys, httpclient, nameSrv, consumerGroup: group, logger, instanceName: name,
-    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
-    persistConsumerOffsetInterval: 500,
-    heartbeatBrokerInterval: 1000,
-    brokerSuspendMaxTimeMillis: 1000,
-    consumerTimeoutMillisWhenSuspend: 5000,
-    rebalanceInterval: 1000,
-  });
   let phase = 'first';
   const seen = { first: { a: new Set(), b: new Set() }, second: { a: new Set(), b: new Set() } };
   const bodies = new Set();
   const consumers = {};
   for (const name of [ 'a', 'b' ]) {
-    consumers[name] = new Consumer(options(name));
+    consumers[name] = newConsumer(group, {
+      instanceName: name, heartbeatBrokerInterval: 1000, brokerSuspendMaxTimeMillis: 1000,
+    });
     consumers[name].subscribe(topic, '*', async msg => {
       seen[phase][name].add(Number(msg.queueId));
       bodies.add(msg.body.toString());

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from protocol.codes import ResponseCode
-from tests.storage.test_store_corruption import corrupt_count, filled_then_stopped, flip, pull
+from tests.storage.test_store_corruption import (
+    OnDisk,
+    corrupt_count,
+    filled_then_stopped,
+    flip,
+    pull,
+)
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import stays, wait_until
 
@@ -31,19 +37,22 @@ def figure(port: int, name: str) -> float:
     return total
 
 
-def scrub_at_its_defaults(broker: BrokerProc) -> None:
-    """Takes ``scrub_bytes_per_s = 0`` (no scrub) out of the stopped ``broker``'s config file:
-    it starts scrubbing with the default settings."""
+async def stopped_to_scrub(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int
+) -> tuple[BrokerProc, dict[int, OnDisk]]:
+    """filled_then_stopped's broker (stopped cleanly) and its records on disk, its config file
+    without ``scrub_bytes_per_s = 0`` (no scrub): started again, it scrubs with the defaults."""
+    broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, metrics_port, kill=False)
     config = Path(broker.argv[broker.argv.index("--config") + 1])
     config.write_text(config.read_text().replace("scrub_bytes_per_s = 0\n", ""))
+    return broker, on_disk
 
 
 async def test_a_lone_broker_scrub_finds_damage_it_cannot_repair(
     broker_factory: type[BrokerProc], tmp_path: Path
 ) -> None:
     port = free_port()
-    broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, port, kill=False)
-    scrub_at_its_defaults(broker)
+    broker, on_disk = await stopped_to_scrub(broker_factory, tmp_path, port)
     bad = on_disk[10]
     flip(bad, 200)
     since = len(broker.log())
@@ -74,8 +83,7 @@ async def test_an_idle_broker_rests_between_scrub_passes(
     # the whole log several times a second (13% of a core per idle broker, a log line a pass).
     # A pass now starts no sooner than scrub_interval_hours (default a week) after the last.
     port = free_port()
-    broker, _ = await filled_then_stopped(broker_factory, tmp_path, port, kill=False)
-    scrub_at_its_defaults(broker)
+    broker, _ = await stopped_to_scrub(broker_factory, tmp_path, port)
     since = len(broker.log())
     broker.start_and_wait()
 

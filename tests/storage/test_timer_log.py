@@ -12,6 +12,7 @@ from storage.segment import list_segment_files
 from storage.timer.log import (
     NO_PREV,
     RECORD_SIZE,
+    LogRecovery,
     TimerKind,
     TimerLog,
     TimerRecord,
@@ -36,10 +37,22 @@ def write(directory: Path, count: int) -> list[TimerRecord]:
     return records
 
 
-def reopen(directory: Path) -> tuple[TimerLog, list[TimerRecord]]:
+def opened(directory: Path) -> tuple[TimerLog, LogRecovery]:
+    """The log in ``directory`` opened, and what its open found."""
     log = TimerLog(directory, segment_records=PER_SEGMENT)
-    log.open()
+    return log, log.open()
+
+
+def reopen(directory: Path) -> tuple[TimerLog, list[TimerRecord]]:
+    log, _ = opened(directory)
     return log, [r for _, r in log.scan()]
+
+
+def records_on_reopen(directory: Path) -> list[TimerRecord]:
+    """Every record a new open of the log in ``directory`` finds (it is closed again)."""
+    log, got = reopen(directory)
+    log.close()
+    return got
 
 
 def segment_path(directory: Path, pos: int) -> tuple[Path, int]:
@@ -76,8 +89,7 @@ def test_torn_last_record_is_cut_and_reported(tmp_path: Path) -> None:
     with path.open("r+b") as f:  # a write that reached the disk only halfway
         f.seek(rel + RECORD_SIZE // 2)
         f.write(bytes(RECORD_SIZE // 2))
-    log = TimerLog(tmp_path, segment_records=PER_SEGMENT)
-    report = log.open()
+    log, report = opened(tmp_path)
     assert report.records == 14
     assert report.end == 14 * RECORD_SIZE
     assert report.truncated_bytes > 0
@@ -86,17 +98,14 @@ def test_torn_last_record_is_cut_and_reported(tmp_path: Path) -> None:
     # The space is writable again and the next open finds a clean log.
     assert log.append(rec(14)) == 14 * RECORD_SIZE
     log.close()
-    log, got = reopen(tmp_path)
-    assert got == [rec(i) for i in range(15)]
-    log.close()
+    assert records_on_reopen(tmp_path) == [rec(i) for i in range(15)]
 
 
 def test_file_truncated_mid_record(tmp_path: Path) -> None:
     write(tmp_path, 15)
     path, rel = segment_path(tmp_path, 13 * RECORD_SIZE)
     os.truncate(path, rel + 20)
-    log = TimerLog(tmp_path, segment_records=PER_SEGMENT)
-    report = log.open()
+    log, report = opened(tmp_path)
     assert (report.records, report.end) == (13, 13 * RECORD_SIZE)
     assert report.truncated_bytes == RECORD_SIZE  # the torn record
     assert path.stat().st_size == PER_SEGMENT * RECORD_SIZE
@@ -111,16 +120,13 @@ def test_flipped_byte_cuts_everything_after_it(tmp_path: Path) -> None:
         byte = f.read(1)
         f.seek(rel + 10)
         f.write(bytes([byte[0] ^ 0x40]))
-    log = TimerLog(tmp_path, segment_records=PER_SEGMENT)
-    report = log.open()
+    log, report = opened(tmp_path)
     assert (report.records, report.end) == (7, 7 * RECORD_SIZE)
     assert report.truncated_bytes == 25 * RECORD_SIZE - 7 * RECORD_SIZE
     # Later segments are gone: the cut is final, not hidden behind a hole.
     assert len(list_segment_files(tmp_path)) == 1
     log.close()
-    log, got = reopen(tmp_path)
-    assert got == [rec(i) for i in range(7)]
-    log.close()
+    assert records_on_reopen(tmp_path) == [rec(i) for i in range(7)]
 
 
 def test_records_after_a_hole_are_cut(tmp_path: Path) -> None:
@@ -129,8 +135,7 @@ def test_records_after_a_hole_are_cut(tmp_path: Path) -> None:
     with path.open("r+b") as f:  # a crash kept a later page but lost this one
         f.seek(rel)
         f.write(bytes(RECORD_SIZE))
-    log = TimerLog(tmp_path, segment_records=PER_SEGMENT)
-    report = log.open()
+    log, report = opened(tmp_path)
     assert (report.records, report.end) == (5, 5 * RECORD_SIZE)
     assert report.truncated_bytes > 0
     assert "hole" in report.reason
@@ -146,8 +151,7 @@ def test_bad_segment_layout_is_refused(tmp_path: Path) -> None:
 
 def test_delete_segments_below_keeps_the_last(tmp_path: Path) -> None:
     write(tmp_path, 25)
-    log = TimerLog(tmp_path, segment_records=PER_SEGMENT)
-    log.open()
+    log, _ = opened(tmp_path)
     assert log.delete_segments_below(15 * RECORD_SIZE) == 1
     assert log.start == 10 * RECORD_SIZE
     assert [r for _, r in log.scan()] == [rec(i) for i in range(10, 25)]

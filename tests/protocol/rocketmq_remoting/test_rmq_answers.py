@@ -131,6 +131,20 @@ def _offset_row(request: RequestCode, offset: int) -> Answer:
     )
 
 
+def _one_stored_v1(request: RequestCode, ext_fields: dict[str, str], ext_json: bytes) -> Answer:
+    """A SUCCESS whose body is the one stored message STORED_V1."""
+    return Answer(
+        request,
+        ResponseCode.SUCCESS,
+        ext_fields,
+        ext_json,
+        encode_stored_messages([STORED_V1_MESSAGE]),
+        STORED_V1,
+        read=lambda c: decode_stored_messages(c.body),
+        expect=[STORED_V1_MESSAGE],
+    )
+
+
 ANSWERS: dict[str, Answer] = {
     "SEND_BATCH_MESSAGE": Answer(
         RequestCode.SEND_BATCH_MESSAGE,
@@ -211,26 +225,12 @@ ANSWERS: dict[str, Answer] = {
         b'{"lockOKMQSet":[{"brokerName":"broker-a","queueId":3,"topic":"T"}]}',
     ),
     "UNLOCK_BATCH_MQ": _empty(RequestCode.UNLOCK_BATCH_MQ),
-    "QUERY_MESSAGE": Answer(
+    "QUERY_MESSAGE": _one_stored_v1(
         RequestCode.QUERY_MESSAGE,
-        ResponseCode.SUCCESS,
         QueryMessageHeader.answer(1_700_000_000_123, 0x1234),
         b'{"indexLastUpdateTimestamp":"1700000000123","indexLastUpdatePhyoffset":"4660"}',
-        encode_stored_messages([STORED_V1_MESSAGE]),
-        STORED_V1,
-        read=lambda c: decode_stored_messages(c.body),
-        expect=[STORED_V1_MESSAGE],
     ),
-    "VIEW_MESSAGE_BY_ID": Answer(
-        RequestCode.VIEW_MESSAGE_BY_ID,
-        ResponseCode.SUCCESS,
-        {},
-        b"",
-        encode_stored_messages([STORED_V1_MESSAGE]),
-        STORED_V1,
-        read=lambda c: decode_stored_messages(c.body),
-        expect=[STORED_V1_MESSAGE],
-    ),
+    "VIEW_MESSAGE_BY_ID": _one_stored_v1(RequestCode.VIEW_MESSAGE_BY_ID, {}, b""),
     "GET_ROUTEINFO_BY_TOPIC": Answer(
         RequestCode.GET_ROUTEINFO_BY_TOPIC,
         ResponseCode.SUCCESS,
