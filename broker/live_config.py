@@ -40,6 +40,7 @@ from protocol.broker_requests.broker_config import (
     ConfigValue,
 )
 from protocol.codes import ResponseCode
+from protocol.refusal import RequestRefused
 
 __all__ = ["LIVE_KEYS", "ConfigRefused", "LiveConfig", "restart_reason", "rewrite_key"]
 
@@ -109,13 +110,8 @@ def restart_reason(key: str) -> str:
     return _RESTART_REASONS.get(key, "it is read once, when the broker starts")
 
 
-class ConfigRefused(Exception):
+class ConfigRefused(RequestRefused):
     """An update refused (nothing changed): the response code and the one-line remark."""
-
-    def __init__(self, code: ResponseCode, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 class ConfigFileError(Exception):

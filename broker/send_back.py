@@ -23,6 +23,7 @@ from broker.write_gate import WriteRefused
 from protocol.broker_requests.send_back import SentBack
 from protocol.codes import ResponseCode
 from protocol.message import message_copy
+from protocol.refusal import RequestRefused
 from protocol.retry import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROP_RETRY_TOPIC,
@@ -47,13 +48,8 @@ __all__ = ["SendBackRefused", "origin_topic_of", "send_back"]
 log = structlog.get_logger(__name__)
 
 
-class SendBackRefused(Exception):
+class SendBackRefused(RequestRefused):
     """A send-back not stored (or not durable in time): the code and remark to answer."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 async def send_back(

@@ -14,15 +14,14 @@ from typing import Protocol
 
 from broker.role import RoleCell, RoleState, fence_remark
 from protocol.codes import ResponseCode
+from protocol.refusal import RequestRefused
 
 __all__ = ["InSyncReplicas", "WriteGate", "WriteRefused"]
 
 
-class WriteRefused(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
+class WriteRefused(RequestRefused):
+    """A write this broker may not take now (:meth:`WriteGate.check_writable`): the code and remark to
+    answer with."""
 
 
 class InSyncReplicas(Protocol):

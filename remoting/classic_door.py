@@ -35,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from protocol.refusal import RequestRefused
 from protocol.rocketmq_remoting.codes import ResponseCode
 from protocol.rocketmq_remoting.frame import (
     FLAG_ONEWAY,
@@ -67,13 +68,8 @@ ClassicAuthorizer = Callable[["ClassicSession", RemotingCommand], str | None]
 """(session, request) -> why it is refused (answered NO_PERMISSION), None: it passes."""
 
 
-class ClassicRefusal(Exception):
+class ClassicRefusal(RequestRefused):
     """A request answered with an error code and remark."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 def auth_refusal(auth_enabled: bool) -> str | None:

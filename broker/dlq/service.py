@@ -27,6 +27,7 @@ from protocol.codes import ResponseCode
 from protocol.fields import FieldError
 from protocol.message import MessageRecord, MsgIdMaker, RecordError, iter_records, message_copy
 from protocol.message import parse_msg_id as parse_id
+from protocol.refusal import RequestRefused
 from protocol.retry import (
     PROP_FAILURE_REASON,
     dlq_origin_topic,
@@ -52,14 +53,9 @@ _READ_BATCH = 256
 _READ_BYTES = 4 * 1024 * 1024
 
 
-class DlqRefused(Exception):
+class DlqRefused(RequestRefused):
     """A resend refused (or not durable, or not recorded): ``code`` and ``remark`` go into
     the answer."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,19 +17,15 @@ from broker.pop.service import PopService
 from broker.write_gate import WriteRefused
 from protocol.codes import ResponseCode
 from protocol.pop import HandleError, ReceiptHandle
+from protocol.refusal import RequestRefused
 from storage.errors import StoreError
 from storage.store import PutResult
 
 __all__ = ["BatchAcked", "HandleRefused", "ack_batch", "ack_one", "change_invisible"]
 
 
-class HandleRefused(Exception):
+class HandleRefused(RequestRefused):
     """An ack or change refused: ``code`` and ``remark`` go into the answer."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from protocol.broker_requests.pop import PopRequest
 from protocol.codes import ResponseCode
 from protocol.filter import SQL_FILTER_OFF, MessageFilter, SqlFilter, parse_filter
 from protocol.pop import MAX_POP_BATCH
+from protocol.refusal import RequestRefused
 from protocol.retry import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from protocol.topic_attrs import read_forbidden
 from storage.cold_read import ColdSpan
@@ -36,14 +37,9 @@ NOT_DURABLE = "POP checkpoint not durable"
 """What a POP's error says first when its checkpoint did not become durable."""
 
 
-class PopDenied(Exception):
+class PopDenied(RequestRefused):
     """A POP refused (or its checkpoint not durable): ``code`` and ``remark`` go into the
     answer."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from broker.write_gate import WriteRefused
 from protocol.broker_requests.consume_directly import ConsumedDirectly, ConsumeMessageDirectly
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import RecordError, message_copy, parse_msg_id
+from protocol.refusal import RequestRefused
 from protocol.remoting import Frame, response
 from protocol.retry import (
     Retry,
@@ -43,11 +44,8 @@ from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import StoreError
 
 
-class Refused(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
+class Refused(RequestRefused):
+    """A CONSUME_MESSAGE_DIRECTLY refused: the code and remark to answer with."""
 
 
 class ConsumeDirectlyProcessor:

@@ -31,6 +31,7 @@ from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
 from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, QueueWindow, Verdict
 from protocol.message import Message, MsgIdMaker
+from protocol.refusal import RequestRefused
 from protocol.timer import REQUEST_PROPERTIES
 from protocol.topic_attrs import TopicAttrs, message_type_of, type_refusal, write_forbidden
 from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
@@ -44,14 +45,9 @@ log = structlog.get_logger(__name__)
 _TRANSACTION_TOPICS = frozenset((HALF_TOPIC, OP_TOPIC))
 
 
-class SendRefused(Exception):
+class SendRefused(RequestRefused):
     """A send not stored (or stored but not durable in time): the response code and remark to
     answer with. Counted already."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 class SendService:

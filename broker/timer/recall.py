@@ -14,6 +14,7 @@ from typing import Final
 from broker.timer.schedule import read_scheduled
 from protocol.codes import ResponseCode
 from protocol.message import Message, RecordError, make_msg_id, parse_msg_id
+from protocol.refusal import RequestRefused
 from protocol.timer import PROP_REAL_TOPIC, PROP_TIMER_DEL_UNIQKEY, PROP_TIMER_OUT_MS, TIMER_TOPIC
 from storage.store import MessageStore
 from storage.timer.wheel import TimingWheel
@@ -23,13 +24,8 @@ __all__ = ["RECALL_BODY", "Recall", "RecallError", "recall_marker"]
 RECALL_BODY: Final = b"recall"
 
 
-class RecallError(Exception):
+class RecallError(RequestRefused):
     """A recall refused: ``code`` and ``remark`` go into the answer."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from broker.transaction.service import TransactionService
 from broker.write_gate import WriteRefused
 from protocol.broker_requests.transaction import EndTransaction
 from protocol.codes import ResponseCode
+from protocol.refusal import RequestRefused
 from protocol.transaction import OpKind
 from storage.errors import DiskFullError, StoreError
 from storage.store import MessageNotFoundError, PutResult
@@ -27,13 +28,8 @@ __all__ = ["EndRefused", "Ended", "end_transaction"]
 log = structlog.get_logger(__name__)
 
 
-class EndRefused(Exception):
+class EndRefused(RequestRefused):
     """A transaction end refused: ``code`` and ``remark`` go into the answer."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(frozen=True, slots=True)

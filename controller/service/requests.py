@@ -18,19 +18,18 @@ from controller.metrics import ControllerMetrics
 from controller.raft_driver import DriverStopped
 from protocol.codes import ControllerCode, RequestCode, ResponseCode, code_name
 from protocol.controller_requests.base import InvalidRequest
+from protocol.refusal import RequestRefused
 from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, error_response
 
 AsyncHandler = Callable[[Connection, Frame], Awaitable[Frame]]
 
 
-class Refused(Exception):
+class Refused(RequestRefused):
     """Answer the request with ``code`` now (raised anywhere inside a handler)."""
 
     def __init__(self, code: int, remark: str, header: Header | None = None) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
+        super().__init__(code, remark)
         self.header = header or {}
 
 
