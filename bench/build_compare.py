@@ -12,8 +12,10 @@ The machine may be shared: the load average at each run's start is printed with 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,26 +51,61 @@ def first_number(line: str) -> float | None:
     return None if n is None else float(n.group().replace(",", ""))
 
 
-def run(bench: list[str], pure: bool) -> list[str]:
+def run_output(bench: list[str], pure: bool, timeout: float | None = None) -> tuple[str, int]:
+    """Runs ``bench/BENCH ARGS`` on one build (``pure``: with ``RMQ_PURE_PYTHON=1``) after
+    printing its line with the load average; returns its output (stdout and stderr) and exit
+    status. The bench runs in a process group of its own: past ``timeout`` seconds that group
+    (the bench and the daemons it started) is sent SIGTERM, then SIGKILL, and the status is -9."""
     env = dict(os.environ)
     env.pop(PURE_ENV, None)
     if pure:
         env[PURE_ENV] = "1"
-    load = os.getloadavg()[0]
-    build = "pure" if pure else "compiled"
-    print(f"-- {build}: {' '.join(bench)} (load average {load:.1f})", flush=True)
-    out = subprocess.run(
+    print(f"-- {build_name(pure)}: {' '.join(bench)} ({load_average()})", flush=True)
+    proc = subprocess.Popen(
         [sys.executable, str(HERE / bench[0]), *bench[1:]],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        check=False,
+        start_new_session=True,
     )
-    if out.returncode != 0:
-        print(out.stdout, flush=True)
-        raise SystemExit(f"{bench[0]} ({build}) exited {out.returncode}")
-    return [line for line in out.stdout.splitlines() if first_number(line) is not None]
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return end_group(proc) + f"\n{bench[0]}: ended after {timeout:g} s\n", -9
+    except BaseException:  # Ctrl-C: the group is in a session of its own and did not get it
+        end_group(proc)
+        raise
+    return out, proc.returncode
+
+
+def end_group(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM the process group led by ``proc``, SIGKILL it if it is still there 15 s later;
+    returns what ``proc`` printed meanwhile."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            return proc.communicate(timeout=15)[0] or ""
+        except subprocess.TimeoutExpired:
+            continue
+    return ""
+
+
+def run(bench: list[str], pure: bool) -> list[str]:
+    out, status = run_output(bench, pure)
+    if status != 0:
+        print(out, flush=True)
+        raise SystemExit(f"{bench[0]} ({build_name(pure)}) exited {status}")
+    return [line for line in out.splitlines() if first_number(line) is not None]
+
+
+def build_name(pure: bool) -> str:
+    return "pure" if pure else "compiled"
+
+
+def load_average() -> str:
+    return f"load average {os.getloadavg()[0]:.1f}"
 
 
 def main() -> int:
