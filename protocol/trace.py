@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Final
+from typing import ClassVar, Final
 
 __all__ = [
     "CONTENT_SEP",
@@ -135,6 +135,8 @@ class ConsumeReturn(IntEnum):
 class PubRecord:
     """A send: written by the client that sent it and by the broker that stored it."""
 
+    type: ClassVar[TraceType] = TraceType.PUB
+
     timestamp: int
     group: str
     topic: str
@@ -154,14 +156,12 @@ class PubRecord:
     source: str = SOURCE_CLIENT
     region: str = DEFAULT_REGION
 
-    @property
-    def type(self) -> TraceType:
-        return TraceType.PUB
-
 
 @dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class SubBeforeRecord:
     """A message handed out to a consumer of ``group`` (attempt = ``retry_times`` + 1)."""
+
+    type: ClassVar[TraceType] = TraceType.SUB_BEFORE
 
     timestamp: int
     group: str
@@ -174,14 +174,12 @@ class SubBeforeRecord:
     source: str = SOURCE_CLIENT
     region: str = DEFAULT_REGION
 
-    @property
-    def type(self) -> TraceType:
-        return TraceType.SUB_BEFORE
-
 
 @dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class SubAfterRecord:
     """The end of one delivery: acked (``success``) or nacked/timed out, ``cost_ms`` after."""
+
+    type: ClassVar[TraceType] = TraceType.SUB_AFTER
 
     timestamp: int
     group: str
@@ -194,14 +192,12 @@ class SubAfterRecord:
     client_host: str = ""
     source: str = SOURCE_CLIENT
 
-    @property
-    def type(self) -> TraceType:
-        return TraceType.SUB_AFTER
-
 
 @dataclass(slots=True, kw_only=True, unsafe_hash=True)
 class EndTransactionRecord:
     """A transaction's end: ``state`` is COMMIT_MESSAGE, ROLLBACK_MESSAGE or UNKNOW."""
+
+    type: ClassVar[TraceType] = TraceType.END_TRANSACTION
 
     timestamp: int
     group: str
@@ -216,10 +212,6 @@ class EndTransactionRecord:
     from_check: bool = False
     source: str = SOURCE_BROKER
     region: str = DEFAULT_REGION
-
-    @property
-    def type(self) -> TraceType:
-        return TraceType.END_TRANSACTION
 
 
 _END_TYPES: Final = frozenset({TraceType.RETRY, TraceType.DLQ, TraceType.RECALL, TraceType.DELAY})
