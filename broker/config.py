@@ -9,7 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.config import address, address_list, at_least, between, choice, field, port
+from daemon.config import (
+    address,
+    address_list,
+    at_least,
+    between,
+    choice,
+    field,
+    log_format_field,
+    log_level_field,
+    port,
+)
 from remoting.tls import TlsError, TlsFiles, files_from_config
 
 
@@ -86,14 +96,8 @@ class BrokerConfig:
     election_priority: int = field(
         0, "lower wins an election among equally up-to-date replicas", at_least(0)
     )
-    log_format: str = field(
-        "auto",
-        "auto (console on a terminal, else json), json or console",
-        choice("auto", "json", "console"),
-    )
-    log_level: str = field(
-        "info", "debug, info, warning or error", choice("debug", "info", "warning", "error")
-    )
+    log_format: str = log_format_field()
+    log_level: str = log_level_field()
     flush: str = field(
         "async",
         "async: fsync every flush_interval_ms; sync: group commit before the ack",

@@ -29,9 +29,10 @@ from daemon.config import (
     address_list,
     at_least,
     build,
-    choice,
     field,
     load_toml,
+    log_format_field,
+    log_level_field,
 )
 
 DEFAULT_CLUSTER: Final = "default"
@@ -111,14 +112,8 @@ class ConsoleConfig:
     request_timeout: float = field(
         5.0, "seconds the console waits for a controller or broker answer", at_least(0.1)
     )
-    log_format: str = field(
-        "auto",
-        "auto (console on a terminal, else json), json or console",
-        choice("auto", "json", "console"),
-    )
-    log_level: str = field(
-        "info", "debug, info, warning or error", choice("debug", "info", "warning", "error")
-    )
+    log_format: str = log_format_field()
+    log_level: str = log_level_field()
 
     def __post_init__(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.config import at_least, between, choice, field, port
+from daemon.config import at_least, between, field, log_format_field, log_level_field, port
 from remoting.tls import TlsError, TlsFiles, files_from_config
 
 DEFAULT_PEERS = "n0-127.0.0.1:9878"
@@ -79,14 +79,8 @@ class ControllerConfig:
     metrics_port: int = field(
         9200, "Prometheus /metrics port on this node's host; 0 turns it off", port
     )
-    log_format: str = field(
-        "auto",
-        "auto (console on a terminal, else json), json or console",
-        choice("auto", "json", "console"),
-    )
-    log_level: str = field(
-        "info", "debug, info, warning or error", choice("debug", "info", "warning", "error")
-    )
+    log_format: str = log_format_field()
+    log_level: str = log_level_field()
     group: str = field("DefaultControllerGroup", "name of the Raft group (getControllerMetaData)")
     tick_ms: int = field(
         100, "Raft tick; heartbeats and election timeouts count ticks", at_least(1)

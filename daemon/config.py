@@ -76,6 +76,22 @@ def field(default: Any, help: str, validate: Callable[[Any], str | None] | None 
     return dataclasses.field(default=default, metadata={"check": Check(help, validate)})
 
 
+def log_format_field() -> Any:
+    """Every daemon's ``log_format`` key (:func:`daemon.logs.setup_logging`'s ``fmt``)."""
+    return field(
+        "auto",
+        "auto (console on a terminal, else json), json or console",
+        choice("auto", "json", "console"),
+    )
+
+
+def log_level_field() -> Any:
+    """Every daemon's ``log_level`` key (:func:`daemon.logs.setup_logging`'s ``level``)."""
+    return field(
+        "info", "debug, info, warning or error", choice("debug", "info", "warning", "error")
+    )
+
+
 def _base_type(tp: Any) -> tuple[type, bool]:
     """The scalar type of a field annotation and whether None is allowed."""
     origin = typing.get_origin(tp)
