@@ -1,6 +1,8 @@
-"""queryMsgById, queryMsgByKey and queryMsgByOffset as subprocesses against a lone broker
-process: round trips, the key index across a restart, rebuilt when its files are deleted or one
-is corrupted, and bad input answered with one line and exit status 1."""
+"""queryMsgById, queryMsgByKey and queryMsgByOffset against a lone broker process: round trips,
+the key index across a restart, rebuilt when its files are deleted or one is corrupted, and bad
+input answered with one line and exit status 1. rmqctl runs in this process (click's runner: the
+same exit codes and output as ``python -m rmqctl``, whose process test_rmqctl_broker_process
+runs), not a Python start per command."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from client.message import SendResult
 from client.producer import Producer
 from storage.index.format import HEADER_SIZE
-from tests.rmqctl.test_rmqctl_broker_process import ok_json, rmqctl
+from tests.rmqctl.test_rmqctl_groups import ok_json, rmqctl
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until
 

@@ -1,4 +1,5 @@
-"""queryMsgByTime and printMsg as subprocesses against a lone broker process: three batches
+"""queryMsgByTime and printMsg (rmqctl in this process, as test_rmqctl_lookup runs it) against a
+lone broker process: three batches
 stored at distinct times; a range finds exactly the middle batch over every queue (the broker's
 byte limit, max_pull_bytes = 1024, cuts each queue's range into several pages, so the broker is
 asked again from ``fromOffset``), --max keeps the oldest and says so, printMsg prints a queue's
@@ -15,7 +16,7 @@ import pytest
 
 from client.lookup import Lookup
 from client.producer import Producer
-from tests.rmqctl.test_rmqctl_broker_process import ok_json, rmqctl
+from tests.rmqctl.test_rmqctl_groups import ok_json, rmqctl
 from tests.rmqctl.test_rmqctl_lookup import one_line_error
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until

@@ -1,6 +1,8 @@
 """Scheduled messages through the SDK and rmqctl against a real lone broker: send with a delay
 or a time, recall before delivery, and the refusals (malformed id, not a scheduled message,
-already recalled), each one line and exit status 1 with the broker still serving."""
+already recalled), each one line and exit status 1 with the broker still serving. rmqctl runs in
+this process (as test_rmqctl_lookup runs it), but where a test needs its own environment (TZ) or
+runs on an event loop."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from client.errors import BrokerError, ClientError
 from client.message import Message
 from client.producer import Producer
 from protocol.codes import ResponseCode
-from tests.rmqctl.test_rmqctl_broker_process import ok_json, rmqctl
+from tests.rmqctl import test_rmqctl_broker_process as process
+from tests.rmqctl.test_rmqctl_groups import ok_json, rmqctl
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
@@ -38,7 +41,9 @@ def test_rmqctl_schedules_recalls_and_refuses_bad_recalls(broker: BrokerProc) ->
     # the Deliver At column too, while queryMsgByKey read such times as UTC).
     naive = (at.replace(microsecond=0, tzinfo=None) + timedelta(minutes=1)).isoformat()
     tokyo = {**os.environ, "TZ": "Asia/Tokyo"}
-    human = rmqctl("sendMessage", "-a", a, "-t", "T", "-p", "x", "--deliver-at", naive, env=tokyo)
+    human = process.rmqctl(
+        "sendMessage", "-a", a, "-t", "T", "-p", "x", "--deliver-at", naive, env=tokyo
+    )
     assert human.returncode == 0 and f"scheduled  {naive}.000+00:00" in human.stdout, human.stdout
     plain = ok_json("sendMessage", "-a", a, "-t", "T", "-p", "now")
     assert isinstance(plain, dict) and plain["results"][0]["queueOffset"] == 0
@@ -70,7 +75,7 @@ async def test_sdk_recall_cancels_delivery_and_batches_mix_scheduled_items(
     broker: BrokerProc,
 ) -> None:
     a = broker.address
-    ok_json("updateTopic", "-a", a, "-t", "R", "-q", "2")
+    process.ok_json("updateTopic", "-a", a, "-t", "R", "-q", "2")
     async with Producer(a) as producer:
         first = await producer.send("R", b"recalled", delay=1.5)
         assert first.scheduled and first.queue_offset == -1
