@@ -14,9 +14,8 @@ callables, so it imports neither). The context keeps a reference to each service
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
 
 from broker.appender import Appender
 from broker.cold_reads import ColdReads
@@ -48,43 +47,36 @@ from storage.config_files import (
 )
 from storage.store import MessageStore, PutResult
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
 __all__ = ["compose"]
-
-_Host = TypeVar("_Host", bound="DataclassInstance")
 
 
 @dataclass(frozen=True, slots=True)
-class _ServiceHost:
-    """:class:`~broker.service_host.ServiceHost` from the context's parts: what every service but
-    the pulls is given (the hosts below add what each needs besides)."""
+class _TimerHost:
+    """:class:`~broker.timer.host.TimerHost` from the context's parts."""
 
     cfg: BrokerConfig
     store: MessageStore
     appender: Appender
     gate: WriteGate
-    metrics: BrokerMetrics
-
-
-@dataclass(frozen=True, slots=True)
-class _TimerHost(_ServiceHost):
-    """:class:`~broker.timer.host.TimerHost` from the context's parts."""
-
     sealed: SealedQueues
     service: MessageStoreService
+    metrics: BrokerMetrics
     visible_offset: Callable[[], int | None]
 
 
 @dataclass(frozen=True, slots=True)
-class _PopHost(_ServiceHost):
+class _PopHost:
     """:class:`~broker.pop.host.PopHost` from the context's parts."""
 
+    cfg: BrokerConfig
+    store: MessageStore
+    appender: Appender
+    gate: WriteGate
     topics: TopicConfigStore
     sub_groups: SubscriptionGroupStore
     offsets: ConsumerOffsetStore
     waiters: PullWaiters
+    metrics: BrokerMetrics
     ensure_system_topic: Callable[[str], TopicConfig]
     visible_offset: Callable[[], int | None]
     now_ms: Callable[[], int]
@@ -108,11 +100,16 @@ class _PullHost:
 
 
 @dataclass(frozen=True, slots=True)
-class _DeadLetterHost(_ServiceHost):
+class _DeadLetterHost:
     """:class:`~broker.dlq.host.DeadLetterHost` from the context's parts."""
 
+    cfg: BrokerConfig
+    store: MessageStore
     topics: TopicConfigStore
+    gate: WriteGate
+    appender: Appender
     dlq_resent: DlqResendLedger
+    metrics: BrokerMetrics
     visible_offset: Callable[[], int | None]
     record_at: Callable[[int], MessageRecord | None]
     next_queue: Callable[[str, int], int]
@@ -121,22 +118,32 @@ class _DeadLetterHost(_ServiceHost):
 
 
 @dataclass(frozen=True, slots=True)
-class _TransactionHost(_ServiceHost):
+class _TransactionHost:
     """:class:`~broker.transaction.host.TransactionHost` from the context's parts."""
 
+    cfg: BrokerConfig
+    store: MessageStore
+    appender: Appender
+    gate: WriteGate
     topics: TopicConfigStore
+    metrics: BrokerMetrics
     ensure_system_topic: Callable[[str], TopicConfig]
     create_topic: Callable[[str, int], TopicConfig]
     now_ms: Callable[[], int]
 
 
 @dataclass(frozen=True, slots=True)
-class _SendHost(_ServiceHost):
+class _SendHost:
     """:class:`~broker.send.host.SendHost` from the context's parts and the timer's and the
     transaction service's ways in."""
 
+    cfg: BrokerConfig
+    gate: WriteGate
     topics: TopicConfigStore
     sealed: SealedQueues
+    appender: Appender
+    metrics: BrokerMetrics
+    store: MessageStore
     ensure_system_topic: Callable[[str], TopicConfig]
     create_topic: Callable[[str, int], TopicConfig]
     next_queue: Callable[[str, int], int]
@@ -146,35 +153,98 @@ class _SendHost(_ServiceHost):
     when_durable: Callable[[PutResult, DurableDone], None]
 
 
-def _from_context(host: type[_Host], ctx: BrokerContext, **given: object) -> _Host:
-    """``host`` filled with the context's member of each field's name, or with what is ``given``
-    for it (a part the context has under another name, or another service's way in)."""
-    names = {f.name for f in fields(host)}
-    unknown = given.keys() - names
-    if unknown:
-        raise TypeError(f"{host.__name__} has no field {sorted(unknown)}")
-    return host(**{name: given[name] if name in given else getattr(ctx, name) for name in names})
-
-
 def compose(cfg: BrokerConfig, metrics: BrokerMetrics) -> BrokerContext:
     """The broker's context with its services built and attached."""
     ctx = BrokerContext(cfg, metrics)
-    # The visible_offset given to each is the context's bound method: how far consumers may read
-    # follows replication once attached.
-    ctx.timer = TimerService(_from_context(_TimerHost, ctx))
-    ctx.pop = PopService(_from_context(_PopHost, ctx))
-    ctx.pulls = PullService(_from_context(_PullHost, ctx))
-    ctx.dead_letters = DeadLetterService(
-        _from_context(_DeadLetterHost, ctx, record_at=partial(visible_record_at, ctx))
+    ctx.timer = TimerService(
+        _TimerHost(
+            cfg=cfg,
+            store=ctx.store,
+            appender=ctx.appender,
+            gate=ctx.gate,
+            sealed=ctx.sealed,
+            service=ctx.service,
+            metrics=metrics,
+            # Bound methods: how far consumers may read follows replication once attached.
+            visible_offset=ctx.visible_offset,
+        )
     )
-    ctx.transactions = TransactionService(_from_context(_TransactionHost, ctx))
+    ctx.pop = PopService(
+        _PopHost(
+            cfg=cfg,
+            store=ctx.store,
+            appender=ctx.appender,
+            gate=ctx.gate,
+            topics=ctx.topics,
+            sub_groups=ctx.sub_groups,
+            offsets=ctx.offsets,
+            waiters=ctx.waiters,
+            metrics=metrics,
+            ensure_system_topic=ctx.ensure_system_topic,
+            visible_offset=ctx.visible_offset,
+            now_ms=ctx.now_ms,
+            cold_reads=ctx.cold_reads,
+        )
+    )
+    ctx.pulls = PullService(
+        _PullHost(
+            cfg=cfg,
+            store=ctx.store,
+            topics=ctx.topics,
+            offsets=ctx.offsets,
+            waiters=ctx.waiters,
+            offset_resets=ctx.offset_resets,
+            metrics=metrics,
+            visible_offset=ctx.visible_offset,
+            now_ms=ctx.now_ms,
+            cold_reads=ctx.cold_reads,
+        )
+    )
+    ctx.dead_letters = DeadLetterService(
+        _DeadLetterHost(
+            cfg=cfg,
+            store=ctx.store,
+            topics=ctx.topics,
+            gate=ctx.gate,
+            appender=ctx.appender,
+            dlq_resent=ctx.dlq_resent,
+            metrics=metrics,
+            visible_offset=ctx.visible_offset,
+            record_at=partial(visible_record_at, ctx),
+            next_queue=ctx.next_queue,
+            needs_wait=ctx.needs_wait,
+            when_durable=ctx.when_durable,
+        )
+    )
+    ctx.transactions = TransactionService(
+        _TransactionHost(
+            cfg=cfg,
+            store=ctx.store,
+            appender=ctx.appender,
+            gate=ctx.gate,
+            topics=ctx.topics,
+            metrics=metrics,
+            ensure_system_topic=ctx.ensure_system_topic,
+            create_topic=ctx.create_topic,
+            now_ms=ctx.now_ms,
+        )
+    )
     ctx.sends = SendService(
-        _from_context(
-            _SendHost,
-            ctx,
+        _SendHost(
+            cfg=cfg,
+            gate=ctx.gate,
+            topics=ctx.topics,
+            sealed=ctx.sealed,
+            appender=ctx.appender,
+            metrics=metrics,
+            store=ctx.store,
+            ensure_system_topic=ctx.ensure_system_topic,
             create_topic=ctx.create_topic_on_send,
+            next_queue=ctx.next_queue,
             put_scheduled_send=ctx.timer.put_send,
             put_half=ctx.transactions.put_half,
+            needs_wait=ctx.needs_wait,
+            when_durable=ctx.when_durable,
         )
     )
     if cfg.trace_enabled:
