@@ -1,5 +1,6 @@
 """What rmqctl prints for a large send (a summary, a progress bar on a terminal) and for a
-consume that got fewer messages than asked, as a subprocess against a real broker."""
+consume that got fewer messages than asked, against a real broker: as a subprocess where the
+terminal or the pipe is the point, in this process (as test_rmqctl_lookup runs it) elsewhere."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.rmqctl.test_rmqctl_groups import rmqctl as run
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
@@ -66,7 +68,7 @@ def test_a_large_send_prints_a_summary_and_a_progress_bar_only_on_a_terminal(
     broker: BrokerProc,
 ) -> None:
     a = broker.address
-    assert rmqctl("updateTopic", "-a", a, "-t", "T", "-q", "4").returncode == 0
+    assert run("updateTopic", "-a", a, "-t", "T", "-q", "4").returncode == 0
 
     code, out, terminal = rmqctl_on_a_terminal(
         "sendMessage", "-a", a, "-t", "T", "-p", "x", "--count", "500"
@@ -80,7 +82,7 @@ def test_a_large_send_prints_a_summary_and_a_progress_bar_only_on_a_terminal(
     assert piped.returncode == 0 and piped.stderr == ""  # no bar off a terminal
     assert SUMMARY.fullmatch(piped.stdout)
 
-    verbose = rmqctl("sendMessage", "-a", a, "-t", "T", "-p", "x", "--count", "20", "--verbose")
+    verbose = run("sendMessage", "-a", a, "-t", "T", "-p", "x", "--count", "20", "--verbose")
     header, *rows, summary = verbose.stdout.splitlines()
     assert header.split() == ["Msg", "Id", "Broker", "Name", "Queue", "Offset"]
     assert len(rows) == 20 and all("broker-a" in row for row in rows)
@@ -91,20 +93,20 @@ def test_a_large_send_prints_a_summary_and_a_progress_bar_only_on_a_terminal(
     noun = "queue" if len(queues) == 1 else "queues"
     assert summary.endswith(f"to {len(queues)} {noun}: broker-a {' '.join(map(str, queues))}")
 
-    few = rmqctl("sendMessage", "-a", a, "-t", "T", "-p", "x", "--count", "3")
+    few = run("sendMessage", "-a", a, "-t", "T", "-p", "x", "--count", "3")
     assert len(few.stdout.splitlines()) == 1 + 3 + 1  # up to 10: a row each, then the summary
 
 
 def test_a_consume_that_gets_fewer_than_count_says_how_many_on_stderr(broker: BrokerProc) -> None:
     a = broker.address
-    assert rmqctl("updateTopic", "-a", a, "-t", "T", "-q", "2").returncode == 0
-    assert rmqctl("sendMessage", "-a", a, "-t", "T", "-p", "x", "--count", "3").returncode == 0
+    assert run("updateTopic", "-a", a, "-t", "T", "-q", "2").returncode == 0
+    assert run("sendMessage", "-a", a, "-t", "T", "-p", "x", "--count", "3").returncode == 0
     args = ("--json", "consumeMessage", "-a", a, "-t", "T", "-g", "G")
-    short = rmqctl(*args, "--count", "5", "--timeout", "1.5")
+    short = run(*args, "--count", "5", "--timeout", "1.5")
     assert short.returncode == 0
     assert len(short.stdout.splitlines()) == 3
     assert re.fullmatch(r"3 of 5 received in \d+\.\d s\n", short.stderr), short.stderr
     # Count reached: nothing on stderr.
-    assert rmqctl("sendMessage", "-a", a, "-t", "T", "-p", "y", "--count", "2").returncode == 0
-    full = rmqctl(*args, "--count", "2", "--timeout", "30")
+    assert run("sendMessage", "-a", a, "-t", "T", "-p", "y", "--count", "2").returncode == 0
+    full = run(*args, "--count", "2", "--timeout", "30")
     assert (full.returncode, len(full.stdout.splitlines()), full.stderr) == (0, 2, "")

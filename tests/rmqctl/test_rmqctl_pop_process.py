@@ -1,6 +1,7 @@
 """rmqctl consumeMessage --pop against a real lone broker: two runs share a group's messages,
 each printed message is acked (nothing comes back), --json lines carry the attempt; --filter
-takes only the listed tags; consumerProgress shows a POP group's messages in flight."""
+takes only the listed tags; consumerProgress shows a POP group's messages in flight. rmqctl runs
+in this process (as test_rmqctl_lookup runs it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 from client.admin import Admin
 from client.producer import Producer
 from client.simple_consumer import PopMessage, SimpleConsumer
-from tests.support.procs import BrokerProc, rmqctl
+from tests.rmqctl.test_rmqctl_groups import rmqctl
+from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
 

@@ -1,7 +1,7 @@
 """rmqctl sendMessage --trace, consumeMessage --trace (pull and --pop) and queryMsgTraceById
 against a real lone broker whose trace is on: the timeline holds the broker's records and the
 clients' (send cost, consumption), in time order, as a table and as JSON; an unknown id is one
-clear error."""
+clear error. rmqctl runs in this process (as test_rmqctl_lookup runs it)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from protocol.trace import TRACE_TOPIC
-from tests.support.procs import BrokerProc, rmqctl, started
+from tests.rmqctl.test_rmqctl_groups import rmqctl
+from tests.support.procs import BrokerProc, started
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
