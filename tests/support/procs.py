@@ -197,11 +197,22 @@ class Daemon:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM and wait; SIGKILL past the deadline. Returns the exit status."""
+        self.terminate()
+        return self.wait_stopped(timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM (and SIGCONT: a frozen process must run to stop), without waiting: several
+        daemons stop side by side, then :meth:`wait_stopped` each."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGCONT)
+
+    def wait_stopped(self, timeout: float = 15.0) -> int | None:
+        """Wait for the exit :meth:`terminate` asked for; SIGKILL past the deadline. Returns the
+        exit status."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.send_signal(signal.SIGCONT)  # a frozen process must run to stop
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
