@@ -80,6 +80,7 @@ from storage.raftlog import DiskStorage
 log = structlog.get_logger(__name__)
 
 _SNAPSHOT_VERSION = 1
+_INF = float("inf")
 
 
 _Prepared = tuple[Snapshot, dict[NodeId, str], Callable[[], None]]
@@ -271,6 +272,10 @@ class RaftDriver:
         self._ticks = TickSchedule(cfg.tick_ms / 1000, 0.0)
         """When ticks fall due (started again by ``start``, from the loop's time then)."""
         self._dropped_from: dict[NodeId, float] = {}
+        self._lease_ends = -_INF
+        """Loop time the lease ends at, as of the core's latest input (``holds_lease``)."""
+        self._lease_stale = True
+        """The core was fed since ``_lease_ends`` was worked out."""
         self._late_reported_at = -60.0
         self._wake = asyncio.Event()
         self._reads: dict[bytes, asyncio.Future[None]] = {}
@@ -481,12 +486,25 @@ class RaftDriver:
         """Whether this node leads under a lease a quorum confirmed: no other controller can
         have been elected before it ends. Only then may it answer what extends a broker's
         lease (a heartbeat). Counted in time from when the core's latest tick fell due, so
-        ticks not yet fed (a frozen or busy loop) shorten it rather than extend it."""
-        ticks = self.node.lease_remaining()
-        if ticks <= 0:
-            return False
-        ends = self._ticks.lease_end(ticks, self.node.config.lease_ticks)
-        return asyncio.get_running_loop().time() < ends
+        ticks not yet fed (a frozen or busy loop) shorten it rather than extend it.
+
+        The lease's end is worked out at most once each time the loop task has fed the core,
+        not per call: the core's lease moves only then, and every broker heartbeat asks
+        (issue 34: the core's quorum of acknowledged ticks was worked out per heartbeat)."""
+        if self._lease_stale:
+            self._lease_stale = False
+            ticks = self.node.lease_remaining()
+            self._lease_ends = (
+                self._ticks.lease_end(ticks, self.node.config.lease_ticks) if ticks > 0 else -_INF
+            )
+        return asyncio.get_running_loop().time() < self._lease_ends
+
+    def lease_read(self) -> bool:
+        """Whether this node may answer a read from its applied state at once, linearizably,
+        without a read-index round (the Raft dissertation's lease-based read, 6.4.1): it is
+        the active controller, holds its lease (no other leader can have committed anything
+        since), and has applied everything it knows committed."""
+        return self.active and self.applied >= self.node.commit_index and self.holds_lease()
 
     @property
     def conf_state(self) -> ConfState:
@@ -557,6 +575,7 @@ class RaftDriver:
             requests, self._requests = self._requests, []
             for call in requests:
                 call()
+        self._lease_stale = True
 
     def _dropped(self, message: Message) -> None:
         """The core dropped a message unseen (a stranger, a term out of range, a TimeoutNow
@@ -605,6 +624,7 @@ class RaftDriver:
             # Decoded here in a thread; handler.finish swaps it in (_restored) in one step.
             self._prepared = await asyncio.to_thread(self._prepare_paused, rd.snapshot)
         handler.finish(rd)
+        self._lease_stale = True  # a membership change applied may change the quorum
         self._maybe_compact()
         if self._pulse is not None and not self._pulse.done():
             self._pulse.set_result(None)
