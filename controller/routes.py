@@ -50,6 +50,10 @@ class RouteTable:
         self._by_topic: dict[str, set[tuple[str, int]]] = {}
         """Topic -> the registrations listing it: a lookup reads only those (issue 34: it
         sorted, expired and filtered every broker's registration per lookup)."""
+        self.version = 0
+        """Moves whenever a route may read differently (a registration new, changed, refreshed
+        after it expired, or gone), not on a refresh of a live one: a route built at one
+        version stays true until it moves or until :meth:`horizon` (the route cache's key)."""
 
     def __len__(self) -> int:
         return len(self._regs)
@@ -78,6 +82,13 @@ class RouteTable:
             at_ms=now_ms,
         )
         self._regs[key] = reg
+        if (
+            old is None
+            or old.topics != reg.topics
+            or old.address != address
+            or self._expired(old, now_ms)
+        ):
+            self.version += 1
         if old is not None and old.topics.keys() == reg.topics.keys():
             return  # a refresh: same topics, same index
         if old is not None:
@@ -95,6 +106,7 @@ class RouteTable:
 
     def _drop(self, key: tuple[str, int]) -> None:
         self._unindex(key, self._regs.pop(key).topics)
+        self.version += 1
 
     def connection_closed(self, connection_id: int) -> list[tuple[str, int]]:
         """Drop the registrations made over this connection; returns their keys, sorted."""
@@ -115,6 +127,7 @@ class RouteTable:
             reg = self._regs[key]
             topics = {t: q for t, q in reg.topics.items() if t != topic}
             self._regs[key] = replace(reg, topics=topics)
+        self.version += 1
 
     def expire(self, now_ms: int) -> list[tuple[str, int]]:
         """Drop registrations older than the expiry; returns their keys, sorted."""
@@ -125,6 +138,17 @@ class RouteTable:
 
     def _expired(self, reg: Registration, now_ms: int) -> bool:
         return now_ms - reg.at_ms > self.expiry_ms
+
+    def horizon(self, topic: str, now_ms: int) -> int | None:
+        """The last instant at which every live registration listing ``topic`` is still live
+        (None: none is): until then, and while :attr:`version` stays, its route reads the
+        same."""
+        ends = [
+            reg.at_ms + self.expiry_ms
+            for reg in (self._regs[k] for k in self._by_topic.get(topic, ()))
+            if not self._expired(reg, now_ms)
+        ]
+        return min(ends) if ends else None
 
     def get(self, broker_name: str, broker_id: int) -> Registration | None:
         return self._regs.get((broker_name, broker_id))

@@ -40,6 +40,10 @@ from remoting.server import Connection
 
 log = structlog.get_logger(__name__)
 
+ROUTE_CACHE_TOPICS = 32_768
+"""Encoded route answers kept at most (a few hundred bytes each)."""
+_NEVER = 2**62
+
 
 class TopicRouteHandlers:
     def __init__(
@@ -67,6 +71,10 @@ class TopicRouteHandlers:
         self.now_ms = now_ms
         self.timeout = timeout
         self._reconciling: set[tuple[str, str]] = set()
+        self._routes: dict[str, tuple[bytes, int]] = {}
+        """Topic -> (GET_ROUTE's encoded answer, the last ms it holds), at ``_routes_at``."""
+        self._routes_at = (-1, -1)
+        """(route table version, applied index) the cached answers were built at."""
 
     # --- routes ----------------------------------------------------------------------------
 
@@ -126,14 +134,39 @@ class TopicRouteHandlers:
 
     async def get_route(self, conn: Connection, req: Frame) -> Frame:
         topic = RouteQuery.parse(req.header, req.body).topic
-        doc = await self.route_doc(topic)
-        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(doc))
+        await self.gate.route_view()
+        return response(req, ResponseCode.SUCCESS, None, self._route_body(topic))
+
+    def _route_body(self, topic: str) -> bytes:
+        """GET_ROUTE's encoded answer, built once per topic while the routes and the metadata
+        stay as they are: a client fleet asks for the same topics over and over (issue 34: each
+        lookup built and encoded the route again). Kept while the route table's version and
+        the applied Raft index are the ones it was built at, and until the first of its
+        registrations would expire; at most ``ROUTE_CACHE_TOPICS`` topics (then all dropped)."""
+        now_ms = self.now_ms()
+        at = (self.routes.version, self.driver.applied)
+        if at != self._routes_at:
+            self._routes.clear()
+            self._routes_at = at
+        hit = self._routes.get(topic)
+        if hit is not None and now_ms <= hit[1]:
+            return hit[0]
+        body: bytes = msgpack.packb(self._route_now(topic))
+        horizon = self.routes.horizon(topic, now_ms)
+        if len(self._routes) >= ROUTE_CACHE_TOPICS:
+            self._routes.clear()
+        self._routes[topic] = (body, _NEVER if horizon is None else horizon)
+        return body
 
     async def route_doc(self, topic: str) -> dict[str, Any]:
         """GET_ROUTE's document (a static topic's with its logical queues); raises
         :class:`Refused` (TOPIC_NOT_EXIST) for a topic no group serves. The NameServer door
         (:mod:`controller.nameserver`) answers from it too."""
         await self.gate.route_view()
+        return self._route_now(topic)
+
+    def _route_now(self, topic: str) -> dict[str, Any]:
+        """``route_doc`` from the state at hand (the caller passed the gate)."""
         mapping = self.manager.static_topic(topic)
         doc = self.routes.route(
             topic,
