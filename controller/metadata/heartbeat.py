@@ -137,10 +137,14 @@ class BrokerLiveTable:
     ) -> bool:
         """Record a heartbeat. True when the broker just became alive (new, expired or closed)."""
         key = (broker_name, broker_id)
-        was_alive = self.is_alive(broker_name, broker_id, now_ms)
         old = self._entries.get(key)
+        was_alive = old is not None and not old.closed and now_ms <= old.info.deadline_ms()
+        if old is None or old.closed or old.info.connection_id != connection_id:
+            # The connection index changes only when the connection does (not per heartbeat).
+            if old is not None:
+                self._unindex(key, old.info.connection_id)
+            self._by_connection.setdefault(connection_id, set()).add(key)
         if old is not None:
-            self._unindex(key, old.info.connection_id)
             now_ms = max(now_ms, old.info.last_heartbeat_ms)
         info = BrokerLiveInfo(
             cluster=cluster,
@@ -156,8 +160,10 @@ class BrokerLiveTable:
             last_heartbeat_ms=now_ms,
             damaged=damaged,
         )
-        self._entries[key] = _Entry(info=info)
-        self._by_connection.setdefault(connection_id, set()).add(key)
+        if old is None:
+            self._entries[key] = _Entry(info=info)
+        else:
+            old.info, old.closed, old.reported = info, False, False
         return not was_alive
 
     def on_connection_closed(self, connection_id: int) -> list[BrokerKey]:
