@@ -6,7 +6,6 @@ may have frozen it) and ended by its PID, also when the test fails."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,9 +23,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.start_controllers()
         yield c
     finally:
-        for d in [*c.controllers, *c.brokers]:
-            d.signal(signal.SIGCONT)
-        c.stop()
+        c.thaw_and_stop()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from client.admin import Admin
 from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.producer import Producer
+from tests.cluster.support import shared_one_group
 from tests.support.alions import create_topic, run_alions
 from tests.support.cluster import Cluster
 from tests.support.procs import rmqctl
@@ -37,10 +37,9 @@ GROUP = "alions-group"
 COUNT = 12
 
 
-@pytest.fixture
-def classic(cluster: Cluster) -> Iterator[Cluster]:
-    cluster.add_group("broker-a", replicas=2)
-    yield cluster
+classic = shared_one_group(2, name="classic")
+"""One cluster for the module: each test has a topic and group of its own (AlionsTopic and
+alions-group, AlionsRetryTopic and alions-failing, AlionsShareTopic and alions-sharing)."""
 
 
 async def test_alions_produces_and_consumes_through_the_classic_door(

@@ -34,14 +34,16 @@ from tests.cluster.support import (
     full_sync_state_set,
     node_at,
     routed,
-    with_one_group,
+    shared_one_group,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-cluster = with_one_group(2, config="topic_message_type_check = true\n")
+cluster = shared_one_group(2, config="topic_message_type_check = true\n")
+"""One cluster for the module: each test changes only topics of its own (ReadOnly; Orders and
+Plain; Bad) and stops no process."""
 
 
 async def call(address: str, code: int, header: Any, body: bytes | None = None) -> Any:

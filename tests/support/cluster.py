@@ -8,6 +8,7 @@ its PID when the cluster stops, also when a test fails.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -197,6 +198,12 @@ class Cluster:
                 d.terminate()
             for d in group:
                 d.wait_stopped()
+
+    def thaw_and_stop(self) -> None:
+        """:meth:`stop`, every process thawed first (a test may have frozen it)."""
+        for d in [*self.controllers, *self.brokers]:
+            d.signal(signal.SIGCONT)
+        self.stop()
 
     def logs(self) -> str:
         return "\n".join(
