@@ -6,11 +6,18 @@ next}}}``) keeps where each ended. A queue of that name created again starts emp
 offset, so queue offsets never repeat on any replica, and records of the old topic that a
 replica replays later (a slave behind the master, recovery) are not dispatched: their queue
 offsets lie below the mark (:class:`storage.dispatch.Replayer`).
+
+After a clean stop the queues are loaded when first used (:meth:`ConsumeQueues.load` with
+``lazy``): the store's clean-shutdown marker says they agree with the CommitLog, so the open only
+lists the topics' queue directories, and each queue opens its files (and is checked as an eager
+load checks it) the first time it is asked for. After an unclean stop every queue is loaded and
+checked at the open, as before.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -67,34 +74,104 @@ class ConsumeQueues:
         """Deleted topics (by name) and where each of their queues ended (next queue offset)."""
         self.on_append: Callable[[ConsumeQueue, int, Sequence[int]], None] | None = None
         """Given to every queue as :attr:`ConsumeQueue.appended` (the property filter index)."""
+        self.on_load: Callable[[ConsumeQueue], None] | None = None
+        """Called with a queue loaded when first used after a lazy :meth:`load` (the store
+        rebuilds one whose load found unwritten entries inside it, as the open does)."""
+        self._pending: dict[str, dict[int, None]] = {}
+        """Queues on disk not loaded yet (a lazy :meth:`load`), by topic: their queue ids."""
+        self._pending_count = 0
+        self._pending_trusted = 0
+        """What a lazy :meth:`load` trusted: a pending queue keeps its entries below it."""
+        self._pending_floor = 0
+        """Retention's CommitLog offset (:meth:`delete_below`), applied to a pending queue when
+        it is loaded."""
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
+        """The loaded queues (after a lazy :meth:`load`, not the ones still pending)."""
         return iter(list(self._queues.values()))
 
     def __len__(self) -> int:
+        """Every queue: loaded and pending."""
+        return len(self._queues) + self._pending_count
+
+    @property
+    def loaded(self) -> int:
+        """Queues whose files are open (the rest are pending: loaded when first used)."""
         return len(self._queues)
 
-    def load(self, trusted_physical: int, *, scrub: bool) -> None:
-        """Open every queue found on disk (see :meth:`ConsumeQueue.load`)."""
+    def load(self, trusted_physical: int, *, scrub: bool, lazy: bool = False) -> None:
+        """Open every queue found on disk (see :meth:`ConsumeQueue.load`). With ``lazy`` (after
+        a clean stop, never with ``scrub``) only list them: each is loaded, keeping its entries
+        below ``trusted_physical``, when first asked for (:meth:`get`); a deleted topic's queues
+        are loaded (and their directories removed) at once."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._retired = _load_retired(self._retired_path)
-        for topic_dir in sorted(self.root.iterdir()):
-            if not topic_dir.is_dir() or topic_error(topic_dir.name) is not None:
-                log.warning(f"ignoring {topic_dir}: not a consume queue directory")
+        lazy = lazy and not scrub
+        self._pending_trusted = trusted_physical
+        with os.scandir(self.root) as entries:
+            topic_dirs = sorted(entries, key=lambda e: e.name)
+        for topic_dir in topic_dirs:
+            topic = topic_dir.name
+            if not topic_dir.is_dir() or topic_error(topic) is not None:
+                log.warning(f"ignoring {topic_dir.path}: not a consume queue directory")
                 continue
-            for queue_dir in sorted(topic_dir.iterdir()):
+            with os.scandir(topic_dir.path) as entries:
+                queue_dirs = sorted(entries, key=lambda e: e.name)
+            ids: dict[int, None] = {}
+            for queue_dir in queue_dirs:
                 if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
-                    log.warning(f"ignoring {queue_dir}: not a consume queue directory")
+                    log.warning(f"ignoring {queue_dir.path}: not a consume queue directory")
                     continue
-                queue = self._new(topic_dir.name, int(queue_dir.name))
-                queue.load(trusted_physical, scrub=scrub)
-                if not queue.segments:
-                    self._forget(queue)
-                    if topic_dir.name in self._retired:
-                        # A deleted topic's queue: its files went, its directory goes now.
-                        shutil.rmtree(queue_dir, ignore_errors=True)
-            if topic_dir.is_dir() and not any(topic_dir.iterdir()):
-                topic_dir.rmdir()
+                if lazy and topic not in self._retired:
+                    ids[int(queue_dir.name)] = None
+                else:
+                    self._load_one(topic, int(queue_dir.name), trusted_physical, scrub)
+            if ids:
+                self._pending[topic] = ids
+                self._pending_count += len(ids)
+            else:
+                _remove_if_empty(Path(topic_dir.path))
+
+    def _load_one(
+        self, topic: str, queue_id: int, trusted_physical: int, scrub: bool
+    ) -> ConsumeQueue | None:
+        """Load one queue's files; None (and the queue not kept) when it has none."""
+        queue = self._new(topic, queue_id)
+        queue.load(trusted_physical, scrub=scrub)
+        if queue.segments:
+            return queue
+        self._forget(queue)
+        if topic in self._retired:
+            # A deleted topic's queue: its files went, its directory goes now.
+            shutil.rmtree(queue.directory, ignore_errors=True)
+        return None
+
+    def _load_pending(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """Load a pending queue (None: it is not pending, or has no files)."""
+        ids = self._pending.get(topic)
+        if ids is None or queue_id not in ids:
+            return None
+        del ids[queue_id]
+        self._pending_count -= 1
+        if not ids:
+            del self._pending[topic]
+        queue = self._load_one(topic, queue_id, self._pending_trusted, False)
+        if queue is None:
+            return None
+        if self._pending_floor:
+            queue.delete_below(self._pending_floor)
+        if self.on_load is not None:
+            self.on_load(queue)
+        return queue
+
+    def _load_topic(self, topic: str) -> None:
+        for queue_id in list(self._pending.get(topic, ())):
+            self._load_pending(topic, queue_id)
+
+    def load_all(self) -> None:
+        """Load every pending queue."""
+        for topic in list(self._pending):
+            self._load_topic(topic)
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(
@@ -121,10 +198,14 @@ class ConsumeQueues:
             del self._by_topic[queue.topic]
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get((topic, queue_id))
+        """The queue, loaded first if pending; None if there is none."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None and self._pending:
+            queue = self._load_pending(topic, queue_id)
+        return queue
 
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        queue = self._queues.get((topic, queue_id))
+        queue = self.get(topic, queue_id)
         if queue is None:
             error = topic_error(topic) or queue_id_error(queue_id)
             if error is not None:
@@ -133,14 +214,16 @@ class ConsumeQueues:
         return queue
 
     def topics(self) -> list[str]:
-        return sorted(self._by_topic)
+        """Topics with queues (a pending queue's topic is listed before its files are read)."""
+        return sorted(self._by_topic.keys() | self._pending.keys())
 
     def queue_ids(self, topic: str) -> list[int]:
+        self._load_topic(topic)
         return sorted(self._by_topic.get(topic, ()))
 
     def expected_offset(self, topic: str, queue_id: int) -> tuple[int, bool]:
         """(next queue offset, exact): an empty queue accepts any offset at or past it."""
-        queue = self._queues.get((topic, queue_id))
+        queue = self.get(topic, queue_id)
         if queue is None:
             return 0, False
         return queue.max_offset, not queue.is_empty
@@ -158,6 +241,7 @@ class ConsumeQueues:
         """Delete ``topic``'s ConsumeQueues and mark where each ended (at least ``at_least``'s
         offset per queue id: the group master's marks, for a replica behind it). The marks are
         durable before any file goes. Returns every mark of the topic, by queue id."""
+        self._load_topic(topic)
         marks = dict(self._retired.get(topic, {}))
         for queue_id, queue in self._by_topic.get(topic, {}).items():
             marks[queue_id] = max(marks.get(queue_id, 0), queue.max_offset)
@@ -176,13 +260,27 @@ class ConsumeQueues:
         return dict(marks)
 
     def truncate_physical(self, physical: int) -> bool:
-        """Drop every entry for a record at or past CommitLog offset ``physical``."""
+        """Drop every entry for a record at or past CommitLog offset ``physical``. Pending
+        queues hold none at or past what their lazy load trusted; below it, every one is loaded
+        first (a cut is rare: a slave's truncation to its master, damage at the log's end)."""
+        if self._pending and physical < self._pending_trusted:
+            self.load_all()
         changed = False
         for queue in self._queues.values():
             changed |= queue.truncate_physical(physical)
         return changed
 
-    def delete_below(self, physical: int) -> int:
+    def delete_below(self, physical: int, *, pending_files: bool = True) -> int:
+        """Retention: each queue's segments wholly below CommitLog offset ``physical`` go (see
+        :meth:`ConsumeQueue.delete_below`); returns how many. A pending queue takes the offset
+        when it is loaded; with ``pending_files`` one with more than one segment file (retention
+        never deletes the last) is loaded now, so its old files go as a loaded queue's do."""
+        if pending_files and self._pending:
+            for topic, ids in list(self._pending.items()):
+                for queue_id in list(ids):
+                    if _entries(self.root / topic / str(queue_id)) > 1:
+                        self._load_pending(topic, queue_id)
+        self._pending_floor = max(self._pending_floor, physical)
         return sum(queue.delete_below(physical) for queue in self._queues.values())
 
     def forget_if_unused(self, queue: ConsumeQueue) -> None:
@@ -195,6 +293,21 @@ class ConsumeQueues:
             queue.close()
         self._queues.clear()
         self._by_topic.clear()
+        self._pending.clear()
+        self._pending_count = 0
+
+
+def _entries(directory: Path) -> int:
+    try:
+        with os.scandir(directory) as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return 0
+
+
+def _remove_if_empty(directory: Path) -> None:
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
 
 
 def _load_retired(path: Path) -> dict[str, dict[int, int]]:

@@ -1,7 +1,8 @@
 """Bringing the CommitLog and ConsumeQueues back into agreement when the store opens.
 
 After a clean stop (no abort marker, a checkpoint) records are validated from the segment holding
-the checkpoint's dispatched offset (the last one). After an unclean stop, or when the CommitLog
+the checkpoint's dispatched offset (the last one), and the ConsumeQueues are only listed: each is
+loaded when first used (``storage.queues``). After an unclean stop, or when the CommitLog
 had to be repaired on load, every segment is validated: a sequential CRC scan, so its time is
 bounded by the log's size. Records past the dispatched offset are also replayed into their
 ConsumeQueues through the :class:`Replayer`.
@@ -234,7 +235,8 @@ def recover(
     # Without a checkpoint nothing says where torn writes could start: only damage at the very
     # end is cut, damage followed by valid records is kept in place.
     durable = last.end if checkpoint is None else checkpoint.flushed_offset
-    queues.load(trusted, scrub=not clean)
+    # After a clean stop the queues agree with the log: each is loaded when first used.
+    queues.load(trusted, scrub=not clean, lazy=clean)
     if len(queues) == 0 and any(bytes(first.view[:8])):
         log.info("no consume queues on disk: rebuilding them from the commitlog")
         trusted = first.start
@@ -297,6 +299,7 @@ def recover(
         seconds=round(time.monotonic() - began, 3),
         replayed=replayed,
         queues=len(queues),
+        queues_loaded=queues.loaded,
         damaged=len(found.damaged),
     )
     return RecoveryResult(end, scanned_from, reason is not None, replayed, touched, found.damaged)

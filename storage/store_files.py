@@ -33,6 +33,7 @@ import structlog
 
 from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from storage.commitlog import CommitLog
+from storage.consumequeue import ConsumeQueue
 from storage.corruption import Corruption
 from storage.errors import StoreError
 from storage.filter_index import FilterIndex
@@ -63,6 +64,7 @@ class StoreFiles:
         if config.filter_index:
             self.queues.on_append = FilterIndex(self.commitlog).appended
         self.corruption = Corruption(self.commitlog, self.queues)
+        self.queues.on_load = self._queue_loaded
         self.index: KeyIndex | None = (
             KeyIndex(config.index_config()) if config.index_enable else None
         )
@@ -127,14 +129,13 @@ class StoreFiles:
         )
         corruption = self.corruption
         for queue in self.queues:
-            if queue.holes:
-                corruption.rebuild_queue(queue, queue.holes[0], "is unwritten inside the queue")
+            self._queue_loaded(queue)
         corruption.damaged = [d for d in result.damaged if not d.cut]
         counts = corruption.counts
         counts["segment_short"] += len(self.commitlog.repaired)
         counts["recovery_quarantined"] += len(corruption.damaged)
         counts["recovery_cut"] += len(result.damaged) - len(corruption.damaged)
-        self.queues.delete_below(self.commitlog.min_offset)
+        self.queues.delete_below(self.commitlog.min_offset, pending_files=False)
         # Recovered bytes may exist only in the page cache: make them durable before serving.
         synced = {*self.commitlog.segments_between(result.scanned_from, result.end)}
         for seg in synced.union(result.touched):
@@ -147,6 +148,12 @@ class StoreFiles:
         self._open_index()
         self._abort_path.touch()
         fsync_dir(self.directory)
+
+    def _queue_loaded(self, queue: ConsumeQueue) -> None:
+        """A queue just loaded (at the open, or when first used after a clean stop): one whose
+        load found unwritten entries inside it is rebuilt from the CommitLog."""
+        if queue.holes:
+            self.corruption.rebuild_queue(queue, queue.holes[0], "is unwritten inside the queue")
 
     def _open_index(self) -> None:
         """Load the key index and index what it lacks (or, with the index off, remove its files:

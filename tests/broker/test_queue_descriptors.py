@@ -45,60 +45,74 @@ async def each(n: int, one: Callable[[int], Awaitable[None]], inflight: int = 32
     await asyncio.gather(*(worker() for _ in range(inflight)))
 
 
+async def create_and_fill(broker: BrokerProc, topics: int) -> None:
+    """``topics`` topics of 8 queues (``Many00000``...), one message in every queue."""
+    conn = await RemotingClient.connect(broker.address)
+    try:
+
+        async def create(t: int) -> None:
+            header: Header = {"topic": f"Many{t:05d}", "queues": QUEUES}
+            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header, timeout=60)
+
+        await each(topics, create, inflight=8)
+
+        async def send(q: int) -> None:
+            header: Header = {"topic": f"Many{q // QUEUES:05d}", "queueId": q % QUEUES}
+            resp = await conn.request(RequestCode.SEND_MESSAGE, header, b"m%d" % q, 60)
+            assert resp.code == ResponseCode.SUCCESS, (q, resp.code, resp.header)
+
+        await each(topics * QUEUES, send)
+    finally:
+        conn.close()
+
+
+async def one_more_everywhere(broker: BrokerProc, queues: int, bodies: list[bytes]) -> None:
+    """Every queue holds ``bodies`` (``%d`` its number), takes one more message at the offset
+    after them and serves them all by PULL."""
+    conn = await RemotingClient.connect(broker.address)
+    try:
+
+        async def again(q: int) -> None:
+            topic, queue_id = f"Many{q // QUEUES:05d}", q % QUEUES
+            held = [body % q for body in bodies]
+            ask = MaxOffsetQuery(topic=topic, queue_id=queue_id)
+            resp = await conn.request(ask.code, *ask.encode(), 30)
+            assert int(str(resp.header["offset"])) == len(held), (q, resp.header)
+            header: Header = {"topic": topic, "queueId": queue_id}
+            more = b"n%d-%d" % (len(held), q)
+            resp = await conn.request(RequestCode.SEND_MESSAGE, header, more, 60)
+            assert resp.code == ResponseCode.SUCCESS, (q, resp.code, resp.header)
+            assert int(str(resp.header["queueOffset"])) == len(held), (q, resp.header)
+            pull: Header = {
+                "consumerGroup": "g",
+                "topic": topic,
+                "queueId": queue_id,
+                "queueOffset": 0,
+                "maxMsgNums": len(held) + 1,
+                "suspendTimeoutMillis": 0,
+            }
+            resp = await conn.request(RequestCode.PULL_MESSAGE, pull, timeout=30)
+            assert resp.code == ResponseCode.SUCCESS, (q, resp.code, resp.header)
+            got = [r.body for r in iter_records(resp.body or b"")]
+            assert got == [*held, more], (q, got)
+
+        await each(queues, again)
+    finally:
+        conn.close()
+
+
 async def fill_restart_and_read(tmp: Path, topics: int, nofile: int) -> None:
     queues = topics * QUEUES
     assert queues > nofile  # a descriptor per queue cannot fit
     broker = limited_broker(tmp, nofile)
     try:
         broker.start_and_wait(60)
-        conn = await RemotingClient.connect(broker.address)
-        try:
-
-            async def create(t: int) -> None:
-                header: Header = {"topic": f"Many{t:05d}", "queues": QUEUES}
-                await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header, timeout=60)
-
-            await each(topics, create, inflight=8)
-
-            async def send(q: int) -> None:
-                header: Header = {"topic": f"Many{q // QUEUES:05d}", "queueId": q % QUEUES}
-                resp = await conn.request(RequestCode.SEND_MESSAGE, header, b"m%d" % q, 60)
-                assert resp.code == ResponseCode.SUCCESS, (q, resp.code, resp.header)
-
-            await each(queues, send)
-        finally:
-            conn.close()
+        await create_and_fill(broker, topics)
         fds = len(os.listdir(f"/proc/{broker.pid}/fd"))
         assert fds < nofile / 2, fds
         broker.stop()
         broker.start_and_wait(120)  # every queue's files on disk, opened again
-        conn = await RemotingClient.connect(broker.address)
-        try:
-
-            async def again(q: int) -> None:
-                topic, queue_id = f"Many{q // QUEUES:05d}", q % QUEUES
-                header: Header = {"topic": topic, "queueId": queue_id}
-                resp = await conn.request(RequestCode.SEND_MESSAGE, header, b"n%d" % q, 60)
-                assert resp.code == ResponseCode.SUCCESS, (q, resp.code, resp.header)
-                ask = MaxOffsetQuery(topic=topic, queue_id=queue_id)
-                resp = await conn.request(ask.code, *ask.encode(), 30)
-                assert int(str(resp.header["offset"])) == 2, (q, resp.header)
-                pull: Header = {
-                    "consumerGroup": "g",
-                    "topic": topic,
-                    "queueId": queue_id,
-                    "queueOffset": 0,
-                    "maxMsgNums": 2,
-                    "suspendTimeoutMillis": 0,
-                }
-                resp = await conn.request(RequestCode.PULL_MESSAGE, pull, timeout=30)
-                assert resp.code == ResponseCode.SUCCESS, (q, resp.code, resp.header)
-                bodies = [r.body for r in iter_records(resp.body or b"")]
-                assert bodies == [b"m%d" % q, b"n%d" % q], (q, bodies)
-
-            await each(queues, again)
-        finally:
-            conn.close()
+        await one_more_everywhere(broker, queues, [b"m%d"])
         fds = len(os.listdir(f"/proc/{broker.pid}/fd"))
         assert fds < nofile / 2, fds
     finally:
