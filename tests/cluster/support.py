@@ -8,7 +8,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -115,25 +115,29 @@ def with_one_group(replicas: int, config: str = "") -> Any:
     return one_group
 
 
-def shared_one_group(replicas: int, config: str = "", name: str = "cluster") -> Any:
-    """A module's ``cluster`` fixture (``cluster = shared_one_group(2)``) as
+def shared_cluster(
+    replicas: int, config: str = "", name: str = "cluster", groups: Sequence[str] = ("broker-a",)
+) -> Any:
+    """A module's ``cluster`` fixture (``cluster = shared_cluster(2)``) as
     :func:`with_one_group`'s, started once for the whole module (module scope; the module's
     tests then run on one xdist worker: tests/conftest.py). Only for modules whose tests stop,
     kill or freeze no process and each use topics and groups of their own, so that none can
-    change what another reads, in whatever order they run. ``name``: the fixture's name."""
+    change what another reads, in whatever order they run. ``name``: the fixture's name;
+    ``groups``: the broker groups, each of ``replicas`` brokers that read ``config``."""
     import pytest  # here, not at the top: bench/ imports this module outside pytest
 
     @pytest.fixture(name=name, scope="module")
-    def one_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c = Cluster(tmp_path_factory.mktemp("cluster"))
         try:
             c.start_controllers()
-            c.add_group("broker-a", replicas, config=config)
+            for group in groups:
+                c.add_group(group, replicas, config=config)
             yield c
         finally:
             c.thaw_and_stop()
 
-    return one_group
+    return shared
 
 
 def two_groups(cluster: Cluster, a: int = 1, b: int = 1) -> str:

@@ -24,7 +24,7 @@ from client.admin import Admin
 from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.producer import Producer
-from tests.cluster.support import shared_one_group
+from tests.cluster.support import shared_cluster
 from tests.support.alions import create_topic, run_alions
 from tests.support.cluster import Cluster
 from tests.support.procs import rmqctl
@@ -37,7 +37,7 @@ GROUP = "alions-group"
 COUNT = 12
 
 
-classic = shared_one_group(2, name="classic")
+classic = shared_cluster(2, name="classic")
 """One cluster for the module: each test has a topic and group of its own (AlionsTopic and
 alions-group, AlionsRetryTopic and alions-failing, AlionsShareTopic and alions-sharing)."""
 

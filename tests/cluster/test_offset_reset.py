@@ -31,7 +31,7 @@ from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.progress import ProgressAdmin
 from rmqctl.common import utc_iso
-from tests.cluster.support import sync_state
+from tests.cluster.support import shared_cluster, sync_state
 from tests.support.cluster import Cluster
 from tests.support.procs import rmqctl_async
 from tests.support.wait import wait_until_async
@@ -39,15 +39,15 @@ from tests.support.wait import wait_until_async
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "ResetTopic"
+SKIP_TOPIC = "SkipTopic"
+"""The skip test's own topic: the tests share the module's cluster."""
 GROUP = "replay"
 HALF = 500
 
 
-@pytest.fixture
-def cluster(cluster: Cluster) -> Cluster:
-    cluster.add_group("broker-a", 1)
-    cluster.add_group("broker-b", 1)
-    return cluster
+cluster = shared_cluster(1, groups=("broker-a", "broker-b"))
+"""One cluster for the module: each test has topics and groups of its own (ResetTopic and
+replay, SkipTopic and skipper, StaticReset and statics) and stops no process."""
 
 
 async def rmqctl(cluster: Cluster, *args: str) -> tuple[int, str, str]:
@@ -55,12 +55,12 @@ async def rmqctl(cluster: Cluster, *args: str) -> tuple[int, str, str]:
     return await rmqctl_async("-a", cluster.controller_addresses, *args)
 
 
-async def create_topic(cluster: Cluster) -> None:
+async def create_topic(cluster: Cluster, topic: str = TOPIC) -> None:
     async with Admin(cluster.controller_addresses) as admin:
 
         async def create() -> list[str] | None:
             try:
-                names = await admin.create_topic(TOPIC, 4)
+                names = await admin.create_topic(topic, 4)
             except ClientError:
                 return None
             return names if len(names) == 2 else None  # not every master registered yet
@@ -71,19 +71,19 @@ async def create_topic(cluster: Cluster) -> None:
         assert created == ["broker-a", "broker-b"]
 
         async def routed() -> bool:  # so producers spread the messages over both groups
-            route = await admin.topic_route(TOPIC)
+            route = await admin.topic_route(topic)
             return len(route.master_addresses()) == 2 and len(route.queues) == 8
 
         await wait_until_async(routed, "the route to name both masters", 60, interval=0.2)
 
 
-async def send(cluster: Cluster, bodies: list[str]) -> None:
+async def send(cluster: Cluster, bodies: list[str], topic: str = TOPIC) -> None:
     """One request per message, so the producer's round-robin spreads them over every queue
     (batched, most of them went to one or two queues, all owned by one member)."""
     async with Producer(
         cluster.controller_addresses, send_deadline=30.0, auto_batch=False
     ) as producer:
-        await asyncio.gather(*(producer.send(TOPIC, b.encode()) for b in bodies))
+        await asyncio.gather(*(producer.send(topic, b.encode()) for b in bodies))
 
 
 async def lag(cluster: Cluster, group: str) -> int:
@@ -232,8 +232,8 @@ async def test_a_running_group_reset_to_a_time_receives_exactly_the_messages_sin
 async def test_skip_makes_the_lag_0_at_once_and_the_members_drop_the_backlog(
     cluster: Cluster,
 ) -> None:
-    await create_topic(cluster)
-    member = Member(cluster, "skipper", "s0")
+    await create_topic(cluster, SKIP_TOPIC)
+    member = Member(cluster, "skipper", "s0", SKIP_TOPIC)
     member.paused = True  # it pulls into its buffer; the application takes nothing yet
     try:
         await member.start()
@@ -241,12 +241,12 @@ async def test_skip_makes_the_lag_0_at_once_and_the_members_drop_the_backlog(
             lambda: len(member.consumer.owned) == 8, "the member to own the 8 queues", 60
         )
         backlog = [f"backlog-{i}" for i in range(300)]
-        await send(cluster, backlog)
+        await send(cluster, backlog, SKIP_TOPIC)
         await wait_until_async(
             _is(cluster, "skipper", 300), "a backlog of 300", 30, on_timeout=cluster.logs
         )
         code, out, err = await rmqctl(
-            cluster, "--json", "skipAccumulatedMessage", "-g", "skipper", "-t", TOPIC
+            cluster, "--json", "skipAccumulatedMessage", "-g", "skipper", "-t", SKIP_TOPIC
         )
         assert code == 0, err
         assert await lag(cluster, "skipper") == 0  # at once
@@ -254,7 +254,7 @@ async def test_skip_makes_the_lag_0_at_once_and_the_members_drop_the_backlog(
         assert doc["timestamp"] == -1 and all(q["offset"] == q["max"] for q in doc["queues"])
         assert sum(q["offset"] - q["previous"] for q in doc["queues"]) == 300
         after = [f"after-{i}" for i in range(5)]
-        await send(cluster, after)
+        await send(cluster, after, SKIP_TOPIC)
         member.paused = False
         await wait_until_async(
             lambda: len(member.got) >= 5, "the member to receive the new messages", 30

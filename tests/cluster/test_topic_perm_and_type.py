@@ -34,14 +34,14 @@ from tests.cluster.support import (
     full_sync_state_set,
     node_at,
     routed,
-    shared_one_group,
+    shared_cluster,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-cluster = shared_one_group(2, config="topic_message_type_check = true\n")
+cluster = shared_cluster(2, config="topic_message_type_check = true\n")
 """One cluster for the module: each test changes only topics of its own (ReadOnly; Orders and
 Plain; Bad) and stops no process."""
 
