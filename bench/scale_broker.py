@@ -87,6 +87,16 @@ class BrokerColumn:
     queues: int
     groups: int
     figures: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds each step of the column took (printed: where a run's time goes)."""
+    began: float = 0.0
+    """When the step under way began."""
+
+    def step(self, name: str) -> None:
+        """The step named ``name`` ended now (it began where the last one ended)."""
+        now = time.perf_counter()
+        self.phases[name] = now - self.began
+        self.began = now
 
     @property
     def topics(self) -> int:
@@ -283,6 +293,7 @@ def broker_toml(cq_entries: int) -> str:
 
 async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> None:
     f = col.figures
+    col.began = time.perf_counter()
     cluster = Cluster(tmp)
     boot: Bootstrap | None = None
     target: Master | None = None
@@ -293,15 +304,20 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         cluster.add_group("broker-a", 2, config=config, segment_bytes=SEGMENT_BYTES)
         target = Master(boot, cluster)
         await target.connect()
+        col.step("cluster start")
         created = await create_topics(target, col)
+        col.step("topics")
         f["topic creation"] = created / col.topics * 1000
         body = os.urandom(args.body // 2).hex().encode()
         first = await put_all(target, col, col.queues, body)
         f["first put in a queue"] = first / col.queues * 1e6
+        col.step("first puts")
         puts = args.puts
         took = await put_all(target, col, puts, body)
         f["put"] = took / puts * 1e6
+        col.step("puts")
         commits = sorted(await commit_offsets(target, col))
+        col.step("offset commits")
         await target.connect()  # both in sync again, whichever is master now
         master = target.node
         assert master is not None
@@ -319,6 +335,7 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         f["consumer offsets file"] = (
             offsets_file.stat().st_size / 1024 if offsets_file.exists() else float("nan")
         )
+        col.step("offsets file")
         f["master RSS"] = rss_mib(master.pid)
         f["master open fds"] = open_fds(master.pid)
         f["ConsumeQueue files"] = sum(
@@ -335,12 +352,15 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         assert want is not None and want > 0, want
         await caught_up(slave, master.address, 120)
         await answers(slave, col, want, 120)
+        col.step("slave in step")
         slave.stop()
         slave.start()
         f["startup after clean stop"] = await answers(slave, col, want, 300)
+        col.step("clean restart")
         slave.kill9()
         slave.start()
         f["startup after kill -9"] = await answers(slave, col, want, 300)
+        col.step("kill -9 restart")
         third = BrokerNode(
             tmp, "broker-a", 2, cluster.controller_addresses, [], config,
             segment_bytes=SEGMENT_BYTES,
@@ -351,6 +371,7 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         await caught_up(third, master.address, 600)
         await answers(third, col, want, 600)
         f["slave catch-up"] = time.perf_counter() - t0
+        col.step("catch-up")
         print(f"  {col.factor}x figures: " + ", ".join(f"{k} {v:,.2f}" for k, v in f.items()))
     except Exception:
         if args.logs:
@@ -365,6 +386,12 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         if boot is not None:
             boot.close()
         cluster.stop()  # every process by its PID, also on error
+        col.step("cluster stop")
+        print(
+            f"  {col.factor}x took {sum(col.phases.values()):.0f} s: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in col.phases.items()),
+            flush=True,
+        )
 
 
 async def run_columns(cols: list[BrokerColumn], args: argparse.Namespace) -> None:
