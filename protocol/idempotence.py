@@ -43,12 +43,14 @@ from enum import Enum
 from typing import Any, Final, NamedTuple
 
 import msgpack
+from mypy_extensions import mypyc_attr
 
 from protocol.fields import FieldError
 from protocol.message import (
     BLANK_MAGIC,
     MESSAGE_MAGIC,
     PROP_PRODUCER_SEQ,
+    Message,
     MessageRecord,
     RecordError,
     decode_record,
@@ -77,8 +79,10 @@ __all__ = [
     "encode_snapshot",
     "parse_record_seq",
     "record_seq_value",
+    "seq_head",
     "seq_property",
     "sequenced_records",
+    "stamp",
 ]
 
 # PROP_PRODUCER_SEQ (``__PSEQ``, defined in protocol/message.py so record copies can drop it):
@@ -107,13 +111,19 @@ _HEADER_FIELDS: Final = ("producerId", "producerEpoch", "sequence")
 # -- what a send carries ------------------------------------------------------------------------
 
 
-class ProducerSeq(NamedTuple):
-    """A request's producer id, epoch and sequence (per topic and queue). Built from a peer's
-    values with :meth:`checked` (or :meth:`parse`), which checks their ranges."""
-
+class _SeqFields(NamedTuple):
     producer_id: int
     epoch: int
     sequence: int
+
+
+@mypyc_attr(native_class=False)
+class ProducerSeq(_SeqFields):
+    """A request's producer id, epoch and sequence (per topic and queue). Built from a peer's
+    values with :meth:`checked` (or :meth:`parse`), which checks their ranges. (A Python class
+    in the compiled build too: a native class cannot be a tuple, docs/compiled.md.)"""
+
+    __slots__ = ()
 
     @classmethod
     def checked(cls, producer_id: object, epoch: object, sequence: object) -> ProducerSeq:
@@ -174,6 +184,36 @@ def seq_property(value: str) -> bytes:
     return f"{SEQ_PROPERTY_HEAD}{value}\x02".encode()
 
 
+def seq_head(producer_id: int, epoch: int) -> str:
+    """What every :data:`PROP_PRODUCER_SEQ` value of a producer incarnation starts with
+    (``"<id>.<epoch>."``): formatted once per window (:attr:`QueueWindow.head`)."""
+    return f"{producer_id}.{epoch}."
+
+
+def stamp(messages: list[Message], seq: ProducerSeq, head: str = "") -> None:
+    """Write the request's :data:`PROP_PRODUCER_SEQ` into each of its messages (before storing
+    them): a message without properties of its own gets it encoded
+    (:attr:`Message.seq_property`, no dict), one with properties in its dict. ``head``: the
+    value's :func:`seq_head`, when the caller has it."""
+    if not head:
+        head = seq_head(seq[0], seq[1])
+    n = len(messages)
+    if n == 1:  # a single send: one format, no loop
+        m = messages[0]
+        if m.properties:
+            m.properties[PROP_PRODUCER_SEQ] = f"{head}{seq[2]}.0.1"
+        else:
+            m.seq_property = f"{SEQ_PROPERTY_HEAD}{head}{seq[2]}.0.1\x02".encode()
+        return
+    prefix = f"{head}{seq[2]}."
+    suffix = f".{n}"
+    for i, m in enumerate(messages):
+        if m.properties:
+            m.properties[PROP_PRODUCER_SEQ] = f"{prefix}{i}{suffix}"
+        else:
+            m.seq_property = f"{SEQ_PROPERTY_HEAD}{prefix}{i}{suffix}\x02".encode()
+
+
 @dataclass(frozen=True, slots=True)
 class RecordSeq:
     """What a stored record's :data:`PROP_PRODUCER_SEQ` says."""
@@ -222,18 +262,60 @@ def sequenced_records(buf: bytes | memoryview) -> Iterator[MessageRecord]:
 # -- the broker's check -------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class StoredBatch:
     """A stored request: its sequence and where its records went, as its answer gives them.
     ``physical_offsets`` is in request order; -1 where a rebuilt batch lacks a record (the log
-    holds a prefix of it: a failover cut it)."""
+    holds a prefix of it: a failover cut it). (A class with its own ``__init__``, not a
+    dataclass: one is made per send, and a compiled dataclass is built through the
+    interpreted ``__init__`` the dataclasses module writes, docs/compiled.md.)"""
 
-    sequence: int
-    queue_id: int
-    first_queue_offset: int
-    physical_offsets: list[int]
-    end_offset: int
-    store_timestamp: int
+    __slots__ = (
+        "end_offset",
+        "first_queue_offset",
+        "physical_offsets",
+        "queue_id",
+        "sequence",
+        "store_timestamp",
+    )
+
+    def __init__(
+        self,
+        sequence: int,
+        queue_id: int,
+        first_queue_offset: int,
+        physical_offsets: list[int],
+        end_offset: int,
+        store_timestamp: int,
+    ) -> None:
+        self.sequence = sequence
+        self.queue_id = queue_id
+        self.first_queue_offset = first_queue_offset
+        self.physical_offsets = physical_offsets
+        self.end_offset = end_offset
+        self.store_timestamp = store_timestamp
+
+    def _fields(self) -> tuple[int, int, int, list[int], int, int]:
+        return (
+            self.sequence,
+            self.queue_id,
+            self.first_queue_offset,
+            self.physical_offsets,
+            self.end_offset,
+            self.store_timestamp,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoredBatch):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return (
+            f"StoredBatch(sequence={self.sequence!r}, queue_id={self.queue_id!r}, "
+            f"first_queue_offset={self.first_queue_offset!r}, "
+            f"physical_offsets={self.physical_offsets!r}, end_offset={self.end_offset!r}, "
+            f"store_timestamp={self.store_timestamp!r})"
+        )
 
     @property
     def missing(self) -> list[int]:
@@ -273,12 +355,14 @@ QueueKey = tuple[str, int]
 class QueueWindow:
     """The last requests stored for one (producer, topic, queue), ascending by sequence."""
 
-    __slots__ = ("batches", "floor")
+    __slots__ = ("batches", "floor", "head")
 
-    def __init__(self, floor: int = -1) -> None:
+    def __init__(self, floor: int = -1, head: str = "") -> None:
         self.batches: list[StoredBatch] = []
         self.floor = floor
         """The highest sequence that fell out of the window (-1: none)."""
+        self.head = head
+        """:func:`seq_head` of the window's producer and epoch ("": not known)."""
 
     def find(self, sequence: int) -> StoredBatch | None:
         for b in reversed(self.batches):  # a retry is usually of a recent one
@@ -504,7 +588,7 @@ class ProducerStates:
         key = (topic, queue_id)
         w = p.windows.get(key)
         if w is None:
-            w = p.windows[key] = QueueWindow()
+            w = p.windows[key] = QueueWindow(-1, seq_head(seq.producer_id, p.epoch))
             self._windows += 1
         return w
 
@@ -566,23 +650,24 @@ class ProducerStates:
         if not isinstance(doc, list | tuple):
             raise ValueError("producer states: not a list")
         try:
-            for pid, epoch, last_ms, windows in doc:
+            for producer in doc:
+                pid, epoch, last_ms, windows = _entry(producer, 4, "producer")
                 ProducerSeq.checked(pid, epoch, 0)
                 _int(last_ms)
                 p = _Producer(epoch, last_ms)
-                for topic, qid, floor, batches in windows:
+                for window_entry in _entry(windows, -1, "windows"):
+                    topic, qid, floor, batches = _entry(window_entry, 4, "window")
                     if not isinstance(topic, str):
                         raise ValueError("topic is not a string")
-                    w = QueueWindow(_int(floor))
-                    for seq, bqid, fqo, offs, end, ts in batches:
-                        if not isinstance(offs, list | tuple):
-                            raise ValueError("offsets are not a list")
+                    w = QueueWindow(_int(floor), seq_head(pid, epoch))
+                    for batch_entry in _entry(batches, -1, "batches"):
+                        seq, bqid, fqo, offs, end, ts = _entry(batch_entry, 6, "batch")
                         w.batches.append(
                             StoredBatch(
                                 _int(seq),
                                 _int(bqid),
                                 _int(fqo),
-                                [_int(o) for o in offs],
+                                [_int(o) for o in _entry(offs, -1, "offsets")],
                                 _int(end),
                                 _int(ts),
                             )
@@ -594,6 +679,17 @@ class ProducerStates:
         except (TypeError, FieldError) as exc:
             raise ValueError(f"producer states: {exc}") from None
         return states
+
+
+def _entry(value: object, size: int, what: str) -> list[Any] | tuple[Any, ...]:
+    """``value`` as the list a document holds (of ``size`` items; -1: any); a
+    :class:`ValueError` naming ``what`` otherwise (checked here, not left to unpacking, whose
+    messages the compiled build words otherwise)."""
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"producer states: {what} is not a list")
+    if size >= 0 and len(value) != size:
+        raise ValueError(f"producer states: {what} has {len(value)} items, not {size}")
+    return value
 
 
 def _int(value: object) -> int:

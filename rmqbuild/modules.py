@@ -20,6 +20,7 @@ COMPILED: Final[tuple[str, ...]] = (
     "protocol.raft_types",
     "protocol.pop",
     "protocol.timer",
+    "protocol.idempotence",
     # The CommitLog record encoder and parser, the ConsumeQueue dispatcher, the slave's replay.
     "storage.dispatch",
     "storage.queue_write",

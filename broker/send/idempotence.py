@@ -41,7 +41,6 @@ import structlog
 from broker.service_host import PerMasterEpoch, ServiceHost
 from protocol.idempotence import (
     PROP_PRODUCER_SEQ,
-    SEQ_PROPERTY_HEAD,
     SNAPSHOT_TOPIC,
     ProducerSeq,
     ProducerStates,
@@ -55,6 +54,7 @@ from protocol.idempotence import (
     record_seq_value,
     seq_property,
     sequenced_records,
+    stamp,
 )
 from protocol.message import Message, MessageRecord, RecordError, iter_records
 from protocol.timer import PROP_REAL_QUEUE_ID, PROP_REAL_TOPIC, TIMER_TOPIC
@@ -113,11 +113,14 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
 
     def __init__(self, host: IdempotenceHost) -> None:
         self.host: IdempotenceHost = host
+        self._roles = host.gate.role_cell
         self.state: ProducerStates | None = None
         self._epoch = -1
-        self._snapshot_at = 0
-        """CommitLog offset the last snapshot covered (or the rebuild started from)."""
         self._expire_at = 0
+        self._snapshot_due = host.cfg.producer_snapshot_bytes
+        """The CommitLog offset from which the next snapshot is due:
+        ``producer_snapshot_bytes`` past the one the last snapshot covered (or the rebuild
+        started from)."""
         self.duplicates = 0
         """Retries answered from the window (nothing stored)."""
         self.gaps = 0
@@ -172,24 +175,9 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
     # -- the send path -----------------------------------------------------------------------
     @staticmethod
     def stamp(messages: list[Message], seq: ProducerSeq) -> None:
-        """Write the request's sequence into each of its messages (before storing them): a
-        message without properties of its own gets it encoded (:attr:`Message.seq_property`,
-        no dict), one with properties in its dict, as always."""
-        n = len(messages)
-        if n == 1:  # a single send: one format, no loop
-            m = messages[0]
-            if m.properties:
-                m.properties[PROP_PRODUCER_SEQ] = f"{seq[0]}.{seq[1]}.{seq[2]}.0.1"
-            else:
-                m.seq_property = f"{SEQ_PROPERTY_HEAD}{seq[0]}.{seq[1]}.{seq[2]}.0.1\x02".encode()
-            return
-        prefix = f"{seq[0]}.{seq[1]}.{seq[2]}."
-        suffix = f".{n}"
-        for i, m in enumerate(messages):
-            if m.properties:
-                m.properties[PROP_PRODUCER_SEQ] = f"{prefix}{i}{suffix}"
-            else:
-                m.seq_property = f"{SEQ_PROPERTY_HEAD}{prefix}{i}{suffix}\x02".encode()
+        """Write the request's sequence into each of its messages (before storing them):
+        :func:`protocol.idempotence.stamp`."""
+        stamp(messages, seq)
 
     @staticmethod
     def stamp_record(m: Message, seq: ProducerSeq, index: int, count: int) -> None:
@@ -218,7 +206,7 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         state = self.state
         if (
             state is None
-            or self._epoch != self.host.gate.role.master_epoch
+            or self._epoch != self._roles.current.master_epoch
             or self._damage_at_build
         ):
             return None
@@ -232,7 +220,8 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
             return
         now = result.store_timestamp
         state.stored_next(window, seq[0], batch_of(seq[2], result), now)
-        self._upkeep(state, now, result.end_offset)
+        if now >= self._expire_at or result.end_offset >= self._snapshot_due:
+            self._upkeep(state, now, result.end_offset)
 
     def _upkeep(self, state: ProducerStates, now: int, log_end: int) -> None:
         """After a send stored: idle producers expired, a snapshot written, when due."""
@@ -241,8 +230,13 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
             gone = state.expire(now)
             if gone:
                 log.info("idle idempotent producers forgotten", producers=gone)
-        if log_end - self._snapshot_at >= self.host.cfg.producer_snapshot_bytes:
+        if log_end >= self._snapshot_due:
             self.snapshot()
+
+    def _snapshot_covers(self, offset: int) -> None:
+        """The last snapshot covers the CommitLog up to ``offset`` (or the rebuild started
+        there): the next is due ``producer_snapshot_bytes`` after it."""
+        self._snapshot_due = offset + self.host.cfg.producer_snapshot_bytes
 
     def snapshot(self) -> None:
         """Append the whole state, as it stands after the CommitLog's end, to the snapshot
@@ -260,18 +254,18 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         except (StoreError, ValueError) as exc:
             log.error("producer state snapshot not written", error=str(exc))
             return
-        self._snapshot_at = covered
+        self._snapshot_covers(covered)
         log.debug("producer state snapshot written", covered=covered, parts=len(bodies))
 
     # -- rebuild -------------------------------------------------------------------------------
     def built_now(self) -> bool:
         """True when a sequenced send need not wait: the state is built for this master epoch,
         or this broker is not master (the send is refused anyway)."""
-        role = self.host.gate.role
+        role = self._roles.current
         return not role.is_master or (
             self.state is not None
             and self._epoch == role.master_epoch
-            and not self._repaired_since_built()
+            and not (self._damage_at_build and self._repaired_since_built())
         )
 
     async def built(self) -> None:
@@ -352,7 +346,7 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         records: int,
     ) -> None:
         state.expire(_now_ms())
-        self._snapshot_at = start
+        self._snapshot_covers(start)
         log.info(
             "idempotent producer state built from the CommitLog",
             snapshot=snapshot,

@@ -29,7 +29,7 @@ from broker.timer.schedule import ScheduleRefused
 from broker.write_gate import WriteRefused
 from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
-from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, QueueWindow, Verdict
+from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, QueueWindow, Verdict, stamp
 from protocol.message import Message, MsgIdMaker
 from protocol.refusal import RequestRefused
 from protocol.timer import REQUEST_PROPERTIES
@@ -75,9 +75,10 @@ class SendService:
         idempotence state built for this master epoch (in steps, the loop free meanwhile), a
         producer id not yet known issued. The coroutine raises :class:`SendRefused` (counted)
         for an id the controllers did not issue."""
-        if topic in self.idempotence_off or (
-            self.sequences.built_now() and self.issued.issued(seq.producer_id)
-        ):
+        issued = self.issued
+        if (
+            self.sequences.built_now() and (not issued.enabled or issued.issued(seq.producer_id))
+        ) or topic in self.idempotence_off:
             return None  # (a topic with idempotence off: put refuses it)
         return self._before_sequenced(seq)
 
@@ -194,7 +195,7 @@ class SendService:
             body_bytes += size
         own = any(m.properties for m in messages)  # only these can ask for a delivery time
         if seq is not None:
-            self.sequences.stamp(messages, seq)
+            stamp(messages, seq, "" if window is None else window.head)
         elif own:
             _drop_sequences(messages)
         result = self._store(topic, queue_id, messages, body_bytes, own)
