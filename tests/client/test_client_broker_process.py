@@ -1,9 +1,12 @@
-"""The SDK against a real broker process (development mode: the broker is the bootstrap)."""
+"""The SDK against a real broker process (development mode: the broker is the bootstrap).
+
+The tests share one broker (module scope, ``broker``), each on a topic of its own; the one that
+kills the broker starts its own."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,10 +17,16 @@ from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from tests.client import receiving
 from tests.support.messages import FAST_CONSUMER
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+    with started(BrokerProc(tmp_path_factory.mktemp("client-broker"))) as proc:
+        yield proc
 
 
 async def create_topic(broker: BrokerProc, topic: str, queues: int = 4) -> None:
@@ -70,24 +79,24 @@ async def test_sends_to_topics_in_turn_use_every_queue_of_each(broker: BrokerPro
 async def test_every_produced_message_is_consumed_with_its_body_and_offset(
     broker: BrokerProc,
 ) -> None:
-    await create_topic(broker, "T")
-    sent = await produce(broker, "T", 500, "m")
-    async with Consumer(broker.address, "g", "T", **FAST_CONSUMER) as c:
+    await create_topic(broker, "Consumed")
+    sent = await produce(broker, "Consumed", 500, "m")
+    async with Consumer(broker.address, "consumed", "Consumed", **FAST_CONSUMER) as c:
         got = await receive_until(c, lambda g: len({m.body for m in g}) >= len(sent))
     assert {m.body: key(m) for m in got} == sent
     by_body = {m.body: m for m in got}
     assert by_body[b"m-7"].keys == "k7"
     assert by_body[b"m-b3"].tags == "b"
-    assert all(m.broker_name == "broker-a" and m.topic == "T" for m in got)
+    assert all(m.broker_name == "broker-a" and m.topic == "Consumed" for m in got)
 
 
 async def test_offsets_resume_after_a_consumer_restart(broker: BrokerProc) -> None:
-    await create_topic(broker, "T")
-    first = await produce(broker, "T", 100, "a")
-    async with Consumer(broker.address, "g", "T", **FAST_CONSUMER) as c:
+    await create_topic(broker, "Resume")
+    first = await produce(broker, "Resume", 100, "a")
+    async with Consumer(broker.address, "resume", "Resume", **FAST_CONSUMER) as c:
         await receive_until(c, lambda g: len(g) >= len(first))
-    second = await produce(broker, "T", 50, "b")
-    async with Consumer(broker.address, "g", "T", **FAST_CONSUMER) as c:
+    second = await produce(broker, "Resume", 50, "b")
+    async with Consumer(broker.address, "resume", "Resume", **FAST_CONSUMER) as c:
         got = await receive_until(c, lambda g: len(g) >= len(second))
         assert await c.receive(1.0) == []
     assert {m.body: key(m) for m in got} == second
@@ -96,9 +105,9 @@ async def test_offsets_resume_after_a_consumer_restart(broker: BrokerProc) -> No
 async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
     broker: BrokerProc,
 ) -> None:
-    await create_topic(broker, "T", queues=8)
-    c1 = Consumer(broker.address, "g", "T", client_id="c1", **FAST_CONSUMER)
-    c2 = Consumer(broker.address, "g", "T", client_id="c2", **FAST_CONSUMER)
+    await create_topic(broker, "Split", queues=8)
+    c1 = Consumer(broker.address, "split", "Split", client_id="c1", **FAST_CONSUMER)
+    c2 = Consumer(broker.address, "split", "Split", client_id="c2", **FAST_CONSUMER)
     try:
         await c1.start()
         await wait_until_async(lambda: len(c1.owned) == 8, "c1 to own eight queues", 20)
@@ -108,7 +117,7 @@ async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
         )
         assert set(c1.owned).isdisjoint(c2.owned)
         # One request per send, so that every queue, hence each member, gets some.
-        sent = await produce(broker, "T", 400, "x", auto_batch=False)
+        sent = await produce(broker, "Split", 400, "x", auto_batch=False)
         got1 = await receive_until(c1, lambda g: len(g) >= 50)
         got2 = await receive_until(c2, lambda g: len(g) >= 50)
         assert {m.queue_id for m in got1}.isdisjoint({m.queue_id for m in got2})
@@ -123,15 +132,17 @@ async def test_two_members_split_the_queues_and_a_leaver_loses_no_message(
 
 
 async def test_latest_skips_what_was_stored_before_the_group_existed(broker: BrokerProc) -> None:
-    await create_topic(broker, "T")
-    await produce(broker, "T", 30, "old")
-    async with Consumer(broker.address, "late", "T", start_from="latest", **FAST_CONSUMER) as c:
+    await create_topic(broker, "Latest")
+    await produce(broker, "Latest", 30, "old")
+    async with Consumer(
+        broker.address, "late", "Latest", start_from="latest", **FAST_CONSUMER
+    ) as c:
         await wait_until_async(
             lambda: len(c.owned) == 4 and all(s.next_offset is not None for s in c.owned.values()),
             "every queue owned with its start offset",
             20,
         )
-        sent = await produce(broker, "T", 20, "new")
+        sent = await produce(broker, "Latest", 20, "new")
         got = await receive_until(c, lambda g: len(g) >= len(sent))
     assert {m.body: key(m) for m in got} == sent
 
