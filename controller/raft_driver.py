@@ -641,6 +641,16 @@ class RaftDriver:
                 cb(ss.lead)
         if was_leader and ss.role is not Role.LEADER:
             self._set_active(False)
+            self._fail_reads()
+
+    def _fail_reads(self) -> None:
+        """A leader that stepped down can confirm none of the reads it took: each is told
+        at once (NotLeaderError), rather than when its timeout ends (issue 34: route lookups
+        caught by a change of leader waited the whole request timeout, 3 s, for a read-index
+        round that could no longer come)."""
+        for fut in self._reads.values():
+            if not fut.done():
+                fut.set_exception(self.not_leader())
 
     def _set_active(self, active: bool) -> None:
         if active == self.active:

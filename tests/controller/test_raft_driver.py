@@ -129,6 +129,26 @@ async def test_read_index_sees_every_write_acknowledged_before_it(cluster: Drive
         await leader.d.read_index(5.0)
 
 
+async def test_a_read_pending_when_the_leader_steps_down_fails_at_once(
+    cluster: DriverCluster,
+) -> None:
+    """A leader that lost its quorum steps down (check-quorum) and can confirm none of the
+    reads it took: they fail then (NotLeaderError), not when their timeout ends (issue 34:
+    route lookups caught by a change of leader waited the whole request timeout)."""
+    leader = await cluster.leader()
+    await leader.d.read_index(5.0)
+    for node in cluster.nodes.values():
+        if node is not leader:
+            await node.stop()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(NotLeaderError):
+        await leader.d.read_index(10.0)  # no quorum can echo it
+    took = loop.time() - started
+    assert leader.d.role is not Role.LEADER
+    assert took < 5.0, f"the pending read failed after {took:.1f} s"
+
+
 async def test_the_preferred_leader_takes_leadership_back(tmp_path: Path) -> None:
     c = DriverCluster(tmp_path, preferred_leader="n2")
     await c.start()
