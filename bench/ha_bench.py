@@ -558,9 +558,13 @@ async def auth_comparison(args: argparse.Namespace) -> None:
 async def idempotence_comparison(args: argparse.Namespace) -> None:
     """The three produce phases without and with idempotent producers' fields (issue 29,
     docs/idempotence.md) on one cluster, alternating off and on for ``--rounds`` rounds (the
-    order rotated each round): each line, then the medians' ratios (target: within 5%)."""
+    order rotated each round): each line, then the medians' ratios (target: within 5%), and the
+    master's CPU per message of each phase, on / off (medians; steadier than the rates on a
+    shared machine)."""
     body = payload(args.size)
     results: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
+    cpu: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
+    """The master's CPU microseconds per message of each phase, per round."""
     async with group_of_three("rmq-ha-bench-") as broker_a:
         pid = node_at(broker_a.cluster, broker_a.master).pid
         slave_pid = next(b.pid for b in broker_a.cluster.brokers if b.address != broker_a.master)
@@ -579,16 +583,30 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
                 def ident() -> int | None:
                     return next(producer_ids) if on else None  # noqa: B023
 
+                c0 = cpu_seconds(pid)
                 single = await produce(conn, args.messages, body, pid, slave_pid, ident())
+                c1 = cpu_seconds(pid)
                 batch = await produce(
                     conn, args.messages, body, pid, slave_pid, ident(), batch=True
                 )
+                c2 = cpu_seconds(pid)
                 p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids, ident())
+                c3 = cpu_seconds(pid)
                 results[on].append((single, batch, p50))
+                batched = args.messages // 64 * 64
+                cpu[on].append(
+                    (
+                        (c1 - c0) / args.messages * 1e6,
+                        (c2 - c1) / batched * 1e6,
+                        (c3 - c2) / args.one_at_a_time * 1e6,
+                    )
+                )
         conn.close()
 
-    def median(on: bool, i: int) -> float:
-        values = sorted(x[i] for x in results[on])
+    def median(
+        on: bool, i: int, of: dict[bool, list[tuple[float, float, float]]] = results
+    ) -> float:
+        values = sorted(x[i] for x in of[on])
         return values[len(values) // 2]
 
     for i, name, higher in (
@@ -601,6 +619,17 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
         print(
             f"idempotence on / off, {name}: {with_:,.3f} / {without:,.3f} = {ratio_:.3f} "
             "(1.0 = as fast; target at least 0.95)",
+            flush=True,
+        )
+    for i, name in enumerate(("64 in flight", "batches of 64", "one at a time")):
+        without, with_ = median(False, i, cpu), median(True, i, cpu)
+        print(
+            f"master CPU per message on / off, {name}: {with_:.1f} / {without:.1f} us = "
+            f"{with_ / without:.3f} (each round: on "
+            + " ".join(f"{x[i]:.1f}" for x in cpu[True])
+            + ", off "
+            + " ".join(f"{x[i]:.1f}" for x in cpu[False])
+            + ")",
             flush=True,
         )
     print(f"after: {_load()}", flush=True)
@@ -845,7 +874,8 @@ def main() -> None:
         choices=("off", "both"),
         default="off",
         help="both: the three produce phases without and with idempotent producers' fields "
-        "(docs/idempotence.md), alternating on one cluster for --rounds rounds, and the ratios",
+        "(docs/idempotence.md), alternating on one cluster for --rounds rounds, and the ratios "
+        "of the rates and of the master's CPU per message",
     )
     p.add_argument(
         "--rounds",
