@@ -20,6 +20,7 @@ from protocol.codes import ResponseCode
 from tests.rmqctl import test_rmqctl_broker_process as process
 from tests.rmqctl.test_rmqctl_groups import ok_json, rmqctl
 from tests.support.procs import BrokerProc
+from tests.support.procs import rmqctl as rmqctl_process
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -41,7 +42,7 @@ def test_rmqctl_schedules_recalls_and_refuses_bad_recalls(broker: BrokerProc) ->
     # the Deliver At column too, while queryMsgByKey read such times as UTC).
     naive = (at.replace(microsecond=0, tzinfo=None) + timedelta(minutes=1)).isoformat()
     tokyo = {**os.environ, "TZ": "Asia/Tokyo"}
-    human = process.rmqctl(
+    human = rmqctl_process(
         "sendMessage", "-a", a, "-t", "T", "-p", "x", "--deliver-at", naive, env=tokyo
     )
     assert human.returncode == 0 and f"scheduled  {naive}.000+00:00" in human.stdout, human.stdout
