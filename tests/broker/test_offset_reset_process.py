@@ -3,7 +3,7 @@ offsets"): the refusals change nothing and say why; a time before the first mess
 the min and says so; without isForce a queue only moves back; a pull at the old offset (what a
 classic client that ignores the notice sends) answers PULL_OFFSET_MOVED to the reset offset;
 a POP group's next POP reads from the reset offset while its deliveries in flight can still be
-acked. The tests share one broker, each on a topic of its own (``topic``); the one that restarts
+acked. The tests share one broker, each on a topic of its own (``topic``, tests/broker/conftest.py); the one that restarts
 the broker starts its own."""
 
 from __future__ import annotations
@@ -47,13 +47,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
     """One broker for the tests that do not restart it, each on a topic of its own."""
     with started(BrokerProc(tmp_path_factory.mktemp("offset-reset"))) as proc:
         yield proc
-
-
-@pytest.fixture
-def topic(request: pytest.FixtureRequest) -> str:
-    """The test's own topic on the shared broker: its name without ``test_``."""
-    name: str = request.node.name
-    return name.removeprefix("test_")
 
 
 async def _reset(conn: RemotingClient, ask: ResetOffset) -> OffsetsReset:

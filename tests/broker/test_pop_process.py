@@ -2,7 +2,8 @@
 message is acked exactly once; a message not acked comes back after its invisible time with
 attempt 2 (through %RETRY%<group>); change of invisible time; bad receipt handles are refused
 with a clear code and ack nothing; a tag filter hands out only the matching messages, to POP
-and queue-bound consumers alike."""
+and queue-bound consumers alike. The tests share one broker, each on a topic and consumer group
+of its own (tests/broker/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import base64
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
@@ -28,9 +30,15 @@ from protocol.timer import TIMER_TOPIC
 from protocol.transaction import HALF_TOPIC
 from remoting.client import RemotingClient
 from tests.support.messages import fill
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 
 pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+    with started(BrokerProc(tmp_path_factory.mktemp("pop-process"))) as proc:
+        yield proc
 
 
 async def _receive_until(
@@ -44,17 +52,17 @@ async def _receive_until(
 
 
 async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
-    broker: BrokerProc,
+    broker: BrokerProc, topic: str, group: str
 ) -> None:
     n = 300
-    sent = set(await fill(broker.address, "T", n))
+    sent = set(await fill(broker.address, topic, n))
     acked: Counter[str] = Counter()
     received_by: Counter[int] = Counter()
     done = asyncio.Event()
     everyone = asyncio.Event()  # each member holds its first batch until all ten have one
 
     async def member(i: int) -> None:
-        async with SimpleConsumer(broker.address, "G", "T") as consumer:
+        async with SimpleConsumer(broker.address, group, topic) as consumer:
             while not done.is_set():
                 batch = await consumer.receive(8, invisible_duration=30, wait=0.5)
                 if batch and not received_by[i]:
@@ -67,7 +75,7 @@ async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
                 for msg in batch:
                     await consumer.ack(msg)
                     acked[msg.msg_id] += 1
-                    assert msg.attempt == 1 and msg.topic == "T"
+                    assert msg.attempt == 1 and msg.topic == topic
                 if len(acked) >= n:
                     done.set()
                 await asyncio.sleep(0)
@@ -76,13 +84,15 @@ async def test_ten_consumers_share_two_queues_and_ack_each_message_once(
     assert set(acked) == sent
     assert set(acked.values()) == {1}
     assert sorted(received_by) == list(range(10))  # ten members on two queues, all served
-    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+    async with SimpleConsumer(broker.address, group, topic) as consumer:
         assert await consumer.receive(8, invisible_duration=2, wait=0.5) == []
 
 
-async def test_unacked_messages_come_back_with_attempt_two(broker: BrokerProc) -> None:
-    sent = set(await fill(broker.address, "T", 10))
-    async with SimpleConsumer(broker.address, "G", "T") as quitter:
+async def test_unacked_messages_come_back_with_attempt_two(
+    broker: BrokerProc, topic: str, group: str
+) -> None:
+    sent = set(await fill(broker.address, topic, 10))
+    async with SimpleConsumer(broker.address, group, topic) as quitter:
         first = await _receive_until(quitter, 10, 20, invisible_duration=2)
         assert {m.msg_id for m in first} == sent and {m.attempt for m in first} == {1}
         # A batch ack with a forged handle acks the good ones and reports the bad one.
@@ -94,14 +104,14 @@ async def test_unacked_messages_come_back_with_attempt_two(broker: BrokerProc) -
         assert await quitter.ack_many(first[:4]) == [None] * 4  # repeated: still acked
         # The quitter stops acking; another member gets the rest again once 2 s passed.
     unacked = {m.msg_id for m in first[4:]}
-    async with SimpleConsumer(broker.address, "G", "T") as other:
+    async with SimpleConsumer(broker.address, group, topic) as other:
         popped_at = time.monotonic()
         again = await _receive_until(other, 6, 30, invisible_duration=30)
         assert time.monotonic() - popped_at >= 1.0  # not before the invisible time
         assert {m.origin_msg_id for m in again} == unacked and len(again) == 6
         assert {m.attempt for m in again} == {2}
-        assert {m.topic for m in again} == {"T"}
-        assert {m.stored_topic for m in again} == {"%RETRY%G"}
+        assert {m.topic for m in again} == {topic}
+        assert {m.stored_topic for m in again} == {f"%RETRY%{group}"}
         assert {m.body for m in again} == {m.body for m in first[4:]}
         # The first handles expired: acking them is refused and acks nothing.
         with pytest.raises(BrokerError) as exc:
@@ -113,10 +123,10 @@ async def test_unacked_messages_come_back_with_attempt_two(broker: BrokerProc) -
 
 
 async def test_change_invisible_duration_extends_and_replaces_the_handle(
-    broker: BrokerProc,
+    broker: BrokerProc, topic: str, group: str
 ) -> None:
-    await fill(broker.address, "T", 1, queues=1)
-    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+    await fill(broker.address, topic, 1, queues=1)
+    async with SimpleConsumer(broker.address, group, topic) as consumer:
         (msg,) = await _receive_until(consumer, 1, 20, invisible_duration=1)
         old = PopMessage(msg.record, msg.broker_name, msg.receipt_handle, msg.attempt)
         await consumer.change_invisible_duration(msg, 30)
@@ -129,19 +139,21 @@ async def test_change_invisible_duration_extends_and_replaces_the_handle(
         await consumer.ack(msg)  # a repeated ack is answered SUCCESS
 
 
-async def test_bad_receipt_handles_are_refused_and_ack_nothing(broker: BrokerProc) -> None:
-    await fill(broker.address, "T", 1, queues=1)
-    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+async def test_bad_receipt_handles_are_refused_and_ack_nothing(
+    broker: BrokerProc, topic: str, group: str
+) -> None:
+    await fill(broker.address, topic, 1, queues=1)
+    async with SimpleConsumer(broker.address, group, topic) as consumer:
         (msg,) = await _receive_until(consumer, 1, 20, invisible_duration=1)
         text = msg.receipt_handle
         raw = bytearray(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
         raw[10] ^= 1
         forged = base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
         foreign = encode_handle(
-            ReceiptHandle("broker-x", "G", "T", 0, 0, 0, 3000, 0), HandleKey(bytes(32))
+            ReceiptHandle("broker-x", group, topic, 0, 0, 0, 3000, 0), HandleKey(bytes(32))
         )
         stranger = encode_handle(
-            ReceiptHandle(msg.broker_name, "G", "T", 0, 0, 0, 3000, 0), HandleKey(bytes(32))
+            ReceiptHandle(msg.broker_name, group, topic, 0, 0, 0, 3000, 0), HandleKey(bytes(32))
         )
         cases = {
             forged: "signature",
@@ -156,55 +168,55 @@ async def test_bad_receipt_handles_are_refused_and_ack_nothing(broker: BrokerPro
                 await consumer.ack(fake)
             assert exc.value.code == ResponseCode.RECEIPT_HANDLE_INVALID, bad
             assert why in str(exc.value), (why, str(exc.value))
-    async with SimpleConsumer(broker.address, "OTHER", "T") as other:
+    async with SimpleConsumer(broker.address, "OTHER", topic) as other:
         with pytest.raises(BrokerError) as exc:
             await other.ack(msg)
         assert exc.value.code == ResponseCode.RECEIPT_HANDLE_INVALID
-        assert "consumer group G, not OTHER" in str(exc.value)
+        assert f"consumer group {group}, not OTHER" in str(exc.value)
     # Nothing was acked: the message comes back after its invisible time.
-    async with SimpleConsumer(broker.address, "G", "T") as consumer:
+    async with SimpleConsumer(broker.address, group, topic) as consumer:
         (again,) = await _receive_until(consumer, 1, 30, invisible_duration=30)
         assert again.origin_msg_id == msg.msg_id and again.attempt == 2
         await consumer.ack(again)
 
 
-async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -> None:
+async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc, topic: str) -> None:
     async with Admin(broker.address) as admin:
-        await admin.create_topic("T", 2)
+        await admin.create_topic(topic, 2)
     tags = ["A", "B", "C", ""]
     async with Producer(broker.address) as producer:
         sent = [
-            (await producer.send("T", f"m{i}".encode(), tags=tags[i % 4])).msg_id
+            (await producer.send(topic, f"m{i}".encode(), tags=tags[i % 4])).msg_id
             for i in range(200)
         ]
     wanted = {mid for i, mid in enumerate(sent) if tags[i % 4] in ("A", "B")}
-    async with SimpleConsumer(broker.address, "G1", "T", filter="A || B") as picky:
+    async with SimpleConsumer(broker.address, "G1", topic, filter="A || B") as picky:
         got = await _receive_until(picky, len(wanted), 30, invisible_duration=30)
         assert {m.msg_id for m in got} == wanted and len(got) == len(wanted)
         assert {m.tags for m in got} == {"A", "B"}
         for msg in got:
             await picky.ack(msg)
         assert await picky.receive(10, invisible_duration=30, wait=1.0) == []
-    async with SimpleConsumer(broker.address, "G2", "T", filter="*") as everything:
+    async with SimpleConsumer(broker.address, "G2", topic, filter="*") as everything:
         got = await _receive_until(everything, 200, 30, invisible_duration=30)
         assert {m.msg_id for m in got} == set(sent)
     # A queue-bound consumer with the same expression gets the same messages.
     queue_bound: list[str] = []
-    async with Consumer(broker.address, "G4", "T", filter="A || B", suspend_ms=500) as consumer:
+    async with Consumer(broker.address, "G4", topic, filter="A || B", suspend_ms=500) as consumer:
         deadline = time.monotonic() + 30
         while len(queue_bound) < len(wanted) and time.monotonic() < deadline:
             queue_bound += [m.msg_id for m in await consumer.receive(1.0, max_messages=256)]
         queue_bound += [m.msg_id for m in await consumer.receive(1.0, max_messages=256)]
     assert sorted(queue_bound) == sorted(wanted)
     with pytest.raises(FilterError):
-        SimpleConsumer(broker.address, "G3", "T", filter="A ||")
+        SimpleConsumer(broker.address, "G3", topic, filter="A ||")
     with pytest.raises(FilterError):
-        Consumer(broker.address, "G3", "T", filter="|| B")
+        Consumer(broker.address, "G3", topic, filter="|| B")
     conn = await RemotingClient.connect(broker.address, timeout=2.0)
     try:
         header: dict[str, Scalar] = {
             "consumerGroup": "G3",
-            "topic": "T",
+            "topic": topic,
             "maxMsgNums": 1,
             "invisibleTime": 5000,
             "exp": "A || ",
@@ -217,7 +229,7 @@ async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -
         # One queue: only its messages; a queue the topic does not have is refused.
         one: dict[str, Scalar] = {
             "consumerGroup": "G5",
-            "topic": "T",
+            "topic": topic,
             "queueId": 1,
             "maxMsgNums": 5,
             "invisibleTime": 5000,
@@ -228,7 +240,7 @@ async def test_tag_filter_hands_out_only_matching_messages(broker: BrokerProc) -
         one["queueId"] = 7
         resp = await conn.request(RequestCode.POP_MESSAGE, one, None, 5.0)
         assert resp.code == ResponseCode.QUEUE_NOT_EXIST
-        pull = PullRequest(group="G3", topic="T", queue_id=0, offset=0, subscription="A||")
+        pull = PullRequest(group="G3", topic=topic, queue_id=0, offset=0, subscription="A||")
         resp = await conn.request(pull.code, pull.header(), None, 5.0)
         assert resp.code == ResponseCode.BAD_REQUEST and "subscription" in str(
             resp.header["remark"]
