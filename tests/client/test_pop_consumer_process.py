@@ -2,13 +2,15 @@
 queues (all served, every message acked exactly once, a failed one back with attempt 2); a
 member closed mid-run leaves what it had not handed out to the others; past the group's
 ``retryMaxTimes`` a failing message goes to the DLQ; a queue-bound group and a POP group on one
-topic each see everything."""
+topic each see everything. The tests share one broker (module scope), each on a topic and groups
+of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,10 +21,16 @@ from client.message import ReceivedMessage
 from client.progress import ProgressAdmin
 from client.simple_consumer import PopMessage
 from tests.support.messages import dead_lettered, fill
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+    with started(BrokerProc(tmp_path_factory.mktemp("pop-consumer"))) as proc:
+        yield proc
 
 
 def _pop_member(address: str, group: str, topic: str, **kw: Any) -> Consumer:
@@ -40,7 +48,7 @@ async def test_ten_pop_members_share_two_queues_and_ack_each_message_once(
     broker: BrokerProc,
 ) -> None:
     n = 300
-    sent = await fill(broker.address, "T", n)
+    sent = await fill(broker.address, "Share", n)
     failing = set(sent[::50])  # their first attempt raises: nacked, back with attempt 2
     handled: Counter[str] = Counter()
     attempts: dict[str, list[int]] = {}
@@ -49,7 +57,7 @@ async def test_ten_pop_members_share_two_queues_and_ack_each_message_once(
 
     def handler_of(i: int) -> Any:
         async def handle(msg: ReceivedMessage) -> None:
-            assert isinstance(msg, PopMessage) and msg.topic == "T"
+            assert isinstance(msg, PopMessage) and msg.topic == "Share"
             attempts.setdefault(msg.origin_msg_id, []).append(msg.attempt)
             first = not by_member[i]
             by_member[i] += 1
@@ -64,7 +72,9 @@ async def test_ten_pop_members_share_two_queues_and_ack_each_message_once(
         return handle
 
     members = [
-        _pop_member(broker.address, "G", "T", max_in_flight=4, pull_batch_size=4, nack_delay=1)
+        _pop_member(
+            broker.address, "GShare", "Share", max_in_flight=4, pull_batch_size=4, nack_delay=1
+        )
         for _ in range(10)
     ]
     tasks: list[asyncio.Task[None]] = []
@@ -84,10 +94,10 @@ async def test_ten_pop_members_share_two_queues_and_ack_each_message_once(
     assert {mid: a for mid, a in attempts.items() if a != [1]} == {mid: [1, 2] for mid in failing}
     # The broker holds nothing in flight and nothing left to hand out: all acked.
     async with ProgressAdmin(broker.address) as progress:
-        (answer,) = await progress.consume_stats("G")
+        (answer,) = await progress.consume_stats("GShare")
         assert answer.stats is not None
-        rows = answer.stats.groups["G"]
-        assert {q.topic for q in rows} == {"T", "%RETRY%G"} and all(
+        rows = answer.stats.groups["GShare"]
+        assert {q.topic for q in rows} == {"Share", "%RETRY%GShare"} and all(
             q.inflight == 0 and q.lag == 0 for q in rows
         ), rows
 
@@ -96,9 +106,14 @@ async def test_a_member_closed_mid_run_leaves_its_unhanded_messages_to_the_other
     broker: BrokerProc,
 ) -> None:
     n = 60
-    sent = await fill(broker.address, "T", n)
+    sent = await fill(broker.address, "Leaver", n)
     quitter = _pop_member(
-        broker.address, "G", "T", invisible_duration=2, max_in_flight=30, pull_batch_size=10
+        broker.address,
+        "GLeaver",
+        "Leaver",
+        invisible_duration=2,
+        max_in_flight=30,
+        pull_batch_size=10,
     )
     popped_at = time.monotonic()  # no POP of the quitter was earlier
     await quitter.start()
@@ -119,7 +134,7 @@ async def test_a_member_closed_mid_run_leaves_its_unhanded_messages_to_the_other
         if msg.attempt > 1:
             again[msg.origin_msg_id] = msg.attempt
 
-    others = [_pop_member(broker.address, "G", "T") for _ in range(3)]
+    others = [_pop_member(broker.address, "GLeaver", "Leaver") for _ in range(3)]
     tasks: list[asyncio.Task[None]] = []
     try:
         for member in others:
@@ -138,7 +153,7 @@ async def test_a_member_closed_mid_run_leaves_its_unhanded_messages_to_the_other
 
 
 async def test_past_retry_max_times_a_failing_message_goes_to_the_dlq(broker: BrokerProc) -> None:
-    (poison,) = await fill(broker.address, "T", 1, queues=1)
+    (poison,) = await fill(broker.address, "Poison", 1, queues=1)
     async with Admin(broker.address) as admin:
         await admin.update_sub_group({"groupName": "D", "retryMaxTimes": 1})
     seen: list[int] = []
@@ -148,7 +163,7 @@ async def test_past_retry_max_times_a_failing_message_goes_to_the_dlq(broker: Br
         seen.append(msg.attempt)
         raise ValueError("poison")
 
-    async with _pop_member(broker.address, "D", "T", nack_delay=1) as member:
+    async with _pop_member(broker.address, "D", "Poison", nack_delay=1) as member:
         task = asyncio.ensure_future(member.process(fail))
         try:
             async with Admin(broker.address) as admin:
@@ -161,7 +176,7 @@ async def test_past_retry_max_times_a_failing_message_goes_to_the_dlq(broker: Br
 async def test_a_queue_bound_group_and_a_pop_group_each_see_everything(
     broker: BrokerProc,
 ) -> None:
-    sent = set(await fill(broker.address, "T", 100))
+    sent = set(await fill(broker.address, "Both", 100))
 
     async def drain(consumer: Consumer) -> set[str]:
         got: set[str] = set()
@@ -171,13 +186,13 @@ async def test_a_queue_bound_group_and_a_pop_group_each_see_everything(
         return got
 
     async with (
-        Consumer(broker.address, "QB", "T", suspend_ms=1000) as queue_bound,
-        _pop_member(broker.address, "PB", "T") as popping,
+        Consumer(broker.address, "QB", "Both", suspend_ms=1000) as queue_bound,
+        _pop_member(broker.address, "PB", "Both") as popping,
     ):
         by_queue, by_pop = await asyncio.gather(drain(queue_bound), drain(popping))
     assert by_queue == sent and by_pop == sent
     # Settings of queue-bound consumption that mean nothing with POP are refused up front.
     with pytest.raises(ValueError, match="retryMaxTimes"):
-        Consumer(broker.address, "PB", "T", pop=True, max_reconsume_times=3)
+        Consumer(broker.address, "PB", "Both", pop=True, max_reconsume_times=3)
     with pytest.raises(ValueError, match="first message"):
-        Consumer(broker.address, "PB", "T", pop=True, start_from="latest")
+        Consumer(broker.address, "PB", "Both", pop=True, start_from="latest")
