@@ -4,7 +4,6 @@ broker, a consumer that collects everything, and the replica byte comparison."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import subprocess
@@ -26,6 +25,7 @@ from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from tests.support.cli import rmqctl as cli_rmqctl
+from tests.support.cli import rmqctl_run
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
@@ -247,15 +247,10 @@ async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4
 def cluster_rmqctl(
     cluster: Cluster, *args: str, flag: str = "-a"
 ) -> subprocess.CompletedProcess[str]:
-    """``rmqctl <flag> <the cluster's controllers> *args`` run in this process
-    (tests/support/cli.py: the exit code, stdout and stderr ``python -m rmqctl`` gives, without
-    a Python start each, about 0.5 s of CPU), on a thread of its own so that the test's running
-    event loop is no obstacle (the loop waits for it, as it waited for the process); ``flag``
-    -a, or -n as RocketMQ's tools name the NameServer."""
-    argv = [flag, cluster.controller_addresses, *args]
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        code, out, err = pool.submit(cli_rmqctl, *argv).result()
-    return subprocess.CompletedProcess(["rmqctl", *argv], code, out, err)
+    """``rmqctl <flag> <the cluster's controllers> *args`` in this process (tests/support/cli.py
+    ``rmqctl_run``: what ``python -m rmqctl`` gives, without a Python start each, about 0.5 s of
+    CPU); ``flag`` -a, or -n as RocketMQ's tools name the NameServer."""
+    return rmqctl_run(flag, cluster.controller_addresses, *args)
 
 
 def cluster_rmqctl_json(cluster: Cluster, *args: str, flag: str = "-a") -> Any:

@@ -28,8 +28,9 @@ from protocol.rocketmq_v2 import service_pb2_grpc
 from remoting.client import RemotingClient
 from tests.cluster.secured import ROOT, create_root, secured_cluster
 from tests.support.classic import Raw, consumer_heartbeat
+from tests.support.cli import rmqctl_run as rmqctl
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import BrokerProc, free_port, port_open, rmqctl
+from tests.support.procs import BrokerProc, free_port, port_open
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -195,6 +196,20 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
             return len(brokers) == 2
 
         wait_until(both_listed, "both brokers listed", 60, on_timeout=cluster.logs)
+
+        def user_known_to_both() -> bool:
+            # The brokers learn a new user from the controllers soon after, not at once: until
+            # then a broker refuses its requests as from an unknown access key.
+            done = rmqctl(
+                "getBrokerConfig", "-a", cluster.controller_addresses, "-c", "DefaultCluster",
+                env=signed(*NORMAL),
+            )  # fmt: skip
+            return done.returncode == 1 and "unknown access key" not in done.stderr
+
+        wait_until(
+            user_known_to_both, f"both brokers to know {NORMAL[0]}", 60,
+            interval=0.2, on_timeout=cluster.logs,
+        )  # fmt: skip
         yield cluster, group
     finally:
         cluster.stop()
@@ -281,7 +296,13 @@ def test_cluster_rt_and_stats_all_through_the_controllers(
     assert (same["address"], same["brokerId"], same["sent"]) == (one["address"], master, 2)
 
     def probe() -> dict[str, Any] | None:
-        docs = ok_json("statsAll", "-a", addresses, "-t", "rmqctl_rt_probe", env=root)["topics"]
+        # The master registers the probe topic it just created with the controllers soon after,
+        # not before it answers: until then statsAll says no group has it (exit 1).
+        done = rmqctl("--json", "statsAll", "-a", addresses, "-t", "rmqctl_rt_probe", env=root)
+        if done.returncode == 1 and "no broker group has topic 'rmqctl_rt_probe'" in done.stderr:
+            return None
+        assert done.returncode == 0, done.stderr
+        docs = json.loads(done.stdout)["topics"]
         return docs[0] if docs and docs[0]["putTotal"] >= 5 else None
 
     counted = wait_until(probe, "the probe messages counted on the master", 20)

@@ -4,7 +4,9 @@ drive a cluster through the CLI: the same commands, exit codes and output as ``p
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import subprocess
 from typing import Any
 
 from click.testing import CliRunner
@@ -15,6 +17,21 @@ from rmqctl.cli import cli
 def rmqctl(*args: str) -> tuple[int, str, str]:
     """``rmqctl *args`` in this process: (exit code, stdout, stderr)."""
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def rmqctl_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """:func:`rmqctl` where tests/support/procs.py's ``rmqctl`` (``python -m rmqctl`` as a
+    process) was used: its CompletedProcess, ``env`` the environment the command sees (os.environ
+    meanwhile). On a thread of its own, so a test's running event loop is no obstacle (the loop
+    waits for it, as it waited for the process)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        code, out, err = pool.submit(_invoke, list(args), env).result()
+    return subprocess.CompletedProcess(["rmqctl", *args], code, out, err)
+
+
+def _invoke(args: list[str], env: dict[str, str] | None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
 
 
