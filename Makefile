@@ -84,7 +84,7 @@ lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]
 bench: $(BENCH_STAMP) compiled  ## benchmarks: figures and ratios, never asserted
 	$(BIN)/python bench/run.py
 
-soak: $(DEV_STAMP) compiled  ## long soaks and big simulations, one at a time (some load the CPU on purpose); every property test with 1,000 examples
+soak: $(DEV_STAMP) compiled  ## long soaks and big simulations, one at a time (some load the CPU on purpose); every property test with ten times its examples
 	$(BIN)/python -m pytest -q -m 'soak or hypothesis' -n 0 --hypothesis-profile=soak
 
 # The console's vendored htmx, fetched again from npm exactly as console/static/package-lock.json

@@ -21,14 +21,8 @@ import structlog
 from hypothesis import settings
 
 import remoting.client as client_mod
+from tests.hypothesis_profiles import SUITE
 from tests.support.procs import BrokerProc
-
-settings.register_profile("suite", max_examples=25)
-"""``make test``'s property tests: 25 examples each where a test does not set its own count (a
-quarter of hypothesis' default, 100); the codecs' round trips alone ran 130 x 100 examples."""
-settings.register_profile("soak", max_examples=1000)
-"""``make soak`` (``--hypothesis-profile=soak``): every property test again, 1,000 examples
-each where a test does not set its own count."""
 
 SPARK_GROUP = "spark"
 """The xdist group of every test that uses the session's ``spark`` (tests/pipeline/conftest.py)."""
@@ -53,7 +47,7 @@ def cache_bytecode(root: Path) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     cache_bytecode(config.rootpath)
     if not config.getoption("--hypothesis-profile", None):
-        settings.load_profile("suite")
+        settings.load_profile(SUITE)  # tests/hypothesis_profiles.py
     if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
         from tests.support.xdist_groups import XdistGroups
 

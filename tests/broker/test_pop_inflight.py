@@ -18,6 +18,7 @@ from protocol.pop_snapshot import (
     decode_snapshot_part,
     encode_snapshot,
 )
+from tests.hypothesis_profiles import examples
 
 
 def ck(start: int, count: int, pop_ms: int = 1000, inv: int = 500, group: str = "g") -> Checkpoint:
@@ -117,7 +118,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ops)
 def test_replica_rebuilds_the_masters_set(script: list[tuple[str, int, int, str]]) -> None:
     master = PopState(compact_min=0)  # compacts whenever stale items are half the heap

@@ -27,6 +27,7 @@ from protocol.pop_snapshot import (
     decode_snapshot_part,
     encode_snapshot,
 )
+from tests.hypothesis_profiles import examples
 
 Q = ("G", "T", 0)
 INV = 1000
@@ -207,7 +208,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=1, max_size=30), ops)
 def test_a_replica_replaying_the_records_holds_the_same_order_state(
     groups: list[str | None], steps: list[tuple[str, int]]

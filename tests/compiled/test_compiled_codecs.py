@@ -27,6 +27,7 @@ import protocol.raft as raft_c
 import protocol.remoting as remoting_c
 from rmqbuild import hook
 from rmqbuild.modules import COMPILED
+from tests.hypothesis_profiles import examples
 from tests.raft.test_raft_codec import _message_strategy
 
 CODECS = (
@@ -42,7 +43,9 @@ CODECS = (
 pytestmark = pytest.mark.skipif(
     not hook.compiled_modules(), reason="the pure build: no compiled module to compare"
 )
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def pure(module: str) -> ModuleType:

@@ -19,11 +19,14 @@ import protocol.idempotence as idem_c
 import protocol.message as message_c
 from rmqbuild import hook
 from rmqbuild.modules import COMPILED
+from tests.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.skipif(
     not hook.compiled_modules(), reason="the pure build: no compiled module to compare"
 )
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 T = "IdemTopic"
 
 

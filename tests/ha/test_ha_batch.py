@@ -10,6 +10,7 @@ from broker.ha.batch import Batch, epoch_at, next_batch, record_aligned_length
 from protocol.ha import EpochEntry
 from protocol.message import Message, RecordEncoder, encode_blank
 from tests.ha.ha_harness import H
+from tests.hypothesis_profiles import examples
 
 ENTRIES = H((1, 0), (2, 100), (3, 100), (4, 250))
 
@@ -100,7 +101,7 @@ def histories(draw: st.DrawFn) -> tuple[tuple[EpochEntry, ...], int]:
     return tuple(entries), max_offset
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(history=histories(), max_batch=st.integers(1, 400), data=st.data())
 def test_batches_cover_the_log_and_never_cross_an_epoch(
     history: tuple[tuple[EpochEntry, ...], int], max_batch: int, data: st.DataObject

@@ -31,6 +31,7 @@ from protocol.ha import (
     encode_transfer_header,
     with_end_offsets,
 )
+from tests.hypothesis_profiles import examples
 
 HANDSHAKE = SlaveHandshake(
     broker_id=7, address="127.0.0.1:10912", sync_from_last_file=True, async_learner=False
@@ -201,7 +202,7 @@ def test_byte_at_a_time() -> None:
     assert sgot == decode_slave_whole(sdata)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
 def test_random_chunking_gives_the_same_messages(cuts: list[int]) -> None:
     data = master_stream()
@@ -389,7 +390,7 @@ def feed_garbage(
         pass
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prefix=st.sampled_from([b"", REPLY_RAW, REPLY_RAW + encode_master_transfer(TRANSFER)]),
     garbage=st.binary(max_size=300),
@@ -406,7 +407,7 @@ def test_garbage_to_the_slave_only_raises_protocol_error(
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     prefix=st.sampled_from([b"", encode_slave_handshake(HANDSHAKE)]),
     garbage=st.binary(max_size=300),
@@ -418,7 +419,7 @@ def test_garbage_to_the_master_only_raises_protocol_error(
     feed_garbage(SlaveStreamDecoder(), prefix + garbage, chunk, SLAVE_HANDSHAKE_SIZE)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_truncated_valid_stream_buffers_and_never_errors(data: st.DataObject) -> None:
     stream = master_stream()
@@ -441,7 +442,7 @@ entries_strategy = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(entries=entries_strategy, extra=st.integers(min_value=0, max_value=1000))
 def test_any_valid_handshake_reply_round_trips(entries: tuple[EpochEntry, ...], extra: int) -> None:
     max_offset = (entries[-1].start_offset if entries else 0) + extra

@@ -42,6 +42,7 @@ from protocol.ha import (
 )
 from protocol.message import Message, RecordEncoder, encode_blank
 from tests.ha.ha_harness import H, Link, Node
+from tests.hypothesis_profiles import examples
 
 S = HAConnectionState
 
@@ -548,7 +549,7 @@ op = st.one_of(
 )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(ops=st.lists(op, max_size=25), seed=st.integers(0, 2**16))
 def test_any_history_of_elections_writes_and_syncs_stays_consistent(
     ops: list[tuple[str, int]], seed: int

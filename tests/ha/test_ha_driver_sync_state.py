@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.ha.sync_state import SyncState
+from tests.hypothesis_profiles import examples
 
 MASTER = 1
 LIMIT = 15_000
@@ -219,7 +220,7 @@ events = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(events)
 def test_confirm_offset_is_safe_under_any_event_order(
     script: list[tuple[str, int, int, bool]],

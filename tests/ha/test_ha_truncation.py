@@ -17,6 +17,7 @@ from broker.ha.truncation import (
     find_consistent_point,
 )
 from protocol.ha import EpochEntry, check_epoch_entries
+from tests.hypothesis_profiles import examples
 
 
 def H(*pairs: tuple[int, int]) -> list[EpochEntry]:
@@ -220,7 +221,7 @@ def longest_common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(logs=divergent_logs())
 def test_consistent_point_is_the_longest_common_prefix(logs: tuple[list[int], list[int]]) -> None:
     local, master = logs
@@ -230,7 +231,7 @@ def test_consistent_point_is_the_longest_common_prefix(logs: tuple[list[int], li
     assert local[: decision.offset] == master[: decision.offset]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     logs=divergent_logs(),
     local_empty=st.integers(min_value=0, max_value=3),

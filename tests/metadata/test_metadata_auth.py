@@ -24,6 +24,7 @@ from controller.metadata.events import ApplyBrokerId, UpdateTopic
 from protocol.acl import Action, UserType, make_rule, resource_pattern
 from protocol.codes import ResponseCode as RC
 from protocol.sealing import unseal
+from tests.hypothesis_profiles import examples
 
 KEY = b"cluster-key-" * 4
 
@@ -189,7 +190,7 @@ operations = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(operations, max_size=12))
 def test_any_history_applies_alike_and_its_snapshot_restores_it(ops: list[tuple[Any, ...]]) -> None:
     a, b = ReplicasInfoManager(), ReplicasInfoManager()

@@ -23,6 +23,7 @@ from controller.metadata import (
     encode_event,
 )
 from controller.metadata.events import MAX_EVENT_BYTES, MAX_ID, MAX_NAME_CHARS
+from tests.hypothesis_profiles import examples
 
 names = st.text(min_size=1, max_size=20)
 texts = st.text(max_size=40)
@@ -195,7 +196,7 @@ def _decode_or_error(data: bytes) -> None:
     assert decode_event(encode_event(event)) == event
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=200))
 def test_random_bytes_only_ever_raise_event_decode_error(data: bytes) -> None:
     _decode_or_error(data)
@@ -215,7 +216,7 @@ msgpack_values = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.integers(min_value=0, max_value=6), st.lists(msgpack_values, max_size=7))
 def test_well_formed_msgpack_of_the_wrong_shape_raises_event_decode_error(
     tag: int, fields: list[Any]
@@ -223,7 +224,7 @@ def test_well_formed_msgpack_of_the_wrong_shape_raises_event_decode_error(
     _decode_or_error(_packed([tag, *fields]))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(events, st.data())
 def test_corrupted_encodings_only_ever_raise_event_decode_error(event: Event, data: Any) -> None:
     encoded = bytearray(encode_event(event))

@@ -31,6 +31,7 @@ from controller.metadata.snapshot import (
     SNAPSHOT_VERSION,
     SNAPSHOT_VERSION_NO_TOPICS,
 )
+from tests.hypothesis_profiles import examples
 from tests.metadata.support import CLUSTER, alive_none, group_with_master, info, register_group
 
 NAMES = ("broker-a", "broker-b")
@@ -136,7 +137,7 @@ def _decide(manager: ReplicasInfoManager, data: Any) -> Decision[Any] | Event:
     return event
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.data())
 def test_the_same_events_give_the_same_state_and_snapshots_round_trip(data: Any) -> None:
     leader = ReplicasInfoManager()  # validates, appends, applies
@@ -266,7 +267,7 @@ def test_invalid_snapshots_raise_snapshot_error_and_leave_the_state_alone(data: 
     assert manager.snapshot() == before
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.binary(max_size=100))
 def test_random_bytes_only_ever_raise_snapshot_error(data: bytes) -> None:
     manager = ReplicasInfoManager()

@@ -30,6 +30,7 @@ from controller.metadata.static_topic import (
     to_logical,
     to_physical,
 )
+from tests.hypothesis_profiles import examples
 
 GROUPS = ("broker-a", "broker-b", "broker-c")
 
@@ -139,7 +140,7 @@ def test_items_check_their_own_fields() -> None:
 moves = st.lists(st.tuples(st.integers(0, 50), st.integers(0, 2)), max_size=8)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(moves=moves)
 def test_any_sequence_of_remaps_tiles_the_logical_range_and_translates_bijectively(
     moves: list[tuple[int, int]],

@@ -36,6 +36,7 @@ from protocol.static_topic import (
     resume_offset,
     to_physical,
 )
+from tests.hypothesis_profiles import examples
 from tests.metadata.support import alive_none, commit, two_groups
 
 
@@ -163,7 +164,7 @@ def dropped_queues(draw: st.DrawFn) -> tuple[LogicalQueue, int]:
     return tuple(items), draw(st.integers(0, len(items) - 1))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(dropped_queues())
 def test_after_drops_the_rest_translates_as_before_and_lost_positions_resume_at_the_start(
     case: tuple[LogicalQueue, int],

@@ -16,12 +16,13 @@ from protocol.remoting import (
     encode_frame,
     encode_frame_parts,
 )
+from tests.hypothesis_profiles import examples
 
 SIZES = (0, 1, 255, 256, 4095, 4096, 65535, 65536, 70_000)
 scalars = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=20), st.booleans())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.sampled_from((KIND_REQUEST, KIND_RESPONSE)),
     st.integers(0, 2**31),

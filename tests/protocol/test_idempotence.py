@@ -25,6 +25,7 @@ from protocol.idempotence import (
     sequenced_records,
 )
 from protocol.message import Message, RecordEncoder, RecordError, encode_blank
+from tests.hypothesis_profiles import examples
 
 T = "orders"
 
@@ -272,7 +273,7 @@ def test_a_full_window_of_lost_answers_is_answered_from_the_window() -> None:
 # -- the property: a producer within the window never stores twice, never loses a send -------
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from((0, 0, 0, 0, 2, 2, 2, 2, 1, 3)), st.integers(0, 20)),

@@ -8,10 +8,11 @@ from hypothesis import given, settings
 
 from protocol.property_index import digest_of, property_need
 from protocol.sql92 import Node, compile_filter, to_sql
+from tests.hypothesis_profiles import examples
 from tests.protocol.test_sql92 import prop_maps, trees
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(trees, prop_maps)
 def test_a_matching_message_always_passes_the_need(tree: Node, props: dict[str, str]) -> None:
     expr = compile_filter(to_sql(tree))

@@ -19,6 +19,7 @@ from protocol.remoting import (
     request,
     response,
 )
+from tests.hypothesis_profiles import examples
 
 scalars = st.one_of(
     st.none(),
@@ -101,7 +102,7 @@ def test_well_formed_msgpack_of_the_wrong_shape_is_a_protocol_error(obj: object)
         FrameDecoder().feed(struct.pack(">I", len(payload)) + payload)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=300))
 def test_garbage_raises_protocol_error_and_nothing_else(data: bytes) -> None:
     dec = FrameDecoder(max_frame_bytes=4096)

@@ -34,6 +34,7 @@ from protocol.sql92 import (
     parse_sql,
     to_sql,
 )
+from tests.hypothesis_profiles import examples
 
 # ------------------------------------------------------------------------ golden cases
 
@@ -344,7 +345,7 @@ trees: st.SearchStrategy[Node] = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(trees, prop_maps)
 def test_compiled_evaluator_agrees_with_the_reference(tree: Node, props: dict[str, str]) -> None:
     compiled = compile_filter(to_sql(tree))
@@ -354,7 +355,7 @@ def test_compiled_evaluator_agrees_with_the_reference(tree: Node, props: dict[st
     assert compiled.matches(props) is (want == T)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(trees)
 def test_printed_expressions_parse_back_to_the_same_tree(tree: Node) -> None:
     text = to_sql(tree)
@@ -362,7 +363,7 @@ def test_printed_expressions_parse_back_to_the_same_tree(tree: Node) -> None:
     assert to_sql(parse_sql(text)) == text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=40))
 def test_any_text_parses_or_fails_with_a_position(text: str) -> None:
     try:

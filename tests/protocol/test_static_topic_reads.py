@@ -27,6 +27,7 @@ from protocol.static_topic import (
     read_at,
     resume_offset,
 )
+from tests.hypothesis_profiles import examples
 
 
 def item(
@@ -142,7 +143,7 @@ def moved_queues(draw: st.DrawFn) -> tuple[LogicalQueue, int]:
     return tuple(items), draw(st.integers(0, 6))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(moved_queues())
 def test_reading_a_moved_queue_yields_every_logical_offset_once_in_order(
     case: tuple[LogicalQueue, int],

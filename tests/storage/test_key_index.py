@@ -14,6 +14,7 @@ from protocol.message import Message, encode_properties
 from storage.errors import StoreError
 from storage.index import format as fmt
 from storage.store import MessageNotFoundError, MessageStore
+from tests.hypothesis_profiles import examples
 from tests.storage.support import SEGMENT, TOPIC, crash_copy, open_store
 
 T0 = 1_700_000_000_000
@@ -274,7 +275,9 @@ plans = st.lists(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(plan=plans, crash=st.booleans())
 def test_property_every_key_is_found_after_reopen_or_crash(
@@ -302,7 +305,7 @@ def test_property_every_key_is_found_after_reopen_or_crash(
 key_text = st.text(alphabet="ab \u00e9", max_size=8)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(keys=key_text, props_keys=st.none() | key_text, uniq=st.none() | key_text)
 def test_property_the_send_path_and_the_record_agree_on_keys(
     keys: str, props_keys: str | None, uniq: str | None

@@ -27,6 +27,7 @@ from protocol.timer import PROP_REAL_QUEUE_ID, PROP_REAL_TOPIC, PROP_TIMER_OUT_M
 from protocol.transaction import HALF_TOPIC, OP_TOPIC
 from storage.errors import CorruptRecordError
 from storage.store import MessageStore
+from tests.hypothesis_profiles import examples
 from tests.storage.support import open_store
 
 NOW = 1_700_000_000_000
@@ -155,7 +156,7 @@ def _replay_and_rebuild(root: Path, batches: list[Put], cuts: list[int]) -> dict
     return _files(root / "slave" / "index")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(puts(), st.lists(st.integers(1, 6000), min_size=1, max_size=6))
 def test_a_batch_replay_writes_what_the_per_record_path_writes(
     batches: list[Put], cuts: list[int]

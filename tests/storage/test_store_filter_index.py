@@ -20,6 +20,7 @@ from protocol.message import Message, iter_records
 from protocol.sql92 import Node, to_sql
 from storage import queue_read
 from storage.store import GetStatus, MessageStore
+from tests.hypothesis_profiles import examples
 from tests.protocol.test_sql92 import NAMES, STR_VALUES, trees
 from tests.storage.support import TOPIC, commitlog_bytes, crash_copy, messages, open_store
 
@@ -119,7 +120,9 @@ def twin_stores() -> Iterator[tuple[MessageStore, MessageStore, list[dict[str, s
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(trees)
 def test_results_are_the_same_with_and_without_the_index(

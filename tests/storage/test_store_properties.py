@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from protocol.message import Message, iter_records
 from storage.store import GetStatus, PutResult
+from tests.hypothesis_profiles import examples
 from tests.storage.support import commitlog_bytes, crash_copy, open_store
 
 SEGMENT = 16 * 1024
@@ -39,7 +40,7 @@ def put_all(
     return done
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=batches, crash=st.booleans(), flush_at=st.integers(min_value=0, max_value=40))
 def test_every_put_is_readable_at_its_offsets_after_reopen(
     plan: list[tuple[int, list[bytes], str]], crash: bool, flush_at: int
@@ -71,7 +72,7 @@ def test_every_put_is_readable_at_its_offsets_after_reopen(
         again.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=batches, chunks=st.lists(st.integers(min_value=1, max_value=20_000), min_size=1))
 def test_replica_fed_in_any_chunks_matches_its_master(
     plan: list[tuple[int, list[bytes], str]], chunks: list[int]

@@ -32,6 +32,7 @@ from storage.errors import CorruptRecordError, DiskFullError, StoreError
 from storage.queues import ConsumeQueues, queue_id_error, topic_error
 from storage.store import MessageStore
 from storage.tracker import FileTracker
+from tests.hypothesis_profiles import examples
 from tests.storage.support import SEGMENT, TOPIC, commitlog_bytes, open_store
 
 NOW = 1_700_000_000_000
@@ -238,7 +239,7 @@ def mutate(buf: bytes, mutation: tuple[str, float, int] | None, segment_end: int
     return bytes(out)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     history=st.lists(specs, max_size=6),
     batch=st.lists(specs, max_size=25),
@@ -296,7 +297,7 @@ def test_scan_agrees_with_the_reference_on_random_batches(
             assert (again.error and again.error.offset) == (scan.error and scan.error.offset)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     batch=st.lists(
         specs.filter(lambda s: not topic_error(s.topic) and s.queue_id >= 0), max_size=30
@@ -480,7 +481,7 @@ def test_stray_bytes_at_a_segment_end_are_refused(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- read_tail
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     topic=st.text(min_size=1, max_size=20),
     tags=st.text(max_size=8),

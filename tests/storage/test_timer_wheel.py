@@ -20,6 +20,7 @@ from storage.timer.wheel import (
     WheelConfig,
     deliver_at_from_delay,
 )
+from tests.hypothesis_profiles import examples
 
 T0 = 1_700_000_000_000
 SIZE = 100
@@ -318,7 +319,9 @@ OPS = st.lists(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(ops=OPS)
 def test_wheel_matches_a_model(
@@ -410,7 +413,9 @@ REPLICA_OPS = st.lists(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(ops=REPLICA_OPS, cut_at=st.floats(0, 1))
 def test_a_promoted_replica_delivers_exactly_what_the_master_had_not(

@@ -27,6 +27,7 @@ from protocol.rocketmq_remoting.frame import (
     make_response,
     sniff,
 )
+from tests.hypothesis_profiles import examples
 
 # -- golden frames ---------------------------------------------------------------------------
 
@@ -215,7 +216,7 @@ def commands(draw: st.DrawFn) -> RemotingCommand:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(commands())
 def test_round_trip(cmd: RemotingCommand) -> None:
     frame = encode_command(cmd)
@@ -225,7 +226,7 @@ def test_round_trip(cmd: RemotingCommand) -> None:
     assert decode_frame(frame[4:]) == cmd
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(commands(), min_size=1, max_size=5), st.data())
 def test_splitter_returns_the_same_frames_for_any_split(
     cmds: list[RemotingCommand], data: st.DataObject
@@ -242,7 +243,7 @@ def test_splitter_returns_the_same_frames_for_any_split(
     assert decoder.buffered == 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=200))
 def test_garbage_raises_only_remoting_frame_error(raw: bytes) -> None:
     try:
@@ -251,7 +252,7 @@ def test_garbage_raises_only_remoting_frame_error(raw: bytes) -> None:
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(0, 1), st.binary(max_size=120))
 def test_garbage_headers_raise_only_remoting_frame_error(kind: int, header: bytes) -> None:
     frame = struct.pack(">I", (kind << 24) | len(header)) + header

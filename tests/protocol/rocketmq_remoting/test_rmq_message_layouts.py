@@ -35,6 +35,7 @@ from protocol.rocketmq_remoting.properties import (
     decode_properties,
     encode_properties,
 )
+from tests.hypothesis_profiles import examples
 
 # -- properties ------------------------------------------------------------------------------
 
@@ -182,7 +183,7 @@ int32 = st.integers(-(2**31), 2**31 - 1)
 int64 = st.integers(-(2**63), 2**63 - 1)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.builds(
         StoredMessage,
@@ -231,7 +232,7 @@ def test_bad_stored_messages() -> None:
     assert "topic of the message at 0 is not UTF-8" in _layout_error(bytes(bad_topic))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=300))
 def test_stored_garbage_raises_only_layout_errors(raw: bytes) -> None:
     try:
@@ -287,7 +288,7 @@ def test_bad_batches() -> None:
         decode_batch(BATCH[:21] + b"\x00\x09" + BATCH[23:30])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=200))
 def test_batch_garbage_raises_only_layout_errors(raw: bytes) -> None:
     try:
