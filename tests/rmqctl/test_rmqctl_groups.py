@@ -1,17 +1,25 @@
-"""rmqctl's consumer group commands (in-process, through click) against a real lone broker."""
+"""rmqctl's consumer group commands (in-process, through click) against a real lone broker, which
+the tests share (module scope), each with a group of its own."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.rmqctl.test_rmqctl_cli import invoke
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 
 pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+    with started(BrokerProc(tmp_path_factory.mktemp("rmqctl-groups"))) as proc:
+        yield proc
 
 
 def rmqctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -62,30 +70,31 @@ def test_bad_settings_are_one_line_and_exit_1(broker: BrokerProc) -> None:
         (["--retry-delays", "1s soon"], "'soon' is not a delay"),
         (["-b", "nope", "--retry-max-times", "1"], "broker group 'nope' has no master"),
     ):
-        proc = rmqctl("updateSubGroup", "-a", broker.address, "-g", "G", *args)
+        proc = rmqctl("updateSubGroup", "-a", broker.address, "-g", "Refused", *args)
         assert proc.returncode == 1 and proc.stdout == "", args
         assert proc.stderr.startswith("rmqctl: ") and says in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1
     assert (
-        ok_json("getSubGroup", "-a", broker.address, "-g", "G")["brokers"]["broker-a"]["configured"]
+        ok_json("getSubGroup", "-a", broker.address, "-g", "Refused")["brokers"]["broker-a"][
+            "configured"
+        ]
         is False
     )
 
 
 def test_dlq_commands_on_an_empty_dlq(broker: BrokerProc) -> None:
     a = broker.address
-    assert ok_json("queryDLQ", "-a", a, "-g", "G") == {"group": "G", "messages": []}
-    human = rmqctl("queryDLQ", "-a", a, "-g", "G")
-    assert human.returncode == 0 and human.stdout == "no DLQ messages for G\n"
-    assert ok_json("resendDLQ", "-a", a, "-g", "G", "--all") == {
-        "group": "G",
+    assert ok_json("queryDLQ", "-a", a, "-g", "Empty") == {"group": "Empty", "messages": []}
+    human = rmqctl("queryDLQ", "-a", a, "-g", "Empty")
+    assert human.returncode == 0 and human.stdout == "no DLQ messages for Empty\n"
+    assert ok_json("resendDLQ", "-a", a, "-g", "Empty", "--all") == {
+        "group": "Empty",
         "resent": [],
         "skipped": [],
     }
-    usage = rmqctl("resendDLQ", "-a", a, "-g", "G")
+    usage = rmqctl("resendDLQ", "-a", a, "-g", "Empty")
     assert usage.returncode == 2 and "exactly one of --msg-id ID and --all" in usage.stderr
-    missing = rmqctl(
-        "--json", "resendDLQ", "-a", a, "-g", "G", "--msg-id", "7F00000100001F900000000000000000"
-    )
+    not_parked = "7F00000100001F900000000000000000"
+    missing = rmqctl("--json", "resendDLQ", "-a", a, "-g", "Empty", "--msg-id", not_parked)
     assert missing.returncode == 1
-    assert "is not a message of the DLQ of 'G'" in missing.stderr
+    assert "is not a message of the DLQ of 'Empty'" in missing.stderr
