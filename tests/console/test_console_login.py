@@ -30,7 +30,8 @@ import pytest
 
 from tests.cluster.secured import ROOT, create_root, secured_cluster
 from tests.console.browser import ConsoleEnv, console_process, post_form, require_chromium, text_of
-from tests.support.procs import port_open, rmqctl
+from tests.support.cli import rmqctl_run as rmqctl
+from tests.support.procs import port_open
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess

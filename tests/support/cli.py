@@ -9,8 +9,10 @@ import json
 import subprocess
 from typing import Any
 
+import structlog
 from click.testing import CliRunner
 
+import remoting.client as client_mod
 from rmqctl.cli import cli
 
 
@@ -31,7 +33,16 @@ def rmqctl_run(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def _invoke(args: list[str], env: dict[str, str] | None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
+    """One command, leaving this process as a process of its own would have: the remoting
+    client's process-wide credentials, TLS and TLS advice, and structlog's configuration, which
+    rmqctl sets for itself, are put back after it."""
+    saved = (client_mod._process_credentials, client_mod._process_tls, client_mod._tls_advice)
+    logging = structlog.get_config()
+    try:
+        result = CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
+    finally:
+        client_mod._process_credentials, client_mod._process_tls, client_mod._tls_advice = saved
+        structlog.configure(**logging)
     return result.exit_code, result.stdout, result.stderr
 
 
