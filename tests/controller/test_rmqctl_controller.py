@@ -1,11 +1,13 @@
-"""rmqctl's controller commands as subprocesses against three ``rmq-controller`` processes.
+"""rmqctl's controller commands against three ``rmq-controller`` processes.
 
 The brokers are in-process fakes (tests/controller/support.py) that register, heartbeat and
-answer GET_BROKER_EPOCH_CACHE; rmqctl runs as an asyncio subprocess so they keep beating.
+answer GET_BROKER_EPOCH_CACHE; rmqctl runs in this process (tests/support/cli.py: the exit code
+and output of ``python -m rmqctl``) on a thread of its own, so they keep beating on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,8 +22,8 @@ from tests.controller.support import (
     agreed_leader,
     replica_info,
 )
+from tests.support.cli import rmqctl_run
 from tests.support.procs import free_port, port_open
-from tests.support.procs import rmqctl_async as rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -39,6 +41,12 @@ def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerCl
         yield cluster.start()
     finally:
         cluster.stop()
+
+
+async def rmqctl(*args: str) -> tuple[int, str, str]:
+    """``rmqctl *args`` without holding the loop the fake brokers beat on."""
+    done = await asyncio.to_thread(rmqctl_run, *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 async def ok_json(*args: str) -> Any:
