@@ -1,31 +1,40 @@
-"""resendMessage (CONSUME_MESSAGE_DIRECTLY, 309) as a subprocess against a lone broker process
+"""resendMessage (CONSUME_MESSAGE_DIRECTLY, 309) against a lone broker process
 while an SDK consumer of the group runs: the message comes to the running member again (its
 first topic, body, keys; stored in the group's retry topic) and rmqctl reports it consumed; the
 refusals (no live member, a member not named, a FIFO group, not a message of the group, a bad
 id) are one line and exit status 1 and store nothing; --force stores the copy for a group with
-no member listed."""
+no member listed. rmqctl runs in this process (tests/support/cli.py), on a thread of its own
+while the consumer runs on the loop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
 from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.producer import Producer
-from tests.rmqctl.test_rmqctl_broker_process import ok_json
-from tests.support import procs
+from tests.support.cli import rmqctl_run
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
 
+def ok_json(*args: str) -> Any:
+    """``rmqctl --json *args``, which must succeed (the loop waits: nothing runs on it then)."""
+    done = rmqctl_run("--json", *args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 async def rmqctl_async(*args: str) -> tuple[int, str, str]:
-    """rmqctl as a subprocess without blocking the loop the consumer runs on."""
-    return await procs.rmqctl_async(*args, timeout=120)
+    """rmqctl without blocking the loop the consumer runs on."""
+    done = await asyncio.to_thread(rmqctl_run, *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 def refused(result: tuple[int, str, str], needle: str) -> None:
