@@ -97,7 +97,16 @@ def run(bench: list[str], pure: bool) -> list[str]:
     if status != 0:
         print(out, flush=True)
         raise SystemExit(f"{bench[0]} ({build_name(pure)}) exited {status}")
-    return [line for line in out.splitlines() if first_number(line) is not None]
+    return [line for line in out.splitlines() if is_figure_line(line)]
+
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d")
+"""A daemon's log line (``2026-11-29 17:50:15 [info ] broker stopped``): its numbers are no
+figure."""
+
+
+def is_figure_line(line: str) -> bool:
+    return LOG_LINE.match(line) is None and first_number(line) is not None
 
 
 def build_name(pure: bool) -> str:

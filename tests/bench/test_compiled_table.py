@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench.build_compare import end_group
+from bench.build_compare import end_group, is_figure_line
 from bench.compiled_table import table, unread
 from tests.support.procs import ROOT
 
@@ -48,6 +48,12 @@ def test_unread_names_the_rows_whose_line_is_missing() -> None:
     assert unread("controller_bench.py", "") == ["P6 controllers, 1 KiB fsynced entries"]
     assert unread("pipeline_bench.py", "the Spark phases are skipped: no pyspark\n") == []
     assert unread("auth_bench.py", "") == []
+
+
+def test_build_compare_pairs_figures_not_daemon_log_lines() -> None:
+    # a broker's log line on the bench's output was paired across builds and given a ratio
+    assert not is_figure_line("2026-11-29 17:50:15 [info     ] broker stopped  broker_name=a")
+    assert is_figure_line("median CPU per message (3 rounds of 20,000): off 21.6 us, on 28.7 us")
 
 
 @pytest.mark.multiprocess
