@@ -34,8 +34,8 @@ from protocol.request_permissions import SUPER_ONLY_CONTROLLER_CODES
 from remoting.client import RemotingClient, signer_for, wall_ms
 from remoting.errors import ResponseError
 from tests.cluster.secured import ROOT, WINDOW_MS, admin_call, create_root, secured_cluster
+from tests.support.cli import rmqctl_run as rmqctl
 from tests.support.cluster import BrokerNode, Cluster
-from tests.support.procs import rmqctl
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess

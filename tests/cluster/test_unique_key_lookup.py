@@ -18,9 +18,9 @@ import pytest
 from client.admin import Admin
 from client.errors import ClientError
 from tests.cluster.support import add_grpc_group
+from tests.support.cli import rmqctl_run as rmqctl
 from tests.support.cluster import Cluster
 from tests.support.official_client import run_script
-from tests.support.procs import rmqctl
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess

@@ -47,9 +47,10 @@ from client.admin import Admin
 from client.message import ReceivedMessage
 from tests.console.browser import ConsoleEnv, console_process, post_form, require_chromium, text_of
 from tests.deploy.test_prometheus_e2e import Prometheus, prometheus_binary
+from tests.support.cli import rmqctl_run as rmqctl
 from tests.support.cluster import Cluster
 from tests.support.messages import FAST_CONSUMER
-from tests.support.procs import port_open, rmqctl
+from tests.support.procs import port_open
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
