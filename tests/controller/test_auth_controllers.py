@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.controller.support import ControllerCluster, agreed_leader
-from tests.support.procs import ROOT
+from tests.support.cli import rmqctl_run
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -37,13 +36,9 @@ def controllers(tmp_path: Path) -> Iterator[ControllerCluster]:
 
 
 def rmqctl(addresses: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rmqctl", "-a", addresses, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """``rmqctl -a addresses *args`` in this process (tests/support/cli.py), not a Python start
+    per command."""
+    return rmqctl_run("-a", addresses, *args)
 
 
 def ok(addresses: str, *args: str) -> Any:
