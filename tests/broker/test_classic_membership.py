@@ -17,7 +17,8 @@ from protocol.codes import ResponseCode as OurResponse
 from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from tests.support.classic import Raw, consumer_heartbeat
-from tests.support.procs import BrokerProc, rmqctl
+from tests.support.cli import rmqctl_run as rmqctl
+from tests.support.procs import BrokerProc
 from tests.support.wait import stays_async, wait_until_async
 
 pytestmark = pytest.mark.multiprocess

@@ -36,7 +36,8 @@ from protocol.pull import (
 from protocol.remoting import Frame
 from remoting.client import RemotingClient
 from tests.broker.support import long_polls
-from tests.support.procs import BrokerProc, free_port, rmqctl
+from tests.support.cli import rmqctl_run as rmqctl
+from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import stays_async, wait_until_async
 
 pytestmark = pytest.mark.multiprocess

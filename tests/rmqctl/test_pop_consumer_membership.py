@@ -13,7 +13,8 @@ import pytest
 
 from client.admin import Admin
 from client.simple_consumer import SimpleConsumer
-from tests.support.procs import BrokerProc, rmqctl
+from tests.support.cli import rmqctl_run as rmqctl
+from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
