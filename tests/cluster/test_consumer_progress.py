@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
@@ -54,6 +55,14 @@ def cluster(cluster: Cluster) -> Cluster:
 def scrape_lag(node: BrokerNode) -> dict[tuple[str, str], float]:
     """(group, topic) -> rmq_consumer_group_lag as node's /metrics serves it."""
     return group_lag(scrape(metrics_port(node)))
+
+
+def calls_itself_master(node: BrokerNode) -> bool:
+    """Whether node's /metrics says its role is master (rmq_broker_role)."""
+    return (
+        re.search(r'^rmq_broker_role\{[^}]*role="master"\} 1\.0$', scrape(metrics_port(node)), re.M)
+        is not None
+    )
 
 
 async def stats_at(address: str, group: str) -> ConsumeStats:
@@ -247,6 +256,15 @@ async def test_lag_is_sent_minus_consumed_before_and_after_a_failover(cluster: C
             return bool(doc and doc.get("masterAddress") == slave_a.address)
 
         await wait_until_async(promoted, "the slave to become master", 60, on_timeout=cluster.logs)
+        # The controllers name the new master before the broker has taken the role itself; a
+        # slave answers consumer stats too (from its copy) but exports no lag until it is master.
+        await wait_until_async(
+            lambda: asyncio.to_thread(calls_itself_master, slave_a),
+            "the promoted broker to take the master role",
+            30,
+            interval=0.2,
+            on_timeout=cluster.logs,
+        )
         await wait_until_async(
             lambda: _rmqctl_lag(cluster, "slow", SENT - CONSUMED_BY_SLOW),
             "the same lag from the new master",
