@@ -138,7 +138,7 @@ class BrokerLiveTable:
         """Record a heartbeat. True when the broker just became alive (new, expired or closed)."""
         key = (broker_name, broker_id)
         old = self._entries.get(key)
-        was_alive = old is not None and not old.closed and now_ms <= old.info.deadline_ms()
+        was_alive = _alive(old, now_ms)
         if old is None or old.closed or old.info.connection_id != connection_id:
             # The connection index changes only when the connection does (not per heartbeat).
             if old is not None:
@@ -196,8 +196,7 @@ class BrokerLiveTable:
     # Judgements --------------------------------------------------------------------------------
 
     def is_alive(self, broker_name: str, broker_id: int, now_ms: int) -> bool:
-        entry = self._entries.get((broker_name, broker_id))
-        return entry is not None and not entry.closed and now_ms <= entry.info.deadline_ms()
+        return _alive(self._entries.get((broker_name, broker_id)), now_ms)
 
     def alive_predicate(self, now_ms: int) -> Callable[[str, int], bool]:
         """``is_alive`` at ``now_ms``, in the shape the state machine takes."""
@@ -314,3 +313,8 @@ class BrokerBindings:
         for key in [k for k in self._by_key if k[0] == broker_name]:
             if broker_ids is None or key[1] in broker_ids:
                 del self._by_key[key]
+
+
+def _alive(entry: _Entry | None, now_ms: int) -> bool:
+    """Whether ``entry`` is a live registration at ``now_ms`` (heard from, connection open)."""
+    return entry is not None and not entry.closed and now_ms <= entry.info.deadline_ms()

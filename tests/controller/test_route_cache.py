@@ -20,6 +20,7 @@ from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery, UpdateTopic
 from remoting.client import RemotingClient
 from tests.controller.support import FakeBroker, ServiceCluster
+from tests.support.wait import wait_until_async
 
 EXPIRY_MS = 600_000
 LOOKUPS = 200
@@ -111,11 +112,7 @@ async def test_a_route_is_built_once_until_what_it_reads_changes(tmp_path: Path)
                 assert conn is not None
                 return "cache-a" not in queues((await route(conn, "CacheTopic"))[1])
 
-            for _ in range(200):
-                if await gone():
-                    break
-                await asyncio.sleep(0.02)
-            assert await gone(), "the closed registration is still in the route"
+            await wait_until_async(gone, "the closed registration to leave the route", 4.0)
         finally:
             if conn is not None:
                 conn.close()
