@@ -166,9 +166,12 @@ class ConsumeQueue:
         dropped here and rebuilt by replaying the CommitLog. ``scrub`` (after an unclean stop)
         zeroes everything past the kept entries, where stray entries may have survived a crash.
         """
-        segments = [
-            Segment.open_unmapped(path, start) for start, path in list_segment_files(self.directory)
+        files: list[tuple[int, Path, int | None]] = [
+            (start, path, None) for start, path in list_segment_files(self.directory)
         ]
+        if scrub:
+            files = self._allocated(files)
+        segments = [Segment.open_unmapped(path, start, size) for start, path, size in files]
         if not segments:
             return
         size = segments[-1].size
@@ -212,6 +215,37 @@ class ConsumeQueue:
             self.truncate_to(lo)
         else:
             self.max_offset = lo
+
+    def _allocated(
+        self, files: list[tuple[int, Path, int | None]]
+    ) -> list[tuple[int, Path, int | None]]:
+        """After an unclean stop: the segment files up to the first one a power loss left
+        without its full size (empty, shorter than the others, or not whole entries); that one
+        and the later ones are deleted. A segment is created without an fsync and made durable
+        by the flush that makes its first entries durable, before the checkpoint trusts them:
+        a file whose allocation did not reach the disk holds only entries past the checkpoint,
+        which the replay writes again, and so do the files created after it."""
+        sized = [(start, path, path.stat().st_size) for start, path, _ in files]
+        if not sized:
+            return files
+        full = max(size for _, _, size in sized)
+        keep = 0
+        while keep < len(sized) and sized[keep][2] == full and full and not full % ENTRY_SIZE:
+            keep += 1
+        if keep == len(sized):
+            return list(sized)
+        _, first, size = sized[keep]
+        log.warning(
+            f"consume queue {self.topic}:{self.queue_id}: segment {first.name} is {size} "
+            f"bytes, not {full}: created since the last flush, its allocation was not durable; "
+            f"dropping it and {len(sized) - keep - 1} later ones (rebuilt from the commitlog)",
+            topic=self.topic,
+            queue_id=self.queue_id,
+        )
+        for _, path, _ in sized[keep:]:
+            path.unlink(missing_ok=True)
+        self._tracker.mark_dir(self.directory)
+        return list(sized[:keep])
 
     def _run_end(self, lo: int, hi: int, trusted_physical: int) -> int:
         """The first index in ``[lo, hi)`` that is unwritten or points at or past
@@ -315,8 +349,13 @@ class ConsumeQueue:
             if new_dir:
                 self._tracker.mark_dir(self.directory.parent)
                 self._tracker.mark_dir(self.directory.parent.parent)
-            seg = Segment.create(self.directory, start_index * ENTRY_SIZE, self.segment_bytes)
+            # Not fsynced here (a few ms on the event loop per new queue): the next flush
+            # fsyncs the file and its directory before the checkpoint trusts any entry in it.
+            seg = Segment.create(
+                self.directory, start_index * ENTRY_SIZE, self.segment_bytes, sync=False
+            )
             self.segments.append(self._maps.add(seg))
+            self._tracker.mark(seg)
             self._tracker.mark_dir(self.directory)
 
     def append(

@@ -1,0 +1,189 @@
+"""A new ConsumeQueue file is made durable by the flush, not on the putting thread (issue 34).
+
+Creating a queue's first segment file fsynced it on the event loop (about 5 ms on the shared
+disk, for every new queue on the master and on each replica). Now the flush that makes the
+queue's first entries durable fsyncs the file and its directory, before the checkpoint trusts
+any of them; after a power loss a file whose allocation did not reach the disk (missing, empty,
+short) is dropped at the open and its entries are rebuilt from the CommitLog, as every entry
+past the checkpoint is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from protocol.message import MessageRecord
+from storage.consumequeue import ENTRY_SIZE
+from tests.storage.support import (
+    SEGMENT,
+    TOPIC,
+    commitlog_files,
+    crash_copy,
+    messages,
+    open_store,
+    read_queue,
+)
+
+NOW = 1_700_000_000_000
+NEW = "NewTopic"
+NEW_QUEUES = 12
+PER_SEGMENT = 1000
+"""tests/storage/support.py's consumequeue_segment_entries."""
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bodies(records: list[MessageRecord]) -> list[bytes]:
+    return [r.body for r in records]
+
+
+def test_a_new_queue_file_is_fsynced_by_the_flush_not_by_the_put(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path)
+    store.put(TOPIC, 0, messages(3), NOW)
+    store.flush()
+    synced: list[tuple[str, str]] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    for queue_id in range(NEW_QUEUES):
+        store.put(NEW, queue_id, messages(2, prefix=f"q{queue_id}-"), NOW)
+    root = tmp_path / "consumequeue"
+    at_put = [path for path, _ in synced if path.startswith(str(root))]
+    assert at_put == [], f"ConsumeQueue files fsynced while putting: {at_put}"
+    store.flush()
+    flushed = {path for path, _ in synced}
+    for queue_id in range(NEW_QUEUES):
+        directory = root / NEW / str(queue_id)
+        files = [str(p) for p in directory.iterdir()]
+        assert len(files) == 1
+        assert files[0] in flushed, f"{files[0]} not fsynced by the flush"
+        assert str(directory) in flushed, f"{directory} not fsynced by the flush"
+    assert str(root / NEW) in flushed and str(root) in flushed
+    store.close()
+
+
+def _lose_allocations(crashed: Path) -> list[str]:
+    """What a power loss may do to ConsumeQueue files created since the last flush (never
+    fsynced): one missing, one empty, one cut short, one not whole entries; the rest whole."""
+    done = []
+    for queue_id in range(NEW_QUEUES):
+        (path,) = (crashed / "consumequeue" / NEW / str(queue_id)).iterdir()
+        match queue_id % 4:
+            case 0:
+                path.unlink()
+            case 1:
+                os.truncate(path, 0)
+            case 2:
+                os.truncate(path, path.stat().st_size // 2)
+            case 3:
+                os.truncate(path, 7)
+        done.append(f"{queue_id}:{path.stat().st_size if path.exists() else 'gone'}")
+    # An older queue that went on into a second file after the flush: that file is empty.
+    second = crashed / "consumequeue" / TOPIC / "0" / f"{PER_SEGMENT * ENTRY_SIZE:020d}"
+    os.truncate(second, 0)
+    return done
+
+
+def _filled_then_crashed(tmp_path: Path) -> tuple[Path, int, dict[tuple[str, int], list[bytes]]]:
+    """A store flushed, then given new queues (and an older queue a second file) and copied as
+    the disk held it at a crash before the next flush: the copy, the flushed offset and every
+    queue's bodies."""
+    store = open_store(tmp_path / "live")
+    for i in range(0, PER_SEGMENT - 10, 110):  # batches that fit in a CommitLog segment
+        store.put(TOPIC, 0, messages(110, size=40, prefix=f"old{i}-"), NOW)
+    flushed = store.flush()
+    store.put(TOPIC, 0, messages(30, size=40, prefix="late-"), NOW)  # into a second file
+    for queue_id in range(NEW_QUEUES):
+        store.put(NEW, queue_id, messages(3, prefix=f"q{queue_id}-"), NOW)
+    expected = {(NEW, q): bodies(read_queue(store, NEW, q)) for q in range(NEW_QUEUES)} | {
+        (TOPIC, 0): bodies(read_queue(store, TOPIC, 0))
+    }
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    return crashed, flushed, expected
+
+
+def test_new_queue_files_a_power_loss_cut_are_rebuilt_from_the_commitlog(tmp_path: Path) -> None:
+    """The CommitLog reached the disk (its fsync ran), the queues' files and the checkpoint
+    did not: every message is still read through its queue."""
+    crashed, _, expected = _filled_then_crashed(tmp_path)
+    _lose_allocations(crashed)
+    again = open_store(crashed)
+    for (topic, queue_id), want in expected.items():
+        assert bodies(read_queue(again, topic, queue_id)) == want, (topic, queue_id)
+    assert again.queue_max_offset(TOPIC, 0) == PER_SEGMENT + 20
+    assert again.put(NEW, 1, messages(1), NOW).first_queue_offset == 3
+    again.close()
+    reopened = open_store(crashed)  # what the open rebuilt was made durable and agrees
+    for (topic, queue_id), want in expected.items():
+        got = bodies(read_queue(reopened, topic, queue_id))
+        assert got[: len(want)] == want, (topic, queue_id)
+    reopened.close()
+
+
+def test_new_queue_files_lost_with_the_unflushed_commitlog_leave_the_flushed_state(
+    tmp_path: Path,
+) -> None:
+    """Nothing past the flush reached the disk: the store opens with exactly what was flushed,
+    and the lost queues start again at offset 0."""
+    crashed, flushed, expected = _filled_then_crashed(tmp_path)
+    _lose_allocations(crashed)
+    for path in commitlog_files(crashed):
+        start = int(path.name)
+        if start > flushed:
+            path.unlink()
+        elif start <= flushed < start + SEGMENT:
+            with path.open("r+b") as f:
+                f.seek(flushed - start)
+                f.write(bytes(SEGMENT - (flushed - start)))
+    again = open_store(crashed)
+    assert again.max_offset == flushed
+    assert bodies(read_queue(again, TOPIC, 0)) == expected[(TOPIC, 0)][: PER_SEGMENT - 10]
+    for queue_id in range(NEW_QUEUES):
+        assert read_queue(again, NEW, queue_id) == []
+        assert again.put(NEW, queue_id, messages(1), NOW).first_queue_offset == 0
+    again.close()
+
+
+def test_kill9_after_creating_queues_keeps_every_message_in_its_queue(tmp_path: Path) -> None:
+    """A real process creates queues after its last flush and is killed: the page cache keeps
+    every file, and every message is read through its queue after the restart."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from pathlib import Path
+        sys.path.insert(0, {str(REPO)!r})
+        from tests.storage.support import messages, open_store
+        store = open_store(Path({str(tmp_path)!r}))
+        store.put("TopicTest", 0, messages(5), 1)
+        print(store.flush(), flush=True)
+        for q in range({NEW_QUEUES}):
+            store.put({NEW!r}, q, messages(q + 1, prefix=f"q{{q}}-"), 1)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    again = open_store(tmp_path)
+    for queue_id in range(NEW_QUEUES):
+        records = read_queue(again, NEW, queue_id)
+        assert [r.queue_offset for r in records] == list(range(queue_id + 1))
+        assert [r.body for r in records] == [
+            m.body for m in messages(queue_id + 1, prefix=f"q{queue_id}-")
+        ]
+    again.close()
