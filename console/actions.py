@@ -20,7 +20,6 @@ from protocol.acl import AclError, check_secret, check_username, make_rule, reso
 from protocol.acl import user_type as parse_user_type
 from protocol.broker_requests.admin import MAX_QUEUES, CreateTopic
 from protocol.broker_requests.offsets import FUTURE_SLACK_MS, TO_MAX
-from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import DeleteSubGroup, DeleteTopic
 from protocol.controller_requests.users import (
     CreateAcl,
@@ -36,7 +35,7 @@ from protocol.topic_attrs import parse_message_type, parse_perm, perm_text
 from rmqctl.common import utc_iso
 from rmqctl.controller_calls import call_controllers
 from rmqctl.static_topic import apply_moves, create_static_topic
-from rmqctl.topic_admin import ask_delete, delete_doc, failed_brokers
+from rmqctl.topic_admin import delete_everywhere
 
 T = TypeVar("T")
 
@@ -96,12 +95,7 @@ async def create_topic(
 
 async def delete_topic(addresses: str, topic: str) -> str:
     ask = checked_topic(topic)
-    doc = delete_doc(
-        "topic",
-        await ask_delete(addresses, DeleteTopic(topic=ask.topic)),
-        ResponseCode.TOPIC_NOT_EXIST,
-    )
-    failed = failed_brokers(doc)
+    _, failed = await delete_everywhere(addresses, DeleteTopic(topic=ask.topic))
     if failed:
         raise ClientError(
             f"topic {ask.topic} is deleted from the controllers but still on {', '.join(failed)}: "
@@ -249,9 +243,8 @@ async def resend_message(
 
 async def delete_group(addresses: str, group: str, remove_dlq: bool) -> str:
     """deleteSubGroup: the group's settings, offsets and retry topic on every broker."""
-    report = await ask_delete(addresses, DeleteSubGroup(group=group, remove_dlq=remove_dlq))
-    doc = delete_doc("group", report, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
-    failed = failed_brokers(doc)
+    ask = DeleteSubGroup(group=group, remove_dlq=remove_dlq)
+    _, failed = await delete_everywhere(addresses, ask)
     if failed:
         raise ClientError(
             f"consumer group {group} is still on {', '.join(failed)}: delete it again once "

@@ -235,6 +235,19 @@ async def ask_delete(addresses: str, ask: DeleteTopic | DeleteSubGroup) -> Delet
         raise ClientError(f"malformed {what} answer: {exc}") from None
 
 
+async def delete_everywhere(
+    addresses: str, ask: DeleteTopic | DeleteSubGroup
+) -> tuple[dict[str, Any], list[str]]:
+    """Ask the controllers to delete a topic or a consumer group everywhere: the document
+    (:func:`delete_doc`, a broker without it counted as absent) and :func:`failed_brokers`."""
+    report = await ask_delete(addresses, ask)
+    if isinstance(ask, DeleteTopic):
+        doc = delete_doc("topic", report, ResponseCode.TOPIC_NOT_EXIST)
+    else:
+        doc = delete_doc("group", report, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+    return doc, failed_brokers(doc)
+
+
 # --- commands ------------------------------------------------------------------------------
 
 
@@ -312,10 +325,8 @@ def delete_topic(settings: Settings, addresses: str, topic: str, force: bool) ->
     Prints {"topic", "brokers": [{"brokerName", "address", "deleted", "absent", "code",
     "remark"}]}; exits 1 when a broker could not delete it (run it again once it is back).
     """
-    report = run(ask_delete(addresses, DeleteTopic(topic=topic, force=force)))
-    doc = delete_doc("topic", report, ResponseCode.TOPIC_NOT_EXIST)
+    doc, failed = run(delete_everywhere(addresses, DeleteTopic(topic=topic, force=force)))
     emit(settings, doc, lambda: f"Topic {topic} deleted\n" + delete_table(doc))
-    failed = failed_brokers(doc)
     if failed:
         raise CommandError(
             f"topic {topic} is deleted from the controllers but still on "
@@ -339,10 +350,9 @@ def delete_sub_group(settings: Settings, addresses: str, group: str, remove_dlq:
     Prints {"group", "brokers": [{"brokerName", "address", "deleted", "absent", "code",
     "remark"}]}; exits 1 when a broker could not delete it (run it again once it is back).
     """
-    report = run(ask_delete(addresses, DeleteSubGroup(group=group, remove_dlq=remove_dlq)))
-    doc = delete_doc("group", report, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+    ask = DeleteSubGroup(group=group, remove_dlq=remove_dlq)
+    doc, failed = run(delete_everywhere(addresses, ask))
     emit(settings, doc, lambda: f"Consumer group {group} deleted\n" + delete_table(doc))
-    failed = failed_brokers(doc)
     if failed:
         raise CommandError(
             f"consumer group {group} is still on {', '.join(failed)}: run deleteSubGroup "
