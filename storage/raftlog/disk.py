@@ -2,7 +2,7 @@
 
 Directory layout::
 
-    DIR/hardstate                         term, vote, commit (atomic replace, see files.py)
+    DIR/hardstate                         term, vote, commit (two slots in turn, see files.py)
     DIR/commit                            the latest commit index (rewritten in place, no fsync)
     DIR/snap/<index>-<term>.snap          the latest snapshot (older ones are deleted)
     DIR/log/<first index>.log             log segments (see framing.py)
@@ -15,8 +15,10 @@ reads consistent.
 
 Durability order inside :meth:`save`: a received snapshot (file durable before the log it
 replaces is deleted), then entries (one fsync of the segment files for the whole Ready: group
-commit), then the hard state (atomic file) when term or vote changed, then a local compaction
-(snapshot file durable before the prefix is deleted). A commit-only hard state change is kept
+commit), then the hard state when term or vote changed (written in place into the older of
+its file's two slots and ``fdatasync``ed: one flush, no new file, no rename and no directory
+fsync, which an election step on a shared disk paid twice), then a local compaction (snapshot
+file durable before the prefix is deleted). A commit-only hard state change is kept
 in memory and written with the next term/vote change or at :meth:`close`: Raft does not need a
 durable commit index, and skipping it saves two fsyncs per Ready. It is also written, without
 an fsync, to the small ``commit`` file: after a crash of the process (kill -9) that file still
@@ -46,13 +48,14 @@ from typing import BinaryIO
 from protocol.raft_types import MAX_COUNTER, Entry, HardState, Snapshot, SnapshotMeta
 
 from .files import (
+    HARD_STATE_SLOT,
     CorruptFile,
     atomic_write,
     decode_commit,
-    decode_hard_state,
+    decode_hard_state_file,
     decode_snapshot,
     encode_commit,
-    encode_hard_state,
+    encode_hard_state_slot,
     encode_snapshot,
     fsync_dir,
     parse_snapshot_name,
@@ -62,6 +65,14 @@ from .framing import SEGMENT_MAGIC, encode_entry, parse_segment_name, scan_segme
 from .memory import MemoryStorage
 
 DEFAULT_SEGMENT_BYTES = 64 << 20
+
+
+def _fdatasync(fd: int) -> None:
+    """Data only where the platform has it: a file written in place keeps its size."""
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
 
 
 class CorruptStorage(Exception):
@@ -130,6 +141,11 @@ class DiskStorage:
         self._dir_dirty = False
         self._written_hs = HardState()
         self._commit_fd: int | None = None
+        self._hs_fd: int | None = None
+        """The ``hardstate`` file, open for writes in place once it has its two slots."""
+        self._hs_seq = 0
+        """The ``seq`` of the newest hard state slot (0: none yet, or the first version's
+        single record, which the next write replaces with slots)."""
         self._hinted_commit = 0
         self.report = RecoveryReport()
 
@@ -170,9 +186,10 @@ class DiskStorage:
         hs = HardState()
         if hs_path.exists():
             try:
-                hs = decode_hard_state(hs_path.read_bytes())
+                self._hs_seq, hs, notes = decode_hard_state_file(hs_path.read_bytes())
             except CorruptFile as exc:
                 raise CorruptStorage(f"{hs_path}: {exc}") from None
+            report.truncated.extend(f"hard state {note}" for note in notes)
             if hs.term >= MAX_COUNTER:
                 raise CorruptStorage(
                     f"{hs_path}: term {hs.term} cannot be incremented (the largest is 2^63-1)"
@@ -448,6 +465,9 @@ class DiskStorage:
             if self._commit_fd is not None:
                 os.close(self._commit_fd)
                 self._commit_fd = None
+            if self._hs_fd is not None:
+                os.close(self._hs_fd)
+                self._hs_fd = None
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -508,7 +528,24 @@ class DiskStorage:
             self._dir_dirty = True
 
     def _write_hard_state(self, hs: HardState) -> None:
-        atomic_write(self.directory / "hardstate", encode_hard_state(hs), fsync=self._fsync)
+        """Into the slot after the newest, in place, then one ``fdatasync`` (the file's size
+        never changes). A file without slots yet (new, or of the first version) is made once,
+        atomically, with the state in its first slot."""
+        seq = self._hs_seq + 1
+        record = encode_hard_state_slot(hs, seq)
+        if self._hs_fd is None and self._hs_seq > 0:
+            self._hs_fd = os.open(self.directory / "hardstate", os.O_RDWR)
+        if self._hs_fd is None:
+            atomic_write(
+                self.directory / "hardstate",
+                record + bytes(HARD_STATE_SLOT) if seq % 2 else bytes(HARD_STATE_SLOT) + record,
+                fsync=self._fsync,
+            )
+        else:
+            os.pwrite(self._hs_fd, record, (seq % 2 == 0) * HARD_STATE_SLOT)
+            if self._fsync:
+                _fdatasync(self._hs_fd)
+        self._hs_seq = seq
         self._written_hs = hs
 
     def _write_commit_hint(self, commit: int) -> None:

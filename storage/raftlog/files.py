@@ -4,7 +4,16 @@ Atomic replacement: write ``NAME.tmp``, fsync it, rename it over ``NAME``, fsync
 A reader therefore sees the old file or the new one, never a mix; each file also ends with a
 CRC32 of everything before it, so damage is detected rather than trusted.
 
-Hard state file ``hardstate`` (big-endian)::
+Hard state file ``hardstate``: two slots of ``HARD_STATE_SLOT`` bytes, written in place and
+in turn (a term or vote change costs one ``fdatasync`` of a file whose size never changes: no
+new file, no rename, no directory fsync). Each slot (big-endian, zero-padded)::
+
+    magic "RAFTHS02" | seq u64 | term u64 | commit u64 | vote length u16 | vote UTF-8 | crc32 u32
+
+The valid slot with the higher ``seq`` holds the hard state; a write torn by a crash damages
+only the slot it was writing, never the other one, which still holds the state before it (that
+write had not returned, so nothing was promised on it). The first version of the file was one
+record, replaced atomically (read still, then rewritten as slots)::
 
     magic "RAFTHS01" | term u64 | commit u64 | vote length u16 | vote UTF-8 | crc32 u32
 
@@ -29,6 +38,10 @@ from typing import Final
 from protocol.raft_types import ConfState, HardState, Snapshot, SnapshotMeta
 
 HARD_STATE_MAGIC: Final = b"RAFTHS01"
+HARD_STATE_SLOT_MAGIC: Final = b"RAFTHS02"
+HARD_STATE_SLOT: Final = 512
+"""Bytes per hard state slot: one disk sector; a node id is at most 255 bytes, so every record
+fits."""
 COMMIT_MAGIC: Final = b"RAFTCM01"
 SNAPSHOT_MAGIC: Final = b"RAFTSNP1"
 _U16 = struct.Struct(">H")
@@ -122,6 +135,64 @@ def decode_hard_state(raw: bytes) -> HardState:
     commit = reader.u64()
     vote = reader.text()
     return HardState(term=term, vote=vote or None, commit=commit)
+
+
+def encode_hard_state_slot(hs: HardState, seq: int) -> bytes:
+    """One slot of the ``hardstate`` file: ``seq`` orders the writes (the higher one wins)."""
+    body = (
+        HARD_STATE_SLOT_MAGIC
+        + _U64.pack(seq)
+        + _TWO_U64.pack(hs.term, hs.commit)
+        + _pack_str(hs.vote or "")
+    )
+    record = _with_crc(body)
+    if len(record) > HARD_STATE_SLOT:
+        raise ValueError(f"hard state record of {len(record)} bytes does not fit a slot")
+    return record.ljust(HARD_STATE_SLOT, b"\0")
+
+
+def _decode_slot(raw: bytes) -> tuple[int, HardState]:
+    """``(seq, hard state)`` of one slot; CorruptFile when it fails its checks."""
+    if raw[: len(HARD_STATE_SLOT_MAGIC)] != HARD_STATE_SLOT_MAGIC:
+        raise CorruptFile("bad magic")
+    reader = _Reader(raw, len(HARD_STATE_SLOT_MAGIC))
+    seq = reader.u64()
+    term = reader.u64()
+    commit = reader.u64()
+    vote = reader.text()
+    end = reader.pos
+    (crc,) = _U32.unpack(reader.take(_U32.size))
+    if zlib.crc32(raw[:end]) != crc:
+        raise CorruptFile("CRC mismatch")
+    return seq, HardState(term=term, vote=vote or None, commit=commit)
+
+
+def decode_hard_state_file(raw: bytes) -> tuple[int, HardState, list[str]]:
+    """``(seq, hard state, notes)`` of a ``hardstate`` file of either version: the newest valid
+    slot (``seq`` 0 for the first version's single record), and one note per damaged slot that
+    was passed over for an older one (a write torn by a crash). CorruptFile when no slot is
+    valid."""
+    if raw[: len(HARD_STATE_MAGIC)] == HARD_STATE_MAGIC:
+        return 0, decode_hard_state(raw), []
+    if len(raw) != 2 * HARD_STATE_SLOT:
+        raise CorruptFile(f"{len(raw)} bytes, not two slots of {HARD_STATE_SLOT}")
+    best: tuple[int, HardState] | None = None
+    damaged: list[tuple[int, str]] = []
+    for i in range(2):
+        raw_slot = raw[i * HARD_STATE_SLOT : (i + 1) * HARD_STATE_SLOT]
+        if not any(raw_slot):
+            continue  # never written
+        try:
+            found = _decode_slot(raw_slot)
+        except CorruptFile as exc:
+            damaged.append((i, str(exc)))
+            continue
+        if best is None or found[0] > best[0]:
+            best = found
+    if best is None:
+        raise CorruptFile(damaged[0][1] if damaged else "no hard state in either slot")
+    notes = [f"slot {i}: {error}; the other slot's hard state used" for i, error in damaged]
+    return best[0], best[1], notes
 
 
 def encode_commit(commit: int) -> bytes:

@@ -287,9 +287,85 @@ def test_commit_only_change_is_written_lazily(tmp_path: Path) -> None:
 def test_corrupt_hard_state_refuses_to_start(tmp_path: Path) -> None:
     written(tmp_path, hard_state=HardState(term=2, vote="n1", commit=0))
     path = tmp_path / "hardstate"
-    path.write_bytes(path.read_bytes()[:-1] + b"\xff")
-    with pytest.raises(CorruptStorage):
+    raw = bytearray(path.read_bytes())
+    raw[20] ^= 0xFF  # the term, in the only slot written
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptStorage, match="CRC mismatch"):
         open_disk(tmp_path)
+
+
+def test_a_term_or_vote_change_is_one_flush_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An election step (a new term, a vote) makes the hard state durable with one flush of a
+    file written in place: no temporary file, no rename, no directory fsync (issue 34: each
+    step cost a file created, two fsyncs and a rename on the shared disk)."""
+    store = open_disk(tmp_path)
+    store.save(entries=entries(1, 3), hard_state=HardState(term=1, vote="n0", commit=0))
+    calls: list[str] = []
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in ("fsync", "fdatasync", "replace", "rename"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, counted(name, getattr(os, name)))
+    store.save(hard_state=HardState(term=2, vote=None, commit=0))
+    store.save(hard_state=HardState(term=2, vote="n1", commit=0))
+    store.save(hard_state=HardState(term=3, vote="n2", commit=0))
+    flushes = [c for c in calls if c in ("fsync", "fdatasync")]
+    assert len(flushes) == 3, calls  # one per step
+    assert "replace" not in calls and "rename" not in calls, calls
+    calls.clear()
+    store.save(entries=entries(3, 4, term=4), hard_state=HardState(term=4, vote="n0", commit=0))
+    assert len([c for c in calls if c in ("fsync", "fdatasync")]) == 2, calls  # segment + state
+    store.close()
+    assert open_disk(tmp_path).hard_state() == HardState(term=4, vote="n0", commit=0)
+
+
+def test_a_torn_hard_state_write_leaves_the_one_before(tmp_path: Path) -> None:
+    """Written in turn into two slots: a write torn by a crash damages only its own slot (it
+    had not returned, so nothing was promised on it) and the slot before still holds the
+    state."""
+    from storage.raftlog.files import HARD_STATE_SLOT
+
+    store = open_disk(tmp_path)
+    store.save(hard_state=HardState(term=2, vote="n1", commit=0))
+    store.save(hard_state=HardState(term=3, vote="n2", commit=0))
+    store.close()
+    path = tmp_path / "hardstate"
+    raw = bytearray(path.read_bytes())
+    assert len(raw) == 2 * HARD_STATE_SLOT
+    raw[HARD_STATE_SLOT + 20 :] = bytes(len(raw) - HARD_STATE_SLOT - 20)  # the last write torn
+    path.write_bytes(bytes(raw))
+    again = open_disk(tmp_path)
+    assert again.hard_state() == HardState(term=2, vote="n1", commit=0)
+    assert again.report.truncated == [
+        "hard state slot 1: CRC mismatch; the other slot's hard state used"
+    ]
+    again.save(hard_state=HardState(term=4, vote="n0", commit=0))  # over the torn slot
+    again.close()
+    final = open_disk(tmp_path)
+    assert final.hard_state() == HardState(term=4, vote="n0", commit=0)
+    assert final.report.truncated == []
+
+
+def test_the_first_version_hard_state_file_is_read_and_rewritten(tmp_path: Path) -> None:
+    from storage.raftlog.files import HARD_STATE_SLOT, encode_hard_state
+
+    written(tmp_path, entries=entries(1, 3))
+    (tmp_path / "hardstate").write_bytes(encode_hard_state(HardState(term=5, vote="n2", commit=2)))
+    store = open_disk(tmp_path)
+    assert store.hard_state() == HardState(term=5, vote="n2", commit=2)
+    store.save(hard_state=HardState(term=6, vote=None, commit=2))
+    store.save(hard_state=HardState(term=6, vote="n1", commit=2))
+    assert (tmp_path / "hardstate").stat().st_size == 2 * HARD_STATE_SLOT
+    store.close()
+    assert open_disk(tmp_path).hard_state() == HardState(term=6, vote="n1", commit=2)
 
 
 def test_snapshot_file_round_trip() -> None:
