@@ -114,6 +114,23 @@ async def forge_role_change(
         conn.close()
 
 
+async def assert_acked_read(cluster: Cluster, acked: dict[Key, bytes]) -> None:
+    """Every acknowledged message is read back, with its body."""
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
+    assert {k: received.get(k) for k in acked} == acked
+
+
+async def restart_all_and_read(cluster: Cluster, boot: Bootstrap, acked: dict[Key, bytes]) -> None:
+    """Stop every broker cleanly and start them again: the group comes back in step and every
+    acknowledged message is read back."""
+    for b in cluster.brokers:
+        b.stop()
+    for b in cluster.brokers:
+        b.restart()
+    await full_sync_state_set(boot, cluster, size=2)
+    await assert_acked_read(cluster, acked)
+
+
 IGNORED = "ignored a role change the controllers do not confirm"
 
 
@@ -189,13 +206,7 @@ async def test_forged_role_changes_are_only_a_hint_to_ask_the_controllers(
     finally:
         for fake in fakes:
             await fake.close()
-    for b in cluster.brokers:
-        b.stop()
-    for b in cluster.brokers:
-        b.restart()
-    await full_sync_state_set(boot, cluster, size=2)
-    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
-    assert {k: received.get(k) for k in acked} == acked
+    await restart_all_and_read(cluster, boot, acked)
 
 
 IMPOSTORS = {
@@ -291,13 +302,7 @@ async def test_an_impostor_on_the_masters_ha_port_truncates_nothing(
         await send_all(producer, "later", 10, acked)
     master.restart()
     await full_sync_state_set(boot, cluster, size=2)
-    for b in cluster.brokers:
-        b.stop()
-    for b in cluster.brokers:
-        b.restart()
-    await full_sync_state_set(boot, cluster, size=2)
-    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
-    assert {k: received.get(k) for k in acked} == acked
+    await restart_all_and_read(cluster, boot, acked)
 
 
 async def test_a_broker_whose_metadata_was_cleaned_registers_again(
@@ -334,8 +339,7 @@ async def test_a_broker_whose_metadata_was_cleaned_registers_again(
     master.kill9()
     doc = await new_master(boot, cluster, master.address)
     assert doc["masterAddress"] == slave.address
-    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
-    assert {k: received.get(k) for k in acked} == acked
+    await assert_acked_read(cluster, acked)
 
 
 @pytest.mark.parametrize("failover_first", [False, True], ids=["epoch-1", "after-a-failover"])
@@ -397,5 +401,4 @@ async def test_a_cleaned_group_comes_back_with_its_brokers_taking_ids_again(
     await routed_everywhere(cluster)
     async with producer_for(cluster) as producer:
         await send_all(producer, "after", 10, acked)
-    received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
-    assert {k: received.get(k) for k in acked} == acked
+    await assert_acked_read(cluster, acked)
