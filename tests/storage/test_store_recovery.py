@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 import structlog
+from structlog.typing import EventDict
 
 from protocol.message import RecordEncoder, decode_record, iter_records, message_copy
-from storage.store import GetStatus, MessageStore
+from storage.store import GetStatus, MessageStore, PutResult
 from tests.storage.support import (
     SEGMENT,
     TOPIC,
@@ -47,8 +48,22 @@ def flip_byte(data_dir: Path, offset: int) -> None:
     patch_file(path, pos, bytes([raw[pos] ^ 0x5A]))
 
 
-def truncation_warnings(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def open_logged(data_dir: Path, **overrides: Any) -> tuple[MessageStore, list[EventDict]]:
+    """:func:`open_store`, with the log lines its recovery wrote."""
+    with structlog.testing.capture_logs() as logs:
+        store = open_store(data_dir, **overrides)
+    return store, logs
+
+
+def truncation_warnings(logs: list[EventDict]) -> list[EventDict]:
     return [e for e in logs if e["log_level"] == "warning" and "truncated at offset" in e["event"]]
+
+
+def open_truncated(data_dir: Path) -> tuple[MessageStore, EventDict]:
+    """:func:`open_store`, whose recovery must warn of one truncation: the store and the warning."""
+    store, logs = open_logged(data_dir)
+    [warning] = truncation_warnings(logs)
+    return store, warning
 
 
 Snapshot = dict[tuple[str, int], list[tuple[int, int, bytes]]]
@@ -83,8 +98,7 @@ def filled_and_closed(data_dir: Path, batches: int) -> tuple[Snapshot, int]:
 def test_clean_reopen_validates_only_the_last_segment(tmp_path: Path) -> None:
     before, end = filled_and_closed(tmp_path, 100)
     assert len(commitlog_files(tmp_path)) >= 3
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(tmp_path)
+    again, logs = open_logged(tmp_path)
     recovered = next(e for e in logs if e["event"] == "commitlog recovered")
     assert recovered["clean"] is True
     assert recovered["replayed"] == 0
@@ -104,8 +118,7 @@ def test_kill9_keeps_every_write_and_queues_agree(tmp_path: Path) -> None:
     crashed = crash_copy(store, tmp_path / "crashed")
     store.close()
     assert (crashed / "abort").exists()
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
+    again, logs = open_logged(crashed)
     assert any("not closed cleanly" in e["event"] for e in logs)
     assert not truncation_warnings(logs)
     assert snapshot(again) == before
@@ -123,9 +136,7 @@ def test_torn_last_record_is_cut_off(tmp_path: Path) -> None:
     # The last record reached the disk only halfway.
     path = segment_path(crashed, torn_at)
     patch_file(path, torn_at % SEGMENT + 1000, bytes(1000))
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
-    [warning] = truncation_warnings(logs)
+    again, warning = open_truncated(crashed)
     assert warning["event"] == f"commitlog recovery truncated at offset {torn_at}: CRC mismatch"
     assert warning["offset"] == torn_at
     assert again.max_offset == torn_at
@@ -142,16 +153,13 @@ def test_garbage_after_the_last_record_is_zeroed(tmp_path: Path) -> None:
     crashed = crash_copy(store, tmp_path / "crashed")
     store.close()
     patch_file(segment_path(crashed, end), end % SEGMENT, os.urandom(300))
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
-    [warning] = truncation_warnings(logs)
+    again, warning = open_truncated(crashed)
     assert warning["offset"] == end
     assert again.max_offset == end
     assert snapshot(again) == before
     again.close()
     # The cut was made durable: reopening (now cleanly) sees the same, with no warning.
-    with structlog.testing.capture_logs() as logs:
-        third = open_store(crashed)
+    third, logs = open_logged(crashed)
     assert not truncation_warnings(logs)
     assert snapshot(third) == before
     third.close()
@@ -166,8 +174,7 @@ def test_corrupt_record_in_durable_data_is_quarantined_and_the_rest_kept(tmp_pat
     size = results[8].physical_offsets[0] - bad
     flip_byte(tmp_path, bad + 100)  # inside the body: the CRC no longer matches
     damaged = (tmp_path / "commitlog" / f"{0:020d}").read_bytes()[bad : bad + size]
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(tmp_path)
+    again, logs = open_logged(tmp_path)
     assert not truncation_warnings(logs)
     [error] = [e for e in logs if e["log_level"] == "error"]
     assert error["offset"] == bad and error["size"] == size and error["reason"] == "CRC mismatch"
@@ -200,9 +207,7 @@ def test_corruption_after_the_checkpoint_drops_later_segments(tmp_path: Path) ->
     ).physical_offsets[3]
     assert len(commitlog_files(crashed)) > bad // SEGMENT + 1
     flip_byte(crashed, bad + 8)  # the CRC field itself
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
-    [warning] = truncation_warnings(logs)
+    again, warning = open_truncated(crashed)
     assert warning["offset"] == bad
     assert again.max_offset == bad
     assert len(commitlog_files(crashed)) == bad // SEGMENT + 1
@@ -212,11 +217,17 @@ def test_corruption_after_the_checkpoint_drops_later_segments(tmp_path: Path) ->
     again.close()
 
 
-def test_valid_record_with_a_wrong_queue_offset_is_corrupt(tmp_path: Path) -> None:
+def six_records_crashed(tmp_path: Path) -> tuple[Path, list[PutResult]]:
+    """Six one-message puts to queue 0, then a crash copy of the store (its data directory)."""
     store = open_store(tmp_path / "live")
     results = [store.put(TOPIC, 0, messages(1, size=100), NOW) for _ in range(6)]
     crashed = crash_copy(store, tmp_path / "crashed")
     store.close()
+    return crashed, results
+
+
+def test_valid_record_with_a_wrong_queue_offset_is_corrupt(tmp_path: Path) -> None:
+    crashed, results = six_records_crashed(tmp_path)
     target = results[4].physical_offsets[0]
     path = segment_path(crashed, target)
     record = decode_record(path.read_bytes(), target % SEGMENT)
@@ -229,9 +240,7 @@ def test_valid_record_with_a_wrong_queue_offset_is_corrupt(tmp_path: Path) -> No
     )
     assert len(forged) == record.size
     patch_file(path, target % SEGMENT, forged)
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
-    [warning] = truncation_warnings(logs)
+    again, warning = open_truncated(crashed)
     assert warning["offset"] == target
     assert "queue offset 9" in warning["reason"]
     assert again.queue_max_offset(TOPIC, 0) == 4
@@ -239,17 +248,12 @@ def test_valid_record_with_a_wrong_queue_offset_is_corrupt(tmp_path: Path) -> No
 
 
 def test_valid_record_at_the_wrong_position_is_corrupt(tmp_path: Path) -> None:
-    store = open_store(tmp_path / "live")
-    results = [store.put(TOPIC, 0, messages(1, size=100), NOW) for _ in range(6)]
-    crashed = crash_copy(store, tmp_path / "crashed")
-    store.close()
+    crashed, results = six_records_crashed(tmp_path)
     path = segment_path(crashed, 0)
     raw = path.read_bytes()
     first, second = results[0].physical_offsets[0], results[1].physical_offsets[0]
     patch_file(path, second, raw[first:second])  # a stale copy of record 0 (same size)
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
-    [warning] = truncation_warnings(logs)
+    again, warning = open_truncated(crashed)
     assert warning["offset"] == second
     assert "says it is at offset 0" in warning["reason"]
     assert again.max_offset == second
@@ -270,9 +274,7 @@ def test_a_bad_blank_tail_is_corrupt(tmp_path: Path) -> None:
         blank_at % SEGMENT,
         (SEGMENT - blank_at - 8).to_bytes(4, "big"),
     )
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
-    [warning] = truncation_warnings(logs)
+    again, warning = open_truncated(crashed)
     assert warning["offset"] == blank_at
     assert "does not end its segment" in warning["reason"]
     assert again.max_offset == blank_at
@@ -294,8 +296,7 @@ def test_blank_tails_survive_an_unclean_stop(tmp_path: Path) -> None:
     crashed = crash_copy(store, tmp_path / "crashed")
     store.close()
     assert len(commitlog_files(crashed)) >= 5
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
+    again, logs = open_logged(crashed)
     assert not truncation_warnings(logs)
     assert snapshot(again) == before
     again.close()
@@ -309,8 +310,7 @@ def test_consume_queues_are_rebuilt_when_their_directory_is_gone(tmp_path: Path)
     maxima = {key: store.queue_max_offset(*key) for key in before}
     store.close()
     shutil.rmtree(tmp_path / "consumequeue")
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(tmp_path, consumequeue_segment_entries=32)
+    again, logs = open_logged(tmp_path, consumequeue_segment_entries=32)
     assert any("rebuilding" in e["event"] for e in logs)
     assert snapshot(again) == before
     assert {key: again.queue_max_offset(*key) for key in before} == maxima
@@ -344,9 +344,7 @@ def test_zero_gap_followed_by_data_is_cut_and_reported(tmp_path: Path) -> None:
     # A lost page in the middle: record 4's bytes never reached the disk, later ones did.
     start, end = results[4].physical_offsets[0], results[5].physical_offsets[0]
     patch_file(segment_path(crashed, start), start, bytes(end - start))
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
-    [warning] = truncation_warnings(logs)
+    again, warning = open_truncated(crashed)
     assert warning["offset"] == start
     assert again.queue_max_offset(TOPIC, 0) == 4
     again.close()
@@ -356,8 +354,7 @@ def test_missing_checkpoint_means_full_validation(tmp_path: Path) -> None:
     before, _ = filled_and_closed(tmp_path, 60)
     for name in ("checkpoint", "checkpoint.bak"):
         (tmp_path / name).unlink(missing_ok=True)
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(tmp_path)
+    again, logs = open_logged(tmp_path)
     recovered = next(e for e in logs if e["event"] == "commitlog recovered")
     assert recovered["clean"] is False and recovered["scanned_from"] == 0
     assert snapshot(again) == before
@@ -372,8 +369,7 @@ def test_damage_while_every_queue_is_rebuilt_leaves_an_entry_naming_it(tmp_path:
         (tmp_path / name).unlink(missing_ok=True)
     victim = before[(TOPIC, 1)][5]
     flip_byte(tmp_path, victim[1] + 100)
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(tmp_path)
+    again, logs = open_logged(tmp_path)
     assert not truncation_warnings(logs)
     assert again.max_offset == end
     assert again.corruption["recovery_quarantined"] == 1
@@ -403,8 +399,7 @@ def test_missing_segment_files_in_the_middle_lose_only_their_records(tmp_path: P
     gone = (int(files[1].name), int(files[3].name))  # the second and third segments
     for path in files[1:3]:
         path.unlink()
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(tmp_path)
+    again, logs = open_logged(tmp_path)
     assert any(f"from offset {gone[0]} to {gone[1]} are missing" in e["event"] for e in logs)
     assert not truncation_warnings(logs)
     assert again.min_offset == 0 and again.max_offset == end
@@ -510,8 +505,7 @@ def test_power_loss_keeps_exactly_what_was_flushed(tmp_path: Path) -> None:
             path.unlink()
         elif start <= flushed < start + SEGMENT:
             patch_file(path, flushed - start, bytes(SEGMENT - (flushed - start)))
-    with structlog.testing.capture_logs() as logs:
-        again = open_store(crashed)
+    again, logs = open_logged(crashed)
     assert not truncation_warnings(logs)
     assert again.max_offset == flushed
     assert snapshot(again) == durable
