@@ -64,6 +64,18 @@ def replica_id(doc: dict[str, Any], node: BrokerNode) -> int:
     return int(next(r["brokerId"] for r in doc["replicas"] if r["address"] == node.address))
 
 
+async def start_pair(
+    cluster: Cluster, boot: Bootstrap, per_broker: list[list[str]] | None = None
+) -> tuple[dict[str, Any], BrokerNode, BrokerNode]:
+    """broker-a of two (:data:`ACK_TIMEOUT`), both in the SyncStateSet: its document, the master
+    and the slave."""
+    cluster.add_group("broker-a", 2, config=ACK_TIMEOUT, per_broker=per_broker)
+    doc = await full_sync_state_set(boot, cluster, size=2)
+    master = node_at(cluster, doc["masterAddress"])
+    slave = next(b for b in cluster.brokers if b is not master)
+    return doc, master, slave
+
+
 async def send_batch(conn: RemotingClient, prefix: str, n: int) -> dict[Key, bytes]:
     """``n`` concurrent all-ack sends; what was acknowledged."""
     bodies = [f"{prefix}-{i}".encode() for i in range(n)]
@@ -87,10 +99,7 @@ async def assert_all_acknowledged_survive(cluster: Cluster, acked: dict[Key, byt
 async def test_a_fake_slave_with_a_stalled_slaves_id_gets_nothing_acknowledged(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    cluster.add_group("broker-a", 2, config=ACK_TIMEOUT)
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    master = node_at(cluster, doc["masterAddress"])
-    slave = next(b for b in cluster.brokers if b is not master)
+    doc, master, slave = await start_pair(cluster, boot)
     await create_topic(boot, master.address, TOPIC)
     conn = await RemotingClient.connect(master.address)
     fake = None
@@ -123,10 +132,7 @@ async def test_a_fake_slave_with_a_stalled_slaves_id_gets_nothing_acknowledged(
 async def test_a_fake_slave_with_an_unregistered_id_does_not_freeze_writes(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    cluster.add_group("broker-a", 2, config=ACK_TIMEOUT)
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    master = node_at(cluster, doc["masterAddress"])
-    slave = next(b for b in cluster.brokers if b is not master)
+    _, master, slave = await start_pair(cluster, boot)
     await create_topic(boot, master.address, TOPIC)
     fake = FakeSlave("127.0.0.1", master.ha_port, 999, "127.0.0.1:1").start()
     conn = await RemotingClient.connect(master.address)
@@ -389,10 +395,7 @@ async def test_hostile_ha_peers_are_refused_closed_counted_and_logged_once(
     kinds; nothing moves the confirm offset or the SyncStateSet; each kind is counted and
     logged once; the group keeps taking writes."""
     ports = [["--metrics-port", str(free_port())] for _ in range(2)]
-    cluster.add_group("broker-a", 2, config=ACK_TIMEOUT, per_broker=ports)
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    master = node_at(cluster, doc["masterAddress"])
-    slave = next(b for b in cluster.brokers if b is not master)
+    doc, master, slave = await start_pair(cluster, boot, per_broker=ports)
     master_id, slave_id = replica_id(doc, master), replica_id(doc, slave)
     await create_topic(boot, master.address, TOPIC)
     conn = await RemotingClient.connect(master.address)
