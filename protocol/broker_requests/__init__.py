@@ -8,7 +8,7 @@ BAD_REQUEST) for a bad one. Pure: no sockets, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -16,7 +16,11 @@ from protocol.fields import FieldError, req_str
 from protocol.remoting import Scalar
 from protocol.retry import group_error
 
-__all__ = ["body_map", "pack_map", "req_group"]
+__all__ = ["body_map", "doc_field", "pack_map", "req_group"]
+
+_T = TypeVar("_T", str, int, float)
+
+_KIND_NAMES: dict[type, str] = {str: "text", int: "an integer", float: "a float"}
 
 
 def req_group(header: Mapping[str, Scalar], name: str = "consumerGroup") -> str:
@@ -40,6 +44,16 @@ def body_map(body: bytes | None, what: str) -> dict[Any, Any]:
     if not isinstance(doc, dict):
         raise FieldError(f"malformed {what}: not a map")
     return doc
+
+
+def doc_field(doc: Mapping[Any, Any], name: str, kind: type[_T], default: _T | None = None) -> _T:
+    """Field ``name`` of an answer's document (:func:`body_map`), exactly of ``kind`` (text, an
+    integer, a float: a boolean is no integer), ``default`` when left out if one is given; else
+    a :class:`~protocol.fields.FieldError` that names it."""
+    value = doc.get(name, default)
+    if type(value) is not kind:
+        raise FieldError(f"{name!r} must be {_KIND_NAMES[kind]}")
+    return value
 
 
 def pack_map(doc: Mapping[Any, Any]) -> bytes:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
+from protocol.broker_requests import doc_field
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, req_str
 from protocol.remoting import Header, Scalar
@@ -63,13 +64,6 @@ class ProducerConnection:
         }
 
 
-def _field(doc: Mapping[str, Any], name: str, kind: type) -> Any:
-    value = doc.get(name)
-    if type(value) is not kind:
-        raise FieldError(f"{name!r} must be {'text' if kind is str else 'an integer'}")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class ProducerConnections:
     """GET_PRODUCER_CONNECTION_LIST's SUCCESS."""
@@ -91,12 +85,12 @@ class ProducerConnections:
         return cls(
             tuple(
                 ProducerConnection(
-                    _field(d, "clientId", str),
-                    _field(d, "address", str),
-                    _field(d, "language", str),
-                    _field(d, "version", str),
-                    _field(d, "protocol", str),
-                    _field(d, "lastHeartbeatMs", int),
+                    doc_field(d, "clientId", str),
+                    doc_field(d, "address", str),
+                    doc_field(d, "language", str),
+                    doc_field(d, "version", str),
+                    doc_field(d, "protocol", str),
+                    doc_field(d, "lastHeartbeatMs", int),
                 )
                 for d in doc
             )

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Final, TypeVar
 
-from protocol.broker_requests import body_map, pack_map
+from protocol.broker_requests import body_map, doc_field, pack_map
 from protocol.codes import RequestCode
 from protocol.fields import FieldError
 from protocol.no_fields import NoFields
@@ -61,13 +61,6 @@ def _role(doc: Mapping[str, Any], *, default: str | None = None) -> bool:
     if role not in _ROLES:
         raise FieldError("'role' must be MASTER or SLAVE")
     return _ROLES[role]
-
-
-def _int(doc: Mapping[str, Any], name: str, default: int | None = None) -> int:
-    value = doc.get(name, default)
-    if type(value) is not int:
-        raise FieldError(f"{name!r} must be an integer")
-    return value
 
 
 def _opt(doc: Mapping[str, Any], name: str, kind: type[_T]) -> _T | None:
@@ -144,7 +137,7 @@ class RuntimeInfo:
             elif f.default is None:
                 values[f.name] = _opt(doc, key, _NIL_KINDS[f.name])
             elif type(f.default) is int:
-                values[f.name] = _int(doc, key, f.default)
+                values[f.name] = doc_field(doc, key, int, f.default)
             else:
                 values[f.name] = _with_default(doc, key, f.default)
         return cls(**values)
@@ -213,7 +206,11 @@ class EpochSpan:
 def _span(doc: Any) -> EpochSpan:
     if not isinstance(doc, dict):
         raise FieldError("an epoch entry must be a map")
-    return EpochSpan(_int(doc, "epoch"), _int(doc, "startOffset"), _int(doc, "endOffset"))
+    return EpochSpan(
+        doc_field(doc, "epoch", int),
+        doc_field(doc, "startOffset", int),
+        doc_field(doc, "endOffset", int),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,11 +247,11 @@ class EpochCache:
         if not isinstance(epochs, list):
             raise FieldError("'epochs' must be a list")
         return cls(
-            broker_id=_int(doc, "brokerId"),
+            broker_id=doc_field(doc, "brokerId", int),
             address=address,
             master=_role(doc),
-            max_offset=_int(doc, "maxOffset"),
-            confirm_offset=_int(doc, "confirmOffset"),
+            max_offset=doc_field(doc, "maxOffset", int),
+            confirm_offset=doc_field(doc, "confirmOffset", int),
             epochs=tuple(map(_span, epochs)),
         )
 
@@ -300,20 +297,6 @@ class GroupStats:
         return {"group": self.group, "topic": self.topic, "consumeTps": self.consume_tps}
 
 
-def _float(doc: Mapping[str, Any], name: str) -> float:
-    value = doc.get(name)
-    if type(value) is not float:
-        raise FieldError(f"{name!r} must be a float")
-    return value
-
-
-def _text(doc: Mapping[str, Any], name: str) -> str:
-    value = doc.get(name)
-    if not isinstance(value, str):
-        raise FieldError(f"{name!r} must be text")
-    return value
-
-
 def _maps(doc: Mapping[str, Any], name: str) -> list[dict[Any, Any]]:
     items = doc.get(name, [])
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
@@ -347,19 +330,23 @@ class StatsData:
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> StatsData:
         doc = body_map(body, "stats data")
         return cls(
-            window_ms=_int(doc, "windowMs", 0),
+            window_ms=doc_field(doc, "windowMs", int, 0),
             topics=tuple(
                 TopicStats(
-                    _text(t, "topic"),
-                    _float(t, "putTps"),
-                    _float(t, "getTps"),
-                    _int(t, "putTotal"),
-                    _int(t, "getTotal"),
+                    doc_field(t, "topic", str),
+                    doc_field(t, "putTps", float),
+                    doc_field(t, "getTps", float),
+                    doc_field(t, "putTotal", int),
+                    doc_field(t, "getTotal", int),
                 )
                 for t in _maps(doc, "topics")
             ),
             groups=tuple(
-                GroupStats(_text(g, "group"), _text(g, "topic"), _float(g, "consumeTps"))
+                GroupStats(
+                    doc_field(g, "group", str),
+                    doc_field(g, "topic", str),
+                    doc_field(g, "consumeTps", float),
+                )
                 for g in _maps(doc, "groups")
             ),
         )
