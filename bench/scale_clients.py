@@ -344,8 +344,10 @@ async def run_columns(cols: list[ClientColumn], args: argparse.Namespace) -> Non
                 f"{args.client_brokers} brokers, a group of {col.members:,} members",
                 flush=True,
             )
+            t0 = time.perf_counter()
             try:
                 await measure(col, args, tmp)
+                print(f"  clients {col.factor}x took {time.perf_counter() - t0:.0f} s", flush=True)
             except (RuntimeError, AssertionError, OSError, TimeoutError, RemotingError) as exc:
                 print(f"  clients {col.factor}x: {exc!r}", flush=True)  # its figures stay empty
         finally:

@@ -11,8 +11,6 @@ loadgroup's own way).
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,26 +20,11 @@ from hypothesis import settings
 
 import remoting.client as client_mod
 from tests.hypothesis_profiles import SUITE
+from tests.support.bytecode import cache_bytecode
 from tests.support.procs import BrokerProc
 
 SPARK_GROUP = "spark"
 """The xdist group of every test that uses the session's ``spark`` (tests/pipeline/conftest.py)."""
-
-
-def cache_bytecode(root: Path) -> None:
-    """Where ``PYTHONDONTWRITEBYTECODE`` is set (container images often set it), have this
-    process and every process the suite starts (xdist workers, daemons, rmqctl, Spark's Python
-    workers) write and read their bytecode under ``var/pycache`` instead: otherwise each of the
-    thousands of daemon and CLI starts compiles every module it imports again (a third of a
-    broker's start-up CPU: 1.0 -> 0.67 s, and 5.1 -> 3.7 s for three controllers and three
-    brokers), and the source tree stays as clean as the setting meant."""
-    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
-        return
-    prefix = str(root / "var" / "pycache")
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    os.environ["PYTHONPYCACHEPREFIX"] = prefix
-    sys.dont_write_bytecode = False
-    sys.pycache_prefix = prefix
 
 
 def pytest_configure(config: pytest.Config) -> None:
