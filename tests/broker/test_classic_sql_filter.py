@@ -11,7 +11,6 @@ broker with enable_property_filter off answers SYSTEM_ERROR saying so (RocketMQ'
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from client.admin import Admin
 from client.producer import Producer
 from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
 from protocol.rocketmq_remoting.message_decoder import decode_stored_messages
-from tests.support.classic import Raw, pull_header
+from tests.support.classic import Raw, consumer_heartbeat, pull_header
 from tests.support.procs import BrokerProc, started
 
 pytestmark = pytest.mark.multiprocess
@@ -35,23 +34,9 @@ def props_of(i: int) -> dict[str, str]:
 
 
 def sql_heartbeat(client_id: str, group: str, expression: str) -> bytes:
-    return json.dumps(
-        {
-            "clientID": client_id,
-            "consumerDataSet": [
-                {
-                    "groupName": group,
-                    "consumeType": "CONSUME_PASSIVELY",
-                    "messageModel": "CLUSTERING",
-                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-                    "subscriptionDataSet": [
-                        {"topic": TOPIC, "subString": expression, "expressionType": "SQL92"}
-                    ],
-                }
-            ],
-            "producerDataSet": [],
-        }
-    ).encode()
+    return consumer_heartbeat(
+        client_id, group, TOPIC, expression, sql92=True, consume_from="CONSUME_FROM_FIRST_OFFSET"
+    )
 
 
 async def _fill(broker: BrokerProc) -> None:

@@ -72,9 +72,21 @@ class Raw:
         self.writer.close()
 
 
-def consumer_heartbeat(client_id: str, group: str, topic: str) -> bytes:
-    """A classic HEART_BEAT body: ``client_id`` consumes every tag of ``topic`` in ``group``
-    (push, clustering), no producer group."""
+def consumer_heartbeat(
+    client_id: str,
+    group: str,
+    topic: str,
+    expression: str = "*",
+    *,
+    sql92: bool = False,
+    consume_from: str = "CONSUME_FROM_LAST_OFFSET",
+) -> bytes:
+    """A classic HEART_BEAT body: ``client_id`` consumes ``topic`` in ``group`` (push,
+    clustering), no producer group; by default every tag, else the tag ``expression`` or, with
+    ``sql92``, that SQL92 expression."""
+    subscription = {"topic": topic, "subString": expression}
+    if sql92:
+        subscription["expressionType"] = "SQL92"
     return json.dumps(
         {
             "clientID": client_id,
@@ -83,8 +95,8 @@ def consumer_heartbeat(client_id: str, group: str, topic: str) -> bytes:
                     "groupName": group,
                     "consumeType": "CONSUME_PASSIVELY",
                     "messageModel": "CLUSTERING",
-                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "subscriptionDataSet": [{"topic": topic, "subString": "*"}],
+                    "consumeFromWhere": consume_from,
+                    "subscriptionDataSet": [subscription],
                 }
             ],
             "producerDataSet": [],
