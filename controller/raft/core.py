@@ -146,6 +146,8 @@ class RaftNode:
         self._election_elapsed = 0
         self._randomized_timeout = config.election_ticks_max
         self._votes: dict[NodeId, bool] = {}
+        self._campaign_transfer = False
+        """Whether the campaign under way was started by a TimeoutNow (its requests say so)."""
         self._leader: Leader | None = None
         self._msgs: list[Message] = []
         self._pending_reads: list[ReadState] = []
@@ -169,6 +171,11 @@ class RaftNode:
         if self._promotable() and self._election_elapsed >= self._randomized_timeout:
             self._election_elapsed = 0
             self._hup(transfer=False)
+        elif self.role is Role.PRE_CANDIDATE or self.role is Role.CANDIDATE:
+            # Ask again every tick those that have not answered: a request lost, or ignored by
+            # a voter that still heard the old leader less than election_ticks_min ticks ago
+            # (its lease), would otherwise cost a whole election timeout (issue 34).
+            self._request_votes(pre=self.role is Role.PRE_CANDIDATE, unanswered_only=True)
 
     def tick_after_stall(self, stalled: int) -> None:
         """``stalled`` ticks passed in which this node could neither hear nor speak (its process
@@ -565,14 +572,21 @@ class RaftNode:
     def _campaign(self, *, pre: bool, transfer: bool) -> None:
         if pre:
             self._become_pre_candidate()
-            vote_term = self.term + 1
         else:
             self._become_candidate()
-            vote_term = self.term
+        self._campaign_transfer = transfer
+        self._request_votes(pre=pre, unanswered_only=False)
+        if pre:
+            self._record_vote(self.id, True)
+
+    def _request_votes(self, *, pre: bool, unanswered_only: bool) -> None:
+        """A (pre-)vote request to every other voter (``unanswered_only``: to those whose
+        answer has not come)."""
+        vote_term = self.term + 1 if pre else self.term
         last_index = self.log.last_index()
         last_term = self.log.last_term()
         for voter in self._conf.current.voters:
-            if voter != self.id:
+            if voter != self.id and not (unanswered_only and voter in self._votes):
                 self.send(
                     VoteRequest(
                         src=self.id,
@@ -581,11 +595,9 @@ class RaftNode:
                         last_log_index=last_index,
                         last_log_term=last_term,
                         pre_vote=pre,
-                        transfer=transfer,
+                        transfer=self._campaign_transfer,
                     )
                 )
-        if pre:
-            self._record_vote(self.id, True)
 
     def _record_vote(self, voter: NodeId, granted: bool) -> None:
         self._votes.setdefault(voter, granted)

@@ -173,6 +173,44 @@ def test_check_quorum_lease_ignores_votes_while_the_leader_is_alive() -> None:
     assert c.process("n2") == []
 
 
+def test_a_pre_vote_ignored_under_the_lease_is_asked_again_on_the_next_tick() -> None:
+    """The leader dies; n2 times out first, while n3 heard the leader less than
+    election_ticks_min ticks ago and ignores the pre-vote (its lease). Once n3's lease ends, n2's
+    next tick asks again and wins (issue 34: it waited a whole election timeout, up to 600 ms of
+    a failover, before asking again)."""
+    c = Cluster(election_ticks_max=30)
+    c.elect("n1")
+    c.crash("n1")
+    n2, n3 = c.nodes["n2"], c.nodes["n3"]
+    while n2.role is Role.FOLLOWER:
+        c.tick("n2")
+    assert n2.role is Role.PRE_CANDIDATE
+    assert n3.lead == "n1" and n3.term == n2.term  # ignored: no answer, no change
+    c.tick("n3", 3)  # election_ticks_min: n3's lease of the dead leader is over
+    assert n3.role is Role.FOLLOWER  # its own timeout (up to 30 ticks) has not come
+    c.tick("n2")
+    assert n2.role is Role.LEADER, n2.role
+
+
+def test_an_unanswered_vote_request_is_sent_again() -> None:
+    """A vote request lost (n3 down when it was sent) is sent again on the candidate's next
+    tick, not after a whole election timeout."""
+    c = Cluster(pre_vote=False)
+    c.elect("n1")
+    c.crash("n1")
+    c.crash("n3")
+    n2 = c.nodes["n2"]
+    while n2.role is Role.FOLLOWER:
+        c.tick("n2")
+    assert n2.role is Role.CANDIDATE
+    c.restart("n3")
+    c.clear_log()
+    c.tick("n2")
+    asked = [m.dst for m in c.sent(VoteRequest) if m.src == "n2"]
+    assert asked == ["n3"]  # and to n1, still down: not delivered
+    assert n2.role is Role.LEADER
+
+
 def test_stale_leader_learns_the_new_term_from_an_append_response() -> None:
     c = Cluster()
     c.elect("n1")
