@@ -14,7 +14,7 @@ from broker.identity import FINAL_NAME
 from protocol.codes import RequestCode, ResponseCode
 from remoting.client import RemotingClient
 from storage.epoch_file import FILE_NAME as EPOCH_FILE
-from tests.support.cluster import BrokerNode, Cluster
+from tests.support.cluster import BrokerNode, Cluster, controllers_started
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
@@ -77,12 +77,8 @@ async def test_corrupt_topic_config_is_one_line_exit_2(
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
+    with controllers_started(tmp_path) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_corrupt_epoch_file_and_identity_file_refuse_to_start(cluster: Cluster) -> None:

@@ -13,17 +13,13 @@ import pytest
 
 from client.bootstrap import Bootstrap
 from tests.cluster import netns
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, controllers_started
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
+    with controllers_started(tmp_path) as c:
         yield c
-    finally:
-        c.thaw_and_stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.alions import create_topic, run_alions
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, controllers_started
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,13 +28,9 @@ COUNT = 6
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
+    with controllers_started(tmp_path) as c:
         c.add_group("broker-a", 1)
         yield c
-    finally:
-        c.stop()
 
 
 def test_what_alions_sends_is_read_by_the_spark_source(

@@ -20,7 +20,7 @@ from pipeline.rows import message_schema
 from protocol.codes import RequestCode
 from remoting.client import RemotingClient
 from tests.cluster.support import create_topic, full_sync_state_set, node_at, route_has_master
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, controllers_started
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -32,17 +32,13 @@ TOPIC = "CommittedT"
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     # Sends do not wait for the slave, and a stalled slave stays in the SyncStateSet for a
     # minute: while it is stopped, the master stores messages it cannot confirm.
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
+    with controllers_started(tmp_path) as c:
         c.add_group(
             "broker-a",
             2,
             config="all_ack_in_sync_state_set = false\nha_max_time_slave_not_catchup_ms = 60000\n",
         )
         yield c
-    finally:
-        c.stop()  # every daemon by its PID (a stopped one is continued first)
 
 
 async def runtime(address: str) -> dict[str, Any]:

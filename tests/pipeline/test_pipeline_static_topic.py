@@ -29,7 +29,7 @@ from client import Producer
 from client.bootstrap import Bootstrap
 from rmqctl.cli import cli
 from tests.cluster.support import sync_state
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, controllers_started
 from tests.support.wait import wait_until, wait_until_async
 
 if TYPE_CHECKING:
@@ -42,14 +42,10 @@ TOPIC = "SparkStatic"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start_controllers()
+    with controllers_started(tmp_path) as c:
         c.add_group("broker-a", 1)
         c.add_group("broker-b", 1)
         yield c
-    finally:
-        c.stop()  # every daemon by its PID
 
 
 def rmqctl(*args: str) -> tuple[int, str]:

@@ -209,3 +209,16 @@ class Cluster:
         return "\n".join(
             f"--- {d.name}\n{d.log()[-2500:]}" for d in [*self.controllers, *self.brokers]
         )
+
+
+@contextlib.contextmanager
+def controllers_started(tmp: Path) -> Iterator[Cluster]:
+    """A :class:`Cluster` under ``tmp`` with its three controllers started (brokers are the
+    caller's to add); every process thawed and ended by its PID after, also when the test
+    fails."""
+    c = Cluster(tmp)
+    try:
+        c.start_controllers()
+        yield c
+    finally:
+        c.thaw_and_stop()
