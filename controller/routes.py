@@ -50,6 +50,9 @@ class RouteTable:
         self._by_topic: dict[str, set[tuple[str, int]]] = {}
         """Topic -> the registrations listing it: a lookup reads only those (issue 34: it
         sorted, expired and filtered every broker's registration per lookup)."""
+        self._by_connection: dict[int, set[tuple[str, int]]] = {}
+        """Connection id -> the registrations made over it: a closed connection reads only
+        those (issue 34: every connection closed, a client's too, walked every broker's)."""
         self.version = 0
         """Moves whenever a route may read differently (a registration new, changed, refreshed
         after it expired, or gone), not on a refresh of a live one: a route built at one
@@ -82,6 +85,10 @@ class RouteTable:
             at_ms=now_ms,
         )
         self._regs[key] = reg
+        if old is None or old.connection_id != connection_id:
+            if old is not None:
+                self._unindex_connection(key, old.connection_id)
+            self._by_connection.setdefault(connection_id, set()).add(key)
         if (
             old is None
             or old.topics != reg.topics
@@ -104,13 +111,22 @@ class RouteTable:
                 if not keys:
                     del self._by_topic[topic]
 
+    def _unindex_connection(self, key: tuple[str, int], connection_id: int) -> None:
+        keys = self._by_connection.get(connection_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_connection[connection_id]
+
     def _drop(self, key: tuple[str, int]) -> None:
-        self._unindex(key, self._regs.pop(key).topics)
+        reg = self._regs.pop(key)
+        self._unindex(key, reg.topics)
+        self._unindex_connection(key, reg.connection_id)
         self.version += 1
 
     def connection_closed(self, connection_id: int) -> list[tuple[str, int]]:
         """Drop the registrations made over this connection; returns their keys, sorted."""
-        gone = sorted(k for k, r in self._regs.items() if r.connection_id == connection_id)
+        gone = sorted(self._by_connection.get(connection_id, ()))
         for key in gone:
             self._drop(key)
         return gone

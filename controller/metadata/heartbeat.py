@@ -267,10 +267,13 @@ class BrokerBindings:
     move a live master's address.
     """
 
-    __slots__ = ("_by_key",)
+    __slots__ = ("_by_connection", "_by_key")
 
     def __init__(self) -> None:
         self._by_key: dict[BrokerKey, _Binding] = {}
+        self._by_connection: dict[int, set[BrokerKey]] = {}
+        """Connection id -> the brokers it holds: a closed connection frees only those (issue
+        34: every connection closed walked every broker's binding)."""
 
     def holder(self, broker_name: str, broker_id: int) -> int | None:
         """The connection id that registered the broker, None when none did (or it closed)."""
@@ -299,11 +302,23 @@ class BrokerBindings:
         return not alive and now_ms - binding.bound_at_ms > hold_ms
 
     def bind(self, broker_name: str, broker_id: int, connection_id: int, now_ms: int) -> None:
-        self._by_key[(broker_name, broker_id)] = _Binding(connection_id, now_ms)
+        key = (broker_name, broker_id)
+        old = self._by_key.get(key)
+        if old is not None and old.connection_id != connection_id:
+            self._unindex(key, old.connection_id)
+        self._by_key[key] = _Binding(connection_id, now_ms)
+        self._by_connection.setdefault(connection_id, set()).add(key)
+
+    def _unindex(self, key: BrokerKey, connection_id: int) -> None:
+        keys = self._by_connection.get(connection_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_connection[connection_id]
 
     def connection_closed(self, connection_id: int) -> list[BrokerKey]:
         """Free the brokers this connection held; returns their keys, sorted."""
-        freed = sorted(k for k, b in self._by_key.items() if b.connection_id == connection_id)
+        freed = sorted(self._by_connection.pop(connection_id, ()))
         for key in freed:
             del self._by_key[key]
         return freed
@@ -312,7 +327,7 @@ class BrokerBindings:
         """Free the brokers (all of the group when None), e.g. after CleanBrokerData."""
         for key in [k for k in self._by_key if k[0] == broker_name]:
             if broker_ids is None or key[1] in broker_ids:
-                del self._by_key[key]
+                self._unindex(key, self._by_key.pop(key).connection_id)
 
 
 def _alive(entry: _Entry | None, now_ms: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from controller.routes import RouteTable
+from tests.metadata.support import CountingDict
 
 
 def masters(name: str) -> tuple[int | None, str | None]:
@@ -98,3 +99,36 @@ def test_registrations_the_state_machine_does_not_vouch_for_are_ignored() -> Non
     assert table().route("U", masters, 600, accept=accept) is None
     doc = table().cluster_info(masters, 600, accept)
     assert [m["address"] for m in doc["clusters"]["C"]] == ["h:1", "h:3"]
+
+
+def test_a_closed_connection_drops_its_registrations_without_walking_the_others() -> None:
+    """Issue 34: every closed connection (a client's too) walked all 2,000 brokers'
+    registrations."""
+    t = RouteTable(expiry_ms=30_000)
+    for i in range(2000):
+        t.register(
+            cluster="c",
+            broker_name=f"g{i // 3}",
+            broker_id=i % 3,
+            address=f"10.0.0.{i}:10911",
+            topics={"T": 8},
+            connection_id=100 + i,
+            now_ms=0,
+        )
+    t.register(  # registered again on a new connection: the old one holds it no more
+        cluster="c",
+        broker_name="g0",
+        broker_id=0,
+        address="10.0.0.0:10911",
+        topics={"T": 8},
+        connection_id=7,
+        now_ms=1,
+    )
+    t._regs = counting = CountingDict(t._regs)
+    assert t.connection_closed(100) == []
+    assert t.connection_closed(101) == [("g0", 1)]
+    assert t.connection_closed(99_999) == []
+    assert counting.walks == 0
+    assert t.get("g0", 1) is None and t.get("g0", 0) is not None
+    assert t.connection_closed(7) == [("g0", 0)]
+    assert len(t) == 1998

@@ -95,3 +95,20 @@ def two_groups() -> ReplicasInfoManager:
         register_group(m, 1, name)
         elect(m, [1], name)
     return m
+
+
+class CountingDict(dict[Any, Any]):
+    """A dict that counts how often it is walked (``items()``, iteration): put in place of a
+    table's dict to show an operation reads only its index."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.walks = 0
+
+    def items(self) -> Any:
+        self.walks += 1
+        return super().items()
+
+    def __iter__(self) -> Any:
+        self.walks += 1
+        return super().__iter__()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from controller.metadata import BrokerBindings
+from tests.metadata.support import CountingDict
 
 HOLD = 3000
 
@@ -40,3 +41,19 @@ def test_a_closed_connection_or_a_clean_frees_the_id() -> None:
     assert b.holder("a", 1) is None and b.holder("b", 1) == 12
     b.forget("b", frozenset({1}))
     assert b.holder("b", 1) is None
+
+
+def test_a_closed_connection_frees_its_brokers_without_walking_the_others() -> None:
+    """Issue 34: every closed connection (a client's too) walked all 2,000 brokers' bindings."""
+    b = BrokerBindings()
+    for i in range(2000):
+        b.bind(f"g{i // 3}", i % 3, 100 + i, 0)
+    b.bind("g0", 0, 7, 5)  # rebound on a new connection: the old one holds it no more
+    b._by_key = counting = CountingDict(b._by_key)
+    assert b.connection_closed(100) == []
+    assert b.connection_closed(101) == [("g0", 1)]
+    assert b.connection_closed(99_999) == []
+    assert counting.walks == 0
+    b.forget("g0")
+    assert b.connection_closed(7) == []  # forgotten: its connection holds nothing
+    assert b.holder("g1", 0) == 103
