@@ -28,18 +28,13 @@ from protocol.rocketmq_v2 import service_pb2_grpc
 from remoting.client import RemotingClient
 from tests.cluster.secured import ROOT, create_root, secured_cluster
 from tests.support.classic import Raw, consumer_heartbeat
+from tests.support.cli import ok_json
 from tests.support.cli import rmqctl_run as rmqctl
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.procs import BrokerProc, free_port, port_open
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-
-def ok_json(*args: str, env: dict[str, str] | None = None) -> Any:
-    done = rmqctl("--json", *args, env=env)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def refused(*args: str, env: dict[str, str] | None = None, status: int = 1) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from client.admin import Admin
 from client.errors import ClientError
 from tests.cluster.support import add_grpc_group
+from tests.support.cli import ok_json
 from tests.support.cli import rmqctl_run as rmqctl
 from tests.support.cluster import Cluster
 from tests.support.official_client import run_script
@@ -49,12 +49,6 @@ finally:
     producer.shutdown()
 print(json.dumps(sent))
 """
-
-
-def ok_json(*args: str) -> Any:
-    done = rmqctl("--json", *args)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def one_line_error(args: list[str], needle: str) -> None:

@@ -10,25 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
 
 from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.producer import Producer
-from tests.support.cli import rmqctl_run
+from tests.support.cli import ok_json, rmqctl_run
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-
-def ok_json(*args: str) -> Any:
-    """``rmqctl --json *args``, which must succeed (the loop waits: nothing runs on it then)."""
-    done = rmqctl_run("--json", *args)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 async def rmqctl_async(*args: str) -> tuple[int, str, str]:

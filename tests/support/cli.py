@@ -46,6 +46,13 @@ def _invoke(args: list[str], env: dict[str, str] | None) -> tuple[int, str, str]
     return result.exit_code, result.stdout, result.stderr
 
 
+def ok_json(*args: str, env: dict[str, str] | None = None) -> Any:
+    """:func:`rmqctl_run` of ``--json *args``, which must succeed: its JSON answer."""
+    done = rmqctl_run("--json", *args, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def rmqctl_json(addresses: str, command: str, *args: str) -> Any:
     """``rmqctl --json <command> -a <addresses> *args``, which must succeed: its JSON answer."""
     code, out, err = rmqctl("--json", command, "-a", addresses, *args)
