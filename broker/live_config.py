@@ -41,6 +41,7 @@ from protocol.broker_requests.broker_config import (
 )
 from protocol.codes import ResponseCode
 from protocol.refusal import RequestRefused
+from storage.small_file import fsync_dir
 
 __all__ = ["LIVE_KEYS", "ConfigRefused", "LiveConfig", "restart_reason", "rewrite_key"]
 
@@ -198,11 +199,7 @@ def rewrite_key(path: Path, key: str, value: Any, note: str) -> None:
             os.close(fd)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise ConfigFileError(f"cannot write {path}: {exc.strerror or exc}") from None
