@@ -232,6 +232,14 @@ async def wait_routed(addresses: str, topic: str, timeout: float = 20) -> None:
         boot.close()
 
 
+async def create_routed(addresses: str, topic: str, queues: int) -> None:
+    """Create ``topic`` through the controllers at ``addresses`` and wait until they route it
+    (:func:`wait_routed`)."""
+    async with Admin(addresses) as admin:
+        await admin.create_topic(topic, queues)
+    await wait_routed(addresses, topic)
+
+
 async def create_topic(boot: Bootstrap, master: str, topic: str, queues: int = 4) -> None:
     """Create ``topic`` on ``master`` and wait until the controllers route it."""
     conn = await RemotingClient.connect(master)

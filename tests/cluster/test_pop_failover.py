@@ -13,14 +13,13 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from client import Producer
-from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.cluster.support import (
+    create_routed,
     new_master,
     node_at,
     synced_master,
-    wait_routed,
     with_one_group,
 )
 from tests.support.cluster import BrokerNode, Cluster
@@ -43,9 +42,7 @@ async def _failover_redelivers_exactly_the_unacked(
     exactly the unacked half. Returns the new master."""
     master = await synced_master(boot, cluster, size=2)
     addresses = cluster.controller_addresses
-    async with Admin(addresses) as admin:
-        await admin.create_topic("T", 2)
-    await wait_routed(addresses, "T")
+    await create_routed(addresses, "T", 2)
     async with Producer(addresses, send_deadline=30) as producer:
         sent = await asyncio.gather(*(producer.send("T", f"m{i}".encode()) for i in range(n)))
     ids = {r.msg_id for r in sent}

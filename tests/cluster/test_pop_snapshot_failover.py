@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from client import Producer
-from client.admin import Admin
 from client.bootstrap import Bootstrap
-from tests.cluster.support import wait_routed, with_one_group
+from tests.cluster.support import create_routed, with_one_group
 from tests.cluster.test_pop_failover import _failover_redelivers_exactly_the_unacked
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.wait import wait_until
@@ -49,9 +48,7 @@ async def test_failover_after_a_snapshot_redelivers_exactly_the_unacked(
 
         wait_until(snapshotted, "a snapshot of the set after the acks", 20, interval=0.1)
         # ... is on the slave once a later all-ack send is (replication keeps log order).
-        async with Admin(cluster.controller_addresses) as admin:
-            await admin.create_topic("Later", 1)
-        await wait_routed(cluster.controller_addresses, "Later")
+        await create_routed(cluster.controller_addresses, "Later", 1)
         async with Producer(cluster.controller_addresses, send_deadline=30) as producer:
             await producer.send("Later", b"after the snapshot")
 

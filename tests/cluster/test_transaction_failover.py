@@ -13,14 +13,13 @@ from collections import Counter
 
 import pytest
 
-from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.simple_consumer import SimpleConsumer
 from client.transaction import TransactionCheck, TransactionProducer, TransactionStatus
 from tests.cluster.support import (
+    create_routed,
     new_master,
     synced_master,
-    wait_routed,
     with_one_group,
 )
 from tests.support.cluster import Cluster
@@ -38,9 +37,7 @@ async def test_commit_after_failover_is_visible_exactly_once(
 ) -> None:
     master = await synced_master(boot, cluster, size=3)
     addresses = cluster.controller_addresses
-    async with Admin(addresses) as admin:
-        await admin.create_topic("T", 2)
-    await wait_routed(addresses, "T")
+    await create_routed(addresses, "T", 2)
 
     def checker(check: TransactionCheck) -> TransactionStatus:
         body = check.body.decode()
