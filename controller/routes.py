@@ -39,6 +39,9 @@ class Registration:
     topics: Mapping[str, int]
     connection_id: int
     at_ms: int
+    raw: bytes | None = None
+    """The request body the topics were read from (None: not given): a broker that sends the
+    same bytes again (every 30 s) need not have them read and checked again."""
 
 
 class RouteTable:
@@ -71,8 +74,10 @@ class RouteTable:
         topics: Mapping[str, int],
         connection_id: int,
         now_ms: int,
+        raw: bytes | None = None,
     ) -> None:
-        """Record (or refresh) a broker's registration; its topic list replaces the old one."""
+        """Record (or refresh) a broker's registration; its topic list replaces the old one.
+        ``raw``: the body ``topics`` was read from (see :meth:`topics_sent_as`)."""
         key = (broker_name, broker_id)
         old = self._regs.get(key)
         reg = Registration(
@@ -80,9 +85,10 @@ class RouteTable:
             broker_name=broker_name,
             broker_id=broker_id,
             address=address,
-            topics=dict(topics),
+            topics=old.topics if old is not None and old.topics == topics else dict(topics),
             connection_id=connection_id,
             at_ms=now_ms,
+            raw=raw,
         )
         self._regs[key] = reg
         if old is None or old.connection_id != connection_id:
@@ -142,7 +148,7 @@ class RouteTable:
         for key in self._by_topic.pop(topic, set()):
             reg = self._regs[key]
             topics = {t: q for t, q in reg.topics.items() if t != topic}
-            self._regs[key] = replace(reg, topics=topics)
+            self._regs[key] = replace(reg, topics=topics, raw=None)  # no longer its body's
         self.version += 1
 
     def expire(self, now_ms: int) -> list[tuple[str, int]]:
@@ -168,6 +174,14 @@ class RouteTable:
 
     def get(self, broker_name: str, broker_id: int) -> Registration | None:
         return self._regs.get((broker_name, broker_id))
+
+    def topics_sent_as(
+        self, broker_name: str, broker_id: int, raw: bytes
+    ) -> Mapping[str, int] | None:
+        """The topics of the broker's registration when it was read from the body ``raw``
+        (byte for byte), else None: a refresh with the same body is not read again."""
+        reg = self._regs.get((broker_name, broker_id))
+        return reg.topics if reg is not None and reg.raw is not None and reg.raw == raw else None
 
     def registrations(self, now_ms: int, accept: Accept = _accept_all) -> list[Registration]:
         """Live registrations that ``accept`` believes, by (broker name, broker id)."""

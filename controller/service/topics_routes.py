@@ -27,6 +27,7 @@ from controller.service.requests import Refused, refuse
 from controller.service.static_topics import static_route
 from controller.service.tasks import BackgroundTasks
 from protocol.codes import ResponseCode
+from protocol.controller_requests.base import req_broker
 from protocol.controller_requests.topics import (
     ClusterInfoQuery,
     RegisterRoutes,
@@ -98,19 +99,25 @@ class TopicRouteHandlers:
         return accept
 
     async def register_routes(self, conn: Connection, req: Frame) -> Frame:
-        ask = RegisterRoutes.parse(req.header, req.body)
-        topics = ask.topics
-        for topic, queues in topics.items():
-            # Routes are built from these: a name or count no broker could have is refused,
-            # never handed to clients (a huge count would make them build huge routes).
-            try:
-                check_topic("topic", topic)
-                check_queues(f"queues of {topic}", queues)
-            except (TypeError, ValueError) as exc:
-                raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
-        name = ask.broker_name
-        broker_id = ask.broker_id
-        address = ask.broker_address
+        broker = req_broker(req.header)
+        name = broker["broker_name"]
+        broker_id = broker["broker_id"]
+        address = broker["broker_address"]
+        body = req.body or b""
+        # A broker sends the same list every 30 s: the same bytes as its registration's were
+        # read and checked then (issue 34: 1.3 ms of CPU for 1,000 topics, each time).
+        topics = self.routes.topics_sent_as(name, broker_id, body)
+        if topics is None:
+            topics = RegisterRoutes.parse(req.header, body).topics
+            for topic, queues in topics.items():
+                # Routes are built from these: a name or count no broker could have is
+                # refused, never handed to clients (a huge count would make them build huge
+                # routes).
+                try:
+                    check_topic("topic", topic)
+                    check_queues(f"queues of {topic}", queues)
+                except (TypeError, ValueError) as exc:
+                    raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc)) from None
         info = self.manager.replica_info(name)
         recorded = info.address_of(broker_id) if info is not None else None
         if recorded and recorded != address:
@@ -120,13 +127,14 @@ class TopicRouteHandlers:
                 f"broker {broker_id} of {name} serves on {recorded}, not {address}",
             )
         self.routes.register(
-            cluster=ask.cluster,
+            cluster=broker["cluster"],
             broker_name=name,
             broker_id=broker_id,
             address=address,
             topics=topics,
             connection_id=self.connections.of(conn),
             now_ms=self.now_ms(),
+            raw=body,
         )
         if self.driver.active and recorded:
             self._reconcile(name, address, topics)
