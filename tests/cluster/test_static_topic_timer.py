@@ -10,6 +10,7 @@ delivered once broker-b acknowledged it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -28,7 +29,8 @@ from tests.support.wait import wait_until_async
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "Reminders"
-DELAY_MS = 4000
+DELAY_MS = 8000
+"""Room for the move before the delivery, on a loaded machine."""
 
 
 def test_a_scheduled_message_due_after_its_queue_moved_is_read_on_the_new_item(
@@ -45,7 +47,7 @@ async def scenario(cluster: Cluster, addrs: str) -> None:
     )
     assert code == 0, err
 
-    # On logical queue 1 (physical queue 1 of broker-a): one message now, one due in 4 s.
+    # On logical queue 1 (physical queue 1 of broker-a): one message now, one due in 8 s.
     due = int(time.time() * 1000) + DELAY_MS
     conn = await RemotingClient.connect(masters["broker-a"])
     try:
@@ -69,7 +71,15 @@ async def scenario(cluster: Cluster, addrs: str) -> None:
         rmqctl, "remapStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "1", "-b", "broker-b"
     )
     assert code == 0, err
-    assert time.time() * 1000 < due, "the move outlasted the delay: nothing was tested"
+    # The move sealed broker-a's item before the delivery: it holds "now" alone (logical end 1).
+    code, out, err = await asyncio.to_thread(
+        rmqctl, "--json", "staticTopicMapping", "-a", addrs, "-t", TOPIC
+    )
+    assert code == 0, err
+    sealed = [i for i in json.loads(out)["queues"][1]["items"] if i["brokerName"] == "broker-a"]
+    assert [i["logicalEnd"] for i in sealed] == [1], (
+        f"the delivery came before the move sealed the queue: nothing was tested ({sealed})"
+    )
 
     got: list[ReceivedMessage] = []
     async with Consumer(addrs, "reminded", TOPIC, suspend_ms=500) as consumer:
