@@ -154,6 +154,16 @@ async def synced_master(boot: Bootstrap, cluster: Cluster, size: int = 3) -> Bro
     return node_at(cluster, doc["masterAddress"])
 
 
+async def master_with_topic(
+    boot: Bootstrap, cluster: Cluster, topic: str, queues: int, size: int = 3
+) -> BrokerNode:
+    """:func:`synced_master`, once ``topic`` is created through the controllers and routed
+    (:func:`create_routed`)."""
+    master = await synced_master(boot, cluster, size)
+    await create_routed(cluster.controller_addresses, topic, queues)
+    return master
+
+
 def node_at(cluster: Cluster, address: str) -> BrokerNode:
     return next(b for b in cluster.brokers if b.address == address)
 

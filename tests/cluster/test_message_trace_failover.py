@@ -17,13 +17,7 @@ from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from client.simple_consumer import PopMessage, SimpleConsumer
-from tests.cluster.support import (
-    create_routed,
-    new_master,
-    synced_master,
-    wait_routed,
-    with_one_group,
-)
+from tests.cluster.support import master_with_topic, new_master, wait_routed, with_one_group
 from tests.support.cluster import Cluster
 from tests.support.procs import rmqctl
 from tests.support.wait import wait_until_async
@@ -76,9 +70,8 @@ async def _one(consumer: SimpleConsumer, invisible: float) -> PopMessage:
 async def test_a_trace_shows_every_step_in_order_across_a_master_kill(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    master = await synced_master(boot, cluster, size=2)
+    master = await master_with_topic(boot, cluster, "T", 1, size=2)
     addresses = cluster.controller_addresses
-    await create_routed(addresses, "T", 1)
     async with Producer(addresses, send_deadline=30) as producer:
         sent = await producer.send("T", b"order 7", keys="order-7")
     async with SimpleConsumer(addresses, "A", "T") as a:

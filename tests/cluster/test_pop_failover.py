@@ -16,10 +16,9 @@ from client import Producer
 from client.bootstrap import Bootstrap
 from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.cluster.support import (
-    create_routed,
+    master_with_topic,
     new_master,
     node_at,
-    synced_master,
     with_one_group,
 )
 from tests.support.cluster import BrokerNode, Cluster
@@ -40,9 +39,8 @@ async def _failover_redelivers_exactly_the_unacked(
     """Pop ``n`` (hidden for ``invisible`` s, long enough to ack half of them), ack every
     other one, (``settle`` the master,) kill -9 the master; the new master must redeliver
     exactly the unacked half. Returns the new master."""
-    master = await synced_master(boot, cluster, size=2)
+    master = await master_with_topic(boot, cluster, "T", 2, size=2)
     addresses = cluster.controller_addresses
-    await create_routed(addresses, "T", 2)
     async with Producer(addresses, send_deadline=30) as producer:
         sent = await asyncio.gather(*(producer.send("T", f"m{i}".encode()) for i in range(n)))
     ids = {r.msg_id for r in sent}

@@ -17,9 +17,8 @@ from client.bootstrap import Bootstrap
 from client.simple_consumer import SimpleConsumer
 from client.transaction import TransactionCheck, TransactionProducer, TransactionStatus
 from tests.cluster.support import (
-    create_routed,
+    master_with_topic,
     new_master,
-    synced_master,
     with_one_group,
 )
 from tests.support.cluster import Cluster
@@ -35,9 +34,8 @@ cluster = with_one_group(3, CONFIG)
 async def test_commit_after_failover_is_visible_exactly_once(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    master = await synced_master(boot, cluster, size=3)
+    master = await master_with_topic(boot, cluster, "T", 2, size=3)
     addresses = cluster.controller_addresses
-    await create_routed(addresses, "T", 2)
 
     def checker(check: TransactionCheck) -> TransactionStatus:
         body = check.body.decode()
