@@ -87,6 +87,17 @@ async def send_batch(conn: RemotingClient, prefix: str, n: int) -> dict[Key, byt
     }
 
 
+async def first_acked_after(conn: RemotingClient, cluster: Cluster) -> Key:
+    """Send b"after" until a send is acknowledged (a dead slave is out of the SyncStateSet), 12 s
+    at the most: its key."""
+    start = time.monotonic()
+    while time.monotonic() - start < 12:
+        code, key = await raw_send(conn, TOPIC, b"after")
+        if code == ResponseCode.SUCCESS and key is not None:
+            return key
+    raise AssertionError(f"writes still fail 12 s after the slave died\n{cluster.logs()}")
+
+
 async def assert_all_acknowledged_survive(cluster: Cluster, acked: dict[Key, bytes]) -> None:
     received = await consume_all(cluster.controller_addresses, TOPIC, set(acked))
     lost = sorted(k for k, body in acked.items() if received.get(k) != body)
@@ -148,14 +159,7 @@ async def test_a_fake_slave_with_an_unregistered_id_does_not_freeze_writes(
         )
 
         slave.kill9()  # the real slave dies: the set must shrink to the master alone
-        killed = time.monotonic()
-        resumed = None
-        while resumed is None and time.monotonic() - killed < 12:
-            code, key = await raw_send(conn, TOPIC, b"after")
-            if code == ResponseCode.SUCCESS and key is not None:
-                resumed = time.monotonic() - killed
-                acked[key] = b"after"
-        assert resumed is not None, f"writes still fail 12 s after the slave died\n{cluster.logs()}"
+        acked[await first_acked_after(conn, cluster)] = b"after"
         state = await sync_state(boot)
         assert state is not None and 999 not in state["syncStateSet"]
     finally:
@@ -202,13 +206,7 @@ async def test_a_refused_expansion_never_blocks_the_shrink_writes_need(
         )
 
         b.kill9()
-        killed = time.monotonic()
-        resumed = None
-        while resumed is None and time.monotonic() - killed < 12:
-            code, key = await raw_send(conn, TOPIC, b"after")
-            if code == ResponseCode.SUCCESS and key is not None:
-                resumed = time.monotonic() - killed
-        assert resumed is not None, f"writes still fail 12 s after the slave died\n{cluster.logs()}"
+        await first_acked_after(conn, cluster)
     finally:
         conn.close()
         await fake.stop()
