@@ -468,12 +468,14 @@ def parse_args() -> argparse.Namespace:
         groups=1,
         columns="1,3",
         lookups=40,
-        window=2.0,
+        window=1.0,
         broker_queues=16,
         broker_groups=4,
         puts=50,
+        offsets_persist_ms=500,
         clients=10,
         members=3,
+        settle=0.5,
     )
     if args.quick:
         args.columns = "1,10"

@@ -287,8 +287,13 @@ async def caught_up(node: BrokerNode, master: str, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
-def broker_toml(cq_entries: int) -> str:
-    return f"consumequeue_segment_entries = {cq_entries}\n"
+def broker_toml(cq_entries: int, offsets_persist_ms: int = 0) -> str:
+    """The brokers' TOML: ConsumeQueue segments of ``cq_entries``; with ``offsets_persist_ms``
+    the consumer offsets persisted that often (0: the broker's default, 5 s)."""
+    toml = f"consumequeue_segment_entries = {cq_entries}\n"
+    if offsets_persist_ms:
+        toml += f"consumer_offset_persist_interval_ms = {offsets_persist_ms}\n"
+    return toml
 
 
 async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> None:
@@ -297,7 +302,7 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
     cluster = Cluster(tmp)
     boot: Bootstrap | None = None
     target: Master | None = None
-    config = broker_toml(args.cq_entries)
+    config = broker_toml(args.cq_entries, args.offsets_persist_ms)
     try:
         cluster.start_controllers()
         boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
@@ -410,7 +415,9 @@ async def run_columns(cols: list[BrokerColumn], args: argparse.Namespace) -> Non
             except (RuntimeError, AssertionError) as exc:  # its figures stay empty
                 print(f"  {col.factor}x: {exc}", flush=True)
         finally:
+            t0 = time.perf_counter()
             shutil.rmtree(tmp, ignore_errors=True)
+            print(f"  {col.factor}x: its files removed in {time.perf_counter() - t0:.1f} s")
 
 
 def print_table(cols: list[BrokerColumn]) -> Worst:
@@ -438,4 +445,11 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logs", default="", help="keep a failed column's logs in this directory")
     parser.add_argument(
         "--cq-entries", type=int, default=1024, help="ConsumeQueue segment entries (20 B each)"
+    )
+    parser.add_argument(
+        "--offsets-persist-ms",
+        type=int,
+        default=0,
+        help="the brokers' consumer_offset_persist_interval_ms (0: their default, 5 s); the "
+        "consumer offsets file is read once persisted",
     )

@@ -255,7 +255,7 @@ async def measure(col: ClientColumn, args: argparse.Namespace, tmp: Path) -> Non
                 assert resp.code == ResponseCode.SUCCESS, resp.header
             finally:
                 conn.close()
-        await asyncio.sleep(2.0)  # the brokers settle after their start
+        await asyncio.sleep(args.settle)  # the brokers settle after their start
         ctl = [c.pid for c in cluster.controllers]
         rss0 = sum(rss_mib(b.pid) for b in brokers)
         fds0 = sum(open_fds(b.pid) for b in brokers)
@@ -277,7 +277,7 @@ async def measure(col: ClientColumn, args: argparse.Namespace, tmp: Path) -> Non
         t0 = time.perf_counter()
         await asyncio.gather(*(connect(c) for c in clients))
         connected = time.perf_counter() - t0
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(args.settle)
         f["memory per connection"] = (
             (sum(rss_mib(b.pid) for b in brokers) - rss0) * 1024 / col.clients
         )
@@ -374,4 +374,11 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-brokers", type=int, default=2, help="broker groups (1 broker)")
     parser.add_argument(
         "--route-refresh", type=float, default=30.0, help="each client's route lookup period, s"
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=2.0,
+        help="seconds the brokers are left to settle after their start and after the clients "
+        "connected, before their memory is read",
     )
