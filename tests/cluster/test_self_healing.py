@@ -169,6 +169,19 @@ async def damaged_master_restarted(
     return victim, ports[cluster.brokers.index(victim)], master
 
 
+async def assert_all_read_and_repaired(
+    cluster: Cluster, bodies: dict[Key, bytes], victim: BrokerNode, port: int, damaged_at: int
+) -> None:
+    """A fresh group reads every message whole, and ``victim`` (its metrics on ``port``) holds
+    the record at ``damaged_at`` intact again, counted as one repair."""
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
+
+    assert len(received) == COUNT, f"{len(received)} of {COUNT} read:\n{cluster.logs()}"
+    assert received == bodies
+    assert record_intact(victim, damaged_at)
+    assert metric(victim, port, "rmq_broker_records_repaired_total") == 1
+
+
 async def test_a_body_byte_flipped_on_the_master_is_repaired_from_a_replica(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
@@ -184,12 +197,7 @@ async def test_a_body_byte_flipped_on_the_master_is_repaired_from_a_replica(
     )
     await make_master(cluster, boot, victim, ids[victim.address])
 
-    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
-
-    assert len(received) == COUNT, f"{len(received)} of {COUNT} read:\n{cluster.logs()}"
-    assert received == bodies
-    assert record_intact(victim, damaged_at)
-    assert metric(victim, port, "rmq_broker_records_repaired_total") == 1
+    await assert_all_read_and_repaired(cluster, bodies, victim, port, damaged_at)
     repaired = [line for line in victim.log().splitlines() if "repaired from broker" in line]
     assert len(repaired) == 1, repaired
     assert re.search(
@@ -208,12 +216,7 @@ async def test_a_damaged_size_field_on_the_master_is_repaired_not_truncated(
     victim, port, _ = await damaged_master_restarted(cluster, boot, ports, [damaged_at], 1)
     await make_master(cluster, boot, victim, ids[victim.address])
 
-    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
-
-    assert len(received) == COUNT, f"{len(received)} of {COUNT} read:\n{cluster.logs()}"
-    assert received == bodies
-    assert record_intact(victim, damaged_at)
-    assert metric(victim, port, "rmq_broker_records_repaired_total") == 1
+    await assert_all_read_and_repaired(cluster, bodies, victim, port, damaged_at)
     assert "truncated" not in victim.log()
 
 
