@@ -131,7 +131,14 @@ class TimerService:
                 f" but the CommitLog ends at {store.max_offset}"
             )
             return
-        start = min(wheel.indexed_through, dispatched)
+        # The timer log holds every timer record below the saved mark (it is fsynced before the
+        # mark is saved: the progress loop, close), so a restart replays from the mark, not from
+        # the timer log's last record: with no scheduled message since, that was the whole
+        # CommitLog at every start. A timer log whose open cut a damaged tail may have lost
+        # records below the mark: then from its end too.
+        start = dispatched
+        if wheel.recovery.truncated_bytes:
+            start = min(wheel.indexed_through, dispatched)
         try:
             self._replay(max(start, store.min_offset))
         except (StoreError, RecordError) as exc:
@@ -169,6 +176,7 @@ class TimerService:
         wheel = self.wheel
         if wheel is None:
             return
+        wheel.flush()  # every timer record below the mark durable before the mark (open)
         self._progress.note(wheel, self._covered(), force=True)
         self._progress.save_if_durable(wheel, self._durable)
         wheel.flush()

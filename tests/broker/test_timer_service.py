@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import structlog
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
@@ -231,3 +232,33 @@ async def test_put_send_admits_a_send_against_one_clock_reading(
         assert int(record.properties[PROP_TIMER_SOURCE_OFFSET]) == result.physical_offsets[1]
     finally:
         await broker.stop()
+
+
+@pytest.mark.parametrize("scheduled", [0, 1])
+async def test_a_clean_restart_replays_the_commitlog_from_the_saved_mark(
+    tmp_path: Path, scheduled: int
+) -> None:
+    """The timer's start replays the CommitLog from its saved mark, not from its log's last
+    record: with no scheduled message (or one long before the end) that was the whole log at
+    every start (issue 34: the start's cost grew with the log, not with what changed)."""
+    cfg = config(tmp_path)
+    broker = Broker(cfg)
+    await broker.start()
+    try:
+        if scheduled:
+            hour = now_ms() + 3_600_000
+            broker.ctx.timer.put_at(Message(topic="T", body=b"later"), "T", 0, hour)
+        for i in range(50):
+            broker.ctx.appender.put("Plain", i % 4, [Message(topic="Plain", body=b"x" * 100)], 100)
+        end = broker.ctx.store.max_offset
+    finally:
+        await broker.stop()
+    again = Broker(dataclasses.replace(cfg, listen="127.0.0.1:0"))
+    with structlog.testing.capture_logs() as logs:
+        await again.start()
+    try:
+        (opened,) = [e for e in logs if e["event"] == "timer opened"]
+        assert opened["replayed_from"] == end, opened
+        assert again.ctx.timer.pending_count == scheduled
+    finally:
+        await again.stop()
