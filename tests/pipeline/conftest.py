@@ -23,6 +23,7 @@ from tests.support.procs import BrokerProc
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +108,26 @@ def rmq(spark: SparkSession, address: str, topic: str, **options: str) -> DataFr
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def rmq_stream(spark: SparkSession, address: str, **options: str) -> DataFrame:
+    """``spark.readStream.format("rmq")`` at the controllers (or lone broker) ``address``, with
+    ``options`` (topic or topicPattern among them)."""
+    reader = spark.readStream.format("rmq").option("controllers", address)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def stream_once(frame: DataFrame, checkpoint: Path, memory: str | None = None) -> StreamingQuery:
+    """``frame`` streamed through what is there now (availableNow) into the memory table
+    ``memory`` (without one, the noop sink), checkpointed in ``checkpoint``: the query, waited
+    for (240 s at most)."""
+    writer = frame.writeStream
+    writer = writer.format("memory").queryName(memory) if memory else writer.format("noop")
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query.awaitTermination(240)
+    return query
 
 
 def small_retention_config(directory: Path) -> Path:

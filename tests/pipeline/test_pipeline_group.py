@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from pipeline.progress import offsets_behind
 from rmqctl.cli import cli as rmqctl
-from tests.pipeline.conftest import fill, produce
+from tests.pipeline.conftest import fill, produce, rmq_stream, stream_once
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
@@ -41,20 +41,15 @@ def test_a_streaming_query_commits_its_offsets_as_its_group(
 ) -> None:
     address = shared_broker.address
     fill(address, "GroupLag", 2, 30)
-    query = (
-        spark.readStream.format("rmq")
-        .option("controllers", address)
-        .option("topic", "GroupLag")
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "10")
-        .option("groupId", "spark-lag")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    frame = rmq_stream(
+        spark,
+        address,
+        topic="GroupLag",
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="10",
+        groupId="spark-lag",
     )
-    query.awaitTermination(240)
+    query = stream_once(frame, tmp_path / "checkpoint")
     assert not query.isActive and query.exception() is None
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert [p["numInputRows"] for p in batches] == [10, 10, 10]

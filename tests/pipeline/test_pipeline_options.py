@@ -19,7 +19,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 from pipeline.options import ReadOptions
 from pipeline.rows import message_schema
 from pipeline.stream_reader import RmqStreamReader
-from tests.pipeline.conftest import fill, produce, rmq
+from tests.pipeline.conftest import fill, produce, rmq, rmq_stream, stream_once
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
@@ -272,19 +272,8 @@ def test_several_topics_by_list_or_pattern(
         read(topicPattern="(")
 
     # Streaming over a pattern: offsets kept by topic in the checkpoint.
-    query = (
-        spark.readStream.format("rmq")
-        .option("controllers", address)
-        .option("topicPattern", "Multi[AB]")
-        .option("startingOffsets", "earliest")
-        .load()
-        .writeStream.format("memory")
-        .queryName("multi_topics")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(240)
+    frame = rmq_stream(spark, address, topicPattern="Multi[AB]", startingOffsets="earliest")
+    query = stream_once(frame, tmp_path / "checkpoint", "multi_topics")
     assert query.exception() is None
     assert per_topic(spark.sql("select topic from multi_topics")) == {"MultiA": 10, "MultiB": 5}
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])

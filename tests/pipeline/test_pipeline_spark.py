@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 from protocol.codes import RequestCode
 from remoting.client import RemotingClient
-from tests.pipeline.conftest import fill, produce, rmq
+from tests.pipeline.conftest import fill, produce, rmq, rmq_stream, stream_once
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until
 
@@ -99,28 +99,17 @@ def test_streaming_available_now_and_restart_from_checkpoint(
     fill(address, "SparkStream", 2, 50)
 
     def stream(**options: str) -> DataFrame:
-        reader = (
-            spark.readStream.format("rmq")
-            .option("controllers", address)
-            .option("topic", "SparkStream")
-            .option("startingOffsets", "earliest")
+        return rmq_stream(
+            spark, address, topic="SparkStream", startingOffsets="earliest", **options
         )
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        return reader.load()
 
     def finish(query: Any) -> list[int]:
         query.awaitTermination(240)
         assert not query.isActive and query.exception() is None
         return [int(p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
 
-    memory = (
-        stream(maxOffsetsPerTrigger="20")
-        .writeStream.format("memory")
-        .queryName("stream_memory")
-        .option("checkpointLocation", str(tmp_path / "memory-checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    memory = stream_once(
+        stream(maxOffsetsPerTrigger="20"), tmp_path / "memory-checkpoint", "stream_memory"
     )
     assert finish(memory) == [20, 20, 10]
     got = spark.sql("select msgId from stream_memory").collect()
@@ -184,13 +173,8 @@ def test_write_then_read_back_batch_and_streaming(
     assert sorted(r["keys"] for r in other) == [f"key{i}" for i in range(30, 40)]
 
     # Streaming write: copy a topic (the read columns that are not message fields are ignored).
-    stream = (
-        spark.readStream.format("rmq")
-        .option("controllers", address)
-        .option("topic", "SparkOut")
-        .option("startingOffsets", "earliest")
-        .load()
-        .select("body", "keys", "tags", "properties")
+    stream = rmq_stream(spark, address, topic="SparkOut", startingOffsets="earliest").select(
+        "body", "keys", "tags", "properties"
     )
     query = (
         stream.writeStream.format("rmq")

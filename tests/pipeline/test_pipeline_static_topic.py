@@ -29,6 +29,7 @@ from client import Producer
 from client.bootstrap import Bootstrap
 from rmqctl.cli import cli
 from tests.cluster.support import sync_state
+from tests.pipeline.conftest import rmq_stream, stream_once
 from tests.support.cluster import Cluster, controllers_started
 from tests.support.wait import wait_until, wait_until_async
 
@@ -116,20 +117,10 @@ def test_spark_reads_a_moved_static_topic_by_logical_queue(
 
     check_rows(read().load().collect(), bodies, seal)
 
-    query = (
-        spark.readStream.format("rmq")
-        .option("controllers", addrs)
-        .option("topic", TOPIC)
-        .option("startingOffsets", "earliest")
-        .option("groupId", "spark-static")
-        .load()
-        .writeStream.format("memory")
-        .queryName("static_memory")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    frame = rmq_stream(
+        spark, addrs, topic=TOPIC, startingOffsets="earliest", groupId="spark-static"
     )
-    query.awaitTermination(240)
+    query = stream_once(frame, tmp_path / "checkpoint", "static_memory")
     assert not query.isActive and query.exception() is None
     check_rows(spark.sql("select * from static_memory").collect(), bodies, seal)
     end = json.loads([p for p in query.recentProgress if p["numInputRows"]][-1]["sources"][0]
