@@ -157,10 +157,10 @@ async def test_a_timeout_now_storm_does_not_move_leadership(cluster: ControllerC
     followers = [i for i in cluster.procs if i != leader]
     socks = {i: socket.create_connection(host_port(cluster.procs[i].address)) for i in followers}
     try:
-        loop = asyncio.get_running_loop()
-        until = loop.time() + 4.0
+        # 200 rounds 20 ms apart: at least 4 s of storm (several election timeouts), 1,600
+        # frames however slow the machine (a count sent within 4 s is a rate, which load lowers).
         sent = 0
-        while loop.time() < until:
+        for _ in range(200):
             for dst in followers:
                 for src in (*followers, "rogue"):
                     if src == dst:
@@ -173,7 +173,6 @@ async def test_a_timeout_now_storm_does_not_move_leadership(cluster: ControllerC
     finally:
         for sock in socks.values():
             sock.close()
-    assert sent > 500
     assert await agreed_leader(addresses) == leader
     after = await terms(cluster)
     assert after == dict.fromkeys(cluster.procs, term), f"terms moved from {term}: {after}"
