@@ -187,11 +187,7 @@ class BrokerLiveTable:
                 self._unindex(key, entry.info.connection_id)
 
     def _unindex(self, key: BrokerKey, connection_id: int) -> None:
-        keys = self._by_connection.get(connection_id)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del self._by_connection[connection_id]
+        _unindex(self._by_connection, key, connection_id)
 
     # Judgements --------------------------------------------------------------------------------
 
@@ -310,11 +306,7 @@ class BrokerBindings:
         self._by_connection.setdefault(connection_id, set()).add(key)
 
     def _unindex(self, key: BrokerKey, connection_id: int) -> None:
-        keys = self._by_connection.get(connection_id)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del self._by_connection[connection_id]
+        _unindex(self._by_connection, key, connection_id)
 
     def connection_closed(self, connection_id: int) -> list[BrokerKey]:
         """Free the brokers this connection held; returns their keys, sorted."""
@@ -328,6 +320,16 @@ class BrokerBindings:
         for key in [k for k in self._by_key if k[0] == broker_name]:
             if broker_ids is None or key[1] in broker_ids:
                 self._unindex(key, self._by_key.pop(key).connection_id)
+
+
+def _unindex(index: dict[int, set[BrokerKey]], key: BrokerKey, connection_id: int) -> None:
+    """Take ``key`` out of ``connection_id``'s set in a connection index (the set goes when
+    empty)."""
+    keys = index.get(connection_id)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[connection_id]
 
 
 def _alive(entry: _Entry | None, now_ms: int) -> bool:
