@@ -41,13 +41,19 @@ from storage.index.service import KeyIndex
 from storage.queues import ConsumeQueues
 from storage.recovery import recover
 from storage.replica_bytes import is_record_boundary
-from storage.small_file import fsync_dir
+from storage.segment import Segment
+from storage.small_file import fsync_dir, syncfs
 from storage.store_config import StoreConfig
 from storage.tracker import FileTracker
 
 __all__ = ["StoreFiles"]
 
 log = structlog.get_logger(__name__)
+
+SYNCFS_FROM = 256
+"""Tracked files and directories from which a flush makes them durable with one ``syncfs``
+of their file system rather than an fsync each (it also writes back whatever else is dirty
+there, so not for a few)."""
 
 
 class StoreFiles:
@@ -267,11 +273,25 @@ class StoreFiles:
 
     def _sync_tracked(self) -> None:
         files, dirs = self.tracker.take()
+        if len(files) + len(dirs) >= SYNCFS_FROM and self._syncfs(files, dirs):
+            return
         for seg in files:
             seg.fsync()
         for directory in dirs:
             with contextlib.suppress(FileNotFoundError):
                 fsync_dir(directory)
+
+    def _syncfs(self, files: list[Segment], dirs: list[Path]) -> bool:
+        """Many files and directories to make durable (new queues: each a file and a
+        directory): one ``syncfs`` of each file system they are on instead of an fsync each
+        (50,000 new queues took the flush minutes). False where the system has none."""
+        by_device: dict[int, Path] = {}
+        for path in [*(seg.path for seg in files), *dirs]:
+            try:
+                by_device.setdefault(os.stat(path).st_dev, path)
+            except FileNotFoundError:
+                continue  # deleted since it was marked: nothing to make durable
+        return all(syncfs(path) for path in by_device.values())
 
     def _write_checkpoint(self, *, force: bool = False) -> None:
         """Persist (flushed offset, confirm offset); caller holds the flush lock or is opening."""
