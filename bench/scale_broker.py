@@ -358,7 +358,12 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         await caught_up(slave, master.address, 120)
         await answers(slave, col, want, 120)
         col.step("slave in step")
-        slave.stop()
+        # A clean stop flushes what the slave has not yet: waited for (SIGKILL only past 300 s),
+        # or the start after it would be one after kill -9.
+        code = slave.stop(timeout=300)
+        col.step("slave clean stop")
+        if code != 0:
+            print(f"  {col.factor}x: the slave's stop was not clean (exit {code})", flush=True)
         slave.start()
         f["startup after clean stop"] = await answers(slave, col, want, 300)
         col.step("clean restart")
