@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -18,16 +17,13 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.message import iter_records
 from remoting.client import RemotingClient
 from tests.cluster.support import pulls_waiting
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker
 from tests.support.wait import stays_async, wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    with started(BrokerProc(tmp_path_factory.mktemp("broker-process"))) as proc:
-        yield proc
+broker = module_broker("broker-process")
 
 
 async def send(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,17 +35,14 @@ from protocol.rocketmq_remoting.codes import ResponseCode as ClassicResponse
 from remoting.client import RemotingClient
 from tests.support.classic import Raw, pull_header
 from tests.support.messages import fill
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    """One broker for the tests that do not restart it, each on a topic of its own."""
-    with started(BrokerProc(tmp_path_factory.mktemp("offset-reset"))) as proc:
-        yield proc
+# One broker for the tests that do not restart it, each on a topic of its own.
+broker = module_broker("offset-reset")
 
 
 async def _reset(conn: RemotingClient, ask: ResetOffset) -> OffsetsReset:

@@ -11,7 +11,6 @@ import asyncio
 import base64
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -30,15 +29,12 @@ from protocol.timer import TIMER_TOPIC
 from protocol.transaction import HALF_TOPIC
 from remoting.client import RemotingClient
 from tests.support.messages import fill
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker
 
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    with started(BrokerProc(tmp_path_factory.mktemp("pop-process"))) as proc:
-        yield proc
+broker = module_broker("pop-process")
 
 
 async def _receive_until(

@@ -6,7 +6,7 @@ kills the broker starts its own."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,16 +17,13 @@ from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from tests.client import receiving
 from tests.support.messages import FAST_CONSUMER
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    with started(BrokerProc(tmp_path_factory.mktemp("client-broker"))) as proc:
-        yield proc
+broker = module_broker("client-broker")
 
 
 async def create_topic(broker: BrokerProc, topic: str, queues: int = 4) -> None:

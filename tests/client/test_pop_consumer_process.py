@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,16 +20,13 @@ from client.message import ReceivedMessage
 from client.progress import ProgressAdmin
 from client.simple_consumer import PopMessage
 from tests.support.messages import dead_lettered, fill
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    with started(BrokerProc(tmp_path_factory.mktemp("pop-consumer"))) as proc:
-        yield proc
+broker = module_broker("pop-consumer")
 
 
 def _pop_member(address: str, group: str, topic: str, **kw: Any) -> Consumer:

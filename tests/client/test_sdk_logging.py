@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.procs import ROOT, BrokerProc, started
+from tests.support.procs import ROOT, BrokerProc, module_broker
 
 pytestmark = pytest.mark.multiprocess
 
@@ -56,10 +55,7 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    with started(BrokerProc(tmp_path_factory.mktemp("sdklog"))) as proc:
-        yield proc
+broker = module_broker("sdklog")
 
 
 def run_script(broker: BrokerProc, tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from client.admin import Admin
 from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.support.official_client import client_env, npm_modules, run_to_end
-from tests.support.procs import ROOT, GrpcBrokerProc, started
+from tests.support.procs import ROOT, GrpcBrokerProc, module_broker
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -28,10 +27,7 @@ TOPIC = "GrpcNodeTopic"
 PACKAGE = ROOT / "tests" / "nodejs"
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcBrokerProc]:
-    with started(GrpcBrokerProc(tmp_path_factory.mktemp("grpc-node"))) as proc:
-        yield proc
+broker = module_broker("grpc-node", GrpcBrokerProc)
 
 
 async def test_nodejs_producer_and_simple_consumer(broker: GrpcBrokerProc, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
 from tests.cluster.support import long_polling_receive, receive_some
 from tests.support.official_client import run_to_end
-from tests.support.procs import BrokerProc, GrpcBrokerProc, started
+from tests.support.procs import BrokerProc, GrpcBrokerProc, module_broker, started
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -142,10 +142,7 @@ print(json.dumps({"seen": seen, "done": sorted(done), "fifo": consumer.fifo}))
 """
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcBrokerProc]:
-    with started(GrpcBrokerProc(tmp_path_factory.mktemp("grpc-consume"))) as proc:
-        yield proc
+broker = module_broker("grpc-consume", GrpcBrokerProc)
 
 
 @pytest.fixture

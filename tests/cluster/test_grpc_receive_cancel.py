@@ -12,7 +12,7 @@ yield for good, and the message stayed hidden for the receive's 60 s."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -25,7 +25,7 @@ from client.simple_consumer import SimpleConsumer
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from tests.cluster.support import long_polling_receive, receive_some
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -53,10 +53,7 @@ class _AnswerHeld(MessagingService):
             yield response
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    with started(BrokerProc(tmp_path_factory.mktemp("grpc-cancel"))) as proc:
-        yield proc
+broker = module_broker("grpc-cancel")
 
 
 async def test_a_receive_cancelled_after_its_pop_came_back_hands_the_message_back(

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.rmqctl.test_rmqctl_cli import invoke
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker
 
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    with started(BrokerProc(tmp_path_factory.mktemp("rmqctl-groups"))) as proc:
-        yield proc
+broker = module_broker("rmqctl-groups")
 
 
 def rmqctl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,9 +14,9 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tests.support.wait import wait_until
 
@@ -330,6 +330,21 @@ def started(proc: B) -> Iterator[B]:
         yield proc
     finally:
         proc.stop()
+
+
+def module_broker(name: str, make: Callable[[Path], BrokerProc] = BrokerProc) -> Any:
+    """A module's ``broker`` fixture (``broker = module_broker("pop-process")``): one broker,
+    ``make`` of a temporary directory named ``name``, started for all the module's tests (module
+    scope: they then run on one xdist worker, tests/conftest.py) and stopped by its PID after
+    them. Only for tests that each use topics and groups of their own and restart nothing."""
+    import pytest  # here, not at the top: bench/ imports this module outside pytest
+
+    @pytest.fixture(name="broker", scope="module")
+    def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
+        with started(make(tmp_path_factory.mktemp(name))) as proc:
+            yield proc
+
+    return shared
 
 
 class GrpcBrokerProc(BrokerProc):
