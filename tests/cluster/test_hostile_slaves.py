@@ -88,14 +88,17 @@ async def send_batch(conn: RemotingClient, prefix: str, n: int) -> dict[Key, byt
 
 
 async def first_acked_after(conn: RemotingClient, cluster: Cluster) -> Key:
-    """Send b"after" until a send is acknowledged (a dead slave is out of the SyncStateSet), 12 s
-    at the most: its key."""
+    """Send b"after" until a send is acknowledged (a dead slave is out of the SyncStateSet): its
+    key. 60 s only bound a hang (a dead slave leaves the set once the controllers judge it dead,
+    a 1 s heartbeat timeout, and each send meanwhile waits ACK_TIMEOUT at most); the time it took
+    is printed."""
     start = time.monotonic()
-    while time.monotonic() - start < 12:
+    while time.monotonic() - start < 60:
         code, key = await raw_send(conn, TOPIC, b"after")
         if code == ResponseCode.SUCCESS and key is not None:
+            print(f"writes resumed {time.monotonic() - start:.1f} s after the slave died")
             return key
-    raise AssertionError(f"writes still fail 12 s after the slave died\n{cluster.logs()}")
+    raise AssertionError(f"writes still fail 60 s after the slave died\n{cluster.logs()}")
 
 
 async def assert_all_acknowledged_survive(cluster: Cluster, acked: dict[Key, bytes]) -> None:
