@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery
 from remoting.client import RemotingClient
 from tests.controller.support import FakeBroker, ServiceCluster
+from tests.metadata.support import CountingDict
 
 CONFIG: dict[str, Any] = {
     "route_expiry_ms": 600_000,
@@ -38,30 +38,6 @@ CONFIG: dict[str, Any] = {
 }
 TOPIC = "RouteScaleTopic"
 LOOKUPS = 300
-
-
-class CountingRegs(dict[Any, Any]):
-    """The route table's registrations, counting the ones read: each key iterated or looked
-    up, each entry of items() or values()."""
-
-    reads = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        for key in super().__iter__():
-            self.reads += 1
-            yield key
-
-    def __getitem__(self, key: Any) -> Any:
-        self.reads += 1
-        return super().__getitem__(key)
-
-    def items(self) -> Any:
-        self.reads += len(self)
-        return super().items()
-
-    def values(self) -> Any:
-        self.reads += len(self)
-        return super().values()
 
 
 async def add_groups(
@@ -116,7 +92,7 @@ def reads_per_route(node: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, in
         infos += len(found)
         return found
 
-    counting = CountingRegs(routes._regs)
+    counting = CountingDict(routes._regs)
     routes._regs = counting
     with monkeypatch.context() as patch:
         patch.setattr(ReplicasInfoManager, "replica_info", one)

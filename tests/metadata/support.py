@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from controller.metadata import (
@@ -98,17 +98,31 @@ def two_groups() -> ReplicasInfoManager:
 
 
 class CountingDict(dict[Any, Any]):
-    """A dict that counts how often it is walked (``items()``, iteration): put in place of a
-    table's dict to show an operation reads only its index."""
+    """A dict that counts how often it is walked (``items()``, ``values()``, iteration) and the
+    entries read (each key iterated or looked up with ``[]``, each entry of ``items()`` and
+    ``values()``): put in place of a table's dict to show an operation reads only its index."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.walks = 0
+        self.reads = 0
 
     def items(self) -> Any:
         self.walks += 1
+        self.reads += len(self)
         return super().items()
 
-    def __iter__(self) -> Any:
+    def values(self) -> Any:
         self.walks += 1
-        return super().__iter__()
+        self.reads += len(self)
+        return super().values()
+
+    def __iter__(self) -> Iterator[Any]:
+        self.walks += 1
+        for key in super().__iter__():
+            self.reads += 1
+            yield key
+
+    def __getitem__(self, key: Any) -> Any:
+        self.reads += 1
+        return super().__getitem__(key)

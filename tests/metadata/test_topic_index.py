@@ -9,12 +9,11 @@ same one group among 20 and among 2,000; the times are printed, not asserted."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 from controller.metadata import ApplyBrokerId, ReplicasInfoManager, encode_event
 from controller.metadata.events import CleanBrokerData, DeleteTopic, UpdateTopic
 from controller.state_machine import MetadataStateMachine
+from tests.metadata.support import CountingDict
 
 
 def with_groups(groups: int, topics_each: int = 1) -> MetadataStateMachine:
@@ -35,24 +34,9 @@ def with_groups(groups: int, topics_each: int = 1) -> MetadataStateMachine:
     return sm
 
 
-class CountingGroups(dict[str, Any]):
-    """The manager's group table, counting the groups read: each key iterated or looked up."""
-
-    reads = 0
-
-    def __iter__(self) -> Iterator[str]:
-        for name in super().__iter__():
-            self.reads += 1
-            yield name
-
-    def __getitem__(self, name: str) -> Any:
-        self.reads += 1
-        return super().__getitem__(name)
-
-
 def groups_read(manager: ReplicasInfoManager, topic: str) -> int:
     """The groups one topic_queues(topic) reads."""
-    counting = CountingGroups(manager._groups)
+    counting = CountingDict(manager._groups)
     manager._groups = counting
     try:
         manager.topic_queues(topic)
