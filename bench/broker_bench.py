@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sdk_phases, smoke
 from protocol.codes import RequestCode, ResponseCode
+from protocol.idempotence import SEQ_FIELD, pack_producer_seq
 from protocol.message import iter_records
 from protocol.pull import PullFound, PullRequest, decode_pull_answer
 from protocol.remoting import Scalar
@@ -116,9 +117,7 @@ async def send_requests(
             t0 = time.perf_counter()
             header: dict[str, Scalar] = {"topic": topic, "queueId": i % queues}
             if producer_id is not None:
-                header["producerId"] = producer_id
-                header["producerEpoch"] = 0
-                header["sequence"] = i // queues
+                header[SEQ_FIELD] = pack_producer_seq(producer_id, 0, i // queues)
             resp = await conn.request(code, header, payload, timeout)
             if resp.code != ResponseCode.SUCCESS:
                 raise SystemExit(f"{failed}: {resp.code} {resp.header}")

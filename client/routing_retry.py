@@ -38,6 +38,7 @@ from client.routes import MessageQueue, RouteCache, TopicRoute
 from client.sequencer import Lane, Sequencer
 from protocol.codes import ResponseCode
 from protocol.fifo import group_queue
+from protocol.idempotence import SEQ_FIELD, pack_producer_seq
 from protocol.remoting import Frame, Header
 from remoting.client import ConnectionPool, RemotingClient
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError
@@ -341,9 +342,7 @@ class SendRouter:
                             if taken is None:
                                 taken = await self._sequence(lane, deadline)
                             held = (lane, taken)
-                        header["producerId"] = seqr.producer_id
-                        header["producerEpoch"] = seqr.epoch
-                        header["sequence"] = held[1]
+                        header[SEQ_FIELD] = pack_producer_seq(seqr.producer_id, seqr.epoch, held[1])
                 except NoRouteError as exc:  # a route with no master, or no route yet
                     last = exc
                 else:

@@ -3,9 +3,11 @@
 
 A producer with an id from the controllers (and an epoch that rises each time the same id is
 taken up again) numbers its requests per (topic, queue): each SEND_MESSAGE or
-SEND_BATCH_MESSAGE to a queue carries the next ``sequence`` of that queue in three header
-fields, ``producerId``, ``producerEpoch`` and ``sequence`` (:class:`ProducerSeq`); a retry of
-the request carries the same three. The broker stores them in every record of the request as
+SEND_BATCH_MESSAGE to a queue carries the next ``sequence`` of that queue, with the id and the
+epoch, in one binary header field, ``producerSeq`` (:data:`SEQ_FIELD`: ``>QIQ``, 20 bytes:
+id, epoch, sequence; :class:`ProducerSeq`); a retry of the request carries the same. The three
+integer fields ``producerId``, ``producerEpoch`` and ``sequence`` that SDKs before it sent are
+read too (:meth:`ProducerSeq.parse`). The broker stores them in every record of the request as
 the property :data:`PROP_PRODUCER_SEQ`, ``"<id>.<epoch>.<sequence>.<index>.<count>"`` (the
 record's place in its request and the request's size), so a slave holds them and a new master
 rebuilds the state below from the records themselves.
@@ -62,6 +64,9 @@ __all__ = [
     "MAX_SEQUENCE",
     "PART_BYTES",
     "PROP_PRODUCER_SEQ",
+    "SEQ_FIELD",
+    "SEQ_FIELD_BYTES",
+    "SEQ_FIELD_LAYOUT",
     "SEQ_PROPERTY_HEAD",
     "SNAPSHOT_TOPIC",
     "WINDOW",
@@ -78,6 +83,7 @@ __all__ = [
     "decode_snapshot",
     "decode_snapshot_part",
     "encode_snapshot",
+    "pack_producer_seq",
     "parse_record_seq",
     "record_seq_value",
     "seq_head",
@@ -106,7 +112,11 @@ _SNAPSHOT_VERSION: Final = 1
 _NEEDLE: Final = PROP_PRODUCER_SEQ.encode() + b"\x01"
 _PREFIX: Final = struct.Struct(">II")
 
-_HEADER_FIELDS: Final = ("producerId", "producerEpoch", "sequence")
+SEQ_FIELD: Final = "producerSeq"
+"""The header field of an idempotent producer's request: its producer id, epoch and sequence
+packed as :data:`SEQ_FIELD_LAYOUT`."""
+SEQ_FIELD_LAYOUT: Final = struct.Struct(">QIQ")
+SEQ_FIELD_BYTES: Final = SEQ_FIELD_LAYOUT.size
 
 
 # -- what a send carries ------------------------------------------------------------------------
@@ -147,25 +157,47 @@ class ProducerSeq(_SeqFields):
         return cls(producer_id, epoch, sequence)  # type: ignore[arg-type]  # checked above
 
     def add_to(self, header: dict[str, Any]) -> None:
-        """Write the three header fields into ``header``."""
-        header["producerId"] = self.producer_id
-        header["producerEpoch"] = self.epoch
-        header["sequence"] = self.sequence
+        """Write the request's :data:`SEQ_FIELD` into ``header``."""
+        header[SEQ_FIELD] = SEQ_FIELD_LAYOUT.pack(self[0], self[1], self[2])
+
+    @classmethod
+    def unpack(cls, value: object) -> ProducerSeq:
+        """The value of a :data:`SEQ_FIELD`; a :class:`FieldError` when it is not one."""
+        if type(value) is not bytes or len(value) != SEQ_FIELD_BYTES:
+            raise FieldError(
+                f"header field {SEQ_FIELD!r} must be {SEQ_FIELD_BYTES} bytes: producer id, "
+                "epoch, sequence (>QIQ)"
+            )
+        pid, epoch, seq = SEQ_FIELD_LAYOUT.unpack(value)
+        return cls.checked(pid, epoch, seq)
 
     @classmethod
     def parse(cls, header: Mapping[str, object]) -> ProducerSeq | None:
-        """The fields of a request header: None when it has none of them; a
-        :class:`FieldError` when it has some but not all, or a bad value."""
+        """The request's :data:`SEQ_FIELD`, or the three integer fields of SDKs before it:
+        None when it has none of them; a :class:`FieldError` when it has some of the three but
+        not all, both forms, or a bad value."""
+        packed = header.get(SEQ_FIELD)
         pid = header.get("producerId")
         epoch = header.get("producerEpoch")
         seq = header.get("sequence")
         if pid is None and epoch is None and seq is None:
-            return None
+            return None if packed is None else cls.unpack(packed)
+        if packed is not None:
+            raise FieldError(
+                f"an idempotent send carries {SEQ_FIELD} or producerId, producerEpoch and "
+                "sequence, not both"
+            )
         if pid is None or epoch is None or seq is None:
             raise FieldError(
                 "an idempotent send carries all of producerId, producerEpoch and sequence"
             )
         return cls.checked(pid, epoch, seq)
+
+
+def pack_producer_seq(producer_id: int, epoch: int, sequence: int) -> bytes:
+    """The :data:`SEQ_FIELD` value of a request (what :meth:`ProducerSeq.add_to` writes), for
+    a sender that holds the three apart (the SDK's router)."""
+    return SEQ_FIELD_LAYOUT.pack(producer_id, epoch, sequence)
 
 
 def record_seq_value(seq: ProducerSeq, index: int, count: int) -> str:

@@ -11,7 +11,7 @@ Byte layout of one frame on the wire::
     code    request code (requests) or response code (responses), see codes.py
     opaque  correlation id; a response carries its request's opaque
     flags   bit 0: oneway (no response expected)
-    header  map of str to scalars (str, int, float, bool, nil)
+    header  map of str to scalars (str, int, float, bool, bin, nil)
     body    bytes or nil
 
 :class:`FrameDecoder` buffers at most one frame's worth of bytes; a length above
@@ -35,11 +35,11 @@ KIND_RESPONSE: Final = 1
 FLAG_ONEWAY: Final = 1
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 
-Scalar = str | int | float | bool | None
+Scalar = str | int | float | bool | bytes | None
 Header = dict[str, Scalar]
 
 _LEN = struct.Struct(">I")
-_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+_SCALAR_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 class ProtocolError(Exception):

@@ -163,7 +163,7 @@ class SendService:
                 raise SendRefused(
                     ResponseCode.IDEMPOTENCE_OFF,
                     f"topic {topic} takes no idempotent producers' fields (the broker's "
-                    "idempotence_off_topics): send without producerId, producerEpoch, sequence",
+                    "idempotence_off_topics): send without producerSeq",
                 )
             window = self.sequences.next_window(topic, queue_id, seq)
             if window is None:  # not merely the next request of its queue: the whole check

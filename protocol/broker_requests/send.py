@@ -5,14 +5,16 @@ Requests (header fields; ``?`` may be left out)::
 
     SEND_MESSAGE 10          topic, queueId? (-1: the broker picks), keys?, tags?,
                              properties? (the record's property text), flag?,
-                             bornTimestamp?, bornHost?, producerId? producerEpoch? sequence?;
+                             bornTimestamp?, bornHost?, producerSeq?;
                              body: the message body
-    SEND_BATCH_MESSAGE 320   topic, queueId?, producerId? producerEpoch? sequence?; body: a
+    SEND_BATCH_MESSAGE 320   topic, queueId?, producerSeq?; body: a
                              msgpack array of maps, each with a non-empty binary ``body`` and
                              keys?, tags?, properties? (a map of strings), bornTimestamp?
 
-``producerId``, ``producerEpoch`` and ``sequence`` come all three or none: an idempotent
-producer's request (:class:`~protocol.idempotence.ProducerSeq`, docs/idempotence.md).
+``producerSeq`` (20 bytes, ``>QIQ``: producer id, epoch, sequence) marks an idempotent
+producer's request (:class:`~protocol.idempotence.ProducerSeq`, docs/idempotence.md); the three
+integer fields ``producerId``, ``producerEpoch`` and ``sequence`` of SDKs before it are read
+too (all three or none).
 
 SUCCESS answers: a send's ``msgId``, ``queueId``, ``queueOffset``, ``brokerName``
 (:class:`SendAnswer`); a batch's ``queueId``, ``queueOffset`` (of its first message),
@@ -34,11 +36,12 @@ from mypy_extensions import mypyc_attr
 
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
-from protocol.idempotence import MAX_EPOCH, MAX_PRODUCER_ID, MAX_SEQUENCE, ProducerSeq
+from protocol.idempotence import SEQ_FIELD, SEQ_FIELD_BYTES, SEQ_FIELD_LAYOUT, ProducerSeq
 from protocol.message import Message, decode_properties
 from protocol.remoting import Header, Scalar
 
 _new_tuple = tuple.__new__
+_unpack_seq = SEQ_FIELD_LAYOUT.unpack
 
 __all__ = ["PackedBatch", "SendAnswer", "SendBatchAnswer", "SendBatchRequest", "SendRequest"]
 
@@ -116,25 +119,22 @@ class SendRequest(_SendFields):
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> SendRequest:
         topic = req_str(header, "topic")
         n = len(header)
-        if n == 2 or n == 5:  # topic and queueId (and an idempotent producer's fields)
+        if n == 2 or n == 3:  # topic and queueId (and an idempotent producer's field)
             queue_id = header.get("queueId")
             if type(queue_id) is int:
                 if n == 2:  # nothing optional: the common case
                     return _new_tuple(
                         cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", None)
                     )
-                pid = header.get("producerId")
-                epoch = header.get("producerEpoch")
-                seq = header.get("sequence")
+                packed = header.get(SEQ_FIELD)
                 if (
-                    type(pid) is int
-                    and type(epoch) is int
-                    and type(seq) is int
-                    and 0 <= pid <= MAX_PRODUCER_ID
-                    and 0 <= epoch <= MAX_EPOCH
-                    and 0 <= seq <= MAX_SEQUENCE
+                    type(packed) is bytes
+                    and len(packed) == SEQ_FIELD_BYTES
+                    and packed[0] < 0x80  # unsigned fields: in range unless their top bit is set
+                    and packed[8] < 0x80
+                    and packed[12] < 0x80
                 ):
-                    producer = _new_tuple(ProducerSeq, (pid, epoch, seq))
+                    producer = _new_tuple(ProducerSeq, _unpack_seq(packed))
                     return _new_tuple(
                         cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", producer)
                     )

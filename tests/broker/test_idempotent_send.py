@@ -18,7 +18,7 @@ import pytest
 from broker.send.idempotence import _STEP_BYTES
 from client.producer import Producer
 from protocol.codes import RequestCode, ResponseCode
-from protocol.idempotence import PROP_PRODUCER_SEQ, WINDOW
+from protocol.idempotence import PROP_PRODUCER_SEQ, SEQ_FIELD, WINDOW, ProducerSeq
 from protocol.message import MessageRecord, encode_properties, iter_records
 from protocol.remoting import Frame, Scalar
 from protocol.timer import PROP_TIMER_DELAY_MS
@@ -102,6 +102,34 @@ async def test_a_retry_answers_the_stored_offsets_and_stores_nothing(broker: Bro
         assert records[0].producer_seq == "7.0.0.0.1"
         assert records[3].producer_seq == "7.0.1.2.3"
         assert PROP_PRODUCER_SEQ not in records[0].properties  # the broker's, not the message's
+    finally:
+        conn.close()
+
+
+async def test_producer_seq_and_the_three_fields_of_earlier_sdks_name_the_same_request(
+    broker: BrokerProc,
+) -> None:
+    # The SDK sends one binary field, producerSeq; SDKs before it sent three integers.
+    conn = await RemotingClient.connect(broker.address)
+    try:
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 1})
+        packed: dict[str, Scalar] = {"topic": T, "queueId": 0}
+        ProducerSeq(11, 0, 0).add_to(packed)
+        first = await conn.request(RequestCode.SEND_MESSAGE, packed, b"p")
+        assert first.code == ResponseCode.SUCCESS, first.header
+        legacy = await send(conn, b"p", 11, 0, 0)
+        assert legacy.code == ResponseCode.SUCCESS and legacy.header == first.header
+        again = await conn.request(RequestCode.SEND_MESSAGE, packed, b"p")
+        assert again.header == first.header
+        bad_headers: list[dict[str, Scalar]] = [
+            {"topic": T, "queueId": 0, SEQ_FIELD: b"\x00" * 19},
+            {**packed, **seq_fields(11, 0, 1)},
+        ]
+        for bad in bad_headers:
+            refused = await conn.request(RequestCode.SEND_MESSAGE, bad, b"x")
+            assert refused.code == ResponseCode.BAD_REQUEST, refused.header
+            assert SEQ_FIELD in str(refused.header.get("remark"))
+        assert [r.body for r in await pull_all(conn)] == [b"p"]
     finally:
         conn.close()
 

@@ -261,6 +261,20 @@ def test_send_requests_encode_and_parse_alike(
 
 
 @SETTINGS
+@given(st.binary(min_size=0, max_size=24), st.sampled_from(["", "legacy"]))
+def test_a_send_request_s_producer_seq_field_is_parsed_alike(packed: bytes, extra: str) -> None:
+    # producerSeq of any length and value (the ranges' tops: a first byte of 0x80 and above),
+    # alone or beside the three fields of earlier SDKs: the same request or the same refusal.
+    p = pure("protocol.broker_requests.send")
+    header: dict[str, Any] = {"topic": "T", "queueId": 0, "producerSeq": packed}
+    if extra:
+        header.update(producerId=1, producerEpoch=0, sequence=0)
+    got_c = outcome(send_c.SendRequest.parse, header, b"x")
+    got_p = outcome(p.SendRequest.parse, header, b"x")
+    assert repr(got_c) == repr(got_p).replace("_pure.", "")
+
+
+@SETTINGS
 @given(headers, st.none() | st.binary(max_size=40))
 def test_any_header_parses_alike(header: dict[str, Any], body: bytes | None) -> None:
     """Request parsers given arbitrary headers: the same request or the same refusal."""

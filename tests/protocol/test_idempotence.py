@@ -9,8 +9,13 @@ from hypothesis import strategies as st
 
 from protocol.fields import FieldError
 from protocol.idempotence import (
+    MAX_EPOCH,
+    MAX_PRODUCER_ID,
+    MAX_SEQUENCE,
     PART_BYTES,
     PROP_PRODUCER_SEQ,
+    SEQ_FIELD,
+    SEQ_FIELD_BYTES,
     WINDOW,
     ProducerSeq,
     ProducerStates,
@@ -20,6 +25,7 @@ from protocol.idempotence import (
     decode_snapshot,
     decode_snapshot_part,
     encode_snapshot,
+    pack_producer_seq,
     parse_record_seq,
     record_seq_value,
     sequenced_records,
@@ -52,13 +58,41 @@ def test_header_fields_round_trip_and_absent() -> None:
     seq = ProducerSeq(7, 2, 41)
     header: dict[str, object] = {"topic": T}
     seq.add_to(header)
+    assert header == {
+        "topic": T,
+        SEQ_FIELD: bytes.fromhex("0000000000000007000000020000000000000029"),
+    }
+    assert header[SEQ_FIELD] == pack_producer_seq(7, 2, 41)
     assert ProducerSeq.parse(header) == seq
     assert ProducerSeq.parse({"topic": T}) is None
+
+
+def test_the_three_fields_of_earlier_sdks_are_read_too() -> None:
+    header = {"topic": T, "producerId": 7, "producerEpoch": 2, "sequence": 41}
+    assert ProducerSeq.parse(header) == ProducerSeq(7, 2, 41)
+
+
+@settings(max_examples=examples(200))
+@given(st.integers(0, MAX_PRODUCER_ID), st.integers(0, MAX_EPOCH), st.integers(0, MAX_SEQUENCE))
+def test_the_packed_field_round_trips(pid: int, epoch: int, sequence: int) -> None:
+    header: dict[str, object] = {}
+    ProducerSeq(pid, epoch, sequence).add_to(header)
+    assert len(header[SEQ_FIELD]) == SEQ_FIELD_BYTES  # type: ignore[arg-type]
+    assert ProducerSeq.parse(header) == ProducerSeq(pid, epoch, sequence)
 
 
 @pytest.mark.parametrize(
     "header",
     [
+        {SEQ_FIELD: b"\x00" * 19},  # too short
+        {SEQ_FIELD: b"\x00" * 21},
+        {SEQ_FIELD: "0" * 20},  # not bytes
+        {SEQ_FIELD: 7},
+        {SEQ_FIELD: b"\x80" + b"\x00" * 19},  # producer id above 2**63 - 1
+        {SEQ_FIELD: b"\x00" * 8 + b"\x80" + b"\x00" * 11},  # epoch above 2**31 - 1
+        {SEQ_FIELD: b"\x00" * 12 + b"\x80" + b"\x00" * 7},  # sequence above 2**63 - 1
+        {SEQ_FIELD: b"\x00" * 20, "producerId": 1, "producerEpoch": 0, "sequence": 0},  # both
+        {SEQ_FIELD: b"\x00" * 20, "sequence": 0},
         {"producerId": 1, "producerEpoch": 0},  # sequence missing
         {"producerId": 1, "sequence": 0},
         {"producerId": -1, "producerEpoch": 0, "sequence": 0},

@@ -27,6 +27,7 @@ scalars = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
     st.text(max_size=20),
     st.floats(allow_nan=False),
+    st.binary(max_size=24),
 )
 headers = st.dictionaries(st.text(max_size=10), scalars, max_size=6)
 frames = st.builds(

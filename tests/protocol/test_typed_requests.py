@@ -71,7 +71,7 @@ from protocol.broker_requests.transaction import (
     TransactionEnded,
 )
 from protocol.fields import FieldError
-from protocol.idempotence import MAX_EPOCH, ProducerSeq
+from protocol.idempotence import MAX_EPOCH, SEQ_FIELD, ProducerSeq, pack_producer_seq
 from protocol.message import Message
 from protocol.pull import (
     AllConsumerOffsetsQuery,
@@ -511,6 +511,22 @@ GOLDEN: list[tuple[Any, str]] = [
         "7469657381a170a176",
     ),
     (
+        # an idempotent producer's send: producerSeq, 20 bytes (>QIQ: id 7, epoch 2, sequence 41)
+        SendRequest(topic="T", body=b"hello", queue_id=3, producer=ProducerSeq(7, 2, 41)),
+        "0000004096000a010083a5746f706963a154a77175657565496403ab70726f6475636572536571c414000000"
+        "0000000007000000020000000000000029c40568656c6c6f",
+    ),
+    (
+        SendBatchRequest(
+            topic="T",
+            queue_id=1,
+            messages=(Message(topic="T", body=b"a"),),
+            producer=ProducerSeq(7, 2, 41),
+        ),
+        "000000479600cd0140010083a5746f706963a154a77175657565496401ab70726f6475636572536571c414"
+        "0000000000000007000000020000000000000029c40a9181a4626f6479c40161",
+    ),
+    (
         QueryMessage(
             topic="T", key="k1", begin_ms=1_700_000_000_000, end_ms=1_700_000_060_000, max_num=64
         ),
@@ -742,6 +758,18 @@ def test_a_bad_document_answer_raises_one_field_error(
 ) -> None:
     with pytest.raises(FieldError, match=re.escape(message)):
         cls.parse({}, body)
+
+
+@pytest.mark.parametrize("cls", [SendRequest, SendBatchRequest])
+def test_a_send_with_the_three_fields_of_earlier_sdks_is_read_as_with_producer_seq(
+    cls: type[Any],
+) -> None:
+    # SDKs before producerSeq sent producerId, producerEpoch and sequence as three integers.
+    body = msgpack.packb([{"body": b"a"}]) if cls is SendBatchRequest else b"a"
+    legacy = {"topic": "T", "queueId": 1, "producerId": 7, "producerEpoch": 2, "sequence": 41}
+    packed = {"topic": "T", "queueId": 1, SEQ_FIELD: pack_producer_seq(7, 2, 41)}
+    assert cls.parse(legacy, body) == cls.parse(packed, body)
+    assert cls.parse(packed, body).producer == ProducerSeq(7, 2, 41)
 
 
 @given(STRATEGIES[SendRequest], STRATEGIES[SendBatchRequest], ints)
