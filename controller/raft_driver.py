@@ -14,7 +14,8 @@ It carries out what the core decides (controller/raft/README.md, "The driver loo
   time counted from when the core's latest tick fell due, so a leader that was frozen (SIGSTOP)
   or starved knows at once, before the ticks it missed are fed, that its lease is gone;
 - the network: :class:`~controller.transport.PeerTransport` (RAFT_MESSAGE frames on the
-  controller's one port); failed sends become ``report_unreachable``;
+  controller's one port); failed sends become ``report_unreachable``, a refused connection
+  (the peer's process gone) also ``report_refused``;
 - the disk: :class:`storage.raftlog.DiskStorage`, ``save`` in a worker thread, one Ready per
   fsync, so every proposal made while an fsync runs is committed by the next one (group commit);
 - the state machine: committed entries are applied in order; a proposal's future resolves when
@@ -230,6 +231,7 @@ class RaftDriver:
             max_frame_bytes=cfg.max_frame_bytes,
             on_dropped=self.observer.messages_dropped,
             credentials=cfg.credentials,
+            on_refused=self._on_refused,
         )
         self.applied = 0
         snapshot = self.storage.snapshot()
@@ -268,6 +270,8 @@ class RaftDriver:
         self._inbox: list[tuple[float, Message]] = []
         """Messages with the loop time they arrived at."""
         self._unreachable: set[NodeId] = set()
+        self._refused: set[NodeId] = set()
+        """Peers whose connection was refused since the core was last fed (process gone)."""
         self._requests: list[Callable[[], None]] = []
         self._ticks = TickSchedule(cfg.tick_ms / 1000, 0.0)
         """When ticks fall due (started again by ``start``, from the loop's time then)."""
@@ -336,6 +340,10 @@ class RaftDriver:
 
     def _on_unreachable(self, peer: NodeId) -> None:
         self._unreachable.add(peer)
+        self._wake.set()
+
+    def _on_refused(self, peer: NodeId) -> None:
+        self._refused.add(peer)
         self._wake.set()
 
     def _submit(self, call: Callable[[], None]) -> None:
@@ -571,6 +579,10 @@ class RaftDriver:
             peers, self._unreachable = self._unreachable, set()
             for peer in peers:
                 node.report_unreachable(peer)
+        if self._refused:
+            peers, self._refused = self._refused, set()
+            for peer in peers:
+                node.report_refused(peer)
         if self._requests:
             requests, self._requests = self._requests, []
             for call in requests:

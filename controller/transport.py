@@ -60,8 +60,10 @@ class PeerLink:
         on_unreachable: Callable[[NodeId], None],
         on_dropped: Callable[[NodeId, int], None],
         signer: RequestSigner | None = None,
+        on_refused: Callable[[NodeId], None] | None = None,
     ) -> None:
         self.peer = peer
+        self._on_refused = on_refused
         self._signer = signer
         self.address = address
         self._max_queue = max_queue
@@ -123,6 +125,8 @@ class PeerLink:
                 except (ConnectError, OSError, ValueError) as exc:
                     self._drop_queue()
                     self._on_unreachable(self.peer)
+                    if self._on_refused is not None and _refused(exc):
+                        self._on_refused(self.peer)
                     log.debug("raft peer unreachable", peer=self.peer, error=str(exc))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX)
@@ -163,6 +167,14 @@ class PeerLink:
             await asyncio.sleep(0)
 
 
+def _refused(exc: BaseException) -> bool:
+    """Whether a failed connect was refused (nothing listens at the address: the peer's process
+    is gone), not timed out or otherwise failed (the peer may be alive and slow)."""
+    return isinstance(exc, ConnectionRefusedError) or isinstance(
+        exc.__cause__, ConnectionRefusedError
+    )
+
+
 class PeerTransport:
     """Every outbound link of one node, and the inbound handler."""
 
@@ -176,8 +188,12 @@ class PeerTransport:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         on_dropped: Callable[[NodeId, int], None] | None = None,
         credentials: Credentials | None = None,
+        on_refused: Callable[[NodeId], None] | None = None,
     ) -> None:
+        """``on_unreachable``: a send to the peer failed or was dropped; ``on_refused``, also:
+        the connection to it was refused (its process is gone)."""
         self.node_id = node_id
+        self._on_refused = on_refused
         self._signer = signer_for(credentials)
         self._on_message = on_message
         self._on_unreachable = on_unreachable
@@ -209,6 +225,7 @@ class PeerTransport:
             on_unreachable=self._on_unreachable,
             on_dropped=self._on_dropped,
             signer=self._signer,
+            on_refused=self._on_refused,
         )
         self._links[peer] = link
         if self._started:

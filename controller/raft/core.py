@@ -340,19 +340,22 @@ class RaftNode:
         return self._leader.lease_remaining()
 
     def report_unreachable(self, node_id: NodeId) -> None:
-        """The transport failed to deliver to ``node_id``: a leader stops streaming to it and
-        probes. A follower that cannot reach its leader (its process gone: the connection was
-        refused) stops deferring to it: it grants the other voters' (pre-)votes from now on
-        and campaigns ``election_ticks_min - 1`` ticks before its election timeout would end
-        (issue 34: a failover waited 3 to 6 ticks for the followers to notice the silence).
-        Harmless if the leader lives: the voters that hear it ignore the pre-vote (their lease),
-        and its next message makes this node its follower again."""
+        """The transport failed to deliver to ``node_id``: stop streaming to it and probe."""
         if self._leader is not None:
             self._leader.report_unreachable(node_id)
-        elif node_id == self.lead and self.role is Role.FOLLOWER and self._promotable():
+
+    def report_refused(self, node_id: NodeId) -> None:
+        """The transport's connection to ``node_id`` was refused: nothing listens at its address,
+        its process is gone (not merely slow or cut off: those time out, and are only
+        :meth:`report_unreachable`). A follower whose leader that is stops deferring to it:
+        it grants the other voters' (pre-)votes from now on (a dead process holds no lease) and
+        campaigns ``election_ticks_min - 1`` ticks before its drawn timeout would end, still
+        random over the same spread, so two followers that both saw it split the vote no more
+        often than before (issue 34: a failover waited the whole 3 to 6 ticks of silence).
+        Were the leader alive after all (restarted in between), its next message makes this
+        node its follower again."""
+        if node_id == self.lead and self.role is Role.FOLLOWER and self._promotable():
             self.lead = None
-            # From now, the timeout drawn less election_ticks_min - 1: still random, over the
-            # same spread, so two followers that both saw it seldom split the vote.
             early = self._randomized_timeout - self.config.election_ticks_min + 1
             self._randomized_timeout = min(
                 self._randomized_timeout, self._election_elapsed + max(early, 1)

@@ -247,7 +247,7 @@ def test_followers_that_cannot_reach_their_leader_elect_another_before_their_tim
         c.crash("n1")
         if reported:
             for follower in ("n2", "n3"):
-                c.nodes[follower].report_unreachable("n1")
+                c.nodes[follower].report_refused("n1")
         ticks = 0
         while c.leader() in (None, "n1"):
             c.tick_all()
@@ -263,7 +263,19 @@ def test_a_follower_that_wrongly_thinks_its_leader_gone_disturbs_nothing() -> No
     c = Cluster()
     leader = c.elect("n1")
     term = leader.term
-    c.nodes["n2"].report_unreachable("n1")  # a refused connection, the leader alive
+    c.nodes["n2"].report_refused("n1")  # restarted at once: refused, then alive again
     c.tick_all(10)
     assert c.leader() == "n1" and all(n.term == term for n in c.nodes.values())
     assert c.nodes["n2"].lead == "n1"
+
+
+def test_an_unreachable_leader_changes_nothing_on_a_follower() -> None:
+    """A failed or timed-out send (the leader may be alive and slow) is no reason to stop
+    deferring to it: only a refused connection is (test above)."""
+    c = Cluster()
+    c.elect("n1")
+    c.tick_all(5)
+    node = c.nodes["n2"]
+    timeout = node._randomized_timeout
+    node.report_unreachable("n1")
+    assert node.lead == "n1" and node._randomized_timeout == timeout
