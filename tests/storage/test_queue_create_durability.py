@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -45,27 +44,33 @@ def bodies(records: list[MessageRecord]) -> list[bytes]:
     return [r.body for r in records]
 
 
+def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The path of every file and directory fsynced from now on, in order."""
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    return synced
+
+
 def test_a_new_queue_file_is_fsynced_by_the_flush_not_by_the_put(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = open_store(tmp_path)
     store.put(TOPIC, 0, messages(3), NOW)
     store.flush()
-    synced: list[tuple[str, str]] = []
-    fsync = os.fsync
-
-    def recording_fsync(fd: int) -> None:
-        synced.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name))
-        fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    synced = record_fsyncs(monkeypatch)
     for queue_id in range(NEW_QUEUES):
         store.put(NEW, queue_id, messages(2, prefix=f"q{queue_id}-"), NOW)
     root = tmp_path / "consumequeue"
-    at_put = [path for path, _ in synced if path.startswith(str(root))]
+    at_put = [path for path in synced if path.startswith(str(root))]
     assert at_put == [], f"ConsumeQueue files fsynced while putting: {at_put}"
     store.flush()
-    flushed = {path for path, _ in synced}
+    flushed = set(synced)
     for queue_id in range(NEW_QUEUES):
         directory = root / NEW / str(queue_id)
         files = [str(p) for p in directory.iterdir()]
@@ -201,19 +206,14 @@ def test_many_new_queues_are_made_durable_by_one_syncfs(
     queues = store_files.SYNCFS_FROM
     for queue_id in range(queues):
         store.put(NEW, queue_id, messages(1), NOW)
-    synced: list[str] = []
     calls: list[Path] = []
-    fsync, real_syncfs = os.fsync, store_files.syncfs
-
-    def recording_fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        fsync(fd)
+    real_syncfs = store_files.syncfs
 
     def recording_syncfs(path: Path) -> bool:
         calls.append(path)
         return real_syncfs(path) if has_syncfs else False
 
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    synced = record_fsyncs(monkeypatch)
     monkeypatch.setattr(store_files, "syncfs", recording_syncfs, raising=False)
     store.flush()
     root = str(tmp_path / "consumequeue")
