@@ -9,6 +9,8 @@ The world:
 - time advances in steps; every node ticks once per ``STEPS_PER_TICK`` steps, with its own phase;
 - the network delays each message 1..``max_delay`` steps (so it reorders), loses and duplicates
   messages, and applies partitions (a node isolated, the group split in two, one-way links);
+- a message to a crashed node is refused: its sender is told (``report_refused``), as the
+  driver's transport tells it;
 - a node's disk is its MemoryStorage, written only when the Ready's simulated fsync completes
   (0..2 steps after ``ready()``); a crash loses the Ready in flight, or persists a torn part of
   it (a prefix of its entries, no hard state); a restarted node recovers from what was durable;
@@ -451,6 +453,11 @@ class Simulation:
                 self.injected.cut += 1
                 continue
             if target is None or target.node is None:
+                # A crashed node's port is closed: the sender's transport is refused (what the
+                # driver reports as RaftNode.report_refused), if the sender still runs.
+                sender = self.nodes.get(m.src)
+                if target is not None and sender is not None and sender.node is not None:
+                    sender.node.report_refused(m.dst)
                 continue
             if target.stalled(self.now):  # it sits in the socket until the node resumes
                 heapq.heappush(self.inflight, (target.stalled_until, seq, m))
