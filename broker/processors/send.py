@@ -23,6 +23,7 @@ from protocol.broker_requests.send import (
     SendRequest,
 )
 from protocol.codes import RequestCode, ResponseCode
+from protocol.idempotence import QueueWindow
 from protocol.remoting import Frame, response
 from remoting.server import (
     Connection,
@@ -51,21 +52,28 @@ class SendProcessor:
             self.service.count_refusal(ResponseCode.MESSAGE_ILLEGAL)
             return error_response(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
         seq = send.producer
+        window: QueueWindow | None = None
         if seq is not None:
-            wait = self.service.before_sequenced(send.topic, seq)
-            if wait is not None:
-                return self._later(wait, req, start, lambda: self._put_message(conn, req, send))
+            window = self.service.usual_window(send.topic, send.queue_id, seq)
+            if window is None:
+                wait = self.service.before_sequenced(send.topic, seq)
+                if wait is not None:
+                    return self._later(
+                        wait, req, start, lambda: self._put_message(conn, req, send, None)
+                    )
         try:
-            result, resp = self._put_message(conn, req, send)
+            result, resp = self._put_message(conn, req, send, window)
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
         return self._answer(req, result, resp, start)
 
     def _put_message(
-        self, conn: Connection, req: Frame, send: SendRequest
+        self, conn: Connection, req: Frame, send: SendRequest, window: QueueWindow | None
     ) -> tuple[PutResult, Frame]:
         service = self.service
-        result = service.put(send.topic, send.queue_id, [send.message(conn.peer)], send.producer)
+        result = service.put(
+            send.topic, send.queue_id, [send.message(conn.peer)], send.producer, window
+        )
         answer = SendAnswer(  # positional: a send's hot path (msg_id, queue, offset, broker)
             service.msg_id(result.physical_offsets[0]),
             result.queue_id,
@@ -78,19 +86,26 @@ class SendProcessor:
         start = time.perf_counter()
         batch = SendBatchRequest.parse(req.header, req.body, born_host=conn.peer)
         seq = batch.producer
+        window: QueueWindow | None = None
         if seq is not None:
-            wait = self.service.before_sequenced(batch.topic, seq)
-            if wait is not None:
-                return self._later(wait, req, start, lambda: self._put_batch(req, batch))
+            window = self.service.usual_window(batch.topic, batch.queue_id, seq)
+            if window is None:
+                wait = self.service.before_sequenced(batch.topic, seq)
+                if wait is not None:
+                    return self._later(wait, req, start, lambda: self._put_batch(req, batch, None))
         try:
-            result, resp = self._put_batch(req, batch)
+            result, resp = self._put_batch(req, batch, window)
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
         return self._answer(req, result, resp, start)
 
-    def _put_batch(self, req: Frame, batch: SendBatchRequest) -> tuple[PutResult, Frame]:
+    def _put_batch(
+        self, req: Frame, batch: SendBatchRequest, window: QueueWindow | None
+    ) -> tuple[PutResult, Frame]:
         service = self.service
-        result = service.put(batch.topic, batch.queue_id, list(batch.messages), batch.producer)
+        result = service.put(
+            batch.topic, batch.queue_id, list(batch.messages), batch.producer, window
+        )
         answer = SendBatchAnswer(
             queue_id=result.queue_id,
             queue_offset=result.first_queue_offset,

@@ -38,6 +38,7 @@ from typing import Final, Protocol
 
 import structlog
 
+from broker.role import RoleState
 from broker.service_host import PerMasterEpoch, ServiceHost
 from protocol.idempotence import (
     PROP_PRODUCER_SEQ,
@@ -116,6 +117,10 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         self._roles = host.gate.role_cell
         self.state: ProducerStates | None = None
         self._epoch = -1
+        self._ready_role: RoleState | None = None
+        """The role under which :attr:`state` was last found built for its master epoch with
+        no damage passed over: while the role is still this object (any change, a lease renewal
+        too, replaces it), the usual send skips those checks."""
         self._expire_at = 0
         self._snapshot_due = host.cfg.producer_snapshot_bytes
         """The CommitLog offset from which the next snapshot is due:
@@ -204,12 +209,13 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         (:meth:`~broker.service_host.PerMasterEpoch.ready` and
         :meth:`ProducerStates.check`)."""
         state = self.state
-        if (
-            state is None
-            or self._epoch != self._roles.current.master_epoch
-            or self._damage_at_build
-        ):
+        if state is None:
             return None
+        role = self._roles.current
+        if role is not self._ready_role:
+            if self._epoch != role.master_epoch or self._damage_at_build:
+                return None
+            self._ready_role = role
         return state.next_window(topic, queue_id, seq)
 
     def stored_next(self, window: QueueWindow, seq: ProducerSeq, result: PutResult) -> None:
@@ -261,6 +267,8 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         """True when a sequenced send need not wait: the state is built for this master epoch,
         or this broker is not master (the send is refused anyway)."""
         role = self._roles.current
+        if role is self._ready_role and self.state is not None:
+            return True
         return not role.is_master or (
             self.state is not None
             and self._epoch == role.master_epoch
@@ -309,6 +317,7 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
     def _begin(self) -> tuple[ProducerStates, int, float, bool]:
         """The state of the last whole snapshot (an empty one without), the CommitLog offset
         to replay records from, when the build started, whether a snapshot was read."""
+        self._ready_role = None
         if self.state is not None:
             self._expired_before += self.state.expired
             self.state = None

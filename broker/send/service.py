@@ -70,6 +70,17 @@ class SendService:
         """The producer ids the controllers issued (checked with authentication on: the broker
         enables it and hands it the heartbeat answers)."""
 
+    def usual_window(self, topic: str, queue_id: int, seq: ProducerSeq) -> QueueWindow | None:
+        """The window of a sequenced send that is the usual one, the request right after the
+        newest stored in its queue at its producer's epoch, in a state built for this master
+        epoch (:meth:`ProducerSequences.next_window`): such a send waits for nothing and
+        :meth:`put` takes it as its ``window``. None: ask :meth:`before_sequenced` (always
+        with authentication on, where every send's producer id is checked issued). Changes
+        nothing."""
+        if self.issued.enabled:
+            return None
+        return self.sequences.next_window(topic, queue_id, seq)
+
     def before_sequenced(self, topic: str, seq: ProducerSeq) -> Coroutine[Any, Any, None] | None:
         """What a sequenced send must wait for before :meth:`put` (None: nothing): the
         idempotence state built for this master epoch (in steps, the loop free meanwhile), a
@@ -104,19 +115,30 @@ class SendService:
 
     # -- storing -------------------------------------------------------------------------------
     def put(
-        self, topic: str, queue_id: int, messages: list[Message], seq: ProducerSeq | None = None
+        self,
+        topic: str,
+        queue_id: int,
+        messages: list[Message],
+        seq: ProducerSeq | None = None,
+        window: QueueWindow | None = None,
     ) -> PutResult:
         """Store one send (``queue_id`` -1: the broker picks); raises :class:`SendRefused`
         with nothing stored. With ``seq`` (an idempotent producer's request) a retry of a
-        request stored before answers its offsets and stores nothing."""
+        request stored before answers its offsets and stores nothing; ``window``: what
+        :meth:`usual_window` gave for it just before (nothing ran between)."""
         try:
-            return self._put(topic, queue_id, messages, seq)
+            return self._put(topic, queue_id, messages, seq, window)
         except SendRefused as refused:
             self.count_refusal(refused.code)
             raise
 
     def _put(
-        self, topic: str, queue_id: int, messages: list[Message], seq: ProducerSeq | None
+        self,
+        topic: str,
+        queue_id: int,
+        messages: list[Message],
+        seq: ProducerSeq | None,
+        window: QueueWindow | None,
     ) -> PutResult:
         host = self.host
         try:
@@ -157,7 +179,6 @@ class SendService:
                 f"queueId {queue_id} out of range 0..{tc.queues - 1}",
             )
         uniq_key: str | None = None
-        window: QueueWindow | None = None
         if seq is not None:
             if topic in self.idempotence_off:
                 raise SendRefused(
@@ -165,7 +186,8 @@ class SendService:
                     f"topic {topic} takes no idempotent producers' fields (the broker's "
                     "idempotence_off_topics): send without producerSeq",
                 )
-            window = self.sequences.next_window(topic, queue_id, seq)
+            if window is None:
+                window = self.sequences.next_window(topic, queue_id, seq)
             if window is None:  # not merely the next request of its queue: the whole check
                 retried = self._retried(topic, queue_id, messages, seq)
                 if retried is not None:
