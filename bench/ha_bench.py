@@ -559,8 +559,8 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
     """The three produce phases without and with idempotent producers' fields (issue 29,
     docs/idempotence.md) on one cluster, alternating off and on for ``--rounds`` rounds (the
     order rotated each round): each line, then the medians' ratios (target: within 5%), and the
-    master's CPU per message of each phase, on / off (medians; steadier than the rates on a
-    shared machine)."""
+    master's CPU per message of each phase, on / off (the medians' ratio and the median of each
+    round's own ratio; steadier than the rates on a shared machine)."""
     body = payload(args.size)
     results: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     cpu: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
@@ -623,9 +623,13 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
         )
     for i, name in enumerate(("64 in flight", "batches of 64", "one at a time")):
         without, with_ = median(False, i, cpu), median(True, i, cpu)
+        # each round's on / off, its two phases run back to back: the load drifts less
+        # between them than across the run
+        paired = sorted(on[i] / off[i] for on, off in zip(cpu[True], cpu[False], strict=True))
         print(
             f"master CPU per message on / off, {name}: {with_:.1f} / {without:.1f} us = "
-            f"{with_ / without:.3f} (each round: on "
+            f"{with_ / without:.3f}, median of the rounds' on / off "
+            f"{statistics.median(paired):.3f} (each round: on "
             + " ".join(f"{x[i]:.1f}" for x in cpu[True])
             + ", off "
             + " ".join(f"{x[i]:.1f}" for x in cpu[False])
