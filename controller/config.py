@@ -116,7 +116,8 @@ class ControllerConfig:
     broker_heartbeat_timeout_ms: int = field(
         1000,
         "a broker silent this long is inactive (brokers may send their own timeout); also the "
-        "grace period of a newly active controller",
+        "grace period of a newly active controller and the longest write lease a heartbeat's answer "
+        "grants a master",
         at_least(100),
     )
     broker_heartbeat_timeout_max_ms: int = field(

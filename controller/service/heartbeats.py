@@ -146,8 +146,13 @@ class HeartbeatHandler:
         # Who is master, at which epoch: a broker renews its write lease only on an answer
         # that names it master at its own epoch (a deposed master, thawed or healed, must not
         # take writes on the strength of a heartbeat that was merely answered).
-        # And the timeout this controller holds the broker to: its lease may not outlive it.
-        held_ms = timeout_ms if timeout_ms > 0 else self.cfg.broker_heartbeat_timeout_ms
+        # And how long its write lease may run: never past the timeout this controller holds it
+        # to, nor past the grace period of a newly active controller (one default timeout),
+        # which cannot know what was granted to a broker it has not heard yet and deposes a
+        # silent master once that grace is over. A broker that asked for a longer timeout is
+        # judged dead later, but fences itself as soon as any master would be replaced.
+        default_ms = self.cfg.broker_heartbeat_timeout_ms
+        held_ms = min(timeout_ms, default_ms) if timeout_ms > 0 else default_ms
         header, body = HeartbeatAnswer(
             master_broker_id=None if info is None else info.master_broker_id,
             master_epoch=0 if info is None else info.master_epoch,

@@ -13,6 +13,7 @@ import pytest
 
 from client.errors import BrokerError, ClientError
 from protocol.codes import RequestCode, ResponseCode
+from protocol.controller_requests.heartbeats import HeartbeatAnswer
 from remoting.client import RemotingClient
 from tests.controller.support import FakeBroker, ServiceCluster, replica_info
 from tests.support.wait import stays_async, wait_until_async
@@ -217,6 +218,26 @@ async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judgin
         for b in made:
             await b.stop()
         await c.stop()
+
+
+async def test_a_write_lease_never_outlasts_a_new_active_controllers_grace_period(
+    cluster: ServiceCluster, brokers: list[FakeBroker]
+) -> None:
+    """A broker may ask to be judged dead only after a longer silence than the controllers'
+    default, but the write lease the answer grants it is at most that default: a newly active
+    controller, which cannot know what an earlier leader granted a broker it has not heard yet,
+    waits only that long (its grace period) before it deposes a silent master. A lease granted
+    for the broker's own longer timeout let an old master write on after the new leader had
+    elected another (seen in issue 34's failover probes: brokers asking 3 s, grace 1 s)."""
+    await elected_group(cluster, brokers)
+    default_ms = 600  # tests/controller/support.py's service_config
+    asked = {brokers[0]: 3 * default_ms, brokers[1]: default_ms // 2, brokers[2]: 0}
+    held = {}
+    for broker, timeout_ms in asked.items():
+        broker.timeout_ms = timeout_ms
+        answer = await broker.heartbeat()
+        held[timeout_ms] = HeartbeatAnswer.parse(answer.header, answer.body).heartbeat_timeout_ms
+    assert held == {3 * default_ms: default_ms, default_ms // 2: default_ms // 2, 0: default_ms}
 
 
 async def test_an_election_asked_for_in_the_grace_period_keeps_a_master_not_heard_yet(
