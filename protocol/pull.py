@@ -239,14 +239,22 @@ class OffsetSearch:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllConsumerOffsetsQuery:
     """GET_ALL_CONSUMER_OFFSET: every committed consumer offset (slaves copy them); with
-    ``with_times`` also when each last moved."""
+    ``with_times`` also when each last moved. With ``since_incarnation`` and ``since_counter``
+    (both or neither: what an earlier answer said) only what changed after that counter, when
+    the broker can tell (a slave's copy, issue 34)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_ALL_CONSUMER_OFFSET
 
     with_times: bool = False
+    since_incarnation: str | None = None
+    since_counter: int | None = None
 
     def header(self) -> Header:
-        return {"withTimes": True} if self.with_times else {}
+        header: dict[str, Scalar] = {"withTimes": True} if self.with_times else {}
+        if self.since_incarnation is not None and self.since_counter is not None:
+            header["sinceIncarnation"] = self.since_incarnation
+            header["sinceCounter"] = self.since_counter
+        return header
 
     def encode(self) -> tuple[Header, bytes | None]:
         return self.header(), None
@@ -255,7 +263,17 @@ class AllConsumerOffsetsQuery:
     def parse(
         cls, header: Mapping[str, Scalar], body: bytes | None = None
     ) -> AllConsumerOffsetsQuery:
-        return cls(with_times=opt_bool(header, "withTimes"))
+        incarnation = opt_str(header, "sinceIncarnation") or None
+        counter = opt_int_or_none(header, "sinceCounter")
+        if (incarnation is None) != (counter is None):
+            raise FieldError("sinceIncarnation and sinceCounter go together")
+        if counter is not None and counter < 0:
+            raise FieldError("sinceCounter must be >= 0")
+        return cls(
+            with_times=opt_bool(header, "withTimes"),
+            since_incarnation=incarnation,
+            since_counter=counter,
+        )
 
 
 OffsetTable = Mapping[str, Mapping[str, Mapping[int, int]]]
@@ -285,26 +303,73 @@ def _offset_table(doc: object, what: str) -> dict[str, dict[str, dict[int, int]]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerOffsetTable:
     """GET_ALL_CONSUMER_OFFSET's SUCCESS: every committed offset and, when asked for, when each
-    last moved (``last_consume_ms`` None: not sent, header ``withTimes`` absent)."""
+    last moved (``last_consume_ms`` None: not sent, header ``withTimes`` absent).
+
+    ``incarnation`` and ``counter`` (None from a broker that does not count changes): what a
+    later ask sends to get only what changed after this answer. ``delta`` True: ``offsets`` and
+    ``last_consume_ms`` hold only the groups changed since the asked counter (each group's whole
+    table), ``deleted_groups`` and ``deleted_topics`` what was deleted since, to apply first."""
 
     offsets: OffsetTable
     last_consume_ms: OffsetTable | None = None
+    incarnation: str | None = None
+    counter: int | None = None
+    delta: bool = False
+    deleted_groups: tuple[str, ...] = ()
+    deleted_topics: tuple[str, ...] = ()
 
     def encode(self) -> tuple[Header, bytes]:
-        if self.last_consume_ms is None:
-            return {}, pack_map(self.offsets)
-        body = {"offsets": self.offsets, "lastConsumeMs": self.last_consume_ms}
-        return {"withTimes": True}, pack_map(body)
+        header: dict[str, Scalar] = {}
+        if self.incarnation is not None and self.counter is not None:
+            header["incarnation"] = self.incarnation
+            header["counter"] = self.counter
+        if self.delta:
+            header["delta"] = True
+        if self.last_consume_ms is None and not self.delta:
+            return header, pack_map(self.offsets)
+        header["withTimes"] = True
+        body: dict[str, object] = {
+            "offsets": self.offsets,
+            "lastConsumeMs": self.last_consume_ms or {},
+        }
+        if self.delta:
+            body["deletedGroups"] = list(self.deleted_groups)
+            body["deletedTopics"] = list(self.deleted_topics)
+        return header, pack_map(body)
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerOffsetTable:
         doc = body_map(body, "consumer offset table")
+        incarnation = opt_str(header, "incarnation") or None
+        counter = opt_int_or_none(header, "counter")
+        if (incarnation is None) != (counter is None):
+            raise FieldError("incarnation and counter go together")
+        delta = opt_bool(header, "delta")
+        if delta and counter is None:
+            raise FieldError("a delta needs its counter")
         if not opt_bool(header, "withTimes"):
-            return cls(offsets=_offset_table(doc, "the table"))
+            if delta:
+                raise FieldError("a delta is sent withTimes")
+            return cls(
+                offsets=_offset_table(doc, "the table"), incarnation=incarnation, counter=counter
+            )
         return cls(
             offsets=_offset_table(doc.get("offsets") or {}, "offsets"),
             last_consume_ms=_offset_table(doc.get("lastConsumeMs") or {}, "lastConsumeMs"),
+            incarnation=incarnation,
+            counter=counter,
+            delta=delta,
+            deleted_groups=_names(doc.get("deletedGroups"), "deletedGroups"),
+            deleted_topics=_names(doc.get("deletedTopics"), "deletedTopics"),
         )
+
+
+def _names(doc: object, what: str) -> tuple[str, ...]:
+    if doc is None:
+        return ()
+    if not isinstance(doc, list) or not all(isinstance(n, str) and n for n in doc):
+        raise FieldError(f"{what} must be a list of names")
+    return tuple(doc)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

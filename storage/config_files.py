@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,6 +33,7 @@ import structlog
 from protocol.retry import RetryConfigError, SubscriptionGroupConfig, config_from_dict
 from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 from storage.errors import StoreError
+from storage.offset_changes import OffsetChangeLog
 from storage.queues import topic_error
 from storage.small_file import fsync_dir, read_atomic, write_atomic
 
@@ -237,6 +238,8 @@ class ConsumerOffsetStore:
         """group -> topic -> queue id -> when the offset last moved (epoch ms)."""
         self._version = 0
         self._persisted_version = 0
+        self.changes = OffsetChangeLog()
+        """What changed since a counter: what a slave copying this table asks for."""
 
     def load(self) -> None:
         try:
@@ -249,6 +252,7 @@ class ConsumerOffsetStore:
             self._offsets = offsets
             self._times = times
             self._persisted_version = self._version
+            self.changes = OffsetChangeLog()  # counted from the loaded table
 
     def commit(
         self, group: str, topic: str, queue_id: int, offset: int, at_ms: int | None = None
@@ -260,6 +264,7 @@ class ConsumerOffsetStore:
             if at_ms is not None:
                 self._times.setdefault(group, {}).setdefault(topic, {})[queue_id] = at_ms
             self._version += 1
+            self.changes.group_changed(group)
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get(group, {}).get(topic, {}).get(queue_id)
@@ -267,16 +272,17 @@ class ConsumerOffsetStore:
     def delete_topic(self, topic: str) -> bool:
         """Forget every group's offsets on ``topic`` (deleteTopic); True when any existed."""
         with self._lock:
-            found = False
+            touched: set[str] = set()
             for table in (self._offsets, self._times):
                 for group in list(table):
                     if table[group].pop(topic, None) is not None:
-                        found = True
+                        touched.add(group)
                         if not table[group]:
                             del table[group]
-            if found:
+            if touched:
                 self._version += 1
-        return found
+                self.changes.topic_deleted(topic, sorted(touched))
+        return bool(touched)
 
     def delete_group(self, group: str) -> bool:
         """Forget ``group``'s offsets on every topic (deleteSubGroup); True when any existed."""
@@ -285,6 +291,7 @@ class ConsumerOffsetStore:
             self._times.pop(group, None)
             if found:
                 self._version += 1
+                self.changes.group_deleted(group)
         return found
 
     def last_consume_ms(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -294,10 +301,7 @@ class ConsumerOffsetStore:
     def snapshot_times(self) -> dict[str, dict[str, dict[int, int]]]:
         """group -> topic -> queue id -> last consume time in epoch ms (a copy)."""
         with self._lock:
-            return {
-                group: {topic: dict(queues) for topic, queues in topics.items()}
-                for group, topics in self._times.items()
-            }
+            return _copy_table(self._times, None)
 
     def groups(self) -> list[str]:
         with self._lock:
@@ -306,10 +310,34 @@ class ConsumerOffsetStore:
     def snapshot(self) -> dict[str, dict[str, dict[int, int]]]:
         """group -> topic -> queue id -> committed offset (a copy)."""
         with self._lock:
-            return {
-                group: {topic: dict(queues) for topic, queues in topics.items()}
-                for group, topics in self._offsets.items()
-            }
+            return _copy_table(self._offsets, None)
+
+    def copy_since(self, incarnation: str | None, counter: int | None) -> OffsetCopy:
+        """What a slave copies: the groups changed after ``counter`` of ``incarnation`` and the
+        tombstones, or the whole table when that cannot be told (no counter, another
+        incarnation, a trimmed tombstone: :mod:`storage.offset_changes`)."""
+        with self._lock:
+            log = self.changes
+            delta = (
+                None if incarnation is None or counter is None else log.since(incarnation, counter)
+            )
+            if delta is None:
+                return OffsetCopy(
+                    incarnation=log.incarnation,
+                    counter=log.counter,
+                    delta=False,
+                    offsets=_copy_table(self._offsets, None),
+                    times=_copy_table(self._times, None),
+                )
+            return OffsetCopy(
+                incarnation=log.incarnation,
+                counter=delta.counter,
+                delta=True,
+                offsets=_copy_table(self._offsets, delta.groups),
+                times=_copy_table(self._times, delta.groups),
+                deleted_groups=delta.deleted_groups,
+                deleted_topics=delta.deleted_topics,
+            )
 
     def persist(self) -> None:
         """Write the table atomically if it changed since the last persist."""
@@ -342,6 +370,28 @@ class ConsumerOffsetStore:
         write_atomic(self.path, doc.encode())
         with self._lock:
             self._persisted_version = max(self._persisted_version, version)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetCopy:
+    """:meth:`ConsumerOffsetStore.copy_since`'s answer: ``delta`` False is the whole table."""
+
+    incarnation: str
+    counter: int
+    delta: bool
+    offsets: dict[str, dict[str, dict[int, int]]]
+    times: dict[str, dict[str, dict[int, int]]]
+    deleted_groups: list[str] = field(default_factory=list)
+    deleted_topics: list[str] = field(default_factory=list)
+
+
+def _copy_table(
+    table: dict[str, dict[str, dict[int, int]]], groups: list[str] | None
+) -> dict[str, dict[str, dict[int, int]]]:
+    """A copy of ``groups``' entries of ``table`` (every group's: None; one not held is left
+    out)."""
+    names = table.keys() if groups is None else [g for g in groups if g in table]
+    return {g: {topic: dict(queues) for topic, queues in table[g].items()} for g in names}
 
 
 def _int_table(doc: dict[str, Any]) -> dict[str, dict[str, dict[int, int]]]:

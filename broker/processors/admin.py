@@ -193,11 +193,20 @@ class AdminProcessor:
     def all_offsets(self, conn: Connection, req: Frame) -> Frame:
         """Every committed consumer offset: ``{group: {topic: {queueId: offset}}}`` (slaves copy
         it). With header ``withTimes`` true the body is ``{"offsets": that, "lastConsumeMs":
-        the same shape of epoch ms}`` and the answer's header says ``withTimes`` true."""
-        offsets = self.ctx.offsets
+        the same shape of epoch ms}`` and the answer's header says ``withTimes`` true. With
+        ``sinceIncarnation``/``sinceCounter`` of an earlier answer: only the groups changed
+        since, when this broker can tell (docs/protocol.md)."""
         query = AllConsumerOffsetsQuery.parse(req.header, req.body)
-        times = offsets.snapshot_times() if query.with_times else None
-        table = ConsumerOffsetTable(offsets=offsets.snapshot(), last_consume_ms=times)
+        copy = self.ctx.offsets.copy_since(query.since_incarnation, query.since_counter)
+        table = ConsumerOffsetTable(
+            offsets=copy.offsets,
+            last_consume_ms=copy.times if query.with_times or copy.delta else None,
+            incarnation=copy.incarnation,
+            counter=copy.counter,
+            delta=copy.delta,
+            deleted_groups=tuple(copy.deleted_groups),
+            deleted_topics=tuple(copy.deleted_topics),
+        )
         return response(req, ResponseCode.SUCCESS, *table.encode())
 
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:

@@ -2,7 +2,12 @@
 resend ledger (every ``slave_config_sync_interval_ms``), so a new master serves the same
 topics, groups resume near where they were and retry with the same settings. A topic or group
 deleted here while the master's answer was on its way is not taken from it (the answer may
-predate the delete: ``BrokerContext.deletions``)."""
+predate the delete: ``BrokerContext.deletions``).
+
+The offsets are copied whole once from a master (at each change of master or its epoch), then
+only the groups changed since the counter the master's last answer gave, with the groups and
+topics deleted since (:mod:`storage.offset_changes`); a master restarted meanwhile, or one that
+no longer remembers that far back, answers the whole table again."""
 
 from __future__ import annotations
 
@@ -46,6 +51,9 @@ class SlaveConfigSync:
         self.ctx = ctx
         self.pool = pool
         self._topics_changed = topics_changed
+        self._offsets_since: tuple[tuple[str, int], str, int] | None = None
+        """(master address and epoch, the master's offset table incarnation, its counter) of
+        the last offset copy taken whole: the next asks only for what changed since."""
 
     async def run(self) -> None:
         interval = self.cfg.slave_config_sync_interval_ms / 1000
@@ -59,7 +67,15 @@ class SlaveConfigSync:
                 conn = await self.pool.get(role.master_address)
                 every_topic = AllTopicsQuery()
                 topics = await conn.call(every_topic.code, *every_topic.encode(), timeout=3.0)
-                every_offset = AllConsumerOffsetsQuery(with_times=True)
+                master = (role.master_address, role.master_epoch)
+                since = self._offsets_since
+                if since is None or since[0] != master:  # another master: copy it whole
+                    since = None
+                every_offset = AllConsumerOffsetsQuery(
+                    with_times=True,
+                    since_incarnation=None if since is None else since[1],
+                    since_counter=None if since is None else since[2],
+                )
                 offsets = await conn.call(every_offset.code, *every_offset.encode(), timeout=3.0)
             except RemotingError:
                 continue
@@ -76,7 +92,17 @@ class SlaveConfigSync:
                 self._topics_changed()
             try:
                 table = ConsumerOffsetTable.parse(offsets.header, offsets.body)
-                self._copy_offsets(table, mark)
+                if table.delta and since is None:
+                    raise FieldError("a delta answer to an ask for the whole table")
+                whole = self._copy_offsets(table, mark)
+                incarnation, counter = table.incarnation, table.counter
+                # Asked again from where this copy stands, unless a name deleted here meanwhile
+                # was skipped (the next answer brings it back then, as a whole copy would).
+                self._offsets_since = (
+                    (master, incarnation, counter)
+                    if whole and incarnation is not None and counter is not None
+                    else None
+                )
             except FieldError as exc:  # a malformed table: nothing taken from it
                 log.warning("master's consumer offsets unreadable", error=str(exc))
             try:
@@ -100,22 +126,32 @@ class SlaveConfigSync:
                 changed = True
         return changed
 
-    def _copy_offsets(self, table: ConsumerOffsetTable, mark: int) -> None:
+    def _copy_offsets(self, table: ConsumerOffsetTable, mark: int) -> bool:
         """Take the master's consumer offsets and their last consume times (a master that does
-        not send times, ``withTimes`` absent, leaves this slave's times as they are)."""
+        not send times, ``withTimes`` absent, leaves this slave's times as they are). A delta
+        first deletes what the master deleted since the asked counter; then each group it holds
+        is merged as a whole table's is. False when a name deleted here was skipped."""
+        offsets = self.ctx.offsets
+        if table.delta:
+            for group in table.deleted_groups:
+                offsets.delete_group(group)
+            for topic in table.deleted_topics:
+                offsets.delete_topic(topic)
         times = table.last_consume_ms or {}
         deletions = self.ctx.deletions
+        whole = True
         for group, by_topic in table.offsets.items():
             if deletions.group_since(group, mark):
+                whole = False
                 continue
             for topic, by_queue in by_topic.items():
                 if deletions.topic_since(topic, mark):
+                    whole = False
                     continue
                 topic_times = times.get(group, {}).get(topic, {})
                 for queue_id, offset in by_queue.items():
-                    self.ctx.offsets.commit(
-                        group, topic, queue_id, offset, topic_times.get(queue_id)
-                    )
+                    offsets.commit(group, topic, queue_id, offset, topic_times.get(queue_id))
+        return whole
 
     def _copy_subscription_groups(self, frame: Frame, mark: int) -> None:
         """Store the master's subscription groups and resend marks (a bad entry is logged and

@@ -136,7 +136,15 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     MinOffsetQuery: st.builds(MinOffsetQuery, topic=names, queue_id=ints),
     MaxOffsetQuery: st.builds(MaxOffsetQuery, topic=names, queue_id=ints, committed=st.booleans()),
     OffsetSearch: st.builds(OffsetSearch, topic=names, queue_id=ints, timestamp=ints),
-    AllConsumerOffsetsQuery: st.builds(AllConsumerOffsetsQuery, with_times=st.booleans()),
+    AllConsumerOffsetsQuery: st.one_of(
+        st.builds(AllConsumerOffsetsQuery, with_times=st.booleans()),
+        st.builds(
+            AllConsumerOffsetsQuery,
+            with_times=st.booleans(),
+            since_incarnation=names,
+            since_counter=naturals,
+        ),
+    ),
     PopRequest: st.builds(
         PopRequest,
         group=groups,
@@ -364,10 +372,29 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
         ),
         dlq_resent=st.dictionaries(names, st.lists(ints, max_size=5).map(tuple), max_size=5),
     ),
-    ConsumerOffsetTable: st.builds(
-        ConsumerOffsetTable,
-        offsets=offset_tables,
-        last_consume_ms=st.one_of(st.none(), offset_tables),
+    ConsumerOffsetTable: st.one_of(
+        st.builds(
+            ConsumerOffsetTable,
+            offsets=offset_tables,
+            last_consume_ms=st.one_of(st.none(), offset_tables),
+        ),
+        st.builds(
+            ConsumerOffsetTable,
+            offsets=offset_tables,
+            last_consume_ms=st.one_of(st.none(), offset_tables),
+            incarnation=names,
+            counter=naturals,
+        ),
+        st.builds(  # a delta (always sent with times)
+            ConsumerOffsetTable,
+            offsets=offset_tables,
+            last_consume_ms=offset_tables,
+            incarnation=names,
+            counter=naturals,
+            delta=st.just(True),
+            deleted_groups=st.lists(names, max_size=3).map(tuple),
+            deleted_topics=st.lists(names, max_size=3).map(tuple),
+        ),
     ),
     RuntimeInfo: st.builds(
         RuntimeInfo,
@@ -441,6 +468,11 @@ GOLDEN: list[tuple[Any, str]] = [
         "6800c0",
     ),
     (AllConsumerOffsetsQuery(with_times=True), "0000001296002b010081a97769746854696d6573c3c0"),
+    (
+        AllConsumerOffsetsQuery(with_times=True, since_incarnation="ab12", since_counter=7),
+        "0000003696002b010083a97769746854696d6573c3b073696e6365496e6361726e6174696f6ea461623132"
+        "ac73696e6365436f756e74657207c0",
+    ),
     (
         PopRequest(
             group="g",
@@ -653,6 +685,20 @@ GOLDEN_ANSWERS: list[tuple[Any, str]] = [
     (
         ConsumerOffsetTable(offsets={"g": {"T": {0: 5}}}),
         "00000011960001010080c40981a16781a154810005",
+    ),
+    (
+        ConsumerOffsetTable(
+            offsets={"g": {"T": {0: 5}}},
+            last_consume_ms={},
+            incarnation="ab12",
+            counter=9,
+            delta=True,
+            deleted_groups=("old",),
+            deleted_topics=("Gone",),
+        ),
+        "0000007c960001010084ab696e6361726e6174696f6ea461623132a7636f756e74657209a564656c7461c3"
+        "a97769746854696d6573c3c44884a76f66667365747381a16781a154810005ad6c617374436f6e73756d65"
+        "4d7380ad64656c6574656447726f75707391a36f6c64ad64656c65746564546f7069637391a4476f6e65",
     ),
     (
         RuntimeInfo(
