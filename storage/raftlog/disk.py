@@ -186,10 +186,9 @@ class DiskStorage:
         hs = HardState()
         if hs_path.exists():
             try:
-                self._hs_seq, hs, notes = decode_hard_state_file(hs_path.read_bytes())
+                self._hs_seq, hs = decode_hard_state_file(hs_path.read_bytes())
             except CorruptFile as exc:
                 raise CorruptStorage(f"{hs_path}: {exc}") from None
-            report.truncated.extend(f"hard state {note}" for note in notes)
             if hs.term >= MAX_COUNTER:
                 raise CorruptStorage(
                     f"{hs_path}: term {hs.term} cannot be incremented (the largest is 2^63-1)"

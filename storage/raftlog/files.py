@@ -167,17 +167,17 @@ def _decode_slot(raw: bytes) -> tuple[int, HardState]:
     return seq, HardState(term=term, vote=vote or None, commit=commit)
 
 
-def decode_hard_state_file(raw: bytes) -> tuple[int, HardState, list[str]]:
-    """``(seq, hard state, notes)`` of a ``hardstate`` file of either version: the newest valid
-    slot (``seq`` 0 for the first version's single record), and one note per damaged slot that
-    was passed over for an older one (a write torn by a crash). CorruptFile when no slot is
-    valid."""
+def decode_hard_state_file(raw: bytes) -> tuple[int, HardState]:
+    """``(seq, hard state)`` of a ``hardstate`` file of either version: the newest slot (``seq``
+    0 for the first version's single record). CorruptFile when a slot that was written fails
+    its checks: a slot damaged after its write was flushed cannot be told from a write torn by
+    a power cut, and taking the other slot's older term and vote could let this node vote twice
+    in a term. A slot is one 512-byte sector written in place, which the disk writes whole."""
     if raw[: len(HARD_STATE_MAGIC)] == HARD_STATE_MAGIC:
-        return 0, decode_hard_state(raw), []
+        return 0, decode_hard_state(raw)
     if len(raw) != 2 * HARD_STATE_SLOT:
         raise CorruptFile(f"{len(raw)} bytes, not two slots of {HARD_STATE_SLOT}")
     best: tuple[int, HardState] | None = None
-    damaged: list[tuple[int, str]] = []
     for i in range(2):
         raw_slot = raw[i * HARD_STATE_SLOT : (i + 1) * HARD_STATE_SLOT]
         if not any(raw_slot):
@@ -185,14 +185,12 @@ def decode_hard_state_file(raw: bytes) -> tuple[int, HardState, list[str]]:
         try:
             found = _decode_slot(raw_slot)
         except CorruptFile as exc:
-            damaged.append((i, str(exc)))
-            continue
+            raise CorruptFile(f"slot {i}: {exc}") from None
         if best is None or found[0] > best[0]:
             best = found
     if best is None:
-        raise CorruptFile(damaged[0][1] if damaged else "no hard state in either slot")
-    notes = [f"slot {i}: {error}; the other slot's hard state used" for i, error in damaged]
-    return best[0], best[1], notes
+        raise CorruptFile("no hard state in either slot")
+    return best
 
 
 def encode_commit(commit: int) -> bytes:
