@@ -528,7 +528,8 @@ class Broker:
     def _sample_stats(self) -> None:
         stats, now = self.ctx.stats, self.ctx.now_ms()
         if stats.due(now):
-            stats.observe(now, counters(self.metrics.traffic.by_topic, self.ctx.offsets.snapshot()))
+            traffic = self.metrics.traffic.by_topic
+            stats.observe(now, counters(traffic, consumed=self.ctx.offsets.consumed()))
 
     async def _propose_sync_state_set(self, members: frozenset[int]) -> int:
         assert self.replicas is not None

@@ -240,6 +240,9 @@ class ConsumerOffsetStore:
         self._persisted_version = 0
         self.changes = OffsetChangeLog()
         """What changed since a counter: what a slave copying this table asks for."""
+        self._consumed: dict[tuple[str, str], int] = {}
+        """(group, topic) -> the group's offsets on the topic's queues summed, kept up to date
+        by each change (the broker's per-second stats sample reads it, not the whole table)."""
 
     def load(self) -> None:
         try:
@@ -253,6 +256,11 @@ class ConsumerOffsetStore:
             self._times = times
             self._persisted_version = self._version
             self.changes = OffsetChangeLog()  # counted from the loaded table
+            self._consumed = {
+                (group, topic): sum(queues.values())
+                for group, topics in offsets.items()
+                for topic, queues in topics.items()
+            }
 
     def commit(
         self, group: str, topic: str, queue_id: int, offset: int, at_ms: int | None = None
@@ -260,7 +268,10 @@ class ConsumerOffsetStore:
         """Set the group's offset on a queue; ``at_ms``: record it as the queue's last consume
         time (the caller passes it when the offset moved, or a copied master's time)."""
         with self._lock:
-            self._offsets.setdefault(group, {}).setdefault(topic, {})[queue_id] = offset
+            queues = self._offsets.setdefault(group, {}).setdefault(topic, {})
+            key = (group, topic)
+            self._consumed[key] = self._consumed.get(key, 0) + offset - queues.get(queue_id, 0)
+            queues[queue_id] = offset
             if at_ms is not None:
                 self._times.setdefault(group, {}).setdefault(topic, {})[queue_id] = at_ms
             self._version += 1
@@ -282,12 +293,17 @@ class ConsumerOffsetStore:
             if touched:
                 self._version += 1
                 self.changes.topic_deleted(topic, sorted(touched))
+                for group in touched:
+                    self._consumed.pop((group, topic), None)
         return bool(touched)
 
     def delete_group(self, group: str) -> bool:
         """Forget ``group``'s offsets on every topic (deleteSubGroup); True when any existed."""
         with self._lock:
-            found = self._offsets.pop(group, None) is not None
+            topics = self._offsets.pop(group, None)
+            found = topics is not None
+            for topic in topics or ():
+                self._consumed.pop((group, topic), None)
             self._times.pop(group, None)
             if found:
                 self._version += 1
@@ -302,6 +318,12 @@ class ConsumerOffsetStore:
         """group -> topic -> queue id -> last consume time in epoch ms (a copy)."""
         with self._lock:
             return _copy_table(self._times, None)
+
+    def consumed(self) -> dict[tuple[str, str], int]:
+        """(group, topic) -> the group's committed offsets on the topic's queues summed (a copy;
+        what :func:`broker.broker_stats.counters` computes from a whole snapshot)."""
+        with self._lock:
+            return dict(self._consumed)
 
     def groups(self) -> list[str]:
         with self._lock:

@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.broker_stats import counters
 from broker.replicas.config_sync import SlaveConfigSync
 from broker.role import RoleState
 from protocol.pull import AllConsumerOffsetsQuery, ConsumerOffsetTable
@@ -117,3 +118,5 @@ def test_each_copy_leaves_the_slave_equal_to_the_master(ops: list[tuple[Any, ...
                 slave.copy(master)
                 assert slave.ctx.offsets.snapshot() == master.snapshot()
                 assert slave.ctx.offsets.snapshot_times() == master.snapshot_times()
+                assert master.consumed() == counters({}, master.snapshot()).consumed
+                assert slave.ctx.offsets.consumed() == master.consumed()
