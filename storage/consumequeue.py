@@ -170,7 +170,7 @@ class ConsumeQueue:
             (start, path, None) for start, path in list_segment_files(self.directory)
         ]
         if scrub:
-            files = self._allocated(files)
+            files = self._allocated(files, trusted_physical)
         segments = [Segment.open_unmapped(path, start, size) for start, path, size in files]
         if not segments:
             return
@@ -217,35 +217,38 @@ class ConsumeQueue:
             self.max_offset = lo
 
     def _allocated(
-        self, files: list[tuple[int, Path, int | None]]
+        self, files: list[tuple[int, Path, int | None]], trusted_physical: int
     ) -> list[tuple[int, Path, int | None]]:
-        """After an unclean stop: the segment files up to the first one a power loss left
-        without its full size (empty, shorter than the others, or not whole entries); that one
-        and the later ones are deleted. A segment is created without an fsync and made durable
-        by the flush that makes its first entries durable, before the checkpoint trusts them:
-        a file whose allocation did not reach the disk holds only entries past the checkpoint,
-        which the replay writes again, and so do the files created after it."""
-        sized = [(start, path, path.stat().st_size) for start, path, _ in files]
-        if not sized:
+        """After an unclean stop: a queue whose only segment file a power loss left without its
+        full size (empty, shorter than the others would be, or not whole entries) and holding
+        no entry the checkpoint trusts loses that file, which the replay writes again. A queue's
+        first segment is created without an fsync and made durable by the flush that makes its
+        first entries durable, before the checkpoint trusts them: a file whose allocation did
+        not reach the disk holds only entries past the checkpoint. Anything else is left for
+        the checks after this one, which refuse it: a later segment (created with an fsync) or
+        a file with a trusted entry cut short is damage to flushed data, not an allocation."""
+        if len(files) != 1:
             return files
-        full = max(size for _, _, size in sized)
-        keep = 0
-        while keep < len(sized) and sized[keep][2] == full and full and not full % ENTRY_SIZE:
-            keep += 1
-        if keep == len(sized):
-            return list(sized)
-        _, first, size = sized[keep]
+        _start, path, _ = files[0]
+        size = path.stat().st_size
+        if size == self.segment_bytes and size:
+            return files
+        raw = path.read_bytes()
+        for at in range(0, len(raw) - len(raw) % ENTRY_SIZE, ENTRY_SIZE):
+            physical, length, _ = ENTRY.unpack_from(raw, at)
+            if length and physical < trusted_physical:
+                return files  # flushed entries: damage, refused below
         log.warning(
-            f"consume queue {self.topic}:{self.queue_id}: segment {first.name} is {size} "
-            f"bytes, not {full}: created since the last flush, its allocation was not durable; "
-            f"dropping it and {len(sized) - keep - 1} later ones (rebuilt from the commitlog)",
+            f"consume queue {self.topic}:{self.queue_id}: segment {path.name} is {size} "
+            f"bytes, not {self.segment_bytes}, and holds no entry the checkpoint trusts: "
+            "created since the last flush, its allocation was not durable; dropping it "
+            "(the replay of the commitlog writes its entries again)",
             topic=self.topic,
             queue_id=self.queue_id,
         )
-        for _, path, _ in sized[keep:]:
-            path.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
         self._tracker.mark_dir(self.directory)
-        return list(sized[:keep])
+        return []
 
     def _run_end(self, lo: int, hi: int, trusted_physical: int) -> int:
         """The first index in ``[lo, hi)`` that is unwritten or points at or past
@@ -349,10 +352,16 @@ class ConsumeQueue:
             if new_dir:
                 self._tracker.mark_dir(self.directory.parent)
                 self._tracker.mark_dir(self.directory.parent.parent)
-            # Not fsynced here (a few ms on the event loop per new queue): the next flush
-            # fsyncs the file and its directory before the checkpoint trusts any entry in it.
+            # A queue's first segment is not fsynced here (a few ms on the event loop per new
+            # queue): the next flush fsyncs the file and its directory before the checkpoint
+            # trusts any entry in it, and the open after an unclean stop drops it while it
+            # holds no trusted entry (_allocated). A later segment is fsynced at once, so a
+            # short one is always damage the open refuses.
             seg = Segment.create(
-                self.directory, start_index * ENTRY_SIZE, self.segment_bytes, sync=False
+                self.directory,
+                start_index * ENTRY_SIZE,
+                self.segment_bytes,
+                sync=bool(self.segments),
             )
             self.segments.append(self._maps.add(seg))
             self._tracker.mark(seg)

@@ -3,9 +3,11 @@
 Creating a queue's first segment file fsynced it on the event loop (about 5 ms on the shared
 disk, for every new queue on the master and on each replica). Now the flush that makes the
 queue's first entries durable fsyncs the file and its directory, before the checkpoint trusts
-any of them; after a power loss a file whose allocation did not reach the disk (missing, empty,
-short) is dropped at the open and its entries are rebuilt from the CommitLog, as every entry
-past the checkpoint is.
+any of them; after a power loss a queue's only file whose allocation did not reach the disk
+(missing, empty, short) and that holds no entry the checkpoint trusts is dropped at the open and
+its entries are rebuilt from the CommitLog, as every entry past the checkpoint is. A queue's later
+segment is still fsynced when it is created, so a short one, or a file whose trusted entries are
+cut, is damage to flushed data: the open refuses it, as it did before.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from protocol.message import MessageRecord
 from storage import store_files
 from storage.consumequeue import ENTRY_SIZE
+from storage.errors import StoreError
 from tests.storage.support import (
     SEGMENT,
     TOPIC,
@@ -97,9 +100,6 @@ def _lose_allocations(crashed: Path) -> list[str]:
             case 3:
                 os.truncate(path, 7)
         done.append(f"{queue_id}:{path.stat().st_size if path.exists() else 'gone'}")
-    # An older queue that went on into a second file after the flush: that file is empty.
-    second = crashed / "consumequeue" / TOPIC / "0" / f"{PER_SEGMENT * ENTRY_SIZE:020d}"
-    os.truncate(second, 0)
     return done
 
 
@@ -162,6 +162,39 @@ def test_new_queue_files_lost_with_the_unflushed_commitlog_leave_the_flushed_sta
         assert read_queue(again, NEW, queue_id) == []
         assert again.put(NEW, queue_id, messages(1), NOW).first_queue_offset == 0
     again.close()
+
+
+def test_a_later_segment_is_fsynced_when_it_is_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a queue's first file waits for the flush: the file a queue goes on into is
+    fsynced at once, so after any crash it has its full size."""
+    store = open_store(tmp_path)
+    for _ in range(0, PER_SEGMENT - 10, 110):  # batches that fit in a CommitLog segment
+        store.put(TOPIC, 0, messages(110, size=40), NOW)
+    store.flush()
+    synced = record_fsyncs(monkeypatch)
+    store.put(TOPIC, 0, messages(30, size=40), NOW)  # into a second file
+    second = tmp_path / "consumequeue" / TOPIC / "0" / f"{PER_SEGMENT * ENTRY_SIZE:020d}"
+    assert any(path.startswith(str(second)) for path in synced), synced
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["later-file-empty", "first-file-cut"])
+def test_flushed_queue_files_cut_short_are_refused_not_dropped(tmp_path: Path, damage: str) -> None:
+    """A file the checkpoint trusts entries in, or a later segment (fsynced when created), found
+    short after an unclean stop is damage, not an allocation a power loss undid: dropping it
+    would lose flushed messages from their queue and hand their queue offsets out again. The
+    open refuses, naming the file."""
+    crashed, _, _ = _filled_then_crashed(tmp_path)
+    queue = crashed / "consumequeue" / TOPIC / "0"
+    if damage == "later-file-empty":
+        os.truncate(queue / f"{PER_SEGMENT * ENTRY_SIZE:020d}", 0)
+    else:
+        first = queue / f"{0:020d}"
+        os.truncate(first, first.stat().st_size // 2)
+    with pytest.raises(StoreError, match=str(queue)):
+        open_store(crashed)
 
 
 def test_kill9_after_creating_queues_keeps_every_message_in_its_queue(tmp_path: Path) -> None:
