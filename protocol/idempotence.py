@@ -464,6 +464,11 @@ class ProducerStates:
         self._checked: tuple[ProducerSeq, QueueKey, _Producer, QueueWindow] | None = None
         """The last :meth:`check`'s request, producer and window, when it found both: the
         :meth:`stored` that follows it (the same send) skips their look-up."""
+        self._newest_id = -1
+        self._newest: _Producer | None = None
+        """The producer last in :attr:`_producers` (the most recently used) and its id, when
+        known (-1: not known): :meth:`stored_next` of its next request neither looks it up nor
+        moves it."""
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -558,10 +563,14 @@ class ProducerStates:
     ) -> None:
         """A request :meth:`next_window` gave ``window`` for was stored as ``batch`` (nothing
         ran between: the window is still its producer's)."""
-        p = self._producers[producer_id]
+        p = self._newest
+        if producer_id != self._newest_id or p is None:
+            p = self._producers[producer_id]
+            self._producers.move_to_end(producer_id)
+            self._newest_id = producer_id
+            self._newest = p
         if now_ms > p.last_ms:
             p.last_ms = now_ms
-        self._producers.move_to_end(producer_id)
         batches = window.batches
         batches.append(batch)
         if len(batches) > self.window:
@@ -588,6 +597,8 @@ class ProducerStates:
             if now_ms > p.last_ms:
                 p.last_ms = now_ms
             self._producers.move_to_end(seq.producer_id)
+            self._newest_id = seq.producer_id
+            self._newest = p
         else:
             found = self._window(topic, queue_id, seq, now_ms)
             if found is None:
@@ -651,6 +662,8 @@ class ProducerStates:
             if now_ms > p.last_ms:
                 p.last_ms = now_ms
             producers.move_to_end(seq.producer_id)
+        self._newest_id = seq.producer_id
+        self._newest = p
         key = (topic, queue_id)
         w = p.windows.get(key)
         if w is None:
@@ -661,7 +674,10 @@ class ProducerStates:
     def _trim(self) -> None:
         producers = self._producers
         while self._windows > self.max_windows and len(producers) > 1:
-            _pid, p = producers.popitem(last=False)
+            pid, p = producers.popitem(last=False)
+            if pid == self._newest_id:
+                self._newest_id = -1
+                self._newest = None
             self._windows -= len(p.windows)
             self.expired += 1
 
@@ -675,6 +691,9 @@ class ProducerStates:
             if p.last_ms > limit:
                 break
             del producers[pid]
+            if pid == self._newest_id:
+                self._newest_id = -1
+                self._newest = None
             self._windows -= len(p.windows)
             n += 1
         self.expired += n
