@@ -308,7 +308,8 @@ class ConsumerOffsetTable:
     ``incarnation`` and ``counter`` (None from a broker that does not count changes): what a
     later ask sends to get only what changed after this answer. ``delta`` True: ``offsets`` and
     ``last_consume_ms`` hold only the groups changed since the asked counter (each group's whole
-    table), ``deleted_groups`` and ``deleted_topics`` what was deleted since, to apply first."""
+    table), ``deleted_groups`` and ``deleted_topics`` what was deleted since, to apply first;
+    ``more``: a page of the changes (``counter`` is where it ends): ask again from it."""
 
     offsets: OffsetTable
     last_consume_ms: OffsetTable | None = None
@@ -317,6 +318,7 @@ class ConsumerOffsetTable:
     delta: bool = False
     deleted_groups: tuple[str, ...] = ()
     deleted_topics: tuple[str, ...] = ()
+    more: bool = False
 
     def encode(self) -> tuple[Header, bytes]:
         header: dict[str, Scalar] = {}
@@ -325,6 +327,8 @@ class ConsumerOffsetTable:
             header["counter"] = self.counter
         if self.delta:
             header["delta"] = True
+            if self.more:
+                header["more"] = True
         if self.last_consume_ms is None and not self.delta:
             return header, pack_map(self.offsets)
         header["withTimes"] = True
@@ -347,6 +351,9 @@ class ConsumerOffsetTable:
         delta = opt_bool(header, "delta")
         if delta and counter is None:
             raise FieldError("a delta needs its counter")
+        more = opt_bool(header, "more")
+        if more and not delta:
+            raise FieldError("only a delta has more")
         if not opt_bool(header, "withTimes"):
             if delta:
                 raise FieldError("a delta is sent withTimes")
@@ -361,6 +368,7 @@ class ConsumerOffsetTable:
             delta=delta,
             deleted_groups=_names(doc.get("deletedGroups"), "deletedGroups"),
             deleted_topics=_names(doc.get("deletedTopics"), "deletedTopics"),
+            more=more,
         )
 
 

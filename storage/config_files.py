@@ -334,14 +334,19 @@ class ConsumerOffsetStore:
         with self._lock:
             return _copy_table(self._offsets, None)
 
-    def copy_since(self, incarnation: str | None, counter: int | None) -> OffsetCopy:
-        """What a slave copies: the groups changed after ``counter`` of ``incarnation`` and the
-        tombstones, or the whole table when that cannot be told (no counter, another
-        incarnation, a trimmed tombstone: :mod:`storage.offset_changes`)."""
+    def copy_since(
+        self, incarnation: str | None, counter: int | None, limit: int = 0
+    ) -> OffsetCopy:
+        """What a slave copies: the groups changed after ``counter`` of ``incarnation`` (at
+        most ``limit`` of them when > 0: ``more`` then) and the tombstones, or the whole table
+        when that cannot be told (no counter, another incarnation, a trimmed tombstone:
+        :mod:`storage.offset_changes`)."""
         with self._lock:
             log = self.changes
             delta = (
-                None if incarnation is None or counter is None else log.since(incarnation, counter)
+                None
+                if incarnation is None or counter is None
+                else log.since(incarnation, counter, limit)
             )
             if delta is None:
                 return OffsetCopy(
@@ -359,6 +364,7 @@ class ConsumerOffsetStore:
                 times=_copy_table(self._times, delta.groups),
                 deleted_groups=delta.deleted_groups,
                 deleted_topics=delta.deleted_topics,
+                more=delta.more,
             )
 
     def persist(self) -> None:
@@ -405,6 +411,7 @@ class OffsetCopy:
     times: dict[str, dict[str, dict[int, int]]]
     deleted_groups: list[str] = field(default_factory=list)
     deleted_topics: list[str] = field(default_factory=list)
+    more: bool = False
 
 
 def _copy_table(

@@ -25,12 +25,14 @@ MAX_TOMBSTONES: Final = 4096
 @dataclass(frozen=True, slots=True)
 class OffsetChanges:
     """The groups changed after the asked counter (their whole tables are the caller's to
-    read), the groups and topics deleted after it, oldest first, and the counter now."""
+    read), the groups and topics deleted after it, oldest first, and the counter they bring the
+    asker to: the counter now, or with ``more`` an earlier one (a page: ask again from it)."""
 
     counter: int
     groups: list[str]
     deleted_groups: list[str]
     deleted_topics: list[str]
+    more: bool = False
 
 
 class OffsetChangeLog:
@@ -80,25 +82,36 @@ class OffsetChangeLog:
             oldest = next(iter(stones))
             self._floor = max(self._floor, stones.pop(oldest))
 
-    def since(self, incarnation: str, counter: int) -> OffsetChanges | None:
+    def since(self, incarnation: str, counter: int, limit: int = 0) -> OffsetChanges | None:
         """What changed after ``counter`` of ``incarnation``; None when that cannot be told
-        (another incarnation, a counter ahead of this one or older than a trimmed tombstone)."""
+        (another incarnation, a counter ahead of this one or older than a trimmed tombstone).
+        ``limit`` > 0: at most that many groups, the oldest changes first, and only the
+        tombstones up to the last of them (``more`` then: the rest from the answer's counter)."""
         if incarnation != self.incarnation or counter > self.counter or counter < self._floor:
             return None
+        groups = _after(self._changed, counter)
+        upto = self.counter
+        if 0 < limit < len(groups):
+            groups = groups[:limit]
+            upto = self._changed[groups[-1]]
         return OffsetChanges(
-            counter=self.counter,
-            groups=_after(self._changed, counter),
-            deleted_groups=_after(self._deleted_groups, counter),
-            deleted_topics=_after(self._deleted_topics, counter),
+            counter=upto,
+            groups=groups,
+            deleted_groups=_after(self._deleted_groups, counter, upto),
+            deleted_topics=_after(self._deleted_topics, counter, upto),
+            more=upto < self.counter,
         )
 
 
-def _after(marks: dict[str, int], counter: int) -> list[str]:
-    """The keys marked after ``counter``, oldest first (walks back from the newest only)."""
+def _after(marks: dict[str, int], counter: int, upto: int | None = None) -> list[str]:
+    """The keys marked after ``counter`` (and at or before ``upto``), oldest first (walks back
+    from the newest only)."""
     found: list[str] = []
     for key in reversed(marks):
-        if marks[key] <= counter:
+        mark = marks[key]
+        if mark <= counter:
             break
-        found.append(key)
+        if upto is None or mark <= upto:
+            found.append(key)
     found.reverse()
     return found

@@ -35,6 +35,9 @@ from remoting.server import Connection, RemotingServer, error_response
 from storage.config_files import TopicConfig
 
 CONTROLLER_TIMEOUT = 3.0
+OFFSET_COPY_PAGE = 256
+"""Consumer groups a slave's copy of the offsets changed since its counter takes at most per
+answer (it asks again for the rest): an answer holds the loop for a page only (issue 34)."""
 # Controller answers that mean "not now" (no leader yet, not committed in time): a client of
 # this broker is told to retry, never handed a controller-only code.
 _CONTROLLERS_BUSY = frozenset(
@@ -197,7 +200,9 @@ class AdminProcessor:
         ``sinceIncarnation``/``sinceCounter`` of an earlier answer: only the groups changed
         since, when this broker can tell (docs/protocol.md)."""
         query = AllConsumerOffsetsQuery.parse(req.header, req.body)
-        copy = self.ctx.offsets.copy_since(query.since_incarnation, query.since_counter)
+        copy = self.ctx.offsets.copy_since(
+            query.since_incarnation, query.since_counter, OFFSET_COPY_PAGE
+        )
         table = ConsumerOffsetTable(
             offsets=copy.offsets,
             last_consume_ms=copy.times if query.with_times or copy.delta else None,
@@ -206,6 +211,7 @@ class AdminProcessor:
             delta=copy.delta,
             deleted_groups=tuple(copy.deleted_groups),
             deleted_topics=tuple(copy.deleted_topics),
+            more=copy.more,
         )
         return response(req, ResponseCode.SUCCESS, *table.encode())
 

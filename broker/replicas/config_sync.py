@@ -33,6 +33,9 @@ from remoting.errors import RemotingError
 from storage.errors import StoreError
 
 _DEFAULT_ATTRS = TopicAttrs()
+_OFFSET_PAGES = 64
+"""Pages of changed consumer offsets a slave asks for in one round at most (the rest waits for
+the next round): a master that changes faster than it is copied does not keep the copy going."""
 
 log = structlog.get_logger(__name__)
 
@@ -90,27 +93,51 @@ class SlaveConfigSync:
                 # Register at once: should the master die now, the controllers' routes still
                 # list the topic on this group through the slaves.
                 self._topics_changed()
-            try:
-                table = ConsumerOffsetTable.parse(offsets.header, offsets.body)
-                if table.delta and since is None:
-                    raise FieldError("a delta answer to an ask for the whole table")
-                whole = self._copy_offsets(table, mark)
-                incarnation, counter = table.incarnation, table.counter
-                # Asked again from where this copy stands, unless a name deleted here meanwhile
-                # was skipped (the next answer brings it back then, as a whole copy would).
-                self._offsets_since = (
-                    (master, incarnation, counter)
-                    if whole and incarnation is not None and counter is not None
-                    else None
+            more, pages = self._take_offsets(offsets, since, master, mark), 1
+            while more and pages < _OFFSET_PAGES and self._offsets_since is not None:
+                # The master answers the changes a page at a time: the rest at once.
+                since = self._offsets_since
+                page = AllConsumerOffsetsQuery(
+                    with_times=True, since_incarnation=since[1], since_counter=since[2]
                 )
-            except FieldError as exc:  # a malformed table: nothing taken from it
-                log.warning("master's consumer offsets unreadable", error=str(exc))
+                try:
+                    offsets = await conn.call(page.code, *page.encode(), timeout=3.0)
+                except RemotingError:
+                    break
+                more, pages = self._take_offsets(offsets, since, master, mark), pages + 1
             try:
                 every_group = AllSubscriptionGroupsQuery()
                 groups = await conn.call(every_group.code, *every_group.encode(), timeout=3.0)
             except RemotingError:  # gone meanwhile, or a master from before the request existed
                 continue
             self._copy_subscription_groups(groups, mark)
+
+    def _take_offsets(
+        self,
+        frame: Frame,
+        since: tuple[tuple[str, int], str, int] | None,
+        master: tuple[str, int],
+        mark: int,
+    ) -> bool:
+        """Copy one answer to GET_ALL_CONSUMER_OFFSET asked from ``since`` (None: the whole
+        table) and note where the next ask starts; True when the master has more changes."""
+        try:
+            table = ConsumerOffsetTable.parse(frame.header, frame.body)
+            if table.delta and since is None:
+                raise FieldError("a delta answer to an ask for the whole table")
+        except FieldError as exc:  # a malformed table: nothing taken from it
+            log.warning("master's consumer offsets unreadable", error=str(exc))
+            return False
+        whole = self._copy_offsets(table, mark)
+        incarnation, counter = table.incarnation, table.counter
+        # Asked again from where this copy stands, unless a name deleted here meanwhile was
+        # skipped (the next answer brings it back then, as a whole copy would).
+        self._offsets_since = (
+            (master, incarnation, counter)
+            if whole and incarnation is not None and counter is not None
+            else None
+        )
+        return table.more
 
     def _copy_topics(self, table: TopicTable, mark: int) -> bool:
         """Take the master's topics' queue counts; True when one was added or resized."""

@@ -31,10 +31,13 @@ OPS = st.one_of(
 )
 
 
-def answer(master: ConsumerOffsetStore, query: AllConsumerOffsetsQuery) -> ConsumerOffsetTable:
-    """What broker/processors/admin.py all_offsets answers, through the codec both ways."""
+def answer(
+    master: ConsumerOffsetStore, query: AllConsumerOffsetsQuery, limit: int
+) -> ConsumerOffsetTable:
+    """What broker/processors/admin.py all_offsets answers (pages of ``limit`` groups), through
+    the codec both ways."""
     asked = AllConsumerOffsetsQuery.parse(*query.encode())
-    copy = master.copy_since(asked.since_incarnation, asked.since_counter)
+    copy = master.copy_since(asked.since_incarnation, asked.since_counter, limit)
     table = ConsumerOffsetTable(
         offsets=copy.offsets,
         last_consume_ms=copy.times,
@@ -43,6 +46,7 @@ def answer(master: ConsumerOffsetStore, query: AllConsumerOffsetsQuery) -> Consu
         delta=copy.delta,
         deleted_groups=tuple(copy.deleted_groups),
         deleted_topics=tuple(copy.deleted_topics),
+        more=copy.more,
     )
     return ConsumerOffsetTable.parse(*table.encode())
 
@@ -56,17 +60,23 @@ class Copier:
         self.sync = SlaveConfigSync(cfg, self.ctx, pool=None, topics_changed=lambda: None)  # type: ignore[arg-type]
         self.since: tuple[str, int] | None = None
 
-    def copy(self, master: ConsumerOffsetStore) -> ConsumerOffsetTable:
-        query = AllConsumerOffsetsQuery(
-            with_times=True,
-            since_incarnation=None if self.since is None else self.since[0],
-            since_counter=None if self.since is None else self.since[1],
-        )
-        table = answer(master, query)
-        assert self.sync._copy_offsets(table, self.ctx.deletions.count)
-        assert table.incarnation is not None and table.counter is not None
-        self.since = (table.incarnation, table.counter)
-        return table
+    def copy(self, master: ConsumerOffsetStore, limit: int = 0) -> ConsumerOffsetTable:
+        """One round: the first answer's table (pages of ``limit`` groups, asked until none
+        is left, as SlaveConfigSync.run asks)."""
+        first: ConsumerOffsetTable | None = None
+        while True:
+            query = AllConsumerOffsetsQuery(
+                with_times=True,
+                since_incarnation=None if self.since is None else self.since[0],
+                since_counter=None if self.since is None else self.since[1],
+            )
+            table = answer(master, query, limit)
+            assert self.sync._copy_offsets(table, self.ctx.deletions.count)
+            assert table.incarnation is not None and table.counter is not None
+            self.since = (table.incarnation, table.counter)
+            first = table if first is None else first
+            if not table.more:
+                return first
 
 
 def test_a_copy_when_nothing_changed_holds_no_group(tmp_path: Path) -> None:
@@ -81,6 +91,11 @@ def test_a_copy_when_nothing_changed_holds_no_group(tmp_path: Path) -> None:
     master.commit("g7", "T", 0, 3, 1_700_000_001_000)  # a reset of one group
     one = slave.copy(master)
     assert one.delta and dict(one.offsets) == {"g7": {"T": {0: 3}}}
+    assert slave.ctx.offsets.snapshot() == master.snapshot()
+    for i in range(0, 200, 2):
+        master.commit(f"g{i}", "T", 0, 1_000 + i)
+    page = slave.copy(master, limit=64)  # 100 changed: pages of 64 and 36
+    assert page.more and len(page.offsets) == 64
     assert slave.ctx.offsets.snapshot() == master.snapshot()
 
 
@@ -98,8 +113,10 @@ def test_a_restarted_master_is_copied_whole_again(tmp_path: Path) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=st.lists(OPS, max_size=40))
-def test_each_copy_leaves_the_slave_equal_to_the_master(ops: list[tuple[Any, ...]]) -> None:
+@given(ops=st.lists(OPS, max_size=40), limit=st.integers(0, 2))
+def test_each_copy_leaves_the_slave_equal_to_the_master(
+    ops: list[tuple[Any, ...]], limit: int
+) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +132,7 @@ def test_each_copy_leaves_the_slave_equal_to_the_master(ops: list[tuple[Any, ...
             elif op[0] == "delete_topic":
                 master.delete_topic(op[1])
             else:
-                slave.copy(master)
+                slave.copy(master, limit)
                 assert slave.ctx.offsets.snapshot() == master.snapshot()
                 assert slave.ctx.offsets.snapshot_times() == master.snapshot_times()
                 assert master.consumed() == counters({}, master.snapshot()).consumed

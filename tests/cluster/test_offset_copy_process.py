@@ -1,5 +1,5 @@
 """A slave's copy of its master's consumer offsets, between real processes (issue 34): the
-master answers a copy asked from its last counter with only what changed (none of the 60
+master answers a copy asked from its last counter with only what changed (none of the 300
 groups once nothing did; before: the whole table, every second), and the slave still ends with
 every committed offset, a reset (an offset moved back) and a deleted group gone, also on the
 new master after a kill -9 of the old one. The group is deleted on the master only, so only the
@@ -12,6 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from broker.processors.admin import OFFSET_COPY_PAGE
 from client.bootstrap import Bootstrap
 from protocol.codes import ResponseCode
 from protocol.pull import AllConsumerOffsetsQuery, ConsumerOffsetTable, ConsumerOffsetUpdate
@@ -24,7 +25,8 @@ from tests.support.wait import wait_until_async
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "OffsetCopyTopic"
-GROUPS = 60
+GROUPS = 300
+"""More than a page of the master's answer (broker/processors/admin.py OFFSET_COPY_PAGE)."""
 
 
 async def call(address: str, typed: Any) -> Any:
@@ -52,6 +54,18 @@ async def commit(address: str, group: str, queue_id: int, offset: int) -> None:
     assert (await call(address, update)).code == ResponseCode.SUCCESS
 
 
+async def commit_every_group(address: str, base: int) -> None:
+    conn = await RemotingClient.connect(address, timeout=5.0)
+    try:
+        for i in range(GROUPS):
+            update = ConsumerOffsetUpdate(
+                group=f"group-{i}", topic=TOPIC, queue_id=i % 4, offset=base + i
+            )
+            await conn.call(update.code, *update.encode(), timeout=5.0)
+    finally:
+        conn.close()
+
+
 async def test_the_slave_copies_only_changes_and_keeps_resets_and_deletes_over_a_failover(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
@@ -59,8 +73,7 @@ async def test_the_slave_copies_only_changes_and_keeps_resets_and_deletes_over_a
     doc = await full_sync_state_set(boot, cluster, size=2)
     master = node_at(cluster, doc["masterAddress"])
     slave = next(b for b in cluster.brokers if b.address != master.address)
-    for i in range(GROUPS):
-        await commit(master.address, f"group-{i}", i % 4, 100 + i)
+    await commit_every_group(master.address, 100)
 
     async def slave_equals_master() -> bool:
         return await offsets_of(slave.address) == await offsets_of(master.address)
@@ -78,6 +91,19 @@ async def test_the_slave_copies_only_changes_and_keeps_resets_and_deletes_over_a
     )
     idle = await answer(master.address, since)
     assert idle.delta and dict(idle.offsets) == {} and idle.counter == whole.counter
+
+    # Every group moved: the changes come a page at a time, the slave takes them all.
+    await commit_every_group(master.address, 1_000)
+    page = await answer(master.address, since)
+    assert page.delta and page.more and len(page.offsets) == OFFSET_COPY_PAGE
+    await wait_until_async(
+        slave_equals_master, "every group's move on the slave", 30, on_timeout=cluster.logs
+    )
+    since = AllConsumerOffsetsQuery(
+        with_times=True,
+        since_incarnation=whole.incarnation,
+        since_counter=(await answer(master.address, AllConsumerOffsetsQuery())).counter,
+    )
 
     # A reset (offset moved back), a deletion on the master only, a new commit.
     await commit(master.address, "group-3", 3, 1)

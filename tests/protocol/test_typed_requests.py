@@ -394,6 +394,7 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
             delta=st.just(True),
             deleted_groups=st.lists(names, max_size=3).map(tuple),
             deleted_topics=st.lists(names, max_size=3).map(tuple),
+            more=st.booleans(),
         ),
     ),
     RuntimeInfo: st.builds(

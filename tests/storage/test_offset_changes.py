@@ -54,3 +54,17 @@ def test_a_counter_older_than_a_trimmed_tombstone_gets_no_delta() -> None:
     assert log.since("inc", 0) is None
     changes = log.since("inc", 1)
     assert changes is not None and len(changes.deleted_groups) == MAX_TOMBSTONES
+
+
+def test_a_page_is_the_oldest_changes_and_the_tombstones_up_to_them() -> None:
+    log = OffsetChangeLog("inc")
+    log.group_changed("a")  # 1
+    log.group_deleted("x")  # 2
+    log.group_changed("b")  # 3
+    log.topic_deleted("T", [])  # 4
+    log.group_changed("c")  # 5
+    first = log.since("inc", 0, limit=2)
+    assert first == OffsetChanges(3, ["a", "b"], ["x"], [], more=True)
+    rest = log.since("inc", first.counter, limit=2)
+    assert rest == OffsetChanges(5, ["c"], [], ["T"], more=False)
+    assert log.since("inc", 0, limit=3) == OffsetChanges(5, ["a", "b", "c"], ["x"], ["T"])
