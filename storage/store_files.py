@@ -42,7 +42,7 @@ from storage.queues import ConsumeQueues
 from storage.recovery import recover
 from storage.replica_bytes import is_record_boundary
 from storage.segment import Segment
-from storage.small_file import fsync_dir, syncfs
+from storage.small_file import FileSystemSync, fsync_dir
 from storage.store_config import StoreConfig
 from storage.tracker import FileTracker
 
@@ -61,6 +61,7 @@ class StoreFiles:
         self.config = config
         self.directory = Path(config.data_dir)
         self.tracker = FileTracker()
+        self.fs_sync = FileSystemSync()
         self.commitlog = CommitLog(
             self.directory / "commitlog", config.commitlog_segment_bytes, self.tracker
         )
@@ -109,6 +110,7 @@ class StoreFiles:
                 self.index.close()
             self.commitlog.close()
             self.queues.close()
+            self.fs_sync.close()
             self._unlock_dir()
             raise
         self.is_open = True
@@ -116,6 +118,7 @@ class StoreFiles:
     def _open_locked(self) -> None:
         for sub in ("commitlog", "consumequeue"):
             (self.directory / sub).mkdir(exist_ok=True)
+            self.fs_sync.watch(self.directory / sub)  # before anything is written
         fsync_dir(self.directory)
         self.commitlog.load()
         try:
@@ -199,6 +202,7 @@ class StoreFiles:
             self.index.close()
         self.commitlog.close()
         self.queues.close()
+        self.fs_sync.close()
         self._unlock_dir()
 
     def _lock_dir(self) -> None:
@@ -272,14 +276,24 @@ class StoreFiles:
         return end
 
     def _sync_tracked(self) -> None:
+        """Make every marked file and directory durable. When that fails, they stay marked
+        (and the checkpoint is not moved past them): the next flush tries them again rather
+        than trusting files it never synced."""
         files, dirs = self.tracker.take()
-        if len(files) + len(dirs) >= SYNCFS_FROM and self._syncfs(files, dirs):
-            return
-        for seg in files:
-            seg.fsync()
-        for directory in dirs:
-            with contextlib.suppress(FileNotFoundError):
-                fsync_dir(directory)
+        try:
+            if len(files) + len(dirs) >= SYNCFS_FROM and self._syncfs(files, dirs):
+                return
+            for seg in files:
+                seg.fsync()
+            for directory in dirs:
+                with contextlib.suppress(FileNotFoundError):
+                    fsync_dir(directory)
+        except BaseException:
+            for seg in files:
+                self.tracker.mark(seg)
+            for directory in dirs:
+                self.tracker.mark_dir(directory)
+            raise
 
     def _syncfs(self, files: list[Segment], dirs: list[Path]) -> bool:
         """Many files and directories to make durable (new queues: each a file and a
@@ -291,7 +305,7 @@ class StoreFiles:
                 by_device.setdefault(os.stat(path).st_dev, path)
             except FileNotFoundError:
                 continue  # deleted since it was marked: nothing to make durable
-        return all(syncfs(path) for path in by_device.values())
+        return all(self.fs_sync.sync(path) for path in by_device.values())
 
     def _write_checkpoint(self, *, force: bool = False) -> None:
         """Persist (flushed offset, confirm offset); caller holds the flush lock or is opening."""
