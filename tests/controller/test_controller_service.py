@@ -187,6 +187,7 @@ async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judgin
         # The master dies together with the active controller; the slave keeps beating.
         await master.stop_heartbeats()
         master.close_connections()
+        stopped_ms = old.service.now_ms()  # the new one becomes active after this
         await c.stop_node(old.cfg.id)
         loop = asyncio.get_running_loop()
         new = await c.leader()
@@ -194,7 +195,10 @@ async def test_a_new_active_controller_waits_one_heartbeat_timeout_before_judgin
         active_at, seen_ms = loop.time(), new.service.now_ms()
         assert live.in_grace(seen_ms)
         # The grace period is one heartbeat timeout (1500 ms) from when it became active, on
-        # the controller's own clock: over 1500 ms after it was first seen in it at the latest.
+        # the controllers' own clock (one in this process): it lasts at least until 1500 ms
+        # after the old one was stopped, and is over 1500 ms after it was first seen at the
+        # latest.
+        assert live.in_grace(stopped_ms + 1500 - 1)
         assert not live.in_grace(seen_ms + 1500 + 1)
 
         # The new controller never heard from the master: it is judged dead only when the
