@@ -32,7 +32,7 @@ from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from remoting.failover import AddressFailover
 from remoting.server import Connection, RemotingServer, error_response
-from storage.config_files import TopicConfig
+from storage.config_files import ConsumerOffsetStore, TopicConfig
 
 CONTROLLER_TIMEOUT = 3.0
 OFFSET_COPY_PAGE = 256
@@ -200,24 +200,30 @@ class AdminProcessor:
         ``sinceIncarnation``/``sinceCounter`` of an earlier answer: only the groups changed
         since, when this broker can tell (docs/protocol.md)."""
         query = AllConsumerOffsetsQuery.parse(req.header, req.body)
-        copy = self.ctx.offsets.copy_since(
-            query.since_incarnation, query.since_counter, OFFSET_COPY_PAGE
-        )
-        table = ConsumerOffsetTable(
-            offsets=copy.offsets,
-            last_consume_ms=copy.times if query.with_times or copy.delta else None,
-            incarnation=copy.incarnation,
-            counter=copy.counter,
-            delta=copy.delta,
-            deleted_groups=tuple(copy.deleted_groups),
-            deleted_topics=tuple(copy.deleted_topics),
-            more=copy.more,
-        )
+        table = offset_copy(self.ctx.offsets, query, OFFSET_COPY_PAGE)
         return response(req, ResponseCode.SUCCESS, *table.encode())
 
     def runtime_info(self, conn: Connection, req: Frame) -> Frame:
         RuntimeInfoQuery.parse(req.header, req.body)
         return response(req, ResponseCode.SUCCESS, *runtime_info(self.ctx).encode())
+
+
+def offset_copy(
+    offsets: ConsumerOffsetStore, query: AllConsumerOffsetsQuery, page: int
+) -> ConsumerOffsetTable:
+    """GET_ALL_CONSUMER_OFFSET's answer: the whole table, or with ``since…`` the changes (at
+    most ``page`` groups) when ``offsets`` can tell them."""
+    copy = offsets.copy_since(query.since_incarnation, query.since_counter, page)
+    return ConsumerOffsetTable(
+        offsets=copy.offsets,
+        last_consume_ms=copy.times if query.with_times or copy.delta else None,
+        incarnation=copy.incarnation,
+        counter=copy.counter,
+        delta=copy.delta,
+        deleted_groups=tuple(copy.deleted_groups),
+        deleted_topics=tuple(copy.deleted_topics),
+        more=copy.more,
+    )
 
 
 def runtime_info(ctx: BrokerContext) -> RuntimeInfo:

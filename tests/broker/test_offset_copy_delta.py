@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.broker_stats import counters
+from broker.processors.admin import offset_copy
 from broker.replicas.config_sync import SlaveConfigSync
 from broker.role import RoleState
 from protocol.pull import AllConsumerOffsetsQuery, ConsumerOffsetTable
@@ -36,18 +37,7 @@ def answer(
 ) -> ConsumerOffsetTable:
     """What broker/processors/admin.py all_offsets answers (pages of ``limit`` groups), through
     the codec both ways."""
-    asked = AllConsumerOffsetsQuery.parse(*query.encode())
-    copy = master.copy_since(asked.since_incarnation, asked.since_counter, limit)
-    table = ConsumerOffsetTable(
-        offsets=copy.offsets,
-        last_consume_ms=copy.times,
-        incarnation=copy.incarnation,
-        counter=copy.counter,
-        delta=copy.delta,
-        deleted_groups=tuple(copy.deleted_groups),
-        deleted_topics=tuple(copy.deleted_topics),
-        more=copy.more,
-    )
+    table = offset_copy(master, AllConsumerOffsetsQuery.parse(*query.encode()), limit)
     return ConsumerOffsetTable.parse(*table.encode())
 
 
