@@ -3,10 +3,11 @@
 A segment is named by its 20-digit zero-padded start offset so ``ls`` sorts segments in order.
 It is created at ``<name>.tmp``, fully allocated with ``posix_fallocate`` (so a full disk fails
 here, never while writing through the mapping), fsynced and renamed, so a segment file under its
-final name always has its full size. A ConsumeQueue segment is not fsynced when it is created
-(``sync`` off: about 5 ms a file on the event loop, for every new queue on every replica): the
-flush that makes its first entries durable fsyncs it and its directory, and until then it holds
-nothing the store's checkpoint trusts, so a file a power loss left short is dropped and rebuilt.
+final name always has its full size. A queue's first ConsumeQueue segment is not fsynced when it
+is created (``sync`` off: about 5 ms a file on the event loop, for every new queue on every
+replica): the flush that makes its first entries durable fsyncs it and its directory, and until
+then it holds nothing the store's checkpoint trusts, so such a file a power loss left short is
+dropped at the open and rebuilt from the CommitLog.
 
 :meth:`Segment.fsync` opens the file by path and calls ``os.fsync`` (which releases the GIL and
 writes back pages dirtied through the mapping too), so a worker thread can flush a segment while
@@ -143,8 +144,9 @@ class Segment:
 
         With ``sync`` off the allocation is not fsynced here: the caller's next flush fsyncs the
         file (and its directory) before anything trusts what it holds. After a power loss such a
-        file may lie under its final name short or empty (``storage.consumequeue`` drops it
-        after an unclean stop: it held only entries the replay rebuilds)."""
+        file may lie under its final name short or empty (``ConsumeQueue._allocated`` drops it
+        after an unclean stop while it is its queue's only file and holds no trusted entry: the
+        replay rebuilds what it held)."""
         path = directory / segment_name(start)
         if path.exists():
             raise StoreError(f"segment {path} already exists")

@@ -90,11 +90,16 @@ class FileSystemSync:
 
     def watch(self, path: Path) -> None:
         """Hold a descriptor of ``path``'s file system from now on."""
-        if _SYNCFS is None:
-            return
+        if _SYNCFS is not None:
+            self._descriptor(path)
+
+    def _descriptor(self, path: Path) -> int:
+        """The descriptor held for ``path``'s file system, opened on its first use."""
         device = os.stat(path).st_dev
-        if device not in self._fds:
-            self._fds[device] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = self._fds.get(device)
+        if fd is None:
+            fd = self._fds[device] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return fd
 
     def sync(self, path: Path) -> bool:
         """Make every file and directory of the file system holding ``path`` durable, with one
@@ -103,9 +108,7 @@ class FileSystemSync:
         would."""
         if _SYNCFS is None:
             return False
-        self.watch(path)
-        fd = self._fds[os.stat(path).st_dev]
-        if _SYNCFS(fd) != 0:
+        if _SYNCFS(self._descriptor(path)) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs {path}: {os.strerror(err)}")
         return True
