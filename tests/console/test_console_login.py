@@ -428,16 +428,23 @@ def test_the_new_handlers_against_the_cluster(env: Env) -> None:
         await actions.update_rules(addrs, "handled", "Group:HandlerGroup", "update,get", "allow")
         # the rules as the console reads them: with its own credentials, none without
         assert await read_rules(addrs, "handled", 10) is None  # this process signs nothing
-        use_credentials(ROOT)
-        try:
-            with task_credentials(None):
-                rules = await read_rules(addrs, "handled", 10)
-        finally:
-            use_credentials(None)
-        assert rules is not None
-        assert [(str(r.resource), sorted(r.actions)) for r in rules] == [
-            ("Group:HandlerGroup", ["get", "update"])
-        ]
+        wanted = [("Group:HandlerGroup", ["get", "update"])]
+
+        async def rules_read() -> list[tuple[str, list[str]]] | None:
+            use_credentials(ROOT)
+            try:
+                with task_credentials(None):
+                    rules = await read_rules(addrs, "handled", 10)
+            finally:
+                use_credentials(None)
+            return None if rules is None else [(str(r.resource), sorted(r.actions)) for r in rules]
+
+        async def rules_applied() -> bool:  # the controller asked may not have applied it yet
+            return await rules_read() == wanted
+
+        for _ in range(3):  # three asks: the controllers answer in turn
+            await wait_until_async(rules_applied, "the new rules read", 30)
+        assert await rules_read() == wanted
         # a group's settings
         with pytest.raises(actions.Refused, match="retry max times must be"):
             actions.group_settings("HandlerGroup", "ten", "", True, False)
