@@ -3,6 +3,9 @@ asks for instead of the whole table (issue 34). Pure: no asyncio, no files."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from storage.offset_changes import MAX_TOMBSTONES, OffsetChangeLog, OffsetChanges
 
 
@@ -68,3 +71,67 @@ def test_a_page_is_the_oldest_changes_and_the_tombstones_up_to_them() -> None:
     rest = log.since("inc", first.counter, limit=2)
     assert rest == OffsetChanges(5, ["c"], [], ["T"], more=False)
     assert log.since("inc", 0, limit=3) == OffsetChanges(5, ["a", "b", "c"], ["x"], ["T"])
+
+
+def test_the_groups_one_topic_deletion_marked_are_never_split_across_pages() -> None:
+    # A topic's deletion marks every group that held it with one counter value; a page cut
+    # among them answered that counter, and the next page (after it) never listed the rest.
+    log = OffsetChangeLog("inc")
+    log.group_changed("a")  # 1
+    log.topic_deleted("T", ["b", "c", "d"])  # 2
+    log.group_changed("e")  # 3
+    first = log.since("inc", 0, limit=2)
+    assert first == OffsetChanges(2, ["a", "b", "c", "d"], [], ["T"], more=True)
+    assert log.since("inc", first.counter, limit=2) == OffsetChanges(3, ["e"], [], [])
+
+
+def _reference(marks: dict[str, int], counter: int, limit: int, now: int) -> tuple[list[str], int]:
+    """The groups a page holds and the counter it brings the asker to, from the marks alone."""
+    after = sorted((mark, group) for group, mark in marks.items() if mark > counter)
+    if limit <= 0 or len(after) <= limit:
+        return [group for _, group in after], now
+    last = after[limit - 1][0]
+    page = [group for mark, group in after if mark <= last]
+    return page, (now if len(page) == len(after) else last)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["change", "delete", "topic"]), st.lists(st.integers(0, 12))),
+        max_size=80,
+    ),
+    st.integers(0, 6),
+)
+def test_pages_read_from_any_counter_are_what_the_marks_say(
+    steps: list[tuple[str, list[int]]], limit: int
+) -> None:
+    log = OffsetChangeLog("inc")
+    marks: dict[str, int] = {}
+    for kind, picks in steps:
+        names = sorted({f"g{i}" for i in picks})
+        if kind == "change":
+            for name in names:
+                log.group_changed(name)
+                marks[name] = log.counter
+        elif kind == "delete":
+            for name in names:
+                log.group_deleted(name)
+                marks.pop(name, None)
+        else:
+            log.topic_deleted("t", names)
+            marks.update(dict.fromkeys(names, log.counter))
+    for counter in range(log.counter + 1):
+        page = log.since("inc", counter, limit)
+        assert page is not None
+        groups, upto = _reference(marks, counter, limit, log.counter)
+        assert (page.groups, page.counter, page.more) == (groups, upto, upto < log.counter)
+    # Paging from 0 to the end lists every live group once.
+    seen: list[str] = []
+    counter, more = 0, True
+    while more:
+        page = log.since("inc", counter, limit)
+        assert page is not None
+        seen += page.groups
+        counter, more = page.counter, page.more
+    assert sorted(seen) == sorted(marks)
