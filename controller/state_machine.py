@@ -53,14 +53,12 @@ class MetadataStateMachine:
         if isinstance(event, AuthEvent | StaticTopicEvent | DeleteTopic | IssueProducerId):
             return self.manager.apply(event)
         name = event.broker_name
-        before = self.manager.replica_info(name)
+        was = self.manager.master_of(name)
         outcome = self.manager.apply(event)
         if not outcome.ok:
             return outcome
-        after = self.manager.replica_info(name)
-        was = (before.master_broker_id, before.master_epoch) if before is not None else None
-        now = (after.master_broker_id, after.master_epoch) if after is not None else None
-        if was != now and after is not None:
+        now = self.manager.master_of(name)
+        if was != now and now is not None:
             for cb in self.on_master_changed:
                 cb(name)
         if isinstance(event, CleanBrokerData):

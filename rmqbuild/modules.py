@@ -25,9 +25,16 @@ COMPILED: Final[tuple[str, ...]] = (
     "storage.dispatch",
     "storage.queue_write",
     "broker.ha.batch",
-    # The Raft core's hot path.
+    # The Raft core (pure: no asyncio, clock or sockets), each entry and heartbeat round.
     "controller.raft.log",
     "controller.raft.progress",
+    "controller.raft.core",
+    "controller.raft.leader",
+    "controller.raft.ready",
+    "controller.raft.membership",
+    "controller.raft.readonly",
+    "controller.raft.config",
+    "controller.raft.errors",
     # The timer wheel.
     "storage.timer.wheel",
 )

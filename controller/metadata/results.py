@@ -13,7 +13,7 @@ then answers with the rejection (:meth:`Decision.settle`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from controller.metadata.events import Event
@@ -66,7 +66,9 @@ class Decision(Generic[R]):
                 return Decision(code=outcome.code, remark=outcome.remark)
         if len(outcomes) < len(self.events):
             raise ValueError(f"{len(outcomes)} outcomes for {len(self.events)} events")
-        return replace(self, events=())
+        # Built directly, not by dataclasses.replace (which works the fields out each call):
+        # once per committed request.
+        return Decision(code=self.code, remark=self.remark, response=self.response)
 
 
 def rejected(code: ResponseCode, remark: str) -> Decision[R]:

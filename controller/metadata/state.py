@@ -151,6 +151,12 @@ class ReplicasInfoManager:
         group = self._groups.get(broker_name)
         return None if group is None else group.info()
 
+    def master_of(self, broker_name: str) -> tuple[int | None, int] | None:
+        """The group's master broker id (None: none) and master epoch; None for a group it
+        does not know. What ``replica_info`` says of the master, without building the rest."""
+        group = self._groups.get(broker_name)
+        return None if group is None else (group.master_broker_id, group.master_epoch)
+
     def replica_infos(self) -> list[ReplicaInfo]:
         """Every group's metadata, ascending by broker name."""
         return [self._groups[name].info() for name in sorted(self._groups)]

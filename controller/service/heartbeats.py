@@ -109,7 +109,8 @@ class HeartbeatHandler:
                 ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
                 f"broker {broker_id} of {name} is not registered",
             )
-        if self.bindings.holder(name, broker_id) != self.connections.of(conn):
+        connection_id = self.connections.of(conn)
+        if self.bindings.holder(name, broker_id) != connection_id:
             # Only the connection that registered the broker (CONTROLLER_REGISTER_BROKER) speaks
             # for it; a broker told so registers again on its connection.
             if not leased:
@@ -133,7 +134,7 @@ class HeartbeatHandler:
             confirm_offset=beat.confirm_offset,
             election_priority=beat.election_priority,
             timeout_ms=max(timeout_ms, 0),
-            connection_id=self.connections.of(conn),
+            connection_id=connection_id,
             damaged=beat.damaged_records,
         )
         if beat.traffic_report is not None and self.traffic is not None:
