@@ -295,21 +295,19 @@ def sequenced_records(buf: bytes | memoryview) -> Iterator[MessageRecord]:
 # -- the broker's check -------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
 class StoredBatch:
     """A stored request: its sequence and where its records went, as its answer gives them.
     ``physical_offsets`` is in request order; -1 where a rebuilt batch lacks a record (the log
-    holds a prefix of it: a failover cut it). (A class with its own ``__init__``, not a
-    dataclass: one is made per send, and a compiled dataclass is built through the
-    interpreted ``__init__`` the dataclasses module writes, docs/compiled.md.)"""
+    holds a prefix of it: a failover cut it). (One is made per send: its ``__init__`` is written
+    out, so compiled it is a native constructor, docs/compiled.md.)"""
 
-    __slots__ = (
-        "end_offset",
-        "first_queue_offset",
-        "physical_offsets",
-        "queue_id",
-        "sequence",
-        "store_timestamp",
-    )
+    sequence: int
+    queue_id: int
+    first_queue_offset: int
+    physical_offsets: list[int]
+    end_offset: int
+    store_timestamp: int
 
     def __init__(
         self,
@@ -326,29 +324,6 @@ class StoredBatch:
         self.physical_offsets = physical_offsets
         self.end_offset = end_offset
         self.store_timestamp = store_timestamp
-
-    def _fields(self) -> tuple[int, int, int, list[int], int, int]:
-        return (
-            self.sequence,
-            self.queue_id,
-            self.first_queue_offset,
-            self.physical_offsets,
-            self.end_offset,
-            self.store_timestamp,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, StoredBatch):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __repr__(self) -> str:
-        return (
-            f"StoredBatch(sequence={self.sequence!r}, queue_id={self.queue_id!r}, "
-            f"first_queue_offset={self.first_queue_offset!r}, "
-            f"physical_offsets={self.physical_offsets!r}, end_offset={self.end_offset!r}, "
-            f"store_timestamp={self.store_timestamp!r})"
-        )
 
     @property
     def missing(self) -> list[int]:

@@ -82,6 +82,31 @@ class Message:
     record's properties before KEYS and TAGS: the same bytes as the property in the dict gives,
     without the dict. Never sent on the wire."""
 
+    def __init__(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        keys: str = "",
+        tags: str = "",
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: str = "",
+        seq_property: bytes = b"",
+    ) -> None:
+        # Written out, as Frame's is (protocol/remoting.py): a native constructor compiled.
+        # ``properties`` left out is a fresh dict, as the default_factory gave.
+        self.topic = topic
+        self.body = body
+        self.keys = keys
+        self.tags = tags
+        self.properties = {} if properties is None else properties
+        self.flag = flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.seq_property = seq_property
+
     def all_properties(self) -> dict[str, str]:
         props = dict(self.properties)
         if self.keys:
@@ -434,6 +459,27 @@ class RecordInfo:
     physical_offset: int
     store_timestamp: int
     tags_hash: int
+
+    def __init__(
+        self,
+        size: int,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        store_timestamp: int,
+        tags_hash: int,
+    ) -> None:
+        # Written out, as Frame's is (protocol/remoting.py): one is made per record dispatched.
+        # Frozen: object.__setattr__ passes the dataclass's refusal in pure Python, and mypyc
+        # compiles it to a native store.
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "queue_id", queue_id)
+        object.__setattr__(self, "queue_offset", queue_offset)
+        object.__setattr__(self, "physical_offset", physical_offset)
+        object.__setattr__(self, "store_timestamp", store_timestamp)
+        object.__setattr__(self, "tags_hash", tags_hash)
 
 
 def peek_prefix(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:

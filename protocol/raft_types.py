@@ -64,6 +64,23 @@ class Entry:
     type: EntryType = EntryType.NORMAL
     data: bytes = b""
 
+    # Entries and the messages every append and heartbeat make write their __init__ out: compiled,
+    # a native constructor (object.__setattr__ with the field's name is a native store, and in
+    # pure Python it passes the frozen dataclass's refusal); the one dataclasses writes is
+    # interpreted (docs/compiled.md). The rarer classes keep the generated one.
+    def __init__(
+        self,
+        *,
+        term: int,
+        index: int,
+        type: EntryType = EntryType.NORMAL,
+        data: bytes = b"",
+    ) -> None:
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "data", data)
+
     def size(self) -> int:
         return len(self.data) + ENTRY_OVERHEAD
 
@@ -78,6 +95,17 @@ class HardState:
     term: int = 0
     vote: NodeId | None = None
     commit: int = 0
+
+    def __init__(
+        self,
+        *,
+        term: int = 0,
+        vote: NodeId | None = None,
+        commit: int = 0,
+    ) -> None:
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "vote", vote)
+        object.__setattr__(self, "commit", commit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +172,15 @@ class ReadState:
     index: int
     ctx: bytes
 
+    def __init__(
+        self,
+        *,
+        index: int,
+        ctx: bytes,
+    ) -> None:
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "ctx", ctx)
+
 
 # --- messages ---------------------------------------------------------------------------------
 
@@ -176,6 +213,25 @@ class AppendEntries(MessageBase):
     commit: int
     entries: tuple[Entry, ...] = ()
 
+    def __init__(
+        self,
+        *,
+        src: NodeId,
+        dst: NodeId,
+        term: int,
+        prev_log_index: int,
+        prev_log_term: int,
+        commit: int,
+        entries: tuple[Entry, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "prev_log_index", prev_log_index)
+        object.__setattr__(self, "prev_log_term", prev_log_term)
+        object.__setattr__(self, "commit", commit)
+        object.__setattr__(self, "entries", entries)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AppendResponse(MessageBase):
@@ -188,16 +244,63 @@ class AppendResponse(MessageBase):
     reject_hint: int = 0
     hint_term: int = 0
 
+    def __init__(
+        self,
+        *,
+        src: NodeId,
+        dst: NodeId,
+        term: int,
+        index: int,
+        reject: bool = False,
+        reject_hint: int = 0,
+        hint_term: int = 0,
+    ) -> None:
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "reject", reject)
+        object.__setattr__(self, "reject_hint", reject_hint)
+        object.__setattr__(self, "hint_term", hint_term)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Heartbeat(MessageBase):
     commit: int
     read_seq: int = 0
 
+    def __init__(
+        self,
+        *,
+        src: NodeId,
+        dst: NodeId,
+        term: int,
+        commit: int,
+        read_seq: int = 0,
+    ) -> None:
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "commit", commit)
+        object.__setattr__(self, "read_seq", read_seq)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatResponse(MessageBase):
     read_seq: int = 0
+
+    def __init__(
+        self,
+        *,
+        src: NodeId,
+        dst: NodeId,
+        term: int,
+        read_seq: int = 0,
+    ) -> None:
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "read_seq", read_seq)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,11 +326,39 @@ class TimeoutNow(MessageBase):
 class ReadIndexRequest(MessageBase):
     ctx: bytes
 
+    def __init__(
+        self,
+        *,
+        src: NodeId,
+        dst: NodeId,
+        term: int,
+        ctx: bytes,
+    ) -> None:
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "ctx", ctx)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadIndexResponse(MessageBase):
     ctx: bytes
     index: int
+
+    def __init__(
+        self,
+        *,
+        src: NodeId,
+        dst: NodeId,
+        term: int,
+        ctx: bytes,
+        index: int,
+    ) -> None:
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "term", term)
+        object.__setattr__(self, "ctx", ctx)
+        object.__setattr__(self, "index", index)
 
 
 Message: TypeAlias = (

@@ -55,6 +55,26 @@ class Frame:
     header: Header = field(default_factory=dict)
     body: bytes | None = None
 
+    def __init__(
+        self,
+        *,
+        kind: int,
+        code: int,
+        opaque: int,
+        flags: int = 0,
+        header: Header | None = None,
+        body: bytes | None = None,
+    ) -> None:
+        # Written out (the dataclass keeps its fields, eq, repr, replace): compiled, this is a
+        # native constructor; the one the dataclasses module writes is interpreted
+        # (docs/compiled.md). ``header`` left out is a fresh dict, as the default_factory gave.
+        self.kind = kind
+        self.code = code
+        self.opaque = opaque
+        self.flags = flags
+        self.header = {} if header is None else header
+        self.body = body
+
     @property
     def remark(self) -> str:
         """An answer's ``remark`` (why it is not SUCCESS): "" when it has none, or none that

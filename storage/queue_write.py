@@ -54,6 +54,22 @@ class SizedBatch:
     tag_hashes: list[int] = field(default_factory=list)
     total: int = 0
 
+    def __init__(
+        self,
+        props: list[bytes] | None = None,
+        hosts: list[bytes] | None = None,
+        sizes: list[int] | None = None,
+        tag_hashes: list[int] | None = None,
+        total: int = 0,
+    ) -> None:
+        # Written out, as protocol.remoting.Frame's is: a native constructor compiled, one
+        # per batch put. A list left out is a fresh one, as the default_factory gave.
+        self.props = [] if props is None else props
+        self.hosts = [] if hosts is None else hosts
+        self.sizes = [] if sizes is None else sizes
+        self.tag_hashes = [] if tag_hashes is None else tag_hashes
+        self.total = total
+
 
 class RecordSizer:
     def __init__(self, max_message_bytes: int) -> None:

@@ -57,6 +57,25 @@ class Batch:
     confirm_offset: int
     max_length: int
 
+    def __init__(
+        self,
+        *,
+        offset: int,
+        epoch: int,
+        epoch_start_offset: int,
+        length: int,
+        confirm_offset: int,
+        max_length: int,
+    ) -> None:
+        # Written out, as protocol.message.RecordInfo's is (frozen): a native constructor
+        # compiled, one per transfer batch.
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "epoch_start_offset", epoch_start_offset)
+        object.__setattr__(self, "length", length)
+        object.__setattr__(self, "confirm_offset", confirm_offset)
+        object.__setattr__(self, "max_length", max_length)
+
     @property
     def end_offset(self) -> int:
         return self.offset + self.length
