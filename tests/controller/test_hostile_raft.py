@@ -278,6 +278,9 @@ async def test_a_raft_log_corrupt_on_all_three_refuses_to_start(
     finally:
         for b in brokers:
             await b.stop()
+    # Committed takes two of the three: the test damages the middle of every node's log, so each
+    # must hold all of it before it stops (a follower killed while still behind held 19 entries).
+    await all_hold_the_same_commit(addresses)
     for proc in cluster.procs.values():
         if stop == "kill9":
             proc.kill9()  # the hard state file is older; the commit hint is not
@@ -324,6 +327,24 @@ async def test_a_raft_log_corrupt_on_all_three_refuses_to_start(
                 resp = doc
                 break
         assert resp is not None and [r["brokerId"] for r in resp["replicas"]] == [1], resp
+
+
+async def all_hold_the_same_commit(addresses: list[str]) -> None:
+    """Every controller answers with one commit index (the followers have caught up)."""
+    docs: list[dict[str, Any] | None] = []
+
+    async def caught_up() -> bool:
+        docs[:] = [await metadata(a) for a in addresses]
+        indexes = {d["commitIndex"] for d in docs if d is not None}
+        return len(indexes) == 1 and all(d is not None for d in docs)
+
+    await wait_until_async(
+        caught_up,
+        "every controller at one commit index",
+        30,
+        interval=0.05,
+        on_timeout=lambda: str(docs),
+    )
 
 
 async def _replica_info(address: str, broker_name: str) -> dict[str, Any] | None:
