@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 from collections.abc import Callable
 from typing import cast
@@ -72,6 +73,8 @@ class PeerLink:
         self._on_dropped = on_dropped
         self._queue: collections.deque[bytes] = collections.deque()
         self._ready = asyncio.Event()
+        self._retry = asyncio.Event()
+        """Set when the peer was heard from: a reconnect waiting out its back-off tries now."""
         self._client: PeerClient | None = None
         self._opaque = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
@@ -103,6 +106,22 @@ class PeerLink:
         self._queue.append(body)
         self._ready.set()
 
+    def heard(self) -> None:
+        """A message from the peer arrived (on its own connection to us): its process is up, so
+        a reconnect waiting out its back-off tries at once. Without this, a peer that had been
+        down for a second was reached again only when the back-off (up to ``BACKOFF_MAX``)
+        ended: a restarted controller's (pre-)votes were answered that much later, and a
+        failover right after a restart waited for it (issue 34)."""
+        if not self.connected:
+            self._retry.set()
+
+    async def _back_off(self, seconds: float) -> None:
+        """Sleep ``seconds`` before the next connect, or until :meth:`heard`."""
+        self._retry.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._retry.wait()
+
     def _drop_queue(self) -> None:
         if self._queue:
             self._on_dropped(self.peer, len(self._queue))
@@ -128,7 +147,7 @@ class PeerLink:
                     if self._on_refused is not None and _refused(exc):
                         self._on_refused(self.peer)
                     log.debug("raft peer unreachable", peer=self.peer, error=str(exc))
-                    await asyncio.sleep(backoff)
+                    await self._back_off(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX)
                     continue
                 self._client = client
@@ -276,5 +295,8 @@ class PeerTransport:
             return None
         if message.dst != self.node_id:
             return None
+        link = self._links.get(message.src)
+        if link is not None:
+            link.heard()
         self._on_message(message)
         return None
