@@ -61,7 +61,7 @@ from bench import smoke
 from controller.config import ControllerConfig
 from controller.metadata import ApplyBrokerId as ApplyBrokerIdEvent
 from controller.metadata import encode_event
-from protocol.codes import ResponseCode
+from protocol.codes import ResponseCode, code_name
 from protocol.controller_requests.brokers import ApplyBrokerId
 from protocol.controller_requests.groups import GetReplicaInfo
 from protocol.remoting import Frame
@@ -352,24 +352,38 @@ async def bench_latency(address: str, header: ApplyBrokerId, n: int) -> list[flo
 # --- failover ----------------------------------------------------------------------------------
 
 
-async def first_write_after_kill(survivors: list[str], header: ApplyBrokerId) -> str:
-    """Keep writing to every survivor until one answers SUCCESS; returns its address."""
+Attempt = tuple[str, float, float, str]
+"""One write of :func:`first_write_after_kill`: the address, its start and end
+(``time.perf_counter()``), its outcome (the response code's name, or the error's type)."""
+
+
+async def first_write_after_kill(
+    survivors: list[str], header: ApplyBrokerId, attempts: list[Attempt] | None = None
+) -> str:
+    """Keep writing to every survivor until one answers SUCCESS; returns its address. Each
+    write's outcome goes to ``attempts`` when given (where a failover's time went)."""
     won: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def keep_trying(address: str) -> None:
         conn: RemotingClient | None = None
         try:
             while not won.done():
+                t0 = time.perf_counter()
+                outcome = ""
                 try:
                     if conn is None or conn.is_closed:
                         conn = await RemotingClient.connect(address, 0.5)
                     resp = await write(conn, header, timeout=3.0)
+                    outcome = code_name(resp.code)
                     if resp.code == ResponseCode.SUCCESS and not won.done():
                         won.set_result(address)
-                except RemotingError:
+                except RemotingError as exc:
+                    outcome = type(exc).__name__
                     if conn is not None:
                         conn.close()
                     conn = None
+                if attempts is not None:
+                    attempts.append((address, t0, time.perf_counter(), outcome))
                 await asyncio.sleep(0.01)
         finally:
             if conn is not None:

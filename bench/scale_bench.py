@@ -30,7 +30,12 @@ Measured per column, on the active controller unless said:
   catch-up              a follower killed (-9) and restarted from its disk until its Raft commit
                         index reaches the leader's
   failover              kill -9 of the leader until a survivor commits a write, the median of
-                        3, each once the controller killed before caught up again
+                        3, each once the controller killed before caught up again; each one's
+                        phases are printed, in ms after the kill: from each survivor's log its
+                        changes of role and leader, when it became the active controller
+                        ("active") and first held a lease a quorum confirmed ("lease"), ticks
+                        it ran late; and the bench's writes to each survivor (each answer's
+                        count, the longest write)
 
 The growth columns: ``cost x`` is the 10x (100x) figure over the 1x one; ``load x`` is the load
 the cost should grow with: the topics' factor for the totals (RSS, snapshot, catch-up), 1 for a
@@ -41,7 +46,7 @@ Nothing is asserted: these are figures, taken on a shared machine (the load aver
     python bench/scale_bench.py [--topics 1000] [--groups 10] [--columns 1,10,100] [--quick]
         [--items controllers,brokers,clients] [--broker-queues 1000] [--broker-groups 100]
         [--clients 200] [--members 10]
-        [--log-gib 1,10]
+        [--log-gib 1,10] [--keep-logs DIR]
 
 ``--quick`` runs the 1x and 10x columns; ``--smoke`` a tiny run for the test suite;
 ``--items`` which items' tables (each item's table, then one ``worst growth`` line over all);
@@ -53,7 +58,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import datetime
 import gc
+import json
 import os
 import random
 import shutil
@@ -69,6 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scale_broker, scale_clients, scale_log, smoke
 from bench.controller_bench import (
+    Attempt,
     apply_header,
     first_write_after_kill,
     leader_address,
@@ -371,14 +380,90 @@ async def failovers(cluster: ControllerCluster, procs: list[ControllerProc]) -> 
 
 
 async def failover(cluster: ControllerCluster, leader: ControllerProc) -> float:
-    survivors = [p.address for p in cluster.procs.values() if p is not leader]
-    t0 = time.perf_counter()
+    """kill -9 ``leader`` until a survivor commits a write: seconds. Prints the phases (from
+    the survivors' logs and the bench's writes, in ms after the kill)."""
+    procs = [p for p in cluster.procs.values() if p is not leader]
+    offsets = {p.name: log_size(p) for p in procs}
+    attempts: list[Attempt] = []
+    t0, wall0 = time.perf_counter(), time.time()
     leader.kill9()
-    await first_write_after_kill(survivors, apply_header(64, group="scale-failover"))
+    await first_write_after_kill(
+        [p.address for p in procs], apply_header(64, group="scale-failover"), attempts
+    )
     took = time.perf_counter() - t0
     leader.start()
     wait_until(leader.alive, f"{leader.name} to start", 10)
+    print(f"    {leader.node_id} killed: {took * 1000:,.0f} ms", flush=True)
+    for proc in procs:
+        events = [f"{e} +{(ts - wall0) * 1000:,.0f}" for ts, e in phases(proc, offsets[proc.name])]
+        print(f"      {proc.node_id}: " + (", ".join(events) or "-"), flush=True)
+    for proc in procs:
+        print(f"      writes to {proc.node_id}: {write_summary(proc.address, attempts, t0)}")
     return took
+
+
+PHASE_EVENTS = (
+    "raft role",
+    "raft leader",
+    "active controller",
+    "standby controller",
+    "raft tick late",
+    "controller stood still",
+)
+"""The log lines that time a failover's phases on a survivor (controller/raft_driver.py)."""
+
+
+def log_size(proc: ControllerProc) -> int:
+    try:
+        return proc.log_path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def phases(proc: ControllerProc, offset: int) -> list[tuple[float, str]]:
+    """(wall time, what) of each :data:`PHASE_EVENTS` line ``proc`` logged past ``offset``."""
+    with proc.log_path.open("rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+    found: list[tuple[float, str]] = []
+    for line in lines:
+        if not line.startswith("{") or not any(e in line for e in PHASE_EVENTS):
+            continue
+        try:
+            doc = json.loads(line)
+            ts = datetime.datetime.fromisoformat(doc["timestamp"]).timestamp()
+        except (ValueError, KeyError):
+            continue
+        event = doc.get("event", "")
+        if event == "raft role":
+            what = f"{doc.get('role')} (term {doc.get('term')})"
+        elif event == "raft leader":
+            what = f"leader {doc.get('leader')}"
+        elif event == "raft leader lease":
+            what = "lease"
+        elif event in ("raft tick late", "controller stood still"):
+            what = f"{event} {doc.get('late_ms')} ms"
+        elif event in PHASE_EVENTS:
+            what = event.split()[0]
+        else:
+            continue
+        found.append((ts, what))
+    return found
+
+
+def write_summary(address: str, attempts: list[Attempt], t0: float) -> str:
+    """The bench's writes to ``address`` during a failover: each outcome's count, and the
+    longest write's span (ms after the kill)."""
+    mine = [a for a in attempts if a[0] == address]
+    if not mine:
+        return "-"
+    counts = collections.Counter(a[3] for a in mine)
+    longest = max(mine, key=lambda a: a[2] - a[1])
+    return (
+        ", ".join(f"{k} x{n}" for k, n in counts.most_common())
+        + f"; longest {(longest[2] - longest[1]) * 1000:,.0f} ms "
+        + f"(+{(longest[1] - t0) * 1000:,.0f} to +{(longest[2] - t0) * 1000:,.0f}, {longest[3]})"
+    )
 
 
 async def measure(col: Column, args: argparse.Namespace, tmp: Path) -> None:
@@ -479,6 +564,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lookups", type=int, default=400, help="single lookups per column")
     parser.add_argument("--window", type=float, default=10.0, help="heartbeat CPU window, s")
     parser.add_argument(
+        "--keep-logs",
+        default="",
+        metavar="DIR",
+        help="copy the controllers' logs of each column to DIR/<factor>x (the failovers' "
+        "phases printed come from them)",
+    )
+    parser.add_argument(
         "--items",
         default="controllers,brokers,clients",
         help="which items' tables: controllers (item 1), brokers (item 2), clients (item 3), "
@@ -554,6 +646,11 @@ async def controllers(factors: list[int], args: argparse.Namespace) -> Worst:
             await measure(col, args, tmp)
             print(f"  {col.factor}x took {time.perf_counter() - t0:.0f} s", flush=True)
         finally:
+            if args.keep_logs:
+                kept = Path(args.keep_logs) / f"{col.factor}x"
+                kept.mkdir(parents=True, exist_ok=True)
+                for path in tmp.glob("*.log"):
+                    shutil.copy(path, kept / path.name)
             shutil.rmtree(tmp, ignore_errors=True)
     return print_table(cols)
 

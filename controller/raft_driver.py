@@ -281,6 +281,8 @@ class RaftDriver:
         self._lease_stale = True
         """The core was fed since ``_lease_ends`` was worked out."""
         self._late_reported_at = -60.0
+        self._lease_told = 0
+        """The latest term whose first confirmed lease was logged (once a term)."""
         self._wake = asyncio.Event()
         self._reads: dict[bytes, asyncio.Future[None]] = {}
         self._read_seq = itertools.count(1)
@@ -565,6 +567,9 @@ class RaftDriver:
                         self.failure.set_result(exc)
                     raise
                 self._drain_inputs()
+            if self.role is Role.LEADER and self._lease_told < node.term and self.holds_lease():
+                self._lease_told = node.term
+                log.info("raft leader lease", term=node.term, me=self.id)
 
     def _drain_inputs(self) -> None:
         node = self.node
@@ -643,6 +648,10 @@ class RaftDriver:
 
     def _on_soft_state(self, ss: SoftState) -> None:
         was_leader = self.role is Role.LEADER
+        if ss.role is not self.role:
+            # One line per change of role: with "raft leader" and "active controller", a
+            # failover's phases can be read off the survivors' logs (bench/scale_bench.py).
+            log.info("raft role", role=ss.role.value, term=self.node.term, me=self.id)
         self.role = ss.role
         if ss.lead != self.lead:
             self.lead = ss.lead
