@@ -37,6 +37,16 @@ COMPILED: Final[tuple[str, ...]] = (
     "controller.raft.errors",
     # The timer wheel.
     "storage.timer.wheel",
+    # The broker's send path: the handler, the send service and its idempotence driver, the
+    # append and its store put (CommitLog, ConsumeQueue, key index), the offset waiters.
+    "broker.processors.send",
+    "broker.send.service",
+    "broker.send.idempotence",
+    "broker.appender",
+    "broker.offset_waiters",
+    "storage.store",
+    "storage.consumequeue",
+    "storage.index.service",
 )
 
 GROUP: Final = "rmq_hot"

@@ -14,7 +14,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from broker.context import BrokerContext
-from broker.durable_wait import DurableAnswer, defer_until_durable
+from broker.durable_wait import defer_until_durable
+from broker.send.answer import DurableSendAnswer
 from broker.send.service import SendRefused, SendService
 from protocol.broker_requests.send import (
     SendAnswer,
@@ -140,20 +141,6 @@ class SendProcessor:
         if not self.durability.needs_wait(result):
             self.service.settled(start, ResponseCode.SUCCESS)
             return resp
-        return defer_until_durable(self.durability, result, _SendAnswer(self, req, resp, start))
-
-
-class _SendAnswer(DurableAnswer):
-    """A send waiting for its flush or replicas: answered when the wait ends, its latency
-    (and a failure) counted then."""
-
-    __slots__ = ("proc", "start")
-
-    def __init__(self, proc: SendProcessor, req: Frame, resp: Frame, start: float) -> None:
-        super().__init__(req, resp)
-        self.proc = proc
-        self.start = start
-
-    def settled(self, code: int, remark: str) -> None:
-        # a failure is counted once, and only while the answer is still owed
-        self.proc.service.settled(self.start, code if self.pending else ResponseCode.SUCCESS)
+        return defer_until_durable(
+            self.durability, result, DurableSendAnswer(self.service, req, resp, start)
+        )

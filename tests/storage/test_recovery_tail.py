@@ -16,11 +16,14 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
 
+from storage.store import MessageStore
 from tests.storage.support import TOPIC, messages, open_store, read_queue
 
 GIB = 1 << 30
@@ -74,31 +77,33 @@ def _mapped(path: Path) -> int:
     return total
 
 
-def open_measured(data_dir: Path, segment: int = GIB) -> tuple[object, int]:
-    """Open the store (recovering it) and what the recovery read of its CommitLog segment."""
+def open_measured(
+    data_dir: Path, segment: int = GIB
+) -> tuple[MessageStore, int, list[MutableMapping[str, Any]]]:
+    """Open the store (recovering it), what the recovery read of its CommitLog segment, and
+    what it logged."""
     before = _rchar()
     with structlog.testing.capture_logs() as logs:
         store = open_store(data_dir, commitlog_segment_bytes=segment)
     read = _rchar() - before + _mapped(segment_path(data_dir))
-    store.logs = logs  # type: ignore[attr-defined]
-    return store, read
+    return store, read, logs
 
 
-def truncations(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+def truncations(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
     return [e for e in logs if "truncated at offset" in str(e["event"])]
 
 
 def test_an_unclean_stop_reads_the_records_not_the_1_gib_segment(tmp_path: Path) -> None:
     end = crashed_store(tmp_path)
-    store, read = open_measured(tmp_path)
+    store, read, logs = open_measured(tmp_path)
     try:
         assert read < READ_BOUND, f"recovery read {read} bytes of a {end}-byte CommitLog"
-        assert store.max_offset == end  # type: ignore[attr-defined]
-        assert not truncations(store.logs)  # type: ignore[attr-defined]
+        assert store.max_offset == end
+        assert not truncations(logs)
         for queue_id in (0, 1):
-            assert len(read_queue(store, TOPIC, queue_id)) == 80  # type: ignore[arg-type]
+            assert len(read_queue(store, TOPIC, queue_id)) == 80
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
 
 
 def test_garbage_far_past_a_zero_gap_is_still_found_and_cut(tmp_path: Path) -> None:
@@ -113,11 +118,11 @@ def test_garbage_far_past_a_zero_gap_is_still_found_and_cut(tmp_path: Path) -> N
         f.write(near_bytes)
         f.seek(far)
         f.write(far_bytes)
-    store, read = open_measured(tmp_path)
+    store, read, logs = open_measured(tmp_path)
     try:
         assert read < READ_BOUND
-        assert store.max_offset == end  # type: ignore[attr-defined]
-        [warning] = truncations(store.logs)  # type: ignore[attr-defined]
+        assert store.max_offset == end
+        [warning] = truncations(logs)
         assert warning["offset"] == end
         # Everything from the cut to the last non-zero byte was copied aside, then zeroed.
         [copy] = (tmp_path / "quarantine").iterdir()
@@ -127,18 +132,18 @@ def test_garbage_far_past_a_zero_gap_is_still_found_and_cut(tmp_path: Path) -> N
         assert kept.endswith(far_bytes)
         assert len(kept) == far + len(far_bytes) - end
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
     with path.open("rb") as f:
         f.seek(end)
         assert f.read(1 << 20) == bytes(1 << 20)
         f.seek(far)
         assert f.read(4096) == bytes(4096)
-    again, _ = open_measured(tmp_path)  # clean now: nothing more to cut
+    again, _, again_logs = open_measured(tmp_path)  # clean now: nothing more to cut
     try:
-        assert not truncations(again.logs)  # type: ignore[attr-defined]
-        assert again.max_offset == end  # type: ignore[attr-defined]
+        assert not truncations(again_logs)
+        assert again.max_offset == end
     finally:
-        again.close()  # type: ignore[attr-defined]
+        again.close()
 
 
 def test_a_torn_last_record_is_cut_at_its_start(tmp_path: Path) -> None:
@@ -153,14 +158,14 @@ def test_a_torn_last_record_is_cut_at_its_start(tmp_path: Path) -> None:
     with path.open("r+b") as f:  # its second half never reached the disk
         f.seek(torn_at + 1500)
         f.write(bytes(1500))
-    store2, read = open_measured(tmp_path)
+    store2, read, logs = open_measured(tmp_path)
     try:
         assert read < READ_BOUND
-        assert store2.max_offset == torn_at  # type: ignore[attr-defined]
-        [warning] = truncations(store2.logs)  # type: ignore[attr-defined]
+        assert store2.max_offset == torn_at
+        [warning] = truncations(logs)
         assert warning["reason"] == "CRC mismatch"
     finally:
-        store2.close()  # type: ignore[attr-defined]
+        store2.close()
 
 
 def test_without_seek_data_the_whole_tail_is_read_and_garbage_still_found(
@@ -182,10 +187,10 @@ def test_without_seek_data_the_whole_tail_is_read_and_garbage_still_found(
         return real_lseek(fd, pos, how)
 
     monkeypatch.setattr(os, "lseek", lseek)
-    store, _ = open_measured(tmp_path, segment)
+    store, _, _ = open_measured(tmp_path, segment)
     try:
-        assert store.max_offset == end  # type: ignore[attr-defined]
+        assert store.max_offset == end
         [copy] = (tmp_path / "quarantine").iterdir()
         assert copy.name == f"commitlog-{end:020d}-{far + 10 - end}"
     finally:
-        store.close()  # type: ignore[attr-defined]
+        store.close()
