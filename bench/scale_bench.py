@@ -390,7 +390,10 @@ async def failover(cluster: ControllerCluster, leader: ControllerProc) -> float:
     await first_write_after_kill(
         [p.address for p in procs], apply_header(64, group="scale-failover"), attempts
     )
-    took = time.perf_counter() - t0
+    # Until the answer came, not until the other survivor's write was cancelled too: that
+    # teardown, on this process's loop busy with the brokers' heartbeats, added 100 to 400 ms
+    # at 100x (issue 34).
+    took = min(end for _a, _start, end, outcome in attempts if outcome == "SUCCESS") - t0
     leader.start()
     wait_until(leader.alive, f"{leader.name} to start", 10)
     print(f"    {leader.node_id} killed: {took * 1000:,.0f} ms", flush=True)
