@@ -757,7 +757,10 @@ class RaftDriver:
             read.set_result(None)
 
     def _restore(self, snapshot: Snapshot) -> None:
-        self._install(self._prepare_restore(snapshot))
+        """The snapshot on disk at start-up, decoded with the collector paused as one from the
+        leader is (issue 34: at 100,000 topics a restarted controller ran five full collections
+        over its growing heap while decoding, 0.13-0.32 s each on the loaded machine)."""
+        self._install(self._prepare_paused(snapshot))
 
     def _prepare_restore(
         self, snapshot: Snapshot, between: Callable[[], None] | None = None
@@ -821,6 +824,11 @@ class RaftDriver:
             try:
                 if self.node.compact(index, data):
                     log.info("raft snapshot", index=index, bytes=len(data))
+                    # What the state holds now lives long, as a restored state does (_install):
+                    # out of the collector's sight, so a full collection scans what came since,
+                    # not every topic again (issue 34: on a controller that had applied 100,000
+                    # topics and never restarted, one took 1.0 s during a failover's window).
+                    gc.freeze()
             except ValueError:
                 return
             self._compact_requested = max(self._compact_requested, index)
