@@ -5,9 +5,11 @@ and its connection dropped, a success reports nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
-from controller.service.notifier import BrokerNotifier
+from controller.metadata import ReplicasInfoManager
+from controller.service.notifier import PUSH_INFLIGHT, BrokerNotifier
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.client import ConnectionPool
@@ -68,3 +70,43 @@ async def test_an_unreachable_broker_is_reported_unreachable() -> None:
         assert why is not None and why.startswith("unreachable: ")
     finally:
         pool.close()
+
+
+async def test_a_groups_topics_are_pushed_a_bounded_number_at_a_time() -> None:
+    """A new master is sent its group's topics before its role, one request a topic: at most
+    PUSH_INFLIGHT of them in flight (issue 34: 1,000 topics a group, 100 masters elected at
+    once, 100,000 requests started in one turn of the loop held the active controller 5 s)."""
+    in_flight = 0
+    most = 0
+    asked: dict[int, list[str]] = {}
+
+    def broker() -> RemotingServer:
+        server = RemotingServer(name="broker")
+
+        async def update_topic(conn: Connection, req: Frame) -> Frame:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            await asyncio.sleep(0.005)  # the broker creating the topic
+            asked.setdefault(id(server), []).append(str(req.header["topic"]))
+            in_flight -= 1
+            return response(req, ResponseCode.SUCCESS)
+
+        server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, update_topic)
+        return server
+
+    servers = [broker(), broker()]
+    addresses = [f"127.0.0.1:{await s.start('127.0.0.1', 0)}" for s in servers]
+    pool = ConnectionPool(2.0)
+    push = BrokerNotifier(
+        cast(Any, None), ReplicasInfoManager(), pool, cast(Any, None), None, notify_timeout=2.0
+    )
+    topics = {f"T{i:03d}": 8 for i in range(300)}
+    try:
+        await push.push_topics("broker-a", addresses, topics, 10.0)
+        assert [sorted(asked[id(s)]) for s in servers] == [sorted(topics)] * 2
+        assert 1 < most <= PUSH_INFLIGHT
+    finally:
+        pool.close()
+        for s in servers:
+            await s.stop()
