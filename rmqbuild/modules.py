@@ -35,6 +35,13 @@ COMPILED: Final[tuple[str, ...]] = (
     "controller.raft.readonly",
     "controller.raft.config",
     "controller.raft.errors",
+    "controller.raft.handler",
+    # The controllers' per-heartbeat path: the handler, the live table, the connection ids
+    # and the groups' view it reads.
+    "controller.service.heartbeats",
+    "controller.service.connections",
+    "controller.service.group_view",
+    "controller.metadata.heartbeat",
     # The timer wheel.
     "storage.timer.wheel",
     # The broker's send path: the handler, the send service and its idempotence driver, the
