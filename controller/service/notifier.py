@@ -26,12 +26,14 @@ from remoting.errors import RemotingError, ResponseError
 log = structlog.get_logger(__name__)
 
 PUSH_INFLIGHT = 32
-"""Topic pushes (UPDATE_AND_CREATE_TOPIC to a broker) in flight at once, over all of them. A new
-master gets its group's topics before its role (:meth:`BrokerNotifier.notify`): one request per
-topic, and they all started at once: at 100,000 topics on 100 groups, 100 masters elected
-together (brokers silent for 3 s) made 100,000 requests ready in one turn of the active
-controller's loop, which held it 5 s; the other controllers elected another leader meanwhile
-(issue 34, failover)."""
+"""Topic pushes (UPDATE_AND_CREATE_TOPIC to a broker) in flight at once per
+:meth:`BrokerNotifier.push_topics`. A new master gets its group's topics before its role
+(:meth:`BrokerNotifier.notify`): one request per topic, and they all started at once: at
+100,000 topics on 100 groups, 100 masters elected together (brokers silent for 3 s) made
+100,000 requests ready in one turn of the active controller's loop, which held it 5 s; the
+other controllers elected another leader meanwhile (issue 34, failover). Per call, not over all
+calls: a limit shared with the one-topic pushes of topic creation (hundreds a second, each
+waiting for a broker's answer) would queue those behind one another."""
 
 
 class BrokerNotifier:
@@ -51,7 +53,6 @@ class BrokerNotifier:
         self.tasks = tasks
         self.metrics = metrics
         self.notify_timeout = notify_timeout
-        self._pushing = asyncio.Semaphore(PUSH_INFLIGHT)
 
     def master_changed(self, broker_name: str) -> None:
         """State machine listener: the group's master or master epoch changed."""
@@ -96,16 +97,15 @@ class BrokerNotifier:
         self, broker_name: str, addresses: list[str], topics: Mapping[str, int], timeout: float
     ) -> None:
         """UPDATE_AND_CREATE_TOPIC to each broker of the group ``broker_name`` (best effort),
-        with each topic's permission and message type, at most :data:`PUSH_INFLIGHT` in flight
-        (over every push of this controller). A broker in controller mode forwards it back to
-        the controllers, where it changes nothing, and then creates it."""
+        with each topic's permission and message type, at most :data:`PUSH_INFLIGHT` in flight.
+        A broker in controller mode forwards it back to the controllers, where it changes
+        nothing, and then creates it."""
         pushes = iter([(a, t, q) for a in addresses for t, q in sorted(topics.items())])
 
         async def worker() -> None:
             for address, topic, queues in pushes:
-                async with self._pushing:
-                    attrs = self.manager.topic_attrs(broker_name, topic)
-                    await self.push_topic(address, topic, queues, timeout, attrs)
+                attrs = self.manager.topic_attrs(broker_name, topic)
+                await self.push_topic(address, topic, queues, timeout, attrs)
 
         await asyncio.gather(
             *(worker() for _ in range(min(PUSH_INFLIGHT, len(addresses) * len(topics))))
