@@ -25,6 +25,7 @@ blocks on anything but local disk.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 import structlog
@@ -97,19 +98,19 @@ class Repairer(Protocol):
         ...
 
 
+@dataclass(slots=True)
 class PutResult:
-    """Where a put's records went. (A class with its own ``__init__``, not a dataclass: one is
-    made per send, and a compiled dataclass is built through the interpreted ``__init__`` the
-    dataclasses module writes, docs/compiled.md.)"""
+    """Where a put's records went. Its ``__init__`` is written out: one is made per send, and the
+    one the dataclasses module writes stays interpreted when compiled (docs/compiled.md)."""
 
-    __slots__ = (
-        "count",
-        "end_offset",
-        "first_queue_offset",
-        "physical_offsets",
-        "queue_id",
-        "store_timestamp",
-    )
+    queue_id: int
+    first_queue_offset: int
+    count: int
+    physical_offsets: list[int]
+    """CommitLog offset of each record."""
+    end_offset: int
+    """CommitLog write position after this put (what sync flush / replica acks wait for)."""
+    store_timestamp: int
 
     def __init__(
         self,
@@ -124,34 +125,8 @@ class PutResult:
         self.first_queue_offset = first_queue_offset
         self.count = count
         self.physical_offsets = physical_offsets
-        """CommitLog offset of each record."""
         self.end_offset = end_offset
-        """CommitLog write position after this put (what sync flush / replica acks wait
-        for)."""
         self.store_timestamp = store_timestamp
-
-    def _fields(self) -> tuple[int, int, int, list[int], int, int]:
-        return (
-            self.queue_id,
-            self.first_queue_offset,
-            self.count,
-            self.physical_offsets,
-            self.end_offset,
-            self.store_timestamp,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PutResult):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __repr__(self) -> str:
-        return (
-            f"PutResult(queue_id={self.queue_id!r}, "
-            f"first_queue_offset={self.first_queue_offset!r}, count={self.count!r}, "
-            f"physical_offsets={self.physical_offsets!r}, end_offset={self.end_offset!r}, "
-            f"store_timestamp={self.store_timestamp!r})"
-        )
 
 
 class MessageStore:

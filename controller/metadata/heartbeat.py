@@ -31,26 +31,26 @@ BrokerKey = tuple[str, int]
 """(broker_name, broker_id)"""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerLiveInfo:
-    """A broker's last heartbeat, as the active controller received it. Never changed once
-    made (a heartbeat makes a new one). A class with its own ``__init__``, not a frozen
-    dataclass: one is made per heartbeat, and a dataclass's ``__init__`` is interpreted even
-    compiled (docs/compiled.md)."""
+    """A broker's last heartbeat, as the active controller received it (a heartbeat makes a new
+    one). Its ``__init__`` is written out: one is made per heartbeat, and the one the dataclasses
+    module writes stays interpreted when compiled (docs/compiled.md); the dataclass still gives
+    the fields, eq, hash, repr and frozenness."""
 
-    __slots__ = (
-        "address",
-        "broker_id",
-        "broker_name",
-        "cluster",
-        "confirm_offset",
-        "connection_id",
-        "damaged",
-        "election_priority",
-        "epoch",
-        "last_heartbeat_ms",
-        "max_offset",
-        "timeout_ms",
-    )
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+    epoch: int
+    max_offset: int
+    confirm_offset: int
+    election_priority: int
+    timeout_ms: int
+    connection_id: int
+    last_heartbeat_ms: int
+    damaged: int = 0
+    """Damaged CommitLog records it reports holding unrepaired (issue 31)."""
 
     def __init__(
         self,
@@ -68,61 +68,20 @@ class BrokerLiveInfo:
         last_heartbeat_ms: int,
         damaged: int = 0,
     ) -> None:
-        self.cluster = cluster
-        self.broker_name = broker_name
-        self.broker_id = broker_id
-        self.address = address
-        self.epoch = epoch
-        self.max_offset = max_offset
-        self.confirm_offset = confirm_offset
-        self.election_priority = election_priority
-        self.timeout_ms = timeout_ms
-        self.connection_id = connection_id
-        self.last_heartbeat_ms = last_heartbeat_ms
-        self.damaged = damaged
-        """Damaged CommitLog records it reports holding unrepaired (issue 31)."""
-
-    def _fields(self) -> tuple[str, str, int, str, int, int, int, int, int, int, int, int]:
-        return (
-            self.cluster,
-            self.broker_name,
-            self.broker_id,
-            self.address,
-            self.epoch,
-            self.max_offset,
-            self.confirm_offset,
-            self.election_priority,
-            self.timeout_ms,
-            self.connection_id,
-            self.last_heartbeat_ms,
-            self.damaged,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BrokerLiveInfo):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        names = (
-            "cluster",
-            "broker_name",
-            "broker_id",
-            "address",
-            "epoch",
-            "max_offset",
-            "confirm_offset",
-            "election_priority",
-            "timeout_ms",
-            "connection_id",
-            "last_heartbeat_ms",
-            "damaged",
-        )
-        pairs = ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True))
-        return f"BrokerLiveInfo({pairs})"
+        # Frozen: object.__setattr__ passes the dataclass's refusal in pure Python, and mypyc
+        # compiles it to a native store.
+        object.__setattr__(self, "cluster", cluster)
+        object.__setattr__(self, "broker_name", broker_name)
+        object.__setattr__(self, "broker_id", broker_id)
+        object.__setattr__(self, "address", address)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "max_offset", max_offset)
+        object.__setattr__(self, "confirm_offset", confirm_offset)
+        object.__setattr__(self, "election_priority", election_priority)
+        object.__setattr__(self, "timeout_ms", timeout_ms)
+        object.__setattr__(self, "connection_id", connection_id)
+        object.__setattr__(self, "last_heartbeat_ms", last_heartbeat_ms)
+        object.__setattr__(self, "damaged", damaged)
 
     def deadline_ms(self) -> int:
         """The last instant at which the broker is still alive by its timeout."""

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from broker.ha.batch import Batch
+from controller.metadata.heartbeat import BrokerLiveInfo
 from protocol.idempotence import StoredBatch
 from protocol.message import Message, RecordInfo
 from protocol.raft_types import (
@@ -29,6 +30,7 @@ from protocol.raft_types import (
 from protocol.remoting import Frame
 from rmqbuild import hook
 from storage.queue_write import SizedBatch
+from storage.store import PutResult
 
 ENTRY = Entry(term=2, index=7, type=EntryType.CONF_CHANGE, data=b"cc")
 
@@ -94,6 +96,34 @@ SAMPLES: list[tuple[Any, bool]] = [
     (HeartbeatResponse(src="b", dst="a", term=2, read_seq=8), True),
     (ReadIndexRequest(src="b", dst="a", term=2, ctx=b"r"), True),
     (ReadIndexResponse(src="a", dst="b", term=2, ctx=b"r", index=9), True),
+    (
+        PutResult(
+            queue_id=1,
+            first_queue_offset=10,
+            count=2,
+            physical_offsets=[100, 200],
+            end_offset=300,
+            store_timestamp=7,
+        ),
+        False,
+    ),
+    (
+        BrokerLiveInfo(
+            cluster="c",
+            broker_name="broker-a",
+            broker_id=2,
+            address="127.0.0.1:10911",
+            epoch=3,
+            max_offset=4096,
+            confirm_offset=2048,
+            election_priority=1,
+            timeout_ms=1000,
+            connection_id=5,
+            last_heartbeat_ms=1234,
+            damaged=1,
+        ),
+        True,
+    ),
 ]
 IDS = [type(obj).__name__ for obj, _ in SAMPLES]
 
