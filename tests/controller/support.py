@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 from controller.raft_driver import DriverConfig, RaftDriver, StateMachine
-from protocol.codes import ControllerCode
+from protocol.codes import ControllerCode, ResponseCode
 from protocol.controller_requests.brokers import RegisterBroker
 from protocol.controller_requests.heartbeats import BrokerHeartbeat
 from remoting.server import RemotingServer
@@ -510,6 +510,21 @@ class FakeBroker:
         """BROKER_HEARTBEAT; ``body``: a traffic report (protocol/traffic.py), or anything."""
         beat = self.beat(body)
         return await self.call(beat.code, *beat.encode())
+
+    async def heartbeat_as_a_broker(self, body: bytes | None = None) -> Any:
+        """BROKER_HEARTBEAT as a real broker sends it: a controller that does not know this
+        connection as the broker's (CONTROLLER_BROKER_NEED_TO_BE_REGISTERED: a new leader, or a
+        new connection after a request timed out under load) gets a registration, and then the
+        heartbeat again."""
+        from client.errors import BrokerError
+
+        try:
+            return await self.heartbeat(body)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
+                raise
+        await self.register()
+        return await self.heartbeat(body)
 
     def beat(self, body: bytes | None = None) -> BrokerHeartbeat:
         """The BROKER_HEARTBEAT :meth:`heartbeat` sends: this broker's figures."""

@@ -40,7 +40,7 @@ async def test_heartbeats_and_scans_in_a_quiet_cluster_build_no_group_metadata(
                 await broker.start()
                 await broker.join()
             for broker in brokers:
-                assert (await broker.heartbeat()).code == 0
+                assert (await broker.heartbeat_as_a_broker()).code == 0
 
             def every_group_has_a_master() -> bool:
                 infos = service.manager.replica_infos()

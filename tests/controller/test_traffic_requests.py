@@ -45,7 +45,7 @@ async def test_reports_are_kept_bad_ones_dropped_and_plans_and_placement_use_the
 
         await wait_until_async(has_master, "a first master", 10, interval=0.02)
         report = TrafficReport(60_000, 30.0, {"Busy": TopicRate(30.0, {0: 20.0, 1: 10.0})})
-        await broker.heartbeat(report.encode())
+        await broker.heartbeat_as_a_broker(report.encode())
         doc = await traffic(broker)
         assert doc["groups"] == [
             {
@@ -58,7 +58,7 @@ async def test_reports_are_kept_bad_ones_dropped_and_plans_and_placement_use_the
         ]
         # Garbage and a report that breaks the rules: the heartbeat is answered, nothing stored.
         for body in (b"\xc1garbage", msgpack.packb({"windowMs": 1, "msgPerSec": -5})):
-            resp = await broker.heartbeat(body)
+            resp = await broker.heartbeat_as_a_broker(body)
             assert resp.code == ResponseCode.SUCCESS
             assert await traffic(broker) == doc
 
@@ -133,7 +133,7 @@ async def test_the_automatic_mode_logs_a_dry_run_plan_or_counts_a_refused_move(
         )
 
         async def acted() -> bool:
-            await brokers[0].heartbeat(report.encode())
+            await brokers[0].heartbeat_as_a_broker(report.encode())
             return bool(counter._value.get() >= 1)
 
         await wait_until_async(acted, "the automatic mode to act", 15, interval=0.1)
