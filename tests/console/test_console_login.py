@@ -465,8 +465,17 @@ def test_the_new_handlers_against_the_cluster(env: Env) -> None:
         with pytest.raises(ClientError, match="broker-zz"):
             await actions.remap_static(addrs, "HandlerStatic", "0", "broker-zz")
         await actions.remap_static(addrs, "HandlerStatic", "0", "broker-a")
-        items = await reads.static_mapping(addrs, "HandlerStatic", 10)
-        assert [(i.broker_name, i.logical_end is None) for i in items][-1] == ("broker-a", True)
+
+        async def last_item() -> tuple[str, bool]:
+            items = await reads.static_mapping(addrs, "HandlerStatic", 10)
+            return [(i.broker_name, i.logical_end is None) for i in items][-1]
+
+        async def remap_applied() -> bool:  # as the rules above: a follower may answer first
+            return await last_item() == ("broker-a", True)
+
+        for _ in range(3):
+            await wait_until_async(remap_applied, "the remapped queue read", 30)
+        assert await last_item() == ("broker-a", True)
 
     async def not_(work: Any) -> bool:
         return not await work
