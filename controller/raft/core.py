@@ -148,6 +148,9 @@ class RaftNode:
         self._votes: dict[NodeId, bool] = {}
         self._campaign_transfer = False
         """Whether the campaign under way was started by a TimeoutNow (its requests say so)."""
+        self._stepped_back_in = -1
+        """The term in which this node last stepped back from its pre-campaign for a peer's
+        (see :meth:`_steps_back_for`): at most once per term."""
         self._leader: Leader | None = None
         self._msgs: list[Message] = []
         self._pending_reads: list[ReadState] = []
@@ -350,8 +353,9 @@ class RaftNode:
         :meth:`report_unreachable`). A follower whose leader that is stops deferring to it:
         it grants the other voters' (pre-)votes from now on (a dead process holds no lease) and
         campaigns ``election_ticks_min - 1`` ticks before its drawn timeout would end, still
-        random over the same spread, so two followers that both saw it split the vote no more
-        often than before (issue 34: a failover waited the whole 3 to 6 ticks of silence).
+        random over the same spread (issue 34: a failover waited the whole 3 to 6 ticks of
+        silence). Two followers that both saw it and campaign at once (their ticks late) settle
+        it in their pre-votes: one steps back for the other (:meth:`_steps_back_for`).
         Were the leader alive after all (restarted in between), its next message makes this
         node its follower again."""
         if node_id == self.lead and self.role is Role.FOLLOWER and self._promotable():
@@ -637,6 +641,8 @@ class RaftNode:
             or (m.pre_vote and m.term > self.term)
         )
         if can_vote and self.log.is_up_to_date(m.last_log_index, m.last_log_term):
+            if self._steps_back_for(m):
+                self._step_back()
             self.send(
                 VoteResponse(src=self.id, dst=m.src, term=m.term, granted=True, pre_vote=m.pre_vote)
             )
@@ -649,6 +655,49 @@ class RaftNode:
                     src=self.id, dst=m.src, term=self.term, granted=False, pre_vote=m.pre_vote
                 )
             )
+
+    def _steps_back_for(self, m: VoteRequest) -> bool:
+        """Whether this pre-candidate, about to grant ``m`` (a pre-vote whose log is at least
+        as up to date as its own), steps back to follower instead of going on with its own
+        pre-campaign: two pre-campaigns at once (both followers told at once that their leader's
+        process is gone, their ticks late) would otherwise both succeed, each granting the
+        other, and split the real vote between two candidates of one term (issue 34). It steps
+        back when ``m``'s campaign is for the same term as its own and its log is more up to
+        date, or as up to date and ``m.src`` ranks ahead (:meth:`_ranks_ahead`), so of two such
+        pre-campaigns exactly one goes on: the other grants it and waits a new election timeout.
+
+        A node that ranks ahead grants and goes on: refusing could block the other for good
+        were it cut off from the rest. And a node steps back at most once per term, so a node
+        ranked ahead that cannot win (slow, partitioned, its answers lost while it asks again
+        every tick) costs the others one election timeout, not their liveness. Safety is
+        untouched: a pre-candidate has promised nothing, and the grant is the one it gave."""
+        if not m.pre_vote or self.role is not Role.PRE_CANDIDATE or m.term != self.term + 1:
+            return False
+        if self._stepped_back_in == self.term:
+            return False
+        log = self.log
+        if (m.last_log_term, m.last_log_index) != (log.last_term(), log.last_index()):
+            return True  # more up to date than ours (the grant's condition): it may win, we not
+        return self._ranks_ahead(m.src)
+
+    def _step_back(self) -> None:
+        """From pre-candidate to follower, for a peer's campaign (:meth:`_steps_back_for`), with
+        a whole ``election_ticks_min`` more than a fresh election timeout before campaigning
+        again: the peer still has to read this node's grant, make its term and vote durable and
+        win the real vote. A new pre-campaign of this node in the same term could otherwise
+        count a grant the peer sent to its first one, arriving late (loops running late), and
+        become a candidate beside the peer (seen in tests/controller/test_controller_split_vote
+        .py with a 3-tick timeout)."""
+        self._stepped_back_in = self.term
+        self._become_follower(self.term, None)
+        self._randomized_timeout += self.config.election_ticks_min
+
+    def _ranks_ahead(self, other: NodeId) -> bool:
+        """Whether ``other`` goes first between two pre-campaigns with equal logs: the
+        preferred leader (no transfer is then needed after the election), then the lower node
+        id. The same order on every node."""
+        preferred = self.config.preferred_leader
+        return (other != preferred, other) < (self.id != preferred, self.id)
 
     # --- follower and candidate --------------------------------------------------------------
 

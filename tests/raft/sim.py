@@ -429,6 +429,17 @@ class Simulation:
         sn.restart_at = self.now + self.rng.randint(5, 80)
         self.injected.crashes += 1
 
+    def kill(self, node_id: NodeId) -> None:
+        """Crash ``node_id`` for good (it does not restart). Every running node is told at once,
+        as the driver's transport tells its core when the connection to the dead process closes
+        and the reconnect is refused (``report_refused``)."""
+        sn = self.nodes[node_id]
+        self._crash(sn)
+        sn.restart_at = 1 << 62
+        for other in self._alive():
+            assert other.node is not None
+            other.node.report_refused(node_id)
+
     # --- network ---------------------------------------------------------------------------
 
     def _send(self, sn: SimNode, messages: tuple[Message, ...]) -> None:
@@ -566,7 +577,7 @@ class Simulation:
             sn.node.tick_after_stall(sn.missed_ticks - 1)
         sn.missed_ticks = 0
 
-    def _leader(self) -> SimNode | None:
+    def leader(self) -> SimNode | None:
         """The leader of the highest term among live nodes, if any."""
         best: SimNode | None = None
         best_term = -1
@@ -601,7 +612,7 @@ class Simulation:
                 pass
         if not self.faults:
             return
-        leader = self._leader()
+        leader = self.leader()
         if leader is not None and rng.random() < o.conf_rate:
             self._change_membership(leader)
         if leader is not None and leader.node is not None and rng.random() < o.transfer_rate:
@@ -711,7 +722,7 @@ class Simulation:
             if self.now >= deadline:
                 self._stuck(f"no commit within {self.options.liveness_ticks} ticks")
             self.step()
-            leader = self._leader()
+            leader = self.leader()
             if leader is None or leader.node is None:
                 continue
             node = leader.node
@@ -732,7 +743,7 @@ class Simulation:
         deadline = self.now + self.options.liveness_ticks * STEPS_PER_TICK + rounds
         while self.now < deadline:
             self.step()
-            leader = self._leader()
+            leader = self.leader()
             if leader is None or leader.node is None:
                 continue
             members = leader.node.conf_state.members()
