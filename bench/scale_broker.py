@@ -12,6 +12,9 @@ slave, all-ack) and drives it through the real requests:
                         every queue (each creates its ConsumeQueue's first file): microseconds of
                         wall time per message (1 / throughput)
   put                   then ``--puts`` more over every queue in turn: the same
+  put, master/slave CPU the master's and the slave's utime+stime (/proc/<pid>/stat) over those
+                        puts, microseconds a message (less swayed by the machine's load than
+                        the wall time)
   offset commit         UPDATE_CONSUMER_OFFSET of every group on the 8 queues of one topic
                         (group g on topic g mod topics), 64 in flight: p99
   master RSS, open fds  /proc/<pid>/status VmRSS and /proc/<pid>/fd of the master, loaded
@@ -39,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.controller_bench import process_cpu
 from bench.growth import PER_OP, Measure, Worst, print_growth
 from bench.growth import rss_mib as rss_mib  # bench/scale_clients.py takes it from here
 from client.bootstrap import Bootstrap
@@ -62,6 +66,8 @@ MEASURES: tuple[Measure, ...] = (
     ("topic creation", "ms", PER_OP),
     ("first put in a queue", "us/msg", PER_OP),
     ("put", "us/msg", PER_OP),
+    ("put, master CPU", "us/msg", PER_OP),
+    ("put, slave CPU", "us/msg", PER_OP),
     ("offset commit p99", "ms", PER_OP),
     ("master RSS", "MiB", QUEUES_LOAD),
     ("master open fds", "fds", QUEUES_LOAD),
@@ -318,8 +324,15 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         f["first put in a queue"] = first / col.queues * 1e6
         col.step("first puts")
         puts = args.puts
+        pids = [b.pid for b in cluster.brokers]
+        master_pid = target.node.pid if target.node is not None else -1
+        cpu = {pid: process_cpu(pid) for pid in pids}
         took = await put_all(target, col, puts, body)
+        cpu = {pid: (process_cpu(pid) - cpu[pid]) / puts * 1e6 for pid in pids}
         f["put"] = took / puts * 1e6
+        if target.node is not None and target.node.pid == master_pid:  # no master change
+            f["put, master CPU"] = cpu[master_pid]
+            f["put, slave CPU"] = sum(v for pid, v in cpu.items() if pid != master_pid)
         col.step("puts")
         commits = sorted(await commit_offsets(target, col))
         col.step("offset commits")
