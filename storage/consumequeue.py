@@ -57,8 +57,11 @@ class SegmentMaps:
     descriptors (past a ``LimitNOFILE`` of 1,024 or 20,000 the next queue's first put failed)
     and ``vm.max_map_count`` (65,530) bounded the queues. Segments open unmapped; one is mapped
     when an entry of it is read or written, and past the limit the least lately used is
-    unmapped (second chance: a segment used since the last look is kept once more). Loop thread
-    only (the flusher fsyncs by path)."""
+    unmapped (second chance: a segment used since the last look is kept once more). A write
+    maps a segment only while there is room (:meth:`room`): past the limit it writes through
+    the file (:meth:`storage.segment.Segment.write`) and unmaps nothing, so puts over more
+    queues than the limit, in turn, do not map and unmap a segment each (readers still do).
+    Loop thread only (the flusher fsyncs by path)."""
 
     __slots__ = ("_mapped", "limit")
 
@@ -68,6 +71,10 @@ class SegmentMaps:
 
     def __len__(self) -> int:
         return len(self._mapped)
+
+    def room(self) -> bool:
+        """Fewer than ``limit`` segments mapped: one more can be, unmapping none."""
+        return len(self._mapped) < self.limit
 
     def use(self, seg: Segment) -> Segment:
         """``seg``, mapped."""
@@ -280,11 +287,17 @@ class ConsumeQueue:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _segment(self, index: int) -> Segment | None:
+    def _held(self, index: int) -> Segment | None:
+        """The segment of entry ``index``, mapped or not; None outside the segments."""
         n = index // self.per_segment - self._first_index // self.per_segment
         if 0 <= n < len(self.segments):
-            return self._maps.use(self.segments[n])
+            return self.segments[n]
         return None
+
+    def _segment(self, index: int) -> Segment | None:
+        """The segment of entry ``index``, mapped; None outside the segments."""
+        seg = self._held(index)
+        return None if seg is None else self._maps.use(seg)
 
     def entry(self, index: int) -> tuple[int, int, int]:
         """(CommitLog offset, size, tag hash) of entry ``index``; zeros if never written."""
@@ -357,13 +370,17 @@ class ConsumeQueue:
             # trusts any entry in it, and the open after an unclean stop drops it while it
             # holds no trusted entry (_allocated). A later segment is fsynced at once, so a
             # short one is always damage the open refuses.
+            # Created mapped while there is room; past the limit unmapped, and written
+            # through the file (append), rather than unmapping another queue's segment.
+            mapped = self._maps.room()
             seg = Segment.create(
                 self.directory,
                 start_index * ENTRY_SIZE,
                 self.segment_bytes,
                 sync=bool(self.segments),
+                mapped=mapped,
             )
-            self.segments.append(self._maps.add(seg))
+            self.segments.append(self._maps.add(seg) if mapped else seg)
             self._tracker.mark(seg)
             self._tracker.mark_dir(self.directory)
 
@@ -385,17 +402,28 @@ class ConsumeQueue:
         pack = ENTRY.pack_into
         per = self.per_segment
         i = 0
+        maps = self._maps
         while i < n:
-            seg = self._segment(index)
+            seg = self._held(index)
             if seg is None:
                 raise StoreError(f"consume queue {self.topic}:{self.queue_id}: no segment reserved")
             rel = index % per
             take = min(n - i, per - rel)
-            view = seg.view
             pos = rel * ENTRY_SIZE
-            for j in range(i, i + take):
-                pack(view, pos, physical_offsets[j], sizes[j], tag_hashes[j])
-                pos += ENTRY_SIZE
+            if seg.mapped or maps.room():
+                view = maps.use(seg).view
+                for j in range(i, i + take):
+                    pack(view, pos, physical_offsets[j], sizes[j], tag_hashes[j])
+                    pos += ENTRY_SIZE
+            else:
+                # Not mapped and no room: through the file, the mapped segments left as they
+                # are (SegmentMaps). The same bytes in the same page cache.
+                raw = bytearray(take * ENTRY_SIZE)
+                at = 0
+                for j in range(i, i + take):
+                    pack(raw, at, physical_offsets[j], sizes[j], tag_hashes[j])
+                    at += ENTRY_SIZE
+                seg.write(pos, raw)
             self._tracker.mark(seg)
             i += take
             index += take

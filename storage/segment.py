@@ -73,7 +73,8 @@ class Segment:
     and one of the kernel's memory maps (``vm.max_map_count``, 65,530 by default) for as long as
     it lives. Stores of many small files (the ConsumeQueues, a file or more per queue) open
     their segments unmapped (:meth:`open_unmapped`) and keep only the ones in use mapped
-    (:meth:`map`, :meth:`unmap`: ``storage.consumequeue.SegmentMaps``)."""
+    (:meth:`map`, :meth:`unmap`: ``storage.consumequeue.SegmentMaps``); a write to one not
+    mapped goes through the file (:meth:`write`)."""
 
     __slots__ = ("_mm", "closed", "mapped", "path", "referenced", "size", "start", "view")
 
@@ -131,6 +132,28 @@ class Segment:
         self.mapped = False
         return True
 
+    def write(self, rel: int, data: bytes | bytearray) -> None:
+        """Write ``data`` at ``rel`` (relative) through the file (``pwrite``), not through a
+        mapping: a segment not mapped stays unmapped (mapping it for the write cost an ``mmap``,
+        a page fault, and the ``munmap`` of another segment to make room). The bytes land in the
+        page cache a mapping of the file reads, and :meth:`fsync` makes them durable as it does
+        what was written through the mapping. Raises :class:`StoreError` (:class:`DiskFullError`
+        for a full disk) when the write fails or falls short."""
+        if rel < 0 or rel + len(data) > self.size:
+            raise StoreError(f"write of {len(data)} bytes at {rel} outside segment {self.path}")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                written = os.pwrite(fd, data, rel)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise DiskFullError(f"no space to write {self.path}") from exc
+            raise StoreError(f"cannot write {self.path}: {exc}") from exc
+        if written != len(data):
+            raise StoreError(f"short write to {self.path}: {written} of {len(data)} bytes at {rel}")
+
     def __repr__(self) -> str:
         return f"Segment({self.path.name}, size={self.size})"
 
@@ -139,14 +162,17 @@ class Segment:
         return self.start + self.size
 
     @classmethod
-    def create(cls, directory: Path, start: int, size: int, *, sync: bool = True) -> Segment:
+    def create(
+        cls, directory: Path, start: int, size: int, *, sync: bool = True, mapped: bool = True
+    ) -> Segment:
         """Allocate a zero-filled segment; raises :class:`DiskFullError` leaving no file behind.
 
         With ``sync`` off the allocation is not fsynced here: the caller's next flush fsyncs the
         file (and its directory) before anything trusts what it holds. After a power loss such a
         file may lie under its final name short or empty (``ConsumeQueue._allocated`` drops it
         after an unclean stop while it is its queue's only file and holds no trusted entry: the
-        replay rebuilds what it held)."""
+        replay rebuilds what it held). With ``mapped`` off it is returned unmapped (no
+        descriptor held), as :meth:`open_unmapped` returns one."""
         path = directory / segment_name(start)
         if path.exists():
             raise StoreError(f"segment {path} already exists")
@@ -159,7 +185,7 @@ class Segment:
             os.posix_fallocate(fd, 0, size)
             if sync:
                 os.fsync(fd)
-            segment = cls(path, start, fd, size)
+            segment = cls(path, start, fd if mapped else -1, size)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -59,3 +59,63 @@ def test_more_queues_than_mappings_write_read_and_load_again(tmp_path: Path) -> 
         assert q.max_offset == 3
     assert len(again.maps) <= LIMIT
     again.close()
+
+
+def mapped_files(queues: ConsumeQueues) -> set[Path]:
+    """The files of the queues' segments mapped now."""
+    return {seg.path for q in queues for seg in q.segments if seg.mapped}
+
+
+def test_writes_past_the_limit_map_no_segment_and_write_the_same_bytes(tmp_path: Path) -> None:
+    """Puts over ten times as many queues as may be mapped, in turn (the 10x column of
+    bench/scale_bench.py's brokers: 10,000 queues, 4,096 mapped): each put mapped its queue's
+    segment and unmapped another's. Now a write maps a segment only while there is room and
+    writes the others through the file; the files hold the same bytes as a store that keeps
+    every segment mapped, and open again the same."""
+    queues = 10 * LIMIT
+    limited = ConsumeQueues(tmp_path / "limited", 4, FileTracker(), mapped_limit=LIMIT)
+    roomy = ConsumeQueues(tmp_path / "roomy", 4, FileTracker(), mapped_limit=10 * queues)
+    for store in (limited, roomy):
+        store.load(0, scrub=False)
+
+    def put(store: ConsumeQueues, n: int, count: int) -> None:
+        q = store.get_or_create(f"T{n // 8}", n % 8)
+        first = q.max_offset
+        q.reserve(first, count)
+        offsets = [1000 * n + first + i for i in range(count)]
+        q.append(first, offsets, [10 + n] * count, [n] * count)
+
+    for n in range(queues):  # each queue's first segment: the first LIMIT created mapped
+        put(limited, n, 1)
+        put(roomy, n, 1)
+    held = mapped_files(limited)
+    assert 0 < len(held) <= LIMIT
+    # In turn, the other way round, batches of 1 to 6 entries (segments of 4: later
+    # segments created, batches across two segments).
+    for count in (1, 2, 6, 1):
+        for n in reversed(range(queues)):
+            put(limited, n, count)
+            put(roomy, n, count)
+            assert mapped_files(limited) == held, f"queue {n}: a put mapped a segment"
+    assert len(roomy.maps) > LIMIT  # the roomy store wrote through its mappings
+
+    roomy_root = tmp_path / "roomy"
+    files = sorted(p.relative_to(roomy_root) for p in roomy_root.rglob("*") if p.is_file())
+    assert len(files) == queues * 3  # 11 entries: three segments of 4 a queue
+    for rel in files:
+        assert (tmp_path / "limited" / rel).read_bytes() == (tmp_path / "roomy" / rel).read_bytes()
+    for n in range(queues):
+        a = limited.get_or_create(f"T{n // 8}", n % 8)
+        b = roomy.get_or_create(f"T{n // 8}", n % 8)
+        assert a.read(0, 11) == b.read(0, 11)
+        assert [a.entry(i) for i in range(11)] == [(1000 * n + i, 10 + n, n) for i in range(11)]
+    limited.close()
+    roomy.close()
+
+    again = ConsumeQueues(tmp_path / "limited", 4, FileTracker(), mapped_limit=LIMIT)
+    again.load(1 << 40, scrub=False)
+    for n in range(queues):
+        q = again.get_or_create(f"T{n // 8}", n % 8)
+        assert (q.min_offset, q.max_offset) == (0, 11)
+        assert [q.entry(i) for i in range(11)] == [(1000 * n + i, 10 + n, n) for i in range(11)]
+    again.close()
