@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -44,9 +45,56 @@ TARGETS = {"single": 40_000, "batch": 150_000, "consume": 150_000}
 CLK = os.sysconf("SC_CLK_TCK")
 
 
+def _process_cpu_clock(pid: int) -> int:
+    """Linux's CPU-time clock of process ``pid``, all its threads, live and ended (what glibc's
+    ``clock_getcpuclockid`` returns: ``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``)."""
+    return ((~pid) << 3) | 2
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
+    """Process ``pid``'s CPU time (user + system, every thread), in seconds. Read from its
+    CPU-time clock, counted in nanoseconds (the scheduler's own runtime, which /proc's utime and
+    stime are scaled to); where that clock cannot be read, from /proc/PID/stat, whose utime and
+    stime come in ticks of 1/SC_CLK_TCK s (10 ms): :func:`cpu_resolution` says which."""
+    try:
+        return time.clock_gettime_ns(_process_cpu_clock(pid)) / 1e9
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def _running_threads(pid: int) -> int:
+    """How many of ``pid``'s threads are running or runnable (state R in /proc)."""
+    running = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            if task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "R":
+                running += 1
+    return running
+
+
+def idle_cpu_seconds(pid: int, wait: float = 0.25) -> tuple[float, bool]:
+    """:func:`cpu_seconds` of ``pid`` read once none of its threads runs (polled every
+    millisecond for at most ``wait`` seconds), and whether that was so. The kernel brings a
+    thread's CPU time up to date when it stops running; a thread running on another core at the
+    reading is counted only as of its last scheduler tick (tens of ms late on this 2-core VM), so
+    a reading of a busy process is that much short while one of a sleeping one is exact."""
+    end = time.monotonic() + wait
+    while True:
+        idle = _running_threads(pid) == 0
+        if idle or time.monotonic() >= end:
+            return cpu_seconds(pid), idle
+        time.sleep(0.001)
+
+
+def cpu_resolution(pid: int) -> float:
+    """The step, in seconds, of what :func:`cpu_seconds` reads for ``pid``: 1 ns from the
+    process's CPU-time clock, a tick (1/SC_CLK_TCK s) from /proc/PID/stat."""
+    try:
+        time.clock_gettime_ns(_process_cpu_clock(pid))
+    except OSError:
+        return 1 / CLK
+    return 1e-9
 
 
 def rss_anon_mib(pid: int) -> float:

@@ -33,12 +33,22 @@ each mode's medians and their ratios to the first; the catch-up runs in the firs
 
 Phases 1 and 2 also print a slave's CPU seconds per 100k messages and the load average (the
 rates are only comparable at similar loads; CPU per message much less depends on them).
+A process's CPU time is read from its CPU-time clock in nanoseconds (bench/broker_bench.py's
+``cpu_seconds``; /proc/PID/stat's 10 ms ticks only where that clock cannot be read).
+
+``--idempotent both`` runs phases 1 to 3 without and with an idempotent producer's fields
+(docs/idempotence.md), alternating on one cluster for ``--rounds`` rounds, and prints the ratios
+of the rates and of the master's CPU per message (``--batch-messages``: the batch phase's
+messages, by default ``--messages``). It reads the master's CPU at each phase's start and end
+once none of the master's threads is running (the kernel counts a running thread's time as of
+its last scheduler tick, tens of ms late on a busy core), and prints the reading's step as a
+share of each phase's least CPU time and how many readings found a thread still running.
 ``--spy DIR`` records the master and that slave with py-spy during phases 1, 2 and 3 and prints
 their top functions (bench/profile_summary.py); ``--only-produce`` stops after phase 3.
 
     python bench/ha_bench.py [--messages N] [--catchup-mib M] [--kills K] [--stops S] [--no-peer]
         [--profile] [--auth off|on|both] [--security off|on|both] [--rounds R] [--only-produce]
-        [--spy DIR]
+        [--spy DIR] [--idempotent off|both] [--batch-messages N]
 """
 
 from __future__ import annotations
@@ -63,7 +73,14 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sdk_phases, smoke
-from bench.broker_bench import cpu_seconds, pct, run_async, send_requests
+from bench.broker_bench import (
+    cpu_resolution,
+    cpu_seconds,
+    idle_cpu_seconds,
+    pct,
+    run_async,
+    send_requests,
+)
 from bench.group_of_three import GroupOfThree, group_of_three, payload
 from bench.nats_peer import run_nats_r3
 from bench.profile_summary import fold, format_table
@@ -572,10 +589,22 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
         conn = await producer_connection(broker_a)
         print(
             f"3 controllers, broker-a x3, all-ack, flush async, {args.size} B messages, "
-            f"{args.messages:,} per produce phase, {args.rounds} rounds; {_load()}",
+            f"{args.messages:,} single sends and {args.batch_messages // 64 * 64:,} messages in "
+            f"batches a phase, {args.rounds} rounds; {_load()}",
             flush=True,
         )
         producer_ids = iter(range(1, 1_000_000))
+        batched = args.batch_messages // 64 * 64
+        step = cpu_resolution(pid)
+        busy = 0  # readings taken while a thread of the master still ran
+        spent: list[tuple[float, float, float]] = []  # the master's CPU seconds of each phase
+
+        def reading() -> float:
+            nonlocal busy
+            seconds, idle = idle_cpu_seconds(pid)
+            busy += not idle
+            return seconds
+
         for r in range(args.rounds):
             for on in (False, True) if r % 2 == 0 else (True, False):
                 print(f"round {r + 1}, idempotence {'on' if on else 'off'}:", flush=True)
@@ -583,17 +612,16 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
                 def ident() -> int | None:
                     return next(producer_ids) if on else None  # noqa: B023
 
-                c0 = cpu_seconds(pid)
+                c0 = reading()
                 single = await produce(conn, args.messages, body, pid, slave_pid, ident())
-                c1 = cpu_seconds(pid)
+                c1 = reading()
                 batch = await produce(
-                    conn, args.messages, body, pid, slave_pid, ident(), batch=True
+                    conn, args.batch_messages, body, pid, slave_pid, ident(), batch=True
                 )
-                c2 = cpu_seconds(pid)
+                c2 = reading()
                 p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids, ident())
-                c3 = cpu_seconds(pid)
+                c3 = reading()
                 results[on].append((single, batch, p50))
-                batched = args.messages // 64 * 64
                 cpu[on].append(
                     (
                         (c1 - c0) / args.messages * 1e6,
@@ -601,6 +629,7 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
                         (c3 - c2) / args.one_at_a_time * 1e6,
                     )
                 )
+                spent.append((c1 - c0, c2 - c1, c3 - c2))
         conn.close()
 
     def median(
@@ -636,6 +665,18 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
             + ")",
             flush=True,
         )
+    least = [min(x[i] for x in spent) for i in range(3)]
+    print(
+        f"master CPU read {'in ns from its CPU-time clock' if step < 1e-6 else 'in ticks'} "
+        f"({step * 1e3:g} ms a step), once none of its threads ran ({busy} of "
+        f"{4 * 2 * args.rounds} readings were taken with one still running, after "
+        "0.25 s): one step is "
+        + ", ".join(
+            f"{step / s * 100:.2g}% of {name}'s least ({s:.3f} s)"
+            for name, s in zip(("64 in flight", "batches", "one at a time"), least, strict=True)
+        ),
+        flush=True,
+    )
     print(f"after: {_load()}", flush=True)
 
 
@@ -882,6 +923,14 @@ def main() -> None:
         "of the rates and of the master's CPU per message",
     )
     p.add_argument(
+        "--batch-messages",
+        type=int,
+        default=None,
+        help="with --idempotent both: messages of the batches-of-64 phase (default: --messages); "
+        "that phase costs the master about a fifth of the single sends' CPU a message, so more "
+        "messages give it as long a reading",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         default=3,
@@ -891,6 +940,8 @@ def main() -> None:
     args = smoke.parse_args(
         p, messages=300, one_at_a_time=50, catchup_mib=1, kills=1, stops=1, no_peer=True
     )
+    if args.batch_messages is None:
+        args.batch_messages = args.messages
     run_async(lambda: main_async(args))
 
 
