@@ -240,11 +240,38 @@ def stamp(messages: list[Message], seq: ProducerSeq, head: str = "") -> None:
         return
     prefix = f"{head}{seq[2]}."
     suffix = f".{n}"
+    tails: list[bytes] | None = None
+    raw = b""
     for i, m in enumerate(messages):
         if m.properties:
             m.properties[PROP_PRODUCER_SEQ] = f"{prefix}{i}{suffix}"
         else:
-            m.seq_property = f"{SEQ_PROPERTY_HEAD}{prefix}{i}{suffix}\x02".encode()
+            if tails is None:  # the request's own part once, each record's tail cached
+                tails = _tails(n)
+                raw = f"{SEQ_PROPERTY_HEAD}{prefix}".encode()
+            m.seq_property = raw + tails[i]
+
+
+_TAILS_MAX_COUNT: Final = 1024
+"""Requests of up to this many records have their records' tails cached (:func:`_tails`)."""
+_TAILS_SIZES: Final = 8
+"""Request sizes whose tails are kept at once (all dropped when a ninth comes): at most 8 lists
+of up to 1,024 short bytes objects, about 400 KiB."""
+_tails_of: dict[int, list[bytes]] = {}
+
+
+def _tails(n: int) -> list[bytes]:
+    """What each record ``i`` of a request of ``n`` ends its encoded :data:`PROP_PRODUCER_SEQ`
+    property with, ``f"{i}.{n}\\x02"`` encoded: the same for every request of ``n`` records (a
+    batch's records then take one concatenation each instead of a format and an encoding)."""
+    tails = _tails_of.get(n)
+    if tails is None:
+        tails = [f"{i}.{n}\x02".encode() for i in range(n)]
+        if n <= _TAILS_MAX_COUNT:
+            if len(_tails_of) >= _TAILS_SIZES:
+                _tails_of.clear()
+            _tails_of[n] = tails
+    return tails
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,8 +530,13 @@ class ProducerStates:
         request right after the newest one stored there at the producer's epoch (the usual
         send: :meth:`check` would answer NEW without a gap); then :meth:`stored_next` records
         it once stored. None: ask :meth:`check`. Changes nothing."""
-        p = self._producers.get(seq[0])
-        if p is None or p.epoch != seq[1]:
+        pid = seq[0]
+        p = self._newest  # the usual send's producer is the one that sent last
+        if pid != self._newest_id or p is None:
+            p = self._producers.get(pid)
+            if p is None:
+                return None
+        if p.epoch != seq[1]:
             return None
         w = p.windows.get((topic, queue_id))
         if w is None:

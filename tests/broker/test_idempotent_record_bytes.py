@@ -70,6 +70,29 @@ def test_stamped_properties_encode_as_the_dict_did(
     assert after.sizes == before.sizes and after.tag_hashes == before.tag_hashes
 
 
+def test_requests_of_every_size_stamp_their_own_values() -> None:
+    """A request's records take their ends from a cache per request size (up to 8 sizes of up
+    to 1,024 records, all dropped when a ninth comes): sizes past it, again after it was
+    dropped, and too long to cache stamp what :func:`record_seq_value` says, in a request with
+    properties of its own among them too."""
+    for n in (*range(2, 12), 2, 64, 1024, 1025, 3):
+        messages = [Message(topic="T", body=b"x") for _ in range(n)]
+        ProducerSequences.stamp(messages, SEQ)
+        assert [m.seq_property for m in messages] == [
+            seq_property(record_seq_value(SEQ, i, n)) for i in range(n)
+        ]
+    mixed = [
+        Message(topic="T", body=b"x", properties={"c": "r"} if i % 3 else {}) for i in range(7)
+    ]
+    ProducerSequences.stamp(mixed, SEQ)
+    for i, m in enumerate(mixed):
+        value = record_seq_value(SEQ, i, 7)
+        if i % 3:
+            assert m.properties[PROP_PRODUCER_SEQ] == value and m.seq_property == b""
+        else:
+            assert m.seq_property == seq_property(value) and PROP_PRODUCER_SEQ not in m.properties
+
+
 def test_records_in_the_commitlog_are_byte_identical(tmp_path: Path) -> None:
     """Whole records, CRC included, in two real stores: single sends and a batch, with and
     without properties of their own, keys and tags."""
