@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 import msgpack
 from mypy_extensions import mypyc_attr
@@ -40,8 +40,9 @@ from protocol.idempotence import SEQ_FIELD, SEQ_FIELD_BYTES, SEQ_FIELD_LAYOUT, P
 from protocol.message import Message, decode_properties
 from protocol.remoting import Header, Scalar
 
-_new_tuple = tuple.__new__
-_unpack_seq = SEQ_FIELD_LAYOUT.unpack
+# Final: compiled, read from a C static rather than the module's dictionary on each send.
+_new_tuple: Final = tuple.__new__
+_unpack_seq: Final = SEQ_FIELD_LAYOUT.unpack
 
 __all__ = ["PackedBatch", "SendAnswer", "SendBatchAnswer", "SendBatchRequest", "SendRequest"]
 
@@ -119,7 +120,9 @@ class SendRequest(_SendFields):
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> SendRequest:
         topic = req_str(header, "topic")
         n = len(header)
-        if n == 2 or n == 3:  # topic and queueId (and an idempotent producer's field)
+        # topic and queueId (and an idempotent producer's field), in a decoded frame's dict
+        # (compiled, its look-ups are then the dict's own, not a Mapping's method calls)
+        if (n == 2 or n == 3) and isinstance(header, dict):
             queue_id = header.get("queueId")
             if type(queue_id) is int:
                 if n == 2:  # nothing optional: the common case
