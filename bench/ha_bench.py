@@ -42,7 +42,9 @@ of the rates and of the master's CPU per message (``--batch-messages``: the batc
 messages, by default ``--messages``). It reads the master's CPU at each phase's start and end
 once none of the master's threads is running (the kernel counts a running thread's time as of
 its last scheduler tick, tens of ms late on a busy core), and prints the reading's step as a
-share of each phase's least CPU time and how many readings found a thread still running.
+share of each phase's least CPU time and how many readings found a thread still running. With
+the median of the rounds' own on / off it prints a 90% bootstrap interval of that median (the
+rounds resampled, seeded): on a shared machine the rounds scatter by far more than the step.
 ``--spy DIR`` records the master and that slave with py-spy during phases 1, 2 and 3 and prints
 their top functions (bench/profile_summary.py); ``--only-produce`` stops after phase 3.
 
@@ -57,6 +59,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -572,6 +575,16 @@ async def auth_comparison(args: argparse.Namespace) -> None:
     )
 
 
+def _bootstrap_interval(values: list[float], draws: int = 2000) -> str:
+    """The 5th and 95th percentiles of the median of ``values`` resampled with replacement
+    ``draws`` times (seeded: a run's output is repeatable from its figures): how far a median of
+    so many rounds that scatter so much can be off, which on a shared machine is far more than
+    the CPU reading's step."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return f"{medians[draws // 20]:.3f}-{medians[draws - draws // 20 - 1]:.3f}"
+
+
 async def idempotence_comparison(args: argparse.Namespace) -> None:
     """The three produce phases without and with idempotent producers' fields (issue 29,
     docs/idempotence.md) on one cluster, alternating off and on for ``--rounds`` rounds (the
@@ -658,7 +671,8 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
         print(
             f"master CPU per message on / off, {name}: {with_:.1f} / {without:.1f} us = "
             f"{with_ / without:.3f}, median of the rounds' on / off "
-            f"{statistics.median(paired):.3f} (each round: on "
+            f"{statistics.median(paired):.3f} (90% bootstrap interval "
+            f"{_bootstrap_interval(paired)}; each round: on "
             + " ".join(f"{x[i]:.1f}" for x in cpu[True])
             + ", off "
             + " ".join(f"{x[i]:.1f}" for x in cpu[False])
