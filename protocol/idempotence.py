@@ -42,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple
 
 import msgpack
 from mypy_extensions import mypyc_attr
@@ -76,7 +76,6 @@ __all__ = [
     "QueueWindow",
     "RecordSeq",
     "SnapshotPart",
-    "StoredAnswer",
     "StoredBatch",
     "UniqKeyWindow",
     "Verdict",
@@ -358,21 +357,6 @@ class StoredBatch:
         return [i for i, off in enumerate(self.physical_offsets) if off < 0]
 
 
-class StoredAnswer(Protocol):
-    """What a store's answer to a request gives (``storage.store.PutResult``)."""
-
-    @property
-    def queue_id(self) -> int: ...
-    @property
-    def first_queue_offset(self) -> int: ...
-    @property
-    def physical_offsets(self) -> list[int]: ...
-    @property
-    def end_offset(self) -> int: ...
-    @property
-    def store_timestamp(self) -> int: ...
-
-
 class Verdict(Enum):
     NEW = "new"
     """Never stored: store it."""
@@ -547,24 +531,6 @@ class ProducerStates:
         return w
 
     # -- changing ------------------------------------------------------------------------------
-    def stored_answer(self, window: QueueWindow, seq: ProducerSeq, answer: StoredAnswer) -> None:
-        """:meth:`stored_next` of the request ``seq`` the store answered with ``answer``, at
-        its store time (what the send path calls: the batch is made here)."""
-        now = answer.store_timestamp
-        self.stored_next(
-            window,
-            seq[0],
-            StoredBatch(
-                seq[2],
-                answer.queue_id,
-                answer.first_queue_offset,
-                answer.physical_offsets,
-                answer.end_offset,
-                now,
-            ),
-            now,
-        )
-
     def stored_next(
         self, window: QueueWindow, producer_id: int, batch: StoredBatch, now_ms: int
     ) -> None:

@@ -224,9 +224,12 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         state = self.state
         if state is None:
             return
-        state.stored_answer(window, seq, result)  # the result's own list: nothing changes it
-        if result.store_timestamp >= self._expire_at or result.end_offset >= self._snapshot_due:
-            self._upkeep(state, result.store_timestamp, result.end_offset)
+        now = result.store_timestamp
+        # the batch made here, where the store's answer is a PutResult (compiled: its fields
+        # read natively; the core, which may not import storage, would read them as attributes)
+        state.stored_next(window, seq[0], batch_of(seq[2], result), now)
+        if now >= self._expire_at or result.end_offset >= self._snapshot_due:
+            self._upkeep(state, now, result.end_offset)
 
     def _upkeep(self, state: ProducerStates, now: int, log_end: int) -> None:
         """After a send stored: idle producers expired, a snapshot written, when due."""

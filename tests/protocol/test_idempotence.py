@@ -378,17 +378,6 @@ def test_uniq_key_window_remembers_for_its_window_and_its_size() -> None:
     assert w.get("t", "k1", 2003) is None and len(w) == 2
 
 
-class _Answer:
-    """What a store's answer gives (storage.store.PutResult's fields)."""
-
-    def __init__(self, queue_id: int, offset: int, now: int) -> None:
-        self.queue_id = queue_id
-        self.first_queue_offset = offset
-        self.physical_offsets = [offset]
-        self.end_offset = offset + 1
-        self.store_timestamp = now
-
-
 @settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
@@ -401,7 +390,7 @@ def test_the_usual_sends_short_way_keeps_what_the_whole_check_keeps(
     ops: list[tuple[int, int, int]],
 ) -> None:
     """Producers' next requests on a few queues, time passing, idle producers expired and the
-    windows capped: the send path's short way (next_window, stored_answer: the newest
+    windows capped: the send path's short way (next_window, stored_next: the newest
     producer neither looked up nor moved again) leaves the state the whole check and stored
     leave, in the same order of last use, forgetting the same producers."""
     fast = states(expiry_ms=1000, max_windows=4)
@@ -415,7 +404,9 @@ def test_the_usual_sends_short_way_keeps_what_the_whole_check_keeps(
         offset = len(next_seq) * 1000 + seq.sequence
         w = fast.next_window(T, queue, seq)
         if w is not None:
-            fast.stored_answer(w, seq, _Answer(queue, offset, now))
+            fast.stored_next(
+                w, pid, StoredBatch(seq.sequence, queue, offset, [offset], offset + 1, now), now
+            )
         else:
             assert fast.check(T, queue, seq).verdict is Verdict.NEW
             fast.stored(
