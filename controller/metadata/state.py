@@ -157,6 +157,21 @@ class ReplicasInfoManager:
         group = self._groups.get(broker_name)
         return None if group is None else (group.master_broker_id, group.master_epoch)
 
+    def master_address_of(self, broker_name: str) -> tuple[int | None, str | None]:
+        """The group's master broker id and its address ((None, None): no master, or a group
+        it does not know). What ``replica_info`` says of the master, without building the rest:
+        a route build asks it per group (issue 34)."""
+        group = self._groups.get(broker_name)
+        if group is None or group.master_broker_id is None:
+            return None, None
+        return group.master_broker_id, group.address_of(group.master_broker_id)
+
+    def broker_address(self, broker_name: str, broker_id: int) -> str | None:
+        """The address recorded for a broker of the group (None: no such broker); "" while its
+        first CONTROLLER_REGISTER_BROKER is pending. A route build asks it per registration."""
+        group = self._groups.get(broker_name)
+        return None if group is None else group.address_of(broker_id)
+
     def replica_infos(self) -> list[ReplicaInfo]:
         """Every group's metadata, ascending by broker name."""
         return [self._groups[name].info() for name in sorted(self._groups)]
