@@ -18,6 +18,9 @@ with, or :data:`PER_OP`."""
 
 Worst = tuple[float, str]
 
+NAME_WIDTH = 34
+"""The measure column's width."""
+
 
 def print_growth(
     measures: Sequence[Measure],
@@ -27,12 +30,12 @@ def print_growth(
 ) -> Worst:
     """Print the header and one row per measure; return the largest ratio and its measure."""
     nan = float("nan")
-    head = f"{'measure':30s}" + "".join(f"{f'{f}x':>12s}" for f in factors)
+    head = f"{'measure':{NAME_WIDTH}s}" + "".join(f"{f'{f}x':>12s}" for f in factors)
     head += "".join(f"{f'{f}x cost/load=ratio':>28s}" for f in factors[1:])
     print(head)
     worst: Worst = (0.0, "")
     for name, unit, load in measures:
-        row = f"{name + ' (' + unit + ')':30s}"
+        row = f"{name + ' (' + unit + ')':{NAME_WIDTH}s}"
         row += "".join(f"{fig.get(name, nan):12,.2f}" for fig in figures)
         for i in range(1, len(factors)):
             load_x = loads[i][load] / loads[0][load] if load != PER_OP else 1.0

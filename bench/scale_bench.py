@@ -13,8 +13,17 @@ admin request (UPDATE_AND_CREATE_TOPIC, 64 in flight; there is no batch creation
 to its group's brokers as a real cluster does.
 
 Measured per column, on the active controller unless said:
-  route lookup          GET_ROUTEINFO_BY_TOPIC of one random topic, one at a time: p50, p99
-  route lookup x100     a client's 100 topics looked up at once on one connection: p50, p99
+  route lookup new      GET_ROUTEINFO_BY_TOPIC of a topic no lookup of the column asked before,
+                        one at a time: p50, p99 (the controller builds the answer)
+  route lookup again    the same topic asked again right after (its cached answer): p50, p99
+  route lookup x100 new
+                        a client's 100 topics, none asked before, looked up at once on one
+                        connection: p50, p99
+  route lookup x100 again
+                        the same 100 topics at once again right after: p50, p99
+                        (``--lookups`` single topics, ``--lookups``/10 batches of 100, at least
+                        10, as many in every column as the smallest allows: its 1,000 topics
+                        give 400 singles and 6 batches, every topic asked new once)
   CPU per heartbeat     the active controller's utime+stime (/proc/<pid>/stat) over a window of
                         heartbeats only, less its idle CPU (measured before any broker joined),
                         divided by the heartbeats answered
@@ -41,6 +50,13 @@ The growth columns: ``cost x`` is the 10x (100x) figure over the 1x one; ``load 
 the cost should grow with: the topics' factor for the totals (RSS, snapshot, catch-up), 1 for a
 per-operation cost (a lookup, a heartbeat, a failover), which should not grow at all; ``ratio``
 is cost x / load x. The last line is ``worst growth: RATIO (MEASURE)``, the largest ratio.
+
+The route lookups compare like with like: the controller keeps each topic's encoded answer
+(controller/service/topics_routes.py), so a lookup is either a build (tens of µs of the
+controller's CPU) or a cached answer (under a µs). Before, the rows ``route lookup`` and ``route
+lookup x100`` asked random topics: 4,400 asks among 1,000 topics at 1x mostly hit the cache (every
+topic asked about four times), among 100,000 at 100x almost all built, so their growth compared a
+cache hit with a build. Now each column asks each topic new once (a build) and again (a hit).
 Nothing is asserted: these are figures, taken on a shared machine (the load average is printed).
 
     python bench/scale_bench.py [--topics 1000] [--groups 10] [--columns 1,10,100] [--quick]
@@ -85,7 +101,7 @@ from bench.controller_bench import (
     process_cpu,
     run,
 )
-from bench.growth import PER_OP, Worst, print_growth, rss_mib, worst_line
+from bench.growth import NAME_WIDTH, PER_OP, Worst, print_growth, rss_mib, worst_line
 from client.bootstrap import Bootstrap
 from controller.metadata import ReplicasInfoManager
 from controller.raft_driver import decode_snapshot
@@ -124,10 +140,14 @@ class Column:
 
 
 MEASURES: tuple[tuple[str, str, str], ...] = (
-    ("route lookup p50", "ms", PER_OP),
-    ("route lookup p99", "ms", PER_OP),
-    ("route lookup x100 p50", "ms", PER_OP),
-    ("route lookup x100 p99", "ms", PER_OP),
+    ("route lookup new p50", "ms", PER_OP),
+    ("route lookup new p99", "ms", PER_OP),
+    ("route lookup again p50", "ms", PER_OP),
+    ("route lookup again p99", "ms", PER_OP),
+    ("route lookup x100 new p50", "ms", PER_OP),
+    ("route lookup x100 new p99", "ms", PER_OP),
+    ("route lookup x100 again p50", "ms", PER_OP),
+    ("route lookup x100 again p99", "ms", PER_OP),
     ("CPU per heartbeat", "us", PER_OP),
     ("active controller RSS", "MiB", TOTAL),
     ("snapshot size", "KiB", TOTAL),
@@ -252,27 +272,48 @@ async def create_topics(controllers: str, col: Column) -> float:
     return time.perf_counter() - started
 
 
-async def lookups(address: str, col: Column, n: int, batch: int) -> list[float]:
-    """``n`` lookups of ``batch`` random topics at once on one connection: each one's seconds."""
+BATCH = 100
+"""A client's topics, looked up at once."""
+
+
+def lookup_plan(col: Column, singles: int, fewest: int) -> tuple[list[list[str]], list[list[str]]]:
+    """Topics no lookup of the column has asked: ``singles`` one-topic batches and batches of
+    ``BATCH`` (fewer in --smoke) from the rest, ``singles`` / 10 of them (at least 10). The
+    counts are what the column of ``fewest`` topics allows (at most half of them single, at
+    least one batch), the same in every column: a p99 of 40 batches against one of 6 compared
+    the largest of 40 with the largest of 6."""
+    order = [topic_name(i) for i in random.sample(range(col.topics), col.topics)]
+    n = max(1, min(singles, fewest // 2))
+    size = max(1, min(BATCH, fewest - n))
+    count = max(1, min(max(10, singles // 10), (fewest - n) // size))
+    rest = order[n:]
+    return [[t] for t in order[:n]], [rest[k * size : (k + 1) * size] for k in range(count)]
+
+
+async def lookups(address: str, batches: list[list[str]]) -> tuple[list[float], list[float]]:
+    """Each batch's topics looked up at once on one connection, then the same batch again right
+    after: the seconds of each first ask (none of its topics asked before: the controller
+    builds each answer) and of each second (the answers it kept)."""
     conn = await RemotingClient.connect(address, 2.0)
-    took: list[float] = []
+    new: list[float] = []
+    again: list[float] = []
     try:
-        for _ in range(n):
-            topics = [topic_name(random.randrange(col.topics)) for _ in range(batch)]
-            t0 = time.perf_counter()
-            resps = await asyncio.gather(
-                *(
-                    conn.request(RouteQuery.code, *RouteQuery(topic=t).encode(), timeout=10.0)
-                    for t in topics
+        for topics in batches:
+            for took in (new, again):
+                t0 = time.perf_counter()
+                resps = await asyncio.gather(
+                    *(
+                        conn.request(RouteQuery.code, *RouteQuery(topic=t).encode(), timeout=10.0)
+                        for t in topics
+                    )
                 )
-            )
-            took.append(time.perf_counter() - t0)
-            bad = [r for r in resps if r.code != ResponseCode.SUCCESS]
-            if bad:
-                raise RuntimeError(f"route lookup failed: {bad[0].code} {bad[0].header}")
+                took.append(time.perf_counter() - t0)
+                bad = [r for r in resps if r.code != ResponseCode.SUCCESS]
+                if bad:
+                    raise RuntimeError(f"route lookup failed: {bad[0].code} {bad[0].header}")
     finally:
         conn.close()
-    return took
+    return new, again
 
 
 async def idle_cpu(leader: ControllerProc, seconds: float) -> float:
@@ -493,12 +534,17 @@ async def measure(col: Column, args: argparse.Namespace, tmp: Path) -> None:
         lead = await leader_address(cluster, procs)
         leader = next(p for p in procs if p.address == lead)
         await asyncio.sleep(2 * HEARTBEAT_S)
-        one = await lookups(lead, col, args.lookups, 1)
-        hundred = await lookups(lead, col, max(10, args.lookups // 10), 100)
-        f["route lookup p50"] = percentile(one, 0.5) * 1000
-        f["route lookup p99"] = percentile(one, 0.99) * 1000
-        f["route lookup x100 p50"] = percentile(hundred, 0.5) * 1000
-        f["route lookup x100 p99"] = percentile(hundred, 0.99) * 1000
+        fewest = args.topics * min(int(x) for x in args.columns.split(","))
+        singles, batches = lookup_plan(col, args.lookups, fewest)
+        for kind, plan in (("route lookup", singles), ("route lookup x100", batches)):
+            for when, took in zip(("new", "again"), await lookups(lead, plan), strict=True):
+                f[f"{kind} {when} p50"] = percentile(took, 0.5) * 1000
+                f[f"{kind} {when} p99"] = percentile(took, 0.99) * 1000
+        print(
+            f"  {col.factor}x: {len(singles)} topics looked up new then again, "
+            f"{len(batches)} batches of {len(batches[0])}",
+            flush=True,
+        )
         f["CPU per heartbeat"] = await heartbeat_cpu(leader, load, args.window, idle)
         f["active controller RSS"] = rss_mib(leader.pid)
         # In a thread: run on this loop, the probe (a copy and a process decoding 100,000
@@ -550,7 +596,7 @@ def print_table(cols: list[Column]) -> Worst:
         [{TOTAL: c.topics} for c in cols],
     )
     print(
-        f"{TERM + ' (elections)':30s}"
+        f"{TERM + ' (elections)':{NAME_WIDTH}s}"
         + "".join(f"{c.figures.get(TERM, float('nan')):12,.0f}" for c in cols)
     )
     return worst
@@ -568,7 +614,14 @@ def parse_args() -> argparse.Namespace:
         default=0,
         help="at most this many broker groups in any column (0: no cap): the topics still grow",
     )
-    parser.add_argument("--lookups", type=int, default=400, help="single lookups per column")
+    parser.add_argument(
+        "--lookups",
+        type=int,
+        default=400,
+        help="topics looked up one at a time per column, each new then again (at most half "
+        "the smallest column's topics); a tenth as many batches of 100 (at least 10, as many "
+        "as the smallest column's other topics allow); the same counts in every column",
+    )
     parser.add_argument("--window", type=float, default=10.0, help="heartbeat CPU window, s")
     parser.add_argument(
         "--keep-logs",

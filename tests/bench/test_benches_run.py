@@ -127,7 +127,8 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^batched +{NUMBER} nacks in +{NUMBER} s",
     ),
     "scale_bench.py": (
-        rf"^route lookup p99 \(ms\) +{NUMBER} +{NUMBER}",
+        rf"^route lookup new p99 \(ms\) +{NUMBER} +{NUMBER}",
+        rf"^route lookup x100 again p99 \(ms\) +{NUMBER} +{NUMBER}",
         rf"^CPU per heartbeat \(us\) +(?:{NUMBER}|nan) +(?:{NUMBER}|nan)",
         rf"^startup after clean stop \(s\) +{NUMBER} +{NUMBER}",
         rf"^memory per connection \(KiB\) +{NUMBER} +{NUMBER}",
