@@ -95,6 +95,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^failover, SIGSTOP of the master .* p50 {NUMBER} s",
         r"^NATS JetStream R3: skipped \(--no-peer\)",
     ),
+    "heartbeat_bench.py": (rf"^CPU per heartbeat: median {NUMBER} us, least {NUMBER} us",),
     "idempotent_put_bench.py": (
         rf"^median CPU per message \({NUMBER} rounds of {NUMBER} in puts of {NUMBER}\): "
         rf"off {NUMBER} us, on {NUMBER} us, prop {NUMBER} us",
@@ -117,6 +118,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "pop_state_bench.py": (
         rf"^memory: {NUMBER} popped and acked",
         rf"^rebuild: from the snapshot: in-flight set built in {NUMBER} s",
+    ),
+    "remoting_server_bench.py": (
+        rf"^server CPU per request \({NUMBER} connections, interval {NUMBER} s\): "
+        rf"median {NUMBER} us, least {NUMBER} us",
     ),
     "replay_bench.py": (
         rf"^  per CPU second: {NUMBER} MiB/s",
