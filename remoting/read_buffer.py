@@ -6,8 +6,10 @@ read allocates a 256 KiB bytes object, and one more for the final read that find
 A buffered protocol has OpenSSL decrypt into a buffer it already holds instead. Measured on
 loopback with uvloop, one 1 KiB request and its echo at a time: TLS costs the server 46-52 us
 of CPU per message this way against 76-78 us with a plain protocol (26-38 us without TLS), and
-the round trip's median drops from 160 us to 108-118 us. Without TLS the two are the same:
-the loop copies what it read into a bytes object either way.
+the round trip's median drops from 160 us to 108-118 us. Without TLS the loop copies what it
+read into a bytes object either way, and a buffered protocol costs a second call into Python per
+read (the loop asks for the buffer, then says what it holds) and a copy out of it: the remoting
+server's connections use this protocol under TLS only (:class:`remoting.server.TlsConnection`).
 
 The buffer is shared by every connection of one thread. That is safe because an event loop
 fills it and calls ``buffer_updated`` in one step, with nothing else run in between, and

@@ -185,8 +185,10 @@ def error_response(req: Frame, code: int, remark: str) -> Frame:
     return response(req, code, {"remark": remark})
 
 
-class Connection(CopyingProtocol):
-    """One accepted connection."""
+class Connection(asyncio.BaseProtocol):
+    """One accepted connection, without TLS: a plain protocol (not an ``asyncio.Protocol``,
+    which uvloop would not take as buffered either), handed each read as a bytes object by the
+    loop, one call into Python per read. :class:`TlsConnection` serves TLS."""
 
     def __init__(self, server: RemotingServer) -> None:
         self._server = server
@@ -303,6 +305,9 @@ class Connection(CopyingProtocol):
             d._state = DeferredAnswer._DROPPED
             d._conn = d._frame = None
         self._server._closed(self)
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -492,6 +497,14 @@ class Connection(CopyingProtocol):
                 self.send(self._server._failure(frame, exc))
 
 
+class TlsConnection(Connection, CopyingProtocol):
+    """One accepted connection over TLS: a buffered protocol, into which the loop's SSL layer
+    decrypts (:mod:`remoting.read_buffer`: a plain one would cost a 256 KiB bytes object a
+    read). Without TLS the buffered way costs a second call into Python per read (the loop asks
+    for the buffer, then says what it holds) and a copy out of the buffer, for the same bytes
+    object in the end."""
+
+
 class RemotingServer:
     def __init__(self, limits: ServerLimits | None = None, name: str = "remoting") -> None:
         self.limits = limits or ServerLimits()
@@ -531,16 +544,17 @@ class RemotingServer:
         """Listen (on the sockets :meth:`bind` took, if any), over TLS with ``tls``; returns
         the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
+        kind = Connection if tls is None else TlsConnection
         socks, self._socks = self._socks, []
         if socks:
             for sock in socks:
                 self._servers.append(
-                    await loop.create_server(lambda: Connection(self), sock=sock, ssl=tls)
+                    await loop.create_server(lambda: kind(self), sock=sock, ssl=tls)
                 )
         else:
             self._servers.append(
                 await loop.create_server(
-                    lambda: Connection(self), host, port, reuse_address=True, ssl=tls
+                    lambda: kind(self), host, port, reuse_address=True, ssl=tls
                 )
             )
         return int(self._servers[0].sockets[0].getsockname()[1])

@@ -1,6 +1,8 @@
 """remoting/read_buffer.py: connections that share their thread's receive buffer each keep
 exactly the bytes they were sent, on asyncio's loop and on uvloop, with and without TLS; and
-each thread has a buffer of its own."""
+each thread has a buffer of its own. The remoting server reads into it under TLS only: without
+TLS its connections are plain protocols, one call into Python per read (issue 34); either way a
+frame split over many reads and many frames in one read are answered in order."""
 
 from __future__ import annotations
 
@@ -14,9 +16,15 @@ from typing import Any
 import pytest
 import uvloop
 
+from protocol.codes import ResponseCode
+from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
 from remoting import read_buffer
 from remoting.read_buffer import CopyingProtocol
+from remoting.server import Connection, RemotingServer, TlsConnection
 from tests.support.tls import Pki, make_ca
+
+CODE = 102
+FRAMES = 50
 
 
 class Keeper(CopyingProtocol):
@@ -92,6 +100,58 @@ def test_each_connection_keeps_exactly_what_it_was_sent(
         asyncio.run if loop == "asyncio" else uvloop.run
     )
     runner(_two_senders(server_ctx, client_ctx))
+
+
+async def _split_and_batched(
+    server_ctx: ssl.SSLContext | None, client_ctx: ssl.SSLContext | None
+) -> None:
+    server = RemotingServer(name="test")
+    seen: list[type[Connection]] = []
+
+    def echo(conn: Connection, req: Frame) -> Frame:
+        seen.append(type(conn))
+        return response(req, ResponseCode.SUCCESS, {"n": req.opaque}, req.body)
+
+    server.register(CODE, echo)
+    port = await server.start("127.0.0.1", 0, server_ctx)
+    hostname = "127.0.0.1" if client_ctx else None
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=client_ctx, server_hostname=hostname
+    )
+    try:
+        big = encode_frame(request(CODE, 0, {}, b"x" * 300_000))
+        for i in range(0, len(big), 7_001):  # one frame over many reads
+            writer.write(big[i : i + 7_001])
+            await writer.drain()
+        # Then many frames in one write (mostly one read).
+        writer.write(b"".join(encode_frame(request(CODE, i, {})) for i in range(1, FRAMES)))
+        decoder = FrameDecoder()
+        answers: list[Frame] = []
+        async with asyncio.timeout(20):
+            while len(answers) < FRAMES:
+                data = await reader.read(1 << 16)
+                assert data, "connection closed"
+                answers += decoder.feed(data)
+    finally:
+        writer.close()
+        await server.stop()
+    assert [a.header["n"] for a in answers] == list(range(FRAMES))
+    assert answers[0].body == b"x" * 300_000
+    kind = Connection if server_ctx is None else TlsConnection
+    assert set(seen) == {kind}
+    assert issubclass(kind, CopyingProtocol) == (server_ctx is not None)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_split_frames_and_many_frames_a_read_are_answered_in_order(
+    loop: str, tls: bool, contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    server_ctx, client_ctx = contexts if tls else (None, None)
+    runner: Callable[[Coroutine[Any, Any, None]], None] = (
+        asyncio.run if loop == "asyncio" else uvloop.run
+    )
+    runner(_split_and_batched(server_ctx, client_ctx))
 
 
 def test_each_thread_reads_into_a_buffer_of_its_own() -> None:
