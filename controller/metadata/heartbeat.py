@@ -26,6 +26,8 @@ from typing import Final
 from controller.metadata.election import ElectionInfo
 
 DEFAULT_BROKER_TIMEOUT_MS: Final = 3000
+_NEVER: Final = 2**60
+"""Later than any deadline (milliseconds)."""
 
 BrokerKey = tuple[str, int]
 """(broker_name, broker_id)"""
@@ -104,7 +106,14 @@ class _Entry:
 
 
 class BrokerLiveTable:
-    __slots__ = ("_active", "_by_connection", "_default_timeout_ms", "_entries", "_grace_until_ms")
+    __slots__ = (
+        "_active",
+        "_by_connection",
+        "_default_timeout_ms",
+        "_entries",
+        "_grace_until_ms",
+        "_next_expiry_ms",
+    )
 
     def __init__(self, *, default_timeout_ms: int = DEFAULT_BROKER_TIMEOUT_MS) -> None:
         if default_timeout_ms <= 0:
@@ -114,6 +123,10 @@ class BrokerLiveTable:
         self._by_connection: dict[int, set[BrokerKey]] = {}
         self._active = False
         self._grace_until_ms = 0
+        self._next_expiry_ms = _NEVER
+        """At most the earliest deadline of a broker not reported yet: until then
+        :meth:`expired` has nothing to report and looks at no entry (the election scan asks ten
+        times a second, a heartbeat moves one deadline every half second)."""
 
     # Leadership --------------------------------------------------------------------------------
 
@@ -128,6 +141,7 @@ class BrokerLiveTable:
         self._grace_until_ms = self._grace_end(now_ms)
         for entry in self._entries.values():
             entry.reported = False  # a previous leadership's verdicts are not ours
+        self._next_expiry_ms = -_NEVER  # every entry is a candidate again: look at them all
 
     def stood_still(self, now_ms: int) -> None:
         """This controller could not hear anyone for a while (its scan came late: its process
@@ -198,6 +212,9 @@ class BrokerLiveTable:
             self._entries[key] = _Entry(info=info)
         else:
             old.info, old.closed, old.reported = info, False, False
+        deadline = info.deadline_ms()
+        if deadline < self._next_expiry_ms:
+            self._next_expiry_ms = deadline
         return not was_alive
 
     def on_connection_closed(self, connection_id: int) -> list[BrokerKey]:
@@ -248,13 +265,20 @@ class BrokerLiveTable:
 
         Nothing while standby or in the grace period (they are reported when it ends).
         """
-        if not self._active or self.in_grace(now_ms):
+        if not self._active or self.in_grace(now_ms) or now_ms <= self._next_expiry_ms:
             return []
         found: list[BrokerKey] = []
+        earliest = _NEVER
         for key, entry in self._entries.items():
-            if not entry.reported and now_ms > entry.info.deadline_ms():
+            if entry.reported:
+                continue
+            deadline = entry.info.deadline_ms()
+            if now_ms > deadline:
                 entry.reported = True
                 found.append(key)
+            elif deadline < earliest:
+                earliest = deadline
+        self._next_expiry_ms = earliest
         return sorted(found)
 
     # Views -------------------------------------------------------------------------------------
