@@ -325,8 +325,10 @@ def sequenced_records(buf: bytes | memoryview) -> Iterator[MessageRecord]:
 class StoredBatch:
     """A stored request: its sequence and where its records went, as its answer gives them.
     ``physical_offsets`` is in request order; -1 where a rebuilt batch lacks a record (the log
-    holds a prefix of it: a failover cut it). (One is made per send: its ``__init__`` is written
-    out, so compiled it is a native constructor, docs/compiled.md.)"""
+    holds a prefix of it: a failover cut it). A window's oldest batch is reused for the next
+    request once the window is full (:meth:`ProducerStates.stored_next`): copy what must
+    outlive the call that gave it (:class:`Decision` answers are read at once). (Its
+    ``__init__`` is written out, so compiled it is a native constructor, docs/compiled.md.)"""
 
     sequence: int
     queue_id: int
@@ -389,14 +391,18 @@ QueueKey = tuple[str, int]
 class QueueWindow:
     """The last requests stored for one (producer, topic, queue), ascending by sequence."""
 
-    __slots__ = ("batches", "floor", "head")
+    __slots__ = ("batches", "floor", "head", "owner")
 
-    def __init__(self, floor: int = -1, head: str = "") -> None:
+    def __init__(self, floor: int = -1, head: str = "", owner: _Producer | None = None) -> None:
         self.batches: list[StoredBatch] = []
         self.floor = floor
         """The highest sequence that fell out of the window (-1: none)."""
         self.head = head
         """:func:`seq_head` of the window's producer and epoch ("": not known)."""
+        self.owner = owner
+        """The producer that keeps the window; None once it does not (the producer forgotten,
+        or a newer epoch of it started its windows afresh): :meth:`ProducerStates.stored_next`
+        then changes nothing."""
 
     def find(self, sequence: int) -> StoredBatch | None:
         for b in reversed(self.batches):  # a retry is usually of a recent one
@@ -430,6 +436,14 @@ class _Producer:
         self.epoch = epoch
         self.last_ms = last_ms
         self.windows: dict[QueueKey, QueueWindow] = {}
+
+    def drop_windows(self) -> int:
+        """Disown the producer's windows (forgotten, or a newer epoch): how many there were."""
+        for w in self.windows.values():
+            w.owner = None
+        n = len(self.windows)
+        self.windows = {}
+        return n
 
 
 class ProducerStates:
@@ -532,24 +546,57 @@ class ProducerStates:
 
     # -- changing ------------------------------------------------------------------------------
     def stored_next(
-        self, window: QueueWindow, producer_id: int, batch: StoredBatch, now_ms: int
-    ) -> None:
-        """A request :meth:`next_window` gave ``window`` for was stored as ``batch`` (nothing
-        ran between: the window is still its producer's)."""
-        p = self._newest
-        if producer_id != self._newest_id or p is None:
-            p = self._producers[producer_id]
-            self._producers.move_to_end(producer_id)
+        self,
+        window: QueueWindow,
+        producer_id: int,
+        sequence: int,
+        queue_id: int,
+        first_queue_offset: int,
+        physical_offsets: list[int],
+        end_offset: int,
+        store_timestamp: int,
+        now_ms: int,
+    ) -> bool:
+        """A request of ``sequence`` that :meth:`next_window` gave ``window`` for was stored
+        where the arguments say (a :class:`StoredBatch`'s fields): kept in the window, whose
+        oldest batch, when the window is full, is reused for it (no object built per send).
+        False, changing nothing, when the state moved on since :meth:`next_window`: the
+        producer forgotten, a newer epoch of it, or ``sequence`` (or a later one) in the
+        window already."""
+        p = window.owner
+        batches = window.batches
+        if p is None or (batches and batches[-1].sequence >= sequence):
+            return False
+        if p is not self._newest:
+            producers = self._producers
+            if producers.get(producer_id) is not p:
+                return False  # (a window of another producer's)
+            producers.move_to_end(producer_id)
             self._newest_id = producer_id
             self._newest = p
         if now_ms > p.last_ms:
             p.last_ms = now_ms
-        batches = window.batches
-        batches.append(batch)
-        if len(batches) > self.window:
-            dropped = batches.pop(0).sequence
-            if dropped > window.floor:
-                window.floor = dropped
+        if len(batches) >= self.window:
+            b = batches.pop(0)
+            if b.sequence > window.floor:
+                window.floor = b.sequence
+            b.sequence = sequence
+            b.queue_id = queue_id
+            b.first_queue_offset = first_queue_offset
+            b.physical_offsets = physical_offsets
+            b.end_offset = end_offset
+            b.store_timestamp = store_timestamp
+        else:
+            b = StoredBatch(
+                sequence,
+                queue_id,
+                first_queue_offset,
+                physical_offsets,
+                end_offset,
+                store_timestamp,
+            )
+        batches.append(b)
+        return True
 
     def stored(
         self, topic: str, queue_id: int, seq: ProducerSeq, batch: StoredBatch, now_ms: int
@@ -629,8 +676,7 @@ class ProducerStates:
             return None
         else:
             if seq.epoch > p.epoch:
-                self._windows -= len(p.windows)
-                p.windows = {}
+                self._windows -= p.drop_windows()
                 p.epoch = seq.epoch
             if now_ms > p.last_ms:
                 p.last_ms = now_ms
@@ -640,7 +686,7 @@ class ProducerStates:
         key = (topic, queue_id)
         w = p.windows.get(key)
         if w is None:
-            w = p.windows[key] = QueueWindow(-1, seq_head(seq.producer_id, p.epoch))
+            w = p.windows[key] = QueueWindow(-1, seq_head(seq.producer_id, p.epoch), p)
             self._windows += 1
         return w
 
@@ -651,7 +697,7 @@ class ProducerStates:
             if pid == self._newest_id:
                 self._newest_id = -1
                 self._newest = None
-            self._windows -= len(p.windows)
+            self._windows -= p.drop_windows()
             self.expired += 1
 
     def expire(self, now_ms: int) -> int:
@@ -667,7 +713,7 @@ class ProducerStates:
             if pid == self._newest_id:
                 self._newest_id = -1
                 self._newest = None
-            self._windows -= len(p.windows)
+            self._windows -= p.drop_windows()
             n += 1
         self.expired += n
         return n
@@ -717,7 +763,7 @@ class ProducerStates:
                     topic, qid, floor, batches = _entry(window_entry, 4, "window")
                     if not isinstance(topic, str):
                         raise ValueError("topic is not a string")
-                    w = QueueWindow(_int(floor), seq_head(pid, epoch))
+                    w = QueueWindow(_int(floor), seq_head(pid, epoch), p)
                     for batch_entry in _entry(batches, -1, "batches"):
                         seq, bqid, fqo, offs, end, ts = _entry(batch_entry, 6, "batch")
                         w.batches.append(

@@ -225,9 +225,19 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         if state is None:
             return
         now = result.store_timestamp
-        # the batch made here, where the store's answer is a PutResult (compiled: its fields
-        # read natively; the core, which may not import storage, would read them as attributes)
-        state.stored_next(window, seq[0], batch_of(seq[2], result), now)
+        # the fields read here, where the store's answer is a PutResult (compiled: natively;
+        # the core, which may not import storage, would read them as attributes)
+        state.stored_next(
+            window,
+            seq[0],
+            seq[2],
+            result.queue_id,
+            result.first_queue_offset,
+            result.physical_offsets,
+            result.end_offset,
+            now,
+            now,
+        )
         if now >= self._expire_at or result.end_offset >= self._snapshot_due:
             self._upkeep(state, now, result.end_offset)
 

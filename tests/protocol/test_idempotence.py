@@ -3,6 +3,8 @@ check, epochs, expiry, rebuild from records and snapshots; a model-based propert
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from protocol.idempotence import (
     WINDOW,
     ProducerSeq,
     ProducerStates,
+    QueueWindow,
     RecordSeq,
     StoredBatch,
     Verdict,
@@ -44,6 +47,18 @@ def states(**kw: int) -> ProducerStates:
 
 def batch(seq: int, offset: int, n: int = 1, queue_id: int = 0) -> StoredBatch:
     return StoredBatch(seq, queue_id, seq, [offset + i for i in range(n)], offset + n, 1)
+
+
+def fields(b: StoredBatch) -> tuple[int, int, int, list[int], int, int]:
+    """What :meth:`ProducerStates.stored_next` takes of a stored request."""
+    return (
+        b.sequence,
+        b.queue_id,
+        b.first_queue_offset,
+        b.physical_offsets,
+        b.end_offset,
+        b.store_timestamp,
+    )
 
 
 def store(s: ProducerStates, seq: ProducerSeq, offset: int, now: int = 0, q: int = 0) -> None:
@@ -152,6 +167,54 @@ def test_a_gap_is_stored_and_counted_and_the_missing_sequence_still_fits() -> No
     assert not s.check(T, 0, ProducerSeq(1, 0, 4)).gap
 
 
+def test_a_window_carried_past_a_change_of_the_state_is_not_updated() -> None:
+    """The send path carries the window :meth:`ProducerStates.next_window` gave across the
+    store to :meth:`~ProducerStates.stored_next`. When the state moved on in between (the
+    producer expired or trimmed, a newer epoch of it, the same or a later sequence kept
+    already), ``stored_next`` answers False and changes nothing: no window, floor, producer
+    order or last use is touched, and the state's answers are those it gave before."""
+
+    def carried(s: ProducerStates, n: int) -> QueueWindow:
+        w = s.next_window(T, 0, ProducerSeq(1, 0, n))
+        assert w is not None
+        return w
+
+    def answers(s: ProducerStates) -> list[Any]:
+        return [
+            s.check(T, 0, ProducerSeq(1, e, n)).verdict for e in (0, 1) for n in range(WINDOW + 4)
+        ] + [s.windows, s.producers, s.epoch_of(1), s.to_document()]
+
+    for change in ("expired", "trimmed", "newer epoch", "kept already", "later kept"):
+        s = states(max_windows=2)
+        for n in range(WINDOW + 1):  # a full window: the next batch would reuse the oldest
+            store(s, ProducerSeq(1, 0, n), 10 * n, now=n)
+        w = carried(s, WINDOW + 1)
+        before = [b.sequence for b in w.batches], w.floor
+        oldest = w.batches[0]
+        if change == "expired":
+            assert s.expire(WINDOW + 60_000) == 1
+        elif change == "trimmed":
+            store(s, ProducerSeq(2, 0, 0), 0, now=WINDOW, q=0)
+            store(s, ProducerSeq(2, 0, 0), 0, now=WINDOW, q=1)
+            assert s.epoch_of(1) is None
+        elif change == "newer epoch":
+            store(s, ProducerSeq(1, 1, 0), 0, now=WINDOW)
+        elif change == "kept already":
+            store(s, ProducerSeq(1, 0, WINDOW + 1), 10, now=WINDOW)
+        else:
+            store(s, ProducerSeq(1, 0, WINDOW + 2), 10, now=WINDOW)
+        expected = answers(s)
+        kept = None if w.owner is None else ([b.sequence for b in w.batches], w.floor)
+        offsets = [99]
+        assert not s.stored_next(w, 1, WINDOW + 1, 0, 99, offsets, 100, 5, 10**9), change
+        assert answers(s) == expected, change
+        assert oldest.physical_offsets is not offsets, change  # not reused
+        if kept is None:  # a window no producer keeps: as it was when carried
+            assert ([b.sequence for b in w.batches], w.floor) == before, change
+        else:
+            assert ([b.sequence for b in w.batches], w.floor) == kept, change
+
+
 def test_next_window_is_only_for_the_request_right_after_the_newest() -> None:
     """The send path's fast way (:meth:`ProducerStates.next_window` and
     :meth:`~ProducerStates.stored_next`) takes only what :meth:`~ProducerStates.check` would
@@ -169,7 +232,7 @@ def test_next_window_is_only_for_the_request_right_after_the_newest() -> None:
         assert w is not None
         d = s.check(T, 0, seq)
         assert d.verdict is Verdict.NEW and not d.gap
-        s.stored_next(w, 1, batch(n, 10 * n), n)
+        assert s.stored_next(w, 1, *fields(batch(n, 10 * n)), n)
     kept = [s.check(T, 0, ProducerSeq(1, 0, n)) for n in range(WINDOW + 3)]
     assert [d.verdict for d in kept] == [Verdict.TOO_OLD] * 3 + [Verdict.DUPLICATE] * WINDOW
     assert [d.batch.physical_offsets for d in kept[3:] if d.batch] == [
@@ -342,7 +405,7 @@ def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) 
         w = s.next_window(T, 0, seq)  # the send path's fast way first, as the broker asks
         if w is not None:
             assert seq_no not in stored, seq_no
-            s.stored_next(w, 1, batch(seq_no, offset), 0)
+            assert s.stored_next(w, 1, *fields(batch(seq_no, offset)), 0)
             stored.add(seq_no)
             offset += 1
             if op == 1:
@@ -404,8 +467,8 @@ def test_the_usual_sends_short_way_keeps_what_the_whole_check_keeps(
         offset = len(next_seq) * 1000 + seq.sequence
         w = fast.next_window(T, queue, seq)
         if w is not None:
-            fast.stored_next(
-                w, pid, StoredBatch(seq.sequence, queue, offset, [offset], offset + 1, now), now
+            assert fast.stored_next(
+                w, pid, seq.sequence, queue, offset, [offset], offset + 1, now, now
             )
         else:
             assert fast.check(T, queue, seq).verdict is Verdict.NEW
