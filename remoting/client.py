@@ -219,16 +219,17 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
         context = _tls_context(tls)
         try:
-            await asyncio.wait_for(
-                loop.create_connection(
+            # asyncio.timeout, not asyncio.wait_for: on 3.11 wait_for returns the connection
+            # when the caller is cancelled just as it is made, and the cancellation is lost (a
+            # task stopping during a reconnect then runs on).
+            async with asyncio.timeout(timeout):
+                await loop.create_connection(
                     lambda: _ClientProtocol(conn),
                     host,
                     port,
                     ssl=context,
                     server_hostname=host if context is not None else None,
-                ),
-                timeout,
-            )
+                )
         except (TimeoutError, OSError) as exc:
             cause: BaseException = exc
             if (

@@ -431,6 +431,8 @@ class FakeBroker:
         self.priority = 0
         self.timeout_ms = 0
         self._beating: asyncio.Task[None] | None = None
+        self._stopping = False
+        """Set while :meth:`stop_heartbeats` ends the heartbeat loop."""
 
     def _on_notify(self, conn: Any, frame: Any) -> Any:
         from protocol.remoting import response
@@ -542,7 +544,7 @@ class FakeBroker:
         from client.errors import BrokerError
 
         async def beat() -> None:
-            while True:
+            while not self._stopping:
                 try:
                     await self.heartbeat()
                 except BrokerError as exc:
@@ -559,10 +561,16 @@ class FakeBroker:
             self._beating = asyncio.create_task(beat())
 
     async def stop_heartbeats(self) -> None:
-        if self._beating is not None:
-            self._beating.cancel()
-            await asyncio.gather(self._beating, return_exceptions=True)
-            self._beating = None
+        """The heartbeat loop ended: cancelled again until it is (a cancellation that lands
+        as a call completes may be lost in the libraries under it), and told to stop."""
+        beating, self._beating = self._beating, None
+        if beating is None:
+            return
+        self._stopping = True
+        while not beating.done():
+            beating.cancel()
+            await asyncio.wait({beating}, timeout=1.0)
+        self._stopping = False
 
     def close_connections(self) -> None:
         """Drop every connection to the controllers (as a broker process dying would)."""
