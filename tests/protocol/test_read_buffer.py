@@ -17,10 +17,11 @@ import pytest
 import uvloop
 
 from protocol.codes import ResponseCode
-from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
+from protocol.remoting import Frame, encode_frame, request, response
 from remoting import read_buffer
 from remoting.read_buffer import CopyingProtocol
 from remoting.server import Connection, RemotingServer, TlsConnection
+from tests.support.frames import read_frames
 from tests.support.tls import Pki, make_ca
 
 CODE = 102
@@ -125,13 +126,7 @@ async def _split_and_batched(
             await writer.drain()
         # Then many frames in one write (mostly one read).
         writer.write(b"".join(encode_frame(request(CODE, i, {})) for i in range(1, FRAMES)))
-        decoder = FrameDecoder()
-        answers: list[Frame] = []
-        async with asyncio.timeout(20):
-            while len(answers) < FRAMES:
-                data = await reader.read(1 << 16)
-                assert data, "connection closed"
-                answers += decoder.feed(data)
+        answers = await read_frames(reader, FRAMES, 20)
     finally:
         writer.close()
         await server.stop()

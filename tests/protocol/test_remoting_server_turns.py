@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from protocol.codes import ResponseCode
-from protocol.remoting import Frame, FrameDecoder, encode_frame, request, response
+from protocol.remoting import Frame, encode_frame, request, response
 from remoting.server import Connection, RemotingServer, ServerLimits
+from tests.support.frames import read_frames
 
 PLAIN = 102
 FLOOD = 200
@@ -33,13 +34,7 @@ async def test_a_flood_in_one_read_is_dispatched_over_several_loop_turns() -> No
     try:
         # One write: the frames arrive together, mostly in one read.
         writer.write(b"".join(encode_frame(request(PLAIN, i, {})) for i in range(FLOOD)))
-        decoder = FrameDecoder()
-        answers: list[Frame] = []
-        async with asyncio.timeout(10):
-            while len(answers) < FLOOD:
-                data = await reader.read(1 << 16)
-                assert data, "connection closed"
-                answers += decoder.feed(data)
+        answers = await read_frames(reader, FLOOD, 10)
     finally:
         writer.close()
         await server.stop()
