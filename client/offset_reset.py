@@ -31,7 +31,7 @@ from protocol.broker_requests.offsets import (
 from protocol.codes import ResponseCode
 from protocol.fields import FieldError
 from protocol.pull import AnswerError, MaxOffsetQuery, OffsetSearch, decode_offset
-from protocol.static_topic import LogicalQueue, commit_points, logical_of
+from protocol.static_topic import LogicalQueue, commit_points, holding_item, logical_of
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 
@@ -111,8 +111,17 @@ class OffsetResetter:
         return await self._each_master(group, route, {queue.broker_name: [ask]})
 
     async def _each_master(
-        self, group: str, route: TopicRoute, asks: dict[str, list[ResetOffset]]
+        self,
+        group: str,
+        route: TopicRoute,
+        asks: dict[str, list[ResetOffset]],
+        *,
+        reset_before: bool = False,
+        partial: bool = False,
     ) -> ResetReport:
+        """Send ``asks`` to their masters. A master that has neither offset nor member of the
+        group is skipped when another reset something (also ``reset_before``: an earlier part
+        of this reset did; ``partial``: a later part may), else it fails the reset."""
         report = ResetReport(group, route.topic)
         failures: list[str] = []
         refusals: dict[str, BrokerError] = {}
@@ -142,7 +151,7 @@ class OffsetResetter:
         await asyncio.gather(*(one(n, a) for n, ask_list in asks.items() for a in ask_list))
         for name, refusal in refusals.items():
             if refusal.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and (
-                report.queues or len(refusals) < len(asks)
+                partial or reset_before or report.queues or len(refusals) < len(asks)
             ):
                 report.skipped[name] = refusal.remark or str(refusal)
             else:
@@ -197,23 +206,38 @@ class OffsetResetter:
         *,
         found_by_time: bool = False,
     ) -> ResetReport:
-        """Write each logical queue's offset as physical offsets on its items."""
-        asks: dict[str, list[ResetOffset]] = {}
+        """Write each logical queue's offset as physical offsets on its items: first, without
+        a notice, on the items that do not hold it; then on the item that does, whose master
+        tells the members the logical offset to go on from. (Told by every item's master as
+        its offset moved, a member read the others back before they had moved: it received
+        again what came after them and its commits undid their reset.)"""
+        quiet: dict[str, list[ResetOffset]] = {}
+        told: dict[str, list[ResetOffset]] = {}
         for queue, offset in logical.items():
-            for item, physical in commit_points(route.mapping[queue], offset):
-                asks.setdefault(item.broker_name, []).append(
+            items = route.mapping[queue]
+            holder = holding_item(items, offset)
+            for item, physical in commit_points(items, offset):
+                holds = item is holder
+                (told if holds else quiet).setdefault(item.broker_name, []).append(
                     ResetOffset(
                         topic=route.topic,
                         group=group,
                         force=True,
                         queue_id=item.physical_queue,
                         offset=physical,
+                        logical_offset=offset if holds else None,
+                        notify=holds,
                     )
                 )
-        physical_report = await self._each_master(group, route, asks)
+        before = await self._each_master(group, route, quiet, partial=True) if quiet else None
+        physical_report = await self._each_master(
+            group, route, told, reset_before=before is not None and bool(before.queues)
+        )
         report = ResetReport(
             group, route.topic, notified=physical_report.notified, skipped=physical_report.skipped
         )
+        if before is not None:
+            report.skipped = {**before.skipped, **report.skipped}
         for queue, offset in logical.items():
             items = route.mapping[queue]
             first = logical_of(items[0], items[0].physical_start)

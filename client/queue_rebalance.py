@@ -10,8 +10,9 @@ answers also say whether the group is a FIFO group and whether it consumes retri
 When a master says the group's offsets were reset (RESET_CONSUMER_CLIENT_OFFSET: an operator's
 resetOffsetByTime or skipAccumulatedMessage, or a member's seek), each owned queue it names is
 taken afresh from the new offset: what was pulled of it and not consumed yet is dropped, and
-the new offset is committed at the next commit. A static topic's logical queue whose items it
-names is taken afresh from the group's committed offsets on its items.
+the new offset is committed at the next commit. A static topic's logical queue whose item it
+names is taken afresh from the logical offset the notice gives for that item (a notice without
+one, from an older resetter: from the group's committed offsets on its items, read back then).
 """
 
 from __future__ import annotations
@@ -239,12 +240,14 @@ class GroupRebalancer:
                 for mq, state in list(sub.owned.items()):
                     if mq.broker_name == LOGICAL_BROKER:
                         items = route.mapping[mq.queue_id] if route is not None else ()
-                        if any(
-                            i.broker_name == notice.broker_name
-                            and i.physical_queue in notice.offsets
+                        named = [
+                            i.physical_queue
                             for i in items
-                        ):
-                            self._restart(sub, state, None)
+                            if i.broker_name == notice.broker_name
+                            and i.physical_queue in notice.offsets
+                        ]
+                        if named:
+                            self._restart(sub, state, notice.logical.get(named[0]))
                     elif mq.broker_name == notice.broker_name and mq.queue_id in notice.offsets:
                         self._restart(sub, state, notice.offsets[mq.queue_id])
             log.info(

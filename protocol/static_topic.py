@@ -192,6 +192,17 @@ def commit_points(items: Sequence[MappingItem], logical: int) -> list[tuple[Mapp
     return points
 
 
+def holding_item(items: Sequence[MappingItem], logical: int) -> MappingItem:
+    """Of the items :func:`commit_points` writes for ``logical``, the one that holds it: the
+    newest that starts at or before it (the first item for an offset before every item; the
+    newest for one past every item). A reset tells the group's members through this item's
+    master, after every other item's offset is written."""
+    for item in reversed(items):
+        if item.logical_start <= logical:
+            return item
+    return items[0]
+
+
 def resume_offset(items: Sequence[MappingItem], committed: Mapping[int, int]) -> int | None:
     """The logical offset a group resumes from, given its committed physical offsets in
     ``committed`` (generation -> offset, those it has; each clamped to its item): the newest

@@ -20,6 +20,11 @@ offset is already before the target keeps it (a reset by time then only rewinds,
   deliveries in flight stay: an ack still counts, an unacked one is revived at its deadline
   through the retry topic, as RocketMQ does.
 
+A reset asked with ``notify`` false (the items of a static topic's logical queue that do not
+hold its new offset, written before the one that does) is committed and reaches POP groups, but
+tells no member and leaves nothing for the next pull: the members move when the item that holds
+the new offset is reset, to the logical offset its notice names.
+
 Refusals change nothing: not the master (NOT_MASTER), an unknown topic or queue, a time in the
 future (BAD_REQUEST; :data:`FUTURE_SLACK_MS` of clock difference allowed), a group that has no
 offset of the topic here and no live member (SUBSCRIPTION_GROUP_NOT_EXIST), a FIFO group that
@@ -145,7 +150,8 @@ def reset_offsets(ctx: BrokerContext, ask: ResetOffset, now_ms: int) -> Done | t
     for q, r in done.items():
         if r.outcome != "kept":
             offsets.commit(group, topic, q, r.offset, now_ms)
-            ctx.offset_resets.assign(group, topic, q, r.offset)
+            if ask.notify:  # a quiet part of a static topic's reset moves no reader yet
+                ctx.offset_resets.assign(group, topic, q, r.offset)
             ctx.waiters.notify(topic, q)  # parked pulls answer the reset now
     log.info(
         "consumer offsets reset",
@@ -181,21 +187,32 @@ class OffsetResetProcessor:
             return error_response(req, *outcome)
         done, last = outcome
         moved = {q: r.offset for q, r in done.items() if r.outcome != "kept"}
-        notified = self.notify(ask.group, ask.topic, moved) if moved else 0
+        logical = (
+            {ask.queue_id: ask.logical_offset}
+            if ask.logical_offset is not None and ask.queue_id in moved
+            else {}
+        )
+        notified = self.notify(ask.group, ask.topic, moved, logical) if moved and ask.notify else 0
         answer = OffsetsReset(queues=done, notified=notified)
         resp = response(req, ResponseCode.SUCCESS, *answer.encode())
         # A POP group's reset is answered once its revive record is as durable as a send.
         return answer_when_durable(self.ctx, last, req, resp, "the POP offset's reset record")
 
-    def notify(self, group: str, topic: str, offsets: dict[int, int]) -> int:
-        """Send the group's live members on our protocol RESET_CONSUMER_CLIENT_OFFSET; how many
-        connections were told."""
+    def notify(
+        self, group: str, topic: str, offsets: dict[int, int], logical: dict[int, int] | None = None
+    ) -> int:
+        """Send the group's live members on our protocol RESET_CONSUMER_CLIENT_OFFSET (with a
+        static topic's ``logical`` offsets); how many connections were told."""
         if self._server is None:
             return 0
         ctx = self.ctx
         ids = {m.connection_id for m in ctx.groups.live(group, ctx.now_ms())} - self.foreign()
         notice = ResetNotice(
-            topic=topic, group=group, broker_name=ctx.cfg.broker_name, offsets=offsets
+            topic=topic,
+            group=group,
+            broker_name=ctx.cfg.broker_name,
+            offsets=offsets,
+            logical=logical or {},
         )
         header, body = notice.encode()
         told = 0

@@ -9,7 +9,16 @@ Request (header fields; ``?`` may be left out)::
                                         end, as skipAccumulatedMessage sends), isForce?
                                         (false: a queue only moves back), queueId? (-1: every
                                         queue), offset? (with a queueId: that queue offset,
-                                        not a time)
+                                        not a time), logicalOffset? (with an offset: a static
+                                        topic's logical offset that this queue's offset holds,
+                                        passed on in the notice), notify? (false: no notice,
+                                        nothing kept for the next pull; default true)
+
+A static topic's logical queue is reset on every item of it (each item's offset a commit point
+of the logical offset): first the items that do not hold the logical offset with notify false,
+then the one that holds it with logicalOffset. Its members are told once, by the master of the
+item that holds it, after every other item's offset is written, and start again from the
+logical offset the notice names (not from offsets read back meanwhile).
 
 It answers SUCCESS with a msgpack map body, per queue what the reset did::
 
@@ -24,14 +33,15 @@ the offset is its min; ``max``: the offset asked is past the queue's end, the of
 Notice (oneway, broker to member)::
 
     RESET_CONSUMER_CLIENT_OFFSET 220    topic, group, brokerName; body a msgpack map
-                                        {"offsets": {queueId: offset}}
+                                        {"offsets": {queueId: offset},
+                                         "logical"?: {queueId: logical offset}}
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Literal, TypeGuard
 
 from protocol.broker_requests import body_map, pack_map, req_group
 from protocol.codes import RequestCode
@@ -73,6 +83,8 @@ class ResetOffset:
     force: bool = False
     queue_id: int = -1
     offset: int | None = None
+    logical_offset: int | None = None
+    notify: bool = True
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {
@@ -85,6 +97,10 @@ class ResetOffset:
             header["queueId"] = self.queue_id
         if self.offset is not None:
             header["offset"] = self.offset
+        if self.logical_offset is not None:
+            header["logicalOffset"] = self.logical_offset
+        if not self.notify:
+            header["notify"] = False
         return header, None
 
     @classmethod
@@ -103,6 +119,12 @@ class ResetOffset:
                 raise FieldError("an offset needs a queueId")
             if offset < 0:
                 raise FieldError(f"offset must be >= 0, not {offset}")
+        logical = opt_int_or_none(header, "logicalOffset")
+        if logical is not None:
+            if offset is None:
+                raise FieldError("a logicalOffset needs a queueId and an offset")
+            if logical < 0:
+                raise FieldError(f"logicalOffset must be >= 0, not {logical}")
         return cls(
             topic=topic,
             group=group,
@@ -110,6 +132,8 @@ class ResetOffset:
             force=opt_bool(header, "isForce"),
             queue_id=queue_id,
             offset=offset,
+            logical_offset=logical,
+            notify=opt_bool(header, "notify", True),
         )
 
 
@@ -186,7 +210,8 @@ class OffsetsReset:
 class ResetNotice:
     """RESET_CONSUMER_CLIENT_OFFSET: the master of ``broker_name`` moved ``group``'s offsets
     of ``topic``: queue id -> its new offset. A member drops what it pulled of those queues
-    and goes on from there."""
+    and goes on from there. ``logical``: for a static topic's item, queue id -> the logical
+    offset its member goes on from (see the module docstring)."""
 
     code: ClassVar[RequestCode] = RequestCode.RESET_CONSUMER_CLIENT_OFFSET
 
@@ -194,21 +219,37 @@ class ResetNotice:
     group: str
     broker_name: str
     offsets: dict[int, int]
+    logical: dict[int, int] = field(default_factory=dict)
 
     def encode(self) -> tuple[Header, bytes | None]:
         header: Header = {"topic": self.topic, "group": self.group, "brokerName": self.broker_name}
-        return header, pack_map({"offsets": dict(sorted(self.offsets.items()))})
+        doc: dict[str, Any] = {"offsets": dict(sorted(self.offsets.items()))}
+        if self.logical:
+            doc["logical"] = dict(sorted(self.logical.items()))
+        return header, pack_map(doc)
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None) -> ResetNotice:
-        offsets = body_map(body, "reset notice").get("offsets")
-        if not isinstance(offsets, dict) or any(
-            type(q) is not int or q < 0 or type(o) is not int or o < 0 for q, o in offsets.items()
-        ):
+        doc = body_map(body, "reset notice")
+        offsets = doc.get("offsets")
+        if not _offset_map(offsets):
             raise FieldError("the reset notice needs offsets: a map of queue id to offset >= 0")
+        logical = doc.get("logical", {})
+        if not _offset_map(logical) or not logical.keys() <= offsets.keys():
+            raise FieldError(
+                "the reset notice's logical offsets must map queue ids of its offsets to "
+                "offsets >= 0"
+            )
         return cls(
             topic=req_str(header, "topic"),
             group=req_group(header, "group"),
             broker_name=req_str(header, "brokerName"),
             offsets=offsets,
+            logical=logical,
         )
+
+
+def _offset_map(value: object) -> TypeGuard[dict[int, int]]:
+    return isinstance(value, dict) and all(
+        type(q) is int and q >= 0 and type(o) is int and o >= 0 for q, o in value.items()
+    )

@@ -29,7 +29,10 @@ from client import Consumer, Producer
 from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.errors import ClientError
+from client.offset_reset import OffsetResetter
 from client.progress import ProgressAdmin
+from client.routes import fetch_route
+from remoting.client import ConnectionPool, RemotingClient
 from rmqctl.common import utc_iso
 from tests.cluster.support import shared_cluster, sync_state
 from tests.support.cluster import Cluster
@@ -279,8 +282,58 @@ def _is_zero(cluster: Cluster, group: str) -> Any:
     return check
 
 
-async def test_a_static_topic_resets_by_logical_offset_across_a_move(cluster: Cluster) -> None:
-    static = "StaticReset"
+class SlowLink(ConnectionPool):
+    """A connection pool whose requests to ``slow`` start ``delay`` s late: a master that
+    answers late, for the reset sent over it."""
+
+    def __init__(self, slow: str, delay: float) -> None:
+        super().__init__()
+        self.slow = slow
+        self.delay = delay
+
+    async def get(self, address: str) -> RemotingClient:
+        if address == self.slow:
+            await asyncio.sleep(self.delay)
+        return await super().get(address)
+
+
+async def reset_by_time(
+    cluster: Cluster, group: str, topic: str, timestamp: int, slow_master: str | None
+) -> dict[str, Any]:
+    """resetOffsetByTime as rmqctl (a process), or with ``slow_master`` from this process over
+    a link to that group's master 1 s slow; the report as rmqctl prints it with --json."""
+    if slow_master is None:
+        code, out, err = await rmqctl(
+            cluster, "--json", "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(timestamp)
+        )
+        assert code == 0, err
+        doc: dict[str, Any] = json.loads(out)
+        return doc
+    async with Admin(cluster.controller_addresses) as admin:
+        route = await admin.topic_route(topic)
+    address = route.master_address(slow_master)
+    assert address is not None, route
+    pool = SlowLink(address, 1.0)
+    boot = Bootstrap(cluster.controller_addresses, pool, 5.0)
+    try:
+        resetter = OffsetResetter(pool, lambda t: fetch_route(boot, t), 5.0)
+        report = await resetter.by_time(group, topic, timestamp)
+    finally:
+        pool.close()
+    return report.to_dict()
+
+
+@pytest.mark.parametrize("slow_master", [None, "broker-a"], ids=["rmqctl", "a-slow-master"])
+async def test_a_static_topic_resets_by_logical_offset_across_a_move(
+    cluster: Cluster, slow_master: str | None
+) -> None:
+    """The second case resets with broker-a's master answering 1 s late: broker-b's part of
+    the reset (logical queue 1's newer item) lands first. Its members took logical queue 1
+    again from the offsets committed then (broker-a's not reset yet): the messages moved were
+    received twice and broker-a's reset was overwritten by their commit."""
+    suffix = "" if slow_master is None else "Slow"
+    static = f"StaticReset{suffix}"
+    group = f"statics{suffix}"
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
         for name in ("broker-a", "broker-b"):
@@ -296,7 +349,7 @@ async def test_a_static_topic_resets_by_logical_offset_across_a_move(cluster: Cl
         cluster, "updateStaticTopic", "-t", static, "-q", "2", "-b", "broker-a"
     )
     assert code == 0, err
-    member = Member(cluster, "statics", "st0", static)
+    member = Member(cluster, group, "st0", static)
 
     def received() -> set[str]:
         return {body for _, body in member.got}
@@ -308,7 +361,7 @@ async def test_a_static_topic_resets_by_logical_offset_across_a_move(cluster: Cl
 
     async def logical_lag_is_0() -> bool:
         code, out, _ = await rmqctl(
-            cluster, "--json", "consumerProgress", "-g", "statics", "-t", static
+            cluster, "--json", "consumerProgress", "-g", group, "-t", static
         )
         return code == 0 and json.loads(out)["totalLag"] == 0
 
@@ -333,11 +386,7 @@ async def test_a_static_topic_resets_by_logical_offset_across_a_move(cluster: Cl
             logical_lag_is_0, "the group's lag to be 0", 30, on_timeout=cluster.logs
         )
         seen = len(member.got)
-        code, out, err = await rmqctl(
-            cluster, "--json", "resetOffsetByTime", "-g", "statics", "-t", static, "-s", str(middle)
-        )
-        assert code == 0, err
-        doc = json.loads(out)
+        doc = await reset_by_time(cluster, group, static, middle, slow_master)
         assert [q["brokerName"] for q in doc["queues"]] == ["%LOGICAL%", "%LOGICAL%"], doc
         assert sum(q["offset"] for q in doc["queues"]) == len(early)
 

@@ -55,6 +55,13 @@ def reset_offsets(**queue: st.SearchStrategy[int]) -> st.SearchStrategy[ResetOff
 resets = st.one_of(
     reset_offsets(queue_id=st.one_of(st.just(-1), queue_ids)),  # by time
     reset_offsets(queue_id=queue_ids, offset=naturals),  # one queue to an offset
+    # a static topic's item: the logical offset it holds, or quiet
+    reset_offsets(
+        queue_id=queue_ids,
+        offset=naturals,
+        logical_offset=st.one_of(st.none(), naturals),
+        notify=st.booleans(),
+    ),
 )
 queue_resets = st.builds(
     QueueReset,
@@ -75,6 +82,17 @@ notices = st.builds(
     group=groups,
     broker_name=names,
     offsets=st.dictionaries(queue_ids, naturals, min_size=1, max_size=8),
+)
+logical_notices = st.builds(  # a static topic's item: its queue's logical offset beside it
+    lambda notice, logical: ResetNotice(
+        topic=notice.topic,
+        group=notice.group,
+        broker_name=notice.broker_name,
+        offsets=notice.offsets,
+        logical={min(notice.offsets): logical},
+    ),
+    notices,
+    naturals,
 )
 
 
@@ -110,7 +128,7 @@ def test_a_reset_answer_round_trips_through_a_frame(answer: OffsetsReset) -> Non
 
 
 @settings(deadline=None)  # timing is not what these check (loaded CI hosts)
-@given(notices)
+@given(st.one_of(notices, logical_notices))
 def test_a_reset_notice_round_trips_through_a_frame(notice: ResetNotice) -> None:
     assert_round_trips_as(notice, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, 220)
 
@@ -146,6 +164,24 @@ GOLDEN: list[tuple[int, Any, str]] = [
         ResetNotice(topic="T", group="g", broker_name="broker-a", offsets={0: 5, 1: 7}),
         "0000003b9600ccdc010083a5746f706963a154a567726f7570a167aa62726f6b65724e616d65a862726f"
         "6b65722d61c40e81a76f6666736574738200050107",
+    ),
+    (  # a static topic's item that holds the logical offset 12: "logicalOffset" 0c
+        222,
+        ResetOffset(topic="T", group="g", queue_id=1, offset=40, logical_offset=12),
+        "0000004c9600ccde010087a5746f706963a154a567726f7570a167a974696d657374616d70ffa7697346"
+        "6f726365c2a77175657565496401a66f666673657428ad6c6f676963616c4f66667365740cc0",
+    ),
+    (  # an item that does not hold it: "notify" false (c2)
+        222,
+        ResetOffset(topic="T", group="g", queue_id=0, offset=0, notify=False),
+        "000000459600ccde010087a5746f706963a154a567726f7570a167a974696d657374616d70ffa7697346"
+        "6f726365c2a77175657565496400a66f666673657400a66e6f74696679c2c0",
+    ),
+    (  # its notice: body {"offsets": {1: 40}, "logical": {1: 12}}
+        220,
+        ResetNotice(topic="T", group="g", broker_name="broker-a", offsets={1: 40}, logical={1: 12}),
+        "000000449600ccdc010083a5746f706963a154a567726f7570a167aa62726f6b65724e616d65a862726f"
+        "6b65722d61c41782a76f666673657473810128a76c6f676963616c81010c",
     ),
 ]
 
@@ -199,6 +235,43 @@ def test_the_wire_bytes_stay_put(code: int, value: Any, golden: str) -> None:
             "a map of queue id to offset >= 0",
         ),
         (ResetNotice, {"topic": "T", "group": "g", "brokerName": "b"}, b"\xc1", "malformed"),
+        (
+            ResetNotice,
+            {"topic": "T", "group": "g", "brokerName": "b"},
+            msgpack.packb({"offsets": {0: 5}, "logical": {1: 3}}),
+            "logical offsets must map queue ids of its offsets",
+        ),
+        (
+            ResetNotice,
+            {"topic": "T", "group": "g", "brokerName": "b"},
+            msgpack.packb({"offsets": {0: 5}, "logical": {0: -3}}),
+            "logical offsets must map queue ids of its offsets to offsets >= 0",
+        ),
+        (
+            ResetOffset,
+            {"topic": "T", "group": "g", "timestamp": 1, "queueId": 0, "logicalOffset": 4},
+            None,
+            "a logicalOffset needs a queueId and an offset",
+        ),
+        (
+            ResetOffset,
+            {
+                "topic": "T",
+                "group": "g",
+                "timestamp": -1,
+                "queueId": 0,
+                "offset": 0,
+                "logicalOffset": -4,
+            },
+            None,
+            "logicalOffset must be >= 0, not -4",
+        ),
+        (
+            ResetOffset,
+            {"topic": "T", "group": "g", "timestamp": -1, "notify": 0},
+            None,
+            "'notify' must be a boolean",
+        ),
         (ResetNotice, {"topic": "T", "group": "g"}, msgpack.packb({"offsets": {}}), "brokerName"),
         (
             OffsetsReset,

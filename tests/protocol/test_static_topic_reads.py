@@ -19,6 +19,7 @@ from protocol.static_topic import (
     MappingError,
     MappingItem,
     commit_points,
+    holding_item,
     item_doc,
     logical_max,
     logical_of,
@@ -82,6 +83,25 @@ def test_commit_points_close_every_item_the_reader_passed() -> None:
     assert commit_points(MOVED, 3) == [(MOVED[2], 0), (MOVED[1], 0), (MOVED[0], 3)]
     assert commit_points(MOVED, 5) == [(MOVED[2], 0), (MOVED[1], 0), (MOVED[0], 5)]
     assert commit_points(MOVED, 14) == [(MOVED[2], 2), (MOVED[1], 7), (MOVED[0], 5)]
+
+
+def test_the_item_holding_a_reset_is_the_one_whose_commit_point_is_inside_it() -> None:
+    # A reset tells the members through this item's master, after the others' are written.
+    assert holding_item(MOVED, 0) is MOVED[0]
+    assert holding_item(MOVED, 4) is MOVED[0]
+    assert holding_item(MOVED, 5) is MOVED[1]  # an item's start is the newer item's
+    assert holding_item(MOVED, 12) is MOVED[2]
+    assert holding_item(MOVED, 1000) is MOVED[2]
+    assert holding_item(MOVED[1:], 2) is MOVED[1]  # before every item left: the first
+    for logical in range(0, 20):
+        holder = holding_item(MOVED, logical)
+        physical = dict((i.generation, p) for i, p in commit_points(MOVED, logical))
+        # Resuming from the commit points gives the offset back, and only the holder's
+        # point can be strictly inside its item.
+        assert resume_offset(MOVED, physical) == logical
+        for i in MOVED:
+            if i is not holder:
+                assert physical[i.generation] in (i.physical_start, i.physical_end())
 
 
 def test_resume_from_the_newest_item_with_a_committed_offset_past_its_start() -> None:
