@@ -25,7 +25,8 @@ class PullWaiters:
             self._waiters.setdefault(key, []).append(fut)
         self.waiting += 1
         try:
-            await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                await fut
             return True
         except TimeoutError:
             return False

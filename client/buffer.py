@@ -51,7 +51,8 @@ class MessageBuffer(Generic[K, M]):
         """Wait until a batch is buffered or the buffer closes; True when there is data."""
         if not self._batches and not self.closed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._data.wait()
             if not self._batches and not self.closed:
                 self._data.clear()  # woken without data (:meth:`wake`)
         return bool(self._batches)

@@ -157,7 +157,8 @@ class PopDelivery:
         if not self._ready:
             self._data.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._data.wait()
         if self._closed or not self._ready:
             return []
         ready = self._ready

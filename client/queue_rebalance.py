@@ -107,7 +107,8 @@ class GroupRebalancer:
         """Heartbeat and rebalance every ``heartbeat_interval``, or when woken."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.heartbeat_interval)
+                async with asyncio.timeout(self.heartbeat_interval):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.tick()

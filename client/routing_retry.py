@@ -205,7 +205,8 @@ class SendRouter:
             fut = asyncio.get_running_loop().create_future()
             self._lane_waits.setdefault(lane, []).append(fut)
             try:
-                await asyncio.wait_for(fut, remaining)
+                async with asyncio.timeout(remaining):
+                    await fut
             except TimeoutError:
                 pass
             finally:
@@ -253,7 +254,8 @@ class SendRouter:
         remaining = max(deadline - time.monotonic(), 0.001)
         lookup = self.routes.refresh(topic) if fresh else self.routes.get(topic)
         try:
-            return await asyncio.wait_for(lookup, remaining)
+            async with asyncio.timeout(remaining):
+                return await lookup
         except TimeoutError:
             where = ";".join(self._bootstrap.addresses)
             raise NoRouteError(f"route lookup for topic {topic!r} at {where} timed out") from None
@@ -275,7 +277,8 @@ class SendRouter:
             return conn
         remaining = max(deadline - time.monotonic(), 0.001)
         try:
-            conn = await asyncio.wait_for(self._pool.get(address), remaining)
+            async with asyncio.timeout(remaining):
+                conn = await self._pool.get(address)
         except TimeoutError:
             raise ConnectError(f"cannot connect to {address} before the send deadline") from None
         self._conns[address] = conn
@@ -449,7 +452,8 @@ class SendRouter:
         while not conn.is_closed:
             await asyncio.sleep(ROUTE_WATCH_INTERVAL)
             try:
-                route = await asyncio.wait_for(self.routes.refresh(topic), 1.0)
+                async with asyncio.timeout(1.0):
+                    route = await self.routes.refresh(topic)
             except (ClientError, TimeoutError):
                 continue  # the controllers did not answer: the broker's answer may still come
             master = route.master_address(broker_name)

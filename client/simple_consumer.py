@@ -199,9 +199,8 @@ class SimpleConsumer:
                 await self._heartbeats
             leave, _ = UnregisterClient(group=self.group, client_id=self.client_id).encode()
             with contextlib.suppress(ClientError, RemotingError, TimeoutError):
-                await asyncio.wait_for(
-                    self._to_every_group(RequestCode.UNREGISTER_CLIENT, leave), self._timeout
-                )
+                async with asyncio.timeout(self._timeout):
+                    await self._to_every_group(RequestCode.UNREGISTER_CLIENT, leave)
         if self._tracer is not None:
             await self._tracer.close()
         await self.routes.close()

@@ -171,7 +171,8 @@ class ClientTracer:
         assert self._wake is not None
         while not self._closing:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), _FLUSH_S)
+                async with asyncio.timeout(_FLUSH_S):
+                    await self._wake.wait()
             self._wake.clear()
             await self._flush()
         await self._flush()

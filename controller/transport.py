@@ -129,7 +129,8 @@ class PeerLink:
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
-        # The flag, not only cancel(): RemotingClient.connect's wait_for may swallow a cancel.
+        # The flag, not only cancel(): a library below may swallow a cancel (3.11's
+        # asyncio.wait_for did; ruff's TID251 keeps it out of the product).
         while not self._stopping:
             client = self._client
             if client is None or client.is_closed:

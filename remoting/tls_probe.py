@@ -39,12 +39,14 @@ async def speaks_tls(host: str, port: int, timeout: float) -> bool:
     """Whether ``host:port`` answers a TLS ClientHello with a TLS record, within ``timeout``
     seconds (False when it cannot be reached, answers something else, or nothing)."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
         return False
     try:
         writer.write(_client_hello())
-        first = await asyncio.wait_for(reader.readexactly(2), timeout)
+        async with asyncio.timeout(timeout):
+            first = await reader.readexactly(2)
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         return False
     finally:

@@ -132,7 +132,8 @@ class BrokerUsers:
                 delay = min(self._interval, 1.0)  # not loaded or stale: try again soon
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

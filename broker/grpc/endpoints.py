@@ -88,7 +88,8 @@ class EndpointBook:
         if known is not None and now - known.at < KEEP_S:
             return known
         try:
-            resp = await asyncio.wait_for(self._ask(address), ASK_TIMEOUT_S)
+            async with asyncio.timeout(ASK_TIMEOUT_S):
+                resp = await self._ask(address)
             info = RuntimeInfo.parse(resp.header, resp.body)
             fresh = BrokerEndpoints(
                 _endpoint(info.grpc_endpoint, address),

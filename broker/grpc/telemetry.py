@@ -223,7 +223,8 @@ class TelemetryHub:
                 await asyncio.gather(*(self._beat(a, groups) for a in sorted(targets)))
             self._beat_now.clear()
             try:
-                await asyncio.wait_for(self._beat_now.wait(), HEARTBEAT_S)
+                async with asyncio.timeout(HEARTBEAT_S):
+                    await self._beat_now.wait()
             except TimeoutError:
                 pass
 

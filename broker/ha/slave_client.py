@@ -350,7 +350,8 @@ class SlaveClient:
             if self.state is SlaveState.SUSPENDED:
                 self._wakeup.clear()
                 try:
-                    await asyncio.wait_for(self._wakeup.wait(), self._cfg.suspended_retry_ms / 1000)
+                    async with asyncio.timeout(self._cfg.suspended_retry_ms / 1000):
+                        await self._wakeup.wait()
                 except TimeoutError:
                     pass  # try again: the master may have become another (e.g. the real one)
                 if self._stopping:
@@ -405,7 +406,8 @@ class SlaveClient:
             self.state = SlaveState.BACKOFF
             self._wakeup.clear()
             try:
-                await asyncio.wait_for(self._wakeup.wait(), delay / 1000)
+                async with asyncio.timeout(delay / 1000):
+                    await self._wakeup.wait()
             except TimeoutError:
                 pass
         self.state = SlaveState.STOPPED

@@ -619,7 +619,8 @@ class PopService(PerMasterEpoch[PopState]):
                 await asyncio.sleep(0)  # more is due: let other work run, then go on
                 continue
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

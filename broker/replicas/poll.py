@@ -77,7 +77,8 @@ class MetadataPoll:
         last_failure: str | None = None
         while True:
             try:
-                await asyncio.wait_for(self.now.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self.now.wait()
             except TimeoutError:
                 pass
             self.now.clear()

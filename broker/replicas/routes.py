@@ -37,7 +37,8 @@ class RouteRegistration:
         interval = self.cfg.route_register_interval_ms / 1000
         while True:
             try:
-                await asyncio.wait_for(self.dirty.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self.dirty.wait()
             except TimeoutError:
                 pass
             self.dirty.clear()

@@ -489,7 +489,8 @@ class IssuedProducerIds:
             if changed is None:
                 changed = self._changed = asyncio.Event()
             try:
-                await asyncio.wait_for(changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await changed.wait()
             except TimeoutError:
                 return None
         return True

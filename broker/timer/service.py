@@ -454,7 +454,8 @@ class TimerService:
                 if wait > 0:
                     self._wake.clear()
                     try:
-                        await asyncio.wait_for(self._wake.wait(), wait)
+                        async with asyncio.timeout(wait):
+                            await self._wake.wait()
                     except TimeoutError:
                         pass
                     continue

@@ -147,7 +147,8 @@ class TraceWriter:
         assert wake is not None
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self._interval)
+                async with asyncio.timeout(self._interval):
+                    await wake.wait()
             wake.clear()
             while self.flush():
                 await asyncio.sleep(0)  # let sends run between appends

@@ -340,7 +340,8 @@ class TransactionService(PerMasterEpoch[TransactionState]):
                 log.warning("transaction check round failed", error=f"{type(exc).__name__}: {exc}")
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

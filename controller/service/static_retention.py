@@ -98,9 +98,8 @@ class StaticItemRetention:
         query = MinOffsetQuery(topic=topic, queue_id=item.physical_queue)
         try:
             conn = await self.pool.get(address)
-            resp = await asyncio.wait_for(
-                conn.request(query.code, query.header(), None, self.timeout), self.timeout + 1
-            )
+            async with asyncio.timeout(self.timeout + 1):
+                resp = await conn.request(query.code, query.header(), None, self.timeout)
         except (RemotingError, OSError, TimeoutError) as exc:
             log.debug("min offset not known", address=address, topic=topic, error=str(exc))
             self.pool.drop(address)

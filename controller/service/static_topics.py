@@ -261,9 +261,8 @@ class StaticTopicHandlers:
             raise RemotingError("no connection pool to reach brokers")
         try:
             conn = await self.pool.get(address)
-            return await asyncio.wait_for(
-                conn.call(fence.code, *fence.encode(), timeout), timeout + 1
-            )
+            async with asyncio.timeout(timeout + 1):
+                return await conn.call(fence.code, *fence.encode(), timeout)
         except ResponseError:
             raise
         except (RemotingError, OSError, TimeoutError):

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from broker.trace.writer import TraceWriter
 from protocol.message import Message
 from protocol.trace import PubRecord, decode_records
+from tests.support.cancel_race import Stop, stops_that_hung
 from tests.support.wait import wait_until_async
 
 
@@ -79,6 +80,25 @@ async def test_the_task_writes_what_is_buffered_and_stop_flushes_the_rest() -> N
     writer.offer(_pub(2))
     await writer.stop()  # not running: still flushes
     assert writer.written == 2
+    assert not asyncio.all_tasks() - {asyncio.current_task()}
+
+
+async def test_a_stop_that_lands_as_a_full_batch_wakes_the_task_ends_it() -> None:
+    """stop() cancels the task and waits for it. A cancel that lands in the loop turns in which
+    a full batch wakes the task must still end it: 3.11's asyncio.wait_for returned the wake-up
+    and lost the cancel there, the task went back to its wait and stop() did not return (a
+    broker's shutdown hung on it). The cancel comes 0 to 7 turns after the wake-up, three times
+    over; stop() must return within 1 s each time (the writer waits 60 s between flushes)."""
+
+    async def wake() -> Stop:
+        writer = TraceWriter("TT", 100, _Log().put, records_per_message=1, flush_interval_s=60)
+        writer.start()
+        await asyncio.sleep(0)  # the task runs to its wait
+        writer.offer(_pub(1))  # a full batch: wakes the task
+        return writer.stop
+
+    hung = await stops_that_hung(wake, turns=8, rounds=3)
+    assert not hung, f"stop() did not end the task when it came after these loop turns: {hung}"
     assert not asyncio.all_tasks() - {asyncio.current_task()}
 
 
