@@ -7,7 +7,7 @@ state machine's dicts while the loop changes them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
@@ -183,6 +183,8 @@ class ControllerMetrics(RaftObserver):
             registry=r,
         )
         self._groups: set[str] = set()
+        self._traffic: dict[str, float] = {}
+        """What ``group_traffic`` exports, by broker name (:meth:`refresh_group_traffic`)."""
 
     def bind_server(self, server: RemotingServer) -> None:
         """Count the connections ``server`` closes for its incomplete-frame budget."""
@@ -243,6 +245,19 @@ class ControllerMetrics(RaftObserver):
             ):
                 gauge.remove(gone)
         self._groups = seen
+
+    def refresh_group_traffic(self, loads: Mapping[str, float]) -> None:
+        """``group_traffic`` made to export ``loads`` (msg/s by broker name): the gauges whose
+        value changed are set, those of groups no longer listed (a group that lost its master)
+        removed. Clearing and setting every group's gauge at each re-balance check held the
+        active controller's loop 0.7 ms at 100 groups (issue 34)."""
+        exported = self._traffic
+        for name, load in loads.items():
+            if exported.get(name) != load:
+                self.group_traffic.labels(broker_name=name).set(load)
+        for gone in exported.keys() - loads.keys():
+            self.group_traffic.remove(gone)
+        self._traffic = dict(loads)
 
 
 def _is_role(driver: RaftDriver, role: Role) -> Callable[[], float]:

@@ -144,7 +144,7 @@ class ControllerService:
         )
         self.traffic = TrafficTable()
         self.traffic_view = TrafficView(
-            manager, self.traffic, now_ms, cfg.broker_heartbeat_timeout_max_ms
+            manager, self.groups, self.traffic, now_ms, cfg.broker_heartbeat_timeout_max_ms
         )
         self.heartbeats = HeartbeatHandler(
             cfg,

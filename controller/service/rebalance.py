@@ -28,6 +28,7 @@ from controller.metadata.traffic import GroupTraffic, TrafficTable, loads
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.service.gate import LeadershipGate
+from controller.service.group_view import GroupView
 from controller.service.requests import Refused
 from controller.service.static_topics import StaticTopicHandlers
 from protocol.codes import ResponseCode
@@ -43,22 +44,29 @@ LIVE_RATE = "msg/s put, over the brokers' traffic window"
 
 class TrafficView:
     """The groups with a master and their traffic now (reports older than ``max_age_ms`` no
-    longer count)."""
+    longer count).
+
+    The groups are read from ``view`` (:class:`GroupView`: built again only once the applied
+    Raft index moved), not built from the metadata at each check: every group's ReplicaInfo
+    built every ``rebalance_interval_ms`` held the active controller's loop 0.6 ms at 100
+    groups (issue 34)."""
 
     def __init__(
         self,
         manager: ReplicasInfoManager,
+        view: GroupView,
         table: TrafficTable,
         now_ms: Callable[[], int],
         max_age_ms: int,
     ) -> None:
         self.manager = manager
+        self.view = view
         self.table = table
         self.now_ms = now_ms
         self.max_age_ms = max_age_ms
 
     def groups(self) -> tuple[list[str], dict[str, GroupTraffic]]:
-        names = [i.broker_name for i in self.manager.replica_infos() if i.master_address]
+        names = [i.broker_name for i in self.view.infos() if i.master_address]
         return names, self.table.groups(self.now_ms(), self.max_age_ms)
 
     def least_loaded(self, count: int) -> list[str]:
@@ -152,7 +160,7 @@ class Rebalancer:
         self.watch.reset()
         if self.metrics is not None and not active:  # the active controller's figures only
             self.metrics.rebalance_imbalance.set(0)
-            self.metrics.group_traffic.clear()
+            self.metrics.refresh_group_traffic({})
 
     async def run(self) -> None:
         interval = self.cfg.rebalance_interval_ms / 1000
@@ -170,9 +178,7 @@ class Rebalancer:
         plan, window_ms = self.view.plan(self.cfg.rebalance_threshold)
         if self.metrics is not None:
             self.metrics.rebalance_imbalance.set(plan.spread_before)
-            self.metrics.group_traffic.clear()  # a group that lost its master drops out
-            for name, load in plan.before.items():
-                self.metrics.group_traffic.labels(broker_name=name).set(load)
+            self.metrics.refresh_group_traffic(plan.before)
         if not self.cfg.rebalance_enabled or not self.watch.observe(now, plan.rebalance):
             return
         if self.cfg.rebalance_dry_run or not plan.moves:

@@ -17,12 +17,10 @@ from typing import Any
 
 import pytest
 
-from controller.metadata.group import BrokerGroup
-from controller.metadata.results import ReplicaInfo
 from controller.raft import RaftNode
 from controller.service.group_view import GroupView
+from tests.controller.quiet_cluster import GroupBuilds, groups_with_masters
 from tests.controller.support import FakeBroker, ServiceCluster
-from tests.support.wait import wait_until_async
 
 GROUPS = 12
 ROUNDS = 10
@@ -31,36 +29,12 @@ ROUNDS = 10
 async def test_heartbeats_and_scans_in_a_quiet_cluster_build_no_group_metadata(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with ServiceCluster(tmp_path) as cluster:
+    async with ServiceCluster(tmp_path, tick_ms=100) as cluster:  # the daemons' tick
         leader = await cluster.leader()
         service = leader.service
-        brokers = [FakeBroker(cluster.addresses, f"cost-{g:02d}") for g in range(GROUPS)]
-        try:
-            for broker in brokers:
-                await broker.start()
-                await broker.join()
-            for broker in brokers:
-                assert (await broker.heartbeat_as_a_broker()).code == 0
-
-            def every_group_has_a_master() -> bool:
-                infos = service.manager.replica_infos()
-                return len(infos) == GROUPS and all(i.master_broker_id is not None for i in infos)
-
-            await wait_until_async(every_group_has_a_master, "a master in every group", 20)
-
+        async with groups_with_masters(cluster, service, "cost", GROUPS) as brokers:
             service.scheduler.scan()  # the infos at today's applied index, built once
-            built = 0
-            original = BrokerGroup.info
-
-            mine = set(map(id, service.manager._groups.values()))  # the leader's, not the
-            # followers' (all three controllers run in this process)
-
-            def counted(group: BrokerGroup) -> ReplicaInfo:
-                nonlocal built
-                built += id(group) in mine
-                return original(group)
-
-            monkeypatch.setattr(BrokerGroup, "info", counted)
+            built = GroupBuilds(monkeypatch, service)
             gauge_sets = 0
             refresh = service.metrics.refresh_groups
 
@@ -82,20 +56,17 @@ async def test_heartbeats_and_scans_in_a_quiet_cluster_build_no_group_metadata(
             # election of the controllers' own, on a loaded machine); never per heartbeat or
             # per scan.
             moves = len(applied) - 1
-            assert built <= GROUPS * moves, (built, beats, sorted(applied))
+            assert built.count <= GROUPS * moves, (built.count, beats, sorted(applied))
             assert gauge_sets <= moves, (gauge_sets, sorted(applied))
 
             # After a write (here: a view that has read nothing yet at this index), a
             # heartbeat's read builds its own group's info, not every group's (under a flood of
             # writes that was O(groups) per heartbeat).
             view = GroupView(leader.driver, service.manager)
-            built = 0
+            built.count = 0
             assert view.get("cost-01") is not None
             assert view.get("cost-02") is not None
-            assert built == 2, built
-        finally:
-            for broker in brokers:
-                await broker.stop()
+            assert built.count == 2, built.count
 
 
 async def test_a_heartbeat_does_not_work_out_the_raft_lease(
