@@ -27,7 +27,12 @@ Measured per column, on the active controller unless said:
                         The lookups are timed in a process of their own (started by the bench,
                         its own loop and connection), not on this process's loop, which runs the
                         simulated brokers: the rows are the controller's answer time and the
-                        network's, not the load generator's loop delays too
+                        network's, not the load generator's loop delays too. Printed with
+                        them (not in the table): the timed asks' span and the share of it the
+                        active controller's loop thread ran and waited, ready, for a core
+                        (/proc/<pid>/schedstat): 400 single asks new and again take about
+                        0.1 s, so their p99 (the fourth largest) is as much the machine's as
+                        the controller's: a loop waiting for a core answers nobody
   CPU per heartbeat     the active controller's utime+stime (/proc/<pid>/stat) over a window of
                         heartbeats only, less its idle CPU (measured before any broker joined),
                         divided by the heartbeats answered
@@ -96,6 +101,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -330,12 +336,16 @@ request and decoding paths once before the timed ones, without making any timed 
 one the controller keeps."""
 
 
-async def lookups_apart(address: str, batches: list[list[str]]) -> tuple[list[float], list[float]]:
+async def lookups_apart(
+    address: str, batches: list[list[str]], pid: int
+) -> tuple[list[float], list[float], tuple[float, float, float]]:
     """:func:`lookups` timed in a process of its own (:func:`lookup_probe`), over its own
     connection: timed on this process's loop, which also runs the column's simulated brokers
     (300 at 100x, each heartbeating every 500 ms), a lookup's time held that loop's delays too,
     which grow with the brokers simulated, not only the controller's answer (issue 34). The
-    probe's start is not timed; it is ended by its PID, also on error."""
+    probe's start is not timed; it is ended by its PID, also on error. Also returns the timed
+    asks' span and, over it, the seconds the loop thread of ``pid`` (the controller asked) ran
+    and waited for a core (:func:`loop_thread_sched`)."""
     code = "from bench.scale_bench import lookup_probe; lookup_probe()"
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -347,7 +357,7 @@ async def lookups_apart(address: str, batches: list[list[str]]) -> tuple[list[fl
         cwd=Path(__file__).resolve().parent.parent,
     )
     try:
-        ask = json.dumps({"address": address, "batches": batches}).encode()
+        ask = json.dumps({"address": address, "batches": batches, "pid": pid}).encode()
         out, err = await asyncio.wait_for(proc.communicate(ask), 600)
     finally:
         if proc.returncode is None:
@@ -356,17 +366,20 @@ async def lookups_apart(address: str, batches: list[list[str]]) -> tuple[list[fl
     if proc.returncode != 0:
         raise RuntimeError(f"route lookup probe exited {proc.returncode}: {err.decode()[-2000:]}")
     doc = json.loads(out.decode().splitlines()[-1])
-    return [float(x) for x in doc["new"]], [float(x) for x in doc["again"]]
+    sched = (float(doc["span"]), float(doc["ran"]), float(doc["waited"]))
+    return [float(x) for x in doc["new"]], [float(x) for x in doc["again"]], sched
 
 
 def lookup_probe() -> None:
-    """The lookup process: reads ``{"address", "batches"}`` (JSON) on stdin, runs
-    :func:`lookups` on a loop of its own, prints ``{"new": [s...], "again": [s...]}`` (JSON)."""
+    """The lookup process: reads ``{"address", "batches", "pid"}`` (JSON) on stdin, runs
+    :func:`lookups` on a loop of its own, prints ``{"new": [s...], "again": [s...], "span": s,
+    "ran": s, "waited": s}`` (JSON): the timed asks' span, and what ``pid``'s loop thread ran
+    and waited for a core over it."""
     ask = json.load(sys.stdin)
     gc.collect()
     gc.freeze()  # the imports' objects: no collection of this process scans them while timing
 
-    async def probe() -> tuple[list[float], list[float]]:
+    async def probe() -> dict[str, Any]:
         conn = await RemotingClient.connect(ask["address"], 2.0)
         try:
             for _ in range(20):
@@ -374,10 +387,32 @@ def lookup_probe() -> None:
                 await conn.request(query.code, *query.encode(), timeout=10.0)
         finally:
             conn.close()
-        return await lookups(ask["address"], ask["batches"])
+        sched0, t0 = loop_thread_sched(ask["pid"]), time.perf_counter()
+        new, again = await lookups(ask["address"], ask["batches"])
+        sched1, span = loop_thread_sched(ask["pid"]), time.perf_counter() - t0
+        ran, waited = (b - a for a, b in zip(sched0, sched1, strict=True))
+        return {"new": new, "again": again, "span": span, "ran": ran, "waited": waited}
 
-    new, again = run(probe)
-    print(json.dumps({"new": new, "again": again}), flush=True)
+    print(json.dumps(run(probe)), flush=True)
+
+
+def asked(plan: list[list[str]]) -> str:
+    """What a lookup plan asks, in words: "400 topics", "6 batches of 100"."""
+    size = len(plan[0]) if plan else 0
+    return f"{len(plan)} topics" if size == 1 else f"{len(plan)} batches of {size}"
+
+
+def loop_thread_sched(pid: int) -> tuple[float, float]:
+    """Seconds ``pid``'s main thread (the controller's event loop) has run on a core and has
+    waited, ready, for one (/proc/<pid>/schedstat: the main thread's alone, not the worker
+    threads'); (0, 0) once it is gone. What a lookup's tail waits for on a shared machine: a
+    loop that is ready but not running answers nobody (issue 34: in the 10x column the active
+    controller's loop thread waited for a core a quarter to a half of the lookups' time)."""
+    try:
+        ran, waited, _slices = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0, 0.0
+    return int(ran) / 1e9, int(waited) / 1e9
 
 
 async def idle_cpu(leader: ControllerProc, seconds: float) -> float:
@@ -601,14 +636,16 @@ async def measure(col: Column, args: argparse.Namespace, tmp: Path) -> None:
         fewest = args.topics * min(int(x) for x in args.columns.split(","))
         singles, batches = lookup_plan(col, args.lookups, fewest)
         for kind, plan in (("route lookup", singles), ("route lookup x100", batches)):
-            for when, took in zip(("new", "again"), await lookups_apart(lead, plan), strict=True):
+            new, again, (span, ran, waited) = await lookups_apart(lead, plan, leader.pid)
+            for when, took in (("new", new), ("again", again)):
                 f[f"{kind} {when} p50"] = percentile(took, 0.5) * 1000
                 f[f"{kind} {when} p99"] = percentile(took, 0.99) * 1000
-        print(
-            f"  {col.factor}x: {len(singles)} topics looked up new then again, "
-            f"{len(batches)} batches of {len(batches[0])}",
-            flush=True,
-        )
+            print(
+                f"  {col.factor}x: {kind}: {asked(plan)} asked new, then again, in {span:.2f} s; "
+                f"the active controller's loop thread ran {100 * ran / span:.0f}% of it and "
+                f"waited for a core {100 * waited / span:.0f}% (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
         f["CPU per heartbeat"] = await heartbeat_cpu(leader, load, args.window, idle)
         f["active controller RSS"] = rss_mib(leader.pid)
         # In a thread: run on this loop, the probe (a copy and a process decoding 100,000
