@@ -7,13 +7,20 @@ that does not takes the profile's (25 in the suite, 1,000 in the soak, hypothesi
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 SUITE = "suite"
 SOAK = "soak"
 
-settings.register_profile(SUITE, max_examples=25)
-settings.register_profile(SOAK, max_examples=1000)
+LOADED_HOST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""Timing is never what a property test checks: on a loaded 2-core CI host (four workers, the
+cluster tests' daemons beside them) one example may take over hypothesis' 200 ms deadline and
+drawing the inputs over its one-second health check (a run at load 13-17 failed
+test_typed_requests' SendBatchRequest round trip so: 'Input generation is slow: only 9 valid
+inputs after 1.05 seconds')."""
+
+settings.register_profile(SUITE, LOADED_HOST, max_examples=25)
+settings.register_profile(SOAK, LOADED_HOST, max_examples=1000)
 
 
 def examples(count: int) -> int:
