@@ -31,6 +31,7 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sdk_phases, smoke
+from bench.master_link import MasterLink
 from protocol.codes import RequestCode, ResponseCode
 from protocol.idempotence import SEQ_FIELD, pack_producer_seq
 from protocol.message import iter_records
@@ -151,10 +152,14 @@ async def send_requests(
     timeout: float = DEFAULT_TIMEOUT,
     failed: str = "send failed",
     producer_id: int | None = None,
+    link: MasterLink | None = None,
 ) -> list[float]:
     """``requests`` requests of ``code`` (SEND_MESSAGE or SEND_BATCH_MESSAGE, ``payload`` the
     body) to ``topic``'s ``queues`` queues in turn, from ``workers`` concurrent loops over one
-    connection: each one's latency (s). A refused one ends the bench, saying ``failed``.
+    connection: each one's latency (s). A refused one ends the bench, saying ``failed``; with
+    ``link`` (``conn`` its connection when the phase starts), a refusal a production client
+    retries is sent again as :class:`bench.master_link.MasterLink` says, its latency counted
+    from its first attempt, and the link's connection of the moment carries each request.
     ``producer_id``: as an idempotent producer (docs/idempotence.md), epoch 0, each queue's
     requests numbered from 0 in the order sent."""
     lat: list[float] = []
@@ -166,9 +171,12 @@ async def send_requests(
             header: dict[str, Scalar] = {"topic": topic, "queueId": i % queues}
             if producer_id is not None:
                 header[SEQ_FIELD] = pack_producer_seq(producer_id, 0, i // queues)
-            resp = await conn.request(code, header, payload, timeout)
+            on = conn if link is None else link.conn
+            resp = await on.request(code, header, payload, timeout)
             if resp.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"{failed}: {resp.code} {resp.header}")
+                if link is None:
+                    raise SystemExit(f"{failed}: {resp.code} {resp.header}")
+                await link.retry(resp, on, code, header, payload, timeout, failed)
             lat.append(time.perf_counter() - t0)
 
     await asyncio.gather(*(worker() for _ in range(workers)))

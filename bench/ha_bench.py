@@ -31,6 +31,15 @@ phases 1 and 3 without security, with TLS only, and with both, on a fresh cluste
 the next on a small machine, so one cluster per mode compares luck as much as cost), then prints
 each mode's medians and their ratios to the first; the catch-up runs in the first round.
 
+The produce phases (1 to 3) send as a production client does (bench/master_link.py): a send the
+master refuses with an answer the SDK retries (fenced: a master whose heartbeats went unanswered
+for ``broker_heartbeat_timeout_ms``, a stall of its process or of the active controller's on a
+loaded machine; not master after a failover; busy) is sent again once the controllers name the
+group's master, the same broker or a new one, for up to 30 s; any other refusal ends the bench.
+Each phase's figures count a retried send's whole time (its latency from its first attempt),
+and a line under them says how many sends were retried and the refusals by code
+("retried sends: 0 of N" in a run without one); the CPU figures are the first master's.
+
 Phases 1 and 2 also print a slave's CPU seconds per 100k messages and the load average (the
 rates are only comparable at similar loads; CPU per message much less depends on them).
 A process's CPU time is read from its CPU-time clock in nanoseconds (bench/broker_bench.py's
@@ -85,6 +94,7 @@ from bench.broker_bench import (
     send_requests,
 )
 from bench.group_of_three import GroupOfThree, group_of_three, payload
+from bench.master_link import MasterLink
 from bench.nats_peer import run_nats_r3
 from bench.profile_summary import fold, format_table
 from client import Producer
@@ -92,6 +102,7 @@ from client.bootstrap import Bootstrap
 from client.errors import ClientError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller_requests.topics import RouteQuery
+from protocol.remoting import Header
 from protocol.request_auth import Credentials
 from remoting.client import RemotingClient, signer_for
 from remoting.errors import RemotingError
@@ -120,7 +131,7 @@ def ratio(name: str, value: float, lower_is_better: bool = False) -> str:
 
 
 async def _drive(
-    conn: RemotingClient,
+    link: MasterLink,
     code: int,
     payload: bytes,
     requests: int,
@@ -129,14 +140,23 @@ async def _drive(
     slave_pid: int | None = None,
     producer_id: int | None = None,
 ) -> tuple[float, list[float], float, float]:
-    """``requests`` requests of ``code`` from ``workers`` concurrent loops over one connection:
+    """``requests`` requests of ``code`` from ``workers`` concurrent loops over ``link``:
     (seconds, latencies, the master's CPU seconds, a slave's CPU seconds or 0); with
     ``producer_id``, as an idempotent producer."""
     scpu0 = cpu_seconds(slave_pid) if slave_pid else 0.0
     calls0 = {p: syscalls(p) for p in (pid, slave_pid) if p}
     cpu0, t0, client0 = cpu_seconds(pid), time.perf_counter(), time.process_time()
     lat = await send_requests(
-        conn, code, TOPIC, QUEUES, payload, requests, workers, timeout=30, producer_id=producer_id
+        link.conn,
+        code,
+        TOPIC,
+        QUEUES,
+        payload,
+        requests,
+        workers,
+        timeout=30,
+        producer_id=producer_id,
+        link=link,
     )
     dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     _SYSCALLS["client CPU"] = (round((time.process_time() - client0) * 1e6), 0)
@@ -245,8 +265,20 @@ def _print_produce(
     return rate
 
 
+def print_retried(link: MasterLink, sends: int) -> None:
+    """The line under a phase's figures: how many of its ``sends`` were refused and sent again
+    (:class:`bench.master_link.MasterLink`), and the refusals by code; zeroes the counts."""
+    retried, refusals = link.reset()
+    print(
+        f"  retried sends: {retried} of {sends}"
+        + (" (refused: " + ", ".join(f"{k} {v}" for k, v in sorted(refusals.items())) + ")")
+        * bool(refusals),
+        flush=True,
+    )
+
+
 async def produce(
-    conn: RemotingClient,
+    link: MasterLink,
     n: int,
     body: bytes,
     pid: int,
@@ -256,26 +288,30 @@ async def produce(
     batch: bool = False,
 ) -> float:
     """A produce phase of ``n`` messages: single sends 64 in flight, or with ``batch`` batches
-    of 64, 8 in flight. Prints its line; returns msg/s."""
+    of 64, 8 in flight. Prints its lines (:func:`print_retried` the second); returns msg/s."""
     if not batch:
         phase = await _drive(
-            conn, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid, producer_id
+            link, RequestCode.SEND_MESSAGE, body, n, 64, pid, slave_pid, producer_id
         )
-        return _print_produce(
+        rate = _print_produce(
             "64 in flight, all-ack R3 ", "p50", "single", n, len(body), phase, slave_pid
         )
+        print_retried(link, n)
+        return rate
     payload = msgpack.packb([{"body": body}] * 64)
     phase = await _drive(
-        conn, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid, producer_id
+        link, RequestCode.SEND_BATCH_MESSAGE, payload, n // 64, 8, pid, slave_pid, producer_id
     )
     sent = (n // 64) * 64
-    return _print_produce(
+    rate = _print_produce(
         "batches of 64, all-ack R3", "batch p50", "batch", sent, len(body), phase, slave_pid
     )
+    print_retried(link, n // 64)
+    return rate
 
 
 async def produce_one_at_a_time(
-    conn: RemotingClient,
+    link: MasterLink,
     n: int,
     body: bytes,
     pids: dict[str, int] | None = None,
@@ -284,7 +320,7 @@ async def produce_one_at_a_time(
     cpu0 = {role: cpu_seconds(p) for role, p in (pids or {}).items()}
     client0 = time.process_time()
     lat = await send_requests(
-        conn,
+        link.conn,
         RequestCode.SEND_MESSAGE,
         TOPIC,
         QUEUES,
@@ -293,6 +329,7 @@ async def produce_one_at_a_time(
         1,
         timeout=30,
         producer_id=producer_id,
+        link=link,
     )
     p50 = pct(lat, 0.5) * 1000
     print(
@@ -309,6 +346,7 @@ async def produce_one_at_a_time(
         ),
         flush=True,
     )
+    print_retried(link, n)
     return p50
 
 
@@ -316,21 +354,31 @@ async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, bod
     """Prints and returns the catch-up rate in MiB/s."""
     slave = next(b for b in cluster.brokers if b.address != master)
     slave.kill9()
-    conn = await RemotingClient.connect(master)
+    link = MasterLink(boot, await RemotingClient.connect(master))
     payload = msgpack.packb([{"body": body}] * 64)
     per_request = 64 * len(body)
-    requests = iter(range(mib * (1 << 20) // per_request))
+    count = mib * (1 << 20) // per_request
+    requests = iter(range(count))
 
     async def worker() -> None:
         for i in requests:
-            resp = await conn.request(
-                RequestCode.SEND_BATCH_MESSAGE, {"topic": TOPIC, "queueId": i % QUEUES}, payload, 60
-            )
+            header: Header = {"topic": TOPIC, "queueId": i % QUEUES}
+            on = link.conn
+            resp = await on.request(RequestCode.SEND_BATCH_MESSAGE, header, payload, 60)
             if resp.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"batch failed during catch-up fill: {resp.code} {resp.header}")
+                await link.retry(
+                    resp,
+                    on,
+                    RequestCode.SEND_BATCH_MESSAGE,
+                    header,
+                    payload,
+                    60,
+                    "batch failed during catch-up fill",
+                )
 
     await asyncio.gather(*(worker() for _ in range(8)))
-    conn.close()
+    master = link.conn.address  # another one after a failover during the fill
+    link.close()
     target = int((await epoch_cache(master))["maxOffset"])
     slave.start()
     t_start = time.perf_counter()
@@ -357,6 +405,7 @@ async def catch_up(cluster: Cluster, boot: Bootstrap, master: str, mib: int, bod
         f"{ratio('catchup', rate)}",
         flush=True,
     )
+    print_retried(link, count)
     await full_sync_state_set(boot, cluster, timeout=120)
     return rate
 
@@ -515,15 +564,16 @@ def report_unexpected(master_elections: int, controller_elections: int, when: st
 PRODUCER_USER = Credentials("bench-producer", "bench-producer-Secret-1")
 
 
-async def producer_connection(broker_a: GroupOfThree) -> RemotingClient:
-    """A connection to the master with the topic created on it; with authentication on, signed
-    as a normal user whose one rule allows pub and create on the topic (so every send is
-    verified and decided as an application's would be)."""
+async def producer_connection(broker_a: GroupOfThree) -> MasterLink:
+    """A connection to the master with the topic created on it, kept by a
+    :class:`~bench.master_link.MasterLink`; with authentication on, signed as a normal user
+    whose one rule allows pub and create on the topic (so every send is verified and decided as
+    an application's would be)."""
     master = broker_a.master
     if broker_a.credentials is None:
         conn = await RemotingClient.connect(master)
         await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "queues": QUEUES})
-        return conn
+        return MasterLink(broker_a.boot, conn)
     env = dict(
         os.environ,
         RMQ_ACCESS_KEY=broker_a.credentials.access_key,
@@ -554,7 +604,7 @@ async def producer_connection(broker_a: GroupOfThree) -> RemotingClient:
         # connects, so connect again, as it would.
         conn.close()
         conn = await RemotingClient.connect(master, signer=signer_for(PRODUCER_USER))
-    return conn
+    return MasterLink(broker_a.boot, conn)
 
 
 async def auth_comparison(args: argparse.Namespace) -> None:
@@ -564,10 +614,10 @@ async def auth_comparison(args: argparse.Namespace) -> None:
     for auth in (False, True):
         async with group_of_three("rmq-ha-bench-", auth=auth) as broker_a:
             pid = node_at(broker_a.cluster, broker_a.master).pid
-            conn = await producer_connection(broker_a)
+            link = await producer_connection(broker_a)
             print(f"authentication {'on' if auth else 'off'}:", flush=True)
-            rates[auth] = await produce(conn, args.messages, body, pid)
-            conn.close()
+            rates[auth] = await produce(link, args.messages, body, pid)
+            link.close()
     print(
         f"P1 with authentication / without: {rates[True] / rates[False]:.2f} "
         "(target: at least 0.80)",
@@ -599,7 +649,7 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
         pid = node_at(broker_a.cluster, broker_a.master).pid
         slave_pid = next(b.pid for b in broker_a.cluster.brokers if b.address != broker_a.master)
         pids = {"master": pid, "slave": slave_pid}
-        conn = await producer_connection(broker_a)
+        link = await producer_connection(broker_a)
         print(
             f"3 controllers, broker-a x3, all-ack, flush async, {args.size} B messages, "
             f"{args.messages:,} single sends and {args.batch_messages // 64 * 64:,} messages in "
@@ -626,13 +676,13 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
                     return next(producer_ids) if on else None  # noqa: B023
 
                 c0 = reading()
-                single = await produce(conn, args.messages, body, pid, slave_pid, ident())
+                single = await produce(link, args.messages, body, pid, slave_pid, ident())
                 c1 = reading()
                 batch = await produce(
-                    conn, args.batch_messages, body, pid, slave_pid, ident(), batch=True
+                    link, args.batch_messages, body, pid, slave_pid, ident(), batch=True
                 )
                 c2 = reading()
-                p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids, ident())
+                p50 = await produce_one_at_a_time(link, args.one_at_a_time, body, pids, ident())
                 c3 = reading()
                 results[on].append((single, batch, p50))
                 cpu[on].append(
@@ -643,7 +693,7 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
                     )
                 )
                 spent.append((c1 - c0, c2 - c1, c3 - c2))
-        conn.close()
+        link.close()
 
     def median(
         on: bool, i: int, of: dict[bool, list[tuple[float, float, float]]] = results
@@ -712,18 +762,18 @@ async def security_comparison(args: argparse.Namespace) -> None:
                 cluster, master = broker_a.cluster, broker_a.master
                 pid = node_at(cluster, master).pid
                 slave_pid = next(b.pid for b in cluster.brokers if b.address != master)
-                conn = await producer_connection(broker_a)
+                link = await producer_connection(broker_a)
                 print(
                     f"round {rnd + 1}/{args.rounds}, security {name}"
                     + (" (mutual TLS inside the cluster)" if tls else "")
                 )
-                p1[name].append(await produce(conn, args.messages, body, pid, slave_pid))
+                p1[name].append(await produce(link, args.messages, body, pid, slave_pid))
                 p3[name].append(
                     await produce_one_at_a_time(
-                        conn, args.one_at_a_time, body, {"master": pid, "slave": slave_pid}
+                        link, args.one_at_a_time, body, {"master": pid, "slave": slave_pid}
                     )
                 )
-                conn.close()
+                link.close()
                 if args.catchup_mib and rnd == 0:
                     catchup[name] = await catch_up(
                         cluster, broker_a.boot, master, args.catchup_mib, body
@@ -773,7 +823,7 @@ async def main_async(args: argparse.Namespace) -> None:
             slave_pid = next(b.pid for b in cluster.brokers if b.address != master)
             pids = {"master": pid, "slave": slave_pid}
             epoch0, term0 = int(doc["masterEpoch"]), await controller_terms(cluster)
-            conn = await producer_connection(broker_a)
+            link = await producer_connection(broker_a)
             print(
                 f"3 controllers, broker-a x3 (master {master}), all-ack, flush async, "
                 f"{args.size} B messages, {args.messages:,} per produce phase, "
@@ -781,12 +831,12 @@ async def main_async(args: argparse.Namespace) -> None:
                 flush=True,
             )
             with spying(args.spy, "p1", pids):
-                ours_rate = await produce(conn, args.messages, body, pid, slave_pid)
+                ours_rate = await produce(link, args.messages, body, pid, slave_pid)
             with spying(args.spy, "p2", pids):
-                await produce(conn, args.messages, body, pid, slave_pid, batch=True)
+                await produce(link, args.messages, body, pid, slave_pid, batch=True)
             with spying(args.spy, "p3", pids):
-                ours_p50 = await produce_one_at_a_time(conn, args.one_at_a_time, body, pids)
-            conn.close()
+                ours_p50 = await produce_one_at_a_time(link, args.one_at_a_time, body, pids)
+            link.close()
             report_unexpected(
                 await master_epoch(boot) - epoch0,
                 await controller_terms(cluster) - term0,

@@ -89,6 +89,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
     ),
     "ha_bench.py": (
         rf"^produce, one at a time, all-ack R3 p50 {NUMBER} ms",
+        rf"^  retried sends: {NUMBER} of {NUMBER}",
         rf"^SDK send, one at a time R3: p50 auto-batch on {NUMBER} ms",
         rf"^catch-up of a slave {NUMBER} MiB behind: {NUMBER} MiB/s",
         rf"^failover, kill -9 of the master .* p50 {NUMBER} s",
