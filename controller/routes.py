@@ -26,6 +26,10 @@ Accept = Callable[[str, int, str], bool]
 """``(broker_name, broker_id, address) -> bool``: whether a registration may be believed."""
 
 
+_NEVER = 2**60
+"""Later than any expiry (milliseconds)."""
+
+
 def _accept_all(broker_name: str, broker_id: int, address: str) -> bool:
     return True
 
@@ -56,6 +60,12 @@ class RouteTable:
         self._by_connection: dict[int, set[tuple[str, int]]] = {}
         """Connection id -> the registrations made over it: a closed connection reads only
         those (issue 34: every connection closed, a client's too, walked every broker's)."""
+        self._next_expiry_ms = _NEVER
+        """At most the earliest expiry of a registration held: until then :meth:`expire` drops
+        nothing and looks at none (the election scan asks ten times a second; a broker
+        registers every 30 s, and a registration lives ``expiry_ms``). A registration lowers it
+        to its own expiry if earlier, a look at all of them sets it to the exact earliest;
+        dropping one only raises the true earliest, so it stays a bound."""
         self.version = 0
         """Moves whenever a route may read differently (a registration new, changed, refreshed
         after it expired, or gone), not on a refresh of a live one: a route built at one
@@ -91,6 +101,8 @@ class RouteTable:
             raw=raw,
         )
         self._regs[key] = reg
+        if now_ms + self.expiry_ms < self._next_expiry_ms:
+            self._next_expiry_ms = now_ms + self.expiry_ms
         if old is None or old.connection_id != connection_id:
             if old is not None:
                 self._unindex_connection(key, old.connection_id)
@@ -152,8 +164,19 @@ class RouteTable:
         self.version += 1
 
     def expire(self, now_ms: int) -> list[tuple[str, int]]:
-        """Drop registrations older than the expiry; returns their keys, sorted."""
-        gone = sorted(k for k, r in self._regs.items() if self._expired(r, now_ms))
+        """Drop registrations older than the expiry; returns their keys, sorted. Looks at
+        none before the earliest expiry of those held (``_next_expiry_ms``)."""
+        if now_ms <= self._next_expiry_ms:
+            return []
+        gone: list[tuple[str, int]] = []
+        earliest = _NEVER
+        for key, reg in self._regs.items():
+            if self._expired(reg, now_ms):
+                gone.append(key)
+            elif reg.at_ms + self.expiry_ms < earliest:
+                earliest = reg.at_ms + self.expiry_ms
+        self._next_expiry_ms = earliest
+        gone.sort()
         for key in gone:
             self._drop(key)
         return gone

@@ -109,6 +109,7 @@ class BrokerLiveTable:
     __slots__ = (
         "_active",
         "_by_connection",
+        "_changes",
         "_default_timeout_ms",
         "_entries",
         "_grace_until_ms",
@@ -127,8 +128,20 @@ class BrokerLiveTable:
         """At most the earliest deadline of a broker not reported yet: until then
         :meth:`expired` has nothing to report and looks at no entry (the election scan asks ten
         times a second, a heartbeat moves one deadline every half second)."""
+        self._changes = 0
+        """See :attr:`changes`."""
 
     # Leadership --------------------------------------------------------------------------------
+
+    @property
+    def changes(self) -> int:
+        """Moves whenever a judgement of this table may change other than by a deadline
+        passing: a broker heard from anew (new, after its deadline, after its connection
+        closed) or given an earlier deadline, a connection closed, a broker forgotten, the
+        leadership or the grace period moved. While it stays, every broker alive at some
+        instant stays alive until :meth:`alive_until` of that instant, and every other one
+        stays not alive (the election scan keeps its verdicts that long)."""
+        return self._changes
 
     @property
     def active(self) -> bool:
@@ -138,6 +151,7 @@ class BrokerLiveTable:
     def became_active(self, now_ms: int) -> None:
         """This controller just became the active one: start the grace period."""
         self._active = True
+        self._changes += 1
         self._grace_until_ms = self._grace_end(now_ms)
         for entry in self._entries.values():
             entry.reported = False  # a previous leadership's verdicts are not ours
@@ -150,6 +164,7 @@ class BrokerLiveTable:
         waited in the sockets meanwhile arrive within it. Safe for fencing: the controller only
         judges later than it would have."""
         if self._active:
+            self._changes += 1
             self._grace_until_ms = max(self._grace_until_ms, self._grace_end(now_ms))
 
     def _grace_end(self, now_ms: int) -> int:
@@ -160,6 +175,7 @@ class BrokerLiveTable:
     def became_standby(self) -> None:
         """This controller is no longer the active one: it judges nobody."""
         self._active = False
+        self._changes += 1
 
     def in_grace(self, now_ms: int) -> bool:
         """True while a newly active controller must not declare brokers dead by silence."""
@@ -208,11 +224,14 @@ class BrokerLiveTable:
             last_heartbeat_ms=now_ms,
             damaged=damaged,
         )
+        deadline = info.deadline_ms()
         if old is None:
             self._entries[key] = _Entry(info=info)
+            self._changes += 1
         else:
+            if not was_alive or deadline < old.info.deadline_ms():
+                self._changes += 1
             old.info, old.closed, old.reported = info, False, False
-        deadline = info.deadline_ms()
         if deadline < self._next_expiry_ms:
             self._next_expiry_ms = deadline
         return not was_alive
@@ -221,6 +240,8 @@ class BrokerLiveTable:
         """Brokers whose heartbeat connection this was: inactive from now on (until their next
         heartbeat). Returns the ones that were not already reported inactive, sorted."""
         keys = self._by_connection.pop(connection_id, set())
+        if keys:
+            self._changes += 1
         made_inactive: list[BrokerKey] = []
         for key in sorted(keys):
             entry = self._entries[key]
@@ -236,6 +257,7 @@ class BrokerLiveTable:
             if broker_ids is None or key[1] in broker_ids:
                 entry = self._entries.pop(key)
                 self._unindex(key, entry.info.connection_id)
+                self._changes += 1
 
     def _unindex(self, key: BrokerKey, connection_id: int) -> None:
         _unindex(self._by_connection, key, connection_id)
@@ -280,6 +302,18 @@ class BrokerLiveTable:
                 earliest = deadline
         self._next_expiry_ms = earliest
         return sorted(found)
+
+    def alive_until(self, now_ms: int) -> int:
+        """The earliest deadline among the brokers alive at ``now_ms`` (later than any
+        deadline when none is): while :attr:`changes` stays, none of them turns inactive
+        before it. Looks at every broker."""
+        earliest = _NEVER
+        for entry in self._entries.values():
+            if _alive(entry, now_ms):
+                deadline = entry.info.deadline_ms()
+                if deadline < earliest:
+                    earliest = deadline
+        return earliest
 
     # Views -------------------------------------------------------------------------------------
 

@@ -6,18 +6,25 @@ groups are read through GroupView, built once per applied index) and the livenes
 the active controller, starts the elections ``elections_needed`` asks for, one at a time per
 group. A scan that comes more than ``STOOD_STILL_S`` late first restarts the brokers' grace
 period: the controller could not hear their heartbeats meanwhile.
+
+A pass looks at no broker and no registration until something may have changed (issue 34):
+the route table's expiry waits for its earliest expiry, and the alive count and the masters'
+verdicts of a look at every broker are kept while the groups, the live table's ``changes`` and
+its grace state stay, up to the earliest deadline of a broker alive at that look (``_Verdicts``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
 from controller.config import ControllerConfig
 from controller.metadata import BrokerLiveTable, ReplicasInfoManager, elections_needed
 from controller.metadata.results import ReplicaInfo
+from controller.metadata.scheduler import ElectRequest
 from controller.metrics import ControllerMetrics
 from controller.raft_driver import RaftDriver
 from controller.routes import RouteTable
@@ -29,6 +36,35 @@ log = structlog.get_logger(__name__)
 
 STOOD_STILL_S = 0.2
 """A scan this late means the process (or its host) stood still: see ``stood_still``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Verdicts:
+    """What a pass over every group and broker found at ``at_ms``; true for later passes while
+    the groups are the same list, the live table's ``changes`` and its grace state stay, and
+    no broker alive then reached its deadline (``until_ms``): each broker's liveness, and so
+    whether a group's master is declared dead, reads the same until then (issue 34: at 700
+    groups this pass was 0.7 ms of every scan, ten a second)."""
+
+    groups: list[ReplicaInfo]
+    changes: int
+    in_grace: bool
+    at_ms: int
+    until_ms: int
+    brokers_alive: int
+    masters_dead: list[ElectRequest]
+    """The elections ``elections_needed`` asks for among the groups with a master."""
+    masterless: list[ReplicaInfo]
+    """The groups without a master: judged again every pass (their candidates' heartbeats
+    carry what the election policy reads)."""
+
+    def holds(self, groups: list[ReplicaInfo], live: BrokerLiveTable, now_ms: int) -> bool:
+        return (
+            groups is self.groups
+            and live.changes == self.changes
+            and self.at_ms <= now_ms <= self.until_ms
+            and live.in_grace(now_ms) == self.in_grace
+        )
 
 
 class ElectionScheduler:
@@ -60,6 +96,7 @@ class ElectionScheduler:
         self._in_flight: set[str] = set()
         self._scan_now = asyncio.Event()
         self._stood_still_logged_ms = -(10**9)
+        self._verdicts: _Verdicts | None = None
 
     def wake(self) -> None:
         """Scan at once."""
@@ -107,29 +144,56 @@ class ElectionScheduler:
         if not self.driver.active:
             if self.metrics is not None:
                 self.metrics.brokers_alive.set(0)
+            self._verdicts = None
             return
+        verdicts = self._verdicts
+        if verdicts is None or not verdicts.holds(groups, self.live, now):
+            verdicts = self._verdicts = self._judge(groups, now)
         if self.metrics is not None:
-            self.metrics.brokers_alive.set(
-                sum(
-                    1
-                    for g in groups
-                    for r in g.replicas
-                    if self.live.is_alive(g.broker_name, r.broker_id, now)
-                )
-            )
+            self.metrics.brokers_alive.set(verdicts.brokers_alive)
         for key in self.live.expired(now):
             log.info("broker heartbeat timed out", broker_name=key[0], broker_id=key[1])
-        for request in elections_needed(
-            groups,
-            self.live,
-            now,
-            enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
-            in_flight=frozenset(self._in_flight),
-        ):
+        in_flight = frozenset(self._in_flight)
+        requests = [r for r in verdicts.masters_dead if r.broker_name not in in_flight]
+        if verdicts.masterless:
+            requests += elections_needed(
+                verdicts.masterless,
+                self.live,
+                now,
+                enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+                in_flight=in_flight,
+            )
+            requests.sort(key=lambda r: r.broker_name)
+        for request in requests:
             self._in_flight.add(request.broker_name)
             self.tasks.spawn(
                 self._elect(request.broker_name, request.reason), f"elect-{request.broker_name}"
             )
+
+    def _judge(self, groups: list[ReplicaInfo], now: int) -> _Verdicts:
+        """A look at every group and broker (see ``_Verdicts``)."""
+        live = self.live
+        mastered = [g for g in groups if g.master_broker_id is not None]
+        return _Verdicts(
+            groups=groups,
+            changes=live.changes,
+            in_grace=live.in_grace(now),
+            at_ms=now,
+            until_ms=live.alive_until(now),
+            brokers_alive=sum(
+                1
+                for g in groups
+                for r in g.replicas
+                if live.is_alive(g.broker_name, r.broker_id, now)
+            ),
+            masters_dead=elections_needed(
+                mastered,
+                live,
+                now,
+                enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+            ),
+            masterless=[g for g in groups if g.master_broker_id is None],
+        )
 
     async def _elect(self, broker_name: str, reason: str) -> None:
         try:

@@ -277,3 +277,91 @@ def test_expired_reports_what_a_look_at_every_broker_would_in_random_steps() -> 
 def _timeout_of(table: BrokerLiveTable, broker_id: int) -> int:
     info = table.get(G, broker_id)
     return 0 if info is None else info.timeout_ms
+
+
+def test_alive_until_is_the_earliest_deadline_of_the_brokers_alive() -> None:
+    table = active_table()
+    assert table.alive_until(0) > 10**15  # nobody alive: no deadline
+    beat(table, 1, 100, timeout_ms=1000)
+    beat(table, 2, 300, timeout_ms=500)
+    beat(table, 3, 0, timeout_ms=50)
+    assert table.alive_until(100) == 800  # 2's; 3 is not alive at 100
+    assert table.alive_until(801) == 1100  # 1's
+    table.on_connection_closed(1)
+    assert table.alive_until(200) == 800  # 1's connection closed: not alive
+
+
+def test_changes_moves_on_what_else_than_time_changes_a_judgement() -> None:
+    """The election scan keeps its verdicts (who is alive, which master is declared dead)
+    while ``changes`` stays and no broker alive then reached ``alive_until``."""
+    table = active_table()
+    moved = table.changes
+    beat(table, 1, 100)  # new
+    assert table.changes > moved
+    moved = table.changes
+    beat(table, 1, 300)  # alive, deadline later: nothing a verdict reads
+    beat(table, 1, 400, connection_id=9)  # alive on another connection: still alive
+    assert table.changes == moved
+    beat(table, 1, 500, timeout_ms=300)  # an earlier deadline (800 < 1400)
+    assert table.changes > moved
+    moved = table.changes
+    beat(table, 1, 900)  # after its deadline (800): revived
+    assert table.changes > moved
+    moved = table.changes
+    table.on_connection_closed(12345)  # nobody's connection
+    assert table.changes == moved
+    table.on_connection_closed(1)  # the one it heartbeated on last
+    assert table.changes > moved
+    for step in (
+        lambda: beat(table, 1, 1000),  # revived after its connection closed
+        lambda: table.forget(G, frozenset({1})),
+        lambda: table.became_standby(),
+        lambda: table.became_active(2000),
+        lambda: table.stood_still(2100),
+    ):
+        moved = table.changes
+        step()
+        assert table.changes > moved
+
+
+def test_judgements_hold_while_changes_stays_until_alive_until_in_random_steps() -> None:
+    """What the election scan relies on: at any instant, while ``changes`` stays and up to
+    ``alive_until`` of that instant, every broker's ``is_alive`` and ``declared_dead`` read as
+    they did then. Seeded; the seed and step are in the failure message."""
+    import random
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        table = BrokerLiveTable(default_timeout_ms=1000)
+        now = 0
+        ids = range(8)
+        kept: tuple[int, int, int, list[tuple[bool, bool]]] | None = None
+        for step in range(400):
+            now += rng.choice((0, 1, 50, 200, 700, 1500))
+            op = rng.random()
+            b = rng.choice(ids)
+            if op < 0.45:
+                beat(table, b, now, timeout_ms=rng.choice((0, 300, 1000, 2500)),
+                     connection_id=rng.choice((b, b + 100)))  # fmt: skip
+            elif op < 0.5:
+                table.on_connection_closed(rng.choice((b, b + 100)))
+            elif op < 0.53:
+                table.forget(G, frozenset({b}))
+            elif op < 0.56:
+                table.became_active(now)
+            elif op < 0.58:
+                table.became_standby()
+            elif op < 0.6:
+                table.stood_still(now)
+            elif op < 0.7:
+                table.expired(now)
+            verdicts = [(table.is_alive(G, i, now), table.declared_dead(G, i, now)) for i in ids]
+            if (
+                kept is not None
+                and kept[0] == table.changes
+                and kept[1] <= now <= kept[2]
+                and table.in_grace(now) == table.in_grace(kept[1])
+            ):
+                assert verdicts == kept[3], f"seed {seed}, step {step}, now {now}"
+            if kept is None or rng.random() < 0.2:
+                kept = (table.changes, now, table.alive_until(now), verdicts)
