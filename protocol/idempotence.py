@@ -42,10 +42,9 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, final
 
 import msgpack
-from mypy_extensions import mypyc_attr
 
 from protocol.fields import FieldError
 from protocol.message import (
@@ -121,19 +120,25 @@ SEQ_FIELD_BYTES: Final = SEQ_FIELD_LAYOUT.size
 # -- what a send carries ------------------------------------------------------------------------
 
 
-class _SeqFields(NamedTuple):
+@final
+@dataclass(frozen=True, slots=True)
+class ProducerSeq:
+    """A request's producer id, epoch and sequence (per topic and queue). Built from a peer's
+    values with :meth:`checked` (or :meth:`parse`), which checks their ranges. Compiled, a
+    native class (one is made per sequenced request: a tuple subclass's ``tuple.__new__`` cost
+    about five times a native constructor, docs/idempotence.md); its ``__init__`` is written
+    out for that (docs/compiled.md)."""
+
     producer_id: int
     epoch: int
     sequence: int
 
-
-@mypyc_attr(native_class=False)
-class ProducerSeq(_SeqFields):
-    """A request's producer id, epoch and sequence (per topic and queue). Built from a peer's
-    values with :meth:`checked` (or :meth:`parse`), which checks their ranges. (A Python class
-    in the compiled build too: a native class cannot be a tuple, docs/compiled.md.)"""
-
-    __slots__ = ()
+    def __init__(self, producer_id: int, epoch: int, sequence: int) -> None:
+        # Frozen: object.__setattr__ passes the dataclass's refusal in pure Python, and mypyc
+        # compiles it to a native store.
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "epoch", epoch)
+        object.__setattr__(self, "sequence", sequence)
 
     @classmethod
     def checked(cls, producer_id: object, epoch: object, sequence: object) -> ProducerSeq:
@@ -153,11 +158,11 @@ class ProducerSeq(_SeqFields):
             ):
                 if type(value) is not int or not 0 <= value <= top:
                     raise FieldError(f"header field {name!r} must be an integer in 0..{top}")
-        return cls(producer_id, epoch, sequence)  # type: ignore[arg-type]  # checked above
+        return ProducerSeq(producer_id, epoch, sequence)  # type: ignore[arg-type]  # checked
 
     def add_to(self, header: dict[str, Any]) -> None:
         """Write the request's :data:`SEQ_FIELD` into ``header``."""
-        header[SEQ_FIELD] = SEQ_FIELD_LAYOUT.pack(self[0], self[1], self[2])
+        header[SEQ_FIELD] = SEQ_FIELD_LAYOUT.pack(self.producer_id, self.epoch, self.sequence)
 
     @classmethod
     def unpack(cls, value: object) -> ProducerSeq:
@@ -228,16 +233,16 @@ def stamp(messages: list[Message], seq: ProducerSeq, head: str = "") -> None:
     (:attr:`Message.seq_property`, no dict), one with properties in its dict. ``head``: the
     value's :func:`seq_head`, when the caller has it."""
     if not head:
-        head = seq_head(seq[0], seq[1])
+        head = seq_head(seq.producer_id, seq.epoch)
     n = len(messages)
     if n == 1:  # a single send: one format, no loop
         m = messages[0]
         if m.properties:
-            m.properties[PROP_PRODUCER_SEQ] = f"{head}{seq[2]}.0.1"
+            m.properties[PROP_PRODUCER_SEQ] = f"{head}{seq.sequence}.0.1"
         else:
-            m.seq_property = f"{SEQ_PROPERTY_HEAD}{head}{seq[2]}.0.1\x02".encode()
+            m.seq_property = f"{SEQ_PROPERTY_HEAD}{head}{seq.sequence}.0.1\x02".encode()
         return
-    prefix = f"{head}{seq[2]}."
+    prefix = f"{head}{seq.sequence}."
     suffix = f".{n}"
     tails: list[bytes] | None = None
     raw = b""
@@ -435,13 +440,27 @@ class _Producer:
     def __init__(self, epoch: int, last_ms: int) -> None:
         self.epoch = epoch
         self.last_ms = last_ms
-        self.windows: dict[QueueKey, QueueWindow] = {}
+        self.windows: dict[str, dict[int, QueueWindow]] = {}
+        """Per topic, per queue: the usual send's look-up builds and hashes no (topic, queue)
+        tuple (docs/idempotence.md, "Cost")."""
+
+    def window(self, topic: str, queue_id: int) -> QueueWindow | None:
+        queues = self.windows.get(topic)
+        return None if queues is None else queues.get(queue_id)
+
+    def add_window(self, topic: str, queue_id: int, w: QueueWindow) -> None:
+        queues = self.windows.get(topic)
+        if queues is None:
+            queues = self.windows[topic] = {}
+        queues[queue_id] = w
 
     def drop_windows(self) -> int:
         """Disown the producer's windows (forgotten, or a newer epoch): how many there were."""
-        for w in self.windows.values():
-            w.owner = None
-        n = len(self.windows)
+        n = 0
+        for queues in self.windows.values():
+            for w in queues.values():
+                w.owner = None
+            n += len(queues)
         self.windows = {}
         return n
 
@@ -485,7 +504,9 @@ class ProducerStates:
 
     def check(self, topic: str, queue_id: int, seq: ProducerSeq) -> Decision:
         """What to do with a request of ``seq`` to ``topic``/``queue_id``. Changes nothing."""
-        pid, epoch, sequence = seq
+        pid = seq.producer_id
+        epoch = seq.epoch
+        sequence = seq.sequence
         p = self._producers.get(pid)
         if p is None:
             return _NEW
@@ -499,11 +520,10 @@ class ProducerStates:
             )
         if epoch > p.epoch:
             return _NEW
-        key = (topic, queue_id)
-        w = p.windows.get(key)
+        w = p.window(topic, queue_id)
         if w is None:
             return _NEW
-        self._checked = (seq, key, p, w)
+        self._checked = (seq, (topic, queue_id), p, w)
         batches = w.batches
         if batches and batches[-1].sequence < sequence:  # the usual: the next request
             return _NEW_GAP if sequence > batches[-1].sequence + 1 else _NEW
@@ -528,19 +548,19 @@ class ProducerStates:
         request right after the newest one stored there at the producer's epoch (the usual
         send: :meth:`check` would answer NEW without a gap); then :meth:`stored_next` records
         it once stored. None: ask :meth:`check`. Changes nothing."""
-        pid = seq[0]
+        pid = seq.producer_id
         p = self._newest  # the usual send's producer is the one that sent last
         if pid != self._newest_id or p is None:
             p = self._producers.get(pid)
             if p is None:
                 return None
-        if p.epoch != seq[1]:
+        if p.epoch != seq.epoch:
             return None
-        w = p.windows.get((topic, queue_id))
+        w = p.window(topic, queue_id)
         if w is None:
             return None
         batches = w.batches
-        if not batches or batches[-1].sequence + 1 != seq[2]:
+        if not batches or batches[-1].sequence + 1 != seq.sequence:
             return None
         return w
 
@@ -555,10 +575,10 @@ class ProducerStates:
         physical_offsets: list[int],
         end_offset: int,
         store_timestamp: int,
-        now_ms: int,
     ) -> bool:
         """A request of ``sequence`` that :meth:`next_window` gave ``window`` for was stored
-        where the arguments say (a :class:`StoredBatch`'s fields): kept in the window, whose
+        where the arguments say (a :class:`StoredBatch`'s fields; its ``store_timestamp`` is
+        the producer's last use, as a replayed record's is): kept in the window, whose
         oldest batch, when the window is full, is reused for it (no object built per send).
         False, changing nothing, when the state moved on since :meth:`next_window`: the
         producer forgotten, a newer epoch of it, or ``sequence`` (or a later one) in the
@@ -574,8 +594,8 @@ class ProducerStates:
             producers.move_to_end(producer_id)
             self._newest_id = producer_id
             self._newest = p
-        if now_ms > p.last_ms:
-            p.last_ms = now_ms
+        if store_timestamp > p.last_ms:
+            p.last_ms = store_timestamp
         if len(batches) >= self.window:
             b = batches.pop(0)
             if b.sequence > window.floor:
@@ -683,10 +703,10 @@ class ProducerStates:
             producers.move_to_end(seq.producer_id)
         self._newest_id = seq.producer_id
         self._newest = p
-        key = (topic, queue_id)
-        w = p.windows.get(key)
+        w = p.window(topic, queue_id)
         if w is None:
-            w = p.windows[key] = QueueWindow(-1, seq_head(seq.producer_id, p.epoch), p)
+            w = QueueWindow(-1, seq_head(seq.producer_id, p.epoch), p)
+            p.add_window(topic, queue_id, w)
             self._windows += 1
         return w
 
@@ -740,7 +760,8 @@ class ProducerStates:
                         for b in w.batches
                     ],
                 ]
-                for (topic, qid), w in p.windows.items()
+                for topic, queues in p.windows.items()
+                for qid, w in queues.items()
             ]
             out.append([pid, p.epoch, p.last_ms, windows])
         return out
@@ -777,7 +798,7 @@ class ProducerStates:
                             )
                         )
                     w.batches.sort(key=lambda b: b.sequence)
-                    p.windows[(topic, _int(qid))] = w
+                    p.add_window(topic, _int(qid), w)
                     states._windows += 1
                 states._producers[pid] = p
         except (TypeError, FieldError) as exc:

@@ -45,7 +45,8 @@ COMPILED: Final[tuple[str, ...]] = (
     # The timer wheel.
     "storage.timer.wheel",
     # The broker's send path: the handler, the send service and its idempotence driver, the
-    # append and its store put (CommitLog, ConsumeQueue, key index), the offset waiters.
+    # append and its store put (CommitLog, ConsumeQueue, key index), the offset waiters, and
+    # the role the send path reads (a native read of the current role).
     "broker.processors.send",
     "broker.send.service",
     "broker.send.idempotence",
@@ -54,6 +55,7 @@ COMPILED: Final[tuple[str, ...]] = (
     "storage.store",
     "storage.consumequeue",
     "storage.index.service",
+    "broker.role",
 )
 
 GROUP: Final = "rmq_hot"

@@ -225,21 +225,21 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         if state is None:
             return
         now = result.store_timestamp
+        end = result.end_offset
         # the fields read here, where the store's answer is a PutResult (compiled: natively;
         # the core, which may not import storage, would read them as attributes)
         state.stored_next(
             window,
-            seq[0],
-            seq[2],
+            seq.producer_id,
+            seq.sequence,
             result.queue_id,
             result.first_queue_offset,
             result.physical_offsets,
-            result.end_offset,
-            now,
+            end,
             now,
         )
-        if now >= self._expire_at or result.end_offset >= self._snapshot_due:
-            self._upkeep(state, now, result.end_offset)
+        if now >= self._expire_at or end >= self._snapshot_due:
+            self._upkeep(state, now, end)
 
     def _upkeep(self, state: ProducerStates, now: int, log_end: int) -> None:
         """After a send stored: idle producers expired, a snapshot written, when due."""

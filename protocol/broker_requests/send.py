@@ -137,7 +137,8 @@ class SendRequest(_SendFields):
                     and packed[8] < 0x80
                     and packed[12] < 0x80
                 ):
-                    producer = _new_tuple(ProducerSeq, _unpack_seq(packed))
+                    pid, epoch, sequence = _unpack_seq(packed)
+                    producer = ProducerSeq(pid, epoch, sequence)
                     return _new_tuple(
                         cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", producer)
                     )

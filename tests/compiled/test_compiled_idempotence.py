@@ -97,7 +97,7 @@ def run_steps(mod: ModuleType, ops: list[tuple[Any, ...]]) -> list[Any]:
             w = s.next_window(T, q, seq)
             out.append(None if w is None else (w.head, [b.sequence for b in w.batches], w.floor))
             if w is not None:
-                s.stored_next(w, pid, sequence, q, offsets[0], offsets, 0, now, now)
+                s.stored_next(w, pid, sequence, q, offsets[0], offsets, 0, now)
         elif kind == "replayed":
             rseq = mod.RecordSeq(seq, n - 1, n)
             s.replayed(

@@ -13,7 +13,7 @@ import pytest
 
 from broker.ha.batch import Batch
 from controller.metadata.heartbeat import BrokerLiveInfo
-from protocol.idempotence import StoredBatch
+from protocol.idempotence import ProducerSeq, StoredBatch
 from protocol.message import Message, RecordInfo
 from protocol.raft_types import (
     AppendEntries,
@@ -62,6 +62,7 @@ SAMPLES: list[tuple[Any, bool]] = [
         ),
         False,
     ),
+    (ProducerSeq(producer_id=7, epoch=2, sequence=41), True),
     (SizedBatch(props=[b"p"], hosts=[b"h"], sizes=[10], tag_hashes=[4], total=10), False),
     (
         RecordInfo(

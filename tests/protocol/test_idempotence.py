@@ -45,8 +45,8 @@ def states(**kw: int) -> ProducerStates:
     )
 
 
-def batch(seq: int, offset: int, n: int = 1, queue_id: int = 0) -> StoredBatch:
-    return StoredBatch(seq, queue_id, seq, [offset + i for i in range(n)], offset + n, 1)
+def batch(seq: int, offset: int, n: int = 1, queue_id: int = 0, stored_at: int = 1) -> StoredBatch:
+    return StoredBatch(seq, queue_id, seq, [offset + i for i in range(n)], offset + n, stored_at)
 
 
 def fields(b: StoredBatch) -> tuple[int, int, int, list[int], int, int]:
@@ -206,7 +206,7 @@ def test_a_window_carried_past_a_change_of_the_state_is_not_updated() -> None:
         expected = answers(s)
         kept = None if w.owner is None else ([b.sequence for b in w.batches], w.floor)
         offsets = [99]
-        assert not s.stored_next(w, 1, WINDOW + 1, 0, 99, offsets, 100, 5, 10**9), change
+        assert not s.stored_next(w, 1, WINDOW + 1, 0, 99, offsets, 100, 10**9), change
         assert answers(s) == expected, change
         assert oldest.physical_offsets is not offsets, change  # not reused
         if kept is None:  # a window no producer keeps: as it was when carried
@@ -232,7 +232,7 @@ def test_next_window_is_only_for_the_request_right_after_the_newest() -> None:
         assert w is not None
         d = s.check(T, 0, seq)
         assert d.verdict is Verdict.NEW and not d.gap
-        assert s.stored_next(w, 1, *fields(batch(n, 10 * n)), n)
+        assert s.stored_next(w, 1, *fields(batch(n, 10 * n, stored_at=n)))
     kept = [s.check(T, 0, ProducerSeq(1, 0, n)) for n in range(WINDOW + 3)]
     assert [d.verdict for d in kept] == [Verdict.TOO_OLD] * 3 + [Verdict.DUPLICATE] * WINDOW
     assert [d.batch.physical_offsets for d in kept[3:] if d.batch] == [
@@ -405,7 +405,7 @@ def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) 
         w = s.next_window(T, 0, seq)  # the send path's fast way first, as the broker asks
         if w is not None:
             assert seq_no not in stored, seq_no
-            assert s.stored_next(w, 1, *fields(batch(seq_no, offset)), 0)
+            assert s.stored_next(w, 1, *fields(batch(seq_no, offset, stored_at=0)))
             stored.add(seq_no)
             offset += 1
             if op == 1:
@@ -467,9 +467,7 @@ def test_the_usual_sends_short_way_keeps_what_the_whole_check_keeps(
         offset = len(next_seq) * 1000 + seq.sequence
         w = fast.next_window(T, queue, seq)
         if w is not None:
-            assert fast.stored_next(
-                w, pid, seq.sequence, queue, offset, [offset], offset + 1, now, now
-            )
+            assert fast.stored_next(w, pid, seq.sequence, queue, offset, [offset], offset + 1, now)
         else:
             assert fast.check(T, queue, seq).verdict is Verdict.NEW
             fast.stored(
