@@ -15,6 +15,10 @@ slave, all-ack) and drives it through the real requests:
   put, master/slave CPU the master's and the slave's utime+stime (/proc/<pid>/stat) over those
                         puts, microseconds a message (less swayed by the machine's load than
                         the wall time)
+  pull, master CPU      then as many PULLs of one message (queue offset 0, 64 in flight), one
+                        from every queue in turn, the last queue first (at 10x and 100x the
+                        queues whose ConsumeQueue segments the puts did not leave mapped): the
+                        master's utime+stime, microseconds a message
   offset commit         UPDATE_CONSUMER_OFFSET of every group on the 8 queues of one topic
                         (group g on topic g mod topics), 64 in flight: p99
   master RSS, open fds  /proc/<pid>/status VmRSS and /proc/<pid>/fd of the master, loaded
@@ -68,6 +72,7 @@ MEASURES: tuple[Measure, ...] = (
     ("put", "us/msg", PER_OP),
     ("put, master CPU", "us/msg", PER_OP),
     ("put, slave CPU", "us/msg", PER_OP),
+    ("pull, master CPU", "us/msg", PER_OP),
     ("offset commit p99", "ms", PER_OP),
     ("master RSS", "MiB", QUEUES_LOAD),
     ("master open fds", "fds", QUEUES_LOAD),
@@ -233,6 +238,27 @@ async def put_all(master: Master, col: BrokerColumn, puts: int, body: bytes) -> 
     return time.perf_counter() - t0
 
 
+async def pull_all(master: Master, col: BrokerColumn, pulls: int) -> float:
+    """``pulls`` PULLs of one message at queue offset 0, over every queue in turn from the
+    last one back; seconds in all."""
+
+    async def one(i: int) -> None:
+        q = col.queues - 1 - i % col.queues
+        header: Header = {
+            "consumerGroup": "scale-pull",
+            "topic": topic_name(q // QUEUES),
+            "queueId": q % QUEUES,
+            "queueOffset": 0,
+            "maxMsgNums": 1,
+            "suspendTimeoutMillis": 0,
+        }
+        await master.call(RequestCode.PULL_MESSAGE, header)
+
+    t0 = time.perf_counter()
+    await in_flight(pulls, INFLIGHT, one)
+    return time.perf_counter() - t0
+
+
 async def commit_offsets(master: Master, col: BrokerColumn) -> list[float]:
     """Every group commits offset 1 on the 8 queues of one topic: each commit's seconds."""
 
@@ -334,6 +360,12 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
             f["put, master CPU"] = cpu[master_pid]
             f["put, slave CPU"] = sum(v for pid, v in cpu.items() if pid != master_pid)
         col.step("puts")
+        master_pid = target.node.pid if target.node is not None else -1
+        before = process_cpu(master_pid)
+        await pull_all(target, col, puts)
+        if target.node is not None and target.node.pid == master_pid:
+            f["pull, master CPU"] = (process_cpu(master_pid) - before) / puts * 1e6
+        col.step("pulls")
         commits = sorted(await commit_offsets(target, col))
         col.step("offset commits")
         await target.connect()  # both in sync again, whichever is master now

@@ -57,11 +57,13 @@ class SegmentMaps:
     descriptors (past a ``LimitNOFILE`` of 1,024 or 20,000 the next queue's first put failed)
     and ``vm.max_map_count`` (65,530) bounded the queues. Segments open unmapped; one is mapped
     when an entry of it is read or written, and past the limit the least lately used is
-    unmapped (second chance: a segment used since the last look is kept once more). A write
-    maps a segment only while there is room (:meth:`room`): past the limit it writes through
-    the file (:meth:`storage.segment.Segment.write`) and unmaps nothing, so puts over more
-    queues than the limit, in turn, do not map and unmap a segment each (readers still do).
-    Loop thread only (the flusher fsyncs by path)."""
+    unmapped (second chance: a segment used since the last look is kept once more). A write or
+    a read maps a segment only while there is room (:meth:`room`): past the limit it goes
+    through the file (:meth:`storage.segment.Segment.write`, :meth:`~storage.segment.Segment.read`)
+    and unmaps nothing, so puts and reads over more queues than the limit, in turn, do not map
+    and unmap a segment each. Only a queue's load (its first use after a start) still maps its
+    first segment and may unmap another. A segment deleted or closed leaves the count
+    (:meth:`drop`). Loop thread only (the flusher fsyncs by path)."""
 
     __slots__ = ("_mapped", "limit")
 
@@ -84,6 +86,11 @@ class SegmentMaps:
             self._mapped[id(seg)] = seg
         seg.referenced = True
         return seg
+
+    def drop(self, seg: Segment) -> None:
+        """``seg`` is closed or being deleted: it no longer counts against the limit (reads
+        and writes no longer unmap others to make room, so nothing else would take it out)."""
+        self._mapped.pop(id(seg), None)
 
     def add(self, seg: Segment) -> Segment:
         """A segment just created (mapped)."""
@@ -198,7 +205,7 @@ class ConsumeQueue:
                 queue_id=self.queue_id,
             )
             for seg in segments[:keep]:
-                self._tracker.retire(seg)
+                self._retire(seg)
         self.segments = segments[keep:]
         self.segment_bytes = size
         self.per_segment = size // ENTRY_SIZE
@@ -273,17 +280,22 @@ class ConsumeQueue:
         """The first index in ``[lo, hi)`` whose entry is not all zero, or None."""
         index = lo
         while index < hi:
-            seg = self._segment(index)
+            seg = self._held(index)
             if seg is None:
                 return None
             rel = index % self.per_segment
             take = min(hi - index, self.per_segment - rel)
-            raw = bytes(seg.view[rel * ENTRY_SIZE : (rel + take) * ENTRY_SIZE])
+            raw = self._bytes(seg, rel * ENTRY_SIZE, take * ENTRY_SIZE)
             zeros = len(raw) - len(raw.lstrip(b"\0"))
             if zeros < len(raw):
                 return index + zeros // ENTRY_SIZE
             index += take
         return None
+
+    def _retire(self, seg: Segment) -> None:
+        """Delete ``seg`` (its file now, its mapping once no reader holds a view of it)."""
+        self._maps.drop(seg)
+        self._tracker.retire(seg)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -294,17 +306,26 @@ class ConsumeQueue:
             return self.segments[n]
         return None
 
-    def _segment(self, index: int) -> Segment | None:
-        """The segment of entry ``index``, mapped; None outside the segments."""
-        seg = self._held(index)
-        return None if seg is None else self._maps.use(seg)
+    def _bytes(self, seg: Segment, pos: int, size: int) -> bytes:
+        """``size`` bytes of ``seg`` at ``pos``: through its mapping when it is mapped or there
+        is room to map it; past the limit through the file (``pread``), mapping nothing and
+        unmapping no other queue's segment (:class:`SegmentMaps`)."""
+        maps = self._maps
+        if seg.mapped or maps.room():
+            return bytes(maps.use(seg).view[pos : pos + size])
+        return seg.read(pos, size)
 
     def entry(self, index: int) -> tuple[int, int, int]:
         """(CommitLog offset, size, tag hash) of entry ``index``; zeros if never written."""
-        seg = self._segment(index)
+        seg = self._held(index)
         if seg is None:
             return 0, 0, 0
-        physical, size, tags = ENTRY.unpack_from(seg.view, (index % self.per_segment) * ENTRY_SIZE)
+        pos = (index % self.per_segment) * ENTRY_SIZE
+        maps = self._maps
+        if seg.mapped or maps.room():
+            physical, size, tags = ENTRY.unpack_from(maps.use(seg).view, pos)
+        else:
+            physical, size, tags = ENTRY.unpack(seg.read(pos, ENTRY_SIZE))
         return int(physical), int(size), int(tags)
 
     def read(self, index: int, count: int) -> bytes:
@@ -312,12 +333,12 @@ class ConsumeQueue:
         end = min(index + count, self.max_offset)
         parts: list[bytes] = []
         while index < end:
-            seg = self._segment(index)
+            seg = self._held(index)
             if seg is None:
                 break
             rel = index % self.per_segment
             take = min(end - index, self.per_segment - rel)
-            parts.append(bytes(seg.view[rel * ENTRY_SIZE : (rel + take) * ENTRY_SIZE]))
+            parts.append(self._bytes(seg, rel * ENTRY_SIZE, take * ENTRY_SIZE))
             index += take
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -353,7 +374,7 @@ class ConsumeQueue:
         ):
             # An empty queue jumping past its segments: they hold nothing live.
             for seg in self.segments:
-                self._tracker.retire(seg)
+                self._retire(seg)
             self.segments = []
         if not self.segments:
             self._first_index = first_seg
@@ -450,7 +471,7 @@ class ConsumeQueue:
             seg_first = seg.start // ENTRY_SIZE
             if seg_first > index or (seg_first == index and keep):
                 changed = True
-                self._tracker.retire(seg)
+                self._retire(seg)
                 continue
             keep.append(seg)
             rel = index - seg_first
@@ -475,7 +496,7 @@ class ConsumeQueue:
             last_physical, last_size, _ = self.entry(seg.end // ENTRY_SIZE - 1)
             if last_size == 0 or last_physical >= physical:
                 break
-            self._tracker.retire(seg)
+            self._retire(seg)
             self.segments.pop(0)
             self._first_index += self.per_segment
             deleted += 1
@@ -485,6 +506,7 @@ class ConsumeQueue:
 
     def close(self) -> None:
         for seg in self.segments:
+            self._maps.drop(seg)
             seg.close()
         self.segments = []
 

@@ -254,6 +254,7 @@ class ConsumeQueues:
             self._retired = retired
         for queue in list(self._by_topic.get(topic, {}).values()):
             for seg in queue.segments:
+                self.maps.drop(seg)
                 self._tracker.retire(seg)
             queue.segments = []
             self._forget(queue)

@@ -73,8 +73,8 @@ class Segment:
     and one of the kernel's memory maps (``vm.max_map_count``, 65,530 by default) for as long as
     it lives. Stores of many small files (the ConsumeQueues, a file or more per queue) open
     their segments unmapped (:meth:`open_unmapped`) and keep only the ones in use mapped
-    (:meth:`map`, :meth:`unmap`: ``storage.consumequeue.SegmentMaps``); a write to one not
-    mapped goes through the file (:meth:`write`)."""
+    (:meth:`map`, :meth:`unmap`: ``storage.consumequeue.SegmentMaps``); a write to or a read of
+    one not mapped goes through the file (:meth:`write`, :meth:`read`)."""
 
     __slots__ = ("_mm", "closed", "mapped", "path", "referenced", "size", "start", "view")
 
@@ -153,6 +153,26 @@ class Segment:
             raise StoreError(f"cannot write {self.path}: {exc}") from exc
         if written != len(data):
             raise StoreError(f"short write to {self.path}: {written} of {len(data)} bytes at {rel}")
+
+    def read(self, rel: int, size: int) -> bytes:
+        """``size`` bytes at ``rel`` (relative) read through the file (``pread``), not through a
+        mapping: a segment not mapped stays unmapped (mapping it for the read cost an ``mmap``,
+        a page fault, and the ``munmap`` of another segment to make room). It reads the page
+        cache a mapping of the file reads, so it sees what was written either way. Raises
+        :class:`StoreError` when the read fails or the file is shorter than the segment."""
+        if rel < 0 or size < 0 or rel + size > self.size:
+            raise StoreError(f"read of {size} bytes at {rel} outside segment {self.path}")
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = os.pread(fd, size, rel)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        if len(data) != size:
+            raise StoreError(f"short read of {self.path}: {len(data)} of {size} bytes at {rel}")
+        return data
 
     def __repr__(self) -> str:
         return f"Segment({self.path.name}, size={self.size})"

@@ -26,6 +26,7 @@ from tests.broker.test_queue_descriptors import (
     limited_broker,
     one_more_everywhere,
 )
+from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
 
@@ -39,6 +40,16 @@ def mapped_queue_files(pid: int) -> set[str]:
     """The ConsumeQueue files process ``pid`` maps now."""
     with open(f"/proc/{pid}/maps") as maps:
         return {line.split()[-1] for line in maps if "/consumequeue/" in line}
+
+
+async def start_filled(broker: BrokerProc) -> set[str]:
+    """Start ``broker`` and put a message in every queue (each queue's segment created, the
+    first ones mapped); the ConsumeQueue files it maps then."""
+    broker.start_and_wait(60)
+    await create_and_fill(broker, TOPICS)
+    held = mapped_queue_files(broker.pid)
+    assert 0 < len(held) <= NOFILE // 4, len(held)
+    return held
 
 
 async def put_everywhere_backwards(broker_address: str, queues: int) -> None:
@@ -63,11 +74,7 @@ async def test_puts_over_ten_times_the_mapped_queues_map_none(tmp_path: Path) ->
     queues = TOPICS * QUEUES
     broker = limited_broker(tmp_path, NOFILE)
     try:
-        broker.start_and_wait(60)
-        await create_and_fill(broker, TOPICS)  # a message in every queue: its segment created
-        held = mapped_queue_files(broker.pid)
-        assert 0 < len(held) <= NOFILE // 4, len(held)
-
+        held = await start_filled(broker)
         await put_everywhere_backwards(broker.address, queues)
         newly = mapped_queue_files(broker.pid) - held
         assert not newly, f"{len(newly)} ConsumeQueue files mapped by {queues} puts"
