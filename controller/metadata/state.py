@@ -115,6 +115,16 @@ def _check_topic_update(group: BrokerGroup, topic: str, queues: int) -> Applied:
     return APPLIED
 
 
+_GROUP_EVENTS = (
+    ApplyBrokerId,
+    UpdateBrokerAddress,
+    ElectMaster,
+    AlterSyncStateSet,
+    CleanBrokerData,
+)
+"""The events that may change what a group's ReplicaInfo reads (``groups_version``)."""
+
+
 class ReplicasInfoManager:
     """Per broker group: cluster, nextAssignBrokerId, brokerId -> (address, registerCode),
     master, masterEpoch, SyncStateSet, syncStateSetEpoch; and the users and their rules
@@ -124,6 +134,7 @@ class ReplicasInfoManager:
         "_groups",
         "_topic_groups",
         "auth",
+        "groups_version",
         "next_producer_epoch",
         "next_producer_id",
         "static_topics",
@@ -134,6 +145,11 @@ class ReplicasInfoManager:
         self._topic_groups: dict[str, set[str]] = {}
         """Topic -> the groups that have it: a route lookup reads those, not every group
         (issue 34). Kept by UpdateTopic, DeleteTopic, CleanBrokerData and restore."""
+        self.groups_version = 0
+        """Moves whenever a group's ReplicaInfo may read differently: an event that changes
+        a group's brokers, addresses, master or SyncStateSet applied (not a topic's, a user's
+        or a producer id's), a snapshot installed. GroupView builds the infos again only then
+        (issue 34: every applied entry, topic creations included, built every group's)."""
         self.auth = AuthTable()
         self.static_topics = StaticTopicTable()
         self.next_producer_id = FIRST_PRODUCER_ID
@@ -734,6 +750,11 @@ class ReplicasInfoManager:
     def apply(self, event: Event) -> Applied:
         """Apply one committed event; the same event on the same state has the same effect and
         outcome on every controller. A rejected event changes nothing."""
+        if isinstance(event, _GROUP_EVENTS):
+            self.groups_version += 1
+        return self._apply(event)
+
+    def _apply(self, event: Event) -> Applied:
         match event:
             case ApplyBrokerId():
                 return self._apply_broker_id(event)
@@ -932,6 +953,7 @@ class ReplicasInfoManager:
 
         def install() -> None:
             self._groups = groups
+            self.groups_version += 1
             self._topic_groups = topic_groups
             self.next_producer_id, self.next_producer_epoch = producers
             self.static_topics = static_table

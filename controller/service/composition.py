@@ -95,7 +95,7 @@ class ControllerService:
         self.live = BrokerLiveTable(default_timeout_ms=cfg.broker_heartbeat_timeout_ms)
         self.bindings = BrokerBindings()
         self.routes = RouteTable(expiry_ms=cfg.route_expiry_ms)
-        self.groups = GroupView(driver, manager)
+        self.groups = GroupView(manager)
         auth_key = load_auth_key(cfg.auth_key_file) if cfg.auth_key_file is not None else None
         self.auth_key = auth_key
         self.cluster_credentials = (

@@ -67,8 +67,9 @@ class HeartbeatHandler:
         self.now_ms = now_ms
         self.wake_scan = wake_scan
         self.traffic = traffic
-        self.view = view or GroupView(driver, manager)
-        """The groups' metadata, built once per applied index: a heartbeat builds none."""
+        self.view = view or GroupView(manager)
+        """The groups' metadata, built again only once a group's changed: a heartbeat builds
+        none."""
         self._heard: dict[tuple[str, int], tuple[bytes, TrafficReport | str]] = {}
         """Each broker's last report body, decoded (or why it was dropped)."""
         self._active_since_ms: int | None = None

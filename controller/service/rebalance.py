@@ -46,8 +46,8 @@ class TrafficView:
     """The groups with a master and their traffic now (reports older than ``max_age_ms`` no
     longer count).
 
-    The groups are read from ``view`` (:class:`GroupView`: built again only once the applied
-    Raft index moved), not built from the metadata at each check: every group's ReplicaInfo
+    The groups are read from ``view`` (:class:`GroupView`: built again only once a group's
+    metadata changed), not built from the metadata at each check: every group's ReplicaInfo
     built every ``rebalance_interval_ms`` held the active controller's loop 0.6 ms at 100
     groups (issue 34)."""
 

@@ -2,8 +2,8 @@
 turned inactive or alive, this controller became active).
 
 One pass expires soft state, refreshes the group metrics (only when the metadata changed: the
-groups are read through GroupView, built once per applied index) and the liveness metric and, on
-the active controller, starts the elections ``elections_needed`` asks for, one at a time per
+groups are read through GroupView, built again only once a group's metadata changed) and the
+liveness metric and, on the active controller, starts the elections ``elections_needed`` asks for, one at a time per
 group. A scan that comes more than ``STOOD_STILL_S`` late first restarts the brokers' grace
 period: the controller could not hear their heartbeats meanwhile.
 
@@ -90,7 +90,7 @@ class ElectionScheduler:
         self.tasks = tasks
         self.metrics = metrics
         self.now_ms = now_ms
-        self.view = view or GroupView(driver, manager)
+        self.view = view or GroupView(manager)
         self._refreshed: list[ReplicaInfo] | None = None
         """The groups the metrics were last refreshed from: unchanged, not refreshed again."""
         self._in_flight: set[str] = set()

@@ -62,7 +62,7 @@ async def test_heartbeats_and_scans_in_a_quiet_cluster_build_no_group_metadata(
             # After a write (here: a view that has read nothing yet at this index), a
             # heartbeat's read builds its own group's info, not every group's (under a flood of
             # writes that was O(groups) per heartbeat).
-            view = GroupView(leader.driver, service.manager)
+            view = GroupView(service.manager)
             built.count = 0
             assert view.get("cost-01") is not None
             assert view.get("cost-02") is not None

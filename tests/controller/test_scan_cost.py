@@ -10,6 +10,12 @@ no registration and no broker: the expiry waits for the earliest registration's 
 verdicts of the last look at every broker hold until the live table changes or the earliest
 deadline of a broker alive then passes (``BrokerLiveTable.changes``, ``alive_until``).
 
+Nor does an applied entry that changes no group's brokers, addresses, master or SyncStateSet
+(a topic created, the bulk of the entries at scale) build any group's ReplicaInfo again: the
+GroupView the scan, the heartbeats and the re-balance check read is keyed on the metadata's
+``groups_version``, not on the applied Raft index (every group's, 4.3 ms at 700 groups, after
+each entry before).
+
 Controllers in this process (the scan is run on the leader's own tables through counting
 views), simulated brokers of ``GROUPS`` groups speaking the real requests.
 """
@@ -20,9 +26,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controller.metadata import BrokerLiveTable
 from controller.service.scheduler import ElectionScheduler
-from tests.controller.quiet_cluster import groups_with_masters
+from protocol.codes import ResponseCode
+from protocol.controller_requests.topics import UpdateTopic
+from tests.controller.quiet_cluster import GroupBuilds, groups_with_masters
 from tests.controller.support import ServiceCluster
 from tests.metadata.support import CountingDict
 
@@ -103,3 +113,46 @@ async def test_a_scan_in_a_quiet_cluster_looks_at_no_broker_and_no_registration(
             assert (
                 service.metrics.registry.get_sample_value("rmq_controller_brokers_alive") == GROUPS
             )
+
+
+TOPICS = 20
+
+
+async def test_topics_created_build_no_group_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with ServiceCluster(tmp_path, tick_ms=100) as cluster:  # the daemons' tick
+        leader = await cluster.leader()
+        service = leader.service
+        async with groups_with_masters(cluster, service, "made", GROUPS) as brokers:
+            service.scheduler.scan()  # the infos at today's metadata, built once
+            built = GroupBuilds(monkeypatch, service)
+            applied = leader.driver.applied
+            manager = service.manager
+
+            def masters() -> tuple[object, ...]:  # what a re-election on a loaded host moves
+                return tuple(manager.master_of(b.broker_name) for b in brokers)
+
+            versions = {masters()}
+            for t in range(TOPICS):
+                ask = UpdateTopic(
+                    cluster="DefaultCluster",
+                    broker_name=brokers[t % GROUPS].broker_name,
+                    topic=f"Made{t}",
+                    queues=4,
+                )
+                resp = await brokers[0].call(ask.code, *ask.encode())
+                assert resp.code == ResponseCode.SUCCESS, resp.header
+                service.scheduler.scan()
+                answers = await asyncio.gather(*(b.heartbeat() for b in brokers))
+                assert all(a.code == 0 for a in answers)
+                versions.add(masters())
+            assert leader.driver.applied >= applied + TOPICS
+            assert set(service.manager.topic_queues("Made0")) == {brokers[0].broker_name}
+            # One per topic: its own group's, for the push of the topic to that group's master
+            # (BrokerNotifier). Every group's again only when a group's metadata changed
+            # meanwhile (a master declared inactive and elected again, on a loaded machine);
+            # never per topic created. Before: every group's per scan after each entry too,
+            # GROUPS * TOPICS more.
+            moves = len(versions) - 1
+            assert built.count <= TOPICS + GROUPS * moves, (built.count, moves)
