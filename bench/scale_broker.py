@@ -12,13 +12,14 @@ slave, all-ack) and drives it through the real requests:
                         every queue (each creates its ConsumeQueue's first file): microseconds of
                         wall time per message (1 / throughput)
   put                   then ``--puts`` more over every queue in turn: the same
-  put, master/slave CPU the master's and the slave's utime+stime (/proc/<pid>/stat) over those
-                        puts, microseconds a message (less swayed by the machine's load than
-                        the wall time)
-  pull, master CPU      then as many PULLs of one message (queue offset 0, 64 in flight), one
-                        from every queue in turn, the last queue first (at 10x and 100x the
-                        queues whose ConsumeQueue segments the puts did not leave mapped): the
-                        master's utime+stime, microseconds a message
+  put, master/slave CPU the master's and the slave's CPU time over those puts (their CPU-time
+                        clocks, in nanoseconds), microseconds a message (less swayed by the
+                        machine's load than the wall time)
+  pull, master CPU      then as many PULLs of one message (queue offset 0, 64 in flight) over
+                        the last PULL_QUEUES queues (1,000; every queue at 1x), each as often
+                        in every column (at 10x and 100x the queues whose ConsumeQueue
+                        segments the puts did not leave mapped): the master's CPU time,
+                        microseconds a message
   offset commit         UPDATE_CONSUMER_OFFSET of every group on the 8 queues of one topic
                         (group g on topic g mod topics), 64 in flight: p99
   master RSS, open fds  /proc/<pid>/status VmRSS and /proc/<pid>/fd of the master, loaded
@@ -46,7 +47,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.controller_bench import process_cpu
+from bench.broker_bench import cpu_seconds
 from bench.growth import PER_OP, Measure, Worst, print_growth
 from bench.growth import rss_mib as rss_mib  # bench/scale_clients.py takes it from here
 from client.bootstrap import Bootstrap
@@ -64,6 +65,10 @@ QUEUES_LOAD = "queues"
 GROUPS_LOAD = "groups"
 TOPIC_INFLIGHT = 16
 INFLIGHT = 64
+PULL_QUEUES = 1000
+"""The pulls go to this many queues (the last ones) in every column, each as often: a column
+that pulled every queue in turn pulled each of 1,000 queues 5 times at 1x and 5,000 of 10,000
+once at 10x, so it compared pulls of queues read just before with first reads."""
 SEGMENT_BYTES = 64 << 20
 
 MEASURES: tuple[Measure, ...] = (
@@ -239,11 +244,12 @@ async def put_all(master: Master, col: BrokerColumn, puts: int, body: bytes) -> 
 
 
 async def pull_all(master: Master, col: BrokerColumn, pulls: int) -> float:
-    """``pulls`` PULLs of one message at queue offset 0, over every queue in turn from the
-    last one back; seconds in all."""
+    """``pulls`` PULLs of one message at queue offset 0, over the last :data:`PULL_QUEUES`
+    queues in turn from the last one back; seconds in all."""
+    spread = min(col.queues, PULL_QUEUES)
 
     async def one(i: int) -> None:
-        q = col.queues - 1 - i % col.queues
+        q = col.queues - 1 - i % spread
         header: Header = {
             "consumerGroup": "scale-pull",
             "topic": topic_name(q // QUEUES),
@@ -352,19 +358,19 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         puts = args.puts
         pids = [b.pid for b in cluster.brokers]
         master_pid = target.node.pid if target.node is not None else -1
-        cpu = {pid: process_cpu(pid) for pid in pids}
+        cpu = {pid: cpu_seconds(pid) for pid in pids}
         took = await put_all(target, col, puts, body)
-        cpu = {pid: (process_cpu(pid) - cpu[pid]) / puts * 1e6 for pid in pids}
+        cpu = {pid: (cpu_seconds(pid) - cpu[pid]) / puts * 1e6 for pid in pids}
         f["put"] = took / puts * 1e6
         if target.node is not None and target.node.pid == master_pid:  # no master change
             f["put, master CPU"] = cpu[master_pid]
             f["put, slave CPU"] = sum(v for pid, v in cpu.items() if pid != master_pid)
         col.step("puts")
         master_pid = target.node.pid if target.node is not None else -1
-        before = process_cpu(master_pid)
+        before = cpu_seconds(master_pid)
         await pull_all(target, col, puts)
         if target.node is not None and target.node.pid == master_pid:
-            f["pull, master CPU"] = (process_cpu(master_pid) - before) / puts * 1e6
+            f["pull, master CPU"] = (cpu_seconds(master_pid) - before) / puts * 1e6
         col.step("pulls")
         commits = sorted(await commit_offsets(target, col))
         col.step("offset commits")
