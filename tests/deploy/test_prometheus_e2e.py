@@ -137,6 +137,10 @@ class Cluster:
                 "--data-dir", str(tmp / f"{GROUP}-{i}"),
                 "--metrics-port", str(metrics),
                 "--log-format", "json",
+                # No gRPC endpoint: its default, listen port + 2, is no port free_port handed
+                # out, and another daemon of this test was given it (CI: 'gRPC port
+                # 127.0.0.1:23820: Failed to bind', broker-a-2 exited early).
+                "--grpc-listen", "0",
             ]  # fmt: skip
             self.brokers[metrics] = (Daemon(f"{GROUP}-{i}", argv, tmp / f"{GROUP}-{i}.log"), port)
 
