@@ -26,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from daemon.tasks import cancel_and_wait
 from protocol.remoting import Frame, Scalar
 from protocol.request_auth import Credentials
 from remoting.client import ConnectionPool
@@ -92,9 +93,7 @@ class ControllerLink:
         await asyncio.to_thread(thread.join, 5.0)
 
     async def _shutdown(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         if self._pool is not None:
             self._pool.close()
 

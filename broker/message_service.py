@@ -21,6 +21,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.metrics import BrokerMetrics
 from broker.offset_waiters import Done, OffsetWaiters
+from daemon.tasks import cancel_and_wait
 from storage.store import MessageStore, StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -68,9 +69,7 @@ class MessageStoreService:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self.store.close)

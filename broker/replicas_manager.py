@@ -48,6 +48,7 @@ from broker.replicas.registration import Registration, electing
 from broker.replicas.roles import Roles
 from broker.replicas.routes import RouteRegistration
 from broker.traffic_meter import TrafficMeter
+from daemon.tasks import cancel_and_wait
 from protocol.controller_requests.groups import (
     AlterSyncStateSet,
     AlterSyncStateSetAnswer,
@@ -134,9 +135,7 @@ class ReplicasManager:
 
     async def stop(self) -> None:
         self.roles.stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         await self.link.stop()
         self.pool.close()

@@ -13,6 +13,7 @@ import structlog
 from controller.config import ControllerConfig
 from daemon import cli as daemon_cli
 from daemon import systemd
+from daemon.tasks import cancel_and_wait
 from storage.raftlog import CorruptStorage
 
 load_config = functools.partial(daemon_cli.load_config, ControllerConfig)
@@ -47,8 +48,7 @@ async def serve(cfg: ControllerConfig) -> int:
     await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     systemd.stopping("stopping")
     if not stop.done():
-        stop.cancel()
-        await asyncio.gather(stop, return_exceptions=True)
+        await cancel_and_wait([stop])
         log.error("stopping: the Raft driver failed", error=str(failed.result()))
         await controller.stop()
         return 1

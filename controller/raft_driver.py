@@ -74,6 +74,7 @@ from controller.raft import (
 from controller.raft_ticks import LATE_TICK_S, TickSchedule
 from controller.transport import PeerTransport
 from daemon import gc_tuning
+from daemon.tasks import cancel_and_wait
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES
 from protocol.request_auth import Credentials
 from storage.raftlog import DiskStorage
@@ -316,9 +317,7 @@ class RaftDriver:
         if self._stopped:
             return
         self._stopped = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         for _term, fut in self._pending.values():
             if not fut.done():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 from collections.abc import Callable
 from typing import cast
@@ -25,6 +24,7 @@ from typing import cast
 import structlog
 
 from controller.raft import Message, NodeId
+from daemon.tasks import cancel_and_wait, sleep_or_wake
 from protocol import raft as raft_codec
 from protocol.codes import ControllerCode
 from protocol.remoting import DEFAULT_MAX_FRAME_BYTES, FLAG_ONEWAY, Frame, ProtocolError, request
@@ -88,8 +88,7 @@ class PeerLink:
         self._stopping = True
         self._ready.set()
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
         if self._client is not None:
             self._client.close()
@@ -118,9 +117,7 @@ class PeerLink:
     async def _back_off(self, seconds: float) -> None:
         """Sleep ``seconds`` before the next connect, or until :meth:`heard`."""
         self._retry.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._retry.wait()
+        await sleep_or_wake(self._retry, seconds)
 
     def _drop_queue(self) -> None:
         if self._queue:

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from daemon.tasks import cancel_and_wait, sleep_or_wake
 from protocol.acl import User
 from protocol.controller_requests.users import SealedUser, SyncUsers, SyncUsersAnswer, sealed_users
 from protocol.fields import FieldError
@@ -92,8 +93,7 @@ class BrokerUsers:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def refresh(self) -> bool:
@@ -131,11 +131,7 @@ class BrokerUsers:
                 log.warning("fetching users from the controllers failed", error=str(exc))
                 delay = min(self._interval, 1.0)  # not loaded or stale: try again soon
             self._wake.clear()
-            try:
-                async with asyncio.timeout(delay):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await sleep_or_wake(self._wake, delay)
 
     def snapshot(self) -> dict[str, Any]:
         """For logs and tests: how many users, and the digest held."""

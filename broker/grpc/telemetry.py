@@ -28,6 +28,7 @@ from google.protobuf.duration_pb2 import Duration
 from broker.grpc.delivery import SYSTEM_PROPERTIES, body_md5
 from broker.grpc.produce import status
 from broker.grpc.translate import Refused, no_namespace_in_settings, transaction_group
+from daemon.tasks import cancel_and_wait, sleep_or_wake
 from protocol.broker_requests.clients import Heartbeat
 from protocol.broker_requests.transaction import CheckTransactionState
 from protocol.codes import RequestCode
@@ -138,8 +139,7 @@ class TelemetryHub:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
         for session in self._sessions:
             session.out.put_nowait(None)
@@ -222,11 +222,7 @@ class TelemetryHub:
                 targets = {self.local_address, self.master_address()} - {""}
                 await asyncio.gather(*(self._beat(a, groups) for a in sorted(targets)))
             self._beat_now.clear()
-            try:
-                async with asyncio.timeout(HEARTBEAT_S):
-                    await self._beat_now.wait()
-            except TimeoutError:
-                pass
+            await sleep_or_wake(self._beat_now, HEARTBEAT_S)
 
     async def _beat(self, address: str, groups: Iterable[str]) -> None:
         try:

@@ -77,6 +77,7 @@ from broker.ha.role_change import plan_master_epochs
 from broker.ha.slave_client import AppendReplicated, SlaveClient, SlaveState
 from broker.ha.sync_state import NotAliveRefusals, SyncState
 from broker.offset_waiters import Done, OffsetWaiters, future_waiter
+from daemon.tasks import cancel_and_wait
 from protocol.codes import ResponseCode
 from protocol.ha import EpochRange
 from remoting.errors import ResponseError
@@ -327,9 +328,7 @@ class HAService:
             tasks = [*self._proposals]
             if self._tick_task is not None:
                 tasks.append(self._tick_task)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(tasks)
             self._tick_task = None
             self._proposals.clear()
         elif self._role is HARole.SLAVE:

@@ -77,6 +77,7 @@ from broker.ha.actions import (
 from broker.ha.config import HAConfig
 from broker.ha.slave_conn import SlaveConnection
 from broker.ha.truncation import EpochNotNamed, TruncationDecision
+from daemon.tasks import cancel_and_wait, sleep_or_wake
 from protocol import ha_auth
 from remoting.read_buffer import CopyingProtocol
 from storage.epoch_file import EpochFile
@@ -308,8 +309,7 @@ class SlaveClient:
             self._transport.abort()
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task])
         self.state = SlaveState.STOPPED
 
     def retry(self) -> None:
@@ -349,11 +349,8 @@ class SlaveClient:
         while not self._stopping:
             if self.state is SlaveState.SUSPENDED:
                 self._wakeup.clear()
-                try:
-                    async with asyncio.timeout(self._cfg.suspended_retry_ms / 1000):
-                        await self._wakeup.wait()
-                except TimeoutError:
-                    pass  # try again: the master may have become another (e.g. the real one)
+                # Then try again: the master may have become another (e.g. the real one).
+                await sleep_or_wake(self._wakeup, self._cfg.suspended_retry_ms / 1000)
                 if self._stopping:
                     break
                 failures = 0
@@ -405,11 +402,7 @@ class SlaveClient:
                 last_reason = (outcome.reason, quiet)
             self.state = SlaveState.BACKOFF
             self._wakeup.clear()
-            try:
-                async with asyncio.timeout(delay / 1000):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
+            await sleep_or_wake(self._wakeup, delay / 1000)
         self.state = SlaveState.STOPPED
 
     async def _session(self) -> _Outcome:

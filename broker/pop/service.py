@@ -37,6 +37,7 @@ from broker.pop.message import PopMessage
 from broker.pop.orderly_pop import exhausted, pop_orderly
 from broker.service_host import PerMasterEpoch
 from broker.system_topic import read_system_topic
+from daemon.tasks import cancel_and_wait, sleep_or_wake
 from protocol.filter import MessageFilter
 from protocol.message import (
     DISPATCH_HEAD,
@@ -138,9 +139,7 @@ class PopService(PerMasterEpoch[PopState]):
         self._tasks.append(asyncio.create_task(self._revive_loop(), name="pop-revive"))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     def _drop(self) -> None:
@@ -618,11 +617,7 @@ class PopService(PerMasterEpoch[PopState]):
             if timeout <= 0:
                 await asyncio.sleep(0)  # more is due: let other work run, then go on
                 continue
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await sleep_or_wake(self._wake, timeout)
 
     def revive_due(self, state: PopState, now: int) -> int:
         """Re-publish up to :data:`_REVIVE_BATCH` entries past their deadline (the loop comes

@@ -16,6 +16,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.replicas.group_info import NO_MASTER, GroupInfo
 from broker.replicas.roles import Roles
+from daemon.tasks import sleep_or_wake
 from protocol.codes import ResponseCode
 from protocol.controller_requests.groups import ElectMaster, GetReplicaInfo, RoleChanged
 from remoting.errors import RemotingError, ResponseError
@@ -76,11 +77,7 @@ class MetadataPoll:
         interval = self.cfg.replica_info_poll_interval_ms / 1000
         last_failure: str | None = None
         while True:
-            try:
-                async with asyncio.timeout(interval):
-                    await self.now.wait()
-            except TimeoutError:
-                pass
+            await sleep_or_wake(self.now, interval)
             self.now.clear()
             waiters, self._refresh_waiters = self._refresh_waiters, []
             try:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from broker.config import BrokerConfig
 from broker.context import BrokerContext
+from daemon.tasks import sleep_or_wake
 from protocol.controller_requests.topics import RegisterRoutes
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
@@ -36,11 +37,7 @@ class RouteRegistration:
     async def run(self) -> None:
         interval = self.cfg.route_register_interval_ms / 1000
         while True:
-            try:
-                async with asyncio.timeout(interval):
-                    await self.dirty.wait()
-            except TimeoutError:
-                pass
+            await sleep_or_wake(self.dirty, interval)
             self.dirty.clear()
             broker_id = self._broker_id()
             if broker_id is None:

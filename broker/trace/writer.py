@@ -22,6 +22,7 @@ from typing import Final
 
 import structlog
 
+from daemon.tasks import sleep_or_wake
 from protocol.message import Message
 from protocol.trace import TraceRecord, encoded, take_message
 
@@ -146,9 +147,7 @@ class TraceWriter:
         wake = self._wake
         assert wake is not None
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._interval):
-                    await wake.wait()
+            await sleep_or_wake(wake, self._interval)
             wake.clear()
             while self.flush():
                 await asyncio.sleep(0)  # let sends run between appends

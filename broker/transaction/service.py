@@ -36,6 +36,7 @@ from broker.service_host import PerMasterEpoch
 from broker.system_topic import read_system_topic
 from broker.transaction.host import TransactionHost
 from broker.transaction.state import Half, TransactionState
+from daemon.tasks import cancel_and_wait, sleep_or_wake
 from protocol.codes import RequestCode
 from protocol.message import Message, MessageRecord, RecordError, message_copy
 from protocol.remoting import Scalar, request
@@ -118,8 +119,7 @@ class TransactionService(PerMasterEpoch[TransactionState]):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
 
     def _drop(self) -> None:
@@ -339,11 +339,7 @@ class TransactionService(PerMasterEpoch[TransactionState]):
             except Exception as exc:  # a refused write (fenced, disk full): try again later
                 log.warning("transaction check round failed", error=f"{type(exc).__name__}: {exc}")
             self._wake.clear()
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await sleep_or_wake(self._wake, timeout)
 
     def check_due(self, state: TransactionState, now: int) -> int:
         """Check back (or discard) every open half past its check time; returns how many."""

@@ -42,6 +42,7 @@ from controller.service.topic_admin import TopicAdminHandlers
 from controller.service.topics_routes import TopicRouteHandlers
 from controller.state_machine import MetadataStateMachine
 from daemon.auth_key import load_auth_key
+from daemon.tasks import cancel_and_wait
 from protocol.acl import Decision, User
 from protocol.codes import ControllerCode, RequestCode
 from protocol.remoting import Frame
@@ -295,10 +296,7 @@ class ControllerService:
             self._retention_task,
             *self.tasks.running(),
         )
-        tasks = [t for t in running if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(t for t in running if t is not None)
         self._scan_task = self._rebalance_task = self._retention_task = None
         self.pool.close()
 

@@ -1,0 +1,28 @@
+"""A daemon's background tasks: the pause between two rounds of a loop that may be woken early,
+and ending the tasks when the daemon stops."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+
+async def sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
+    """Return after ``seconds``, or as soon as ``wake`` is set, whichever comes first. ``wake``
+    is left as it is: the caller clears it where its loop needs (before the pause, so that only
+    a new wake-up ends it early; or after, once it has read what the wake-up announced)."""
+    try:
+        async with asyncio.timeout(seconds):
+            await wake.wait()
+    except TimeoutError:
+        pass
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and return once every one has ended; what they raised (their
+    cancellation included) is dropped: a stopping daemon does not act on it."""
+    ending = list(tasks)
+    for task in ending:
+        task.cancel()
+    await asyncio.gather(*ending, return_exceptions=True)
