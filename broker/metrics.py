@@ -438,19 +438,20 @@ class BrokerMetrics:
 
     def pop_inflight_now(self, per_group: dict[str, int]) -> None:
         """Set the in-flight gauge of every group (0 for a group no longer in flight)."""
-        for group in self._pop_groups - per_group.keys():
-            self.pop_inflight.labels(**self._labels, group=group).set(0)
-        for group, count in per_group.items():
-            self.pop_inflight.labels(**self._labels, group=group).set(count)
-        self._pop_groups |= per_group.keys()
+        self._set_per_group(self.pop_inflight, self._pop_groups, per_group)
 
     def fifo_blocked_now(self, per_group: dict[str, int]) -> None:
         """Set the blocked FIFO message groups gauge of every group (0 for one with none)."""
-        for group in self._fifo_groups - per_group.keys():
-            self.fifo_blocked.labels(**self._labels, group=group).set(0)
+        self._set_per_group(self.fifo_blocked, self._fifo_groups, per_group)
+
+    def _set_per_group(self, gauge: Gauge, seen: set[str], per_group: dict[str, int]) -> None:
+        """``gauge``'s series of every consumer group in ``per_group`` set to its count, and to
+        0 for a group ``seen`` before and not listed now; ``seen`` takes the groups listed."""
+        for group in seen - per_group.keys():
+            gauge.labels(**self._labels, group=group).set(0)
         for group, count in per_group.items():
-            self.fifo_blocked.labels(**self._labels, group=group).set(count)
-        self._fifo_groups |= per_group.keys()
+            gauge.labels(**self._labels, group=group).set(count)
+        seen.update(per_group)
 
     def transaction_opened(self) -> None:
         self.transactions_opened.inc()
