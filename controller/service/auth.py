@@ -26,7 +26,7 @@ from controller.metadata import ReplicasInfoManager
 from controller.metadata.auth import UserView
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, refuse
+from controller.service.requests import Refused, answer_of
 from protocol.acl import (
     User,
     UserType,
@@ -122,11 +122,9 @@ class AuthHandlers:
     async def _commit_user(self, req: Frame, decision: Any, *, rules: bool = False) -> Frame:
         """Commit, then answer the user in the header (scalars) and, for the ACL requests, its
         rules as they now are in the body ({"rules": [...]})."""
-        d = await self.committer.settle(decision)
-        if not d.ok or d.response is None:
-            raise refuse(d)
-        body = _pack({"rules": user_doc(d.response, rules=True)["rules"]}) if rules else None
-        return response(req, ResponseCode.SUCCESS, user_doc(d.response), body)
+        user = answer_of(await self.committer.settle(decision))
+        body = _pack({"rules": user_doc(user, rules=True)["rules"]}) if rules else None
+        return response(req, ResponseCode.SUCCESS, user_doc(user), body)
 
     # --- users ---------------------------------------------------------------------------------
 

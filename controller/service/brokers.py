@@ -18,7 +18,7 @@ from controller.metadata import BrokerBindings, BrokerLiveTable, ReplicasInfoMan
 from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, refuse
+from controller.service.requests import Refused, answer_of, refuse
 from protocol.codes import ResponseCode
 from protocol.controller_requests.brokers import (
     ApplyBrokerId,
@@ -58,10 +58,8 @@ class BrokerHandlers:
     async def get_next_broker_id(self, conn: Connection, req: Frame) -> Frame:
         await self.gate.require_active()
         ask = GetNextBrokerId.parse(req.header, req.body)
-        d = self.manager.get_next_broker_id(ask.cluster, ask.broker_name)
-        if not d.ok or d.response is None:
-            raise refuse(d)
-        header, body = NextBrokerIdAnswer(next_broker_id=d.response.next_broker_id).encode()
+        r = answer_of(self.manager.get_next_broker_id(ask.cluster, ask.broker_name))
+        header, body = NextBrokerIdAnswer(next_broker_id=r.next_broker_id).encode()
         return response(req, ResponseCode.SUCCESS, header, body)
 
     async def apply_broker_id(self, conn: Connection, req: Frame) -> Frame:
@@ -134,11 +132,8 @@ class BrokerHandlers:
                 ResponseCode.CONTROLLER_INVALID_REQUEST,
                 "registerCheckCode is required (require_register_check_code)",
             )
-        d = await self.committer.settle(d)
-        if not d.ok or d.response is None:
-            raise refuse(d)
+        r = answer_of(await self.committer.settle(d))
         self.bindings.bind(name, broker_id, cid, self.now_ms())
-        r = d.response
         info = self.manager.replica_info(name)
         header, body = metadata_answer(
             master_broker_id=r.master_broker_id,
@@ -172,8 +167,6 @@ class BrokerHandlers:
     async def get_replica_info(self, conn: Connection, req: Frame) -> Frame:
         name = GetReplicaInfo.parse(req.header, req.body).broker_name
         await self.gate.read_view()
-        d = self.manager.get_replica_info(name)
-        if not d.ok or d.response is None:
-            raise refuse(d)
-        header, body = group_metadata(d.response, self.manager.sealed_queues(name)).encode()
+        info = answer_of(self.manager.get_replica_info(name))
+        header, body = group_metadata(info, self.manager.sealed_queues(name)).encode()
         return response(req, ResponseCode.SUCCESS, header, body)

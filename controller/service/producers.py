@@ -15,7 +15,7 @@ from typing import Final
 from controller.metadata import ReplicasInfoManager
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
-from controller.service.requests import refuse
+from controller.service.requests import answer_of, refuse
 from protocol.codes import ResponseCode
 from protocol.controller_requests.producers import GetProducerId, ProducerIdAnswer
 from protocol.remoting import Frame, response
@@ -42,11 +42,10 @@ class ProducerIdHandlers:
         async with self._lock:
             for attempt in range(_TRIES):
                 decided = self.manager.get_producer_id(ask.producer_id)
-                if not decided.ok or decided.response is None:
-                    raise refuse(decided)
+                candidate = answer_of(decided)
                 settled = await self.committer.settle(decided)
                 if settled.ok:
-                    issued = decided.response
+                    issued = candidate
                     break
                 if attempt == _TRIES - 1:
                     raise refuse(settled)

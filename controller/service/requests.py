@@ -11,7 +11,7 @@ answered BAD_REQUEST by the remoting server.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from controller.metadata import Decision
 from controller.metrics import ControllerMetrics
@@ -23,6 +23,7 @@ from protocol.remoting import Frame, Header, response
 from remoting.server import Connection, error_response
 
 AsyncHandler = Callable[[Connection, Frame], Awaitable[Frame]]
+R = TypeVar("R")
 
 
 class Refused(RequestRefused):
@@ -36,6 +37,13 @@ class Refused(RequestRefused):
 def refuse(decision: Decision[Any]) -> Refused:
     """The refusal that answers a decision that is not SUCCESS."""
     return Refused(decision.code, decision.remark or code_name(decision.code))
+
+
+def answer_of(decision: Decision[R]) -> R:
+    """The response of a SUCCESS decision; else (refused, or no response) its refusal, raised."""
+    if not decision.ok or decision.response is None:
+        raise refuse(decision)
+    return decision.response
 
 
 def refusal(req: Frame, refused: Refused) -> Frame:

@@ -26,7 +26,7 @@ from controller.metadata import MappingItem, RemapPlan, ReplicasInfoManager, Sta
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
 from controller.service.notifier import BrokerNotifier
-from controller.service.requests import Refused, refuse
+from controller.service.requests import Refused, answer_of, refuse
 from protocol.broker_requests.static_queues import FenceStaticQueue, QueueFenced
 from protocol.codes import ResponseCode, code_name
 from protocol.controller_requests.static_topics import (
@@ -92,10 +92,10 @@ class StaticTopicHandlers:
         names = list(ask.broker_names)
         if ask.place_groups and self.manager.static_topic(topic) is None:
             names = self._place(ask.place_groups)
-        d = await self.committer.settle(self.manager.create_static_topic(topic, ask.queues, names))
-        if not d.ok or d.response is None:
-            raise refuse(d)
-        groups = {item.broker_name for items in d.response for item in items}
+        mapping = answer_of(
+            await self.committer.settle(self.manager.create_static_topic(topic, ask.queues, names))
+        )
+        groups = {item.broker_name for items in mapping for item in items}
         missing = await self.hand_queues(topic, groups)
         if missing:
             raise Refused(
@@ -103,9 +103,7 @@ class StaticTopicHandlers:
                 f"static topic {topic} is created, but {'; '.join(missing)}: run the same "
                 "command again to hand them the queues",
             )
-        return response(
-            req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, d.response))
-        )
+        return response(req, ResponseCode.SUCCESS, None, msgpack.packb(mapping_doc(topic, mapping)))
 
     async def hand_queues(self, topic: str, groups: Collection[str]) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC of ``topic``'s physical queues to the masters of ``groups``,
@@ -150,12 +148,10 @@ class StaticTopicHandlers:
             raise Refused(
                 ResponseCode.BAD_REQUEST, f"a move of {topic} queue {queue_id} is in progress"
             )
-        planned = self.manager.plan_remap(topic, queue_id, target)
-        if not planned.ok or planned.response is None:
-            raise refuse(planned)
+        plan = answer_of(self.manager.plan_remap(topic, queue_id, target))
         self._moving.add(key)
         try:
-            item = await self._move(planned.response)
+            item = await self._move(plan)
         finally:
             self._moving.discard(key)
         log.info(

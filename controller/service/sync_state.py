@@ -12,7 +12,7 @@ from controller.documents import sync_state_document
 from controller.metadata import BrokerLiveTable, ReplicasInfoManager
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
-from controller.service.requests import Refused, refuse
+from controller.service.requests import Refused, answer_of
 from protocol.codes import ResponseCode
 from protocol.controller_requests.groups import (
     AlterSyncStateSet,
@@ -50,10 +50,7 @@ class SyncStateHandlers:
             ask.sync_state_set_epoch,
             self.live.alive_predicate(self.now_ms()),
         )
-        d = await self.committer.settle(d)
-        if not d.ok or d.response is None:
-            raise refuse(d)
-        r = d.response
+        r = answer_of(await self.committer.settle(d))
         header, body = AlterSyncStateSetAnswer(
             sync_state_set=r.sync_state_set, sync_state_set_epoch=r.sync_state_set_epoch
         ).encode()

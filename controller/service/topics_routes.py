@@ -23,7 +23,7 @@ from controller.service.commit import DecisionCommitter
 from controller.service.connections import ConnectionIds
 from controller.service.gate import LeadershipGate
 from controller.service.notifier import BrokerNotifier
-from controller.service.requests import Refused, refuse
+from controller.service.requests import Refused, answer_of
 from controller.service.static_topics import static_route
 from controller.service.tasks import BackgroundTasks
 from protocol.codes import ResponseCode
@@ -224,10 +224,7 @@ class TopicRouteHandlers:
         d = self.manager.update_topic(
             ask.cluster, ask.broker_name, ask.topic, ask.queues, ask.perm, ask.message_type
         )
-        d = await self.committer.settle(d)
-        if not d.ok or d.response is None:
-            raise refuse(d)
-        r = d.response
+        r = answer_of(await self.committer.settle(d))
         header, body = TopicUpdated(
             topic=r.topic,
             queues=r.queues,
