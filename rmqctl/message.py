@@ -11,8 +11,8 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import click
 
@@ -41,6 +41,8 @@ _WINDOW = 64
 # Up to this many messages, a table row each; more: a summary (and a progress bar on a terminal)
 # unless --verbose.
 _ROWS_UP_TO = 10
+
+M = TypeVar("M", bound=ReceivedMessage)
 
 _DELAY = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -440,52 +442,28 @@ async def _consume_pop(
     tag_filter: Filter,
     trace: bool = False,
 ) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-    started = loop.time()
-    deadline = None if timeout is None else started + timeout
     consumer = SimpleConsumer(addresses, group, topic, filter=tag_filter, trace=trace)
-    printed = 0
-    closed = False
     spinner = Spinner(_waiting_for(topic, group, 0, pop=True))
-    try:
-        await consumer.start()
-        if not settings.json:
-            click.echo(_HUMAN_HEADER)
-        async with spinner:
-            while not stop.is_set() and (count is None or printed < count):
-                wait = 0.5
-                if deadline is not None:
-                    wait = min(wait, deadline - loop.time())
-                    if wait <= 0:
-                        break
-                want = 32 if count is None else min(32, count - printed)
-                msgs = await consumer.receive(want, invisible_duration=invisible, wait=wait)
-                if not msgs:
-                    continue
-                lines = "\n".join(
-                    _pop_json_line(m) if settings.json else _human_line(m) for m in msgs
-                )
-                spinner.clear()
-                try:
-                    write_stdout(lines + "\n")
-                except BrokenPipeError:
-                    stdout_closed()
-                    closed = True
-                    break
-                await asyncio.gather(*(consumer.ack(m) for m in msgs))
-                printed += len(msgs)
-                spinner.say(_waiting_for(topic, group, printed, pop=True))
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-        await consumer.close()
-    if count is not None and printed < count and not closed:
-        click.echo(f"{printed} of {count} received in {loop.time() - started:.1f} s", err=True)
+
+    async def take(left: int | None, wait: float) -> list[PopMessage]:
+        want = 32 if left is None else min(32, left)
+        return await consumer.receive(want, invisible_duration=invisible, wait=wait)
+
+    async def printed(msgs: list[PopMessage]) -> None:
+        await asyncio.gather(*(consumer.ack(m) for m in msgs))
+
+    await _print_received(
+        settings,
+        consumer,
+        spinner,
+        lambda n: _waiting_for(topic, group, n, pop=True),
+        count,
+        timeout,
+        0.5,
+        take,
+        _pop_json_line,
+        printed,
+    )
 
 
 def _waiting_for(topic: str, group: str, printed: int, *, pop: bool) -> str:
@@ -511,6 +489,46 @@ async def _consume(
     tag_filter: Filter | str = "*",
     trace: bool = False,
 ) -> None:
+    consumer = Consumer(
+        addresses, group, topic, start_from=start_from, filter=tag_filter, trace=trace
+    )
+    # A bounded wait (--timeout) ends by itself; an open-ended one says what it waits for.
+    spinner = Spinner(_waiting_for(topic, group, 0, pop=False))
+    spinner.enabled = spinner.enabled and timeout is None
+
+    async def take(left: int | None, wait: float) -> list[ReceivedMessage]:
+        return await consumer.receive(wait, max_messages=1024 if left is None else left)
+
+    await _print_received(
+        settings,
+        consumer,
+        spinner,
+        lambda n: _waiting_for(topic, group, n, pop=False),
+        count,
+        timeout,
+        0.25,
+        take,
+        _json_line,
+    )
+
+
+async def _print_received(
+    settings: Settings,
+    consumer: Consumer | SimpleConsumer,
+    spinner: Spinner,
+    waiting: Callable[[int], str],
+    count: int | None,
+    timeout: float | None,
+    poll: float,
+    take: Callable[[int | None, float], Awaitable[list[M]]],
+    json_line: Callable[[M], str],
+    printed_hook: Callable[[list[M]], Awaitable[None]] | None = None,
+) -> None:
+    """consumeMessage's loop, either consumer: start ``consumer``, print what ``take(left,
+    wait)`` returns (``left``: messages still wanted, None for no end; ``wait``: at most
+    ``poll`` seconds) until ``count`` messages, ``timeout`` seconds, Ctrl-C or a closed stdout,
+    calling ``printed_hook`` on each batch once printed (POP acks there); close the consumer.
+    Stopped before ``count``, says "N of M received in T s" on stderr."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -518,30 +536,23 @@ async def _consume(
             loop.add_signal_handler(sig, stop.set)
     started = loop.time()
     deadline = None if timeout is None else started + timeout
-    consumer = Consumer(
-        addresses, group, topic, start_from=start_from, filter=tag_filter, trace=trace
-    )
     printed = 0
     closed = False
-    # A bounded wait (--timeout) ends by itself; an open-ended one says what it waits for.
-    spinner = Spinner(_waiting_for(topic, group, 0, pop=False))
-    spinner.enabled = spinner.enabled and timeout is None
     try:
         await consumer.start()
         if not settings.json:
             click.echo(_HUMAN_HEADER)
         async with spinner:
             while not stop.is_set() and (count is None or printed < count):
-                wait = 0.25
+                wait = poll
                 if deadline is not None:
                     wait = min(wait, deadline - loop.time())
                     if wait <= 0:
                         break
-                want = 1024 if count is None else count - printed
-                msgs = await consumer.receive(wait, max_messages=want)
+                msgs = await take(None if count is None else count - printed, wait)
                 if not msgs:
                     continue
-                lines = "\n".join(_json_line(m) if settings.json else _human_line(m) for m in msgs)
+                lines = "\n".join(json_line(m) if settings.json else _human_line(m) for m in msgs)
                 spinner.clear()
                 try:
                     write_stdout(lines + "\n")
@@ -549,8 +560,10 @@ async def _consume(
                     stdout_closed()
                     closed = True
                     break
+                if printed_hook is not None:
+                    await printed_hook(msgs)
                 printed += len(msgs)
-                spinner.say(_waiting_for(topic, group, printed, pop=False))
+                spinner.say(waiting(printed))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
