@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -249,13 +250,7 @@ class Lookup(BootstrapClient):
         answers = await asyncio.gather(
             *(self._search_group(name, members, key, limit) for name, members in groups.items())
         )
-        found = [m for messages, _ in answers for m in messages]
-        failures = [error for _, error in answers if error is not None]
-        if not found and failures:
-            raise ClientError("; ".join(failures))
-        if errors is not None:
-            errors.extend(failures)
-        return found
+        return _found_or_failed(answers, errors)
 
     async def _search_group(
         self, name: str, members: list[ClusterBroker], key: str, limit: asyncio.Semaphore
@@ -329,16 +324,7 @@ class Lookup(BootstrapClient):
         )
         groups = [b.broker_name for b in route.brokers]
         answers = await asyncio.gather(*(self._query_group(route, g, query) for g in groups))
-        found: list[FoundMessage] = []
-        failures: list[str] = []
-        for messages, error in answers:
-            found.extend(messages)
-            if error is not None:
-                failures.append(error)
-        if not found and failures:
-            raise ClientError("; ".join(failures))
-        if errors is not None:
-            errors.extend(failures)
+        found = _found_or_failed(answers, errors)
         found.sort(
             key=lambda m: (m.record.store_timestamp, m.broker_name, m.record.physical_offset)
         )
@@ -417,3 +403,18 @@ class Lookup(BootstrapClient):
                 f"{broker_name}{detail}"
             )
         raise ClientError(f"broker group {broker_name} did not answer ({'; '.join(reasons)})")
+
+
+def _found_or_failed(
+    answers: Sequence[tuple[list[FoundMessage], str | None]], errors: list[str] | None
+) -> list[FoundMessage]:
+    """The messages the broker groups answered (``(messages, error)`` each); a
+    :class:`ClientError` naming every group's error when none was found and some could not
+    answer, else their errors appended to ``errors`` (if given)."""
+    found = [m for messages, _ in answers for m in messages]
+    failures = [error for _, error in answers if error is not None]
+    if not found and failures:
+        raise ClientError("; ".join(failures))
+    if errors is not None:
+        errors.extend(failures)
+    return found
