@@ -31,6 +31,11 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import sdk_phases, smoke
+
+# Re-exported (``as``): the other benches import them from here.
+from bench.figures import cpu_resolution as cpu_resolution
+from bench.figures import cpu_seconds as cpu_seconds
+from bench.figures import pct as pct
 from bench.master_link import MasterLink
 from protocol.codes import RequestCode, ResponseCode
 from protocol.idempotence import SEQ_FIELD, pack_producer_seq
@@ -43,25 +48,6 @@ from tests.support.procs import BrokerProc
 T = TypeVar("T")
 
 TARGETS = {"single": 40_000, "batch": 150_000, "consume": 150_000}
-CLK = os.sysconf("SC_CLK_TCK")
-
-
-def _process_cpu_clock(pid: int) -> int:
-    """Linux's CPU-time clock of process ``pid``, all its threads, live and ended (what glibc's
-    ``clock_getcpuclockid`` returns: ``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``)."""
-    return ((~pid) << 3) | 2
-
-
-def cpu_seconds(pid: int) -> float:
-    """Process ``pid``'s CPU time (user + system, every thread), in seconds. Read from its
-    CPU-time clock, counted in nanoseconds (the scheduler's own runtime, which /proc's utime and
-    stime are scaled to); where that clock cannot be read, from /proc/PID/stat, whose utime and
-    stime come in ticks of 1/SC_CLK_TCK s (10 ms): :func:`cpu_resolution` says which."""
-    try:
-        return time.clock_gettime_ns(_process_cpu_clock(pid)) / 1e9
-    except OSError:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK
 
 
 def _running_threads(pid: int) -> int:
@@ -88,16 +74,6 @@ def idle_cpu_seconds(pid: int, wait: float = 0.25) -> tuple[float, bool]:
         time.sleep(0.001)
 
 
-def cpu_resolution(pid: int) -> float:
-    """The step, in seconds, of what :func:`cpu_seconds` reads for ``pid``: 1 ns from the
-    process's CPU-time clock, a tick (1/SC_CLK_TCK s) from /proc/PID/stat."""
-    try:
-        time.clock_gettime_ns(_process_cpu_clock(pid))
-    except OSError:
-        return 1 / CLK
-    return 1e-9
-
-
 def rss_anon_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("RssAnon:"):
@@ -112,13 +88,6 @@ def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except ImportError:
         return asyncio.run(main())
     return uvloop.run(main())
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def report(

@@ -893,7 +893,7 @@ async def sdk_bench(
         profile=args.profile,
         server_pid=pid,
     )
-    return rates[True], sdk_phases.pct(lat[True], 0.5)
+    return rates[True], pct(lat[True], 0.5)
 
 
 async def nats_peer(

@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import io
-import os
 import pstats
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from bench.figures import cpu_seconds, pct
 from client import MessageQueue, Producer
 from client.admin import Admin
 from client.errors import ClientError
@@ -30,20 +29,6 @@ from protocol.codes import RequestCode
 from protocol.remoting import Frame
 
 ROUNDS = 4  # one-at-a-time rounds per mode, interleaved
-CLK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 @dataclass
