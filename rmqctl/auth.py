@@ -223,6 +223,15 @@ def _list_doc(resp: Frame, key: str) -> dict[str, Any]:
 
 # Access rules ----------------------------------------------------------------------------------
 
+
+def _with_rules(resp: Frame) -> dict[str, Any]:
+    """An access-rule change's answer: the user it names (:func:`_header`) and, under
+    "rules", the user's rules after the change."""
+    doc = _header(resp)
+    doc["rules"] = _list_doc(resp, "rules")["rules"]
+    return doc
+
+
 subject_option = click.option(
     "-s", "--subject", required=True, metavar="User:NAME", help="The user (User:alice or alice)."
 )
@@ -284,9 +293,7 @@ def _put_acl(
     rules = tuple(
         _checked(make_rule, r, _split(actions), decision, _split(source_ip)) for r in names
     )
-    resp = run(_send(addresses, kind(username=username, rules=rules)))
-    doc = _header(resp)
-    doc["rules"] = _list_doc(resp, "rules")["rules"]
+    doc = _with_rules(run(_send(addresses, kind(username=username, rules=rules))))
     emit(settings, doc, lambda: f"{verb} {len(rules)} rule(s) of {username}")
 
 
@@ -367,9 +374,7 @@ def delete_acl(settings: Settings, addresses: str, subject: str, resources: str 
     """
     username = _subject(subject)
     patterns = tuple(_checked(resource_pattern, r) for r in _split(resources))
-    resp = run(_send(addresses, DeleteAcl(username=username, resources=patterns)))
-    doc = _header(resp)
-    doc["rules"] = _list_doc(resp, "rules")["rules"]
+    doc = _with_rules(run(_send(addresses, DeleteAcl(username=username, resources=patterns))))
     named = ", ".join(str(p) for p in patterns)
     emit(settings, doc, lambda: f"deleted {named or 'all'} rules of {username}")
 
