@@ -92,6 +92,10 @@ def addresses_option(func: F) -> F:
     )(func)
 
 
+topic_option = click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+group_option = click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+
+
 class TimeType(click.ParamType[int]):
     """A point in time: epoch milliseconds, or ISO 8601 (UTC unless it gives an offset, like
     every time rmqctl prints). A value that is neither is a usage error (exit status 2)."""

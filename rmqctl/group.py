@@ -15,6 +15,7 @@ from rmqctl.common import (
     Settings,
     addresses_option,
     emit,
+    group_option,
     pass_settings,
     run,
     table,
@@ -25,7 +26,7 @@ _BROKER_HELP = "Only this broker group (default: every broker group)."
 
 @click.command("updateSubGroup", short_help="Create or update a consumer group's retry settings.")
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@group_option
 @click.option(
     "--retry-max-times",
     type=int,
@@ -93,7 +94,7 @@ def update_sub_group(
 
 @click.command("getSubGroup", short_help="Show a consumer group's retry settings.")
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@group_option
 @click.option("-b", "--broker", "broker_name", default=None, metavar="NAME", help=_BROKER_HELP)
 @pass_settings
 def get_sub_group(settings: Settings, addresses: str, group: str, broker_name: str | None) -> None:
@@ -137,7 +138,7 @@ def _groups_table(brokers: dict[str, dict[str, Any]]) -> str:
 
 @click.command("queryDLQ", short_help="List a consumer group's dead-letter messages.")
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@group_option
 @click.option(
     "--max",
     "max_count",
@@ -197,7 +198,7 @@ def query_dlq(
 
 @click.command("resendDLQ", short_help="Re-send dead-letter messages to their original topic.")
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@group_option
 @click.option("--msg-id", default=None, metavar="ID", help="Re-send this DLQ message (queryDLQ).")
 @click.option("--all", "resend_all", is_flag=True, help="Re-send every message not re-sent yet.")
 @click.option("-b", "--broker", "broker_name", default=None, metavar="NAME", help=_BROKER_HELP)

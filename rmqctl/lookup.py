@@ -21,6 +21,7 @@ from rmqctl.common import (
     emit,
     pass_settings,
     run,
+    topic_option,
     utc_iso,
 )
 
@@ -133,7 +134,7 @@ def query_msg_by_id(
     metavar="MSGID",
     help="The unique key (UNIQ_KEY): the message id a client shows.",
 )
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @_body_option
 @pass_settings
 def query_msg_by_unique_key(
@@ -166,7 +167,7 @@ def query_msg_by_unique_key(
 
 @click.command("queryMsgByKey", short_help="Find a topic's messages by key.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @click.option("-k", "--key", required=True, metavar="KEY", help="Message key (or UNIQ_KEY).")
 @click.option(
     "-b",
@@ -246,7 +247,7 @@ def query_msg_by_key(
 
 @click.command("queryMsgByOffset", short_help="Show the message at a queue offset.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @click.option(
     "-b", "--broker", "broker_name", required=True, metavar="BROKER", help="Broker group."
 )

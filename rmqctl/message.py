@@ -28,10 +28,12 @@ from rmqctl.common import (
     TimeType,
     addresses_option,
     emit,
+    group_option,
     pass_settings,
     run,
     stdout_closed,
     table,
+    topic_option,
     utc_iso,
     write_stdout,
 )
@@ -87,7 +89,7 @@ class PropertyType(click.ParamType[tuple[str, str]]):
 
 @click.command("sendMessage", short_help="Send a message, N times with --count.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @click.option("-p", "--body", required=True, metavar="BODY", help="Message body (sent as UTF-8).")
 @click.option("-k", "--keys", default="", metavar="KEYS", help="Message keys.")
 @click.option("--tags", default="", metavar="TAGS", help="Message tags.")
@@ -322,8 +324,8 @@ def recall_message(settings: Settings, addresses: str, topic: str, msg_id: str) 
 
 @click.command("consumeMessage", short_help="Consume messages as a member of a group.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@topic_option
+@group_option
 @click.option(
     "--count", type=click.IntRange(min=1), default=None, metavar="N", help="Stop after N messages."
 )

@@ -21,6 +21,7 @@ from rmqctl.common import (
     pass_settings,
     run,
     table,
+    topic_option,
     utc_iso,
 )
 
@@ -59,7 +60,7 @@ def message_rows(found: list[FoundMessage], show_body: bool) -> str:
 
 @click.command("queryMsgByTime", short_help="Find a topic's messages stored in a time range.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @click.option(
     "-b",
     "--begin",
@@ -176,7 +177,7 @@ def _queue_block(q: QueueMessages, show_body: bool) -> str:
 
 @click.command("printMsg", short_help="Print the messages of a topic's queues in a time range.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @click.option(
     "-q",
     "--queue",

@@ -16,17 +16,19 @@ from rmqctl.common import (
     Settings,
     addresses_option,
     emit,
+    group_option,
     pass_settings,
     run,
     table,
+    topic_option,
     utc_iso,
 )
 
 
 @click.command("resetOffsetByTime", short_help="Replay or skip a consumer group from a time.")
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@group_option
+@topic_option
 @click.option(
     "-s",
     "--timestamp",
@@ -80,8 +82,8 @@ def reset_offset_by_time(
     "skipAccumulatedMessage", short_help="Move a consumer group to the end of a topic (lag 0)."
 )
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@group_option
+@topic_option
 @pass_settings
 def skip_accumulated_message(settings: Settings, addresses: str, group: str, topic: str) -> None:
     """Move GROUP's offsets of every queue of TOPIC to the queue's end, on every master holding

@@ -24,7 +24,16 @@ from protocol.broker_requests.producers import (
 from protocol.remoting import Frame
 from protocol.static_topic import LogicalQueue, logical_max, resume_offset
 from rmqctl.broker_admin import BrokerRef, ask_each, failures
-from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
+from rmqctl.common import (
+    CommandError,
+    Settings,
+    addresses_option,
+    emit,
+    group_option,
+    pass_settings,
+    run,
+    table,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +414,7 @@ def connection_table(
 
 @click.command("consumerConnection", short_help="A consumer group's live members and their queues.")
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@group_option
 @pass_settings
 def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
     """List a consumer group's live members (client id, address, language, version, protocol,

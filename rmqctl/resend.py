@@ -11,7 +11,15 @@ import click
 from client.lookup import FoundMessage
 from client.resend import Resender
 from protocol.broker_requests.consume_directly import ConsumedDirectly
-from rmqctl.common import Settings, Spinner, addresses_option, emit, pass_settings, run
+from rmqctl.common import (
+    Settings,
+    Spinner,
+    addresses_option,
+    emit,
+    group_option,
+    pass_settings,
+    run,
+)
 
 _POLL = 0.2
 
@@ -26,7 +34,7 @@ _POLL = 0.2
     metavar="MSGID",
     help="The message: its offset id, or the unique key (UNIQ_KEY) a client shows.",
 )
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@group_option
 @click.option(
     "-t",
     "--topic",

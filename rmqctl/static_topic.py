@@ -28,10 +28,9 @@ from rmqctl.common import (
     pass_settings,
     run,
     table,
+    topic_option,
 )
 from rmqctl.controller_calls import TIMEOUT, answer_body, call_controllers
-
-topic_option = click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
 
 
 def _mapping(raw: Any) -> dict[str, Any]:

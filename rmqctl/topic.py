@@ -25,13 +25,14 @@ from rmqctl.common import (
     pass_settings,
     run,
     table,
+    topic_option,
 )
 from rmqctl.controller_calls import answer_body, call_controllers
 
 
 @click.command("updateTopic", short_help="Create or update a topic on the master brokers.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @click.option(
     "-q",
     "--queues",
@@ -133,7 +134,7 @@ def update_topic(
 
 @click.command("topicRoute", short_help="Show a topic's broker groups, masters and queues.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @pass_settings
 def topic_route(settings: Settings, addresses: str, topic: str) -> None:
     """Show which broker groups hold a topic, their masters, slaves and queue counts.

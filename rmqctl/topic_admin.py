@@ -35,10 +35,12 @@ from rmqctl.common import (
     Settings,
     addresses_option,
     emit,
+    group_option,
     one_cluster,
     pass_settings,
     run,
     table,
+    topic_option,
     utc_iso,
 )
 from rmqctl.controller_calls import call_controllers
@@ -287,7 +289,7 @@ def topic_list(settings: Settings, addresses: str, cluster: str | None) -> None:
 
 @click.command("topicStatus", short_help="Show each queue's min and max offset and last update.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @pass_settings
 def topic_status(settings: Settings, addresses: str, topic: str) -> None:
     """Show each queue of a topic on each broker group: its min and max offset and when its
@@ -310,7 +312,7 @@ def topic_status(settings: Settings, addresses: str, topic: str) -> None:
 
 @click.command("deleteTopic", short_help="Delete a topic from the controllers and every broker.")
 @addresses_option
-@click.option("-t", "--topic", required=True, metavar="TOPIC", help="Topic name.")
+@topic_option
 @click.option(
     "--force", is_flag=True, help="Delete even while a producer sends to it (messages are lost)."
 )
@@ -336,7 +338,7 @@ def delete_topic(settings: Settings, addresses: str, topic: str, force: bool) ->
 
 @click.command("deleteSubGroup", short_help="Delete a consumer group on every broker.")
 @addresses_option
-@click.option("-g", "--group", required=True, metavar="GROUP", help="Consumer group.")
+@group_option
 @click.option(
     "--remove-dlq", is_flag=True, help="Also delete the group's dead-letter topic (%DLQ%GROUP)."
 )
