@@ -38,13 +38,20 @@ class GrpcClient:
     address: str
 
 
+def peer_address(context: Any) -> str:
+    """The calling client's address as gRPC names its peer, without the scheme:
+    ``ipv4:127.0.0.1:5000`` -> ``127.0.0.1:5000`` (any other peer as it is)."""
+    peer = str(context.peer() or "")
+    return peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+
+
 def grpc_client(context: Any) -> GrpcClient:
     """The calling client's :class:`GrpcClient` ("" for a header it did not send)."""
     headers = {k: str(v) for k, v in context.invocation_metadata() or ()}
-    peer = str(context.peer() or "")
-    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
     return GrpcClient(
-        headers.get("x-mq-language", ""), headers.get("x-mq-client-version", ""), address
+        headers.get("x-mq-language", ""),
+        headers.get("x-mq-client-version", ""),
+        peer_address(context),
     )
 
 

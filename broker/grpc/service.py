@@ -28,6 +28,7 @@ import structlog
 
 from broker.grpc.access import CallGuard, check_namespace_header
 from broker.grpc.consume import ConsumeService
+from broker.grpc.consumers import peer_address
 from broker.grpc.delivery import CONSUMER_TYPES
 from broker.grpc.endpoints import EndpointBook
 from broker.grpc.here import Here
@@ -58,12 +59,6 @@ log = structlog.get_logger(__name__)
 #: Room above the largest body for the rest of a SendMessageRequest, so a body just over the
 #: limit is answered MESSAGE_BODY_TOO_LARGE by the service (larger: RESOURCE_EXHAUSTED).
 _REQUEST_OVERHEAD = 1 << 20
-
-
-def _peer(context: Any) -> str:
-    """``ipv4:127.0.0.1:5000`` -> ``127.0.0.1:5000``."""
-    peer = str(context.peer() or "")
-    return peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
 
 
 def _over_tls(context: Any) -> bool:
@@ -172,7 +167,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: rpc.SendMessageRequest, context: Any) -> Any:
         if (refusal := self._refusal("SendMessage", request, context)) is not None:
             return rpc.SendMessageResponse(status=refusal)
-        return await self.publisher.send(request, _peer(context))
+        return await self.publisher.send(request, peer_address(context))
 
     async def EndTransaction(self, request: rpc.EndTransactionRequest, context: Any) -> Any:
         if (refusal := self._refusal("EndTransaction", request, context)) is not None:
