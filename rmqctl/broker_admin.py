@@ -32,8 +32,8 @@ from remoting.errors import RemotingError, ResponseError
 from rmqctl.common import (
     CommandError,
     Settings,
-    _json_after_command,
     emit,
+    json_option,
     one_cluster,
     pass_settings,
     run,
@@ -68,13 +68,7 @@ def broker_options(func: F) -> F:
     """``-b ADDR`` or ``-c CLUSTER`` (with ``-a``: the controllers listing the cluster), and
     ``--json`` also accepted after the command name."""
     for option in (
-        click.option(
-            "--json",
-            is_flag=True,
-            expose_value=False,
-            callback=_json_after_command,
-            help="Same as the global --json.",
-        ),
+        json_option,
         click.option(
             "-a",
             "-n",

@@ -57,6 +57,16 @@ def _json_after_command(ctx: click.Context, _param: click.Parameter, value: bool
         ctx.ensure_object(Settings).json = True
 
 
+json_option = click.option(
+    "--json",
+    is_flag=True,
+    expose_value=False,
+    callback=_json_after_command,
+    help="Same as the global --json.",
+)
+"""``--json`` accepted after the command name too (``rmqctl topicList --json``)."""
+
+
 def _resolve_addresses(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     """The command's own -a, else the global -a (or $RMQCTL_ADDRESSES)."""
     if value:
@@ -71,13 +81,7 @@ def addresses_option(func: F) -> F:
     """``-a ADDRS`` (controller or broker addresses, ``;``-separated, any may be down; ``-n``,
     mqadmin's name server flag, is the same option), and ``--json`` also accepted after the
     command name."""
-    func = click.option(
-        "--json",
-        is_flag=True,
-        expose_value=False,
-        callback=_json_after_command,
-        help="Same as the global --json.",
-    )(func)
+    func = json_option(func)
     return click.option(
         "-a",
         "-n",
