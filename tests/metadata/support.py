@@ -1,9 +1,12 @@
-"""Helpers for the metadata tests: commit decisions, liveness stubs, ready-made groups."""
+"""Helpers for the metadata tests: commit decisions, liveness stubs, ready-made groups, static
+topics' mapping items and re-mapped queues."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from hypothesis import strategies as st
 
 from controller.metadata import (
     Applied,
@@ -14,6 +17,7 @@ from controller.metadata import (
     encode_event,
 )
 from protocol.codes import ResponseCode as RC
+from protocol.static_topic import LogicalQueue, MappingItem
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"
@@ -126,3 +130,36 @@ class CountingDict(dict[Any, Any]):
     def __getitem__(self, key: Any) -> Any:
         self.reads += 1
         return super().__getitem__(key)
+
+
+def mapping_item(
+    broker: str, queue: int, start: int, gen: int, end: int | None, physical_start: int = 0
+) -> MappingItem:
+    """A static topic's mapping item of generation ``gen``: ``broker``'s physical queue
+    ``queue``, from its offset ``physical_start``, holds the logical offsets from ``start`` up to
+    ``end`` (None: the newest item, still open)."""
+    return MappingItem(
+        broker_name=broker,
+        physical_queue=queue,
+        logical_start=start,
+        physical_start=physical_start,
+        generation=gen,
+        logical_end=end,
+    )
+
+
+@st.composite
+def remapped_queues(draw: st.DrawFn, min_sealed: int = 0) -> LogicalQueue:
+    """A logical queue re-mapped a few times: ``min_sealed`` to five sealed items, each of 0 to 6
+    logical offsets from a physical offset 0 to 4, then the newest, open item. Generation ``g``
+    is on physical queue ``g`` of broker ``b{g % 3}``."""
+    items: list[MappingItem] = []
+    start = 0
+    for gen in range(draw(st.integers(min_sealed, 5))):
+        physical_start = draw(st.integers(0, 4))
+        count = draw(st.integers(0, 6))
+        items.append(mapping_item(f"b{gen % 3}", gen, start, gen, start + count, physical_start))
+        start += count
+    gen = len(items)
+    items.append(mapping_item(f"b{gen % 3}", gen, start, gen, None))
+    return tuple(items)

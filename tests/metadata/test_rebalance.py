@@ -8,7 +8,6 @@ import random
 import pytest
 
 from controller.metadata.rebalance import ImbalanceWatch, queue_traffic
-from controller.metadata.static_topic import MappingItem
 from controller.metadata.traffic import TrafficTable, loads
 from protocol.rebalance import (
     ORDINARY,
@@ -21,6 +20,7 @@ from protocol.rebalance import (
     spread,
 )
 from protocol.traffic import TopicRate, TrafficReport
+from tests.metadata.support import mapping_item
 
 
 def q(topic: str, queue: int, group: str, rate: float, movable: bool = True) -> QueueTraffic:
@@ -198,20 +198,10 @@ def test_traffic_table_sums_a_groups_brokers_and_forgets_stale_reports() -> None
 
 
 def test_queue_traffic_follows_the_newest_item() -> None:
-    def item(group: str, queue: int, start: int, gen: int, end: int | None) -> MappingItem:
-        return MappingItem(
-            broker_name=group,
-            physical_queue=queue,
-            logical_start=start,
-            physical_start=0,
-            generation=gen,
-            logical_end=end,
-        )
-
     mapping = (
-        (item("a", 0, 0, 0, 100), item("b", 0, 100, 1, None)),
-        (item("a", 1, 0, 0, None),),
-        (item("a", 2, 0, 0, 7),),  # sealed, no successor yet: moving
+        (mapping_item("a", 0, 0, 0, 100), mapping_item("b", 0, 100, 1, None)),
+        (mapping_item("a", 1, 0, 0, None),),
+        (mapping_item("a", 2, 0, 0, 7),),  # sealed, no successor yet: moving
     )
     table = TrafficTable()
     table.on_report("a", 1, TrafficReport(1000, 9.0, {"t": TopicRate(9.0, {0: 5.0, 1: 4.0})}), 0)

@@ -23,7 +23,7 @@ from controller.metadata import (
     decode_event,
     encode_event,
 )
-from controller.metadata.static_topic import LogicalQueue, MappingItem, without_oldest
+from controller.metadata.static_topic import LogicalQueue, without_oldest
 from protocol.codes import ResponseCode as RC
 from protocol.static_topic import (
     MappingError,
@@ -37,7 +37,7 @@ from protocol.static_topic import (
     to_physical,
 )
 from tests.hypothesis_profiles import examples
-from tests.metadata.support import alive_none, commit, two_groups
+from tests.metadata.support import alive_none, commit, remapped_queues, two_groups
 
 
 def moved_twice() -> ReplicasInfoManager:
@@ -140,28 +140,11 @@ def test_a_group_that_items_are_mapped_to_is_not_cleaned() -> None:
     assert commit(m, gone).ok and m.replica_info("broker-b") is None
 
 
-def item(start: int, gen: int, end: int | None, physical_start: int) -> MappingItem:
-    return MappingItem(
-        broker_name=f"b{gen % 3}",
-        physical_queue=gen,
-        logical_start=start,
-        physical_start=physical_start,
-        generation=gen,
-        logical_end=end,
-    )
-
-
 @st.composite
 def dropped_queues(draw: st.DrawFn) -> tuple[LogicalQueue, int]:
     """A queue re-mapped a few times, and how many of its oldest items retention dropped."""
-    items: list[MappingItem] = []
-    start = 0
-    for gen in range(draw(st.integers(1, 5))):
-        count = draw(st.integers(0, 6))
-        items.append(item(start, gen, start + count, draw(st.integers(0, 4))))
-        start += count
-    items.append(item(start, len(items), None, 0))
-    return tuple(items), draw(st.integers(0, len(items) - 1))
+    items = draw(remapped_queues(min_sealed=1))
+    return items, draw(st.integers(0, len(items) - 1))
 
 
 @settings(max_examples=examples(200), deadline=None)

@@ -15,22 +15,11 @@ from pipeline.errors import OptionError
 from pipeline.logical import logical_bounds, logical_view, physical_commits
 from pipeline.offsets import QueueBounds
 from pipeline.store import StoreOptions
-from protocol.static_topic import LogicalQueue, MappingItem, item_doc
+from protocol.static_topic import LogicalQueue, item_doc
+from tests.metadata.support import mapping_item
 
-
-def item(broker: str, queue: int, start: int, gen: int, end: int | None) -> MappingItem:
-    return MappingItem(
-        broker_name=broker,
-        physical_queue=queue,
-        logical_start=start,
-        physical_start=0,
-        generation=gen,
-        logical_end=end,
-    )
-
-
-STAYS: LogicalQueue = (item("a", 0, 0, 0, None),)
-MOVED: LogicalQueue = (item("a", 1, 0, 0, 4), item("b", 0, 4, 1, None))
+STAYS: LogicalQueue = (mapping_item("a", 0, 0, 0, None),)
+MOVED: LogicalQueue = (mapping_item("a", 1, 0, 0, 4), mapping_item("b", 0, 4, 1, None))
 MAPPING = (STAYS, MOVED)
 
 

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from protocol.static_topic import (
     LogicalQueue,
     MappingError,
-    MappingItem,
     commit_points,
     holding_item,
     item_doc,
@@ -29,25 +28,12 @@ from protocol.static_topic import (
     resume_offset,
 )
 from tests.hypothesis_profiles import examples
-
-
-def item(
-    broker: str, queue: int, start: int, gen: int, end: int | None, physical_start: int = 0
-) -> MappingItem:
-    return MappingItem(
-        broker_name=broker,
-        physical_queue=queue,
-        logical_start=start,
-        physical_start=physical_start,
-        generation=gen,
-        logical_end=end,
-    )
-
+from tests.metadata.support import mapping_item, remapped_queues
 
 MOVED: LogicalQueue = (
-    item("broker-a", 1, 0, 0, 5),
-    item("broker-b", 0, 5, 1, 12),
-    item("broker-a", 2, 12, 2, None),
+    mapping_item("broker-a", 1, 0, 0, 5),
+    mapping_item("broker-b", 0, 5, 1, 12),
+    mapping_item("broker-a", 2, 12, 2, None),
 )
 
 
@@ -63,7 +49,7 @@ def test_read_at_names_the_item_and_physical_offset() -> None:
 
 
 def test_a_move_in_progress_has_nothing_to_read_at_the_seal_and_nothing_past_it() -> None:
-    moving = (item("broker-a", 0, 0, 0, 7),)
+    moving = (mapping_item("broker-a", 0, 0, 0, 7),)
     assert read_at(moving, 6) == (moving[0], 6)
     assert read_at(moving, 7) is None
     with pytest.raises(MappingError):
@@ -71,7 +57,7 @@ def test_a_move_in_progress_has_nothing_to_read_at_the_seal_and_nothing_past_it(
 
 
 def test_logical_of_clamps_to_the_item() -> None:
-    old = item("broker-a", 0, 0, 0, 5, physical_start=10)
+    old = mapping_item("broker-a", 0, 0, 0, 5, physical_start=10)
     assert logical_of(old, 12) == 2
     assert logical_of(old, 3) == 0  # before the item's start (retention moved the queue on)
     assert logical_of(old, 99) == 5  # past a sealed end (a message appended after the seal)
@@ -123,14 +109,17 @@ def test_a_logical_range_splits_into_the_items_physical_ranges() -> None:
     assert physical_ranges(MOVED, 2, 4) == [(MOVED[0], 2, 4)]
     assert physical_ranges(MOVED, 3, 14) == [(MOVED[0], 3, 5), (MOVED[1], 0, 7), (MOVED[2], 0, 2)]
     assert physical_ranges(MOVED, 5, 5) == []
-    shifted = (item("broker-a", 0, 0, 0, 4, physical_start=10), item("broker-b", 0, 4, 1, None))
+    shifted = (
+        mapping_item("broker-a", 0, 0, 0, 4, physical_start=10),
+        mapping_item("broker-b", 0, 4, 1, None),
+    )
     assert physical_ranges(shifted, 1, 6) == [(shifted[0], 11, 14), (shifted[1], 0, 2)]
 
 
 def test_logical_max_is_the_newest_items_max_translated() -> None:
     assert logical_max(MOVED, 0) == 12
     assert logical_max(MOVED, 30) == 42
-    assert logical_max((item("broker-a", 0, 0, 0, 7),), 9) == 7
+    assert logical_max((mapping_item("broker-a", 0, 0, 0, 7),), 9) == 7
 
 
 def test_items_round_trip_the_wire_and_bad_documents_are_refused() -> None:
@@ -151,16 +140,7 @@ def test_items_round_trip_the_wire_and_bad_documents_are_refused() -> None:
 @st.composite
 def moved_queues(draw: st.DrawFn) -> tuple[LogicalQueue, int]:
     """A queue re-mapped a few times, and the newest item's physical max offset."""
-    items: list[MappingItem] = []
-    start = 0
-    for gen in range(draw(st.integers(0, 5))):
-        physical_start = draw(st.integers(0, 4))
-        count = draw(st.integers(0, 6))
-        items.append(item(f"b{gen % 3}", gen, start, gen, start + count, physical_start))
-        start += count
-    gen = len(items)
-    items.append(item(f"b{gen % 3}", gen, start, gen, None))
-    return tuple(items), draw(st.integers(0, 6))
+    return draw(remapped_queues()), draw(st.integers(0, 6))
 
 
 @settings(max_examples=examples(200), deadline=None)
