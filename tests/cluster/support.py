@@ -389,9 +389,7 @@ async def start_group_with_topic(cluster: Cluster, boot: Bootstrap, topic: str) 
     cluster.start_controllers()
     cluster.add_group("broker-a", 3)
     master: str = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
-    await wait_until_async(
-        lambda: route_has_master(boot), "brokers registered for routes", 30, interval=0.1
-    )
+    await wait_route_has_master(boot, cluster)
     await create_topic(boot, master, topic, queues=4)
     return master
 

@@ -20,7 +20,7 @@ from tests.cluster.support import (
     full_sync_state_set,
     new_master,
     node_at,
-    route_has_master,
+    wait_route_has_master,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -38,7 +38,7 @@ async def test_query_by_key_finds_every_message_on_the_new_master_and_only_commi
     try:
         doc = await full_sync_state_set(boot, cluster)
         first_master = doc["masterAddress"]
-        await wait_until_async(lambda: route_has_master(boot), "brokers routed", 30, interval=0.1)
+        await wait_route_has_master(boot, cluster)
         await create_topic(boot, first_master, TOPIC)
         ids: dict[str, list[str]] = {"order-1": [], "order-2": []}
         async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:

@@ -27,8 +27,8 @@ from tests.cluster.support import (
     full_sync_state_set,
     new_master,
     node_at,
-    route_has_master,
     sync_state,
+    wait_route_has_master,
 )
 from tests.support.cli import rmqctl
 from tests.support.cluster import BrokerNode, Cluster
@@ -105,7 +105,7 @@ async def group_with_messages(
         config="" if scrub else "scrub_bytes_per_s = 0\n",
     )
     doc = await full_sync_state_set(boot, cluster, size=3)
-    await wait_until_async(lambda: route_has_master(boot), "routes", 30, interval=0.1)
+    await wait_route_has_master(boot, cluster)
     await create_topic(boot, doc["masterAddress"], TOPIC, queues=1)
     bodies: dict[Key, bytes] = {}
     physical: dict[int, int] = {}

@@ -19,7 +19,7 @@ from pipeline.options import ReadOptions
 from pipeline.rows import message_schema
 from protocol.codes import RequestCode
 from remoting.client import RemotingClient
-from tests.cluster.support import create_topic, full_sync_state_set, node_at, route_has_master
+from tests.cluster.support import create_topic, full_sync_state_set, node_at, wait_route_has_master
 from tests.support.cluster import Cluster, controllers_started
 from tests.support.wait import wait_until_async
 
@@ -69,13 +69,7 @@ async def test_only_confirmed_messages_are_read(cluster: Cluster) -> None:
         master_address = doc["masterAddress"]
         slave = next(b for b in cluster.brokers if b.address != master_address)
         assert node_at(cluster, master_address).alive()
-        await wait_until_async(
-            lambda: route_has_master(boot),
-            "the master in the routes",
-            30,
-            interval=0.1,
-            on_timeout=cluster.logs,
-        )
+        await wait_route_has_master(boot, cluster)
         await create_topic(boot, master_address, TOPIC, queues=2)
 
         async def all_confirmed() -> bool:
