@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from daemon.logs import LogWriter
+from tests.support.pipes import fill_pipe, read_available
 from tests.support.wait import wait_until
 
 
@@ -20,23 +21,10 @@ class Pipe:
         self.r, self.w = os.pipe()
 
     def fill(self) -> None:
-        os.set_blocking(self.w, False)
-        try:
-            while True:
-                os.write(self.w, b"x" * 4096)
-        except BlockingIOError:
-            pass
-        os.set_blocking(self.w, True)
+        fill_pipe(self.w)
 
     def drain(self) -> bytes:
-        os.set_blocking(self.r, False)
-        out = b""
-        try:
-            while chunk := os.read(self.r, 65536):
-                out += chunk
-        except BlockingIOError:
-            pass
-        return out
+        return read_available(self.r)
 
     def close(self) -> None:
         for fd in (self.r, self.w):

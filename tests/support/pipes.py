@@ -16,6 +16,33 @@ import uuid
 from tests.support.procs import ROOT, Daemon
 
 
+def fill_pipe(write_fd: int) -> int:
+    """Write to the pipe's ``write_fd`` until the pipe is full; the bytes written (no newline
+    among them). ``write_fd`` is left blocking, as it was."""
+    os.set_blocking(write_fd, False)
+    written = 0
+    try:
+        while True:
+            written += os.write(write_fd, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    finally:
+        os.set_blocking(write_fd, True)
+    return written
+
+
+def read_available(read_fd: int) -> bytes:
+    """What the pipe's ``read_fd`` holds now, without waiting (it is left non-blocking)."""
+    os.set_blocking(read_fd, False)
+    chunks: list[bytes] = []
+    try:
+        while chunk := os.read(read_fd, 65536):
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    return b"".join(chunks)
+
+
 class LogPipe:
     """A pipe for ``daemon``'s output: the daemon writes, the test reads. :meth:`fill` leaves
     no room in it."""
@@ -29,17 +56,9 @@ class LogPipe:
         self._notify.bind("\0" + self._notify_name)
 
     def fill(self) -> int:
-        """Write until the pipe is full; returns the bytes written (no newline among them)."""
-        os.set_blocking(self.write_fd, False)
-        written = 0
-        try:
-            while True:
-                written += os.write(self.write_fd, b"x" * 4096)
-        except BlockingIOError:
-            pass
-        finally:
-            os.set_blocking(self.write_fd, True)  # the daemon gets an ordinary blocking pipe
-        return written
+        """Write until the pipe is full; returns the bytes written (no newline among them).
+        The daemon gets an ordinary blocking pipe."""
+        return fill_pipe(self.write_fd)
 
     def start(self) -> None:
         """Start the daemon writing to the pipe; this process keeps only the read end."""
@@ -73,14 +92,7 @@ class LogPipe:
 
     def read_available(self) -> bytes:
         """What the pipe holds now, without waiting."""
-        os.set_blocking(self.read_fd, False)
-        chunks = []
-        try:
-            while chunk := os.read(self.read_fd, 65536):
-                chunks.append(chunk)
-        except BlockingIOError:
-            pass
-        return b"".join(chunks)
+        return read_available(self.read_fd)
 
     def close_read_end(self) -> None:
         if self.read_open:
