@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -597,6 +597,43 @@ class FakeBroker:
         resp = await conn.request(103, header, msgpack.packb({"topics": topics}))
         assert resp.code == 0, resp.header
         return conn
+
+
+async def groups_with_routes(
+    cluster: ServiceCluster, leader: str, topics_of: Mapping[str, Mapping[str, int]]
+) -> list[FakeBroker]:
+    """A group of three simulated brokers for each group name in ``topics_of``, each broker
+    joined and the group's topics (topic -> queues) registered on the controller at ``leader``;
+    16 groups at a time. If a group fails, the brokers started are stopped and its error
+    raised."""
+
+    async def group(name: str) -> list[FakeBroker]:
+        brokers = []
+        try:
+            for b in range(3):
+                broker = FakeBroker(cluster.addresses, name, register_code=f"{name}-{b}")
+                brokers.append(broker)
+                await broker.start()
+                await broker.join()
+                await broker.register_routes(dict(topics_of[name]), leader)
+        except BaseException:
+            await asyncio.gather(*(b.stop() for b in brokers), return_exceptions=True)
+            raise
+        return brokers
+
+    sem = asyncio.Semaphore(16)
+
+    async def limited(name: str) -> list[FakeBroker]:
+        async with sem:
+            return await group(name)
+
+    groups = await asyncio.gather(*(limited(n) for n in topics_of), return_exceptions=True)
+    brokers = [b for gr in groups if isinstance(gr, list) for b in gr]
+    failed = [gr for gr in groups if isinstance(gr, BaseException)]
+    if failed:
+        await asyncio.gather(*(b.stop() for b in brokers), return_exceptions=True)
+        raise failed[0]
+    return brokers
 
 
 async def replica_info(controllers: str, broker_name: str) -> dict[str, Any]:

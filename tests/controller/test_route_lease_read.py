@@ -30,7 +30,7 @@ import pytest
 from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery
 from remoting.client import RemotingClient
-from tests.controller.support import FakeBroker, ServiceCluster
+from tests.controller.support import FakeBroker, ServiceCluster, groups_with_routes
 
 CONFIG: dict[str, Any] = {
     "route_expiry_ms": 600_000,
@@ -48,31 +48,11 @@ def topic(g: int, i: int) -> str:
 
 async def add_groups(cluster: ServiceCluster, leader: str) -> list[FakeBroker]:
     """GROUPS groups of 3 brokers, every broker's group topics registered on the leader."""
-
-    async def group(g: int) -> list[FakeBroker]:
-        brokers = []
-        topics = {topic(g, i): 8 for i in range(TOPICS_PER_GROUP)}
-        for b in range(3):
-            broker = FakeBroker(cluster.addresses, f"lease-read-{g:03d}", register_code=f"c{g}-{b}")
-            brokers.append(broker)
-            await broker.start()
-            await broker.join()
-            await broker.register_routes(topics, leader)
-        return brokers
-
-    sem = asyncio.Semaphore(16)
-
-    async def limited(g: int) -> list[FakeBroker]:
-        async with sem:
-            return await group(g)
-
-    groups = await asyncio.gather(*(limited(g) for g in range(GROUPS)), return_exceptions=True)
-    brokers = [b for gr in groups if isinstance(gr, list) for b in gr]
-    failed = [gr for gr in groups if isinstance(gr, BaseException)]
-    if failed:
-        await asyncio.gather(*(b.stop() for b in brokers), return_exceptions=True)
-        raise failed[0]
-    return brokers
+    topics_of = {
+        f"lease-read-{g:03d}": {topic(g, i): 8 for i in range(TOPICS_PER_GROUP)}
+        for g in range(GROUPS)
+    }
+    return await groups_with_routes(cluster, leader, topics_of)
 
 
 async def test_a_route_lookup_on_the_leader_costs_the_followers_nothing(

@@ -28,7 +28,7 @@ from controller.metadata.state import ReplicasInfoManager
 from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery
 from remoting.client import RemotingClient
-from tests.controller.support import FakeBroker, ServiceCluster
+from tests.controller.support import FakeBroker, ServiceCluster, groups_with_routes
 from tests.metadata.support import CountingDict
 
 CONFIG: dict[str, Any] = {
@@ -46,29 +46,12 @@ async def add_groups(
     """Groups ``first``..``last - 1`` of 3 brokers each, every broker's topics registered on the
     leader: group 0 has TOPIC, every group 10 topics of its own."""
 
-    async def group(g: int) -> list[FakeBroker]:
-        brokers = []
-        topics = {f"RouteScale-{g}-{i}": 8 for i in range(10)}
-        if g == 0:
-            topics[TOPIC] = 8
-        for b in range(3):
-            broker = FakeBroker(
-                cluster.addresses, f"route-scale-{g:03d}", register_code=f"c{g}-{b}"
-            )
-            await broker.start()
-            await broker.join()
-            await broker.register_routes(topics, leader)
-            brokers.append(broker)
-        return brokers
+    def topics(g: int) -> dict[str, int]:
+        own = {f"RouteScale-{g}-{i}": 8 for i in range(10)}
+        return {**own, TOPIC: 8} if g == 0 else own
 
-    sem = asyncio.Semaphore(16)
-
-    async def limited(g: int) -> list[FakeBroker]:
-        async with sem:
-            return await group(g)
-
-    groups = await asyncio.gather(*(limited(g) for g in range(first, last)))
-    return [b for brokers in groups for b in brokers]
+    topics_of = {f"route-scale-{g:03d}": topics(g) for g in range(first, last)}
+    return await groups_with_routes(cluster, leader, topics_of)
 
 
 def reads_per_route(node: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
