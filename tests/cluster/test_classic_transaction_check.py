@@ -20,7 +20,7 @@ from protocol.rocketmq_remoting.message_decoder import decode_stored_messages
 from protocol.rocketmq_remoting.properties import encode_properties
 from remoting.client import RemotingClient
 from tests.support.classic import Raw, pull_header
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 
 pytestmark = pytest.mark.multiprocess
 
@@ -33,10 +33,8 @@ def broker(tmp_path: Path) -> Iterator[BrokerProc]:
         tmp_path,
         extra_toml="transaction_check_first_ms = 300\ntransaction_check_interval_ms = 60000\n",
     )
-    try:
-        yield proc.start_and_wait()
-    finally:
-        proc.stop()
+    with started(proc):
+        yield proc
 
 
 async def test_a_classic_producer_gets_the_check_back_and_its_answer_commits(

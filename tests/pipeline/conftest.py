@@ -19,7 +19,7 @@ import pytest
 from client import Producer
 from client.admin import Admin
 from client.message import SendResult
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,12 +57,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 @pytest.fixture(scope="session")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
     """One lone broker (development mode: it is also the bootstrap address) for the session."""
-    proc = BrokerProc(tmp_path_factory.mktemp("pipeline-broker"))
-    try:
-        proc.start_and_wait()
+    with started(BrokerProc(tmp_path_factory.mktemp("pipeline-broker"))) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 async def create_topic(address: str, topic: str, queues: int) -> None:

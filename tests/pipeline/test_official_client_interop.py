@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from protocol.codes import RequestCode
 from remoting.client import ConnectionPool
 from tests.pipeline.conftest import create_topic
 from tests.support.official_client import run_script
-from tests.support.procs import BrokerProc, free_port, rmqctl
+from tests.support.procs import GrpcBrokerProc, module_broker, rmqctl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -114,17 +113,7 @@ _PLAN = [
 ]
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc]:
-    grpc_port = free_port()
-    proc = BrokerProc(
-        tmp_path_factory.mktemp("interop"), extra=["--grpc-listen", f"127.0.0.1:{grpc_port}"]
-    )
-    proc.grpc_port = grpc_port  # type: ignore[attr-defined]
-    try:
-        yield proc.start_and_wait()
-    finally:
-        proc.stop()
+broker = module_broker("interop", GrpcBrokerProc)
 
 
 def _official(script: str, tmp_path: Path, *args: str) -> Any:
@@ -138,11 +127,11 @@ def _ok_json_lines(*args: str) -> list[dict[str, Any]]:
 
 
 def test_what_the_official_producer_sends_is_read_by_rmqctl_and_the_spark_source(
-    spark: SparkSession, broker: BrokerProc, tmp_path: Path
+    spark: SparkSession, broker: GrpcBrokerProc, tmp_path: Path
 ) -> None:
     topic, address = "InteropFromOfficial", broker.address
     asyncio.run(create_topic(address, topic, 1))  # one queue: one Spark partition to read
-    endpoint = f"127.0.0.1:{broker.grpc_port}"  # type: ignore[attr-defined]
+    endpoint = f"127.0.0.1:{broker.grpc_port}"
     sent = _official(_PRODUCE, tmp_path, endpoint, topic, json.dumps(_PLAN))
     assert len(sent) == len(_PLAN) and len({s["id"] for s in sent}) == len(_PLAN)
 
@@ -192,7 +181,7 @@ def test_what_the_official_producer_sends_is_read_by_rmqctl_and_the_spark_source
 
 
 def test_what_rmqctl_sends_and_the_spark_sink_writes_the_official_consumer_receives(
-    spark: SparkSession, broker: BrokerProc, tmp_path: Path
+    spark: SparkSession, broker: GrpcBrokerProc, tmp_path: Path
 ) -> None:
     topic, address = "InteropToOfficial", broker.address
     asyncio.run(create_topic(address, topic, 2))
@@ -218,7 +207,7 @@ def test_what_rmqctl_sends_and_the_spark_sink_writes_the_official_consumer_recei
     after = int(time.time() * 1000)
 
     group = "interop-official"
-    endpoint = f"127.0.0.1:{broker.grpc_port}"  # type: ignore[attr-defined]
+    endpoint = f"127.0.0.1:{broker.grpc_port}"
     out = _official(_CONSUME, tmp_path, endpoint, topic, group, "4")
     got = {m["body"]: m for m in out["got"]}
     assert sorted(got) == ["from-rmqctl", "spark-0", "spark-1", "spark-2"], out

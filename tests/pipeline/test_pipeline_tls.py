@@ -20,7 +20,7 @@ from pipeline.options import ReadOptions
 from pipeline.rows import message_schema
 from pipeline.stream_reader import RmqStreamReader
 from remoting.tls import client_context
-from tests.support.procs import BrokerProc
+from tests.support.procs import BrokerProc, started
 from tests.support.tls import Pki, make_ca
 from tests.support.wait import wait_until
 
@@ -47,11 +47,8 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[B
         name="broker-tls",
         extra_toml=f'tls_enabled = true\ntls_cert = "{cert}"\ntls_key = "{key}"\n',
     )
-    try:
-        proc.start_and_wait()
+    with started(proc):
         yield proc
-    finally:
-        proc.stop()
 
 
 def test_write_read_and_commit_over_tls_and_plaintext_fails_clearly(
