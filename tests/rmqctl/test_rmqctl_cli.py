@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from rmqctl.cli import COMMANDS, cli
+from rmqctl.cli import COMMANDS
 from tests.client.fakebroker import FakeCluster, cluster_in_thread
+from tests.support.cli import rmqctl as invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,11 +31,6 @@ def dead_address() -> str:
 def fake() -> Iterator[tuple[FakeCluster, asyncio.AbstractEventLoop]]:
     with cluster_in_thread("broker-a", "broker-b") as served:
         yield served
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def rmqctl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

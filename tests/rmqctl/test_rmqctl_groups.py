@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.rmqctl.test_rmqctl_cli import invoke
+from tests.support.cli import rmqctl as invoke
 from tests.support.procs import BrokerProc, module_broker
 
 pytestmark = pytest.mark.multiprocess
