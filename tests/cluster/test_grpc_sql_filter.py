@@ -14,45 +14,13 @@ import pytest
 
 from client.admin import Admin
 from client.producer import Producer
-from tests.support.official_client import run_to_end
+from tests.support.official_client import SQL92_CONSUMER, run_to_end
 from tests.support.procs import BrokerProc, free_port, started
 
 pytestmark = pytest.mark.multiprocess
 
 TOPIC = "GrpcSql"
 SENT = 300
-
-_SIMPLE = """
-import json, sys, time
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
-from rocketmq.grpc_protocol import FilterType
-
-endpoint, topic, group, want, expr = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-out = {"bodies": [], "error": None}
-consumer = SimpleConsumer(
-    ClientConfiguration(endpoint, Credentials(), request_timeout=10),
-    group,
-    {topic: FilterExpression(expr, FilterType.SQL)},
-    await_duration=2,
-)
-consumer.startup()
-try:
-    deadline = time.time() + 60
-    while len(out["bodies"]) < want and time.time() < deadline:
-        try:
-            msgs = consumer.receive(32, 20)
-        except Exception as e:
-            out["error"] = f"{type(e).__name__}: {e}"
-            break
-        for m in msgs:
-            out["bodies"].append(m.body.decode())
-            consumer.ack(m)
-    if out["error"] is None:
-        out["left"] = [m.body.decode() for m in consumer.receive(32, 20)]
-finally:
-    consumer.shutdown()
-print(json.dumps(out))
-"""
 
 
 def props_of(i: int) -> dict[str, str]:
@@ -81,7 +49,7 @@ def grpc_broker(tmp: Path, on: bool) -> tuple[BrokerProc, int]:
 
 
 async def _official(tmp: Path, *args: str) -> dict[str, Any]:
-    return await run_to_end([sys.executable, "-c", _SIMPLE, *args], tmp)
+    return await run_to_end([sys.executable, "-c", SQL92_CONSUMER, *args, "60", "20"], tmp)
 
 
 async def test_official_simple_consumer_with_a_sql92_filter(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from protocol.pull import PullFound, PullRequest, decode_pull_answer
 from remoting.client import RemotingClient
 from tests.cluster.support import create_once_registered, sync_state
 from tests.support.cluster import Cluster
-from tests.support.official_client import run_to_end
+from tests.support.official_client import SQL92_CONSUMER, run_to_end
 from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
@@ -80,33 +80,6 @@ GROUPS: dict[str, tuple[str, Callable[[Props], bool]]] = {
 def expected(group: str) -> list[str]:
     cond = GROUPS[group][1]
     return sorted(f"m-{i}" for i in range(SENT) if cond(props_of(i)))
-
-
-_OFFICIAL = """
-import json, sys, time
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
-from rocketmq.grpc_protocol import FilterType
-
-endpoint, topic, group, want, expr = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-consumer = SimpleConsumer(
-    ClientConfiguration(endpoint, Credentials(), request_timeout=10),
-    group,
-    {topic: FilterExpression(expr, FilterType.SQL)},
-    await_duration=2,
-)
-consumer.startup()
-bodies = []
-try:
-    deadline = time.time() + 150
-    while len(bodies) < want and time.time() < deadline:
-        for m in consumer.receive(32, 30):
-            bodies.append(m.body.decode())
-            consumer.ack(m)
-    left = [m.body.decode() for m in consumer.receive(32, 30)]
-finally:
-    consumer.shutdown()
-print(json.dumps({"bodies": bodies, "left": left}))
-"""
 
 
 @pytest.fixture
@@ -189,8 +162,8 @@ async def test_five_groups_each_receive_exactly_their_matching_set(
     home.mkdir()
     official = run_to_end(
         [
-            sys.executable, "-c", _OFFICIAL, f"127.0.0.1:{ports[index]}", TOPIC, "grpc",
-            str(len(expected("grpc"))), GROUPS["grpc"][0],
+            sys.executable, "-c", SQL92_CONSUMER, f"127.0.0.1:{ports[index]}", TOPIC, "grpc",
+            str(len(expected("grpc"))), GROUPS["grpc"][0], "150", "30",
         ],
         home,
         timeout=200,
@@ -201,6 +174,7 @@ async def test_five_groups_each_receive_exactly_their_matching_set(
     for group, got in zip(["pull-1", "pull-2", "pop-1", "pop-2"], results[:4], strict=True):
         assert got == expected(group), group
     out = results[4]
+    assert out["error"] is None, out
     assert sorted(out["bodies"]) == expected("grpc")
     assert out["left"] == []
 

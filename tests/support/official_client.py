@@ -67,6 +67,45 @@ async def run_to_end(
     return result
 
 
+SQL92_CONSUMER = """
+import json, sys, time
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from rocketmq.grpc_protocol import FilterType
+
+endpoint, topic, group, want, expr = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+deadline_s, wait_s = int(sys.argv[6]), int(sys.argv[7])
+out = {"bodies": [], "error": None}
+consumer = SimpleConsumer(
+    ClientConfiguration(endpoint, Credentials(), request_timeout=10),
+    group,
+    {topic: FilterExpression(expr, FilterType.SQL)},
+    await_duration=2,
+)
+consumer.startup()
+try:
+    deadline = time.time() + deadline_s
+    while len(out["bodies"]) < want and time.time() < deadline:
+        try:
+            msgs = consumer.receive(32, wait_s)
+        except Exception as e:
+            out["error"] = f"{type(e).__name__}: {e}"
+            break
+        for m in msgs:
+            out["bodies"].append(m.body.decode())
+            consumer.ack(m)
+    if out["error"] is None:
+        out["left"] = [m.body.decode() for m in consumer.receive(32, wait_s)]
+finally:
+    consumer.shutdown()
+print(json.dumps(out))
+"""
+"""The official SimpleConsumer with a SQL92 filter, as a script run with the arguments
+``endpoint topic group want expression deadline_s wait_s``: it receives (32 at a time, each
+receive waiting ``wait_s`` seconds) and acks until ``want`` bodies came or ``deadline_s`` seconds
+passed, then receives once more. Its output, one JSON line: ``bodies``, ``left`` (what the last
+receive got) and ``error`` (None; else the exception a receive raised, and no ``left``)."""
+
+
 class StreamingClient:
     """``script`` (Python) running until a stop file exists, which it gets as its last
     argument. Its stdout is one JSON object a line, gathered in ``lines`` as they come; its
