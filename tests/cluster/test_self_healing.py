@@ -28,6 +28,7 @@ from tests.cluster.support import (
     new_master,
     node_at,
     sync_state,
+    synced_master,
     wait_route_has_master,
 )
 from tests.support.cli import rmqctl
@@ -140,8 +141,7 @@ async def master_and_port(
     cluster: Cluster, boot: Bootstrap, ports: list[int]
 ) -> tuple[BrokerNode, int]:
     """broker-a's master once its three replicas are in sync, and its metrics port."""
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=3)
     return master, ports[cluster.brokers.index(master)]
 
 
@@ -156,8 +156,7 @@ async def damaged_master_restarted(
     """The master stopped cleanly, another elected, the byte ``at`` into each record at CommitLog
     ``offsets`` flipped in its copy (and ``also`` done to it), and restarted (a slave now): (it,
     its metrics port, the new master)."""
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    victim = node_at(cluster, doc["masterAddress"])
+    victim = await synced_master(boot, cluster, size=3)
     victim.stop()
     master = node_at(cluster, (await new_master(boot, cluster, victim.address))["masterAddress"])
     for offset in offsets:
@@ -395,8 +394,7 @@ async def test_a_slave_scrubs_and_repairs_its_copy_then_serves_everything_after_
     # it repaired from the master; with the master (and the other slave) killed, it is the one
     # copy left, and every message reads back from it.
     _, ports, bodies, physical = await group_with_messages(cluster, boot)
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=3)
     victim, other = (b for b in cluster.brokers if b is not master)
     port = ports[cluster.brokers.index(victim)]
     damaged_at = physical[DAMAGED]
@@ -445,8 +443,7 @@ async def test_the_same_record_damaged_on_all_three_blocks_until_skipped(
         flip(node, damaged_at + HEAD_SIZE + 5)
     for node in cluster.brokers:
         node.restart()
-    doc = await full_sync_state_set(boot, cluster, size=3)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=3)
 
     def every_scrub_gave_up() -> bool:
         return all(

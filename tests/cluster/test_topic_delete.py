@@ -32,12 +32,11 @@ from tests.cluster.support import (
     cluster_rmqctl_json,
     consume_all,
     create_topic,
-    full_sync_state_set,
     new_master,
-    node_at,
+    synced_master,
     takes_writes,
 )
-from tests.support.cluster import BrokerNode, Cluster
+from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -47,11 +46,6 @@ pytestmark = pytest.mark.multiprocess
 def one_group(cluster: Cluster) -> Cluster:
     cluster.add_group("broker-a", 2)
     return cluster
-
-
-async def synced_master(boot: Bootstrap, cluster: Cluster) -> BrokerNode:
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    return node_at(cluster, doc["masterAddress"])
 
 
 rmqctl, rmqctl_json = cluster_rmqctl, cluster_rmqctl_json
@@ -112,7 +106,7 @@ async def keep_sending(
 async def test_a_topic_deleted_under_load_is_gone_everywhere_and_starts_empty_again(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    master = await synced_master(boot, cluster)
+    master = await synced_master(boot, cluster, size=2)
     slave = next(b for b in cluster.brokers if b is not master)
     await create_topic(boot, master.address, "Doomed", 2)
     await create_topic(boot, master.address, "Kept", 2)
@@ -210,7 +204,7 @@ async def test_a_topic_deleted_under_load_is_gone_everywhere_and_starts_empty_ag
 async def test_a_deleted_group_loses_settings_offsets_and_retry_topic_on_every_broker(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    master = await synced_master(boot, cluster)
+    master = await synced_master(boot, cluster, size=2)
     slave = next(b for b in cluster.brokers if b is not master)
     await create_topic(boot, master.address, "Orders", 2)
     await create_topic(boot, master.address, "%DLQ%billing", 1)
@@ -266,7 +260,7 @@ async def test_a_deleted_group_loses_settings_offsets_and_retry_topic_on_every_b
 async def test_a_message_scheduled_to_a_deleted_topic_is_dropped_and_the_timer_goes_on(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    master = await synced_master(boot, cluster)
+    master = await synced_master(boot, cluster, size=2)
     await create_topic(boot, master.address, "Later", 1)
     await create_topic(boot, master.address, "After", 1)
     async with Producer(cluster.controller_addresses) as producer:
@@ -294,7 +288,7 @@ async def test_a_message_scheduled_to_a_deleted_topic_is_dropped_and_the_timer_g
 
 
 async def test_refusals_are_one_line_and_change_nothing(cluster: Cluster, boot: Bootstrap) -> None:
-    master = await synced_master(boot, cluster)
+    master = await synced_master(boot, cluster, size=2)
     await create_topic(boot, master.address, "Stays", 1)
     before = await topics_on(master.address)
     cases = [

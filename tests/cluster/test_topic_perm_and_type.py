@@ -32,9 +32,9 @@ from tests.cluster.support import (
     cluster_rmqctl,
     cluster_rmqctl_json,
     full_sync_state_set,
-    node_at,
     routed,
     shared_cluster,
+    synced_master,
 )
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -74,8 +74,7 @@ async def send_refusal(producer: Producer, topic: str, **kw: Any) -> BrokerError
 async def test_a_read_only_topic_refuses_sends_from_the_sdk_and_a_classic_client(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
-    doc = await full_sync_state_set(boot, cluster, size=2)
-    master = node_at(cluster, doc["masterAddress"])
+    master = await synced_master(boot, cluster, size=2)
     slave = next(b for b in cluster.brokers if b is not master)
     made = await asyncio.to_thread(update_topic, cluster, "-t", "ReadOnly", "-p", "4")
     assert made["perm"] == 4
