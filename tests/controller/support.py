@@ -251,6 +251,18 @@ class ControllerCluster:
         for proc in self.procs.values():
             proc.stop()
 
+    def __enter__(self) -> ControllerCluster:
+        """Started; every process stopped by its PID when the ``with`` block ends, or when one
+        does not come up (also on a failure)."""
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def _listening(proc: ControllerProc) -> bool:
     if not proc.alive():

@@ -28,11 +28,10 @@ def controllers(tmp_path: Path) -> Iterator[ControllerCluster]:
     key = tmp_path / "auth.key"
     key.write_bytes(os.urandom(32).hex().encode())
     key.chmod(0o600)
-    cluster = ControllerCluster(tmp_path, config={"auth_key_file": str(key), "snapshot_every": 3})
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
+    with ControllerCluster(
+        tmp_path, config={"auth_key_file": str(key), "snapshot_every": 3}
+    ) as cluster:
+        yield cluster
 
 
 def rmqctl(addresses: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -28,11 +28,8 @@ FAST_BROKERS = {"broker_heartbeat_timeout_ms": 1000}
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[ControllerCluster]:
-    cluster = ControllerCluster(tmp_path, config=FAST_BROKERS)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
+    with ControllerCluster(tmp_path, config=FAST_BROKERS) as cluster:
+        yield cluster
 
 
 async def test_a_killed_leader_is_replaced_and_the_broker_metadata_survives(

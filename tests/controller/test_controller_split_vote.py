@@ -42,11 +42,8 @@ MAX_TURNS = 60
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[ControllerCluster]:
-    cluster = ControllerCluster(tmp_path, config=CONFIG)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
+    with ControllerCluster(tmp_path, config=CONFIG) as cluster:
+        yield cluster
 
 
 def roles_since(proc: ControllerProc, offset: int) -> list[tuple[str, int]]:

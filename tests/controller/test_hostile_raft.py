@@ -42,11 +42,8 @@ pytestmark = pytest.mark.multiprocess
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ControllerCluster]:
-    c = ControllerCluster(tmp_path)
-    try:
-        yield c.start()
-    finally:
-        c.stop()
+    with ControllerCluster(tmp_path) as c:
+        yield c
 
 
 # --- raw frames over real sockets -------------------------------------------------------------

@@ -40,11 +40,8 @@ WRITE = {
 
 @pytest.fixture
 def controllers(tmp_path: Path) -> Iterator[ControllerCluster]:
-    cluster = ControllerCluster(tmp_path, config=GENEROUS_ELECTIONS)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
+    with ControllerCluster(tmp_path, config=GENEROUS_ELECTIONS) as cluster:
+        yield cluster
 
 
 async def leader_and_term(cluster: ControllerCluster) -> tuple[str, int]:

@@ -33,14 +33,11 @@ METADATA_KEYS = {"group", "leaderId", "leaderAddress", "term", "peers"}
 
 @pytest.fixture(scope="module")
 def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerCluster]:
-    cluster = ControllerCluster(
+    with ControllerCluster(
         tmp_path_factory.mktemp("rmqctl-controllers"),
         config={"broker_heartbeat_timeout_ms": 1000},
-    )
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
+    ) as cluster:
+        yield cluster
 
 
 async def rmqctl(*args: str) -> tuple[int, str, str]:
