@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Final
 from protocol.broker_requests import body_map, pack_map, req_group
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_bool, req_str
+from protocol.one_field import TopicOnly
 from protocol.remoting import Header, Scalar
 from protocol.retry import group_error
 
@@ -170,19 +171,10 @@ class DeleteGroupInBroker:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TopicStatsQuery:
+class TopicStatsQuery(TopicOnly):
     """GET_TOPIC_STATS_INFO: the topic's queues on this broker."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_TOPIC_STATS_INFO
-
-    topic: str
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {"topic": self.topic}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicStatsQuery:
-        return cls(topic=req_str(header, "topic"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ import msgpack
 
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_str
+from protocol.one_field import GroupOnly
 from protocol.remoting import Header, Scalar
 
 __all__ = ["ConsumerList", "ConsumerListQuery", "Heartbeat", "HeartbeatAnswer", "UnregisterClient"]
@@ -139,20 +140,11 @@ class UnregisterClient:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConsumerListQuery:
+class ConsumerListQuery(GroupOnly):
     """GET_CONSUMER_LIST_BY_GROUP: the client ids of ``group``'s live members (a msgpack
     array in the answer's body)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_CONSUMER_LIST_BY_GROUP
-
-    group: str
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {"consumerGroup": self.group}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> ConsumerListQuery:
-        return cls(group=req_str(header, "consumerGroup"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

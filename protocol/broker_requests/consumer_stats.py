@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from protocol.codes import RequestCode
-from protocol.fields import opt_str, req_str
+from protocol.fields import opt_str
+from protocol.one_field import GroupOnly
 from protocol.remoting import Header, Scalar
 
 __all__ = ["ConsumeStatsQuery", "ConsumerConnectionsQuery"]
@@ -47,18 +48,7 @@ class ConsumeStatsQuery:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConsumerConnectionsQuery:
+class ConsumerConnectionsQuery(GroupOnly):
     """GET_CONSUMER_CONNECTION_LIST: the live members of ``group``."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_CONSUMER_CONNECTION_LIST
-
-    group: str
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {"consumerGroup": self.group}, None
-
-    @classmethod
-    def parse(
-        cls, header: Mapping[str, Scalar], body: bytes | None = None
-    ) -> ConsumerConnectionsQuery:
-        return cls(group=req_str(header, "consumerGroup"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from protocol.codes import ControllerCode
 from protocol.fields import req_str
@@ -44,10 +44,8 @@ class AddController:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RemoveController:
-    """REMOVE_CONTROLLER: ``node_id`` leaves the group."""
-
-    code: ClassVar[ControllerCode] = ControllerCode.REMOVE_CONTROLLER
+class _NodeOnly:
+    """Base of a request whose one field is a controller's ``node_id`` (header ``id``)."""
 
     node_id: str
 
@@ -55,24 +53,22 @@ class RemoveController:
         return {"id": self.node_id}, None
 
     @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RemoveController:
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> Self:
         return cls(node_id=req_str(header, "id"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TransferLeader:
+class RemoveController(_NodeOnly):
+    """REMOVE_CONTROLLER: ``node_id`` leaves the group."""
+
+    code: ClassVar[ControllerCode] = ControllerCode.REMOVE_CONTROLLER
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferLeader(_NodeOnly):
     """TRANSFER_CONTROLLER_LEADER: the voter ``node_id`` becomes the leader."""
 
     code: ClassVar[ControllerCode] = ControllerCode.TRANSFER_CONTROLLER_LEADER
-
-    node_id: str
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {"id": self.node_id}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TransferLeader:
-        return cls(node_id=req_str(header, "id"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

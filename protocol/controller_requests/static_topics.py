@@ -24,6 +24,7 @@ from typing import ClassVar
 from protocol.codes import ControllerCode, ResponseCode
 from protocol.controller_requests.base import InvalidRequest
 from protocol.fields import opt_int, opt_str, req_int, req_str
+from protocol.one_field import TopicOnly
 from protocol.remoting import Header, Scalar
 
 __all__ = ["CreateStaticTopic", "RemapStaticTopic", "StaticTopicMappingQuery"]
@@ -71,21 +72,10 @@ class CreateStaticTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StaticTopicMappingQuery:
+class StaticTopicMappingQuery(TopicOnly):
     """GET_STATIC_TOPIC_MAPPING: the topic's mapping (TOPIC_NOT_EXIST: not a static topic)."""
 
     code: ClassVar[ControllerCode] = ControllerCode.GET_STATIC_TOPIC_MAPPING
-
-    topic: str
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {"topic": self.topic}, None
-
-    @classmethod
-    def parse(
-        cls, header: Mapping[str, Scalar], body: bytes | None = None
-    ) -> StaticTopicMappingQuery:
-        return cls(topic=req_str(header, "topic"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,6 +44,7 @@ from protocol.controller_requests.base import (
 )
 from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_int, req_str
 from protocol.no_fields import NoFields
+from protocol.one_field import TopicOnly
 from protocol.remoting import Header, Scalar
 from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 
@@ -99,20 +100,11 @@ class RegisterRoutes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RouteQuery:
+class RouteQuery(TopicOnly):
     """GET_ROUTEINFO_BY_TOPIC: the topic's route, from the controllers or (a lone broker's
     own topics) a broker: the same request to both."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_ROUTEINFO_BY_TOPIC
-
-    topic: str
-
-    def encode(self) -> tuple[Header, bytes | None]:
-        return {"topic": self.topic}, None
-
-    @classmethod
-    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> RouteQuery:
-        return cls(topic=req_str(header, "topic"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
