@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from protocol.rocketmq_remoting.bodies import BodyError
-from protocol.rocketmq_remoting.headers import HeaderError
+from protocol.rocketmq_remoting.headers import HeaderError, opt_int_in
 from protocol.topic_attrs import (
     ATTR_MESSAGE_TYPE,
     MessageType,
@@ -78,19 +78,6 @@ def parse_topic(fields: Mapping[str, str]) -> str:
     return topic
 
 
-def _queue_nums(fields: Mapping[str, str], name: str) -> int | None:
-    text = fields.get(name)
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise HeaderError(f"header field {name} is not an integer: {text!r}") from None
-    if not 1 <= value <= _INT32_MAX:
-        raise HeaderError(f"header field {name} {value} is out of range")
-    return value
-
-
 class CreateTopicHeader(NamedTuple):
     """UPDATE_AND_CREATE_TOPIC's header (CreateTopicRequestHeader): the fields we act on."""
 
@@ -105,8 +92,8 @@ class CreateTopicHeader(NamedTuple):
     @classmethod
     def parse(cls, fields: Mapping[str, str]) -> CreateTopicHeader:
         topic = parse_topic(fields)
-        read = _queue_nums(fields, "readQueueNums")
-        write = _queue_nums(fields, "writeQueueNums")
+        read = opt_int_in(fields, "readQueueNums", 1, _INT32_MAX)
+        write = opt_int_in(fields, "writeQueueNums", 1, _INT32_MAX)
         if read is not None and write is not None and read != write:
             raise HeaderError(
                 f"readQueueNums {read} differs from writeQueueNums {write}: "

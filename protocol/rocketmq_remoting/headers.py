@@ -71,6 +71,7 @@ __all__ = [
     "UpdateConsumerOffsetHeader",
     "ViewMessageHeader",
     "offset_answer",
+    "opt_int_in",
 ]
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -151,6 +152,12 @@ def _long(fields: Mapping[str, str], name: str) -> int:
 
 def _opt_int(fields: Mapping[str, str], name: str) -> int | None:
     return None if fields.get(name) is None else _num(fields, name, _INT32)
+
+
+def opt_int_in(fields: Mapping[str, str], name: str, low: int, high: int) -> int | None:
+    """Integer field ``name`` within ``low`` to ``high``, None when left out; a
+    :class:`HeaderError` naming it when it is no integer or out of range."""
+    return None if fields.get(name) is None else _num(fields, name, (low, high))
 
 
 def _opt_bool(fields: Mapping[str, str], name: str) -> bool:
