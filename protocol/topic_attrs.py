@@ -40,6 +40,7 @@ __all__ = [
     "parse_message_type",
     "parse_perm",
     "perm_text",
+    "put_attr_changes",
     "put_attrs",
     "read_forbidden",
     "type_refusal",
@@ -170,6 +171,18 @@ def put_attrs(into: dict[str, Any], attrs: TopicAttrs) -> dict[str, Any]:
         into["perm"] = attrs.perm
     if attrs.message_type is not MessageType.NORMAL:
         into["messageType"] = attrs.message_type.value
+    return into
+
+
+def put_attr_changes(
+    into: dict[str, Any], perm: int | None, message_type: str | None
+) -> dict[str, Any]:
+    """``perm`` and ``messageType`` into the header of a request that creates or updates a
+    topic, each only when given (None: keep the topic's); ``into``."""
+    if perm is not None:
+        into["perm"] = perm
+    if message_type is not None:
+        into["messageType"] = message_type
     return into
 
 

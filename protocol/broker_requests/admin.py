@@ -31,6 +31,7 @@ from protocol.topic_attrs import (
     attrs_from,
     parse_message_type,
     parse_perm,
+    put_attr_changes,
     put_attrs,
 )
 
@@ -60,11 +61,7 @@ class CreateTopic:
         header: Header = {"topic": self.topic}
         if self.queues is not None:
             header["queues"] = self.queues
-        if self.perm is not None:
-            header["perm"] = self.perm
-        if self.message_type is not None:
-            header["messageType"] = self.message_type
-        return header, None
+        return put_attr_changes(header, self.perm, self.message_type), None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> CreateTopic:

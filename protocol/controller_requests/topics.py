@@ -46,7 +46,7 @@ from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_
 from protocol.no_fields import NoFields
 from protocol.one_field import TopicOnly
 from protocol.remoting import Header, Scalar
-from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
+from protocol.topic_attrs import TopicAttrs, attrs_from, put_attr_changes, put_attrs
 
 __all__ = [
     "BrokerOutcome",
@@ -134,7 +134,7 @@ class UpdateTopic:
         if self.cluster:
             header["clusterName"] = self.cluster
         header["brokerName"] = self.broker_name
-        return _with_attrs(header, self.perm, self.message_type), None
+        return put_attr_changes(header, self.perm, self.message_type), None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> UpdateTopic:
@@ -146,14 +146,6 @@ class UpdateTopic:
             perm=opt_int_or_none(header, "perm"),
             message_type=opt_str(header, "messageType") or None,
         )
-
-
-def _with_attrs(header: Header, perm: int | None, message_type: str | None) -> Header:
-    if perm is not None:
-        header["perm"] = perm
-    if message_type is not None:
-        header["messageType"] = message_type
-    return header
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,7 +164,7 @@ class TopicUpdated:
             "queues": self.queues,
             "brokerName": self.broker_name,
         }
-        return _with_attrs(header, self.perm, self.message_type), None
+        return put_attr_changes(header, self.perm, self.message_type), None
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicUpdated:
