@@ -19,6 +19,9 @@ import pytest
 from client import Producer
 from client.admin import Admin
 from client.message import SendResult
+from pipeline.options import ReadOptions
+from pipeline.rows import message_schema
+from pipeline.stream_reader import RmqStreamReader
 from tests.support.procs import BrokerProc, started
 
 if TYPE_CHECKING:
@@ -100,10 +103,21 @@ def fill(address: str, topic: str, queues: int, count: int, **kw: Any) -> list[S
 def rmq(spark: SparkSession, address: str, topic: str, **options: str) -> DataFrame:
     """``spark.read.format("rmq")`` of ``topic`` at the controllers (or lone broker) ``address``,
     with ``options``."""
-    reader = spark.read.format("rmq").option("controllers", address).option("topic", topic)
+    return rmq_read(spark, address, topic=topic, **options)
+
+
+def rmq_read(spark: SparkSession, address: str, **options: str) -> DataFrame:
+    """``spark.read.format("rmq")`` at the controllers (or lone broker) ``address``, with
+    ``options`` (topic, topics, topicPattern or assign among them)."""
+    reader = spark.read.format("rmq").option("controllers", address)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def positions(df: DataFrame) -> list[tuple[str, int]]:
+    """The message id and queue offset of each row of ``df``, sorted."""
+    return sorted((r["msgId"], r["queueOffset"]) for r in df.collect())
 
 
 def rmq_stream(spark: SparkSession, address: str, **options: str) -> DataFrame:
@@ -113,6 +127,12 @@ def rmq_stream(spark: SparkSession, address: str, **options: str) -> DataFrame:
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def stream_reader(address: str, topic: str, **options: str) -> RmqStreamReader:
+    """The streaming source's reader (no Spark) of ``topic`` at ``address``, with ``options``."""
+    opts = ReadOptions.parse({"controllers": address, "topic": topic, **options}, "stream")
+    return RmqStreamReader(opts, message_schema())
 
 
 def stream_once(frame: DataFrame, checkpoint: Path, memory: str | None = None) -> StreamingQuery:

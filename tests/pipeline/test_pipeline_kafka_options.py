@@ -16,7 +16,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 from pipeline.options import ReadOptions
 from pipeline.rows import message_schema
 from pipeline.stream_reader import RmqStreamReader
-from tests.pipeline.conftest import fill, produce
+from tests.pipeline.conftest import fill, positions, produce, rmq_read
 from tests.pipeline.test_pipeline_options import NoJobs
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
@@ -27,23 +27,16 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
 
 
-def read(spark: SparkSession, address: str, **options: str) -> DataFrame:
-    reader = spark.read.format("rmq").option("controllers", address)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
 def test_assign_reads_only_the_named_queues(spark: SparkSession, shared_broker: BrokerProc) -> None:
     address = shared_broker.address
     sent = fill(address, "OptAssign", 3, 30)
     other = fill(address, "OptAssign2", 2, 10)
-    one = read(spark, address, assign='{"OptAssign": {"broker-a": [0, 2]}}')
+    one = rmq_read(spark, address, assign='{"OptAssign": {"broker-a": [0, 2]}}')
     got = sorted((r["topic"], r["queueId"], r["queueOffset"]) for r in one.collect())
     assert got == sorted(("OptAssign", s.queue_id, s.queue_offset) for s in sent if s.queue_id != 1)
     assert one.rdd.getNumPartitions() == 2
     # One topic assigned: positions in the one-topic form, naming the assigned queues only.
-    tail = read(
+    tail = rmq_read(
         spark,
         address,
         assign='{"OptAssign": {"broker-a": [2]}}',
@@ -51,7 +44,7 @@ def test_assign_reads_only_the_named_queues(spark: SparkSession, shared_broker: 
     )
     assert sorted(r["queueOffset"] for r in tail.collect()) == list(range(5, 10))
     # Several topics: by topic first, as with topics.
-    both = read(
+    both = rmq_read(
         spark, address, assign='{"OptAssign": {"broker-a": [1]}, "OptAssign2": {"broker-a": [0]}}'
     )
     got = sorted((r["topic"], r["queueId"], r["queueOffset"]) for r in both.collect())
@@ -76,20 +69,20 @@ def test_assign_reads_only_the_named_queues(spark: SparkSession, shared_broker: 
 
     with NoJobs(spark, "bad-assign") as group:
         with pytest.raises(Exception, match=r"assign names broker-a/7, not a queue of topic"):
-            read(spark, address, assign='{"OptAssign": {"broker-a": [0, 7]}}').count()
+            rmq_read(spark, address, assign='{"OptAssign": {"broker-a": [0, 7]}}').count()
         with pytest.raises(Exception, match=r"startingOffsets names broker-a/1, not a queue"):
-            read(
+            rmq_read(
                 spark,
                 address,
                 assign='{"OptAssign": {"broker-a": [0]}}',
                 startingOffsets='{"broker-a": {"0": 0, "1": 0}}',
             ).count()
         with pytest.raises(Exception, match="options topic and assign exclude each other"):
-            read(spark, address, topic="OptAssign", assign='{"OptAssign": {"broker-a": [0]}}')
+            rmq_read(spark, address, topic="OptAssign", assign='{"OptAssign": {"broker-a": [0]}}')
         with pytest.raises(Exception, match="option assign must be a JSON object"):
-            read(spark, address, assign="OptAssign:0")
+            rmq_read(spark, address, assign="OptAssign:0")
         with pytest.raises(Exception, match=r"queues of OptAssign@broker-a must be a non-empty"):
-            read(spark, address, assign='{"OptAssign": {"broker-a": []}}')
+            rmq_read(spark, address, assign='{"OptAssign": {"broker-a": []}}')
         assert group.jobs() == []
 
 
@@ -100,13 +93,13 @@ def test_a_start_by_time_past_every_message_fails_with_strategy_error(
 
     address = shared_broker.address
     fill(address, "OptStrategy", 2, 10)
-    stamps = read(spark, address, topic="OptStrategy").select(F.unix_millis("storeTimestamp"))
+    stamps = rmq_read(spark, address, topic="OptStrategy").select(F.unix_millis("storeTimestamp"))
     newest = max(r[0] for r in stamps.collect())
     wait_until(lambda: time.time() * 1000 > newest + 5, "the clock past the first round")
     asyncio.run(produce(address, "OptStrategy", 1, start=10))  # one queue gets a later one
     (late,) = [
         r
-        for r in read(spark, address, topic="OptStrategy").collect()
+        for r in rmq_read(spark, address, topic="OptStrategy").collect()
         if r["body"] == bytearray(b"m10")
     ]
     quiet = 1 - late["queueId"]
@@ -115,7 +108,7 @@ def test_a_start_by_time_past_every_message_fails_with_strategy_error(
         with pytest.raises(
             Exception, match=r"no message stored at or after the starting time in broker-a/0..1"
         ):
-            read(
+            rmq_read(
                 spark,
                 address,
                 topic="OptStrategy",
@@ -126,7 +119,7 @@ def test_a_start_by_time_past_every_message_fails_with_strategy_error(
             f'{{"broker-a": {{"{late["queueId"]}": {newest + 1}, "{quiet}": {newest + 1}}}}}'
         )
         with pytest.raises(Exception, match=rf"starting time in broker-a/{quiet} \("):
-            read(
+            rmq_read(
                 spark,
                 address,
                 topic="OptStrategy",
@@ -136,14 +129,14 @@ def test_a_start_by_time_past_every_message_fails_with_strategy_error(
         with pytest.raises(
             Exception, match="startingOffsetsByTimestampStrategy must be latest or error"
         ):
-            read(spark, address, topic="OptStrategy", startingOffsetsByTimestampStrategy="fail")
+            rmq_read(spark, address, topic="OptStrategy", startingOffsetsByTimestampStrategy="fail")
         assert group.jobs() == []
     # latest (the default): such queues start at their end.
     for strategy in ({}, {"startingOffsetsByTimestampStrategy": "latest"}):
-        df = read(spark, address, topic="OptStrategy", startingTimestamp=future, **strategy)
+        df = rmq_read(spark, address, topic="OptStrategy", startingTimestamp=future, **strategy)
         assert df.count() == 0
     # error with a message at or after the time in every queue read: as latest.
-    df = read(
+    df = rmq_read(
         spark,
         address,
         assign=f'{{"OptStrategy": {{"broker-a": [{late["queueId"]}]}}}}',
@@ -159,10 +152,7 @@ def test_max_records_per_partition_splits_and_the_union_is_the_unsplit_read(
     address = shared_broker.address
     fill(address, "OptMaxRecords", 1, 103)
 
-    def key(df: DataFrame) -> list[tuple[str, int]]:
-        return sorted((r["msgId"], r["queueOffset"]) for r in df.collect())
-
-    whole = key(read(spark, address, topic="OptMaxRecords"))
+    whole = positions(rmq_read(spark, address, topic="OptMaxRecords"))
     assert len(whole) == 103
     for options, sizes in (
         ({"maxRecordsPerPartition": "30"}, [25, 26, 26, 26]),
@@ -170,11 +160,11 @@ def test_max_records_per_partition_splits_and_the_union_is_the_unsplit_read(
         ({"maxRecordsPerPartition": "30", "minPartitions": "6"}, [17, 17, 17, 17, 17, 18]),
         ({"maxRecordsPerPartition": "30", "minPartitions": "2"}, [25, 26, 26, 26]),
     ):
-        df = read(spark, address, topic="OptMaxRecords", **options)
+        df = rmq_read(spark, address, topic="OptMaxRecords", **options)
         assert sorted(df.rdd.glom().map(len).collect()) == sizes, options
-        assert key(df) == whole
+        assert positions(df) == whole
     with pytest.raises(Exception, match="option maxRecordsPerPartition must be >= 1"):
-        read(spark, address, topic="OptMaxRecords", maxRecordsPerPartition="0")
+        rmq_read(spark, address, topic="OptMaxRecords", maxRecordsPerPartition="0")
 
 
 def test_the_timestamp_column_is_born_or_store_time_as_timestamp_type_says(
@@ -182,13 +172,13 @@ def test_the_timestamp_column_is_born_or_store_time_as_timestamp_type_says(
 ) -> None:
     address = shared_broker.address
     fill(address, "OptTsType", 1, 5)
-    born = read(spark, address, topic="OptTsType").collect()
+    born = rmq_read(spark, address, topic="OptTsType").collect()
     assert len(born) == 5
     assert all(r["timestamp"] == r["bornTimestamp"] and r["timestampType"] == 0 for r in born)
-    stored = read(spark, address, topic="OptTsType", timestampType="store").collect()
+    stored = rmq_read(spark, address, topic="OptTsType", timestampType="store").collect()
     assert all(r["timestamp"] == r["storeTimestamp"] and r["timestampType"] == 1 for r in stored)
     with pytest.raises(Exception, match="option timestampType must be born or store"):
-        read(spark, address, topic="OptTsType", timestampType="CreateTime")
+        rmq_read(spark, address, topic="OptTsType", timestampType="CreateTime")
 
 
 def test_the_queue_column_sends_each_row_to_its_queue(
@@ -211,7 +201,7 @@ def test_the_queue_column_sends_each_row_to_its_queue(
     write(spark.createDataFrame([("by-name", "broker-a/3")], "body string, queue string"))
     got = {
         bytes(r["body"]).decode(): (r["queueId"], r["properties"].get("__SHARDINGKEY"))
-        for r in read(spark, address, topic="OptQueue").collect()
+        for r in rmq_read(spark, address, topic="OptQueue").collect()
     }
     expected = {f"q-{i}": (i % 3, f"g-{i}" if i % 2 == 0 else None) for i in range(40)}
     assert got == {**expected, "by-name": (3, None)}
@@ -224,4 +214,4 @@ def test_the_queue_column_sends_each_row_to_its_queue(
         with pytest.raises(Exception, match=r"column 'queue' must be integer or long"):
             write(spark.createDataFrame([("x", 1.5)], "body string, queue double"))
         assert group.jobs() == []
-    assert read(spark, address, topic="OptQueue").count() == 41  # the failures wrote nothing
+    assert rmq_read(spark, address, topic="OptQueue").count() == 41  # the failures wrote nothing

@@ -16,10 +16,16 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
-from pipeline.options import ReadOptions
-from pipeline.rows import message_schema
-from pipeline.stream_reader import RmqStreamReader
-from tests.pipeline.conftest import fill, produce, rmq, rmq_stream, stream_once
+from tests.pipeline.conftest import (
+    fill,
+    positions,
+    produce,
+    rmq,
+    rmq_read,
+    rmq_stream,
+    stream_once,
+    stream_reader,
+)
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until
 
@@ -135,11 +141,7 @@ def test_min_partitions_splits_a_queue_and_the_union_is_the_unsplit_read(
     assert split.rdd.getNumPartitions() == 4
     sizes = split.rdd.glom().map(len).collect()
     assert sorted(sizes) == [25, 26, 26, 26]
-
-    def key(df: DataFrame) -> list[tuple[str, int]]:
-        return sorted((r["msgId"], r["queueOffset"]) for r in df.collect())
-
-    assert key(split) == key(whole) and len(key(whole)) == 103
+    assert positions(split) == positions(whole) and len(positions(whole)) == 103
     # Fewer partitions asked than queues with data: nothing is split.
     assert rmq(spark, address, "OptSplit", minPartitions="1").rdd.getNumPartitions() == 1
 
@@ -157,11 +159,6 @@ def test_the_properties_column_can_be_left_out(
         assert got == sorted((f"k{i}", "even" if i % 2 == 0 else "odd") for i in range(5))
     with pytest.raises(Exception, match="includeProperties and includeHeaders disagree"):
         rmq(spark, address, "OptProps", includeProperties="true", includeHeaders="false")
-
-
-def stream_reader(address: str, topic: str, **options: str) -> RmqStreamReader:
-    opts = ReadOptions.parse({"controllers": address, "topic": topic, **options}, "stream")
-    return RmqStreamReader(opts, message_schema())
 
 
 @pytest.fixture
@@ -242,10 +239,7 @@ def test_several_topics_by_list_or_pattern(
     fill(address, "OtherMulti", 1, 3)
 
     def read(**options: str) -> DataFrame:
-        reader = spark.read.format("rmq").option("controllers", address)
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        return reader.load()
+        return rmq_read(spark, address, **options)
 
     def per_topic(df: DataFrame) -> dict[str, int]:
         return {r["topic"]: r["count"] for r in df.groupBy("topic").count().collect()}

@@ -22,21 +22,15 @@ from pipeline.options import ReadOptions
 from pipeline.partition import RangePartition
 from pipeline.range_reader import PullSettings, QueueRange, read_range
 from pipeline.rows import message_schema
-from pipeline.stream_reader import RmqStreamReader
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
-from tests.pipeline.conftest import fill, produce, small_retention_config
+from tests.pipeline.conftest import fill, produce, small_retention_config, stream_reader
 from tests.storage.test_store_corruption import flip, records_on_disk
 from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
-
-
-def stream_reader(address: str, topic: str, **options: str) -> RmqStreamReader:
-    opts = ReadOptions.parse({"controllers": address, "topic": topic, **options}, "stream")
-    return RmqStreamReader(opts, message_schema())
 
 
 def rows(reader: Any, parts: Any) -> list[dict[str, Any]]:

@@ -14,17 +14,13 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from client.routes import MessageQueue
 from pipeline.queue_sender import queue_for
-from tests.pipeline.conftest import create_topic
+from tests.pipeline.conftest import create_topic, rmq
 from tests.support.procs import BrokerProc
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.multiprocess]
-
-
-def rmq(spark: SparkSession, address: str, topic: str) -> DataFrame:
-    return spark.read.format("rmq").option("controllers", address).option("topic", topic).load()
 
 
 def write(df: DataFrame, address: str, topic: str, **options: str) -> None:
