@@ -4,7 +4,6 @@ at all is a warning. The answers come from real loopback servers."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +14,7 @@ from protocol.remoting import Frame, response
 from remoting.errors import RemotingError, UnreachableError
 from remoting.failover import AddressFailover
 from remoting.server import Connection, RemotingServer
+from tests.support.procs import dead_address
 
 
 @pytest.fixture
@@ -36,12 +36,6 @@ async def followers() -> AsyncIterator[list[str]]:
     finally:
         for server in servers:
             await server.stop()
-
-
-def dead_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 async def failure(addresses: list[str]) -> RemotingError:

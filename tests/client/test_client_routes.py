@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable
 
 import msgpack
@@ -15,14 +14,8 @@ from client.routes import MessageQueue, RouteCache
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
+from tests.support.procs import dead_address
 from tests.support.wait import wait_until_async
-
-
-def dead_address() -> str:
-    """An address nothing listens on (bound then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def route_doc(topic: str, queues: int = 4, master: str | None = "127.0.0.1:10911") -> bytes:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from protocol.ha import (
 )
 from tests.ha.test_ha_driver_support import FAST, Node, in_step
 from tests.storage.support import commitlog_bytes
+from tests.support.procs import dead_address
 from tests.support.wait import stays_async, wait_until_async
 
 QUICK = dataclasses.replace(FAST, connection_idle_timeout_ms=300, reconnect_min_ms=10)
@@ -245,9 +245,7 @@ async def test_a_first_attempt_at_a_new_master_is_info_and_the_second_a_warning(
 ) -> None:
     """A master just elected refuses slaves until it has switched roles: the first failed
     attempt is retried at once and is no warning; a second one in a row is."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    dead = dead_address()
     with structlog.testing.capture_logs() as logs:
         await slave.ha.become_slave(dead, 1, 2, slave.address)
         await wait_until_async(lambda: len(ended(logs)) >= 2, "two failed attempts", 5)

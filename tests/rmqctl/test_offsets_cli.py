@@ -5,7 +5,6 @@ reaches a broker (the address is a closed port)."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import click
@@ -14,12 +13,7 @@ from click.testing import CliRunner
 
 from rmqctl.cli import cli
 from rmqctl.common import PastTimeType
-
-
-def _closed_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+from tests.support.procs import dead_address
 
 
 @pytest.mark.parametrize(
@@ -53,7 +47,7 @@ def test_anything_else_is_a_usage_error(text: str) -> None:
     with pytest.raises(click.BadParameter, match="is not a time"):
         PastTimeType().convert(text, None, None)
     done = CliRunner().invoke(
-        cli, ["resetOffsetByTime", "-a", _closed_port(), "-g", "g", "-t", "T", "-s", text]
+        cli, ["resetOffsetByTime", "-a", dead_address(), "-g", "g", "-t", "T", "-s", text]
     )
     assert done.exit_code == 2, done.output
 
@@ -61,7 +55,7 @@ def test_anything_else_is_a_usage_error(text: str) -> None:
 def test_a_time_in_the_future_is_refused_before_any_request() -> None:
     future = str(int(time.time() * 1000) + 3_600_000)
     done = CliRunner().invoke(
-        cli, ["resetOffsetByTime", "-a", _closed_port(), "-g", "g", "-t", "T", "-s", future]
+        cli, ["resetOffsetByTime", "-a", dead_address(), "-g", "g", "-t", "T", "-s", future]
     )
     assert done.exit_code == 1
     assert "is in the future" in done.output and "nothing reset" in done.output

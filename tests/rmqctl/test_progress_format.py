@@ -4,8 +4,6 @@ allocation rmqctl computes (the consumers' own function)."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from click.testing import CliRunner
 
@@ -32,6 +30,7 @@ from rmqctl.progress import (
     queue_ranges,
     source_notes,
 )
+from tests.support.procs import dead_address
 
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
 
@@ -144,9 +143,7 @@ def test_queue_ranges_and_times() -> None:
     [["consumerProgress", "-g", "G"], ["consumerProgress"], ["consumerConnection", "-g", "G"]],
 )
 def test_an_unreachable_cluster_is_one_line_and_exit_1(args: list[str]) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        addr = f"127.0.0.1:{s.getsockname()[1]}"
+    addr = dead_address()
     result = CliRunner().invoke(cli, [*args, "-a", addr], catch_exceptions=False)
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == f"rmqctl: cannot reach any of {addr}: connection refused\n"

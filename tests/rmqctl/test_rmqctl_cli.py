@@ -17,14 +17,9 @@ import pytest
 from rmqctl.cli import COMMANDS
 from tests.client.fakebroker import FakeCluster, cluster_in_thread
 from tests.support.cli import rmqctl as invoke
+from tests.support.procs import dead_address
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def dead_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 @pytest.fixture

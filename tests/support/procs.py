@@ -144,6 +144,13 @@ def free_port() -> int:
             return port
 
 
+def dead_address() -> str:
+    """A loopback address nothing listens on: a port bound, then closed."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2):
