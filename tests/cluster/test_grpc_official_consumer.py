@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import msgpack
 import pytest
 
 from broker.grpc import consumers, delivery
@@ -28,13 +27,12 @@ from broker.grpc.consume import ConsumeService
 from client.admin import Admin
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
-from protocol.codes import RequestCode
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
 from remoting.client import ConnectionPool
 from tests.cluster.support import long_polling_receive, receive_some
-from tests.support.official_client import run_to_end
+from tests.support.official_client import pop_inflight, run_to_end
 from tests.support.procs import BrokerProc, GrpcBrokerProc, module_broker, started
 from tests.support.wait import wait_until_async
 
@@ -223,7 +221,7 @@ async def test_push_consumer_consumes_everything_and_a_failure_comes_back(
     assert len(ids) == 1  # the same message id on both attempts
 
     async def nothing_in_flight() -> bool:
-        return await _pop_inflight(broker.address, group) == 0
+        return await pop_inflight(broker.address, group) == 0
 
     await wait_until_async(nothing_in_flight, "every push delivery to be acked", 20)
 
@@ -267,21 +265,9 @@ async def test_fifo_push_consumer_takes_each_message_group_in_send_order(
     assert [(m["originTopic"], m["originMsgId"]) for m in dlq] == [(TOPIC, sent["g1-2"])]
 
     async def nothing_in_flight() -> bool:
-        return await _pop_inflight(broker.address, group) == 0
+        return await pop_inflight(broker.address, group) == 0
 
     await wait_until_async(nothing_in_flight, "every FIFO delivery to be acked", 20)
-
-
-async def _pop_inflight(address: str, group: str) -> int:
-    pool = ConnectionPool()
-    try:
-        conn = await pool.get(address)
-        resp = await conn.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})
-        doc = msgpack.unpackb(resp.body or b"", raw=False)
-        rows = doc["groups"].get(group, [])
-        return sum(int(r.get("popInflight", 0)) for r in rows)
-    finally:
-        pool.close()
 
 
 async def _receive(

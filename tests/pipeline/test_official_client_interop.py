@@ -16,13 +16,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import pytest
 
-from protocol.codes import RequestCode
-from remoting.client import ConnectionPool
 from tests.pipeline.conftest import create_topic
-from tests.support.official_client import run_script
+from tests.support.official_client import pop_inflight, run_script
 from tests.support.procs import GrpcBrokerProc, module_broker, rmqctl
 
 if TYPE_CHECKING:
@@ -233,17 +230,4 @@ def test_what_rmqctl_sends_and_the_spark_sink_writes_the_official_consumer_recei
         assert m["message_group"] == message_group, m
         assert before <= m["born_timestamp"] <= after, m
         assert m["attempt"] == 1 and m["corrupted"] is False, m
-    assert asyncio.run(_pop_inflight(address, group)) == 0
-
-
-async def _pop_inflight(address: str, group: str) -> int:
-    """How many of ``group``'s POP deliveries the broker holds in flight (not acked)."""
-    pool = ConnectionPool()
-    try:
-        conn = await pool.get(address)
-        resp = await conn.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})
-        doc = msgpack.unpackb(resp.body or b"", raw=False)
-        rows = doc["groups"].get(group, [])
-        return sum(int(r.get("popInflight", 0)) for r in rows)
-    finally:
-        pool.close()
+    assert asyncio.run(pop_inflight(address, group)) == 0

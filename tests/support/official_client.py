@@ -18,8 +18,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import msgpack
 import pytest
 
+from protocol.codes import RequestCode
+from remoting.client import ConnectionPool
 from tests.support.procs import communicate
 
 PATH = "/usr/bin:/bin"
@@ -160,6 +163,20 @@ class StreamingClient:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+async def pop_inflight(address: str, group: str) -> int:
+    """How many of ``group``'s POP deliveries (the official SimpleConsumer receives by POP) the
+    broker at ``address`` holds in flight, not acked: GET_CONSUME_STATS' popInflight."""
+    pool = ConnectionPool()
+    try:
+        conn = await pool.get(address)
+        resp = await conn.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})
+        doc = msgpack.unpackb(resp.body or b"", raw=False)
+        rows = doc["groups"].get(group, [])
+        return sum(int(r.get("popInflight", 0)) for r in rows)
+    finally:
+        pool.close()
 
 
 def npm_modules(package: Path, what: str) -> Path:
