@@ -34,7 +34,7 @@ from client.progress import ProgressAdmin
 from client.routes import fetch_route
 from remoting.client import ConnectionPool, RemotingClient
 from rmqctl.common import utc_iso
-from tests.cluster.support import shared_cluster, sync_state
+from tests.cluster.support import masters_of, shared_cluster
 from tests.support.cluster import Cluster
 from tests.support.procs import rmqctl_async
 from tests.support.wait import wait_until_async
@@ -334,17 +334,7 @@ async def test_a_static_topic_resets_by_logical_offset_across_a_move(
     suffix = "" if slow_master is None else "Slow"
     static = f"StaticReset{suffix}"
     group = f"statics{suffix}"
-    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    try:
-        for name in ("broker-a", "broker-b"):
-
-            async def ready(g: str = name) -> bool:
-                doc = await sync_state(boot, g)
-                return bool(doc and doc.get("masterAddress"))
-
-            await wait_until_async(ready, f"{name} master", 60, on_timeout=cluster.logs)
-    finally:
-        boot.close()
+    await masters_of(cluster, "broker-a", "broker-b")
     code, _, err = await rmqctl(
         cluster, "updateStaticTopic", "-t", static, "-q", "2", "-b", "broker-a"
     )

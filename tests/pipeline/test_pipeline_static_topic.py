@@ -26,12 +26,11 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 from click.testing import CliRunner
 
 from client import Producer
-from client.bootstrap import Bootstrap
 from rmqctl.cli import cli
-from tests.cluster.support import sync_state
+from tests.cluster.support import masters_of
 from tests.pipeline.conftest import rmq_stream, stream_once
 from tests.support.cluster import Cluster, controllers_started
-from tests.support.wait import wait_until, wait_until_async
+from tests.support.wait import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,19 +56,7 @@ def rmqctl(*args: str) -> tuple[int, str]:
 async def fill(cluster: Cluster) -> tuple[set[bytes], int]:
     """Two rounds of 30 sends with queue 1 moved in between; the bodies and the seal."""
     addrs = cluster.controller_addresses
-    boot = Bootstrap(addrs, timeout=2.0)
-    try:
-        for group in ("broker-a", "broker-b"):
-
-            async def ready(g: str = group) -> bool:
-                doc = await sync_state(boot, g)
-                return bool(doc and doc.get("masterAddress"))
-
-            await wait_until_async(
-                ready, f"{group} master", 60, interval=0.2, on_timeout=cluster.logs
-            )
-    finally:
-        boot.close()
+    await masters_of(cluster, "broker-a", "broker-b")
     code, out = await asyncio.to_thread(
         rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "2", "-b", "broker-a"
     )
