@@ -9,27 +9,19 @@ from pathlib import Path
 import pytest
 
 from client.admin import Admin
-from client.consumer import Consumer
 from client.errors import BrokerError
-from client.message import ReceivedMessage, SendResult
+from client.message import SendResult
 from client.producer import Producer
 from protocol.codes import ResponseCode
-from tests.client import receiving
+from tests.client.receiving import consume
 from tests.support.procs import BrokerProc, small_segments_config
 
 pytestmark = pytest.mark.multiprocess
-
-FAST = {"heartbeat_interval": 0.2, "commit_interval": 0.2, "route_refresh_interval": 1.0}
 
 
 async def create_topic(address: str, topic: str, queues: int) -> None:
     async with Admin(address) as admin:
         await admin.create_topic(topic, queues)
-
-
-async def consume(address: str, topic: str, n: int) -> list[ReceivedMessage]:
-    async with Consumer(address, "checker", topic, **FAST) as c:
-        return await receiving.receive_until(c, lambda got: len(got) >= n, 30, poll=0.1)
 
 
 async def test_gathered_sends_get_their_own_ids_and_consecutive_offsets(

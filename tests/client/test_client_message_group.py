@@ -8,23 +8,15 @@ import asyncio
 import pytest
 
 from client.admin import Admin
-from client.consumer import Consumer
 from client.errors import ClientError
-from client.message import Message, ReceivedMessage, SendResult
+from client.message import Message, SendResult
 from client.producer import Producer
 from client.routes import MessageQueue
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue
-from tests.client import receiving
+from tests.client.receiving import consume
 from tests.support.procs import BrokerProc
 
 pytestmark = pytest.mark.multiprocess
-
-FAST = {"heartbeat_interval": 0.2, "commit_interval": 0.2, "route_refresh_interval": 1.0}
-
-
-async def consume(address: str, topic: str, n: int) -> list[ReceivedMessage]:
-    async with Consumer(address, "checker", topic, **FAST) as c:
-        return await receiving.receive_until(c, lambda got: len(got) >= n, 30, poll=0.1)
 
 
 @pytest.mark.parametrize("auto_batch", [True, False])

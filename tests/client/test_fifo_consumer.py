@@ -17,12 +17,11 @@ from protocol.codes import ResponseCode
 from protocol.fifo import group_queue
 from protocol.pull import ConsumerOffsetQuery, decode_offset
 from remoting.client import RemotingClient
+from tests.client.receiving import FAST
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-FAST = {"heartbeat_interval": 0.2, "commit_interval": 0.2, "route_refresh_interval": 1.0}
 
 
 async def committed(address: str, queue_id: int) -> int | None:
