@@ -37,7 +37,7 @@ from tests.cluster.support import (
     sync_state,
     two_groups,
 )
-from tests.support.cli import rmqctl
+from tests.support.cli import rmqctl, rmqctl_json
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until, wait_until_async
 
@@ -61,9 +61,7 @@ async def produce_until(stop: asyncio.Event, addrs: str, acked: list[Key], retri
 
 
 def mapping(addrs: str) -> Any:
-    code, out, err = rmqctl("--json", "staticTopicMapping", "-a", addrs, "-t", TOPIC)
-    assert code == 0, err
-    return json.loads(out)
+    return rmqctl_json(addrs, "staticTopicMapping", "-t", TOPIC)
 
 
 def mapping_everywhere(cluster: Cluster) -> Any:

@@ -14,7 +14,6 @@ in logical order, not the logical max.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from protocol.pull import ConsumerOffsetUpdate
 from protocol.static_topic import commit_points, parse_queue
 from remoting.client import RemotingClient
 from tests.cluster.support import masters_of
-from tests.support.cli import rmqctl
+from tests.support.cli import rmqctl, rmqctl_json
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -66,9 +65,7 @@ async def scenario(cluster: Cluster, addrs: str) -> None:
     masters = await masters_of(cluster, "broker-a", "broker-b")
 
     def mapping() -> Any:
-        code, out, err = rmqctl("--json", "staticTopicMapping", "-a", addrs, "-t", TOPIC)
-        assert code == 0, err
-        return json.loads(out)
+        return rmqctl_json(addrs, "staticTopicMapping", "-t", TOPIC)
 
     code, _, err = await asyncio.to_thread(
         rmqctl, "updateStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "1", "-b", "broker-a"
