@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
-from client.errors import ClientError
 from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
 from protocol.rocketmq_remoting.route import decode_route
 from tests.cluster.secured import create_root, secured_cluster
+from tests.cluster.support import create_once_registered
 from tests.support.classic import Raw
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
@@ -28,17 +27,7 @@ TOPIC = "RouteT"
 
 async def test_the_controllers_answer_the_nameserver_requests(cluster: Cluster) -> None:
     group = cluster.add_group("broker-a", replicas=2)
-    async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
-
-        async def created() -> bool:
-            try:
-                return bool(await admin.create_topic(TOPIC, 3))
-            except ClientError:
-                return False
-
-        await wait_until_async(
-            created, "the topic to be created", 30, interval=0.2, on_timeout=cluster.logs
-        )
+    await create_once_registered(cluster, TOPIC, 3, "the topic to be created")
     controller = cluster.controllers[1]  # any controller answers, not only the leader
     raw = await Raw.open(controller.port)
     try:

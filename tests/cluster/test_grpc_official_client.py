@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
 from client.consumer import Consumer
-from client.errors import ClientError
-from tests.cluster.support import add_grpc_group
+from tests.cluster.support import add_grpc_group, create_once_registered
 from tests.support.cluster import Cluster
 from tests.support.official_client import run_script
 from tests.support.wait import wait_until_async
@@ -54,15 +52,7 @@ async def test_official_producer_sends_and_our_consumer_reads_every_field(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     (grpc_port,) = add_grpc_group(cluster, 1)
-    async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
-
-        async def created() -> bool:
-            try:
-                return bool(await admin.create_topic(TOPIC, 2))
-            except ClientError:
-                return False
-
-        await wait_until_async(created, "the topic to be created on a master", 30, interval=0.2)
+    await create_once_registered(cluster, TOPIC, 2, "the topic to be created on a master")
 
     last = run_script(_PRODUCE, tmp_path, f"127.0.0.1:{grpc_port}", TOPIC, logs=cluster.logs)
     sent = json.loads(last)

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
 from client.consumer import Consumer
-from client.errors import ClientError
 from client.message import ReceivedMessage
 from client.producer import Producer as SdkProducer
+from tests.cluster.support import create_once_registered
 from tests.support.cluster import Cluster
 from tests.support.official_client import client_env, run_script
 from tests.support.procs import free_port
@@ -106,16 +105,8 @@ def grpc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcClust
 
 
 async def _create_topics(cluster: Cluster, topics: dict[str, int]) -> None:
-    async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
-        for topic, queues in topics.items():
-
-            async def created(topic: str = topic, queues: int = queues) -> bool:
-                try:
-                    return bool(await admin.create_topic(topic, queues))
-                except ClientError:
-                    return False
-
-            await wait_until_async(created, f"topic {topic} to be created", 30, interval=0.2)
+    for topic, queues in topics.items():
+        await create_once_registered(cluster, topic, queues, f"topic {topic} to be created")
 
 
 _PRODUCE = """

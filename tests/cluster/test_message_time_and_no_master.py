@@ -14,12 +14,15 @@ import time
 import pytest
 
 from client import Consumer, Producer
-from client.admin import Admin
 from client.bootstrap import Bootstrap
-from client.errors import ClientError
 from client.lookup import Lookup
 from client.message import SendResult
-from tests.cluster.support import cluster_rmqctl, cluster_rmqctl_json, sync_state
+from tests.cluster.support import (
+    cluster_rmqctl,
+    cluster_rmqctl_json,
+    create_once_registered,
+    sync_state,
+)
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until, wait_until_async
 
@@ -62,16 +65,8 @@ async def test_time_queries_span_both_groups_and_a_group_without_master_is_liste
             return True
 
         await wait_until_async(masters, "both groups' masters", 60, on_timeout=cluster.logs)
-        async with Admin(cluster.controller_addresses) as admin:
-
-            async def create() -> list[str] | None:
-                try:
-                    return await admin.create_topic(TOPIC, 2)
-                except ClientError:
-                    return None
-
-            created = await wait_until_async(create, "the topic on both", 30, interval=0.2)
-            assert created == ["broker-a", "broker-b"]
+        created = await create_once_registered(cluster, TOPIC, 2, "the topic on both")
+        assert created == ["broker-a", "broker-b"]
 
         before = await send(cluster, "before", 8)
         wait_until(lambda: time.time() * 1000 > max(t for _, t in before) + 2, "a new ms", 5)

@@ -14,14 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from client.admin import Admin
-from client.errors import ClientError
-from tests.cluster.support import add_grpc_group
+from tests.cluster.support import add_grpc_group, create_once_registered
 from tests.support.cli import ok_json
 from tests.support.cli import rmqctl_run as rmqctl
 from tests.support.cluster import Cluster
 from tests.support.official_client import run_script
-from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -62,16 +59,8 @@ async def test_a_message_is_found_by_the_official_clients_id_and_by_its_offset_i
     cluster: Cluster, tmp_path: Path
 ) -> None:
     (grpc_port,) = add_grpc_group(cluster, 1)
-    async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
-        for topic in (TOPIC, OTHER):
-
-            async def created(topic: str = topic) -> bool:
-                try:
-                    return bool(await admin.create_topic(topic, 2))
-                except ClientError:
-                    return False
-
-            await wait_until_async(created, f"topic {topic} created on a master", 30, interval=0.2)
+    for topic in (TOPIC, OTHER):
+        await create_once_registered(cluster, topic, 2, f"topic {topic} created on a master")
     last = await asyncio.to_thread(
         run_script, _PRODUCE, tmp_path, f"127.0.0.1:{grpc_port}", TOPIC, OTHER, logs=cluster.logs
     )
