@@ -23,7 +23,7 @@ import pytest
 
 from client import Producer
 from client.bootstrap import Bootstrap
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.pull import ConsumerOffsetQuery, MaxOffsetQuery, decode_offset
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
@@ -168,23 +168,9 @@ async def _send(cluster: Cluster, prefix: str, count: int) -> dict[str, tuple[in
     return sent
 
 
-async def _committed_on(address: str, queue_id: int) -> int | None:
-    """The offset GROUP committed on one queue as the broker at ``address`` holds it."""
-    ask = ConsumerOffsetQuery(group=GROUP, topic=TOPIC, queue_id=queue_id)
-    try:
-        conn = await RemotingClient.connect(address, timeout=2.0)
-    except RemotingError:
-        return None
-    try:
-        resp = await conn.request(RequestCode.QUERY_CONSUMER_OFFSET, ask.header(), None, 2.0)
-    finally:
-        conn.close()
-    return decode_offset(resp) if resp.code == ResponseCode.SUCCESS else None
-
-
-async def _visible_on(address: str, queue_id: int) -> int | None:
-    """What pulls may read of one queue at the broker at ``address`` (its committed end)."""
-    ask = MaxOffsetQuery(topic=TOPIC, queue_id=queue_id, committed=True)
+async def _offset_on(address: str, ask: ConsumerOffsetQuery | MaxOffsetQuery) -> int | None:
+    """The offset the broker at ``address`` answers ``ask`` with; None when it cannot be reached
+    or answers other than SUCCESS."""
     try:
         conn = await RemotingClient.connect(address, timeout=2.0)
     except RemotingError:
@@ -194,6 +180,18 @@ async def _visible_on(address: str, queue_id: int) -> int | None:
     finally:
         conn.close()
     return decode_offset(resp) if resp.code == ResponseCode.SUCCESS else None
+
+
+async def _committed_on(address: str, queue_id: int) -> int | None:
+    """The offset GROUP committed on one queue as the broker at ``address`` holds it."""
+    return await _offset_on(
+        address, ConsumerOffsetQuery(group=GROUP, topic=TOPIC, queue_id=queue_id)
+    )
+
+
+async def _visible_on(address: str, queue_id: int) -> int | None:
+    """What pulls may read of one queue at the broker at ``address`` (its committed end)."""
+    return await _offset_on(address, MaxOffsetQuery(topic=TOPIC, queue_id=queue_id, committed=True))
 
 
 def _tag(body: str) -> str:
