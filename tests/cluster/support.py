@@ -27,6 +27,7 @@ from remoting.errors import RemotingError
 from tests.support.cli import rmqctl as cli_rmqctl
 from tests.support.cli import rmqctl_run
 from tests.support.cluster import BrokerNode, Cluster
+from tests.support.messages import create_once_registered as create_once_registered
 from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
@@ -276,24 +277,6 @@ def cluster_rmqctl_json(cluster: Cluster, *args: str, flag: str = "-a") -> Any:
     proc = cluster_rmqctl(cluster, "--json", *args, flag=flag)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-async def create_once_registered(cluster: Cluster, topic: str, queues: int, what: str) -> list[str]:
-    """Create ``topic`` through the controllers, retried while it is refused (its groups'
-    masters have not all registered yet; ``what`` names the wait, 30 s at most): the groups it
-    was created on."""
-    async with Admin(cluster.controller_addresses) as admin:
-
-        async def create() -> list[str] | None:
-            try:
-                return await admin.create_topic(topic, queues)
-            except ClientError:
-                return None
-
-        created: list[str] = await wait_until_async(
-            create, what, 30, interval=0.2, on_timeout=cluster.logs
-        )
-        return created
 
 
 async def takes_writes(address: str) -> bool:

@@ -8,12 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from client.admin import Admin
-from client.errors import ClientError
 from tests.support.cluster import Cluster
+from tests.support.messages import create_once_registered
 from tests.support.official_client import client_env, npm_modules, run_to_end
 from tests.support.procs import ROOT
-from tests.support.wait import wait_until_async
 
 PACKAGE = ROOT / "tests" / "alions"
 SCRIPT = PACKAGE / "alions_client.js"
@@ -32,17 +30,7 @@ def alions_env(home: Path) -> dict[str, str]:
 async def create_topic(cluster: Cluster, topic: str, queues: int) -> None:
     """``topic`` with ``queues`` queues, created through the controllers (retried until they
     commit it)."""
-    async with Admin(cluster.controller_addresses, timeout=2.0) as admin:
-
-        async def created() -> bool:
-            try:
-                return bool(await admin.create_topic(topic, queues))
-            except ClientError:
-                return False
-
-        await wait_until_async(
-            created, f"topic {topic} to be created", 30, interval=0.2, on_timeout=cluster.logs
-        )
+    await create_once_registered(cluster, topic, queues, f"topic {topic} to be created")
 
 
 async def run_alions(cluster: Cluster, tmp: Path, *args: str) -> dict[str, Any]:

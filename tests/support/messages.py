@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from client.admin import Admin
+from client.errors import ClientError
 from client.producer import Producer
+from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
 FAST_CONSUMER: dict[str, Any] = {
@@ -31,6 +33,24 @@ async def fill(address: str, topic: str, n: int, queues: int = 2) -> list[str]:
             *(producer.send(topic, f"m{i}".encode(), keys=f"k{i}") for i in range(n))
         )
     return [r.msg_id for r in results]
+
+
+async def create_once_registered(cluster: Cluster, topic: str, queues: int, what: str) -> list[str]:
+    """Create ``topic`` through the controllers, retried while it is refused (its groups'
+    masters have not all registered yet; ``what`` names the wait, 30 s at most): the groups it
+    was created on."""
+    async with Admin(cluster.controller_addresses) as admin:
+
+        async def create() -> list[str]:  # [] (refused, or on no group yet): wait on
+            try:
+                return await admin.create_topic(topic, queues)
+            except ClientError:
+                return []
+
+        created: list[str] = await wait_until_async(
+            create, what, 30, interval=0.2, on_timeout=cluster.logs
+        )
+        return created
 
 
 async def dead_lettered(
