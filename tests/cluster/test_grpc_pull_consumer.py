@@ -205,17 +205,24 @@ def _by_queue(sent: dict[str, tuple[int, int]]) -> dict[int, list[tuple[int, str
     return {qid: sorted(rows) for qid, rows in out.items()}
 
 
+async def _grpc_group_with_topic(cluster: Cluster, boot: Bootstrap) -> tuple[list[int], str]:
+    """broker-a of three replicas serving gRPC, all in sync, with TOPIC on two queues: the
+    replicas' gRPC ports (in the order of cluster.brokers) and the master's address."""
+    ports = add_grpc_group(cluster)
+    master: str = (await full_sync_state_set(boot, cluster))["masterAddress"]
+    await create_topic(boot, master, TOPIC, 2)
+    return ports, master
+
+
 async def test_a_pull_consumer_reads_every_queue_in_order_and_commits(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """Through a slave's endpoint (it hands the requests to its master): offsets by policy and
     by time, every message once and in queue order with what a pull carries, long polling at
     the end, an offset past the end, a tag filter, commit and read back."""
-    ports = add_grpc_group(cluster)
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
-        master = (await full_sync_state_set(boot, cluster))["masterAddress"]
-        await create_topic(boot, master, TOPIC, 2)
+        ports, master = await _grpc_group_with_topic(cluster, boot)
         first = await _send(cluster, "first", 60)
         start = time.time_ns() // 1_000_000
         wait_until(lambda: time.time_ns() // 1_000_000 > start + 2, "the clock moves", 5)
@@ -253,11 +260,9 @@ async def test_offsets_and_pulls_carry_on_after_a_master_change(
     """A group commits through the master's endpoint, the master is killed; through another
     endpoint GetOffset answers what was committed, the pulls go on from there with exactly the
     messages sent since, and commits land on the new master."""
-    ports = add_grpc_group(cluster)
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
-        old = (await full_sync_state_set(boot, cluster))["masterAddress"]
-        await create_topic(boot, old, TOPIC, 2)
+        ports, old = await _grpc_group_with_topic(cluster, boot)
         before = await _send(cluster, "before", 50)
         index = {b.address: i for i, b in enumerate(cluster.brokers)}
         first = await _client(tmp_path, "read", ports[index[old]], {"ts": 0})
@@ -294,11 +299,9 @@ async def test_a_slave_serves_pulls_while_its_dead_master_is_not_replaced(
     still name the dead one): a slave's endpoint answers GetOffset with its copy of the commit
     and the pulls with every message it replicated, in order; a commit is refused (the master
     is unreachable) and the client can commit again later."""
-    ports = add_grpc_group(cluster)
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
-        old = (await full_sync_state_set(boot, cluster))["masterAddress"]
-        await create_topic(boot, old, TOPIC, 2)
+        ports, old = await _grpc_group_with_topic(cluster, boot)
         first = await _send(cluster, "first", 40)
         index = {b.address: i for i, b in enumerate(cluster.brokers)}
         committed = await _client(tmp_path, "read", ports[index[old]], {"ts": 0})
