@@ -106,12 +106,7 @@ class StoreFiles:
         try:
             self._open_locked()
         except BaseException:
-            if self.index is not None:
-                self.index.close()
-            self.commitlog.close()
-            self.queues.close()
-            self.fs_sync.close()
-            self._unlock_dir()
+            self._close_files()
             raise
         self.is_open = True
 
@@ -198,6 +193,11 @@ class StoreFiles:
             self.is_open = False
         self._abort_path.unlink(missing_ok=True)
         fsync_dir(self.directory)
+        self._close_files()
+
+    def _close_files(self) -> None:
+        """Close the index, the CommitLog, the ConsumeQueues and the sync thread, then give up
+        the directory's lock: the end of a clean stop and of an open that failed."""
         if self.index is not None:
             self.index.close()
         self.commitlog.close()

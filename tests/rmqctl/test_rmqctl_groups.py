@@ -3,12 +3,11 @@ the tests share (module scope), each with a group of its own."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-from typing import Any
 
 import pytest
 
+from tests.support.cli import ok_json
 from tests.support.cli import rmqctl as invoke
 from tests.support.procs import BrokerProc, module_broker
 
@@ -22,12 +21,6 @@ def rmqctl(*args: str) -> subprocess.CompletedProcess[str]:
     code, out, err = invoke(*args)
     assert "Traceback" not in err, err
     return subprocess.CompletedProcess(list(args), code, out, err)
-
-
-def ok_json(*args: str) -> Any:
-    proc = rmqctl("--json", *args)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def test_update_and_get_sub_group(broker: BrokerProc) -> None:
