@@ -23,6 +23,7 @@ from broker.ha.service import HAService
 from broker.identity import IdentityError, check_identity_files
 from broker.live_config import LiveConfig
 from broker.metrics import BrokerMetrics, BrokerReadings
+from broker.offsets_persist import persist_offsets
 from broker.processors.admin import AdminProcessor
 from broker.processors.broker_config import BrokerConfigProcessor
 from broker.processors.broker_stats import BrokerStatsProcessor
@@ -518,8 +519,8 @@ class Broker:
                 store.confirm_offset = store.max_offset  # a lone master confirms what it stores
             if loop.time() >= next_persist:
                 next_persist = loop.time() + interval
-                try:  # in a thread: 10,000 groups take 0.5 s to encode and write
-                    await loop.run_in_executor(None, self.ctx.offsets.persist)
+                try:  # the changed groups encoded on the loop in slices, written in a thread
+                    await persist_offsets(self.ctx.offsets)
                 except Exception as exc:
                     log.error(
                         "persisting consumer offsets failed", error=f"{type(exc).__name__}: {exc}"

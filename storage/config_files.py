@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,7 +36,7 @@ from protocol.topic_attrs import TopicAttrs, attrs_from, put_attrs
 from storage.errors import StoreError
 from storage.offset_changes import OffsetChangeLog
 from storage.queues import topic_error
-from storage.small_file import fsync_dir, read_atomic, write_atomic
+from storage.small_file import fsync_dir, read_atomic, write_atomic, write_atomic_parts
 
 VERSION: Final = 1
 log = structlog.get_logger(__name__)
@@ -226,7 +227,11 @@ class TopicConfigStore:
 class ConsumerOffsetStore:
     """Committed consumer offsets, kept in memory and persisted by :meth:`persist`.
 
-    ``commit`` and ``query`` run on the event loop; ``persist`` may run in a worker thread.
+    ``commit`` and ``query`` run on the event loop. A persist re-encodes only the groups changed
+    since the last one (each group's entries of the document are kept encoded between persists)
+    and writes the whole document: :meth:`begin_persist`, :meth:`encode_some` a slice of groups
+    at a time on the event loop, then :meth:`write_persisted` in a worker thread (the file's
+    write and fsync); :meth:`persist` does all three at once.
     """
 
     def __init__(self, data_dir: Path) -> None:
@@ -238,6 +243,14 @@ class ConsumerOffsetStore:
         """group -> topic -> queue id -> when the offset last moved (epoch ms)."""
         self._version = 0
         self._persisted_version = 0
+        self._written_version = -1
+        """The version of the last document written (a persist's older document is not
+        written over it)."""
+        self._encoded_offsets = _EncodedGroups()
+        self._encoded_times = _EncodedGroups()
+        self._unencoded: set[str] = set()
+        """Groups changed since their entries were last encoded (commit adds, a persist
+        encodes and removes)."""
         self.changes = OffsetChangeLog()
         """What changed since a counter: what a slave copying this table asks for."""
         self._consumed: dict[tuple[str, str], int] = {}
@@ -255,6 +268,9 @@ class ConsumerOffsetStore:
             self._offsets = offsets
             self._times = times
             self._persisted_version = self._version
+            self._encoded_offsets = _EncodedGroups()
+            self._encoded_times = _EncodedGroups()
+            self._unencoded = offsets.keys() | times.keys()  # encoded at the first persist
             self.changes = OffsetChangeLog()  # counted from the loaded table
             self._consumed = {
                 (group, topic): sum(queues.values())
@@ -276,6 +292,7 @@ class ConsumerOffsetStore:
                 self._times.setdefault(group, {}).setdefault(topic, {})[queue_id] = at_ms
             self._version += 1
             self.changes.group_changed(group)
+            self._unencoded.add(group)
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get(group, {}).get(topic, {}).get(queue_id)
@@ -295,6 +312,7 @@ class ConsumerOffsetStore:
                 self.changes.topic_deleted(topic, sorted(touched))
                 for group in touched:
                     self._consumed.pop((group, topic), None)
+                self._unencoded |= touched
         return bool(touched)
 
     def delete_group(self, group: str) -> bool:
@@ -308,6 +326,7 @@ class ConsumerOffsetStore:
             if found:
                 self._version += 1
                 self.changes.group_deleted(group)
+                self._unencoded.add(group)
         return found
 
     def last_consume_ms(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -368,36 +387,126 @@ class ConsumerOffsetStore:
             )
 
     def persist(self) -> None:
-        """Write the table atomically if it changed since the last persist."""
-        with self._persist_lock:
-            self._persist()
+        """Write the table atomically if it changed since the last persist (the groups changed
+        since are encoded in the caller's thread)."""
+        job = self.begin_persist()
+        if job is not None:
+            while not self.encode_some(job, 0):
+                pass
+            self.write_persisted(job)
 
-    def _persist(self) -> None:
-        # The same bytes as _dump_json's, encoded a slice of groups at a time: a thread persisting
-        # 10,000 groups (3 MB) held the lock, and json's C encoder the GIL, for 0.5 s at once,
-        # and commits on the event loop waited behind it (issue 34: the offset commit p99).
+    def begin_persist(self) -> OffsetsPersist | None:
+        """A persist of what the table holds now, None when nothing changed since the last one.
+        Its :meth:`encode_some` calls encode the groups changed since their last encoding (issue
+        34: a persist that encoded the whole table, 10,000 groups, held the broker's event loop,
+        or the GIL from a thread, for 0.15 to 0.3 s every 5 s)."""
         with self._lock:
             version = self._version
             if version == self._persisted_version and self.path.exists():
-                return
-            groups = sorted(self._offsets.keys() | self._times.keys())
-        offsets: list[str] = []
-        times: list[str] = []
-        for i in range(0, len(groups), _PERSIST_SLICE):
-            with self._lock:
-                for group in groups[i : i + _PERSIST_SLICE]:
-                    for table, parts in ((self._offsets, offsets), (self._times, times)):
-                        topics = table.get(group)
-                        if topics is not None:
-                            encoded = json.dumps(_str_topics(topics), sort_keys=True)
-                            parts.append(f"{json.dumps(group)}: {encoded}")
-        doc = (
-            f'{{"lastConsumeMs": {{{", ".join(times)}}}, "offsets": {{{", ".join(offsets)}}}, '
-            f'"version": {json.dumps(VERSION)}}}'
-        )
-        write_atomic(self.path, doc.encode())
+                return None
+            pending = list(self._unencoded)
+            return OffsetsPersist(version=version, pending=pending, changed=len(pending))
+
+    def encode_some(self, job: OffsetsPersist, limit: int) -> bool:
+        """Encode up to ``limit`` (0: all) of the groups ``job`` found changed; True once none is
+        left (the job then holds every group's entries, to write). A group changed again meanwhile is encoded
+        as it is now (and again at the next persist); one first committed meanwhile is left to
+        the next persist, as is anything else after ``job.version``."""
         with self._lock:
-            self._persisted_version = max(self._persisted_version, version)
+            pending = job.pending
+            count = len(pending) if limit <= 0 else min(limit, len(pending))
+            for _ in range(count):
+                group = pending.pop()
+                if group in self._unencoded:  # else encoded already since the job began
+                    self._unencoded.discard(group)
+                    self._encoded_offsets.put(group, self._offsets.get(group))
+                    self._encoded_times.put(group, self._times.get(group))
+            if pending:
+                return False
+            # The entries in name order, by reference: joined and written in the worker thread.
+            job.times = self._encoded_times.in_order()
+            job.offsets = self._encoded_offsets.in_order()
+            return True
+
+    def write_persisted(self, job: OffsetsPersist) -> None:
+        """Write ``job``'s document (:meth:`encode_some` returned True) atomically; from any
+        thread (the entries are joined here). A document older than the last one written is not
+        written."""
+        with self._persist_lock:
+            if job.version <= self._written_version and self.path.exists():
+                return
+            write_atomic_parts(self.path, job.document())
+            self._written_version = job.version
+        with self._lock:
+            self._persisted_version = max(self._persisted_version, job.version)
+
+
+@dataclass(slots=True, kw_only=True)
+class OffsetsPersist:
+    """One persist of :class:`ConsumerOffsetStore` under way."""
+
+    version: int
+    """The table's version when it began: everything committed up to it is in the document."""
+    pending: list[str]
+    """Groups still to encode."""
+    changed: int
+    """The groups changed since their last encoding when it began (its encoding work)."""
+    times: list[str] = field(default_factory=list)
+    offsets: list[str] = field(default_factory=list)
+    """Once every group is encoded: each group's entry of each table, in name order."""
+
+    def document(self) -> Iterator[bytes]:
+        """The document's bytes, a slice of groups at a time: the same bytes json.dumps of the
+        whole document (sort_keys) gives."""
+        for head, entries in (
+            ('{"lastConsumeMs": {', self.times),
+            ('}, "offsets": {', self.offsets),
+        ):
+            yield head.encode()
+            for i in range(0, len(entries), _JOIN_SLICE):
+                sep = ", " if i else ""
+                yield (sep + ", ".join(entries[i : i + _JOIN_SLICE])).encode()
+        yield f'}}, "version": {json.dumps(VERSION)}}}'.encode()
+
+
+_JOIN_SLICE: Final = 256
+"""Group entries joined into one write of a persist (in the worker thread, holding the GIL)."""
+
+
+class _EncodedGroups:
+    """One table of the offsets document (``offsets`` or ``lastConsumeMs``): each group's entry
+    encoded as JSON (``"group": {...}``), kept between persists, joined in name order (the
+    bytes json.dumps of the whole table with sort_keys gives)."""
+
+    __slots__ = ("order", "parts", "removed", "unsorted")
+
+    def __init__(self) -> None:
+        self.parts: dict[str, str] = {}
+        self.order: list[str] = []
+        """The groups of ``parts`` in name order (once re-sorted: ``unsorted``, ``removed``)."""
+        self.unsorted = False
+        self.removed = False
+
+    def put(self, group: str, topics: dict[str, dict[int, int]] | None) -> None:
+        """Encode ``group``'s entry (None: it has none)."""
+        if topics is None:
+            if self.parts.pop(group, None) is not None:
+                self.removed = True
+            return
+        if group not in self.parts:
+            self.order.append(group)
+            self.unsorted = True
+        encoded = json.dumps(_str_topics(topics), sort_keys=True)
+        self.parts[group] = f"{json.dumps(group)}: {encoded}"
+
+    def in_order(self) -> list[str]:
+        """Every group's entry, in name order."""
+        if self.removed:  # rare (a deleted group or topic): the order built again
+            self.order = sorted(self.parts)
+        elif self.unsorted:  # new groups appended to a sorted list: one run to merge
+            self.order.sort()
+        self.removed = self.unsorted = False
+        return list(map(self.parts.__getitem__, self.order))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,10 +541,6 @@ def _int_table(doc: dict[str, Any]) -> dict[str, dict[str, dict[int, int]]]:
         }
         for group, topics in doc.items()
     }
-
-
-_PERSIST_SLICE: Final = 256
-"""Groups :meth:`ConsumerOffsetStore.persist` copies and encodes at a time (under its lock)."""
 
 
 def _str_topics(topics: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:

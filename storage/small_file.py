@@ -20,7 +20,7 @@ import ctypes
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
@@ -146,15 +146,24 @@ def _read_verified(path: Path) -> tuple[bool, bytes | None]:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Durably replace ``path`` with ``data``, keeping the previous content as ``<name>.bak``."""
+    write_atomic_parts(path, (data,))
+
+
+def write_atomic_parts(path: Path, parts: Iterable[bytes]) -> None:
+    """:func:`write_atomic` of the concatenation of ``parts``, which are encoded, checksummed and
+    written one at a time (a large document is never built whole in memory)."""
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(encode(data))
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        length, crc = 0, 0
+        _write_all(fd, bytes(_HEADER.size))  # the real header once the payload is written
+        for part in parts:
+            _write_all(fd, part)
+            length += len(part)
+            crc = zlib.crc32(part, crc)
+        os.pwrite(fd, _HEADER.pack(MAGIC, length, crc), 0)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -170,6 +179,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.unlink(path)
     os.replace(tmp, path)
     fsync_dir(directory)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def read_atomic(path: Path) -> bytes | None:
