@@ -21,7 +21,11 @@ slave, all-ack) and drives it through the real requests:
                         segments the puts did not leave mapped): the master's CPU time,
                         microseconds a message
   offset commit         UPDATE_CONSUMER_OFFSET of every group on the 8 queues of one topic
-                        (group g on topic g mod topics), 64 in flight: p99
+                        (group g on topic g mod topics), 64 in flight, in rounds over all the
+                        groups for ``--commit-seconds`` (6 s) in every column: p99 of them all
+                        (one round of 800 commits at 1x lasted 25 ms and one of 8,000 at 10x
+                        0.25 s, so the 10x phase was ten times as likely to meet any of the
+                        broker's periodic work, which runs every 1 to 5 s)
   master RSS, open fds  /proc/<pid>/status VmRSS and /proc/<pid>/fd of the master, loaded
   ConsumeQueue files    the master's files under consumequeue/
   consumer offsets file the master's config/consumerOffset.json once persisted
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import shutil
 import tempfile
@@ -265,17 +270,32 @@ async def pull_all(master: Master, col: BrokerColumn, pulls: int) -> float:
     return time.perf_counter() - t0
 
 
-async def commit_offsets(master: Master, col: BrokerColumn) -> list[float]:
-    """Every group commits offset 1 on the 8 queues of one topic: each commit's seconds."""
+async def commit_offsets(master: Master, col: BrokerColumn, seconds: float) -> list[float]:
+    """Every group commits its offset on the 8 queues of one topic, in rounds (round r commits
+    offset r + 1), for at least ``seconds`` and one round: each commit's seconds."""
+    per_round = col.groups * QUEUES
+    took: list[float] = []
+    counter = itertools.count()
+    ends = time.perf_counter() + seconds
 
-    async def one(i: int) -> None:
-        g, q = divmod(i, QUEUES)
-        ask = ConsumerOffsetUpdate(
-            group=f"scale-group-{g:05d}", topic=topic_name(g % col.topics), queue_id=q, offset=1
-        )
-        await master.call(ask.code, *ask.encode())
+    async def worker() -> None:
+        for i in counter:
+            if i >= per_round and time.perf_counter() >= ends:
+                return
+            r, k = divmod(i, per_round)
+            g, q = divmod(k, QUEUES)
+            ask = ConsumerOffsetUpdate(
+                group=f"scale-group-{g:05d}",
+                topic=topic_name(g % col.topics),
+                queue_id=q,
+                offset=r + 1,
+            )
+            t0 = time.perf_counter()
+            await master.call(ask.code, *ask.encode())
+            took.append(time.perf_counter() - t0)
 
-    return await in_flight(col.groups * QUEUES, INFLIGHT, one)
+    await asyncio.gather(*(worker() for _ in range(INFLIGHT)))
+    return took
 
 
 async def max_offset(address: str, topic: str, queue_id: int) -> int | None:
@@ -372,7 +392,7 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         if target.node is not None and target.node.pid == master_pid:
             f["pull, master CPU"] = (cpu_seconds(master_pid) - before) / puts * 1e6
         col.step("pulls")
-        commits = sorted(await commit_offsets(target, col))
+        commits = sorted(await commit_offsets(target, col, args.commit_seconds))
         col.step("offset commits")
         await target.connect()  # both in sync again, whichever is master now
         master = target.node
@@ -501,6 +521,13 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logs", default="", help="keep a failed column's logs in this directory")
     parser.add_argument(
         "--cq-entries", type=int, default=1024, help="ConsumeQueue segment entries (20 B each)"
+    )
+    parser.add_argument(
+        "--commit-seconds",
+        type=float,
+        default=6.0,
+        help="offset commits go on this long in every column (past the offsets' 5 s persist "
+        "interval; at least one round over every group)",
     )
     parser.add_argument(
         "--offsets-persist-ms",
