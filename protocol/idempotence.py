@@ -88,6 +88,7 @@ __all__ = [
     "seq_property",
     "sequenced_records",
     "stamp",
+    "unpack_seq_field",
 ]
 
 # PROP_PRODUCER_SEQ (``__PSEQ``, defined in protocol/message.py so record copies can drop it):
@@ -196,6 +197,24 @@ class ProducerSeq:
                 "an idempotent send carries all of producerId, producerEpoch and sequence"
             )
         return cls.checked(pid, epoch, seq)
+
+
+def unpack_seq_field(packed: bytes) -> ProducerSeq | None:
+    """The :class:`ProducerSeq` of a :data:`SEQ_FIELD` value of :data:`SEQ_FIELD_BYTES` bytes;
+    None when a field's top bit is set (out of its range: :meth:`ProducerSeq.unpack` says
+    which). The send request's fast parse: read byte by byte, which compiled makes no tuple and
+    calls no ``Struct`` method (the decoding alone about 70 -> 20 ns, docs/idempotence.md
+    "Cost")."""
+    p = packed
+    if p[0] >= 0x80 or p[8] >= 0x80 or p[12] >= 0x80:
+        return None
+    return ProducerSeq(
+        (p[0] << 56) | (p[1] << 48) | (p[2] << 40) | (p[3] << 32)
+        | (p[4] << 24) | (p[5] << 16) | (p[6] << 8) | p[7],
+        (p[8] << 24) | (p[9] << 16) | (p[10] << 8) | p[11],
+        (p[12] << 56) | (p[13] << 48) | (p[14] << 40) | (p[15] << 32)
+        | (p[16] << 24) | (p[17] << 16) | (p[18] << 8) | p[19],
+    )  # fmt: skip
 
 
 def pack_producer_seq(producer_id: int, epoch: int, sequence: int) -> bytes:

@@ -36,13 +36,12 @@ from mypy_extensions import mypyc_attr
 
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, opt_int, opt_str, req_int, req_str
-from protocol.idempotence import SEQ_FIELD, SEQ_FIELD_BYTES, SEQ_FIELD_LAYOUT, ProducerSeq
+from protocol.idempotence import SEQ_FIELD, SEQ_FIELD_BYTES, ProducerSeq, unpack_seq_field
 from protocol.message import Message, decode_properties
 from protocol.remoting import Header, Scalar
 
 # Final: compiled, read from a C static rather than the module's dictionary on each send.
 _new_tuple: Final = tuple.__new__
-_unpack_seq: Final = SEQ_FIELD_LAYOUT.unpack
 
 __all__ = ["PackedBatch", "SendAnswer", "SendBatchAnswer", "SendBatchRequest", "SendRequest"]
 
@@ -130,18 +129,14 @@ class SendRequest(_SendFields):
                         cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", None)
                     )
                 packed = header.get(SEQ_FIELD)
-                if (
-                    type(packed) is bytes
-                    and len(packed) == SEQ_FIELD_BYTES
-                    and packed[0] < 0x80  # unsigned fields: in range unless their top bit is set
-                    and packed[8] < 0x80
-                    and packed[12] < 0x80
-                ):
-                    pid, epoch, sequence = _unpack_seq(packed)
-                    producer = ProducerSeq(pid, epoch, sequence)
-                    return _new_tuple(
-                        cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", producer)
-                    )
+                if type(packed) is bytes and len(packed) == SEQ_FIELD_BYTES:
+                    # unsigned fields: in range unless their top bit is set (else None, and
+                    # the whole parse below says why)
+                    producer = unpack_seq_field(packed)
+                    if producer is not None:
+                        return _new_tuple(
+                            cls, (topic, body or b"", queue_id, "", "", "", 0, 0, "", producer)
+                        )
         return cls(
             topic=topic,
             body=body or b"",

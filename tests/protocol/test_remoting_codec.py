@@ -3,7 +3,9 @@ ProtocolError and nothing else."""
 
 from __future__ import annotations
 
+import re
 import struct
+from typing import Any
 
 import msgpack
 import pytest
@@ -100,6 +102,23 @@ def test_truncated_frame_waits_for_more_bytes() -> None:
 def test_well_formed_msgpack_of_the_wrong_shape_is_a_protocol_error(obj: object) -> None:
     payload = msgpack.packb(obj, use_bin_type=True)
     with pytest.raises(ProtocolError):
+        FrameDecoder().feed(struct.pack(">I", len(payload)) + payload)
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ({"a": 1, b"k": 2}, "frame header key is not a string"),
+        ({"a": 1, "b": b"x", "c": [1]}, "frame header 'c' is not a scalar"),
+        ({"a": {"b": 1}, "c": 2}, "frame header 'a' is not a scalar"),
+    ],
+)
+def test_a_header_entry_of_the_wrong_type_is_named_wherever_it_is(
+    header: dict[Any, Any], message: str
+) -> None:
+    # The decoder checks the entries in one pass and only then, for a bad one, which it is.
+    payload = msgpack.packb([0, 1, 1, 0, header, None], use_bin_type=True)
+    with pytest.raises(ProtocolError, match=re.escape(message)):
         FrameDecoder().feed(struct.pack(">I", len(payload)) + payload)
 
 

@@ -71,7 +71,14 @@ from protocol.broker_requests.transaction import (
     TransactionEnded,
 )
 from protocol.fields import FieldError
-from protocol.idempotence import MAX_EPOCH, SEQ_FIELD, ProducerSeq, pack_producer_seq
+from protocol.idempotence import (
+    MAX_EPOCH,
+    MAX_PRODUCER_ID,
+    MAX_SEQUENCE,
+    SEQ_FIELD,
+    ProducerSeq,
+    pack_producer_seq,
+)
 from protocol.message import Message
 from protocol.pull import (
     AllConsumerOffsetsQuery,
@@ -817,6 +824,31 @@ def test_a_send_with_the_three_fields_of_earlier_sdks_is_read_as_with_producer_s
     packed = {"topic": "T", "queueId": 1, SEQ_FIELD: pack_producer_seq(7, 2, 41)}
     assert cls.parse(legacy, body) == cls.parse(packed, body)
     assert cls.parse(packed, body).producer == ProducerSeq(7, 2, 41)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [(0, 0, 0), (MAX_PRODUCER_ID, MAX_EPOCH, MAX_SEQUENCE), (1 << 56, 1 << 24, (1 << 56) + 255)],
+)
+def test_a_send_reads_producer_seq_byte_by_byte_up_to_each_fields_top(
+    values: tuple[int, int, int],
+) -> None:
+    # The usual send's parse reads the 20 bytes one by one (protocol.idempotence's
+    # unpack_seq_field), not through struct: every byte lands in its field, up to each top.
+    header: dict[str, Scalar] = {"topic": "T", "queueId": 1, SEQ_FIELD: pack_producer_seq(*values)}
+    assert SendRequest.parse(header, b"a").producer == ProducerSeq(*values)
+
+
+@pytest.mark.parametrize("top", [0, 8, 12], ids=["producerId", "producerEpoch", "sequence"])
+def test_a_producer_seq_field_with_a_top_bit_set_is_refused_by_name(top: int) -> None:
+    # A field's top bit set is out of its range: the fast parse leaves it to the whole one,
+    # which names the field.
+    packed = bytearray(pack_producer_seq(1, 0, 0))
+    packed[top] = 0x80
+    name = {0: "producerId", 8: "producerEpoch", 12: "sequence"}[top]
+    header: dict[str, Scalar] = {"topic": "T", "queueId": 1, SEQ_FIELD: bytes(packed)}
+    with pytest.raises(FieldError, match=f"header field '{name}' must be an integer"):
+        SendRequest.parse(header, b"a")
 
 
 @given(STRATEGIES[SendRequest], STRATEGIES[SendBatchRequest], ints)
