@@ -90,6 +90,7 @@ class Appender:
         queues = counts.queues_in
         queues[queue_id] = queues.get(queue_id, 0) + result.count
         counts.bytes_in += body_bytes
+        self._metrics.traffic.moved.add(topic)  # the traffic report's next sample reads it
         for listener in self.put_listeners:
             listener(topic, queue_id, messages, result)
         return result

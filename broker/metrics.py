@@ -93,10 +93,13 @@ class TopicCounts:
 class TopicTraffic:
     """:class:`TopicCounts` per topic."""
 
-    __slots__ = ("by_topic",)
+    __slots__ = ("by_topic", "moved")
 
     def __init__(self) -> None:
         self.by_topic: dict[str, TopicCounts] = {}
+        self.moved: set[str] = set()
+        """Topics whose ``queues_in`` grew since :meth:`moved_totals` last took them (the put
+        adds its topic after counting it)."""
 
     def get(self, topic: str) -> TopicCounts:
         counts = self.by_topic.get(topic)
@@ -108,6 +111,21 @@ class TopicTraffic:
         """Messages stored so far per topic and queue, copied (safe from another thread: each
         copy is one step under the interpreter lock)."""
         return {topic: c.queues_in.copy() for topic, c in list(self.by_topic.items())}
+
+    def moved_totals(self) -> dict[str, dict[int, int]]:
+        """:meth:`queue_totals` of the topics put to since the last call only (safe from
+        another thread: a topic is taken out of :attr:`moved` before its counters are copied,
+        so a put counted meanwhile marks it again for the next call)."""
+        moved, out = self.moved, {}
+        for _ in range(len(moved)):
+            try:
+                topic = moved.pop()
+            except KeyError:
+                break
+            counts = self.by_topic.get(topic)
+            if counts is not None:
+                out[topic] = counts.queues_in.copy()
+        return out
 
 
 class FastHistogram:

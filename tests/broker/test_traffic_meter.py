@@ -4,11 +4,14 @@ from the broker's put counters, time as an input."""
 from __future__ import annotations
 
 import math
+import random
+from typing import Any
 
 import msgpack
 import pytest
 
 from broker.metrics import TopicTraffic
+from broker.replicas.heartbeat import sample_traffic
 from broker.traffic_meter import TrafficMeter
 from protocol.traffic import (
     MAX_QUEUES,
@@ -55,9 +58,66 @@ def test_only_the_busiest_topics_are_named_the_total_counts_all() -> None:
 def test_put_counters_feed_the_meter() -> None:
     traffic = TopicTraffic()
     traffic.get("t").queues_in[3] = 7
-    totals = traffic.queue_totals()
+    traffic.moved.add("t")
+    totals = traffic.moved_totals()
     traffic.get("t").queues_in[3] = 9
     assert totals == {"t": {3: 7}}  # a copy
+    assert traffic.moved_totals() == {}  # taken: nothing moved since
+
+
+class _CountedQueues(dict[int, int]):
+    """A topic's per-queue counters that count how often a sample reads them."""
+
+    reads = 0
+
+    def copy(self) -> dict[int, int]:
+        _CountedQueues.reads += 1
+        return dict(self)
+
+    def items(self) -> Any:
+        _CountedQueues.reads += 1
+        return super().items()
+
+
+def test_a_sample_reads_only_the_topics_put_to_since_the_last_one() -> None:
+    """Issue 34: each sample (every 6 s with the default window) copied and compared every
+    topic's counters, O(every queue the broker ever took a put for) on the heartbeat's thread
+    (5 to 7 ms at 10,000 queues); now only the topics put to since the sample before."""
+    traffic, meter = TopicTraffic(), TrafficMeter(window_ms=10_000, top_topics=8)
+    for i in range(2000):  # a broker that took a put in each of 2,000 topics, long ago
+        counts = traffic.get(f"t{i}")
+        counts.queues_in = _CountedQueues({0: 5})
+        traffic.moved.add(f"t{i}")
+    sample_traffic(meter, traffic, 0)
+    _CountedQueues.reads = 0
+    for second in range(1, 21):  # then puts to 3 topics only, a sample a second for 20 s
+        for i in range(3):
+            traffic.get(f"t{i}").queues_in[0] += 10
+            traffic.moved.add(f"t{i}")
+        sample_traffic(meter, traffic, second * 1000)
+    assert _CountedQueues.reads <= 20 * 3 * 2, f"{_CountedQueues.reads} topic counters read"
+    r = meter.report()  # the same rates as from every topic's counters
+    assert r.msg_per_sec == pytest.approx(30.0)
+    assert r.topics == {f"t{i}": TopicRate(10.0, {0: 10.0}) for i in range(3)}
+
+
+def test_the_rates_from_moved_topics_are_those_from_every_topic() -> None:
+    """The same puts sampled both ways give the same reports, sample by sample."""
+    rng = random.Random(34)
+    whole, moved, traffic = TrafficMeter(8000, 4), TrafficMeter(8000, 4), TopicTraffic()
+    for t in range(0, 60_000, 700):
+        for _ in range(rng.randrange(0, 6)):
+            topic, q = f"t{rng.randrange(12)}", rng.randrange(4)
+            queues = traffic.get(topic).queues_in
+            queues[q] = queues.get(q, 0) + rng.randrange(1, 50)
+            traffic.moved.add(topic)
+        every = traffic.queue_totals()
+        if whole.due(t):
+            whole.observe(t, every)
+        sample_traffic(moved, traffic, t)
+        got, want = moved.report(), whole.report()
+        assert got.topics == want.topics, f"seed 34, at {t} ms"
+        assert got.msg_per_sec == pytest.approx(want.msg_per_sec), f"seed 34, at {t} ms"
 
 
 def test_report_round_trips() -> None:
