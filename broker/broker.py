@@ -12,7 +12,7 @@ import structlog
 
 from broker.auth.guard import broker_guard
 from broker.auth.users import BrokerUsers
-from broker.broker_stats import counters
+from broker.broker_stats import sample
 from broker.classic import classic_door
 from broker.classic.auth import classic_authorizer
 from broker.compose import compose
@@ -527,10 +527,7 @@ class Broker:
                     )
 
     def _sample_stats(self) -> None:
-        stats, now = self.ctx.stats, self.ctx.now_ms()
-        if stats.due(now):
-            traffic = self.metrics.traffic.by_topic
-            stats.observe(now, counters(traffic, consumed=self.ctx.offsets.consumed()))
+        sample(self.ctx.stats, self.metrics.traffic, self.ctx.offsets.consumed, self.ctx.now_ms())
 
     async def _propose_sync_state_set(self, members: frozenset[int]) -> int:
         assert self.replicas is not None

@@ -93,19 +93,29 @@ class TopicCounts:
 class TopicTraffic:
     """:class:`TopicCounts` per topic."""
 
-    __slots__ = ("by_topic", "moved")
+    __slots__ = ("by_topic", "moved", "touched")
 
     def __init__(self) -> None:
         self.by_topic: dict[str, TopicCounts] = {}
         self.moved: set[str] = set()
         """Topics whose ``queues_in`` grew since :meth:`moved_totals` last took them (the put
         adds its topic after counting it)."""
+        self.touched: set[str] = set()
+        """Topics whose counts were handed out to add to (:meth:`get`) since
+        :meth:`take_touched`: the broker's stats sample reads only those (loop thread)."""
 
     def get(self, topic: str) -> TopicCounts:
+        """The topic's counts, to add to at once (on the loop thread)."""
+        self.touched.add(topic)
         counts = self.by_topic.get(topic)
         if counts is None:
             counts = self.by_topic[topic] = TopicCounts()
         return counts
+
+    def take_touched(self) -> set[str]:
+        """The topics :meth:`get` handed out since the last call (loop thread)."""
+        touched, self.touched = self.touched, set()
+        return touched
 
     def queue_totals(self) -> dict[str, dict[int, int]]:
         """Messages stored so far per topic and queue, copied (safe from another thread: each
