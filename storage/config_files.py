@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -105,6 +106,11 @@ class TopicConfigStore:
         self._journaled = 0
         self._in_table = 0
         """Topics the table held when last written (the journal is folded in at as many lines)."""
+        self.incarnation = secrets.token_hex(8)
+        """Chosen when the store is made: a version is only comparable within one incarnation."""
+        self.version = 0
+        """Moves with every load and change: a slave that copied this version has the table
+        (GET_ALL_TOPIC_CONFIG answers it ``unchanged``)."""
 
     def load(self) -> None:
         topics: dict[str, TopicConfig] = {}
@@ -119,6 +125,7 @@ class TopicConfigStore:
             else:
                 topics[name] = self._entry(name, entry)
         self._topics = topics
+        self.version += 1
 
     def _entry(self, name: str, entry: Any) -> TopicConfig:
         try:
@@ -191,6 +198,7 @@ class TopicConfigStore:
             self._append(json.dumps(line, sort_keys=True).encode() + b"\n")
             self._journaled += 1
         self._topics = topics
+        self.version += 1
 
     def _append(self, data: bytes) -> None:
         new = not self.journal.exists()

@@ -147,11 +147,19 @@ class AdminProcessor:
         return None
 
     def all_topics(self, conn: Connection, req: Frame) -> Frame:
-        AllTopicsQuery.parse(req.header, req.body)
-        topics = self.ctx.topics.all()
+        ask = AllTopicsQuery.parse(req.header, req.body)
+        store = self.ctx.topics
+        incarnation, version = store.incarnation, store.version
+        if (ask.since_incarnation, ask.since_version) == (incarnation, version):
+            # A slave's copy every second: its table is this one (not encoded again, issue 34).
+            table = TopicTable(queues={}, incarnation=incarnation, version=version, unchanged=True)
+            return response(req, ResponseCode.SUCCESS, *table.encode())
+        topics = store.all()
         table = TopicTable(
             queues={name: tc.queues for name, tc in topics.items()},
             attrs={name: tc.attrs for name, tc in topics.items() if not tc.attrs.default},
+            incarnation=incarnation,
+            version=version,
         )
         return response(req, ResponseCode.SUCCESS, *table.encode())
 

@@ -7,7 +7,10 @@ predate the delete: ``BrokerContext.deletions``).
 The offsets are copied whole once from a master (at each change of master or its epoch), then
 only the groups changed since the counter the master's last answer gave, with the groups and
 topics deleted since (:mod:`storage.offset_changes`); a master restarted meanwhile, or one that
-no longer remembers that far back, answers the whole table again."""
+no longer remembers that far back, answers the whole table again. The topic table likewise: once
+copied whole, the slave asks from the version the master's answer gave, and a master whose table
+is still that one answers ``unchanged`` without it (another master, a master restarted, or a
+change of this slave's own table asks for the whole table again)."""
 
 from __future__ import annotations
 
@@ -57,6 +60,11 @@ class SlaveConfigSync:
         self._offsets_since: tuple[tuple[str, int], str, int] | None = None
         """(master address and epoch, the master's offset table incarnation, its counter) of
         the last offset copy taken whole: the next asks only for what changed since."""
+        self._topics_since: tuple[tuple[str, int], str, int, int] | None = None
+        """(master address and epoch, the master's topic table incarnation and version, this
+        broker's topic table version after the copy) of the last topic table copied whole:
+        while neither table moved since, the master answers ``unchanged`` (issue 34: it sent,
+        and this slave parsed and compared, every topic every second)."""
 
     async def run(self) -> None:
         interval = self.cfg.slave_config_sync_interval_ms / 1000
@@ -68,9 +76,9 @@ class SlaveConfigSync:
             mark = self.ctx.deletions.count
             try:
                 conn = await self.pool.get(role.master_address)
-                every_topic = AllTopicsQuery()
-                topics = await conn.call(every_topic.code, *every_topic.encode(), timeout=3.0)
                 master = (role.master_address, role.master_epoch)
+                every_topic = self._topics_query(master)
+                topics = await conn.call(every_topic.code, *every_topic.encode(), timeout=3.0)
                 since = self._offsets_since
                 if since is None or since[0] != master:  # another master: copy it whole
                     since = None
@@ -83,11 +91,12 @@ class SlaveConfigSync:
             except RemotingError:
                 continue
             try:
-                topics_changed = self._copy_topics(
-                    TopicTable.parse(topics.header, topics.body), mark
+                topics_changed = self._take_topics(
+                    TopicTable.parse(topics.header, topics.body), master, mark
                 )
             except FieldError as exc:  # a malformed table: nothing taken from it
                 log.warning("master's topic table unreadable", error=str(exc))
+                self._topics_since = None
                 topics_changed = False
             if topics_changed:
                 # Register at once: should the master die now, the controllers' routes still
@@ -139,19 +148,47 @@ class SlaveConfigSync:
         )
         return table.more
 
-    def _copy_topics(self, table: TopicTable, mark: int) -> bool:
-        """Take the master's topics' queue counts; True when one was added or resized."""
-        changed = False
+    def _topics_query(self, master: tuple[str, int]) -> AllTopicsQuery:
+        """The whole table, or only whether it moved since the last copy taken whole from this
+        master (and this broker's own table did not move since: a topic deleted or adopted
+        here is taken again from the master's, as every round did before)."""
+        since = self._topics_since
+        if since is None or since[0] != master or since[3] != self.ctx.topics.version:
+            return AllTopicsQuery()
+        return AllTopicsQuery(since_incarnation=since[1], since_version=since[2])
+
+    def _take_topics(self, table: TopicTable, master: tuple[str, int], mark: int) -> bool:
+        """Copy one answer to GET_ALL_TOPIC_CONFIG and note what the next ask may start from;
+        True when a topic was added or resized."""
+        if table.unchanged:
+            since = self._topics_since
+            if since is not None and since[:3] == (master, table.incarnation, table.version):
+                return False
+            self._topics_since = None  # not what was asked: ask for the whole table next
+            return False
+        changed, whole = self._copy_topics(table, mark)
+        self._topics_since = (
+            (master, table.incarnation, table.version, self.ctx.topics.version)
+            if whole and table.incarnation is not None and table.version is not None
+            else None
+        )
+        return changed
+
+    def _copy_topics(self, table: TopicTable, mark: int) -> tuple[bool, bool]:
+        """Take the master's topics' queue counts: (one was added or resized, none was skipped
+        as deleted here meanwhile)."""
+        changed, whole = False, True
         deletions = self.ctx.deletions
         for name, queues in table.queues.items():
             if deletions.topic_since(name, mark):
+                whole = False
                 continue
             current = self.ctx.topics.get(name)
             attrs = table.attrs.get(name, _DEFAULT_ATTRS)
             if queues and (current is None or (current.queues, current.attrs) != (queues, attrs)):
                 self.ctx.topics.update(name, queues, attrs)
                 changed = True
-        return changed
+        return changed, whole
 
     def _copy_offsets(self, table: ConsumerOffsetTable, mark: int) -> bool:
         """Take the master's consumer offsets and their last consume times (a master that does

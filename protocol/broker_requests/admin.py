@@ -9,10 +9,13 @@ UPDATE_AND_CREATE_TOPIC's header: ``topic`` (letters, digits, ``-``, ``_`` and `
 topic's 6 and NORMAL). SUCCESS answers ``topic`` and ``queues``, and ``perm`` and
 ``messageType`` when not the default (:class:`TopicCreated`).
 
-GET_ALL_TOPIC_CONFIG (:class:`AllTopicsQuery`) has no fields; SUCCESS's body is the msgpack map
-``{topic: {"queues": n, "perm"?: p, "messageType"?: t}}`` (:class:`TopicTable`; an entry
-without ``queues`` reads as 0, which a copying slave skips; without ``perm`` or
-``messageType`` as the default).
+GET_ALL_TOPIC_CONFIG (:class:`AllTopicsQuery`): ``sinceIncarnation``? and ``sinceVersion``?
+(both or neither); SUCCESS's header ``incarnation`` and ``version`` (the table's version: it
+moves with every change of a topic, within an incarnation chosen when the broker starts) and
+its body the msgpack map ``{topic: {"queues": n, "perm"?: p, "messageType"?: t}}``
+(:class:`TopicTable`; an entry without ``queues`` reads as 0, which a copying slave skips;
+without ``perm`` or ``messageType`` as the default); asked from the table's own incarnation and
+version, the header adds ``unchanged`` true and the body is an empty map.
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ from typing import Any, ClassVar, Final
 
 from protocol.broker_requests import body_map, pack_map
 from protocol.codes import RequestCode
-from protocol.fields import FieldError, opt_int_or_none, opt_str, req_int, req_str
-from protocol.no_fields import NoFields
+from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_int, req_str
 from protocol.remoting import Header, Scalar
 from protocol.topic_attrs import (
     TopicAttrs,
@@ -106,10 +108,34 @@ class TopicCreated:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AllTopicsQuery(NoFields):
-    """GET_ALL_TOPIC_CONFIG: every topic the broker holds, with its queues (no fields)."""
+class AllTopicsQuery:
+    """GET_ALL_TOPIC_CONFIG: every topic the broker holds, with its queues. With
+    ``since_incarnation`` and ``since_version`` (both or neither: what an earlier answer said)
+    the broker answers ``unchanged`` without the table when its table is still that one (a
+    slave's copy every second, issue 34)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_ALL_TOPIC_CONFIG
+
+    since_incarnation: str | None = None
+    since_version: int | None = None
+
+    def encode(self) -> tuple[Header, bytes | None]:
+        if self.since_incarnation is None or self.since_version is None:
+            return {}, None
+        return {
+            "sinceIncarnation": self.since_incarnation,
+            "sinceVersion": self.since_version,
+        }, None
+
+    @classmethod
+    def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> AllTopicsQuery:
+        incarnation = opt_str(header, "sinceIncarnation") or None
+        version = opt_int_or_none(header, "sinceVersion")
+        if (incarnation is None) != (version is None):
+            raise FieldError("sinceIncarnation and sinceVersion go together")
+        if version is not None and version < 0:
+            raise FieldError("sinceVersion must be >= 0")
+        return cls(since_incarnation=incarnation, since_version=version)
 
 
 def _attrs_of(doc: Mapping[str, Any], where: str) -> TopicAttrs:
@@ -135,9 +161,22 @@ class TopicTable:
 
     queues: Mapping[str, int]
     attrs: Mapping[str, TopicAttrs] = field(default_factory=dict)
+    incarnation: str | None = None
+    version: int | None = None
+    """The table's version within the broker's incarnation (both None from a broker that does
+    not count its changes): what the next :class:`AllTopicsQuery` may ask from."""
+    unchanged: bool = False
+    """The table is still the asked version: ``queues`` and ``attrs`` are empty, not sent."""
 
     def encode(self) -> tuple[Header, bytes]:
-        return {}, pack_map(
+        header: dict[str, Scalar] = {}
+        if self.incarnation is not None and self.version is not None:
+            header["incarnation"] = self.incarnation
+            header["version"] = self.version
+            if self.unchanged:
+                header["unchanged"] = True
+                return header, pack_map({})
+        return header, pack_map(
             {
                 name: put_attrs({"queues": n}, self.attrs.get(name, _DEFAULT_ATTRS))
                 for name, n in self.queues.items()
@@ -146,7 +185,22 @@ class TopicTable:
 
     @classmethod
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> TopicTable:
+        incarnation = opt_str(header, "incarnation") or None
+        version = opt_int_or_none(header, "version")
+        if (incarnation is None) != (version is None):
+            raise FieldError("incarnation and version go together")
+        unchanged = opt_bool(header, "unchanged")
+        if unchanged and version is None:
+            raise FieldError("unchanged needs the incarnation and version")
         doc = body_map(body, "topic table")
+        if unchanged and doc:
+            raise FieldError("an unchanged topic table carries no topics")
         queues = dict(_queues(name, entry) for name, entry in doc.items())
         attrs = {name: _attrs_of(entry, f"topic {name}") for name, entry in doc.items()}
-        return cls(queues=queues, attrs={n: a for n, a in attrs.items() if not a.default})
+        return cls(
+            queues=queues,
+            attrs={n: a for n, a in attrs.items() if not a.default},
+            incarnation=incarnation,
+            version=version,
+            unchanged=unchanged,
+        )

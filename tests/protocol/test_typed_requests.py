@@ -295,7 +295,10 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         broker_name=st.text(max_size=20),
         half=st.binary(min_size=1, max_size=64),
     ),
-    AllTopicsQuery: st.just(AllTopicsQuery()),
+    AllTopicsQuery: st.one_of(
+        st.just(AllTopicsQuery()),
+        st.builds(AllTopicsQuery, since_incarnation=names, since_version=naturals),
+    ),
     AllSubscriptionGroupsQuery: st.just(AllSubscriptionGroupsQuery()),
     RuntimeInfoQuery: st.just(RuntimeInfoQuery()),
     EpochCacheQuery: st.just(EpochCacheQuery()),
@@ -368,7 +371,22 @@ ANSWERS: dict[type[Any], st.SearchStrategy[Any]] = {
         broker_name=names,
         msg_ids=st.lists(names, max_size=20).map(tuple),
     ),
-    TopicTable: st.builds(TopicTable, queues=st.dictionaries(names, ints, max_size=10)),
+    TopicTable: st.one_of(
+        st.builds(TopicTable, queues=st.dictionaries(names, ints, max_size=10)),
+        st.builds(
+            TopicTable,
+            queues=st.dictionaries(names, ints, max_size=10),
+            incarnation=names,
+            version=naturals,
+        ),
+        st.builds(  # the slave's copy is current: no table
+            TopicTable,
+            queues=st.just({}),
+            incarnation=names,
+            version=naturals,
+            unchanged=st.just(True),
+        ),
+    ),
     ConsumerList: st.builds(ConsumerList, client_ids=st.lists(names, max_size=10).map(tuple)),
     SubscriptionGroupTable: st.builds(
         SubscriptionGroupTable,
@@ -975,3 +993,19 @@ def test_a_bad_field_raises_one_field_error_naming_it(
 ) -> None:
     with pytest.raises(FieldError, match=re.escape(message)):
         cls.parse(header, None)
+
+
+def test_a_topic_tables_version_and_its_ask_are_checked() -> None:
+    with pytest.raises(FieldError, match="go together"):
+        AllTopicsQuery.parse({"sinceVersion": 3})
+    with pytest.raises(FieldError, match=">= 0"):
+        AllTopicsQuery.parse({"sinceIncarnation": "a", "sinceVersion": -1})
+    with pytest.raises(FieldError, match="go together"):
+        TopicTable.parse({"version": 1}, msgpack.packb({}))
+    with pytest.raises(FieldError, match="unchanged needs"):
+        TopicTable.parse({"unchanged": True}, msgpack.packb({}))
+    with pytest.raises(FieldError, match="carries no topics"):
+        TopicTable.parse(
+            {"incarnation": "a", "version": 1, "unchanged": True},
+            msgpack.packb({"T": {"queues": 1}}),
+        )
