@@ -74,6 +74,7 @@ Nothing is asserted: these are figures, taken on a shared machine (the load aver
 
     python bench/scale_bench.py [--topics 1000] [--groups 10] [--columns 1,10,100] [--quick]
         [--items controllers,brokers,clients] [--broker-queues 1000] [--broker-groups 100]
+        [--puts 5000] [--rounds 3] [--idle-s 10]
         [--clients 200] [--members 10]
         [--log-gib 1,10] [--keep-logs DIR]
 
@@ -751,6 +752,8 @@ def parse_args() -> argparse.Namespace:
         broker_queues=16,
         broker_groups=4,
         puts=50,
+        rounds=1,
+        idle_s=0.5,
         offsets_persist_ms=500,
         clients=10,
         members=3,

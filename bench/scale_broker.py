@@ -12,14 +12,22 @@ slave, all-ack) and drives it through the real requests:
                         every queue (each creates its ConsumeQueue's first file): microseconds of
                         wall time per message (1 / throughput)
   put                   then ``--puts`` more over every queue in turn: the same
+  idle, master/slave CPU before them, the slave caught up, ``--idle-s`` seconds without a
+                        request: the master's and the slave's CPU time a second (ms/s), their
+                        periodic work (heartbeats, the slave's copy of the master's tables,
+                        route registration, the traffic report, flushes, offset persists);
+                        it should not grow with the queues
   put, master/slave CPU the master's and the slave's CPU time over those puts (their CPU-time
                         clocks, in nanoseconds), microseconds a message (less swayed by the
-                        machine's load than the wall time)
+                        machine's load than the wall time); ``--rounds`` rounds of ``--puts``,
+                        the median round. "- idle": the same less the idle CPU a second times
+                        the round's seconds (the periodic work a round of a second or two
+                        carries, or not, made the rows swing by a third between runs)
   pull, master CPU      then as many PULLs of one message (queue offset 0, 64 in flight) over
                         the last PULL_QUEUES queues (1,000; every queue at 1x), each as often
                         in every column (at 10x and 100x the queues whose ConsumeQueue
                         segments the puts did not leave mapped): the master's CPU time,
-                        microseconds a message
+                        microseconds a message, the median of ``--rounds`` rounds, and less idle
   offset commit         UPDATE_CONSUMER_OFFSET of every group on the 8 queues of one topic
                         (group g on topic g mod topics), 64 in flight, in rounds over all the
                         groups for ``--commit-seconds`` (6 s) in every column: p99 of them all
@@ -51,6 +59,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 from bench.broker_bench import cpu_seconds
 from bench.growth import PER_OP, Measure, Worst, print_growth
@@ -80,9 +89,14 @@ MEASURES: tuple[Measure, ...] = (
     ("topic creation", "ms", PER_OP),
     ("first put in a queue", "us/msg", PER_OP),
     ("put", "us/msg", PER_OP),
+    ("idle, master CPU", "ms/s", PER_OP),
+    ("idle, slave CPU", "ms/s", PER_OP),
     ("put, master CPU", "us/msg", PER_OP),
+    ("put, master CPU - idle", "us/msg", PER_OP),
     ("put, slave CPU", "us/msg", PER_OP),
+    ("put, slave CPU - idle", "us/msg", PER_OP),
     ("pull, master CPU", "us/msg", PER_OP),
+    ("pull, master CPU - idle", "us/msg", PER_OP),
     ("offset commit p99", "ms", PER_OP),
     ("master RSS", "MiB", QUEUES_LOAD),
     ("master open fds", "fds", QUEUES_LOAD),
@@ -345,6 +359,15 @@ async def caught_up(node: BrokerNode, master: str, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
+async def idle_cpu(pids: list[int], seconds: float) -> dict[int, float]:
+    """Each process's CPU time a second over ``seconds`` with no request sent to it."""
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    t0 = time.perf_counter()
+    await asyncio.sleep(seconds)
+    took = time.perf_counter() - t0
+    return {pid: (cpu_seconds(pid) - before[pid]) / took for pid in pids}
+
+
 def broker_toml(cq_entries: int, offsets_persist_ms: int = 0) -> str:
     """The brokers' TOML: ConsumeQueue segments of ``cq_entries``; with ``offsets_persist_ms``
     the consumer offsets persisted that often (0: the broker's default, 5 s)."""
@@ -378,20 +401,60 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         puts = args.puts
         pids = [b.pid for b in cluster.brokers]
         master_pid = target.node.pid if target.node is not None else -1
-        cpu = {pid: cpu_seconds(pid) for pid in pids}
-        took = await put_all(target, col, puts, body)
-        cpu = {pid: (cpu_seconds(pid) - cpu[pid]) / puts * 1e6 for pid in pids}
-        f["put"] = took / puts * 1e6
-        if target.node is not None and target.node.pid == master_pid:  # no master change
-            f["put, master CPU"] = cpu[master_pid]
-            f["put, slave CPU"] = sum(v for pid, v in cpu.items() if pid != master_pid)
-        col.step("puts")
-        master_pid = target.node.pid if target.node is not None else -1
-        before = cpu_seconds(master_pid)
-        await pull_all(target, col, puts)
+        master_node = target.node
+        assert master_node is not None
+        for node in cluster.brokers:
+            if node is not master_node:
+                await caught_up(node, master_node.address, 120)
+        idle = await idle_cpu(pids, args.idle_s)
         if target.node is not None and target.node.pid == master_pid:
-            f["pull, master CPU"] = (cpu_seconds(master_pid) - before) / puts * 1e6
+            f["idle, master CPU"] = idle[master_pid] * 1000
+            f["idle, slave CPU"] = sum(v for pid, v in idle.items() if pid != master_pid) * 1000
+        col.step("idle")
+        rounds: list[tuple[float, float, float, float, float]] = []
+        for _ in range(args.rounds):
+            master_pid = target.node.pid if target.node is not None else -1
+            cpu = {pid: cpu_seconds(pid) for pid in pids}
+            took = await put_all(target, col, puts, body)
+            cpu = {pid: cpu_seconds(pid) - cpu[pid] for pid in pids}
+            if target.node is None or target.node.pid != master_pid:
+                continue  # a master change: not a round of this master's
+            m = cpu[master_pid]
+            sl = sum(v for pid, v in cpu.items() if pid != master_pid)
+            m_idle = idle.get(master_pid, 0.0)
+            s_idle = sum(v for pid, v in idle.items() if pid != master_pid)
+            rounds.append((took, m, m - m_idle * took, sl, sl - s_idle * took))
+        if rounds:
+            f["put"] = median(r[0] for r in rounds) / puts * 1e6
+            for i, name in enumerate(
+                ("put, master CPU", "put, master CPU - idle", "put, slave CPU"), 1
+            ):
+                f[name] = median(r[i] for r in rounds) / puts * 1e6
+            f["put, slave CPU - idle"] = median(r[4] for r in rounds) / puts * 1e6
+        col.step("puts")
+        pulls: list[tuple[float, float]] = []
+        for _ in range(args.rounds):
+            master_pid = target.node.pid if target.node is not None else -1
+            before = cpu_seconds(master_pid)
+            took = await pull_all(target, col, puts)
+            if target.node is not None and target.node.pid == master_pid:
+                used = cpu_seconds(master_pid) - before
+                pulls.append((used, used - idle.get(master_pid, 0.0) * took))
+        if pulls:
+            f["pull, master CPU"] = median(p[0] for p in pulls) / puts * 1e6
+            f["pull, master CPU - idle"] = median(p[1] for p in pulls) / puts * 1e6
         col.step("pulls")
+        print(  # the rounds the medians are of: how much they swing within a run
+            f"  {col.factor}x rounds (us/msg): put, master CPU "
+            + " ".join(f"{r[1] / puts * 1e6:.1f}" for r in rounds)
+            + "; put, slave CPU "
+            + " ".join(f"{r[3] / puts * 1e6:.1f}" for r in rounds)
+            + "; pull, master CPU "
+            + " ".join(f"{p[0] / puts * 1e6:.1f}" for p in pulls)
+            + "; put round seconds "
+            + " ".join(f"{r[0]:.2f}" for r in rounds),
+            flush=True,
+        )
         commits = sorted(await commit_offsets(target, col, args.commit_seconds))
         col.step("offset commits")
         await target.connect()  # both in sync again, whichever is master now
@@ -419,8 +482,9 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
         )
         print(
             f"  {col.factor}x: {col.topics:,} topics in {created:.1f} s, {col.queues:,} first "
-            f"puts at {col.queues / first:,.0f} msg/s, {puts:,} puts at {puts / took:,.0f} "
-            f"msg/s, {len(commits):,} offset commits",
+            f"puts at {col.queues / first:,.0f} msg/s, {args.rounds} x {puts:,} puts at "
+            f"{1e6 / f.get('put', float('nan')):,.0f} msg/s (the median round), "
+            f"{len(commits):,} offset commits",
             flush=True,
         )
         last = col.queues - 1
@@ -516,7 +580,21 @@ def print_table(cols: list[BrokerColumn]) -> Worst:
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-queues", type=int, default=1000, help="queues at 1x")
     parser.add_argument("--broker-groups", type=int, default=100, help="consumer groups at 1x")
-    parser.add_argument("--puts", type=int, default=5000, help="puts at least, per column")
+    parser.add_argument(
+        "--puts", type=int, default=5000, help="puts (and pulls) a round, per column"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of --puts puts, then of as many pulls: the CPU rows give the median round",
+    )
+    parser.add_argument(
+        "--idle-s",
+        type=float,
+        default=10.0,
+        help="seconds the brokers' idle CPU is read over, before the puts",
+    )
     parser.add_argument("--body", type=int, default=256, help="message body bytes")
     parser.add_argument("--logs", default="", help="keep a failed column's logs in this directory")
     parser.add_argument(

@@ -139,6 +139,8 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"controller's loop thread ran {NUMBER}% of it and waited for a core {NUMBER}%",
         rf"^CPU per heartbeat \(us\) +(?:{NUMBER}|nan) +(?:{NUMBER}|nan)",
         rf"^startup after clean stop \(s\) +{NUMBER} +{NUMBER}",
+        rf"^idle, slave CPU \(ms/s\) +{NUMBER} +{NUMBER}",
+        rf"^put, slave CPU - idle \(us/msg\) +{NUMBER} +{NUMBER}",
         rf"^memory per connection \(KiB\) +{NUMBER} +{NUMBER}",
         rf"^worst growth: {NUMBER} \(.+\)$",
     ),
