@@ -48,46 +48,47 @@ def snapshot_index(data_dir: Path) -> int:
 
 @pytest.mark.soak
 async def test_a_controller_snapshotting_often_keeps_its_memory(tmp_path: Path) -> None:
-    cluster = ControllerCluster(tmp_path, config={"snapshot_every": SNAPSHOT_EVERY})
-    cluster.start()
-    broker = FakeBroker(cluster.addresses, "soak-a")
-    pool = ConnectionPool(5.0)
-    boot = Bootstrap(cluster.addresses, pool, timeout=10.0, busy_rounds=20)
-    try:
-        await agreed_leader([p.address for p in cluster.procs.values()])
-        await broker.start()
-        await broker.join()
-        broker.start_heartbeats(0.5)
+    with ControllerCluster(tmp_path, config={"snapshot_every": SNAPSHOT_EVERY}) as cluster:
+        broker = FakeBroker(cluster.addresses, "soak-a")
+        pool = ConnectionPool(5.0)
+        boot = Bootstrap(cluster.addresses, pool, timeout=10.0, busy_rounds=20)
+        try:
+            await agreed_leader([p.address for p in cluster.procs.values()])
+            await broker.start()
+            await broker.join()
+            broker.start_heartbeats(0.5)
 
-        async def round_of(create: bool) -> None:
-            todo = list(range(TOPICS))
+            async def round_of(create: bool) -> None:
+                todo = list(range(TOPICS))
 
-            async def worker() -> None:
-                while todo:
-                    topic = f"SoakTopic{todo.pop():04d}"
-                    if create:
-                        ask: UpdateTopic | DeleteTopic = UpdateTopic(
-                            cluster="DefaultCluster", broker_name="soak-a", topic=topic, queues=8
-                        )
-                    else:
-                        ask = DeleteTopic(topic=topic, force=True)
-                    await boot.call(ask.code, *ask.encode())
+                async def worker() -> None:
+                    while todo:
+                        topic = f"SoakTopic{todo.pop():04d}"
+                        if create:
+                            ask: UpdateTopic | DeleteTopic = UpdateTopic(
+                                cluster="DefaultCluster",
+                                broker_name="soak-a",
+                                topic=topic,
+                                queues=8,
+                            )
+                        else:
+                            ask = DeleteTopic(topic=topic, force=True)
+                        await boot.call(ask.code, *ask.encode())
 
-            await asyncio.gather(*(worker() for _ in range(32)))
+                await asyncio.gather(*(worker() for _ in range(32)))
 
-        warm: dict[str, float] = {}
-        for r in range(ROUNDS):
-            await round_of(create=r % 2 == 0)
-            if r + 1 == WARM_UP_ROUNDS:
-                warm = {i: rss_mib(p.pid) for i, p in cluster.procs.items()}
-        end = {i: rss_mib(p.pid) for i, p in cluster.procs.items()}
-        snaps = {i: snapshot_index(p.data_dir) for i, p in cluster.procs.items()}
-        print(f"RSS after warm-up {warm} MiB, at the end {end} MiB; snapshots at {snaps}")
-        writes = (ROUNDS - WARM_UP_ROUNDS) * TOPICS
-        assert all(index >= writes for index in snaps.values()), snaps
-        for i in warm:
-            assert end[i] - warm[i] < GROWTH_BOUND_MIB, (i, warm, end)
-    finally:
-        pool.close()
-        await broker.stop()
-        cluster.stop()
+            warm: dict[str, float] = {}
+            for r in range(ROUNDS):
+                await round_of(create=r % 2 == 0)
+                if r + 1 == WARM_UP_ROUNDS:
+                    warm = {i: rss_mib(p.pid) for i, p in cluster.procs.items()}
+            end = {i: rss_mib(p.pid) for i, p in cluster.procs.items()}
+            snaps = {i: snapshot_index(p.data_dir) for i, p in cluster.procs.items()}
+            print(f"RSS after warm-up {warm} MiB, at the end {end} MiB; snapshots at {snaps}")
+            writes = (ROUNDS - WARM_UP_ROUNDS) * TOPICS
+            assert all(index >= writes for index in snaps.values()), snaps
+            for i in warm:
+                assert end[i] - warm[i] < GROWTH_BOUND_MIB, (i, warm, end)
+        finally:
+            pool.close()
+            await broker.stop()
