@@ -113,6 +113,11 @@ class BrokerConfig:
     consumequeue_segment_entries: int = field(
         300_000, "20-byte entries per ConsumeQueue segment", at_least(16)
     )
+    consumequeue_open_files: int = field(
+        2048,
+        "ConsumeQueue segment files kept open for reads and writes past the 4,096 mapped ones, least lately used closed first; at most an eighth of the descriptor limit (LimitNOFILE), so the ConsumeQueues hold at most 6,144 descriptors or three eighths of the limit (0: each read or write opens its file)",
+        at_least(0),
+    )
     retention_hours: float = field(
         72.0,
         "CommitLog segments older than this are deleted, but none from the oldest scheduled message not delivered yet",

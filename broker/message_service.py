@@ -37,6 +37,7 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
         store_host=cfg.listen,
         commitlog_segment_bytes=cfg.commitlog_segment_bytes,
         consumequeue_segment_entries=cfg.consumequeue_segment_entries,
+        consumequeue_open_files=cfg.consumequeue_open_files,
         retention_hours=cfg.retention_hours,
         disk_max_used_ratio=cfg.disk_max_used_ratio,
         max_message_bytes=cfg.max_message_bytes,

@@ -31,6 +31,11 @@ MAPPED_SEGMENTS: Final = 4096
 """ConsumeQueue segments a store keeps mapped at most (:class:`SegmentMaps`), fewer where this
 process may open fewer descriptors or the kernel gives fewer memory maps (:func:`mapped_limit`)."""
 
+OPEN_SEGMENTS: Final = 2048
+"""ConsumeQueue segment files a store keeps open past the mapped ones at most, by default
+(:class:`SegmentFiles`; the broker's ``consumequeue_open_files``), fewer where this process may
+open fewer descriptors (:func:`open_limit`)."""
+
 log = structlog.get_logger(__name__)
 
 
@@ -47,6 +52,71 @@ def mapped_limit() -> int:
     except (OSError, ValueError):
         pass
     return max(16, limit)
+
+
+def open_limit(wanted: int) -> int:
+    """``wanted``, or an eighth of the descriptors this process may open (``RLIMIT_NOFILE``)
+    when less: with :func:`mapped_limit`'s quarter, the ConsumeQueues hold at most three eighths
+    of them, the rest left for connections, the CommitLog and the indexes. 0 (off) stays 0."""
+    if wanted <= 0:
+        return 0
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY:
+        wanted = min(wanted, soft // 8)
+    return max(1, wanted)
+
+
+class SegmentFiles:
+    """Keeps at most ``limit`` ConsumeQueue segment files open for the reads and writes that go
+    through the file (those past the mapped limit, :class:`SegmentMaps`), the least lately used
+    closed first. Without it each such read or write opened the file by path, read or wrote and
+    closed it: three system calls and a path lookup an entry read or batch written, where a
+    queue used lately now costs one ``pread`` or ``pwrite``.
+
+    Durability is as it was: the bytes written through a held descriptor are in the page cache
+    as the old one-write descriptor's were, the segment is marked for the next flush
+    (:class:`storage.tracker.FileTracker`) as before, and the flusher fsyncs it by path, which
+    writes back the file's dirty pages whichever descriptor wrote them; closing a descriptor
+    (evicted here) writes back and discards nothing. A segment deleted or closed leaves the
+    cache first (:meth:`drop`, :meth:`ConsumeQueue.close`), so no descriptor keeps a deleted
+    file's blocks. Loop thread only."""
+
+    __slots__ = ("_open", "limit")
+
+    def __init__(self, limit: int = OPEN_SEGMENTS) -> None:
+        self.limit = open_limit(limit)
+        self._open: OrderedDict[int, Segment] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def hold(self, seg: Segment) -> Segment:
+        """``seg`` with its file open (:meth:`Segment.hold`), the least lately used other one
+        closed when that passes the limit; ``seg`` as it is when the limit is 0."""
+        opened = self._open
+        key = id(seg)
+        if seg.fd >= 0 and key in opened:
+            opened.move_to_end(key)
+            return seg
+        if self.limit <= 0:
+            return seg
+        while len(opened) >= self.limit:
+            _, old = opened.popitem(last=False)
+            old.release()
+        seg.hold()
+        opened[key] = seg
+        return seg
+
+    def drop(self, seg: Segment) -> None:
+        """``seg`` is being deleted or closed: its descriptor is closed now."""
+        if self._open.pop(id(seg), None) is not None:
+            seg.release()
+
+    def close(self) -> None:
+        """Close every descriptor held (a store's close)."""
+        while self._open:
+            _, seg = self._open.popitem(last=False)
+            seg.release()
 
 
 class SegmentMaps:
@@ -116,6 +186,7 @@ class SegmentMaps:
 
 class ConsumeQueue:
     __slots__ = (
+        "_files",
         "_first_index",
         "_maps",
         "_tracker",
@@ -140,6 +211,7 @@ class ConsumeQueue:
         entries_per_segment: int,
         tracker: FileTracker,
         maps: SegmentMaps | None = None,
+        files: SegmentFiles | None = None,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -148,6 +220,7 @@ class ConsumeQueue:
         self.segment_bytes = entries_per_segment * ENTRY_SIZE
         self._tracker = tracker
         self._maps = SegmentMaps() if maps is None else maps
+        self._files = SegmentFiles() if files is None else files
         self.segments: list[Segment] = []
         self._first_index = 0  # queue offset of segments[0]'s first entry
         self.min_offset = 0
@@ -293,7 +366,9 @@ class ConsumeQueue:
         return None
 
     def _retire(self, seg: Segment) -> None:
-        """Delete ``seg`` (its file now, its mapping once no reader holds a view of it)."""
+        """Delete ``seg`` (its descriptor and file now, its mapping once no reader holds a view
+        of it)."""
+        self._files.drop(seg)
         self._maps.drop(seg)
         self._tracker.retire(seg)
 
@@ -309,11 +384,12 @@ class ConsumeQueue:
     def _bytes(self, seg: Segment, pos: int, size: int) -> bytes:
         """``size`` bytes of ``seg`` at ``pos``: through its mapping when it is mapped or there
         is room to map it; past the limit through the file (``pread``), mapping nothing and
-        unmapping no other queue's segment (:class:`SegmentMaps`)."""
+        unmapping no other queue's segment (:class:`SegmentMaps`), with the file kept open
+        (:class:`SegmentFiles`)."""
         maps = self._maps
         if seg.mapped or maps.room():
             return bytes(maps.use(seg).view[pos : pos + size])
-        return seg.read(pos, size)
+        return self._files.hold(seg).read(pos, size)
 
     def entry(self, index: int) -> tuple[int, int, int]:
         """(CommitLog offset, size, tag hash) of entry ``index``; zeros if never written."""
@@ -325,7 +401,7 @@ class ConsumeQueue:
         if seg.mapped or maps.room():
             physical, size, tags = ENTRY.unpack_from(maps.use(seg).view, pos)
         else:
-            physical, size, tags = ENTRY.unpack(seg.read(pos, ENTRY_SIZE))
+            physical, size, tags = ENTRY.unpack(self._files.hold(seg).read(pos, ENTRY_SIZE))
         return int(physical), int(size), int(tags)
 
     def read(self, index: int, count: int) -> bytes:
@@ -438,13 +514,14 @@ class ConsumeQueue:
                     pos += ENTRY_SIZE
             else:
                 # Not mapped and no room: through the file, the mapped segments left as they
-                # are (SegmentMaps). The same bytes in the same page cache.
+                # are (SegmentMaps), with the file kept open (SegmentFiles). The same bytes in
+                # the same page cache, marked for the flush below as a mapped write is.
                 raw = bytearray(take * ENTRY_SIZE)
                 at = 0
                 for j in range(i, i + take):
                     pack(raw, at, physical_offsets[j], sizes[j], tag_hashes[j])
                     at += ENTRY_SIZE
-                seg.write(pos, raw)
+                self._files.hold(seg).write(pos, raw)
             self._tracker.mark(seg)
             i += take
             index += take
@@ -506,6 +583,7 @@ class ConsumeQueue:
 
     def close(self) -> None:
         for seg in self.segments:
+            self._files.drop(seg)
             self._maps.drop(seg)
             seg.close()
         self.segments = []

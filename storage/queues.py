@@ -26,7 +26,7 @@ from typing import Final
 
 import structlog
 
-from storage.consumequeue import ConsumeQueue, SegmentMaps
+from storage.consumequeue import OPEN_SEGMENTS, ConsumeQueue, SegmentFiles, SegmentMaps
 from storage.errors import StoreError
 from storage.small_file import read_atomic, write_atomic
 from storage.tracker import FileTracker
@@ -60,11 +60,16 @@ class ConsumeQueues:
         entries_per_segment: int,
         tracker: FileTracker,
         mapped_limit: int | None = None,
+        open_files: int = OPEN_SEGMENTS,
     ) -> None:
         self.root = root
         self.maps = SegmentMaps(mapped_limit)
         """The queues' segments kept mapped, at most ``mapped_limit`` at once (None: as the
         process's descriptor limit allows, :func:`storage.consumequeue.mapped_limit`)."""
+        self.files = SegmentFiles(open_files)
+        """The queues' segment files kept open for the reads and writes past the mapped ones,
+        at most ``open_files`` (0: none; fewer under a low descriptor limit,
+        :func:`storage.consumequeue.open_limit`)."""
         self._per_segment = entries_per_segment
         self._tracker = tracker
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -181,6 +186,7 @@ class ConsumeQueues:
             self._per_segment,
             self._tracker,
             self.maps,
+            self.files,
         )
         mark = self._retired.get(topic, {}).get(queue_id) if self._retired else None
         if mark:  # a deleted topic's queue made again: empty, where the old one ended
@@ -254,6 +260,7 @@ class ConsumeQueues:
             self._retired = retired
         for queue in list(self._by_topic.get(topic, {}).values()):
             for seg in queue.segments:
+                self.files.drop(seg)
                 self.maps.drop(seg)
                 self._tracker.retire(seg)
             queue.segments = []
@@ -292,6 +299,7 @@ class ConsumeQueues:
     def close(self) -> None:
         for queue in self._queues.values():
             queue.close()
+        self.files.close()
         self._queues.clear()
         self._by_topic.clear()
         self._pending.clear()

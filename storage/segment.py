@@ -74,9 +74,11 @@ class Segment:
     it lives. Stores of many small files (the ConsumeQueues, a file or more per queue) open
     their segments unmapped (:meth:`open_unmapped`) and keep only the ones in use mapped
     (:meth:`map`, :meth:`unmap`: ``storage.consumequeue.SegmentMaps``); a write to or a read of
-    one not mapped goes through the file (:meth:`write`, :meth:`read`)."""
+    one not mapped goes through the file (:meth:`write`, :meth:`read`), with the descriptor
+    :meth:`hold` opened when it holds one (``storage.consumequeue.SegmentFiles`` keeps the
+    lately used ones open), else with one opened and closed for it."""
 
-    __slots__ = ("_mm", "closed", "mapped", "path", "referenced", "size", "start", "view")
+    __slots__ = ("_mm", "closed", "fd", "mapped", "path", "referenced", "size", "start", "view")
 
     def __init__(self, path: Path, start: int, fd: int, size: int) -> None:
         """Map ``fd`` (the mapping keeps its own duplicate; the caller closes ``fd``); with
@@ -89,6 +91,9 @@ class Segment:
         """Used since the last look of :class:`storage.consumequeue.SegmentMaps`."""
         self.mapped = False
         self.view = memoryview(b"")
+        self.fd = -1
+        """The descriptor :meth:`write` and :meth:`read` use while held (:meth:`hold`); -1
+        when none is: they open one for the call."""
         if fd >= 0:
             self._map(fd)
 
@@ -132,21 +137,45 @@ class Segment:
         self.mapped = False
         return True
 
+    def hold(self) -> None:
+        """Open the file for :meth:`write` and :meth:`read` until :meth:`release` (a no-op
+        while held). Raises :class:`StoreError` when it cannot be opened or is closed."""
+        if self.fd >= 0:
+            return
+        if self.closed:
+            raise StoreError(f"segment {self.path} is closed")
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+
+    def release(self) -> None:
+        """Close the descriptor :meth:`hold` opened (a no-op when none is held). What was
+        written through it stays in the page cache: :meth:`fsync` (by path) makes it durable,
+        as it does the writes of a descriptor opened for one write."""
+        fd = self.fd
+        if fd >= 0:
+            self.fd = -1
+            os.close(fd)
+
     def write(self, rel: int, data: bytes | bytearray) -> None:
-        """Write ``data`` at ``rel`` (relative) through the file (``pwrite``), not through a
-        mapping: a segment not mapped stays unmapped (mapping it for the write cost an ``mmap``,
-        a page fault, and the ``munmap`` of another segment to make room). The bytes land in the
-        page cache a mapping of the file reads, and :meth:`fsync` makes them durable as it does
-        what was written through the mapping. Raises :class:`StoreError` (:class:`DiskFullError`
-        for a full disk) when the write fails or falls short."""
+        """Write ``data`` at ``rel`` (relative) through the file (``pwrite``: with the descriptor
+        :meth:`hold` opened, else one opened for the write), not through a mapping: a segment
+        not mapped stays unmapped (mapping it for the write cost an ``mmap``, a page fault, and
+        the ``munmap`` of another segment to make room). The bytes land in the page cache a
+        mapping of the file reads, and :meth:`fsync` (by path) makes them durable as it does
+        what was written through the mapping, whether the descriptor is still held or not.
+        Raises :class:`StoreError` (:class:`DiskFullError` for a full disk) when the write fails
+        or falls short."""
         if rel < 0 or rel + len(data) > self.size:
             raise StoreError(f"write of {len(data)} bytes at {rel} outside segment {self.path}")
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+            fd = self.fd if self.fd >= 0 else os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
             try:
                 written = os.pwrite(fd, data, rel)
             finally:
-                os.close(fd)
+                if fd != self.fd:  # opened for this write
+                    os.close(fd)
         except OSError as exc:
             if exc.errno in _NO_SPACE:
                 raise DiskFullError(f"no space to write {self.path}") from exc
@@ -155,19 +184,21 @@ class Segment:
             raise StoreError(f"short write to {self.path}: {written} of {len(data)} bytes at {rel}")
 
     def read(self, rel: int, size: int) -> bytes:
-        """``size`` bytes at ``rel`` (relative) read through the file (``pread``), not through a
-        mapping: a segment not mapped stays unmapped (mapping it for the read cost an ``mmap``,
-        a page fault, and the ``munmap`` of another segment to make room). It reads the page
-        cache a mapping of the file reads, so it sees what was written either way. Raises
+        """``size`` bytes at ``rel`` (relative) read through the file (``pread``: with the
+        descriptor :meth:`hold` opened, else one opened for the read), not through a mapping:
+        a segment not mapped stays unmapped (mapping it for the read cost an ``mmap``, a page
+        fault, and the ``munmap`` of another segment to make room). It reads the page cache a
+        mapping of the file reads, so it sees what was written either way. Raises
         :class:`StoreError` when the read fails or the file is shorter than the segment."""
         if rel < 0 or size < 0 or rel + size > self.size:
             raise StoreError(f"read of {size} bytes at {rel} outside segment {self.path}")
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self.fd if self.fd >= 0 else os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 data = os.pread(fd, size, rel)
             finally:
-                os.close(fd)
+                if fd != self.fd:  # opened for this read
+                    os.close(fd)
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc}") from exc
         if len(data) != size:
@@ -323,6 +354,7 @@ class Segment:
         if self.closed:
             return
         self.closed = True
+        self.release()
         if not self.mapped:
             return
         with contextlib.suppress(BufferError):

@@ -25,6 +25,9 @@ class StoreConfig:
     commitlog_segment_bytes: int = 1 << 30
     consumequeue_segment_entries: int = 300_000
     """Entries (20 bytes each) per ConsumeQueue segment file."""
+    consumequeue_open_files: int = 2048
+    """ConsumeQueue segment files kept open, least lately used closed first, for the reads and
+    writes past the mapped ones (``storage.consumequeue.SegmentFiles``; 0: opened for each)."""
     retention_hours: float = 72.0
     disk_max_used_ratio: float = 0.85
     """Above this, retention deletes the oldest segments even if they are young."""
@@ -46,6 +49,8 @@ class StoreConfig:
             raise StoreError("commitlog_segment_bytes must be at least 4096")
         if self.consumequeue_segment_entries < 1:
             raise StoreError("consumequeue_segment_entries must be at least 1")
+        if self.consumequeue_open_files < 0:
+            raise StoreError("consumequeue_open_files must be at least 0")
         if self.retention_hours <= 0:
             raise StoreError("retention_hours must be positive")
         if not 0 < self.disk_max_used_ratio <= 1:

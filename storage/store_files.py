@@ -66,7 +66,10 @@ class StoreFiles:
             self.directory / "commitlog", config.commitlog_segment_bytes, self.tracker
         )
         self.queues = ConsumeQueues(
-            self.directory / "consumequeue", config.consumequeue_segment_entries, self.tracker
+            self.directory / "consumequeue",
+            config.consumequeue_segment_entries,
+            self.tracker,
+            open_files=config.consumequeue_open_files,
         )
         if config.filter_index:
             self.queues.on_append = FilterIndex(self.commitlog).appended

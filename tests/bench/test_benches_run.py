@@ -124,6 +124,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
         rf"^server CPU per request \({NUMBER} connections, interval {NUMBER} s\): "
         rf"median {NUMBER} us, least {NUMBER} us",
     ),
+    "queue_files_bench.py": (
+        rf"^put, the last {NUMBER} queues in turn +{NUMBER} +{NUMBER} +{NUMBER}$",
+        rf"^get, all {NUMBER} queues in turn +{NUMBER} +{NUMBER} +{NUMBER}$",
+    ),
     "replay_bench.py": (
         rf"^  per CPU second: {NUMBER} MiB/s",
         rf"^  CPU per record: {NUMBER} us",

@@ -1,0 +1,77 @@
+"""A broker keeps the ConsumeQueue files it reads and writes past the mapped ones open, the lately
+used ones, within its descriptor limit, and loses nothing to a kill -9 (issue 34: past the mapped
+limit each put and pull opened its queue's segment file by path and closed it again).
+
+``storage.consumequeue.SegmentFiles`` keeps at most ``consumequeue_open_files`` (2,048) of them
+open, an eighth of the descriptor limit when less. Checked on a lone broker process under
+``prlimit --nofile=256`` (64 segments mapped, 32 files kept open) with 640 queues, twenty times
+as many as it keeps open: after a put to every queue the files it holds open (/proc/<pid>/fd,
+less the mapped ones of /proc/<pid>/maps) are the 32 written last; then a kill -9, with entries
+written through descriptors since closed and through ones still open, and every message by PULL
+after the start."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.broker.test_queue_descriptors import QUEUES, limited_broker, one_more_everywhere
+from tests.broker.test_queue_put_maps import (
+    NOFILE,
+    TOPICS,
+    mapped_queue_files,
+    put_everywhere_backwards,
+    start_filled,
+)
+
+pytestmark = pytest.mark.multiprocess
+
+OPEN = NOFILE // 8
+"""Files the broker keeps open past the mapped ones."""
+
+
+def open_queue_files(pid: int) -> list[str]:
+    """The ConsumeQueue files process ``pid`` holds a descriptor of now (one a mapping too)."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if "/consumequeue/" in target:
+            found.append(target)
+    return found
+
+
+def queue_number(path: str) -> int:
+    """The queue a ConsumeQueue file belongs to, numbered as the fill numbers them."""
+    segment = Path(path)
+    return int(segment.parent.parent.name[len("Many") :]) * QUEUES + int(segment.parent.name)
+
+
+async def test_files_past_the_mapped_ones_stay_open_within_the_limit(tmp_path: Path) -> None:
+    queues = TOPICS * QUEUES
+    assert queues > 16 * OPEN
+    broker = limited_broker(tmp_path, NOFILE)
+    try:
+        await start_filled(broker)
+        await put_everywhere_backwards(broker.address, queues)
+        mapped = mapped_queue_files(broker.pid)
+        held = open_queue_files(broker.pid)
+        kept = [path for path in held if path not in mapped]
+        assert len(kept) == OPEN, f"{len(kept)} ConsumeQueue files kept open, {OPEN} expected"
+        assert len(held) <= NOFILE // 4 + OPEN, len(held)
+        # The files kept open are the queues written last: the put went from the last queue to
+        # the first, so the first ones past the 64 mapped (8 in flight: give or take a few).
+        numbers = sorted(queue_number(path) for path in kept)
+        assert numbers[0] >= NOFILE // 4 and numbers[-1] < NOFILE // 4 + 2 * OPEN, numbers
+
+        broker.kill9()  # entries written through descriptors closed since and still open
+        broker.start_and_wait(120)
+        await one_more_everywhere(broker, queues, [b"m%d", b"p%d"])
+        held = open_queue_files(broker.pid)
+        assert len(held) <= NOFILE // 4 + OPEN, len(held)
+    finally:
+        broker.stop()
