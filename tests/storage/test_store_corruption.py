@@ -179,6 +179,16 @@ async def filled_then_stopped(
     return broker, on_disk
 
 
+def logged(broker: BrokerProc, since: int, *lines: str) -> str:
+    """The broker's log past ``since`` once it holds every one of ``lines``. A daemon writes its
+    log from a thread of its own (daemon/logs.py), so a line can reach the file after the answer
+    the broker sent once it had logged it."""
+    wait_until(
+        lambda: all(line in broker.log()[since:] for line in lines), f"the log lines {lines}", 10
+    )
+    return broker.log()[since:]
+
+
 @pytest.mark.parametrize("kill", [False, True], ids=["clean-stop", "kill-9"])
 async def test_flipped_byte_in_a_segment_that_is_not_the_last(
     broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int, kill: bool
@@ -212,8 +222,7 @@ async def test_flipped_byte_in_a_segment_that_is_not_the_last(
     assert f"queue {TOPIC}:0, offset 10 " in line and f"commitlog offset {bad.physical}" in line
     assert done.stdout.count("m9:") == 1 and "m10:" not in done.stdout
 
-    log = broker.log()[since:]
-    assert f"record at offset {bad.physical} unreadable" in log
+    log = logged(broker, since, f"record at offset {bad.physical} unreadable")
     assert log.count(f"record at offset {bad.physical} unreadable") == 1  # once per offset
     assert corrupt_count(metrics_port, "read") == 1
     if kill:
@@ -243,8 +252,9 @@ async def test_truncated_first_segment_keeps_its_intact_records(
     got, error = await consume(broker.address, "g1", 20)
     assert got == list(range(20))
     assert isinstance(error, CorruptMessageError) and error.queue_offset == 20
-    log = broker.log()[since:]
-    assert f"commitlog bytes from offset {cut} to {SEGMENT} are missing ({first.name}" in log
+    logged(
+        broker, since, f"commitlog bytes from offset {cut} to {SEGMENT} are missing ({first.name}"
+    )
     assert corrupt_count(metrics_port, "segment_short") == 1
     assert corrupt_count(metrics_port, "recovery_quarantined") == 1
 
@@ -263,8 +273,7 @@ async def test_corrupt_consume_queue_entry_is_rebuilt_not_skipped(
     got, error = await consume(broker.address, "g1", 20)
     assert error is None
     assert got == list(range(COUNT))
-    log = broker.log()[since:]
-    assert f"consume queue {TOPIC}:0: entry 5 pointed at no record of this queue" in log
+    logged(broker, since, f"consume queue {TOPIC}:0: entry 5 pointed at no record of this queue")
     assert corrupt_count(metrics_port, "consumequeue_rebuilt") == 1
     wait_until(
         lambda: (
