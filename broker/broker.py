@@ -355,7 +355,7 @@ class Broker:
             # A lone broker scrubs too (the ReplicasManager runs it in controller mode): it
             # finds damage before a consumer does, with no replica to repair it from.
             scrubber = Scrubber(
-                store,
+                store.repairs,
                 None,
                 lambda: cfg.scrub_bytes_per_s,
                 lambda: cfg.scrub_interval_hours * 3600.0,

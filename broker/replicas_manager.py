@@ -112,11 +112,13 @@ class ReplicasManager:
         self._tasks: list[asyncio.Task[None]] = []
         ha.set_replicas_refresher(self.refresh_replicas)
         # Damaged records are fetched from the group's other replicas (issue 31).
-        self.repair = RecordRepair(ctx.store, lambda: ha, lambda: ctx.role, lambda: self.pool)
-        ctx.store.repairer = self.repair
+        self.repair = RecordRepair(
+            ctx.store.repairs, lambda: ha, lambda: ctx.role, lambda: self.pool
+        )
+        ctx.store.repairs.repairer = self.repair
         export_repair_metrics(ctx.metrics, self.repair)
         self.scrubber = Scrubber(
-            ctx.store,
+            ctx.store.repairs,
             self.repair,
             lambda: cfg.scrub_bytes_per_s,
             lambda: cfg.scrub_interval_hours * 3600.0,

@@ -69,7 +69,7 @@ class PerMasterEpoch(Generic[S]):
         return state
 
     def _known_damage(self) -> frozenset[int]:
-        return frozenset(offset for offset, _size in self.host.store.unrepaired())
+        return frozenset(offset for offset, _size in self.host.store.repairs.unrepaired())
 
     def _repaired_since_built(self) -> bool:
         """Was damage the store knew of when the state was built (a record its rebuild may have

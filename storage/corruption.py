@@ -17,7 +17,7 @@ A read (``storage.queue_read.scan``) that stops at an entry it cannot serve hand
   while the store is open) and the caller reads again; a second time it is CORRUPT.
 
 Every CORRUPT answer carries the record's CommitLog offset and its size as the entry says: what
-the broker asks a replica for (``MessageStore.repair``).
+the broker asks a replica for (``StoreRepair.repair``).
 
 The counters (:data:`CORRUPTION_KINDS`) are the broker's metric.
 """

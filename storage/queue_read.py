@@ -64,7 +64,7 @@ class GetResult:
     """CORRUPT: why."""
     corrupt_size: int = 0
     """CORRUPT: the record's size as its ConsumeQueue entry says (what a repair fetches from a
-    replica, ``MessageStore.repair``)."""
+    replica, ``StoreRepair.repair``)."""
 
 
 class Problem(enum.Enum):

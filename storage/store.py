@@ -12,9 +12,10 @@ Layout under ``data_dir``::
 A put sizes its batch and encodes the records with ``storage.queue_write``; a get checks the
 requested offset and scans the ConsumeQueue with ``storage.queue_read``, and an entry it cannot
 serve is ``storage.corruption``'s to answer; the replicas' raw bytes are read, checked and
-written by ``storage.replica_bytes``. The files' lifecycle (open with recovery, flush and
-checkpoint, durable truncation, close) is ``storage.store_files``'s and the configuration is
-``storage.store_config``'s. This module holds the appends and reads, the lookups and retention,
+written by ``storage.replica_bytes``; the repair of damage from a replica, the scrub and an
+operator's skip are ``storage.store_repair``'s (:attr:`MessageStore.repairs`). The files'
+lifecycle (open with recovery, flush and checkpoint, durable truncation, close) is
+``storage.store_files``'s and the configuration is ``storage.store_config``'s. This module holds the appends and reads, the lookups and retention,
 and composes the rest.
 
 Threading: every method runs on the broker's event-loop thread except :meth:`MessageStore.flush`,
@@ -24,13 +25,12 @@ blocks on anything but local disk.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 import structlog
 
-from protocol.broker_requests.repair import intact_records
 from protocol.message import (
     MESSAGE_MAGIC,
     Message,
@@ -53,10 +53,10 @@ from storage.queue_write import RecordSizer, encode_batch
 from storage.queues import queue_id_error, topic_error
 from storage.recovery import Damage
 from storage.replica_bytes import append_end, whole_records, write_file
-from storage.scrub import Scrub, ScrubStep, checked_records
-from storage.segment import Segment
+from storage.scrub import Scrub, checked_records
 from storage.store_config import StoreConfig
 from storage.store_files import StoreFiles
+from storage.store_repair import StoreRepair
 
 __all__ = [
     "DiskFullError",
@@ -67,8 +67,6 @@ __all__ = [
     "MessageStore",
     "MessageTooLargeError",
     "PutResult",
-    "RecordReadable",
-    "Repairer",
     "StoreConfig",
     "StoreError",
     "UnreadableMessageError",
@@ -80,22 +78,6 @@ log = structlog.get_logger(__name__)
 
 SKIPPED_FILE: Final = "skipped"
 """Under the data directory: the messages reads pass over (``rmqctl skipCorruptMessage``)."""
-
-
-class RecordReadable(StoreError):
-    """A skip asked for a message this store reads intact."""
-
-
-class Repairer(Protocol):
-    """Fetches the record at a CommitLog offset that a read found unreadable from another
-    replica and writes it back (:meth:`MessageStore.repair`); ``start`` gives what to await
-    before reading again, or None when no repair is worth trying now."""
-
-    def start(self, offset: int) -> Awaitable[object] | None: ...
-
-    def explain(self, offset: int) -> str:
-        """What was tried to repair the record at ``offset`` ("" when nothing failed)."""
-        ...
 
 
 @dataclass(slots=True)
@@ -148,8 +130,9 @@ class MessageStore:
         CommitLog, such as the broker's timer, drop what was cut)."""
         self.index = files.index
         """The key index (None when ``index_enable`` is off)."""
-        self._repairer: Repairer | None = None
         self._scrub = Scrub(self._commitlog, self._dir)
+        self.repairs = StoreRepair(files, self._scrub, self.get)
+        """Repair from a replica, the scrub and an operator's skip (``storage.store_repair``)."""
         self._residency = cold_read.residency_for(lambda: self._commitlog.write_pos)
 
     @property
@@ -430,7 +413,7 @@ class MessageStore:
         """The message starting at CommitLog ``offset`` (a message id's offset), ending at or
         before ``max_physical_offset``; raises :class:`MessageNotFoundError`, and
         :class:`UnreadableMessageError` for a record there that fails its checks (known by its
-        size for :attr:`repairer`, as a read's)."""
+        size for ``repairs.repairer``, as a read's)."""
         self._check_open()
         visible = self._commitlog.write_pos
         if max_physical_offset is not None:
@@ -544,7 +527,7 @@ class MessageStore:
     def read_checked(self, offset: int, max_bytes: int) -> tuple[memoryview, int]:
         """As :meth:`read_raw`, but only records that pass their checks (CRC, size, offset),
         and the extent of the damage that ends them (0: none; ``storage.scrub``). Damage at
-        ``offset`` itself (an empty view) is made known by its extent for :attr:`repairer` (a
+        ``offset`` itself (an empty view) is made known by its extent for ``repairs.repairer`` (a
         replay, such as the timer's, passes over it and says so; a read or the scrub meeting
         it still counts and logs it as theirs)."""
         self._check_open()
@@ -592,160 +575,6 @@ class MessageStore:
                 commitlog, offset, scan.key_hashes, scan.key_physicals, scan.key_stored
             )
         return commitlog.write_pos
-
-    # -- repair from a replica (issue 31) ---------------------------------------------------
-
-    @property
-    def repairer(self) -> Repairer | None:
-        """Who fetches damaged records from a replica (the broker's, set in controller mode):
-        a reader that gets CORRUPT calls its ``start`` with the offset. While set, a read that
-        meets a record whose header does not hold answers CORRUPT instead of rebuilding its
-        queue at once (``storage.corruption``)."""
-        return self._repairer
-
-    @repairer.setter
-    def repairer(self, repairer: Repairer | None) -> None:
-        self._repairer = repairer
-        self._corruption.repairable = repairer is not None
-
-    def record_bytes(self, offset: int, size: int) -> bytes:
-        """A copy of the ``size`` CommitLog bytes at ``offset`` (within one segment, below the
-        write position); raises :class:`StoreError` when they are not all there."""
-        self._check_open()
-        seg = self._span(offset, size)
-        rel = offset - seg.start
-        return bytes(seg.view[rel : rel + size])
-
-    def repair(self, offset: int, raw: bytes) -> Callable[[], None]:
-        """Write ``raw`` over the CommitLog bytes at ``offset`` in place (same position, same
-        length): whole records that pass their CRC and name their own offsets, or
-        :class:`StoreError` and nothing written. The range is no longer counted as damaged.
-        Returns what makes the write durable (an fsync of the segment: run it off the loop)."""
-        self._check_open()
-        problem = intact_records(raw, offset)
-        if problem is not None:
-            raise StoreError(
-                f"refusing to write back offsets {offset}..{offset + len(raw)}: {problem}"
-            )
-        seg = self._span(offset, len(raw))
-        rel = offset - seg.start
-        seg.view[rel : rel + len(raw)] = raw
-        self._corruption.repaired(offset, len(raw))
-        return seg.fsync
-
-    def unreadable_size(self, offset: int) -> int | None:
-        """The size of the damage known at CommitLog ``offset``: a record a read or the scrub
-        found unreadable (as its ConsumeQueue entry says), or a range recovery kept in place
-        from there; None when none is (or it was repaired since)."""
-        return self._corruption.size_of(offset)
-
-    def scrub(self, max_bytes: int) -> ScrubStep:
-        """Check the next ``max_bytes`` of flushed CommitLog records (``storage.scrub``); the
-        damage found is counted (``scrub``, once per offset) and, like a read's, handed to
-        :attr:`repairer` by its offset (:meth:`unreadable_size`)."""
-        self._check_open()
-        step = self._scrub.step(self._files.flushed, max_bytes)
-        for offset, size in step.damage:
-            self._corruption.scrubbed(offset, size)
-        return step
-
-    def check_index(self) -> str | None:
-        """Check the next sealed key index file; one that fails is dropped, to be rebuilt from
-        the CommitLog in slices (:meth:`rebuild_index`; ``storage.index``): returns why, None
-        when it held or the index is off."""
-        self._check_open()
-        if self.index is None:
-            return None
-        return self.index.check_sealed(self._commitlog)
-
-    def rebuild_index(self, max_bytes: int) -> bool:
-        """Index about ``max_bytes`` more CommitLog bytes of the key index's rebuild that
-        :meth:`check_index` began; True when the index is current (or off). A lookup by key
-        meanwhile catches up whole first."""
-        self._check_open()
-        if self.index is None or not self.index.behind:
-            return True
-        return self.index.catch_up(self._commitlog, max_bytes)
-
-    def save_scrub(self) -> None:
-        """Keep the scrub's position durably (a restart carries on from it)."""
-        self._scrub.save()
-
-    @property
-    def scrub_position(self) -> tuple[int, int]:
-        """(CommitLog offset the scrub reads next, passes it ended)."""
-        return self._scrub.position, self._scrub.passes
-
-    def unrepaired(self) -> list[tuple[int, int]]:
-        """The damage this store knows of and holds still (CommitLog offset, size), oldest
-        first: records reads or the scrub found unreadable, ranges recovery kept in place. A
-        range that now holds intact records is left out (a ConsumeQueue entry was what was
-        wrong, and its queue was rebuilt; or the bytes were written back meanwhile)."""
-        ranges = dict(self._corruption.sizes)
-        for d in self._corruption.damaged:
-            ranges.setdefault(d.offset, d.size)
-        floor = self._commitlog.min_offset
-        out = []
-        for offset, size in sorted(ranges.items()):
-            if offset < floor:
-                continue
-            try:
-                raw = self._span(offset, size)
-            except StoreError:
-                out.append((offset, size))  # not all there: damage all the same
-                continue
-            rel = offset - raw.start
-            if intact_records(raw.view[rel : rel + size], offset) is not None:
-                out.append((offset, size))
-        return out
-
-    def unrepairable(self) -> list[tuple[int, int]]:
-        """The :meth:`unrepaired` damage whose repair no replica could make
-        (:meth:`repair_refused`, not repaired since): what the broker reports to the
-        controllers' elections."""
-        refused = self._corruption.refused
-        return [(offset, size) for offset, size in self.unrepaired() if offset in refused]
-
-    def skip_corrupt(self, topic: str, queue_id: int, queue_offset: int) -> int:
-        """Reads of the queue pass over the message at ``queue_offset`` from now on (an
-        operator's ``rmqctl skipCorruptMessage``: no replica can read it); returns its
-        CommitLog offset. Raises :class:`RecordReadable` when this store reads it, and
-        :class:`StoreError` when the queue has no message there."""
-        self._check_open()
-        queue = self._queues.get(topic, queue_id)
-        if queue is None or not queue.min_offset <= queue_offset < queue.max_offset:
-            raise StoreError(f"{topic}:{queue_id} holds no message at queue offset {queue_offset}")
-        physical = queue.entry(queue_offset)[0]
-        if (topic, queue_id, queue_offset) not in self._corruption.skipped:
-            res = self.get(topic, queue_id, queue_offset, 1, 1)
-            if res.status is not GetStatus.CORRUPT or res.next_offset != queue_offset:
-                raise RecordReadable(
-                    f"{topic}:{queue_id} queue offset {queue_offset} (commitlog offset "
-                    f"{physical}) is readable here: nothing skipped"
-                )
-        self._corruption.skip(topic, queue_id, queue_offset, physical)
-        return physical
-
-    def repair_refused(self, offset: int) -> None:
-        """No replica could repair the record at ``offset``: reads go on as without replicas
-        (a record whose header does not hold has its queue rebuilt once)."""
-        self._corruption.repair_refused(offset)
-
-    def _span(self, offset: int, size: int) -> Segment:
-        commitlog = self._commitlog
-        seg = commitlog.segment_at(offset)
-        end = offset + size
-        if (
-            size <= 0
-            or seg is None
-            or offset < commitlog.min_offset
-            or end > min(seg.end, commitlog.write_pos)
-        ):
-            raise StoreError(
-                f"commitlog offsets {offset}..{end} are not within one segment of "
-                f"[{commitlog.min_offset}, {commitlog.write_pos})"
-            )
-        return seg
 
     def truncate(self, offset: int) -> None:
         """Durably cut the CommitLog, the ConsumeQueues and their max offsets back to

@@ -165,7 +165,7 @@ def _read_ahead(
         oq.skip_to(res.next_offset)
         return True
     if res.status is GetStatus.CORRUPT:
-        repairer = host.store.repairer
+        repairer = host.store.repairs.repairer
         if repairer is not None and repairer.start(res.corrupt_offset) is not None:
             return False  # being fetched from another replica: read on the next POP
         log.error(

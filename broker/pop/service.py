@@ -462,7 +462,7 @@ class PopService(PerMasterEpoch[PopState]):
     def repairing(self, offset: int) -> bool:
         """Whether the unreadable record at CommitLog ``offset`` is being repaired from another
         replica now (started here when worth trying): then it is not passed over."""
-        repairer = self.host.store.repairer
+        repairer = self.host.store.repairs.repairer
         return repairer is not None and repairer.start(offset) is not None
 
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> PutResult | None:

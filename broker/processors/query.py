@@ -94,7 +94,7 @@ class QueryProcessor:
         try:
             hit = ctx.store.read_message(offset, ctx.visible_offset())
         except MessageNotFoundError as exc:
-            repairer = ctx.store.repairer
+            repairer = ctx.store.repairs.repairer
             if repair and repairer is not None and isinstance(exc, UnreadableMessageError):
                 repairing = repairer.start(offset)
                 if repairing is not None:

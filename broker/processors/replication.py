@@ -23,7 +23,7 @@ class ReplicationProcessor:
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.role_changed)
         server.register(RequestCode.GET_BROKER_EPOCH_CACHE, self.epoch_cache)
-        RepairProcessor(self.ctx.store, lambda: self.ctx.ha).register(server)
+        RepairProcessor(self.ctx.store.repairs, lambda: self.ctx.ha).register(server)
 
     def role_changed(self, conn: Connection, req: Frame) -> Frame:
         if self.replicas is None:

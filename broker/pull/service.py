@@ -55,7 +55,7 @@ class PullService:
     ) -> PullAnswer | Awaitable[PullAnswer]:
         """The answer to ``pull`` now, or an awaitable of it when it waits for a message (long
         polling) or for the repair of a record that failed its checks (from another replica,
-        ``MessageStore.repairer``; not with ``repair`` false). Raises
+        ``StoreRepair.repairer``; not with ``repair`` false). Raises
         :class:`~protocol.filter.FilterError` for a subscription that does not parse (a parsed
         :class:`PullRequest` was checked already). A SQL92 subscription is refused
         SQL_FILTER_DISABLED unless ``enable_property_filter``.
@@ -119,10 +119,10 @@ class PullService:
 
     def _repairing(self, resp: PullAnswer | None) -> Awaitable[object] | None:
         """When ``resp`` says a record fails its checks: its repair from another replica,
-        started or joined (``MessageStore.repairer``); None when none is worth trying."""
+        started or joined (``StoreRepair.repairer``); None when none is worth trying."""
         if not isinstance(resp, PullCorrupt) or resp.physical_offset is None:
             return None
-        repairer = self.host.store.repairer
+        repairer = self.host.store.repairs.repairer
         return None if repairer is None else repairer.start(resp.physical_offset)
 
     async def _after_cold_read(
@@ -297,7 +297,7 @@ class PullService:
         return moved, offset
 
     def _tried(self, physical: int) -> str:
-        repairer = self.host.store.repairer
+        repairer = self.host.store.repairs.repairer
         if repairer is None:
             return "; no other replica to repair it from (a broker without controllers)"
         tried = repairer.explain(physical)

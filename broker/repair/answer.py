@@ -4,7 +4,7 @@ is whole records that pass their CRC, and when this replica's epoch entry at the
 asker's epoch and covers the whole range (then the bytes are the ones that epoch's master wrote).
 
 SKIP_CORRUPT_MESSAGE's too: an operator gives up a message this replica cannot read
-(``MessageStore.skip_corrupt``); one it reads intact is not skipped (RECORD_READABLE).
+(``StoreRepair.skip_corrupt``); one it reads intact is not skipped (RECORD_READABLE).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from protocol.fields import FieldError
 from protocol.remoting import Frame, response
 from remoting.server import Connection, RemotingServer, error_response
 from storage.errors import StoreError
-from storage.store import MessageStore, RecordReadable
+from storage.store_repair import RecordReadable, StoreRepair
 
 __all__ = ["RepairProcessor"]
 
 
 class RepairProcessor:
-    def __init__(self, store: MessageStore, ha: Callable[[], HAService | None]) -> None:
-        self._store = store
+    def __init__(self, repairs: StoreRepair, ha: Callable[[], HAService | None]) -> None:
+        self._repairs = repairs
         self._ha = ha
 
     def register(self, server: RemotingServer) -> None:
@@ -43,7 +43,7 @@ class RepairProcessor:
         except FieldError as exc:
             return error_response(req, ResponseCode.BAD_REQUEST, str(exc))
         try:
-            physical = self._store.skip_corrupt(ask.topic, ask.queue_id, ask.queue_offset)
+            physical = self._repairs.skip_corrupt(ask.topic, ask.queue_id, ask.queue_offset)
         except RecordReadable as exc:
             return error_response(req, ResponseCode.RECORD_READABLE, str(exc))
         except StoreError as exc:
@@ -74,7 +74,7 @@ class RepairProcessor:
                 f"{span.epoch} holds {span.start_offset}..{span.end_offset})",
             )
         try:
-            raw = self._store.record_bytes(offset, ask.size)
+            raw = self._repairs.record_bytes(offset, ask.size)
         except StoreError as exc:
             return error_response(req, ResponseCode.RECORD_NOT_INTACT, str(exc))
         problem = intact_records(raw, offset)

@@ -8,7 +8,7 @@ every replica refused it less than :data:`RETRY_AFTER_S` ago). The
 repair asks each replica in turn with REPAIR_RECORD (the in-sync ones first on a master; the
 master first on a slave), checks every answer again (epoch, range, size, every record's CRC and
 offset: ``RepairedRecord.problem``) and writes the first good one over the damaged bytes in
-place (``MessageStore.repair``), durably. Counted (:attr:`RecordRepair.counts`), logged once per
+place (``StoreRepair.repair``), durably. Counted (:attr:`RecordRepair.counts`), logged once per
 record with the offset and the replica; an answer refused is logged as a warning naming the
 replica and why, and the next is asked.
 """
@@ -31,7 +31,7 @@ from protocol.fields import FieldError
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 from storage.errors import StoreError
-from storage.store import MessageStore
+from storage.store_repair import StoreRepair
 
 __all__ = ["REPAIR_KINDS", "RETRY_AFTER_S", "RecordRepair", "Repaired"]
 
@@ -60,12 +60,12 @@ class RecordRepair:
 
     def __init__(
         self,
-        store: MessageStore,
+        repairs: StoreRepair,
         ha: Callable[[], HAService | None],
         role: Callable[[], RoleState],
         pool: Callable[[], ConnectionPool],
     ) -> None:
-        self._store = store
+        self._repairs = repairs
         self._ha = ha
         self._role = role
         self._pool = pool
@@ -84,7 +84,7 @@ class RecordRepair:
         failed = self._failed.get(offset)
         if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
             return None
-        size = self._store.unreadable_size(offset)
+        size = self._repairs.unreadable_size(offset)
         if size is None or size <= 0:
             return None
         if size > MAX_REPAIR_BYTES:  # no request fetches it: no replica can repair it
@@ -125,7 +125,7 @@ class RecordRepair:
         again = offset in self._failed
         self._failed[offset] = (time.monotonic(), outcome)
         self.counts["unrepairable"] += 1
-        self._store.repair_refused(offset)
+        self._repairs.repair_refused(offset)
         (log.info if again else log.error)(
             f"commitlog record at offset {offset} ({size} bytes) could not be repaired: "
             f"{outcome.tried}",
@@ -185,7 +185,7 @@ class RecordRepair:
                 )
                 continue
             try:
-                durable = self._store.repair(offset, answer.raw)
+                durable = self._repairs.repair(offset, answer.raw)
                 await asyncio.get_running_loop().run_in_executor(None, durable)
             except (StoreError, OSError) as exc:
                 tried.append(f"writing back failed: {exc}")

@@ -1,15 +1,15 @@
 """The background scrub (issue 31): the broker re-reads its flushed CommitLog records at
 ``scrub_bytes_per_s`` (0: off, read at every tick so a change applies at once), checks each one
-(``MessageStore.scrub``, ``storage.scrub``) and has what fails repaired from the group's replicas
+(``StoreRepair.scrub``, ``storage.scrub``) and has what fails repaired from the group's replicas
 (:class:`~broker.repair.fetch.RecordRepair`), before a consumer meets it. Every tick it also
 starts the repair of any damage the store knows of that no repair is running for (found at
 start-up by recovery, by a read or a replay), as soon as a replica is there to ask, whatever
 the rate (0 too). Its position is saved every :data:`SAVE_EVERY_S` and at the end of each
 pass, so a restart carries on from there. At
 the end of each pass one sealed key index file is checked too (in turn); one that fails is
-rebuilt from the CommitLog (``MessageStore.check_index``), in slices of
+rebuilt from the CommitLog (``StoreRepair.check_index``), in slices of
 :data:`INDEX_SLICE_BYTES` with the loop served between them, at most :data:`INDEX_BUDGET_S`
-of each tick (``MessageStore.rebuild_index``; a lookup by key meanwhile catches up whole). A pass starts no sooner than
+of each tick (``StoreRepair.rebuild_index``; a lookup by key meanwhile catches up whole). A pass starts no sooner than
 ``scrub_interval_hours`` after the previous one started: between passes the scrub rests (an idle
 broker with a small log would otherwise re-read it several times a second, for nothing).
 
@@ -31,7 +31,7 @@ import structlog
 from broker.metrics import BrokerMetrics
 from broker.repair.fetch import RecordRepair
 from storage.errors import StoreError
-from storage.store import MessageStore
+from storage.store_repair import StoreRepair
 
 __all__ = ["SCRUB_KINDS", "Scrubber", "export_metrics", "export_repair_metrics"]
 
@@ -96,12 +96,12 @@ class Scrubber:
 
     def __init__(
         self,
-        store: MessageStore,
+        repairs: StoreRepair,
         repair: RecordRepair | None,
         rate: Callable[[], int],
         interval_s: Callable[[], float],
     ) -> None:
-        self._store = store
+        self._repairs = repairs
         self._repair = repair
         self._rate = rate
         self._interval_s = interval_s
@@ -138,7 +138,7 @@ class Scrubber:
             if credit < 1:
                 continue
             try:
-                step = self._store.scrub(int(credit))
+                step = self._repairs.scrub(int(credit))
             except StoreError:  # the store closed under us (stopping)
                 return
             credit -= step.scanned
@@ -149,16 +149,16 @@ class Scrubber:
             if step.wrapped or now - saved_at >= SAVE_EVERY_S:
                 saved_at = now
                 try:
-                    await asyncio.get_running_loop().run_in_executor(None, self._store.save_scrub)
+                    await asyncio.get_running_loop().run_in_executor(None, self._repairs.save_scrub)
                 except (OSError, StoreError) as exc:
                     log.warning("scrub position not saved", error=str(exc))
             if step.wrapped:
-                position, passes = self._store.scrub_position
+                position, passes = self._repairs.scrub_position
                 rest_s = max(0.0, self._interval_s() - (time.monotonic() - pass_began))
                 log.info(
                     "scrub pass ended", passes=passes, position=position, next_in_s=round(rest_s)
                 )
-                if self._store.check_index() is not None:  # logged by the index
+                if self._repairs.check_index() is not None:  # logged by the index
                     self.counts["index_rebuilt"] += 1
                 resting, credit = True, 0.0
 
@@ -167,7 +167,7 @@ class Scrubber:
         :data:`INDEX_SLICE_BYTES`, yielding to the loop between them, for at most
         :data:`INDEX_BUDGET_S` a tick (the loop serves requests meanwhile)."""
         began = time.monotonic()
-        while not self._store.rebuild_index(INDEX_SLICE_BYTES):
+        while not self._repairs.rebuild_index(INDEX_SLICE_BYTES):
             if time.monotonic() - began >= INDEX_BUDGET_S:
                 return
             await asyncio.sleep(0)
@@ -180,9 +180,9 @@ class Scrubber:
         repair."""
         repair = self._repair
         if repair is not None and repair.can_ask():
-            for offset, _size in self._store.unrepaired():
+            for offset, _size in self._repairs.unrepaired():
                 repair.start(offset)
-        self.damaged_records = len(self._store.unrepairable())
+        self.damaged_records = len(self._repairs.unrepairable())
 
     async def _handle(self, offset: int, size: int) -> None:
         if offset not in self._found:

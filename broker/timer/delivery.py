@@ -220,10 +220,10 @@ class Delivery:
 
     def _repairing(self, entry: TimerEntry) -> bool:
         """Is the record of ``entry``, which failed its checks, being repaired from another
-        replica (issue 31: started or joined, ``MessageStore.repairer``)? Then the entry is
+        replica (issue 31: started or joined, ``StoreRepair.repairer``)? Then the entry is
         tried again rather than dropped as unreadable."""
         store = self._host.store
-        repairer = store.repairer
+        repairer = store.repairs.repairer
         if repairer is None:
             return False
         try:

@@ -259,7 +259,7 @@ class TimerService:
         if wheel is None:
             return 0
         for span in list(self._skipped.spans.values()):
-            if store.unreadable_size(span.offset) is not None:
+            if store.repairs.unreadable_size(span.offset) is not None:
                 continue  # not repaired yet (a repair writing it back forgets the damage)
             size = span.end - span.offset
             try:

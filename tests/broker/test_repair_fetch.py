@@ -88,7 +88,7 @@ def liar(corrupt: bool, epoch_end: int | None = None) -> Callable[[Connection, F
 
     def handler(conn: Connection, req: Frame) -> Frame:
         ask = RepairRecord.parse(req.header, req.body)
-        raw = bytearray(store_ref["store"].record_bytes(ask.offset, ask.size))
+        raw = bytearray(store_ref["store"].repairs.record_bytes(ask.offset, ask.size))
         if corrupt:
             raw[HEAD_SIZE + 2] ^= 0x01
         end = epoch_end if epoch_end is not None else ask.offset + ask.size
@@ -105,12 +105,12 @@ async def asker(
     pool = ConnectionPool(2.0)
     ha = StubHA(damaged, replicas)
     repair = RecordRepair(
-        damaged,
+        damaged.repairs,
         lambda: ha,  # type: ignore[arg-type,return-value]
         lambda: RoleState(broker_id=1, is_master=True),
         lambda: pool,
     )
-    damaged.repairer = repair
+    damaged.repairs.repairer = repair
     return repair, pool
 
 
@@ -125,7 +125,7 @@ async def test_a_lying_replica_is_refused_and_the_next_one_repairs(
     bad = liar(corrupt=lie.startswith("bytes"), epoch_end=at + size - 1 if "epoch" in lie else None)
     bad.store_ref["store"] = intact  # type: ignore[attr-defined]
     honest_ha = StubHA(intact, {})
-    honest = RepairProcessor(intact, lambda: honest_ha)  # type: ignore[arg-type,return-value]
+    honest = RepairProcessor(intact.repairs, lambda: honest_ha)  # type: ignore[arg-type,return-value]
     liar_server, liar_at = await serve(bad)
     honest_server, honest_at = await serve(honest.answer)
     repair, pool = await asker(damaged, {2: liar_at, 3: honest_at})  # 2 is asked first
@@ -140,7 +140,7 @@ async def test_a_lying_replica_is_refused_and_the_next_one_repairs(
     assert outcome.ok and outcome.source == f"broker 3 at {honest_at}"
     assert f"broker 2 at {liar_at}: answer refused" in outcome.tried
     assert repair.counts == {"repaired": 1, "unrepairable": 0, "answers_refused": 1}
-    assert damaged.record_bytes(at, size) == intact.record_bytes(at, size)
+    assert damaged.repairs.record_bytes(at, size) == intact.repairs.record_bytes(at, size)
     res = damaged.get(TOPIC, 0, 7, 1, 1 << 20)
     assert res.status is GetStatus.FOUND and res.count == 1
 
@@ -151,7 +151,7 @@ async def test_when_every_replica_lies_nothing_is_written(
     damaged, intact, offsets = stores
     at, size = offsets[3], offsets[4] - offsets[3]
     flip(damaged, at + HEAD_SIZE + 9)
-    before = damaged.record_bytes(at, size)
+    before = damaged.repairs.record_bytes(at, size)
     assert damaged.get(TOPIC, 0, 3, 1, 1 << 20).status is GetStatus.CORRUPT
     servers = []
     replicas = {}
@@ -173,7 +173,7 @@ async def test_when_every_replica_lies_nothing_is_written(
     assert not outcome.ok
     assert "CRC mismatch" in outcome.tried and "beyond its epoch" in outcome.tried
     assert repair.counts == {"repaired": 0, "unrepairable": 1, "answers_refused": 2}
-    assert damaged.record_bytes(at, size) == before
+    assert damaged.repairs.record_bytes(at, size) == before
     corrupt = damaged.get(TOPIC, 0, 3, 1, 1 << 20)
     assert corrupt.status is GetStatus.CORRUPT
     assert "no intact copy on another replica" in repair.explain(at)
@@ -194,26 +194,26 @@ async def test_damage_recovery_found_is_repaired_from_the_first_replica_that_can
     damaged.close()
     flip(damaged, at + HEAD_SIZE + 9)
     damaged = open_store(tmp_path / "damaged")
-    assert damaged.unrepaired() == [(at, size)]  # recovery found it
+    assert damaged.repairs.unrepaired() == [(at, size)]  # recovery found it
     liar_handler = liar(corrupt=True)
     liar_handler.store_ref["store"] = intact  # type: ignore[attr-defined]
     honest_ha = StubHA(intact, {})
-    honest = RepairProcessor(intact, lambda: honest_ha)  # type: ignore[arg-type,return-value]
+    honest = RepairProcessor(intact.repairs, lambda: honest_ha)  # type: ignore[arg-type,return-value]
     liar_server, liar_at = await serve(liar_handler)
     honest_server, honest_at = await serve(honest.answer)
     replicas: dict[int, str] = {}
     repair, pool = await asker(damaged, replicas)
-    scrubber = Scrubber(damaged, repair, lambda: 0, lambda: 0.0)
+    scrubber = Scrubber(damaged.repairs, repair, lambda: 0, lambda: 0.0)
     try:
         scrubber._heal()  # no replica known: nothing tried, nothing reported
-        assert scrubber.damaged_records == 0 and damaged.unrepairable() == []
+        assert scrubber.damaged_records == 0 and damaged.repairs.unrepairable() == []
 
         replicas[2] = liar_at  # the only replica lies: tried, failed, reported
         scrubber._heal()
         running = repair.start(at)
         assert running is not None and not (await running).ok
         scrubber._heal()
-        assert scrubber.damaged_records == 1 and damaged.unrepairable() == [(at, size)]
+        assert scrubber.damaged_records == 1 and damaged.repairs.unrepairable() == [(at, size)]
 
         replicas[3] = honest_at  # retried (at once here) and repaired from the honest one
         monkeypatch.setattr(fetch, "RETRY_AFTER_S", 0.0)
@@ -225,8 +225,8 @@ async def test_damage_recovery_found_is_repaired_from_the_first_replica_that_can
         pool.close()
         await liar_server.stop()
         await honest_server.stop()
-    assert scrubber.damaged_records == 0 and damaged.unrepaired() == []
-    assert damaged.record_bytes(at, size) == intact.record_bytes(at, size)
+    assert scrubber.damaged_records == 0 and damaged.repairs.unrepaired() == []
+    assert damaged.repairs.record_bytes(at, size) == intact.repairs.record_bytes(at, size)
     # The liar (asked first) refused twice.
     assert repair.counts == {"repaired": 1, "unrepairable": 1, "answers_refused": 2}
     damaged.close()

@@ -16,7 +16,7 @@ async def test_the_scrub_rebuilds_a_damaged_file_while_the_loop_serves(tmp_path:
     store, _files = damaged_first_file(tmp_path)
     index = store.index
     assert index is not None
-    scrubber = Scrubber(store, None, lambda: 1 << 30, lambda: 0.0)
+    scrubber = Scrubber(store.repairs, None, lambda: 1 << 30, lambda: 0.0)
     ticks = 0
 
     async def other_work() -> None:

@@ -56,15 +56,15 @@ def test_a_state_whose_replay_passed_over_damage_is_built_again_once_it_is_repai
         offsets = store.put(TOPIC, 0, sent, 1_700_000_000_000).physical_offsets
         store.flush()
         at, size = offsets[4], offsets[5] - offsets[4]
-        intact = store.record_bytes(at, size)
+        intact = store.repairs.record_bytes(at, size)
         flip(store, at + HEAD_SIZE + 9)
         service = Replayed(Host(store))
 
         assert len(service.ready()) == 9  # passed over, now known as damage
-        assert store.unrepaired() == [(at, size)]
+        assert store.repairs.unrepaired() == [(at, size)]
         assert len(service.ready()) == 9 and service.builds == 1  # not built again for nothing
 
-        store.repair(at, intact)()  # what RecordRepair writes back from a replica
+        store.repairs.repair(at, intact)()  # what RecordRepair writes back from a replica
 
         assert service.ready() == [m.body for m in sent]
         assert service.builds == 2

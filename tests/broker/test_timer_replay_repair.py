@@ -92,7 +92,7 @@ async def test_a_replay_passes_over_a_damaged_size_field_and_indexes_it_once_rep
     try:
         timer, store = again.ctx.timer, again.ctx.store
         assert timer.pending_count == 3  # later[1] passed over
-        assert {at for at, _ in store.unrepaired()} == set(spans)
+        assert {at for at, _ in store.repairs.unrepaired()} == set(spans)
         timer.checkpoint()
         timer.checkpoint()  # noted, then saved: never past the first span
         raw = read_atomic(cfg.data_dir / "timer" / DISPATCHED_FILE)
@@ -106,9 +106,9 @@ async def test_a_replay_passes_over_a_damaged_size_field_and_indexes_it_once_rep
     try:
         timer, store = third.ctx.timer, third.ctx.store
         assert timer.pending_count == 3
-        assert {at for at, _ in store.unrepaired()} == set(spans)
+        assert {at for at, _ in store.repairs.unrepaired()} == set(spans)
         for at, raw in spans.items():
-            store.repair(at, raw)()  # what RecordRepair writes back from a replica
+            store.repairs.repair(at, raw)()  # what RecordRepair writes back from a replica
         await wait_until_async(
             lambda: timer.pending_count == 4, "the repaired span's message indexed", 10
         )

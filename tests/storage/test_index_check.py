@@ -1,6 +1,6 @@
 """A key index file damaged while the broker runs is rebuilt (issue 31 item 5): the scrub's
-check of a sealed file (MessageStore.check_index) finds it, drops it and every later file, and
-the CommitLog is indexed again from there, in slices (MessageStore.rebuild_index: the broker's
+check of a sealed file (StoreRepair.check_index) finds it, drops it and every later file, and
+the CommitLog is indexed again from there, in slices (StoreRepair.rebuild_index: the broker's
 loop serves between them) or whole by a lookup; lookups by key find every message after."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def damaged_first_file(tmp_path: Path) -> tuple[MessageStore, list[Path]]:
     assert store.index is not None
     files = sorted((tmp_path / "index").iterdir())
     assert len(files) >= 2  # sealed files (1000 entries a file here)
-    assert store.check_index() is None  # intact: nothing done
+    assert store.repairs.check_index() is None  # intact: nothing done
     with files[0].open("r+b") as f:  # a slot of the first (sealed) file
         f.seek(4096 + 17)
         byte = f.read(1)[0]
@@ -49,10 +49,10 @@ def test_a_damaged_sealed_index_file_is_rebuilt_and_lookups_find_everything(
     store, files = damaged_first_file(tmp_path)
     assert store.index is not None
     expected = COUNT // 97 + 1
-    reasons = [store.check_index() for _ in range(len(files))]
+    reasons = [store.repairs.check_index() for _ in range(len(files))]
     assert "body CRC mismatch" in reasons
     assert store.index.stats().rebuilt_files == 1
-    assert store.check_index() is None
+    assert store.repairs.check_index() is None
     assert keys_found(store) == expected
     store.close()
     reopened = open_store(tmp_path, index_max_entries=1000)
@@ -68,14 +68,14 @@ def test_the_rebuild_runs_in_slices_and_indexes_what_was_put_meanwhile(tmp_path:
     store, _files = damaged_first_file(tmp_path)
     index = store.index
     assert index is not None
-    while store.check_index() is None:
+    while store.repairs.check_index() is None:
         pass
     assert index.behind
     put_keyed(store, COUNT, 300)  # not indexed by the puts: the slices read them
     through = index.indexed_through
     starts = {start for start, _end in store.commitlog_segments()}
     slices = 0
-    while not store.rebuild_index(4096):
+    while not store.repairs.rebuild_index(4096):
         slices += 1
         # One record past at most, or on past a segment's blank tail to the next segment.
         moved = index.indexed_through - through

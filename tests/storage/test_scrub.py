@@ -30,7 +30,7 @@ def flip(store: MessageStore, offset: int, mask: int = 0x01) -> None:
 def scrub_all(store: MessageStore, slice_bytes: int = 4096) -> list[tuple[int, int]]:
     damage: list[tuple[int, int]] = []
     while True:
-        step = store.scrub(slice_bytes)
+        step = store.repairs.scrub(slice_bytes)
         damage += step.damage
         if step.wrapped:
             return damage
@@ -40,10 +40,10 @@ def test_a_clean_log_is_passed_over_in_slices_and_a_pass_ends_at_the_flushed_off
     tmp_path: Path,
 ) -> None:
     store, _ = filled(tmp_path)
-    first = store.scrub(1000)
+    first = store.repairs.scrub(1000)
     assert first.damage == [] and 1000 <= first.scanned < 1000 + 400
     assert scrub_all(store) == []
-    assert store.scrub_position == (0, 1)
+    assert store.repairs.scrub_position == (0, 1)
     store.close()
 
 
@@ -53,14 +53,14 @@ def test_a_flipped_body_byte_is_found_with_the_records_size(tmp_path: Path) -> N
     flip(store, offsets[7] + HEAD_SIZE + 9)
     assert scrub_all(store) == [(offsets[7], size)]
     assert store.corruption["scrub"] == 1
-    assert store.unreadable_size(offsets[7]) == size
-    assert store.unrepaired() == [(offsets[7], size)]
+    assert store.repairs.unreadable_size(offsets[7]) == size
+    assert store.repairs.unrepaired() == [(offsets[7], size)]
     # Found again on the next pass, counted once.
     assert scrub_all(store) == [(offsets[7], size)]
     assert store.corruption["scrub"] == 1
     # Bytes that check again (here flipped back by hand) are no longer reported as damage.
     flip(store, offsets[7] + HEAD_SIZE + 9)
-    assert store.unrepaired() == []
+    assert store.repairs.unrepaired() == []
     store.close()
 
 
@@ -75,25 +75,25 @@ def test_a_record_written_back_checks_again_and_is_no_longer_damage(
     tmp_path: Path,
 ) -> None:
     store, offsets = filled(tmp_path)
-    good = store.record_bytes(offsets[3], offsets[4] - offsets[3])
+    good = store.repairs.record_bytes(offsets[3], offsets[4] - offsets[3])
     flip(store, offsets[3] + HEAD_SIZE + 2)
     assert scrub_all(store) == [(offsets[3], len(good))]
-    store.repair(offsets[3], good)()
+    store.repairs.repair(offsets[3], good)()
     assert scrub_all(store) == []
-    assert store.unrepaired() == []
-    assert store.unreadable_size(offsets[3]) is None
+    assert store.repairs.unrepaired() == []
+    assert store.repairs.unreadable_size(offsets[3]) is None
     store.close()
 
 
 def test_the_position_is_kept_over_a_restart(tmp_path: Path) -> None:
     store, offsets = filled(tmp_path)
-    store.scrub(5000)
-    at = store.scrub_position
+    store.repairs.scrub(5000)
+    at = store.repairs.scrub_position
     assert 5000 <= at[0] < offsets[-1]
-    store.save_scrub()
+    store.repairs.save_scrub()
     store.close()
     again = open_store(tmp_path)
-    assert again.scrub_position == at
+    assert again.repairs.scrub_position == at
     again.close()
 
 
@@ -101,10 +101,10 @@ def test_a_truncation_moves_the_scrub_back_to_a_record_boundary(tmp_path: Path) 
     # A slave's log cut back by HA and written again: the new records need not start where the
     # cut ones did, so a position past the cut would read the middle of one as damage.
     store, offsets = filled(tmp_path)
-    while store.scrub_position[0] < offsets[15]:
-        store.scrub(1000)
+    while store.repairs.scrub_position[0] < offsets[15]:
+        store.repairs.scrub(1000)
     store.truncate(offsets[10])
-    assert store.scrub_position[0] == offsets[10]
+    assert store.repairs.scrub_position[0] == offsets[10]
     store.put(TOPIC, 0, messages(5, 1000, prefix="new"), 1_700_000_000_001)
     store.flush()
     assert scrub_all(store) == []

@@ -1,4 +1,4 @@
-"""An operator gives up a message no replica can read (MessageStore.skip_corrupt, issue 31):
+"""An operator gives up a message no replica can read (StoreRepair.skip_corrupt, issue 31):
 reads pass over it, kept over a restart; a readable message is not skipped."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from protocol.message import HEAD_SIZE, iter_records
-from storage.store import GetStatus, RecordReadable, StoreError
+from storage.store import GetStatus, StoreError
+from storage.store_repair import RecordReadable
 from tests.storage.support import TOPIC, messages, open_store
 
 
@@ -17,9 +18,9 @@ def test_a_skipped_message_is_passed_over_also_after_a_restart(tmp_path: Path) -
     put = store.put(TOPIC, 0, messages(10, 200), 1_700_000_000_000)
     store.flush()
     with pytest.raises(RecordReadable, match="readable here: nothing skipped"):
-        store.skip_corrupt(TOPIC, 0, 4)
+        store.repairs.skip_corrupt(TOPIC, 0, 4)
     with pytest.raises(StoreError, match="holds no message at queue offset 10"):
-        store.skip_corrupt(TOPIC, 0, 10)
+        store.repairs.skip_corrupt(TOPIC, 0, 10)
     seg = sorted((tmp_path / "commitlog").iterdir())[0]
     with seg.open("r+b") as f:
         f.seek(put.physical_offsets[4] + HEAD_SIZE + 3)
@@ -27,7 +28,7 @@ def test_a_skipped_message_is_passed_over_also_after_a_restart(tmp_path: Path) -
         f.seek(put.physical_offsets[4] + HEAD_SIZE + 3)
         f.write(bytes([byte ^ 1]))
     assert store.get(TOPIC, 0, 4, 10, 1 << 20).status is GetStatus.CORRUPT
-    assert store.skip_corrupt(TOPIC, 0, 4) == put.physical_offsets[4]
+    assert store.repairs.skip_corrupt(TOPIC, 0, 4) == put.physical_offsets[4]
     assert store.corruption["skipped"] == 1
 
     def read_all() -> list[int]:
