@@ -755,6 +755,7 @@ def parse_args() -> argparse.Namespace:
         rounds=1,
         idle_s=0.5,
         offsets_persist_ms=500,
+        commit_seconds=1.0,  # spans two of the smoke run's 500 ms persists, as 6 s spans a 5 s one
         clients=10,
         members=3,
         settle=0.5,
