@@ -21,6 +21,7 @@ from hypothesis import settings
 import remoting.client as client_mod
 from tests.hypothesis_profiles import SUITE
 from tests.support.bytecode import cache_bytecode
+from tests.support.cpu_cost import CpuCost
 from tests.support.procs import BrokerProc
 
 SPARK_GROUP = "spark"
@@ -29,6 +30,7 @@ SPARK_GROUP = "spark"
 
 def pytest_configure(config: pytest.Config) -> None:
     cache_bytecode(config.rootpath)
+    config.pluginmanager.register(CpuCost(), "rmq-cpu-cost")
     if not config.getoption("--hypothesis-profile", None):
         settings.load_profile(SUITE)  # tests/hypothesis_profiles.py
     if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
