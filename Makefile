@@ -13,6 +13,13 @@ RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 DEV_STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
+# import-linter (make lint's import contracts) runs from a venv of its own under .venv: it
+# requires rich, and with rich in the project's venv structlog imports it (and pygments, attrs)
+# in every process the project starts, 70 ms of CPU each (a broker's whole start is 600 ms),
+# thousands of times a test run. A production install has no rich either.
+IMPORT_LINTER := import-linter>=2.1
+LINT_VENV := $(VENV)/import-linter
+LINT_STAMP := $(LINT_VENV)/.installed
 # pip's own output (a line per package, progress bars on a terminal) shows the install moving.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check
 
@@ -41,6 +48,12 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	@echo "== installing the project with its dev and spark extras into $(VENV)"
 	$(PIP) -e '.[dev,spark,compile]'
 	touch $@ $(SPARK_STAMP) $(RUN_STAMP)
+
+$(LINT_STAMP): Makefile | $(BIN)/python
+	@echo "== installing import-linter into $(LINT_VENV)"
+	$(BIN)/python -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install --disable-pip-version-check '$(IMPORT_LINTER)'
+	touch $@
 
 $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 	@echo "== installing the project with its dev, spark and bench extras into $(VENV)"
@@ -75,10 +88,10 @@ PURE_TESTS := tests/compiled tests/protocol tests/raft tests/ha/test_ha_codec.py
 test-pure: $(DEV_STAMP)  ## the codec and core unit tests on the pure-Python modules (RMQ_PURE_PYTHON=1)
 	RMQ_PURE_PYTHON=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(PURE_TESTS)
 
-lint: $(DEV_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]) and mypy
+lint: $(DEV_STAMP) $(LINT_STAMP)  ## ruff, the import contracts (pyproject [tool.importlinter]) and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports --no-logo
+	$(LINT_VENV)/bin/lint-imports --no-logo
 	$(BIN)/mypy protocol storage remoting daemon broker client rmqctl controller pipeline console bench rmqbuild
 
 bench: $(BENCH_STAMP) compiled  ## benchmarks: figures and ratios, never asserted
