@@ -61,6 +61,7 @@ from bench.figures import cpu_seconds
 from controller.config import ControllerConfig
 from controller.metadata import ApplyBrokerId as ApplyBrokerIdEvent
 from controller.metadata import encode_event
+from daemon.tasks import cancel_and_wait
 from protocol.codes import ResponseCode, code_name
 from protocol.controller_requests.brokers import ApplyBrokerId
 from protocol.controller_requests.groups import GetReplicaInfo
@@ -394,9 +395,7 @@ async def first_write_after_kill(
         async with asyncio.timeout(60):
             return await won
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
 
 
 async def caught_up(proc: ControllerProc, group: str, timeout: float = 60.0) -> None:

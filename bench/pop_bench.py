@@ -54,6 +54,7 @@ from client.admin import Admin
 from client.message import Message, ReceivedMessage
 from client.simple_consumer import SimpleConsumer
 from client.transaction import TransactionProducer
+from daemon.tasks import cancel_and_wait
 
 TARGET = 30_000
 CONCURRENCY = 64
@@ -139,9 +140,7 @@ async def pop_consumers(addresses: str, topic: str, group: str, n: int, members:
             await asyncio.sleep(0.01)
         return n / (time.perf_counter() - first[0])
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         await asyncio.gather(*(c.close() for c in consumers))
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import smoke
+from daemon.tasks import cancel_and_wait
 from protocol.codes import ResponseCode
 from protocol.controller_requests.heartbeats import BrokerHeartbeat, HeartbeatAnswer
 from protocol.remoting import Frame, response
@@ -133,9 +134,7 @@ async def measure(args: argparse.Namespace) -> None:
             f"least {min(figures):.1f} us"
         )
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         for conn in conns:
             conn.close()
         if child.stdin is not None:

@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 from broker.repair.scrub import Scrubber
+from daemon.tasks import cancel_and_wait
 from tests.storage.test_index_check import COUNT, damaged_first_file, keys_found
 from tests.support.wait import wait_until_async
 
@@ -33,9 +34,7 @@ async def test_the_scrub_rebuilds_a_damaged_file_while_the_loop_serves(tmp_path:
             30,
         )
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
     assert index.indexed_through == store.max_offset
     assert ticks > 0
     assert keys_found(store) == COUNT // 97 + 1

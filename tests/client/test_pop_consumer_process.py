@@ -19,6 +19,7 @@ from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.progress import ProgressAdmin
 from client.simple_consumer import PopMessage
+from daemon.tasks import cancel_and_wait
 from tests.support.messages import dead_lettered, fill
 from tests.support.procs import BrokerProc, module_broker
 from tests.support.wait import wait_until_async
@@ -35,9 +36,7 @@ def _pop_member(address: str, group: str, topic: str, **kw: Any) -> Consumer:
 
 
 async def _stop(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_and_wait(tasks)
 
 
 async def test_ten_pop_members_share_two_queues_and_ack_each_message_once(

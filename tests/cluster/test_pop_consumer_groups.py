@@ -14,6 +14,7 @@ from client.consumer import Consumer
 from client.errors import ClientError
 from client.message import ReceivedMessage
 from client.producer import Producer
+from daemon.tasks import cancel_and_wait
 from tests.support.cluster import Cluster
 from tests.support.wait import wait_until_async
 
@@ -69,9 +70,7 @@ async def test_pop_members_share_the_queues_of_every_broker_group(cluster: Clust
             lambda: sum(m.pop.acked for m in members if m.pop) >= N, "every message acked", 30
         )
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         await asyncio.gather(*(m.close() for m in members))
     assert set(handled) == set(sent) and set(handled.values()) == {1}
     assert {broker for _, broker in where} == {"broker-a", "broker-b"}

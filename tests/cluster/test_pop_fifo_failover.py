@@ -23,6 +23,7 @@ from client.admin import Admin
 from client.bootstrap import Bootstrap
 from client.errors import BrokerError, ClientError
 from client.simple_consumer import PopMessage, SimpleConsumer
+from daemon.tasks import cancel_and_wait
 from protocol.codes import ResponseCode
 from tests.cluster.support import new_master, node_at, start_fifo_group
 from tests.support.cluster import Cluster
@@ -151,9 +152,7 @@ async def run_pop_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
         )
         async with Admin(addresses) as admin:
             dead = await dead_lettered(admin, GROUP, "the poison message in the DLQ", 60)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
 
         assert not wrong, wrong[:3]
         # The poison message, dead-lettered after its attempts (a redelivery's answer lost in
@@ -180,9 +179,7 @@ async def run_pop_fifo(tmp_path: Path, groups: int, per_group: int) -> None:
             f"{len(failed_once)} failures injected, {redelivered} redeliveries"
         )
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         boot.close()
         cluster.stop()
 

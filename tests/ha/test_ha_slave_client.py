@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import structlog.testing
 
+from daemon.tasks import cancel_and_wait
 from protocol.ha import (
     EpochEntry,
     MasterHandshake,
@@ -89,9 +90,7 @@ class ScriptedMaster:
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await cancel_and_wait(self.tasks)
 
 
 @pytest.fixture
