@@ -178,7 +178,6 @@ def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -
         sys.exit(2)
     except TlsError as exc:
         click.echo(f"rmq-console: the clusters' TLS files: {exc}", err=True)
-        click.echo(f"rmq-console: {exc}", err=True)
         sys.exit(2)
     setup_logging(cfg.log_format, cfg.log_level)
     sys.exit(run(lambda: serve(settings)))

@@ -69,6 +69,24 @@ def test_the_command_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_an_unreadable_tls_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "absent-ca.pem"
+    done = subprocess.run(
+        [sys.executable, "-m", "console", "--controllers", "127.0.0.1:9", "--listen",
+         "127.0.0.1:0", "--cluster-ca-file", str(missing)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    # One line naming what it could not read (it was printed twice, once without the context).
+    assert done.stderr.splitlines() == [
+        f"rmq-console: the clusters' TLS files: cannot read CA file {missing}: "
+        "No such file or directory"
+    ], done.stderr
+
+
 def test_docs_console_md_lists_every_key_as_the_reference_prints_it() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "console", "--print-config-reference"],
