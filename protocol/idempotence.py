@@ -240,38 +240,44 @@ def seq_property(value: str) -> bytes:
     return f"{SEQ_PROPERTY_HEAD}{value}\x02".encode()
 
 
-def seq_head(producer_id: int, epoch: int) -> str:
-    """What every :data:`PROP_PRODUCER_SEQ` value of a producer incarnation starts with
-    (``"<id>.<epoch>."``): formatted once per window (:attr:`QueueWindow.head`)."""
-    return f"{producer_id}.{epoch}."
+def seq_head(producer_id: int, epoch: int) -> bytes:
+    """What every encoded :data:`PROP_PRODUCER_SEQ` property of a producer incarnation starts
+    with: the property's name and ``"<id>.<epoch>."`` (:func:`seq_property`'s bytes up to the
+    sequence), formatted and encoded once per window (:attr:`QueueWindow.head`)."""
+    return f"{SEQ_PROPERTY_HEAD}{producer_id}.{epoch}.".encode()
 
 
-def stamp(messages: list[Message], seq: ProducerSeq, head: str = "") -> None:
+def stamp(messages: list[Message], seq: ProducerSeq, head: bytes = b"") -> None:
     """Write the request's :data:`PROP_PRODUCER_SEQ` into each of its messages (before storing
     them): a message without properties of its own gets it encoded
     (:attr:`Message.seq_property`, no dict), one with properties in its dict. ``head``: the
-    value's :func:`seq_head`, when the caller has it."""
-    if not head:
-        head = seq_head(seq.producer_id, seq.epoch)
+    property's :func:`seq_head`, when the caller has it."""
     n = len(messages)
     if n == 1:  # a single send: one format, no loop
         m = messages[0]
         if m.properties:
-            m.properties[PROP_PRODUCER_SEQ] = f"{head}{seq.sequence}.0.1"
+            m.properties[PROP_PRODUCER_SEQ] = f"{seq.producer_id}.{seq.epoch}.{seq.sequence}.0.1"
         else:
-            m.seq_property = f"{SEQ_PROPERTY_HEAD}{head}{seq.sequence}.0.1\x02".encode()
+            # Compiled, a bytes format of bytes and an int is one bytes built from the parts
+            # (the int's digits written as bytes): no str formatted and then encoded.
+            m.seq_property = b"%b%d.0.1\x02" % (
+                head or seq_head(seq.producer_id, seq.epoch),
+                seq.sequence,
+            )
         return
-    prefix = f"{head}{seq.sequence}."
+    prefix = ""
     suffix = f".{n}"
     tails: list[bytes] | None = None
     raw = b""
     for i, m in enumerate(messages):
         if m.properties:
+            if not prefix:
+                prefix = f"{seq.producer_id}.{seq.epoch}.{seq.sequence}."
             m.properties[PROP_PRODUCER_SEQ] = f"{prefix}{i}{suffix}"
         else:
             if tails is None:  # the request's own part once, each record's tail cached
                 tails = _tails(n)
-                raw = f"{SEQ_PROPERTY_HEAD}{prefix}".encode()
+                raw = b"%b%d." % (head or seq_head(seq.producer_id, seq.epoch), seq.sequence)
             m.seq_property = raw + tails[i]
 
 
@@ -415,14 +421,20 @@ QueueKey = tuple[str, int]
 class QueueWindow:
     """The last requests stored for one (producer, topic, queue), ascending by sequence."""
 
-    __slots__ = ("batches", "floor", "head", "owner")
+    __slots__ = ("batches", "floor", "head", "next_sequence", "owner")
 
-    def __init__(self, floor: int = -1, head: str = "", owner: _Producer | None = None) -> None:
+    def __init__(self, floor: int = -1, head: bytes = b"", owner: _Producer | None = None) -> None:
         self.batches: list[StoredBatch] = []
+        """Ascending by sequence; changed only by :meth:`insert`, :meth:`restored` and
+        :meth:`ProducerStates.stored_next`, which keep :attr:`next_sequence` with it."""
+        self.next_sequence = -1
+        """The sequence right after the newest batch kept (-1: none kept): the usual send's.
+        :meth:`ProducerStates.next_window` and :meth:`ProducerStates.stored_next` compare it
+        without reading the list or its last batch (docs/idempotence.md, "Cost")."""
         self.floor = floor
         """The highest sequence that fell out of the window (-1: none)."""
         self.head = head
-        """:func:`seq_head` of the window's producer and epoch ("": not known)."""
+        """:func:`seq_head` of the window's producer and epoch (b"": not known)."""
         self.owner = owner
         """The producer that keeps the window; None once it does not (the producer forgotten,
         or a newer epoch of it started its windows afresh): :meth:`ProducerStates.stored_next`
@@ -440,6 +452,7 @@ class QueueWindow:
         batches = self.batches
         if not batches or batches[-1].sequence < batch.sequence:  # the usual: the next one
             batches.append(batch)
+            self.next_sequence = batch.sequence + 1
             if len(batches) > size:
                 dropped = batches.pop(0).sequence
                 if dropped > self.floor:
@@ -451,6 +464,13 @@ class QueueWindow:
         batches.insert(i, batch)
         while len(batches) > size:
             self.floor = max(self.floor, batches.pop(0).sequence)
+        self.next_sequence = batches[-1].sequence + 1
+
+    def restored(self, batches: list[StoredBatch]) -> None:
+        """Take ``batches`` (a snapshot's, in any order) as the window's."""
+        batches.sort(key=lambda b: b.sequence)
+        self.batches = batches
+        self.next_sequence = batches[-1].sequence + 1 if batches else -1
 
 
 class _Producer:
@@ -575,11 +595,11 @@ class ProducerStates:
                 return None
         if p.epoch != seq.epoch:
             return None
-        w = p.window(topic, queue_id)
-        if w is None:
+        queues = p.windows.get(topic)
+        if queues is None:
             return None
-        batches = w.batches
-        if not batches or batches[-1].sequence + 1 != seq.sequence:
+        w = queues.get(queue_id)
+        if w is None or w.next_sequence != seq.sequence:
             return None
         return w
 
@@ -603,8 +623,7 @@ class ProducerStates:
         producer forgotten, a newer epoch of it, or ``sequence`` (or a later one) in the
         window already."""
         p = window.owner
-        batches = window.batches
-        if p is None or (batches and batches[-1].sequence >= sequence):
+        if p is None or window.next_sequence > sequence:
             return False
         if p is not self._newest:
             producers = self._producers
@@ -615,6 +634,8 @@ class ProducerStates:
             self._newest = p
         if store_timestamp > p.last_ms:
             p.last_ms = store_timestamp
+        batches = window.batches
+        window.next_sequence = sequence + 1
         if len(batches) >= self.window:
             b = batches.pop(0)
             if b.sequence > window.floor:
@@ -804,9 +825,10 @@ class ProducerStates:
                     if not isinstance(topic, str):
                         raise ValueError("topic is not a string")
                     w = QueueWindow(_int(floor), seq_head(pid, epoch), p)
+                    kept: list[StoredBatch] = []
                     for batch_entry in _entry(batches, -1, "batches"):
                         seq, bqid, fqo, offs, end, ts = _entry(batch_entry, 6, "batch")
-                        w.batches.append(
+                        kept.append(
                             StoredBatch(
                                 _int(seq),
                                 _int(bqid),
@@ -816,7 +838,7 @@ class ProducerStates:
                                 _int(ts),
                             )
                         )
-                    w.batches.sort(key=lambda b: b.sequence)
+                    w.restored(kept)
                     p.add_window(topic, _int(qid), w)
                     states._windows += 1
                 states._producers[pid] = p

@@ -111,8 +111,9 @@ class RecordSizer:
                 props_raw, tags_hash = cached
                 if seq:
                     # An idempotent send without properties of its own: its __PSEQ first, as
-                    # encoding the property in the dict would place it.
-                    props_raw = seq + props_raw
+                    # encoding the property in the dict would place it (the stamp's own bytes
+                    # when there are no keys or tags: no copy).
+                    props_raw = seq + props_raw if props_raw else seq
                     if len(props_raw) > MAX_PROPERTIES_BYTES:
                         raise MessageTooLargeError(
                             f"properties exceed {MAX_PROPERTIES_BYTES} bytes"

@@ -217,7 +217,7 @@ class SendService:
             body_bytes += size
         own = any(m.properties for m in messages)  # only these can ask for a delivery time
         if seq is not None:
-            stamp(messages, seq, "" if window is None else window.head)
+            stamp(messages, seq, b"" if window is None else window.head)
         elif own:
             _drop_sequences(messages)
         result = self._store(topic, queue_id, messages, body_bytes, own)

@@ -17,7 +17,9 @@ from protocol.idempotence import (
     ProducerSeq,
     parse_record_seq,
     record_seq_value,
+    seq_head,
     seq_property,
+    stamp,
 )
 from protocol.message import Message, decode_record, encode_properties, message_copy
 from storage.queue_write import RecordSizer
@@ -38,9 +40,14 @@ def dict_stamped(messages: list[Message], seq: ProducerSeq) -> list[Message]:
     return out
 
 
-def stamped(messages: list[Message], seq: ProducerSeq) -> list[Message]:
+def stamped(messages: list[Message], seq: ProducerSeq, window_head: bool = False) -> list[Message]:
+    """Stamped as the broker stamps them: ``window_head``, with the head the usual send's
+    window keeps (:func:`seq_head`), as the send service does; else formatted for them."""
     out = [message_copy(m, m.topic, dict(m.properties)) for m in messages]
-    ProducerSequences.stamp(out, seq)
+    if window_head:
+        stamp(out, seq, seq_head(seq.producer_id, seq.epoch))
+    else:
+        ProducerSequences.stamp(out, seq)
     return out
 
 
@@ -58,14 +65,15 @@ def test_the_encoded_property_is_the_dict_encoding() -> None:
     st.builds(
         ProducerSeq, st.integers(0, 2**63 - 1), st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1)
     ),
+    st.booleans(),
 )
 def test_stamped_properties_encode_as_the_dict_did(
-    parts: list[tuple[dict[str, str], str, str]], seq: ProducerSeq
+    parts: list[tuple[dict[str, str], str, str]], seq: ProducerSeq, window_head: bool
 ) -> None:
     messages = [Message(topic="T", body=b"x", keys=k, tags=t, properties=p) for p, k, t in parts]
     sizer = RecordSizer(4 * 1024 * 1024)
     before = sizer.size(b"T", dict_stamped(messages, seq))
-    after = sizer.size(b"T", stamped(messages, seq))
+    after = sizer.size(b"T", stamped(messages, seq, window_head))
     assert after.props == before.props
     assert after.sizes == before.sizes and after.tag_hashes == before.tag_hashes
 
@@ -75,22 +83,26 @@ def test_requests_of_every_size_stamp_their_own_values() -> None:
     to 1,024 records, all dropped when a ninth comes): sizes past it, again after it was
     dropped, and too long to cache stamp what :func:`record_seq_value` says, in a request with
     properties of its own among them too."""
-    for n in (*range(2, 12), 2, 64, 1024, 1025, 3):
-        messages = [Message(topic="T", body=b"x") for _ in range(n)]
-        ProducerSequences.stamp(messages, SEQ)
-        assert [m.seq_property for m in messages] == [
-            seq_property(record_seq_value(SEQ, i, n)) for i in range(n)
-        ]
-    mixed = [
-        Message(topic="T", body=b"x", properties={"c": "r"} if i % 3 else {}) for i in range(7)
-    ]
-    ProducerSequences.stamp(mixed, SEQ)
-    for i, m in enumerate(mixed):
-        value = record_seq_value(SEQ, i, 7)
-        if i % 3:
-            assert m.properties[PROP_PRODUCER_SEQ] == value and m.seq_property == b""
-        else:
-            assert m.seq_property == seq_property(value) and PROP_PRODUCER_SEQ not in m.properties
+    for window_head in (False, True):
+        for n in (1, *range(2, 12), 2, 64, 1024, 1025, 3):
+            messages = stamped([Message(topic="T", body=b"x") for _ in range(n)], SEQ, window_head)
+            assert [m.seq_property for m in messages] == [
+                seq_property(record_seq_value(SEQ, i, n)) for i in range(n)
+            ]
+        for n in (1, 7):
+            own = [(i + n) % 3 != 0 for i in range(n)]  # n = 1: a single send with its own
+            mixed = stamped(
+                [Message(topic="T", body=b"x", properties={"c": "r"} if o else {}) for o in own],
+                SEQ,
+                window_head,
+            )
+            for i, m in enumerate(mixed):
+                value = record_seq_value(SEQ, i, n)
+                if own[i]:
+                    assert m.properties[PROP_PRODUCER_SEQ] == value and m.seq_property == b""
+                else:
+                    assert m.seq_property == seq_property(value)
+                    assert PROP_PRODUCER_SEQ not in m.properties
 
 
 def test_records_in_the_commitlog_are_byte_identical(tmp_path: Path) -> None:
@@ -112,7 +124,7 @@ def test_records_in_the_commitlog_are_byte_identical(tmp_path: Path) -> None:
         for n, send in enumerate(sends):
             seq = ProducerSeq(9, 1, n)
             a = old.put("T", 0, dict_stamped(send, seq), 1000 + n)
-            b = new.put("T", 0, stamped(send, seq), 1000 + n)
+            b = new.put("T", 0, stamped(send, seq, window_head=n % 2 == 0), 1000 + n)
             assert a.physical_offsets == b.physical_offsets
         assert old.max_offset == new.max_offset
         raw = bytes(old.read_raw(0, old.max_offset))

@@ -142,7 +142,7 @@ def test_stamps_are_the_same_bytes(
 ) -> None:
     def stamped(mod: ModuleType) -> list[tuple[bytes, dict[str, str]]]:
         msgs = [message_c.Message(topic=T, body=b"b", properties=dict(p)) for p in props]
-        head = mod.seq_head(pid, epoch) if with_head else ""
+        head = mod.seq_head(pid, epoch) if with_head else b""
         mod.stamp(msgs, mod.ProducerSeq(pid, epoch, sequence), head)
         return [(m.seq_property, m.properties) for m in msgs]
 

@@ -66,6 +66,18 @@ def store(s: ProducerStates, seq: ProducerSeq, offset: int, now: int = 0, q: int
     s.stored(T, q, seq, batch(seq.sequence, offset, queue_id=q), now)
 
 
+def assert_usual_windows(s: ProducerStates) -> None:
+    """Every kept window gives the usual send's short way (:meth:`ProducerStates.next_window`)
+    exactly the request right after its newest batch, whichever way the batches came (stored,
+    the short way, replayed, a snapshot): :attr:`QueueWindow.next_sequence` moves with them."""
+    for pid, epoch, _, windows in s.to_document():
+        for topic, qid, _, batches in windows:
+            top = max((b[0] for b in batches), default=-1)
+            for n in range(max(0, top - 2), top + 3):
+                found = s.next_window(topic, qid, ProducerSeq(pid, epoch, n))
+                assert (found is not None) == (bool(batches) and n == top + 1), (qid, n, top)
+
+
 # -- fields ------------------------------------------------------------------------------------
 
 
@@ -301,6 +313,7 @@ def test_replayed_records_rebuild_the_window_partial_batches_included() -> None:
         T, 0, RecordSeq(seq, 1, 3), physical_offset=200, size=50, queue_offset=11, store_timestamp=9
     )
     assert s.check(T, 0, seq).verdict is Verdict.DUPLICATE
+    assert_usual_windows(s)
     # an older epoch's record read later is ignored
     s.replayed(
         T,
@@ -324,6 +337,7 @@ def test_snapshot_round_trip_and_parts() -> None:
     assert covered == 4096
     t = ProducerStates.from_document(doc, expiry_ms=60_000, max_windows=1000)
     assert t.to_document() == s.to_document()
+    assert_usual_windows(t)
     assert t.check(T, 0, ProducerSeq(1, 1, 0)).verdict is Verdict.TOO_OLD
     assert t.check(T, 0, ProducerSeq(1, 1, WINDOW)).verdict is Verdict.DUPLICATE
     # a large document spans parts; a missing part is refused
@@ -422,6 +436,7 @@ def test_model_every_request_is_stored_at_most_once(ops: list[tuple[int, int]]) 
         if op == 1:  # answered: done
             pending.remove(seq_no)
         # op 2: the answer was lost; it stays pending and is retried later
+    assert_usual_windows(s)
 
 
 def test_uniq_key_window_remembers_for_its_window_and_its_size() -> None:
@@ -484,3 +499,8 @@ def test_the_usual_sends_short_way_keeps_what_the_whole_check_keeps(
         assert fast.expire(now) == whole.expire(now)
         assert fast.to_document() == whole.to_document()
         assert fast.expired == whole.expired
+    assert_usual_windows(fast)
+    assert_usual_windows(whole)
+    assert_usual_windows(
+        ProducerStates.from_document(fast.to_document(), expiry_ms=1000, max_windows=4)
+    )
