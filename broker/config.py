@@ -115,7 +115,7 @@ class BrokerConfig:
     )
     consumequeue_open_files: int = field(
         2048,
-        "ConsumeQueue segment files kept open for reads and writes past the 4,096 mapped ones, least lately used closed first; at most an eighth of the descriptor limit (LimitNOFILE), so the ConsumeQueues hold at most 6,144 descriptors or three eighths of the limit (0: each read or write opens its file)",
+        "ConsumeQueue segment files kept open for reads and writes past the 4,096 mapped ones; a file not open replaces the least lately used one only when used more often, else it gets the one spare descriptor (a pass over more files than this keeps them open); at most an eighth of the descriptor limit (LimitNOFILE), so the ConsumeQueues hold at most 6,145 descriptors or three eighths of the limit and the spare (0: each read or write opens its file)",
         at_least(0),
     )
     retention_hours: float = field(

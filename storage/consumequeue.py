@@ -68,10 +68,21 @@ def open_limit(wanted: int) -> int:
 
 class SegmentFiles:
     """Keeps at most ``limit`` ConsumeQueue segment files open for the reads and writes that go
-    through the file (those past the mapped limit, :class:`SegmentMaps`), the least lately used
-    closed first. Without it each such read or write opened the file by path, read or wrote and
-    closed it: three system calls and a path lookup an entry read or batch written, where a
-    queue used lately now costs one ``pread`` or ``pwrite``.
+    through the file (those past the mapped limit, :class:`SegmentMaps`). Without it each such
+    read or write opened the file by path, read or wrote and closed it: three system calls and a
+    path lookup an entry read or batch written, where a queue whose file is kept open costs one
+    ``pread`` or ``pwrite``.
+
+    Which files stay open: a file not open is opened and kept, closing the least lately used
+    one when the cache is full, only if it was used more often than that one (uses counted per
+    segment, consecutive uses of one segment once, every count halved each ``max(8 * limit,
+    counted)`` uses so that what was busy long ago gives way); otherwise it is opened as the one
+    spare, closing the spare before it, and the files kept open stay. Plain least lately used
+    kept nothing for puts or reads over more files than the limit in turn (the bench's puts over
+    10,000 queues, a consumer over all of a broker's queues): each access closed the file a
+    later one wanted, so every access cost an open, the write or read and a close; now the
+    ``limit`` files stay open through such passes and their accesses cost one call, the others
+    what they cost before.
 
     Durability is as it was: the bytes written through a held descriptor are in the page cache
     as the old one-write descriptor's were, the segment is marked for the next flush
@@ -81,39 +92,94 @@ class SegmentFiles:
     cache first (:meth:`drop`, :meth:`ConsumeQueue.close`), so no descriptor keeps a deleted
     file's blocks. Loop thread only."""
 
-    __slots__ = ("_open", "limit")
+    __slots__ = ("_age_at", "_last", "_open", "_spare", "_ticks", "_uses", "limit")
 
     def __init__(self, limit: int = OPEN_SEGMENTS) -> None:
         self.limit = open_limit(limit)
         self._open: OrderedDict[int, Segment] = OrderedDict()
+        self._spare: Segment | None = None
+        """The last file used that was not admitted, open until another takes its place."""
+        self._uses: dict[int, int] = {}
+        """Uses of each segment counted (kept open or not), by ``id``; halved every
+        ``_age_at`` counted uses."""
+        self._last = 0
+        """``id`` of the segment used last: its consecutive uses count once."""
+        self._ticks = 0
+        self._age_at = 8 * max(1, self.limit)
 
     def __len__(self) -> int:
+        """Files kept open (the spare not counted)."""
         return len(self._open)
 
     def hold(self, seg: Segment) -> Segment:
-        """``seg`` with its file open (:meth:`Segment.hold`), the least lately used other one
-        closed when that passes the limit; ``seg`` as it is when the limit is 0."""
-        opened = self._open
-        key = id(seg)
-        if seg.fd >= 0 and key in opened:
-            opened.move_to_end(key)
-            return seg
+        """``seg`` with its file open (:meth:`Segment.hold`): kept, or admitted (the least
+        lately used other one closed when the cache is full and ``seg`` was used more often),
+        or else as the spare; ``seg`` as it is when the limit is 0."""
         if self.limit <= 0:
             return seg
-        while len(opened) >= self.limit:
-            _, old = opened.popitem(last=False)
-            old.release()
+        key = id(seg)
+        uses = self._uses
+        count = uses.get(key, 0)
+        if key != self._last:
+            self._last = key
+            count += 1
+            uses[key] = count
+            self._ticks += 1
+            if self._ticks >= self._age_at:
+                self._age()
+        opened = self._open
+        if key in opened and seg.fd >= 0:
+            opened.move_to_end(key)
+            return seg
+        if len(opened) >= self.limit:
+            if uses.get(next(iter(opened)), 0) >= count:
+                return self._as_spare(seg)  # not admitted: the files kept open stay
+            while len(opened) >= self.limit:
+                _, old = opened.popitem(last=False)
+                old.release()
+        if self._spare is seg:
+            self._spare = None
         seg.hold()
         opened[key] = seg
         return seg
 
+    def _as_spare(self, seg: Segment) -> Segment:
+        spare = self._spare
+        if spare is not seg:
+            if spare is not None:
+                spare.release()
+            self._spare = None
+            seg.hold()
+            self._spare = seg
+        return seg
+
+    def _age(self) -> None:
+        """Halve every count (forgetting those at 1), so that what was busy long ago gives way
+        to what is busy now; the next aging after as many counted uses as segments still
+        counted (at least ``8 * limit``): O(1) a use."""
+        self._uses = {key: n >> 1 for key, n in self._uses.items() if n > 1}
+        self._ticks = 0
+        self._age_at = max(8 * max(1, self.limit), len(self._uses))
+
     def drop(self, seg: Segment) -> None:
         """``seg`` is being deleted or closed: its descriptor is closed now."""
-        if self._open.pop(id(seg), None) is not None:
+        key = id(seg)
+        self._uses.pop(key, None)
+        if self._last == key:
+            self._last = 0
+        if self._spare is seg:
+            self._spare = None
+            seg.release()
+        if self._open.pop(key, None) is not None:
             seg.release()
 
     def close(self) -> None:
         """Close every descriptor held (a store's close)."""
+        self._uses.clear()
+        self._last = 0
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.release()
         while self._open:
             _, seg = self._open.popitem(last=False)
             seg.release()

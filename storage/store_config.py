@@ -26,8 +26,9 @@ class StoreConfig:
     consumequeue_segment_entries: int = 300_000
     """Entries (20 bytes each) per ConsumeQueue segment file."""
     consumequeue_open_files: int = 2048
-    """ConsumeQueue segment files kept open, least lately used closed first, for the reads and
-    writes past the mapped ones (``storage.consumequeue.SegmentFiles``; 0: opened for each)."""
+    """ConsumeQueue segment files kept open for the reads and writes past the mapped ones, the
+    least lately used replaced only by one used more often, and one spare
+    (``storage.consumequeue.SegmentFiles``; 0: opened for each)."""
     retention_hours: float = 72.0
     disk_max_used_ratio: float = 0.85
     """Above this, retention deletes the oldest segments even if they are young."""

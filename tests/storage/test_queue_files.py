@@ -3,8 +3,8 @@ at 10,000 queues the put's and the pull's CPU a message grew 1.2 to 1.6 times ov
 the rest of it each read's and write's own work past the mapped limit: an open by path, a
 pread or pwrite and a close, three system calls and a path lookup where one does).
 
-``storage.consumequeue.SegmentFiles`` keeps at most ``open_files`` of them open, the least lately
-used closed first; a segment deleted (retention, a cut, a deleted topic) or closed leaves it
+``storage.consumequeue.SegmentFiles`` keeps at most ``open_files`` of them open (and one spare),
+a file not open replacing the least lately used one only when used more often; a segment deleted (retention, a cut, a deleted topic) or closed leaves it
 first, and a store's close closes them all. Durability is the flush's as before: the segments
 written are marked for it (``FileTracker``) whether their descriptor stays open or not."""
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from storage.consumequeue import ConsumeQueue
+from storage.consumequeue import ENTRY, ConsumeQueue
 from storage.queues import ConsumeQueues
 from storage.tracker import FileTracker
 from tests.storage.test_queue_maps import descriptors
@@ -107,13 +107,14 @@ def test_queues_used_lately_past_the_mapped_limit_open_no_file(
     assert descriptors(tmp_path) == 0
 
 
-def test_more_queues_than_files_kept_open_close_the_least_lately_used(
+def test_more_queues_than_files_kept_open_keep_the_open_ones(
     tmp_path: Path, opens: list[str]
 ) -> None:
     """100 queues past the mapped limit and 16 files kept open: the descriptors stay within
-    the mapped and the open ones; a queue used in the last 16 opens nothing, one used before
-    them opens its file again (and closes another); every entry reads back, and the segments
-    written stay marked for the flush whether their descriptor was closed or not."""
+    the mapped and the open ones (and the spare); the 16 files opened first stay open through
+    a pass over all of them, a queue outside them opens its file for its access (as the spare,
+    closing none of the 16); every entry reads back, and the segments written stay marked for
+    the flush whether their descriptor was closed or not."""
     tracker = FileTracker()
     store = ConsumeQueues(tmp_path / "consumequeue", 4, tracker, mapped_limit=LIMIT, open_files=16)
     past = filled(store, QUEUES)
@@ -121,16 +122,16 @@ def test_more_queues_than_files_kept_open_close_the_least_lately_used(
     for q in past:
         put_and_read(q)
         assert len(store.files) <= 16
-        assert descriptors(tmp_path) <= LIMIT + 16
+        assert descriptors(tmp_path) <= LIMIT + 16 + 1
     marked, _ = tracker.take()
     assert {seg.path for seg in marked} == {q.segments[0].path for q in past}
     for seg in marked:
-        seg.fsync()  # the flush's fsync by path: the evicted ones' too
+        seg.fsync()  # the flush's fsync by path: the closed ones' too
     opens.clear()
-    for q in past[-16:]:
+    for q in past[:16]:
         put_and_read(q)
     assert not opens, opens
-    put_and_read(past[0])
+    put_and_read(past[-2])  # past[-1] is the spare still open from the pass
     assert len(opens) == 1 and len(store.files) == 16
     store.close()
     assert descriptors(tmp_path) == 0
@@ -145,6 +146,43 @@ def test_more_queues_than_files_kept_open_close_the_least_lately_used(
             (1000 * n + i, 10 + n, n) for i in range(q.max_offset)
         ]
     again.close()
+
+
+def test_passes_over_more_queues_than_files_kept_open_keep_them_open(
+    tmp_path: Path, opens: list[str]
+) -> None:
+    """Passes over 100 queues past the mapped limit in turn, 16 files kept open, each queue a
+    write and reads (several reads and writes of its file in a row): from the second pass on
+    the 16 kept open are used without an open and each other queue opens its file once, 84
+    opens a pass. Least lately used closed, for each queue, the file the pass would want 16
+    queues later: every queue opened its file, 100 opens every pass (the bench's puts over
+    10,000 queues in turn: an open, the write and a close each, master and slave)."""
+    store = ConsumeQueues(
+        tmp_path / "consumequeue", 4, FileTracker(), mapped_limit=LIMIT, open_files=16
+    )
+    past = filled(store, QUEUES)
+    for r in range(3):
+        opens.clear()
+        for q in past:
+            put_and_read(q)
+        if r:
+            assert len(opens) == QUEUES - 16, (
+                f"pass {r}: {len(opens)} opens of ConsumeQueue files for {QUEUES} queues past "
+                f"the mapped limit in turn, 16 kept open ({QUEUES - 16} expected)"
+            )
+        assert len(store.files) == 16 and descriptors(tmp_path) <= LIMIT + 16 + 1
+    # A queue busier than the ones kept open is taken in: used between two kept ones each time,
+    # its count passes that of the least lately used kept one, which is closed for it.
+    busy = past[50]
+    for i in range(4):
+        assert past[i].entry(0)[0] == 1000 * number(past[i])
+        assert busy.entry(0)[0] == 1000 * number(busy)
+    put_and_read(past[0])  # the spare is another file now
+    opens.clear()
+    assert busy.read(0, 1) == ENTRY.pack(1000 * number(busy), 10 + number(busy), number(busy))
+    assert not opens and len(store.files) == 16
+    store.close()
+    assert descriptors(tmp_path) == 0
 
 
 def test_deleted_segments_leave_no_descriptor(tmp_path: Path) -> None:

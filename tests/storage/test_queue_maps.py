@@ -33,7 +33,7 @@ def descriptors(under: Path) -> int:
 
 def test_more_queues_than_mappings_write_read_and_load_again(tmp_path: Path) -> None:
     assert descriptors(tmp_path) == 0
-    # LIMIT mapped, and as many files kept open past them (test_queue_files.py).
+    # LIMIT mapped, and as many files kept open past them and a spare (test_queue_files.py).
     queues = ConsumeQueues(
         tmp_path / "consumequeue", 4, FileTracker(), mapped_limit=LIMIT, open_files=LIMIT
     )
@@ -43,7 +43,7 @@ def test_more_queues_than_mappings_write_read_and_load_again(tmp_path: Path) -> 
         q.reserve(0, 6)  # two segments of 4 entries
         q.append(0, [100 * n + i for i in range(6)], [10] * 6, [n] * 6)
         assert len(queues.maps) <= LIMIT
-    assert descriptors(tmp_path) <= 2 * LIMIT
+    assert descriptors(tmp_path) <= 2 * LIMIT + 1
     for n in range(QUEUES):  # each one mapped again to be read
         q = queues.get_or_create(f"T{n // 8}", n % 8)
         assert [q.entry(i) for i in range(6)] == [(100 * n + i, 10, n) for i in range(6)]
@@ -57,7 +57,7 @@ def test_more_queues_than_mappings_write_read_and_load_again(tmp_path: Path) -> 
     again.load(1 << 40, scrub=False)
     assert len(again) == QUEUES
     assert len(again.maps) <= LIMIT
-    assert descriptors(tmp_path) <= 2 * LIMIT
+    assert descriptors(tmp_path) <= 2 * LIMIT + 1
     for n in range(QUEUES):
         q = again.get_or_create(f"T{n // 8}", n % 8)
         assert (q.min_offset, q.max_offset) == (0, 6)
