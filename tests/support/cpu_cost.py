@@ -3,12 +3,14 @@
 On 2 cores with 4 workers the suite keeps both cores busy, so its wall time follows the CPU
 seconds its tests burn, not their wall seconds. Each test's CPU is read around its run from
 ``getrusage``: the worker's own (``RUSAGE_SELF``) plus its ended children's (``RUSAGE_CHILDREN``:
-every daemon, CLI, JVM or browser the test started and waited for, with their own waited-for
+every daemon, CLI or browser the test started and waited for, with their own waited-for
 children). It goes into the test's report as the user property ``cpu_s`` (and so into
 ``var/test-report.xml``), and the session ends with the 25 tests that cost the most.
 
 A daemon that a module- or session-scoped fixture starts is counted in the test after which the
-fixture ends it.
+fixture ends it; a process no one waits for is not counted (Spark's JVM: pyspark lets it exit on
+its own), and one reaped late (by ``subprocess``' clean-up at a later start) is counted where
+it is reaped.
 """
 
 from __future__ import annotations
