@@ -256,7 +256,7 @@ def stamp(messages: list[Message], seq: ProducerSeq, head: bytes = b"") -> None:
     if n == 1:  # a single send: one format, no loop
         m = messages[0]
         if m.properties:
-            m.properties[PROP_PRODUCER_SEQ] = f"{seq.producer_id}.{seq.epoch}.{seq.sequence}.0.1"
+            m.properties[PROP_PRODUCER_SEQ] = record_seq_value(seq, 0, 1)
         else:
             # Compiled, a bytes format of bytes and an int is one bytes built from the parts
             # (the int's digits written as bytes): no str formatted and then encoded.
