@@ -141,7 +141,13 @@ async def main(args: argparse.Namespace) -> None:
                 3,
                 per_broker=[["--metrics-port", str(p)] for p in ports],
                 # Passes back to back while on: the cost of reading at the rate, not a rest.
-                config="scrub_bytes_per_s = 0\nscrub_interval_hours = 0\n",
+                # A bench, not a failover test: the controllers keep the master through a
+                # second or more without CPU on a loaded machine (the test suite beside it,
+                # Spark's JVM), where 1 s (the default) had them elect another mid-run.
+                config=(
+                    "scrub_bytes_per_s = 0\nscrub_interval_hours = 0\n"
+                    "broker_heartbeat_timeout_ms = 10000\n"
+                ),
                 segment_bytes=1 << 30,
             )
             doc = await full_sync_state_set(boot, cluster, timeout=120)
