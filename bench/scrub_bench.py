@@ -49,7 +49,7 @@ from protocol.message import HEAD_SIZE, parse_msg_id
 from protocol.pull import PullRequest
 from remoting.client import RemotingClient
 from tests.cluster.support import create_topic, full_sync_state_set, node_at, route_has_master
-from tests.support.cluster import BrokerNode, Cluster
+from tests.support.cluster import STEADY_MASTER, BrokerNode, Cluster
 from tests.support.procs import free_port, rmqctl
 from tests.support.wait import wait_until_async
 
@@ -141,13 +141,8 @@ async def main(args: argparse.Namespace) -> None:
                 3,
                 per_broker=[["--metrics-port", str(p)] for p in ports],
                 # Passes back to back while on: the cost of reading at the rate, not a rest.
-                # A bench, not a failover test: the controllers keep the master through a
-                # second or more without CPU on a loaded machine (the test suite beside it,
-                # Spark's JVM), where 1 s (the default) had them elect another mid-run.
-                config=(
-                    "scrub_bytes_per_s = 0\nscrub_interval_hours = 0\n"
-                    "broker_heartbeat_timeout_ms = 10000\n"
-                ),
+                # The bench times one master and flips bytes in its files: no failover mid-run.
+                config="scrub_bytes_per_s = 0\nscrub_interval_hours = 0\n" + STEADY_MASTER,
                 segment_bytes=1 << 30,
             )
             doc = await full_sync_state_set(boot, cluster, timeout=120)

@@ -30,7 +30,7 @@ from tests.cluster.secured import ROOT, create_root, secured_cluster
 from tests.support.classic import Raw, consumer_heartbeat
 from tests.support.cli import ok_json
 from tests.support.cli import rmqctl_run as rmqctl
-from tests.support.cluster import BrokerNode, Cluster
+from tests.support.cluster import STEADY_MASTER, BrokerNode, Cluster
 from tests.support.procs import BrokerProc, free_port, port_open
 from tests.support.wait import wait_until, wait_until_async
 
@@ -176,7 +176,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
     try:
         cluster.start_controllers()
         create_root(cluster, key)
-        group = cluster.add_group("broker-a", replicas=2, config=settings)
+        # Admin commands, not failover: clusterRT's sends must meet a master that holds its lease.
+        group = cluster.add_group("broker-a", replicas=2, config=settings + STEADY_MASTER)
         root = signed(ROOT.access_key, ROOT.secret_key)
         ok_json(
             "-a", cluster.controller_addresses, "createUser", "-u", NORMAL[0], "-p", NORMAL[1],

@@ -22,6 +22,13 @@ from tests.support.procs import (
 )
 from tests.support.wait import wait_until
 
+STEADY_MASTER: str = "broker_heartbeat_timeout_ms = 10000\n"
+"""Broker config for a test or bench that is not about failover: the brokers ask the controllers
+for a 10 s heartbeat timeout (and so a 10 s write lease), where the default 1 s has a loaded
+2-core machine (the suite's workers, Spark's JVM) starve a master past it now and then, and the
+controllers fence it or elect another mid-test (seen in CI: clusterRT's sends answered
+MASTER_FENCED, scrub_bench's 'not the master of broker-a')."""
+
 
 class ControllerNode(Daemon):
     def __init__(
