@@ -30,6 +30,14 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLK
 
 
+def faults_and_system(pid: int) -> tuple[int, float]:
+    """Process ``pid``'s minor page faults and system CPU seconds so far (every thread, live and
+    ended), from /proc/PID/stat: the faults are counted exactly, the system time in ticks of
+    1/SC_CLK_TCK s (10 ms), so read it over rounds of tens of milliseconds or more."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[7]), int(fields[12]) / CLK
+
+
 def cpu_resolution(pid: int) -> float:
     """The step, in seconds, of what :func:`cpu_seconds` reads for ``pid``: 1 ns from the
     process's CPU-time clock, a tick (1/SC_CLK_TCK s) from /proc/PID/stat."""

@@ -22,7 +22,10 @@ slave, all-ack) and drives it through the real requests:
                         machine's load than the wall time); ``--rounds`` rounds of ``--puts``,
                         the median round. "- idle": the same less the idle CPU a second times
                         the round's seconds (the periodic work a round of a second or two
-                        carries, or not, made the rows swing by a third between runs)
+                        carries, or not, made the rows swing by a third between runs); also
+                        printed, not in the table: each round's minor faults a message and the
+                        system CPU over the rounds (/proc/<pid>/stat), where a put's kernel
+                        work shows (the pages it dirties)
   pull, master CPU      then as many PULLs of one message (queue offset 0, 64 in flight) over
                         the last PULL_QUEUES queues (1,000; every queue at 1x), each as often
                         in every column (at 10x and 100x the queues whose ConsumeQueue
@@ -62,6 +65,7 @@ from pathlib import Path
 from statistics import median
 
 from bench.broker_bench import cpu_seconds
+from bench.figures import faults_and_system
 from bench.growth import PER_OP, Measure, Worst, print_growth
 from bench.growth import rss_mib as rss_mib  # bench/scale_clients.py takes it from here
 from client.bootstrap import Bootstrap
@@ -412,13 +416,28 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
             f["idle, slave CPU"] = sum(v for pid, v in idle.items() if pid != master_pid) * 1000
         col.step("idle")
         rounds: list[tuple[float, float, float, float, float]] = []
+        # Each round's minor faults and system CPU seconds, the master's then the slave's.
+        kernel: list[tuple[int, float, int, float]] = []
         for _ in range(args.rounds):
             master_pid = target.node.pid if target.node is not None else -1
             cpu = {pid: cpu_seconds(pid) for pid in pids}
+            counts = {pid: faults_and_system(pid) for pid in pids}
             took = await put_all(target, col, puts, body)
             cpu = {pid: cpu_seconds(pid) - cpu[pid] for pid in pids}
+            counts = {
+                pid: (after[0] - counts[pid][0], after[1] - counts[pid][1])
+                for pid, after in ((pid, faults_and_system(pid)) for pid in pids)
+            }
             if target.node is None or target.node.pid != master_pid:
                 continue  # a master change: not a round of this master's
+            others = [v for pid, v in counts.items() if pid != master_pid]
+            kernel.append(
+                (
+                    *counts[master_pid],
+                    sum(v[0] for v in others),
+                    sum(v[1] for v in others),
+                )
+            )
             m = cpu[master_pid]
             sl = sum(v for pid, v in cpu.items() if pid != master_pid)
             m_idle = idle.get(master_pid, 0.0)
@@ -455,6 +474,18 @@ async def measure(col: BrokerColumn, args: argparse.Namespace, tmp: Path) -> Non
             + " ".join(f"{r[0]:.2f}" for r in rounds),
             flush=True,
         )
+        if kernel:  # where a put's system CPU goes: the pages it dirties (docs/architecture.md)
+            done = puts * len(kernel)
+            print(
+                f"  {col.factor}x put rounds, minor faults a message: master "
+                + " ".join(f"{k[0] / puts:.2f}" for k in kernel)
+                + "; slave "
+                + " ".join(f"{k[2] / puts:.2f}" for k in kernel)
+                + "; system CPU over the rounds (us/msg, in 10 ms ticks): master "
+                + f"{sum(k[1] for k in kernel) / done * 1e6:.1f}, slave "
+                + f"{sum(k[3] for k in kernel) / done * 1e6:.1f}",
+                flush=True,
+            )
         commits = sorted(await commit_offsets(target, col, args.commit_seconds))
         col.step("offset commits")
         await target.connect()  # both in sync again, whichever is master now
