@@ -104,6 +104,16 @@ class BrokerConfig:
         choice("async", "sync"),
     )
     flush_interval_ms: int = field(500, "fsync period under flush = async", at_least(1))
+    flush_consumequeue_least_pages: int = field(
+        2,
+        "a flush fsyncs a ConsumeQueue file only once its new entries cross this many 4 KiB page boundaries (RocketMQ's flushConsumeQueueLeastPages); the others wait for the thorough flush, and recovery after a crash replays the CommitLog into them from the last thorough flush (0: every flush fsyncs every ConsumeQueue file written)",
+        at_least(0),
+    )
+    flush_consumequeue_thorough_interval_ms: int = field(
+        60_000,
+        "every ConsumeQueue file written is fsynced at least this often, and at a clean stop (RocketMQ's flushConsumeQueueThoroughInterval): what bounds the CommitLog a start after kill -9 or a power loss replays into the ConsumeQueues (0: every flush)",
+        at_least(0),
+    )
     sync_flush_timeout_ms: int = field(
         5000, "a sync-flush send waiting longer answers FLUSH_DISK_TIMEOUT", at_least(1)
     )

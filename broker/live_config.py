@@ -48,6 +48,8 @@ __all__ = ["LIVE_KEYS", "ConfigRefused", "LiveConfig", "restart_reason", "rewrit
 LIVE_KEYS: dict[str, str] = {
     "log_level": "from the next log line",
     "flush_interval_ms": "from the next fsync period (flush = async)",
+    "flush_consumequeue_least_pages": "from the next flush",
+    "flush_consumequeue_thorough_interval_ms": "from the next flush",
     "retention_hours": "at the next retention run",
     "disk_max_used_ratio": "at the next retention run",
     "retention_check_interval_ms": "after the retention run now waiting",

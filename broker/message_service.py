@@ -6,11 +6,18 @@ It owns the worker thread that fsyncs, the flush policy and retention:
 - ``flush = sync``: a send waits (:meth:`when_flushed`) until one fsync covers its bytes. Every
   send that arrives while an fsync runs is covered by the next one (group commit). The waiters
   are :class:`~broker.offset_waiters.OffsetWaiters`: released in one pass after each fsync.
+
+Either way a flush fsyncs a ConsumeQueue file only once its new entries cross
+``flush_consumequeue_least_pages`` page boundaries; every
+``flush_consumequeue_thorough_interval_ms`` (and at the stop) one flush fsyncs every ConsumeQueue
+file written, which is what lets the checkpoint's dispatched offset, where recovery replays the
+CommitLog into the queues from, move on (``storage.store_files``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import time
 from collections.abc import Callable
@@ -86,10 +93,13 @@ class MessageStoreService:
         self._waiters.add(end_offset, timeout, done)
         self._flush_wanted.set()
 
-    async def flush_now(self) -> int:
+    async def flush_now(self, *, thorough: bool = True) -> int:
+        """Flush the CommitLog; the ConsumeQueue files too (``thorough``), or only those with
+        ``flush_consumequeue_least_pages`` of new entries."""
         loop = asyncio.get_running_loop()
+        least = 0 if thorough else self.cfg.flush_consumequeue_least_pages
         start = time.perf_counter()
-        durable = await loop.run_in_executor(self._executor, self.store.flush)
+        durable = await loop.run_in_executor(self._executor, self.store.flush, least)
         self._metrics.flush_latency.observe(time.perf_counter() - start)
         self.flushed_offset = max(self.flushed_offset, durable)
         self._waiters.release(self.flushed_offset)
@@ -97,17 +107,26 @@ class MessageStoreService:
 
     async def _flush_loop(self) -> None:
         sync = self.cfg.flush == "sync"
+        thorough_at = time.monotonic()  # when the last thorough flush began
         while True:
             interval = self.cfg.flush_interval_ms / 1000  # a live change: the next period
+            every = self.cfg.flush_consumequeue_thorough_interval_ms / 1000
             try:
                 if sync:
-                    await self._flush_wanted.wait()
+                    # Woken by a send, or when the thorough flush is due without one.
+                    due = thorough_at + every - time.monotonic() if every > 0 else None
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(due):
+                            await self._flush_wanted.wait()
                     self._flush_wanted.clear()
                 else:
                     await asyncio.sleep(interval)
-                    if self.store.max_offset <= self.flushed_offset:
-                        continue
-                await self.flush_now()
+                thorough = time.monotonic() >= thorough_at + every
+                if not thorough and not sync and self.store.max_offset <= self.flushed_offset:
+                    continue
+                if thorough:
+                    thorough_at = time.monotonic()
+                await self.flush_now(thorough=thorough)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an fsync error must be loud, but keep trying

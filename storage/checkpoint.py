@@ -20,7 +20,9 @@ class Checkpoint:
     flushed_offset: int
     """CommitLog bytes below this offset are durable."""
     dispatched_offset: int
-    """ConsumeQueue entries of every record ending at or below this offset are durable."""
+    """ConsumeQueue entries of every record ending at or below this offset are durable; never
+    above ``flushed_offset``, and below it while a flush has left ConsumeQueue segments
+    unsynced (``storage.store_files``): recovery replays the records from here into them."""
     confirm_offset: int
     """The replication confirm offset the broker last set (consumer visibility)."""
     timestamp_ms: int

@@ -85,7 +85,7 @@ class SegmentFiles:
     what they cost before.
 
     Durability is as it was: the bytes written through a held descriptor are in the page cache
-    as the old one-write descriptor's were, the segment is marked for the next flush
+    as the old one-write descriptor's were, the segment is marked for a flush
     (:class:`storage.tracker.FileTracker`) as before, and the flusher fsyncs it by path, which
     writes back the file's dirty pages whichever descriptor wrote them; closing a descriptor
     (evicted here) writes back and discards nothing. A segment deleted or closed leaves the
@@ -529,10 +529,10 @@ class ConsumeQueue:
                 self._tracker.mark_dir(self.directory.parent)
                 self._tracker.mark_dir(self.directory.parent.parent)
             # A queue's first segment is not fsynced here (a few ms on the event loop per new
-            # queue): the next flush fsyncs the file and its directory before the checkpoint
-            # trusts any entry in it, and the open after an unclean stop drops it while it
-            # holds no trusted entry (_allocated). A later segment is fsynced at once, so a
-            # short one is always damage the open refuses.
+            # queue): the flush that syncs its entries fsyncs the file (the next flush its
+            # directory) before the checkpoint trusts any entry in it, and the open after an
+            # unclean stop drops it while it holds no trusted entry (_allocated). A later
+            # segment is fsynced at once, so a short one is always damage the open refuses.
             # Created mapped while there is room; past the limit unmapped, and written
             # through the file (append), rather than unmapping another queue's segment.
             mapped = self._maps.room()
@@ -544,7 +544,7 @@ class ConsumeQueue:
                 mapped=mapped,
             )
             self.segments.append(self._maps.add(seg) if mapped else seg)
-            self._tracker.mark(seg)
+            self._tracker.mark(seg, 0, 0)  # the file: its entries are marked as written
             self._tracker.mark_dir(self.directory)
 
     def append(
@@ -588,7 +588,7 @@ class ConsumeQueue:
                     pack(raw, at, physical_offsets[j], sizes[j], tag_hashes[j])
                     at += ENTRY_SIZE
                 self._files.hold(seg).write(pos, raw)
-            self._tracker.mark(seg)
+            self._tracker.mark(seg, rel * ENTRY_SIZE, (rel + take) * ENTRY_SIZE)
             i += take
             index += take
         self.max_offset = index
@@ -620,7 +620,7 @@ class ConsumeQueue:
             rel = index - seg_first
             if rel < self.per_segment and self._maps.use(seg).zero(rel * ENTRY_SIZE, seg.size):
                 changed = True
-                self._tracker.mark(seg)
+                self._tracker.mark(seg, rel * ENTRY_SIZE)
         self.segments = keep
         self.max_offset = index
         self.min_offset = min(self.min_offset, index)

@@ -467,12 +467,16 @@ class MessageStore:
 
     # -- durability ------------------------------------------------------------------------
 
-    def flush(self) -> int:
+    def flush(self, consumequeue_least_pages: int = 0) -> int:
         """fsync the CommitLog, then the ConsumeQueues, then write the checkpoint; returns the
-        CommitLog offset now durable (the write position when the flush started).
+        CommitLog offset now durable (the write position when the flush started). With
+        ``consumequeue_least_pages``, only the ConsumeQueue segments whose new entries cross that
+        many page boundaries are fsynced, the others left for a later flush, and the
+        checkpoint's dispatched offset (where recovery replays the CommitLog into the queues
+        from) does not pass the entries left (``storage.store_files``).
 
         Safe to run in one worker thread while the event-loop thread puts and gets."""
-        return self._files.flush()
+        return self._files.flush(consumequeue_least_pages)
 
     # -- retention -------------------------------------------------------------------------
 

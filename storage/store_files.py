@@ -8,11 +8,24 @@
   with unwritten entries are rebuilt by ``storage.corruption``), counts what recovery found, makes
   every recovered byte durable, writes the checkpoint, opens the key index and leaves the
   ``abort`` marker that tells the next open whether this one ended cleanly;
-- :meth:`~StoreFiles.flush` fsyncs the CommitLog, then the ConsumeQueues, then writes the
-  checkpoint (flushed and confirm offsets);
+- :meth:`~StoreFiles.flush` fsyncs the CommitLog, then the ConsumeQueues (every segment written
+  since it was last synced, or only those with a few pages of new entries: below), then writes
+  the checkpoint (flushed, dispatched and confirm offsets);
 - :meth:`~StoreFiles.cut` durably truncates the CommitLog and the ConsumeQueues to a record
   boundary, lowering the offsets with them;
 - :meth:`~StoreFiles.close` flushes, writes the checkpoint and removes the abort marker.
+
+A ConsumeQueue is derived data: recovery rebuilds every entry of a record past the checkpoint's
+dispatched offset from the CommitLog. So a flush may leave a queue's segment unsynced, as
+RocketMQ's does (``flushConsumeQueueLeastPages``): with ``least_pages`` it fsyncs only the
+segments whose new entries cross that many page boundaries and leaves the others marked, and the
+checkpoint's dispatched offset then stays where the last flush that synced every written segment
+put it (``least_pages`` 0: the broker's thorough flush every
+``flush_consumequeue_thorough_interval_ms``, and every flush of a store's own close, open and
+cut). What this saves at many queues: a put writes one entry into its queue's page, and a page
+fsynced between two puts to it is clean and write-protected again, so the next put takes a page
+fault and the file system's work of dirtying it; with 10,000 queues in turn almost every put did
+(docs/architecture.md, "How it scales").
 
 :class:`storage.store.MessageStore` composes it with the appends and reads. Threading: as the
 store's: :meth:`~StoreFiles.flush` may run in one worker thread while the event-loop thread
@@ -82,10 +95,13 @@ class StoreFiles:
         self.is_open = False
         self.flushed = 0
         """CommitLog offset known durable (fsynced)."""
+        self.dispatched = 0
+        """CommitLog offset below which every record's ConsumeQueue entry is durable: the write
+        position when the last flush that synced every written ConsumeQueue segment began."""
         self.confirm = 0
         """Replication confirm offset; never above the CommitLog's write position."""
         self._flush_lock = threading.Lock()
-        self._checkpointed: tuple[int, int] | None = None
+        self._checkpointed: tuple[int, int, int] | None = None
         self._lock_fd: int | None = None
 
     # -- paths -----------------------------------------------------------------------------
@@ -147,9 +163,9 @@ class StoreFiles:
         synced = {*self.commitlog.segments_between(result.scanned_from, result.end)}
         for seg in synced.union(result.touched):
             seg.fsync()
-        self._sync_tracked()
+        self._sync_tracked(0)
         fsync_dir(self.commitlog.directory)
-        self.flushed = result.end
+        self.flushed = self.dispatched = result.end
         self.confirm = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
         self._write_checkpoint(force=True)
         self._open_index()
@@ -231,18 +247,24 @@ class StoreFiles:
         if offset > self.confirm:
             self.confirm = offset
 
-    def flush(self) -> int:
-        """fsync the CommitLog, then the ConsumeQueues, then write the checkpoint; returns the
-        CommitLog offset now durable (the write position when the flush started).
+    def flush(self, least_pages: int = 0) -> int:
+        """fsync the CommitLog, then the ConsumeQueue segments written since they were last
+        synced (with ``least_pages``, only those whose new entries cross that many page
+        boundaries), then write the checkpoint; returns the CommitLog offset now durable (the
+        write position when the flush started). The checkpoint's dispatched offset moves to it
+        only when no written segment is left unsynced.
 
         Safe to run in one worker thread while the event-loop thread puts and gets."""
         with self._flush_lock:
             if not self.is_open:
                 return self.flushed
+            # Every record below the write position has its entries written and marked: a put
+            # (or a replica's append) writes them before it moves the write position.
             target = self.commitlog.write_pos
             for seg in self.commitlog.segments_between(self.flushed, target):
                 seg.fsync()
-            self._sync_tracked()
+            if self._sync_tracked(least_pages):
+                self.dispatched = max(self.dispatched, target)
             self.flushed = max(self.flushed, target)
             self._write_checkpoint()
             self.commitlog.warm(target, self.config.warm_ahead_bytes)
@@ -265,8 +287,9 @@ class StoreFiles:
             for seg_ in touched:
                 seg_.fsync()
             self.queues.truncate_physical(offset)
-            self._sync_tracked()
+            self._sync_tracked(0)
             fsync_dir(commitlog.directory)
+            self.dispatched = offset  # every written entry synced, none at or past the cut
             self.flushed = min(self.flushed, offset)
             self.confirm = min(self.confirm, offset)
             self._write_checkpoint(force=True)
@@ -278,14 +301,22 @@ class StoreFiles:
             self.index.truncate(offset, commitlog)
         return end
 
-    def _sync_tracked(self) -> None:
-        """Make every marked file and directory durable. When that fails, they stay marked
-        (and the checkpoint is not moved past them): the next flush tries them again rather
-        than trusting files it never synced."""
-        files, dirs = self.tracker.take()
+    def _sync_tracked(self, least_pages: int) -> bool:
+        """Make every marked directory durable, and every marked file (with ``least_pages``,
+        those whose writes cross that many page boundaries; when that makes enough of them
+        for one ``syncfs``, which writes back everything anyway, every one). Returns whether no
+        file is left marked with writes. When that fails, they stay marked (and the checkpoint
+        is not moved past them): the next flush tries them again rather than trusting files it
+        never synced."""
+        tracker = self.tracker
+        files, dirs = tracker.take(least_pages)
         try:
-            if len(files) + len(dirs) >= SYNCFS_FROM and self._syncfs(files, dirs):
-                return
+            if len(files) + len(dirs) >= SYNCFS_FROM and self.fs_sync.available:
+                if least_pages > 0:
+                    files += tracker.take(0)[0]  # taken before the syncfs that covers them
+                    least_pages = 0
+                if self._syncfs(files, dirs):
+                    return True
             for seg in files:
                 seg.fsync()
             for directory in dirs:
@@ -293,10 +324,11 @@ class StoreFiles:
                     fsync_dir(directory)
         except BaseException:
             for seg in files:
-                self.tracker.mark(seg)
+                tracker.mark(seg)
             for directory in dirs:
-                self.tracker.mark_dir(directory)
+                tracker.mark_dir(directory)
             raise
+        return least_pages <= 0 or not tracker.holds_writes()
 
     def _syncfs(self, files: list[Segment], dirs: list[Path]) -> bool:
         """Many files and directories to make durable (new queues: each a file and a
@@ -311,15 +343,17 @@ class StoreFiles:
         return all(self.fs_sync.sync(path) for path in by_device.values())
 
     def _write_checkpoint(self, *, force: bool = False) -> None:
-        """Persist (flushed offset, confirm offset); caller holds the flush lock or is opening."""
-        state = (self.flushed, self.confirm)
+        """Persist the flushed, dispatched (never above the flushed) and confirm offsets; caller
+        holds the flush lock or is opening."""
+        dispatched = min(self.dispatched, self.flushed)
+        state = (self.flushed, dispatched, self.confirm)
         if not force and state == self._checkpointed:
             return
         save_checkpoint(
             self._checkpoint_path,
             Checkpoint(
                 flushed_offset=self.flushed,
-                dispatched_offset=self.flushed,
+                dispatched_offset=dispatched,
                 confirm_offset=self.confirm,
                 timestamp_ms=time.time_ns() // 1_000_000,
             ),
