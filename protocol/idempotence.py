@@ -419,14 +419,23 @@ QueueKey = tuple[str, int]
 
 
 class QueueWindow:
-    """The last requests stored for one (producer, topic, queue), ascending by sequence."""
+    """The last requests stored for one (producer, topic, queue): :attr:`batches`, ascending
+    by sequence. Once full, the usual send's update (:meth:`ProducerStates.stored_next`) turns
+    it as a ring: the oldest batch is overwritten in place and :attr:`start` moves on, no list
+    shifted; :attr:`batches` turns it back to ascending order when something else reads it."""
 
-    __slots__ = ("batches", "floor", "head", "next_sequence", "owner")
+    __slots__ = ("floor", "head", "next_sequence", "owner", "ring", "start")
 
     def __init__(self, floor: int = -1, head: bytes = b"", owner: _Producer | None = None) -> None:
-        self.batches: list[StoredBatch] = []
-        """Ascending by sequence; changed only by :meth:`insert`, :meth:`restored` and
-        :meth:`ProducerStates.stored_next`, which keep :attr:`next_sequence` with it."""
+        self.ring: list[StoredBatch] = []
+        """The batches kept, the oldest at :attr:`start` and the rest after it in ascending
+        order, wrapping around; changed only by :meth:`insert`, :meth:`restored` and
+        :meth:`ProducerStates.stored_next`, which keep :attr:`next_sequence` with it. Read it
+        through :attr:`batches` (ascending order) unless on the usual send's way."""
+        self.start = 0
+        """Where in :attr:`ring` the oldest batch is: 0 unless the ring is full and
+        :meth:`ProducerStates.stored_next` overwrote its oldest batches (then the list is
+        turned back by :attr:`batches`)."""
         self.next_sequence = -1
         """The sequence right after the newest batch kept (-1: none kept): the usual send's.
         :meth:`ProducerStates.next_window` and :meth:`ProducerStates.stored_next` compare it
@@ -439,6 +448,19 @@ class QueueWindow:
         """The producer that keeps the window; None once it does not (the producer forgotten,
         or a newer epoch of it started its windows afresh): :meth:`ProducerStates.stored_next`
         then changes nothing."""
+
+    @property
+    def batches(self) -> list[StoredBatch]:
+        """The batches kept, ascending by sequence: :attr:`ring` itself, turned back first
+        when the usual send's update left it turned (:attr:`start` then 0). Anything but that
+        update reads and changes the window through this list."""
+        start = self.start
+        if start:
+            ring = self.ring
+            self.ring = ring = ring[start:] + ring[:start]
+            self.start = 0
+            return ring
+        return self.ring
 
     def find(self, sequence: int) -> StoredBatch | None:
         for b in reversed(self.batches):  # a retry is usually of a recent one
@@ -469,7 +491,8 @@ class QueueWindow:
     def restored(self, batches: list[StoredBatch]) -> None:
         """Take ``batches`` (a snapshot's, in any order) as the window's."""
         batches.sort(key=lambda b: b.sequence)
-        self.batches = batches
+        self.ring = batches
+        self.start = 0
         self.next_sequence = batches[-1].sequence + 1 if batches else -1
 
 
@@ -634,10 +657,14 @@ class ProducerStates:
             self._newest = p
         if store_timestamp > p.last_ms:
             p.last_ms = store_timestamp
-        batches = window.batches
+        ring = window.ring
         window.next_sequence = sequence + 1
-        if len(batches) >= self.window:
-            b = batches.pop(0)
+        n = len(ring)
+        if n >= self.window:  # full: its oldest batch, at start, becomes the newest
+            i = window.start
+            b = ring[i]
+            i += 1
+            window.start = i if i < n else 0
             if b.sequence > window.floor:
                 window.floor = b.sequence
             b.sequence = sequence
@@ -655,7 +682,7 @@ class ProducerStates:
                 end_offset,
                 store_timestamp,
             )
-        batches.append(b)
+            ring.append(b)  # (not full: the ring is not turned, start is 0)
         return True
 
     def stored(

@@ -255,6 +255,48 @@ def test_next_window_is_only_for_the_request_right_after_the_newest() -> None:
     assert s.expire(WINDOW + 2 + 60_000) == 1
 
 
+def test_a_full_window_turns_as_a_ring_under_the_usual_sends() -> None:
+    """A full window's usual update overwrites its oldest batch in place and moves its start
+    on (no list shifted, no batch built): after any number of such updates in a row, with or
+    without a read of the window between them (a retry's check turns it back to ascending
+    order), it keeps the same WINDOW batch objects and reads as the whole check keeps it."""
+    fast = states()
+    whole = states()
+
+    def usual(n: int) -> None:
+        seq = ProducerSeq(1, 0, n)
+        w = fast.next_window(T, 0, seq)
+        assert w is not None, n
+        assert fast.stored_next(w, 1, *fields(batch(n, 10 * n, stored_at=n)))
+        assert whole.check(T, 0, seq).verdict is Verdict.NEW
+        whole.stored(T, 0, seq, batch(n, 10 * n, stored_at=n), n)
+
+    for s in (fast, whole):
+        s.stored(T, 0, ProducerSeq(1, 0, 0), batch(0, 0, stored_at=0), 0)
+    for n in range(1, WINDOW):  # full
+        usual(n)
+    w = fast.next_window(T, 0, ProducerSeq(1, 0, WINDOW))
+    assert w is not None and w.start == 0
+    objects = {id(b) for b in w.ring}
+    n = WINDOW
+    for run in (WINDOW // 2, 2 * WINDOW + 3, 1, WINDOW, 3):  # across the ring's end, twice
+        for _ in range(run):
+            usual(n)
+            n += 1
+        assert {id(b) for b in w.ring} == objects  # reused in place, none built
+        assert w.start == run % WINDOW  # turned by the run: nothing read it in between
+        retry = ProducerSeq(1, 0, n - 2)
+        d = fast.check(T, 0, retry)  # reads it: turned back to ascending order
+        assert d.verdict is Verdict.DUPLICATE and d.batch is not None
+        assert d.batch.physical_offsets == [10 * (n - 2)]
+        assert w.start == 0
+        assert [b.sequence for b in w.batches] == list(range(n - WINDOW, n))
+        assert w.floor == n - WINDOW - 1
+        assert fast.check(T, 0, ProducerSeq(1, 0, n - WINDOW - 1)).verdict is Verdict.TOO_OLD
+        assert fast.to_document() == whole.to_document()
+    assert_usual_windows(fast)
+
+
 def test_below_the_window_is_too_old() -> None:
     s = states()
     for i in range(WINDOW + 2):
