@@ -24,7 +24,7 @@ from protocol.broker_requests.send import (
     SendRequest,
 )
 from protocol.codes import RequestCode, ResponseCode
-from protocol.idempotence import QueueWindow
+from protocol.idempotence import ProducerSeq, QueueWindow
 from protocol.remoting import Frame, response
 from remoting.server import (
     Connection,
@@ -52,29 +52,56 @@ class SendProcessor:
         if not send.body:
             self.service.count_refusal(ResponseCode.MESSAGE_ILLEGAL)
             return error_response(req, ResponseCode.MESSAGE_ILLEGAL, "message body is empty")
+        # The request's fields read once (compiled, each a look-up on the Python class): the
+        # usual window and the put take them as they are.
+        topic = send.topic
+        queue_id = send.queue_id
         seq = send.producer
         window: QueueWindow | None = None
         if seq is not None:
-            window = self.service.usual_window(send.topic, send.queue_id, seq)
+            window = self.service.usual_window(topic, queue_id, seq)
             if window is None:
-                wait = self.service.before_sequenced(send.topic, seq)
+                wait = self.service.before_sequenced(topic, seq)
                 if wait is not None:
-                    return self._later(
-                        wait, req, start, lambda: self._put_message(conn, req, send, None)
-                    )
+                    return self._message_later(wait, conn, req, send, start)
         try:
-            result, resp = self._put_message(conn, req, send, window)
+            result, resp = self._put_message(conn, req, send, topic, queue_id, seq, window)
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
         return self._answer(req, result, resp, start)
 
+    def _message_later(
+        self,
+        wait: Coroutine[Any, Any, None],
+        conn: Connection,
+        req: Frame,
+        send: SendRequest,
+        start: float,
+    ) -> Coroutine[Any, Any, Frame]:
+        """:meth:`_later` for a single send. A method of its own: compiled, a function holding
+        a lambda builds the lambda's closure on every call, so :meth:`send_message` holds
+        none."""
+        return self._later(
+            wait,
+            req,
+            start,
+            lambda: self._put_message(
+                conn, req, send, send.topic, send.queue_id, send.producer, None
+            ),
+        )
+
     def _put_message(
-        self, conn: Connection, req: Frame, send: SendRequest, window: QueueWindow | None
+        self,
+        conn: Connection,
+        req: Frame,
+        send: SendRequest,
+        topic: str,
+        queue_id: int,
+        seq: ProducerSeq | None,
+        window: QueueWindow | None,
     ) -> tuple[PutResult, Frame]:
         service = self.service
-        result = service.put(
-            send.topic, send.queue_id, [send.message(conn.peer)], send.producer, window
-        )
+        result = service.put(topic, queue_id, [send.message(conn.peer)], seq, window)
         answer = SendAnswer(  # positional: a send's hot path (msg_id, queue, offset, broker)
             service.msg_id(result.physical_offsets[0]),
             result.queue_id,
@@ -93,12 +120,22 @@ class SendProcessor:
             if window is None:
                 wait = self.service.before_sequenced(batch.topic, seq)
                 if wait is not None:
-                    return self._later(wait, req, start, lambda: self._put_batch(req, batch, None))
+                    return self._batch_later(wait, req, batch, start)
         try:
             result, resp = self._put_batch(req, batch, window)
         except SendRefused as refused:
             return error_response(req, refused.code, refused.remark)
         return self._answer(req, result, resp, start)
+
+    def _batch_later(
+        self,
+        wait: Coroutine[Any, Any, None],
+        req: Frame,
+        batch: SendBatchRequest,
+        start: float,
+    ) -> Coroutine[Any, Any, Frame]:
+        """:meth:`_later` for a batch (a method of its own, as :meth:`_message_later`)."""
+        return self._later(wait, req, start, lambda: self._put_batch(req, batch, None))
 
     def _put_batch(
         self, req: Frame, batch: SendBatchRequest, window: QueueWindow | None
