@@ -139,7 +139,8 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "scale_bench.py": (
         rf"^route lookup new p99 \(ms\) +{NUMBER} +{NUMBER}",
         rf"^route lookup x100 again p99 \(ms\) +{NUMBER} +{NUMBER}",
-        rf"^  3x: route lookup: {NUMBER} topics asked new, then again, in {NUMBER} s; the active "
+        rf"^  3x: route lookup: {NUMBER} topics asked new, then again \({NUMBER} asks again\), "
+        rf"in {NUMBER} s; the active "
         rf"controller's loop thread ran {NUMBER}% of it and waited for a core {NUMBER}%",
         rf"^CPU per heartbeat \(us\) +(?:{NUMBER}|nan) +(?:{NUMBER}|nan)",
         rf"^startup after clean stop \(s\) +{NUMBER} +{NUMBER}",
