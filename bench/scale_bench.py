@@ -123,6 +123,7 @@ from client.bootstrap import Bootstrap
 from controller.metadata import ReplicasInfoManager
 from controller.raft_driver import decode_snapshot
 from daemon import gc_tuning
+from daemon.tasks import next_due
 from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery, UpdateTopic
 from remoting.client import ConnectionPool, RemotingClient
@@ -224,8 +225,15 @@ class Load:
             self.tasks.append(asyncio.create_task(self._routes(broker)))
 
     async def _beat(self, broker: FakeBroker) -> None:
-        await asyncio.sleep(random.random() * HEARTBEAT_S)  # spread as real brokers are
+        # Spread as real brokers are, each at a fixed rate from its own phase (as the broker's
+        # heartbeat loop): sleeping HEARTBEAT_S after each answer, a stall of this process's
+        # loop or of the active controller's lined every broker due meanwhile up on one phase
+        # for good, so the controller met them in bursts that grew with the brokers.
+        loop = asyncio.get_running_loop()
+        due = loop.time() + random.random() * HEARTBEAT_S
         while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = next_due(due, HEARTBEAT_S, max(due, loop.time()))  # the turn after this one
             try:
                 resp = await broker.heartbeat()
                 if resp.code == ResponseCode.SUCCESS:
@@ -239,7 +247,6 @@ class Load:
                         await broker.register()
                     except Exception:
                         pass
-            await asyncio.sleep(HEARTBEAT_S)
 
     async def _routes(self, broker: FakeBroker) -> None:
         g = int(broker.broker_name.rsplit("-", 1)[1])

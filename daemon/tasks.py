@@ -1,5 +1,5 @@
 """A daemon's background tasks: the pause between two rounds of a loop that may be woken early,
-and ending the tasks when the daemon stops."""
+a schedule at a fixed rate, and ending the tasks when the daemon stops."""
 
 from __future__ import annotations
 
@@ -17,6 +17,16 @@ async def sleep_or_wake(wake: asyncio.Event, seconds: float) -> None:
             await wake.wait()
     except TimeoutError:
         pass
+
+
+def next_due(due: float, period: float, now: float) -> float:
+    """The first time after ``now`` of a schedule at a fixed rate, ``due`` + k * ``period``: a
+    loop that wakes late (or waited past its next turn for an answer) skips the turns it missed
+    and keeps its phase, where sleeping ``period`` after each turn takes the phase of whatever
+    delayed it (after a stall of a peer, every loop that waited on it would go on in step)."""
+    if now < due:
+        return due
+    return due + period * ((now - due) // period + 1)
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:

@@ -21,6 +21,7 @@ from broker.ha.service import HAService
 from broker.metrics import TopicTraffic
 from broker.replicas.lease import FencingLease, monotonic
 from broker.traffic_meter import TrafficMeter
+from daemon.tasks import next_due
 from protocol.codes import ResponseCode
 from protocol.controller_requests.heartbeats import BrokerHeartbeat, HeartbeatAnswer
 from protocol.fields import FieldError
@@ -106,6 +107,12 @@ class Heartbeats:
         timeout = self.cfg.broker_heartbeat_timeout_ms / 1000
         again = False
         late_reported = -60.0
+        # At a fixed rate from this broker's own start (``daemon.tasks.next_due``), not
+        # ``interval`` after each answer: a stall of the active controller answers every broker
+        # that was waiting at once, and brokers that then slept ``interval`` stayed in step for
+        # good, so the controller met its brokers' heartbeats in bursts (issue 34).
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
             registered = False
             sent = monotonic()
@@ -146,13 +153,13 @@ class Heartbeats:
                 again = True
                 continue
             again = False
-            slept = monotonic()
-            await asyncio.sleep(interval)
-            late = monotonic() - slept - interval
-            if late > LATE_HEARTBEAT_S and slept - late_reported > 10.0:
+            due = next_due(due, interval, max(due, loop.time()))  # the turn after this one
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            late = loop.time() - due
+            if late > LATE_HEARTBEAT_S and due - late_reported > 10.0:
                 # The whole process stalled (this thread has its own loop): starved of CPU,
                 # swapping, a long garbage collection. Logged at most every 10 s.
-                late_reported = slept
+                late_reported = due
                 log.info("controller heartbeat late", late_ms=round(late * 1000))
 
     async def _register_from_link(self) -> None:
