@@ -18,6 +18,7 @@ from broker.config import BrokerConfig
 from broker.replicas.heartbeat import Heartbeats
 from daemon.tasks import next_due
 from remoting.errors import RemotingError
+from tests.support.wait import wait_until_async
 
 INTERVAL_S = 0.2
 STALL_S = 0.5
@@ -109,15 +110,17 @@ async def test_brokers_out_of_step_stay_so_after_the_controller_stalls() -> None
     second = asyncio.create_task(heartbeats("broker-b", controller).run())
     try:
 
-        async def sends(name: str, n: int) -> None:
-            while len(controller.sent.get(name, ())) < n:
-                await asyncio.sleep(0.01)
+        def sent(n: int) -> bool:
+            return all(len(controller.sent.get(b, ())) >= n for b in ("broker-a", "broker-b"))
 
-        await asyncio.wait_for(sends("broker-b", 3), 10)
+        await wait_until_async(lambda: sent(3), "3 heartbeats of each broker", 10, interval=0.01)
         controller.stall_until = loop.time() + STALL_S
         stall_end = controller.stall_until
-        await asyncio.wait_for(
-            asyncio.gather(*(sends(n, len(controller.sent[n]) + 8) for n in controller.sent)), 20
+        await wait_until_async(
+            lambda: sent(3 + 8 + int(STALL_S / INTERVAL_S)),
+            "8 heartbeats of each broker after the stall",
+            20,
+            interval=0.01,
         )
     finally:
         for task in (first, second):
