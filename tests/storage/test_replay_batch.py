@@ -7,9 +7,11 @@ queue's digests read back from its records by ``FilterIndex.appended``).
 
 Random batches (hypothesis): user and system topics (timer, POP revive log, transaction half
 and op records with their properties), keys (none, one, several with repeats, UNIQ_KEY),
-random properties, store timestamps that repeat (a master's put) and move past the key index's
-file span, key index files small enough to fill, transfer chunks cut at random record
-boundaries and torn chunks (cut inside a record), which are refused whole and sent again."""
+random properties, idempotent producers' requests (``__PSEQ`` in every record, a tail of
+its own for each), store timestamps that repeat (a master's put) and move past the key
+index's file span, key index files small enough to fill, transfer chunks cut at
+random record boundaries and torn chunks (cut inside a record), which are refused whole and
+sent again."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protocol.idempotence import ProducerSeq, stamp
 from protocol.message import Message
 from protocol.pop import REVIVE_TOPIC
 from protocol.timer import PROP_REAL_QUEUE_ID, PROP_REAL_TOPIC, PROP_TIMER_OUT_MS, TIMER_TOPIC
@@ -80,6 +83,8 @@ def puts(draw: st.DrawFn) -> list[Put]:
             body = draw(st.binary(min_size=0, max_size=300))
             tags = draw(st.sampled_from(("", "TagA", "TagB")))
             batch.append(Message(topic=topic, body=body, tags=tags, keys=keys, properties=props))
+        if draw(st.booleans()):  # an idempotent producer's request: __PSEQ in each record
+            stamp(batch, ProducerSeq(draw(st.integers(0, 99)), 0, draw(st.integers(0, 120))))
         out.append(Put(topic, draw(st.integers(0, 2)), at, batch))
     return out
 
