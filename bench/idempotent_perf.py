@@ -1,12 +1,13 @@
-"""The master's CPU by part, idempotence on - off (issue 29; docs/idempotence.md "Cost", "The
-rest of the master's difference"): ``ha_bench``'s phase 1 (single sends of 1 KiB, 64 in flight
-over 8 queues, one connection, 3 replicas all-ack) without and with an idempotent producer's
-fields, alternated for ``--rounds`` rounds on one cluster (a new producer id each phase, the
-order turned each round), with ``perf record --call-graph dwarf`` on the master during each
-phase. Each sample is folded by where it is (a part's row counts the samples with its function
-anywhere on the stack); per phase, samples / rate / messages is µs a message. Printed: each
-phase's rate and master CPU, then each part's on - off per message over the rounds' pairs (the
-first round left out, a warm-up), the mean ± its standard error, and the off phases' mean.
+"""The master's CPU by part, idempotence on - off (issue 29; docs/idempotence.md "Cost",
+docs/idempotence-cost.md "The rest of the master's difference"): ``ha_bench``'s phase 1
+(single sends of 1 KiB, 64 in flight over 8 queues, one connection, 3 replicas all-ack) without
+and with an idempotent producer's fields, alternated for ``--rounds`` rounds on one cluster (a
+new producer id each phase, the order turned each round), with ``perf record --call-graph
+dwarf`` on the master during each phase. Each sample is folded by where it is (a part's row
+counts the samples with its function anywhere on the stack); per phase, samples / rate /
+messages is µs a message. Printed: each phase's rate and master CPU, then each part's on - off
+per message over the rounds' pairs (the first round left out, a warm-up), the mean ± its
+standard error, and the off phases' mean.
 
 Needs ``perf`` (linux-perf) and a ``kernel.perf_event_paranoid`` of 2 or less (a process's own
 children). Run it on the compiled build (``make venv``): compiled functions show in the stacks

@@ -1,5 +1,5 @@
 """The broker's cost of an idempotent producer's send, without the network and the replicas
-(docs/idempotence.md, "Cost").
+(docs/idempotence-cost.md).
 
 One in-process lone broker (flush async); the send service's ``put`` (what the remoting and
 gRPC fronts call, :meth:`broker.send.service.SendService.put`) of single sends of ``--size``

@@ -203,8 +203,8 @@ def unpack_seq_field(packed: bytes) -> ProducerSeq | None:
     """The :class:`ProducerSeq` of a :data:`SEQ_FIELD` value of :data:`SEQ_FIELD_BYTES` bytes;
     None when a field's top bit is set (out of its range: :meth:`ProducerSeq.unpack` says
     which). The send request's fast parse: read byte by byte, which compiled makes no tuple and
-    calls no ``Struct`` method (the decoding alone about 70 -> 20 ns, docs/idempotence.md
-    "Cost")."""
+    calls no ``Struct`` method (the decoding alone about 70 -> 20 ns,
+    docs/idempotence-cost.md)."""
     p = packed
     if p[0] >= 0x80 or p[8] >= 0x80 or p[12] >= 0x80:
         return None
@@ -439,7 +439,7 @@ class QueueWindow:
         self.next_sequence = -1
         """The sequence right after the newest batch kept (-1: none kept): the usual send's.
         :meth:`ProducerStates.next_window` and :meth:`ProducerStates.stored_next` compare it
-        without reading the list or its last batch (docs/idempotence.md, "Cost")."""
+        without reading the list or its last batch (docs/idempotence-cost.md)."""
         self.floor = floor
         """The highest sequence that fell out of the window (-1: none)."""
         self.head = head
@@ -504,7 +504,7 @@ class _Producer:
         self.last_ms = last_ms
         self.windows: dict[str, dict[int, QueueWindow]] = {}
         """Per topic, per queue: the usual send's look-up builds and hashes no (topic, queue)
-        tuple (docs/idempotence.md, "Cost")."""
+        tuple (docs/idempotence-cost.md)."""
 
     def window(self, topic: str, queue_id: int) -> QueueWindow | None:
         queues = self.windows.get(topic)
