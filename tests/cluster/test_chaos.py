@@ -313,7 +313,9 @@ async def replicas_converged(cluster: Cluster) -> bool:
 async def run_chaos(tmp_path: Path, seed: int, faults: int, *, idempotent: bool = True) -> None:
     plan = schedule(seed, faults)
     replay = (
-        f"replay: CHAOS_SEED={seed} CHAOS_FAULTS={faults} .venv/bin/python -m pytest -m soak "
+        f"replay: CHAOS_SEED={seed} CHAOS_FAULTS={faults}"
+        + ("" if idempotent else " CHAOS_IDEMPOTENT=0")
+        + " .venv/bin/python -m pytest -m soak "
         "tests/cluster/test_chaos.py::test_chaos_replay"
     )
     print(describe(seed, plan), flush=True)
@@ -465,11 +467,19 @@ async def test_chaos_soak(tmp_path: Path, seed: int) -> None:
 @pytest.mark.soak
 @pytest.mark.timeout(1800)
 async def test_chaos_replay(tmp_path: Path) -> None:
-    """Replays one run: ``CHAOS_SEED=N CHAOS_FAULTS=M``, as a failure prints them."""
+    """Replays one run: ``CHAOS_SEED=N CHAOS_FAULTS=M``, as a failure prints them;
+    ``CHAOS_IDEMPOTENT=0`` runs it with ``idempotent=False`` (its duplicates printed, not
+    refused), to compare a seed's retries' copies without idempotence."""
     if "CHAOS_SEED" not in os.environ:
         pytest.skip("set CHAOS_SEED (and CHAOS_FAULTS) to replay a run")
+    idempotent = os.environ.get("CHAOS_IDEMPOTENT", "1")
+    if idempotent not in ("0", "1"):
+        raise ValueError(f"CHAOS_IDEMPOTENT must be 0 or 1, not {idempotent!r}")
     await run_chaos(
-        tmp_path, int(os.environ["CHAOS_SEED"]), int(os.environ.get("CHAOS_FAULTS", "20"))
+        tmp_path,
+        int(os.environ["CHAOS_SEED"]),
+        int(os.environ.get("CHAOS_FAULTS", "20")),
+        idempotent=idempotent == "1",
     )
 
 
