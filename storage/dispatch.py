@@ -7,12 +7,13 @@ entries queue by queue; :meth:`Replayer.apply` writes them, one write per queue.
 
 The scan is the replica's hot path (a slave catching up replays every byte the master wrote),
 so it is one loop: each record costs one struct unpack, one CRC and one dictionary lookup of
-its tail (topic and properties, which repeat from record to record); a record continuing the
-queue of the record before it skips the per-queue lookups. Anything unusual (a blank tail,
-zeros, an invalid record, another queue) leaves the loop's fast path for code that says
-exactly what it is. A replica's scan (``keys``, ``digests``) also gathers, from the same
-decoding of each tail, the key index's hashes and the property filter index's digests, so the
-batch is parsed once, not again by each index.
+its tail (topic and properties, which repeat from record to record; an idempotent producer's
+records differ in their ``__PSEQ`` value alone, which no index reads, so they are looked up
+without it); a record continuing the queue of the record before it skips the per-queue
+lookups. Anything unusual (a blank tail, zeros, an invalid record, another queue) leaves the
+loop's fast path for code that says exactly what it is. A replica's scan (``keys``,
+``digests``) also gathers, from the same decoding of each tail, the key index's hashes and the
+property filter index's digests, so the batch is parsed once, not again by each index.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from protocol.message import (
     HEAD_SIZE,
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
+    PROP_PRODUCER_SEQ,
     PROP_TAGS,
     RecordError,
     check_record,
@@ -50,6 +52,8 @@ _TAIL_CACHE_LIMIT: Final = 4096
 _UNLIMITED: Final = 1 << 62
 _U32: Final = struct.Struct(">I")
 _U16: Final = struct.Struct(">H")
+_SEQ_NAME: Final = PROP_PRODUCER_SEQ.encode() + b"\x01"
+_SEQ_NAME_LEN: Final = len(_SEQ_NAME)
 _MESSAGE_MAGIC_RAW: Final = _U32.pack(MESSAGE_MAGIC)
 _BLANK_MAGIC_RAW: Final = _U32.pack(BLANK_MAGIC)
 
@@ -69,6 +73,46 @@ def record_reason(exc: RecordError) -> str:
 
 def store_timestamp(buf: Buffer, pos: int) -> int:
     return int(_I64.unpack_from(buf, pos + _STORE_TIMESTAMP_AT)[0])
+
+
+def seq_blind(tail: bytes) -> bytes | None:
+    """A record tail (topic and properties, as :func:`protocol.message.read_tail`) without the
+    value of its ``__PSEQ`` property, the first one at a property's start; None when it has
+    none, when the value is not what a broker writes (digits and dots) or when the
+    properties' length is not the tail's rest, so that a tail that would not decode is
+    described on its own and refused as before. Two tails with the same result differ in that
+    value alone. Read byte by byte (compiled: native reads, no method called) where a broker
+    puts the property for a message without properties of its own, first; looked for
+    elsewhere only when it is not there."""
+    end = len(tail)
+    if end < 4:
+        return None
+    props_at = ((tail[0] << 8) | tail[1]) + 4
+    if props_at > end or ((tail[props_at - 2] << 8) | tail[props_at - 1]) != end - props_at:
+        return None
+    at = props_at
+    if not _seq_name_at(tail, at):
+        at = tail.find(_SEQ_NAME, props_at)
+        while at > props_at and tail[at - 1] != 2:  # inside another property: look further
+            at = tail.find(_SEQ_NAME, at + 1)
+        if at < 0:
+            return None
+    start = stop = at + _SEQ_NAME_LEN
+    while stop < end:
+        b = tail[stop]
+        if b == 2:
+            break
+        if b != 46 and not 48 <= b <= 57:  # a dot or a digit
+            return None
+        stop += 1
+    return tail[:start] + tail[stop:]
+
+
+def _seq_name_at(tail: bytes, at: int) -> bool:
+    """Does ``tail`` hold the property's name and separator (:data:`_SEQ_NAME`) at ``at``?"""
+    if at + _SEQ_NAME_LEN > len(tail):
+        return False
+    return all(tail[at + i] == _SEQ_NAME[i] for i in range(_SEQ_NAME_LEN))
 
 
 @dataclass(slots=True)
@@ -119,7 +163,7 @@ class Replayer:
     so scans may run ahead of :meth:`apply` (``append_raw`` validates a whole batch before
     writing anything; recovery applies one chunk of records at a time)."""
 
-    __slots__ = ("_damage", "_digests", "_keys", "_next", "_queues", "_tails")
+    __slots__ = ("_damage", "_digests", "_keys", "_next", "_queues", "_seq_tails", "_tails")
 
     def __init__(self, queues: ConsumeQueues, *, keys: bool = False, digests: bool = False) -> None:
         """With ``keys`` a scan gathers the key index's hashes of its records
@@ -128,6 +172,10 @@ class Replayer:
         self._queues = queues
         self._next: dict[QueueKey, int] = {}
         self._tails: dict[bytes, Described] = {}
+        self._seq_tails: dict[bytes, Described] = {}
+        """Tails with a ``__PSEQ`` property, by the tail without its value (:func:`seq_blind`):
+        every record of an idempotent producer has a tail of its own, so :attr:`_tails` would
+        miss on each of them (and be cleared every :data:`_TAIL_CACHE_LIMIT` records)."""
         self._damage: tuple[int, int] | None = None
         self._keys = keys
         self._digests = digests
@@ -266,7 +314,15 @@ class Replayer:
         """What a record tail says (:data:`Described`), remembered for the records that
         repeat it. The key hashes and the digest are those the key index
         (``storage.index.service``) and the filter index (``storage.filter_index``) take from
-        the record when they read it themselves."""
+        the record when they read it themselves. A tail with a ``__PSEQ`` property is
+        remembered without that property's value (:func:`seq_blind`): neither index reads it
+        (the filter digest notes the property's presence only), so the tails of one producer's
+        records on one topic, alike but for their sequence, are described once."""
+        blind = seq_blind(tail)
+        if blind is not None:
+            described = self._seq_tails.get(blind)
+            if described is not None:
+                return described
         lo = hi = 0
         try:
             if self._digests:
@@ -287,10 +343,13 @@ class Replayer:
                 crc32 = zlib.crc32
                 hashes = [crc32(key, seed) for key in keys]
         described = (topic, tag_hash(tags), hashes, lo, hi)
-        tails = self._tails
+        if blind is None:
+            tails, key = self._tails, tail
+        else:
+            tails, key = self._seq_tails, blind
         if len(tails) >= _TAIL_CACHE_LIMIT:
             tails.clear()
-        tails[tail] = described
+        tails[key] = described
         return described
 
     def _check_queue(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> int:
