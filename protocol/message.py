@@ -46,6 +46,8 @@ PROP_KEYS: Final = "KEYS"
 PROP_TAGS: Final = "TAGS"
 PROP_PRODUCER_SEQ: Final = "__PSEQ"
 """An idempotent producer's request a record was stored by (protocol/idempotence.py)."""
+_SEQ_NAME: Final = PROP_PRODUCER_SEQ.encode() + b"\x01"
+_SEQ_NAME_LEN: Final = len(_SEQ_NAME)
 
 _HEAD = struct.Struct(">IIIiiqqqq8s8sI")
 DISPATCH_HEAD: Final = struct.Struct(">IIIi4xqq8xq16xI")
@@ -581,6 +583,47 @@ def _tail_texts(tail: bytes) -> tuple[str, str]:
     except UnicodeDecodeError:
         raise RecordError("record properties are not UTF-8") from None
     return topic, text
+
+
+def seq_blind(tail: bytes) -> bytes | None:
+    """A record tail (topic and properties, as :func:`read_tail`) without the value of its
+    :data:`PROP_PRODUCER_SEQ` property, the first one at a property's start; None when it has
+    none, when the value is not what a broker writes (digits and dots) or when the properties'
+    length is not the tail's rest (the lengths :func:`_tail_texts` checks), so that a tail that
+    would not decode is described on its own and refused as before. Two tails with the same
+    result differ in that value alone: the slave's replay (``storage.dispatch.Replayer``)
+    describes an idempotent producer's records on one topic once by it. Read byte by byte
+    (compiled: native reads, no method called) where a broker puts the property for a message
+    without properties of its own, first; looked for elsewhere only when it is not there."""
+    end = len(tail)
+    if end < 4:
+        return None
+    props_at = ((tail[0] << 8) | tail[1]) + 4
+    if props_at > end or ((tail[props_at - 2] << 8) | tail[props_at - 1]) != end - props_at:
+        return None
+    at = props_at
+    if not _seq_name_at(tail, at):
+        at = tail.find(_SEQ_NAME, props_at)
+        while at > props_at and tail[at - 1] != 2:  # inside another property: look further
+            at = tail.find(_SEQ_NAME, at + 1)
+        if at < 0:
+            return None
+    start = stop = at + _SEQ_NAME_LEN
+    while stop < end:
+        b = tail[stop]
+        if b == 2:
+            break
+        if b != 46 and not 48 <= b <= 57:  # a dot or a digit
+            return None
+        stop += 1
+    return tail[:start] + tail[stop:]
+
+
+def _seq_name_at(tail: bytes, at: int) -> bool:
+    """Does ``tail`` hold the property's name and separator (:data:`_SEQ_NAME`) at ``at``?"""
+    if at + _SEQ_NAME_LEN > len(tail):
+        return False
+    return all(tail[at + i] == _SEQ_NAME[i] for i in range(_SEQ_NAME_LEN))
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> MessageRecord:

@@ -30,12 +30,12 @@ from protocol.message import (
     HEAD_SIZE,
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
-    PROP_PRODUCER_SEQ,
     PROP_TAGS,
     RecordError,
     check_record,
     read_tail_properties,
     read_tail_tags,
+    seq_blind,
     tag_hash,
 )
 from protocol.property_index import digest_of
@@ -52,8 +52,6 @@ _TAIL_CACHE_LIMIT: Final = 4096
 _UNLIMITED: Final = 1 << 62
 _U32: Final = struct.Struct(">I")
 _U16: Final = struct.Struct(">H")
-_SEQ_NAME: Final = PROP_PRODUCER_SEQ.encode() + b"\x01"
-_SEQ_NAME_LEN: Final = len(_SEQ_NAME)
 _MESSAGE_MAGIC_RAW: Final = _U32.pack(MESSAGE_MAGIC)
 _BLANK_MAGIC_RAW: Final = _U32.pack(BLANK_MAGIC)
 
@@ -73,46 +71,6 @@ def record_reason(exc: RecordError) -> str:
 
 def store_timestamp(buf: Buffer, pos: int) -> int:
     return int(_I64.unpack_from(buf, pos + _STORE_TIMESTAMP_AT)[0])
-
-
-def seq_blind(tail: bytes) -> bytes | None:
-    """A record tail (topic and properties, as :func:`protocol.message.read_tail`) without the
-    value of its ``__PSEQ`` property, the first one at a property's start; None when it has
-    none, when the value is not what a broker writes (digits and dots) or when the
-    properties' length is not the tail's rest, so that a tail that would not decode is
-    described on its own and refused as before. Two tails with the same result differ in that
-    value alone. Read byte by byte (compiled: native reads, no method called) where a broker
-    puts the property for a message without properties of its own, first; looked for
-    elsewhere only when it is not there."""
-    end = len(tail)
-    if end < 4:
-        return None
-    props_at = ((tail[0] << 8) | tail[1]) + 4
-    if props_at > end or ((tail[props_at - 2] << 8) | tail[props_at - 1]) != end - props_at:
-        return None
-    at = props_at
-    if not _seq_name_at(tail, at):
-        at = tail.find(_SEQ_NAME, props_at)
-        while at > props_at and tail[at - 1] != 2:  # inside another property: look further
-            at = tail.find(_SEQ_NAME, at + 1)
-        if at < 0:
-            return None
-    start = stop = at + _SEQ_NAME_LEN
-    while stop < end:
-        b = tail[stop]
-        if b == 2:
-            break
-        if b != 46 and not 48 <= b <= 57:  # a dot or a digit
-            return None
-        stop += 1
-    return tail[:start] + tail[stop:]
-
-
-def _seq_name_at(tail: bytes, at: int) -> bool:
-    """Does ``tail`` hold the property's name and separator (:data:`_SEQ_NAME`) at ``at``?"""
-    if at + _SEQ_NAME_LEN > len(tail):
-        return False
-    return all(tail[at + i] == _SEQ_NAME[i] for i in range(_SEQ_NAME_LEN))
 
 
 @dataclass(slots=True)

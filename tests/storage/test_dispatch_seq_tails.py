@@ -1,5 +1,5 @@
 """A slave's replay describes an idempotent producer's records once per topic and properties,
-not once per record (``storage.dispatch.seq_blind``): their tails differ in the ``__PSEQ``
+not once per record (``protocol.message.seq_blind``): their tails differ in the ``__PSEQ``
 value alone, which neither the key index nor the filter index reads. Before, each such record
 missed the replay's tail cache and was decoded on its own (about 0.3 µs more a record, and the
 cache cleared every 4,096 records). What the replay writes for them is checked against the
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from protocol.idempotence import ProducerSeq, stamp
-from protocol.message import Message
-from storage.dispatch import Replayer, Scan, seq_blind
+from protocol.message import Message, seq_blind
+from storage.dispatch import Replayer, Scan
 from storage.queues import ConsumeQueues
 from storage.tracker import FileTracker
 from tests.storage.support import open_store
