@@ -123,7 +123,7 @@ from client.bootstrap import Bootstrap
 from controller.metadata import ReplicasInfoManager
 from controller.raft_driver import decode_snapshot
 from daemon import gc_tuning
-from daemon.tasks import next_due
+from daemon.tasks import turn_after
 from protocol.codes import ResponseCode
 from protocol.controller_requests.topics import RouteQuery, UpdateTopic
 from remoting.client import ConnectionPool, RemotingClient
@@ -233,7 +233,7 @@ class Load:
         due = loop.time() + random.random() * HEARTBEAT_S
         while True:
             await asyncio.sleep(max(0.0, due - loop.time()))
-            due = next_due(due, HEARTBEAT_S, max(due, loop.time()))  # the turn after this one
+            due = turn_after(due, HEARTBEAT_S, loop.time())
             try:
                 resp = await broker.heartbeat()
                 if resp.code == ResponseCode.SUCCESS:

@@ -29,6 +29,12 @@ def next_due(due: float, period: float, now: float) -> float:
     return due + period * ((now - due) // period + 1)
 
 
+def turn_after(due: float, period: float, now: float) -> float:
+    """The turn of a fixed-rate schedule to wait for once the turn ``due`` was taken: the next
+    one, or the first after ``now`` when the loop is late (:func:`next_due`)."""
+    return next_due(due, period, max(due, now))
+
+
 async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
     """Cancel ``tasks`` and return once every one has ended; what they raised (their
     cancellation included) is dropped: a stopping daemon does not act on it."""

@@ -21,7 +21,7 @@ from broker.ha.service import HAService
 from broker.metrics import TopicTraffic
 from broker.replicas.lease import FencingLease, monotonic
 from broker.traffic_meter import TrafficMeter
-from daemon.tasks import next_due
+from daemon.tasks import turn_after
 from protocol.codes import ResponseCode
 from protocol.controller_requests.heartbeats import BrokerHeartbeat, HeartbeatAnswer
 from protocol.fields import FieldError
@@ -153,7 +153,7 @@ class Heartbeats:
                 again = True
                 continue
             again = False
-            due = next_due(due, interval, max(due, loop.time()))  # the turn after this one
+            due = turn_after(due, interval, loop.time())
             await asyncio.sleep(max(0.0, due - loop.time()))
             late = loop.time() - due
             if late > LATE_HEARTBEAT_S and due - late_reported > 10.0:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from broker.config import BrokerConfig
 from broker.replicas.heartbeat import Heartbeats
-from daemon.tasks import next_due
+from daemon.tasks import next_due, turn_after
 from remoting.errors import RemotingError
 from tests.support.wait import wait_until_async
 
@@ -45,6 +45,12 @@ def test_next_due_before_its_time_is_itself() -> None:
     assert next_due(10.0, 0.5, 9.0) == 10.0
     assert next_due(10.0, 0.5, 10.0) == 10.5
     assert next_due(10.0, 0.5, 11.26) == 11.5
+
+
+def test_the_turn_after_a_turn_taken_early_or_late() -> None:
+    assert turn_after(10.0, 0.5, 9.9) == 10.5  # woken early: still the next turn
+    assert turn_after(10.0, 0.5, 10.0) == 10.5
+    assert turn_after(10.0, 0.5, 11.26) == 11.5  # late: the turns missed are skipped
 
 
 class StallingController:
