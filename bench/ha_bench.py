@@ -47,7 +47,8 @@ A process's CPU time is read from its CPU-time clock in nanoseconds (bench/broke
 
 ``--idempotent both`` runs phases 1 to 3 without and with an idempotent producer's fields
 (docs/idempotence.md), alternating on one cluster for ``--rounds`` rounds, and prints the ratios
-of the rates and of the master's CPU per message (``--batch-messages``: the batch phase's
+of the rates and of the master's CPU per message, each as the medians' ratio and as the median
+of the rounds' own on / off (``--batch-messages``: the batch phase's
 messages, by default ``--messages``). It reads the master's CPU at each phase's start and end
 once none of the master's threads is running (the kernel counts a running thread's time as of
 its last scheduler tick, tens of ms late on a busy core), and prints the reading's step as a
@@ -638,9 +639,10 @@ def _bootstrap_interval(values: list[float], draws: int = 2000) -> str:
 async def idempotence_comparison(args: argparse.Namespace) -> None:
     """The three produce phases without and with idempotent producers' fields (issue 29,
     docs/idempotence.md) on one cluster, alternating off and on for ``--rounds`` rounds (the
-    order rotated each round): each line, then the medians' ratios (target: within 5%), and the
-    master's CPU per message of each phase, on / off (the medians' ratio and the median of each
-    round's own ratio; steadier than the rates on a shared machine)."""
+    order rotated each round): each line, then the medians' ratios (target: within 5%) with the
+    median of each round's own ratio and its bootstrap interval, and the master's CPU per
+    message of each phase, on / off (the same two figures; steadier than the rates on a shared
+    machine)."""
     body = payload(args.size)
     results: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     cpu: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
@@ -708,9 +710,17 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
     ):
         without, with_ = median(False, i), median(True, i)
         ratio_ = with_ / without if higher else without / with_
+        # as a rate (1.0 = as fast), each round's on / off: its two phases run back to back,
+        # so a drift of the machine's speed across the run moves it less than the medians
+        paired = sorted(
+            (on[i] / off[i] if higher else off[i] / on[i])
+            for on, off in zip(results[True], results[False], strict=True)
+        )
         print(
             f"idempotence on / off, {name}: {with_:,.3f} / {without:,.3f} = {ratio_:.3f} "
-            "(1.0 = as fast; target at least 0.95)",
+            f"(1.0 = as fast; target at least 0.95); median of the rounds' on / off "
+            f"{statistics.median(paired):.3f} (90% bootstrap interval "
+            f"{_bootstrap_interval(paired)})",
             flush=True,
         )
     for i, name in enumerate(("64 in flight", "batches of 64", "one at a time")):
