@@ -25,8 +25,13 @@ handler (:class:`broker.processors.send.SendProcessor`: the typed request's pars
 window or the front's check, ``put``, the answer), as a connection's frames are; ``on`` sends
 carry ``producerSeq``, ``prop`` sends one ``properties`` field.
 
+``--pollute BYTES``: after each put (or frame), write one byte in every 64 of a buffer of BYTES,
+which pushes that much else out of the CPU's caches, as a broker's other work between two sends
+of a queue does (its sockets, the replication, the other queues' sends): what a send costs when
+what it touches is no longer cached. Every phase pays the writes; on - off does not.
+
     python bench/idempotent_put_bench.py [--rounds 5] [--sends 20000] [--size 1024]
-        [--batch 1] [--front] [--profile on]
+        [--batch 1] [--front] [--pollute 2097152] [--profile on]
 """
 
 from __future__ import annotations
@@ -74,7 +79,9 @@ class Sender:
     """Puts (or, with ``front``, the handler's frames) of one mode; the sequences per queue go
     on across phases."""
 
-    def __init__(self, broker: Broker, size: int, batch: int = 1, front: bool = False) -> None:
+    def __init__(
+        self, broker: Broker, size: int, batch: int = 1, front: bool = False, pollute: int = 0
+    ) -> None:
         self.sends = broker.ctx.sends
         self.handler = SendProcessor(broker.ctx)
         self.body = b"x" * size
@@ -82,6 +89,9 @@ class Sender:
         self.front = front
         self.producer_id = 4242
         self.next_seq = [0] * QUEUES
+        self.junk = bytearray(pollute)
+        """Written one byte in 64 after each put (``--pollute``)."""
+        self.zeros = bytes(len(self.junk[::64]))
 
     def phase(self, mode: str, n: int) -> float:
         """CPU seconds per message of ``n`` messages in ``mode``."""
@@ -106,9 +116,15 @@ class Sender:
                 seqs[i] = ProducerSeq(pid, 0, nxt[q])
                 nxt[q] += 1
         put = self.sends.put
+        junk, zeros = self.junk, self.zeros
         t0 = time.process_time()
-        for i in range(n):
-            put(TOPIC, i % QUEUES, messages[i], seqs[i])
+        if junk:
+            for i in range(n):
+                put(TOPIC, i % QUEUES, messages[i], seqs[i])
+                junk[::64] = zeros
+        else:
+            for i in range(n):
+                put(TOPIC, i % QUEUES, messages[i], seqs[i])
         return (time.process_time() - t0) / (n * size)
 
     def _frames(self, mode: str, n: int) -> float:
@@ -133,9 +149,15 @@ class Sender:
                 header["properties"] = "color\x01red\x02"
             payloads.append(encode_frame(request(code, i, header, body))[4:])
         conn = cast(Connection, _Peer())
+        junk, zeros = self.junk, self.zeros
         t0 = time.process_time()
-        for payload in payloads:
-            handle(conn, decode_payload(payload))
+        if junk:
+            for payload in payloads:
+                handle(conn, decode_payload(payload))
+                junk[::64] = zeros
+        else:
+            for payload in payloads:
+                handle(conn, decode_payload(payload))
         return (time.process_time() - t0) / (n * size)
 
 
@@ -156,7 +178,7 @@ async def run(args: argparse.Namespace) -> None:
             ctx.create_topic(TOPIC, QUEUES)
             await ctx.sends.sequences.built()
             tune_for_latency()  # the collector as the broker daemon sets it
-            sender = Sender(broker, args.size, args.batch, args.front)
+            sender = Sender(broker, args.size, args.batch, args.front, args.pollute)
             for mode in MODES:  # warm up: caches, the first segment's pages
                 sender.phase(mode, min(args.sends, 2000))
             figures: dict[str, list[float]] = {m: [] for m in MODES}
@@ -168,6 +190,12 @@ async def run(args: argparse.Namespace) -> None:
                     line.append(f"{mode} {us:.1f}")
                     await asyncio.sleep(0)  # the loop's own work between phases
                 print(f"round {r + 1}: " + ", ".join(line) + " us a message", flush=True)
+            if args.pollute:
+                print(
+                    f"each put followed by writes over {args.pollute:,} B of memory "
+                    "(--pollute; in every mode's figures, not in on - off)",
+                    flush=True,
+                )
             med = {m: statistics.median(v) for m, v in figures.items()}
             print(
                 f"median CPU per message ({args.rounds} rounds of {args.sends:,} in puts of "
@@ -204,6 +232,14 @@ def main() -> None:
         "--front",
         action="store_true",
         help="time the remoting front (frames decoded and handled), not put alone",
+    )
+    p.add_argument(
+        "--pollute",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="after each put or frame, write one byte in every 64 of BYTES of memory (what the "
+        "send touches then comes from beyond the caches)",
     )
     p.add_argument("--profile", choices=MODES, default=None, help="cProfile one more phase")
     args = smoke.parse_args(p, rounds=1, sends=300)

@@ -351,19 +351,35 @@ def sequenced_records(buf: bytes | memoryview) -> Iterator[MessageRecord]:
 # -- the broker's check -------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class StoredBatch:
     """A stored request: its sequence and where its records went, as its answer gives them.
-    ``physical_offsets`` is in request order; -1 where a rebuilt batch lacks a record (the log
-    holds a prefix of it: a failover cut it). A window's oldest batch is reused for the next
-    request once the window is full (:meth:`ProducerStates.stored_next`): copy what must
-    outlive the call that gave it (:class:`Decision` answers are read at once). (Its
-    ``__init__`` is written out, so compiled it is a native constructor, docs/compiled.md.)"""
+    :attr:`physical_offsets` is in request order; -1 where a rebuilt batch lacks a record (the
+    log holds a prefix of it: a failover cut it). A request of one record keeps its offset in
+    :attr:`first_physical` and no list (:attr:`offsets` None), so the usual single send's window
+    update keeps no list of the store's answer: releasing it when its batch was overwritten 64
+    sends later (the list, its array and its int, out of the caches by then) was part of every
+    update (docs/idempotence-cost.md). A window's oldest batch is
+    reused for the next request once the window is full (:meth:`ProducerStates.stored_next`):
+    copy what must outlive the call that gave it (:class:`Decision` answers are read at once).
+    Compiled, a native class with a native constructor (docs/compiled.md)."""
+
+    __slots__ = (
+        "end_offset",
+        "first_physical",
+        "first_queue_offset",
+        "offsets",
+        "queue_id",
+        "sequence",
+        "store_timestamp",
+    )
 
     sequence: int
     queue_id: int
     first_queue_offset: int
-    physical_offsets: list[int]
+    first_physical: int
+    """The record's CommitLog offset when the request had one record (-1: the log lacks it)."""
+    offsets: list[int] | None
+    """Each record's CommitLog offset when the request had several; None: one record."""
     end_offset: int
     store_timestamp: int
 
@@ -379,9 +395,37 @@ class StoredBatch:
         self.sequence = sequence
         self.queue_id = queue_id
         self.first_queue_offset = first_queue_offset
-        self.physical_offsets = physical_offsets
+        if len(physical_offsets) == 1:
+            self.first_physical = physical_offsets[0]
+            self.offsets = None
+        else:
+            self.first_physical = -1
+            self.offsets = physical_offsets
         self.end_offset = end_offset
         self.store_timestamp = store_timestamp
+
+    @property
+    def physical_offsets(self) -> list[int]:
+        """Each record's CommitLog offset, in request order (a new list for one record: change
+        an offset with :meth:`set_physical`)."""
+        offsets = self.offsets
+        return [self.first_physical] if offsets is None else offsets
+
+    @property
+    def count(self) -> int:
+        """The request's records."""
+        offsets = self.offsets
+        return 1 if offsets is None else len(offsets)
+
+    def set_physical(self, index: int, offset: int) -> None:
+        """Record ``index`` is at CommitLog ``offset``."""
+        offsets = self.offsets
+        if offsets is None:
+            if index != 0:
+                raise IndexError(f"record {index} of a request of one")
+            self.first_physical = offset
+        else:
+            offsets[index] = offset
 
     @property
     def missing(self) -> list[int]:
@@ -670,7 +714,11 @@ class ProducerStates:
             b.sequence = sequence
             b.queue_id = queue_id
             b.first_queue_offset = first_queue_offset
-            b.physical_offsets = physical_offsets
+            if len(physical_offsets) == 1:  # the int read out: the answer's list not kept
+                b.first_physical = physical_offsets[0]
+                b.offsets = None
+            else:
+                b.offsets = physical_offsets
             b.end_offset = end_offset
             b.store_timestamp = store_timestamp
         else:
@@ -745,9 +793,9 @@ class ProducerStates:
             b = StoredBatch(seq.sequence, queue_id, -1, [-1] * rseq.count, 0, store_timestamp)
             w.insert(b, self.window)
             self._trim()
-        if rseq.count != len(b.physical_offsets):
+        if rseq.count != b.count:
             return  # a record that contradicts its request's others: keep the first word
-        b.physical_offsets[rseq.index] = physical_offset
+        b.set_physical(rseq.index, physical_offset)
         b.end_offset = max(b.end_offset, physical_offset + size)
         if queue_offset >= 0 and (b.first_queue_offset < 0 or queue_offset < b.first_queue_offset):
             b.first_queue_offset = queue_offset

@@ -102,7 +102,7 @@ def result_of(batch: StoredBatch) -> PutResult:
     return PutResult(
         batch.queue_id,
         batch.first_queue_offset,
-        len(batch.physical_offsets),
+        batch.count,
         list(batch.physical_offsets),
         batch.end_offset,
         batch.store_timestamp,

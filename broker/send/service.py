@@ -196,7 +196,7 @@ class SendService:
             uniq_key = self.uniq_keys.key(topic, messages)
             if uniq_key is not None:
                 seen = self.uniq_keys.find(topic, uniq_key)
-                if seen is not None and len(seen.physical_offsets) == len(messages):
+                if seen is not None and seen.count == len(messages):
                     return result_of(seen)
         if sealed.has_closed(topic) and sealed.closed(topic, queue_id, time.monotonic()):
             # A static topic's item sealed (or being sealed) here: the queue moved to another
@@ -291,11 +291,11 @@ class SendService:
             raise SendRefused(ResponseCode.SEQUENCE_TOO_OLD, decision.reason)
         batch = decision.batch
         assert batch is not None
-        if len(batch.physical_offsets) != len(messages):
+        if batch.count != len(messages):
             raise SendRefused(
                 ResponseCode.BAD_REQUEST,
                 f"sequence {seq.sequence} of producer {seq.producer_id} on {topic}/{queue_id} "
-                f"was stored with {len(batch.physical_offsets)} message(s), not {len(messages)}",
+                f"was stored with {batch.count} message(s), not {len(messages)}",
             )
         if verdict is Verdict.PARTIAL:
             missing = batch.missing
@@ -306,7 +306,7 @@ class SendService:
                 sequences.stamp_record(m, seq, i, n)
             result = self._store(topic, queue_id, rest, sum(len(m.body) for m in rest), own)
             for i, off in zip(missing, result.physical_offsets, strict=True):
-                batch.physical_offsets[i] = off
+                batch.set_physical(i, off)
             batch.end_offset = max(batch.end_offset, result.end_offset)
             if batch.first_queue_offset < 0:
                 batch.first_queue_offset = result.first_queue_offset

@@ -13,7 +13,7 @@ import pytest
 
 from broker.ha.batch import Batch
 from controller.metadata.heartbeat import BrokerLiveInfo
-from protocol.idempotence import ProducerSeq, StoredBatch
+from protocol.idempotence import ProducerSeq
 from protocol.message import Message, RecordInfo
 from protocol.raft_types import (
     AppendEntries,
@@ -48,17 +48,6 @@ SAMPLES: list[tuple[Any, bool]] = [
             born_timestamp=5,
             born_host="1.2.3.4:5",
             seq_property=b"s",
-        ),
-        False,
-    ),
-    (
-        StoredBatch(
-            sequence=4,
-            queue_id=1,
-            first_queue_offset=10,
-            physical_offsets=[100, -1],
-            end_offset=300,
-            store_timestamp=7,
         ),
         False,
     ),

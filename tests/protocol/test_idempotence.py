@@ -297,6 +297,45 @@ def test_a_full_window_turns_as_a_ring_under_the_usual_sends() -> None:
     assert_usual_windows(fast)
 
 
+def test_a_one_record_request_keeps_its_offset_and_no_list() -> None:
+    """A single send's batch holds its record's offset, not the list of the store's answer
+    (the window's usual update read it out), and reads as a list of one; a request of several
+    keeps its list. Offsets are set in place by index (a rebuilt batch, a partial repair)."""
+    one = batch(5, 100)
+    assert one.offsets is None and one.first_physical == 100
+    assert one.physical_offsets == [100] and one.count == 1 and one.missing == []
+    one.set_physical(0, -1)  # the log lacks it
+    assert one.physical_offsets == [-1] and one.missing == [0]
+    with pytest.raises(IndexError):
+        one.set_physical(1, 7)
+    several = batch(6, 200, n=3)
+    assert several.offsets == [200, 201, 202] and several.count == 3
+    several.set_physical(1, -1)
+    assert several.physical_offsets == [200, -1, 202] and several.missing == [1]
+
+    s = states()
+    s.stored(T, 0, ProducerSeq(1, 0, 0), batch(0, 0), 0)
+    for n in range(1, 3 * WINDOW):  # through a full window's ring, in place
+        w = s.next_window(T, 0, ProducerSeq(1, 0, n))
+        assert w is not None
+        answer = [10 * n]
+        assert s.stored_next(w, 1, n, 0, n, answer, 10 * n + 1, n)
+        assert all(b.offsets is None for b in w.ring)
+        assert all(b.offsets is not answer for b in w.ring)
+    # a batch of several records after single sends: its list kept, read as the whole check reads it
+    w = s.next_window(T, 0, ProducerSeq(1, 0, 3 * WINDOW))
+    assert w is not None
+    assert s.stored_next(w, 1, 3 * WINDOW, 0, 999, [500, 501], 502, 99)
+    d = s.check(T, 0, ProducerSeq(1, 0, 3 * WINDOW))
+    assert d.verdict is Verdict.DUPLICATE and d.batch is not None
+    assert d.batch.physical_offsets == [500, 501]
+    d = s.check(T, 0, ProducerSeq(1, 0, 3 * WINDOW - 1))
+    assert d.verdict is Verdict.DUPLICATE and d.batch is not None
+    assert d.batch.physical_offsets == [10 * (3 * WINDOW - 1)]
+    again = ProducerStates.from_document(s.to_document(), expiry_ms=60_000, max_windows=1000)
+    assert again.to_document() == s.to_document()
+
+
 def test_below_the_window_is_too_old() -> None:
     s = states()
     for i in range(WINDOW + 2):
