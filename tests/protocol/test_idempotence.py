@@ -3,6 +3,7 @@ check, epochs, expiry, rebuild from records and snapshots; a model-based propert
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import pytest
@@ -300,7 +301,8 @@ def test_a_full_window_turns_as_a_ring_under_the_usual_sends() -> None:
 def test_a_one_record_request_keeps_its_offset_and_no_list() -> None:
     """A single send's batch holds its record's offset, not the list of the store's answer
     (the window's usual update read it out), and reads as a list of one; a request of several
-    keeps its list. Offsets are set in place by index (a rebuilt batch, a partial repair)."""
+    keeps its offsets in an array. Offsets are set in place by index (a rebuilt batch, a
+    partial repair)."""
     one = batch(5, 100)
     assert one.offsets is None and one.first_physical == 100
     assert one.physical_offsets == [100] and one.count == 1 and one.missing == []
@@ -309,7 +311,8 @@ def test_a_one_record_request_keeps_its_offset_and_no_list() -> None:
     with pytest.raises(IndexError):
         one.set_physical(1, 7)
     several = batch(6, 200, n=3)
-    assert several.offsets == [200, 201, 202] and several.count == 3
+    assert isinstance(several.offsets, array)  # 8 bytes an offset, not a list of ints
+    assert several.offsets.tolist() == [200, 201, 202] and several.count == 3
     several.set_physical(1, -1)
     assert several.physical_offsets == [200, -1, 202] and several.missing == [1]
 
@@ -320,9 +323,8 @@ def test_a_one_record_request_keeps_its_offset_and_no_list() -> None:
         assert w is not None
         answer = [10 * n]
         assert s.stored_next(w, 1, n, 0, n, answer, 10 * n + 1, n)
-        assert all(b.offsets is None for b in w.ring)
-        assert all(b.offsets is not answer for b in w.ring)
-    # a batch of several records after single sends: its list kept, read as the whole check reads it
+        assert all(b.offsets is None for b in w.ring)  # the answer's list not kept
+    # a batch of several records after single sends: its offsets kept, read as the check reads them
     w = s.next_window(T, 0, ProducerSeq(1, 0, 3 * WINDOW))
     assert w is not None
     assert s.stored_next(w, 1, 3 * WINDOW, 0, 999, [500, 501], 502, 99)
