@@ -321,7 +321,7 @@ class BrokerConfig:
     producer_max_windows: int = field(
         100_000,
         "(idempotent producer, queue) pairs whose last sequences the master keeps (about 1.1 "
-        "KiB each with single sends, 22 KiB with batches of 64); beyond it the least recently "
+        "KiB each with single sends, 6 KiB with batches of 64); beyond it the least recently "
         "used producers are forgotten",
         at_least(1),
     )
