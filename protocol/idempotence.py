@@ -361,10 +361,11 @@ class StoredBatch:
     sends later (the list, its array and its int, out of the caches by then) was part of every
     update, and a window of single sends takes about 40% less memory. A request of several
     keeps its offsets in an array of 8-byte integers, not a list of ints (about 40 bytes an
-    offset): a window of batches of 64 takes a quarter of the memory (docs/idempotence-cost.md). A window's oldest batch is reused for the next request once the
-    window is full (:meth:`ProducerStates.stored_next`): copy what must outlive the call that
-    gave it (:class:`Decision` answers are read at once). Compiled, a native class with a
-    native constructor (docs/compiled.md)."""
+    offset): a window of batches of 64 takes a quarter of the memory
+    (docs/idempotence-cost.md). A window's oldest batch is reused for the next request once
+    the window is full (:meth:`ProducerStates.stored_next`): copy what must outlive the call
+    that gave it (:class:`Decision` answers are read at once). Compiled, a native class with
+    a native constructor (docs/compiled.md)."""
 
     __slots__ = (
         "end_offset",
@@ -398,14 +399,20 @@ class StoredBatch:
         self.sequence = sequence
         self.queue_id = queue_id
         self.first_queue_offset = first_queue_offset
-        if len(physical_offsets) == 1:
+        self.first_physical = -1
+        self.offsets = None
+        self.take_offsets(physical_offsets)
+        self.end_offset = end_offset
+        self.store_timestamp = store_timestamp
+
+    def take_offsets(self, physical_offsets: list[int]) -> None:
+        """Keep ``physical_offsets`` (a store's answer's, not kept itself): one record's as
+        :attr:`first_physical`, several in :attr:`offsets`."""
+        if len(physical_offsets) == 1:  # the int read out: the answer's list not kept
             self.first_physical = physical_offsets[0]
             self.offsets = None
         else:
-            self.first_physical = -1
             self.offsets = array("q", physical_offsets)
-        self.end_offset = end_offset
-        self.store_timestamp = store_timestamp
 
     @property
     def physical_offsets(self) -> list[int]:
@@ -717,11 +724,7 @@ class ProducerStates:
             b.sequence = sequence
             b.queue_id = queue_id
             b.first_queue_offset = first_queue_offset
-            if len(physical_offsets) == 1:  # the int read out: the answer's list not kept
-                b.first_physical = physical_offsets[0]
-                b.offsets = None
-            else:
-                b.offsets = array("q", physical_offsets)
+            b.take_offsets(physical_offsets)
             b.end_offset = end_offset
             b.store_timestamp = store_timestamp
         else:
