@@ -587,14 +587,25 @@ def _tail_texts(tail: bytes) -> tuple[str, str]:
 
 def seq_blind(tail: bytes) -> bytes | None:
     """A record tail (topic and properties, as :func:`read_tail`) without the value of its
-    :data:`PROP_PRODUCER_SEQ` property, the first one at a property's start; None when it has
-    none, when the value is not what a broker writes (digits and dots) or when the properties'
-    length is not the tail's rest (the lengths :func:`_tail_texts` checks), so that a tail that
-    would not decode is described on its own and refused as before. Two tails with the same
-    result differ in that value alone: the slave's replay (``storage.dispatch.Replayer``)
-    describes an idempotent producer's records on one topic once by it. Read byte by byte
-    (compiled: native reads, no method called) where a broker puts the property for a message
-    without properties of its own, first; looked for elsewhere only when it is not there."""
+    :data:`PROP_PRODUCER_SEQ` property (:func:`seq_value_span`); None when
+    :func:`seq_value_span` finds none. Two tails with the same result differ in that value
+    alone: the slave's replay (``storage.dispatch.Replayer``) describes an idempotent
+    producer's records on one topic once by it."""
+    span = seq_value_span(tail)
+    if span is None:
+        return None
+    start, stop = span
+    return tail[:start] + tail[stop:]
+
+
+def seq_value_span(tail: bytes) -> tuple[int, int] | None:
+    """Where the value of a record tail's :data:`PROP_PRODUCER_SEQ` property is, ``(start,
+    stop)``: the first such property at a property's start. None when it has none, when the
+    value is not what a broker writes (digits and dots) or when the properties' length is not
+    the tail's rest (the lengths :func:`_tail_texts` checks), so that a tail that would not
+    decode is described on its own and refused as before. Read byte by byte (compiled: native
+    reads, no method called) where a broker puts the property for a message without
+    properties of its own, first; looked for elsewhere only when it is not there."""
     end = len(tail)
     if end < 4:
         return None
@@ -616,7 +627,23 @@ def seq_blind(tail: bytes) -> bytes | None:
         if b != 46 and not 48 <= b <= 57:  # a dot or a digit
             return None
         stop += 1
-    return tail[:start] + tail[stop:]
+    return start, stop
+
+
+def seq_value_at(tail: bytes, start: int, stop: int) -> bool:
+    """Is ``tail[start:stop]`` all digits and dots, as a :data:`PROP_PRODUCER_SEQ` value a
+    broker writes? With ``tail`` as long as one whose value :func:`seq_value_span` found at
+    ``(start, stop)``, the same bytes before ``start`` and from ``stop`` on, the two tails
+    differ in that value alone, and have the same :func:`seq_blind` form: the replay's
+    shortcut for an idempotent producer's records (``storage.dispatch.Replayer``), no blind
+    copy built. Read byte by byte (compiled: native reads)."""
+    i = start
+    while i < stop:
+        b = tail[i]
+        if b != 46 and not 48 <= b <= 57:  # a dot or a digit
+            return False
+        i += 1
+    return True
 
 
 def _seq_name_at(tail: bytes, at: int) -> bool:

@@ -35,7 +35,8 @@ from protocol.message import (
     check_record,
     read_tail_properties,
     read_tail_tags,
-    seq_blind,
+    seq_value_at,
+    seq_value_span,
     tag_hash,
 )
 from protocol.property_index import digest_of
@@ -121,7 +122,21 @@ class Replayer:
     so scans may run ahead of :meth:`apply` (``append_raw`` validates a whole batch before
     writing anything; recovery applies one chunk of records at a time)."""
 
-    __slots__ = ("_damage", "_digests", "_keys", "_next", "_queues", "_seq_tails", "_tails")
+    __slots__ = (
+        "_damage",
+        "_digests",
+        "_keys",
+        "_next",
+        "_queues",
+        "_seq_described",
+        "_seq_prefix",
+        "_seq_size",
+        "_seq_start",
+        "_seq_stop",
+        "_seq_suffix",
+        "_seq_tails",
+        "_tails",
+    )
 
     def __init__(self, queues: ConsumeQueues, *, keys: bool = False, digests: bool = False) -> None:
         """With ``keys`` a scan gathers the key index's hashes of its records
@@ -134,6 +149,15 @@ class Replayer:
         """Tails with a ``__PSEQ`` property, by the tail without its value (:func:`seq_blind`):
         every record of an idempotent producer has a tail of its own, so :attr:`_tails` would
         miss on each of them (and be cleared every :data:`_TAIL_CACHE_LIMIT` records)."""
+        self._seq_prefix = self._seq_suffix = b""
+        self._seq_size = -1
+        self._seq_start = self._seq_stop = 0
+        self._seq_described: Described = ("", 0, _NO_KEYS, 0, 0)
+        """The last tail described that had a ``__PSEQ`` value: its length, where the value
+        was (``[_seq_start, _seq_stop)``), the bytes around it and what it says. A tail of that
+        length with the same bytes around digits and dots there (:func:`seq_value_at`) has
+        the same blind form, so it says the same: found without a look-up, no hash of a tail
+        that differs from every other and no blind copy built (-1: none yet)."""
         self._damage: tuple[int, int] | None = None
         self._keys = keys
         self._digests = digests
@@ -229,9 +253,16 @@ class Replayer:
                     pos = end
                     continue
                 tail = to_bytes(buf[pos + head_size + blen : end])
-                described = tails.get(tail)
-                if described is None:
-                    described = self._describe(tail, base + pos)
+                if (
+                    len(tail) == self._seq_size
+                    and seq_value_at(tail, self._seq_start, self._seq_stop)
+                    and tail.startswith(self._seq_prefix)
+                    and tail.endswith(self._seq_suffix)
+                ):
+                    described = self._seq_described
+                else:
+                    cached = tails.get(tail)
+                    described = self._describe(tail, base + pos) if cached is None else cached
                 topic, tags_hash, hashes, lo, hi = described
                 if queue_offset != run_next or queue_id != run_queue_id or topic != run_topic:
                     if run_topic is not None:
@@ -276,10 +307,13 @@ class Replayer:
         remembered without that property's value (:func:`seq_blind`): neither index reads it
         (the filter digest notes the property's presence only), so the tails of one producer's
         records on one topic, alike but for their sequence, are described once."""
-        blind = seq_blind(tail)
-        if blind is not None:
+        span = seq_value_span(tail)
+        blind: bytes | None = None
+        if span is not None:
+            blind = tail[: span[0]] + tail[span[1] :]
             described = self._seq_tails.get(blind)
             if described is not None:
+                self._seq_last(tail, span, described)
                 return described
         lo = hi = 0
         try:
@@ -308,7 +342,20 @@ class Replayer:
         if len(tails) >= _TAIL_CACHE_LIMIT:
             tails.clear()
         tails[key] = described
+        if span is not None:
+            self._seq_last(tail, span, described)
         return described
+
+    def _seq_last(self, tail: bytes, span: tuple[int, int], described: Described) -> None:
+        """Remember ``tail``, whose ``__PSEQ`` value is at ``span``, as the last idempotent
+        record's (:attr:`_seq_described`)."""
+        start, stop = span
+        self._seq_prefix = tail[:start]
+        self._seq_suffix = tail[stop:]
+        self._seq_size = len(tail)
+        self._seq_start = start
+        self._seq_stop = stop
+        self._seq_described = described
 
     def _check_queue(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> int:
         """Check that a record (CommitLog ``offset``) continues its queue and note the queue's
