@@ -50,13 +50,18 @@ async def test_the_peer_stalled_longest_is_dropped_and_bytes_are_given_back() ->
         assert server.partial_bytes == 2 * HELD
         assert await asyncio.wait_for(peers[0][0].read(), 5) == b""
 
-        # The second peer streams the rest of its frame: over budget again, but the third peer
-        # (stalled) is closed, not the one whose bytes are arriving; its frame is answered.
-        peers[1][1].write(big[HELD:])
+        # The second peer streams more of its frame: over budget again, but the third peer
+        # (stalled) is closed, not the one whose bytes are arriving. Sent in two writes, the
+        # first short of the frame's end: in one, a loaded machine's server may read it whole
+        # in one go, the frame complete before anything is over budget (a flaky test, once).
+        more = HELD + 70 * KIB  # 240 KiB held + 70 > 300
+        peers[1][1].write(big[HELD:more])
+        await wait_until_async(lambda: len(dropped) == 2, "the stalled peer dropped")
+        assert dropped[1:] == [(opened[2], DROP_PARTIAL_FRAME_BUDGET)]
+        peers[1][1].write(big[more:])  # the rest: its frame is answered
         answer = FrameDecoder()
         frames = answer.feed(await asyncio.wait_for(peers[1][0].read(1 << 16), 5))
         assert [(f.opaque, f.code) for f in frames] == [(7, ResponseCode.SUCCESS)]
-        assert dropped[1:] == [(opened[2], DROP_PARTIAL_FRAME_BUDGET)]
         await wait_until_async(lambda: server.partial_bytes == 0, "every byte back")
 
         # A client sending whole frames is served; a peer that leaves mid-frame gives back.
