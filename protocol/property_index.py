@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
+from protocol.message import PROP_PRODUCER_SEQ, decode_properties
 from protocol.sql92 import (
     And,
     Between,
@@ -47,8 +48,10 @@ from protocol.sql92 import (
 
 __all__ = [
     "ALL_BITS",
+    "SEQ_DIGEST",
     "PropertyNeed",
     "digest_of",
+    "digest_of_raw",
     "property_need",
 ]
 
@@ -143,6 +146,22 @@ def digest_of(props: Mapping[str, str]) -> tuple[int, int]:
     for key, value in props.items():
         mask |= _pair_bits(key, "" if key in _VALUE_BLIND else value)
     return mask & ALL_BITS, mask >> 64
+
+
+def digest_of_raw(props_raw: bytes) -> tuple[int, int]:
+    """The digest of a record's properties as the record holds them, encoded (what the filter
+    index reads from a record's tail); both halves :data:`ALL_BITS` when they are not UTF-8,
+    as for a record the index cannot read."""
+    try:
+        return digest_of(decode_properties(props_raw))
+    except UnicodeDecodeError:
+        return ALL_BITS, ALL_BITS
+
+
+SEQ_DIGEST: Final = digest_of({PROP_PRODUCER_SEQ: ""})
+"""The digest of an idempotent producer's ``__PSEQ`` property, whatever its value (only its
+presence is digested): a record whose properties are that property followed by others has the
+others' digest with these bits set."""
 
 
 # ------------------------------------------------------------------------------- the analysis

@@ -1,10 +1,11 @@
 """Writing a batch to a queue: the two steps of ``MessageStore.put`` that do not touch the queue.
 
 1. :meth:`RecordSizer.size`: each message's encoded properties, born host, record size and tag
-   hash, checked against the limits before anything is reserved (a message over
-   ``max_message_bytes`` or properties over ``MAX_PROPERTIES_BYTES`` raise
-   :class:`MessageTooLargeError`, having written nothing). Most messages carry only keys and
-   tags, so those encodings and the packed hosts are cached.
+   hash (and, for the property filter index, its properties' digest), checked against the
+   limits before anything is reserved (a message over ``max_message_bytes`` or properties over
+   ``MAX_PROPERTIES_BYTES`` raise :class:`MessageTooLargeError`, having written nothing). Most
+   messages carry only keys and tags, so those encodings, their digests and the packed hosts
+   are cached.
 2. :func:`encode_batch`: the records encoded into the reserved bytes of a CommitLog segment;
    a field out of range leaves no record past the write position.
 
@@ -29,6 +30,7 @@ from protocol.message import (
     pack_host,
     tag_hash,
 )
+from protocol.property_index import SEQ_DIGEST, digest_of_raw
 from storage.errors import MessageTooLargeError, StoreError
 from storage.segment import Segment
 
@@ -53,6 +55,10 @@ class SizedBatch:
     sizes: list[int] = field(default_factory=list)
     tag_hashes: list[int] = field(default_factory=list)
     total: int = 0
+    digests_lo: list[int] = field(default_factory=list)
+    """The messages' property digests (:func:`protocol.property_index.digest_of_raw` of their
+    encoded properties), when :meth:`RecordSizer.size` was asked for them; else empty."""
+    digests_hi: list[int] = field(default_factory=list)
 
     def __init__(
         self,
@@ -61,6 +67,8 @@ class SizedBatch:
         sizes: list[int] | None = None,
         tag_hashes: list[int] | None = None,
         total: int = 0,
+        digests_lo: list[int] | None = None,
+        digests_hi: list[int] | None = None,
     ) -> None:
         # Written out, as protocol.remoting.Frame's is: a native constructor compiled, one
         # per batch put. A list left out is a fresh one, as the default_factory gave.
@@ -69,22 +77,29 @@ class SizedBatch:
         self.sizes = [] if sizes is None else sizes
         self.tag_hashes = [] if tag_hashes is None else tag_hashes
         self.total = total
+        self.digests_lo = [] if digests_lo is None else digests_lo
+        self.digests_hi = [] if digests_hi is None else digests_hi
 
 
 class RecordSizer:
     def __init__(self, max_message_bytes: int) -> None:
         self._limit = max_message_bytes
         self._hosts: dict[str, bytes] = {}
-        self._tag_props: dict[tuple[str, str], tuple[bytes, int]] = {}
+        self._tag_props: dict[tuple[str, str], _KeysTags] = {}
 
-    def size(self, topic_raw: bytes, messages: Sequence[Message]) -> SizedBatch:
-        """Each message's encoded parts and record size; raises :class:`MessageTooLargeError`
-        for one over the limits."""
+    def size(
+        self, topic_raw: bytes, messages: Sequence[Message], digests: bool = False
+    ) -> SizedBatch:
+        """Each message's encoded parts and record size, and with ``digests`` its properties'
+        digest (the property filter index's, taken here from the bytes the record will hold
+        rather than read back from the record); raises :class:`MessageTooLargeError` for one
+        over the limits."""
         fixed = HEAD_SIZE + 4 + len(topic_raw)
         limit = self._limit
         hosts = self._hosts
         tag_props = self._tag_props
         batch = SizedBatch()
+        seq_lo, seq_hi = SEQ_DIGEST
         for msg in messages:
             props = msg.properties
             seq = msg.seq_property  # the broker's __PSEQ, encoded (idempotent sends)
@@ -99,16 +114,21 @@ class RecordSizer:
                     if cached is None:
                         cached = self._encode_keys_tags(msg.keys, msg.tags)
                     raw = encode_properties(props)
-                    props_raw = raw + seq + cached[0] if seq else raw + cached[0]
-                    tags_hash = cached[1]
+                    props_raw = raw + seq + cached.raw if seq else raw + cached.raw
+                    tags_hash = cached.tag_hash
                 if len(props_raw) > MAX_PROPERTIES_BYTES:
                     raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
+                if digests:
+                    lo, hi = digest_of_raw(props_raw)
+                    batch.digests_lo.append(lo)
+                    batch.digests_hi.append(hi)
             else:
                 # Most messages carry only keys and tags: their encoding repeats.
                 cached = tag_props.get((msg.keys, msg.tags))
                 if cached is None:
                     cached = self._encode_keys_tags(msg.keys, msg.tags)
-                props_raw, tags_hash = cached
+                props_raw = cached.raw
+                tags_hash = cached.tag_hash
                 if seq:
                     # An idempotent send without properties of its own: its __PSEQ first, as
                     # encoding the property in the dict would place it (the stamp's own bytes
@@ -118,6 +138,16 @@ class RecordSizer:
                         raise MessageTooLargeError(
                             f"properties exceed {MAX_PROPERTIES_BYTES} bytes"
                         )
+                if digests:
+                    # The broker's own property, whole (its value is digits and dots, ended
+                    # by the separator), before the cached keys and tags: their digest with
+                    # the property's presence (only that is digested of __PSEQ).
+                    if seq:
+                        batch.digests_lo.append(cached.digest_lo | seq_lo)
+                        batch.digests_hi.append(cached.digest_hi | seq_hi)
+                    else:
+                        batch.digests_lo.append(cached.digest_lo)
+                        batch.digests_hi.append(cached.digest_hi)
             size = fixed + len(msg.body) + len(props_raw)
             if size > limit:
                 raise MessageTooLargeError(f"a {size}-byte record exceeds {limit} bytes")
@@ -131,13 +161,30 @@ class RecordSizer:
             batch.total += size
         return batch
 
-    def _encode_keys_tags(self, keys: str, tags: str) -> tuple[bytes, int]:
+    def _encode_keys_tags(self, keys: str, tags: str) -> _KeysTags:
         props_raw = encode_properties(
             Message(topic="", body=b"", keys=keys, tags=tags).all_properties()
         )
         if len(props_raw) > MAX_PROPERTIES_BYTES:
             raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
-        return _remember(self._tag_props, (keys, tags), (props_raw, tag_hash(tags)))
+        lo, hi = digest_of_raw(props_raw)
+        return _remember(
+            self._tag_props, (keys, tags), _KeysTags(props_raw, tag_hash(tags), lo, hi)
+        )
+
+
+class _KeysTags:
+    """A message's keys and tags encoded as its record's properties, their tag hash and their
+    digest (:func:`protocol.property_index.digest_of_raw`): what messages with the same keys
+    and tags and no other properties share."""
+
+    __slots__ = ("digest_hi", "digest_lo", "raw", "tag_hash")
+
+    def __init__(self, raw: bytes, tag_hash: int, digest_lo: int, digest_hi: int) -> None:
+        self.raw = raw
+        self.tag_hash = tag_hash
+        self.digest_lo = digest_lo
+        self.digest_hi = digest_hi
 
 
 def encode_batch(

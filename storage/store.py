@@ -271,7 +271,10 @@ class MessageStore:
             first = 0 if queue is None else queue.max_offset
             return PutResult(queue_id, first, 0, [], commitlog.write_pos, now_ms)
         topic_raw = topic.encode()
-        batch = self._sizer.size(topic_raw, messages)
+        # The property filter index's digests from the bytes the records get (else it reads
+        # each record back from the CommitLog: storage.filter_index).
+        digesting = self._queues.on_append is not None
+        batch = self._sizer.size(topic_raw, messages, digesting)
         if batch.total + BLANK_MIN > commitlog.segment_bytes:
             raise MessageTooLargeError(
                 f"a {batch.total}-byte batch does not fit in a {commitlog.segment_bytes}-byte segment"
@@ -288,7 +291,13 @@ class MessageStore:
         physical_offsets, end = encode_batch(
             self._encoder, seg, rel, topic_raw, queue_id, first, messages, batch, now_ms
         )
-        queue.append(first, physical_offsets, batch.sizes, batch.tag_hashes)
+        queue.append(
+            first,
+            physical_offsets,
+            batch.sizes,
+            batch.tag_hashes,
+            (batch.digests_lo, batch.digests_hi) if digesting else None,
+        )
         commitlog.advance(end, seg, now_ms)
         if self.index is not None:
             self.index.add_put(commitlog, topic_raw, messages, physical_offsets, now_ms)

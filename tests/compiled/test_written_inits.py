@@ -52,7 +52,18 @@ SAMPLES: list[tuple[Any, bool]] = [
         False,
     ),
     (ProducerSeq(producer_id=7, epoch=2, sequence=41), True),
-    (SizedBatch(props=[b"p"], hosts=[b"h"], sizes=[10], tag_hashes=[4], total=10), False),
+    (
+        SizedBatch(
+            props=[b"p"],
+            hosts=[b"h"],
+            sizes=[10],
+            tag_hashes=[4],
+            total=10,
+            digests_lo=[5],
+            digests_hi=[6],
+        ),
+        False,
+    ),
     (
         RecordInfo(
             size=90,

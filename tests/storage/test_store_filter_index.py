@@ -14,14 +14,17 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from protocol.filter import SqlFilter, filter_records, parse_filter
+from protocol.filter import SqlFilter, filter_records, parse_filter, record_properties
+from protocol.idempotence import ProducerSeq, stamp
 from protocol.message import Message, iter_records
+from protocol.property_index import digest_of
 from protocol.sql92 import Node, to_sql
 from storage import queue_read
 from storage.store import GetStatus, MessageStore
 from tests.hypothesis_profiles import examples
-from tests.protocol.test_sql92 import NAMES, STR_VALUES, trees
+from tests.protocol.test_sql92 import NAMES, STR_VALUES, prop_maps, trees
 from tests.storage.support import TOPIC, commitlog_bytes, crash_copy, messages, open_store
 
 NOW = 1_700_000_000_000
@@ -198,5 +201,62 @@ def test_an_unreadable_record_gets_a_digest_that_matches_anything(tmp_path: Path
         assert queue.digests is not None
         assert queue.digests.may_match(1, store.max_offset + 4096, sql("k = 5").hashes)
         assert not queue.digests.may_match(0, physical, sql("k = 5").hashes)
+    finally:
+        store.close()
+
+
+_requests = st.lists(
+    st.tuples(
+        st.lists(
+            st.tuples(
+                prop_maps,
+                st.sampled_from(["", "k1", "k1 k2"]),  # keys
+                st.sampled_from(["", "TagA", "Tag\x02B"]),  # tags, one with a separator
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        st.booleans(),  # an idempotent producer's request: its __PSEQ stamped
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=examples(100),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(_requests)
+def test_a_put_hands_the_index_the_digest_of_the_record_it_wrote(
+    tmp_path_factory: pytest.TempPathFactory,
+    requests: list[tuple[list[tuple[dict[str, str], str, str]], bool]],
+) -> None:
+    """The master's put gives the filter index each record's digest from the properties it
+    encodes (cached for keys and tags alone; the broker's __PSEQ added as its presence) instead
+    of the index reading each record back: the same digest as the record's own properties give
+    (what the index computed from the record before, and what a slave's replay computes), for
+    any properties, keys and tags, with and without the stamp, single and batched."""
+    store = open_store(tmp_path_factory.mktemp("digests"), filter_index=True)
+    try:
+        for i, (items, sequenced) in enumerate(requests):
+            msgs = [
+                Message(topic=TOPIC, body=b"b", properties=dict(p), keys=keys, tags=tags)
+                for p, keys, tags in items
+            ]
+            if sequenced:
+                stamp(msgs, ProducerSeq(7, 0, i))
+            store.put(TOPIC, 0, msgs, NOW)
+        got = _digests(store)
+        res = store.get(TOPIC, 0, 0, len(got), 1 << 24)
+        assert res.status is GetStatus.FOUND
+        body = bytes(res.body)
+        want: list[tuple[int, int, int]] = []
+        pos = 0
+        for r in iter_records(body):  # each record's digest as the index read it before
+            want.append((r.queue_offset, *digest_of(record_properties(body, pos))))
+            pos += int.from_bytes(body[pos : pos + 4], "big")
+        assert got == want
     finally:
         store.close()
