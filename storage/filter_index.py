@@ -3,10 +3,12 @@ ConsumeQueue entry, so SQL92 filters pass over records they cannot match unread.
 
 :class:`FilterIndex` is called with every run of entries a ConsumeQueue appends (a put on the
 master, the records a slave replicates, recovery's replay, a queue rebuilt from the CommitLog:
-all append through :meth:`storage.consumequeue.ConsumeQueue.append`). It reads each new
-record's properties from its tail (the body is not read) and keeps, per queue,
-:func:`protocol.property_index.digest_of` of them with the record's CommitLog offset
-(:class:`QueueDigests`). A reader (:func:`storage.queue_read.scan`) asks
+all append through :meth:`storage.consumequeue.ConsumeQueue.append`) and keeps, per queue,
+:func:`protocol.property_index.digest_of` of each record's properties with the record's
+CommitLog offset (:class:`QueueDigests`). A put and a replay hand the digests over with the
+entries (a put from the properties it encodes, ``storage.queue_write.RecordSizer``; a replay
+from the tails its scan decodes); otherwise it reads each new record's properties from its
+tail (the body is not read). A reader (:func:`storage.queue_read.scan`) asks
 :meth:`QueueDigests.may_match` before reading a record; an entry the index does not hold, or
 whose CommitLog offset is not the entry's (a queue offset reused after a truncation), answers
 "may match" and its record is read as without an index.
