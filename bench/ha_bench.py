@@ -55,6 +55,9 @@ its last scheduler tick, tens of ms late on a busy core), and prints the reading
 share of each phase's least CPU time and how many readings found a thread still running. With
 the median of the rounds' own on / off it prints a 90% bootstrap interval of that median (the
 rounds resampled, seeded): on a shared machine the rounds scatter by far more than the step.
+Then, for the single sends and the batches, each process's CPU per message on - off (the
+master, a slave, the bench's own client), the median of the rounds' own differences with its
+interval: all of them share the machine's cores, so the rate follows their sum.
 ``--spy DIR`` records the master and that slave with py-spy during phases 1, 2 and 3 and prints
 their top functions (bench/profile_summary.py); ``--only-produce`` stops after phase 3.
 
@@ -160,7 +163,7 @@ async def _drive(
         link=link,
     )
     dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
-    _SYSCALLS["client CPU"] = (round((time.process_time() - client0) * 1e6), 0)
+    _CLIENT_CPU[0] = time.process_time() - client0
     for p, (r0, w0) in calls0.items():
         r1, w1 = syscalls(p)
         role = "master" if p == pid else "slave"
@@ -170,6 +173,10 @@ async def _drive(
 
 _SYSCALLS: dict[str, tuple[int, int]] = {}
 """The last phase's read and write system calls (role -> (reads, writes))."""
+_CLIENT_CPU: list[float] = [0.0]
+"""The bench process's CPU seconds in the last phase (the client's: it shares the machine)."""
+_SLAVE_CPU: list[float] = [0.0]
+"""A slave's CPU seconds a message in the last produce phase (0: not measured)."""
 
 
 def syscalls(pid: int) -> tuple[int, int]:
@@ -184,14 +191,12 @@ def syscalls(pid: int) -> tuple[int, int]:
 
 def _syscalls_line(messages: int) -> str:
     """Reads and writes per 100 messages of the last phase, master and slave."""
-    client = _SYSCALLS.get("client CPU", (0, 0))[0]
     parts = [
         f"{role} {r / messages * 100:.0f}r+{w / messages * 100:.0f}w"
         for role, (r, w) in _SYSCALLS.items()
-        if role != "client CPU"
     ]
     calls = "  syscalls/100 msg: " + ", ".join(parts) if parts else ""
-    return calls + f"  client CPU {client / messages * 100_000 / 1e6:5.2f} s/100k"
+    return calls + f"  client CPU {_CLIENT_CPU[0] / messages * 100_000:5.2f} s/100k"
 
 
 def _load() -> str:
@@ -255,6 +260,7 @@ def _print_produce(
     phase's entry in TARGETS); returns msg/s."""
     dt, lat, cpu, scpu = phase
     rate = sent / dt
+    _SLAVE_CPU[0] = scpu / sent
     print(
         f"produce, {what} {rate:>9,.0f} msg/s {sent * size / dt / 1e6:6.1f} MB/s"
         f"  {p50} {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
@@ -626,14 +632,15 @@ async def auth_comparison(args: argparse.Namespace) -> None:
     )
 
 
-def _bootstrap_interval(values: list[float], draws: int = 2000) -> str:
+def _bootstrap_interval(values: list[float], draws: int = 2000, *, signed: bool = False) -> str:
     """The 5th and 95th percentiles of the median of ``values`` resampled with replacement
     ``draws`` times (seeded: a run's output is repeatable from its figures): how far a median of
     so many rounds that scatter so much can be off, which on a shared machine is far more than
-    the CPU reading's step."""
+    the CPU reading's step. ``signed``: differences, printed with their sign to 2 places."""
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return f"{medians[draws // 20]:.3f}-{medians[draws - draws // 20 - 1]:.3f}"
+    low, high = medians[draws // 20], medians[draws - draws // 20 - 1]
+    return f"{low:+.2f} to {high:+.2f}" if signed else f"{low:.3f}-{high:.3f}"
 
 
 async def idempotence_comparison(args: argparse.Namespace) -> None:
@@ -642,11 +649,14 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
     order rotated each round): each line, then the medians' ratios (target: within 5%) with the
     median of each round's own ratio and its bootstrap interval, and the master's CPU per
     message of each phase, on / off (the same two figures; steadier than the rates on a shared
-    machine)."""
+    machine), then each process's CPU per message on - off in the single sends and batches."""
     body = payload(args.size)
     results: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     cpu: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     """The master's CPU microseconds per message of each phase, per round."""
+    others: dict[bool, list[tuple[float, float, float, float]]] = {False: [], True: []}
+    """A slave's and the client's CPU microseconds per message of the single sends and the
+    batches, per round."""
     async with group_of_three("rmq-ha-bench-") as broker_a:
         pid = node_at(broker_a.cluster, broker_a.master).pid
         slave_pid = next(b.pid for b in broker_a.cluster.brokers if b.address != broker_a.master)
@@ -679,9 +689,13 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
 
                 c0 = reading()
                 single = await produce(link, args.messages, body, pid, slave_pid, ident())
+                single_others = (_SLAVE_CPU[0] * 1e6, _CLIENT_CPU[0] / args.messages * 1e6)
                 c1 = reading()
                 batch = await produce(
                     link, args.batch_messages, body, pid, slave_pid, ident(), batch=True
+                )
+                others[on].append(
+                    (*single_others, _SLAVE_CPU[0] * 1e6, _CLIENT_CPU[0] / batched * 1e6)
                 )
                 c2 = reading()
                 p50 = await produce_one_at_a_time(link, args.one_at_a_time, body, pids, ident())
@@ -737,6 +751,28 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
             + ", off "
             + " ".join(f"{x[i]:.1f}" for x in cpu[False])
             + ")",
+            flush=True,
+        )
+    # Where the difference is: every process shares the machine's two cores (and the
+    # request's path), so a microsecond more in any of them slows the phase.
+    for j, name in ((0, "64 in flight"), (1, "batches of 64")):
+        diffs = {
+            "master": [on[j] - off[j] for on, off in zip(cpu[True], cpu[False], strict=True)],
+            "a slave": [
+                on[2 * j] - off[2 * j] for on, off in zip(others[True], others[False], strict=True)
+            ],
+            "the client": [
+                on[2 * j + 1] - off[2 * j + 1]
+                for on, off in zip(others[True], others[False], strict=True)
+            ],
+        }
+        print(
+            f"CPU per message on - off, {name} (us, the median of the rounds' own "
+            "differences, 90% bootstrap interval): "
+            + "; ".join(
+                f"{who} {statistics.median(d):+.2f} ({_bootstrap_interval(d, signed=True)})"
+                for who, d in diffs.items()
+            ),
             flush=True,
         )
     least = [min(x[i] for x in spent) for i in range(3)]
