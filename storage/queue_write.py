@@ -139,6 +139,8 @@ class RecordSizer:
                             f"properties exceed {MAX_PROPERTIES_BYTES} bytes"
                         )
                 if digests:
+                    if cached.digest_lo < 0:  # not needed before (the filter index was off)
+                        cached.digest_lo, cached.digest_hi = digest_of_raw(cached.raw)
                     # The broker's own property, whole (its value is digits and dots, ended
                     # by the separator), before the cached keys and tags: their digest with
                     # the property's presence (only that is digested of __PSEQ).
@@ -167,24 +169,24 @@ class RecordSizer:
         )
         if len(props_raw) > MAX_PROPERTIES_BYTES:
             raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
-        lo, hi = digest_of_raw(props_raw)
-        return _remember(
-            self._tag_props, (keys, tags), _KeysTags(props_raw, tag_hash(tags), lo, hi)
-        )
+        return _remember(self._tag_props, (keys, tags), _KeysTags(props_raw, tag_hash(tags)))
 
 
 class _KeysTags:
     """A message's keys and tags encoded as its record's properties, their tag hash and their
-    digest (:func:`protocol.property_index.digest_of_raw`): what messages with the same keys
-    and tags and no other properties share."""
+    digest (:func:`protocol.property_index.digest_of_raw`, taken the first time a put asks for
+    digests: a broker without the filter index, whose messages may each have keys of their
+    own, never computes it): what messages with the same keys and tags and no other
+    properties share."""
 
     __slots__ = ("digest_hi", "digest_lo", "raw", "tag_hash")
 
-    def __init__(self, raw: bytes, tag_hash: int, digest_lo: int, digest_hi: int) -> None:
+    def __init__(self, raw: bytes, tag_hash: int) -> None:
         self.raw = raw
         self.tag_hash = tag_hash
-        self.digest_lo = digest_lo
-        self.digest_hi = digest_hi
+        self.digest_lo = -1
+        """-1: not taken yet (a digest's halves are never negative)."""
+        self.digest_hi = -1
 
 
 def encode_batch(
