@@ -163,20 +163,21 @@ async def _drive(
         link=link,
     )
     dt, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
-    _CLIENT_CPU[0] = time.process_time() - client0
+    scpu = (cpu_seconds(slave_pid) - scpu0) if slave_pid else 0.0
+    _LAST_CPU["client"] = time.process_time() - client0
+    _LAST_CPU["slave"] = scpu
     for p, (r0, w0) in calls0.items():
         r1, w1 = syscalls(p)
         role = "master" if p == pid else "slave"
         _SYSCALLS[role] = (r1 - r0, w1 - w0)
-    return dt, lat, cpu, (cpu_seconds(slave_pid) - scpu0) if slave_pid else 0.0
+    return dt, lat, cpu, scpu
 
 
 _SYSCALLS: dict[str, tuple[int, int]] = {}
 """The last phase's read and write system calls (role -> (reads, writes))."""
-_CLIENT_CPU: list[float] = [0.0]
-"""The bench process's CPU seconds in the last phase (the client's: it shares the machine)."""
-_SLAVE_CPU: list[float] = [0.0]
-"""A slave's CPU seconds a message in the last produce phase (0: not measured)."""
+_LAST_CPU: dict[str, float] = {"client": 0.0, "slave": 0.0}
+"""The last phase's CPU seconds of the bench process (the client's: it shares the machine) and
+of a slave (0: not measured)."""
 
 
 def syscalls(pid: int) -> tuple[int, int]:
@@ -196,7 +197,7 @@ def _syscalls_line(messages: int) -> str:
         for role, (r, w) in _SYSCALLS.items()
     ]
     calls = "  syscalls/100 msg: " + ", ".join(parts) if parts else ""
-    return calls + f"  client CPU {_CLIENT_CPU[0] / messages * 100_000:5.2f} s/100k"
+    return calls + f"  client CPU {_LAST_CPU['client'] / messages * 100_000:5.2f} s/100k"
 
 
 def _load() -> str:
@@ -260,7 +261,6 @@ def _print_produce(
     phase's entry in TARGETS); returns msg/s."""
     dt, lat, cpu, scpu = phase
     rate = sent / dt
-    _SLAVE_CPU[0] = scpu / sent
     print(
         f"produce, {what} {rate:>9,.0f} msg/s {sent * size / dt / 1e6:6.1f} MB/s"
         f"  {p50} {pct(lat, 0.5) * 1000:5.2f} ms  p99 {pct(lat, 0.99) * 1000:6.2f} ms"
@@ -689,13 +689,13 @@ async def idempotence_comparison(args: argparse.Namespace) -> None:
 
                 c0 = reading()
                 single = await produce(link, args.messages, body, pid, slave_pid, ident())
-                single_others = (_SLAVE_CPU[0] * 1e6, _CLIENT_CPU[0] / args.messages * 1e6)
+                single_others = [_LAST_CPU[p] / args.messages * 1e6 for p in ("slave", "client")]
                 c1 = reading()
                 batch = await produce(
                     link, args.batch_messages, body, pid, slave_pid, ident(), batch=True
                 )
                 others[on].append(
-                    (*single_others, _SLAVE_CPU[0] * 1e6, _CLIENT_CPU[0] / batched * 1e6)
+                    (*single_others, *(_LAST_CPU[p] / batched * 1e6 for p in ("slave", "client")))
                 )
                 c2 = reading()
                 p50 = await produce_one_at_a_time(link, args.one_at_a_time, body, pids, ident())

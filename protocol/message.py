@@ -619,15 +619,9 @@ def seq_value_span(tail: bytes) -> tuple[int, int] | None:
             at = tail.find(_SEQ_NAME, at + 1)
         if at < 0:
             return None
-    start = stop = at + _SEQ_NAME_LEN
-    while stop < end:
-        b = tail[stop]
-        if b == 2:
-            break
-        if b != 46 and not 48 <= b <= 57:  # a dot or a digit
-            return None
-        stop += 1
-    return start, stop
+    start = at + _SEQ_NAME_LEN
+    stop = _value_end(tail, start, end)
+    return None if stop < 0 else (start, stop)
 
 
 def seq_value_at(tail: bytes, start: int, stop: int) -> bool:
@@ -636,14 +630,23 @@ def seq_value_at(tail: bytes, start: int, stop: int) -> bool:
     ``(start, stop)``, the same bytes before ``start`` and from ``stop`` on, the two tails
     differ in that value alone, and have the same :func:`seq_blind` form: the replay's
     shortcut for an idempotent producer's records (``storage.dispatch.Replayer``), no blind
-    copy built. Read byte by byte (compiled: native reads)."""
+    copy built."""
+    return _value_end(tail, start, stop) == stop
+
+
+def _value_end(tail: bytes, start: int, end: int) -> int:
+    """Where the run of digits and dots (a :data:`PROP_PRODUCER_SEQ` value as a broker writes
+    it) from ``start`` ends: at the first ``\x02`` (the property's end) or at ``end``; -1 at
+    any other byte before them. Read byte by byte (compiled: native reads, no method called)."""
     i = start
-    while i < stop:
+    while i < end:
         b = tail[i]
+        if b == 2:
+            return i
         if b != 46 and not 48 <= b <= 57:  # a dot or a digit
-            return False
+            return -1
         i += 1
-    return True
+    return end
 
 
 def _seq_name_at(tail: bytes, at: int) -> bool:
