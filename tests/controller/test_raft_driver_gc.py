@@ -6,12 +6,14 @@ snapshot just taken is frozen, as a restored one is. Three in-process nodes on l
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from controller.raft_driver import NotLeaderError
 from tests.controller.support import KV, DriverCluster, put
 from tests.support.wait import wait_until_async
 
@@ -60,6 +62,20 @@ async def test_a_restart_decodes_its_snapshot_with_the_collector_paused(tmp_path
         await c.stop()
 
 
+async def _propose(c: DriverCluster, data: bytes) -> None:
+    """``data`` proposed on the leader of the moment: a leadership change under load (a CI run
+    once: NotLeaderError at the first leader) moves the proposal to the new leader."""
+    deadline = asyncio.get_running_loop().time() + 20.0
+    while True:
+        leader = await c.leader()
+        try:
+            await leader.d.propose(data, 5.0)
+            return
+        except NotLeaderError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+
+
 async def test_the_state_as_of_a_snapshot_taken_is_frozen(tmp_path: Path) -> None:
     c = DriverCluster(tmp_path, snapshot_every=8)
     await c.start()
@@ -68,7 +84,11 @@ async def test_the_state_as_of_a_snapshot_taken_is_frozen(tmp_path: Path) -> Non
         held = leader.kv.applied  # a list the state machine holds (tracked by the collector)
         assert gc.is_tracked(held) and any(o is held for o in gc.get_objects())
         for i in range(20):
-            await leader.d.propose(put(f"k{i}", str(i)), 5.0)
+            if i == 4:  # leadership moves before any snapshot: the node's own snapshot counts
+                other = next(n for n in c.nodes.values() if n is not leader)
+                await leader.d.transfer_leadership(other.id, 10.0)
+            await _propose(c, put(f"k{i}", str(i)))
+        # every node snapshots what it applied: the first leader's own snapshot
         await wait_until_async(
             lambda: leader.d.storage.snapshot_meta().index > 0, "a snapshot on the leader", 10
         )
