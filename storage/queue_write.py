@@ -100,7 +100,6 @@ class RecordSizer:
         tag_props = self._tag_props
         batch = SizedBatch()
         seq_lo, seq_hi = SEQ_DIGEST
-        lo = hi = 0  # the message's digest (with ``digests``)
         for msg in messages:
             props = msg.properties
             seq = msg.seq_property  # the broker's __PSEQ, encoded (idempotent sends)
@@ -121,6 +120,8 @@ class RecordSizer:
                     raise MessageTooLargeError(f"properties exceed {MAX_PROPERTIES_BYTES} bytes")
                 if digests:
                     lo, hi = digest_of_raw(props_raw)
+                    batch.digests_lo.append(lo)
+                    batch.digests_hi.append(hi)
             else:
                 # Most messages carry only keys and tags: their encoding repeats.
                 cached = tag_props.get((msg.keys, msg.tags))
@@ -143,13 +144,12 @@ class RecordSizer:
                     # The broker's own property, whole (its value is digits and dots, ended
                     # by the separator), before the cached keys and tags: their digest with
                     # the property's presence (only that is digested of __PSEQ).
-                    lo, hi = cached.digest_lo, cached.digest_hi
                     if seq:
-                        lo |= seq_lo
-                        hi |= seq_hi
-            if digests:
-                batch.digests_lo.append(lo)
-                batch.digests_hi.append(hi)
+                        batch.digests_lo.append(cached.digest_lo | seq_lo)
+                        batch.digests_hi.append(cached.digest_hi | seq_hi)
+                    else:
+                        batch.digests_lo.append(cached.digest_lo)
+                        batch.digests_hi.append(cached.digest_hi)
             size = fixed + len(msg.body) + len(props_raw)
             if size > limit:
                 raise MessageTooLargeError(f"a {size}-byte record exceeds {limit} bytes")
