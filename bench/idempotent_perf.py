@@ -7,13 +7,16 @@ dwarf`` on the master during each phase. Each sample is folded by where it is (a
 counts the samples with its function anywhere on the stack); per phase, samples / rate /
 messages is µs a message. Printed: each phase's rate and master CPU, then each part's on - off
 per message over the rounds' pairs (the first round left out, a warm-up), the mean ± its
-standard error, and the off phases' mean.
+standard error, and the off phases' mean. ``--role slave``: the same with the perf on a slave
+and a slave's parts (the replicated append, its replay, the flush, the other threads).
+``--functions N`` also prints the N functions (anywhere on the stack) whose time differs most.
 
 Needs ``perf`` (linux-perf) and a ``kernel.perf_event_paranoid`` of 2 or less (a process's own
 children). Run it on the compiled build (``make venv``): compiled functions show in the stacks
 by name, interpreted ones only as the interpreter's.
 
     python bench/idempotent_perf.py [--rounds 17] [--messages 20000] [--freq 999] [--keep DIR]
+        [--role master|slave] [--functions N]
 """
 
 from __future__ import annotations
@@ -62,6 +65,18 @@ PARTS: tuple[tuple[str, str | None, str], ...] = (
     ("the flush thread (MessageStore.flush)", "MessageStore___flush", "all"),
     ("the other threads", None, "threads"),
 )
+SLAVE_PARTS: tuple[tuple[str, str | None, str], ...] = (
+    ("the whole slave", None, "all"),
+    (
+        "the replicated append (Appender.append_replicated)",
+        "Appender___append_replicated",
+        "all",
+    ),
+    ("  the replay (Replayer.scan)", "Replayer___scan", "all"),
+    ("garbage collection", "gc_collect", "all"),
+    ("the flush thread (MessageStore.flush)", "MessageStore___flush", "all"),
+    ("the other threads", None, "threads"),
+)
 _OFFSET = re.compile(r"\+0x[0-9a-f]+$")
 
 
@@ -85,13 +100,15 @@ def stacks(data: Path) -> list[tuple[bool, list[str]]]:
     return samples
 
 
-def fold(data: Path) -> Counter[str]:
-    """Samples per row of :data:`PARTS`."""
+def fold(
+    samples: list[tuple[bool, list[str]]], parts: tuple[tuple[str, str | None, str], ...] = PARTS
+) -> Counter[str]:
+    """Samples (:func:`stacks`) per row of ``parts`` (:data:`PARTS` or :data:`SLAVE_PARTS`)."""
     rows: Counter[str] = Counter()
-    for main, frames in stacks(data):
+    for main, frames in samples:
         in_handler = any(HANDLER in f for f in frames)
         in_decoding = any("cmsgpack_2unpackb" in f for f in frames)
-        for row, function, kind in PARTS:
+        for row, function, kind in parts:
             if kind == "threads":
                 hit = not main
             elif kind.startswith("loop"):
@@ -108,12 +125,27 @@ def fold(data: Path) -> Counter[str]:
     return rows
 
 
-async def run(args: argparse.Namespace, out: Path) -> dict[str, Counter[str]]:
+def by_function(samples: list[tuple[bool, list[str]]]) -> Counter[str]:
+    """Samples per function anywhere on their stack (each function once a sample)."""
+    found: Counter[str] = Counter()
+    for _, frames in samples:
+        found.update({f.split(" (")[0] for f in frames if f})
+    return found
+
+
+async def run(
+    args: argparse.Namespace, out: Path
+) -> tuple[dict[str, Counter[str]], dict[str, Counter[str]]]:
+    """Each phase's samples by row, and by function (empty without ``--functions``)."""
     body = payload(1024)
     ids = iter(range(1, 1_000_000))
     phases: dict[str, Counter[str]] = {}
+    functions: dict[str, Counter[str]] = {}
     async with group_of_three("rmq-idempotent-perf-") as broker_a:
         pid = node_at(broker_a.cluster, broker_a.master).pid
+        if args.role == "slave":
+            pid = next(b.pid for b in broker_a.cluster.brokers if b.address != broker_a.master)
+        parts = SLAVE_PARTS if args.role == "slave" else PARTS
         link = await producer_connection(broker_a)
         for r in range(args.rounds):
             for on in (False, True) if r % 2 == 0 else (True, False):
@@ -148,31 +180,65 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Counter[str]]:
                     perf.send_signal(signal.SIGINT)  # perf writes its file on SIGINT
                     perf.wait(timeout=60)
                 cpu = idle_cpu_seconds(pid)[0] - cpu0
-                phases[name] = fold(data)
+                samples = stacks(data)
+                phases[name] = fold(samples, parts)
+                if args.functions:
+                    functions[name] = by_function(samples)
                 print(
                     f"round {r + 1}, idempotence {'on ' if on else 'off'}: "
-                    f"{args.messages / dt:9,.0f} msg/s  master CPU {cpu / args.messages * 1e6:6.2f} "
+                    f"{args.messages / dt:9,.0f} msg/s  {args.role} CPU "
+                    f"{cpu / args.messages * 1e6:6.2f} "
                     f"us a message (under perf)  load {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
                 if not args.keep:
                     data.unlink()
         link.close()
-    return phases
+    return phases, functions
 
 
-def report(phases: dict[str, Counter[str]], messages: int, freq: int) -> None:
+def report(
+    phases: dict[str, Counter[str]],
+    messages: int,
+    freq: int,
+    parts: tuple[tuple[str, str | None, str], ...] = PARTS,
+) -> None:
     per = 1e6 / freq / messages  # µs a message that one sample stands for
     pairs = [f"r{r:02d}" for r in range(1, len(phases) // 2)]
     print(
         f"on - off, us a message, the mean +- its standard error over {len(pairs)} pairs "
         "(the first round left out); the off phases' mean:"
     )
-    for row, _, _ in PARTS:
+    for row, _, _ in parts:
         diffs = [(phases[f"{p}-on"][row] - phases[f"{p}-off"][row]) * per for p in pairs]
         off = statistics.mean(phases[f"{p}-off"][row] * per for p in pairs)
         se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
         print(f"  {row:<64} {statistics.mean(diffs):+6.2f} +- {se:4.2f}  (off {off:6.2f})")
+
+
+def report_functions(
+    functions: dict[str, Counter[str]], messages: int, freq: int, top: int
+) -> None:
+    """The ``top`` functions whose samples differ most on - off (anywhere on the stack)."""
+    per = 1e6 / freq / messages
+    pairs = [f"r{r:02d}" for r in range(1, len(functions) // 2)]
+    names = set().union(*functions.values())
+    rows = []
+    for name in names:
+        diffs = [(functions[f"{p}-on"][name] - functions[f"{p}-off"][name]) * per for p in pairs]
+        off = statistics.mean(functions[f"{p}-off"][name] * per for p in pairs)
+        se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
+        rows.append((statistics.mean(diffs), se, off, name))
+    # the frames under every sample (the interpreter's entry, the loop's run) say nothing
+    whole = max((row[2] for row in rows), default=0.0)
+    rows = [row for row in rows if row[2] < whole / 2]
+    rows.sort(key=lambda row: -abs(row[0]))
+    print(
+        f"the {top} functions whose time differs most, on - off, us a message (as above; "
+        "those under half the samples or fewer):"
+    )
+    for mean, se, off, name in rows[:top]:
+        print(f"  {mean:+6.2f} +- {se:4.2f}  (off {off:6.2f})  {name}")
 
 
 def main() -> None:
@@ -181,6 +247,19 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=20_000, help="single sends a phase")
     p.add_argument("--freq", type=int, default=999, help="perf's samples a second")
     p.add_argument("--keep", type=Path, help="keep each phase's perf.data in this directory")
+    p.add_argument(
+        "--role",
+        choices=("master", "slave"),
+        default="master",
+        help="the process perf records: the master, or one of its two slaves",
+    )
+    p.add_argument(
+        "--functions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N functions whose time differs most on - off (0: not)",
+    )
     args = p.parse_args()
     if args.rounds < 3:
         raise SystemExit("--rounds: at least 3 (the first is left out, and an error needs two)")
@@ -189,8 +268,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rmq-idempotent-perf-data-") as tmp:
         out = args.keep or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        phases = asyncio.run(run(args, out))
-    report(phases, args.messages, args.freq)
+        phases, functions = asyncio.run(run(args, out))
+    report(phases, args.messages, args.freq, SLAVE_PARTS if args.role == "slave" else PARTS)
+    if args.functions:
+        report_functions(functions, args.messages, args.freq, args.functions)
 
 
 if __name__ == "__main__":
