@@ -66,7 +66,17 @@ async def killed_with_queues_unsynced(tmp: Path, topics: int) -> None:
     )
     try:
         broker.start_and_wait(60)
-        await create_and_fill(broker, topics)
+        filled = await create_and_fill(broker, topics)
+        # A flush that starts once the fill is written takes the new queues' marks (their
+        # directories): when enough of them are left for one syncfs, the flush syncs every
+        # file and moves the dispatched offset to where it started. Left to a flush that
+        # starts during the second puts, that would make some of them durable as well, and
+        # the replay below would not need them (kill -9 alone, no power loss).
+        wait_until(
+            lambda: (c := checkpoint(broker)) is not None and c.flushed_offset > filled,
+            "a flush after the fill, before the second puts",
+            60,
+        )
         last = await put_second(broker, queues)
         point = wait_until(
             lambda: (c := checkpoint(broker)) is not None and c.flushed_offset > last and c,

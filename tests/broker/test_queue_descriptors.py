@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from protocol.codes import RequestCode, ResponseCode
-from protocol.message import iter_records
+from protocol.message import iter_records, parse_msg_id
 from protocol.pull import MaxOffsetQuery
 from protocol.remoting import Header
 from remoting.client import RemotingClient
@@ -45,9 +45,11 @@ async def each(n: int, one: Callable[[int], Awaitable[None]], inflight: int = 32
     await asyncio.gather(*(worker() for _ in range(inflight)))
 
 
-async def create_and_fill(broker: BrokerProc, topics: int) -> None:
-    """``topics`` topics of 8 queues (``Many00000``...), one message in every queue."""
+async def create_and_fill(broker: BrokerProc, topics: int) -> int:
+    """``topics`` topics of 8 queues (``Many00000``...), one message in every queue; returns
+    the CommitLog offset of the last record stored."""
     conn = await RemotingClient.connect(broker.address)
+    starts: list[int] = []
     try:
 
         async def create(t: int) -> None:
@@ -60,10 +62,12 @@ async def create_and_fill(broker: BrokerProc, topics: int) -> None:
             header: Header = {"topic": f"Many{q // QUEUES:05d}", "queueId": q % QUEUES}
             resp = await conn.request(RequestCode.SEND_MESSAGE, header, b"m%d" % q, 60)
             assert resp.code == ResponseCode.SUCCESS, (q, resp.code, resp.header)
+            starts.append(parse_msg_id(str(resp.header["msgId"]))[1])
 
         await each(topics * QUEUES, send)
     finally:
         conn.close()
+    return max(starts)
 
 
 async def one_more_everywhere(broker: BrokerProc, queues: int, bodies: list[bytes]) -> None:
