@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.broker_bench import send_requests
 from bench.group_of_three import group_of_three, payload
 from bench.ha_bench import QUEUES, TOPIC, producer_connection
+from bench.idempotent_perf import stacks
 from bench.master_link import MasterLink
 from protocol.codes import RequestCode
 from tests.cluster.support import node_at
@@ -116,20 +117,10 @@ def read_counts(path: Path, messages: int) -> dict[str, float]:
 
 def callers(data: Path) -> Counter[str]:
     """Each recorded allocation's first compiled or interpreter callers, counted."""
-    out = subprocess.run(
-        ["perf", "script", "--no-inline", "-i", str(data), "-F", "tid,ip,sym"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
     found: Counter[str] = Counter()
-    for block in out.split("\n\n"):
-        lines = [line.strip() for line in block.splitlines() if line.strip()]
-        if len(lines) < 2:
-            continue
-        frames = [_OFFSET.sub("", [*line.split(None, 1), ""][1]).split(" (")[0] for line in lines]
-        chain = [f for f in frames[1:] if f.startswith(_CALLER_PREFIXES)][:4]
-        found[" <- ".join(chain)] += 1
+    for _, frames in stacks(data):
+        names = [_OFFSET.sub("", f.split(" (")[0]) for f in frames]
+        found[" <- ".join([f for f in names if f.startswith(_CALLER_PREFIXES)][:4])] += 1
     return found
 
 
