@@ -208,6 +208,10 @@ class Checker:
         self.sim = sim
         self.leaders: dict[int, NodeId] = {}
         self.committed: dict[int, tuple[int, int, bytes]] = {}
+        self.commit_terms: dict[int, tuple[int, int]] = {}
+        """Index -> (the term it was committed in, the step it was first seen committed): the
+        lowest term of the nodes seen with it committed in that step, the committing leader's
+        (it is checked in the step it commits)."""
         self.max_commit = 0
         self.digests: dict[int, bytes] = {}
         self.seen_commit: dict[NodeId, int] = {}
@@ -242,6 +246,7 @@ class Checker:
             if lo <= commit:
                 for entry in node.log.slice(lo, commit + 1):
                     self._committed(sn.id, entry)
+                    self._commit_term(entry.index, node.term)
             self.seen_commit[sn.id] = commit
             self.max_commit = max(self.max_commit, commit)
 
@@ -288,9 +293,21 @@ class Checker:
         if known != key:
             self.fail(f"{node_id} committed {key} at {entry.index}, but {known} was committed")
 
+    def _commit_term(self, index: int, term: int) -> None:
+        seen = self.commit_terms.get(index)
+        if seen is None or (seen[1] == self.sim.now and term < seen[0]):
+            self.commit_terms[index] = (term, self.sim.now)
+
     def _check_leader_completeness(self, node_id: NodeId, node: RaftNode) -> None:
+        """Raft's Leader Completeness: an entry committed in a term is in the log of every
+        leader of a later term. A leader of an earlier term may lack it: a candidate that
+        stood still while its votes waited in its socket wins its old term after a later
+        leader committed more (it cannot commit in that term: a quorum has moved on)."""
         first = node.log.first_index()
         for index in range(first, self.max_commit + 1):
+            seen = self.commit_terms.get(index)
+            if seen is not None and seen[0] >= node.term:
+                continue
             term = node.log.term_or_none(index)
             if term != self.committed[index][0]:
                 self.fail(f"new leader {node_id} lacks committed entry {index} (has term {term})")

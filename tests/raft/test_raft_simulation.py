@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from tests.raft.sim import Faults, SimOptions, SimResult, Simulation
+from tests.raft.sim import Faults, SimFailure, SimOptions, SimResult, Simulation
 
 SEEDS = range(60)
 
@@ -73,6 +73,46 @@ def test_the_workload_exercises_every_feature() -> None:
         stalls += result.faults.stalls
     assert all(value > 0 for value in totals.values()), totals
     assert stalls > 0  # nodes and whole groups standing still (RaftNode.tick_after_stall)
+
+
+def test_a_leader_of_an_older_term_may_lack_what_a_later_term_committed() -> None:
+    """Seed 4010 of ``make soak``: n3 hands leadership to n2 (term 30, no pre-vote); n0 and n3
+    grant it, and n2 stands still while the grants wait in its socket. n0 times out, wins term
+    31 and commits its entry at 182. n2 resumes, counts the term-30 grants and leads term 30
+    without 182. Raft's Leader Completeness covers leaders of later terms only; n2 can commit
+    nothing in term 30 (the quorum is in term 31) and holds no lease (no heartbeat of its term
+    was acknowledged). The checker demanded 182 of any new leader and failed the run."""
+    options = SimOptions.from_seed(4010, safety_ticks=1000)
+    sim = Simulation(options)
+    result = sim.run()
+    assert sim.checker.leaders[30] == "n2" and sim.checker.leaders[31] == "n0"
+    assert sim.checker.commit_terms[182][0] == 31
+    assert_faults_injected(options, result)
+
+
+def test_a_new_leader_lacking_an_entry_committed_in_an_earlier_term_fails_the_run() -> None:
+    """The checker's Leader Completeness still catches what Raft forbids."""
+    sim = Simulation(SimOptions.from_seed(3, voters=3, safety_ticks=10))
+    checker = sim.checker
+    checker.committed[1] = (2, 1, b"x")
+    checker.commit_terms[1] = (2, sim.now)
+    checker.max_commit = 1
+
+    class Log:
+        def first_index(self) -> int:
+            return 1
+
+        def term_or_none(self, index: int) -> int | None:
+            return None  # no entry at 1
+
+    class Leader:
+        log = Log()
+        term = 3
+
+    with pytest.raises(SimFailure, match="new leader n1 lacks committed entry 1"):
+        checker._check_leader_completeness("n1", Leader())  # type: ignore[arg-type]
+    Leader.term = 2  # a leader of the term that committed it (or earlier) need not have it
+    checker._check_leader_completeness("n1", Leader())  # type: ignore[arg-type]
 
 
 SOAK_START = int(os.environ.get("RAFT_SOAK_START", "1000"))
