@@ -19,7 +19,8 @@ The world:
   leadership, asks for read-index reads, and compacts the log every ``snapshot_every`` entries.
 
 Checked after every step (:class:`Checker`): at most one leader per term; an entry once
-committed never changes on any node (and every new leader holds all of them); every node applies
+committed never changes on any node (and every new leader holds all those committed in an
+earlier term than its own: Raft's Leader Completeness); every node applies
 the same sequence of entries (same state digest at each index); a snapshot restores exactly
 the digest recorded at its index; a read's index covers every entry committed before the read
 was asked; while a node holds a leader lease, no node leads a later term. Then the liveness
