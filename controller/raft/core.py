@@ -191,12 +191,15 @@ class RaftNode:
         also grants no vote while that clock is below ``election_ticks_min``, this only waits
         longer), and a leader starts its check-quorum window over, with every follower to be
         heard from again within it. A dead leader is still replaced: by a follower that did not
-        stall, or one election timeout later."""
+        stall, or one election timeout later. A leader whose TimeoutNow may still have been
+        unsent when the stall began holds no lease for the whole window after it
+        (:meth:`Leader.after_stall`)."""
         if stalled > 0:
             self._now += stalled
             if self._leader is not None:
                 self._election_elapsed = 0
                 self._leader.restart_quorum_window()
+                self._leader.after_stall(stalled)
         self.tick()
 
     def step(self, m: Message) -> bool:
@@ -246,6 +249,14 @@ class RaftNode:
                 pass  # a granted pre-vote carries the term we would campaign at
             elif isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
                 self._become_follower(m.term, m.src)
+            elif self.role is Role.FOLLOWER and self._in_lease():
+                # An answer to something this node sent before (a pre-vote it has given up, an
+                # append of a term it led): a follower that acknowledged its leader less than
+                # election_ticks_min ticks ago votes for nobody else until then (the leader's
+                # lease counts on it). Taking the new term would clear its leader and its vote,
+                # and it could then grant that term's candidate within the lease. It learns the
+                # term from that term's leader, or from the next answer once the lease is over.
+                return
             else:
                 self._become_follower(m.term, None)
         elif m.term < self.term:

@@ -236,6 +236,19 @@ class Leader:
         for member, pr in self.progress.items():
             pr.recent_active = member == me
 
+    def after_stall(self, stalled: int) -> None:
+        """The node stood still for ``stalled`` ticks (:meth:`RaftNode.tick_after_stall`). A
+        TimeoutNow made before the stall may leave only now: the driver sends a Ready's
+        messages once it runs again. So when the window without a lease that the TimeoutNow
+        opened was still open as the stall began, it runs again from now, for as long as the
+        transfer's votes can then be in flight."""
+        node = self.node
+        if self._no_lease_until > node.now - stalled:
+            cfg = node.config
+            self._no_lease_until = max(
+                self._no_lease_until, node.now + cfg.transfer_timeout + cfg.election_ticks_max
+            )
+
     def on_persisted(self, index: int) -> None:
         """The leader's own log is durable up to ``index``: it counts towards the quorum."""
         pr = self.progress.get(self.node.id)
