@@ -20,15 +20,7 @@ from controller.raft import (
     VoteResponse,
 )
 from tests.raft.harness import Cluster
-
-LEASE = {"leader_lease": True}
-
-
-def leading(c: Cluster) -> None:
-    for node in c.nodes.values():  # past the quiet period of a just started node
-        node._now = node.config.election_ticks_min
-    c.elect("n1")
-    c.tick("n1")  # a heartbeat round a quorum acknowledged: n1 holds a lease
+from tests.raft.test_raft_stall import LEASE, leading
 
 
 @pytest.mark.parametrize(
