@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -47,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.broker_bench import send_requests
 from bench.group_of_three import group_of_three, payload
 from bench.ha_bench import QUEUES, TOPIC, producer_connection
-from bench.idempotent_perf import stacks
+from bench.idempotent_perf import function_of, stacks
 from bench.master_link import MasterLink
 from protocol.codes import RequestCode
 from tests.cluster.support import node_at
@@ -58,7 +57,6 @@ FUNCTIONS = (
     "_PyEval_EvalFrameDefault",
     "_PyType_Lookup",
 )
-_OFFSET = re.compile(r"\+0x[0-9a-f]+$")
 _CALLER_PREFIXES = ("CPyDef", "CPy_", "Py", "_Py", "__pyx")
 
 
@@ -119,7 +117,7 @@ def callers(data: Path) -> Counter[str]:
     """Each recorded allocation's first compiled or interpreter callers, counted."""
     found: Counter[str] = Counter()
     for _, frames in stacks(data):
-        names = [_OFFSET.sub("", f.split(" (")[0]) for f in frames]
+        names = [function_of(f) for f in frames]
         found[" <- ".join([f for f in names if f.startswith(_CALLER_PREFIXES)][:4])] += 1
     return found
 

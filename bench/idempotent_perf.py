@@ -125,11 +125,16 @@ def fold(
     return rows
 
 
+def function_of(frame: str) -> str:
+    """A frame of :func:`stacks` as its function's name alone (no offset, no binary)."""
+    return _OFFSET.sub("", frame.split(" (")[0])
+
+
 def by_function(samples: list[tuple[bool, list[str]]]) -> Counter[str]:
     """Samples per function anywhere on their stack (each function once a sample)."""
     found: Counter[str] = Counter()
     for _, frames in samples:
-        found.update({f.split(" (")[0] for f in frames if f})
+        found.update({function_of(f) for f in frames if f})
     return found
 
 
