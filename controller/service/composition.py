@@ -145,7 +145,12 @@ class ControllerService:
         )
         self.traffic = TrafficTable()
         self.traffic_view = TrafficView(
-            manager, self.groups, self.traffic, now_ms, cfg.broker_heartbeat_timeout_max_ms
+            manager,
+            self.groups,
+            self.traffic,
+            now_ms,
+            cfg.broker_heartbeat_timeout_max_ms,
+            self.live.in_grace,
         )
         self.heartbeats = HeartbeatHandler(
             cfg,

@@ -15,6 +15,7 @@ the plan instead.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,11 @@ log = structlog.get_logger(__name__)
 
 LIVE_RATE = "msg/s put, over the brokers' traffic window"
 
+SETTLE_LIMIT_S = 3.0
+"""How long a request that reads the traffic waits, right after this controller became active,
+for the masters it has not heard yet (below rmqctl's 5 s timeout)."""
+SETTLE_POLL_S = 0.02
+
 
 class TrafficView:
     """The groups with a master and their traffic now (reports older than ``max_age_ms`` no
@@ -58,18 +64,48 @@ class TrafficView:
         table: TrafficTable,
         now_ms: Callable[[], int],
         max_age_ms: int,
+        in_grace: Callable[[int], bool] = lambda now_ms: False,
     ) -> None:
+        """``in_grace``: whether this controller is in its liveness grace period at a time
+        (:meth:`BrokerLiveTable.in_grace`): the time a newly active controller gives every
+        live broker to be heard."""
         self.manager = manager
         self.view = view
         self.table = table
         self.now_ms = now_ms
         self.max_age_ms = max_age_ms
+        self.in_grace = in_grace
+
+    def unheard(self) -> list[str]:
+        """The groups with a master whose master this controller has not heard since it became
+        active, while it is in its grace period ([] after: a master silent that long is judged
+        dead). Their traffic is not known yet; a placement or a plan now would read them as
+        idle."""
+        if not self.in_grace(self.now_ms()):
+            return []
+        return [
+            i.broker_name
+            for i in self.view.infos()
+            if i.master_address
+            and i.master_broker_id is not None
+            and not self.table.heard(i.broker_name, i.master_broker_id)
+        ]
+
+    async def settled(self, limit_s: float = SETTLE_LIMIT_S) -> None:
+        """Return once :meth:`unheard` is empty, or after ``limit_s`` (then the groups not heard
+        yet read as idle). At once but right after a change of active controller."""
+        deadline = time.monotonic() + limit_s
+        while self.unheard() and time.monotonic() < deadline:
+            await asyncio.sleep(SETTLE_POLL_S)
 
     def groups(self) -> tuple[list[str], dict[str, GroupTraffic]]:
         names = [i.broker_name for i in self.view.infos() if i.master_address]
         return names, self.table.groups(self.now_ms(), self.max_age_ms)
 
-    def least_loaded(self, count: int) -> list[str]:
+    async def least_loaded(self, count: int) -> list[str]:
+        """The ``count`` groups with a master and the least traffic, once the masters' reports
+        are in (:meth:`settled`)."""
+        await self.settled()
         names, traffic = self.groups()
         return least_loaded(loads(traffic, names), count)
 
@@ -142,6 +178,8 @@ class Rebalancer:
         """GET_BROKER_TRAFFIC: every group's traffic as the active controller heard it."""
         await self.gate.require_active()
         TrafficQuery.parse(req.header, req.body)
+        await self.view.settled()
+        await self.gate.require_active()  # still: a standby's table is empty
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(self.view.doc()))
 
     async def get_plan(self, conn: Connection, req: Frame) -> Frame:
@@ -149,6 +187,8 @@ class Rebalancer:
         await self.gate.require_active()
         asked = RebalancePlanQuery.parse(req.header, req.body).threshold
         threshold = self.cfg.rebalance_threshold if asked is None else asked
+        await self.view.settled()
+        await self.gate.require_active()
         plan, _ = self.view.plan(threshold)
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(plan.doc()))
 
@@ -174,6 +214,8 @@ class Rebalancer:
 
     async def step(self) -> None:
         """One check: the imbalance now, and a move (or a dry-run plan) when it is time."""
+        if self.view.unheard():
+            return  # right after becoming active: not every master's figures are in
         now = self.view.now_ms()
         plan, window_ms = self.view.plan(self.cfg.rebalance_threshold)
         if self.metrics is not None:

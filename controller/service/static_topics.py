@@ -16,7 +16,7 @@ source master's epoch). One move per queue at a time on this controller.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import msgpack
@@ -67,7 +67,7 @@ class StaticTopicHandlers:
         committer: DecisionCommitter,
         pool: ConnectionPool | None = None,
         timeout: float = 3.0,
-        least_loaded: Callable[[int], list[str]] | None = None,
+        least_loaded: Callable[[int], Awaitable[list[str]]] | None = None,
         notifier: BrokerNotifier | None = None,
     ) -> None:
         self.manager = manager
@@ -91,7 +91,7 @@ class StaticTopicHandlers:
         topic = ask.topic
         names = list(ask.broker_names)
         if ask.place_groups and self.manager.static_topic(topic) is None:
-            names = self._place(ask.place_groups)
+            names = await self._place(ask.place_groups)
         mapping = answer_of(
             await self.committer.settle(self.manager.create_static_topic(topic, ask.queues, names))
         )
@@ -164,14 +164,14 @@ class StaticTopicHandlers:
         )
         return item
 
-    def _place(self, count: int) -> list[str]:
+    async def _place(self, count: int) -> list[str]:
         with_master = [i.broker_name for i in self.manager.replica_infos() if i.master_address]
         if not 1 <= count <= len(with_master) or self.least_loaded is None:
             raise Refused(
                 ResponseCode.BAD_REQUEST,
                 f"cannot place on {count} broker groups: {len(with_master)} have a master",
             )
-        return self.least_loaded(count)
+        return await self.least_loaded(count)
 
     async def _move(self, plan: RemapPlan) -> MappingItem:
         physical_max = await self._fence(plan)

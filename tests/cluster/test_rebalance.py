@@ -7,6 +7,10 @@ loaded group), and the active controller moves the busy topic's queues there, on
 each on figures that show the previous move, until the spread is within the threshold. Bad plans
 are refused with one line and change nothing; a good one applies; every acknowledged message is
 still consumed (the SDK consumer reads each logical queue across its items).
+
+Right after a change of active controller (transferControllerLeader), a topic placed by traffic
+still goes to the idle group: the new active controller waits for the masters' heartbeats
+instead of reading every group as idle.
 """
 
 from __future__ import annotations
@@ -161,9 +165,12 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
         await add_group_with_master(cluster, addrs, "broker-b")
         # New topics go to the group with the least traffic: broker-b (not yet at a's level).
         fresh = await run("updateStaticTopic", "-t", "Fresh", "-q", "2", "-g", "1")
-        assert {i["brokerName"] for q in fresh["queues"] for i in q["items"]} == {"broker-b"}
+        assert {i["brokerName"] for q in fresh["queues"] for i in q["items"]} == {"broker-b"}, (
+            await run("brokerTraffic"),
+            await run("getControllerMetaData"),
+        )
         placed = await run("updateTopic", "-t", "Plain2", "-q", "2", "-g", "1")
-        assert placed["brokers"] == ["broker-b"]
+        assert placed["brokers"] == ["broker-b"], await run("brokerTraffic")
 
         async def balanced() -> list[str] | None:
             groups = await asyncio.to_thread(newest_groups, addrs)
@@ -246,3 +253,59 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
     assert len(expect) == len(acked) > 0
     received = await consume_all(addrs, TOPIC, expect, timeout=40)
     assert expect <= set(received), sorted(expect - set(received))[:10]
+
+
+def test_placement_right_after_a_controller_failover_waits_for_the_traffic_reports(
+    tmp_path: Path,
+) -> None:
+    """A newly active controller has heard no traffic report yet (they are soft state, kept by
+    the active controller only): a topic placed by traffic at once after a leadership change
+    must still go to the idle group, not to the first one by name as if every group were
+    idle."""
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_controllers()
+        asyncio.run(after_failover(cluster, cluster.controller_addresses))
+    finally:
+        cluster.stop()
+
+
+async def after_failover(cluster: Cluster, addrs: str) -> None:
+    def run(*args: str) -> Any:
+        return asyncio.to_thread(rmqctl_json, addrs, *args)
+
+    await add_group_with_master(cluster, addrs, "broker-a")
+    await run("updateStaticTopic", "-t", TOPIC, "-q", "4")
+    await add_group_with_master(cluster, addrs, "broker-b")
+    stop = asyncio.Event()
+    acked: list[Key] = []
+    sending = asyncio.create_task(produce(stop, addrs, acked))
+    try:
+
+        async def busy() -> bool:
+            doc = await run("brokerTraffic")
+            rates = {g["brokerName"]: g["msgPerSec"] for g in doc["groups"] if g["master"]}
+            return rates.get("broker-a", 0) > 3 * THRESHOLD and rates.get("broker-b") == 0
+
+        async def static(i: int) -> list[str]:  # placed by the controller
+            doc = await run("updateStaticTopic", "-t", f"Fresh{i}", "-q", "1", "-g", "1")
+            return sorted({item["brokerName"] for q in doc["queues"] for item in q["items"]})
+
+        async def ordinary(i: int) -> list[str]:  # placed by rmqctl, from brokerTraffic
+            return list(
+                (await run("updateTopic", "-t", f"Plain{i}", "-q", "1", "-g", "1"))["brokers"]
+            )
+
+        ids = sorted(c.node_id for c in cluster.controllers)
+        for i in range(4):
+            await wait_until_async(busy, "broker-a busy, broker-b idle", 30, interval=0.3)
+            leader = (await run("getControllerMetaData"))["leaderId"]
+            to = ids[(ids.index(leader) + 1) % len(ids)]
+            assert (await run("transferControllerLeader", "--id", to))["leaderId"] == to
+            # At once, each kind first in turn: the new active controller may not have heard
+            # the brokers' heartbeats yet.
+            for place in (static, ordinary) if i % 2 == 0 else (ordinary, static):
+                assert await place(i) == ["broker-b"], (i, place, await run("brokerTraffic"))
+    finally:
+        stop.set()
+        await sending
