@@ -16,8 +16,10 @@ instead of reading every group as idle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,19 @@ async def produce(stop: asyncio.Event, addrs: str, acked: list[Key]) -> None:
             await asyncio.sleep(max(0.0, start + n / RATE - time.monotonic()))
 
 
+@contextlib.asynccontextmanager
+async def producing(addrs: str) -> AsyncIterator[list[Key]]:
+    """:func:`produce` running while the block runs; yields the acknowledged sends' keys."""
+    stop = asyncio.Event()
+    acked: list[Key] = []
+    sending = asyncio.create_task(produce(stop, addrs, acked))
+    try:
+        yield acked
+    finally:
+        stop.set()
+        await sending
+
+
 def refused(addrs: str, plan: Path, doc: Any, error: str) -> None:
     plan.write_text(doc if isinstance(doc, str) else json.dumps(doc))
     code, out, err = rmqctl("rebalanceApply", "-a", addrs, "--plan", str(plan))
@@ -149,10 +164,7 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
         await asyncio.to_thread(refused, addrs, plan, doc, error)
     assert await asyncio.to_thread(newest_groups, addrs) == ["broker-a"] * 4
 
-    stop = asyncio.Event()
-    acked: list[Key] = []
-    sending = asyncio.create_task(produce(stop, addrs, acked))
-    try:
+    async with producing(addrs) as acked:
 
         async def busy() -> bool:
             doc = await run("brokerTraffic")
@@ -181,9 +193,6 @@ async def scenario(cluster: Cluster, addrs: str, tmp: Path) -> None:
         groups = await wait_until_async(
             balanced, "the automatic re-balance", 40, interval=0.5, on_timeout=cluster.logs
         )
-    finally:
-        stop.set()
-        await sending
     moved = groups.count("broker-b")
     logged = moves_logged(cluster)
     done = [e for e in logged if e["event"] == "re-balance move done"]
@@ -277,10 +286,7 @@ async def after_failover(cluster: Cluster, addrs: str) -> None:
     await add_group_with_master(cluster, addrs, "broker-a")
     await run("updateStaticTopic", "-t", TOPIC, "-q", "4")
     await add_group_with_master(cluster, addrs, "broker-b")
-    stop = asyncio.Event()
-    acked: list[Key] = []
-    sending = asyncio.create_task(produce(stop, addrs, acked))
-    try:
+    async with producing(addrs):
 
         async def busy() -> bool:
             doc = await run("brokerTraffic")
@@ -306,6 +312,3 @@ async def after_failover(cluster: Cluster, addrs: str) -> None:
             # the brokers' heartbeats yet.
             for place in (static, ordinary) if i % 2 == 0 else (ordinary, static):
                 assert await place(i) == ["broker-b"], (i, place, await run("brokerTraffic"))
-    finally:
-        stop.set()
-        await sending
