@@ -108,6 +108,7 @@ class _Entry:
 class BrokerLiveTable:
     __slots__ = (
         "_active",
+        "_active_since_ms",
         "_by_connection",
         "_changes",
         "_default_timeout_ms",
@@ -123,6 +124,7 @@ class BrokerLiveTable:
         self._entries: dict[BrokerKey, _Entry] = {}
         self._by_connection: dict[int, set[BrokerKey]] = {}
         self._active = False
+        self._active_since_ms = 0
         self._grace_until_ms = 0
         self._next_expiry_ms = _NEVER
         """At most the earliest deadline of a broker not reported yet: until then
@@ -151,6 +153,7 @@ class BrokerLiveTable:
     def became_active(self, now_ms: int) -> None:
         """This controller just became the active one: start the grace period."""
         self._active = True
+        self._active_since_ms = now_ms
         self._changes += 1
         self._grace_until_ms = self._grace_end(now_ms)
         for entry in self._entries.values():
@@ -180,6 +183,16 @@ class BrokerLiveTable:
     def in_grace(self, now_ms: int) -> bool:
         """True while a newly active controller must not declare brokers dead by silence."""
         return self._active and now_ms < self._grace_until_ms
+
+    def heard_since_active(self, broker_name: str, broker_id: int) -> bool:
+        """Whether this active controller has heard the broker since it became active (what it
+        knows of the broker's figures that are soft state, like its traffic, is its own)."""
+        entry = self._entries.get((broker_name, broker_id))
+        return (
+            self._active
+            and entry is not None
+            and entry.info.last_heartbeat_ms >= self._active_since_ms
+        )
 
     # Inputs ------------------------------------------------------------------------------------
 

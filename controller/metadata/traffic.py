@@ -2,10 +2,8 @@
 
 Soft state like liveness (:mod:`controller.metadata.heartbeat`): the newest report per broker,
 kept in memory only. Every heartbeat carries one, so a newly active controller knows the
-cluster's traffic within a heartbeat interval; until then it knows which brokers it has heard
-(:meth:`TrafficTable.heard`), so a placement can wait for the masters it has not (a group it
-has no report of reads as idle). A report older than ``max_age_ms`` (its broker stopped
-heart-beating) no longer counts. A group's traffic is the sum of its brokers' reports:
+cluster's traffic within a heartbeat interval; a report older than ``max_age_ms`` (its broker
+stopped heart-beating) no longer counts. A group's traffic is the sum of its brokers' reports:
 only the master puts messages, and a broker that was master a moment ago reports its last
 window's puts until they age out of its window.
 """
@@ -40,21 +38,10 @@ class GroupTraffic:
 
 
 class TrafficTable:
-    __slots__ = ("_heard", "_reports")
+    __slots__ = ("_reports",)
 
     def __init__(self) -> None:
         self._reports: dict[tuple[str, int], tuple[int, TrafficReport]] = {}
-        self._heard: set[tuple[str, int]] = set()
-        """The brokers whose heartbeat was accepted since :meth:`clear` (with or without a
-        report this table could use)."""
-
-    def on_heartbeat(self, broker_name: str, broker_id: int) -> None:
-        """A heartbeat of this broker was accepted (its report, if any, comes separately)."""
-        self._heard.add((broker_name, broker_id))
-
-    def heard(self, broker_name: str, broker_id: int) -> bool:
-        """Whether this broker's heartbeat was accepted since :meth:`clear`."""
-        return (broker_name, broker_id) in self._heard
 
     def on_report(
         self, broker_name: str, broker_id: int, report: TrafficReport, now_ms: int
@@ -66,15 +53,10 @@ class TrafficTable:
         for key in [k for k in self._reports if k[0] == broker_name]:
             if broker_ids is None or key[1] in broker_ids:
                 del self._reports[key]
-        for key in [k for k in self._heard if k[0] == broker_name]:
-            if broker_ids is None or key[1] in broker_ids:
-                self._heard.discard(key)
 
     def clear(self) -> None:
-        """This controller became active or stopped being so: an active controller goes by the
-        reports it heard itself."""
+        """This controller stopped being active: the next active one hears its own reports."""
         self._reports.clear()
-        self._heard.clear()
 
     def groups(self, now_ms: int, max_age_ms: int) -> dict[str, GroupTraffic]:
         """Per broker group, the sum of its brokers' reports heard in the last ``max_age_ms``

@@ -150,7 +150,7 @@ class ControllerService:
             self.traffic,
             now_ms,
             cfg.broker_heartbeat_timeout_max_ms,
-            self.live.in_grace,
+            self.live,
         )
         self.heartbeats = HeartbeatHandler(
             cfg,

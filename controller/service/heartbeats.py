@@ -138,10 +138,8 @@ class HeartbeatHandler:
             connection_id=connection_id,
             damaged=beat.damaged_records,
         )
-        if self.traffic is not None:
-            self.traffic.on_heartbeat(name, broker_id)
-            if beat.traffic_report is not None:
-                self._traffic_report(name, broker_id, beat.traffic_report, now_ms)
+        if beat.traffic_report is not None and self.traffic is not None:
+            self._traffic_report(name, broker_id, beat.traffic_report, now_ms)
         if revived:
             log.info("broker alive", broker_name=name, broker_id=broker_id)
             self.wake_scan()

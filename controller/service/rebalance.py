@@ -24,6 +24,7 @@ import structlog
 
 from controller.config import ControllerConfig
 from controller.metadata import ReplicasInfoManager
+from controller.metadata.heartbeat import BrokerLiveTable
 from controller.metadata.rebalance import ImbalanceWatch, queue_traffic
 from controller.metadata.traffic import GroupTraffic, TrafficTable, loads
 from controller.metrics import ControllerMetrics
@@ -64,31 +65,31 @@ class TrafficView:
         table: TrafficTable,
         now_ms: Callable[[], int],
         max_age_ms: int,
-        in_grace: Callable[[int], bool] = lambda now_ms: False,
+        live: BrokerLiveTable | None = None,
     ) -> None:
-        """``in_grace``: whether this controller is in its liveness grace period at a time
-        (:meth:`BrokerLiveTable.in_grace`): the time a newly active controller gives every
-        live broker to be heard."""
+        """``live``: which brokers this controller heard since it became active, and its grace
+        period (the time a newly active controller gives every live broker to be heard)."""
         self.manager = manager
         self.view = view
         self.table = table
         self.now_ms = now_ms
         self.max_age_ms = max_age_ms
-        self.in_grace = in_grace
+        self.live = live
 
     def unheard(self) -> list[str]:
         """The groups with a master whose master this controller has not heard since it became
         active, while it is in its grace period ([] after: a master silent that long is judged
         dead). Their traffic is not known yet; a placement or a plan now would read them as
         idle."""
-        if not self.in_grace(self.now_ms()):
+        live = self.live
+        if live is None or not live.in_grace(self.now_ms()):
             return []
         return [
             i.broker_name
             for i in self.view.infos()
             if i.master_address
             and i.master_broker_id is not None
-            and not self.table.heard(i.broker_name, i.master_broker_id)
+            and not live.heard_since_active(i.broker_name, i.master_broker_id)
         ]
 
     async def settled(self, limit_s: float = SETTLE_LIMIT_S) -> None:

@@ -132,6 +132,20 @@ def test_a_new_active_controller_declares_nobody_dead_for_one_timeout() -> None:
     assert table.expired(13_000) == [(G, 1)]
 
 
+def test_a_new_active_controller_knows_whom_it_heard_since_it_became_active() -> None:
+    table = BrokerLiveTable(default_timeout_ms=3000)
+    beat(table, 1, 0)  # heard while standby
+    assert not table.heard_since_active(G, 1)
+    table.became_active(10_000)
+    assert not table.heard_since_active(G, 1) and not table.heard_since_active(G, 2)
+    beat(table, 1, 10_050)
+    assert table.heard_since_active(G, 1) and not table.heard_since_active(G, 2)
+    table.became_standby()
+    assert not table.heard_since_active(G, 1)
+    table.became_active(20_000)  # a later leadership hears everyone again
+    assert not table.heard_since_active(G, 1)
+
+
 def test_a_broker_heard_during_the_grace_period_is_alive_at_once() -> None:
     table = BrokerLiveTable(default_timeout_ms=3000)
     table.became_active(0)

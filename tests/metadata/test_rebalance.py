@@ -197,21 +197,6 @@ def test_traffic_table_sums_a_groups_brokers_and_forgets_stale_reports() -> None
     assert table.groups(10_500, 2_000) == {}
 
 
-def test_traffic_table_knows_which_brokers_it_heard_since_it_was_cleared() -> None:
-    table = TrafficTable()
-    table.on_heartbeat("a", 1)  # a heartbeat without a usable report is heard all the same
-    table.on_heartbeat("a", 2)
-    table.on_heartbeat("b", 1)
-    assert table.heard("a", 1) and table.heard("b", 1) and not table.heard("b", 2)
-    assert table.groups(10_000, 2_000) == {}  # heard is not a report
-    table.forget("a", frozenset({2}))
-    assert table.heard("a", 1) and not table.heard("a", 2)
-    table.forget("b")
-    assert not table.heard("b", 1)
-    table.clear()  # a new leadership hears everyone again
-    assert not table.heard("a", 1)
-
-
 def test_queue_traffic_follows_the_newest_item() -> None:
     mapping = (
         (mapping_item("a", 0, 0, 0, 100), mapping_item("b", 0, 100, 1, None)),
