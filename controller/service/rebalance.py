@@ -15,7 +15,6 @@ the plan instead.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,8 +94,8 @@ class TrafficView:
     async def settled(self, limit_s: float = SETTLE_LIMIT_S) -> None:
         """Return once :meth:`unheard` is empty, or after ``limit_s`` (then the groups not heard
         yet read as idle). At once but right after a change of active controller."""
-        deadline = time.monotonic() + limit_s
-        while self.unheard() and time.monotonic() < deadline:
+        deadline = self.now_ms() + int(limit_s * 1000)
+        while self.unheard() and self.now_ms() < deadline:
             await asyncio.sleep(SETTLE_POLL_S)
 
     def groups(self) -> tuple[list[str], dict[str, GroupTraffic]]:
