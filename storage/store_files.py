@@ -46,6 +46,7 @@ import structlog
 
 from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from storage.commitlog import CommitLog
+from storage.confirm_file import ConfirmFile, ConfirmFileError, read_confirm_file
 from storage.consumequeue import ConsumeQueue
 from storage.corruption import Corruption
 from storage.errors import StoreError
@@ -99,7 +100,10 @@ class StoreFiles:
         """CommitLog offset below which every record's ConsumeQueue entry is durable: the write
         position when the last flush that synced every written ConsumeQueue segment began."""
         self.confirm = 0
-        """Replication confirm offset; never above the CommitLog's write position."""
+        """Replication confirm offset; never above the CommitLog's write position. Kept in
+        ``<data_dir>/confirm`` at every change (:mod:`storage.confirm_file`) and in the
+        checkpoint at every flush."""
+        self._confirm_file: ConfirmFile | None = None
         self._flush_lock = threading.Lock()
         self._checkpointed: tuple[int, int, int] | None = None
         self._lock_fd: int | None = None
@@ -109,6 +113,10 @@ class StoreFiles:
     @property
     def _checkpoint_path(self) -> Path:
         return self.directory / "checkpoint"
+
+    @property
+    def _confirm_path(self) -> Path:
+        return self.directory / "confirm"
 
     @property
     def _abort_path(self) -> Path:
@@ -166,11 +174,23 @@ class StoreFiles:
         self._sync_tracked(0)
         fsync_dir(self.commitlog.directory)
         self.flushed = self.dispatched = result.end
-        self.confirm = min(checkpoint.confirm_offset, result.end) if checkpoint else 0
+        self.confirm = min(self._last_confirm(checkpoint), result.end)
+        self._confirm_file = ConfirmFile.open(self._confirm_path, self.confirm)
         self._write_checkpoint(force=True)
         self._open_index()
         self._abort_path.touch()
         fsync_dir(self.directory)
+
+    def _last_confirm(self, checkpoint: Checkpoint | None) -> int:
+        """The confirm offset before this open: the larger of the checkpoint's (as of the last
+        flush) and the confirm file's (as of the last change, unless the machine itself
+        crashed)."""
+        try:
+            kept = read_confirm_file(self._confirm_path)
+        except ConfirmFileError as exc:
+            log.warning(f"ignoring the confirm offset file: {exc}; using the checkpoint's")
+            kept = None
+        return max(checkpoint.confirm_offset if checkpoint else 0, kept or 0)
 
     def _queue_loaded(self, queue: ConsumeQueue) -> None:
         """A queue just loaded (at the open, or when first used after a clean stop): one whose
@@ -219,6 +239,9 @@ class StoreFiles:
         the directory's lock: the end of a clean stop and of an open that failed."""
         if self.index is not None:
             self.index.close()
+        if self._confirm_file is not None:
+            self._confirm_file.close()
+            self._confirm_file = None
         self.commitlog.close()
         self.queues.close()
         self.fs_sync.close()
@@ -246,6 +269,8 @@ class StoreFiles:
         offset = min(offset, self.commitlog.write_pos)
         if offset > self.confirm:
             self.confirm = offset
+            if self._confirm_file is not None:
+                self._confirm_file.write(offset)
 
     def flush(self, least_pages: int = 0) -> int:
         """fsync the CommitLog, then the ConsumeQueue segments written since they were last
@@ -291,7 +316,10 @@ class StoreFiles:
             fsync_dir(commitlog.directory)
             self.dispatched = offset  # every written entry synced, none at or past the cut
             self.flushed = min(self.flushed, offset)
-            self.confirm = min(self.confirm, offset)
+            if offset < self.confirm:
+                self.confirm = offset
+                if self._confirm_file is not None:
+                    self._confirm_file.write(offset)
             self._write_checkpoint(force=True)
         corruption = self.corruption
         corruption.damaged = [

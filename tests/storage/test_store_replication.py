@@ -8,6 +8,7 @@ import pytest
 import structlog
 
 from protocol.message import Message
+from storage.confirm_file import read_confirm_file
 from storage.errors import CorruptRecordError
 from storage.store import GetStatus, MessageStore, StoreError
 from tests.storage.support import (
@@ -265,3 +266,44 @@ def test_the_store_lists_its_commitlog_segments_as_they_are_on_disk(tmp_path: Pa
     assert store.commitlog_segments() == segments[:1]
     assert len(commitlog_files(tmp_path)) == 1
     store.close()
+
+
+def test_a_crash_keeps_the_confirm_offset_raised_since_the_last_flush(tmp_path: Path) -> None:
+    """The confirm offset a returning replica checks before truncating (an unclean election)
+    is the one it last had, not the one of its last flush: killed between two flushes, it
+    used to come back with the checkpoint's, and cut what was acknowledged since."""
+    store = open_store(tmp_path / "live")
+    results = [store.put(TOPIC, 0, messages(2), NOW) for _ in range(5)]
+    store.confirm_offset = results[1].end_offset
+    store.flush()
+    store.confirm_offset = results[3].end_offset  # acknowledged; no flush since
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.truncate(results[2].end_offset)  # lowered, as a permitted truncation does
+    lowered = crash_copy(store, tmp_path / "lowered")
+    store.close()
+    for data_dir, confirm in (
+        (crashed, results[3].end_offset),
+        (lowered, results[2].end_offset),
+    ):
+        again = open_store(data_dir)
+        try:
+            assert again.confirm_offset == confirm
+        finally:
+            again.close()
+
+
+def test_an_unreadable_confirm_file_falls_back_to_the_checkpoint(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    results = [store.put(TOPIC, 0, messages(2), NOW) for _ in range(3)]
+    store.confirm_offset = results[1].end_offset
+    store.close()  # checkpointed
+    (tmp_path / "confirm").write_bytes(b"not a confirm file")
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(tmp_path)
+    try:
+        assert again.confirm_offset == results[1].end_offset
+        assert any("ignoring the confirm offset file" in e["event"] for e in logs)
+        again.confirm_offset = results[2].end_offset  # the file works again
+    finally:
+        again.close()
+    assert read_confirm_file(tmp_path / "confirm") == results[2].end_offset
