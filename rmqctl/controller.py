@@ -32,6 +32,7 @@ from protocol.controller_requests.membership import (
     TransferLeader,
 )
 from protocol.fields import FieldError
+from protocol.remoting import Scalar
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError, ResponseError
 from rmqctl.common import CommandError, Settings, addresses_option, emit, pass_settings, run, table
@@ -41,29 +42,97 @@ MEMBERSHIP_TIMEOUT = 20.0
 METADATA_KEYS = ("group", "leaderId", "leaderAddress", "term", "peers")
 
 
-def _metadata_doc(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise ClientError("malformed controller metadata")
-    return {key: raw.get(key) for key in METADATA_KEYS}
-
-
-def _metadata_human(raw: Mapping[str, Any]) -> str:
+def _roles(raw: Mapping[str, Any], unreachable: Mapping[str, str]) -> dict[str, str]:
+    """node id -> its role: ``unreachable`` when it did not answer at its address (whatever
+    the membership says), else ``leader``, ``learner`` or ``follower`` as the answering
+    controller's membership says."""
     leader = raw.get("leaderId")
     learners = set(raw.get("learners") or ())
+    peers: Mapping[str, str] = raw.get("peers") or {}
+    return {
+        node_id: "unreachable"
+        if node_id in unreachable
+        else "leader"
+        if node_id == leader
+        else "learner"
+        if node_id in learners
+        else "follower"
+        for node_id in sorted(peers)
+    }
+
+
+def _metadata_doc(raw: Any, unreachable: Mapping[str, str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ClientError("malformed controller metadata")
+    return {key: raw.get(key) for key in METADATA_KEYS} | {
+        "roles": _roles(raw, unreachable),
+        "unreachable": dict(sorted(unreachable.items())),
+    }
+
+
+def _metadata_human(raw: Mapping[str, Any], unreachable: Mapping[str, str]) -> str:
+    leader = raw.get("leaderId")
     peers: Mapping[str, str] = raw.get("peers") or {}
     rows = [
         [
             node_id,
             peers[node_id],
-            "leader" if node_id == leader else "learner" if node_id in learners else "follower",
+            f"unreachable: {unreachable[node_id]}" if role == "unreachable" else role,
         ]
-        for node_id in sorted(peers)
+        for node_id, role in _roles(raw, unreachable).items()
     ]
     head = (
         f"Group: {raw.get('group')}  Term: {raw.get('term')}  "
         f"Leader: {leader or '-'} ({raw.get('leaderAddress') or 'unknown'})"
     )
     return head + "\n" + table(["ID", "Address", "Role"], rows)
+
+
+async def _unanswered(address: str) -> str | None:
+    """Why the controller at ``address`` did not answer CONTROLLER_GET_METADATA_INFO (None: it
+    did; a refusal is an answer too)."""
+    if not address:
+        return "no address known"
+    pool = ConnectionPool(TIMEOUT)
+    try:
+        conn = await pool.get(address)
+        ask = GetMetadataInfo()
+        await conn.call(ask.code, *ask.encode(), timeout=TIMEOUT)
+    except ResponseError:
+        return None
+    except (RemotingError, ValueError) as exc:
+        return describe_failure(exc)
+    finally:
+        pool.close()
+    return None
+
+
+async def unreachable_members(raw: Any) -> dict[str, str]:
+    """node id -> why it did not answer, for the members of ``raw`` (a metadata answer) that
+    do not answer at their address; the node that gave ``raw`` (its ``self``) is not asked
+    again. The membership is the Raft configuration, which lists a dead member as long as it
+    is not removed: only asking each one tells a live follower from a dead one (as
+    rmq-console's cluster page does)."""
+    if not isinstance(raw, dict):
+        return {}
+    peers: Mapping[str, str] = raw.get("peers") or {}
+    asked = sorted(node_id for node_id in peers if node_id != raw.get("self"))
+    found = await asyncio.gather(*(_unanswered(peers[node_id]) for node_id in asked))
+    return {node_id: why for node_id, why in zip(asked, found, strict=True) if why is not None}
+
+
+async def controller_metadata(
+    addresses: str,
+    code: int,
+    header: Mapping[str, Scalar] | None,
+    body: bytes | None,
+    timeout: float,
+) -> tuple[Any, dict[str, str]]:
+    """The controllers' metadata answer to the request (CONTROLLER_GET_METADATA_INFO or a
+    membership change), and its members that do not answer (:func:`unreachable_members`)."""
+    resp = await call_controllers(addresses, code, header, body, timeout=timeout)
+    raw = answer_body(resp, "controller metadata")
+    return raw, await unreachable_members(raw)
 
 
 def _sync_state_human(doc: Mapping[str, Any]) -> str:
@@ -105,19 +174,17 @@ broker_name_option = click.option(
 @addresses_option
 @pass_settings
 def get_controller_metadata(settings: Settings, addresses: str) -> None:
-    """Show the Raft group of the controllers: its leader, term and members.
+    """Show the Raft group of the controllers: its leader, term and members, each with its
+    role. Every member is asked at its address: one that does not answer (dead, or cut off)
+    is shown as "unreachable: REASON", not by the role the membership gives it (the Raft
+    configuration keeps listing a dead controller until it is removed).
 
-    Prints {"group", "leaderId", "leaderAddress", "term", "peers": {id: addr}}.
+    Prints {"group", "leaderId", "leaderAddress", "term", "peers": {id: addr}, "roles": {id:
+    "leader"|"follower"|"learner"|"unreachable"}, "unreachable": {id: reason}}.
     """
-
-    async def work() -> Any:
-        ask = GetMetadataInfo()
-        return answer_body(
-            await call_controllers(addresses, ask.code, *ask.encode()), "controller metadata"
-        )
-
-    raw = run(work())
-    emit(settings, _metadata_doc(raw), lambda: _metadata_human(raw))
+    ask = GetMetadataInfo()
+    raw, unreachable = run(controller_metadata(addresses, ask.code, *ask.encode(), timeout=TIMEOUT))
+    emit(settings, _metadata_doc(raw, unreachable), lambda: _metadata_human(raw, unreachable))
 
 
 @click.command("getSyncStateSet", short_help="Show a broker group's master and SyncStateSet.")
@@ -360,14 +427,10 @@ node_id_option = click.option("--id", "node_id", required=True, metavar="nX", he
 
 
 def _membership(settings: Settings, addresses: str, ask: ControllerRequest) -> None:
-    async def work() -> Any:
-        resp = await call_controllers(
-            addresses, ask.code, *ask.encode(), timeout=MEMBERSHIP_TIMEOUT
-        )
-        return answer_body(resp, "controller metadata")
-
-    raw = run(work())
-    emit(settings, _metadata_doc(raw), lambda: _metadata_human(raw))
+    raw, unreachable = run(
+        controller_metadata(addresses, ask.code, *ask.encode(), timeout=MEMBERSHIP_TIMEOUT)
+    )
+    emit(settings, _metadata_doc(raw, unreachable), lambda: _metadata_human(raw, unreachable))
 
 
 @click.command("addController", short_help="Add a controller to the Raft group.")

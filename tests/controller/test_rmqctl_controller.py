@@ -28,7 +28,7 @@ from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-METADATA_KEYS = {"group", "leaderId", "leaderAddress", "term", "peers"}
+METADATA_KEYS = {"group", "leaderId", "leaderAddress", "term", "peers", "roles", "unreachable"}
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +233,35 @@ async def test_an_unreachable_cluster_is_one_line_and_exit_1() -> None:
     down = f"127.0.0.1:{free_port()}"
     err = await fails("getControllerMetaData", "-a", down)
     assert "connection refused" in err
+
+
+async def test_a_dead_controller_is_shown_unreachable_not_follower(tmp_path: Path) -> None:
+    """kill -9 of the leader: getControllerMetaData (asked of the survivors) still lists it,
+    the membership being the leader's, but as unreachable with the reason (as rmq-console's
+    cluster page does), never as a follower; in the table and in --json alike."""
+    with ControllerCluster(tmp_path) as cluster:
+        addresses = [p.address for p in cluster.procs.values()]
+        leader = await agreed_leader(addresses)
+        dead = cluster.procs[leader]
+        dead.kill9()
+        wait_until(lambda: not dead.alive(), f"{dead.name} to exit", 15)
+        survivors = [p.address for i, p in cluster.procs.items() if i != leader]
+        new_leader = await agreed_leader(survivors)
+        follower = next(i for i in cluster.procs if i not in (leader, new_leader))
+        a = cluster.addresses
+        code, out, err = await rmqctl("getControllerMetaData", "-a", a)
+        assert code == 0, err
+        rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
+        assert rows == {
+            dead.node_id: [dead.address, "unreachable:", "connection", "refused"],
+            new_leader: [cluster.procs[new_leader].address, "leader"],
+            follower: [cluster.procs[follower].address, "follower"],
+        }, out
+        doc = await ok_json("getControllerMetaData", "-a", a)
+        assert doc["leaderId"] == new_leader and dead.node_id in doc["peers"]
+        assert doc["roles"] == {
+            new_leader: "leader",
+            follower: "follower",
+            dead.node_id: "unreachable",
+        }
+        assert doc["unreachable"] == {dead.node_id: "connection refused"}
