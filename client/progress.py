@@ -124,19 +124,34 @@ def allocation(
     }
 
 
+NO_BROKER_REGISTERED = (
+    "no broker is registered with the controllers (every broker is down, or cut off from them)"
+)
+
+
+class NoBrokerRegistered(ClientError):
+    """The controllers answer, and no broker is registered with them (every broker is down or
+    cut off from them): no broker group can be asked, though the controllers may still route
+    the topics they hold (their groups with no master and no slaves)."""
+
+    def __init__(self) -> None:
+        super().__init__(NO_BROKER_REGISTERED)
+
+
 class ProgressAdmin(BootstrapClient):
     """Consumer progress and members through the bootstrap addresses."""
 
     async def targets(self) -> list[BrokerTarget]:
         targets = pick_targets(await fetch_cluster_info(self.bootstrap))
         if not targets:
-            raise ClientError("no broker is registered")
+            raise NoBrokerRegistered
         return targets
 
     async def consume_stats(
         self, group: str | None = None, topic: str | None = None
     ) -> list[BrokerAnswer]:
-        """GET_CONSUME_STATS of every broker group, sorted by broker name."""
+        """GET_CONSUME_STATS of every broker group, sorted by broker name
+        (:class:`NoBrokerRegistered` when there is none to ask)."""
         query = ConsumeStatsQuery(group=group or None, topic=topic or None)
 
         async def one(target: BrokerTarget) -> BrokerAnswer:
@@ -185,7 +200,7 @@ class ProgressAdmin(BootstrapClient):
 
     async def members(self, group: str) -> tuple[list[Member], dict[str, str]]:
         """The group's live members over every broker group, and broker name -> error for the
-        groups that could not be asked."""
+        groups that could not be asked (:class:`NoBrokerRegistered` when there is none)."""
         answers: dict[str, list[ConsumerConnection]] = {}
         errors: dict[str, str] = {}
 

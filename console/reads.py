@@ -21,7 +21,7 @@ from client.bootstrap import describe_failure, parse_addresses
 from client.errors import ClientError
 from client.lookup import FoundMessage, Lookup
 from client.message_range import RangeReader
-from client.progress import Member, ProgressAdmin, allocation
+from client.progress import Member, NoBrokerRegistered, ProgressAdmin, allocation
 from client.routes import ClusterBroker
 from client.trace import query_trace
 from protocol.broker_requests.runtime import RuntimeInfo, RuntimeInfoQuery, StatsData, StatsQuery
@@ -376,8 +376,17 @@ async def topic_detail(addresses: str, topic: str, timeout: float) -> dict[str, 
     """topicRoute and topicStatus: the route's broker groups and each queue's offsets."""
     async with TopicAdmin(addresses, timeout) as admin:
         route = await admin.topic_route(topic)
-        status: list[tuple[str, QueueStatus]] = await admin.topic_status(topic)
-    return {"route": route, "queues": status}
+        if route.brokers and not any(b.master_address or b.slaves for b in route.brokers):
+            # Its broker groups are in the route with no broker registered: nothing to ask.
+            note = (
+                "No broker of "
+                + ", ".join(sorted(b.broker_name for b in route.brokers))
+                + " is registered with the controllers (every one is down, or cut off from "
+                "them): the queues' offsets are known only to those brokers."
+            )
+            return {"route": route, "queues": [], "notes": [note]}
+        status: list[tuple[str, QueueStatus]] = await admin.topic_status(topic, route)
+    return {"route": route, "queues": status, "notes": []}
 
 
 # --- consumer groups ------------------------------------------------------------------------------
@@ -420,7 +429,10 @@ async def groups(
     order ``sort`` names (:data:`GROUP_SORTS`; most behind first by default), and the notes
     (broker groups asked at a slave, or not at all)."""
     async with ProgressAdmin(addresses, timeout) as admin:
-        answers = await admin.consume_stats(None, None)
+        try:
+            answers = await admin.consume_stats(None, None)
+        except NoBrokerRegistered as exc:
+            return [], [f"{exc}: the consumer groups and their offsets are known only to them."]
     tps, tps_notes = await consume_tps(addresses)
     notes = (
         source_notes(answers)
@@ -447,6 +459,8 @@ class GroupView:
     notes: list[str]
     #: broker name -> the group's settings there (getSubGroup; None: the defaults)
     settings: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    #: no broker is registered with the controllers: nothing about the group could be read
+    unregistered: bool = False
 
     @property
     def total_lag(self) -> int:
@@ -461,7 +475,11 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
     """consumerProgress -g and consumerConnection: per-queue lag, the member holding each queue,
     the live members."""
     async with ProgressAdmin(addresses, timeout) as admin:
-        answers = await admin.consume_stats(group, None)
+        try:
+            answers = await admin.consume_stats(group, None)
+        except NoBrokerRegistered as exc:
+            why = f"{exc}: the group's offsets, members and settings are known only to them."
+            return GroupView(group, [], {}, [], [why], unregistered=True)
         topics = {q.topic for a in answers if a.stats for qs in a.stats.groups.values() for q in qs}
         mappings = await admin.mappings(topics)
         members, errors = await admin.members(group)

@@ -14,7 +14,14 @@ from typing import Any
 import click
 
 from client.admin import Admin
-from client.progress import BrokerAnswer, Member, ProgressAdmin, allocation
+from client.progress import (
+    NO_BROKER_REGISTERED,
+    BrokerAnswer,
+    Member,
+    NoBrokerRegistered,
+    ProgressAdmin,
+    allocation,
+)
 from client.routes import LOGICAL_BROKER, MessageQueue
 from protocol.broker_requests.producers import (
     ProducerConnection,
@@ -285,7 +292,10 @@ def consumer_progress(
 
     The queues of a broker group with no master where no slave could be asked either are listed
     from the topic's route with "?" for their figures and a note saying why (--json: "noMaster":
-    true, offsets and lag null); the total leaves them out and the exit status is 1.
+    true, offsets and lag null); the total leaves them out and the exit status is 1. When no
+    broker at all is registered with the controllers, only the routes are left: with -g and -t
+    the topic's queues are listed that way; with -g alone (the topics a group consumes are
+    known only to its brokers) or without -g, one line says so, exit status 1.
 
     A static topic (docs/static-topics.md) shows one row per logical queue, its broker name the
     group of the queue's newest item marked "(logical)": max offset, consumer offset and lag are
@@ -302,7 +312,10 @@ def consumer_progress(
         list[BrokerAnswer], dict[str, tuple[LogicalQueue, ...]], dict[str, list[MessageQueue]]
     ]:
         async with ProgressAdmin(addresses) as admin:
-            answers = await admin.consume_stats(group, topic)
+            try:
+                answers = await admin.consume_stats(group, topic)
+            except NoBrokerRegistered:
+                answers = []  # the controllers may still route the topic: its queues are listed
             topics = {
                 q.topic for a in answers if a.stats for qs in a.stats.groups.values() for q in qs
             }
@@ -313,11 +326,23 @@ def consumer_progress(
 
     answers, mappings, routed = run(work())
     failures = _failures(answers)
-    if len(failures) == len(answers):
-        raise CommandError("; ".join(failures))
+    if not any(a.stats is not None for a in answers) and (group is None or topic is None):
+        # No broker group answered, and no topic was named: nothing tells which queues to list.
+        if answers:
+            raise CommandError("; ".join(failures))
+        if group is None:
+            raise CommandError(
+                f"{NO_BROKER_REGISTERED}: the consumer groups and their offsets are known only "
+                "to the brokers"
+            )
+        raise CommandError(
+            f"{NO_BROKER_REGISTERED}: the topics consumer group {group!r} consumes, and its "
+            "offsets, are known only to its brokers; -t TOPIC lists a topic's queues from its "
+            "route, without figures"
+        )
     rows = logical_rows(progress_rows(answers), mappings)
     notes = source_notes(answers)
-    if group is not None and rows:
+    if group is not None:
         answered = {a.target.broker_name for a in answers if a.stats is not None}
         errors = {a.target.broker_name: a.error for a in answers if a.error is not None}
         blind, more = masterless_rows(group, routed, answered, errors)
@@ -327,6 +352,11 @@ def consumer_progress(
             f"broker group {name}: none of its brokers is registered with the controllers"
             for name in sorted({r.broker_name for r in blind} - set(errors))
         ]
+    if not answers and not rows:
+        # -g and -t, and the controllers do not route the topic to a broker group either.
+        raise CommandError(
+            f"{NO_BROKER_REGISTERED}, and their routes give no queue of topic {topic!r} to list"
+        )
     if group is None:
         totals = group_totals(rows)
         doc: dict[str, Any] = {

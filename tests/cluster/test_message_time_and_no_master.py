@@ -52,7 +52,7 @@ def target_body(during: list[tuple[SendResult, int]], target: SendResult) -> byt
 async def test_time_queries_span_both_groups_and_a_group_without_master_is_listed(
     cluster: Cluster,
 ) -> None:
-    cluster.add_group("broker-a", 1)
+    (only_a,) = cluster.add_group("broker-a", 1)
     (only_b,) = cluster.add_group("broker-b", 1)
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
     try:
@@ -160,5 +160,63 @@ async def test_time_queries_span_both_groups_and_a_group_without_master_is_liste
         assert human.returncode == 1
         assert "Note: broker-b: no master" in human.stdout
         assert "2 without figures" in human.stdout
+
+        # broker-a's only broker dies too: no broker at all is registered. The controllers
+        # still route the topic (its groups with no master): -g with -t lists its queues from
+        # there, every one without figures; without -t (the topics a group consumes are known
+        # only to its brokers) and without -g, one line says why nothing can be listed.
+        only_a.kill9()
+
+        def none_registered() -> bool:
+            proc = rmqctl(cluster, "--json", "clusterList")
+            return proc.returncode == 0 and json.loads(proc.stdout)["clusters"] == {}
+
+        wait_until(none_registered, "no broker registered", 60, interval=0.3)
+        proc = rmqctl(cluster, "--json", "consumerProgress", "-g", "billing", "-t", TOPIC)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr == (
+            "rmqctl: not every broker group answered: broker group broker-a: none of its brokers "
+            "is registered with the controllers; broker group broker-b: none of its brokers is "
+            "registered with the controllers\n"
+        )
+        doc = json.loads(proc.stdout)
+        assert [
+            (q["brokerName"], q["queueId"], q["noMaster"], q["lag"]) for q in doc["queues"]
+        ] == [
+            ("broker-a", 0, True, None),
+            ("broker-a", 1, True, None),
+            ("broker-b", 0, True, None),
+            ("broker-b", 1, True, None),
+        ]
+        assert doc["totalLag"] == 0 and len(doc["notes"]) == 2
+        assert all("none of its brokers is registered" in n for n in doc["notes"])
+        human = rmqctl(cluster, "consumerProgress", "-g", "billing", "-t", TOPIC)
+        assert human.returncode == 1
+        assert "Total lag: 0 (4 queues; 4 without figures, see the notes)" in human.stdout
+        blind = [line.split()[:6] for line in human.stdout.splitlines() if " ? " in line]
+        assert blind == [
+            [TOPIC, name, str(qid), "?", "?", "?"]
+            for name in ("broker-a", "broker-b")
+            for qid in (0, 1)
+        ]
+        assert "Note: broker-a: no master" in human.stdout
+        nobody = (
+            "rmqctl: no broker is registered with the controllers (every broker is down, or cut "
+            "off from them): "
+        )
+        for json_flag in ([], ["--json"]):
+            proc = rmqctl(cluster, *json_flag, "consumerProgress", "-g", "billing")
+            assert proc.returncode == 1 and proc.stdout == "", proc
+            assert proc.stderr == nobody + (
+                "the topics consumer group 'billing' consumes, and its offsets, are known only "
+                "to its brokers; -t TOPIC lists a topic's queues from its route, without "
+                "figures\n"
+            )
+        for json_flag in ([], ["--json"]):
+            proc = rmqctl(cluster, *json_flag, "consumerProgress")
+            assert proc.returncode == 1 and proc.stdout == "", proc
+            assert proc.stderr == nobody + (
+                "the consumer groups and their offsets are known only to the brokers\n"
+            )
     finally:
         boot.close()

@@ -1,8 +1,11 @@
 """rmq-console as a process, without a browser: HTTPS on its own listener when configured, and
-a cluster that cannot be reached is a page saying so (502), never a stack trace."""
+a cluster that cannot be reached is a page saying so (502), never a stack trace; a cluster
+whose controllers answer while no broker is registered has its group and topic pages say so
+(200)."""
 
 from __future__ import annotations
 
+import json
 import ssl
 import urllib.error
 import urllib.request
@@ -10,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from client import Consumer, Producer
 from tests.console.browser import console_process
 from tests.deploy.test_prometheus_e2e import Prometheus
+from tests.support.cli import rmqctl_run
+from tests.support.cluster import controllers_started
+from tests.support.messages import create_once_registered
 from tests.support.procs import free_port, port_open
 from tests.support.tls import make_ca
-from tests.support.wait import wait_until
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -89,3 +96,65 @@ def test_an_unreachable_cluster_page_shows_what_prometheus_says(tmp_path: Path) 
     finally:
         console.stop()
         prometheus.stop()
+
+
+def fetch(url: str) -> tuple[int, str]:
+    """The status and the page at ``url`` (an error status too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return int(answer.status), str(answer.read().decode())
+    except urllib.error.HTTPError as exc:
+        return exc.code, str(exc.read().decode())
+
+
+async def test_no_broker_registered_is_a_page_saying_so_not_a_502(tmp_path: Path) -> None:
+    """Every broker of the only group killed: the controllers answer, no broker is registered.
+    The groups page, a group's page (also an unknown group's) and its live part, and a topic's
+    page answer 200 and say so: the console and the controllers did their part, this is the
+    cluster's state (a 5xx would also stop htmx from swapping the live part, leaving the
+    figures from before the brokers died on the page)."""
+    with controllers_started(tmp_path) as cluster:
+        (only,) = cluster.add_group("broker-a", 1)
+        await create_once_registered(cluster, "T", 2, "topic T on broker-a")
+        async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
+            for i in range(4):
+                await producer.send("T", f"m{i}".encode())
+        async with Consumer(
+            cluster.controller_addresses, "billing", "T", commit_interval=0.2
+        ) as consumer:
+            got = 0
+
+            async def all_four() -> bool:
+                nonlocal got
+                got += len(await consumer.receive(timeout=0.5))
+                return got >= 4
+
+            await wait_until_async(all_four, "billing to read 4", 60, on_timeout=cluster.logs)
+        only.kill9()
+
+        def none_registered() -> bool:
+            proc = rmqctl_run("-a", cluster.controller_addresses, "--json", "clusterList")
+            return proc.returncode == 0 and json.loads(proc.stdout)["clusters"] == {}
+
+        wait_until(none_registered, "no broker registered", 60, interval=0.3)
+        console, port = console_process(tmp_path, "--controllers", cluster.controller_addresses)
+        console.start()
+        try:
+            wait_until(lambda: port_open(port), "the console to listen", 30, on_timeout=console.log)
+            base = f"http://127.0.0.1:{port}/c/default"
+            nobody = "no broker is registered with the controllers"
+            status, page = fetch(f"{base}/groups")
+            assert status == 200, page
+            assert nobody in page and "None listed: see the notes below." in page
+            for group in ("billing", "nobody-knows-me"):
+                for url in (f"{base}/groups/{group}", f"{base}/groups/{group}/live"):
+                    status, page = fetch(url)
+                    assert status == 200, page
+                    assert nobody in page and "known only to them" in page
+                    assert "Unknown: no broker is registered" in page
+            status, page = fetch(f"{base}/topics/T")
+            assert status == 200, page
+            assert "No broker of broker-a is registered with the controllers" in page
+        finally:
+            console.stop()
+        assert "Traceback" not in console.log()
