@@ -87,7 +87,14 @@ class ReplicasManager:
         )
         self.routes = RouteRegistration(cfg, ctx, self.pool, self._known_broker_id)
         self.roles = Roles(
-            cfg, ctx, ha, role, self.pool, self._known_broker_id, self.topics_changed
+            cfg,
+            ctx,
+            ha,
+            role,
+            self.pool,
+            self._known_broker_id,
+            self.topics_changed,
+            role_changed=self.traffic.request_restart,
         )
         self.poll = MetadataPoll(
             cfg, self.controllers, self.roles, lambda: self.broker_id, self._register_and_apply

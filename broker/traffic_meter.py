@@ -23,9 +23,22 @@ Totals = Mapping[str, Mapping[int, int]]
 
 SAMPLES_PER_WINDOW = 10
 
+FIRST_RATE_MS = 1000
+"""After a start or a restart, the second sample (the first rate) comes this soon, not a whole
+sample interval later (6 s at the default window): a new master's figures count at once."""
+
 
 class TrafficMeter:
-    __slots__ = ("_base", "_body", "_report", "_samples", "sample_ms", "top_topics", "window_ms")
+    __slots__ = (
+        "_base",
+        "_body",
+        "_report",
+        "_samples",
+        "restart_pending",
+        "sample_ms",
+        "top_topics",
+        "window_ms",
+    )
 
     def __init__(self, window_ms: int, top_topics: int) -> None:
         self.window_ms = window_ms
@@ -37,10 +50,35 @@ class TrafficMeter:
         """Every topic's counters as of the oldest sample (the later samples' are not in it)."""
         self._report = TrafficReport(window_ms, 0.0)
         self._body = self._report.encode()
+        self.restart_pending = False
+        """Set (from any thread) when the broker's role changed: the sampler's next call is
+        :meth:`restart` instead of :meth:`observe`."""
 
     def due(self, now_ms: int) -> bool:
         """Should the caller read the counters for a sample now?"""
-        return not self._samples or now_ms - self._samples[-1][0] >= self.sample_ms
+        samples = self._samples
+        if not samples:
+            return True
+        interval = self.sample_ms if len(samples) > 1 else min(self.sample_ms, FIRST_RATE_MS)
+        return now_ms - samples[-1][0] >= interval
+
+    def request_restart(self) -> None:
+        """The broker's role changed (any thread): :meth:`restart` at the next sample."""
+        self.restart_pending = True
+
+    def restart(self, now_ms: int, totals: Totals) -> None:
+        """Start the window again at ``now_ms`` from ``totals`` (every topic's counters now):
+        a broker whose role just changed reports only what it put since. Otherwise a new
+        master's window would hold its time as a slave, with nothing put, and spread its first
+        puts over the whole window (a busy group read as nearly idle for up to ``window_ms``
+        after a failover), and an old master's would keep its last rate while it puts nothing
+        (counted beside its successor's). Reports zero until the next sample,
+        :data:`FIRST_RATE_MS` later."""
+        self.restart_pending = False
+        self._samples = deque([(now_ms, {})])
+        self._base = dict(totals)
+        self._report = TrafficReport(self.window_ms, 0.0)
+        self._body = self._report.encode()
 
     def observe(self, now_ms: int, moved: Totals) -> None:
         """One sample at ``now_ms``: ``moved`` holds the counters of the topics put to since

@@ -35,8 +35,12 @@ LATE_HEARTBEAT_S = 0.2
 
 def sample_traffic(meter: TrafficMeter, traffic: TopicTraffic, now_ms: int) -> None:
     """The traffic report's sample, when one is due: the counters of the topics put to since
-    the last sample (not every topic's: issue 34)."""
-    if meter.due(now_ms):
+    the last sample (not every topic's: issue 34); after a role change, the window's restart
+    from every topic's counters."""
+    if meter.restart_pending:  # the role changed (broker.replicas.roles)
+        traffic.moved_totals()  # taken: the restart's totals include them
+        meter.restart(now_ms, traffic.queue_totals())
+    elif meter.due(now_ms):
         meter.observe(now_ms, traffic.moved_totals())
 
 

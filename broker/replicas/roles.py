@@ -40,6 +40,7 @@ class Roles:
         pool: ConnectionPool,
         broker_id: Callable[[], int | None],
         topics_changed: Callable[[], None],
+        role_changed: Callable[[], None],
     ) -> None:
         self.cfg = cfg
         self.ctx = ctx
@@ -48,6 +49,9 @@ class Roles:
         self.pool = pool
         self._broker_id = broker_id
         self._topics_changed = topics_changed
+        self._role_changed = role_changed
+        """Called when this broker becomes master, or stops being one (its traffic report
+        starts again: broker.traffic_meter)."""
         self._lock = asyncio.Lock()
         self._seen_epoch = 0
         self._slave_of: tuple[str, int] | None = None
@@ -113,9 +117,12 @@ class Roles:
             master_address=self.cfg.listen,
         )
         self.ctx.waiters.notify_all()
+        self._role_changed()
         self._topics_changed()
 
     async def _be_slave(self, info: GroupInfo, me: int) -> None:
+        if self._role.current.is_master:
+            self._role_changed()  # no longer master
         self._role.swap(
             is_master=False,
             master_epoch=info.master_epoch,

@@ -4,8 +4,9 @@ Soft state like liveness (:mod:`controller.metadata.heartbeat`): the newest repo
 kept in memory only. Every heartbeat carries one, so a newly active controller knows the
 cluster's traffic within a heartbeat interval; a report older than ``max_age_ms`` (its broker
 stopped heart-beating) no longer counts. A group's traffic is the sum of its brokers' reports:
-only the master puts messages, and a broker that was master a moment ago reports its last
-window's puts until they age out of its window.
+only the master puts messages, and a broker starts its window again when its role changes
+(broker.traffic_meter), so a master that stepped down reports nothing more; a killed master's
+last report counts until it is ``max_age_ms`` old.
 """
 
 from __future__ import annotations

@@ -162,3 +162,40 @@ def test_malformed_reports_are_refused(doc: object, error: str) -> None:
 def test_garbage_is_refused() -> None:
     with pytest.raises(TrafficError, match="not msgpack"):
         decode_report(b"\xc1\xc1")
+
+
+def test_a_role_change_starts_the_window_again() -> None:
+    """A slave promoted after a minute of putting nothing reports its own puts' rate within
+    FIRST_RATE_MS, not those puts spread over the window it spent as a slave; a demoted master
+    stops reporting its last rate at once."""
+    traffic = TopicTraffic()
+    meter = TrafficMeter(window_ms=60_000, top_topics=8)
+
+    def put(n: int) -> None:  # as the put path counts
+        counts = traffic.get("t")
+        counts.queues_in[0] = counts.queues_in.get(0, 0) + n
+        traffic.moved.add("t")
+
+    put(5_000)  # while master, long ago
+    for t in range(0, 61_000, 6_000):  # a slave: nothing put for a minute
+        sample_traffic(meter, traffic, t)
+    assert meter.report().msg_per_sec == 0.0
+    meter.request_restart()  # promoted at 61 s
+    sample_traffic(meter, traffic, 61_000)
+    put(100)
+    sample_traffic(meter, traffic, 61_500)  # not due yet
+    assert meter.report().msg_per_sec == 0.0
+    put(100)
+    sample_traffic(meter, traffic, 62_000)  # FIRST_RATE_MS after the restart
+    assert meter.report().msg_per_sec == pytest.approx(200.0)  # 200 in 1 s
+    for t in range(68_000, 120_000, 6_000):  # then on every sample_ms
+        put(600)
+        sample_traffic(meter, traffic, t)
+        assert meter.report().msg_per_sec == pytest.approx(
+            (traffic.get("t").queues_in[0] - 5_000) / ((t - 61_000) / 1000)
+        )
+    meter.request_restart()  # demoted
+    sample_traffic(meter, traffic, 120_100)
+    assert meter.report() == TrafficReport(60_000, 0.0)
+    sample_traffic(meter, traffic, 121_100)
+    assert meter.report().msg_per_sec == 0.0  # puts nothing as a slave

@@ -10,7 +10,8 @@ still consumed (the SDK consumer reads each logical queue across its items).
 
 Right after a change of active controller (transferControllerLeader), a topic placed by traffic
 still goes to the idle group: the new active controller waits for the masters' heartbeats
-instead of reading every group as idle.
+instead of reading every group as idle. Right after a busy group's master is killed, too: its
+new master reports its own puts from its first second, not spread over its window.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from client.errors import ClientError
 from tests.cluster.support import Key, consume_all
 from tests.support.cli import has_master, rmqctl, rmqctl_json
 from tests.support.cluster import Cluster
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -75,27 +76,30 @@ def moves_logged(cluster: Cluster) -> list[dict[str, Any]]:
     return sorted(found, key=lambda e: str(e.get("timestamp")))
 
 
-async def produce(stop: asyncio.Event, addrs: str, acked: list[Key]) -> None:
-    """About RATE sends per second to TOPIC until ``stop``; acknowledged ones go to ``acked``."""
+async def produce(
+    stop: asyncio.Event, addrs: str, acked: list[Key], topic: str, rate: float
+) -> None:
+    """About ``rate`` sends per second to ``topic`` until ``stop``; acknowledged ones go to
+    ``acked``."""
     async with Producer(addrs, retries=6) as producer:
         start = time.monotonic()
         n = 0
         while not stop.is_set():
             try:
-                r = await producer.send(TOPIC, f"m-{n}".encode())
+                r = await producer.send(topic, f"m-{n}".encode())
                 acked.append((r.broker_name, r.queue_id, r.queue_offset))
             except ClientError:
                 pass  # not acknowledged: nothing to find
             n += 1
-            await asyncio.sleep(max(0.0, start + n / RATE - time.monotonic()))
+            await asyncio.sleep(max(0.0, start + n / rate - time.monotonic()))
 
 
 @contextlib.asynccontextmanager
-async def producing(addrs: str) -> AsyncIterator[list[Key]]:
+async def producing(addrs: str, topic: str = TOPIC, rate: float = RATE) -> AsyncIterator[list[Key]]:
     """:func:`produce` running while the block runs; yields the acknowledged sends' keys."""
     stop = asyncio.Event()
     acked: list[Key] = []
-    sending = asyncio.create_task(produce(stop, addrs, acked))
+    sending = asyncio.create_task(produce(stop, addrs, acked, topic, rate))
     try:
         yield acked
     finally:
@@ -120,10 +124,12 @@ def test_a_new_group_takes_new_topics_and_busy_queues_until_balanced(tmp_path: P
         cluster.stop()
 
 
-async def add_group_with_master(cluster: Cluster, addrs: str, name: str) -> None:
-    """Start group ``name`` (one broker, BROKER_TOML) and wait until the controllers at
-    ``addrs`` name its master."""
-    cluster.add_group(name, 1, config=BROKER_TOML)
+async def add_group_with_master(
+    cluster: Cluster, addrs: str, name: str, replicas: int = 1, config: str = BROKER_TOML
+) -> None:
+    """Start group ``name`` (``replicas`` brokers reading ``config``) and wait until the
+    controllers at ``addrs`` name its master."""
+    cluster.add_group(name, replicas, config=config)
     await wait_until_async(
         lambda: asyncio.to_thread(has_master, addrs, name), f"{name}'s master", 30, interval=0.2
     )
@@ -312,3 +318,76 @@ async def after_failover(cluster: Cluster, addrs: str) -> None:
             # the brokers' heartbeats yet.
             for place in (static, ordinary) if i % 2 == 0 else (ordinary, static):
                 assert await place(i) == ["broker-b"], (i, place, await run("brokerTraffic"))
+
+
+def test_placement_right_after_a_broker_failover_counts_the_new_masters_puts(
+    tmp_path: Path,
+) -> None:
+    """broker-a (three replicas) takes about 100 msg/s and broker-b about 40; broker-a's master
+    is killed and the producer carries on with the new one. broker-a is still the busier group,
+    so a topic placed by traffic goes to broker-b. A new master's traffic meter held its time as
+    a slave, with nothing put: its first puts were spread over its whole window (30 s here), so
+    once the dead master's last report aged out (the controllers' broker_heartbeat_timeout_max_ms,
+    2 s here) broker-a read as a fraction of its rate, below broker-b."""
+    cluster = Cluster(tmp_path)
+    cluster.configure_controllers("broker_heartbeat_timeout_max_ms = 2000\n")
+    try:
+        cluster.start_controllers()
+        asyncio.run(after_broker_failover(cluster, cluster.controller_addresses))
+    finally:
+        cluster.stop()
+
+
+async def after_broker_failover(cluster: Cluster, addrs: str) -> None:
+    def run(*args: str) -> Any:
+        return asyncio.to_thread(rmqctl_json, addrs, *args)
+
+    async def rates() -> dict[str, float]:
+        doc = await run("brokerTraffic")
+        return {g["brokerName"]: g["msgPerSec"] for g in doc["groups"] if g["master"]}
+
+    window = "traffic_window_ms = 30000\n"
+    await add_group_with_master(cluster, addrs, "broker-a", 3, window)
+    await run("updateTopic", "-t", "BusyA", "-q", "4")  # on broker-a: the only group yet
+    await add_group_with_master(cluster, addrs, "broker-b", 1, window)
+    async with producing(addrs, "BusyA", 100.0):
+
+        async def a_busy() -> bool:
+            return (await rates()).get("broker-a", 0) > 60
+
+        await wait_until_async(a_busy, "broker-a busy", 60, interval=0.5)
+        assert (await run("updateTopic", "-t", "BusyB", "-q", "2", "-g", "1"))["brokers"] == [
+            "broker-b"
+        ]
+        async with producing(addrs, "BusyB", 40.0):
+
+            async def both() -> bool:
+                r = await rates()
+                return r.get("broker-a", 0) > 80 and 30 < r.get("broker-b", 0) < 60
+
+            await wait_until_async(both, "both groups' traffic reported", 90, interval=0.5)
+            master = (await run("getSyncStateSet", "-b", "broker-a"))["masterAddress"]
+            next(b for b in cluster.brokers if b.address == master).kill9()
+
+            async def new_master() -> bool:
+                doc = await run("getSyncStateSet", "-b", "broker-a")
+                return doc.get("masterAddress") not in (None, "", master)
+
+            await wait_until_async(new_master, "a new master of broker-a", 30, interval=0.2)
+            placed: list[tuple[int, list[str], dict[str, float]]] = []
+
+            async def goes_to_broker_b() -> bool:
+                i = len(placed)
+                doc = await run("updateTopic", "-t", f"Fresh{i}", "-q", "1", "-g", "1")
+                placed.append((i, doc["brokers"], await rates()))
+                return bool(doc["brokers"] == ["broker-b"])
+
+            # Over the seconds after the election, while the dead master's last report ages
+            # out (2 s) and before a whole window (30 s) of the new master's puts.
+            await stays_async(
+                goes_to_broker_b,
+                8.0,
+                "topics placed by traffic going to broker-b, the less busy group",
+                interval=1.0,
+                on_failure=lambda: repr(placed),
+            )
