@@ -5,7 +5,8 @@ A read (``storage.queue_read.scan``) that stops at an entry it cannot serve hand
 
 - an operator skipped the message (``rmqctl skipCorruptMessage``, :meth:`Corruption.skip`): the
   read passes over it (FOUND with no record, ``next_offset`` past it, as a tag filter passes
-  over a message), once per read;
+  over a message), once per read; its CommitLog record is given up (:meth:`Corruption.given_up`):
+  no longer damage to repair, report or count for elections;
 - the record fails its CRC: CORRUPT (reported once per CommitLog offset);
 - retention deleted the records under the entry: the queue starts later (OFFSET_TOO_SMALL at
   its new min offset);
@@ -41,6 +42,11 @@ from storage.segment import Segment
 from storage.small_file import read_atomic, write_atomic
 from storage.tracker import FileTracker
 
+SKIPPED_FILE: Final = "skipped"
+"""Under the data directory: the messages reads pass over (``rmqctl skipCorruptMessage``), one a
+line, ``topic queue_id queue_offset commitlog_offset size`` (lines of an older version lack the
+last two: their record is found through the queue's entry, :meth:`Corruption.resolve_skipped`)."""
+
 CORRUPTION_KINDS: Final = (
     "read",
     "recovery_quarantined",
@@ -55,7 +61,8 @@ damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the
 (copied aside); segment_short: CommitLog bytes missing before a segment's start (zero-filled);
 consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record; scrub:
 a CommitLog record the background scrub found failing its checks (once per offset); skipped: a
-message an operator gave up (rmqctl skipCorruptMessage), reads pass over it."""
+message an operator gave up (rmqctl skipCorruptMessage), reads pass over it; at start it is the
+number of messages the skipped file lists (the skips this store holds, not only this run's)."""
 
 log = structlog.get_logger(__name__)
 
@@ -78,9 +85,12 @@ class Corruption:
         self.sizes: dict[int, int] = {}
         """The size of each record a read found unreadable, by CommitLog offset, as its
         ConsumeQueue entry says (what a repair fetches)."""
-        self.skipped: set[tuple[str, int, int]] = set()
-        """(topic, queue id, queue offset) of the messages reads pass over (:meth:`skip`); kept
-        in :attr:`skipped_file`."""
+        self.skipped: dict[tuple[str, int, int], tuple[int, int] | None] = {}
+        """(topic, queue id, queue offset) of the messages reads pass over (:meth:`skip`), with
+        the CommitLog offset and size of their record (None until known: a line of an older
+        version); kept in :attr:`skipped_file`."""
+        self.given_up_records: dict[int, int] = {}
+        """The records of the skipped messages, size by CommitLog offset (:meth:`given_up`)."""
         self.skipped_file: Path | None = None
         self.refused: set[int] = set()
         """CommitLog offsets whose repair no replica could make (their queue is rebuilt, as
@@ -158,27 +168,65 @@ class Corruption:
         )
 
     def load_skipped(self, path: Path) -> None:
-        """Read the skipped messages kept in ``path`` (none when it does not exist)."""
+        """Read the skipped messages kept in ``path`` (none when it does not exist); counted
+        (``skipped``) as held."""
         self.skipped_file = path
         raw = read_atomic(path)
         if raw is None:
             return
         for line in raw.decode().splitlines():
+            fields = line.rsplit(" ", 4)
+            if len(fields) == 5 and all(f.isdigit() for f in fields[1:]):
+                topic, queue_id, offset, physical, size = fields
+                self.skipped[(topic, int(queue_id), int(offset))] = (int(physical), int(size))
+                self.given_up_records[int(physical)] = int(size)
+                continue
             topic, _, rest = line.rpartition(" ")
             topic, _, queue_id = topic.rpartition(" ")
             if topic and queue_id.isdigit() and rest.isdigit():
-                self.skipped.add((topic, int(queue_id), int(rest)))
+                self.skipped.setdefault((topic, int(queue_id), int(rest)), None)
+        self.counts["skipped"] = len(self.skipped)
 
-    def skip(self, topic: str, queue_id: int, queue_offset: int, physical: int) -> None:
+    def resolve_skipped(self) -> None:
+        """Find the record of each skipped message whose line did not name it (an older
+        version's) through its queue's entry, once the queues are recovered."""
+        for key, record in self.skipped.items():
+            if record is not None:
+                continue
+            topic, queue_id, offset = key
+            queue = self._queues.get(topic, queue_id)
+            if queue is not None and queue.min_offset <= offset < queue.max_offset:
+                physical, size, _tags = queue.entry(offset)
+                if size > 0:
+                    self.skipped[key] = (physical, size)
+                    self.given_up_records[physical] = size
+
+    def given_up(self, offset: int, size: int) -> bool:
+        """Do the ``size`` CommitLog bytes at ``offset`` lie within the record of a skipped
+        message? Damage there is given up: no repair is tried, the scrub and recovery pass over
+        it without counting it, elections do not hear of it. Damage reaching past such a record
+        is not (other records may lie there)."""
+        for start, length in self.given_up_records.items():
+            if start <= offset and offset + size <= start + length:
+                return True
+        return False
+
+    def skip(self, topic: str, queue_id: int, queue_offset: int, physical: int, size: int) -> None:
         """Reads of ``topic``:``queue_id`` pass over the message at ``queue_offset`` from now on
-        (kept durably first); counted (``skipped``) and logged."""
+        and its record (``size`` bytes at CommitLog ``physical``) is given up (kept durably
+        first); counted (``skipped``) and logged."""
         key = (topic, queue_id, queue_offset)
         if key in self.skipped:
             return
-        lines = sorted(f"{t} {q} {o}" for t, q, o in {*self.skipped, key})
+        held = {**self.skipped, key: (physical, size)}
+        lines = sorted(
+            f"{t} {q} {o}" if rec is None else f"{t} {q} {o} {rec[0]} {rec[1]}"
+            for (t, q, o), rec in held.items()
+        )
         if self.skipped_file is not None:
             write_atomic(self.skipped_file, "\n".join(lines).encode())
-        self.skipped.add(key)
+        self.skipped[key] = (physical, size)
+        self.given_up_records[physical] = size
         self.counts["skipped"] += 1
         log.error(
             f"{topic}:{queue_id} queue offset {queue_offset} (commitlog offset {physical}) "
@@ -192,12 +240,14 @@ class Corruption:
     def size_of(self, offset: int) -> int | None:
         """The size of the damage known to start at CommitLog ``offset``: a record a read or the
         scrub found unreadable (its size as its entry says), or a range recovery kept in place;
-        None when none is known there."""
+        None when none is known there, or it is given up (:meth:`given_up`: not to repair)."""
         size = self.sizes.get(offset)
+        if size is not None and self.given_up(offset, size):
+            return None
         if size is not None:
             return size
         for damage in self.damaged:
-            if damage.offset == offset:
+            if damage.offset == offset and not self.given_up(offset, damage.size):
                 return damage.size
         return None
 

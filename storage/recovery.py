@@ -223,7 +223,11 @@ def recover(
     *,
     checkpoint: Checkpoint | None,
     clean: bool,
+    given_up: Callable[[int, int], bool] | None = None,
 ) -> RecoveryResult:
+    """Validate the CommitLog (from the checkpoint after a ``clean`` stop, else all of it),
+    replay it into ``queues`` and cut it at the last valid record. Damage ``given_up`` says an
+    operator gave up (the record of a skipped message) is logged at info, not as an error."""
     segments = commitlog.segments
     if not segments:
         queues.load(commitlog.write_pos, scrub=not clean)
@@ -267,7 +271,10 @@ def recover(
     for damage in found.damaged:
         where = f"copied to {damage.copy}" if damage.copy is not None else "all zero"
         what = "cut from the log" if damage.cut else "kept in place, reads of it fail"
-        log.error(
+        skipped = not damage.cut and given_up is not None and given_up(damage.offset, damage.size)
+        if skipped:
+            what = "kept in place, the record of a message skipped by an operator"
+        (log.info if skipped else log.error)(
             f"commitlog damaged: {damage.size} bytes at offset {damage.offset} unreadable "
             f"({damage.reason}): {what}; {where}",
             offset=damage.offset,

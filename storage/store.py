@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
 
 import structlog
 
@@ -74,10 +73,6 @@ __all__ = [
 
 
 log = structlog.get_logger(__name__)
-
-
-SKIPPED_FILE: Final = "skipped"
-"""Under the data directory: the messages reads pass over (``rmqctl skipCorruptMessage``)."""
 
 
 @dataclass(slots=True)
@@ -150,7 +145,6 @@ class MessageStore:
         """Load and recover the store; any truncation is durable before this returns."""
         self._files.open()
         self._scrub.load()
-        self._corruption.load_skipped(self._dir / SKIPPED_FILE)
 
     def close(self) -> None:
         """Flush everything, write the checkpoint and remove the abort marker (a clean stop)."""

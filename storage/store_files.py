@@ -48,7 +48,7 @@ from storage.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from storage.commitlog import CommitLog
 from storage.confirm_file import ConfirmFile, ConfirmFileError, read_confirm_file
 from storage.consumequeue import ConsumeQueue
-from storage.corruption import Corruption
+from storage.corruption import SKIPPED_FILE, Corruption
 from storage.errors import StoreError
 from storage.filter_index import FilterIndex
 from storage.index.service import KeyIndex
@@ -152,19 +152,24 @@ class StoreFiles:
         if unclean:
             log.warning("store was not closed cleanly: recovering", data_dir=str(self.directory))
         repaired = bool(self.commitlog.repaired)
+        corruption = self.corruption
+        corruption.load_skipped(self.directory / SKIPPED_FILE)
         result = recover(
             self.commitlog,
             self.queues,
             checkpoint=checkpoint,
             clean=not unclean and not repaired and checkpoint is not None,
+            given_up=corruption.given_up,
         )
-        corruption = self.corruption
         for queue in self.queues:
             self._queue_loaded(queue)
+        corruption.resolve_skipped()
         corruption.damaged = [d for d in result.damaged if not d.cut]
         counts = corruption.counts
         counts["segment_short"] += len(self.commitlog.repaired)
-        counts["recovery_quarantined"] += len(corruption.damaged)
+        counts["recovery_quarantined"] += sum(
+            1 for d in corruption.damaged if not corruption.given_up(d.offset, d.size)
+        )
         counts["recovery_cut"] += len(result.damaged) - len(corruption.damaged)
         self.queues.delete_below(self.commitlog.min_offset, pending_files=False)
         # Recovered bytes may exist only in the page cache: make them durable before serving.

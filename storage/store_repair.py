@@ -110,9 +110,12 @@ class StoreRepair:
     def scrub(self, max_bytes: int) -> ScrubStep:
         """Check the next ``max_bytes`` of flushed CommitLog records (``storage.scrub``); the
         damage found is counted (``scrub``, once per offset) and, like a read's, handed to
-        :attr:`repairer` by its offset (:meth:`unreadable_size`)."""
+        :attr:`repairer` by its offset (:meth:`unreadable_size`). The record of a skipped
+        message is passed over as intact (given up: ``Corruption.given_up``)."""
         self._check_open()
         step = self._scrub.step(self._files.flushed, max_bytes)
+        given_up = self._corruption.given_up
+        step.damage = [(at, size) for at, size in step.damage if not given_up(at, size)]
         for offset, size in step.damage:
             self._corruption.scrubbed(offset, size)
         return step
@@ -150,14 +153,17 @@ class StoreRepair:
         """The damage this store knows of and holds still (CommitLog offset, size), oldest
         first: records reads or the scrub found unreadable, ranges recovery kept in place. A
         range that now holds intact records is left out (a ConsumeQueue entry was what was
-        wrong, and its queue was rebuilt; or the bytes were written back meanwhile)."""
-        ranges = dict(self._corruption.sizes)
-        for d in self._corruption.damaged:
+        wrong, and its queue was rebuilt; or the bytes were written back meanwhile), and so is
+        the record of a message an operator skipped (given up, :meth:`skip_corrupt`): it is
+        not repaired, nor counted for elections."""
+        corruption = self._corruption
+        ranges = dict(corruption.sizes)
+        for d in corruption.damaged:
             ranges.setdefault(d.offset, d.size)
         floor = self._commitlog.min_offset
         out = []
         for offset, size in sorted(ranges.items()):
-            if offset < floor:
+            if offset < floor or corruption.given_up(offset, size):
                 continue
             try:
                 raw = self._span(offset, size)
@@ -178,14 +184,15 @@ class StoreRepair:
 
     def skip_corrupt(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Reads of the queue pass over the message at ``queue_offset`` from now on (an
-        operator's ``rmqctl skipCorruptMessage``: no replica can read it); returns its
-        CommitLog offset. Raises :class:`RecordReadable` when this store reads it, and
+        operator's ``rmqctl skipCorruptMessage``: no replica can read it), and its record is
+        given up: no longer repaired, scrubbed or reported as damage (:meth:`unrepaired`);
+        returns its CommitLog offset. Raises :class:`RecordReadable` when this store reads it, and
         :class:`StoreError` when the queue has no message there."""
         self._check_open()
         queue = self._queues.get(topic, queue_id)
         if queue is None or not queue.min_offset <= queue_offset < queue.max_offset:
             raise StoreError(f"{topic}:{queue_id} holds no message at queue offset {queue_offset}")
-        physical = queue.entry(queue_offset)[0]
+        physical, size, _tags = queue.entry(queue_offset)
         if (topic, queue_id, queue_offset) not in self._corruption.skipped:
             res = self._read(topic, queue_id, queue_offset, 1, 1)
             if res.status is not GetStatus.CORRUPT or res.next_offset != queue_offset:
@@ -193,7 +200,7 @@ class StoreRepair:
                     f"{topic}:{queue_id} queue offset {queue_offset} (commitlog offset "
                     f"{physical}) is readable here: nothing skipped"
                 )
-        self._corruption.skip(topic, queue_id, queue_offset, physical)
+        self._corruption.skip(topic, queue_id, queue_offset, physical, size)
         return physical
 
     def repair_refused(self, offset: int) -> None:

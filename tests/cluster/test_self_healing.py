@@ -35,7 +35,7 @@ from tests.support.cli import rmqctl
 from tests.support.cluster import BrokerNode, Cluster
 from tests.support.metrics import scrape
 from tests.support.procs import free_port
-from tests.support.wait import wait_until_async
+from tests.support.wait import stays_async, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -487,6 +487,122 @@ async def test_the_same_record_damaged_on_all_three_blocks_until_skipped(
     assert received == expect
     port = ports[cluster.brokers.index(slave)]
     assert corrupt_kind(port, "skipped") == 1
+
+
+SKIPPED_HOLD_S = 12.0
+"""How long a skipped record is shown not to be tried again: past RETRY_AFTER_S (10 s), the
+period of the repair loop's retries, and many heartbeats (200 ms)."""
+
+
+async def test_a_skipped_record_is_no_longer_unrepaired_damage(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # A new operator's trial: the same body byte damaged on all three replicas, the message
+    # skipped (`skipped` x3). Before, every replica went on trying to repair it every 10 s
+    # (rmq_broker_records_unrepairable_total climbing), kept reporting it with its heartbeats
+    # (electMaster of a slave refused without --force) and, after a restart, recovery and the
+    # scrub reported it again, unrepairable once more, while kind="skipped" read 0.
+    ids, ports, _, physical = await group_with_messages(cluster, boot)
+    damaged_at = physical[DAMAGED]
+    for node in cluster.brokers:
+        node.stop()
+    for node in cluster.brokers:
+        flip(node, damaged_at + HEAD_SIZE + 5)
+    for node in cluster.brokers:
+        node.restart()
+    await synced_master(boot, cluster, size=3)
+    nodes = list(zip(cluster.brokers, ports, strict=True))
+
+    def every_repair_gave_up() -> bool:
+        return all(metric(b, p, "rmq_broker_records_unrepairable_total") >= 1 for b, p in nodes)
+
+    await wait_until_async(
+        lambda: asyncio.to_thread(every_repair_gave_up), "every replica's repair to give up", 60
+    )
+    code, out, err = await asyncio.to_thread(
+        rmqctl, "--json", "skipCorruptMessage", "-a", cluster.controller_addresses,
+        "-t", TOPIC, "-q", "0", "-o", str(DAMAGED),
+    )  # fmt: skip
+    assert code == 0, err
+    assert [row["result"] for row in json.loads(out)] == ["skipped"] * 3
+
+    def unrepairable() -> list[float]:
+        return [metric(b, p, "rmq_broker_records_unrepairable_total") for b, p in nodes]
+
+    gave_up = await asyncio.to_thread(unrepairable)
+    await stays_async(
+        lambda: asyncio.to_thread(lambda: unrepairable() == gave_up),
+        SKIPPED_HOLD_S,
+        "no repair of the skipped record tried again",
+        interval=0.5,
+        on_failure=lambda: f"unrepairable {unrepairable()} after {gave_up}",
+    )
+    assert all(corrupt_kind(p, "skipped") == 1 for _, p in nodes)
+
+    async def elect_slave() -> BrokerNode:
+        """A slave of broker-a elected (rmqctl electMaster, no --force): refused while it
+        reports damage with its heartbeats."""
+        master = await synced_master(boot, cluster, size=3)
+        slave = next(b for b in cluster.brokers if b is not master)
+        code, _, err = await asyncio.to_thread(
+            rmqctl, "electMaster", "-a", cluster.controller_addresses, "-b", "broker-a",
+            "-i", str(ids[slave.address]),
+        )  # fmt: skip
+        assert code == 0, err
+        return slave
+
+    await elect_slave()
+
+    # After a full restart: the skipped list is read again, recovery and the scrub pass over
+    # the record quietly, no repair of it is tried, it is still counted as skipped.
+    for node in cluster.brokers:
+        node.stop()
+    for node in cluster.brokers:
+        node.restart()
+    await synced_master(boot, cluster, size=3)
+    last = physical[COUNT - 1]
+
+    def every_scrub_passed_it() -> bool:
+        return all(metric(b, p, "rmq_broker_scrub_bytes_total") >= last for b, p in nodes)
+
+    await wait_until_async(
+        lambda: asyncio.to_thread(every_scrub_passed_it), "every scrub past the record", 60
+    )
+
+    def quiet() -> bool:
+        return all(
+            metric(b, p, "rmq_broker_records_unrepairable_total") == 0
+            and metric(b, p, "rmq_broker_scrub_unrepairable_total") == 0
+            and metric(b, p, "rmq_broker_scrub_damage_found_total") == 0
+            and corrupt_kind(p, "recovery_quarantined") == 0
+            and corrupt_kind(p, "scrub") == 0
+            and corrupt_kind(p, "skipped") == 1
+            for b, p in nodes
+        )
+
+    def counters() -> str:
+        names = ("records_unrepairable", "scrub_unrepairable", "scrub_damage_found")
+        return "\n".join(
+            f"{b.name}: "
+            + " ".join(f"{n}={metric(b, p, f'rmq_broker_{n}_total')}" for n in names)
+            + " ".join(
+                f" {k}={corrupt_kind(p, k)}" for k in ("recovery_quarantined", "scrub", "skipped")
+            )
+            for b, p in nodes
+        )
+
+    await stays_async(
+        lambda: asyncio.to_thread(quiet),
+        SKIPPED_HOLD_S,
+        "the skipped record not reported as damage after a restart",
+        interval=0.5,
+        on_failure=counters,
+    )
+    for node in cluster.brokers:
+        unreadable = [line for line in node.log().splitlines() if "unreadable" in line]
+        assert unreadable, f"{node.name}: recovery did not say what it passed over"
+        assert all("skipped by an operator" in line for line in unreadable[-1:]), unreadable
+    await elect_slave()
 
 
 async def test_a_lookup_and_a_pop_consumer_get_damaged_records_repaired(
