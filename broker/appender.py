@@ -45,7 +45,6 @@ class Appender:
         "_topics",
         "_waiters",
         "ha",
-        "last_put_ms",
         "put_listeners",
         "replicated_listeners",
     )
@@ -68,9 +67,6 @@ class Appender:
         self.put_listeners: list[Callable[[str, int, Sequence[Message], PutResult], None]] = []
         """Called with (topic, queue id, messages, result) after each put; they must not raise
         (the message trace, :mod:`broker.trace`)."""
-        self.last_put_ms: dict[str, int] = {}
-        """When each topic last took a put here (epoch ms): deleteTopic's sign of a live
-        producer (:mod:`broker.processors.topic_admin`)."""
 
     def put(
         self, topic: str, queue_id: int, messages: Sequence[Message], body_bytes: int
@@ -82,7 +78,6 @@ class Appender:
             raise TopicDeletedError(f"topic {topic} was deleted")
         result = self._store.put(topic, queue_id, messages, time.time_ns() // 1_000_000)
         self._waiters.notify(topic, queue_id)
-        self.last_put_ms[topic] = result.store_timestamp
         if self.ha is not None:
             self.ha.notify_appended()
         counts = self._metrics.topic(topic)

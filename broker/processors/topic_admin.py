@@ -8,7 +8,9 @@ becomes master does not serve the name again. A topic's delete here:
 
 - refuses a system topic, a group's retry or dead-letter topic (SYSTEM_RESOURCE), and unless
   ``force`` a topic that took a put within ``client_expiry_ms`` (TOPIC_IN_USE: a producer is
-  live); with ``dryRun`` it only answers whether it would delete;
+  live), judged by the store time of the newest record in its queues, which every replica
+  holds (a new master refuses as the old one would); with ``dryRun`` it only answers whether
+  it would delete;
 - forgets its topic config and every group's offsets on it, and retires its ConsumeQueues
   (:meth:`storage.store.MessageStore.retire_topic`): the CommitLog keeps the bytes until
   retention, a topic of that name created again starts empty, and a send to the name answers
@@ -87,8 +89,8 @@ class TopicAdminProcessor:
 
 
 def _in_use(ctx: BrokerContext, topic: str) -> Refusal | None:
-    last = ctx.appender.last_put_ms.get(topic)
-    if last is None:
+    last = _last_put_ms(ctx, topic)
+    if not last:
         return None
     ago = ctx.now_ms() - last
     if ago > ctx.cfg.client_expiry_ms:
@@ -98,6 +100,20 @@ def _in_use(ctx: BrokerContext, topic: str) -> Refusal | None:
         f"topic {topic} took a send {max(ago, 0)} ms ago on {ctx.cfg.broker_name} "
         f"({ctx.cfg.listen}): a producer is live; stop it, or delete with --force",
     )
+
+
+def _last_put_ms(ctx: BrokerContext, topic: str) -> int:
+    """When ``topic`` last took a put (epoch ms; 0: none in its queues): the store time of the
+    newest record in its queues. It travels in the CommitLog, so every replica reads the same:
+    a new master after a failover, or a restarted broker, answers as the one that took the sends
+    would, and the put path keeps no table of it."""
+    store = ctx.store
+    newest = 0
+    for queue_id in store.queue_ids(topic):
+        lo = store.queue_min_offset(topic, queue_id)
+        hi = store.queue_max_offset(topic, queue_id)
+        newest = max(newest, _newest_store_time(ctx, topic, queue_id, lo, hi))
+    return newest
 
 
 def delete_topic(
@@ -135,7 +151,6 @@ def _retire(ctx: BrokerContext, topic: str, retire_at: Mapping[int, int]) -> dic
     had_config = ctx.topics.get(topic) is not None
     ctx.topics.delete(topic)
     ctx.offsets.delete_topic(topic)
-    ctx.appender.last_put_ms.pop(topic, None)
     marks = ctx.store.retire_topic(topic, retire_at)
     log.info("topic deleted", topic=topic, queues_ended_at=marks)
     if had_config:

@@ -10,11 +10,15 @@ and one group of two brokers (master and slave), rmqctl as an operator runs it.
 - Refusals: a live producer without --force, system topics and groups, a group's own topics,
   unknown names (topicList -c of an unknown cluster too); each one line on stderr, exit 1,
   nothing changed.
+- A live producer after a failover: the new master refuses as the old one did (the time of the
+  last send is the newest record's store time, which it holds), until ``client_expiry_ms`` has
+  passed since that send.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import msgpack
@@ -32,6 +36,7 @@ from tests.cluster.support import (
     cluster_rmqctl_json,
     consume_all,
     create_topic,
+    full_sync_state_set,
     new_master,
     synced_master,
     takes_writes,
@@ -307,6 +312,47 @@ async def test_refusals_are_one_line_and_change_nothing(cluster: Cluster, boot: 
     assert await topics_on(master.address) == before
     listed = await asyncio.to_thread(rmqctl_json, cluster, "topicList", "-c", "DefaultCluster")
     assert "Stays" in {t["topic"] for t in listed["topics"]}
+
+
+async def test_a_new_master_refuses_a_topic_sent_to_moments_ago(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    master = await synced_master(boot, cluster, size=2)
+    slave = next(b for b in cluster.brokers if b is not master)
+    await create_topic(boot, master.address, "Live", 2)
+    async with Producer(cluster.controller_addresses, retries=2) as producer:
+        for i in range(20):
+            await producer.send("Live", f"m-{i}".encode())
+    last_send = time.monotonic()
+    line = await asyncio.to_thread(refused, cluster, "deleteTopic", "-t", "Live")
+    assert "a producer is live" in line and master.address in line, line
+
+    master.kill9()
+    after = await new_master(boot, cluster, master.address)
+    assert after["masterAddress"] == slave.address
+    line = await asyncio.to_thread(refused, cluster, "deleteTopic", "-t", "Live")
+    ago = time.monotonic() - last_send
+    assert ago < 10, (
+        f"the failover took {ago:.1f} s: past client_expiry_ms, the test proves nothing"
+    )
+    assert "a producer is live" in line and slave.address in line, line
+    assert "Live" in await topics_on(slave.address)
+
+    # Once client_expiry_ms (10 s) has passed since the last send, the delete goes through
+    # without --force: the new master's sign of a live producer lapses as the old one's did.
+    master.restart()
+    await full_sync_state_set(boot, cluster, size=2)  # the old master is back, a slave
+
+    async def deleted() -> bool:
+        proc = await asyncio.to_thread(rmqctl, cluster, "deleteTopic", "-t", "Live")
+        if proc.returncode == 1 and "a producer is live" in proc.stderr:
+            return False
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        return True
+
+    await wait_until_async(deleted, "deleteTopic without --force", 30, interval=0.5)
+    for node in (master, slave):
+        assert "Live" not in await topics_on(node.address)
 
 
 async def _true(value: bool) -> bool:
