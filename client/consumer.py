@@ -374,7 +374,9 @@ class Consumer:
 
         Raises :class:`CorruptMessageError` (once per queue) when a broker cannot read the
         message at a queue's next offset: that queue is no longer pulled (its messages before
-        the offset were delivered first); the other queues go on.
+        the offset were delivered first); the other queues go on. Likewise a
+        :class:`BrokerError` for a queue whose pulls are refused for good: NO_PERMISSION for a
+        topic without read permission (updateTopic -p 2), SQL_FILTER_DISABLED.
         """
         if not self._started:
             raise ClosedError("consumer is not started")

@@ -52,7 +52,11 @@ START_FROM = ("earliest", "latest")
 
 _FOR_GOOD = frozenset({ResponseCode.SQL_FILTER_DISABLED})
 """Refusals that asking again never changes: pulling the queue stops and the next receive
-raises them (a SQL92 subscription to a broker with enable_property_filter off)."""
+raises them (a SQL92 subscription to a broker with enable_property_filter off). NO_PERMISSION
+is one too when the topic's route says its group does not let it be read (:meth:`Puller._take`;
+the same code from the authentication guard, e.g. a session to open again or a broker that
+has not fetched the users yet, is retried). Every other refusal is retried with a back-off,
+TOPIC_NOT_EXIST and QUEUE_NOT_EXIST among them: a topic being created or a stale route."""
 
 
 class _Step(enum.Enum):
@@ -475,10 +479,23 @@ class Puller:
             self._corrupt(state, answer, item)
             return _STOP
         failure = BrokerError.of(resp, self.caller.address(broker))
-        if resp.code in _FOR_GOOD:
+        if resp.code in _FOR_GOOD or (
+            resp.code == ResponseCode.NO_PERMISSION and self._unreadable(broker)
+        ):
             self._stop(state, failure)
             return _STOP
         return failure
+
+    def _unreadable(self, broker: str) -> bool:
+        """Whether the topic's cached route says ``broker``'s group does not let the topic be
+        read (its permission lacks PERM_READ): a NO_PERMISSION pull answer then is the topic's
+        permission, which only an operator changes, not an authentication refusal. A route
+        cached before the permission changed says readable: the back-off after the refusal
+        fetches it again, and the next refusal stops the queue."""
+        route = self.routes.peek(self.topic)
+        if route is None:
+            return False
+        return any(b.broker_name == broker and not b.attrs.readable for b in route.brokers)
 
     def _logical_batch(
         self, item: MappingItem, queue: int, body: bytes | None

@@ -7,6 +7,10 @@ client send.
   NO_PERMISSION, "the topic[...] sending message is forbidden"; the slave holds the same
   permission (pushed by the controllers); -p 6 again and the send is stored. -p 2 (write
   only): a pull is refused.
+- A write-only topic (-p 2) takes sends; the SDK's pull consumer raises the NO_PERMISSION
+  refusal from receive (pulling stops, nothing is waited for in silence), also when the topic
+  turns write only while it reads, and consumeMessage, pull or --pop, prints it on one line
+  and exits 1.
 - updateTopic --attributes +message.type=FIFO: a message without a message group is refused,
   one with a group stored; a FIFO message to a NORMAL topic and a delayed one to the FIFO
   topic are refused; topicList and topicRoute show the type and permission.
@@ -21,7 +25,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import Producer
+from client import Consumer, Producer
 from client.bootstrap import Bootstrap
 from client.errors import BrokerError
 from protocol.broker_requests.send import SendRequest
@@ -114,6 +118,67 @@ async def test_a_read_only_topic_refuses_sends_from_the_sdk_and_a_classic_client
     resp = await call(master.address, pull.code, pull.header(), None)
     assert resp.code == ResponseCode.NO_PERMISSION, resp
     assert "pulling message is forbidden" in (resp.remark or "")
+
+
+async def test_a_write_only_topic_refuses_the_sdk_consumer_and_consume_message(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    master = await synced_master(boot, cluster, size=2)
+    made = await asyncio.to_thread(update_topic, cluster, "-t", "WriteOnly", "-p", "2")
+    assert made["perm"] == 2
+    await wait_until_async(lambda: routed(boot, "WriteOnly"), "WriteOnly routed", 20, interval=0.1)
+    await wait_until_async(
+        lambda: _perm_is(master.address, "WriteOnly", 2), "perm 2 on the master", 20
+    )
+    async with Producer(cluster.controller_addresses, retries=0) as producer:
+        for _ in range(3):
+            await producer.send("WriteOnly", b"w")
+    # The SDK's pull consumer: receive raises the broker's refusal (within a few pulls, not
+    # after backing off for ever).
+    async with Consumer(cluster.controller_addresses, "wo-sdk", "WriteOnly") as consumer:
+
+        async def refusal() -> BrokerError | None:
+            try:
+                got = await consumer.receive(timeout=0.5)
+            except BrokerError as exc:
+                return exc
+            assert got == [], got
+            return None
+
+        raised = await wait_until_async(refusal, "receive to raise the refusal", 20)
+        assert raised is not None and raised.code == ResponseCode.NO_PERMISSION, raised
+        assert "the topic[WriteOnly] pulling message is forbidden" in raised.remark
+    # A topic made write only while a consumer reads it (its cached route still says
+    # readable): the same, once the route is fetched again.
+    await asyncio.to_thread(update_topic, cluster, "-t", "TurnedWriteOnly")
+    await wait_until_async(lambda: routed(boot, "TurnedWriteOnly"), "routed", 20, interval=0.1)
+    async with Producer(cluster.controller_addresses, retries=0) as producer:
+        await producer.send("TurnedWriteOnly", b"before")
+    async with Consumer(cluster.controller_addresses, "two-sdk", "TurnedWriteOnly") as turned:
+        got = await wait_until_async(lambda: turned.receive(timeout=0.5), "the message", 20)
+        assert [m.body for m in got] == [b"before"]
+        await asyncio.to_thread(update_topic, cluster, "-t", "TurnedWriteOnly", "-p", "2")
+
+        async def turned_refusal() -> BrokerError | None:
+            try:
+                assert await turned.receive(timeout=0.5) == []
+            except BrokerError as exc:
+                return exc
+            return None
+
+        raised = await wait_until_async(turned_refusal, "receive to raise the refusal", 20)
+        assert raised is not None and raised.code == ResponseCode.NO_PERMISSION, raised
+    # rmqctl, pulling and by POP: the refusal on one line, exit status 1, well before --timeout.
+    for extra in ((), ("--pop",)):
+        proc = await asyncio.to_thread(
+            cluster_rmqctl, cluster, "--json", "consumeMessage",
+            "-t", "WriteOnly", "-g", "wo-cli", "--count", "1", "--timeout", "15", *extra,
+        )  # fmt: skip
+        assert proc.returncode == 1 and proc.stdout == "", (extra, proc)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rmqctl: "), (extra, proc.stderr)
+        assert "NO_PERMISSION" in lines[0], (extra, proc.stderr)
+        assert "the topic[WriteOnly] pulling message is forbidden" in lines[0], proc.stderr
 
 
 async def test_a_fifo_topic_takes_only_fifo_messages_with_the_type_check_on(
