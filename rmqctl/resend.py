@@ -53,7 +53,7 @@ _POLL = 0.2
     "--force",
     is_flag=True,
     help="Store the copy although the group has no live member now: it waits in the group's "
-    "retry topic for the next member.",
+    "retry topic for the next member (a group that does not exist is refused all the same).",
 )
 @click.option(
     "--wait",
@@ -86,7 +86,9 @@ def resend_message(
     watches the group's offset on that queue: "consumed" means the group moved past the copy
     (a member consumed it, or sent it back; a POP group: handed it out).
 
-    Refused (exit status 1, nothing stored): the group has no live member (unless --force) or
+    Refused (exit status 1, nothing stored): the group does not exist on that broker group
+    (never configured, no member, offset or retry topic there; --force or not), it has no live
+    member (unless --force) or
     none subscribing to the message's topic, --client-id is not live, the message is not one
     the group consumes, the group does not read retries (a FIFO group, or consumeRetry off),
     the broker group has no master. Not consumed within --wait is no error (exit status 0,

@@ -13,9 +13,11 @@ message within a pull; rmqctl then watches the group's offset on that queue to s
 consumed.
 
 Checks, in order, each a refusal that stores nothing: this broker must take writes (NOT_MASTER
-and the like); the group must have a live member here (CONSUMER_NOT_ONLINE; ``clientId``, when
-given, must be one, and some member must subscribe to the message's topic; ``force`` skips
-this: the copy then waits in the retry topic for the group's next member); the
+and the like); the group must exist here (SUBSCRIPTION_GROUP_NOT_EXIST: configured, a member,
+committed offsets or its retry topic; ``force`` does not skip this); the group must have a live
+member here (CONSUMER_NOT_ONLINE; ``clientId``, when given, must be one, and some member must
+subscribe to the message's topic; ``force`` skips this: the copy then waits in the retry topic
+for the group's next member); the
 offset id must name a visible message of a topic the group consumes here (MESSAGE_NOT_FOUND);
 the group must read its retry topic (GROUP_READS_NO_RETRY: a FIFO group, whose order a copy
 would break, or consumeRetry off). The answer comes once the copy is as durable as a send.
@@ -48,6 +50,21 @@ class Refused(RequestRefused):
     """A CONSUME_MESSAGE_DIRECTLY refused: the code and remark to answer with."""
 
 
+def _known(ctx: BrokerContext, group: str) -> bool:
+    """Whether ``group`` exists on this broker: it is configured (updateSubGroup), has a member
+    (live or not yet expired), committed offsets or a retry topic here. ``force`` stores a copy
+    for a group's next member, never for a group that does not exist (a typo would store a copy
+    nobody reads and create its retry topic)."""
+    topic = retry_topic(group)
+    return (
+        ctx.sub_groups.configured(group) is not None
+        or group in ctx.groups.groups()
+        or group in ctx.offsets.groups()
+        or ctx.topics.get(topic) is not None
+        or bool(ctx.store.queue_ids(topic))
+    )
+
+
 class ConsumeDirectlyProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
@@ -76,10 +93,16 @@ class ConsumeDirectlyProcessor:
                 ResponseCode.CONSUMER_NOT_ONLINE,
                 f"client {ask.client_id} is not a live member of consumer group {group} on {name}",
             )
+        if not live and not _known(ctx, group):
+            raise Refused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"consumer group {group} does not exist on {name} (not configured, no member, "
+                "no offset, no retry topic here): nothing resent",
+            )
         if not live and not ask.force:
             raise Refused(
                 ResponseCode.CONSUMER_NOT_ONLINE,
-                f"consumer group {group} has no live member on {name} (resend with force to "
+                f"consumer group {group} has no live member on {name} (resend with --force to "
                 "store the copy for its next member)",
             )
         try:

@@ -2,8 +2,9 @@
 while an SDK consumer of the group runs: the message comes to the running member again (its
 first topic, body, keys; stored in the group's retry topic) and rmqctl reports it consumed; the
 refusals (no live member, a member not named, a FIFO group, not a message of the group, a bad
-id) are one line and exit status 1 and store nothing; --force stores the copy for a group with
-no member listed. rmqctl runs in this process (tests/support/cli.py), on a thread of its own
+id, a group that does not exist, even with --force) are one line and exit status 1 and store
+nothing; --force stores the copy for a group with no live member that is configured or was seen
+on the broker. rmqctl runs in this process (tests/support/cli.py), on a thread of its own
 while the consumer runs on the loop."""
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+import msgpack
 import pytest
 
 from client.consumer import Consumer
 from client.message import ReceivedMessage
 from client.producer import Producer
+from protocol.codes import RequestCode, ResponseCode
+from remoting.client import RemotingClient
 from tests.support.cli import ok_json, rmqctl_run
 from tests.support.procs import BrokerProc
 from tests.support.wait import wait_until_async
@@ -27,6 +31,17 @@ async def rmqctl_async(*args: str) -> tuple[int, str, str]:
     """rmqctl without blocking the loop the consumer runs on."""
     done = await asyncio.to_thread(rmqctl_run, *args)
     return done.returncode, done.stdout, done.stderr
+
+
+async def topics_on(address: str) -> set[str]:
+    """The topics the broker at ``address`` holds a config of (GET_ALL_TOPIC_CONFIG)."""
+    conn = await RemotingClient.connect(address, timeout=2.0)
+    try:
+        resp = await conn.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}, None, 5.0)
+    finally:
+        conn.close()
+    assert resp.code == ResponseCode.SUCCESS, resp
+    return set(msgpack.unpackb(resp.body or b"\x80", strict_map_key=False))
 
 
 def refused(result: tuple[int, str, str], needle: str) -> None:
@@ -91,19 +106,33 @@ async def test_resend_message_reaches_a_running_member_and_refusals_store_nothin
             await asyncio.gather(task, return_exceptions=True)
     assert len(got) == 6  # no refusal stored a copy the member received
 
-    # No live member (the consumer closed): refused, unless --force.
-    refused(
-        await rmqctl_async("resendMessage", "-a", a, "-i", sent[1].msg_id, "-g", "idle"),
-        "consumer group idle has no live member",
-    )
-    code, out, err = await rmqctl_async(
-        "--json", "resendMessage", "-a", a, "-i", sent[1].msg_id, "-g", "idle", "--force",
-        "--wait", "0",
-    )  # fmt: skip
-    assert code == 0, err
-    doc = json.loads(out)
-    assert doc["members"] == 0 and doc["consumed"] is None
-    assert doc["copy"]["topic"] == "%RETRY%idle"
+    # No live member (the consumer closed): refused, unless --force, which stores the copy for
+    # the group's next member: a group configured here (idle) or seen here (g, its offsets).
+    ok_json("updateSubGroup", "-a", a, "-g", "idle")
+    for group in ("idle", "g"):
+        refused(
+            await rmqctl_async("resendMessage", "-a", a, "-i", sent[1].msg_id, "-g", group),
+            f"consumer group {group} has no live member on broker-a (resend with --force to ",
+        )
+        code, out, err = await rmqctl_async(
+            "--json", "resendMessage", "-a", a, "-i", sent[1].msg_id, "-g", group, "--force",
+            "--wait", "0",
+        )  # fmt: skip
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["members"] == 0 and doc["consumed"] is None
+        assert doc["copy"]["topic"] == f"%RETRY%{group}"
+    # A group that does not exist (never configured, never seen here): refused, --force or
+    # not, storing nothing and creating no retry topic.
+    for force in ((), ("--force",)):
+        refused(
+            await rmqctl_async(
+                "resendMessage", "-a", a, "-i", sent[1].msg_id, "-g", "nosuchgrp", "--wait",
+                "2", *force,
+            ),
+            "consumer group nosuchgrp does not exist on broker-a",
+        )  # fmt: skip
+    assert "%RETRY%nosuchgrp" not in await topics_on(a)
     # A FIFO group retries in place: a copy would break its order.
     ok_json("updateSubGroup", "-a", a, "-g", "ordered", "--fifo")
     refused(
