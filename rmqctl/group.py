@@ -213,8 +213,9 @@ def resend_dlq(
 ) -> None:
     """Re-send DLQ messages of a group to their original topic as fresh messages (properties
     kept, reconsume count reset, DLQ_RESENT_FROM naming the DLQ message). Each DLQ message is
-    re-sent once: the broker records it, so --all twice sends nothing the second time (a
-    broker crash between the send and the record can send it again).
+    re-sent once: the broker records it, so --all twice sends nothing the second time; the
+    re-sent copy in the CommitLog is the record, so a failover or crash keeps it (a copy the
+    new master's CommitLog lacks, of a resend that was not answered, is sent again).
 
     Prints {"group", "resent": [{"brokerName", "dlqMsgId", "topic", "msgId"}],
     "skipped": [{"brokerName", "dlqMsgId", "why"}]}.

@@ -67,7 +67,7 @@ def _load_doc(path: Path, key: str, *optional: str) -> dict[str, Any]:
     return doc
 
 
-def _dump_json(path: Path, key: str, table: dict[str, Any], **extra: dict[str, Any]) -> None:
+def _dump_json(path: Path, key: str, table: dict[str, Any], **extra: object) -> None:
     doc = {"version": VERSION, key: table, **extra}
     write_atomic(path, json.dumps(doc, sort_keys=True).encode())
 
@@ -615,58 +615,89 @@ class SubscriptionGroupStore:
         return True
 
 
+COVERED_STEP: Final = 64 * 1024 * 1024
+"""How far the resend ledger's ``covered`` moves before a file write for it alone."""
+
+
 class DlqResendLedger:
     """Which DLQ messages were re-sent to their topic, by group and DLQ queue offset (the DLQ
-    topic has one queue), so resending them all twice sends each once. Loop thread only."""
+    topic has one queue), so resending them all twice sends each once. Loop thread only.
+
+    The re-sent copies themselves (``DLQ_RESENT_FROM``, in the CommitLog) are the record this
+    ledger indexes: ``covered`` is the CommitLog offset below which every copy is marked here,
+    so a new master marks the copies from ``covered`` on that its predecessor wrote after the
+    ledger it copied (:class:`broker.dlq.service.DeadLetterService`)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = Path(data_dir) / "config" / "dlqResent.json"
         self._resent: dict[str, set[int]] = {}
+        self.covered = 0
+        """Every re-sent copy below this CommitLog offset is marked (0: a ledger without the
+        mark, or none: the whole CommitLog is looked through once)."""
+        self._written = 0
+        """``covered`` as the file holds it (a lower one is as true, for fewer bytes)."""
 
     def load(self) -> None:
         resent: dict[str, set[int]] = {}
         try:
-            for group, offsets in _load_json(self.path, "resent").items():
+            doc = _load_doc(self.path, "resent")
+            for group, offsets in doc.get("resent", {}).items():
                 resent[str(group)] = {int(o) for o in offsets}
+            covered = doc.get("covered", 0)
+            if type(covered) is not int or covered < 0:
+                raise ValueError(covered)
         except (TypeError, ValueError):
             raise StoreError(f"{self.path}: bad resend ledger") from None
         self._resent = resent
+        self.covered = self._written = covered
 
     def was_resent(self, group: str, queue_offset: int) -> bool:
         return queue_offset in self._resent.get(group, ())
 
-    def mark(self, group: str, queue_offsets: list[int]) -> None:
-        """Record the offsets as re-sent (persisted before returning)."""
-        new = set(queue_offsets) - self._resent.get(group, set())
-        if not new:
-            return
-        resent = {**self._resent, group: self._resent.get(group, set()) | new}
-        self._persist(resent)
-        self._resent = resent
+    def mark(self, group: str, queue_offsets: list[int], covered: int | None = None) -> None:
+        """Record the offsets as re-sent, and ``covered`` when given (persisted before
+        returning)."""
+        self.mark_all({group: queue_offsets}, covered)
 
-    def forget(self, group: str) -> None:
-        """Drop the group's marks (its dead-letter topic was deleted)."""
-        if group in self._resent:
-            resent = {g: o for g, o in self._resent.items() if g != group}
-            self._persist(resent)
-            self._resent = resent
-
-    def snapshot(self) -> dict[str, list[int]]:
-        return {group: sorted(offsets) for group, offsets in self._resent.items()}
-
-    def merge(self, table: dict[str, list[int]]) -> None:
-        """Add a master's marks (a slave copies them)."""
+    def mark_all(self, marks: dict[str, list[int]], covered: int | None = None) -> None:
+        """Record each group's offsets as re-sent, and ``covered`` when given (it replaces the
+        mark: a new master's log is the one that counts); persisted before returning, but a
+        ``covered`` alone only once it moved back or by :data:`COVERED_STEP` (a start reads
+        the CommitLog from the mark the file holds: at most that many bytes more)."""
         resent = dict(self._resent)
         changed = False
-        for group, offsets in table.items():
+        for group, offsets in marks.items():
             have = resent.get(group, set())
             new = {int(o) for o in offsets} - have
             if new:
                 resent[group] = have | new
                 changed = True
-        if changed:
-            self._persist(resent)
+        covered = self.covered if covered is None else covered
+        if changed or covered < self._written or covered - self._written >= COVERED_STEP:
+            self._persist(resent, covered)
+            self._resent = resent
+        self.covered = covered
+
+    def forget(self, group: str) -> None:
+        """Drop the group's marks (its dead-letter topic was deleted)."""
+        if group in self._resent:
+            resent = {g: o for g, o in self._resent.items() if g != group}
+            self._persist(resent, self.covered)
             self._resent = resent
 
-    def _persist(self, resent: dict[str, set[int]]) -> None:
-        _dump_json(self.path, "resent", {g: sorted(o) for g, o in sorted(resent.items())})
+    def snapshot(self) -> dict[str, list[int]]:
+        return {group: sorted(offsets) for group, offsets in self._resent.items()}
+
+    def merge(self, table: dict[str, list[int]], covered: int | None = None) -> None:
+        """Add a master's marks and take its ``covered`` (a slave copies them; None: the
+        master sent none, the slave's stays)."""
+        self.mark_all(table, covered)
+
+    def _persist(self, resent: dict[str, set[int]], covered: int) -> None:
+        self._written = covered
+        _dump_json(
+            self.path,
+            "resent",
+            {g: sorted(o) for g, o in sorted(resent.items())},
+            covered=covered,
+        )

@@ -56,13 +56,14 @@ class SubscriptionGroupProcessor:
         return response(req, ResponseCode.SUCCESS, None, msgpack.packb(config.to_dict()))
 
     def get_all(self, conn: Connection, req: Frame) -> Frame:
-        """``{"subscriptionGroupTable": {group: settings}, "dlqResent": {group: [offsets]}}``
-        (slaves copy both)."""
+        """``{"subscriptionGroupTable": {group: settings}, "dlqResent": {group: [offsets]},
+        "dlqResentCovered": offset}`` (slaves copy them)."""
         AllSubscriptionGroupsQuery.parse(req.header, req.body)
         ctx = self.ctx
         table = SubscriptionGroupTable(
             groups={g: c.to_dict() for g, c in ctx.sub_groups.all().items()},
             dlq_resent={g: tuple(o) for g, o in ctx.dlq_resent.snapshot().items()},
+            dlq_resent_covered=ctx.dead_letters.covered(),
         )
         return response(req, ResponseCode.SUCCESS, *table.encode())
 

@@ -230,7 +230,8 @@ class SlaveConfigSync:
                     g: list(o)
                     for g, o in table.dlq_resent.items()
                     if not self.ctx.deletions.group_since(g, mark)
-                }
+                },
+                table.dlq_resent_covered,
             )
         except (RetryConfigError, StoreError, FieldError) as exc:
             log.error("copying the master's subscription groups failed", error=str(exc))

@@ -96,18 +96,21 @@ class AllSubscriptionGroupsQuery(NoFields):
 class SubscriptionGroupTable:
     """GET_ALL_SUBSCRIPTIONGROUP_CONFIG's SUCCESS: each group's settings (as
     :meth:`protocol.retry.RetryConfig.to_dict` writes them, checked by whoever applies them)
-    and the DLQ offsets resent for each group."""
+    and the DLQ offsets resent for each group, with the CommitLog offset below which every
+    re-sent copy is among them (None: not sent)."""
 
     groups: Mapping[str, Mapping[str, Any]]
     dlq_resent: Mapping[str, tuple[int, ...]]
+    dlq_resent_covered: int | None = None
 
     def encode(self) -> tuple[Header, bytes]:
-        return {}, pack_map(
-            {
-                "subscriptionGroupTable": {g: dict(c) for g, c in self.groups.items()},
-                "dlqResent": {g: list(offsets) for g, offsets in self.dlq_resent.items()},
-            }
-        )
+        doc: dict[str, Any] = {
+            "subscriptionGroupTable": {g: dict(c) for g, c in self.groups.items()},
+            "dlqResent": {g: list(offsets) for g, offsets in self.dlq_resent.items()},
+        }
+        if self.dlq_resent_covered is not None:
+            doc["dlqResentCovered"] = self.dlq_resent_covered
+        return {}, pack_map(doc)
 
     @classmethod
     def parse(
@@ -127,4 +130,11 @@ class SubscriptionGroupTable:
             for g, offsets in resent.items()
         ):
             raise FieldError("dlqResent must map group names to lists of offsets")
-        return cls(groups=table, dlq_resent={g: tuple(o) for g, o in resent.items()})
+        covered = doc.get("dlqResentCovered")
+        if covered is not None and (type(covered) is not int or covered < 0):
+            raise FieldError("dlqResentCovered must be a CommitLog offset")
+        return cls(
+            groups=table,
+            dlq_resent={g: tuple(o) for g, o in resent.items()},
+            dlq_resent_covered=covered,
+        )

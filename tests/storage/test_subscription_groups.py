@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from protocol.retry import RetryConfigError, SubscriptionGroupConfig
-from storage.config_files import DlqResendLedger, SubscriptionGroupStore
+from storage.config_files import COVERED_STEP, DlqResendLedger, SubscriptionGroupStore
 from storage.errors import StoreError
 from storage.small_file import decode, write_atomic
 
@@ -76,3 +76,19 @@ def test_the_resend_ledger_persists_and_merges(tmp_path: Path) -> None:
     third = DlqResendLedger(tmp_path)
     third.load()
     assert third.snapshot() == {"G": [0, 1, 2], "H": [7]}
+
+
+def test_the_resend_ledger_keeps_the_commitlog_offset_it_covers(tmp_path: Path) -> None:
+    ledger = DlqResendLedger(tmp_path)
+    ledger.load()
+    assert ledger.covered == 0  # none yet: a new master reads its whole CommitLog once
+    ledger.mark("G", [3], covered=1000)
+    ledger.merge({}, 1000 + COVERED_STEP - 1)  # moved, but less than a step: not written
+    assert ledger.covered == 1000 + COVERED_STEP - 1
+    again = DlqResendLedger(tmp_path)
+    again.load()
+    assert again.covered == 1000 and again.was_resent("G", 3)
+    again.merge({}, 500)  # a new master's shorter log: written at once
+    third = DlqResendLedger(tmp_path)
+    third.load()
+    assert third.covered == 500
