@@ -76,6 +76,12 @@ _SCAN_BYTES = 8 * 1024 * 1024
 _RESENT_MARK = PROP_DLQ_RESENT_FROM.encode() + b"\x01"
 """How a re-sent copy's property starts in its record: a chunk without it holds none."""
 _NO_DAMAGE = 1 << 62
+REBUILD_LIMIT = 128 * 1024 * 1024
+"""The most of the CommitLog's end a build reads (synchronously, on the loop thread: at disk
+speed a few hundred milliseconds at most, within a heartbeat timeout). A failover leaves about
+one config copy interval (1 s) of log to read; a ledger from before ``covered`` existed, or a
+lone master's after a restart, could leave much more: the copies older than this many bytes
+before the end are not looked for (their marks are the ledger file's, as before)."""
 
 
 class DlqRefused(RequestRefused):
@@ -173,13 +179,20 @@ class DeadLetterService(PerMasterEpoch[DlqResendLedger]):
     def _rebuild(self) -> DlqResendLedger:
         """Mark the DLQ message of every re-sent copy from the ledger's ``covered`` offset to
         the CommitLog's end (what a master before this epoch wrote after the ledger this
-        broker holds was written or copied). Costs a read of those bytes; only chunks that
-        hold the property's name are decoded."""
+        broker holds was written or copied), at most :data:`REBUILD_LIMIT` bytes. Costs a read
+        of those bytes; only chunks that hold the property's name are decoded."""
         host = self.host
         ledger = host.dlq_resent
         store = host.store
-        start = max(ledger.covered, store.min_offset)
         end = store.max_offset
+        start = max(ledger.covered, store.min_offset, end - REBUILD_LIMIT)
+        if start > max(ledger.covered, store.min_offset):
+            log.warning(
+                "resend ledger: only the CommitLog's last bytes are looked through",
+                covered=ledger.covered,
+                scanned_from=start,
+                limit=REBUILD_LIMIT,
+            )
         marks: dict[str, list[int]] = {}
         found = 0
         rescan_from = _NO_DAMAGE
