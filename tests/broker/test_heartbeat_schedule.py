@@ -81,7 +81,7 @@ def heartbeats(name: str, controller: StallingController) -> Heartbeats:
     store = SimpleNamespace(max_offset=0, confirm_offset=0)
     ctx = SimpleNamespace(store=store, metrics=SimpleNamespace(traffic=None))
     ha = SimpleNamespace(epoch_file=SimpleNamespace(last_epoch=lambda: 1))
-    traffic = SimpleNamespace(due=lambda now_ms: False, body=lambda: b"")
+    traffic = SimpleNamespace(due=lambda now_ms: False, body=lambda: b"", restart_pending=False)
     lease = SimpleNamespace(check=lambda now: None)
 
     async def register() -> None:
