@@ -429,6 +429,18 @@ def corrupt_kind(port: int, kind: str) -> float:
     return 0.0
 
 
+async def damaged_on_every_replica(cluster: Cluster, boot: Bootstrap, record_at: int) -> BrokerNode:
+    """Stop every broker, flip one body byte of the record at ``record_at`` in each one's
+    CommitLog, start them again: the master once all three are in sync."""
+    for node in cluster.brokers:
+        node.stop()
+    for node in cluster.brokers:
+        flip(node, record_at + HEAD_SIZE + 5)
+    for node in cluster.brokers:
+        node.restart()
+    return await synced_master(boot, cluster, size=3)
+
+
 async def test_the_same_record_damaged_on_all_three_blocks_until_skipped(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
@@ -437,13 +449,7 @@ async def test_the_same_record_damaged_on_all_three_blocks_until_skipped(
     # election of a slave says so and needs --force; skipCorruptMessage moves reads past it.
     ids, ports, bodies, physical = await group_with_messages(cluster, boot)
     damaged_at = physical[DAMAGED]
-    for node in cluster.brokers:
-        node.stop()
-    for node in cluster.brokers:
-        flip(node, damaged_at + HEAD_SIZE + 5)
-    for node in cluster.brokers:
-        node.restart()
-    master = await synced_master(boot, cluster, size=3)
+    master = await damaged_on_every_replica(cluster, boot, damaged_at)
 
     def every_scrub_gave_up() -> bool:
         return all(
@@ -504,13 +510,7 @@ async def test_a_skipped_record_is_no_longer_unrepaired_damage(
     # scrub reported it again, unrepairable once more, while kind="skipped" read 0.
     ids, ports, _, physical = await group_with_messages(cluster, boot)
     damaged_at = physical[DAMAGED]
-    for node in cluster.brokers:
-        node.stop()
-    for node in cluster.brokers:
-        flip(node, damaged_at + HEAD_SIZE + 5)
-    for node in cluster.brokers:
-        node.restart()
-    await synced_master(boot, cluster, size=3)
+    await damaged_on_every_replica(cluster, boot, damaged_at)
     nodes = list(zip(cluster.brokers, ports, strict=True))
 
     def every_repair_gave_up() -> bool:
