@@ -162,9 +162,19 @@ def test_controller_group_figures_include_replicas_and_forget_removed_groups() -
 # -- docs/metrics.md is the list ----------------------------------------------------------------
 
 
-def documented() -> set[str]:
+def documented_rows() -> list[str]:
+    """The metric name of each row of docs/metrics.md's tables, in order."""
     text = (ROOT / "docs" / "metrics.md").read_text()
-    return set(re.findall(r"^\| `([a-z_]+)` \| (?:counter|gauge|histogram) \|", text, re.M))
+    return re.findall(r"^\| `([a-z_]+)` \| (?:counter|gauge|histogram) \|", text, re.M)
+
+
+def documented() -> set[str]:
+    return set(documented_rows())
+
+
+def test_docs_list_each_metric_once() -> None:
+    rows = documented_rows()
+    assert sorted({n for n in rows if rows.count(n) > 1}) == []
 
 
 def exposed_names(registry: CollectorRegistry) -> set[str]:
