@@ -78,10 +78,15 @@ def check_identity_files(data_dir: Path) -> None:
 
 
 def _write(path: Path, ident: BrokerIdentity) -> None:
-    write_atomic(
-        path,
-        json.dumps({"brokerId": ident.broker_id, "registerCode": ident.register_code}).encode(),
-    )
+    """Write ``path`` and, when it has none, its ``.bak`` too: an identity is written once, and
+    a ``.bak`` is otherwise made only by a rewrite, so one damaged file would leave the broker
+    unable to start."""
+    payload = json.dumps(
+        {"brokerId": ident.broker_id, "registerCode": ident.register_code}
+    ).encode()
+    write_atomic(path, payload)
+    if not path.with_name(path.name + ".bak").exists():
+        write_atomic(path, payload)  # the first copy becomes the .bak
 
 
 def _remove(path: Path) -> None:

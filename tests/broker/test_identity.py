@@ -112,3 +112,16 @@ async def test_a_forgotten_identity_whose_id_went_to_another_broker_gets_a_new_o
     assert again.broker_id == 2 and again.register_code != ident.register_code
     assert load_identity(tmp_path) == again and not (tmp_path / TEMP_NAME).exists()
     assert ctl.calls[-3:] == ["apply 1", "next", "apply 2"]
+
+
+async def test_a_damaged_identity_file_is_read_from_its_bak(tmp_path: Path) -> None:
+    """The identity is written once; its .bak is made with it, so one damaged file does not
+    stop the broker (a new operator's trial: 'brokerIdentity and brokerIdentity.bak are both
+    missing or corrupt' after one byte flipped in brokerIdentity)."""
+    ctl = FakeController()
+    ident = await establish_identity(tmp_path, ctl.get_next, ctl.apply)
+    final = tmp_path / FINAL_NAME
+    raw = bytearray(final.read_bytes())
+    raw[-2] ^= 0xFF
+    final.write_bytes(raw)
+    assert load_identity(tmp_path) == ident
