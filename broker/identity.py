@@ -112,6 +112,8 @@ async def establish_identity(
         known = _read(final)
         if known is not None:
             _remove(temp)
+            if not final.with_name(final.name + ".bak").exists():
+                _write(final, known)  # a file an older version wrote once: its .bak now
             return known
         pending = _read(temp)
         if pending is None:

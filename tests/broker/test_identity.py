@@ -125,3 +125,11 @@ async def test_a_damaged_identity_file_is_read_from_its_bak(tmp_path: Path) -> N
     raw[-2] ^= 0xFF
     final.write_bytes(raw)
     assert load_identity(tmp_path) == ident
+
+
+async def test_an_identity_written_without_bak_gets_one_at_the_next_start(tmp_path: Path) -> None:
+    ctl = FakeController()
+    ident = await establish_identity(tmp_path, ctl.get_next, ctl.apply)
+    (tmp_path / (FINAL_NAME + ".bak")).unlink()  # as an older version left it
+    assert await establish_identity(tmp_path, ctl.get_next, ctl.apply) == ident
+    assert (tmp_path / (FINAL_NAME + ".bak")).exists()
