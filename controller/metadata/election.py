@@ -155,7 +155,9 @@ def choose_master(
             return ElectionResult(
                 verdict=Verdict.MASTER_STILL_ALIVE,
                 broker_id=old_master,
-                reason=f"master {old_master} is still alive",
+                reason=f"broker {old_master} is already the master"
+                if designated == old_master
+                else f"master {old_master} is still alive",
             )
         if designated is not None:
             if designated in pool:

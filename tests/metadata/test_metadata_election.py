@@ -117,6 +117,22 @@ def test_an_alive_old_master_stays_master() -> None:
     assert choose(alive, old_master=1, designated=1) == (Verdict.MASTER_STILL_ALIVE, 1)
 
 
+def test_the_refusal_says_when_the_designated_broker_is_already_the_master() -> None:
+    alive = {1: info(1, 0), 2: info(1, 999)}
+    reasons = [
+        choose_master(
+            sync_state_set=ALL,
+            replicas=ALL,
+            old_master=1,
+            alive=alive,
+            designated=designated,
+            enable_elect_unclean_master=False,
+        ).reason
+        for designated in (1, None)
+    ]
+    assert reasons == ["broker 1 is already the master", "master 1 is still alive"]
+
+
 def test_a_dead_old_master_is_not_a_candidate() -> None:
     assert choose({2: info(), 3: info()}, old_master=1) == (Verdict.ELECTED, 2)
 
