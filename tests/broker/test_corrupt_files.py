@@ -102,8 +102,16 @@ def test_corrupt_epoch_file_and_identity_file_refuse_to_start(cluster: Cluster) 
     for path in saved.glob(EPOCH_FILE + "*"):
         shutil.copy2(path, data / path.name)
 
-    # Garbage in brokerIdentity: once the broker served and never registered, saying nothing.
+    # Garbage in brokerIdentity alone: its .bak, written with it, still holds the identity.
     (data / FINAL_NAME).write_bytes(b"\x00garbage\xff" * 7)
+    since = len(broker.log())
+    broker.restart()
+    wait_until(lambda: "becoming master" in broker.log()[since:], "the broker from its .bak", 30)
+    assert broker.stop() == 0
+
+    # Garbage in both: once the broker served and never registered, saying nothing.
+    for path in data.glob(FINAL_NAME + "*"):
+        path.write_bytes(b"\x00garbage\xff" * 7)
     line = refusal(broker, since=len(broker.log()))
     assert line.startswith("rmq-broker: cannot start: broker identity file unreadable:")
     assert str(data / FINAL_NAME) in line
