@@ -29,7 +29,7 @@ import structlog
 
 from protocol.codes import ResponseCode
 from storage.errors import StoreError
-from storage.small_file import read_atomic, write_atomic
+from storage.small_file import backup_path, read_atomic, write_atomic
 
 log = structlog.get_logger(__name__)
 
@@ -85,12 +85,12 @@ def _write(path: Path, ident: BrokerIdentity) -> None:
         {"brokerId": ident.broker_id, "registerCode": ident.register_code}
     ).encode()
     write_atomic(path, payload)
-    if not path.with_name(path.name + ".bak").exists():
+    if not backup_path(path).exists():
         write_atomic(path, payload)  # the first copy becomes the .bak
 
 
 def _remove(path: Path) -> None:
-    for p in (path, path.with_name(path.name + ".bak")):
+    for p in (path, backup_path(path)):
         p.unlink(missing_ok=True)
 
 
@@ -112,7 +112,7 @@ async def establish_identity(
         known = _read(final)
         if known is not None:
             _remove(temp)
-            if not final.with_name(final.name + ".bak").exists():
+            if not backup_path(final).exists():
                 _write(final, known)  # a file an older version wrote once: its .bak now
             return known
         pending = _read(temp)

@@ -88,11 +88,10 @@ class ConfirmFile:
         file) and map it. A new file is written to a temporary name, fsynced and renamed, so
         it is never seen half made."""
         try:
-            read_confirm_file(path)
-            fresh = False
+            whole = read_confirm_file(path) is not None
         except ConfirmFileError:
-            fresh = True
-        if fresh or not path.exists():
+            whole = False
+        if not whole:
             tmp = path.with_name(path.name + ".tmp")
             with tmp.open("wb") as f:
                 f.write(_HEAD.pack(MAGIC, 0) + _slot(offset) * 2)

@@ -273,9 +273,13 @@ class StoreFiles:
         never moves back here (a lower value is ignored): only :meth:`cut` lowers it."""
         offset = min(offset, self.commitlog.write_pos)
         if offset > self.confirm:
-            self.confirm = offset
-            if self._confirm_file is not None:
-                self._confirm_file.write(offset)
+            self._set_confirm(offset)
+
+    def _set_confirm(self, offset: int) -> None:
+        """The confirm offset now, and in the confirm file (once open)."""
+        self.confirm = offset
+        if self._confirm_file is not None:
+            self._confirm_file.write(offset)
 
     def flush(self, least_pages: int = 0) -> int:
         """fsync the CommitLog, then the ConsumeQueue segments written since they were last
@@ -322,9 +326,7 @@ class StoreFiles:
             self.dispatched = offset  # every written entry synced, none at or past the cut
             self.flushed = min(self.flushed, offset)
             if offset < self.confirm:
-                self.confirm = offset
-                if self._confirm_file is not None:
-                    self._confirm_file.write(offset)
+                self._set_confirm(offset)
             self._write_checkpoint(force=True)
         corruption = self.corruption
         corruption.damaged = [

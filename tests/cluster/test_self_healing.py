@@ -429,6 +429,16 @@ def corrupt_kind(port: int, kind: str) -> float:
     return 0.0
 
 
+async def skipped_on_every_replica(cluster: Cluster) -> None:
+    """rmqctl skipCorruptMessage of the DAMAGED message: ``skipped`` on all three replicas."""
+    code, out, err = await asyncio.to_thread(
+        rmqctl, "--json", "skipCorruptMessage", "-a", cluster.controller_addresses,
+        "-t", TOPIC, "-q", "0", "-o", str(DAMAGED),
+    )  # fmt: skip
+    assert code == 0, err
+    assert [row["result"] for row in json.loads(out)] == ["skipped"] * 3
+
+
 async def damaged_on_every_replica(cluster: Cluster, boot: Bootstrap, record_at: int) -> BrokerNode:
     """Stop every broker, flip one body byte of the record at ``record_at`` in each one's
     CommitLog, start them again: the master once all three are in sync."""
@@ -482,12 +492,7 @@ async def test_the_same_record_damaged_on_all_three_blocks_until_skipped(
     code, _, err = await asyncio.to_thread(rmqctl, *ctl, "-i", str(ids[slave.address]), "--force")
     assert code == 0, err
 
-    code, out, err = await asyncio.to_thread(
-        rmqctl, "--json", "skipCorruptMessage", "-a", cluster.controller_addresses,
-        "-t", TOPIC, "-q", "0", "-o", str(DAMAGED),
-    )  # fmt: skip
-    assert code == 0, err
-    assert [row["result"] for row in json.loads(out)] == ["skipped"] * 3
+    await skipped_on_every_replica(cluster)
     expect = {k: v for k, v in bodies.items() if k[2] != DAMAGED}
     received = await consume_all(cluster.controller_addresses, TOPIC, set(expect), timeout=90)
     assert received == expect
@@ -519,12 +524,7 @@ async def test_a_skipped_record_is_no_longer_unrepaired_damage(
     await wait_until_async(
         lambda: asyncio.to_thread(every_repair_gave_up), "every replica's repair to give up", 60
     )
-    code, out, err = await asyncio.to_thread(
-        rmqctl, "--json", "skipCorruptMessage", "-a", cluster.controller_addresses,
-        "-t", TOPIC, "-q", "0", "-o", str(DAMAGED),
-    )  # fmt: skip
-    assert code == 0, err
-    assert [row["result"] for row in json.loads(out)] == ["skipped"] * 3
+    await skipped_on_every_replica(cluster)
 
     def unrepairable() -> list[float]:
         return [metric(b, p, "rmq_broker_records_unrepairable_total") for b, p in nodes]
