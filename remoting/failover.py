@@ -31,10 +31,9 @@ from remoting.errors import (
     UnreachableError,
 )
 
-__all__ = ["AddressFailover", "describe_failure", "parse_addresses"]
+__all__ = ["NOT_NOW", "AddressFailover", "describe_failure", "parse_addresses"]
 
-# Answers that say "this address cannot serve you now, another may".
-_TRY_NEXT = frozenset(
+NOT_NOW = frozenset(
     {
         ResponseCode.SYSTEM_BUSY,
         ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -42,6 +41,7 @@ _TRY_NEXT = frozenset(
         ResponseCode.TOO_MANY_IN_FLIGHT,
     }
 )
+"""Answers that say "this address cannot serve you now, another may" (or it may, later)."""
 
 
 def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
@@ -122,12 +122,17 @@ class AddressFailover:
             result = await self._round(code, header, body, timeout)
             if isinstance(result, Frame):
                 return result
-            reasons, last_error, answered = result
-            if last_error is None or round_no + 1 == self.busy_rounds:
+            reasons, errors, answered = result
+            if not errors or round_no + 1 == self.busy_rounds:
                 break
             await asyncio.sleep(self.backoff(round_no))
-        if last_error is not None and len(reasons) == 1:
-            raise last_error
+        if errors and len(reasons) == 1:
+            raise errors[-1]
+        own = [e for e in errors if e.code != ResponseCode.CONTROLLER_NOT_LEADER]
+        if answered and len(own) == 1:
+            # Every address answered, all but one only "not the leader, ask X": X's own
+            # "not now" (a controller shedding load, a placement that must wait) is the answer.
+            raise own[0]
         raise UnreachableError(self.addresses, reasons, answered=answered)
 
     def backoff(self, round_no: int) -> float:
@@ -141,8 +146,8 @@ class AddressFailover:
         header: Mapping[str, Scalar] | None,
         body: bytes | None,
         timeout: float,
-    ) -> Frame | tuple[list[str], ResponseError | None, bool]:
-        """Try every address once: the SUCCESS frame, else (reasons, last "not now" answer,
+    ) -> Frame | tuple[list[str], list[ResponseError], bool]:
+        """Try every address once: the SUCCESS frame, else (reasons, the "not now" answers,
         whether every address tried answered)."""
         order = list(self.addresses)
         if self._preferred is not None:
@@ -151,7 +156,7 @@ class AddressFailover:
         tried: set[str] = set()
         reasons: list[str] = []
         unreachable: dict[str, str] = {}  # address -> why it could not be asked
-        last_error: ResponseError | None = None
+        errors: list[ResponseError] = []
         answered = True
         while order:
             address = order.pop(0)
@@ -174,9 +179,9 @@ class AddressFailover:
                 self._preferred = address
                 return resp
             error = ResponseError.of(resp, address)
-            if resp.code not in _TRY_NEXT:
+            if resp.code not in NOT_NOW:
                 raise error
-            last_error = error
+            errors.append(error)
             reasons.append(str(error))
             if resp.code == ResponseCode.CONTROLLER_NOT_LEADER:
                 leader = _leader_named(resp)
@@ -189,7 +194,7 @@ class AddressFailover:
             (f"{r}: {unreachable[r]}" if named else unreachable[r]) if r in unreachable else r
             for r in reasons
         ]
-        return reasons, last_error, answered and bool(reasons)
+        return reasons, errors, answered and bool(reasons)
 
     def close(self) -> None:
         """Close the connections, when the pool is ours (not shared with a producer/consumer)."""

@@ -52,10 +52,11 @@ def _rate(value: Any) -> str:
 def broker_traffic(settings: Settings, addresses: str) -> None:
     """Show each broker group's traffic as the active controller heard it with the brokers'
     heartbeats: messages put per second over the brokers' traffic window, in all and for their
-    busiest topics, per queue.
+    busiest topics, per queue. A group whose master the active controller has not heard since
+    it became active shows "heard": false and Msg/s "unknown" (placement leaves it out).
 
-    Prints {"groups": [{"brokerName", "master", "msgPerSec", "windowMs", "topics": {topic:
-    {"msgPerSec", "queues": {queueId: msgPerSec}}}}]}.
+    Prints {"groups": [{"brokerName", "master", "heard", "msgPerSec", "windowMs", "topics":
+    {topic: {"msgPerSec", "queues": {queueId: msgPerSec}}}}]}.
     """
 
     async def work() -> dict[str, Any]:
@@ -68,7 +69,8 @@ def broker_traffic(settings: Settings, addresses: str) -> None:
     def human() -> str:
         rows: list[list[object]] = []
         for g in doc.get("groups", []):
-            rows.append([g["brokerName"], "yes" if g["master"] else "no", g["msgPerSec"], "", ""])
+            rate = g["msgPerSec"] if g.get("heard", True) else "unknown"
+            rows.append([g["brokerName"], "yes" if g["master"] else "no", rate, "", ""])
             for topic, t in g["topics"].items():
                 rows.append(["", "", "", topic, t["msgPerSec"]])
         return table(["Broker Name", "Master", "Msg/s", "Topic", "Topic Msg/s"], rows)

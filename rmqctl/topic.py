@@ -185,11 +185,21 @@ async def place_topic(
     resp = await call_controllers(addresses, traffic.code, *traffic.encode())
     doc = answer_body(resp, "traffic")
     try:
-        loads = {g["brokerName"]: float(g["msgPerSec"]) for g in doc["groups"] if g["master"]}
+        groups = [g for g in doc["groups"] if g["master"]]
+        # "heard": false: the active controller has not heard that master since it became
+        # active, so its traffic is not known (not idle).
+        silent = [str(g["brokerName"]) for g in groups if g.get("heard") is False]
+        loads = {g["brokerName"]: float(g["msgPerSec"]) for g in groups if g.get("heard", True)}
     except (KeyError, TypeError, ValueError):
         raise ClientError("malformed traffic answer") from None
     if count > len(loads):
-        raise ClientError(f"cannot place on {count} broker groups: {len(loads)} have a master")
+        why = (
+            f"the active controller has not heard the master of {', '.join(silent)} since it "
+            "became active, so their traffic is not known; try again"
+            if silent
+            else f"{len(loads)} have a master"
+        )
+        raise ClientError(f"cannot place on {count} broker groups: {why}")
     names = least_loaded(loads, count)
     for name in names:
         ask = UpdateTopic(

@@ -34,16 +34,17 @@ from protocol.controller_requests.brokers import (
 )
 from protocol.remoting import Frame
 from remoting.errors import RemotingError, ResponseError, UnreachableError
-from remoting.failover import AddressFailover
+from remoting.failover import NOT_NOW, AddressFailover
 
 log = structlog.get_logger(__name__)
 
 
 def electing(exc: RemotingError) -> bool:
     """Every controller answered, but none could serve now: no leader known (an election in
-    progress, as at every cluster start) or busy. Retried; not a fault."""
+    progress, as at every cluster start) or busy (the leader's own answer, the followers only
+    naming it). Retried; not a fault."""
     if isinstance(exc, ResponseError):
-        return exc.code == ResponseCode.CONTROLLER_NOT_LEADER
+        return exc.code in NOT_NOW
     return isinstance(exc, UnreachableError) and exc.answered
 
 

@@ -150,6 +150,11 @@ class BrokerLiveTable:
         """True between became_active() and became_standby()."""
         return self._active
 
+    @property
+    def active_since_ms(self) -> int:
+        """When this controller last became the active one (0 before it ever did)."""
+        return self._active_since_ms
+
     def became_active(self, now_ms: int) -> None:
         """This controller just became the active one: start the grace period."""
         self._active = True

@@ -43,8 +43,8 @@ log = structlog.get_logger(__name__)
 LIVE_RATE = "msg/s put, over the brokers' traffic window"
 
 SETTLE_LIMIT_S = 3.0
-"""How long a request that reads the traffic waits, right after this controller became active,
-for the masters it has not heard yet (below rmqctl's 5 s timeout)."""
+"""How long after this controller became active a request that reads the traffic may wait for
+the masters it has not heard yet (below rmqctl's 5 s timeout)."""
 SETTLE_POLL_S = 0.02
 
 
@@ -75,13 +75,15 @@ class TrafficView:
         self.max_age_ms = max_age_ms
         self.live = live
 
-    def unheard(self) -> list[str]:
+    def not_heard(self) -> list[str]:
         """The groups with a master whose master this controller has not heard since it became
-        active, while it is in its grace period ([] after: a master silent that long is judged
-        dead). Their traffic is not known yet; a placement or a plan now would read them as
-        idle."""
+        active: their traffic is not known. In the grace period they may yet report; after it
+        their master is silent past its timeout (presumed dead, about to be replaced). Either
+        way they are no place for a topic or a queue: read as idle, a busy group took new
+        topics (a CI run on a slow machine: broker-a's first heartbeat to a new active
+        controller came after its 1 s grace)."""
         live = self.live
-        if live is None or not live.in_grace(self.now_ms()):
+        if live is None:
             return []
         return [
             i.broker_name
@@ -91,22 +93,49 @@ class TrafficView:
             and not live.heard_since_active(i.broker_name, i.master_broker_id)
         ]
 
+    def unheard(self) -> list[str]:
+        """:meth:`not_heard` while this controller is in its grace period ([] after: a master
+        silent that long is judged dead, so no report is awaited from it)."""
+        live = self.live
+        if live is None or not live.in_grace(self.now_ms()):
+            return []
+        return self.not_heard()
+
     async def settled(self, limit_s: float = SETTLE_LIMIT_S) -> None:
-        """Return once :meth:`unheard` is empty, or after ``limit_s`` (then the groups not heard
-        yet read as idle). At once but right after a change of active controller."""
-        deadline = self.now_ms() + int(limit_s * 1000)
+        """Return once :meth:`unheard` is empty, or ``limit_s`` after this controller became
+        active (then the groups not heard yet are left out: :meth:`groups`; a client that
+        tries again is not held another ``limit_s``). At once but right after a change of
+        active controller."""
+        if self.live is None:
+            return
+        deadline = self.live.active_since_ms + int(limit_s * 1000)
         while self.unheard() and self.now_ms() < deadline:
             await asyncio.sleep(SETTLE_POLL_S)
 
     def groups(self) -> tuple[list[str], dict[str, GroupTraffic]]:
+        """The groups with a master whose traffic is known (:meth:`not_heard` left out), and
+        the traffic of every group reported."""
+        silent = set(self.not_heard())
         names = [i.broker_name for i in self.view.infos() if i.master_address]
-        return names, self.table.groups(self.now_ms(), self.max_age_ms)
+        return [n for n in names if n not in silent], self.table.groups(
+            self.now_ms(), self.max_age_ms
+        )
 
     async def least_loaded(self, count: int) -> list[str]:
         """The ``count`` groups with a master and the least traffic, once the masters' reports
-        are in (:meth:`settled`)."""
+        are in (:meth:`settled`). SYSTEM_BUSY (the client tries again) when fewer than
+        ``count`` groups have known traffic because masters were not heard."""
         await self.settled()
         names, traffic = self.groups()
+        if len(names) < count:
+            silent = self.not_heard()
+            if silent:
+                raise Refused(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"cannot place on {count} broker groups: the active controller has not "
+                    f"heard the master of {', '.join(silent)} since it became active, so their "
+                    "traffic is not known; try again",
+                )
         return least_loaded(loads(traffic, names), count)
 
     def plan(self, threshold: float) -> tuple[Plan, int]:
@@ -131,13 +160,15 @@ class TrafficView:
     def doc(self) -> dict[str, Any]:
         """GET_BROKER_TRAFFIC's document (and ``rmqctl brokerTraffic``'s)."""
         names, traffic = self.groups()
+        silent = set(self.not_heard())
         groups = []
-        for name in sorted(set(names) | set(traffic)):
+        for name in sorted(set(names) | silent | set(traffic)):
             t = traffic.get(name, GroupTraffic())
             groups.append(
                 {
                     "brokerName": name,
-                    "master": name in names,
+                    "master": name in names or name in silent,
+                    "heard": name not in silent,
                     "msgPerSec": round(t.msg_per_sec, 3),
                     "windowMs": t.window_ms,
                     "topics": {

@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from client.bootstrap import Bootstrap
-from client.errors import TopicNotFoundError, UnreachableError
+from client.errors import BrokerError, TopicNotFoundError, UnreachableError
 from client.routes import MessageQueue, RouteCache
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, response
@@ -133,6 +133,43 @@ async def test_not_leader_answer_is_followed_to_the_leader_address(
     assert route.topic == "t"
     assert follower.requests == 1
     assert leader.requests == 2
+
+
+async def test_the_leaders_not_now_is_the_answer_not_the_followers_pointers(
+    servers: list[RouteServer],
+) -> None:
+    """Every address answered: the followers "not the leader, ask X", X "not now" with its
+    reason. The error is X's answer (rmqctl printed a list of all three, the reason in the
+    middle); a round of followers only is still "cannot reach any"."""
+    leader = await serve(
+        servers, lambda req: error_response(req, ResponseCode.SYSTEM_BUSY, "not heard yet; retry")
+    )
+
+    def follower(req: Frame) -> Frame:
+        header = {"remark": "not leader", "leaderAddress": leader.address}
+        return response(req, ResponseCode.CONTROLLER_NOT_LEADER, header)
+
+    followers = [await serve(servers, follower) for _ in range(2)]
+    boot = Bootstrap([f.address for f in followers], timeout=2, busy_rounds=2, busy_delay=0.01)
+    try:
+        with pytest.raises(BrokerError) as err:
+            await RouteCache(boot).get("t")
+    finally:
+        boot.close()
+    assert err.value.code == ResponseCode.SYSTEM_BUSY
+    assert "not heard yet; retry" in str(err.value) and "not leader" not in str(err.value)
+    assert leader.requests == 2
+
+    lost = [
+        await serve(servers, lambda req: response(req, ResponseCode.CONTROLLER_NOT_LEADER))
+        for _ in range(2)
+    ]
+    boot = Bootstrap([s.address for s in lost], timeout=2, busy_rounds=2, busy_delay=0.01)
+    try:
+        with pytest.raises(UnreachableError):
+            await RouteCache(boot).get("t")
+    finally:
+        boot.close()
 
 
 async def test_no_live_address_names_every_address_and_the_reason() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from client import Producer
 from client.errors import ClientError
 from tests.cluster.support import Key, consume_all
 from tests.support.cli import has_master, rmqctl, rmqctl_json
-from tests.support.cluster import Cluster
+from tests.support.cluster import STEADY_MASTER, Cluster
 from tests.support.wait import stays_async, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -391,3 +392,66 @@ async def after_broker_failover(cluster: Cluster, addrs: str) -> None:
                 interval=1.0,
                 on_failure=lambda: repr(placed),
             )
+
+
+def test_placement_after_a_controller_failover_leaves_out_a_group_whose_master_is_silent(
+    tmp_path: Path,
+) -> None:
+    """broker-a's master frozen (SIGSTOP) across a change of active controller: the new one
+    never hears it, so broker-a's traffic is unknown, not idle. A topic placed by traffic goes
+    to broker-b, brokerTraffic shows broker-a ``"heard": false``, and a placement on two groups
+    is refused with broker-a named. Before, once the wait for heartbeats ended (3 s, or the
+    grace period), broker-a read as idle and took the topic, first by name (a CI run on a slow
+    machine: a busy broker-a's first heartbeat to a new active controller came after its
+    grace period). The controllers' grace period is 30 s here: the frozen master is not judged
+    dead (and its group left without a master) while the test runs."""
+    cluster = Cluster(tmp_path)
+    cluster.configure_controllers(
+        "broker_heartbeat_timeout_ms = 30000\nbroker_heartbeat_timeout_max_ms = 30000\n"
+    )
+    try:
+        cluster.start_controllers()
+        asyncio.run(silent_master(cluster, cluster.controller_addresses))
+    finally:
+        cluster.thaw_and_stop()
+
+
+async def silent_master(cluster: Cluster, addrs: str) -> None:
+    def run(*args: str) -> Any:
+        return asyncio.to_thread(rmqctl_json, addrs, *args)
+
+    await add_group_with_master(cluster, addrs, "broker-a", config=STEADY_MASTER)
+    await add_group_with_master(cluster, addrs, "broker-b", config=STEADY_MASTER)
+    (frozen,) = [b for b in cluster.brokers if b.broker_name == "broker-a"]
+    frozen.signal(signal.SIGSTOP)
+    ids = sorted(c.node_id for c in cluster.controllers)
+    leader = (await run("getControllerMetaData"))["leaderId"]
+    to = ids[(ids.index(leader) + 1) % len(ids)]
+    assert (await run("transferControllerLeader", "--id", to))["leaderId"] == to
+
+    doc = await run("updateStaticTopic", "-t", "Fresh", "-q", "1", "-g", "1")
+    assert sorted({item["brokerName"] for q in doc["queues"] for item in q["items"]}) == [
+        "broker-b"
+    ], doc
+    assert (await run("updateTopic", "-t", "Plain", "-q", "1", "-g", "1"))["brokers"] == [
+        "broker-b"
+    ]
+    heard = {g["brokerName"]: g["heard"] for g in (await run("brokerTraffic"))["groups"]}
+    assert heard == {"broker-a": False, "broker-b": True}, heard
+    for args in (("updateStaticTopic", "-t", "Both"), ("updateTopic", "-t", "Both2")):
+        code, out, err = await asyncio.to_thread(
+            rmqctl, args[0], "-a", addrs, *args[1:], "-q", "2", "-g", "2"
+        )
+        assert code == 1 and out == "", (args, code, out, err)
+        assert "has not heard the master of broker-a" in err and "try again" in err, err
+        assert "not the active controller" not in err, err  # the leader's answer alone
+
+    frozen.signal(signal.SIGCONT)
+
+    async def heard_again() -> bool:
+        groups = (await run("brokerTraffic"))["groups"]
+        return all(g["heard"] for g in groups)
+
+    await wait_until_async(heard_again, "broker-a heard again", 30, interval=0.3)
+    doc = await run("updateTopic", "-t", "Both3", "-q", "1", "-g", "2")
+    assert doc["brokers"] == ["broker-a", "broker-b"], doc

@@ -51,6 +51,7 @@ async def test_reports_are_kept_bad_ones_dropped_and_plans_and_placement_use_the
             {
                 "brokerName": "broker-a",
                 "master": True,
+                "heard": True,
                 "msgPerSec": 30.0,
                 "windowMs": 60_000,
                 "topics": {"Busy": {"msgPerSec": 30.0, "queues": {"0": 20.0, "1": 10.0}}},
