@@ -76,7 +76,11 @@ class Corruption:
         self.damaged: list[Damage] = []
         """CommitLog ranges recovery found unreadable and kept in place (reads fail there)."""
         self.reported: set[int] = set()
-        """CommitLog offsets whose unreadable record was logged (once each)."""
+        """CommitLog offsets whose unreadable record a read met and logged (once each)."""
+        self.scrub_reported: set[int] = set()
+        """CommitLog offsets whose damage the scrub found and logged (once each). Apart from
+        :attr:`reported`: a read that meets damage the scrub found first still counts as a
+        read (``kind="read"`` read 0 while consumers were stopped at such a record)."""
         self.rebuilt: set[tuple[str, int]] = set()
         """Queues rebuilt while the store is open (a wrong entry rebuilds its queue once)."""
         self.repairable = False
@@ -156,9 +160,9 @@ class Corruption:
         """The scrub found the ``size`` bytes at ``offset`` damaged: counted and logged once per
         offset, and known by their size for a repair."""
         self.sizes[offset] = size
-        if offset in self.reported:
+        if offset in self.scrub_reported:
             return
-        self.reported.add(offset)
+        self.scrub_reported.add(offset)
         self.counts["scrub"] += 1
         log.error(
             f"commitlog damaged: {size} bytes at offset {offset} fail their checks (found by the "
@@ -274,6 +278,7 @@ class Corruption:
         for at in [at for at in self.sizes if offset <= at < end]:
             del self.sizes[at]
             self.reported.discard(at)
+            self.scrub_reported.discard(at)
         self.refused = {at for at in self.refused if not offset <= at < end}
 
     def corrupt(
