@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 
 from client.bootstrap import BootstrapClient, describe_failure
-from client.errors import BrokerError, ClientError
+from client.errors import BrokerError, ClientError, MessageNotFoundError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
 from protocol.broker_requests.admin import CreateTopic
 from protocol.broker_requests.dlq import DlqQuery, DlqResend
@@ -183,7 +183,7 @@ class Admin(BootstrapClient):
                     for a in answers.values()
                 )
                 if missing:
-                    raise ClientError(f"{msg_id} is not a message of the DLQ of {group!r}")
+                    raise MessageNotFoundError(f"{msg_id} is not a message of the DLQ of {group!r}")
                 return _bodies(answers, f"re-sending {msg_id}")
             answers = dict(found)
         return _bodies(answers, f"re-sending the DLQ of {group!r}")

@@ -48,6 +48,21 @@ class TopicNotFoundError(BrokerError):
         super().__init__(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist", address)
 
 
+class MalformedIdError(ClientError):
+    """A message id of neither form (:mod:`client.lookup`); the message says what is wrong
+    with it. Raised before anything is asked."""
+
+
+class MessageNotFoundError(ClientError):
+    """No broker holds the message. ``unanswered``: what the brokers and broker groups that
+    could not be asked said; empty when every one that could hold it answered (the message is
+    in none of them)."""
+
+    def __init__(self, message: str, unanswered: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.unanswered = tuple(unanswered)
+
+
 class NoRouteError(ClientError):
     """The topic's route names no broker that can take the request (e.g. no master right now)."""
 

@@ -24,12 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from client.bootstrap import BootstrapClient, describe_failure
-from client.errors import BrokerError, ClientError
+from client.errors import (
+    BrokerError,
+    ClientError,
+    MalformedIdError,
+    MessageNotFoundError,
+    TopicNotFoundError,
+)
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
 from protocol.broker_requests.admin import AllTopicsQuery, TopicTable
 from protocol.broker_requests.query import END_OF_TIME, QueryMessage, ViewMessage
@@ -54,9 +61,23 @@ _INTERNAL_TOPIC_PREFIX: Final = "rmq_sys_"
 _SEARCH_CONCURRENCY: Final = 16
 
 NOT_AN_ID: Final = (
-    "not a message id: {id!r} (an offset id, 32 hex digits: store host and offset; or a "
-    "unique key, the hex id a client gave the message: UNIQ_KEY)"
+    "not a message id: {id!r}: {problem} (an offset id is 32 hex digits: store host and "
+    "offset; a unique key, the id a client gave the message as its UNIQ_KEY, 16 to 64)"
 )
+
+
+def id_problem(msg_id: str) -> str | None:
+    """What keeps ``msg_id`` (stripped) from being a message id of either form, in a few
+    words; None when it has one."""
+    text = msg_id.strip()
+    if offset_id_form(text) is not None or unique_key_form(text) is not None:
+        return None
+    if not text:
+        return "it is empty"
+    bad = "".join(dict.fromkeys(c for c in text if c not in string.hexdigits))
+    if bad:
+        return f"{bad!r} {'is not a hex digit' if len(bad) == 1 else 'are not hex digits'}"
+    return f"it has {len(text)} hex digits"
 
 
 def offset_id_form(msg_id: str) -> tuple[str, int] | None:
@@ -138,37 +159,48 @@ class Lookup(BootstrapClient):
         is looked up by its offset, then, not found there, as a unique key (a classic client's
         unique key has the offset id's form); a unique key through the key index, in ``topic``
         when given, else in every topic. Of several messages with one unique key, the first
-        of :meth:`by_unique_key`. Raises :class:`ClientError` for a malformed id or when no
-        broker holds it (committed)."""
+        of :meth:`by_unique_key`. Raises :class:`MalformedIdError` for a malformed id and
+        :class:`MessageNotFoundError` when no broker holds it (committed)."""
         text = msg_id.strip()
+        problem = id_problem(text)
+        if problem is not None:
+            raise MalformedIdError(NOT_AN_ID.format(id=msg_id, problem=problem))
         located = offset_id_form(text)
         key = unique_key_form(text)
-        if located is None and key is None:
-            raise ClientError(NOT_AN_ID.format(id=msg_id))
         reasons: list[str] = []
+        unanswered: list[str] = []
         if located is not None:
-            found = await self._by_offset_id(text.upper(), *located, reasons)
+            found = await self._by_offset_id(text.upper(), *located, reasons, unanswered)
             if found is not None:
                 return found
         assert key is not None  # an offset id is hex too
         failures: list[str] = []
         try:
             matches = await self.by_unique_key(key, topic, errors=failures)
+        except TopicNotFoundError as exc:
+            reasons.append(f"as a unique key: {exc}")  # answered: no such topic to hold it
         except ClientError as exc:
             reasons.append(f"as a unique key: {exc}")
+            unanswered.append(str(exc))
         else:
             if matches:
                 return matches[0]
             where = f"in topic {topic}" if topic else "in any topic"
             reasons.append(f"no message has unique key {key} {where}")
             reasons.extend(failures)
+            unanswered.extend(failures)
         why = "; ".join(dict.fromkeys(reasons))
-        raise ClientError(f"message {text.upper()} not found: {why}")
+        raise MessageNotFoundError(f"message {text.upper()} not found: {why}", unanswered)
 
     async def _by_offset_id(
-        self, wanted: str, host: str, offset: int, reasons: list[str]
+        self, wanted: str, host: str, offset: int, reasons: list[str], unanswered: list[str]
     ) -> FoundMessage | None:
-        found = await self._view(host, "", offset, wanted, reasons)
+        """The record at ``offset`` on its store host, else on any registered broker (what
+        they said goes to ``reasons``; what registered brokers that could not be asked said,
+        also to ``unanswered``: a store host no longer registered counts as answered, its
+        replicas were asked)."""
+        host_failed: list[str] = []
+        found = await self._view(host, "", offset, wanted, reasons, host_failed)
         if found is not None:
             return found
         # The store host may be gone (a failed master): its replicas hold the same record.
@@ -176,11 +208,18 @@ class Lookup(BootstrapClient):
             clusters = await fetch_cluster_info(self.bootstrap)
         except ClientError as exc:
             reasons.append(str(exc))
+            unanswered.append(str(exc))
             clusters = {}
-        others = [b for bs in clusters.values() for b in bs if b.address != host]
+        else:
+            if not clusters:
+                unanswered.append("no broker is registered to ask")
+        registered = [b for bs in clusters.values() for b in bs]
+        if any(b.address == host for b in registered):
+            unanswered.extend(host_failed)
+        others = [b for b in registered if b.address != host]
         others.sort(key=lambda b: (not b.is_master, b.broker_name, b.broker_id))
         for b in others:
-            found = await self._view(b.address, b.broker_name, offset, wanted, reasons)
+            found = await self._view(b.address, b.broker_name, offset, wanted, reasons, unanswered)
             if found is not None:
                 return found
         if not others and not reasons:
@@ -188,7 +227,13 @@ class Lookup(BootstrapClient):
         return None
 
     async def _view(
-        self, address: str, name: str, offset: int, wanted: str, reasons: list[str]
+        self,
+        address: str,
+        name: str,
+        offset: int,
+        wanted: str,
+        reasons: list[str],
+        unanswered: list[str],
     ) -> FoundMessage | None:
         try:
             view = ViewMessage(offset=offset)
@@ -198,6 +243,7 @@ class Lookup(BootstrapClient):
             return None
         except RemotingError as exc:
             reasons.append(f"{address}: {describe_failure(exc)}")
+            unanswered.append(reasons[-1])
             return None
         for record in _records(frame.body, address):
             if record.msg_id == wanted:

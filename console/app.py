@@ -34,9 +34,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from client.admin import Admin
 from client.bootstrap import describe_failure
-from client.errors import ClientError
+from client.errors import (
+    BrokerError,
+    ClientError,
+    MalformedIdError,
+    MessageNotFoundError,
+    TopicNotFoundError,
+)
 from console import actions, reads
 from console.config import Settings
 from console.rights import Rights
@@ -51,10 +56,11 @@ from console.sessions import (
 )
 from protocol.acl import User, UserType
 from protocol.broker_requests.offsets import TO_MAX
+from protocol.codes import ResponseCode
 from protocol.request_auth import Credentials
 from protocol.topic_attrs import MessageType, perm_text
 from remoting.client import task_credentials
-from remoting.errors import RemotingError
+from remoting.errors import RemotingError, ResponseError
 from rmqctl.common import PastTimeType, utc_iso
 from rmqctl.trace import TRACE_HEADERS
 
@@ -212,7 +218,8 @@ def make_app(settings: Settings) -> Starlette:
         back: str,
     ) -> Response:
         """Run an action, log it with who did it, and go back to ``back`` saying what it did
-        (a refusal: the error page, status 400 for bad input, 502 for the cluster's)."""
+        (a refusal: the error page, status 400 for bad input, 404 for a topic, group or
+        message that does not exist, 502 for the cluster's other failures)."""
         name = request.path_params["cluster"]
         current = session(request)
         who = {
@@ -226,10 +233,10 @@ def make_app(settings: Settings) -> Starlette:
                         outcome="refused", reason=str(exc))  # fmt: skip
             raise PageError(400, str(exc)) from None
         except (ClientError, RemotingError) as exc:
-            reason = _why(exc)
+            status, reason = _failure(exc)
             log.warning("console action", **who, cluster=name, action=what, target=target,
                         outcome="failed", reason=reason)  # fmt: skip
-            raise PageError(502, f"{what} {target} failed: {reason}") from None
+            raise PageError(status, f"{what} {target} failed: {reason}") from None
         log.info("console action", **who, cluster=name, action=what, target=target,
                  outcome="done", result=done)  # fmt: skip
         joint = "&" if "?" in back else "?"  # back may have its own query (?topic=)
@@ -408,14 +415,14 @@ def make_app(settings: Settings) -> Starlette:
     async def dlq_page(request: Request) -> Response:
         addrs = addresses(request)
         group = request.path_params["group"]
-        found = await _read(_dlq(addrs, group, cfg.request_timeout))
+        found = await _read(reads.dead_letters(addrs, group, cfg.request_timeout))
         messages = [(broker, m) for broker, ms in sorted(found.items()) for m in ms]
         return render(request, "dlq.html", group=group, messages=messages)
 
     async def dlq_export(request: Request) -> Response:
         addrs = addresses(request)
         group = request.path_params["group"]
-        found = await _read(_dlq(addrs, group, cfg.request_timeout))
+        found = await _read(reads.dead_letters(addrs, group, cfg.request_timeout))
         lines = (
             json.dumps({"brokerName": broker, **m}, default=_jsonable) + "\n"
             for broker, ms in sorted(found.items())
@@ -735,16 +742,35 @@ def make_app(settings: Settings) -> Starlette:
 
 
 async def _read(work: Awaitable[T]) -> T:
-    """A read for a page; a cluster that cannot be reached or refuses is a 502 page."""
+    """A read for a page; its failure is an error page (:func:`_failure`)."""
     try:
         return await work
     except (ClientError, RemotingError) as exc:
-        raise PageError(502, _why(exc)) from None
+        raise PageError(*_failure(exc)) from None
 
 
-async def _dlq(addresses: str, group: str, timeout: float) -> dict[str, list[dict[str, Any]]]:
-    async with Admin(addresses, timeout) as admin:
-        return await admin.query_dlq(group)
+#: the cluster's answers that say what a request names does not exist (a 404 page)
+NOT_FOUND_CODES: Final = frozenset(
+    {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST}
+)
+
+
+def _failure(exc: ClientError | RemotingError) -> tuple[int, str]:
+    """The status and line of a read or action that failed with ``exc``: 404 when what it
+    names does not exist (a topic, a consumer group, a message every broker that could hold
+    it was asked for), 400 for a malformed message id, else 502: the cluster could not be
+    reached, answered something unreadable, or refused."""
+    if isinstance(exc, MalformedIdError):
+        return 400, str(exc)
+    if isinstance(exc, TopicNotFoundError):
+        return 404, f"topic {exc.topic} does not exist"
+    if isinstance(exc, reads.NotFound):
+        return 404, str(exc)
+    if isinstance(exc, MessageNotFoundError) and not exc.unanswered:
+        return 404, str(exc)
+    if isinstance(exc, BrokerError | ResponseError) and exc.code in NOT_FOUND_CODES:
+        return 404, _why(exc)
+    return 502, _why(exc)
 
 
 def _why(exc: BaseException) -> str:

@@ -4,7 +4,8 @@ controller, topic and progress modules), never a broker's or controller's code.
 
 Every function takes the cluster's controller addresses and returns plain values the templates
 render; a cluster that cannot be reached raises :class:`client.errors.ClientError` or
-:class:`remoting.errors.RemotingError`, which the app shows as an error page.
+:class:`remoting.errors.RemotingError`, which the app shows as an error page. A consumer group
+every broker group answered for and none knows raises :class:`NotFound`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ from rmqctl.topic_admin import TopicAdmin
 from rmqctl.trace import trace_row
 
 R = TypeVar("R")
+
+
+class NotFound(ClientError):
+    """What a page names does not exist: every broker group that could hold it answered, and
+    none has it (the app's 404, not the 502 of a cluster that cannot be reached)."""
+
 
 #: the kinds the topics page filters by (RocketMQ Dashboard's), from the name alone
 TOPIC_KINDS: Final = ("normal", "retry", "dlq", "system")
@@ -473,7 +480,9 @@ class GroupView:
 
 async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
     """consumerProgress -g and consumerConnection: per-queue lag, the member holding each queue,
-    the live members."""
+    the live members. :class:`NotFound` when every broker group answered and none has an
+    offset, a member or settings of the group (while no broker is registered, whether it
+    exists is not known: a view saying so)."""
     async with ProgressAdmin(addresses, timeout) as admin:
         try:
             answers = await admin.consume_stats(group, None)
@@ -490,6 +499,13 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
         except ClientError as exc:
             settings, errors = {}, {**errors, "settings": str(exc)}
     rows = logical_rows(progress_rows(answers), mappings)
+    unasked = bool(errors) or any(a.error is not None for a in answers)
+    configured = any(v is not None for v in settings.values())
+    if not rows and not members and not configured and not unasked:
+        raise NotFound(
+            f"consumer group {group} does not exist (no broker group has its offsets, members "
+            "or settings)"
+        )
     holders = {
         (mq_topic, q.broker_name, q.queue_id): client_id
         for client_id, queues in held.items()
@@ -498,6 +514,18 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
     }
     notes = source_notes(answers) + [f"{n}: {why}" for n, why in sorted(errors.items())]
     return GroupView(group, rows, holders, members, notes, settings)
+
+
+async def dead_letters(
+    addresses: str, group: str, timeout: float
+) -> dict[str, list[dict[str, Any]]]:
+    """queryDLQ: broker name -> the group's dead letters there. :class:`NotFound` when there
+    are none and the group does not exist (a deleted group's dead letters are still shown)."""
+    async with Admin(addresses, timeout) as admin:
+        found = await admin.query_dlq(group)
+    if not any(found.values()):
+        await group_detail(addresses, group, timeout)  # NotFound for an unknown group
+    return found
 
 
 # --- messages -------------------------------------------------------------------------------------

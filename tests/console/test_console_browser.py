@@ -125,6 +125,15 @@ def post(env: Env, path: str, fields: dict[str, str], cookie: str = "") -> tuple
     return post_form(env.url + path, fields, cookie)
 
 
+def status_of(url: str) -> int:
+    """The HTTP status of a GET of ``url`` (an error status too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def topic_names(env: Env) -> set[str]:
     return {t["topic"] for t in env.ctl("topicList")["topics"]}
 
@@ -393,7 +402,11 @@ def test_group_page_follows_a_live_consumer_and_resends_a_message_to_it(
     topic, group = "ConsoleLive", "console-live"
     env.ctl("updateTopic", "-t", topic, "-q", "2")
     with LiveConsumer(env.cluster.controller_addresses, group, topic) as consumer:
-        browser.get(f"{env.url}/c/default/groups/{group}")
+        # The group exists for the console once a broker has the member's first heartbeat
+        # (before that its page is a 404, and an error page does not update itself).
+        page = f"{env.url}/c/default/groups/{group}"
+        wait_until(lambda: status_of(page) == 200, "the group's page", 30, on_timeout=env.logs)
+        browser.get(page)
         wait_until(lambda: topic in text_of(browser, "#members"), "the live member listed", 60)
         assert "python" in text_of(browser, "#members").lower()
         browser.execute_script("window.notReloaded = true;")

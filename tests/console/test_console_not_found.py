@@ -1,0 +1,239 @@
+"""The console's status for what a request names: a topic, a consumer group or a message that
+does not exist is a 404 page saying so, a malformed message id a 400 naming what is wrong with
+it, and 502 stays for a cluster that cannot be reached (controllers, or the broker that would
+hold the answer). Real processes: three controllers, broker group broker-a of one, rmq-console
+(no browser: the statuses are what is checked)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from client import Consumer, Producer
+from tests.console.browser import console_process, post_form
+from tests.support.cluster import STEADY_MASTER, Cluster
+from tests.support.messages import create_once_registered
+from tests.support.procs import Daemon, free_port, port_open
+from tests.support.wait import wait_until, wait_until_async
+
+pytestmark = pytest.mark.multiprocess
+
+#: an offset id whose store host (10.0.0.1:9999) is no broker of the cluster
+UNKNOWN_OFFSET_ID = "0A0000010000270F0000000000000000"
+#: a unique key (the RocketMQ 5 clients' 34 hex digits) no message has
+UNKNOWN_UNIQUE_KEY = "01ABCDEF0123456789ABCDEF0123456789"
+
+
+@dataclass
+class Env:
+    cluster: Cluster
+    console: Daemon
+    base: str
+    #: the offset id of the message sent to topic T (keys "k1"), consumed by group billing
+    msg_id: str
+
+    def logs(self) -> str:
+        return self.cluster.logs() + f"\n--- console\n{self.console.log()[-3000:]}"
+
+
+def fetch(url: str) -> tuple[int, str]:
+    """The status and the page at ``url`` (an error status too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return int(answer.status), str(answer.read().decode())
+    except urllib.error.HTTPError as exc:
+        return exc.code, str(exc.read().decode())
+
+
+def error_of(page: str) -> str:
+    """The error page's one line (its ``#error``), HTML entities as the page has them."""
+    found = re.search(r'<p class="error" id="error">(.*?)</p>', page, re.S)
+    return found.group(1) if found else ""
+
+
+def shown(page: str) -> str:
+    """What an assertion shows of a page: its error line, else its end."""
+    return error_of(page) or page[-1500:]
+
+
+def console_for(tmp: Path, controllers: str, timeout: float) -> tuple[Daemon, str]:
+    """rmq-console for ``controllers`` waiting ``timeout`` s for an answer, started and
+    listening; its base URL."""
+    config = tmp / f"console-{free_port()}.toml"
+    config.write_text(f'controllers = "{controllers}"\nrequest_timeout = {timeout}\n')
+    console, port = console_process(tmp, "--config", str(config))
+    console.start()
+    try:
+        wait_until(lambda: port_open(port), "the console to listen", 30, on_timeout=console.log)
+    except BaseException:
+        console.stop()
+        raise
+    return console, f"http://127.0.0.1:{port}/c/default"
+
+
+async def send_and_consume(cluster: Cluster) -> str:
+    """Topic T with one message (keys k1) that group billing consumed; the message's id."""
+    await create_once_registered(cluster, "T", 2, "topic T on broker-a")
+    async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
+        sent = await producer.send("T", b"hello", keys="k1")
+    async with Consumer(
+        cluster.controller_addresses, "billing", "T", commit_interval=0.2
+    ) as consumer:
+        got = 0
+
+        async def received() -> bool:
+            nonlocal got
+            got += len(await consumer.receive(timeout=0.5))
+            return got >= 1
+
+        await wait_until_async(received, "billing to read T", 60, on_timeout=cluster.logs)
+    return sent.msg_id
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("console-not-found")
+    cluster = Cluster(tmp)
+    console: Daemon | None = None
+    try:
+        cluster.start_controllers()
+        cluster.add_group("broker-a", 1, config=STEADY_MASTER)
+        msg_id = asyncio.run(send_and_consume(cluster))
+        console, base = console_for(tmp, cluster.controller_addresses, 10.0)
+        yield Env(cluster, console, base, msg_id)
+    finally:
+        if console is not None:
+            console.stop()
+        cluster.thaw_and_stop()
+
+
+def csrf_cookie(env: Env) -> tuple[str, str]:
+    """A CSRF token the console gave, and the Cookie header that carries it."""
+    with urllib.request.urlopen(f"{env.base}/topics", timeout=30) as answer:
+        cookie = answer.headers["Set-Cookie"].split(";")[0]
+    return cookie.partition("=")[2], cookie
+
+
+def test_a_topic_that_does_not_exist_is_a_404(env: Env) -> None:
+    status, page = fetch(f"{env.base}/topics/nosuch")
+    assert status == 404, shown(page)
+    assert error_of(page) == "topic nosuch does not exist"
+    # Searching its messages, by key or by time: the same.
+    for query in ("?topic=nosuch&key=k1", "?topic=nosuch"):
+        status, page = fetch(f"{env.base}/messages{query}")
+        assert (status, error_of(page)) == (404, "topic nosuch does not exist"), query
+    # No static topic of that name (the controllers' answer).
+    status, page = fetch(f"{env.base}/static-topics/nosuch")
+    assert status == 404 and "nosuch is not a static topic" in error_of(page), shown(page)
+    # Sending a test message to it from a (forged) form.
+    token, cookie = csrf_cookie(env)
+    status, page = post_form(f"{env.base}/topics/nosuch/send", {"csrf": token, "body": "x"}, cookie)
+    assert status == 404 and "topic nosuch does not exist" in error_of(page), shown(page)
+    # The topic that exists still shows.
+    status, page = fetch(f"{env.base}/topics/T")
+    assert status == 200 and "Topic T" in page, shown(page)
+    assert "Traceback" not in env.console.log()
+
+
+def test_a_malformed_message_id_is_a_400_naming_what_is_wrong(env: Env) -> None:
+    for msg_id, wrong in [
+        ("xyz", "&#39;xyz&#39; are not hex digits"),
+        ("12345z", "&#39;z&#39; is not a hex digit"),
+        ("0123", "it has 4 hex digits"),
+        ("A" * 65, "it has 65 hex digits"),
+    ]:
+        status, page = fetch(f"{env.base}/messages/{msg_id}")
+        assert status == 400, (msg_id, shown(page))
+        line = error_of(page)
+        assert line.startswith(f"not a message id: &#39;{msg_id}&#39;: {wrong}"), line
+        assert "an offset id is 32 hex digits" in line
+    # Delivering such an id to a group again: refused the same way, nothing sent.
+    token, cookie = csrf_cookie(env)
+    status, page = post_form(
+        f"{env.base}/messages/xyz/resend", {"csrf": token, "group": "billing"}, cookie
+    )
+    assert status == 400 and "&#39;xyz&#39; are not hex digits" in error_of(page), shown(page)
+
+
+def test_a_well_formed_message_id_not_found_is_a_404(env: Env) -> None:
+    for msg_id in (UNKNOWN_OFFSET_ID, UNKNOWN_UNIQUE_KEY):
+        status, page = fetch(f"{env.base}/messages/{msg_id}")
+        assert status == 404, (msg_id, shown(page))
+        assert error_of(page).startswith(f"message {msg_id} not found: "), shown(page)
+    # In a topic that does not exist: nothing can hold it there.
+    status, page = fetch(f"{env.base}/messages/{UNKNOWN_UNIQUE_KEY}?topic=nosuch")
+    assert status == 404 and "does not exist" in error_of(page), shown(page)
+    status, page = fetch(f"{env.base}/messages/{env.msg_id}")
+    assert status == 200 and f"Message {env.msg_id}" in page, shown(page)
+    # Re-sending a dead letter the group's DLQ does not hold: every broker group answered so.
+    token, cookie = csrf_cookie(env)
+    status, page = post_form(
+        f"{env.base}/groups/billing/dlq/resend",
+        {"csrf": token, "msg_id": UNKNOWN_OFFSET_ID},
+        cookie,
+    )
+    assert status == 404, shown(page)
+    assert f"{UNKNOWN_OFFSET_ID} is not a message of the DLQ of &#39;billing&#39;" in page
+
+
+def test_a_group_that_does_not_exist_is_a_404(env: Env) -> None:
+    unknown = "consumer group nosuch does not exist"
+    for part in ("", "/live", "/dlq", "/dlq.jsonl"):
+        status, page = fetch(f"{env.base}/groups/nosuch{part}")
+        assert status == 404, (part, shown(page))
+        assert error_of(page).startswith(unknown), (part, shown(page))
+    # The group that consumed T: its page, its live part and its (empty) dead letters.
+    for part in ("", "/live", "/dlq", "/dlq.jsonl"):
+        status, page = fetch(f"{env.base}/groups/billing{part}")
+        assert status == 200, (part, shown(page))
+    status, page = fetch(f"{env.base}/groups/billing")
+    assert "Consumer group billing" in page and ">T<" in page, shown(page)
+
+
+def test_a_broker_that_does_not_answer_is_still_a_502(env: Env, tmp_path: Path) -> None:
+    """The only broker frozen (still registered): whether the message exists is not known,
+    so its page is the cluster's failure, not a 404; a malformed id is still a 400."""
+    console, base = console_for(tmp_path, env.cluster.controller_addresses, 1.0)
+    (broker,) = env.cluster.brokers
+    broker.signal(signal.SIGSTOP)
+    try:
+        for msg_id in (env.msg_id, UNKNOWN_UNIQUE_KEY):
+            status, page = fetch(f"{base}/messages/{msg_id}")
+            assert status == 502, (msg_id, shown(page))
+            assert f"message {msg_id} not found" in error_of(page), shown(page)
+        status, page = fetch(f"{base}/messages/xyz")
+        assert status == 400, shown(page)
+    finally:
+        broker.signal(signal.SIGCONT)
+        console.stop()
+    assert "Traceback" not in console.log()
+
+
+def test_controllers_that_cannot_be_reached_are_still_a_502(tmp_path: Path) -> None:
+    nobody = f"127.0.0.1:{free_port()}"  # no controller listens there
+    console, base = console_for(tmp_path, nobody, 1.0)
+    try:
+        for path in (
+            "/topics/nosuch",
+            "/groups/nosuch",
+            "/groups/nosuch/dlq",
+            f"/messages/{UNKNOWN_UNIQUE_KEY}",
+            "/messages?topic=nosuch",
+            "/static-topics/nosuch",
+        ):
+            status, page = fetch(base + path)
+            assert status == 502, (path, shown(page))
+            assert nobody in error_of(page), (path, shown(page))
+        status, page = fetch(f"{base}/messages/xyz")
+        assert status == 400, shown(page)
+    finally:
+        console.stop()
+    assert "Traceback" not in console.log()
