@@ -11,14 +11,16 @@ from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError, MessageNotFoundError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
 from protocol.broker_requests.admin import CreateTopic
+from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
 from protocol.broker_requests.dlq import DlqQuery, DlqResend
 from protocol.broker_requests.subscription_groups import (
     SubscriptionGroupQuery,
     SubscriptionGroupUpdate,
 )
 from protocol.codes import ResponseCode
+from protocol.consume_stats import ConsumeStats, StatsError, decode_connections
 from protocol.remoting import Frame, Scalar
-from protocol.retry import RetryConfigError, config_from_dict
+from protocol.retry import RetryConfigError, config_from_dict, dlq_topic, retry_topic
 from remoting.errors import RemotingError, ResponseError
 
 
@@ -155,6 +157,40 @@ class Admin(BootstrapClient):
             raise ClientError(f"reading subscription group {group!r} failed on {'; '.join(errors)}")
         return out
 
+    async def group_exists(self, group: str, broker_name: str | None = None) -> bool:
+        """Whether consumer group ``group`` exists on some broker group (or on ``broker_name``),
+        as the brokers count it (deleteSubGroup, resendMessage): its settings are configured,
+        its retry or dead-letter topic is routed, or a broker has its committed offsets or a
+        live member. A broker group that cannot be asked counts as knowing it (a group is never
+        said to be missing on a guess)."""
+        for topic in (retry_topic(group), dlq_topic(group)):
+            try:
+                route = await self.topic_route(topic)
+            except BrokerError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    return True
+                continue
+            if broker_name is None or any(b.broker_name == broker_name for b in route.brokers):
+                return True
+        targets = await self._brokers(broker_name, reads=True)
+        settings = SubscriptionGroupQuery(group=group)
+        stats = ConsumeStatsQuery(group=group)
+        members = ConsumerConnectionsQuery(group=group)
+        for code, header in (
+            (settings.code, settings.encode()[0]),
+            (stats.code, stats.encode()[0]),
+            (members.code, members.encode()[0]),
+        ):
+            for answer in (await self._each(targets, code, header)).values():
+                if isinstance(answer, BrokerError):
+                    if answer.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                        return True
+                elif isinstance(answer, str) or code == settings.code:
+                    return True  # not asked (it may know the group), or configured there
+                elif _knows(code == stats.code, answer, group):
+                    return True
+        return False
+
     async def query_dlq(
         self, group: str, broker_name: str | None = None, max_count: int = 1000
     ) -> dict[str, list[dict[str, Any]]]:
@@ -187,6 +223,18 @@ class Admin(BootstrapClient):
                 return _bodies(answers, f"re-sending {msg_id}")
             answers = dict(found)
         return _bodies(answers, f"re-sending the DLQ of {group!r}")
+
+
+def _knows(stats: bool, answer: Frame, group: str) -> bool:
+    """A GET_CONSUME_STATS (``stats``) or GET_CONSUMER_CONNECTION_LIST answer for ``group``:
+    whether it has rows (committed offsets, subscriptions) or live members there; a malformed
+    answer counts as knowing it."""
+    try:
+        if stats:
+            return bool(ConsumeStats.decode(answer.body).groups.get(group))
+        return bool(decode_connections(answer.body))
+    except StatsError:
+        return True
 
 
 def _unpack_map(frame: Frame) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from client.admin import Admin
+from client.errors import ClientError
 from protocol.message import RecordError, parse_msg_id
 from protocol.retry import SubscriptionGroupConfig
 from rmqctl.common import (
@@ -99,14 +100,19 @@ def update_sub_group(
 @pass_settings
 def get_sub_group(settings: Settings, addresses: str, group: str, broker_name: str | None) -> None:
     """Show a consumer group's retry settings on every broker group (read from its master,
-    or a slave while it has none). A group never configured there shows the defaults.
+    or a slave while it has none). A group never configured there shows the defaults. A group
+    no broker group knows (no settings, offsets, members, retry or dead-letter topic) is
+    refused: one line, exit status 1.
 
     Prints {"group", "brokers": {name: settings, "configured": bool}}.
     """
 
     async def work() -> dict[str, dict[str, Any] | None]:
         async with Admin(addresses) as admin:
-            return await admin.get_sub_group(group, broker_name)
+            found = await admin.get_sub_group(group, broker_name)
+            if all(doc is None for doc in found.values()):
+                await _check_exists(admin, group, broker_name)
+            return found
 
     found = run(work())
     brokers = {
@@ -114,6 +120,17 @@ def get_sub_group(settings: Settings, addresses: str, group: str, broker_name: s
         for name, doc in found.items()
     }
     emit(settings, {"group": group, "brokers": brokers}, lambda: _groups_table(brokers))
+
+
+async def _check_exists(admin: Admin, group: str, broker_name: str | None) -> None:
+    """ClientError "consumer group G does not exist" when no broker group (or ``broker_name``)
+    knows ``group``."""
+    if not await admin.group_exists(group, broker_name):
+        where = f"on broker group {broker_name}" if broker_name else "on any broker group"
+        raise ClientError(
+            f"consumer group {group} does not exist {where} (no settings, offsets, members, "
+            "retry or dead-letter topic)"
+        )
 
 
 def _defaults(group: str) -> dict[str, Any]:
@@ -155,7 +172,8 @@ def query_dlq(
 ) -> None:
     """List the messages of the group's dead-letter queue (%DLQ%GROUP) on every broker group:
     id, original topic and id, reconsume count, last failure reason, store time, and whether
-    resendDLQ already re-sent it.
+    resendDLQ already re-sent it. A group no broker group knows is refused (one line, exit
+    status 1); a group that exists with an empty DLQ says so, exit status 0.
 
     Prints {"group", "messages": [{"brokerName", "msgId", "originTopic", "originMsgId",
     "reconsumeTimes", "reason", "storeTimestamp", "queueOffset", "bodySize", "resent"}]}.
@@ -163,7 +181,10 @@ def query_dlq(
 
     async def work() -> dict[str, list[dict[str, Any]]]:
         async with Admin(addresses) as admin:
-            return await admin.query_dlq(group, broker_name, max_count)
+            found = await admin.query_dlq(group, broker_name, max_count)
+            if not any(found.values()):
+                await _check_exists(admin, group, broker_name)
+            return found
 
     found = run(work())
     messages = [{"brokerName": name, **m} for name, ms in sorted(found.items()) for m in ms]

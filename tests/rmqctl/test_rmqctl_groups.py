@@ -48,8 +48,12 @@ def test_update_and_get_sub_group(broker: BrokerProc) -> None:
     fifo = ok_json("updateSubGroup", "-a", a, "-g", "G", "--fifo")
     assert fifo["brokers"]["broker-a"]["consumeMessageOrderly"] is True
     assert "FIFO" in rmqctl("getSubGroup", "-a", a, "-g", "G").stdout
+    # A group that exists (it committed an offset) and was never configured: the defaults.
+    ok_json("updateTopic", "-a", a, "-t", "OtherTopic", "-q", "1")
+    ok_json("sendMessage", "-a", a, "-t", "OtherTopic", "-p", "x")
+    ok_json("consumeMessage", "-a", a, "-t", "OtherTopic", "-g", "Other", "--count", "1")
     human = rmqctl("getSubGroup", "-a", a, "-g", "Other")
-    assert human.returncode == 0
+    assert human.returncode == 0, human.stderr
     assert "10s 30s 1m" in human.stdout and "16" in human.stdout
 
 
@@ -63,16 +67,29 @@ def test_bad_settings_are_one_line_and_exit_1(broker: BrokerProc) -> None:
         assert proc.returncode == 1 and proc.stdout == "", args
         assert proc.stderr.startswith("rmqctl: ") and says in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1
-    assert (
-        ok_json("getSubGroup", "-a", broker.address, "-g", "Refused")["brokers"]["broker-a"][
-            "configured"
-        ]
-        is False
-    )
+    # Nothing was stored: the group does not exist.
+    missing = rmqctl("getSubGroup", "-a", broker.address, "-g", "Refused")
+    assert missing.returncode == 1 and "consumer group Refused does not exist" in missing.stderr
+
+
+def test_a_group_that_does_not_exist_is_one_line_and_exit_1(broker: BrokerProc) -> None:
+    """getSubGroup and queryDLQ of a group no broker knows said nothing was wrong (the
+    defaults; "no DLQ messages", exit 0): an operator's typo looked like a real group."""
+    for command in ("getSubGroup", "queryDLQ"):
+        for json_flag in ([], ["--json"]):
+            proc = rmqctl(*json_flag, command, "-a", broker.address, "-g", "NoSuchGroup")
+            assert proc.returncode == 1 and proc.stdout == "", (command, proc.stdout)
+            assert proc.stderr == (
+                "rmqctl: consumer group NoSuchGroup does not exist on any broker group (no "
+                "settings, offsets, members, retry or dead-letter topic)\n"
+            ), proc.stderr
+    on_b = rmqctl("queryDLQ", "-a", broker.address, "-g", "NoSuchGroup", "-b", "broker-a")
+    assert on_b.returncode == 1 and "does not exist on broker group broker-a" in on_b.stderr
 
 
 def test_dlq_commands_on_an_empty_dlq(broker: BrokerProc) -> None:
     a = broker.address
+    ok_json("updateSubGroup", "-a", a, "-g", "Empty")  # the group exists, its DLQ is empty
     assert ok_json("queryDLQ", "-a", a, "-g", "Empty") == {"group": "Empty", "messages": []}
     human = rmqctl("queryDLQ", "-a", a, "-g", "Empty")
     assert human.returncode == 0 and human.stdout == "no DLQ messages for Empty\n"
