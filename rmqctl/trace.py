@@ -7,8 +7,10 @@ from typing import Any
 
 import click
 
+from client.errors import BrokerError
 from client.lookup import Lookup
 from client.trace import TraceStep, query_trace
+from protocol.codes import ResponseCode
 from protocol.trace import (
     TRACE_TOPIC,
     EndRecord,
@@ -86,6 +88,14 @@ def render(steps: list[TraceStep]) -> str:
     return table(TRACE_HEADERS, [trace_row(s.record) for s in steps])
 
 
+def traces_off(trace_topic: str) -> str:
+    """What queryMsgTraceById says when the trace topic does not exist."""
+    return (
+        f"no trace found: message traces are off on this cluster (topic {trace_topic} does "
+        "not exist: no broker has trace_enabled, and no client traced to it; docs/traces.md)"
+    )
+
+
 @click.command("queryMsgTraceById", short_help="Show a message's trace (its timeline).")
 @addresses_option
 @click.option("-i", "--msg-id", "msg_id", required=True, metavar="MSGID", help="Message id.")
@@ -107,13 +117,19 @@ def query_msg_trace_by_id(
     consumeMessage --trace, the SDK's trace=True), found through the trace topic's key index.
 
     Prints {"msgId", "traceTopic", "steps": [{"type", "timestamp", "storedAt", ...the record's
-    fields}]} with --json. Finding no record is an error (exit status 1).
+    fields}]} with --json. Finding no record is an error (exit status 1); so is a trace topic
+    that does not exist ("no trace found: message traces are off on this cluster ...").
     """
     errors: list[str] = []
 
     async def work() -> list[TraceStep]:
         async with Spinner(f"searching {trace_topic} for {msg_id}"), Lookup(addresses) as lookup:
-            return await query_trace(lookup, msg_id, topic=trace_topic, errors=errors)
+            try:
+                return await query_trace(lookup, msg_id, topic=trace_topic, errors=errors)
+            except BrokerError as exc:
+                if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                raise CommandError(traces_off(trace_topic)) from None
 
     steps = run(work())
     if not steps:

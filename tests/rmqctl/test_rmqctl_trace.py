@@ -13,7 +13,7 @@ import pytest
 
 from protocol.trace import TRACE_TOPIC
 from tests.rmqctl.test_rmqctl_groups import rmqctl
-from tests.support.procs import BrokerProc, started
+from tests.support.procs import BrokerProc, module_broker, started
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
@@ -86,3 +86,24 @@ def test_send_and_consume_with_trace_then_query_the_timeline(traced_broker: Brok
     none = rmqctl("queryMsgTraceById", "-a", a, "-i", "7F000001000000000000000000000999")
     assert none.returncode == 1
     assert "no trace of message 7F000001000000000000000000000999" in none.stderr
+
+
+broker = module_broker("rmqctl-untraced")  # trace_enabled off
+
+
+def test_traces_off_says_so(broker: BrokerProc) -> None:
+    """A broker without trace_enabled and no client tracing: no trace topic. queryMsgTraceById
+    printed the route lookup's 'TOPIC_NOT_EXIST (17) from ...: topic 'RMQ_SYS_TRACE_TOPIC' does
+    not exist', which reads as if the message's topic were missing."""
+    for args in ([], ["--trace-topic", "MyTraces"]):
+        proc = rmqctl(
+            "queryMsgTraceById", "-a", broker.address, "-i", "7F000001000000000000000000000999",
+            *args,
+        )  # fmt: skip
+        topic = args[1] if args else TRACE_TOPIC
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.stderr == (
+            "rmqctl: no trace found: message traces are off on this cluster (topic "
+            f"{topic} does not exist: no broker has trace_enabled, and no client traced to it; "
+            "docs/traces.md)\n"
+        ), proc.stderr
