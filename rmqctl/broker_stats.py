@@ -96,12 +96,15 @@ def stats_docs(rows: dict[str, TopicRow]) -> list[dict[str, Any]]:
 
 
 def stats_table(docs: Sequence[dict[str, Any]]) -> str:
+    """One row per topic (consumer group "*": every group together; its Out TPS and Out Total
+    are the messages served to all of them), then one per consumer group with only its own Out
+    TPS (how fast its committed offsets move): the brokers count messages served per topic,
+    not per group, so a group's row has no totals."""
     lines: list[list[object]] = []
     for d in docs:
-        groups = d["groups"] or [{"group": "-", "consumeTps": d["getTps"]}]
-        for g in groups:
-            tps = g["consumeTps"]
-            lines.append([d["topic"], g["group"], d["putTps"], tps, d["putTotal"], d["getTotal"]])
+        lines.append([d["topic"], "*", d["putTps"], d["getTps"], d["putTotal"], d["getTotal"]])
+        for g in d["groups"]:
+            lines.append([d["topic"], g["group"], "", g["consumeTps"], "", ""])
     return table(["Topic", "Consumer Group", "In TPS", "Out TPS", "In Total", "Out Total"], lines)
 
 
@@ -112,10 +115,12 @@ def stats_table(docs: Sequence[dict[str, Any]]) -> str:
 def stats_all(settings: Settings, addresses: str, topic: str | None) -> None:
     """Show, per topic, the messages stored (In) and served (Out) per second over the last 10 s
     on every broker group's master, added up, and per consumer group of the topic how fast its
-    committed offsets move (Out TPS of that group); totals count since each broker started. A
-    topic no group commits offsets for shows its served rate under "-". Exit status 1 when a
-    broker group could not be asked (the others are counted and printed first), or no broker
-    group has the topic of -t.
+    committed offsets move (Out TPS of that group); totals count since each broker started. The
+    table has a row per topic (consumer group "*": Out TPS and Out Total are the messages
+    served to every group together), then a row per consumer group with its Out TPS alone (the
+    brokers count messages served per topic, not per group). A deleted topic is not listed.
+    Exit status 1 when a broker group could not be asked (the others are counted and printed
+    first), or no broker group has the topic of -t.
 
     Prints {"topics": [{"topic", "putTps", "getTps", "putTotal", "getTotal", "groups":
     [{"group", "consumeTps"}]}], "failed": [lines]}.

@@ -23,7 +23,13 @@ class BrokerStatsProcessor:
 
 
 def stats_data(ctx: BrokerContext) -> StatsData:
+    """The rates and totals of the topics this broker has now: a deleted topic's counters stay
+    in the samples (they count since the broker started) but it is not listed."""
     rates, totals = ctx.stats.rates(), ctx.stats.latest
+
+    def here(topic: str) -> bool:
+        return ctx.topics.get(topic) is not None or bool(ctx.store.queue_ids(topic))
+
     return StatsData(
         window_ms=rates.window_ms,
         topics=tuple(
@@ -35,9 +41,11 @@ def stats_data(ctx: BrokerContext) -> StatsData:
                 totals.got.get(topic, 0),
             )
             for topic, put in sorted(totals.put.items())
+            if here(topic)
         ),
         groups=tuple(
             GroupStats(group, topic, rates.consumed.get((group, topic), 0.0))
             for group, topic in sorted(totals.consumed)
+            if here(topic)
         ),
     )

@@ -348,8 +348,28 @@ def test_broker_status_and_stats_all_show_what_was_put_and_consumed(broker: Brok
     t = topic_t()
     assert (t["putTotal"], t["getTotal"] >= 200) == (200, True)
     assert [g["group"] for g in t["groups"]] == ["G"]
-    table = rmqctl("statsAll", "-a", a)
-    assert table.returncode == 0 and "Consumer Group" in table.stdout and "G" in table.stdout
+    # A second group: the topic's row carries the totals once (served to every group), each
+    # group's row its own Out TPS and no totals (each repeated the topic's Out Total, which
+    # read as that group's count).
+    again = rmqctl(
+        "--json", "consumeMessage", "-a", a, "-t", "T", "-g", "G2", "--count", "200",
+        "--timeout", "45",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    wait_until(
+        lambda: len(topic_t()["groups"]) == 2 and topic_t()["getTotal"] >= 400,
+        "group G2's offsets and reads sampled",
+        20,
+    )
+    table = rmqctl("statsAll", "-a", a, "-t", "T")
+    assert table.returncode == 0, table.stderr
+    head, *rows = [line.split() for line in table.stdout.splitlines()]
+    assert head == ["Topic", "Consumer", "Group", "In", "TPS", "Out", "TPS", "In", "Total", "Out",
+                    "Total"]  # fmt: skip
+    totals = topic_t()
+    assert [r[:2] for r in rows] == [["T", "*"], ["T", "G"], ["T", "G2"]], table.stdout
+    assert rows[0][4:] == [str(totals["putTotal"]), str(totals["getTotal"])], table.stdout
+    assert [len(r) for r in rows[1:]] == [3, 3], table.stdout  # topic, group, Out TPS
     # An unknown topic is one line and exit status 1 (it printed an empty table, exit 0).
     assert "no broker group has topic 'Nope'" in refused("statsAll", "-a", a, "-t", "Nope")
 

@@ -168,6 +168,20 @@ async def test_a_topic_deleted_under_load_is_gone_everywhere_and_starts_empty_ag
     listed = await asyncio.to_thread(rmqctl_json, cluster, "topicList")
     assert "Doomed" not in {t["topic"] for t in listed["topics"]}
     assert "Kept" in {t["topic"] for t in listed["topics"]}
+
+    # statsAll no longer lists it (it did: the master's counters since its start), and -t of
+    # it is refused as for a topic that never existed.
+    async def sampled() -> set[str] | None:
+        stats = await asyncio.to_thread(rmqctl_json, cluster, "statsAll")
+        topics = {t["topic"] for t in stats["topics"]}
+        return topics if "Kept" in topics else None
+
+    # The master samples its counters each second: once its sample has the sends to Kept, it
+    # has those to Doomed (sent side by side).
+    topics = await wait_until_async(sampled, "statsAll to list Kept", 20, interval=0.2)
+    assert "Doomed" not in topics, topics
+    line = await asyncio.to_thread(refused, cluster, "statsAll", "-t", "Doomed")
+    assert line == "rmqctl: no broker group has topic 'Doomed'", line
     # The other topic lost nothing that was acknowledged.
     received = await consume_all(cluster.controller_addresses, "Kept", set(kept), timeout=60)
     assert {k: received.get(k) for k in kept} == kept
