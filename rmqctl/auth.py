@@ -42,17 +42,18 @@ SUPER_USER_ONLY = (
 
 
 def _checked(check: Any, *args: Any) -> Any:
+    """``check(*args)``; a value it refuses (an option's) is a usage error, exit status 2."""
     try:
         return check(*args)
     except AclError as exc:
-        raise CommandError(str(exc)) from None
+        raise click.UsageError(str(exc)) from None
 
 
 def _subject(value: str) -> str:
     """``User:alice`` (RocketMQ's subject form) or plain ``alice``."""
     kind, sep, name = value.partition(":")
     if sep and kind.lower() != "user":
-        raise CommandError(f"subject {value!r} must be User:name")
+        raise click.UsageError(f"subject {value!r} must be User:name")
     username = name if sep else value
     _checked(check_username, username)
     return username
@@ -168,7 +169,7 @@ def update_user(
     """
     _checked(check_username, username)
     if password is None and user_type is None:
-        raise CommandError("nothing to update: give -p SECRET and/or -t TYPE")
+        raise click.UsageError("nothing to update: give -p SECRET and/or -t TYPE")
     kind = None if user_type is None else _checked(parse_user_type, user_type)
     if password is not None:
         _checked(check_secret, password)
@@ -289,7 +290,7 @@ def _put_acl(
     username = _subject(subject)
     names = _split(resources)
     if not names:
-        raise CommandError("no resource given (-r)")
+        raise click.UsageError("no resource given (-r)")
     rules = tuple(
         _checked(make_rule, r, _split(actions), decision, _split(source_ip)) for r in names
     )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
 from client.credentials import CredentialsFileError
 from client.credentials import read_credentials_file as client_read_credentials_file
 from protocol.request_auth import Credentials, cluster_credentials
@@ -55,15 +57,17 @@ def resolve_credentials(
     credentials_file: Path | None,
     auth_key_file: Path | None = None,
 ) -> Credentials | None:
-    """The credentials to sign with (None: sign nothing); CommandError for half a pair or for
-    two sources at once."""
+    """The credentials to sign with (None: sign nothing); click.UsageError (exit status 2) for
+    half a pair or for two sources at once."""
     if auth_key_file is not None:
         if access_key or secret_key or credentials_file is not None:
-            raise CommandError("--auth-key-file signs as the cluster: give no other credentials")
+            raise click.UsageError(
+                "--auth-key-file signs as the cluster: give no other credentials"
+            )
         return read_auth_key_file(auth_key_file)
     if access_key or secret_key:
         if not access_key or not secret_key:
-            raise CommandError(
+            raise click.UsageError(
                 f"give both --access-key and --secret-key (or ${ACCESS_KEY_ENV} and "
                 f"${SECRET_KEY_ENV}), not one"
             )

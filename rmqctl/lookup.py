@@ -217,7 +217,7 @@ def query_msg_by_key(
     {"topic", "key", "truncated", "messages": [...]} with --json.
     """
     if begin_ms is not None and end_ms is not None and begin_ms > end_ms:
-        raise CommandError(f"--begin {utc_iso(begin_ms)} is after --end {utc_iso(end_ms)}")
+        raise click.UsageError(f"--begin {utc_iso(begin_ms)} is after --end {utc_iso(end_ms)}")
 
     errors: list[str] = []
 

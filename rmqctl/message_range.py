@@ -34,7 +34,7 @@ def _range_text(begin_ms: int, end_ms: int) -> str:
 
 def _check_range(begin_ms: int, end_ms: int) -> None:
     if begin_ms > end_ms:
-        raise CommandError(f"--begin {utc_iso(begin_ms)} is after --end {utc_iso(end_ms)}")
+        raise click.UsageError(f"--begin {utc_iso(begin_ms)} is after --end {utc_iso(end_ms)}")
 
 
 def message_rows(found: list[FoundMessage], show_body: bool) -> str:

@@ -196,7 +196,7 @@ def rebalance_plan(
     "unmovable": [{"topic", "brokerName", "msgPerSec", "reason"}]}. Changes nothing.
     """
     if from_file is not None and threshold is not None:
-        raise CommandError(
+        raise click.UsageError(
             "--threshold applies to the live figures; the traffic job's plan has its own "
             "(rmq-pipeline traffic --threshold)"
         )

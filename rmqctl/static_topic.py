@@ -114,7 +114,7 @@ def update_static_topic(
     Prints the staticTopicMapping document.
     """
     if groups is not None and broker_names:
-        raise CommandError("give -b NAMES or -g N, not both")
+        raise click.UsageError("give -b NAMES or -g N, not both")
 
     names = tuple(n for n in broker_names.split(";") if n)
     doc = run(create_static_topic(addresses, topic, queues, names, groups or 0))
@@ -243,10 +243,10 @@ def remap_static_topic(
     single = (topic, queue, broker_name)
     if plan_file is not None:
         if any(v is not None for v in single):
-            raise CommandError("give either --plan or -t/-q/-b, not both")
+            raise click.UsageError("give either --plan or -t/-q/-b, not both")
         moves = read_plan(plan_file)
     elif any(v is None for v in single):
-        raise CommandError("-t TOPIC, -q QUEUE and -b GROUP are required (or --plan FILE)")
+        raise click.UsageError("-t TOPIC, -q QUEUE and -b GROUP are required (or --plan FILE)")
     else:
         assert topic is not None and queue is not None and broker_name is not None
         moves = [(topic, queue, broker_name)]

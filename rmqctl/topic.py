@@ -18,7 +18,6 @@ from protocol.topic_attrs import (
     perm_text,
 )
 from rmqctl.common import (
-    CommandError,
     Settings,
     addresses_option,
     emit,
@@ -102,15 +101,15 @@ def update_topic(
     Prints {"topic", "queues", "brokers": [names]} (and "perm", "messageType" when given).
     """
     if groups is not None and cluster is not None:
-        raise CommandError("give -c CLUSTER or -g N, not both")
+        raise click.UsageError("give -c CLUSTER or -g N, not both")
     try:
         perm_bits = None if perm is None else parse_perm(perm)
         kind = parse_attributes(attributes or "").get(ATTR_MESSAGE_TYPE)
     except ValueError as exc:
-        raise CommandError(str(exc)) from None
+        raise click.UsageError(str(exc)) from None
     if order:
         if kind not in (None, MessageType.FIFO.value):
-            raise CommandError(f"-o true is a FIFO topic, not {kind}")
+            raise click.UsageError(f"-o true is a FIFO topic, not {kind}")
         kind = MessageType.FIFO.value
 
     async def work() -> list[str]:

@@ -14,7 +14,7 @@ client send.
 - updateTopic --attributes +message.type=FIFO: a message without a message group is refused,
   one with a group stored; a FIFO message to a NORMAL topic and a delayed one to the FIFO
   topic are refused; topicList and topicRoute show the type and permission.
-- A bad type or permission: one line on stderr, exit 1, nothing changed.
+- A bad type or permission: a usage error (exit 2), nothing changed.
 """
 
 from __future__ import annotations
@@ -212,16 +212,17 @@ async def test_a_fifo_topic_takes_only_fifo_messages_with_the_type_check_on(
         await producer.send("Plain", b"plain")
 
 
-def test_a_bad_type_or_permission_is_one_line_and_changes_nothing(cluster: Cluster) -> None:
+def test_a_bad_type_or_permission_is_a_usage_error_and_changes_nothing(cluster: Cluster) -> None:
     for args, words in (
         (("--attributes", "+message.type=ORDERED"), "is not one of NORMAL, FIFO"),
         (("--attributes", "+retention=1"), "is not known"),
         (("-p", "9"), "is not 0..7"),
     ):
         proc = cluster_rmqctl(cluster, "--json", "updateTopic", "-t", "Bad", *args)
-        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        # A bad option value: a usage error (exit status 2), the last line naming it.
+        assert proc.returncode == 2, (proc.stdout, proc.stderr)
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and words in lines[0], proc.stderr
+        assert lines[-1].startswith("Error: ") and words in lines[-1], proc.stderr
     listed = cluster_rmqctl_json(cluster, "topicList")
     assert "Bad" not in {t["topic"] for t in listed["topics"]}
 

@@ -31,11 +31,14 @@ NOWHERE = "127.0.0.1:1"
         (["updateUser", "-u", "alice"], "nothing to update"),
     ],
 )  # fmt: skip
-def test_bad_arguments_are_one_line_and_exit_1(args: list[str], message: str) -> None:
+def test_bad_arguments_are_usage_errors_exit_2(args: list[str], message: str) -> None:
+    """A bad option value is a usage error (click's exit status 2, its last line naming it),
+    said before anything is sent; these exited 1 like a refusal of the controllers."""
     result = CliRunner().invoke(cli, ["-a", NOWHERE, *args])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rmqctl: ") and message in lines[0], lines
+    assert lines[0].startswith("Usage: ") and lines[-1].startswith("Error: "), lines
+    assert message in lines[-1], lines
     if "-p" in args:  # the secret is never echoed
         assert args[args.index("-p") + 1] not in result.output
 

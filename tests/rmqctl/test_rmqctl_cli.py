@@ -318,3 +318,30 @@ def test_a_silent_address_times_out_and_each_address_gets_its_reason() -> None:
         f"rmqctl: cannot reach any of {listener.address};{refused}: "
         f"{listener.address}: timed out, {refused}: connection refused\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["updateTopic", "-t", "T", "-c", "C", "-g", "1"], "give -c CLUSTER or -g N, not both"),
+        (["updateTopic", "-t", "T", "-p", "9"], "is not 0..7"),
+        (["updateTopic", "-t", "T", "-o", "true", "--attributes", "+message.type=NORMAL"],
+         "-o true is a FIFO topic, not NORMAL"),
+        (["updateStaticTopic", "-t", "S", "-q", "2", "-b", "broker-a", "-g", "1"],
+         "give -b NAMES or -g N, not both"),
+        (["remapStaticTopic", "-t", "S", "-q", "0"], "-t TOPIC, -q QUEUE and -b GROUP are required"),
+        (["rebalancePlan", "--from", "plan.json", "--threshold", "5"], "--threshold applies"),
+        (["queryMsgByTime", "-t", "T", "-b", "9", "-e", "3"], "is after --end"),
+        (["--access-key", "alice", "clusterList"], "give both --access-key and --secret-key"),
+        (["createAcl", "-s", "alice", "-r", ",", "-A", "pub"], "no resource given (-r)"),
+        (["updateUser", "-u", "alice"], "nothing to update"),
+    ],
+)  # fmt: skip
+def test_option_errors_a_command_checks_itself_are_usage_errors(args: list[str], says: str) -> None:
+    """What a command checks of its options before sending anything is a usage error, exit
+    status 2 as click's own (these exited 1, like a refusal of the cluster)."""
+    code, out, err = invoke("-a", dead_address(), *args)
+    assert (code, out) == (2, ""), (args, err)
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("Usage: rmqctl") or lines[0].startswith("Usage: cli"), err
+    assert lines[-1].startswith("Error: ") and says in lines[-1], err

@@ -101,10 +101,10 @@ def test_lookups_round_trip_and_the_index_survives_restarts_deletion_and_corrupt
     )
     one_line_error(rmqctl("queryMsgByKey", "-a", a, "-t", "Nope", "-k", "x"), "does not exist")
     one_line_error(rmqctl("queryMsgByKey", "-a", a, "-t", "T", "-k", "none"), "no message")
-    one_line_error(
-        rmqctl("queryMsgByKey", "-a", a, "-t", "T", "-k", "all", "--begin", "9", "--end", "3"),
-        "after --end",
+    backwards = rmqctl(
+        "queryMsgByKey", "-a", a, "-t", "T", "-k", "all", "--begin", "9", "--end", "3"
     )
+    assert backwards.returncode == 2 and "after --end" in backwards.stderr  # a usage error
     one_line_error(
         rmqctl("queryMsgByKey", "-a", a, "-t", "T", "-k", "all", "--end", "2001-01-01"),
         "no index covers",
