@@ -100,9 +100,17 @@ class TopicAdmin(Admin):
                 failures.append(answer)
         if failures:
             raise ClientError(f"topicStatus of {topic!r} failed on " + "; ".join(failures))
-        if not rows:
+        if not rows and not self.blind(route):
             raise ClientError(f"topic {topic!r} has no queues on any broker")
         return rows
+
+    @staticmethod
+    def blind(route: TopicRoute) -> dict[str, int]:
+        """broker name -> its queue count, for the broker groups of ``route`` with no master
+        and no slave registered: nobody can tell their offsets."""
+        return {
+            b.broker_name: b.queues for b in route.brokers if not b.master_address and not b.slaves
+        }
 
 
 # --- documents and tables (pure) -----------------------------------------------------------
@@ -145,13 +153,19 @@ def topic_list_table(doc: dict[str, Any]) -> str:
     )
 
 
+NO_MASTER_NOTE = "no master: offsets not known"
+
+
 def topic_status_doc(
     topic: str,
     rows: Sequence[tuple[str, QueueStatus]],
     attrs: Mapping[str, TopicAttrs] | None = None,
+    blind: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """``attrs``: the topic's permission and type on each broker group (the route's): then
-    each group is in ``brokers``, ``{name: {"perm", "messageType"}}``."""
+    each group is in ``brokers``, ``{name: {"perm", "messageType"}}``. ``blind``: broker name
+    -> queue count of the groups with no master and no slave to ask: their queues are listed
+    with offsets None and ``"note"``."""
     doc: dict[str, Any] = {"topic": topic}
     if attrs is not None:
         doc["brokers"] = {
@@ -166,8 +180,21 @@ def topic_status_doc(
                 "minOffset": q.min_offset,
                 "maxOffset": q.max_offset,
                 "lastUpdateMs": q.last_update_ms,
+                "note": None,
             }
             for name, q in rows
+        ]
+        + [
+            {
+                "brokerName": name,
+                "queueId": queue_id,
+                "minOffset": None,
+                "maxOffset": None,
+                "lastUpdateMs": None,
+                "note": NO_MASTER_NOTE,
+            }
+            for name, queues in sorted((blind or {}).items())
+            for queue_id in range(queues)
         ],
     }
 
@@ -177,9 +204,10 @@ def topic_status_table(doc: dict[str, Any]) -> str:
         [
             q["brokerName"],
             q["queueId"],
-            q["minOffset"],
-            q["maxOffset"],
+            "?" if q["minOffset"] is None else q["minOffset"],
+            "?" if q["maxOffset"] is None else q["maxOffset"],
             utc_iso(q["lastUpdateMs"]) if q["lastUpdateMs"] else "-",
+            q.get("note") or "",
         ]
         for q in doc["queues"]
     ]
@@ -187,7 +215,7 @@ def topic_status_table(doc: dict[str, Any]) -> str:
     for name, a in doc.get("brokers", {}).items():
         head += f"{name}: perm {perm_text(a['perm'])}, message type {a['messageType']}\n"
     return head + table(
-        ["Broker Name", "Queue", "Min Offset", "Max Offset", "Last Updated (UTC)"], rows
+        ["Broker Name", "Queue", "Min Offset", "Max Offset", "Last Updated (UTC)", "Note"], rows
     )
 
 
@@ -295,19 +323,30 @@ def topic_status(settings: Settings, addresses: str, topic: str) -> None:
     """Show each queue of a topic on each broker group: its min and max offset and when its
     newest message was stored.
 
+    A broker group with no master is read at a slave; one with no master and no slave
+    registered is listed from the route, each queue with "?" offsets and the note "no master:
+    offsets not known" (--json: offsets null, "note"), and the exit status is 1.
+
     Prints {"topic", "brokers": {name: {"perm", "messageType"}}, "queues": [{"brokerName",
-    "queueId", "minOffset", "maxOffset", "lastUpdateMs"}]} (lastUpdateMs 0: the queue holds no
-    message).
+    "queueId", "minOffset", "maxOffset", "lastUpdateMs", "note"}]} (lastUpdateMs 0: the queue
+    holds no message).
     """
 
     async def work() -> dict[str, Any]:
         async with TopicAdmin(addresses) as admin:
             route = await admin.topic_route(topic)
             rows = await admin.topic_status(topic, route)
-        return topic_status_doc(topic, rows, {b.broker_name: b.attrs for b in route.brokers})
+        attrs = {b.broker_name: b.attrs for b in route.brokers}
+        return topic_status_doc(topic, rows, attrs, admin.blind(route))
 
     doc = run(work())
     emit(settings, doc, lambda: topic_status_table(doc))
+    blind = sorted({q["brokerName"] for q in doc["queues"] if q["note"]})
+    if blind:
+        raise CommandError(
+            f"{', '.join(blind)}: no master and no slave registered with the controllers: "
+            "offsets not known"
+        )
 
 
 @click.command("deleteTopic", short_help="Delete a topic from the controllers and every broker.")

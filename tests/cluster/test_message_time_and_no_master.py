@@ -160,6 +160,25 @@ async def test_time_queries_span_both_groups_and_a_group_without_master_is_liste
         assert human.returncode == 1
         assert "Note: broker-b: no master" in human.stdout
         assert "2 without figures" in human.stdout
+        # topicStatus lists broker-b's queues with a note (they were left out, exit 0).
+        proc = rmqctl(cluster, "--json", "topicStatus", "-t", TOPIC)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr == (
+            "rmqctl: broker-b: no master and no slave registered with the controllers: "
+            "offsets not known\n"
+        )
+        status = {(q["brokerName"], q["queueId"]): q for q in json.loads(proc.stdout)["queues"]}
+        assert set(status) == set(rows)
+        for key in (("broker-b", 0), ("broker-b", 1)):
+            assert status[key]["note"] == "no master: offsets not known"
+            assert status[key]["minOffset"] is None and status[key]["maxOffset"] is None
+        assert status[("broker-a", 0)]["note"] is None
+        human = rmqctl(cluster, "topicStatus", "-t", TOPIC)
+        b_rows = [line for line in human.stdout.splitlines() if line.startswith("broker-b ")]
+        assert len(b_rows) == 2 and all(
+            line.split()[2:4] == ["?", "?"] and line.endswith("no master: offsets not known")
+            for line in b_rows
+        ), human.stdout
 
         # broker-a's only broker dies too: no broker at all is registered. The controllers
         # still route the topic (its groups with no master): -g with -t lists its queues from

@@ -66,6 +66,7 @@ def test_topic_status_shows_an_empty_queue_without_a_time() -> None:
         "minOffset": 3,
         "maxOffset": 3,
         "lastUpdateMs": 0,
+        "note": None,
     }
     lines = topic_status_table(doc).splitlines()
     assert lines[0] == "Topic: T"
