@@ -480,9 +480,9 @@ class GroupView:
 
 async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
     """consumerProgress -g and consumerConnection: per-queue lag, the member holding each queue,
-    the live members. :class:`NotFound` when every broker group answered and none has an
-    offset, a member or settings of the group (while no broker is registered, whether it
-    exists is not known: a view saying so)."""
+    the live members. :class:`NotFound` when every broker group answered and none knows the
+    group (:func:`_exists`; while no broker is registered, whether it exists is not known: a
+    view saying so)."""
     async with ProgressAdmin(addresses, timeout) as admin:
         try:
             answers = await admin.consume_stats(group, None)
@@ -498,14 +498,11 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
             settings = await settings_admin.get_sub_group(group)
         except ClientError as exc:
             settings, errors = {}, {**errors, "settings": str(exc)}
-    rows = logical_rows(progress_rows(answers), mappings)
-    unasked = bool(errors) or any(a.error is not None for a in answers)
-    configured = any(v is not None for v in settings.values())
-    if not rows and not members and not configured and not unasked:
-        raise NotFound(
-            f"consumer group {group} does not exist (no broker group has its offsets, members "
-            "or settings)"
-        )
+        rows = logical_rows(progress_rows(answers), mappings)
+        unasked = bool(errors) or any(a.error is not None for a in answers)
+        configured = any(v is not None for v in settings.values())
+        if not rows and not members and not configured and not unasked:
+            await _exists(settings_admin, group)  # its retry or dead-letter topic, say
     holders = {
         (mq_topic, q.broker_name, q.queue_id): client_id
         for client_id, queues in held.items()
@@ -523,9 +520,19 @@ async def dead_letters(
     are none and the group does not exist (a deleted group's dead letters are still shown)."""
     async with Admin(addresses, timeout) as admin:
         found = await admin.query_dlq(group)
-    if not any(found.values()):
-        await group_detail(addresses, group, timeout)  # NotFound for an unknown group
+        if not any(found.values()):
+            await _exists(admin, group)
     return found
+
+
+async def _exists(admin: Admin, group: str) -> None:
+    """:class:`NotFound` unless some broker group knows ``group`` as rmqctl counts it
+    (:meth:`Admin.group_exists`: settings, offsets, members, retry or dead-letter topic)."""
+    if not await admin.group_exists(group):
+        raise NotFound(
+            f"consumer group {group} does not exist (no broker group has its settings, offsets, "
+            "members, retry or dead-letter topic)"
+        )
 
 
 # --- messages -------------------------------------------------------------------------------------
