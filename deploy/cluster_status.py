@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +105,15 @@ def roles_agree(group: dict[str, Any], live: Sequence[int]) -> bool:
     return True
 
 
-def cluster_table(pids: dict[str, int], options: Sequence[str] = ()) -> tuple[str, int] | None:
-    """Once the controllers have a leader, the broker group a master with every replica in its
-    SyncStateSet, and every broker's own role agrees with the controllers': the table of every
-    process, and the master's metrics port."""
+def cluster_table(
+    pids: dict[str, int], options: Sequence[str] = (), exited: Mapping[str, int] | None = None
+) -> tuple[str, int] | None:
+    """Once the controllers have a leader, the broker group a master with every running
+    replica in its SyncStateSet, and every running broker's own role agrees with the
+    controllers': the table of every process, and the master's metrics port. ``exited``: the
+    daemons that exited, by name, with their status (their rows say so; a make run where one
+    replica refused to start printed no table, so no PID, at all)."""
+    exited = exited or {}
     meta = rmqctl_json("getControllerMetaData", options=options)
     group = rmqctl_json("getSyncStateSet", "-b", BROKER_GROUP, options=options)
     if not isinstance(meta, dict) or not isinstance(group, dict) or not meta.get("leaderId"):
@@ -117,31 +122,48 @@ def cluster_table(pids: dict[str, int], options: Sequence[str] = ()) -> tuple[st
     in_sync = set(group.get("syncStateSet") or [])
     master_id = group.get("masterBrokerId")
     addresses = [broker_address(i) for i in range(len(BROKERS))]
-    if not group.get("masterAddress") or any(
-        a not in replicas or replicas[a]["brokerId"] not in in_sync for a in addresses
+    running = [i for i in range(len(BROKERS)) if broker_process_name(i) not in exited]
+    master = group.get("masterAddress")
+    if (
+        not running
+        or master not in {addresses[i] for i in running}
+        or any(
+            addresses[i] not in replicas or replicas[addresses[i]]["brokerId"] not in in_sync
+            for i in running
+        )
     ):
         return None
     # The controllers' answer survives a restart before the brokers are back (recovering, or
     # not started): only a broker's own word says it acts on it.
-    if not roles_agree(group, range(len(BROKERS))):
+    if not roles_agree(group, running):
         return None
     rows: list[list[str]] = []
     for index, (node_id, address) in enumerate(CONTROLLERS.items()):
         role = "controller, leader" if node_id == meta["leaderId"] else "controller, follower"
+        if node_id in exited:
+            role = _exited(exited[node_id])
         pid = str(pids.get(node_id, "-"))
         rows.append([node_id, pid, address, "-", role, str(CONTROLLER_METRICS_BASE + index)])
     master_port = 0
     for index, address in enumerate(addresses):
-        broker_id = replicas[address]["brokerId"]
+        known = replicas.get(address)
+        broker_id = known["brokerId"] if known else None
         role = "master" if broker_id == master_id else "slave"
         metrics = BROKERS[index][2]
         if role == "master":
             master_port = metrics
         name = broker_process_name(index)
+        if name in exited:
+            role = _exited(exited[name])
         pid = str(pids.get(name, "-"))
-        rows.append([name, pid, address, str(broker_id), role, str(metrics)])
+        shown_id = "-" if broker_id is None else str(broker_id)
+        rows.append([name, pid, address, shown_id, role, str(metrics)])
     headers = ["process", "pid", "address", "broker id", "role", "metrics port"]
     return table(headers, rows), master_port
+
+
+def _exited(code: int) -> str:
+    return f"exited (status {code}), {RESTART_KEY} restarts it"
 
 
 def group_state(live: Sequence[int], options: Sequence[str] = ()) -> tuple[str, bool] | None:

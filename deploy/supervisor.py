@@ -61,7 +61,8 @@ class Supervisor:
         self._ready = False
         self._started = 0.0
         self._reminded = False
-        self._dead: set[str] = set()
+        self._dead: dict[str, int] = {}
+        """The daemons that exited and were not restarted yet, with their exit status."""
         self._watching = False  # after a death or a restart: until the group's state is told
         self._watch_since = 0.0
         self._last_state = ""
@@ -98,7 +99,7 @@ class Supervisor:
     def _report_deaths(self) -> None:
         for name, code in self.cluster.exited():
             if name not in self._dead:
-                self._dead.add(name)
+                self._dead[name] = code
                 self._watching, self._watch_since = True, time.monotonic()
                 self.console.say(death_text(name, code))
 
@@ -127,7 +128,9 @@ class Supervisor:
         now = time.monotonic()
         pids = {n: p.pid for n, p in cluster.children.items() if p.poll() is None}
         if not self._ready:
-            found = cluster_table(pids, cluster.rmqctl_args)
+            # A broker that exited (a refused start, say) does not hold the table back: the
+            # others are a working group, and its row says it exited.
+            found = cluster_table(pids, cluster.rmqctl_args, self._dead)
             if found is not None:
                 console.say(ready_text(*found, security=cluster.security))
                 self._ready = True

@@ -113,7 +113,7 @@ class Launchers:
             table, "make run's table of processes", timeout,
             interval=0.3, on_timeout=lambda: text()[-4000:],
         )  # fmt: skip
-        self.pids.update(int(r[1]) for r in rows[1:])
+        self.pids.update(int(r[1]) for r in rows[1:] if r[1].isdigit())  # "-": not running
         return rows
 
     def stop(self) -> None:
@@ -259,6 +259,25 @@ def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
     for i in range(3):
         # A clean stop removes the abort marker: the next start needs no recovery.
         assert not (tmp_path / "var" / f"broker-a-{i}" / "abort").exists()
+
+
+def test_a_replica_that_refuses_to_start_does_not_hold_back_the_table(
+    launchers: Launchers,
+) -> None:
+    """One replica's own config file has a key no broker knows: it refuses to start (status 2).
+    The other two are a working group, so make run prints its table, with their PIDs, and the
+    refusing replica's row says it exited. Before, no table came at all (it waited for every
+    replica to be in sync): the operator had no PID of any daemon."""
+    var = launchers.tmp_path / "var"
+    var.mkdir()
+    (var / "broker-a-2.toml").write_text(launchers.config.read_text() + "no_such_key = 1\n")
+    launchers.start()
+    rows = {r[0]: r for r in launchers.ready(timeout=60)[1:]}
+    refused = rows.pop("broker-a@10931")
+    assert refused[1] == "-" and refused[4].startswith("exited (status 2)"), refused
+    assert all(r[1].isdigit() for r in rows.values()), rows
+    roles = sorted(r[4] for name, r in rows.items() if name.startswith("broker-a@"))
+    assert roles == ["master", "slave"], rows
 
 
 def test_make_demo_fails_over_and_loses_nothing(tmp_path: Path, free_embedded_ports: None) -> None:
