@@ -63,6 +63,11 @@ class MessageNotFoundError(ClientError):
         self.unanswered = tuple(unanswered)
 
 
+class GroupNotFoundError(ClientError):
+    """Every broker group asked answered that it has neither offsets nor members of the consumer
+    group (SUBSCRIPTION_GROUP_NOT_EXIST), and nothing was changed: the group does not exist."""
+
+
 class NoRouteError(ClientError):
     """The topic's route names no broker that can take the request (e.g. no master right now)."""
 

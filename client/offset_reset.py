@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.bootstrap import BootstrapClient
-from client.errors import BrokerError, ClientError
+from client.errors import BrokerError, ClientError, GroupNotFoundError
 from client.routes import LOGICAL_BROKER, MessageQueue, TopicRoute, fetch_route
 from protocol.broker_requests.offsets import (
     TO_MAX,
@@ -149,17 +149,22 @@ class OffsetResetter:
                 report.queues[MessageQueue(name, q)] = r
 
         await asyncio.gather(*(one(n, a) for n, ask_list in asks.items() for a in ask_list))
+        unknown = not failures and not reset_before and bool(refusals)
         for name, refusal in refusals.items():
             if refusal.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and (
                 partial or reset_before or report.queues or len(refusals) < len(asks)
             ):
                 report.skipped[name] = refusal.remark or str(refusal)
             else:
+                unknown = unknown and refusal.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
                 failures.append(f"{name}: {refusal}")
         if failures:
             done = sorted({mq.broker_name for mq in report.queues})
             also = f" (reset on {', '.join(done)})" if done else " (nothing reset)"
-            raise ClientError(
+            # Every master said it knows no such group: the group does not exist (the console's
+            # 404); anything else is the cluster's failure.
+            error = GroupNotFoundError if unknown and not done else ClientError
+            raise error(
                 f"resetting the offsets of {group} on {route.topic} failed on "
                 f"{'; '.join(sorted(failures))}{also}"
             )

@@ -196,6 +196,14 @@ def test_a_group_that_does_not_exist_is_a_404(env: Env) -> None:
         assert status == 200, (part, shown(page))
     status, page = fetch(f"{env.base}/groups/billing")
     assert "Consumer group billing" in page and ">T<" in page, shown(page)
+    # Its forms: resetting the offsets of a group no broker has, or skipping its backlog.
+    token, cookie = csrf_cookie(env)
+    for action, fields in (("reset", {"time": "now"}), ("skip", {})):
+        status, page = post_form(
+            f"{env.base}/groups/nosuch/{action}", {"csrf": token, "topic": "T", **fields}, cookie
+        )
+        assert status == 404, (action, shown(page))
+        assert "SUBSCRIPTION_GROUP_NOT_EXIST" in error_of(page), (action, shown(page))
 
 
 def test_a_broker_that_does_not_answer_is_still_a_502(env: Env, tmp_path: Path) -> None:
