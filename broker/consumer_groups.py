@@ -5,11 +5,18 @@ closes, or when it has been silent too long: our own clients (our SDK, the gRPC 
 ``client_expiry_ms``; classic members (RocketMQ's remoting clients, which heart-beat every 30 s)
 after :data:`CHANNEL_EXPIRED_MS`, RocketMQ's rule (or ``client_expiry_ms`` if that is longer).
 Time is passed in (ms).
+
+Each member is recorded with how it consumes, as its heartbeat said: ``pop`` (it holds no queue:
+every POP member reads every queue), ``push`` or ``pull`` (it takes its share of the queues), or
+"" (not said: an older client, taken as holding queues). The member list the rebalancing members
+share the queues by leaves the POP members out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from protocol.broker_requests.clients import POP
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,8 @@ class Member:
     address: str = ""
     """The member's address as this broker saw its connection (host:port)."""
     info: ClientInfo = REMOTING_CLIENT
+    consume_type: str = ""
+    """pop, push, pull, or "" when its heartbeat did not say."""
 
 
 ConnectionIndex = dict[int, set[tuple[str, str]]]
@@ -67,10 +76,11 @@ class ConsumerGroups:
         """connection id -> (group, client id) of the members that heart-beat over it: a closed
         connection drops its members without a scan over every group's (issue 34)."""
         self._lists: dict[str, tuple[int, tuple[str, ...]]] = {}
-        """group -> (the last instant it holds at, its live members' ids sorted): the list every
-        member of a group asks for at each rebalance, built once per change instead of per ask
-        (issue 34: O(members) per ask made a group's rebalance O(members^2) on the broker). It
-        holds until a member joins, leaves or comes back, or its first member's expiry."""
+        """group -> (the last instant it holds at, its live queue-holding members' ids sorted):
+        the list every member of a group asks for at each rebalance, built once per change
+        instead of per ask (issue 34: O(members) per ask made a group's rebalance O(members^2)
+        on the broker). It holds until a member joins, leaves or comes back, or its first
+        member's expiry."""
 
     def set_expiry_ms(self, expiry_ms: int) -> None:
         """A member silent for longer than ``expiry_ms`` leaves, from the next check on (a
@@ -97,17 +107,26 @@ class ConsumerGroups:
         connection_id: int,
         address: str = "",
         info: ClientInfo = REMOTING_CLIENT,
+        consume_type: str = "",
     ) -> bool:
         """Record a heartbeat; True when the client is new to the group."""
         members = self._groups.setdefault(group, {})
         member = members.get(client_id)
         if member is None:
-            members[client_id] = Member(client_id, topic, now_ms, connection_id, address, info)
+            members[client_id] = Member(
+                client_id, topic, now_ms, connection_id, address, info, consume_type
+            )
             self._by_connection.setdefault(connection_id, set()).add((group, client_id))
             self._lists.pop(group, None)
             return True
-        if not self._live(member, now_ms) or now_ms < member.last_seen_ms or member.info != info:
-            self._lists.pop(group, None)  # back in the list, or its expiry moved earlier
+        if (
+            not self._live(member, now_ms)
+            or now_ms < member.last_seen_ms
+            or member.info != info
+            or member.consume_type != consume_type
+        ):
+            # Back in the list, its expiry moved earlier, or it became or stopped being POP.
+            self._lists.pop(group, None)
         if member.connection_id != connection_id:
             unindex(self._by_connection, member.connection_id, (group, client_id))
             self._by_connection.setdefault(connection_id, set()).add((group, client_id))
@@ -116,6 +135,7 @@ class ConsumerGroups:
         member.connection_id = connection_id
         member.address = address
         member.info = info
+        member.consume_type = consume_type
         return False
 
     def unregister(self, group: str, client_id: str) -> bool:
@@ -148,8 +168,14 @@ class ConsumerGroups:
             self.unregister(group, client_id)
         return expired
 
+    def is_member(self, group: str, client_id: str, now_ms: int) -> bool:
+        """Whether ``client_id`` is a live member of ``group`` (whatever its consume type)."""
+        m = self._groups.get(group, {}).get(client_id)
+        return m is not None and self._live(m, now_ms)
+
     def members(self, group: str, now_ms: int) -> list[str]:
-        """The group's live members' client ids, sorted."""
+        """The client ids of the group's live members that hold queues (all but the POP
+        members: what the rebalancing members share the queues among), sorted."""
         return list(self.member_ids(group, now_ms))
 
     def member_ids(self, group: str, now_ms: int) -> tuple[str, ...]:
@@ -157,7 +183,11 @@ class ConsumerGroups:
         cached = self._lists.get(group)
         if cached is not None and now_ms <= cached[0]:
             return cached[1]
-        live = [m for m in self._groups.get(group, {}).values() if self._live(m, now_ms)]
+        live = [
+            m
+            for m in self._groups.get(group, {}).values()
+            if m.consume_type != POP and self._live(m, now_ms)
+        ]
         ids = tuple(sorted(m.client_id for m in live))
         # A member that is not live comes back only by a heartbeat, which drops the list.
         self._lists[group] = (min((self._deadline(m) for m in live), default=now_ms), ids)
@@ -168,7 +198,15 @@ class ConsumerGroups:
         members = self._groups.get(group, {})
         return sorted(
             (
-                Member(m.client_id, m.topic, m.last_seen_ms, m.connection_id, m.address, m.info)
+                Member(
+                    m.client_id,
+                    m.topic,
+                    m.last_seen_ms,
+                    m.connection_id,
+                    m.address,
+                    m.info,
+                    m.consume_type,
+                )
                 for m in members.values()
                 if self._live(m, now_ms)
             ),

@@ -24,10 +24,17 @@ def default_client_id() -> str:
     return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
 
 
-def heartbeat(group: str, client_id: str, *, topic: str = "", producer: bool = False) -> Header:
+def heartbeat(
+    group: str,
+    client_id: str,
+    *,
+    topic: str = "",
+    producer: bool = False,
+    consume_type: str = "",
+) -> Header:
     """The HEART_BEAT header this SDK sends as ``client_id`` of ``group``: a consumer of
-    ``topic``, or with ``producer`` a transactional producer; with this SDK's language and
-    version."""
+    ``topic`` that consumes as ``consume_type`` says (``pop``, ``push``), or with ``producer``
+    a transactional producer; with this SDK's language and version."""
     header, _ = Heartbeat(
         group=group,
         client_id=client_id,
@@ -35,5 +42,6 @@ def heartbeat(group: str, client_id: str, *, topic: str = "", producer: bool = F
         producer=producer,
         language=SDK_LANGUAGE,
         version=SDK_VERSION,
+        consume_type=consume_type,
     ).encode()
     return header

@@ -24,6 +24,7 @@ from client.allocate import allocate_averagely
 from client.bootstrap import BootstrapClient, describe_failure
 from client.errors import BrokerError, ClientError
 from client.routes import ClusterBroker, MessageQueue, fetch_cluster_info, fetch_route
+from protocol.broker_requests.clients import POP
 from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
 from protocol.consume_stats import (
     ConsumerConnection,
@@ -68,6 +69,14 @@ class Member:
     version: str = ""
     protocol: str = ""
     """remoting (our SDK), gRPC or classic; "" when the brokers do not say."""
+    consume_type: str = ""
+    """pop (holds no queue: reads every queue), push or pull; "" when the member or its
+    brokers do not say (taken as holding queues)."""
+
+    @property
+    def pops(self) -> bool:
+        """Whether it consumes by POP: every queue of its topic, none held."""
+        return self.consume_type == POP
 
 
 def pick_targets(clusters: dict[str, list[ClusterBroker]]) -> list[BrokerTarget]:
@@ -106,6 +115,7 @@ def merge_members(answers: dict[str, list[ConsumerConnection]]) -> list[Member]:
             m.language,
             m.version,
             m.protocol,
+            m.consume_type,
         )
         for cid, m in sorted(latest.items())
     ]
@@ -114,13 +124,16 @@ def merge_members(answers: dict[str, list[ConsumerConnection]]) -> list[Member]:
 def allocation(
     members: Sequence[Member], queues_by_topic: Mapping[str, Sequence[MessageQueue]]
 ) -> dict[str, list[MessageQueue]]:
-    """client id -> the queues it holds, computed as every member computes its own share: the
-    consumer (client.consumer) gives :func:`allocate_averagely` the sorted (broker, queue) list
-    of its topic (a static topic's logical queues) and the group's sorted member ids."""
-    ids = sorted(m.client_id for m in members)
+    """client id -> the queues it holds, computed as every queue-holding member computes its
+    own share: the consumer (client.consumer) gives :func:`allocate_averagely` the sorted
+    (broker, queue) list of its topic (a static topic's logical queues) and the sorted ids of
+    the group's members that hold queues (GET_CONSUMER_LIST_BY_GROUP leaves the POP members
+    out). POP members hold none (every one reads every queue): they are not in the answer."""
+    holding = [m for m in members if not m.pops]
+    ids = sorted(m.client_id for m in holding)
     return {
         m.client_id: allocate_averagely(sorted(queues_by_topic.get(m.topic, ())), ids, m.client_id)
-        for m in members
+        for m in holding
     }
 
 

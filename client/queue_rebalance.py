@@ -33,6 +33,7 @@ from client.pull import QueueState
 from client.routes import LOGICAL_BROKER, MessageQueue, RouteCache, TopicRoute
 from client.subscription import Subscription, queue_name
 from protocol.broker_requests.clients import (
+    PUSH,
     ConsumerList,
     ConsumerListQuery,
     HeartbeatAnswer,
@@ -120,7 +121,7 @@ class GroupRebalancer:
         members, rebalance."""
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
         groups = sorted(route.read_addresses().items())
-        beat = heartbeat(self.group, self.client_id, topic=self.topic)
+        beat = heartbeat(self.group, self.client_id, topic=self.topic, consume_type=PUSH)
         self._retry_off.clear()
         self._fifo_answers = {}
         results = await asyncio.gather(

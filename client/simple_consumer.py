@@ -36,7 +36,7 @@ from client.identity import default_client_id, heartbeat
 from client.message import ReceivedMessage
 from client.routes import RouteCache
 from client.trace import ClientTracer, now_ms
-from protocol.broker_requests.clients import UnregisterClient
+from protocol.broker_requests.clients import POP, UnregisterClient
 from protocol.broker_requests.pop import (
     AckRequest,
     BatchAckAnswer,
@@ -164,7 +164,7 @@ class SimpleConsumer:
             self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name="pop-heartbeat")
 
     async def _heartbeat_loop(self) -> None:
-        beat = heartbeat(self.group, self.client_id, topic=self.topic)
+        beat = heartbeat(self.group, self.client_id, topic=self.topic, consume_type=POP)
         while True:
             await self._to_every_group(RequestCode.HEART_BEAT, beat)
             await asyncio.sleep(self._heartbeat_interval)

@@ -30,6 +30,7 @@ from protocol.controller_requests.groups import GetMetadataInfo
 from protocol.controller_requests.topics import TopicList, TopicListQuery
 from protocol.controller_requests.users import ListAcl, ListUsers
 from protocol.fields import FieldError
+from protocol.retry import retry_topic
 from protocol.topic_admin import QueueStatus
 from protocol.topic_attrs import MessageType, TopicAttrs, perm_text
 from remoting.client import ConnectionPool
@@ -477,12 +478,24 @@ class GroupView:
     def topics(self) -> list[str]:
         return sorted({r.topic for r in self.rows if not r.topic.startswith("%RETRY%")})
 
+    @property
+    def poppers(self) -> int:
+        """How many live members consume by POP (they hold no queue)."""
+        return sum(1 for m in self.members if m.pops)
+
+    @property
+    def pop_topics(self) -> set[str]:
+        """The topics POP members read (every queue of them, none held): theirs and the
+        group's retry topic."""
+        topics = {m.topic for m in self.members if m.pops}
+        return topics | {retry_topic(self.group)} if topics else set()
+
 
 async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
-    """consumerProgress -g and consumerConnection: per-queue lag, the member holding each queue,
-    the live members. :class:`NotFound` when every broker group answered and none knows the
-    group (:func:`_exists`; while no broker is registered, whether it exists is not known: a
-    view saying so)."""
+    """consumerProgress -g and consumerConnection: per-queue lag, the member holding each queue
+    (POP members hold none), the live members. :class:`NotFound` when every broker group
+    answered and none knows the group (:func:`_exists`; while no broker is registered, whether
+    it exists is not known: a view saying so)."""
     async with ProgressAdmin(addresses, timeout) as admin:
         try:
             answers = await admin.consume_stats(group, None)

@@ -23,8 +23,10 @@ consumer can read there: the queue offset after the last message at or below the
 ms) is when the group last moved its committed offset there, 0 when unknown.
 
 GET_CONSUMER_CONNECTION_LIST answers SUCCESS with a msgpack list of :class:`ConsumerConnection`
-documents ``{"clientId", "address", "topic", "lastHeartbeatMs"}``: the group's live members as
-this broker sees them (empty when none).
+documents ``{"clientId", "address", "topic", "lastHeartbeatMs", "language", "version", "protocol",
+"consumeType"}``: the group's live members as this broker sees them (empty when none);
+``consumeType`` is pop, push or pull, left out when the member did not say. A reader takes the
+last four as "" when left out (a broker of an earlier version).
 """
 
 from __future__ import annotations
@@ -155,9 +157,12 @@ class ConsumerConnection:
     version: str = ""
     protocol: str = ""
     """How it reaches the broker: remoting (our SDK), gRPC or classic ("" unknown)."""
+    consume_type: str = ""
+    """pop (it holds no queue: it reads every queue), push or pull (it holds its share of the
+    queues); "" when it did not say, or a broker of an earlier version (taken as push or pull)."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "clientId": self.client_id,
             "address": self.address,
             "topic": self.topic,
@@ -166,6 +171,9 @@ class ConsumerConnection:
             "version": self.version,
             "protocol": self.protocol,
         }
+        if self.consume_type:  # not said: the document of before
+            doc["consumeType"] = self.consume_type
+        return doc
 
 
 def encode_connections(members: Iterable[ConsumerConnection]) -> bytes:
@@ -190,6 +198,7 @@ def decode_connections(body: bytes | None) -> list[ConsumerConnection]:
                 language=_str(item, "language") if "language" in item else "",
                 version=_str(item, "version") if "version" in item else "",
                 protocol=_str(item, "protocol") if "protocol" in item else "",
+                consume_type=_str(item, "consumeType") if "consumeType" in item else "",
             )
         )
     return out

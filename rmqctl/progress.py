@@ -411,6 +411,10 @@ def queue_ranges(queues: Sequence[MessageQueue]) -> str:
     return ", ".join(parts)
 
 
+POP_QUEUES = "POP: every queue"
+"""What consumerConnection shows for a POP member's queues: it holds none and reads them all."""
+
+
 def connection_table(
     group: str, members: Sequence[Member], held: dict[str, list[MessageQueue]]
 ) -> str:
@@ -421,6 +425,7 @@ def connection_table(
             "Language",
             "Version",
             "Protocol",
+            "Consume",
             "Topic",
             "Last Heartbeat (UTC)",
             "Queues",
@@ -432,9 +437,10 @@ def connection_table(
                 m.language or "-",
                 m.version or "-",
                 m.protocol or "-",
+                m.consume_type or "-",
                 m.topic,
                 format_time(m.last_heartbeat_ms),
-                queue_ranges(held.get(m.client_id, [])),
+                POP_QUEUES if m.pops else queue_ranges(held.get(m.client_id, [])),
             ]
             for m in members
         ],
@@ -448,21 +454,30 @@ def connection_table(
 @pass_settings
 def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
     """List a consumer group's live members (client id, address, language, version, protocol,
-    subscribed topic, last heartbeat) as the broker groups see them, and the queues each holds.
+    consume type, subscribed topic, last heartbeat) as the broker groups see them, and the
+    queues each holds.
     The protocol says how the member reaches the brokers: remoting (this SDK), gRPC (the
     official RocketMQ 5 clients, through a broker's gRPC port; the address is the client's as
     that port saw it) or classic (RocketMQ's remoting clients; the version is RocketMQ's
     MQVersion ordinal, e.g. 401 for 4.9.4); language and version are what the client said
     ("-" when a broker of an earlier version does not tell).
 
-    Brokers know the members but not who holds which queue: the queues are computed here the
-    way every member computes its own share (the averaging allocation over the sorted member
-    ids and the topic's sorted queues). Right after a member joins or leaves, members that have
-    not rebalanced yet may still hold their old queues for up to a heartbeat interval. Exit
-    status 1 when the group has no live member.
+    The consume type is what the member said in its heartbeats: pop (this SDK's SimpleConsumer
+    and Consumer(pop=True), the official clients' SimpleConsumer and PushConsumer, a classic
+    CONSUME_POP consumer), push (this SDK's Consumer, a classic CONSUME_PASSIVELY consumer) or
+    pull (CONSUME_ACTIVELY); "-" when it did not say (an older client, or a broker of an earlier
+    version), taken as push or pull. A POP member holds no queue: every POP member reads every
+    queue of its topic, shown as "POP: every queue".
+
+    Brokers know the members but not who holds which queue: the queues of the other members are
+    computed here the way each computes its own share (the averaging allocation over the sorted
+    ids of the group's members that are not POP and the topic's sorted queues). Right after a
+    member joins or leaves, members that have not rebalanced yet may still hold their old queues
+    for up to a heartbeat interval. Exit status 1 when the group has no live member.
 
     Prints {"group", "members": [{"clientId", "address", "language", "version", "protocol",
-    "topic", "lastHeartbeatMs", "brokers", "queues": [{"brokerName", "queueId"}]}]}.
+    "consumeType", "topic", "lastHeartbeatMs", "brokers", "queues": [{"brokerName",
+    "queueId"}]}]} (a POP member: "consumeType" "pop" and "queues" empty).
     """
 
     async def work() -> tuple[list[Member], dict[str, list[MessageQueue]], dict[str, str]]:
@@ -486,6 +501,7 @@ def consumer_connection(settings: Settings, addresses: str, group: str) -> None:
                 "language": m.language,
                 "version": m.version,
                 "protocol": m.protocol,
+                "consumeType": m.consume_type,
                 "topic": m.topic,
                 "lastHeartbeatMs": m.last_heartbeat_ms,
                 "brokers": list(m.brokers),

@@ -32,6 +32,7 @@ from protocol.rocketmq_remoting.admin_bodies import (
     parse_subscription_group,
     parse_topic,
 )
+from protocol.rocketmq_remoting.bodies import classic_consume_type
 from protocol.rocketmq_remoting.codes import RequestCode, ResponseCode
 from protocol.rocketmq_remoting.frame import RemotingCommand, make_response
 from protocol.rocketmq_remoting.headers import GroupHeader
@@ -138,7 +139,11 @@ class ClassicAdmin:
                 ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group {group} is not online"
             )
         rows = (ConnectionRow(m.client_id, m.address, m.topic) for m in members)
-        return make_response(req, ResponseCode.SUCCESS, body=encode_consumer_connection(rows))
+        # The group's consume type, as RocketMQ's broker keeps it: the latest heartbeat's.
+        said = [m for m in members if m.consume_type]
+        kind = max(said, key=lambda m: m.last_seen_ms).consume_type if said else ""
+        body = encode_consumer_connection(rows, classic_consume_type(kind))
+        return make_response(req, ResponseCode.SUCCESS, body=body)
 
     def consume_stats(self, session: ClassicSession, req: RemotingCommand) -> RemotingCommand:
         group = GroupHeader.parse(req.ext_fields).consumer_group

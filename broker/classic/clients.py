@@ -3,9 +3,10 @@ consumer groups the broker's own clients join (:func:`broker.processors.clients.
 consumer_heartbeat`), so members of either door rebalance among one list.
 
 A heartbeat's consumer entry joins its group once per subscribed topic that is not a retry
-topic (the member's topic is the first of them); a member leaves when it unregisters, when its
-connection closes (the server's ``on_close``, as for our clients, at once) or when it has been
-silent for 120 s (RocketMQ's channelExpiredTimeout: its clients heart-beat every 30 s;
+topic (the member's topic is the first of them), with its ``consumeType`` (CONSUME_PASSIVELY:
+push, CONSUME_ACTIVELY: pull, CONSUME_POP: pop, which GET_CONSUMER_LIST_BY_GROUP leaves out as
+it holds no queue); a member leaves when it unregisters, when its connection closes (the
+server's ``on_close``, as for our clients, at once) or when it has been silent for 120 s (RocketMQ's channelExpiredTimeout: its clients heart-beat every 30 s;
 :data:`broker.consumer_groups.CHANNEL_EXPIRED_MS`), not after our clients' ``client_expiry_ms``.
 A producer entry registers the session with the transaction service as a producer of its group
 (RocketMQ's CLIENT_INNER_PRODUCER excepted), so its group's check-backs reach it as
@@ -29,7 +30,11 @@ from broker.consumer_groups import CLASSIC, ClientInfo
 from broker.context import BrokerContext
 from broker.processors.clients import consumer_heartbeat
 from protocol.retry import RETRY_GROUP_TOPIC_PREFIX
-from protocol.rocketmq_remoting.bodies import decode_heartbeat, encode_consumer_list
+from protocol.rocketmq_remoting.bodies import (
+    consume_kind,
+    decode_heartbeat,
+    encode_consumer_list,
+)
 from protocol.rocketmq_remoting.codes import LanguageCode, RequestCode, ResponseCode
 from protocol.rocketmq_remoting.frame import RemotingCommand, make_response
 from protocol.rocketmq_remoting.headers import GroupHeader, UnregisterClientHeader
@@ -78,7 +83,7 @@ class ClassicClients:
         for consumer in beat.consumers:
             group = consumer.group_name
             self.subscriptions.heard(group, list(consumer.subscriptions))
-            known = beat.client_id in ctx.groups.members(group, ctx.now_ms())
+            known = ctx.groups.is_member(group, beat.client_id, ctx.now_ms())
             topics = [
                 s.topic
                 for s in consumer.subscriptions
@@ -91,6 +96,7 @@ class ClassicClients:
                 topics[0] if topics else "",
                 session.conn,
                 info,
+                consume=consume_kind(consumer.consume_type),
             )
             if not known:
                 self.notify(group)

@@ -34,7 +34,7 @@ from broker.grpc.translate import Refused, forward, no_namespace, status_code
 from broker.pop.acks import HandleRefused, ack_batch, ack_one, change_invisible
 from broker.pop.message import PopMessage
 from broker.pop.receive import NOT_DURABLE, PopDenied, Popped, pop_messages
-from protocol.broker_requests.clients import Heartbeat, UnregisterClient
+from protocol.broker_requests.clients import POP, Heartbeat, UnregisterClient
 from protocol.broker_requests.pop import (
     AckRequest,
     BatchAckAnswer,
@@ -534,7 +534,7 @@ class ConsumeService:
                 f"message {where.topic}:{where.queue_id}@{where.queue_offset} is gone",
             )
         member = client_id or f"grpc-{self.local_address}"
-        beat = Heartbeat(group=group, client_id=member, topic=topic)
+        beat = Heartbeat(group=group, client_id=member, topic=topic, consume_type=POP)
         await self._call(beat.code, *beat.encode())
         back = SendBack(
             group=group,
@@ -585,7 +585,10 @@ class ConsumeService:
     async def _beat(
         self, client_id: str, group: str, topic: str, who: GrpcClient | None = None
     ) -> None:
-        beat = Heartbeat(group=group, client_id=client_id, topic=topic, protocol="gRPC")
+        # Its SimpleConsumer and PushConsumer both receive by POP: the member holds no queue.
+        beat = Heartbeat(
+            group=group, client_id=client_id, topic=topic, protocol="gRPC", consume_type=POP
+        )
         if who is not None:
             beat = replace(
                 beat, language=who.language, version=who.version, client_address=who.address

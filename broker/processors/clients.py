@@ -1,6 +1,7 @@
 """Consumer group membership for client-side rebalance: HEART_BEAT, UNREGISTER_CLIENT and
-GET_CONSUMER_LIST_BY_GROUP. A heartbeat with ``producerGroup`` (and no ``consumerGroup``)
-registers a transactional producer's connection for check-backs (docs/transactions.md).
+GET_CONSUMER_LIST_BY_GROUP (the members that hold queues: POP members left out). A heartbeat
+with ``producerGroup`` (and no ``consumerGroup``) registers a transactional producer's
+connection for check-backs (docs/transactions.md).
 
 A heartbeat to a master also creates the group's retry topic (``%RETRY%<group>``, one queue)
 when the group consumes retries, as RocketMQ does, so its members find a route to it; the
@@ -20,6 +21,7 @@ from protocol.broker_requests.clients import (
     Heartbeat,
     HeartbeatAnswer,
     UnregisterClient,
+    consume_type,
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Header, response
@@ -59,7 +61,14 @@ class ClientProcessor:
             )
             return response(req, ResponseCode.SUCCESS)
         answer = consumer_heartbeat(
-            ctx, beat.group, beat.client_id, beat.topic, conn, info, address
+            ctx,
+            beat.group,
+            beat.client_id,
+            beat.topic,
+            conn,
+            info,
+            address,
+            consume_type(beat.consume_type),
         )
         return response(req, ResponseCode.SUCCESS, *answer.encode())
 
@@ -92,13 +101,15 @@ def consumer_heartbeat(
     conn: Connection,
     info: ClientInfo = REMOTING_CLIENT,
     address: str | None = None,
+    consume: str = "",
 ) -> HeartbeatAnswer:
     """A consumer's heartbeat, whichever front it came through: the member recorded (who it
-    is, its address: the connection's unless a front relays it), the group's retry topic
+    is, its address: the connection's unless a front relays it, how it consumes: ``consume``,
+    pop, push, pull or "" not said), the group's retry topic
     created on a master when the group consumes retries; what the member is told (retries,
     orderly)."""
     ctx.groups.heartbeat(
-        group, client_id, topic, ctx.now_ms(), id(conn), address or conn.peer, info
+        group, client_id, topic, ctx.now_ms(), id(conn), address or conn.peer, info, consume
     )
     config = ctx.sub_groups.get(group)
     # A FIFO group retries in place: its members do not read the retry topic.

@@ -43,6 +43,7 @@ class ConsumerStatsProcessor:
                 m.info.language,
                 m.info.version,
                 m.info.protocol,
+                m.consume_type,
             )
             for m in self.ctx.groups.live(group, self.ctx.now_ms())
         ]

@@ -101,7 +101,7 @@ def reset_offsets(ctx: BrokerContext, ask: ResetOffset, now_ms: int) -> Done | t
     offsets = ctx.offsets
     queues = [ask.queue_id] if ask.queue_id >= 0 else list(range(tc.queues))
     committed = {q: offsets.query(group, topic, q) for q in range(tc.queues)}
-    members = ctx.groups.members(group, now_ms)
+    members = ctx.groups.live(group, now_ms)
     if all(c is None for c in committed.values()) and not members:
         return (
             ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

@@ -15,6 +15,10 @@ Requests (header fields; ``?`` may be left out)::
                                      theirs; left out: our SDK's remoting protocol,
                                      language and version unknown, the connection's
                                      address)
+                                     a consumer also consumeType?: pop (it POPs:
+                                     holds no queue), push or pull (it takes a
+                                     share of the queues); left out: not said
+                                     (taken as queue-holding)
     UNREGISTER_CLIENT 35             consumerGroup, clientId
     GET_CONSUMER_LIST_BY_GROUP 38    consumerGroup
 
@@ -36,7 +40,32 @@ from protocol.fields import FieldError, opt_bool, opt_int_or_none, opt_str, req_
 from protocol.one_field import GroupOnly
 from protocol.remoting import Header, Scalar
 
-__all__ = ["ConsumerList", "ConsumerListQuery", "Heartbeat", "HeartbeatAnswer", "UnregisterClient"]
+__all__ = [
+    "CONSUME_TYPES",
+    "POP",
+    "PULL",
+    "PUSH",
+    "ConsumerList",
+    "ConsumerListQuery",
+    "Heartbeat",
+    "HeartbeatAnswer",
+    "UnregisterClient",
+    "consume_type",
+]
+
+POP = "pop"
+"""A consumer that POPs (docs/pop.md): it holds no queue, every such member reads every queue."""
+PUSH = "push"
+"""A consumer that takes its share of the queues and has their messages pushed to it."""
+PULL = "pull"
+"""A consumer that takes its share of the queues and pulls them itself."""
+CONSUME_TYPES: tuple[str, ...] = (POP, PUSH, PULL)
+
+
+def consume_type(value: str) -> str:
+    """``value`` if it is a consume type this broker knows, else "" (not said: a member taken as
+    holding queues, as before consume types were sent)."""
+    return value if value in CONSUME_TYPES else ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +84,8 @@ class Heartbeat:
     version: str = ""
     protocol: str = ""
     client_address: str = ""
+    consume_type: str = ""
+    """A consumer's :data:`CONSUME_TYPES` member ("" not said)."""
 
     def encode(self) -> tuple[Header, bytes | None]:
         if self.producer:
@@ -63,6 +94,8 @@ class Heartbeat:
             header = {"clientId": self.client_id, "consumerGroup": self.group}
             if self.topic:
                 header["topic"] = self.topic
+            if self.consume_type:
+                header["consumeType"] = self.consume_type
         for name, value in (
             ("language", self.language),
             ("version", self.version),
@@ -85,6 +118,7 @@ class Heartbeat:
             version=opt_str(header, "version"),
             protocol=opt_str(header, "protocol"),
             client_address=opt_str(header, "clientAddress"),
+            consume_type="" if producer else opt_str(header, "consumeType"),
         )
 
 
@@ -141,8 +175,8 @@ class UnregisterClient:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerListQuery(GroupOnly):
-    """GET_CONSUMER_LIST_BY_GROUP: the client ids of ``group``'s live members (a msgpack
-    array in the answer's body)."""
+    """GET_CONSUMER_LIST_BY_GROUP: the client ids of ``group``'s live members that hold queues
+    (POP members left out; a msgpack array in the answer's body)."""
 
     code: ClassVar[RequestCode] = RequestCode.GET_CONSUMER_LIST_BY_GROUP
 

@@ -14,7 +14,9 @@ Bodies (the Java classes they stand for, field names from apache/rocketmq):
 - GET_CONSUME_STATS (208): ConsumeStats ``{"offsetTable": {MessageQueue: {"brokerOffset",
   "consumerOffset", "pullOffset", "lastTimestamp"}}, "consumeTps"}``.
 - GET_CONSUMER_CONNECTION_LIST (203): ConsumerConnection ``{"connectionSet": [{"clientId",
-  "clientAddr", "language", "version"}], "subscriptionTable": {topic: {"topic", ...}}}``.
+  "clientAddr", "language", "version"}], "subscriptionTable": {topic: {"topic", ...}},
+  "consumeType"}`` (consumeType when known: CONSUME_PASSIVELY, CONSUME_ACTIVELY or
+  CONSUME_POP).
 
 The two offset tables are keyed by a MessageQueue object, which RocketMQ's fastjson writes as
 the key itself: ``{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}`` (not standard JSON;
@@ -251,9 +253,10 @@ class ConnectionRow(NamedTuple):
     version: int = 0
 
 
-def encode_consumer_connection(rows: Iterable[ConnectionRow]) -> bytes:
-    """ConsumerConnection: the members and the topics they subscribe (consumeType, messageModel
-    and consumeFromWhere are left out: the broker does not keep them)."""
+def encode_consumer_connection(rows: Iterable[ConnectionRow], consume_type: str = "") -> bytes:
+    """ConsumerConnection: the members, the topics they subscribe and the group's
+    ``consume_type`` (RocketMQ's ConsumeType name; left out when "": not known); messageModel
+    and consumeFromWhere are left out: the broker does not keep them."""
     members = list(rows)
     doc: dict[str, Any] = {
         "connectionSet": [
@@ -267,6 +270,8 @@ def encode_consumer_connection(rows: Iterable[ConnectionRow]) -> bytes:
         ],
         "subscriptionTable": {m.topic: {"topic": m.topic} for m in members if m.topic},
     }
+    if consume_type:
+        doc["consumeType"] = consume_type
     return _dumps(doc).encode()
 
 

@@ -5,7 +5,7 @@ HEART_BEAT (34), the client's groups and subscriptions (HeartbeatData)::
     {"clientID": "192.168.0.7@12345",
      "producerDataSet": [{"groupName": "PG"}],
      "consumerDataSet": [{"groupName": "CG",
-                          "consumeType": "CONSUME_PASSIVELY",     # PUSH; CONSUME_ACTIVELY: PULL
+                          "consumeType": "CONSUME_PASSIVELY",     # PUSH; _ACTIVELY: PULL; _POP
                           "messageModel": "CLUSTERING",           # or BROADCASTING
                           "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
                           "subscriptionDataSet": [{"topic": "T", "subString": "a || b",
@@ -40,6 +40,8 @@ __all__ = [
     "LockBatchRequest",
     "MessageQueue",
     "SubscriptionData",
+    "classic_consume_type",
+    "consume_kind",
     "decode_heartbeat",
     "decode_lock_batch",
     "encode_consumer_list",
@@ -66,6 +68,27 @@ class ConsumerData(NamedTuple):
     consume_from_where: str
     subscriptions: tuple[SubscriptionData, ...] = ()
     unit_mode: bool = False
+
+
+CONSUME_KINDS: dict[str, str] = {
+    "CONSUME_PASSIVELY": "push",
+    "CONSUME_ACTIVELY": "pull",
+    "CONSUME_POP": "pop",
+}
+"""ConsumerData.consumeType (RocketMQ's ConsumeType) -> how the member consumes, in the
+broker's words (:data:`protocol.broker_requests.clients.CONSUME_TYPES`)."""
+
+
+def consume_kind(consume_type: str) -> str:
+    """A ConsumerData's consumeType as pop, push or pull ("" for a name RocketMQ does not
+    have)."""
+    return CONSUME_KINDS.get(consume_type, "")
+
+
+def classic_consume_type(kind: str) -> str:
+    """The inverse of :func:`consume_kind`: pop, push or pull as RocketMQ names it ("" for
+    "" or another value)."""
+    return next((name for name, k in CONSUME_KINDS.items() if k == kind and kind), "")
 
 
 class HeartbeatData(NamedTuple):

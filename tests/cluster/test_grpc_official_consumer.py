@@ -12,6 +12,7 @@ test, which counts the broker's long polls, has one of its own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -26,7 +27,9 @@ from broker.grpc import consumers, delivery
 from broker.grpc.consume import ConsumeService
 from client.admin import Admin
 from client.producer import Producer
+from client.progress import Member, ProgressAdmin
 from client.simple_consumer import SimpleConsumer
+from protocol.broker_requests.clients import ConsumerList, ConsumerListQuery
 from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2.service_pb2_grpc import MessagingServiceStub
@@ -224,6 +227,44 @@ async def test_push_consumer_consumes_everything_and_a_failure_comes_back(
         return await pop_inflight(broker.address, group) == 0
 
     await wait_until_async(nothing_in_flight, "every push delivery to be acked", 20)
+
+
+async def test_a_push_consumer_is_a_pop_member_of_its_group(
+    broker: BrokerProc, endpoint: str, tmp_path: Path
+) -> None:
+    """The official PushConsumer receives by POP: consumerConnection's answer says so (consume
+    type pop, so rmqctl computes no queues for it), and the rebalancing members' list leaves
+    it out."""
+    group = "grpc-push-member"
+    task = asyncio.create_task(
+        _official(_PUSH, tmp_path, endpoint, TOPIC, group, "1", "TagM", "none")
+    )
+    try:
+        async with ProgressAdmin(broker.address) as admin:
+
+            async def listed() -> list[Member]:
+                return (await admin.members(group))[0]
+
+            (member,) = await wait_until_async(
+                listed, "the push consumer a member of its group", 30, interval=0.2
+            )
+        assert (member.protocol, member.consume_type) == ("gRPC", "pop"), member
+        pool = ConnectionPool()
+        try:
+            conn = await pool.get(broker.address)
+            ask = ConsumerListQuery(group=group)
+            answer = await conn.call(ask.code, ask.encode()[0], None, 5)
+            assert ConsumerList.parse(answer.header, answer.body).client_ids == ()
+        finally:
+            pool.close()
+        async with Producer(broker.address) as producer:
+            await producer.send(TOPIC, b"member-1", tags="TagM")
+        out = await task
+        assert out["done"] == ["member-1"], out
+    finally:
+        task.cancel()  # the official client's process is killed by its PID if still running
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_fifo_push_consumer_takes_each_message_group_in_send_order(

@@ -1,8 +1,17 @@
-"""What the console computes itself (no cluster): a body's preview and a topic's kind."""
+"""What the console computes itself (no cluster): a body's preview and a topic's kind, and a
+group page's holders."""
 
 from __future__ import annotations
 
-from console.reads import PREVIEW_BYTES, body_preview, topic_kind
+from pathlib import Path
+
+import jinja2
+
+import console
+from client.progress import Member, allocation
+from client.routes import MessageQueue
+from console.reads import PREVIEW_BYTES, GroupView, body_preview, topic_kind
+from rmqctl.progress import ProgressRow
 
 
 def test_a_json_body_is_pretty_printed() -> None:
@@ -176,3 +185,39 @@ def test_a_normal_users_rights_follow_its_rules_as_the_cluster_decides() -> None
     assert "its rules could not be read" in (unknown.refusal("send", {"topic": "Orders"}) or "")
     for everyone in (Rights(None), Rights(User("root", UserType.SUPER))):
         assert everyone.may("users") and everyone.may("send", topic="Payments")
+
+
+def test_a_pop_groups_page_names_no_holder_and_says_it_pops() -> None:
+    """POP members hold no queue (docs/pop.md): the group's page computes no holder for them
+    (allocation leaves them out), shows every POP member on the queues they read, and says the
+    group pops; a queue-bound member's queues keep their holder."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(console.__file__).parent / "templates"),
+        autoescape=True,
+    )
+    env.filters["time"] = str
+
+    def row(topic: str, queue_id: int) -> ProgressRow:
+        return ProgressRow("P", topic, "broker-a", queue_id, 10, 5, 5, None)
+
+    pops = [Member(f"pop-{i}", "h:1", "T", 1, ("broker-a",), consume_type="pop") for i in (1, 2)]
+    queues = {"T": [MessageQueue("broker-a", q) for q in (0, 1)]}
+    rows = [row("T", 0), row("T", 1), row("%RETRY%P", 0)]
+
+    def page(members: list[Member]) -> tuple[str, list[str]]:
+        held = allocation(members, queues)
+        holders = {("T", q.broker_name, q.queue_id): c for c, qs in held.items() for q in qs}
+        html = env.get_template("group_live.html").render(
+            view=GroupView("P", rows, holders, members, [])
+        )
+        table = html.split('<table id="queues">')[1].split("</table>")[0]
+        return html, [cells.split("<td>")[-1] for cells in table.split("</tr>")[1:-1]]
+
+    html, held_by = page(pops)
+    assert held_by == ["every POP member</td>\n"] * 3, held_by
+    assert "The group consumes with POP" in html
+    assert html.count("<td>pop</td>") == 2  # the members' Consume column
+    bound = Member("bound", "h:2", "T", 1, ("broker-a",), consume_type="push")
+    html, held_by = page([*pops, bound])
+    assert held_by[:2] == ["bound, and every POP member</td>\n"] * 2, held_by
+    assert "2 of 3 members consume with POP" in html

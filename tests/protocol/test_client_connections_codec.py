@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.broker_requests.clients import Heartbeat
+from protocol.broker_requests.clients import Heartbeat, consume_type
 from protocol.broker_requests.producers import (
     ProducerConnection,
     ProducerConnections,
@@ -74,6 +74,18 @@ def test_an_earlier_heartbeat_reads_with_nothing_said() -> None:
     }  # nothing added when nothing is said: the frame of before
 
 
+def test_a_consumer_heartbeat_says_how_it_consumes() -> None:
+    beat = Heartbeat(group="G", client_id="c1", topic="T", consume_type="pop")
+    header, _ = beat.encode()
+    assert header["consumeType"] == "pop"
+    assert Heartbeat.parse(header) == beat
+    producer = Heartbeat(group="PG", client_id="p1", producer=True, consume_type="pop")
+    assert "consumeType" not in producer.encode()[0]  # a producer does not consume
+    assert [consume_type(v) for v in ("pop", "push", "pull", "", "POP", "lite")] == [
+        "pop", "push", "pull", "", "", ""
+    ]  # fmt: skip
+
+
 def test_the_producer_list_bytes_stay_put() -> None:
     assert RequestCode.GET_PRODUCER_CONNECTION_LIST == 204
     header, body = PRODUCERS.encode()
@@ -94,6 +106,10 @@ def test_consumer_connections_carry_who_and_an_earlier_list_reads_as_unknown() -
         [{"clientId": "c1", "address": "h:1", "topic": "T", "lastHeartbeatMs": 5}]
     )
     assert decode_connections(earlier) == [ConsumerConnection("c1", "h:1", "T", 5)]
+    popper = dataclasses.replace(member, consume_type="pop")
+    assert decode_connections(encode_connections([popper])) == [popper]
+    assert earlier != encode_connections([popper])
+    assert decode_connections(earlier)[0].consume_type == ""  # not said: an earlier broker
 
 
 text = st.text(max_size=12)
@@ -101,10 +117,10 @@ text = st.text(max_size=12)
 
 @given(st.builds(Heartbeat, group=text.filter(bool), client_id=text.filter(bool), topic=text,
                  producer=st.booleans(), language=text, version=text, protocol=text,
-                 client_address=text))  # fmt: skip
+                 client_address=text, consume_type=text))  # fmt: skip
 def test_any_heartbeat_round_trips(beat: Heartbeat) -> None:
     if beat.producer:  # a producer's heartbeat names no topic
-        beat = dataclasses.replace(beat, topic="")
+        beat = dataclasses.replace(beat, topic="", consume_type="")
     header, body = beat.encode()
     (frame,) = FrameDecoder().feed(encode_frame(request(beat.code, 1, header, body)))
     assert Heartbeat.parse(frame.header, frame.body) == beat

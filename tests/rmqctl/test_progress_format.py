@@ -129,6 +129,23 @@ def test_allocation_is_what_each_consumer_computes_for_itself() -> None:
     assert allocation([Member("x", "h", "Gone", T0, ())], {"Gone": []}) == {"x": []}
 
 
+def test_pop_members_hold_no_queue_and_the_others_share_among_themselves() -> None:
+    queues = [MessageQueue("broker-a", q) for q in range(4)]
+    members = [
+        Member("a", "h", "T", T0, ("broker-a",), consume_type="pop"),
+        Member("b", "h", "T", T0, ("broker-a",), consume_type="push"),
+        Member("c", "h", "T", T0, ("broker-a",), consume_type=""),  # an older client: holds
+        Member("d", "h", "T", T0, ("broker-a",), consume_type="pop"),
+    ]
+    held = allocation(members, {"T": queues})
+    assert held == {cid: allocate_averagely(queues, ["b", "c"], cid) for cid in ("b", "c")}
+    assert allocation(members[:1], {"T": queues}) == {}  # a POP group: no queue is held
+    merged = merge_members(
+        {"broker-a": [ConsumerConnection("a", "h:1", "T", T0, consume_type="pop")]}
+    )
+    assert [(m.consume_type, m.pops) for m in merged] == [("pop", True)]
+
+
 def test_queue_ranges_and_times() -> None:
     qs = [MessageQueue("broker-a", q) for q in (0, 1, 2, 5, 7, 8)] + [MessageQueue("broker-b", 3)]
     assert queue_ranges(qs) == "broker-a:0-2,5,7-8, broker-b:3"

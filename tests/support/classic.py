@@ -80,10 +80,11 @@ def consumer_heartbeat(
     *,
     sql92: bool = False,
     consume_from: str = "CONSUME_FROM_LAST_OFFSET",
+    consume_type: str = "CONSUME_PASSIVELY",
 ) -> bytes:
-    """A classic HEART_BEAT body: ``client_id`` consumes ``topic`` in ``group`` (push,
-    clustering), no producer group; by default every tag, else the tag ``expression`` or, with
-    ``sql92``, that SQL92 expression."""
+    """A classic HEART_BEAT body: ``client_id`` consumes ``topic`` in ``group`` (push unless
+    ``consume_type`` says otherwise, clustering), no producer group; by default every tag, else
+    the tag ``expression`` or, with ``sql92``, that SQL92 expression."""
     subscription = {"topic": topic, "subString": expression}
     if sql92:
         subscription["expressionType"] = "SQL92"
@@ -93,7 +94,7 @@ def consumer_heartbeat(
             "consumerDataSet": [
                 {
                     "groupName": group,
-                    "consumeType": "CONSUME_PASSIVELY",
+                    "consumeType": consume_type,
                     "messageModel": "CLUSTERING",
                     "consumeFromWhere": consume_from,
                     "subscriptionDataSet": [subscription],

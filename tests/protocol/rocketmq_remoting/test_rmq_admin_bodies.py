@@ -4,6 +4,8 @@ TopicStatsTable, ConsumeStats and ConsumerConnection, with fastjson's MessageQue
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from protocol.rocketmq_remoting.admin_bodies import (
@@ -21,9 +23,15 @@ from protocol.rocketmq_remoting.admin_bodies import (
     parse_subscription_group,
     parse_topic,
 )
-from protocol.rocketmq_remoting.bodies import BodyError
+from protocol.rocketmq_remoting.bodies import (
+    BodyError,
+    classic_consume_type,
+    consume_kind,
+    decode_heartbeat,
+)
 from protocol.rocketmq_remoting.headers import HeaderError
 from protocol.topic_attrs import MessageType, TopicAttrs
+from tests.support.classic import consumer_heartbeat
 
 
 def test_kv_table() -> None:
@@ -86,6 +94,34 @@ def test_consumer_connection() -> None:
         b'{"connectionSet":[{"clientId":"c1","clientAddr":"127.0.0.1:5","language":"OTHER",'
         b'"version":0}],"subscriptionTable":{"T":{"topic":"T"}}}'
     )
+
+
+def test_consumer_connection_says_the_groups_consume_type() -> None:
+    body = encode_consumer_connection([ConnectionRow("c1", "h:5", "T")], "CONSUME_POP")
+    assert json.loads(body)["consumeType"] == "CONSUME_POP"
+
+
+@pytest.mark.parametrize(
+    ("classic", "kind"),
+    [
+        ("CONSUME_PASSIVELY", "push"),
+        ("CONSUME_ACTIVELY", "pull"),
+        ("CONSUME_POP", "pop"),
+    ],
+)
+def test_a_classic_consumer_datas_consume_type(classic: str, kind: str) -> None:
+    beat = decode_heartbeat(consumer_heartbeat("c1", "G", "T", consume_type=classic))
+    (consumer,) = beat.consumers
+    assert consume_kind(consumer.consume_type) == kind
+    assert classic_consume_type(kind) == classic
+
+
+def test_an_unknown_or_missing_classic_consume_type() -> None:
+    assert consume_kind("CONSUME_LATER") == "" and classic_consume_type("") == ""
+    assert classic_consume_type("lite") == ""
+    body = json.dumps({"clientID": "c1", "consumerDataSet": [{"groupName": "G"}]}).encode()
+    (consumer,) = decode_heartbeat(body).consumers
+    assert consume_kind(consumer.consume_type) == "push"  # RocketMQ's clients always send it
 
 
 def test_create_topic_header() -> None:
