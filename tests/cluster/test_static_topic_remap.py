@@ -141,12 +141,19 @@ async def scenario(cluster: Cluster, addrs: str, tmp_path: Path) -> None:
             (("-t", TOPIC, "-q", "5", "-b", "broker-b"), "has queues 0 to 1, not 5"),
             (("-t", TOPIC, "-q", "0", "-b", "broker-z"), "broker group broker-z does not exist"),
             (("-t", TOPIC, "-q", "0", "-b", "broker-a"), "already on broker group broker-a"),
-            (("-t", TOPIC, "-q", "0"), "-t TOPIC, -q QUEUE and -b GROUP are required"),
             (("--plan", str(plan)), "move 1 must be"),
         ]:
             code, out, err = await asyncio.to_thread(rmqctl, "remapStaticTopic", "-a", addrs, *args)
             assert code == 1 and out == "" and len(err.splitlines()) == 1, (args, err)
             assert line in err, (args, err)
+        # A missing option is a usage error (exit status 2, click's usage lines), sent nowhere.
+        code, out, err = await asyncio.to_thread(
+            rmqctl, "remapStaticTopic", "-a", addrs, "-t", TOPIC, "-q", "0"
+        )
+        assert code == 2 and out == "", err
+        assert err.splitlines()[-1] == (
+            "Error: -t TOPIC, -q QUEUE and -b GROUP are required (or --plan FILE)"
+        ), err
         assert await asyncio.to_thread(mapping, addrs) == before
 
         # A producer sends without pause while queue 1 moves.
