@@ -137,6 +137,11 @@ def test_a_topic_that_does_not_exist_is_a_404(env: Env) -> None:
     token, cookie = csrf_cookie(env)
     status, page = post_form(f"{env.base}/topics/nosuch/send", {"csrf": token, "body": "x"}, cookie)
     assert status == 404 and "topic nosuch does not exist" in error_of(page), shown(page)
+    # Deleting it.
+    status, page = post_form(
+        f"{env.base}/topics/delete", {"csrf": token, "topic": "nosuch"}, cookie
+    )
+    assert status == 404, shown(page)
     # The topic that exists still shows.
     status, page = fetch(f"{env.base}/topics/T")
     assert status == 200 and "Topic T" in page, shown(page)
@@ -204,6 +209,9 @@ def test_a_group_that_does_not_exist_is_a_404(env: Env) -> None:
         )
         assert status == 404, (action, shown(page))
         assert "SUBSCRIPTION_GROUP_NOT_EXIST" in error_of(page), (action, shown(page))
+    # Deleting it.
+    status, page = post_form(f"{env.base}/groups/nosuch/delete", {"csrf": token}, cookie)
+    assert status == 404, shown(page)
 
 
 def test_a_broker_that_does_not_answer_is_still_a_502(env: Env, tmp_path: Path) -> None:
