@@ -112,6 +112,13 @@ class TopicTraffic:
             counts = self.by_topic[topic] = TopicCounts()
         return counts
 
+    def forget(self, topic: str) -> None:
+        """The topic was deleted: its counts and their series go (loop thread); created again,
+        it counts from 0 (the samples that read the counters take a drop as a restart)."""
+        self.by_topic.pop(topic, None)
+        self.moved.discard(topic)
+        self.touched.discard(topic)
+
     def take_touched(self) -> set[str]:
         """The topics :meth:`get` handed out since the last call (loop thread)."""
         touched, self.touched = self.touched, set()

@@ -118,11 +118,13 @@ class TrafficMeter:
         total = 0.0
         for topic, queues in new.items():
             before = old.get(topic, {})
-            rates = {
-                q: (n - before.get(q, 0)) / seconds
-                for q, n in queues.items()
-                if n > before.get(q, 0)
-            }
+            rates: dict[int, float] = {}
+            for q, n in queues.items():
+                b = before.get(q, 0)
+                # Below its base, a counter counts from 0: the topic was deleted, created again.
+                put = n - b if n >= b else n
+                if put > 0:
+                    rates[q] = put / seconds
             if rates:
                 rate = sum(rates.values())
                 total += rate

@@ -152,6 +152,7 @@ def _retire(ctx: BrokerContext, topic: str, retire_at: Mapping[int, int]) -> dic
     ctx.topics.delete(topic)
     ctx.offsets.delete_topic(topic)
     marks = ctx.store.retire_topic(topic, retire_at)
+    ctx.metrics.traffic.forget(topic)  # its series end; created again, it counts from 0
     log.info("topic deleted", topic=topic, queues_ended_at=marks)
     if had_config:
         for listener in ctx.topic_listeners:  # the routes registered no longer list it

@@ -46,6 +46,20 @@ def test_old_samples_leave_the_window() -> None:
     assert len(meter._samples) <= 12  # bounded, whatever ran before
 
 
+def test_a_topic_deleted_and_created_again_counts_from_zero() -> None:
+    """deleteTopic drops the topic's counters (TopicTraffic.forget: its series end); created
+    again, they count from 0, below the window's base. Its puts since count, not none (the
+    meter read a counter below its base as idle until it passed the old count)."""
+    traffic = TopicTraffic()
+    traffic.get("t").queues_in[0] = 500
+    traffic.forget("t")
+    assert "t" not in traffic.by_topic and traffic.moved_totals() == {}
+    meter = TrafficMeter(window_ms=10_000, top_topics=8)
+    meter.observe(0, {"t": {0: 500}})
+    meter.observe(2000, {"t": {0: 40}})  # deleted, created again, 40 put since
+    assert meter.report().topics["t"] == TopicRate(20.0, {0: 20.0})
+
+
 def test_only_the_busiest_topics_are_named_the_total_counts_all() -> None:
     meter = TrafficMeter(window_ms=1000, top_topics=2)
     meter.observe(0, {})

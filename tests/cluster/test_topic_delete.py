@@ -42,6 +42,8 @@ from tests.cluster.support import (
     takes_writes,
 )
 from tests.support.cluster import Cluster
+from tests.support.metrics import metrics_port, scrape
+from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -49,7 +51,9 @@ pytestmark = pytest.mark.multiprocess
 
 @pytest.fixture(name="cluster")
 def one_group(cluster: Cluster) -> Cluster:
-    cluster.add_group("broker-a", 2)
+    cluster.add_group(
+        "broker-a", 2, per_broker=[["--metrics-port", str(free_port())] for _ in "ab"]
+    )
     return cluster
 
 
@@ -182,6 +186,9 @@ async def test_a_topic_deleted_under_load_is_gone_everywhere_and_starts_empty_ag
     assert "Doomed" not in topics, topics
     line = await asyncio.to_thread(refused, cluster, "statsAll", "-t", "Doomed")
     assert line == "rmqctl: no broker group has topic 'Doomed'", line
+    # Nor do the master's traffic series (they stayed until it restarted).
+    text = await asyncio.to_thread(scrape, metrics_port(master))
+    assert 'topic="Kept"' in text and 'topic="Doomed"' not in text
     # The other topic lost nothing that was acknowledged.
     received = await consume_all(cluster.controller_addresses, "Kept", set(kept), timeout=60)
     assert {k: received.get(k) for k in kept} == kept
