@@ -14,7 +14,7 @@ share the queues by leaves the POP members out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from protocol.broker_requests.clients import POP
 
@@ -197,19 +197,7 @@ class ConsumerGroups:
         """The group's live members (copies), sorted by client id."""
         members = self._groups.get(group, {})
         return sorted(
-            (
-                Member(
-                    m.client_id,
-                    m.topic,
-                    m.last_seen_ms,
-                    m.connection_id,
-                    m.address,
-                    m.info,
-                    m.consume_type,
-                )
-                for m in members.values()
-                if self._live(m, now_ms)
-            ),
+            (replace(m) for m in members.values() if self._live(m, now_ms)),
             key=lambda m: m.client_id,
         )
 

@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 
 from client.bootstrap import BootstrapClient, describe_failure
-from client.errors import BrokerError, ClientError, MessageNotFoundError
+from client.errors import BrokerError, ClientError, GroupNotFoundError, MessageNotFoundError
 from client.routes import ClusterBroker, TopicRoute, fetch_cluster_info, fetch_route
 from protocol.broker_requests.admin import CreateTopic
 from protocol.broker_requests.consumer_stats import ConsumerConnectionsQuery, ConsumeStatsQuery
@@ -190,6 +190,16 @@ class Admin(BootstrapClient):
                 elif _knows(code == stats.code, answer, group):
                     return True
         return False
+
+    async def require_group(self, group: str, broker_name: str | None = None) -> None:
+        """:class:`GroupNotFoundError` unless ``group`` exists (:meth:`group_exists`) on some
+        broker group, or on ``broker_name``."""
+        if not await self.group_exists(group, broker_name):
+            where = f"on broker group {broker_name}" if broker_name else "on any broker group"
+            raise GroupNotFoundError(
+                f"consumer group {group} does not exist {where} (no settings, offsets, members, "
+                "retry or dead-letter topic)"
+            )
 
     async def query_dlq(
         self, group: str, broker_name: str | None = None, max_count: int = 1000

@@ -64,8 +64,9 @@ class MessageNotFoundError(ClientError):
 
 
 class GroupNotFoundError(ClientError):
-    """Every broker group asked answered that it has neither offsets nor members of the consumer
-    group (SUBSCRIPTION_GROUP_NOT_EXIST), and nothing was changed: the group does not exist."""
+    """The consumer group does not exist: no broker group knows it (``Admin.require_group``),
+    or every one asked to reset its offsets answered SUBSCRIPTION_GROUP_NOT_EXIST, nothing
+    changed."""
 
 
 class NoRouteError(ClientError):

@@ -765,7 +765,7 @@ def _failure(exc: ClientError | RemotingError) -> tuple[int, str]:
         return 400, str(exc)
     if isinstance(exc, TopicNotFoundError):
         return 404, f"topic {exc.topic} does not exist"
-    if isinstance(exc, reads.NotFound | GroupNotFoundError):
+    if isinstance(exc, GroupNotFoundError):
         return 404, str(exc)
     if isinstance(exc, MessageNotFoundError) and not exc.unanswered:
         return 404, str(exc)

@@ -5,7 +5,7 @@ controller, topic and progress modules), never a broker's or controller's code.
 Every function takes the cluster's controller addresses and returns plain values the templates
 render; a cluster that cannot be reached raises :class:`client.errors.ClientError` or
 :class:`remoting.errors.RemotingError`, which the app shows as an error page. A consumer group
-every broker group answered for and none knows raises :class:`NotFound`.
+every broker group answered for and none knows raises :class:`client.errors.GroupNotFoundError`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,6 @@ from rmqctl.topic_admin import TopicAdmin
 from rmqctl.trace import trace_row
 
 R = TypeVar("R")
-
-
-class NotFound(ClientError):
-    """What a page names does not exist: every broker group that could hold it answered, and
-    none has it (the app's 404, not the 502 of a cluster that cannot be reached)."""
 
 
 #: the kinds the topics page filters by (RocketMQ Dashboard's), from the name alone
@@ -493,9 +488,9 @@ class GroupView:
 
 async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
     """consumerProgress -g and consumerConnection: per-queue lag, the member holding each queue
-    (POP members hold none), the live members. :class:`NotFound` when every broker group
-    answered and none knows the group (:func:`_exists`; while no broker is registered, whether
-    it exists is not known: a view saying so)."""
+    (POP members hold none), the live members. ``GroupNotFoundError`` when every broker group
+    answered and none knows the group (``Admin.require_group``; while no broker is registered,
+    whether it exists is not known: a view saying so)."""
     async with ProgressAdmin(addresses, timeout) as admin:
         try:
             answers = await admin.consume_stats(group, None)
@@ -515,7 +510,7 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
         unasked = bool(errors) or any(a.error is not None for a in answers)
         configured = any(v is not None for v in settings.values())
         if not rows and not members and not configured and not unasked:
-            await _exists(settings_admin, group)  # its retry or dead-letter topic, say
+            await settings_admin.require_group(group)  # its retry or dead-letter topic, say
     holders = {
         (mq_topic, q.broker_name, q.queue_id): client_id
         for client_id, queues in held.items()
@@ -529,23 +524,14 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
 async def dead_letters(
     addresses: str, group: str, timeout: float
 ) -> dict[str, list[dict[str, Any]]]:
-    """queryDLQ: broker name -> the group's dead letters there. :class:`NotFound` when there
-    are none and the group does not exist (a deleted group's dead letters are still shown)."""
+    """queryDLQ: broker name -> the group's dead letters there. ``GroupNotFoundError`` when
+    there are none and the group does not exist (a deleted group's dead letters are still
+    shown)."""
     async with Admin(addresses, timeout) as admin:
         found = await admin.query_dlq(group)
         if not any(found.values()):
-            await _exists(admin, group)
+            await admin.require_group(group)
     return found
-
-
-async def _exists(admin: Admin, group: str) -> None:
-    """:class:`NotFound` unless some broker group knows ``group`` as rmqctl counts it
-    (:meth:`Admin.group_exists`: settings, offsets, members, retry or dead-letter topic)."""
-    if not await admin.group_exists(group):
-        raise NotFound(
-            f"consumer group {group} does not exist (no broker group has its settings, offsets, "
-            "members, retry or dead-letter topic)"
-        )
 
 
 # --- messages -------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from client.admin import Admin
-from client.errors import ClientError
 from protocol.message import RecordError, parse_msg_id
 from protocol.retry import SubscriptionGroupConfig
 from rmqctl.common import (
@@ -111,7 +110,7 @@ def get_sub_group(settings: Settings, addresses: str, group: str, broker_name: s
         async with Admin(addresses) as admin:
             found = await admin.get_sub_group(group, broker_name)
             if all(doc is None for doc in found.values()):
-                await _check_exists(admin, group, broker_name)
+                await admin.require_group(group, broker_name)
             return found
 
     found = run(work())
@@ -120,17 +119,6 @@ def get_sub_group(settings: Settings, addresses: str, group: str, broker_name: s
         for name, doc in found.items()
     }
     emit(settings, {"group": group, "brokers": brokers}, lambda: _groups_table(brokers))
-
-
-async def _check_exists(admin: Admin, group: str, broker_name: str | None) -> None:
-    """ClientError "consumer group G does not exist" when no broker group (or ``broker_name``)
-    knows ``group``."""
-    if not await admin.group_exists(group, broker_name):
-        where = f"on broker group {broker_name}" if broker_name else "on any broker group"
-        raise ClientError(
-            f"consumer group {group} does not exist {where} (no settings, offsets, members, "
-            "retry or dead-letter topic)"
-        )
 
 
 def _defaults(group: str) -> dict[str, Any]:
@@ -183,7 +171,7 @@ def query_dlq(
         async with Admin(addresses) as admin:
             found = await admin.query_dlq(group, broker_name, max_count)
             if not any(found.values()):
-                await _check_exists(admin, group, broker_name)
+                await admin.require_group(group, broker_name)
             return found
 
     found = run(work())

@@ -112,35 +112,36 @@ class TrafficView:
         while self.unheard() and self.now_ms() < deadline:
             await asyncio.sleep(SETTLE_POLL_S)
 
-    def groups(self) -> tuple[list[str], dict[str, GroupTraffic]]:
-        """The groups with a master whose traffic is known (:meth:`not_heard` left out), and
-        the traffic of every group reported."""
-        silent = set(self.not_heard())
-        names = [i.broker_name for i in self.view.infos() if i.master_address]
-        return [n for n in names if n not in silent], self.table.groups(
-            self.now_ms(), self.max_age_ms
-        )
+    def groups(self) -> tuple[list[str], list[str], dict[str, GroupTraffic]]:
+        """The groups with a master whose traffic is known, those whose traffic is not
+        (:meth:`not_heard`), and the traffic of every group reported."""
+        silent = self.not_heard()
+        left_out = set(silent)
+        known = [
+            i.broker_name
+            for i in self.view.infos()
+            if i.master_address and i.broker_name not in left_out
+        ]
+        return known, silent, self.table.groups(self.now_ms(), self.max_age_ms)
 
     async def least_loaded(self, count: int) -> list[str]:
         """The ``count`` groups with a master and the least traffic, once the masters' reports
         are in (:meth:`settled`). SYSTEM_BUSY (the client tries again) when fewer than
         ``count`` groups have known traffic because masters were not heard."""
         await self.settled()
-        names, traffic = self.groups()
-        if len(names) < count:
-            silent = self.not_heard()
-            if silent:
-                raise Refused(
-                    ResponseCode.SYSTEM_BUSY,
-                    f"cannot place on {count} broker groups: the active controller has not "
-                    f"heard the master of {', '.join(silent)} since it became active, so their "
-                    "traffic is not known; try again",
-                )
+        names, silent, traffic = self.groups()
+        if len(names) < count and silent:
+            raise Refused(
+                ResponseCode.SYSTEM_BUSY,
+                f"cannot place on {count} broker groups: the active controller has not heard "
+                f"the master of {', '.join(silent)} since it became active, so their traffic "
+                "is not known; try again",
+            )
         return least_loaded(loads(traffic, names), count)
 
     def plan(self, threshold: float) -> tuple[Plan, int]:
         """The plan now, and the longest traffic window of the groups (ms)."""
-        names, traffic = self.groups()
+        names, _, traffic = self.groups()
         queues = []
         static = set()
         for topic in self.manager.static_topics:
@@ -159,8 +160,8 @@ class TrafficView:
 
     def doc(self) -> dict[str, Any]:
         """GET_BROKER_TRAFFIC's document (and ``rmqctl brokerTraffic``'s)."""
-        names, traffic = self.groups()
-        silent = set(self.not_heard())
+        names, not_heard, traffic = self.groups()
+        silent = set(not_heard)
         groups = []
         for name in sorted(set(names) | silent | set(traffic)):
             t = traffic.get(name, GroupTraffic())

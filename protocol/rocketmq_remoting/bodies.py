@@ -33,6 +33,8 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from protocol.broker_requests.clients import POP, PULL, PUSH
+
 __all__ = [
     "BodyError",
     "ConsumerData",
@@ -71,9 +73,9 @@ class ConsumerData(NamedTuple):
 
 
 CONSUME_KINDS: dict[str, str] = {
-    "CONSUME_PASSIVELY": "push",
-    "CONSUME_ACTIVELY": "pull",
-    "CONSUME_POP": "pop",
+    "CONSUME_PASSIVELY": PUSH,
+    "CONSUME_ACTIVELY": PULL,
+    "CONSUME_POP": POP,
 }
 """ConsumerData.consumeType (RocketMQ's ConsumeType) -> how the member consumes, in the
 broker's words (:data:`protocol.broker_requests.clients.CONSUME_TYPES`)."""
@@ -85,10 +87,13 @@ def consume_kind(consume_type: str) -> str:
     return CONSUME_KINDS.get(consume_type, "")
 
 
+_CLASSIC_NAMES: dict[str, str] = {kind: name for name, kind in CONSUME_KINDS.items()}
+
+
 def classic_consume_type(kind: str) -> str:
     """The inverse of :func:`consume_kind`: pop, push or pull as RocketMQ names it ("" for
     "" or another value)."""
-    return next((name for name, k in CONSUME_KINDS.items() if k == kind and kind), "")
+    return _CLASSIC_NAMES.get(kind, "")
 
 
 class HeartbeatData(NamedTuple):

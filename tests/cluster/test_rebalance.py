@@ -286,6 +286,15 @@ def test_placement_right_after_a_controller_failover_waits_for_the_traffic_repor
         cluster.stop()
 
 
+async def next_leader(cluster: Cluster, addrs: str) -> None:
+    """transferControllerLeader to the controller after the leader (by id, in a ring)."""
+    ids = sorted(c.node_id for c in cluster.controllers)
+    leader = (await asyncio.to_thread(rmqctl_json, addrs, "getControllerMetaData"))["leaderId"]
+    to = ids[(ids.index(leader) + 1) % len(ids)]
+    moved = await asyncio.to_thread(rmqctl_json, addrs, "transferControllerLeader", "--id", to)
+    assert moved["leaderId"] == to, moved
+
+
 async def after_failover(cluster: Cluster, addrs: str) -> None:
     def run(*args: str) -> Any:
         return asyncio.to_thread(rmqctl_json, addrs, *args)
@@ -309,12 +318,9 @@ async def after_failover(cluster: Cluster, addrs: str) -> None:
                 (await run("updateTopic", "-t", f"Plain{i}", "-q", "1", "-g", "1"))["brokers"]
             )
 
-        ids = sorted(c.node_id for c in cluster.controllers)
         for i in range(4):
             await wait_until_async(busy, "broker-a busy, broker-b idle", 30, interval=0.3)
-            leader = (await run("getControllerMetaData"))["leaderId"]
-            to = ids[(ids.index(leader) + 1) % len(ids)]
-            assert (await run("transferControllerLeader", "--id", to))["leaderId"] == to
+            await next_leader(cluster, addrs)
             # At once, each kind first in turn: the new active controller may not have heard
             # the brokers' heartbeats yet.
             for place in (static, ordinary) if i % 2 == 0 else (ordinary, static):
@@ -424,10 +430,7 @@ async def silent_master(cluster: Cluster, addrs: str) -> None:
     await add_group_with_master(cluster, addrs, "broker-b", config=STEADY_MASTER)
     (frozen,) = [b for b in cluster.brokers if b.broker_name == "broker-a"]
     frozen.signal(signal.SIGSTOP)
-    ids = sorted(c.node_id for c in cluster.controllers)
-    leader = (await run("getControllerMetaData"))["leaderId"]
-    to = ids[(ids.index(leader) + 1) % len(ids)]
-    assert (await run("transferControllerLeader", "--id", to))["leaderId"] == to
+    await next_leader(cluster, addrs)
 
     doc = await run("updateStaticTopic", "-t", "Fresh", "-q", "1", "-g", "1")
     assert sorted({item["brokerName"] for q in doc["queues"] for item in q["items"]}) == [

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from client import Consumer, Producer
+from client import Producer
 from tests.console.browser import console_process, post_form
 from tests.support.cluster import STEADY_MASTER, Cluster
-from tests.support.messages import create_once_registered
+from tests.support.messages import consumed, create_once_registered
 from tests.support.procs import Daemon, free_port, port_open
-from tests.support.wait import wait_until, wait_until_async
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -84,17 +84,7 @@ async def send_and_consume(cluster: Cluster) -> str:
     await create_once_registered(cluster, "T", 2, "topic T on broker-a")
     async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
         sent = await producer.send("T", b"hello", keys="k1")
-    async with Consumer(
-        cluster.controller_addresses, "billing", "T", commit_interval=0.2
-    ) as consumer:
-        got = 0
-
-        async def received() -> bool:
-            nonlocal got
-            got += len(await consumer.receive(timeout=0.5))
-            return got >= 1
-
-        await wait_until_async(received, "billing to read T", 60, on_timeout=cluster.logs)
+    await consumed(cluster, "billing", "T", 1)
     return sent.msg_id
 
 

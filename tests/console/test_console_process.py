@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from client import Consumer, Producer
+from client import Producer
 from tests.console.browser import console_process
 from tests.deploy.test_prometheus_e2e import Prometheus
 from tests.support.cli import rmqctl_run
 from tests.support.cluster import controllers_started
-from tests.support.messages import create_once_registered
+from tests.support.messages import consumed, create_once_registered
 from tests.support.procs import free_port, port_open
 from tests.support.tls import make_ca
-from tests.support.wait import wait_until, wait_until_async
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -119,17 +119,7 @@ async def test_no_broker_registered_is_a_page_saying_so_not_a_502(tmp_path: Path
         async with Producer(cluster.controller_addresses, send_deadline=30.0) as producer:
             for i in range(4):
                 await producer.send("T", f"m{i}".encode())
-        async with Consumer(
-            cluster.controller_addresses, "billing", "T", commit_interval=0.2
-        ) as consumer:
-            got = 0
-
-            async def all_four() -> bool:
-                nonlocal got
-                got += len(await consumer.receive(timeout=0.5))
-                return got >= 4
-
-            await wait_until_async(all_four, "billing to read 4", 60, on_timeout=cluster.logs)
+        await consumed(cluster, "billing", "T", 4)
         only.kill9()
 
         def none_registered() -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from client.admin import Admin
+from client.consumer import Consumer
 from client.errors import ClientError
 from client.producer import Producer
 from tests.support.cluster import Cluster
@@ -51,6 +52,24 @@ async def create_once_registered(cluster: Cluster, topic: str, queues: int, what
             create, what, 30, interval=0.2, on_timeout=cluster.logs
         )
         return created
+
+
+async def consumed(cluster: Cluster, group: str, topic: str, count: int) -> None:
+    """Group ``group`` reads ``count`` messages of ``topic`` and commits its offsets (60 s at
+    most)."""
+    async with Consumer(
+        cluster.controller_addresses, group, topic, commit_interval=0.2
+    ) as consumer:
+        got = 0
+
+        async def received() -> bool:
+            nonlocal got
+            got += len(await consumer.receive(timeout=0.5))
+            return got >= count
+
+        await wait_until_async(
+            received, f"{group} to read {count} of {topic}", 60, on_timeout=cluster.logs
+        )
 
 
 async def dead_lettered(
