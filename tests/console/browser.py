@@ -103,6 +103,15 @@ def text_of(browser: Any, css: str) -> str:
         return ""
 
 
+def fetch(url: str) -> tuple[int, str]:
+    """The status and the page at ``url`` (an error status too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return int(answer.status), str(answer.read().decode())
+    except urllib.error.HTTPError as exc:
+        return exc.code, str(exc.read().decode())
+
+
 def post_form(url: str, fields: dict[str, str], cookie: str = "") -> tuple[int, str]:
     """A POST of ``fields`` to ``url`` as a script would send it (no browser; ``cookie`` its
     Cookie header): the status and the page."""

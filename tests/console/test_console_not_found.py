@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from client import Producer
-from tests.console.browser import console_process, post_form
+from tests.console.browser import console_process, fetch, post_form
 from tests.support.cluster import STEADY_MASTER, Cluster
 from tests.support.messages import consumed, create_once_registered
 from tests.support.procs import Daemon, free_port, port_open
@@ -42,15 +42,6 @@ class Env:
 
     def logs(self) -> str:
         return self.cluster.logs() + f"\n--- console\n{self.console.log()[-3000:]}"
-
-
-def fetch(url: str) -> tuple[int, str]:
-    """The status and the page at ``url`` (an error status too)."""
-    try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            return int(answer.status), str(answer.read().decode())
-    except urllib.error.HTTPError as exc:
-        return exc.code, str(exc.read().decode())
 
 
 def error_of(page: str) -> str:

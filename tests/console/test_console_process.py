@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from client import Producer
-from tests.console.browser import console_process
+from tests.console.browser import console_process, fetch
 from tests.deploy.test_prometheus_e2e import Prometheus
 from tests.support.cli import rmqctl_run
 from tests.support.cluster import controllers_started
@@ -96,15 +96,6 @@ def test_an_unreachable_cluster_page_shows_what_prometheus_says(tmp_path: Path) 
     finally:
         console.stop()
         prometheus.stop()
-
-
-def fetch(url: str) -> tuple[int, str]:
-    """The status and the page at ``url`` (an error status too)."""
-    try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            return int(answer.status), str(answer.read().decode())
-    except urllib.error.HTTPError as exc:
-        return exc.code, str(exc.read().decode())
 
 
 async def test_no_broker_registered_is_a_page_saying_so_not_a_502(tmp_path: Path) -> None:
