@@ -149,6 +149,8 @@ class DeadLetterService(PerMasterEpoch[DlqResendLedger]):
         self._rescan_from = _NO_DAMAGE
         """Where the last build passed over damaged CommitLog bytes (it is built again once they
         are repaired, from there)."""
+        self.rebuild_limit = REBUILD_LIMIT
+        """The most of the CommitLog's end a build reads (:data:`REBUILD_LIMIT`; tests lower it)."""
 
     # -- the ledger and the CommitLog ------------------------------------------------------------
     def covered(self) -> int:
@@ -179,19 +181,20 @@ class DeadLetterService(PerMasterEpoch[DlqResendLedger]):
     def _rebuild(self) -> DlqResendLedger:
         """Mark the DLQ message of every re-sent copy from the ledger's ``covered`` offset to
         the CommitLog's end (what a master before this epoch wrote after the ledger this
-        broker holds was written or copied), at most :data:`REBUILD_LIMIT` bytes. Costs a read
+        broker holds was written or copied), at most :attr:`rebuild_limit` bytes. Costs a read
         of those bytes; only chunks that hold the property's name are decoded."""
         host = self.host
         ledger = host.dlq_resent
         store = host.store
         end = store.max_offset
-        start = max(ledger.covered, store.min_offset, end - REBUILD_LIMIT)
+        limit = self.rebuild_limit
+        start = max(ledger.covered, store.min_offset, end - limit)
         if start > max(ledger.covered, store.min_offset):
             log.warning(
                 "resend ledger: only the CommitLog's last bytes are looked through",
                 covered=ledger.covered,
                 scanned_from=start,
-                limit=REBUILD_LIMIT,
+                limit=limit,
             )
         marks: dict[str, list[int]] = {}
         found = 0
