@@ -54,7 +54,7 @@ from protocol.ha_auth import ha_key
 from remoting.client import use_tls
 from remoting.ports import PortUnavailable, check_port_free
 from remoting.server import Connection, RemotingServer, ServerLimits
-from remoting.tls import ClientCertGate, DaemonTls, reload_tls
+from remoting.tls import ClientCertGate, DaemonTls, TlsError, reload_tls
 from storage.data_dir_owner import DataDirOwner
 from storage.data_dir_owner import claim as claim_data_dir
 from storage.epoch_file import EpochFile, EpochFileError
@@ -257,8 +257,16 @@ class Broker:
         live.on_change("auth_refresh_interval_ms", auth_refresh)
 
     def reload(self) -> None:
-        """SIGHUP: read the TLS files again (new connections use them)."""
-        reload_tls(self.tls, "broker")
+        """SIGHUP: read the TLS files again (new connections use them), the gRPC TLS port's
+        too."""
+        grpc = self.grpc
+        certificate = grpc.certificate if grpc is not None else None
+        if self.tls is not None or certificate is None:
+            reload_tls(self.tls, "broker")
+        if certificate is not None:
+            from broker.grpc.tls_port import reload_logged  # grpcio: loaded with the endpoint
+
+            reload_logged(certificate)
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -451,7 +459,7 @@ class Broker:
         except RuntimeError as exc:  # grpcio could not bind
             where = f"{plain[0]}:{plain[1]}" if plain is not None else cfg.grpc_tls_listen
             raise PortUnavailable(f"gRPC port {where}: {exc}") from None
-        except OSError as exc:
+        except (OSError, TlsError) as exc:
             raise StartRefused(f"gRPC TLS certificate or key: {exc}") from None
         if plain is not None:
             self.grpc_port = self.grpc.port

@@ -46,7 +46,8 @@ class BrokerConfig:
     )
     grpc_tls_listen: str | None = field(
         None,
-        "host:port serving the gRPC protocol over TLS with tls_cert and tls_key (default: no TLS port)",
+        "host:port serving the gRPC protocol over TLS with tls_cert and tls_key, reloaded on "
+        "SIGHUP (default: no TLS port)",
         address,
     )
     tls_cert: Path | None = field(

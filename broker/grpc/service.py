@@ -36,6 +36,7 @@ from broker.grpc.produce import Publisher
 from broker.grpc.produce import status as _status
 from broker.grpc.pull import PullFront
 from broker.grpc.telemetry import TelemetryHub
+from broker.grpc.tls_port import ServerCertificate
 from broker.grpc.translate import (
     Refused,
     group_members,
@@ -287,6 +288,8 @@ class GrpcEndpoint:
         self.server: Any = None
         self.port = 0
         self.tls_port = 0
+        #: the TLS port's certificate (None: no TLS port)
+        self.certificate: ServerCertificate | None = None
 
     async def start(
         self,
@@ -296,7 +299,7 @@ class GrpcEndpoint:
         """Serve plaintext on ``plain`` (host, port; None: not) and TLS on ``tls`` (host, port,
         certificate chain file, private key file; None: not); :attr:`port` and
         :attr:`tls_port` are the ports bound. Raises :class:`RuntimeError` when a port cannot
-        be bound, :class:`OSError` when the certificate or key cannot be read."""
+        be bound, :class:`remoting.tls.TlsError` when the certificate or key cannot be used."""
         limit = self.service.max_body_bytes + _REQUEST_OVERHEAD
         server = grpc.aio.server(
             options=[
@@ -310,8 +313,8 @@ class GrpcEndpoint:
             self.port = server.add_insecure_port(f"{plain[0]}:{plain[1]}")
         if tls is not None:
             host, port, cert, key = tls
-            creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
-            self.tls_port = server.add_secure_port(f"{host}:{port}", creds)
+            self.certificate = ServerCertificate(cert, key)
+            self.tls_port = server.add_secure_port(f"{host}:{port}", self.certificate.credentials())
         await server.start()
         self.server = server
         book = self.service.endpoints
