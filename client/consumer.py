@@ -63,7 +63,7 @@ from client.bootstrap import Bootstrap
 from client.brokers import MasterCaller
 from client.buffer import MessageBuffer
 from client.consume_retry import ConsumeRetry
-from client.errors import ClientError, ClosedError
+from client.errors import BrokerError, ClientError, ClosedError
 from client.identity import default_client_id
 from client.message import ReceivedMessage
 from client.offset_commit import OffsetCommitter
@@ -76,6 +76,7 @@ from client.routes import MessageQueue, RouteCache
 from client.simple_consumer import SimpleConsumer
 from client.subscription import Subscription
 from client.trace import ClientTracer, now_ms, traced_handler
+from protocol.codes import ResponseCode
 from protocol.filter import TAG, Filter, as_filter
 from protocol.request_auth import Credentials
 from protocol.retry import SubscriptionGroupConfig, retry_topic
@@ -83,6 +84,9 @@ from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 
 log = logs.get_logger(__name__)
+
+JOIN_RETRY = 0.2
+"""Seconds between two first heartbeats the brokers refused NO_PERMISSION (:meth:`Consumer.start`)."""
 
 
 class Consumer:
@@ -286,7 +290,10 @@ class Consumer:
         """Join the group and start pulling.
 
         Fails fast (:class:`UnreachableError`, :class:`TopicNotFoundError`) when the route cannot
-        be fetched; later failures are retried in the background.
+        be fetched, and with the brokers' refusal (:class:`BrokerError` NO_PERMISSION: the user
+        may not sub on the group) when every broker still refuses the group's heartbeat after
+        ``request_timeout`` (a broker learns of a new user or rule within about a heartbeat
+        interval); later failures are retried in the background.
         """
         if self._closed:
             raise ClosedError("consumer is closed")
@@ -310,11 +317,33 @@ class Consumer:
         self._started = True
         self.routes.start()
         try:
-            await self._rebalancer.tick()
-        except (ClientError, RemotingError) as exc:  # the group loop keeps trying
-            log.warning("joining the group failed", group=self.group, error=str(exc))
+            await self._join()
+        except BaseException:
+            await self.close(commit_delivered=False)
+            raise
         self._tasks.append(asyncio.ensure_future(self._rebalancer.loop()))
         self._tasks.append(asyncio.ensure_future(self._commit_loop()))
+
+    async def _join(self) -> None:
+        """The first heartbeat and rebalance. A NO_PERMISSION refusal everywhere is asked again
+        until ``request_timeout`` passed, then raised; other failures are logged, and the group
+        loop keeps trying."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout
+        while True:
+            try:
+                await self._rebalancer.tick()
+                return
+            except BrokerError as exc:
+                if exc.code != ResponseCode.NO_PERMISSION:
+                    log.warning("joining the group failed", group=self.group, error=str(exc))
+                    return
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(JOIN_RETRY)
+            except (ClientError, RemotingError) as exc:  # the group loop keeps trying
+                log.warning("joining the group failed", group=self.group, error=str(exc))
+                return
 
     async def close(self, *, commit_delivered: bool = True) -> None:
         """Leave the group: stop pulling, commit offsets, unregister, close connections.

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from client import logs
 from client.allocate import allocate_averagely
 from client.buffer import MessageBuffer
-from client.errors import ClientError, TopicNotFoundError
+from client.errors import BrokerError, ClientError, TopicNotFoundError
 from client.identity import heartbeat
 from client.message import ReceivedMessage
 from client.offset_commit import OffsetCommitter
@@ -106,6 +106,7 @@ class GroupRebalancer:
 
     async def loop(self) -> None:
         """Heartbeat and rebalance every ``heartbeat_interval``, or when woken."""
+        logged = ""  # the failure logged last: a run of the same one is logged once
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.heartbeat_interval):
@@ -113,12 +114,18 @@ class GroupRebalancer:
             self._wake.clear()
             try:
                 await self.tick()
+                logged = ""
             except (ClientError, RemotingError) as exc:
-                log.warning("group heartbeat/rebalance failed", group=self.group, error=str(exc))
+                if str(exc) != logged:
+                    logged = str(exc)
+                    log.warning("group heartbeat/rebalance failed", group=self.group, error=logged)
 
     async def tick(self) -> None:
         """Heartbeat to every group (its master, or a slave while it has none), read the
-        members, rebalance."""
+        members, rebalance. Raises the refusal (:class:`BrokerError`, e.g. NO_PERMISSION when
+        the user may not sub on the group) when every broker group that answered refused the
+        heartbeat."""
+
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
         groups = sorted(route.read_addresses().items())
         beat = heartbeat(self.group, self.client_id, topic=self.topic, consume_type=PUSH)
@@ -142,6 +149,9 @@ class GroupRebalancer:
             except (ClientError, RemotingError) as exc:
                 log.warning("member list failed", broker=name, error=str(exc))
         if members is None:
+            refusals = [r for r in results if isinstance(r, BrokerError)]
+            if refusals and not any(r is True for r in results):
+                raise refusals[0]  # refused everywhere it was heard: say why
             return  # no group answered: keep what we own until one does
         if members != self.members:
             log.info("group members changed", group=self.group, members=members)
@@ -182,13 +192,15 @@ class GroupRebalancer:
         except TopicNotFoundError:
             return None
 
-    async def _heartbeat(self, address: str, header: Header) -> bool:
+    async def _heartbeat(self, address: str, header: Header) -> bool | BrokerError:
+        """True when ``address`` took the heartbeat; its refusal; False for an answer that
+        cannot be read."""
         conn = await self._pool.get(address)
         if conn.on_request is None:
             conn.on_request = self._on_broker_request
         resp = await conn.request(RequestCode.HEART_BEAT, header, None, self.request_timeout)
         if resp.code != ResponseCode.SUCCESS:
-            return False
+            return BrokerError.of(resp, address)
         try:
             answer = HeartbeatAnswer.parse(resp.header, resp.body)
         except FieldError as exc:  # counted as not answered: its members are not asked

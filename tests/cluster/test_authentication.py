@@ -247,6 +247,34 @@ async def test_pub_on_a_sends_to_a_only_and_cannot_consume_it(secured: Secured) 
             await wait_until_async(allowed_body, f"the reader to consume A (pop={pop})", 30)
 
 
+async def test_a_consumer_whose_user_may_not_use_its_group_is_told_so(secured: Secured) -> None:
+    """reader has sub on Topic:A and Group:g* only: a queue-bound consumer of group "other"
+    fails to start with the broker's NO_PERMISSION refusal of its heartbeat, and rmqctl
+    consumeMessage prints it on one line, exit 1, queue-bound as with --pop (instead of
+    waiting out --timeout and saying "0 of 1 received", exit 0)."""
+    master = await secured.master()
+
+    async def reader_known() -> bool:
+        resp = await call(master, READER, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "A"})
+        return resp.code == ResponseCode.SUCCESS
+
+    await wait_until_async(reader_known, "the broker to know user reader", 20)
+    denied = "denied: no rule of reader allows sub on Group:other"
+    consumer = Consumer(secured.addresses, "other", "A", credentials=READER, request_timeout=2.0)
+    with pytest.raises(BrokerError) as info:
+        await consumer.start()
+    assert info.value.code == ResponseCode.NO_PERMISSION, info.value
+    assert denied in str(info.value), info.value
+    await consumer.close()
+    for pop in ([], ["--pop"]):
+        args = ["consumeMessage", "-t", "A", "-g", "other", "--count", "1", "--timeout", "20"]
+        done = await asyncio.to_thread(secured.ctl, READER, *args, *pop, ok=False)
+        assert done.returncode == 1, (pop, done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rmqctl: NO_PERMISSION (16)"), lines
+        assert denied in lines[0], lines
+
+
 async def test_replayed_request_is_refused_and_stores_nothing(secured: Secured) -> None:
     master = await grant_app(secured)
     before = await max_offset(master, "A")
