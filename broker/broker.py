@@ -22,6 +22,7 @@ from broker.ha.config import HAConfig
 from broker.ha.service import HAService
 from broker.identity import IdentityError, check_identity_files
 from broker.live_config import LiveConfig
+from broker.message_service import max_record_bytes
 from broker.metrics import BrokerMetrics, BrokerReadings
 from broker.offsets_persist import persist_offsets
 from broker.processors.admin import AdminProcessor
@@ -238,7 +239,7 @@ class Broker:
             store.config.disk_max_used_ratio = value
 
         def max_message_bytes(value: int) -> None:
-            store.set_max_message_bytes(value)
+            store.set_max_message_bytes(max_record_bytes(value))
             if self.grpc is not None:
                 service = self.grpc.service
                 service.max_body_bytes = value

@@ -29,6 +29,7 @@ from broker.config import BrokerConfig
 from broker.metrics import BrokerMetrics
 from broker.offset_waiters import Done, OffsetWaiters
 from daemon.tasks import cancel_and_wait
+from protocol.message import HEAD_SIZE, MAX_PROPERTIES_BYTES, MAX_TOPIC_BYTES
 from storage.store import MessageStore, StoreConfig
 
 log = structlog.get_logger(__name__)
@@ -36,6 +37,18 @@ log = structlog.get_logger(__name__)
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def max_record_bytes(max_body_bytes: int) -> int:
+    """The store's record limit for a broker whose ``max_message_bytes`` is ``max_body_bytes``.
+
+    That key limits message bodies (the send paths check them); the store limits whole records
+    (head, topic, body, properties). Given the body limit alone it refused bodies near the limit,
+    and stored a message near it whose copies with more properties (a retry, a dead letter, a
+    POP delivery revived, a scheduled or committed delivery) it then refused, so they failed
+    again and again. This is the largest record a body within the limit makes, with a topic and
+    properties as long as the record format allows."""
+    return max_body_bytes + HEAD_SIZE + 2 + MAX_TOPIC_BYTES + 2 + MAX_PROPERTIES_BYTES
 
 
 def store_config(cfg: BrokerConfig) -> StoreConfig:
@@ -47,7 +60,7 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
         consumequeue_open_files=cfg.consumequeue_open_files,
         retention_hours=cfg.retention_hours,
         disk_max_used_ratio=cfg.disk_max_used_ratio,
-        max_message_bytes=cfg.max_message_bytes,
+        max_message_bytes=max_record_bytes(cfg.max_message_bytes),
         index_enable=cfg.index_enable,
         index_slots=cfg.index_slots_per_file,
         index_max_entries=cfg.index_entries_per_file,
