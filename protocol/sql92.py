@@ -295,7 +295,7 @@ class _Parser:
             self.nesting -= 1
             return node
         start = self.peek()
-        left = self.operand("a condition")
+        left = self.operand("to start a condition")
         if self.at_op(">", ">=", "<", "<=", "=", "<>"):
             op = self.take().text
             return Compare(op, left, self.operand(f"after '{op}'"))

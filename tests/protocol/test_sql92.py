@@ -157,6 +157,13 @@ def test_table(expr: str, props: dict[str, str], expected: bool | None) -> None:
         ("", 0, "empty"),
         ("a >", 3, "expected a property, number or 'string' after '>'"),
         ("a > 1 AND", 9, "expected a property"),
+        # The sentence says where: once it read "... 'string' a condition, found ...".
+        ("NOT", 3, "expected a property, number or 'string' to start a condition, found the end"),
+        (
+            "a = 1 OR OR",
+            9,
+            "expected a property, number or 'string' to start a condition, found 'OR'",
+        ),
         ("a = 'abc", 4, "string literal is not closed"),
         ("a != 1", 2, "'!=' is not SQL92"),
         ("a", 0, "property 'a' alone is not a condition"),
