@@ -1,5 +1,6 @@
 'use strict';
-// The classic Node.js client ali-ons against a cluster: its nameSrv is a controller's address.
+// The classic Node.js client ali-ons against a cluster: its nameSrv is the controllers' addresses
+// (NAMESRV: one, or several separated by ','), given as the README says: an array.
 //   node alions_client.js produce NAMESRV TOPIC COUNT
 //     sends COUNT messages (tags TagA/TagB in turn, key key-<i>, user property seq=<i>);
 //     prints {"sent": [{msgId, queueId, queueOffset, key}]}
@@ -32,7 +33,8 @@
 // ALIONS_SECRET_KEY set, producers and consumers sign their requests (RocketMQ's ACL 1.0).
 const { Producer, Consumer, Message } = require('ali-ons');
 
-const [mode, nameSrv, topic, ...rest] = process.argv.slice(2);
+const [mode, nameSrvList, topic, ...rest] = process.argv.slice(2);
+const nameSrv = nameSrvList.split(',');
 // nameSrv given: ali-ons never asks the HTTP address service, but it insists on a client.
 const httpclient = { request() { throw new Error('no HTTP name server lookup in this test'); } };
 const keys = process.env.ALIONS_ACCESS_KEY

@@ -34,9 +34,9 @@ async def create_topic(cluster: Cluster, topic: str, queues: int) -> None:
 
 
 async def run_alions(cluster: Cluster, tmp: Path, *args: str) -> dict[str, Any]:
-    """``node alions_client.js MODE NAMESRV ARGS..`` (``args[0]`` the mode, the nameSrv a
-    controller) run to its end; its JSON."""
-    name_srv = cluster.controllers[0].address
+    """``node alions_client.js MODE NAMESRV ARGS..`` (``args[0]`` the mode, the nameSrv every
+    controller, as an array as the README gives it) run to its end; its JSON."""
+    name_srv = ",".join(c.address for c in cluster.controllers)
     return await run_to_end(
         [node(), str(SCRIPT), args[0], name_srv, *args[1:]],
         tmp,
