@@ -86,6 +86,7 @@ from protocol.retry import (
     sent_back_properties,
 )
 from storage.cold_read import ColdSpan
+from storage.errors import MessageTooLargeError
 from storage.store import GetStatus, PutResult
 
 __all__ = ["PopMessage", "PopService"]
@@ -622,27 +623,23 @@ class PopService(PerMasterEpoch[PopState]):
     def revive_due(self, state: PopState, now: int) -> int:
         """Re-publish up to :data:`_REVIVE_BATCH` entries past their deadline (the loop comes
         back at once for more, letting other work run in between); returns how many were due.
-        An entry not re-published (a write failed) is due again :data:`_RETRY_LATER_MS` later;
-        one whose copy was written but whose ``revived`` record was not may be re-published
-        twice (at least once)."""
+        A write that fails (fenced, disk full) ends the round: the entries re-published before
+        it are recorded, the rest are due again :data:`_RETRY_LATER_MS` later and the failure is
+        raised. One whose copy was written but whose ``revived`` record was not may be
+        re-published twice (at least once). An entry whose copy can never be written (its
+        properties with the retry ones added pass the record's limit) is given up, logged, and
+        holds back no other."""
         due = state.due(now, _REVIVE_BATCH)
         keys: list[tuple[int, int]] = []
-        recorded = False
+        failure: Exception | None = None
         try:
             for entry in due:
-                if entry.orderly:
-                    attempts = state.order.attempts(entry.key) or 1
-                    if not exhausted(self.host.sub_groups.get(entry.group), attempts):
-                        # A FIFO delivery is handed out again in place, by the next POP.
-                        state.expire(entry.key)
-                        self.host.waiters.notify(entry.topic, entry.queue_id)
-                        self.revived += 1
-                        self.host.metrics.pop_redelivered(entry.group, entry.topic)
-                        continue
-                    self._republish(entry, DeadLetter(attempts - 1))
-                else:
-                    self._republish(entry)
-                keys.append(entry.key)
+                if self._revive(state, entry):
+                    keys.append(entry.key)
+        except Exception as exc:  # the round ends here; what was re-published is recorded
+            failure = exc
+        recorded = False
+        try:
             if keys:
                 self._append(Revived(tuple(keys)))
             recorded = True
@@ -653,7 +650,35 @@ class PopService(PerMasterEpoch[PopState]):
             for entry in due:  # not re-published, or not recorded: try again later
                 if state.get(entry.key) is entry:
                     state.change(entry.key, now + _RETRY_LATER_MS)
+        if failure is not None:
+            raise failure
         return len(due)
+
+    def _revive(self, state: PopState, entry: Entry) -> bool:
+        """Re-publish one due entry; False for a FIFO delivery handed out again in place (no
+        copy, nothing to record)."""
+        try:
+            if entry.orderly:
+                attempts = state.order.attempts(entry.key) or 1
+                if not exhausted(self.host.sub_groups.get(entry.group), attempts):
+                    # A FIFO delivery is handed out again in place, by the next POP.
+                    state.expire(entry.key)
+                    self.host.waiters.notify(entry.topic, entry.queue_id)
+                    self.revived += 1
+                    self.host.metrics.pop_redelivered(entry.group, entry.topic)
+                    return False
+                self._republish(entry, DeadLetter(attempts - 1))
+            else:
+                self._republish(entry)
+        except MessageTooLargeError as exc:
+            log.error(
+                "pop revive: a copy that can never be written; the delivery is given up",
+                group=entry.group,
+                queue=f"{entry.topic}:{entry.queue_id}",
+                queue_offset=entry.queue_offset,
+                error=str(exc),
+            )
+        return True
 
     def _republish(self, entry: Entry, step: Retry | DeadLetter | None = None) -> None:
         """Re-publish an entry's message to the retry topic or the DLQ (``step`` given: a
