@@ -218,7 +218,10 @@ class SimpleConsumer:
         self, max_messages: int = 16, invisible_duration: float = 30.0, wait: float = 5.0
     ) -> list[PopMessage]:
         """Up to ``max_messages`` messages, hidden from the group for ``invisible_duration``
-        seconds; waits up to ``wait`` seconds for the first (an empty list then)."""
+        seconds; waits up to ``wait`` seconds for the first (an empty list then). Raises
+        ValueError for ``max_messages`` below 1."""
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, not {max_messages}")
         got = await self._receive(max_messages, invisible_duration, wait)
         if self._tracer is not None:
             now = now_ms()

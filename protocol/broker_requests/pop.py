@@ -94,6 +94,8 @@ class PopRequest:
         topic = req_str(header, "topic")
         queue_id = opt_int(header, "queueId", -1)
         max_count = req_int(header, "maxMsgNums")
+        if max_count < 1:
+            raise FieldError(f"maxMsgNums must be at least 1, not {max_count}")
         invisible = _invisible(header)
         expression_type = opt_str(header, "expressionType", TAG)
         try:

@@ -118,6 +118,31 @@ async def test_unacked_messages_come_back_with_attempt_two(
         assert await other.receive(10, invisible_duration=2, wait=1.0) == []
 
 
+async def test_a_receive_of_no_messages_is_refused_and_hands_out_none(
+    broker: BrokerProc, topic: str, group: str
+) -> None:
+    await fill(broker.address, topic, 2, queues=1)
+    async with SimpleConsumer(broker.address, group, topic) as consumer:
+        with pytest.raises(ValueError, match="max_messages must be at least 1, not 0"):
+            await consumer.receive(0, invisible_duration=30, wait=0.5)
+        conn = await RemotingClient.connect(broker.address, timeout=2.0)
+        try:
+            header: dict[str, Scalar] = {
+                "consumerGroup": group,
+                "topic": topic,
+                "maxMsgNums": 0,
+                "invisibleTime": 30000,
+            }
+            resp = await conn.request(RequestCode.POP_MESSAGE, header, None, 5.0)
+        finally:
+            conn.close()
+        assert resp.code == ResponseCode.BAD_REQUEST
+        assert "maxMsgNums must be at least 1, not 0" in str(resp.header["remark"])
+        # Neither handed anything out: both messages are there for the next receive.
+        got = await _receive_until(consumer, 2, 20, invisible_duration=30)
+        assert sorted(m.body for m in got) == [b"m0", b"m1"]
+
+
 async def test_change_invisible_duration_extends_and_replaces_the_handle(
     broker: BrokerProc, topic: str, group: str
 ) -> None:
