@@ -40,6 +40,7 @@ from protocol.request_auth import (
 )
 from remoting.channel_binding import tls_unique
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
+from remoting.http2_probe import speaks_http2
 from remoting.read_buffer import CopyingProtocol
 from remoting.tls_probe import speaks_tls
 from remoting.write_batch import WriteBatch
@@ -142,6 +143,20 @@ def _what_answered(data: bytes) -> str:
     return "the peer answered with bytes that are no remoting frame"
 
 
+async def _what_port_speaks(host: str, port: int, timeout: float) -> str | None:
+    """Why a port closed a plaintext connection unanswered, when it speaks TLS or HTTP/2
+    (gRPC) instead of remoting; None when neither answered."""
+    probe_timeout = min(timeout, 2.0)
+    if await speaks_tls(host, port, probe_timeout):
+        return f"this port speaks TLS ({_tls_advice[0]})"
+    if await speaks_http2(host, port, probe_timeout):
+        return (
+            "a gRPC (HTTP/2) server answered: this is a gRPC port (a broker's, for the official "
+            "RocketMQ 5 clients, is its listen port + 2); connect to the listen port"
+        )
+    return None
+
+
 class _Expired(Exception):
     """Internal: a request's timer fired before its response arrived."""
 
@@ -195,7 +210,7 @@ class RemotingClient:
         self._answered = False  # a whole frame arrived on this connection
         self._tls = False  # connected over TLS
         self._closing = False  # closed by this side (close()), not by the peer
-        self._tls_port: asyncio.Task[bool] | None = None  # the probe, once per connection
+        self._port_probe: asyncio.Task[str | None] | None = None  # once per connection
         self.closed_event = asyncio.Event()
         self.session = False
         """The server authenticated this TLS connection: requests go unsigned."""
@@ -292,7 +307,7 @@ class RemotingClient:
             self._write(encode_frame(request(code, opaque, header, body)))
             return await fut
         except ConnectionClosedError as exc:
-            if await self._closed_by_a_tls_port(timeout):
+            if await self._closed_by_another_protocol(timeout):
                 raise ConnectionClosedError(str(exc)) from self._close_cause
             raise
         except _Expired:
@@ -303,19 +318,21 @@ class RemotingClient:
             timer.cancel()
             self._pending.pop(opaque, None)
 
-    async def _closed_by_a_tls_port(self, timeout: float) -> bool:
-        """Was this plaintext connection closed, unanswered, by a port that speaks TLS? Then
-        the close's cause says so (asked once per connection: :mod:`remoting.tls_probe`)."""
+    async def _closed_by_another_protocol(self, timeout: float) -> bool:
+        """Was this plaintext connection closed, unanswered, by a port that speaks TLS or
+        HTTP/2 (gRPC)? Then the close's cause says so (asked once per connection:
+        :mod:`remoting.tls_probe`, :mod:`remoting.http2_probe`)."""
         if self._tls or self._answered or self._closing:
             return False
         if isinstance(self._close_cause, ProtocolError):  # its first bytes told already
             return False
-        if self._tls_port is None:
+        if self._port_probe is None:
             host, port = split_address(self.address)
-            self._tls_port = asyncio.ensure_future(speaks_tls(host, port, min(timeout, 2.0)))
-        if not await asyncio.shield(self._tls_port):
+            self._port_probe = asyncio.ensure_future(_what_port_speaks(host, port, timeout))
+        cause = await asyncio.shield(self._port_probe)
+        if cause is None:
             return False
-        self._close_cause = ProtocolError(f"this port speaks TLS ({_tls_advice[0]})")
+        self._close_cause = ProtocolError(cause)
         return True
 
     async def call(
