@@ -452,7 +452,8 @@ class Consumer:
         """Send ``msg`` back: the broker re-publishes it to the group's retry topic after the
         group's back-off for its reconsume count, or to the group's DLQ once the retries are
         used up (``max_reconsume_times`` lowers the group's ``retry_max_times``). ``reason``
-        travels with it (cut to 512 characters).
+        travels with it (cut to 512 characters); in POP mode it is only logged (docs/pop.md: the
+        DLQ then shows "invisible time passed without an ack").
 
         The message then counts as consumed when the application asks for more, like an
         acknowledged one. A nack that fails in a retriable way (no master during a failover,
