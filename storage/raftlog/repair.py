@@ -3,12 +3,15 @@ repair a controller's Raft storage that the controller refuses to open because t
 would lose committed entries (docs/operations.md, "A controller refuses to start: damaged Raft
 log"). Run it only on a stopped controller, only when no intact copy of the log exists (no
 backup, no healthy majority to rejoin); the entries it reports lost are gone from this node.
+A DIR that is not a controller's data directory (missing, or with neither ``hardstate`` nor
+``log/``: a mistyped path, a broker's store) is refused with one line, and nothing is made.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .disk import CorruptStorage, DiskStorage
 
@@ -26,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         help="required: committed entries past the damage are dropped from this node",
     )
     args = parser.parse_args(argv)
+    refusal = not_a_controller_directory(Path(args.directory))
+    if refusal is not None:
+        print(f"repair: {refusal}; nothing was changed", file=sys.stderr)
+        return 1
     try:
         store = DiskStorage.open(args.directory, accept_loss=args.accept_loss)
     except (CorruptStorage, OSError) as exc:
@@ -39,6 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     store.close()
     return 0
+
+
+def not_a_controller_directory(directory: Path) -> str | None:
+    """Why ``directory`` is not a controller's data directory, or None when it is one. Opening
+    the storage would create it (as a controller's first start does), so a mistyped path would
+    be answered with an empty log "repaired" and the damaged one left as it was."""
+    if not directory.is_dir():
+        return f"{directory}: no such directory"
+    if not (directory / "hardstate").is_file() and not (directory / "log").is_dir():
+        return f"{directory} is not a controller's data directory (no hardstate, no log/)"
+    return None
 
 
 if __name__ == "__main__":
