@@ -261,8 +261,8 @@ def get_broker_epoch(settings: Settings, addresses: str, broker_name: str) -> No
     """Ask the controllers for a group's replicas, then each broker for its epoch cache.
 
     Prints [{"brokerId", "address", "role", "maxOffset", "confirmOffset", "epochs":
-    [{"epoch", "startOffset", "endOffset"}]}]; a broker that cannot be reached has an
-    "error" field instead of figures.
+    [{"epoch", "startOffset", "endOffset"}]}]; a broker that cannot be reached, or whose address
+    answers as another broker id (its successor there), has an "error" field instead of figures.
     """
     docs = run(replica_epochs(addresses, broker_name))
     emit(settings, docs, lambda: _epochs_human(docs))
@@ -303,6 +303,12 @@ async def epoch_cache(pool: ConnectionPool, replica: ReplicaEntry) -> dict[str, 
         return doc | {"error": describe_failure(exc)}
     except FieldError as exc:
         return doc | {"error": f"malformed epoch cache answer: {exc}"}
+    if cache.broker_id != replica.broker_id:
+        # Another broker serves there now (a replica whose data directory was wiped came back
+        # under a new id): its figures are its own row's, not this dead id's.
+        return doc | {
+            "error": f"{address} answers as broker {cache.broker_id}, not {replica.broker_id}"
+        }
     return doc | {
         "role": "MASTER" if cache.master else "SLAVE",
         "maxOffset": cache.max_offset,
