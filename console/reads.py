@@ -212,7 +212,9 @@ async def broker_group(addresses: str, name: str, cluster: str) -> BrokerGroup:
             )
         )
         info = figures.get(r["address"])
-        if isinstance(info, RuntimeInfo):
+        # Only when the address answered as this id: a dead id's address may serve its
+        # successor now (a wiped replica back under a new id), whose figures are its own row's.
+        if isinstance(info, RuntimeInfo) and "error" not in e:
             replicas[-1].put_tps = info.put_tps
             replicas[-1].get_tps = info.get_tps
             replicas[-1].disk_ratio = info.commitlog_disk_ratio

@@ -2,7 +2,8 @@
 (docs/operations.md, "A slave refuses to truncate": wiping instead of the key); the controllers
 still list the old id, dead, at that address. ``rmqctl getBrokerEpoch`` must not show the new
 broker's offsets and epochs as the old id's: an operator reads those rows to see where
-histories diverged."""
+histories diverged. Nor must the console's group view (its runtime figures are asked by
+address)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from client.bootstrap import Bootstrap
+from console.reads import broker_group
 from tests.cluster.support import full_sync_state_set, node_at, sync_state
 from tests.support.cli import ok_json
 from tests.support.cluster import Cluster
@@ -65,3 +67,10 @@ async def test_get_broker_epoch_does_not_give_a_dead_id_the_figures_of_its_succe
         "epochs": [],
         "error": f"{slave.address} answers as broker {new_id}, not {old_id}",
     }
+
+    group = await broker_group(cluster.controller_addresses, "broker-a", "DefaultCluster")
+    by_id = {r.broker_id: r for r in group.replicas}
+    assert by_id[new_id].put_tps is not None and by_id[new_id].error is None
+    dead = by_id[old_id]
+    assert (dead.put_tps, dead.get_tps, dead.disk_ratio, dead.max_offset) == (None,) * 4
+    assert dead.error == f"{slave.address} answers as broker {new_id}, not {old_id}"
