@@ -362,7 +362,7 @@ def clean_broker_metadata(
 ) -> None:
     """Remove brokers (or with no -i the whole group) from the controllers' metadata.
 
-    Prints {"ok": true}.
+    Prints "cleaned NAME IDS" ("(all)" without -i); with --json {"ok": true}.
     """
     ids = [p.strip() for p in broker_ids.split(";") if p.strip()]
     if not all(p.isdigit() for p in ids):
