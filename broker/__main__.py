@@ -88,7 +88,8 @@ async def serve(cfg: BrokerConfig, config_file: Path | None = None) -> int:
 @daemon_cli.reference_option
 def main(config_file: Path | None, print_config_reference: bool, **flags: Any) -> None:
     """Run a broker: CommitLog and ConsumeQueues, serving producers and consumers."""
-    # Live config changes (rmqctl updateBrokerConfig) are written to the file the config came from.
+    # The broker names its config file (getBrokerConfig) and never writes it: live changes
+    # (rmqctl updateBrokerConfig) are kept in its data directory (broker/live_config.py).
     run = functools.partial(serve, config_file=config_file)
     daemon_cli.main("rmq-broker", BrokerConfig, config_file, print_config_reference, flags, run)
 

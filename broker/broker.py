@@ -22,6 +22,7 @@ from broker.ha.config import HAConfig
 from broker.ha.service import HAService
 from broker.identity import IdentityError, check_identity_files
 from broker.live_config import LiveConfig
+from broker.live_file import LiveFileError
 from broker.message_service import max_record_bytes
 from broker.metrics import BrokerMetrics, BrokerReadings
 from broker.offsets_persist import persist_offsets
@@ -98,8 +99,16 @@ INTERNAL_CODES = (RequestCode.NOTIFY_BROKER_ROLE_CHANGED,)
 
 class Broker:
     def __init__(self, cfg: BrokerConfig, config_file: Path | None = None) -> None:
-        """``config_file``: the TOML file ``cfg`` was read from, where live config changes are
-        written (None: they are not kept over a restart)."""
+        """``config_file``: the TOML file ``cfg`` was read from (None: defaults and flags), named
+        by GET_BROKER_CONFIG and never written. The live changes kept in the data directory are
+        applied over ``cfg`` first, before any part is built from it (:mod:`broker.live_config`);
+        :class:`StartRefused` when their file cannot be read."""
+        try:
+            self.live_config = LiveConfig.start(cfg, config_file)
+        except LiveFileError as exc:
+            raise StartRefused(str(exc)) from None
+        if "log_level" in self.live_config.entries:
+            set_log_level(cfg.log_level)  # logging was set up from the config file's level
         self.cfg = cfg
         self.metrics = BrokerMetrics(cfg.cluster, cfg.broker_name)
         self.ctx = compose(cfg, self.metrics)
@@ -208,7 +217,6 @@ class Broker:
                 )
                 classic.authorizer = classic_authorizer(self.users, cfg.cluster, self.metrics)
         ReplicationProcessor(self.ctx, self.replicas).register(self.server)
-        self.live_config = LiveConfig(cfg, config_file)
         self._follow_live_config(self.live_config)
         BrokerConfigProcessor(self.live_config).register(self.server)
         BrokerStatsProcessor(self.ctx).register(self.server)
@@ -295,6 +303,12 @@ class Broker:
             claim_data_dir(cfg.data_dir, DataDirOwner(cfg.cluster, cfg.broker_name))
         except StoreError as exc:  # another group's directory, or an unreadable owner file
             raise StartRefused(str(exc)) from None
+        try:
+            self.live_config.save_dropped()  # the directory is this broker's: drop stale entries
+        except OSError as exc:
+            raise StartRefused(
+                f"cannot write {self.live_config.live_file}: {exc.strerror or exc}"
+            ) from None
         if self.replicas is not None:
             try:
                 check_identity_files(cfg.data_dir)

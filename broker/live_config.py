@@ -7,43 +7,52 @@ What a caller may rely on:
   refused naming the key and why it needs a restart (:func:`restart_reason`), an unknown key is
   refused, and a value is read and checked exactly as at start-up (:func:`daemon.config.check_key`).
   A refusal changes nothing.
-- A change is written to the broker's config file first (only that key's line is rewritten,
-  comments and the other lines kept; temp file, fsync, rename), then applied: a file that cannot
-  be rewritten refuses the change. A broker started without ``--config`` applies it live only
-  (``persisted`` false: a restart forgets it).
+- A change is kept in the broker's data directory, ``config/liveConfig.json``
+  (:mod:`broker.live_file`), never in its config file, which the broker does not write: the
+  entry is written first (a write that fails refuses the change), then the value applied. A key
+  set back to its start value (what the config file and flags gave at this start) loses its
+  entry.
+- At start (:meth:`LiveConfig.start`, before the broker's parts are built from the config) the
+  file's entries are applied over the config read from the file and flags, each whose start
+  value is still the value the broker starts with. An entry whose start value differs (the
+  config file or a flag changed since the live change: the file wins), or whose key is no
+  longer live or whose value is no longer valid, is dropped with a warning; a file that cannot
+  be read refuses the start (:class:`~broker.live_file.LiveFileError`).
 - Applying sets the key on the one :class:`BrokerConfig` every part of the broker holds (the
   parts that read ``cfg.<key>`` at each use see it at once) and runs the hooks registered for
   the key (:meth:`LiveConfig.on_change`), for the parts that copied the value when they were
   built. The config stays frozen for everything else: this module is the one place that sets it.
-  A hook that raises puts the old value back (config, hooks, file) and the change is refused
-  (SYSTEM_ERROR).
+  A hook that raises puts the old value back (config, hooks, live file) and the change is
+  refused (SYSTEM_ERROR).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
 import re
-import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from broker.config import BrokerConfig
+from broker.live_file import LiveEntry, live_file_path, read_entries, write_entries
 from daemon.config import ConfigError, check_key, key_type
 from protocol.broker_requests.broker_config import (
     BrokerConfigChanged,
     BrokerConfigTable,
+    ChangedLive,
     ConfigValue,
 )
 from protocol.codes import ResponseCode
 from protocol.refusal import RequestRefused
-from storage.small_file import fsync_dir
 
-__all__ = ["LIVE_KEYS", "ConfigRefused", "LiveConfig", "restart_reason", "rewrite_key"]
+__all__ = ["LIVE_KEYS", "ConfigRefused", "LiveConfig", "restart_reason"]
+
+log = structlog.get_logger(__name__)
 
 LIVE_KEYS: dict[str, str] = {
     "log_level": "from the next log line",
@@ -118,10 +127,6 @@ class ConfigRefused(RequestRefused):
     """An update refused (nothing changed): the response code and the one-line remark."""
 
 
-class ConfigFileError(Exception):
-    """The config file cannot be rewritten (one line: why)."""
-
-
 def wire_value(value: Any) -> ConfigValue:
     """A config value as GET_BROKER_CONFIG sends it (a path as text)."""
     return str(value) if isinstance(value, Path) else value
@@ -148,74 +153,114 @@ def parse_text(key: str, text: str) -> Any:
     return text
 
 
-def toml_value(value: Any) -> str:
-    """``value`` written as TOML."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value), ensure_ascii=False)  # a TOML basic string
+def _same(key: str, recorded: ConfigValue, now: Any) -> bool:
+    """Whether ``recorded`` (a value as the live file keeps it) is ``now``, ``key``'s value."""
+    try:
+        value = check_key(BrokerConfig, key, recorded)
+    except ConfigError:
+        return False
+    return type(value) is type(now) and bool(value == now)
 
 
-def rewrite_key(path: Path, key: str, value: Any, note: str) -> None:
-    """Set ``key = value`` in the TOML file ``path``: its line is replaced (or, absent, one is
-    added after the last top-level key), with ``note`` as its comment; every other line stays.
-    Written to a temp file, fsynced and renamed over ``path`` (its mode kept). Raises
-    :class:`ConfigFileError` (nothing written) when the file cannot be read, is not TOML, or
-    would not read back with the new value and the rest unchanged."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        mode = path.stat().st_mode & 0o7777
-    except OSError as exc:
-        raise ConfigFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        before = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigFileError(f"{path} is not valid TOML now: {exc}") from None
-    line = f"{key} = {toml_value(value)}  # {note}\n"
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    top = next((i for i, ln in enumerate(lines) if re.match(r"\s*\[", ln)), len(lines))
-    own = re.compile(rf"""\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
-    at = next((i for i in range(top) if own.match(lines[i])), None)
-    if at is not None:
-        lines[at] = line
-    else:
-        last_key = max((i for i in range(top) if re.match(r"\s*[\w\"']", lines[i])), default=-1)
-        lines.insert(last_key + 1, line)
-    new_text = "".join(lines)
-    try:
-        after = tomllib.loads(new_text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigFileError(f"cannot rewrite {key} in {path}: {exc}") from None
-    expected = {**before, key: value if not isinstance(value, Path) else str(value)}
-    if after != expected:
-        raise ConfigFileError(f"cannot rewrite {key} in {path}: its line spans several lines")
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-        try:
-            os.write(fd, new_text.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConfigFileError(f"cannot write {path}: {exc.strerror or exc}") from None
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class LiveConfig:
     """The broker's config as a running broker reads and changes it (module docstring)."""
 
-    def __init__(self, cfg: BrokerConfig, config_file: Path | None) -> None:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        config_file: Path | None,
+        entries: Mapping[str, LiveEntry] | None = None,
+        start_values: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``entries``: the live changes in effect (applied to ``cfg`` already); ``start_values``:
+        the live keys' values from the config file and flags (default: ``cfg``'s now)."""
         self.cfg = cfg
         self.config_file = config_file.resolve() if config_file is not None else None
+        self.live_file = live_file_path(cfg.data_dir).resolve()
+        self.entries: dict[str, LiveEntry] = dict(entries or {})
+        self.start_values: dict[str, Any] = (
+            dict(start_values)
+            if start_values is not None
+            else {key: getattr(cfg, key) for key in LIVE_KEYS}
+        )
+        self.dropped = False
+        """Entries were dropped at start: :meth:`save_dropped` writes the file without them."""
         self._hooks: dict[str, list[Callable[[Any], object]]] = {}
         self._fields = {f.name for f in dataclasses.fields(BrokerConfig)}
+
+    @classmethod
+    def start(cls, cfg: BrokerConfig, config_file: Path | None) -> LiveConfig:
+        """The live file's entries applied over ``cfg`` (read from the config file and flags),
+        each logged; the dropped ones warned of (module docstring). Raises
+        :class:`~broker.live_file.LiveFileError` when the file cannot be read."""
+        path = live_file_path(cfg.data_dir)
+        recorded = read_entries(path)
+        start_values = {key: getattr(cfg, key) for key in LIVE_KEYS}
+        source = (
+            f"the config file {config_file} says"
+            if config_file is not None
+            else "without --config the defaults and flags say"
+        )
+        kept: dict[str, LiveEntry] = {}
+        for key, entry in recorded.items():
+            if key not in LIVE_KEYS:
+                log.warning(
+                    f"live config change of {key} dropped: {key} is not a live config key now",
+                    key=key,
+                    live_value=entry.value,
+                    path=str(path),
+                )
+                continue
+            try:
+                value = check_key(BrokerConfig, key, entry.value)
+            except ConfigError as exc:
+                log.warning(
+                    f"live config change of {key} dropped: {exc}",
+                    key=key,
+                    live_value=entry.value,
+                    path=str(path),
+                )
+                continue
+            start_now = start_values[key]
+            if not _same(key, entry.start_value, start_now):
+                log.warning(
+                    f"live config change of {key} dropped: the config file (or a flag) changed "
+                    f"{key} since, to {wire_value(start_now)!r}, which wins over the live value "
+                    f"{entry.value!r}",
+                    key=key,
+                    value=wire_value(start_now),
+                    live_value=entry.value,
+                    live_start_value=entry.start_value,
+                    set_at=entry.set_at,
+                    path=str(path),
+                )
+                continue
+            object.__setattr__(cfg, key, value)  # nothing is built from cfg yet: no hooks
+            kept[key] = entry
+            log.info(
+                f"live config change of {key} applied: {wire_value(value)!r}, set at "
+                f"{entry.set_at}; {source} {wire_value(start_now)!r}",
+                key=key,
+                value=wire_value(value),
+                set_at=entry.set_at,
+                set_by=entry.set_by,
+                start_value=wire_value(start_now),
+                path=str(path),
+            )
+        live = cls(cfg, config_file, kept, start_values)
+        live.dropped = len(kept) != len(recorded)
+        return live
+
+    def save_dropped(self) -> None:
+        """Write the live file without the entries :meth:`start` dropped (once the data
+        directory is known to be this broker's); raises OSError."""
+        if self.dropped:
+            write_entries(self.live_file, self.entries)
+            self.dropped = False
 
     def on_change(self, key: str, hook: Callable[[Any], object]) -> None:
         """Run ``hook(new value)`` after each live change of ``key`` (one of :data:`LIVE_KEYS`)."""
@@ -231,24 +276,24 @@ class LiveConfig:
             },
             live_keys=tuple(LIVE_KEYS),
             config_file=str(self.config_file) if self.config_file is not None else None,
+            live_file=str(self.live_file),
+            changed_live={
+                key: ChangedLive(
+                    start_value=entry.start_value, set_at=entry.set_at, set_by=entry.set_by
+                )
+                for key, entry in sorted(self.entries.items())
+            },
         )
 
     def _apply(self, key: str, value: Any) -> None:
-        # The one place the frozen config is set (module docstring).
+        # The one place the frozen config is set while the broker runs (module docstring).
         object.__setattr__(self.cfg, key, value)
         for hook in self._hooks.get(key, ()):
             hook(value)
 
-    def _put_back(self, key: str, old: Any, persisted: bool) -> None:
-        with contextlib.suppress(Exception):
-            self._apply(key, old)
-        if persisted and self.config_file is not None:
-            with contextlib.suppress(ConfigFileError):
-                rewrite_key(self.config_file, key, old, "put back: a live change failed")
-
-    def update(self, key: str, text: str) -> BrokerConfigChanged:
-        """Set ``key`` from ``text``: written to the config file, then applied. Raises
-        :class:`ConfigRefused` (nothing changed)."""
+    def update(self, key: str, text: str, peer: str = "?") -> BrokerConfigChanged:
+        """Set ``key`` from ``text`` for ``peer`` (its address): kept in the live file, then
+        applied. Raises :class:`ConfigRefused` (nothing changed)."""
         if key not in self._fields:
             raise ConfigRefused(ResponseCode.CONFIG_KEY_UNKNOWN, f"unknown config key {key!r}")
         if key not in LIVE_KEYS:
@@ -262,21 +307,28 @@ class LiveConfig:
         except ConfigError as exc:
             raise ConfigRefused(ResponseCode.CONFIG_VALUE_INVALID, str(exc)) from None
         old = getattr(self.cfg, key)
-        persisted = False
-        if self.config_file is not None:
-            when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            note = f"set live by updateBrokerConfig {when} (was {toml_value(old)})"
-            try:
-                rewrite_key(self.config_file, key, value, note)
-            except ConfigFileError as exc:
-                raise ConfigRefused(
-                    ResponseCode.CONFIG_NOT_PERSISTED, f"config key {key!r} not changed: {exc}"
-                ) from None
-            persisted = True
+        start = self.start_values[key]
+        before = self.entries
+        after = {k: e for k, e in before.items() if k != key}
+        if not _same(key, wire_value(start), value):
+            after[key] = LiveEntry(wire_value(value), wire_value(start), _now(), peer)
+        try:
+            write_entries(self.live_file, after)
+        except OSError as exc:
+            raise ConfigRefused(
+                ResponseCode.CONFIG_NOT_PERSISTED,
+                f"config key {key!r} not changed: cannot write {self.live_file}: "
+                f"{exc.strerror or exc}",
+            ) from None
+        self.entries = after
         try:
             self._apply(key, value)
         except Exception as exc:  # a hook failed: put everything back, change nothing
-            self._put_back(key, old, persisted)
+            with contextlib.suppress(Exception):
+                self._apply(key, old)
+            with contextlib.suppress(OSError):
+                write_entries(self.live_file, before)
+            self.entries = before
             raise ConfigRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"config key {key!r} not changed: applying it failed ({type(exc).__name__}: {exc})",
@@ -285,6 +337,8 @@ class LiveConfig:
             key=key,
             old=wire_value(old),
             new=wire_value(value),
-            persisted=persisted,
-            config_file=str(self.config_file) if self.config_file is not None else None,
+            persisted=True,
+            config_file=str(self.live_file),
+            live_file=str(self.live_file),
+            start_value=wire_value(start),
         )

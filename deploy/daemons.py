@@ -2,8 +2,9 @@
 
 :class:`LocalCluster` starts each daemon (its own session; a parent-death signal ends it with
 the launcher), tells which exited, and stops them in an order that leaves nobody complaining.
-Each broker runs from a config file of its own (:meth:`LocalCluster.own_broker_config`), so a
-live change (``rmqctl updateBrokerConfig``) is kept across restarts.
+Every broker runs from the same config file (:meth:`LocalCluster.broker_config_file`), which
+none writes: a live change (``rmqctl updateBrokerConfig``) is kept in the broker's own data
+directory, ``<var>/broker-a-<n>/config/liveConfig.json``, across restarts.
 :class:`Console` gives every daemon's output to the launcher's stdout, line by line, prefixed
 with the daemon's name.
 """
@@ -17,12 +18,10 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from broker.live_config import ConfigFileError, rewrite_key
 from deploy.cluster_layout import (
     BROKER_GROUP,
     BROKERS,
@@ -171,57 +170,11 @@ class LocalCluster:
             "--log-format", self.log_format,
         ]  # fmt: skip
 
-    def own_broker_config(self, index: int) -> Path:
-        """Broker ``index``'s own config file, ``<var>/broker-a-<index>.toml``: the file it runs
-        from and ``updateBrokerConfig`` rewrites (:meth:`write_broker_config`)."""
-        return self.var / f"{BROKER_GROUP}-{index}.toml"
-
-    def _shared_broker_config(self) -> Path | None:
-        """The file whose keys every broker's own file takes: secure mode's (its keys and then
-        ``--broker-config``'s), else ``--broker-config``'s, else none."""
+    def broker_config_file(self) -> Path | None:
+        """The file every broker runs from: secure mode's (its keys and then
+        ``--broker-config``'s), else ``--broker-config``'s, else none (the defaults). Never
+        written: live changes are kept in each broker's data directory."""
         return self.security.broker_config if self.security is not None else self.broker_config
-
-    def write_broker_config(self, index: int) -> Path:
-        """Make broker ``index``'s own file at its first start: a header, then the shared
-        file's text. Kept at later starts, with what a live change wrote into it; a key whose
-        value in the shared file changed since the last start (a copy of the shared text is kept
-        beside, ``.broker-a-<index>.shared.toml``) is set again from there: the newer edit wins.
-        A key removed from the shared file stays in the own file until removed there."""
-        own = self.own_broker_config(index)
-        seen = own.with_name(f".{own.stem}.shared.toml")
-        shared_file = self._shared_broker_config()
-        shared = shared_file.read_text(encoding="utf-8") if shared_file is not None else ""
-        if not own.exists():
-            header = (
-                f"# {own.stem}'s own config file, made by make run (deploy/local_cluster.py) at "
-                "its first start\n# and kept at the next ones: rmqctl updateBrokerConfig "
-                "writes live changes here.\n"
-            )
-            if shared_file is not None:
-                header += (
-                    f"# The keys of {shared_file} follow; one changed there is copied here again "
-                    "at the next start.\n"
-                )
-            self.var.mkdir(parents=True, exist_ok=True)
-            own.write_text(header + shared, encoding="utf-8")
-        elif seen.exists() and seen.read_text(encoding="utf-8") != shared:
-            source = shared_file if shared_file is not None else "no shared file"
-            try:
-                before = tomllib.loads(seen.read_text(encoding="utf-8"))
-                after = tomllib.loads(shared)
-            except tomllib.TOMLDecodeError as exc:
-                self._say(f"local cluster: {own.stem}: nothing taken from {source}: {exc}")
-                return own  # the copy is kept: tried again at the next start
-            for key, value in after.items():
-                if not isinstance(value, dict) and before.get(key) != value:
-                    try:
-                        rewrite_key(own, key, value, f"from {source}, changed there")
-                    except ConfigFileError as exc:
-                        self._say(
-                            f"local cluster: {own.stem}: {key} not taken from {source}: {exc}"
-                        )
-        seen.write_text(shared, encoding="utf-8")
-        return own
 
     def broker_argv(self, index: int) -> list[str]:
         listen, ha, metrics = BROKERS[index]
@@ -230,9 +183,11 @@ class LocalCluster:
             grpc = ["--grpc-listen", "0", "--grpc-tls-listen", f"127.0.0.1:{listen + 2}"]
         else:
             grpc = []
+        config_file = self.broker_config_file()
+        config = ["--config", str(config_file)] if config_file is not None else []
         return [
             *PYTHON_M, "broker",
-            "--config", str(self.own_broker_config(index)),
+            *config,
             "--cluster", "DefaultCluster",
             "--broker-name", BROKER_GROUP,
             "--listen", f"127.0.0.1:{listen}",
@@ -305,9 +260,6 @@ class LocalCluster:
         running = self.children.get(name)
         if running is not None and running.poll() is None:
             return
-        brokers = [broker_process_name(i) for i in range(len(BROKERS))]
-        if name in brokers:
-            self.write_broker_config(brokers.index(name))
         out: IO[bytes] | int | None = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,10 @@ is killed, the kernel kills each daemon (a parent-death signal, Linux). Before s
 checks every port the cluster needs and refuses (exit status 2, one line naming the port and the
 process holding it) when one is taken.
 
-Each broker runs from a config file of its own, ``<var>/broker-a-<n>.toml``, made at its first
-start and kept at the next ones, so a live change (``rmqctl updateBrokerConfig``) survives a
-restart; ``--broker-config`` gives keys every broker's file takes (``deploy/daemons.py``).
+Every broker runs from ``--broker-config`` (secure mode: ``var/secure/broker.toml``, which takes
+its keys), or from the defaults without it, and never writes it: a live change (``rmqctl
+updateBrokerConfig``) is kept in the broker's own data directory,
+``<var>/broker-a-<n>/config/liveConfig.json``, so it survives a restart (``deploy/daemons.py``).
 
 ``--secure`` turns on authentication and TLS on every port: it makes the auth key, a CA and a
 certificate under ``var/secure`` (``deploy/security.sh``), creates a super user and writes its
@@ -87,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--broker-config",
         type=Path,
-        help="TOML file whose keys every broker takes: each runs from its own VAR/broker-a-N.toml "
-        "(made at its first start, kept after; updateBrokerConfig writes there), which copies "
-        "this file's keys, and a key changed here later at the next start",
+        help="TOML file every broker runs from (never written: updateBrokerConfig keeps a live "
+        "change in the broker's VAR/broker-a-N/config/liveConfig.json; a key whose value is "
+        "changed here later wins over a live change of it at the next start)",
     )
     parser.add_argument(
         "--controller-config", type=Path, help="TOML file every controller reads first"

@@ -222,7 +222,7 @@ class ResponseCode(IntEnum):
     PRODUCER_ID_NOT_ISSUED = 5096
     # UPDATE_BROKER_CONFIG (issue 28): nothing changed. The key is not a config key; it is
     # read only at start-up (the remark says why); its value is refused as at start-up; the
-    # broker's config file could not be rewritten.
+    # broker's live config changes file (data_dir/config/liveConfig.json) could not be written.
     CONFIG_KEY_UNKNOWN = 5060
     CONFIG_KEY_NEEDS_RESTART = 5061
     CONFIG_VALUE_INVALID = 5062

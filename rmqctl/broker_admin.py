@@ -216,27 +216,41 @@ def get_broker_config(
     settings: Settings, addresses: str | None, broker_addr: str | None, cluster: str | None
 ) -> None:
     """Show every config key of a broker (-b ADDR) or of every broker of a cluster (-c CLUSTER,
-    listed by the controllers of -a) with its value now: what the broker read at start-up,
-    with the changes updateBrokerConfig made since. Keys marked "live" can be changed without a
-    restart (docs/config-reference.md). Exit status 1 when a broker could not be asked (the
-    others are printed first).
+    listed by the controllers of -a) with its value now: what the broker read at start-up from
+    its config file and flags, with the changes updateBrokerConfig made (kept in the broker's
+    data directory, config/liveConfig.json). Keys marked "live" can be changed without a
+    restart (docs/config-reference.md); a key changed live says so, with when, by whom and its
+    value from the config file (the start value). Exit status 1 when a broker could not be asked
+    (the others are printed first).
 
-    Prints {"brokers": [{"brokerName", "brokerId", "address", "configFile", "liveKeys",
-    "config": {key: value}}]}; a broker that failed has "error" instead of its figures.
+    Prints {"brokers": [{"brokerName", "brokerId", "address", "configFile", "liveFile",
+    "liveKeys", "config": {key: value}, "changedLive": {key: {"startValue", "setAt",
+    "setBy"}}}]}; a broker that failed has "error" instead of its figures.
     """
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
     def shown(ref: BrokerRef, answer: BrokerConfigTable) -> tuple[dict[str, Any], str]:
         doc = ref.to_dict() | {
             "configFile": answer.config_file,
+            "liveFile": answer.live_file,
             "liveKeys": list(answer.live_keys),
             "config": dict(answer.config),
+            "changedLive": {k: c.to_dict() for k, c in answer.changed_live.items()},
         }
-        lines = [f"# {ref.label()}, config file: {answer.config_file or '(none)'}"]
+        head = f"# {ref.label()}, config file: {answer.config_file or '(none)'}"
+        if answer.live_file is not None:
+            head += f", live changes: {answer.live_file}"
+        lines = [head]
         width = max((len(k) for k in answer.config), default=0)
         live = set(answer.live_keys)
         for key in sorted(answer.config):
             mark = "  (live)" if key in live else ""
+            change = answer.changed_live.get(key)
+            if change is not None:
+                mark = (
+                    f"  (live; changed live {change.set_at} by {change.set_by}, start value "
+                    f"{_value_text(change.start_value)})"
+                )
             lines.append(f"{key.ljust(width)} = {_value_text(answer.config[key])}{mark}")
         return doc, "\n".join(lines)
 
@@ -248,6 +262,20 @@ def get_broker_config(
             )
         ),
         shown,
+    )
+
+
+def _kept_where(answer: BrokerConfigChanged) -> str:
+    """Where a broker says it kept a change (an older broker: in its config file, or nowhere)."""
+    if not answer.persisted:
+        return "not written: the broker runs without --config, a restart forgets it"
+    if answer.live_file is None:
+        return f"written to {answer.config_file}"
+    if answer.new == answer.start_value:
+        return f"back to its start value: its entry removed from {answer.live_file}"
+    return (
+        f"kept in {answer.live_file}; start value {_value_text(answer.start_value)}, from the "
+        "config file and flags"
     )
 
 
@@ -267,9 +295,11 @@ def update_broker_config(
     value: str,
 ) -> None:
     """Change a config key of a broker (-b ADDR) or of every broker of a cluster (-c CLUSTER)
-    while it runs, and write it to the broker's config file so a restart keeps it (only the
-    key's line is rewritten, with a comment saying when and what it was; a broker started
-    without --config applies it and says a restart forgets it).
+    while it runs. Each broker keeps the change in its data directory
+    (config/liveConfig.json: the value, its start value from the config file and flags, when
+    and by whom) so a restart keeps it; its config file is never written. A value set back to
+    the start value removes the entry; at a restart, a config file (or flag) whose value for the
+    key changed since wins over the live change, which is dropped.
 
     Only the keys docs/config-reference.md lists as live can change (getBrokerConfig marks
     them); another key is refused naming it and why it needs a restart, an unknown key is
@@ -278,7 +308,9 @@ def update_broker_config(
     nothing on that broker; exit status 1 when any broker refused or could not be asked.
 
     Prints {"key", "value", "brokers": [{"brokerName", "brokerId", "address", "old", "new",
-    "persisted", "configFile"}]}; a broker that failed has "error" instead.
+    "startValue", "persisted", "liveFile", "configFile"}]} ("configFile": the file the change was
+    written to, the live file; an older broker's config file); a broker that failed has "error"
+    instead.
     """
     controllers = chosen(settings, addresses, broker_addr, cluster)
 
@@ -288,16 +320,14 @@ def update_broker_config(
         doc = ref.to_dict() | {
             "old": answer.old,
             "new": answer.new,
+            "startValue": answer.start_value,
             "persisted": answer.persisted,
+            "liveFile": answer.live_file,
             "configFile": answer.config_file,
         }
-        where = (
-            f"written to {answer.config_file}"
-            if answer.persisted
-            else "not written: the broker runs without --config, a restart forgets it"
-        )
         line = (
-            f"{ref.label()}: {key} {_value_text(answer.old)} -> {_value_text(answer.new)} ({where})"
+            f"{ref.label()}: {key} {_value_text(answer.old)} -> {_value_text(answer.new)} "
+            f"({_kept_where(answer)})"
         )
         return doc, line
 

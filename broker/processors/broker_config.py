@@ -34,7 +34,7 @@ class BrokerConfigProcessor:
     def update_config(self, conn: Connection, req: Frame) -> Frame:
         update = UpdateBrokerConfig.parse(req.header, req.body)
         try:
-            changed = self.live.update(update.key, update.value)
+            changed = self.live.update(update.key, update.value, conn.peer)
         except ConfigRefused as refused:
             log.warning("config change refused", key=update.key, peer=conn.peer, why=refused.remark)
             return error_response(req, refused.code, refused.remark)
@@ -43,7 +43,8 @@ class BrokerConfigProcessor:
             key=changed.key,
             old=changed.old,
             new=changed.new,
-            persisted=changed.persisted,
+            start_value=changed.start_value,
+            live_file=changed.live_file,
             peer=conn.peer,
         )
         return response(req, ResponseCode.SUCCESS, *changed.encode())

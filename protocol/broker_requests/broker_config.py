@@ -9,19 +9,30 @@ Requests::
 
 GET_BROKER_CONFIG's SUCCESS (:class:`BrokerConfigTable`)::
 
-    {"config": {key: value}, "liveKeys": [key, ...], "configFile": path | nil}
+    {"config": {key: value}, "liveKeys": [key, ...], "configFile": path | nil,
+     "liveFile": path | nil, "changedLive": {key: {"startValue", "setAt", "setBy"}}}
 
 every key with its value now (a path as text, an unset optional key nil), the keys that
-UPDATE_BROKER_CONFIG changes live, and the TOML file a change is written to (nil: the broker
-runs without ``--config``).
+UPDATE_BROKER_CONFIG changes live, the TOML file the broker was started with (nil: without
+``--config``; the broker never writes it), the file in its data directory where live changes
+are kept, and per key changed live its value at start from the config file and flags, when
+(UTC) and by which peer it was changed. ``liveFile`` and ``changedLive`` are newer: an older
+broker leaves them out (parsed as nil and {}).
 
 UPDATE_BROKER_CONFIG's SUCCESS (:class:`BrokerConfigChanged`)::
 
-    {"key", "old", "new", "persisted": bool, "configFile": path | nil}
+    {"key", "old", "new", "persisted": bool, "configFile": path | nil, "liveFile": path | nil,
+     "startValue"}
+
+``persisted``: the change was written to a file a restart reads, ``configFile`` (an older
+broker's config file; now always true, and ``configFile`` is the live file, the same as
+``liveFile``, so an older rmqctl says where it went). ``startValue``: the key's value from the
+config file and flags at this start; a change back to it removes the key's live entry. The last
+two are newer: an older broker leaves them out (parsed as nil).
 
 Refusals (nothing changed): CONFIG_KEY_UNKNOWN, CONFIG_KEY_NEEDS_RESTART (the remark names the key
 and why), CONFIG_VALUE_INVALID (the remark as a bad value at start-up), CONFIG_NOT_PERSISTED (the
-file could not be rewritten), NO_PERMISSION (not a super user, with authentication on).
+live file could not be written), NO_PERMISSION (not a super user, with authentication on).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ __all__ = [
     "BrokerConfigChanged",
     "BrokerConfigQuery",
     "BrokerConfigTable",
+    "ChangedLive",
     "ConfigValue",
     "UpdateBrokerConfig",
 ]
@@ -72,12 +84,35 @@ class BrokerConfigQuery(NoFields):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ChangedLive:
+    """A key changed live: its start value (config file and flags), when (UTC) and by whom."""
+
+    start_value: ConfigValue
+    set_at: str
+    set_by: str
+
+    def to_dict(self) -> dict[str, ConfigValue]:
+        return {"startValue": self.start_value, "setAt": self.set_at, "setBy": self.set_by}
+
+    @classmethod
+    def from_dict(cls, key: str, doc: Any) -> ChangedLive:
+        if not isinstance(doc, dict):
+            raise FieldError(f"'changedLive' of {key!r} must be a map")
+        set_at, set_by = doc.get("setAt"), doc.get("setBy")
+        if not isinstance(set_at, str) or not isinstance(set_by, str):
+            raise FieldError(f"'changedLive' of {key!r} needs setAt and setBy as text")
+        return cls(start_value=_value(doc, "startValue"), set_at=set_at, set_by=set_by)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfigTable:
     """GET_BROKER_CONFIG's SUCCESS."""
 
     config: Mapping[str, ConfigValue] = field(default_factory=dict)
     live_keys: tuple[str, ...] = ()
     config_file: str | None = None
+    live_file: str | None = None
+    changed_live: Mapping[str, ChangedLive] = field(default_factory=dict)
 
     def encode(self) -> tuple[Header, bytes]:
         return {}, pack_map(
@@ -85,6 +120,8 @@ class BrokerConfigTable:
                 "config": dict(self.config),
                 "liveKeys": list(self.live_keys),
                 "configFile": self.config_file,
+                "liveFile": self.live_file,
+                "changedLive": {k: c.to_dict() for k, c in self.changed_live.items()},
             }
         )
 
@@ -92,21 +129,26 @@ class BrokerConfigTable:
     def parse(cls, header: Mapping[str, Scalar], body: bytes | None = None) -> BrokerConfigTable:
         doc = body_map(body, "broker config")
         config, live = doc.get("config", {}), doc.get("liveKeys", [])
+        changed = doc.get("changedLive", {})
         if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
             raise FieldError("'config' must map keys to values")
         if not isinstance(live, list) or not all(isinstance(k, str) for k in live):
             raise FieldError("'liveKeys' must be a list of keys")
+        if not isinstance(changed, dict) or not all(isinstance(k, str) for k in changed):
+            raise FieldError("'changedLive' must map keys to changes")
         return cls(
             config={k: _value(config, k) for k in config},
             live_keys=tuple(live),
             config_file=_text_or_nil(doc, "configFile"),
+            live_file=_text_or_nil(doc, "liveFile"),
+            changed_live={k: ChangedLive.from_dict(k, changed[k]) for k in changed},
         )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateBrokerConfig:
     """UPDATE_BROKER_CONFIG: set ``key`` to ``value`` (text, read by the key's type) now and in
-    the broker's config file."""
+    the broker's live file."""
 
     code: ClassVar[RequestCode] = RequestCode.UPDATE_BROKER_CONFIG
 
@@ -123,14 +165,18 @@ class UpdateBrokerConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfigChanged:
-    """UPDATE_BROKER_CONFIG's SUCCESS: the key's value before and after, and whether the change
-    was written to ``config_file`` (False: the broker runs without one, a restart forgets it)."""
+    """UPDATE_BROKER_CONFIG's SUCCESS: the key's value before and after, whether the change was
+    written to a file a restart reads (``config_file``; from an older broker False: it ran
+    without one, a restart forgets it), the live file it is kept in and the key's start value
+    (module docstring)."""
 
     key: str
     old: ConfigValue
     new: ConfigValue
     persisted: bool
     config_file: str | None = None
+    live_file: str | None = None
+    start_value: ConfigValue = None
 
     def encode(self) -> tuple[Header, bytes]:
         return {}, pack_map(
@@ -140,6 +186,8 @@ class BrokerConfigChanged:
                 "new": self.new,
                 "persisted": self.persisted,
                 "configFile": self.config_file,
+                "liveFile": self.live_file,
+                "startValue": self.start_value,
             }
         )
 
@@ -157,4 +205,6 @@ class BrokerConfigChanged:
             new=_value(doc, "new"),
             persisted=persisted,
             config_file=_text_or_nil(doc, "configFile"),
+            live_file=_text_or_nil(doc, "liveFile"),
+            start_value=_value(doc, "startValue"),
         )

@@ -1,5 +1,6 @@
 """rmqctl's broker commands against real broker processes (issue 28 item 3): getBrokerConfig and
-updateBrokerConfig (a live key takes effect at once and survives a restart; restart-only,
+updateBrokerConfig (a live key takes effect at once, is kept in the broker's data directory, never
+in its config file, and survives a restart; restart-only,
 unknown and invalid keys and a user without permission are refused and change nothing),
 brokerStatus, statsAll, checkMsgSendRT, clusterRT, producerConnection and consumerConnection."""
 
@@ -26,6 +27,7 @@ from protocol.rocketmq_v2 import definition_pb2 as pb
 from protocol.rocketmq_v2 import service_pb2 as rpc
 from protocol.rocketmq_v2 import service_pb2_grpc
 from remoting.client import RemotingClient
+from storage.small_file import read_atomic
 from tests.cluster.secured import ROOT, create_root, secured_cluster
 from tests.support.classic import Raw, consumer_heartbeat
 from tests.support.cli import ok_json
@@ -62,43 +64,57 @@ def send_refused(address: str, size: int) -> BrokerError:
     return refusal.value
 
 
+def live_file(broker: BrokerProc | BrokerNode) -> Path:
+    return broker.data_dir / "config" / "liveConfig.json"
+
+
+def live_entries(broker: BrokerProc | BrokerNode) -> dict[str, Any]:
+    raw = read_atomic(live_file(broker))
+    assert raw is not None
+    entries: dict[str, Any] = json.loads(raw)["entries"]
+    return entries
+
+
 def test_a_live_key_takes_effect_at_once_and_survives_a_restart(broker: BrokerProc) -> None:
     a = broker.address
     ok_json("updateTopic", "-a", a, "-t", "T", "-q", "1")
     asyncio.run(send(a, 3000))
-    before = config_file(broker).read_text()
+    before = config_file(broker).read_bytes()
 
     changed = ok_json("updateBrokerConfig", "-b", a, "-k", "max_message_bytes", "-v", "2048")
     (one,) = changed["brokers"]
-    assert (changed["key"], one["old"], one["new"], one["persisted"]) == (
+    assert (changed["key"], one["old"], one["new"], one["persisted"], one["startValue"]) == (
         "max_message_bytes",
         4 * 1024 * 1024,
         2048,
         True,
+        4 * 1024 * 1024,
     )
-    assert one["configFile"] == str(config_file(broker).resolve())
+    assert one["liveFile"] == one["configFile"] == str(live_file(broker).resolve())
     # Live: the next send over the limit is refused, one under it is stored.
     refusal = send_refused(a, 3000)
     assert refusal.code == ResponseCode.MESSAGE_ILLEGAL and "exceeds 2048" in refusal.remark
     asyncio.run(send(a, 1000))
-    # Written to the config file: one line added, the others as they were.
-    after = config_file(broker).read_text()
-    added = [line for line in after.splitlines() if line not in before.splitlines()]
-    assert len(added) == 1 and added[0].startswith("max_message_bytes = 2048  # set live by")
-    assert "(was 4194304)" in added[0]
+    # Kept in the data directory, the config file as it was.
+    assert config_file(broker).read_bytes() == before
+    entry = live_entries(broker)["max_message_bytes"]
+    assert (entry["value"], entry["startValue"]) == (2048, 4 * 1024 * 1024)
 
     broker.stop()
     broker.start_and_wait()
     (shown,) = ok_json("getBrokerConfig", "-b", a)["brokers"]
     assert shown["config"]["max_message_bytes"] == 2048
     assert "max_message_bytes" in shown["liveKeys"] and "listen" not in shown["liveKeys"]
+    assert shown["changedLive"]["max_message_bytes"]["startValue"] == 4 * 1024 * 1024
+    assert shown["configFile"] == str(config_file(broker).resolve())
     assert send_refused(a, 3000).code == ResponseCode.MESSAGE_ILLEGAL
 
-    # A second change rewrites the same line (the file keeps one line for the key).
+    # A second change replaces the key's entry (one entry per key).
     ok_json("updateBrokerConfig", "-b", a, "-k", "max_message_bytes", "-v", "8192")
     asyncio.run(send(a, 3000))
-    text = config_file(broker).read_text()
-    assert text.count("max_message_bytes") == 1 and "max_message_bytes = 8192" in text
+    assert list(live_entries(broker)) == ["max_message_bytes"]
+    assert live_entries(broker)["max_message_bytes"]["value"] == 8192
+    assert config_file(broker).read_bytes() == before
 
 
 def test_log_level_changes_live(broker: BrokerProc) -> None:
@@ -142,12 +158,13 @@ def test_refused_changes_name_the_key_and_change_nothing(broker: BrokerProc) -> 
     refused("updateBrokerConfig", "-k", "log_level", "-v", "debug", status=2)
     refused("getBrokerConfig", "-b", a, "-c", "DefaultCluster", status=2)
     assert config_file(broker).read_bytes() == before
+    assert not live_file(broker).exists()
     (shown,) = ok_json("getBrokerConfig", "-b", a)["brokers"]
     assert shown["config"]["flush_interval_ms"] == 500
     assert shown["config"]["log_level"] == "info"
 
 
-def test_a_broker_without_a_config_file_changes_live_and_says_a_restart_forgets(
+def test_a_broker_without_a_config_file_keeps_a_change_too(
     broker_factory: type[BrokerProc], tmp_path: Path
 ) -> None:
     proc = broker_factory(tmp_path)
@@ -156,9 +173,23 @@ def test_a_broker_without_a_config_file_changes_live_and_says_a_restart_forgets(
     proc.start_and_wait()
     changed = ok_json("updateBrokerConfig", "-b", proc.address, "-k", "max_pull_batch", "-v", "7")
     (one,) = changed["brokers"]
-    assert (one["new"], one["persisted"], one["configFile"]) == (7, False, None)
+    assert (one["new"], one["persisted"], one["liveFile"]) == (
+        7,
+        True,
+        str(live_file(proc).resolve()),
+    )
     human = rmqctl("updateBrokerConfig", "-b", proc.address, "-k", "max_pull_batch", "-v", "8")
-    assert human.returncode == 0 and "a restart forgets it" in human.stdout
+    assert human.returncode == 0
+    assert f"max_pull_batch 7 -> 8 (kept in {live_file(proc).resolve()}; start value 256" in (
+        human.stdout
+    )
+    proc.stop()
+    proc.start_and_wait()
+    (shown,) = ok_json("getBrokerConfig", "-b", proc.address)["brokers"]
+    assert (shown["configFile"], shown["config"]["max_pull_batch"]) == (None, 8)
+    back = rmqctl("updateBrokerConfig", "-b", proc.address, "-k", "max_pull_batch", "-v", "256")
+    assert "(back to its start value: its entry removed from " in back.stdout
+    assert live_entries(proc) == {}
 
 
 # -- with authentication on, across a cluster (-c) ------------------------------------------------
@@ -217,6 +248,7 @@ def test_without_permission_a_change_is_refused_and_changes_nothing(
     cluster, group = secured
     addresses = cluster.controller_addresses
     before = [b.config_path.read_bytes() for b in group]
+    entries = [live_entries(b) if live_file(b).exists() else {} for b in group]
     why = refused(
         "updateBrokerConfig", "-a", addresses, "-c", "DefaultCluster",
         "-k", "max_pull_batch", "-v", "9", env=signed(*NORMAL),
@@ -225,11 +257,12 @@ def test_without_permission_a_change_is_refused_and_changes_nothing(
     # Both brokers refused alike: said once, naming both.
     assert why.count("NO_PERMISSION") == 1 and all(b.address in why for b in group)
     assert [b.config_path.read_bytes() for b in group] == before
+    assert [live_entries(b) if live_file(b).exists() else {} for b in group] == entries
     root = signed(ROOT.access_key, ROOT.secret_key)
     shown = ok_json("getBrokerConfig", "-a", addresses, "-c", "DefaultCluster", env=root)
     assert [b["config"]["max_pull_batch"] for b in shown["brokers"]] == [256, 256]
 
-    # A super user changes every broker of the cluster, each written to its own file.
+    # A super user changes every broker of the cluster, each kept in its own data directory.
     changed = ok_json(
         "updateBrokerConfig", "-a", addresses, "-c", "DefaultCluster",
         "-k", "max_pull_batch", "-v", "9", env=root,
@@ -237,7 +270,8 @@ def test_without_permission_a_change_is_refused_and_changes_nothing(
     assert sorted(b["address"] for b in changed["brokers"]) == sorted(b.address for b in group)
     assert all(b["new"] == 9 and b["persisted"] for b in changed["brokers"])
     for b in group:
-        assert "max_pull_batch = 9  # set live" in b.config_path.read_text()
+        assert live_entries(b)["max_pull_batch"]["value"] == 9
+    assert [b.config_path.read_bytes() for b in group] == before
 
 
 def test_a_normal_users_refusals_are_one_line_naming_what_would_do(

@@ -264,13 +264,13 @@ def test_make_run_serves_rmqctl_and_stops_cleanly_on_ctrl_c(
 def test_a_replica_that_refuses_to_start_does_not_hold_back_the_table(
     launchers: Launchers,
 ) -> None:
-    """One replica's own config file has a key no broker knows: it refuses to start (status 2).
-    The other two are a working group, so make run prints its table, with their PIDs, and the
+    """One replica's live config changes file is damaged: it refuses to start (status 2). The
+    other two are a working group, so make run prints its table, with their PIDs, and the
     refusing replica's row says it exited. Before, no table came at all (it waited for every
     replica to be in sync): the operator had no PID of any daemon."""
-    var = launchers.tmp_path / "var"
-    var.mkdir()
-    (var / "broker-a-2.toml").write_text(launchers.config.read_text() + "no_such_key = 1\n")
+    live = launchers.tmp_path / "var" / "broker-a-2" / "config" / "liveConfig.json"
+    live.parent.mkdir(parents=True)
+    live.write_text('{"max_pull_batch": 7}\n')  # edited by hand: no checksum
     launchers.start()
     rows = {r[0]: r for r in launchers.ready(timeout=60)[1:]}
     refused = rows.pop("broker-a@10931")
@@ -639,28 +639,30 @@ def broker_configs() -> list[dict[str, object]]:
 def test_a_live_config_change_under_make_run_survives_its_restart(
     launchers: Launchers, tmp_path: Path
 ) -> None:
-    """Each of make run's brokers runs from its own file under the var dir: updateBrokerConfig
-    writes there and a second make run keeps it; a key changed meanwhile in --broker-config
-    (the shared file) is taken by every broker at that start, the live change kept."""
+    """Every broker of make run runs from --broker-config and never writes it:
+    updateBrokerConfig keeps a change in each broker's data directory, and a second make run
+    keeps it; a key changed meanwhile in --broker-config is taken by every broker at that start,
+    and wins over a live change of the same key (whose entry is dropped)."""
     shared = launchers.config
     shared_before = shared.read_text()
     launcher = launchers.start()
     launchers.ready()
-    changed = rmqctl(
-        "--json", "updateBrokerConfig", "-c", "DefaultCluster", "-k", "retention_hours", "-v", "24"
-    )
-    assert changed.returncode == 0, changed.stderr
-    own = [tmp_path / "var" / f"broker-a-{i}.toml" for i in range(3)]
-    written = sorted(
-        (b["persisted"], b["configFile"]) for b in json.loads(changed.stdout)["brokers"]
-    )
-    assert written == [(True, str(path)) for path in own]
-    assert shared.read_text() == shared_before  # the shared file is not rewritten
+    for key, value in (("retention_hours", "24"), ("max_pull_batch", "9")):
+        changed = rmqctl(
+            "--json", "updateBrokerConfig", "-c", "DefaultCluster", "-k", key, "-v", value
+        )
+        assert changed.returncode == 0, changed.stderr
+    live = [tmp_path / "var" / f"broker-a-{i}" / "config" / "liveConfig.json" for i in range(3)]
+    written = sorted((b["persisted"], b["liveFile"]) for b in json.loads(changed.stdout)["brokers"])
+    assert written == [(True, str(path)) for path in live]
+    assert all(path.exists() for path in live)
+    assert shared.read_text() == shared_before  # never written
+    assert not list((tmp_path / "var").glob("*.toml"))  # no per-broker copies
     launcher.send_signal(signal.SIGINT)
     assert launcher.wait(timeout=40) == 0
 
-    # Meanwhile the operator edits the shared file: every broker takes the new key.
-    shared.write_text(shared_before + "max_pull_batch = 17\n")
+    # Meanwhile the operator edits the shared file: a new key, and max_pull_batch changed live.
+    shared.write_text(shared_before + "max_pull_batch = 17\nflush_interval_ms = 250\n")
     launchers.start("second.log")
     launchers.ready("second.log")
     wait_until(
@@ -670,13 +672,19 @@ def test_a_live_config_change_under_make_run_survives_its_restart(
         interval=0.5,
     )
     configs = broker_configs()
-    assert sorted(str(b["configFile"]) for b in configs) == [str(path) for path in own]
+    assert [str(b["configFile"]) for b in configs] == [str(shared)] * 3
     for broker in configs:
         config = broker["config"]
         assert isinstance(config, dict)
         assert config["retention_hours"] == 24.0  # the live change survived
-        assert config["max_pull_batch"] == 17  # the shared file's edit reached it
+        assert config["max_pull_batch"] == 17  # the file's new value wins over the live 9
+        assert config["flush_interval_ms"] == 250  # the shared file's edit reached it
+        changed_live = broker["changedLive"]  # the max_pull_batch entry dropped
+        assert isinstance(changed_live, dict) and list(changed_live) == ["retention_hours"]
+        assert changed_live["retention_hours"]["startValue"] == 72.0
         assert (
             config["commitlog_segment_bytes"]
             == tomllib.loads(shared_before)["commitlog_segment_bytes"]
         )
+    log = (tmp_path / "second.log").read_text()
+    assert log.count("live config change of max_pull_batch dropped") == 3

@@ -1,6 +1,7 @@
 """GET_BROKER_CONFIG and UPDATE_BROKER_CONFIG (protocol/broker_requests/broker_config.py): the
-frame bytes of one fixed request and answer each stay put, any request and answer round-trips
-through a frame, and a bad field raises one FieldError naming it."""
+frame bytes of one fixed request and answer each stay put, an older broker's answers (without
+the live file's fields) still parse, any request and answer round-trips through a frame, and a
+bad field raises one FieldError naming it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from protocol.broker_requests.broker_config import (
     BrokerConfigChanged,
     BrokerConfigQuery,
     BrokerConfigTable,
+    ChangedLive,
     UpdateBrokerConfig,
 )
 from protocol.codes import RequestCode
@@ -32,9 +34,21 @@ TABLE = BrokerConfigTable(
     },
     live_keys=("flush_interval_ms",),
     config_file="/etc/b.toml",
+    live_file="/d/config/liveConfig.json",
+    changed_live={
+        "flush_interval_ms": ChangedLive(
+            start_value=500, set_at="2026-11-29T08:30:00Z", set_by="10.0.0.7:53122"
+        )
+    },
 )
 CHANGED = BrokerConfigChanged(
-    key="flush_interval_ms", old=500, new=250, persisted=True, config_file="/etc/b.toml"
+    key="flush_interval_ms",
+    old=500,
+    new=250,
+    persisted=True,
+    config_file="/d/config/liveConfig.json",
+    live_file="/d/config/liveConfig.json",
+    start_value=500,
 )
 
 # Request frames: code 26 with no fields; code 25 with header {key, value} and no body.
@@ -50,17 +64,50 @@ GOLDEN_REQUESTS: list[tuple[Any, str]] = [
 GOLDEN_ANSWERS: list[tuple[Any, str]] = [
     (
         TABLE,
+        "00000128960001010080c5011f85a6636f6e66696785b1666c7573685f696e74657276616c5f6d73cd01f4af"
+        "726574656e74696f6e5f686f757273cb4052000000000000b16175746f5f6372656174655f746f706963c3a8"
+        "746c735f63657274c0a66c697374656eaf3132372e302e302e313a3130393131a86c6976654b65797391b166"
+        "6c7573685f696e74657276616c5f6d73aa636f6e66696746696c65ab2f6574632f622e746f6d6ca86c697665"
+        "46696c65b92f642f636f6e6669672f6c697665436f6e6669672e6a736f6eab6368616e6765644c69766581b1"
+        "666c7573685f696e74657276616c5f6d7383aa737461727456616c7565cd01f4a57365744174b4323032362d"
+        "31312d32395430383a33303a30305aa57365744279ae31302e302e302e373a3533313232",
+    ),
+    (
+        CHANGED,
+        "0000008d960001010080c48587a36b6579b1666c7573685f696e74657276616c5f6d73a36f6c64cd01f4a36e"
+        "6577ccfaa9706572736973746564c3aa636f6e66696746696c65b92f642f636f6e6669672f6c697665436f6e"
+        "6669672e6a736f6ea86c69766546696c65b92f642f636f6e6669672f6c697665436f6e6669672e6a736f6eaa"
+        "737461727456616c7565cd01f4",
+    ),
+]
+# An older broker's answers (before live changes were kept in the data directory): no liveFile,
+# changedLive or startValue; they parse with those empty.
+OLDER_ANSWERS: list[tuple[Any, str]] = [
+    (
+        BrokerConfigTable(
+            config=TABLE.config, live_keys=TABLE.live_keys, config_file="/etc/b.toml"
+        ),
         "000000a6960001010080c49e83a6636f6e66696785b1666c7573685f696e74657276616c5f6d73cd01f4af72"
         "6574656e74696f6e5f686f757273cb4052000000000000b16175746f5f6372656174655f746f706963c3a874"
         "6c735f63657274c0a66c697374656eaf3132372e302e302e313a3130393131a86c6976654b65797391b1666c"
         "7573685f696e74657276616c5f6d73aa636f6e66696746696c65ab2f6574632f622e746f6d6c",
     ),
     (
-        CHANGED,
+        BrokerConfigChanged(
+            key="flush_interval_ms", old=500, new=250, persisted=True, config_file="/etc/b.toml"
+        ),
         "0000004e960001010080c44685a36b6579b1666c7573685f696e74657276616c5f6d73a36f6c64cd01f4a36e"
         "6577ccfaa9706572736973746564c3aa636f6e66696746696c65ab2f6574632f622e746f6d6c",
     ),
 ]
+
+
+@pytest.mark.parametrize(("answer", "golden"), OLDER_ANSWERS)
+def test_an_older_brokers_answer_still_parses(answer: Any, golden: str) -> None:
+    (frame,) = FrameDecoder().feed(bytes.fromhex(golden))
+    parsed = type(answer).parse(frame.header, frame.body)
+    assert parsed == answer
+    assert parsed.live_file is None
 
 
 def test_the_codes_are_rocketmqs() -> None:
@@ -106,19 +153,46 @@ def test_any_update_round_trips(k: str, v: str) -> None:
     assert _round_trip(update, update.code) == update
 
 
-@given(st.dictionaries(key, value, max_size=8), st.lists(key, max_size=5), st.none() | text)
+changed_live = st.builds(ChangedLive, start_value=value, set_at=text, set_by=text)
+
+
+@given(
+    st.dictionaries(key, value, max_size=8),
+    st.lists(key, max_size=5),
+    st.none() | text,
+    st.none() | text,
+    st.dictionaries(key, changed_live, max_size=4),
+)
 def test_any_config_table_round_trips(
-    config: dict[str, Any], live: list[str], path: str | None
+    config: dict[str, Any],
+    live: list[str],
+    path: str | None,
+    live_path: str | None,
+    changed: dict[str, ChangedLive],
 ) -> None:
-    table = BrokerConfigTable(config=config, live_keys=tuple(live), config_file=path)
+    table = BrokerConfigTable(
+        config=config,
+        live_keys=tuple(live),
+        config_file=path,
+        live_file=live_path,
+        changed_live=changed,
+    )
     assert _round_trip(table, 1) == table
 
 
-@given(key, value, value, st.booleans(), st.none() | text)
+@given(key, value, value, st.booleans(), st.none() | text, st.none() | text, value)
 def test_any_change_round_trips(
-    k: str, old: Any, new: Any, persisted: bool, path: str | None
+    k: str, old: Any, new: Any, persisted: bool, path: str | None, live: str | None, start: Any
 ) -> None:
-    changed = BrokerConfigChanged(key=k, old=old, new=new, persisted=persisted, config_file=path)
+    changed = BrokerConfigChanged(
+        key=k,
+        old=old,
+        new=new,
+        persisted=persisted,
+        config_file=path,
+        live_file=live,
+        start_value=start,
+    )
     assert _round_trip(changed, 1) == changed
 
 
@@ -132,6 +206,25 @@ def test_any_change_round_trips(
         (BrokerConfigTable, {}, msgpack.packb({"config": {"k": [1]}}), "'k' must be a scalar"),
         (BrokerConfigTable, {}, msgpack.packb({"liveKeys": "k"}), "'liveKeys' must be a list"),
         (BrokerConfigTable, {}, msgpack.packb({"configFile": 3}), "'configFile' must be text"),
+        (BrokerConfigTable, {}, msgpack.packb({"liveFile": 3}), "'liveFile' must be text"),
+        (
+            BrokerConfigTable,
+            {},
+            msgpack.packb({"changedLive": [1]}),
+            "'changedLive' must map keys to changes",
+        ),
+        (
+            BrokerConfigTable,
+            {},
+            msgpack.packb({"changedLive": {"k": {"startValue": 1, "setAt": "t"}}}),
+            "'changedLive' of 'k' needs setAt and setBy as text",
+        ),
+        (
+            BrokerConfigChanged,
+            {},
+            msgpack.packb({"key": "k", "persisted": True, "startValue": [1]}),
+            "'startValue' must be a scalar",
+        ),
         (BrokerConfigChanged, {}, msgpack.packb({"persisted": True}), "'key' must be text"),
         (BrokerConfigChanged, {}, msgpack.packb({"key": "k"}), "'persisted' must be true"),
         (BrokerConfigChanged, {}, b"\xc1", "malformed config change"),
