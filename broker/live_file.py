@@ -78,6 +78,8 @@ def read_entries(path: Path) -> dict[str, LiveEntry]:
     advice = f"move {path.name} and {path.name}.bak aside to start with the config file's values"
     try:
         raw = read_atomic(path)
+    except NotADirectoryError:
+        return {}  # no data directory there: the broker refuses to start on it, saying so
     except StoreError as exc:
         raise LiveFileError(f"live config changes file unreadable: {exc}; {advice}") from None
     except OSError as exc:
