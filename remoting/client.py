@@ -40,9 +40,8 @@ from protocol.request_auth import (
 )
 from remoting.channel_binding import tls_unique
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
-from remoting.http2_probe import speaks_http2
+from remoting.port_probe import speaks_http2, speaks_tls
 from remoting.read_buffer import CopyingProtocol
-from remoting.tls_probe import speaks_tls
 from remoting.write_batch import WriteBatch
 
 DEFAULT_TIMEOUT = 5.0
@@ -321,7 +320,7 @@ class RemotingClient:
     async def _closed_by_another_protocol(self, timeout: float) -> bool:
         """Was this plaintext connection closed, unanswered, by a port that speaks TLS or
         HTTP/2 (gRPC)? Then the close's cause says so (asked once per connection:
-        :mod:`remoting.tls_probe`, :mod:`remoting.http2_probe`)."""
+        :mod:`remoting.port_probe`)."""
         if self._tls or self._answered or self._closing:
             return False
         if isinstance(self._close_cause, ProtocolError):  # its first bytes told already

@@ -2,7 +2,7 @@
 instead of its listen port is told so. A gRPC server closes a connection whose first bytes are
 no HTTP/2 preface without a byte, which read as "the peer closed the connection without
 answering"; the client now asks the port again as an HTTP/2 client would
-(remoting/http2_probe.py). A real lone broker with its gRPC port."""
+(remoting/port_probe.py). A real lone broker with its gRPC port."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from client import Producer
 from client.errors import UnreachableError
-from remoting.http2_probe import is_settings_frame
+from remoting.port_probe import is_settings_frame
 from tests.support.cli import rmqctl
 from tests.support.procs import GrpcBrokerProc, module_broker, port_open
 from tests.support.wait import wait_until
