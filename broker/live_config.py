@@ -166,6 +166,24 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _checked(key: str, entry: LiveEntry, start_now: Any) -> tuple[str | None, Any]:
+    """Why a live file's entry is dropped at start (its key no longer live, its value no longer
+    valid, or the config file or a flag changed the key since: it wins), with None; or None and
+    the entry's value, checked."""
+    if key not in LIVE_KEYS:
+        return f"{key} is not a live config key now", None
+    try:
+        value = check_key(BrokerConfig, key, entry.value)
+    except ConfigError as exc:
+        return str(exc), None
+    if not _same(key, entry.start_value, start_now):
+        return (
+            f"the config file (or a flag) changed {key} since, to {wire_value(start_now)!r}, "
+            f"which wins over the live value {entry.value!r}"
+        ), None
+    return None, value
+
+
 class LiveConfig:
     """The broker's config as a running broker reads and changes it (module docstring)."""
 
@@ -207,30 +225,11 @@ class LiveConfig:
         )
         kept: dict[str, LiveEntry] = {}
         for key, entry in recorded.items():
-            if key not in LIVE_KEYS:
+            start_now = start_values.get(key)
+            why, value = _checked(key, entry, start_now)
+            if why is not None:
                 log.warning(
-                    f"live config change of {key} dropped: {key} is not a live config key now",
-                    key=key,
-                    live_value=entry.value,
-                    path=str(path),
-                )
-                continue
-            try:
-                value = check_key(BrokerConfig, key, entry.value)
-            except ConfigError as exc:
-                log.warning(
-                    f"live config change of {key} dropped: {exc}",
-                    key=key,
-                    live_value=entry.value,
-                    path=str(path),
-                )
-                continue
-            start_now = start_values[key]
-            if not _same(key, entry.start_value, start_now):
-                log.warning(
-                    f"live config change of {key} dropped: the config file (or a flag) changed "
-                    f"{key} since, to {wire_value(start_now)!r}, which wins over the live value "
-                    f"{entry.value!r}",
+                    f"live config change of {key} dropped: {why}",
                     key=key,
                     value=wire_value(start_now),
                     live_value=entry.value,
