@@ -7,10 +7,8 @@ loaded before, the process serving on.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import signal
-import ssl
 from pathlib import Path
 
 import pytest
@@ -19,20 +17,10 @@ from remoting.tls import client_context
 from tests.deploy.support import require_tool
 from tests.support.cluster import BrokerNode
 from tests.support.procs import free_port, port_open
-from tests.support.tls import make_ca
+from tests.support.tls import make_ca, peer_name
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
-
-
-async def peer_name(port: int, context: ssl.SSLContext) -> str:
-    """The common name of the certificate the TLS port ``port`` presents to a new connection."""
-    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-    try:
-        cert = writer.get_extra_info("peercert")
-        return str(dict(x[0] for x in cert["subject"])["commonName"])
-    finally:
-        writer.close()
 
 
 @pytest.mark.parametrize("tls_enabled", [True, False], ids=["tls_enabled", "grpc_tls_only"])

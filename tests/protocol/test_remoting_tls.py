@@ -34,7 +34,7 @@ from remoting.tls import (
     client_context,
     files_from_config,
 )
-from tests.support.tls import Pki, make_ca
+from tests.support.tls import Pki, make_ca, peer_name
 
 
 @pytest.fixture(scope="module")
@@ -73,16 +73,6 @@ async def served(pki: Pki, node: tuple[Path, Path]) -> AsyncIterator[Served]:
     await s.start()
     yield s
     await s.server.stop()
-
-
-async def peer_name(port: int, context: ssl.SSLContext) -> str:
-    """The common name of the certificate the server at ``port`` presents."""
-    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-    try:
-        cert = writer.get_extra_info("peercert")
-        return str(dict(x[0] for x in cert["subject"])["commonName"])
-    finally:
-        writer.close()
 
 
 # --- checks at start ---------------------------------------------------------------------------

@@ -6,6 +6,8 @@ every daemon of a test cluster on loopback (and as its client certificate).
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,3 +50,14 @@ def make_ca(directory: Path, name: str = "test-ca") -> Pki:
         "-subj", f"/CN={name}",
     )  # fmt: skip
     return Pki(ca, ca_key, directory)
+
+
+async def peer_name(port: int, context: ssl.SSLContext) -> str:
+    """The common name of the certificate the TLS port ``port`` on 127.0.0.1 presents to a new
+    connection."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        cert = writer.get_extra_info("peercert")
+        return str(dict(x[0] for x in cert["subject"])["commonName"])
+    finally:
+        writer.close()
