@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from client.admin import Admin
 from client.errors import ClientError
+from client.lookup import id_problem
 from client.offset_reset import OffsetAdmin
 from client.producer import Producer
 from client.resend import Resender
@@ -30,6 +31,7 @@ from protocol.controller_requests.users import (
     UpdateUser,
 )
 from protocol.fields import FieldError
+from protocol.message import RecordError, parse_msg_id
 from protocol.retry import MAX_RETRY_TIMES, RetryConfigError, config_from_dict
 from protocol.topic_attrs import parse_message_type, parse_perm, perm_text
 from rmqctl.common import utc_iso
@@ -108,6 +110,8 @@ async def send_test_message(
     addresses: str, topic: str, body: str, keys: str, tag: str, timeout: float
 ) -> str:
     ask = checked_topic(topic)
+    if not body:  # the brokers refuse it (MESSAGE_ILLEGAL): said here, as bad input
+        raise Refused("the body is empty: a message needs one; nothing was sent")
     async with Producer(addresses, send_deadline=timeout) as producer:
         result = await producer.send(ask.topic, body.encode(), keys=keys.strip(), tags=tag.strip())
     return f"sent {result.msg_id} to {ask.topic} ({result.broker_name} queue {result.queue_id})"
@@ -117,6 +121,9 @@ async def reset_offset(
     addresses: str, group: str, topic: str, when: int, timeout: float, *, force: bool = True
 ) -> str:
     """resetOffsetByTime (``when`` :data:`TO_MAX`: skipAccumulatedMessage)."""
+    if not topic.strip():  # a group with no offset offers no topic to pick
+        raise Refused("give the topic whose offsets to reset")
+    topic = checked_topic(topic).topic
     now = int(time.time() * 1000)
     if when != TO_MAX and when > now + FUTURE_SLACK_MS:
         raise Refused(
@@ -133,7 +140,24 @@ async def reset_offset(
     )
 
 
+def dead_letter_id(msg_id: str) -> str:
+    """``msg_id`` (stripped) when it has the form of a dead letter's id, its offset id in the
+    DLQ (as rmqctl resendDLQ --msg-id checks it), else :class:`Refused` saying what is wrong."""
+    text = msg_id.strip()
+    try:
+        parse_msg_id(text)
+    except RecordError:
+        problem = id_problem(text) or f"it has {len(text)} hex digits"
+        raise Refused(
+            f"not a dead letter's id: {msg_id!r}: {problem} (a dead letter's id is its offset id "
+            "in the DLQ: 32 hex digits, store host and offset)"
+        ) from None
+    return text
+
+
 async def resend_dlq(addresses: str, group: str, msg_id: str | None, timeout: float) -> str:
+    if msg_id:
+        msg_id = dead_letter_id(msg_id)
     async with Admin(addresses, timeout) as admin:
         done = await admin.resend_dlq(group, msg_id or None)
     resent = sum(len(d.get("resent") or ()) for d in done.values())

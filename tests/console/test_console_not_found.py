@@ -7,6 +7,7 @@ hold the answer). Real processes: three controllers, broker group broker-a of on
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import urllib.error
@@ -234,3 +235,80 @@ def test_controllers_that_cannot_be_reached_are_still_a_502(tmp_path: Path) -> N
     finally:
         console.stop()
     assert "Traceback" not in console.log()
+
+
+def actions_logged(env: Env, action: str) -> list[dict[str, object]]:
+    """The console's ``console action`` log lines of ``action``, oldest first."""
+    lines = [
+        json.loads(line) for line in env.console.log().splitlines() if "console action" in line
+    ]
+    return [line for line in lines if line.get("action") == action]
+
+
+def max_offsets(env: Env, topic: str) -> dict[str, int]:
+    """Each queue's max offset of ``topic`` as its page shows them (topicStatus)."""
+    status, page = fetch(f"{env.base}/topics/{topic}")
+    assert status == 200, shown(page)
+    rows = re.findall(r"<td>(broker-\w+)</td>\s*<td[^>]*>(\d+)</td>\s*<td[^>]*>\d+</td>"
+                      r"\s*<td[^>]*>(\d+)</td>", page)  # fmt: skip
+    assert rows, page[-1500:]
+    return {f"{b}/{q}": int(m) for b, q, m in rows}
+
+
+def test_a_test_message_without_a_body_is_a_400_and_nothing_is_sent(env: Env) -> None:
+    """The brokers refuse an empty body: the form says so itself (bad input, a 400), not as a
+    failure of the cluster (502) after sending it."""
+    before = max_offsets(env, "T")
+    logged = len(actions_logged(env, "send test message"))
+    token, cookie = csrf_cookie(env)
+    status, page = post_form(
+        f"{env.base}/topics/T/send", {"csrf": token, "keys": "empty-1", "body": ""}, cookie
+    )
+    assert status == 400, shown(page)
+    assert error_of(page) == "the body is empty: a message needs one; nothing was sent"
+    assert max_offsets(env, "T") == before
+    outcomes = [a["outcome"] for a in actions_logged(env, "send test message")[logged:]]
+    assert outcomes == ["refused"], outcomes
+
+
+def test_a_reset_or_skip_without_a_topic_is_a_400(env: Env) -> None:
+    """A group with no offset on any topic has no topic to pick on its page: the reset and
+    skip forms are then not shown, and a POST without a topic is refused before anything is
+    sent (a 400 saying what is missing), not the controllers' BAD_REQUEST as a 502."""
+    token, cookie = csrf_cookie(env)
+    status, page = post_form(
+        f"{env.base}/groups/no-offsets/settings", {"csrf": token, "retry_max_times": "3"}, cookie
+    )
+    assert status == 200 and "settings of no-offsets stored" in page, shown(page)
+    status, page = fetch(f"{env.base}/groups/no-offsets")
+    assert status == 200, shown(page)
+    assert 'id="reset-offset"' not in page and 'id="skip-backlog"' not in page
+    assert "no offset on any topic: nothing to reset" in page
+    logged = len(actions_logged(env, "reset offset")), len(actions_logged(env, "skip backlog"))
+    for group in ("no-offsets", "billing"):
+        for action, fields in (("reset", {"time": "now"}), ("skip", {})):
+            status, page = post_form(
+                f"{env.base}/groups/{group}/{action}", {"csrf": token, **fields}, cookie
+            )
+            assert status == 400, (group, action, shown(page))
+            assert error_of(page) == "give the topic whose offsets to reset", (group, action)
+    for action, before in zip(("reset offset", "skip backlog"), logged, strict=True):
+        outcomes = [a["outcome"] for a in actions_logged(env, action)[before:]]
+        assert outcomes == ["refused", "refused"], (action, outcomes)
+
+
+def test_a_dead_letter_resend_with_a_malformed_id_is_a_400(env: Env) -> None:
+    """Said before anything is sent, as rmqctl resendDLQ --msg-id says it, not a broker's
+    BAD_REQUEST as a 502."""
+    token, cookie = csrf_cookie(env)
+    logged = len(actions_logged(env, "resend dead letters"))
+    for msg_id, wrong in (("xyz", "&#39;xyz&#39; are not hex digits"),
+                          (UNKNOWN_UNIQUE_KEY, "it has 34 hex digits")):  # fmt: skip
+        status, page = post_form(
+            f"{env.base}/groups/billing/dlq/resend", {"csrf": token, "msg_id": msg_id}, cookie
+        )
+        assert status == 400, (msg_id, shown(page))
+        line = error_of(page)
+        assert line.startswith(f"not a dead letter&#39;s id: &#39;{msg_id}&#39;: {wrong}"), line
+    outcomes = [a["outcome"] for a in actions_logged(env, "resend dead letters")[logged:]]
+    assert outcomes == ["refused", "refused"], outcomes
