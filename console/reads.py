@@ -583,17 +583,19 @@ def _hex(data: bytes) -> str:
 async def find_messages(
     addresses: str, topic: str, key: str, begin_ms: int, end_ms: int, timeout: float
 ) -> tuple[list[FoundMessage], bool, list[str]]:
-    """A topic's messages with ``key`` (queryMsgByKey), or without a key stored in the range
-    (queryMsgByTime); at most :data:`MAX_FOUND`, whether there were more, and the broker groups
-    that could not be asked."""
+    """A topic's messages with ``key`` (queryMsgByKey: the newest, as the brokers' key index
+    answers), or without a key stored in the range (queryMsgByTime: the oldest); at most
+    :data:`MAX_FOUND`, oldest first, whether there were more, and the broker groups that could
+    not be asked."""
     errors: list[str] = []
     async with RangeReader(addresses, timeout) as reader:
         if key:
+            # One more than shown from each broker group: a group that holds more says so.
             found = await reader.by_key(
-                topic, key, begin_ms=begin_ms, end_ms=end_ms, max_num=MAX_FOUND, errors=errors
+                topic, key, begin_ms=begin_ms, end_ms=end_ms, max_num=MAX_FOUND + 1, errors=errors
             )
             more = len(found) > MAX_FOUND
-            found = found[:MAX_FOUND]
+            found = found[-MAX_FOUND:] if more else found
         else:
             found, more = await reader.by_time(
                 topic, begin_ms, end_ms, max_num=MAX_FOUND, errors=errors

@@ -2,7 +2,8 @@
 does not exist is a 404 page saying so, a malformed message id a 400 naming what is wrong with
 it, and 502 stays for a cluster that cannot be reached (controllers, or the broker that would
 hold the answer). Real processes: three controllers, broker group broker-a of one, rmq-console
-(no browser: the statuses are what is checked)."""
+(no browser: the statuses are what is checked); also bad form input refused before anything is
+sent, and a search by key cut to a page saying so."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from client import Producer
+from console.reads import MAX_FOUND
 from tests.console.browser import console_process, fetch, post_form
 from tests.support.cluster import STEADY_MASTER, Cluster
 from tests.support.messages import consumed, create_once_registered
@@ -312,3 +314,33 @@ def test_a_dead_letter_resend_with_a_malformed_id_is_a_400(env: Env) -> None:
         assert line.startswith(f"not a dead letter&#39;s id: &#39;{msg_id}&#39;: {wrong}"), line
     outcomes = [a["outcome"] for a in actions_logged(env, "resend dead letters")[logged:]]
     assert outcomes == ["refused", "refused"], outcomes
+
+
+def test_a_search_by_key_that_finds_more_than_a_page_says_so(env: Env) -> None:
+    """One message more than the page shows, all with one key: the page lists the newest
+    (the brokers' key index answers the newest, as rmqctl queryMsgByKey says) and says there
+    are more, rather than a full page that looks like all there is."""
+
+    async def send() -> list[str]:
+        async with Producer(env.cluster.controller_addresses, send_deadline=30.0) as producer:
+            return [
+                (await producer.send("T", b"many", keys="many")).msg_id
+                for _ in range(MAX_FOUND + 1)
+            ]
+
+    sent = asyncio.run(send())
+
+    def listed() -> list[str]:
+        status, page = fetch(f"{env.base}/messages?topic=T&key=many")
+        assert status == 200, shown(page)
+        return re.findall(r'<a href="/c/default/messages/([0-9A-F]+)\?topic=T">', page)
+
+    wait_until(lambda: sent[-1] in listed(), "the newest message listed", 30)
+    assert listed() == sent[1:]
+    status, page = fetch(f"{env.base}/messages?topic=T&key=many")
+    assert status == 200, shown(page)
+    assert f"More than {MAX_FOUND} messages with this key: showing the newest" in page
+    # By time, the oldest of the range (the first ones stored).
+    status, page = fetch(f"{env.base}/messages?topic=T&begin=-1h")
+    assert status == 200, shown(page)
+    assert f"More than {MAX_FOUND} messages in this range: showing the oldest" in page
