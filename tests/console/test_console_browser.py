@@ -15,6 +15,8 @@ process beside them (one of each for the module: the suite's time is short).
 - A real SDK consumer running while the page watches: its member listed, the group's lag rising
   as messages are sent while its handler is held and back to 0 once it runs, without a reload;
   a message re-sent to the group from its page reaches that live member.
+- A group deleted by rmqctl while its page is open: the page's live part says it is gone
+  (its update's 404) instead of keeping the last figures.
 - A Prometheus with the production alert rules: its firing alert listed on the cluster page.
 - A dead letter (a group with retryMaxTimes 0 whose handler fails) is listed on the group's DLQ
   page, re-sent from there, and exported as JSON lines.
@@ -575,3 +577,28 @@ def test_cluster_page_shows_the_alerts_firing_in_prometheus(env: Env, browser: A
     row = text_of(browser, "#alerts tr.alert")
     assert "critical" in row and "No active controller" in row, row
     shot(env, browser, "cluster-alerts")
+
+
+def test_a_group_deleted_elsewhere_shows_on_its_open_page_without_a_reload(
+    env: Env, browser: Any
+) -> None:
+    """The page's live part, whose update is now a 404, says the group is gone instead of
+    keeping its last figures."""
+    env.ctl("updateSubGroup", "-g", "console-gone")
+    browser.get(f"{env.url}/c/default/groups/console-gone")
+    wait_until(lambda: "Total lag" in text_of(browser, "#live"), "the group's live part", 30)
+    # A replica another test killed may still be registered: rmqctl then says the group is
+    # still there and exits 1; what the page reads (every broker that answers) has none of it.
+    addresses = env.cluster.controller_addresses
+    rmqctl("-a", addresses, "deleteSubGroup", "-g", "console-gone")
+    gone = rmqctl("-a", addresses, "getSubGroup", "-g", "console-gone")
+    assert gone.returncode == 1 and "does not exist" in gone.stderr, gone.stderr
+    wait_until(
+        lambda: "consumer group console-gone does not exist" in text_of(browser, "#live"),
+        "the live part to say the group is gone",
+        30,
+        on_timeout=env.logs,
+    )
+    assert "Total lag" not in text_of(browser, "#live")
+    assert "Authentication is off" not in text_of(browser, "#live")  # not the page's chrome
+    shot(env, browser, "group-gone")
