@@ -265,6 +265,9 @@ class RaftDriver:
         )
         self.role = Role.FOLLOWER
         self.lead: NodeId | None = None
+        # The term whose leader the observer was last told of: a follower that lost its leader
+        # (a pre-vote round, no new term) and hears it again has seen no new leader.
+        self._leader_term_seen = -1
         self.active = False
         self.on_active_change: list[Callable[[bool], None]] = []
         self.on_leader_change: list[Callable[[NodeId | None], None]] = []
@@ -659,7 +662,9 @@ class RaftDriver:
         if ss.lead != self.lead:
             self.lead = ss.lead
             if ss.lead is not None:
-                self.observer.leader_changed(ss.lead)
+                if self.node.term != self._leader_term_seen:  # one leader per term at most
+                    self._leader_term_seen = self.node.term
+                    self.observer.leader_changed(ss.lead)
                 log.info("raft leader", leader=ss.lead, term=self.node.term, me=self.id)
             for cb in self.on_leader_change:
                 cb(ss.lead)
