@@ -10,8 +10,8 @@ self-describing, so neither ConsumeQueues nor the broker are needed. Nothing is 
 directory (a store a broker holds open may be read, but its tail is then a moving target).
 
 Options: ``path`` (the store directory or its ``commitlog`` directory; also ``load(path)``),
-``topic`` (only this topic), ``brokerName`` (the ``brokerName`` column; default the directory's
-name), ``staticTopicMapping`` (a file with a static topic's mapping as
+``topic`` (only this topic), ``brokerName`` (the ``brokerName`` column; default the group the
+store's ``config/owner.json`` records, else the directory's name), ``staticTopicMapping`` (a file with a static topic's mapping as
 ``rmqctl --json staticTopicMapping -t TOPIC`` prints it: that topic's records are shown by
 logical queue and logical offset, and its records in no item of this broker group are left out;
 :mod:`pipeline.logical`), ``committedOnly`` (only records below the confirm offset in the store's checkpoint: what
@@ -36,7 +36,13 @@ from pyspark.sql.types import StructType
 
 from pipeline.errors import OptionError, StoreReadError
 from pipeline.logical import logical_view
-from pipeline.options import bool_option, get_option, req_int_option, topic_option
+from pipeline.options import (
+    bool_option,
+    check_names,
+    get_option,
+    req_int_option,
+    topic_option,
+)
 from pipeline.rows import (
     RecordDecodeError,
     arrow_schema,
@@ -47,6 +53,7 @@ from pipeline.rows import (
 )
 from protocol.static_topic import LogicalQueue, parse_queue
 from storage.checkpoint import load_checkpoint
+from storage.data_dir_owner import read_owner
 from storage.errors import StoreError
 from storage.segment import parse_segment_name
 
@@ -56,6 +63,15 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 FORMAT = "rmqstore"
+#: the options of the rmqstore format, beside ``path`` (accepted as one of Spark's own)
+STORE_OPTIONS: tuple[str, ...] = (
+    "topic",
+    "brokerName",
+    "staticTopicMapping",
+    "committedOnly",
+    "corruptRecords",
+    "rowsPerBatch",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +87,7 @@ class StoreOptions:
 
     @classmethod
     def parse(cls, options: Any) -> StoreOptions:
+        check_names(options, STORE_OPTIONS, "reading the rmqstore format")
         raw = get_option(options, "path")
         if not raw:
             raise OptionError(
@@ -88,13 +105,24 @@ class StoreOptions:
             raise OptionError(f"option corruptRecords must be fail or stop, not {corrupt!r}")
         return cls(
             commitlog=commitlog,
-            broker_name=get_option(options, "brokerName") or store_dir.resolve().name,
+            broker_name=get_option(options, "brokerName") or default_broker_name(store_dir),
             topic=topic_option(options, required=False),
             committed_only=bool_option(options, "committedOnly", False),
             corrupt=corrupt,
             rows_per_batch=req_int_option(options, "rowsPerBatch", 4096, 1),
             static=_static_mapping(get_option(options, "staticTopicMapping")),
         )
+
+
+def default_broker_name(store_dir: Path) -> str:
+    """The broker group the store records as its owner (``config/owner.json``, written at a
+    broker's first start), else the directory's name (a store of an older broker, or a copy
+    of ``commitlog/`` alone)."""
+    try:
+        owner = read_owner(store_dir)
+    except StoreError as exc:
+        raise OptionError(f"{exc}; set option brokerName to the store's broker group") from None
+    return owner.broker_name if owner is not None else store_dir.resolve().name
 
 
 def _static_mapping(raw: object) -> tuple[str, tuple[LogicalQueue, ...]] | None:

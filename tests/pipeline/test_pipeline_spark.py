@@ -394,3 +394,43 @@ def test_rmqstore_reads_a_stopped_brokers_directory(
     )
     with pytest.raises(Exception, match="is not a broker store directory"):
         spark.read.format("rmqstore").load(str(tmp_path / "nowhere"))
+
+
+def test_rmqstore_names_the_group_its_store_records_and_checks_option_names(
+    spark: SparkSession, broker_factory: type[BrokerProc], tmp_path: Path
+) -> None:
+    """``make run`` keeps broker-a's replicas in ``var/broker-a-0`` (``-1``, ``-2``): the
+    ``brokerName`` column is the group the store records (``config/owner.json``), not the
+    directory's name, so a static topic's mapping, which names groups, finds its items there.
+    Before the fix the column read ``broker-a-0`` and every row of the mapped topic was left
+    out: an empty result, no error. And a misspelt option (``committedOnyl``) was ignored: every
+    record was read, committed or not."""
+    broker = broker_factory(tmp_path).start_and_wait()
+    sent = fill(broker.address, "StoreS", 2, 10)
+    assert broker.stop() == 0
+    replica = tmp_path / "broker-a-0"
+    shutil.copytree(broker.data_dir, replica)
+    mapping = tmp_path / "mapping.json"
+    item = {"brokerName": "broker-a", "logicalStart": 0, "physicalStart": 0, "generation": 0}
+    mapping.write_text(json.dumps({"topic": "StoreS", "queues": [
+        {"queueId": q, "items": [{**item, "physicalQueue": q, "logicalEnd": None}]}
+        for q in range(2)
+    ]}))  # fmt: skip
+
+    def store(**options: str) -> DataFrame:
+        reader = spark.read.format("rmqstore")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load(str(replica))
+
+    rows = store().collect()
+    assert {r["brokerName"] for r in rows} == {"broker-a"}
+    logical = store(staticTopicMapping=str(mapping), topic="StoreS").collect()
+    assert sorted((r["queueId"], r["queueOffset"]) for r in logical) == sorted(
+        (s.queue_id, s.queue_offset) for s in sent
+    )
+    with pytest.raises(
+        Exception, match="unknown option 'committedonyl' for reading the rmqstore format; did you "
+        "mean committedOnly"
+    ):  # fmt: skip
+        store(committedOnyl="true")
