@@ -10,6 +10,10 @@ no duplicates and no gaps, as long as the archive is read through Spark (which f
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,6 +91,8 @@ class ArchiveResult:
     files: int = 0
     #: the Kafka source's offsets-behind-latest figures of the last batch (None: no batch)
     behind: dict[str, float] | None = None
+    #: the signal (SIGINT, SIGTERM) that stopped the query, or None
+    stopped_by: int | None = None
 
 
 def data_files(output: str) -> set[str]:
@@ -101,13 +107,45 @@ def data_files(output: str) -> set[str]:
     }
 
 
+#: how often the job looks whether a stop signal came while its query runs (seconds)
+STOP_POLL_S = 1
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM recorded in the list it yields instead of acted on, while the block
+    runs (in the main thread; elsewhere signals cannot be handled and the list stays empty);
+    the handlers before it (pyspark's) come back after."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def note(signum: int, _frame: object) -> None:
+        got.append(signum)
+
+    before = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def run_archive(spark: SparkSession, spec: ArchiveSpec) -> ArchiveResult:
     """Run the archive to the end of what is there now, or with an interval until the query is
     stopped or fails. Counts cover the progress reports Spark retains
     (``spark.sql.streaming.numRecentProgressUpdates``)."""
     before = data_files(spec.output)
     query = start_archive(spark, spec)
-    query.awaitTermination()
+    with stop_signals() as stopped:
+        # wait in short steps, so that a stop signal is acted on here, between calls to the
+        # JVM (pyspark's own SIGINT handler calls into the JVM from inside the call it
+        # interrupts: py4j errors, stacks on stderr, and the job dies unsummarised)
+        while not query.awaitTermination(STOP_POLL_S):
+            if stopped:
+                query.stop()
+                break
     progress = [p for p in query.recentProgress if int(p["numInputRows"]) > 0]
     end = None
     behind = None
@@ -115,6 +153,7 @@ def run_archive(spark: SparkSession, spec: ArchiveSpec) -> ArchiveResult:
         end = query.lastProgress["sources"][0]["endOffset"]
         behind = offsets_behind(query.lastProgress["sources"][0])
     return ArchiveResult(
+        stopped_by=stopped[0] if stopped else None,
         batches=len(progress),
         rows=sum(int(p["numInputRows"]) for p in progress),
         end_offset=str(end) if end is not None else None,

@@ -323,8 +323,8 @@ def _failed(settings: Settings, exc: BaseException) -> JobError:
 @click.option(
     "--interval",
     metavar="DURATION",
-    help='Keep running, a batch every DURATION ("1 minute"); default: archive what is '
-    "there now and stop.",
+    help='Keep running, a batch every DURATION ("1 minute"), until Ctrl-C or SIGTERM (then '
+    "the result, exit status 0); default: archive what is there now and stop.",
 )
 @pass_settings
 def archive_command(
@@ -375,6 +375,10 @@ def archive_command(
             }
         )
     )
+    if result.stopped_by is not None and interval is None:
+        # stopped before it archived everything there was: the status a shell gives a command a
+        # signal ended (130 for Ctrl-C); with --interval a signal is the way to end the job
+        click.get_current_context().exit(128 + result.stopped_by)
 
 
 @cli.command("traffic")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from tests.pipeline.conftest import fill
 from tests.support.procs import BrokerProc, free_port
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.multiprocess
 
@@ -101,3 +103,42 @@ def test_a_jobs_stdout_is_its_json_alone(shared_broker: BrokerProc, tmp_path: Pa
     assert noise == [], done.stderr
     plan = json.loads(done.stdout)  # the whole of stdout is one JSON document
     assert plan == json.loads((tmp_path / "traffic" / "plan.json").read_text())
+
+
+def test_ctrl_c_ends_an_archive_with_interval_cleanly(
+    shared_broker: BrokerProc, tmp_path: Path
+) -> None:
+    """``archive --interval`` runs until stopped: Ctrl-C (SIGINT) stops its query, and it prints
+    its JSON result and exits 0, with nothing else on stderr. Before the fix, pyspark's own
+    SIGINT handler called into the JVM from inside the call it interrupted: some fifty lines of
+    py4j stacks (``reentrant call``, ``KeyboardInterrupt while sending command``), then
+    ``rmq-pipeline: aborted``, exit status 1 and no result."""
+    fill(shared_broker.address, "JobsStop", 2, 20)
+    checkpoint = tmp_path / "ck"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "pipeline.cli", "--master", "local[1]", "archive",
+            "-a", shared_broker.address, "-t", "JobsStop", "--output", str(tmp_path / "out"),
+            "--checkpoint", str(checkpoint), "--interval", "1 second",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: proc.poll() is not None or (checkpoint / "commits" / "0").exists(),
+            "the archive's first batch committed", 180, interval=0.5,
+        )  # fmt: skip
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    noise = [ln for ln in err.splitlines() if not ln.startswith(JVM_NOTICE)]
+    assert noise == [], err
+    result = json.loads(out)
+    assert (result["topic"], result["rows"]) == ("JobsStop", 20)
+    assert sum(result["endOffset"]["broker-a"].values()) == 20
