@@ -5,7 +5,8 @@ Rows with a ``messageGroup`` carry it as their message group (``__SHARDINGKEY``,
 consumers and the official clients read) and go to the queue the group's hash picks
 (:func:`pipeline.queue_sender.queue_for`), one batch per queue in flight and retried on that
 queue, so one group's messages keep the order they had in the task's partition; rows without one
-are spread over the writable queues. A ``queue`` column (an index into the topic's queues, or
+are spread over the writable queues. A row goes to the ``topic`` option's topic when it is set,
+else to its ``topic`` column's (Kafka's rule). A ``queue`` column (an index into the topic's queues, or
 ``broker/queueId``) names a row's queue outright, as Kafka's ``partition`` column does; the row
 keeps its message group. It is at-least-once: a task that fails reports how many of
 its rows were acknowledged (they stay in the topic) and Spark's retry of the task sends them
@@ -221,8 +222,11 @@ def _items(
 
     bodies = column(setup.body)
     keys, tags, props = column(setup.keys), column(setup.tags), column(setup.properties)
-    topics, groups, chosen = column(setup.topic), column(setup.group), column(setup.queue)
-    default_topic = setup.opts.topic
+    groups, chosen = column(setup.group), column(setup.queue)
+    # The option, when set, wins over a 'topic' column (Kafka's sink rule): a DataFrame read from
+    # one topic and written with .option("topic", other) goes to the other, not back.
+    forced = setup.opts.topic
+    topics = [forced] * n if forced is not None else column(setup.topic)
     for i in range(n):
         body = bodies[i]
         number = before + i + 1
@@ -232,7 +236,7 @@ def _items(
             body = body.encode()
         if not body:
             raise WriteError(f"row {number} has an empty body (a message needs at least one byte)")
-        topic = topics[i] or default_topic
+        topic = topics[i]
         if not topic:
             raise WriteError(f"row {number} has no topic (null column and no topic option)")
         item: dict[str, Any] = {"body": body, "bornTimestamp": born}

@@ -148,29 +148,38 @@ def test_write_then_read_back_batch_and_streaming(
     spark: SparkSession, shared_broker: BrokerProc, tmp_path: Path
 ) -> None:
     address = shared_broker.address
-    asyncio.run(_topics(address, ("SparkOut", 2), ("SparkOther", 1), ("SparkCopy", 2)))
+    asyncio.run(
+        _topics(address, ("SparkOut", 2), ("SparkOther", 1), ("SparkCopy", 2), ("SparkOpt", 1))
+    )
     rows = [
         (
             f"body{i}",
             f"key{i}",
             "t" if i % 2 else None,
             {"n": str(i)},
-            None if i < 30 else "SparkOther",
+            "SparkOut" if i < 30 else "SparkOther",
         )
         for i in range(40)
     ]
     df = spark.createDataFrame(
         rows, "body string, keys string, tags string, properties map<string,string>, topic string"
     ).repartition(3)
-    df.write.format("rmq").option("controllers", address).option("topic", "SparkOut").mode(
-        "append"
-    ).save()
+    # No topic option: each row goes to its 'topic' column's topic.
+    df.write.format("rmq").option("controllers", address).mode("append").save()
     out = {r["keys"]: r for r in rmq(spark, address, "SparkOut").collect()}
     assert sorted(out) == sorted(f"key{i}" for i in range(30))
     assert out["key3"]["body"] == b"body3" and out["key3"]["tags"] == "t"
     assert out["key4"]["tags"] is None and out["key4"]["properties"] == {"n": "4"}
     other = rmq(spark, address, "SparkOther").collect()
     assert sorted(r["keys"] for r in other) == [f"key{i}" for i in range(30, 40)]
+    # The option wins over the column (Kafka's sink rule): rows read from SparkOther, topic
+    # column and all, written with the option go to SparkOpt, none back to SparkOther.
+    rmq(spark, address, "SparkOther").write.format("rmq").option("controllers", address).option(
+        "topic", "SparkOpt"
+    ).mode("append").save()
+    moved = rmq(spark, address, "SparkOpt").collect()
+    assert sorted(r["keys"] for r in moved) == [f"key{i}" for i in range(30, 40)]
+    assert len(rmq(spark, address, "SparkOther").collect()) == 10
 
     # Streaming write: copy a topic (the read columns that are not message fields are ignored).
     stream = rmq_stream(spark, address, topic="SparkOut", startingOffsets="earliest").select(
