@@ -126,10 +126,17 @@ def test_the_super_user_creates_a_topic_through_the_page(env: Env, browser: Any)
     wait_until(lambda: "created" in text_of(browser, "#notice"), "the page to say created", 30)
     topics = {t["topic"] for t in env.as_root("topicList")["topics"]}
     assert "SecuredPageTopic" in topics
-    actions = [
-        json.loads(line) for line in env.console.log().splitlines() if "console action" in line
-    ]
-    assert any(a.get("user") == "root" and a.get("target") == "SecuredPageTopic" for a in actions)
+
+    def logged_as_root() -> bool:
+        # Log lines reach the file from a writer thread (daemon/logs.py): wait for it.
+        actions = [
+            json.loads(line) for line in env.console.log().splitlines() if "console action" in line
+        ]
+        return any(
+            a.get("user") == "root" and a.get("target") == "SecuredPageTopic" for a in actions
+        )
+
+    wait_until(logged_as_root, "the creation logged as root's console action", 10)
 
 
 def test_the_super_user_creates_a_user_and_its_rules_and_deletes_them(
