@@ -68,6 +68,14 @@ class ControllerMetrics(RaftObserver):
         self.members = Gauge(
             "rmq_controller_raft_members", "Members of the Raft group", ["kind"], registry=r
         )
+        self.member_log_lost = Gauge(
+            "rmq_controller_raft_member_log_lost",
+            "1 per member that no longer holds entries it acknowledged (it lost its data "
+            "directory and came back under its old id; known on the leader only)",
+            ["member"],
+            registry=r,
+        )
+        self._lost: set[str] = set()
         self.active = Gauge(
             "rmq_controller_active", "1 on the active controller (the Raft leader)", registry=r
         )
@@ -224,6 +232,13 @@ class ControllerMetrics(RaftObserver):
 
     def messages_dropped(self, peer: NodeId, count: int) -> None:
         self.dropped_total.labels(peer=peer).inc(count)
+
+    def members_lost_log(self, members: Mapping[NodeId, int]) -> None:
+        for member in members:
+            self.member_log_lost.labels(member=member).set(1)
+        for gone in self._lost - members.keys():
+            self.member_log_lost.remove(gone)
+        self._lost = set(members)
 
     # Refreshed by the service's scan ------------------------------------------------------------
 

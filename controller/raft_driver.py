@@ -38,7 +38,7 @@ import gc
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -133,6 +133,10 @@ class RaftObserver:
 
     def messages_dropped(self, peer: NodeId, count: int) -> None:
         pass
+
+    def members_lost_log(self, members: Mapping[NodeId, int]) -> None:
+        """The members this leader found without entries they had acknowledged, each with
+        where its log now ends (empty: none, or this node is not the leader)."""
 
 
 class NotLeaderError(Exception):
@@ -287,6 +291,9 @@ class RaftDriver:
         self._late_reported_at = -60.0
         self._lease_told = 0
         """The latest term whose first confirmed lease was logged (once a term)."""
+        self._lost_seen = (0, 0)
+        """(term, the core's ``lost_log_changes``) when the lost logs were last reported."""
+        self._lost_reported: dict[NodeId, int] = {}
         self._wake = asyncio.Event()
         self._reads: dict[bytes, asyncio.Future[None]] = {}
         self._read_seq = itertools.count(1)
@@ -576,6 +583,41 @@ class RaftDriver:
             if self.role is Role.LEADER and self._lease_told < node.term and self.holds_lease():
                 self._lease_told = node.term
                 log.info("raft leader lease", term=node.term, me=self.id)
+            if (node.term, node.lost_log_changes) != self._lost_seen:
+                self._report_lost_logs()
+
+    def _report_lost_logs(self) -> None:
+        """Log and export the members that lost entries they had acknowledged (on the leader,
+        the only node that knows); a follower exports none."""
+        node = self.node
+        self._lost_seen = (node.term, node.lost_log_changes)
+        status = node.status()
+        lost = {p.node_id: p.lost_log for p in status.progress if p.lost_log is not None}
+        acked = {p.node_id: p.match for p in status.progress}
+        for member, ends in lost.items():
+            if self._lost_reported.get(member) != ends:
+                log.error(
+                    "raft member lost its log",
+                    member=member,
+                    acknowledged=acked[member],
+                    log_ends_at=ends,
+                    term=node.term,
+                    me=self.id,
+                    what_to_do=f"remove it (rmqctl removeController --id {member}) and add it "
+                    "back under a new id with an empty data directory (docs/operations.md, "
+                    '"A controller that lost its data directory")',
+                )
+        members = status.conf_state.members()
+        for member in self._lost_reported.keys() - lost.keys():
+            if self.role is Role.LEADER and member in members:  # not removed: restored
+                log.info("raft member holds its log again", member=member, me=self.id)
+        self._lost_reported = lost
+        self.observer.members_lost_log(dict(lost))
+
+    def lost_logs(self) -> dict[NodeId, int]:
+        """The members this leader found without entries they had acknowledged: id -> where
+        its log ends now (``getControllerMetaData``)."""
+        return dict(self._lost_reported)
 
     def _drain_inputs(self) -> None:
         node = self.node

@@ -67,18 +67,27 @@ def _metadata_doc(raw: Any, unreachable: Mapping[str, str]) -> dict[str, Any]:
     return {key: raw.get(key) for key in METADATA_KEYS} | {
         "roles": _roles(raw, unreachable),
         "unreachable": dict(sorted(unreachable.items())),
+        "lostLog": dict(sorted((raw.get("lostLog") or {}).items())),
     }
 
 
 def _metadata_human(raw: Mapping[str, Any], unreachable: Mapping[str, str]) -> str:
     leader = raw.get("leaderId")
     peers: Mapping[str, str] = raw.get("peers") or {}
+    lost: Mapping[str, int] = raw.get("lostLog") or {}
+
+    def shown(node_id: str, role: str) -> str:
+        if role == "unreachable":
+            return f"unreachable: {unreachable[node_id]}"
+        if node_id in lost:
+            return (
+                f"{role}, LOST ITS LOG (now ends at entry {lost[node_id]}): remove it and add "
+                "it back under a new id"
+            )
+        return role
+
     rows = [
-        [
-            node_id,
-            peers[node_id],
-            f"unreachable: {unreachable[node_id]}" if role == "unreachable" else role,
-        ]
+        [node_id, peers[node_id], shown(node_id, role)]
         for node_id, role in _roles(raw, unreachable).items()
     ]
     head = (
@@ -88,37 +97,42 @@ def _metadata_human(raw: Mapping[str, Any], unreachable: Mapping[str, str]) -> s
     return head + "\n" + table(["ID", "Address", "Role"], rows)
 
 
-async def _unanswered(address: str) -> str | None:
+async def _ask(address: str) -> tuple[str | None, Any]:
     """Why the controller at ``address`` did not answer CONTROLLER_GET_METADATA_INFO (None: it
-    did; a refusal is an answer too)."""
+    did; a refusal is an answer too), and its metadata answer (None when there was none)."""
     if not address:
-        return "no address known"
+        return "no address known", None
     pool = ConnectionPool(TIMEOUT)
     try:
         conn = await pool.get(address)
         ask = GetMetadataInfo()
-        await conn.call(ask.code, *ask.encode(), timeout=TIMEOUT)
+        resp = await conn.call(ask.code, *ask.encode(), timeout=TIMEOUT)
     except ResponseError:
-        return None
+        return None, None
     except (RemotingError, ValueError) as exc:
-        return describe_failure(exc)
+        return describe_failure(exc), None
     finally:
         pool.close()
-    return None
+    try:
+        return None, answer_body(resp, "controller metadata")
+    except ClientError:
+        return None, None
 
 
-async def unreachable_members(raw: Any) -> dict[str, str]:
-    """node id -> why it did not answer, for the members of ``raw`` (a metadata answer) that
-    do not answer at their address; the node that gave ``raw`` (its ``self``) is not asked
-    again. The membership is the Raft configuration, which lists a dead member as long as it
-    is not removed: only asking each one tells a live follower from a dead one (as
-    rmq-console's cluster page does)."""
+async def member_answers(raw: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """For the members of ``raw`` (a metadata answer): node id -> why it did not answer at its
+    address, and node id -> its own metadata answer; the node that gave ``raw`` (its
+    ``self``) is not asked again. The membership is the Raft configuration, which lists a dead
+    member as long as it is not removed: only asking each one tells a live follower from a
+    dead one (as rmq-console's cluster page does)."""
     if not isinstance(raw, dict):
-        return {}
+        return {}, {}
     peers: Mapping[str, str] = raw.get("peers") or {}
     asked = sorted(node_id for node_id in peers if node_id != raw.get("self"))
-    found = await asyncio.gather(*(_unanswered(peers[node_id]) for node_id in asked))
-    return {node_id: why for node_id, why in zip(asked, found, strict=True) if why is not None}
+    found = await asyncio.gather(*(_ask(peers[node_id]) for node_id in asked))
+    unreachable = {n: why for n, (why, _) in zip(asked, found, strict=True) if why is not None}
+    answers = {n: doc for n, (_, doc) in zip(asked, found, strict=True) if doc is not None}
+    return unreachable, answers
 
 
 async def controller_metadata(
@@ -129,10 +143,15 @@ async def controller_metadata(
     timeout: float,
 ) -> tuple[Any, dict[str, str]]:
     """The controllers' metadata answer to the request (CONTROLLER_GET_METADATA_INFO or a
-    membership change), and its members that do not answer (:func:`unreachable_members`)."""
+    membership change), and its members that do not answer (:func:`member_answers`). Its
+    ``lostLog`` is the leader's (a follower's answer has none to give)."""
     resp = await call_controllers(addresses, code, header, body, timeout=timeout)
     raw = answer_body(resp, "controller metadata")
-    return raw, await unreachable_members(raw)
+    unreachable, answers = await member_answers(raw)
+    leader = answers.get(str(raw.get("leaderId"))) if isinstance(raw, dict) else None
+    if isinstance(leader, dict):  # only the leader knows which members lost their log
+        raw = raw | {"lostLog": leader.get("lostLog") or {}}
+    return raw, unreachable
 
 
 def _sync_state_human(doc: Mapping[str, Any]) -> str:
@@ -179,8 +198,13 @@ def get_controller_metadata(settings: Settings, addresses: str) -> None:
     is shown as "unreachable: REASON", not by the role the membership gives it (the Raft
     configuration keeps listing a dead controller until it is removed).
 
+    A member the leader found without entries it had acknowledged (it lost its data
+    directory and was started again under its old id) is marked LOST ITS LOG: remove it and
+    add it back under a new id (docs/operations.md).
+
     Prints {"group", "leaderId", "leaderAddress", "term", "peers": {id: addr}, "roles": {id:
-    "leader"|"follower"|"learner"|"unreachable"}, "unreachable": {id: reason}}.
+    "leader"|"follower"|"learner"|"unreachable"}, "unreachable": {id: reason}, "lostLog":
+    {id: the index its log now ends at}}.
     """
     ask = GetMetadataInfo()
     raw, unreachable = run(controller_metadata(addresses, ask.code, *ask.encode(), timeout=TIMEOUT))

@@ -517,6 +517,12 @@ class RaftNode:
         return self.log.applied
 
     @property
+    def lost_log_changes(self) -> int:
+        """On the leader, how often a member's lost-log report (``ProgressStatus.lost_log``)
+        changed this term; 0 elsewhere. Cheap enough to read after every Ready."""
+        return self._leader.lost_log_changes if self._leader is not None else 0
+
+    @property
     def transferee(self) -> NodeId | None:
         return self._leader.transferee if self._leader is not None else None
 

@@ -110,6 +110,9 @@ class ProgressStatus:
     next: int
     recent_active: bool
     learner: bool
+    lost_log: int | None = None
+    """Where the member said its log ends, below ``match``: it lost entries it had
+    acknowledged (None: it did not)."""
 
 
 class Leader:
@@ -139,6 +142,9 @@ class Leader:
         self._no_lease_until = 0
         """After a TimeoutNow, no lease before this tick (the transferee's campaign may win
         votes that ignore the followers' leases)."""
+        self.lost_log_changes = 0
+        """Counts the changes of the members' ``Progress.lost_log`` (the driver reports them
+        when it moves)."""
         self.conf_changed()
 
     # --- membership --------------------------------------------------------------------------
@@ -158,7 +164,8 @@ class Leader:
                     pr.recent_active = True
                 self.progress[member] = pr
         for member in [m for m in self.progress if m not in members]:
-            del self.progress[member]
+            if self.progress.pop(member).lost_log:
+                self.lost_log_changes += 1  # no longer a member to report
         self.progress = dict(sorted(self.progress.items()))
         if self.transferee is not None and not cs.is_voter(self.transferee):
             self.abort_transfer()
@@ -351,14 +358,32 @@ class Leader:
             return
         pr.recent_active = True
         if m.reject:
+            if m.reject_hint < pr.match <= m.index and not pr.lost_log:
+                # A member that kept its log holds every entry up to ``match``, which it
+                # acknowledged: its hint cannot fall below it (the terms up to ``match`` are
+                # the leader's, no newer than ``m.index``'s). It lost its data directory and
+                # came back under its old id. Raft assumes a member keeps what it
+                # acknowledged, so it is not brought up to date as if new (the entries it
+                # counted for may now be on a minority): it is reported, for the operator
+                # to remove it and add it back under a new id.
+                pr.lost_log = m.reject_hint + 1
+                self.lost_log_changes += 1
             next_probe = m.reject_hint
             if m.hint_term > 0:
                 next_probe, _ = node.log.find_conflict_by_term(m.reject_hint, m.hint_term)
             if pr.maybe_decrease_to(m.index, next_probe):
                 if pr.state is ProgressState.REPLICATE:
                     pr.become_probe()
+                if pr.lost_log:
+                    # Probing again at once would be rejected again at once, a storm of
+                    # messages between the two: once per heartbeat answer instead.
+                    pr.probe_sent = True
+                    return
                 self._send_append(m.src)
             return
+        if pr.lost_log and m.index >= pr.match:
+            pr.lost_log = 0  # it holds what it acknowledged after all (restored from a backup)
+            self.lost_log_changes += 1
         was_paused = pr.is_paused()
         if not (
             pr.maybe_update(m.index) or (pr.match == m.index and pr.state is ProgressState.PROBE)
@@ -592,6 +617,7 @@ class Leader:
                 next=pr.next,
                 recent_active=pr.recent_active,
                 learner=cs.is_learner(member),
+                lost_log=pr.lost_log - 1 if pr.lost_log else None,
             )
             for member, pr in self.progress.items()
         )

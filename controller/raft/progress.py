@@ -62,6 +62,7 @@ class Inflights:
 class Progress:
     __slots__ = (
         "inflights",
+        "lost_log",
         "match",
         "next",
         "pending_snapshot",
@@ -87,6 +88,10 @@ class Progress:
         self.read_seq = 0
         """Highest read-index round this member has acknowledged."""
         self.inflights = Inflights(max_inflight)
+        self.lost_log = 0
+        """The end of the member's log it reported below ``match`` (+1, so 0 means no such
+        report): it no longer holds entries it acknowledged, i.e. it lost its data directory
+        and came back under its old id. Cleared when it acknowledges ``match`` again."""
 
     def __repr__(self) -> str:
         return (

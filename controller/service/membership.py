@@ -37,8 +37,10 @@ class MembershipHandlers:
         self.timeout = timeout
 
     def metadata_document(self) -> dict[str, Any]:
-        """``getControllerMetaData``'s JSON, plus ``learners`` (ids), ``self`` (this node) and
-        ``commitIndex`` (this node's Raft commit index; rmq-console shows it)."""
+        """``getControllerMetaData``'s JSON, plus ``learners`` (ids), ``self`` (this node),
+        ``commitIndex`` (this node's Raft commit index; rmq-console shows it) and ``lostLog``
+        (on the leader: the members that lost entries they had acknowledged, id -> where
+        their log ends now)."""
         driver = self.driver
         return {
             "group": self.cfg.group,
@@ -49,6 +51,7 @@ class MembershipHandlers:
             "learners": list(driver.conf_state.learners),
             "self": driver.id,
             "commitIndex": driver.node.commit_index,
+            "lostLog": driver.lost_logs(),
         }
 
     async def get_metadata_info(self, conn: Connection, req: Frame) -> Frame:

@@ -28,7 +28,16 @@ from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
-METADATA_KEYS = {"group", "leaderId", "leaderAddress", "term", "peers", "roles", "unreachable"}
+METADATA_KEYS = {
+    "group",
+    "leaderId",
+    "leaderAddress",
+    "term",
+    "peers",
+    "roles",
+    "unreachable",
+    "lostLog",
+}
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +95,7 @@ async def test_get_controller_metadata_names_the_leader_and_the_peers(
     leader = await agreed_leader([p.address for p in processes.procs.values()])
     doc = await ok_json("getControllerMetaData", "-a", a)
     assert set(doc) == METADATA_KEYS
+    assert doc["lostLog"] == {}  # every member kept its log
     assert doc["leaderId"] == leader
     assert doc["leaderAddress"] == processes.procs[leader].address
     assert doc["peers"] == {i: p.address for i, p in processes.procs.items()}
