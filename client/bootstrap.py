@@ -31,12 +31,14 @@ class Bootstrap(AddressFailover):
         header: Mapping[str, Scalar] | None = None,
         body: bytes | None = None,
         timeout: float | None = None,
+        *,
+        deadline: float | None = None,
     ) -> Frame:
         """:meth:`AddressFailover.call`, raising :class:`BrokerError` for a definitive error
         answer (e.g. TOPIC_NOT_EXIST) and :class:`UnreachableError` when no address could serve
         the request."""
         try:
-            return await super().call(code, header, body, timeout)
+            return await super().call(code, header, body, timeout, deadline=deadline)
         except remoting_errors.ResponseError as exc:
             raise BrokerError(exc.code, exc.remark, exc.address) from None
         except remoting_errors.UnreachableError as exc:

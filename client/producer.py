@@ -83,8 +83,8 @@ class Producer:
     ``bootstrap`` is the controller addresses, or a lone broker's, ``;``-separated.
     Use as ``async with Producer(...) as p:`` or call :meth:`start` and :meth:`close`.
 
-    - ``send_deadline``: seconds one send may take in all, every attempt, route lookup and
-      back-off included; retriable failures are retried (on another queue, preferably another
+    - ``send_deadline``: seconds one send may take in all, every attempt, route lookup,
+      the producer id's request (the first send's) and back-off included; retriable failures are retried (on another queue, preferably another
       broker group) until it passes. Cover a failover: at least a few seconds more than the
       brokers' ``broker_heartbeat_timeout_ms``.
     - ``send_timeout``: seconds one attempt waits for its answer (never past the deadline).
@@ -244,8 +244,10 @@ class Producer:
             raise
 
     async def _acquire(self) -> None:
+        router = self._router
+        deadline = asyncio.get_running_loop().time() + router.send_deadline
         pid, epoch = await acquire_identity(
-            self._bootstrap, self.producer_id_file, self._router.send_deadline
+            self._bootstrap, self.producer_id_file, router.send_timeout, deadline
         )
         self._router.sequencer = Sequencer(pid, epoch)
 

@@ -57,13 +57,15 @@ def write_id_file(path: Path, producer_id: int) -> None:
 
 
 async def acquire_identity(
-    bootstrap: Bootstrap, id_file: Path | None, timeout: float
+    bootstrap: Bootstrap, id_file: Path | None, timeout: float, deadline: float
 ) -> tuple[int, int]:
-    """(producer id, epoch) for this producer's session; the id kept in ``id_file`` if given."""
+    """(producer id, epoch) for this producer's session; the id kept in ``id_file`` if given.
+    Each request waits at most ``timeout`` seconds, the whole at most until ``deadline`` (the
+    event loop's time: the send that asked gives up then)."""
     known = read_id_file(id_file) if id_file is not None else None
     header, body = GetProducerId(producer_id=known).encode()
     try:
-        resp = await bootstrap.call(GetProducerId.code, header, body, timeout)
+        resp = await bootstrap.call(GetProducerId.code, header, body, timeout, deadline=deadline)
         answer = ProducerIdAnswer.parse(resp.header, resp.body)
     except BrokerError as exc:
         if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
