@@ -208,3 +208,75 @@ async def test_metric_names_follow_prometheus_conventions(broker: Broker) -> Non
             assert name.endswith("_bytes"), f"{name}: CommitLog offsets are bytes"
         if any(word in name for word in ("latency", "duration", "fsync")):
             assert name.endswith("_seconds"), f"{name}: times are in seconds"
+
+
+# -- docs/metrics.md's labels ------------------------------------------------------------------
+
+BROKER_IDENTITY = {"cluster", "broker_name", "broker_id"}
+"""On every broker series; the Labels table says so once, the metrics' rows leave them out."""
+
+
+def documented_labels() -> dict[str, set[str]]:
+    """metric -> the labels its row of docs/metrics.md names."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    rows = re.findall(r"^\| `([a-z_]+)` \| (?:counter|gauge|histogram) \|([^|]*)\|", text, re.M)
+    return {name: {x.strip() for x in cell.split(",") if x.strip()} for name, cell in rows}
+
+
+def labels_table() -> dict[str, set[str]]:
+    """label -> the metrics the Labels table names in its row's "on" column (none when the
+    column says it in words only, such as "every broker series")."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    table = text[text.index("## Labels") : text.index("## Broker")]
+    out: dict[str, set[str]] = {}
+    for names, on in re.findall(r"^\| ([^|]+) \| ([^|]+) \|", table, re.M):
+        for label in re.findall(r"`([a-z_]+)`", names):
+            out.setdefault(label, set()).update(re.findall(r"`(rmq_[a-z_]+)`", on))
+    return out
+
+
+def exported_labels(registry: CollectorRegistry) -> dict[str, set[str]]:
+    """metric -> its label names: declared, for prometheus_client's own metrics; read off the
+    samples, for our collectors (one that has no sample yet, such as a per-topic counter before
+    any traffic, is left out)."""
+    out: dict[str, set[str]] = {}
+    for collector in list(registry._collector_to_names):  # no public listing
+        declared = getattr(collector, "_labelnames", None)
+        if declared is not None:
+            kind = getattr(collector, "_type")  # noqa: B009  # prometheus_client's private
+            name = getattr(collector, "_name") + ("_total" if kind == "counter" else "")  # noqa: B009
+            out[name] = set(declared)
+            continue
+        for family in collector.collect():
+            name = family.name + ("_total" if family.type == "counter" else "")
+            seen = {label for s in family.samples for label in s.labels if label != "le"}
+            if family.samples:
+                out.setdefault(name, set()).update(seen)
+    return out
+
+
+def test_the_labels_table_describes_every_label_a_metric_carries() -> None:
+    table = labels_table()
+    rows = documented_labels()
+    for metric, labels in rows.items():
+        missing = labels - table.keys()
+        assert not missing, f"{metric}: {sorted(missing)} not in docs/metrics.md's Labels table"
+    for label, metrics in table.items():
+        for metric in metrics:
+            assert metric in rows, f"the Labels table names {metric}, which has no row"
+            assert label in rows[metric], f"the Labels table says {metric} has {label}"
+
+
+async def test_each_rows_labels_are_the_exported_ones(broker: Broker) -> None:
+    broker.ctx.ha = StandInHA()  # type: ignore[assignment]  # a master's HA figures too
+    docs = documented_labels()
+    exported = exported_labels(broker.metrics.registry)
+    controller = exported_labels(ControllerMetrics().registry)
+    assert len(exported) + len(controller) > 60  # most of both daemons' metrics are read
+    for name, labels in exported.items():
+        if name.startswith("rmq_"):
+            assert labels >= BROKER_IDENTITY, name
+            assert labels - BROKER_IDENTITY == docs[name], name
+    for name, labels in controller.items():
+        if name.startswith("rmq_"):
+            assert labels == docs[name], name
