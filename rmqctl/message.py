@@ -542,8 +542,7 @@ async def _print_received(
     closed = False
     try:
         await consumer.start()
-        if not settings.json:
-            click.echo(_HUMAN_HEADER)
+        header = not settings.json  # printed over the first messages: a refusal prints alone
         async with spinner:
             while not stop.is_set() and (count is None or printed < count):
                 wait = poll
@@ -555,6 +554,8 @@ async def _print_received(
                 if not msgs:
                     continue
                 lines = "\n".join(json_line(m) if settings.json else _human_line(m) for m in msgs)
+                if header:
+                    lines, header = f"{_HUMAN_HEADER}\n{lines}", False
                 spinner.clear()
                 try:
                     write_stdout(lines + "\n")

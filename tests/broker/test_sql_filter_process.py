@@ -285,6 +285,7 @@ async def test_a_broker_with_property_filters_off_refuses_sql92(tmp_path: Path) 
             )  # fmt: skip
             assert proc.returncode == 1, proc
             assert "SQL92 filters are off on this broker" in proc.stderr, proc.stderr
+            assert proc.stdout == "", proc.stdout  # no table header over nothing
     finally:
         broker.stop()
 
