@@ -103,14 +103,19 @@ class StoreOptions:
         corrupt = str(get_option(options, "corruptRecords") or "fail").strip().lower()
         if corrupt not in ("fail", "stop"):
             raise OptionError(f"option corruptRecords must be fail or stop, not {corrupt!r}")
+        broker_name = get_option(options, "brokerName") or default_broker_name(store_dir)
+        topic = topic_option(options, required=False)
+        static = _static_mapping(get_option(options, "staticTopicMapping"))
+        if static is not None and topic == static[0]:
+            _check_holds_items(static, str(broker_name))
         return cls(
             commitlog=commitlog,
-            broker_name=get_option(options, "brokerName") or default_broker_name(store_dir),
-            topic=topic_option(options, required=False),
+            broker_name=broker_name,
+            topic=topic,
             committed_only=bool_option(options, "committedOnly", False),
             corrupt=corrupt,
             rows_per_batch=req_int_option(options, "rowsPerBatch", 4096, 1),
-            static=_static_mapping(get_option(options, "staticTopicMapping")),
+            static=static,
         )
 
 
@@ -146,6 +151,20 @@ def _static_mapping(raw: object) -> tuple[str, tuple[LogicalQueue, ...]] | None:
             f"option staticTopicMapping: {path} is not a static topic mapping "
             f"(rmqctl --json staticTopicMapping -t TOPIC): {exc!r}"
         ) from None
+
+
+def _check_holds_items(static: tuple[str, tuple[LogicalQueue, ...]], broker_name: str) -> None:
+    """A static topic's records are kept by the items of the store's broker group: asked for
+    that topic alone, a group that holds none of them would show nothing, with no error (a
+    wrong brokerName option, or the store of a group the topic does not use)."""
+    topic, queues = static
+    groups = sorted({item.broker_name for queue in queues for item in queue})
+    if broker_name not in groups:
+        raise OptionError(
+            f"option staticTopicMapping: broker group {broker_name!r} holds no item of static "
+            f"topic {topic!r} (its items are on {', '.join(groups)}): this store would show "
+            "none of its records; set option brokerName to the store's broker group"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,3 +96,29 @@ def test_rmqstore_takes_a_mapping_file_and_refuses_a_bad_one(tmp_path: Path) -> 
     for path, why in ((bad, "not where the previous one ends"), (tmp_path / "none", "cannot read")):
         with pytest.raises(OptionError, match=why):
             StoreOptions.parse({"path": str(tmp_path), "staticTopicMapping": str(path)})
+
+
+def test_rmqstore_refuses_a_group_that_holds_no_item_of_the_topic_asked_for(
+    tmp_path: Path,
+) -> None:
+    """Asked for the static topic alone, a store whose group holds none of its items would show
+    nothing, without an error (a wrong brokerName: found by a new user's trial)."""
+    (tmp_path / "commitlog").mkdir()
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(
+        json.dumps(
+            {
+                "topic": "S",
+                "queues": [
+                    {"queueId": q, "items": [item_doc(i) for i in items]}
+                    for q, items in enumerate(MAPPING)
+                ],
+            }
+        )
+    )
+    opts = {"path": str(tmp_path), "staticTopicMapping": str(mapping), "topic": "S"}
+    assert StoreOptions.parse({**opts, "brokerName": "b"}).broker_name == "b"
+    with pytest.raises(OptionError, match=r"broker group 'c' holds no item of static topic 'S' "):
+        StoreOptions.parse({**opts, "brokerName": "c"})
+    # Without the topic option the store's other topics are what is read: no refusal.
+    StoreOptions.parse({**opts, "brokerName": "c", "topic": ""})

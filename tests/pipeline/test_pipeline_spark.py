@@ -438,6 +438,9 @@ def test_rmqstore_names_the_group_its_store_records_and_checks_option_names(
     assert sorted((r["queueId"], r["queueOffset"]) for r in logical) == sorted(
         (s.queue_id, s.queue_offset) for s in sent
     )
+    # A wrong explicit brokerName read the topic as nothing, without an error.
+    with pytest.raises(Exception, match="broker group 'broker-b' holds no item of static topic"):
+        store(staticTopicMapping=str(mapping), topic="StoreS", brokerName="broker-b").collect()
     with pytest.raises(
         Exception, match="unknown option 'committedonyl' for reading the rmqstore format; did you "
         "mean committedOnly"
