@@ -410,6 +410,8 @@ def traffic_command(
 ) -> None:
     """Messages per second by topic, queue and broker group, per hour and per day, for the
     messages between --starting-offsets and --ending-offsets, and a queue re-balance plan.
+    JSON offsets name every queue, by topic when several -t are given:
+    '{"orders": {"broker-a": {"0": 42, "1": -2}}, "clicks": {...}}' (-2 earliest, -1 latest).
     Each hour shows its average and its per-second peaks (the p99 second and the busiest), per
     topic and per queue (--output: hourly/, topics_hourly/ and daily/ Parquet).
 
@@ -420,9 +422,7 @@ def traffic_command(
         (starting_offsets, "--starting-offsets"),
         (ending_offsets, "--ending-offsets"),
     ):
-        spec_value = _check_offsets(value, name)
-        if not isinstance(spec_value, str) and len(topics) > 1:
-            raise click.BadParameter(f"{name} as JSON offsets needs exactly one topic")
+        _check_offsets(value, name, multi=len(set(topics)) > 1)
     spec = TrafficSpec(
         controllers=controllers,
         topics=tuple(dict.fromkeys(topics)),
@@ -475,9 +475,9 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _check_offsets(value: str, name: str) -> Any:
+def _check_offsets(value: str, name: str, *, multi: bool = False) -> Any:
     try:
-        return parse_spec(value, name, "earliest")
+        return parse_spec(value, name, "earliest", multi=multi)
     except OptionError as exc:
         raise click.BadParameter(str(exc)) from None
 

@@ -60,22 +60,21 @@ class TrafficReport:
 
 
 def read_topics(spark: SparkSession, spec: TrafficSpec) -> DataFrame:
-    """The (topic, brokerName, queueId, storeTimestamp) of every message in the range."""
-    frames = [
+    """The (topic, brokerName, queueId, storeTimestamp) of every message in the range: one
+    read of the topic (``topic``), or of them all (``topics``), whose JSON positions are then
+    keyed by topic as the source's are (``{"orders": {"broker-a": {"0": 42}}}``)."""
+    topics = spec.topics
+    key, value = ("topic", topics[0]) if len(topics) == 1 else ("topics", ",".join(topics))
+    return (
         spark.read.format("rmq")
         .option("controllers", spec.controllers)
-        .option("topic", topic)
+        .option(key, value)
         .option("startingOffsets", spec.starting_offsets)
         .option("endingOffsets", spec.ending_offsets)
         .options(**dict(spec.connection))
         .load()
         .select("topic", "brokerName", "queueId", "storeTimestamp")
-        for topic in spec.topics
-    ]
-    df = frames[0]
-    for other in frames[1:]:
-        df = df.unionByName(other)
-    return df
+    )
 
 
 def per_window(df: DataFrame, length: int, name: str) -> DataFrame:

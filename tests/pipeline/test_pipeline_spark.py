@@ -313,6 +313,24 @@ def test_jobs_archive_exactly_once_and_traffic(
     daily = spark.read.parquet(str(traffic_dir / "daily")).collect()
     assert sum(r["messages"] for r in daily) == 40
     assert all(r["msgPerSec"] == pytest.approx(r["messages"] / 86400) for r in daily)
+    # Several topics take JSON offsets keyed by topic, as the source's `topics` option does
+    # (they were refused: "--starting-offsets as JSON offsets needs exactly one topic").
+    fill(address, "SparkJobsB", 2, 5)
+    every = {"broker-a": {"0": -2, "1": -2}}
+    both = runner.invoke(
+        cli,
+        [
+            "traffic", "-a", address, "-t", "SparkJobs", "-t", "SparkJobsB",
+            "--starting-offsets", json.dumps({"SparkJobs": every, "SparkJobsB": every}),
+            "--output", str(tmp_path / "traffic2"),
+        ],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert both.exit_code == 0, both.output
+    two = spark.read.parquet(str(tmp_path / "traffic2" / "hourly"))
+    counted = {r["topic"]: r["n"] for r in two.groupBy("topic").agg({"messages": "sum"})
+               .withColumnRenamed("sum(messages)", "n").collect()}  # fmt: skip
+    assert counted == {"SparkJobs": 40, "SparkJobsB": 5}
     # A bad option is one line and exit status 1 (or 2 for usage).
     bad = runner.invoke(cli, ["traffic", "-a", address, "-t", "NoSuchTopic"])
     assert bad.exit_code == 1 and "topic 'NoSuchTopic' does not exist" in bad.output
