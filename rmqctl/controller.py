@@ -467,11 +467,41 @@ def _membership(settings: Settings, addresses: str, ask: ControllerRequest) -> N
 @addresses_option
 @node_id_option
 @click.option("--address", required=True, metavar="HOST:PORT", help="The new controller's address.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Add it even though no controller of that id answers at the address yet.",
+)
 @pass_settings
-def add_controller(settings: Settings, addresses: str, node_id: str, address: str) -> None:
+def add_controller(
+    settings: Settings, addresses: str, node_id: str, address: str, force: bool
+) -> None:
     """Add a controller (started with --join) as a learner; the leader promotes it to voter
-    once it has caught up. Prints the getControllerMetaData document afterwards."""
+    once it has caught up. Prints the getControllerMetaData document afterwards.
+
+    The controller must answer at --address under --id first: a member added at an address
+    where none answers (a typo, a controller not started yet) or where another id answers
+    would be a member that never catches up, kept until removeController. --force skips
+    the check."""
+    if not force:
+        run(_check_new_member(node_id, address))
     _membership(settings, addresses, AddController(node_id=node_id, address=address))
+
+
+async def _check_new_member(node_id: str, address: str) -> None:
+    why, doc = await _ask(address)
+    if why is not None:
+        raise CommandError(
+            f"no controller answers at {address} ({why}): start {node_id} there first (an "
+            "empty data directory, join = true), or add it anyway with --force; nothing was "
+            "changed"
+        )
+    found = doc.get("self") if isinstance(doc, dict) else None
+    if found is not None and found != node_id:
+        raise CommandError(
+            f"the controller at {address} is {found}, not {node_id}: check --id and "
+            "--address; nothing was changed"
+        )
 
 
 @click.command("removeController", short_help="Remove a controller from the Raft group.")

@@ -219,8 +219,15 @@ async def test_a_controller_is_added_transferred_to_and_removed(
         tmp_path, "n3", port, peers, ("--join", "--config", str(processes.config_path))
     )
     try:
+        # Nothing answers there yet: refused, nothing changed (it was added, never to catch up).
+        err = await fails("addController", "-a", a, "--id", "n3", "--address", n3.address)
+        assert f"no controller answers at {n3.address} (connection refused)" in err, err
         n3.start()
         wait_until(lambda: n3.alive() and port_open(port), "n3 to listen", 30)
+        err = await fails("addController", "-a", a, "--id", "n4", "--address", n3.address)
+        assert f"the controller at {n3.address} is n3, not n4" in err, err
+        doc = await ok_json("getControllerMetaData", "-a", a)
+        assert set(doc["peers"]) == {"n0", "n1", "n2"}
         doc = await ok_json("addController", "-a", a, "--id", "n3", "--address", n3.address)
         assert set(doc) == METADATA_KEYS
         assert doc["peers"]["n3"] == n3.address and len(doc["peers"]) == 4
