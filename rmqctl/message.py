@@ -263,10 +263,18 @@ def send_message(
         ]
         if any(r.deliver_at_ms is not None for r in results):
             headers.append("Deliver At")
+            sent_ms = int((time.time() - elapsed) * 1000)
             for line, r in zip(lines, results, strict=True):
-                if r.deliver_at_ms is not None:
+                at = r.deliver_at_ms
+                if at is not None:
                     line[3] = "scheduled"
-                line.append("" if r.deliver_at_ms is None else utc_iso(r.deliver_at_ms))
+                past = at is not None and at <= sent_ms
+                # A time already past is delivered at once: said, so a mistyped year shows.
+                line.append(
+                    ""
+                    if at is None
+                    else utc_iso(at) + (" (past: delivered at once)" if past else "")
+                )
         return table(headers, lines) + "\n" + summary
 
     emit(settings, doc, human)

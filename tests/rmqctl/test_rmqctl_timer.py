@@ -50,8 +50,12 @@ def test_rmqctl_schedules_recalls_and_refuses_bad_recalls(broker: BrokerProc) ->
         "sendMessage", "-a", a, "-t", "T", "-p", "x", "--deliver-at", naive, env=tokyo
     )
     assert human.returncode == 0 and f"scheduled  {naive}.000+00:00" in human.stdout, human.stdout
+    assert "past" not in human.stdout
     plain = ok_json("sendMessage", "-a", a, "-t", "T", "-p", "now")
     assert isinstance(plain, dict) and plain["results"][0]["queueOffset"] == 0
+    past = rmqctl("sendMessage", "-a", a, "-t", "T", "-p", "x", "--deliver-at", "2020-01-01")
+    assert past.returncode == 0, past.stderr
+    assert "2020-01-01T00:00:00.000+00:00 (past: delivered at once)" in past.stdout, past.stdout
 
     msg_id = result["msgId"]
     assert ok_json("recallMessage", "-a", a, "-t", "T", "-i", msg_id) == {
