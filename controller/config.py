@@ -138,6 +138,14 @@ class ControllerConfig:
     enable_elect_unclean_master: bool = field(
         False, "elect among all alive replicas when no SyncStateSet member is alive (may lose data)"
     )
+    first_election_wait_ms: int = field(
+        10_000,
+        "a group the controllers hold no master for whose replicas report stored data (its "
+        "metadata was cleaned, or the controllers' was lost) elects its first master this long "
+        "after the first of them is heard, the one holding the most of those heard by then; 0 "
+        "elects the first at once. A group's first start (no data) is never held",
+        at_least(0),
+    )
     route_expiry_ms: int = field(
         15_000,
         "a broker's topic registration (REGISTER_BROKER) expires this long after the last one",

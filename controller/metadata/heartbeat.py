@@ -103,6 +103,7 @@ class _Entry:
     info: BrokerLiveInfo
     closed: bool = False  # its connection closed after its last heartbeat
     reported: bool = False  # expired() or on_connection_closed() already reported it
+    since_ms: int = 0  # when it last became alive: new, or back after it expired or closed
 
 
 class BrokerLiveTable:
@@ -244,11 +245,13 @@ class BrokerLiveTable:
         )
         deadline = info.deadline_ms()
         if old is None:
-            self._entries[key] = _Entry(info=info)
+            self._entries[key] = _Entry(info=info, since_ms=now_ms)
             self._changes += 1
         else:
             if not was_alive or deadline < old.info.deadline_ms():
                 self._changes += 1
+            if not was_alive:
+                old.since_ms = now_ms
             old.info, old.closed, old.reported = info, False, False
         if deadline < self._next_expiry_ms:
             self._next_expiry_ms = deadline
@@ -346,6 +349,16 @@ class BrokerLiveTable:
             (e.info for k, e in self._entries.items() if k[0] == broker_name),
             key=lambda info: info.broker_id,
         )
+
+    def alive_since(self, broker_name: str, now_ms: int) -> int | None:
+        """When the first of the group's brokers alive at ``now_ms`` became alive (None: none
+        is). Looks at every broker."""
+        found: int | None = None
+        for (name, _), entry in self._entries.items():
+            alive = name == broker_name and _alive(entry, now_ms)
+            if alive and (found is None or entry.since_ms < found):
+                found = entry.since_ms
+        return found
 
     def election_view(self, broker_name: str, now_ms: int) -> dict[int, ElectionInfo]:
         """The group's alive brokers and what the election policy needs of each."""

@@ -25,6 +25,14 @@ An election someone asks for (CONTROLLER_ELECT_MASTER from a broker or an admin,
 broker) is held by the same grace period (``held_by_grace``): without it a request answered
 while the master had not heartbeated to a newly active controller yet elected another master
 over one that may still hold its lease.
+
+A group's first election waits ``first_election_wait_ms`` from when the first of its alive
+replicas became alive, when one of them reports stored data (an epoch or a max offset above
+0): the group had a history the controllers no longer hold (a whole group cleaned with
+cleanBrokerMetadata, or the controllers' data lost), and electing the first replica to arrive
+would make a master of one that may hold less than the others, whose acknowledged messages
+consumers then would not see. The replicas heard in that time are ranked by the policy (epoch,
+then max offset). A group's real first start (no replica holds anything) is not held.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ def elections_needed(
     *,
     enable_elect_unclean_master: bool = False,
     in_flight: Set[str] = frozenset(),
+    first_election_wait_ms: int = 0,
 ) -> list[ElectRequest]:
     """Elections to run now, ascending by broker name (see module doc)."""
     if not live.active:
@@ -70,7 +79,11 @@ def elections_needed(
                 )
             continue
         held = held_by_grace(
-            info, live, now_ms, enable_elect_unclean_master=enable_elect_unclean_master
+            info,
+            live,
+            now_ms,
+            enable_elect_unclean_master=enable_elect_unclean_master,
+            first_election_wait_ms=first_election_wait_ms,
         )
         if held is not None:
             continue
@@ -93,14 +106,27 @@ def held_by_grace(
     now_ms: int,
     *,
     enable_elect_unclean_master: bool = False,
+    first_election_wait_ms: int = 0,
 ) -> Decision[ReplicaInfo] | None:
     """The answer to an election of ``info``'s group naming no broker, asked at ``now_ms``,
-    while the grace period holds it (nothing appended); None when it may run now.
+    while the grace period or the wait of a first election holds it (nothing appended); None
+    when it may run now.
 
     Held while the group's master has not heartbeated to this controller and is not declared
     dead (CONTROLLER_MASTER_STILL_EXIST: it may be alive and leasing), or, for a group without
-    a master, while a candidate has not (CONTROLLER_MASTER_NOT_AVAILABLE, see module doc).
+    a master, while a candidate has not (CONTROLLER_MASTER_NOT_AVAILABLE, see module doc), or
+    while a first election with a history waits for the group's other replicas (the same
+    code).
     """
+    until = first_election_held_until(info, live, now_ms, first_election_wait_ms)
+    if until is not None:
+        return Decision(
+            code=RC.CONTROLLER_MASTER_NOT_AVAILABLE,
+            remark=f"the group's replicas hold data the controllers have no metadata for: the "
+            f"first election waits {until - now_ms} ms more for its other replicas, to elect "
+            "the one that holds the most",
+            response=info,
+        )
     if not live.in_grace(now_ms):
         return None
     name = info.broker_name
@@ -127,3 +153,20 @@ def held_by_grace(
         remark="not every candidate heard yet in the grace period of a newly active controller",
         response=info,
     )
+
+
+def first_election_held_until(
+    info: ReplicaInfo, live: BrokerLiveTable, now_ms: int, wait_ms: int
+) -> int | None:
+    """When the first election of ``info``'s group may run, if it must wait now (see module
+    doc); None when it need not."""
+    if wait_ms <= 0 or info.master_epoch != 0 or info.master_broker_id is not None:
+        return None
+    name = info.broker_name
+    alive = live.election_view(name, now_ms)
+    if not any(e.epoch > 0 or e.max_offset > 0 for e in alive.values()):
+        return None  # a group's first start: nothing to lose by electing now
+    since = live.alive_since(name, now_ms)
+    if since is None or now_ms >= since + wait_ms:
+        return None
+    return since + wait_ms

@@ -68,6 +68,7 @@ class ElectionHandlers:
                 self.live,
                 now,
                 enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
+                first_election_wait_ms=self.cfg.first_election_wait_ms,
             )
         d = (
             held

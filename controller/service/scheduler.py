@@ -162,6 +162,7 @@ class ElectionScheduler:
                 now,
                 enable_elect_unclean_master=self.cfg.enable_elect_unclean_master,
                 in_flight=in_flight,
+                first_election_wait_ms=self.cfg.first_election_wait_ms,
             )
             requests.sort(key=lambda r: r.broker_name)
         for request in requests:
