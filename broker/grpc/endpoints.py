@@ -33,6 +33,11 @@ RETRY_S: Final = 5.0
 
 _WILDCARDS: Final = frozenset({"", "0.0.0.0", "::", "[::]"})
 
+ONE_ADDRESS_LANGUAGES: Final = frozenset({"HTTP"})
+"""``x-mq-language`` of the clients that reach only one address per ``Endpoints``: the Node.js
+client (rocketmq-client-nodejs) says ``HTTP`` and dials the addresses joined by commas as one
+gRPC target, which grpc-js cannot resolve, so a route listing a group's brokers stalls it."""
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoints:
@@ -79,6 +84,16 @@ class EndpointBook:
             if at is not None and at not in out:
                 out.append(at)
         return out
+
+    def one_of(self, group: Sequence[tuple[str, int]], tls: bool) -> list[tuple[str, int]]:
+        """One endpoint of a group's (:meth:`group`), for a client that takes one: this broker's
+        own when it is a member (the client reached it, and it forwards to whichever master the
+        group has, so the client rides through the group's failovers), else the first (the
+        master's)."""
+        own = self.own.tls if tls else self.own.plain
+        if own is not None and own in group:
+            return [own]
+        return list(group[:1])
 
     async def _of(self, address: str) -> BrokerEndpoints:
         if address == self.own_address:

@@ -28,9 +28,9 @@ import structlog
 
 from broker.grpc.access import CallGuard, check_namespace_header
 from broker.grpc.consume import ConsumeService
-from broker.grpc.consumers import peer_address
+from broker.grpc.consumers import grpc_client, peer_address
 from broker.grpc.delivery import CONSUMER_TYPES
-from broker.grpc.endpoints import EndpointBook
+from broker.grpc.endpoints import ONE_ADDRESS_LANGUAGES, EndpointBook
 from broker.grpc.here import Here
 from broker.grpc.produce import Publisher
 from broker.grpc.produce import status as _status
@@ -145,6 +145,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 name: await self.endpoints.group(members, tls)
                 for name, members in group_members(route).items()
             }
+            if grpc_client(context).language in ONE_ADDRESS_LANGUAGES:
+                endpoints = {n: self.endpoints.one_of(e, tls) for n, e in endpoints.items()}
             queues = message_queues(request.topic, route, endpoints, self.check_types)
         except ResponseError as exc:
             if exc.code == ResponseCode.TOPIC_NOT_EXIST:

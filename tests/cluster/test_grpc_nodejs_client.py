@@ -1,7 +1,9 @@
 """The official RocketMQ 5 Node.js client (rocketmq-client-nodejs, from npm) produces and
 consumes through a broker's gRPC endpoint: its Producer sends, its SimpleConsumer (which starts
 only once Telemetry answered its settings) receives with a tag filter, changes an invisible
-duration and acks; our SDK reads what it sent, field by field.
+duration and acks; our SDK reads what it sent, field by field. Against a replicated group,
+through a slave's endpoint, its sends go on through a kill -9 of the master and nothing it had
+acknowledged is lost.
 
 The client is installed with ``npm ci`` from tests/nodejs (package.json and its lockfile) into a
 cache directory named by the lockfile's hash, once per machine. Without node or npm the test is
@@ -16,10 +18,19 @@ from pathlib import Path
 import pytest
 
 from client.admin import Admin
+from client.bootstrap import Bootstrap
 from client.simple_consumer import PopMessage, SimpleConsumer
-from tests.support.official_client import client_env, npm_modules, run_to_end
+from tests.cluster.support import (
+    add_grpc_group,
+    create_topic,
+    full_sync_state_set,
+    new_master,
+    node_at,
+)
+from tests.support.cluster import Cluster
+from tests.support.official_client import StreamingClient, client_env, npm_modules, run_to_end
 from tests.support.procs import ROOT, GrpcBrokerProc, module_broker
-from tests.support.wait import wait_until_async
+from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
 
@@ -76,3 +87,52 @@ async def test_nodejs_producer_and_simple_consumer(broker: GrpcBrokerProc, tmp_p
         assert m.tags == ("NodeA" if i % 2 == 0 else "NodeB")
         assert m.keys == f"node-key-{i}"
         assert m.properties["from"] == "nodejs" and m.properties["n"] == str(i)
+
+
+async def test_nodejs_producer_rides_through_a_master_failover(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The route of a replicated group names every broker of it; the Node.js client dials the
+    addresses of one ``Endpoints`` joined by commas as one gRPC target, which grpc-js cannot
+    resolve, so the route it gets names one: the broker it reached (which forwards to
+    whichever master the group has). Before, its first send never returned."""
+    modules = npm_modules(PACKAGE, "the official Node.js client")
+    ports = add_grpc_group(cluster, replicas=2)
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        old = (await full_sync_state_set(boot, cluster, size=2))["masterAddress"]
+        await create_topic(boot, old, "GrpcNodeFailover", 2)
+        slave = next(i for i, b in enumerate(cluster.brokers) if b.address != old)
+        with StreamingClient(
+            str(PACKAGE / "keep_sending.js"),
+            tmp_path,
+            f"127.0.0.1:{ports[slave]}",
+            "GrpcNodeFailover",
+            "node-failover",
+            runner=(str(shutil.which("node")),),
+            env={"NODE_PATH": str(modules)},
+        ) as client:
+
+            def logs() -> str:
+                return client.stderr_tail(20) + cluster.logs()
+
+            def acked() -> int:
+                return sum("acked" in line for line in client.lines)
+
+            wait_until(lambda: acked() >= 30, "30 sends before the kill", 30, on_timeout=logs)
+            node_at(cluster, old).kill9()
+            await new_master(boot, cluster, old)
+            elected = acked()
+            wait_until(
+                lambda: acked() >= elected + 30,
+                "30 sends acknowledged after the kill",
+                30,
+                on_timeout=logs,
+            )
+            client.stop()
+            assert client.returncode == 0, logs()
+    finally:
+        boot.close()
+    sent = {str(line["acked"]) for line in client.lines if "acked" in line}
+    received = set(client.lines[-1]["received"])
+    assert sent - received == set(), client.stderr_tail()

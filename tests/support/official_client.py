@@ -113,18 +113,27 @@ class StreamingClient:
     """``script`` (Python) running until a stop file exists, which it gets as its last
     argument. Its stdout is one JSON object a line, gathered in ``lines`` as they come; its
     stderr in ``errors``. Leaving the ``with`` block creates the stop file, waits for the
-    process (kills it after 30 s) and for the readers; ``returncode`` is then its exit code."""
+    process (kills it after 30 s) and for the readers; ``returncode`` is then its exit code.
+    ``runner`` runs the script (default: Python's ``-c``; ``(node,)`` runs a .js file's path),
+    with ``env`` added to :func:`client_env`'s."""
 
-    def __init__(self, script: str, home: Path, *args: str) -> None:
+    def __init__(
+        self,
+        script: str,
+        home: Path,
+        *args: str,
+        runner: Sequence[str] = (sys.executable, "-c"),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.stop_file = home / "stop"
         self.lines: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", script, *args, str(self.stop_file)],
+            [*runner, script, *args, str(self.stop_file)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=client_env(home),
+            env=client_env(home, **(env or {})),
             cwd=home,
         )
         proc = self.proc

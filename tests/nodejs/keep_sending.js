@@ -1,0 +1,60 @@
+// The official RocketMQ 5 Node.js client through one broker's gRPC endpoint of a replicated
+// group (the route names every broker of the group): a Producer sends k-0, k-1, ... one at a
+// time, each again until acknowledged, printing {"acked": body, "id": messageId} per
+// acknowledgement, until the file STOP exists; then a SimpleConsumer receives until it has
+// every acknowledged body (60 s at most) and prints {"received": [bodies], "errors": n}.
+// Run by tests/cluster/test_grpc_nodejs_client.py (argv: endpoint topic group STOP).
+'use strict';
+
+const fs = require('fs');
+const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+async function main() {
+  const [ endpoint, topic, group, stop ] = process.argv.slice(2);
+  const producer = new Producer({ endpoints: endpoint, namespace: '', topic, requestTimeout: 3000 });
+  await producer.startup();
+  const acked = new Set();
+  let errors = 0;
+  try {
+    for (let i = 0; !fs.existsSync(stop);) {
+      try {
+        const receipt = await producer.send({ topic, body: Buffer.from(`k-${i}`) });
+        console.log(JSON.stringify({ acked: `k-${i}`, id: receipt.messageId }));
+        acked.add(`k-${i}`);
+        i++;
+      } catch (err) { // the application retries what was not acknowledged
+        errors++;
+        console.error(`send k-${i} failed: ${err && err.message}`);
+        await sleep(200);
+      }
+    }
+  } finally {
+    await producer.shutdown();
+  }
+
+  const consumer = new SimpleConsumer({
+    endpoints: endpoint, namespace: '', consumerGroup: group,
+    subscriptions: new Map([ [ topic, '*' ] ]), awaitDuration: 2000,
+  });
+  await consumer.startup();
+  const received = new Set();
+  try {
+    const deadline = Date.now() + 60000;
+    while ([ ...acked ].some(b => !received.has(b)) && Date.now() < deadline) {
+      for (const m of await consumer.receive(32, 30000)) {
+        received.add(m.body.toString());
+        await consumer.ack(m);
+      }
+    }
+  } finally {
+    await consumer.shutdown();
+  }
+  console.log(JSON.stringify({ received: [ ...received ], errors }));
+}
+
+main().then(() => process.exit(0), err => {
+  console.error(err && err.stack ? err.stack : err);
+  process.exit(1);
+});
