@@ -635,7 +635,8 @@ class ConsumeService:
             self._started()
             topics = tuple(e.topic.name for e in sub.subscriptions if e.topic.name)
             self.clients.seen(client_id, group, _now_ms(), topics)
-        delivery.subscription_settings(out, await self._group_config(group))
+        config = await self._group_config(group)
+        delivery.subscription_settings(out, config, client.user_agent.language)
         return _status(pb.OK, "OK")
 
     async def _group_config(self, group: str) -> SubscriptionGroupConfig:

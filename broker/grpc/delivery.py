@@ -329,17 +329,34 @@ def overall(statuses: Sequence[pb.Status]) -> pb.Status:
 # -- settings ------------------------------------------------------------------------------------
 
 
-def subscription_settings(out: pb.Settings, config: SubscriptionGroupConfig) -> None:
+def subscription_settings(
+    out: pb.Settings, config: SubscriptionGroupConfig, language: int = pb.LANGUAGE_UNSPECIFIED
+) -> None:
     """Fill a consumer's Telemetry answer from its group's settings: FIFO from
     ``consumeMessageOrderly``, at most ``retryMaxTimes`` + 1 delivery attempts, a nacked
-    message hidden for the group's retry delay of its attempt (whole seconds, at least 1)."""
+    message hidden for the group's retry delay of its attempt (whole seconds, at least 1).
+    The Node.js client (``language`` NODE_JS) reads no customized backoff: it would keep no
+    retry policy and so take one delivery attempt as its limit (a FIFO push consumer sends a
+    message it failed once to the DLQ and goes on with the message group's next); it gets an
+    exponential backoff from the first delay to the longest instead, doubling while they grow."""
     sub = out.subscription
     sub.fifo = config.consume_orderly
     sub.receive_batch_size = RECEIVE_BATCH_SIZE
     sub.long_polling_timeout.CopyFrom(Duration(seconds=DEFAULT_LONG_POLLING_MS // 1000))
     policy = pb.RetryPolicy(max_attempts=config.retry_max_times + 1)
-    for ms in config.retry_delays_ms:
-        policy.customized_backoff.next.add(seconds=max(1, -(-ms // 1000)))
+    seconds = [max(1, -(-ms // 1000)) for ms in config.retry_delays_ms]
+    if language == pb.NODE_JS:
+        first, longest = (seconds[0], max(seconds)) if seconds else (1, 1)
+        policy.exponential_backoff.CopyFrom(
+            pb.ExponentialBackoff(
+                initial=Duration(seconds=first),
+                max=Duration(seconds=longest),
+                multiplier=2.0 if longest > first else 1.0,
+            )
+        )
+    else:
+        for s in seconds:
+            policy.customized_backoff.next.add(seconds=s)
     out.backoff_policy.CopyFrom(policy)
 
 

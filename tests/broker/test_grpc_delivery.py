@@ -199,6 +199,23 @@ def test_consumer_settings_follow_the_group() -> None:
     assert [d.seconds for d in out.backoff_policy.customized_backoff.next] == [1, 1, 3]
 
 
+def test_the_nodejs_client_gets_an_exponential_backoff_it_reads() -> None:
+    # rocketmq-client-nodejs ignores a customized backoff and then takes 1 attempt as its limit
+    config = SubscriptionGroupConfig("g", retry_max_times=3, retry_delays_ms=(2000, 5000, 3000))
+    out = pb.Settings()
+    subscription_settings(out, config, pb.NODE_JS)
+    policy = out.backoff_policy
+    assert policy.max_attempts == 4 and policy.WhichOneof("strategy") == "exponential_backoff"
+    exp = policy.exponential_backoff
+    assert (exp.initial.seconds, exp.max.seconds, exp.multiplier) == (2, 5, 2.0)
+    flat = pb.Settings()
+    subscription_settings(flat, SubscriptionGroupConfig("g", retry_delays_ms=(1000,)), pb.NODE_JS)
+    assert flat.backoff_policy.exponential_backoff.multiplier == 1.0
+    java = pb.Settings()
+    subscription_settings(java, config, pb.JAVA)
+    assert java.backoff_policy.WhichOneof("strategy") == "customized_backoff"
+
+
 def test_one_assignment_per_broker_group_for_any_queue() -> None:
     def queue(broker: str, qid: int) -> pb.MessageQueue:
         return pb.MessageQueue(

@@ -89,6 +89,39 @@ async def test_nodejs_producer_and_simple_consumer(broker: GrpcBrokerProc, tmp_p
         assert m.properties["from"] == "nodejs" and m.properties["n"] == str(i)
 
 
+async def test_nodejs_fifo_push_consumer_retries_a_failed_message_in_place(
+    broker: GrpcBrokerProc, tmp_path: Path
+) -> None:
+    """A FIFO group's push consumer on the Node.js client retries a message its listener
+    failed before the message group's next, up to the group's attempts. The client reads no
+    customized backoff (the settings answer other clients get); before, it kept no retry
+    policy, took 1 attempt as the limit and sent the failed message to the DLQ at once, then
+    went on with the group's next message."""
+    modules = npm_modules(PACKAGE, "the official Node.js client")
+    async with Admin(broker.address) as admin:
+        await admin.create_topic("GrpcNodeFifo", 2)
+        await admin.update_sub_group(
+            {"groupName": "node-fifo", "consumeMessageOrderly": True, "retryMaxTimes": 3}
+        )
+    result = await run_to_end(
+        [
+            str(shutil.which("node")),
+            str(PACKAGE / "fifo_push.js"),
+            f"127.0.0.1:{broker.grpc_port}",
+            "GrpcNodeFifo",
+            "node-fifo",
+        ],
+        tmp_path,
+        env=client_env(tmp_path, PATH=os.environ.get("PATH", ""), NODE_PATH=str(modules)),
+    )
+    assert result["failed"] == ["g1:4"]
+    consumed = result["consumed"]
+    assert sorted(consumed) == sorted(f"g{i % 3}:{i}" for i in range(12)), result
+    for k in range(3):  # each message group in the order sent, g1:4 before g1:7
+        group = [int(b.split(":")[1]) for b in consumed if b.startswith(f"g{k}:")]
+        assert group == list(range(k, 12, 3)), result
+
+
 async def test_nodejs_producer_rides_through_a_master_failover(
     cluster: Cluster, tmp_path: Path
 ) -> None:
