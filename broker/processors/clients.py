@@ -25,7 +25,7 @@ from protocol.broker_requests.clients import (
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Header, response
-from protocol.retry import format_delay_levels, group_error, retry_topic
+from protocol.retry import SubscriptionGroupConfig, format_delay_levels, group_error, retry_topic
 from remoting.server import Connection, RemotingServer
 from storage.errors import StoreError
 
@@ -93,6 +93,26 @@ class ClientProcessor:
         self.ctx.transactions.connection_closed(conn)
 
 
+def ensure_retry_topic(ctx: BrokerContext, group: str, config: SubscriptionGroupConfig) -> bool:
+    """Whether the group's members read its retry topic (a FIFO group retries in place: they
+    do not); on a master such a group's retry topic is created when missing, so that its members
+    find a route to it. Called at a member's heartbeat and when updateSubGroup stores the
+    group's settings: a classic client (ali-ons) looks the retry topic's route up before its
+    first heartbeat, and found none until its next poll of the routes (30 s by default)."""
+    consume_retry = config.consume_retry and not config.consume_orderly
+    if (
+        consume_retry
+        and ctx.role.is_master
+        and ctx.topics.get(retry_topic(group)) is None
+        and group_error(group) is None
+    ):
+        try:
+            ctx.ensure_system_topic(retry_topic(group))
+        except StoreError as exc:
+            log.error("creating the retry topic failed", group=group, error=str(exc))
+    return consume_retry
+
+
 def consumer_heartbeat(
     ctx: BrokerContext,
     group: str,
@@ -112,18 +132,7 @@ def consumer_heartbeat(
         group, client_id, topic, ctx.now_ms(), id(conn), address or conn.peer, info, consume
     )
     config = ctx.sub_groups.get(group)
-    # A FIFO group retries in place: its members do not read the retry topic.
-    consume_retry = config.consume_retry and not config.consume_orderly
-    if (
-        consume_retry
-        and ctx.role.is_master
-        and ctx.topics.get(retry_topic(group)) is None
-        and group_error(group) is None
-    ):
-        try:
-            ctx.ensure_system_topic(retry_topic(group))
-        except StoreError as exc:
-            log.error("creating the retry topic failed", group=group, error=str(exc))
+    consume_retry = ensure_retry_topic(ctx, group, config)
     orderly = config.consume_orderly
     return HeartbeatAnswer(
         consume_retry=consume_retry,

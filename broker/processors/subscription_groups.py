@@ -14,6 +14,7 @@ from typing import Any
 import msgpack
 
 from broker.context import BrokerContext
+from broker.processors.clients import ensure_retry_topic
 from protocol.broker_requests.subscription_groups import (
     AllSubscriptionGroupsQuery,
     SubscriptionGroupQuery,
@@ -80,8 +81,10 @@ def update_group(
             "update subscription groups on the master (slaves copy them)",
         )
     try:
-        return ctx.sub_groups.update(doc)
+        config = ctx.sub_groups.update(doc)
     except RetryConfigError as exc:
         return ResponseCode.BAD_REQUEST, str(exc)
     except StoreError as exc:
         return ResponseCode.SYSTEM_ERROR, f"not stored: {exc}"
+    ensure_retry_topic(ctx, config.group, config)
+    return config

@@ -57,6 +57,20 @@ def test_update_and_get_sub_group(broker: BrokerProc) -> None:
     assert "10s 30s 1m" in human.stdout and "16" in human.stdout
 
 
+def test_a_group_created_ahead_has_its_retry_topic_routed(broker: BrokerProc) -> None:
+    """A classic client (ali-ons) looks up its group's retry topic before its first heartbeat,
+    which created the topic: found nothing, it retried failed messages only after its next poll
+    of the routes (30 s by default). updateSubGroup creates it now; not for a group that does
+    not consume retries."""
+    a = broker.address
+    ok_json("updateSubGroup", "-a", a, "-g", "Ahead")
+    route = ok_json("topicRoute", "-a", a, "-t", "%RETRY%Ahead")
+    assert [(b["brokerName"], b["queues"]) for b in route["brokers"]] == [("broker-a", 1)], route
+    ok_json("updateSubGroup", "-a", a, "-g", "NoRetry", "--no-consume-retry")
+    none = rmqctl("topicRoute", "-a", a, "-t", "%RETRY%NoRetry")
+    assert none.returncode == 1 and "does not exist" in none.stderr, none
+
+
 def test_bad_settings_are_one_line_and_exit_1(broker: BrokerProc) -> None:
     for args, says in (
         (["--retry-max-times", "-1"], "retryMaxTimes must be an integer 0..10000"),
