@@ -15,25 +15,10 @@ from controller.metadata import BrokerLiveTable, ReplicasInfoManager, elections_
 from controller.metadata.scheduler import first_election_held_until, held_by_grace
 from protocol.codes import ResponseCode as RC
 from tests.metadata.support import GROUP, commit, register_group
+from tests.metadata.test_metadata_heartbeat import beat
 
 TIMEOUT = 1000
 WAIT = 5000
-
-
-def beat(table: BrokerLiveTable, broker_id: int, now_ms: int, epoch: int, max_offset: int) -> None:
-    table.on_heartbeat(
-        cluster="DefaultCluster",
-        broker_name=GROUP,
-        broker_id=broker_id,
-        address=f"h:{broker_id}",
-        now_ms=now_ms,
-        epoch=epoch,
-        max_offset=max_offset,
-        confirm_offset=0,
-        election_priority=0,
-        timeout_ms=TIMEOUT,
-        connection_id=broker_id,
-    )
 
 
 def setup() -> tuple[ReplicasInfoManager, BrokerLiveTable]:
