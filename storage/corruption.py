@@ -31,7 +31,7 @@ from typing import Final
 
 import structlog
 
-from protocol.message import RecordError, check_record
+from protocol.message import MIN_RECORD_SIZE, RecordError, check_record
 from storage.commitlog import CommitLog
 from storage.consumequeue import ConsumeQueue
 from storage.dispatch import Replayer, Scan
@@ -140,16 +140,23 @@ class Corruption:
         """Why the bytes at CommitLog ``physical`` are not an intact record within ``size``
         bytes (a damaged header); None when they are one (of any size: then the entry is what
         is wrong), or the range is not in the log."""
+        if size < MIN_RECORD_SIZE:
+            # No record is this small: the entry's size is wrong (a zeroed entry), not the
+            # CommitLog, and there would be nothing to fetch from a replica.
+            return None
         commitlog = self._commitlog
         seg = commitlog.segment_at(physical)
         end = physical + size
-        if (
-            seg is None
-            or physical < commitlog.min_offset
-            or end > min(seg.end, commitlog.write_pos)
-        ):
+        limit = min(seg.end, commitlog.write_pos) if seg is not None else 0
+        if seg is None or physical < commitlog.min_offset or end > limit:
             return None
         rel = physical - seg.start
+        try:
+            check_record(seg.view, rel, limit - seg.start)
+        except RecordError:
+            pass
+        else:
+            return None  # an intact record of another size: the entry is what is wrong
         try:
             check_record(seg.view, rel, rel + size)
         except RecordError as exc:

@@ -648,3 +648,25 @@ async def test_a_lookup_and_a_pop_consumer_get_damaged_records_repaired(
     assert received == bodies
     assert record_intact(victim, popped)
     assert metric(victim, port, "rmq_broker_records_repaired_total") == 2
+
+
+async def test_a_zeroed_consume_queue_entry_on_the_master_is_rebuilt_not_reported_as_rot(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # A new user's trial: a ConsumeQueue entry zeroed under the running master. Every fresh
+    # group stopped at it with MESSAGE_CORRUPT, "commitlog record at offset 0 unreadable
+    # (record header damaged (truncated record))", though every CommitLog copy was intact; no
+    # repair was tried and the queue stayed blocked until a restart.
+    _, _, bodies, _ = await group_with_messages(cluster, boot, scrub=False)
+    victim, _ = await master_and_port(cluster, boot, [0, 0, 0])
+    cq = victim.data_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    with cq.open("r+b") as f:  # the broker's mapping shares the page cache: it sees this
+        f.seek(DAMAGED * 20)
+        f.write(bytes(20))
+
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
+
+    assert received == bodies
+    rebuilt = f"consume queue {TOPIC}:0: entry {DAMAGED} pointed at no record"
+    await wait_until_async(lambda: rebuilt in victim.log(), "the rebuilt queue's line", 10)
+    assert "unreadable" not in victim.log()

@@ -265,6 +265,35 @@ def test_an_entry_pointing_at_no_record_has_its_queue_rebuilt(store: MessageStor
     assert store.corruption["consumequeue_rebuilt"] == 3
 
 
+def test_a_wrong_entry_is_rebuilt_not_blamed_on_the_commitlog_when_replicas_can_repair(
+    store: MessageStore,
+) -> None:
+    # In controller mode (a replica to repair from) an entry zeroed inside its queue, or naming
+    # its record with a size too small, was answered MESSAGE_CORRUPT as "commitlog record at
+    # offset 0 unreadable (record header damaged (truncated record))": the CommitLog was intact,
+    # no repair could be made, and the queue stayed blocked there until a restart.
+    store._corruption.repairable = True
+    store.put(TOPIC, 0, messages(3), NOW)
+    cq = store.config.data_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    good = cq.read_bytes()[:60]
+    for wrong in (
+        bytes(20),  # zeroed
+        good[20:28] + (int.from_bytes(good[28:32], "big") - 8).to_bytes(4, "big"),  # too small
+    ):
+        with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
+            f.seek(20)
+            f.write(wrong)
+        store._rebuilt.clear()
+        found = store.get(TOPIC, 0, 0, 32, 1 << 20)
+        assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 1, 1)
+        rest = store.get(TOPIC, 0, 1, 32, 1 << 20)
+        assert (rest.status, rest.count, rest.next_offset) == (GetStatus.FOUND, 2, 3)
+        assert [r.queue_offset for r in iter_records(rest.body)] == [1, 2]
+        assert cq.read_bytes()[:60] == good
+    assert store.corruption["consumequeue_rebuilt"] == 2
+    assert store.corruption["read"] == 0
+
+
 def test_read_raw_outside_the_log_is_refused(store: MessageStore) -> None:
     store.put(TOPIC, 0, messages(2), NOW)
     with pytest.raises(StoreError):
