@@ -59,7 +59,8 @@ CORRUPTION_KINDS: Final = (
 """read: a record a read found failing its CRC (once per offset); recovery_quarantined: a
 damaged CommitLog range kept in place; recovery_cut: bytes recovery cut from the end of the log
 (copied aside); segment_short: CommitLog bytes missing before a segment's start (zero-filled);
-consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record; scrub:
+consumequeue_rebuilt: a ConsumeQueue rebuilt because an entry did not point at its record,
+or its segment files were gone; scrub:
 a CommitLog record the background scrub found failing its checks (once per offset); skipped: a
 message an operator gave up (rmqctl skipCorruptMessage), reads pass over it; at start it is the
 number of messages the skipped file lists (the skips this store holds, not only this run's)."""
@@ -313,8 +314,62 @@ class Corruption:
     def rebuild_queue(self, queue: ConsumeQueue, offset: int, why: str) -> None:
         """Rewrite ``queue``'s entries from its min offset by scanning the whole CommitLog with
         the replay scan (records lost to damage get entries pointing at the damage)."""
-        key = queue.key
-        self.rebuilt.add(key)
+        self.rebuilt.add(queue.key)
+        before = queue.max_offset
+        found = self._entries_of(queue.key)
+        if found is None:
+            log.error(
+                f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}, and the "
+                "commitlog holds no record of this queue: not rebuilt",
+            )
+            return
+        first, physicals, sizes, hashes = found
+        skip = max(0, queue.min_offset - first)
+        start = first + skip
+        queue.truncate_to(start)
+        queue.reserve(start, len(physicals) - skip)
+        queue.append(start, physicals[skip:], sizes[skip:], hashes[skip:])
+        self.counts["consumequeue_rebuilt"] += 1
+        log.error(
+            f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}; rebuilt "
+            f"from the commitlog (offsets {start}..{queue.max_offset}, was ..{before})",
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            queue_offset=offset,
+        )
+
+    def restore_lost(self, queue: ConsumeQueue) -> None:
+        """Rebuild a queue whose segment files were gone at its load (``ConsumeQueues.lost``)
+        from the CommitLog, in place of whatever a replay wrote into it since; a queue none of
+        whose records the CommitLog holds (its first write failed) is forgotten, as a queue
+        without files is."""
+        queues = self._queues
+        queues.lost.remove(queue)
+        found = self._entries_of(queue.key)
+        if found is None:
+            if not queue.segments:
+                queues.forget(queue)
+            return
+        if queue.segments or queue.max_offset:
+            queue = queues.reset(queue)
+        first, physicals, sizes, hashes = found
+        queue.reserve(first, len(physicals))
+        queue.append(first, physicals, sizes, hashes)
+        self.rebuilt.add(queue.key)
+        self.counts["consumequeue_rebuilt"] += 1
+        log.error(
+            f"consume queue {queue.topic}:{queue.queue_id}: its directory holds no segment file "
+            f"(deleted or lost); rebuilt from the commitlog (offsets {first}..{queue.max_offset})",
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+        )
+
+    def _entries_of(
+        self, key: tuple[str, int]
+    ) -> tuple[int, list[int], list[int], list[int]] | None:
+        """The entries of queue ``key`` as the CommitLog holds its records (one scan of the whole
+        log with the replay scan): its first queue offset, the records' offsets, sizes and tag
+        hashes; None when the log holds none of them."""
         commitlog = self._commitlog
         replayer = Replayer(ConsumeQueues(self._queues.root, 1, FileTracker()))  # scratch
         first: int | None = None
@@ -344,23 +399,6 @@ class Corruption:
             on_scan=collect,
             copy=False,
         )
-        before = queue.max_offset
         if first is None:
-            log.error(
-                f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}, and the "
-                "commitlog holds no record of this queue: not rebuilt",
-            )
-            return
-        skip = max(0, queue.min_offset - first)
-        start = first + skip
-        queue.truncate_to(start)
-        queue.reserve(start, len(physicals) - skip)
-        queue.append(start, physicals[skip:], sizes[skip:], hashes[skip:])
-        self.counts["consumequeue_rebuilt"] += 1
-        log.error(
-            f"consume queue {queue.topic}:{queue.queue_id}: entry {offset} {why}; rebuilt "
-            f"from the commitlog (offsets {start}..{queue.max_offset}, was ..{before})",
-            topic=queue.topic,
-            queue_id=queue.queue_id,
-            queue_offset=offset,
-        )
+            return None
+        return first, physicals, sizes, hashes

@@ -28,6 +28,7 @@ import structlog
 
 from storage.consumequeue import OPEN_SEGMENTS, ConsumeQueue, SegmentFiles, SegmentMaps
 from storage.errors import StoreError
+from storage.segment import list_segment_files
 from storage.small_file import read_atomic, write_atomic
 from storage.tracker import FileTracker
 
@@ -90,6 +91,11 @@ class ConsumeQueues:
         self._pending_floor = 0
         """Retention's CommitLog offset (:meth:`delete_below`), applied to a pending queue when
         it is loaded."""
+        self.lost: list[ConsumeQueue] = []
+        """Queues whose directory held no segment file when they were loaded: retention never
+        deletes a queue's last one, so the files were deleted or lost. Each is kept, empty,
+        until the store rebuilds it from the CommitLog (``Corruption.restore_lost``); without
+        that a write would give its queue offsets again from 0, and its records stay unseen."""
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         """The loaded queues (after a lazy :meth:`load`, not the ones still pending)."""
@@ -140,10 +146,15 @@ class ConsumeQueues:
     def _load_one(
         self, topic: str, queue_id: int, trusted_physical: int, scrub: bool
     ) -> ConsumeQueue | None:
-        """Load one queue's files; None (and the queue not kept) when it has none."""
+        """Load one queue's files; None (and the queue not kept) when it has none, unless its
+        directory held no segment file at all: then it is kept and listed in :attr:`lost`."""
         queue = self._new(topic, queue_id)
+        lost = topic not in self._retired and not list_segment_files(queue.directory)
         queue.load(trusted_physical, scrub=scrub)
         if queue.segments:
+            return queue
+        if lost:
+            self.lost.append(queue)
             return queue
         self._forget(queue)
         if topic in self._retired:
@@ -163,6 +174,12 @@ class ConsumeQueues:
         queue = self._load_one(topic, queue_id, self._pending_trusted, False)
         if queue is None:
             return None
+        if queue in self.lost:
+            # Rebuilt from the CommitLog by the store (or forgotten when it holds none of its
+            # records, as a queue without files is): the queue now registered is the answer.
+            if self.on_load is not None:
+                self.on_load(queue)
+            return self._queues.get((topic, queue_id))
         if self._pending_floor:
             queue.delete_below(self._pending_floor)
         if self.on_load is not None:
@@ -291,6 +308,21 @@ class ConsumeQueues:
         self._pending_floor = max(self._pending_floor, physical)
         return sum(queue.delete_below(physical) for queue in self._queues.values())
 
+    def forget(self, queue: ConsumeQueue) -> None:
+        """Drop a queue that has no segment (nothing of it is on disk)."""
+        if self._queues.get(queue.key) is queue:
+            self._forget(queue)
+
+    def reset(self, queue: ConsumeQueue) -> ConsumeQueue:
+        """Delete ``queue``'s segments and put an empty queue of its name in its place."""
+        for seg in queue.segments:
+            self.files.drop(seg)
+            self.maps.drop(seg)
+            self._tracker.retire(seg)
+        queue.segments = []
+        self.forget(queue)
+        return self._new(queue.topic, queue.queue_id)
+
     def forget_if_unused(self, queue: ConsumeQueue) -> None:
         """Drop a queue that never got a segment (its first write failed)."""
         if not queue.segments and queue.max_offset == 0 and self._queues.get(queue.key) is queue:
@@ -304,6 +336,7 @@ class ConsumeQueues:
         self._by_topic.clear()
         self._pending.clear()
         self._pending_count = 0
+        self.lost.clear()
 
 
 def _entries(directory: Path) -> int:

@@ -107,6 +107,7 @@ class StoreFiles:
         self._flush_lock = threading.Lock()
         self._checkpointed: tuple[int, int, int] | None = None
         self._lock_fd: int | None = None
+        self._recovering = False
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -154,13 +155,17 @@ class StoreFiles:
         repaired = bool(self.commitlog.repaired)
         corruption = self.corruption
         corruption.load_skipped(self.directory / SKIPPED_FILE)
-        result = recover(
-            self.commitlog,
-            self.queues,
-            checkpoint=checkpoint,
-            clean=not unclean and not repaired and checkpoint is not None,
-            given_up=corruption.given_up,
-        )
+        self._recovering = True
+        try:
+            result = recover(
+                self.commitlog,
+                self.queues,
+                checkpoint=checkpoint,
+                clean=not unclean and not repaired and checkpoint is not None,
+                given_up=corruption.given_up,
+            )
+        finally:
+            self._recovering = False
         for queue in self.queues:
             self._queue_loaded(queue)
         corruption.resolve_skipped()
@@ -199,7 +204,12 @@ class StoreFiles:
 
     def _queue_loaded(self, queue: ConsumeQueue) -> None:
         """A queue just loaded (at the open, or when first used after a clean stop): one whose
-        load found unwritten entries inside it is rebuilt from the CommitLog."""
+        load found unwritten entries inside it, or whose segment files were gone, is rebuilt
+        from the CommitLog (a lost one once the recovery's replay is done, which it replaces)."""
+        if queue in self.queues.lost:
+            if not self._recovering:
+                self.corruption.restore_lost(queue)
+            return
         if queue.holes:
             self.corruption.rebuild_queue(queue, queue.holes[0], "is unwritten inside the queue")
 

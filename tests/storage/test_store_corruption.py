@@ -283,3 +283,24 @@ async def test_corrupt_consume_queue_entry_is_rebuilt_not_skipped(
         "the rebuilt entry",
         10,
     )
+
+
+async def test_a_deleted_consume_queue_file_is_rebuilt_and_offsets_go_on(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int
+) -> None:
+    # A new user's trial: the queue's ConsumeQueue file deleted from the stopped broker. It came
+    # back serving none of the queue's 200 messages and gave the next one queue offset 0 again,
+    # saying nothing.
+    broker, _ = await filled_then_stopped(broker_factory, tmp_path, metrics_port, kill=False)
+    for path in (broker.data_dir / "consumequeue" / TOPIC / "0").iterdir():
+        path.unlink()
+    since = len(broker.log())
+    broker.start_and_wait()
+
+    got, error = await consume(broker.address, "g1", 20)
+    assert error is None
+    assert got == list(range(COUNT))
+    async with Producer(broker.address) as producer:
+        assert (await producer.send(TOPIC, body(COUNT))).queue_offset == COUNT
+    logged(broker, since, f"consume queue {TOPIC}:0: its directory holds no segment file")
+    assert corrupt_count(metrics_port, "consumequeue_rebuilt") == 1

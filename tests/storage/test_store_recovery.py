@@ -458,6 +458,38 @@ def test_a_zeroed_consume_queue_entry_is_not_the_end_of_its_queue(
     again.close()
 
 
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
+def test_a_queue_whose_segment_files_are_gone_is_rebuilt_not_restarted_at_0(
+    tmp_path: Path, clean: bool
+) -> None:
+    # A new user's trial: one queue's ConsumeQueue file deleted from a stopped broker (its
+    # directory kept). The queue came back empty: its messages were never served again, and
+    # the next message sent to it was given queue offset 0 once more, silently.
+    store = open_store(tmp_path / "live", consumequeue_segment_entries=1000)
+    fill(store, 30, queues=3)
+    store.put("Other", 0, messages(2), NOW)
+    store.flush()
+    fill(store, 6, queues=3)  # past the checkpoint: replayed after an unclean stop
+    before = snapshot(store)
+    lost_max = store.queue_max_offset(TOPIC, 1)
+    crashed = crash_copy(store, tmp_path / "crashed")
+    store.close()
+    data = tmp_path / "live" if clean else crashed
+    queue_dir = data / "consumequeue" / TOPIC / "1"
+    for path in queue_dir.iterdir():
+        path.unlink()
+    with structlog.testing.capture_logs() as logs:
+        again = open_store(data, consumequeue_segment_entries=1000)
+        after = snapshot(again)  # after a clean stop the queue is loaded when first used: here
+    assert after == before
+    assert any(
+        f"consume queue {TOPIC}:1: its directory holds no segment file" in e["event"] for e in logs
+    )
+    assert again.corruption["consumequeue_rebuilt"] == 1
+    assert again.put(TOPIC, 1, messages(1), NOW).first_queue_offset == lost_max
+    again.close()
+
+
 def test_sigkill_of_a_real_process_loses_nothing_flushed(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
