@@ -37,7 +37,7 @@ from typing import ClassVar, Final
 
 from protocol.codes import RequestCode
 from protocol.fields import FieldError, req_int, req_str
-from protocol.message import DISPATCH_HEAD, RecordError, check_record
+from protocol.message import BLANK_MAGIC, DISPATCH_HEAD, RecordError, check_record, peek_prefix
 from protocol.remoting import Header, Scalar
 
 __all__ = [
@@ -55,11 +55,15 @@ larger)."""
 
 def intact_records(raw: bytes | bytearray | memoryview, offset: int) -> str | None:
     """Why ``raw`` is not whole message records that passed their CRC and each name its own
-    CommitLog offset (``offset`` plus its position in ``raw``); None when it is."""
+    CommitLog offset (``offset`` plus its position in ``raw``); None when it is. The last may
+    be a segment's blank tail (BLANK_MAGIC, its size reaching the end of ``raw`` exactly, zeros
+    past its prefix): a range lost at the end of a segment (a short segment file) holds it."""
     pos, end = 0, len(raw)
     if end == 0:
         return "no bytes"
     while pos < end:
+        if _blank_tail(raw, pos, end):
+            return None
         try:
             size = check_record(raw, pos, end)
         except RecordError as exc:
@@ -71,6 +75,13 @@ def intact_records(raw: bytes | bytearray | memoryview, offset: int) -> str | No
             return f"the record at commitlog offset {offset + pos} says it is at {physical}"
         pos += size
     return None
+
+
+def _blank_tail(raw: bytes | bytearray | memoryview, pos: int, end: int) -> bool:
+    if end - pos < 8:
+        return False
+    size, magic = peek_prefix(raw, pos)
+    return magic == BLANK_MAGIC and pos + size == end and not bytes(raw[pos + 8 : end]).strip(b"\0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -670,3 +670,56 @@ async def test_a_zeroed_consume_queue_entry_on_the_master_is_rebuilt_not_reporte
     rebuilt = f"consume queue {TOPIC}:0: entry {DAMAGED} pointed at no record"
     await wait_until_async(lambda: rebuilt in victim.log(), "the rebuilt queue's line", 10)
     assert "unreadable" not in victim.log()
+
+
+SMALL_SEGMENT = 64 * 1024
+
+
+async def test_a_short_segment_file_on_a_slave_is_repaired_from_the_master(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # A new user's trial: a stopped slave's second CommitLog segment file cut to half its size.
+    # Recovery zero-filled the lost range (records, then the segment's blank tail) and asked
+    # the other replicas for it; each refused, "this replica's copy is damaged too: bad magic
+    # 0xcbd43194" (the blank tail), so the slave kept hundreds of messages unreadable that
+    # both other replicas held intact.
+    cluster.add_group("broker-a", 3, config="scrub_bytes_per_s = 0\n", segment_bytes=SMALL_SEGMENT)
+    doc = await full_sync_state_set(boot, cluster, size=3)
+    await create_topic(boot, doc["masterAddress"], TOPIC, queues=1)
+    bodies: dict[Key, bytes] = {}
+    async with Producer(cluster.controller_addresses) as producer:
+        for i in range(300):
+            body = f"message {i:03d} ".encode() * 40
+            sent = await producer.send(TOPIC, body)
+            bodies[(sent.broker_name, sent.queue_id, sent.queue_offset)] = body
+    master = await synced_master(boot, cluster, size=3)
+    victim = next(b for b in cluster.brokers if b is not master)
+    cut = victim.data_dir / "commitlog" / f"{SMALL_SEGMENT:020d}"
+    intact = master.data_dir / "commitlog" / cut.name
+
+    def replicated() -> bool:
+        names = {p.name for p in (victim.data_dir / "commitlog").iterdir()}
+        return f"{2 * SMALL_SEGMENT:020d}" in names and cut.read_bytes() == intact.read_bytes()
+
+    await wait_until_async(replicated, "the second segment replicated", 30)
+    victim.stop()
+    with cut.open("r+b") as f:
+        f.truncate(SMALL_SEGMENT // 2)
+    victim.restart()
+
+    await wait_until_async(
+        lambda: cut.read_bytes() == intact.read_bytes(),
+        "the cut segment repaired from a replica",
+        30,
+        on_timeout=lambda: victim.log()[-3000:],
+    )
+    assert "could not be repaired" not in victim.log()
+    await make_master(cluster, boot, victim, await broker_id_of(boot, victim))
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
+    assert received == bodies
+
+
+async def broker_id_of(boot: Bootstrap, node: BrokerNode) -> int:
+    doc = await sync_state(boot)
+    assert doc is not None
+    return int(next(r["brokerId"] for r in doc["replicas"] if r["address"] == node.address))

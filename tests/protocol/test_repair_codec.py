@@ -18,7 +18,7 @@ from protocol.broker_requests.repair import (
 )
 from protocol.codes import RequestCode
 from protocol.fields import FieldError
-from protocol.message import Message, RecordEncoder
+from protocol.message import Message, RecordEncoder, encode_blank
 from protocol.remoting import FrameDecoder, encode_frame, request
 
 GOLDEN_REQUEST = "000000229600cd1446010083a66f6666736574cd7500a473697a65cd012ca565706f636802c0"
@@ -101,6 +101,22 @@ def test_intact_bytes_of_the_same_epoch_may_be_written() -> None:
     asked = RepairRecord(offset=1000, size=len(raw), epoch=3)
     assert intact_records(raw, 1000) is None
     assert RepairedRecord(epoch=3, epoch_start=0, epoch_end=5000, raw=raw).problem(asked) is None
+
+
+def test_records_ending_in_a_segments_blank_tail_may_be_written() -> None:
+    # A short segment file loses the end of a segment: the range to fetch holds records and
+    # the segment's blank tail. Every replica refused it ("bad magic 0xcbd43194"), so a slave
+    # whose file was cut kept hundreds of messages unreadable that its master held intact.
+    first = record(1000)
+    raw = first + encode_blank(300)
+    asked = RepairRecord(offset=1000, size=len(raw), epoch=3)
+    assert intact_records(raw, 1000) is None
+    assert RepairedRecord(epoch=3, epoch_start=0, epoch_end=5000, raw=raw).problem(asked) is None
+    assert intact_records(encode_blank(300), 1000) is None
+    # A blank that does not end the range, or with bytes past its prefix, is not one.
+    assert intact_records(encode_blank(300) + record(1300), 1000) is not None
+    assert intact_records(first + encode_blank(300)[:-1] + b"x", 1000) is not None
+    assert intact_records(first + encode_blank(300)[:-10], 1000) is not None
 
 
 def test_what_the_asker_refuses() -> None:
