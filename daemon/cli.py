@@ -3,6 +3,7 @@ print the config reference, and run until a stop signal, exiting 2 on a config e
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -100,4 +101,9 @@ def main(
         click.echo(f"{prog}: {exc}", err=True)
         sys.exit(2)
     setup_logging(cfg.log_format, cfg.log_level)
+    # A fault in native code kills the process with no Python exception: most often a read of
+    # a mapped store file that was cut under the daemon, or a page the disk cannot read (SIGBUS).
+    # This leaves "Fatal Python error: Bus error" and every thread's stack on stderr (the
+    # journal) instead of an exit that says nothing.
+    faulthandler.enable(all_threads=True)
     sys.exit(run(lambda: serve(cfg)))

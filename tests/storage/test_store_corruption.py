@@ -4,7 +4,9 @@ error naming the offset, ``rmqctl consumeMessage`` exit 1 with one line)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from client.producer import Producer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import MESSAGE_MAGIC, decode_record, iter_records, peek_prefix
 from remoting.client import RemotingClient
+from remoting.errors import RemotingError
 from storage.checkpoint import Checkpoint, load_checkpoint
 from storage.consumequeue import ENTRY
 from tests.support.procs import ROOT, BrokerProc, free_port
@@ -304,3 +307,25 @@ async def test_a_deleted_consume_queue_file_is_rebuilt_and_offsets_go_on(
         assert (await producer.send(TOPIC, body(COUNT))).queue_offset == COUNT
     logged(broker, since, f"consume queue {TOPIC}:0: its directory holds no segment file")
     assert corrupt_count(metrics_port, "consumequeue_rebuilt") == 1
+
+
+async def test_a_segment_cut_under_a_running_broker_kills_it_saying_why(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int
+) -> None:
+    # A new user's trial: a CommitLog segment file cut under the running broker (the same as a
+    # page the disk cannot read). The next read of it faulted (SIGBUS) and the broker vanished,
+    # its log saying nothing. The fault cannot be caught; it is said on stderr now.
+    broker = new_broker(broker_factory, tmp_path, metrics_port)
+    broker.start_and_wait()
+    await produce(broker.address)
+    on_disk = records_on_disk(broker.data_dir)
+    second = sorted({r.path for r in on_disk.values()})[1]
+    victim = next(k for k, r in sorted(on_disk.items()) if r.path == second and r.pos >= 8192)
+    with second.open("r+b") as f:
+        f.truncate(4096)
+    with contextlib.suppress(OSError, RemotingError):
+        await pull(broker.address, victim)
+    assert broker.proc is not None
+    status = broker.proc.wait(timeout=30)
+    assert status == -signal.SIGBUS, broker.log()[-2000:]
+    logged(broker, 0, "Fatal Python error: Bus error")
