@@ -65,6 +65,10 @@ a CommitLog record the background scrub found failing its checks (once per offse
 message an operator gave up (rmqctl skipCorruptMessage), reads pass over it; at start it is the
 number of messages the skipped file lists (the skips this store holds, not only this run's)."""
 
+WALK_LIMIT: Final = 4 << 20
+"""How far :meth:`Corruption.inside_a_record` walks records to tell whether an offset is inside
+one (the CommitLog between two entries of one queue: other queues' records)."""
+
 log = structlog.get_logger(__name__)
 
 
@@ -120,7 +124,11 @@ class Corruption:
         if damage is not None:
             why = f"in {damage.size} damaged bytes from offset {damage.offset}: {damage.reason}"
             return self.corrupt(queue, offset, physical, why, size)
-        if self.repairable and physical not in self.refused:
+        if (
+            self.repairable
+            and physical not in self.refused
+            and not self.inside_a_record(queue, offset, physical)
+        ):
             header = self.header_problem(physical, size)
             if header is not None:
                 return self.corrupt(queue, offset, physical, header, size)
@@ -128,6 +136,7 @@ class Corruption:
             # The entry (not the CommitLog) is wrong: rebuild the queue from the CommitLog
             # (once per queue while the store is open) and read again.
             self.rebuild_queue(queue, offset, "pointed at no record of this queue")
+            self._forget_if_moved(queue, offset, physical)
             return None
         return self.corrupt(queue, offset, physical, "no record of this queue at the offset")
 
@@ -136,6 +145,42 @@ class Corruption:
             if damage.offset <= physical < damage.offset + damage.size:
                 return damage
         return None
+
+    def inside_a_record(self, queue: ConsumeQueue, offset: int, physical: int) -> bool:
+        """Whether CommitLog ``physical`` lies inside a record, so that the entry at queue
+        ``offset`` naming it is wrong, not the CommitLog: walking intact records from the one
+        the previous entry names steps over it. False when that cannot be told (no previous
+        entry, another segment, a record on the way fails its checks, more than
+        :data:`WALK_LIMIT` bytes)."""
+        if offset <= queue.min_offset:
+            return False
+        start = queue.entry(offset - 1)[0]
+        commitlog = self._commitlog
+        seg = commitlog.segment_at(start)
+        if seg is None or not start < physical < seg.end or physical - start > WALK_LIMIT:
+            return False
+        limit = min(seg.end, commitlog.write_pos) - seg.start
+        pos = start - seg.start
+        target = physical - seg.start
+        while pos < target:
+            try:
+                pos += check_record(seg.view, pos, limit)
+            except RecordError:
+                return False
+        return pos != target
+
+    def _forget_if_moved(self, queue: ConsumeQueue, offset: int, physical: int) -> None:
+        """After a rebuild of ``queue``: when its entry at ``offset`` names another record than
+        ``physical``, what a read took for damage at ``physical`` was the entry's fault (and
+        the repairs no replica could make there were of no record): forgotten, unless recovery
+        found damage there."""
+        if not queue.min_offset <= offset < queue.max_offset:
+            return
+        if queue.entry(offset)[0] == physical or self.damage_at(physical) is not None:
+            return
+        self.sizes.pop(physical, None)
+        self.refused.discard(physical)
+        self.reported.discard(physical)
 
     def header_problem(self, physical: int, size: int) -> str | None:
         """Why the bytes at CommitLog ``physical`` are not an intact record within ``size``

@@ -723,3 +723,28 @@ async def broker_id_of(boot: Bootstrap, node: BrokerNode) -> int:
     doc = await sync_state(boot)
     assert doc is not None
     return int(next(r["brokerId"] for r in doc["replicas"] if r["address"] == node.address))
+
+
+async def test_an_entry_pointing_inside_a_record_raises_no_unrepairable_damage(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    # A new user's trial: a ConsumeQueue entry's CommitLog offset moved 12 bytes into its record
+    # under the running master. The master called it CommitLog damage, asked both slaves for
+    # bytes that are no record, counted each refusal in rmq_broker_records_unrepairable_total
+    # (RmqUnrepairableDamage) and went on asking every 10 s after the queue was rebuilt.
+    _, ports, bodies, _ = await group_with_messages(cluster, boot, scrub=False)
+    victim, port = await master_and_port(cluster, boot, ports)
+    cq = victim.data_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    with cq.open("r+b") as f:  # the broker's mapping shares the page cache: it sees this
+        f.seek(DAMAGED * 20)
+        physical = int.from_bytes(f.read(8), "big")
+        f.seek(DAMAGED * 20)
+        f.write((physical + 12).to_bytes(8, "big"))
+
+    received = await consume_all(cluster.controller_addresses, TOPIC, set(bodies), timeout=90)
+
+    assert received == bodies
+    rebuilt = f"consume queue {TOPIC}:0: entry {DAMAGED} pointed at no record"
+    await wait_until_async(lambda: rebuilt in victim.log(), "the rebuilt queue's line", 10)
+    assert metric(victim, port, "rmq_broker_records_unrepairable_total") == 0
+    assert "could not be repaired" not in victim.log()

@@ -294,6 +294,48 @@ def test_a_wrong_entry_is_rebuilt_not_blamed_on_the_commitlog_when_replicas_can_
     assert store.corruption["read"] == 0
 
 
+def test_an_entry_naming_an_offset_inside_a_record_is_not_taken_for_commitlog_damage(
+    store: MessageStore,
+) -> None:
+    # In controller mode an entry whose CommitLog offset pointed inside a record was answered
+    # CORRUPT ("commitlog record at offset O unreadable (record header damaged (bad magic))"),
+    # the replicas were asked for bytes that are no record, and every refusal counted as
+    # unrepairable damage, retried every 10 s and reported to the elections after the queue was
+    # rebuilt: RmqUnrepairableDamage with an intact CommitLog on every replica.
+    store._corruption.repairable = True
+    store.put(TOPIC, 0, messages(3), NOW)
+    cq = store.config.data_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
+    good = cq.read_bytes()[:60]
+
+    def point(index: int, delta: int) -> None:
+        entry = good[index * 20 : index * 20 + 20]
+        inside = (int.from_bytes(entry[:8], "big") + delta).to_bytes(8, "big")
+        with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
+            f.seek(index * 20)
+            f.write(inside + entry[8:])
+
+    # Entry 1 inside its own record: a walk from the record entry 0 names steps over it.
+    point(1, 12)
+    found = store.get(TOPIC, 0, 1, 32, 1 << 20)
+    assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 2, 3)
+    assert store.corruption["read"] == 0
+    assert cq.read_bytes()[:60] == good
+
+    # Entry 0 (nothing before it to walk from): taken for damage until no replica could
+    # repair it; then the queue is rebuilt and the offset is no damage any more.
+    point(0, 12)
+    store._rebuilt.clear()
+    inside = int.from_bytes(good[:8], "big") + 12
+    first = store.get(TOPIC, 0, 0, 32, 1 << 20)
+    assert first.status is GetStatus.CORRUPT
+    assert [at for at, _ in store.repairs.unrepaired()] == [inside]
+    store.repairs.repair_refused(inside)
+    again = store.get(TOPIC, 0, 0, 32, 1 << 20)
+    assert (again.status, again.count, again.next_offset) == (GetStatus.FOUND, 3, 3)
+    assert store.repairs.unrepaired() == []
+    assert store.repairs.unrepairable() == []
+
+
 def test_read_raw_outside_the_log_is_refused(store: MessageStore) -> None:
     store.put(TOPIC, 0, messages(2), NOW)
     with pytest.raises(StoreError):
