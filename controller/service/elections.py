@@ -110,6 +110,22 @@ class ElectionHandlers:
             log.warning("election not committed", broker_name=broker_name, error=exc.remark)
             return
         self._count(broker_name, settled, "controller")
+        if settled.ok or settled.response is None:
+            return
+        # The master was cleared with no successor: say why, and what would bring one back.
+        alive = sorted(self.live.election_view(broker_name, self.now_ms()))
+        in_sync = sorted(settled.response.sync_state_set)
+        unclean = self.cfg.enable_elect_unclean_master
+        log.warning(
+            f"broker group {broker_name} has no master: {settled.remark} (SyncStateSet "
+            f"{in_sync}, alive replicas {alive}, enable_elect_unclean_master "
+            f"{'on' if unclean else 'off'}); it gets one when "
+            f"{'a replica' if unclean else 'a SyncStateSet member'} comes back "
+            "(docs/operations.md, 'Unclean election and what it risks')",
+            broker_name=broker_name,
+            sync_state_set=in_sync,
+            alive=alive,
+        )
 
     def _count(self, broker_name: str, d: Decision[Any], trigger: str) -> None:
         if self.metrics is None:

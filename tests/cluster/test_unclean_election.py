@@ -122,3 +122,41 @@ async def refuses(broker: BrokerNode) -> None:
         interval=0.1,
         on_timeout=lambda: broker.log()[-4000:],
     )
+
+
+async def test_a_group_left_without_a_master_says_why(tmp_path: Path) -> None:
+    # A new user's trial: the slave stopped, then the master killed. The active controller
+    # logged 'electing a master' and 'master changed master=None' and nothing said why no
+    # replica was elected, nor what would bring a master back (the runbook's two ways).
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_controllers()
+        cluster.add_group("broker-a", 2)
+        boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+        try:
+            doc = await full_sync_state_set(boot, cluster, size=2)
+            master = next(b for b in cluster.brokers if b.address == doc["masterAddress"])
+            slave = next(b for b in cluster.brokers if b is not master)
+            master_id = doc["masterBrokerId"]
+            slave.stop()
+
+            async def shrunk() -> bool:
+                now = await sync_state(boot)
+                return now is not None and now["syncStateSet"] == [master_id]
+
+            await wait_until_async(shrunk, "the SyncStateSet of the master alone", 30)
+        finally:
+            boot.close()
+        master.kill9()
+        line = (
+            f"broker group broker-a has no master: no alive SyncStateSet member to elect "
+            f"(SyncStateSet [{master_id}], alive replicas [], enable_elect_unclean_master off)"
+        )
+        await wait_until_async(
+            lambda: any(line in c.log() for c in cluster.controllers),
+            "the active controller's line",
+            30,
+            on_timeout=cluster.logs,
+        )
+    finally:
+        cluster.thaw_and_stop()
