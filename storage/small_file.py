@@ -151,7 +151,17 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def write_atomic_parts(path: Path, parts: Iterable[bytes]) -> None:
     """:func:`write_atomic` of the concatenation of ``parts``, which are encoded, checksummed and
-    written one at a time (a large document is never built whole in memory)."""
+    written one at a time (a large document is never built whole in memory). An OSError names
+    the file (a write or fsync by descriptor says only, e.g., "No space left on device")."""
+    try:
+        _write_atomic_parts(path, parts)
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def _write_atomic_parts(path: Path, parts: Iterable[bytes]) -> None:
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,23 @@ def test_a_corrupt_primary_never_replaces_a_good_bak(tmp_path: Path) -> None:
 def test_codec_round_trip(payload: bytes) -> None:
     assert decode(encode(payload)) == payload
     assert decode(encode(payload)[:-1]) is None if payload else decode(b"RMQ") is None
+
+
+def test_a_failed_write_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new user's trial: a broker's disk filled up; its log said 'flush failed', 'timer
+    # progress failed' and 'persisting consumer offsets failed', each with only "OSError:
+    # [Errno 28] No space left on device": a write by descriptor names no file.
+    path = tmp_path / "checkpoint"
+    write_atomic(path, b"before")
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError) as failed:
+        write_atomic(path, b"after")
+    assert failed.value.errno == errno.ENOSPC
+    assert str(failed.value) == f"[Errno 28] No space left on device: '{path}'"
+    monkeypatch.undo()
+    assert read_atomic(path) == b"before"
+    assert not (tmp_path / "checkpoint.tmp").exists()
