@@ -369,8 +369,15 @@ def make_app(settings: Settings) -> Starlette:
         sort = request.query_params.get("sort", "lag")
         if sort not in reads.GROUP_SORTS:
             sort = "lag"
+        number = _page_number(request.query_params.get("page", "1"))
         rows, notes = await _read(reads.groups(addrs, cfg.request_timeout, sort))
-        return render(request, "groups.html", rows=rows, notes=notes, sort=sort)
+        page = reads.Page.of(rows, number, reads.GROUPS_PER_PAGE)
+
+        def link(**change: Any) -> str:
+            query = {"sort": sort, "page": page.number, **change}
+            return "?" + urlencode({k: v for k, v in query.items() if v and v != 1})
+
+        return render(request, "groups.html", listing=page, notes=notes, sort=sort, link=link)
 
     async def group_view(request: Request) -> reads.GroupView:
         addrs = addresses(request)

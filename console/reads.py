@@ -407,6 +407,9 @@ class GroupRow:
     group (statsAll's Out TPS of the group)."""
 
 
+#: rows on one page of the groups page (a cluster with thousands of groups is read in pages)
+GROUPS_PER_PAGE: Final = 100
+
 GROUP_SORTS: Final = ("lag", "tps", "group")
 """The orders the groups page offers: most behind first, busiest first, by name."""
 

@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 
 from client import Producer
-from console.reads import MAX_FOUND
+from console.reads import GROUPS_PER_PAGE, MAX_FOUND
+from protocol.codes import ResponseCode
+from protocol.pull import ConsumerOffsetUpdate
+from remoting.client import RemotingClient
 from tests.console.browser import console_process, fetch, post_form
 from tests.support.cluster import STEADY_MASTER, Cluster
 from tests.support.messages import consumed, create_once_registered
@@ -356,3 +359,41 @@ def test_a_search_by_key_that_finds_more_than_a_page_says_so(env: Env) -> None:
     status, page = fetch(f"{env.base}/messages?topic=T&begin=-1h")
     assert status == 200, shown(page)
     assert f"More than {MAX_FOUND} messages in this range: showing the oldest" in page
+
+
+def test_the_groups_page_lists_many_groups_a_page_at_a_time(env: Env) -> None:
+    """With more consumer groups than a page holds (a cluster of thousands of groups listed
+    every one in one page, a row each), the groups page shows GROUPS_PER_PAGE of them and
+    links to the others, keeping the order chosen; every group is on one of the pages."""
+    many = [f"paged-{i:03d}" for i in range(GROUPS_PER_PAGE + 20)]
+
+    async def commit() -> None:
+        conn = await RemotingClient.connect(env.cluster.brokers[0].address)
+        try:
+            for group in many:
+                ask = ConsumerOffsetUpdate(group=group, topic="T", queue_id=0, offset=0)
+                resp = await conn.request(ask.code, *ask.encode(), 30)
+                assert resp.code == ResponseCode.SUCCESS, (group, resp.code, resp.header)
+        finally:
+            conn.close()
+
+    asyncio.run(commit())
+
+    def rows(query: str) -> list[str]:
+        status, page = fetch(f"{env.base}/groups{query}")
+        assert status == 200, shown(page)
+        return re.findall(r'<tr data-group="([^"]+)">', page)
+
+    wait_until(lambda: many[-1] in rows("?sort=group&page=2"), "the last group listed", 30)
+    first, second = rows("?sort=group"), rows("?sort=group&page=2")
+    assert len(first) == GROUPS_PER_PAGE
+    assert first == sorted(first) and second == sorted(second) and first[-1] < second[0]
+    assert set(many) <= set(first + second)
+    status, page = fetch(f"{env.base}/groups?sort=group")
+    total = len(first) + len(second)
+    assert f"Groups 1 to {GROUPS_PER_PAGE} of {total}, page 1 of 2" in page, shown(page)
+    assert 'href="?sort=group&amp;page=2" id="next-page"' in page, shown(page)
+    # Past the last page: the last page; not a number: a 400 saying so.
+    assert rows("?sort=group&page=9") == second
+    status, page = fetch(f"{env.base}/groups?page=x")
+    assert (status, error_of(page)) == (400, "page must be a number from 1 (not &#39;x&#39;)")
