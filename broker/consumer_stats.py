@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Iterator
+from typing import Final
 
 import structlog
 
@@ -62,10 +63,20 @@ def queue_stats(
     return out
 
 
-def lag_by_group_topic(ctx: BrokerContext) -> dict[tuple[str, str], int]:
+#: queues not loaded since the broker's start that one scrape's lag loads at most (and the
+#: queues of the topic that crosses it): after a restart of a broker with thousands of queues,
+#: loading every one in the scrape held its event loop for half a minute (HA connections timed
+#: out); the others' series come with the next scrapes
+LAG_QUEUE_LOADS_PER_SCRAPE: Final = 256
+
+
+def lag_by_group_topic(
+    ctx: BrokerContext, load_budget: int | None = None
+) -> dict[tuple[str, str], int]:
     """(group, topic) -> the sum of its queues' lags here: what ``rmq_consumer_group_lag``
     exports, the same figures as :func:`queue_stats` (the same :func:`queue_lag`), with each
-    queue's bounds read once for all groups."""
+    queue's bounds read once for all groups. ``load_budget``: once this many queues not loaded
+    since the start were loaded, the topics with such queues are left out (None: no limit)."""
     committed = ctx.offsets.snapshot()
     bounds: dict[str, list[tuple[int, int]]] = {}
     totals: dict[tuple[str, str], int] = {}
@@ -74,6 +85,11 @@ def lag_by_group_topic(ctx: BrokerContext) -> dict[tuple[str, str], int]:
         for topic in topics:
             queues = bounds.get(topic)
             if queues is None:
+                pending = ctx.store.queues_pending(topic)
+                if load_budget is not None and pending:
+                    if load_budget <= 0:
+                        continue  # loaded by a later scrape
+                    load_budget -= pending
                 queues = bounds[topic] = queue_bounds(ctx, topic)
             if not queues:
                 continue  # not (or no longer) a topic here
@@ -145,14 +161,14 @@ class LagAtScrape:
         if loop is None or loop.is_closed() or not self.ctx.role.is_master:
             return None
         if threading.get_ident() == self._loop_thread:
-            return lag_by_group_topic(self.ctx)
+            return lag_by_group_topic(self.ctx, LAG_QUEUE_LOADS_PER_SCRAPE)
         answer: concurrent.futures.Future[dict[tuple[str, str], int]] = concurrent.futures.Future()
 
         def compute() -> None:
             if not answer.set_running_or_notify_cancel():
                 return  # the scrape gave up waiting
             try:
-                answer.set_result(lag_by_group_topic(self.ctx))
+                answer.set_result(lag_by_group_topic(self.ctx, LAG_QUEUE_LOADS_PER_SCRAPE))
             except Exception as exc:  # reported to the scrape, never to the loop
                 answer.set_exception(exc)
 

@@ -110,6 +110,11 @@ class ConsumeQueues:
         """Queues whose files are open (the rest are pending: loaded when first used)."""
         return len(self._queues)
 
+    def pending_in(self, topic: str) -> int:
+        """Queues of ``topic`` not loaded yet (a lazy :meth:`load`): the first read of each
+        opens and searches its files."""
+        return len(self._pending.get(topic, ()))
+
     def load(self, trusted_physical: int, *, scrub: bool, lazy: bool = False) -> None:
         """Open every queue found on disk (see :meth:`ConsumeQueue.load`). With ``lazy`` (after
         a clean stop, never with ``scrub``) only list them: each is loaded, keeping its entries

@@ -226,6 +226,11 @@ class MessageStore:
     def queue_ids(self, topic: str) -> list[int]:
         return self._queues.queue_ids(topic)
 
+    def queues_pending(self, topic: str) -> int:
+        """Queues of ``topic`` not loaded since a clean start: reading the bounds of one loads
+        it (its files opened and searched), which the first reads after a start pay."""
+        return self._queues.pending_in(topic)
+
     def topics(self) -> list[str]:
         return self._queues.topics()
 
