@@ -372,7 +372,11 @@ def consumer_progress(
                 f"consumer group {group!r} has no offsets or members for topic {topic!r} on any "
                 "broker group"
             )
-        raise CommandError(f"consumer group {group!r} not found on any broker group")
+        raise CommandError(
+            f"consumer group {group!r} has no offsets or members on any broker group (a group "
+            "made with updateSubGroup shows here once it commits an offset; getSubGroup shows "
+            "its settings)"
+        )
     else:
         doc = {
             "group": group,
