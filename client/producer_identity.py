@@ -5,7 +5,10 @@ epoch 0, or, for a producer that keeps its id in a ``producer_id_file`` across r
 same id at an epoch above all its earlier ones, so the brokers fence what an older incarnation
 still sends. A bootstrap that does not serve the request (a lone broker in development mode)
 gives a random 62-bit id instead, and with an id file the seconds since the Unix epoch as the
-epoch (rising across restarts while the clock does).
+epoch, or one above the epoch the last incarnation took when that is higher (kept beside the
+id file, ``<file>.epoch``): two starts within a second, or a clock set back, still rise. The
+same epoch again would make the broker answer the new incarnation's first sends with the
+offsets of the old one's (the same sequences), storing nothing.
 """
 
 from __future__ import annotations
@@ -22,24 +25,28 @@ from protocol.controller_requests.producers import GetProducerId, ProducerIdAnsw
 from protocol.fields import FieldError
 from protocol.idempotence import MAX_EPOCH, MAX_PRODUCER_ID
 
-__all__ = ["acquire_identity", "read_id_file", "write_id_file"]
+__all__ = ["acquire_identity", "lone_epoch", "read_id_file", "write_id_file"]
 
 
-def read_id_file(path: Path) -> int | None:
-    """The producer id kept in ``path``; None when there is no file yet."""
+def read_id_file(
+    path: Path, what: str = "a producer id", limit: int = MAX_PRODUCER_ID
+) -> int | None:
+    """The producer id kept in ``path`` (or the number ``what``, at most ``limit``); None when
+    there is no file yet."""
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ClientError(f"producer_id_file {path}: {exc}") from None
-    if not text.isdigit() or not 0 <= int(text) <= MAX_PRODUCER_ID:
-        raise ClientError(f"producer_id_file {path} does not hold a producer id: {text[:40]!r}")
+    if not text.isdigit() or not 0 <= int(text) <= limit:
+        raise ClientError(f"producer_id_file {path} does not hold {what}: {text[:40]!r}")
     return int(text)
 
 
 def write_id_file(path: Path, producer_id: int) -> None:
-    """Keep ``producer_id`` in ``path`` (written whole, then renamed over it, then synced)."""
+    """Keep ``producer_id`` (or an epoch) in ``path`` (written whole, then renamed over it,
+    then synced)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with tmp.open("w") as f:
@@ -71,10 +78,25 @@ async def acquire_identity(
         if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
             raise
         producer_id = known if known is not None else secrets.randbits(62)
-        epoch = int(time.time()) & MAX_EPOCH if id_file is not None else 0
+        epoch = lone_epoch(id_file, known is not None) if id_file is not None else 0
         answer = ProducerIdAnswer(producer_id=producer_id, epoch=epoch)
     except FieldError as exc:
         raise ClientError(f"malformed producer id answer: {exc}") from None
     if id_file is not None and answer.producer_id != known:
         write_id_file(id_file, answer.producer_id)
     return answer.producer_id, answer.epoch
+
+
+def lone_epoch(id_file: Path, known: bool) -> int:
+    """A lone broker's producer with ``id_file`` (``known``: the file held its id): the
+    clock's seconds, or one above the epoch kept beside the file when that is higher, kept
+    there before the first send."""
+    epoch_file = id_file.with_name(id_file.name + ".epoch")
+    last = read_id_file(epoch_file, "an epoch", MAX_EPOCH) if known else None
+    epoch = int(time.time()) & MAX_EPOCH
+    if last is not None and epoch <= last:
+        if last >= MAX_EPOCH:
+            raise ClientError(f"producer_id_file {id_file}: its epoch {last} is the largest")
+        epoch = last + 1
+    write_id_file(epoch_file, epoch)
+    return epoch

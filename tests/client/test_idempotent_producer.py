@@ -6,10 +6,13 @@ describes). The sequencer's window (client/sequencer.py), pure."""
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+import client.producer_identity
 from client.admin import Admin
 from client.message import Message
 from client.producer import Producer
@@ -109,3 +112,32 @@ async def test_a_window_of_sends_in_flight_on_one_queue_all_lose_their_answers(
     bodies = [r.body for r in await stored(broker)]
     assert sorted(bodies) == sorted([b"warm", *(b"m%d" % i for i in range(n))])
     assert len({r.queue_offset for r in results}) == n
+
+
+@pytest.mark.multiprocess
+async def test_a_lone_brokers_producer_restarted_within_a_second_or_with_the_clock_set_back_is_stored(
+    broker: BrokerProc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone broker gives no epochs: a producer_id_file producer takes the clock's seconds.
+    Three incarnations started within one second, then one with the clock set back, each send
+    one message: each is stored (the same epoch again made the broker answer a new
+    incarnation's first send with the old one's offsets, storing nothing; an epoch below was
+    fenced), and the epochs rise."""
+    async with Admin(broker.address) as admin:
+        await admin.create_topic(T, 1)
+    now = [1_796_000_000.5]
+    monkeypatch.setattr(
+        client.producer_identity, "time", types.SimpleNamespace(time=lambda: now[0])
+    )
+    id_file = tmp_path / "producer.id"
+    epochs: list[int | None] = []
+    results = []
+    for i, clock in enumerate((1_796_000_000.1, 1_796_000_000.4, 1_796_000_000.9, 1_795_999_000)):
+        now[0] = clock
+        async with Producer(broker.address, producer_id_file=id_file) as p:
+            results.append(await p.send(T, b"incarnation-%d" % i))
+            epochs.append(p.producer_epoch)
+    bodies = [r.body for r in await stored(broker)]
+    assert bodies == [b"incarnation-%d" % i for i in range(4)], (bodies, epochs)
+    assert [r.queue_offset for r in results] == [0, 1, 2, 3]
+    assert epochs == [1_796_000_000, 1_796_000_001, 1_796_000_002, 1_796_000_003]
