@@ -68,6 +68,14 @@ class PerMasterEpoch(Generic[S]):
             self._damage_at_build = self._known_damage()
         return state
 
+    def current(self) -> S | None:
+        """The state while this broker is master in the epoch it was built for, else None (a
+        slave, or a new master that has not built it yet): what figures about it report."""
+        role = self.host.gate.role
+        if not role.is_master or role.master_epoch != self._epoch:
+            return None
+        return self.state
+
     def _known_damage(self) -> frozenset[int]:
         return frozenset(offset for offset, _size in self.host.store.repairs.unrepaired())
 

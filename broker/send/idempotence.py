@@ -164,13 +164,21 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         host.metrics.gauge_fn(
             "rmq_broker_idempotent_producers",
             "Idempotent producers whose sequences this broker keeps (master only)",
-            lambda: 0 if self.state is None else self.state.producers,
+            self._kept_producers,
         )
         host.metrics.gauge_fn(
             "rmq_broker_idempotent_windows",
             "(producer, queue) windows of sequences this broker keeps (master only)",
-            lambda: 0 if self.state is None else self.state.windows,
+            self._kept_windows,
         )
+
+    def _kept_producers(self) -> int:
+        state = self.current()  # 0 on a slave: a demoted master's state is not its to keep
+        return 0 if state is None else state.producers
+
+    def _kept_windows(self) -> int:
+        state = self.current()
+        return 0 if state is None else state.windows
 
     @property
     def expired(self) -> int:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from collections import Counter
 from pathlib import Path
@@ -27,13 +28,17 @@ from protocol.remoting import Frame, Scalar
 from remoting.client import RemotingClient
 from tests.cluster.hostile import FakeSlave
 from tests.cluster.support import (
+    cluster_rmqctl,
     consume_all,
     create_topic,
     full_sync_state_set,
     new_master,
     node_at,
+    sync_state,
 )
-from tests.support.cluster import Cluster
+from tests.support.cluster import BrokerNode, Cluster
+from tests.support.metrics import metrics_port, scrape
+from tests.support.procs import free_port
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -162,3 +167,57 @@ async def test_a_producer_taking_its_id_up_again_fences_its_earlier_self(
         with pytest.raises(BrokerError) as never:
             await bad.send(TOPIC, b"x")
         assert "never issued" in str(never.value)
+
+
+def idempotent_gauges(node: BrokerNode) -> tuple[float, float] | None:
+    """(rmq_broker_idempotent_producers, ..._windows) as ``node`` serves them, once its
+    rmq_broker_role says slave (None before)."""
+    text = scrape(metrics_port(node))
+    if not re.search(r'^rmq_broker_role\{[^}]*role="slave"\} 1\.0$', text, re.M):
+        return None
+    found = re.findall(r"^rmq_broker_idempotent_(producers|windows)\{[^}]*\} (\S+)$", text, re.M)
+    values = dict(found)
+    return float(values["producers"]), float(values["windows"])
+
+
+async def test_a_demoted_master_reports_no_idempotent_producers(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    """rmq_broker_idempotent_producers and _windows are the master's (docs/metrics.md: 0 on a
+    slave): after an electMaster the old master, now a slave, reports 0, and the new master
+    counts the producer once it sends there."""
+    ports = [["--metrics-port", str(free_port())] for _ in range(2)]
+    cluster.add_group("broker-a", 2, per_broker=ports)
+    doc = await full_sync_state_set(boot, cluster, size=2)
+    old = node_at(cluster, doc["masterAddress"])
+    await create_topic(boot, old.address, TOPIC, queues=2)
+    async with Producer(cluster.controller_addresses, auto_batch=False) as producer:
+        for i in range(4):
+            await producer.send(TOPIC, b"before-%d" % i)
+        assert idempotent_gauges(old) is None  # still master
+        ids = {r["address"]: r["brokerId"] for r in doc["replicas"]}
+        (other,) = [a for a in ids if a != old.address]
+        elected = await asyncio.to_thread(
+            cluster_rmqctl, cluster, "electMaster", "-b", "broker-a", "-i", str(ids[other])
+        )
+        assert elected.returncode == 0, elected.stderr
+        doc = await new_master(boot, cluster, old.address)
+        gauges = await wait_until_async(
+            lambda: asyncio.to_thread(idempotent_gauges, old),
+            "the old master to say slave on its metrics",
+            20,
+            interval=0.1,
+        )
+        assert gauges == (0.0, 0.0), gauges
+        new = node_at(cluster, doc["masterAddress"])
+
+        async def counted() -> bool:
+            await producer.send(TOPIC, b"after")
+            text = await asyncio.to_thread(scrape, metrics_port(new))
+            return (
+                re.search(r"^rmq_broker_idempotent_producers\{[^}]*\} 1\.0$", text, re.M)
+                is not None
+            )
+
+        await wait_until_async(counted, "the new master to count the producer", 20, interval=0.2)
+    assert (await sync_state(boot) or {}).get("masterAddress") == new.address
