@@ -44,6 +44,12 @@ class UniqKeyDedup(PerMasterEpoch[UniqKeyWindow]):
             t.strip() for t in cfg.uniq_key_window_topics.split(",") if t.strip()
         )
         self.duplicates = 0
+        host.metrics.counter_fn(
+            "rmq_broker_uniq_key_duplicates",
+            "Sends without idempotent producers' fields answered from the UNIQ_KEY window "
+            "(uniq_key_window_topics) with the stored offsets, nothing stored again",
+            lambda: self.duplicates,
+        )
 
     def key(self, topic: str, messages: list[Message]) -> str | None:
         """The window's key of a send, None when the window does not cover it."""

@@ -24,7 +24,8 @@ from protocol.remoting import Frame, Scalar
 from protocol.timer import PROP_TIMER_DELAY_MS
 from protocol.transaction import PROP_PRODUCER_GROUP, PROP_TRANSACTION_ID, PROP_TRANSACTION_PREPARED
 from remoting.client import RemotingClient
-from tests.support.procs import BrokerProc
+from tests.support.metrics import scrape
+from tests.support.procs import BrokerProc, free_port
 from tests.support.wait import wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -320,6 +321,40 @@ async def test_the_uniq_key_window_answers_retries_of_clients_without_the_fields
             assert [r.body for r in iter_records(resp.body or b"")] == [b"a", b"b"]
         finally:
             conn.close()
+    finally:
+        proc.stop()
+
+
+async def test_the_uniq_key_windows_answers_are_counted_on_the_metrics_port(
+    tmp_path: Path,
+) -> None:
+    """An operator sees how many retries the UNIQ_KEY window answered: two retries of a send
+    to a listed topic count 2 in rmq_broker_uniq_key_duplicates_total; a new key, none."""
+    port = free_port()
+    proc = BrokerProc(
+        tmp_path, extra=["--metrics-port", str(port)], extra_toml='uniq_key_window_topics = "U"\n'
+    ).start_and_wait()
+    try:
+        conn = await RemotingClient.connect(proc.address)
+        try:
+            await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "U", "queues": 1})
+            for key in ("K1", "K1", "K1", "K2"):
+                props = encode_properties({"UNIQ_KEY": key}).decode()
+                resp = await conn.request(
+                    RequestCode.SEND_MESSAGE,
+                    {"topic": "U", "queueId": -1, "properties": props},
+                    b"a",
+                )
+                assert resp.code == ResponseCode.SUCCESS, resp.header
+        finally:
+            conn.close()
+        text = await asyncio.to_thread(scrape, port)
+        counted = [
+            line
+            for line in text.splitlines()
+            if line.startswith("rmq_broker_uniq_key_duplicates_total{")
+        ]
+        assert [float(line.rsplit(" ", 1)[1]) for line in counted] == [2.0], counted
     finally:
         proc.stop()
 
