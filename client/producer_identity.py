@@ -13,13 +13,14 @@ offsets of the old one's (the same sequences), storing nothing.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import time
 from pathlib import Path
 
 from client.bootstrap import Bootstrap
-from client.errors import BrokerError, ClientError
+from client.errors import BrokerError, ClientError, SendError, UnreachableError
 from protocol.codes import ResponseCode
 from protocol.controller_requests.producers import GetProducerId, ProducerIdAnswer
 from protocol.fields import FieldError
@@ -63,16 +64,39 @@ def write_id_file(path: Path, producer_id: int) -> None:
         raise ClientError(f"producer_id_file {path}: {exc}") from None
 
 
+_BACKSTOP_S = 1.0
+"""How long past its deadline the producer id's request may take in all, at the most."""
+
+
 async def acquire_identity(
     bootstrap: Bootstrap, id_file: Path | None, timeout: float, deadline: float
 ) -> tuple[int, int]:
     """(producer id, epoch) for this producer's session; the id kept in ``id_file`` if given.
-    Each request waits at most ``timeout`` seconds, the whole at most until ``deadline`` (the
-    event loop's time: the send that asked gives up then)."""
+
+    Each controller asked waits at most ``timeout`` seconds for its answer, and all of it at
+    most until ``deadline`` (the event loop's time; a :class:`SendError` past it): controllers
+    that accept connections but do not answer (frozen, no leader) cost a send no more than its
+    deadline. No controller reachable at all, before the deadline, is an
+    :class:`UnreachableError` at once, as a route lookup's."""
     known = read_id_file(id_file) if id_file is not None else None
     header, body = GetProducerId(producer_id=known).encode()
+    loop = asyncio.get_running_loop()
     try:
-        resp = await bootstrap.call(GetProducerId.code, header, body, timeout, deadline=deadline)
+        try:
+            # The failover ends its rounds at the deadline, with each controller's reason; this
+            # only bounds what it does not (a connection that takes long to open).
+            async with asyncio.timeout_at(deadline + _BACKSTOP_S):
+                resp = await bootstrap.call(
+                    GetProducerId.code, header, body, timeout, deadline=deadline
+                )
+        except (TimeoutError, UnreachableError) as exc:
+            if isinstance(exc, UnreachableError) and loop.time() < deadline:
+                raise
+            where = ";".join(bootstrap.addresses)
+            raise SendError(
+                f"no producer id from the controllers at {where} within the send's deadline "
+                f"(send_deadline): {str(exc) or 'no active controller answered'}"
+            ) from exc
         answer = ProducerIdAnswer.parse(resp.header, resp.body)
     except BrokerError as exc:
         if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:

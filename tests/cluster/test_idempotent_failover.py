@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import msgpack
 import pytest
 
 from client.bootstrap import Bootstrap
-from client.errors import BrokerError
+from client.errors import BrokerError, SendError
 from client.producer import Producer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.remoting import Frame, Scalar
@@ -221,3 +222,45 @@ async def test_a_demoted_master_reports_no_idempotent_producers(
 
         await wait_until_async(counted, "the new master to count the producer", 20, interval=0.2)
     assert (await sync_state(boot) or {}).get("masterAddress") == new.address
+
+
+async def test_the_first_send_keeps_its_deadline_while_no_controller_answers(
+    cluster: Cluster, boot: Bootstrap
+) -> None:
+    """An idempotent producer takes its id from the controllers before its first send. Two of
+    three controllers frozen (they accept connections, never answer; the third has no leader):
+    the first send fails with a SendError within its send_deadline (each controller asked for
+    at most send_timeout), not after four rounds of every controller's whole deadline; once
+    they are thawed the same producer sends."""
+    cluster.add_group("broker-a", 1)
+    doc = await full_sync_state_set(boot, cluster, size=1)
+    await create_topic(boot, doc["masterAddress"], TOPIC, queues=1)
+    frozen = cluster.controllers[:2]
+    async with Producer(
+        cluster.controller_addresses, send_deadline=3.0, send_timeout=1.0
+    ) as producer:
+        for c in frozen:
+            c.signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(SendError) as failed:
+                # Four times the deadline bounds a hang only: before, the send took 25 s and
+                # more (rmqctl's, with 10 s: 82 s).
+                async with asyncio.timeout(4 * 3.0):
+                    await producer.send(TOPIC, b"x")
+            print(f"failed after {time.monotonic() - started:.2f} s: {failed.value}")
+        finally:
+            for c in frozen:
+                c.signal(signal.SIGCONT)
+        assert "no producer id from the controllers" in str(failed.value)
+        assert "timed out" in str(failed.value)  # each controller's reason is given
+
+        async def sent() -> bool:
+            try:
+                await producer.send(TOPIC, b"after")
+            except SendError:
+                return False
+            return True
+
+        await wait_until_async(sent, "a send once the controllers are thawed", 30, interval=0.2)
+    assert producer.producer_id is not None
