@@ -529,13 +529,15 @@ class Broker:
             log.info("broker stopped", broker_name=self.cfg.broker_name)
 
     async def _housekeeping(self) -> None:
-        """Persist consumer offsets, expire silent consumers, keep the confirm offset current."""
+        """Persist consumer offsets, expire silent consumers, drop a demoted master's send
+        state, keep the confirm offset current."""
         interval = self.cfg.consumer_offset_persist_interval_ms / 1000
         loop = asyncio.get_running_loop()
         next_persist = loop.time() + interval
         while True:
             await asyncio.sleep(min(1.0, interval))
             self.ctx.groups.expire(self.ctx.now_ms())
+            self.ctx.sends.drop_unless_master()
             self._sample_stats()
             store = self.ctx.store
             if self.ha is None:

@@ -172,6 +172,17 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
             self._kept_windows,
         )
 
+    def drop_unless_master(self) -> None:
+        """A broker no longer master gives its state's memory back (up to
+        ``producer_max_windows`` windows); it builds the state again once master."""
+        state = self.state
+        if state is None or self.host.gate.role.is_master:
+            return
+        log.info("idempotent producer state dropped (no longer master)", producers=state.producers)
+        self._ready_role = None
+        self._expired_before += state.expired
+        self.state = None
+
     def _kept_producers(self) -> int:
         state = self.current()  # 0 on a slave: a demoted master's state is not its to keep
         return 0 if state is None else state.producers

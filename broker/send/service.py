@@ -70,6 +70,12 @@ class SendService:
         """The producer ids the controllers issued (checked with authentication on: the broker
         enables it and hands it the heartbeat answers)."""
 
+    def drop_unless_master(self) -> None:
+        """No longer master: the idempotence state and the UNIQ_KEY window are dropped (their
+        memory back; a new master builds both from its log)."""
+        self.sequences.drop_unless_master()
+        self.uniq_keys.drop_unless_master()
+
     def usual_window(self, topic: str, queue_id: int, seq: ProducerSeq) -> QueueWindow | None:
         """The window of a sequenced send that is the usual one, the request right after the
         newest stored in its queue at its producer's epoch, in a state built for this master

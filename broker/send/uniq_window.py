@@ -51,6 +51,11 @@ class UniqKeyDedup(PerMasterEpoch[UniqKeyWindow]):
             lambda: self.duplicates,
         )
 
+    def drop_unless_master(self) -> None:
+        """A broker no longer master gives the window's memory back (built again once master)."""
+        if self.state is not None and not self.host.gate.role.is_master:
+            self.state = None
+
     def key(self, topic: str, messages: list[Message]) -> str | None:
         """The window's key of a send, None when the window does not cover it."""
         if topic not in self.topics:

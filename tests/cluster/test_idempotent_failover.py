@@ -185,8 +185,8 @@ async def test_a_demoted_master_reports_no_idempotent_producers(
     cluster: Cluster, boot: Bootstrap
 ) -> None:
     """rmq_broker_idempotent_producers and _windows are the master's (docs/metrics.md: 0 on a
-    slave): after an electMaster the old master, now a slave, reports 0, and the new master
-    counts the producer once it sends there."""
+    slave): after an electMaster the old master, now a slave, reports 0 and drops the state
+    (its memory back), and the new master counts the producer once it sends there."""
     ports = [["--metrics-port", str(free_port())] for _ in range(2)]
     cluster.add_group("broker-a", 2, per_broker=ports)
     doc = await full_sync_state_set(boot, cluster, size=2)
@@ -210,6 +210,14 @@ async def test_a_demoted_master_reports_no_idempotent_producers(
             interval=0.1,
         )
         assert gauges == (0.0, 0.0), gauges
+        # and its memory back: the state is dropped, not merely not counted
+        await wait_until_async(
+            lambda: "idempotent producer state dropped (no longer master)" in old.log(),
+            "the old master to drop its idempotence state",
+            20,
+            interval=0.1,
+            on_timeout=cluster.logs,
+        )
         new = node_at(cluster, doc["masterAddress"])
 
         async def counted() -> bool:
