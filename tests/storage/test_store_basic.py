@@ -241,6 +241,22 @@ def test_refused_puts_leave_no_queue_behind(store: MessageStore) -> None:
     assert store.topics() == []
 
 
+def entry_1_rebuilt(store: MessageStore, cq: Path, good: bytes, wrong: bytes) -> None:
+    """Write ``wrong`` over queue entry 1 of TOPIC's queue 0 (of three messages): entry 0 reads
+    as before, and once entry 1 is reached the queue is rebuilt from the CommitLog, nothing
+    skipped, the file as ``good`` again."""
+    with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
+        f.seek(20)
+        f.write(wrong)
+    store._rebuilt.clear()
+    found = store.get(TOPIC, 0, 0, 32, 1 << 20)
+    assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 1, 1)
+    rest = store.get(TOPIC, 0, 1, 32, 1 << 20)
+    assert (rest.status, rest.count, rest.next_offset) == (GetStatus.FOUND, 2, 3)
+    assert [r.queue_offset for r in iter_records(rest.body)] == [1, 2]
+    assert cq.read_bytes()[:60] == good
+
+
 def test_an_entry_pointing_at_no_record_has_its_queue_rebuilt(store: MessageStore) -> None:
     store.put(TOPIC, 0, messages(3), NOW)
     store.put("Other", 0, messages(2), NOW)
@@ -251,17 +267,7 @@ def test_an_entry_pointing_at_no_record_has_its_queue_rebuilt(store: MessageStor
         good[:8] + good[28:32],  # entry 0's record with entry 1's size
         good[40:60],  # entry 2's record
     ):
-        with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
-            f.seek(20)
-            f.write(wrong)
-        store._rebuilt.clear()
-        found = store.get(TOPIC, 0, 0, 32, 1 << 20)
-        assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 1, 1)
-        # Once the entry is reached, the queue is rebuilt from the CommitLog: nothing skipped.
-        rest = store.get(TOPIC, 0, 1, 32, 1 << 20)
-        assert (rest.status, rest.count, rest.next_offset) == (GetStatus.FOUND, 2, 3)
-        assert [r.queue_offset for r in iter_records(rest.body)] == [1, 2]
-        assert cq.read_bytes()[:60] == good
+        entry_1_rebuilt(store, cq, good, wrong)
     assert store.corruption["consumequeue_rebuilt"] == 3
 
 
@@ -280,16 +286,7 @@ def test_a_wrong_entry_is_rebuilt_not_blamed_on_the_commitlog_when_replicas_can_
         bytes(20),  # zeroed
         good[20:28] + (int.from_bytes(good[28:32], "big") - 8).to_bytes(4, "big"),  # too small
     ):
-        with cq.open("r+b") as f:  # the mapping shares the page cache: the store sees this
-            f.seek(20)
-            f.write(wrong)
-        store._rebuilt.clear()
-        found = store.get(TOPIC, 0, 0, 32, 1 << 20)
-        assert (found.status, found.count, found.next_offset) == (GetStatus.FOUND, 1, 1)
-        rest = store.get(TOPIC, 0, 1, 32, 1 << 20)
-        assert (rest.status, rest.count, rest.next_offset) == (GetStatus.FOUND, 2, 3)
-        assert [r.queue_offset for r in iter_records(rest.body)] == [1, 2]
-        assert cq.read_bytes()[:60] == good
+        entry_1_rebuilt(store, cq, good, wrong)
     assert store.corruption["consumequeue_rebuilt"] == 2
     assert store.corruption["read"] == 0
 
