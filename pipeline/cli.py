@@ -418,11 +418,14 @@ def traffic_command(
     The plan, printed last as one JSON document, places topics by traffic descending onto
     broker groups by traffic ascending, only when the spread between groups passes --threshold.
     """
+    several = tuple(dict.fromkeys(topics))
     for value, name in (
         (starting_offsets, "--starting-offsets"),
         (ending_offsets, "--ending-offsets"),
     ):
-        _check_offsets(value, name, multi=len(set(topics)) > 1)
+        if len(several) > 1:
+            _check_topic_keys(value, name, several)
+        _check_offsets(value, name, multi=len(several) > 1)
     spec = TrafficSpec(
         controllers=controllers,
         topics=tuple(dict.fromkeys(topics)),
@@ -473,6 +476,24 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
+
+
+def _check_topic_keys(value: str, name: str, topics: tuple[str, ...]) -> None:
+    """With several topics, JSON offsets are keyed by topic: a key that is none of them (JSON
+    keyed by broker group, as for one topic) is refused, naming the form expected."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return  # not JSON: earliest, latest, or what _check_offsets refuses
+    if not isinstance(doc, dict):
+        return
+    unknown = [key for key in doc if key not in topics]
+    if unknown:
+        raise click.BadParameter(
+            f"{name}: with several -t, JSON offsets are keyed by topic, "
+            f'{{"{topics[0]}": {{"broker-a": {{"0": 42}}}}, ...}}: '
+            f"{', '.join(map(repr, unknown))} is none of the topics {', '.join(topics)}"
+        )
 
 
 def _check_offsets(value: str, name: str, *, multi: bool = False) -> Any:

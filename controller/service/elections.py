@@ -116,7 +116,11 @@ class ElectionHandlers:
         alive = sorted(self.live.election_view(broker_name, self.now_ms()))
         in_sync = sorted(settled.response.sync_state_set)
         unclean = self.cfg.enable_elect_unclean_master
-        log.warning(
+        # A warning while a replica is alive and none may be elected (an operator may act); a
+        # group none of whose replicas is alive (every one stopped, as make run's Ctrl-C does)
+        # is said at info level: its brokers' own alerts tell of that.
+        say = log.warning if alive else log.info
+        say(
             f"broker group {broker_name} has no master: {settled.remark} (SyncStateSet "
             f"{in_sync}, alive replicas {alive}, enable_elect_unclean_master "
             f"{'on' if unclean else 'off'}); it gets one when "

@@ -374,7 +374,11 @@ def test_cli_usage_errors_stop_before_spark_starts() -> None:
             '{"b": {"0": 1}}',
         ],
     )
-    assert two_topics.exit_code == 2 and "needs exactly one topic" in two_topics.output
+    # Several topics take JSON keyed by topic (they were refused: "needs exactly one topic"); a
+    # key that is none of them, as JSON keyed by broker group, is refused naming the form.
+    assert two_topics.exit_code == 2, two_topics.output
+    assert "with several -t, JSON offsets are keyed by topic" in two_topics.output
+    assert "'b' is none of the topics A, B" in two_topics.output
 
 
 def test_the_data_source_and_what_spark_ships_to_tasks_pickle() -> None:
