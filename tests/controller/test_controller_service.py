@@ -93,7 +93,14 @@ async def test_apply_broker_id_is_a_compare_and_set_on_the_register_code(
         with pytest.raises(BrokerError) as info:
             await b.call(1003, {**base, "brokerId": 7, "brokerAddress": "127.0.0.1:1"})
         assert info.value.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
-        doc = await group(cluster)
+
+        # Read through any controller: a follower answers from what it applied, which may not
+        # hold b's registration yet (seen in CI at e6df7f2: address '' for id 2). Wait for it.
+        async def registered() -> dict[str, Any] | None:
+            doc = await group(cluster)
+            return doc if all(r["address"] for r in doc["replicas"]) else None
+
+        doc = await wait_until_async(registered, "both registrations applied", 5)
         assert [(r["brokerId"], r["address"]) for r in doc["replicas"]] == [
             (1, a.address),
             (2, b.address),
