@@ -53,6 +53,7 @@ from daemon.logs import set_level as set_log_level
 from daemon.metrics import serve_metrics
 from protocol.codes import RequestCode
 from protocol.ha_auth import ha_key
+from protocol.producer_token import SendTokens, token_key
 from remoting.client import use_tls
 from remoting.ports import PortUnavailable, check_port_free
 from remoting.server import Connection, RemotingServer, ServerLimits
@@ -207,6 +208,8 @@ class Broker:
                 self.replicas.on_auth_digest = self.users.announced
                 # idempotent producers' ids must be ones the controllers issued
                 ctx.sends.issued.enabled = True
+                # ... and issued to the user who signs the send (protocol/producer_token.py)
+                ctx.sends.tokens = SendTokens(token_key(ctx.auth_key))
                 self.replicas.on_producer_id_limit = ctx.sends.issued.told
                 self.server.guard = broker_guard(
                     self.users,

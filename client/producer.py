@@ -246,10 +246,10 @@ class Producer:
     async def _acquire(self) -> None:
         router = self._router
         deadline = asyncio.get_running_loop().time() + router.send_deadline
-        pid, epoch = await acquire_identity(
+        answer = await acquire_identity(
             self._bootstrap, self.producer_id_file, router.send_timeout, deadline
         )
-        self._router.sequencer = Sequencer(pid, epoch)
+        self._router.sequencer = Sequencer(answer.producer_id, answer.epoch, token=answer.token)
 
     async def start(self) -> None:
         """Start background route refreshes. No request is sent until the first send."""

@@ -39,6 +39,7 @@ from client.sequencer import Lane, Sequencer
 from protocol.codes import ResponseCode
 from protocol.fifo import group_queue
 from protocol.idempotence import SEQ_FIELD, pack_producer_seq
+from protocol.producer_token import TOKEN_FIELD
 from protocol.remoting import Frame, Header
 from remoting.client import ConnectionPool, RemotingClient
 from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError
@@ -346,6 +347,8 @@ class SendRouter:
                                 taken = await self._sequence(lane, deadline)
                             held = (lane, taken)
                         header[SEQ_FIELD] = pack_producer_seq(seqr.producer_id, seqr.epoch, held[1])
+                        if seqr.token is not None:
+                            header[TOKEN_FIELD] = seqr.token
                 except NoRouteError as exc:  # a route with no master, or no route yet
                     last = exc
                 else:

@@ -38,12 +38,16 @@ class _Queue:
 
 
 class Sequencer:
-    """Sequences of one producer incarnation (``producer_id``, ``epoch``)."""
+    """Sequences of one producer incarnation (``producer_id``, ``epoch``; ``token``: the send
+    token its sequenced sends carry, with authentication on)."""
 
-    def __init__(self, producer_id: int, epoch: int, window: int = WINDOW) -> None:
+    def __init__(
+        self, producer_id: int, epoch: int, window: int = WINDOW, token: bytes | None = None
+    ) -> None:
         ProducerSeq.checked(producer_id, epoch, 0)
         self.producer_id = producer_id
         self.epoch = epoch
+        self.token = token
         self.window = window
         self._queues: dict[Lane, _Queue] = {}
 

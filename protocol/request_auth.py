@@ -49,6 +49,11 @@ TIMESTAMP: Final = "Timestamp"
 NONCE: Final = "Nonce"
 SIGNATURE: Final = "Signature"
 AUTH_FIELDS: Final = (ACCESS_KEY, TIMESTAMP, NONCE, SIGNATURE)
+VERIFIED_USER: Final = "verifiedUser"
+"""The header field a server's request guard sets, once it verified a request, to the user it
+was signed by (or its connection authenticated as): a handler that must know who asked (a
+producer id's tokens, protocol/producer_token.py) reads it there. Whatever a client sent under
+that name is overwritten; without authentication no guard runs and nothing may trust it."""
 
 SIGN_VERSION: Final = "RMQ1-HMAC-SHA256"
 MAX_NONCE_CHARS: Final = 64
@@ -391,7 +396,9 @@ def session_refusal(header: Mapping[str, Scalar], binding: bytes | None) -> str 
     return None
 
 
-def strip_auth_fields(header: Header) -> None:
-    """Remove the signature fields (in place) once verified: handlers never see them."""
+def strip_auth_fields(header: Header, username: str) -> None:
+    """Remove the signature fields (in place) once verified: handlers never see them; the
+    verified ``username`` is left in :data:`VERIFIED_USER` instead."""
     for name in AUTH_FIELDS:
         header.pop(name, None)
+    header[VERIFIED_USER] = username

@@ -3,7 +3,8 @@
 :class:`RequestGuard` is installed as a :class:`~remoting.server.RemotingServer`'s ``guard``:
 the server calls it with every request that has a handler, before the handler. It verifies the
 signature (:func:`protocol.request_auth.verify`: known user, right secret, fresh timestamp,
-unseen nonce), removes the signature fields from the header (handlers never see them), then asks
+unseen nonce), removes the signature fields from the header (handlers never see them) and sets
+``verifiedUser`` there to the user (:data:`protocol.request_auth.VERIFIED_USER`), then asks
 the daemon's ``authorize`` whether that user may send that request from that address. A refusal
 answers NO_PERMISSION (16) with the reason in the remark (a oneway request gets no answer), is
 counted by reason (``on_refused``) and logged at most once per source host per window (with how
@@ -39,6 +40,7 @@ from protocol.request_auth import (
     DENIED,
     SESSION,
     UNKNOWN_USER,
+    VERIFIED_USER,
     Credentials,
     NonceCache,
     session_refusal,
@@ -197,7 +199,7 @@ class RequestGuard:
         username = verdict.username or ""
         if req.code == RequestCode.AUTHENTICATE:
             return self._open_session(conn, req, username, now)
-        strip_auth_fields(req.header)
+        strip_auth_fields(req.header, username)
         user = self._user(username)
         if user is None:  # deleted between the two look-ups
             return self._refuse(conn, req, UNKNOWN_USER, f"unknown user {username}", username, now)
@@ -231,6 +233,7 @@ class RequestGuard:
             return refusal
         if req.code == RequestCode.AUTHENTICATE:
             return response(req, ResponseCode.SUCCESS, {"remark": f"authenticated as {name}"})
+        req.header[VERIFIED_USER] = name
         decision = self._authorize(user, req, session.host)
         if not decision.allowed:
             return self._refuse(conn, req, DENIED, decision.reason, name, self._clock_ms())

@@ -61,7 +61,7 @@ class SendProcessor:
         if seq is not None:
             window = self.service.usual_window(topic, queue_id, seq)
             if window is None:
-                wait = self.service.before_sequenced(topic, seq)
+                wait = self.service.before_sequenced(topic, seq, req.header)
                 if wait is not None:
                     return self._message_later(wait, conn, req, send, start)
         try:
@@ -118,7 +118,7 @@ class SendProcessor:
         if seq is not None:
             window = self.service.usual_window(batch.topic, batch.queue_id, seq)
             if window is None:
-                wait = self.service.before_sequenced(batch.topic, seq)
+                wait = self.service.before_sequenced(batch.topic, seq, req.header)
                 if wait is not None:
                     return self._batch_later(wait, req, batch, start)
         try:

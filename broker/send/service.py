@@ -16,7 +16,7 @@ observed once its answer is due (``rmq_broker_send_latency_seconds``), whichever
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import structlog
@@ -31,7 +31,9 @@ from protocol.codes import ResponseCode
 from protocol.fifo import PROP_MESSAGE_GROUP, group_queue_index, message_group_error
 from protocol.idempotence import PROP_PRODUCER_SEQ, ProducerSeq, QueueWindow, Verdict, stamp
 from protocol.message import Message, MsgIdMaker
+from protocol.producer_token import TOKEN_FIELD, SendTokens
 from protocol.refusal import RequestRefused
+from protocol.request_auth import VERIFIED_USER
 from protocol.timer import REQUEST_PROPERTIES
 from protocol.topic_attrs import TopicAttrs, message_type_of, type_refusal, write_forbidden
 from protocol.transaction import HALF_TOPIC, OP_TOPIC, is_transactional
@@ -69,6 +71,10 @@ class SendService:
         self.issued = IssuedProducerIds(enabled=False)
         """The producer ids the controllers issued (checked with authentication on: the broker
         enables it and hands it the heartbeat answers)."""
+        self.tokens: SendTokens | None = None
+        """With authentication on: the sequenced sends' tokens checked against the user who
+        signed each (protocol/producer_token.py), so no user sends with another's producer
+        id."""
 
     def drop_unless_master(self) -> None:
         """No longer master: the idempotence state and the UNIQ_KEY window are dropped (their
@@ -87,17 +93,32 @@ class SendService:
             return None
         return self.sequences.next_window(topic, queue_id, seq)
 
-    def before_sequenced(self, topic: str, seq: ProducerSeq) -> Coroutine[Any, Any, None] | None:
+    def before_sequenced(
+        self, topic: str, seq: ProducerSeq, header: Mapping[str, object]
+    ) -> Coroutine[Any, Any, None] | None:
         """What a sequenced send must wait for before :meth:`put` (None: nothing): the
         idempotence state built for this master epoch (in steps, the loop free meanwhile), a
         producer id not yet known issued. The coroutine raises :class:`SendRefused` (counted)
-        for an id the controllers did not issue."""
+        for an id the controllers did not issue, or (authentication on) did not issue to the
+        user who signed the request (``header``: the request's, with the guard's
+        ``verifiedUser`` and the send's ``producerToken``)."""
         issued = self.issued
+        tokens = self.tokens
+        if tokens is not None:
+            why = tokens.refusal(
+                seq.producer_id, seq.epoch, header.get(VERIFIED_USER), header.get(TOKEN_FIELD)
+            )
+            if why is not None:
+                return self._refused(ResponseCode.PRODUCER_ID_NOT_ISSUED, why)
         if (
             self.sequences.built_now() and (not issued.enabled or issued.issued(seq.producer_id))
         ) or topic in self.idempotence_off:
             return None  # (a topic with idempotence off: put refuses it)
         return self._before_sequenced(seq)
+
+    async def _refused(self, code: ResponseCode, remark: str) -> None:
+        self.count_refusal(code)
+        raise SendRefused(code, remark)
 
     async def _before_sequenced(self, seq: ProducerSeq) -> None:
         if not self.issued.issued(seq.producer_id):

@@ -45,6 +45,7 @@ from daemon.auth_key import load_auth_key
 from daemon.tasks import cancel_and_wait
 from protocol.acl import Decision, User
 from protocol.codes import ControllerCode, RequestCode
+from protocol.producer_token import token_key
 from protocol.remoting import Frame
 from protocol.request_auth import Credentials, cluster_credentials
 from protocol.request_permissions import authorize, controller_checks
@@ -206,7 +207,12 @@ class ControllerService:
         )
         self.membership = MembershipHandlers(cfg, driver, gate, timeout)
         self.auth = AuthHandlers(manager, gate, committer, auth_key)
-        self.producers = ProducerIdHandlers(manager, gate, committer)
+        self.producers = ProducerIdHandlers(
+            manager,
+            gate,
+            committer,
+            token_key(auth_key) if self.cluster_credentials is not None and auth_key else None,
+        )
 
         driver.on_active_change.append(self.heartbeats.active_changed)
         driver.on_active_change.append(self.rebalancer.active_changed)

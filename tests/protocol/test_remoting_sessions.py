@@ -22,6 +22,7 @@ from protocol.remoting import FLAG_ONEWAY, Frame, Header, Scalar, response
 from protocol.request_auth import (
     ACCESS_KEY,
     CHANNEL_BINDING,
+    VERIFIED_USER,
     Credentials,
     RequestSigner,
     channel_binding_field,
@@ -90,10 +91,15 @@ class Served:
             else ClientCertGate(watching, internal_codes, self.refused.append)
         )
         self.handled: list[Header] = []
+        """The header of each request handled, without the guard's ``verifiedUser``."""
+        self.verified: list[Scalar] = []
+        """The ``verifiedUser`` each handled request came with."""
         self.address = ""
 
     def send(self, conn: Connection, req: Frame) -> Frame:
-        self.handled.append(dict(req.header))
+        header = dict(req.header)
+        self.verified.append(header.pop(VERIFIED_USER, None))
+        self.handled.append(header)
         return response(req, ResponseCode.SUCCESS)
 
     @staticmethod
@@ -152,6 +158,7 @@ async def test_a_tls_connection_authenticates_once_then_sends_unsigned_as_its_us
     # One signed request (AUTHENTICATE), then four unsigned ones.
     assert served.signed == [True, False, False, False, False]
     assert served.handled == [{"topic": "A"}] * 3
+    assert served.verified == ["alice"] * 3
     assert served.refused == ["denied"]
 
 
@@ -479,6 +486,8 @@ async def test_a_second_authenticate_makes_the_connection_its_users_and_a_refuse
         conn.close()
         other.close()
     assert served.handled == [{"topic": t} for t in ("A", "A", "B", "A", "A")]
+    # the handler is told who each came from: the session's user, or the one who signed it
+    assert served.verified == ["alice", "alice", "bob", "alice", "alice"]
 
 
 async def test_a_oneway_authenticate_is_verified_and_never_answered(

@@ -28,6 +28,7 @@ from protocol.request_auth import (
     RequestSigner,
     Verdict,
     cluster_credentials,
+    VERIFIED_USER,
     strip_auth_fields,
     verify,
 )
@@ -78,8 +79,8 @@ def test_a_signed_request_verifies_after_a_trip_over_the_wire() -> None:
     decoded = decode_payload(encode_frame(frame)[4:])
     verdict = check(decoded.header)
     assert verdict.ok and verdict.username == "alice"
-    strip_auth_fields(decoded.header)
-    assert decoded.header == {"topic": "A", "flag": 1.5}
+    strip_auth_fields(decoded.header, "alice")
+    assert decoded.header == {"topic": "A", "flag": 1.5, VERIFIED_USER: "alice"}
 
 
 def test_the_secret_is_not_on_the_wire() -> None:
