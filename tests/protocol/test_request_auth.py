@@ -23,12 +23,12 @@ from protocol.request_auth import (
     TIMESTAMP,
     UNKNOWN_USER,
     UNSIGNED,
+    VERIFIED_USER,
     Credentials,
     NonceCache,
     RequestSigner,
     Verdict,
     cluster_credentials,
-    VERIFIED_USER,
     strip_auth_fields,
     verify,
 )
