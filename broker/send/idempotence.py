@@ -386,6 +386,10 @@ class ProducerSequences(PerMasterEpoch[ProducerStates]):
         records: int,
     ) -> None:
         state.expire(_now_ms())
+        # What the build forgot (the least recently used beyond producer_max_windows as the
+        # records came, the idle) a master forgot before, here or on the old master: counted
+        # then, not again (rmq_broker_idempotent_producers_expired_total).
+        state.expired = 0
         self._snapshot_covers(start)
         log.info(
             "idempotent producer state built from the CommitLog",

@@ -517,3 +517,48 @@ async def test_the_broker_answers_other_requests_while_it_rebuilds_the_state(
         )
     finally:
         proc.stop()
+
+
+async def test_producers_forgotten_are_not_counted_again_when_the_state_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """rmq_broker_idempotent_producers_expired_total counts producers the master forgot while
+    serving. Rebuilding the state from the log after a restart forgets the same least recently
+    used producers again: that is no new forgetting, and was counted a second time."""
+    port = free_port()
+
+    def forgotten() -> list[float]:
+        text = scrape(port)
+        return [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("rmq_broker_idempotent_producers_expired_total")
+        ]
+
+    proc = BrokerProc(
+        tmp_path, extra=["--metrics-port", str(port)], extra_toml="producer_max_windows = 2\n"
+    ).start_and_wait()
+    try:
+        conn = await RemotingClient.connect(proc.address)
+        await conn.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": T, "queues": 1})
+        answers = {}
+        for pid in (1, 2, 3, 4):  # a window each: the two least recently used are forgotten
+            resp = await send(conn, b"p%d" % pid, pid, 0, 0)
+            assert resp.code == ResponseCode.SUCCESS, resp.header
+            answers[pid] = resp.header
+        conn.close()
+        assert await asyncio.to_thread(forgotten) == [2.0]
+        conn = await killed_and_restarted(proc)
+        try:  # the retry makes the new process build the state from the records
+            again = await send(conn, b"p4", 4, 0, 0)
+            assert again.code == ResponseCode.SUCCESS and again.header == answers[4]
+        finally:
+            conn.close()
+        # the restarted process's build (its log line is written by a thread of its own)
+        await wait_until_async(
+            lambda: len(state_builds(proc)) == 2, "the second build's log line", 10
+        )
+        assert state_builds(proc)[-1]["records"] == 4
+        assert await asyncio.to_thread(forgotten) == [0.0]
+    finally:
+        proc.stop()
