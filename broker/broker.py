@@ -209,7 +209,9 @@ class Broker:
                 # idempotent producers' ids must be ones the controllers issued
                 ctx.sends.issued.enabled = True
                 # ... and issued to the user who signs the send (protocol/producer_token.py)
-                ctx.sends.tokens = SendTokens(token_key(ctx.auth_key))
+                ctx.sends.tokens = SendTokens(
+                    token_key(ctx.auth_key), required=cfg.require_producer_token
+                )
                 self.replicas.on_producer_id_limit = ctx.sends.issued.told
                 self.server.guard = broker_guard(
                     self.users,

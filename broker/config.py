@@ -332,6 +332,13 @@ class BrokerConfig:
         "bytes of log, so a new master reads at most about this much to rebuild it",
         at_least(1024 * 1024),
     )
+    require_producer_token: bool = field(
+        True,
+        "with auth_enabled: an idempotent producer's send must carry the producerToken the "
+        "controllers gave its user for its id and epoch (docs/idempotence.md); turn off only "
+        "while controllers or SDKs of an older version, which give or send none, still run. "
+        "A token that is sent is always checked",
+    )
     idempotence_off_topics: str = field(
         "",
         "comma-separated topics that take no idempotent producers' fields: a send with them "

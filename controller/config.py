@@ -132,6 +132,13 @@ class ControllerConfig:
         "this version sends it; turn off only while brokers of an older version still run); a "
         "code that is sent is always checked",
     )
+    require_producer_token: bool = field(
+        True,
+        "with auth_enabled: a producer taking its id up again (producer_id_file) must send the "
+        "ownerToken it was issued with for its user (docs/idempotence.md); turn off only while "
+        "SDKs of an older version, which keep none, still run. A token that is sent is always "
+        "checked",
+    )
     scan_interval_ms: int = field(
         100, "how often the active controller looks for groups that need an election", at_least(10)
     )

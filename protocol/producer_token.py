@@ -76,9 +76,14 @@ def token_of(header: Mapping[str, object], name: str) -> bytes | None:
     return value
 
 
-def owner_refusal(key: bytes, producer_id: int, username: str, given: bytes | None) -> str | None:
+def owner_refusal(
+    key: bytes, producer_id: int, username: str, given: bytes | None, required: bool = True
+) -> str | None:
     """Why ``username`` may not take up ``producer_id`` with owner token ``given`` (None: it
-    may)."""
+    may). Not ``required``: a take-up without a token is let in (an older SDK's, during an
+    upgrade); a token sent is checked all the same."""
+    if given is None and not required:
+        return None
     if given is not None and hmac.compare_digest(given, owner_token(key, producer_id, username)):
         return None
     why = "no ownerToken was sent" if given is None else "its ownerToken is not this user's"
@@ -92,15 +97,20 @@ class SendTokens:
     """A broker's check of sequenced sends' tokens, the expected token of recent (producer
     id, epoch, user) kept (a producer sends many times with one)."""
 
-    __slots__ = ("_expected", "_key")
+    __slots__ = ("_expected", "_key", "required")
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, required: bool = True) -> None:
         self._key = key
+        self.required = required
+        """False: a send without a token is let in (from an older SDK, or with a token from
+        older controllers, during an upgrade); a token sent is checked all the same."""
         self._expected: dict[tuple[int, int, str], bytes] = {}
 
     def refusal(self, producer_id: int, epoch: int, username: object, given: object) -> str | None:
         """Why a send with ``producer_id`` at ``epoch`` signed by ``username``, carrying the
         token ``given``, may not be stored (None: it may)."""
+        if given is None and not self.required:
+            return None
         if type(username) is not str:
             return "the request names no verified user"
         k = (producer_id, epoch, username)

@@ -212,6 +212,7 @@ class ControllerService:
             gate,
             committer,
             token_key(auth_key) if self.cluster_credentials is not None and auth_key else None,
+            require_token=cfg.require_producer_token,
         )
 
         driver.on_active_change.append(self.heartbeats.active_changed)

@@ -39,10 +39,14 @@ class ProducerIdHandlers:
         gate: LeadershipGate,
         committer: DecisionCommitter,
         token_key: bytes | None = None,
+        *,
+        require_token: bool = True,
     ) -> None:
         self.manager = manager
         self.token_key = token_key
         """The producer tokens' key (authentication on), None: no tokens."""
+        self.require_token = require_token
+        """A take-up needs its owner token (``require_producer_token``)."""
         self.gate = gate
         self.committer = committer
         self._lock = asyncio.Lock()
@@ -56,7 +60,7 @@ class ProducerIdHandlers:
             if not isinstance(user, str):  # the guard sets it on every verified request
                 raise Refused(ResponseCode.NO_PERMISSION, "the request names no verified user")
             if ask.producer_id is not None:
-                why = owner_refusal(key, ask.producer_id, user, ask.owner_token)
+                why = owner_refusal(key, ask.producer_id, user, ask.owner_token, self.require_token)
                 if why is not None:
                     raise Refused(ResponseCode.CONTROLLER_INVALID_REQUEST, why)
         issued: tuple[int, int] | None = None

@@ -111,3 +111,12 @@ def test_the_id_file_keeps_the_owner_token_on_the_ids_line(tmp_path: Path) -> No
     path.write_text("x12\n")
     with pytest.raises(ClientError, match="does not hold a producer id"):
         read_identity(path)
+
+
+def test_during_an_upgrade_a_missing_token_may_be_let_in_but_a_wrong_one_never() -> None:
+    tokens = SendTokens(KEY, required=False)
+    assert tokens.refusal(7, 3, "alice", None) is None  # an older SDK's send
+    assert tokens.refusal(7, 3, "alice", send_token(KEY, 7, 3, "alice")) is None
+    assert tokens.refusal(7, 3, "mallory", send_token(KEY, 7, 3, "alice")) is not None
+    assert owner_refusal(KEY, 9, "alice", None, required=False) is None
+    assert owner_refusal(KEY, 9, "mallory", owner_token(KEY, 9, "alice"), required=False)
