@@ -13,7 +13,12 @@ from protocol.acl import Decision, User, UserType
 from protocol.codes import RequestCode, ResponseCode
 from protocol.log_throttle import LogThrottle
 from protocol.remoting import Frame, Header, response
-from protocol.request_auth import Credentials, cluster_credentials
+from protocol.request_auth import (
+    CLUSTER_ACCESS_KEY,
+    VERIFIED_USER,
+    Credentials,
+    cluster_credentials,
+)
 from remoting.auth import RequestGuard
 from remoting.client import RemotingClient, signer_for
 from remoting.server import Connection, RemotingServer
@@ -67,14 +72,15 @@ async def served() -> AsyncIterator[Served]:
 
 
 async def send(
-    port: int, creds: Credentials | None, topic: str, oneway: bool = False
+    port: int, creds: Credentials | None, topic: str, oneway: bool = False, **extra: str
 ) -> Frame | None:
     conn = await RemotingClient.connect(f"127.0.0.1:{port}", signer=signer_for(creds))
     try:
+        header: Header = {"topic": topic, **extra}
         if oneway:
-            conn.send_oneway(RequestCode.SEND_MESSAGE, {"topic": topic}, b"x")
+            conn.send_oneway(RequestCode.SEND_MESSAGE, header, b"x")
             return None
-        return await conn.request(RequestCode.SEND_MESSAGE, {"topic": topic}, b"x")
+        return await conn.request(RequestCode.SEND_MESSAGE, header, b"x")
     finally:
         conn.close()
 
@@ -104,7 +110,17 @@ async def test_a_verified_request_reaches_its_handler_without_the_signature(
     assert ok is not None and ok.code == ResponseCode.SUCCESS
     ok = await send(served.port, CLUSTER, "B")  # the cluster counts as a super user
     assert ok is not None and ok.code == ResponseCode.SUCCESS
-    assert served.seen == [{"topic": "A"}, {"topic": "B"}]
+    # the signature fields gone; in their place the user it was verified as
+    assert served.seen == [
+        {"topic": "A", VERIFIED_USER: "alice"},
+        {"topic": "B", VERIFIED_USER: CLUSTER_ACCESS_KEY},
+    ]
+
+
+async def test_a_verified_user_a_client_names_itself_is_overwritten(served: Served) -> None:
+    ok = await send(served.port, ALICE, "A", **{VERIFIED_USER: "root"})
+    assert ok is not None and ok.code == ResponseCode.SUCCESS
+    assert served.seen == [{"topic": "A", VERIFIED_USER: "alice"}]
 
 
 def test_the_log_throttle_says_how_many_went_unlogged() -> None:
