@@ -429,6 +429,7 @@ class Broker:
         from broker.grpc.access import CallGuard
         from broker.grpc.here import Here
         from broker.grpc.service import GrpcEndpoint, MessagingService
+        from broker.grpc.to_master import Master
         from broker.recall_scheduled import recall_scheduled
         from broker.transaction.ending import end_transaction
 
@@ -439,12 +440,19 @@ class Broker:
             role = ctx.role
             return local if role.is_master else role.master_address
 
+        def master_now() -> Master:
+            role = ctx.role
+            if role.is_master:
+                return Master(local, role.master_epoch, is_self=True)
+            return Master(role.master_address, role.master_epoch)
+
         service = MessagingService(
             local_address=local,
             route_addresses=cfg.controller_addresses or [local],
             max_body_bytes=cfg.max_message_bytes,
             broker_name=cfg.broker_name,
             master_address=master_address,
+            master_now=master_now,
             check_types=cfg.topic_message_type_check,
             # With authentication on: every call verified and authorized against the users
             # cached from the controllers, then forwarded signed as the cluster.

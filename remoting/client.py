@@ -39,7 +39,13 @@ from protocol.request_auth import (
     channel_binding_field,
 )
 from remoting.channel_binding import tls_unique
-from remoting.errors import ConnectError, ConnectionClosedError, RequestTimeoutError, ResponseError
+from remoting.errors import (
+    ConnectError,
+    ConnectionClosedError,
+    NotSentError,
+    RequestTimeoutError,
+    ResponseError,
+)
 from remoting.port_probe import speaks_http2, speaks_tls
 from remoting.read_buffer import CopyingProtocol
 from remoting.write_batch import WriteBatch
@@ -289,9 +295,7 @@ class RemotingClient:
     ) -> Frame:
         """Send a request and wait for its response (any response code)."""
         if self._closed or self._transport is None:
-            raise ConnectionClosedError(
-                f"connection to {self.address} is closed"
-            ) from self._close_cause
+            raise NotSentError(f"connection to {self.address} is closed") from self._close_cause
         opaque = next(self._opaque)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Frame] = loop.create_future()
@@ -301,10 +305,16 @@ class RemotingClient:
         try:
             if not self._writable.is_set():
                 await self._writable.wait()
+                if self._closed:  # closed while the write waited: nothing left
+                    raise NotSentError(
+                        f"connection to {self.address} closed before the request was written"
+                    ) from self._close_cause
             if self.signer is not None and not self.session:  # as late as possible: fresh
                 header = self.signer.sign(code, 0, header, body, wall_ms())
             self._write(encode_frame(request(code, opaque, header, body)))
             return await fut
+        except NotSentError:
+            raise
         except ConnectionClosedError as exc:
             if await self._closed_by_another_protocol(timeout):
                 raise ConnectionClosedError(str(exc)) from self._close_cause

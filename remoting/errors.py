@@ -18,6 +18,11 @@ class ConnectionClosedError(RemotingError):
     """The connection closed while a request was waiting for its response."""
 
 
+class NotSentError(ConnectionClosedError):
+    """The connection was closed before the request was written: the peer never saw it, so
+    it did nothing (a caller may send it again elsewhere without doing anything twice)."""
+
+
 class RequestTimeoutError(RemotingError):
     """No response arrived within the request's timeout."""
 

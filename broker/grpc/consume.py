@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from functools import partial
+from typing import Any, Final, TypeVar
 
 import msgpack
 import structlog
@@ -30,6 +31,7 @@ from broker.grpc import delivery
 from broker.grpc.consumers import Clients, GrpcClient, Held, RenewTable, grpc_client
 from broker.grpc.here import Here
 from broker.grpc.telemetry import client_id_of
+from broker.grpc.to_master import NOT_THE_MASTER, MasterWatch, NotDone, at_master
 from broker.grpc.translate import Refused, forward, no_namespace, status_code
 from broker.pop.acks import HandleRefused, ack_batch, ack_one, change_invisible
 from broker.pop.message import PopMessage
@@ -59,6 +61,8 @@ from remoting.client import ConnectionPool
 from storage.store import PutResult
 
 log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
 
 _TIMEOUT_S: Final = 5.0
 """Each request to the broker, beyond a receive's long polling."""
@@ -122,15 +126,18 @@ class ConsumeService:
         master_address: Callable[[], str],
         broker_name: str,
         here: Here | None = None,
+        watch: MasterWatch | None = None,
     ) -> None:
         """``here``: this broker's services; acks and changes of invisible time call them
-        in-process while it is the master (None: every request goes over the network)."""
+        in-process while it is the master (None: every request goes over the network).
+        ``watch``: the group's master through a failover (None: ``master_address`` alone)."""
         self.pool = pool
         self.local_address = local_address
         self.master_address = master_address
         """The remoting address of this broker group's master ("" while there is none)."""
         self.broker_name = broker_name
         self.here = here
+        self.watch = watch or MasterWatch.of_address(master_address, local_address)
         self.in_process = 0
         """Receives, acks and changes of invisible time served in-process."""
         self.clients = Clients()
@@ -150,15 +157,48 @@ class ConsumeService:
 
     # -- requests to the broker ------------------------------------------------------------------
     async def _call(
-        self, code: int, header: Header, body: bytes | None = None, timeout: float = _TIMEOUT_S
+        self,
+        code: int,
+        header: Header,
+        body: bytes | None = None,
+        timeout: float = _TIMEOUT_S,
+        deadline: float = 0.0,
     ) -> Frame:
-        """``code`` at this broker group's master (this broker when it is the master)."""
-        master = self.master_address()
-        if not master:
-            raise Refused(
-                pb.HA_NOT_AVAILABLE, f"broker group {self.broker_name} has no master right now"
-            )
-        return await forward(self.pool, master, code, header, body, timeout)
+        """``code`` at this broker group's master (this broker when it is the master), waiting
+        until ``deadline`` (monotonic; 0: not at all) for the next master when the request could
+        not reach it (:func:`broker.grpc.to_master.at_master`)."""
+        return await at_master(
+            self.watch, deadline, partial(self._remote, code, header, body, timeout), None, "call"
+        )
+
+    async def _at_master(
+        self,
+        code: int,
+        header: Header,
+        body: bytes | None,
+        here: Callable[[], Awaitable[_T]],
+        answer: Callable[[Frame], _T],
+        deadline: float,
+        what: str,
+    ) -> _T:
+        """``here()`` while this broker is the master, else ``code`` at the master and its
+        answer through ``answer``: through a failover as :func:`broker.grpc.to_master.at_master`
+        says."""
+
+        async def remote(address: str) -> _T:
+            return answer(await self._remote(code, header, body, _TIMEOUT_S, address))
+
+        return await at_master(
+            self.watch, deadline, remote, None if self.here is None else here, what
+        )
+
+    async def _remote(
+        self, code: int, header: Header, body: bytes | None, timeout: float, address: str
+    ) -> Frame:
+        resp = await forward(self.pool, address, code, header, body, timeout)
+        if resp.code in NOT_THE_MASTER:
+            raise NotDone(f"{address}: {resp.remark or 'not the master'}")
+        return resp
 
     # -- ReceiveMessage -----------------------------------------------------------------------------
     async def receive(
@@ -173,7 +213,8 @@ class ConsumeService:
             if client_id:
                 self._started()
                 self.clients.seen(client_id, plan.group, _now_ms())
-            pop = asyncio.ensure_future(self._pop(plan))
+            deadline = self.watch.deadline(context.time_remaining())
+            pop = asyncio.ensure_future(self._pop(plan, deadline))
             try:
                 resp = await asyncio.shield(pop)
             except asyncio.CancelledError:
@@ -210,23 +251,42 @@ class ConsumeService:
         )
         popped.written = True
 
-    async def _pop(self, plan: delivery.ReceivePlan) -> Frame | list[PopMessage]:
+    async def _pop(self, plan: delivery.ReceivePlan, deadline: float) -> Frame | list[PopMessage]:
         """The receive's POP: in-process while this broker is the master (what it handed out,
-        durable), else POP_MESSAGE to the master (its answer)."""
+        durable), else POP_MESSAGE to the master (its answer); through a failover (its long
+        poll shortened by the wait for the next master)."""
+        start = time.monotonic()
+
+        def request() -> PopRequest:
+            waited_ms = int((time.monotonic() - start) * 1000)
+            return PopRequest(
+                group=plan.group,
+                topic=plan.topic,
+                queue_id=-1,
+                max_count=plan.batch,
+                invisible_ms=plan.invisible_ms,
+                poll_ms=max(0, plan.poll_ms - waited_ms),
+                expression=plan.expression,
+                expression_type=plan.expression_type,
+            )
+
+        async def remote(address: str) -> Frame:
+            ask = request()
+            header, _ = ask.encode()  # POP has no body
+            timeout = ask.poll_ms / 1000 + _TIMEOUT_S
+            return await self._remote(ask.code, header, None, timeout, address)
+
+        async def in_process() -> list[PopMessage]:
+            return await self._pop_here(request())
+
         here = self.here
-        request = PopRequest(
-            group=plan.group,
-            topic=plan.topic,
-            queue_id=-1,
-            max_count=plan.batch,
-            invisible_ms=plan.invisible_ms,
-            poll_ms=plan.poll_ms,
-            expression=plan.expression,
-            expression_type=plan.expression_type,
+        return await at_master(
+            self.watch, deadline, remote, None if here is None else in_process, "receive"
         )
-        if here is None or not here.is_master():
-            header, _ = request.encode()  # POP has no body
-            return await self._call(request.code, header, timeout=plan.poll_ms / 1000 + _TIMEOUT_S)
+
+    async def _pop_here(self, request: PopRequest) -> list[PopMessage]:
+        here = self.here
+        assert here is not None
         self.in_process += 1
         try:
             popped = pop_messages(here.pop, here.durability, request)
@@ -350,7 +410,8 @@ class ConsumeService:
             await lock.acquire()
         try:
             if asked:
-                await self._ack_handles(group, request.topic.name, originals, asked, statuses)
+                deadline = self.watch.deadline(context.time_remaining())
+                await self._ack_handles(group, originals, asked, statuses, deadline)
         except Refused as exc:
             for i in asked:
                 statuses[i] = _status(exc.code, exc.message)
@@ -368,32 +429,37 @@ class ConsumeService:
     async def _ack_handles(
         self,
         group: str,
-        topic: str,
         originals: list[str],
         asked: list[int],
         statuses: list[pb.Status],
+        deadline: float,
     ) -> None:
         handles = [self.held.current(h) for h in originals]
-        here = self.here
-        if here is not None and here.is_master():
+
+        async def in_process() -> tuple[list[Any], str]:
+            here = self.here
+            assert here is not None
             self.in_process += 1
             try:
                 acked = ack_batch(here.pop, group, handles)
             except HandleRefused as refused:
                 raise _handle_refused(refused.code, refused.remark, "ack") from None
             await _durable(here, acked.result, "ack")
-            results: list[Any] = list(acked.codes)
-            remark = acked.remark
-        else:
-            ask = BatchAckRequest(group=group, receipt_handles=tuple(handles))
-            resp = await self._call(ask.code, *ask.encode())
+            return list(acked.codes), acked.remark
+
+        def answered(resp: Frame) -> tuple[list[Any], str]:
             if resp.code != ResponseCode.SUCCESS:
                 raise _handle_refused(resp.code, resp.remark, "ack")
             try:
                 answer = BatchAckAnswer.parse(resp.header)
             except FieldError as exc:
                 raise Refused(pb.INTERNAL_ERROR, f"batch ack answer: {exc}") from None
-            results, remark = list(answer.results), answer.remark
+            return list(answer.results), answer.remark
+
+        ask = BatchAckRequest(group=group, receipt_handles=tuple(handles))
+        results, remark = await self._at_master(
+            ask.code, *ask.encode(), in_process, answered, deadline, "ack"
+        )
         if len(results) != len(asked):
             raise Refused(pb.INTERNAL_ERROR, "batch ack answered a wrong number of results")
         whys = delivery.batch_remarks(remark, len(asked))
@@ -422,19 +488,23 @@ class ConsumeService:
                     f"invisible_duration must be 0..{delivery.MAX_INVISIBLE_MS} ms, not {ms}",
                 )
             original = request.receipt_handle
+            deadline = self.watch.deadline(context.time_remaining())
             async with self._lock(original):
-                new = await self._change(group, self.held.current(original), ms)
+                new = await self._change(group, self.held.current(original), ms, deadline)
                 self._release(original)  # the client decides from now on
         except Refused as exc:
             return rpc.ChangeInvisibleDurationResponse(status=_status(exc.code, exc.message))
         return rpc.ChangeInvisibleDurationResponse(status=_status(pb.OK, "OK"), receipt_handle=new)
 
-    async def _change(self, group: str, handle: str, ms: int) -> str:
+    async def _change(self, group: str, handle: str, ms: int, deadline: float = 0.0) -> str:
         """CHANGE_MESSAGE_INVISIBLETIME: the new handle. Below the broker's 1 s it hides the
-        message for 1 s (a nack that wants it back at once)."""
+        message for 1 s (a nack that wants it back at once). ``deadline``: how long it may
+        wait for the group's next master (0: not at all)."""
         invisible = max(delivery.MIN_INVISIBLE_MS, ms)
-        here = self.here
-        if here is not None and here.is_master():
+
+        async def in_process() -> str:
+            here = self.here
+            assert here is not None
             self.in_process += 1
             try:
                 changed, result = change_invisible(here.pop, group, handle, invisible)
@@ -442,14 +512,21 @@ class ConsumeService:
                 raise _handle_refused(refused.code, refused.remark, "change") from None
             await _durable(here, result, "change")
             return changed
+
+        def answered(resp: Frame) -> str:
+            if resp.code != ResponseCode.SUCCESS:
+                raise _handle_refused(resp.code, resp.remark, "change")
+            try:
+                return InvisibleChanged.parse(resp.header).receipt_handle
+            except FieldError:
+                raise Refused(
+                    pb.INTERNAL_ERROR, "change answered without a receipt handle"
+                ) from None
+
         ask = ChangeInvisibleRequest(group=group, receipt_handle=handle, invisible_ms=invisible)
-        resp = await self._call(ask.code, *ask.encode())
-        if resp.code != ResponseCode.SUCCESS:
-            raise _handle_refused(resp.code, resp.remark, "change")
-        try:
-            return InvisibleChanged.parse(resp.header).receipt_handle
-        except FieldError:
-            raise Refused(pb.INTERNAL_ERROR, "change answered without a receipt handle") from None
+        return await self._at_master(
+            ask.code, *ask.encode(), in_process, answered, deadline, "change of invisible time"
+        )
 
     # -- ForwardMessageToDeadLetterQueue ---------------------------------------------------------
     async def forward_to_dead_letter_queue(
@@ -469,11 +546,14 @@ class ConsumeService:
             if bad is not None:
                 raise Refused(pb.INVALID_RECEIPT_HANDLE, bad)
             original = request.receipt_handle
+            deadline = self.watch.deadline(context.time_remaining())
             async with self._lock(original):
-                handle = await self._change(group, self.held.current(original), 60_000)
+                handle = await self._change(group, self.held.current(original), 60_000, deadline)
                 self._release(original)
-                await self._send_to_dlq(request, group, topic, handle, client_id_of(context))
-                not_acked = await self._ack_one(group, handle)
+                await self._send_to_dlq(
+                    request, group, topic, handle, client_id_of(context), deadline
+                )
+                not_acked = await self._ack_one(group, handle, deadline)
                 if not_acked:
                     log.warning(
                         "grpc: a message forwarded to the DLQ was not acked (it comes back once)",
@@ -486,23 +566,31 @@ class ConsumeService:
             )
         return rpc.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.OK, "OK"))
 
-    async def _ack_one(self, group: str, handle: str) -> str:
+    async def _ack_one(self, group: str, handle: str, deadline: float) -> str:
         """ACK_MESSAGE (in-process on the master): "" once acked, else why not."""
-        here = self.here
-        if here is not None and here.is_master():
+
+        async def in_process() -> str:
+            here = self.here
+            assert here is not None
             self.in_process += 1
             try:
                 await _durable(here, ack_one(here.pop, group, handle), "ack")
             except HandleRefused as refused:
                 return refused.remark or f"ack refused ({refused.code})"
-            except Refused as exc:
-                return exc.message
             return ""
+
+        def answered(resp: Frame) -> str:
+            if resp.code == ResponseCode.SUCCESS:
+                return ""
+            return resp.remark or f"ack refused ({resp.code})"
+
         ack = AckRequest(group=group, receipt_handle=handle)
-        resp = await self._call(ack.code, *ack.encode())
-        if resp.code == ResponseCode.SUCCESS:
-            return ""
-        return resp.remark or f"ack refused ({resp.code})"
+        try:
+            return await self._at_master(
+                ack.code, *ack.encode(), in_process, answered, deadline, "ack"
+            )
+        except Refused as exc:
+            return exc.message
 
     async def _send_to_dlq(
         self,
@@ -511,6 +599,7 @@ class ConsumeService:
         topic: str,
         handle: str,
         client_id: str,
+        deadline: float,
     ) -> None:
         try:
             where = peek_handle(handle)  # the broker accepted it just now
@@ -524,7 +613,8 @@ class ConsumeService:
             max_count=1,
         )
         try:
-            found = decode_pull_answer(await self._call(pull.code, *pull.encode()))
+            answer = await self._call(pull.code, *pull.encode(), deadline=deadline)
+            found = decode_pull_answer(answer)
             records = list(iter_records(found.body)) if isinstance(found, PullFound) else []
         except (AnswerError, RecordError):
             records = []
@@ -535,7 +625,7 @@ class ConsumeService:
             )
         member = client_id or f"grpc-{self.local_address}"
         beat = Heartbeat(group=group, client_id=member, topic=topic, consume_type=POP)
-        await self._call(beat.code, *beat.encode())
+        await self._call(beat.code, *beat.encode(), deadline=deadline)
         back = SendBack(
             group=group,
             offset=records[0].physical_offset,
@@ -547,7 +637,7 @@ class ConsumeService:
                 f"{request.max_delivery_attempts} delivery attempts"
             ),
         )
-        resp = await self._call(back.code, *back.encode())
+        resp = await self._call(back.code, *back.encode(), deadline=deadline)
         if resp.code != ResponseCode.SUCCESS:
             raise Refused(status_code(resp.code), resp.remark)
 
@@ -576,14 +666,20 @@ class ConsumeService:
             self._started()
             client = self.clients.seen(client_id, group, _now_ms())
             client.who = grpc_client(context)
-            await self._beat(client.client_id, group, client.topic, client.who)
+            deadline = self.watch.deadline(context.time_remaining())
+            await self._beat(client.client_id, group, client.topic, client.who, deadline)
             client.heartbeat_ms = _now_ms()
         except Refused as exc:
             return rpc.HeartbeatResponse(status=_status(exc.code, exc.message))
         return rpc.HeartbeatResponse(status=_status(pb.OK, "OK"))
 
     async def _beat(
-        self, client_id: str, group: str, topic: str, who: GrpcClient | None = None
+        self,
+        client_id: str,
+        group: str,
+        topic: str,
+        who: GrpcClient | None = None,
+        deadline: float = 0.0,
     ) -> None:
         # Its SimpleConsumer and PushConsumer both receive by POP: the member holds no queue.
         beat = Heartbeat(
@@ -593,7 +689,7 @@ class ConsumeService:
             beat = replace(
                 beat, language=who.language, version=who.version, client_address=who.address
             )
-        resp = await self._call(beat.code, *beat.encode())
+        resp = await self._call(beat.code, *beat.encode(), deadline=deadline)
         if resp.code != ResponseCode.SUCCESS:
             raise Refused(status_code(resp.code), resp.remark)
 

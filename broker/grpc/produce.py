@@ -20,7 +20,9 @@ broker's own remoting requests to the master:
   (the access point the client asks may be any broker).
 
 A slave's endpoint hands writes to its master the same way: the clients list every broker of a
-group as its endpoints, so they keep sending through a failover without a new route.
+group as its endpoints, so they keep sending through a failover without a new route. A write
+that cannot reach the master waits for the group's next master (:mod:`broker.grpc.to_master`:
+this broker itself, or another; sent again only when it never reached the old one).
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ import structlog
 
 from broker.durable_wait import wait_durable
 from broker.grpc.here import Here
+from broker.grpc.to_master import NOT_THE_MASTER, MasterWatch, NotDone, at_master
 from broker.grpc.translate import (
     Refused,
     SendRequest,
+    Unreached,
     half_offset_of,
     no_namespace,
     parse_recall_handle,
@@ -76,10 +80,6 @@ def status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=message)  # type: ignore[arg-type]
 
 
-class _NoMaster(Exception):
-    pass
-
-
 class Publisher:
     """SendMessage, EndTransaction and RecallMessage of one broker's gRPC endpoint."""
 
@@ -90,10 +90,12 @@ class Publisher:
         master_address: Callable[[], str],
         broker_name: str,
         max_body_bytes: int,
+        watch: MasterWatch,
         here: Here | None = None,
     ) -> None:
-        """``here``: this broker's services, called in-process while it is the master (None:
-        every send goes over the network)."""
+        """``watch``: the group's master, also through a failover. ``here``: this broker's
+        services, called in-process while it is the master (None: every send goes over the
+        network)."""
         self.pool = pool
         self.routes = routes
         self.master_address = master_address
@@ -101,35 +103,35 @@ class Publisher:
         self.broker_name = broker_name
         self.max_body_bytes = max_body_bytes
         self.here = here
+        self.watch = watch
         self.in_process = 0
         """SendMessage requests served by calling the send service in-process."""
         self.forwarded = 0
         """SendMessage requests sent to the master over the network."""
 
     async def _request(
-        self, code: int, header: dict[str, Scalar], body: bytes | None, address: str = ""
+        self, code: int, header: dict[str, Scalar], body: bytes | None, address: str
     ) -> Frame:
-        """``code`` to ``address`` (default: this group's master); raises RemotingError."""
-        target = address or self.master_address()
-        if not target:
-            raise _NoMaster(f"broker group {self.broker_name} has no master right now")
+        """``code`` to ``address``; raises :class:`Unreached` when no answer came and
+        :class:`NotDone` when the broker there is not the master (it did nothing)."""
         try:
-            conn = await self.pool.get(target)
-            return await conn.request(code, header, body)
-        except RemotingError:
-            self.pool.drop(target)
-            raise
-
-    @staticmethod
-    def _unavailable(exc: Exception) -> pb.Status:
-        if isinstance(exc, _NoMaster):
-            return status(pb.HA_NOT_AVAILABLE, str(exc))
-        return status(pb.INTERNAL_ERROR, f"master unavailable: {describe_failure(exc)}")
+            conn = await self.pool.get(address)
+            resp = await conn.request(code, header, body)
+        except RemotingError as exc:
+            self.pool.drop(address)
+            raise Unreached(address, exc) from None
+        if resp.code in NOT_THE_MASTER:
+            raise NotDone(f"{address}: {resp.remark or 'not the master'}")
+        return resp
 
     # -- SendMessage ---------------------------------------------------------------------------
-    async def send(self, request: rpc.SendMessageRequest, peer: str) -> rpc.SendMessageResponse:
+    async def send(
+        self, request: rpc.SendMessageRequest, peer: str, time_remaining: float | None = None
+    ) -> rpc.SendMessageResponse:
         """The request's messages as one send, all or nothing: every entry answers the same
-        status (the first refusal when one is refused, and then nothing is stored)."""
+        status (the first refusal when one is refused, and then nothing is stored).
+        ``time_remaining``: what is left of the call's deadline (seconds; None: none), which
+        bounds a wait for the group's next master."""
         count = len(request.messages)
         if not count:
             return rpc.SendMessageResponse(status=status(pb.BAD_REQUEST, "no message to send"))
@@ -140,11 +142,23 @@ class Publisher:
         except Refused as exc:
             return self._refused(request, status(exc.code, exc.message))
         here = self.here
-        if here is not None and here.is_master():
+
+        async def in_process() -> rpc.SendMessageResponse:
+            assert here is not None
             self.in_process += 1
             return await self._send_here(here.sends, sends, request)
-        self.forwarded += 1
-        return await self._forward(sends, request)
+
+        async def remote(address: str) -> rpc.SendMessageResponse:
+            self.forwarded += 1
+            return await self._forward(sends, request, address)
+
+        deadline = self.watch.deadline(time_remaining)
+        try:
+            return await at_master(
+                self.watch, deadline, remote, None if here is None else in_process, "send"
+            )
+        except Refused as exc:
+            return self._refused(request, status(exc.code, exc.message))
 
     async def _send_here(
         self, service: SendService, sends: list[SendRequest], request: rpc.SendMessageRequest
@@ -162,21 +176,18 @@ class Publisher:
         return _sent(sends, ids, result.first_queue_offset, service.broker_name)
 
     async def _forward(
-        self, sends: list[SendRequest], request: rpc.SendMessageRequest
+        self, sends: list[SendRequest], request: rpc.SendMessageRequest, address: str
     ) -> rpc.SendMessageResponse:
-        """A slave's endpoint: SEND_MESSAGE (one message) or SEND_BATCH_MESSAGE to the master."""
-        try:
-            if len(sends) == 1:
-                one = sends[0]
-                wire = one.wire
-                resp = await self._request(wire.code, *wire.encode())
-            else:
-                batch = SendBatchRequest(
-                    topic=sends[0].message.topic, messages=tuple(s.message for s in sends)
-                )
-                resp = await self._request(batch.code, *batch.encode())
-        except (RemotingError, _NoMaster) as exc:
-            return self._refused(request, self._unavailable(exc))
+        """A slave's endpoint: SEND_MESSAGE (one message) or SEND_BATCH_MESSAGE to the master at
+        ``address``; :class:`Unreached` or :class:`NotDone` as :meth:`_request` says."""
+        if len(sends) == 1:
+            wire = sends[0].wire
+            resp = await self._request(wire.code, *wire.encode(), address)
+        else:
+            batch = SendBatchRequest(
+                topic=sends[0].message.topic, messages=tuple(s.message for s in sends)
+            )
+            resp = await self._request(batch.code, *batch.encode(), address)
         if resp.code != ResponseCode.SUCCESS:
             remark = resp.remark
             return self._refused(request, status(status_code(resp.code), remark))
@@ -207,7 +218,7 @@ class Publisher:
 
     # -- EndTransaction --------------------------------------------------------------------------
     async def end_transaction(
-        self, request: rpc.EndTransactionRequest
+        self, request: rpc.EndTransactionRequest, time_remaining: float | None = None
     ) -> rpc.EndTransactionResponse:
         topic = request.topic.name
         try:
@@ -227,49 +238,71 @@ class Publisher:
             from_check=request.source == pb.SOURCE_SERVER_CHECK,
         )
         here = self.here
-        if here is not None and here.is_master():
+
+        async def in_process() -> pb.Status:
+            assert here is not None
             try:
                 ended = here.end_transaction(ask)
             except EndRefused as refused:
-                why = status(status_code(refused.code), refused.remark)
-                return rpc.EndTransactionResponse(status=why)
-            return rpc.EndTransactionResponse(status=await _durable(here, ended.result))
+                return status(status_code(refused.code), refused.remark)
+            return await _durable(here, ended.result)
+
+        async def remote(address: str) -> pb.Status:
+            resp = await self._request(ask.code, *ask.encode(), address)
+            if resp.code != ResponseCode.SUCCESS:
+                return status(status_code(resp.code), resp.remark)
+            return status(pb.OK)
+
+        deadline = self.watch.deadline(time_remaining)
         try:
-            resp = await self._request(ask.code, *ask.encode())
-        except (RemotingError, _NoMaster) as exc:
-            return rpc.EndTransactionResponse(status=self._unavailable(exc))
-        if resp.code != ResponseCode.SUCCESS:
-            remark = resp.remark
-            return rpc.EndTransactionResponse(status=status(status_code(resp.code), remark))
-        return rpc.EndTransactionResponse(status=status(pb.OK))
+            done = await at_master(
+                self.watch,
+                deadline,
+                remote,
+                None if here is None else in_process,
+                "end of transaction",
+            )
+        except Refused as exc:
+            done = status(exc.code, exc.message)
+        return rpc.EndTransactionResponse(status=done)
 
     # -- RecallMessage ---------------------------------------------------------------------------
-    async def recall(self, request: rpc.RecallMessageRequest) -> rpc.RecallMessageResponse:
+    async def recall(
+        self, request: rpc.RecallMessageRequest, time_remaining: float | None = None
+    ) -> rpc.RecallMessageResponse:
         topic = request.topic.name
         try:
             if not topic:
                 raise Refused(pb.ILLEGAL_TOPIC, "topic is empty")
             no_namespace(request.topic, "topic")
             broker_name, msg_id = parse_recall_handle(request.recall_handle)
+            recall = RecallRequest(topic=topic, msg_id=msg_id)
+
+            async def remote(address: str) -> rpc.RecallMessageResponse:
+                resp = await self._request(recall.code, *recall.encode(), address)
+                if resp.code != ResponseCode.SUCCESS:
+                    why = status(status_code(resp.code), resp.remark)
+                    return rpc.RecallMessageResponse(status=why)
+                return rpc.RecallMessageResponse(status=status(pb.OK), message_id=msg_id)
+
+            if broker_name != self.broker_name:  # another group's master, as the route says
+                address = await self._master_of(topic, broker_name)
+                try:
+                    return await remote(address)
+                except NotDone as exc:
+                    raise Refused(pb.HA_NOT_AVAILABLE, exc.why) from None
             here = self.here
-            if broker_name == self.broker_name and here is not None and here.is_master():
+
+            async def in_process() -> rpc.RecallMessageResponse:
+                assert here is not None
                 return await self._recall_here(here, topic, msg_id)
-            address = (
-                self.master_address()
-                if broker_name == self.broker_name
-                else await self._master_of(topic, broker_name)
+
+            deadline = self.watch.deadline(time_remaining)
+            return await at_master(
+                self.watch, deadline, remote, None if here is None else in_process, "recall"
             )
         except Refused as exc:
             return rpc.RecallMessageResponse(status=status(exc.code, exc.message))
-        recall = RecallRequest(topic=topic, msg_id=msg_id)
-        try:
-            resp = await self._request(recall.code, *recall.encode(), address)
-        except (RemotingError, _NoMaster) as exc:
-            return rpc.RecallMessageResponse(status=self._unavailable(exc))
-        if resp.code != ResponseCode.SUCCESS:
-            remark = resp.remark
-            return rpc.RecallMessageResponse(status=status(status_code(resp.code), remark))
-        return rpc.RecallMessageResponse(status=status(pb.OK), message_id=msg_id)
 
     @staticmethod
     async def _recall_here(here: Here, topic: str, msg_id: str) -> rpc.RecallMessageResponse:

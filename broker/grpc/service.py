@@ -37,6 +37,7 @@ from broker.grpc.produce import status as _status
 from broker.grpc.pull import PullFront
 from broker.grpc.telemetry import TelemetryHub
 from broker.grpc.tls_port import ServerCertificate
+from broker.grpc.to_master import Master, MasterWatch
 from broker.grpc.translate import (
     Refused,
     group_members,
@@ -75,6 +76,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         broker_name: str = "",
         master_address: Callable[[], str] | None = None,
         *,
+        master_now: Callable[[], Master] | None = None,
         credentials: Credentials | None = None,
         guard: CallGuard | None = None,
         here: Here | None = None,
@@ -85,7 +87,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         with (the cluster's, with authentication on; None: unsigned). ``guard``: checks every
         call's signature and permissions (None: authentication off, every call anonymous).
         ``here``: this broker's services, called in-process while it is its group's master
-        (None: every call goes over the network)."""
+        (None: every call goes over the network). ``master_now``: the group's master with its
+        epoch, from the broker's role, which a request that could not reach the master waits
+        on (:mod:`broker.grpc.to_master`; None: from ``master_address``)."""
         self.local_address = local_address
         self.max_body_bytes = max_body_bytes
         self.check_types = check_types
@@ -94,11 +98,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.routes = AddressFailover(route_addresses, self.pool)
         self.endpoints = EndpointBook(self.pool, local_address)
         master = master_address or (lambda: local_address)
+        self.watch = (
+            MasterWatch(master_now)
+            if master_now is not None
+            else MasterWatch.of_address(master, local_address)
+        )
         self.publisher = Publisher(
-            self.pool, self.routes, master, broker_name, max_body_bytes, here
+            self.pool, self.routes, master, broker_name, max_body_bytes, self.watch, here
         )
         self.telemetry = TelemetryHub(self.pool, local_address, master, max_body_bytes)
-        self.consume = ConsumeService(self.pool, local_address, master, broker_name, here)
+        self.consume = ConsumeService(
+            self.pool, local_address, master, broker_name, here, self.watch
+        )
         self.telemetry.on_subscription = self.consume.subscription_settings
         self.pulls = PullFront(self.pool, local_address, master, broker_name)
 
@@ -170,17 +181,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: rpc.SendMessageRequest, context: Any) -> Any:
         if (refusal := self._refusal("SendMessage", request, context)) is not None:
             return rpc.SendMessageResponse(status=refusal)
-        return await self.publisher.send(request, peer_address(context))
+        return await self.publisher.send(request, peer_address(context), context.time_remaining())
 
     async def EndTransaction(self, request: rpc.EndTransactionRequest, context: Any) -> Any:
         if (refusal := self._refusal("EndTransaction", request, context)) is not None:
             return rpc.EndTransactionResponse(status=refusal)
-        return await self.publisher.end_transaction(request)
+        return await self.publisher.end_transaction(request, context.time_remaining())
 
     async def RecallMessage(self, request: rpc.RecallMessageRequest, context: Any) -> Any:
         if (refusal := self._refusal("RecallMessage", request, context)) is not None:
             return rpc.RecallMessageResponse(status=refusal)
-        return await self.publisher.recall(request)
+        return await self.publisher.recall(request, context.time_remaining())
 
     async def Heartbeat(self, request: rpc.HeartbeatRequest, context: Any) -> Any:
         if (refusal := self._refusal("Heartbeat", request, context)) is not None:

@@ -40,7 +40,7 @@ from protocol.transaction import (
     PROP_TRANSACTION_PREPARED,
 )
 from remoting.client import ConnectionPool
-from remoting.errors import RemotingError
+from remoting.errors import ConnectError, NotSentError, RemotingError
 from remoting.failover import describe_failure
 
 #: What a queue served here accepts: every type, unless the broker checks types
@@ -95,6 +95,20 @@ class Refused(Exception):
         self.message = message
 
 
+class Unreached(Refused):
+    """A request to another broker that got no answer (INTERNAL_ERROR with the reason)."""
+
+    def __init__(self, address: str, exc: RemotingError) -> None:
+        super().__init__(
+            pb.INTERNAL_ERROR, f"broker {address} unavailable: {describe_failure(exc)}"
+        )
+        self.address = address
+        self.sent = not isinstance(exc, ConnectError | NotSentError)
+        """Whether the broker may have received it (and done it): False when the connection
+        could not be made or was closed before the request was written, so nothing was done;
+        True when it closed or timed out after the request was written."""
+
+
 async def forward(
     pool: ConnectionPool,
     address: str,
@@ -104,15 +118,14 @@ async def forward(
     timeout: float,
 ) -> Frame:
     """``code`` sent to the broker at ``address`` over ``pool``; when it fails the connection is
-    dropped from the pool and the failure is :class:`Refused` (INTERNAL_ERROR)."""
+    dropped from the pool and the failure is :class:`Unreached` (a :class:`Refused`,
+    INTERNAL_ERROR)."""
     try:
         conn = await pool.get(address)
         return await conn.request(code, header, body, timeout)
     except RemotingError as exc:
         pool.drop(address)
-        raise Refused(
-            pb.INTERNAL_ERROR, f"broker {address} unavailable: {describe_failure(exc)}"
-        ) from None
+        raise Unreached(address, exc) from None
 
 
 def no_namespace(resource: pb.Resource, what: str) -> None:

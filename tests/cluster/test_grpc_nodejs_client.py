@@ -11,6 +11,7 @@ skipped, except under CI=true, where that is a failure (.ci/run installs them)."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -29,7 +30,7 @@ from tests.cluster.support import (
 )
 from tests.support.cluster import Cluster
 from tests.support.official_client import StreamingClient, client_env, npm_modules, run_to_end
-from tests.support.procs import ROOT, GrpcBrokerProc, module_broker
+from tests.support.procs import ROOT, GrpcBrokerProc, free_port, module_broker
 from tests.support.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.multiprocess
@@ -169,3 +170,89 @@ async def test_nodejs_producer_rides_through_a_master_failover(
     sent = {str(line["acked"]) for line in client.lines if "acked" in line}
     received = set(client.lines[-1]["received"])
     assert sent - received == set(), client.stderr_tail()
+
+
+async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kill(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two Node.js producers send one message after another through the endpoints of the two
+    slaves of a group of three while its master is killed with kill -9: not one send fails,
+    and nothing acknowledged is lost or stored twice. A send whose forward finds the master gone
+    waits for the group's next master (one slave becomes it and stores the send itself, the
+    other forwards to it), within the call's deadline. Before, the forward's connection refused
+    answered INTERNAL_ERROR at once: the client spent its three attempts within milliseconds,
+    before the controllers had elected the next master, and the send failed.
+
+    The topics are in ``uniq_key_window_topics``: a send that was in flight when the master died
+    may have been stored; the endpoint does not send it again but answers PROXY_TIMEOUT, and
+    the client's own resend (the same message id) is then answered from the new master's
+    UNIQ_KEY window rather than stored twice."""
+    modules = npm_modules(PACKAGE, "the official Node.js client")
+    topics = ["GrpcNodeKill0", "GrpcNodeKill1"]  # one a client: their bodies are alike
+    ports = [free_port() for _ in range(3)]
+    cluster.add_group(
+        "broker-a",
+        3,
+        config=f'uniq_key_window_topics = "{",".join(topics)}"\n',
+        per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports],
+    )
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        old = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
+        for topic in topics:
+            await create_topic(boot, old, topic, 2)
+        slaves = [i for i, b in enumerate(cluster.brokers) if b.address != old]
+        with contextlib.ExitStack() as stack:
+            clients = []
+            for n, i in enumerate(slaves):
+                home = tmp_path / f"client-{n}"
+                home.mkdir()
+                clients.append(
+                    stack.enter_context(
+                        StreamingClient(
+                            str(PACKAGE / "keep_sending.js"),
+                            home,
+                            f"127.0.0.1:{ports[i]}",
+                            topics[n],
+                            f"node-kill-{n}",
+                            runner=(str(shutil.which("node")),),
+                            env={"NODE_PATH": str(modules)},
+                        )
+                    )
+                )
+
+            def logs() -> str:
+                return "".join(c.stderr_tail(20) for c in clients) + cluster.logs()
+
+            def acked(client: StreamingClient) -> int:
+                return sum("acked" in line for line in client.lines)
+
+            wait_until(
+                lambda: all(acked(c) >= 30 for c in clients),
+                "30 sends of each client before the kill",
+                30,
+                on_timeout=logs,
+            )
+            node_at(cluster, old).kill9()
+            await new_master(boot, cluster, old)
+            elected = [acked(c) for c in clients]
+            wait_until(
+                lambda: all(acked(c) >= e + 30 for c, e in zip(clients, elected, strict=True)),
+                "30 sends of each client acknowledged after the election",
+                30,
+                on_timeout=logs,
+            )
+            for c in clients:
+                c.stop_file.touch()  # both read what they sent at once
+            for c in clients:
+                c.stop()
+                assert c.returncode == 0, logs()
+    finally:
+        boot.close()
+    for c in clients:
+        result = c.lines[-1]
+        failed = [line for line in c.errors if line.startswith("send ")]
+        assert result["errors"] == 0, f"{result['errors']} sends failed: {failed[:10]}"
+        sent = {str(line["acked"]) for line in c.lines if "acked" in line}
+        assert sent - set(result["received"]) == set(), c.stderr_tail()
+        assert result["duplicates"] == [], c.stderr_tail()

@@ -2,7 +2,8 @@
 // group (the route names every broker of the group): a Producer sends k-0, k-1, ... one at a
 // time, each again until acknowledged, printing {"acked": body, "id": messageId} per
 // acknowledgement, until the file STOP exists; then a SimpleConsumer receives until it has
-// every acknowledged body (60 s at most) and prints {"received": [bodies], "errors": n}.
+// every acknowledged body (60 s at most) and prints {"received": [bodies], "errors": n,
+// "duplicates": [bodies delivered for the first time more than once: stored twice]}.
 // Run by tests/cluster/test_grpc_nodejs_client.py (argv: endpoint topic group STOP).
 'use strict';
 
@@ -40,18 +41,22 @@ async function main() {
   });
   await consumer.startup();
   const received = new Set();
+  const firsts = new Map(); // body -> deliveries with deliveryAttempt 1 (copies stored)
   try {
     const deadline = Date.now() + 60000;
     while ([ ...acked ].some(b => !received.has(b)) && Date.now() < deadline) {
       for (const m of await consumer.receive(32, 30000)) {
-        received.add(m.body.toString());
+        const body = m.body.toString();
+        received.add(body);
+        if (m.deliveryAttempt === 1) firsts.set(body, (firsts.get(body) || 0) + 1);
         await consumer.ack(m);
       }
     }
   } finally {
     await consumer.shutdown();
   }
-  console.log(JSON.stringify({ received: [ ...received ], errors }));
+  const duplicates = [ ...firsts ].filter(([ , n ]) => n > 1).map(([ b ]) => b);
+  console.log(JSON.stringify({ received: [ ...received ], errors, duplicates }));
 }
 
 main().then(() => process.exit(0), err => {
