@@ -261,6 +261,7 @@ class Publisher:
                 remote,
                 None if here is None else in_process,
                 "end of transaction",
+                repeatable=True,  # a repeat finds it resolved (broker/grpc/to_master.py)
             )
         except Refused as exc:
             done = status(exc.code, exc.message)

@@ -6,18 +6,22 @@ A write the endpoint of a slave takes goes to the group's master (:mod:`broker.g
 broker heartbeat timeout and an election: about a second). Answering the client then makes it
 spend its few attempts within milliseconds (the official clients resend at once) and fail.
 
-So a request that could not reach the master waits, within a bound, for the group's next
-master as this broker learns it from the controllers (its role, which the ReplicasManager
-swaps): when this broker becomes the master it serves the request itself, in-process; when
-another broker does, the request goes there. Only a request that did not leave is sent again
-(:attr:`broker.grpc.translate.Unreached.sent` False: the connection was refused or closed
-before the request was written), and one the old master refused without doing anything
-(NOT_MASTER, MASTER_FENCED). A request that may have reached the master (its connection closed,
-or it timed out, after it was written) may have been done: it is not sent again behind the
-client's back; the endpoint still waits for the next master (so that the client's own retry,
-which it can see, finds one) and then answers ``PROXY_TIMEOUT`` (what RocketMQ's proxy answers
-when its request to the broker got no answer): not known whether it was done. A request that found no master within its bound answers ``HA_NOT_AVAILABLE``:
-nothing was done.
+So a request that could not reach the master waits, within a bound, for the group's next master
+as this broker learns it from the controllers (its role, which the ReplicasManager swaps): when
+this broker becomes the master it serves the request itself, in-process; when another broker
+does, the request goes there. Only a request that did not leave is sent again
+(:attr:`broker.grpc.translate.Unreached.sent` False: the connection was refused or closed before
+the request was written), and one the old master refused without doing anything (NOT_MASTER,
+MASTER_FENCED). A request that may have reached the master (its connection closed, or it timed
+out, after it was written) may have been done: it is not sent again behind the client's back;
+the endpoint still waits for the next master (so that the client's own retry, which it can see,
+finds one) and then answers ``PROXY_TIMEOUT`` (what RocketMQ's proxy answers when its request to
+the broker got no answer): not known whether it was done. An end of transaction is the exception
+(``repeatable``): it is sent to the next master even then, because ending a transaction twice
+the same way does what ending it once does (the second finds it resolved and writes nothing; the
+op record is written before the committed copy, so a master that holds the copy holds the op
+too), and the official clients do not resend an EndTransaction. A request that found no master
+within its bound answers ``HA_NOT_AVAILABLE``: nothing was done.
 
 The bound: what is left of the call's gRPC deadline (4/5 of it, so the answer leaves before the
 client gives up), at most :data:`WAIT_BOUND_S`. The role is read every :data:`POLL_S` while
@@ -131,14 +135,19 @@ async def at_master(
     remote: Callable[[str], Awaitable[T]],
     here: Callable[[], Awaitable[T]] | None,
     what: str,
+    *,
+    repeatable: bool = False,
 ) -> T:
     """``here()`` while this broker is the master (None: ``remote`` to its own address),
     else ``remote(address)`` at the master; through a failover as the module docstring says.
     ``remote`` raises :class:`broker.grpc.translate.Unreached` when it got no answer and
     :class:`NotDone` when the master refused having done nothing; both are handled here. Raises
     :class:`Refused`: HA_NOT_AVAILABLE when no master could be reached by ``deadline``,
-    PROXY_TIMEOUT when the request may have been done."""
+    PROXY_TIMEOUT when the request may have been done. ``repeatable``: doing the request twice
+    does what doing it once does (an end of transaction), so one that may have been done is
+    sent to the next master too."""
     master = watch.master()
+    maybe_done = ""  # why an earlier attempt may have been done
     while True:
         if master.is_self and here is not None:
             return await here()
@@ -149,18 +158,18 @@ async def at_master(
         except NotDone as exc:
             why = exc.why
         except Unreached as exc:
-            if exc.sent:
-                # It may have been done: not again behind the client's back. Its own retry (the
-                # same message id, the same handle) goes to the next master, once there is one.
-                await watch.next_master(master, deadline)
-                raise Refused(
-                    pb.PROXY_TIMEOUT,
-                    f"{what}: the master went away after the request was written; it may have "
-                    f"been done ({exc.message})",
-                ) from None
             why = exc.message
-        tried = master
-        found = await watch.next_master(tried, deadline)
+            if exc.sent:
+                maybe_done = why
+        # Wait for the next master even after an attempt that may have been done: the client's
+        # own retry (the same message id, the same handle) then finds one.
+        found = await watch.next_master(master, deadline)
+        if maybe_done and (found is None or not repeatable):
+            raise Refused(
+                pb.PROXY_TIMEOUT,
+                f"{what}: the master went away after the request was written; it may have "
+                f"been done ({maybe_done})",
+            )
         if found is None:
             raise Refused(
                 pb.HA_NOT_AVAILABLE,

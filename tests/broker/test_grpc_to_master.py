@@ -169,3 +169,33 @@ async def test_the_remoting_client_tells_a_request_never_written_from_one_cut_af
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_an_end_of_transaction_cut_after_the_write_goes_to_the_next_master() -> None:
+    """Ending a transaction twice the same way does what ending it once does: repeatable."""
+    role = _Role(OLD)
+    tried: list[str] = []
+
+    async def remote(address: str) -> str:
+        tried.append(address)
+        if address == OLD.address:
+            role.master = Master("10.0.0.2:1", 4)
+            raise Unreached(address, ConnectionClosedError("closed after the write"))
+        return "ended"
+
+    watch = _watch(role)
+    got = await at_master(watch, watch.deadline(3.0), remote, None, "end", repeatable=True)
+    assert got == "ended"
+    assert tried == [OLD.address, "10.0.0.2:1"]
+
+
+async def test_a_repeatable_request_that_may_have_been_done_never_says_nothing_was_done() -> None:
+    role = _Role(OLD)  # the master timed out but stays the master
+
+    async def remote(address: str) -> str:
+        raise Unreached(address, RequestTimeoutError("late"))
+
+    watch = _watch(role)
+    with pytest.raises(Refused) as refused:
+        await at_master(watch, watch.deadline(0.1), remote, None, "end", repeatable=True)
+    assert refused.value.code == pb.PROXY_TIMEOUT

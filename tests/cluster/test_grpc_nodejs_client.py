@@ -256,3 +256,84 @@ async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kil
         sent = {str(line["acked"]) for line in c.lines if "acked" in line}
         assert sent - set(result["received"]) == set(), c.stderr_tail()
         assert result["duplicates"] == [], c.stderr_tail()
+
+
+async def test_nodejs_transactions_on_both_slaves_ride_through_a_master_kill(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two transactional Node.js producers (one on each slave of a group of three) send and
+    commit one transaction after another while the master is killed with kill -9. The client
+    resends neither a transactional send nor an EndTransaction, so the endpoint's wait for the
+    next master is all that carries them: no commit fails (an EndTransaction cut after it was
+    written goes to the next master too: a repeat finds it resolved), and a send fails only when
+    it was on its way to the master as it died (PROXY_TIMEOUT, at most that one a client: it
+    may have been stored, and the client's checker rolls it back). Every committed message is
+    delivered, none twice. Before, sends and commits failed with INTERNAL_ERROR until the next
+    master was elected."""
+    modules = npm_modules(PACKAGE, "the official Node.js client")
+    topics = ["GrpcNodeTx0", "GrpcNodeTx1"]
+    ports = [free_port() for _ in range(3)]
+    cluster.add_group(
+        "broker-a", 3, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
+    )
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        old = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
+        for topic in topics:
+            await create_topic(boot, old, topic, 2)
+        slaves = [i for i, b in enumerate(cluster.brokers) if b.address != old]
+        with contextlib.ExitStack() as stack:
+            clients = []
+            for n, i in enumerate(slaves):
+                home = tmp_path / f"client-{n}"
+                home.mkdir()
+                clients.append(
+                    stack.enter_context(
+                        StreamingClient(
+                            str(PACKAGE / "keep_committing.js"),
+                            home,
+                            f"127.0.0.1:{ports[i]}",
+                            topics[n],
+                            f"node-tx-{n}",
+                            runner=(str(shutil.which("node")),),
+                            env={"NODE_PATH": str(modules)},
+                        )
+                    )
+                )
+
+            def logs() -> str:
+                return "".join(c.stderr_tail(20) for c in clients) + cluster.logs()
+
+            def acked(client: StreamingClient) -> int:
+                return sum("acked" in line for line in client.lines)
+
+            wait_until(
+                lambda: all(acked(c) >= 20 for c in clients),
+                "20 commits of each client before the kill",
+                30,
+                on_timeout=logs,
+            )
+            node_at(cluster, old).kill9()
+            await new_master(boot, cluster, old)
+            elected = [acked(c) for c in clients]
+            wait_until(
+                lambda: all(acked(c) >= e + 20 for c, e in zip(clients, elected, strict=True)),
+                "20 commits of each client after the election",
+                30,
+                on_timeout=logs,
+            )
+            for c in clients:
+                c.stop_file.touch()
+            for c in clients:
+                c.stop()
+                assert c.returncode == 0, logs()
+    finally:
+        boot.close()
+    for c in clients:
+        result = c.lines[-1]
+        assert result["commitErrors"] == [], result["commitErrors"]
+        assert len(result["sendErrors"]) <= 1, result["sendErrors"]
+        assert all("50400" in e for e in result["sendErrors"]), result["sendErrors"]
+        committed = {str(line["acked"]) for line in c.lines if "acked" in line}
+        assert committed - set(result["received"]) == set(), c.stderr_tail()
+        assert result["duplicates"] == [], c.stderr_tail()
