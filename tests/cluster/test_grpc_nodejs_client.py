@@ -27,6 +27,7 @@ from tests.cluster.support import (
     full_sync_state_set,
     new_master,
     node_at,
+    settings_on,
 )
 from tests.support.cluster import Cluster
 from tests.support.official_client import StreamingClient, client_env, npm_modules, run_to_end
@@ -337,3 +338,73 @@ async def test_nodejs_transactions_on_both_slaves_ride_through_a_master_kill(
         committed = {str(line["acked"]) for line in c.lines if "acked" in line}
         assert committed - set(result["received"]) == set(), c.stderr_tail()
         assert result["duplicates"] == [], c.stderr_tail()
+
+
+async def test_nodejs_fifo_push_consumer_keeps_each_message_group_in_order_through_a_master_kill(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A Node.js FIFO PushConsumer consumes while a Node.js producer sends FIFO messages in three
+    message groups, both through a slave's endpoint, and the master is killed with kill -9: no
+    send fails, every acknowledged message is consumed, and each message group is consumed for
+    the first time in the order it was sent."""
+    modules = npm_modules(PACKAGE, "the official Node.js client")
+    topic, group = "GrpcNodeFifoKill", "node-fifo-kill"
+    ports = [free_port() for _ in range(3)]
+    cluster.add_group(
+        "broker-a", 3, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
+    )
+    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
+    try:
+        old = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
+        await create_topic(boot, old, topic, 2)
+        async with Admin(cluster.controller_addresses) as admin:
+            await admin.update_sub_group({"groupName": group, "consumeMessageOrderly": True})
+
+        async def everywhere() -> bool:
+            for b in cluster.brokers:
+                got = await settings_on(b.address, group)
+                if got is None or got.get("consumeMessageOrderly") is not True:
+                    return False
+            return True
+
+        await wait_until_async(everywhere, "every replica to hold the FIFO setting", 30)
+        slave = next(i for i, b in enumerate(cluster.brokers) if b.address != old)
+        with StreamingClient(
+            str(PACKAGE / "keep_fifo.js"),
+            tmp_path,
+            f"127.0.0.1:{ports[slave]}",
+            topic,
+            group,
+            runner=(str(shutil.which("node")),),
+            env={"NODE_PATH": str(modules)},
+        ) as client:
+
+            def logs() -> str:
+                return client.stderr_tail(20) + cluster.logs()
+
+            def acked() -> int:
+                return sum("acked" in line for line in client.lines)
+
+            wait_until(lambda: acked() >= 30, "30 sends before the kill", 30, on_timeout=logs)
+            node_at(cluster, old).kill9()
+            await new_master(boot, cluster, old)
+            elected = acked()
+            wait_until(
+                lambda: acked() >= elected + 30,
+                "30 sends acknowledged after the election",
+                30,
+                on_timeout=logs,
+            )
+            client.stop()
+            assert client.returncode == 0, logs()
+    finally:
+        boot.close()
+    result = client.lines[-1]
+    sent = [str(line["acked"]) for line in client.lines if "acked" in line]
+    consumed = result["consumed"]
+    assert result["errors"] == 0, client.stderr_tail()
+    assert set(sent) - set(consumed) == set(), client.stderr_tail()
+    for k in range(3):
+        firsts = list(dict.fromkeys(b for b in consumed if b.startswith(f"g{k}:")))
+        in_order = [b for b in sent if b.startswith(f"g{k}:")]
+        assert firsts == in_order[: len(firsts)], (k, firsts, in_order)
