@@ -28,7 +28,6 @@ this broker itself, or another; sent again only when it never reached the old on
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -87,7 +86,6 @@ class Publisher:
         self,
         pool: ConnectionPool,
         routes: AddressFailover,
-        master_address: Callable[[], str],
         broker_name: str,
         max_body_bytes: int,
         watch: MasterWatch,
@@ -98,8 +96,6 @@ class Publisher:
         network)."""
         self.pool = pool
         self.routes = routes
-        self.master_address = master_address
-        """The remoting address of this broker group's master ("" while there is none)."""
         self.broker_name = broker_name
         self.max_body_bytes = max_body_bytes
         self.here = here

@@ -104,7 +104,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             else MasterWatch.of_address(master, local_address)
         )
         self.publisher = Publisher(
-            self.pool, self.routes, master, broker_name, max_body_bytes, self.watch, here
+            self.pool, self.routes, broker_name, max_body_bytes, self.watch, here
         )
         self.telemetry = TelemetryHub(self.pool, local_address, master, max_body_bytes)
         self.consume = ConsumeService(
