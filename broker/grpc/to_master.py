@@ -20,8 +20,9 @@ the broker got no answer): not known whether it was done. An end of transaction 
 (``repeatable``): it is sent to the next master even then, because ending a transaction twice
 the same way does what ending it once does (the second finds it resolved and writes nothing; the
 op record is written before the committed copy, so a master that holds the copy holds the op
-too), and the official clients do not resend an EndTransaction. A request that found no master
-within its bound answers ``HA_NOT_AVAILABLE``: nothing was done.
+too, and a new master appends the copy of a last commit op whose copy a failover cut off), and
+the official clients do not resend an EndTransaction. A request that found no master within its
+bound answers ``HA_NOT_AVAILABLE``: nothing was done.
 
 The bound: what is left of the call's gRPC deadline (4/5 of it, so the answer leaves before the
 client gives up), at most :data:`WAIT_BOUND_S`. The role is read every :data:`POLL_S` while
