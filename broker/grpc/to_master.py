@@ -95,8 +95,6 @@ class MasterWatch:
         self.master = master
         self.bound_s = bound_s
         self.poll_s = poll_s
-        self.waits = 0
-        """Requests that waited for a next master (figures for tests and logs)."""
 
     @classmethod
     def of_address(cls, master_address: Callable[[], str], local_address: str) -> MasterWatch:
@@ -119,7 +117,6 @@ class MasterWatch:
     async def next_master(self, tried: Master, deadline: float) -> Master | None:
         """The group's next master once this broker knows one (see :func:`is_next`), or None
         at ``deadline``."""
-        self.waits += 1
         while True:
             now = self.master()
             if is_next(tried, now):
