@@ -11,8 +11,9 @@ as this broker learns it from the controllers (its role, which the ReplicasManag
 this broker becomes the master it serves the request itself, in-process; when another broker
 does, the request goes there. Only a request that did not leave is sent again
 (:attr:`broker.grpc.translate.Unreached.sent` False: the connection was refused or closed before
-the request was written), and one the old master refused without doing anything (NOT_MASTER,
-MASTER_FENCED). A request that may have reached the master (its connection closed, or it timed
+the request was written), and one the master refused without doing anything (NOT_MASTER,
+MASTER_FENCED: asked again every :data:`RETRY_REFUSED_S` until the role names another master,
+for a newly elected master refuses writes until it has taken the role). A request that may have reached the master (its connection closed, or it timed
 out, after it was written) may have been done: it is not sent again behind the client's back;
 the endpoint still waits for the next master (so that the client's own retry, which it can see,
 finds one) and then answers ``PROXY_TIMEOUT`` (what RocketMQ's proxy answers when its request to
@@ -49,6 +50,9 @@ POLL_S: Final = 0.02
 """How often a waiting request reads the broker's role."""
 _DEADLINE_SHARE: Final = 0.8
 """The share of the call's remaining gRPC deadline a request may wait."""
+RETRY_REFUSED_S: Final = 0.1
+"""How soon a request the master refused as not (yet) the master goes to it again when this
+broker learns of no other: a newly elected master refuses writes until it has taken the role."""
 
 #: The master's refusals that say it did nothing because it is not (or no longer) the master.
 NOT_THE_MASTER: Final = frozenset({ResponseCode.NOT_MASTER, ResponseCode.MASTER_FENCED})
@@ -154,7 +158,17 @@ async def at_master(
                 raise NotDone("the group has no master right now")
             return await remote(master.address)
         except NotDone as exc:
+            # Nothing was done. The broker this one takes for the master may be about to take
+            # the role (a newly elected master refuses writes until it has, and the other
+            # slaves may learn of the election first): it is asked again shortly.
             why = exc.why
+            again = min(deadline, time.monotonic() + RETRY_REFUSED_S)
+            found = await watch.next_master(master, again)
+            if found is None and time.monotonic() < deadline:
+                found = watch.master()
+            if found is not None:
+                master = found
+                continue
         except Unreached as exc:
             why = exc.message
             if exc.sent:

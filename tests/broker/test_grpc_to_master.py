@@ -199,3 +199,36 @@ async def test_a_repeatable_request_that_may_have_been_done_never_says_nothing_w
     with pytest.raises(Refused) as refused:
         await at_master(watch, watch.deadline(0.1), remote, None, "end", repeatable=True)
     assert refused.value.code == pb.PROXY_TIMEOUT
+
+
+async def test_a_new_master_that_has_not_taken_the_role_yet_is_asked_again() -> None:
+    """This slave learned of the election before the new master took the role: the new master
+    answers NOT_MASTER (nothing done) and the role here names it still; the request is sent to
+    it again shortly rather than waiting for a master other than it until the deadline."""
+    new = Master("10.0.0.2:1", 4)
+    role = _Role(new)
+    answers = iter(["not yet", "not yet", "stored"])
+    start = time.monotonic()
+
+    async def remote(address: str) -> str:
+        assert address == new.address
+        answer = next(answers)
+        if answer == "not yet":
+            raise NotDone(f"broker {address} is not the master of broker-a")
+        return answer
+
+    watch = _watch(role)
+    assert await at_master(watch, watch.deadline(3.0), remote, None, "send") == "stored"
+    assert time.monotonic() - start < 1.0
+
+
+async def test_a_master_that_keeps_refusing_is_given_up_at_the_deadline() -> None:
+    role = _Role(OLD)  # fenced: MASTER_FENCED until the controllers answer it again
+
+    async def remote(address: str) -> str:
+        raise NotDone("fenced")
+
+    watch = _watch(role)
+    with pytest.raises(Refused) as refused:
+        await at_master(watch, watch.deadline(0.3), remote, None, "send")
+    assert refused.value.code == pb.HA_NOT_AVAILABLE
