@@ -88,6 +88,7 @@ class Controller:
             check_port_free(cfg.host, cfg.metrics_port, "metrics")
             self.state_machine = MetadataStateMachine()
             self.driver = RaftDriver(driver_config(cfg), self.state_machine, observer=self.metrics)
+            self.state_machine.replayed_through = self.driver.replayed_through
         except BaseException:
             self.server.unbind()
             raise

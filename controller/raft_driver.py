@@ -239,6 +239,9 @@ class RaftDriver:
             on_refused=self._on_refused,
         )
         self.applied = 0
+        self.replayed_through = 0 if fresh else self.storage.hard_state().commit
+        """The commit index this controller had when it started: entries up to it are its own
+        history, applied again to rebuild the state (logged at debug, not as news)."""
         snapshot = self.storage.snapshot()
         if snapshot.index > 0:
             self._restore(snapshot)
@@ -744,6 +747,8 @@ class RaftDriver:
         ):
             self._set_active(True)
         self.applied = entry.index
+        if entry.index == self.replayed_through:
+            log.info("state rebuilt from the raft log", index=entry.index)
         pending = self._pending.pop(entry.index, None)
         if pending is not None:
             term, fut = pending
@@ -768,7 +773,8 @@ class RaftDriver:
             elif node_id not in self.node.conf_state.members():
                 self.addresses.pop(node_id, None)
                 self.transport.remove(node_id)
-        log.info(
+        # A restarted controller applies its log again: those changes are history.
+        (log.debug if entry.index <= self.replayed_through else log.info)(
             "membership changed",
             change=cc.type.name,
             node=cc.node_ids,

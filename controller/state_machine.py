@@ -41,6 +41,15 @@ class MetadataStateMachine:
         self.on_cleaned: list[Cleaned] = []
         self.on_topic_changed: list[TopicChanged] = []
         self.applied_index = 0
+        self.replayed_through = 0
+        """Entries up to this index were committed before this controller started (its Raft
+        commit index at start): applying them again rebuilds its state from its own log, so
+        the listeners log what they changed at debug (:attr:`replaying`), not as news."""
+
+    @property
+    def replaying(self) -> bool:
+        """The entry being applied is one this controller had committed before it started."""
+        return 0 < self.applied_index <= self.replayed_through
 
     def apply(self, index: int, data: bytes) -> Applied:
         self.applied_index = index

@@ -127,6 +127,7 @@ class ControllerService:
             self.tasks,
             metrics,
             notify_timeout=cfg.notify_timeout_ms / 1000,
+            replaying=lambda: state_machine.replaying,
         )
         self.brokers = BrokerHandlers(
             cfg, manager, self.live, self.bindings, gate, committer, self.connections, now_ms

@@ -8,7 +8,7 @@ brokers that lack them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -46,19 +46,24 @@ class BrokerNotifier:
         metrics: ControllerMetrics | None,
         *,
         notify_timeout: float,
+        replaying: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``replaying``: whether the entry being applied is one this controller committed
+        before it started (its master changes are history then, logged at debug)."""
         self.driver = driver
         self.manager = manager
         self.pool = pool
         self.tasks = tasks
         self.metrics = metrics
         self.notify_timeout = notify_timeout
+        self.replaying = replaying
 
     def master_changed(self, broker_name: str) -> None:
         """State machine listener: the group's master or master epoch changed."""
         info = self.manager.replica_info(broker_name)
         if info is not None:
-            log.info(
+            # A restarted controller applies its whole log again: those changes are history.
+            (log.debug if self.replaying() else log.info)(
                 "master changed",
                 broker_name=broker_name,
                 master=info.master_broker_id,
