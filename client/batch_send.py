@@ -121,6 +121,7 @@ class BatchSender:
         try:
             items = [it for it in batch if it.fut is None or not it.fut.done()]
             while items:
+                left = time.monotonic()
                 try:
                     if len(items) == 1:
                         results = [await self.send_alone(topic, items[0], first)]
@@ -136,7 +137,7 @@ class BatchSender:
                         expired = [it for it in items if it.deadline <= now]
                         items = [it for it in items if it.deadline > now]
                     for it in expired:
-                        it.settle(None, exc)
+                        it.settle(None, self._own_error(topic, it, exc, left, now))
                     first = None
                 except (TopicNotFoundError, ClosedError) as exc:
                     for it in items:
@@ -163,6 +164,26 @@ class BatchSender:
                     it.settle(None, ClosedError("the producer stopped sending this batch"))
             if not isinstance(exc, Exception):
                 raise
+
+    def _own_error(
+        self, topic: str, item: Gathered, exc: SendError, left: float, now: float
+    ) -> SendError:
+        """``exc`` as ``item``'s own error: counted from its ``send()`` call, which may have
+        waited behind an earlier request to the same broker group (one in flight per group)
+        before its request left at ``left``; ``exc`` counts from there only."""
+        started = item.deadline - self._router.send_deadline
+        waited = left - started
+        if waited < 0.05:
+            return exc
+        last = exc.__cause__ if exc.__cause__ is not None else exc
+        own = SendError(
+            f"send to topic {topic!r} failed in {now - started:.1f}s: it waited {waited:.1f}s "
+            f"behind an earlier request to the same broker group (one request in flight per "
+            f"group), then its own request failed in {now - left:.1f}s: {last}"
+        )
+        own.maybe_stored = exc.maybe_stored
+        own.__cause__ = exc.__cause__
+        return own
 
     async def _settle_alone(self, topic: str, item: Gathered) -> None:
         try:
