@@ -48,19 +48,78 @@ def queue_stats(
     """group -> its queue rows on this broker, sorted by (topic, queue id); groups with no row
     (e.g. only topics this broker does not have) are left out. With both ``group`` and ``topic``
     the topic's queues are reported for the group even if it never committed or subscribed
-    here (its committed offset is then None)."""
-    out: dict[str, tuple[QueueStats, ...]] = {}
+    here (its committed offset is then None). Every queue read is opened if it was not yet
+    since the start (see :func:`progress` for the bounded form)."""
+    return progress(ctx, group, topic, opened_only=False)[0]
+
+
+def stats_topics(ctx: BrokerContext, group: str | None, topic: str | None) -> dict[str, list[str]]:
+    """group -> the sorted topics :func:`queue_stats` reports for it (before leaving out the
+    topics this broker does not have)."""
     known = group_topics(ctx, group)
     if group is not None and topic is not None:
         # Named together, a group is reported on the topic even where it has no position yet
         # (RocketMQ's examineConsumeStats): every message there is still to consume.
         known.setdefault(group, set()).add(topic)
-    for name, topics in sorted(known.items()):
-        wanted = sorted(t for t in topics if topic is None or t == topic)
+    return {
+        name: sorted(t for t in topics if topic is None or t == topic)
+        for name, topics in sorted(known.items())
+    }
+
+
+def progress(
+    ctx: BrokerContext, group: str | None, topic: str | None, *, opened_only: bool
+) -> tuple[dict[str, tuple[QueueStats, ...]], dict[str, tuple[str, ...]]]:
+    """:func:`queue_stats`' rows, and group -> the topics left out of them because a queue
+    of theirs was not opened since the start (only with ``opened_only``, which opens none:
+    :func:`open_queues` opens them first, a bounded number at a time)."""
+    out: dict[str, tuple[QueueStats, ...]] = {}
+    left_out: dict[str, tuple[str, ...]] = {}
+    for name, wanted in stats_topics(ctx, group, topic).items():
+        if opened_only:
+            unopened = tuple(t for t in wanted if unopened_queues(ctx, t))
+            if unopened:
+                left_out[name] = unopened
+                wanted = [t for t in wanted if t not in unopened]
         rows = tuple(_rows(ctx, name, wanted))
         if rows:
             out[name] = rows
-    return out
+    return out, left_out
+
+
+#: ConsumeQueues not opened since the broker's start that one GET_CONSUME_STATS opens at most:
+#: after a clean restart every queue opens (its files mapped and searched) when first read,
+#: and the progress of every group read them all in one request: with 2,000 queues that held
+#: the event loop for tens of seconds (see :func:`open_queues`); the topics of the queues left
+#: are listed as not opened yet in the answer, and the next requests open them
+CONSUME_STATS_QUEUE_OPENS: Final = 128
+
+#: queues :func:`open_queues` opens between two turns of the event loop
+QUEUE_OPENS_PER_TURN: Final = 8
+
+
+def unopened_queues(ctx: BrokerContext, topic: str) -> list[int]:
+    """The ids of ``topic``'s queues (those its config has) not opened since the start."""
+    config = ctx.topics.get(topic)
+    if config is None:
+        return []
+    return [q for q in ctx.store.queue_ids_pending(topic) if q < config.queues]
+
+
+async def open_queues(ctx: BrokerContext, topics: list[str], budget: int) -> int:
+    """Open the queues of ``topics`` (in that order) not opened since the start, at most
+    ``budget`` of them, handing the event loop back after every :data:`QUEUE_OPENS_PER_TURN`
+    (HA, heartbeats and other requests go on meanwhile); how many were opened."""
+    opened = 0
+    for topic in topics:
+        for queue_id in unopened_queues(ctx, topic):
+            if opened >= budget:
+                return opened
+            ctx.store.queue_min_offset(topic, queue_id)  # the first read opens it
+            opened += 1
+            if opened % QUEUE_OPENS_PER_TURN == 0:
+                await asyncio.sleep(0)
+    return opened
 
 
 #: queues not loaded since the broker's start that one scrape's lag loads at most (and the

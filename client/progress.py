@@ -6,6 +6,8 @@ Each broker group is asked at its master, or at a slave while it has none (the a
 ``slave_config_sync_interval_ms`` old). A group that cannot be reached is reported with its
 error, not left out silently. A broker group where the consumer group has no position on a
 topic it consumes elsewhere is asked for that topic by name, so its messages count as lag.
+A broker that opened ConsumeQueues up to its bound for one request (after a restart) lists the
+topics it left out (``ConsumeStats.not_opened``): they are reported as such, not asked again.
 
 ::
 
@@ -195,7 +197,10 @@ class ProgressAdmin(BootstrapClient):
             groups = dict(answer.stats.groups)
             for name, wanted in sorted(topics.items()):
                 rows = list(groups.get(name, ()))
-                missing = sorted(wanted - {q.topic for q in rows})
+                # Topics the broker left out as not opened yet are not asked again one by one:
+                # that would open them all after all (the answer lists them).
+                unopened = set(answer.stats.not_opened.get(name, ()))
+                missing = sorted(wanted - {q.topic for q in rows} - unopened)
                 for t in missing:
                     one_topic = ConsumeStatsQuery(group=name, topic=t)
                     try:

@@ -39,7 +39,15 @@ from rmqctl.broker_admin import BrokerRef, ask_each, failures
 from rmqctl.broker_stats import masters, merge_stats
 from rmqctl.controller import replica_epochs, sync_state
 from rmqctl.controller_calls import answer_body, call_controllers
-from rmqctl.progress import ProgressRow, group_totals, logical_rows, progress_rows, source_notes
+from rmqctl.progress import (
+    ProgressRow,
+    group_totals,
+    logical_rows,
+    not_opened,
+    not_opened_notes,
+    progress_rows,
+    source_notes,
+)
 from rmqctl.static_topic import mapping_of
 from rmqctl.topic_admin import TopicAdmin
 from rmqctl.trace import trace_row
@@ -444,6 +452,7 @@ async def groups(
     tps, tps_notes = await consume_tps(addresses)
     notes = (
         source_notes(answers)
+        + not_opened_notes(not_opened(answers))
         + [f"{a.target.broker_name}: {a.error}" for a in answers if a.error is not None]
         + tps_notes
     )
@@ -512,7 +521,11 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
         except ClientError as exc:
             settings, errors = {}, {**errors, "settings": str(exc)}
         rows = logical_rows(progress_rows(answers), mappings)
-        unasked = bool(errors) or any(a.error is not None for a in answers)
+        unasked = (
+            bool(errors)
+            or any(a.error is not None for a in answers)
+            or bool(not_opened(answers))  # its topics there not read yet: it may well exist
+        )
         configured = any(v is not None for v in settings.values())
         if not rows and not members and not configured and not unasked:
             await settings_admin.require_group(group)  # its retry or dead-letter topic, say
@@ -522,7 +535,11 @@ async def group_detail(addresses: str, group: str, timeout: float) -> GroupView:
         for q in queues
         for mq_topic in [next((m.topic for m in members if m.client_id == client_id), "")]
     }
-    notes = source_notes(answers) + [f"{n}: {why}" for n, why in sorted(errors.items())]
+    notes = (
+        source_notes(answers)
+        + not_opened_notes(not_opened(answers))
+        + [f"{n}: {why}" for n, why in sorted(errors.items())]
+    )
     return GroupView(group, rows, holders, members, notes, settings)
 
 

@@ -10,7 +10,8 @@ GET_CONSUME_STATS answers SUCCESS with a msgpack body (:class:`ConsumeStats`)::
 
     {"brokerName": str, "address": str, "role": "MASTER" | "SLAVE",
      "groups": {group: [{"topic", "queueId", "minOffset", "maxOffset",
-                         "consumerOffset", "lastConsumeMs"}, ...]}}
+                         "consumerOffset", "lastConsumeMs"}, ...]},
+     "notOpened": {group: [topic, ...]}}
 
 one row per queue of every topic the group committed an offset for, or subscribes to through a
 live member, on that broker (only ``consumerGroup``'s rows when given, only ``topic``'s when
@@ -22,6 +23,11 @@ consumer can read there: the queue offset after the last message at or below the
 ``consumerOffset`` is -1 when the group never committed on that queue; ``lastConsumeMs`` (epoch
 ms) is when the group last moved its committed offset there, 0 when unknown.
 
+``notOpened`` (left out when empty; absent from a broker of an earlier version) lists per group
+the topics left out of ``groups`` because a ConsumeQueue of theirs was not opened since the
+broker's start, and the request opened no more of them (a bound on the work of one request:
+docs/operations.md, "Consumer progress after a restart"); asked again, the broker opens more.
+
 GET_CONSUMER_CONNECTION_LIST answers SUCCESS with a msgpack list of :class:`ConsumerConnection`
 documents ``{"clientId", "address", "topic", "lastHeartbeatMs", "language", "version", "protocol",
 "consumeType"}``: the group's live members as this broker sees them (empty when none);
@@ -32,7 +38,7 @@ last four as "" when left out (a broker of an earlier version).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -110,14 +116,19 @@ class ConsumeStats:
     address: str
     role: str
     groups: Mapping[str, tuple[QueueStats, ...]]
+    not_opened: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """group -> its topics left out of ``groups``: a queue of theirs not opened yet since the
+    broker's start (see the module docstring)."""
 
     def encode(self) -> bytes:
-        doc = {
+        doc: dict[str, Any] = {
             "brokerName": self.broker_name,
             "address": self.address,
             "role": self.role,
             "groups": {g: [q.to_wire() for q in rows] for g, rows in self.groups.items()},
         }
+        if self.not_opened:
+            doc["notOpened"] = {g: list(topics) for g, topics in self.not_opened.items()}
         out: bytes = msgpack.packb(doc)
         return out
 
@@ -134,11 +145,24 @@ class ConsumeStats:
             if not isinstance(group, str) or not isinstance(rows, list):
                 raise StatsError("consume stats groups map is malformed")
             parsed[group] = tuple(QueueStats.from_wire(r) for r in rows)
+        not_opened: dict[str, tuple[str, ...]] = {}
+        left = doc.get("notOpened", {})
+        if not isinstance(left, Mapping):
+            raise StatsError("consume stats notOpened is not a map")
+        for group, topics in left.items():
+            if not (
+                isinstance(group, str)
+                and isinstance(topics, list)
+                and all(isinstance(t, str) and t for t in topics)
+            ):
+                raise StatsError("consume stats notOpened map is malformed")
+            not_opened[group] = tuple(topics)
         return cls(
             broker_name=_str(doc, "brokerName"),
             address=_str(doc, "address"),
             role=_str(doc, "role"),
             groups=parsed,
+            not_opened=not_opened,
         )
 
 

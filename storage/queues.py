@@ -115,6 +115,10 @@ class ConsumeQueues:
         opens and searches its files."""
         return len(self._pending.get(topic, ()))
 
+    def pending_ids(self, topic: str) -> list[int]:
+        """The ids of ``topic``'s queues not loaded yet, ascending (see :meth:`pending_in`)."""
+        return sorted(self._pending.get(topic, ()))
+
     def load(self, trusted_physical: int, *, scrub: bool, lazy: bool = False) -> None:
         """Open every queue found on disk (see :meth:`ConsumeQueue.load`). With ``lazy`` (after
         a clean stop, never with ``scrub``) only list them: each is loaded, keeping its entries

@@ -231,6 +231,11 @@ class MessageStore:
         it (its files opened and searched), which the first reads after a start pay."""
         return self._queues.pending_in(topic)
 
+    def queue_ids_pending(self, topic: str) -> list[int]:
+        """The ids of ``topic``'s queues not loaded since a clean start, ascending: the first
+        read of each (e.g. :meth:`queue_min_offset`) loads it."""
+        return self._queues.pending_ids(topic)
+
     def topics(self) -> list[str]:
         return self._queues.topics()
 
