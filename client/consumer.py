@@ -401,11 +401,14 @@ class Consumer:
         Calling it confirms every message handed out before as consumed. One task at a time
         consumes (receive() and iteration share the delivery bookkeeping).
 
-        Raises :class:`CorruptMessageError` (once per queue) when a broker cannot read the
-        message at a queue's next offset: that queue is no longer pulled (its messages before
-        the offset were delivered first); the other queues go on. Likewise a
-        :class:`BrokerError` for a queue whose pulls are refused for good: NO_PERMISSION for a
-        topic without read permission (updateTopic -p 2), SQL_FILTER_DISABLED.
+        Raises :class:`CorruptMessageError` (once per message) when a broker cannot read the
+        message at a queue's next offset (its messages before the offset are delivered first):
+        that queue waits there, asked again after 1 s, doubling up to every 30 s, and goes on by
+        itself once an operator skipped the message (``rmqctl skipCorruptMessage``) or a
+        replica repaired it; the other queues go on meanwhile. The consumer never skips it.
+        Raises a :class:`BrokerError` for a queue whose pulls are refused for good (that queue
+        is no longer pulled): NO_PERMISSION for a topic without read permission (updateTopic
+        -p 2), SQL_FILTER_DISABLED.
         """
         if not self._started:
             raise ClosedError("consumer is not started")

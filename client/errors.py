@@ -87,7 +87,9 @@ class ClosedError(ClientError):
 
 class CorruptMessageError(BrokerError):
     """A broker cannot read the message at a queue offset (MESSAGE_CORRUPT): it fails its CRC or
-    its bytes were lost. The consumer stops pulling that queue; an operator must act."""
+    its bytes were lost. The consumer raises it once per message and asks the broker again every
+    ``CORRUPT_RETRY_MAX`` (30) s at most: an operator must act (``rmqctl skipCorruptMessage``),
+    after which pulling that queue goes on by itself."""
 
     def __init__(
         self,

@@ -7,6 +7,7 @@ import contextlib
 import enum
 import functools
 from collections.abc import Callable
+from typing import Final
 
 from client import logs
 from client.brokers import MasterCaller
@@ -65,9 +66,16 @@ class _Step(enum.Enum):
     ANSWERED = "answered"
     AGAIN = "again"
     STOP = "stop"
+    STUCK = "stuck"
 
 
-_ANSWERED, _AGAIN, _STOP = _Step.ANSWERED, _Step.AGAIN, _Step.STOP
+_ANSWERED, _AGAIN, _STOP, _STUCK = _Step.ANSWERED, _Step.AGAIN, _Step.STOP, _Step.STUCK
+
+#: how long a queue stuck at a message its broker cannot read waits before asking again: from
+#: the first wait, doubling up to the last (the broker answers the same until an operator skips
+#: the message, rmqctl skipCorruptMessage, or a replica repairs it; then pulling goes on)
+CORRUPT_RETRY_FIRST: Final = 1.0
+CORRUPT_RETRY_MAX: Final = 30.0
 
 
 def _physical_batch(body: bytes | None, broker: str) -> list[ReceivedMessage]:
@@ -131,8 +139,9 @@ class QueueState:
         self.committed: int | None = None
         #: set when the queue is given away; the state is dead from then on
         self.dropped = False
-        #: set when pulling stopped for good (a message the broker cannot read, a SQL92
-        #: subscription the broker does not serve)
+        #: set when pulling stopped for good (a SQL92 subscription the broker does not serve),
+        #: or while it is stuck at a message the broker cannot read (a CorruptMessageError,
+        #: cleared once a pull there is answered otherwise)
         self.failure: BrokerError | None = None
         self.task: asyncio.Task[None] | None = None
         #: a message whose nack failed: consumption never counts past it (it is delivered
@@ -284,7 +293,7 @@ class Puller:
             return
         broker = mq.broker_name
         timeout = self.suspend_ms / 1000 + self.request_timeout
-        backoff = 0.0
+        backoff = stuck = 0.0
         while not state.dropped:
             failure: Exception
             try:
@@ -297,6 +306,10 @@ class Puller:
                 )
                 if step is _STOP:
                     return
+                if step is _STUCK:
+                    stuck = await self._stuck_wait(stuck)
+                    continue
+                stuck = 0.0
                 if not isinstance(step, Exception):
                     if step is _ANSWERED:
                         backoff = 0.0
@@ -337,6 +350,13 @@ class Puller:
         with contextlib.suppress(ClientError):
             await self.routes.refresh(self.topic)
         return backoff
+
+    async def _stuck_wait(self, waited: float) -> float:
+        """Wait before asking again at a message the broker cannot read (doubling from
+        :data:`CORRUPT_RETRY_FIRST` up to :data:`CORRUPT_RETRY_MAX`); the wait."""
+        wait = min(max(waited * 2, CORRUPT_RETRY_FIRST), CORRUPT_RETRY_MAX)
+        await asyncio.sleep(wait)
+        return wait
 
     async def _items(self, queue: int) -> LogicalQueue:
         route = self.routes.peek(self.topic) or await self.routes.get(self.topic)
@@ -392,6 +412,7 @@ class Puller:
         timeout = self.suspend_ms / 1000 + self.request_timeout
         backoff = 0.0
         where = f"{self.topic} logical queue {queue}"
+        stuck = 0.0
         while not state.dropped:
             failure: Exception
             try:
@@ -425,6 +446,10 @@ class Puller:
                 )
                 if step is _STOP:
                     return
+                if step is _STUCK:
+                    stuck = await self._stuck_wait(stuck)
+                    continue
+                stuck = 0.0
                 if not isinstance(step, Exception):
                     if step is _ANSWERED:
                         backoff = 0.0
@@ -453,7 +478,13 @@ class Puller:
         """What one pull's answer does to the queue, for a physical queue and a logical one
         alike (``batch_of`` reads the body's messages, ``offset_of`` turns the broker's offsets
         into the queue's): _ANSWERED (pull again, the back-off starts over), _AGAIN (pull again
-        at once), _STOP (pulling this queue ends), or the broker's refusal to back off on."""
+        at once), _STOP (pulling this queue ends), _STUCK (the broker cannot read the message
+        there: ask again later), or the broker's refusal to back off on."""
+        if isinstance(answer, PullCorrupt):
+            self._corrupt(state, answer, item)
+            return _STUCK
+        if isinstance(answer, (PullFound, PullNotFound, PullOffsetMoved)):
+            self._unstuck(state)  # not a refusal (a failover, say): the offset was read
         if isinstance(answer, PullFound):
             batch = batch_of(answer.body)
             nxt = offset_of(answer.next_offset)
@@ -475,9 +506,6 @@ class Puller:
             return _AGAIN
         if isinstance(answer, PullRetry):
             return _AGAIN
-        if isinstance(answer, PullCorrupt):
-            self._corrupt(state, answer, item)
-            return _STOP
         failure = BrokerError.of(resp, self.caller.address(broker))
         if resp.code in _FOR_GOOD or (
             resp.code == ResponseCode.NO_PERMISSION and self._unreadable(broker)
@@ -515,8 +543,10 @@ class Puller:
     def _corrupt(
         self, state: QueueState, answer: PullCorrupt, item: MappingItem | None = None
     ) -> None:
-        """The broker cannot read the message at ``state.next_offset``: asking again gets the
-        same answer, so pulling this queue stops and the failure goes to the application."""
+        """The broker cannot read the message at ``state.next_offset``: the failure goes to the
+        application (once per message) and to the log, and the queue is asked again later
+        (:meth:`_stuck_wait`): after an operator's ``rmqctl skipCorruptMessage``, or a repair
+        from another replica, pulling goes on by itself. Other queues are not held up."""
         mq = state.mq
         broker, queue_id = (
             (mq.broker_name, mq.queue_id)
@@ -534,7 +564,37 @@ class Puller:
             queue_offset=offset,
             address=self.caller.address(broker),
         )
-        self._stop(state, failure)
+        where = f"{state.mq.broker_name}/{state.mq.queue_id}"
+        known = state.failure
+        if isinstance(known, CorruptMessageError) and (
+            known.broker_name,
+            known.queue_id,
+            known.queue_offset,
+        ) == (failure.broker_name, failure.queue_id, failure.queue_offset):
+            log.warning(
+                "pulling still stuck at an unreadable message", queue=where, error=str(failure)
+            )
+            return
+        state.failure = failure
+        # A warning, as every pull failure (rmqctl -v shows it): the application gets the error.
+        log.warning(
+            "pulling stuck at an unreadable message: asked again every "
+            f"{CORRUPT_RETRY_MAX:g} s at most until it is skipped or repaired",
+            queue=where,
+            error=str(failure),
+        )
+        if self.on_failure is not None:
+            self.on_failure(state)
+
+    def _unstuck(self, state: QueueState) -> None:
+        """A pull answered past a message the broker could not read: pulling goes on."""
+        if isinstance(state.failure, CorruptMessageError):
+            log.warning(
+                "pulling goes on past the unreadable message",
+                queue=f"{state.mq.broker_name}/{state.mq.queue_id}",
+                offset=state.failure.queue_offset,
+            )
+            state.failure = None
 
     def _stop(self, state: QueueState, failure: BrokerError) -> None:
         """Pulling ``state``'s queue stops for good with ``failure``."""

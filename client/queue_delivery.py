@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from client import logs
 from client.buffer import MessageBuffer
 from client.consume_retry import ConsumeRetry
-from client.errors import ClosedError, report_nack_outcomes
+from client.errors import BrokerError, ClosedError, report_nack_outcomes
 from client.handout import Handout
 from client.message import ReceivedMessage
 from client.pull import QueueState
@@ -52,7 +52,7 @@ class QueueDelivery:
         self._started = started
         self._closed = closed
         # Queues whose pulling stopped for good, their failures not raised yet (receive raises).
-        self._failures: list[QueueState] = []
+        self._failures: list[tuple[QueueState, BrokerError]] = []
         # What the application was last given: the batches and their messages.
         self._delivered_batches: list[Batch] = []
         self._out: Handout[ReceivedMessage] = Handout()
@@ -152,22 +152,25 @@ class QueueDelivery:
         report_nack_outcomes(log, (msg.msg_id for msg, _ in failed), results)
 
     def queue_failed(self, state: QueueState) -> None:
-        """Pulling ``state``'s queue stopped for good: the next receive raises its failure."""
-        self._failures.append(state)
-        self._buffer.wake()
+        """Pulling ``state``'s queue stopped for good, or is stuck at a message the broker
+        cannot read: the next receive raises its failure (as it is now: a queue stuck, then
+        unstuck before the application asked, still raises it)."""
+        if state.failure is not None:
+            self._failures.append((state, state.failure))
+            self._buffer.wake()
 
     def _raise_failure(self) -> None:
         """Raise the failure of a queue whose pulling stopped (each once), after the messages
         buffered before it were handed out: they are valid and come first."""
         while self._failures:
-            state = self._failures[0]
-            if state.dropped or state.failure is None:
+            state, failure = self._failures[0]
+            if state.dropped:
                 self._failures.pop(0)
                 continue
             if self._buffer.holds(state):
                 return
             self._failures.pop(0)
-            raise state.failure
+            raise failure
 
     def confirm(self) -> None:
         """What the application confirmed (by asking for more) counts as consumed."""

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from client.consumer import Consumer
 from client.errors import CorruptMessageError
 from client.producer import Producer
+from protocol.broker_requests.repair import SkipCorruptMessage
 from protocol.codes import RequestCode, ResponseCode
 from protocol.message import MESSAGE_MAGIC, decode_record, iter_records, peek_prefix
 from remoting.client import RemotingClient
@@ -329,3 +331,46 @@ async def test_a_segment_cut_under_a_running_broker_kills_it_saying_why(
     status = broker.proc.wait(timeout=30)
     assert status == -signal.SIGBUS, broker.log()[-2000:]
     logged(broker, 0, "Fatal Python error: Bus error")
+
+
+async def test_a_consumer_stuck_at_a_damaged_message_goes_on_once_it_is_skipped(
+    broker_factory: type[BrokerProc], tmp_path: Path, metrics_port: int
+) -> None:
+    """A queue-bound consumer that met a message its broker cannot read raised
+    CorruptMessageError and never pulled that queue again: after the operator's
+    skipCorruptMessage the application had to be restarted to read on. It now raises the error
+    once, keeps asking the broker (1 s, doubling), and reads on by itself once the message is
+    skipped: the same consumer, every message after the damaged one delivered."""
+    broker, on_disk = await filled_then_stopped(broker_factory, tmp_path, metrics_port, kill=False)
+    bad = on_disk[10]
+    flip(bad, 200)
+    broker.start_and_wait()
+    got: list[int] = []
+    errors: list[CorruptMessageError] = []
+    async with Consumer(broker.address, "g-skip", TOPIC, suspend_ms=200) as consumer:
+
+        async def receive_until(done: Callable[[], bool], seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while not done() and time.monotonic() < deadline:
+                try:
+                    got.extend(m.queue_offset for m in await consumer.receive(0.5))
+                except CorruptMessageError as exc:
+                    errors.append(exc)
+
+        await receive_until(lambda: bool(errors), 30)
+        assert got == list(range(10)) and len(errors) == 1, (got, errors)
+        assert (errors[0].queue_offset, errors[0].physical_offset) == (10, bad.physical)
+        # Asked again meanwhile (after 1 s, then 2 s): the same answer, raised only once.
+        await receive_until(lambda: False, 4)
+        assert got == list(range(10)) and len(errors) == 1, (got, errors)
+
+        conn = await RemotingClient.connect(broker.address)
+        try:
+            skip = SkipCorruptMessage(topic=TOPIC, queue_id=0, queue_offset=10)
+            resp = await conn.request(skip.code, *skip.encode(), timeout=10)
+            assert resp.code == ResponseCode.SUCCESS, resp
+        finally:
+            conn.close()
+        # The old code never pulled the queue again: nothing more came.
+        await receive_until(lambda: len(got) >= COUNT - 1, 60)
+    assert got == [i for i in range(COUNT) if i != 10] and len(errors) == 1, (got[-5:], errors)
