@@ -21,6 +21,7 @@ from protocol.acl import AclError, check_secret, check_username, make_rule, reso
 from protocol.acl import user_type as parse_user_type
 from protocol.broker_requests.admin import MAX_QUEUES, CreateTopic
 from protocol.broker_requests.offsets import FUTURE_SLACK_MS, TO_MAX
+from protocol.codes import code_name
 from protocol.controller_requests.topics import DeleteSubGroup, DeleteTopic
 from protocol.controller_requests.users import (
     CreateAcl,
@@ -95,15 +96,30 @@ async def create_topic(
     return f"topic {ask.topic} created or updated with {what} on {', '.join(brokers)}"
 
 
+def where_deleted(what: str, doc: dict[str, Any], first: tuple[str, ...] = ()) -> str:
+    """One line saying where ``what`` was deleted and which brokers it is still on (each with
+    why: unreachable, not alive for the controllers, its refusal), from the deleteTopic or
+    deleteSubGroup document (``first``: where else it was deleted, named first); the brokers
+    that did not have it are not named."""
+    done = [*first, *(f"{b['brokerName']} {b['address']}" for b in doc["brokers"] if b["deleted"])]
+    left = [
+        f"{b['brokerName']} {b['address']} ({b['remark'] or code_name(b['code'])})"
+        for b in doc["brokers"]
+        if not b["deleted"] and not b["absent"]
+    ]
+    line = f"{what} deleted from {', '.join(done) or 'no broker'}"
+    if left:
+        line += f"; NOT from {', '.join(left)}: delete it again once they are back"
+    return line
+
+
 async def delete_topic(addresses: str, topic: str) -> str:
+    """deleteTopic: the controllers delete it (else the refusal is raised), then every broker;
+    the line says where it is gone and which brokers still have it (a replica down or cut
+    off: the controllers do not wait for one they do not hold alive)."""
     ask = checked_topic(topic)
-    _, failed = await delete_everywhere(addresses, DeleteTopic(topic=ask.topic))
-    if failed:
-        raise ClientError(
-            f"topic {ask.topic} is deleted from the controllers but still on {', '.join(failed)}: "
-            "delete it again once they are back"
-        )
-    return f"topic {ask.topic} deleted"
+    doc, _ = await delete_everywhere(addresses, DeleteTopic(topic=ask.topic))
+    return where_deleted(f"topic {ask.topic}", doc, ("the controllers",))
 
 
 async def send_test_message(
@@ -268,13 +284,8 @@ async def resend_message(
 async def delete_group(addresses: str, group: str, remove_dlq: bool) -> str:
     """deleteSubGroup: the group's settings, offsets and retry topic on every broker."""
     ask = DeleteSubGroup(group=group, remove_dlq=remove_dlq)
-    _, failed = await delete_everywhere(addresses, ask)
-    if failed:
-        raise ClientError(
-            f"consumer group {group} is still on {', '.join(failed)}: delete it again once "
-            "they are back"
-        )
-    return f"consumer group {group} deleted" + (" with its DLQ" if remove_dlq else "")
+    doc, _ = await delete_everywhere(addresses, ask)
+    return where_deleted(f"consumer group {group}" + (" with its DLQ" if remove_dlq else ""), doc)
 
 
 def group_settings(

@@ -189,6 +189,7 @@ class ControllerService:
             committer,
             self.pool,
             now_ms,
+            live=self.live,
             timeout=timeout,
         )
         self.static_topics = StaticTopicHandlers(

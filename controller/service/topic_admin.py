@@ -18,7 +18,11 @@ A topic's delete, on the active controller:
 
 The answer (:class:`DeleteReport`) lists each broker's outcome: one that was unreachable still
 has the topic, and the operator runs the delete again once it is back (it registers the topic
-in its routes, where step 1 finds it). A group's delete commits a DeleteTopic only for its retry (and with ``removeDlq``
+in its routes, where step 1 finds it). A broker the controllers do not hold alive (its
+heartbeats stopped past its timeout, or their connection closed) is not asked at all, neither
+in step 2 nor in step 4: its outcome says so at once (SERVICE_NOT_AVAILABLE, "not asked: ..."),
+where asking it waited out the request timeout for each step (a hung master: the dry run's and
+the delete's). A group's delete commits a DeleteTopic only for its retry (and with ``removeDlq``
 dead-letter) topic when the metadata holds it (consumer group settings and offsets are broker
 metadata); it goes to every broker of every group, and is refused when none of them knew the
 group.
@@ -31,7 +35,7 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from controller.metadata import ReplicaInfo, ReplicasInfoManager
+from controller.metadata import BrokerLiveTable, ReplicaInfo, ReplicasInfoManager
 from controller.routes import RouteTable
 from controller.service.commit import DecisionCommitter
 from controller.service.gate import LeadershipGate
@@ -76,9 +80,11 @@ class TopicAdminHandlers:
         pool: ConnectionPool,
         now_ms: Callable[[], int],
         *,
+        live: BrokerLiveTable,
         timeout: float,
     ) -> None:
         self.manager = manager
+        self.live = live
         self.routes = routes
         self.topics = topics
         self.gate = gate
@@ -114,12 +120,27 @@ class TopicAdminHandlers:
         report = DeleteReport(name=topic, brokers=tuple(o for group in rows for o in group))
         return response(req, ResponseCode.SUCCESS, *report.encode())
 
+    def _not_alive(self, broker_name: str, address: str) -> str | None:
+        """Why the broker at ``address`` of ``broker_name`` is not asked (the live table does not
+        hold it alive: a push would wait out the timeout), or None: ask it."""
+        now = self.now_ms()
+        if self.live.in_grace(now):
+            return None  # a controller just made active has not heard every broker yet
+        info = next((i for i in self.manager.replica_infos() if i.broker_name == broker_name), None)
+        ids = [r.broker_id for r in info.replicas if r.address == address] if info else []
+        if not ids or self.live.is_alive(broker_name, ids[0], now):
+            return None
+        return (
+            "not asked: not alive for the controllers (no heartbeat within its timeout, or its "
+            "connection closed)"
+        )
+
     async def _check_not_in_use(self, topic: str, groups: list[ReplicaInfo]) -> None:
         """Ask every master whether it would delete ``topic`` now; raise its refusal if one
         would not (a live producer). An unreachable master takes no sends: not a refusal."""
 
         async def ask(info: ReplicaInfo) -> None:
-            if not info.master_address:
+            if not info.master_address or self._not_alive(info.broker_name, info.master_address):
                 return
             dry = DeleteTopicInBroker(topic=topic, dry_run=True)
             try:
@@ -156,6 +177,11 @@ class TopicAdminHandlers:
         self, broker_name: str, address: str, topic: str, marks: dict[int, int]
     ) -> tuple[BrokerOutcome, TopicRetired | None]:
         push = DeleteTopicInBroker(topic=topic, force=True, retire_at=marks)
+        why = self._not_alive(broker_name, address)
+        if why is not None:
+            return BrokerOutcome(
+                broker_name, address, ResponseCode.SERVICE_NOT_AVAILABLE, why
+            ), None
         try:
             conn = await self.pool.get(address)
             resp = await conn.call(push.code, *push.encode(), self.timeout)
@@ -188,6 +214,9 @@ class TopicAdminHandlers:
         push = DeleteGroupInBroker(group=ask.group, remove_dlq=ask.remove_dlq)
 
         async def at(broker_name: str, address: str) -> BrokerOutcome:
+            why = self._not_alive(broker_name, address)
+            if why is not None:
+                return BrokerOutcome(broker_name, address, ResponseCode.SERVICE_NOT_AVAILABLE, why)
             try:
                 conn = await self.pool.get(address)
                 await conn.call(push.code, *push.encode(), self.timeout)
