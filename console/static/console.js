@@ -15,3 +15,28 @@ document.addEventListener("htmx:beforeSwap", function (event) {
   event.detail.isError = false;
   event.detail.serverResponse = main.innerHTML;
 });
+
+// A group's reset and skip forms pick among the topics the group has offsets on: kept as the
+// live part lists them (its #live-topics), so a topic it started consuming after the page
+// loaded (a static topic just created, say) can be picked without a reload; the topic picked
+// stays picked while it is listed.
+document.addEventListener("htmx:afterSwap", function () {
+  var listed = document.getElementById("live-topics");
+  if (!listed) return;
+  var topics = Array.prototype.map.call(listed.options, function (o) { return o.value; });
+  document.querySelectorAll("select.group-topics").forEach(function (select) {
+    var now = Array.prototype.map.call(select.options, function (o) { return o.value; });
+    if (now.join("\n") === topics.join("\n")) return;
+    var picked = select.value;
+    select.replaceChildren.apply(select, topics.map(function (t) {
+      var option = document.createElement("option");
+      option.value = option.textContent = t;
+      return option;
+    }));
+    if (topics.indexOf(picked) >= 0) select.value = picked;
+  });
+  var forms = document.getElementById("reset-forms");
+  var none = document.getElementById("no-reset");
+  if (forms) forms.hidden = topics.length === 0;
+  if (none) none.hidden = topics.length > 0;
+});

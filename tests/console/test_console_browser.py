@@ -47,6 +47,9 @@ import pytest
 from client import Consumer, Producer
 from client.admin import Admin
 from client.message import ReceivedMessage
+from protocol.codes import ResponseCode
+from protocol.pull import ConsumerOffsetUpdate
+from remoting.client import RemotingClient
 from tests.console.browser import ConsoleEnv, console_process, post_form, require_chromium, text_of
 from tests.deploy.test_prometheus_e2e import Prometheus, prometheus_binary
 from tests.support.cli import rmqctl_run as rmqctl
@@ -603,3 +606,57 @@ def test_a_group_deleted_elsewhere_shows_on_its_open_page_without_a_reload(
     assert "Total lag" not in text_of(browser, "#live")
     assert "Authentication is off" not in text_of(browser, "#live")  # not the page's chrome
     shot(env, browser, "group-gone")
+
+
+def test_the_reset_form_offers_a_static_topic_the_group_took_up_after_the_page_loaded(
+    env: Env, browser: Any
+) -> None:
+    """The reset and skip forms listed the group's topics as of the page load: a static topic
+    created (and consumed by the group) while the page was open could not be picked until a
+    reload. They now follow the page's live part; the topic picked stays picked."""
+    from selenium.webdriver.support.ui import Select
+
+    group, plain, static = "console-pick", "ConsolePickPlain", "ConsolePickStatic"
+    env.ctl("updateTopic", "-t", plain, "-q", "1")
+    master = env.ctl("getSyncStateSet", "-b", "broker-a")["masterAddress"]
+
+    async def commit(topic: str) -> None:
+        conn = await RemotingClient.connect(master)
+        try:
+            ask = ConsumerOffsetUpdate(group=group, topic=topic, queue_id=0, offset=0)
+            resp = await conn.request(ask.code, *ask.encode(), 30)
+            assert resp.code == ResponseCode.SUCCESS, resp
+        finally:
+            conn.close()
+
+    asyncio.run(commit(plain))
+    browser.get(f"{env.url}/c/default/groups/{group}")
+
+    def offered(form: str = "reset-offset") -> list[str]:
+        found: list[str] = browser.execute_script(
+            f"return Array.from(document.querySelector('#{form} select[name=topic]').options)"
+            ".map(o => o.value)"
+        )
+        return found
+
+    wait_until(lambda: offered() == [plain], "the reset form's topics", 30)
+    env.ctl("updateStaticTopic", "-t", static, "-q", "1", "-b", "broker-a")
+    asyncio.run(commit(static))  # logical queue 0 is broker-a's physical queue 0
+    # The old code kept [plain] until a reload.
+    wait_until(
+        lambda: offered() == [plain, static], "the static topic offered", 30, on_timeout=env.logs
+    )
+    assert offered("skip-backlog") == [plain, static]
+    reset_topic = "#reset-offset select[name=topic]"
+    Select(browser.find_element("css selector", reset_topic)).select_by_value(static)
+    for _ in range(2):  # two live updates: the pick is not reset by them
+        browser.execute_script("document.getElementById('live-topics').dataset.seen = '1'")
+        wait_until(
+            lambda: browser.execute_script(
+                "var e = document.getElementById('live-topics'); return !!e && !e.dataset.seen"
+            ),
+            "a live update",
+            30,
+        )
+    assert browser.find_element("css selector", reset_topic).get_attribute("value") == static
+    shot(env, browser, "group-static-topic-offered")
