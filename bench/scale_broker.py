@@ -46,8 +46,8 @@ slave, all-ack) and drives it through the real requests:
                         and the last queue's max offset are the master's
 
 The brokers keep ConsumeQueue segments of ``--cq-entries`` entries (not the production 300,000:
-50,000 queues of 6 MB pre-allocated files each would be 300 GB a replica; said in
-docs/architecture.md). ``--log-gib N`` adds the log-size part (:mod:`bench.scale_log`).
+50,000 queues of 6 MB files each were 300 GB a replica while they were allocated in full;
+sparse now, 64 KiB of blocks a queue of a few messages; said in docs/architecture.md). ``--log-gib N`` adds the log-size part (:mod:`bench.scale_log`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ def grpc_address(value: object) -> str | None:
     return None if address(value) is None else "must be host:port, or 0 to turn it off"
 
 
+def _page_multiple(value: int) -> str | None:
+    return None if value >= 4096 and value % 4096 == 0 else "must be a multiple of 4096"
+
+
 @dataclass(frozen=True, kw_only=True)
 class BrokerConfig:
     cluster: str = field("DefaultCluster", "cluster this broker group belongs to")
@@ -123,6 +127,11 @@ class BrokerConfig:
     )
     consumequeue_segment_entries: int = field(
         300_000, "20-byte entries per ConsumeQueue segment", at_least(16)
+    )
+    consumequeue_allocate_bytes: int = field(
+        64 * 1024,
+        "ConsumeQueue files are sparse: each is given disk blocks (posix_fallocate) this many bytes at a time, before entries are written there, so a queue uses disk for what it holds (64 KiB for a few messages, not consumequeue_segment_entries x 20 bytes) and a full disk refuses the write (DISK_FULL) instead of killing the broker; a multiple of 4096",
+        _page_multiple,
     )
     consumequeue_open_files: int = field(
         2048,

@@ -108,6 +108,7 @@ _RESTART_REASONS: dict[str, str] = {
     "commitlog_segment_bytes": _FILES,
     "consumequeue_segment_entries": _FILES,
     "consumequeue_open_files": "the ConsumeQueues' descriptor cache is sized when the store opens",
+    "consumequeue_allocate_bytes": "the ConsumeQueues' allocation chunk is set when the store opens",
     "index_enable": "the key index is opened (or not) when the broker starts",
     "index_slots_per_file": _FILES,
     "index_entries_per_file": _FILES,

@@ -58,6 +58,7 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
         commitlog_segment_bytes=cfg.commitlog_segment_bytes,
         consumequeue_segment_entries=cfg.consumequeue_segment_entries,
         consumequeue_open_files=cfg.consumequeue_open_files,
+        consumequeue_allocate_bytes=cfg.consumequeue_allocate_bytes,
         retention_hours=cfg.retention_hours,
         disk_max_used_ratio=cfg.disk_max_used_ratio,
         max_message_bytes=max_record_bytes(cfg.max_message_bytes),

@@ -2,7 +2,7 @@
 
 The broker's message store (``store.MessageStore``: appends, reads, lookups) is built from one
 module per concern: ``store_config``, ``store_files`` (the files' lifecycle: open with recovery,
-flush, checkpoint, truncation, close), ``segment`` (pre-allocated mapped files), ``commitlog``,
+flush, checkpoint, truncation, close), ``segment`` (pre-allocated or sparse mapped files), ``commitlog``,
 ``consumequeue`` / ``queues``, ``dispatch`` (record validation and ConsumeQueue replay, shared by
 recovery and replication), ``recovery``, ``retention``, ``checkpoint``, ``tracker`` (what the
 next flush must fsync);

@@ -2,13 +2,23 @@
 
 Entries are 20 bytes, big-endian: CommitLog offset int64 · record size int32 · tag hash int64.
 Entry ``i`` (the queue offset) lives in segment file ``<20-digit byte offset>`` where the byte
-offset is ``(i - i % entries_per_segment) * 20``. Segments are pre-allocated and zero-filled; an
-entry whose size is zero was never written, so the queue's max offset is found by binary search.
-Written entries always form one run ``[min_offset, max_offset)`` with zeros after it.
+offset is ``(i - i % entries_per_segment) * 20``. Segments are created at their full length and
+zero-filled; an entry whose size is zero was never written, so the queue's max offset is found
+by binary search. Written entries always form one run ``[min_offset, max_offset)`` with zeros
+after it.
+
+A segment is sparse: :meth:`ConsumeQueue.reserve` gives it blocks (``posix_fallocate``) a chunk
+of ``allocate_bytes`` (64 KiB by default, 3,276 entries) at a time, before any entry is written
+into the chunk, so a queue of one message uses 64 KiB of disk, not the segment's 6 MB, and a
+full disk fails there (:class:`storage.errors.DiskFullError`, nothing written) instead of at a
+write through the mapping into a hole, which kills the process (SIGBUS). The hole past the
+allocated chunks reads as zeros (never-written entries) through the mapping and the file, as
+the unwritten extents of a fully allocated file did.
 """
 
 from __future__ import annotations
 
+import errno
 import resource
 import struct
 from collections import OrderedDict
@@ -18,11 +28,12 @@ from typing import Final
 
 import structlog
 
-from storage.errors import StoreError
+from storage.errors import DiskFullError, StoreError
 from storage.filter_index import QueueDigests
 from storage.segment import Segment, list_segment_files
 from storage.tracker import FileTracker
 
+_NO_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 ENTRY: Final = struct.Struct(">qiq")
 ENTRY_SIZE: Final = ENTRY.size
 _HOLE_WINDOW: Final = 4096
@@ -30,6 +41,10 @@ _HOLE_WINDOW: Final = 4096
 MAPPED_SEGMENTS: Final = 4096
 """ConsumeQueue segments a store keeps mapped at most (:class:`SegmentMaps`), fewer where this
 process may open fewer descriptors or the kernel gives fewer memory maps (:func:`mapped_limit`)."""
+
+ALLOCATE_BYTES: Final = 64 * 1024
+"""The chunk a ConsumeQueue segment is given blocks in, by default (:meth:`ConsumeQueue.reserve`;
+the broker's ``consumequeue_allocate_bytes``): a multiple of the page size."""
 
 OPEN_SEGMENTS: Final = 2048
 """ConsumeQueue segment files a store keeps open past the mapped ones at most, by default
@@ -256,6 +271,7 @@ class ConsumeQueue:
         "_first_index",
         "_maps",
         "_tracker",
+        "allocate_bytes",
         "appended",
         "digests",
         "directory",
@@ -278,6 +294,7 @@ class ConsumeQueue:
         tracker: FileTracker,
         maps: SegmentMaps | None = None,
         files: SegmentFiles | None = None,
+        allocate_bytes: int = ALLOCATE_BYTES,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -287,6 +304,8 @@ class ConsumeQueue:
         self._tracker = tracker
         self._maps = SegmentMaps() if maps is None else maps
         self._files = SegmentFiles() if files is None else files
+        self.allocate_bytes = allocate_bytes
+        """Blocks are given to segments in chunks of this many bytes (:meth:`reserve`)."""
         self.segments: list[Segment] = []
         self._first_index = 0  # queue offset of segments[0]'s first entry
         self.min_offset = 0
@@ -499,7 +518,10 @@ class ConsumeQueue:
     # -- writing ---------------------------------------------------------------------------
 
     def reserve(self, first: int, count: int) -> None:
-        """Allocate the segments entries ``[first, first + count)`` need (may raise DiskFullError).
+        """Create the segments entries ``[first, first + count)`` need and give the bytes of
+        those entries their blocks (:meth:`storage.segment.Segment.allocate`, whole chunks of
+        ``allocate_bytes``); may raise DiskFullError, having written no entry and removed the
+        segments it created.
 
         ``first`` is ``max_offset``, or any later offset while the queue is empty (a replica
         that starts mid-queue, a queue rebuilt from a CommitLog whose start was deleted).
@@ -521,10 +543,15 @@ class ConsumeQueue:
         if not self.segments:
             self._first_index = first_seg
         last_needed = first + count - 1
+        created = len(self.segments)
         while self._first_index + len(self.segments) * self.per_segment <= last_needed:
             start_index = self._first_index + len(self.segments) * self.per_segment
             new_dir = not self.directory.exists()
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a full disk, which has no block for the directory
+                error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+                raise error(f"cannot create {self.directory}: {exc}") from exc
             if new_dir:
                 self._tracker.mark_dir(self.directory.parent)
                 self._tracker.mark_dir(self.directory.parent.parent)
@@ -536,16 +563,37 @@ class ConsumeQueue:
             # Created mapped while there is room; past the limit unmapped, and written
             # through the file (append), rather than unmapping another queue's segment.
             mapped = self._maps.room()
+            # Sparse: the blocks its entries need are allocated below.
             seg = Segment.create(
                 self.directory,
                 start_index * ENTRY_SIZE,
                 self.segment_bytes,
                 sync=bool(self.segments),
                 mapped=mapped,
+                allocate=0,
             )
             self.segments.append(self._maps.add(seg) if mapped else seg)
             self._tracker.mark(seg, 0, 0)  # the file: its entries are marked as written
             self._tracker.mark_dir(self.directory)
+        # Blocks before any entry is written (the appends write through the mapping): a full
+        # disk fails here, not with a SIGBUS at the write. A system call once a chunk.
+        index, end, per, chunk = first, first + count, self.per_segment, self.allocate_bytes
+        try:
+            while index < end:
+                held = self._held(index)
+                if held is None:  # not reached: the loop above created them
+                    raise StoreError(f"consume queue {self.topic}:{self.queue_id}: no segment")
+                rel = index % per
+                take = min(end - index, per - rel)
+                held.allocate(rel * ENTRY_SIZE, (rel + take) * ENTRY_SIZE, chunk)
+                index += take
+        except StoreError:
+            # The segments made for these entries go as they came: a failed reserve leaves
+            # the queue's files as they were (a new queue's none, then forgotten).
+            for made in self.segments[created:]:
+                self._retire(made)
+            del self.segments[created:]
+            raise
 
     def append(
         self,

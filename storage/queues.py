@@ -26,7 +26,13 @@ from typing import Final
 
 import structlog
 
-from storage.consumequeue import OPEN_SEGMENTS, ConsumeQueue, SegmentFiles, SegmentMaps
+from storage.consumequeue import (
+    ALLOCATE_BYTES,
+    OPEN_SEGMENTS,
+    ConsumeQueue,
+    SegmentFiles,
+    SegmentMaps,
+)
 from storage.errors import StoreError
 from storage.segment import list_segment_files
 from storage.small_file import read_atomic, write_atomic
@@ -62,8 +68,11 @@ class ConsumeQueues:
         tracker: FileTracker,
         mapped_limit: int | None = None,
         open_files: int = OPEN_SEGMENTS,
+        allocate_bytes: int = ALLOCATE_BYTES,
     ) -> None:
         self.root = root
+        self._allocate_bytes = allocate_bytes
+        """The chunk the queues' sparse segments are given blocks in."""
         self.maps = SegmentMaps(mapped_limit)
         """The queues' segments kept mapped, at most ``mapped_limit`` at once (None: as the
         process's descriptor limit allows, :func:`storage.consumequeue.mapped_limit`)."""
@@ -213,6 +222,7 @@ class ConsumeQueues:
             self._tracker,
             self.maps,
             self.files,
+            self._allocate_bytes,
         )
         mark = self._retired.get(topic, {}).get(queue_id) if self._retired else None
         if mark:  # a deleted topic's queue made again: empty, where the old one ended

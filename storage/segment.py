@@ -1,9 +1,16 @@
 """A pre-allocated, memory-mapped segment file: the unit of CommitLog and ConsumeQueue storage.
 
 A segment is named by its 20-digit zero-padded start offset so ``ls`` sorts segments in order.
-It is created at ``<name>.tmp``, fully allocated with ``posix_fallocate`` (so a full disk fails
-here, never while writing through the mapping), fsynced and renamed, so a segment file under its
-final name always has its full size. A queue's first ConsumeQueue segment is not fsynced when it
+It is created at ``<name>.tmp`` at its full length, allocated with ``posix_fallocate``, fsynced
+and renamed, so a segment file under its final name always has its full size. A CommitLog
+segment is allocated in full at its creation (a full disk fails there, never while writing
+through the mapping). A ConsumeQueue segment is created sparse (``allocate``: only its first
+chunk has blocks) and :meth:`Segment.allocate` gives it blocks ahead of the writes, a chunk at a
+time: a store of many small queues uses disk for what they hold, not 6 MB a queue, and a full
+disk still fails at a ``posix_fallocate`` (:class:`DiskFullError` naming the file), never at a
+write through the mapping into a hole (SIGBUS, which no Python code can catch). Holes read as
+zeros, as the unwritten extents of a fully allocated file do, through the mapping and the file
+alike. A queue's first ConsumeQueue segment is not fsynced when it
 is created (``sync`` off: about 5 ms a file on the event loop, for every new queue on every
 replica): the flush that makes its first entries durable fsyncs it and its directory, and until
 then it holds nothing the store's checkpoint trusts, so such a file a power loss left short is
@@ -78,7 +85,19 @@ class Segment:
     :meth:`hold` opened when it holds one (``storage.consumequeue.SegmentFiles`` keeps the
     lately used ones open), else with one opened and closed for it."""
 
-    __slots__ = ("_mm", "closed", "fd", "mapped", "path", "referenced", "size", "start", "view")
+    __slots__ = (
+        "_mm",
+        "alloc_hi",
+        "alloc_lo",
+        "closed",
+        "fd",
+        "mapped",
+        "path",
+        "referenced",
+        "size",
+        "start",
+        "view",
+    )
 
     def __init__(self, path: Path, start: int, fd: int, size: int) -> None:
         """Map ``fd`` (the mapping keeps its own duplicate; the caller closes ``fd``); with
@@ -94,6 +113,11 @@ class Segment:
         self.fd = -1
         """The descriptor :meth:`write` and :meth:`read` use while held (:meth:`hold`); -1
         when none is: they open one for the call."""
+        self.alloc_lo = 0
+        self.alloc_hi = 0
+        """[alloc_lo, alloc_hi) (relative) is known to have its blocks (:meth:`allocate`);
+        nothing is known of a segment opened (the next :meth:`allocate` asks the file system
+        again, which costs nothing for blocks it has)."""
         if fd >= 0:
             self._map(fd)
 
@@ -214,9 +238,20 @@ class Segment:
 
     @classmethod
     def create(
-        cls, directory: Path, start: int, size: int, *, sync: bool = True, mapped: bool = True
+        cls,
+        directory: Path,
+        start: int,
+        size: int,
+        *,
+        sync: bool = True,
+        mapped: bool = True,
+        allocate: int | None = None,
     ) -> Segment:
         """Allocate a zero-filled segment; raises :class:`DiskFullError` leaving no file behind.
+
+        ``allocate``: the bytes at its start given blocks now (the rest a hole, the file at its
+        full length all the same: ``ftruncate``), for a writer that calls :meth:`allocate`
+        before each write; None (the default) allocates all of it.
 
         With ``sync`` off the allocation is not fsynced here: the caller's next flush fsyncs the
         file (and its directory) before anything trusts what it holds. After a power loss such a
@@ -232,11 +267,16 @@ class Segment:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise _allocation_error(path, size, exc) from exc
+        allocated = size if allocate is None else max(0, min(size, allocate))
         try:
-            os.posix_fallocate(fd, 0, size)
+            if allocated < size:
+                os.ftruncate(fd, size)
+            if allocated:
+                os.posix_fallocate(fd, 0, allocated)
             if sync:
                 os.fsync(fd)
             segment = cls(path, start, fd if mapped else -1, size)
+            segment.alloc_hi = allocated
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -251,6 +291,40 @@ class Segment:
                 os.unlink(tmp)
             raise _allocation_error(path, size, exc) from exc
         return segment
+
+    def allocate(self, lo: int, hi: int, chunk: int) -> bool:
+        """Make sure bytes [lo, hi) (relative) have their blocks before anything is written
+        there: ``posix_fallocate`` of [lo, hi) widened to whole ``chunk``s (rounded up to a
+        multiple of the page size: a write through the mapping dirties whole pages, and a page
+        with a hole in it may fault on a full disk), unless :meth:`allocate` or
+        :meth:`create` already covered it. True when it asked the file system. Raises
+        :class:`DiskFullError` (naming the file and the range) when the disk is full,
+        :class:`StoreError` for any other failure: in both cases before anything was written,
+        where a write through the mapping into a hole would have killed the process (SIGBUS)."""
+        if hi <= lo or (self.alloc_lo <= lo and hi <= self.alloc_hi):
+            return False
+        chunk = max(1, -(-chunk // mmap.PAGESIZE)) * mmap.PAGESIZE
+        # From the end of what is known to be allocated when [lo, hi) starts inside it.
+        a = self.alloc_hi if self.alloc_lo <= lo < self.alloc_hi else lo - lo % chunk
+        b = min(self.size, -(-hi // chunk) * chunk)
+        try:
+            fd = self.fd if self.fd >= 0 else os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.posix_fallocate(fd, a, b - a)
+            finally:
+                if fd != self.fd:  # opened for this call
+                    os.close(fd)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise DiskFullError(
+                    f"no space to allocate {b - a} bytes at {a} of {self.path}"
+                ) from exc
+            raise StoreError(f"cannot allocate {b - a} bytes at {a} of {self.path}: {exc}") from exc
+        if self.alloc_lo < self.alloc_hi and a <= self.alloc_hi and b >= self.alloc_lo:
+            self.alloc_lo, self.alloc_hi = min(a, self.alloc_lo), max(b, self.alloc_hi)
+        else:
+            self.alloc_lo, self.alloc_hi = a, b
+        return True
 
     @classmethod
     def open(cls, path: Path, start: int) -> Segment:

@@ -25,6 +25,9 @@ class StoreConfig:
     commitlog_segment_bytes: int = 1 << 30
     consumequeue_segment_entries: int = 300_000
     """Entries (20 bytes each) per ConsumeQueue segment file."""
+    consumequeue_allocate_bytes: int = 64 * 1024
+    """ConsumeQueue segments are sparse and given their blocks in chunks of this many bytes,
+    before entries are written there (``storage.consumequeue``); a multiple of 4096."""
     consumequeue_open_files: int = 2048
     """ConsumeQueue segment files kept open for the reads and writes past the mapped ones, the
     least lately used replaced only by one used more often, and one spare
@@ -50,6 +53,8 @@ class StoreConfig:
             raise StoreError("commitlog_segment_bytes must be at least 4096")
         if self.consumequeue_segment_entries < 1:
             raise StoreError("consumequeue_segment_entries must be at least 1")
+        if self.consumequeue_allocate_bytes < 4096 or self.consumequeue_allocate_bytes % 4096:
+            raise StoreError("consumequeue_allocate_bytes must be a multiple of 4096")
         if self.consumequeue_open_files < 0:
             raise StoreError("consumequeue_open_files must be at least 0")
         if self.retention_hours <= 0:

@@ -84,6 +84,7 @@ class StoreFiles:
             config.consumequeue_segment_entries,
             self.tracker,
             open_files=config.consumequeue_open_files,
+            allocate_bytes=config.consumequeue_allocate_bytes,
         )
         if config.filter_index:
             self.queues.on_append = FilterIndex(self.commitlog).appended
