@@ -371,19 +371,27 @@ class ConsumeQueue:
         first = self._maps.use(self.segments[0])
         self.min_offset = self._first_index + _first_written(first, self.per_segment)
         hi_end = self._first_index + len(self.segments) * self.per_segment
-        lo = self._run_end(self.min_offset, hi_end, trusted_physical)
+        # Entries past the last segment's data (SEEK_DATA: its hole, or the unwritten extents
+        # of a file allocated in full) are zeros: the searches below stop there, so they read
+        # no page of the hole (on tmpfs a read of a hole through a mapping takes a page).
+        last = self.segments[-1]
+        ranges = last.data_ranges(0, last.size)
+        data_end = ranges[-1][1] if ranges else 0
+        hi_end_data = hi_end - self.per_segment + min(self.per_segment, -(-data_end // ENTRY_SIZE))
+        hi_end_data = max(hi_end_data, self.min_offset)
+        lo = self._run_end(self.min_offset, hi_end_data, trusted_physical)
         # An unwritten (zero) entry followed by trusted entries is not the end: it is a damaged
         # entry inside the queue. Ending the queue there would hide the messages after it and
         # give their queue offsets to new messages.
         self.holes = []
-        while lo < hi_end and self.entry(lo)[1] == 0:
-            after = self._next_written(lo + 1, min(hi_end, lo + 1 + _HOLE_WINDOW))
+        while lo < hi_end_data and self.entry(lo)[1] == 0:
+            after = self._next_written(lo + 1, min(hi_end_data, lo + 1 + _HOLE_WINDOW))
             if after is None or self.entry(after)[0] >= trusted_physical:
                 break  # the end, or torn entries past the checkpoint
             self.holes.append(lo)
-            lo = self._run_end(after, hi_end, trusted_physical)
+            lo = self._run_end(after, hi_end_data, trusted_physical)
         self.max_offset = hi_end
-        if scrub or (lo < hi_end and self.entry(lo)[1] != 0):
+        if scrub or (lo < hi_end_data and self.entry(lo)[1] != 0):
             self.truncate_to(lo)
         else:
             self.max_offset = lo
@@ -707,6 +715,10 @@ def _first_written(segment: Segment, per_segment: int) -> int:
     """Index (within ``segment``) of its first written entry; 0 if it has none."""
     if ENTRY.unpack_from(segment.view, 0)[1]:
         return 0
-    raw = bytes(segment.view)
-    zeros = len(raw) - len(raw.lstrip(b"\0"))
-    return 0 if zeros == len(raw) else min(zeros // ENTRY_SIZE, per_segment - 1)
+    # Only the ranges that may hold data are read: the holes read as zeros.
+    for lo, hi in segment.data_ranges(0, segment.size):
+        raw = bytes(segment.view[lo:hi])
+        zeros = len(raw) - len(raw.lstrip(b"\0"))
+        if zeros < len(raw):
+            return min((lo + zeros) // ENTRY_SIZE, per_segment - 1)
+    return 0

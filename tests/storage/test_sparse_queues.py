@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -244,3 +247,52 @@ def test_a_configured_chunk(tmp_path: Path) -> None:
     store.flush()
     assert on_disk(queue_dir(tmp_path)) == 8192
     store.close()
+
+
+_ON_TMPFS = """
+import os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from tests.storage.support import messages, open_store
+data = Path(sys.argv[1]) / "data"
+store = open_store(data, consumequeue_segment_entries=300_000)
+for t in range(5):
+    store.put(f"T{t}", 0, messages(1), 1_700_000_000_000)
+store.flush()
+store.close()
+for _ in range(2):  # after a clean stop, then as after a crash (the abort marker: a scrub)
+    again = open_store(data, consumequeue_segment_entries=300_000)
+    assert [again.queue_max_offset(f"T{t}", 0) for t in range(5)] == [1] * 5
+    again.close()
+    (data / "abort").write_text("")
+used = [sum(p.stat().st_blocks * 512 for p in (data / "consumequeue" / f"T{t}").rglob("*"))
+        for t in range(5)]
+print(used)
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+def test_opening_a_queue_reads_no_page_of_its_hole(tmp_path: Path) -> None:
+    """On tmpfs a read of a hole through a mapping takes a page (of memory, counted as the
+    file's blocks): the open of a queue searches for its end only where the file holds data
+    (SEEK_DATA), so it reads no page of the hole; before, the binary search over the whole
+    segment read about 18 pages of it, and a full tmpfs would fault there (SIGBUS)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "on_tmpfs.py"
+    script.write_text(_ON_TMPFS)
+    done = subprocess.run(
+        [
+            "unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs -o size=64m tmpfs "{mount}" && exec "$@"', "sh",
+            sys.executable, str(script), str(mount), str(root),
+        ],
+        capture_output=True, text=True, timeout=120, cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]  # after the store's log lines
+    used = [int(n) for n in last.strip("[]").split(",")]
+    assert used == [ALLOCATE_BYTES] * 5, used
