@@ -25,7 +25,9 @@ from tests.support.cluster import BrokerNode, Cluster, ControllerNode, controlle
 from tests.support.procs import port_open, rmqctl_async
 from tests.support.wait import wait_until, wait_until_async
 
-pytestmark = pytest.mark.multiprocess
+# Minutes of real processes (63 to 121 s alone, over 300 s beside the rest of the suite on 2
+# cores): with the soaks (`make soak`), not `make test`.
+pytestmark = [pytest.mark.multiprocess, pytest.mark.soak]
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = ("broker-a", "broker-b")
