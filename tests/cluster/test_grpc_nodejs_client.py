@@ -173,28 +173,26 @@ async def test_nodejs_producer_rides_through_a_master_failover(
     assert sent - received == set(), client.stderr_tail()
 
 
-async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kill(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    """Two Node.js producers send one message after another through the endpoints of the two
-    slaves of a group of three while its master is killed with kill -9: not one send fails,
-    and nothing acknowledged is lost or stored twice. A send whose forward finds the master gone
-    waits for the group's next master (one slave becomes it and stores the send itself, the
-    other forwards to it), within the call's deadline. Before, the forward's connection refused
-    answered INTERNAL_ERROR at once: the client spent its three attempts within milliseconds,
-    before the controllers had elected the next master, and the send failed.
-
-    The topics are in ``uniq_key_window_topics``: a send that was in flight when the master died
-    may have been stored; the endpoint does not send it again but answers PROXY_TIMEOUT, and
-    the client's own resend (the same message id) is then answered from the new master's
-    UNIQ_KEY window rather than stored twice."""
+async def on_both_slaves_through_a_master_kill(
+    cluster: Cluster,
+    tmp_path: Path,
+    *,
+    script: str,
+    topics: list[str],
+    name: str,
+    count: int,
+    config: str = "",
+) -> list[StreamingClient]:
+    """Run ``script`` with the official Node.js client on the endpoint of each slave of a new
+    group of three (``topics[n]`` the n-th client's), until each has ``count`` acknowledged
+    before and ``count`` more after a kill -9 of the master and the next election; the clients,
+    stopped, with what they printed."""
     modules = npm_modules(PACKAGE, "the official Node.js client")
-    topics = ["GrpcNodeKill0", "GrpcNodeKill1"]  # one a client: their bodies are alike
     ports = [free_port() for _ in range(3)]
     cluster.add_group(
         "broker-a",
         3,
-        config=f'uniq_key_window_topics = "{",".join(topics)}"\n',
+        config=config,
         per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports],
     )
     boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
@@ -211,11 +209,11 @@ async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kil
                 clients.append(
                     stack.enter_context(
                         StreamingClient(
-                            str(PACKAGE / "keep_sending.js"),
+                            str(PACKAGE / script),
                             home,
                             f"127.0.0.1:{ports[i]}",
                             topics[n],
-                            f"node-kill-{n}",
+                            f"{name}-{n}",
                             runner=(str(shutil.which("node")),),
                             env={"NODE_PATH": str(modules)},
                         )
@@ -229,8 +227,8 @@ async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kil
                 return sum("acked" in line for line in client.lines)
 
             wait_until(
-                lambda: all(acked(c) >= 30 for c in clients),
-                "30 sends of each client before the kill",
+                lambda: all(acked(c) >= count for c in clients),
+                f"{count} acknowledged by each client before the kill",
                 30,
                 on_timeout=logs,
             )
@@ -238,8 +236,8 @@ async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kil
             await new_master(boot, cluster, old)
             elected = [acked(c) for c in clients]
             wait_until(
-                lambda: all(acked(c) >= e + 30 for c, e in zip(clients, elected, strict=True)),
-                "30 sends of each client acknowledged after the election",
+                lambda: all(acked(c) >= e + count for c, e in zip(clients, elected, strict=True)),
+                f"{count} acknowledged by each client after the election",
                 30,
                 on_timeout=logs,
             )
@@ -250,6 +248,34 @@ async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kil
                 assert c.returncode == 0, logs()
     finally:
         boot.close()
+    return clients
+
+
+async def test_nodejs_producers_on_both_slaves_lose_no_send_through_a_master_kill(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two Node.js producers send one message after another through the endpoints of the two
+    slaves of a group of three while its master is killed with kill -9: not one send fails,
+    and nothing acknowledged is lost or stored twice. A send whose forward finds the master gone
+    waits for the group's next master (one slave becomes it and stores the send itself, the
+    other forwards to it), within the call's deadline. Before, the forward's connection refused
+    answered INTERNAL_ERROR at once: the client spent its three attempts within milliseconds,
+    before the controllers had elected the next master, and the send failed.
+
+    The topics are in ``uniq_key_window_topics``: a send that was in flight when the master died
+    may have been stored; the endpoint does not send it again but answers PROXY_TIMEOUT, and
+    the client's own resend (the same message id) is then answered from the new master's
+    UNIQ_KEY window rather than stored twice."""
+    topics = ["GrpcNodeKill0", "GrpcNodeKill1"]  # one a client: their bodies are alike
+    clients = await on_both_slaves_through_a_master_kill(
+        cluster,
+        tmp_path,
+        script="keep_sending.js",
+        topics=topics,
+        name="node-kill",
+        count=30,
+        config=f'uniq_key_window_topics = "{",".join(topics)}"\n',
+    )
     for c in clients:
         result = c.lines[-1]
         failed = [line for line in c.errors if line.startswith("send ")]
@@ -271,65 +297,14 @@ async def test_nodejs_transactions_on_both_slaves_ride_through_a_master_kill(
     may have been stored, and the client's checker rolls it back). Every committed message is
     delivered, none twice. Before, sends and commits failed with INTERNAL_ERROR until the next
     master was elected."""
-    modules = npm_modules(PACKAGE, "the official Node.js client")
-    topics = ["GrpcNodeTx0", "GrpcNodeTx1"]
-    ports = [free_port() for _ in range(3)]
-    cluster.add_group(
-        "broker-a", 3, per_broker=[["--grpc-listen", f"127.0.0.1:{p}"] for p in ports]
+    clients = await on_both_slaves_through_a_master_kill(
+        cluster,
+        tmp_path,
+        script="keep_committing.js",
+        topics=["GrpcNodeTx0", "GrpcNodeTx1"],
+        name="node-tx",
+        count=20,
     )
-    boot = Bootstrap(cluster.controller_addresses, timeout=2.0)
-    try:
-        old = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
-        for topic in topics:
-            await create_topic(boot, old, topic, 2)
-        slaves = [i for i, b in enumerate(cluster.brokers) if b.address != old]
-        with contextlib.ExitStack() as stack:
-            clients = []
-            for n, i in enumerate(slaves):
-                home = tmp_path / f"client-{n}"
-                home.mkdir()
-                clients.append(
-                    stack.enter_context(
-                        StreamingClient(
-                            str(PACKAGE / "keep_committing.js"),
-                            home,
-                            f"127.0.0.1:{ports[i]}",
-                            topics[n],
-                            f"node-tx-{n}",
-                            runner=(str(shutil.which("node")),),
-                            env={"NODE_PATH": str(modules)},
-                        )
-                    )
-                )
-
-            def logs() -> str:
-                return "".join(c.stderr_tail(20) for c in clients) + cluster.logs()
-
-            def acked(client: StreamingClient) -> int:
-                return sum("acked" in line for line in client.lines)
-
-            wait_until(
-                lambda: all(acked(c) >= 20 for c in clients),
-                "20 commits of each client before the kill",
-                30,
-                on_timeout=logs,
-            )
-            node_at(cluster, old).kill9()
-            await new_master(boot, cluster, old)
-            elected = [acked(c) for c in clients]
-            wait_until(
-                lambda: all(acked(c) >= e + 20 for c, e in zip(clients, elected, strict=True)),
-                "20 commits of each client after the election",
-                30,
-                on_timeout=logs,
-            )
-            for c in clients:
-                c.stop_file.touch()
-            for c in clients:
-                c.stop()
-                assert c.returncode == 0, logs()
-    finally:
-        boot.close()
     for c in clients:
         result = c.lines[-1]
         assert result["commitErrors"] == [], result["commitErrors"]

@@ -11,7 +11,8 @@
 'use strict';
 
 const fs = require('fs');
-const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+const { Producer } = require('rocketmq-client-nodejs');
+const { readBack } = require('./read_back');
 const { TransactionResolution } = require('rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb');
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
@@ -56,30 +57,8 @@ async function main() {
       }
     }
 
-    const consumer = new SimpleConsumer({
-      endpoints: endpoint, namespace: '', consumerGroup: group,
-      subscriptions: new Map([ [ topic, '*' ] ]), awaitDuration: 2000,
-    });
-    await consumer.startup();
-    const received = new Set();
-    const firsts = new Map();
-    try {
-      const deadline = Date.now() + 60000;
-      while ([ ...committing ].some(b => !received.has(b)) && Date.now() < deadline) {
-        for (const m of await consumer.receive(32, 30000)) {
-          const body = m.body.toString();
-          received.add(body);
-          if (m.deliveryAttempt === 1) firsts.set(body, (firsts.get(body) || 0) + 1);
-          await consumer.ack(m);
-        }
-      }
-    } finally {
-      await consumer.shutdown();
-    }
-    const duplicates = [ ...firsts ].filter(([ , n ]) => n > 1).map(([ b ]) => b);
-    console.log(JSON.stringify({
-      received: [ ...received ], sendErrors, commitErrors, checked, duplicates,
-    }));
+    const { received, duplicates } = await readBack(endpoint, topic, group, committing);
+    console.log(JSON.stringify({ received, sendErrors, commitErrors, checked, duplicates }));
   } finally {
     await producer.shutdown(); // after the reads: it answers check-backs until then
   }

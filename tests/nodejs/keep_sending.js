@@ -8,7 +8,8 @@
 'use strict';
 
 const fs = require('fs');
-const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+const { Producer } = require('rocketmq-client-nodejs');
+const { readBack } = require('./read_back');
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
@@ -35,28 +36,8 @@ async function main() {
     await producer.shutdown();
   }
 
-  const consumer = new SimpleConsumer({
-    endpoints: endpoint, namespace: '', consumerGroup: group,
-    subscriptions: new Map([ [ topic, '*' ] ]), awaitDuration: 2000,
-  });
-  await consumer.startup();
-  const received = new Set();
-  const firsts = new Map(); // body -> deliveries with deliveryAttempt 1 (copies stored)
-  try {
-    const deadline = Date.now() + 60000;
-    while ([ ...acked ].some(b => !received.has(b)) && Date.now() < deadline) {
-      for (const m of await consumer.receive(32, 30000)) {
-        const body = m.body.toString();
-        received.add(body);
-        if (m.deliveryAttempt === 1) firsts.set(body, (firsts.get(body) || 0) + 1);
-        await consumer.ack(m);
-      }
-    }
-  } finally {
-    await consumer.shutdown();
-  }
-  const duplicates = [ ...firsts ].filter(([ , n ]) => n > 1).map(([ b ]) => b);
-  console.log(JSON.stringify({ received: [ ...received ], errors, duplicates }));
+  const { received, duplicates } = await readBack(endpoint, topic, group, acked);
+  console.log(JSON.stringify({ received, errors, duplicates }));
 }
 
 main().then(() => process.exit(0), err => {
