@@ -383,9 +383,18 @@ async def start_fifo_group(
     """start_group_with_topic, and ``group`` a FIFO consumer group (with ``settings``) that
     every replica holds, so that the next master knows it too; the master's address."""
     master = await start_group_with_topic(cluster, boot, topic)
+    await fifo_group_everywhere(cluster, group, settings)
+    return master
+
+
+async def fifo_group_everywhere(
+    cluster: Cluster, group: str, settings: dict[str, Any] | None = None
+) -> None:
+    """``group`` made a FIFO consumer group (with ``settings``), once every replica holds it,
+    so that the next master knows it too."""
     async with Admin(cluster.controller_addresses) as admin:
         await admin.update_sub_group(
-            {"groupName": group, "consumeMessageOrderly": True, **settings}
+            {"groupName": group, "consumeMessageOrderly": True, **(settings or {})}
         )
 
     async def everywhere() -> bool:
@@ -396,7 +405,6 @@ async def start_fifo_group(
         return True
 
     await wait_until_async(everywhere, "every replica to hold the FIFO setting", 30)
-    return master
 
 
 async def raw_send(

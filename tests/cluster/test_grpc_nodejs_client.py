@@ -24,10 +24,10 @@ from client.simple_consumer import PopMessage, SimpleConsumer
 from tests.cluster.support import (
     add_grpc_group,
     create_topic,
+    fifo_group_everywhere,
     full_sync_state_set,
     new_master,
     node_at,
-    settings_on,
 )
 from tests.support.cluster import Cluster
 from tests.support.official_client import StreamingClient, client_env, npm_modules, run_to_end
@@ -332,17 +332,7 @@ async def test_nodejs_fifo_push_consumer_keeps_each_message_group_in_order_throu
     try:
         old = (await full_sync_state_set(boot, cluster, size=3))["masterAddress"]
         await create_topic(boot, old, topic, 2)
-        async with Admin(cluster.controller_addresses) as admin:
-            await admin.update_sub_group({"groupName": group, "consumeMessageOrderly": True})
-
-        async def everywhere() -> bool:
-            for b in cluster.brokers:
-                got = await settings_on(b.address, group)
-                if got is None or got.get("consumeMessageOrderly") is not True:
-                    return False
-            return True
-
-        await wait_until_async(everywhere, "every replica to hold the FIFO setting", 30)
+        await fifo_group_everywhere(cluster, group)
         slave = next(i for i, b in enumerate(cluster.brokers) if b.address != old)
         with StreamingClient(
             str(PACKAGE / "keep_fifo.js"),
