@@ -165,9 +165,16 @@ def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
     # A static topic (its route's logical queues): under the static filter alone, its page
     # showing each logical queue's broker group and physical queue.
     env.ctl("updateStaticTopic", "-t", "ConsoleStatic", "-q", "2")
-    browser.get(f"{env.url}/c/default/topics?kind=static")
-    rows = browser.find_elements("css selector", "#topics tr[data-topic]")
-    assert [r.get_attribute("data-topic") for r in rows] == ["ConsoleStatic"]
+
+    def static_rows() -> list[str | None]:
+        # The page reads the topic list and routes from any controller's applied state: a
+        # follower applies the leader's commit of the topic a heartbeat later.
+        browser.get(f"{env.url}/c/default/topics?kind=static")
+        rows = browser.find_elements("css selector", "#topics tr[data-topic]")
+        return [r.get_attribute("data-topic") for r in rows]
+
+    listed = wait_until(static_rows, "the static filter to list a topic", 30, interval=0.2)
+    assert listed == ["ConsoleStatic"]
     browser.find_element("link text", "ConsoleStatic").click()
     wait_until(lambda: text_of(browser, "#logical-queues"), "the logical queues", 30)
     assert text_of(browser, "#logical-queues").splitlines()[1:] == [
