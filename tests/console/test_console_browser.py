@@ -144,12 +144,16 @@ def topic_names(env: Env) -> set[str]:
 
 
 def listed_topics(env: Env, browser: Any, kind: str) -> list[str | None]:
-    """The topics page's rows under filter ``kind``, the page loaded afresh. The page reads the
-    topic list and routes from any controller's applied state, and a follower applies a commit
-    of the leader's a heartbeat later: a test waits for what it created to be listed."""
-    browser.get(f"{env.url}/c/default/topics?kind={kind}")
-    rows = browser.find_elements("css selector", "#topics tr[data-topic]")
-    return [r.get_attribute("data-topic") for r in rows]
+    """The topics page's rows under filter ``kind``, once it lists some (30 s). The page reads
+    the topic list and routes from any controller's applied state, and a follower applies a
+    commit of the leader's a heartbeat later: the page is loaded again until then."""
+
+    def rows() -> list[str | None]:
+        browser.get(f"{env.url}/c/default/topics?kind={kind}")
+        found = browser.find_elements("css selector", "#topics tr[data-topic]")
+        return [r.get_attribute("data-topic") for r in found]
+
+    return wait_until(rows, f"the {kind} filter to list a topic", 30, interval=0.2)
 
 
 def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
@@ -175,13 +179,7 @@ def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
     # showing each logical queue's broker group and physical queue.
     env.ctl("updateStaticTopic", "-t", "ConsoleStatic", "-q", "2")
 
-    listed = wait_until(
-        lambda: listed_topics(env, browser, "static"),
-        "the static filter to list a topic",
-        30,
-        interval=0.2,
-    )
-    assert listed == ["ConsoleStatic"]
+    assert listed_topics(env, browser, "static") == ["ConsoleStatic"]
     browser.find_element("link text", "ConsoleStatic").click()
     wait_until(lambda: text_of(browser, "#logical-queues"), "the logical queues", 30)
     assert text_of(browser, "#logical-queues").splitlines()[1:] == [
@@ -250,13 +248,7 @@ def test_topics_page_sets_a_topics_message_type_and_permission(env: Env, browser
     wait_until(lambda: "created" in text_of(browser, "#notice"), "the page to say created", 30)
     assert "message type FIFO" in text_of(browser, "#notice")
     # Listed under the FIFO filter, alone, with its type; not under scheduled.
-    listed = wait_until(
-        lambda: listed_topics(env, browser, "fifo"),
-        "the FIFO filter to list a topic",
-        30,
-        interval=0.2,
-    )
-    assert listed == ["ConsoleFifo"]
+    assert listed_topics(env, browser, "fifo") == ["ConsoleFifo"]
     assert text_of(browser, "#topics tr[data-topic] td.type") == "FIFO"
     assert text_of(browser, "#topics tr[data-topic] td.perm") == "RW-"
     shot(env, browser, "topics-fifo")
