@@ -178,7 +178,6 @@ def test_topics_page_creates_a_topic_rmqctl_lists_and_sends_a_message_to_it(
     # A static topic (its route's logical queues): under the static filter alone, its page
     # showing each logical queue's broker group and physical queue.
     env.ctl("updateStaticTopic", "-t", "ConsoleStatic", "-q", "2")
-
     assert listed_topics(env, browser, "static") == ["ConsoleStatic"]
     browser.find_element("link text", "ConsoleStatic").click()
     wait_until(lambda: text_of(browser, "#logical-queues"), "the logical queues", 30)
