@@ -7,18 +7,17 @@ controller commands) adds a module and one entry in ``COMMANDS``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from pathlib import Path
+from typing import Final
 
 import click
 import structlog
 
 from remoting.client import advise_tls, use_credentials, use_tls
 from remoting.tls import TlsError, client_context
-from rmqctl import auth, broker_admin, broker_stats
-from rmqctl import controller as ctl
-from rmqctl.cluster import cluster_list
 from rmqctl.common import ADDRESSES_ENV, Settings
 from rmqctl.credentials import (
     ACCESS_KEY_ENV,
@@ -26,87 +25,85 @@ from rmqctl.credentials import (
     SECRET_KEY_ENV,
     resolve_credentials,
 )
-from rmqctl.group import get_sub_group, query_dlq, resend_dlq, update_sub_group
-from rmqctl.lookup import (
-    query_msg_by_id,
-    query_msg_by_key,
-    query_msg_by_offset,
-    query_msg_by_unique_key,
-)
-from rmqctl.message import consume_message, recall_message, send_message
-from rmqctl.message_range import print_msg, query_msg_by_time
-from rmqctl.offsets import reset_offset_by_time, skip_accumulated_message
-from rmqctl.progress import consumer_connection, consumer_progress, producer_connection
-from rmqctl.rebalance import broker_traffic, rebalance_apply, rebalance_plan
-from rmqctl.repair import skip_corrupt_message
-from rmqctl.resend import resend_message
-from rmqctl.static_topic import remap_static_topic, static_topic_mapping, update_static_topic
-from rmqctl.topic import topic_route, update_topic
-from rmqctl.topic_admin import delete_sub_group, delete_topic, topic_list, topic_status
-from rmqctl.trace import query_msg_trace_by_id
 
-COMMANDS: list[click.Command] = [
-    update_topic,
-    topic_route,
-    topic_list,
-    topic_status,
-    delete_topic,
-    update_static_topic,
-    static_topic_mapping,
-    remap_static_topic,
-    broker_traffic,
-    rebalance_plan,
-    rebalance_apply,
-    cluster_list,
-    broker_admin.broker_status,
-    broker_admin.get_broker_config,
-    broker_admin.update_broker_config,
-    broker_stats.stats_all,
-    broker_stats.cluster_rt,
-    broker_stats.check_msg_send_rt,
-    send_message,
-    consume_message,
-    consumer_progress,
-    consumer_connection,
-    producer_connection,
-    reset_offset_by_time,
-    skip_accumulated_message,
-    query_msg_by_id,
-    query_msg_by_unique_key,
-    query_msg_by_key,
-    query_msg_by_offset,
-    query_msg_by_time,
-    print_msg,
-    query_msg_trace_by_id,
-    resend_message,
-    recall_message,
-    update_sub_group,
-    get_sub_group,
-    delete_sub_group,
-    query_dlq,
-    resend_dlq,
-    ctl.get_controller_metadata,
-    ctl.get_sync_state_set,
-    ctl.elect_master,
-    ctl.get_broker_epoch,
-    skip_corrupt_message,
-    ctl.clean_broker_metadata,
-    ctl.get_controller_config,
-    ctl.add_controller,
-    ctl.remove_controller,
-    ctl.transfer_controller_leader,
-    auth.create_user,
-    auth.update_user,
-    auth.delete_user,
-    auth.list_user,
-    auth.create_acl,
-    auth.update_acl,
-    auth.delete_acl,
-    auth.list_acl,
-]
+COMMANDS: Final[dict[str, tuple[str, str]]] = {
+    "updateTopic": ("rmqctl.topic", "update_topic"),
+    "topicRoute": ("rmqctl.topic", "topic_route"),
+    "topicList": ("rmqctl.topic_admin", "topic_list"),
+    "topicStatus": ("rmqctl.topic_admin", "topic_status"),
+    "deleteTopic": ("rmqctl.topic_admin", "delete_topic"),
+    "updateStaticTopic": ("rmqctl.static_topic", "update_static_topic"),
+    "staticTopicMapping": ("rmqctl.static_topic", "static_topic_mapping"),
+    "remapStaticTopic": ("rmqctl.static_topic", "remap_static_topic"),
+    "brokerTraffic": ("rmqctl.rebalance", "broker_traffic"),
+    "rebalancePlan": ("rmqctl.rebalance", "rebalance_plan"),
+    "rebalanceApply": ("rmqctl.rebalance", "rebalance_apply"),
+    "clusterList": ("rmqctl.cluster", "cluster_list"),
+    "brokerStatus": ("rmqctl.broker_admin", "broker_status"),
+    "getBrokerConfig": ("rmqctl.broker_admin", "get_broker_config"),
+    "updateBrokerConfig": ("rmqctl.broker_admin", "update_broker_config"),
+    "statsAll": ("rmqctl.broker_stats", "stats_all"),
+    "clusterRT": ("rmqctl.broker_stats", "cluster_rt"),
+    "checkMsgSendRT": ("rmqctl.broker_stats", "check_msg_send_rt"),
+    "sendMessage": ("rmqctl.message", "send_message"),
+    "consumeMessage": ("rmqctl.message", "consume_message"),
+    "consumerProgress": ("rmqctl.progress", "consumer_progress"),
+    "consumerConnection": ("rmqctl.progress", "consumer_connection"),
+    "producerConnection": ("rmqctl.progress", "producer_connection"),
+    "resetOffsetByTime": ("rmqctl.offsets", "reset_offset_by_time"),
+    "skipAccumulatedMessage": ("rmqctl.offsets", "skip_accumulated_message"),
+    "queryMsgById": ("rmqctl.lookup", "query_msg_by_id"),
+    "queryMsgByUniqueKey": ("rmqctl.lookup", "query_msg_by_unique_key"),
+    "queryMsgByKey": ("rmqctl.lookup", "query_msg_by_key"),
+    "queryMsgByOffset": ("rmqctl.lookup", "query_msg_by_offset"),
+    "queryMsgByTime": ("rmqctl.message_range", "query_msg_by_time"),
+    "printMsg": ("rmqctl.message_range", "print_msg"),
+    "queryMsgTraceById": ("rmqctl.trace", "query_msg_trace_by_id"),
+    "resendMessage": ("rmqctl.resend", "resend_message"),
+    "recallMessage": ("rmqctl.message", "recall_message"),
+    "updateSubGroup": ("rmqctl.group", "update_sub_group"),
+    "getSubGroup": ("rmqctl.group", "get_sub_group"),
+    "deleteSubGroup": ("rmqctl.topic_admin", "delete_sub_group"),
+    "queryDLQ": ("rmqctl.group", "query_dlq"),
+    "resendDLQ": ("rmqctl.group", "resend_dlq"),
+    "getControllerMetaData": ("rmqctl.controller", "get_controller_metadata"),
+    "getSyncStateSet": ("rmqctl.controller", "get_sync_state_set"),
+    "electMaster": ("rmqctl.controller", "elect_master"),
+    "getBrokerEpoch": ("rmqctl.controller", "get_broker_epoch"),
+    "skipCorruptMessage": ("rmqctl.repair", "skip_corrupt_message"),
+    "cleanBrokerMetadata": ("rmqctl.controller", "clean_broker_metadata"),
+    "getControllerConfig": ("rmqctl.controller", "get_controller_config"),
+    "addController": ("rmqctl.controller", "add_controller"),
+    "removeController": ("rmqctl.controller", "remove_controller"),
+    "transferControllerLeader": ("rmqctl.controller", "transfer_controller_leader"),
+    "createUser": ("rmqctl.auth", "create_user"),
+    "updateUser": ("rmqctl.auth", "update_user"),
+    "deleteUser": ("rmqctl.auth", "delete_user"),
+    "listUser": ("rmqctl.auth", "list_user"),
+    "createAcl": ("rmqctl.auth", "create_acl"),
+    "updateAcl": ("rmqctl.auth", "update_acl"),
+    "deleteAcl": ("rmqctl.auth", "delete_acl"),
+    "listAcl": ("rmqctl.auth", "list_acl"),
+}
+"""Each command's name and where it is defined (module, attribute), in the order of mqadmin's
+areas. A command's module is imported when the command is run (or ``--help`` lists them all),
+so a run imports what its own command needs, not every area's client code."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group whose commands :data:`COMMANDS` names, each imported when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attribute = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--json",
     "json_output",
@@ -222,8 +219,11 @@ def cli(
             raise click.BadParameter(str(exc), param_hint="--ca-file/--cert") from None
 
 
-for _command in COMMANDS:
-    cli.add_command(_command)
+def all_commands() -> dict[str, click.Command]:
+    """Every command by name, each imported (for the tests and documents that list them)."""
+    ctx = click.Context(cli)
+    found = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
+    return {name: command for name, command in found.items() if command is not None}
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -48,7 +48,7 @@ from protocol.codes import RequestCode
 from remoting.client import ConnectionPool
 from remoting.errors import RemotingError
 from remoting.tls import client_context
-from rmqctl.cli import cli
+from rmqctl.cli import COMMANDS, cli
 from rmqctl.common import Settings
 from tests.cluster.support import create_topic, group_masters
 from tests.support.cluster import Cluster
@@ -312,12 +312,14 @@ def test_the_rmqctl_line_parses(where: str, command: str) -> None:
     """``[...]`` marks optional parts: they are parsed as given. A prompt (createUser's
     secret) reads a typed answer."""
     argv = [a for a in (word.strip("[]") for word in shlex.split(command)[1:]) if a]
-    at = next((i for i, a in enumerate(argv) if a in cli.commands), None)
+    at = next((i for i, a in enumerate(argv) if a in COMMANDS), None)
     assert at is not None, f"{where}: no rmqctl command in {command!r}"
     try:
         with CliRunner().isolation(input="a-secret\na-secret\n"):
             ctx = cli.make_context("rmqctl", argv[: at + 1], obj=Settings(addresses=CONTROLLERS[0]))
-            cli.commands[argv[at]].make_context(argv[at], argv[at + 1 :], parent=ctx)
+            command = cli.get_command(ctx, argv[at])
+            assert command is not None, argv[at]
+            command.make_context(argv[at], argv[at + 1 :], parent=ctx)
     except click.exceptions.Exit:
         pass  # --help, --version
     except (click.ClickException, click.exceptions.Abort) as exc:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rmqctl.cli import cli
+from rmqctl.cli import all_commands
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = set(cli.commands)
+COMMANDS = set(all_commands())
 
 
 def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:

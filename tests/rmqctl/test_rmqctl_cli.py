@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
+import pkgutil
 import socket
 import subprocess
 import sys
@@ -12,9 +14,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 
-from rmqctl.cli import COMMANDS
+from rmqctl import __path__ as RMQCTL_PATH
+from rmqctl.cli import COMMANDS, all_commands
 from tests.client.fakebroker import FakeCluster, cluster_in_thread
 from tests.support.cli import rmqctl as invoke
 from tests.support.procs import dead_address
@@ -41,10 +45,44 @@ def rmqctl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
 def test_help_lists_every_command() -> None:
     code, out, _ = invoke("--help")
     assert code == 0
-    for command in COMMANDS:
-        assert command.name in out
-        sub_code, sub_out, _ = invoke(str(command.name), "--help")
+    for name in COMMANDS:
+        assert name in out
+        sub_code, sub_out, _ = invoke(name, "--help")
         assert sub_code == 0 and "-a, -n, --addresses ADDRS" in sub_out
+
+
+def test_each_command_is_found_where_the_table_says_under_its_own_name() -> None:
+    """rmqctl imports a command's module when it runs it (rmqctl.cli.COMMANDS): each entry
+    names a command of that name, and every command an rmqctl module defines is an entry."""
+    commands = all_commands()
+    assert sorted(commands) == sorted(COMMANDS)
+    assert all(command.name == name for name, command in commands.items())
+    defined = {
+        id(value)
+        for info in pkgutil.iter_modules(RMQCTL_PATH, "rmqctl.")
+        if info.name not in ("rmqctl.cli", "rmqctl.__main__")
+        for value in vars(importlib.import_module(info.name)).values()
+        if isinstance(value, click.Command) and not isinstance(value, click.Group)
+    }
+    assert defined == {id(command) for command in commands.values()}
+
+
+def test_a_command_imports_its_own_area_only() -> None:
+    """A run of getSyncStateSet's --help imports rmqctl.controller, not the producer, the
+    consumers or the other areas' commands."""
+    probe = (
+        "import sys; from rmqctl.cli import cli; "
+        "cli.main(['getSyncStateSet', '--help'], standalone_mode=False); "
+        "print(sorted(m for m in sys.modules if m.startswith(('rmqctl.', 'client.'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.strip().splitlines()[-1]
+    assert "'rmqctl.controller'" in loaded
+    for other in ("'rmqctl.message'", "'rmqctl.auth'", "'client.producer'", "'client.consumer'"):
+        assert other not in loaded, loaded
 
 
 def test_update_topic_creates_on_every_master_and_prints_its_document(
