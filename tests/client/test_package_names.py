@@ -5,13 +5,9 @@ module defines, whether asked for by attribute or by ``from client import``."""
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
-from pathlib import Path
 
 import client
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.procs import python_output
 
 
 def test_the_lazy_table_lists_every_public_name_where_it_is_defined() -> None:
@@ -31,11 +27,8 @@ def test_an_unknown_name_is_an_attribute_error_and_a_part_imports_no_other() -> 
         "    print(exc)\n"
         "print(sorted(m for m in ('client.producer', 'client.consumer') if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+    printed = python_output(probe)
+    assert printed.splitlines() == [
         "module 'client' has no attribute 'NoSuchName'",
         "[]",
-    ], done.stdout
+    ], printed

@@ -21,7 +21,7 @@ from rmqctl import __path__ as RMQCTL_PATH
 from rmqctl.cli import COMMANDS, all_commands
 from tests.client.fakebroker import FakeCluster, cluster_in_thread
 from tests.support.cli import rmqctl as invoke
-from tests.support.procs import dead_address
+from tests.support.procs import dead_address, python_output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,11 +75,7 @@ def test_a_command_imports_its_own_area_only() -> None:
         "cli.main(['getSyncStateSet', '--help'], standalone_mode=False); "
         "print(sorted(m for m in sys.modules if m.startswith(('rmqctl.', 'client.'))))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr
-    loaded = done.stdout.strip().splitlines()[-1]
+    loaded = python_output(probe).strip().splitlines()[-1]
     assert "'rmqctl.controller'" in loaded
     for other in ("'rmqctl.message'", "'rmqctl.auth'", "'client.producer'", "'client.consumer'"):
         assert other not in loaded, loaded

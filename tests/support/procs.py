@@ -27,6 +27,16 @@ _handed_out: set[int] = set()
 _random = random.Random()  # seeded from the OS: concurrent test processes pick apart
 
 
+def python_output(code: str, timeout: float = 60) -> str:
+    """What ``python -c code`` prints, run from the repository root in a fresh interpreter (to
+    see what a start imports, say); a failure fails the test with its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def rmqctl(
     *args: str, timeout: float = 60, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
